@@ -1,0 +1,1 @@
+"""Leaf utilities shared by every datamill capability; imports nothing else from datamill."""

@@ -1,0 +1,39 @@
+"""Names, suffixes and format versions used across datamill, kept in one place."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BERT_FORMAT",
+    "CORPUS_FORMAT",
+    "DATASET_MANIFEST",
+    "HDF5_SUFFIX",
+    "LOADER_STATE_FORMAT",
+    "META_FORMAT",
+    "META_SUFFIX",
+    "PAD",
+    "SAMPLES_FILE",
+    "SHARD_PATTERN",
+    "SHARDS_FORMAT",
+    "UNK",
+    "VOCAB_FILE",
+    "WORD2VEC_FORMAT",
+]
+
+PAD = "<PAD>"
+UNK = "<UNK>"
+
+HDF5_SUFFIX = ".hdf5"
+META_SUFFIX = ".meta.json"
+META_FORMAT = "datamill.preprocess/1"
+
+VOCAB_FILE = "vocab.json"
+CORPUS_FORMAT = "datamill.corpus/1"
+WORD2VEC_FORMAT = "datamill.word2vec/1"
+BERT_FORMAT = "datamill.bert/1"
+
+DATASET_MANIFEST = "dataset.json"
+SAMPLES_FILE = "samples.parquet"
+SHARD_PATTERN = "shard.{index:05d}.{ext}"
+SHARDS_FORMAT = "datamill.shards/1"
+
+LOADER_STATE_FORMAT = "datamill.loader/1"

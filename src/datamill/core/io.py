@@ -1,0 +1,317 @@
+"""Reading inputs and writing outputs safely.
+
+* :func:`split_member` / :func:`open_bytes` / :func:`read_text` understand ``archive.zip:member``.
+* :func:`read_table` reads CSV, TSV, Parquet and JSONL into a pyarrow Table, turning every parse
+  failure into a :class:`~datamill.core.errors.DataFileError` that names the file and line.
+* :func:`atomic_write`, :func:`atomic_path` and :func:`atomic_dir` write to a temporary name in the
+  destination folder and ``os.replace`` it into place only when the block succeeds.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import uuid
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from datamill.core.errors import DataFileError, DataFileNotFoundError
+
+__all__ = [
+    "PathLike",
+    "atomic_dir",
+    "atomic_path",
+    "atomic_write",
+    "check_utf8",
+    "detect_format",
+    "display_name",
+    "open_bytes",
+    "read_bytes",
+    "read_table",
+    "read_text",
+    "split_member",
+]
+
+PathLike = str | os.PathLike[str]
+
+_FORMATS = {
+    ".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".txt": "text", ".raw": "text",
+    ".tokens": "text",
+}
+
+
+def split_member(source: PathLike) -> tuple[Path, str | None]:
+    """Split ``'ptb.zip:ptb/ptb.train.txt'`` into ``(Path('ptb.zip'), 'ptb/ptb.train.txt')``.
+
+    Examples:
+        >>> split_member("data/ptb.zip:ptb/ptb.train.txt")
+        (PosixPath('data/ptb.zip'), 'ptb/ptb.train.txt')
+        >>> split_member("train.csv")
+        (PosixPath('train.csv'), None)
+    """
+    text = os.fspath(source)
+    m = re.match(r"^(.*?\.zip):(.+)$", text)
+    if m and not os.path.exists(text):
+        return Path(m.group(1)), m.group(2)
+    return Path(text), None
+
+
+def display_name(source: PathLike) -> str:
+    """The name used in messages: the path, or ``archive.zip:member``."""
+    return os.fspath(source)
+
+
+def read_bytes(source: PathLike) -> bytes:
+    """Read a file or a zip member completely."""
+    with open_bytes(source) as f:
+        return f.read()
+
+
+@contextmanager
+def open_bytes(source: PathLike) -> Iterator[IO[bytes]]:
+    """Open a file or ``archive.zip:member`` for binary reading, with clear not-found errors."""
+    path, member = split_member(source)
+    if not path.exists():
+        raise DataFileNotFoundError("no such file", path=path, hint="check the path (relative paths are from the current folder)")
+    if path.is_dir():
+        raise DataFileError("expected a file, found a folder", path=path)
+    if member is None:
+        with open(path, "rb") as f:
+            yield f
+        return
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:
+        raise DataFileError("not a valid zip archive", path=path) from exc
+    with zf:
+        try:
+            info = zf.getinfo(member)
+        except KeyError as exc:
+            names = [n for n in zf.namelist() if not n.endswith("/")]
+            raise DataFileNotFoundError(
+                f"no member {member!r} in the archive; it holds {names[:10]}", path=path
+            ) from exc
+        with zf.open(info) as f:
+            yield f
+
+
+def check_utf8(data: bytes, *, path: PathLike) -> str:
+    """Decode ``data`` as UTF-8 or raise a DataFileError naming the line of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataFileError(
+            f"not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start:,}",
+            path=path, line=line, hint="re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+        ) from exc
+
+
+def read_text(source: PathLike, *, allow_empty: bool = False) -> str:
+    """Read a whole UTF-8 text file or zip member; empty or non-UTF-8 input is a DataFileError."""
+    data = read_bytes(source)
+    if not data.strip() and not allow_empty:
+        raise DataFileError("the file is empty; expected text", path=display_name(source))
+    return check_utf8(data, path=display_name(source))
+
+
+def detect_format(source: PathLike, fmt: str | None = None) -> str:
+    """Return ``csv``, ``tsv``, ``parquet``, ``jsonl`` or ``text`` from ``fmt`` or the suffix."""
+    if fmt is not None:
+        if fmt not in set(_FORMATS.values()):
+            raise DataFileError(f"unknown format {fmt!r}; expected one of {sorted(set(_FORMATS.values()))}", path=display_name(source))
+        return fmt
+    path, member = split_member(source)
+    suffix = Path(member or path.name).suffix.lower()
+    if suffix not in _FORMATS:
+        raise DataFileError(
+            f"cannot tell the format from the suffix {suffix!r}; expected one of {sorted(_FORMATS)}",
+            path=display_name(source),
+        )
+    return _FORMATS[suffix]
+
+
+_ROW_RE = re.compile(r"Row #(\d+)")
+
+
+def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -> DataFileError:
+    """Translate a pyarrow reader failure into a DataFileError with the line when we can find it."""
+    name = display_name(source)
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "UTF8" in msg or "utf-8" in msg.lower() or "utf8" in msg.lower():
+        check_utf8(data, path=name)  # raises with the exact line
+    line = None
+    m = _ROW_RE.search(str(exc))
+    if m:
+        line = int(m.group(1))
+    elif fmt == "jsonl":
+        for i, raw in enumerate(data.splitlines(), start=1):
+            if raw.strip():
+                try:
+                    import json
+
+                    json.loads(raw)
+                except ValueError:
+                    line = i
+                    break
+    return DataFileError(f"cannot parse as {fmt.upper()}: {msg}", path=name, line=line)
+
+
+def read_table(
+    source: PathLike,
+    *,
+    fmt: str | None = None,
+    columns: list[str] | None = None,
+    column_types: dict[str, pa.DataType] | None = None,
+) -> pa.Table:
+    """Read a CSV/TSV/Parquet/JSONL file (or zip member) into a pyarrow Table.
+
+    Args:
+        source: a path or ``archive.zip:member``.
+        fmt: force a format instead of guessing from the suffix. Defaults to ``None``.
+        columns: read only these columns (CSV/TSV/Parquet). Defaults to ``None`` (all).
+        column_types: pyarrow types forced on CSV columns. Defaults to ``None``.
+
+    Returns:
+        The table. CSV ``""``, ``NA``, ``N/A``, ``NaN``, ``null`` and ``None`` cells become nulls.
+
+    Raises:
+        DataFileNotFoundError: the file does not exist.
+        DataFileError: empty file, not UTF-8, malformed rows (the line is named).
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+        >>> _ = p.write_text("a,b\\n1,x\\n,y\\n")
+        >>> read_table(p).to_pydict()
+        {'a': [1, None], 'b': ['x', 'y']}
+    """
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    kind = detect_format(source, fmt)
+    name = display_name(source)
+    data = read_bytes(source)
+    if not data.strip():
+        raise DataFileError(f"the file is empty; expected {kind.upper()} with a header row", path=name)
+    buf = pa.BufferReader(data)
+    try:
+        if kind in ("csv", "tsv"):
+            table = pcsv.read_csv(
+                buf,
+                read_options=pcsv.ReadOptions(block_size=1 << 24),
+                parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
+                convert_options=pcsv.ConvertOptions(
+                    include_columns=columns, column_types=column_types,
+                    null_values=["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"],
+                    strings_can_be_null=True, quoted_strings_can_be_null=False,
+                ),
+            )
+        elif kind == "parquet":
+            table = pq.read_table(buf, columns=columns)
+        elif kind == "jsonl":
+            table = pjson.read_json(buf, read_options=pjson.ReadOptions(block_size=1 << 24))
+            if columns is not None:
+                table = table.select(columns)
+        else:
+            text = check_utf8(data, path=name)
+            table = pa.table({"text": pa.array(text.splitlines(), pa.string())})
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, KeyError):  # pragma: no cover - select() of a missing column
+            raise
+        raise _arrow_read_error(exc, data, source, kind) from exc
+    if kind in ("csv", "tsv", "jsonl"):
+        _check_string_columns_utf8(table, data, name)
+    return table
+
+
+def _check_string_columns_utf8(table: pa.Table, data: bytes, name: str) -> None:
+    """pyarrow reads a CSV column with invalid UTF-8 as binary (or validates strings lazily)."""
+    for col in table.columns:
+        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            check_utf8(data, path=name)
+        elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            try:
+                col.validate(full=True)
+            except pa.ArrowInvalid:
+                check_utf8(data, path=name)
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+@contextmanager
+def atomic_path(path: PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is renamed to ``path``.
+
+    For writers that need a filename (h5py, pyarrow). On an exception the temporary file is
+    removed and ``path`` is left as it was.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(final)
+    try:
+        yield tmp
+        if tmp.exists():
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_write(path: PathLike, mode: str = "w", *, encoding: str = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; when the block succeeds fsync and ``os.replace`` it.
+
+    Examples:
+        >>> import tempfile, pathlib, json
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "meta.json"
+        >>> with atomic_write(p) as f:
+        ...     json.dump({"a": 1}, f)
+        >>> p.read_text()
+        '{"a": 1}'
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp:
+        f: IO[Any]
+        f = open(tmp, mode, encoding=None if "b" in mode else encoding)  # noqa: SIM115
+        with f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+
+
+@contextmanager
+def atomic_dir(path: PathLike, *, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary folder beside ``path``; on success it replaces ``path`` as a whole."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists() and not overwrite:
+        raise DataFileError("the output folder already exists", path=final, hint="choose another --out or remove it")
+    tmp = _tmp_name(final)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if final.exists():
+            old = _tmp_name(final)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,50 @@
+"""Progress bars (tqdm) that can be silenced globally (``--quiet``) or per call."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+__all__ = ["is_quiet", "progress", "quiet", "set_quiet"]
+
+T = TypeVar("T")
+_QUIET = os.environ.get("DATAMILL_QUIET", "") not in ("", "0")
+
+
+def set_quiet(value: bool) -> None:
+    """Silence (``True``) or enable (``False``) every progress bar of this process."""
+    global _QUIET
+    _QUIET = bool(value)
+
+
+def is_quiet() -> bool:
+    """Whether progress bars are silenced."""
+    return _QUIET
+
+
+@contextmanager
+def quiet(value: bool = True) -> Iterator[None]:
+    """Context manager silencing progress bars inside the block."""
+    global _QUIET
+    old, _QUIET = _QUIET, bool(value)
+    try:
+        yield
+    finally:
+        _QUIET = old
+
+
+def progress(
+    iterable: Iterable[T] | None = None, *, desc: str = "", total: float | None = None,
+    unit: str = "it", disable: bool | None = None, **kwargs: Any,
+) -> Any:
+    """A ``tqdm`` bar over ``iterable`` (or a manual bar when ``iterable`` is ``None``).
+
+    Disabled when quiet mode is on or ``disable=True``; then it costs almost nothing.
+    """
+    from tqdm.auto import tqdm
+
+    off = _QUIET if disable is None else disable
+    return tqdm(iterable, desc=desc, total=total, unit=unit, disable=off, leave=False,
+                dynamic_ncols=True, **kwargs)

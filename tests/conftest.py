@@ -1,0 +1,42 @@
+"""Shared fixtures: the shared data folder and hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("fast", max_examples=25, deadline=None, print_blob=True)
+settings.register_profile("ci", max_examples=40, deadline=None, print_blob=True, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("expensive", max_examples=500, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+_DATA = Path(os.environ.get("DATAMILL_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The read-only shared data folder (../shared/data)."""
+    if not (_DATA / "house_prices_train.csv").exists():
+        pytest.fail(f"shared data not found at {_DATA}; set DATAMILL_DATA")
+    return _DATA.resolve()
+
+
+@pytest.fixture()
+def data_copy(data_dir: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Copy a shared data file (or folder) into tmp_path, since outputs are written beside inputs."""
+
+    def copy(name: str) -> Path:
+        src = data_dir / name
+        dst = tmp_path / name
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copy(src, dst)
+        return dst
+
+    return copy
