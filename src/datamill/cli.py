@@ -23,7 +23,8 @@ COMMAND_MODULES = (
     "datamill.demo",
     "datamill.preprocess.cli",
     "datamill.text.cli",
-    "datamill.pretrain.cli",
+    "datamill.pretrain.word2vec_cli",
+    "datamill.pretrain.bert_cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
 )
