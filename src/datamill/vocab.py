@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, TypeAlias, overload
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,7 @@ from datamill.core.io import PathLike, atomic_write
 
 __all__ = ["TokenCounts", "Vocab", "count_tokens"]
 
-ArrayLike = pa.Array | pa.ChunkedArray | np.ndarray | Sequence[str]
+ArrayLike: TypeAlias = "pa.Array | pa.ChunkedArray | np.ndarray[Any, Any] | Sequence[str]"
 
 
 def _as_arrow(values: Any) -> pa.Array | pa.ChunkedArray:
@@ -240,11 +240,13 @@ class Vocab:
                 raise KeyError(f"tokens not in the vocabulary: {missing[:5].to_pylist()}")
             idx = pc.fill_null(idx, self.unk_index)
         out = idx.to_numpy() if isinstance(idx, pa.Array) else idx.combine_chunks().to_numpy()
-        return out.astype(dtype, copy=False)
+        result: NDArray[Any] = out.astype(dtype, copy=False)
+        return result
 
     def decode(self, ids: Any) -> NDArray[np.object_]:
         """Tokens for an array of ids (any shape), as an object array of the same shape."""
-        return self._np[np.asarray(ids, dtype=np.int64)]  # type: ignore[no-any-return]
+        decoded: NDArray[np.object_] = self._np[np.asarray(ids, dtype=np.int64)]
+        return decoded
 
     def to_tokens(self, ids: int | Sequence[int] | NDArray[Any]) -> Any:
         """d2l's name: a token for an id, a list of tokens for a list of ids."""
