@@ -278,9 +278,8 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         plan = self.plan()
-        if self._batches_seen >= plan.total_batches and plan.total_batches:
-            self.epoch, self._batches_seen = self.epoch + 1, 0  # the saved epoch was complete
-            plan = self.plan()
+        # a state saved after the epoch's last batch resumes with an empty rest of that epoch,
+        # exactly like the uninterrupted run (whose loop ended there), then moves on
         start = self._batches_seen
         if start == 0 or self._stats["epoch"] != self.epoch:
             self._stats = self._new_stats()
