@@ -1,0 +1,89 @@
+"""Raw WikiText-style text -> documents of sentences -> token ids in CSR form.
+
+A blank line or a title line (starting with ``=`` once stripped) ends a document; every other line
+is one "sentence". Sentences that tokenise to nothing and documents left empty are dropped.
+The corpus is three flat arrays: ``ids`` (int32 token ids), ``sent_offsets`` (int64, tokens of
+sentence ``s`` are ``ids[sent_offsets[s]:sent_offsets[s+1]]``) and ``doc_offsets`` (int64, sentences
+of document ``d`` are ``doc_offsets[d]:doc_offsets[d+1]``); the sentences of a document are
+consecutive, so any run of sentences is one contiguous slice of ``ids``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from datamill.core.errors import DataFileError
+from datamill.core.io import PathLike, display_name, read_text
+from datamill.pretrain._bert_tok import BertTokenizer
+
+__all__ = ["Corpus", "split_documents", "tokenize_documents"]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Token ids of a document collection (see the module docstring for the layout)."""
+
+    ids: NDArray[np.int32]
+    sent_offsets: NDArray[np.int64]
+    doc_offsets: NDArray[np.int64]
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.doc_offsets) - 1
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.sent_offsets) - 1
+
+    def document(self, d: int) -> NDArray[np.int32]:
+        """All token ids of document ``d`` (its sentences concatenated)."""
+        s0, s1 = int(self.doc_offsets[d]), int(self.doc_offsets[d + 1])
+        return self.ids[int(self.sent_offsets[s0]):int(self.sent_offsets[s1])]
+
+
+def split_documents(paths: Sequence[PathLike]) -> tuple[list[str], NDArray[np.int64]]:
+    """Read the files -> (sentences, document ids per sentence, non-decreasing from 0).
+
+    Vectorised with pyarrow: strip every line, mark blank and ``=`` title lines as breaks, give
+    each line the number of breaks before it as its document id. A file end also ends a document.
+    """
+    sentences: list[str] = []
+    doc_ids: list[NDArray[np.int64]] = []
+    next_doc = 0
+    for path in paths:
+        text = read_text(path)  # DataFileError on an empty / non-UTF-8 file
+        lines = pc.utf8_trim_whitespace(pa.array(text.splitlines(), pa.string()))
+        is_break = pc.or_(pc.equal(pc.utf8_length(lines), 0), pc.starts_with(lines, "="))
+        brk = is_break.to_numpy(zero_copy_only=False)
+        doc = np.cumsum(brk, dtype=np.int64) + next_doc
+        keep = ~brk
+        if not keep.any():
+            raise DataFileError("no text lines: every line is blank or a '=' title line",
+                                path=display_name(path), hint="BERT needs documents with sentences")
+        sentences.extend(lines.filter(pa.array(keep)).to_pylist())
+        doc_ids.append(doc[keep])
+        next_doc = int(doc[-1]) + 1
+    ids = np.concatenate(doc_ids) if doc_ids else np.zeros(0, dtype=np.int64)
+    return sentences, ids
+
+
+def tokenize_documents(sentences: Sequence[str], sent_doc: NDArray[np.int64],
+                       tokenizer: BertTokenizer) -> Corpus:
+    """Encode the sentences in batches; drop empty sentences and renumber documents densely."""
+    flat, offsets = tokenizer.encode(sentences)
+    lengths = np.diff(offsets)
+    keep = lengths > 0
+    sent_offsets = np.concatenate([offsets[:-1][keep], offsets[-1:]]).astype(np.int64)
+    docs = sent_doc[keep]
+    if len(docs):
+        starts = np.flatnonzero(np.concatenate([[True], docs[1:] != docs[:-1]]))
+    else:
+        starts = np.zeros(0, dtype=np.int64)
+    doc_offsets = np.concatenate([starts, [len(docs)]]).astype(np.int64)
+    return Corpus(ids=flat, sent_offsets=sent_offsets, doc_offsets=doc_offsets)

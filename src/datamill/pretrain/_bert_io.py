@@ -1,0 +1,196 @@
+"""BERT Parquet: writing row groups as they are produced, and reading them back as padded batches.
+
+The file metadata key ``datamill`` holds a JSON object (format, layout, max_seq_length, special
+ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.loader.ParquetSource`
+(row groups are shards) that checks that JSON; :func:`collate_bert` turns a batch table of either
+layout into fixed-shape padded arrays; :func:`read_bert_batches` wires both into a
+:class:`~datamill.loader.Loader` (seeded shuffle, rank split, resumable state).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from datamill.core.constants import BERT_FORMAT
+from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.io import PathLike, atomic_path
+from datamill.loader.sources import ParquetSource
+from datamill.pretrain._bert_mask import bert_schema, ranges
+from datamill.pretrain._bert_run import TaskResult
+
+__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "read_bert_batches",
+           "read_bert_metadata", "write_batches"]
+
+META_KEY = "datamill"
+COMPRESSION = "zstd"  # see benchmarks/results/bert.md: dictionary + zstd is small and fast enough
+
+
+@dataclass
+class WriteStats:
+    samples: int = 0
+    tokens: int = 0
+    row_groups: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
+                  meta: dict[str, Any]) -> WriteStats:
+    """Write every task's batches as row groups of ``out`` (atomically); metadata completed at the end."""
+    stats = WriteStats()
+    worker: dict[str, float] = {}
+    write_s = 0.0
+    wait_s = 0.0
+    schema = bert_schema(layout).with_metadata({META_KEY: json.dumps(meta, sort_keys=True)})
+    with atomic_path(out) as tmp:
+        writer = pq.ParquetWriter(tmp, schema, compression=COMPRESSION)
+        try:
+            t = time.perf_counter()
+            for res in results:
+                t1 = time.perf_counter()
+                wait_s += t1 - t
+                for batch in res.batches:
+                    writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+                    stats.row_groups += 1
+                stats.samples += res.samples
+                stats.tokens += res.tokens
+                for k, v in res.timings.items():
+                    worker[k] = worker.get(k, 0.0) + v
+                t = time.perf_counter()
+                write_s += t - t1
+            final = dict(meta, samples=stats.samples, tokens=stats.tokens, row_groups=stats.row_groups)
+            writer.add_key_value_metadata({META_KEY: json.dumps(final, sort_keys=True)})
+        finally:
+            t2 = time.perf_counter()
+            writer.close()
+            write_s += time.perf_counter() - t2
+    stats.timings = {"write_parquet": write_s, "wait_for_samples": wait_s,
+                     **{f"workers_{k}": v for k, v in worker.items()}}
+    return stats
+
+
+def read_bert_metadata(path: PathLike) -> dict[str, Any]:
+    """The ``datamill`` JSON of a BERT Parquet file; errors name the file."""
+    p = Path(path)
+    if not p.exists():
+        raise DataFileNotFoundError("no such BERT Parquet file", path=p)
+    try:
+        kv = pq.read_metadata(p).metadata or {}
+    except (OSError, pa.ArrowException) as exc:
+        raise DataFileError(f"not a readable Parquet file ({exc})", path=p) from exc
+    raw = kv.get(META_KEY.encode())
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except ValueError as exc:
+        raise DataFileError("the 'datamill' metadata is not valid JSON", path=p) from exc
+    if not isinstance(meta, dict) or meta.get("format") != BERT_FORMAT:
+        found = None if not isinstance(meta, dict) else meta.get("format")
+        raise DataFileError(f"expected BERT samples (metadata format {BERT_FORMAT!r}), found {found!r}",
+                            path=p, hint="write it with datamill.build_bert_samples / `datamill bert`")
+    return meta
+
+
+def _list_values(col: pa.ChunkedArray | pa.Array) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """(flat values, int64 offsets) of a list column, honouring slices."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    return values, offsets
+
+
+def _pad_rows(values: NDArray[Any], offsets: NDArray[np.int64], width: int, fill: int,
+              dtype: Any) -> NDArray[Any]:
+    """Scatter CSR rows into a ``(n, width)`` array pre-filled with ``fill`` (one fancy index)."""
+    n = len(offsets) - 1
+    lengths = np.minimum(np.diff(offsets), width)
+    out = np.full(n * width, fill, dtype=dtype)
+    out[ranges(np.arange(n, dtype=np.int64) * width, lengths)] = values[ranges(offsets[:-1], lengths)]
+    return out.reshape(n, width)
+
+
+class BertBatchCollate:
+    """Picklable collate: a batch table (either layout) -> dict of fixed-shape numpy arrays.
+
+    Keys: ``tokens`` (int32, ``(B, L)``), ``segment_ids`` (int8, -1 on padding), ``attention_mask``
+    (bool), ``is_random_next`` (bool), ``masked_positions`` / ``masked_labels`` (int32, ``(B, P)``,
+    0 after the sample's predictions) and ``masked_weights`` (float32, 1 for real predictions),
+    with ``L = max_seq_length`` and ``P = max_predictions_per_seq``; torch tensors with ``as_torch``.
+    """
+
+    def __init__(self, meta: dict[str, Any], *, as_torch: bool = False) -> None:
+        self.L = int(meta["max_seq_length"])
+        self.P = int(meta["max_predictions_per_seq"])
+        self.pad = int(meta["special_ids"]["pad"])
+        self.as_torch = as_torch
+
+    def __call__(self, table: pa.Table) -> dict[str, Any]:
+        n = table.num_rows
+        tv, to = _list_values(table.column("tokens"))
+        tokens = _pad_rows(tv, to, self.L, self.pad, np.int32)
+        length = np.diff(to)
+        pos = np.arange(self.L, dtype=np.int64)[None, :]
+        if "segment_ids" in table.column_names:
+            sv, so = _list_values(table.column("segment_ids"))
+            seg = _pad_rows(sv, so, self.L, -1, np.int8)
+            attention = seg >= 0
+        else:  # compact layout: segments from segment_a_length, padding from the list length
+            a_len = table.column("segment_a_length").to_numpy().astype(np.int64)
+            attention = pos < length[:, None]
+            seg = (pos >= a_len[:, None]).view(np.int8) - 2 * (~attention).view(np.int8)
+        pv, po = _list_values(table.column("masked_positions"))
+        lv, lo = _list_values(table.column("masked_labels"))
+        out = {
+            "tokens": tokens, "segment_ids": seg.astype(np.int8), "attention_mask": attention,
+            "is_random_next": table.column("is_random_next").to_numpy(zero_copy_only=False).astype(np.bool_),
+            "masked_positions": _pad_rows(pv, po, self.P, 0, np.int32),
+            "masked_labels": _pad_rows(lv, lo, self.P, 0, np.int32),
+            "masked_weights": (np.arange(self.P)[None, :] < np.diff(po)[:, None]).astype(np.float32),
+        }
+        assert out["tokens"].shape == (n, self.L)
+        if self.as_torch:
+            from datamill.core.optional import require
+
+            torch = require("torch", extra="torch")
+            return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
+        return out
+
+
+def collate_bert(path_or_meta: PathLike | dict[str, Any], *, as_torch: bool = False) -> BertBatchCollate:
+    """The collate function for a BERT Parquet file (its metadata gives ``L`` and ``P``)."""
+    meta = path_or_meta if isinstance(path_or_meta, dict) else read_bert_metadata(path_or_meta)
+    return BertBatchCollate(meta, as_torch=as_torch)
+
+
+class BertParquetSource(ParquetSource):
+    """A BERT Parquet file as a Source (row groups are shards), with its ``meta`` checked."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.meta = read_bert_metadata(path)
+        super().__init__(path)
+
+
+def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: int = 0, rank: int = 0,
+                      world_size: int = 1, as_torch: bool = False, shuffle: bool = True,
+                      drop_last: bool = False, **loader_kwargs: Any) -> Any:
+    """A :class:`~datamill.loader.Loader` over a BERT Parquet file yielding padded batches.
+
+    Shuffled (shard-aware, seeded), split by rank, resumable with ``state_dict()`` /
+    ``load_state_dict()``; each batch is :class:`BertBatchCollate`'s dict. Extra keyword arguments
+    go to the Loader (``num_workers``, ``prefetch``...).
+    """
+    from datamill.loader import Loader
+
+    source = BertParquetSource(path)
+    return Loader(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                  world_size=world_size, drop_last=drop_last,
+                  collate=BertBatchCollate(source.meta, as_torch=as_torch), **loader_kwargs)
+

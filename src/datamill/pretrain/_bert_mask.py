@@ -1,0 +1,159 @@
+"""Samples from spans, vectorised over a whole batch: ``[CLS] A [SEP] B [SEP]``, masking, padding.
+
+Everything here is numpy over all the samples of a batch (no loop per sample or token):
+
+* the token sequences are one gather from the corpus ids into a flat, unpadded buffer
+  (values + offsets), with the three special tokens written by fancy indexing;
+* masking draws, per sample, ``k = min(max_predictions, max(1, round((len(A)+len(B)) * mask_prob)))``
+  distinct positions uniformly among the non-special tokens with Floyd's algorithm run for all rows
+  at once (``max_predictions`` vector steps), sorts them, and replaces 80% by ``[MASK]``, 10% by a
+  random non-special id, keeps 10%;
+* padding is one scatter into a ``(n, max_seq_length)`` array filled with ``[PAD]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.pretrain._bert_pairs import Spans
+
+__all__ = ["LAYOUTS", "MaskConfig", "assemble", "bert_schema", "ranges"]
+
+LAYOUTS = ("padded", "compact")
+
+
+@dataclass(frozen=True)
+class MaskConfig:
+    """What :func:`assemble` needs besides the spans (all plain values, cheap to pickle)."""
+
+    max_seq_length: int
+    mask_prob: float
+    max_predictions: int
+    pad: int
+    cls: int
+    sep: int
+    mask: int
+    special_ids: tuple[int, ...]
+    vocab_size: int
+    layout: str = "padded"
+
+
+def bert_schema(layout: str) -> pa.Schema:
+    """The Arrow schema of one layout (``padded``: the seed's columns; ``compact``: unpadded)."""
+    common = [
+        pa.field("is_random_next", pa.bool_()),
+        pa.field("masked_positions", pa.list_(pa.int32())),
+        pa.field("masked_labels", pa.list_(pa.int32())),
+    ]
+    if layout == "padded":
+        return pa.schema([pa.field("tokens", pa.list_(pa.int32())),
+                          pa.field("segment_ids", pa.list_(pa.int8())), *common])
+    return pa.schema([pa.field("tokens", pa.list_(pa.int32())),
+                      pa.field("segment_a_length", pa.int32()), *common])
+
+
+def ranges(starts: NDArray[np.int64], lengths: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Concatenation of ``arange(s, s + l)`` for every pair, without a Python loop.
+
+    Examples:
+        >>> ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+        [5, 6, 9, 10, 11]
+    """
+    total = int(lengths.sum())
+    out = np.arange(total, dtype=np.int64)
+    before = np.cumsum(lengths) - lengths
+    out += np.repeat(starts - before, lengths)
+    return out
+
+
+def _floyd_sample(c: NDArray[np.int64], k: NDArray[np.int64], kmax: int,
+                  rng: np.random.Generator) -> NDArray[np.int64]:
+    """Row ``i`` gets ``k[i]`` distinct uniform integers in ``[0, c[i])`` (Floyd), ``-1`` after them."""
+    n = len(c)
+    out = np.full((n, max(kmax, 1)), -1, dtype=np.int64)
+    u = rng.random((kmax, n))
+    for s in range(kmax):
+        active = s < k
+        j = c - k + s  # Floyd: for j in range(c - k, c): t = randint(0, j); take j if t taken else t
+        t = (u[s] * (j + 1)).astype(np.int64)
+        taken = (out[:, :s] == t[:, None]).any(axis=1)
+        out[:, s] = np.where(active, np.where(taken, j, t), -1)
+    return out
+
+
+def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig,
+             rng: np.random.Generator) -> pa.RecordBatch:
+    """Build, mask and lay out the samples of ``spans`` (already truncated) as one record batch."""
+    n = len(spans)
+    la, lb = spans.la, spans.lb
+    length = la + lb + 3
+    row_start = np.cumsum(length) - length
+    total = int(length.sum())
+    # 1. the sequences, flat and unpadded: one gather of A and B runs, three special scatters
+    flat = np.empty(total, dtype=np.int32)
+    dst_starts = np.stack([row_start + 1, row_start + la + 2], axis=1).ravel()
+    src_starts = np.stack([spans.a_lo, spans.b_lo], axis=1).ravel()
+    lens = np.stack([la, lb], axis=1).ravel()
+    content = ranges(dst_starts, lens)  # ascending: A then B inside each row
+    values = ids[ranges(src_starts, lens)]
+    flat[content] = values
+    flat[row_start] = cfg.cls
+    flat[row_start + la + 1] = cfg.sep
+    flat[row_start + length - 1] = cfg.sep
+    # 2. candidates = content positions whose token is not special (e.g. [UNK] in the text)
+    special_tab = np.zeros(max(cfg.vocab_size, int(ids.max(initial=0)) + 1), dtype=np.bool_)
+    special_tab[list(cfg.special_ids)] = True
+    is_sp = special_tab[values]
+    c = la + lb
+    if is_sp.any():
+        sp_rows = np.searchsorted(row_start, content[is_sp], side="right") - 1
+        c = c - np.bincount(sp_rows, minlength=n)
+        content = content[~is_sp]
+    cand_start = np.cumsum(c) - c
+    wanted = np.maximum(1, np.rint((la + lb) * cfg.mask_prob).astype(np.int64))  # round half even, as Python
+    k = np.minimum(np.minimum(wanted, cfg.max_predictions), c)
+    kmax = int(k.max(initial=0))
+    picks = _floyd_sample(c, k, kmax, rng)
+    valid = picks >= 0
+    if len(content):
+        chosen = np.where(valid, content[np.where(valid, cand_start[:, None] + picks, 0)], total)
+    else:
+        chosen = np.full(picks.shape, total, dtype=np.int64)
+    chosen.sort(axis=1)
+    mflat = chosen[np.arange(chosen.shape[1]) < k[:, None]]  # row-major: ascending inside each row
+    mrow = np.repeat(np.arange(n), k)
+    positions = (mflat - row_start[mrow]).astype(np.int32)
+    labels = flat[mflat].copy()
+    # 3. 80% [MASK], 10% random non-special id, 10% unchanged
+    u = rng.random(len(mflat))
+    flat[mflat[u < 0.8]] = cfg.mask
+    rand = mflat[u >= 0.9]
+    non_special = np.flatnonzero(~special_tab[:cfg.vocab_size]).astype(np.int32)
+    flat[rand] = non_special[rng.integers(0, len(non_special), size=len(rand))]
+    m_off = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(k, out=m_off[1:])
+    masked_positions = pa.ListArray.from_arrays(pa.array(m_off), pa.array(positions))
+    masked_labels = pa.ListArray.from_arrays(pa.array(m_off), pa.array(labels))
+    is_random = pa.array(spans.is_random_next)
+    # 4. layout
+    L = cfg.max_seq_length
+    if cfg.layout == "compact":
+        off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(length, out=off[1:])
+        arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(flat)),
+                  pa.array((la + 2).astype(np.int32)), is_random, masked_positions, masked_labels]
+        return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("compact"))
+    padded = np.full(n * L, cfg.pad, dtype=np.int32)
+    padded[ranges(np.arange(n, dtype=np.int64) * L, length)] = flat
+    pos = np.arange(L, dtype=np.int32)[None, :]
+    seg = (pos >= (la + 2).astype(np.int32)[:, None]).view(np.int8)
+    seg -= 2 * (pos >= length.astype(np.int32)[:, None]).view(np.int8)
+    off = np.arange(0, (n + 1) * L, L, dtype=np.int32)
+    arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(padded)),
+              pa.ListArray.from_arrays(pa.array(off), pa.array(seg.ravel())),
+              is_random, masked_positions, masked_labels]
+    return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("padded"))

@@ -1,0 +1,163 @@
+"""Sentence pairs (A, B) per document, as in Google's ``create_instances_from_document``, and truncation.
+
+The pair loop walks the sentences of each document (a loop per sentence chunk, not per token) and
+records each pair as token spans into the flat corpus: A = ``ids[a_lo:a_lo+la]``,
+B = ``ids[b_lo:b_lo+lb]`` (both are runs of consecutive sentences, hence contiguous).
+``truncate_spans`` then applies ``truncate_seq_pair`` to all pairs at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["Spans", "UniformStream", "build_pairs", "truncate_lengths", "truncate_spans"]
+
+_BLOCK = 4096
+
+
+class UniformStream:
+    """Scalar uniforms in [0, 1) drawn from a Generator in blocks (cheap per draw in a Python loop)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._buf: list[float] = []
+        self._i = 0
+
+    def random(self) -> float:
+        if self._i >= len(self._buf):
+            self._buf = self._rng.random(_BLOCK).tolist()
+            self._i = 0
+        u = self._buf[self._i]
+        self._i += 1
+        return u
+
+    def randint(self, lo: int, hi: int) -> int:
+        """Uniform integer in ``[lo, hi]`` (inclusive, like ``random.randint``)."""
+        return lo + int(self.random() * (hi - lo + 1))
+
+
+@dataclass(frozen=True)
+class Spans:
+    """One row per sample: A and B as (start, length) into the corpus ids, and the NSP label."""
+
+    a_lo: NDArray[np.int64]
+    la: NDArray[np.int64]
+    b_lo: NDArray[np.int64]
+    lb: NDArray[np.int64]
+    is_random_next: NDArray[np.bool_]
+    doc: NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.a_lo)
+
+    def slice(self, lo: int, hi: int) -> Spans:
+        return Spans(self.a_lo[lo:hi], self.la[lo:hi], self.b_lo[lo:hi], self.lb[lo:hi],
+                     self.is_random_next[lo:hi], self.doc[lo:hi])
+
+
+def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
+                max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
+    """Pairs for documents ``doc_lo..doc_hi-1`` with the seed's exact rules.
+
+    ``sent_offsets`` / ``doc_offsets`` are the corpus offsets (see :mod:`._bert_docs`) as lists.
+
+    target length = ``max_num_tokens``, or with probability ``short_seq_prob`` a uniform integer in
+    ``[2, max_num_tokens]``; sentences are gathered until the target or the document end; A takes a
+    uniform number ``a_end`` in ``[1, n-1]`` of them (1 when the chunk has one sentence); with
+    probability 0.5, or when the chunk has a single sentence, B is read from a random sentence of
+    another document (10 tries to differ) until ``target - len(A)`` tokens and the unused sentences
+    of the chunk are put back; otherwise B is the rest of the chunk.
+    """
+    u = UniformStream(rng)
+    so, do = sent_offsets, doc_offsets  # Python lists: scalar indexing is 5x cheaper than numpy's
+    n_docs = len(do) - 1
+    a_lo: list[int] = []
+    la: list[int] = []
+    b_lo: list[int] = []
+    lb: list[int] = []
+    rnd: list[bool] = []
+    dd: list[int] = []
+    for d in range(doc_lo, doc_hi):
+        first, end = do[d], do[d + 1]
+        target = max_num_tokens
+        if u.random() < short_seq_prob:
+            target = u.randint(2, max_num_tokens)
+        chunk_start = first
+        cur = 0
+        i = first
+        while i < end:
+            cur += so[i + 1] - so[i]
+            if i == end - 1 or cur >= target:
+                n_chunk = i - chunk_start + 1
+                a_end = u.randint(1, n_chunk - 1) if n_chunk >= 2 else 1
+                a0 = so[chunk_start]
+                a1 = so[chunk_start + a_end]
+                if n_chunk == 1 or u.random() < 0.5:
+                    target_b = target - (a1 - a0)
+                    rd = d
+                    for _ in range(10):
+                        rd = u.randint(0, n_docs - 1)
+                        if rd != d:
+                            break
+                    r_first, r_end = do[rd], do[rd + 1]
+                    j = u.randint(r_first, r_end - 1)
+                    b0 = so[j]
+                    b1 = b0
+                    while j < r_end:
+                        b1 = so[j + 1]
+                        j += 1
+                        if b1 - b0 >= target_b:
+                            break
+                    i -= n_chunk - a_end  # put the unused sentences back
+                    rnd.append(True)
+                else:
+                    b0, b1 = a1, so[i + 1]
+                    rnd.append(False)
+                a_lo.append(a0)
+                la.append(a1 - a0)
+                b_lo.append(b0)
+                lb.append(b1 - b0)
+                dd.append(d)
+                chunk_start = i + 1
+                cur = 0
+            i += 1
+    return Spans(np.asarray(a_lo, dtype=np.int64), np.asarray(la, dtype=np.int64),
+                 np.asarray(b_lo, dtype=np.int64), np.asarray(lb, dtype=np.int64),
+                 np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64))
+
+
+def truncate_lengths(la: NDArray[np.int64], lb: NDArray[np.int64],
+                     max_num_tokens: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """How many tokens ``truncate_seq_pair`` removes from A and from B, in closed form.
+
+    The seed removes one token at a time from the longer side (from B on a tie) until
+    ``len(A) + len(B) <= max_num_tokens``: first the longer side loses the difference (or the whole
+    excess if smaller), then the sides alternate, B first, so B loses ``ceil(rest / 2)``.
+
+    Examples:
+        >>> [int(x[0]) for x in truncate_lengths(np.array([10]), np.array([4]), 8)]
+        [6, 0]
+        >>> [int(x[0]) for x in truncate_lengths(np.array([5]), np.array([5]), 7)]
+        [1, 2]
+    """
+    excess = np.maximum(la + lb - max_num_tokens, 0)
+    diff = np.abs(la - lb)
+    first = np.minimum(excess, diff)
+    rest = excess - first
+    a_longer = la > lb
+    rem_a = np.where(a_longer, first, 0) + rest // 2
+    rem_b = np.where(a_longer, 0, first) + (rest - rest // 2)
+    return rem_a, rem_b
+
+
+def truncate_spans(spans: Spans, max_num_tokens: int, rng: np.random.Generator) -> Spans:
+    """Apply ``truncate_seq_pair`` to every pair: each removed token comes from the front or the back
+    with probability 1/2, so the number taken from the front is Binomial(removed, 1/2)."""
+    rem_a, rem_b = truncate_lengths(spans.la, spans.lb, max_num_tokens)
+    front_a = rng.binomial(rem_a, 0.5)
+    front_b = rng.binomial(rem_b, 0.5)
+    return Spans(spans.a_lo + front_a, spans.la - rem_a, spans.b_lo + front_b, spans.lb - rem_b,
+                 spans.is_random_next, spans.doc)

@@ -1,0 +1,151 @@
+"""Running the BERT sample tasks: one task = (dupe round, document shard), in-process or in a pool.
+
+Shards are fixed document ranges of about ``SHARD_TOKENS`` tokens, so the output (content and
+order) depends only on the corpus, the parameters and the seed, never on the number of workers.
+Each task derives its generators from ``rng_for(seed, "bert-*", dupe, shard)``. Workers read the
+corpus from ``.npy`` files memory-mapped read-only (any start method works; nothing big is pickled)
+and return Arrow record batches, which the parent writes in task order.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import multiprocessing as mp
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.core.rng import rng_for
+from datamill.pretrain._bert_docs import Corpus
+from datamill.pretrain._bert_mask import MaskConfig, assemble
+from datamill.pretrain._bert_pairs import build_pairs, truncate_spans
+
+__all__ = ["SHARD_TOKENS", "TaskConfig", "TaskResult", "plan_shards", "plan_tasks", "run_tasks"]
+
+SHARD_TOKENS = 1 << 20  # corpus tokens per document shard (a task); fixed, so output ignores workers
+BATCH_SAMPLES = 4096  # samples per record batch / Parquet row group
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The parameters every task needs (small, picklable)."""
+
+    seed: int
+    max_num_tokens: int
+    short_seq_prob: float
+    mask: MaskConfig
+
+
+@dataclass
+class TaskResult:
+    """Record batches of one task plus counters and seconds spent per stage."""
+
+    batches: list[pa.RecordBatch]
+    samples: int = 0
+    tokens: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def plan_shards(corpus: Corpus, shard_tokens: int | None = None) -> list[tuple[int, int]]:
+    """Cut the documents into consecutive ranges of about ``shard_tokens`` tokens each."""
+    shard_tokens = SHARD_TOKENS if shard_tokens is None else shard_tokens
+    doc_tok = corpus.sent_offsets[corpus.doc_offsets]  # token offset of each document start (+ end)
+    total = int(doc_tok[-1])
+    cuts = np.searchsorted(doc_tok[:-1], np.arange(0, max(total, 1), shard_tokens), side="left")
+    bounds = np.unique(np.concatenate([[0], cuts, [corpus.num_documents]]))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+class _State:
+    """Per-process corpus (ids as an array, offsets as lists for the Python pair loop)."""
+
+    ids: NDArray[np.int32]
+    sent_offsets: list[int]
+    doc_offsets: list[int]
+
+
+_STATE: _State | None = None
+
+
+def _init_state(ids: NDArray[np.int32], sent_offsets: NDArray[np.int64],
+                doc_offsets: NDArray[np.int64]) -> _State:
+    st = _State()
+    st.ids = ids
+    st.sent_offsets = sent_offsets.tolist()
+    st.doc_offsets = doc_offsets.tolist()
+    return st
+
+
+def _worker_init(folder: str) -> None:
+    global _STATE
+    d = Path(folder)
+    _STATE = _init_state(np.load(d / "ids.npy", mmap_mode="r"), np.load(d / "sent_offsets.npy"),
+                         np.load(d / "doc_offsets.npy"))
+
+
+def _run_task(st: _State, cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int) -> TaskResult:
+    t0 = time.perf_counter()
+    spans = build_pairs(st.sent_offsets, st.doc_offsets, doc_lo, doc_hi,
+                        max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob,
+                        rng=rng_for(cfg.seed, "bert-pairs", dupe, shard))
+    t1 = time.perf_counter()
+    spans = truncate_spans(spans, cfg.max_num_tokens, rng_for(cfg.seed, "bert-truncate", dupe, shard))
+    res = TaskResult(batches=[], samples=len(spans), tokens=int((spans.la + spans.lb + 3).sum()))
+    for b, lo in enumerate(range(0, len(spans), BATCH_SAMPLES)):
+        part = spans.slice(lo, lo + BATCH_SAMPLES)
+        res.batches.append(assemble(st.ids, part, cfg.mask, rng_for(cfg.seed, "bert-mask", dupe, shard, b)))
+    t2 = time.perf_counter()
+    res.timings = {"pairs": t1 - t0, "mask_pad_arrow": t2 - t1}
+    return res
+
+
+def _pool_task(cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int) -> TaskResult:
+    if _STATE is None:  # pragma: no cover - the initializer always ran
+        raise RuntimeError("BERT worker used before its initializer")
+    return _run_task(_STATE, cfg, dupe, shard, doc_lo, doc_hi)
+
+
+def plan_tasks(corpus: Corpus, dupe_factor: int) -> list[tuple[int, int, int, int]]:
+    """Every task as ``(dupe, shard, first document, end document)``, in output order."""
+    shards = plan_shards(corpus)
+    return [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(shards)]
+
+
+def run_tasks(corpus: Corpus, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
+              scratch: Path) -> Iterator[TaskResult]:
+    """Yield the results of ``tasks`` in order; ``workers > 1`` uses a process pool."""
+    if workers <= 1 or len(tasks) <= 1:
+        st = _init_state(corpus.ids, corpus.sent_offsets, corpus.doc_offsets)
+        for t in tasks:
+            yield _run_task(st, cfg, *t)
+        return
+    scratch.mkdir(parents=True, exist_ok=True)
+    np.save(scratch / "ids.npy", corpus.ids)
+    np.save(scratch / "sent_offsets.npy", corpus.sent_offsets)
+    np.save(scratch / "doc_offsets.npy", corpus.doc_offsets)
+    # fork where available: spawn would re-import the caller's __main__ (scripts without a main
+    # guard would break); workers only run numpy on memory-mapped files, never the tokenizer
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    window = 2 * workers  # tasks in flight: bounds memory whatever the corpus size
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
+                             initializer=_worker_init, initargs=(os.fspath(scratch),)) as pool:
+        pending: deque[Future[Any]] = deque()
+        it = iter(tasks)
+        for t in it:
+            pending.append(pool.submit(_pool_task, cfg, *t))
+            if len(pending) >= window:
+                break
+        while pending:
+            result = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(_pool_task, cfg, *nxt))
+            yield result

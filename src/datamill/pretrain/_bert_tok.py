@@ -1,0 +1,140 @@
+"""The WordPiece tokenizer behind BERT sample building: train, load, check specials, encode to CSR.
+
+Uses :class:`datamill.tokenize.HFTokenizer` when that module is available and otherwise the
+``tokenizers`` library directly; either way the rest of the BERT builder only sees
+:class:`BertTokenizer` (ids of the special tokens, non-special ids, ``encode`` -> values + offsets).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+
+__all__ = ["BERT_SPECIALS", "BertTokenizer", "resolve_tokenizer", "train_wordpiece"]
+
+#: the special tokens every BERT tokenizer must have (PAD first so that it gets id 0 when trained)
+BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
+
+_ENCODE_CHUNK = 8192  # sentences per encode_batch call (bounds the Encoding objects alive at once)
+
+
+@dataclass(frozen=True)
+class BertTokenizer:
+    """A ``tokenizers.Tokenizer`` plus the ids BERT needs (``pad``, ``cls``, ``sep``, ``mask``, ``unk``)."""
+
+    inner: Any
+    pad: int
+    cls: int
+    sep: int
+    mask: int
+    unk: int
+    vocab_size: int
+    special_ids: tuple[int, ...]
+
+    def non_special_ids(self) -> NDArray[np.int32]:
+        """Every id that is not a special token (the pool of the 10% random replacements)."""
+        ids = np.arange(self.vocab_size, dtype=np.int32)
+        return ids[~np.isin(ids, np.asarray(self.special_ids, dtype=np.int32))]
+
+    def encode(self, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+        """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
+        parts: list[NDArray[np.int32]] = []
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        for lo in range(0, len(texts), _ENCODE_CHUNK):
+            chunk = list(texts[lo:lo + _ENCODE_CHUNK])
+            encs = self.inner.encode_batch_fast(chunk, add_special_tokens=False)
+            arrays = [np.asarray(e.ids, dtype=np.int32) for e in encs]  # one per sentence (library API)
+            lengths[lo:lo + len(chunk)] = [len(a) for a in arrays]
+            parts.extend(arrays)
+        flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return flat, offsets
+
+    def decode_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Token strings of ``ids`` (no merging of word pieces)."""
+        return [str(self.inner.id_to_token(int(i))) for i in ids]
+
+    def to_json(self) -> str:
+        """The tokenizer as the ``tokenizers`` JSON string."""
+        return str(self.inner.to_str())
+
+    @classmethod
+    def wrap(cls, inner: Any, *, path: str | os.PathLike[str] | None = None) -> BertTokenizer:
+        """Check that ``inner`` (a ``tokenizers.Tokenizer``) knows every BERT special token."""
+        ids = {t: inner.token_to_id(t) for t in BERT_SPECIALS}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            msg = (f"the tokenizer lacks the BERT special tokens {missing}; expected all of "
+                   f"{list(BERT_SPECIALS)}")
+            hint = "train it with special_tokens=[PAD] [CLS] [SEP] [MASK] [UNK], or omit --tokenizer to train one"
+            if path is not None:
+                raise DataFileError(msg, path=path, hint=hint)
+            raise ConfigError(msg, hint=hint)
+        size = int(inner.get_vocab_size(with_added_tokens=True))
+        return cls(inner=inner, pad=ids["[PAD]"], cls=ids["[CLS]"], sep=ids["[SEP]"],
+                   mask=ids["[MASK]"], unk=ids["[UNK]"], vocab_size=size,
+                   special_ids=tuple(sorted(int(v) for v in ids.values())))
+
+
+def train_wordpiece(sentences: Sequence[str], *, vocab_size: int, lowercase: bool = True,
+                    min_frequency: int = 2) -> BertTokenizer:
+    """Train a BERT-style WordPiece tokenizer (BERT normalizer and pre-tokenizer) on ``sentences``."""
+    if vocab_size < len(BERT_SPECIALS) + 1:
+        raise ConfigError(f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}")
+    try:
+        from datamill.tokenize import HFTokenizer
+    except ImportError:
+        HFTokenizer = None  # noqa: N806 - the text helper's wrapper is optional here
+    if HFTokenizer is not None:
+        try:
+            tok = HFTokenizer.train(iter(sentences), model="wordpiece", vocab_size=vocab_size,
+                                    special_tokens=BERT_SPECIALS, lowercase=lowercase,
+                                    min_frequency=min_frequency)
+            return BertTokenizer.wrap(tok.inner)
+        except TypeError:  # pragma: no cover - a different signature than agreed; fall back
+            pass
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    inner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    inner.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    inner.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    inner.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=list(BERT_SPECIALS), show_progress=False)
+    inner.train_from_iterator(sentences, trainer=trainer, length=len(sentences))
+    return BertTokenizer.wrap(inner)
+
+
+def resolve_tokenizer(tokenizer: Any) -> BertTokenizer | None:
+    """``None`` (train later), a path to a tokenizer JSON, an HFTokenizer or a ``tokenizers.Tokenizer``."""
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, BertTokenizer):
+        return tokenizer
+    if isinstance(tokenizer, (str, os.PathLike)):
+        path = Path(tokenizer)
+        if not path.exists():
+            raise DataFileNotFoundError("no such tokenizer file", path=path,
+                                        hint="pass a tokenizers JSON file, or omit it to train one")
+        from tokenizers import Tokenizer
+
+        try:
+            inner = Tokenizer.from_file(os.fspath(path))
+        except Exception as exc:  # the library raises a bare Exception on bad JSON
+            raise DataFileError(f"cannot load a tokenizers JSON file: {exc}", path=path,
+                                hint="save it with Tokenizer.save() / HFTokenizer.save()") from exc
+        return BertTokenizer.wrap(inner, path=path)
+    inner = getattr(tokenizer, "inner", tokenizer)  # datamill.tokenize.HFTokenizer keeps it in .inner
+    if not (hasattr(inner, "token_to_id") and hasattr(inner, "encode_batch_fast")):
+        raise ConfigError(f"tokenizer must be a path, a datamill HFTokenizer or a tokenizers.Tokenizer, "
+                          f"got {type(tokenizer).__name__}")
+    return BertTokenizer.wrap(inner)

@@ -1,0 +1,46 @@
+"""``datamill bert RAW.txt --out FILE.parquet``: BERT pretraining samples from raw text."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from datamill.pretrain.bert import build_bert_samples
+
+    res = build_bert_samples(
+        args.raw, out=args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+        max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor, mask_prob=args.mask_prob,
+        max_predictions_per_seq=args.max_predictions, short_seq_prob=args.short_seq_prob,
+        seed=args.seed, workers=args.workers, layout=args.layout,
+    )
+    print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
+          f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
+    print(f"wrote {res.path} ({res.layout}) and {res.tokenizer_path.name}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``datamill bert``."""
+    p = sub.add_parser("bert", help="BERT pretraining samples (NSP pairs + masked LM) to Parquet",
+                       description="Documents from WikiText-style raw text (blank or '= Title =' lines end a "
+                                   "document, each other line is a sentence) -> NSP pairs, truncation, "
+                                   "15%% masking at 80/10/10 -> Parquet.")
+    p.add_argument("raw", nargs="+", help="raw text file(s)")
+    p.add_argument("--out", required=True, help="the Parquet file to write")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--tokenizer", help="a tokenizers JSON file with [PAD] [CLS] [SEP] [MASK] [UNK]")
+    g.add_argument("--vocab-size", type=int, default=30000, help="train a WordPiece tokenizer of this size (default 30000)")
+    p.add_argument("--max-seq-length", type=int, default=512, help="default 512")
+    p.add_argument("--dupe-factor", type=int, default=10, help="default 10")
+    p.add_argument("--mask-prob", type=float, default=0.15, help="default 0.15")
+    p.add_argument("--max-predictions", type=int, default=20, help="max masked positions per sample (default 20)")
+    p.add_argument("--short-seq-prob", type=float, default=0.1, help="default 0.1")
+    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: one per core for large inputs)")
+    p.add_argument("--layout", choices=["padded", "compact"], default="padded",
+                   help="padded: the seed's columns; compact: unpadded tokens + segment_a_length")
+    p.set_defaults(func=_cmd)
