@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -123,6 +124,10 @@ def collate_torch(batch: pa.Table, *, pin_memory: bool = False) -> dict[str, Any
     return out
 
 
+def _identity(batch: pa.Table) -> pa.Table:
+    return batch
+
+
 def resolve_collate(collate: str | Callable[[pa.Table], Any], *, pin_memory: bool = False) -> Callable[[pa.Table], Any]:
     """``"numpy"`` / ``"torch"`` / ``"arrow"`` (the table itself) / a callable -> the collate function."""
     if callable(collate):
@@ -131,7 +136,7 @@ def resolve_collate(collate: str | Callable[[pa.Table], Any], *, pin_memory: boo
         return collate_numpy
     if collate == "torch":
         require("torch", extra="torch")
-        return lambda batch: collate_torch(batch, pin_memory=pin_memory)
+        return functools.partial(collate_torch, pin_memory=pin_memory)  # picklable, for worker processes
     if collate == "arrow":
-        return lambda batch: batch
+        return _identity
     raise ConfigError(f"unknown collate {collate!r}; expected one of 'arrow', 'numpy', 'torch' or a callable")

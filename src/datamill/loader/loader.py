@@ -276,6 +276,12 @@ class Loader:
                     workers.shutdown(wait=True, cancel_futures=True)
                 reader.close()
 
+    def to_torch(self) -> Any:
+        """This loader as a ``torch.utils.data.IterableDataset`` (see :mod:`datamill.loader.torch`)."""
+        from datamill.loader.torch import TorchLoaderDataset
+
+        return TorchLoaderDataset(self)
+
     def __iter__(self) -> Iterator[Any]:
         plan = self.plan()
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,

@@ -161,6 +161,7 @@ class BatchResult:
 
     batch: int
     output: Any  # collated batch, or None when every sample was dropped
+    empty: pa.Table | None
     read: int
     filtered: int
     failed: list[tuple[Any, int, BaseException]]  # (uid, global index, error)
@@ -230,4 +231,4 @@ def process_batch(
             raise ConfigError(f"transform must return a pyarrow Table, got {type(table).__name__}")
     yielded = table.num_rows
     output = collate(table) if yielded else None
-    return BatchResult(batch, output, read, filtered, failed, yielded)
+    return BatchResult(batch, output, None if yielded else table, read, filtered, failed, yielded)
