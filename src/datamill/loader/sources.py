@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
 
-__all__ = ["CorpusSource", "HDF5Source", "ParquetSource"]
+__all__ = ["CorpusSource", "HDF5Source", "ParquetSource", "open_source"]
 
 _TAIL = 1 << 16
 
@@ -227,6 +227,34 @@ class HDF5Source:
 
     def __repr__(self) -> str:
         return f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, shards={self.num_shards})"
+
+
+def open_source(path: str | os.PathLike[str]) -> Any:
+    """The right Source for a datamill output: shardset dataset folder (``dataset.json``), LM corpus
+    folder (``corpus.json``), ``.hdf5`` file, Parquet file or folder.
+
+    Raises:
+        DataFileNotFoundError: nothing there. DataFileError: not a format the loader reads.
+    """
+    from datamill.core.constants import DATASET_MANIFEST, HDF5_SUFFIX
+
+    p = Path(path)
+    if not p.exists():
+        raise DataFileNotFoundError("no such file or folder", path=p)
+    if p.is_dir() and (p / DATASET_MANIFEST).exists():
+        from datamill.shards import ShardsetDataset
+
+        return ShardsetDataset(p)
+    if p.is_dir() and (p / "corpus.json").exists():
+        from datamill.text import CorpusSource
+
+        return CorpusSource(p)
+    if p.suffix in (HDF5_SUFFIX, ".h5"):
+        return HDF5Source(p)
+    if p.is_dir() or p.suffix in (".parquet", ".pq"):
+        return ParquetSource(p)
+    raise DataFileError("not a source the loader reads", path=p,
+                        hint="pass a shardset dataset folder, a corpus folder, a .hdf5 file or Parquet file/folder")
 
 
 def __getattr__(name: str) -> Any:
