@@ -47,11 +47,13 @@ class Corpus:
         return self.ids[int(self.sent_offsets[s0]):int(self.sent_offsets[s1])]
 
 
-def split_documents(paths: Sequence[PathLike]) -> tuple[list[str], NDArray[np.int64]]:
+def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") -> tuple[list[str], NDArray[np.int64]]:
     """Read the files -> (sentences, document ids per sentence, non-decreasing from 0).
 
     Vectorised with pyarrow: strip every line, mark blank and ``=`` title lines as breaks, give
     each line the number of breaks before it as its document id. A file end also ends a document.
+    ``sentence_split="period"`` further cuts each line after every `` . `` (WikiText's
+    tokenised full stop, as d2l.ai does), keeping the period.
     """
     sentences: list[str] = []
     doc_ids: list[NDArray[np.int64]] = []
@@ -66,8 +68,17 @@ def split_documents(paths: Sequence[PathLike]) -> tuple[list[str], NDArray[np.in
         if not keep.any():
             raise DataFileError("no text lines: every line is blank or a '=' title line",
                                 path=display_name(path), hint="BERT needs documents with sentences")
-        sentences.extend(lines.filter(pa.array(keep)).to_pylist())
-        doc_ids.append(doc[keep])
+        kept = lines.filter(pa.array(keep))
+        kept_doc = doc[keep]
+        if sentence_split == "period":
+            parts = pc.split_pattern(pc.replace_substring(kept, " . ", " .\n"), "\n")
+            parent = pc.list_parent_indices(parts).to_numpy()
+            pieces = pc.utf8_trim_whitespace(pc.list_flatten(parts))
+            nonempty = pc.greater(pc.utf8_length(pieces), 0)
+            kept = pieces.filter(nonempty)
+            kept_doc = kept_doc[parent[nonempty.to_numpy(zero_copy_only=False)]]
+        sentences.extend(kept.to_pylist())
+        doc_ids.append(kept_doc)
         next_doc = int(doc[-1]) + 1
     ids = np.concatenate(doc_ids) if doc_ids else np.zeros(0, dtype=np.int64)
     return sentences, ids

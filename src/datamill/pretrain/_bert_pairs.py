@@ -49,13 +49,15 @@ class Spans:
     lb: NDArray[np.int64]
     is_random_next: NDArray[np.bool_]
     doc: NDArray[np.int64]
+    forced: NDArray[np.bool_]  # the chunk had one sentence, so B had to be random
+
 
     def __len__(self) -> int:
         return len(self.a_lo)
 
     def slice(self, lo: int, hi: int) -> Spans:
         return Spans(self.a_lo[lo:hi], self.la[lo:hi], self.b_lo[lo:hi], self.lb[lo:hi],
-                     self.is_random_next[lo:hi], self.doc[lo:hi])
+                     self.is_random_next[lo:hi], self.doc[lo:hi], self.forced[lo:hi])
 
 
 def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
@@ -80,6 +82,7 @@ def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, do
     lb: list[int] = []
     rnd: list[bool] = []
     dd: list[int] = []
+    forced: list[bool] = []
     for d in range(doc_lo, doc_hi):
         first, end = do[d], do[d + 1]
         target = max_num_tokens
@@ -121,12 +124,14 @@ def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, do
                 b_lo.append(b0)
                 lb.append(b1 - b0)
                 dd.append(d)
+                forced.append(n_chunk == 1)
                 chunk_start = i + 1
                 cur = 0
             i += 1
     return Spans(np.asarray(a_lo, dtype=np.int64), np.asarray(la, dtype=np.int64),
                  np.asarray(b_lo, dtype=np.int64), np.asarray(lb, dtype=np.int64),
-                 np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64))
+                 np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64),
+                 np.asarray(forced, dtype=np.bool_))
 
 
 def truncate_lengths(la: NDArray[np.int64], lb: NDArray[np.int64],
@@ -160,4 +165,4 @@ def truncate_spans(spans: Spans, max_num_tokens: int, rng: np.random.Generator) 
     front_a = rng.binomial(rem_a, 0.5)
     front_b = rng.binomial(rem_b, 0.5)
     return Spans(spans.a_lo + front_a, spans.la - rem_a, spans.b_lo + front_b, spans.lb - rem_b,
-                 spans.is_random_next, spans.doc)
+                 spans.is_random_next, spans.doc, spans.forced)

@@ -63,7 +63,8 @@ class BertSamples:
 
 
 def _check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
-                  short_seq_prob: float, vocab_size: int, layout: str, workers: int | None) -> None:
+                  short_seq_prob: float, vocab_size: int, layout: str, workers: int | None,
+                  sentence_split: str) -> None:
     checks = [
         (max_seq_length >= 5, f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with A, B >= 1 token), got {max_seq_length}"),
         (max_seq_length < 2**31, f"max_seq_length is too large: {max_seq_length}"),
@@ -74,6 +75,7 @@ def _check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_p
         (vocab_size > len(BERT_SPECIALS), f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}"),
         (layout in LAYOUTS, f"layout must be one of {list(LAYOUTS)}, got {layout!r}"),
         (workers is None or workers >= 1, f"workers must be >= 1, got {workers}"),
+        (sentence_split in ("line", "period"), f"sentence_split must be 'line' or 'period', got {sentence_split!r}"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -95,6 +97,7 @@ def build_bert_samples(
     seed: int = 0,
     workers: int | None = None,
     layout: str = "padded",
+    sentence_split: str = "line",
 ) -> BertSamples:
     """Write BERT pretraining samples (NSP pairs + masked LM) from raw text to a Parquet file.
 
@@ -117,6 +120,9 @@ def build_bert_samples(
         layout: ``"padded"`` (the seed's columns: ``tokens`` padded with ``[PAD]`` and
             ``segment_ids`` with -1) or ``"compact"`` (unpadded ``tokens`` + ``segment_a_length``;
             :func:`collate_bert` pads at load time). Defaults to ``"padded"``.
+        sentence_split: ``"line"`` (each line is a sentence, as the seed's input format) or
+            ``"period"`` (also cut lines after each `` . ``, as d2l.ai does for WikiText, whose
+            lines are paragraphs). Defaults to ``"line"``.
 
     Returns:
         :class:`BertSamples` with the path, counts and seconds per stage.
@@ -141,14 +147,14 @@ def build_bert_samples(
         ['tokens', 'segment_ids', 'is_random_next', 'masked_positions', 'masked_labels']
     """
     _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
-                  vocab_size, layout, workers)
+                  vocab_size, layout, workers, sentence_split)
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
     start = time.perf_counter()
     timings: dict[str, float] = {}
     tok = resolve_tokenizer(tokenizer)
-    sentences, sent_doc = split_documents(paths)
+    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
     t = time.perf_counter()
     timings["read_split"] = t - start
     if tok is None:
@@ -180,6 +186,7 @@ def build_bert_samples(
         "format": BERT_FORMAT, "layout": layout, "max_seq_length": max_seq_length,
         "mask_prob": mask_prob, "max_predictions_per_seq": max_predictions_per_seq,
         "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor, "seed": seed,
+        "sentence_split": sentence_split,
         "special_ids": {"pad": tok.pad, "cls": tok.cls, "sep": tok.sep, "mask": tok.mask, "unk": tok.unk},
         "vocab_size": tok.vocab_size, "tokenizer_file": tok_path.name,
         "tokenizer_fingerprint": fingerprint_obj(tokenizer_json),

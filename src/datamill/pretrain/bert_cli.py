@@ -15,7 +15,7 @@ def _cmd(args: argparse.Namespace) -> int:
         args.raw, out=args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor, mask_prob=args.mask_prob,
         max_predictions_per_seq=args.max_predictions, short_seq_prob=args.short_seq_prob,
-        seed=args.seed, workers=args.workers, layout=args.layout,
+        seed=args.seed, workers=args.workers, layout=args.layout, sentence_split=args.sentence_split,
     )
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
           f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
@@ -43,4 +43,6 @@ def register(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=None, help="processes (default: one per core for large inputs)")
     p.add_argument("--layout", choices=["padded", "compact"], default="padded",
                    help="padded: the seed's columns; compact: unpadded tokens + segment_a_length")
+    p.add_argument("--sentence-split", choices=["line", "period"], default="line",
+                   help="line: each line is a sentence (default); period: also cut after ' . '")
     p.set_defaults(func=_cmd)
