@@ -78,9 +78,9 @@ def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         values = to_numpy(flat)
         return values.reshape(len(arr), *dims)
     if pat.is_integer(typ) or pat.is_floating(typ) or pat.is_boolean(typ):
-        return arr.to_numpy(zero_copy_only=False)
+        return np.asarray(arr.to_numpy(zero_copy_only=False))
     if pat.is_dictionary(typ):
-        return arr.dictionary_decode().to_numpy(zero_copy_only=False)
+        return to_numpy(arr.dictionary_decode())
     out = np.empty(len(arr), dtype=object)
     out[:] = arr.to_numpy(zero_copy_only=False) if not pat.is_nested(typ) else arr.to_pylist()
     return out

@@ -34,11 +34,7 @@ def _cifar_parquet(data_dir: Path, work_dir: Path) -> Any:
 
 
 def _source(data_dir: Path, work_dir: Path) -> tuple[Any, str]:
-    try:
-        from datamill.loader.demo_shards import cifar_shardset  # type: ignore[import-not-found]
-    except ImportError:
-        return _cifar_parquet(data_dir, work_dir), "Parquet (4 row groups)"
-    return cifar_shardset(data_dir, work_dir), "shardset dataset"
+    return _cifar_parquet(data_dir, work_dir), "Parquet (4 row groups)"
 
 
 def run(data_dir: Path, work_dir: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -259,12 +259,12 @@ class Loader:
                 pending = True
                 while pending or inflight:
                     while pending and len(inflight) < limit:
-                        task = next(tasks, None)
-                        if task is None:
+                        nxt = next(tasks, None)
+                        if nxt is None:
                             pending = False
                             break
-                        reader.schedule_upto(task[-1])
-                        inflight.append(workers.submit(self._run, reader, task))
+                        reader.schedule_upto(nxt[-1])
+                        inflight.append(workers.submit(self._run, reader, nxt))
                     if inflight:
                         for res in inflight.popleft().result():
                             yield res
@@ -282,7 +282,7 @@ class Loader:
 
         return TorchLoaderDataset(self)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Generator[Any, None, None]:
         plan = self.plan()
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,
         # exactly like the uninterrupted run (whose loop ended there), then moves on

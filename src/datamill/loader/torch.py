@@ -30,7 +30,7 @@ from torch.utils.data import IterableDataset, get_worker_info  # noqa: E402
 __all__ = ["TorchLoaderDataset"]
 
 
-class TorchLoaderDataset(IterableDataset):  # type: ignore[misc]  # torch's class is untyped here
+class TorchLoaderDataset(IterableDataset[Any]):
     """Wrap a Loader for ``torch.utils.data.DataLoader(..., batch_size=None)``.
 
     Examples:
@@ -50,7 +50,7 @@ class TorchLoaderDataset(IterableDataset):  # type: ignore[misc]  # torch's clas
         self._start = (loader.epoch, loader.state_dict()["batches_seen"])
 
     def __len__(self) -> int:
-        return len(self.loader) - self._start[1]
+        return int(len(self.loader) - self._start[1])
 
     def set_epoch(self, epoch: int) -> None:
         """Iterate epoch ``epoch`` from its start on the next ``iter(DataLoader)``."""
