@@ -58,7 +58,8 @@ def _padded(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     values = arr.flatten()  # only the non-null rows' values, in order
     dims, _ = _fixed_shape(values.type)
     flat = to_numpy(values)
-    out = np.zeros((n, width, *dims), dtype=flat.dtype if flat.dtype != object else object)
+    out = np.zeros((n, width, *dims), dtype=flat.dtype) if flat.dtype != object else \
+        np.full((n, width, *dims), None, dtype=object)  # strings are padded with None
     out[mask] = flat
     return out, mask
 
