@@ -9,11 +9,12 @@ and return Arrow record batches, which the parent writes in task order.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,33 +120,49 @@ def plan_tasks(corpus: Corpus, dupe_factor: int) -> list[tuple[int, int, int, in
     return [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(shards)]
 
 
+def _ordered(pool: Executor, fn: Callable[..., TaskResult], tasks: list[tuple[int, int, int, int]],
+             window: int, *args: Any) -> Iterator[TaskResult]:
+    """Submit at most ``window`` tasks ahead and yield their results in task order."""
+    pending: deque[Future[TaskResult]] = deque()
+    it = iter(tasks)
+    for t in it:
+        pending.append(pool.submit(fn, *args, *t))
+        if len(pending) >= window:
+            break
+    while pending:
+        result = pending.popleft().result()
+        nxt = next(it, None)
+        if nxt is not None:
+            pending.append(pool.submit(fn, *args, *nxt))
+        yield result
+
+
 def run_tasks(corpus: Corpus, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
-              scratch: Path) -> Iterator[TaskResult]:
-    """Yield the results of ``tasks`` in order; ``workers > 1`` uses a process pool."""
-    if workers <= 1 or len(tasks) <= 1:
+              scratch: Path, backend: str | None = None) -> Iterator[TaskResult]:
+    """Yield the results of ``tasks`` in order.
+
+    ``workers == 1``: one background thread builds samples while the caller writes (numpy and the
+    Parquet writer release the GIL, so both cores work). ``workers > 1``: a process pool.
+    """
+    backend = backend or ("thread" if workers <= 1 else "process")
+    if backend == "thread" or len(tasks) <= 1:
         st = _init_state(corpus.ids, corpus.sent_offsets, corpus.doc_offsets)
-        for t in tasks:
-            yield _run_task(st, cfg, *t)
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bert") as tpool:
+            yield from _ordered(tpool, _run_task, tasks, 2 * max(1, workers), st, cfg)
         return
     scratch.mkdir(parents=True, exist_ok=True)
     np.save(scratch / "ids.npy", corpus.ids)
     np.save(scratch / "sent_offsets.npy", corpus.sent_offsets)
     np.save(scratch / "doc_offsets.npy", corpus.doc_offsets)
     # fork where available: spawn would re-import the caller's __main__ (scripts without a main
-    # guard would break); workers only run numpy on memory-mapped files, never the tokenizer
+    # guard would break); workers only run numpy on memory-mapped files, never the tokenizer.
+    # gc.freeze() keeps the children's garbage collector from touching (and so copying) every
+    # object the parent holds.
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    window = 2 * workers  # tasks in flight: bounds memory whatever the corpus size
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
-                             initializer=_worker_init, initargs=(os.fspath(scratch),)) as pool:
-        pending: deque[Future[Any]] = deque()
-        it = iter(tasks)
-        for t in it:
-            pending.append(pool.submit(_pool_task, cfg, *t))
-            if len(pending) >= window:
-                break
-        while pending:
-            result = pending.popleft().result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(pool.submit(_pool_task, cfg, *nxt))
-            yield result
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
+                                 initializer=_worker_init, initargs=(os.fspath(scratch),)) as pool:
+            yield from _ordered(pool, _pool_task, tasks, 2 * workers, cfg)
+    finally:
+        gc.unfreeze()

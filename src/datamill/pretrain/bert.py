@@ -115,8 +115,10 @@ def build_bert_samples(
         max_predictions_per_seq: cap on masked positions per sample. Defaults to ``20``.
         short_seq_prob: probability of a shorter random target length. Defaults to ``0.1``.
         seed: the root of every random choice. Defaults to ``0``.
-        workers: processes; ``None`` picks one per core for large inputs. The output does not
-            depend on it. Defaults to ``None``.
+        workers: ``1``: one background thread builds samples while the calling thread writes
+            Parquet (numpy and the writer release the GIL); ``N > 1``: ``N`` worker processes.
+            ``None``: 1 on machines with up to 4 cores or for small inputs, else ``cores - 1``
+            processes. The output does not depend on it. Defaults to ``None``.
         layout: ``"padded"`` (the seed's columns: ``tokens`` padded with ``[PAD]`` and
             ``segment_ids`` with -1) or ``"compact"`` (unpadded ``tokens`` + ``segment_a_length``;
             :func:`collate_bert` pads at load time). Defaults to ``"padded"``.
@@ -176,9 +178,10 @@ def build_bert_samples(
                                      max_predictions=max_predictions_per_seq, pad=tok.pad, cls=tok.cls,
                                      sep=tok.sep, mask=tok.mask, special_ids=tok.special_ids,
                                      vocab_size=tok.vocab_size, layout=layout))
-    if workers is None:
+    if workers is None:  # the parent's Parquet writer is the limit; processes pay off on many cores
+        cores = os.cpu_count() or 1
         big = len(corpus.ids) * dupe_factor >= _MIN_POOL_TOKENS
-        workers = (os.cpu_count() or 1) if big else 1
+        workers = min(cores - 1, 8) if big and cores > 4 else 1
     out_path = Path(out)
     tok_path = out_path.with_suffix(".tokenizer.json")
     tokenizer_json = tok.to_json()
