@@ -38,6 +38,7 @@ class BertTokenizer:
     unk: int
     vocab_size: int
     special_ids: tuple[int, ...]
+    fast: dict[str, Any] | None = None  # see _bert_fasttok: exact vectorised path for BERT tokenizers
 
     def non_special_ids(self) -> NDArray[np.int32]:
         """Every id that is not a special token (the pool of the 10% random replacements)."""
@@ -46,6 +47,14 @@ class BertTokenizer:
 
     def encode(self, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
         """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
+        if self.fast is not None:
+            from datamill.pretrain._bert_fasttok import encode_lines
+
+            return encode_lines(self.inner, texts, self.fast)
+        return self.encode_library(texts)
+
+    def encode_library(self, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+        """:meth:`encode` through the library's batch encoder only (sentence by sentence)."""
         parts: list[NDArray[np.int32]] = []
         lengths = np.zeros(len(texts), dtype=np.int64)
         for lo in range(0, len(texts), _ENCODE_CHUNK):
@@ -79,10 +88,12 @@ class BertTokenizer:
             if path is not None:
                 raise DataFileError(msg, path=path, hint=hint)
             raise ConfigError(msg, hint=hint)
+        from datamill.pretrain._bert_fasttok import fast_path_config
+
         size = int(inner.get_vocab_size(with_added_tokens=True))
         return cls(inner=inner, pad=ids["[PAD]"], cls=ids["[CLS]"], sep=ids["[SEP]"],
                    mask=ids["[MASK]"], unk=ids["[UNK]"], vocab_size=size,
-                   special_ids=tuple(sorted(int(v) for v in ids.values())))
+                   special_ids=tuple(sorted(int(v) for v in ids.values())), fast=fast_path_config(inner))
 
 
 def train_wordpiece(sentences: Sequence[str], *, vocab_size: int, lowercase: bool = True,

@@ -1,0 +1,60 @@
+"""The vectorised WordPiece path gives exactly the library's ids (WikiText, random Unicode text)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from datamill.pretrain._bert_docs import split_documents
+from datamill.pretrain._bert_tok import BertTokenizer, train_wordpiece
+
+_TOK: list[BertTokenizer] = []
+
+
+def tokenizer(data_dir: Path) -> BertTokenizer:
+    if not _TOK:
+        lines = (data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:600]
+        _TOK.append(train_wordpiece([ln.strip() for ln in lines if ln.strip()], vocab_size=600))
+    return _TOK[0]
+
+
+def test_fast_path_is_used_and_exact_on_wikitext(data_dir: Path) -> None:
+    tok = tokenizer(data_dir)
+    assert tok.fast is not None
+    sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
+    got = tok.encode(sentences)
+    want = tok.encode_library(sentences)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+ALPHABET = st.sampled_from(
+    list("abcXYZ019 .,;:!?'\"-()[]{}<>@#$%^&*_+=/\\|`~\t") + ["\x00", "\x07", "\x0b", "\x0c", "\x1f", "\x7f",
+    "\u00a0", "\u2003", "\u200b", "\u0301", "é", "Å", "ß", "İ", "\u037e", "\u1fef", "\u212a", "–", "—", "…",
+    "«", "»", "中", "文", "\u3000", "\ufffd", "😀", "ﬁ", "Ⅻ", "[SEP]", "[MASK]", "[sep]", "##", "x" * 120])
+
+
+@given(texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12))
+def test_fast_path_equals_library_on_random_unicode(texts: list[str]) -> None:
+    tok = tokenizer(Path(__file__).resolve().parents[2] / ".." / "shared" / "data")
+    got = tok.encode(texts)
+    want = tok.encode_library(texts)
+    assert got[1].tolist() == want[1].tolist()
+    assert got[0].tolist() == want[0].tolist()
+
+
+def test_other_tokenizers_use_the_library(data_dir: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    inner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    inner.pre_tokenizer = pre_tokenizers.Whitespace()
+    inner.train_from_iterator(["the cat sat on the mat"] * 3, trainers.WordPieceTrainer(
+        vocab_size=40, special_tokens=["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"], show_progress=False))
+    tok = BertTokenizer.wrap(inner)
+    assert tok.fast is None  # a Whitespace pre-tokenizer: the fast path would not be exact
+    flat, offsets = tok.encode(["the cat", "sat"])
+    assert flat.tolist() == inner.encode("the cat").ids + inner.encode("sat").ids
+    assert offsets.tolist() == [0, len(inner.encode("the cat").ids), len(flat)]
