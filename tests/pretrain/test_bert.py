@@ -146,3 +146,23 @@ def test_same_seed_same_file_any_worker_count_other_seed_differs(tmp_path: Path,
     assert pq.read_table(one.path).equals(pq.read_table(two.path))
     other = build_bert_samples(raw, out=tmp_path / "s2.parquet", workers=1, **{**kw, "seed": 2})
     assert not pq.read_table(one.path).equals(pq.read_table(other.path))
+
+
+def test_reading_in_small_blocks_changes_nothing(data_dir: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from datamill.pretrain import _bert_docs
+
+    path = data_dir / "wikitext2_test.raw"
+    whole, whole_doc = split_documents([path])
+    monkeypatch.setattr(_bert_docs, "_BLOCK_BYTES", 997)  # blocks end mid-line and mid-character
+    small, small_doc = split_documents([path])
+    assert small.equals(whole)
+    changes = lambda d: np.flatnonzero(np.diff(d)).tolist()  # noqa: E731 - document boundaries
+    assert changes(small_doc) == changes(whole_doc)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b" = T = \n" + b"fine words here\n" * 300 + b"caf\xe9\n")
+    from datamill.core.errors import DataFileError
+
+    with pytest.raises(DataFileError) as exc:
+        split_documents([bad])
+    assert exc.value.line == 302

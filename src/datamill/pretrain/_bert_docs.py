@@ -10,7 +10,7 @@ consecutive, so any run of sentences is one contiguous slice of ``ids``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError
-from datamill.core.io import PathLike, display_name, read_text
+from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
 from datamill.pretrain._bert_tok import BertTokenizer
 
 __all__ = ["Corpus", "split_documents", "tokenize_documents"]
@@ -47,44 +47,97 @@ class Corpus:
         return self.ids[int(self.sent_offsets[s0]):int(self.sent_offsets[s1])]
 
 
-def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") -> tuple[list[str], NDArray[np.int64]]:
-    """Read the files -> (sentences, document ids per sentence, non-decreasing from 0).
+_BLOCK_BYTES = 32 << 20  # text read and split per step (bounds the temporaries whatever the file size)
 
-    Vectorised with pyarrow: strip every line, mark blank and ``=`` title lines as breaks, give
-    each line the number of breaks before it as its document id. A file end also ends a document.
-    ``sentence_split="period"`` further cuts each line after every `` . `` (WikiText's
-    tokenised full stop, as d2l.ai does), keeping the period.
+
+def _blocks(path: PathLike) -> Iterator[tuple[bytes, int]]:
+    """Blocks of whole lines (about ``_BLOCK_BYTES`` each) and the 1-based line number they start at."""
+    line = 1
+    rest = b""
+    with open_bytes(path) as f:
+        while True:
+            chunk = f.read(_BLOCK_BYTES)
+            if not chunk:
+                break
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            block, rest = data[:cut], data[cut:]
+            yield block, line
+            line += block.count(b"\n")
+    if rest:
+        yield rest, line
+
+
+def _lines(block: bytes, first_line: int, path: PathLike) -> pa.Array:
+    """The stripped lines of a block as ``large_string`` (UTF-8 checked, bad byte's line named)."""
+    try:
+        whole = pa.array([block], pa.large_binary()).cast(pa.large_string())
+    except pa.ArrowInvalid as exc:
+        try:
+            check_utf8(block, path=display_name(path))
+        except DataFileError as err:
+            raise DataFileError(err.msg, path=display_name(path), line=(err.line or 1) + first_line - 1,
+                                hint=err.hint) from exc
+        raise  # pragma: no cover - arrow and Python disagree on UTF-8
+    parts = pc.split_pattern(whole, "\n")
+    lines = pc.list_flatten(parts)
+    if block.endswith(b"\n"):
+        lines = lines.slice(0, len(lines) - 1)  # the empty piece after the final newline
+    return pc.utf8_trim_whitespace(lines)
+
+
+def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") -> tuple[pa.Array, NDArray[np.int64]]:
+    """Read the files -> (sentences, document ids per sentence, non-decreasing).
+
+    Vectorised with pyarrow, block by block: strip every line, mark blank and ``=`` title lines as
+    breaks, give each line the number of breaks before it as its document id. A file end also ends
+    a document. ``sentence_split="period"`` further cuts each line after every `` . `` (WikiText's
+    tokenised full stop, as d2l.ai does), keeping the period. Lines end at ``\n`` (as the seed's
+    ``readline``); the sentences stay in Arrow (``large_string``), never as Python strings.
     """
-    sentences: list[str] = []
+    sentences: list[pa.Array] = []
     doc_ids: list[NDArray[np.int64]] = []
-    next_doc = 0
+    doc_base = 0
     for path in paths:
-        text = read_text(path)  # DataFileError on an empty / non-UTF-8 file
-        lines = pc.utf8_trim_whitespace(pa.array(text.splitlines(), pa.string()))
-        is_break = pc.or_(pc.equal(pc.utf8_length(lines), 0), pc.starts_with(lines, "="))
-        brk = is_break.to_numpy(zero_copy_only=False)
-        doc = np.cumsum(brk, dtype=np.int64) + next_doc
-        keep = ~brk
-        if not keep.any():
+        found = 0
+        empty = True
+        for block, first_line in _blocks(path):
+            empty = empty and block.isspace()
+            lines = _lines(block, first_line, path)
+            is_break = pc.or_(pc.equal(pc.utf8_length(lines), 0), pc.starts_with(lines, "="))
+            brk = is_break.to_numpy(zero_copy_only=False)
+            doc = np.cumsum(brk, dtype=np.int64) + doc_base
+            keep = ~brk
+            kept = lines.filter(pa.array(keep))
+            kept_doc = doc[keep]
+            if len(doc):
+                doc_base = int(doc[-1])  # a document may continue in the next block
+            if sentence_split == "period":
+                parts = pc.split_pattern(pc.replace_substring(kept, " . ", " .\n"), "\n")
+                parent = pc.list_parent_indices(parts).to_numpy()
+                pieces = pc.utf8_trim_whitespace(pc.list_flatten(parts))
+                nonempty = pc.greater(pc.utf8_length(pieces), 0)
+                kept = pieces.filter(nonempty)
+                kept_doc = kept_doc[parent[nonempty.to_numpy(zero_copy_only=False)]]
+            found += len(kept)
+            sentences.append(kept)
+            doc_ids.append(kept_doc)
+        if empty:
+            raise DataFileError("the file is empty; expected text", path=display_name(path))
+        if not found:
             raise DataFileError("no text lines: every line is blank or a '=' title line",
                                 path=display_name(path), hint="BERT needs documents with sentences")
-        kept = lines.filter(pa.array(keep))
-        kept_doc = doc[keep]
-        if sentence_split == "period":
-            parts = pc.split_pattern(pc.replace_substring(kept, " . ", " .\n"), "\n")
-            parent = pc.list_parent_indices(parts).to_numpy()
-            pieces = pc.utf8_trim_whitespace(pc.list_flatten(parts))
-            nonempty = pc.greater(pc.utf8_length(pieces), 0)
-            kept = pieces.filter(nonempty)
-            kept_doc = kept_doc[parent[nonempty.to_numpy(zero_copy_only=False)]]
-        sentences.extend(kept.to_pylist())
-        doc_ids.append(kept_doc)
-        next_doc = int(doc[-1]) + 1
+        doc_base += 1  # a file end ends a document
     ids = np.concatenate(doc_ids) if doc_ids else np.zeros(0, dtype=np.int64)
-    return sentences, ids
+    arr = pa.concat_arrays(sentences) if sentences else pa.array([], pa.large_string())
+    pa.default_memory_pool().release_unused()
+    return arr, ids
 
 
-def tokenize_documents(sentences: Sequence[str], sent_doc: NDArray[np.int64],
+def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np.int64],
                        tokenizer: BertTokenizer) -> Corpus:
     """Encode the sentences in batches; drop empty sentences and renumber documents densely."""
     flat, offsets = tokenizer.encode(sentences)

@@ -67,13 +67,16 @@ def _fast(inner: Any, lines: pa.Array, lowercase: bool) -> tuple[NDArray[np.int3
     keep = nonempty.to_numpy(zero_copy_only=False)
     flat_words = flat_words.filter(nonempty)
     word_line = word_line[keep]
+    del text, words
     enc = pc.dictionary_encode(flat_words)
+    del flat_words
     uniq = enc.dictionary.to_pylist()
-    occ = enc.indices.to_numpy().astype(np.int64)
+    occ = enc.indices.to_numpy()  # int32, zero copy
     u_flat, u_off = _library_words(inner, uniq)
-    u_len = np.diff(u_off)
+    u_len = np.diff(u_off).astype(np.int32)
     lengths = u_len[occ]
     ids = u_flat[ranges(u_off[:-1][occ], lengths)]
+    del occ
     per_line = np.bincount(word_line, weights=lengths, minlength=len(lines)).astype(np.int64)
     offsets = np.zeros(len(lines) + 1, dtype=np.int64)
     np.cumsum(per_line, out=offsets[1:])

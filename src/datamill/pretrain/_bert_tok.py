@@ -8,12 +8,14 @@ Uses :class:`datamill.tokenize.HFTokenizer` when that module is available and ot
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
@@ -24,6 +26,32 @@ __all__ = ["BERT_SPECIALS", "BertTokenizer", "resolve_tokenizer", "train_wordpie
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 
 _ENCODE_CHUNK = 8192  # sentences per encode_batch call (bounds the Encoding objects alive at once)
+_FAST_CHUNK_BYTES = 8 << 20  # text per vectorised chunk (bounds the temporaries whatever the corpus)
+
+
+def _slices(texts: Sequence[str] | pa.Array, size: int) -> Iterator[list[str] | pa.Array]:
+    for lo in range(0, len(texts), size):
+        yield texts[lo:lo + size] if isinstance(texts, pa.Array) else list(texts[lo:lo + size])
+
+
+def _byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Array]:
+    """Consecutive slices of about ``nbytes`` of text each (at least one line per slice)."""
+    arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.large_string())
+    if len(arr) == 0:
+        return
+    ends = np.cumsum(pc.binary_length(arr).to_numpy(zero_copy_only=False).astype(np.int64))
+    cuts = np.searchsorted(ends, np.arange(nbytes, int(ends[-1]), nbytes), side="left") + 1
+    bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]]))
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        yield arr.slice(int(lo), int(hi - lo))
+
+
+def _concat(parts: list[tuple[NDArray[np.int32], NDArray[np.int64]]]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    flat = np.concatenate([f for f, _ in parts]) if parts else np.zeros(0, dtype=np.int32)
+    lengths = np.concatenate([np.diff(o) for _, o in parts]) if parts else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return flat.astype(np.int32, copy=False), offsets
 
 
 @dataclass(frozen=True)
@@ -45,28 +73,27 @@ class BertTokenizer:
         ids = np.arange(self.vocab_size, dtype=np.int32)
         return ids[~np.isin(ids, np.asarray(self.special_ids, dtype=np.int32))]
 
-    def encode(self, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    def encode(self, texts: Sequence[str] | pa.Array) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
         """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
-        if self.fast is not None:
-            from datamill.pretrain._bert_fasttok import encode_lines
+        if self.fast is None:
+            return self.encode_library(texts)
+        from datamill.pretrain._bert_fasttok import encode_lines
 
-            return encode_lines(self.inner, texts, self.fast)
-        return self.encode_library(texts)
+        parts = [encode_lines(self.inner, chunk, self.fast) for chunk in _byte_slices(texts, _FAST_CHUNK_BYTES)]
+        pa.default_memory_pool().release_unused()
+        return _concat(parts)
 
-    def encode_library(self, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    def encode_library(self, texts: Sequence[str] | pa.Array) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
         """:meth:`encode` through the library's batch encoder only (sentence by sentence)."""
-        parts: list[NDArray[np.int32]] = []
-        lengths = np.zeros(len(texts), dtype=np.int64)
-        for lo in range(0, len(texts), _ENCODE_CHUNK):
-            chunk = list(texts[lo:lo + _ENCODE_CHUNK])
-            encs = self.inner.encode_batch_fast(chunk, add_special_tokens=False)
+        parts: list[tuple[NDArray[np.int32], NDArray[np.int64]]] = []
+        for chunk in _slices(texts, _ENCODE_CHUNK):
+            batch = chunk.to_pylist() if isinstance(chunk, pa.Array) else chunk
+            encs = self.inner.encode_batch_fast(batch, add_special_tokens=False)
             arrays = [np.asarray(e.ids, dtype=np.int32) for e in encs]  # one per sentence (library API)
-            lengths[lo:lo + len(chunk)] = [len(a) for a in arrays]
-            parts.extend(arrays)
-        flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        return flat, offsets
+            offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+            np.cumsum([len(a) for a in arrays], out=offsets[1:])
+            parts.append((np.concatenate(arrays) if arrays else np.zeros(0, np.int32), offsets))
+        return _concat(parts)
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         """Token strings of ``ids`` (no merging of word pieces)."""
@@ -96,9 +123,18 @@ class BertTokenizer:
                    special_ids=tuple(sorted(int(v) for v in ids.values())), fast=fast_path_config(inner))
 
 
-def train_wordpiece(sentences: Sequence[str], *, vocab_size: int, lowercase: bool = True,
+def train_wordpiece(sentences: Sequence[str] | pa.Array, *, vocab_size: int, lowercase: bool = True,
                     min_frequency: int = 2) -> BertTokenizer:
     """Train a BERT-style WordPiece tokenizer (BERT normalizer and pre-tokenizer) on ``sentences``."""
+
+    def batches() -> Iterator[list[str]]:
+        for chunk in _slices(sentences, _ENCODE_CHUNK):
+            yield chunk.to_pylist() if isinstance(chunk, pa.Array) else chunk
+
+    def strings() -> Iterator[str]:
+        for b in batches():
+            yield from b
+
     if vocab_size < len(BERT_SPECIALS) + 1:
         raise ConfigError(f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}")
     try:
@@ -107,7 +143,7 @@ def train_wordpiece(sentences: Sequence[str], *, vocab_size: int, lowercase: boo
         HFTokenizer = None  # noqa: N806 - the text helper's wrapper is optional here
     if HFTokenizer is not None:
         try:
-            tok = HFTokenizer.train(iter(sentences), model="wordpiece", vocab_size=vocab_size,
+            tok = HFTokenizer.train(strings(), model="wordpiece", vocab_size=vocab_size,
                                     special_tokens=BERT_SPECIALS, lowercase=lowercase,
                                     min_frequency=min_frequency)
             return BertTokenizer.wrap(tok.inner)
@@ -121,7 +157,7 @@ def train_wordpiece(sentences: Sequence[str], *, vocab_size: int, lowercase: boo
     inner.decoder = decoders.WordPiece()
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                         special_tokens=list(BERT_SPECIALS), show_progress=False)
-    inner.train_from_iterator(sentences, trainer=trainer, length=len(sentences))
+    inner.train_from_iterator(batches(), trainer=trainer, length=len(sentences))
     return BertTokenizer.wrap(inner)
 
 
