@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -58,3 +59,15 @@ def test_other_tokenizers_use_the_library(data_dir: Path) -> None:
     flat, offsets = tok.encode(["the cat", "sat"])
     assert flat.tolist() == inner.encode("the cat").ids + inner.encode("sat").ids
     assert offsets.tolist() == [0, len(inner.encode("the cat").ids), len(flat)]
+
+
+def test_word_cache_across_chunks_gives_the_same_ids(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datamill.pretrain import _bert_tok
+
+    tok = tokenizer(data_dir)
+    sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
+    want = tok.encode_library(sentences)
+    monkeypatch.setattr(_bert_tok, "_FAST_CHUNK_BYTES", 50_000)  # ~27 chunks sharing one cache
+    got = tok.encode(sentences)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])

@@ -5,7 +5,8 @@ For a tokenizer made of ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece`
 line is cut with pyarrow compute, all lines at once, at points where the tokenizer itself always
 cuts: ASCII whitespace and around ASCII punctuation (after dropping ASCII control characters, which
 the normaliser drops too, and lowercasing ASCII letters, which it also does). The chunks are
-dictionary-encoded; only the distinct ones go through the library (one parallel batch, as
+dictionary-encoded; only the distinct ones not met before in the run (:class:`WordCache`) go
+through the library (one parallel batch, as
 pre-tokenized words: the library still normalises and pre-tokenises inside each chunk, so Unicode
 punctuation, accents and CJK are handled by the library itself); every line's ids are then
 gathered with one fancy index. Lines holding an added token's text (``[SEP]``...) go through the
@@ -26,7 +27,7 @@ from numpy.typing import NDArray
 
 from datamill.pretrain._bert_mask import ranges
 
-__all__ = ["encode_lines", "fast_path_config"]
+__all__ = ["WordCache", "encode_lines", "fast_path_config"]
 
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # removed by BertNormalizer(clean_text=True)
 _PUNCT = r"([\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])"  # ASCII punctuation, isolated by BertPreTokenizer
@@ -55,7 +56,33 @@ def _library(inner: Any, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArr
     return flat, offsets
 
 
-def _fast(inner: Any, lines: pa.Array, lowercase: bool) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+class WordCache:
+    """Ids of every distinct chunk met so far in one encoding run (chunks of later text are looked
+    up with one vectorised ``index_in``; only new ones reach the library)."""
+
+    def __init__(self) -> None:
+        self.words = pa.array([], pa.large_string())
+        self.flat = np.zeros(0, dtype=np.int32)
+        self.off = np.zeros(1, dtype=np.int64)
+
+    def lookup(self, inner: Any, uniq: pa.Array) -> NDArray[np.int64]:
+        """Cache index of every word of ``uniq`` (distinct), encoding the unknown ones."""
+        uniq = uniq.cast(pa.large_string())
+        idx = pc.index_in(uniq, value_set=self.words)
+        miss = pc.is_null(idx).to_numpy(zero_copy_only=False)
+        out = np.asarray(idx.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        if miss.any():
+            new = uniq.filter(pa.array(miss))
+            n_flat, n_off = _library_words(inner, new.to_pylist())
+            out[miss] = len(self.words) + np.arange(len(new), dtype=np.int64)
+            self.words = pa.concat_arrays([self.words, new])
+            self.flat = np.concatenate([self.flat, n_flat])
+            self.off = np.concatenate([self.off[:-1], self.off[-1] + n_off])
+        return out
+
+
+def _fast(inner: Any, lines: pa.Array, lowercase: bool,
+          cache: WordCache) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
     text = pc.replace_substring_regex(lines, _CONTROL, "")
     if lowercase:
         text = pc.ascii_lower(text)
@@ -70,13 +97,10 @@ def _fast(inner: Any, lines: pa.Array, lowercase: bool) -> tuple[NDArray[np.int3
     del text, words
     enc = pc.dictionary_encode(flat_words)
     del flat_words
-    uniq = enc.dictionary.to_pylist()
-    occ = enc.indices.to_numpy()  # int32, zero copy
-    u_flat, u_off = _library_words(inner, uniq)
-    u_len = np.diff(u_off).astype(np.int32)
-    lengths = u_len[occ]
-    ids = u_flat[ranges(u_off[:-1][occ], lengths)]
-    del occ
+    where = cache.lookup(inner, enc.dictionary)[enc.indices.to_numpy()]  # cache index per occurrence
+    lengths = np.diff(cache.off).astype(np.int32)[where]
+    ids = cache.flat[ranges(cache.off[:-1][where], lengths)]
+    del where
     per_line = np.bincount(word_line, weights=lengths, minlength=len(lines)).astype(np.int64)
     offsets = np.zeros(len(lines) + 1, dtype=np.int64)
     np.cumsum(per_line, out=offsets[1:])
@@ -92,9 +116,10 @@ def _library_words(inner: Any, words: list[str]) -> tuple[NDArray[np.int32], NDA
     return flat, offsets
 
 
-def encode_lines(inner: Any, lines: Sequence[str] | pa.Array,
-                 config: dict[str, Any]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+def encode_lines(inner: Any, lines: Sequence[str] | pa.Array, config: dict[str, Any],
+                 cache: WordCache | None = None) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
     """Encode every line without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
+    cache = WordCache() if cache is None else cache
     arr = lines if isinstance(lines, pa.Array) else pa.array(list(lines), pa.string())
     n = len(arr)
     fast = pa.array(np.ones(n, dtype=np.bool_))
@@ -103,7 +128,7 @@ def encode_lines(inner: Any, lines: Sequence[str] | pa.Array,
     fast_np = fast.to_numpy(zero_copy_only=False).astype(np.bool_)
     f_idx = np.flatnonzero(fast_np)
     s_idx = np.flatnonzero(~fast_np)
-    f_flat, f_off = _fast(inner, arr.filter(fast), config["lowercase"]) if len(f_idx) else (
+    f_flat, f_off = _fast(inner, arr.filter(fast), config["lowercase"], cache) if len(f_idx) else (
         np.zeros(0, np.int32), np.zeros(1, np.int64))
     s_flat, s_off = _library(inner, arr.filter(pc.invert(fast)).to_pylist()) if len(s_idx) else (
         np.zeros(0, np.int32), np.zeros(1, np.int64))

@@ -26,7 +26,7 @@ __all__ = ["BERT_SPECIALS", "BertTokenizer", "resolve_tokenizer", "train_wordpie
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 
 _ENCODE_CHUNK = 8192  # sentences per encode_batch call (bounds the Encoding objects alive at once)
-_FAST_CHUNK_BYTES = 8 << 20  # text per vectorised chunk (bounds the temporaries whatever the corpus)
+_FAST_CHUNK_BYTES = 2 << 20  # text per vectorised chunk (bounds the temporaries whatever the corpus)
 
 
 def _slices(texts: Sequence[str] | pa.Array, size: int) -> Iterator[list[str] | pa.Array]:
@@ -77,9 +77,10 @@ class BertTokenizer:
         """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
         if self.fast is None:
             return self.encode_library(texts)
-        from datamill.pretrain._bert_fasttok import encode_lines
+        from datamill.pretrain._bert_fasttok import WordCache, encode_lines
 
-        parts = [encode_lines(self.inner, chunk, self.fast) for chunk in _byte_slices(texts, _FAST_CHUNK_BYTES)]
+        cache = WordCache()
+        parts = [encode_lines(self.inner, chunk, self.fast, cache) for chunk in _byte_slices(texts, _FAST_CHUNK_BYTES)]
         pa.default_memory_pool().release_unused()
         return _concat(parts)
 
