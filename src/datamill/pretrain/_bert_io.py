@@ -187,6 +187,21 @@ def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: 
     Shuffled (shard-aware, seeded), split by rank, resumable with ``state_dict()`` /
     ``load_state_dict()``; each batch is :class:`BertBatchCollate`'s dict. Extra keyword arguments
     go to the Loader (``num_workers``, ``prefetch``...).
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> from datamill.pretrain.bert import build_bert_samples
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "raw.txt").write_text(" = A = \\n the cat sat on the mat . \\n the dog ran . \\n"
+        ...                                " = B = \\n a bird sang in the tree . \\n the sun rose . \\n")
+        >>> res = build_bert_samples(d / "raw.txt", out=d / "b.parquet", vocab_size=60,
+        ...                          max_seq_length=16, dupe_factor=4, max_predictions_per_seq=3)
+        >>> loader = read_bert_batches(d / "b.parquet", 2, seed=0, world_size=1)
+        >>> batch = next(iter(loader))
+        >>> batch["tokens"].shape, batch["segment_ids"].dtype, batch["masked_positions"].shape
+        ((2, 16), dtype('int8'), (2, 3))
+        >>> loader.state_dict()["epoch"]
+        0
     """
     from datamill.loader import Loader
 
