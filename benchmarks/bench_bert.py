@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,11 +32,10 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from datamill.core.io import read_text  # noqa: E402
-from datamill.core.progress import set_quiet  # noqa: E402
-from datamill.pretrain import bert as dm_bert  # noqa: E402
-from datamill.pretrain._bert_docs import split_documents  # noqa: E402
-from datamill.pretrain._bert_tok import train_wordpiece  # noqa: E402
+from datamill.core.io import read_text
+from datamill.core.progress import set_quiet
+from datamill.pretrain import bert as dm_bert
+from datamill.pretrain._bert_tok import train_wordpiece
 
 MAX_SEQ = 512
 WIKITEXT103_SAMPLES = 4_270_000  # the seed's WikiText-103 run: 11 h 42 min
@@ -70,7 +69,7 @@ def _children(pid: int) -> list[int]:
 class PeakRSS:
     """Peak memory (PSS of self + children) over a block, polled in a thread."""
 
-    def __enter__(self) -> PeakRSS:
+    def __enter__(self) -> Self:
         self.base = _rss(os.getpid())
         self.peak = self.base
         self._stop = threading.Event()
@@ -126,7 +125,7 @@ def create_masked_lm_predictions(tokens: list[int], n_content: int, sp: dict[str
     cand = [i for i, t in enumerate(tokens) if t not in specials]
     rng.shuffle(cand)
     output = list(tokens)
-    num_to_predict = min(max_predictions, max(1, int(round(n_content * masked_lm_prob))))
+    num_to_predict = min(max_predictions, max(1, int(round(n_content * masked_lm_prob))))  # noqa: RUF046 - verbatim
     masked: list[tuple[int, int]] = []
     for index in cand:
         if len(masked) >= num_to_predict:
@@ -242,6 +241,7 @@ def main() -> None:
     n1 = sum(1 for _ in seed_generator(docs1, vocab_words, sp, dupe_factor=dupe))
     gen1 = time.perf_counter() - t
     repeat = args.repeat or (1 if args.quick else max(1, math.ceil(20.0 / (gen1 + tok1))))
+    print(f"calibration on one copy: per-line tokenising {tok1:.2f} s, generating {n1:,} samples {gen1:.2f} s")
     print(f"corpus: wikitext2_test.raw x {repeat} (repeated in memory / on disk for scale), "
           f"dupe_factor {dupe}, max_seq_length {MAX_SEQ}")
     all_lines = lines * repeat
@@ -284,7 +284,7 @@ def main() -> None:
     results["HF from_generator+to_parquet"] = {"samples": ds.num_rows, "seconds": t_hf + t_tok * ds.num_rows / n_py,
                                               "gen_seconds": t_hf, "tok_seconds": t_tok * ds.num_rows / n_py,
                                               "mem": mem.extra_mb, "bytes": (tmp / "hf.parquet").stat().st_size}
-    del ds, docs
+    del ds
 
     # 3. datamill (padded, 2 workers), then single process, then compact
     dm_runs = [("datamill (padded, default)", {}),

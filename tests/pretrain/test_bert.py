@@ -139,7 +139,7 @@ def test_same_seed_same_file_any_worker_count_other_seed_differs(tmp_path: Path,
     monkeypatch.setattr(_bert_run, "SHARD_TOKENS", 20000)  # several shards, so workers really share
     raw = tmp_path / "wiki.raw"
     raw.write_text("\n".join((data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:300]))
-    kw = dict(tokenizer=res.tokenizer_path, max_seq_length=64, dupe_factor=2, seed=1)
+    kw = {"tokenizer": res.tokenizer_path, "max_seq_length": 64, "dupe_factor": 2, "seed": 1}
     one = build_bert_samples(raw, out=tmp_path / "w1.parquet", workers=1, **kw)
     two = build_bert_samples(raw, out=tmp_path / "w2.parquet", workers=2, **kw)
     assert pq.read_metadata(one.path).num_row_groups > 2
@@ -157,7 +157,7 @@ def test_reading_in_small_blocks_changes_nothing(data_dir: Path, tmp_path: Path,
     monkeypatch.setattr(_bert_docs, "_BLOCK_BYTES", 997)  # blocks end mid-line and mid-character
     small, small_doc = split_documents([path])
     assert small.equals(whole)
-    changes = lambda d: np.flatnonzero(np.diff(d)).tolist()  # noqa: E731 - document boundaries
+    changes = lambda d: np.flatnonzero(np.diff(d)).tolist()
     assert changes(small_doc) == changes(whole_doc)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b" = T = \n" + b"fine words here\n" * 300 + b"caf\xe9\n")

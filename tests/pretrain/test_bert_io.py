@@ -9,7 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamill.pretrain import _bert_run
-from datamill.pretrain.bert import BertParquetSource, BertSamples, build_bert_samples, collate_bert, read_bert_batches
+from datamill.pretrain.bert import (
+    BertParquetSource,
+    BertSamples,
+    build_bert_samples,
+    collate_bert,
+    read_bert_batches,
+)
 from tests.contracts import check_resume
 
 L = 64

@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from datamill.core.rng import rng_for
 from datamill.pretrain._bert_docs import Corpus
-from datamill.pretrain._bert_pairs import Spans, UniformStream, build_pairs, truncate_lengths, truncate_spans
+from datamill.pretrain._bert_pairs import (
+    Spans,
+    UniformStream,
+    build_pairs,
+    truncate_lengths,
+    truncate_spans,
+)
 
 
 # ---------------------------------------------------------------- the seed, verbatim but for I/O

@@ -105,7 +105,7 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig,
     flat[row_start + la + 1] = cfg.sep
     flat[row_start + length - 1] = cfg.sep
     # 2. candidates = content positions whose token is not special (e.g. [UNK] in the text)
-    special_tab = np.zeros(max(cfg.vocab_size, int(ids.max(initial=0)) + 1), dtype=np.bool_)
+    special_tab = np.zeros(max(cfg.vocab_size, int(values.max(initial=0)) + 1), dtype=np.bool_)
     special_tab[list(cfg.special_ids)] = True
     is_sp = special_tab[values]
     c = la + lb

@@ -10,6 +10,8 @@ and return Arrow record batches, which the parent writes in task order.
 from __future__ import annotations
 
 import gc
+import itertools
+import multiprocessing as mp
 import os
 import time
 from collections import deque
@@ -19,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import multiprocessing as mp
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
@@ -62,7 +63,7 @@ def plan_shards(corpus: Corpus, shard_tokens: int | None = None) -> list[tuple[i
     total = int(doc_tok[-1])
     cuts = np.searchsorted(doc_tok[:-1], np.arange(0, max(total, 1), shard_tokens), side="left")
     bounds = np.unique(np.concatenate([[0], cuts, [corpus.num_documents]]))
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class _State:

@@ -7,6 +7,7 @@ Uses :class:`datamill.tokenize.HFTokenizer` when that module is available and ot
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ def _byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Ar
     ends = np.cumsum(pc.binary_length(arr).to_numpy(zero_copy_only=False).astype(np.int64))
     cuts = np.searchsorted(ends, np.arange(nbytes, int(ends[-1]), nbytes), side="left") + 1
     bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]]))
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         yield arr.slice(int(lo), int(hi - lo))
 
 
@@ -141,7 +142,7 @@ def train_wordpiece(sentences: Sequence[str] | pa.Array, *, vocab_size: int, low
     try:
         from datamill.tokenize import HFTokenizer
     except ImportError:
-        HFTokenizer = None  # noqa: N806 - the text helper's wrapper is optional here
+        HFTokenizer = None
     if HFTokenizer is not None:
         try:
             tok = HFTokenizer.train(strings(), model="wordpiece", vocab_size=vocab_size,

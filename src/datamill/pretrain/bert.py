@@ -32,10 +32,19 @@ from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, display_name
 from datamill.core.progress import progress
 from datamill.pretrain._bert_docs import split_documents, tokenize_documents
-from datamill.pretrain._bert_io import BertParquetSource, collate_bert, read_bert_batches, write_batches
+from datamill.pretrain._bert_io import (
+    BertParquetSource,
+    collate_bert,
+    read_bert_batches,
+    write_batches,
+)
 from datamill.pretrain._bert_mask import LAYOUTS, MaskConfig
 from datamill.pretrain._bert_run import TaskConfig, plan_tasks, run_tasks
-from datamill.pretrain._bert_tok import BERT_SPECIALS, BertTokenizer, resolve_tokenizer, train_wordpiece
+from datamill.pretrain._bert_tok import (
+    BERT_SPECIALS,
+    resolve_tokenizer,
+    train_wordpiece,
+)
 
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
            "read_bert_batches", "read_metadata"]
