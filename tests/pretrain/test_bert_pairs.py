@@ -118,8 +118,15 @@ def test_pairs_equal_the_seed_algorithm_draw_for_draw(seed: int, n_docs: int, ma
 
 def test_is_random_next_is_half_unless_the_chunk_has_one_sentence() -> None:
     docs = random_docs(np.random.default_rng(7), 1500, 30, 6)
-    spans = run_ours(corpus_of(docs), 48, 0.1, seed=3)
+    corpus = corpus_of(docs)
+    spans = run_ours(corpus, 48, 0.1, seed=3)
     assert spans.is_random_next[spans.forced].all()  # a one-sentence chunk always takes a random B
+    doc_start = corpus.sent_offsets[corpus.doc_offsets]
+    doc_of = lambda tok: np.searchsorted(doc_start, tok, side="right") - 1
+    np.testing.assert_array_equal(doc_of(spans.a_lo), spans.doc)
+    same = doc_of(spans.b_lo) == spans.doc
+    assert same[~spans.is_random_next].all()  # the actual next B: same document
+    assert not same[spans.is_random_next].any()  # a random B: another document (10 tries of 1/1500)
     free = spans.is_random_next[~spans.forced]
     n = len(free)
     assert n > 2000
