@@ -12,7 +12,7 @@ import pytest
 from datamill.pretrain import _bert_run
 from datamill.pretrain._bert_docs import Corpus, split_documents, tokenize_documents
 from datamill.pretrain._bert_tok import resolve_tokenizer
-from datamill.pretrain.bert import BertSamples, build_bert_samples, read_metadata
+from datamill.pretrain.bert import BertSamples, build_bert_samples, load_tokenizer, read_metadata
 
 L = 128
 MAXP = 12
@@ -45,6 +45,9 @@ def test_counts_metadata_and_schema(built: tuple[BertSamples, Corpus]) -> None:
     assert meta["format"] == "datamill.bert/1" and meta["samples"] == res.samples
     assert meta["max_seq_length"] == L and meta["special_ids"]["pad"] == 0
     assert (res.path.parent / meta["tokenizer_file"]).exists()
+    stored = load_tokenizer(res.path)  # the tokenizer also travels inside the file
+    assert stored.to_str() == (res.path.parent / meta["tokenizer_file"]).read_text("utf-8")
+    assert "datamill.tokenizer" not in (pq.read_schema(res.path).metadata or {})  # not in every table
     assert [f.name for f in pq.read_schema(res.path)] == [
         "tokens", "segment_ids", "is_random_next", "masked_positions", "masked_labels"]
     assert not [p for p in res.path.parent.iterdir() if p.name.startswith(".")]  # no temp leftovers

@@ -29,9 +29,10 @@ from datamill.pretrain._bert_mask import bert_schema, ranges
 from datamill.pretrain._bert_run import TaskResult
 
 __all__ = ["BertParquetSource", "WriteStats", "collate_bert", "read_bert_batches",
-           "read_bert_metadata", "write_batches"]
+           "read_bert_metadata", "read_bert_tokenizer_json", "write_batches"]
 
 META_KEY = "datamill"
+TOKENIZER_KEY = "datamill.tokenizer"  # file metadata only (not in the Arrow schema read back)
 COMPRESSION = "zstd"  # see benchmarks/results/bert.md: dictionary + zstd is small and fast enough
 
 
@@ -44,7 +45,7 @@ class WriteStats:
 
 
 def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
-                  meta: dict[str, Any]) -> WriteStats:
+                  meta: dict[str, Any], tokenizer_json: str | None = None) -> WriteStats:
     """Write every task's batches as row groups of ``out`` (atomically); metadata completed at the end."""
     stats = WriteStats()
     worker: dict[str, float] = {}
@@ -69,7 +70,10 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
                 t = time.perf_counter()
                 write_s += t - t1
             final = dict(meta, samples=stats.samples, tokens=stats.tokens, row_groups=stats.row_groups)
-            writer.add_key_value_metadata({META_KEY: json.dumps(final, sort_keys=True)})
+            kv = {META_KEY: json.dumps(final, sort_keys=True)}
+            if tokenizer_json is not None:
+                kv[TOKENIZER_KEY] = tokenizer_json
+            writer.add_key_value_metadata(kv)
         finally:
             t2 = time.perf_counter()
             writer.close()
@@ -98,6 +102,16 @@ def read_bert_metadata(path: PathLike) -> dict[str, Any]:
         raise DataFileError(f"expected BERT samples (metadata format {BERT_FORMAT!r}), found {found!r}",
                             path=p, hint="write it with datamill.build_bert_samples / `datamill bert`")
     return meta
+
+
+def read_bert_tokenizer_json(path: PathLike) -> str:
+    """The tokenizer JSON stored in a BERT Parquet file (checked as a datamill BERT file first)."""
+    read_bert_metadata(path)
+    raw = (pq.read_metadata(path).metadata or {}).get(TOKENIZER_KEY.encode())
+    if raw is None:
+        raise DataFileError("no tokenizer stored in the file metadata", path=Path(path),
+                            hint="use the <stem>.tokenizer.json beside it, or rebuild the file")
+    return bytes(raw).decode("utf-8")
 
 
 def _list_values(col: pa.ChunkedArray | pa.Array) -> tuple[NDArray[Any], NDArray[np.int64]]:

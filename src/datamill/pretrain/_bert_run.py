@@ -15,7 +15,7 @@ import multiprocessing as mp
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +139,7 @@ def _ordered(pool: Executor, fn: Callable[..., TaskResult], tasks: list[tuple[in
 
 
 def run_tasks(corpus: Corpus, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
-              scratch: Path, backend: str | None = None) -> Iterator[TaskResult]:
+              scratch: Path, backend: str | None = None) -> Generator[TaskResult, None, None]:
     """Yield the results of ``tasks`` in order.
 
     ``workers == 1``: one background thread builds samples while the caller writes (numpy and the

@@ -22,6 +22,7 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from datamill.pretrain._bert_tok import (
 )
 
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "read_bert_batches", "read_metadata"]
+           "load_tokenizer", "read_bert_batches", "read_metadata"]
 
 _MIN_POOL_TOKENS = 4_000_000  # below (corpus tokens x dupe_factor) a pool costs more than it saves
 
@@ -112,8 +113,8 @@ def build_bert_samples(
 
     Args:
         source: one raw text file (or ``archive.zip:member``), or several.
-        out: the Parquet file to write (atomically; the tokenizer goes beside it as
-            ``<out stem>.tokenizer.json``).
+        out: the Parquet file to write (atomically). The tokenizer is stored in its metadata
+            (:func:`load_tokenizer`) and copied beside it as ``<out stem>.tokenizer.json``.
         tokenizer: a tokenizers JSON path, a :class:`datamill.tokenize.HFTokenizer` or a
             ``tokenizers.Tokenizer`` holding ``[PAD] [CLS] [SEP] [MASK] [UNK]``; ``None`` trains a
             WordPiece tokenizer on ``source``. Defaults to ``None``.
@@ -209,10 +210,11 @@ def build_bert_samples(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".bert-scratch-", dir=out_path.parent) as scratch:
         tasks = plan_tasks(corpus, dupe_factor)
-        results = run_tasks(corpus, cfg, tasks, workers=workers, scratch=Path(scratch))
-        bar = progress(results, desc="bert samples", unit="shard", total=len(tasks))
-        stats = write_batches(bar, out_path, layout=layout, meta=meta)
-    with atomic_write(tok_path) as f:
+        with closing(run_tasks(corpus, cfg, tasks, workers=workers, scratch=Path(scratch))) as results:
+            bar = progress(results, desc="bert samples", unit="shard", total=len(tasks))
+            # the tokenizer also travels inside the file (key "datamill.tokenizer"), atomically
+            stats = write_batches(bar, out_path, layout=layout, meta=meta, tokenizer_json=tokenizer_json)
+    with atomic_write(tok_path) as f:  # a convenience copy beside the file
         f.write(tokenizer_json)
     timings.update(stats.timings)
     seconds = time.perf_counter() - start
@@ -222,8 +224,17 @@ def build_bert_samples(
 
 
 def read_metadata(path: PathLike) -> dict[str, Any]:
-    """The ``datamill`` JSON stored in a BERT Parquet file's metadata."""
+    """The ``datamill`` JSON stored in a BERT Parquet file's metadata (format, counts, special ids...)."""
     from datamill.pretrain._bert_io import read_bert_metadata
 
     return read_bert_metadata(path)
+
+
+def load_tokenizer(path: PathLike) -> Any:
+    """The ``tokenizers.Tokenizer`` a BERT Parquet file was built with (stored in its metadata)."""
+    from tokenizers import Tokenizer
+
+    from datamill.pretrain._bert_io import read_bert_tokenizer_json
+
+    return Tokenizer.from_str(read_bert_tokenizer_json(path))
 
