@@ -9,7 +9,13 @@ Pretraining BERT", with the differences the datamill issue asks for:
 * ``num_predictions = min(max_predictions_per_seq, max(1, round((len(A) + len(B)) * mask_prob)))``
   (specials not counted), drawn among non-special tokens only; the 10% random replacements are
   non-special ids;
-* samples are written in production order, not shuffled in memory (the loader shuffles them).
+* neither documents nor samples are shuffled in memory (the seed's two ``rng.shuffle`` calls):
+  samples are written in production order and the loader shuffles them; random B documents are
+  drawn uniformly either way;
+* random numbers come from numpy generators (``rng_for(seed, "bert-*", dupe, shard)``) and
+  truncation draws the front/back split of each pair as Binomial(removed, 1/2), the distribution of
+  the seed's coin flips; the pair loop consumes uniforms in exactly the seed's order (checked
+  draw for draw against a verbatim copy in ``tests/pretrain/test_bert_pairs.py``).
 
 Stages: :mod:`._bert_docs` (documents, tokenising), :mod:`._bert_pairs` (pair loop per document,
 vectorised truncation), :mod:`._bert_mask` (vectorised assembly, masking, padding),
