@@ -1,0 +1,124 @@
+"""Skip-gram examples as a :class:`~datamill.core.source.Source` and the seed's ``batchify`` (private)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.core.errors import SchemaError
+from datamill.core.optional import require
+
+__all__ = ["COLUMNS", "Batchify", "SkipGramSource", "batchify_arrays"]
+
+COLUMNS = ["center", "contexts", "negatives"]
+
+
+def _lengths_values(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    lengths = arr.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    return lengths, values
+
+
+def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArray[Any],
+                    n_neg: NDArray[np.int64], neg: NDArray[Any]) -> dict[str, NDArray[np.int64]]:
+    """The seed's ``batchify`` on CSR parts: one fancy-index assignment pads every row.
+
+    Examples:
+        >>> b = batchify_arrays(np.array([1, 1]), np.array([2, 3]), np.array([2, 2, 2, 2, 2]),
+        ...                     np.array([4, 2]), np.array([3, 3, 3, 3, 3, 3]))
+        >>> b["contexts_negatives"].tolist(), b["labels"].tolist()
+        ([[2, 2, 3, 3, 3, 3], [2, 2, 2, 3, 3, 0]], [[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0]])
+    """
+    n = len(centers)
+    total = n_ctx + n_neg
+    width = int(total.max()) if n else 0
+    out = np.zeros((n, width), dtype=np.int64)
+    cols = np.arange(width)
+    masks = (cols < total[:, None]).astype(np.int64)
+    labels = (cols < n_ctx[:, None]).astype(np.int64)
+    # row-major positions of the real entries are exactly the mask's true cells, in order, and each
+    # row holds its contexts then its negatives: interleave the two ragged arrays row by row
+    row_c = np.repeat(np.arange(n), n_ctx)
+    row_n = np.repeat(np.arange(n), n_neg)
+    c_off = np.concatenate([[0], np.cumsum(n_ctx)])
+    n_off = np.concatenate([[0], np.cumsum(n_neg)])
+    col_c = np.arange(len(ctx)) - c_off[row_c]
+    col_n = np.arange(len(neg)) - n_off[row_n] + n_ctx[row_n]
+    out[np.concatenate([row_c, row_n]), np.concatenate([col_c, col_n])] = np.concatenate([ctx, neg])
+    return {"centers": np.asarray(centers, dtype=np.int64).reshape(-1, 1), "contexts_negatives": out,
+            "masks": masks, "labels": labels}
+
+
+class Batchify:
+    """Loader ``collate``: a batch ``pa.Table`` of examples -> the seed's padded batch (numpy or torch).
+
+    A class (not a closure) so torch DataLoader worker processes can pickle it.
+    """
+
+    def __init__(self, *, as_torch: bool = False) -> None:
+        self.as_torch = as_torch
+
+    def __call__(self, table: pa.Table) -> dict[str, Any]:
+        centers = table.column("center").to_numpy()
+        n_ctx, ctx = _lengths_values(table.column("contexts"))
+        n_neg, neg = _lengths_values(table.column("negatives"))
+        batch: dict[str, Any] = batchify_arrays(centers, n_ctx, ctx, n_neg, neg)
+        if self.as_torch:
+            torch = require("torch", extra="torch")
+            batch = {k: torch.from_numpy(v) for k, v in batch.items()}
+        return batch
+
+
+class SkipGramSource:
+    """The examples as a Source: columns ``center`` (int32), ``contexts``, ``negatives`` (list<int32>).
+
+    Shards are consecutive runs of ``shard_size`` examples, built zero-copy over the (memory-mapped) arrays.
+    """
+
+    def __init__(self, centers: NDArray[np.int32], ctx_off: NDArray[np.int64], ctx: NDArray[np.int32],
+                 neg_off: NDArray[np.int64], neg: NDArray[np.int32], *, fingerprint: str,
+                 shard_size: int = 16384) -> None:
+        self._centers, self._ctx_off, self._ctx, self._neg_off, self._neg = centers, ctx_off, ctx, neg_off, neg
+        self._fp, self.shard_size = fingerprint, int(shard_size)
+        self._ctx_arr = pa.array(np.asarray(ctx))
+        self._neg_arr = pa.array(np.asarray(neg))
+
+    @property
+    def columns(self) -> list[str]:
+        return list(COLUMNS)
+
+    @property
+    def num_shards(self) -> int:
+        return -(-len(self._centers) // self.shard_size)
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        n, s = len(self._centers), self.shard_size
+        sizes = np.full(self.num_shards, s, dtype=np.int64)
+        if len(sizes):
+            sizes[-1] = n - s * (len(sizes) - 1)
+        return sizes
+
+    def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
+        cols = list(COLUMNS) if columns is None else list(columns)
+        unknown = [c for c in cols if c not in COLUMNS]
+        if unknown:
+            raise SchemaError(f"unknown column(s) {unknown}; skip-gram examples have {COLUMNS}", column=unknown[0])
+        a = index * self.shard_size
+        b = min(a + self.shard_size, len(self._centers))
+        data: dict[str, pa.Array] = {}
+        for c in cols:
+            if c == "center":
+                data[c] = pa.array(np.asarray(self._centers[a:b]))
+            else:
+                off, vals = (self._ctx_off, self._ctx_arr) if c == "contexts" else (self._neg_off, self._neg_arr)
+                data[c] = pa.LargeListArray.from_arrays(pa.array(np.asarray(off[a:b + 1])), vals)
+        return pa.table(data)
+
+    def fingerprint(self) -> str:
+        return self._fp

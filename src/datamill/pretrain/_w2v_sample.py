@@ -1,0 +1,174 @@
+"""The word2vec sampling stages, vectorised with numpy (private; see :mod:`datamill.pretrain.word2vec`).
+
+Each stage is the d2l seed's procedure with the per-token Python loop replaced by whole-array
+operations; the random *distribution* of every output is the seed's, the random *stream* is
+numpy's (one generator per stage from :func:`datamill.core.rng.rng_for`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from datamill.core.errors import ConfigError
+
+__all__ = [
+    "AliasTable",
+    "Sentences",
+    "centers_and_contexts",
+    "draw_negatives",
+    "split_lines",
+    "subsample",
+]
+
+_MAX_REDRAW_ROUNDS = 1000
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """Token ids of many sentences as CSR: ``ids[offsets[s]:offsets[s + 1]]`` is sentence ``s``."""
+
+    ids: NDArray[np.int32]
+    offsets: NDArray[np.int64]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(len(self.ids))
+
+
+def split_lines(text: str) -> tuple[pa.Array, NDArray[np.int64]]:
+    """``[line.split() for line in text.split('\\n')]`` as (flat string tokens, line offsets)."""
+    lines = pa.array(text.split("\n"), pa.string())
+    parts = pc.utf8_split_whitespace(lines)
+    flat = pc.list_flatten(parts)
+    parent = pc.list_parent_indices(parts).to_numpy()
+    keep = pc.not_equal(flat, "")  # arrow keeps empty strings at leading/trailing blanks; str.split() does not
+    tokens = pc.filter(flat, keep)
+    parent = parent[keep.to_numpy(zero_copy_only=False)]
+    offsets = np.searchsorted(parent, np.arange(len(lines) + 1)).astype(np.int64)
+    return tokens, offsets
+
+
+def drop_ids(sent: Sentences, keep: NDArray[np.bool_]) -> Sentences:
+    """Keep the tokens where ``keep`` is true; sentence boundaries follow."""
+    cs = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    return Sentences(sent.ids[keep], cs[sent.offsets])
+
+
+def subsample(sent: Sentences, counts: NDArray[np.int64], *, t: float,
+              rng: np.random.Generator) -> Sentences:
+    """Keep each token with probability ``min(1, sqrt(t / f(w)))``, ``f = counts[w] / counts.sum()``.
+
+    One uniform draw per token, compared like the seed: ``u < sqrt(t / count * total)``.
+    """
+    total = float(counts.sum())
+    with np.errstate(divide="ignore"):
+        thresh = np.sqrt(t / counts.astype(np.float64) * total)
+    u = rng.random(sent.num_tokens)
+    return drop_ids(sent, u < thresh[sent.ids])
+
+
+def centers_and_contexts(sent: Sentences, *, max_window: int, rng: np.random.Generator,
+                         ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+    """(centers, context offsets, context ids): every token of a sentence of >= 2 tokens is a center.
+
+    Window ``w ~ U{1..max_window}`` per center; contexts are the sentence's tokens at positions
+    ``[max(start, i - w), min(end, i + w + 1))`` except ``i`` itself, in position order.
+    """
+    lengths = np.diff(sent.offsets)
+    long_enough = np.repeat(lengths >= 2, lengths)
+    pos = np.flatnonzero(long_enough)                       # token positions of the centers
+    start = np.repeat(sent.offsets[:-1], lengths)[pos]      # their sentence's bounds
+    end = np.repeat(sent.offsets[1:], lengths)[pos]
+    w = rng.integers(1, max_window + 1, size=len(pos))
+    lo = np.maximum(start, pos - w)
+    hi = np.minimum(end, pos + w + 1)
+    span = hi - lo                                          # includes the center
+    span_off = np.concatenate([[0], np.cumsum(span)])
+    idx = np.repeat(lo - span_off[:-1], span) + np.arange(span_off[-1])
+    idx = idx[idx != np.repeat(pos, span)]
+    ctx_off = np.concatenate([[0], np.cumsum(span - 1)]).astype(np.int64)
+    return sent.ids[pos], ctx_off, sent.ids[idx]
+
+
+class AliasTable:
+    """Walker/Vose alias table: O(1) draws from a discrete distribution over ``values``.
+
+    Examples:
+        >>> t = AliasTable(np.array([1.0, 3.0]), values=np.array([7, 8]))
+        >>> d = t.draw(np.random.default_rng(0), 10_000); sorted(set(d.tolist())), 0.72 < (d == 8).mean() < 0.78
+        ([7, 8], True)
+    """
+
+    def __init__(self, weights: NDArray[np.float64], *, values: NDArray[np.int64]) -> None:
+        n = len(weights)
+        total = float(weights.sum())
+        if n == 0 or not total > 0:
+            raise ConfigError("cannot sample negatives: every candidate word has weight 0")
+        scaled = weights * (n / total)
+        prob = np.ones(n)
+        alias = np.arange(n)
+        small = [i for i in np.flatnonzero(scaled < 1.0).tolist()]  # O(vocab) build, once
+        large = [i for i in np.flatnonzero(scaled >= 1.0).tolist()]
+        s = scaled.tolist()
+        while small and large:
+            a, b = small.pop(), large.pop()
+            prob[a], alias[a] = s[a], b
+            s[b] = s[b] + s[a] - 1.0
+            (small if s[b] < 1.0 else large).append(b)
+        self.prob, self.alias = prob, alias
+        self.values = np.asarray(values, dtype=np.int32)
+
+    def draw(self, rng: np.random.Generator, size: int) -> NDArray[np.int32]:
+        """``size`` independent draws."""
+        col = rng.integers(0, len(self.prob), size=size)
+        take_alias = rng.random(size) >= self.prob[col]
+        col = np.where(take_alias, self.alias[col], col)
+        out: NDArray[np.int32] = self.values[col]
+        return out
+
+
+def _collisions(neg: NDArray[np.int32], owner: NDArray[np.int64], padded: NDArray[np.int32]) -> NDArray[np.bool_]:
+    """``neg[j] in contexts of example owner[j]`` for every j (``padded``: contexts, -1 filled)."""
+    hit = np.zeros(len(neg), dtype=bool)
+    for a in range(0, len(neg), _CHUNK):
+        b = a + _CHUNK
+        hit[a:b] = (padded[owner[a:b]] == neg[a:b, None]).any(axis=1)
+    return hit
+
+
+def draw_negatives(ctx_off: NDArray[np.int64], ctx: NDArray[np.int32], *, k: int, table: AliasTable,
+                   rng: np.random.Generator) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+    """``k`` negatives per context word, never one of the example's contexts: (offsets, ids).
+
+    Draws everything in bulk, then redraws only the collisions until none is left: the same
+    distribution as the seed's draw-and-reject loop (each slot independent, conditioned on not
+    being a context of its example).
+    """
+    counts = np.diff(ctx_off)
+    neg_off = ctx_off * k
+    n_ex = len(counts)
+    if n_ex == 0 or k == 0:
+        return neg_off, np.zeros(int(neg_off[-1]) if len(neg_off) else 0, dtype=np.int32)
+    width = int(counts.max())
+    padded = np.full((n_ex, max(width, 1)), -1, dtype=np.int32)
+    row = np.repeat(np.arange(n_ex), counts)
+    padded[row, np.arange(len(ctx)) - ctx_off[row]] = ctx
+    owner = np.repeat(np.arange(n_ex), counts * k)
+    neg = table.draw(rng, len(owner))
+    todo = np.flatnonzero(_collisions(neg, owner, padded))
+    rounds = 0
+    while len(todo):
+        rounds += 1
+        if rounds > _MAX_REDRAW_ROUNDS:
+            raise ConfigError(
+                f"negative sampling did not finish: {len(todo)} negatives still equal a context word "
+                f"after {_MAX_REDRAW_ROUNDS} redraws (the vocabulary is too small for its contexts)")
+        neg[todo] = table.draw(rng, len(todo))
+        todo = todo[_collisions(neg[todo], owner[todo], padded)]
+    return neg_off, neg

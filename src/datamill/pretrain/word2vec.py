@@ -1,0 +1,270 @@
+"""word2vec skip-gram training data: subsampling, context windows, negative sampling, padded batches.
+
+The d2l.ai "Dataset for Pretraining Word Embeddings" pipeline with its semantics kept and its
+per-token Python loops replaced by numpy:
+
+1. sentences are lines split on whitespace; a :class:`~datamill.vocab.Vocab` with ``min_freq``
+   (``<unk>`` is id 0; PTB's own ``<unk>`` tokens and rare words map to it) and every ``<unk>``
+   token is dropped, like the seed's ``subsample``;
+2. subsampling keeps a token with probability ``min(1, sqrt(t / f(w)))`` (one uniform per token);
+3. each token of a sentence of >= 2 tokens is a center; window ``w ~ U{1..window}``; its contexts
+   are the sentence's tokens within distance ``w``, itself excluded;
+4. ``num_negatives`` negatives per context word from ``count(w) ** 0.75`` over ids ``1..V-1``, where
+   ``count`` is the seed's ``counter`` (the corpus with ``<unk>`` dropped, before subsampling),
+   never equal to a context of the example (alias table, collisions redrawn);
+5. batches are the seed's ``batchify``: ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
+   ``labels`` ``(B, L)``, L the longest example of the batch, padded with 0.
+
+Differences from the seed: the random streams are numpy's (distributions are the same), and the
+vocabulary breaks frequency ties by token (the seed by first occurrence), so some ids differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.core.constants import VOCAB_FILE, WORD2VEC_FORMAT
+from datamill.core.errors import CacheError, ConfigError, DataFileError
+from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
+from datamill.core.io import PathLike, atomic_write, display_name, read_text
+from datamill.core.progress import progress as progress_bar
+from datamill.core.rng import rng_for
+from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
+from datamill.pretrain._w2v_sample import (
+    AliasTable,
+    Sentences,
+    centers_and_contexts,
+    draw_negatives,
+    split_lines,
+    subsample,
+)
+from datamill.vocab import Vocab
+
+__all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram"]
+
+MANIFEST = "skipgram.json"
+"""The commit marker of a saved example folder (written last)."""
+UNK_TOKEN = "<unk>"
+_ARRAYS = ("centers", "context_offsets", "contexts", "negative_offsets", "negatives")
+
+
+class SkipGramSamples:
+    """Skip-gram examples as CSR arrays plus their vocabulary; see :func:`build_skipgram`.
+
+    Attributes:
+        centers: int32 ``(N,)`` center ids. context_offsets / negative_offsets: int64 ``(N + 1,)``.
+        contexts / negatives: int32 ids; example ``i`` has ``contexts[context_offsets[i]:context_offsets[i + 1]]``.
+        vocab: the :class:`~datamill.vocab.Vocab` (``<unk>`` = 0). info: counts, parameters, timings.
+    """
+
+    def __init__(self, *, centers: NDArray[np.int32], context_offsets: NDArray[np.int64],
+                 contexts: NDArray[np.int32], negative_offsets: NDArray[np.int64], negatives: NDArray[np.int32],
+                 vocab: Vocab, info: dict[str, Any]) -> None:
+        self.centers, self.context_offsets, self.contexts = centers, context_offsets, contexts
+        self.negative_offsets, self.negatives, self.vocab, self.info = negative_offsets, negatives, vocab, info
+
+    def __len__(self) -> int:
+        return len(self.centers)
+
+    def __repr__(self) -> str:
+        return (f"SkipGramSamples(examples={len(self):,}, pairs={len(self.contexts):,}, "
+                f"negatives={len(self.negatives):,}, vocab_size={len(self.vocab):,})")
+
+    def example(self, i: int) -> tuple[int, list[int], list[int]]:
+        """``(center, contexts, negatives)`` of example ``i``, as the seed's lists."""
+        c, n = self.context_offsets, self.negative_offsets
+        return (int(self.centers[i]), self.contexts[c[i]:c[i + 1]].tolist(), self.negatives[n[i]:n[i + 1]].tolist())
+
+    def fingerprint(self) -> str:
+        """Identity of these examples (from the input's fingerprint and the parameters)."""
+        return str(self.info["fingerprint"])
+
+    def source(self, *, shard_size: int = 16384) -> SkipGramSource:
+        """The examples as a :class:`~datamill.core.source.Source` (``center``, ``contexts``, ``negatives``)."""
+        return SkipGramSource(self.centers, self.context_offsets, self.contexts, self.negative_offsets,
+                              self.negatives, fingerprint=self.fingerprint(), shard_size=shard_size)
+
+    def batches(self, batch_size: int, *, seed: int, epoch: int = 0, rank: int = 0, world_size: int = 1,
+                drop_last: bool = False, as_torch: bool = False, shuffle: bool = True,
+                num_workers: int = 0) -> Any:
+        """A seeded, shuffled, resumable iterator of padded batches (a :class:`datamill.loader.Loader`).
+
+        Iterating yields one epoch of dicts ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
+        ``labels`` ``(B, L)`` (int64 numpy arrays, or torch tensors with ``as_torch=True``). The
+        order is the loader's pure ``(seed, epoch)`` order, sliced by ``rank``; ``state_dict()`` /
+        ``load_state_dict()`` resume exactly; ``.to_torch()`` is a ``torch`` IterableDataset that
+        splits batches between DataLoader workers.
+
+        Args:
+            batch_size: examples per batch. seed: the order's seed. epoch: the first epoch. Defaults to ``0``.
+            rank / world_size: this rank's share. Defaults to ``0`` / ``1``.
+            drop_last: equal shares, incomplete last batch dropped. Defaults to ``False``.
+            as_torch: torch tensors instead of numpy. Defaults to ``False``.
+            shuffle: ``False`` keeps example order. Defaults to ``True``.
+            num_workers: loader threads. Defaults to ``0``.
+
+        Examples:
+            >>> s = build_skipgram([["a", "b", "c"]] * 20, min_freq=1, subsample_t=1.0, progress=False)
+            >>> b = next(iter(s.batches(4, seed=0)))
+            >>> b["centers"].shape, b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape
+            ((4, 1), True)
+        """
+        from datamill.loader import Loader
+
+        return Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+                      collate=Batchify(as_torch=as_torch), rank=rank, world_size=world_size,
+                      num_workers=num_workers)
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, directory: PathLike) -> Path:
+        """Write ``<name>.npy`` arrays and ``vocab.json`` atomically, then ``skipgram.json`` last."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MANIFEST).unlink(missing_ok=True)  # the folder is untrusted until the marker is back
+        for name in _ARRAYS:
+            with atomic_write(out / f"{name}.npy", "wb") as f:
+                np.save(f, getattr(self, name))
+        self.vocab.save(out / VOCAB_FILE)
+        with atomic_write(out / MANIFEST) as f:
+            json.dump({"format": WORD2VEC_FORMAT, **self.info}, f, indent=2, sort_keys=True)
+        return out
+
+    @classmethod
+    def load(cls, directory: PathLike) -> SkipGramSamples:
+        """Memory-map a folder written by :meth:`save`.
+
+        Raises:
+            CacheError: no ``skipgram.json`` (unfinished or foreign folder), wrong format, or bad arrays.
+        """
+        d = Path(directory)
+        try:
+            info = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CacheError(f"not a finished skip-gram folder ({MANIFEST} unreadable: {exc})", path=d,
+                             hint="rebuild it with `datamill word2vec ... --out DIR`") from exc
+        if info.pop("format", None) != WORD2VEC_FORMAT:
+            raise CacheError(f"expected format {WORD2VEC_FORMAT!r} in {MANIFEST}", path=d)
+        try:
+            arrays = {name: np.load(d / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+        except (OSError, ValueError) as exc:
+            raise CacheError(f"cannot read the example arrays: {exc}", path=d) from exc
+        return cls(**arrays, vocab=Vocab.load(d / VOCAB_FILE), info=info)
+
+
+def _check_params(window: int, num_negatives: int, min_freq: int, subsample_t: float) -> None:
+    for name, value, low in [("window", window, 1), ("num_negatives", num_negatives, 0), ("min_freq", min_freq, 1)]:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+    if not isinstance(subsample_t, (int, float)) or not subsample_t > 0:
+        raise ConfigError(f"subsample_t must be a number > 0, got {subsample_t!r}")
+
+
+def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray[np.int64], str, str]:
+    """(flat tokens, sentence offsets, display name, input fingerprint)."""
+    if isinstance(source, (str, os.PathLike)):
+        tokens, offsets = split_lines(read_text(source))
+        return tokens, offsets, display_name(source), fingerprint_file(source)
+    sentences = [list(s) for s in source]
+    lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+    tokens = pa.array([t for s in sentences for t in s], pa.string())
+    return tokens, np.concatenate([[0], np.cumsum(lengths)]), "<tokens>", fingerprint_obj(sentences)
+
+
+def build_skipgram(
+    source: PathLike | Sequence[Sequence[str]],
+    /,
+    *,
+    window: int = 5,
+    num_negatives: int = 5,
+    min_freq: int = 10,
+    subsample_t: float = 1e-4,
+    seed: int = 0,
+    progress: bool = True,
+) -> SkipGramSamples:
+    """Build skip-gram examples (centers, contexts, negatives) from sentences.
+
+    Args:
+        source: a text file (one sentence per line, tokens separated by whitespace), an
+            ``archive.zip:member``, or a list of token lists.
+        window: the largest context window. Defaults to ``5``.
+        num_negatives: negatives per context word (K). Defaults to ``5``.
+        min_freq: words seen fewer times become ``<unk>`` (and are dropped). Defaults to ``10``.
+        subsample_t: subsampling threshold t. Defaults to ``1e-4``.
+        seed: seed of every random stage. Defaults to ``0``.
+        progress: show a progress bar over the stages. Defaults to ``True``.
+
+    Returns:
+        The :class:`SkipGramSamples` (``.save(dir)``, ``.batches(...)``).
+
+    Raises:
+        ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1`` or ``subsample_t <= 0``.
+        DataFileError: the corpus is empty, has no word kept by the vocabulary, or no sentence of
+            at least 2 tokens after subsampling (``path`` names the input).
+
+    Examples:
+        >>> s = build_skipgram([["a", "b", "c", "d"], ["e", "f"]], window=2, num_negatives=1, min_freq=1,
+        ...                    subsample_t=1.0, progress=False)
+        >>> len(s), s.info["tokens_after_subsampling"], s.vocab.idx2str[0]
+        (6, 6, '<unk>')
+    """
+    _check_params(window, num_negatives, min_freq, subsample_t)
+    times: dict[str, float] = {}
+    bar = progress_bar(total=5, desc="word2vec", unit="stage", disable=None if progress else True)
+    t0 = time.perf_counter()
+    tokens, offsets, name, input_fp = _read(source)
+    if len(tokens) == 0:
+        raise DataFileError("expected at least one token, got an empty corpus", path=name)
+    times["read"] = time.perf_counter() - t0
+    bar.update(1)
+
+    t0 = time.perf_counter()
+    vocab = Vocab.build(tokens, min_freq=min_freq, specials=[UNK_TOKEN], unk_token=UNK_TOKEN)
+    raw = Sentences(vocab.encode(tokens, dtype=np.int32), offsets)
+    known = Sentences(raw.ids[raw.ids != 0], np.concatenate([[0], np.cumsum(raw.ids != 0)])[offsets])
+    if known.num_tokens == 0:
+        raise DataFileError(f"no word occurs min_freq={min_freq} times (all {len(tokens):,} tokens are rare or "
+                            f"{UNK_TOKEN})", path=name, hint="lower min_freq")
+    counts = np.bincount(known.ids, minlength=len(vocab)).astype(np.int64)
+    times["vocab"] = time.perf_counter() - t0
+    bar.update(1)
+
+    t0 = time.perf_counter()
+    kept = subsample(known, counts, t=subsample_t, rng=rng_for(seed, "word2vec.subsample"))
+    times["subsample"] = time.perf_counter() - t0
+    bar.update(1)
+
+    t0 = time.perf_counter()
+    centers, ctx_off, ctx = centers_and_contexts(kept, max_window=window, rng=rng_for(seed, "word2vec.windows"))
+    if len(centers) == 0:
+        raise DataFileError(f"no sentence has at least 2 tokens after subsampling ({kept.num_tokens:,} tokens "
+                            "kept)", path=name, hint="use a larger corpus or a larger subsample_t")
+    times["contexts"] = time.perf_counter() - t0
+    bar.update(1)
+
+    t0 = time.perf_counter()
+    ids = np.arange(1, len(vocab))
+    table = AliasTable(counts[1:].astype(np.float64) ** 0.75, values=ids)
+    neg_off, neg = draw_negatives(ctx_off, ctx, k=num_negatives, table=table,
+                                  rng=rng_for(seed, "word2vec.negatives"))
+    times["negatives"] = time.perf_counter() - t0
+    bar.update(1)
+    bar.close()
+
+    params = {"window": window, "num_negatives": num_negatives, "min_freq": min_freq,
+              "subsample_t": subsample_t, "seed": seed}
+    info = {**params, "source": name, "vocab_size": len(vocab), "tokens": len(tokens),
+            "tokens_known": known.num_tokens, "tokens_after_subsampling": kept.num_tokens,
+            "examples": len(centers), "pairs": len(ctx), "num_negative_ids": len(neg),
+            "fingerprint": fingerprint_obj([input_fp, "datamill.word2vec@1", params]),
+            "seconds": {k: round(v, 4) for k, v in times.items()}}
+    return SkipGramSamples(centers=centers, context_offsets=ctx_off, contexts=ctx, negative_offsets=neg_off,
+                           negatives=neg, vocab=vocab, info=info)
