@@ -1,0 +1,40 @@
+"""``datamill word2vec CORPUS --out DIR``: skip-gram examples (subsampling, windows, negatives) to a folder."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from datamill.pretrain.word2vec import build_skipgram
+
+    t0 = time.perf_counter()
+    s = build_skipgram(args.corpus, window=args.window, num_negatives=args.negatives, min_freq=args.min_freq,
+                       subsample_t=args.t, seed=args.seed)
+    out = s.save(args.out)
+    info = s.info
+    print(f"vocab size {info['vocab_size']:,}  tokens {info['tokens']:,} -> {info['tokens_known']:,} known "
+          f"-> {info['tokens_after_subsampling']:,} after subsampling")
+    print(f"centers {info['examples']:,}  center/context pairs {info['pairs']:,}  "
+          f"negatives {info['num_negative_ids']:,}")
+    print(f"wrote {out} in {time.perf_counter() - t0:.2f} s")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``datamill word2vec``."""
+    p = sub.add_parser("word2vec", help="word2vec skip-gram examples (subsampling, windows, negatives)",
+                       description="Sentences (one per line, whitespace-separated) -> vocabulary (min_freq, "
+                                   "<unk>), subsampling, centers/contexts, negatives -> .npy CSR folder.")
+    p.add_argument("corpus", help="text file or archive.zip:member, e.g. ptb.zip:ptb/ptb.train.txt")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--window", type=int, default=5, help="largest context window (default 5)")
+    p.add_argument("--negatives", type=int, default=5, help="negatives per context word K (default 5)")
+    p.add_argument("--min-freq", type=int, default=10, help="rarer words become <unk> (default 10)")
+    p.add_argument("--t", type=float, default=1e-4, help="subsampling threshold (default 1e-4)")
+    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.set_defaults(func=_cmd)
