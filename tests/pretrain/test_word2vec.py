@@ -1,0 +1,150 @@
+"""word2vec builder: the seed's semantics on tiny data and on PTB, errors, determinism, CLI."""
+
+from __future__ import annotations
+
+import collections
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datamill.core.errors import CacheError, ConfigError, DataFileError
+from datamill.pretrain.word2vec import SkipGramSamples, build_skipgram
+
+
+@pytest.fixture(scope="module")
+def ptb(data_dir: Path) -> SkipGramSamples:
+    return build_skipgram(f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", seed=0, progress=False)
+
+
+def test_seed_tiny_dataset_contexts_are_in_sentence_within_window() -> None:
+    """d2l: tiny_dataset = [list(range(7)), list(range(7, 10))], max window 2."""
+    sentences = [[str(x) for x in range(7)], [str(x) for x in range(7, 10)]]
+    for seed in range(20):
+        s = build_skipgram(sentences, window=2, num_negatives=1, min_freq=1, subsample_t=1.0, seed=seed,
+                           progress=False)
+        tok = lambda ids: [int(t) for t in s.vocab.to_tokens(list(ids))]  # noqa: E731
+        assert sorted(tok(s.centers)) == list(range(10))  # t=1 keeps every token (f <= 1)
+        widths = set()
+        for i in range(len(s)):
+            center, ctx, _ = s.example(i)
+            c, ctx_t = tok([center])[0], tok(ctx)
+            sent = range(7) if c < 7 else range(7, 10)
+            assert ctx_t and all(x in sent and x != c and abs(x - c) <= 2 for x in ctx_t), (c, ctx_t)
+            assert ctx_t == sorted(ctx_t)  # sentence order, no duplicates
+            # contexts are exactly the window of some w in {1, 2}
+            assert any(ctx_t == [x for x in sent if x != c and abs(x - c) <= w] for w in (1, 2)), (c, ctx_t)
+            widths.add(len(ctx_t))
+        assert len(s.negatives) == len(s.contexts)
+
+
+def _seed_counts(text: str, min_freq: int) -> tuple[int, int, int]:
+    """The seed's read_ptb + Vocab(min_freq) + the <unk> filter of subsample, in plain Python."""
+    sentences = [line.split() for line in text.split("\n")]
+    counter = collections.Counter(t for line in sentences for t in line)
+    kept = {t for t, c in counter.items() if c >= min_freq and t != "<unk>"}
+    vocab_size = 1 + len(kept)  # '<unk>' first, then the frequent tokens
+    return vocab_size, sum(counter.values()), sum(counter[t] for t in kept)
+
+
+def test_ptb_vocab_and_token_counts_match_the_seed(ptb: SkipGramSamples, data_dir: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(data_dir / "ptb.zip") as z:
+        text = z.read("ptb/ptb.train.txt").decode("utf-8")
+    vocab_size, tokens, known = _seed_counts(text, 10)
+    assert (vocab_size, tokens) == (6719, 887521)  # d2l prints "vocab size: 6719"; data README 887,521
+    info = ptb.info
+    assert (info["vocab_size"], info["tokens"], info["tokens_known"]) == (vocab_size, tokens, known)
+    assert ptb.vocab.idx2str[0] == "<unk>" and ptb.vocab.unk_index == 0
+    # after subsampling: a sum of independent Bernoulli(p_w); |kept - E| <= 6 sd (two-sided ~2e-9)
+    counts = np.bincount(np.array(ptb.vocab.encode(np.array(text.split()))), minlength=len(ptb.vocab))[1:]
+    counts = counts[counts > 0].astype(float)
+    p = np.minimum(1.0, np.sqrt(1e-4 / (counts / counts.sum())))
+    mean, sd = float((counts * p).sum()), math.sqrt(float((counts * p * (1 - p)).sum()))
+    assert abs(info["tokens_after_subsampling"] - mean) <= 6 * sd, (info["tokens_after_subsampling"], mean, sd)
+    # every kept token of a >= 2-token sentence is a center; pairs/negatives consistent
+    assert len(ptb.contexts) == info["pairs"] and len(ptb.negatives) == 5 * info["pairs"]
+    assert len(ptb) <= info["tokens_after_subsampling"] and 0 not in set(np.unique(ptb.centers).tolist())
+    np.testing.assert_array_equal(ptb.negative_offsets, 5 * ptb.context_offsets)
+
+
+def test_ptb_no_negative_is_a_context_of_its_example(ptb: SkipGramSamples) -> None:
+    n_ctx = np.diff(ptb.context_offsets)
+    owner = np.repeat(np.arange(len(ptb)), n_ctx)
+    ctx_keys = np.unique(owner.astype(np.int64) * len(ptb.vocab) + ptb.contexts)
+    neg_owner = np.repeat(np.arange(len(ptb)), np.diff(ptb.negative_offsets))
+    neg_keys = neg_owner.astype(np.int64) * len(ptb.vocab) + ptb.negatives
+    assert not np.isin(neg_keys, ctx_keys).any()
+    assert ptb.negatives.min() >= 1 and ptb.negatives.max() < len(ptb.vocab)  # never <unk>
+
+
+def test_deterministic_for_a_seed() -> None:
+    rng = np.random.default_rng(0)
+    sentences = [[f"w{x}" for x in rng.integers(0, 40, size=12)] for _ in range(50)]
+    kw = dict(window=3, num_negatives=3, min_freq=2, subsample_t=1e-2, progress=False)
+    a, b, c = (build_skipgram(sentences, seed=s, **kw) for s in (4, 4, 5))  # type: ignore[arg-type]
+    for name in ("centers", "context_offsets", "contexts", "negatives"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+    assert not (len(a.contexts) == len(c.contexts) and np.array_equal(a.negatives, c.negatives))
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [({"window": 0}, "window"), ({"num_negatives": -1}, "num_negatives"),
+                                              ({"min_freq": 0}, "min_freq"), ({"subsample_t": 0.0}, "subsample_t"),
+                                              ({"window": 2.5}, "window")])
+def test_bad_parameters(kwargs: dict[str, object], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        build_skipgram([["a", "b"]], progress=False, **{"min_freq": 1, **kwargs})  # type: ignore[arg-type]
+
+
+def test_empty_corpus(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(DataFileError) as e:
+        build_skipgram(empty, progress=False)
+    assert e.value.path is not None and "empty.txt" in str(e.value.path)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n")
+    with pytest.raises(DataFileError, match="empty") as e:
+        build_skipgram(blank, progress=False)
+    assert str(e.value.path).endswith("blank.txt")
+    with pytest.raises(DataFileError, match="empty corpus") as e:
+        build_skipgram([], progress=False)
+    assert e.value.path == "<tokens>"
+
+
+def test_all_words_rare(tmp_path: Path) -> None:
+    f = tmp_path / "rare.txt"
+    f.write_text("a b c\nd e\n")
+    with pytest.raises(DataFileError, match="min_freq") as e:
+        build_skipgram(f, progress=False)
+    assert str(e.value.path).endswith("rare.txt")
+
+
+def test_no_sentence_of_two_tokens_after_subsampling() -> None:
+    with pytest.raises(DataFileError, match="at least 2 tokens") as e:
+        build_skipgram([["a"], ["b"], ["a"]], min_freq=1, subsample_t=1.0, progress=False)
+    assert e.value.path == "<tokens>"
+
+
+def test_load_refuses_an_unfinished_folder(tmp_path: Path) -> None:
+    s = build_skipgram([["a", "b", "c"]] * 3, min_freq=1, subsample_t=1.0, progress=False)
+    s.save(tmp_path / "out")
+    (tmp_path / "out" / "skipgram.json").unlink()  # as if killed before the commit marker
+    with pytest.raises(CacheError) as e:
+        SkipGramSamples.load(tmp_path / "out")
+    assert e.value.path is not None and str(e.value.path).endswith("out")
+
+
+def test_cli_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from datamill.cli import main
+
+    f = tmp_path / "c.txt"
+    f.write_text("\n".join(["the cat sat on the mat", "the dog sat"] * 20))
+    assert main(["-q", "word2vec", str(f), "--out", str(tmp_path / "o"), "--min-freq", "1", "--t", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "vocab size 7" in out and "after subsampling" in out and "pairs" in out and " s" in out
+    assert SkipGramSamples.load(tmp_path / "o").info["tokens"] == 180
+    assert main(["word2vec", str(f), "--out", str(tmp_path / "o2"), "--negatives", "-1"]) == 2
