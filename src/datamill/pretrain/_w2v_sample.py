@@ -124,22 +124,16 @@ class AliasTable:
         self.prob, self.alias = prob, alias
         self.values = np.asarray(values, dtype=np.int32)
 
-    def draw(self, rng: np.random.Generator, size: int) -> NDArray[np.int32]:
-        """``size`` independent draws."""
-        col = rng.integers(0, len(self.prob), size=size)
-        take_alias = rng.random(size) >= self.prob[col]
-        col = np.where(take_alias, self.alias[col], col)
+    def draw(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> NDArray[np.int32]:
+        """Independent draws of shape ``size``: one uniform double each (integer part picks the
+        column, fractional part decides column vs alias; 53 bits leave >= 30 for the fraction)."""
+        x = rng.random(size)
+        x *= len(self.prob)
+        col = x.astype(np.intp)
+        x -= col
+        col = np.where(x >= self.prob[col], self.alias[col], col)
         out: NDArray[np.int32] = self.values[col]
         return out
-
-
-def _collisions(neg: NDArray[np.int32], owner: NDArray[np.int64], padded: NDArray[np.int32]) -> NDArray[np.bool_]:
-    """``neg[j] in contexts of example owner[j]`` for every j (``padded``: contexts, -1 filled)."""
-    hit = np.zeros(len(neg), dtype=bool)
-    for a in range(0, len(neg), _CHUNK):
-        b = a + _CHUNK
-        hit[a:b] = (padded[owner[a:b]] == neg[a:b, None]).any(axis=1)
-    return hit
 
 
 def draw_negatives(ctx_off: NDArray[np.int64], ctx: NDArray[np.int32], *, k: int, table: AliasTable,
@@ -148,27 +142,43 @@ def draw_negatives(ctx_off: NDArray[np.int64], ctx: NDArray[np.int32], *, k: int
 
     Draws everything in bulk, then redraws only the collisions until none is left: the same
     distribution as the seed's draw-and-reject loop (each slot independent, conditioned on not
-    being a context of its example).
+    being a context of its example). Examples are grouped by their number of contexts ``c`` so each
+    group is a dense ``(n, k * c)`` draw checked against its ``(n, c)`` contexts by broadcasting.
     """
     counts = np.diff(ctx_off)
     neg_off = ctx_off * k
-    n_ex = len(counts)
-    if n_ex == 0 or k == 0:
-        return neg_off, np.zeros(int(neg_off[-1]) if len(neg_off) else 0, dtype=np.int32)
-    width = int(counts.max())
-    padded = np.full((n_ex, max(width, 1)), -1, dtype=np.int32)
-    row = np.repeat(np.arange(n_ex), counts)
-    padded[row, np.arange(len(ctx)) - ctx_off[row]] = ctx
-    owner = np.repeat(np.arange(n_ex), counts * k)
-    neg = table.draw(rng, len(owner))
-    todo = np.flatnonzero(_collisions(neg, owner, padded))
+    neg = np.empty(int(neg_off[-1]), dtype=np.int32)
+    if len(neg) == 0:
+        return neg_off, neg
+    for c in np.unique(counts).tolist():
+        if c == 0:
+            continue
+        ex = np.flatnonzero(counts == c)
+        step = max(1, _CHUNK // (k * c))                                        # bounded temporaries
+        for a in range(0, len(ex), step):
+            part = ex[a:a + step]
+            contexts = ctx[ctx_off[part][:, None] + np.arange(c)]               # (n, c)
+            neg[neg_off[part][:, None] + np.arange(k * c)] = _draw_group(contexts, k * c, table, rng)
+    return neg_off, neg
+
+
+def _draw_group(contexts: NDArray[np.int32], m: int, table: AliasTable,
+                rng: np.random.Generator) -> NDArray[np.int32]:
+    """``m`` draws per row of ``contexts``, none equal to a value of its row."""
+    draws = table.draw(rng, (len(contexts), m))
+    hit = draws == contexts[:, :1]
+    for j in range(1, contexts.shape[1]):
+        hit |= draws == contexts[:, j:j + 1]
+    rows, cols = np.nonzero(hit)
     rounds = 0
-    while len(todo):
+    while len(rows):
         rounds += 1
         if rounds > _MAX_REDRAW_ROUNDS:
             raise ConfigError(
-                f"negative sampling did not finish: {len(todo)} negatives still equal a context word "
+                f"negative sampling did not finish: {len(rows)} negatives still equal a context word "
                 f"after {_MAX_REDRAW_ROUNDS} redraws (the vocabulary is too small for its contexts)")
-        neg[todo] = table.draw(rng, len(todo))
-        todo = todo[_collisions(neg[todo], owner[todo], padded)]
-    return neg_off, neg
+        new = table.draw(rng, len(rows))
+        draws[rows, cols] = new
+        bad = (new[:, None] == contexts[rows]).any(axis=1)
+        rows, cols = rows[bad], cols[bad]
+    return draws
