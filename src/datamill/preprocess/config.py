@@ -1,0 +1,197 @@
+"""The preprocessing config: Ludwig-shaped, validated with pydantic (unknown keys rejected).
+
+Example (YAML)::
+
+    input_features:
+      - {name: LotArea, type: number, preprocessing: {normalization: zscore}}
+      - {name: MSZoning, type: category, preprocessing: {most_common: 10}}
+    output_features:
+      - {name: CentralAir, type: binary}
+    preprocessing:
+      split: {type: random, probabilities: [0.7, 0.1, 0.2]}
+      seed: 42
+      category: {most_common: 100}        # defaults for every category feature
+
+Errors name the config file and the YAML path (``input_features[3].preprocessing.most_common``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from datamill.core.errors import ConfigError
+from datamill.preprocess.features import FEATURE_TYPES, handler_class
+from datamill.preprocess.missing import MISSING_DEFAULTS, STRATEGIES
+
+__all__ = [
+    "FeatureConfig",
+    "PreprocessConfig",
+    "ResolvedFeature",
+    "SplitConfig",
+    "load_config",
+]
+
+_Strict = ConfigDict(extra="forbid", frozen=True)
+
+
+class FeatureConfig(BaseModel):
+    """One feature: ``{name, type, column?, preprocessing?}``."""
+
+    model_config = _Strict
+    name: str = Field(min_length=1)
+    type: str
+    column: str | None = None
+    preprocessing: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in FEATURE_TYPES:
+            raise ValueError(f"unknown feature type {v!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}")
+        return v
+
+
+class SplitConfig(BaseModel):
+    """Train/validation/test split: ``random`` (seeded) or ``fixed`` (from a column with 0/1/2 or names)."""
+
+    model_config = _Strict
+    type: Literal["random", "fixed"] = "random"
+    probabilities: tuple[float, float, float] = (0.7, 0.1, 0.2)
+    column: str | None = None
+
+    @field_validator("probabilities")
+    @classmethod
+    def _sum_to_one(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(p < 0 for p in v) or abs(sum(v) - 1.0) > 1e-6:
+            raise ValueError(f"probabilities must be >= 0 and sum to 1, got {list(v)}")
+        return v
+
+
+class GlobalPreprocessing(BaseModel):
+    """The top-level ``preprocessing:`` section: split, seed and per-type defaults."""
+
+    model_config = _Strict
+    split: SplitConfig | None = None
+    seed: int = 42
+    binary: dict[str, Any] = Field(default_factory=dict)
+    number: dict[str, Any] = Field(default_factory=dict)
+    category: dict[str, Any] = Field(default_factory=dict)
+    set: dict[str, Any] = Field(default_factory=dict)
+    bag: dict[str, Any] = Field(default_factory=dict)
+    sequence: dict[str, Any] = Field(default_factory=dict)
+    text: dict[str, Any] = Field(default_factory=dict)
+    timeseries: dict[str, Any] = Field(default_factory=dict)
+    image: dict[str, Any] = Field(default_factory=dict)
+
+
+class PreprocessConfig(BaseModel):
+    """The whole config."""
+
+    model_config = _Strict
+    input_features: list[FeatureConfig] = Field(min_length=1)
+    output_features: list[FeatureConfig] = Field(default_factory=list)
+    preprocessing: GlobalPreprocessing = Field(default_factory=GlobalPreprocessing)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable dict with defaults left out (what the cache fingerprint is computed from)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+@dataclass(frozen=True)
+class ResolvedFeature:
+    """A feature with its validated params (type defaults < global defaults < feature section)."""
+
+    name: str
+    type: str
+    column: str
+    params: Any  # the handler's Params instance
+    missing_value_strategy: str
+    fill_value: Any
+    role: str  # "input" | "output"
+    where: str  # YAML path, for error messages
+
+
+def _yaml_path(prefix: str, loc: tuple[Any, ...]) -> str:
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _from_validation(exc: ValidationError, source: str | None, prefix: str = "") -> ConfigError:
+    err = exc.errors()[0]
+    where = _yaml_path(prefix, tuple(err["loc"]))
+    msg = err["msg"].removeprefix("Value error, ")
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    error = ConfigError(f"{where}: {msg}{more}", path=source)
+    error.where = where  # type: ignore[attr-defined]  # extra location attribute for config errors
+    return error
+
+
+def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str]) -> tuple[PreprocessConfig, str | None]:
+    """Parse a config (model, dict, or YAML/JSON file path) → (model, file name or None)."""
+    if isinstance(config, PreprocessConfig):
+        return config, None
+    source: str | None = None
+    if isinstance(config, (str, os.PathLike)):
+        path = Path(config)
+        source = str(config)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise ConfigError("config file not found", path=source) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config: {exc}", path=source) from exc
+        try:
+            if path.suffix.lower() == ".json":
+                data = json.loads(text)
+            else:
+                import yaml
+
+                data = yaml.safe_load(text)
+        except Exception as exc:  # noqa: BLE001 - yaml/json parse errors of many types
+            raise ConfigError(f"cannot parse config: {' '.join(str(exc).split())}", path=source) from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"expected a mapping with input_features, got {type(data).__name__}", path=source)
+        config = data
+    try:
+        return PreprocessConfig.model_validate(config), source
+    except ValidationError as exc:
+        raise _from_validation(exc, source) from exc
+
+
+def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[ResolvedFeature]:
+    """Validate every feature's ``preprocessing`` against its type's Params model."""
+    out: list[ResolvedFeature] = []
+    seen: set[str] = set()
+    glob = cfg.preprocessing
+    for role, feats in (("input", cfg.input_features), ("output", cfg.output_features)):
+        for i, f in enumerate(feats):
+            where = f"{role}_features[{i}]"
+            if f.name in seen:
+                raise ConfigError(f"{where}.name: duplicate feature name {f.name!r}", path=source)
+            seen.add(f.name)
+            cls = handler_class(f.type)
+            merged = {**getattr(glob, f.type), **f.preprocessing}
+            strategy, fill = MISSING_DEFAULTS.get(f.type, ("fill_with_const", None))
+            fields = cls.Params.model_fields
+            if "missing_value_strategy" in merged:
+                strategy = merged["missing_value_strategy"] if "missing_value_strategy" in fields \
+                    else merged.pop("missing_value_strategy")
+            if "fill_value" in merged:
+                fill = merged["fill_value"] if "fill_value" in fields else merged.pop("fill_value")
+            if strategy not in STRATEGIES:
+                raise ConfigError(f"{where}.preprocessing.missing_value_strategy: unknown strategy {strategy!r}; "
+                                  f"valid: {', '.join(STRATEGIES)}", path=source)
+            try:
+                params = cls.Params.model_validate(merged)
+            except ValidationError as exc:
+                raise _from_validation(exc, source, f"{where}.preprocessing") from exc
+            out.append(ResolvedFeature(f.name, f.type, f.column or f.name, params, strategy, fill, role, where))
+    return out
