@@ -142,3 +142,20 @@ def test_cli_prints_counts_and_errors_in_one_line(raw: Path, tmp_path: Path,
     assert main(["-q", "bert", str(raw), "--out", str(tmp_path / "c.parquet"), "--max-seq-length", "4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "max_seq_length" in err and err.count("\n") == 1
+
+
+def test_tokenizer_objects_are_accepted(raw: Path, tmp_path: Path) -> None:
+    from datamill.pretrain.bert import load_tokenizer
+
+    first = build_bert_samples(raw, out=tmp_path / "a.parquet", vocab_size=60, max_seq_length=16, dupe_factor=2)
+    inner = load_tokenizer(first.path)
+
+    class Wrapper:  # shaped like datamill.tokenize.HFTokenizer: the library tokenizer in .inner
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+    for tok in (inner, Wrapper(inner), first.tokenizer_path):
+        again = build_bert_samples(raw, out=tmp_path / "b.parquet", tokenizer=tok, max_seq_length=16, dupe_factor=2)
+        assert pq.read_table(again.path).equals(pq.read_table(first.path))
+    with pytest.raises(ConfigError):
+        build_bert_samples(raw, out=tmp_path / "c.parquet", tokenizer=42)

@@ -1,7 +1,8 @@
 """The WordPiece tokenizer behind BERT sample building: train, load, check specials, encode to CSR.
 
-Uses :class:`datamill.tokenize.HFTokenizer` when that module is available and otherwise the
-``tokenizers`` library directly; either way the rest of the BERT builder only sees
+Trains with the ``tokenizers`` library directly (``datamill.tokenize.HFTokenizer``, the text
+package's wrapper, was not in the tree when this was written; an HFTokenizer *object* is accepted
+as ``tokenizer=`` through its ``.inner``). The rest of the BERT builder only sees
 :class:`BertTokenizer` (ids of the special tokens, non-special ids, ``encode`` -> values + offsets).
 """
 
@@ -133,24 +134,8 @@ def train_wordpiece(sentences: Sequence[str] | pa.Array, *, vocab_size: int, low
         for chunk in _slices(sentences, _ENCODE_CHUNK):
             yield chunk.to_pylist() if isinstance(chunk, pa.Array) else chunk
 
-    def strings() -> Iterator[str]:
-        for b in batches():
-            yield from b
-
     if vocab_size < len(BERT_SPECIALS) + 1:
         raise ConfigError(f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}")
-    try:
-        from datamill.tokenize import HFTokenizer
-    except ImportError:
-        HFTokenizer = None
-    if HFTokenizer is not None:
-        try:
-            tok = HFTokenizer.train(strings(), model="wordpiece", vocab_size=vocab_size,
-                                    special_tokens=BERT_SPECIALS, lowercase=lowercase,
-                                    min_frequency=min_frequency)
-            return BertTokenizer.wrap(tok.inner)
-        except TypeError:  # pragma: no cover - a different signature than agreed; fall back
-            pass
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     inner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
