@@ -17,17 +17,22 @@ __all__ = ["COLUMNS", "Batchify", "SkipGramSource", "batchify_arrays"]
 COLUMNS = ["center", "contexts", "negatives"]
 
 
-def _lengths_values(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _lengths_values(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64], NDArray[Any]]:
+    """(row lengths, the rows' values in order) of a list array, zero-copy where arrow allows."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    lengths = arr.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
-    values = arr.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    return lengths, values
+    off = arr.offsets.to_numpy()
+    values = arr.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]]
+    return np.diff(off), values
 
 
 def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArray[Any],
                     n_neg: NDArray[np.int64], neg: NDArray[Any]) -> dict[str, NDArray[np.int64]]:
-    """The seed's ``batchify`` on CSR parts: one fancy-index assignment pads every row.
+    """The seed's ``batchify`` on CSR parts, without a per-row loop.
+
+    Row-major, the cells where ``labels`` is 1 are exactly the contexts in order, and the cells
+    where ``masks`` is 1 and ``labels`` 0 exactly the negatives in order: two boolean-mask
+    assignments pad the whole batch.
 
     Examples:
         >>> b = batchify_arrays(np.array([1, 1]), np.array([2, 3]), np.array([2, 2, 2, 2, 2]),
@@ -35,24 +40,17 @@ def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArra
         >>> b["contexts_negatives"].tolist(), b["labels"].tolist()
         ([[2, 2, 3, 3, 3, 3], [2, 2, 2, 3, 3, 0]], [[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0]])
     """
-    n = len(centers)
+    n_ctx, n_neg = np.asarray(n_ctx), np.asarray(n_neg)
     total = n_ctx + n_neg
-    width = int(total.max()) if n else 0
-    out = np.zeros((n, width), dtype=np.int64)
+    width = int(total.max()) if len(total) else 0
     cols = np.arange(width)
-    masks = (cols < total[:, None]).astype(np.int64)
-    labels = (cols < n_ctx[:, None]).astype(np.int64)
-    # row-major positions of the real entries are exactly the mask's true cells, in order, and each
-    # row holds its contexts then its negatives: interleave the two ragged arrays row by row
-    row_c = np.repeat(np.arange(n), n_ctx)
-    row_n = np.repeat(np.arange(n), n_neg)
-    c_off = np.concatenate([[0], np.cumsum(n_ctx)])
-    n_off = np.concatenate([[0], np.cumsum(n_neg)])
-    col_c = np.arange(len(ctx)) - c_off[row_c]
-    col_n = np.arange(len(neg)) - n_off[row_n] + n_ctx[row_n]
-    out[np.concatenate([row_c, row_n]), np.concatenate([col_c, col_n])] = np.concatenate([ctx, neg])
+    is_ctx = cols < n_ctx[:, None]
+    is_real = cols < total[:, None]
+    out = np.zeros((len(total), width), dtype=np.int64)
+    out[is_ctx] = ctx
+    out[is_real & ~is_ctx] = neg
     return {"centers": np.asarray(centers, dtype=np.int64).reshape(-1, 1), "contexts_negatives": out,
-            "masks": masks, "labels": labels}
+            "masks": is_real.astype(np.int64), "labels": is_ctx.astype(np.int64)}
 
 
 class Batchify:

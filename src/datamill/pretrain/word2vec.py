@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.constants import VOCAB_FILE, WORD2VEC_FORMAT
 from datamill.core.errors import CacheError, ConfigError, DataFileError
-from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
-from datamill.core.io import PathLike, atomic_write, display_name, read_text
+from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
+from datamill.core.io import PathLike, atomic_write, check_utf8, display_name, read_bytes
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
 from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
@@ -47,7 +48,7 @@ from datamill.pretrain._w2v_sample import (
     split_lines,
     subsample,
 )
-from datamill.vocab import Vocab
+from datamill.vocab import TokenCounts, Vocab
 
 __all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram"]
 
@@ -171,12 +172,30 @@ def _check_params(window: int, num_negatives: int, min_freq: int, subsample_t: f
 def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray[np.int64], str, str]:
     """(flat tokens, sentence offsets, display name, input fingerprint)."""
     if isinstance(source, (str, os.PathLike)):
-        tokens, offsets = split_lines(read_text(source))
-        return tokens, offsets, display_name(source), fingerprint_file(source)
+        name = display_name(source)
+        data = read_bytes(source)
+        if not data.strip():
+            raise DataFileError("the file is empty; expected text", path=name)
+        if not data.isascii():
+            check_utf8(data, path=name)
+        tokens, offsets = split_lines(data)
+        return tokens, offsets, name, fingerprint_bytes(data)
     sentences = [list(s) for s in source]
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
     tokens = pa.array([t for s in sentences for t in s], pa.string())
     return tokens, np.concatenate([[0], np.cumsum(lengths)]), "<tokens>", fingerprint_obj(sentences)
+
+
+def _vocab_and_ids(tokens: pa.Array, min_freq: int) -> tuple[Vocab, NDArray[np.int32]]:
+    """One ``dictionary_encode`` pass gives both the counts and the ids (the vocab maps the distinct tokens)."""
+    enc = pc.dictionary_encode(tokens)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    counts = np.bincount(codes, minlength=len(enc.dictionary)).astype(np.int64)
+    vocab = Vocab.from_counts(TokenCounts(enc.dictionary, counts), min_freq=min_freq, specials=[UNK_TOKEN],
+                              unk_token=UNK_TOKEN)
+    return vocab, vocab.encode(enc.dictionary, dtype=np.int32)[codes]
 
 
 def build_skipgram(
@@ -227,8 +246,8 @@ def build_skipgram(
     bar.update(1)
 
     t0 = time.perf_counter()
-    vocab = Vocab.build(tokens, min_freq=min_freq, specials=[UNK_TOKEN], unk_token=UNK_TOKEN)
-    raw = Sentences(vocab.encode(tokens, dtype=np.int32), offsets)
+    vocab, ids = _vocab_and_ids(tokens, min_freq)
+    raw = Sentences(ids, offsets)
     known = Sentences(raw.ids[raw.ids != 0], np.concatenate([[0], np.cumsum(raw.ids != 0)])[offsets])
     if known.num_tokens == 0:
         raise DataFileError(f"no word occurs min_freq={min_freq} times (all {len(tokens):,} tokens are rare or "
