@@ -24,7 +24,11 @@ def test_seed_tiny_dataset_contexts_are_in_sentence_within_window() -> None:
     for seed in range(20):
         s = build_skipgram(sentences, window=2, num_negatives=1, min_freq=1, subsample_t=1.0, seed=seed,
                            progress=False)
-        tok = lambda ids: [int(t) for t in s.vocab.to_tokens(list(ids))]  # noqa: E731
+        v = s.vocab
+
+        def tok(ids, v=v):  # type: ignore[no-untyped-def]
+            return [int(t) for t in v.to_tokens(list(ids))]
+
         assert sorted(tok(s.centers)) == list(range(10))  # t=1 keeps every token (f <= 1)
         widths = set()
         for i in range(len(s)):
@@ -83,7 +87,7 @@ def test_ptb_no_negative_is_a_context_of_its_example(ptb: SkipGramSamples) -> No
 def test_deterministic_for_a_seed() -> None:
     rng = np.random.default_rng(0)
     sentences = [[f"w{x}" for x in rng.integers(0, 40, size=12)] for _ in range(50)]
-    kw = dict(window=3, num_negatives=3, min_freq=2, subsample_t=1e-2, progress=False)
+    kw = {"window": 3, "num_negatives": 3, "min_freq": 2, "subsample_t": 1e-2, "progress": False}
     a, b, c = (build_skipgram(sentences, seed=s, **kw) for s in (4, 4, 5))  # type: ignore[arg-type]
     for name in ("centers", "context_offsets", "contexts", "negatives"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))

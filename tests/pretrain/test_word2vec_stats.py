@@ -14,7 +14,13 @@ import math
 import numpy as np
 import pytest
 
-from datamill.pretrain._w2v_sample import AliasTable, Sentences, centers_and_contexts, draw_negatives, subsample
+from datamill.pretrain._w2v_sample import (
+    AliasTable,
+    Sentences,
+    centers_and_contexts,
+    draw_negatives,
+    subsample,
+)
 
 ALPHA = 1e-4
 
@@ -71,7 +77,7 @@ def test_subsampling_keeps_each_word_with_the_formula_probability() -> None:
 def test_window_sizes_are_uniform() -> None:
     window, n = 5, 30000
     sent = Sentences(np.arange(n, dtype=np.int32) % 97 + 1, np.array([0, n], dtype=np.int64))
-    centers, off, _ = centers_and_contexts(sent, max_window=window, rng=np.random.default_rng(3))
+    _, off, _ = centers_and_contexts(sent, max_window=window, rng=np.random.default_rng(3))
     interior = np.arange(window, n - window)  # centers far from the sentence ends have exactly 2w contexts
     w = np.diff(off)[interior] // 2
     observed = np.bincount(w, minlength=window + 1)[1:]

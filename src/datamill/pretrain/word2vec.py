@@ -270,8 +270,7 @@ def build_skipgram(
     bar.update(1)
 
     t0 = time.perf_counter()
-    ids = np.arange(1, len(vocab))
-    table = AliasTable(counts[1:].astype(np.float64) ** 0.75, values=ids)
+    table = AliasTable(counts[1:].astype(np.float64) ** 0.75, values=np.arange(1, len(vocab), dtype=np.int64))
     neg_off, neg = draw_negatives(ctx_off, ctx, k=num_negatives, table=table,
                                   rng=rng_for(seed, "word2vec.negatives"))
     times["negatives"] = time.perf_counter() - t0
