@@ -12,18 +12,20 @@ from hypothesis import strategies as st
 from datamill.pretrain._bert_docs import split_documents
 from datamill.pretrain._bert_tok import BertTokenizer, train_wordpiece
 
-_TOK: list[BertTokenizer] = []
+_TOK: dict[bool, BertTokenizer] = {}
 
 
-def tokenizer(data_dir: Path) -> BertTokenizer:
-    if not _TOK:
+def tokenizer(data_dir: Path, *, lowercase: bool = True) -> BertTokenizer:
+    if lowercase not in _TOK:
         lines = (data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:600]
-        _TOK.append(train_wordpiece([ln.strip() for ln in lines if ln.strip()], vocab_size=600))
-    return _TOK[0]
+        _TOK[lowercase] = train_wordpiece([ln.strip() for ln in lines if ln.strip()], vocab_size=600,
+                                          lowercase=lowercase)
+    return _TOK[lowercase]
 
 
-def test_fast_path_is_used_and_exact_on_wikitext(data_dir: Path) -> None:
-    tok = tokenizer(data_dir)
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_fast_path_is_used_and_exact_on_wikitext(data_dir: Path, lowercase: bool) -> None:
+    tok = tokenizer(data_dir, lowercase=lowercase)
     assert tok.fast is not None
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
     got = tok.encode(sentences)
@@ -38,9 +40,10 @@ ALPHABET = st.sampled_from(
     "«", "»", "中", "文", "\u3000", "\ufffd", "😀", "ﬁ", "Ⅻ", "[SEP]", "[MASK]", "[sep]", "##", "x" * 120])
 
 
-@given(texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12))
-def test_fast_path_equals_library_on_random_unicode(texts: list[str]) -> None:
-    tok = tokenizer(Path(__file__).resolve().parents[2] / ".." / "shared" / "data")
+@given(texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12),
+       lowercase=st.booleans())
+def test_fast_path_equals_library_on_random_unicode(data_dir: Path, texts: list[str], lowercase: bool) -> None:
+    tok = tokenizer(data_dir, lowercase=lowercase)  # data_dir is session-scoped: fine with @given
     got = tok.encode(texts)
     want = tok.encode_library(texts)
     assert got[1].tolist() == want[1].tolist()
