@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bert", help="BERT pretraining samples (NSP pairs + masked LM) to Parquet",
                        description="Documents from WikiText-style raw text (blank or '= Title =' lines end a "
                                    "document, each other line is a sentence) -> NSP pairs, truncation, "
-                                   "15%% masking at 80/10/10 -> Parquet.")
+                                   "15% masking at 80/10/10 -> Parquet.")
     p.add_argument("raw", nargs="+", help="raw text file(s)")
     p.add_argument("--out", required=True, help="the Parquet file to write")
     g = p.add_mutually_exclusive_group()
