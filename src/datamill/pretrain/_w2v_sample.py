@@ -163,17 +163,19 @@ class AliasTable:
             s[b] = s[b] + s[a] - 1.0
             (small if s[b] < 1.0 else large).append(b)
         self.prob, self.alias = prob, alias
+        self._threshold = np.minimum(np.floor(prob * 2.0**32), 2.0**32 - 1).astype(np.uint64)
         self.values = np.asarray(values, dtype=np.int32)
 
     def draw(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> NDArray[np.int32]:
-        """Independent draws of shape ``size``: one uniform double each (integer part picks the
-        column, fractional part decides column vs alias; 53 bits leave >= 30 for the fraction)."""
-        x = rng.random(size)
-        x *= len(self.prob)
-        col = x.astype(np.intp)
-        x -= col
-        col = np.where(x >= self.prob[col], self.alias[col], col)
-        out: NDArray[np.int32] = self.values[col]
+        """Independent draws of shape ``size`` from one raw 64-bit word each: the high 32 bits pick the
+        column (multiply-shift, relative bias <= n / 2**32), the low 32 bits decide column vs alias
+        against ``prob`` scaled to 32 bits."""
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        raw = rng.bit_generator.random_raw(int(np.prod(shape)))
+        col = (((raw >> np.uint64(32)) * np.uint64(len(self.prob))) >> np.uint64(32)).astype(np.intp)
+        raw &= np.uint64(0xFFFFFFFF)
+        col = np.where(raw >= self._threshold[col], self.alias[col], col)
+        out: NDArray[np.int32] = self.values[col].reshape(shape)
         return out
 
 
