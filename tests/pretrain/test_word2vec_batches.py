@@ -72,6 +72,10 @@ def test_batches_cover_every_example_once_and_match_the_csr() -> None:
     assert sorted(got) == want
     assert got != _rows(SAMPLES.batches(16, seed=1))  # shuffled by seed
     assert got == _rows(SAMPLES.batches(16, seed=0))  # deterministic
+    full = _rows(SAMPLES.batches(16, seed=0, shuffle_buffer=SAMPLES.source().num_shards))
+    assert sorted(full) == want
+    unshuffled = _rows(SAMPLES.batches(16, seed=0, shuffle=False))
+    assert unshuffled == [(c, tuple(x + n)) for c, x, n in (SAMPLES.example(i) for i in range(len(SAMPLES)))]
 
 
 def test_ranks_partition_the_examples() -> None:

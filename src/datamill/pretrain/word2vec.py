@@ -65,6 +65,16 @@ class SkipGramSamples:
         centers: int32 ``(N,)`` center ids. context_offsets / negative_offsets: int64 ``(N + 1,)``.
         contexts / negatives: int32 ids; example ``i`` has ``contexts[context_offsets[i]:context_offsets[i + 1]]``.
         vocab: the :class:`~datamill.vocab.Vocab` (``<unk>`` = 0). info: counts, parameters, timings.
+
+    Examples:
+        >>> import tempfile
+        >>> s = build_skipgram([["a", "b", "c"], ["b", "c"]], window=1, num_negatives=2, min_freq=1,
+        ...                    subsample_t=1.0, progress=False)
+        >>> s.example(0)[1], len(s.example(0)[2])
+        ([1], 2)
+        >>> t = SkipGramSamples.load(s.save(tempfile.mkdtemp()))
+        >>> t.example(0) == s.example(0), t.fingerprint() == s.fingerprint()
+        (True, True)
     """
 
     def __init__(self, *, centers: NDArray[np.int32], context_offsets: NDArray[np.int64],
@@ -96,7 +106,7 @@ class SkipGramSamples:
 
     def batches(self, batch_size: int, *, seed: int, epoch: int = 0, rank: int = 0, world_size: int = 1,
                 drop_last: bool = False, as_torch: bool = False, shuffle: bool = True,
-                num_workers: int = 0) -> Any:
+                shuffle_buffer: int | None = None, num_workers: int = 0) -> Any:
         """A seeded, shuffled, resumable iterator of padded batches (a :class:`datamill.loader.Loader`).
 
         Iterating yields one epoch of dicts ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
@@ -111,6 +121,10 @@ class SkipGramSamples:
             drop_last: equal shares, incomplete last batch dropped. Defaults to ``False``.
             as_torch: torch tensors instead of numpy. Defaults to ``False``.
             shuffle: ``False`` keeps example order. Defaults to ``True``.
+            shuffle_buffer: shards (of 16,384 examples) shuffled together; the loader's default
+                mixes windows of about 65,536 examples. ``self.source().num_shards`` gives one full
+                uniform permutation like the seed's ``DataLoader(shuffle=True)`` (about 1.7x slower
+                batching on PTB). Defaults to ``None``.
             num_workers: loader threads. Defaults to ``0``.
 
         Examples:
@@ -123,7 +137,7 @@ class SkipGramSamples:
 
         return Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                       collate=Batchify(as_torch=as_torch), rank=rank, world_size=world_size,
-                      num_workers=num_workers)
+                      shuffle_buffer=shuffle_buffer, num_workers=num_workers)
 
     # ---------------------------------------------------------------- persistence
     def save(self, directory: PathLike) -> Path:
