@@ -121,3 +121,10 @@ def test_torch_tensors_and_dataloader_workers() -> None:
     got = [x for x in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)]
     rows = _rows([{k: v.numpy() for k, v in x.items()} for x in got])
     assert sorted(rows) == sorted(_rows(SAMPLES.batches(8, seed=0)))
+
+
+def test_zero_negatives_gives_context_only_batches() -> None:
+    s = build_skipgram(_SENTENCES, window=2, num_negatives=0, min_freq=1, subsample_t=1.0, progress=False)
+    b = next(iter(s.batches(64, seed=0, shuffle=False)))
+    np.testing.assert_array_equal(b["masks"], b["labels"])
+    assert b["contexts_negatives"].shape[1] == np.diff(s.context_offsets)[:64].max()
