@@ -245,7 +245,8 @@ def preprocess(
             f5.attrs["format"] = META_FORMAT
             f5.attrs["run_id"] = run_id
             writer = H5Writer(f5, n)
-            for lo, hi in progress(list(_blocks(n)), desc="transform"):
+            blocks = list(_blocks(n))
+            for lo, hi in (progress(blocks, total=len(blocks), desc="transform") if len(blocks) > 1 else blocks):
                 for key, value in _transform_block(features, handlers, columns, metas, ds, lo, hi).items():
                     writer.write(key, value)
                 if split is not None:
