@@ -1,0 +1,163 @@
+"""Private helpers for the ragged feature types (set, bag, sequence, text, timeseries).
+
+Whole columns only: tokenising is one ``pyarrow.compute`` call per column, ragged data is a flat
+values array plus int64 row offsets, and dense matrices are filled with one numpy fancy-index.
+
+Tokenizers (Ludwig names): ``space`` (split on runs of whitespace), ``comma`` (split on ``,``,
+tokens stripped), ``characters`` (one token per Unicode code point), ``space_punct`` (words and
+single punctuation marks), ``regex`` (split on the pattern given as ``regex``). Empty tokens are
+dropped. When ``datamill.tokenize`` provides the same name it is preferred.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from datamill.core.errors import ConfigError
+
+__all__ = ["Ragged", "STOPWORDS", "TOKENIZERS", "pad", "split_tokens", "to_string_array"]
+
+TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
+
+#: a small built-in English stop-word list (for ``remove_stopwords``)
+STOPWORDS = frozenset(
+    "a about above after again against all am an and any are as at be because been before being below "
+    "between both but by can could did do does doing down during each few for from further had has have "
+    "having he her here hers herself him himself his how i if in into is it its itself just me more most "
+    "my myself no nor not now of off on once only or other our ours ourselves out over own same she should "
+    "so some such than that the their theirs them themselves then there these they this those through to "
+    "too under until up very was we were what when where which while who whom why will with you your "
+    "yours yourself yourselves".split()
+)
+
+
+class Ragged:
+    """Flat ``values`` (pyarrow array) + ``offsets`` (int64, len = rows + 1)."""
+
+    __slots__ = ("offsets", "values")
+
+    def __init__(self, values: pa.Array, offsets: NDArray[np.int64]) -> None:
+        self.values = values
+        self.offsets = offsets
+
+    @classmethod
+    def from_list(cls, arr: pa.Array | pa.ChunkedArray) -> Ragged:
+        """From a pyarrow list array (sliced or chunked arrays handled)."""
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(pc.list_flatten(arr), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> NDArray[np.int64]:
+        """Items per row."""
+        return np.diff(self.offsets)
+
+    @property
+    def row_ids(self) -> NDArray[np.int64]:
+        """Row index of every flat value."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+
+    def keep(self, mask: NDArray[np.bool_]) -> Ragged:
+        """Only the values where ``mask`` (flat) is true; offsets recomputed."""
+        if mask.all():
+            return self
+        kept = np.zeros(len(mask) + 1, np.int64)
+        np.cumsum(mask, out=kept[1:])
+        return Ragged(self.values.filter(pa.array(mask)), kept[self.offsets])
+
+
+def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous string array (casting non-string columns)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        column = column.cast(pa.string())
+    return pc.fill_null(column, "")
+
+
+def _split(column: pa.Array, tokenizer: str, regex: str | None) -> pa.Array:
+    if tokenizer == "space":
+        return pc.utf8_split_whitespace(column)
+    if tokenizer == "comma":
+        return pc.split_pattern(column, ",")
+    if tokenizer == "characters":
+        # mark every code point with a NUL after it, then split on NUL (one regex pass, RE2 is UTF-8 aware)
+        return pc.split_pattern(pc.replace_substring_regex(column, "(?s)(.)", "\\1\x00"), "\x00")
+    if tokenizer == "space_punct":
+        spaced = pc.replace_substring_regex(column, r"([^\w\s])", " \\1 ")
+        return pc.utf8_split_whitespace(spaced)
+    if tokenizer == "regex":
+        if not regex:
+            raise ConfigError("tokenizer 'regex' needs the `regex` parameter (the split pattern)")
+        return pc.split_pattern_regex(column, regex)
+    raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
+
+
+def split_tokens(
+    column: pa.Array | pa.ChunkedArray,
+    tokenizer: str,
+    *,
+    lowercase: bool = False,
+    regex: str | None = None,
+    stopwords: frozenset[str] | None = None,
+    strip: bool | None = None,
+) -> Ragged:
+    """Tokenise a whole string column into :class:`Ragged` tokens (empty tokens dropped).
+
+    Examples:
+        >>> r = split_tokens(pa.array(["a  b", "", "C"]), "space", lowercase=True)
+        >>> r.values.to_pylist(), r.offsets.tolist()
+        (['a', 'b', 'c'], [0, 2, 2, 3])
+    """
+    col = to_string_array(column)
+    if lowercase:
+        col = pc.utf8_lower(col)
+    rag = Ragged.from_list(_split(col, tokenizer, regex))
+    values = rag.values
+    if strip if strip is not None else tokenizer in ("comma", "regex"):
+        values = pc.utf8_trim_whitespace(values)
+        rag = Ragged(values, rag.offsets)
+    mask = pc.greater(pc.binary_length(values), 0)
+    if stopwords:
+        mask = pc.and_(mask, pc.invert(pc.is_in(values, value_set=pa.array(sorted(stopwords), pa.string()))))
+    return rag.keep(mask.to_numpy(zero_copy_only=False))
+
+
+def pad(
+    ids: NDArray[Any],
+    offsets: NDArray[np.int64],
+    length: int,
+    *,
+    padding: Literal["right", "left"] = "right",
+    fill: Any = 0,
+    dtype: Any = np.int32,
+) -> NDArray[Any]:
+    """Rows ``ids[offsets[i]:offsets[i+1]]`` truncated to ``length`` (keeping the start) and padded.
+
+    Examples:
+        >>> pad(np.array([5, 6, 7, 8]), np.array([0, 3, 3, 4]), 2, padding="left").tolist()
+        [[5, 6], [0, 0], [0, 8]]
+    """
+    n = len(offsets) - 1
+    out = np.full((n, length), fill, dtype=dtype)
+    if length == 0 or len(ids) == 0:
+        return out
+    lengths = np.diff(offsets)
+    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    pos = np.arange(len(ids), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    keep = pos < length
+    if padding == "left":
+        pos = pos + np.repeat(length - np.minimum(lengths, length), lengths)
+    out[rows[keep], pos[keep]] = np.asarray(ids)[keep]
+    return out

@@ -1,0 +1,35 @@
+"""bag → float32 rows of token frequencies (Ludwig's bag feature).
+
+Same tokenisation, vocabulary (``<PAD>`` 0, ``<UNK>`` 1, ``most_common``) and dense/CSR layout rule
+as :mod:`datamill.preprocess.features.set_`, but entry ``[i, j]`` is how many times token ``j``
+occurs in row ``i`` (float32). In the CSR layout the counts are the group's ``values`` dataset.
+Metadata key for the longest row: ``max_set_size`` (Ludwig uses the same name for bags).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from datamill.preprocess.features import set_
+from datamill.preprocess.features.set_ import SetParams
+
+__all__ = ["BagParams", "Handler"]
+
+
+class BagParams(SetParams):
+    """``preprocessing:`` of a bag feature (same keys as set)."""
+
+
+class Handler(set_.Handler):
+    """Bag feature handler."""
+
+    type: ClassVar[str] = "bag"
+    Params: ClassVar[type[BagParams]] = BagParams
+    dtype: ClassVar[type[np.generic]] = np.float32
+
+    def _dense(self, key: NDArray[np.int64], n: int, size: int) -> NDArray[Any]:
+        counts = np.bincount(key, minlength=n * size).astype(np.float32)
+        return counts.reshape(n, size)

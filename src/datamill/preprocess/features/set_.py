@@ -1,0 +1,132 @@
+"""set → int8 multi-hot rows over the set vocabulary (Ludwig's set feature).
+
+Each value is tokenised (``tokenizer``, default ``space``); the vocabulary is ``<PAD>`` (0),
+``<UNK>`` (1), then the ``most_common`` most frequent tokens (occurrences counted over all rows;
+ties by token ascending). Row ``i`` of the output has a 1 in column ``j`` when token ``j`` occurs in
+row ``i`` (column 0 stays 0; unknown tokens set column 1).
+
+Layout: dense ``n × vocab_size`` int8 while ``n_fit × vocab_size`` bytes stays under
+``max_dense_bytes`` (default 256 MiB; ``n_fit`` = rows the statistics were fitted on); above that
+the metadata records ``layout: "csr"`` and transform returns a :class:`CSR` (per row the sorted
+distinct token ids in ``indices[offsets[i]:offsets[i+1]]``), written as the HDF5 group ``<name>``
+with datasets ``indices``/``offsets`` and attributes ``layout="csr"``, ``vocab_size``. The choice is
+made once in ``finalize`` so every block and later unseen data use the same layout.
+
+Metadata: the vocabulary (``idx2str``/``str2idx``/``str2freq``/``vocab_size``), ``max_set_size``
+(most tokens in one row, as Ludwig counts it) and ``layout``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+from pydantic import Field
+
+from datamill.core.constants import PAD, UNK
+from datamill.preprocess.features._ragged import Ragged, split_tokens
+from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
+from datamill.preprocess.features.base import Params as BaseParams
+from datamill.vocab import TokenCounts, Vocab, count_tokens
+
+__all__ = ["Handler", "RaggedStats", "SetParams"]
+
+DEFAULT_MAX_DENSE_BYTES = 256 * 2**20
+
+
+class SetParams(BaseParams):
+    """``preprocessing:`` of a set feature."""
+
+    tokenizer: str = "space"
+    regex: str | None = None
+    lowercase: bool = False
+    most_common: int = Field(default=10000, ge=1)
+    min_frequency: int = Field(default=1, ge=1)
+    max_dense_bytes: int = Field(default=DEFAULT_MAX_DENSE_BYTES, ge=0)
+
+
+@dataclass(frozen=True)
+class RaggedStats:
+    """Mergeable statistics of a tokenised column: token counts, longest row, rows seen."""
+
+    counts: TokenCounts
+    max_length: int
+    rows: int
+
+    def merge(self, other: RaggedStats) -> RaggedStats:
+        """Sum counts and rows; keep the longest row."""
+        return RaggedStats(self.counts.merge(other.counts), max(self.max_length, other.max_length),
+                           self.rows + other.rows)
+
+
+def fit_tokens(rag: Ragged) -> RaggedStats:
+    """Statistics of one block of tokens."""
+    longest = int(rag.lengths.max()) if len(rag) else 0
+    return RaggedStats(count_tokens(rag.values), longest, len(rag))
+
+
+class VocabCache:
+    """Rebuilding a :class:`Vocab` from the metadata once per metadata dict, not once per block."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, str], tuple[dict[str, Any], Vocab]] = {}
+
+    def get(self, meta: dict[str, Any], prefix: str = "") -> Vocab:
+        key = (id(meta), prefix)
+        hit = self._cache.get(key)
+        if hit is None or hit[0] is not meta:
+            vocab = Vocab.from_dict({k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)})
+            self._cache[key] = hit = (meta, vocab)
+        return hit[1]
+
+
+class Handler(FeatureHandler):
+    """Set feature handler (bag subclasses it with float32 frequencies)."""
+
+    type: ClassVar[str] = "set"
+    Params: ClassVar[type[SetParams]] = SetParams
+    dtype: ClassVar[type[np.generic]] = np.int8
+    size_key: ClassVar[str] = "max_set_size"
+
+    def __init__(self) -> None:
+        self._vocabs = VocabCache()
+
+    def _tokens(self, column: pa.Array, params: SetParams) -> Ragged:
+        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+
+    def fit(self, column: pa.Array, params: SetParams, ctx: FeatureContext) -> RaggedStats:
+        return fit_tokens(self._tokens(column, params))
+
+    def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
+        return a.merge(b)
+
+    def finalize(self, stats: RaggedStats, params: SetParams, ctx: FeatureContext) -> dict[str, Any]:
+        vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
+                                  specials=[PAD, UNK], unk_token=UNK)
+        dense_bytes = stats.rows * len(vocab) * np.dtype(self.dtype).itemsize
+        layout = "dense" if dense_bytes <= params.max_dense_bytes else "csr"
+        return {**vocab.to_dict(), self.size_key: stats.max_length, "layout": layout}
+
+    def transform(self, column: pa.Array, meta: dict[str, Any], params: SetParams,
+                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+        rag = self._tokens(column, params)
+        vocab = self._vocabs.get(meta)
+        size = len(vocab)
+        n = len(rag)
+        key = rag.row_ids * size + vocab.encode(rag.values, dtype=np.int64)
+        if meta.get("layout", "dense") == "dense":
+            return {ctx.name: self._dense(key, n, size)}
+        uniq, counts = np.unique(key, return_counts=True)  # sorted: by row, then by id
+        rows, ids = np.divmod(uniq, size)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+        values = counts.astype(np.float32) if self.dtype == np.float32 else None
+        return {ctx.name: CSR(ids.astype(np.int32), offsets, size, values)}
+
+    def _dense(self, key: NDArray[np.int64], n: int, size: int) -> NDArray[Any]:
+        out = np.zeros(n * size, self.dtype)
+        out[key] = 1
+        return out.reshape(n, size)

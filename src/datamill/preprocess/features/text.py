@@ -1,0 +1,110 @@
+"""text → two padded id matrices, characters and words, with two vocabularies (Ludwig 0.3 text).
+
+HDF5 keys: ``<name>_char`` and ``<name>_word`` (int32, 0 = ``<PAD>``, 1 = ``<UNK>``), built like a
+sequence feature each. Parameters use Ludwig's names: ``char_tokenizer`` (default ``characters``),
+``char_most_common`` (70), ``char_sequence_length_limit`` (1024), ``word_tokenizer``
+(``space_punct``), ``word_most_common`` (20000), ``word_sequence_length_limit`` (256),
+``lowercase`` (true), ``padding`` (right/left); plus ``remove_stopwords`` (false; a small built-in
+English list, applied to words after lowercasing) and ``word_regex`` for ``word_tokenizer: regex``.
+
+Metadata is flat with a ``char_`` / ``word_`` prefix, as Ludwig lays it out: ``char_idx2str``,
+``char_str2idx``, ``char_str2freq``, ``char_vocab_size``, ``char_max_sequence_length`` and the same
+with ``word_``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from numpy.typing import NDArray
+from pydantic import Field
+
+from datamill.core.constants import PAD, UNK
+from datamill.preprocess.features._ragged import STOPWORDS, Ragged, pad, split_tokens, to_string_array
+from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
+from datamill.preprocess.features.base import Params as BaseParams
+from datamill.preprocess.features.set_ import RaggedStats, VocabCache, fit_tokens
+from datamill.vocab import Vocab
+
+__all__ = ["Handler", "TextParams", "TextStats"]
+
+LEVELS = ("char", "word")
+
+
+class TextParams(BaseParams):
+    """``preprocessing:`` of a text feature."""
+
+    char_tokenizer: str = "characters"
+    char_most_common: int = Field(default=70, ge=1)
+    char_sequence_length_limit: int = Field(default=1024, ge=1)
+    word_tokenizer: str = "space_punct"
+    word_regex: str | None = None
+    word_most_common: int = Field(default=20000, ge=1)
+    word_sequence_length_limit: int = Field(default=256, ge=1)
+    lowercase: bool = True
+    remove_stopwords: bool = False
+    padding: Literal["right", "left"] = "right"
+
+
+@dataclass(frozen=True)
+class TextStats:
+    """Mergeable statistics: one :class:`RaggedStats` per level."""
+
+    char: RaggedStats
+    word: RaggedStats
+
+    def merge(self, other: TextStats) -> TextStats:
+        """Merge level by level."""
+        return TextStats(self.char.merge(other.char), self.word.merge(other.word))
+
+
+class Handler(FeatureHandler):
+    """Text feature handler."""
+
+    type: ClassVar[str] = "text"
+    Params: ClassVar[type[TextParams]] = TextParams
+
+    def __init__(self) -> None:
+        self._vocabs = VocabCache()
+
+    @staticmethod
+    def _tokens(column: pa.Array, params: TextParams) -> tuple[Ragged, Ragged]:
+        col = to_string_array(column)
+        chars = split_tokens(col, params.char_tokenizer, lowercase=params.lowercase)
+        words = split_tokens(col, params.word_tokenizer, lowercase=params.lowercase, regex=params.word_regex,
+                             stopwords=STOPWORDS if params.remove_stopwords else None)
+        return chars, words
+
+    def fit(self, column: pa.Array, params: TextParams, ctx: FeatureContext) -> TextStats:
+        chars, words = self._tokens(column, params)
+        return TextStats(fit_tokens(chars), fit_tokens(words))
+
+    def merge(self, a: TextStats, b: TextStats) -> TextStats:
+        return a.merge(b)
+
+    def finalize(self, stats: TextStats, params: TextParams, ctx: FeatureContext) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        for level, st, most, limit in (
+            ("char", stats.char, params.char_most_common, params.char_sequence_length_limit),
+            ("word", stats.word, params.word_most_common, params.word_sequence_length_limit),
+        ):
+            vocab = Vocab.from_counts(st.counts, max_size=most, specials=[PAD, UNK], unk_token=UNK)
+            meta.update({f"{level}_{k}": v for k, v in vocab.to_dict().items()})
+            meta[f"{level}_max_sequence_length"] = min(st.max_length, limit)
+        return meta
+
+    def transform(self, column: pa.Array, meta: dict[str, Any], params: TextParams,
+                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+        out: dict[str, NDArray[Any] | CSR] = {}
+        for level, rag in zip(LEVELS, self._tokens(column, params)):
+            ids = self._vocabs.get(meta, f"{level}_").encode(rag.values)
+            out[f"{ctx.name}_{level}"] = pad(ids, rag.offsets, int(meta[f"{level}_max_sequence_length"]),
+                                             padding=params.padding)
+        return out
+
+    @staticmethod
+    def vocab(meta: dict[str, Any], level: Literal["char", "word"]) -> Vocab:
+        """The ``char`` or ``word`` vocabulary stored in a text feature's metadata."""
+        return Vocab.from_dict({k[len(level) + 1:]: v for k, v in meta.items() if k.startswith(f"{level}_")})
