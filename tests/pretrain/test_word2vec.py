@@ -119,6 +119,13 @@ def test_empty_corpus(tmp_path: Path) -> None:
     assert e.value.path == "<tokens>"
 
 
+def test_token_lists_must_be_lists_of_strings() -> None:
+    with pytest.raises(ConfigError, match="list of token lists"):
+        build_skipgram(["a b c", "d e"], progress=False)  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="strings"):
+        build_skipgram([[1, 2, 3]], progress=False)  # type: ignore[list-item]
+
+
 def test_all_words_rare(tmp_path: Path) -> None:
     f = tmp_path / "rare.txt"
     f.write_text("a b c\nd e\n")

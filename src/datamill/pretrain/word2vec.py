@@ -194,9 +194,15 @@ def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray
             check_utf8(data, path=name)
         tokens, offsets = split_lines(data)
         return tokens, offsets, name, fingerprint_bytes(data)
+    if any(isinstance(s, (str, bytes)) for s in source):
+        raise ConfigError("expected a path or a list of token lists (sentences), got a list of strings",
+                          hint="wrap it: [tokens], or split each sentence: [line.split() for line in lines]")
     sentences = [list(s) for s in source]
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
-    tokens = pa.array([t for s in sentences for t in s], pa.string())
+    try:
+        tokens = pa.array([t for s in sentences for t in s], pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ConfigError(f"tokens must be strings: {exc}", hint="map ids to strings first") from exc
     return tokens, np.concatenate([[0], np.cumsum(lengths)]), "<tokens>", fingerprint_obj(sentences)
 
 
