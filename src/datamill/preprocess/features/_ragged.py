@@ -20,19 +20,13 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
 
-__all__ = ["Ragged", "STOPWORDS", "TOKENIZERS", "pad", "split_tokens", "to_string_array"]
+__all__ = ["STOPWORDS", "TOKENIZERS", "Ragged", "pad", "split_tokens", "to_string_array"]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
 
 #: a small built-in English stop-word list (for ``remove_stopwords``)
 STOPWORDS = frozenset(
-    "a about above after again against all am an and any are as at be because been before being below "
-    "between both but by can could did do does doing down during each few for from further had has have "
-    "having he her here hers herself him himself his how i if in into is it its itself just me more most "
-    "my myself no nor not now of off on once only or other our ours ourselves out over own same she should "
-    "so some such than that the their theirs them themselves then there these they this those through to "
-    "too under until up very was we were what when where which while who whom why will with you your "
-    "yours yourself yourselves".split()
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "you", "your", "yours", "yourself", "yourselves"]
 )
 
 

@@ -8,6 +8,7 @@ Metadata key for the longest row: ``max_set_size`` (Ludwig uses the same name fo
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,8 +28,8 @@ class Handler(set_.Handler):
     """Bag feature handler."""
 
     type: ClassVar[str] = "bag"
-    Params: ClassVar[type[BagParams]] = BagParams
-    dtype: ClassVar[type[np.generic]] = np.float32
+    Params: ClassVar[builtins.type[BagParams]] = BagParams
+    dtype: ClassVar[builtins.type[np.generic]] = np.float32
 
     def _dense(self, key: NDArray[np.int64], n: int, size: int) -> NDArray[Any]:
         counts = np.bincount(key, minlength=n * size).astype(np.float32)

@@ -13,6 +13,7 @@ and the dataset's row/line and column.
 
 from __future__ import annotations
 
+import builtins
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class Handler(FeatureHandler):
     """Image feature handler."""
 
     type: ClassVar[str] = "image"
-    Params: ClassVar[type[ImageParams]] = ImageParams
+    Params: ClassVar[builtins.type[ImageParams]] = ImageParams
 
     def fit(self, column: pa.Array, params: ImageParams, ctx: FeatureContext) -> ImageStats:
         paths = to_string_array(column)

@@ -9,10 +9,10 @@ first ``l`` tokens; ``padding: right`` (default) or ``left``.
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 from pydantic import Field
@@ -59,7 +59,7 @@ class Handler(FeatureHandler):
     """Sequence feature handler."""
 
     type: ClassVar[str] = "sequence"
-    Params: ClassVar[type[SequenceParams]] = SequenceParams
+    Params: ClassVar[builtins.type[SequenceParams]] = SequenceParams
 
     def __init__(self) -> None:
         self._vocabs = VocabCache()

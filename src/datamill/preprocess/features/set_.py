@@ -18,6 +18,7 @@ Metadata: the vocabulary (``idx2str``/``str2idx``/``str2freq``/``vocab_size``), 
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -87,8 +88,8 @@ class Handler(FeatureHandler):
     """Set feature handler (bag subclasses it with float32 frequencies)."""
 
     type: ClassVar[str] = "set"
-    Params: ClassVar[type[SetParams]] = SetParams
-    dtype: ClassVar[type[np.generic]] = np.int8
+    Params: ClassVar[builtins.type[SetParams]] = SetParams
+    dtype: ClassVar[builtins.type[np.generic]] = np.int8
     size_key: ClassVar[str] = "max_set_size"
 
     def __init__(self) -> None:

@@ -14,6 +14,7 @@ with ``word_``.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -22,7 +23,13 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import PAD, UNK
-from datamill.preprocess.features._ragged import STOPWORDS, Ragged, pad, split_tokens, to_string_array
+from datamill.preprocess.features._ragged import (
+    STOPWORDS,
+    Ragged,
+    pad,
+    split_tokens,
+    to_string_array,
+)
 from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
 from datamill.preprocess.features.base import Params as BaseParams
 from datamill.preprocess.features.set_ import RaggedStats, VocabCache, fit_tokens
@@ -64,7 +71,7 @@ class Handler(FeatureHandler):
     """Text feature handler."""
 
     type: ClassVar[str] = "text"
-    Params: ClassVar[type[TextParams]] = TextParams
+    Params: ClassVar[builtins.type[TextParams]] = TextParams
 
     def __init__(self) -> None:
         self._vocabs = VocabCache()

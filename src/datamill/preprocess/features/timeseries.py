@@ -9,6 +9,7 @@ number is a :class:`~datamill.core.errors.DataFileError` naming the file, line/r
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -69,7 +70,7 @@ class Handler(FeatureHandler):
     """Timeseries feature handler."""
 
     type: ClassVar[str] = "timeseries"
-    Params: ClassVar[type[TimeseriesParams]] = TimeseriesParams
+    Params: ClassVar[builtins.type[TimeseriesParams]] = TimeseriesParams
 
     def fit(self, column: pa.Array, params: TimeseriesParams, ctx: FeatureContext) -> TimeseriesStats:
         _, rag = parse_numbers(column, params, ctx)
