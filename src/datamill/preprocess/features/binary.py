@@ -48,12 +48,12 @@ class Handler(FeatureHandler):
     def finalize(self, stats: TokenCounts, params: BinaryParams, ctx: FeatureContext) -> dict[str, Any]:
         counts = stats.as_dict()
         truth = self._truth(pa.array(list(counts), pa.string()), params, ctx, check=False)
-        labels = {True: None, False: None}  # most frequent raw string per truth value, for decoding
+        labels: dict[bool, str | None] = {True: None, False: None}  # most frequent raw string (ties: smallest)
         for (value, n), t in zip(counts.items(), truth.to_pylist()):
             if t is None:
                 continue
             best = labels[t]
-            if best is None or (n, value) > (counts[best], best):
+            if best is None or (-n, value) < (-counts[best], best):
                 labels[t] = value
         return {"str2freq": counts, "bool2str": [labels[False] or "false", labels[True] or "true"],
                 "vocab_size": 2}
