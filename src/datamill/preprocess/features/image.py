@@ -68,8 +68,8 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        img = Image.open(path)
-        img.load()
+        with Image.open(path) as img:  # leaving the block closes the file, the loaded pixels stay
+            img.load()
     except FileNotFoundError as exc:
         raise DataFileError(f"image file not found: {path}", path=ctx.path, column=ctx.column,
                             **ctx.location(index), hint="image paths are relative to the dataset file") from exc
