@@ -79,6 +79,8 @@ def test_cifar10_tiny_end_to_end(data_copy: Any) -> None:
     assert (folder / "labels.hdf5").exists() and (folder / "labels.meta.json").exists()
     data, meta = load(folder / "labels.hdf5")
     np.testing.assert_array_equal(data["image_path"], img)
+    assert {k: meta["image_path"][k] for k in ("height", "width", "num_channels")} == {
+        "height": 32, "width": 32, "num_channels": 1}
     ref = np.asarray(Image.open(folder / "images/5.png").convert("L"))
     np.testing.assert_array_equal(data["image_path"][4, :, :, 0], ref)
     (folder / "images/5.png").unlink()
