@@ -179,13 +179,11 @@ def preprocess(
     fp = ""
     hdf5_path = meta_path = None
     if save:
-        from datamill.preprocess.reading import _read_file  # noqa: F401 - path handling lives there
-
         fp_input = _input_fingerprint(dataset)
         fp = chain(fp_input, TRANSFORM_VERSION, {
             "config": cfg.to_dict(), "version": _version(),
             "metadata": fingerprint_obj({k: v for k, v in meta_in.items() if k != HEADER}) if meta_in else None})
-        stem, base = _stem_and_dir(dataset)
+        stem, base = _stem_and_dir(dataset) if not in_memory else ("dataset", Path(output_dir or "."))
         out_dir = Path(output_dir) if output_dir is not None else base
         hdf5_path = out_dir / f"{stem}{HDF5_SUFFIX}"
         meta_path = out_dir / f"{stem}{META_SUFFIX}"

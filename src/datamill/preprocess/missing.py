@@ -27,7 +27,7 @@ MISSING_DEFAULTS: dict[str, tuple[str, Any]] = {
     "set": ("fill_with_const", "<UNK>"),
     "bag": ("fill_with_const", "<UNK>"),
     "sequence": ("fill_with_const", "<UNK>"),
-    "text": ("fill_with_const", "<UNK>"),
+    "text": ("fill_with_const", ""),  # "<UNK>" would be tokenised into "<", "unk", ">"
     "timeseries": ("fill_with_const", ""),
     "image": ("bfill", None),
 }
