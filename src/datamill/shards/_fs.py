@@ -1,0 +1,133 @@
+"""Filesystem plumbing for shardset datasets: local paths or any pyarrow filesystem URI.
+
+Reading shard files (Parquet or CSV) turns every pyarrow failure into a
+:class:`~datamill.core.errors.DataFileError` naming the file; writing goes to a temporary name in
+the same folder and is moved into place only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from datamill.core.errors import DataFileError, DataFileNotFoundError
+
+__all__ = ["Location", "read_any", "resolve"]
+
+_NULLS = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"]
+
+
+class Location:
+    """A folder on a pyarrow filesystem; ``display`` is what error messages show."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, display: str) -> None:
+        self.fs, self.path, self.display = fs, path.rstrip("/") or "/", display.rstrip("/")
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.path, *parts])
+
+    def show(self, *parts: str) -> str:
+        return "/".join([self.display, *parts])
+
+    def exists(self, *parts: str) -> bool:
+        return bool(self.fs.get_file_info(self.join(*parts)).type != pafs.FileType.NotFound)
+
+    def listdir(self, *parts: str) -> list[str]:
+        sel = pafs.FileSelector(self.join(*parts), allow_not_found=True)
+        return sorted(info.base_name for info in self.fs.get_file_info(sel))
+
+    def read_json(self, name: str) -> Any:
+        try:
+            with self.fs.open_input_stream(self.join(name)) as f:
+                return json.loads(f.read().decode("utf-8"))
+        except FileNotFoundError as exc:
+            raise DataFileNotFoundError("no such file", path=self.show(name)) from exc
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise DataFileError(f"not valid JSON: {exc}", path=self.show(name)) from exc
+
+    def tmp_name(self, stem: str) -> str:
+        return f".tmp-{stem}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    def write_json_atomic(self, name: str, obj: Any) -> None:
+        """Write ``name`` via a temporary file + move (the commit marker is written this way)."""
+        tmp = self.tmp_name(name)
+        data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8")
+        with self.fs.open_output_stream(self.join(tmp)) as f:
+            f.write(data)
+        _fsync_local(self.fs, self.join(tmp))
+        self.fs.move(self.join(tmp), self.join(name))
+
+    def remove_tree(self, name: str) -> None:
+        if self.exists(name):
+            self.fs.delete_dir(self.join(name))
+
+
+def _fsync_local(fs: pafs.FileSystem, path: str) -> None:
+    if isinstance(fs, pafs.LocalFileSystem):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def resolve(root: str | os.PathLike[str]) -> Location:
+    """A local path or a URI (``file://``, ``s3://`` …) → :class:`Location`."""
+    text = os.fspath(root)
+    if "://" in text:
+        try:
+            fs, path = pafs.FileSystem.from_uri(text)
+        except (pa.ArrowException, ValueError) as exc:
+            raise DataFileError(f"cannot open this filesystem URI: {exc}", path=text) from exc
+        return Location(fs, path, text)
+    return Location(pafs.LocalFileSystem(), os.path.abspath(text), text)
+
+
+def file_format(path: str) -> str:
+    low = path.lower()
+    if low.endswith((".parquet", ".pq")):
+        return "parquet"
+    if low.endswith(".csv"):
+        return "csv"
+    raise DataFileError("expected a .parquet or .csv shard file", path=path,
+                        hint="convert it to Parquet or CSV first")
+
+
+def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str] | None = None,
+             schema: pa.Schema | None = None) -> pa.Table:
+    """Read a Parquet or CSV file; CSV columns get the types of ``schema`` when given."""
+    fmt = file_format(path)
+    try:
+        if fmt == "parquet":
+            return pq.read_table(path, filesystem=fs, columns=columns)
+        types = {f.name: f.type for f in schema} if schema is not None else None
+        with fs.open_input_stream(path) as f:
+            return pcsv.read_csv(
+                f, read_options=pcsv.ReadOptions(block_size=1 << 24),
+                convert_options=pcsv.ConvertOptions(
+                    include_columns=columns, column_types=types, null_values=_NULLS,
+                    strings_can_be_null=True, quoted_strings_can_be_null=False))
+    except FileNotFoundError as exc:
+        raise DataFileNotFoundError("no such shard file", path=display) from exc
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, KeyError):
+            raise DataFileError(f"missing column: {exc}", path=display) from exc
+        raise DataFileError(f"cannot read this {fmt.upper()} file (corrupt or truncated?): {exc}",
+                            path=display, hint="re-write the file") from exc
+
+
+def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None:
+    """Write one shard file (Parquet or CSV)."""
+    if fmt == "parquet":
+        pq.write_table(table, path, filesystem=fs)
+    else:
+        with fs.open_output_stream(path) as f:
+            pcsv.write_csv(table, f)
+    _fsync_local(fs, path)

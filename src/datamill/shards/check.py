@@ -1,0 +1,148 @@
+"""Validation of shardset datasets: every violation is a DatamillError with path/uid/shard set.
+
+:func:`shard_problems` checks one shard table against the mapping (used by ``add`` before anything
+is committed, and by :func:`check_dataset`); :func:`check_dataset` checks a whole dataset folder:
+the manifest against the files, the mapping, every shard's UID column, uniqueness, placement and
+row counts. Nothing is raised by :func:`check_dataset`; it returns the list of violations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.errors import DatamillError, SchemaError, ShardsetError
+from datamill.shards._fs import Location, read_any
+from datamill.shards._mapping import Mapping, schema_from_b64
+
+__all__ = ["MAX_PER_FILE", "check_dataset", "shard_file", "shard_problems"]
+
+MAX_PER_FILE = 20  # violations listed per shard file before a summary line
+
+
+def shard_file(shardset: str, k: int, fmt: str) -> str:
+    return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=fmt)}"
+
+
+def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, mapping: Mapping,
+                   columns: list[str] | None, reference: tuple[str, str]) -> Iterator[DatamillError]:
+    """Violations of shard ``k`` of one shardset: UID column, column set, unknown/misplaced/duplicate UIDs.
+
+    ``reference`` is ``(first shardset name, its format)``, named in "belongs to shard m" messages.
+    """
+    if uid_column not in table.column_names:
+        yield SchemaError(f"the UID column {uid_column!r} is missing (columns: {table.column_names})",
+                          path=display, column=uid_column, shard=k, hint="every shard file needs the UID column")
+        return
+    if columns is not None and sorted(table.column_names) != sorted([uid_column, *columns]):
+        yield SchemaError(f"expected columns {sorted([uid_column, *columns])}, got {sorted(table.column_names)}",
+                          path=display, shard=k, hint="every shard of a shardset has the same columns")
+    uids = table.column(uid_column)
+    if uids.null_count:
+        row = int(np.flatnonzero(np.asarray(uids.is_null()))[0])
+        yield ShardsetError("a UID is null", path=display, row=row, shard=k)
+        return
+    pos = mapping.positions(uids)
+    valid = np.asarray(pos.is_valid())
+    p = np.asarray(pos.fill_null(0).to_numpy(), dtype=np.int64)
+    unknown = np.flatnonzero(~valid)
+    for row in unknown[:MAX_PER_FILE]:
+        yield ShardsetError("uid is not in the sample mapping (samples.parquet)", path=display,
+                            uid=uids[int(row)].as_py(), row=int(row), shard=k,
+                            hint="new samples need a new dataset (the mapping is fixed by the first shardset)")
+    owner = mapping.shard[p] if len(p) else np.empty(0, np.int64)
+    wrong = np.flatnonzero(valid & (owner != k))
+    for row in wrong[:MAX_PER_FILE]:
+        m = int(owner[row])
+        yield ShardsetError(f"uid belongs to shard {m} (as in {shard_file(reference[0], m, reference[1])})",
+                            path=display, uid=uids[int(row)].as_py(), row=int(row), shard=k,
+                            hint="a sample lives in the same shard index in every shardset; use `add --route`")
+    vals, first, counts = np.unique(p[valid], return_index=True, return_counts=True)
+    dup_rows = np.flatnonzero(valid)[first[counts > 1]]
+    for row in dup_rows[:MAX_PER_FILE]:
+        yield ShardsetError("duplicate uid within the shardset", path=display, uid=uids[int(row)].as_py(),
+                            row=int(row), shard=k, hint="UIDs must be unique within a shardset")
+    more = max(0, len(unknown) - MAX_PER_FILE) + max(0, len(wrong) - MAX_PER_FILE) + \
+        max(0, len(dup_rows) - MAX_PER_FILE)
+    if more:
+        yield ShardsetError(f"{more} more violations in this file", path=display, shard=k)
+
+
+def check_dataset(root: Any) -> list[DatamillError]:
+    """Every violation in the dataset at ``root`` (empty list when valid).
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> from datamill.shards import ShardsetDataset
+        >>> root = tempfile.mkdtemp() + "/ds"
+        >>> _ = ShardsetDataset.create(root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2)
+        >>> check_dataset(root)
+        []
+    """
+    from datamill.shards._fs import resolve
+
+    loc = root if isinstance(root, Location) else resolve(root)
+    out: list[DatamillError] = []
+    try:
+        manifest = loc.read_json(DATASET_MANIFEST)
+    except DatamillError as exc:
+        return [exc]
+    if manifest.get("format") != SHARDS_FORMAT:
+        return [ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {manifest.get('format')!r}",
+                              path=loc.show(DATASET_MANIFEST))]
+    uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
+    try:
+        mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
+        mapping = Mapping.from_table(mt, uid_col, n)
+    except DatamillError as exc:
+        return [*out, exc]
+    except (KeyError, pa.ArrowException) as exc:
+        return [ShardsetError(f"the mapping lacks a column: {exc}", path=loc.show(SAMPLES_FILE))]
+    if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
+        out.append(ShardsetError(f"shard indices must be in [0, {n})", path=loc.show(SAMPLES_FILE)))
+    if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
+        out.append(ShardsetError("the mapping is not sorted by shard", path=loc.show(SAMPLES_FILE)))
+    if pc.count_distinct(mapping.uids).as_py() != len(mapping.uids):
+        out.append(ShardsetError("duplicate UIDs in the mapping", path=loc.show(SAMPLES_FILE)))
+    sets = manifest.get("shardsets", [])
+    ref = (sets[0]["name"], sets[0]["format"]) if sets else ("?", "parquet")
+    for ss in sets:
+        out.extend(_check_shardset(loc, ss, uid_col=uid_col, n=n, mapping=mapping, ref=ref))
+    return out
+
+
+def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, mapping: Mapping,
+                    ref: tuple[str, str]) -> Iterator[DatamillError]:
+    name, fmt = ss["name"], ss["format"]
+    if int(ss["num_shards"]) != n:
+        yield ShardsetError(f"the manifest says {ss['num_shards']} shards, the dataset has {n}",
+                            path=loc.show(DATASET_MANIFEST), shard=name)
+    expected = {SHARD_PATTERN.format(index=k, ext=fmt) for k in range(n)}
+    present = set(loc.listdir(name))
+    if not loc.exists(name):
+        yield ShardsetError("the shardset folder is missing", path=loc.show(name))
+        return
+    for extra in sorted(present - expected):
+        if extra.startswith("shard."):
+            yield ShardsetError(f"unexpected shard file (the manifest lists {n} shards)", path=loc.show(name, extra))
+    schema = schema_from_b64(ss["schema"])
+    for k in range(n):
+        rel = shard_file(name, k, fmt)
+        if SHARD_PATTERN.format(index=k, ext=fmt) not in present:
+            yield ShardsetError("shard file is missing", path=loc.show(rel), shard=k)
+            continue
+        try:
+            t = read_any(loc.fs, loc.join(rel), display=loc.show(rel), schema=schema)
+        except DatamillError as exc:
+            yield exc
+            continue
+        if t.num_rows != int(ss["shard_rows"][k]):
+            yield ShardsetError(f"expected {ss['shard_rows'][k]} rows (manifest), got {t.num_rows}",
+                                path=loc.show(rel), shard=k)
+        yield from shard_problems(t, display=loc.show(rel), k=k, uid_column=uid_col, mapping=mapping,
+                                  columns=list(ss["columns"]), reference=ref)

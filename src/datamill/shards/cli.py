@@ -1,0 +1,120 @@
+"""``datamill shards {create,add,check,info,get,export}``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _cols(text: str | None) -> list[str] | None:
+    return [c for c in text.split(",") if c] if text else None
+
+
+def _create(args: argparse.Namespace) -> int:
+    from datamill.shards.dataset import ShardsetDataset
+
+    one = len(args.files) == 1 and (args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5")))
+    source: Any = args.files[0] if one else args.files
+    ds = ShardsetDataset.create(args.root, source, uid=args.uid, shardset=args.shardset,
+                                shard_size=args.shard_size if one else None, fmt=args.format,
+                                add_uid=args.add_uid)
+    print(ds.info())
+    return 0
+
+
+def _add(args: argparse.Namespace) -> int:
+    from datamill.shards.dataset import ShardsetDataset
+
+    ds = ShardsetDataset(args.root)
+    if args.route and len(args.files) != 1:
+        print("--route takes exactly one table file")
+        return 2
+    ds = ds.add(args.shardset, args.files[0] if args.route else args.files, route=args.route, fmt=args.format)
+    print(ds.info())
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from datamill.shards.check import check_dataset
+
+    problems = check_dataset(args.root)
+    for p in problems:
+        print(p.one_line())
+    print(f"{args.root}: {'OK' if not problems else f'{len(problems)} violations'}")
+    return 0 if not problems else 1
+
+
+def _info(args: argparse.Namespace) -> int:
+    from datamill.shards.dataset import ShardsetDataset
+
+    print(ShardsetDataset(args.root).info())
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from datamill.shards.dataset import ShardsetDataset
+
+    ds = ShardsetDataset(args.root)
+    uid: Any = args.uid
+    if pa.types.is_integer(ds.uids.type):
+        try:
+            uid = int(uid)
+        except ValueError:
+            pass
+    row = ds.get(uid, columns=_cols(args.columns))
+    print(json.dumps({k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in row.items()},
+                     default=str))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from datamill.shards.convert import export
+    from datamill.shards.dataset import ShardsetDataset
+
+    table = export(ShardsetDataset(args.root), args.out, columns=_cols(args.columns), join=args.join)
+    print(f"{args.out}: {table.num_rows:,} rows, columns {table.column_names}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``datamill shards ...`` to the CLI."""
+    p = sub.add_parser("shards", help="UID-keyed shardset datasets: create, add, check, info, get, export")
+    s = p.add_subparsers(dest="shards_command", required=True)
+    c = s.add_parser("create", help="create a dataset from shard files or one table (--shard-size)")
+    c.add_argument("root")
+    c.add_argument("--uid", required=True, help="the UID column")
+    c.add_argument("--shardset", required=True)
+    c.add_argument("files", nargs="+", help="shard files in shard order, or one table (CSV/Parquet/HDF5)")
+    c.add_argument("--shard-size", type=int, default=None, help="cut one table into shards of N rows")
+    c.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    c.add_argument("--add-uid", action="store_true", help="add the UID column as row numbers if absent")
+    c.set_defaults(func=_create)
+    a = s.add_parser("add", help="add a shardset (shard files respecting the mapping, or --route one table)")
+    a.add_argument("root")
+    a.add_argument("--shardset", required=True)
+    a.add_argument("files", nargs="+")
+    a.add_argument("--route", action="store_true", help="route the rows of one UID-keyed table to their shards")
+    a.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    a.set_defaults(func=_add)
+    k = s.add_parser("check", help="validate everything; list every violation")
+    k.add_argument("root")
+    k.set_defaults(func=_check)
+    i = s.add_parser("info", help="shardsets, columns, shards, samples and missing counts")
+    i.add_argument("root")
+    i.set_defaults(func=_info)
+    g = s.add_parser("get", help="print one joined sample")
+    g.add_argument("root")
+    g.add_argument("uid")
+    g.add_argument("--columns", default=None, help="comma-separated")
+    g.set_defaults(func=_get)
+    e = s.add_parser("export", help="write the joined dataset to one Parquet/CSV file")
+    e.add_argument("root")
+    e.add_argument("out")
+    e.add_argument("--columns", default=None, help="comma-separated")
+    e.add_argument("--join", choices=["left", "inner"], default="left")
+    e.set_defaults(func=_export)

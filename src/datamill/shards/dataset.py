@@ -1,0 +1,281 @@
+"""``ShardsetDataset``: read a UID-keyed shardset dataset (a :class:`~datamill.core.source.Source`).
+
+A dataset folder holds ``dataset.json`` (the manifest, written last), ``samples.parquet`` (the
+sample→shard mapping: UID → shard index, sorted by shard; its order is the row order of every
+joined shard) and one folder per shardset with ``shard.00000.parquet`` (or ``.csv``) …. A sample
+in shard ``k`` of one shardset is in shard ``k`` of every shardset that has it; shardsets may lack
+samples, which read as nulls (``join="left"``, the default) or are dropped and counted
+(``join="inner"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.errors import DatamillError, SchemaError, ShardsetError
+from datamill.core.fingerprint import fingerprint_obj
+from datamill.shards._fs import Location, read_any, resolve
+from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
+
+__all__ = ["ShardsetDataset"]
+
+DROPPED_KEY = b"datamill.dropped"
+
+
+class ShardsetDataset:
+    """A shardset dataset opened for reading (and extended with :meth:`add`).
+
+    Args:
+        root: the dataset folder, a local path or a pyarrow filesystem URI (``file://``, ``s3://`` …).
+        cache_shards: how many opened shard files :meth:`get` keeps (LRU). Defaults to ``16``.
+
+    Raises:
+        DataFileNotFoundError: there is no ``dataset.json``.
+        ShardsetError: the manifest has another format version.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> root = tempfile.mkdtemp() + "/ds"
+        >>> ds = ShardsetDataset.create(root, pa.table({"uid": [1, 2, 3], "x": [10, 20, 30]}),
+        ...                             uid="uid", shardset="a", shard_size=2)
+        >>> ds = ds.add("b", pa.table({"uid": [3, 1], "y": ["c", "a"]}), route=True)
+        >>> len(ds), ds.num_shards, ds.shardsets, ds.columns
+        (3, 2, ['a', 'b'], ['uid', 'x', 'y'])
+        >>> ds.read_shard(0).to_pydict()
+        {'uid': [1, 2], 'x': [10, 20], 'y': ['a', None]}
+        >>> ds.get(2)
+        {'uid': 2, 'x': 20, 'y': None}
+        >>> ds.read_shard(0, join="inner").num_rows, ds.last_dropped
+        (1, {'a': 0, 'b': 1})
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | Location, *, cache_shards: int = 16) -> None:
+        self.loc = root if isinstance(root, Location) else resolve(root)
+        manifest = self.loc.read_json(DATASET_MANIFEST)
+        if manifest.get("format") != SHARDS_FORMAT:
+            raise ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {manifest.get('format')!r}",
+                                path=self.loc.show(DATASET_MANIFEST))
+        self.manifest: dict[str, Any] = manifest
+        self.uid_column: str = manifest["uid_column"]
+        self._sets = {ss["name"]: ss for ss in manifest["shardsets"]}
+        self._schemas = {ss["name"]: schema_from_b64(ss["schema"]) for ss in manifest["shardsets"]}
+        self._owner = {c: ss["name"] for ss in manifest["shardsets"] for c in ss["columns"]}
+        table = read_any(self.loc.fs, self.loc.join(SAMPLES_FILE), display=self.loc.show(SAMPLES_FILE))
+        self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
+        self._cache: OrderedDict[tuple[str, int], tuple[pa.Table, UidIndex]] = OrderedDict()
+        self._cache_size = cache_shards
+        self.last_dropped: dict[str, int] = {}
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: str,
+               shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
+               add_uid: bool = False) -> ShardsetDataset:
+        """Create a dataset from shard files (their order is the shard index) or one table/file.
+
+        See :func:`datamill.shards.write.create` for the arguments.
+        """
+        from datamill.shards.write import create
+
+        return create(root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
+                      add_uid=add_uid)
+
+    def add(self, shardset: str, source: Any, /, *, route: bool = False, fmt: str = "parquet") -> ShardsetDataset:
+        """Add a shardset atomically and return the reopened dataset (see :func:`datamill.shards.write.add`)."""
+        from datamill.shards.write import add
+
+        return add(self, shardset, source, route=route, fmt=fmt)
+
+    # -- Source protocol -----------------------------------------------------------------------
+    @property
+    def columns(self) -> list[str]:
+        """The UID column, then every shardset's columns in manifest order."""
+        return [self.uid_column, *self._owner]
+
+    @property
+    def num_shards(self) -> int:
+        return self.mapping.num_shards
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        """Samples per shard (the mapping's counts: what ``read_shard(k)`` returns with ``join="left"``)."""
+        return self.mapping.sizes.copy()
+
+    def fingerprint(self) -> str:
+        return fingerprint_obj(self.manifest)
+
+    def __len__(self) -> int:
+        return len(self.mapping.uids)
+
+    @property
+    def uids(self) -> pa.Array:
+        """Every UID, in mapping order (by shard)."""
+        return self.mapping.uids
+
+    @property
+    def shardsets(self) -> list[str]:
+        return list(self._sets)
+
+    # -- reading --------------------------------------------------------------------------------
+    def _groups(self, columns: Sequence[str] | str | None) -> list[tuple[str, list[str]]]:
+        if columns is None:
+            return [(name, list(ss["columns"])) for name, ss in self._sets.items()]
+        cols = [columns] if isinstance(columns, str) else list(columns)
+        groups: dict[str, list[str]] = {}
+        for c in cols:
+            if c == self.uid_column:
+                continue
+            if c not in self._owner:
+                raise SchemaError(f"no shardset has column {c!r}; columns: {self.columns}",
+                                  path=self.loc.display, column=c)
+            groups.setdefault(self._owner[c], []).append(c)
+        return list(groups.items())
+
+    def shard_path(self, shardset: str, k: int) -> str:
+        """Path of shard ``k`` of ``shardset`` relative to the root."""
+        return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=self._sets[shardset]['format'])}"
+
+    def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
+        rel = self.shard_path(shardset, k)
+        cols = [self.uid_column, *columns]
+        if self._sets[shardset]["format"] == "parquet":
+            try:
+                with self.loc.fs.open_input_file(self.loc.join(rel)) as f:
+                    return pq.ParquetFile(f).read(columns=cols)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise read_error(self.loc.show(rel), k, exc) from exc
+        return read_any(self.loc.fs, self.loc.join(rel), display=self.loc.show(rel), columns=cols,
+                        schema=self._schemas[shardset])
+
+    def read_shard(self, index: int, *, columns: Sequence[str] | str | None = None,
+                   join: str = "left") -> pa.Table:
+        """Shard ``index`` joined across shardsets, rows in mapping order.
+
+        Args:
+            index: the shard index.
+            columns: columns to read (the UID column always comes first); only shardsets holding
+                them are opened. Defaults to ``None`` (all).
+            join: ``"left"`` keeps every sample of the shard (nulls where a shardset lacks it);
+                ``"inner"`` keeps samples present in every chosen shardset and records the number
+                dropped per shardset in :attr:`last_dropped` and in the schema metadata
+                ``datamill.dropped``. Defaults to ``"left"``.
+
+        Raises:
+            SchemaError: an unknown column.
+            ShardsetError: a shard file holds UIDs that are not mapped to this shard.
+        """
+        if join not in ("left", "inner"):
+            raise ValueError(f"join must be 'left' or 'inner', got {join!r}")
+        if not 0 <= index < self.num_shards:
+            raise IndexError(f"shard {index} out of range [0, {self.num_shards})")
+        uids = self.mapping.shard_uids(index)
+        names: list[str] = [self.uid_column]
+        arrays: list[Any] = [uids]
+        present: dict[str, pa.Array | None] = {}
+        for ss, cols in self._groups(columns):
+            t = self._read(ss, index, cols)
+            su = t.column(self.uid_column).combine_chunks()
+            if su.equals(uids):
+                present[ss] = None
+            else:
+                idx = pc.index_in(uids, value_set=su)
+                if len(idx) - idx.null_count != t.num_rows:
+                    raise ShardsetError(
+                        f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not mapped to shard "
+                        f"{index} (or are duplicated)", path=self.loc.show(self.shard_path(ss, index)), shard=index,
+                        hint="run `datamill shards check` for the list")
+                t = t.take(idx)
+                present[ss] = idx.is_valid()
+            for c in cols:
+                names.append(c)
+                arrays.append(t.column(c))
+        out = pa.Table.from_arrays(arrays, names=names)
+        if columns is not None and not isinstance(columns, str):
+            order = [self.uid_column] + [c for c in columns if c != self.uid_column]
+            out = out.select(order)
+        if join == "left":
+            return out
+        dropped = {ss: 0 if m is None else int(len(m) - pc.sum(m).as_py()) for ss, m in present.items()}
+        masks = [m for m in present.values() if m is not None]
+        if masks:
+            keep = masks[0]
+            for m in masks[1:]:
+                keep = pc.and_(keep, m)
+            out = out.filter(keep)
+        self.last_dropped = dropped
+        return out.replace_schema_metadata({DROPPED_KEY: json.dumps(dropped).encode()})
+
+    def _open(self, ss: str, k: int) -> tuple[pa.Table, UidIndex]:
+        key = (ss, k)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        t = self._read(ss, k, list(self._sets[ss]["columns"]))
+        entry = (t, UidIndex(t.column(self.uid_column)))
+        self._cache[key] = entry
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return entry
+
+    def get(self, uid: Any, *, columns: Sequence[str] | str | None = None) -> dict[str, Any]:
+        """One sample joined across shardsets (``None`` for the columns of a shardset lacking it).
+
+        Reads at most one shard per chosen shardset; opened shards are kept in an LRU cache.
+
+        Raises:
+            ShardsetError: the UID is not in the dataset (``uid`` attribute set).
+        """
+        pos = self.mapping.index.find(uid)
+        if pos is None:
+            raise ShardsetError("no such sample in the mapping", path=self.loc.show(SAMPLES_FILE), uid=uid,
+                                hint="see `datamill shards info` for the UID column and its type")
+        k = int(self.mapping.shard[pos])
+        out: dict[str, Any] = {self.uid_column: uid}
+        for ss, cols in self._groups(columns):
+            t, index = self._open(ss, k)
+            row = index.find(uid)
+            for c in cols:
+                out[c] = None if row is None else t.column(c)[row].as_py()
+        return out
+
+    def present_counts(self) -> dict[str, int]:
+        """Samples held by each shardset (from the manifest)."""
+        return {name: int(sum(ss["shard_rows"])) for name, ss in self._sets.items()}
+
+    def info(self) -> str:
+        """A short human-readable summary (what ``datamill shards info`` prints)."""
+        n = len(self)
+        lines = [f"{self.manifest.get('name', '')}: {n:,} samples, {self.num_shards} shards, "
+                 f"uid column {self.uid_column!r} ({self.uids.type})"]
+        for name, ss in self._sets.items():
+            have = int(sum(ss["shard_rows"]))
+            cols = ", ".join(f"{c}:{self._schemas[name].field(c).type}" for c in ss["columns"])
+            lines.append(f"  {name} [{ss['format']}]: {have:,} samples, {n - have:,} missing; {cols}")
+        return "\n".join(lines)
+
+    def to_table(self, *, columns: Sequence[str] | str | None = None, join: str = "left") -> pa.Table:
+        """Every shard joined and concatenated into one table (for export)."""
+        parts = [self.read_shard(k, columns=columns, join=join) for k in range(self.num_shards)]
+        if not parts:
+            raise ShardsetError("the dataset has no shards", path=self.loc.display)
+        return pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
+
+
+def read_error(display: str, k: int, exc: BaseException) -> DatamillError:
+    from datamill.core.errors import DataFileError, DataFileNotFoundError
+
+    if isinstance(exc, FileNotFoundError):
+        return DataFileNotFoundError("shard file is missing", path=display, shard=k)
+    return DataFileError(f"cannot read this Parquet file (corrupt or truncated?): {exc}", path=display, shard=k,
+                         hint="run `datamill shards check`")
