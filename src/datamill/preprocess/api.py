@@ -30,8 +30,19 @@ from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_path, atomic_write
 from datamill.core.progress import progress
-from datamill.preprocess.config import PreprocessConfig, ResolvedFeature, load_config, resolve_features
-from datamill.preprocess.features import CSR, FeatureContext, FeatureHandler, get_handler, handler_class
+from datamill.preprocess.config import (
+    PreprocessConfig,
+    ResolvedFeature,
+    load_config,
+    resolve_features,
+)
+from datamill.preprocess.features import (
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+    get_handler,
+    handler_class,
+)
 from datamill.preprocess.hdf5 import H5Writer, read_hdf5
 from datamill.preprocess.meta import HEADER, Metadata, read_meta
 from datamill.preprocess.missing import apply_fill, compute_fill

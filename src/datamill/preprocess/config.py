@@ -155,7 +155,7 @@ def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[st
                 import yaml
 
                 data = yaml.safe_load(text)
-        except Exception as exc:  # noqa: BLE001 - yaml/json parse errors of many types
+        except Exception as exc:
             raise ConfigError(f"cannot parse config: {' '.join(str(exc).split())}", path=source) from exc
         if not isinstance(data, dict):
             raise ConfigError(f"expected a mapping with input_features, got {type(data).__name__}", path=source)

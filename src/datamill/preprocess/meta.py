@@ -15,6 +15,7 @@ Shape (Ludwig-like: one entry per feature at the top level, plus a ``datamill`` 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ __all__ = ["HEADER", "Metadata", "read_meta"]
 HEADER = "datamill"
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a meta.json (CacheError when unreadable or not ours)."""
     try:
         with open(path, encoding="utf-8") as f:

@@ -99,7 +99,7 @@ def _read_file(source: Any, wanted: dict[str, str]) -> Dataset:
     path, member = split_member(source)
     kind = detect_format(source)
     name = display_name(source)
-    base = path.parent if member is None else path.parent
+    base = path.parent
     stem = Path(member).name if member else path.name
     stem = re.sub(r"\.(csv|tsv|parquet|jsonl|json|txt)(\.gz)?$", "", stem, flags=re.IGNORECASE)
     if kind in ("csv", "tsv"):

@@ -37,8 +37,9 @@ def compute_split(n: int, cfg: SplitConfig, *, seed: int, column: pa.ChunkedArra
     idx = pc.index_in(values, value_set=keys)
     if idx.null_count:
         bad = int(np.flatnonzero(pc.is_null(idx).to_numpy(zero_copy_only=False))[0])
-        loc = {"line": line_offset + bad} if line_offset is not None else {"row": bad}
+        line, row = (line_offset + bad, None) if line_offset is not None else (None, bad)
         raise DataFileError(f"expected a split value (0/1/2 or train/validation/test), got {column[bad].as_py()!r}",
-                            path=path, column=cfg.column, **loc)
+                            path=path, column=cfg.column, line=line, row=row)
     lut = np.array(list(_ALIASES.values()), dtype=np.int8)
-    return lut[np.asarray(pc.fill_null(idx, 0).to_numpy(zero_copy_only=False))]
+    out: NDArray[np.int8] = lut[np.asarray(pc.fill_null(idx, 0).to_numpy(zero_copy_only=False))]
+    return out

@@ -7,7 +7,7 @@ from typing import Any
 from datamill.preprocess.features.base import CSR
 from datamill.preprocess.meta import Metadata
 
-__all__ = ["tensor_rows", "format_table"]
+__all__ = ["format_table", "tensor_rows"]
 
 
 def tensor_rows(data: dict[str, Any], meta: Metadata) -> list[tuple[str, str, str, str]]:

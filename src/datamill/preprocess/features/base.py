@@ -9,6 +9,8 @@ common code before ``fit``/``transform``). ``fit`` returns *mergeable* statistic
 
 from __future__ import annotations
 
+import builtins
+
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +74,7 @@ class FeatureHandler(ABC):
     """One feature type: ``fit`` → ``merge`` → ``finalize`` → ``transform``."""
 
     type: ClassVar[str]
-    Params: ClassVar[type[BaseModel]]
+    Params: ClassVar[builtins.type[BaseModel]]
     #: arrow type the common code casts the column to before fit/transform ("string", "float64", "bool"…)
     input_type: ClassVar[str] = "string"
 

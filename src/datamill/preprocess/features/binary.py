@@ -7,6 +7,8 @@ that label is true, every other value false). Statistics: distinct value counts 
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,7 +39,7 @@ class Handler(FeatureHandler):
     """Binary feature handler."""
 
     type: ClassVar[str] = "binary"
-    Params: ClassVar[type[BinaryParams]] = BinaryParams
+    Params: ClassVar[builtins.type[BinaryParams]] = BinaryParams
 
     def fit(self, column: pa.Array, params: BinaryParams, ctx: FeatureContext) -> TokenCounts:
         return count_tokens(column)

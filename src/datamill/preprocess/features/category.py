@@ -6,6 +6,8 @@ Statistics are :class:`~datamill.vocab.TokenCounts` (mergeable); the vocabulary 
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,7 +36,7 @@ class Handler(FeatureHandler):
     """Category feature handler."""
 
     type: ClassVar[str] = "category"
-    Params: ClassVar[type[CategoryParams]] = CategoryParams
+    Params: ClassVar[builtins.type[CategoryParams]] = CategoryParams
 
     def __init__(self) -> None:
         self._vocab_cache: tuple[int, Vocab] | None = None

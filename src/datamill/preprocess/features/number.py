@@ -12,6 +12,8 @@ holding that column's fit values in memory (8 bytes a row).
 
 from __future__ import annotations
 
+import builtins
+
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -65,7 +67,7 @@ class Handler(FeatureHandler):
     """Number feature handler."""
 
     type: ClassVar[str] = "number"
-    Params: ClassVar[type[NumberParams]] = NumberParams
+    Params: ClassVar[builtins.type[NumberParams]] = NumberParams
     input_type: ClassVar[str] = "float64"
 
     def fit(self, column: pa.Array, params: NumberParams, ctx: FeatureContext) -> NumberStats:
