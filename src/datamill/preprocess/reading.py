@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datamill.core.errors import DataFileError, SchemaError
-from datamill.core.io import detect_format, display_name, read_bytes, read_table, split_member
+from datamill.core.io import detect_format, display_name, open_bytes, read_table, split_member
 
 __all__ = ["Dataset", "cast_column", "read_dataset"]
 
@@ -37,8 +37,10 @@ class Dataset:
     stem: str | None
 
 
-def _header(data: bytes, kind: str) -> list[str]:
-    first = data.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+def _header(source: Any, kind: str) -> list[str]:
+    with open_bytes(source) as f:
+        head = f.read(1 << 16)
+    first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
     return next(csv.reader(io.StringIO(first), delimiter="\t" if kind == "tsv" else ","), [])
 
 
@@ -80,6 +82,33 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
     return col.cast(pa.string())
 
 
+def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
+              types: dict[str, pa.DataType]) -> pa.Table | None:
+    """Read a plain CSV file straight from disk (no extra copy); ``None`` when the careful path is needed."""
+    import pyarrow.csv as pcsv
+
+    if member is not None or path.suffix.lower() == ".gz" or path.stat().st_size < 16:
+        return None
+    try:
+        table = pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(block_size=1 << 24),
+            parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=columns, column_types=types,
+                null_values=["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"],
+                strings_can_be_null=True, quoted_strings_can_be_null=False))
+        for col in table.columns:
+            if not pa.types.is_string(col.type) and not pa.types.is_floating(col.type) \
+                    and not pa.types.is_integer(col.type) and not pa.types.is_boolean(col.type):
+                return None
+            if pa.types.is_string(col.type):
+                col.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    return table
+
+
 def read_dataset(dataset: Any, wanted: dict[str, str]) -> Dataset:
     """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table."""
     if isinstance(dataset, pa.Table):
@@ -103,15 +132,16 @@ def _read_file(source: Any, wanted: dict[str, str]) -> Dataset:
     stem = Path(member).name if member else path.name
     stem = re.sub(r"\.(csv|tsv|parquet|jsonl|json|txt)(\.gz)?$", "", stem, flags=re.IGNORECASE)
     if kind in ("csv", "tsv"):
-        data = read_bytes(source)
-        if data.strip():
-            header = _header(data, kind)
+        header = _header(source, kind)
+        if header and any(h.strip() for h in header):
             for c in wanted:
                 if c not in header:
                     raise _missing(c, header, name)
         types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items() if t != "raw"}
         try:
-            table = read_table(source, fmt=kind, columns=list(wanted), column_types=types)
+            table = _fast_csv(path, member, kind, list(wanted), types)
+            if table is None:  # anything unusual: the foundation reader raises the located error
+                table = read_table(source, fmt=kind, columns=list(wanted), column_types=types)
         except DataFileError:
             numeric = [c for c, t in wanted.items() if t == "float64"]
             if not numeric:
