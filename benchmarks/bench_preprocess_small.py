@@ -47,12 +47,11 @@ CONFIG = {
 def make_input(folder: Path, times: int) -> Path:
     """house_prices_train.csv with its data rows repeated ``times`` times."""
     lines = (DATA / "house_prices_train.csv").read_text(encoding="utf-8").splitlines(keepends=True)
-    out = folder / "house_x{}.csv".format(times)
+    out = folder / f"house_x{times}.csv"
     with open(out, "w", encoding="utf-8") as f:
         f.write(lines[0])
         body = "".join(lines[1:])
-        for _ in range(times):
-            f.write(body)
+        f.writelines(body for _ in range(times))
     return out
 
 
