@@ -1,0 +1,198 @@
+"""Every constraint violation is caught by ``add`` (raised) and by ``check`` (listed), with location."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from datamill.core.errors import DataFileError, DatamillError, SchemaError, ShardsetError
+from datamill.shards import ShardsetDataset, check_dataset
+
+K, PER = 4, 5  # shard k holds uids 10k .. 10k+4
+
+
+@pytest.fixture()
+def ds(tmp_path: Path) -> ShardsetDataset:
+    t = pa.table({"uid": np.concatenate([np.arange(10 * k, 10 * k + PER) for k in range(K)]),
+                  "x": np.arange(K * PER)})
+    return ShardsetDataset.create(tmp_path / "ds", t, uid="uid", shardset="image", shard_size=PER)
+
+
+def shard_tables(**override: pa.Table) -> list[pa.Table]:
+    out = [pa.table({"uid": np.arange(10 * k, 10 * k + PER), "cap": [f"c{k}"] * PER}) for k in range(K)]
+    for k, t in override.items():
+        out[int(k[1:])] = t
+    return out
+
+
+def write(tmp: Path, tables: list[pa.Table], ext: str = "parquet") -> list[Path]:
+    tmp.mkdir(exist_ok=True)
+    paths = []
+    for k, t in enumerate(tables):
+        p = tmp / f"{k}.{ext}"
+        pq.write_table(t, p) if ext == "parquet" else pcsv.write_csv(t, p)
+        paths.append(p)
+    return paths
+
+
+def test_add_rejects_uid_in_wrong_shard(ds: ShardsetDataset, tmp_path: Path) -> None:
+    bad = pa.table({"uid": [30, 31, 12, 33, 34], "cap": ["c"] * 5})
+    files = write(tmp_path / "in", shard_tables(k3=bad))
+    with pytest.raises(ShardsetError) as exc:
+        ds.add("caption", files)
+    e = exc.value
+    assert (e.path, e.uid, e.shard, e.row) == (str(files[3]), 12, 3, 2)
+    assert "belongs to shard 1 (as in image/shard.00001.parquet)" in str(e)
+
+
+@pytest.mark.parametrize(("case", "err", "attrs"), [
+    ("missing_uid", SchemaError, {"column": "uid", "shard": 2}),
+    ("duplicate", ShardsetError, {"uid": 21, "shard": 2, "row": 1}),
+    ("unknown", ShardsetError, {"uid": 999, "shard": 2}),
+    ("csv_columns", SchemaError, {"shard": 2}),
+    ("corrupt", DataFileError, {}),
+    ("truncated", DataFileError, {}),
+])
+def test_add_rejects_bad_shard_files(ds: ShardsetDataset, tmp_path: Path, case: str, err: type,
+                                     attrs: dict[str, object]) -> None:
+    ext = "csv" if case == "csv_columns" else "parquet"
+    bad = {
+        "missing_uid": pa.table({"id": np.arange(20, 25), "cap": ["c"] * 5}),
+        "duplicate": pa.table({"uid": [20, 21, 21, 23, 24], "cap": ["c"] * 5}),
+        "unknown": pa.table({"uid": [20, 21, 999], "cap": ["c"] * 3}),
+        "csv_columns": pa.table({"uid": np.arange(20, 25), "cap": ["c"] * 5, "other": [1] * 5}),
+    }.get(case, shard_tables()[2])
+    files = write(tmp_path / "in", shard_tables(k2=bad), ext)
+    if case == "corrupt":
+        files[2].write_bytes(b"PAR1 this is not parquet PAR1")
+    if case == "truncated":
+        files[2].write_bytes(files[2].read_bytes()[:-30])
+    before = sorted(p.name for p in Path(ds.loc.path).iterdir())
+    with pytest.raises(err) as exc:
+        ds.add("caption", files)
+    assert exc.value.path == str(files[2])
+    for k, v in attrs.items():
+        assert getattr(exc.value, k) == v, k
+    assert sorted(p.name for p in Path(ds.loc.path).iterdir()) == before
+
+
+def test_add_shard_count_mismatch_and_route_errors(ds: ShardsetDataset, tmp_path: Path) -> None:
+    files = write(tmp_path / "in", shard_tables()[:3])
+    with pytest.raises(ShardsetError, match="got 3 shard files, the dataset has 4 shards") as exc:
+        ds.add("caption", files)
+    assert exc.value.path == ds.loc.display
+    with pytest.raises(ShardsetError, match=r"2 UIDs are not in the sample mapping: \[77, 78\]") as exc:
+        ds.add("caption", pa.table({"uid": [10, 77, 78], "c": [1, 2, 3]}), route=True)
+    assert (exc.value.uid, exc.value.row) == (77, 1)
+    with pytest.raises(ShardsetError, match="duplicate") as exc:
+        ds.add("caption", pa.table({"uid": [10, 11, 10], "c": [1, 2, 3]}), route=True)
+    assert (exc.value.uid, exc.value.row) == (10, 2)
+    with pytest.raises(SchemaError) as exc:
+        ds.add("caption", pa.table({"uid": [10], "x": [1]}), route=True)
+    assert exc.value.column == "x"
+    with pytest.raises(ShardsetError, match="already exists"):
+        ds.add("image", pa.table({"uid": [10], "y": [1]}), route=True)
+
+
+def test_create_rejects_duplicate_and_missing_uid(tmp_path: Path) -> None:
+    files = write(tmp_path / "in", [pa.table({"u": [1, 2]}), pa.table({"u": [3, 1]})])
+    with pytest.raises(ShardsetError) as exc:
+        ShardsetDataset.create(tmp_path / "d1", files, uid="u", shardset="a")
+    assert (exc.value.uid, exc.value.shard, exc.value.row, exc.value.path) == (1, 1, 1, str(files[1]))
+    with pytest.raises(SchemaError) as exc:
+        ShardsetDataset.create(tmp_path / "d2", files, uid="uid", shardset="a")
+    assert (exc.value.column, exc.value.path) == ("uid", str(files[0]))
+    assert not (tmp_path / "d1" / "dataset.json").exists()
+
+
+def _tamper(ds: ShardsetDataset, shardset: str, k: int, table: pa.Table | bytes) -> str:
+    path = ds.loc.join(ds.shard_path(shardset, k))
+    if isinstance(table, bytes):
+        Path(path).write_bytes(table)
+    else:
+        pq.write_table(table, path)
+    return path
+
+
+def test_check_lists_every_violation(ds: ShardsetDataset) -> None:
+    ds = ds.add("caption", pa.table({"uid": [0, 1, 10, 20, 30], "cap": list("abcde")}), route=True)
+    assert check_dataset(ds.loc) == []
+    p_wrong = _tamper(ds, "caption", 3, pa.table({"uid": [30, 12], "cap": ["e", "z"]}))
+    p_dup = _tamper(ds, "caption", 0, pa.table({"uid": [0, 1, 1], "cap": ["a", "b", "b"]}))
+    p_nouid = _tamper(ds, "caption", 1, pa.table({"id": [10], "cap": ["c"]}))
+    p_corrupt = _tamper(ds, "image", 2, b"garbage")
+    (Path(ds.loc.path) / "image" / "shard.00004.parquet").write_bytes(b"")
+    problems = check_dataset(ds.loc.path)
+    where = {(type(p).__name__, p.path, p.uid, p.shard) for p in problems}
+    assert ("ShardsetError", p_wrong, 12, 3) in where
+    assert any("caption/shard.00003.parquet, shard 3, row 1, uid 12: uid belongs to shard 1 "
+               "(as in image/shard.00001.parquet)" in str(p) for p in problems)
+    assert ("ShardsetError", p_dup, 1, 0) in where
+    assert ("SchemaError", p_nouid, None, 1) in where
+    assert ("DataFileError", p_corrupt, None, None) in where
+    assert any("unexpected shard file" in str(p) for p in problems)
+    row_counts = [p for p in problems if "rows (manifest)" in str(p)]
+    assert {p.path for p in row_counts} == {p_wrong, p_dup}  # 1 -> 2 rows, 2 -> 3 rows
+    assert all(isinstance(p, DatamillError) for p in problems)
+
+
+def test_check_manifest_mismatch(ds: ShardsetDataset) -> None:
+    root = Path(ds.loc.path)
+    m = json.loads((root / "dataset.json").read_text())
+    m["shardsets"][0]["num_shards"] = 5
+    (root / "dataset.json").write_text(json.dumps(m))
+    (root / "image" / "shard.00001.parquet").unlink()
+    msgs = [str(p) for p in check_dataset(root)]
+    assert any("the manifest says 5 shards, the dataset has 4" in s for s in msgs)
+    assert any("shard.00001.parquet, shard 1: shard file is missing" in s for s in msgs)
+
+
+@given(n=st.integers(1, 60), n_shards=st.integers(1, 7), seed=st.integers(0, 2**32 - 1),
+       p_missing=st.lists(st.floats(0, 1), min_size=1, max_size=3), string_uids=st.booleans())
+def test_read_shard_equals_pandas_merge(n: int, n_shards: int, seed: int, p_missing: list[float],
+                                        string_uids: bool) -> None:
+    rng = np.random.default_rng(seed)
+    raw = rng.choice(10 * n + 10, size=n, replace=False)
+    uids = [f"id{u}" for u in raw] if string_uids else raw.astype(np.int64)
+    base = pd.DataFrame({"uid": uids, "x": rng.normal(size=n)})
+    shard_of = rng.integers(0, n_shards, size=n)
+    files_tables = [pa.Table.from_pandas(base[shard_of == k], preserve_index=False) for k in range(n_shards)]
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        files = write(tmp / "in", files_tables)
+        ds = ShardsetDataset.create(tmp / "ds", files, uid="uid", shardset="s0")
+        frames = [base]
+        for i, p in enumerate(p_missing):
+            keep = rng.random(n) >= p
+            df = pd.DataFrame({"uid": base["uid"][keep], f"c{i}": rng.integers(0, 100, size=int(keep.sum()))})
+            df = df.sample(frac=1, random_state=int(rng.integers(1 << 30)))
+            ds = ds.add(f"s{i + 1}", pa.Table.from_pandas(df, preserve_index=False), route=True)
+            frames.append(df)
+        merged = frames[0]
+        for f in frames[1:]:
+            merged = merged.merge(f, on="uid", how="left")
+        got = pd.concat([ds.read_shard(k).to_pandas() for k in range(n_shards)], ignore_index=True)
+        assert len(got) == n == int(ds.shard_sizes().sum())
+        assert sorted(got["uid"].tolist()) == sorted(base["uid"].tolist())
+        np.testing.assert_array_equal(np.diff(shard_of[pd.Index(base["uid"]).get_indexer(got["uid"])]) >= 0, True)
+        exp = merged.set_index("uid").loc[got["uid"]].reset_index()
+        for c in exp.columns:
+            if c.startswith("c"):
+                exp[c] = exp[c].astype("Int64")
+                got[c] = got[c].astype("Int64")
+        pd.testing.assert_frame_equal(got, exp, check_dtype=False)
+        inner = pd.concat([ds.read_shard(k, join="inner").to_pandas() for k in range(n_shards)], ignore_index=True)
+        assert len(inner) == len(merged.dropna())
+    finally:
+        shutil.rmtree(tmp)
