@@ -53,7 +53,8 @@ def test_split_tokens_names() -> None:
         "hi", ",", "there", "!", "you", "a", ",", "b", ",", "c"]
     r = split_tokens(col, "comma")
     assert r.values.to_pylist() == ["Hi", "there!  you", "a", "b", "c"] and r.offsets.tolist() == [0, 2, 2, 5]
-    assert split_tokens(pa.array(["hé\nx"]), "characters").values.to_pylist() == ["h", "é", "\n", "x"]
+    chars = split_tokens(pa.array(["hé\nx"]), "characters")
+    assert [chr(c) for c in chars.codes] == ["h", "é", "\n", "x"]
     assert split_tokens(pa.array(["a1b22c"]), "regex", regex=r"\d+").values.to_pylist() == ["a", "b", "c"]
     with pytest.raises(ConfigError, match="valid tokenizers"):
         split_tokens(col, "nope")
@@ -66,6 +67,20 @@ def test_split_tokens_matches_python_split(rows: list[list[str]]) -> None:
     r = split_tokens(pa.array([" ".join(t) for t in rows]), "space")
     got = [r.values[int(a):int(b)].to_pylist() for a, b in zip(r.offsets[:-1], r.offsets[1:])]
     assert got == rows
+
+
+@given(texts=st.lists(st.text(max_size=12), min_size=1, max_size=20), lo=st.integers(0, 5),
+       large=st.booleans(), most=st.integers(1, 10))
+def test_codepoints_match_python_characters(texts: list[str], lo: int, large: bool, most: int) -> None:
+    col = pa.array(["pad"] * lo + texts, pa.large_string() if large else pa.string()).slice(lo)
+    rag = split_tokens(col, "characters")
+    assert rag.codes is not None
+    got = ["".join(chr(c) for c in rag.codes[a:b]) for a, b in zip(rag.offsets[:-1], rag.offsets[1:])]
+    assert got == texts
+    flat = [ch for t in texts for ch in t]
+    assert rag.count().as_dict() == dict(Counter(flat))
+    vocab = Vocab.build(flat, max_size=most)
+    assert rag.encode(vocab).tolist() == vocab.encode(pa.array(flat, pa.string())).tolist()
 
 
 @given(rows=st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=20),

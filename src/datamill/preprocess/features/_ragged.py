@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
+from datamill.vocab import TokenCounts, Vocab, count_tokens
 
 __all__ = ["STOPWORDS", "TOKENIZERS", "Ragged", "pad", "split_tokens", "to_string_array"]
 
@@ -31,13 +32,19 @@ STOPWORDS = frozenset(
 
 
 class Ragged:
-    """Flat ``values`` (pyarrow array) + ``offsets`` (int64, len = rows + 1)."""
+    """Ragged tokens: flat ``values`` (pyarrow strings) + ``offsets`` (int64, len = rows + 1).
 
-    __slots__ = ("offsets", "values")
+    Character tokens are held as Unicode code points in ``codes`` (int32) instead of strings
+    (``values`` is then ``None``): counting is one ``np.bincount`` and encoding one table lookup.
+    """
 
-    def __init__(self, values: pa.Array, offsets: NDArray[np.int64]) -> None:
+    __slots__ = ("codes", "offsets", "values")
+
+    def __init__(self, values: pa.Array | None, offsets: NDArray[np.int64],
+                 codes: NDArray[np.int32] | None = None) -> None:
         self.values = values
         self.offsets = offsets
+        self.codes = codes
 
     @classmethod
     def from_list(cls, arr: pa.Array | pa.ChunkedArray) -> Ragged:
@@ -68,7 +75,59 @@ class Ragged:
             return self
         kept = np.zeros(len(mask) + 1, np.int64)
         np.cumsum(mask, out=kept[1:])
+        if self.codes is not None:
+            return Ragged(None, kept[self.offsets], self.codes[mask])
+        assert self.values is not None
         return Ragged(self.values.filter(pa.array(mask)), kept[self.offsets])
+
+    def count(self) -> TokenCounts:
+        """Mergeable counts of the tokens."""
+        if self.codes is None:
+            return count_tokens(self.values)
+        bins = np.bincount(self.codes) if len(self.codes) else np.zeros(0, np.int64)
+        present = np.flatnonzero(bins)
+        return TokenCounts(pa.array([chr(c) for c in present.tolist()], pa.string()),  # per distinct char
+                           bins[present].astype(np.int64))
+
+    def encode(self, vocab: Vocab) -> NDArray[np.int32]:
+        """Token ids (unknown → the vocabulary's unk id)."""
+        if self.codes is None:
+            return vocab.encode(self.values)
+        singles = [(ord(t), i) for i, t in enumerate(vocab.idx2str) if len(t) == 1]  # per vocab entry
+        size = max([int(self.codes.max()) + 1 if len(self.codes) else 0, *(c + 1 for c, _ in singles)])
+        unk = vocab.unk_index
+        if unk is None:
+            raise ConfigError("character vocabulary without an unknown token")
+        lut = np.full(size, unk, np.int32)
+        if singles:
+            chars, ids = np.array(singles, np.int64).T
+            lut[chars] = ids
+        encoded: NDArray[np.int32] = lut[self.codes]
+        return encoded
+
+
+def codepoints(column: pa.Array) -> Ragged:
+    """Characters of a string column as code points, from the UTF-8 buffer with numpy (no Python loop)."""
+    large = pa.types.is_large_string(column.type)
+    bufs = column.buffers()
+    off = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[column.offset:column.offset + len(column) + 1]
+    data = (np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]] if bufs[2] is not None and len(column)
+            else np.zeros(0, np.uint8))
+    rel = (off - off[0]).astype(np.int64) if len(column) else np.zeros(1, np.int64)
+    if len(data) == 0 or int(data.max()) < 0x80:  # ASCII: one byte, one character
+        return Ragged(None, rel, data.astype(np.int32))
+    is_start = (data & 0xC0) != 0x80
+    cum = np.zeros(len(data) + 1, np.int64)
+    np.cumsum(is_start, out=cum[1:])
+    starts = np.flatnonzero(is_start)
+    padded = np.concatenate([data, np.zeros(3, np.uint8)])
+    lead = padded[starts].astype(np.int32)
+    b1, b2, b3 = ((padded[starts + k] & 0x3F).astype(np.int32) for k in (1, 2, 3))
+    cp = np.where(lead < 0x80, lead,
+                  np.where(lead >= 0xF0, ((lead & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
+                           np.where(lead >= 0xE0, ((lead & 0x0F) << 12) | (b1 << 6) | b2,
+                                    ((lead & 0x1F) << 6) | b1)))
+    return Ragged(None, cum[rel], cp.astype(np.int32))
 
 
 def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -117,8 +176,11 @@ def split_tokens(
     col = to_string_array(column)
     if lowercase:
         col = pc.utf8_lower(col)
+    if tokenizer == "characters":
+        return codepoints(col)
     rag = Ragged.from_list(_split(col, tokenizer, regex))
     values = rag.values
+    assert values is not None
     if strip if strip is not None else tokenizer in ("comma", "regex"):
         values = pc.utf8_trim_whitespace(values)
         rag = Ragged(values, rag.offsets)
@@ -148,10 +210,15 @@ def pad(
     if length == 0 or len(ids) == 0:
         return out
     lengths = np.diff(offsets)
-    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    pos = np.arange(len(ids), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-    keep = pos < length
-    if padding == "left":
-        pos = pos + np.repeat(length - np.minimum(lengths, length), lengths)
-    out[rows[keep], pos[keep]] = np.asarray(ids)[keep]
+    clipped = np.minimum(lengths, length)
+    values = np.asarray(ids)
+    if (lengths > length).any():  # keep the first `length` of each row: +1 at row starts, -1 at cuts
+        marks = np.zeros(len(values) + 1, np.int32)
+        np.add.at(marks, offsets[:-1][lengths > 0], 1)
+        np.add.at(marks, (offsets[:-1] + clipped)[lengths > 0], -1)
+        values = values[np.cumsum(marks[:-1], dtype=np.int32) > 0]
+    cols = np.arange(length, dtype=np.int32)
+    # a row-major boolean mask of the filled cells, so values land in order with one assignment
+    mask = cols < clipped[:, None] if padding == "right" else cols >= (length - clipped)[:, None]
+    out[mask] = values
     return out

@@ -87,6 +87,6 @@ class Handler(FeatureHandler):
     def transform(self, column: pa.Array, meta: dict[str, Any], params: SequenceParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params)
-        ids = self._vocabs.get(meta).encode(rag.values)
+        ids = rag.encode(self._vocabs.get(meta))
         return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), padding=params.padding)}
 

@@ -31,7 +31,7 @@ from datamill.core.constants import PAD, UNK
 from datamill.preprocess.features._ragged import Ragged, split_tokens
 from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
 from datamill.preprocess.features.base import Params as BaseParams
-from datamill.vocab import TokenCounts, Vocab, count_tokens
+from datamill.vocab import TokenCounts, Vocab
 
 __all__ = ["Handler", "RaggedStats", "SetParams"]
 
@@ -66,7 +66,7 @@ class RaggedStats:
 def fit_tokens(rag: Ragged) -> RaggedStats:
     """Statistics of one block of tokens."""
     longest = int(rag.lengths.max()) if len(rag) else 0
-    return RaggedStats(count_tokens(rag.values), longest, len(rag))
+    return RaggedStats(rag.count(), longest, len(rag))
 
 
 class VocabCache:
@@ -117,7 +117,7 @@ class Handler(FeatureHandler):
         vocab = self._vocabs.get(meta)
         size = len(vocab)
         n = len(rag)
-        key = rag.row_ids * size + vocab.encode(rag.values, dtype=np.int64)
+        key = rag.row_ids * size + rag.encode(vocab).astype(np.int64)
         if meta.get("layout", "dense") == "dense":
             return {ctx.name: self._dense(key, n, size)}
         uniq, counts = np.unique(key, return_counts=True)  # sorted: by row, then by id

@@ -106,7 +106,7 @@ class Handler(FeatureHandler):
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         out: dict[str, NDArray[Any] | CSR] = {}
         for level, rag in zip(LEVELS, self._tokens(column, params)):
-            ids = self._vocabs.get(meta, f"{level}_").encode(rag.values)
+            ids = rag.encode(self._vocabs.get(meta, f"{level}_"))
             out[f"{ctx.name}_{level}"] = pad(ids, rag.offsets, int(meta[f"{level}_max_sequence_length"]),
                                              padding=params.padding)
         return out

@@ -52,14 +52,16 @@ class TimeseriesStats:
 def parse_numbers(column: pa.Array, params: TimeseriesParams, ctx: FeatureContext) -> tuple[NDArray[np.float32], Ragged]:
     """Flat float32 values and their row offsets; DataFileError at the first bad token."""
     rag = split_tokens(column, params.tokenizer, strip=True)
+    tokens = rag.values
+    assert tokens is not None  # space/comma tokens are strings
     try:
-        values = pc.cast(rag.values, pa.float64()).to_numpy(zero_copy_only=False)
+        values = pc.cast(tokens, pa.float64()).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        ok = pc.match_substring_regex(rag.values, _NUMBER).to_numpy(zero_copy_only=False)
+        ok = pc.match_substring_regex(tokens, _NUMBER).to_numpy(zero_copy_only=False)
         bad = int(np.flatnonzero(~ok)[0]) if not ok.all() else 0
         row = int(np.searchsorted(rag.offsets, bad, side="right") - 1)
         raise DataFileError(
-            f"expected a {params.tokenizer}-separated list of numbers, got {rag.values[bad].as_py()!r}",
+            f"expected a {params.tokenizer}-separated list of numbers, got {tokens[bad].as_py()!r}",
             path=ctx.path, column=ctx.column, **ctx.location(row),
             hint="fix the value, or set preprocessing.tokenizer (space/comma) to match the separator",
         ) from exc
