@@ -48,7 +48,7 @@ Texts: TypeAlias = "Sequence[str | None] | pa.Array | pa.ChunkedArray | np.ndarr
 #: ``SPACE_PUNCTUATION_REGEX`` ``\w+|[^\w\s]`` in RE2 syntax with Unicode classes)
 _PUNCT = r"([^\p{L}\p{N}\p{M}_\s])"
 #: Python's ``str.split()`` whitespace, in RE2 syntax
-_WS = r"[\s\p{Z}\x{85}\x{1c}-\x{1f}]+"
+_WS = r"[\s\x{0b}\p{Z}\x{85}\x{1c}-\x{1f}]+"
 
 
 def as_string_array(texts: Texts) -> pa.Array:

@@ -1,0 +1,19 @@
+"""Text corpora (CSR ``.npy``), vocabularies, and language-model minibatches.
+
+Examples:
+    >>> from datamill.text import build_corpus, random_batches
+    >>> c = build_corpus(["the time machine by h g wells"], level="char")
+    >>> X, Y = next(iter(random_batches(c, 2, 5, seed=0)))
+    >>> X.shape, X.dtype
+    ((2, 5), dtype('int32'))
+"""
+
+from __future__ import annotations
+
+from datamill.text.batches import LMBatches, random_batches, sequential_batches
+from datamill.text.corpus import Corpus, build_corpus, build_vocab
+from datamill.text.source import CorpusSource
+
+__all__ = ["Corpus", "CorpusSource", "LMBatches", "build_corpus", "build_vocab", "random_batches", "sequential_batches"]
+
+assert sorted(__all__) == __all__

@@ -1,0 +1,419 @@
+"""LM corpora: one contiguous id array plus line offsets (CSR), saved as memory-mappable ``.npy``.
+
+A corpus folder holds ``tokens.npy`` (uint16 when the vocabulary has at most 65,536 tokens, else
+int32), ``offsets.npy`` (int64, ``n_lines + 1`` line starts), ``vocab.json`` (:class:`Vocab`),
+``tokenizer.json`` for ``bpe``/``wordpiece`` corpora, and ``corpus.json`` (format, level, counts,
+fingerprint), written last as the commit marker. The whole folder is written in a temp folder and
+renamed into place.
+
+Levels (how the text becomes documents and tokens):
+
+* ``char``: each line is a document of its characters (the newline itself is not a token), as the
+  seed's ``tokenize(lines, 'char')``. With ``collapse_whitespace=True`` the whole file is ONE
+  document, ``' '.join(' '.join(lines).split())``: the seed's normalisation of The Time Machine
+  (with ``lowercase=True``: 178,605 characters, 44 distinct).
+* ``word``: each line is a document of its whitespace-separated words (``str.split()``), as the
+  word2vec chapter reads PTB.
+* ``bpe`` / ``wordpiece``: each line is a document of Hugging Face sub-word ids
+  (:class:`datamill.tokenize.HFTokenizer`, trained on the text unless ``tokenizer=`` is given).
+
+Vocabulary (``char``/``word``): the seed's ``Vocab(tokens, min_freq, reserved_tokens)``: ``<unk>``
+first, then ``reserved_tokens``, then tokens by descending count; ties by ascending token (the
+seed keeps first-seen order for ties, the only difference). Tokens seen fewer than ``min_freq``
+times map to ``<unk>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+from numpy.typing import NDArray
+
+from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
+from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+from datamill.core.io import PathLike, atomic_dir, display_name, read_text
+from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
+from datamill.vocab import TokenCounts, Vocab
+
+__all__ = ["CORPUS_FILE", "LEVELS", "OFFSETS_FILE", "TOKENIZER_FILE", "TOKENS_FILE", "Corpus", "build_corpus",
+           "build_vocab", "read_lines"]
+
+TOKENS_FILE = "tokens.npy"
+OFFSETS_FILE = "offsets.npy"
+CORPUS_FILE = "corpus.json"
+TOKENIZER_FILE = "tokenizer.json"
+LEVELS = ("char", "word", "bpe", "wordpiece")
+Level = Literal["char", "word", "bpe", "wordpiece"]
+
+
+def read_lines(source: PathLike | str | Sequence[str] | pa.Array, *, lowercase: bool = False,
+               collapse_whitespace: bool = False, one_document: bool = False) -> pa.Array:
+    """Lines of a text file (or ``zip:member``, or given texts) as a string array, normalised.
+
+    ``one_document=True`` joins the lines with spaces first (the seed's ``' '.join(lines)``).
+
+    Examples:
+        >>> read_lines(["The  Time", "Machine"], lowercase=True, collapse_whitespace=True,
+        ...            one_document=True).to_pylist()
+        ['the time machine']
+    """
+    if isinstance(source, (str, os.PathLike)):
+        text = read_text(source)
+        lines: pa.Array = pc.split_pattern(pa.array([text], pa.string()), "\n").flatten()
+        if len(lines) and lines[-1].as_py() == "":
+            lines = lines.slice(0, len(lines) - 1)
+        lines = pc.utf8_rtrim(lines, characters="\r")
+    else:
+        lines = as_string_array(source)
+    if one_document:
+        lines = pa.array([pc.binary_join(pa.array([lines], pa.list_(pa.string())), " ")[0].as_py() or ""])
+    return normalize(lines, lowercase=lowercase, collapse_whitespace=collapse_whitespace)
+
+
+def _specials(reserved_tokens: Sequence[str] | str, unk_token: str) -> list[str]:
+    reserved = [reserved_tokens] if isinstance(reserved_tokens, str) else list(reserved_tokens)
+    return [unk_token, *[t for t in reserved if t != unk_token]]
+
+
+def _check_vocab_args(min_freq: int, max_size: int | None) -> int:
+    if min_freq < 0:
+        raise ConfigError(f"min_freq must be >= 0, got {min_freq}")
+    if max_size is not None and max_size < 0:
+        raise ConfigError(f"max_size must be >= 0, got {max_size}")
+    return max(1, min_freq)  # the seed's min_freq=0 keeps everything, as 1 does
+
+
+def _char_ids(lines: pa.Array) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
+    return CharTokenizer().codepoints(lines)
+
+
+def _counts_from_codepoints(cps: NDArray[np.uint32]) -> tuple[TokenCounts, NDArray[np.uint32]]:
+    uniq, counts = np.unique(cps, return_counts=True) if len(cps) < 1 << 16 else _bincount_unique(cps)
+    chars = pa.array([chr(c) for c in uniq.tolist()], pa.string())  # one per distinct character
+    return TokenCounts(chars, counts.astype(np.int64)), uniq
+
+
+def _bincount_unique(cps: NDArray[np.uint32]) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
+    counts = np.bincount(cps)
+    uniq = np.flatnonzero(counts).astype(np.uint32)
+    return uniq, counts[uniq]
+
+
+def _word_dictionary(lines: pa.Array) -> tuple[pa.ListArray, pa.DictionaryArray]:
+    words = SpaceTokenizer().tokenize(lines)
+    return words, pc.dictionary_encode(words.flatten())
+
+
+def build_vocab(
+    source: PathLike | Sequence[str] | pa.Array | pa.ChunkedArray,
+    /,
+    *,
+    level: Literal["char", "word"] = "word",
+    lowercase: bool = False,
+    collapse_whitespace: bool = False,
+    min_freq: int = 0,
+    max_size: int | None = None,
+    reserved_tokens: Sequence[str] | str = (),
+    unk_token: str = "<unk>",
+) -> Vocab:
+    """The seed's vocabulary of a text (file, ``zip:member``, or texts), counted over whole arrays.
+
+    Args:
+        source: a text file path, ``archive.zip:member``, a list/array of texts, or a
+            ``list<string>`` array of already tokenised texts.
+        level: ``"char"`` or ``"word"`` (whitespace). Ignored for tokenised input. Defaults to ``"word"``.
+        lowercase: lower-case first. Defaults to ``False``.
+        collapse_whitespace: collapse whitespace runs to one space. Defaults to ``False``.
+        min_freq: rarer tokens are left out (they map to ``unk_token``). Defaults to ``0`` (keep all).
+        max_size: keep at most this many regular tokens. Defaults to ``None``.
+        reserved_tokens: special tokens placed after ``unk_token``. Defaults to ``()``.
+        unk_token: the unknown token, id 0. Defaults to ``"<unk>"``.
+
+    Returns:
+        the :class:`datamill.vocab.Vocab`.
+
+    Raises:
+        DataFileError / DataFileNotFoundError: unreadable, empty or non-UTF-8 file.
+        ConfigError: bad level or limits.
+
+    Examples:
+        >>> v = build_vocab(["the cat", "the hat"], reserved_tokens=["<pad>"])
+        >>> v.idx2str, v[["the", "dog"]]
+        (['<unk>', '<pad>', 'the', 'cat', 'hat'], [2, 0])
+        >>> len(build_vocab(["abca"], level="char"))
+        4
+    """
+    mf = _check_vocab_args(min_freq, max_size)
+    specials = _specials(reserved_tokens, unk_token)
+    if isinstance(source, (pa.ListArray, pa.LargeListArray)):
+        counts_obj = _count_list(source)
+    elif level == "char":
+        cps, _ = _char_ids(read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace))
+        counts_obj, _u = _counts_from_codepoints(cps)
+    elif level == "word":
+        _, dic = _word_dictionary(read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace))
+        counts_obj = TokenCounts(dic.dictionary, np.bincount(dic.indices.to_numpy(), minlength=len(dic.dictionary)))
+    else:
+        raise ConfigError(f"build_vocab level must be 'char' or 'word', got {level!r}")
+    return Vocab.from_counts(counts_obj, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
+
+
+def _count_list(lists: pa.ListArray | pa.LargeListArray) -> TokenCounts:
+    from datamill.vocab import count_tokens
+
+    return count_tokens(lists.flatten())
+
+
+def _smallest_dtype(vocab_size: int) -> type[np.unsignedinteger[Any] | np.signedinteger[Any]]:
+    return np.uint16 if vocab_size <= 1 << 16 else np.int32
+
+
+class Corpus:
+    """Token ids (one contiguous array) + line offsets + vocabulary.
+
+    Args:
+        tokens: 1-D integer ids (uint16/int32; any integer array is accepted and kept).
+        offsets: int64 line starts, ``len = n_lines + 1``, ``offsets[-1] == len(tokens)``.
+            Defaults to ``None`` (one line).
+        vocab: the vocabulary. Defaults to ``None`` (ids only, e.g. ``list(range(30))``).
+        level: how the text was tokenised. Defaults to ``"ids"``.
+        meta: extra facts for ``corpus.json``. Defaults to ``None``.
+        tokenizer: the sub-word tokenizer of a bpe/wordpiece corpus. Defaults to ``None``.
+        path: the folder it was loaded from. Defaults to ``None``.
+
+    Examples:
+        >>> c = Corpus(np.arange(30))
+        >>> len(c), c.num_lines, c.tokens.dtype
+        (30, 1, dtype('int64'))
+    """
+
+    def __init__(self, tokens: Any, *, offsets: NDArray[np.int64] | None = None, vocab: Vocab | None = None,
+                 level: str = "ids", meta: dict[str, Any] | None = None, tokenizer: HFTokenizer | None = None,
+                 path: Path | None = None) -> None:
+        arr = np.asarray(tokens)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise ConfigError(f"corpus tokens must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}")
+        if arr.dtype.kind not in "iu":
+            arr = arr.astype(np.int32)
+        self.tokens = arr
+        self.offsets = np.array([0, len(arr)], np.int64) if offsets is None else np.asarray(offsets, np.int64)
+        if len(self.offsets) < 1 or self.offsets[0] != 0 or self.offsets[-1] != len(arr):
+            raise ConfigError(f"corpus offsets must start at 0 and end at {len(arr)}")
+        self.vocab = vocab
+        self.level = level
+        self.meta = dict(meta or {})
+        self.tokenizer = tokenizer
+        self.path = path
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __repr__(self) -> str:
+        v = len(self.vocab) if self.vocab is not None else None
+        return f"Corpus(level={self.level!r}, tokens={len(self):,}, lines={self.num_lines:,}, vocab_size={v})"
+
+    @property
+    def num_lines(self) -> int:
+        """Number of lines/documents."""
+        return len(self.offsets) - 1
+
+    @property
+    def name(self) -> str:
+        """Where it came from, for messages."""
+        return str(self.path) if self.path is not None else str(self.meta.get("source", "<in-memory corpus>"))
+
+    def line(self, i: int) -> NDArray[Any]:
+        """Ids of line ``i`` (a view)."""
+        return self.tokens[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def fingerprint(self) -> str:
+        """xxh3-128 of the ids, offsets and vocabulary (stored in ``corpus.json``)."""
+        if "fingerprint" in self.meta:
+            return str(self.meta["fingerprint"])
+        h = xxhash.xxh3_128()
+        h.update(str(self.tokens.dtype).encode())
+        h.update(memoryview(np.ascontiguousarray(self.tokens)).cast("B"))
+        h.update(memoryview(np.ascontiguousarray(self.offsets)).cast("B"))
+        h.update(json.dumps(self.vocab.idx2str if self.vocab else None).encode())
+        self.meta["fingerprint"] = h.hexdigest()
+        return str(self.meta["fingerprint"])
+
+    def decode(self, ids: Any) -> str:
+        """Text of a 1-D run of ids (chars joined with ``""``, words with ``" "``, sub-words by the tokenizer).
+
+        Examples:
+            >>> c = build_corpus(["the time machine"], level="word")
+            >>> c.decode(c.tokens[1:])
+            'time machine'
+        """
+        flat = np.asarray(ids).ravel()
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(flat)
+        if self.vocab is None:
+            return " ".join(str(int(i)) for i in flat)
+        return ("" if self.level == "char" else " ").join(self.vocab.decode(flat).tolist())
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, out: PathLike) -> Path:
+        """Write the corpus folder (temp folder renamed into place; ``corpus.json`` written last)."""
+        out = Path(out)
+        meta = {**self.meta, "format": CORPUS_FORMAT, "level": self.level, "num_tokens": len(self),
+                "num_lines": self.num_lines, "vocab_size": len(self.vocab) if self.vocab else None,
+                "dtype": str(self.tokens.dtype), "fingerprint": self.fingerprint()}
+        with atomic_dir(out) as tmp:
+            np.save(tmp / TOKENS_FILE, np.ascontiguousarray(self.tokens))
+            np.save(tmp / OFFSETS_FILE, self.offsets)
+            if self.vocab is not None:
+                self.vocab.save(tmp / VOCAB_FILE)
+            if self.tokenizer is not None:
+                self.tokenizer.save(tmp / TOKENIZER_FILE)
+            with open(tmp / CORPUS_FILE, "w", encoding="utf-8") as f:
+                json.dump(meta, f, indent=2, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+        self.path = out
+        self.meta = meta
+        return out
+
+    @classmethod
+    def load(cls, folder: PathLike, *, mmap: bool = True) -> Corpus:
+        """Open a corpus folder; ``tokens.npy`` is memory-mapped unless ``mmap=False``.
+
+        Raises:
+            DataFileNotFoundError: no such folder or no ``corpus.json`` (an unfinished write).
+            DataFileError: a wrong format or inconsistent files.
+        """
+        folder = Path(folder)
+        if not (folder / CORPUS_FILE).exists():
+            raise DataFileNotFoundError(f"no {CORPUS_FILE} in the folder (not a corpus, or an unfinished write)",
+                                        path=folder, hint="build it with `datamill corpus TEXTFILE --out DIR`")
+        try:
+            meta = json.loads((folder / CORPUS_FILE).read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise DataFileError(f"not valid JSON: {exc}", path=folder / CORPUS_FILE) from exc
+        if not isinstance(meta, dict) or meta.get("format") != CORPUS_FORMAT:
+            got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+            raise DataFileError(f"expected format {CORPUS_FORMAT!r}, got {got!r}", path=folder / CORPUS_FILE)
+        try:
+            tokens = np.load(folder / TOKENS_FILE, mmap_mode="r" if mmap else None)
+            offsets = np.load(folder / OFFSETS_FILE)
+        except (OSError, ValueError) as exc:
+            raise DataFileError(f"cannot read the corpus arrays: {exc}", path=folder) from exc
+        if len(tokens) != meta.get("num_tokens") or len(offsets) != meta.get("num_lines", -2) + 1:
+            raise DataFileError(f"{TOKENS_FILE}/{OFFSETS_FILE} do not match {CORPUS_FILE} "
+                                f"(expected {meta.get('num_tokens')} tokens, found {len(tokens)})", path=folder)
+        vocab = Vocab.load(folder / VOCAB_FILE) if (folder / VOCAB_FILE).exists() else None
+        tok = HFTokenizer.load(folder / TOKENIZER_FILE) if (folder / TOKENIZER_FILE).exists() else None
+        return cls(tokens, offsets=offsets, vocab=vocab, level=str(meta.get("level", "ids")), meta=meta,
+                   tokenizer=tok, path=folder)
+
+
+def build_corpus(
+    source: PathLike | Sequence[str] | pa.Array,
+    /,
+    *,
+    level: Level = "char",
+    lowercase: bool = False,
+    collapse_whitespace: bool = False,
+    min_freq: int = 0,
+    max_size: int | None = None,
+    reserved_tokens: Sequence[str] | str = (),
+    unk_token: str = "<unk>",
+    tokenizer: HFTokenizer | PathLike | None = None,
+    vocab_size: int = 8000,
+    vocab: Vocab | None = None,
+    out: PathLike | None = None,
+) -> Corpus:
+    """Tokenise a text into a :class:`Corpus` (see the module docstring for the levels).
+
+    Args:
+        source: a text file, ``archive.zip:member``, or a list/array of texts (one per line).
+        level: ``"char"``, ``"word"``, ``"bpe"`` or ``"wordpiece"``. Defaults to ``"char"``.
+        lowercase: lower-case first. Defaults to ``False``.
+        collapse_whitespace: collapse whitespace; at char level this also joins the file into one
+            document (the seed). Defaults to ``False``.
+        min_freq: see :func:`build_vocab` (char/word). Defaults to ``0``.
+        max_size: see :func:`build_vocab` (char/word). Defaults to ``None``.
+        reserved_tokens: see :func:`build_vocab` (char/word). Defaults to ``()``.
+        unk_token: see :func:`build_vocab` (char/word). Defaults to ``"<unk>"``.
+        tokenizer: bpe/wordpiece: an :class:`HFTokenizer` or its file; trained on ``source`` when
+            ``None``. Defaults to ``None``.
+        vocab_size: bpe/wordpiece vocabulary size when training. Defaults to ``8000``.
+        vocab: char/word: encode with this vocabulary instead of building one. Defaults to ``None``.
+        out: also save the corpus folder here. Defaults to ``None``.
+
+    Returns:
+        the corpus (memory-resident; :meth:`Corpus.load` maps a saved one).
+
+    Raises:
+        DataFileError / DataFileNotFoundError: unreadable, empty or non-UTF-8 input.
+        ConfigError: bad level or limits.
+
+    Examples:
+        >>> c = build_corpus(["abcab"], level="char")
+        >>> c.tokens.tolist(), c.vocab.idx2str, c.tokens.dtype
+        ([1, 2, 3, 1, 2], ['<unk>', 'a', 'b', 'c'], dtype('uint16'))
+    """
+    if level not in LEVELS:
+        raise ConfigError(f"unknown corpus level {level!r}; valid: {', '.join(LEVELS)}")
+    src_name = display_name(source) if isinstance(source, (str, os.PathLike)) else "<texts>"
+    lines = read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace,
+                       one_document=collapse_whitespace and level == "char")
+    meta: dict[str, Any] = {"source": src_name, "lowercase": lowercase, "collapse_whitespace": collapse_whitespace}
+    hf: HFTokenizer | None = None
+    if level in ("bpe", "wordpiece"):
+        if min_freq > 1 or max_size is not None or reserved_tokens:
+            raise ConfigError(f"min_freq/max_size/reserved_tokens do not apply to level {level!r}; "
+                              "set vocab_size or pass a trained tokenizer")
+        if tokenizer is None:
+            hf = HFTokenizer.train(lines.to_pylist(), model=level, vocab_size=vocab_size, lowercase=lowercase)
+        else:
+            hf = tokenizer if isinstance(tokenizer, HFTokenizer) else HFTokenizer.load(tokenizer)
+        ids, offsets = hf.encode_batch(lines)
+        hv = hf.get_vocab()
+        idx2str = [""] * (max(hv.values()) + 1)
+        for t, i in hv.items():
+            idx2str[i] = t
+        freq = np.bincount(ids, minlength=len(idx2str))
+        unk = "[UNK]" if "[UNK]" in hv else None
+        v = Vocab(idx2str, str2freq=dict(zip(idx2str, freq.tolist())), unk_token=unk,
+                  specials=[t for t in idx2str if t.startswith("[") and t.endswith("]")])
+        return _finish(ids, offsets, v, level, meta, hf, out)
+    mf = _check_vocab_args(min_freq, max_size)
+    specials = _specials(reserved_tokens, unk_token)
+    if level == "char":
+        cps, offsets = _char_ids(lines)
+        counts, uniq = _counts_from_codepoints(cps)
+        v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
+        lut = np.zeros(int(uniq[-1]) + 1 if len(uniq) else 1, np.int32)
+        lut[uniq] = v.encode(counts.tokens)
+        ids = lut[cps]
+    else:
+        words, dic = _word_dictionary(lines)
+        counts = TokenCounts(dic.dictionary, np.bincount(dic.indices.to_numpy(), minlength=len(dic.dictionary)))
+        v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
+        lut = v.encode(dic.dictionary)
+        ids = lut[dic.indices.to_numpy()]
+        offsets = words.offsets.to_numpy().astype(np.int64)
+        offsets = offsets - offsets[0]
+    return _finish(ids, offsets, v, level, meta, None, out)
+
+
+def _finish(ids: NDArray[Any], offsets: NDArray[np.int64], vocab: Vocab, level: str, meta: dict[str, Any],
+            hf: HFTokenizer | None, out: PathLike | None) -> Corpus:
+    if len(ids) == 0:
+        raise DataFileError(f"no tokens at level {level!r}; expected text with at least one token",
+                            path=str(meta["source"]))
+    corpus = Corpus(ids.astype(_smallest_dtype(len(vocab)), copy=False), offsets=offsets, vocab=vocab,
+                    level=level, meta=meta, tokenizer=hf)
+    if out is not None:
+        corpus.save(out)
+    return corpus
