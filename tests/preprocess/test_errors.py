@@ -100,3 +100,13 @@ def test_fixed_split_bad_value(tmp_path: Path) -> None:
     with pytest.raises(DataFileError) as info:
         preprocess(p, cfg)
     assert (info.value.line, info.value.column) == (3, "s")
+
+
+def test_line_numbers_survive_drop_row(tmp_path: Path) -> None:
+    p = tmp_path / "d.csv"
+    p.write_text("c,b\n,Y\nx,N\ny,maybe\n")
+    cfg = {"input_features": [{"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "drop_row"}},
+                              {"name": "b", "type": "binary"}]}
+    with pytest.raises(DataFileError) as info:
+        preprocess(p, cfg)
+    assert (info.value.line, info.value.column) == (4, "b") and "'maybe'" in str(info.value)

@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,7 @@ def preprocess(
                               column=table[split_cfg.column] if split_cfg.type == "fixed" else None,
                               path=ds.name, line_offset=ds.line_offset)
     drop = [f for f in features if f.missing_value_strategy == "drop_row"]
+    kept: np.ndarray[Any, Any] | None = None
     if drop:
         keep = np.ones(n, dtype=bool)
         for f in drop:
@@ -222,48 +224,50 @@ def preprocess(
         table = table.filter(pa.array(keep))
         split = split[keep] if split is not None else None
         n = table.num_rows
+        kept = np.flatnonzero(keep)
     fit_mask = pa.array(split == 0) if split is not None else None
 
     handlers: dict[str, FeatureHandler] = {}
     columns: dict[str, pa.Array] = {}
     metas: dict[str, dict[str, Any]] = {}
-    for f in features:
-        h = handlers[f.name] = get_handler(f.type)
-        ctx = FeatureContext(f.name, f.column, ds.name, ds.base_dir, 0, ds.line_offset)
-        col = cast_column(table[f.column], h.input_type, name=ds.name, column=f.column, line_offset=ds.line_offset)
-        false_string = getattr(f.params, "false_strings", ("false",))[0]
-        if meta_in is None:
-            fill = compute_fill(col.filter(fit_mask) if fit_mask is not None else col,
-                                f.missing_value_strategy, f.fill_value, f.type, false_string)
-        else:
-            fill = meta_in[f.name].get("preprocessing", {}).get("computed_fill_value")
-        col = columns[f.name] = apply_fill(col, f.missing_value_strategy, fill, f.type)
-        if meta_in is None:
-            metas[f.name] = _fit(h, f, col.filter(fit_mask) if fit_mask is not None else col, ctx, fill)
-        else:
-            metas[f.name] = dict(meta_in[f.name])
-
     out_data: dict[str, np.ndarray[Any, Any] | CSR] | None = None
     run_id = uuid.uuid4().hex
-    if save:
-        assert hdf5_path is not None and meta_path is not None
-        meta_path.unlink(missing_ok=True)  # the old pair is no longer trusted from here on
-        import h5py
+    with _original_rows(kept, ds.line_offset):
+        for f in features:
+            h = handlers[f.name] = get_handler(f.type)
+            ctx = FeatureContext(f.name, f.column, ds.name, ds.base_dir, 0, ds.line_offset)
+            col = cast_column(table[f.column], h.input_type, name=ds.name, column=f.column, line_offset=ds.line_offset)
+            false_string = getattr(f.params, "false_strings", ("false",))[0]
+            if meta_in is None:
+                fill = compute_fill(col.filter(fit_mask) if fit_mask is not None else col,
+                                    f.missing_value_strategy, f.fill_value, f.type, false_string)
+            else:
+                fill = meta_in[f.name].get("preprocessing", {}).get("computed_fill_value")
+            col = columns[f.name] = apply_fill(col, f.missing_value_strategy, fill, f.type)
+            if meta_in is None:
+                metas[f.name] = _fit(h, f, col.filter(fit_mask) if fit_mask is not None else col, ctx, fill)
+            else:
+                metas[f.name] = dict(meta_in[f.name])
 
-        with atomic_path(hdf5_path) as tmp, h5py.File(tmp, "w") as f5:
-            f5.attrs["format"] = META_FORMAT
-            f5.attrs["run_id"] = run_id
-            writer = H5Writer(f5, n)
-            blocks = list(_blocks(n))
-            for lo, hi in (progress(blocks, total=len(blocks), desc="transform") if len(blocks) > 1 else blocks):
-                for key, value in _transform_block(features, handlers, columns, metas, ds, lo, hi).items():
-                    writer.write(key, value)
-                if split is not None:
-                    writer.write("split", split[lo:hi])
-    else:
-        out_data = _transform_block(features, handlers, columns, metas, ds, 0, n)
-        if split is not None:
-            out_data["split"] = split
+        if save:
+            assert hdf5_path is not None and meta_path is not None
+            meta_path.unlink(missing_ok=True)  # the old pair is no longer trusted from here on
+            import h5py
+
+            with atomic_path(hdf5_path) as tmp, h5py.File(tmp, "w") as f5:
+                f5.attrs["format"] = META_FORMAT
+                f5.attrs["run_id"] = run_id
+                writer = H5Writer(f5, n)
+                blocks = list(_blocks(n))
+                for lo, hi in (progress(blocks, total=len(blocks), desc="transform") if len(blocks) > 1 else blocks):
+                    for key, value in _transform_block(features, handlers, columns, metas, ds, lo, hi).items():
+                        writer.write(key, value)
+                    if split is not None:
+                        writer.write("split", split[lo:hi])
+        else:
+            out_data = _transform_block(features, handlers, columns, metas, ds, 0, n)
+            if split is not None:
+                out_data["split"] = split
 
     header: dict[str, Any] = {
         "format": META_FORMAT, "version": _version(), "fingerprint": fp, "config": cfg.to_dict(),
@@ -282,6 +286,23 @@ def preprocess(
         with atomic_write(meta_path) as fh:
             json.dump(document, fh, ensure_ascii=False)
     return Preprocessed(Metadata(document), hdf5_path, meta_path, False, n, time.perf_counter() - start, out_data)
+
+
+@contextmanager
+def _original_rows(kept: np.ndarray[Any, Any] | None, line_offset: int | None) -> Iterator[None]:
+    """After ``drop_row``, re-raise data errors with the line/row of the original file."""
+    try:
+        yield
+    except DataFileError as exc:
+        if kept is None or (exc.line is None and exc.row is None) or exc.uid is not None:
+            raise
+        local = exc.line - (line_offset or 0) if exc.line is not None else exc.row
+        if local is None or not 0 <= local < len(kept):
+            raise
+        orig = int(kept[local])
+        line, row = (orig + (line_offset or 0), None) if exc.line is not None else (None, orig)
+        raise DataFileError(exc.msg, path=exc.path, line=line, row=row, column=exc.column,
+                            hint=exc.hint) from exc
 
 
 def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
