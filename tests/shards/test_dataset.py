@@ -211,3 +211,27 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     bad.write_text("id,note\n99,x\n")
     assert main(["shards", "add", root, "--shardset", "bad", str(bad), "--route"]) == 2
     assert "99" in capsys.readouterr().err
+
+
+def test_stale_object_add_keeps_other_shardsets(seed_ds: ShardsetDataset) -> None:
+    """Regression: an add through an old ShardsetDataset object must not drop a shardset added since."""
+    stale = ShardsetDataset(seed_ds.loc)
+    seed_ds.add("s3", pa.table({"uid": [5], "c": [1]}), route=True)
+    ds = stale.add("s4", pa.table({"uid": [6], "d": [2]}), route=True)
+    assert ds.shardsets == ["shardset_1", "shardset_2", "s3", "s4"]
+    assert ShardsetDataset(seed_ds.loc).get(6, columns=["c", "d"]) == {"uid": 6, "c": None, "d": 2}
+
+
+def test_loader_iterates_a_shardset_dataset(seed_ds: ShardsetDataset) -> None:
+    import datamill
+
+    pytest.importorskip("datamill.loader")
+    from datamill.loader import Loader
+
+    assert datamill.ShardsetDataset is ShardsetDataset
+    seen: list[int] = []
+    nulls = 0
+    for batch in Loader(seed_ds, 512, seed=3, columns=["uid", "b"], collate=lambda t: t):
+        seen += batch.column("uid").to_pylist()
+        nulls += batch.column("b").null_count
+    assert sorted(seen) == list(range(10_000)) and nulls == 1_000

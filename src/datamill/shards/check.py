@@ -62,7 +62,7 @@ def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, ma
         yield ShardsetError(f"uid belongs to shard {m} (as in {shard_file(reference[0], m, reference[1])})",
                             path=display, uid=uids[int(row)].as_py(), row=int(row), shard=k,
                             hint="a sample lives in the same shard index in every shardset; use `add --route`")
-    vals, first, counts = np.unique(p[valid], return_index=True, return_counts=True)
+    _, first, counts = np.unique(p[valid], return_index=True, return_counts=True)
     dup_rows = np.flatnonzero(valid)[first[counts > 1]]
     for row in dup_rows[:MAX_PER_FILE]:
         yield ShardsetError("duplicate uid within the shardset", path=display, uid=uids[int(row)].as_py(),

@@ -256,8 +256,8 @@ class ShardsetDataset:
     def info(self) -> str:
         """A short human-readable summary (what ``datamill shards info`` prints)."""
         n = len(self)
-        lines = [f"{self.manifest.get('name', '')}: {n:,} samples, {self.num_shards} shards, "
-                 f"uid column {self.uid_column!r} ({self.uids.type})"]
+        lines = [(f"{self.manifest.get('name', '')}: {n:,} samples, {self.num_shards} shards, "
+                  f"uid column {self.uid_column!r} ({self.uids.type})")]
         for name, ss in self._sets.items():
             have = int(sum(ss["shard_rows"]))
             cols = ", ".join(f"{c}:{self._schemas[name].field(c).type}" for c in ss["columns"])

@@ -247,6 +247,8 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
     """
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
+    if ds.loc.read_json(DATASET_MANIFEST) != ds.manifest:  # a stale object: another add happened since
+        ds = ShardsetDataset(ds.loc)
     loc, uid, n = ds.loc, ds.uid_column, ds.num_shards
     _check_name(loc, shardset, ds.shardsets)
     if route:
@@ -286,6 +288,10 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
     except BaseException:
         loc.remove_tree(tmp)
         raise
+    if loc.read_json(DATASET_MANIFEST) != ds.manifest:
+        loc.remove_tree(shardset)
+        raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
+                            path=loc.show(DATASET_MANIFEST), hint="add again")
     manifest = dict(ds.manifest)
     manifest["shardsets"] = [*ds.manifest["shardsets"], _entry(shardset, fmt, schema, uid, rows)]
     loc.write_json_atomic(DATASET_MANIFEST, manifest)
