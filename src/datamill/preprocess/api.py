@@ -353,6 +353,16 @@ def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, A
 
     Raises:
         DataFileNotFoundError: no such file. CacheError: metadata missing or from another run.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "pets.csv").write_text("kind,legs\\ncat,4\\nbird,2\\ncat,\\n")
+        >>> cfg = {"input_features": [{"name": "kind", "type": "category"}, {"name": "legs", "type": "number"}]}
+        >>> out = preprocess(d / "pets.csv", cfg)
+        >>> data, meta = load(out.hdf5_path)
+        >>> data["kind"].tolist(), meta.decode("kind", data["kind"]).tolist(), data["legs"].tolist()
+        ([1, 2, 1], ['cat', 'bird', 'cat'], [4.0, 2.0, 0.0])
     """
     path = Path(hdf5_path)
     meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
