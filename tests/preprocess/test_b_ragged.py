@@ -241,3 +241,18 @@ def test_timeseries_bad_value_names_line_and_column() -> None:
     with pytest.raises(DataFileError) as info:
         run("timeseries", ["1,x", "3"], tokenizer="comma", split=0, ctx=parquet)
     assert (info.value.row, info.value.line) == (0, None)
+
+
+@pytest.mark.parametrize("type_name", ["set", "sequence", "text"])
+def test_token_cache_reuses_only_the_same_block(type_name: str) -> None:
+    """Regression guard: the fit→transform token cache must not serve another column of the same length."""
+    h = get_handler(type_name)
+    p = h.Params()
+    a, b = pa.array(["x y", "y"]), pa.array(["y z", "z"])
+    meta = h.finalize(h.merge(h.fit(a, p, CTX), h.fit(b, p, CTX)), p, CTX)
+    out_b, out_a = h.transform(b, meta, p, CTX), h.transform(a, meta, p, CTX)
+    fresh = get_handler(type_name)
+    for col, out in ((a, out_a), (b, out_b)):
+        expect = fresh.transform(col, meta, p, CTX)
+        assert all(np.array_equal(out[k], expect[k]) for k in expect)
+    assert not all(np.array_equal(out_a[k], out_b[k]) for k in out_a)

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
-__all__ = ["STOPWORDS", "TOKENIZERS", "Ragged", "pad", "split_tokens", "to_string_array"]
+__all__ = ["STOPWORDS", "TOKENIZERS", "LastBlock", "Ragged", "codepoints", "pad", "split_tokens", "to_string_array"]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
 
@@ -128,6 +128,35 @@ def codepoints(column: pa.Array) -> Ragged:
                            np.where(lead >= 0xE0, ((lead & 0x0F) << 12) | (b1 << 6) | b2,
                                     ((lead & 0x1F) << 6) | b1)))
     return Ragged(None, cum[rel], cp.astype(np.int32))
+
+
+class LastBlock:
+    """Remembers the tokens of the last column block seen, so ``transform`` right after ``fit`` of the
+    same block (same buffers, offset, length, params) does not tokenise it again.
+
+    The column is referenced while cached, so its buffer addresses cannot be reused meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._entry: tuple[Any, tuple[Any, ...], Any] | None = None
+
+    @staticmethod
+    def _signature(column: pa.Array | pa.ChunkedArray, params: Any) -> tuple[Any, ...] | None:
+        if isinstance(column, pa.ChunkedArray):
+            if column.num_chunks != 1:
+                return None
+            column = column.chunk(0)
+        bufs = tuple(b.address if b is not None else 0 for b in column.buffers())
+        return (bufs, column.offset, len(column), column.type, params)
+
+    def get(self, column: pa.Array | pa.ChunkedArray, params: Any, make: Any) -> Any:
+        """``make()`` unless the previous call was for the same block and params."""
+        sig = self._signature(column, params)
+        if sig is not None and self._entry is not None and self._entry[1] == sig:
+            return self._entry[2]
+        value = make()
+        self._entry = (column, sig, value) if sig is not None else None
+        return value
 
 
 def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:

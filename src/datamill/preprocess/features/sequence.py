@@ -20,7 +20,7 @@ from pydantic import Field
 from datamill.core.constants import PAD, UNK
 from datamill.core.errors import ConfigError
 from datamill.core.io import read_text
-from datamill.preprocess.features._ragged import Ragged, pad, split_tokens
+from datamill.preprocess.features._ragged import LastBlock, Ragged, pad, split_tokens
 from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
 from datamill.preprocess.features.base import Params as BaseParams
 from datamill.preprocess.features.set_ import RaggedStats, VocabCache, fit_tokens
@@ -63,10 +63,13 @@ class Handler(FeatureHandler):
 
     def __init__(self) -> None:
         self._vocabs = VocabCache()
+        self._last = LastBlock()
 
-    @staticmethod
-    def _tokens(column: pa.Array, params: SequenceParams) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+    def _tokens(self, column: pa.Array, params: SequenceParams) -> Ragged:
+        key = (params.tokenizer, params.lowercase, params.regex)
+        rag: Ragged = self._last.get(column, key, lambda: split_tokens(
+            column, params.tokenizer, lowercase=params.lowercase, regex=params.regex))
+        return rag
 
     def fit(self, column: pa.Array, params: SequenceParams, ctx: FeatureContext) -> RaggedStats:
         return fit_tokens(self._tokens(column, params))

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import PAD, UNK
-from datamill.preprocess.features._ragged import Ragged, split_tokens
+from datamill.preprocess.features._ragged import LastBlock, Ragged, split_tokens
 from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
 from datamill.preprocess.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab
@@ -94,9 +94,13 @@ class Handler(FeatureHandler):
 
     def __init__(self) -> None:
         self._vocabs = VocabCache()
+        self._last = LastBlock()
 
     def _tokens(self, column: pa.Array, params: SetParams) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+        key = (params.tokenizer, params.lowercase, params.regex)
+        rag: Ragged = self._last.get(column, key, lambda: split_tokens(
+            column, params.tokenizer, lowercase=params.lowercase, regex=params.regex))
+        return rag
 
     def fit(self, column: pa.Array, params: SetParams, ctx: FeatureContext) -> RaggedStats:
         return fit_tokens(self._tokens(column, params))

@@ -25,6 +25,7 @@ from pydantic import Field
 from datamill.core.constants import PAD, UNK
 from datamill.preprocess.features._ragged import (
     STOPWORDS,
+    LastBlock,
     Ragged,
     pad,
     split_tokens,
@@ -75,9 +76,14 @@ class Handler(FeatureHandler):
 
     def __init__(self) -> None:
         self._vocabs = VocabCache()
+        self._last = LastBlock()
+
+    def _tokens(self, column: pa.Array, params: TextParams) -> tuple[Ragged, Ragged]:
+        pair: tuple[Ragged, Ragged] = self._last.get(column, params, lambda: self._split(column, params))
+        return pair
 
     @staticmethod
-    def _tokens(column: pa.Array, params: TextParams) -> tuple[Ragged, Ragged]:
+    def _split(column: pa.Array, params: TextParams) -> tuple[Ragged, Ragged]:
         col = to_string_array(column)
         chars = split_tokens(col, params.char_tokenizer, lowercase=params.lowercase)
         words = split_tokens(col, params.word_tokenizer, lowercase=params.lowercase, regex=params.word_regex,
