@@ -183,8 +183,10 @@ def test_hdf5_and_bert_conversions_and_export(tmp_path: Path) -> None:
     assert row["image"] == [[18, 19, 20], [21, 22, 23]] and row["tags"] == [3] and row["age"] == 3.0
     assert pa.types.is_fixed_size_list(ds.read_shard(0).schema.field("image").type)
     bert = tmp_path / "bert.parquet"
-    pq.write_table(pa.table({"tokens": [[1, 2], [3, 4], [5, 6]], "is_random_next": [True, False, True]}), bert)
+    bt = pa.table({"tokens": [[1, 2], [3, 4], [5, 6]], "is_random_next": [True, False, True]})
+    pq.write_table(bt.replace_schema_metadata({"datamill": '{"format": "datamill.bert/1"}'}), bert)
     bds = from_bert_parquet(bert, tmp_path / "bds", shard_size=2)
+    assert bds.manifest["shardsets"][0]["source_metadata"] == '{"format": "datamill.bert/1"}'
     assert bds.get(2) == {"uid": 2, "tokens": [5, 6], "is_random_next": True}
     out = export(ds, tmp_path / "all.parquet")
     assert pq.read_table(tmp_path / "all.parquet").equals(out) and out.num_rows == 6

@@ -36,6 +36,7 @@ from datamill.shards.dataset import ShardsetDataset
 __all__ = ["add", "create", "load_table"]
 
 _RESERVED = {DATASET_MANIFEST, SAMPLES_FILE}
+KEEP_META = b"datamill"  # file metadata key kept in the manifest (``source_metadata``)
 
 
 def load_table(source: Any, *, uid: str | None = None, add_uid: bool = False) -> pa.Table:
@@ -101,9 +102,13 @@ def _conform(table: pa.Table, schema: pa.Schema | None, *, display: str, k: int)
         raise SchemaError(f"column types differ from the first shard: {exc}", path=display, shard=k) from exc
 
 
-def _entry(name: str, fmt: str, schema: pa.Schema, uid: str, rows: list[int]) -> dict[str, Any]:
-    return {"name": name, "format": fmt, "columns": [c for c in schema.names if c != uid],
-            "schema": schema_to_b64(schema), "num_shards": len(rows), "shard_rows": rows}
+def _entry(name: str, fmt: str, schema: pa.Schema, uid: str, rows: list[int],
+           source_meta: dict[bytes, bytes] | None) -> dict[str, Any]:
+    entry = {"name": name, "format": fmt, "columns": [c for c in schema.names if c != uid],
+             "schema": schema_to_b64(schema), "num_shards": len(rows), "shard_rows": rows}
+    if source_meta and KEEP_META in source_meta:  # e.g. a BERT Parquet's tokenizer/vocab description
+        entry["source_metadata"] = source_meta[KEEP_META].decode("utf-8", "replace")
+    return entry
 
 
 def _commit(loc: Location, tmp: str, name: str, rows: list[int], fmt: str) -> None:
@@ -148,12 +153,14 @@ def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: 
     loc.fs.create_dir(loc.join(tmp))
     try:
         schema: pa.Schema | None = None
+        meta: dict[bytes, bytes] | None = None
         uids: list[pa.Array] = []
         displays: list[str] = []
         for k, (display, t) in enumerate(_pieces(source, uid=uid, shard_size=shard_size, add_uid=add_uid)):
             if uid not in t.column_names:
                 raise SchemaError(f"the UID column {uid!r} is missing (columns: {t.column_names})",
                                   path=display, column=uid, shard=k)
+            meta = t.schema.metadata if schema is None else meta
             t = _conform(t, schema, display=display, k=k)
             schema = t.schema if schema is None else schema
             u = t.column(uid).combine_chunks()
@@ -179,7 +186,7 @@ def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: 
     loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
     manifest = {"format": SHARDS_FORMAT, "name": name or os.path.basename(loc.path), "uid_column": uid,
                 "num_shards": len(sizes), "num_samples": len(all_uids),
-                "shardsets": [_entry(shardset, fmt, schema, uid, sizes.tolist())]}
+                "shardsets": [_entry(shardset, fmt, schema, uid, sizes.tolist(), meta)]}
     loc.write_json_atomic(DATASET_MANIFEST, manifest)
     return ShardsetDataset(loc)
 
@@ -265,6 +272,7 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
     loc.fs.create_dir(loc.join(tmp))
     try:
         schema: pa.Schema | None = None
+        meta: dict[bytes, bytes] | None = None
         rows: list[int] = []
         for k, (display, t) in enumerate(pieces):
             if schema is None and uid in t.column_names:
@@ -279,6 +287,7 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
                     if len(problems) > 1:
                         problems[0].add_note(f"{len(problems) - 1} more violations in this file")
                     raise problems[0]
+            meta = t.schema.metadata if schema is None else meta
             t = _conform(t, schema, display=display, k=k)
             schema = t.schema if schema is None else schema
             rows.append(t.num_rows)
@@ -293,6 +302,6 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
         raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
                             path=loc.show(DATASET_MANIFEST), hint="add again")
     manifest = dict(ds.manifest)
-    manifest["shardsets"] = [*ds.manifest["shardsets"], _entry(shardset, fmt, schema, uid, rows)]
+    manifest["shardsets"] = [*ds.manifest["shardsets"], _entry(shardset, fmt, schema, uid, rows, meta)]
     loc.write_json_atomic(DATASET_MANIFEST, manifest)
     return ShardsetDataset(loc)
