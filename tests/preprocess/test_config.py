@@ -107,3 +107,14 @@ def test_unknown_column_is_named() -> None:
 def test_to_dict_is_stable_and_leaves_defaults_out() -> None:
     cfg, _ = load_config({"input_features": [{"name": "a", "type": "number", "preprocessing": {}}]})
     assert cfg.to_dict() == {"input_features": [{"name": "a", "type": "number"}]}
+
+
+def test_ludwig_defaults_section() -> None:
+    cfg, _ = load_config({"input_features": [{"name": "a", "type": "number"},
+                                             {"name": "b", "type": "number", "preprocessing": {"normalization": "iq"}}],
+                          "defaults": {"number": {"preprocessing": {"normalization": "zscore"}}}})
+    a, b = resolve_features(cfg)
+    assert a.params.normalization == "zscore" and b.params.normalization == "iq"
+    with pytest.raises(ConfigError) as info:
+        load_config({"input_features": [{"name": "a", "type": "number"}], "defaults": {"numbr": {}}})
+    assert info.value.where == "defaults"  # type: ignore[attr-defined]

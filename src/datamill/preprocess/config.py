@@ -11,6 +11,8 @@ Example (YAML)::
       split: {type: random, probabilities: [0.7, 0.1, 0.2]}
       seed: 42
       category: {most_common: 100}        # defaults for every category feature
+    defaults:                             # Ludwig >= 0.6 spelling of the same (wins over the above)
+      number: {preprocessing: {normalization: zscore}}
 
 Errors name the config file and the YAML path (``input_features[3].preprocessing.most_common``).
 """
@@ -90,6 +92,13 @@ class GlobalPreprocessing(BaseModel):
     image: dict[str, Any] = Field(default_factory=dict)
 
 
+class TypeDefaults(BaseModel):
+    """Ludwig >= 0.6 style ``defaults: {category: {preprocessing: {...}}}``."""
+
+    model_config = _Strict
+    preprocessing: dict[str, Any] = Field(default_factory=dict)
+
+
 class PreprocessConfig(BaseModel):
     """The whole config."""
 
@@ -97,6 +106,15 @@ class PreprocessConfig(BaseModel):
     input_features: list[FeatureConfig] = Field(min_length=1)
     output_features: list[FeatureConfig] = Field(default_factory=list)
     preprocessing: GlobalPreprocessing = Field(default_factory=GlobalPreprocessing)
+    defaults: dict[str, TypeDefaults] = Field(default_factory=dict)
+
+    @field_validator("defaults")
+    @classmethod
+    def _known_types(cls, v: dict[str, TypeDefaults]) -> dict[str, TypeDefaults]:
+        for name in v:
+            if name not in FEATURE_TYPES:
+                raise ValueError(f"unknown feature type {name!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}")
+        return v
 
     def to_dict(self) -> dict[str, Any]:
         """Stable dict with defaults left out (what the cache fingerprint is computed from)."""
@@ -178,7 +196,8 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
                 raise ConfigError(f"{where}.name: duplicate feature name {f.name!r}", path=source)
             seen.add(f.name)
             cls = handler_class(f.type)
-            merged = {**getattr(glob, f.type), **f.preprocessing}
+            typed = cfg.defaults.get(f.type)
+            merged = {**getattr(glob, f.type), **(typed.preprocessing if typed else {}), **f.preprocessing}
             strategy, fill = MISSING_DEFAULTS.get(f.type, ("fill_with_const", None))
             fields = cls.Params.model_fields
             if "missing_value_strategy" in merged:
