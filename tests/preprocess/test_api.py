@@ -49,7 +49,10 @@ def test_house_prices_end_to_end(data_copy) -> None:  # type: ignore[no-untyped-
     # the loader reads it through the Source protocol
     from datamill.loader.sources import HDF5Source
 
-    assert HDF5Source(out.hdf5_path).shard_sizes().sum() == 1460
+    src = HDF5Source(out.hdf5_path)
+    assert src.shard_sizes().sum() == 1460
+    shard = src.read_shard(0, columns=["CentralAir", "MSZoning"])
+    assert shard.column("MSZoning").to_numpy().tolist()[:100] == data["MSZoning"][:100].tolist()
 
 
 def test_split_fits_on_train_rows_only() -> None:
@@ -138,6 +141,10 @@ def test_sparse_set_layout_in_hdf5(tmp_path: Path) -> None:
     assert isinstance(csr, CSR) and len(csr) == 50
     row = csr.indices[csr.offsets[7]:csr.offsets[8]]
     assert sorted(meta.decode("s", row).tolist()) == ["t7", "t8"]
+    from datamill.loader.sources import HDF5Source
+
+    shard = HDF5Source(out.hdf5_path).read_shard(0)  # type: ignore[arg-type]
+    assert shard.num_rows == 50 and shard.column("s")[7].as_py() is not None
 
 
 def test_load_rejects_mismatched_pair(tmp_path: Path) -> None:
