@@ -132,3 +132,11 @@ def test_category_roundtrip_and_frequency_order(values: list[str]) -> None:
     # ties broken by token ascending
     pairs = list(zip(freqs, meta["idx2str"][1:]))
     assert pairs == sorted(pairs, key=lambda p: (-p[0], p[1]))
+
+
+def test_nan_counts_as_missing() -> None:
+    t = pa.table({"x": pa.array([1.0, float("nan"), 3.0]), "s": ["1", "nan", "3"]})
+    out = preprocess(t, {"input_features": [
+        {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "fill_with_mean"}},
+        {"name": "s", "type": "number", "preprocessing": {"fill_value": 7}}]})
+    assert out.data["x"].tolist() == [1.0, 2.0, 3.0] and out.data["s"].tolist() == [1.0, 7.0, 3.0]

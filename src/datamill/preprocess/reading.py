@@ -51,6 +51,14 @@ def _missing(column: str, available: list[str], name: str | None) -> SchemaError
                        path=name, column=column, hint=hint)
 
 
+def _nan_to_null(col: pa.Array) -> pa.Array:
+    """NaN is a missing value (as in pandas), so the missing-value strategy applies to it."""
+    nan = pc.is_nan(col)
+    if not pc.any(nan).as_py():
+        return col
+    return pc.if_else(nan, pa.scalar(None, pa.float64()), col)
+
+
 def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | None, column: str,
                 line_offset: int | None, row_offset: int = 0) -> pa.Array:
     """Cast a column to ``"string"`` or ``"float64"``; unparsable numbers raise with their location."""
@@ -58,7 +66,7 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
         col = col.combine_chunks()
     if target == "float64":
         if pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_boolean(col.type):
-            return col.cast(pa.float64())
+            return _nan_to_null(col.cast(pa.float64()))
         if pa.types.is_dictionary(col.type):
             col = col.cast(pa.string())
         strings = col.cast(pa.string())
@@ -69,7 +77,7 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
             loc = {"line": line_offset + row_offset + i} if line_offset is not None else {"row": row_offset + i}
             raise DataFileError(f"expected a number, got {strings[i].as_py()!r}", path=name, column=column,
                                 hint="fix the value or declare the feature with another type", **loc)
-        return pc.cast(pc.utf8_trim_whitespace(strings), pa.float64())
+        return _nan_to_null(pc.cast(pc.utf8_trim_whitespace(strings), pa.float64()))
     if pa.types.is_string(col.type):
         return col
     if pa.types.is_dictionary(col.type) or pa.types.is_large_string(col.type):
