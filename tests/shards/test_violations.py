@@ -196,3 +196,11 @@ def test_read_shard_equals_pandas_merge(n: int, n_shards: int, seed: int, p_miss
         assert len(inner) == len(merged.dropna())
     finally:
         shutil.rmtree(tmp)
+
+
+def test_add_from_files_stores_rows_in_mapping_order(ds: ShardsetDataset, tmp_path: Path) -> None:
+    tables = [t.take(pa.array(np.arange(t.num_rows)[::-1])) for t in shard_tables()]
+    ds = ds.add("caption", write(tmp_path / "in", tables))
+    stored = pq.read_table(ds.loc.join(ds.shard_path("caption", 2))).column("uid").to_pylist()
+    assert stored == [20, 21, 22, 23, 24]
+    assert ds.read_shard(2).column("cap").to_pylist() == ["c2"] * 5

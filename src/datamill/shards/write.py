@@ -287,6 +287,9 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
                     if len(problems) > 1:
                         problems[0].add_note(f"{len(problems) - 1} more violations in this file")
                     raise problems[0]
+                pos = np.asarray(ds.mapping.positions(t.column(uid)).to_numpy(), dtype=np.int64)
+                if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
+                    t = t.take(pa.array(np.argsort(pos, kind="stable")))
             meta = t.schema.metadata if schema is None else meta
             t = _conform(t, schema, display=display, k=k)
             schema = t.schema if schema is None else schema
