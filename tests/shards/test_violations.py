@@ -153,9 +153,11 @@ def test_check_manifest_mismatch(ds: ShardsetDataset) -> None:
     m["shardsets"][0]["num_shards"] = 5
     (root / "dataset.json").write_text(json.dumps(m))
     (root / "image" / "shard.00001.parquet").unlink()
+    (root / "orphan").mkdir()
     msgs = [str(p) for p in check_dataset(root)]
     assert any("the manifest says 5 shards, the dataset has 4" in s for s in msgs)
     assert any("shard.00001.parquet, shard 1: shard file is missing" in s for s in msgs)
+    assert any(s.startswith(f"{root}/orphan: not listed in the manifest") for s in msgs)
 
 
 @given(n=st.integers(1, 60), n_shards=st.integers(1, 7), seed=st.integers(0, 2**32 - 1),

@@ -110,6 +110,11 @@ def check_dataset(root: Any) -> list[DatamillError]:
     if pc.count_distinct(mapping.uids).as_py() != len(mapping.uids):
         out.append(ShardsetError("duplicate UIDs in the mapping", path=loc.show(SAMPLES_FILE)))
     sets = manifest.get("shardsets", [])
+    known = {ss["name"] for ss in sets} | {DATASET_MANIFEST, SAMPLES_FILE}
+    for entry in loc.listdir():
+        if not entry.startswith(".") and entry not in known:
+            out.append(ShardsetError("not listed in the manifest (left by an interrupted add?)", path=loc.show(entry),
+                                     hint="remove it, or add it again with `datamill shards add`"))
     ref = (sets[0]["name"], sets[0]["format"]) if sets else ("?", "parquet")
     for ss in sets:
         out.extend(_check_shardset(loc, ss, uid_col=uid_col, n=n, mapping=mapping, ref=ref))

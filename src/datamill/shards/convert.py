@@ -83,7 +83,19 @@ def from_bert_parquet(path: str | os.PathLike[str], root: str | os.PathLike[str]
 
 def export(ds: ShardsetDataset, out: str | os.PathLike[str], /, *, columns: Sequence[str] | None = None,
            join: str = "left") -> pa.Table:
-    """Write the joined dataset to one Parquet or CSV file (atomically); returns the table."""
+    """Write the joined dataset to one Parquet or CSV file (atomically); returns the table.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> d = tempfile.mkdtemp()
+        >>> ds = ShardsetDataset.create(d + "/ds", pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a",
+        ...                             shard_size=2)
+        >>> ds = ds.add("b", pa.table({"uid": [2], "y": [7]}), route=True)
+        >>> export(ds, d + "/all.csv").to_pydict()
+        {'uid': [1, 2, 3], 'y': [None, 7, None]}
+        >>> export(ds, d + "/some.parquet", join="inner").num_rows
+        1
+    """
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
