@@ -260,12 +260,12 @@ def preprocess(
                 writer = H5Writer(f5, n)
                 blocks = list(_blocks(n))
                 for lo, hi in (progress(blocks, total=len(blocks), desc="transform") if len(blocks) > 1 else blocks):
-                    for key, value in _transform_block(features, handlers, columns, metas, ds, lo, hi).items():
+                    for key, value in _transform_block(features, handlers, columns, metas, ds, lo, hi):
                         writer.write(key, value)
                     if split is not None:
                         writer.write("split", split[lo:hi])
         else:
-            out_data = _transform_block(features, handlers, columns, metas, ds, 0, n)
+            out_data = dict(_transform_block(features, handlers, columns, metas, ds, 0, n))
             if split is not None:
                 out_data["split"] = split
 
@@ -331,17 +331,19 @@ def _fit(h: FeatureHandler, f: ResolvedFeature, col: pa.Array, ctx: FeatureConte
 
 def _transform_block(features: list[ResolvedFeature], handlers: dict[str, FeatureHandler],
                      columns: dict[str, pa.Array], metas: dict[str, dict[str, Any]], ds: Any,
-                     lo: int, hi: int) -> dict[str, np.ndarray[Any, Any] | CSR]:
-    out: dict[str, np.ndarray[Any, Any] | CSR] = {}
+                     lo: int, hi: int) -> Iterator[tuple[str, np.ndarray[Any, Any] | CSR]]:
+    """Transform rows ``lo:hi`` feature by feature (so a writer holds one feature's arrays at a time)."""
+    keys: dict[str, str] = {"split": "the split"}
     for f in features:
         ctx = FeatureContext(f.name, f.column, ds.name, ds.base_dir, lo, ds.line_offset)
         arrays = handlers[f.name].transform(columns[f.name].slice(lo, hi - lo), metas[f.name], f.params, ctx)
         metas[f.name]["hdf5_keys"] = sorted(arrays)
-        for key, value in arrays.items():
-            if key in out:
-                raise ConfigError(f"two features write the HDF5 key {key!r}; rename one")
-            out[key] = value
-    return out
+        for key in arrays:
+            if key in keys:
+                raise ConfigError(f"features {keys[key]!r} and {f.name!r} both write the HDF5 key {key!r}; rename one")
+            keys[key] = f.name
+        yield from arrays.items()
+        del arrays
 
 
 def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, Any] | CSR], Metadata]:
