@@ -136,3 +136,25 @@ def test_cli_corpus(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (tmp_path / "tm" / "corpus.json").exists()
     rc = main(["corpus", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")])
     assert rc == 2 and not (tmp_path / "x").exists()
+
+
+@given(st.text(st.sampled_from(list("aB z\t\n\r\x0b\x1c.!Q")), max_size=60), st.booleans(), st.booleans())
+def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse: bool) -> None:
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines = lines[:-1]
+    lines = [x[:-1] if x.endswith("\r") else x for x in lines]
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "t.txt"
+        p.write_bytes(text.encode())
+        if not text.strip():  # a blank file is empty input
+            with pytest.raises(DataFileError):
+                build_corpus(p, level="char", lowercase=lower, collapse_whitespace=collapse)
+            return
+        fast = build_corpus(p, level="char", lowercase=lower, collapse_whitespace=collapse)
+    slow = build_corpus(lines, level="char", lowercase=lower, collapse_whitespace=collapse)
+    assert fast.vocab == slow.vocab
+    np.testing.assert_array_equal(fast.tokens, slow.tokens)
+    np.testing.assert_array_equal(fast.offsets, slow.offsets)
+    if collapse:
+        assert fast.decode(fast.tokens) == " ".join(" ".join(lines).lower().split() if lower else " ".join(lines).split())

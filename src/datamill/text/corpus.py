@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
-from datamill.core.io import PathLike, atomic_dir, display_name, read_text
+from datamill.core.io import PathLike, atomic_dir, display_name, read_bytes, read_text
 from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
 from datamill.vocab import TokenCounts, Vocab
 
@@ -70,7 +70,7 @@ def read_lines(source: PathLike | str | Sequence[str] | pa.Array, *, lowercase: 
         lines: pa.Array = pc.split_pattern(pa.array([text], pa.string()), "\n").flatten()
         if len(lines) and lines[-1].as_py() == "":
             lines = lines.slice(0, len(lines) - 1)
-        lines = pc.utf8_rtrim(lines, characters="\r")
+        lines = pc.replace_substring_regex(lines, "\r$", "")  # one CR of a CRLF line end
     else:
         lines = as_string_array(source)
     if one_document:
@@ -91,19 +91,57 @@ def _check_vocab_args(min_freq: int, max_size: int | None) -> int:
     return max(1, min_freq)  # the seed's min_freq=0 keeps everything, as 1 does
 
 
+_LOWER = np.arange(256, dtype=np.uint8)
+_LOWER[ord("A"):ord("Z") + 1] += 32
+_WS = np.zeros(256, dtype=bool)
+_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # the ASCII characters str.split() splits on
+
+
+def _ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+    """Character codes + line offsets of ASCII text, in numpy (the char level's fast path).
+
+    ``one_document=True``: the seed's ``' '.join(' '.join(lines).split())``; otherwise one line per
+    document without its ``\n`` (and ``\r``), whitespace kept.
+    """
+    b = np.frombuffer(data, np.uint8)
+    if lowercase:
+        b = _LOWER[b]
+    if one_document:
+        m = _WS[b]
+        keep = ~m
+        keep[1:] |= m[1:] & ~m[:-1]  # the first of each whitespace run
+        out = np.where(m, np.uint8(32), b)[keep]
+        lo, hi = int(out[:1].size and out[0] == 32), len(out) - int(out[-1:].size and out[-1] == 32)
+        out = out[lo:max(lo, hi)]
+        return out, np.array([0, len(out)], np.int64)
+    nl = np.flatnonzero(b == 10)
+    starts = np.concatenate([[0], nl + 1])
+    ends = np.concatenate([nl, [len(b)]])
+    if len(b) and b[-1] == 10:  # a final newline ends the last line; it does not start another
+        starts, ends = starts[:-1], ends[:-1]
+    keep = b != 10
+    cr = ends[(ends > starts) & (b[np.maximum(ends - 1, 0)] == 13)] - 1
+    keep[cr] = False
+    lengths = ends - starts
+    lengths[np.isin(ends - 1, cr)] -= 1
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return b[keep], offsets
+
+
 def _char_ids(lines: pa.Array) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
     return CharTokenizer().codepoints(lines)
 
 
-def _counts_from_codepoints(cps: NDArray[np.uint32]) -> tuple[TokenCounts, NDArray[np.uint32]]:
+def _counts_from_codepoints(cps: NDArray[Any]) -> tuple[TokenCounts, NDArray[Any]]:
     uniq, counts = np.unique(cps, return_counts=True) if len(cps) < 1 << 16 else _bincount_unique(cps)
     chars = pa.array([chr(c) for c in uniq.tolist()], pa.string())  # one per distinct character
     return TokenCounts(chars, counts.astype(np.int64)), uniq
 
 
-def _bincount_unique(cps: NDArray[np.uint32]) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
+def _bincount_unique(cps: NDArray[Any]) -> tuple[NDArray[Any], NDArray[np.int64]]:
     counts = np.bincount(cps)
-    uniq = np.flatnonzero(counts).astype(np.uint32)
+    uniq = np.flatnonzero(counts)
     return uniq, counts[uniq]
 
 
@@ -240,8 +278,8 @@ class Corpus:
             return str(self.meta["fingerprint"])
         h = xxhash.xxh3_128()
         h.update(str(self.tokens.dtype).encode())
-        h.update(memoryview(np.ascontiguousarray(self.tokens)).cast("B"))
-        h.update(memoryview(np.ascontiguousarray(self.offsets)).cast("B"))
+        h.update(np.ascontiguousarray(self.tokens).data)
+        h.update(np.ascontiguousarray(self.offsets).data)
         h.update(json.dumps(self.vocab.idx2str if self.vocab else None).encode())
         self.meta["fingerprint"] = h.hexdigest()
         return str(self.meta["fingerprint"])
@@ -365,9 +403,16 @@ def build_corpus(
     if level not in LEVELS:
         raise ConfigError(f"unknown corpus level {level!r}; valid: {', '.join(LEVELS)}")
     src_name = display_name(source) if isinstance(source, (str, os.PathLike)) else "<texts>"
+    meta: dict[str, Any] = {"source": src_name, "lowercase": lowercase, "collapse_whitespace": collapse_whitespace}
+    if level == "char" and isinstance(source, (str, os.PathLike)):
+        data = read_bytes(source)
+        if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
+            codes, offsets = _ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
+            v, ids = _encode_codes(codes, vocab, min_freq=min_freq, max_size=max_size,
+                                   reserved_tokens=reserved_tokens, unk_token=unk_token)
+            return _finish(ids, offsets, v, level, meta, None, out)
     lines = read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace,
                        one_document=collapse_whitespace and level == "char")
-    meta: dict[str, Any] = {"source": src_name, "lowercase": lowercase, "collapse_whitespace": collapse_whitespace}
     hf: HFTokenizer | None = None
     if level in ("bpe", "wordpiece"):
         if min_freq > 1 or max_size is not None or reserved_tokens:
@@ -387,16 +432,13 @@ def build_corpus(
         v = Vocab(idx2str, str2freq=dict(zip(idx2str, freq.tolist())), unk_token=unk,
                   specials=[t for t in idx2str if t.startswith("[") and t.endswith("]")])
         return _finish(ids, offsets, v, level, meta, hf, out)
-    mf = _check_vocab_args(min_freq, max_size)
-    specials = _specials(reserved_tokens, unk_token)
     if level == "char":
         cps, offsets = _char_ids(lines)
-        counts, uniq = _counts_from_codepoints(cps)
-        v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
-        lut = np.zeros(int(uniq[-1]) + 1 if len(uniq) else 1, np.int32)
-        lut[uniq] = v.encode(counts.tokens)
-        ids = lut[cps]
+        v, ids = _encode_codes(cps, vocab, min_freq=min_freq, max_size=max_size, reserved_tokens=reserved_tokens,
+                               unk_token=unk_token)
     else:
+        mf = _check_vocab_args(min_freq, max_size)
+        specials = _specials(reserved_tokens, unk_token)
         words, dic = _word_dictionary(lines)
         counts = TokenCounts(dic.dictionary, np.bincount(dic.indices.to_numpy(), minlength=len(dic.dictionary)))
         v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
@@ -405,6 +447,18 @@ def build_corpus(
         offsets = words.offsets.to_numpy().astype(np.int64)
         offsets = offsets - offsets[0]
     return _finish(ids, offsets, v, level, meta, None, out)
+
+
+def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, max_size: int | None,
+                  reserved_tokens: Sequence[str] | str, unk_token: str) -> tuple[Vocab, NDArray[Any]]:
+    """Vocabulary (unless given) and ids of an array of character codes, through a code -> id table."""
+    mf = _check_vocab_args(min_freq, max_size)
+    counts, uniq = _counts_from_codepoints(codes)
+    v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size,
+                                   specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
+    lut = np.zeros(int(uniq[-1]) + 1 if len(uniq) else 1, _smallest_dtype(len(v)))
+    lut[uniq] = v.encode(counts.tokens)
+    return v, lut[codes]
 
 
 def _finish(ids: NDArray[Any], offsets: NDArray[np.int64], vocab: Vocab, level: str, meta: dict[str, Any],
