@@ -206,3 +206,12 @@ def test_add_from_files_stores_rows_in_mapping_order(ds: ShardsetDataset, tmp_pa
     stored = pq.read_table(ds.loc.join(ds.shard_path("caption", 2))).column("uid").to_pylist()
     assert stored == [20, 21, 22, 23, 24]
     assert ds.read_shard(2).column("cap").to_pylist() == ["c2"] * 5
+
+
+def test_uid_type_mismatch_is_a_schema_error_and_widths_are_cast(ds: ShardsetDataset, tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="do not match the mapping's int64") as exc:
+        ds.add("caption", pa.table({"uid": ["x10"], "c": [1]}), route=True)
+    assert exc.value.path == "<table>"
+    ds = ds.add("caption", pa.table({"uid": pa.array([31, 10], pa.int32()), "c": [1, 2]}), route=True)
+    assert ds.get(31) == {"uid": 31, "x": 16, "c": 1}
+    assert pq.read_schema(ds.loc.join(ds.shard_path("caption", 3))).field("uid").type == pa.int64()

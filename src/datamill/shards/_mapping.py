@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.errors import SchemaError
+
 __all__ = ["Mapping", "UidIndex", "schema_from_b64", "schema_to_b64"]
 
 SHARD_COLUMN = "shard"
@@ -70,9 +72,19 @@ class Mapping:
     def shard_uids(self, k: int) -> pa.Array:
         return self.uids.slice(int(self.offsets[k]), int(self.sizes[k]))
 
-    def positions(self, uids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    def cast_uids(self, uids: pa.Array | pa.ChunkedArray, *, display: str) -> pa.Array | pa.ChunkedArray:
+        """``uids`` cast to the mapping's UID type (SchemaError naming ``display`` when impossible)."""
+        if uids.type == self.uids.type:
+            return uids
+        try:
+            return uids.cast(self.uids.type)
+        except (pa.ArrowException, ValueError) as exc:
+            raise SchemaError(f"UIDs of type {uids.type} do not match the mapping's {self.uids.type}: {exc}",
+                              path=display, hint="give the UID column the type it has in samples.parquet") from exc
+
+    def positions(self, uids: pa.Array | pa.ChunkedArray, *, display: str = "<table>") -> pa.Array:
         """Mapping position of each UID (null when unknown), vectorised."""
-        return pc.index_in(uids, value_set=self.uids)
+        return pc.index_in(self.cast_uids(uids, display=display), value_set=self.uids)
 
     @property
     def index(self) -> UidIndex:

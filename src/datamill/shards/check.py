@@ -47,7 +47,11 @@ def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, ma
         row = int(np.flatnonzero(np.asarray(uids.is_null()))[0])
         yield ShardsetError("a UID is null", path=display, row=row, shard=k)
         return
-    pos = mapping.positions(uids)
+    try:
+        pos = mapping.positions(uids, display=display)
+    except SchemaError as exc:
+        yield exc
+        return
     valid = np.asarray(pos.is_valid())
     p = np.asarray(pos.fill_null(0).to_numpy(), dtype=np.int64)
     unknown = np.flatnonzero(~valid)

@@ -212,7 +212,7 @@ def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple
         raise SchemaError(f"the UID column {uid!r} is missing (columns: {table.column_names})",
                           path=display, column=uid)
     u = table.column(uid)
-    pos = ds.mapping.positions(u)
+    pos = ds.mapping.positions(u, display=display)
     if pos.null_count:
         bad = np.flatnonzero(np.asarray(pos.is_null()))
         names = [u[int(i)].as_py() for i in bad[:10]]
@@ -227,6 +227,7 @@ def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple
         raise ShardsetError("duplicate uid in the routed table", path=display, uid=ds.mapping.uids[int(sp[i])].as_py(),
                             row=int(order[i + 1]), column=uid, hint="UIDs must be unique within a shardset")
     table = table.take(pa.array(order))
+    table = table.set_column(table.column_names.index(uid), uid, ds.mapping.cast_uids(table.column(uid), display=display))
     counts = np.bincount(ds.mapping.shard[sp], minlength=ds.num_shards) if len(sp) else np.zeros(ds.num_shards, int)
     start = 0
     for c in counts:
@@ -287,6 +288,8 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
                     if len(problems) > 1:
                         problems[0].add_note(f"{len(problems) - 1} more violations in this file")
                     raise problems[0]
+                t = t.set_column(t.column_names.index(uid), uid,
+                                 ds.mapping.cast_uids(t.column(uid), display=display))
                 pos = np.asarray(ds.mapping.positions(t.column(uid)).to_numpy(), dtype=np.int64)
                 if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
                     t = t.take(pa.array(np.argsort(pos, kind="stable")))
