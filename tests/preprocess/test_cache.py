@@ -98,3 +98,11 @@ def test_skip_save_writes_nothing(house: Path) -> None:
     out = api.preprocess(house, CFG, skip_save=True)
     assert out.hdf5_path is None and len(out.data["LotArea"]) == 1460
     assert sorted(p.name for p in house.parent.iterdir()) == ["house_prices_train.csv"]
+
+
+def test_new_datamill_version_recomputes(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not api.preprocess(house, CFG).cached
+    monkeypatch.setattr(api, "_version", lambda: "99.0")
+    out = api.preprocess(house, CFG)
+    assert not out.cached and out.metadata.header["version"] == "99.0"
+    assert api.preprocess(house, CFG).cached
