@@ -118,3 +118,11 @@ def test_ludwig_defaults_section() -> None:
     with pytest.raises(ConfigError) as info:
         load_config({"input_features": [{"name": "a", "type": "number"}], "defaults": {"numbr": {}}})
     assert info.value.where == "defaults"  # type: ignore[attr-defined]
+
+
+def test_strategy_must_fit_the_type(tmp_path: Path) -> None:
+    p = _write(tmp_path, "input_features:\n  - {name: a, type: number}\n"
+                         "  - {name: c, type: category, preprocessing: {missing_value_strategy: fill_with_mean}}\n")
+    with pytest.raises(ConfigError) as info:
+        resolve_features(*load_config(p))
+    assert info.value.path == str(p) and "input_features[1].preprocessing.missing_value_strategy" in str(info.value)

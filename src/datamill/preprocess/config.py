@@ -208,6 +208,10 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             if strategy not in STRATEGIES:
                 raise ConfigError(f"{where}.preprocessing.missing_value_strategy: unknown strategy {strategy!r}; "
                                   f"valid: {', '.join(STRATEGIES)}", path=source)
+            only = {"fill_with_mean": "number", "fill_with_false": "binary"}.get(strategy)
+            if only is not None and f.type != only:
+                raise ConfigError(f"{where}.preprocessing.missing_value_strategy: {strategy} applies to {only} "
+                                  f"features only, not {f.type}", path=source)
             try:
                 params = cls.Params.model_validate(merged)
             except ValidationError as exc:
