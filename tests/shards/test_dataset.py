@@ -66,7 +66,8 @@ def test_seed_example_get_and_read_shard(seed_ds: ShardsetDataset) -> None:
     inner = ds.read_shard(12, join="inner")
     assert inner.num_rows == 90 and ds.last_dropped == {"shardset_1": 0, "shardset_2": 10}
     assert b"datamill.dropped" in inner.schema.metadata
-    assert ds.read_shard(3, columns=["b"]).column_names == ["uid", "b"]
+    assert ds.read_shard(3, columns=["b"]).column_names == ["b"]
+    assert ds.read_shard(3, columns=["b", "uid", "a"]).column_names == ["b", "uid", "a"]
     with pytest.raises(ShardsetError) as exc:
         ds.get(10_000_000)
     assert exc.value.uid == 10_000_000

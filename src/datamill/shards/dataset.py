@@ -163,8 +163,9 @@ class ShardsetDataset:
 
         Args:
             index: the shard index.
-            columns: columns to read (the UID column always comes first); only shardsets holding
-                them are opened. Defaults to ``None`` (all).
+            columns: columns to read, in this order (the UID column is included only when listed);
+                only shardsets holding them are opened. Defaults to ``None`` (the UID column, then
+                every shardset's columns).
             join: ``"left"`` keeps every sample of the shard (nulls where a shardset lacks it);
                 ``"inner"`` keeps samples present in every chosen shardset and records the number
                 dropped per shardset in :attr:`last_dropped` and in the schema metadata
@@ -176,6 +177,8 @@ class ShardsetDataset:
         """
         if join not in ("left", "inner"):
             raise ValueError(f"join must be 'left' or 'inner', got {join!r}")
+        if isinstance(columns, str):
+            columns = [columns]
         if not 0 <= index < self.num_shards:
             raise IndexError(f"shard {index} out of range [0, {self.num_shards})")
         uids = self.mapping.shard_uids(index)
@@ -200,9 +203,8 @@ class ShardsetDataset:
                 names.append(c)
                 arrays.append(t.column(c))
         out = pa.Table.from_arrays(arrays, names=names)
-        if columns is not None and not isinstance(columns, str):
-            order = [self.uid_column] + [c for c in columns if c != self.uid_column]
-            out = out.select(order)
+        if columns is not None:
+            out = out.select(list(columns))  # the caller's order; the UID column only if asked for
         if join == "left":
             return out
         dropped = {ss: 0 if m is None else int(len(m) - pc.sum(m).as_py()) for ss, m in present.items()}
