@@ -143,7 +143,7 @@ def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse
     lines = text.split("\n")
     if text.endswith("\n"):
         lines = lines[:-1]
-    lines = [x[:-1] if x.endswith("\r") else x for x in lines]
+    lines = [x.removesuffix("\r") for x in lines]
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "t.txt"
         p.write_bytes(text.encode())
@@ -158,3 +158,23 @@ def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse
     np.testing.assert_array_equal(fast.offsets, slow.offsets)
     if collapse:
         assert fast.decode(fast.tokens) == " ".join(" ".join(lines).lower().split() if lower else " ".join(lines).split())
+
+
+@given(st.text(st.sampled_from(list("ab Bz\t\n\r\x0b\x1c.")), max_size=60), st.booleans())
+def test_ascii_word_fast_path_equals_arrow_path(text: str, lower: bool) -> None:
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines = lines[:-1]
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "t.txt"
+        p.write_bytes(text.encode())
+        if not text.split():
+            with pytest.raises(DataFileError):
+                build_corpus(p, level="word", lowercase=lower)
+            return
+        fast = build_corpus(p, level="word", lowercase=lower)
+    slow = build_corpus(lines, level="word", lowercase=lower)
+    assert fast.vocab == slow.vocab
+    np.testing.assert_array_equal(fast.tokens, slow.tokens)
+    np.testing.assert_array_equal(fast.offsets, slow.offsets)
+    assert fast.num_lines == len(lines)

@@ -20,8 +20,10 @@ is a pure function of (corpus length, seed, epoch, batch_size, num_steps, world_
 yields the rest of the current epoch and then moves to the next epoch. ``state_dict()`` is a tiny
 JSON-able dict; ``load_state_dict()`` checks that it fits and resumes at the saved batch.
 
-Batches are built many at a time (about 1M tokens per chunk) by one fancy index over a reshaped
-view of the ids (random) or one strided copy (sequential); no Python loop per example.
+Batches are built many at a time (about 1M tokens per chunk) by one fancy index over a
+``num_steps + 1`` sliding-window view of the ids (random: ``X`` and ``Y`` are two views of one
+gathered block, so rows are not C-contiguous) or one strided copy (sequential: contiguous); no
+Python loop per example.
 """
 
 from __future__ import annotations
@@ -119,9 +121,8 @@ class LMBatches:
             ys = self.tokens[offset + 1:offset + 1 + total].reshape(strips, -1)[mine]
         else:
             n_ex = (len(self.tokens) - offset - 1) // ns
-            usable = n_ex * ns
-            xs = self.tokens[offset:offset + usable].reshape(n_ex, ns)
-            ys = self.tokens[offset + 1:offset + 1 + usable].reshape(n_ex, ns)
+            # example i with its target token: a (num_steps + 1)-window view; X and Y are views of one gather
+            windows = np.lib.stride_tricks.sliding_window_view(self.tokens[offset:offset + n_ex * ns + 1], ns + 1)[::ns]
         torch = None
         if self.as_torch:
             from datamill.core.optional import require
@@ -136,8 +137,8 @@ class LMBatches:
                 yc = np.ascontiguousarray(ys[:, cols].astype(np.int32, copy=False).reshape(bs, k, ns).transpose(1, 0, 2))
             else:
                 rows = order[start * bs:(start + k) * bs]
-                xc = xs[rows].astype(np.int32, copy=False).reshape(k, bs, ns)
-                yc = ys[rows].astype(np.int32, copy=False).reshape(k, bs, ns)
+                xy = windows[rows].astype(np.int32, copy=False).reshape(k, bs, ns + 1)
+                xc, yc = xy[:, :, :-1], xy[:, :, 1:]
             for j in range(k):
                 self.batches_seen = start + j + 1
                 if torch is not None:

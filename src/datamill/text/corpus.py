@@ -411,6 +411,13 @@ def build_corpus(
             v, ids = _encode_codes(codes, vocab, min_freq=min_freq, max_size=max_size,
                                    reserved_tokens=reserved_tokens, unk_token=unk_token)
             return _finish(ids, offsets, v, level, meta, None, out)
+    if level == "word" and isinstance(source, (str, os.PathLike)):
+        data = read_bytes(source)
+        if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
+            dic, offsets = _ascii_words(data, lowercase=lowercase)
+            v, ids = _encode_dictionary(dic, vocab, min_freq=_check_vocab_args(min_freq, max_size), max_size=max_size,
+                                        specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
+            return _finish(ids, offsets, v, level, meta, None, out)
     lines = read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace,
                        one_document=collapse_whitespace and level == "char")
     hf: HFTokenizer | None = None
@@ -440,13 +447,44 @@ def build_corpus(
         mf = _check_vocab_args(min_freq, max_size)
         specials = _specials(reserved_tokens, unk_token)
         words, dic = _word_dictionary(lines)
-        counts = TokenCounts(dic.dictionary, np.bincount(dic.indices.to_numpy(), minlength=len(dic.dictionary)))
-        v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
-        lut = v.encode(dic.dictionary)
-        ids = lut[dic.indices.to_numpy()]
         offsets = words.offsets.to_numpy().astype(np.int64)
+        v, ids = _encode_dictionary(dic, vocab, min_freq=mf, max_size=max_size, specials=specials,
+                                    unk_token=unk_token)
         offsets = offsets - offsets[0]
     return _finish(ids, offsets, v, level, meta, None, out)
+
+
+def _encode_dictionary(dic: pa.DictionaryArray, vocab: Vocab | None, *, min_freq: int, max_size: int | None,
+                       specials: list[str], unk_token: str) -> tuple[Vocab, NDArray[Any]]:
+    """Vocabulary (unless given) and ids of dictionary-encoded words: counts by bincount, ids by a table."""
+    indices = dic.indices.to_numpy()
+    counts = TokenCounts(dic.dictionary, np.bincount(indices, minlength=len(dic.dictionary)))
+    v = vocab or Vocab.from_counts(counts, min_freq=min_freq, max_size=max_size, specials=specials, unk_token=unk_token)
+    lut = v.encode(dic.dictionary, dtype=_smallest_dtype(len(v)))
+    return v, lut[indices]
+
+
+def _ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, NDArray[np.int64]]:
+    """``str.split()`` words of every line of ASCII text, dictionary-encoded, and the line offsets (numpy)."""
+    b = np.frombuffer(data, np.uint8)
+    if lowercase:
+        b = _LOWER[b]
+    word = ~_WS[b]
+    edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts = np.flatnonzero(edge == 1)
+    ends = np.flatnonzero(edge == -1)
+    chars = b[word]
+    offs = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(ends - starts, out=offs[1:])
+    if offs[-1] < 2**31:
+        words = pa.StringArray.from_buffers(len(starts), pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(chars))
+    else:
+        words = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offs), pa.py_buffer(chars))
+    nl = np.flatnonzero(b == 10)
+    if len(b) and b[-1] == 10:  # a final newline ends the last line
+        nl = nl[:-1]
+    line_off = np.concatenate([[0], np.searchsorted(starts, nl), [len(starts)]]).astype(np.int64)
+    return pc.dictionary_encode(words), line_off
 
 
 def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, max_size: int | None,
