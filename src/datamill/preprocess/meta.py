@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np

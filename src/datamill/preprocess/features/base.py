@@ -10,7 +10,6 @@ common code before ``fit``/``transform``). ``fit`` returns *mergeable* statistic
 from __future__ import annotations
 
 import builtins
-
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path

@@ -8,7 +8,6 @@ that label is true, every other value false). Statistics: distinct value counts 
 from __future__ import annotations
 
 import builtins
-
 from typing import Any, ClassVar
 
 import numpy as np

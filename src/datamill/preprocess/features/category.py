@@ -7,7 +7,6 @@ Statistics are :class:`~datamill.vocab.TokenCounts` (mergeable); the vocabulary 
 from __future__ import annotations
 
 import builtins
-
 from typing import Any, ClassVar
 
 import numpy as np

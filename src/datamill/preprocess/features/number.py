@@ -13,7 +13,6 @@ holding that column's fit values in memory (8 bytes a row).
 from __future__ import annotations
 
 import builtins
-
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
