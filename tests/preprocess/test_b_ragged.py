@@ -69,6 +69,15 @@ def test_split_tokens_matches_python_split(rows: list[list[str]]) -> None:
     assert got == rows
 
 
+@given(texts=st.lists(st.text(st.sampled_from("ab_Z9 \t\n\x0b\x1c,.!'\x01"), max_size=12), min_size=1, max_size=20),
+       lo=st.integers(0, 3), tokenizer=st.sampled_from(["space", "space_punct"]))
+def test_ascii_fast_path_matches_pyarrow_path(texts: list[str], lo: int, tokenizer: str) -> None:
+    col = pa.array(["pad"] * lo + texts).slice(lo)
+    fast, slow = split_tokens(col, tokenizer), split_tokens(col, tokenizer, fast=False)
+    assert fast.values.to_pylist() == slow.values.to_pylist()
+    assert fast.offsets.tolist() == slow.offsets.tolist()
+
+
 @given(texts=st.lists(st.text(max_size=12), min_size=1, max_size=20), lo=st.integers(0, 5),
        large=st.booleans(), most=st.integers(1, 10))
 def test_codepoints_match_python_characters(texts: list[str], lo: int, large: bool, most: int) -> None:

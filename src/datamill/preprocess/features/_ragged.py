@@ -168,6 +168,52 @@ def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.fill_null(column, "")
 
 
+# byte classes for the all-ASCII fast path: 0 whitespace (as utf8_split_whitespace), 1 word, 2 punctuation
+_WS = np.zeros(128, bool)
+_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+_WORD = np.zeros(128, bool)
+_WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = True
+_CLASSES = {"space": np.where(_WS, 0, 1).astype(np.uint8),
+            "space_punct": np.where(_WS, 0, np.where(_WORD, 1, 2)).astype(np.uint8)}
+
+
+def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
+    """``space``/``space_punct`` on an all-ASCII column with numpy byte classes (None if not ASCII).
+
+    A token starts where the class changes (or at a row start, or at every punctuation byte) and
+    ends likewise; the token bytes are compacted into one buffer and wrapped as a string array.
+    """
+    if tokenizer not in _CLASSES or not pa.types.is_string(column.type):
+        return None
+    bufs = column.buffers()
+    off = np.frombuffer(bufs[1], np.int32)[column.offset:column.offset + len(column) + 1].astype(np.int64)
+    data = np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]] if bufs[2] is not None else np.zeros(0, np.uint8)
+    rel = off - off[0]
+    if len(data) == 0 or int(data.max()) >= 0x80:
+        return None
+    cls = _CLASSES[tokenizer][data]
+    nonempty = rel[:-1] != rel[1:]
+    edge = np.zeros(len(data) + 1, bool)  # a row boundary before byte i
+    edge[rel[:-1][nonempty]] = True
+    edge[rel[1:][nonempty]] = True
+    change = np.empty(len(data) + 1, bool)  # class differs between byte i-1 and byte i (or a boundary)
+    change[0] = change[-1] = True
+    np.not_equal(cls[1:], cls[:-1], out=change[1:-1])
+    change |= edge
+    tok = cls != 0
+    punct = cls == 2
+    starts = np.flatnonzero(tok & (change[:-1] | punct))
+    ends = np.flatnonzero(tok & (change[1:] | punct)) + 1
+    lengths = ends - starts
+    token_offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=token_offsets[1:])
+    packed = data[tok]
+    string_type, off_type = (pa.string(), np.int32) if len(packed) < 2**31 else (pa.large_string(), np.int64)
+    values = pa.Array.from_buffers(string_type, len(starts), [
+        None, pa.py_buffer(token_offsets.astype(off_type)), pa.py_buffer(packed)])
+    return Ragged(values, np.searchsorted(starts, rel).astype(np.int64))  # tokens starting before each row
+
+
 def _split(column: pa.Array, tokenizer: str, regex: str | None) -> pa.Array:
     if tokenizer == "space":
         return pc.utf8_split_whitespace(column)
@@ -177,7 +223,7 @@ def _split(column: pa.Array, tokenizer: str, regex: str | None) -> pa.Array:
         # mark every code point with a NUL after it, then split on NUL (one regex pass, RE2 is UTF-8 aware)
         return pc.split_pattern(pc.replace_substring_regex(column, "(?s)(.)", "\\1\x00"), "\x00")
     if tokenizer == "space_punct":
-        spaced = pc.replace_substring_regex(column, r"([^\w\s])", " \\1 ")
+        spaced = pc.replace_substring_regex(column, r"([^\pL\pN_\s])", " \\1 ")
         return pc.utf8_split_whitespace(spaced)
     if tokenizer == "regex":
         if not regex:
@@ -194,6 +240,7 @@ def split_tokens(
     regex: str | None = None,
     stopwords: frozenset[str] | None = None,
     strip: bool | None = None,
+    fast: bool = True,
 ) -> Ragged:
     """Tokenise a whole string column into :class:`Ragged` tokens (empty tokens dropped).
 
@@ -207,10 +254,15 @@ def split_tokens(
         col = pc.utf8_lower(col)
     if tokenizer == "characters":
         return codepoints(col)
+    if fast and not stopwords:
+        ascii_tokens = _ascii_split(col, tokenizer)
+        if ascii_tokens is not None:
+            return ascii_tokens
     rag = Ragged.from_list(_split(col, tokenizer, regex))
     values = rag.values
     assert values is not None
-    if strip if strip is not None else tokenizer in ("comma", "regex"):
+    if strip if strip is not None else tokenizer != "characters":  # also guards against stray whitespace
+        # seen in pyarrow 26 utf8_split_whitespace output after replace_substring_regex (see tests)
         values = pc.utf8_trim_whitespace(values)
         rag = Ragged(values, rag.offsets)
     mask = pc.greater(pc.binary_length(values), 0)
