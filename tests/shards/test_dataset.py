@@ -214,6 +214,14 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     bad.write_text("id,note\n99,x\n")
     assert main(["shards", "add", root, "--shardset", "bad", str(bad), "--route"]) == 2
     assert "99" in capsys.readouterr().err
+    pq.write_table(pa.table({"id": [3, 7], "note": ["three", "x"]}), Path(root) / "notes" / "shard.00001.parquet")
+    assert main(["shards", "check", root]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{root}/notes/shard.00001.parquet, shard 1: expected 1 rows (manifest), got 2",
+                   f"{root}/notes/shard.00001.parquet, shard 1, row 1, uid 7: uid belongs to shard 2 "
+                   "(as in base/shard.00002.parquet) Fix: a sample lives in the same shard index in every "
+                   "shardset; use `add --route`",
+                   f"{root}: 2 violations"]
 
 
 def test_stale_object_add_keeps_other_shardsets(seed_ds: ShardsetDataset) -> None:

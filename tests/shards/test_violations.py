@@ -215,3 +215,18 @@ def test_uid_type_mismatch_is_a_schema_error_and_widths_are_cast(ds: ShardsetDat
     ds = ds.add("caption", pa.table({"uid": pa.array([31, 10], pa.int32()), "c": [1, 2]}), route=True)
     assert ds.get(31) == {"uid": 31, "x": 16, "c": 1}
     assert pq.read_schema(ds.loc.join(ds.shard_path("caption", 3))).field("uid").type == pa.int64()
+
+
+def test_check_catches_csv_column_set_and_truncated_parquet(tmp_path: Path) -> None:
+    t = pa.table({"uid": np.arange(6), "x": np.arange(6)})
+    ds = ShardsetDataset.create(tmp_path / "ds", t, uid="uid", shardset="a", shard_size=3, fmt="csv")
+    ds = ds.add("b", pa.table({"uid": np.arange(6), "y": np.arange(6)}), route=True)
+    csv1 = Path(ds.loc.join(ds.shard_path("a", 1)))
+    csv1.write_text("uid,x,z\n3,3,0\n4,4,0\n5,5,0\n")
+    pq1 = Path(ds.loc.join(ds.shard_path("b", 1)))
+    pq1.write_bytes(pq1.read_bytes()[:-20])
+    problems = check_dataset(tmp_path / "ds")
+    assert {(type(p), p.path) for p in problems} == {(SchemaError, str(csv1)), (DataFileError, str(pq1))}
+    with pytest.raises(DataFileError) as exc:
+        ShardsetDataset(tmp_path / "ds").read_shard(1)
+    assert exc.value.path == str(pq1) and exc.value.shard == 1
