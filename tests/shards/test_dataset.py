@@ -218,9 +218,9 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["shards", "check", root]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == [f"{root}/notes/shard.00001.parquet, shard 1: expected 1 rows (manifest), got 2",
-                   f"{root}/notes/shard.00001.parquet, shard 1, row 1, uid 7: uid belongs to shard 2 "
+                   (f"{root}/notes/shard.00001.parquet, shard 1, row 1, uid 7: uid belongs to shard 2 "
                    "(as in base/shard.00002.parquet) Fix: a sample lives in the same shard index in every "
-                   "shardset; use `add --route`",
+                   "shardset; use `add --route`"),
                    f"{root}: 2 violations"]
 
 
