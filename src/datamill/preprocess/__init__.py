@@ -11,7 +11,8 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["load", "preprocess"]
+__all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
+assert sorted(__all__) == __all__
 
 
 def __getattr__(name: str) -> Any:

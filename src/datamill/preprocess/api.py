@@ -50,7 +50,7 @@ from datamill.preprocess.missing import apply_fill, compute_fill
 from datamill.preprocess.reading import cast_column, read_dataset
 from datamill.preprocess.split import SPLIT_NAMES, compute_split
 
-__all__ = ["Preprocessed", "load", "preprocess"]
+__all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
 
 TRANSFORM_VERSION = "datamill.preprocess@1"
 #: rows per fit/transform block (fit statistics are merged across blocks)
