@@ -3,6 +3,8 @@
 CSV/TSV columns are read as strings (category-like types: ``4`` stays ``"4"``) or float64 (numbers)
 directly by the pyarrow reader. When a number column cannot be parsed, the columns are re-read as
 strings to name the first bad value's line. In-memory tables and Parquet/JSONL columns are cast.
+Line numbers are ``row + 2`` for CSV/TSV (header on line 1) and ``row + 1`` for JSONL; a quoted CSV
+value spanning several lines shifts the lines after it (the row is still right).
 """
 
 from __future__ import annotations
