@@ -43,3 +43,12 @@ def test_cli_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(err.splitlines()) == 1 and str(c) in err and "input_features[0].type" in err
     assert main(["preprocess", str(p)]) == 2
     assert "--config" in capsys.readouterr().err
+
+
+def test_quiet_after_the_subcommand() -> None:
+    from datamill.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["preprocess", "d.csv", "--quiet"]).quiet is True
+    assert parser.parse_args(["-q", "preprocess", "d.csv"]).quiet is True
+    assert parser.parse_args(["preprocess", "d.csv"]).quiet is False

@@ -35,4 +35,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--output-dir", "-o", help="output folder (default: beside the input)")
     p.add_argument("--skip-save", action="store_true", help="compute only, write nothing")
     p.add_argument("--metadata", "-m", help="apply this meta.json to unseen data (nothing refitted)")
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress bars (same as datamill --quiet)")
     p.set_defaults(func=_cmd)
