@@ -113,7 +113,7 @@ def test_create_rejects_duplicate_and_missing_uid(tmp_path: Path) -> None:
     with pytest.raises(SchemaError) as exc:
         ShardsetDataset.create(tmp_path / "d2", files, uid="uid", shardset="a")
     assert (exc.value.column, exc.value.path) == ("uid", str(files[0]))
-    assert not (tmp_path / "d1" / "dataset.json").exists()
+    assert not (tmp_path / "d1").exists() and not (tmp_path / "d2").exists()
 
 
 def _tamper(ds: ShardsetDataset, shardset: str, k: int, table: pa.Table | bytes) -> str:

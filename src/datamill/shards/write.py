@@ -12,7 +12,9 @@ Atomicity: shard files are written into a hidden ``.tmp-…`` folder inside the 
 counts re-read and checked, the folder is renamed to the shardset name, and ``dataset.json`` is
 replaced last (temp file + rename). A failed or killed ``add`` never touches existing files; at most
 a hidden ``.tmp-…`` folder (ignored by readers and ``check``) or an unlisted shardset folder is left,
-which the next ``add`` of that name reports.
+which the next ``add`` of that name reports. The renames are atomic on local/POSIX filesystems; on
+object stores (``s3://``) a "move" is copy + delete, but the manifest is still the commit marker: a
+shardset missing from ``dataset.json`` is never read.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: 
     if loc.exists(DATASET_MANIFEST):
         raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
                             hint="use `add` to add a shardset")
+    made_root = not loc.exists()
     loc.fs.create_dir(loc.path, recursive=True)
     _check_name(loc, shardset, [])
     tmp = loc.tmp_name(shardset)
@@ -180,6 +183,8 @@ def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: 
         _commit(loc, tmp, shardset, sizes.tolist(), fmt)
     except BaseException:
         loc.remove_tree(tmp)
+        if made_root and not loc.listdir():
+            loc.fs.delete_dir(loc.path)
         raise
     mtmp = loc.tmp_name(SAMPLES_FILE)
     pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
