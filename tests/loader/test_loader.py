@@ -222,3 +222,19 @@ def test_empty_source_and_interrupted_iteration() -> None:
     it.close()  # the worker threads stop; the position stays after the consumed batches
     assert loader.state_dict()["batches_seen"] == 3
     assert_same_items([b["x"] for b in first], [b["x"] for b in list(Loader(FakeSource([100] * 4), 7))[:3]], "head")
+
+
+def test_progress_bar_and_top_level_export(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    import datamill
+    from datamill.core.progress import quiet
+
+    assert datamill.Loader is Loader
+    with quiet(False):
+        assert len(xs(Loader(FakeSource([30]), 7, progress=True))) == 5
+    assert "epoch 0" in capsys.readouterr().err
+    code = "import sys, datamill, datamill.loader; datamill.Loader; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # the loader never imports torch unless asked
