@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from datamill.shards import ShardsetDataset
+from datamill.shards import ShardsetDataset, check_dataset
 
 
 def build(root: Path, n: int, n_shards: int) -> ShardsetDataset:
@@ -77,6 +77,9 @@ def main() -> None:
         ds = build(tmp / "ds", n, n_shards)
         print(f"built {n:,} samples x 3 shardsets x {n_shards} shards in {time.perf_counter() - t0:.1f} s "
               f"({sum(f.stat().st_size for f in (tmp / 'ds').rglob('*') if f.is_file()) / 1e6:.0f} MB)")
+        t0 = time.perf_counter()
+        problems = check_dataset(tmp / "ds")
+        print(f"check_dataset: {len(problems)} violations in {time.perf_counter() - t0:.2f} s")
         ds = ShardsetDataset(tmp / "ds", cache_shards=3 * n_shards)
         scan_datamill(ds)  # warm the OS page cache for both
         res = {}

@@ -230,3 +230,16 @@ def test_check_catches_csv_column_set_and_truncated_parquet(tmp_path: Path) -> N
     with pytest.raises(DataFileError) as exc:
         ShardsetDataset(tmp_path / "ds").read_shard(1)
     assert exc.value.path == str(pq1) and exc.value.shard == 1
+
+
+@given(n=st.integers(0, 80), n_shards=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))
+def test_positions_near_equals_global_positions(n: int, n_shards: int, seed: int) -> None:
+    from datamill.shards._mapping import Mapping
+
+    rng = np.random.default_rng(seed)
+    uids = rng.choice(1000, size=n, replace=False).astype(np.int64)
+    shard = np.sort(rng.integers(0, n_shards, size=n))
+    m = Mapping(pa.array(uids), shard, n_shards)
+    query = pa.array(rng.integers(0, 1000, size=30).astype(np.int64))
+    for k in range(n_shards):
+        assert m.positions_near(query, k).to_pylist() == m.positions(query).to_pylist()

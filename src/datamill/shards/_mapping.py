@@ -86,6 +86,23 @@ class Mapping:
         """Mapping position of each UID (null when unknown), vectorised."""
         return pc.index_in(self.cast_uids(uids, display=display), value_set=self.uids)
 
+    def positions_near(self, uids: pa.Array | pa.ChunkedArray, k: int, *, display: str = "<table>") -> pa.Array:
+        """Like :meth:`positions`, looking in shard ``k`` first (a small hash table) and in the whole
+        mapping only for the UIDs not found there."""
+        uids = self.cast_uids(uids, display=display)
+        if isinstance(uids, pa.ChunkedArray):
+            uids = uids.combine_chunks()
+        local = pc.index_in(uids, value_set=self.shard_uids(k))
+        pos = pc.add(local.cast(pa.int64()), pa.scalar(int(self.offsets[k]), pa.int64()))
+        if not local.null_count:
+            return pos
+        missing = np.flatnonzero(np.asarray(local.is_null()))
+        far = np.asarray(pc.index_in(uids.take(pa.array(missing)), value_set=self.uids).cast(pa.int64())
+                         .fill_null(-1).to_numpy())
+        out = np.asarray(pos.fill_null(-1).to_numpy()).copy()
+        out[missing] = far
+        return pa.array(out, mask=out < 0)
+
     @property
     def index(self) -> UidIndex:
         if self._index is None:

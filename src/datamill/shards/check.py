@@ -48,7 +48,7 @@ def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, ma
         yield ShardsetError("a UID is null", path=display, row=row, shard=k)
         return
     try:
-        pos = mapping.positions(uids, display=display)
+        pos = mapping.positions_near(uids, k, display=display)
     except SchemaError as exc:
         yield exc
         return

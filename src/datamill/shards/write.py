@@ -295,7 +295,7 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
                     raise problems[0]
                 t = t.set_column(t.column_names.index(uid), uid,
                                  ds.mapping.cast_uids(t.column(uid), display=display))
-                pos = np.asarray(ds.mapping.positions(t.column(uid)).to_numpy(), dtype=np.int64)
+                pos = np.asarray(ds.mapping.positions_near(t.column(uid), k).to_numpy(), dtype=np.int64)
                 if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
                     t = t.take(pa.array(np.argsort(pos, kind="stable")))
             meta = t.schema.metadata if schema is None else meta
