@@ -147,7 +147,7 @@ def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "t.txt"
         p.write_bytes(text.encode())
-        if not text.strip():  # a blank file is empty input
+        if not text.encode().strip():  # a blank file (bytes.strip(): ASCII whitespace) is empty input
             with pytest.raises(DataFileError):
                 build_corpus(p, level="char", lowercase=lower, collapse_whitespace=collapse)
             return

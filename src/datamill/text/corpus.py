@@ -97,23 +97,27 @@ _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # the ASCII characters str.split() splits on
 
 
-def _ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
-    """Character codes + line offsets of ASCII text, in numpy (the char level's fast path).
+def _ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
+                      ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.uint8]]:
+    """Raw character codes + line offsets of ASCII text, and the code -> normalised code table.
 
+    The normalisation (lower-casing; whitespace -> ``" "``) is not applied to the codes: it is folded
+    into the count and id tables (256 entries), which saves two passes over the text.
     ``one_document=True``: the seed's ``' '.join(' '.join(lines).split())``; otherwise one line per
-    document without its ``\n`` (and ``\r``), whitespace kept.
+    document without its ``\n`` (and one ``\r``), whitespace kept.
     """
     b = np.frombuffer(data, np.uint8)
-    if lowercase:
-        b = _LOWER[b]
+    canon = _LOWER.copy() if lowercase else np.arange(256, dtype=np.uint8)
     if one_document:
+        canon[_WS] = 32
         m = _WS[b]
         keep = ~m
         keep[1:] |= m[1:] & ~m[:-1]  # the first of each whitespace run
-        out = np.where(m, np.uint8(32), b)[keep]
-        lo, hi = int(out[:1].size and out[0] == 32), len(out) - int(out[-1:].size and out[-1] == 32)
-        out = out[lo:max(lo, hi)]
-        return out, np.array([0, len(out)], np.int64)
+        if not m.all():  # trim both ends (argmax stops at the first non-whitespace byte)
+            keep[:int(np.argmax(~m))] = False
+            keep[len(m) - int(np.argmax(~m[::-1])):] = False
+        out = b[keep]
+        return out, np.array([0, len(out)], np.int64), canon
     nl = np.flatnonzero(b == 10)
     starts = np.concatenate([[0], nl + 1])
     ends = np.concatenate([nl, [len(b)]])
@@ -126,7 +130,7 @@ def _ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool) -> tu
     lengths[np.isin(ends - 1, cr)] -= 1
     offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return b[keep], offsets
+    return b[keep], offsets, canon
 
 
 def _char_ids(lines: pa.Array) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
@@ -407,9 +411,9 @@ def build_corpus(
     if level == "char" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
         if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
-            codes, offsets = _ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
+            codes, offsets, canon = _ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
             v, ids = _encode_codes(codes, vocab, min_freq=min_freq, max_size=max_size,
-                                   reserved_tokens=reserved_tokens, unk_token=unk_token)
+                                   reserved_tokens=reserved_tokens, unk_token=unk_token, canon=canon)
             return _finish(ids, offsets, v, level, meta, None, out)
     if level == "word" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
@@ -488,14 +492,27 @@ def _ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, N
 
 
 def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, max_size: int | None,
-                  reserved_tokens: Sequence[str] | str, unk_token: str) -> tuple[Vocab, NDArray[Any]]:
-    """Vocabulary (unless given) and ids of an array of character codes, through a code -> id table."""
+                  reserved_tokens: Sequence[str] | str, unk_token: str,
+                  canon: NDArray[np.uint8] | None = None) -> tuple[Vocab, NDArray[Any]]:
+    """Vocabulary (unless given) and ids of an array of character codes, through a code -> id table.
+
+    ``canon`` maps raw byte codes to normalised ones; counts and ids are folded through it.
+    """
     mf = _check_vocab_args(min_freq, max_size)
-    counts, uniq = _counts_from_codepoints(codes)
+    if canon is not None:
+        raw = np.bincount(codes, minlength=256)
+        folded = np.bincount(canon, weights=raw, minlength=256).astype(np.int64)
+        uniq = np.flatnonzero(folded)
+        counts = TokenCounts(pa.array([chr(c) for c in uniq.tolist()], pa.string()), folded[uniq])
+    else:
+        counts, uniq = _counts_from_codepoints(codes)
     v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size,
                                    specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
-    lut = np.zeros(int(uniq[-1]) + 1 if len(uniq) else 1, _smallest_dtype(len(v)))
+    lut = np.zeros(max(int(uniq[-1]) + 1 if len(uniq) else 1, 256 if canon is not None else 0),
+                   _smallest_dtype(len(v)))
     lut[uniq] = v.encode(counts.tokens)
+    if canon is not None:
+        lut = lut[canon]
     return v, lut[codes]
 
 
