@@ -178,3 +178,15 @@ def test_ascii_word_fast_path_equals_arrow_path(text: str, lower: bool) -> None:
     np.testing.assert_array_equal(fast.tokens, slow.tokens)
     np.testing.assert_array_equal(fast.offsets, slow.offsets)
     assert fast.num_lines == len(lines)
+
+
+def test_loader_reads_corpus_source(tmp_path: Path) -> None:
+    from datamill.loader import Loader
+
+    build_corpus([" ".join(f"w{i % 50}" for i in range(2000))], level="word", out=tmp_path / "c")
+    src = CorpusSource(tmp_path / "c", num_steps=10, shard_size=64)
+    batches = list(Loader(src, 16, seed=1, drop_last=True))
+    assert len(batches) == 199 // 16
+    for b in batches:
+        x, y = np.asarray(b["x"]), np.asarray(b["y"])
+        assert x.shape == (16, 10) and (y[:, :-1] == x[:, 1:]).all()
