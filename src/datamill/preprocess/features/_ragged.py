@@ -173,12 +173,11 @@ _WS = np.zeros(128, bool)
 _WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _WORD = np.zeros(128, bool)
 _WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = True
-_CLASSES = {"space": np.where(_WS, 0, 1).astype(np.uint8),
-            "space_punct": np.where(_WS, 0, np.where(_WORD, 1, 2)).astype(np.uint8)}
+_CLASSES = {"space_punct": np.where(_WS, 0, np.where(_WORD, 1, 2)).astype(np.uint8)}
 
 
 def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
-    """``space``/``space_punct`` on an all-ASCII column with numpy byte classes (None if not ASCII).
+    """``space_punct`` on an all-ASCII column with numpy byte classes (None if not ASCII).
 
     A token starts where the class changes (or at a row start, or at every punctuation byte) and
     ends likewise; the token bytes are compacted into one buffer and wrapped as a string array.
@@ -254,18 +253,21 @@ def split_tokens(
         col = pc.utf8_lower(col)
     if tokenizer == "characters":
         return codepoints(col)
-    if fast and not stopwords:
-        ascii_tokens = _ascii_split(col, tokenizer)
-        if ascii_tokens is not None:
-            return ascii_tokens
-    rag = Ragged.from_list(_split(col, tokenizer, regex))
-    values = rag.values
-    assert values is not None
-    if strip if strip is not None else tokenizer != "characters":  # also guards against stray whitespace
-        # seen in pyarrow 26 utf8_split_whitespace output after replace_substring_regex (see tests)
-        values = pc.utf8_trim_whitespace(values)
-        rag = Ragged(values, rag.offsets)
-    mask = pc.greater(pc.binary_length(values), 0)
+    fast_tokens = _ascii_split(col, tokenizer) if fast else None
+    if fast_tokens is not None:  # no empty tokens, nothing to strip
+        rag = fast_tokens
+        values = rag.values
+        assert values is not None
+        mask = pa.array(np.ones(len(values), bool))
+    else:
+        rag = Ragged.from_list(_split(col, tokenizer, regex))
+        values = rag.values
+        assert values is not None
+        if strip is None or strip:  # also guards against stray whitespace seen in pyarrow 26
+            # utf8_split_whitespace output (a last token keeping its trailing space; see the fast-path test)
+            values = pc.utf8_trim_whitespace(values)
+            rag = Ragged(values, rag.offsets)
+        mask = pc.greater(pc.binary_length(values), 0)
     if stopwords:
         mask = pc.and_(mask, pc.invert(pc.is_in(values, value_set=pa.array(sorted(stopwords), pa.string()))))
     return rag.keep(mask.to_numpy(zero_copy_only=False))
