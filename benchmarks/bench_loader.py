@@ -148,10 +148,10 @@ def shards_source(root: Path, files: dict[str, list[Path]]) -> tuple[Any, str]:
     except ImportError:
         return MiniShardset(files), "in-benchmark MiniShardset (datamill.shards not available)"
     try:
-        ds = ShardsetDataset.create(root / "dataset", uid="uid", shardset="features", files=files["features"])
-        ds.add(shardset="label", files=files["label"])
-        ds.add(shardset="extra", files=files["extra"])
-        return ShardsetDataset(root / "dataset"), "datamill.shards.ShardsetDataset"
+        ds = ShardsetDataset.create(root / "dataset", [str(p) for p in files["features"]], uid="uid", shardset="features")
+        ds = ds.add("label", [str(p) for p in files["label"]])
+        ds = ds.add("extra", [str(p) for p in files["extra"]])
+        return ShardsetDataset(root / "dataset"), "datamill.shards.ShardsetDataset (left join per shard)"
     except Exception as exc:  # API differs from what this benchmark expects: say so, fall back
         return MiniShardset(files), f"in-benchmark MiniShardset (ShardsetDataset.create failed: {type(exc).__name__}: {exc})"
 
