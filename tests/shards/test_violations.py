@@ -243,3 +243,14 @@ def test_positions_near_equals_global_positions(n: int, n_shards: int, seed: int
     query = pa.array(rng.integers(0, 1000, size=30).astype(np.int64))
     for k in range(n_shards):
         assert m.positions_near(query, k).to_pylist() == m.positions(query).to_pylist()
+
+
+def test_empty_shard_reads_and_joins(tmp_path: Path) -> None:
+    files = write(tmp_path / "in", [pa.table({"uid": [1, 2]}), pa.table({"uid": pa.array([], pa.int64())}),
+                                    pa.table({"uid": [3]})])
+    ds = ShardsetDataset.create(tmp_path / "ds", files, uid="uid", shardset="a")
+    ds = ds.add("b", pa.table({"uid": [3], "y": ["c"]}), route=True)
+    assert ds.shard_sizes().tolist() == [2, 0, 1]
+    assert ds.read_shard(1, join="inner").num_rows == 0 and ds.last_dropped == {"a": 0, "b": 0}
+    assert ds.read_shard(2, join="inner").to_pydict() == {"uid": [3], "y": ["c"]}
+    assert check_dataset(ds.loc) == []

@@ -207,7 +207,7 @@ class ShardsetDataset:
             out = out.select(list(columns))  # the caller's order; the UID column only if asked for
         if join == "left":
             return out
-        dropped = {ss: 0 if m is None else int(len(m) - pc.sum(m).as_py()) for ss, m in present.items()}
+        dropped = {ss: 0 if m is None else int(len(m) - (pc.sum(m).as_py() or 0)) for ss, m in present.items()}
         masks = [m for m in present.values() if m is not None]
         if masks:
             keep = masks[0]
