@@ -254,3 +254,11 @@ def test_empty_shard_reads_and_joins(tmp_path: Path) -> None:
     assert ds.read_shard(1, join="inner").num_rows == 0 and ds.last_dropped == {"a": 0, "b": 0}
     assert ds.read_shard(2, join="inner").to_pydict() == {"uid": [3], "y": ["c"]}
     assert check_dataset(ds.loc) == []
+
+
+def test_route_from_malformed_csv_names_the_file(ds: ShardsetDataset, tmp_path: Path) -> None:
+    bad = tmp_path / "cap.csv"
+    bad.write_text("uid,cap\n10,a\n11,b,extra\n")
+    with pytest.raises(DataFileError) as exc:
+        ds.add("caption", bad, route=True)
+    assert exc.value.path == str(bad) and "11,b,extra" in str(exc.value)  # core read_table: line not set here

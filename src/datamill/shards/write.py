@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
 from datamill.core.errors import ConfigError, SchemaError, ShardsetError
+from datamill.core.io import read_table
 from datamill.shards._fs import Location, read_any, resolve, write_any
 from datamill.shards._mapping import Mapping, schema_to_b64
 from datamill.shards.check import shard_problems
@@ -51,8 +52,14 @@ def load_table(source: Any, *, uid: str | None = None, add_uid: bool = False) ->
             from datamill.shards.convert import hdf5_to_table
 
             return hdf5_to_table(text, uid=uid or "uid")
-        loc = resolve(text)
-        table = read_any(loc.fs, loc.path, display=text)
+        if "://" in text:
+            loc = resolve(text)
+            table = read_any(loc.fs, loc.path, display=text)
+        else:  # local: the core reader names the line of a bad CSV row, checks UTF-8, reads zip members
+            from datamill.shards._fs import file_format
+
+            file_format(text.rsplit(":", 1)[-1] if ".zip:" in text else text)
+            table = read_table(text)
     if add_uid and uid is not None and uid not in table.column_names:
         table = table.add_column(0, uid, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     return table
