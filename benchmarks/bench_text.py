@@ -185,6 +185,10 @@ def main() -> int:
     tm_file = tmp / "timemachine_rep.txt"
     tm_file.write_text("\n".join(tm) + "\n", encoding="utf-8")
     corpus, t_dm = timed(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)
+    t_best = min(timed(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)[1]
+                 for _ in range(2))
+    print(f"[char] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x); "
+          "the first run below also pays the page faults of fresh memory")
     _, _, peak = traced(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)
     print(f"[char] datamill: {len(corpus):,} tokens, vocab {len(corpus.vocab)}, {t_dm:.2f} s "
           f"({len(corpus) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x")
@@ -207,6 +211,8 @@ def main() -> int:
     ptb_file = tmp / "ptb_rep.txt"
     ptb_file.write_text("\n".join(ptb), encoding="utf-8")
     wc, t_dm = timed(build_corpus, ptb_file, level="word")
+    t_best = min(timed(build_corpus, ptb_file, level="word")[1] for _ in range(2))
+    print(f"[word] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x)")
     _, _, peak = traced(build_corpus, ptb_file, level="word")
     print(f"[word] datamill: {len(wc):,} tokens, vocab {len(wc.vocab)}, {t_dm:.2f} s "
           f"({len(wc) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x")

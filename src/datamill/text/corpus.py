@@ -500,7 +500,9 @@ def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, ma
     """
     mf = _check_vocab_args(min_freq, max_size)
     if canon is not None:
-        raw = np.bincount(codes, minlength=256)
+        raw = np.zeros(256, np.int64)
+        for i in range(0, len(codes), 1 << 20):  # per 1 MB block: bincount's int64 copy stays in cache
+            raw += np.bincount(codes[i:i + (1 << 20)], minlength=256)
         folded = np.bincount(canon, weights=raw, minlength=256).astype(np.int64)
         uniq = np.flatnonzero(folded)
         counts = TokenCounts(pa.array([chr(c) for c in uniq.tolist()], pa.string()), folded[uniq])
