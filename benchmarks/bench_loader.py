@@ -243,12 +243,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"datamill source: {kind}")
         warm_up(source)
         ours = run_datamill(source, args.workers)
-        ref = run_reference(files, args.reference_batches)
         from datamill.loader.order import default_window
 
         window = default_window(source.shard_sizes())
-        print(f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; "
-              f"arrow pool peak {pa.default_memory_pool().max_memory() / 2**20:,.0f} MiB")
+        print(f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; arrow pool peak "
+              f"{pa.default_memory_pool().max_memory() / 2**20:,.0f} MiB (warm-up + datamill run)")
+        ref = run_reference(files, args.reference_batches)
 
     def line(name: str, r: dict[str, float]) -> str:
         return (f"{name:<34} {r['samples']:>9,.0f} samples {r['seconds']:>7.2f} s {r['samples'] / r['seconds']:>12,.0f} samples/s"

@@ -238,3 +238,11 @@ def test_progress_bar_and_top_level_export(capsys: pytest.CaptureFixture[str]) -
     code = "import sys, datamill, datamill.loader; datamill.Loader; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # the loader never imports torch unless asked
+
+
+def test_memory_is_bounded_by_the_shuffle_window() -> None:
+    src = FakeSource([50] * 40)
+    loader = Loader(src, 8, seed=3, shuffle_buffer=4, prefetch=2, num_workers=2)
+    assert sorted(x for b in loader for x in b["x"].tolist()) == list(range(2000))
+    s = loader.stats()
+    assert s["shards_read"] == 40 and s["peak_shards_in_memory"] <= 2 * 4 + 2  # two windows at a boundary + prefetch

@@ -23,7 +23,7 @@ from datamill.loader.state import ORDER_FIELDS, check_resume_compat, config_fing
 __all__ = ["BLOCK_ROWS", "Loader"]
 
 BLOCK_ROWS = 8192
-"""Rows gathered per ``take`` when batches are small (then sliced per batch, zero-copy)."""
+"""Rows gathered per ``take`` (at most a mean shard's worth), then sliced per batch (zero-copy)."""
 
 
 class Loader:
@@ -118,6 +118,7 @@ class Loader:
         self._batches_seen = 0
         self._plan: EpochPlan | None = None
         self._plan_epoch = -1
+        self._reader: ShardReader | None = None
         self._fingerprint: str | None = None
         self._stats = self._new_stats()
 
@@ -204,6 +205,8 @@ class Loader:
         s = dict(self._stats)
         s["samples_per_s"] = s["yielded"] / s["elapsed_s"] if s["elapsed_s"] > 0 else 0.0
         s["position"] = {"epoch": self.epoch, "batches_seen": self._batches_seen, "total_batches": len(self)}
+        if self._reader is not None:  # of the latest iteration: shards read, most held in memory at once
+            s["shards_read"], s["peak_shards_in_memory"] = self._reader.shards_read, self._reader.peak_resident
         return s
 
     def _account(self, res: BatchResult) -> None:
@@ -221,7 +224,10 @@ class Loader:
 
     # ----------------------------------------------------------------- iteration
     def _tasks(self, batches: Sequence[int]) -> Iterator[list[int]]:
-        per = max(1, BLOCK_ROWS // self.batch_size) if self.num_workers == 0 else 1
+        # one take per block of batches (a worker builds whole blocks); a block spans at most about
+        # one shard, so memory stays bounded by the shuffle window, not the block
+        mean_shard = int(self.sizes.mean()) if len(self.sizes) else 1
+        per = max(1, min(BLOCK_ROWS, mean_shard) // self.batch_size)
         for i in range(0, len(batches), per):
             yield list(batches[i:i + per])
 
@@ -243,6 +249,7 @@ class Loader:
         with ThreadPoolExecutor(max_workers=min(self.prefetch, 8), thread_name_prefix="datamill-read") as pool:
             reader = ShardReader(self.source, plan, columns=self.columns, prefetch=self.prefetch, pool=pool,
                                  start=int(batches[0]))
+            self._reader = reader
             workers = ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="datamill-work") \
                 if self.num_workers else None
             inflight: deque[Future[list[BatchResult]]] = deque()

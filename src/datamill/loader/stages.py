@@ -82,10 +82,12 @@ class ShardReader:
         self.prefetch, self.pool = prefetch, pool
         self.sizes = source.shard_sizes()
         self._futures: dict[int, Future[pa.Table]] = {}
-        self._next_first = 0  # pointer into plan.by_first
+        self._next_first = 0  # pointer into plan.by_first: shards scheduled
+        self._needed = 0  # pointer into plan.by_first: shards needed by the batches scheduled so far
         self._next_last = 0  # pointer into plan.by_last
         self._lock = threading.Lock()
         self.shards_read = 0
+        self.peak_resident = 0  # most shards held (read or being read) at once
 
     def _read(self, k: int) -> pa.Table:
         try:
@@ -103,15 +105,15 @@ class ShardReader:
         """Start reading every shard needed up to ``batch``, plus ``prefetch`` more."""
         by_first, first = self._by_first, self.plan.first_batch
         with self._lock:
-            need = self._next_first
-            while need < len(by_first) and first[by_first[need]] <= batch:
-                need += 1
-            target = min(len(by_first), need + self.prefetch)
+            while self._needed < len(by_first) and first[by_first[self._needed]] <= batch:
+                self._needed += 1
+            target = min(len(by_first), self._needed + self.prefetch)
             while self._next_first < target:
                 k = int(by_first[self._next_first])
                 self._futures[k] = self.pool.submit(self._read, k)
                 self._next_first += 1
                 self.shards_read += 1
+            self.peak_resident = max(self.peak_resident, len(self._futures))
 
     def get(self, k: int) -> pa.Table:
         """Shard ``k`` (blocking until read); it must have been scheduled."""
