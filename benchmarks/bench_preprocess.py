@@ -246,6 +246,7 @@ def main() -> None:
     ap.add_argument("--skip-reference", action="store_true")
     args = ap.parse_args()
     rows = args.rows or (100_000 if args.quick else 1_000_000)
+    os.environ.setdefault("DATAMILL_QUIET", "1")  # no progress bars in the figures
     # import everything both sides use before forking, so import memory is not counted as "added"
     import h5py  # noqa: F401
     import pandas  # noqa: F401
