@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.io import PathLike, atomic_dir, display_name, read_bytes, read_text
+from datamill.text._ascii import ascii_char_codes, ascii_words
 from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
 from datamill.vocab import TokenCounts, Vocab
 
@@ -89,48 +90,6 @@ def _check_vocab_args(min_freq: int, max_size: int | None) -> int:
     if max_size is not None and max_size < 0:
         raise ConfigError(f"max_size must be >= 0, got {max_size}")
     return max(1, min_freq)  # the seed's min_freq=0 keeps everything, as 1 does
-
-
-_LOWER = np.arange(256, dtype=np.uint8)
-_LOWER[ord("A"):ord("Z") + 1] += 32
-_WS = np.zeros(256, dtype=bool)
-_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # the ASCII characters str.split() splits on
-
-
-def _ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
-                      ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.uint8]]:
-    """Raw character codes + line offsets of ASCII text, and the code -> normalised code table.
-
-    The normalisation (lower-casing; whitespace -> ``" "``) is not applied to the codes: it is folded
-    into the count and id tables (256 entries), which saves two passes over the text.
-    ``one_document=True``: the seed's ``' '.join(' '.join(lines).split())``; otherwise one line per
-    document without its ``\n`` (and one ``\r``), whitespace kept.
-    """
-    b = np.frombuffer(data, np.uint8)
-    canon = _LOWER.copy() if lowercase else np.arange(256, dtype=np.uint8)
-    if one_document:
-        canon[_WS] = 32
-        m = _WS[b]
-        keep = ~m
-        keep[1:] |= m[1:] & ~m[:-1]  # the first of each whitespace run
-        if not m.all():  # trim both ends (argmax stops at the first non-whitespace byte)
-            keep[:int(np.argmax(~m))] = False
-            keep[len(m) - int(np.argmax(~m[::-1])):] = False
-        out = b[keep]
-        return out, np.array([0, len(out)], np.int64), canon
-    nl = np.flatnonzero(b == 10)
-    starts = np.concatenate([[0], nl + 1])
-    ends = np.concatenate([nl, [len(b)]])
-    if len(b) and b[-1] == 10:  # a final newline ends the last line; it does not start another
-        starts, ends = starts[:-1], ends[:-1]
-    keep = b != 10
-    cr = ends[(ends > starts) & (b[np.maximum(ends - 1, 0)] == 13)] - 1
-    keep[cr] = False
-    lengths = ends - starts
-    lengths[np.isin(ends - 1, cr)] -= 1
-    offsets = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return b[keep], offsets, canon
 
 
 def _char_ids(lines: pa.Array) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
@@ -411,14 +370,14 @@ def build_corpus(
     if level == "char" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
         if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
-            codes, offsets, canon = _ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
+            codes, offsets, canon = ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
             v, ids = _encode_codes(codes, vocab, min_freq=min_freq, max_size=max_size,
                                    reserved_tokens=reserved_tokens, unk_token=unk_token, canon=canon)
             return _finish(ids, offsets, v, level, meta, None, out)
     if level == "word" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
         if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
-            dic, offsets = _ascii_words(data, lowercase=lowercase)
+            dic, offsets = ascii_words(data, lowercase=lowercase)
             v, ids = _encode_dictionary(dic, vocab, min_freq=_check_vocab_args(min_freq, max_size), max_size=max_size,
                                         specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
             return _finish(ids, offsets, v, level, meta, None, out)
@@ -466,29 +425,6 @@ def _encode_dictionary(dic: pa.DictionaryArray, vocab: Vocab | None, *, min_freq
     v = vocab or Vocab.from_counts(counts, min_freq=min_freq, max_size=max_size, specials=specials, unk_token=unk_token)
     lut = v.encode(dic.dictionary, dtype=_smallest_dtype(len(v)))
     return v, lut[indices]
-
-
-def _ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, NDArray[np.int64]]:
-    """``str.split()`` words of every line of ASCII text, dictionary-encoded, and the line offsets (numpy)."""
-    b = np.frombuffer(data, np.uint8)
-    if lowercase:
-        b = _LOWER[b]
-    word = ~_WS[b]
-    edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edge == 1)
-    ends = np.flatnonzero(edge == -1)
-    chars = b[word]
-    offs = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(ends - starts, out=offs[1:])
-    if offs[-1] < 2**31:
-        words = pa.StringArray.from_buffers(len(starts), pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(chars))
-    else:
-        words = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offs), pa.py_buffer(chars))
-    nl = np.flatnonzero(b == 10)
-    if len(b) and b[-1] == 10:  # a final newline ends the last line
-        nl = nl[:-1]
-    line_off = np.concatenate([[0], np.searchsorted(starts, nl), [len(starts)]]).astype(np.int64)
-    return pc.dictionary_encode(words), line_off
 
 
 def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, max_size: int | None,
