@@ -182,7 +182,9 @@ def run_datamill(source: Any, workers: int) -> dict[str, float]:
         for batch in it:
             n += len(batch["uid"])
         total = time.perf_counter() - t0
-    return {"samples": n, "seconds": total, "first_batch_s": t_first, "peak_mb": mem.peak_mb}
+    st = loader.stats()
+    return {"samples": n, "seconds": total, "first_batch_s": t_first, "peak_mb": mem.peak_mb,
+            "shards_read": st["shards_read"], "peak_shards": st["peak_shards_in_memory"]}
 
 
 def run_reference(files: dict[str, list[Path]], limit_batches: int | None) -> dict[str, float]:
@@ -246,8 +248,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         from datamill.loader.order import default_window
 
         window = default_window(source.shard_sizes())
-        print(f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; arrow pool peak "
-              f"{pa.default_memory_pool().max_memory() / 2**20:,.0f} MiB (warm-up + datamill run)")
+        print(f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; "
+              f"shards read {ours['shards_read']:.0f}, at most {ours['peak_shards']:.0f} shards in memory at once")
         ref = run_reference(files, args.reference_batches)
 
     def line(name: str, r: dict[str, float]) -> str:
