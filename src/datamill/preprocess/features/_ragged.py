@@ -1,12 +1,14 @@
 """Private helpers for the ragged feature types (set, bag, sequence, text, timeseries).
 
-Whole columns only: tokenising is one ``pyarrow.compute`` call per column, ragged data is a flat
-values array plus int64 row offsets, and dense matrices are filled with one numpy fancy-index.
+Whole columns only: ragged data is a flat values array plus int64 row offsets, and dense matrices
+are filled with one numpy boolean-mask assignment.
 
-Tokenizers (Ludwig names): ``space`` (split on runs of whitespace), ``comma`` (split on ``,``,
-tokens stripped), ``characters`` (one token per Unicode code point), ``space_punct`` (words and
-single punctuation marks), ``regex`` (split on the pattern given as ``regex``). Empty tokens are
-dropped. When ``datamill.tokenize`` provides the same name it is preferred.
+Tokenizers (Ludwig names) come from :mod:`datamill.tokenize`: ``space`` (Python ``str.split()``),
+``space_punct`` (words and single punctuation marks), ``regex`` (split on the ``regex`` pattern),
+``characters`` (code points); ``comma`` is its regex tokenizer on ``,``. Tokens are trimmed and
+empty ones dropped. Two faster paths give the same tokens (hypothesis-checked against
+``datamill.tokenize``): characters of an all-ASCII column are its bytes (held as code points, not
+strings), and ``space_punct`` on an all-ASCII column is split with numpy byte classes.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class Ragged:
 
 
 def codepoints(column: pa.Array) -> Ragged:
-    """Characters of a string column as code points, from the UTF-8 buffer with numpy (no Python loop)."""
+    """Characters of a string column as code points: ASCII bytes directly, else ``datamill.tokenize``."""
     large = pa.types.is_large_string(column.type)
     bufs = column.buffers()
     off = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[column.offset:column.offset + len(column) + 1]
@@ -116,18 +118,10 @@ def codepoints(column: pa.Array) -> Ragged:
     rel = (off - off[0]).astype(np.int64) if len(column) else np.zeros(1, np.int64)
     if len(data) == 0 or int(data.max()) < 0x80:  # ASCII: one byte, one character
         return Ragged(None, rel, data.astype(np.int32))
-    is_start = (data & 0xC0) != 0x80
-    cum = np.zeros(len(data) + 1, np.int64)
-    np.cumsum(is_start, out=cum[1:])
-    starts = np.flatnonzero(is_start)
-    padded = np.concatenate([data, np.zeros(3, np.uint8)])
-    lead = padded[starts].astype(np.int32)
-    b1, b2, b3 = ((padded[starts + k] & 0x3F).astype(np.int32) for k in (1, 2, 3))
-    cp = np.where(lead < 0x80, lead,
-                  np.where(lead >= 0xF0, ((lead & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
-                           np.where(lead >= 0xE0, ((lead & 0x0F) << 12) | (b1 << 6) | b2,
-                                    ((lead & 0x1F) << 6) | b1)))
-    return Ragged(None, cum[rel], cp.astype(np.int32))
+    from datamill.tokenize import CharTokenizer
+
+    cps, offsets = CharTokenizer().codepoints(column)
+    return Ragged(None, offsets, cps.astype(np.int32))
 
 
 class LastBlock:
@@ -214,21 +208,18 @@ def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
 
 
 def _split(column: pa.Array, tokenizer: str, regex: str | None) -> pa.Array:
-    if tokenizer == "space":
-        return pc.utf8_split_whitespace(column)
-    if tokenizer == "comma":
-        return pc.split_pattern(column, ",")
-    if tokenizer == "characters":
-        # mark every code point with a NUL after it, then split on NUL (one regex pass, RE2 is UTF-8 aware)
-        return pc.split_pattern(pc.replace_substring_regex(column, "(?s)(.)", "\\1\x00"), "\x00")
-    if tokenizer == "space_punct":
-        spaced = pc.replace_substring_regex(column, r"([^\pL\pN_\s])", " \\1 ")
-        return pc.utf8_split_whitespace(spaced)
+    """Tokenise with :mod:`datamill.tokenize` (``comma`` is its regex tokenizer on ``,``)."""
+    from datamill.tokenize import get_tokenizer
+
+    if tokenizer not in TOKENIZERS or tokenizer == "characters":
+        raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
     if tokenizer == "regex":
         if not regex:
             raise ConfigError("tokenizer 'regex' needs the `regex` parameter (the split pattern)")
-        return pc.split_pattern_regex(column, regex)
-    raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
+        return get_tokenizer("regex", pattern=regex).tokenize(column)
+    if tokenizer == "comma":
+        return get_tokenizer("regex", pattern=",").tokenize(column)
+    return get_tokenizer(tokenizer).tokenize(column)
 
 
 def split_tokens(
@@ -253,6 +244,8 @@ def split_tokens(
         col = pc.utf8_lower(col)
     if tokenizer == "characters":
         return codepoints(col)
+    if tokenizer not in TOKENIZERS:
+        raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
     fast_tokens = _ascii_split(col, tokenizer) if fast else None
     if fast_tokens is not None:  # no empty tokens, nothing to strip
         rag = fast_tokens
