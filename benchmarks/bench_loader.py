@@ -28,9 +28,9 @@ import platform
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +57,7 @@ class PeakRSS:
             self._peak = max(self._peak, self._rss())
             time.sleep(0.005)
 
-    def __enter__(self) -> PeakRSS:
+    def __enter__(self) -> Self:
         gc.collect()
         self._start = self._peak = self._rss()
         self._stop = threading.Event()
@@ -65,7 +65,7 @@ class PeakRSS:
         self._t.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._t.join()
         self._peak = max(self._peak, self._rss())
@@ -152,14 +152,14 @@ def shards_source(root: Path, files: dict[str, list[Path]]) -> tuple[Any, str]:
         ds = ds.add("label", [str(p) for p in files["label"]])
         ds = ds.add("extra", [str(p) for p in files["extra"]])
         return ShardsetDataset(root / "dataset"), "datamill.shards.ShardsetDataset (left join per shard)"
-    except Exception as exc:  # API differs from what this benchmark expects: say so, fall back
+    except Exception as exc:  # noqa: BLE001 - API differs from what this benchmark expects: say so, fall back
         return MiniShardset(files), f"in-benchmark MiniShardset (ShardsetDataset.create failed: {type(exc).__name__}: {exc})"
 
 
 def warm_up(source: Any) -> None:
     """Import both sides' modules and run one datamill batch, so neither side pays one-time costs."""
     import pandas  # noqa: F401
-    import torch  # noqa: F401
+    import torch
     import torch.utils.data  # noqa: F401
 
     from datamill.loader import Loader

@@ -3,6 +3,7 @@ filters/transforms accounting, errors."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -67,7 +68,7 @@ def test_two_epochs_differ_and_set_epoch_replays() -> None:
     src = FakeSource([50, 30, 70, 20])
     loader = Loader(src, 16, seed=3)
     e0, e1 = xs(loader), xs(loader)
-    assert e0 != e1 and sorted(sum(e0, [])) == sorted(sum(e1, [])) == list(range(170))
+    assert e0 != e1 and sorted(itertools.chain.from_iterable(e0)) == sorted(itertools.chain.from_iterable(e1)) == list(range(170))
     loader.set_epoch(0)
     assert xs(loader) == e0
     assert xs(Loader(src, 16, seed=3, epoch=1)) == e1
@@ -175,13 +176,15 @@ def test_resume_after_last_batch_gives_empty_rest_then_next_epoch() -> None:
     state = loader.state_dict()
     resumed = Loader.from_state(src, state)
     assert xs(resumed) == [] and xs(resumed) == xs(Loader(src, 4, seed=1, epoch=1))
-    assert sorted(sum(epoch0, [])) == list(range(10))
+    assert sorted(itertools.chain.from_iterable(epoch0)) == list(range(10))
 
 
 def test_bad_arguments() -> None:
     src = TableSource(pa.table({"x": [1, 2, 3]}))
     with pytest.raises(ConfigError):
         Loader(src, 0)
+    with pytest.raises(ConfigError, match="lacks"):
+        Loader([1, 2, 3], 2)  # type: ignore[arg-type]  # not a Source
     with pytest.raises(ConfigError):
         Loader(src, 2, rank=2, world_size=2)
     with pytest.raises(ConfigError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -90,10 +91,10 @@ def test_unshuffled_and_helpers() -> None:
     assert num_batches(0, batch_size=3) == 0 and num_batches(7, batch_size=3) == 3
     assert default_window([]) == 1
     workers = [list(worker_batches(10, worker=w, num_workers=3, start=2)) for w in range(3)]
-    assert sorted(sum(workers, [])) == list(range(2, 10))
+    assert sorted(itertools.chain.from_iterable(workers)) == list(range(2, 10))
 
 
-@pytest.mark.parametrize("kwargs", [dict(rank=2, world_size=2), dict(rank=-1, world_size=2), dict(rank=0, world_size=0)])
+@pytest.mark.parametrize("kwargs", [{"rank": 2, "world_size": 2}, {"rank": -1, "world_size": 2}, {"rank": 0, "world_size": 0}])
 def test_split_for_rank_rejects_bad_ranks(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="rank"):
         split_for_rank(np.arange(4), **kwargs)

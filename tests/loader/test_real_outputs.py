@@ -99,6 +99,9 @@ def test_lm_corpus_source(data_dir: Path, tmp_path: Path) -> None:
     text = pytest.importorskip("datamill.text")
     text.build_corpus(data_dir / "timemachine.txt", level="char", out=tmp_path / "corpus")
     src = open_source(tmp_path / "corpus")
+    from datamill.loader.sources import CorpusSource
+
+    assert isinstance(src, CorpusSource) and CorpusSource is text.CorpusSource
     n = int(src.shard_sizes().sum())
     batches = list(Loader(src, 32, seed=0))
     assert sum(len(b["x"]) for b in batches) == n and batches[0]["x"].shape == (32, 35)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,10 +34,10 @@ def test_dataloader_two_workers_yields_every_sample_once_in_loader_order() -> No
 
 def test_adapter_resume_with_other_worker_count() -> None:
     src = FakeSource([40] * 5)
-    make = lambda: Loader(src, 8, seed=1, columns=["x"], filter=_drop_odd)  # noqa: E731
+    make = lambda: Loader(src, 8, seed=1, columns=["x"], filter=_drop_odd)
     ds = make().to_torch()
     full = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)]
-    assert len(full) == 25 and sorted(sum(full, [])) == list(range(0, 200, 2))
+    assert len(full) == 25 and sorted(itertools.chain.from_iterable(full)) == list(range(0, 200, 2))
     state = ds.state_dict(batches_consumed=9)
     ds2 = make().to_torch()
     ds2.load_state_dict(state)

@@ -18,9 +18,14 @@ from datamill.core.source import Source
 from datamill.loader.collate import resolve_collate
 from datamill.loader.order import default_window
 from datamill.loader.stages import BatchResult, EpochPlan, ShardReader, assemble, process_batch
-from datamill.loader.state import ORDER_FIELDS, check_resume_compat, config_fingerprint, validate_state
+from datamill.loader.state import (
+    ORDER_FIELDS,
+    check_resume_compat,
+    config_fingerprint,
+    validate_state,
+)
 
-__all__ = ["BLOCK_ROWS", "Loader"]
+__all__ = ["BLOCK_ROWS", "Loader", "per_sample"]
 
 BLOCK_ROWS = 8192
 """Rows gathered per ``take`` (at most a mean shard's worth), then sliced per batch (zero-copy)."""
@@ -37,7 +42,8 @@ class Loader:
 
     Samples dropped by ``filter`` (or failing ``transform``) leave their batch smaller than
     ``batch_size`` (positions, not outputs, define batches: that keeps order and resumption pure);
-    a batch left empty is skipped.
+    a batch left empty is skipped. ``stats()`` counts the current epoch from where this loader
+    started it (a resumed loader counts from the resume point).
 
     Args:
         source: what to read (any object with the Source protocol).
@@ -101,6 +107,11 @@ class Loader:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
         if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
             raise ConfigError(f"shuffle_buffer must be a number of shards >= 1, got {shuffle_buffer!r}")
+        if not isinstance(source, Source):
+            missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
+                       if not hasattr(source, a)]
+            raise ConfigError(f"source must follow the Source protocol; {type(source).__name__} lacks {missing}",
+                              hint="wrap the data in a datamill source (TableSource, ParquetSource, HDF5Source, ...)")
         cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
         if cols is not None:
             unknown = [c for c in cols if c not in source.columns]

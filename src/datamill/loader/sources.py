@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,9 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
+
+if TYPE_CHECKING:
+    from datamill.text import CorpusSource
 
 __all__ = ["CorpusSource", "HDF5Source", "ParquetSource", "open_source"]
 

@@ -201,7 +201,7 @@ def process_batch(
             keep = _mask_of(filter, table)
         except ConfigError:
             raise
-        except Exception:  # isolate: evaluate each sample alone
+        except Exception:  # noqa: BLE001 - user code: isolate by evaluating each sample alone
             keep = np.zeros(read, dtype=bool)
             bad = np.zeros(read, dtype=bool)
             for i in range(read):
@@ -209,7 +209,7 @@ def process_batch(
                     keep[i] = bool(_mask_of(filter, table.slice(i, 1))[0])
                 except ConfigError:
                     raise
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - recorded, counted against max_errors
                     bad[i] = True
                     failed.append((_uid(table, i, int(index[i])), int(index[i]), exc))
             filtered = int((~keep & ~bad).sum())
@@ -221,12 +221,12 @@ def process_batch(
     if transform is not None and table.num_rows:
         try:
             table = transform(table)
-        except Exception:
+        except Exception:  # noqa: BLE001 - user code: isolate by re-running each sample alone
             good = []
             for i in range(table.num_rows):
                 try:
                     good.append(transform(table.slice(i, 1)))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - recorded, counted against max_errors
                     failed.append((_uid(table, i, int(index[i])), int(index[i]), exc))
             table = pa.concat_tables(good) if good else table.slice(0, 0)
         if not isinstance(table, pa.Table):

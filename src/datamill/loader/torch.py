@@ -25,7 +25,7 @@ from datamill.loader.loader import Loader
 from datamill.loader.order import worker_batches
 
 torch = require("torch", extra="torch")
-from torch.utils.data import IterableDataset, get_worker_info  # noqa: E402
+from torch.utils.data import IterableDataset, get_worker_info
 
 __all__ = ["TorchLoaderDataset"]
 
