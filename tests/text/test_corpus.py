@@ -161,7 +161,7 @@ def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse
         assert fast.decode(fast.tokens) == " ".join(" ".join(lines).lower().split() if lower else " ".join(lines).split())
 
 
-@given(st.text(st.sampled_from(list("ab Bz\t\n\r\x0b\x1c.")), max_size=60), st.booleans())
+@given(st.text(st.sampled_from(list("ab Bz\t\n\r\x0b\x0c\x1c\x1f\x01\x1b\x7f.")), max_size=60), st.booleans())
 def test_ascii_word_fast_path_equals_arrow_path(text: str, lower: bool) -> None:
     lines = text.split("\n")
     if text.endswith("\n"):

@@ -37,7 +37,7 @@ def ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
         if not m.all():  # trim both ends (argmax stops at the first non-whitespace byte)
             keep[:int(np.argmax(~m))] = False
             keep[len(m) - int(np.argmax(~m[::-1])):] = False
-        out = b[keep]
+        out = np.compress(keep, b)  # (np.compress: about 2x faster than b[keep])
         return out, np.array([0, len(out)], np.int64), canon
     nl = np.flatnonzero(b == 10)
     starts = np.concatenate([[0], nl + 1])
@@ -51,7 +51,7 @@ def ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
     lengths[np.isin(ends - 1, cr)] -= 1
     offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return b[keep], offsets, canon
+    return np.compress(keep, b), offsets, canon
 
 
 def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, NDArray[np.int64]]:
@@ -59,11 +59,12 @@ def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, ND
     b = np.frombuffer(data, np.uint8)
     if lowercase:
         b = _LOWER[b]
-    word = ~_WS[b]
+    word = b > 32  # then the rarer word bytes below the space: controls other than \t\n\v\f\r, \x1c-\x1f
+    word |= (b < 9) | ((b > 13) & (b < 28))
     edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     starts = np.flatnonzero(edge == 1)
     ends = np.flatnonzero(edge == -1)
-    chars = b[word]
+    chars = np.compress(word, b)
     offs = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(ends - starts, out=offs[1:])
     if offs[-1] < 2**31:
