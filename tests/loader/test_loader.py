@@ -249,3 +249,13 @@ def test_memory_is_bounded_by_the_shuffle_window() -> None:
     assert sorted(x for b in loader for x in b["x"].tolist()) == list(range(2000))
     s = loader.stats()
     assert s["shards_read"] == 40 and s["peak_shards_in_memory"] <= 2 * 4 + 2  # two windows at a boundary + prefetch
+
+
+def test_loader_pickles_after_iterating() -> None:
+    import pickle
+
+    loader = Loader(FakeSource([10, 10]), 4, seed=2, num_workers=1)
+    it = iter(loader)
+    next(it)
+    clone = pickle.loads(pickle.dumps(loader))  # what a spawned DataLoader worker does
+    assert xs(clone) == [b["x"].tolist() for b in it]

@@ -63,7 +63,7 @@ class Loader:
         num_workers: threads assembling/filtering/transforming/collating batches (``0``: in the
             consuming thread). Threads, not processes: arrow and numpy release the GIL; for
             GIL-bound Python transforms use the torch adapter with ``DataLoader(num_workers=N)``
-            worker processes. Defaults to ``0``.
+            worker processes. ``filter``/``transform`` must then be thread-safe. Defaults to ``0``.
         prefetch: shards read ahead in a background thread pool (and batches in flight per worker).
             Defaults to ``2``.
         filter: ``fn(batch: pa.Table) -> bool mask`` (see :func:`per_sample` for row predicates).
@@ -132,6 +132,11 @@ class Loader:
         self._reader: ShardReader | None = None
         self._fingerprint: str | None = None
         self._stats = self._new_stats()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_reader"] = None  # threads and locks stay in this process (spawned workers pickle the loader)
+        return state
 
     # ----------------------------------------------------------------- order and state
     @property
