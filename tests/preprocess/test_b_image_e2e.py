@@ -125,3 +125,18 @@ def test_ragged_types_end_to_end(tmp_path: Path) -> None:
     assert again.data["words"].tolist() == [[0, data["words"][0, 0], 1]]
     assert again.data["tags"][0].tolist().index(1) == 1
     assert again.data["series"].shape == (1, 3)
+
+
+def test_all_empty_ragged_columns_are_one_wide_not_zero_wide(tmp_path: Path) -> None:
+    """Regression: an all-empty sequence/text/timeseries column gave a zero-width tensor HDF5 cannot chunk."""
+    table = pa.table({"s": pa.array(["", ""], pa.string()), "t": pa.array(["", ""], pa.string())})
+    pq_path = tmp_path / "e.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, pq_path)
+    cfg = {"input_features": [{"name": "s", "type": "sequence"}, {"name": "t", "type": "text"},
+                              {"name": "ts", "column": "s", "type": "timeseries"}]}
+    out = preprocess(pq_path, cfg)
+    data, _ = load(out.hdf5_path)
+    for key in ("s", "t_char", "t_word", "ts"):
+        assert data[key].shape == (2, 1) and not data[key].any()

@@ -177,7 +177,7 @@ def test_sequence_ids_lengths_and_padding(rows: list[list[str]], limit: int, lef
                     padding="left" if left else "right", most_common=most_common)
     vocab = Vocab.from_dict(meta)
     x = out["f"]
-    length = min(max(len(r) for r in rows), limit)
+    length = max(1, min(max(len(r) for r in rows), limit))  # never zero-width
     assert meta["max_sequence_length"] == length
     assert x.dtype == np.int32 and x.shape == (len(rows), length)
     for r, row in zip(rows, x):
@@ -232,7 +232,7 @@ def test_timeseries_values_and_padding(rows: list[list[float]], limit: int, comm
     sep = "," if comma else " "
     meta, out = run("timeseries", [sep.join(repr(v) for v in r) for r in rows], timeseries_length_limit=limit,
                     tokenizer="comma" if comma else "space", padding_value=-7.0)
-    length = min(max(len(r) for r in rows), limit)
+    length = max(1, min(max(len(r) for r in rows), limit))  # never zero-width
     assert meta == {"max_timeseries_length": length}
     x = out["f"]
     assert x.dtype == np.float32 and x.shape == (len(rows), length)

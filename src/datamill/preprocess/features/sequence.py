@@ -3,7 +3,8 @@
 Each value is tokenised (``tokenizer``, default ``space``), tokens mapped through a vocabulary
 (``<PAD>``, ``<UNK>``, then the ``most_common`` most frequent, ties by token ascending; or the
 tokens of ``vocab_file``, one per line, in that order). ``l = min(longest row, max_sequence_length)``
-is fixed at fit time and stored in the metadata as ``max_sequence_length``; longer rows keep their
+is fixed at fit time (at least 1, so the matrix is never zero-width) and stored in the metadata as
+``max_sequence_length``; longer rows keep their
 first ``l`` tokens; ``padding: right`` (default) or ``left``.
 """
 
@@ -85,7 +86,7 @@ class Handler(FeatureHandler):
         else:
             vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
                                       specials=[PAD, UNK], unk_token=UNK)
-        return {**vocab.to_dict(), "max_sequence_length": min(stats.max_length, params.max_sequence_length)}
+        return {**vocab.to_dict(), "max_sequence_length": max(1, min(stats.max_length, params.max_sequence_length))}
 
     def transform(self, column: pa.Array, meta: dict[str, Any], params: SequenceParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:

@@ -105,7 +105,7 @@ class Handler(FeatureHandler):
         ):
             vocab = Vocab.from_counts(st.counts, max_size=most, specials=[PAD, UNK], unk_token=UNK)
             meta.update({f"{level}_{k}": v for k, v in vocab.to_dict().items()})
-            meta[f"{level}_max_sequence_length"] = min(st.max_length, limit)
+            meta[f"{level}_max_sequence_length"] = max(1, min(st.max_length, limit))  # never zero-width
         return meta
 
     def transform(self, column: pa.Array, meta: dict[str, Any], params: TextParams,

@@ -1,8 +1,8 @@
 """timeseries → ``n × l`` float32 padded matrix, no vocabulary (Ludwig's timeseries feature).
 
 A value is a string of numbers, e.g. ``"1.0 2.5 3"`` (``tokenizer: space``, default) or
-``"1.0,2.5,3"`` (``tokenizer: comma``). ``l = min(longest row, timeseries_length_limit)`` is fixed
-at fit time (metadata ``max_timeseries_length``); longer rows keep their first ``l`` values;
+``"1.0,2.5,3"`` (``tokenizer: comma``). ``l = min(longest row, timeseries_length_limit)`` (at
+least 1) is fixed at fit time (metadata ``max_timeseries_length``); longer rows keep their first ``l`` values;
 ``padding`` right (default) or left with ``padding_value`` (default 0). A token that is not a
 number is a :class:`~datamill.core.errors.DataFileError` naming the file, line/row and column.
 """
@@ -82,7 +82,7 @@ class Handler(FeatureHandler):
         return a.merge(b)
 
     def finalize(self, stats: TimeseriesStats, params: TimeseriesParams, ctx: FeatureContext) -> dict[str, Any]:
-        return {"max_timeseries_length": min(stats.max_length, params.timeseries_length_limit)}
+        return {"max_timeseries_length": max(1, min(stats.max_length, params.timeseries_length_limit))}
 
     def transform(self, column: pa.Array, meta: dict[str, Any], params: TimeseriesParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
