@@ -28,7 +28,7 @@ def decode_png(table: pa.Table) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def cifar_shards(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Any:
+def cifar_root(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     shards = pytest.importorskip("datamill.shards")
     from datamill.core.io import read_table
 
@@ -42,11 +42,21 @@ def cifar_shards(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> An
     keep = pa.array(np.flatnonzero(np.arange(100) % 5 != 4))
     ds.add("caption", pa.table({"id": labels.column("id"), "caption": [f"a {x}" for x in labels.column("label").to_pylist()]})
            .take(keep), route=True)
-    return open_source(root)
+    return root
 
 
-def test_cifar10_tiny_shardset_two_ranks_with_transform(cifar_shards: Any, data_dir: Path) -> None:
+def test_iterate_cli_over_the_shardset_dataset(cifar_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from datamill.cli import main
+
+    assert main(["-q", "iterate", str(cifar_root), "--batch-size", "32", "--columns", "id,label", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ShardsetDataset: 100 samples in 4 shards" in out and "yielded 50" in out
+
+
+def test_cifar10_tiny_shardset_two_ranks_with_transform(cifar_root: Path, data_dir: Path) -> None:
     from PIL import Image
+
+    cifar_shards = open_source(cifar_root)
 
     assert cifar_shards.shard_sizes().tolist() == [30, 30, 30, 10]
     uids, captions = [], 0
@@ -64,7 +74,9 @@ def test_cifar10_tiny_shardset_two_ranks_with_transform(cifar_shards: Any, data_
     np.testing.assert_array_equal(first[1], want)
 
 
-def test_cifar10_tiny_shardset_resume(cifar_shards: Any) -> None:
+def test_cifar10_tiny_shardset_resume(cifar_root: Path) -> None:
+    cifar_shards = open_source(cifar_root)
+
     def make(state: dict[str, Any] | None) -> Loader:
         if state is None:
             return Loader(cifar_shards, 8, seed=1, columns=["id", "label", "caption"], num_workers=1)
