@@ -25,7 +25,17 @@ class BagParams(SetParams):
 
 
 class Handler(set_.Handler):
-    """Bag feature handler."""
+    """Bag feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocess.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("words", "words", None, None)
+        >>> p = h.Params()
+        >>> meta = h.finalize(h.fit(pa.array(["a a b"]), p, ctx), p, ctx)
+        >>> h.transform(pa.array(["a a b", "b x"]), meta, p, ctx)["words"].tolist()
+        [[0.0, 0.0, 2.0, 1.0], [0.0, 1.0, 0.0, 1.0]]
+    """
 
     type: ClassVar[str] = "bag"
     Params: ClassVar[builtins.type[BagParams]] = BagParams

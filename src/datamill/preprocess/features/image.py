@@ -101,7 +101,22 @@ def _load(path: Path, index: int, ctx: FeatureContext, h: int, w: int, c: int, m
 
 
 class Handler(FeatureHandler):
-    """Image feature handler."""
+    """Image feature handler.
+
+    Examples:
+        >>> import tempfile, pathlib, pyarrow as pa
+        >>> from PIL import Image
+        >>> from datamill.preprocess.features import FeatureContext
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> Image.new("RGB", (4, 2), (255, 0, 0)).save(d / "red.png")
+        >>> h, ctx = Handler(), FeatureContext("img", "img", str(d / "data.csv"), d)
+        >>> p = h.Params(num_channels=1)
+        >>> meta = h.finalize(h.fit(pa.array(["red.png"]), p, ctx), p, ctx)
+        >>> meta
+        {'height': 2, 'width': 4, 'num_channels': 1}
+        >>> h.transform(pa.array(["red.png"]), meta, p, ctx)["img"].shape
+        (1, 2, 4, 1)
+    """
 
     type: ClassVar[str] = "image"
     Params: ClassVar[builtins.type[ImageParams]] = ImageParams

@@ -57,7 +57,19 @@ def vocab_from_file(path: str, ctx: FeatureContext) -> Vocab:
 
 
 class Handler(FeatureHandler):
-    """Sequence feature handler."""
+    """Sequence feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocess.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("seq", "seq", None, None)
+        >>> p = h.Params(padding="left")
+        >>> meta = h.finalize(h.fit(pa.array(["x y z", "y"]), p, ctx), p, ctx)
+        >>> meta["idx2str"], meta["max_sequence_length"]
+        (['<PAD>', '<UNK>', 'y', 'x', 'z'], 3)
+        >>> h.transform(pa.array(["y", "q y"]), meta, p, ctx)["seq"].tolist()
+        [[0, 0, 2], [0, 1, 2]]
+    """
 
     type: ClassVar[str] = "sequence"
     Params: ClassVar[builtins.type[SequenceParams]] = SequenceParams

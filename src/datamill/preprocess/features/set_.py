@@ -85,7 +85,20 @@ class VocabCache:
 
 
 class Handler(FeatureHandler):
-    """Set feature handler (bag subclasses it with float32 frequencies)."""
+    """Set feature handler (bag subclasses it with float32 frequencies).
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocess.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("tags", "tags", None, None)
+        >>> p = h.Params()
+        >>> col = pa.array(["a b", "b", "c b"])
+        >>> meta = h.finalize(h.fit(col, p, ctx), p, ctx)
+        >>> meta["idx2str"], meta["max_set_size"]
+        (['<PAD>', '<UNK>', 'b', 'a', 'c'], 2)
+        >>> h.transform(pa.array(["a b", "z"]), meta, p, ctx)["tags"].tolist()
+        [[0, 0, 1, 1, 0], [0, 1, 0, 0, 0]]
+    """
 
     type: ClassVar[str] = "set"
     Params: ClassVar[builtins.type[SetParams]] = SetParams

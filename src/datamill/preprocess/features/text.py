@@ -69,7 +69,20 @@ class TextStats:
 
 
 class Handler(FeatureHandler):
-    """Text feature handler."""
+    """Text feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocess.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("review", "review", None, None)
+        >>> p = h.Params()
+        >>> meta = h.finalize(h.fit(pa.array(["Hi, you", "you"]), p, ctx), p, ctx)
+        >>> meta["word_idx2str"], meta["char_vocab_size"]
+        (['<PAD>', '<UNK>', 'you', ',', 'hi'], 9)
+        >>> out = h.transform(pa.array(["you hi"]), meta, p, ctx)
+        >>> out["review_word"].tolist(), out["review_char"].shape
+        ([[2, 4, 0]], (1, 7))
+    """
 
     type: ClassVar[str] = "text"
     Params: ClassVar[builtins.type[TextParams]] = TextParams

@@ -69,7 +69,17 @@ def parse_numbers(column: pa.Array, params: TimeseriesParams, ctx: FeatureContex
 
 
 class Handler(FeatureHandler):
-    """Timeseries feature handler."""
+    """Timeseries feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocess.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("ts", "ts", None, None)
+        >>> p = h.Params(tokenizer="comma")
+        >>> meta = h.finalize(h.fit(pa.array(["1, 2.5", "3"]), p, ctx), p, ctx)
+        >>> h.transform(pa.array(["1, 2.5", "3"]), meta, p, ctx)["ts"].tolist()
+        [[1.0, 2.5], [3.0, 0.0]]
+    """
 
     type: ClassVar[str] = "timeseries"
     Params: ClassVar[builtins.type[TimeseriesParams]] = TimeseriesParams
