@@ -135,5 +135,9 @@ def test_bad_arguments_and_states() -> None:
         other.load_state_dict(state)
     with pytest.raises(ResumeStateError):
         it.load_state_dict({"format": "datamill.loader/1"})
+    a = random_batches(Corpus(np.arange(100)), 2, 5, seed=0)
+    b = random_batches(Corpus(np.arange(100)[::-1].copy()), 2, 5, seed=0)
+    with pytest.raises(ResumeStateError, match="corpus_fingerprint"):
+        b.load_state_dict(a.state_dict())
     with pytest.raises(ResumeStateError):
         it.load_state_dict({**state, "batches_seen": 10_000})

@@ -42,7 +42,7 @@ __all__ = ["BATCHES_FORMAT", "LMBatches", "random_batches", "sequential_batches"
 
 BATCHES_FORMAT = "datamill.text.batches/1"
 _CHUNK_TOKENS = 1 << 20
-_ORDER_FIELDS = ("kind", "seed", "batch_size", "num_steps", "world_size", "rank", "num_tokens")
+_ORDER_FIELDS = ("kind", "seed", "batch_size", "num_steps", "world_size", "rank", "num_tokens", "corpus_fingerprint")
 
 
 def _as_ids(corpus: Corpus | Any) -> tuple[NDArray[Any], str]:
@@ -72,6 +72,7 @@ class LMBatches:
         if epoch < 0 or seed < 0:
             raise ConfigError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
         self.tokens, self.name = _as_ids(corpus)
+        self.corpus_fingerprint = corpus.fingerprint() if isinstance(corpus, Corpus) else None
         self.kind, self.batch_size, self.num_steps = kind, int(batch_size), int(num_steps)
         self.seed, self.epoch, self.rank, self.world_size = int(seed), int(epoch), int(rank), int(world_size)
         self.as_torch = as_torch
@@ -151,10 +152,12 @@ class LMBatches:
     # -- resumption ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"format", "kind", "epoch", "batches_seen", "seed", "batch_size", "num_steps", "rank",
-        "world_size", "num_tokens"}``: where the iteration is, and what it iterates."""
+        "world_size", "num_tokens", "corpus_fingerprint"}``: where the iteration is, and what it
+        iterates (the fingerprint is ``None`` for a plain id array)."""
         return {"format": BATCHES_FORMAT, "kind": self.kind, "epoch": self.epoch, "batches_seen": self.batches_seen,
                 "seed": self.seed, "batch_size": self.batch_size, "num_steps": self.num_steps, "rank": self.rank,
-                "world_size": self.world_size, "num_tokens": len(self.tokens)}
+                "world_size": self.world_size, "num_tokens": len(self.tokens),
+                "corpus_fingerprint": self.corpus_fingerprint}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``.
