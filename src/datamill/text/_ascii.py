@@ -37,7 +37,7 @@ def ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
         if not m.all():  # trim both ends (argmax stops at the first non-whitespace byte)
             keep[:int(np.argmax(~m))] = False
             keep[len(m) - int(np.argmax(~m[::-1])):] = False
-        out = np.compress(keep, b)  # (np.compress: about 2x faster than b[keep])
+        out = b[keep]  # (np.compress is faster but makes an int64 index array: 8 bytes per byte)
         return out, np.array([0, len(out)], np.int64), canon
     nl = np.flatnonzero(b == 10)
     starts = np.concatenate([[0], nl + 1])
@@ -51,7 +51,7 @@ def ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
     lengths[np.isin(ends - 1, cr)] -= 1
     offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return np.compress(keep, b), offsets, canon
+    return b[keep], offsets, canon
 
 
 def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, NDArray[np.int64]]:
@@ -64,7 +64,7 @@ def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, ND
     edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     starts = np.flatnonzero(edge == 1)
     ends = np.flatnonzero(edge == -1)
-    chars = np.compress(word, b)
+    chars = b[word]
     offs = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(ends - starts, out=offs[1:])
     if offs[-1] < 2**31:
