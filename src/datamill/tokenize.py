@@ -367,12 +367,12 @@ class HFTokenizer:
         """
         strs = as_string_array(texts).to_pylist()
         encs = self.inner.encode_batch_fast(strs, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) for e in encs), np.int64, len(encs))
+        per_text = [np.asarray(e.ids, dtype=np.int32) for e in encs]  # one C conversion per text
+        lengths = np.fromiter((len(a) for a in per_text), np.int64, len(per_text))
         offsets = np.zeros(len(encs) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        ids = np.fromiter((i for e in encs for i in e.ids), np.int32, int(offsets[-1])) if len(encs) else \
-            np.zeros(0, np.int32)
-        return ids, offsets
+        ids = np.concatenate(per_text) if per_text else np.zeros(0, np.int32)
+        return ids.astype(np.int32, copy=False), offsets
 
     def _tokens_array(self) -> pa.Array:
         if self._id2tok is None:
