@@ -113,8 +113,10 @@ def test_resume_from_any_position(kind: str, n: int, mid: int, seed: int) -> Non
 def test_corpus_object_uint16_and_torch() -> None:
     torch = pytest.importorskip("torch")
     c = Corpus(np.arange(100, dtype=np.uint16))
-    x, y = next(iter(sequential_batches(c, 2, 5, seed=0, as_torch=True)))
-    assert isinstance(x, torch.Tensor) and x.dtype == torch.int32 and bool((y == x + 1).all())
+    for make in (sequential_batches, random_batches):
+        x, y = next(iter(make(c, 2, 5, seed=0, as_torch=True)))
+        assert isinstance(x, torch.Tensor) and x.dtype == torch.int32 and bool((y == x + 1).all())
+        assert x.shape == (2, 5) and int(x[0, 1]) == int(x[0, 0]) + 1
 
 
 def test_bad_arguments_and_states() -> None:
