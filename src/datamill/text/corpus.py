@@ -11,7 +11,10 @@ Levels (how the text becomes documents and tokens):
 * ``char``: each line is a document of its characters (the newline itself is not a token), as the
   seed's ``tokenize(lines, 'char')``. With ``collapse_whitespace=True`` the whole file is ONE
   document, ``' '.join(' '.join(lines).split())``: the seed's normalisation of The Time Machine
-  (with ``lowercase=True``: 178,605 characters, 44 distinct).
+  (with ``lowercase=True``: 178,605 characters, 44 distinct, so a vocabulary of 45 with
+  ``<unk>``). The other d2l version, ``re.sub('[^A-Za-z]+', ' ', line).strip().lower()`` per line,
+  keeps 26 letters and the space: a vocabulary of 28 with ``<unk>``. ASCII files take a numpy fast
+  path (:mod:`datamill.text._ascii`) with the same result as the Arrow path.
 * ``word``: each line is a document of its whitespace-separated words (``str.split()``), as the
   word2vec chapter reads PTB.
 * ``bpe`` / ``wordpiece``: each line is a document of Hugging Face sub-word ids
