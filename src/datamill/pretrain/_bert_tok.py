@@ -1,8 +1,9 @@
 """The WordPiece tokenizer behind BERT sample building: train, load, check specials, encode to CSR.
 
-Trains with the ``tokenizers`` library directly (``datamill.tokenize.HFTokenizer``, the text
-package's wrapper, was not in the tree when this was written; an HFTokenizer *object* is accepted
-as ``tokenizer=`` through its ``.inner``). The rest of the BERT builder only sees
+Trains with the ``tokenizers`` library directly, with BERT's normalizer and pre-tokenizer (which
+:class:`datamill.tokenize.HFTokenizer` does not use); encoding goes through
+``HFTokenizer.encode_batch`` or the exact vectorised path of ``_bert_fasttok``. An HFTokenizer
+*object* is accepted as ``tokenizer=`` through its ``.inner``. The rest of the BERT builder only sees
 :class:`BertTokenizer` (ids of the special tokens, non-special ids, ``encode`` -> values + offsets).
 """
 
@@ -87,16 +88,11 @@ class BertTokenizer:
         return _concat(parts)
 
     def encode_library(self, texts: Sequence[str] | pa.Array) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-        """:meth:`encode` through the library's batch encoder only (sentence by sentence)."""
-        parts: list[tuple[NDArray[np.int32], NDArray[np.int64]]] = []
-        for chunk in _slices(texts, _ENCODE_CHUNK):
-            batch = chunk.to_pylist() if isinstance(chunk, pa.Array) else chunk
-            encs = self.inner.encode_batch_fast(batch, add_special_tokens=False)
-            arrays = [np.asarray(e.ids, dtype=np.int32) for e in encs]  # one per sentence (library API)
-            offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-            np.cumsum([len(a) for a in arrays], out=offsets[1:])
-            parts.append((np.concatenate(arrays) if arrays else np.zeros(0, np.int32), offsets))
-        return _concat(parts)
+        """:meth:`encode` through the library's batch encoder only (``HFTokenizer.encode_batch``, in chunks)."""
+        from datamill.tokenize import HFTokenizer
+
+        hf = HFTokenizer(self.inner)
+        return _concat([hf.encode_batch(chunk) for chunk in _slices(texts, _ENCODE_CHUNK)])
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         """Token strings of ``ids`` (no merging of word pieces)."""
