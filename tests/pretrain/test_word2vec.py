@@ -159,3 +159,31 @@ def test_cli_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "vocab size 7" in out and "after subsampling" in out and "pairs" in out and " s" in out
     assert SkipGramSamples.load(tmp_path / "o").info["tokens"] == 180
     assert main(["word2vec", str(f), "--out", str(tmp_path / "o2"), "--negatives", "-1"]) == 2
+
+
+@pytest.mark.parametrize(("mode", "total_key"), [("subsampled", "tokens_after_subsampling"), ("seed", "tokens_known")])
+def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negatives are drawn from count**0.75: counts after subsampling by default, before with "seed"."""
+    import datamill.pretrain.word2vec as w2v
+
+    seen: list[np.ndarray] = []
+
+    class Recording(w2v.AliasTable):  # type: ignore[misc, name-defined]  # records the weights it is built with
+        def __init__(self, weights: np.ndarray, **kw: object) -> None:
+            seen.append(weights)
+            super().__init__(weights, **kw)
+
+    monkeypatch.setattr(w2v, "AliasTable", Recording)
+    rng = np.random.default_rng(0)
+    sentences = [[f"w{int(i)}" for i in rng.zipf(1.5, size=12).clip(max=300)] for _ in range(2_000)]
+    s = build_skipgram(sentences, window=2, num_negatives=2, min_freq=1, subsample_t=1e-3, seed=1,
+                       negative_counts=mode, progress=False)  # type: ignore[arg-type]
+    counts = np.rint(seen[0] ** (1 / 0.75))
+    assert counts.sum() == s.info[total_key]
+    assert s.info["tokens_after_subsampling"] < s.info["tokens_known"]  # the two modes really differ
+
+
+def test_unknown_negative_counts_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="negative_counts"):
+        build_skipgram([["a", "b"]], min_freq=1, negative_counts="after", progress=False)  # type: ignore[arg-type]

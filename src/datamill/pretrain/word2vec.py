@@ -10,8 +10,10 @@ per-token Python loops replaced by numpy:
 3. each token of a sentence of >= 2 tokens is a center; window ``w ~ U{1..window}``; its contexts
    are the sentence's tokens within distance ``w``, itself excluded;
 4. ``num_negatives`` negatives per context word from ``count(w) ** 0.75`` over ids ``1..V-1``, where
-   ``count`` is the seed's ``counter`` (the corpus with ``<unk>`` dropped, before subsampling),
-   never equal to a context of the example (alias table, collisions redrawn);
+   ``count`` is, by default, the counts of the subsampled corpus (as the issue states), or with
+   ``negative_counts="seed"`` the seed's ``counter`` (the corpus with ``<unk>`` dropped, before
+   subsampling: what d2l's code passes), never equal to a context of the example (alias table,
+   collisions redrawn);
 5. batches are the seed's ``batchify``: ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
    ``labels`` ``(B, L)``, L the longest example of the batch, padded with 0.
 
@@ -26,7 +28,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -227,6 +229,7 @@ def build_skipgram(
     min_freq: int = 10,
     subsample_t: float = 1e-4,
     seed: int = 0,
+    negative_counts: Literal["subsampled", "seed"] = "subsampled",
     progress: bool = True,
 ) -> SkipGramSamples:
     """Build skip-gram examples (centers, contexts, negatives) from sentences.
@@ -239,13 +242,17 @@ def build_skipgram(
         min_freq: words seen fewer times become ``<unk>`` (and are dropped). Defaults to ``10``.
         subsample_t: subsampling threshold t. Defaults to ``1e-4``.
         seed: seed of every random stage. Defaults to ``0``.
+        negative_counts: the counts raised to 0.75 for negatives: ``"subsampled"`` (the corpus after
+            subsampling) or ``"seed"`` (before subsampling, as d2l's code does). Defaults to
+            ``"subsampled"``.
         progress: show a progress bar over the stages. Defaults to ``True``.
 
     Returns:
         The :class:`SkipGramSamples` (``.save(dir)``, ``.batches(...)``).
 
     Raises:
-        ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1`` or ``subsample_t <= 0``.
+        ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1``, ``subsample_t <= 0`` or an
+            unknown ``negative_counts``.
         DataFileError: the corpus is empty, has no word kept by the vocabulary, or no sentence of
             at least 2 tokens after subsampling (``path`` names the input).
 
@@ -256,6 +263,8 @@ def build_skipgram(
         (6, 6, '<unk>')
     """
     _check_params(window, num_negatives, min_freq, subsample_t)
+    if negative_counts not in ("subsampled", "seed"):
+        raise ConfigError(f"negative_counts must be 'subsampled' or 'seed', got {negative_counts!r}")
     times: dict[str, float] = {}
     bar = progress_bar(total=5, desc="word2vec", unit="stage", disable=None if progress else True)
     t0 = time.perf_counter()
@@ -290,6 +299,8 @@ def build_skipgram(
     bar.update(1)
 
     t0 = time.perf_counter()
+    if negative_counts == "subsampled":
+        counts = np.bincount(kept.ids, minlength=len(vocab)).astype(np.int64)
     table = AliasTable(counts[1:].astype(np.float64) ** 0.75, values=np.arange(1, len(vocab), dtype=np.int64))
     neg_off, neg = draw_negatives(ctx_off, ctx, k=num_negatives, table=table,
                                   rng=rng_for(seed, "word2vec.negatives"))
@@ -298,7 +309,7 @@ def build_skipgram(
     bar.close()
 
     params = {"window": window, "num_negatives": num_negatives, "min_freq": min_freq,
-              "subsample_t": subsample_t, "seed": seed}
+              "subsample_t": subsample_t, "seed": seed, "negative_counts": negative_counts}
     info = {**params, "source": name, "vocab_size": len(vocab), "tokens": len(tokens),
             "tokens_known": known.num_tokens, "tokens_after_subsampling": kept.num_tokens,
             "examples": len(centers), "pairs": len(ctx), "num_negative_ids": len(neg),

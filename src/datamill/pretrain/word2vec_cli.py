@@ -14,7 +14,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     s = build_skipgram(args.corpus, window=args.window, num_negatives=args.negatives, min_freq=args.min_freq,
-                       subsample_t=args.t, seed=args.seed)
+                       subsample_t=args.t, seed=args.seed, negative_counts=args.negative_counts)
     out = s.save(args.out)
     info = s.info
     print(f"vocab size {info['vocab_size']:,}  tokens {info['tokens']:,} -> {info['tokens_known']:,} known "
@@ -37,4 +37,6 @@ def register(sub: Any) -> None:
     p.add_argument("--min-freq", type=int, default=10, help="rarer words become <unk> (default 10)")
     p.add_argument("--t", type=float, default=1e-4, help="subsampling threshold (default 1e-4)")
     p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument("--negative-counts", choices=("subsampled", "seed"), default="subsampled",
+                   help="negatives ~ count**0.75 of the subsampled corpus (default) or, as d2l's code, before")
     p.set_defaults(func=_cmd)
