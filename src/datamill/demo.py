@@ -30,6 +30,7 @@ DEMO_MODULES = (
 
 def find_data_dir(explicit: str | None = None) -> Path:
     """``--data``, else ``$DATAMILL_DATA``, else ``../shared/data`` from here or from the repo."""
+    candidates: list[str | None]
     if explicit is not None:
         candidates = [explicit]
     else:
