@@ -87,6 +87,20 @@ def test_read_errors_name_file_and_line(tmp_path: Path) -> None:
     assert ei.value.line == 2
 
 
+@pytest.mark.parametrize(("name", "content", "line"), [
+    ("t.csv", "a,b\n1,2\n3,4\n5,6,7\n8,9\n", 4),
+    ("t.tsv", "a\tb\n1\t2\n3\n", 3),
+    ("q.csv", 'a,b\n"x\ny",2\n3,4,5\n', 4),   # a quoted value spanning two lines
+])
+def test_csv_with_a_wrong_field_count_names_the_line(tmp_path: Path, name: str, content: str, line: int) -> None:
+    p = tmp_path / name
+    p.write_text(content)
+    with pytest.raises(DataFileError) as info:
+        read_table(p)
+    assert (info.value.path, info.value.line) == (str(p), line)
+    assert "Expected 2 columns" in str(info.value)
+
+
 def test_atomic_write_leaves_nothing_on_failure(tmp_path: Path) -> None:
     target = tmp_path / "meta.json"
     target.write_text("old")

@@ -140,6 +140,39 @@ def detect_format(source: PathLike, fmt: str | None = None) -> str:
 
 
 _ROW_RE = re.compile(r"Row #(\d+)")
+_COLUMNS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
+
+#: CSV cells read as null
+CSV_NULL_VALUES = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A")
+
+
+def csv_options(kind: str, *, columns: list[str] | None = None,
+                column_types: dict[str, pa.DataType] | None = None) -> dict[str, Any]:
+    """The ``pyarrow.csv.read_csv`` keyword arguments datamill reads every CSV/TSV with."""
+    import pyarrow.csv as pcsv
+
+    return {
+        "read_options": pcsv.ReadOptions(block_size=1 << 24),
+        "parse_options": pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
+        "convert_options": pcsv.ConvertOptions(
+            include_columns=columns, column_types=column_types, null_values=list(CSV_NULL_VALUES),
+            strings_can_be_null=True, quoted_strings_can_be_null=False),
+    }
+
+
+def _bad_field_count_line(data: bytes, fmt: str) -> int | None:
+    """Line (1-based) of the first CSV record whose field count differs from the header's (error path only)."""
+    import csv
+
+    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace")),
+                        delimiter="\t" if fmt == "tsv" else ",")
+    width = None
+    for record in reader:
+        if width is None:
+            width = len(record)
+        elif record and len(record) != width:
+            return reader.line_num
+    return None
 
 
 def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -> DataFileError:
@@ -152,6 +185,8 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
     m = _ROW_RE.search(str(exc))
     if m:
         line = int(m.group(1))
+    elif fmt in ("csv", "tsv") and _COLUMNS_RE.search(msg):
+        line = _bad_field_count_line(data, fmt)
     elif fmt == "jsonl":
         for i, raw in enumerate(data.splitlines(), start=1):
             if raw.strip():
@@ -206,16 +241,7 @@ def read_table(
     buf = pa.BufferReader(data)
     try:
         if kind in ("csv", "tsv"):
-            table = pcsv.read_csv(
-                buf,
-                read_options=pcsv.ReadOptions(block_size=1 << 24),
-                parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
-                convert_options=pcsv.ConvertOptions(
-                    include_columns=columns, column_types=column_types,
-                    null_values=["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"],
-                    strings_can_be_null=True, quoted_strings_can_be_null=False,
-                ),
-            )
+            table = pcsv.read_csv(buf, **csv_options(kind, columns=columns, column_types=column_types))
         elif kind == "parquet":
             table = pq.read_table(buf, columns=columns)
         elif kind == "jsonl":
