@@ -12,6 +12,7 @@ content and config returns the existing files without recomputing; anything else
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
@@ -232,11 +233,16 @@ def preprocess(
     metas: dict[str, dict[str, Any]] = {}
     out_data: dict[str, np.ndarray[Any, Any] | CSR] | None = None
     run_id = uuid.uuid4().hex
+    uses = collections.Counter(f.column for f in features)
     with _original_rows(kept, ds.line_offset):
         for f in features:
             h = handlers[f.name] = get_handler(f.type)
             ctx = FeatureContext(f.name, f.column, ds.name, ds.base_dir, 0, ds.line_offset)
             col = cast_column(table[f.column], h.input_type, name=ds.name, column=f.column, line_offset=ds.line_offset)
+            uses[f.column] -= 1
+            if not uses[f.column]:  # last use: free the raw column now that its cast copy exists
+                table = ds.table = table.drop_columns([f.column])
+                pa.default_memory_pool().release_unused()
             false_string = getattr(f.params, "false_strings", ("false",))[0]
             if meta_in is None:
                 fill = compute_fill(col.filter(fit_mask) if fit_mask is not None else col,
