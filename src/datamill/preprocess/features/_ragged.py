@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
-__all__ = ["STOPWORDS", "TOKENIZERS", "LastBlock", "Ragged", "codepoints", "pad", "split_tokens", "to_string_array"]
+__all__ = ["STOPWORDS", "TOKENIZERS", "DictRagged", "LastBlock", "Ragged", "codepoints", "pad", "split_tokens", "to_string_array"]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
 
@@ -124,15 +124,75 @@ def codepoints(column: pa.Array) -> Ragged:
     return Ragged(None, offsets, cps.astype(np.int32))
 
 
+class DictRagged(Ragged):
+    """A compact cached form of string tokens: block-local ``dictionary`` + small int ``indices``.
+
+    Counting is one ``np.bincount``; encoding maps the (small) dictionary once and takes.
+    """
+
+    __slots__ = ("dictionary", "indices")
+
+    def __init__(self, dictionary: pa.Array, indices: NDArray[Any], offsets: NDArray[np.int64]) -> None:
+        super().__init__(None, offsets)
+        self.dictionary = dictionary
+        self.indices = indices
+
+    def keep(self, mask: NDArray[np.bool_]) -> Ragged:
+        return Ragged(self.dictionary.take(pa.array(self.indices.astype(np.int32))), self.offsets).keep(mask)
+
+    def count(self) -> TokenCounts:
+        bins = np.bincount(self.indices, minlength=len(self.dictionary)) if len(self.indices) else \
+            np.zeros(len(self.dictionary), np.int64)
+        present = np.flatnonzero(bins)
+        return TokenCounts(self.dictionary.take(pa.array(present)), bins[present].astype(np.int64))
+
+    def encode(self, vocab: Vocab) -> NDArray[np.int32]:
+        lut = np.asarray(vocab.encode(self.dictionary), np.int32)
+        encoded: NDArray[np.int32] = lut[self.indices]
+        return encoded
+
+
+def compact(rag: Ragged) -> Ragged:
+    """The same tokens in a smaller form (dictionary indices / uint8 code points) for caching."""
+    if isinstance(rag, DictRagged):
+        return rag
+    if rag.codes is not None:
+        codes = rag.codes
+        if len(codes) and int(codes.max()) < 256:
+            return Ragged(None, rag.offsets, codes.astype(np.uint8))  # type: ignore[arg-type]
+        return rag
+    assert rag.values is not None
+    values = rag.values.combine_chunks() if isinstance(rag.values, pa.ChunkedArray) else rag.values
+    enc = pc.dictionary_encode(values)
+    dictionary = enc.dictionary
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    if enc.indices.null_count:
+        return rag
+    small = idx.astype(np.uint16) if len(dictionary) < 65536 else idx.astype(np.int32)
+    return DictRagged(dictionary, small, rag.offsets)
+
+
+def _compact_any(value: Any) -> Any:
+    if isinstance(value, Ragged):
+        return compact(value)
+    if isinstance(value, tuple) and all(isinstance(v, Ragged) for v in value):
+        return tuple(compact(v) for v in value)
+    return value
+
+
 class LastBlock:
-    """Remembers the tokens of the last column block seen, so ``transform`` right after ``fit`` of the
-    same block (same buffers, offset, length, params) does not tokenise it again.
+    """Remembers the tokens of the column blocks ``fit`` saw (compactly: dictionary indices), so
+    ``transform`` of the same block (same buffers, offset, length, params) does not tokenise it again.
+    An entry is dropped when ``transform`` uses it (each block is transformed once).
 
     The column is referenced while cached, so its buffer addresses cannot be reused meanwhile.
     """
 
+    #: entries kept at most (about 100 blocks of 64k rows)
+    MAX_ENTRIES = 128
+
     def __init__(self) -> None:
-        self._entry: tuple[Any, tuple[Any, ...], Any] | None = None
+        self._entries: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     @staticmethod
     def _signature(column: pa.Array | pa.ChunkedArray, params: Any) -> tuple[Any, ...] | None:
@@ -143,13 +203,24 @@ class LastBlock:
         bufs = tuple(b.address if b is not None else 0 for b in column.buffers())
         return (bufs, column.offset, len(column), column.type, params)
 
-    def get(self, column: pa.Array | pa.ChunkedArray, params: Any, make: Any) -> Any:
-        """``make()`` unless the previous call was for the same block and params."""
-        sig = self._signature(column, params)
-        if sig is not None and self._entry is not None and self._entry[1] == sig:
-            return self._entry[2]
+    def get(self, column: pa.Array | pa.ChunkedArray, params: Any, make: Any, *, store: bool = False) -> Any:
+        """``make()`` unless a cached entry exists for the same block and params (then used up).
+
+        ``store=True`` (from ``fit``) keeps the result for a later call on the same block.
+        """
+        try:
+            sig = self._signature(column, params)
+            hash(sig)
+        except TypeError:
+            sig = None
+        if sig is not None and sig in self._entries:
+            return self._entries.pop(sig)[1]
+        if not store:
+            self._entries.clear()  # a miss in transform: the remaining entries are stale
         value = make()
-        self._entry = (column, sig, value) if sig is not None else None
+        if store and sig is not None and len(self._entries) < self.MAX_ENTRIES:
+            value = _compact_any(value)
+            self._entries[sig] = (column, value)
         return value
 
 

@@ -78,14 +78,14 @@ class Handler(FeatureHandler):
         self._vocabs = VocabCache()
         self._last = LastBlock()
 
-    def _tokens(self, column: pa.Array, params: SequenceParams) -> Ragged:
+    def _tokens(self, column: pa.Array, params: SequenceParams, *, store: bool = False) -> Ragged:
         key = (params.tokenizer, params.lowercase, params.regex)
         rag: Ragged = self._last.get(column, key, lambda: split_tokens(
-            column, params.tokenizer, lowercase=params.lowercase, regex=params.regex))
+            column, params.tokenizer, lowercase=params.lowercase, regex=params.regex), store=store)
         return rag
 
     def fit(self, column: pa.Array, params: SequenceParams, ctx: FeatureContext) -> RaggedStats:
-        return fit_tokens(self._tokens(column, params))
+        return fit_tokens(self._tokens(column, params, store=True))
 
     def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
         return a.merge(b)

@@ -91,8 +91,9 @@ class Handler(FeatureHandler):
         self._vocabs = VocabCache()
         self._last = LastBlock()
 
-    def _tokens(self, column: pa.Array, params: TextParams) -> tuple[Ragged, Ragged]:
-        pair: tuple[Ragged, Ragged] = self._last.get(column, params, lambda: self._split(column, params))
+    def _tokens(self, column: pa.Array, params: TextParams, *, store: bool = False) -> tuple[Ragged, Ragged]:
+        pair: tuple[Ragged, Ragged] = self._last.get(column, params, lambda: self._split(column, params),
+                                                     store=store)
         return pair
 
     @staticmethod
@@ -104,7 +105,7 @@ class Handler(FeatureHandler):
         return chars, words
 
     def fit(self, column: pa.Array, params: TextParams, ctx: FeatureContext) -> TextStats:
-        chars, words = self._tokens(column, params)
+        chars, words = self._tokens(column, params, store=True)
         return TextStats(fit_tokens(chars), fit_tokens(words))
 
     def merge(self, a: TextStats, b: TextStats) -> TextStats:
