@@ -159,7 +159,7 @@ def compact(rag: Ragged) -> Ragged:
     if rag.codes is not None:
         codes = rag.codes
         if len(codes) and int(codes.max()) < 256:
-            return Ragged(None, rag.offsets, codes.astype(np.uint8))  # type: ignore[arg-type]
+            return Ragged(None, rag.offsets, codes.astype(np.uint8))
         return rag
     assert rag.values is not None
     values = rag.values.combine_chunks() if isinstance(rag.values, pa.ChunkedArray) else rag.values
