@@ -238,11 +238,12 @@ _WS = np.zeros(128, bool)
 _WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _WORD = np.zeros(128, bool)
 _WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = True
-_CLASSES = {"space_punct": np.where(_WS, 0, np.where(_WORD, 1, 2)).astype(np.uint8)}
+_CLASSES = {"space_punct": np.where(_WS, 0, np.where(_WORD, 1, 2)).astype(np.uint8),
+            "space": np.where(_WS, 0, 1).astype(np.uint8)}  # str.split(): runs of non-whitespace
 
 
 def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
-    """``space_punct`` on an all-ASCII column with numpy byte classes (None if not ASCII).
+    """``space_punct`` / ``space`` on an all-ASCII column with numpy byte classes (None if not ASCII).
 
     A token starts where the class changes (or at a row start, or at every punctuation byte) and
     ends likewise; the token bytes are compacted into one buffer and wrapped as a string array.
