@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datamill.core.errors import DataFileError, SchemaError
-from datamill.core.io import detect_format, display_name, open_bytes, read_table, split_member
+from datamill.core.io import csv_options, detect_format, display_name, open_bytes, read_table, split_member
 
 __all__ = ["Dataset", "cast_column", "read_dataset"]
 
@@ -100,14 +100,7 @@ def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
     if member is not None or path.suffix.lower() == ".gz" or path.stat().st_size < 16:
         return None
     try:
-        table = pcsv.read_csv(
-            path,
-            read_options=pcsv.ReadOptions(block_size=1 << 24),
-            parse_options=pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
-            convert_options=pcsv.ConvertOptions(
-                include_columns=columns, column_types=types,
-                null_values=["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"],
-                strings_can_be_null=True, quoted_strings_can_be_null=False))
+        table = pcsv.read_csv(path, **csv_options(kind, columns=columns, column_types=types))
         for col in table.columns:
             if not pa.types.is_string(col.type) and not pa.types.is_floating(col.type) \
                     and not pa.types.is_integer(col.type) and not pa.types.is_boolean(col.type):
