@@ -32,6 +32,7 @@ __all__ = [
     "check_utf8",
     "detect_format",
     "display_name",
+    "is_blank",
     "open_bytes",
     "read_bytes",
     "read_table",
@@ -115,10 +116,15 @@ def check_utf8(data: bytes, *, path: PathLike) -> str:
         ) from exc
 
 
+def is_blank(data: bytes) -> bool:
+    """True for empty or all-whitespace bytes (``not data.strip()`` without copying the data)."""
+    return not data or data.isspace()
+
+
 def read_text(source: PathLike, *, allow_empty: bool = False) -> str:
     """Read a whole UTF-8 text file or zip member; empty or non-UTF-8 input is a DataFileError."""
     data = read_bytes(source)
-    if not data.strip() and not allow_empty:
+    if is_blank(data) and not allow_empty:
         raise DataFileError("the file is empty; expected text", path=display_name(source))
     return check_utf8(data, path=display_name(source))
 
@@ -236,7 +242,7 @@ def read_table(
     kind = detect_format(source, fmt)
     name = display_name(source)
     data = read_bytes(source)
-    if not data.strip():
+    if is_blank(data):
         raise DataFileError(f"the file is empty; expected {kind.upper()} with a header row", path=name)
     buf = pa.BufferReader(data)
     try:

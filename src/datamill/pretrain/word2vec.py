@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 from datamill.core.constants import VOCAB_FILE, WORD2VEC_FORMAT
 from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
-from datamill.core.io import PathLike, atomic_write, check_utf8, display_name, read_bytes
+from datamill.core.io import PathLike, atomic_write, check_utf8, display_name, is_blank, read_bytes
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
 from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
@@ -190,7 +190,7 @@ def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray
     if isinstance(source, (str, os.PathLike)):
         name = display_name(source)
         data = read_bytes(source)
-        if not data.strip():
+        if is_blank(data):
             raise DataFileError("the file is empty; expected text", path=name)
         if not data.isascii():
             check_utf8(data, path=name)

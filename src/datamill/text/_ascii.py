@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.ascii import token_dictionary
+
 __all__ = ["ascii_char_codes", "ascii_words"]
 
 _LOWER = np.arange(256, dtype=np.uint8)
@@ -64,15 +66,19 @@ def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, ND
     edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     starts = np.flatnonzero(edge == 1)
     ends = np.flatnonzero(edge == -1)
-    chars = b[word]
+    nl = np.flatnonzero(b == 10)
+    if len(b) and b[-1] == 10:  # a final newline ends the last line
+        nl = nl[:-1]
+    line_off = np.concatenate([[0], np.searchsorted(starts, nl), [len(starts)]]).astype(np.int64)
+    keyed = token_dictionary(b, starts, ends - starts)  # exact integer keys, no string per word
+    if keyed is not None:
+        dictionary, indices = keyed
+        return pa.DictionaryArray.from_arrays(pa.array(indices), dictionary), line_off
+    chars = b[word]  # a word longer than the keys hold: strings, dictionary-encoded
     offs = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(ends - starts, out=offs[1:])
     if offs[-1] < 2**31:
         words = pa.StringArray.from_buffers(len(starts), pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(chars))
     else:
         words = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offs), pa.py_buffer(chars))
-    nl = np.flatnonzero(b == 10)
-    if len(b) and b[-1] == 10:  # a final newline ends the last line
-        nl = nl[:-1]
-    line_off = np.concatenate([[0], np.searchsorted(starts, nl), [len(starts)]]).astype(np.int64)
     return pc.dictionary_encode(words), line_off

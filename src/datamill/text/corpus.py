@@ -372,14 +372,14 @@ def build_corpus(
     meta: dict[str, Any] = {"source": src_name, "lowercase": lowercase, "collapse_whitespace": collapse_whitespace}
     if level == "char" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
-        if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
+        if data and data.isascii() and not data.isspace():  # numpy fast path (same result as the Arrow path)
             codes, offsets, canon = ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
             v, ids = _encode_codes(codes, vocab, min_freq=min_freq, max_size=max_size,
                                    reserved_tokens=reserved_tokens, unk_token=unk_token, canon=canon)
             return _finish(ids, offsets, v, level, meta, None, out)
     if level == "word" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
-        if data.isascii() and data.strip():  # numpy fast path (same result as the Arrow path)
+        if data and data.isascii() and not data.isspace():  # numpy fast path (same result as the Arrow path)
             dic, offsets = ascii_words(data, lowercase=lowercase)
             v, ids = _encode_dictionary(dic, vocab, min_freq=_check_vocab_args(min_freq, max_size), max_size=max_size,
                                         specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
