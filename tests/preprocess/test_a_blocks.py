@@ -60,9 +60,10 @@ def _same(a: dict, b: dict) -> None:  # type: ignore[type-arg]
             np.testing.assert_allclose(va, vb, rtol=1e-6, atol=1e-9, err_msg=k)
 
 
-@settings(max_examples=5)
-@given(st.integers(0, 10_000), st.sampled_from([1, 4, 7, 22]))
-def test_blocks_equal_one_block(seed: int, block: int) -> None:
+@settings(max_examples=8)
+@given(st.integers(0, 10_000), st.sampled_from([1, 4, 7, 22]), st.sampled_from([1, 2, 3]))
+def test_blocks_equal_one_block(seed: int, block: int, threads: int) -> None:
+    """Blocks fitted and transformed by 1-3 worker threads give what one block gives."""
     import tempfile
 
     table = _table(seed)
@@ -73,6 +74,7 @@ def test_blocks_equal_one_block(seed: int, block: int) -> None:
         one_data, one_meta = api.load(one.hdf5_path)  # type: ignore[arg-type]
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(api, "BLOCK_ROWS", block)
+            mp.setattr(api, "THREADS", threads)
             many = api.preprocess(p, CFG, output_dir=Path(tmp) / "many")
         many_data, many_meta = api.load(many.hdf5_path)  # type: ignore[arg-type]
     _same(one_data, many_data)

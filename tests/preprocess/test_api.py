@@ -29,7 +29,7 @@ def test_house_prices_end_to_end(data_copy) -> None:  # type: ignore[no-untyped-
     with h5py.File(out.hdf5_path) as f:
         assert sorted(f) == ["Alley", "CentralAir", "LotArea", "LotFrontage", "MSSubClass", "MSZoning",
                              "SalePrice", "split"]
-        assert f["LotArea"].dtype == np.float32 and f["MSZoning"].dtype == np.int32
+        assert f["LotArea"].dtype == np.float32 and f["MSZoning"].dtype == np.int8  # Ludwig int_type: 6 values
         assert f["split"].dtype == np.int8 and f["LotArea"].chunks is not None
         assert f["CentralAir"].shape == (1460,)
     meta = json.loads(out.meta_path.read_text())  # type: ignore[union-attr]
@@ -178,7 +178,7 @@ def test_cli_summary_and_output_dir(tmp_path: Path, data_copy, capsys: pytest.Ca
     cfg.write_text(json.dumps(HOUSE_CONFIG))
     assert main(["-q", "preprocess", str(house), "--config", str(cfg), "--output-dir", str(tmp_path / "o")]) == 0
     text = capsys.readouterr().out
-    assert "1,460 rows, 7 features, fitted" in text and "MSZoning" in text and "int32" in text
+    assert "1,460 rows, 7 features, fitted" in text and "MSZoning" in text and "int8" in text
     assert (tmp_path / "o" / "house_prices_train.hdf5").exists()
     assert main(["-q", "preprocess", str(house), "--config", str(cfg), "--output-dir", str(tmp_path / "o")]) == 0
     assert "reused cache" in capsys.readouterr().out

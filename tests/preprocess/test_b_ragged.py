@@ -179,7 +179,7 @@ def test_sequence_ids_lengths_and_padding(rows: list[list[str]], limit: int, lef
     x = out["f"]
     length = max(1, min(max(len(r) for r in rows), limit))  # never zero-width
     assert meta["max_sequence_length"] == length
-    assert x.dtype == np.int32 and x.shape == (len(rows), length)
+    assert x.dtype == np.int8 and x.shape == (len(rows), length)
     for r, row in zip(rows, x):
         kept = [vocab.str2idx.get(t, 1) for t in r[:length]]
         nonpad = row[row != 0].tolist()

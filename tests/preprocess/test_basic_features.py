@@ -28,7 +28,7 @@ def test_category_ids_by_frequency_unk_zero_and_most_common() -> None:
     assert meta["vocab_size"] == 3 and meta["str2freq"]["b"] == 3
     assert meta["str2idx"] == {"<UNK>": 0, "b": 1, "a": 2}
     assert ids.tolist() == [1, 2, 1, 0, 1, 2, 0]
-    assert ids.dtype == np.int32
+    assert ids.dtype == np.int8  # the smallest dtype for 3 ids (Ludwig int_type)
 
 
 def test_category_missing_fill_and_mode() -> None:
@@ -140,3 +140,12 @@ def test_nan_counts_as_missing() -> None:
         {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "fill_with_mean"}},
         {"name": "s", "type": "number", "preprocessing": {"fill_value": 7}}]})
     assert out.data["x"].tolist() == [1.0, 2.0, 3.0] and out.data["s"].tolist() == [1.0, 7.0, 3.0]
+
+
+def test_id_dtype_grows_with_the_vocabulary() -> None:
+    """Ludwig's int_type: int8 up to 128 ids (<UNK> included), then int16."""
+    for distinct, dtype in ((127, np.int8), (128, np.int16)):
+        t = pa.table({"c": [f"v{i}" for i in range(distinct)]})
+        ids, meta = _one(t, {"name": "c", "type": "category", "preprocessing": {"most_common": 1000}})
+        assert meta["vocab_size"] == distinct + 1 and ids.dtype == dtype
+        assert sorted(ids.tolist()) == list(range(1, distinct + 1))

@@ -18,7 +18,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from datamill.core.constants import HDF5_SUFFIX, META_FORMAT, META_SUFFIX
 from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_path, atomic_write
+from datamill.core.memory import release_memory
 from datamill.core.progress import progress
 from datamill.preprocess.config import (
     PreprocessConfig,
@@ -95,6 +97,28 @@ def _input_fingerprint(dataset: Any, table: pa.Table | None = None) -> str:
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
     return fingerprint_bytes(sink.getvalue())
+
+
+#: worker threads that fit and transform blocks (numpy and Arrow release the GIL in the heavy parts);
+#: the environment variable ``DATAMILL_THREADS`` overrides it (1: no threads)
+THREADS = max(1, int(os.environ.get("DATAMILL_THREADS") or min(4, os.cpu_count() or 1)))
+
+
+def _in_order(fn: Callable[[Any], Any], items: list[Any], threads: int | None = None) -> Iterator[Any]:
+    """``fn`` over ``items`` in worker threads, results in order, at most ``threads`` ahead of the consumer."""
+    threads = THREADS if threads is None else threads
+    if threads <= 1 or len(items) <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="datamill-block") as pool:
+        pending: collections.deque[Future[Any]] = collections.deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= threads:
+                yield pending.popleft().result()
+                release_memory()  # the workers' glibc arenas keep freed blocks otherwise (+15% peak RSS)
+        while pending:
+            yield pending.popleft().result()
 
 
 def _blocks(n: int) -> Iterator[tuple[int, int]]:
@@ -242,7 +266,7 @@ def preprocess(
             uses[f.column] -= 1
             if not uses[f.column]:  # last use: free the raw column now that its cast copy exists
                 table = ds.table = table.drop_columns([f.column])
-                pa.default_memory_pool().release_unused()
+                release_memory()
             false_string = getattr(f.params, "false_strings", ("false",))[0]
             if meta_in is None:
                 fill = compute_fill(col.filter(fit_mask) if fit_mask is not None else col,
@@ -265,9 +289,12 @@ def preprocess(
                 f5.attrs["run_id"] = run_id
                 writer = H5Writer(f5, n)
                 blocks = list(_blocks(n))
-                for lo, hi in (progress(blocks, total=len(blocks), desc="transform") if len(blocks) > 1 else blocks):
-                    for key, value in _transform_block(features, handlers, columns, metas, ds, lo, hi):
+                done = _in_order(lambda b: list(_transform_block(features, handlers, columns, metas, ds, *b)), blocks)
+                bar = progress(blocks, total=len(blocks), desc="transform") if len(blocks) > 1 else blocks
+                for (lo, hi), arrays in zip(bar, done):
+                    for key, value in arrays:
                         writer.write(key, value)
+                    del arrays
                     if split is not None:
                         writer.write("split", split[lo:hi])
         else:
@@ -324,9 +351,13 @@ def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
 
 def _fit(h: FeatureHandler, f: ResolvedFeature, col: pa.Array, ctx: FeatureContext, fill: Any) -> dict[str, Any]:
     stats: Any = None
-    for lo, hi in _blocks(len(col)):
+
+    def fit(block: tuple[int, int]) -> Any:
+        lo, hi = block
         block_ctx = FeatureContext(ctx.name, ctx.column, ctx.path, ctx.base_dir, lo, ctx.line_offset)
-        s = h.fit(col.slice(lo, hi - lo), f.params, block_ctx)
+        return h.fit(col.slice(lo, hi - lo), f.params, block_ctx)
+
+    for s in _in_order(fit, list(_blocks(len(col)))):  # mergeable statistics, merged in block order
         stats = s if stats is None else h.merge(stats, s)
     meta = {"type": f.type, "column": f.column, "role": f.role, **h.finalize(stats, f.params, ctx)}
     meta["preprocessing"] = {**f.params.model_dump(mode="json"),

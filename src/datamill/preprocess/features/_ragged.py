@@ -20,7 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.ascii import token_dictionary
 from datamill.core.errors import ConfigError
+from datamill.preprocess.features.base import int_type
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
 __all__ = ["STOPWORDS", "TOKENIZERS", "DictRagged", "LastBlock", "Ragged", "codepoints", "pad", "split_tokens", "to_string_array"]
@@ -91,8 +93,8 @@ class Ragged:
         return TokenCounts(pa.array([chr(c) for c in present.tolist()], pa.string()),  # per distinct char
                            bins[present].astype(np.int64))
 
-    def encode(self, vocab: Vocab) -> NDArray[np.int32]:
-        """Token ids (unknown → the vocabulary's unk id)."""
+    def encode(self, vocab: Vocab) -> NDArray[np.signedinteger[Any]]:
+        """Token ids (unknown → the vocabulary's unk id); char codes and dictionary tokens in the smallest int dtype."""
         if self.codes is None:
             return vocab.encode(self.values)
         singles = [(ord(t), i) for i, t in enumerate(vocab.idx2str) if len(t) == 1]  # per vocab entry
@@ -100,11 +102,11 @@ class Ragged:
         unk = vocab.unk_index
         if unk is None:
             raise ConfigError("character vocabulary without an unknown token")
-        lut = np.full(size, unk, np.int32)
+        lut = np.full(size, unk, int_type(len(vocab)))  # ids in the smallest dtype: 4x less memory than int32
         if singles:
             chars, ids = np.array(singles, np.int64).T
             lut[chars] = ids
-        encoded: NDArray[np.int32] = lut[self.codes]
+        encoded: NDArray[np.signedinteger[Any]] = lut[self.codes]
         return encoded
 
 
@@ -125,7 +127,7 @@ def codepoints(column: pa.Array) -> Ragged:
 
 
 class DictRagged(Ragged):
-    """A compact cached form of string tokens: block-local ``dictionary`` + small int ``indices``.
+    """String tokens as a block-local ``dictionary`` + small int ``indices`` (``values`` made on demand).
 
     Counting is one ``np.bincount``; encoding maps the (small) dictionary once and takes.
     """
@@ -133,12 +135,22 @@ class DictRagged(Ragged):
     __slots__ = ("dictionary", "indices")
 
     def __init__(self, dictionary: pa.Array, indices: NDArray[Any], offsets: NDArray[np.int64]) -> None:
-        super().__init__(None, offsets)
+        self.offsets = offsets
+        self.codes = None
         self.dictionary = dictionary
         self.indices = indices
 
+    @property
+    def values(self) -> pa.Array:  # type: ignore[override]
+        """The tokens as strings (a take of the dictionary)."""
+        return self.dictionary.take(pa.array(self.indices.astype(np.int32, copy=False)))
+
     def keep(self, mask: NDArray[np.bool_]) -> Ragged:
-        return Ragged(self.dictionary.take(pa.array(self.indices.astype(np.int32))), self.offsets).keep(mask)
+        if mask.all():
+            return self
+        kept = np.zeros(len(mask) + 1, np.int64)
+        np.cumsum(mask, out=kept[1:])
+        return DictRagged(self.dictionary, self.indices[mask], kept[self.offsets])
 
     def count(self) -> TokenCounts:
         bins = np.bincount(self.indices, minlength=len(self.dictionary)) if len(self.indices) else \
@@ -146,15 +158,17 @@ class DictRagged(Ragged):
         present = np.flatnonzero(bins)
         return TokenCounts(self.dictionary.take(pa.array(present)), bins[present].astype(np.int64))
 
-    def encode(self, vocab: Vocab) -> NDArray[np.int32]:
-        lut = np.asarray(vocab.encode(self.dictionary), np.int32)
-        encoded: NDArray[np.int32] = lut[self.indices]
+    def encode(self, vocab: Vocab) -> NDArray[np.signedinteger[Any]]:
+        lut = np.asarray(vocab.encode(self.dictionary), int_type(len(vocab)))
+        encoded: NDArray[np.signedinteger[Any]] = lut[self.indices]
         return encoded
 
 
 def compact(rag: Ragged) -> Ragged:
     """The same tokens in a smaller form (dictionary indices / uint8 code points) for caching."""
     if isinstance(rag, DictRagged):
+        if len(rag.dictionary) < 65536 and rag.indices.dtype != np.uint16:
+            return DictRagged(rag.dictionary, rag.indices.astype(np.uint16), rag.offsets)
         return rag
     if rag.codes is not None:
         codes = rag.codes
@@ -269,6 +283,10 @@ def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
     punct = cls == 2
     starts = np.flatnonzero(tok & (change[:-1] | punct))
     ends = np.flatnonzero(tok & (change[1:] | punct)) + 1
+    row_offsets = np.searchsorted(starts, rel).astype(np.int64)  # tokens starting before each row
+    keyed = token_dictionary(data, starts, ends - starts)  # exact integer keys: no string per token
+    if keyed is not None:
+        return DictRagged(keyed[0], keyed[1], row_offsets)
     lengths = ends - starts
     token_offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=token_offsets[1:])
@@ -276,7 +294,7 @@ def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
     string_type, off_type = (pa.string(), np.int32) if len(packed) < 2**31 else (pa.large_string(), np.int64)
     values = pa.Array.from_buffers(string_type, len(starts), [
         None, pa.py_buffer(token_offsets.astype(off_type)), pa.py_buffer(packed)])
-    return Ragged(values, np.searchsorted(starts, rel).astype(np.int64))  # tokens starting before each row
+    return Ragged(values, row_offsets)
 
 
 def _split(column: pa.Array, tokenizer: str, regex: str | None) -> pa.Array:
@@ -319,7 +337,12 @@ def split_tokens(
     if tokenizer not in TOKENIZERS:
         raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
     fast_tokens = _ascii_split(col, tokenizer) if fast else None
-    if fast_tokens is not None:  # no empty tokens, nothing to strip
+    if isinstance(fast_tokens, DictRagged):  # no empty tokens, nothing to strip; stop words looked up per distinct token
+        if not stopwords:
+            return fast_tokens
+        stop = pc.is_in(fast_tokens.dictionary, value_set=pa.array(sorted(stopwords), pa.string()))
+        return fast_tokens.keep(~stop.to_numpy(zero_copy_only=False)[fast_tokens.indices])
+    if fast_tokens is not None:
         rag = fast_tokens
         values = rag.values
         assert values is not None

@@ -23,6 +23,20 @@ from pydantic import BaseModel, ConfigDict
 __all__ = ["CSR", "FeatureContext", "FeatureHandler", "Params"]
 
 
+def int_type(vocab_size: int) -> type[np.signedinteger[Any]]:
+    """The smallest signed integer dtype holding ids ``0 .. vocab_size - 1`` (Ludwig's ``int_type``).
+
+    Examples:
+        >>> int_type(128).__name__, int_type(129).__name__, int_type(40_000).__name__
+        ('int8', 'int16', 'int32')
+    """
+    largest = max(vocab_size - 1, 0)
+    for dtype in (np.int8, np.int16, np.int32):
+        if largest <= np.iinfo(dtype).max:
+            return dtype
+    return np.int64
+
+
 class Params(BaseModel):
     """Base of every type's ``preprocessing:`` model (unknown keys rejected, immutable).
 

@@ -1,4 +1,4 @@
-"""category → int32 ids: 0 = ``<UNK>``, then by descending frequency (ties: token ascending).
+"""category → ids in the smallest signed int dtype for the vocabulary (Ludwig's ``int_type``: int8 up to 128 values): 0 = ``<UNK>``, then by descending frequency (ties: token ascending).
 
 Statistics are :class:`~datamill.vocab.TokenCounts` (mergeable); the vocabulary keeps the
 ``most_common`` most frequent values; anything else (and unseen values) maps to ``<UNK>``.
@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import UNK
-from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
+from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler, int_type
 from datamill.preprocess.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
@@ -63,4 +63,4 @@ class Handler(FeatureHandler):
     def transform(self, column: pa.Array, meta: dict[str, Any], params: CategoryParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         ids: NDArray[np.int32] = self._vocab(meta).encode(self._prep(column, params))
-        return {ctx.name: ids}
+        return {ctx.name: ids.astype(int_type(int(meta["vocab_size"])), copy=False)}

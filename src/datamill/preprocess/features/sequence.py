@@ -1,4 +1,4 @@
-"""sequence → ``n × l`` int32 token ids, 0 = ``<PAD>``, 1 = ``<UNK>`` (Ludwig's sequence feature).
+"""sequence → ``n × l`` token ids (smallest signed int dtype for the vocabulary, as Ludwig), 0 = ``<PAD>``, 1 = ``<UNK>``.
 
 Each value is tokenised (``tokenizer``, default ``space``), tokens mapped through a vocabulary
 (``<PAD>``, ``<UNK>``, then the ``most_common`` most frequent, ties by token ascending; or the
@@ -22,7 +22,7 @@ from datamill.core.constants import PAD, UNK
 from datamill.core.errors import ConfigError
 from datamill.core.io import read_text
 from datamill.preprocess.features._ragged import LastBlock, Ragged, pad, split_tokens
-from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
+from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler, int_type
 from datamill.preprocess.features.base import Params as BaseParams
 from datamill.preprocess.features.set_ import RaggedStats, VocabCache, fit_tokens
 from datamill.vocab import Vocab
@@ -104,5 +104,6 @@ class Handler(FeatureHandler):
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params)
         ids = rag.encode(self._vocabs.get(meta))
-        return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), padding=params.padding)}
+        return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), padding=params.padding,
+                              dtype=int_type(int(meta["vocab_size"])))}
 

@@ -1,6 +1,6 @@
 """text → two padded id matrices, characters and words, with two vocabularies (Ludwig 0.3 text).
 
-HDF5 keys: ``<name>_char`` and ``<name>_word`` (int32, 0 = ``<PAD>``, 1 = ``<UNK>``), built like a
+HDF5 keys: ``<name>_char`` and ``<name>_word`` (ids in the smallest signed int dtype for each vocabulary, as Ludwig; 0 = ``<PAD>``, 1 = ``<UNK>``), built like a
 sequence feature each. Parameters use Ludwig's names: ``char_tokenizer`` (default ``characters``),
 ``char_most_common`` (70), ``char_sequence_length_limit`` (1024), ``word_tokenizer``
 (``space_punct``), ``word_most_common`` (20000), ``word_sequence_length_limit`` (256),
@@ -31,7 +31,7 @@ from datamill.preprocess.features._ragged import (
     split_tokens,
     to_string_array,
 )
-from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler
+from datamill.preprocess.features.base import CSR, FeatureContext, FeatureHandler, int_type
 from datamill.preprocess.features.base import Params as BaseParams
 from datamill.preprocess.features.set_ import RaggedStats, VocabCache, fit_tokens
 from datamill.vocab import Vocab
@@ -128,7 +128,7 @@ class Handler(FeatureHandler):
         for level, rag in zip(LEVELS, self._tokens(column, params)):
             ids = rag.encode(self._vocabs.get(meta, f"{level}_"))
             out[f"{ctx.name}_{level}"] = pad(ids, rag.offsets, int(meta[f"{level}_max_sequence_length"]),
-                                             padding=params.padding)
+                                             padding=params.padding, dtype=int_type(int(meta[f"{level}_vocab_size"])))
         return out
 
     @staticmethod
