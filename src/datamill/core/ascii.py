@@ -32,7 +32,7 @@ def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths
     """The distinct tokens and each token's index into them (tokens of <= 8 bytes first).
 
     Args:
-        data: the bytes, uint8.
+        data: the bytes, uint8 (ASCII, or UTF-8 with every token whole: the tokens become strings).
         starts: each token's first byte in ``data``.
         lengths: each token's length in bytes (>= 1).
 
@@ -87,7 +87,8 @@ def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths
     fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8 * ncols), len(where), [None, pa.py_buffer(keys)])
     long_enc = pc.dictionary_encode(fixed)
     long_keys = np.frombuffer(long_enc.dictionary.buffers()[1], _U64)[:len(long_enc.dictionary) * ncols]
-    # key 0 (the long tokens; a real key has a non-zero byte) gives its slot to the first long token; the other long tokens follow the short ones
+    # key 0 (the long tokens; a real key has a non-zero byte) gives its slot to the first long
+    # token; the other long tokens follow the short ones
     hole = int(np.flatnonzero(short_keys == 0)[0])
     li = _int32(long_enc.indices)
     indices[where] = np.where(li == 0, np.int32(hole), li + np.int32(len(short_keys) - 1))

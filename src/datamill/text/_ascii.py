@@ -61,22 +61,36 @@ def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, ND
     b = np.frombuffer(data, np.uint8)
     if lowercase:
         b = _LOWER[b]
-    word = b > 32  # then the rarer word bytes below the space: controls other than \t\n\v\f\r, \x1c-\x1f
-    word |= (b < 9) | ((b > 13) & (b < 28))
-    edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edge == 1)
-    ends = np.flatnonzero(edge == -1)
-    nl = np.flatnonzero(b == 10)
+    n = len(b)
+    word = np.empty(n, bool)  # not whitespace: built per 1 MB so the temporaries stay small and warm
+    for i in range(0, n, 1 << 20):
+        bc, wc = b[i:i + (1 << 20)], word[i:i + (1 << 20)]
+        np.greater(bc, 32, out=wc)  # then the rarer word bytes below the space: controls other than \t\n\v\f\r, \x1c-\x1f
+        wc |= (bc < 9) | ((bc > 13) & (bc < 28))
+    w8 = word.view(np.int8)
+    edge = np.empty(n + 1, np.int8)  # +1 where a word starts, -1 where it ended
+    edge[0], edge[n] = (w8[0], -w8[-1]) if n else (0, 0)
+    np.subtract(w8[1:], w8[:-1], out=edge[1:n])
+    del word, w8
+    mask = np.equal(edge, 1)  # one boolean buffer for the three searches
+    starts = np.flatnonzero(mask)
+    np.equal(edge, -1, out=mask)
+    lengths = np.flatnonzero(mask)
+    lengths -= starts
+    del edge
+    np.equal(b, 10, out=mask[:n])
+    nl = np.flatnonzero(mask[:n])
+    del mask
     if len(b) and b[-1] == 10:  # a final newline ends the last line
         nl = nl[:-1]
     line_off = np.concatenate([[0], np.searchsorted(starts, nl), [len(starts)]]).astype(np.int64)
-    keyed = token_dictionary(b, starts, ends - starts)  # exact integer keys, no string per word
+    keyed = token_dictionary(b, starts, lengths)  # exact integer keys, no string per word
     if keyed is not None:
         dictionary, indices = keyed
         return pa.DictionaryArray.from_arrays(pa.array(indices), dictionary), line_off
-    chars = b[word]  # a word longer than the keys hold: strings, dictionary-encoded
-    offs = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(ends - starts, out=offs[1:])
+    offs = np.zeros(len(starts) + 1, np.int64)  # a word longer than the keys hold: strings, dictionary-encoded
+    np.cumsum(lengths, out=offs[1:])
+    chars = b[~_WS[b]]
     if offs[-1] < 2**31:
         words = pa.StringArray.from_buffers(len(starts), pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(chars))
     else:

@@ -94,7 +94,7 @@ class Ragged:
                            bins[present].astype(np.int64))
 
     def encode(self, vocab: Vocab) -> NDArray[np.signedinteger[Any]]:
-        """Token ids (unknown → the vocabulary's unk id); char codes and dictionary tokens in the smallest int dtype."""
+        """Token ids (unknown → the vocabulary's unk id); from codes, in the smallest int dtype."""
         if self.codes is None:
             return vocab.encode(self.values)
         singles = [(ord(t), i) for i, t in enumerate(vocab.idx2str) if len(t) == 1]  # per vocab entry

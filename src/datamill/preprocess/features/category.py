@@ -1,4 +1,7 @@
-"""category → ids in the smallest signed int dtype for the vocabulary (Ludwig's ``int_type``: int8 up to 128 values): 0 = ``<UNK>``, then by descending frequency (ties: token ascending).
+"""category → ids: 0 = ``<UNK>``, then by descending frequency (ties: token ascending).
+
+The ids' dtype is the smallest signed integer holding the vocabulary (Ludwig's ``int_type``:
+int8 up to 128 values, then int16, int32).
 
 Statistics are :class:`~datamill.vocab.TokenCounts` (mergeable); the vocabulary keeps the
 ``most_common`` most frequent values; anything else (and unseen values) maps to ``<UNK>``.

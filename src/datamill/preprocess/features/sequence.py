@@ -1,4 +1,6 @@
-"""sequence → ``n × l`` token ids (smallest signed int dtype for the vocabulary, as Ludwig), 0 = ``<PAD>``, 1 = ``<UNK>``.
+"""sequence → ``n × l`` token ids, 0 = ``<PAD>``, 1 = ``<UNK>`` (Ludwig's sequence feature).
+
+The ids' dtype is the smallest signed integer holding the vocabulary (Ludwig's ``int_type``).
 
 Each value is tokenised (``tokenizer``, default ``space``), tokens mapped through a vocabulary
 (``<PAD>``, ``<UNK>``, then the ``most_common`` most frequent, ties by token ascending; or the

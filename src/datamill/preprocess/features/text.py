@@ -1,6 +1,7 @@
 """text → two padded id matrices, characters and words, with two vocabularies (Ludwig 0.3 text).
 
-HDF5 keys: ``<name>_char`` and ``<name>_word`` (ids in the smallest signed int dtype for each vocabulary, as Ludwig; 0 = ``<PAD>``, 1 = ``<UNK>``), built like a
+HDF5 keys: ``<name>_char`` and ``<name>_word`` (0 = ``<PAD>``, 1 = ``<UNK>``; ids in the smallest
+signed int dtype for each vocabulary, as Ludwig's ``int_type``), built like a
 sequence feature each. Parameters use Ludwig's names: ``char_tokenizer`` (default ``characters``),
 ``char_most_common`` (70), ``char_sequence_length_limit`` (1024), ``word_tokenizer``
 (``space_punct``), ``word_most_common`` (20000), ``word_sequence_length_limit`` (256),
