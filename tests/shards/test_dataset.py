@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +74,35 @@ def test_seed_example_get_and_read_shard(seed_ds: ShardsetDataset) -> None:
     assert exc.value.uid == 10_000_000
     assert check_dataset(ds.loc) == []
     assert "shardset_2 [parquet]: 9,000 samples, 1,000 missing" in ds.info()
+
+
+def _rows_in_child(ds: ShardsetDataset, q: Any) -> None:
+    q.put(ds.read_shard(5).column("b").null_count)
+
+
+def test_read_shard_after_fork(seed_ds: ShardsetDataset) -> None:
+    """The shared reading threads are made anew in a forked child (a stale pool would hang)."""
+    import multiprocessing as mp
+
+    assert seed_ds.read_shard(4).num_rows == 100  # the parent's pool exists before the fork
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_rows_in_child, args=(seed_ds, q))
+    p.start()
+    p.join(30)
+    if p.exitcode is None:  # hung: do not leave it behind
+        p.kill()
+    assert p.exitcode == 0 and q.get(timeout=5) == 10
+
+
+def test_read_shard_after_a_file_changes_size(seed_ds: ShardsetDataset) -> None:
+    """A remembered Parquet footer is used only for the same file size."""
+    before = seed_ds.read_shard(9)
+    path = seed_ds.loc.join(seed_ds.shard_path("shardset_2", 9))
+    t = pq.read_table(path)
+    pq.write_table(t.set_column(1, "b", pa.array([f"longer value {i}" for i in range(t.num_rows)])), path)
+    after = seed_ds.read_shard(9)
+    assert before.column("b")[0].as_py() == "s9" and after.column("b")[0].as_py() == "longer value 0"
 
 
 def test_column_selection_reads_only_owning_shardsets(seed_ds: ShardsetDataset) -> None:
