@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datamill.core.errors import ConfigError
 from datamill.preprocess import api
 from datamill.preprocess.features.base import CSR
 
@@ -112,3 +113,14 @@ def test_csv_tsv_parquet_jsonl_and_dataframe_agree(tmp_path: Path) -> None:
         out = api.preprocess(tmp_path / name, CFG, output_dir=tmp_path / name.replace(".", "_"))
         _same(ref.data, out.data)
     _same(ref.data, api.preprocess(pd.DataFrame(df), CFG).data)
+
+
+def test_thread_count_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATAMILL_THREADS", "3")
+    assert api.thread_count() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("DATAMILL_THREADS", bad)
+        with pytest.raises(ConfigError, match="DATAMILL_THREADS must be a positive integer"):
+            api.thread_count()
+    monkeypatch.delenv("DATAMILL_THREADS")
+    assert 1 <= api.thread_count() <= 4

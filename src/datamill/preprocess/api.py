@@ -100,13 +100,29 @@ def _input_fingerprint(dataset: Any, table: pa.Table | None = None) -> str:
 
 
 #: worker threads that fit and transform blocks (numpy and Arrow release the GIL in the heavy parts);
-#: the environment variable ``DATAMILL_THREADS`` overrides it (1: no threads)
-THREADS = max(1, int(os.environ.get("DATAMILL_THREADS") or min(4, os.cpu_count() or 1)))
+#: None: the environment variable ``DATAMILL_THREADS`` (1: no threads), else the cores, at most 4
+THREADS: int | None = None
+
+
+def thread_count() -> int:
+    """How many worker threads :func:`preprocess` uses (see :data:`THREADS`).
+
+    Raises:
+        ConfigError: ``DATAMILL_THREADS`` is not a positive integer.
+    """
+    if THREADS is not None:
+        return THREADS
+    raw = os.environ.get("DATAMILL_THREADS", "").strip()
+    if not raw:
+        return max(1, min(4, os.cpu_count() or 1))
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"DATAMILL_THREADS must be a positive integer, got {raw!r}")
+    return int(raw)
 
 
 def _in_order(fn: Callable[[Any], Any], items: list[Any], threads: int | None = None) -> Iterator[Any]:
     """``fn`` over ``items`` in worker threads, results in order, at most ``threads`` ahead of the consumer."""
-    threads = THREADS if threads is None else threads
+    threads = thread_count() if threads is None else threads
     if threads <= 1 or len(items) <= 1:
         yield from map(fn, items)
         return
