@@ -92,6 +92,22 @@ def test_codepoints_match_python_characters(texts: list[str], lo: int, large: bo
     assert rag.encode(vocab).tolist() == vocab.encode(pa.array(flat, pa.string())).tolist()
 
 
+@given(texts=st.lists(st.text(st.characters(max_codepoint=127), max_size=12), min_size=1, max_size=20),
+       seen=st.text(st.characters(max_codepoint=127), max_size=30), most=st.integers(1, 40))
+def test_lowercase_folded_into_ascii_char_tables(texts: list[str], seen: str, most: int) -> None:
+    """ASCII chars keep their raw bytes; lower-casing folded into count/encode equals lower-casing first,
+    also with a vocabulary from other text that lacks some letters (unseen data)."""
+    folded = split_tokens(pa.array(texts), "characters", lowercase=True)
+    lowered = split_tokens(pa.array([t.lower() for t in texts]), "characters")
+    assert folded.canon is not None and folded.offsets.tolist() == lowered.offsets.tolist()
+    assert folded.count().as_dict() == lowered.count().as_dict()
+    for vocab in (Vocab.build([c for t in texts for c in t.lower()], max_size=most),
+                  Vocab.build(list(seen.lower()) or ["x"], max_size=most)):
+        assert folded.encode(vocab).tolist() == lowered.encode(vocab).tolist()
+    keep = np.arange(len(folded.codes)) % 2 == 0
+    assert folded.keep(keep).encode(vocab).tolist() == lowered.keep(keep).encode(vocab).tolist()
+
+
 @given(rows=st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=20),
        length=st.integers(0, 8), left=st.booleans())
 def test_pad_truncates_and_pads(rows: list[list[int]], length: int, left: bool) -> None:

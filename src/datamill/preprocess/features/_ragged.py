@@ -38,17 +38,20 @@ STOPWORDS = frozenset(
 class Ragged:
     """Ragged tokens: flat ``values`` (pyarrow strings) + ``offsets`` (int64, len = rows + 1).
 
-    Character tokens are held as Unicode code points in ``codes`` (int32) instead of strings
-    (``values`` is then ``None``): counting is one ``np.bincount`` and encoding one table lookup.
+    Character tokens are held as Unicode code points in ``codes`` instead of strings (``values`` is
+    then ``None``): counting is one ``np.bincount`` and encoding one table lookup. ASCII columns keep
+    their bytes as ``codes`` (a uint8 view of the column, no copy); lower-casing is then not applied
+    to them but folded into counting and encoding through ``canon`` (byte -> lower-cased byte).
     """
 
-    __slots__ = ("codes", "offsets", "values")
+    __slots__ = ("canon", "codes", "offsets", "values")
 
     def __init__(self, values: pa.Array | None, offsets: NDArray[np.int64],
-                 codes: NDArray[np.int32] | None = None) -> None:
+                 codes: NDArray[Any] | None = None, canon: NDArray[np.uint8] | None = None) -> None:
         self.values = values
         self.offsets = offsets
         self.codes = codes
+        self.canon = canon
 
     @classmethod
     def from_list(cls, arr: pa.Array | pa.ChunkedArray) -> Ragged:
@@ -80,7 +83,7 @@ class Ragged:
         kept = np.zeros(len(mask) + 1, np.int64)
         np.cumsum(mask, out=kept[1:])
         if self.codes is not None:
-            return Ragged(None, kept[self.offsets], self.codes[mask])
+            return Ragged(None, kept[self.offsets], self.codes[mask], self.canon)
         assert self.values is not None
         return Ragged(self.values.filter(pa.array(mask)), kept[self.offsets])
 
@@ -89,6 +92,8 @@ class Ragged:
         if self.codes is None:
             return count_tokens(self.values)
         bins = np.bincount(self.codes) if len(self.codes) else np.zeros(0, np.int64)
+        if self.canon is not None:  # counts of raw bytes folded onto their lower-cased byte
+            bins = np.bincount(self.canon[:len(bins)], weights=bins, minlength=len(bins)).astype(np.int64)
         present = np.flatnonzero(bins)
         return TokenCounts(pa.array([chr(c) for c in present.tolist()], pa.string()),  # per distinct char
                            bins[present].astype(np.int64))
@@ -98,7 +103,8 @@ class Ragged:
         if self.codes is None:
             return vocab.encode(self.values)
         singles = [(ord(t), i) for i, t in enumerate(vocab.idx2str) if len(t) == 1]  # per vocab entry
-        size = max([int(self.codes.max()) + 1 if len(self.codes) else 0, *(c + 1 for c, _ in singles)])
+        size = max([int(self.codes.max()) + 1 if len(self.codes) else 0, *(c + 1 for c, _ in singles),
+                    len(self.canon) if self.canon is not None else 0])
         unk = vocab.unk_index
         if unk is None:
             raise ConfigError("character vocabulary without an unknown token")
@@ -106,6 +112,8 @@ class Ragged:
         if singles:
             chars, ids = np.array(singles, np.int64).T
             lut[chars] = ids
+        if self.canon is not None:  # raw byte -> id of its lower-cased byte
+            lut = lut[self.canon]
         encoded: NDArray[np.signedinteger[Any]] = lut[self.codes]
         return encoded
 
@@ -119,7 +127,7 @@ def codepoints(column: pa.Array) -> Ragged:
             else np.zeros(0, np.uint8))
     rel = (off - off[0]).astype(np.int64) if len(column) else np.zeros(1, np.int64)
     if len(data) == 0 or int(data.max()) < 0x80:  # ASCII: one byte, one character
-        return Ragged(None, rel, data.astype(np.int32))
+        return Ragged(None, rel, data)
     from datamill.tokenize import CharTokenizer
 
     cps, offsets = CharTokenizer().codepoints(column)
@@ -172,6 +180,8 @@ def compact(rag: Ragged) -> Ragged:
         return rag
     if rag.codes is not None:
         codes = rag.codes
+        if codes.dtype == np.uint8:
+            return rag
         if len(codes) and int(codes.max()) < 256:
             return Ragged(None, rag.offsets, codes.astype(np.uint8))
         return rag
@@ -246,6 +256,9 @@ def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
         column = column.cast(pa.string())
     return pc.fill_null(column, "")
 
+
+_ASCII_LOWER = np.arange(256, dtype=np.uint8)  # byte -> its lower-cased byte (A-Z -> a-z)
+_ASCII_LOWER[ord("A"):ord("Z") + 1] += 32
 
 # byte classes for the all-ASCII fast path: 0 whitespace (as utf8_split_whitespace), 1 word, 2 punctuation
 _WS = np.zeros(128, bool)
@@ -330,10 +343,15 @@ def split_tokens(
         (['a', 'b', 'c'], [0, 2, 2, 3])
     """
     col = to_string_array(column)
+    if tokenizer == "characters":
+        rag = codepoints(col)
+        if not lowercase:
+            return rag
+        if rag.codes is not None and rag.codes.dtype == np.uint8:  # ASCII: fold lower-casing into the tables
+            return Ragged(None, rag.offsets, rag.codes, _ASCII_LOWER)
+        return codepoints(pc.utf8_lower(col))
     if lowercase:
         col = pc.utf8_lower(col)
-    if tokenizer == "characters":
-        return codepoints(col)
     if tokenizer not in TOKENIZERS:
         raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
     fast_tokens = _ascii_split(col, tokenizer) if fast else None
