@@ -13,10 +13,17 @@ tag: int32) with 10% of the samples missing. Batch 256, shuffle on, one epoch, n
 
 Both run in this process, one after the other, after a warm-up (imports, one datamill batch on another
 seed). Time to first batch includes building the Loader / the pandas join. Peak memory = peak RSS increase over the RSS before
-the side starts (sampled every 5 ms from /proc/self/statm by a thread). ``lavender-data`` is not
-installed here (no pip installs allowed on this machine), so it is not measured.
+the side starts (sampled every 5 ms from /proc/self/statm by a thread).
+
+``lavender-data`` pins numpy 2.1.2 / pyarrow 19.0.1, so it lives in its own venv
+(``python3 -m venv .lvenv && .lvenv/bin/pip install lavender-data tqdm``). When that venv exists
+(or ``--lavender-python`` names one), ``bench_lavender_side.py`` runs in it on the same files: a local
+lavender server, the three shardsets registered, ``LavenderDataLoader(shuffle=True, batch_size=256)``
+timed over ``--lavender-batches`` batches (it serves a few hundred samples/s here, so a whole epoch
+would take most of an hour).
 
 Usage: .venv/bin/python benchmarks/bench_loader.py [--quick] [--samples N] [--workers W]
+       [--lavender-python PATH] [--lavender-batches N]
 """
 
 from __future__ import annotations
@@ -225,6 +232,24 @@ def run_reference(files: dict[str, list[Path]], limit_batches: int | None) -> di
     return {"samples": n, "seconds": total, "first_batch_s": t_first, "peak_mb": mem.peak_mb}
 
 
+def run_lavender(python: Path, root: Path, batches: int) -> dict[str, Any]:
+    """``bench_lavender_side.py`` in lavender's own venv on the same files; its JSON result."""
+    import json
+    import subprocess
+
+    side = Path(__file__).with_name("bench_lavender_side.py")
+    try:
+        done = subprocess.run([str(python), str(side), str(root), "--batches", str(batches)],
+                              capture_output=True, text=True, timeout=1800)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            return {"error": f"no result (exit {done.returncode}): {done.stderr.strip()[-300:]}"}
+        result: dict[str, Any] = json.loads(lines[-1])
+        return result
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="100k samples instead of 1M")
@@ -232,11 +257,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=0, help="datamill num_workers (threads), default 0")
     ap.add_argument("--reference-batches", type=int, default=None,
                     help="stop the reference after this many batches and extrapolate (default: full epoch)")
+    ap.add_argument("--lavender-python", type=Path, default=Path(__file__).resolve().parents[1] / ".lvenv/bin/python",
+                    help="Python of a venv with lavender-data (default: .lvenv/bin/python, skipped if absent)")
+    ap.add_argument("--lavender-batches", type=int, default=100, help="lavender batches to time (default 100)")
     args = ap.parse_args(argv)
     n = args.samples or (100_000 if args.quick else 1_000_000)
     print(f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}")
     print(f"data: {n:,} samples, 3 shardsets x {SHARDS} shards (extra: 10% missing), batch {BATCH}, shuffle on")
-    print("lavender-data: not installed here (no pip installs allowed), not measured")
+    lavender = args.lavender_python if args.lavender_python.exists() else None
+    if lavender is None:
+        print(f"lavender-data: no venv at {args.lavender_python} (it needs its own: it pins numpy 2.1.2 / "
+              "pyarrow 19.0.1); not measured")
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
         t = time.perf_counter()
         files = make_data(Path(tmp), n)
@@ -251,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; "
               f"shards read {ours['shards_read']:.0f}, at most {ours['peak_shards']:.0f} shards in memory at once")
         ref = run_reference(files, args.reference_batches)
+        lav = run_lavender(lavender, Path(tmp), args.lavender_batches) if lavender is not None else None
 
     def line(name: str, r: dict[str, float]) -> str:
         return (f"{name:<34} {r['samples']:>9,.0f} samples {r['seconds']:>7.2f} s {r['samples'] / r['seconds']:>12,.0f} samples/s"
@@ -260,6 +292,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(line("torch DataLoader + pandas merge", ref))
     ratio = (ours["samples"] / ours["seconds"]) / (ref["samples"] / ref["seconds"])
     print(f"ratio (samples/s, datamill / reference): {ratio:.1f}x   goals: >= 10x and >= 500,000 samples/s")
+    if lav is not None and "error" in lav:
+        print(f"lavender-data: failed: {lav['error']}")
+    elif lav is not None:
+        print(line(f"lavender-data {lav['lavender_version']} ({lav['batches']} batches)",
+                   {**lav, "peak_mb": lav["server_peak_mib"] + lav["client_peak_mib"]}))
+        print(f"  lavender: server + client peak RSS (absolute), setup (server start, register, sync) "
+              f"{lav['setup_s']:.1f} s not counted; batches are Python lists; samples missing from a shardset "
+              "are left out of its iteration")
+        print(f"ratio (samples/s, datamill / lavender-data): "
+              f"{(ours['samples'] / ours['seconds']) / lav['samples_per_s']:,.0f}x")
 
 
 if __name__ == "__main__":
