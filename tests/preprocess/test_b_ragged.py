@@ -108,6 +108,11 @@ def test_lowercase_folded_into_ascii_char_tables(texts: list[str], seen: str, mo
     assert folded.keep(keep).encode(vocab).tolist() == lowered.keep(keep).encode(vocab).tolist()
 
 
+def test_lowercase_characters_of_non_ascii_text() -> None:
+    rag = split_tokens(pa.array(["ÀbÇ", "Zé"]), "characters", lowercase=True)
+    assert rag.canon is None and [chr(c) for c in rag.codes] == list("àbçzé")
+
+
 @given(rows=st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=20),
        length=st.integers(0, 8), left=st.booleans())
 def test_pad_truncates_and_pads(rows: list[list[int]], length: int, left: bool) -> None:

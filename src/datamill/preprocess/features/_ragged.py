@@ -118,8 +118,12 @@ class Ragged:
         return encoded
 
 
-def codepoints(column: pa.Array) -> Ragged:
-    """Characters of a string column as code points: ASCII bytes directly, else ``datamill.tokenize``."""
+def codepoints(column: pa.Array, *, lowercase: bool = False) -> Ragged:
+    """Characters of a string column as code points: ASCII bytes directly, else ``datamill.tokenize``.
+
+    ``lowercase``: ASCII bytes stay as they are, with lower-casing folded into the tables
+    (``canon``); other text is lower-cased first.
+    """
     large = pa.types.is_large_string(column.type)
     bufs = column.buffers()
     off = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[column.offset:column.offset + len(column) + 1]
@@ -127,9 +131,11 @@ def codepoints(column: pa.Array) -> Ragged:
             else np.zeros(0, np.uint8))
     rel = (off - off[0]).astype(np.int64) if len(column) else np.zeros(1, np.int64)
     if len(data) == 0 or int(data.max()) < 0x80:  # ASCII: one byte, one character
-        return Ragged(None, rel, data)
+        return Ragged(None, rel, data, _ASCII_LOWER if lowercase else None)
     from datamill.tokenize import CharTokenizer
 
+    if lowercase:
+        column = pc.utf8_lower(column)
     cps, offsets = CharTokenizer().codepoints(column)
     return Ragged(None, offsets, cps.astype(np.int32))
 
@@ -344,12 +350,7 @@ def split_tokens(
     """
     col = to_string_array(column)
     if tokenizer == "characters":
-        rag = codepoints(col)
-        if not lowercase:
-            return rag
-        if rag.codes is not None and rag.codes.dtype == np.uint8:  # ASCII: fold lower-casing into the tables
-            return Ragged(None, rag.offsets, rag.codes, _ASCII_LOWER)
-        return codepoints(pc.utf8_lower(col))
+        return codepoints(col, lowercase=lowercase)
     if lowercase:
         col = pc.utf8_lower(col)
     if tokenizer not in TOKENIZERS:
