@@ -8,7 +8,7 @@ Given the folder that ``bench_loader.py`` wrote (``features/``, ``label/``, ``ex
 ``shard.00000.parquet`` ...: lavender's own layout), this script:
 
 1. starts a lavender-data server on localhost, with its home, SQLite database and ``.env`` in a
-   temporary folder, and the UI and auth off;
+   temporary folder (removed at the end), and the UI and auth off;
 2. registers the dataset (UID column ``uid``) with the three shardsets, and waits for them to sync;
 3. iterates with the client's ``LavenderDataLoader(shuffle=True, shuffle_block_size=7,
    batch_size=256)``, the same window as datamill's default, for ``--batches`` batches;
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,7 +96,10 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
                                shardset_location=f"file://{root / 'features'}/")
         for name in ("label", "extra"):
             lv.create_shardset(ds.id, f"file://{root / name}/")
+        deadline = time.monotonic() + 600
         while True:  # the shardsets are inspected in the background
+            if time.monotonic() > deadline:
+                raise TimeoutError("the shardsets did not finish syncing within 600 s")
             d = lv.get_dataset(ds.id)
             if len(d.shardsets) == 3 and all(lv.get_sync_shardset_status(ds.id, s.id) is None for s in d.shardsets):
                 break
@@ -118,6 +122,10 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
                 "server_peak_mib": _hwm_mib(_tree(server.pid)),
                 "client_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "batch_type": type(batch["uid"]).__name__, "lavender_version": _version()}
+    except Exception as exc:  # the server log is removed below: keep its end in the message
+        log.flush()
+        tail = (home / "server.log").read_bytes()[-400:].decode(errors="replace").strip()
+        raise RuntimeError(f"{type(exc).__name__}: {exc}; server log ends: {tail!r}") from exc
     finally:
         for p in reversed(_tree(server.pid)):
             try:
@@ -132,6 +140,9 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
                     os.kill(p, 9)
                 except OSError:
                     pass
+            server.wait(10)
+        log.close()
+        shutil.rmtree(home, ignore_errors=True)  # its SQLite DB, .env, log and cache
 
 
 def _version() -> str:
