@@ -85,7 +85,7 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
            "LAVENDER_DATA_DISABLE_AUTH": "true", "LAVENDER_DATA_HOST": "127.0.0.1",
            "LAVENDER_DATA_PORT": str(port)}
     exe = Path(sys.executable).parent / "lavender-data"
-    log = open(home / "server.log", "wb")
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - the server writes to it; closed in the finally below
     server = subprocess.Popen([str(exe), "server", "run", "--init"], cwd=home, env=env, stdout=log,
                               stderr=subprocess.STDOUT)
     try:
@@ -161,7 +161,7 @@ def main() -> None:
     args = ap.parse_args()
     try:
         out = run(args.root.resolve(), args.batches, args.port, args.batch_size, args.block)
-    except Exception as exc:  # reported to bench_loader.py as data, not a traceback
+    except Exception as exc:  # noqa: BLE001 - reported to bench_loader.py as data, not a traceback
         out = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out))
 

@@ -240,7 +240,7 @@ def run_lavender(python: Path, root: Path, batches: int) -> dict[str, Any]:
     side = Path(__file__).with_name("bench_lavender_side.py")
     try:
         done = subprocess.run([str(python), str(side), str(root), "--batches", str(batches)],
-                              capture_output=True, text=True, timeout=1800)
+                              check=False, capture_output=True, text=True, timeout=1800)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if not lines:
             return {"error": f"no result (exit {done.returncode}): {done.stderr.strip()[-300:]}"}
