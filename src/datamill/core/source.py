@@ -1,4 +1,4 @@
-"""The one protocol every datamill output is read through (by the loader, later the server).
+"""The one protocol every datamill output is read through (by the loader and the server).
 
 A source is a sequence of shards; shard ``k`` has ``shard_sizes()[k]`` rows and is read as a pyarrow
 Table with the chosen columns. Row ``i`` of the source is row ``i - offsets[k]`` of shard ``k``,
@@ -7,18 +7,44 @@ a shardset dataset, a preprocessed HDF5, a BERT/word2vec Parquet, an LM corpus.
 
 Ragged columns are pyarrow list columns (values + offsets); fixed-size tensors are
 ``fixed_size_list`` (possibly nested) columns, so collation can turn them into numpy without copies.
+
+The contract every implementation keeps (checked by ``tests/contracts.py``):
+
+* ``read_shard(k)`` returns exactly ``shard_sizes()[k]`` rows, columns in the order asked for;
+* an out-of-range shard index raises :class:`~datamill.core.errors.ConfigError` (``shard`` set),
+  an unknown column :class:`~datamill.core.errors.SchemaError` (``column`` set): use
+  :func:`check_read_args`;
+* ``fingerprint()`` changes when the content does;
+* ``uid_column`` names the column that identifies a sample, or is ``None``.
+
+Capabilities that write a format register how to recognise and open it (:func:`register_source`);
+``datamill.sources.open_source`` walks the registry, so the loader never imports a producer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-__all__ = ["Source", "TableSource"]
+from datamill.core.errors import ConfigError, SchemaError
+
+__all__ = [
+    "FixedShards",
+    "Source",
+    "SourceEntry",
+    "TableSource",
+    "check_read_args",
+    "register_source",
+    "registered_sources",
+    "uid_column_of",
+]
 
 
 @runtime_checkable
@@ -48,6 +74,81 @@ class Source(Protocol):
         ...
 
 
+def uid_column_of(source: object) -> str | None:
+    """The source's ``uid_column`` attribute, ``None`` when it has none."""
+    value = getattr(source, "uid_column", None)
+    return value if isinstance(value, str) else None
+
+
+def check_read_args(source: Source, index: int, columns: Sequence[str] | None, *,
+                    path: str | os.PathLike[str] | None = None) -> list[str]:
+    """Validate ``read_shard`` arguments the same way in every Source; returns the columns to read.
+
+    Raises:
+        ConfigError: ``index`` is not a shard of the source (``shard`` attribute set).
+        SchemaError: a column is unknown (``column`` attribute set).
+
+    Examples:
+        >>> src = TableSource(pa.table({"x": [1, 2, 3]}), shard_size=2)
+        >>> check_read_args(src, 1, None)
+        ['x']
+        >>> check_read_args(src, 2, None)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: shard 2: shard index out of range [0, 2)...
+    """
+    n = source.num_shards
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < n:
+        raise ConfigError(f"shard index out of range [0, {n})", path=path,
+                          shard=int(index) if isinstance(index, (int, np.integer)) else str(index))
+    have = source.columns
+    if columns is None:
+        return list(have)
+    cols = [columns] if isinstance(columns, str) else list(columns)
+    unknown = [c for c in cols if c not in have]
+    if unknown:
+        raise SchemaError(f"unknown column(s) {unknown}; the source has {have}", path=path, column=unknown[0])
+    return cols
+
+
+class FixedShards:
+    """Fixed-size shard arithmetic: ``num_rows`` rows cut into shards of ``shard_size`` (the last shorter).
+
+    Examples:
+        >>> fs = FixedShards(5, 2)
+        >>> fs.num_shards, fs.sizes().tolist(), fs.bounds(2)
+        (3, [2, 2, 1], (4, 5))
+        >>> FixedShards(0, 2).num_shards
+        0
+    """
+
+    __slots__ = ("num_rows", "shard_size")
+
+    def __init__(self, num_rows: int, shard_size: int) -> None:
+        if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) or shard_size < 1:
+            raise ConfigError(f"shard_size must be an int >= 1, got {shard_size!r}")
+        if num_rows < 0:
+            raise ConfigError(f"num_rows must be >= 0, got {num_rows!r}")
+        self.num_rows, self.shard_size = int(num_rows), int(shard_size)
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shards (0 for no rows)."""
+        return -(-self.num_rows // self.shard_size)
+
+    def sizes(self) -> NDArray[np.int64]:
+        """Rows per shard."""
+        sizes = np.full(self.num_shards, self.shard_size, dtype=np.int64)
+        if len(sizes):
+            sizes[-1] = self.num_rows - self.shard_size * (len(sizes) - 1)
+        return sizes
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        """Rows ``[lo, hi)`` of shard ``index``."""
+        lo = int(index) * self.shard_size
+        return lo, min(self.num_rows, lo + self.shard_size)
+
+
 class TableSource:
     """An in-memory pyarrow Table cut into shards of ``shard_size`` rows: the simplest Source.
 
@@ -59,11 +160,14 @@ class TableSource:
         True
     """
 
-    def __init__(self, table: pa.Table, *, shard_size: int = 65536) -> None:
-        if shard_size < 1:
-            raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    def __init__(self, table: pa.Table, *, shard_size: int = 65536, uid_column: str | None = None) -> None:
         self.table = table
-        self.shard_size = shard_size
+        self._shards = FixedShards(table.num_rows, shard_size)
+        self.shard_size = self._shards.shard_size
+        if uid_column is not None and uid_column not in table.column_names:
+            raise SchemaError(f"uid_column {uid_column!r} is not a column of the table", column=uid_column)
+        self.uid_column = uid_column
+        self._fingerprint: str | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -71,21 +175,59 @@ class TableSource:
 
     @property
     def num_shards(self) -> int:
-        return max(1, -(-self.table.num_rows // self.shard_size)) if self.table.num_rows else 0
+        return self._shards.num_shards
 
     def shard_sizes(self) -> NDArray[np.int64]:
-        n, s = self.table.num_rows, self.shard_size
-        sizes = np.full(self.num_shards, s, dtype=np.int64)
-        if len(sizes):
-            sizes[-1] = n - s * (len(sizes) - 1)
-        return sizes
+        return self._shards.sizes()
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-        t = self.table.slice(index * self.shard_size, self.shard_size)
-        return t if columns is None else t.select(list(columns))
+        cols = check_read_args(self, index, columns)
+        lo, hi = self._shards.bounds(index)
+        return self.table.slice(lo, hi - lo).select(cols)
 
     def fingerprint(self) -> str:
-        from datamill.core.fingerprint import fingerprint_obj
+        """A hash of the whole table's content (Arrow IPC bytes), computed once."""
+        if self._fingerprint is None:
+            import io
 
-        return fingerprint_obj([self.table.schema.to_string(), self.table.num_rows, self.shard_size,
-                                [c.to_pylist()[:1] for c in self.table.slice(0, 1).columns]])
+            from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
+
+            sink = io.BytesIO()
+            with pa.ipc.new_stream(sink, self.table.schema) as w:
+                w.write_table(self.table)
+            self._fingerprint = fingerprint_obj(["datamill.TableSource@2", fingerprint_bytes(sink.getvalue()),
+                                                 self.shard_size])
+        return self._fingerprint
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """How one format is recognised (``marker(path) -> bool``) and opened (``opener(path) -> Source``)."""
+
+    name: str
+    marker: Callable[[Path], bool]
+    opener: Callable[[Path], Source]
+    priority: int = 0
+
+
+_REGISTRY: dict[str, SourceEntry] = {}
+
+
+def register_source(name: str, *, marker: Callable[[Path], bool], opener: Callable[[Path], Source],
+                    priority: int = 0) -> None:
+    """Register a format's ``(marker, opener)``; higher ``priority`` is tried first (ties: by name).
+
+    Re-registering a name replaces the entry (modules may be reloaded).
+
+    Examples:
+        >>> register_source("doc-example", marker=lambda p: p.suffix == ".never", opener=lambda p: None)
+        >>> "doc-example" in registered_sources()
+        True
+        >>> _ = _REGISTRY.pop("doc-example")
+    """
+    _REGISTRY[name] = SourceEntry(name, marker, opener, priority)
+
+
+def registered_sources() -> dict[str, SourceEntry]:
+    """Registered formats, in the order they are tried."""
+    return {e.name: e for e in sorted(_REGISTRY.values(), key=lambda e: (-e.priority, e.name))}
