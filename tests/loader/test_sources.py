@@ -12,7 +12,8 @@ import pytest
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.source import Source
-from datamill.loader import HDF5Source, Loader, ParquetSource
+from datamill.loader import Loader
+from datamill.sources import HDF5Source, ParquetSource
 
 
 def _write(path: Path, start: int, n: int, row_group_size: int) -> None:

@@ -47,7 +47,7 @@ def test_house_prices_end_to_end(data_copy) -> None:  # type: ignore[no-untyped-
     assert set(alley) == {"<UNK>", "Grvl", "Pave"} and (alley == "<UNK>").sum() == (raw["Alley"] == "NA").sum()
     np.testing.assert_allclose(data["SalePrice"], np.log1p(raw["SalePrice"].to_numpy()), rtol=1e-6)
     # the loader reads it through the Source protocol
-    from datamill.loader.sources import HDF5Source
+    from datamill.sources import HDF5Source
 
     src = HDF5Source(out.hdf5_path)
     assert src.shard_sizes().sum() == 1460
@@ -141,7 +141,7 @@ def test_sparse_set_layout_in_hdf5(tmp_path: Path) -> None:
     assert isinstance(csr, CSR) and len(csr) == 50
     row = csr.indices[csr.offsets[7]:csr.offsets[8]]
     assert sorted(meta.decode("s", row).tolist()) == ["t7", "t8"]
-    from datamill.loader.sources import HDF5Source
+    from datamill.sources import HDF5Source
 
     shard = HDF5Source(out.hdf5_path).read_shard(0)  # type: ignore[arg-type]
     assert shard.num_rows == 50 and shard.column("s")[7].as_py() is not None

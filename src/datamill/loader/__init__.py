@@ -1,8 +1,9 @@
 """Deterministic, shard-aware, resumable batches over any datamill output.
 
 ``Loader(source, batch_size, ...)`` iterates a :class:`~datamill.core.source.Source`: a shardset
-dataset, a preprocessed HDF5 (:class:`~datamill.loader.sources.HDF5Source`), a Parquet file of
-BERT/word2vec samples (:class:`~datamill.loader.sources.ParquetSource`), an LM corpus. The pure order
+dataset, a preprocessed HDF5 (:class:`~datamill.preprocess.hdf5_source.HDF5Source`), a Parquet file of
+BERT/word2vec samples (:class:`~datamill.core.parquet.ParquetSource`), an LM corpus; any output path
+opens with :func:`datamill.sources.open_source`. The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`.
 """
 
@@ -11,13 +12,10 @@ from __future__ import annotations
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.loader import Loader, per_sample
 from datamill.loader.order import epoch_order, split_for_rank
-from datamill.loader.sources import HDF5Source, ParquetSource
 from datamill.loader.state import check_resume_compat
 
 __all__ = [
-    "HDF5Source",
     "Loader",
-    "ParquetSource",
     "check_resume_compat",
     "collate_numpy",
     "collate_torch",

@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 def _cmd(args: argparse.Namespace) -> int:
     from datamill.loader.loader import Loader
-    from datamill.loader.sources import open_source
+    from datamill.sources import open_source
 
     source = open_source(args.source)
     cols = args.columns.split(",") if args.columns else None

@@ -18,7 +18,7 @@ def _cifar_parquet(data_dir: Path, work_dir: Path) -> Any:
     from PIL import Image
 
     from datamill.core.io import atomic_path, read_table
-    from datamill.loader.sources import ParquetSource
+    from datamill.core.parquet import ParquetSource
 
     root = data_dir / "cifar10_tiny"
     labels = read_table(root / "labels.csv")

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.io import PathLike, atomic_path
-from datamill.loader.sources import ParquetSource
+from datamill.core.parquet import ParquetSource
 from datamill.pretrain._bert_mask import bert_schema, ranges
 from datamill.pretrain._bert_run import TaskResult
 

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
 from datamill.core.errors import DatamillError, SchemaError, ShardsetError
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.source import register_source
 from datamill.shards._fs import Location, read_any, resolve
 from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
 
@@ -306,3 +307,7 @@ def read_error(display: str, k: int, exc: BaseException) -> DatamillError:
         return DataFileNotFoundError("shard file is missing", path=display, shard=k)
     return DataFileError(f"cannot read this Parquet file (corrupt or truncated?): {exc}", path=display, shard=k,
                          hint="run `datamill shards check`")
+
+
+register_source("shardset", marker=lambda p: p.is_dir() and (p / DATASET_MANIFEST).is_file(), opener=ShardsetDataset,
+                priority=20)

@@ -18,7 +18,8 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.text.corpus import Corpus
+from datamill.core.source import FixedShards, check_read_args, register_source
+from datamill.text.corpus import CORPUS_FILE, Corpus
 
 __all__ = ["CorpusSource"]
 
@@ -44,6 +45,8 @@ class CorpusSource:
         self.corpus = dir_or_corpus if isinstance(dir_or_corpus, Corpus) else Corpus.load(dir_or_corpus)
         self.num_steps, self.shard_size = int(num_steps), int(shard_size)
         self.num_examples = (len(self.corpus) - 1) // self.num_steps if len(self.corpus) else 0
+        self._shards = FixedShards(self.num_examples, self.shard_size)
+        self.uid_column: str | None = None
         if self.num_examples < 1:
             raise DataFileError(f"corpus has {len(self.corpus):,} tokens; expected at least num_steps + 1 = "
                                 f"{self.num_steps + 1}", path=self.corpus.name)
@@ -54,22 +57,14 @@ class CorpusSource:
 
     @property
     def num_shards(self) -> int:
-        return -(-self.num_examples // self.shard_size)
+        return self._shards.num_shards
 
     def shard_sizes(self) -> NDArray[np.int64]:
-        sizes = np.full(self.num_shards, self.shard_size, np.int64)
-        sizes[-1] = self.num_examples - self.shard_size * (self.num_shards - 1)
-        return sizes
+        return self._shards.sizes()
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-        if not 0 <= index < self.num_shards:
-            raise IndexError(f"shard {index} out of range [0, {self.num_shards})")
-        cols = self.columns if columns is None else list(columns)
-        unknown = [c for c in cols if c not in ("x", "y")]
-        if unknown:
-            raise ConfigError(f"unknown column(s) {unknown}; a corpus source has ['x', 'y']")
-        lo = index * self.shard_size
-        hi = min(lo + self.shard_size, self.num_examples)
+        cols = check_read_args(self, index, columns, path=self.corpus.name)
+        lo, hi = self._shards.bounds(index)
         ns, toks = self.num_steps, self.corpus.tokens
         data = {}
         for c in cols:
@@ -84,3 +79,7 @@ class CorpusSource:
 
     def __repr__(self) -> str:
         return f"CorpusSource({self.corpus.name!r}, num_steps={self.num_steps}, examples={self.num_examples:,})"
+
+
+register_source("corpus", marker=lambda p: p.is_dir() and (p / CORPUS_FILE).is_file(), opener=CorpusSource,
+                priority=10)

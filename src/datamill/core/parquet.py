@@ -1,0 +1,121 @@
+"""``ParquetSource``: a Parquet file, or a folder of them, as a :class:`~datamill.core.source.Source`.
+
+Shards are row groups (default) or whole files. BERT and word2vec samples and shardset shards are
+Parquet; any table written with pyarrow reads through it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
+from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.source import check_read_args, register_source
+
+__all__ = ["ParquetSource", "tail_hash"]
+
+_TAIL = 1 << 16
+
+
+def tail_hash(path: Path) -> str:
+    """xxh3-128 of the last 64 KiB of ``path`` (with its size, a cheap content identity)."""
+    import xxhash
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - _TAIL))
+        return xxhash.xxh3_128_hexdigest(f.read())
+
+class ParquetSource:
+    """A Parquet file, or every ``*.parquet`` file of a folder (sorted by name), as shards.
+
+    Args:
+        path: a ``.parquet`` file or a folder.
+        shard_by: ``"row_group"`` (each row group a shard) or ``"file"``. Defaults to ``"row_group"``.
+
+    Raises:
+        DataFileNotFoundError: the path (or any Parquet file in the folder) does not exist.
+        DataFileError: a file is not Parquet. SchemaError: files of a folder disagree on the schema.
+
+    Examples:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "a.parquet"
+        >>> pq.write_table(pa.table({"x": list(range(5))}), p, row_group_size=2)
+        >>> src = ParquetSource(p)
+        >>> src.num_shards, src.shard_sizes().tolist(), src.read_shard(1).to_pydict()
+        (3, [2, 2, 1], {'x': [2, 3]})
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, shard_by: Literal["row_group", "file"] = "row_group") -> None:
+        root = Path(path)
+        if not root.exists():
+            raise DataFileNotFoundError("no such Parquet file or folder", path=root)
+        if shard_by not in ("row_group", "file"):
+            raise ValueError(f"shard_by must be 'row_group' or 'file', got {shard_by!r}")
+        files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else [root]
+        if not files:
+            raise DataFileNotFoundError("folder holds no *.parquet file", path=root)
+        self.path, self.files, self.shard_by = root, files, shard_by
+        self._meta: list[pq.FileMetaData] = []
+        schema: pa.Schema | None = None
+        shards: list[tuple[int, int | None, int]] = []  # (file, row group or None, rows)
+        for i, f in enumerate(files):
+            try:
+                md = pq.read_metadata(f)
+            except (OSError, pa.ArrowException) as exc:
+                raise DataFileError(f"not a readable Parquet file ({exc})", path=f) from exc
+            s = md.schema.to_arrow_schema()
+            if schema is None:
+                schema = s
+            elif not s.equals(schema, check_metadata=False):
+                raise SchemaError(f"schema differs from {files[0].name}'s: {s} vs {schema}", path=f)
+            self._meta.append(md)
+            if shard_by == "file":
+                shards.append((i, None, md.num_rows))
+            else:
+                shards += [(i, g, md.row_group(g).num_rows) for g in range(md.num_row_groups)]
+        assert schema is not None
+        self.schema = schema
+        self._shards = shards
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._shards)
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        return np.array([n for _, _, n in self._shards], dtype=np.int64)
+
+    def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
+        cols = check_read_args(self, index, columns, path=self.path)
+        i, group, _ = self._shards[index]
+        try:
+            pf = pq.ParquetFile(self.files[i], metadata=self._meta[i], memory_map=True)
+            table = pf.read(columns=cols) if group is None else pf.read_row_group(group, columns=cols)
+        except (OSError, pa.ArrowException) as exc:
+            raise DataFileError(f"cannot read {'row group ' + str(group) if group is not None else 'file'} ({exc})",
+                                path=self.files[i], shard=index) from exc
+        return table.replace_schema_metadata(None)
+
+    def fingerprint(self) -> str:
+        return fingerprint_obj([self.shard_by, self.schema.remove_metadata().to_string(),
+                                [[f.name, f.stat().st_size, tail_hash(f)] for f in self.files]])
+
+    def __repr__(self) -> str:
+        return f"ParquetSource({os.fspath(self.path)!r}, shards={self.num_shards}, rows={int(self.shard_sizes().sum())})"
+
+
+
+register_source("parquet", marker=lambda p: p.suffix in (".parquet", ".pq") or (p.is_dir() and any(p.glob("*.parquet"))),
+                opener=ParquetSource, priority=-10)
