@@ -104,19 +104,17 @@ def test_csv_with_a_wrong_field_count_names_the_line(tmp_path: Path, name: str, 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path: Path) -> None:
     target = tmp_path / "meta.json"
     target.write_text("old")
-    with pytest.raises(RuntimeError):
-        with atomic_write(target) as f:
-            f.write("half")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), atomic_write(target) as f:
+        f.write("half")
+        raise RuntimeError("boom")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["meta.json"]
     with atomic_path(tmp_path / "x.bin") as tmp:
         tmp.write_bytes(b"1")
     assert (tmp_path / "x.bin").read_bytes() == b"1"
-    with pytest.raises(ValueError):
-        with atomic_dir(tmp_path / "d") as d:
-            (d / "f").write_text("x")
-            raise ValueError("boom")
+    with pytest.raises(ValueError), atomic_dir(tmp_path / "d") as d:
+        (d / "f").write_text("x")
+        raise ValueError("boom")
     assert not (tmp_path / "d").exists()
     with atomic_dir(tmp_path / "d") as d:
         (d / "f").write_text("x")

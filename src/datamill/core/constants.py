@@ -12,8 +12,8 @@ __all__ = [
     "META_SUFFIX",
     "PAD",
     "SAMPLES_FILE",
-    "SHARD_PATTERN",
     "SHARDS_FORMAT",
+    "SHARD_PATTERN",
     "UNK",
     "VOCAB_FILE",
     "WORD2VEC_FORMAT",
@@ -37,3 +37,4 @@ SHARD_PATTERN = "shard.{index:05d}.{ext}"
 SHARDS_FORMAT = "datamill.shards/1"
 
 LOADER_STATE_FORMAT = "datamill.loader/1"
+assert sorted(__all__) == __all__
