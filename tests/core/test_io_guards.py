@@ -102,3 +102,53 @@ def test_clean_stale_temps_leaves_live_writers_and_other_names_alone(tmp_path: P
     assert time.perf_counter() - start < 5
     assert sorted(p.name for p in removed) == [".out.bin.tmp-999999998-fedcba98", dead.name]
     assert mine.exists() and other.exists() and not dead.exists()
+
+
+# ---------------------------------------------------------------- located read errors
+
+
+def test_jsonl_type_change_names_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"a": 1, "b": "x"}\n\n{"a": 2, "b": "y"}\n{"a": "three", "b": "z"}\n')
+    from datamill.core.io import read_table
+
+    with pytest.raises(DataFileError) as info:
+        read_table(p)
+    assert (info.value.line, info.value.column) == (4, "a")
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet", "jsonl"])
+def test_a_missing_column_is_a_located_schema_error(tmp_path: Path, suffix: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datamill.core.errors import SchemaError
+    from datamill.core.io import read_table
+
+    p = tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        p.write_text("a,b\n1,2\n")
+    elif suffix == "parquet":
+        pq.write_table(pa.table({"a": [1], "b": [2]}), p)
+    else:
+        p.write_text('{"a": 1, "b": 2}\n')
+    with pytest.raises(SchemaError) as info:
+        read_table(p, columns=["a", "zz"])
+    assert (info.value.column, info.value.path) == ("zz", os.fspath(p))
+
+
+def test_a_zip_member_with_a_bad_crc_is_a_located_error(tmp_path: Path) -> None:
+    import zipfile
+
+    from datamill.core.io import read_bytes, read_table, read_text
+
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr("t.csv", "a,b\n" + "1,2\n" * 200)
+    raw = bytearray(archive.read_bytes())
+    raw[raw.index(b"1,2\n") + 2] = ord("9")  # flip one content byte: the stored CRC no longer matches
+    archive.write_bytes(bytes(raw))
+    for read in (read_bytes, read_text, read_table):
+        with pytest.raises(DataFileError, match="corrupt") as info:
+            read(f"{archive}:t.csv")
+        assert info.value.path == os.fspath(archive)

@@ -15,6 +15,7 @@ import re
 import shutil
 import uuid
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 
 __all__ = [
     "PathLike",
@@ -103,7 +104,11 @@ def open_bytes(source: PathLike) -> Iterator[IO[bytes]]:
                 f"no member {member!r} in the archive; it holds {names[:10]}", path=path
             ) from exc
         with zf.open(info) as f:
-            yield f
+            try:
+                yield f
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a bad CRC or corrupt data shows on read
+                raise DataFileError(f"the archive member {member!r} is corrupt ({exc})", path=path,
+                                    hint="re-download or re-create the archive") from exc
 
 
 def check_utf8(data: bytes, *, path: PathLike) -> str:
@@ -148,6 +153,19 @@ def detect_format(source: PathLike, fmt: str | None = None) -> str:
 
 
 _ROW_RE = re.compile(r"Row #(\d+)")
+_MISSING_COLUMN_RE = re.compile(r"Column '(?P<a>[^']*)' in include_columns does not exist|No match for FieldRef\.Name\((?P<b>[^)]*)\)")
+_JSON_CHANGED_RE = re.compile(r"Column\(/(?P<column>[^)]*)\) changed from (?P<was>\w+) to (?P<now>\w+) in row (?P<row>\d+)")
+
+
+def _nth_record_line(data: bytes, row: int) -> int | None:
+    """1-based line of the ``row``-th (0-based) non-blank line of a JSONL file (error path only)."""
+    seen = 0
+    for i, raw in enumerate(data.splitlines(), start=1):
+        if raw.strip():
+            if seen == row:
+                return i
+            seen += 1
+    return None
 _COLUMNS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 #: CSV cells read as null
@@ -191,6 +209,13 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
         check_utf8(data, path=name)  # raises with the exact line
     line = None
     m = _ROW_RE.search(str(exc))
+    changed = _JSON_CHANGED_RE.search(msg) if fmt == "jsonl" else None
+    if changed:
+        column = changed.group("column").replace("~1", "/").replace("~0", "~")
+        line = _nth_record_line(data, int(changed.group("row")))
+        return DataFileError(f"expected a {changed.group('was')} as in the lines before, got a "
+                             f"{changed.group('now')}", path=name, line=line, column=column,
+                             hint="give the column one type in every line (quote numbers as strings, or fix the value)")
     if m:
         line = int(m.group(1))
     elif fmt in ("csv", "tsv") and _COLUMNS_RE.search(msg):
@@ -254,15 +279,22 @@ def read_table(
             table = pq.read_table(buf, columns=columns)
         elif kind == "jsonl":
             table = pjson.read_json(buf, read_options=pjson.ReadOptions(block_size=1 << 24))
-            if columns is not None:
-                table = table.select(columns)
         else:
             text = check_utf8(data, path=name)
             table = pa.table({"text": pa.array(text.splitlines(), pa.string())})
     except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, KeyError):  # pragma: no cover - select() of a missing column
-            raise
+        missing = _MISSING_COLUMN_RE.search(str(exc)) if columns is not None else None
+        if missing:
+            col = missing.group("a") or missing.group("b")
+            raise SchemaError(f"no column {col!r} in the {kind.upper()} file", path=name, column=col,
+                              hint="check the column name (case matters)") from exc
         raise _arrow_read_error(exc, data, source, kind) from exc
+    if kind == "jsonl" and columns is not None:
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise SchemaError(f"no column {missing[0]!r} in any line; the lines have {table.column_names}",
+                              path=name, column=missing[0], hint="check the column name (case matters)")
+        table = table.select(columns)
     if kind in ("csv", "tsv", "jsonl"):
         _check_string_columns_utf8(table, data, name)
     return table
