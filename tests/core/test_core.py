@@ -147,8 +147,8 @@ def test_fingerprints_are_content_based_and_stable(tmp_path: Path) -> None:
     assert fingerprint_obj({"b": 1, "a": [1, 2]}) == fingerprint_obj({"a": [1, 2], "b": 1})
     assert chain("x", "t@1", {"a": 1}) != chain("x", "t@2", {"a": 1})
     # stable across processes (no salted hash())
-    out = subprocess.run([sys.executable, "-c", "from datamill.core.fingerprint import fingerprint_obj;"
-                          "print(fingerprint_obj({'a': 'b'}))"], capture_output=True, text=True, check=True)
+    code = "from datamill.core.fingerprint import fingerprint_obj; print(fingerprint_obj({'a': 'b'}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == fingerprint_obj({"a": "b"})
 
 

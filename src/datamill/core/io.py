@@ -283,9 +283,9 @@ def read_table(
             text = check_utf8(data, path=name)
             table = pa.table({"text": pa.array(text.splitlines(), pa.string())})
     except (pa.ArrowException, OSError, ValueError) as exc:
-        missing = _MISSING_COLUMN_RE.search(str(exc)) if columns is not None else None
-        if missing:
-            col = missing.group("a") or missing.group("b")
+        absent = _MISSING_COLUMN_RE.search(str(exc)) if columns is not None else None
+        if absent:
+            col = absent.group("a") or absent.group("b")
             raise SchemaError(f"no column {col!r} in the {kind.upper()} file", path=name, column=col,
                               hint="check the column name (case matters)") from exc
         raise _arrow_read_error(exc, data, source, kind) from exc
