@@ -10,16 +10,13 @@ counted and judged the same way everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from datamill.core.errors import ConfigError, DataFileError
 
-__all__ = ["Accounting", "BatchResult", "ERRORS_KEPT"]
-
-ERRORS_KEPT = 100
-"""Failures :attr:`Accounting.errors` describes (``(uid, global index, "Type: message")``); later ones are only counted."""
+__all__ = ["Accounting", "BatchResult"]
 
 
 @dataclass
@@ -78,6 +75,9 @@ class Accounting:
         datamill.core.errors.DataFileError: uid 'u5': sample 5 failed in filter/transform (ValueError: y); 2 failures ...
     """
 
+    ERRORS_KEPT: ClassVar[int] = 100
+    """Failures :attr:`errors` describes (``(uid, global index, "Type: message")``); later ones are only counted."""
+
     max_errors: int | None = 0
     read: int = 0
     filtered: int = 0
@@ -107,7 +107,7 @@ class Accounting:
         self.peak_shards_in_memory = max(self.peak_shards_in_memory, res.peak_shards_in_memory)
         for uid, index, exc in res.failed:
             self.failed += 1
-            if len(self.errors) < ERRORS_KEPT:
+            if len(self.errors) < self.ERRORS_KEPT:
                 self.errors.append((uid, index, f"{type(exc).__name__}: {exc}"))
             if self.max_errors is not None and self.failed > self.max_errors:
                 raise DataFileError(

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
-from datamill.loader.accounting import Accounting, BatchResult
+from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan

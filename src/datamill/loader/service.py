@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import pyarrow as pa
@@ -33,14 +33,17 @@ from datamill.loader.cache import BuildReader, ShardCache
 from datamill.loader.collate import resolve_collate
 from datamill.loader.order import default_window, global_order, num_batches, split_for_rank
 from datamill.loader.stages import EpochPlan, assemble, process_batch
-from datamill.loader.state import ORDER_FIELDS, check_resume_compat, config_fingerprint, validate_state
+from datamill.loader.state import (
+    ORDER_FIELDS,
+    check_resume_compat,
+    config_fingerprint,
+    validate_state,
+)
 
-__all__ = ["BLOCK_ROWS", "BatchService", "PLAN_EPOCHS"]
+__all__ = ["BLOCK_ROWS", "BatchService"]
 
 BLOCK_ROWS = 8192
 """Rows gathered per ``take`` (at most a mean shard's worth), then sliced per batch (zero-copy)."""
-PLAN_EPOCHS = 2
-"""Epochs whose orders and plans stay cached (the current one and the one before, for stragglers)."""
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -97,6 +100,9 @@ class BatchService:
         >>> svc.close()
     """
 
+    PLAN_EPOCHS: ClassVar[int] = 2
+    """Epochs whose orders and plans stay cached (the current one and the one before, for stragglers)."""
+
     def __init__(self, source: Source, *, batch_size: int, seed: int = 0, shuffle: bool = True,
                  window: int | None = None, drop_last: bool = False,
                  columns: Sequence[str] | str | None = None,
@@ -145,7 +151,7 @@ class BatchService:
         self.__dict__.update(state)
         self._init_runtime()
 
-    def __enter__(self) -> BatchService:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -191,7 +197,7 @@ class BatchService:
             with self._lock:
                 order = self._orders.setdefault(epoch, order)
                 self._orders.move_to_end(epoch)
-                while len(self._orders) > PLAN_EPOCHS:
+                while len(self._orders) > self.PLAN_EPOCHS:
                     old, _ = self._orders.popitem(last=False)
                     self._plans = {k: v for k, v in self._plans.items() if k[0] != old}
         return order
