@@ -222,6 +222,9 @@ def test_plans_are_kept_for_two_epochs() -> None:
         for rank in range(2):
             svc.plan(epoch, rank, 2)
     assert svc.stats()["plans_cached"] == 4
+    one = BatchService(FakeSource([10] * 5), batch_size=4, plan_epochs=1)
+    one.plan(0), one.plan(1)
+    assert one.stats()["plans_cached"] == 1 and one.replace(seed=1).plan_epochs == 1
     svc.close()
     assert svc.stats()["plans_cached"] == 0 and xs(svc.build(3, 0, [0])) == [svc.plan(3).seq[:4].tolist()]
 

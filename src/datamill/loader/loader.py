@@ -104,7 +104,7 @@ class Loader:
         self.service = BatchService(
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
             columns=columns, collate=resolve_collate(collate, pin_memory=pin_memory), filter=filter,
-            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers)
+            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
         self.epoch = int(epoch)
         self._batches_seen = 0

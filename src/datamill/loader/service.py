@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -83,6 +83,8 @@ class BatchService:
         cache_shards: shards kept in memory after no active build needs them, for later builds
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
+        plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
+            one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -100,16 +102,14 @@ class BatchService:
         >>> svc.close()
     """
 
-    PLAN_EPOCHS: ClassVar[int] = 2
-    """Epochs whose orders and plans stay cached (the current one and the one before, for stragglers)."""
-
     def __init__(self, source: Source, *, batch_size: int, seed: int = 0, shuffle: bool = True,
                  window: int | None = None, drop_last: bool = False,
                  columns: Sequence[str] | str | None = None,
                  collate: str | Callable[[pa.Table], Any] = "numpy",
                  filter: Callable[[pa.Table], Any] | None = None,
                  transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0,
-                 prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None) -> None:
+                 prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None,
+                 plan_epochs: int = 2) -> None:
         if not isinstance(source, Source):
             missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
                        if not hasattr(source, a)]
@@ -118,6 +118,7 @@ class BatchService:
         self.batch_size, self.seed = _check_int("batch_size", batch_size, 1), _check_int("seed", seed, 0)
         self.max_errors, self.prefetch = _check_int("max_errors", max_errors, 0), _check_int("prefetch", prefetch, 1)
         self.num_workers = _check_int("num_workers", num_workers, 0)
+        self.plan_epochs = _check_int("plan_epochs", plan_epochs, 1)
         self.cache_shards = 0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
         if window is not None:
             window = _check_int("window", window, 1)
@@ -170,7 +171,8 @@ class BatchService:
             "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle, "window": self.window,
             "drop_last": self.drop_last, "columns": self.columns, "collate": self.collate_fn,
             "filter": self.filter, "transform": self.transform, "max_errors": self.max_errors,
-            "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards}
+            "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards,
+            "plan_epochs": self.plan_epochs}
         kwargs.update(changes)
         other = BatchService(kwargs.pop("source", self.source), **kwargs)
         if other.source is self.source:
@@ -197,7 +199,7 @@ class BatchService:
             with self._lock:
                 order = self._orders.setdefault(epoch, order)
                 self._orders.move_to_end(epoch)
-                while len(self._orders) > self.PLAN_EPOCHS:
+                while len(self._orders) > self.plan_epochs:
                     old, _ = self._orders.popitem(last=False)
                     self._plans = {k: v for k, v in self._plans.items() if k[0] != old}
         return order
