@@ -3,18 +3,29 @@
 ``Loader(source, batch_size, ...)`` iterates a :class:`~datamill.core.source.Source`: a shardset
 dataset, a preprocessed HDF5 (:class:`~datamill.preprocess.hdf5_source.HDF5Source`), a Parquet file of
 BERT/word2vec samples (:class:`~datamill.core.parquet.ParquetSource`), an LM corpus; any output path
-opens with :func:`datamill.sources.open_source`. The pure order
-functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`.
+opens with :func:`datamill.sources.open_source`. A Loader is a thin per-rank iterator over a
+:class:`BatchService`, which plans every rank's epoch, shares one shard cache between concurrent
+builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up and applies the
+``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
+functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
+(:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``).
 """
 
 from __future__ import annotations
 
+from datamill.core.state import check_resume_compat
+from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.loader import Loader, per_sample
 from datamill.loader.order import epoch_order, split_for_rank
-from datamill.loader.state import check_resume_compat
+from datamill.loader.service import BatchService
+from datamill.loader.stages import EpochPlan
 
 __all__ = [
+    "Accounting",
+    "BatchResult",
+    "BatchService",
+    "EpochPlan",
     "Loader",
     "check_resume_compat",
     "collate_numpy",

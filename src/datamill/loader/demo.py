@@ -3,16 +3,22 @@ transform in the workers), batch shapes, stats and a resume check."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from datamill.core.parquet import ParquetSource
+    from datamill.core.source import Source
+    from datamill.shards import ShardsetDataset
+
 __all__ = ["run"]
 
 
-def _cifar_parquet(data_dir: Path, work_dir: Path) -> Any:
+def _cifar_parquet(data_dir: Path, work_dir: Path) -> ParquetSource:
     """cifar10_tiny as a Parquet file (4 row groups): uid, image (32x32x3 uint8), label."""
     import pyarrow.parquet as pq
     from PIL import Image
@@ -34,7 +40,7 @@ def _cifar_parquet(data_dir: Path, work_dir: Path) -> Any:
     return ParquetSource(out)
 
 
-def _cifar_shardset(data_dir: Path, work_dir: Path) -> Any:
+def _cifar_shardset(data_dir: Path, work_dir: Path) -> ShardsetDataset:
     """cifar10_tiny as a shardset dataset: ``image`` (PNG bytes), ``label``, ``caption`` (20% missing)."""
     import shutil
 
@@ -69,7 +75,7 @@ def decode_png(table: pa.Table) -> pa.Table:
     return table.drop_columns(["png"]).append_column("image", flat)
 
 
-def _source(data_dir: Path, work_dir: Path) -> tuple[Any, str, Any]:
+def _source(data_dir: Path, work_dir: Path) -> tuple[Source, str, Callable[[pa.Table], pa.Table] | None]:
     try:
         return _cifar_shardset(data_dir, work_dir), "shardset dataset (image PNG / label / caption)", decode_png
     except ImportError:  # datamill.shards not installed

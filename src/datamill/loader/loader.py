@@ -2,33 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
-from datamill.core.constants import LOADER_STATE_FORMAT
-from datamill.core.errors import ConfigError, DataFileError, SchemaError
+from datamill.core.errors import ConfigError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
+from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
-from datamill.loader.order import default_window
-from datamill.loader.stages import BatchResult, EpochPlan, ShardReader, assemble, process_batch
-from datamill.loader.state import (
-    ORDER_FIELDS,
-    check_resume_compat,
-    config_fingerprint,
-    validate_state,
-)
+from datamill.loader.service import BLOCK_ROWS, BatchService
+from datamill.loader.stages import EpochPlan
+from datamill.loader.state import validate_state
+
+if TYPE_CHECKING:
+    from torch.utils.data import IterableDataset
 
 __all__ = ["BLOCK_ROWS", "Loader", "per_sample"]
-
-BLOCK_ROWS = 8192
-"""Rows gathered per ``take`` (at most a mean shard's worth), then sliced per batch (zero-copy)."""
 
 
 class Loader:
@@ -98,72 +94,116 @@ class Loader:
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
         max_errors: int = 0, pin_memory: bool = False, progress: bool = False,
     ) -> None:
-        for name, value, low in [("batch_size", batch_size, 1), ("seed", seed, 0), ("epoch", epoch, 0),
-                                 ("world_size", world_size, 1), ("num_workers", num_workers, 0),
-                                 ("prefetch", prefetch, 1), ("max_errors", max_errors, 0)]:
+        for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-        if not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
         if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
             raise ConfigError(f"shuffle_buffer must be a number of shards >= 1, got {shuffle_buffer!r}")
-        if not isinstance(source, Source):
-            missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
-                       if not hasattr(source, a)]
-            raise ConfigError(f"source must follow the Source protocol; {type(source).__name__} lacks {missing}",
-                              hint="wrap the data in a datamill source (TableSource, ParquetSource, HDF5Source, ...)")
-        cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
-        if cols is not None:
-            unknown = [c for c in cols if c not in source.columns]
-            if unknown:
-                raise SchemaError(f"unknown column(s) {unknown}; the source has {source.columns}",
-                                  column=unknown[0])
-        self.source, self.batch_size, self.shuffle, self.seed = source, int(batch_size), bool(shuffle), int(seed)
-        self.columns, self.drop_last, self.rank, self.world_size = cols, bool(drop_last), int(rank), int(world_size)
-        self.num_workers, self.prefetch, self.max_errors = int(num_workers), int(prefetch), int(max_errors)
-        self.filter, self.transform, self.progress = filter, transform, bool(progress)
-        self.collate_fn = resolve_collate(collate, pin_memory=pin_memory)
-        self.sizes = np.asarray(source.shard_sizes(), dtype=np.int64)
-        self.window = int(shuffle_buffer) if shuffle_buffer is not None else default_window(self.sizes)
+        self.service = BatchService(
+            source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
+            columns=columns, collate=resolve_collate(collate, pin_memory=pin_memory), filter=filter,
+            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1)
+        self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
         self.epoch = int(epoch)
         self._batches_seen = 0
-        self._plan: EpochPlan | None = None
-        self._plan_epoch = -1
-        self._reader: ShardReader | None = None
-        self._fingerprint: str | None = None
-        self._stats = self._new_stats()
+        self._new_epoch_stats()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_reader"] = None  # threads and locks stay in this process (spawned workers pickle the loader)
+        state["_last"] = None  # the latest batch stays here (spawned workers pickle the loader)
         return state
+
+    # ----------------------------------------------------------------- the service's settings
+    @property
+    def source(self) -> Source:
+        """The source read."""
+        return self.service.source
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+        return self.service.batch_size
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether the order is shuffled."""
+        return self.service.shuffle
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+        return self.service.seed
+
+    @property
+    def columns(self) -> list[str] | None:
+        """Columns read (``None``: all)."""
+        return self.service.columns
+
+    @property
+    def drop_last(self) -> bool:
+        """Equal shares, no incomplete last batch."""
+        return self.service.drop_last
+
+    @property
+    def window(self) -> int:
+        """Shards per shuffle window."""
+        return self.service.window
+
+    @property
+    def num_workers(self) -> int:
+        """Threads building batches."""
+        return self.service.num_workers
+
+    @property
+    def prefetch(self) -> int:
+        """Shards read ahead."""
+        return self.service.prefetch
+
+    @property
+    def max_errors(self) -> int:
+        """Failing samples tolerated per epoch."""
+        return self.service.max_errors
+
+    @property
+    def filter(self) -> Callable[[pa.Table], Any] | None:
+        """The batch filter, or ``None``."""
+        return self.service.filter
+
+    @property
+    def transform(self) -> Callable[[pa.Table], pa.Table] | None:
+        """The batch transform, or ``None``."""
+        return self.service.transform
+
+    @property
+    def collate_fn(self) -> Callable[[pa.Table], Any]:
+        """The collate function."""
+        return self.service.collate_fn
+
+
+    @property
+    def sizes(self) -> NDArray[np.int64]:
+        """Rows per shard of the source."""
+        return self.service.sizes
 
     # ----------------------------------------------------------------- order and state
     @property
     def config(self) -> dict[str, Any]:
         """The order-relevant settings (saved in the resume state)."""
-        return {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
-                "rank": self.rank, "shuffle": self.shuffle, "window": self.window, "world_size": self.world_size}
+        return self.service.config(rank=self.rank, world_size=self.world_size)
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         """The rank's :class:`~datamill.loader.stages.EpochPlan` for ``epoch`` (current by default)."""
-        e = self.epoch if epoch is None else epoch
-        if self._plan is None or self._plan_epoch != e:
-            self._plan = EpochPlan.make(self.sizes, seed=self.seed, epoch=e, shuffle=self.shuffle,
-                                        window=self.window, rank=self.rank, world_size=self.world_size,
-                                        drop_last=self.drop_last, batch_size=self.batch_size)
-            self._plan_epoch = e
-        return self._plan
+        return self.service.plan(self.epoch if epoch is None else epoch, self.rank, self.world_size)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (some may be skipped if a filter empties them)."""
-        return self.plan().total_batches
+        return self.service.num_batches(self.epoch, self.rank, self.world_size)
 
     def dataset_fingerprint(self) -> str:
         """The source's fingerprint (computed once)."""
-        if self._fingerprint is None:
-            self._fingerprint = self.source.fingerprint()
-        return self._fingerprint
+        return self.service.fingerprint()
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its beginning on the next iteration."""
@@ -173,20 +213,13 @@ class Loader:
 
     def state_dict(self) -> dict[str, Any]:
         """Tiny JSON-able resume state (see :mod:`datamill.loader.state`)."""
-        plan = self.plan()
-        return {"format": LOADER_STATE_FORMAT, "epoch": self.epoch, "batches_seen": self._batches_seen,
-                "samples_seen": min(len(plan.seq), self._batches_seen * self.batch_size), "seed": self.seed,
-                "dataset_fingerprint": self.dataset_fingerprint(),
-                "config_fingerprint": config_fingerprint(self.config), "config": self.config}
+        return self.service.resume_state(epoch=self.epoch, batches_seen=self._batches_seen, rank=self.rank,
+                                         world_size=self.world_size)
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_mismatch: Sequence[str] = ()) -> None:
         """Continue where ``state`` was taken; raises ResumeStateError listing every mismatch."""
-        st = validate_state(state)
-        current = {"seed": self.seed, "dataset_fingerprint": self.dataset_fingerprint(), **self.config}
-        saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
-        check_resume_compat(saved, current, fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
-                            allow_mismatch=allow_mismatch)
-        self.epoch, self._batches_seen = st["epoch"], st["batches_seen"]
+        self.epoch, self._batches_seen = self.service.check_state(
+            state, rank=self.rank, world_size=self.world_size, allow_mismatch=allow_mismatch)
 
     @classmethod
     def from_state(cls, source: Source, state: Mapping[str, Any], /, **kwargs: Any) -> Loader:
@@ -212,123 +245,60 @@ class Loader:
         return loader
 
     # ----------------------------------------------------------------- accounting
-    def _new_stats(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "read": 0, "filtered": 0, "failed": 0, "yielded": 0, "batches": 0,
-                "elapsed_s": 0.0, "first_batch_s": None}
+    def _new_epoch_stats(self) -> None:
+        self._acc = self.service.accounting()
+        self._stats: dict[str, Any] = {"epoch": self.epoch, "elapsed_s": 0.0, "first_batch_s": None}
+        self._last: BatchResult | None = None
 
     def stats(self) -> dict[str, Any]:
         """Counts of the current (or just finished) epoch: read, filtered, failed, yielded, samples/s, position."""
         s = dict(self._stats)
+        s.update((k, v) for k, v in self._acc.as_dict().items() if k not in ("shards_read", "peak_shards_in_memory"))
         s["samples_per_s"] = s["yielded"] / s["elapsed_s"] if s["elapsed_s"] > 0 else 0.0
         s["position"] = {"epoch": self.epoch, "batches_seen": self._batches_seen, "total_batches": len(self)}
-        if self._reader is not None:  # of the latest iteration: shards read, most held in memory at once
-            s["shards_read"], s["peak_shards_in_memory"] = self._reader.shards_read, self._reader.peak_resident
+        if self._last is not None:  # of the latest iteration: shards read, most held in memory at once
+            s["shards_read"], s["peak_shards_in_memory"] = self._last.shards_read, self._last.peak_shards_in_memory
         return s
 
-    def _account(self, res: BatchResult) -> None:
-        s = self._stats
-        s["read"] += res.read
-        s["filtered"] += res.filtered
-        s["yielded"] += res.yielded
-        for uid, index, exc in res.failed:
-            s["failed"] += 1
-            if s["failed"] > self.max_errors:
-                raise DataFileError(
-                    f"sample {index} failed in filter/transform ({type(exc).__name__}: {exc}); "
-                    f"{s['failed']} failures this epoch exceed max_errors={self.max_errors}",
-                    uid=uid, hint="fix the transform or raise max_errors to skip such samples") from exc
-
     # ----------------------------------------------------------------- iteration
-    def _tasks(self, batches: Sequence[int]) -> Iterator[list[int]]:
-        # one take per block of batches (a worker builds whole blocks); a block spans at most about
-        # one shard, so memory stays bounded by the shuffle window, not the block
-        mean_shard = int(self.sizes.mean()) if len(self.sizes) else 1
-        per = max(1, min(BLOCK_ROWS, mean_shard) // self.batch_size)
-        for i in range(0, len(batches), per):
-            yield list(batches[i:i + per])
-
-    def _run(self, reader: ShardReader, task: list[int]) -> list[BatchResult]:
-        plan = reader.plan
-        tables = assemble(reader, task)
-        return [process_batch(b, t, plan.seq[plan.positions(b)], filter=self.filter, transform=self.transform,
-                              collate=self.collate_fn) for b, t in zip(task, tables)]
-
-    def iter_batches(self, batches: Sequence[int]) -> Iterator[BatchResult]:
+    def iter_batches(self, batches: Sequence[int]) -> Generator[BatchResult, None, None]:
         """Build the given batch numbers of the current epoch (ascending), in order.
 
-        The building block of iteration and of the torch adapter (a worker builds every
-        ``num_workers``-th batch); does not touch the position or stats.
+        :meth:`BatchService.build <datamill.loader.service.BatchService.build>` for this rank;
+        does not touch the position or stats.
         """
-        plan = self.plan()
-        if not len(batches):
-            return
-        with ThreadPoolExecutor(max_workers=min(self.prefetch, 8), thread_name_prefix="datamill-read") as pool:
-            reader = ShardReader(self.source, plan, columns=self.columns, prefetch=self.prefetch, pool=pool,
-                                 start=int(batches[0]))
-            self._reader = reader
-            workers = ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="datamill-work") \
-                if self.num_workers else None
-            inflight: deque[Future[list[BatchResult]]] = deque()
-            try:
-                tasks = self._tasks(batches)
-                if workers is None:
-                    for task in tasks:
-                        reader.schedule_upto(task[-1])
-                        for res in self._run(reader, task):
-                            yield res
-                            reader.release_upto(res.batch)
-                    return
-                limit = self.num_workers * self.prefetch
-                pending = True
-                while pending or inflight:
-                    while pending and len(inflight) < limit:
-                        nxt = next(tasks, None)
-                        if nxt is None:
-                            pending = False
-                            break
-                        reader.schedule_upto(nxt[-1])
-                        inflight.append(workers.submit(self._run, reader, nxt))
-                    if inflight:
-                        for res in inflight.popleft().result():
-                            yield res
-                            reader.release_upto(res.batch)
-            finally:
-                for fut in inflight:
-                    fut.cancel()
-                if workers is not None:
-                    workers.shutdown(wait=True, cancel_futures=True)
-                reader.close()
+        return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size)
 
-    def to_torch(self) -> Any:
-        """This loader as a ``torch.utils.data.IterableDataset`` (see :mod:`datamill.loader.torch`)."""
-        from datamill.loader.torch import TorchLoaderDataset
+    def to_torch(self) -> IterableDataset[Any]:
+        """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
 
-        return TorchLoaderDataset(self)
+        :class:`datamill.loader.torch.TorchLoaderDataset` is the documented entry; this shortcut
+        loads it with ``importlib`` so that this module never imports the torch adapter.
+        """
+        adapter = importlib.import_module("datamill.loader.torch")
+        dataset: IterableDataset[Any] = adapter.TorchLoaderDataset(self)
+        return dataset
 
     def __iter__(self) -> Generator[Any, None, None]:
-        plan = self.plan()
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,
         # exactly like the uninterrupted run (whose loop ended there), then moves on
-        start = self._batches_seen
+        start, total = self._batches_seen, len(self)
         if start == 0 or self._stats["epoch"] != self.epoch:
-            self._stats = self._new_stats()
+            self._new_epoch_stats()
         t0 = time.perf_counter() - self._stats["elapsed_s"]
-        bar = progress_bar(total=plan.total_batches, initial=start, desc=f"epoch {self.epoch}", unit="batch",
+        bar = progress_bar(total=total, initial=start, desc=f"epoch {self.epoch}", unit="batch",
                            disable=not self.progress or None)
-        try:
-            for res in self.iter_batches(range(start, plan.total_batches)):
-                self._account(res)
-                self._batches_seen = res.batch + 1
+        with bar, contextlib.closing(self.iter_batches(range(start, total))) as results:
+            for res in results:
+                self._acc.add(res)
+                self._last, self._batches_seen = res, res.batch + 1
                 self._stats["elapsed_s"] = time.perf_counter() - t0
                 bar.update(1)
                 if res.output is None:
                     continue
-                self._stats["batches"] += 1
                 if self._stats["first_batch_s"] is None:
                     self._stats["first_batch_s"] = self._stats["elapsed_s"]
                 yield res.output
-        finally:
-            bar.close()
         self._stats["elapsed_s"] = time.perf_counter() - t0
         self.epoch, self._batches_seen = self.epoch + 1, 0
 

@@ -4,24 +4,35 @@ A state records *where* an iteration is (epoch, batches and samples consumed) an
 (dataset fingerprint, seed, the order-relevant config), never the samples themselves: resuming
 recomputes the order and starts at ``batches_seen``. ``num_workers`` and ``prefetch`` are not part
 of it, so a run may resume with a different number of workers and gets the same batches.
+
+The checks themselves are :mod:`datamill.core.state`'s (shared with the LM batches and the server);
+this module only says what a loader state holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from datamill.core.constants import LOADER_STATE_FORMAT
-from datamill.core.errors import ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.state import StateSpec, check_resume_compat
+from datamill.core.state import validate_state as validate_spec
 
-__all__ = ["ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint", "validate_state"]
+__all__ = ["LOADER_STATE", "ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint",
+           "validate_state"]
 
 ORDER_FIELDS = ("batch_size", "columns", "drop_last", "rank", "shuffle", "window", "world_size")
 """Config fields the batch sequence depends on (their values are saved in ``state["config"]``)."""
 
 STATE_FIELDS = ("format", "epoch", "batches_seen", "samples_seen", "seed", "dataset_fingerprint",
                 "config_fingerprint", "config")
+
+LOADER_STATE = StateSpec(
+    LOADER_STATE_FORMAT, fields=STATE_FIELDS, counters=("epoch", "batches_seen", "samples_seen", "seed"),
+    producer="Loader.state_dict()",
+    format_hint="the state was written by another program or an incompatible datamill version")
+"""What a loader (or batch service) resume state looks like."""
 
 
 def config_fingerprint(config: Mapping[str, Any]) -> str:
@@ -35,7 +46,7 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
 
 
 def validate_state(state: Any) -> dict[str, Any]:
-    """Check a state's shape and format version; returns it as a dict.
+    """Check a loader state's shape and format version; returns it as a dict.
 
     Raises:
         ResumeStateError: not a dict, unknown format, missing fields, negative counters.
@@ -46,46 +57,4 @@ def validate_state(state: Any) -> dict[str, Any]:
         ...
         datamill.core.errors.ResumeStateError: resume state has format 'other/9', expected 'datamill.loader/1'...
     """
-    if not isinstance(state, Mapping):
-        raise ResumeStateError(f"resume state must be a dict (from Loader.state_dict()), got {type(state).__name__}")
-    if state.get("format") != LOADER_STATE_FORMAT:
-        raise ResumeStateError(f"resume state has format {state.get('format')!r}, expected {LOADER_STATE_FORMAT!r}",
-                               hint="the state was written by another program or an incompatible datamill version")
-    missing = [f for f in STATE_FIELDS if f not in state]
-    if missing:
-        raise ResumeStateError(f"resume state lacks field(s) {', '.join(missing)}")
-    for f in ("epoch", "batches_seen", "samples_seen", "seed"):
-        if not isinstance(state[f], int) or state[f] < 0:
-            raise ResumeStateError(f"resume state field {f!r} must be an int >= 0, got {state[f]!r}")
-    return dict(state)
-
-
-def check_resume_compat(
-    saved: Mapping[str, Any], current: Mapping[str, Any], *, fields: Sequence[str],
-    allow_mismatch: Iterable[str] = (),
-) -> None:
-    """Compare ``saved[f]`` with ``current[f]`` for every field; one error listing every mismatch.
-
-    Args:
-        saved: the saved values (a resume state, or its ``config``).
-        current: the values of the loader resuming.
-        fields: the fields to compare.
-        allow_mismatch: fields whose difference is accepted. Defaults to ``()``.
-
-    Raises:
-        ResumeStateError: listing ``field: saved X, now Y`` for each differing field.
-
-    Examples:
-        >>> check_resume_compat({"a": 1, "b": 2}, {"a": 1, "b": 2}, fields=["a", "b"])
-        >>> check_resume_compat({"a": 1, "b": 2}, {"a": 3, "b": 4}, fields=["a", "b"])
-        Traceback (most recent call last):
-        ...
-        datamill.core.errors.ResumeStateError: resume state does not fit this loader: a: saved 1, now 3; b: saved 2, now 4...
-    """
-    allowed = set(allow_mismatch)
-    diffs = [f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}"
-             for f in fields if f not in allowed and saved.get(f) != current.get(f)]
-    if diffs:
-        raise ResumeStateError(
-            "resume state does not fit this loader: " + "; ".join(diffs),
-            hint="resume with the same dataset and order settings, or pass allow_mismatch=[...] to accept them")
+    return validate_spec(state, LOADER_STATE)

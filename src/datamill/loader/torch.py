@@ -1,24 +1,29 @@
 """A ``torch.utils.data.IterableDataset`` over a :class:`~datamill.loader.Loader` (imports torch).
 
-Use it with ``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches.
+:class:`TorchLoaderDataset` is the entry point (``Loader.to_torch()`` is a shortcut that loads this
+module with ``importlib``, so the loader module never imports the adapter). Use it with
+``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches.
 Worker ``w`` of ``N`` (from ``torch.utils.data.get_worker_info()``) builds the rank's batches
-``w, w + N, ...`` and the DataLoader takes one batch from each worker in turn, so the batch sequence
-is exactly the Loader's, for any ``N``; worker *processes* help when a transform is GIL-bound Python.
+``w, w + N, ...`` through the loader's :class:`~datamill.loader.service.BatchService` and the
+DataLoader takes one batch from each worker in turn, so the batch sequence is exactly the Loader's,
+for any ``N``; worker *processes* help when a transform is GIL-bound Python.
 
-* ``collate="numpy"`` batches are made torch tensors (what DataLoader would do anyway).
+* ``collate="numpy"`` batches are made torch tensors (what DataLoader would do anyway), by a copy of
+  the service with the torch collate; the user's Loader is never changed.
 * A batch emptied by the filter is yielded as an empty batch here (skipping it would shift the
   round-robin between workers).
-* Workers are forked copies: call :meth:`TorchLoaderDataset.set_epoch` before each epoch, and resume
-  with :meth:`TorchLoaderDataset.state_dict` ``(batches_consumed)`` / ``load_state_dict`` in the main
-  process. ``max_errors`` and ``stats()`` are per worker process.
+* The adapter keeps its own position: call :meth:`TorchLoaderDataset.set_epoch` before each epoch,
+  and resume with :meth:`TorchLoaderDataset.state_dict` ``(batches_consumed)`` / ``load_state_dict``
+  in the main process. ``max_errors`` applies per worker process and iteration
+  (:meth:`~datamill.loader.service.BatchService.accounting`).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from datamill.core.errors import ConfigError
 from datamill.core.optional import require
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.loader import Loader
@@ -33,6 +38,9 @@ __all__ = ["TorchLoaderDataset"]
 class TorchLoaderDataset(IterableDataset[Any]):
     """Wrap a Loader for ``torch.utils.data.DataLoader(..., batch_size=None)``.
 
+    The loader's rank, world size and position (epoch, batches seen) are taken when wrapping; the
+    loader itself is not changed by the adapter.
+
     Examples:
         >>> import pyarrow as pa
         >>> from datamill.core.source import TableSource
@@ -43,40 +51,40 @@ class TorchLoaderDataset(IterableDataset[Any]):
 
     def __init__(self, loader: Loader) -> None:
         super().__init__()
-        if loader.collate_fn is collate_numpy:  # DataLoader would convert (and warn on read-only arrays)
-            loader = copy.copy(loader)
-            loader.collate_fn = collate_torch
-        self.loader = loader
-        self._start = (loader.epoch, loader.state_dict()["batches_seen"])
+        service = loader.service
+        if service.collate_fn is collate_numpy:  # DataLoader would convert (and warn on read-only arrays)
+            service = service.replace(collate=collate_torch)
+        self.service, self.rank, self.world_size = service, loader.rank, loader.world_size
+        state = loader.state_dict()
+        self._start = (int(state["epoch"]), int(state["batches_seen"]))
 
     def __len__(self) -> int:
-        return int(len(self.loader) - self._start[1])
+        epoch, start = self._start
+        return self.service.num_batches(epoch, self.rank, self.world_size) - start
 
     def set_epoch(self, epoch: int) -> None:
         """Iterate epoch ``epoch`` from its start on the next ``iter(DataLoader)``."""
-        self.loader.set_epoch(epoch)
-        self._start = (epoch, 0)
+        if epoch < 0:
+            raise ConfigError(f"epoch must be >= 0, got {epoch}")
+        self._start = (int(epoch), 0)
 
     def state_dict(self, batches_consumed: int) -> dict[str, Any]:
         """The resume state after the main process consumed ``batches_consumed`` batches of this iteration."""
-        state = self.loader.state_dict()
         epoch, start = self._start
-        state.update(epoch=epoch, batches_seen=start + int(batches_consumed),
-                     samples_seen=min(len(self.loader.plan(epoch).seq), (start + int(batches_consumed)) * self.loader.batch_size))
-        return state
+        return self.service.resume_state(epoch=epoch, batches_seen=start + int(batches_consumed), rank=self.rank,
+                                         world_size=self.world_size)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume at ``state`` (see :meth:`Loader.load_state_dict`)."""
-        self.loader.load_state_dict(state)
-        self._start = (self.loader.epoch, self.loader.state_dict()["batches_seen"])
+        """Resume at ``state`` (checked like :meth:`Loader.load_state_dict`)."""
+        self._start = self.service.check_state(state, rank=self.rank, world_size=self.world_size)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        loader = self.loader
         epoch, start = self._start
-        loader.epoch = epoch
-        total = loader.plan(epoch).total_batches
-        for res in loader.iter_batches(worker_batches(total, worker=worker, num_workers=num_workers, start=start)):
-            loader._account(res)
-            yield res.output if res.output is not None else loader.collate_fn(res.empty)
+        total = self.service.num_batches(epoch, self.rank, self.world_size)
+        accounting = self.service.accounting()
+        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)
+        for res in self.service.build(epoch, self.rank, mine, world_size=self.world_size):
+            accounting.add(res)
+            yield res.output if res.output is not None else self.service.collate_fn(res.empty)

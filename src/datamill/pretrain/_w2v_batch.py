@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from datamill.core.errors import SchemaError
 from datamill.core.optional import require
+from datamill.core.source import FixedShards, check_read_args
 
 __all__ = ["COLUMNS", "Batchify", "SkipGramSource", "batchify_arrays"]
 
@@ -83,7 +83,9 @@ class SkipGramSource:
                  neg_off: NDArray[np.int64], neg: NDArray[np.int32], *, fingerprint: str,
                  shard_size: int = 16384) -> None:
         self._centers, self._ctx_off, self._ctx, self._neg_off, self._neg = centers, ctx_off, ctx, neg_off, neg
-        self._fp, self.shard_size = fingerprint, int(shard_size)
+        self._shards = FixedShards(len(centers), shard_size)
+        self._fp, self.shard_size = fingerprint, self._shards.shard_size
+        self.uid_column: str | None = None
         self._ctx_arr = pa.array(np.asarray(ctx))
         self._neg_arr = pa.array(np.asarray(neg))
 
@@ -93,22 +95,14 @@ class SkipGramSource:
 
     @property
     def num_shards(self) -> int:
-        return -(-len(self._centers) // self.shard_size)
+        return self._shards.num_shards
 
     def shard_sizes(self) -> NDArray[np.int64]:
-        n, s = len(self._centers), self.shard_size
-        sizes = np.full(self.num_shards, s, dtype=np.int64)
-        if len(sizes):
-            sizes[-1] = n - s * (len(sizes) - 1)
-        return sizes
+        return self._shards.sizes()
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-        cols = list(COLUMNS) if columns is None else list(columns)
-        unknown = [c for c in cols if c not in COLUMNS]
-        if unknown:
-            raise SchemaError(f"unknown column(s) {unknown}; skip-gram examples have {COLUMNS}", column=unknown[0])
-        a = index * self.shard_size
-        b = min(a + self.shard_size, len(self._centers))
+        cols = check_read_args(self, index, columns)
+        a, b = self._shards.bounds(index)
         data: dict[str, pa.Array] = {}
         for c in cols:
             if c == "center":

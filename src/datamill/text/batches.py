@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, ResumeStateError
 from datamill.core.rng import rng_for
+from datamill.core.state import StateSpec, check_resume_compat, validate_state
 from datamill.text.corpus import Corpus
 
 __all__ = ["BATCHES_FORMAT", "LMBatches", "random_batches", "sequential_batches"]
@@ -43,6 +44,7 @@ __all__ = ["BATCHES_FORMAT", "LMBatches", "random_batches", "sequential_batches"
 BATCHES_FORMAT = "datamill.text.batches/1"
 _CHUNK_TOKENS = 1 << 20
 _ORDER_FIELDS = ("kind", "seed", "batch_size", "num_steps", "world_size", "rank", "num_tokens", "corpus_fingerprint")
+_STATE = StateSpec(BATCHES_FORMAT, fields=(*_ORDER_FIELDS, "epoch", "batches_seen"), counters=("epoch", "batches_seen"))
 
 
 def _as_ids(corpus: Corpus | Any) -> tuple[NDArray[Any], str]:
@@ -166,20 +168,9 @@ class LMBatches:
             ResumeStateError: wrong format, missing fields, or a state from another corpus/config
                 (every differing field is listed).
         """
-        if not isinstance(state, dict) or state.get("format") != BATCHES_FORMAT:
-            got = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ResumeStateError(f"resume state has format {got!r}, expected {BATCHES_FORMAT!r}")
-        missing = [f for f in (*_ORDER_FIELDS, "epoch", "batches_seen") if f not in state]
-        if missing:
-            raise ResumeStateError(f"resume state lacks field(s) {', '.join(missing)}")
-        current = self.state_dict()
-        diffs = [f"{f}: saved {state[f]!r}, now {current[f]!r}" for f in _ORDER_FIELDS if state[f] != current[f]]
-        if diffs:
-            raise ResumeStateError("resume state does not fit these batches: " + "; ".join(diffs),
-                                   hint="resume with the same corpus, seed, batch_size, num_steps and ranks")
-        for f in ("epoch", "batches_seen"):
-            if not isinstance(state[f], int) or state[f] < 0:
-                raise ResumeStateError(f"resume state field {f!r} must be an int >= 0, got {state[f]!r}")
+        state = validate_state(state, _STATE)
+        check_resume_compat(state, self.state_dict(), fields=_ORDER_FIELDS, what="these batches",
+                            hint="resume with the same corpus, seed, batch_size, num_steps and ranks")
         self.epoch, self.batches_seen = state["epoch"], state["batches_seen"]
         if self.batches_seen > len(self):
             raise ResumeStateError(f"resume state is at batch {self.batches_seen}, past the epoch's {len(self)} batches")

@@ -1,0 +1,204 @@
+"""The shard cache a :class:`~datamill.loader.service.BatchService` shares between concurrent builds.
+
+* :class:`ShardCache` - shards read in a background thread pool, reference-counted by the builds
+  that need them. A build *claims* every shard its batches read when it starts, *loads* each one a
+  little before its first batch needs it (``prefetch`` ahead), and *releases* it after its last
+  batch needing it. A shard loaded by one build is reused by any other active build that claimed it
+  (another rank of the same epoch, another worker of the same rank); once no active build claims
+  it, it is dropped, or kept among the ``keep`` most recently released shards for a later build.
+* :class:`BuildReader` - one build's view: which shards its batches need, in which order, and when
+  to load and release them. A build therefore holds at most its shuffle window plus its prefetch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.loader.stages import EpochPlan
+
+__all__ = ["BuildReader", "ShardCache"]
+
+
+class ShardCache:
+    """Reference-counted shards, read by a thread pool that lives while some build is active.
+
+    Args:
+        read: ``read(k) -> pa.Table`` (runs in the pool; its errors reach every build waiting).
+        threads: reader threads. Defaults to ``2``.
+        keep: released shards kept for later builds (most recent first). Defaults to ``0``.
+
+    Examples:
+        >>> cache = ShardCache(lambda k: pa.table({"k": [k]}))
+        >>> cache.open(); cache.claim([3]); _ = cache.load(3); cache.get(3).to_pydict()
+        {'k': [3]}
+        >>> cache.release(3); cache.in_memory, cache.reads
+        (0, 1)
+        >>> cache.finish()
+    """
+
+    def __init__(self, read: Callable[[int], pa.Table], *, threads: int = 2, keep: int = 0) -> None:
+        self._read, self._threads, self._keep = read, max(1, int(threads)), max(0, int(keep))
+        self._lock = threading.Lock()
+        self._refs: dict[int, int] = {}
+        self._loaded: dict[int, Future[pa.Table]] = {}  # claimed and loaded (or loading)
+        self._kept: OrderedDict[int, Future[pa.Table]] = OrderedDict()  # released, kept for reuse
+        self._pool: ThreadPoolExecutor | None = None
+        self._active = 0
+        self.reads = 0  # shards actually read
+        self.reused = 0  # loads served by a shard already in memory
+        self.peak = 0  # most shards in memory at once
+
+    @property
+    def in_memory(self) -> int:
+        """Shards held now (loaded, loading or kept)."""
+        return len(self._loaded) + len(self._kept)
+
+    def open(self) -> None:
+        """A build starts (the pool is created for the first active build)."""
+        with self._lock:
+            self._active += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="datamill-read")
+
+    def finish(self) -> None:
+        """A build ended (it released its claims); the pool stops with the last active build."""
+        with self._lock:
+            self._active -= 1
+            pool = self._pool if self._active == 0 else None
+            if pool is not None:
+                self._pool = None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def claim(self, shards: Iterable[int]) -> None:
+        """Register one more build needing each of ``shards``."""
+        with self._lock:
+            for k in shards:
+                self._refs[k] = self._refs.get(k, 0) + 1
+
+    def load(self, k: int) -> Future[pa.Table]:
+        """Shard ``k`` (claimed) in memory, read now unless another build already has it."""
+        with self._lock:
+            fut = self._loaded.get(k)
+            if fut is None:
+                fut = self._kept.pop(k, None)
+                if fut is None:
+                    if self._pool is None:
+                        raise RuntimeError("ShardCache.load outside an open build")
+                    fut = self._pool.submit(self._read, k)
+                    self.reads += 1
+                else:
+                    self.reused += 1
+                self._loaded[k] = fut
+            else:
+                self.reused += 1
+            self.peak = max(self.peak, self.in_memory)
+            return fut
+
+    def get(self, k: int) -> pa.Table:
+        """Shard ``k`` (loaded), blocking until it is read."""
+        with self._lock:
+            fut = self._loaded[k]
+        return fut.result()
+
+    def release(self, k: int) -> None:
+        """One build no longer needs shard ``k``; dropped (or kept) when none does."""
+        with self._lock:
+            left = self._refs[k] - 1
+            if left:
+                self._refs[k] = left
+                return
+            del self._refs[k]
+            fut = self._loaded.pop(k, None)
+            if fut is None:
+                return
+            if self._keep and fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._kept[k] = fut
+                while len(self._kept) > self._keep:
+                    self._kept.popitem(last=False)
+            else:
+                fut.cancel()
+
+    def close(self) -> None:
+        """Drop the kept shards; the pool stops now unless a build is active (it stops with the last one)."""
+        with self._lock:
+            self._kept.clear()
+            pool = self._pool if self._active == 0 else None
+            if pool is not None:
+                self._pool = None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class BuildReader:
+    """One build's shards: claimed at the start, loaded ahead of need, released after last use."""
+
+    def __init__(self, cache: ShardCache, plan: EpochPlan, batches: NDArray[np.int64], *, prefetch: int) -> None:
+        self.cache, self.plan, self.prefetch = cache, plan, int(prefetch)
+        # the shard of every position of the requested batches, and per shard its first/last batch
+        bs = plan.batch_size
+        starts = batches * bs
+        lengths = np.minimum(starts + bs, len(plan.seq)) - starts
+        pos = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + \
+            np.arange(int(lengths.sum()), dtype=np.int64)
+        batch_of = np.repeat(batches, lengths)
+        shard = plan.shard[pos]
+        n = len(plan.first_batch)
+        first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        last = np.full(n, -1, dtype=np.int64)
+        np.minimum.at(first, shard, batch_of)
+        np.maximum.at(last, shard, batch_of)
+        used = np.flatnonzero(last >= 0)
+        self.first, self.last = first, last
+        self.by_first = used[np.argsort(first[used], kind="stable")]
+        self.by_last = used[np.argsort(last[used], kind="stable")]
+        self._next_first = 0  # into by_first: shards loaded
+        self._needed = 0  # into by_first: shards the batches scheduled so far need
+        self._next_last = 0  # into by_last: shards released
+        self._lock = threading.Lock()
+        self._closed = False
+        self.shards_read = 0
+        self.peak = 0
+        cache.claim(self.by_first.tolist())
+
+    def schedule_upto(self, batch: int) -> None:
+        """Load every shard needed up to ``batch``, plus ``prefetch`` more."""
+        by_first, first = self.by_first, self.first
+        with self._lock:
+            while self._needed < len(by_first) and first[by_first[self._needed]] <= batch:
+                self._needed += 1
+            target = min(len(by_first), self._needed + self.prefetch)
+            while self._next_first < target:
+                self.cache.load(int(by_first[self._next_first]))
+                self._next_first += 1
+                self.shards_read += 1
+            self.peak = max(self.peak, self.cache.in_memory)
+
+    def get(self, k: int) -> pa.Table:
+        """Shard ``k`` (scheduled), blocking until read."""
+        return self.cache.get(k)
+
+    def release_upto(self, batch: int) -> None:
+        """Release shards whose last batch is ``<= batch`` (that batch has been consumed)."""
+        by_last, last = self.by_last, self.last
+        with self._lock:
+            while self._next_last < len(by_last) and last[by_last[self._next_last]] <= batch:
+                self.cache.release(int(by_last[self._next_last]))
+                self._next_last += 1
+
+    def close(self) -> None:
+        """Release every claim not released yet (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for k in self.by_last[self._next_last:].tolist():
+                self.cache.release(k)
+            self._next_last = len(self.by_last)

@@ -1,0 +1,377 @@
+"""The public batch service: plans, a shared shard cache and batch builds for every rank of a run.
+
+A :class:`BatchService` holds what a run's batches depend on (source, batch size, seed, shuffle
+window, ``drop_last``, columns) and what they go through (filter, transform, collate). It builds
+any rank's batches on request: :meth:`~BatchService.plan` is the rank's epoch as index arrays (a pure
+function of ``(shard sizes, seed, epoch, settings, rank, world_size)``), and
+:meth:`~BatchService.build` yields :class:`~datamill.loader.accounting.BatchResult` objects for
+ascending batch numbers. Builds may run at the same time from many threads (one per rank, say):
+shards go through one :class:`~datamill.loader.cache.ShardCache`, so a shard read for one rank is
+reused by another rank's build that needs it, and dropped once no active build does.
+
+The :class:`~datamill.loader.Loader` is a thin per-rank iterator over a service; the torch adapter
+and a server use the same service, and the same :class:`~datamill.loader.accounting.Accounting`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Self
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.core.constants import LOADER_STATE_FORMAT
+from datamill.core.errors import ConfigError, DataFileError, DatamillError, SchemaError
+from datamill.core.source import Source
+from datamill.loader.accounting import Accounting, BatchResult
+from datamill.loader.cache import BuildReader, ShardCache
+from datamill.loader.collate import resolve_collate
+from datamill.loader.order import default_window, global_order, num_batches, split_for_rank
+from datamill.loader.stages import EpochPlan, assemble, process_batch
+from datamill.loader.state import (
+    ORDER_FIELDS,
+    check_resume_compat,
+    config_fingerprint,
+    validate_state,
+)
+
+__all__ = ["BLOCK_ROWS", "BatchService"]
+
+BLOCK_ROWS = 8192
+"""Rows gathered per ``take`` (at most a mean shard's worth), then sliced per batch (zero-copy)."""
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def _check_rank(epoch: int, rank: int, world_size: int) -> None:
+    _check_int("epoch", epoch, 0)
+    _check_int("world_size", world_size, 1)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+
+
+class BatchService:
+    """Plans and builds the batches of every rank over one :class:`~datamill.core.source.Source`.
+
+    Args:
+        source: what to read (any object with the Source protocol).
+        batch_size: samples per batch.
+        seed: the run's seed. Defaults to ``0``.
+        shuffle: shard-aware shuffle; ``False`` keeps source order. Defaults to ``True``.
+        window: shards per shuffle window. Defaults to ``None``
+            (:func:`~datamill.loader.order.default_window`).
+        drop_last: equal shares per rank and no incomplete last batch. Defaults to ``False``.
+        columns: column(s) to read (all when ``None``). Defaults to ``None``.
+        collate: ``"numpy"``, ``"torch"``, ``"arrow"`` (the ``pa.Table``) or a callable receiving
+            the batch table. Defaults to ``"numpy"``.
+        filter: ``fn(batch: pa.Table) -> bool mask``. Defaults to ``None``.
+        transform: ``fn(batch: pa.Table) -> pa.Table``. Defaults to ``None``.
+        max_errors: the failure budget :meth:`accounting` gives (the service itself only records
+            failures on each :class:`BatchResult`). Defaults to ``0``.
+        prefetch: shards loaded ahead per build (and task blocks in flight per worker). Defaults to ``2``.
+        num_workers: threads per build assembling/filtering/transforming/collating (``0``: in the
+            consuming thread). Defaults to ``0``.
+        cache_shards: shards kept in memory after no active build needs them, for later builds
+            (a server building one batch per request wants about ``window``). Defaults to ``None``
+            (none kept: memory holds only what active builds need).
+        plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
+            one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
+
+    Raises:
+        ConfigError: invalid arguments. SchemaError: unknown columns.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))}), shard_size=4), batch_size=4, seed=1)
+        >>> svc.num_batches(0, rank=0, world_size=2), svc.plan(0, 1, 2).seq.tolist() == svc.plan(0, 1, 2).seq.tolist()
+        (2, True)
+        >>> [r.output["x"].tolist() for r in svc.build(0, 1, [1], world_size=2)] == \\
+        ...     [svc.plan(0, 1, 2).seq[4:].tolist()]
+        True
+        >>> svc.stats()["yielded"]
+        1
+        >>> svc.close()
+    """
+
+    def __init__(self, source: Source, *, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 window: int | None = None, drop_last: bool = False,
+                 columns: Sequence[str] | str | None = None,
+                 collate: str | Callable[[pa.Table], Any] = "numpy",
+                 filter: Callable[[pa.Table], Any] | None = None,
+                 transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0,
+                 prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None,
+                 plan_epochs: int = 2) -> None:
+        if not isinstance(source, Source):
+            missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
+                       if not hasattr(source, a)]
+            raise ConfigError(f"source must follow the Source protocol; {type(source).__name__} lacks {missing}",
+                              hint="wrap the data in a datamill source (TableSource, ParquetSource, HDF5Source, ...)")
+        self.batch_size, self.seed = _check_int("batch_size", batch_size, 1), _check_int("seed", seed, 0)
+        self.max_errors, self.prefetch = _check_int("max_errors", max_errors, 0), _check_int("prefetch", prefetch, 1)
+        self.num_workers = _check_int("num_workers", num_workers, 0)
+        self.plan_epochs = _check_int("plan_epochs", plan_epochs, 1)
+        self.cache_shards = 0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
+        if window is not None:
+            window = _check_int("window", window, 1)
+        cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
+        if cols is not None:
+            unknown = [c for c in cols if c not in source.columns]
+            if unknown:
+                raise SchemaError(f"unknown column(s) {unknown}; the source has {source.columns}", column=unknown[0])
+        self.source, self.shuffle, self.drop_last, self.columns = source, bool(shuffle), bool(drop_last), cols
+        self.collate_fn = resolve_collate(collate)
+        self.filter, self.transform = filter, transform
+        self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
+        self.window = window if window is not None else default_window(self.sizes)
+        self._fingerprint: str | None = None
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._orders: OrderedDict[int, NDArray[np.int64]] = OrderedDict()
+        self._plans: dict[tuple[int, int, int], EpochPlan] = {}
+        self._cache = ShardCache(self._read_shard, threads=min(8, max(2, self.prefetch)), keep=self.cache_shards)
+        self._totals = Accounting(max_errors=None)
+        self._builds = self._active = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle us)
+        keep = ("_lock", "_orders", "_plans", "_cache", "_totals", "_builds", "_active")
+        return {k: v for k, v in self.__dict__.items() if k not in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def replace(self, **changes: Any) -> BatchService:
+        """A new service with the same settings except ``changes`` (the fingerprint is reused).
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> svc = BatchService(TableSource(pa.table({"x": [1, 2, 3]})), batch_size=2)
+            >>> svc.replace(collate="arrow").collate_fn(pa.table({"x": [1]})).num_rows
+            1
+        """
+        kwargs: dict[str, Any] = {
+            "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle, "window": self.window,
+            "drop_last": self.drop_last, "columns": self.columns, "collate": self.collate_fn,
+            "filter": self.filter, "transform": self.transform, "max_errors": self.max_errors,
+            "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards,
+            "plan_epochs": self.plan_epochs}
+        kwargs.update(changes)
+        other = BatchService(kwargs.pop("source", self.source), **kwargs)
+        if other.source is self.source:
+            other._fingerprint = self._fingerprint
+        return other
+
+    # ----------------------------------------------------------------- order, plans, state
+    def fingerprint(self) -> str:
+        """The source's fingerprint (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = self.source.fingerprint()
+        return self._fingerprint
+
+    def config(self, *, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+        """The order-relevant settings of one rank (what a resume state records)."""
+        return {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
+                "rank": int(rank), "shuffle": self.shuffle, "window": self.window, "world_size": int(world_size)}
+
+    def _order(self, epoch: int) -> NDArray[np.int64]:
+        with self._lock:
+            order = self._orders.get(epoch)
+        if order is None:
+            order = global_order(self.sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window)
+            with self._lock:
+                order = self._orders.setdefault(epoch, order)
+                self._orders.move_to_end(epoch)
+                while len(self._orders) > self.plan_epochs:
+                    old, _ = self._orders.popitem(last=False)
+                    self._plans = {k: v for k, v in self._plans.items() if k[0] != old}
+        return order
+
+    def plan(self, epoch: int, rank: int = 0, world_size: int = 1) -> EpochPlan:
+        """Rank ``rank``'s :class:`~datamill.loader.stages.EpochPlan` of ``epoch`` (cached, pure).
+
+        Raises:
+            ConfigError: a negative epoch, or a rank outside ``[0, world_size)``.
+        """
+        _check_rank(epoch, rank, world_size)
+        key = (int(epoch), int(rank), int(world_size))
+        with self._lock:
+            plan = self._plans.get(key)
+        if plan is None:
+            seq = split_for_rank(self._order(key[0]), rank=key[1], world_size=key[2], drop_last=self.drop_last)
+            plan = EpochPlan.from_sequence(seq, self.sizes, batch_size=self.batch_size, drop_last=self.drop_last)
+            with self._lock:
+                if key[0] in self._orders:
+                    plan = self._plans.setdefault(key, plan)
+        return plan
+
+    def rank_samples(self, rank: int = 0, world_size: int = 1) -> int:
+        """Samples rank ``rank`` visits per epoch (positions of its batches)."""
+        _check_rank(0, rank, world_size)
+        base, extra = divmod(int(self.sizes.sum()), world_size)
+        count = base if self.drop_last else base + (1 if rank < extra else 0)
+        return min(count, num_batches(count, batch_size=self.batch_size, drop_last=self.drop_last) * self.batch_size)
+
+    def num_batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> int:
+        """Batches of rank ``rank`` in ``epoch`` (some may be empty if a filter drops every sample)."""
+        _check_rank(epoch, rank, world_size)
+        return num_batches(self.rank_samples(rank, world_size), batch_size=self.batch_size, drop_last=self.drop_last)
+
+    def resume_state(self, *, epoch: int, batches_seen: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+        """The tiny JSON resume state of rank ``rank`` after ``batches_seen`` batches of ``epoch``.
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))})), batch_size=4)
+            >>> st = svc.resume_state(epoch=1, batches_seen=3)
+            >>> st["samples_seen"], svc.check_state(st)
+            (10, (1, 3))
+        """
+        cfg = self.config(rank=rank, world_size=world_size)
+        return {"format": LOADER_STATE_FORMAT, "epoch": int(epoch), "batches_seen": int(batches_seen),
+                "samples_seen": min(self.rank_samples(rank, world_size), int(batches_seen) * self.batch_size),
+                "seed": self.seed, "dataset_fingerprint": self.fingerprint(),
+                "config_fingerprint": config_fingerprint(cfg), "config": cfg}
+
+    def check_state(self, state: Mapping[str, Any], *, rank: int = 0, world_size: int = 1,
+                    allow_mismatch: Sequence[str] = ()) -> tuple[int, int]:
+        """``(epoch, batches_seen)`` of a resume state that fits this service and rank.
+
+        Raises:
+            ResumeStateError: a malformed state, or one listing every differing field.
+        """
+        st = validate_state(state)
+        current = {"seed": self.seed, "dataset_fingerprint": self.fingerprint(),
+                   **self.config(rank=rank, world_size=world_size)}
+        saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
+        check_resume_compat(saved, current, fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
+                            allow_mismatch=allow_mismatch)
+        return int(st["epoch"]), int(st["batches_seen"])
+
+    # ----------------------------------------------------------------- accounting
+    def accounting(self) -> Accounting:
+        """A fresh :class:`Accounting` with this service's ``max_errors`` (one per epoch and rank)."""
+        return Accounting(max_errors=self.max_errors)
+
+    def stats(self) -> dict[str, Any]:
+        """Totals over every build so far: samples, shards read and reused, shards in memory now and at peak."""
+        with self._lock:
+            out: dict[str, Any] = self._totals.as_dict()
+            out.update(builds=self._builds, active_builds=self._active, shards_read=self._cache.reads,
+                       shards_reused=self._cache.reused, shards_in_memory=self._cache.in_memory,
+                       peak_shards_in_memory=self._cache.peak, plans_cached=len(self._plans))
+        return out
+
+    # ----------------------------------------------------------------- building
+    def _read_shard(self, k: int) -> pa.Table:
+        try:
+            table = self.source.read_shard(k, columns=self.columns)
+        except DatamillError:
+            raise
+        except Exception as exc:  # a source's own failure: name the shard
+            raise DataFileError(f"reading shard {k} failed: {type(exc).__name__}: {exc}", shard=k) from exc
+        if table.num_rows != int(self.sizes[k]):
+            raise DataFileError(f"expected {int(self.sizes[k])} rows (shard_sizes()), got {table.num_rows}",
+                                shard=k, hint="the source's shard_sizes() disagrees with read_shard()")
+        return table
+
+    def build(self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1
+              ) -> Generator[BatchResult, None, None]:
+        """Build batches ``batch_numbers`` (ascending) of rank ``rank`` in ``epoch``, in order.
+
+        Thread-safe: builds of any ranks may run at once and share the shard cache. Close the
+        iterator (or exhaust it) to release its shards. Failures of ``filter``/``transform`` are
+        recorded on each result; apply the ``max_errors`` policy with :meth:`accounting`.
+
+        Raises:
+            ConfigError: a bad epoch/rank, or batch numbers not ascending within ``[0, num_batches)``.
+        """
+        plan = self.plan(epoch, rank, world_size)
+        batches = np.asarray(batch_numbers, dtype=np.int64).reshape(-1)
+        if len(batches) and (batches[0] < 0 or batches[-1] >= plan.total_batches or (np.diff(batches) <= 0).any()):
+            raise ConfigError(f"batch numbers must be ascending in [0, {plan.total_batches}) for rank {rank} of "
+                              f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}")
+        return self._build(plan, int(epoch), int(rank), batches)
+
+    def _tasks(self, batches: NDArray[np.int64]) -> Iterator[list[int]]:
+        # one take per block of batches; a block spans at most about one shard, so memory stays
+        # bounded by the shuffle window, not the block
+        mean_shard = int(self.sizes.mean()) if len(self.sizes) else 1
+        per = max(1, min(BLOCK_ROWS, mean_shard) // self.batch_size)
+        for i in range(0, len(batches), per):
+            yield batches[i:i + per].tolist()
+
+    def _run(self, reader: BuildReader, task: list[int]) -> list[BatchResult]:
+        plan = reader.plan
+        tables = assemble(plan, reader.get, task)
+        return [process_batch(b, t, plan.seq[plan.positions(b)], filter=self.filter, transform=self.transform,
+                              collate=self.collate_fn) for b, t in zip(task, tables)]
+
+    def _results(self, reader: BuildReader, batches: NDArray[np.int64]) -> Iterator[BatchResult]:
+        """Results in batch order, built in this thread or ``num_workers`` threads ahead."""
+        tasks = self._tasks(batches)
+        if not self.num_workers:
+            for task in tasks:
+                reader.schedule_upto(task[-1])
+                yield from self._run(reader, task)
+            return
+        inflight: deque[Future[list[BatchResult]]] = deque()
+        with ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="datamill-work") as workers:
+            try:
+                for task in tasks:
+                    reader.schedule_upto(task[-1])
+                    inflight.append(workers.submit(self._run, reader, task))
+                    while len(inflight) >= self.num_workers * self.prefetch:
+                        yield from inflight.popleft().result()
+                while inflight:
+                    yield from inflight.popleft().result()
+            finally:
+                for fut in inflight:
+                    fut.cancel()
+
+    def _build(self, plan: EpochPlan, epoch: int, rank: int, batches: NDArray[np.int64]
+               ) -> Generator[BatchResult, None, None]:
+        if not len(batches):
+            return
+        with self._lock:
+            self._builds += 1
+            self._active += 1
+        self._cache.open()
+        reader = BuildReader(self._cache, plan, batches, prefetch=self.prefetch)
+        try:
+            for res in self._results(reader, batches):
+                res.epoch, res.rank, res.shards_read = epoch, rank, reader.shards_read
+                res.shards_in_memory, res.peak_shards_in_memory = self._cache.in_memory, reader.peak
+                with self._lock:
+                    self._totals.add(res)
+                yield res
+                reader.release_upto(res.batch)
+        finally:
+            reader.close()
+            self._cache.finish()
+            with self._lock:
+                self._active -= 1
+
+    def close(self) -> None:
+        """Drop the cached plans, orders and kept shards (builds still running keep what they need)."""
+        self._cache.close()
+        with self._lock:
+            self._orders.clear()
+            self._plans.clear()

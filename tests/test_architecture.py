@@ -1,0 +1,213 @@
+"""The import graph of ``src/datamill``, walked with ``ast`` (top-level and function-level imports).
+
+Asserts: no import cycles, ``datamill.core`` imports nothing else from datamill, and no module imports
+a private name (a ``_x`` module or a ``_x`` attribute) from another subpackage. Imports under
+``if TYPE_CHECKING:`` are for annotations only and never run, so they are left out of the graph.
+
+Violations that exist today (in modules being restructured elsewhere) are listed in ``KNOWN`` and
+checked exactly: a new violation fails, and so does a fixed one until it is removed from ``KNOWN``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = "datamill"
+
+KNOWN: set[str] = {
+    # shards/ is being restructured on another branch
+    "cycle: datamill.shards.convert, datamill.shards.dataset, datamill.shards.write",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> file."""
+    return {_module_name(p): p for p in sorted((SRC / ROOT).rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path], *, runtime_only: bool = True
+               ) -> list[tuple[str, str | None]]:
+    """``(module, attribute or None)`` for every datamill import in the file (``from m import a``
+    gives ``(m.a, None)`` when ``m.a`` is a module, else ``(m, "a")``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[tuple[str, str | None]] = []
+    nodes = _runtime_nodes(tree) if runtime_only else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.extend((a.name, None) for a in node.names if a.name.split(".")[0] == ROOT)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != ROOT:
+                continue
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                out.append((sub, None) if sub in known else (mod, a.name))
+    return out
+
+
+def _subpackage(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _private(module: str, attr: str | None) -> bool:
+    names = module.split(".")[1:] + ([attr] if attr else [])
+    return any(n.startswith("_") and not n.startswith("__") for n in names)
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    """The module graph (edges to datamill modules only) and the non-cycle violations."""
+    known = modules()
+    edges: dict[str, set[str]] = {m: set() for m in known}
+    problems: list[str] = []
+    for name, path in known.items():
+        for mod, attr in imports_of(name, path, known):
+            target = mod
+            while target not in known and "." in target:  # `import datamill.x.y` names a module
+                target = target.rpartition(".")[0]
+            if target != name:
+                edges[name].add(target)
+            if name.startswith(f"{ROOT}.core") and not target.startswith(f"{ROOT}.core"):
+                problems.append(f"core: {name} imports {target}")
+            if _subpackage(name) != _subpackage(target) and _private(mod, attr):
+                problems.append(f"private: {name} imports {mod}{'.' + attr if attr else ''}")
+    return edges, sorted(set(problems))
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def _cycle_path(comp: list[str], edges: dict[str, set[str]]) -> str:
+    """One concrete cycle through the component's first module, for the failure message."""
+    start, members = comp[0], set(comp)
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(edges[v] & members):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return " -> ".join([start, *reversed(path[:-1]), start]) if len(path) > 1 else f"{start} -> {start}"
+                if w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return " -> ".join(comp)
+
+
+def violations() -> tuple[set[str], dict[str, str]]:
+    """Every violation as a stable string, and a readable cycle path per cycle violation."""
+    edges, problems = graph()
+    found = set(problems)
+    paths = {}
+    for comp in cycles(edges):
+        key = "cycle: " + ", ".join(comp)
+        found.add(key)
+        paths[key] = _cycle_path(comp, edges)
+    return found, paths
+
+
+def test_import_graph_has_no_new_violations_and_known_ones_are_current() -> None:
+    found, paths = violations()
+    new = sorted(found - KNOWN)
+    fixed = sorted(KNOWN - found)
+    detail = [f"{v}  ({paths[v]})" if v in paths else v for v in new]
+    assert not new, "new import-graph violations:\n  " + "\n  ".join(detail)
+    assert not fixed, "fixed violations still listed in KNOWN (remove them):\n  " + "\n  ".join(fixed)
+
+
+def test_walker_sees_lazy_imports_and_skips_type_checking_blocks(tmp_path: Path) -> None:
+    code = ("from typing import TYPE_CHECKING\nimport datamill.core.errors\n"
+            "if TYPE_CHECKING:\n    from datamill.loader.torch import TorchLoaderDataset\n"
+            "def f():\n    from datamill.core import _hidden\n    from datamill.loader.order import _x\n")
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    known = {"datamill.core.errors": path, "datamill.loader.order": path}
+    runtime = imports_of("datamill.pretrain.m", path, known)
+    assert sorted(runtime, key=str) == sorted([("datamill.core.errors", None), ("datamill.core", "_hidden"),
+                                               ("datamill.loader.order", "_x")], key=str)
+    assert [_private(m, a) for m, a in sorted(runtime, key=str)] == [True, False, True]
+    everything = imports_of("datamill.pretrain.m", path, known, runtime_only=False)
+    assert ("datamill.loader.torch", "TorchLoaderDataset") in everything
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert _cycle_path(["a", "b", "c"], edges) == "a -> b -> c -> a"
+
+
+def test_loader_module_never_imports_the_torch_adapter() -> None:
+    """loader.py may not import loader/torch.py at all: not lazily, not even for type checking."""
+    known = modules()
+    name = "datamill.loader.loader"
+    got = imports_of(name, known[name], known, runtime_only=False)
+    assert got and not [m for m, _ in got if m.startswith("datamill.loader.torch")]
