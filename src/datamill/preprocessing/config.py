@@ -99,8 +99,8 @@ class GlobalPreprocessing(BaseModel):
             if key not in keys:
                 raise ValueError(f"unknown key {key!r}; valid keys: split, seed, {', '.join(sorted(keys))}")
             if not isinstance(value, dict):
-                raise ValueError(f"{key}: expected a mapping of {keys[key]} preprocessing parameters, "
-                                 f"got {type(value).__name__}")
+                raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
+                    f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}")
         return self
 
     def type_defaults(self, type_name: str) -> dict[str, Any]:

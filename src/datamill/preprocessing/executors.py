@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 from datamill.core.errors import ConfigError
 from datamill.core.parallel import ordered_map
 
-__all__ = ["THREADS", "Executor", "LocalExecutor", "thread_count"]
+__all__ = ["Executor", "LocalExecutor", "THREADS", "thread_count"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-__all__ = ["STRATEGIES", "Carry", "MissingStats", "apply_fill", "carries", "fit_missing"]
+__all__ = ["Carry", "MissingStats", "STRATEGIES", "apply_fill", "carries", "fit_missing"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 STRATEGIES = ("fill_with_const", "fill_with_mode", "fill_with_mean", "fill_with_false", "bfill", "ffill", "drop_row")
 

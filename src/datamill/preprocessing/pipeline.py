@@ -36,7 +36,13 @@ from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import display_name, split_member
 from datamill.core.progress import progress
-from datamill.preprocessing.config import PreprocessConfig, ResolvedFeature, SplitConfig, load_config, resolve_features
+from datamill.preprocessing.config import (
+    PreprocessConfig,
+    ResolvedFeature,
+    SplitConfig,
+    load_config,
+    resolve_features,
+)
 from datamill.preprocessing.executors import Executor
 from datamill.preprocessing.features import CSR, FeatureContext, FeatureHandler, handler_class
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
@@ -45,8 +51,8 @@ from datamill.preprocessing.reading import cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
 from datamill.preprocessing.split import SPLIT_NAMES, fixed_split, random_split
 
-__all__ = ["BLOCK_ROWS", "TRANSFORM_VERSION", "Block", "Origin", "Plan", "Stats", "cached", "finalize", "fit",
-           "plan", "prepare", "run", "transform"]
+__all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "cached",  # noqa: RUF022 - Python sorted() order (house rule)
+           "finalize", "fit", "plan", "prepare", "run", "transform"]
 
 #: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split)
 TRANSFORM_VERSION = "datamill.preprocess@2"
@@ -172,8 +178,8 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
     features = tuple(resolve_features(cfg, cfg_source))
-    for f in features if applied is not None else ():
-        if f.name not in applied:
+    for f in features:
+        if applied is not None and f.name not in applied:
             raise ConfigError(f"feature {f.name!r} is not in the metadata being applied",
                               hint="use the config the metadata was made with")
     split = cfg.preprocessing.split if applied is None else None
@@ -261,7 +267,9 @@ def _fit_block(p: Plan, fills: dict[str, Any], keep_tokens: bool,
     block, carry = item
     mask = block.fit_mask
     subset = mask is not None and not mask.all()
-    rows = (block.rows if block.rows is not None else block.lo + np.arange(block.num_rows))[mask] if subset else None
+    rows = None
+    if mask is not None and subset:
+        rows = (block.rows if block.rows is not None else block.lo + np.arange(block.num_rows))[mask]
     stats: dict[str, Any] = {}
     tokens: dict[str, Any] = {}
     for f in p.features:
@@ -270,7 +278,7 @@ def _fit_block(p: Plan, fills: dict[str, Any], keep_tokens: bool,
         ctx = block.context(f)
         t = h.tokens(col, f.params, ctx)
         fit_ctx = replace(ctx, rows=rows) if subset else ctx
-        stats[f.name] = h.fit(h.take_rows(t, mask) if subset else t, f.params, fit_ctx)
+        stats[f.name] = h.fit(h.take_rows(t, mask) if mask is not None and subset else t, f.params, fit_ctx)
         if keep_tokens and t is not col:
             tokens[f.name] = h.compact_tokens(t)
     return stats, tokens

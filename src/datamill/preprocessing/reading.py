@@ -22,7 +22,14 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError, SchemaError
-from datamill.core.io import csv_options, detect_format, display_name, open_bytes, read_table, split_member
+from datamill.core.io import (
+    csv_options,
+    detect_format,
+    display_name,
+    open_bytes,
+    read_table,
+    split_member,
+)
 
 __all__ = ["Dataset", "cast_column", "read_dataset"]
 

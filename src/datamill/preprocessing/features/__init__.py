@@ -12,7 +12,12 @@ import importlib
 from functools import cache
 
 from datamill.core.errors import ConfigError
-from datamill.preprocessing.features.base import REQUIRED_ATTRIBUTES, CSR, FeatureContext, FeatureHandler
+from datamill.preprocessing.features.base import (
+    CSR,
+    REQUIRED_ATTRIBUTES,
+    FeatureContext,
+    FeatureHandler,
+)
 
 __all__ = ["CSR", "FEATURE_TYPES", "FeatureContext", "FeatureHandler", "get_handler", "handler_class",
            "handler_classes"]

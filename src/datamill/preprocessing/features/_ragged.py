@@ -25,8 +25,8 @@ from datamill.core.errors import ConfigError
 from datamill.preprocessing.features.base import int_type
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
-__all__ = ["STOPWORDS", "TOKENIZERS", "DictRagged", "Ragged", "codepoints", "compact", "pad", "row_selection",
-           "split_tokens", "to_string_array"]
+__all__ = ["DictRagged", "Ragged", "STOPWORDS", "TOKENIZERS", "codepoints", "compact", "pad",  # noqa: RUF022 - Python sorted() order (house rule)
+           "row_selection", "split_tokens", "to_string_array"]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
 

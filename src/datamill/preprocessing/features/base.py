@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict
 from datamill.core.errors import ConfigError
 from datamill.preprocessing.missing import MissingStats
 
-__all__ = ["COMMON_STRATEGIES", "CSR", "FeatureContext", "FeatureHandler", "Params", "REQUIRED_ATTRIBUTES", "int_type"]
+__all__ = ["COMMON_STRATEGIES", "CSR", "FeatureContext", "FeatureHandler", "Params",  # noqa: RUF022 - Python sorted() order (house rule)
+           "REQUIRED_ATTRIBUTES", "int_type"]
 
 #: class attributes every registered handler class must define itself (or inherit from a concrete parent)
 REQUIRED_ATTRIBUTES = ("Params", "defaults_key", "fill_value", "input_type", "missing_value_strategy",

@@ -16,7 +16,12 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.preprocessing.missing import MissingStats
 from datamill.vocab import TokenCounts, count_tokens

@@ -19,7 +19,13 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import UNK
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler, int_type
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+    int_type,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 

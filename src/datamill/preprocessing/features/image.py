@@ -27,7 +27,12 @@ from pydantic import Field
 
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.preprocessing.features._ragged import to_string_array
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 
 __all__ = ["Handler", "ImageParams", "ImageStats"]

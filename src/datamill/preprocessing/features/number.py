@@ -21,7 +21,12 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 
 __all__ = ["Handler", "NumberParams", "NumberStats"]

@@ -25,7 +25,13 @@ from datamill.core.constants import PAD, UNK
 from datamill.core.errors import ConfigError
 from datamill.core.io import read_text
 from datamill.preprocessing.features._ragged import Ragged, compact, pad, split_tokens
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler, int_type
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+    int_type,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.preprocessing.features.set_ import RaggedStats, fit_tokens
 from datamill.vocab import Vocab

@@ -29,7 +29,12 @@ from pydantic import Field
 
 from datamill.core.constants import PAD, UNK
 from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab
 

@@ -33,14 +33,20 @@ from datamill.preprocessing.features._ragged import (
     split_tokens,
     to_string_array,
 )
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler, int_type
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+    int_type,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.preprocessing.features.set_ import RaggedStats, fit_tokens
 from datamill.vocab import Vocab
 
 __all__ = ["Handler", "TextParams", "TextStats"]
 
-LEVELS = ("char", "word")
+LEVELS: tuple[Literal["char", "word"], ...] = ("char", "word")
 
 
 class TextParams(BaseParams):

@@ -21,7 +21,12 @@ from pydantic import Field
 
 from datamill.core.errors import DataFileError
 from datamill.preprocessing.features._ragged import Ragged, pad, row_selection, split_tokens
-from datamill.preprocessing.features.base import COMMON_STRATEGIES, CSR, FeatureContext, FeatureHandler
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+)
 from datamill.preprocessing.features.base import Params as BaseParams
 
 __all__ = ["Handler", "TimeseriesParams", "TimeseriesStats"]
