@@ -20,7 +20,7 @@ _MODULES = {
     "HDF5Sink": "datamill.preprocessing.sinks",
     "LocalExecutor": "datamill.preprocessing.executors",
     "Metadata": "datamill.preprocessing.meta",
-    "Plan": "datamill.preprocessing.pipeline",
+    "Plan": "datamill.preprocessing.plans",
     "Preprocessed": "datamill.preprocessing.api",
     "Sink": "datamill.preprocessing.sinks",
     "load": "datamill.preprocessing.api",

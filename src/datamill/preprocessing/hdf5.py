@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +30,9 @@ from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parquet import tail_hash
 from datamill.core.source import FixedShards, check_read_args, register_source
 from datamill.preprocessing.features.base import CSR
+
+if TYPE_CHECKING:
+    import h5py
 
 __all__ = ["H5Writer", "HDF5Source", "read_hdf5"]
 
@@ -92,25 +95,22 @@ class H5Writer:
         self.filled[key] = self.filled.get(key, 0) + len(off) - 1
 
 
-def _h5py() -> Any:
-    import h5py
-
-    return h5py
-
-
-def _open(path: Path) -> Any:
+def _open(path: Path) -> h5py.File:
     """The file opened read-only (DataFileNotFoundError / DataFileError when absent or not HDF5)."""
     if not path.is_file():
         raise DataFileNotFoundError("no such HDF5 file", path=path)
+    import h5py
+
     try:
-        return _h5py().File(path, "r")
+        return h5py.File(path, "r")
     except OSError as exc:
         raise DataFileError(f"not a readable HDF5 file ({exc})", path=path) from exc
 
 
-def _layout(f: Any) -> tuple[dict[str, int], set[str]]:
+def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
     """(column → rows, CSR columns) of an open file: root datasets and ``layout="csr"`` groups, sorted."""
-    h5py = _h5py()
+    import h5py
+
     lengths: dict[str, int] = {}
     csr: set[str] = set()
     for name in sorted(f.keys()):
@@ -125,7 +125,7 @@ def _layout(f: Any) -> tuple[dict[str, int], set[str]]:
     return lengths, csr
 
 
-def _read_column(f: Any, name: str, lo: int | None, hi: int | None, *, csr: bool) -> NDArray[Any] | CSR:
+def _read_column(f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr: bool) -> NDArray[Any] | CSR:
     """Rows ``lo:hi`` of a column (``None, None``: all of it, scalars included); CSR offsets rebased to 0."""
     obj = f[name]
     if csr:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from datamill.core.progress import progress
 from datamill.preprocessing.config import (
     PreprocessConfig,
     ResolvedFeature,
-    SplitConfig,
     load_config,
     resolve_features,
 )
@@ -47,88 +46,18 @@ from datamill.preprocessing.executors import Executor
 from datamill.preprocessing.features import CSR, FeatureContext, FeatureHandler, handler_class
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carries, fit_missing
+from datamill.preprocessing.plans import Block, Origin, Plan, Stats
 from datamill.preprocessing.reading import cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
 from datamill.preprocessing.split import SPLIT_NAMES, fixed_split, random_split
 
 __all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "cached",  # noqa: RUF022 - Python sorted() order (house rule)
-           "finalize", "fit", "plan", "prepare", "run", "transform"]
+           "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
 
 #: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split)
 TRANSFORM_VERSION = "datamill.preprocess@2"
 #: rows per block (fit statistics are merged across blocks)
 BLOCK_ROWS = 1 << 16  # 64k rows: bounded transform temporaries (1<<19 tripled peak RSS on text at 600k rows)
-
-
-@dataclass(frozen=True, eq=False)
-class Plan:
-    """Everything decided before the data is read (see :func:`plan`)."""
-
-    config: PreprocessConfig
-    config_source: str | None
-    features: tuple[ResolvedFeature, ...]
-    #: input column → the type it is read as ("string", "float64", "raw")
-    wanted: dict[str, str]
-    split: SplitConfig | None
-    seed: int
-    #: the metadata being applied (nothing fitted, no split), or None
-    applied: dict[str, Any] | None = None
-    #: display name of the input file (None: in memory)
-    source: str | None = None
-    fingerprint: str = ""
-    input_fingerprint: str | None = None
-    hdf5_path: Path | None = None
-    meta_path: Path | None = None
-    block_rows: int = BLOCK_ROWS
-
-    def block_ranges(self, num_rows: int) -> list[tuple[int, int]]:
-        """The ``(lo, hi)`` input rows of each block (one block when the input is empty)."""
-        return [(lo, min(num_rows, lo + self.block_rows)) for lo in range(0, max(num_rows, 1), self.block_rows)]
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where the input rows come from, for error locations and relative paths."""
-
-    path: str | None
-    base_dir: Path | None
-    line_offset: int | None  # line of input row 0 (CSV/TSV 2, JSONL 1), None for row-addressed formats
-
-
-@dataclass(frozen=True, eq=False)
-class Block:
-    """One block of prepared rows: per-feature cast columns (``drop_row`` rows removed) and split ids."""
-
-    index: int
-    lo: int  # global input row of the block's first row
-    num_rows: int  # rows kept
-    columns: dict[str, pa.Array]
-    split: NDArray[np.int8] | None
-    rows: NDArray[np.int64] | None  # global input row of each kept row (None: none dropped)
-    origin: Origin
-
-    @property
-    def fit_mask(self) -> NDArray[np.bool_] | None:
-        """The fit (train) rows, or None when there is no split (every row fits)."""
-        return None if self.split is None else self.split == 0
-
-    def context(self, f: ResolvedFeature) -> FeatureContext:
-        """The handler context of feature ``f`` in this block."""
-        o = self.origin
-        return FeatureContext(f.name, f.column, o.path, o.base_dir, self.lo, o.line_offset, rows=self.rows)
-
-
-@dataclass(eq=False)
-class Stats:
-    """What :func:`fit` learnt, merged in block order."""
-
-    num_rows: int
-    origin: Origin
-    fills: dict[str, Any]  # feature → computed_fill_value
-    carries: list[dict[str, Carry]]  # per block: feature → values carried in by ffill/bfill
-    features: dict[str, Any]  # feature → merged handler statistics (empty when metadata is applied)
-    split_counts: list[int] | None
-    tokens: list[dict[str, Any]] = field(default_factory=list)  # per block: fit's tokens, for its transform
 
 
 def _version() -> str:

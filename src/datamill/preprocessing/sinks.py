@@ -13,7 +13,7 @@ import json
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,9 +23,7 @@ from datamill.core.io import atomic_path, atomic_write
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.hdf5 import H5Writer
 from datamill.preprocessing.meta import HEADER
-
-if TYPE_CHECKING:
-    from datamill.preprocessing.pipeline import Plan
+from datamill.preprocessing.plans import Plan
 
 __all__ = ["HDF5Sink", "MemorySink", "Sink"]
 

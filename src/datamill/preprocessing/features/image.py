@@ -18,7 +18,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,9 @@ from datamill.preprocessing.features.base import (
     FeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 __all__ = ["Handler", "ImageParams", "ImageStats"]
 
@@ -69,7 +72,7 @@ def _resolve(value: str, ctx: FeatureContext) -> Path:
     return p if p.is_absolute() or ctx.base_dir is None else ctx.base_dir / p
 
 
-def _open(path: Path, index: int, ctx: FeatureContext) -> Any:
+def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -84,7 +87,7 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> Any:
     return img
 
 
-def _channels(img: Any) -> int:
+def _channels(img: PILImage) -> int:
     return {"1": 1, "L": 1, "P": 3, "RGB": 3, "RGBA": 4, "LA": 4, "CMYK": 3}.get(img.mode, 3)
 
 
