@@ -275,7 +275,7 @@ def test_timeseries_bad_value_names_line_and_column() -> None:
 
 @pytest.mark.parametrize("type_name", ["set", "sequence", "text"])
 def test_token_cache_reuses_only_the_same_block(type_name: str) -> None:
-    """Regression guard: the fit→transform token cache must not serve another column of the same length."""
+    """Regression: the removed fit→transform token cache served another column of the same length; handlers are stateless now."""
     h = get_handler(type_name)
     p = h.Params()
     a, b = pa.array(["x y", "y"]), pa.array(["y z", "z"])
