@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import pickle
 import sys
 import threading
@@ -101,7 +102,7 @@ def test_random_split_is_a_pure_function_of_the_row_index(seed: int, cuts: list[
     cfg = SplitConfig(probabilities=(0.6, 0.3, 0.1))
     whole = random_split(cfg, seed=seed, lo=0, hi=500)
     bounds = [0, *sorted(cuts), 500]
-    parts = [random_split(cfg, seed=seed, lo=a, hi=b) for a, b in zip(bounds[:-1], bounds[1:])]
+    parts = [random_split(cfg, seed=seed, lo=a, hi=b) for a, b in itertools.pairwise(bounds)]
     np.testing.assert_array_equal(np.concatenate(parts), whole)
     u = uniform_at(seed, 0, 500)
     assert ((u >= 0) & (u < 1)).all()
@@ -201,10 +202,9 @@ def test_ordered_map_keeps_order_bounds_in_flight_and_propagates_errors() -> Non
             raise ValueError("block 4")
         return i
 
-    got = []
+    got: list[int] = []
     with pytest.raises(ValueError, match="block 4"):
-        for v in ordered_map(boom, range(10), threads=2):
-            got.append(v)
+        got.extend(ordered_map(boom, range(10), threads=2))
     assert got == [0, 1, 2, 3]
     with pytest.raises(ConfigError):
         LocalExecutor(threads=0)
