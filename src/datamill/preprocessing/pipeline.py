@@ -269,6 +269,17 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
 
     Raises:
         ConfigError: two features write the same output key.
+
+    Examples:
+        >>> from datamill.preprocessing.executors import LocalExecutor
+        >>> p = plan({"input_features": [{"name": "c", "type": "category",
+        ...           "preprocessing": {"missing_value_strategy": "ffill"}}]}, pa.table({}))
+        >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
+        ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
+        >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
+        >>> meta = finalize(p, st)
+        >>> meta["c"]["idx2str"], meta["c"]["hdf5_keys"], meta.header["num_rows"]
+        (['<UNK>', 'b', 'a'], ['c'], 4)
     """
     metas: dict[str, Any] = {}
     owners = {"split": "the split"}
@@ -309,6 +320,16 @@ def transform(p: Plan, block: Block, meta: Metadata, *, carry: dict[str, Carry] 
 
     ``carry``: the block's ``ffill``/``bfill`` carries from :func:`fit` (``Stats.carries[i]``);
     ``tokens``: its tokens from :func:`fit` (``Stats.tokens[i]``), else the block is tokenised here.
+
+    Examples:
+        >>> from datamill.preprocessing.executors import LocalExecutor
+        >>> p = plan({"input_features": [{"name": "c", "type": "category",
+        ...           "preprocessing": {"missing_value_strategy": "ffill"}}]}, pa.table({}))
+        >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
+        ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
+        >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
+        >>> transform(p, blocks[1], finalize(p, st), carry=st.carries[1])["c"].tolist()  # "b" carried in
+        [1, 1]
     """
     out: dict[str, NDArray[Any] | CSR] = {}
     for f in p.features:
