@@ -4,7 +4,7 @@ Data: a seeded synthetic CSV (1,000,000 rows; 100,000 with ``--quick``) with fou
 ``cat`` (category, 50 Zipf-distributed values), ``tags`` (set, 1-5 tags of 100), ``seq`` (sequence,
 5-20 tokens of 2,000), ``review`` (text, 4-15 words of 5,000 ASCII words with punctuation).
 
-* datamill: ``datamill.preprocess.api.preprocess(csv, config, output_dir=tmp)`` — read, fit
+* datamill: ``datamill.preprocessing.api.preprocess(csv, config, output_dir=tmp)`` — read, fit
   vocabularies, transform, write ``.hdf5`` + ``.meta.json`` (cache cleared before the run).
 * reference: ``pandas.read_csv(dtype=str)``; per column ``collections.Counter`` over Python-split
   tokens, vocabularies sorted by (-count, token), then a Python loop per row filling numpy matrices
@@ -96,7 +96,7 @@ def make_csv(path: Path, rows: int) -> None:
 
 # -- the two sides ----------------------------------------------------------------------------------
 def run_datamill(csv: Path, out_dir: Path) -> dict[str, Any]:
-    from datamill.preprocess.api import preprocess
+    from datamill.preprocessing.api import preprocess
 
     res = preprocess(csv, CONFIG, output_dir=out_dir)
     assert not res.cached
@@ -220,7 +220,7 @@ def house_prices(tmp: Path) -> dict[str, float]:
     pacsv.write_csv(big, path)
 
     def first() -> dict[str, Any]:
-        from datamill.preprocess.api import preprocess
+        from datamill.preprocessing.api import preprocess
 
         t0 = time.perf_counter()
         r = preprocess(path, HOUSE_CONFIG, output_dir=tmp)
@@ -252,8 +252,8 @@ def main() -> None:
     import pandas  # noqa: F401
     import pyarrow.csv  # noqa: F401
 
-    from datamill.preprocess.api import preprocess  # noqa: F401
-    from datamill.preprocess.features import handler_class
+    from datamill.preprocessing.api import preprocess  # noqa: F401
+    from datamill.preprocessing.features import handler_class
 
     for name in ("category", "set", "sequence", "text"):
         handler_class(name)

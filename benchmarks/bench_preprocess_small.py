@@ -98,7 +98,7 @@ def main() -> None:
     times = 10 if args.quick else 100
 
     from datamill.core.progress import set_quiet
-    from datamill.preprocess.api import preprocess
+    from datamill.preprocessing.api import preprocess
 
     set_quiet(True)
     print(f"machine: {platform.platform()}, {os.cpu_count()} cpus, python {platform.python_version()}")

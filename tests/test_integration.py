@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from datamill.loader import Loader
-from datamill.preprocess.api import load, preprocess
+from datamill.preprocessing.api import load, preprocess
 from datamill.shards import ShardsetDataset
 from datamill.shards.check import check_dataset
 from datamill.shards.convert import from_bert_parquet, from_hdf5

@@ -26,8 +26,8 @@ from datamill.core.errors import (
 # public name -> module that defines it (imported on first access)
 _LAZY = {
     "Vocab": "datamill.vocab",
-    "preprocess": "datamill.preprocess.api",
-    "load": "datamill.preprocess.api",
+    "preprocess": "datamill.preprocessing.api",
+    "load": "datamill.preprocessing.api",
     "build_vocab": "datamill.text",
     "build_skipgram": "datamill.pretrain.word2vec",
     "build_bert_samples": "datamill.pretrain.bert",

@@ -21,7 +21,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 # module -> it defines ``register(subparsers)``; order is the order shown by --help
 COMMAND_MODULES = (
     "datamill.demo",
-    "datamill.preprocess.cli",
+    "datamill.preprocessing.cli",
     "datamill.text.cli",
     "datamill.pretrain.word2vec_cli",
     "datamill.pretrain.bert_cli",

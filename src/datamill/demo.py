@@ -19,7 +19,7 @@ from datamill.core.errors import DataFileNotFoundError
 __all__ = ["DEMO_MODULES", "find_data_dir", "register", "run_demo"]
 
 DEMO_MODULES = (
-    "datamill.preprocess.demo",
+    "datamill.preprocessing.demo",
     "datamill.text.demo",
     "datamill.pretrain.demo_word2vec",
     "datamill.pretrain.demo_bert",

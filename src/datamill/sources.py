@@ -19,7 +19,7 @@ from datamill.core.source import Source, registered_sources
 if TYPE_CHECKING:
     from datamill.core.parquet import ParquetSource
     from datamill.core.source import TableSource
-    from datamill.preprocess.hdf5_source import HDF5Source
+    from datamill.preprocessing.hdf5 import HDF5Source
     from datamill.pretrain.sources import BertParquetSource
     from datamill.shards.dataset import ShardsetDataset
     from datamill.text.source import CorpusSource
@@ -37,7 +37,7 @@ __all__ = [
 
 PROVIDERS = (
     "datamill.core.parquet",
-    "datamill.preprocess.hdf5_source",
+    "datamill.preprocessing.hdf5",
     "datamill.pretrain.sources",
     "datamill.shards.dataset",
     "datamill.text.source",
@@ -77,7 +77,7 @@ def open_source(path: str | os.PathLike[str]) -> Source:
 _CLASSES = {
     "BertParquetSource": "datamill.pretrain.sources",
     "CorpusSource": "datamill.text.source",
-    "HDF5Source": "datamill.preprocess.hdf5_source",
+    "HDF5Source": "datamill.preprocessing.hdf5",
     "ParquetSource": "datamill.core.parquet",
     "ShardsetDataset": "datamill.shards.dataset",
     "TableSource": "datamill.core.source",

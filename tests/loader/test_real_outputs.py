@@ -86,7 +86,7 @@ def test_cifar10_tiny_shardset_resume(cifar_root: Path) -> None:
 
 
 def test_preprocessed_hdf5_house_prices(data_copy: Any) -> None:
-    pre = pytest.importorskip("datamill.preprocess.api")
+    pre = pytest.importorskip("datamill.preprocessing.api")
     csv = data_copy("house_prices_train.csv")
     cfg = {"input_features": [{"name": "LotArea", "type": "number"}, {"name": "Neighborhood", "type": "category"},
                               {"name": "Street", "type": "category"}],

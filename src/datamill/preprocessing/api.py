@@ -1,0 +1,140 @@
+"""``preprocess()`` and ``load()``: a dataset + config → ``<stem>.hdf5`` + ``<stem>.meta.json``.
+
+:func:`preprocess` is the one-call form of the pipeline in :mod:`datamill.preprocessing.pipeline`:
+``plan`` → (cache check) → read → ``prepare`` → ``fit`` → ``finalize`` → ``transform`` into a sink,
+run by a :class:`~datamill.preprocessing.executors.LocalExecutor` (ordered worker threads,
+``DATAMILL_THREADS``).
+
+Cache: ``meta.json`` records ``fingerprint = chain(content hash of the input, TRANSFORM_VERSION,
+{config, version, applied metadata})`` and the HDF5's size/mtime/run id. A rerun with the same input
+content and config returns the existing files without recomputing; anything else recomputes. The old
+``meta.json`` is deleted before a new HDF5 is written, so a crash never leaves a trusted pair.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
+from datamill.core.errors import CacheError
+from datamill.preprocessing.config import PreprocessConfig
+from datamill.preprocessing.executors import LocalExecutor
+from datamill.preprocessing.features.base import CSR
+from datamill.preprocessing.hdf5 import read_hdf5
+from datamill.preprocessing.meta import HEADER, Metadata, read_meta
+from datamill.preprocessing.pipeline import cached, plan, run
+from datamill.preprocessing.sinks import HDF5Sink, MemorySink
+
+__all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
+
+
+@dataclass
+class Preprocessed:
+    """What :func:`preprocess` returns."""
+
+    metadata: Metadata
+    hdf5_path: Path | None
+    meta_path: Path | None
+    cached: bool
+    num_rows: int
+    seconds: float
+    _data: dict[str, np.ndarray[Any, Any] | CSR] | None = field(default=None, repr=False)
+
+    @property
+    def data(self) -> dict[str, np.ndarray[Any, Any] | CSR]:
+        """The tensors (read from the HDF5 on first access when they were saved)."""
+        if self._data is None:
+            if self.hdf5_path is None:  # pragma: no cover - skip_save always keeps data
+                raise CacheError("no data: nothing was saved")
+            self._data, _ = read_hdf5(self.hdf5_path)
+        return self._data
+
+
+def preprocess(
+    dataset: Any,
+    config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None = None,
+    *,
+    output_dir: str | os.PathLike[str] | None = None,
+    skip_save: bool = False,
+    metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
+) -> Preprocessed:
+    """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
+
+    Args:
+        dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``), a pandas DataFrame or a
+            pyarrow Table.
+        config: config model, dict, or YAML/JSON path. Defaults to ``None``: only allowed with
+            ``metadata`` (its recorded config is used).
+        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None``: beside
+            the input file (in-memory data is then not saved).
+        skip_save: compute in memory only, write nothing. Defaults to ``False``.
+        metadata: a ``meta.json`` (path, :class:`Metadata` or dict) to apply to unseen data: its
+            vocabularies, fill values and normalization statistics are used, nothing is refitted,
+            no split is made. Defaults to ``None``.
+
+    Returns:
+        :class:`Preprocessed` (``.data`` tensors, ``.metadata``, paths, ``.cached``).
+
+    Raises:
+        ConfigError: invalid config. SchemaError: a configured column is missing.
+        DataFileError: unreadable input, a value that does not parse (file, line/row, column named).
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> t = pa.table({"color": ["red", "blue", "red", None], "size": [1.0, 2.0, 3.0, None]})
+        >>> cfg = {"input_features": [{"name": "color", "type": "category"},
+        ...        {"name": "size", "type": "number",
+        ...         "preprocessing": {"normalization": "minmax", "missing_value_strategy": "fill_with_mean"}}]}
+        >>> out = preprocess(t, cfg)
+        >>> out.data["color"].tolist(), out.data["size"].tolist()
+        ([1, 2, 1, 0], [0.0, 0.5, 1.0, 0.5])
+        >>> out.metadata.decode("color", out.data["color"]).tolist()
+        ['red', 'blue', 'red', '<UNK>']
+    """
+    start = time.perf_counter()
+    p = plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save)
+    hit = cached(p)
+    if hit is not None:
+        return Preprocessed(hit, p.hdf5_path, p.meta_path, True, int(hit.header["num_rows"]),
+                            time.perf_counter() - start)
+    sink = HDF5Sink(p.hdf5_path, p.meta_path) if p.hdf5_path and p.meta_path else MemorySink()
+    meta = run(p, dataset, executor=LocalExecutor(), sink=sink)
+    data = sink.data if isinstance(sink, MemorySink) else None
+    return Preprocessed(meta, p.hdf5_path, p.meta_path, False, int(meta.header["num_rows"]),
+                        time.perf_counter() - start, data)
+
+
+def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, Any] | CSR], Metadata]:
+    """Read a preprocessed ``<stem>.hdf5`` and its ``<stem>.meta.json``.
+
+    Returns:
+        (arrays keyed like the HDF5: feature names, ``<text>_char``/``_word``, ``split``; sparse
+        set/bag as :class:`~datamill.preprocessing.features.base.CSR`), :class:`Metadata`.
+
+    Raises:
+        DataFileNotFoundError: no such file. CacheError: metadata missing or from another run.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "pets.csv").write_text("kind,legs\\ncat,4\\nbird,2\\ncat,\\n")
+        >>> cfg = {"input_features": [{"name": "kind", "type": "category"}, {"name": "legs", "type": "number"}]}
+        >>> out = preprocess(d / "pets.csv", cfg)
+        >>> data, meta = load(out.hdf5_path)
+        >>> data["kind"].tolist(), meta.decode("kind", data["kind"]).tolist(), data["legs"].tolist()
+        ([1, 2, 1], ['cat', 'bird', 'cat'], [4.0, 2.0, 0.0])
+    """
+    path = Path(hdf5_path)
+    meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
+    data, attrs = read_hdf5(path)
+    meta = read_meta(meta_path)
+    if meta[HEADER].get("hdf5", {}).get("run_id") != attrs.get("run_id"):
+        raise CacheError("the HDF5 file and its metadata come from different runs", path=meta_path,
+                         hint="preprocess the dataset again")
+    return data, Metadata(meta)

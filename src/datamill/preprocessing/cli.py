@@ -1,0 +1,40 @@
+"""``datamill preprocess DATASET --config C [--output-dir D] [--skip-save] [--metadata M]``."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register"]
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.api import preprocess
+    from datamill.preprocessing.summary import format_table, tensor_rows
+
+    if args.config is None and args.metadata is None:
+        raise ConfigError("--config is required (or --metadata of an earlier run to apply)")
+    out = preprocess(args.dataset, args.config, output_dir=args.output_dir, skip_save=args.skip_save,
+                     metadata=args.metadata)
+    state = "reused cache" if out.cached else ("applied " + args.metadata if args.metadata else "fitted")
+    print(f"{args.dataset}: {out.num_rows:,} rows, {len(out.metadata.features)} features, "
+          f"{state} in {out.seconds:.2f} s")
+    if not out.cached or args.skip_save:
+        print(format_table(tensor_rows(out.data, out.metadata)))
+    if out.hdf5_path is not None:
+        print(f"wrote {out.hdf5_path} and {out.meta_path}" if not out.cached else f"output: {out.hdf5_path}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``preprocess`` subcommand."""
+    p = sub.add_parser("preprocess", help="typed features (Ludwig-style config) -> HDF5 + meta.json",
+                       description="Preprocess a CSV/TSV/Parquet/JSONL file into <stem>.hdf5 + <stem>.meta.json.")
+    p.add_argument("dataset", help="input file (csv, tsv, parquet, jsonl)")
+    p.add_argument("--config", "-c", help="YAML/JSON config (input_features, output_features, preprocessing)")
+    p.add_argument("--output-dir", "-o", help="output folder (default: beside the input)")
+    p.add_argument("--skip-save", action="store_true", help="compute only, write nothing")
+    p.add_argument("--metadata", "-m", help="apply this meta.json to unseen data (nothing refitted)")
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress bars (same as datamill --quiet)")
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,53 @@
+"""bag → float32 rows of token frequencies (Ludwig's bag feature).
+
+Same tokenisation, vocabulary (``<PAD>`` 0, ``<UNK>`` 1, ``most_common``) and dense/CSR layout rule
+as :mod:`datamill.preprocessing.features.set_`, but entry ``[i, j]`` is how many times token ``j``
+occurs in row ``i`` (float32). In the CSR layout the counts are the group's ``values`` dataset.
+Metadata key for the longest row: ``max_set_size`` (Ludwig uses the same name for bags).
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from datamill.core.constants import UNK
+from datamill.preprocessing.features import set_
+from datamill.preprocessing.features.base import COMMON_STRATEGIES
+from datamill.preprocessing.features.set_ import SetParams
+
+__all__ = ["BagParams", "Handler"]
+
+
+class BagParams(SetParams):
+    """``preprocessing:`` of a bag feature (same keys as set)."""
+
+
+class Handler(set_.Handler):
+    """Bag feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocessing.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("words", "words", None, None)
+        >>> p = h.Params()
+        >>> meta = h.finalize(h.fit(pa.array(["a a b"]), p, ctx), p, ctx)
+        >>> h.transform(pa.array(["a a b", "b x"]), meta, p, ctx)["words"].tolist()
+        [[0.0, 0.0, 2.0, 1.0], [0.0, 1.0, 0.0, 1.0]]
+    """
+
+    type_name: ClassVar[str] = "bag"
+    Params: ClassVar[builtins.type[BagParams]] = BagParams
+    input_type: ClassVar[str] = "string"
+    missing_value_strategy: ClassVar[str] = "fill_with_const"
+    fill_value: ClassVar[Any] = UNK
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
+    defaults_key: ClassVar[str] = "bag"
+    dtype: ClassVar[builtins.type[np.generic]] = np.float32
+
+    def _dense(self, key: NDArray[np.int64], n: int, size: int) -> NDArray[Any]:
+        counts = np.bincount(key, minlength=n * size).astype(np.float32)
+        return counts.reshape(n, size)

@@ -1,0 +1,177 @@
+"""image → uint8 ``n × h × w × c`` tensor, decoded and resized with Pillow (Ludwig's image feature).
+
+Values are image file paths, relative to the dataset file's folder (``ctx.base_dir``) unless
+absolute. ``height``/``width`` fix the size; when unset and ``infer_image_dimensions`` (default
+true) the size of the first fitted image is used, capped at ``infer_image_max_height`` /
+``infer_image_max_width`` (256), as Ludwig does. ``num_channels`` is 1 (grey), 3 (RGB) or 4 (RGBA);
+unset → the first image's. ``resize_method``: ``interpolate`` (bilinear resize, default) or
+``crop_or_pad`` (centre crop / zero pad). The metadata records ``height``, ``width``,
+``num_channels``. Images are decoded on a thread pool (``num_processes`` threads; Pillow releases
+the GIL while decoding). A missing or unreadable image is a DataFileError naming the image file
+and the dataset's row/line and column.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+from pydantic import Field
+
+from datamill.core.errors import ConfigError, DataFileError
+from datamill.preprocessing.features._ragged import to_string_array
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+)
+from datamill.preprocessing.features.base import Params as BaseParams
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+__all__ = ["Handler", "ImageParams", "ImageStats"]
+
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+class ImageParams(BaseParams):
+    """``preprocessing:`` of an image feature."""
+
+    height: int | None = Field(default=None, ge=1)
+    width: int | None = Field(default=None, ge=1)
+    num_channels: Literal[1, 3, 4] | None = None
+    resize_method: Literal["interpolate", "crop_or_pad"] = "interpolate"
+    infer_image_dimensions: bool = True
+    infer_image_max_height: int = Field(default=256, ge=1)
+    infer_image_max_width: int = Field(default=256, ge=1)
+    num_processes: int = Field(default=0, ge=0)  # 0 → min(8, cpu count)
+
+
+@dataclass(frozen=True)
+class ImageStats:
+    """Mergeable statistics: (height, width, channels) of the first image seen, or None."""
+
+    first: tuple[int, int, int] | None
+
+    def merge(self, other: ImageStats) -> ImageStats:
+        """The first block's first image wins."""
+        return self if self.first is not None else other
+
+
+def _resolve(value: str, ctx: FeatureContext) -> Path:
+    p = Path(value)
+    return p if p.is_absolute() or ctx.base_dir is None else ctx.base_dir / p
+
+
+def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:  # leaving the block closes the file, the loaded pixels stay
+            img.load()
+    except FileNotFoundError as exc:
+        raise DataFileError(f"image file not found: {path}", path=ctx.path, column=ctx.column,
+                            **ctx.location(index), hint="image paths are relative to the dataset file") from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DataFileError(f"cannot decode image {path}: {exc}", path=ctx.path, column=ctx.column,
+                            **ctx.location(index), hint="replace or remove the corrupt image") from exc
+    return img
+
+
+def _channels(img: PILImage) -> int:
+    return {"1": 1, "L": 1, "P": 3, "RGB": 3, "RGBA": 4, "LA": 4, "CMYK": 3}.get(img.mode, 3)
+
+
+def _load(path: Path, index: int, ctx: FeatureContext, h: int, w: int, c: int, method: str) -> NDArray[np.uint8]:
+    from PIL import Image
+
+    img = _open(path, index, ctx)
+    if img.mode != _MODES[c]:
+        img = img.convert(_MODES[c])
+    if img.size != (w, h):
+        if method == "interpolate":
+            img = img.resize((w, h), Image.Resampling.BILINEAR)
+        else:
+            iw, ih = img.size
+            left, top = (iw - w) // 2, (ih - h) // 2
+            img = img.crop((left, top, left + w, top + h))  # pads with zeros where out of bounds
+    arr = np.asarray(img, dtype=np.uint8)
+    return arr.reshape(h, w, c)
+
+
+class Handler(FeatureHandler):
+    """Image feature handler.
+
+    Examples:
+        >>> import tempfile, pathlib, pyarrow as pa
+        >>> from PIL import Image
+        >>> from datamill.preprocessing.features import FeatureContext
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> Image.new("RGB", (4, 2), (255, 0, 0)).save(d / "red.png")
+        >>> h, ctx = Handler(), FeatureContext("img", "img", str(d / "data.csv"), d)
+        >>> p = h.Params(num_channels=1)
+        >>> meta = h.finalize(h.fit(pa.array(["red.png"]), p, ctx), p, ctx)
+        >>> meta
+        {'height': 2, 'width': 4, 'num_channels': 1}
+        >>> h.transform(pa.array(["red.png"]), meta, p, ctx)["img"].shape
+        (1, 2, 4, 1)
+    """
+
+    type_name: ClassVar[str] = "image"
+    Params: ClassVar[builtins.type[ImageParams]] = ImageParams
+    input_type: ClassVar[str] = "string"
+    missing_value_strategy: ClassVar[str] = "bfill"
+    fill_value: ClassVar[Any] = None
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
+    defaults_key: ClassVar[str] = "image"
+
+    def fit(self, column: pa.Array, params: ImageParams, ctx: FeatureContext) -> ImageStats:
+        paths = to_string_array(column)
+        if len(paths) == 0:
+            return ImageStats(None)
+        img = _open(_resolve(paths[0].as_py(), ctx), 0, ctx)
+        return ImageStats((img.height, img.width, _channels(img)))
+
+    def merge(self, a: ImageStats, b: ImageStats) -> ImageStats:
+        return a.merge(b)
+
+    def finalize(self, stats: ImageStats, params: ImageParams, ctx: FeatureContext) -> dict[str, Any]:
+        first = stats.first
+        if (params.height is None or params.width is None or params.num_channels is None) and first is None:
+            raise ConfigError(f"feature {ctx.name!r}: no image to infer the size from; set height, width "
+                              "and num_channels")
+        if (params.height is None or params.width is None) and not params.infer_image_dimensions:
+            raise ConfigError(f"feature {ctx.name!r}: set height and width, or infer_image_dimensions: true")
+        assert first is not None or (params.height and params.width and params.num_channels)
+        h = params.height or min(first[0] if first else 1, params.infer_image_max_height)
+        w = params.width or min(first[1] if first else 1, params.infer_image_max_width)
+        c = params.num_channels or (first[2] if first else 3)
+        return {"height": int(h), "width": int(w), "num_channels": int(c)}
+
+    def transform(self, column: pa.Array, meta: dict[str, Any], params: ImageParams,
+                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+        h, w, c = int(meta["height"]), int(meta["width"]), int(meta["num_channels"])
+        paths = to_string_array(column).to_pylist()
+        out = np.empty((len(paths), h, w, c), np.uint8)
+
+        def work(i: int) -> None:
+            out[i] = _load(_resolve(paths[i], ctx), i, ctx, h, w, c, params.resize_method)
+
+        threads = params.num_processes or min(8, os.cpu_count() or 1)
+        if threads <= 1 or len(paths) < 16:
+            for i in range(len(paths)):
+                work(i)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                for fut in [pool.submit(work, i) for i in range(len(paths))]:
+                    fut.result()  # first error (in row order) propagates
+        return {ctx.name: out}

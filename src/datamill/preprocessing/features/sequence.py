@@ -1,0 +1,125 @@
+"""sequence → ``n × l`` token ids, 0 = ``<PAD>``, 1 = ``<UNK>`` (Ludwig's sequence feature).
+
+The ids' dtype is the smallest signed integer holding the vocabulary (Ludwig's ``int_type``).
+
+Each value is tokenised (``tokenizer``, default ``space``), tokens mapped through a vocabulary
+(``<PAD>``, ``<UNK>``, then the ``most_common`` most frequent, ties by token ascending; or the
+tokens of ``vocab_file``, one per line, in that order). ``l = min(longest row, max_sequence_length)``
+is fixed at fit time (at least 1, so the matrix is never zero-width) and stored in the metadata as
+``max_sequence_length``; longer rows keep their
+first ``l`` tokens; ``padding: right`` (default) or ``left``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+from pydantic import Field
+
+from datamill.core.constants import PAD, UNK
+from datamill.core.errors import ConfigError
+from datamill.core.io import read_text
+from datamill.preprocessing.features._ragged import Ragged, compact, pad, split_tokens
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+    int_type,
+)
+from datamill.preprocessing.features.base import Params as BaseParams
+from datamill.preprocessing.features.set_ import RaggedStats, fit_tokens
+from datamill.vocab import Vocab
+
+__all__ = ["Handler", "SequenceParams"]
+
+
+class SequenceParams(BaseParams):
+    """``preprocessing:`` of a sequence feature."""
+
+    tokenizer: str = "space"
+    regex: str | None = None
+    lowercase: bool = False
+    most_common: int = Field(default=20000, ge=1)
+    min_frequency: int = Field(default=1, ge=1)
+    max_sequence_length: int = Field(default=256, ge=1)
+    padding: Literal["right", "left"] = "right"
+    vocab_file: str | None = None
+
+
+def vocab_from_file(path: str, ctx: FeatureContext) -> Vocab:
+    """``<PAD>``, ``<UNK>`` then the file's tokens (one per line, first occurrence kept)."""
+    full = Path(path)
+    if not full.is_absolute() and ctx.base_dir is not None:
+        full = ctx.base_dir / full
+    try:
+        text = read_text(full)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"feature {ctx.name!r}: vocab_file not found: {full}", path=str(full)) from exc
+    tokens = [t for t in dict.fromkeys(line.strip() for line in text.splitlines()) if t and t not in (PAD, UNK)]
+    return Vocab([PAD, UNK, *tokens], unk_token=UNK, specials=[PAD, UNK])
+
+
+class Handler(FeatureHandler):
+    """Sequence feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocessing.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("seq", "seq", None, None)
+        >>> p = h.Params(padding="left")
+        >>> meta = h.finalize(h.fit(pa.array(["x y z", "y"]), p, ctx), p, ctx)
+        >>> meta["idx2str"], meta["max_sequence_length"]
+        (['<PAD>', '<UNK>', 'y', 'x', 'z'], 3)
+        >>> h.transform(pa.array(["y", "q y"]), meta, p, ctx)["seq"].tolist()
+        [[0, 0, 2], [0, 1, 2]]
+    """
+
+    type_name: ClassVar[str] = "sequence"
+    Params: ClassVar[builtins.type[SequenceParams]] = SequenceParams
+    input_type: ClassVar[str] = "string"
+    missing_value_strategy: ClassVar[str] = "fill_with_const"
+    fill_value: ClassVar[Any] = UNK
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
+    defaults_key: ClassVar[str] = "sequence"
+
+    def tokens(self, column: pa.Array, params: SequenceParams, ctx: FeatureContext) -> Ragged:
+        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+
+    def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
+        return tokens.take_rows(mask)
+
+    def compact_tokens(self, tokens: Ragged) -> Ragged:
+        return compact(tokens)
+
+    def _tokens(self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext) -> Ragged:
+        return column if isinstance(column, Ragged) else self.tokens(column, params, ctx)
+
+    def fit(self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext) -> RaggedStats:
+        return fit_tokens(self._tokens(column, params, ctx))
+
+    def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
+        return a.merge(b)
+
+    def finalize(self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext) -> dict[str, Any]:
+        if params.vocab_file is not None:
+            vocab = vocab_from_file(params.vocab_file, ctx)
+            freq = stats.counts.as_dict()
+            vocab = Vocab(vocab.idx2str, str2freq=freq, unk_token=UNK, specials=[PAD, UNK])
+        else:
+            vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
+                                      specials=[PAD, UNK], unk_token=UNK)
+        return {**vocab.to_dict(), "max_sequence_length": max(1, min(stats.max_length, params.max_sequence_length))}
+
+    def transform(self, column: pa.Array | Ragged, meta: dict[str, Any], params: SequenceParams,
+                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+        rag = self._tokens(column, params, ctx)
+        ids = rag.encode(Vocab.from_dict(meta))
+        return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), padding=params.padding,
+                              dtype=int_type(int(meta["vocab_size"])))}
+

@@ -1,0 +1,153 @@
+"""text → two padded id matrices, characters and words, with two vocabularies (Ludwig 0.3 text).
+
+HDF5 keys: ``<name>_char`` and ``<name>_word`` (0 = ``<PAD>``, 1 = ``<UNK>``; ids in the smallest
+signed int dtype for each vocabulary, as Ludwig's ``int_type``), built like a
+sequence feature each. Parameters use Ludwig's names: ``char_tokenizer`` (default ``characters``),
+``char_most_common`` (70), ``char_sequence_length_limit`` (1024), ``word_tokenizer``
+(``space_punct``), ``word_most_common`` (20000), ``word_sequence_length_limit`` (256),
+``lowercase`` (true), ``padding`` (right/left); plus ``remove_stopwords`` (false; a small built-in
+English list, applied to words after lowercasing) and ``word_regex`` for ``word_tokenizer: regex``.
+
+Metadata is flat with a ``char_`` / ``word_`` prefix, as Ludwig lays it out: ``char_idx2str``,
+``char_str2idx``, ``char_str2freq``, ``char_vocab_size``, ``char_max_sequence_length`` and the same
+with ``word_``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+from pydantic import Field
+
+from datamill.core.constants import PAD, UNK
+from datamill.preprocessing.features._ragged import (
+    STOPWORDS,
+    Ragged,
+    compact,
+    pad,
+    split_tokens,
+    to_string_array,
+)
+from datamill.preprocessing.features.base import (
+    COMMON_STRATEGIES,
+    CSR,
+    FeatureContext,
+    FeatureHandler,
+    int_type,
+)
+from datamill.preprocessing.features.base import Params as BaseParams
+from datamill.preprocessing.features.set_ import RaggedStats, fit_tokens
+from datamill.vocab import Vocab
+
+__all__ = ["Handler", "TextParams", "TextStats"]
+
+LEVELS: tuple[Literal["char", "word"], ...] = ("char", "word")
+
+
+class TextParams(BaseParams):
+    """``preprocessing:`` of a text feature."""
+
+    char_tokenizer: str = "characters"
+    char_most_common: int = Field(default=70, ge=1)
+    char_sequence_length_limit: int = Field(default=1024, ge=1)
+    word_tokenizer: str = "space_punct"
+    word_regex: str | None = None
+    word_most_common: int = Field(default=20000, ge=1)
+    word_sequence_length_limit: int = Field(default=256, ge=1)
+    lowercase: bool = True
+    remove_stopwords: bool = False
+    padding: Literal["right", "left"] = "right"
+
+
+@dataclass(frozen=True)
+class TextStats:
+    """Mergeable statistics: one :class:`RaggedStats` per level."""
+
+    char: RaggedStats
+    word: RaggedStats
+
+    def merge(self, other: TextStats) -> TextStats:
+        """Merge level by level."""
+        return TextStats(self.char.merge(other.char), self.word.merge(other.word))
+
+
+class Handler(FeatureHandler):
+    """Text feature handler.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.preprocessing.features import FeatureContext
+        >>> h, ctx = Handler(), FeatureContext("review", "review", None, None)
+        >>> p = h.Params()
+        >>> meta = h.finalize(h.fit(pa.array(["Hi, you", "you"]), p, ctx), p, ctx)
+        >>> meta["word_idx2str"], meta["char_vocab_size"]
+        (['<PAD>', '<UNK>', 'you', ',', 'hi'], 9)
+        >>> out = h.transform(pa.array(["you hi"]), meta, p, ctx)
+        >>> out["review_word"].tolist(), out["review_char"].shape
+        ([[2, 4, 0]], (1, 7))
+    """
+
+    type_name: ClassVar[str] = "text"
+    Params: ClassVar[builtins.type[TextParams]] = TextParams
+    input_type: ClassVar[str] = "string"
+    missing_value_strategy: ClassVar[str] = "fill_with_const"
+    fill_value: ClassVar[Any] = ""  # "<UNK>" would be tokenised into "<", "unk", ">"
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
+    defaults_key: ClassVar[str] = "text"
+
+    def tokens(self, column: pa.Array, params: TextParams, ctx: FeatureContext) -> tuple[Ragged, Ragged]:
+        col = to_string_array(column)
+        chars = split_tokens(col, params.char_tokenizer, lowercase=params.lowercase)
+        words = split_tokens(col, params.word_tokenizer, lowercase=params.lowercase, regex=params.word_regex,
+                             stopwords=STOPWORDS if params.remove_stopwords else None)
+        return chars, words
+
+    def take_rows(self, tokens: tuple[Ragged, Ragged], mask: NDArray[np.bool_]) -> tuple[Ragged, Ragged]:
+        return tokens[0].take_rows(mask), tokens[1].take_rows(mask)
+
+    def compact_tokens(self, tokens: tuple[Ragged, Ragged]) -> tuple[Ragged, Ragged]:
+        return compact(tokens[0]), compact(tokens[1])
+
+    def keys(self, name: str) -> list[str]:
+        return [f"{name}_{level}" for level in LEVELS]
+
+    def _tokens(self, column: pa.Array | tuple[Ragged, Ragged], params: TextParams,
+                ctx: FeatureContext) -> tuple[Ragged, Ragged]:
+        return column if isinstance(column, tuple) else self.tokens(column, params, ctx)
+
+    def fit(self, column: pa.Array | tuple[Ragged, Ragged], params: TextParams, ctx: FeatureContext) -> TextStats:
+        chars, words = self._tokens(column, params, ctx)
+        return TextStats(fit_tokens(chars), fit_tokens(words))
+
+    def merge(self, a: TextStats, b: TextStats) -> TextStats:
+        return a.merge(b)
+
+    def finalize(self, stats: TextStats, params: TextParams, ctx: FeatureContext) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        for level, st, most, limit in (
+            ("char", stats.char, params.char_most_common, params.char_sequence_length_limit),
+            ("word", stats.word, params.word_most_common, params.word_sequence_length_limit),
+        ):
+            vocab = Vocab.from_counts(st.counts, max_size=most, specials=[PAD, UNK], unk_token=UNK)
+            meta.update({f"{level}_{k}": v for k, v in vocab.to_dict().items()})
+            meta[f"{level}_max_sequence_length"] = max(1, min(st.max_length, limit))  # never zero-width
+        return meta
+
+    def transform(self, column: pa.Array | tuple[Ragged, Ragged], meta: dict[str, Any], params: TextParams,
+                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+        out: dict[str, NDArray[Any] | CSR] = {}
+        for level, rag in zip(LEVELS, self._tokens(column, params, ctx)):
+            ids = rag.encode(self.vocab(meta, level))
+            out[f"{ctx.name}_{level}"] = pad(ids, rag.offsets, int(meta[f"{level}_max_sequence_length"]),
+                                             padding=params.padding, dtype=int_type(int(meta[f"{level}_vocab_size"])))
+        return out
+
+    @staticmethod
+    def vocab(meta: dict[str, Any], level: Literal["char", "word"]) -> Vocab:
+        """The ``char`` or ``word`` vocabulary stored in a text feature's metadata."""
+        return Vocab.from_dict({k[len(level) + 1:]: v for k, v in meta.items() if k.startswith(f"{level}_")})

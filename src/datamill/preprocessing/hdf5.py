@@ -1,0 +1,253 @@
+"""The HDF5 layout of preprocessed data: its one writer (:class:`H5Writer`) and its one reader.
+
+Layout: a root dataset per key, first dimension = rows; a sparse set/bag is a group with
+``indices`` (int32), ``offsets`` (int64, ``n + 1``), optional ``values`` (float32), attributes
+``layout="csr"`` and ``vocab_size``; the split is ``split`` (int8). The file attribute ``run_id``
+ties it to the ``meta.json`` written after it.
+
+Reading goes through one place, :func:`_layout` (which root objects are columns, their row counts)
+and :func:`_read_column` (rows ``lo:hi`` of one column as numpy or :class:`CSR`):
+:func:`read_hdf5` reads whole columns with them, :class:`HDF5Source` (the
+:class:`~datamill.core.source.Source` of the loader, registered as ``"hdf5"``) row ranges,
+converted to Arrow (multi-dimensional datasets become nested ``fixed_size_list`` columns, CSR
+groups list columns).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.core.constants import HDF5_SUFFIX
+from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.parquet import tail_hash
+from datamill.core.source import FixedShards, check_read_args, register_source
+from datamill.preprocessing.features.base import CSR
+
+if TYPE_CHECKING:
+    import h5py
+
+__all__ = ["H5Writer", "HDF5Source", "read_hdf5"]
+
+_CHUNK_BYTES = 1 << 20
+
+
+def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+    if shape[0] == 0:
+        return None
+    row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
+    return (max(1, min(shape[0], _CHUNK_BYTES // row)), *shape[1:])
+
+
+class H5Writer:
+    """Append blocks of arrays to an open ``h5py.File`` holding ``num_rows`` rows in total."""
+
+    def __init__(self, f: Any, num_rows: int) -> None:
+        self.f = f
+        self.num_rows = num_rows
+        self.filled: dict[str, int] = {}
+
+    def write(self, key: str, value: NDArray[Any] | CSR) -> None:
+        """Append one block of rows for ``key``."""
+        if isinstance(value, CSR):
+            self._write_csr(key, value)
+            return
+        arr = np.ascontiguousarray(value)
+        start = self.filled.get(key, 0)
+        if key not in self.f:
+            shape = (self.num_rows, *arr.shape[1:])
+            self.f.create_dataset(key, shape=shape, dtype=arr.dtype, chunks=_chunks(shape, arr.dtype.itemsize))
+        ds = self.f[key]
+        if ds.shape[1:] != arr.shape[1:]:
+            raise DataFileError(f"feature {key!r}: block shape {arr.shape[1:]} differs from {ds.shape[1:]}")
+        ds[start:start + len(arr)] = arr
+        self.filled[key] = start + len(arr)
+
+    def _write_csr(self, key: str, csr: CSR) -> None:
+        if key not in self.f:
+            g = self.f.create_group(key)
+            g.attrs["layout"] = "csr"
+            g.attrs["vocab_size"] = int(csr.vocab_size)
+            g.create_dataset("indices", shape=(0,), maxshape=(None,), dtype=np.int32, chunks=(1 << 18,))
+            g.create_dataset("offsets", shape=(1,), maxshape=(None,), dtype=np.int64, chunks=(1 << 16,),
+                             data=np.zeros(1, np.int64))
+            if csr.values is not None:
+                g.create_dataset("values", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(1 << 18,))
+        g = self.f[key]
+        n_old = g["indices"].shape[0]
+        idx = np.asarray(csr.indices, dtype=np.int32)
+        off = np.asarray(csr.offsets, dtype=np.int64)
+        g["indices"].resize((n_old + len(idx),))
+        g["indices"][n_old:] = idx
+        o_old = g["offsets"].shape[0]
+        g["offsets"].resize((o_old + len(off) - 1,))
+        g["offsets"][o_old:] = off[1:] - off[0] + n_old
+        if "values" in g and csr.values is not None:
+            g["values"].resize((n_old + len(idx),))
+            g["values"][n_old:] = np.asarray(csr.values, dtype=np.float32)
+        self.filled[key] = self.filled.get(key, 0) + len(off) - 1
+
+
+def _open(path: Path) -> h5py.File:
+    """The file opened read-only (DataFileNotFoundError / DataFileError when absent or not HDF5)."""
+    if not path.is_file():
+        raise DataFileNotFoundError("no such HDF5 file", path=path)
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise DataFileError(f"not a readable HDF5 file ({exc})", path=path) from exc
+
+
+def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
+    """(column → rows, CSR columns) of an open file: root datasets and ``layout="csr"`` groups, sorted."""
+    import h5py
+
+    lengths: dict[str, int] = {}
+    csr: set[str] = set()
+    for name in sorted(f.keys()):
+        obj = f[name]
+        if isinstance(obj, h5py.Group):
+            if obj.attrs.get("layout") != "csr":
+                continue
+            csr.add(name)
+            lengths[name] = int(obj["offsets"].shape[0]) - 1
+        else:
+            lengths[name] = int(obj.shape[0]) if obj.shape else 1
+    return lengths, csr
+
+
+def _read_column(f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr: bool) -> NDArray[Any] | CSR:
+    """Rows ``lo:hi`` of a column (``None, None``: all of it, scalars included); CSR offsets rebased to 0."""
+    obj = f[name]
+    if csr:
+        offs = np.asarray(obj["offsets"][lo:None if hi is None else hi + 1], dtype=np.int64)
+        a, b = int(offs[0]), int(offs[-1])
+        values = obj["values"][a:b] if "values" in obj else None
+        return CSR(obj["indices"][a:b], offs - a, int(obj.attrs["vocab_size"]), values)
+    if lo is None and hi is None:
+        data: NDArray[Any] = obj[()]
+        return data
+    sliced: NDArray[Any] = obj[lo:hi]
+    return sliced
+
+
+def read_hdf5(path: str | Path) -> tuple[dict[str, NDArray[Any] | CSR], dict[str, Any]]:
+    """All columns (CSR groups as :class:`CSR`) and the file attributes.
+
+    Raises:
+        DataFileNotFoundError: no such file. DataFileError: not a readable HDF5 file.
+
+    Examples:
+        >>> import tempfile, h5py
+        >>> p = Path(tempfile.mkdtemp()) / "d.hdf5"
+        >>> with h5py.File(p, "w") as f:
+        ...     _ = f.create_dataset("x", data=np.arange(3)); f.attrs["run_id"] = "r1"
+        >>> data, attrs = read_hdf5(p)
+        >>> data["x"].tolist(), attrs["run_id"]
+        ([0, 1, 2], 'r1')
+    """
+    p = Path(path)
+    with _open(p) as f:
+        try:
+            lengths, csr = _layout(f)
+            out = {name: _read_column(f, name, None, None, csr=name in csr) for name in lengths}
+            attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        except (OSError, KeyError) as exc:
+            raise DataFileError(f"not a readable HDF5 file ({exc})", path=p) from exc
+    return out, attrs
+
+
+class HDF5Source:
+    """A preprocessed HDF5 file: each root dataset (or CSR group) a column, row ranges as shards.
+
+    Args:
+        path: the ``.hdf5`` file.
+        shard_size: rows per shard. Defaults to ``65536``.
+
+    Raises:
+        DataFileNotFoundError: no such file. DataFileError: not HDF5, or columns of different lengths.
+
+    Examples:
+        >>> import tempfile, h5py
+        >>> p = Path(tempfile.mkdtemp()) / "d.hdf5"
+        >>> with h5py.File(p, "w") as f:
+        ...     _ = f.create_dataset("x", data=np.arange(5)); _ = f.create_dataset("img", data=np.zeros((5, 2, 3)))
+        >>> src = HDF5Source(p, shard_size=2)
+        >>> src.columns, src.shard_sizes().tolist(), str(src.read_shard(2).schema.field("img").type)
+        (['img', 'x'], [2, 2, 1], 'fixed_size_list<item: fixed_size_list<item: double>[3]>[2]')
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, shard_size: int = 65536) -> None:
+        self.path = Path(path)
+        FixedShards(0, shard_size)  # validates shard_size
+        self.shard_size = int(shard_size)
+        with _open(self.path) as f:
+            try:
+                lengths, self._csr = _layout(f)
+            except (OSError, KeyError) as exc:
+                raise DataFileError(f"not a readable HDF5 file ({exc})", path=self.path) from exc
+        if not lengths:
+            raise DataFileError("HDF5 file has no datasets at its root", path=self.path)
+        if len(set(lengths.values())) > 1:
+            raise DataFileError(f"root datasets have different numbers of rows: {lengths}", path=self.path,
+                                hint="every column of a preprocessed HDF5 must have one row per sample")
+        self._columns = list(lengths)
+        self.num_rows = next(iter(lengths.values()))
+        self._shards = FixedShards(self.num_rows, self.shard_size)
+        self.uid_column: str | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._columns)
+
+    @property
+    def num_shards(self) -> int:
+        return self._shards.num_shards
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        return self._shards.sizes()
+
+    @staticmethod
+    def _to_arrow(data: NDArray[Any]) -> pa.Array:
+        if data.dtype.kind in "SO":
+            return pa.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in data.tolist()])
+        flat = pa.array(np.ascontiguousarray(data).reshape(-1))
+        for dim in reversed(data.shape[1:]):
+            flat = pa.FixedSizeListArray.from_arrays(flat, dim)
+        return flat
+
+    def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
+        names = check_read_args(self, index, columns, path=self.path)
+        lo, hi = self._shards.bounds(index)
+        arrays = []
+        with _open(self.path) as f:
+            for name in names:
+                try:
+                    value = _read_column(f, name, lo, hi, csr=name in self._csr)
+                    if isinstance(value, CSR):
+                        arrays.append(pa.LargeListArray.from_arrays(pa.array(value.offsets), pa.array(value.indices)))
+                    else:
+                        arrays.append(self._to_arrow(value))
+                except (OSError, KeyError, ValueError) as exc:
+                    raise DataFileError(f"cannot read rows {lo}..{hi - 1} ({exc})", path=self.path,
+                                        column=name, row=lo, shard=index) from exc
+        return pa.table(dict(zip(names, arrays)))
+
+    def fingerprint(self) -> str:
+        st = self.path.stat()
+        return fingerprint_obj([self.columns, self.num_rows, self.shard_size, st.st_size, tail_hash(self.path)])
+
+    def __repr__(self) -> str:
+        return f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, shards={self.num_shards})"
+
+
+register_source("hdf5", marker=lambda p: p.is_file() and p.suffix in (HDF5_SUFFIX, ".h5"), opener=HDF5Source)

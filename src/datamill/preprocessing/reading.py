@@ -1,0 +1,174 @@
+"""Read the dataset columns a config needs, typed as the handlers want them.
+
+CSV/TSV columns are read as strings (category-like types: ``4`` stays ``"4"``) or float64 (numbers)
+directly by the pyarrow reader. When a number column cannot be parsed, the columns are re-read as
+strings to name the first bad value's line. In-memory tables and Parquet/JSONL columns are cast.
+Line numbers are ``row + 2`` for CSV/TSV (header on line 1) and ``row + 1`` for JSONL; a quoted CSV
+value spanning several lines shifts the lines after it (the row is still right).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from datamill.core.errors import DataFileError, SchemaError
+from datamill.core.io import (
+    csv_options,
+    detect_format,
+    display_name,
+    open_bytes,
+    read_table,
+    split_member,
+)
+
+__all__ = ["Dataset", "cast_column", "read_dataset"]
+
+_NUMBER_RE = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)\s*$"
+
+
+@dataclass
+class Dataset:
+    """A table plus where it came from."""
+
+    table: pa.Table
+    name: str | None           # display name for errors (None: in memory)
+    base_dir: Path | None
+    line_offset: int | None    # line of row 0 (CSV/TSV 2, JSONL 1), None for row-addressed formats
+    stem: str | None
+
+
+def _header(source: Any, kind: str) -> list[str]:
+    with open_bytes(source) as f:
+        head = f.read(1 << 16)
+    first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+    return next(csv.reader(io.StringIO(first), delimiter="\t" if kind == "tsv" else ","), [])
+
+
+def _missing(column: str, available: list[str], name: str | None) -> SchemaError:
+    close = [c for c in available if c.lower() == column.lower()]
+    hint = f"did you mean {close[0]!r}?" if close else f"available columns: {', '.join(available[:30])}"
+    return SchemaError("the config names this column but the dataset has no such column",
+                       path=name, column=column, hint=hint)
+
+
+def _nan_to_null(col: pa.Array) -> pa.Array:
+    """NaN is a missing value (as in pandas), so the missing-value strategy applies to it."""
+    nan = pc.is_nan(col)
+    if not pc.any(nan).as_py():
+        return col
+    return pc.if_else(nan, pa.scalar(None, pa.float64()), col)
+
+
+def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | None, column: str,
+                line_offset: int | None, row_offset: int = 0, rows: NDArray[np.int64] | None = None) -> pa.Array:
+    """Cast a column to ``"string"`` or ``"float64"``; unparsable numbers raise with their location.
+
+    The location of local row ``i`` is ``rows[i]`` when given (rows were dropped), else ``row_offset + i``.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if target == "float64":
+        if pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_boolean(col.type):
+            return _nan_to_null(col.cast(pa.float64()))
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(pa.string())
+        strings = col.cast(pa.string())
+        ok = pc.match_substring_regex(strings, _NUMBER_RE, ignore_case=True)
+        bad = np.flatnonzero(~pc.fill_null(ok, True).to_numpy(zero_copy_only=False))
+        if len(bad):
+            i = int(bad[0])
+            row = int(rows[i]) if rows is not None else row_offset + i
+            loc = {"line": line_offset + row} if line_offset is not None else {"row": row}
+            raise DataFileError(f"expected a number, got {strings[i].as_py()!r}", path=name, column=column,
+                                hint="fix the value or declare the feature with another type", **loc)
+        return _nan_to_null(pc.cast(pc.utf8_trim_whitespace(strings), pa.float64()))
+    if pa.types.is_string(col.type):
+        return col
+    if pa.types.is_dictionary(col.type) or pa.types.is_large_string(col.type):
+        return col.cast(pa.string())
+    if pa.types.is_boolean(col.type):
+        return pc.if_else(col, "true", "false")
+    if pa.types.is_floating(col.type):
+        # pandas turns an int column with NaN into float: 4.0 -> "4" (pyarrow's cast), keeping identity
+        return col.cast(pa.string())
+    return col.cast(pa.string())
+
+
+def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
+              types: dict[str, pa.DataType]) -> pa.Table | None:
+    """Read a plain CSV file straight from disk (no extra copy); ``None`` when the careful path is needed."""
+    import pyarrow.csv as pcsv
+
+    if member is not None or path.suffix.lower() == ".gz" or path.stat().st_size < 16:
+        return None
+    try:
+        table = pcsv.read_csv(path, **csv_options(kind, columns=columns, column_types=types))
+        for col in table.columns:
+            if not pa.types.is_string(col.type) and not pa.types.is_floating(col.type) \
+                    and not pa.types.is_integer(col.type) and not pa.types.is_boolean(col.type):
+                return None
+            if pa.types.is_string(col.type):
+                col.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    return table
+
+
+def read_dataset(dataset: Any, wanted: dict[str, str]) -> Dataset:
+    """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table."""
+    if isinstance(dataset, pa.Table):
+        table, name, base, line0, stem = dataset, None, None, None, None
+    elif type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy"):
+        table = pa.Table.from_pandas(dataset, preserve_index=False)
+        name, base, line0, stem = None, None, None, None
+    else:
+        return _read_file(dataset, wanted)
+    for c in wanted:
+        if c not in table.column_names:
+            raise _missing(c, table.column_names, name)
+    return Dataset(table.select(list(wanted)), name, base, line0, stem)
+
+
+def _read_file(source: Any, wanted: dict[str, str]) -> Dataset:
+    path, member = split_member(source)
+    kind = detect_format(source)
+    name = display_name(source)
+    base = path.parent
+    stem = Path(member).name if member else path.name
+    stem = re.sub(r"\.(csv|tsv|parquet|jsonl|json|txt)(\.gz)?$", "", stem, flags=re.IGNORECASE)
+    if kind in ("csv", "tsv"):
+        header = _header(source, kind)
+        if header and any(h.strip() for h in header):
+            for c in wanted:
+                if c not in header:
+                    raise _missing(c, header, name)
+        types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items() if t != "raw"}
+        try:
+            table = _fast_csv(path, member, kind, list(wanted), types)
+            if table is None:  # anything unusual: the foundation reader raises the located error
+                table = read_table(source, fmt=kind, columns=list(wanted), column_types=types)
+        except DataFileError:
+            numeric = [c for c, t in wanted.items() if t == "float64"]
+            if not numeric:
+                raise
+            table = read_table(source, fmt=kind, columns=list(wanted),
+                               column_types={c: pa.string() for c in wanted})
+            for c in numeric:  # raises with the first bad value's line
+                cast_column(table[c], "float64", name=name, column=c, line_offset=2)
+            raise
+        return Dataset(table, name, base, 2, stem)
+    table = read_table(source, fmt=kind)
+    for c in wanted:
+        if c not in table.column_names:
+            raise _missing(c, table.column_names, name)
+    return Dataset(table.select(list(wanted)), name, base, 1 if kind == "jsonl" else None, stem)

@@ -1,0 +1,166 @@
+"""Where transformed blocks go: the :class:`Sink` protocol, :class:`HDF5Sink` and :class:`MemorySink`.
+
+The pipeline calls ``open(plan, num_rows)`` once, ``write(block_index, lo, hi, arrays)`` for every
+block in block order (``lo:hi``: the block's output rows), then ``commit(document)`` with the
+``meta.json`` document, or ``abort()`` on any error. A sink must leave nothing trusted behind
+after ``abort()`` or a crash: :class:`HDF5Sink` writes a temporary file renamed into place and
+writes ``meta.json`` last (atomically). A shardset-dataset sink implements the same four methods.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from datamill.core.constants import META_FORMAT
+from datamill.core.io import atomic_path, atomic_write
+from datamill.preprocessing.features.base import CSR
+from datamill.preprocessing.hdf5 import H5Writer
+from datamill.preprocessing.meta import HEADER
+from datamill.preprocessing.plans import Plan
+
+__all__ = ["HDF5Sink", "MemorySink", "Sink"]
+
+
+class Sink(Protocol):
+    """Receives the transformed blocks in order and commits them with the metadata document."""
+
+    def open(self, plan: Plan, num_rows: int) -> None:
+        """Start an output of ``num_rows`` rows."""
+        ...
+
+    def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
+        """Append block ``block_index``: output rows ``lo:hi`` (blocks arrive in order)."""
+        ...
+
+    def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
+        """Finish: make the output trusted with ``document`` (the metadata); return (data path, metadata path)."""
+        ...
+
+    def abort(self) -> None:
+        """Discard the partial output (nothing written is trusted afterwards)."""
+        ...
+
+
+class HDF5Sink:
+    """``<stem>.hdf5`` (temp file + rename) then ``<stem>.meta.json`` (atomic, last) beside it.
+
+    Opening deletes the old ``meta.json`` first, so from then on the old pair is no longer trusted.
+    The HDF5 file attribute ``run_id`` (also in the metadata) ties the two files together.
+
+    Args:
+        hdf5_path: the HDF5 file to write.
+        meta_path: its ``meta.json``.
+
+    Examples:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> sink = HDF5Sink(d / "x.hdf5", d / "x.meta.json")
+        >>> sink.open(None, 3)  # type: ignore[arg-type]
+        >>> sink.write(0, 0, 3, {"x": np.arange(3)})
+        >>> [p.name for p in sink.commit({"datamill": {"format": "datamill.preprocess/1"}})]
+        ['x.hdf5', 'x.meta.json']
+    """
+
+    def __init__(self, hdf5_path: Path, meta_path: Path) -> None:
+        self.hdf5_path = Path(hdf5_path)
+        self.meta_path = Path(meta_path)
+        self.run_id = uuid.uuid4().hex
+        self._stack: ExitStack | None = None
+        self._file: Any = None
+        self._writer: H5Writer | None = None
+        self._next = 0
+
+    def open(self, plan: Plan | None, num_rows: int) -> None:
+        """Delete the old ``meta.json``, open the temporary HDF5 file for ``num_rows`` rows."""
+        import h5py
+
+        self.meta_path.unlink(missing_ok=True)  # the old pair is no longer trusted from here on
+        self._stack = ExitStack()
+        tmp = self._stack.enter_context(atomic_path(self.hdf5_path))
+        self._file = self._stack.enter_context(h5py.File(tmp, "w"))
+        self._file.attrs["format"] = META_FORMAT
+        self._file.attrs["run_id"] = self.run_id
+        self._writer = H5Writer(self._file, num_rows)
+        self._next = 0
+
+    def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
+        """Append one block's arrays (key by key)."""
+        assert self._writer is not None and block_index == self._next, f"block {block_index} out of order"
+        for key, value in arrays.items():
+            self._writer.write(key, value)
+        self._next += 1
+
+    def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
+        """Close and rename the HDF5 file, then write ``meta.json`` (with the file's size, mtime and run id)."""
+        assert self._stack is not None, "commit() before open()"
+        stack, self._stack = self._stack, None
+        stack.close()  # closes the h5py file, fsyncs and renames it into place
+        st = self.hdf5_path.stat()
+        document[HEADER]["hdf5"] = {"name": self.hdf5_path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                    "run_id": self.run_id}
+        with atomic_write(self.meta_path) as fh:
+            json.dump(document, fh, ensure_ascii=False)
+        return self.hdf5_path, self.meta_path
+
+    def abort(self) -> None:
+        """Close and delete the temporary HDF5 file; the final paths are left as they were."""
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            error = RuntimeError("preprocessing aborted")
+            stack.__exit__(RuntimeError, error, None)  # atomic_path removes the temporary file
+
+
+class MemorySink:
+    """Keeps the blocks in memory; :attr:`data` holds the concatenated arrays after ``commit``.
+
+    Examples:
+        >>> sink = MemorySink()
+        >>> sink.open(None, 3)  # type: ignore[arg-type]
+        >>> sink.write(0, 0, 2, {"x": np.arange(2)}); sink.write(1, 2, 3, {"x": np.arange(1)})
+        >>> sink.commit({}), sink.data["x"].tolist()
+        ((None, None), [0, 1, 0])
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[NDArray[Any] | CSR]] = {}
+        self.data: dict[str, NDArray[Any] | CSR] = {}
+
+    def open(self, plan: Plan | None, num_rows: int) -> None:
+        """Start empty."""
+        self._parts = {}
+        self.data = {}
+
+    def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
+        """Keep one block's arrays."""
+        for key, value in arrays.items():
+            self._parts.setdefault(key, []).append(value)
+
+    def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
+        """Concatenate the blocks; nothing is written."""
+        self.data = {key: _concat(parts) for key, parts in self._parts.items()}
+        self._parts = {}
+        return None, None
+
+    def abort(self) -> None:
+        """Drop everything."""
+        self._parts = {}
+        self.data = {}
+
+
+def _concat(parts: list[NDArray[Any] | CSR]) -> NDArray[Any] | CSR:
+    if len(parts) == 1:
+        return parts[0]
+    if not isinstance(parts[0], CSR):
+        return np.concatenate(parts)  # type: ignore[arg-type]  # every part of a dense key is an array
+    csrs = [p for p in parts if isinstance(p, CSR)]
+    starts = np.cumsum([0] + [len(p.indices) for p in csrs[:-1]])
+    offsets = np.concatenate([np.zeros(1, np.int64)] + [p.offsets[1:] - p.offsets[0] + s for p, s in zip(csrs, starts)])
+    values = None if csrs[0].values is None else np.concatenate([p.values for p in csrs if p.values is not None])
+    return CSR(np.concatenate([p.indices for p in csrs]), offsets.astype(np.int64), csrs[0].vocab_size, values)
