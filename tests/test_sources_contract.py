@@ -76,7 +76,7 @@ HOUSE_CONFIG = {"input_features": [
 
 
 def hdf5_house_prices(tmp: Path, data: Path) -> tuple[Opener, Opener]:
-    from datamill.preprocess.api import preprocess
+    from datamill.preprocessing.api import preprocess
     from datamill.sources import open_source
 
     lines = (data / "house_prices_train.csv").read_text().splitlines(keepends=True)
@@ -94,7 +94,7 @@ def hdf5_house_prices(tmp: Path, data: Path) -> tuple[Opener, Opener]:
         assert f["Neighborhood"].attrs["layout"] == "csr"
     opened = open_source(paths[0])
     assert type(opened).__name__ == "HDF5Source"
-    from datamill.preprocess.hdf5_source import HDF5Source
+    from datamill.preprocessing.hdf5 import HDF5Source
 
     return lambda: HDF5Source(paths[0], shard_size=400), lambda: HDF5Source(paths[1], shard_size=400)
 

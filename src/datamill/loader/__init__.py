@@ -1,7 +1,7 @@
 """Deterministic, shard-aware, resumable batches over any datamill output.
 
 ``Loader(source, batch_size, ...)`` iterates a :class:`~datamill.core.source.Source`: a shardset
-dataset, a preprocessed HDF5 (:class:`~datamill.preprocess.hdf5_source.HDF5Source`), a Parquet file of
+dataset, a preprocessed HDF5 (:class:`~datamill.preprocessing.hdf5.HDF5Source`), a Parquet file of
 BERT/word2vec samples (:class:`~datamill.core.parquet.ParquetSource`), an LM corpus; any output path
 opens with :func:`datamill.sources.open_source`. A Loader is a thin per-rank iterator over a
 :class:`BatchService`, which plans every rank's epoch, shares one shard cache between concurrent
