@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from datamill.core.rng import rng_for
 from datamill.pretrain._bert_docs import Corpus
 from datamill.pretrain._bert_mask import MaskConfig, assemble
-from datamill.pretrain._bert_pairs import build_pairs, truncate_spans
+from datamill.pretrain._bert_pairs import pair_builder, truncate_spans
 
 __all__ = ["SHARD_TOKENS", "TaskConfig", "TaskResult", "plan_shards", "plan_tasks", "run_tasks"]
 
@@ -44,6 +44,7 @@ class TaskConfig:
     max_num_tokens: int
     short_seq_prob: float
     mask: MaskConfig
+    pairing: str = "seed"
 
 
 @dataclass
@@ -95,9 +96,9 @@ def _worker_init(folder: str) -> None:
 
 def _run_task(st: _State, cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int) -> TaskResult:
     t0 = time.perf_counter()
-    spans = build_pairs(st.sent_offsets, st.doc_offsets, doc_lo, doc_hi,
-                        max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob,
-                        rng=rng_for(cfg.seed, "bert-pairs", dupe, shard))
+    spans = pair_builder(cfg.pairing)(st.sent_offsets, st.doc_offsets, doc_lo, doc_hi,
+                                      max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob,
+                                      rng=rng_for(cfg.seed, "bert-pairs", dupe, shard))
     t1 = time.perf_counter()
     spans = truncate_spans(spans, cfg.max_num_tokens, rng_for(cfg.seed, "bert-truncate", dupe, shard))
     res = TaskResult(batches=[], samples=len(spans), tokens=int((spans.la + spans.lb + 3).sum()))
