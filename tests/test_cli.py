@@ -48,7 +48,7 @@ def test_quiet_before_or_after_every_command(monkeypatch) -> None:  # type: igno
     """Regression: `datamill word2vec ... --quiet` was a usage error while `preprocess ... --quiet` worked."""
     import pytest
 
-    import datamill.cli as cli
+    from datamill import cli
     from datamill.core import progress
 
     commands = _commands()
