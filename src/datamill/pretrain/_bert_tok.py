@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+from datamill.core.ragged import concat_csr
 
 __all__ = ["BERT_SPECIALS", "BertTokenizer", "resolve_tokenizer", "train_wordpiece"]
 
@@ -50,11 +51,7 @@ def _byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Ar
 
 
 def _concat(parts: list[tuple[NDArray[np.int32], NDArray[np.int64]]]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    flat = np.concatenate([f for f, _ in parts]) if parts else np.zeros(0, dtype=np.int32)
-    lengths = np.concatenate([np.diff(o) for _, o in parts]) if parts else np.zeros(0, dtype=np.int64)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return flat.astype(np.int32, copy=False), offsets
+    return concat_csr(parts, dtype=np.int32)
 
 
 @dataclass(frozen=True)
