@@ -10,7 +10,7 @@ tensors), without DataLoader's own overhead. datamill runs ``build_skipgram`` th
 ``.batches(..., as_torch=True)`` (the Loader). Both are timed end to end, in this one process, on the
 same input. ``--quick`` uses the first 10% of the lines (written to a temp file both read).
 The reference drops every ``<unk>`` before subsampling (later d2l code), so datamill runs with
-``drop_unk=True`` here (its default since issue 19 subsamples ``<unk>`` like any word, as the seed
+``drop_unk=True`` here (its default subsamples ``<unk>`` like any word, as the seed
 article does; the cost is the same).
 
 Memory: peak resident set size (VmRSS from /proc/self/statm, polled every 5 ms in a thread) during

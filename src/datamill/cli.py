@@ -28,8 +28,8 @@ COMMAND_MODULES = (
     "datamill.demo",
     "datamill.preprocess.cli",
     "datamill.text.cli",
-    "datamill.pretrain.word2vec_cli",
-    "datamill.pretrain.bert_cli",
+    "datamill.pretrain.word2vec.cli",
+    "datamill.pretrain.bert.cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
 )

@@ -10,9 +10,9 @@ import pytest
 
 from datamill.cli import main
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
-from datamill.pretrain import _bert_run
-from datamill.pretrain._bert_io import read_bert_metadata
+from datamill.pretrain.bert import _run as _bert_run
 from datamill.pretrain.bert import build_bert_samples
+from datamill.pretrain.bert._io import read_bert_metadata
 
 TEXT = (" = A = \n the cat sat on the mat . \n the dog sat on the log . \n"
         " = B = \n a bird sang in the old tree . \n the sun rose over the green hill . \n")

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.rng import rng_for
-from datamill.pretrain._bert_docs import Corpus
-from datamill.pretrain._bert_pairs import (
+from datamill.pretrain.bert._docs import TokenizedDocuments
+from datamill.pretrain.bert._pairs import (
     Spans,
     UniformStream,
     build_pairs,
@@ -129,12 +129,12 @@ def seed_truncate(tokens_a, tokens_b, max_num_tokens, rng):  # type: ignore[no-u
 
 
 # ---------------------------------------------------------------- helpers
-def corpus_of(docs: list[list[list[int]]]) -> Corpus:
+def corpus_of(docs: list[list[list[int]]]) -> TokenizedDocuments:
     sents = [s for d in docs for s in d]
     ids = np.asarray([t for s in sents for t in s], dtype=np.int32)
     so = np.concatenate([[0], np.cumsum([len(s) for s in sents])]).astype(np.int64)
     do = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
-    return Corpus(ids=ids, sent_offsets=so, doc_offsets=do)
+    return TokenizedDocuments(ids=ids, sent_offsets=so, doc_offsets=do)
 
 
 def random_docs(rng: np.random.Generator, n_docs: int, max_sents: int, max_len: int) -> list[list[list[int]]]:
@@ -142,7 +142,7 @@ def random_docs(rng: np.random.Generator, n_docs: int, max_sents: int, max_len: 
              for _ in range(int(rng.integers(1, max_sents + 1)))] for _ in range(n_docs)]
 
 
-def run_ours(corpus: Corpus, max_seq_length: int, short: float, seed: int,  # type: ignore[no-untyped-def]
+def run_ours(corpus: TokenizedDocuments, max_seq_length: int, short: float, seed: int,  # type: ignore[no-untyped-def]
              pairing: str = "google"):
     build = build_pairs if pairing == "google" else build_pairs_seed
     return build(corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist(), 0, corpus.num_documents,

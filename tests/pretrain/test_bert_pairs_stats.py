@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from datamill.core.rng import rng_for
-from datamill.pretrain._bert_docs import Corpus, split_documents, tokenize_documents
-from datamill.pretrain._bert_pairs import build_pairs, build_pairs_seed
-from datamill.pretrain._bert_tok import train_wordpiece
+from datamill.pretrain.bert._docs import TokenizedDocuments, split_documents, tokenize_documents
+from datamill.pretrain.bert._pairs import build_pairs, build_pairs_seed
+from datamill.pretrain.bert._tok import train_wordpiece
 from tests.pretrain.test_bert_pairs import seed_article_pairs, seed_pairs
 
 ROUNDS = 30  # passes over the 620 documents per side (like dupe_factor); a few seconds in all
 
 
 @pytest.fixture(scope="module")
-def wiki(data_dir: Path) -> tuple[Corpus, list[list[list[int]]]]:
+def wiki(data_dir: Path) -> tuple[TokenizedDocuments, list[list[list[int]]]]:
     sentences, sent_doc = split_documents([data_dir / "wikitext2_test.raw"])
     corpus = tokenize_documents(sentences, sent_doc, train_wordpiece(sentences, vocab_size=8000))
     so, do = corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist()
@@ -29,7 +29,7 @@ def wiki(data_dir: Path) -> tuple[Corpus, list[list[list[int]]]]:
     return corpus, docs
 
 
-def _ours(corpus: Corpus, pairing: str, max_seq_length: int) -> tuple[list[int], list[bool], list[int]]:
+def _ours(corpus: TokenizedDocuments, pairing: str, max_seq_length: int) -> tuple[list[int], list[bool], list[int]]:
     build = build_pairs_seed if pairing == "seed" else build_pairs
     so, do = corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist()
     counts: list[int] = []
@@ -66,7 +66,7 @@ def _close_means(a: list[int] | list[bool], b: list[int] | list[bool], sigmas: f
 
 @pytest.mark.parametrize("max_seq_length", [128, 512])
 @pytest.mark.parametrize("pairing", ["seed", "google"])
-def test_pair_statistics_match_the_transcription(wiki: tuple[Corpus, list[list[list[int]]]], pairing: str,
+def test_pair_statistics_match_the_transcription(wiki: tuple[TokenizedDocuments, list[list[list[int]]]], pairing: str,
                                                  max_seq_length: int) -> None:
     corpus, docs = wiki
     ours = _ours(corpus, pairing, max_seq_length)
@@ -75,7 +75,7 @@ def test_pair_statistics_match_the_transcription(wiki: tuple[Corpus, list[list[l
         _close_means(got, want)
 
 
-def test_seed_and_google_pairings_differ_on_wikitext(wiki: tuple[Corpus, list[list[list[int]]]]) -> None:
+def test_seed_and_google_pairings_differ_on_wikitext(wiki: tuple[TokenizedDocuments, list[list[list[int]]]]) -> None:
     """The issue's observation: at 128 tokens the two rules give very different NSP rates and counts."""
     corpus, _ = wiki
     seed_counts, seed_rnd, _ = _ours(corpus, "seed", 128)

@@ -222,7 +222,7 @@ def test_cli_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str, drop_unk: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Negatives are drawn from count**0.75: counts after subsampling by default, before on request."""
-    import datamill.pretrain.word2vec as w2v
+    from datamill.pretrain.word2vec import _build as w2v
 
     seen: list[np.ndarray] = []
 

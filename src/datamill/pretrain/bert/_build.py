@@ -1,6 +1,8 @@
-"""BERT pretraining data: documents -> NSP sentence pairs -> truncation -> 15% masking -> Parquet.
+"""The BERT builder (:func:`build_bert_samples`); public through :mod:`datamill.pretrain.bert`.
 
-Sentence pairs follow one of two rules (``pairing``; see :mod:`datamill.pretrain._bert_pairs`):
+BERT pretraining data: documents -> NSP sentence pairs -> truncation -> 15% masking -> Parquet.
+
+Sentence pairs follow one of two rules (``pairing``; see :mod:`datamill.pretrain.bert._pairs`):
 
 * ``"seed"`` (the default): the seed article's loop. Its chunk scan runs one sentence past the
   sentence that reaches the target length, so a chunk holds at least two sentences whenever the
@@ -16,7 +18,7 @@ Sentence pairs follow one of two rules (``pairing``; see :mod:`datamill.pretrain
 
 Everything after the pairs follows Google's ``create_pretraining_data.py`` (``truncate_seq_pair``,
 ``create_masked_lm_predictions``), as used by d2l.ai's "The Dataset for Pretraining BERT", with
-the differences the datamill issue asks for:
+these deliberate differences:
 
 * documents come from WikiText-style raw text: a blank line or a title line (``=`` ...) ends a
   document, every other line is a sentence;
@@ -31,9 +33,9 @@ the differences the datamill issue asks for:
   the seed's coin flips; each pair loop consumes uniforms in exactly its reference's order (checked
   draw for draw against pure-Python transcriptions in ``tests/pretrain/test_bert_pairs.py``).
 
-Stages: :mod:`._bert_docs` (documents, tokenising), :mod:`._bert_pairs` (pair loop per document,
-vectorised truncation), :mod:`._bert_mask` (vectorised assembly, masking, padding),
-:mod:`._bert_run` (tasks and worker pool), :mod:`._bert_io` (Parquet writing and reading back).
+Stages: :mod:`._docs` (documents, tokenising), :mod:`._pairs` (pair loop per document,
+vectorised truncation), :mod:`._mask` (vectorised assembly, masking, padding),
+:mod:`._run` (tasks and worker pool), :mod:`._io` (Parquet writing and reading back).
 """
 
 from __future__ import annotations
@@ -45,31 +47,35 @@ from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, display_name
 from datamill.core.progress import progress
-from datamill.pretrain._bert_docs import split_documents, tokenize_documents
-from datamill.pretrain._bert_io import (
+from datamill.pretrain.bert._docs import split_documents, tokenize_documents
+from datamill.pretrain.bert._io import (
     BertParquetSource,
     collate_bert,
+    is_bert_parquet,
     read_bert_batches,
     write_batches,
 )
-from datamill.pretrain._bert_mask import LAYOUTS, MaskConfig
-from datamill.pretrain._bert_pairs import PAIRINGS
-from datamill.pretrain._bert_run import TaskConfig, plan_tasks, run_tasks
-from datamill.pretrain._bert_tok import (
+from datamill.pretrain.bert._mask import LAYOUTS, MaskConfig
+from datamill.pretrain.bert._pairs import PAIRINGS
+from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
+from datamill.pretrain.bert._tok import (
     BERT_SPECIALS,
     resolve_tokenizer,
     train_wordpiece,
 )
 
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "load_tokenizer", "read_bert_batches", "read_metadata"]
+           "is_bert_parquet", "load_tokenizer", "read_bert_batches", "read_metadata"]
+
+if TYPE_CHECKING:  # a third-party type only (tokenizers is imported when a tokenizer is loaded)
+    from tokenizers import Tokenizer
 
 _MIN_POOL_TOKENS = 4_000_000  # below (corpus tokens x dupe_factor) a pool costs more than it saves
 
@@ -253,16 +259,16 @@ def build_bert_samples(
 
 def read_metadata(path: PathLike) -> dict[str, Any]:
     """The ``datamill`` JSON stored in a BERT Parquet file's metadata (format, counts, special ids...)."""
-    from datamill.pretrain._bert_io import read_bert_metadata
+    from datamill.pretrain.bert._io import read_bert_metadata
 
     return read_bert_metadata(path)
 
 
-def load_tokenizer(path: PathLike) -> Any:
+def load_tokenizer(path: PathLike) -> Tokenizer:
     """The ``tokenizers.Tokenizer`` a BERT Parquet file was built with (stored in its metadata)."""
     from tokenizers import Tokenizer
 
-    from datamill.pretrain._bert_io import read_bert_tokenizer_json
+    from datamill.pretrain.bert._io import read_bert_tokenizer_json
 
     return Tokenizer.from_str(read_bert_tokenizer_json(path))
 

@@ -1,7 +1,7 @@
 """Vectorised WordPiece encoding: each distinct word is run through the tokenizer once.
 
 For a tokenizer made of ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece`` (what
-:func:`datamill.pretrain._bert_tok.train_wordpiece` builds, and Google's BERT vocabularies), every
+:func:`datamill.pretrain.bert._tok.train_wordpiece` builds, and Google's BERT vocabularies), every
 line is cut with pyarrow compute, all lines at once, at points where the tokenizer itself always
 cuts: ASCII whitespace and around ASCII punctuation (after dropping ASCII control characters, which
 the normaliser drops too, and lowercasing ASCII letters, which it also does). The chunks are

@@ -80,7 +80,7 @@ def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, do
                 max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
     """Pairs for documents ``doc_lo..doc_hi-1`` with Google's rules (``pairing="google"``).
 
-    ``sent_offsets`` / ``doc_offsets`` are the corpus offsets (see :mod:`._bert_docs`) as lists.
+    ``sent_offsets`` / ``doc_offsets`` are the corpus offsets (see :mod:`._docs`) as lists.
 
     target length = ``max_num_tokens``, or with probability ``short_seq_prob`` a uniform integer in
     ``[2, max_num_tokens]``; sentences are gathered until the target or the document end; A takes a

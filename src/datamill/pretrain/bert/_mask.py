@@ -20,7 +20,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.ragged import ranges
-from datamill.pretrain._bert_pairs import Spans
+from datamill.pretrain.bert._pairs import Spans
 
 __all__ = ["LAYOUTS", "MaskConfig", "assemble", "bert_schema"]
 

@@ -1,4 +1,6 @@
-"""word2vec skip-gram training data: subsampling, context windows, negative sampling, padded batches.
+"""The word2vec builder (:func:`build_skipgram`); public through :mod:`datamill.pretrain.word2vec`.
+
+word2vec skip-gram training data: subsampling, context windows, negative sampling, padded batches.
 
 The d2l.ai "Dataset for Pretraining Word Embeddings" pipeline as the seed writes it, with its
 per-token Python loops replaced by numpy:
@@ -29,6 +31,7 @@ vocabulary breaks frequency ties by token (the seed by first occurrence), so som
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
@@ -49,7 +52,7 @@ from datamill.core.io import PathLike, atomic_write, check_utf8, display_name, i
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
 from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
-from datamill.pretrain._w2v_sample import (
+from datamill.pretrain.word2vec._sample import (
     AliasTable,
     Sentences,
     centers_and_contexts,
@@ -118,6 +121,7 @@ class SkipGramSamples:
                 shuffle_buffer: int | None = None, num_workers: int = 0) -> Any:
         """A seeded, shuffled, resumable iterator of padded batches (a :class:`datamill.loader.Loader`).
 
+        Typed ``Any``, not ``Loader``: the producer keeps no import edge to the loader.
         Iterating yields one epoch of dicts ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
         ``labels`` ``(B, L)`` (int64 numpy arrays, or torch tensors with ``as_torch=True``). The
         order is the loader's pure ``(seed, epoch)`` order, sliced by ``rank``; ``state_dict()`` /
@@ -142,9 +146,8 @@ class SkipGramSamples:
             >>> b["centers"].shape, b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape
             ((4, 1), True)
         """
-        from datamill.loader import Loader
-
-        return Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+        loader = importlib.import_module("datamill.loader")  # the consumer, looked up at call time
+        return loader.Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                       collate=Batchify(as_torch=as_torch), rank=rank, world_size=world_size,
                       shuffle_buffer=shuffle_buffer, num_workers=num_workers)
 

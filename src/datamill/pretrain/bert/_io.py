@@ -1,14 +1,17 @@
 """BERT Parquet: writing row groups as they are produced, and reading them back as padded batches.
 
 The file metadata key ``datamill`` holds a JSON object (format, layout, max_seq_length, special
-ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.loader.ParquetSource`
+ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.core.parquet.ParquetSource`
 (row groups are shards) that checks that JSON; :func:`collate_bert` turns a batch table of either
 layout into fixed-shape padded arrays; :func:`read_bert_batches` wires both into a
-:class:`~datamill.loader.Loader` (seeded shuffle, rank split, resumable state).
+:class:`~datamill.loader.Loader` (seeded shuffle, rank split, resumable state). This producer has no
+import edge to the loader: :func:`read_bert_batches` looks the consumer up with
+``importlib.import_module`` when called.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections.abc import Iterable
@@ -26,10 +29,10 @@ from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.io import PathLike, atomic_path
 from datamill.core.parquet import ParquetSource
 from datamill.core.ragged import csr_from_arrow, pad
-from datamill.pretrain._bert_mask import bert_schema
-from datamill.pretrain._bert_run import TaskResult
+from datamill.pretrain.bert._mask import bert_schema
+from datamill.pretrain.bert._run import TaskResult
 
-__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "read_bert_batches",
+__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "is_bert_parquet", "read_bert_batches",
            "read_bert_metadata", "read_bert_tokenizer_json", "write_batches"]
 
 META_KEY = "datamill"
@@ -82,6 +85,22 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
     stats.timings = {"write_parquet": write_s, "wait_for_samples": wait_s,
                      **{f"workers_{k}": v for k, v in worker.items()}}
     return stats
+
+
+def is_bert_parquet(path: PathLike) -> bool:
+    """Whether ``path`` is a Parquet file whose metadata carries datamill's BERT key (a cheap check).
+
+    Examples:
+        >>> is_bert_parquet("no-such-file.parquet")
+        False
+    """
+    p = Path(path)
+    if not (p.is_file() and p.suffix in (".parquet", ".pq")):
+        return False
+    try:
+        return META_KEY.encode() in (pq.read_metadata(p).metadata or {})
+    except (OSError, pa.ArrowException):
+        return False
 
 
 def read_bert_metadata(path: PathLike) -> dict[str, Any]:
@@ -185,6 +204,8 @@ def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: 
                       drop_last: bool = False, **loader_kwargs: Any) -> Any:
     """A :class:`~datamill.loader.Loader` over a BERT Parquet file yielding padded batches.
 
+    The return type is ``Any``, not ``Loader``: the producer keeps no import edge to the loader.
+
     Shuffled (shard-aware, seeded), split by rank, resumable with ``state_dict()`` /
     ``load_state_dict()``; each batch is :class:`BertBatchCollate`'s dict. Extra keyword arguments
     go to the Loader (``num_workers``, ``prefetch``...).
@@ -204,10 +225,9 @@ def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: 
         >>> loader.state_dict()["epoch"]
         0
     """
-    from datamill.loader import Loader
-
+    loader = importlib.import_module("datamill.loader")  # the consumer, looked up at call time
     source = BertParquetSource(path)
-    return Loader(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+    return loader.Loader(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                   world_size=world_size, drop_last=drop_last,
                   collate=BertBatchCollate(source.meta, as_torch=as_torch), **loader_kwargs)
 

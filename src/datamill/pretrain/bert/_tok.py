@@ -77,7 +77,7 @@ class BertTokenizer:
         """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
         if self.fast is None:
             return self.encode_library(texts)
-        from datamill.pretrain._bert_fasttok import WordCache, encode_lines
+        from datamill.pretrain.bert._fasttok import WordCache, encode_lines
 
         cache = WordCache()
         parts = [encode_lines(self.inner, chunk, self.fast, cache) for chunk in _byte_slices(texts, _FAST_CHUNK_BYTES)]
@@ -111,7 +111,7 @@ class BertTokenizer:
             if path is not None:
                 raise DataFileError(msg, path=path, hint=hint)
             raise ConfigError(msg, hint=hint)
-        from datamill.pretrain._bert_fasttok import fast_path_config
+        from datamill.pretrain.bert._fasttok import fast_path_config
 
         size = int(inner.get_vocab_size(with_added_tokens=True))
         return cls(inner=inner, pad=ids["[PAD]"], cls=ids["[CLS]"], sep=ids["[SEP]"],
