@@ -32,3 +32,42 @@ def test_import_is_fast_and_lazy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[1] == "False"
     assert float(out[0]) < 2.0  # generous in tests; the benchmark records the real figure
+
+
+def _commands() -> list[str]:
+    import argparse
+
+    from datamill.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+def test_quiet_before_or_after_every_command(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Regression: `datamill word2vec ... --quiet` was a usage error while `preprocess ... --quiet` worked."""
+    import pytest
+
+    from datamill import cli
+    from datamill.core import progress
+
+    commands = _commands()
+    assert {"bert", "word2vec", "corpus", "preprocess"} <= set(commands)
+    for command in commands:
+        for argv in ([command, "--quiet", "--help"], ["-q", command, "--help"], [command, "--help", "-q"]):
+            with pytest.raises(SystemExit) as exc:  # --help exits 0 after parsing the whole line
+                cli.main(argv)
+            assert exc.value.code == 0, (argv, exc.value.code)
+    seen: list[bool] = []
+    monkeypatch.setattr(progress, "set_quiet", seen.append)
+    for argv, want in ([["demo", "--data", "/nowhere", "--quiet"], True], [["-q", "demo", "--data", "/nowhere"], True],
+                       [["demo", "--data", "/nowhere"], False]):
+        assert cli.main(argv) == 2  # the data folder is missing: a one-line error, after set_quiet
+        assert seen.pop() is want
+
+
+def test_split_quiet_stops_at_the_separator() -> None:
+    from datamill.cli import split_quiet
+
+    assert split_quiet(["-q", "bert", "x", "--quiet"]) == (["bert", "x"], True)
+    assert split_quiet(["bert", "--", "--quiet"]) == (["bert", "--", "--quiet"], False)

@@ -3,6 +3,8 @@
 Each capability registers its own subcommands from its own ``cli`` module (see ``COMMAND_MODULES``),
 so the parsers live beside the code they call. Every :class:`DatamillError` is printed as one line
 on stderr (``error: file, line, column: what was expected``) with exit status 2, never a traceback.
+``-q``/``--quiet`` works before or after any subcommand: :func:`main` takes it out of the argument
+list before parsing (up to a ``--`` separator), so no subcommand needs to declare it.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from collections.abc import Sequence
 from datamill import __version__
 from datamill.core.errors import DatamillError
 
-__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "split_quiet"]
+
+QUIET_FLAGS = ("-q", "--quiet")
+"""The spellings of the global quiet flag, accepted anywhere on the command line."""
 
 # module -> it defines ``register(subparsers)``; order is the order shown by --help
 COMMAND_MODULES = (
     "datamill.demo",
     "datamill.preprocessing.cli",
     "datamill.text.cli",
-    "datamill.pretrain.word2vec_cli",
-    "datamill.pretrain.bert_cli",
+    "datamill.pretrain.word2vec.cli",
+    "datamill.pretrain.bert.cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
 )
@@ -37,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn raw datasets into training-ready tensors.",
     )
     parser.add_argument("--version", action="version", version=f"datamill {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(*QUIET_FLAGS, action="store_true", help="no progress bars (before or after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -50,16 +55,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_quiet(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """Remove ``-q``/``--quiet`` from anywhere before a ``--`` separator; return the rest and whether it was there.
+
+    Examples:
+        >>> split_quiet(["word2vec", "c.txt", "--quiet", "--out", "o"])
+        (['word2vec', 'c.txt', '--out', 'o'], True)
+        >>> split_quiet(["bert", "--", "-q"])
+        (['bert', '--', '-q'], False)
+    """
+    rest: list[str] = []
+    quiet = False
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        if arg in QUIET_FLAGS:
+            quiet = True
+        else:
+            rest.append(arg)
+    return rest, quiet
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
+    argv, quiet = split_quiet(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
     from datamill.core.progress import set_quiet
 
-    set_quiet(bool(args.quiet))
+    set_quiet(quiet or bool(getattr(args, "quiet", False)))
     start = time.perf_counter()
     try:
         status = args.func(args)

@@ -21,8 +21,8 @@ __all__ = ["DEMO_MODULES", "find_data_dir", "register", "run_demo"]
 DEMO_MODULES = (
     "datamill.preprocessing.demo",
     "datamill.text.demo",
-    "datamill.pretrain.demo_word2vec",
-    "datamill.pretrain.demo_bert",
+    "datamill.pretrain.word2vec.demo",
+    "datamill.pretrain.bert.demo",
     "datamill.shards.demo",
     "datamill.loader.demo",
 )

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from datamill.text.source import CorpusSource
 
 __all__ = [
+    "PROVIDERS",
     "BertParquetSource",
     "CorpusSource",
     "HDF5Source",
-    "PROVIDERS",
     "ParquetSource",
     "ShardsetDataset",
     "TableSource",

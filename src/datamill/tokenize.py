@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.io import PathLike, atomic_path, display_name, read_bytes, read_text
+from datamill.core.ragged import encodings_to_csr
 
 __all__ = [
     "TOKENIZERS",
@@ -366,13 +367,8 @@ class HFTokenizer:
         Uses the library's parallel ``encode_batch_fast`` (no special tokens, no offsets).
         """
         strs = as_string_array(texts).to_pylist()
-        encs = self.inner.encode_batch_fast(strs, add_special_tokens=False)
-        per_text = [np.asarray(e.ids, dtype=np.int32) for e in encs]  # one C conversion per text
-        lengths = np.fromiter((len(a) for a in per_text), np.int64, len(per_text))
-        offsets = np.zeros(len(encs) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        ids = np.concatenate(per_text) if per_text else np.zeros(0, np.int32)
-        return ids.astype(np.int32, copy=False), offsets
+        ids, offsets = encodings_to_csr(self.inner.encode_batch_fast(strs, add_special_tokens=False))
+        return ids, offsets
 
     def _tokens_array(self) -> pa.Array:
         if self._id2tok is None:

@@ -9,17 +9,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from datamill.pretrain import _bert_run
-from datamill.pretrain._bert_docs import Corpus, split_documents, tokenize_documents
-from datamill.pretrain._bert_tok import resolve_tokenizer
 from datamill.pretrain.bert import BertSamples, build_bert_samples, load_tokenizer, read_metadata
+from datamill.pretrain.bert import _run as _bert_run
+from datamill.pretrain.bert._docs import TokenizedDocuments, split_documents, tokenize_documents
+from datamill.pretrain.bert._tok import resolve_tokenizer
 
 L = 128
 MAXP = 12
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[BertSamples, Corpus]:
+def built(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[BertSamples, TokenizedDocuments]:
     tmp = tmp_path_factory.mktemp("bert")
     lines = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()[:700]
     raw = tmp / "wiki.raw"
@@ -37,7 +37,7 @@ def arrays(res: BertSamples) -> dict[str, object]:
     return {c: t.column(c).to_pylist() for c in t.column_names}
 
 
-def test_counts_metadata_and_schema(built: tuple[BertSamples, Corpus]) -> None:
+def test_counts_metadata_and_schema(built: tuple[BertSamples, TokenizedDocuments]) -> None:
     res, corpus = built
     assert res.documents == corpus.num_documents > 20
     assert res.samples == pq.read_metadata(res.path).num_rows > 300
@@ -53,7 +53,7 @@ def test_counts_metadata_and_schema(built: tuple[BertSamples, Corpus]) -> None:
     assert not [p for p in res.path.parent.iterdir() if p.name.startswith(".")]  # no temp leftovers
 
 
-def test_samples_layout_masks_and_document_continuity(built: tuple[BertSamples, Corpus]) -> None:
+def test_samples_layout_masks_and_document_continuity(built: tuple[BertSamples, TokenizedDocuments]) -> None:
     res, corpus = built
     meta = read_metadata(res.path)
     sp = meta["special_ids"]
@@ -108,7 +108,7 @@ def _find(hay: bytes, needle: bytes, start: int = 0) -> int:
     return i
 
 
-def test_nsp_rate_and_mask_rates_on_real_text(built: tuple[BertSamples, Corpus]) -> None:
+def test_nsp_rate_and_mask_rates_on_real_text(built: tuple[BertSamples, TokenizedDocuments]) -> None:
     res, _ = built
     cols = arrays(res)
     sp = read_metadata(res.path)["special_ids"]
@@ -125,7 +125,7 @@ def test_nsp_rate_and_mask_rates_on_real_text(built: tuple[BertSamples, Corpus])
 
 
 def test_period_split_gives_multi_sentence_chunks_and_half_random(tmp_path: Path,
-                                                                   built: tuple[BertSamples, Corpus]) -> None:
+                                                                   built: tuple[BertSamples, TokenizedDocuments]) -> None:
     res, _ = built
     raw = res.path.parent.parent / "wiki.raw"
     per = build_bert_samples(raw, out=tmp_path / "p.parquet", tokenizer=res.tokenizer_path, max_seq_length=L,
@@ -136,7 +136,7 @@ def test_period_split_gives_multi_sentence_chunks_and_half_random(tmp_path: Path
 
 
 def test_same_seed_same_file_any_worker_count_other_seed_differs(tmp_path: Path, data_dir: Path,
-                                                                   built: tuple[BertSamples, Corpus],
+                                                                   built: tuple[BertSamples, TokenizedDocuments],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     res, _ = built
     monkeypatch.setattr(_bert_run, "SHARD_TOKENS", 20000)  # several shards, so workers really share
@@ -153,7 +153,7 @@ def test_same_seed_same_file_any_worker_count_other_seed_differs(tmp_path: Path,
 
 def test_reading_in_small_blocks_changes_nothing(data_dir: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from datamill.pretrain import _bert_docs
+    from datamill.pretrain.bert import _docs as _bert_docs
 
     path = data_dir / "wikitext2_test.raw"
     whole, whole_doc = split_documents([path])

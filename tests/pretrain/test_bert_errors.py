@@ -10,9 +10,9 @@ import pytest
 
 from datamill.cli import main
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
-from datamill.pretrain import _bert_run
-from datamill.pretrain._bert_io import read_bert_metadata
+from datamill.pretrain.bert import _run as _bert_run
 from datamill.pretrain.bert import build_bert_samples
+from datamill.pretrain.bert._io import read_bert_metadata
 
 TEXT = (" = A = \n the cat sat on the mat . \n the dog sat on the log . \n"
         " = B = \n a bird sang in the old tree . \n the sun rose over the green hill . \n")
@@ -68,7 +68,7 @@ def test_missing_input(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kwargs", [
     {"max_seq_length": 4}, {"dupe_factor": 0}, {"mask_prob": 0.0}, {"mask_prob": 1.5},
     {"max_predictions_per_seq": 0}, {"short_seq_prob": -0.1}, {"vocab_size": 3}, {"layout": "dense"},
-    {"workers": 0}, {"sentence_split": "comma"},
+    {"workers": 0}, {"sentence_split": "comma"}, {"pairing": "random"},
 ])
 def test_bad_parameters(raw: Path, tmp_path: Path, kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError) as exc:
@@ -159,3 +159,13 @@ def test_tokenizer_objects_are_accepted(raw: Path, tmp_path: Path) -> None:
         assert pq.read_table(again.path).equals(pq.read_table(first.path))
     with pytest.raises(ConfigError):
         build_bert_samples(raw, out=tmp_path / "c.parquet", tokenizer=42)
+
+
+def test_cli_pairing_and_api_flag_names(raw: Path, tmp_path: Path) -> None:
+    """--pairing reaches the metadata; --max-predictions-per-seq and its old spelling both work."""
+    for flag, pairing in [("--max-predictions-per-seq", "google"), ("--max-predictions", "seed")]:
+        out = tmp_path / f"{pairing}.parquet"
+        assert main(["bert", str(raw), "--out", str(out), "--vocab-size", "60", "--max-seq-length", "16",
+                     "--dupe-factor", "2", flag, "3", "--pairing", pairing, "--quiet"]) == 0
+        meta = read_bert_metadata(out)
+        assert (meta["pairing"], meta["max_predictions_per_seq"]) == (pairing, 3)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datamill.pretrain._bert_docs import split_documents
-from datamill.pretrain._bert_tok import BertTokenizer, train_wordpiece
+from datamill.pretrain.bert._docs import split_documents
+from datamill.pretrain.bert._tok import BertTokenizer, train_wordpiece
 
 _TOK: dict[bool, BertTokenizer] = {}
 
@@ -65,7 +65,7 @@ def test_other_tokenizers_use_the_library(data_dir: Path) -> None:
 
 
 def test_word_cache_across_chunks_gives_the_same_ids(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from datamill.pretrain import _bert_tok
+    from datamill.pretrain.bert import _tok as _bert_tok
 
     tok = tokenizer(data_dir)
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])

@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from datamill.pretrain import _bert_run
 from datamill.pretrain.bert import (
     BertParquetSource,
     BertSamples,
@@ -16,6 +15,7 @@ from datamill.pretrain.bert import (
     collate_bert,
     read_bert_batches,
 )
+from datamill.pretrain.bert import _run as _bert_run
 from tests.contracts import check_resume
 
 L = 64

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.rng import rng_for
-from datamill.pretrain._bert_mask import MaskConfig, assemble
-from datamill.pretrain._bert_pairs import Spans
+from datamill.pretrain.bert._mask import MaskConfig, assemble
+from datamill.pretrain.bert._pairs import Spans
 
 PAD, CLS, SEP, MASK, UNK = 0, 1, 2, 3, 4
 SPECIALS = (PAD, CLS, SEP, MASK, UNK)

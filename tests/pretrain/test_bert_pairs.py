@@ -1,4 +1,5 @@
-"""Pair building and truncation against a copy of Google's create_pretraining_data.py (the oracle)."""
+"""Pair building and truncation against pure-Python transcriptions (the oracles): the seed article's
+loop (``pairing="seed"``) and Google's create_pretraining_data.py (``pairing="google"``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.rng import rng_for
-from datamill.pretrain._bert_docs import Corpus
-from datamill.pretrain._bert_pairs import (
+from datamill.pretrain.bert._docs import TokenizedDocuments
+from datamill.pretrain.bert._pairs import (
     Spans,
     UniformStream,
     build_pairs,
+    build_pairs_seed,
     truncate_lengths,
     truncate_spans,
 )
@@ -68,6 +70,50 @@ def seed_pairs(all_documents, document_index, max_seq_length, short_seq_prob, rn
     return instances
 
 
+def seed_article_pairs(documents, doc_idx, max_seq_length, short_seq_prob, rng):  # type: ignore[no-untyped-def]
+    """The seed article's sentence-pair loop (before truncation and masking), on token-id lists.
+
+    ``rng`` has ``random()`` and ``randint(lo, hi)`` (inclusive). One deliberate difference, marked
+    below: a random B takes at least one sentence (the article's scan leaves B empty when A alone
+    reaches the target).
+    """
+    max_tokens = max_seq_length - 3
+    target_length = max_tokens
+    if rng.random() < short_seq_prob:
+        target_length = rng.randint(2, max_tokens)
+    chunks = list(documents[doc_idx])
+    samples = []
+    while len(chunks) > 0:
+        running_length = 0
+        end = 1
+        while end < len(chunks) and running_length < target_length:
+            running_length += len(chunks[end - 1])
+            end += 1
+        sep = rng.randint(1, end - 1) if end > 1 else 1
+        sentence_a = [tok for chunk in chunks[:sep] for tok in chunk]
+        sentence_b = [tok for chunk in chunks[sep:end] for tok in chunk]
+        if not sentence_b or rng.random() < 0.5:
+            b_idx = rng.randint(0, len(documents) - 2)
+            if b_idx >= doc_idx:
+                b_idx += 1
+            sentence_b = []
+            running_length = len(sentence_a)
+            i = rng.randint(0, len(documents[b_idx]) - 1)
+            first = True  # datamill: at least one sentence in B
+            while i < len(documents[b_idx]) and (first or running_length < target_length):
+                first = False
+                sentence_b.extend(documents[b_idx][i])
+                running_length += len(documents[b_idx][i])
+                i += 1
+            is_random_next = True
+            chunks = chunks[sep:]
+        else:
+            is_random_next = False
+            chunks = chunks[end:]
+        samples.append((sentence_a, sentence_b, is_random_next))
+    return samples
+
+
 def seed_truncate(tokens_a, tokens_b, max_num_tokens, rng):  # type: ignore[no-untyped-def]
     """truncate_seq_pair, verbatim."""
     while True:
@@ -83,12 +129,12 @@ def seed_truncate(tokens_a, tokens_b, max_num_tokens, rng):  # type: ignore[no-u
 
 
 # ---------------------------------------------------------------- helpers
-def corpus_of(docs: list[list[list[int]]]) -> Corpus:
+def corpus_of(docs: list[list[list[int]]]) -> TokenizedDocuments:
     sents = [s for d in docs for s in d]
     ids = np.asarray([t for s in sents for t in s], dtype=np.int32)
     so = np.concatenate([[0], np.cumsum([len(s) for s in sents])]).astype(np.int64)
     do = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
-    return Corpus(ids=ids, sent_offsets=so, doc_offsets=do)
+    return TokenizedDocuments(ids=ids, sent_offsets=so, doc_offsets=do)
 
 
 def random_docs(rng: np.random.Generator, n_docs: int, max_sents: int, max_len: int) -> list[list[list[int]]]:
@@ -96,8 +142,10 @@ def random_docs(rng: np.random.Generator, n_docs: int, max_sents: int, max_len: 
              for _ in range(int(rng.integers(1, max_sents + 1)))] for _ in range(n_docs)]
 
 
-def run_ours(corpus: Corpus, max_seq_length: int, short: float, seed: int):  # type: ignore[no-untyped-def]
-    return build_pairs(corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist(), 0, corpus.num_documents,
+def run_ours(corpus: TokenizedDocuments, max_seq_length: int, short: float, seed: int,  # type: ignore[no-untyped-def]
+             pairing: str = "google"):
+    build = build_pairs if pairing == "google" else build_pairs_seed
+    return build(corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist(), 0, corpus.num_documents,
                        max_num_tokens=max_seq_length - 3, short_seq_prob=short, rng=rng_for(seed, "t"))
 
 
@@ -114,6 +162,22 @@ def test_pairs_equal_the_seed_algorithm_draw_for_draw(seed: int, n_docs: int, ma
     got = [(corpus.ids[a:a + la].tolist(), corpus.ids[b:b + lb].tolist(), bool(r))
            for a, la, b, lb, r in zip(spans.a_lo, spans.la, spans.b_lo, spans.lb, spans.is_random_next)]
     assert got == want
+
+
+@given(seed=st.integers(0, 2**32), n_docs=st.integers(2, 12), max_sents=st.integers(1, 8),
+       max_len=st.integers(1, 40), max_seq_length=st.integers(5, 80), short=st.sampled_from([0.0, 0.1, 0.5, 1.0]))
+def test_seed_pairs_equal_the_seed_article_loop_draw_for_draw(seed: int, n_docs: int, max_sents: int, max_len: int,
+                                                             max_seq_length: int, short: float) -> None:
+    docs = random_docs(np.random.default_rng(seed), n_docs, max_sents, max_len)
+    corpus = corpus_of(docs)
+    spans = run_ours(corpus, max_seq_length, short, seed, pairing="seed")
+    rng = UniformStream(rng_for(seed, "t"))
+    want = [inst for d in range(len(docs)) for inst in seed_article_pairs(docs, d, max_seq_length, short, rng)]
+    got = [(corpus.ids[a:a + la].tolist(), corpus.ids[b:b + lb].tolist(), bool(r))
+           for a, la, b, lb, r in zip(spans.a_lo, spans.la, spans.b_lo, spans.lb, spans.is_random_next)]
+    assert got == want
+    assert ((spans.la >= 1) & (spans.lb >= 1)).all()
+    assert (spans.is_random_next[spans.forced]).all()
 
 
 def test_is_random_next_is_half_unless_the_chunk_has_one_sentence() -> None:

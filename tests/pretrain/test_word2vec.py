@@ -15,7 +15,53 @@ from datamill.pretrain.word2vec import SkipGramSamples, build_skipgram
 
 @pytest.fixture(scope="module")
 def ptb(data_dir: Path) -> SkipGramSamples:
+    """Later d2l's pipeline: every <unk> dropped before subsampling."""
+    return build_skipgram(f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", seed=0, drop_unk=True, progress=False)
+
+
+@pytest.fixture(scope="module")
+def ptb_seed(data_dir: Path) -> SkipGramSamples:
+    """The seed's pipeline (the default): <unk> subsampled like any word."""
     return build_skipgram(f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", seed=0, progress=False)
+
+
+def _ptb_text(data_dir: Path) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(data_dir / "ptb.zip") as z:
+        return z.read("ptb/ptb.train.txt").decode("utf-8")
+
+
+def _kept_mean_sd(counts: np.ndarray, t: float) -> tuple[float, float]:
+    """Expected kept tokens and their sd: a sum of independent Bernoulli(min(1, sqrt(t / f(w))))."""
+    counts = counts[counts > 0].astype(float)
+    p = np.minimum(1.0, np.sqrt(t / (counts / counts.sum())))
+    return float((counts * p).sum()), math.sqrt(float((counts * p * (1 - p)).sum()))
+
+
+def test_ptb_seed_subsampling_keeps_unk_and_matches_the_formula(ptb_seed: SkipGramSamples, data_dir: Path) -> None:
+    """The seed: rare words -> <unk>, then <unk> subsampled like any word, f(w) over all 887,521 tokens."""
+    text = _ptb_text(data_dir)
+    counts = np.bincount(np.array(ptb_seed.vocab.encode(np.array(text.split()))), minlength=len(ptb_seed.vocab))
+    assert counts.sum() == 887_521 and ptb_seed.info["drop_unk"] is False
+    mean, sd = _kept_mean_sd(counts, 1e-4)
+    assert abs(mean - 354_144) < 1  # the figure the issue computes from the seed's formula
+    kept = ptb_seed.info["tokens_after_subsampling"]
+    assert abs(kept - mean) <= 4.5 * sd, (kept, mean, sd)  # binomial tolerance (sd ~ 330)
+    # the seed's own runs kept 354,363 / 354,140 / 353,932: all inside the same band
+    assert all(abs(x - mean) <= 4.5 * sd for x in (354_363, 354_140, 353_932))
+    # <unk> (id 0) appears as a center, a context and a negative; negatives cover range(len(counter))
+    assert 0 in set(np.unique(ptb_seed.centers).tolist()) and (ptb_seed.contexts == 0).any()
+    assert ptb_seed.negatives.min() == 0 and ptb_seed.negatives.max() < len(ptb_seed.vocab)
+    unk_kept = int((ptb_seed.centers == 0).sum())
+    p_unk = math.sqrt(1e-4 / (counts[0] / counts.sum()))
+    assert unk_kept <= counts[0] * p_unk + 6 * math.sqrt(counts[0] * p_unk)  # <unk> was subsampled too
+
+
+def test_ptb_drop_unk_keeps_the_old_behaviour(ptb: SkipGramSamples, ptb_seed: SkipGramSamples) -> None:
+    """drop_unk=True: fewer tokens kept (f over known tokens only), <unk> never seen."""
+    assert ptb.info["tokens_after_subsampling"] < ptb_seed.info["tokens_after_subsampling"] - 5_000
+    assert ptb.info["fingerprint"] != ptb_seed.info["fingerprint"]
 
 
 def test_seed_tiny_dataset_contexts_are_in_sentence_within_window() -> None:
@@ -158,14 +204,25 @@ def test_cli_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "vocab size 7" in out and "after subsampling" in out and "pairs" in out and " s" in out
     assert SkipGramSamples.load(tmp_path / "o").info["tokens"] == 180
+    # the API's names, --quiet after the command, old spellings as aliases
+    assert main(["word2vec", str(f), "--out", str(tmp_path / "n"), "--min-freq", "1", "--subsample-t", "1",
+                 "--num-negatives", "3", "--drop-unk", "--negative-counts", "before_subsampling", "--quiet"]) == 0
+    info = SkipGramSamples.load(tmp_path / "n").info
+    assert (info["subsample_t"], info["num_negatives"], info["drop_unk"]) == (1, 3, True)
+    assert info["negative_counts"] == "before_subsampling" and "known" in capsys.readouterr().out
+    assert main(["word2vec", str(f), "--out", str(tmp_path / "a"), "--min-freq", "1", "--t", "1",
+                 "--negatives", "3", "-q"]) == 0
+    assert SkipGramSamples.load(tmp_path / "a").info["num_negatives"] == 3
     assert main(["word2vec", str(f), "--out", str(tmp_path / "o2"), "--negatives", "-1"]) == 2
 
 
-@pytest.mark.parametrize(("mode", "total_key"), [("subsampled", "tokens_after_subsampling"), ("seed", "tokens_known")])
-def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str,
+@pytest.mark.parametrize("drop_unk", [False, True])
+@pytest.mark.parametrize(("mode", "total_key"), [("subsampled", "tokens_after_subsampling"),
+                                                 ("before_subsampling", "tokens_known")])
+def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str, drop_unk: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Negatives are drawn from count**0.75: counts after subsampling by default, before with "seed"."""
-    import datamill.pretrain.word2vec as w2v
+    """Negatives are drawn from count**0.75: counts after subsampling by default, before on request."""
+    from datamill.pretrain.word2vec import _build as w2v
 
     seen: list[np.ndarray] = []
 
@@ -177,11 +234,26 @@ def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str,
     monkeypatch.setattr(w2v, "AliasTable", Recording)
     rng = np.random.default_rng(0)
     sentences = [[f"w{int(i)}" for i in rng.zipf(1.5, size=12).clip(max=300)] for _ in range(2_000)]
-    s = build_skipgram(sentences, window=2, num_negatives=2, min_freq=1, subsample_t=1e-3, seed=1,
-                       negative_counts=mode, progress=False)  # type: ignore[arg-type]
+    s = build_skipgram(sentences, window=2, num_negatives=2, min_freq=3, subsample_t=1e-3, seed=1,
+                       negative_counts=mode, drop_unk=drop_unk, progress=False)  # type: ignore[arg-type]
     counts = np.rint(seen[0] ** (1 / 0.75))
-    assert counts.sum() == s.info[total_key]
+    tokens = s.info["tokens"] if mode == "before_subsampling" and not drop_unk else s.info[total_key]
+    assert counts.sum() == tokens
     assert s.info["tokens_after_subsampling"] < s.info["tokens_known"]  # the two modes really differ
+    if drop_unk:  # later d2l: range(1, len(vocab))
+        assert len(seen[0]) == len(s.vocab) - 1 and s.negatives.min() >= 1
+    else:  # the seed: range(len(counter)), <unk> = id 0 included
+        assert len(seen[0]) == len(s.vocab) and seen[0][0] > 0
+
+
+def test_negative_counts_seed_is_a_deprecated_alias() -> None:
+    kw = {"window": 2, "num_negatives": 2, "min_freq": 1, "subsample_t": 1e-2, "seed": 3, "progress": False}
+    sentences = [["a", "b", "c", "a"], ["b", "c", "d"]] * 30
+    with pytest.warns(DeprecationWarning, match="before_subsampling"):
+        old = build_skipgram(sentences, negative_counts="seed", **kw)  # type: ignore[arg-type]
+    new = build_skipgram(sentences, negative_counts="before_subsampling", **kw)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(old.negatives, new.negatives)
+    assert old.info["negative_counts"] == "before_subsampling" and old.fingerprint() == new.fingerprint()
 
 
 def test_unknown_negative_counts_is_a_config_error() -> None:

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError
-from datamill.pretrain._w2v_sample import split_lines
 from datamill.pretrain.word2vec import build_skipgram
+from datamill.pretrain.word2vec._sample import split_lines
 
 _CHARS = st.sampled_from(list("ab<>'. \n\t\r\x0b\x0c\x1c\x1f\x01") + ["é", "\u00a0", "\u2028", "\u3000"])
 
@@ -62,7 +62,7 @@ def test_missing_zip_member(data_dir: Path) -> None:
 
 
 def test_demo_runs(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from datamill.pretrain import demo_word2vec
+    from datamill.pretrain.word2vec import demo as demo_word2vec
 
     demo_word2vec.run(data_dir, tmp_path)
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from datamill.pretrain._w2v_sample import (
+from datamill.pretrain.word2vec._sample import (
     AliasTable,
     Sentences,
     centers_and_contexts,

@@ -136,6 +136,12 @@ def test_cli_corpus(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (tmp_path / "tm" / "corpus.json").exists()
     rc = main(["corpus", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")])
     assert rc == 2 and not (tmp_path / "x").exists()
+    # the API's parameter names as flags (old spelling --reserved kept), --quiet after the command
+    for flag in ("--reserved-tokens", "--reserved"):
+        rc = main(["corpus", str(data_dir / "timemachine.txt"), "--level", "word", flag, "<pad>,<bos>",
+                   "--unk-token", "<UNK>", "--min-freq", "3", "--out", str(tmp_path / flag), "--quiet"])
+        assert rc == 0
+        assert Corpus.load(tmp_path / flag).vocab.idx2str[:3] == ["<UNK>", "<pad>", "<bos>"]
 
 
 @given(st.text(st.sampled_from(list("aB z\t\n\r\x0b\x1c.!Q")), max_size=60), st.booleans(), st.booleans())

@@ -10,6 +10,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.optional import require
+from datamill.core.ragged import csr_from_arrow, offsets_from_lengths, pad
 from datamill.core.source import FixedShards, check_read_args
 
 __all__ = ["COLUMNS", "Batchify", "SkipGramSource", "batchify_arrays"]
@@ -19,20 +20,17 @@ COLUMNS = ["center", "contexts", "negatives"]
 
 def _lengths_values(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64], NDArray[Any]]:
     """(row lengths, the rows' values in order) of a list array, zero-copy where arrow allows."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    off = arr.offsets.to_numpy()
-    values = arr.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]]
-    return np.diff(off), values
+    values, offsets = csr_from_arrow(arr)
+    return np.diff(offsets), values
 
 
 def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArray[Any],
                     n_neg: NDArray[np.int64], neg: NDArray[Any]) -> dict[str, NDArray[np.int64]]:
     """The seed's ``batchify`` on CSR parts, without a per-row loop.
 
-    Row-major, the cells where ``labels`` is 1 are exactly the contexts in order, and the cells
-    where ``masks`` is 1 and ``labels`` 0 exactly the negatives in order: two boolean-mask
-    assignments pad the whole batch.
+    The contexts are padded to the batch width with :func:`datamill.core.ragged.pad` (its mask is
+    ``labels``); row-major, the cells where ``masks`` is 1 and ``labels`` 0 are exactly the
+    negatives in order, so one more boolean-mask assignment completes the batch.
 
     Examples:
         >>> b = batchify_arrays(np.array([1, 1]), np.array([2, 3]), np.array([2, 2, 2, 2, 2]),
@@ -40,14 +38,11 @@ def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArra
         >>> b["contexts_negatives"].tolist(), b["labels"].tolist()
         ([[2, 2, 3, 3, 3, 3], [2, 2, 2, 3, 3, 0]], [[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0]])
     """
-    n_ctx, n_neg = np.asarray(n_ctx), np.asarray(n_neg)
+    n_ctx, n_neg = np.asarray(n_ctx, dtype=np.int64), np.asarray(n_neg, dtype=np.int64)
     total = n_ctx + n_neg
     width = int(total.max()) if len(total) else 0
-    cols = np.arange(width)
-    is_ctx = cols < n_ctx[:, None]
-    is_real = cols < total[:, None]
-    out = np.zeros((len(total), width), dtype=np.int64)
-    out[is_ctx] = ctx
+    out, is_ctx = pad(np.asarray(ctx), offsets_from_lengths(n_ctx), width, dtype=np.int64)
+    is_real = np.arange(width) < total[:, None]
     out[is_real & ~is_ctx] = neg
     return {"centers": np.asarray(centers, dtype=np.int64).reshape(-1, 1), "contexts_negatives": out,
             "masks": is_real.astype(np.int64), "labels": is_ctx.astype(np.int64)}

@@ -5,21 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from datamill.core.source import Source, register_source
-from datamill.pretrain._bert_io import META_KEY, BertParquetSource
+from datamill.pretrain.bert import BertParquetSource, is_bert_parquet
 
 __all__ = ["BertParquetSource", "open_skipgram"]
-
-
-def _is_bert(p: Path) -> bool:
-    if not (p.is_file() and p.suffix in (".parquet", ".pq")):
-        return False
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return META_KEY.encode() in (pq.read_metadata(p).metadata or {})
-    except (OSError, pa.ArrowException):
-        return False
 
 
 def open_skipgram(path: Path) -> Source:
@@ -29,6 +17,6 @@ def open_skipgram(path: Path) -> Source:
     return SkipGramSamples.load(path).source()
 
 
-register_source("bert", marker=_is_bert, opener=BertParquetSource, priority=10)
+register_source("bert", marker=is_bert_parquet, opener=BertParquetSource, priority=10)
 register_source("word2vec", marker=lambda p: p.is_dir() and (p / "skipgram.json").is_file(), opener=open_skipgram,
                 priority=10)

@@ -18,7 +18,8 @@ def _cmd(args: argparse.Namespace) -> int:
         extra = {"tokenizer": args.tokenizer, "vocab_size": args.vocab_size}
     else:
         extra = {"min_freq": args.min_freq, "max_size": args.max_size,
-                 "reserved_tokens": args.reserved.split(",") if args.reserved else ()}
+                 "reserved_tokens": args.reserved_tokens.split(",") if args.reserved_tokens else (),
+                 "unk_token": args.unk_token}
     corpus = build_corpus(args.textfile, level=args.level, lowercase=args.lowercase,
                           collapse_whitespace=args.collapse_whitespace, out=args.out, **extra)
     vocab_size = len(corpus.vocab) if corpus.vocab is not None else 0
@@ -39,7 +40,9 @@ def register(sub: Any) -> None:
                    help="collapse whitespace runs to one space (char level: the whole file becomes one document)")
     p.add_argument("--min-freq", type=int, default=0, help="rarer tokens map to <unk> (char/word; default 0)")
     p.add_argument("--max-size", type=int, default=None, help="keep at most this many tokens (char/word)")
-    p.add_argument("--reserved", default="", help="comma-separated reserved tokens after <unk> (char/word)")
+    p.add_argument("--reserved-tokens", "--reserved", dest="reserved_tokens", default="",
+                   help="comma-separated reserved tokens after <unk> (char/word; --reserved is an alias)")
+    p.add_argument("--unk-token", default="<unk>", help="the unknown token (char/word; default <unk>)")
     p.add_argument("--tokenizer", default=None, help="bpe/wordpiece: a tokenizer JSON to use instead of training")
     p.add_argument("--vocab-size", type=int, default=8000, help="bpe/wordpiece training vocab size (default 8000)")
     p.add_argument("--out", required=True, help="output corpus folder (replaced atomically)")

@@ -14,7 +14,7 @@ Levels (how the text becomes documents and tokens):
   (with ``lowercase=True``: 178,605 characters, 44 distinct, so a vocabulary of 45 with
   ``<unk>``). The other d2l version, ``re.sub('[^A-Za-z]+', ' ', line).strip().lower()`` per line,
   keeps 26 letters and the space: a vocabulary of 28 with ``<unk>``. ASCII files take a numpy fast
-  path (:mod:`datamill.text._ascii`) with the same result as the Arrow path.
+  path (:mod:`datamill.core.ascii`) with the same result as the Arrow path.
 * ``word``: each line is a document of its whitespace-separated words (``str.split()``), as the
   word2vec chapter reads PTB.
 * ``bpe`` / ``wordpiece``: each line is a document of Hugging Face sub-word ids
@@ -40,10 +40,11 @@ import pyarrow.compute as pc
 import xxhash
 from numpy.typing import NDArray
 
+from datamill.core.ascii import ascii_char_codes, ascii_words
 from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.io import PathLike, atomic_dir, display_name, read_bytes, read_text
-from datamill.text._ascii import ascii_char_codes, ascii_words
+from datamill.core.ragged import smallest_int_dtype
 from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
 from datamill.vocab import TokenCounts, Vocab
 
@@ -176,8 +177,12 @@ def _count_list(lists: pa.ListArray | pa.LargeListArray) -> TokenCounts:
     return count_tokens(lists.flatten())
 
 
-def _smallest_dtype(vocab_size: int) -> type[np.unsignedinteger[Any] | np.signedinteger[Any]]:
-    return np.uint16 if vocab_size <= 1 << 16 else np.int32
+CORPUS_ID_DTYPES = (np.uint16, np.int32, np.int64)
+"""The id dtypes of corpus files, smallest first (uint16 for vocabularies up to 65,536 tokens)."""
+
+
+def _smallest_dtype(vocab_size: int) -> np.dtype[Any]:
+    return smallest_int_dtype(max(vocab_size - 1, 0), dtypes=CORPUS_ID_DTYPES)
 
 
 class Corpus:

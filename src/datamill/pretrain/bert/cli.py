@@ -14,8 +14,9 @@ def _cmd(args: argparse.Namespace) -> int:
     res = build_bert_samples(
         args.raw, out=args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor, mask_prob=args.mask_prob,
-        max_predictions_per_seq=args.max_predictions, short_seq_prob=args.short_seq_prob,
+        max_predictions_per_seq=args.max_predictions_per_seq, short_seq_prob=args.short_seq_prob,
         seed=args.seed, workers=args.workers, layout=args.layout, sentence_split=args.sentence_split,
+        pairing=args.pairing,
     )
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
           f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
@@ -37,7 +38,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-seq-length", type=int, default=512, help="default 512")
     p.add_argument("--dupe-factor", type=int, default=10, help="default 10")
     p.add_argument("--mask-prob", type=float, default=0.15, help="default 0.15")
-    p.add_argument("--max-predictions", type=int, default=20, help="max masked positions per sample (default 20)")
+    p.add_argument("--max-predictions-per-seq", "--max-predictions", dest="max_predictions_per_seq", type=int,
+                   default=20, help="max masked positions per sample (default 20; --max-predictions is an alias)")
     p.add_argument("--short-seq-prob", type=float, default=0.1, help="default 0.1")
     p.add_argument("--seed", type=int, default=0, help="default 0")
     p.add_argument("--workers", type=int, default=None, help="processes (default: one per core for large inputs)")
@@ -45,4 +47,6 @@ def register(sub: Any) -> None:
                    help="padded: the seed's columns; compact: unpadded tokens + segment_a_length")
     p.add_argument("--sentence-split", choices=["line", "period"], default="line",
                    help="line: each line is a sentence (default); period: also cut after ' . '")
+    p.add_argument("--pairing", choices=["seed", "google"], default="seed",
+                   help="seed: the seed article's pair loop (default); google: create_instances_from_document")
     p.set_defaults(func=_cmd)

@@ -1,8 +1,24 @@
-"""BERT pretraining data: documents -> NSP sentence pairs -> truncation -> 15% masking -> Parquet.
+"""The BERT builder (:func:`build_bert_samples`); public through :mod:`datamill.pretrain.bert`.
 
-The semantics are those of Google's ``create_pretraining_data.py`` (``create_instances_from_document``,
-``truncate_seq_pair``, ``create_masked_lm_predictions``), as used by d2l.ai's "The Dataset for
-Pretraining BERT", with the differences the datamill issue asks for:
+BERT pretraining data: documents -> NSP sentence pairs -> truncation -> 15% masking -> Parquet.
+
+Sentence pairs follow one of two rules (``pairing``; see :mod:`datamill.pretrain.bert._pairs`):
+
+* ``"seed"`` (the default): the seed article's loop. Its chunk scan runs one sentence past the
+  sentence that reaches the target length, so a chunk holds at least two sentences whenever the
+  document has two left, and B is random only when the chunk left no B or with probability 0.5;
+  a random pair gives the sentences after A back to the document. On WikiText, whose lines are
+  long paragraphs, about half of the samples get a random B, and there are more samples per
+  document than with Google's rule. Where the seed's random-B scan would leave B empty (A alone
+  reaches the target), datamill takes one sentence, so every pair has A and B.
+* ``"google"``: Google's ``create_instances_from_document``: the chunk stops at the sentence that
+  reaches the target, so a WikiText paragraph longer than the target is a one-sentence chunk
+  whose B must be random: far more than half of the samples are random (about 0.9 at 128 tokens
+  on wikitext2_test.raw).
+
+Everything after the pairs follows Google's ``create_pretraining_data.py`` (``truncate_seq_pair``,
+``create_masked_lm_predictions``), as used by d2l.ai's "The Dataset for Pretraining BERT", with
+these deliberate differences:
 
 * documents come from WikiText-style raw text: a blank line or a title line (``=`` ...) ends a
   document, every other line is a sentence;
@@ -14,12 +30,12 @@ Pretraining BERT", with the differences the datamill issue asks for:
   drawn uniformly either way;
 * random numbers come from numpy generators (``rng_for(seed, "bert-*", dupe, shard)``) and
   truncation draws the front/back split of each pair as Binomial(removed, 1/2), the distribution of
-  the seed's coin flips; the pair loop consumes uniforms in exactly the seed's order (checked
-  draw for draw against a verbatim copy in ``tests/pretrain/test_bert_pairs.py``).
+  the seed's coin flips; each pair loop consumes uniforms in exactly its reference's order (checked
+  draw for draw against pure-Python transcriptions in ``tests/pretrain/test_bert_pairs.py``).
 
-Stages: :mod:`._bert_docs` (documents, tokenising), :mod:`._bert_pairs` (pair loop per document,
-vectorised truncation), :mod:`._bert_mask` (vectorised assembly, masking, padding),
-:mod:`._bert_run` (tasks and worker pool), :mod:`._bert_io` (Parquet writing and reading back).
+Stages: :mod:`._docs` (documents, tokenising), :mod:`._pairs` (pair loop per document,
+vectorised truncation), :mod:`._mask` (vectorised assembly, masking, padding),
+:mod:`._run` (tasks and worker pool), :mod:`._io` (Parquet writing and reading back).
 """
 
 from __future__ import annotations
@@ -31,30 +47,35 @@ from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, display_name
 from datamill.core.progress import progress
-from datamill.pretrain._bert_docs import split_documents, tokenize_documents
-from datamill.pretrain._bert_io import (
+from datamill.pretrain.bert._docs import split_documents, tokenize_documents
+from datamill.pretrain.bert._io import (
     BertParquetSource,
     collate_bert,
+    is_bert_parquet,
     read_bert_batches,
     write_batches,
 )
-from datamill.pretrain._bert_mask import LAYOUTS, MaskConfig
-from datamill.pretrain._bert_run import TaskConfig, plan_tasks, run_tasks
-from datamill.pretrain._bert_tok import (
+from datamill.pretrain.bert._mask import LAYOUTS, MaskConfig
+from datamill.pretrain.bert._pairs import PAIRINGS
+from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
+from datamill.pretrain.bert._tok import (
     BERT_SPECIALS,
     resolve_tokenizer,
     train_wordpiece,
 )
 
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "load_tokenizer", "read_bert_batches", "read_metadata"]
+           "is_bert_parquet", "load_tokenizer", "read_bert_batches", "read_metadata"]
+
+if TYPE_CHECKING:  # a third-party type only (tokenizers is imported when a tokenizer is loaded)
+    from tokenizers import Tokenizer
 
 _MIN_POOL_TOKENS = 4_000_000  # below (corpus tokens x dupe_factor) a pool costs more than it saves
 
@@ -80,7 +101,7 @@ class BertSamples:
 
 def _check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
                   short_seq_prob: float, vocab_size: int, layout: str, workers: int | None,
-                  sentence_split: str) -> None:
+                  sentence_split: str, pairing: str) -> None:
     checks = [
         (max_seq_length >= 5, f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with A, B >= 1 token), got {max_seq_length}"),
         (max_seq_length < 2**31, f"max_seq_length is too large: {max_seq_length}"),
@@ -92,6 +113,7 @@ def _check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_p
         (layout in LAYOUTS, f"layout must be one of {list(LAYOUTS)}, got {layout!r}"),
         (workers is None or workers >= 1, f"workers must be >= 1, got {workers}"),
         (sentence_split in ("line", "period"), f"sentence_split must be 'line' or 'period', got {sentence_split!r}"),
+        (pairing in PAIRINGS, f"pairing must be one of {list(PAIRINGS)}, got {pairing!r}"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -114,6 +136,7 @@ def build_bert_samples(
     workers: int | None = None,
     layout: str = "padded",
     sentence_split: str = "line",
+    pairing: str = "seed",
 ) -> BertSamples:
     """Write BERT pretraining samples (NSP pairs + masked LM) from raw text to a Parquet file.
 
@@ -141,6 +164,11 @@ def build_bert_samples(
         sentence_split: ``"line"`` (each line is a sentence, as the seed's input format) or
             ``"period"`` (also cut lines after each `` . ``, as d2l.ai does for WikiText, whose
             lines are paragraphs). Defaults to ``"line"``.
+        pairing: how sentence pairs are cut from a document: ``"seed"`` (the seed article's loop:
+            chunks of at least two sentences, B random only when the chunk left none or with
+            probability 0.5) or ``"google"`` (Google's ``create_instances_from_document``: a
+            paragraph that reaches the target alone is a one-sentence chunk with a random B, so
+            most WikiText samples are random). See the module docstring. Defaults to ``"seed"``.
 
     Returns:
         :class:`BertSamples` with the path, counts and seconds per stage.
@@ -165,7 +193,7 @@ def build_bert_samples(
         ['tokens', 'segment_ids', 'is_random_next', 'masked_positions', 'masked_labels']
     """
     _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
-                  vocab_size, layout, workers, sentence_split)
+                  vocab_size, layout, workers, sentence_split, pairing)
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
@@ -193,7 +221,7 @@ def build_bert_samples(
                      mask=MaskConfig(max_seq_length=max_seq_length, mask_prob=mask_prob,
                                      max_predictions=max_predictions_per_seq, pad=tok.pad, cls=tok.cls,
                                      sep=tok.sep, mask=tok.mask, special_ids=tok.special_ids,
-                                     vocab_size=tok.vocab_size, layout=layout))
+                                     vocab_size=tok.vocab_size, layout=layout), pairing=pairing)
     if workers is None:  # the parent's Parquet writer is the limit; processes pay off on many cores
         cores = os.cpu_count() or 1
         big = len(corpus.ids) * dupe_factor >= _MIN_POOL_TOKENS
@@ -205,7 +233,7 @@ def build_bert_samples(
         "format": BERT_FORMAT, "layout": layout, "max_seq_length": max_seq_length,
         "mask_prob": mask_prob, "max_predictions_per_seq": max_predictions_per_seq,
         "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor, "seed": seed,
-        "sentence_split": sentence_split,
+        "sentence_split": sentence_split, "pairing": pairing,
         "special_ids": {"pad": tok.pad, "cls": tok.cls, "sep": tok.sep, "mask": tok.mask, "unk": tok.unk},
         "vocab_size": tok.vocab_size, "tokenizer_file": tok_path.name,
         "tokenizer_fingerprint": fingerprint_obj(tokenizer_json),
@@ -231,16 +259,16 @@ def build_bert_samples(
 
 def read_metadata(path: PathLike) -> dict[str, Any]:
     """The ``datamill`` JSON stored in a BERT Parquet file's metadata (format, counts, special ids...)."""
-    from datamill.pretrain._bert_io import read_bert_metadata
+    from datamill.pretrain.bert._io import read_bert_metadata
 
     return read_bert_metadata(path)
 
 
-def load_tokenizer(path: PathLike) -> Any:
+def load_tokenizer(path: PathLike) -> Tokenizer:
     """The ``tokenizers.Tokenizer`` a BERT Parquet file was built with (stored in its metadata)."""
     from tokenizers import Tokenizer
 
-    from datamill.pretrain._bert_io import read_bert_tokenizer_json
+    from datamill.pretrain.bert._io import read_bert_tokenizer_json
 
     return Tokenizer.from_str(read_bert_tokenizer_json(path))
 

@@ -1,7 +1,7 @@
 """Vectorised WordPiece encoding: each distinct word is run through the tokenizer once.
 
 For a tokenizer made of ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece`` (what
-:func:`datamill.pretrain._bert_tok.train_wordpiece` builds, and Google's BERT vocabularies), every
+:func:`datamill.pretrain.bert._tok.train_wordpiece` builds, and Google's BERT vocabularies), every
 line is cut with pyarrow compute, all lines at once, at points where the tokenizer itself always
 cuts: ASCII whitespace and around ASCII punctuation (after dropping ASCII control characters, which
 the normaliser drops too, and lowercasing ASCII letters, which it also does). The chunks are
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.pretrain._bert_mask import ranges
+from datamill.core.ragged import encodings_to_csr, ranges
 
 __all__ = ["WordCache", "encode_lines", "fast_path_config"]
 
@@ -49,11 +49,7 @@ def fast_path_config(inner: Any) -> dict[str, Any] | None:
 
 def _library(inner: Any, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
     encs = inner.encode_batch_fast(list(texts), add_special_tokens=False) if len(texts) else []
-    arrays = [np.asarray(e.ids, dtype=np.int32) for e in encs]
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([len(a) for a in arrays], out=offsets[1:])
-    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
-    return flat, offsets
+    return encodings_to_csr(encs)
 
 
 class WordCache:
@@ -108,12 +104,8 @@ def _fast(inner: Any, lines: pa.Array, lowercase: bool,
 
 
 def _library_words(inner: Any, words: list[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    encs = inner.encode_batch_fast([[w] for w in words], is_pretokenized=True, add_special_tokens=False)
-    arrays = [np.asarray(e.ids, dtype=np.int32) for e in encs]
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([len(a) for a in arrays], out=offsets[1:])
-    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
-    return flat, offsets
+    return encodings_to_csr(inner.encode_batch_fast([[w] for w in words], is_pretokenized=True,
+                                                    add_special_tokens=False))
 
 
 def encode_lines(inner: Any, lines: Sequence[str] | pa.Array, config: dict[str, Any],

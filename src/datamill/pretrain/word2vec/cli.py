@@ -13,12 +13,14 @@ def _cmd(args: argparse.Namespace) -> int:
     from datamill.pretrain.word2vec import build_skipgram
 
     t0 = time.perf_counter()
-    s = build_skipgram(args.corpus, window=args.window, num_negatives=args.negatives, min_freq=args.min_freq,
-                       subsample_t=args.t, seed=args.seed, negative_counts=args.negative_counts)
+    s = build_skipgram(args.corpus, window=args.window, num_negatives=args.num_negatives, min_freq=args.min_freq,
+                       subsample_t=args.subsample_t, seed=args.seed, negative_counts=args.negative_counts,
+                       drop_unk=args.drop_unk)
     out = s.save(args.out)
     info = s.info
-    print(f"vocab size {info['vocab_size']:,}  tokens {info['tokens']:,} -> {info['tokens_known']:,} known "
-          f"-> {info['tokens_after_subsampling']:,} after subsampling")
+    kept = f"{info['tokens_known']:,} known -> " if args.drop_unk else ""
+    print(f"vocab size {info['vocab_size']:,}  tokens {info['tokens']:,} -> {kept}"
+          f"{info['tokens_after_subsampling']:,} after subsampling")
     print(f"centers {info['examples']:,}  center/context pairs {info['pairs']:,}  "
           f"negatives {info['num_negative_ids']:,}")
     print(f"wrote {out} in {time.perf_counter() - t0:.2f} s")
@@ -33,10 +35,16 @@ def register(sub: Any) -> None:
     p.add_argument("corpus", help="text file or archive.zip:member, e.g. ptb.zip:ptb/ptb.train.txt")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--window", type=int, default=5, help="largest context window (default 5)")
-    p.add_argument("--negatives", type=int, default=5, help="negatives per context word K (default 5)")
+    p.add_argument("--num-negatives", "--negatives", dest="num_negatives", type=int, default=5,
+                   help="negatives per context word K (default 5; --negatives is an alias)")
     p.add_argument("--min-freq", type=int, default=10, help="rarer words become <unk> (default 10)")
-    p.add_argument("--t", type=float, default=1e-4, help="subsampling threshold (default 1e-4)")
+    p.add_argument("--subsample-t", "--t", dest="subsample_t", type=float, default=1e-4,
+                   help="subsampling threshold t (default 1e-4; --t is an alias)")
     p.add_argument("--seed", type=int, default=0, help="default 0")
-    p.add_argument("--negative-counts", choices=("subsampled", "seed"), default="subsampled",
-                   help="negatives ~ count**0.75 of the subsampled corpus (default) or, as d2l's code, before")
+    p.add_argument("--negative-counts", choices=("subsampled", "before_subsampling", "seed"), default="subsampled",
+                   help="negatives ~ count**0.75 of the subsampled corpus (default, the seed's) or of the corpus "
+                        "before subsampling (later d2l code); 'seed' is a deprecated alias of before_subsampling")
+    p.add_argument("--drop-unk", action="store_true",
+                   help="drop every <unk> token before subsampling (later d2l code) instead of subsampling it "
+                        "like any word (the seed's default)")
     p.set_defaults(func=_cmd)

@@ -1,19 +1,35 @@
-"""Sentence pairs (A, B) per document, as in Google's ``create_instances_from_document``, and truncation.
+"""Sentence pairs (A, B) per document, two pairing rules, and truncation.
 
-The pair loop walks the sentences of each document (a loop per sentence chunk, not per token) and
-records each pair as token spans into the flat corpus: A = ``ids[a_lo:a_lo+la]``,
-B = ``ids[b_lo:b_lo+lb]`` (both are runs of consecutive sentences, hence contiguous).
-``truncate_spans`` then applies ``truncate_seq_pair`` to all pairs at once.
+Two pair loops walk the sentences of each document (a loop per sentence chunk, not per token) and
+record each pair as token spans into the flat corpus: A = ``ids[a_lo:a_lo+la]``,
+B = ``ids[b_lo:b_lo+lb]`` (both are runs of consecutive sentences, hence contiguous):
+
+* ``"seed"`` (:func:`build_pairs_seed`): the seed article's loop. The chunk scan starts with one
+  sentence and adds sentences while the *previous* ones are short of the target, so it stops one
+  sentence after the one that reaches the target and a chunk holds at least two sentences when the
+  document has them; A is ``chunks[:sep]`` (``sep`` uniform in ``[1, end-1]``); B is random when
+  the chunk left no B or with probability 0.5 (the random document is uniform over the *other*
+  documents: one draw); a non-random pair consumes ``chunks[:end]``, a random one ``chunks[:sep]``.
+* ``"google"`` (:func:`build_pairs`): Google's ``create_instances_from_document``: the chunk
+  stops *at* the sentence that reaches the target (often a single WikiText paragraph, which forces
+  a random B), and the random document takes up to 10 draws to differ.
+
+``truncate_spans`` then applies ``truncate_seq_pair`` to all pairs at once (both rules).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Spans", "UniformStream", "build_pairs", "truncate_lengths", "truncate_spans"]
+__all__ = ["PAIRINGS", "Spans", "UniformStream", "build_pairs", "build_pairs_seed", "pair_builder",
+           "truncate_lengths", "truncate_spans"]
+
+PAIRINGS = ("seed", "google")
+"""The pairing rules: the seed article's loop (the default) and Google's."""
 
 _BLOCK = 4096
 
@@ -62,9 +78,9 @@ class Spans:
 
 def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
                 max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
-    """Pairs for documents ``doc_lo..doc_hi-1`` with the seed's exact rules.
+    """Pairs for documents ``doc_lo..doc_hi-1`` with Google's rules (``pairing="google"``).
 
-    ``sent_offsets`` / ``doc_offsets`` are the corpus offsets (see :mod:`._bert_docs`) as lists.
+    ``sent_offsets`` / ``doc_offsets`` are the corpus offsets (see :mod:`._docs`) as lists.
 
     target length = ``max_num_tokens``, or with probability ``short_seq_prob`` a uniform integer in
     ``[2, max_num_tokens]``; sentences are gathered until the target or the document end; A takes a
@@ -132,6 +148,76 @@ def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, do
                  np.asarray(b_lo, dtype=np.int64), np.asarray(lb, dtype=np.int64),
                  np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64),
                  np.asarray(forced, dtype=np.bool_))
+
+
+def build_pairs_seed(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
+                     max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
+    """Pairs for documents ``doc_lo..doc_hi-1`` with the seed article's loop (``pairing="seed"``).
+
+    Per document: target length as in :func:`build_pairs`; then, while sentences remain
+    (``chunks``): ``end = 1``; while ``end < len(chunks)`` and the tokens of ``chunks[:end-1]`` are
+    short of the target, ``end += 1``; ``sep`` is uniform in ``[1, end-1]`` (1 without a draw when
+    ``end == 1``); A = ``chunks[:sep]``; B = ``chunks[sep:end]`` unless it is empty or a uniform
+    is below 0.5, in which case B comes from another document (``randint(0, n_docs-2)``, shifted
+    past this one), from a uniform sentence on, sentence by sentence until ``len(A) + len(B)``
+    reaches the target (at least one sentence) or that document ends. A non-random pair consumes
+    ``chunks[:end]``, a random one ``chunks[:sep]``.
+    """
+    u = UniformStream(rng)
+    so, do = sent_offsets, doc_offsets
+    n_docs = len(do) - 1
+    a_lo: list[int] = []
+    la: list[int] = []
+    b_lo: list[int] = []
+    lb: list[int] = []
+    rnd: list[bool] = []
+    dd: list[int] = []
+    forced: list[bool] = []
+    for d in range(doc_lo, doc_hi):
+        p, stop = do[d], do[d + 1]
+        target = max_num_tokens
+        if u.random() < short_seq_prob:
+            target = u.randint(2, max_num_tokens)
+        while p < stop:
+            n_left = stop - p
+            end = 1
+            while end < n_left and so[p + end - 1] - so[p] < target:
+                end += 1
+            sep = u.randint(1, end - 1) if end > 1 else 1
+            a0, a1 = so[p], so[p + sep]
+            if sep == end or u.random() < 0.5:
+                rd = u.randint(0, n_docs - 2)
+                if rd >= d:
+                    rd += 1
+                r_first, r_end = do[rd], do[rd + 1]
+                j = u.randint(r_first, r_end - 1)
+                b0 = so[j]
+                b1 = so[j + 1]
+                j += 1
+                while j < r_end and (a1 - a0) + (b1 - b0) < target:
+                    b1 = so[j + 1]
+                    j += 1
+                rnd.append(True)
+                p += sep
+            else:
+                b0, b1 = a1, so[p + end]
+                rnd.append(False)
+                p += end
+            a_lo.append(a0)
+            la.append(a1 - a0)
+            b_lo.append(b0)
+            lb.append(b1 - b0)
+            dd.append(d)
+            forced.append(sep == end)
+    return Spans(np.asarray(a_lo, dtype=np.int64), np.asarray(la, dtype=np.int64),
+                 np.asarray(b_lo, dtype=np.int64), np.asarray(lb, dtype=np.int64),
+                 np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64),
+                 np.asarray(forced, dtype=np.bool_))
+
+
+def pair_builder(pairing: str) -> Callable[..., Spans]:
+    """The pair loop of a pairing rule (``"seed"`` or ``"google"``)."""
+    return build_pairs_seed if pairing == "seed" else build_pairs
 
 
 def truncate_lengths(la: NDArray[np.int64], lb: NDArray[np.int64],

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.ascii import ascii_words
 from datamill.core.errors import ConfigError
 
 __all__ = [
@@ -41,15 +42,11 @@ class Sentences:
         return len(self.ids)
 
 
-_ASCII_SPACE = np.zeros(256, dtype=bool)
-_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # exactly what str.split() splits ASCII on
-
-
 def split_lines(data: bytes | str) -> tuple[pa.Array, NDArray[np.int64]]:
-    r"""``[line.split() for line in text.split('\n')]`` as (flat string tokens, line offsets).
+    r"""``[line.split() for line in text.split('\n')]`` as (flat tokens, line offsets).
 
-    ASCII input is cut with numpy on the bytes (whitespace removed, one string buffer); other
-    UTF-8 text goes through ``pyarrow.compute.utf8_split_whitespace``.
+    ASCII input is cut with numpy on the bytes (:func:`datamill.core.ascii.ascii_words`: tokens
+    come dictionary-encoded); other UTF-8 text goes through ``pyarrow.compute.utf8_split_whitespace``.
 
     Examples:
         >>> toks, off = split_lines(b" a bb\n\nccc \t d \n")
@@ -62,24 +59,9 @@ def split_lines(data: bytes | str) -> tuple[pa.Array, NDArray[np.int64]]:
         data = data.encode("ascii")
     elif not data.isascii():
         return _split_unicode(data.decode("utf-8"))
-    b = np.frombuffer(data, dtype=np.uint8)
-    word = b > 32
-    low = np.flatnonzero(b < 32)  # control bytes: whitespace or (rarely) part of a word
-    word[low] = ~_ASCII_SPACE[b[low]]
-    w8 = word.view(np.int8)
-    starts = np.flatnonzero(w8[1:] > w8[:-1]) + 1
-    ends = np.flatnonzero(w8[1:] < w8[:-1]) + 1
-    if len(word) and word[0]:
-        starts = np.concatenate([[0], starts])
-    if len(word) and word[-1]:
-        ends = np.concatenate([ends, [len(word)]])
-    chars = b[word]
-    big = len(chars) >= 2**31 - 1
-    str_off = np.concatenate([[0], np.cumsum(ends - starts)]).astype(np.int64 if big else np.int32)
-    tokens = (pa.LargeStringArray if big else pa.StringArray).from_buffers(
-        len(starts), pa.py_buffer(str_off), pa.py_buffer(chars))
-    newlines = low[b[low] == 10]
-    offsets = np.concatenate([[0], np.searchsorted(starts, newlines), [len(starts)]]).astype(np.int64)
+    tokens, offsets = ascii_words(data, lowercase=False)
+    if data.endswith(b"\n"):  # text.split('\n') ends with an empty line after a final newline
+        offsets = np.concatenate([offsets, offsets[-1:]])
     return tokens, offsets
 
 

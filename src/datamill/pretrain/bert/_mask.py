@@ -19,9 +19,10 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from datamill.pretrain._bert_pairs import Spans
+from datamill.core.ragged import ranges
+from datamill.pretrain.bert._pairs import Spans
 
-__all__ = ["LAYOUTS", "MaskConfig", "assemble", "bert_schema", "ranges"]
+__all__ = ["LAYOUTS", "MaskConfig", "assemble", "bert_schema"]
 
 LAYOUTS = ("padded", "compact")
 
@@ -54,20 +55,6 @@ def bert_schema(layout: str) -> pa.Schema:
                           pa.field("segment_ids", pa.list_(pa.int8())), *common])
     return pa.schema([pa.field("tokens", pa.list_(pa.int32())),
                       pa.field("segment_a_length", pa.int32()), *common])
-
-
-def ranges(starts: NDArray[np.int64], lengths: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Concatenation of ``arange(s, s + l)`` for every pair, without a Python loop.
-
-    Examples:
-        >>> ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
-        [5, 6, 9, 10, 11]
-    """
-    total = int(lengths.sum())
-    out = np.arange(total, dtype=np.int64)
-    before = np.cumsum(lengths) - lengths
-    out += np.repeat(starts - before, lengths)
-    return out
 
 
 def _floyd_sample(c: NDArray[np.int64], k: NDArray[np.int64], kmax: int,

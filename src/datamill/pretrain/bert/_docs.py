@@ -20,13 +20,13 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError
 from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
-from datamill.pretrain._bert_tok import BertTokenizer
+from datamill.pretrain.bert._tok import BertTokenizer
 
-__all__ = ["Corpus", "split_documents", "tokenize_documents"]
+__all__ = ["TokenizedDocuments", "split_documents", "tokenize_documents"]
 
 
 @dataclass(frozen=True)
-class Corpus:
+class TokenizedDocuments:
     """Token ids of a document collection (see the module docstring for the layout)."""
 
     ids: NDArray[np.int32]
@@ -138,7 +138,7 @@ def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") 
 
 
 def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np.int64],
-                       tokenizer: BertTokenizer) -> Corpus:
+                       tokenizer: BertTokenizer) -> TokenizedDocuments:
     """Encode the sentences in batches; drop empty sentences and renumber documents densely."""
     flat, offsets = tokenizer.encode(sentences)
     lengths = np.diff(offsets)
@@ -150,4 +150,4 @@ def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np
     else:
         starts = np.zeros(0, dtype=np.int64)
     doc_offsets = np.concatenate([starts, [len(docs)]]).astype(np.int64)
-    return Corpus(ids=flat, sent_offsets=sent_offsets, doc_offsets=doc_offsets)
+    return TokenizedDocuments(ids=flat, sent_offsets=sent_offsets, doc_offsets=doc_offsets)

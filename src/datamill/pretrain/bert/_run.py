@@ -26,9 +26,9 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.rng import rng_for
-from datamill.pretrain._bert_docs import Corpus
-from datamill.pretrain._bert_mask import MaskConfig, assemble
-from datamill.pretrain._bert_pairs import build_pairs, truncate_spans
+from datamill.pretrain.bert._docs import TokenizedDocuments
+from datamill.pretrain.bert._mask import MaskConfig, assemble
+from datamill.pretrain.bert._pairs import pair_builder, truncate_spans
 
 __all__ = ["SHARD_TOKENS", "TaskConfig", "TaskResult", "plan_shards", "plan_tasks", "run_tasks"]
 
@@ -44,6 +44,7 @@ class TaskConfig:
     max_num_tokens: int
     short_seq_prob: float
     mask: MaskConfig
+    pairing: str = "seed"
 
 
 @dataclass
@@ -56,7 +57,7 @@ class TaskResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def plan_shards(corpus: Corpus, shard_tokens: int | None = None) -> list[tuple[int, int]]:
+def plan_shards(corpus: TokenizedDocuments, shard_tokens: int | None = None) -> list[tuple[int, int]]:
     """Cut the documents into consecutive ranges of about ``shard_tokens`` tokens each."""
     shard_tokens = SHARD_TOKENS if shard_tokens is None else shard_tokens
     doc_tok = corpus.sent_offsets[corpus.doc_offsets]  # token offset of each document start (+ end)
@@ -95,9 +96,9 @@ def _worker_init(folder: str) -> None:
 
 def _run_task(st: _State, cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int) -> TaskResult:
     t0 = time.perf_counter()
-    spans = build_pairs(st.sent_offsets, st.doc_offsets, doc_lo, doc_hi,
-                        max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob,
-                        rng=rng_for(cfg.seed, "bert-pairs", dupe, shard))
+    spans = pair_builder(cfg.pairing)(st.sent_offsets, st.doc_offsets, doc_lo, doc_hi,
+                                      max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob,
+                                      rng=rng_for(cfg.seed, "bert-pairs", dupe, shard))
     t1 = time.perf_counter()
     spans = truncate_spans(spans, cfg.max_num_tokens, rng_for(cfg.seed, "bert-truncate", dupe, shard))
     res = TaskResult(batches=[], samples=len(spans), tokens=int((spans.la + spans.lb + 3).sum()))
@@ -115,7 +116,7 @@ def _pool_task(cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int)
     return _run_task(_STATE, cfg, dupe, shard, doc_lo, doc_hi)
 
 
-def plan_tasks(corpus: Corpus, dupe_factor: int) -> list[tuple[int, int, int, int]]:
+def plan_tasks(corpus: TokenizedDocuments, dupe_factor: int) -> list[tuple[int, int, int, int]]:
     """Every task as ``(dupe, shard, first document, end document)``, in output order."""
     shards = plan_shards(corpus)
     return [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(shards)]
@@ -138,7 +139,7 @@ def _ordered(pool: Executor, fn: Callable[..., TaskResult], tasks: list[tuple[in
         yield result
 
 
-def run_tasks(corpus: Corpus, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
+def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
               scratch: Path, backend: str | None = None) -> Generator[TaskResult, None, None]:
     """Yield the results of ``tasks`` in order.
 

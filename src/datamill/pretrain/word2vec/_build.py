@@ -1,19 +1,27 @@
-"""word2vec skip-gram training data: subsampling, context windows, negative sampling, padded batches.
+"""The word2vec builder (:func:`build_skipgram`); public through :mod:`datamill.pretrain.word2vec`.
 
-The d2l.ai "Dataset for Pretraining Word Embeddings" pipeline with its semantics kept and its
+word2vec skip-gram training data: subsampling, context windows, negative sampling, padded batches.
+
+The d2l.ai "Dataset for Pretraining Word Embeddings" pipeline as the seed writes it, with its
 per-token Python loops replaced by numpy:
 
 1. sentences are lines split on whitespace; a :class:`~datamill.vocab.Vocab` with ``min_freq``
-   (``<unk>`` is id 0; PTB's own ``<unk>`` tokens and rare words map to it) and every ``<unk>``
-   token is dropped, like the seed's ``subsample``;
-2. subsampling keeps a token with probability ``min(1, sqrt(t / f(w)))`` (one uniform per token);
+   (``<unk>`` is id 0; PTB's own ``<unk>`` tokens and rare words map to it);
+2. subsampling keeps a token with probability ``min(1, sqrt(t / f(w)))`` (one uniform per token),
+   ``f(w)`` the share of ``w`` among all tokens, ``<unk>`` included, and ``<unk>`` is subsampled
+   like any other word (the seed's ``subsampling``: on PTB train f is over 887,521 tokens and about
+   354,100 are kept). ``drop_unk=True`` drops every ``<unk>`` token first (what later d2l code
+   does; f is then over the known tokens and ``<unk>`` is never a center, context or negative);
 3. each token of a sentence of >= 2 tokens is a center; window ``w ~ U{1..window}``; its contexts
    are the sentence's tokens within distance ``w``, itself excluded;
-4. ``num_negatives`` negatives per context word from ``count(w) ** 0.75`` over ids ``1..V-1``, where
-   ``count`` is, by default, the counts of the subsampled corpus (as the issue states), or with
-   ``negative_counts="seed"`` the seed's ``counter`` (the corpus with ``<unk>`` dropped, before
-   subsampling: what d2l's code passes), never equal to a context of the example (alias table,
-   collisions redrawn);
+4. ``num_negatives`` negatives per context word from ``count(w) ** 0.75``, never equal to a
+   context of the example (alias table, collisions redrawn). ``count`` is, by default, the counts of
+   the subsampled corpus (the seed's ``count_corpus(corpus)``), or with
+   ``negative_counts="before_subsampling"`` the counts before subsampling. The candidates are
+   ids ``0 .. V-1``, ``<unk>`` included: the seed's ``range(len(counter))`` when every vocabulary
+   word occurs, as on PTB (a word without a count has weight 0; where the seed's counter lacks
+   ``<unk>`` its range would drop the last word instead); with ``drop_unk=True`` they are ids
+   ``1 .. V-1`` (later d2l's ``range(1, len(vocab))``);
 5. batches are the seed's ``batchify``: ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
    ``labels`` ``(B, L)``, L the longest example of the batch, padded with 0.
 
@@ -23,9 +31,11 @@ vocabulary breaks frequency ties by token (the seed by first occurrence), so som
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +52,7 @@ from datamill.core.io import PathLike, atomic_write, check_utf8, display_name, i
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
 from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
-from datamill.pretrain._w2v_sample import (
+from datamill.pretrain.word2vec._sample import (
     AliasTable,
     Sentences,
     centers_and_contexts,
@@ -111,6 +121,7 @@ class SkipGramSamples:
                 shuffle_buffer: int | None = None, num_workers: int = 0) -> Any:
         """A seeded, shuffled, resumable iterator of padded batches (a :class:`datamill.loader.Loader`).
 
+        Typed ``Any``, not ``Loader``: the producer keeps no import edge to the loader.
         Iterating yields one epoch of dicts ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
         ``labels`` ``(B, L)`` (int64 numpy arrays, or torch tensors with ``as_torch=True``). The
         order is the loader's pure ``(seed, epoch)`` order, sliced by ``rank``; ``state_dict()`` /
@@ -135,9 +146,8 @@ class SkipGramSamples:
             >>> b["centers"].shape, b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape
             ((4, 1), True)
         """
-        from datamill.loader import Loader
-
-        return Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+        loader = importlib.import_module("datamill.loader")  # the consumer, looked up at call time
+        return loader.Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
                       collate=Batchify(as_torch=as_torch), rank=rank, world_size=world_size,
                       shuffle_buffer=shuffle_buffer, num_workers=num_workers)
 
@@ -220,6 +230,13 @@ def _vocab_and_ids(tokens: pa.Array, min_freq: int) -> tuple[Vocab, NDArray[np.i
     return vocab, vocab.encode(enc.dictionary, dtype=np.int32)[codes]
 
 
+def _negative_table(counts: NDArray[np.int64], *, drop_unk: bool) -> AliasTable:
+    """``count ** 0.75`` over the candidate ids: ``1..V-1`` with ``drop_unk``, else ``0..V-1``."""
+    first = 1 if drop_unk else 0
+    return AliasTable(counts[first:].astype(np.float64) ** 0.75,
+                      values=np.arange(first, len(counts), dtype=np.int64))
+
+
 def build_skipgram(
     source: PathLike | Sequence[Sequence[str]],
     /,
@@ -229,7 +246,8 @@ def build_skipgram(
     min_freq: int = 10,
     subsample_t: float = 1e-4,
     seed: int = 0,
-    negative_counts: Literal["subsampled", "seed"] = "subsampled",
+    negative_counts: Literal["subsampled", "before_subsampling", "seed"] = "subsampled",
+    drop_unk: bool = False,
     progress: bool = True,
 ) -> SkipGramSamples:
     """Build skip-gram examples (centers, contexts, negatives) from sentences.
@@ -239,12 +257,14 @@ def build_skipgram(
             ``archive.zip:member``, or a list of token lists.
         window: the largest context window. Defaults to ``5``.
         num_negatives: negatives per context word (K). Defaults to ``5``.
-        min_freq: words seen fewer times become ``<unk>`` (and are dropped). Defaults to ``10``.
+        min_freq: words seen fewer times become ``<unk>``. Defaults to ``10``.
         subsample_t: subsampling threshold t. Defaults to ``1e-4``.
         seed: seed of every random stage. Defaults to ``0``.
         negative_counts: the counts raised to 0.75 for negatives: ``"subsampled"`` (the corpus after
-            subsampling) or ``"seed"`` (before subsampling, as d2l's code does). Defaults to
-            ``"subsampled"``.
+            subsampling, as the seed does) or ``"before_subsampling"`` (as later d2l code does).
+            ``"seed"`` is a deprecated alias of ``"before_subsampling"``. Defaults to ``"subsampled"``.
+        drop_unk: drop every ``<unk>`` token before subsampling (later d2l code) instead of
+            subsampling it like any word (the seed). Defaults to ``False``.
         progress: show a progress bar over the stages. Defaults to ``True``.
 
     Returns:
@@ -253,6 +273,9 @@ def build_skipgram(
     Raises:
         ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1``, ``subsample_t <= 0`` or an
             unknown ``negative_counts``.
+
+    Warns:
+        DeprecationWarning: ``negative_counts="seed"`` (use ``"before_subsampling"``).
         DataFileError: the corpus is empty, has no word kept by the vocabulary, or no sentence of
             at least 2 tokens after subsampling (``path`` names the input).
 
@@ -263,8 +286,12 @@ def build_skipgram(
         (6, 6, '<unk>')
     """
     _check_params(window, num_negatives, min_freq, subsample_t)
-    if negative_counts not in ("subsampled", "seed"):
-        raise ConfigError(f"negative_counts must be 'subsampled' or 'seed', got {negative_counts!r}")
+    if negative_counts == "seed":
+        warnings.warn('negative_counts="seed" is deprecated: it means the counts before subsampling; '
+                      'use negative_counts="before_subsampling"', DeprecationWarning, stacklevel=2)
+        negative_counts = "before_subsampling"
+    if negative_counts not in ("subsampled", "before_subsampling"):
+        raise ConfigError(f"negative_counts must be 'subsampled' or 'before_subsampling', got {negative_counts!r}")
     times: dict[str, float] = {}
     bar = progress_bar(total=5, desc="word2vec", unit="stage", disable=None if progress else True)
     t0 = time.perf_counter()
@@ -281,12 +308,13 @@ def build_skipgram(
     if known.num_tokens == 0:
         raise DataFileError(f"no word occurs min_freq={min_freq} times (all {len(tokens):,} tokens are rare or "
                             f"{UNK_TOKEN})", path=name, hint="lower min_freq")
-    counts = np.bincount(known.ids, minlength=len(vocab)).astype(np.int64)
+    corpus = known if drop_unk else raw
+    counts = np.bincount(corpus.ids, minlength=len(vocab)).astype(np.int64)
     times["vocab"] = time.perf_counter() - t0
     bar.update(1)
 
     t0 = time.perf_counter()
-    kept = subsample(known, counts, t=subsample_t, rng=rng_for(seed, "word2vec.subsample"))
+    kept = subsample(corpus, counts, t=subsample_t, rng=rng_for(seed, "word2vec.subsample"))
     times["subsample"] = time.perf_counter() - t0
     bar.update(1)
 
@@ -301,7 +329,7 @@ def build_skipgram(
     t0 = time.perf_counter()
     if negative_counts == "subsampled":
         counts = np.bincount(kept.ids, minlength=len(vocab)).astype(np.int64)
-    table = AliasTable(counts[1:].astype(np.float64) ** 0.75, values=np.arange(1, len(vocab), dtype=np.int64))
+    table = _negative_table(counts, drop_unk=drop_unk)
     neg_off, neg = draw_negatives(ctx_off, ctx, k=num_negatives, table=table,
                                   rng=rng_for(seed, "word2vec.negatives"))
     times["negatives"] = time.perf_counter() - t0
@@ -309,7 +337,7 @@ def build_skipgram(
     bar.close()
 
     params = {"window": window, "num_negatives": num_negatives, "min_freq": min_freq,
-              "subsample_t": subsample_t, "seed": seed, "negative_counts": negative_counts}
+              "subsample_t": subsample_t, "seed": seed, "negative_counts": negative_counts, "drop_unk": drop_unk}
     info = {**params, "source": name, "vocab_size": len(vocab), "tokens": len(tokens),
             "tokens_known": known.num_tokens, "tokens_after_subsampling": kept.num_tokens,
             "examples": len(centers), "pairs": len(ctx), "num_negative_ids": len(neg),

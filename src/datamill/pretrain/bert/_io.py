@@ -1,14 +1,17 @@
 """BERT Parquet: writing row groups as they are produced, and reading them back as padded batches.
 
 The file metadata key ``datamill`` holds a JSON object (format, layout, max_seq_length, special
-ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.loader.ParquetSource`
+ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.core.parquet.ParquetSource`
 (row groups are shards) that checks that JSON; :func:`collate_bert` turns a batch table of either
 layout into fixed-shape padded arrays; :func:`read_bert_batches` wires both into a
-:class:`~datamill.loader.Loader` (seeded shuffle, rank split, resumable state).
+:class:`~datamill.loader.Loader` (seeded shuffle, rank split, resumable state). This producer has no
+import edge to the loader: :func:`read_bert_batches` looks the consumer up with
+``importlib.import_module`` when called.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections.abc import Iterable
@@ -25,10 +28,11 @@ from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.io import PathLike, atomic_path
 from datamill.core.parquet import ParquetSource
-from datamill.pretrain._bert_mask import bert_schema, ranges
-from datamill.pretrain._bert_run import TaskResult
+from datamill.core.ragged import csr_from_arrow, pad
+from datamill.pretrain.bert._mask import bert_schema
+from datamill.pretrain.bert._run import TaskResult
 
-__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "read_bert_batches",
+__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "is_bert_parquet", "read_bert_batches",
            "read_bert_metadata", "read_bert_tokenizer_json", "write_batches"]
 
 META_KEY = "datamill"
@@ -83,6 +87,22 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
     return stats
 
 
+def is_bert_parquet(path: PathLike) -> bool:
+    """Whether ``path`` is a Parquet file whose metadata carries datamill's BERT key (a cheap check).
+
+    Examples:
+        >>> is_bert_parquet("no-such-file.parquet")
+        False
+    """
+    p = Path(path)
+    if not (p.is_file() and p.suffix in (".parquet", ".pq")):
+        return False
+    try:
+        return META_KEY.encode() in (pq.read_metadata(p).metadata or {})
+    except (OSError, pa.ArrowException):
+        return False
+
+
 def read_bert_metadata(path: PathLike) -> dict[str, Any]:
     """The ``datamill`` JSON of a BERT Parquet file; errors name the file."""
     p = Path(path)
@@ -114,22 +134,10 @@ def read_bert_tokenizer_json(path: PathLike) -> str:
     return bytes(raw).decode("utf-8")
 
 
-def _list_values(col: pa.ChunkedArray | pa.Array) -> tuple[NDArray[Any], NDArray[np.int64]]:
-    """(flat values, int64 offsets) of a list column, honouring slices."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)
-    return values, offsets
-
-
-def _pad_rows(values: NDArray[Any], offsets: NDArray[np.int64], width: int, fill: int,
-              dtype: Any) -> NDArray[Any]:
-    """Scatter CSR rows into a ``(n, width)`` array pre-filled with ``fill`` (one fancy index)."""
-    n = len(offsets) - 1
-    lengths = np.minimum(np.diff(offsets), width)
-    out = np.full(n * width, fill, dtype=dtype)
-    out[ranges(np.arange(n, dtype=np.int64) * width, lengths)] = values[ranges(offsets[:-1], lengths)]
-    return out.reshape(n, width)
+def _pad_rows(col: pa.ChunkedArray | pa.Array, width: int, fill: int, dtype: Any) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """A list column padded to ``(n, width)`` with ``fill``, and its row offsets."""
+    values, offsets = csr_from_arrow(col)
+    return pad(values, offsets, width, fill=fill, dtype=dtype)[0], offsets
 
 
 class BertBatchCollate:
@@ -149,25 +157,23 @@ class BertBatchCollate:
 
     def __call__(self, table: pa.Table) -> dict[str, Any]:
         n = table.num_rows
-        tv, to = _list_values(table.column("tokens"))
-        tokens = _pad_rows(tv, to, self.L, self.pad, np.int32)
+        tokens, to = _pad_rows(table.column("tokens"), self.L, self.pad, np.int32)
         length = np.diff(to)
         pos = np.arange(self.L, dtype=np.int64)[None, :]
         if "segment_ids" in table.column_names:
-            sv, so = _list_values(table.column("segment_ids"))
-            seg = _pad_rows(sv, so, self.L, -1, np.int8)
+            seg, _ = _pad_rows(table.column("segment_ids"), self.L, -1, np.int8)
             attention = seg >= 0
         else:  # compact layout: segments from segment_a_length, padding from the list length
             a_len = table.column("segment_a_length").to_numpy().astype(np.int64)
             attention = pos < length[:, None]
             seg = (pos >= a_len[:, None]).view(np.int8) - 2 * (~attention).view(np.int8)
-        pv, po = _list_values(table.column("masked_positions"))
-        lv, lo = _list_values(table.column("masked_labels"))
+        positions, po = _pad_rows(table.column("masked_positions"), self.P, 0, np.int32)
+        labels, _ = _pad_rows(table.column("masked_labels"), self.P, 0, np.int32)
         out = {
             "tokens": tokens, "segment_ids": seg.astype(np.int8), "attention_mask": attention,
             "is_random_next": table.column("is_random_next").to_numpy(zero_copy_only=False).astype(np.bool_),
-            "masked_positions": _pad_rows(pv, po, self.P, 0, np.int32),
-            "masked_labels": _pad_rows(lv, lo, self.P, 0, np.int32),
+            "masked_positions": positions,
+            "masked_labels": labels,
             "masked_weights": (np.arange(self.P)[None, :] < np.diff(po)[:, None]).astype(np.float32),
         }
         assert out["tokens"].shape == (n, self.L)
@@ -198,6 +204,8 @@ def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: 
                       drop_last: bool = False, **loader_kwargs: Any) -> Any:
     """A :class:`~datamill.loader.Loader` over a BERT Parquet file yielding padded batches.
 
+    The return type is ``Any``, not ``Loader``: the producer keeps no import edge to the loader.
+
     Shuffled (shard-aware, seeded), split by rank, resumable with ``state_dict()`` /
     ``load_state_dict()``; each batch is :class:`BertBatchCollate`'s dict. Extra keyword arguments
     go to the Loader (``num_workers``, ``prefetch``...).
@@ -217,10 +225,9 @@ def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: 
         >>> loader.state_dict()["epoch"]
         0
     """
-    from datamill.loader import Loader
-
+    loader = importlib.import_module("datamill.loader")  # the consumer, looked up at call time
     source = BertParquetSource(path)
-    return Loader(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+    return loader.Loader(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                   world_size=world_size, drop_last=drop_last,
                   collate=BertBatchCollate(source.meta, as_torch=as_torch), **loader_kwargs)
 

@@ -13,8 +13,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     import pyarrow.parquet as pq
 
     from datamill.core.progress import quiet
-    from datamill.pretrain._bert_tok import resolve_tokenizer
     from datamill.pretrain.bert import build_bert_samples, read_bert_batches
+    from datamill.pretrain.bert._tok import resolve_tokenizer
 
     print("\n== BERT pretraining data (NSP pairs, 15% masking at 80/10/10) ==")
     raw = work_dir / "bert" / "wikitext2_test.raw"

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+from datamill.core.ragged import concat_csr
 
 __all__ = ["BERT_SPECIALS", "BertTokenizer", "resolve_tokenizer", "train_wordpiece"]
 
@@ -50,11 +51,7 @@ def _byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Ar
 
 
 def _concat(parts: list[tuple[NDArray[np.int32], NDArray[np.int64]]]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    flat = np.concatenate([f for f, _ in parts]) if parts else np.zeros(0, dtype=np.int32)
-    lengths = np.concatenate([np.diff(o) for _, o in parts]) if parts else np.zeros(0, dtype=np.int64)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return flat.astype(np.int32, copy=False), offsets
+    return concat_csr(parts, dtype=np.int32)
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ class BertTokenizer:
         """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
         if self.fast is None:
             return self.encode_library(texts)
-        from datamill.pretrain._bert_fasttok import WordCache, encode_lines
+        from datamill.pretrain.bert._fasttok import WordCache, encode_lines
 
         cache = WordCache()
         parts = [encode_lines(self.inner, chunk, self.fast, cache) for chunk in _byte_slices(texts, _FAST_CHUNK_BYTES)]
@@ -114,7 +111,7 @@ class BertTokenizer:
             if path is not None:
                 raise DataFileError(msg, path=path, hint=hint)
             raise ConfigError(msg, hint=hint)
-        from datamill.pretrain._bert_fasttok import fast_path_config
+        from datamill.pretrain.bert._fasttok import fast_path_config
 
         size = int(inner.get_vocab_size(with_added_tokens=True))
         return cls(inner=inner, pad=ids["[PAD]"], cls=ids["[CLS]"], sep=ids["[SEP]"],
