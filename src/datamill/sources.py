@@ -24,11 +24,11 @@ if TYPE_CHECKING:
     from datamill.shards.dataset import ShardsetDataset
     from datamill.text.source import CorpusSource
 
-__all__ = [
-    "PROVIDERS",
+__all__ = [  # noqa: RUF022 - Python sorted() order, as every module
     "BertParquetSource",
     "CorpusSource",
     "HDF5Source",
+    "PROVIDERS",
     "ParquetSource",
     "ShardsetDataset",
     "TableSource",
