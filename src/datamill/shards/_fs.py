@@ -18,10 +18,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.io import csv_options
 
-__all__ = ["Location", "read_any", "resolve"]
-
-_NULLS = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"]
+__all__ = ["Location", "file_format", "read_any", "resolve", "write_any"]
 
 
 class Location:
@@ -63,6 +62,16 @@ class Location:
             f.write(data)
         _fsync_local(self.fs, self.join(tmp))
         self.fs.move(self.join(tmp), self.join(name))
+
+    def size(self, *parts: str) -> int:
+        """Bytes of one file (0 when absent)."""
+        info = self.fs.get_file_info(self.join(*parts))
+        return int(info.size or 0) if info.type == pafs.FileType.File else 0
+
+    def tree_size(self, *parts: str) -> int:
+        """Bytes of every file under a folder (a listing, no reads)."""
+        sel = pafs.FileSelector(self.join(*parts), allow_not_found=True, recursive=True)
+        return sum(int(i.size or 0) for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
 
     def remove_tree(self, name: str) -> None:
         if self.exists(name):
@@ -109,11 +118,7 @@ def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str]
             return pq.read_table(path, filesystem=fs, columns=columns)
         types = {f.name: f.type for f in schema} if schema is not None else None
         with fs.open_input_stream(path) as f:
-            return pcsv.read_csv(
-                f, read_options=pcsv.ReadOptions(block_size=1 << 24),
-                convert_options=pcsv.ConvertOptions(
-                    include_columns=columns, column_types=types, null_values=_NULLS,
-                    strings_can_be_null=True, quoted_strings_can_be_null=False))
+            return pcsv.read_csv(f, **csv_options("csv", columns=columns, column_types=types))
     except FileNotFoundError as exc:
         raise DataFileNotFoundError("no such shard file", path=display) from exc
     except (pa.ArrowException, OSError, ValueError) as exc:

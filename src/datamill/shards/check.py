@@ -3,11 +3,14 @@
 :func:`shard_problems` checks one shard table against the mapping (used by ``add`` before anything
 is committed, and by :func:`check_dataset`); :func:`check_dataset` checks a whole dataset folder:
 the manifest against the files, the mapping, every shard's UID column, uniqueness, placement and
-row counts. Nothing is raised by :func:`check_dataset`; it returns the list of violations.
+row counts. Nothing is raised by :func:`check_dataset`; it returns the list of violations (as
+exceptions, for the CLI), and :func:`check_report` returns the same violations as plain JSON-able
+dicts (for the web UI).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +23,12 @@ from datamill.core.errors import DatamillError, SchemaError, ShardsetError
 from datamill.shards._fs import Location, read_any
 from datamill.shards._mapping import Mapping, schema_from_b64
 
-__all__ = ["MAX_PER_FILE", "check_dataset", "shard_file", "shard_problems"]
+__all__ = ["MAX_PER_FILE", "VIOLATION_KEYS", "check_dataset", "check_report", "shard_file", "shard_problems",
+           "violation_dict"]
 
 MAX_PER_FILE = 20  # violations listed per shard file before a summary line
+VIOLATION_KEYS = ("kind", "message", "path", "shard", "uid", "column", "row", "hint")
+"""The keys of every :func:`check_report` entry."""
 
 
 def shard_file(shardset: str, k: int, fmt: str) -> str:
@@ -77,7 +83,7 @@ def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, ma
         yield ShardsetError(f"{more} more violations in this file", path=display, shard=k)
 
 
-def check_dataset(root: Any) -> list[DatamillError]:
+def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError]:
     """Every violation in the dataset at ``root`` (empty list when valid).
 
     Examples:
@@ -155,3 +161,48 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
                                 path=loc.show(rel), shard=k)
         yield from shard_problems(t, display=loc.show(rel), k=k, uid_column=uid_col, mapping=mapping,
                                   columns=list(ss["columns"]), reference=ref)
+
+
+def _plain(value: object) -> object:
+    """``value`` as a JSON scalar (UIDs may be numpy scalars or bytes)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def violation_dict(err: DatamillError) -> dict[str, Any]:
+    """One violation as a plain dict with the keys :data:`VIOLATION_KEYS`.
+
+    ``kind`` is the error class name, ``message`` what is wrong without the location (which is in
+    ``path``/``shard``/``uid``/``column``/``row``), ``hint`` how to fix it (or ``None``).
+
+    Examples:
+        >>> violation_dict(ShardsetError("a UID is null", path="a/shard.00000.parquet", row=3, shard=0))
+        {'kind': 'ShardsetError', 'message': 'a UID is null', 'path': 'a/shard.00000.parquet', \
+'shard': 0, 'uid': None, 'column': None, 'row': 3, 'hint': None}
+    """
+    return {"kind": type(err).__name__, "message": err.msg, "path": err.path, "shard": _plain(err.shard),
+            "uid": _plain(err.uid), "column": err.column, "row": err.row, "hint": err.hint}
+
+
+def check_report(root: str | os.PathLike[str] | Location) -> list[dict[str, Any]]:
+    """Every violation of the dataset at ``root`` as JSON-able dicts (see :func:`violation_dict`).
+
+    The same violations as :func:`check_dataset`, in the same order; an empty list when valid.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> from datamill.shards import ShardsetDataset
+        >>> root = tempfile.mkdtemp() + "/ds"
+        >>> ds = ShardsetDataset.create(root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2)
+        >>> check_report(root)
+        []
+        >>> pq.write_table(pa.table({"uid": [3, 2]}), root + "/a/shard.00001.parquet")
+        >>> [(v["kind"], v["shard"], v["uid"], v["message"]) for v in check_report(root)][1]
+        ('ShardsetError', 1, 2, 'uid belongs to shard 0 (as in a/shard.00000.parquet)')
+    """
+    return [violation_dict(e) for e in check_dataset(root)]
