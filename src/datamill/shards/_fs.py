@@ -17,7 +17,7 @@ import pyarrow.csv as pcsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.io import csv_options
 
 __all__ = ["Location", "file_format", "read_any", "resolve", "write_any"]
@@ -133,6 +133,11 @@ def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None
     if fmt == "parquet":
         pq.write_table(table, path, filesystem=fs)
     else:
-        with fs.open_output_stream(path) as f:
-            pcsv.write_csv(table, f)
+        try:
+            with fs.open_output_stream(path) as f:
+                pcsv.write_csv(table, f)
+        except pa.ArrowInvalid as exc:
+            fs.delete_file(path)
+            raise SchemaError(f"a CSV shard cannot hold these column types ({exc})", path=path,
+                              hint="write Parquet shards (fmt='parquet', --format parquet) for nested columns") from exc
     _fsync_local(fs, path)
