@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
 from datamill.core.errors import DatamillError, SchemaError, ShardsetError
 from datamill.shards._fs import Location, read_any
+from datamill.shards._manifest import manifest_problems
 from datamill.shards._mapping import Mapping, schema_from_b64
 
 __all__ = ["MAX_PER_FILE", "VIOLATION_KEYS", "check_dataset", "check_report", "shard_file", "shard_problems",
@@ -102,17 +103,19 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         manifest = loc.read_json(DATASET_MANIFEST)
     except DatamillError as exc:
         return [exc]
-    if manifest.get("format") != SHARDS_FORMAT:
-        return [ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {manifest.get('format')!r}",
-                              path=loc.show(DATASET_MANIFEST))]
+    parsed, problems = manifest_problems(manifest, path=loc.show(DATASET_MANIFEST))
+    if parsed is None:
+        return list(problems)
+    out.extend(problems)
     uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
     try:
         mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
         mapping = Mapping.from_table(mt, uid_col, n)
     except DatamillError as exc:
         return [*out, exc]
-    except (KeyError, pa.ArrowException) as exc:
-        return [ShardsetError(f"the mapping lacks a column: {exc}", path=loc.show(SAMPLES_FILE))]
+    except (KeyError, ValueError, pa.ArrowException) as exc:
+        return [*out, ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
+                                    path=loc.show(SAMPLES_FILE))]
     if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
         out.append(ShardsetError(f"shard indices must be in [0, {n})", path=loc.show(SAMPLES_FILE)))
     if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
@@ -133,10 +136,7 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
 
 def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, mapping: Mapping,
                     ref: tuple[str, str]) -> Iterator[DatamillError]:
-    name, fmt = ss["name"], ss["format"]
-    if int(ss["num_shards"]) != n:
-        yield ShardsetError(f"the manifest says {ss['num_shards']} shards, the dataset has {n}",
-                            path=loc.show(DATASET_MANIFEST), shard=name)
+    name, fmt = ss["name"], ss["format"]  # (counts disagreeing with num_shards: see manifest_problems)
     expected = {SHARD_PATTERN.format(index=k, ext=fmt) for k in range(n)}
     present = set(loc.listdir(name))
     if not loc.exists(name):
@@ -145,7 +145,11 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
     for extra in sorted(present - expected):
         if extra.startswith("shard."):
             yield ShardsetError(f"unexpected shard file (the manifest lists {n} shards)", path=loc.show(name, extra))
-    schema = schema_from_b64(ss["schema"])
+    try:
+        schema = schema_from_b64(ss["schema"])
+    except (pa.ArrowException, ValueError):
+        return  # reported by manifest_problems
+    shard_rows = ss["shard_rows"]
     for k in range(n):
         rel = shard_file(name, k, fmt)
         if SHARD_PATTERN.format(index=k, ext=fmt) not in present:
@@ -156,8 +160,8 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
         except DatamillError as exc:
             yield exc
             continue
-        if t.num_rows != int(ss["shard_rows"][k]):
-            yield ShardsetError(f"expected {ss['shard_rows'][k]} rows (manifest), got {t.num_rows}",
+        if k < len(shard_rows) and t.num_rows != shard_rows[k]:
+            yield ShardsetError(f"expected {shard_rows[k]} rows (manifest), got {t.num_rows}",
                                 path=loc.show(rel), shard=k)
         yield from shard_problems(t, display=loc.show(rel), k=k, uid_column=uid_col, mapping=mapping,
                                   columns=list(ss["columns"]), reference=ref)

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
 from datamill.core.errors import (
     ConfigError,
     DataFileError,
@@ -41,6 +41,7 @@ from datamill.core.errors import (
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.source import check_read_args, register_source
 from datamill.shards._fs import Location, read_any, resolve
+from datamill.shards._manifest import validate_manifest
 from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ class ShardsetDataset:
 
     Raises:
         DataFileNotFoundError: there is no ``dataset.json``.
-        ShardsetError: the manifest has another format version.
+        ShardsetError: the manifest has another format version or is malformed (the message names the
+            field, e.g. ``shardsets[1].num_shards``).
 
     Examples:
         >>> import tempfile, pyarrow as pa
@@ -94,16 +96,18 @@ class ShardsetDataset:
     def __init__(self, root: str | os.PathLike[str] | Location, *, cache_shards: int = 16) -> None:
         self.loc = root if isinstance(root, Location) else resolve(root)
         manifest = self.loc.read_json(DATASET_MANIFEST)
-        if manifest.get("format") != SHARDS_FORMAT:
-            raise ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {manifest.get('format')!r}",
-                                path=self.loc.show(DATASET_MANIFEST))
+        validate_manifest(manifest, path=self.loc.show(DATASET_MANIFEST))
         self.manifest: dict[str, Any] = manifest
         self.uid_column: str = manifest["uid_column"]
         self._sets = {ss["name"]: ss for ss in manifest["shardsets"]}
         self._schemas = {ss["name"]: schema_from_b64(ss["schema"]) for ss in manifest["shardsets"]}
         self._owner = {c: ss["name"] for ss in manifest["shardsets"] for c in ss["columns"]}
         table = read_any(self.loc.fs, self.loc.join(SAMPLES_FILE), display=self.loc.show(SAMPLES_FILE))
-        self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
+        try:
+            self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
+        except (KeyError, ValueError, pa.ArrowException) as exc:
+            raise ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
+                                path=self.loc.show(SAMPLES_FILE), hint="run `datamill shards check`") from exc
         self._cache: OrderedDict[tuple[str, int], tuple[pa.Table, UidIndex]] = OrderedDict()
         self._cache_size = cache_shards
         # parsed Parquet footers by file (the dataset is read as it was when opened, like the manifest):
