@@ -54,13 +54,17 @@ class Location:
     def tmp_name(self, stem: str) -> str:
         return f".tmp-{stem}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
-    def write_json_atomic(self, name: str, obj: Any) -> None:
-        """Write ``name`` via a temporary file + move (the commit marker is written this way)."""
+    def write_json_atomic(self, name: str, obj: Any, *, durable: bool = True) -> None:
+        """Write ``name`` via a temporary file + move (the commit marker is written this way).
+
+        ``durable=False`` skips the fsync (for scratch files that a crash makes worthless anyway).
+        """
         tmp = self.tmp_name(name)
         data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8")
         with self.fs.open_output_stream(self.join(tmp)) as f:
             f.write(data)
-        _fsync_local(self.fs, self.join(tmp))
+        if durable:
+            _fsync_local(self.fs, self.join(tmp))
         self.fs.move(self.join(tmp), self.join(name))
 
     def size(self, *parts: str) -> int:

@@ -9,11 +9,12 @@ from typing import TypeAlias
 import numpy as np
 import pyarrow as pa
 
+from datamill.core.errors import SchemaError
 from datamill.core.io import read_table
 from datamill.preprocess.hdf5_source import HDF5Source
 from datamill.shards._fs import file_format, read_any, resolve
 
-__all__ = ["ShardInput", "TableInput", "hdf5_to_table", "load_table"]
+__all__ = ["ShardInput", "TableInput", "conform", "hdf5_to_table", "load_table"]
 
 TableInput: TypeAlias = "pa.Table | str | os.PathLike[str]"
 """One table: an in-memory table or a Parquet / CSV / preprocessed HDF5 file (path or URI)."""
@@ -61,3 +62,20 @@ def load_table(source: TableInput, *, uid: str | None = None, add_uid: bool = Fa
     if add_uid and uid is not None and uid not in table.column_names:
         table = table.add_column(0, uid, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     return table
+
+
+def conform(table: pa.Table, schema: pa.Schema | None, *, display: str, k: int) -> pa.Table:
+    """``table`` without schema metadata, columns in ``schema``'s order and cast to its types."""
+    table = table.replace_schema_metadata(None)
+    if schema is None:
+        return table
+    if sorted(table.column_names) != sorted(schema.names):
+        raise SchemaError(f"expected columns {sorted(schema.names)}, got {sorted(table.column_names)}",
+                          path=display, shard=k, hint="every shard of a shardset has the same columns")
+    table = table.select(schema.names)
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except (pa.ArrowException, ValueError) as exc:
+        raise SchemaError(f"column types differ from the first shard: {exc}", path=display, shard=k) from exc

@@ -17,7 +17,7 @@ def _create(args: argparse.Namespace) -> int:
     from datamill.shards.dataset import ShardsetDataset
 
     one = len(args.files) == 1 and (args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5")))
-    source: Any = args.files[0] if one else args.files
+    source: str | list[str] = args.files[0] if one else args.files
     ds = ShardsetDataset.create(args.root, source, uid=args.uid, shardset=args.shardset,
                                 shard_size=args.shard_size if one else None, fmt=args.format,
                                 add_uid=args.add_uid)
@@ -64,7 +64,7 @@ def _get(args: argparse.Namespace) -> int:
     from datamill.shards.dataset import ShardsetDataset
 
     ds = ShardsetDataset(args.root)
-    uid: Any = args.uid
+    uid: int | str = args.uid
     if pa.types.is_integer(ds.uids.type):
         try:
             uid = int(uid)

@@ -40,6 +40,7 @@ from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTER
 from datamill.core.errors import ConfigError, SchemaError, ShardsetError
 from datamill.shards._fs import Location, read_any, resolve, write_any
 from datamill.shards._mapping import Mapping, schema_from_b64, schema_to_b64
+from datamill.shards._tables import conform
 from datamill.shards.check import shard_problems
 from datamill.shards.dataset import ShardsetDataset
 
@@ -120,7 +121,7 @@ class ShardSink:
             pos = np.asarray(self.mapping.positions_near(table.column(uid), k).to_numpy(), dtype=np.int64)
             if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
                 table = table.take(pa.array(np.argsort(pos, kind="stable")))
-        table = _conform(table, self._schema, display=display, k=k)
+        table = conform(table, self._schema, display=display, k=k)
         if not self.adding:
             u = table.column(uid)
             if u.null_count:
@@ -162,26 +163,9 @@ class ShardSink:
                    "token": token, "source_metadata": meta[KEEP_META].decode("utf-8", "replace")
                    if KEEP_META in meta else None}
         tmp_loc = Location(self.loc.fs, self.loc.join(self.tmp), self.loc.show(self.tmp))
-        tmp_loc.write_json_atomic(_receipt_name(k, self.fmt), receipt)
+        tmp_loc.write_json_atomic(_receipt_name(k, self.fmt), receipt, durable=False)  # scratch: no fsync
         self.written[k] = _Written(token, table.column(self.uid).combine_chunks())
         return int(table.num_rows)
-
-
-def _conform(table: pa.Table, schema: pa.Schema | None, *, display: str, k: int) -> pa.Table:
-    """``table`` without schema metadata, columns in ``schema``'s order and cast to its types."""
-    table = table.replace_schema_metadata(None)
-    if schema is None:
-        return table
-    if sorted(table.column_names) != sorted(schema.names):
-        raise SchemaError(f"expected columns {sorted(schema.names)}, got {sorted(table.column_names)}",
-                          path=display, shard=k, hint="every shard of a shardset has the same columns")
-    table = table.select(schema.names)
-    if table.schema.equals(schema):
-        return table
-    try:
-        return table.cast(schema)
-    except (pa.ArrowException, ValueError) as exc:
-        raise SchemaError(f"column types differ from the first shard: {exc}", path=display, shard=k) from exc
 
 
 def check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
