@@ -33,6 +33,15 @@ def hdf5_to_table(path: str | os.PathLike[str], *, uid: str = "uid") -> pa.Table
     Raises:
         DataFileNotFoundError: no such file.
         DataFileError: not HDF5, no datasets, or datasets of different lengths.
+
+    Examples:
+        >>> import tempfile, h5py
+        >>> p = tempfile.mkdtemp() + "/t.hdf5"
+        >>> with h5py.File(p, "w") as f:
+        ...     _ = f.create_dataset("img", data=np.zeros((2, 3), np.uint8))
+        >>> t = hdf5_to_table(p)
+        >>> t.column_names, t.num_rows, str(t.schema.field("img").type)
+        (['uid', 'img'], 2, 'fixed_size_list<item: uint8>[3]')
     """
     src = HDF5Source(path, shard_size=_HDF5_READ_ROWS)
     if src.num_shards:

@@ -224,10 +224,8 @@ class ShardsetDataset:
             SchemaError: an unknown column (``column`` set).
             ShardsetError: a shard file holds UIDs that are not mapped to this shard.
         """
-        if columns is not None:
-            columns = check_read_args(self, index, columns, path=self.loc.display)
-        else:
-            check_read_args(self, index, None, path=self.loc.display)
+        checked = check_read_args(self, index, columns, path=self.loc.display)  # one contract for every Source
+        columns = None if columns is None else checked
         if join not in ("left", "inner"):
             raise ConfigError(f"join must be 'left' or 'inner', got {join!r}", path=self.loc.display)
         index = int(index)

@@ -168,7 +168,7 @@ class ShardSink:
         return int(table.num_rows)
 
 
-def check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
+def _check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
     """Refuse an invalid shardset name, an existing one, or a folder left by an interrupted write."""
     if not name or "/" in name or "\\" in name or name.startswith(".") or name in _RESERVED:
         raise ConfigError(f"invalid shardset name {name!r}", path=loc.display, hint="use a plain folder name")
@@ -225,7 +225,7 @@ class ShardsetWriter:
             if name is not None:
                 raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
         self._made_root = not self.loc.exists()
-        check_shardset_name(self.loc, shardset, self.base.shardsets if self.base is not None else [])
+        _check_shardset_name(self.loc, shardset, self.base.shardsets if self.base is not None else [])
         self.loc.fs.create_dir(self.loc.path, recursive=True)
         self.tmp = self.loc.tmp_name(shardset)
         self.loc.fs.create_dir(self.loc.join(self.tmp))
