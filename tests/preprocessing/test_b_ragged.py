@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, DataFileError
+from datamill.core.ragged import pad
 from datamill.preprocessing.features import CSR, FeatureContext, get_handler
-from datamill.preprocessing.features._ragged import STOPWORDS, pad, split_tokens
+from datamill.preprocessing.features._ragged import STOPWORDS, split_tokens
 from datamill.preprocessing.features.text import Handler as TextHandler
 from datamill.vocab import Vocab
 
@@ -116,10 +117,11 @@ def test_lowercase_characters_of_non_ascii_text() -> None:
 @given(rows=st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=20),
        length=st.integers(0, 8), left=st.booleans())
 def test_pad_truncates_and_pads(rows: list[list[int]], length: int, left: bool) -> None:
+    """Sequence/text/timeseries padding (core.ragged.pad): keeps each row's start, pads left or right."""
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     flat = np.array([v for r in rows for v in r], np.int64)
-    out = pad(flat, offsets, length, padding="left" if left else "right")
-    assert out.shape == (len(rows), length)
+    out = pad(flat, offsets, length, side="left" if left else "right", dtype=np.int32)[0]
+    assert out.shape == (len(rows), length) and out.dtype == np.int32
     for r, o in zip(rows, out.tolist()):
         kept = r[:length]
         expect = [0] * (length - len(kept)) + kept if left else kept + [0] * (length - len(kept))

@@ -19,6 +19,7 @@ import pyarrow.types as pat
 
 from datamill.core.errors import ConfigError
 from datamill.core.optional import require
+from datamill.core.ragged import offsets_from_lengths, pad
 
 __all__ = ["MASK_SUFFIX", "collate_numpy", "collate_torch", "resolve_collate", "to_numpy"]
 
@@ -48,20 +49,11 @@ def _flat_values(arr: pa.Array) -> pa.Array:
 
 
 def _padded(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    n = len(arr)
-    offsets = arr.offsets.to_numpy()
-    lengths = np.diff(offsets)
+    lengths = np.diff(arr.offsets.to_numpy())
     if arr.null_count:
         lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lengths)
-    width = int(lengths.max()) if n else 0
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    values = arr.flatten()  # only the non-null rows' values, in order
-    dims, _ = _fixed_shape(values.type)
-    flat = to_numpy(values)
-    out = np.zeros((n, width, *dims), dtype=flat.dtype) if flat.dtype != object else \
-        np.full((n, width, *dims), None, dtype=object)  # strings are padded with None
-    out[mask] = flat
-    return out, mask
+    flat = to_numpy(arr.flatten())  # only the non-null rows' values, in order
+    return pad(flat, offsets_from_lengths(lengths), fill=None if flat.dtype == object else 0)  # strings: None
 
 
 def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:

@@ -13,19 +13,20 @@ strings), and ``space_punct`` on an all-ASCII column is split with numpy byte cl
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.ascii import token_dictionary
+from datamill.core.ascii import ASCII_LOWER, ASCII_WHITESPACE, ascii_token_spans, token_dictionary
 from datamill.core.errors import ConfigError
+from datamill.core.ragged import offsets_from_lengths
 from datamill.preprocessing.features.base import int_type
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
-__all__ = ["DictRagged", "Ragged", "STOPWORDS", "TOKENIZERS", "codepoints", "compact", "pad",  # noqa: RUF022 - Python sorted() order (house rule)
+__all__ = ["DictRagged", "Ragged", "STOPWORDS", "TOKENIZERS", "codepoints", "compact",  # noqa: RUF022 - Python sorted() order (house rule)
            "row_selection", "split_tokens", "to_string_array"]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
@@ -150,7 +151,7 @@ def codepoints(column: pa.Array, *, lowercase: bool = False) -> Ragged:
             else np.zeros(0, np.uint8))
     rel = (off - off[0]).astype(np.int64) if len(column) else np.zeros(1, np.int64)
     if len(data) == 0 or int(data.max()) < 0x80:  # ASCII: one byte, one character
-        return Ragged(None, rel, data, _ASCII_LOWER if lowercase else None)
+        return Ragged(None, rel, data, ASCII_LOWER if lowercase else None)
     from datamill.tokenize import CharTokenizer
 
     if lowercase:
@@ -236,25 +237,13 @@ def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.fill_null(column, "")
 
 
-_ASCII_LOWER = np.arange(256, dtype=np.uint8)  # byte -> its lower-cased byte (A-Z -> a-z)
-_ASCII_LOWER[ord("A"):ord("Z") + 1] += 32
-
-# byte classes for the all-ASCII fast path: 0 whitespace (as utf8_split_whitespace), 1 word, 2 punctuation
-_WS = np.zeros(128, bool)
-_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
-_WORD = np.zeros(128, bool)
-_WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = True
-_CLASSES = {"space_punct": np.where(_WS, 0, np.where(_WORD, 1, 2)).astype(np.uint8),
-            "space": np.where(_WS, 0, 1).astype(np.uint8)}  # str.split(): runs of non-whitespace
-
-
 def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
-    """``space_punct`` / ``space`` on an all-ASCII column with numpy byte classes (None if not ASCII).
+    """``space_punct`` / ``space`` on an all-ASCII column (None if not ASCII).
 
-    A token starts where the class changes (or at a row start, or at every punctuation byte) and
-    ends likewise; the token bytes are compacted into one buffer and wrapped as a string array.
+    Token spans come from :func:`datamill.core.ascii.ascii_token_spans`; tokens are keyed as exact
+    integers when short enough, else their bytes are compacted into one buffer as a string array.
     """
-    if tokenizer not in _CLASSES or not pa.types.is_string(column.type):
+    if tokenizer not in ("space", "space_punct") or not pa.types.is_string(column.type):
         return None
     bufs = column.buffers()
     off = np.frombuffer(bufs[1], np.int32)[column.offset:column.offset + len(column) + 1].astype(np.int64)
@@ -262,27 +251,12 @@ def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
     rel = off - off[0]
     if len(data) == 0 or int(data.max()) >= 0x80:
         return None
-    cls = _CLASSES[tokenizer][data]
-    nonempty = rel[:-1] != rel[1:]
-    edge = np.zeros(len(data) + 1, bool)  # a row boundary before byte i
-    edge[rel[:-1][nonempty]] = True
-    edge[rel[1:][nonempty]] = True
-    change = np.empty(len(data) + 1, bool)  # class differs between byte i-1 and byte i (or a boundary)
-    change[0] = change[-1] = True
-    np.not_equal(cls[1:], cls[:-1], out=change[1:-1])
-    change |= edge
-    tok = cls != 0
-    punct = cls == 2
-    starts = np.flatnonzero(tok & (change[:-1] | punct))
-    ends = np.flatnonzero(tok & (change[1:] | punct)) + 1
-    row_offsets = np.searchsorted(starts, rel).astype(np.int64)  # tokens starting before each row
-    keyed = token_dictionary(data, starts, ends - starts)  # exact integer keys: no string per token
+    starts, lengths, row_offsets = ascii_token_spans(data, rel, punct=tokenizer == "space_punct")
+    keyed = token_dictionary(data, starts, lengths)  # exact integer keys: no string per token
     if keyed is not None:
         return DictRagged(keyed[0], keyed[1], row_offsets)
-    lengths = ends - starts
-    token_offsets = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(lengths, out=token_offsets[1:])
-    packed = data[tok]
+    token_offsets = offsets_from_lengths(lengths)
+    packed = data[~ASCII_WHITESPACE[data]]  # the tokens cover every other byte, in order
     string_type, off_type = (pa.string(), np.int32) if len(packed) < 2**31 else (pa.large_string(), np.int64)
     values = pa.Array.from_buffers(string_type, len(starts), [
         None, pa.py_buffer(token_offsets.astype(off_type)), pa.py_buffer(packed)])
@@ -351,37 +325,3 @@ def split_tokens(
     if stopwords:
         mask = pc.and_(mask, pc.invert(pc.is_in(values, value_set=pa.array(sorted(stopwords), pa.string()))))
     return rag.keep(mask.to_numpy(zero_copy_only=False))
-
-
-def pad(
-    ids: NDArray[Any],
-    offsets: NDArray[np.int64],
-    length: int,
-    *,
-    padding: Literal["right", "left"] = "right",
-    fill: Any = 0,
-    dtype: Any = np.int32,
-) -> NDArray[Any]:
-    """Rows ``ids[offsets[i]:offsets[i+1]]`` truncated to ``length`` (keeping the start) and padded.
-
-    Examples:
-        >>> pad(np.array([5, 6, 7, 8]), np.array([0, 3, 3, 4]), 2, padding="left").tolist()
-        [[5, 6], [0, 0], [0, 8]]
-    """
-    n = len(offsets) - 1
-    out = np.full((n, length), fill, dtype=dtype)
-    if length == 0 or len(ids) == 0:
-        return out
-    lengths = np.diff(offsets)
-    clipped = np.minimum(lengths, length)
-    values = np.asarray(ids)
-    if (lengths > length).any():  # keep the first `length` of each row: +1 at row starts, -1 at cuts
-        marks = np.zeros(len(values) + 1, np.int32)
-        np.add.at(marks, offsets[:-1][lengths > 0], 1)
-        np.add.at(marks, (offsets[:-1] + clipped)[lengths > 0], -1)
-        values = values[np.cumsum(marks[:-1], dtype=np.int32) > 0]
-    cols = np.arange(length, dtype=np.int32)
-    # a row-major boolean mask of the filled cells, so values land in order with one assignment
-    mask = cols < clipped[:, None] if padding == "right" else cols >= (length - clipped)[:, None]
-    out[mask] = values
-    return out

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
 from datamill.core.errors import ConfigError
+from datamill.core.ragged import smallest_int_dtype
 from datamill.preprocessing.missing import MissingStats
 
 __all__ = ["COMMON_STRATEGIES", "CSR", "FeatureContext", "FeatureHandler", "Params",  # noqa: RUF022 - Python sorted() order (house rule)
@@ -51,11 +52,7 @@ def int_type(vocab_size: int) -> type[np.signedinteger[Any]]:
         >>> int_type(128).__name__, int_type(129).__name__, int_type(40_000).__name__
         ('int8', 'int16', 'int32')
     """
-    largest = max(vocab_size - 1, 0)
-    for dtype in (np.int8, np.int16, np.int32):
-        if largest <= np.iinfo(dtype).max:
-            return dtype
-    return np.int64
+    return smallest_int_dtype(max(vocab_size - 1, 0)).type  # the signed ladder (int8, int16, int32, int64)
 
 
 class Params(BaseModel):

@@ -24,7 +24,8 @@ from pydantic import Field
 from datamill.core.constants import PAD, UNK
 from datamill.core.errors import ConfigError
 from datamill.core.io import read_text
-from datamill.preprocessing.features._ragged import Ragged, compact, pad, split_tokens
+from datamill.core.ragged import pad
+from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
     CSR,
@@ -120,6 +121,6 @@ class Handler(FeatureHandler):
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params, ctx)
         ids = rag.encode(Vocab.from_dict(meta))
-        return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), padding=params.padding,
-                              dtype=int_type(int(meta["vocab_size"])))}
+        return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), side=params.padding,
+                              dtype=int_type(int(meta["vocab_size"])))[0]}
 

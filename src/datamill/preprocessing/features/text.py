@@ -25,11 +25,11 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import PAD, UNK
+from datamill.core.ragged import pad
 from datamill.preprocessing.features._ragged import (
     STOPWORDS,
     Ragged,
     compact,
-    pad,
     split_tokens,
     to_string_array,
 )
@@ -144,7 +144,7 @@ class Handler(FeatureHandler):
         for level, rag in zip(LEVELS, self._tokens(column, params, ctx)):
             ids = rag.encode(self.vocab(meta, level))
             out[f"{ctx.name}_{level}"] = pad(ids, rag.offsets, int(meta[f"{level}_max_sequence_length"]),
-                                             padding=params.padding, dtype=int_type(int(meta[f"{level}_vocab_size"])))
+                                             side=params.padding, dtype=int_type(int(meta[f"{level}_vocab_size"])))[0]
         return out
 
     @staticmethod

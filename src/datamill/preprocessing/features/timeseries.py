@@ -20,7 +20,8 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.errors import DataFileError
-from datamill.preprocessing.features._ragged import Ragged, pad, row_selection, split_tokens
+from datamill.core.ragged import pad
+from datamill.preprocessing.features._ragged import Ragged, row_selection, split_tokens
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
     CSR,
@@ -122,5 +123,5 @@ class Handler(FeatureHandler):
     def transform(self, column: pa.Array | tuple[NDArray[np.float32], Ragged], meta: dict[str, Any],
                   params: TimeseriesParams, ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         values, rag = self._tokens(column, params, ctx)
-        return {ctx.name: pad(values, rag.offsets, int(meta["max_timeseries_length"]), padding=params.padding,
-                              fill=params.padding_value, dtype=np.float32)}
+        return {ctx.name: pad(values, rag.offsets, int(meta["max_timeseries_length"]), side=params.padding,
+                              fill=params.padding_value, dtype=np.float32)[0]}
