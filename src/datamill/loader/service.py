@@ -15,10 +15,11 @@ and a server use the same service, and the same :class:`~datamill.loader.account
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
 import numpy as np
@@ -27,6 +28,7 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import LOADER_STATE_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError, SchemaError
+from datamill.core.parallel import ordered_map
 from datamill.core.source import Source
 from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.cache import BuildReader, ShardCache
@@ -332,19 +334,15 @@ class BatchService:
                 reader.schedule_upto(task[-1])
                 yield from self._run(reader, task)
             return
-        inflight: deque[Future[list[BatchResult]]] = deque()
+        def scheduled() -> Iterator[list[int]]:  # a task's shards are scheduled when it is submitted
+            for task in tasks:
+                reader.schedule_upto(task[-1])
+                yield task
+
         with ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="datamill-work") as workers:
-            try:
-                for task in tasks:
-                    reader.schedule_upto(task[-1])
-                    inflight.append(workers.submit(self._run, reader, task))
-                    while len(inflight) >= self.num_workers * self.prefetch:
-                        yield from inflight.popleft().result()
-                while inflight:
-                    yield from inflight.popleft().result()
-            finally:
-                for fut in inflight:
-                    fut.cancel()
+            for results in ordered_map(functools.partial(self._run, reader), scheduled(), pool=workers,
+                                       window=self.num_workers * self.prefetch):
+                yield from results
 
     def _build(self, plan: EpochPlan, epoch: int, rank: int, batches: NDArray[np.int64]
                ) -> Generator[BatchResult, None, None]:

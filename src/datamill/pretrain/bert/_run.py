@@ -9,22 +9,22 @@ and return Arrow record batches, which the parent writes in task order.
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import multiprocessing as mp
 import os
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Generator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.parallel import ordered_map
 from datamill.core.rng import rng_for
 from datamill.pretrain.bert._docs import TokenizedDocuments
 from datamill.pretrain.bert._mask import MaskConfig, assemble
@@ -116,27 +116,14 @@ def _pool_task(cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int)
     return _run_task(_STATE, cfg, dupe, shard, doc_lo, doc_hi)
 
 
+def _pool_task_of(cfg: TaskConfig, task: tuple[int, int, int, int]) -> TaskResult:
+    return _pool_task(cfg, *task)
+
+
 def plan_tasks(corpus: TokenizedDocuments, dupe_factor: int) -> list[tuple[int, int, int, int]]:
     """Every task as ``(dupe, shard, first document, end document)``, in output order."""
     shards = plan_shards(corpus)
     return [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(shards)]
-
-
-def _ordered(pool: Executor, fn: Callable[..., TaskResult], tasks: list[tuple[int, int, int, int]],
-             window: int, *args: Any) -> Iterator[TaskResult]:
-    """Submit at most ``window`` tasks ahead and yield their results in task order."""
-    pending: deque[Future[TaskResult]] = deque()
-    it = iter(tasks)
-    for t in it:
-        pending.append(pool.submit(fn, *args, *t))
-        if len(pending) >= window:
-            break
-    while pending:
-        result = pending.popleft().result()
-        nxt = next(it, None)
-        if nxt is not None:
-            pending.append(pool.submit(fn, *args, *nxt))
-        yield result
 
 
 def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
@@ -150,7 +137,7 @@ def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int
     if backend == "thread" or len(tasks) <= 1:
         st = _init_state(corpus.ids, corpus.sent_offsets, corpus.doc_offsets)
         with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bert") as tpool:
-            yield from _ordered(tpool, _run_task, tasks, 2 * max(1, workers), st, cfg)
+            yield from ordered_map(lambda t: _run_task(st, cfg, *t), tasks, pool=tpool, window=2 * max(1, workers))
         return
     scratch.mkdir(parents=True, exist_ok=True)
     np.save(scratch / "ids.npy", corpus.ids)
@@ -165,6 +152,6 @@ def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
                                  initializer=_worker_init, initargs=(os.fspath(scratch),)) as pool:
-            yield from _ordered(pool, _pool_task, tasks, 2 * workers, cfg)
+            yield from ordered_map(functools.partial(_pool_task_of, cfg), tasks, pool=pool, window=2 * workers)
     finally:
         gc.unfreeze()
