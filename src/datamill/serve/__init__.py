@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from datamill.serve.client import Client, RemoteError
-from datamill.serve.remote import SERVE_STATE_FORMAT, RemoteLoader
+from datamill.serve.remote import RemoteLoader
 from datamill.serve.run import serve
 
-__all__ = ["Client", "RemoteError", "RemoteLoader", "SERVE_STATE_FORMAT", "create_app", "serve"]
+__all__ = ["Client", "RemoteError", "RemoteLoader", "create_app", "serve"]
 assert sorted(__all__) == __all__
 
 

@@ -106,7 +106,7 @@ class BatchService:
         with self._lock:
             loader = self._loaders.get((rank, world_size))
             if loader is None:
-                loader = Loader(self.source, self.batch_size, rank=rank, world_size=world_size,  # type: ignore[arg-type]  # SharedShardCache follows the Source protocol
+                loader = Loader(self.source, self.batch_size, rank=rank, world_size=world_size,
                                 epoch=epoch, **self._kwargs)
                 self._loaders[(rank, world_size)] = loader
             return loader

@@ -83,7 +83,7 @@ class KeyStore:
         with self._lock:
             if version == self._version and self._keys is not None:
                 return
-        keys = {k["id"]: (k["hash"], k["role"]) for k in self.journal.keys() if k["revoked"] is None}
+        keys = {k["id"]: (k["hash"], k["role"]) for k in self.journal.list_keys() if k["revoked"] is None}
         with self._lock:
             self._keys, self._version = keys, version
 
@@ -112,4 +112,4 @@ class KeyStore:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every key without its digest."""
-        return [{k: v for k, v in row.items() if k != "hash"} for row in self.journal.keys()]
+        return [{k: v for k, v in row.items() if k != "hash"} for row in self.journal.list_keys()]

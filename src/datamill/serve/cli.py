@@ -45,10 +45,10 @@ def _keys(argv: list[str]) -> int:
     journal = Journal(args.state)
     try:
         if args.action == "create":
-            key_id, key = create_key(journal, role=args.role, note=args.note)
+            _, key = create_key(journal, role=args.role, note=args.note)
             print(key)
         elif args.action == "list":
-            for k in journal.keys():
+            for k in journal.list_keys():
                 status = "revoked" if k["revoked"] else "active"
                 print(f"{k['id']}\t{k['role']}\t{status}\t{time.strftime('%Y-%m-%d %H:%M', time.gmtime(k['created']))}"
                       f"\t{k['note']}")

@@ -131,7 +131,7 @@ class Client:
         """Close the connection."""
         self.http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Client:  # noqa: PYI034 - Client is not meant to be subclassed
         return self
 
     def __exit__(self, *exc: object) -> None:

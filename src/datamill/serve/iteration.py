@@ -89,7 +89,7 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
     bounds = [0]
     for p in range(parts):
         bounds.append(bounds[-1] + base + (1 if p < extra else 0))
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 class Iteration:

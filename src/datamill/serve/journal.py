@@ -10,6 +10,7 @@ Every write commits before the server replies.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -45,7 +46,7 @@ class Journal:
         >>> j.close()
     """
 
-    def __init__(self, state_dir: str | Path) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / DB_NAME
@@ -75,7 +76,7 @@ class Journal:
         self._exec("INSERT INTO keys (id, hash, role, created, note) VALUES (?, ?, ?, ?, ?)",
                    (key_id, digest, role, time.time(), note))
 
-    def keys(self) -> list[dict[str, Any]]:
+    def list_keys(self) -> list[dict[str, Any]]:
         """Every key (revoked ones too), without secrets."""
         rows = self._exec("SELECT id, hash, role, created, revoked, note FROM keys ORDER BY created")
         return [{"id": r[0], "hash": r[1], "role": r[2], "created": r[3], "revoked": r[4], "note": r[5]}

@@ -109,7 +109,8 @@ class RemoteLoader:
         self._yielded: set[int] = set()  # positions of the rank's queue already yielded (static)
         self._consumed = 0
         self.stall_s = 0.0
-        self.stats = {"leases": 0, "batches": 0, "skipped_duplicates": 0, "dropped_lost": 0, "acks": {}}
+        self.stats: dict[str, Any] = {"leases": 0, "batches": 0, "skipped_duplicates": 0, "dropped_lost": 0,
+                                      "acks": {}}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     """
     p = Path(root_or_config)
     if p.is_dir():
-        return ServeConfig(roots=[str(p)])
+        return ServeConfig.model_validate({"roots": [str(p)]})
     if not p.is_file():
         raise ConfigError("no such dataset root or config file", path=p)
     import yaml

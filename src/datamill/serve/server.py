@@ -32,6 +32,7 @@ __all__ = ["ARROW_STREAM", "ConflictError", "LeasePayload", "NotFoundError", "Se
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MODES = ("dynamic", "static")
+_CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 
 
 class NotFoundError(DatamillError, LookupError):
@@ -235,23 +236,29 @@ class ServeState:
         return (cfg["world_size"] if cfg["mode"] == "static" else 1), []
 
     def create_iteration(self, req: Mapping[str, Any]) -> dict[str, Any]:
-        """Create an iteration, or return the existing one of the same name (or config) and epoch."""
+        """Create an iteration, or join the existing one of the same name (or config) and epoch.
+
+        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``; any other
+        difference from the existing iteration's settings is a :class:`ConflictError`.
+        """
         cfg = self._config(req)
+        joined = {k: v for k, v in cfg.items() if k not in _CREATOR_ONLY}
         with self._lock:
-            plan_world, base_done = self._resume_base(cfg, req)
-            cfg["plan_world"], cfg["base_done"] = plan_world, runs(base_done)
             name = req.get("name")
-            key = check_name(str(name), what="iteration name") if name else fingerprint_obj(cfg)
+            spec = {"resume_from": req.get("resume_from"), "loader_states": fingerprint_obj(req.get("loader_states"))}
+            key = check_name(str(name), what="iteration name") if name else fingerprint_obj([joined, spec])
             it_id = "it-" + fingerprint_obj([key, cfg["epoch"]])[:16]
             for row in self.journal.iterations():
                 if row["id"] == it_id:
-                    saved = {k: v for k, v in row["config"].items() if k != "lease_timeout"}
-                    if saved != {k: v for k, v in cfg.items() if k != "lease_timeout"}:
-                        diffs = [k for k in cfg if saved.get(k) != cfg[k]]
+                    saved = {k: v for k, v in row["config"].items() if k not in _CREATOR_ONLY}
+                    diffs = [k for k in joined if saved.get(k) != joined[k]]
+                    if diffs:
                         raise ConflictError(f"iteration {name or it_id!r} of epoch {cfg['epoch']} exists with "
                                             f"another config (differs in {diffs})",
                                             hint="use another name, or the same settings to join it")
                     return self.describe(self.iteration(it_id))
+            plan_world, base_done = self._resume_base(cfg, req)
+            cfg["plan_world"], cfg["base_done"] = plan_world, runs(base_done)
             it = self._build(it_id, cfg)
             self.journal.add_iteration(it_id, key, cfg["epoch"], cfg)
             self._iterations[it_id] = it
