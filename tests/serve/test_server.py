@@ -14,47 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from datamill.loader import Loader
-from datamill.serve import Client, RemoteError, RemoteLoader
-from datamill.shards.dataset import ShardsetDataset
+from datamill.serve import Client, RemoteLoader
 from datamill.sources import open_source
-from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop
+from tests.serve._proc import read_log, start_worker, stop
 
 pytestmark = pytest.mark.server
 
-N = 6000
-
-
-def _table(n: int) -> pa.Table:
-    rng = np.random.default_rng(7)
-    return pa.table({"uid": np.arange(n, dtype=np.int64), "x": rng.normal(size=n).astype(np.float32),
-                     "ids": pa.array([list(range(i % 7)) for i in range(n)], type=pa.list_(pa.int32())),
-                     "label": pa.array([f"c{i % 3}" for i in range(n)])})
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    base = tmp_path_factory.mktemp("serve")
-    root = base / "root"
-    ShardsetDataset.create(root / "ds", _table(N), uid="uid", shardset="main", shard_size=500)
-    (base / "outside").mkdir()
-    ShardsetDataset.create(base / "outside" / "secret", _table(100), uid="uid", shardset="main", shard_size=50)
-    (root / "escape").symlink_to(base / "outside" / "secret")
-    state = base / "state"
-    admin = make_key(state, "admin")
-    read = make_key(state, "read")
-    port = free_port()
-    proc = start_server(root, state, port, "--lease-timeout", "2")
-    try:
-        url = f"http://127.0.0.1:{port}"
-        with Client(url, admin) as c:
-            c.register("ds", name="ds")
-        yield {"url": url, "admin": admin, "read": read, "root": root, "state": state, "base": base, "proc": proc}
-    finally:
-        stop(proc)
+from tests.serve.conftest import N
 
 
 def _raw(url: str, method: str, path: str, *, body: bytes | None = None, key: str | None = None,

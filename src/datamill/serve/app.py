@@ -34,6 +34,7 @@ __all__ = ["MAX_BODY", "create_app"]
 MAX_BODY = 1 << 20
 """Largest request body accepted (bytes); larger ones get 413."""
 
+_OPEN = frozenset({"/api/v1/health", "/api/v1/openapi.json"})
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -135,6 +136,26 @@ def _limit_body(app: ASGIApp, limit: int) -> ASGIApp:
         except _TooLargeError:
             if not started:
                 await send_413(send)
+
+    return middleware
+
+
+def _guard(app: ASGIApp, state: ServeState) -> ASGIApp:
+    """Answer requests without a valid key with 401 before routing (cheap under a flood of bad requests)."""
+    body = json.dumps({"error": "missing, invalid or revoked API key: send `Authorization: Bearer dmk_...`"}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+
+    async def middleware(scope: Scope, receive: Callable[[], Awaitable[Message]],
+                         send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] == "http" and state.auth and scope["path"].startswith("/api/") and \
+                scope["path"] not in _OPEN:
+            auth = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
+            key = auth[7:].decode("latin-1").strip() if auth.startswith(b"Bearer ") else ""
+            if state.keys.check(key) is None:
+                await send({"type": "http.response.start", "status": 401, "headers": head})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
 
     return middleware
 
@@ -302,6 +323,6 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     def rewind(it_id: ItId, body: RewindIn) -> dict[str, Any]:
         return state.rewind(state.iteration(it_id), body.model_dump(exclude_none=True))
 
-    wrapped = _limit_body(api, max_body)
+    wrapped = _limit_body(_guard(api, state), max_body)
     wrapped.state = api.state  # type: ignore[attr-defined]  # callers reach the state through the app
     return wrapped
