@@ -82,7 +82,7 @@ class BatchService:
     Examples:
         >>> from datamill.core.source import TableSource
         >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))}), shard_size=4), batch_size=4, seed=1)
-        >>> [r.output.num_rows for r in svc.build(0, 0, [0, 1, 2])], svc.num_batches(0)
+        >>> [len(r.output["x"]) for r in svc.build(0, 0, [0, 1, 2])], svc.num_batches(0)
         ([4, 4, 2], 3)
     """
 
