@@ -18,6 +18,7 @@ import pyarrow as pa
 from datamill.core.source import Source
 from datamill.loader.collate import resolve_collate
 from datamill.loader.loader import Loader
+from datamill.loader.order import default_window
 from datamill.loader.stages import BatchResult, EpochPlan
 
 __all__ = ["BatchService", "SharedShardCache"]
@@ -91,7 +92,9 @@ class BatchService:
                  collate: str | Callable[[pa.Table], Any] = "numpy", filter: Callable[[pa.Table], Any] | None = None,
                  transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0, prefetch: int = 2,
                  num_workers: int = 0, cache_shards: int | None = None) -> None:
-        self.source = SharedShardCache(source, capacity=cache_shards or 16)
+        # the cache holds at least two shuffle windows (plus the read-ahead), as the Loader's reader does
+        win = window if window is not None else default_window(source.shard_sizes())
+        self.source = SharedShardCache(source, capacity=max(cache_shards or 0, 2 * win + 2 * prefetch))
         self._kwargs: dict[str, Any] = {
             "seed": int(seed), "shuffle": shuffle, "shuffle_buffer": window, "drop_last": drop_last,
             "columns": columns, "collate": "arrow", "filter": filter, "transform": transform,
