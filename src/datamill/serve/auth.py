@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import sqlite3
 import threading
 from typing import Any
 
@@ -74,18 +75,24 @@ class KeyStore:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
+        # its own connection: checking for changes never waits behind a journal write (an fsync)
+        self._db = sqlite3.connect(journal.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._lock = threading.Lock()
         self._version = -1
         self._keys: dict[str, tuple[str, str]] = {}
 
     def _refresh(self) -> None:
-        version = self.journal.data_version()
         with self._lock:
-            if version == self._version and self._keys is not None:
+            version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._version:
                 return
-        keys = {k["id"]: (k["hash"], k["role"]) for k in self.journal.list_keys() if k["revoked"] is None}
+            rows = self._db.execute("SELECT id, hash, role FROM keys WHERE revoked IS NULL").fetchall()
+            self._keys, self._version = {r[0]: (r[1], r[2]) for r in rows}, version
+
+    def close(self) -> None:
+        """Close the store's connection."""
         with self._lock:
-            self._keys, self._version = keys, version
+            self._db.close()
 
     def reload(self) -> None:
         """Reload now (after this process changed the keys)."""

@@ -66,10 +66,6 @@ class Journal:
         with self._lock:
             return list(self._db.execute(sql, tuple(args)).fetchall())
 
-    def data_version(self) -> int:
-        """Changes when another connection (``datamill serve keys ...``) commits."""
-        return int(self._exec("PRAGMA data_version")[0][0])
-
     # ------------------------------------------------------------------ keys
     def add_key(self, key_id: str, digest: str, role: str, note: str = "") -> None:
         """Store a new key's id, secret digest and role."""

@@ -105,6 +105,7 @@ class ServeState:
         """Close the services and the journal."""
         for svc in self._services.values():
             svc.close()
+        self.keys.close()
         self.journal.close()
 
     # ------------------------------------------------------------------ datasets
