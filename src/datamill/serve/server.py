@@ -14,6 +14,7 @@ import re
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ __all__ = ["ARROW_STREAM", "ConflictError", "LeasePayload", "NotFoundError", "Se
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MODES = ("dynamic", "static")
+AHEAD_LEASES = 64
+"""Leases built ahead (the next one of each queue served), kept at most."""
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 
 
@@ -100,9 +103,12 @@ class ServeState:
         self._lock = threading.RLock()
         self._services: dict[str, BatchService] = {}
         self._iterations: dict[str, Iteration] = {}
+        self._ahead: dict[tuple[str, tuple[int, ...]], Future[bytes]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="datamill-serve-ahead")
 
     def close(self) -> None:
         """Close the services and the journal."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
         for svc in self._services.values():
             svc.close()
         self.keys.close()
@@ -317,12 +323,27 @@ class ServeState:
         lease = it.take(client, rank=rank, slot=slot, slots=slots)
         if lease is None:
             return None
-        cfg = it.config
         units = it.units_of(lease)
+        with self._lock:
+            ahead = self._ahead.pop((it.id, tuple(units)), None)
+        body = ahead.result() if ahead is not None else self._body(it, units)
+        nxt = it.queues[lease.queue][lease.stop:min(len(it.queues[lease.queue]), lease.stop + it.lease_size)]
+        if len(nxt) and AHEAD_LEASES:  # build this queue's next lease while this one travels (contents are pure: always valid)
+            key = (it.id, tuple(int(u) for u in nxt))
+            with self._lock:
+                if key not in self._ahead:
+                    self._ahead[key] = self._pool.submit(self._body, it, list(key[1]))
+                while len(self._ahead) > AHEAD_LEASES:
+                    self._ahead.pop(next(iter(self._ahead))).cancel()
+        return LeasePayload(lease, units, body, int(it.config["epoch"]))
+
+    def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
+        """The Arrow IPC stream of some units' batches (one build per run of one plan rank's batches)."""
+        cfg = it.config
         svc = self.service(cfg)
         tables: list[pa.Table] = []
         i = 0
-        while i < len(units):  # one build per run of consecutive batches of one plan rank
+        while i < len(units):
             r, b = it.unit_location(units[i])
             j = i + 1
             while j < len(units) and units[j] == units[j - 1] + 1 and it.unit_location(units[j])[0] == r:
@@ -330,7 +351,7 @@ class ServeState:
             tables.extend(res.output for res in svc.build(cfg["epoch"], r, list(range(b, b + j - i)),
                                                           world_size=cfg["plan_world"]))
             i = j
-        return LeasePayload(lease, units, to_ipc(tables), int(cfg["epoch"]))
+        return to_ipc(tables)
 
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
         """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b], ...]}``)."""
