@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "datamill.pretrain.bert.cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
+    "datamill.serve.cli",
 )
 
 

@@ -1,0 +1,93 @@
+"""The lease bookkeeping alone (no HTTP): exactly once under any interleaving of takes, acks, deaths, expiries."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from datamill.serve.iteration import Iteration, runs
+
+
+@given(batches=st.lists(st.integers(0, 9), min_size=1, max_size=4), static=st.booleans(),
+       lease_size=st.integers(1, 4), ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), max_size=60))
+def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[int], static: bool, lease_size: int,
+                                                                   ops: list[tuple[int, int]]) -> None:
+    world = len(batches)
+    it = Iteration("t", batches, mode="static" if static else "dynamic", world_size=world if static else 1,
+                   lease_size=lease_size, boot="b")
+    held: dict[str, list[tuple[str, int]]] = {}
+    acked: list[int] = []
+    for op, arg in ops:
+        client = f"c{arg}"
+        rank = arg % world if static else 0
+        if op <= 1:  # take
+            lease = it.take(client, rank=rank)
+            if lease is not None:
+                held.setdefault(client, []).append((lease.id, lease.fence))
+        elif op == 2 and held.get(client):  # ack the oldest lease held
+            lease_id, fence = held[client].pop(0)
+            res = it.ack(lease_id, fence)
+            if res.status == "ok":
+                acked.extend(u for a, b in res.units for u in range(a, b))
+            assert it.ack(lease_id, fence).status in ("already", "fenced")  # idempotent, never twice
+        elif op == 3:  # the client dies: its leases expire
+            for lease_id, _ in held.pop(client, []):
+                if lease_id in it.leases:
+                    it.leases[lease_id].deadline = -1.0
+            it.expire()
+        elif op == 4 and held.get(client):  # a stale ack with a wrong fence is refused
+            lease_id, fence = held[client][0]
+            assert it.ack(lease_id, fence + 1000).status in ("fenced", "already")
+    # the clients still alive acknowledge what they hold (a stale one is refused), then finish the epoch
+    for leases in held.values():
+        for lease_id, fence in leases:
+            res = it.ack(lease_id, fence)
+            acked.extend(u for a, b in res.units for u in range(a, b))
+    for rounds in range(10_000):
+        progress = False
+        for r in range(world if static else 1):
+            lease = it.take(f"final{r}", rank=r)
+            if lease is not None:
+                res = it.ack(lease.id, lease.fence)
+                acked.extend(u for a, b in res.units for u in range(a, b))
+                progress = True
+        if not progress:
+            break
+    assert rounds < 9_999
+    assert sorted(acked) == list(range(it.total))  # every unit exactly once
+    assert all(it.finished(rank=r) for r in range(world if static else 1))
+    assert it.progress()["done"] == it.total
+
+
+def test_static_replacement_takes_over_the_dead_ranks_leases_first_in_order() -> None:
+    it = Iteration("t", [10, 10], mode="static", world_size=2, lease_size=3, boot="b")
+    a = it.take("old", rank=1)
+    b = it.take("old", rank=1)
+    assert a is not None and b is not None and (a.start, b.start) == (0, 3)
+    c = it.take("new", rank=1)  # a new process for rank 1: the old one's leases come back first
+    assert c is not None and (c.start, c.stop) == (0, 3) and it.units_of(c) == [10, 11, 12]
+    assert it.ack(a.id, a.fence).status == "fenced"  # the old process's late ack is refused
+    assert it.ack(c.id, c.fence).status == "ok"
+    d = it.take("new", rank=1)
+    assert d is not None and d.start == 3
+
+
+def test_restart_leases_of_an_earlier_boot_are_gone_and_elastic_queues_split_the_rest() -> None:
+    it = Iteration("t", [4, 4, 4], mode="static", world_size=2, base_done=[0, 1, 4], lease_size=2, boot="new")
+    assert it.ack("old.1", 1).status == "gone"
+    assert [len(q) for q in it.queues] == [5, 4] and it.progress()["done"] == 3
+    assert sorted(np.concatenate(it.queues).tolist()) == [2, 3, 5, 6, 7, 8, 9, 10, 11]
+    assert runs([3, 1, 2, 7]) == [(1, 4), (7, 8)]
+
+
+def test_rewind_sets_the_done_set_from_a_checkpoint() -> None:
+    it = Iteration("t", [6], mode="static", world_size=1, lease_size=2, boot="b")
+    lease = it.take("c", rank=0)
+    assert lease is not None
+    it.ack(lease.id, lease.fence)
+    it.take("c", rank=0)
+    it.rewind(rank=0, consumed=3)
+    assert not it.leases and it.done_units() == [0, 1, 2]
+    nxt = it.take("c", rank=0)
+    assert nxt is not None and (nxt.start, nxt.stop) == (3, 4)  # never crosses a lease boundary
