@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.serve._service import BatchService
+from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
 from datamill.serve.iteration import AckResult, Iteration, Lease, runs
 from datamill.serve.journal import Journal
