@@ -25,6 +25,7 @@ DEMO_MODULES = (
     "datamill.pretrain.bert.demo",
     "datamill.shards.demo",
     "datamill.loader.demo",
+    "datamill.serve.demo",
 )
 
 

@@ -71,3 +71,18 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(tmp_path: Path
     proc = start_server(server["root"], state, port, log=tmp_path / "again.log")
     stop(proc)
     assert "admin key" not in (tmp_path / "again.log").read_text()
+
+
+@pytest.mark.server
+def test_demo_section_serves_cifar10_tiny_to_two_clients(data_dir: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`datamill demo` starts a loopback server, two client processes share the epoch, the server stops."""
+    from datamill.serve import demo
+
+    demo.run(data_dir, tmp_path)
+    out = capsys.readouterr().out
+    counts = [int(line.split(":")[1].split()[0]) for line in out.splitlines() if "client rank" in line]
+    assert sorted(counts) == [50, 50]  # 100 images, each served once across the two ranks
+    row = next(line.split() for line in out.splitlines() if line.startswith("demo "))
+    assert row[1] == row[2] and row[3:] == ["0", "0"]  # total == done, nothing leased or pending
+    assert "server stopped" in out
