@@ -90,10 +90,13 @@ def run(data_dir: Path, work_dir: Path) -> None:
         with Client(url, key) as client:
             client.register("cifar10_tiny", name="cifar10_tiny")
             print("registered:", ", ".join(f"{d['name']} ({d['id']})" for d in client.datasets()))
-            clients = [subprocess.Popen([sys.executable, "-c", _CLIENT, url, key, str(r)]) for r in range(2)]
+            clients = [subprocess.Popen([sys.executable, "-c", _CLIENT, url, key, str(r)], stdout=subprocess.PIPE,
+                                        text=True) for r in range(2)]
             for c in clients:
-                if c.wait(timeout=120) != 0:
+                out, _ = c.communicate(timeout=120)
+                if c.returncode != 0:
                     raise RuntimeError(f"a demo client exited with {c.returncode}")
+                print(out, end="")
             p = client.progress("demo")
             print(f"{'iteration':<10} {'total':>6} {'done':>6} {'leased':>7} {'pending':>8}")
             print(f"{'demo':<10} {p['total']:>6} {p['done']:>6} {p['leased']:>7} {p['pending']:>8}")
