@@ -167,7 +167,7 @@ def _status(exc: DatamillError) -> int:
 
 
 def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
-               auth: bool = True, lease_timeout: float = 60.0, cache_shards: int = 32,
+               auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None,
                max_body: int = MAX_BODY) -> Any:
     """The FastAPI application of a server with its state in ``state_dir``.
 
@@ -176,7 +176,8 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
         roots: folders datasets may be registered from. Defaults to ``()``.
         auth: require API keys (``Authorization: Bearer dmk_...``). Defaults to ``True``.
         lease_timeout: default lease lifetime without heartbeats, seconds. Defaults to ``60.0``.
-        cache_shards: shards each batch service keeps in memory. Defaults to ``32``.
+        cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
+            (two shuffle windows: a lease built after another reuses its shards instead of rereading them).
         max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
 
     Returns:

@@ -31,7 +31,7 @@ class ServeConfig(BaseModel):
     datasets: dict[str, str] = Field(default_factory=dict)
     state: str | None = None
     lease_timeout: float = Field(60.0, gt=0)
-    cache_shards: int = Field(32, ge=1)
+    cache_shards: int | None = Field(None, ge=1)
 
 
 def is_loopback(host: str) -> bool:

@@ -90,14 +90,16 @@ class ServeState:
         roots: folders datasets may be registered from (resolved; symlinks out of them refused).
         auth: require API keys. Defaults to ``True``.
         lease_timeout: default seconds a lease lives without a heartbeat. Defaults to ``60.0``.
-        cache_shards: shards each batch service keeps in memory. Defaults to ``32``.
+        cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
+            (two shuffle windows: a lease built after another reuses its shards instead of rereading them).
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
-                 auth: bool = True, lease_timeout: float = 60.0, cache_shards: int = 32) -> None:
+                 auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None) -> None:
         self.journal = Journal(state_dir)
         self.keys = KeyStore(self.journal)
-        self.auth, self.lease_timeout, self.cache_shards = auth, float(lease_timeout), int(cache_shards)
+        self.auth, self.lease_timeout = auth, float(lease_timeout)
+        self.cache_shards = None if cache_shards is None else int(cache_shards)
         self.roots = [Path(os.path.realpath(r)) for r in roots]
         self.boot = secrets.token_hex(4)
         self._lock = threading.RLock()
@@ -175,6 +177,8 @@ class ServeState:
                 svc = BatchService(open_source(ds["path"]), batch_size=cfg["batch_size"], seed=cfg["seed"],
                                    shuffle=cfg["shuffle"], window=cfg["window"], drop_last=cfg["drop_last"],
                                    columns=cfg["columns"], collate="arrow", cache_shards=self.cache_shards)
+                if self.cache_shards is None:  # keep two shuffle windows of released shards
+                    svc = svc.replace(cache_shards=2 * svc.window)
                 self._services[key] = svc
             return svc
 
