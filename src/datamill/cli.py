@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "datamill.pretrain.bert_cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
+    "datamill.serve.cli",
 )
 
 

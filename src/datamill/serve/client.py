@@ -1,0 +1,203 @@
+"""The client side of ``datamill serve``: stdlib ``http.client`` keep-alive, JSON control plane.
+
+:class:`Client` manages datasets, iterations and keys; :class:`~datamill.serve.remote.RemoteLoader`
+iterates. Measured on loopback, ``http.client`` costs about a third of httpx's CPU per request, which
+is why neither imports a third-party HTTP library.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from datamill.core.errors import ConfigError, DatamillError
+
+__all__ = ["Client", "RemoteError", "Response"]
+
+RETRYABLE = (ConnectionError, http.client.HTTPException, socket.timeout, OSError)
+
+
+class RemoteError(DatamillError, RuntimeError):
+    """The server answered with an error status (``status``) or could not be reached (``status=0``)."""
+
+    def __init__(self, msg: str, *, status: int = 0, hint: str | None = None) -> None:
+        self.status = status
+        super().__init__(msg, hint=hint)
+
+
+class Response:
+    """Status, headers (lower-cased names) and body of one reply."""
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, dict(headers), body
+
+    def json(self) -> Any:
+        """The body as JSON."""
+        return json.loads(self.body) if self.body else None
+
+
+class Http:
+    """One keep-alive connection (not thread-safe: one per thread), reconnecting on failure.
+
+    Args:
+        url: ``http://host:port``.
+        key: the API key (``None`` for a ``--no-auth`` server).
+        timeout: socket timeout in seconds. Defaults to ``60.0``.
+        retry_s: how long to keep reconnecting when the server is unreachable. Defaults to ``0`` (no retry).
+    """
+
+    def __init__(self, url: str, key: str | None, *, timeout: float = 60.0, retry_s: float = 0.0) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"server url must look like http://host:port, got {url!r}")
+        self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port or 8470
+        self.base = parts.path.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.timeout, self.retry_s = timeout, retry_s
+        self._conn: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            self._conn = cls(self.host, self.port, timeout=self.timeout)
+        return self._conn
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Sequence[tuple[str, Any]] = (),
+                ok: Sequence[int] = (200,)) -> Response:
+        """Send one request (retrying connection failures for ``retry_s``); raise :class:`RemoteError` if not ``ok``."""
+        target = self.base + path + ("?" + urllib.parse.urlencode(list(query)) if query else "")
+        payload = None if body is None else json.dumps(body).encode()
+        headers = dict(self.headers)
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                conn = self._connection()
+                conn.request(method, target, body=payload, headers=headers)
+                raw = conn.getresponse()
+                res = Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw.read())
+                if raw.will_close:
+                    self.close()
+                break
+            except RETRYABLE as exc:
+                self.close()
+                if time.monotonic() >= deadline:
+                    raise RemoteError(f"cannot reach {self.scheme}://{self.host}:{self.port}: {exc}",
+                                      hint="is `datamill serve` running there?") from exc
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+        if res.status not in ok:
+            try:
+                detail = res.json().get("error", res.body[:200])
+            except (ValueError, AttributeError):
+                detail = res.body[:200].decode("utf-8", "replace")
+            raise RemoteError(f"{method} {path}: HTTP {res.status}: {detail}", status=res.status)
+        return res
+
+
+class Client:
+    """Manage a ``datamill serve`` server: datasets, iterations, progress, keys.
+
+    Args:
+        url: the server, ``http://host:port``.
+        key: an API key ``dmk_<id>.<secret>`` (``None`` for a ``--no-auth`` server). Defaults to ``None``.
+        timeout: socket timeout in seconds. Defaults to ``60.0``.
+
+    Examples:
+        >>> Client("ftp://nowhere")
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: server url must look like http://host:port, got 'ftp://nowhere'
+    """
+
+    def __init__(self, url: str, key: str | None = None, *, timeout: float = 60.0) -> None:
+        self.url, self.key = url, key
+        self.http = Http(url, key, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.http.close()
+
+    def __enter__(self) -> Client:  # noqa: PYI034 - Client is not meant to be subclassed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def health(self) -> dict[str, Any]:
+        """``{"ok": True, "boot": ..., "auth": ...}``."""
+        return dict(self.http.request("GET", "/api/v1/health").json())
+
+    def register(self, path: str, *, name: str) -> dict[str, Any]:
+        """Register the dataset at ``path`` (under one of the server's roots) as ``name`` (admin key)."""
+        return dict(self.http.request("POST", "/api/v1/datasets", body={"path": str(path), "name": name}).json())
+
+    def datasets(self) -> list[dict[str, Any]]:
+        """Registered datasets, each with ``id`` and ``name``."""
+        return list(self.http.request("GET", "/api/v1/datasets").json())
+
+    def iteration(self, dataset: str, *, batch_size: int, seed: int = 0, epoch: int = 0, shuffle: bool = True,
+                  columns: Sequence[str] | str | None = None, drop_last: bool = False, mode: str = "static",
+                  world_size: int = 1, name: str | None = None, lease_size: int = 16,
+                  lease_timeout: float | None = None, resume_from: str | None = None,
+                  loader_states: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its description.
+
+        ``resume_from`` (an iteration id) or ``loader_states`` (every rank's ``Loader.state_dict()``)
+        resume an epoch with any ``world_size``: the batches not done are split over the new ranks.
+        """
+        body: dict[str, Any] = {"dataset": dataset, "batch_size": batch_size, "seed": seed, "epoch": epoch,
+                                "shuffle": shuffle, "drop_last": drop_last, "mode": mode, "world_size": world_size,
+                                "lease_size": lease_size}
+        if columns is not None:
+            body["columns"] = [columns] if isinstance(columns, str) else list(columns)
+        for k, v in (("name", name), ("lease_timeout", lease_timeout), ("resume_from", resume_from)):
+            if v is not None:
+                body[k] = v
+        if loader_states is not None:
+            body["loader_states"] = [dict(s) for s in loader_states]
+        return dict(self.http.request("POST", "/api/v1/iterations", body=body).json())
+
+    def progress(self, iteration: str) -> dict[str, Any]:
+        """``total``, ``done``, ``leased``, ``pending`` batches, ``batches_per_s`` and per-client stall times."""
+        return dict(self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/progress").json())
+
+    def done(self, iteration: str) -> list[tuple[int, int, str]]:
+        """The committed record: ``(start, stop, lease)`` unit runs in commit order."""
+        rows = self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/done").json()["rows"]
+        return [(int(a), int(b), str(c)) for a, b, c in rows]
+
+    def rewind(self, iteration: str, *, rank: int | None = None, consumed: int | None = None,
+               done: Sequence[tuple[int, int]] | None = None) -> dict[str, Any]:
+        """Set the done set from a checkpoint: rank ``rank`` consumed ``consumed`` batches, or ``done`` unit runs."""
+        body: dict[str, Any] = {}
+        if done is not None:
+            body["done"] = [list(r) for r in done]
+        else:
+            body.update(rank=rank, consumed=consumed)
+        return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/rewind", body=body).json())
+
+    def create_key(self, *, role: str = "read", note: str = "") -> dict[str, Any]:
+        """A new key (admin key needed); the returned ``key`` is shown only now."""
+        return dict(self.http.request("POST", "/api/v1/keys", body={"role": role, "note": note}).json())
+
+    def revoke_key(self, key_id: str) -> None:
+        """Revoke a key by its id (admin key needed)."""
+        self.http.request("DELETE", f"/api/v1/keys/{_quote(key_id)}")
+
+
+def _quote(part: str) -> str:
+    return urllib.parse.quote(str(part), safe="")

@@ -1,0 +1,347 @@
+"""The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the journal.
+
+:class:`ServeState` is what :func:`datamill.serve.app.create_app` exposes over HTTP; it can be used
+(and is tested) directly. Batch contents are rebuilt on demand through the batch service (one per
+dataset and order config, with one shard cache shared by every rank); the journal holds only configs
+and acknowledged unit runs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import secrets
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
+from datamill.core.fingerprint import fingerprint_obj
+from datamill.serve._service import BatchService
+from datamill.serve.auth import KeyStore
+from datamill.serve.iteration import AckResult, Iteration, Lease, runs
+from datamill.serve.journal import Journal
+
+__all__ = ["ARROW_STREAM", "ConflictError", "LeasePayload", "NotFoundError", "ServeState"]
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MODES = ("dynamic", "static")
+_CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
+
+
+class NotFoundError(DatamillError, LookupError):
+    """An unknown dataset, iteration or key (HTTP 404)."""
+
+
+class ConflictError(DatamillError, ValueError):
+    """A name already used with another config (HTTP 409)."""
+
+
+@dataclass
+class LeasePayload:
+    """A lease and its batches as one Arrow IPC stream (one record batch per batch)."""
+
+    lease: Lease
+    units: list[int]
+    body: bytes
+    epoch: int
+
+
+def check_name(value: str, *, what: str) -> str:
+    """A dataset/iteration name or id: letters, digits, ``_.-``; never a path.
+
+    Examples:
+        >>> check_name("../etc", what="dataset")
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: invalid dataset '../etc'...
+    """
+    if not isinstance(value, str) or not _NAME_RE.match(value) or ".." in value:
+        raise ConfigError(f"invalid {what} {value!r}: use 1-64 letters, digits, '_', '.', '-' (never a path)")
+    return value
+
+
+def to_ipc(tables: Sequence[pa.Table]) -> bytes:
+    """Tables as one Arrow IPC stream, exactly one record batch per table."""
+    sink = io.BytesIO()
+    schema = tables[0].schema
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for t in tables:
+            t = t.cast(schema) if t.schema != schema else t
+            cols = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in t.columns]
+            writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+    return sink.getvalue()
+
+
+class ServeState:
+    """Datasets, iterations and keys of one server (see the module docstring).
+
+    Args:
+        state_dir: folder of the journal (created).
+        roots: folders datasets may be registered from (resolved; symlinks out of them refused).
+        auth: require API keys. Defaults to ``True``.
+        lease_timeout: default seconds a lease lives without a heartbeat. Defaults to ``60.0``.
+        cache_shards: shards each batch service keeps in memory. Defaults to ``32``.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
+                 auth: bool = True, lease_timeout: float = 60.0, cache_shards: int = 32) -> None:
+        self.journal = Journal(state_dir)
+        self.keys = KeyStore(self.journal)
+        self.auth, self.lease_timeout, self.cache_shards = auth, float(lease_timeout), int(cache_shards)
+        self.roots = [Path(os.path.realpath(r)) for r in roots]
+        self.boot = secrets.token_hex(4)
+        self._lock = threading.RLock()
+        self._services: dict[str, BatchService] = {}
+        self._iterations: dict[str, Iteration] = {}
+
+    def close(self) -> None:
+        """Close the services and the journal."""
+        for svc in self._services.values():
+            svc.close()
+        self.journal.close()
+
+    # ------------------------------------------------------------------ datasets
+    def resolve(self, path: str) -> Path:
+        """A path inside one of the roots (relative paths are taken from the first root)."""
+        if not self.roots:
+            raise ConfigError("this server has no dataset root", hint="start it with `datamill serve ROOT`")
+        raw = Path(path)
+        real = Path(os.path.realpath(raw if raw.is_absolute() else self.roots[0] / raw))
+        if not any(real == root or root in real.parents for root in self.roots):
+            raise ConfigError(f"{path!r} is outside the server's dataset roots",
+                              hint="register datasets that live under a root given to `datamill serve`")
+        if not real.exists():
+            raise NotFoundError("no such dataset path under the roots", path=path)
+        return real
+
+    def register(self, path: str, *, name: str) -> dict[str, Any]:
+        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same path."""
+        from datamill.sources import open_source
+
+        check_name(name, what="dataset name")
+        real = self.resolve(path)
+        for ds in self.journal.datasets():
+            if ds["name"] == name:
+                if ds["path"] != str(real):
+                    raise ConflictError(f"dataset name {name!r} is already registered for another path")
+                return self._public(ds)
+        source = open_source(real)  # fails now (DataFileError) if it is not a datamill output
+        ds_id = "ds-" + fingerprint_obj(str(real))[:12]
+        self.journal.add_dataset(ds_id, name, str(real))
+        return self._public({"id": ds_id, "name": name, "path": str(real),
+                             "num_samples": int(sum(source.shard_sizes())), "columns": list(source.columns)})
+
+    def _public(self, ds: Mapping[str, Any]) -> dict[str, Any]:
+        real = Path(ds["path"])
+        rel = next((str(real.relative_to(r)) for r in self.roots if real == r or r in real.parents), real.name)
+        return {k: v for k, v in {**ds, "path": rel}.items() if k != "created"}
+
+    def datasets(self) -> list[dict[str, Any]]:
+        """Registered datasets (``id``, ``name``, path relative to its root)."""
+        return [self._public(ds) for ds in self.journal.datasets()]
+
+    def dataset(self, ref: str) -> dict[str, Any]:
+        """A dataset by id or name."""
+        check_name(ref, what="dataset")
+        for ds in self.journal.datasets():
+            if ref in (ds["id"], ds["name"]):
+                return ds
+        raise NotFoundError(f"no dataset {ref!r}; registered: {[d['name'] for d in self.journal.datasets()]}")
+
+    def service(self, cfg: Mapping[str, Any]) -> BatchService:
+        """The batch service of a dataset and order config (created once)."""
+        from datamill.sources import open_source
+
+        key = fingerprint_obj({k: cfg[k] for k in ("dataset", "batch_size", "seed", "shuffle", "columns",
+                                                   "drop_last", "window")})
+        with self._lock:
+            svc = self._services.get(key)
+            if svc is None:
+                ds = self.dataset(cfg["dataset"])
+                svc = BatchService(open_source(ds["path"]), batch_size=cfg["batch_size"], seed=cfg["seed"],
+                                   shuffle=cfg["shuffle"], window=cfg["window"], drop_last=cfg["drop_last"],
+                                   columns=cfg["columns"], collate="arrow", cache_shards=self.cache_shards)
+                self._services[key] = svc
+            return svc
+
+    # ------------------------------------------------------------------ iterations
+    def _config(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        known = {"dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window", "mode",
+                 "world_size", "name", "lease_size", "lease_timeout", "resume_from", "loader_states"}
+        unknown = sorted(set(req) - known)
+        if unknown:
+            raise ConfigError(f"unknown iteration field(s) {unknown}; expected some of {sorted(known)}")
+        cols = req.get("columns")
+        cfg: dict[str, Any] = {
+            "dataset": self.dataset(str(req["dataset"]))["id"], "batch_size": int(req["batch_size"]),
+            "seed": int(req.get("seed", 0)), "epoch": int(req.get("epoch", 0)),
+            "shuffle": bool(req.get("shuffle", True)), "columns": [cols] if isinstance(cols, str) else cols,
+            "drop_last": bool(req.get("drop_last", False)), "window": req.get("window"),
+            "mode": req.get("mode", "static"), "world_size": int(req.get("world_size", 1)),
+            "lease_size": int(req.get("lease_size", 16)),
+            "lease_timeout": float(req.get("lease_timeout") or self.lease_timeout)}
+        for f, low in (("batch_size", 1), ("seed", 0), ("epoch", 0), ("world_size", 1), ("lease_size", 1)):
+            if cfg[f] < low:
+                raise ConfigError(f"{f} must be >= {low}, got {cfg[f]}")
+        if cfg["mode"] not in MODES:
+            raise ConfigError(f"unknown mode {cfg['mode']!r}; expected one of {', '.join(MODES)}")
+        return cfg
+
+    def _resume_base(self, cfg: dict[str, Any], req: Mapping[str, Any]) -> tuple[int, list[int]]:
+        """``(plan world size, units already done)`` of a resumed iteration."""
+        order = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
+        if req.get("resume_from"):
+            old = self.iteration(str(req["resume_from"]))
+            diffs = [f"{f}: saved {old.config[f]!r}, now {cfg[f]!r}" for f in order if old.config[f] != cfg[f]]
+            if diffs:
+                raise ResumeStateError("cannot resume iteration with another order: " + "; ".join(diffs))
+            return int(old.config["plan_world"]), old.done_units()
+        states = req.get("loader_states")
+        if states:
+            from datamill.loader.state import validate_state
+
+            sts = [validate_state(s) for s in states]
+            world = len(sts)
+            svc = self.service(cfg)
+            ranks = sorted(int(s["config"]["rank"]) for s in sts)
+            problems = [] if ranks == list(range(world)) else [f"ranks {ranks}, expected 0..{world - 1}"]
+            for s in sts:
+                c = s["config"]
+                for f, want in (("world_size", world), ("batch_size", cfg["batch_size"]),
+                                ("shuffle", cfg["shuffle"]), ("drop_last", cfg["drop_last"])):
+                    if c.get(f) != want:
+                        problems.append(f"rank {c.get('rank')}: {f} saved {c.get(f)!r}, now {want!r}")
+                if s["seed"] != cfg["seed"] or s["epoch"] != cfg["epoch"]:
+                    problems.append(f"rank {c.get('rank')}: seed/epoch saved {s['seed']}/{s['epoch']}, "
+                                    f"now {cfg['seed']}/{cfg['epoch']}")
+                if s["dataset_fingerprint"] != svc.fingerprint():
+                    problems.append(f"rank {c.get('rank')}: the dataset changed")
+            if problems:
+                raise ResumeStateError("loader states do not fit this iteration: " + "; ".join(problems))
+            done: list[int] = []
+            base = 0
+            for r in range(world):
+                n = svc.num_batches(cfg["epoch"], r, world)
+                seen = next(int(s["batches_seen"]) for s in sts if int(s["config"]["rank"]) == r)
+                done.extend(range(base, base + min(seen, n)))
+                base += n
+            return world, done
+        return (cfg["world_size"] if cfg["mode"] == "static" else 1), []
+
+    def create_iteration(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an iteration, or join the existing one of the same name (or config) and epoch.
+
+        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``; any other
+        difference from the existing iteration's settings is a :class:`ConflictError`.
+        """
+        cfg = self._config(req)
+        joined = {k: v for k, v in cfg.items() if k not in _CREATOR_ONLY}
+        with self._lock:
+            name = req.get("name")
+            spec = {"resume_from": req.get("resume_from"), "loader_states": fingerprint_obj(req.get("loader_states"))}
+            key = check_name(str(name), what="iteration name") if name else fingerprint_obj([joined, spec])
+            it_id = "it-" + fingerprint_obj([key, cfg["epoch"]])[:16]
+            for row in self.journal.iterations():
+                if row["id"] == it_id:
+                    saved = {k: v for k, v in row["config"].items() if k not in _CREATOR_ONLY}
+                    diffs = [k for k in joined if saved.get(k) != joined[k]]
+                    if diffs:
+                        raise ConflictError(f"iteration {name or it_id!r} of epoch {cfg['epoch']} exists with "
+                                            f"another config (differs in {diffs})",
+                                            hint="use another name, or the same settings to join it")
+                    return self.describe(self.iteration(it_id))
+            plan_world, base_done = self._resume_base(cfg, req)
+            cfg["plan_world"], cfg["base_done"] = plan_world, runs(base_done)
+            it = self._build(it_id, cfg)
+            self.journal.add_iteration(it_id, key, cfg["epoch"], cfg)
+            self._iterations[it_id] = it
+            return self.describe(it)
+
+    def _build(self, it_id: str, cfg: Mapping[str, Any]) -> Iteration:
+        svc = self.service(cfg)
+        world = int(cfg["plan_world"])
+        rank_batches = [svc.num_batches(cfg["epoch"], r, world) for r in range(world)]
+        base = [u for a, b in cfg["base_done"] for u in range(a, b)]
+        it = Iteration(it_id, rank_batches, mode=cfg["mode"], world_size=cfg["world_size"], base_done=base,
+                       lease_size=cfg["lease_size"], lease_timeout=cfg["lease_timeout"], boot=self.boot)
+        it.config = dict(cfg)
+        return it
+
+    def iteration(self, ref: str) -> Iteration:
+        """An iteration by id or name (rebuilt from the journal after a restart: pending = all - done)."""
+        check_name(ref, what="iteration")
+        with self._lock:
+            it = self._iterations.get(ref)
+            if it is not None:
+                return it
+            rows = [r for r in self.journal.iterations() if ref in (r["id"], r["key"])]
+            if not rows:
+                raise NotFoundError(f"no iteration {ref!r}")
+            row = rows[-1]
+            if row["id"] in self._iterations:
+                return self._iterations[row["id"]]
+            it = self._build(row["id"], row["config"])
+            it.mark_done(u for a, b, _ in self.journal.done(row["id"]) for u in range(a, b))
+            it.acked.update(lease for _, _, lease in self.journal.done(row["id"]))
+            self._iterations[row["id"]] = it
+            return it
+
+    def describe(self, it: Iteration) -> dict[str, Any]:
+        """An iteration's id, config and per-queue batch counts."""
+        cfg = it.config
+        return {"id": it.id, "config": {k: v for k, v in cfg.items() if k != "base_done"}, "total": it.total,
+                "queues": [len(q) for q in it.queues], "base_done": it.base_done}
+
+    def ack(self, it: Iteration, lease_id: str, fence: int) -> AckResult:
+        """Acknowledge; journaled (committed) before returning."""
+        res = it.ack(lease_id, fence)
+        if res.status == "ok":
+            self.journal.add_done(it.id, res.units, lease=lease_id)
+        return res
+
+    def next_lease(self, it: Iteration, client: str, *, rank: int = 0, slot: int = 0,
+                   slots: int = 1) -> LeasePayload | None:
+        """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`)."""
+        if it.mode == "static" and not 0 <= rank < it.world_size:
+            raise ConfigError(f"rank must be in [0, {it.world_size}), got {rank}")
+        if not 0 <= slot < max(1, slots):
+            raise ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
+        lease = it.take(client, rank=rank, slot=slot, slots=slots)
+        if lease is None:
+            return None
+        cfg = it.config
+        units = it.units_of(lease)
+        svc = self.service(cfg)
+        tables: list[pa.Table] = []
+        i = 0
+        while i < len(units):  # one build per run of consecutive batches of one plan rank
+            r, b = it.unit_location(units[i])
+            j = i + 1
+            while j < len(units) and units[j] == units[j - 1] + 1 and it.unit_location(units[j])[0] == r:
+                j += 1
+            tables.extend(res.output for res in svc.build(cfg["epoch"], r, list(range(b, b + j - i)),
+                                                          world_size=cfg["plan_world"]))
+            i = j
+        return LeasePayload(lease, units, to_ipc(tables), int(cfg["epoch"]))
+
+    def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b], ...]}``)."""
+        if body.get("done") is not None:
+            units = [u for a, b in body["done"] for u in range(int(a), int(b)) if 0 <= u < it.total]
+            it.rewind(done=units)
+        else:
+            rank, consumed = int(body["rank"]), int(body["consumed"])
+            if it.mode != "static" or not 0 <= rank < len(it.queues) or not 0 <= consumed <= len(it.queues[rank]):
+                raise ConfigError(f"rewind of rank {rank} to {consumed} batches does not fit this "
+                                  f"{it.mode} iteration ({[len(q) for q in it.queues]} batches per rank)")
+            it.rewind(rank=rank, consumed=consumed)
+        base = {u for a, b in it.config["base_done"] for u in range(a, b)}
+        self.journal.set_done(it.id, runs(u for u in it.done_units() if u not in base), lease=f"rewind.{self.boot}")
+        return it.progress()

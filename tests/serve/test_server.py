@@ -1,0 +1,207 @@
+"""End-to-end tests of ``datamill serve``: a real server subprocess on a loopback port, real clients.
+
+Every loop is bounded in count and time; every process started here is stopped by pid in a finally.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from datamill.loader import Loader
+from datamill.serve import Client, RemoteError, RemoteLoader
+from datamill.shards.dataset import ShardsetDataset
+from datamill.sources import open_source
+from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop
+
+pytestmark = pytest.mark.server
+
+N = 6000
+
+
+def _table(n: int) -> pa.Table:
+    rng = np.random.default_rng(7)
+    return pa.table({"uid": np.arange(n, dtype=np.int64), "x": rng.normal(size=n).astype(np.float32),
+                     "ids": pa.array([list(range(i % 7)) for i in range(n)], type=pa.list_(pa.int32())),
+                     "label": pa.array([f"c{i % 3}" for i in range(n)])})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    base = tmp_path_factory.mktemp("serve")
+    root = base / "root"
+    ShardsetDataset.create(root / "ds", _table(N), uid="uid", shardset="main", shard_size=500)
+    (base / "outside").mkdir()
+    ShardsetDataset.create(base / "outside" / "secret", _table(100), uid="uid", shardset="main", shard_size=50)
+    (root / "escape").symlink_to(base / "outside" / "secret")
+    state = base / "state"
+    admin = make_key(state, "admin")
+    read = make_key(state, "read")
+    port = free_port()
+    proc = start_server(root, state, port, "--lease-timeout", "2")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with Client(url, admin) as c:
+            c.register("ds", name="ds")
+        yield {"url": url, "admin": admin, "read": read, "root": root, "state": state, "base": base, "proc": proc}
+    finally:
+        stop(proc)
+
+
+def _raw(url: str, method: str, path: str, *, body: bytes | None = None, key: str | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    h = dict(headers or {})
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    conn.request(method, path, body=body, headers=h)
+    res = conn.getresponse()
+    data = res.read()
+    conn.close()
+    try:
+        return res.status, json.loads(data) if data else None
+    except ValueError:
+        return res.status, data
+
+
+def _tiles(rows: list[tuple[int, int, str]], total: int) -> bool:
+    """The committed record covers units 0..total-1, each exactly once."""
+    count = np.zeros(total, dtype=np.int64)
+    for a, b, _ in rows:
+        count[a:b] += 1
+    return bool((count == 1).all())
+
+
+def test_static_batches_are_byte_identical_to_the_in_process_loader(server: dict[str, Any]) -> None:
+    source = open_source(server["root"] / "ds")
+    for rank in range(2):
+        remote = RemoteLoader(server["url"], server["read"], "ds", batch_size=64, seed=11, rank=rank, world_size=2,
+                              name="identical", lease_size=5)
+        got = list(remote)
+        ref = list(Loader(source, 64, seed=11, rank=rank, world_size=2))
+        assert len(got) == len(ref) == 47
+        for a, b in zip(got, ref):
+            assert list(a) == list(b)
+            for k in a:
+                assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
+                if a[k].dtype == object:
+                    assert a[k].tolist() == b[k].tolist()
+                else:
+                    assert a[k].tobytes() == b[k].tobytes()
+        assert remote.state_dict()["consumed"] == 47 and remote.epoch == 1
+    with Client(server["url"], server["read"]) as client:
+        progress = client.progress(remote.iteration_id or "")
+    assert (progress["total"], progress["done"], progress["leased"], progress["pending"]) == (94, 94, 0, 0)
+
+
+def test_dynamic_mode_two_concurrent_clients_see_every_sample_once(server: dict[str, Any]) -> None:
+    seen: list[list[int]] = [[], []]
+
+    def run(i: int) -> None:
+        for b in RemoteLoader(server["url"], server["read"], "ds", batch_size=50, seed=3, mode="dynamic",
+                              name="dyn2", collate="arrow", lease_size=4):
+            seen[i].extend(b.column("uid").to_pylist())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(seen[0] + seen[1]) == list(range(N))
+    assert seen[0] and seen[1]
+
+
+def test_rewind_from_a_client_checkpoint_resumes_the_rest_in_order(server: dict[str, Any]) -> None:
+    kw = {"batch_size": 100, "seed": 5, "name": "rewind", "collate": "arrow", "lease_size": 4}
+    full = [b.column("uid").to_pylist() for b in Loader(open_source(server["root"] / "ds"), 100, seed=5,
+                                                         collate="arrow")]
+    first = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    it = iter(first)
+    head = [next(it).column("uid").to_pylist() for _ in range(10)]
+    state = first.state_dict()
+    it.close()  # the run "crashes" after its checkpoint (leases beyond it may be acked or not)
+    second = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    second.load_state_dict(state)
+    tail = [b.column("uid").to_pylist() for b in second]
+    assert head + tail == full
+
+
+def test_elastic_resume_from_loader_states_with_another_world_size(server: dict[str, Any]) -> None:
+    source = open_source(server["root"] / "ds")
+    states, seen = [], []
+    for rank in range(3):  # an in-process run with 3 ranks, stopped after 4/7/0 batches
+        loader = Loader(source, 40, seed=9, rank=rank, world_size=3, collate="arrow")
+        it = iter(loader)
+        for _ in range((4, 7, 0)[rank]):
+            seen.extend(next(it).column("uid").to_pylist())
+        states.append(loader.state_dict())
+    with Client(server["url"], server["read"]) as client:
+        info = client.iteration("ds", batch_size=40, seed=9, world_size=2, name="elastic", loader_states=states)
+    assert info["base_done"] == 11 and sum(info["queues"]) == info["total"] - 11
+    for rank in range(2):
+        for b in RemoteLoader(server["url"], server["read"], "ds", batch_size=40, seed=9, rank=rank, world_size=2,
+                              name="elastic", collate="arrow"):
+            seen.extend(b.column("uid").to_pylist())
+    assert sorted(seen) == list(range(N))
+    # and again from that iteration to 4 ranks in dynamic mode: nothing left, nothing repeated
+    with Client(server["url"], server["read"]) as client:
+        again = client.iteration("ds", batch_size=40, seed=9, world_size=4, resume_from=info["id"], name="elastic4")
+    assert again["queues"] == [0, 0, 0, 0]
+
+
+def _kill_clients_test(server: dict[str, Any], tmp_path: Path, mode: str) -> None:
+    name = f"kill-{mode}"
+    opts = {"batch_size": 40, "seed": 2, "mode": mode, "world_size": 4 if mode == "static" else 1, "name": name,
+            "lease_size": 3, "sleep": 0.01}
+    procs, logs = [], []
+    try:
+        for r in range(4):
+            log = tmp_path / f"{mode}-{r}.log"
+            logs.append(log)
+            procs.append(start_worker(server["url"], server["read"], "ds", log,
+                                      **({**opts, "rank": r} if mode == "static" else opts)))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and min(len(read_log(logs[i])) for i in (1, 2)) < 5:
+            time.sleep(0.05)
+        for i in (1, 2):
+            stop(procs[i], kill=True)
+        assert min(len(read_log(logs[i])) for i in (1, 2)) >= 5  # killed mid-epoch
+        for i in (1, 2):
+            log = tmp_path / f"{mode}-{i}-replacement.log"
+            logs.append(log)
+            procs.append(start_worker(server["url"], server["read"], "ds", log,
+                                      **({**opts, "rank": i} if mode == "static" else opts)))
+        for p in procs[:1] + procs[3:]:
+            assert p.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            stop(p, kill=True)
+    with Client(server["url"], server["read"]) as client:
+        progress, done = client.progress(name), client.done(name)
+    total = 152 if mode == "static" else 150  # 4 ranks x ceil(1500 / 40), or ceil(6000 / 40)
+    assert progress["done"] == progress["total"] == total and progress["pending"] == progress["leased"] == 0
+    assert _tiles(done, total)
+    uids = Counter(u for log in logs for batch in read_log(log) for u in batch)
+    assert set(uids) == set(range(N))  # everything delivered; repeats only from the killed processes' open leases
+    repeats = sum(c - 1 for c in uids.values())
+    assert repeats <= 2 * (opts["lease_size"] * 3 + 1) * 40
+
+
+def test_kill_two_of_four_static_clients_replacements_finish_exactly_once(server: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    _kill_clients_test(server, tmp_path, "static")
+
+
+def test_kill_two_of_four_dynamic_clients_replacements_finish_exactly_once(server: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    _kill_clients_test(server, tmp_path, "dynamic")
