@@ -130,7 +130,7 @@ def test_adding_shardset_3_leaves_old_files_byte_identical(seed_ds: ShardsetData
 
 
 def test_failed_add_leaves_dataset_unchanged(seed_ds: ShardsetDataset, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datamill.shards.write as w
+    import datamill.shards.writer as w
 
     root = Path(seed_ds.loc.path)
     before = hashes(root)

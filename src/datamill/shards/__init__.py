@@ -1,26 +1,34 @@
-"""UID-keyed shardset datasets: create, add features as new shardsets, validate, read by UID.
+"""UID-keyed shardset datasets: create, add features as new shardsets, validate, describe, read by UID.
 
 A dataset is a folder with ``dataset.json`` (the manifest, written last), ``samples.parquet``
 (UID → shard index, shared by every shardset) and one folder per shardset of
-``shard.00000.parquet`` (or ``.csv``) files. See :class:`ShardsetDataset`.
+``shard.00000.parquet`` (or ``.csv``) files.
 
-* ``ShardsetDataset.create(root, files_or_table, uid=..., shardset=..., shard_size=...)``: the first
-  shardset defines the mapping (file order = shard index; rows keep their order).
-* ``ds.add(name, shard_files)`` (each file must respect the mapping) or ``ds.add(name, table,
-  route=True)`` (rows routed to their shards). UIDs unknown to the mapping are an **error naming
-  them**: new samples would change what shard ``k`` means for every existing shardset and for saved
-  loader states, so they belong in a new dataset (no "append new shards" mode).
-* ``read_shard(k, columns=..., join="left"|"inner")``, ``get(uid)``, ``check_dataset(root)``.
+* :class:`ShardsetDataset` reads (``read_shard(k, columns=..., join="left"|"inner")``, ``get(uid)``,
+  ``info()``, ``describe()``); it never writes.
+* :class:`ShardsetWriter` writes one shardset: ``with ShardsetWriter(root, uid=..., shardset=...) as w``,
+  then ``w.write_shard(k, table)`` here or ``w.sink.write_shard(k, table)`` in worker processes
+  (the sink pickles); leaving the block commits (validate, rename, manifest last), an exception
+  discards. The first shardset of a new dataset fixes the mapping; later ones must follow it.
+* ``ShardsetDataset.create(root, files_or_table, uid=..., shardset=..., shard_size=...)`` and
+  ``ds.add(name, shard_files)`` / ``ds.add(name, table, route=True)`` are thin wrappers of the
+  writer (:mod:`datamill.shards.write`). UIDs unknown to the mapping are an **error naming them**:
+  new samples would change what shard ``k`` means for every existing shardset and for saved loader
+  states, so they belong in a new dataset (no "append new shards" mode).
+* :func:`check_dataset` lists every violation as exceptions (the CLI prints them);
+  :func:`check_report` gives the same as plain dicts (``kind``, ``message``, ``path``, ``shard``,
+  ``uid``, ``column``, ``row``, ``hint``) for the web UI.
 * Writes are atomic: shards go to a hidden ``.tmp-…`` folder, are checked, renamed; ``dataset.json``
-  is replaced last. A killed ``add`` leaves every existing file as it was (at most a hidden
+  is replaced last. A killed write leaves every existing file as it was (at most a hidden
   ``.tmp-…`` folder remains, which readers and ``check`` ignore).
 """
 
 from __future__ import annotations
 
-from datamill.shards.check import check_dataset
+from datamill.shards.check import check_dataset, check_report
 from datamill.shards.dataset import ShardsetDataset
+from datamill.shards.writer import ShardsetWriter, ShardSink
 
-__all__ = ["ShardsetDataset", "check_dataset"]
+__all__ = ["ShardSink", "ShardsetDataset", "ShardsetWriter", "check_dataset", "check_report"]
 
 assert sorted(__all__) == __all__

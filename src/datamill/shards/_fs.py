@@ -17,11 +17,10 @@ import pyarrow.csv as pcsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
+from datamill.core.io import csv_options
 
-__all__ = ["Location", "read_any", "resolve"]
-
-_NULLS = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A"]
+__all__ = ["Location", "file_format", "read_any", "resolve", "write_any"]
 
 
 class Location:
@@ -55,14 +54,28 @@ class Location:
     def tmp_name(self, stem: str) -> str:
         return f".tmp-{stem}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
-    def write_json_atomic(self, name: str, obj: Any) -> None:
-        """Write ``name`` via a temporary file + move (the commit marker is written this way)."""
+    def write_json_atomic(self, name: str, obj: Any, *, durable: bool = True) -> None:
+        """Write ``name`` via a temporary file + move (the commit marker is written this way).
+
+        ``durable=False`` skips the fsync (for scratch files that a crash makes worthless anyway).
+        """
         tmp = self.tmp_name(name)
         data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8")
         with self.fs.open_output_stream(self.join(tmp)) as f:
             f.write(data)
-        _fsync_local(self.fs, self.join(tmp))
+        if durable:
+            _fsync_local(self.fs, self.join(tmp))
         self.fs.move(self.join(tmp), self.join(name))
+
+    def size(self, *parts: str) -> int:
+        """Bytes of one file (0 when absent)."""
+        info = self.fs.get_file_info(self.join(*parts))
+        return int(info.size or 0) if info.type == pafs.FileType.File else 0
+
+    def tree_size(self, *parts: str) -> int:
+        """Bytes of every file under a folder (a listing, no reads)."""
+        sel = pafs.FileSelector(self.join(*parts), allow_not_found=True, recursive=True)
+        return sum(int(i.size or 0) for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
 
     def remove_tree(self, name: str) -> None:
         if self.exists(name):
@@ -109,11 +122,7 @@ def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str]
             return pq.read_table(path, filesystem=fs, columns=columns)
         types = {f.name: f.type for f in schema} if schema is not None else None
         with fs.open_input_stream(path) as f:
-            return pcsv.read_csv(
-                f, read_options=pcsv.ReadOptions(block_size=1 << 24),
-                convert_options=pcsv.ConvertOptions(
-                    include_columns=columns, column_types=types, null_values=_NULLS,
-                    strings_can_be_null=True, quoted_strings_can_be_null=False))
+            return pcsv.read_csv(f, **csv_options("csv", columns=columns, column_types=types))
     except FileNotFoundError as exc:
         raise DataFileNotFoundError("no such shard file", path=display) from exc
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -128,6 +137,11 @@ def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None
     if fmt == "parquet":
         pq.write_table(table, path, filesystem=fs)
     else:
-        with fs.open_output_stream(path) as f:
-            pcsv.write_csv(table, f)
+        try:
+            with fs.open_output_stream(path) as f:
+                pcsv.write_csv(table, f)
+        except pa.ArrowInvalid as exc:
+            fs.delete_file(path)
+            raise SchemaError(f"a CSV shard cannot hold these column types ({exc})", path=path,
+                              hint="write Parquet shards (fmt='parquet', --format parquet) for nested columns") from exc
     _fsync_local(fs, path)

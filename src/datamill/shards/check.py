@@ -3,11 +3,14 @@
 :func:`shard_problems` checks one shard table against the mapping (used by ``add`` before anything
 is committed, and by :func:`check_dataset`); :func:`check_dataset` checks a whole dataset folder:
 the manifest against the files, the mapping, every shard's UID column, uniqueness, placement and
-row counts. Nothing is raised by :func:`check_dataset`; it returns the list of violations.
+row counts. Nothing is raised by :func:`check_dataset`; it returns the list of violations (as
+exceptions, for the CLI), and :func:`check_report` returns the same violations as plain JSON-able
+dicts (for the web UI).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,14 +18,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
 from datamill.core.errors import DatamillError, SchemaError, ShardsetError
 from datamill.shards._fs import Location, read_any
+from datamill.shards._manifest import manifest_problems
 from datamill.shards._mapping import Mapping, schema_from_b64
 
-__all__ = ["MAX_PER_FILE", "check_dataset", "shard_file", "shard_problems"]
+__all__ = ["MAX_PER_FILE", "VIOLATION_KEYS", "check_dataset", "check_report", "shard_file", "shard_problems",
+           "violation_dict"]
 
 MAX_PER_FILE = 20  # violations listed per shard file before a summary line
+VIOLATION_KEYS = ("kind", "message", "path", "shard", "uid", "column", "row", "hint")
+"""The keys of every :func:`check_report` entry."""
 
 
 def shard_file(shardset: str, k: int, fmt: str) -> str:
@@ -77,7 +84,7 @@ def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, ma
         yield ShardsetError(f"{more} more violations in this file", path=display, shard=k)
 
 
-def check_dataset(root: Any) -> list[DatamillError]:
+def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError]:
     """Every violation in the dataset at ``root`` (empty list when valid).
 
     Examples:
@@ -96,17 +103,19 @@ def check_dataset(root: Any) -> list[DatamillError]:
         manifest = loc.read_json(DATASET_MANIFEST)
     except DatamillError as exc:
         return [exc]
-    if manifest.get("format") != SHARDS_FORMAT:
-        return [ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {manifest.get('format')!r}",
-                              path=loc.show(DATASET_MANIFEST))]
+    parsed, problems = manifest_problems(manifest, path=loc.show(DATASET_MANIFEST))
+    if parsed is None:
+        return list(problems)
+    out.extend(problems)
     uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
     try:
         mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
         mapping = Mapping.from_table(mt, uid_col, n)
     except DatamillError as exc:
         return [*out, exc]
-    except (KeyError, pa.ArrowException) as exc:
-        return [ShardsetError(f"the mapping lacks a column: {exc}", path=loc.show(SAMPLES_FILE))]
+    except (KeyError, ValueError, pa.ArrowException) as exc:
+        return [*out, ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
+                                    path=loc.show(SAMPLES_FILE))]
     if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
         out.append(ShardsetError(f"shard indices must be in [0, {n})", path=loc.show(SAMPLES_FILE)))
     if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
@@ -127,10 +136,7 @@ def check_dataset(root: Any) -> list[DatamillError]:
 
 def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, mapping: Mapping,
                     ref: tuple[str, str]) -> Iterator[DatamillError]:
-    name, fmt = ss["name"], ss["format"]
-    if int(ss["num_shards"]) != n:
-        yield ShardsetError(f"the manifest says {ss['num_shards']} shards, the dataset has {n}",
-                            path=loc.show(DATASET_MANIFEST), shard=name)
+    name, fmt = ss["name"], ss["format"]  # (counts disagreeing with num_shards: see manifest_problems)
     expected = {SHARD_PATTERN.format(index=k, ext=fmt) for k in range(n)}
     present = set(loc.listdir(name))
     if not loc.exists(name):
@@ -139,7 +145,11 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
     for extra in sorted(present - expected):
         if extra.startswith("shard."):
             yield ShardsetError(f"unexpected shard file (the manifest lists {n} shards)", path=loc.show(name, extra))
-    schema = schema_from_b64(ss["schema"])
+    try:
+        schema = schema_from_b64(ss["schema"])
+    except (pa.ArrowException, ValueError):
+        return  # reported by manifest_problems
+    shard_rows = ss["shard_rows"]
     for k in range(n):
         rel = shard_file(name, k, fmt)
         if SHARD_PATTERN.format(index=k, ext=fmt) not in present:
@@ -150,8 +160,53 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
         except DatamillError as exc:
             yield exc
             continue
-        if t.num_rows != int(ss["shard_rows"][k]):
-            yield ShardsetError(f"expected {ss['shard_rows'][k]} rows (manifest), got {t.num_rows}",
+        if k < len(shard_rows) and t.num_rows != shard_rows[k]:
+            yield ShardsetError(f"expected {shard_rows[k]} rows (manifest), got {t.num_rows}",
                                 path=loc.show(rel), shard=k)
         yield from shard_problems(t, display=loc.show(rel), k=k, uid_column=uid_col, mapping=mapping,
                                   columns=list(ss["columns"]), reference=ref)
+
+
+def _plain(value: object) -> object:
+    """``value`` as a JSON scalar (UIDs may be numpy scalars or bytes)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def violation_dict(err: DatamillError) -> dict[str, Any]:
+    """One violation as a plain dict with the keys :data:`VIOLATION_KEYS`.
+
+    ``kind`` is the error class name, ``message`` what is wrong without the location (which is in
+    ``path``/``shard``/``uid``/``column``/``row``), ``hint`` how to fix it (or ``None``).
+
+    Examples:
+        >>> violation_dict(ShardsetError("a UID is null", path="a/shard.00000.parquet", row=3, shard=0))
+        {'kind': 'ShardsetError', 'message': 'a UID is null', 'path': 'a/shard.00000.parquet', \
+'shard': 0, 'uid': None, 'column': None, 'row': 3, 'hint': None}
+    """
+    return {"kind": type(err).__name__, "message": err.msg, "path": err.path, "shard": _plain(err.shard),
+            "uid": _plain(err.uid), "column": err.column, "row": err.row, "hint": err.hint}
+
+
+def check_report(root: str | os.PathLike[str] | Location) -> list[dict[str, Any]]:
+    """Every violation of the dataset at ``root`` as JSON-able dicts (see :func:`violation_dict`).
+
+    The same violations as :func:`check_dataset`, in the same order; an empty list when valid.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> from datamill.shards import ShardsetDataset
+        >>> root = tempfile.mkdtemp() + "/ds"
+        >>> ds = ShardsetDataset.create(root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2)
+        >>> check_report(root)
+        []
+        >>> pq.write_table(pa.table({"uid": [3, 2]}), root + "/a/shard.00001.parquet")
+        >>> [(v["kind"], v["shard"], v["uid"], v["message"]) for v in check_report(root)][1]
+        ('ShardsetError', 1, 2, 'uid belongs to shard 0 (as in a/shard.00000.parquet)')
+    """
+    return [violation_dict(e) for e in check_dataset(root)]

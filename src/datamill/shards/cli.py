@@ -17,7 +17,7 @@ def _create(args: argparse.Namespace) -> int:
     from datamill.shards.dataset import ShardsetDataset
 
     one = len(args.files) == 1 and (args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5")))
-    source: Any = args.files[0] if one else args.files
+    source: str | list[str] = args.files[0] if one else args.files
     ds = ShardsetDataset.create(args.root, source, uid=args.uid, shardset=args.shardset,
                                 shard_size=args.shard_size if one else None, fmt=args.format,
                                 add_uid=args.add_uid)
@@ -38,9 +38,12 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from datamill.shards.check import check_dataset
+    from datamill.shards.check import check_dataset, violation_dict
 
     problems = check_dataset(args.root)
+    if args.json:
+        print(json.dumps([violation_dict(p) for p in problems], indent=2))
+        return 0 if not problems else 1
     for p in problems:
         print(p.one_line())
     print(f"{args.root}: {'OK' if not problems else f'{len(problems)} violations'}")
@@ -50,7 +53,8 @@ def _check(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from datamill.shards.dataset import ShardsetDataset
 
-    print(ShardsetDataset(args.root).info())
+    ds = ShardsetDataset(args.root)
+    print(json.dumps(ds.describe(), indent=2) if args.json else ds.info())
     return 0
 
 
@@ -60,7 +64,7 @@ def _get(args: argparse.Namespace) -> int:
     from datamill.shards.dataset import ShardsetDataset
 
     ds = ShardsetDataset(args.root)
-    uid: Any = args.uid
+    uid: int | str = args.uid
     if pa.types.is_integer(ds.uids.type):
         try:
             uid = int(uid)
@@ -103,9 +107,11 @@ def register(sub: Any) -> None:
     a.set_defaults(func=_add)
     k = s.add_parser("check", help="validate everything; list every violation")
     k.add_argument("root")
+    k.add_argument("--json", action="store_true", help="print the violations as a JSON list of dicts")
     k.set_defaults(func=_check)
     i = s.add_parser("info", help="shardsets, columns, shards, samples and missing counts")
     i.add_argument("root")
+    i.add_argument("--json", action="store_true", help="print describe() as JSON")
     i.set_defaults(func=_info)
     g = s.add_parser("get", help="print one joined sample")
     g.add_argument("root")

@@ -1,84 +1,53 @@
 """Conversions: a preprocessed HDF5 or a BERT Parquet into a shardset dataset, and back to one table.
 
-HDF5 (the preprocessing format): one dataset per key at the root, first dimension = rows; a CSR
-group (``layout="csr"``, ``indices`` + ``offsets``) becomes a list column; a multi-dimensional array
-becomes a (nested) ``fixed_size_list`` column. A ``uid`` column (the row number) is added when the
-file has none.
+A preprocessed HDF5 is read by its one reader,
+:class:`~datamill.preprocess.hdf5_source.HDF5Source` (one column per root dataset, a CSR group as
+a list column, a multi-dimensional array as a nested ``fixed_size_list`` column); a ``uid`` column
+(the row number) is added when the file has none.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.io import atomic_path
+from datamill.shards._tables import hdf5_to_table
 from datamill.shards.dataset import ShardsetDataset
+from datamill.shards.write import create
 
 __all__ = ["export", "from_bert_parquet", "from_hdf5", "hdf5_to_table"]
 
 
-def _array(values: np.ndarray) -> pa.Array:
-    if values.dtype.kind in ("S", "O"):
-        return pa.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in values.tolist()])
-    if values.ndim == 1:
-        return pa.array(values)
-    flat: pa.Array = pa.array(values.reshape(-1))
-    for size in reversed(values.shape[1:]):
-        flat = pa.FixedSizeListArray.from_arrays(flat, size)
-    return flat
-
-
-def hdf5_to_table(path: str | os.PathLike[str], *, uid: str = "uid") -> pa.Table:
-    """Read a preprocessed HDF5 file into a table (see the module docstring).
-
-    Raises:
-        DataFileNotFoundError: no such file.
-        DataFileError: not HDF5, or datasets of different lengths.
-    """
-    import h5py
-
-    name = os.fspath(path)
-    if not os.path.exists(name):
-        raise DataFileNotFoundError("no such HDF5 file", path=name)
-    cols: dict[str, pa.Array] = {}
-    try:
-        with h5py.File(name, "r") as f:
-            for key in f:
-                obj = f[key]
-                if isinstance(obj, h5py.Group):
-                    if obj.attrs.get("layout") != "csr":
-                        continue
-                    offsets = np.asarray(obj["offsets"][()], dtype=np.int64)
-                    cols[key] = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(obj["indices"][()]))
-                else:
-                    cols[key] = _array(obj[()])
-    except OSError as exc:
-        raise DataFileError(f"cannot read as HDF5: {exc}", path=name) from exc
-    lengths = {k: len(v) for k, v in cols.items()}
-    if len(set(lengths.values())) > 1:
-        raise DataFileError(f"datasets have different numbers of rows: {lengths}", path=name)
-    table = pa.table(cols)
-    if uid not in table.column_names:
-        table = table.add_column(0, uid, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    return table
-
-
 def from_hdf5(path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, shard_size: int,
               shardset: str = "features", uid: str = "uid") -> ShardsetDataset:
-    """A preprocessed HDF5 → a new shardset dataset with one shardset."""
-    return ShardsetDataset.create(root, hdf5_to_table(path, uid=uid), uid=uid, shardset=shardset,
-                                  shard_size=shard_size)
+    """A preprocessed HDF5 → a new shardset dataset with one shardset (``uid`` = row number if absent).
+
+    Examples:
+        >>> import tempfile, h5py, numpy as np
+        >>> d = tempfile.mkdtemp()
+        >>> with h5py.File(d + "/t.hdf5", "w") as f:
+        ...     _ = f.create_dataset("x", data=np.arange(3.0))
+        >>> from_hdf5(d + "/t.hdf5", d + "/ds", shard_size=2).get(2)
+        {'uid': 2, 'x': 2.0}
+    """
+    return create(root, hdf5_to_table(path, uid=uid), uid=uid, shardset=shardset, shard_size=shard_size)
 
 
 def from_bert_parquet(path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, shard_size: int,
                       shardset: str = "bert", uid: str = "uid") -> ShardsetDataset:
-    """A BERT Parquet (``build_bert_samples`` output) → a dataset; ``uid`` = row number if absent."""
-    return ShardsetDataset.create(root, path, uid=uid, shardset=shardset, shard_size=shard_size, add_uid=True)
+    """A BERT Parquet (``build_bert_samples`` output) → a dataset; ``uid`` = row number if absent.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> d = tempfile.mkdtemp()
+        >>> pq.write_table(pa.table({"tokens": [[1, 2], [3]]}), d + "/b.parquet")
+        >>> from_bert_parquet(d + "/b.parquet", d + "/ds", shard_size=1).get(1)
+        {'uid': 1, 'tokens': [3]}
+    """
+    return create(root, path, uid=uid, shardset=shardset, shard_size=shard_size, add_uid=True)
 
 
 def export(ds: ShardsetDataset, out: str | os.PathLike[str], /, *, columns: Sequence[str] | None = None,
@@ -100,7 +69,7 @@ def export(ds: ShardsetDataset, out: str | os.PathLike[str], /, *, columns: Sequ
     import pyarrow.parquet as pq
 
     table = ds.to_table(columns=columns, join=join)
-    target: Any = os.fspath(out)
+    target = os.fspath(out)
     with atomic_path(target) as tmp:
         if target.lower().endswith(".csv"):
             pcsv.write_csv(table, tmp)

@@ -6,16 +6,22 @@ joined shard) and one folder per shardset with ``shard.00000.parquet`` (or ``.cs
 in shard ``k`` of one shardset is in shard ``k`` of every shardset that has it; shardsets may lack
 samples, which read as nulls (``join="left"``, the default) or are dropped and counted
 (``join="inner"``).
+
+This module only reads. Writing lives in :mod:`datamill.shards.writer` (:class:`ShardsetWriter`) and
+:mod:`datamill.shards.write` (``create``/``add``), which import this module; the conveniences
+:meth:`ShardsetDataset.create` and :meth:`ShardsetDataset.add` reach ``datamill.shards.write``
+through ``importlib.import_module`` at call time, so there is no import cycle.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,14 +29,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
-from datamill.core.errors import DatamillError, SchemaError, ShardsetError
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
+from datamill.core.errors import (
+    ConfigError,
+    DataFileError,
+    DataFileNotFoundError,
+    DatamillError,
+    SchemaError,
+    ShardsetError,
+)
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.source import register_source
+from datamill.core.source import check_read_args, register_source
 from datamill.shards._fs import Location, read_any, resolve
+from datamill.shards._manifest import validate_manifest
 from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
 
+if TYPE_CHECKING:
+    from datamill.shards._tables import ShardInput
+
 __all__ = ["ShardsetDataset"]
+
+_WRITE_MODULE = "datamill.shards.write"
 
 DROPPED_KEY = b"datamill.dropped"
 
@@ -47,7 +66,7 @@ def _read_pool() -> ThreadPoolExecutor:
 
 
 class ShardsetDataset:
-    """A shardset dataset opened for reading (and extended with :meth:`add`).
+    """A shardset dataset opened for reading (:meth:`create` and :meth:`add` call the writer).
 
     Args:
         root: the dataset folder, a local path or a pyarrow filesystem URI (``file://``, ``s3://`` …).
@@ -55,7 +74,8 @@ class ShardsetDataset:
 
     Raises:
         DataFileNotFoundError: there is no ``dataset.json``.
-        ShardsetError: the manifest has another format version.
+        ShardsetError: the manifest has another format version or is malformed (the message names the
+            field, e.g. ``shardsets[1].num_shards``).
 
     Examples:
         >>> import tempfile, pyarrow as pa
@@ -76,16 +96,18 @@ class ShardsetDataset:
     def __init__(self, root: str | os.PathLike[str] | Location, *, cache_shards: int = 16) -> None:
         self.loc = root if isinstance(root, Location) else resolve(root)
         manifest = self.loc.read_json(DATASET_MANIFEST)
-        if manifest.get("format") != SHARDS_FORMAT:
-            raise ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {manifest.get('format')!r}",
-                                path=self.loc.show(DATASET_MANIFEST))
+        validate_manifest(manifest, path=self.loc.show(DATASET_MANIFEST))
         self.manifest: dict[str, Any] = manifest
         self.uid_column: str = manifest["uid_column"]
         self._sets = {ss["name"]: ss for ss in manifest["shardsets"]}
         self._schemas = {ss["name"]: schema_from_b64(ss["schema"]) for ss in manifest["shardsets"]}
         self._owner = {c: ss["name"] for ss in manifest["shardsets"] for c in ss["columns"]}
         table = read_any(self.loc.fs, self.loc.join(SAMPLES_FILE), display=self.loc.show(SAMPLES_FILE))
-        self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
+        try:
+            self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
+        except (KeyError, ValueError, pa.ArrowException) as exc:
+            raise ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
+                                path=self.loc.show(SAMPLES_FILE), hint="run `datamill shards check`") from exc
         self._cache: OrderedDict[tuple[str, int], tuple[pa.Table, UidIndex]] = OrderedDict()
         self._cache_size = cache_shards
         # parsed Parquet footers by file (the dataset is read as it was when opened, like the manifest):
@@ -95,23 +117,27 @@ class ShardsetDataset:
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: str,
+    def create(cls, root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
                shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
                add_uid: bool = False) -> ShardsetDataset:
         """Create a dataset from shard files (their order is the shard index) or one table/file.
 
-        See :func:`datamill.shards.write.create` for the arguments.
+        A thin wrapper of :func:`datamill.shards.write.create` (see it for the arguments).
         """
-        from datamill.shards.write import create
+        ds: ShardsetDataset = importlib.import_module(_WRITE_MODULE).create(
+            root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid)
+        return ds
 
-        return create(root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
-                      add_uid=add_uid)
+    def add(self, shardset: str, source: ShardInput, /, *, route: bool = False,
+            fmt: str = "parquet") -> ShardsetDataset:
+        """Add a shardset atomically and return the reopened dataset.
 
-    def add(self, shardset: str, source: Any, /, *, route: bool = False, fmt: str = "parquet") -> ShardsetDataset:
-        """Add a shardset atomically and return the reopened dataset (see :func:`datamill.shards.write.add`)."""
-        from datamill.shards.write import add
-
-        return add(self, shardset, source, route=route, fmt=fmt)
+        A thin wrapper of :func:`datamill.shards.write.add` (see it for the arguments); this object
+        itself is read-only and keeps describing the dataset as it was opened.
+        """
+        ds: ShardsetDataset = importlib.import_module(_WRITE_MODULE).add(self, shardset, source, route=route,
+                                                                         fmt=fmt)
+        return ds
 
     # -- Source protocol -----------------------------------------------------------------------
     @property
@@ -194,15 +220,17 @@ class ShardsetDataset:
                 ``datamill.dropped``. Defaults to ``"left"``.
 
         Raises:
-            SchemaError: an unknown column.
+            ConfigError: a bad shard index (``shard`` set) or ``join``.
+            SchemaError: an unknown column (``column`` set).
             ShardsetError: a shard file holds UIDs that are not mapped to this shard.
         """
+        if columns is not None:
+            columns = check_read_args(self, index, columns, path=self.loc.display)
+        else:
+            check_read_args(self, index, None, path=self.loc.display)
         if join not in ("left", "inner"):
-            raise ValueError(f"join must be 'left' or 'inner', got {join!r}")
-        if isinstance(columns, str):
-            columns = [columns]
-        if not 0 <= index < self.num_shards:
-            raise IndexError(f"shard {index} out of range [0, {self.num_shards})")
+            raise ConfigError(f"join must be 'left' or 'inner', got {join!r}", path=self.loc.display)
+        index = int(index)
         uids = self.mapping.shard_uids(index)
         names: list[str] = [self.uid_column]
         arrays: list[Any] = [uids]
@@ -292,6 +320,42 @@ class ShardsetDataset:
             lines.append(f"  {name} [{ss['format']}]: {have:,} samples, {n - have:,} missing; {cols}")
         return "\n".join(lines)
 
+    def describe(self) -> dict[str, Any]:
+        """The dataset as plain JSON-able data (for the web UI): shardsets, typed columns, counts, sizes.
+
+        Counts come from the manifest (each shard's row count, checked against the files when
+        written) and sizes from a folder listing: no shard file is read.
+
+        Returns:
+            ``{"root", "name", "uid_column", "uid_type", "num_samples", "num_shards", "fingerprint",
+            "shardsets": [{"name", "format", "num_shards", "columns": [{"name", "type"}], "rows",
+            "missing", "bytes"}], "bytes"}``; ``missing`` counts the samples of the mapping the
+            shardset lacks, ``bytes`` are file sizes (the total includes the manifest and mapping).
+
+        Examples:
+            >>> import tempfile, pyarrow as pa
+            >>> ds = ShardsetDataset.create(tempfile.mkdtemp() + "/ds", pa.table({"id": [1, 2, 3]}), uid="id",
+            ...                             shardset="a", shard_size=2)
+            >>> ds = ds.add("b", pa.table({"id": [2], "y": [0.5]}), route=True)
+            >>> d = ds.describe()
+            >>> d["num_samples"], d["num_shards"], [(s["name"], s["rows"], s["missing"]) for s in d["shardsets"]]
+            (3, 2, [('a', 3, 0), ('b', 1, 2)])
+            >>> d["shardsets"][1]["columns"]
+            [{'name': 'y', 'type': 'double'}]
+        """
+        n = len(self)
+        sets: list[dict[str, Any]] = []
+        for name, ss in self._sets.items():
+            rows = int(sum(ss["shard_rows"]))
+            schema = self._schemas[name]
+            sets.append({"name": name, "format": ss["format"], "num_shards": int(ss["num_shards"]),
+                         "columns": [{"name": c, "type": str(schema.field(c).type)} for c in ss["columns"]],
+                         "rows": rows, "missing": n - rows, "bytes": self.loc.tree_size(name)})
+        total = self.loc.size(DATASET_MANIFEST) + self.loc.size(SAMPLES_FILE) + sum(ss["bytes"] for ss in sets)
+        return {"root": self.loc.display, "name": self.manifest.get("name", ""), "uid_column": self.uid_column,
+                "uid_type": str(self.uids.type), "num_samples": n, "num_shards": self.num_shards,
+                "fingerprint": self.fingerprint(), "shardsets": sets, "bytes": total}
+
     def to_table(self, *, columns: Sequence[str] | str | None = None, join: str = "left") -> pa.Table:
         """Every shard joined and concatenated into one table (for export)."""
         parts = [self.read_shard(k, columns=columns, join=join) for k in range(self.num_shards)]
@@ -301,8 +365,7 @@ class ShardsetDataset:
 
 
 def read_error(display: str, k: int, exc: BaseException) -> DatamillError:
-    from datamill.core.errors import DataFileError, DataFileNotFoundError
-
+    """A reading failure of shard ``k`` as a located DatamillError."""
     if isinstance(exc, FileNotFoundError):
         return DataFileNotFoundError("shard file is missing", path=display, shard=k)
     return DataFileError(f"cannot read this Parquet file (corrupt or truncated?): {exc}", path=display, shard=k,

@@ -1,4 +1,4 @@
-"""Creating shardset datasets and adding shardsets, atomically.
+"""``create`` and ``add``: thin wrappers around :class:`~datamill.shards.writer.ShardsetWriter`.
 
 * :func:`create` takes existing shard files (their order is the shard index) or one table/file cut
   into ``shard_size`` rows. The first shardset defines the sample→shard mapping.
@@ -8,74 +8,37 @@
   shard ``k`` means for every existing shardset and for saved loader states; build a new dataset for
   new samples instead (appending new shards in a new mapping version is not implemented).
 
-Atomicity: shard files are written into a hidden ``.tmp-…`` folder inside the dataset, their row
-counts re-read and checked, the folder is renamed to the shardset name, and ``dataset.json`` is
-replaced last (temp file + rename). A failed or killed ``add`` never touches existing files; at most
-a hidden ``.tmp-…`` folder (ignored by readers and ``check``) or an unlisted shardset folder is left,
-which the next ``add`` of that name reports. The renames are atomic on local/POSIX filesystems; on
-object stores (``s3://``) a "move" is copy + delete, but the manifest is still the commit marker: a
-shardset missing from ``dataset.json`` is never read.
+``ShardsetDataset.create(...)`` and ``ds.add(...)`` call these functions; the dataset module reaches
+this module through ``importlib.import_module`` (this module imports the dataset module, so a plain
+import there would be a cycle).
+
+Atomicity (see :mod:`datamill.shards.writer`): shard files are written into a hidden ``.tmp-…``
+folder inside the dataset, checked, the folder is renamed to the shardset name, and ``dataset.json``
+is replaced last (temp file + rename). A failed ``add`` never touches existing files; a killed one
+leaves at most a hidden ``.tmp-…`` folder (ignored by readers and ``check``). The renames are atomic
+on local/POSIX filesystems; on object stores (``s3://``) a "move" is copy + delete, but the manifest
+is still the commit marker: a shardset missing from ``dataset.json`` is never read.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import ConfigError, SchemaError, ShardsetError
-from datamill.core.io import read_table
-from datamill.shards._fs import Location, read_any, resolve, write_any
-from datamill.shards._mapping import Mapping, schema_to_b64
-from datamill.shards.check import shard_problems
+from datamill.shards._fs import resolve
+from datamill.shards._tables import ShardInput, TableInput, load_table
 from datamill.shards.dataset import ShardsetDataset
+from datamill.shards.writer import ShardsetWriter
 
 __all__ = ["add", "create", "load_table"]
 
-_RESERVED = {DATASET_MANIFEST, SAMPLES_FILE}
-KEEP_META = b"datamill"  # file metadata key kept in the manifest (``source_metadata``)
 
-
-def load_table(source: Any, *, uid: str | None = None, add_uid: bool = False) -> pa.Table:
-    """A pa.Table, or a Parquet/CSV/HDF5 file (local or URI) read into one; ``add_uid`` adds row numbers."""
-    if isinstance(source, pa.Table):
-        table = source
-    else:
-        text = os.fspath(source)
-        if text.lower().endswith((".hdf5", ".h5")):
-            from datamill.shards.convert import hdf5_to_table
-
-            return hdf5_to_table(text, uid=uid or "uid")
-        if "://" in text:
-            loc = resolve(text)
-            table = read_any(loc.fs, loc.path, display=text)
-        else:  # local: the core reader names the line of a bad CSV row, checks UTF-8, reads zip members
-            from datamill.shards._fs import file_format
-
-            file_format(text.rsplit(":", 1)[-1] if ".zip:" in text else text)
-            table = read_table(text)
-    if add_uid and uid is not None and uid not in table.column_names:
-        table = table.add_column(0, uid, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    return table
-
-
-def _check_name(loc: Location, name: str, existing: Sequence[str]) -> None:
-    if not name or "/" in name or name.startswith(".") or name in _RESERVED:
-        raise ConfigError(f"invalid shardset name {name!r}", path=loc.display, hint="use a plain folder name")
-    if name in existing:
-        raise ShardsetError(f"the shardset {name!r} already exists", path=loc.show(name))
-    if loc.exists(name):
-        raise ShardsetError("a folder with this name exists but is not in the manifest (left by an interrupted "
-                            "add?)", path=loc.show(name), hint="remove the folder, then add again")
-
-
-def _pieces(source: Any, *, uid: str, shard_size: int | None, add_uid: bool) -> Iterator[tuple[str, pa.Table]]:
+def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bool) -> Iterator[tuple[str, pa.Table]]:
     if isinstance(source, (str, os.PathLike, pa.Table)):
         if shard_size is None and isinstance(source, pa.Table):
             raise ConfigError("a single table needs shard_size", hint="pass shard_size=N (--shard-size N)")
@@ -95,44 +58,9 @@ def _pieces(source: Any, *, uid: str, shard_size: int | None, add_uid: bool) -> 
         yield os.fspath(f), load_table(f, uid=uid, add_uid=add_uid)
 
 
-def _conform(table: pa.Table, schema: pa.Schema | None, *, display: str, k: int) -> pa.Table:
-    table = table.replace_schema_metadata(None)
-    if schema is None:
-        return table
-    if sorted(table.column_names) != sorted(schema.names):
-        raise SchemaError(f"expected columns {sorted(schema.names)}, got {sorted(table.column_names)}",
-                          path=display, shard=k, hint="every shard of a shardset has the same columns")
-    table = table.select(schema.names)
-    if table.schema.equals(schema):
-        return table
-    try:
-        return table.cast(schema)
-    except (pa.ArrowException, ValueError) as exc:
-        raise SchemaError(f"column types differ from the first shard: {exc}", path=display, shard=k) from exc
-
-
-def _entry(name: str, fmt: str, schema: pa.Schema, uid: str, rows: list[int],
-           source_meta: dict[bytes, bytes] | None) -> dict[str, Any]:
-    entry = {"name": name, "format": fmt, "columns": [c for c in schema.names if c != uid],
-             "schema": schema_to_b64(schema), "num_shards": len(rows), "shard_rows": rows}
-    if source_meta and KEEP_META in source_meta:  # e.g. a BERT Parquet's tokenizer/vocab description
-        entry["source_metadata"] = source_meta[KEEP_META].decode("utf-8", "replace")
-    return entry
-
-
-def _commit(loc: Location, tmp: str, name: str, rows: list[int], fmt: str) -> None:
-    """Check the written files' row counts, then move the folder into place."""
-    for k, n in enumerate(rows):
-        path = loc.join(tmp, SHARD_PATTERN.format(index=k, ext=fmt))
-        got = pq.read_metadata(path, filesystem=loc.fs).num_rows if fmt == "parquet" else \
-            read_any(loc.fs, path, display=path).num_rows
-        if got != n:
-            raise ShardsetError(f"written shard has {got} rows, expected {n}", path=loc.show(tmp), shard=k)
-    loc.fs.move(loc.join(tmp), loc.join(name))
-
-
-def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: str, shard_size: int | None = None,
-           fmt: str = "parquet", name: str | None = None, add_uid: bool = False) -> ShardsetDataset:
+def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
+           shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
+           add_uid: bool = False) -> ShardsetDataset:
     """Create a dataset whose first shardset ``shardset`` defines the sample→shard mapping.
 
     Args:
@@ -149,6 +77,13 @@ def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: 
     Raises:
         SchemaError: the UID column is missing, or shards have different columns.
         ShardsetError: duplicate or null UIDs, an existing dataset.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> ds = create(tempfile.mkdtemp() + "/ds", pa.table({"id": [5, 6, 7]}), uid="id", shardset="a",
+        ...             shard_size=2)
+        >>> ds.shard_sizes().tolist()
+        [2, 1]
     """
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
@@ -156,65 +91,11 @@ def create(root: str | os.PathLike[str], source: Any, /, *, uid: str, shardset: 
     if loc.exists(DATASET_MANIFEST):
         raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
                             hint="use `add` to add a shardset")
-    made_root = not loc.exists()
-    loc.fs.create_dir(loc.path, recursive=True)
-    _check_name(loc, shardset, [])
-    tmp = loc.tmp_name(shardset)
-    loc.fs.create_dir(loc.join(tmp))
-    try:
-        schema: pa.Schema | None = None
-        meta: dict[bytes, bytes] | None = None
-        uids: list[pa.Array] = []
-        displays: list[str] = []
+    with ShardsetWriter(loc, uid=uid, shardset=shardset, fmt=fmt, name=name) as w:
         for k, (display, t) in enumerate(_pieces(source, uid=uid, shard_size=shard_size, add_uid=add_uid)):
-            if uid not in t.column_names:
-                raise SchemaError(f"the UID column {uid!r} is missing (columns: {t.column_names})",
-                                  path=display, column=uid, shard=k)
-            meta = t.schema.metadata if schema is None else meta
-            t = _conform(t, schema, display=display, k=k)
-            schema = t.schema if schema is None else schema
-            u = t.column(uid).combine_chunks()
-            if u.null_count:
-                row = int(np.flatnonzero(np.asarray(u.is_null()))[0])
-                raise ShardsetError("a UID is null", path=display, row=row, column=uid, shard=k)
-            uids.append(u)
-            displays.append(display)
-            write_any(loc.fs, loc.join(tmp, SHARD_PATTERN.format(index=k, ext=fmt)), t, fmt)
-        if schema is None:
-            raise ConfigError("no shard files given")
-        all_uids = pa.concat_arrays(uids)
-        sizes = np.array([len(u) for u in uids], dtype=np.int64)
-        _check_unique(all_uids, sizes, displays)
-        shard = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-        mapping = Mapping(all_uids, shard, len(sizes))
-        _commit(loc, tmp, shardset, sizes.tolist(), fmt)
-    except BaseException:
-        loc.remove_tree(tmp)
-        if made_root and not loc.listdir():
-            loc.fs.delete_dir(loc.path)
-        raise
-    mtmp = loc.tmp_name(SAMPLES_FILE)
-    pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
-    loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
-    manifest = {"format": SHARDS_FORMAT, "name": name or os.path.basename(loc.path), "uid_column": uid,
-                "num_shards": len(sizes), "num_samples": len(all_uids),
-                "shardsets": [_entry(shardset, fmt, schema, uid, sizes.tolist(), meta)]}
-    loc.write_json_atomic(DATASET_MANIFEST, manifest)
-    return ShardsetDataset(loc)
-
-
-def _check_unique(uids: pa.Array, sizes: np.ndarray, displays: list[str]) -> None:
-    if pc.count_distinct(uids).as_py() == len(uids):
-        return
-    counts = pc.value_counts(uids)
-    dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"]
-    rows = np.flatnonzero(np.asarray(pc.equal(uids, dup).fill_null(False)))
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    shards = np.searchsorted(offsets, rows, side="right") - 1
-    k = int(shards[1])
-    raise ShardsetError(f"duplicate uid (also in shard {int(shards[0])}, {displays[int(shards[0])]})",
-                        path=displays[k], uid=dup.as_py(), row=int(rows[1] - offsets[k]), shard=k,
-                        hint="UIDs must be unique within a shardset")
+            w.write_shard(k, t, source=display)
+    assert w.dataset is not None
+    return w.dataset
 
 
 def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple[str, pa.Table]]:
@@ -247,7 +128,7 @@ def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple
         start += int(c)
 
 
-def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = False,
+def add(ds: ShardsetDataset, shardset: str, source: ShardInput, /, *, route: bool = False,
         fmt: str = "parquet") -> ShardsetDataset:
     """Add the shardset ``shardset`` to ``ds`` atomically; returns the reopened dataset.
 
@@ -264,62 +145,35 @@ def add(ds: ShardsetDataset, shardset: str, source: Any, /, *, route: bool = Fal
             duplicated (``path``, ``uid``, ``shard`` set).
         SchemaError: a missing UID column, a different column set, a column name already used.
         DataFileError: a corrupt or truncated file.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> ds = create(tempfile.mkdtemp() + "/ds", pa.table({"id": [5, 6, 7]}), uid="id", shardset="a",
+        ...             shard_size=2)
+        >>> add(ds, "b", pa.table({"id": [7, 5], "y": [1, 2]}), route=True).read_shard(1).to_pydict()
+        {'id': [7], 'y': [1]}
     """
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
     if ds.loc.read_json(DATASET_MANIFEST) != ds.manifest:  # a stale object: another add happened since
         ds = ShardsetDataset(ds.loc)
-    loc, uid, n = ds.loc, ds.uid_column, ds.num_shards
-    _check_name(loc, shardset, ds.shardsets)
-    if route:
-        table = load_table(source, uid=uid)
-        pieces = _route(ds, table, "<table>" if isinstance(source, pa.Table) else os.fspath(source))
-    else:
-        files = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-        if len(files) != n:
-            raise ShardsetError(f"got {len(files)} shard files, the dataset has {n} shards", path=loc.display,
-                                hint="pass one file per shard in shard order, or use --route with one table")
-        pieces = ((os.fspath(f), load_table(f, uid=uid)) for f in files)
-    first = ds.manifest["shardsets"][0]
-    tmp = loc.tmp_name(shardset)
-    loc.fs.create_dir(loc.join(tmp))
-    try:
-        schema: pa.Schema | None = None
-        meta: dict[bytes, bytes] | None = None
-        rows: list[int] = []
+    with ShardsetWriter(ds.loc, uid=ds.uid_column, shardset=shardset, fmt=fmt) as w:  # checks the name first
+        pieces: Iterator[tuple[str, pa.Table]]
+        if route:
+            if not isinstance(source, (str, os.PathLike, pa.Table)):
+                raise ConfigError("route=True takes one table or file", hint="pass one UID-keyed table")
+            one: TableInput = source
+            table = load_table(one, uid=ds.uid_column)
+            pieces = _route(ds, table, "<table>" if isinstance(one, pa.Table) else os.fspath(one))
+        else:
+            files = [source] if isinstance(source, (str, os.PathLike, pa.Table)) else list(source)
+            if len(files) != ds.num_shards:
+                raise ShardsetError(f"got {len(files)} shard files, the dataset has {ds.num_shards} shards",
+                                    path=ds.loc.display,
+                                    hint="pass one file per shard in shard order, or use --route with one table")
+            pieces = (("<table>" if isinstance(f, pa.Table) else os.fspath(f), load_table(f, uid=ds.uid_column))
+                      for f in files)
         for k, (display, t) in enumerate(pieces):
-            if schema is None and uid in t.column_names:
-                clash = [c for c in t.column_names if c != uid and c in ds.columns]
-                if clash:
-                    raise SchemaError(f"columns {clash} already exist in the dataset", path=display, column=clash[0],
-                                      hint="rename them; a column lives in exactly one shardset")
-            if not route:
-                problems = list(shard_problems(t, display=display, k=k, uid_column=uid, mapping=ds.mapping,
-                                               columns=None, reference=(first["name"], first["format"])))
-                if problems:
-                    if len(problems) > 1:
-                        problems[0].add_note(f"{len(problems) - 1} more violations in this file")
-                    raise problems[0]
-                t = t.set_column(t.column_names.index(uid), uid,
-                                 ds.mapping.cast_uids(t.column(uid), display=display))
-                pos = np.asarray(ds.mapping.positions_near(t.column(uid), k).to_numpy(), dtype=np.int64)
-                if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
-                    t = t.take(pa.array(np.argsort(pos, kind="stable")))
-            meta = t.schema.metadata if schema is None else meta
-            t = _conform(t, schema, display=display, k=k)
-            schema = t.schema if schema is None else schema
-            rows.append(t.num_rows)
-            write_any(loc.fs, loc.join(tmp, SHARD_PATTERN.format(index=k, ext=fmt)), t, fmt)
-        assert schema is not None and len(rows) == n
-        _commit(loc, tmp, shardset, rows, fmt)
-    except BaseException:
-        loc.remove_tree(tmp)
-        raise
-    if loc.read_json(DATASET_MANIFEST) != ds.manifest:
-        loc.remove_tree(shardset)
-        raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
-                            path=loc.show(DATASET_MANIFEST), hint="add again")
-    manifest = dict(ds.manifest)
-    manifest["shardsets"] = [*ds.manifest["shardsets"], _entry(shardset, fmt, schema, uid, rows, meta)]
-    loc.write_json_atomic(DATASET_MANIFEST, manifest)
-    return ShardsetDataset(loc)
+            w.write_shard(k, t, source=display)
+    assert w.dataset is not None
+    return w.dataset

@@ -1,0 +1,388 @@
+"""``ShardsetWriter``: write one shardset's shards (from any process) and commit them atomically.
+
+The writer is the one place a shardset dataset is written; :func:`datamill.shards.write.create` and
+:func:`datamill.shards.write.add` are thin wrappers around it, and a Ray job uses it as its sink::
+
+    with ShardsetWriter(root, uid="uid", shardset="features") as w:    # on the driver
+        sink = w.sink                                                  # picklable
+        ...  # workers (processes, Ray tasks) call sink.write_shard(k, table)
+    # __exit__: commit() (validate, rename, manifest last), or discard on an exception
+
+* The first shardset of a new dataset (no ``dataset.json`` at ``root`` yet) fixes the UID → shard
+  mapping (``samples.parquet``): shard ``k`` is what was written as ``k``, rows in their order.
+* A later shardset must follow the mapping: every shard ``0 .. num_shards-1`` is written, each UID
+  must be mapped to the shard it is written to (checked in :meth:`ShardSink.write_shard`, before
+  anything is written; rows are stored in mapping order).
+
+Each :meth:`ShardSink.write_shard` writes ``shard.{k:05d}.{fmt}`` into a hidden ``.tmp-…`` folder of the
+dataset (temp name + rename, so a retried task simply replaces it) and then a small hidden receipt
+(row count, schema, source name). :meth:`ShardsetWriter.commit` checks that every shard has a receipt,
+that row counts match the files and schemas match across shards, validates the UIDs of shards written
+by other processes (read from their UID column only), builds the mapping for a new dataset, renames
+the folder to the shardset name and writes ``dataset.json`` last. Nothing is visible to readers
+before that last write.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.errors import ConfigError, SchemaError, ShardsetError
+from datamill.shards._fs import Location, read_any, resolve, write_any
+from datamill.shards._mapping import Mapping, schema_from_b64, schema_to_b64
+from datamill.shards._tables import conform
+from datamill.shards.check import shard_problems
+from datamill.shards.dataset import ShardsetDataset
+
+__all__ = ["KEEP_META", "ShardSink", "ShardsetWriter"]
+
+KEEP_META = b"datamill"
+"""Schema metadata key of shard 0 kept in the manifest (``source_metadata``), e.g. a BERT Parquet's vocab."""
+
+_RESERVED = {DATASET_MANIFEST, SAMPLES_FILE}
+_FORMATS = ("parquet", "csv")
+
+
+def _receipt_name(k: int, fmt: str) -> str:
+    return "." + SHARD_PATTERN.format(index=k, ext=fmt) + ".json"
+
+
+@dataclass
+class _Written:
+    """What the writing process knows about a shard it wrote (saves commit re-reading it)."""
+
+    token: str
+    uids: pa.Array
+
+
+class ShardSink:
+    """The picklable part of a :class:`ShardsetWriter`: writes shards into its hidden temp folder.
+
+    Get it from :attr:`ShardsetWriter.sink`; send it to worker processes (``multiprocessing``, Ray
+    tasks) and call :meth:`write_shard` there. Shards written through a pickled copy are validated
+    again by :meth:`ShardsetWriter.commit`.
+    """
+
+    def __init__(self, loc: Location, tmp: str, *, uid: str, shardset: str, fmt: str,
+                 mapping_of: ShardsetDataset | None) -> None:
+        self.loc, self.tmp, self.uid, self.shardset, self.fmt = loc, tmp, uid, shardset, fmt
+        self.adding = mapping_of is not None
+        self.num_shards = mapping_of.num_shards if mapping_of is not None else None
+        self.existing = [c for c in mapping_of.columns if c != uid] if mapping_of is not None else []
+        first = mapping_of.manifest["shardsets"][0] if mapping_of is not None else None
+        self.reference = (first["name"], first["format"]) if first is not None else ("", fmt)
+        self._mapping = mapping_of.mapping if mapping_of is not None else None
+        self._schema: pa.Schema | None = None
+        self.written: dict[int, _Written] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_mapping=None, _schema=None, written={})  # a worker reloads the mapping once
+        return state
+
+    @property
+    def mapping(self) -> Mapping:
+        """The dataset's mapping (add mode), read from ``samples.parquet`` once per process."""
+        if self._mapping is None:
+            self._mapping = ShardsetDataset(self.loc).mapping
+        return self._mapping
+
+    def shard_name(self, k: int) -> str:
+        return SHARD_PATTERN.format(index=k, ext=self.fmt)
+
+    def _prepare(self, k: int, table: pa.Table, display: str) -> pa.Table:
+        uid = self.uid
+        if uid not in table.column_names:
+            raise SchemaError(f"the UID column {uid!r} is missing (columns: {table.column_names})",
+                              path=display, column=uid, shard=k, hint="every shard file needs the UID column")
+        if self.adding:
+            clash = [c for c in table.column_names if c != uid and c in self.existing]
+            if clash:
+                raise SchemaError(f"columns {clash} already exist in the dataset", path=display, column=clash[0],
+                                  hint="rename them; a column lives in exactly one shardset")
+            problems = list(shard_problems(table, display=display, k=k, uid_column=uid, mapping=self.mapping,
+                                           columns=None, reference=self.reference))
+            if problems:
+                if len(problems) > 1:
+                    problems[0].add_note(f"{len(problems) - 1} more violations in this file")
+                raise problems[0]
+            table = table.set_column(table.column_names.index(uid), uid,
+                                     self.mapping.cast_uids(table.column(uid), display=display))
+            pos = np.asarray(self.mapping.positions_near(table.column(uid), k).to_numpy(), dtype=np.int64)
+            if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
+                table = table.take(pa.array(np.argsort(pos, kind="stable")))
+        table = conform(table, self._schema, display=display, k=k)
+        if not self.adding:
+            u = table.column(uid)
+            if u.null_count:
+                row = int(np.flatnonzero(np.asarray(u.is_null()))[0])
+                raise ShardsetError("a UID is null", path=display, row=row, column=uid, shard=k)
+        return table
+
+    def write_shard(self, k: int, table: pa.Table, /, *, source: str | None = None) -> int:
+        """Validate ``table`` as shard ``k`` and write it atomically into the temp folder; returns its rows.
+
+        Args:
+            k: the shard index (``0 <= k < num_shards`` when adding to a dataset).
+            table: the shard's rows, with the UID column.
+            source: the name shown in errors (an input file). Defaults to ``None`` (the shard file).
+
+        Raises:
+            ConfigError: a bad shard index.
+            SchemaError: a missing UID column, a column the dataset already has, columns or types
+                differing from the first shard this process wrote.
+            ShardsetError: a null UID; when adding, a UID unknown to the mapping, in another shard or
+                duplicated.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0 or \
+                (self.num_shards is not None and k >= self.num_shards):
+            bound = f"[0, {self.num_shards})" if self.num_shards is not None else ">= 0"
+            raise ConfigError(f"shard index must be in {bound}, got {k!r}", path=self.loc.display,
+                              shard=str(k))
+        k = int(k)
+        display = source if source is not None else self.loc.show(self.shardset, self.shard_name(k))
+        meta = table.schema.metadata or {}
+        table = self._prepare(k, table, display)
+        if self._schema is None:
+            self._schema = table.schema
+        token = os.urandom(8).hex()
+        part = self.loc.tmp_name(self.shard_name(k))
+        write_any(self.loc.fs, self.loc.join(self.tmp, part), table, self.fmt)
+        self.loc.fs.move(self.loc.join(self.tmp, part), self.loc.join(self.tmp, self.shard_name(k)))
+        receipt = {"shard": k, "rows": table.num_rows, "schema": schema_to_b64(table.schema), "source": display,
+                   "token": token, "source_metadata": meta[KEEP_META].decode("utf-8", "replace")
+                   if KEEP_META in meta else None}
+        tmp_loc = Location(self.loc.fs, self.loc.join(self.tmp), self.loc.show(self.tmp))
+        tmp_loc.write_json_atomic(_receipt_name(k, self.fmt), receipt, durable=False)  # scratch: no fsync
+        self.written[k] = _Written(token, table.column(self.uid).combine_chunks())
+        return int(table.num_rows)
+
+
+def check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
+    """Refuse an invalid shardset name, an existing one, or a folder left by an interrupted write."""
+    if not name or "/" in name or "\\" in name or name.startswith(".") or name in _RESERVED:
+        raise ConfigError(f"invalid shardset name {name!r}", path=loc.display, hint="use a plain folder name")
+    if name in existing:
+        raise ShardsetError(f"the shardset {name!r} already exists", path=loc.show(name))
+    if loc.exists(name):
+        raise ShardsetError("a folder with this name exists but is not in the manifest (left by an interrupted "
+                            "add?)", path=loc.show(name), hint="remove the folder, then add again")
+
+
+class ShardsetWriter:
+    """Write one shardset (the first of a new dataset, or one more) and commit it atomically.
+
+    Args:
+        root: the dataset folder (path or pyarrow filesystem URI). Without ``dataset.json`` a new
+            dataset is created and this shardset fixes its UID → shard mapping; with one, a shardset
+            is added and must follow the mapping.
+        uid: the UID column (for an existing dataset it must be the dataset's).
+        shardset: the shardset's name (a plain folder name, new in the dataset).
+        fmt: ``"parquet"`` or ``"csv"`` shard files. Defaults to ``"parquet"``.
+        name: the dataset name in the manifest of a new dataset. Defaults to ``None`` (the folder name).
+
+    Raises:
+        ConfigError: a bad ``fmt``, shardset name or ``uid``; ``name`` for an existing dataset.
+        ShardsetError: the shardset exists already.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> root = tempfile.mkdtemp() + "/ds"
+        >>> with ShardsetWriter(root, uid="id", shardset="a") as w:
+        ...     w.write_shard(1, pa.table({"id": [3], "x": [30]}))
+        ...     w.write_shard(0, pa.table({"id": [1, 2], "x": [10, 20]}))
+        1
+        2
+        >>> with ShardsetWriter(root, uid="id", shardset="b") as w:
+        ...     _ = [w.write_shard(k, t) for k, t in enumerate([pa.table({"id": [2], "y": ["b"]}),
+        ...                                                      pa.table({"id": [3], "y": ["c"]})])]
+        >>> w.dataset.read_shard(0).to_pydict()
+        {'id': [1, 2], 'x': [10, 20], 'y': [None, 'b']}
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | Location, *, uid: str, shardset: str, fmt: str = "parquet",
+                 name: str | None = None) -> None:
+        if fmt not in _FORMATS:
+            raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
+        self.loc = root if isinstance(root, Location) else resolve(root)
+        self.shardset, self.fmt, self.name = shardset, fmt, name
+        self.base: ShardsetDataset | None = None
+        if self.loc.exists(DATASET_MANIFEST):
+            self.base = ShardsetDataset(self.loc)
+            if uid != self.base.uid_column:
+                raise ConfigError(f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
+                                  path=self.loc.show(DATASET_MANIFEST))
+            if name is not None:
+                raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
+        self._made_root = not self.loc.exists()
+        check_shardset_name(self.loc, shardset, self.base.shardsets if self.base is not None else [])
+        self.loc.fs.create_dir(self.loc.path, recursive=True)
+        self.tmp = self.loc.tmp_name(shardset)
+        self.loc.fs.create_dir(self.loc.join(self.tmp))
+        self.sink = ShardSink(self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base)
+        self.dataset: ShardsetDataset | None = None
+        self._open = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif self._open:
+            self.commit()
+
+    def write_shard(self, k: int, table: pa.Table, /, *, source: str | None = None) -> int:
+        """Write shard ``k`` (see :meth:`ShardSink.write_shard`); returns its rows."""
+        if not self._open:
+            raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
+        return self.sink.write_shard(k, table, source=source)
+
+    def discard(self) -> None:
+        """Remove the temp folder (and the dataset folder if this writer made it and it is empty)."""
+        self._open = False
+        self.loc.remove_tree(self.tmp)
+        if self._made_root and self.loc.exists() and not self.loc.listdir():
+            self.loc.fs.delete_dir(self.loc.path)
+
+    def commit(self) -> ShardsetDataset:
+        """Validate every shard, rename the folder into place and write ``dataset.json`` last.
+
+        On any error the temp folder is removed and the dataset is left as it was.
+
+        Raises:
+            ShardsetError: a shard was not written, a row count differs from its file, a UID is
+                duplicated / null / not in the mapping, or the manifest changed meanwhile.
+            SchemaError: shards have different columns or types.
+        """
+        if not self._open:
+            raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
+        try:
+            self.dataset = self._commit()
+        except BaseException:
+            self.discard()
+            raise
+        self._open = False
+        return self.dataset
+
+    def _receipts(self) -> dict[int, dict[str, Any]]:
+        tmp = Location(self.loc.fs, self.loc.join(self.tmp), self.loc.show(self.tmp))
+        out: dict[int, dict[str, Any]] = {}
+        for entry in tmp.listdir():
+            if entry.startswith(".shard.") and entry.endswith(".json") and ".tmp-" not in entry:
+                r = tmp.read_json(entry)
+                out[int(r["shard"])] = r
+        return out
+
+    def _commit(self) -> ShardsetDataset:
+        loc, fmt, uid, sink = self.loc, self.fmt, self.sink.uid, self.sink
+        receipts = self._receipts()
+        n = self.base.num_shards if self.base is not None else len(receipts)
+        if not receipts:
+            raise ConfigError("no shards were written", path=loc.show(self.tmp))
+        missing = sorted(set(range(n)) - set(receipts))
+        if missing or len(receipts) != n:
+            raise ShardsetError(f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
+                                f"expected shards 0..{n - 1}", path=loc.show(self.tmp),
+                                hint="write every shard index once (an empty table for an empty shard)")
+        schema = schema_from_b64(receipts[0]["schema"])
+        for k in range(n):
+            r = receipts[k]
+            if not schema_from_b64(r["schema"]).equals(schema):
+                raise SchemaError(f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
+                                  path=r["source"], shard=k, hint="cast every shard to the same schema")
+            path = loc.join(self.tmp, sink.shard_name(k))
+            got = pq.read_metadata(path, filesystem=loc.fs).num_rows if fmt == "parquet" else \
+                read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
+            if got != int(r["rows"]):
+                raise ShardsetError(f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k)
+        uids = [self._shard_uids(k, receipts[k], schema) for k in range(n)]
+        rows = [int(receipts[k]["rows"]) for k in range(n)]
+        entry = {"name": self.shardset, "format": fmt, "columns": [c for c in schema.names if c != uid],
+                 "schema": schema_to_b64(schema), "num_shards": n, "shard_rows": rows}
+        if receipts[0].get("source_metadata") is not None:
+            entry["source_metadata"] = receipts[0]["source_metadata"]
+        keep = {sink.shard_name(k) for k in range(n)}
+        for name in loc.listdir(self.tmp):  # receipts, and parts left by killed workers
+            if name not in keep:
+                loc.fs.delete_file(loc.join(self.tmp, name))
+        if self.base is None:
+            return self._commit_new(uids, rows, entry, receipts)
+        return self._commit_added(entry)
+
+    def _shard_uids(self, k: int, receipt: dict[str, Any], schema: pa.Schema) -> pa.Array:
+        """Shard ``k``'s UIDs; shards written by another process are re-validated from their file."""
+        known = self.sink.written.get(k)
+        if known is not None and known.token == receipt["token"]:
+            return known.uids
+        uid = self.sink.uid
+        path = self.loc.join(self.tmp, self.sink.shard_name(k))
+        t = read_any(self.loc.fs, path, display=receipt["source"], columns=[uid], schema=schema)
+        u = t.column(uid).combine_chunks()
+        if self.base is None and u.null_count:
+            row = int(np.flatnonzero(np.asarray(u.is_null()))[0])
+            raise ShardsetError("a UID is null", path=receipt["source"], row=row, column=uid, shard=k)
+        if self.base is not None:
+            problems = list(shard_problems(t, display=receipt["source"], k=k, uid_column=uid,
+                                           mapping=self.sink.mapping, columns=None, reference=self.sink.reference))
+            if problems:
+                raise problems[0]
+        return u
+
+    def _commit_new(self, uids: list[pa.Array], rows: list[int], entry: dict[str, Any],
+                    receipts: dict[int, dict[str, Any]]) -> ShardsetDataset:
+        loc, uid = self.loc, self.sink.uid
+        all_uids = pa.concat_arrays(uids) if uids else pa.array([], pa.int64())
+        sizes = np.asarray(rows, dtype=np.int64)
+        _check_unique(all_uids, sizes, [receipts[k]["source"] for k in range(len(rows))])
+        mapping = Mapping(all_uids, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes), len(sizes))
+        loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
+        mtmp = loc.tmp_name(SAMPLES_FILE)
+        pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
+        loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
+        manifest = {"format": SHARDS_FORMAT, "name": self.name or os.path.basename(loc.path), "uid_column": uid,
+                    "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
+        loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        return ShardsetDataset(loc)
+
+    def _commit_added(self, entry: dict[str, Any]) -> ShardsetDataset:
+        loc, base = self.loc, self.base
+        assert base is not None
+        if loc.read_json(DATASET_MANIFEST) != base.manifest:
+            raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
+                                path=loc.show(DATASET_MANIFEST), hint="add again")
+        loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
+        if loc.read_json(DATASET_MANIFEST) != base.manifest:
+            loc.remove_tree(self.shardset)
+            raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
+                                path=loc.show(DATASET_MANIFEST), hint="add again")
+        manifest = dict(base.manifest)
+        manifest["shardsets"] = [*base.manifest["shardsets"], entry]
+        loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        return ShardsetDataset(loc)
+
+
+def _check_unique(uids: pa.Array, sizes: np.ndarray[Any, np.dtype[np.int64]], displays: list[str]) -> None:
+    if pc.count_distinct(uids).as_py() == len(uids):
+        return
+    counts = pc.value_counts(uids)
+    dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"]
+    rows = np.flatnonzero(np.asarray(pc.equal(uids, dup).fill_null(False)))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    shards = np.searchsorted(offsets, rows, side="right") - 1
+    k = int(shards[1])
+    raise ShardsetError(f"duplicate uid (also in shard {int(shards[0])}, {displays[int(shards[0])]})",
+                        path=displays[k], uid=dup.as_py(), row=int(rows[1] - offsets[k]), shard=k,
+                        hint="UIDs must be unique within a shardset")
+
