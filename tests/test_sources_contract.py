@@ -149,15 +149,9 @@ def shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
 CASES: list[Case] = [table_case, parquet_file_row_groups, parquet_file_files, parquet_folder_row_groups,
                      parquet_folder_files, hdf5_house_prices, bert_parquet, word2vec, corpus, shardset]
-XFAIL = {
-    "shardset": "ShardsetDataset.read_shard does not use check_read_args yet (IndexError instead of ConfigError); "
-                "fixed on the shards branch",
-}
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=c.__name__, marks=[pytest.mark.xfail(strict=True, reason=XFAIL[c.__name__])]
-                 if c.__name__ in XFAIL else []) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.__name__) for c in CASES])
 def test_source_conformance(case: Case, tmp_path: Path, data_dir: Path) -> None:
     open_a, open_b = case(tmp_path, data_dir)
     source = open_a()

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from datamill.core.errors import SchemaError
 from datamill.core.io import read_table
-from datamill.preprocess.hdf5_source import HDF5Source
+from datamill.preprocessing.hdf5 import HDF5Source
 from datamill.shards._fs import file_format, read_any, resolve
 
 __all__ = ["ShardInput", "TableInput", "conform", "hdf5_to_table", "load_table"]
@@ -25,7 +25,7 @@ _HDF5_READ_ROWS = 1 << 20  # rows per HDF5 read (one shard of the HDF5Source)
 
 
 def hdf5_to_table(path: str | os.PathLike[str], *, uid: str = "uid") -> pa.Table:
-    """Read a preprocessed HDF5 file into one table through :class:`~datamill.preprocess.hdf5_source.HDF5Source`.
+    """Read a preprocessed HDF5 file into one table through :class:`~datamill.preprocessing.hdf5.HDF5Source`.
 
     A CSR group becomes a list column, a multi-dimensional dataset a (nested) ``fixed_size_list``
     column; ``uid`` (the row number) is added when the file has no such column.

@@ -1,7 +1,7 @@
 """Conversions: a preprocessed HDF5 or a BERT Parquet into a shardset dataset, and back to one table.
 
 A preprocessed HDF5 is read by its one reader,
-:class:`~datamill.preprocess.hdf5_source.HDF5Source` (one column per root dataset, a CSR group as
+:class:`~datamill.preprocessing.hdf5.HDF5Source` (one column per root dataset, a CSR group as
 a list column, a multi-dimensional array as a nested ``fixed_size_list`` column); a ``uid`` column
 (the row number) is added when the file has none.
 """
