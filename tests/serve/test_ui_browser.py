@@ -245,7 +245,7 @@ def test_post_without_csrf_token_is_refused(browser: Any, server: dict[str, Any]
         status = page.evaluate("""async (body) => (await fetch('/ui/keys', {method: 'POST', body,
             headers: {'Content-Type': 'application/x-www-form-urlencoded'}})).status""", body)
         assert status == 403
-    res = page.request.post(server["url"] + f"/ui/iterations/it-x/rewind", form={"rank": "0", "consumed": "0"})
+    res = page.request.post(server["url"] + "/ui/iterations/it-x/rewind", form={"rank": "0", "consumed": "0"})
     assert res.status == 403
     page.goto(server["url"] + "/ui/keys")
     assert page.locator("#keys tbody tr").count() == before

@@ -17,11 +17,11 @@ def install_ui(api: Any) -> None:
 
     Examples:
         >>> import tempfile
-        >>> from fastapi import FastAPI
-        >>> api = FastAPI()
-        >>> install_ui(api)
-        >>> sorted({r.path for r in api.routes if r.path.startswith("/ui/keys")})
-        ['/ui/keys', '/ui/keys/{key_id}/revoke']
+        >>> from fastapi.testclient import TestClient
+        >>> from datamill.serve.app import create_app  # calls install_ui
+        >>> client = TestClient(create_app(tempfile.mkdtemp(), auth=False))
+        >>> client.get("/ui/datasets").status_code, client.get("/ui/static/ui.css").headers["content-type"]
+        (200, 'text/css; charset=utf-8')
     """
     from datamill.serve.ui.pages import root, router
     from datamill.serve.views import router as views

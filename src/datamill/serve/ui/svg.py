@@ -16,7 +16,7 @@ import numpy as np
 
 __all__ = ["ack_history", "histogram_svg", "throughput_svg"]
 
-W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 200, 56, 28, 12, 12
+W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 210, 56, 28, 24, 12
 
 
 def ack_history(db: str | Path, iteration: str) -> list[tuple[float, int]]:
@@ -42,11 +42,13 @@ def _frame(title: str, xlabel: str, ylabel: str, ymax: float, body: str) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" class="chart" '
             f'aria-label="{escape(title)}"><title>{escape(title)}</title>{ticks}{body}'
             f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 4}" text-anchor="middle">{escape(xlabel)}</text>'
-            f'<text x="12" y="{PAD_T + 4}" class="ylabel">{escape(ylabel)}</text></svg>')
+            f'<text x="4" y="12" class="ylabel">{escape(ylabel)}</text></svg>')
 
 
 def throughput_svg(history: Sequence[tuple[float, int]], *, bins: int = 40) -> str:
-    """Batches/s over time (``bins`` equal time slices from the first to the last ack) as an SVG line.
+    """Batches/s over time as an SVG line: equal time slices from the first to the last ack.
+
+    At most ``bins`` slices, and about four acks per slice, so a short run is not drawn as spikes.
 
     Examples:
         >>> svg = throughput_svg([(0.0, 16), (1.0, 16), (2.0, 16)])
@@ -60,11 +62,14 @@ def throughput_svg(history: Sequence[tuple[float, int]], *, bins: int = 40) -> s
     t = np.asarray([h[0] for h in history], dtype=np.float64)
     n = np.asarray([h[1] for h in history], dtype=np.float64)
     t0, t1 = float(t[0]), float(max(t[-1], t[0] + 1e-3))
+    bins = max(1, min(bins, len(history) // 4))
     counts, edges = np.histogram(t, bins=bins, range=(t0, t1), weights=n)
     rate = counts / ((t1 - t0) / bins)
     ymax = float(max(rate.max(), 1e-9))
     xs = PAD_L + (edges[:-1] + edges[1:] - 2 * t0) / 2 / (t1 - t0) * (W - PAD_L - PAD_R)
     ys = H - PAD_B - rate / ymax * (H - PAD_B - PAD_T)
+    if len(xs) == 1:  # one slice: a flat line across the plot
+        xs, ys = np.asarray([PAD_L, W - PAD_R], dtype=np.float64), np.repeat(ys, 2)
     pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
     title = f"Throughput: {int(n.sum()):,} batches in {t1 - t0:.1f} s, peak {_fmt(ymax)} batches/s"
     return _frame(title, f"time (0 to {t1 - t0:.1f} s)", "batches/s", ymax,
