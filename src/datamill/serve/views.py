@@ -63,6 +63,24 @@ class Inspector:
 
     Args:
         state: the server's :class:`~datamill.serve.server.ServeState`.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> from pathlib import Path
+        >>> from datamill.serve.server import ServeState
+        >>> from datamill.shards.dataset import ShardsetDataset
+        >>> root = Path(tempfile.mkdtemp())
+        >>> ds = ShardsetDataset.create(root / "d", pa.table({"uid": [1, 2], "x": [3, 4]}), uid="uid", shardset="a",
+        ...                             shard_size=2)
+        >>> _ = ds.add("b", pa.table({"uid": [2], "y": ["z"]}), route=True)
+        >>> state = ServeState(root / ".state", roots=[root], auth=False)
+        >>> insp = Inspector(state)
+        >>> ds_id = state.register("d", name="d")["id"]
+        >>> insp.summary("d")["kind"], insp.detail("d")["describe"]["shardsets"][1]["missing"]
+        ('shardset dataset', 1)
+        >>> [[c["t"] for c in r["cells"]] for r in insp.samples("d", columns=["y"])["rows"]]
+        [['missing'], ['value']]
+        >>> state.close()
     """
 
     def __init__(self, state: Any) -> None:

@@ -75,7 +75,15 @@ def viewer(request: Request) -> Viewer | None:
 
 
 def check_csrf(who: Viewer, form: dict[str, str]) -> None:
-    """Refuse (403) a cookie- or no-auth-session form without the right token."""
+    """Refuse (403) a cookie- or no-auth-session form without the right token.
+
+    Examples:
+        >>> check_csrf(Viewer("admin", "cookie", "t0k"), {"csrf": "t0k"})
+        >>> check_csrf(Viewer("admin", "cookie", "t0k"), {})
+        Traceback (most recent call last):
+        ...
+        fastapi.exceptions.HTTPException: 403: missing or wrong CSRF token: reload the page and submit the form again
+    """
     if who.via == "bearer":
         return
     sent = form.get(CSRF_FIELD, "")
