@@ -324,6 +324,9 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     def rewind(it_id: ItId, body: RewindIn) -> dict[str, Any]:
         return state.rewind(state.iteration(it_id), body.model_dump(exclude_none=True))
 
+    from datamill.serve.ui import install_ui
+
+    install_ui(api)  # the web UI at /ui and the dataset views (datamill.serve.views)
     wrapped = _limit_body(_guard(api, state), max_body)
     wrapped.state = api.state  # type: ignore[attr-defined]  # callers reach the state through the app
     return wrapped

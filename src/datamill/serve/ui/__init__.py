@@ -1,0 +1,31 @@
+"""The web UI of ``datamill serve`` at ``/ui`` (needs the ``serve`` extra: fastapi, Jinja2).
+
+Server-rendered pages (:mod:`datamill.serve.ui.pages`), one CSS file and one small script of our
+own, all shipped as package data: nothing is built with node or npm and nothing is downloaded.
+:func:`install_ui` mounts the pages and the JSON views (:mod:`datamill.serve.views`) on an app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["install_ui"]
+
+
+def install_ui(api: Any) -> None:
+    """Add the ``/ui`` pages and the dataset views (``/api/v1/datasets/{id}/...``) to a FastAPI app.
+
+    Examples:
+        >>> import tempfile
+        >>> from fastapi.testclient import TestClient
+        >>> from datamill.serve.app import create_app  # calls install_ui
+        >>> client = TestClient(create_app(tempfile.mkdtemp(), auth=False))
+        >>> client.get("/ui/datasets").status_code, client.get("/ui/static/ui.css").headers["content-type"]
+        (200, 'text/css; charset=utf-8')
+    """
+    from datamill.serve.ui.pages import root, router
+    from datamill.serve.views import router as views
+
+    api.include_router(views)
+    api.include_router(router)
+    api.include_router(root)

@@ -1,0 +1,356 @@
+"""The web UI's pages under ``/ui``: Jinja2 templates rendered on the server, one CSS file, a little JS.
+
+Every page reads the same server state as the JSON API (:class:`~datamill.serve.server.ServeState`
+and :class:`~datamill.serve.views.Inspector`). Without a valid key a page shows only the login form
+(401); state-changing forms are POSTs that carry a CSRF token (see :mod:`datamill.serve.ui.session`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import jinja2
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from datamill.core.errors import DatamillError
+from datamill.serve.auth import create_key
+from datamill.serve.server import NotFoundError
+from datamill.serve.ui.session import COOKIE, CSRF_FIELD, Viewer, check_csrf, viewer
+from datamill.serve.ui.svg import ack_history, histogram_svg, throughput_svg
+from datamill.serve.views import MAX_LIMIT, Inspector, inspector
+
+__all__ = ["SECURITY_HEADERS", "root", "router"]
+
+HERE = Path(__file__).resolve().parent
+STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                          trim_blocks=True, lstrip_blocks=True)
+_ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
+_ENV.filters["bytes"] = lambda n: next(f"{n / 1024 ** i:,.1f} {u}" for i, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
+                                       if n < 1024 ** (i + 1) or u == "TiB")
+_ENV.filters["when"] = lambda t: "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+_ENV.filters["pct"] = lambda p: f"{100 * p['done'] / p['total']:.0f}%" if p["total"] else "100%"
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+root = APIRouter(include_in_schema=False)
+
+
+class _LoginNeeded(Exception):
+    pass
+
+
+def _render(request: Request, name: str, who: Viewer | None, *, status: int = 200, **ctx: Any) -> HTMLResponse:
+    html = _ENV.get_template(name).render(who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx)
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _who(request: Request, *, admin: bool = False) -> Viewer:
+    who = viewer(request)
+    if who is None:
+        raise _LoginNeeded
+    if admin and not who.admin:
+        raise HTTPException(403, "this page needs an admin key")
+    return who
+
+
+def _page(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Render a login form (401) without a key and an error page for located errors (4xx)."""
+
+    async def handle(request: Request, call: Callable[[], Any]) -> Any:
+        try:
+            return await call()
+        except _LoginNeeded:
+            msg = "your key is invalid or was revoked: enter a valid key" if request.cookies.get(COOKIE) else None
+            return _render(request, "login.html", None, status=401, error=msg, next=request.url.path)
+        except DatamillError as exc:
+            code = 404 if isinstance(exc, NotFoundError) else 400
+            return _render(request, "error.html", viewer(request), status=code, error=exc.one_line(),
+                           kind=type(exc).__name__)
+        except HTTPException as exc:
+            return _render(request, "error.html", viewer(request), status=exc.status_code, error=str(exc.detail),
+                           kind=f"HTTP {exc.status_code}")
+
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def wrapper_async(request: Request, *args: Any, **kwargs: Any) -> Any:
+            return await handle(request, lambda: fn(request, *args, **kwargs))
+        return wrapper_async
+
+    @functools.wraps(fn)
+    async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Any:
+        return await handle(request, lambda: run_in_threadpool(fn, request, *args, **kwargs))
+    return wrapper
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = (await request.body()).decode("utf-8", "replace")
+    return {k: v[-1] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
+
+
+def _see(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+# ---------------------------------------------------------------------------------------------- session
+@root.get("/")
+@router.get("")
+@router.get("/")
+def home() -> RedirectResponse:
+    """The UI starts at the datasets page."""
+    return _see("/ui/datasets")
+
+
+@router.get("/static/{name}")
+def static(name: str) -> Response:
+    """The CSS and JS files (nothing else is served from the package)."""
+    if name not in STATIC:
+        raise HTTPException(404, "no such static file")
+    return Response((HERE / "static" / name).read_bytes(), media_type=STATIC[name],
+                    headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
+
+
+@router.get("/login")
+@_page
+def login_form(request: Request) -> HTMLResponse:
+    """The login form."""
+    return _render(request, "login.html", viewer(request), error=None, next="/ui/datasets")
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """Check the key and keep it in an HttpOnly, SameSite=Strict cookie."""
+    form = await _form(request)
+    key = form.get("key", "").strip()
+    state = request.app.state.serve
+    nxt = form.get("next", "/ui/datasets")
+    nxt = nxt if nxt.startswith("/ui") and "//" not in nxt and "\\" not in nxt else "/ui/datasets"
+    if not state.auth:
+        return _see(nxt)
+    if not key or state.keys.check(key) is None:
+        return _render(request, "login.html", None, status=401, error="that key is invalid or revoked", next=nxt)
+    res = _see(nxt)
+    res.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/", secure=request.url.scheme == "https")
+    return res
+
+
+@router.post("/logout")
+@_page
+async def logout(request: Request) -> Response:
+    """Forget the key cookie."""
+    check_csrf(_who(request), await _form(request))
+    res = _see("/ui/login")
+    res.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return res
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+def _summaries(request: Request) -> list[dict[str, Any]]:
+    insp = inspector(request)
+    return [insp.summary(ds["id"]) for ds in request.app.state.serve.datasets()]
+
+
+@router.get("/datasets")
+@_page
+def datasets_page(request: Request) -> HTMLResponse:
+    """Every registered dataset with its kind, size, samples and shardsets."""
+    who = _who(request)
+    return _render(request, "datasets.html", who, datasets=_summaries(request), registered=None)
+
+
+@router.post("/datasets")
+@_page
+async def register(request: Request) -> HTMLResponse:
+    """Register a dataset from a path under the server's roots (admin)."""
+    who = _who(request, admin=True)
+    form = await _form(request)
+    check_csrf(who, form)
+    ds = await run_in_threadpool(request.app.state.serve.register, form.get("path", ""), name=form.get("name", ""))
+    summaries = await run_in_threadpool(_summaries, request)
+    return _render(request, "datasets.html", who, datasets=summaries, registered=ds)
+
+
+@router.get("/datasets/{ref}")
+@_page
+def dataset_page(request: Request, ref: str) -> HTMLResponse:
+    """Shardsets, columns, statistics, metadata and check results of one dataset."""
+    who = _who(request)
+    return _render(request, "dataset.html", who, d=inspector(request).detail(ref))
+
+
+@router.get("/datasets/{ref}/values/{column}")
+@_page
+def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
+    """Top values and histogram of a column: a progress bar until computed (the page polls)."""
+    _who(request)
+    insp: Inspector = inspector(request)
+    src = insp.source(ref)
+    if column not in src.columns:
+        raise NotFoundError(f"no column {column!r}; columns: {list(src.columns)}")
+    view = insp.values.get(src.fingerprint(), column, lambda: src).view()
+    svg = None
+    res = view["result"]
+    if res is not None and res["histogram"] is not None:
+        svg = histogram_svg(res["histogram"]["counts"], res["histogram"]["edges"],
+                            label=f"{column} {res['of']}" if res["of"] != "value" else column)
+    return _render(request, "_values.html", None, v=view, column=column, svg=svg)
+
+
+@router.get("/datasets/{ref}/samples")
+@_page
+def samples_page(request: Request, ref: str, offset: Annotated[int, Query(ge=0)] = 0,
+                 limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+                 col: Annotated[list[str] | None, Query(max_length=1000)] = None) -> HTMLResponse:
+    """A page of the joined dataset with selectable columns."""
+    who = _who(request)
+    insp = inspector(request)
+    page = insp.samples(ref, offset=offset, limit=limit, columns=col or None)
+    chosen = "".join(f"&col={urllib.parse.quote(c)}" for c in (col or []))
+    return _render(request, "samples.html", who, d=insp.summary(ref), page=page, chosen=chosen)
+
+
+@router.get("/datasets/{ref}/file")
+@_page
+def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], column: str) -> Response:
+    """The image a cell names by path (inside the server's roots only)."""
+    _who(request)
+    data, mime = inspector(request).cell_file(ref, row=row, column=column)
+    return Response(data, media_type=mime, headers={"Cache-Control": "private, max-age=60",
+                                                    "X-Content-Type-Options": "nosniff"})
+
+
+# ---------------------------------------------------------------------------------------------- iterations
+def _iteration_view(request: Request, it_id: str) -> dict[str, Any]:
+    state = request.app.state.serve
+    it = state.iteration(it_id)
+    desc = state.describe(it)
+    progress = it.progress()
+    names = {d["id"]: d["name"] for d in state.datasets()}
+    svg = throughput_svg(ack_history(state.journal.path, it.id))
+    return {"id": it.id, "config": desc["config"], "dataset": names.get(desc["config"]["dataset"], "?"),
+            "p": progress, "svg": svg}
+
+
+@router.get("/iterations")
+@_page
+def iterations_page(request: Request) -> HTMLResponse:
+    """Every iteration with its progress, and the form that starts one."""
+    who = _who(request)
+    state = request.app.state.serve
+    rows = []
+    names = {d["id"]: d["name"] for d in state.datasets()}
+    for r in state.journal.iterations():
+        p = state.iteration(r["id"]).progress()
+        rows.append({"id": r["id"], "key": r["key"], "epoch": r["epoch"], "created": r["created"],
+                     "dataset": names.get(r["config"]["dataset"], "?"), "mode": r["config"]["mode"], "p": p})
+    return _render(request, "iterations.html", who, iterations=rows, datasets=state.datasets())
+
+
+@router.post("/iterations")
+@_page
+async def start_iteration(request: Request) -> Response:
+    """Start (or join) an iteration from the form: a loader configuration to try before training."""
+    who = _who(request)
+    form = await _form(request)
+    check_csrf(who, form)
+    req: dict[str, Any] = {"dataset": form.get("dataset", "")}
+    try:
+        for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
+            if form.get(f, "").strip():
+                req[f] = int(form[f])
+    except ValueError as exc:
+        raise HTTPException(400, f"not a whole number: {exc}") from exc
+    req["shuffle"] = form.get("shuffle") == "on"
+    req["drop_last"] = form.get("drop_last") == "on"
+    req["mode"] = form.get("mode", "static")
+    if form.get("name", "").strip():
+        req["name"] = form["name"].strip()
+    if form.get("columns", "").strip():
+        req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
+    if "batch_size" not in req:
+        raise HTTPException(400, "batch size is required")
+    desc = await run_in_threadpool(request.app.state.serve.create_iteration, req)
+    return _see(f"/ui/iterations/{desc['id']}")
+
+
+@router.get("/iterations/{it_id}")
+@_page
+def iteration_page(request: Request, it_id: str) -> HTMLResponse:
+    """One iteration: config, live progress per rank and client, throughput, rewind."""
+    who = _who(request)
+    return _render(request, "iteration.html", who, it=_iteration_view(request, it_id), rewound=None)
+
+
+@router.get("/iterations/{it_id}/live")
+@_page
+def iteration_live(request: Request, it_id: str) -> HTMLResponse:
+    """The live part of the iteration page (polled by ui.js)."""
+    _who(request)
+    return _render(request, "_live.html", None, it=_iteration_view(request, it_id))
+
+
+@router.post("/iterations/{it_id}/rewind")
+@_page
+async def rewind(request: Request, it_id: str) -> HTMLResponse:
+    """Rewind a rank to a checkpoint's consumed batch count (admin)."""
+    who = _who(request, admin=True)
+    form = await _form(request)
+    check_csrf(who, form)
+    state = request.app.state.serve
+    try:
+        body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
+    except ValueError as exc:
+        raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
+    await run_in_threadpool(state.rewind, state.iteration(it_id), body)
+    view = await run_in_threadpool(_iteration_view, request, it_id)
+    return _render(request, "iteration.html", who, it=view, rewound=body)
+
+
+# ---------------------------------------------------------------------------------------------- keys
+@router.get("/keys")
+@_page
+def keys_page(request: Request) -> HTMLResponse:
+    """Every API key (admin): create and revoke."""
+    who = _who(request, admin=True)
+    return _render(request, "keys.html", who, keys=request.app.state.serve.keys.listing(), created=None)
+
+
+@router.post("/keys")
+@_page
+async def new_key(request: Request) -> HTMLResponse:
+    """Create a key; it is shown on this page once and never again."""
+    who = _who(request, admin=True)
+    form = await _form(request)
+    check_csrf(who, form)
+    state = request.app.state.serve
+    role = form.get("role", "read")
+    if role not in ("read", "admin"):
+        raise HTTPException(400, f"unknown role {role!r}")
+    key_id, key = create_key(state.journal, role=role, note=form.get("note", "")[:200])
+    state.keys.reload()
+    created = {"id": key_id, "key": key, "role": role}
+    return _render(request, "keys.html", who, keys=state.keys.listing(), created=created)
+
+
+@router.post("/keys/{key_id}/revoke")
+@_page
+async def revoke_key(request: Request, key_id: str) -> Response:
+    """Revoke a key (admin)."""
+    who = _who(request, admin=True)
+    check_csrf(who, await _form(request))
+    state = request.app.state.serve
+    if not state.journal.revoke_key(key_id):
+        raise NotFoundError(f"no live key {key_id!r}")
+    state.keys.reload()
+    return _see("/ui/keys")
