@@ -17,6 +17,7 @@ from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
+from datamill.loader.order import Elastic
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
@@ -71,6 +72,9 @@ class Loader:
             before the loader raises. Defaults to ``0``.
         pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to ``False``.
         progress: show a tqdm bar. Defaults to ``False``.
+        replication: ranks per replication group (tensor/context parallelism): the ``replication``
+            consecutive ranks of a group get the same batches, groups split the data. Must divide
+            ``world_size``. Defaults to ``1``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -92,13 +96,16 @@ class Loader:
         collate: str | Callable[[pa.Table], Any] = "numpy", rank: int = 0, world_size: int = 1,
         num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
-        max_errors: int = 0, pin_memory: bool = False, progress: bool = False,
+        max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
     ) -> None:
         for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+        if isinstance(replication, bool) or not isinstance(replication, (int, np.integer)) or replication < 1 \
+                or world_size % replication:
+            raise ConfigError(f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}")
         if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
             raise ConfigError(f"shuffle_buffer must be a number of shards >= 1, got {shuffle_buffer!r}")
         self.service = BatchService(
@@ -106,8 +113,9 @@ class Loader:
             columns=columns, collate=resolve_collate(collate, pin_memory=pin_memory), filter=filter,
             transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
-        self.epoch = int(epoch)
+        self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = 0
+        self._elastic: Elastic = ()
         self._new_epoch_stats()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -191,15 +199,19 @@ class Loader:
     @property
     def config(self) -> dict[str, Any]:
         """The order-relevant settings (saved in the resume state)."""
-        return self.service.config(rank=self.rank, world_size=self.world_size)
+        return self.service.config(rank=self.rank, world_size=self.world_size, replication=self.replication)
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         """The rank's :class:`~datamill.loader.stages.EpochPlan` for ``epoch`` (current by default)."""
-        return self.service.plan(self.epoch if epoch is None else epoch, self.rank, self.world_size)
+        if epoch is None or epoch == self.epoch:
+            return self.service.plan(self.epoch, self.rank, self.world_size, elastic=self._elastic,
+                                     replication=self.replication)
+        return self.service.plan(epoch, self.rank, self.world_size, replication=self.replication)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (some may be skipped if a filter empties them)."""
-        return self.service.num_batches(self.epoch, self.rank, self.world_size)
+        return self.service.num_batches(self.epoch, self.rank, self.world_size, elastic=self._elastic,
+                                        replication=self.replication)
 
     def dataset_fingerprint(self) -> str:
         """The source's fingerprint (computed once)."""
@@ -209,21 +221,55 @@ class Loader:
         """Start epoch ``epoch`` from its beginning on the next iteration."""
         if epoch < 0:
             raise ConfigError(f"epoch must be >= 0, got {epoch}")
-        self.epoch, self._batches_seen = int(epoch), 0
+        self.epoch, self._batches_seen, self._elastic = int(epoch), 0, ()
 
     def state_dict(self) -> dict[str, Any]:
         """Tiny JSON-able resume state (see :mod:`datamill.loader.state`)."""
         return self.service.resume_state(epoch=self.epoch, batches_seen=self._batches_seen, rank=self.rank,
-                                         world_size=self.world_size)
+                                         world_size=self.world_size, elastic=self._elastic,
+                                         replication=self.replication)
 
-    def load_state_dict(self, state: Mapping[str, Any], *, allow_mismatch: Sequence[str] = ()) -> None:
-        """Continue where ``state`` was taken; raises ResumeStateError listing every mismatch."""
-        self.epoch, self._batches_seen = self.service.check_state(
-            state, rank=self.rank, world_size=self.world_size, allow_mismatch=allow_mismatch)
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+                        allow_mismatch: Sequence[str] = ()) -> None:
+        """Continue where ``state`` was taken; raises ResumeStateError listing every mismatch.
+
+        ``state`` is this rank's state, or (an *elastic* resume) one rank's state of a run whose
+        ranks stepped in lockstep, or the list of every rank's states, saved with any world size,
+        replication or (with ``allow_mismatch=["batch_size"]``) batch size: the samples consumed are known exactly from the pure order and
+        the rest of the epoch is re-split over this run's ranks, so every sample is still seen
+        exactly once in that epoch (:mod:`datamill.loader.elastic`). The dataset, seed, columns,
+        shuffle, window and ``drop_last`` must match.
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> src = TableSource(pa.table({"x": list(range(12))}), shard_size=4)
+            >>> old = [Loader(src, 2, seed=3, rank=r, world_size=2) for r in range(2)]
+            >>> seen = [next(iter(ld))["x"].tolist() for ld in old]  # one batch on each of 2 ranks
+            >>> new = [Loader(src, 2, seed=3, rank=r, world_size=3) for r in range(3)]
+            >>> for ld in new:
+            ...     ld.load_state_dict([o.state_dict() for o in old])
+            >>> rest = [x for ld in new for b in ld for x in b["x"].tolist()]
+            >>> sorted(sum(seen, []) + rest) == list(range(12))
+            True
+        """
+        cfg = state.get("config") if isinstance(state, Mapping) else None
+        if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
+                and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
+                and cfg.get("replication", 1) == self.replication \
+                and (cfg.get("batch_size") == self.batch_size or "batch_size" not in allow_mismatch):
+            self.epoch, self._batches_seen = self.service.check_state(
+                state, rank=self.rank, world_size=self.world_size, allow_mismatch=allow_mismatch,
+                replication=self.replication)
+            self._elastic = ()
+            return
+        point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
+                                          replication=self.replication, allow_mismatch=allow_mismatch)
+        self.epoch, self._batches_seen, self._elastic = point.epoch, point.batches_seen, point.elastic
 
     @classmethod
-    def from_state(cls, source: Source, state: Mapping[str, Any], /, **kwargs: Any) -> Loader:
-        """A loader resuming ``state``; order settings default to the saved ones.
+    def from_state(cls, source: Source, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], /, *,
+                   allow_mismatch: Sequence[str] = (), **kwargs: Any) -> Loader:
+        """A loader resuming ``state`` (or every rank's states); order settings default to the saved ones.
 
         Examples:
             >>> from datamill.core.source import TableSource
@@ -233,15 +279,17 @@ class Loader:
             >>> [x["x"].tolist() for x in it] == [x["x"].tolist() for x in b]
             True
         """
-        st = validate_state(state)
+        first: Any = state if isinstance(state, Mapping) else next(iter(state), None)
+        st = validate_state(first)
         cfg = dict(st["config"])
         defaults = {"batch_size": cfg["batch_size"], "shuffle": cfg["shuffle"], "seed": st["seed"],
                     "columns": cfg["columns"], "drop_last": cfg["drop_last"], "rank": cfg["rank"],
-                    "world_size": cfg["world_size"], "shuffle_buffer": cfg["window"]}
+                    "world_size": cfg["world_size"], "shuffle_buffer": cfg["window"],
+                    "replication": cfg.get("replication", 1)}
         defaults.update(kwargs)
         batch_size = defaults.pop("batch_size")
         loader = cls(source, batch_size, **defaults)
-        loader.load_state_dict(st)
+        loader.load_state_dict(state, allow_mismatch=allow_mismatch)
         return loader
 
     # ----------------------------------------------------------------- accounting
@@ -267,7 +315,8 @@ class Loader:
         :meth:`BatchService.build <datamill.loader.service.BatchService.build>` for this rank;
         does not touch the position or stats.
         """
-        return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size)
+        return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
+                                  elastic=self._elastic, replication=self.replication)
 
     def to_torch(self) -> IterableDataset[Any]:
         """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
@@ -300,7 +349,7 @@ class Loader:
                     self._stats["first_batch_s"] = self._stats["elapsed_s"]
                 yield res.output
         self._stats["elapsed_s"] = time.perf_counter() - t0
-        self.epoch, self._batches_seen = self.epoch + 1, 0
+        self.epoch, self._batches_seen, self._elastic = self.epoch + 1, 0, ()
 
 
 def per_sample(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[pa.Table], np.ndarray]:
