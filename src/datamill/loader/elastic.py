@@ -138,6 +138,9 @@ def resume_point(service: BatchService, states: Mapping[str, Any] | Sequence[Map
     steps = set(batches.values())
     if new_data_world == data_world and old_bs == service.batch_size and len(steps) == 1:
         return ResumePoint(int(epoch), steps.pop(), history)
+    if service.bucket_by is not None:
+        raise ResumeStateError("elastic resumption (another world size, batch size or uneven ranks) is not "
+                               "supported with bucket_by", hint="resume with the saved world size and batch size")
     try:
         left = len(remaining_positions(service.epoch_samples(epoch), history=history, drop_last=service.drop_last))
     except ValueError as exc:

@@ -75,6 +75,10 @@ class Loader:
         replication: ranks per replication group (tensor/context parallelism): the ``replication``
             consecutive ranks of a group get the same batches, groups split the data. Must divide
             ``world_size``. Defaults to ``1``.
+        bucket_by: a list (ragged) or string column: each batch groups samples of similar length,
+            inside the shuffle window; still every sample once per epoch, deterministic, resumable
+            (not elastically). Defaults to ``None``.
+        buckets: number of length buckets (quantiles) or the boundaries. Defaults to ``8``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -97,6 +101,7 @@ class Loader:
         num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
         max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
+        bucket_by: str | None = None, buckets: int | Sequence[int] = 8,
     ) -> None:
         for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -111,7 +116,8 @@ class Loader:
         self.service = BatchService(
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
             columns=columns, collate=resolve_collate(collate, pin_memory=pin_memory), filter=filter,
-            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1)
+            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1,
+            bucket_by=bucket_by, buckets=buckets)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = 0
@@ -285,7 +291,8 @@ class Loader:
         defaults = {"batch_size": cfg["batch_size"], "shuffle": cfg["shuffle"], "seed": st["seed"],
                     "columns": cfg["columns"], "drop_last": cfg["drop_last"], "rank": cfg["rank"],
                     "world_size": cfg["world_size"], "shuffle_buffer": cfg["window"],
-                    "replication": cfg.get("replication", 1)}
+                    "replication": cfg.get("replication", 1), "bucket_by": cfg.get("bucket_by"),
+                    "buckets": cfg.get("buckets", 8)}
         defaults.update(kwargs)
         batch_size = defaults.pop("batch_size")
         loader = cls(source, batch_size, **defaults)

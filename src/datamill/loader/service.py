@@ -27,8 +27,10 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import LOADER_STATE_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError, SchemaError
+from datamill.core.rng import rng_for
 from datamill.core.source import Source
 from datamill.loader.accounting import Accounting, BatchResult
+from datamill.loader.buckets import bucket_arrange, bucket_boundaries, sample_lengths
 from datamill.loader.cache import BuildReader, ShardCache
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import ResumePoint, norm_elastic, resume_point
@@ -101,6 +103,11 @@ class BatchService:
         cache_shards: shards kept in memory after no active build needs them, for later builds
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
+        bucket_by: a list or string column: batches group samples of similar length, inside each
+            shuffle window (:mod:`datamill.loader.buckets`); lengths are read once. Not combined
+            with elastic resumption. Defaults to ``None``.
+        buckets: the number of length buckets (quantiles of the lengths) or the bucket boundaries.
+            Defaults to ``8``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
 
@@ -127,7 +134,7 @@ class BatchService:
                  filter: Callable[[pa.Table], Any] | None = None,
                  transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0,
                  prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None,
-                 plan_epochs: int = 2) -> None:
+                 plan_epochs: int = 2, bucket_by: str | None = None, buckets: int | Sequence[int] = 8) -> None:
         if not isinstance(source, Source):
             missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
                        if not hasattr(source, a)]
@@ -150,6 +157,14 @@ class BatchService:
         self.filter, self.transform = filter, transform
         self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
         self.window = window if window is not None else default_window(self.sizes)
+        if bucket_by is not None and bucket_by not in source.columns:
+            raise SchemaError(f"bucket_by column {bucket_by!r} is not a column of the source ({source.columns})",
+                              column=bucket_by)
+        self.bucket_by = bucket_by
+        self.buckets: int | list[int] = buckets if isinstance(buckets, (int, np.integer)) else \
+            [int(b) for b in buckets]
+        if isinstance(self.buckets, int) and self.buckets < 1:
+            raise ConfigError(f"buckets must be >= 1, got {buckets}")
         self._fingerprint: str | None = None
         self._init_runtime()
 
@@ -160,10 +175,11 @@ class BatchService:
         self._cache = ShardCache(self._read_shard, threads=min(8, max(2, self.prefetch)), keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
+        self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None  # lengths, boundaries
 
     def __getstate__(self) -> dict[str, Any]:
         # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle us)
-        keep = ("_lock", "_orders", "_plans", "_cache", "_totals", "_builds", "_active")
+        keep = ("_lock", "_orders", "_plans", "_cache", "_totals", "_builds", "_active", "_bounds")
         return {k: v for k, v in self.__dict__.items() if k not in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -190,7 +206,7 @@ class BatchService:
             "drop_last": self.drop_last, "columns": self.columns, "collate": self.collate_fn,
             "filter": self.filter, "transform": self.transform, "max_errors": self.max_errors,
             "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards,
-            "plan_epochs": self.plan_epochs}
+            "plan_epochs": self.plan_epochs, "bucket_by": self.bucket_by, "buckets": self.buckets}
         kwargs.update(changes)
         other = BatchService(kwargs.pop("source", self.source), **kwargs)
         if other.source is self.source:
@@ -206,10 +222,12 @@ class BatchService:
 
     def config(self, *, rank: int = 0, world_size: int = 1, replication: int = 1) -> dict[str, Any]:
         """The order-relevant settings of one rank (what a resume state records)."""
-        cfg = {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
+        cfg: dict[str, Any] = {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
                "rank": int(rank), "shuffle": self.shuffle, "window": self.window, "world_size": int(world_size)}
         if replication != 1:
             cfg["replication"] = int(replication)
+        if self.bucket_by is not None:
+            cfg["bucket_by"], cfg["buckets"] = self.bucket_by, self.buckets
         return cfg
 
     def _order(self, epoch: int) -> NDArray[np.int64]:
@@ -274,17 +292,37 @@ class BatchService:
             plan = self._plans.get(key)
         if plan is None:
             order = self._order(key[0])
+            if hist and self.bucket_by is not None:
+                raise ConfigError("elastic resumption is not supported with bucket_by",
+                                  hint="resume with the saved world size, or without bucket_by")
             if hist:
                 try:
                     order = order[remaining_positions(len(order), history=hist, drop_last=self.drop_last)]
                 except ValueError as exc:
                     raise ConfigError(f"elastic history does not fit epoch {epoch}: {exc}") from exc
             seq = split_for_rank(order, rank=data_rank, world_size=data_world, drop_last=self.drop_last)
+            if self.bucket_by is not None:
+                seq = self._bucketed(seq, key)
             plan = EpochPlan.from_sequence(seq, self.sizes, batch_size=self.batch_size, drop_last=self.drop_last)
             with self._lock:
                 if key[0] in self._orders:
                     plan = self._plans.setdefault(key, plan)
         return plan
+
+    def lengths(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(length of every sample, bucket boundaries)`` of ``bucket_by`` (read once)."""
+        if self.bucket_by is None:
+            raise ConfigError("this service has no bucket_by column")
+        if self._bounds is None:
+            lengths = sample_lengths(self.source, self.bucket_by)
+            self._bounds = (lengths, bucket_boundaries(lengths, self.buckets))
+        return self._bounds
+
+    def _bucketed(self, seq: NDArray[np.int64], key: tuple[int, int, int, Elastic]) -> NDArray[np.int64]:
+        lengths, bounds = self.lengths()
+        chunk = self.window * max(1, int(self.sizes.mean()) if len(self.sizes) else 1)
+        rng = rng_for(self.seed, "loader.buckets", key[0], key[1], key[2])
+        return seq[bucket_arrange(lengths[seq], batch_size=self.batch_size, chunk=chunk, boundaries=bounds, rng=rng)]
 
     def rank_samples(self, rank: int = 0, world_size: int = 1, *, replication: int = 1) -> int:
         """Samples rank ``rank`` visits per epoch (positions of its batches)."""

@@ -22,14 +22,18 @@ from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import StateSpec, check_resume_compat
 from datamill.core.state import validate_state as validate_spec
 
-__all__ = ["GLOBAL_FIELDS", "LOADER_STATE", "ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint",
+__all__ = ["GLOBAL_FIELDS", "LOADER_STATE", "OPTIONAL_FIELDS", "ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint",
            "validate_state"]
 
-ORDER_FIELDS = ("batch_size", "columns", "drop_last", "rank", "replication", "shuffle", "window", "world_size")
-"""Config fields the batch sequence depends on (their values are saved in ``state["config"]``;
-``replication`` only when it is not ``1``)."""
+ORDER_FIELDS = ("batch_size", "bucket_by", "buckets", "columns", "drop_last", "rank", "replication", "shuffle",
+                "window", "world_size")
+"""Config fields the batch sequence depends on (their values are saved in ``state["config"]``; the
+:data:`OPTIONAL_FIELDS` only when they are not at their defaults)."""
 
-GLOBAL_FIELDS = ("dataset_fingerprint", "seed", "columns", "drop_last", "shuffle", "window")
+OPTIONAL_FIELDS = ("bucket_by", "buckets", "replication")
+"""Fields a config leaves out at their defaults (states written before they existed still fit)."""
+
+GLOBAL_FIELDS = ("dataset_fingerprint", "seed", "bucket_by", "buckets", "columns", "drop_last", "shuffle", "window")
 """Fields the epoch's *global* order depends on: an elastic resume (another world size, rank or batch
 size) needs only these to match."""
 
@@ -50,7 +54,7 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
         >>> config_fingerprint({"batch_size": 2}) == config_fingerprint({"batch_size": 2})
         True
     """
-    return fingerprint_obj({k: config.get(k) for k in ORDER_FIELDS if k in config or k != "replication"})
+    return fingerprint_obj({k: config.get(k) for k in ORDER_FIELDS if k in config or k not in OPTIONAL_FIELDS})
 
 
 def validate_state(state: Any) -> dict[str, Any]:
