@@ -11,11 +11,24 @@ from typing import Any
 __all__ = ["register"]
 
 
-def _cmd(args: argparse.Namespace) -> int:
-    from datamill.loader.loader import Loader
+def _open(args: argparse.Namespace) -> Any:
+    from datamill.loader.remote import RemoteParquetSource, is_remote
     from datamill.sources import open_source
 
-    source = open_source(args.source)
+    if is_remote(args.source):
+        import tempfile
+        from pathlib import Path
+
+        cache_dir = args.cache_dir or Path(tempfile.gettempdir()) / "datamill-shard-cache"
+        limit = None if args.cache_limit is None else int(args.cache_limit * 2**20)
+        return RemoteParquetSource(args.source, cache_dir=cache_dir, cache_limit=limit)
+    return open_source(args.source)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from datamill.loader.loader import Loader
+
+    source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
                     rank=args.rank, world_size=args.world_size, num_workers=args.num_workers,
@@ -68,12 +81,13 @@ def _plan_cmd(args: argparse.Namespace) -> int:
 
     from datamill.loader.order import default_window
     from datamill.loader.planner import plan_run
-    from datamill.sources import open_source
 
-    source = open_source(args.source)
+    source = _open(args)
     sizes = np.asarray(source.shard_sizes(), dtype=np.int64)
     total_rows = max(1, int(sizes.sum()))
-    shard_bytes = (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
+    nbytes = getattr(source, "shard_nbytes", None)
+    shard_bytes = np.asarray(nbytes(), dtype=np.int64) if callable(nbytes) else \
+        (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
     window = args.window or default_window(sizes)
     probe = plan_run(sizes, batch_size=args.batch_size, world_size=args.world_size, seed=args.seed, window=window,
                      shuffle=not args.no_shuffle, drop_last=args.drop_last, prefetch=args.prefetch)
@@ -101,7 +115,10 @@ def _plan_cmd(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``datamill iterate`` and ``datamill plan``."""
     p = sub.add_parser("iterate", help="iterate a datamill output with the loader; print throughput and stats")
-    p.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder")
+    p.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
+                                  "or s3://bucket/prefix of Parquet files")
+    p.add_argument("--cache-dir", help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)")
+    p.add_argument("--cache-limit", type=float, default=None, help="shard cache size in MiB (default unbounded)")
     p.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")
     p.add_argument("--epochs", type=int, default=1, help="epochs to run (default 1)")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
@@ -118,7 +135,9 @@ def register(sub: Any) -> None:
 
     q = sub.add_parser("plan", help="plan a loader run without reading data: shard reads per rank, peak memory, "
                                     "bytes fetched through a cache, time to first batch, shuffle quality")
-    q.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder")
+    q.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
+                                  "or s3://bucket/prefix of Parquet files")
+    q.add_argument("--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)")
     q.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")
     q.add_argument("--world-size", type=int, default=1, help="ranks (default 1)")
     q.add_argument("--ranks-per-node", type=int, default=None, help="ranks sharing one shard cache (default all)")
