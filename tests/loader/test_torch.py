@@ -53,3 +53,24 @@ def test_collate_torch_tensors() -> None:
     assert isinstance(batch["x"], torch.Tensor) and batch["x"].tolist() == list(range(6))
     assert batch["uid"] == [f"u{i}" for i in range(6)]
     assert np.array_equal(batch["ids"].numpy()[3], [3, 3, 3])
+
+
+def test_adapter_carries_replication_and_elastic_history_and_refuses_refill() -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.loader.torch import TorchLoaderDataset
+
+    src = FakeSource([30, 25, 20])
+    old = [Loader(src, 5, seed=2, rank=r, world_size=2) for r in range(2)]
+    seen = []
+    for ld in old:
+        seen += next(iter(ld))["x"].tolist()
+    new = [Loader(src, 5, seed=2, rank=r, world_size=6, replication=2, collate="torch") for r in range(6)]
+    got: list[list[int]] = []
+    for ld in new:
+        ld.load_state_dict([o.state_dict() for o in old])
+        ds = TorchLoaderDataset(ld)
+        got.append([x for b in torch.utils.data.DataLoader(ds, batch_size=None) for x in b["x"].tolist()])
+    assert got[0] == got[1] and got[2] == got[3] and got[4] == got[5]  # replicas agree
+    assert sorted(seen + got[0] + got[2] + got[4]) == list(range(75))  # the elastic rest, exactly once
+    with pytest.raises(ConfigError, match="refill"):
+        TorchLoaderDataset(Loader(src, 5, refill=True))

@@ -8,7 +8,8 @@ opens with :func:`datamill.sources.open_source`. A Loader is a thin per-rank ite
 builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up and applies the
 ``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
-(:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``).
+(:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``). :class:`Mix` mixes
+several sources with exact per-epoch proportions and is itself a source.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.loader import Loader, per_sample
+from datamill.loader.mix import Mix
 from datamill.loader.order import epoch_order, split_for_rank
 from datamill.loader.service import BatchService
 from datamill.loader.stages import EpochPlan
@@ -27,6 +29,7 @@ __all__ = [
     "BatchService",
     "EpochPlan",
     "Loader",
+    "Mix",
     "check_resume_compat",
     "collate_numpy",
     "collate_torch",

@@ -1,4 +1,5 @@
-"""``datamill iterate SOURCE``: iterate any datamill output with the Loader and print throughput."""
+"""``datamill iterate SOURCE`` (iterate with the Loader, print throughput) and ``datamill plan SOURCE``
+(plan a run without reading data: shard reads, memory, cache traffic, first batch, shuffle quality)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,24 @@ from typing import Any
 __all__ = ["register"]
 
 
-def _cmd(args: argparse.Namespace) -> int:
-    from datamill.loader.loader import Loader
+def _open(args: argparse.Namespace) -> Any:
+    from datamill.loader.remote import RemoteParquetSource, is_remote
     from datamill.sources import open_source
 
-    source = open_source(args.source)
+    if is_remote(args.source):
+        import tempfile
+        from pathlib import Path
+
+        cache_dir = args.cache_dir or Path(tempfile.gettempdir()) / "datamill-shard-cache"
+        limit = None if args.cache_limit is None else int(args.cache_limit * 2**20)
+        return RemoteParquetSource(args.source, cache_dir=cache_dir, cache_limit=limit)
+    return open_source(args.source)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from datamill.loader.loader import Loader
+
+    source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
                     rank=args.rank, world_size=args.world_size, num_workers=args.num_workers,
@@ -52,10 +66,59 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _disk_bytes(path: str) -> int:
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+
+
+def _plan_cmd(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from datamill.loader.order import default_window
+    from datamill.loader.planner import plan_run
+
+    source = _open(args)
+    sizes = np.asarray(source.shard_sizes(), dtype=np.int64)
+    total_rows = max(1, int(sizes.sum()))
+    nbytes = getattr(source, "shard_nbytes", None)
+    shard_bytes = np.asarray(nbytes(), dtype=np.int64) if callable(nbytes) else \
+        (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
+    window = args.window or default_window(sizes)
+    probe = plan_run(sizes, batch_size=args.batch_size, world_size=args.world_size, seed=args.seed, window=window,
+                     shuffle=not args.no_shuffle, drop_last=args.drop_last, prefetch=args.prefetch)
+    first = probe.ranks[0]["reads"][0] if probe.ranks and probe.ranks[0]["reads"] else None
+    speed = args.read_speed * 2**20 if args.read_speed else None
+    if speed is None and first is not None:  # measure: read the first shard rank 0 needs
+        t0 = time.perf_counter()
+        source.read_shard(int(first))
+        speed = max(1.0, float(shard_bytes[first])) / max(1e-6, time.perf_counter() - t0)
+    plan = plan_run(sizes, batch_size=args.batch_size, world_size=args.world_size, seed=args.seed, window=window,
+                    shuffle=not args.no_shuffle, drop_last=args.drop_last, prefetch=args.prefetch,
+                    num_workers=args.num_workers, epochs=args.epochs, shard_bytes=shard_bytes,
+                    cache_limit=None if args.cache_limit is None else int(args.cache_limit * 2**20),
+                    ranks_per_node=args.ranks_per_node, read_bytes_per_s=speed or 200e6)
+    if args.json:
+        print(json.dumps({"settings": plan.settings, "ranks": plan.ranks, "epochs": plan.epochs,
+                          "read_bytes_per_s": speed}, indent=2, sort_keys=True))
+        return 0
+    print(f"{type(source).__name__} {args.source}: read speed {(speed or 0) / 2**20:,.1f} MiB/s "
+          f"({'given' if args.read_speed else 'measured on one shard'})")
+    print(plan.as_text(show=args.show))
+    return 0
+
+
 def register(sub: Any) -> None:
-    """Add ``datamill iterate``."""
+    """Add ``datamill iterate`` and ``datamill plan``."""
     p = sub.add_parser("iterate", help="iterate a datamill output with the loader; print throughput and stats")
-    p.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder")
+    p.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
+                                  "or s3://bucket/prefix of Parquet files")
+    p.add_argument("--cache-dir", help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)")
+    p.add_argument("--cache-limit", type=float, default=None, help="shard cache size in MiB (default unbounded)")
     p.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")
     p.add_argument("--epochs", type=int, default=1, help="epochs to run (default 1)")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
@@ -69,3 +132,24 @@ def register(sub: Any) -> None:
     p.add_argument("--resume", help="resume from a state JSON written by --save-state")
     p.add_argument("--save-state", help="write the loader state JSON here at the end")
     p.set_defaults(func=_cmd)
+
+    q = sub.add_parser("plan", help="plan a loader run without reading data: shard reads per rank, peak memory, "
+                                    "bytes fetched through a cache, time to first batch, shuffle quality")
+    q.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
+                                  "or s3://bucket/prefix of Parquet files")
+    q.add_argument("--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)")
+    q.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")
+    q.add_argument("--world-size", type=int, default=1, help="ranks (default 1)")
+    q.add_argument("--ranks-per-node", type=int, default=None, help="ranks sharing one shard cache (default all)")
+    q.add_argument("--num-workers", type=int, default=0, help="the loader's batch-building threads (default 0)")
+    q.add_argument("--prefetch", type=int, default=2, help="shards loaded ahead (default 2)")
+    q.add_argument("--window", type=int, default=None, help="shards per shuffle window (default: the loader's)")
+    q.add_argument("--cache-limit", type=float, default=None, help="node-local shard cache in MiB (default unbounded)")
+    q.add_argument("--epochs", type=int, default=1, help="epochs to plan (default 1)")
+    q.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    q.add_argument("--no-shuffle", action="store_true", help="keep the source order")
+    q.add_argument("--drop-last", action="store_true", help="equal batches on every rank")
+    q.add_argument("--read-speed", type=float, default=None, help="MiB/s (default: measured by reading one shard)")
+    q.add_argument("--show", type=int, default=12, help="shard reads listed per rank (default 12)")
+    q.add_argument("--json", action="store_true", help="print the whole plan as JSON")
+    q.set_defaults(func=_plan_cmd)

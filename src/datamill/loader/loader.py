@@ -12,11 +12,14 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from datamill.core.errors import ConfigError
+from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
+from datamill.loader.elastic import norm_elastic
+from datamill.loader.order import Elastic
+from datamill.loader.refill import Refill
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
@@ -24,7 +27,10 @@ from datamill.loader.state import validate_state
 if TYPE_CHECKING:
     from torch.utils.data import IterableDataset
 
-__all__ = ["BLOCK_ROWS", "Loader", "per_sample"]
+__all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
+
+COUNTED = ("read", "filtered", "failed", "yielded")
+"""The epoch's counts a resume state carries."""
 
 
 class Loader:
@@ -38,8 +44,9 @@ class Loader:
 
     Samples dropped by ``filter`` (or failing ``transform``) leave their batch smaller than
     ``batch_size`` (positions, not outputs, define batches: that keeps order and resumption pure);
-    a batch left empty is skipped. ``stats()`` counts the current epoch from where this loader
-    started it (a resumed loader counts from the resume point).
+    a batch left empty is skipped (``refill=True`` cuts the passing samples into full batches
+    instead). ``stats()`` counts the whole current epoch; the resume state carries the counts, so a
+    resumed loader continues them and the epoch's ``max_errors`` budget.
 
     Args:
         source: what to read (any object with the Source protocol).
@@ -71,6 +78,17 @@ class Loader:
             before the loader raises. Defaults to ``0``.
         pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to ``False``.
         progress: show a tqdm bar. Defaults to ``False``.
+        replication: ranks per replication group (tensor/context parallelism): the ``replication``
+            consecutive ranks of a group get the same batches, groups split the data. Must divide
+            ``world_size``. Defaults to ``1``.
+        bucket_by: a list (ragged) or string column: each batch groups samples of similar length,
+            inside the shuffle window; still every sample once per epoch, deterministic, resumable
+            (not elastically). Defaults to ``None``.
+        buckets: number of length buckets (quantiles) or the boundaries. Defaults to ``8``.
+        refill: cut the samples passing ``filter`` into batches of exactly ``batch_size`` (the
+            last one shorter, or dropped with ``drop_last``) instead of leaving filtered batches
+            smaller; the state records where the rows not yet emitted start, so resuming stays exact
+            (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -92,22 +110,31 @@ class Loader:
         collate: str | Callable[[pa.Table], Any] = "numpy", rank: int = 0, world_size: int = 1,
         num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
-        max_errors: int = 0, pin_memory: bool = False, progress: bool = False,
+        max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
+        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False,
     ) -> None:
         for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+        if isinstance(replication, bool) or not isinstance(replication, (int, np.integer)) or replication < 1 \
+                or world_size % replication:
+            raise ConfigError(f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}")
         if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
             raise ConfigError(f"shuffle_buffer must be a number of shards >= 1, got {shuffle_buffer!r}")
         self.service = BatchService(
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
-            columns=columns, collate=resolve_collate(collate, pin_memory=pin_memory), filter=filter,
-            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1)
+            columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
+            filter=filter,
+            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1,
+            bucket_by=bucket_by, buckets=buckets)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
-        self.epoch = int(epoch)
-        self._batches_seen = 0
+        self.epoch, self.replication = int(epoch), int(replication)
+        self._batches_seen = self._skip = 0
+        self._elastic: Elastic = ()
+        self.refill = bool(refill)
+        self._final_collate = resolve_collate(collate, pin_memory=pin_memory)
         self._new_epoch_stats()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -179,7 +206,7 @@ class Loader:
     @property
     def collate_fn(self) -> Callable[[pa.Table], Any]:
         """The collate function."""
-        return self.service.collate_fn
+        return self._final_collate if self.refill else self.service.collate_fn
 
 
     @property
@@ -191,15 +218,19 @@ class Loader:
     @property
     def config(self) -> dict[str, Any]:
         """The order-relevant settings (saved in the resume state)."""
-        return self.service.config(rank=self.rank, world_size=self.world_size)
+        return self.service.config(rank=self.rank, world_size=self.world_size, replication=self.replication)
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         """The rank's :class:`~datamill.loader.stages.EpochPlan` for ``epoch`` (current by default)."""
-        return self.service.plan(self.epoch if epoch is None else epoch, self.rank, self.world_size)
+        if epoch is None or epoch == self.epoch:
+            return self.service.plan(self.epoch, self.rank, self.world_size, elastic=self._elastic,
+                                     replication=self.replication)
+        return self.service.plan(epoch, self.rank, self.world_size, replication=self.replication)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (some may be skipped if a filter empties them)."""
-        return self.service.num_batches(self.epoch, self.rank, self.world_size)
+        return self.service.num_batches(self.epoch, self.rank, self.world_size, elastic=self._elastic,
+                                        replication=self.replication)
 
     def dataset_fingerprint(self) -> str:
         """The source's fingerprint (computed once)."""
@@ -209,21 +240,93 @@ class Loader:
         """Start epoch ``epoch`` from its beginning on the next iteration."""
         if epoch < 0:
             raise ConfigError(f"epoch must be >= 0, got {epoch}")
-        self.epoch, self._batches_seen = int(epoch), 0
+        self.epoch, self._batches_seen, self._elastic, self._skip = int(epoch), 0, (), 0
 
     def state_dict(self) -> dict[str, Any]:
-        """Tiny JSON-able resume state (see :mod:`datamill.loader.state`)."""
-        return self.service.resume_state(epoch=self.epoch, batches_seen=self._batches_seen, rank=self.rank,
-                                         world_size=self.world_size)
+        """Tiny JSON-able resume state (see :mod:`datamill.loader.state`).
 
-    def load_state_dict(self, state: Mapping[str, Any], *, allow_mismatch: Sequence[str] = ()) -> None:
-        """Continue where ``state`` was taken; raises ResumeStateError listing every mismatch."""
-        self.epoch, self._batches_seen = self.service.check_state(
-            state, rank=self.rank, world_size=self.world_size, allow_mismatch=allow_mismatch)
+        Besides the position it records the epoch's ``counts`` so far (read, filtered, failed,
+        yielded: a resumed loader keeps counting the epoch and its ``max_errors`` budget), and with
+        ``refill`` the ``skip`` of rows already emitted from batch ``batches_seen``.
+        """
+        state = self.service.resume_state(epoch=self.epoch, batches_seen=self._batches_seen, rank=self.rank,
+                                          world_size=self.world_size, elastic=self._elastic,
+                                          replication=self.replication)
+        current = self._stats["epoch"] == self.epoch and (self._batches_seen > 0 or self._skip > 0)
+        counts = self._counts if self._counts is not None else self._acc.as_dict()
+        state["counts"] = {k: int(counts[k]) if current else 0 for k in COUNTED}
+        if self.refill:
+            state["config"]["refill"] = True
+            state["skip"] = self._skip
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+                        allow_mismatch: Sequence[str] = ()) -> None:
+        """Continue where ``state`` was taken; raises ResumeStateError listing every mismatch.
+
+        ``state`` is this rank's state, or (an *elastic* resume) one rank's state of a run whose
+        ranks stepped in lockstep, or the list of every rank's states, saved with any world size,
+        replication or (with ``allow_mismatch=["batch_size"]``) batch size: the samples consumed are known exactly from the pure order and
+        the rest of the epoch is re-split over this run's ranks, so every sample is still seen
+        exactly once in that epoch (:mod:`datamill.loader.elastic`). The dataset, seed, columns,
+        shuffle, window and ``drop_last`` must match.
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> src = TableSource(pa.table({"x": list(range(12))}), shard_size=4)
+            >>> old = [Loader(src, 2, seed=3, rank=r, world_size=2) for r in range(2)]
+            >>> seen = [next(iter(ld))["x"].tolist() for ld in old]  # one batch on each of 2 ranks
+            >>> new = [Loader(src, 2, seed=3, rank=r, world_size=3) for r in range(3)]
+            >>> for ld in new:
+            ...     ld.load_state_dict([o.state_dict() for o in old])
+            >>> rest = [x for ld in new for b in ld for x in b["x"].tolist()]
+            >>> sorted(sum(seen, []) + rest) == list(range(12))
+            True
+        """
+        cfg = state.get("config") if isinstance(state, Mapping) else None
+        for st in [state] if isinstance(state, Mapping) else list(state):
+            saved_refill = bool(st.get("config", {}).get("refill", False)) if isinstance(st, Mapping) else False
+            if saved_refill != self.refill and "refill" not in allow_mismatch:
+                raise ResumeStateError(f"resume state does not fit this loader: refill: saved {saved_refill}, "
+                                       f"now {self.refill}", hint="resume with the same refill setting")
+        if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
+                and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
+                and cfg.get("replication", 1) == self.replication \
+                and (cfg.get("batch_size") == self.batch_size or "batch_size" not in allow_mismatch):
+            self.epoch, self._batches_seen = self.service.check_state(
+                state, rank=self.rank, world_size=self.world_size, allow_mismatch=allow_mismatch,
+                replication=self.replication)
+            self._elastic = ()
+            self._restore_counts(state)
+            return
+        point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
+                                          replication=self.replication, allow_mismatch=allow_mismatch)
+        self.epoch, self._batches_seen, self._elastic = point.epoch, point.batches_seen, point.elastic
+        states = [state] if isinstance(state, Mapping) else list(state)
+        if len(states) == 1 and point.elastic == norm_elastic(states[0].get("elastic")):
+            self._restore_counts(states[0])  # the same plan continues (lockstep, same world size)
+        else:
+            if any(int(st.get("skip", 0)) for st in states):
+                raise ResumeStateError("a refill state part-way through a batch cannot be re-split elastically",
+                                       hint="resume with the saved world size and batch size")
+            self._skip = 0
+            self._new_epoch_stats()
+
+    def _restore_counts(self, state: Mapping[str, Any]) -> None:
+        skip = state.get("skip", 0)
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0 or (skip and not self.refill):
+            raise ResumeStateError(f"resume state field 'skip' must be an int >= 0 (0 without refill), got {skip!r}")
+        self._skip = skip
+        counts = state.get("counts") or {}
+        if not isinstance(counts, Mapping) or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in counts.values()):
+            raise ResumeStateError(f"resume state field 'counts' must map names to ints >= 0, got {counts!r}")
+        self._new_epoch_stats(counts)
 
     @classmethod
-    def from_state(cls, source: Source, state: Mapping[str, Any], /, **kwargs: Any) -> Loader:
-        """A loader resuming ``state``; order settings default to the saved ones.
+    def from_state(cls, source: Source, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], /, *,
+                   allow_mismatch: Sequence[str] = (), **kwargs: Any) -> Loader:
+        """A loader resuming ``state`` (or every rank's states); order settings default to the saved ones.
 
         Examples:
             >>> from datamill.core.source import TableSource
@@ -233,28 +336,40 @@ class Loader:
             >>> [x["x"].tolist() for x in it] == [x["x"].tolist() for x in b]
             True
         """
-        st = validate_state(state)
+        first: Any = state if isinstance(state, Mapping) else next(iter(state), None)
+        st = validate_state(first)
         cfg = dict(st["config"])
         defaults = {"batch_size": cfg["batch_size"], "shuffle": cfg["shuffle"], "seed": st["seed"],
                     "columns": cfg["columns"], "drop_last": cfg["drop_last"], "rank": cfg["rank"],
-                    "world_size": cfg["world_size"], "shuffle_buffer": cfg["window"]}
+                    "world_size": cfg["world_size"], "shuffle_buffer": cfg["window"],
+                    "replication": cfg.get("replication", 1), "bucket_by": cfg.get("bucket_by"),
+                    "buckets": cfg.get("buckets", 8), "refill": bool(cfg.get("refill", False))}
         defaults.update(kwargs)
         batch_size = defaults.pop("batch_size")
         loader = cls(source, batch_size, **defaults)
-        loader.load_state_dict(st)
+        loader.load_state_dict(state, allow_mismatch=allow_mismatch)
         return loader
 
     # ----------------------------------------------------------------- accounting
-    def _new_epoch_stats(self) -> None:
+    def _new_epoch_stats(self, counts: Mapping[str, int] | None = None) -> None:
         self._acc = self.service.accounting()
-        self._stats: dict[str, Any] = {"epoch": self.epoch, "elapsed_s": 0.0, "first_batch_s": None}
+        for k in COUNTED:
+            setattr(self._acc, k, int((counts or {}).get(k, 0)))
+        self._counts: dict[str, int] | None = None
+        self._stats: dict[str, Any] = {"epoch": self.epoch, "elapsed_s": 0.0, "first_batch_s": None,
+                                       "resumed_yielded": self._acc.yielded}
         self._last: BatchResult | None = None
 
     def stats(self) -> dict[str, Any]:
-        """Counts of the current (or just finished) epoch: read, filtered, failed, yielded, samples/s, position."""
+        """Counts of the current (or just finished) epoch: read, filtered, failed, yielded, samples/s, position.
+
+        The counts cover the whole epoch, also when the loader resumed part-way (the state carries
+        them); ``elapsed_s`` and ``samples_per_s`` cover this loader's own iteration.
+        """
         s = dict(self._stats)
         s.update((k, v) for k, v in self._acc.as_dict().items() if k not in ("shards_read", "peak_shards_in_memory"))
-        s["samples_per_s"] = s["yielded"] / s["elapsed_s"] if s["elapsed_s"] > 0 else 0.0
+        done = s["yielded"] - s.pop("resumed_yielded")  # samples/s of this loader's own iteration
+        s["samples_per_s"] = done / s["elapsed_s"] if s["elapsed_s"] > 0 else 0.0
         s["position"] = {"epoch": self.epoch, "batches_seen": self._batches_seen, "total_batches": len(self)}
         if self._last is not None:  # of the latest iteration: shards read, most held in memory at once
             s["shards_read"], s["peak_shards_in_memory"] = self._last.shards_read, self._last.peak_shards_in_memory
@@ -267,7 +382,8 @@ class Loader:
         :meth:`BatchService.build <datamill.loader.service.BatchService.build>` for this rank;
         does not touch the position or stats.
         """
-        return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size)
+        return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
+                                  elastic=self._elastic, replication=self.replication)
 
     def to_torch(self) -> IterableDataset[Any]:
         """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
@@ -283,24 +399,46 @@ class Loader:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,
         # exactly like the uninterrupted run (whose loop ended there), then moves on
         start, total = self._batches_seen, len(self)
-        if start == 0 or self._stats["epoch"] != self.epoch:
+        if (start == 0 and not self._skip) or self._stats["epoch"] != self.epoch:
             self._new_epoch_stats()
         t0 = time.perf_counter() - self._stats["elapsed_s"]
         bar = progress_bar(total=total, initial=start, desc=f"epoch {self.epoch}", unit="batch",
                            disable=not self.progress or None)
+        refill = Refill(self.batch_size, skip=self._skip) if self.refill else None
         with bar, contextlib.closing(self.iter_batches(range(start, total))) as results:
             for res in results:
+                before = self._acc.as_dict()
                 self._acc.add(res)
-                self._last, self._batches_seen = res, res.batch + 1
+                self._last = res
                 self._stats["elapsed_s"] = time.perf_counter() - t0
                 bar.update(1)
-                if res.output is None:
+                if refill is None:
+                    self._batches_seen, self._counts = res.batch + 1, None
+                    if res.output is not None:
+                        yield self._emit(res.output)
                     continue
-                if self._stats["first_batch_s"] is None:
-                    self._stats["first_batch_s"] = self._stats["elapsed_s"]
-                yield res.output
+                refill.push(res.batch, res.output if res.output is not None else res.empty, before)
+                self._refill_point(refill, res.batch + 1)
+                while refill.ready():
+                    out = refill.pop()
+                    self._refill_point(refill, res.batch + 1)
+                    yield self._emit(out)
+        if refill is not None:
+            rest = refill.flush()
+            self._batches_seen, self._skip, self._counts = total, 0, None
+            if rest is not None and not self.drop_last:
+                yield self._emit(rest)
         self._stats["elapsed_s"] = time.perf_counter() - t0
-        self.epoch, self._batches_seen = self.epoch + 1, 0
+        self.epoch, self._batches_seen, self._elastic, self._skip = self.epoch + 1, 0, (), 0
+
+    def _refill_point(self, refill: Refill, next_batch: int) -> None:
+        self._batches_seen, self._skip = refill.resume_point(next_batch)
+        self._counts = refill.counts_at(self._acc.as_dict())
+
+    def _emit(self, output: Any) -> Any:
+        if self._stats["first_batch_s"] is None:
+            self._stats["first_batch_s"] = self._stats["elapsed_s"]
+        return self._final_collate(output) if self.refill else output
 
 
 def per_sample(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[pa.Table], np.ndarray]:

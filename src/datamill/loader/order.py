@@ -18,7 +18,14 @@ of workers; those only slice it:
    padding, no repetition). With ``drop_last`` every rank gets ``n // world_size`` samples and the
    last ``n % world_size`` samples of the global order are skipped this epoch (a different set each
    epoch) so that all ranks see the same number of batches, as DDP requires.
-3. **Batches and workers** (:func:`num_batches`, :func:`worker_batches`): a rank's batch ``b`` holds
+3. **Elastic resumption** (:func:`remaining_positions`): a run that stopped part-way through an
+   epoch with ``W`` ranks, rank ``r`` having consumed the first ``c_r`` samples of its slice, leaves
+   exactly the positions ``concat(slice_r[c_r:] for r in range(W))`` (in global order); a resumed run
+   with any ``W'`` ranks splits *those* with the same rule. Chained resumptions apply the rule once
+   per segment of the epoch's :data:`Elastic` history; the next epoch is plain again.
+4. **Replication** (:func:`replica_group`): with ``replication=k`` the ``k`` consecutive ranks of a
+   group share one slice (rank ``r`` reads data rank ``r // k`` of ``world_size // k``).
+5. **Batches and workers** (:func:`num_batches`, :func:`worker_batches`): a rank's batch ``b`` holds
    the samples at positions ``[b * batch_size, (b + 1) * batch_size)`` of its slice; worker ``w`` of
    ``W`` builds batches ``w, w + W, ...`` and the consumer interleaves them in order, so the batch
    sequence is the same for any number of workers.
@@ -27,6 +34,7 @@ of workers; those only slice it:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,15 +44,24 @@ from datamill.core.rng import rng_for
 __all__ = [
     "DEFAULT_WINDOW_SAMPLES",
     "DEFAULT_WINDOW_SHARDS",
+    "Elastic",
     "default_window",
     "epoch_order",
     "global_order",
+    "lockstep_consumed",
     "num_batches",
     "rank_sequence",
+    "remaining_after",
+    "remaining_positions",
+    "replica_group",
     "shard_order",
     "split_for_rank",
+    "split_sizes",
     "worker_batches",
 ]
+
+Elastic: TypeAlias = tuple[tuple[int, tuple[int, ...]], ...]
+"""An epoch's elastic history: ``((world_size, samples consumed per rank), ...)``, oldest first."""
 
 DEFAULT_WINDOW_SHARDS = 4
 """At least this many shards are shuffled together by default."""
@@ -213,3 +230,109 @@ def worker_batches(total: int, /, *, worker: int, num_workers: int, start: int =
     if num_workers < 1 or not 0 <= worker < num_workers:
         raise ValueError(f"need 0 <= worker < num_workers, got worker={worker}, num_workers={num_workers}")
     return range(start + worker, total, num_workers)
+
+
+def split_sizes(num_samples: int, /, *, world_size: int, drop_last: bool = False) -> list[int]:
+    """Lengths of the :func:`split_for_rank` parts of ``num_samples`` positions.
+
+    Examples:
+        >>> split_sizes(7, world_size=3), split_sizes(7, world_size=3, drop_last=True)
+        ([3, 2, 2], [2, 2, 2])
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    base, extra = divmod(int(num_samples), world_size)
+    return [base if drop_last else base + (1 if r < extra else 0) for r in range(world_size)]
+
+
+def replica_group(rank: int, /, *, world_size: int, replication: int = 1) -> tuple[int, int]:
+    """``(data_rank, data_world_size)`` of ``rank``: groups of ``replication`` ranks read the same batches.
+
+    Raises:
+        ValueError: ``replication`` does not divide ``world_size``, or ``rank`` is out of range.
+
+    Examples:
+        >>> [replica_group(r, world_size=4, replication=2) for r in range(4)]
+        [(0, 2), (0, 2), (1, 2), (1, 2)]
+    """
+    if replication < 1 or world_size < 1 or world_size % replication:
+        raise ValueError(f"replication must be >= 1 and divide world_size, got replication={replication}, "
+                         f"world_size={world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    return rank // replication, world_size // replication
+
+
+def lockstep_consumed(num_samples: int, /, *, world_size: int, batches: int, batch_size: int,
+                      drop_last: bool = False) -> tuple[int, ...]:
+    """Samples each rank consumed after ``batches`` batches each (ranks in lockstep, as under DDP).
+
+    A rank with fewer batches than ``batches`` (its slice is shorter) consumed its whole slice.
+
+    Examples:
+        >>> lockstep_consumed(10, world_size=3, batches=1, batch_size=3)
+        (3, 3, 3)
+        >>> lockstep_consumed(10, world_size=3, batches=2, batch_size=3)
+        (4, 3, 3)
+    """
+    if batches < 0 or batch_size < 1:
+        raise ValueError(f"need batches >= 0 and batch_size >= 1, got {batches}, {batch_size}")
+    return tuple(min(batches * batch_size, s) for s in split_sizes(num_samples, world_size=world_size,
+                                                                     drop_last=drop_last))
+
+
+def remaining_positions(num_samples: int, /, *, history: Elastic, drop_last: bool = False) -> NDArray[np.int64]:
+    """Positions of an epoch's global order not consumed after the segments of ``history``.
+
+    Segment ``(W, consumed)`` split the positions left by the segments before it (all of them for the
+    first) over ``W`` ranks with :func:`split_for_rank`; rank ``r`` consumed the first
+    ``consumed[r]`` of its part. What is left is every part's tail, concatenated in rank order (so in
+    global order). Without ``drop_last`` the consumed positions and the returned ones partition
+    ``range(num_samples)``; with it, each segment also leaves out its ``len % W`` last positions.
+
+    Args:
+        num_samples: positions in the epoch's global order.
+        history: the epoch's segments, oldest first (``()``: nothing consumed).
+        drop_last: the split rule of the run. Defaults to ``False``.
+
+    Returns:
+        Ascending int64 positions into the global order.
+
+    Raises:
+        ValueError: a segment names a rank count that does not match ``consumed``, or a rank
+            consumed more than its part.
+
+    Examples:
+        >>> remaining_positions(10, history=((2, (2, 1)),)).tolist()
+        [2, 3, 4, 6, 7, 8, 9]
+        >>> remaining_positions(10, history=((2, (2, 1)), (3, (1, 1, 0)))).tolist()
+        [3, 4, 7, 8, 9]
+    """
+    pos = np.arange(int(num_samples), dtype=np.int64)
+    for world, consumed in history:
+        if len(consumed) != world:
+            raise ValueError(f"a segment with world_size={world} needs {world} consumed counts, got {len(consumed)}")
+        parts = [split_for_rank(pos, rank=r, world_size=world, drop_last=drop_last) for r in range(world)]
+        over = [(r, c, len(p)) for r, (p, c) in enumerate(zip(parts, consumed)) if not 0 <= c <= len(p)]
+        if over:
+            r, c, n = over[0]
+            raise ValueError(f"rank {r} of {world} consumed {c} samples, but its part has {n}")
+        pos = np.concatenate([p[c:] for p, c in zip(parts, consumed)]) if world else pos
+    return pos.astype(np.int64, copy=False)
+
+
+def remaining_after(
+    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, history: Elastic,
+    shuffle: bool = True, window: int | None = None, drop_last: bool = False,
+) -> NDArray[np.int64]:
+    """Global sample indices an elastic resume still has to visit in ``epoch`` (in global order).
+
+    ``global_order(...)[remaining_positions(...)]``; a resumed rank ``r'`` of ``W'`` visits
+    ``split_for_rank(remaining_after(...), rank=r', world_size=W')``.
+
+    Examples:
+        >>> remaining_after([4, 4], seed=0, epoch=0, shuffle=False, history=((2, (4, 1)),)).tolist()
+        [5, 6, 7]
+    """
+    order = global_order(shard_sizes, seed=seed, epoch=epoch, shuffle=shuffle, window=window)
+    return order[remaining_positions(len(order), history=history, drop_last=drop_last)]

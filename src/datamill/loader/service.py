@@ -29,11 +29,23 @@ from numpy.typing import NDArray
 from datamill.core.constants import LOADER_STATE_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError, SchemaError
 from datamill.core.parallel import ordered_map
+from datamill.core.rng import rng_for
 from datamill.core.source import Source
 from datamill.loader.accounting import Accounting, BatchResult
+from datamill.loader.buckets import bucket_arrange, bucket_boundaries, sample_lengths
 from datamill.loader.cache import BuildReader, ShardCache
 from datamill.loader.collate import resolve_collate
-from datamill.loader.order import default_window, global_order, num_batches, split_for_rank
+from datamill.loader.elastic import ResumePoint, norm_elastic, resume_point
+from datamill.loader.order import (
+    Elastic,
+    default_window,
+    global_order,
+    num_batches,
+    remaining_positions,
+    replica_group,
+    split_for_rank,
+    split_sizes,
+)
 from datamill.loader.stages import EpochPlan, assemble, process_batch
 from datamill.loader.state import (
     ORDER_FIELDS,
@@ -54,11 +66,19 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return int(value)
 
 
-def _check_rank(epoch: int, rank: int, world_size: int) -> None:
+def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) -> tuple[int, int]:
+    """``(data_rank, data_world_size)`` after checking the arguments."""
     _check_int("epoch", epoch, 0)
     _check_int("world_size", world_size, 1)
+    _check_int("replication", replication, 1)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
         raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+    if world_size % replication:
+        raise ConfigError(f"replication={replication} must divide world_size={world_size}",
+                          hint="groups of `replication` consecutive ranks share batches")
+    return replica_group(int(rank), world_size=int(world_size), replication=int(replication))
+
+
 
 
 class BatchService:
@@ -85,6 +105,11 @@ class BatchService:
         cache_shards: shards kept in memory after no active build needs them, for later builds
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
+        bucket_by: a list or string column: batches group samples of similar length, inside each
+            shuffle window (:mod:`datamill.loader.buckets`); lengths are read once. Not combined
+            with elastic resumption. Defaults to ``None``.
+        buckets: the number of length buckets (quantiles of the lengths) or the bucket boundaries.
+            Defaults to ``8``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
 
@@ -111,7 +136,7 @@ class BatchService:
                  filter: Callable[[pa.Table], Any] | None = None,
                  transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0,
                  prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None,
-                 plan_epochs: int = 2) -> None:
+                 plan_epochs: int = 2, bucket_by: str | None = None, buckets: int | Sequence[int] = 8) -> None:
         if not isinstance(source, Source):
             missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
                        if not hasattr(source, a)]
@@ -134,20 +159,29 @@ class BatchService:
         self.filter, self.transform = filter, transform
         self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
         self.window = window if window is not None else default_window(self.sizes)
+        if bucket_by is not None and bucket_by not in source.columns:
+            raise SchemaError(f"bucket_by column {bucket_by!r} is not a column of the source ({source.columns})",
+                              column=bucket_by)
+        self.bucket_by = bucket_by
+        self.buckets: int | list[int] = buckets if isinstance(buckets, (int, np.integer)) else \
+            [int(b) for b in buckets]
+        if isinstance(self.buckets, int) and self.buckets < 1:
+            raise ConfigError(f"buckets must be >= 1, got {buckets}")
         self._fingerprint: str | None = None
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._orders: OrderedDict[int, NDArray[np.int64]] = OrderedDict()
-        self._plans: dict[tuple[int, int, int], EpochPlan] = {}
+        self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         self._cache = ShardCache(self._read_shard, threads=min(8, max(2, self.prefetch)), keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
+        self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None  # lengths, boundaries
 
     def __getstate__(self) -> dict[str, Any]:
         # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle us)
-        keep = ("_lock", "_orders", "_plans", "_cache", "_totals", "_builds", "_active")
+        keep = ("_lock", "_orders", "_plans", "_cache", "_totals", "_builds", "_active", "_bounds")
         return {k: v for k, v in self.__dict__.items() if k not in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -174,7 +208,7 @@ class BatchService:
             "drop_last": self.drop_last, "columns": self.columns, "collate": self.collate_fn,
             "filter": self.filter, "transform": self.transform, "max_errors": self.max_errors,
             "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards,
-            "plan_epochs": self.plan_epochs}
+            "plan_epochs": self.plan_epochs, "bucket_by": self.bucket_by, "buckets": self.buckets}
         kwargs.update(changes)
         other = BatchService(kwargs.pop("source", self.source), **kwargs)
         if other.source is self.source:
@@ -188,16 +222,21 @@ class BatchService:
             self._fingerprint = self.source.fingerprint()
         return self._fingerprint
 
-    def config(self, *, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+    def config(self, *, rank: int = 0, world_size: int = 1, replication: int = 1) -> dict[str, Any]:
         """The order-relevant settings of one rank (what a resume state records)."""
-        return {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
-                "rank": int(rank), "shuffle": self.shuffle, "window": self.window, "world_size": int(world_size)}
+        cfg: dict[str, Any] = {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
+               "rank": int(rank), "shuffle": self.shuffle, "window": self.window, "world_size": int(world_size)}
+        if replication != 1:
+            cfg["replication"] = int(replication)
+        if self.bucket_by is not None:
+            cfg["bucket_by"], cfg["buckets"] = self.bucket_by, self.buckets
+        return cfg
 
     def _order(self, epoch: int) -> NDArray[np.int64]:
         with self._lock:
             order = self._orders.get(epoch)
         if order is None:
-            order = global_order(self.sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window)
+            order = self._compute_order(epoch)
             with self._lock:
                 order = self._orders.setdefault(epoch, order)
                 self._orders.move_to_end(epoch)
@@ -206,38 +245,108 @@ class BatchService:
                     self._plans = {k: v for k, v in self._plans.items() if k[0] != old}
         return order
 
-    def plan(self, epoch: int, rank: int = 0, world_size: int = 1) -> EpochPlan:
+    def _compute_order(self, epoch: int) -> NDArray[np.int64]:
+        custom = getattr(self.source, "epoch_sequence", None)  # e.g. a Mix: its own pure schedule
+        if callable(custom):
+            return np.asarray(custom(seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window),
+                              dtype=np.int64)
+        return global_order(self.sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window)
+
+    def epoch_samples(self, epoch: int = 0) -> int:
+        """Positions in ``epoch``'s global order (the dataset size, or a mix's epoch size)."""
+        length = getattr(self.source, "epoch_length", None)
+        if callable(length):
+            return int(length())
+        return int(self.sizes.sum())
+
+    def plan(self, epoch: int, rank: int = 0, world_size: int = 1, *, elastic: Elastic | None = None,
+             replication: int = 1) -> EpochPlan:
         """Rank ``rank``'s :class:`~datamill.loader.stages.EpochPlan` of ``epoch`` (cached, pure).
 
+        Args:
+            epoch: the epoch.
+            rank: the rank. Defaults to ``0``.
+            world_size: the number of ranks. Defaults to ``1``.
+            elastic: the epoch's elastic history (from :meth:`resume_point`): the rank splits only
+                the positions those segments left (:func:`~datamill.loader.order.remaining_positions`).
+                Defaults to ``None`` (the whole epoch).
+            replication: ranks per replication group; the ``replication`` consecutive ranks of a group
+                get the same plan (data rank ``rank // replication`` of ``world_size // replication``).
+                Defaults to ``1``.
+
         Raises:
-            ConfigError: a negative epoch, or a rank outside ``[0, world_size)``.
+            ConfigError: a negative epoch, a rank outside ``[0, world_size)``, a replication not
+                dividing the world size, or an elastic history that does not fit the epoch.
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False)
+            >>> svc.plan(0, 1, 2).seq.tolist(), svc.plan(0, 3, 4, replication=2).seq.tolist()
+            ([5, 6, 7, 8, 9], [5, 6, 7, 8, 9])
+            >>> # 2 ranks consumed 2 and 1 samples; what is left is re-split over 3 ranks
+            >>> [svc.plan(0, r, 3, elastic=((2, (2, 1)),)).seq.tolist() for r in range(3)]
+            [[2, 3, 4], [6, 7], [8, 9]]
         """
-        _check_rank(epoch, rank, world_size)
-        key = (int(epoch), int(rank), int(world_size))
+        data_rank, data_world = _check_rank(epoch, rank, world_size, replication)
+        hist = norm_elastic(elastic)
+        key = (int(epoch), data_rank, data_world, hist)
         with self._lock:
             plan = self._plans.get(key)
         if plan is None:
-            seq = split_for_rank(self._order(key[0]), rank=key[1], world_size=key[2], drop_last=self.drop_last)
+            order = self._order(key[0])
+            if hist and self.bucket_by is not None:
+                raise ConfigError("elastic resumption is not supported with bucket_by",
+                                  hint="resume with the saved world size, or without bucket_by")
+            if hist:
+                try:
+                    order = order[remaining_positions(len(order), history=hist, drop_last=self.drop_last)]
+                except ValueError as exc:
+                    raise ConfigError(f"elastic history does not fit epoch {epoch}: {exc}") from exc
+            seq = split_for_rank(order, rank=data_rank, world_size=data_world, drop_last=self.drop_last)
+            if self.bucket_by is not None:
+                seq = self._bucketed(seq, key)
             plan = EpochPlan.from_sequence(seq, self.sizes, batch_size=self.batch_size, drop_last=self.drop_last)
             with self._lock:
                 if key[0] in self._orders:
                     plan = self._plans.setdefault(key, plan)
         return plan
 
-    def rank_samples(self, rank: int = 0, world_size: int = 1) -> int:
+    def lengths(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(length of every sample, bucket boundaries)`` of ``bucket_by`` (read once)."""
+        if self.bucket_by is None:
+            raise ConfigError("this service has no bucket_by column")
+        if self._bounds is None:
+            lengths = sample_lengths(self.source, self.bucket_by)
+            self._bounds = (lengths, bucket_boundaries(lengths, self.buckets))
+        return self._bounds
+
+    def _bucketed(self, seq: NDArray[np.int64], key: tuple[int, int, int, Elastic]) -> NDArray[np.int64]:
+        lengths, bounds = self.lengths()
+        chunk = self.window * max(1, int(self.sizes.mean()) if len(self.sizes) else 1)
+        rng = rng_for(self.seed, "loader.buckets", key[0], key[1], key[2])
+        return seq[bucket_arrange(lengths[seq], batch_size=self.batch_size, chunk=chunk, boundaries=bounds, rng=rng)]
+
+    def rank_samples(self, rank: int = 0, world_size: int = 1, *, replication: int = 1) -> int:
         """Samples rank ``rank`` visits per epoch (positions of its batches)."""
-        _check_rank(0, rank, world_size)
-        base, extra = divmod(int(self.sizes.sum()), world_size)
-        count = base if self.drop_last else base + (1 if rank < extra else 0)
+        data_rank, data_world = _check_rank(0, rank, world_size, replication)
+        count = split_sizes(self.epoch_samples(), world_size=data_world, drop_last=self.drop_last)[data_rank]
         return min(count, num_batches(count, batch_size=self.batch_size, drop_last=self.drop_last) * self.batch_size)
 
-    def num_batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> int:
+    def num_batches(self, epoch: int, rank: int = 0, world_size: int = 1, *, elastic: Elastic | None = None,
+                    replication: int = 1) -> int:
         """Batches of rank ``rank`` in ``epoch`` (some may be empty if a filter drops every sample)."""
-        _check_rank(epoch, rank, world_size)
-        return num_batches(self.rank_samples(rank, world_size), batch_size=self.batch_size, drop_last=self.drop_last)
+        _check_rank(epoch, rank, world_size, replication)
+        if elastic:
+            return self.plan(epoch, rank, world_size, elastic=elastic, replication=replication).total_batches
+        return num_batches(self.rank_samples(rank, world_size, replication=replication), batch_size=self.batch_size,
+                           drop_last=self.drop_last)
 
-    def resume_state(self, *, epoch: int, batches_seen: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+    def resume_state(self, *, epoch: int, batches_seen: int, rank: int = 0, world_size: int = 1,
+                     elastic: Elastic | None = None, replication: int = 1) -> dict[str, Any]:
         """The tiny JSON resume state of rank ``rank`` after ``batches_seen`` batches of ``epoch``.
+
+        With an ``elastic`` history (the rank resumed elastically in ``epoch``) the state records it
+        and ``batches_seen`` counts batches of the re-split plan.
 
         Examples:
             >>> from datamill.core.source import TableSource
@@ -246,14 +355,20 @@ class BatchService:
             >>> st["samples_seen"], svc.check_state(st)
             (10, (1, 3))
         """
-        cfg = self.config(rank=rank, world_size=world_size)
-        return {"format": LOADER_STATE_FORMAT, "epoch": int(epoch), "batches_seen": int(batches_seen),
-                "samples_seen": min(self.rank_samples(rank, world_size), int(batches_seen) * self.batch_size),
-                "seed": self.seed, "dataset_fingerprint": self.fingerprint(),
-                "config_fingerprint": config_fingerprint(cfg), "config": cfg}
+        cfg = self.config(rank=rank, world_size=world_size, replication=replication)
+        hist = norm_elastic(elastic)
+        rank_total = (len(self.plan(epoch, rank, world_size, elastic=hist, replication=replication).seq) if hist
+                      else self.rank_samples(rank, world_size, replication=replication))
+        state = {"format": LOADER_STATE_FORMAT, "epoch": int(epoch), "batches_seen": int(batches_seen),
+                 "samples_seen": min(rank_total, int(batches_seen) * self.batch_size),
+                 "seed": self.seed, "dataset_fingerprint": self.fingerprint(),
+                 "config_fingerprint": config_fingerprint(cfg), "config": cfg}
+        if hist:
+            state["elastic"] = [[w, list(cs)] for w, cs in hist]
+        return state
 
     def check_state(self, state: Mapping[str, Any], *, rank: int = 0, world_size: int = 1,
-                    allow_mismatch: Sequence[str] = ()) -> tuple[int, int]:
+                    allow_mismatch: Sequence[str] = (), replication: int = 1) -> tuple[int, int]:
         """``(epoch, batches_seen)`` of a resume state that fits this service and rank.
 
         Raises:
@@ -261,11 +376,35 @@ class BatchService:
         """
         st = validate_state(state)
         current = {"seed": self.seed, "dataset_fingerprint": self.fingerprint(),
-                   **self.config(rank=rank, world_size=world_size)}
+                   **self.config(rank=rank, world_size=world_size, replication=replication)}
         saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
         check_resume_compat(saved, current, fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
                             allow_mismatch=allow_mismatch)
         return int(st["epoch"]), int(st["batches_seen"])
+
+    def resume_point(self, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int = 0,
+                     world_size: int = 1, replication: int = 1, allow_mismatch: Sequence[str] = ()) -> ResumePoint:
+        """Where rank ``rank`` of ``world_size`` resumes from one rank's state or every rank's states.
+
+        The states may come from another world size, replication or batch size (an *elastic*
+        resume): the samples they consumed are known exactly from the pure order, and the rest of
+        the epoch is re-split over the new ranks (:func:`datamill.loader.elastic.resume_point`).
+        A server resuming an iteration uses the same rule, then passes ``elastic=`` to :meth:`plan`
+        and :meth:`build`.
+
+        Raises:
+            ResumeStateError: malformed states, states that disagree, or differing global settings.
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False)
+            >>> states = [svc.resume_state(epoch=0, batches_seen=1, rank=r, world_size=2) for r in range(2)]
+            >>> point = svc.resume_point(states, rank=0, world_size=3)
+            >>> point.elastic, svc.plan(0, 0, 3, elastic=point.elastic).seq.tolist()
+            (((2, (2, 2)),), [2, 3])
+        """
+        return resume_point(self, states, rank=rank, world_size=world_size, replication=replication,
+                            allow_mismatch=allow_mismatch)
 
     # ----------------------------------------------------------------- accounting
     def accounting(self) -> Accounting:
@@ -294,10 +433,11 @@ class BatchService:
                                 shard=k, hint="the source's shard_sizes() disagrees with read_shard()")
         return table
 
-    def build(self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1
-              ) -> Generator[BatchResult, None, None]:
+    def build(self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1,
+              elastic: Elastic | None = None, replication: int = 1) -> Generator[BatchResult, None, None]:
         """Build batches ``batch_numbers`` (ascending) of rank ``rank`` in ``epoch``, in order.
 
+        ``elastic`` and ``replication`` select the plan as in :meth:`plan`.
         Thread-safe: builds of any ranks may run at once and share the shard cache. Close the
         iterator (or exhaust it) to release its shards. Failures of ``filter``/``transform`` are
         recorded on each result; apply the ``max_errors`` policy with :meth:`accounting`.
@@ -305,7 +445,7 @@ class BatchService:
         Raises:
             ConfigError: a bad epoch/rank, or batch numbers not ascending within ``[0, num_batches)``.
         """
-        plan = self.plan(epoch, rank, world_size)
+        plan = self.plan(epoch, rank, world_size, elastic=elastic, replication=replication)
         batches = np.asarray(batch_numbers, dtype=np.int64).reshape(-1)
         if len(batches) and (batches[0] < 0 or batches[-1] >= plan.total_batches or (np.diff(batches) <= 0).any()):
             raise ConfigError(f"batch numbers must be ascending in [0, {plan.total_batches}) for rank {rank} of "

@@ -2,7 +2,10 @@
 
 A state records *where* an iteration is (epoch, batches and samples consumed) and *what* it iterates
 (dataset fingerprint, seed, the order-relevant config), never the samples themselves: resuming
-recomputes the order and starts at ``batches_seen``. ``num_workers`` and ``prefetch`` are not part
+recomputes the order and starts at ``batches_seen``. A state taken after an elastic resume
+(:meth:`~datamill.loader.service.BatchService.resume_point`) also holds ``elastic``: the epoch's
+history ``[[world_size, [samples consumed per rank]], ...]`` (see
+:func:`~datamill.loader.order.remaining_positions`). ``num_workers`` and ``prefetch`` are not part
 of it, so a run may resume with a different number of workers and gets the same batches.
 
 The checks themselves are :mod:`datamill.core.state`'s (shared with the LM batches and the server);
@@ -19,11 +22,20 @@ from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import StateSpec, check_resume_compat
 from datamill.core.state import validate_state as validate_spec
 
-__all__ = ["LOADER_STATE", "ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint",
+__all__ = ["GLOBAL_FIELDS", "LOADER_STATE", "OPTIONAL_FIELDS", "ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint",
            "validate_state"]
 
-ORDER_FIELDS = ("batch_size", "columns", "drop_last", "rank", "shuffle", "window", "world_size")
-"""Config fields the batch sequence depends on (their values are saved in ``state["config"]``)."""
+ORDER_FIELDS = ("batch_size", "bucket_by", "buckets", "columns", "drop_last", "rank", "replication", "shuffle",
+                "window", "world_size")
+"""Config fields the batch sequence depends on (their values are saved in ``state["config"]``; the
+:data:`OPTIONAL_FIELDS` only when they are not at their defaults)."""
+
+OPTIONAL_FIELDS = ("bucket_by", "buckets", "replication")
+"""Fields a config leaves out at their defaults (states written before they existed still fit)."""
+
+GLOBAL_FIELDS = ("dataset_fingerprint", "seed", "bucket_by", "buckets", "columns", "drop_last", "shuffle", "window")
+"""Fields the epoch's *global* order depends on: an elastic resume (another world size, rank or batch
+size) needs only these to match."""
 
 STATE_FIELDS = ("format", "epoch", "batches_seen", "samples_seen", "seed", "dataset_fingerprint",
                 "config_fingerprint", "config")
@@ -42,7 +54,7 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
         >>> config_fingerprint({"batch_size": 2}) == config_fingerprint({"batch_size": 2})
         True
     """
-    return fingerprint_obj({k: config.get(k) for k in ORDER_FIELDS})
+    return fingerprint_obj({k: config.get(k) for k in ORDER_FIELDS if k in config or k not in OPTIONAL_FIELDS})
 
 
 def validate_state(state: Any) -> dict[str, Any]:

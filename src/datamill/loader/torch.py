@@ -20,14 +20,15 @@ for any ``N``; worker *processes* help when a transform is GIL-bound Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from datamill.core.errors import ConfigError
 from datamill.core.optional import require
 from datamill.loader.collate import collate_numpy, collate_torch
+from datamill.loader.elastic import norm_elastic
 from datamill.loader.loader import Loader
-from datamill.loader.order import worker_batches
+from datamill.loader.order import Elastic, worker_batches
 
 torch = require("torch", extra="torch")
 from torch.utils.data import IterableDataset, get_worker_info
@@ -51,40 +52,50 @@ class TorchLoaderDataset(IterableDataset[Any]):
 
     def __init__(self, loader: Loader) -> None:
         super().__init__()
+        if loader.refill:
+            raise ConfigError("the torch adapter does not support refill=True (its workers build position batches)",
+                              hint="iterate the Loader itself, or filter without refill")
         service = loader.service
         if service.collate_fn is collate_numpy:  # DataLoader would convert (and warn on read-only arrays)
             service = service.replace(collate=collate_torch)
         self.service, self.rank, self.world_size = service, loader.rank, loader.world_size
+        self.replication = loader.replication
         state = loader.state_dict()
         self._start = (int(state["epoch"]), int(state["batches_seen"]))
+        self._elastic: Elastic = norm_elastic(state.get("elastic"))
+
+    def _where(self) -> dict[str, Any]:
+        return {"elastic": self._elastic, "replication": self.replication}
 
     def __len__(self) -> int:
         epoch, start = self._start
-        return self.service.num_batches(epoch, self.rank, self.world_size) - start
+        return self.service.num_batches(epoch, self.rank, self.world_size, **self._where()) - start
 
     def set_epoch(self, epoch: int) -> None:
         """Iterate epoch ``epoch`` from its start on the next ``iter(DataLoader)``."""
         if epoch < 0:
             raise ConfigError(f"epoch must be >= 0, got {epoch}")
-        self._start = (int(epoch), 0)
+        self._start, self._elastic = (int(epoch), 0), ()
 
     def state_dict(self, batches_consumed: int) -> dict[str, Any]:
         """The resume state after the main process consumed ``batches_consumed`` batches of this iteration."""
         epoch, start = self._start
         return self.service.resume_state(epoch=epoch, batches_seen=start + int(batches_consumed), rank=self.rank,
-                                         world_size=self.world_size)
+                                         world_size=self.world_size, **self._where())
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume at ``state`` (checked like :meth:`Loader.load_state_dict`)."""
-        self._start = self.service.check_state(state, rank=self.rank, world_size=self.world_size)
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Resume at ``state`` (one rank's or every rank's, checked and re-split like :meth:`Loader.load_state_dict`)."""
+        point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
+                                          replication=self.replication)
+        self._start, self._elastic = (point.epoch, point.batches_seen), point.elastic
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         epoch, start = self._start
-        total = self.service.num_batches(epoch, self.rank, self.world_size)
+        total = self.service.num_batches(epoch, self.rank, self.world_size, **self._where())
         accounting = self.service.accounting()
         mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)
-        for res in self.service.build(epoch, self.rank, mine, world_size=self.world_size):
+        for res in self.service.build(epoch, self.rank, mine, world_size=self.world_size, **self._where()):
             accounting.add(res)
             yield res.output if res.output is not None else self.service.collate_fn(res.empty)
