@@ -65,6 +65,12 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(tmp_path: Path
                               "ds", "--batch-size", "500"], env=env(), capture_output=True, text=True, check=False)
         assert res.returncode == 0, res.stderr
         assert "12 batches, 6,000 samples" in res.stdout
+        # `datamill iterate DATASET --url URL` is the same command (the loader CLI forwards it)
+        res = subprocess.run([sys.executable, "-m", "datamill.cli", "iterate", "ds", "--url", url, "--key", key,
+                              "--batch-size", "500", "--name", "via-iterate"], env=env(), capture_output=True,
+                             text=True, check=False)
+        assert res.returncode == 0, res.stderr
+        assert "12 batches, 6,000 samples" in res.stdout
     finally:
         stop(proc)
     # a second start with keys present prints none

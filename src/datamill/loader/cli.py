@@ -25,7 +25,24 @@ def _open(args: argparse.Namespace) -> Any:
     return open_source(args.source)
 
 
+def _remote(args: argparse.Namespace) -> int:
+    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate``."""
+    import importlib
+
+    argv = [args.source, "--url", args.url, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+            "--rank", str(args.rank), "--world-size", str(args.world_size), "--mode", args.mode,
+            "--limit", str(args.limit)]
+    for flag, value in (("--key", args.key), ("--columns", args.columns), ("--name", args.name),
+                        ("--save-state", args.save_state)):
+        if value is not None:
+            argv += [flag, value]
+    serve_cli = importlib.import_module("datamill.serve.cli")  # the serve extra, looked up when used
+    return int(serve_cli.iterate(argv))
+
+
 def _cmd(args: argparse.Namespace) -> int:
+    if args.url:
+        return _remote(args)
     from datamill.loader.loader import Loader
 
     source = _open(args)
@@ -116,7 +133,11 @@ def register(sub: Any) -> None:
     """Add ``datamill iterate`` and ``datamill plan``."""
     p = sub.add_parser("iterate", help="iterate a datamill output with the loader; print throughput and stats")
     p.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
-                                  "or s3://bucket/prefix of Parquet files")
+                                  "or s3://bucket/prefix of Parquet files; with --url: a served dataset's id or name")
+    p.add_argument("--url", help="iterate a dataset served by `datamill serve` at this URL (RemoteLoader)")
+    p.add_argument("--key", help="API key for --url (default $DATAMILL_KEY)")
+    p.add_argument("--mode", choices=["static", "dynamic"], default="static", help="with --url (default static)")
+    p.add_argument("--name", help="with --url: iteration name (processes with one name share an iteration)")
     p.add_argument("--cache-dir", help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)")
     p.add_argument("--cache-limit", type=float, default=None, help="shard cache size in MiB (default unbounded)")
     p.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")

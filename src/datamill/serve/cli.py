@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["iterate", "register"]
 
 USAGE = """datamill serve ROOT_OR_CONFIG [--host H] [--port P] [--state DIR] [--no-auth] [--lease-timeout S]
        datamill serve keys create|list|revoke --state DIR [--role read|admin] [KEY_ID]
@@ -64,7 +64,8 @@ def _keys(argv: list[str]) -> int:
     return 0
 
 
-def _iterate(argv: list[str]) -> int:
+def iterate(argv: list[str]) -> int:
+    """``datamill serve iterate DATASET --url URL ...`` (also ``datamill iterate DATASET --url URL``)."""
     from datamill.serve.remote import RemoteLoader
 
     p = argparse.ArgumentParser(prog="datamill serve iterate")
@@ -109,7 +110,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if argv and argv[0] == "keys":
         return _keys(argv[1:])
     if argv and argv[0] == "iterate":
-        return _iterate(argv[1:])
+        return iterate(argv[1:])
     from datamill.serve.run import serve
 
     opts = _server_parser().parse_args(argv)
