@@ -91,3 +91,18 @@ def test_rewind_sets_the_done_set_from_a_checkpoint() -> None:
     assert not it.leases and it.done_units() == [0, 1, 2]
     nxt = it.take("c", rank=0)
     assert nxt is not None and (nxt.start, nxt.stop) == (3, 4)  # never crosses a lease boundary
+
+
+def test_cancel_stops_leases_and_reissues_after_expiry_are_counted() -> None:
+    it = Iteration("i", [6], lease_size=2, lease_timeout=60.0, boot="b")
+    first = it.take("c0")
+    assert first is not None and it.progress()["reissued_leases"] == 0
+    assert it.expire(now=first.deadline + 1) == 1  # the lease times out: its batches go back to the head of the queue
+    again = it.take("c1")
+    assert again is not None and (again.start, again.stop) == (first.start, first.stop)
+    p = it.progress()
+    assert (p["expired_leases"], p["reissued_leases"]) == (1, 1)
+    assert it.ack(first.id, first.fence).status == "fenced"  # the late ack of the expired lease is refused
+    it.cancel()
+    assert it.take("c2") is None and it.progress()["cancelled"] and it.progress()["leased"] == 0
+    assert it.ack(again.id, again.fence).status == "fenced"  # a cancelled iteration revoked its live leases

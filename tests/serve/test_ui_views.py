@@ -128,3 +128,20 @@ def test_auth_cookie_csrf_and_redirects(env: Any) -> None:
     assert '<progress id="progress-all" max="2" value="0">' in live.text
     assert c.get("/", follow_redirects=False).headers["location"] == "/ui/datasets"
     assert c.get("/ui/static/../app.py").status_code == 404
+
+
+def test_admin_cancels_an_iteration_with_csrf_and_clients_get_410(env: Any) -> None:
+    c = TestClient(env["app"])
+    c.post("/ui/login", data={"key": env["key"], "next": "/ui/iterations"})
+    started = c.post("/ui/iterations", follow_redirects=False, headers=env["auth"],
+                     data={"dataset": env["ids"]["pics"], "batch_size": "1", "name": "to-cancel"})
+    page = c.get(started.headers["location"])
+    assert 'id="cancel-form"' in page.text and 'id="reissued"' in page.text
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text).group(1)  # type: ignore[union-attr]
+    assert c.post(started.headers["location"] + "/cancel", data={}).status_code == 403  # no CSRF token
+    done = c.post(started.headers["location"] + "/cancel", data={"csrf": token})
+    assert done.status_code == 200 and 'id="cancelled"' in done.text and 'id="cancel-form"' not in done.text
+    it_id = started.headers["location"].rsplit("/", 1)[-1]
+    res = env["client"].get(f"/api/v1/iterations/{it_id}/next", params={"client": "c1"}, headers=env["auth"])
+    assert res.status_code == 410 and "cancelled" in res.json()["error"]
+    assert env["app"].state.serve.journal.is_cancelled(it_id)  # journaled: a restarted server keeps it

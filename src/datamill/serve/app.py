@@ -8,7 +8,8 @@ Routes (under ``/api/v1``; ``read`` keys iterate and view, ``admin`` keys also r
   (one record batch per batch; headers ``X-Datamill-Lease``, ``-Fence``, ``-Units``, ``-Positions``,
   ``-Epoch``, ``-Acks``), ``204`` nothing left for this client, ``409`` wait (others hold the rest)
 * ``POST /iterations/{id}/ack`` (``410`` for a lease of an earlier server run, ``409`` when fenced)
-* ``POST /iterations/{id}/heartbeat`` | ``POST /iterations/{id}/rewind``
+* ``POST /iterations/{id}/heartbeat`` | ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
+  (admin; afterwards ``next`` answers ``410``)
 
 Every error is a JSON body ``{"error": ...}`` with a 4xx status; oversized bodies get 413.
 """
@@ -27,7 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.auth import create_key
-from datamill.serve.server import ARROW_STREAM, ConflictError, NotFoundError, ServeState
+from datamill.serve.server import (
+    ARROW_STREAM,
+    CancelledError,
+    ConflictError,
+    NotFoundError,
+    ServeState,
+)
 
 __all__ = ["MAX_BODY", "create_app"]
 
@@ -163,6 +170,8 @@ def _guard(app: ASGIApp, state: ServeState) -> ASGIApp:
 def _status(exc: DatamillError) -> int:
     if isinstance(exc, (NotFoundError, DataFileNotFoundError)):
         return 404
+    if isinstance(exc, CancelledError):
+        return 410
     return 409 if isinstance(exc, ConflictError) else 400
 
 
@@ -319,6 +328,10 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
         lost = state.iteration(it_id).heartbeat(body.client, leases=body.leases, stall_s=body.stall_s,
                                                 batches=body.batches)
         return {"lost": lost}
+
+    @api.post("/api/v1/iterations/{it_id}/cancel", dependencies=[admin])
+    def cancel(it_id: ItId) -> dict[str, Any]:
+        return state.cancel(state.iteration(it_id))
 
     @api.post("/api/v1/iterations/{it_id}/rewind", dependencies=[read])
     def rewind(it_id: ItId, body: RewindIn) -> dict[str, Any]:

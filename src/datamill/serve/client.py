@@ -190,6 +190,10 @@ class Client:
             body.update(rank=rank, consumed=consumed)
         return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/rewind", body=body).json())
 
+    def cancel(self, iteration: str) -> dict[str, Any]:
+        """Cancel an iteration for good (admin key needed): clients asking for a lease get HTTP 410."""
+        return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/cancel").json())
+
     def create_key(self, *, role: str = "read", note: str = "") -> dict[str, Any]:
         """A new key (admin key needed); the returned ``key`` is shown only now."""
         return dict(self.http.request("POST", "/api/v1/keys", body={"role": role, "note": note}).json())

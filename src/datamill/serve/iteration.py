@@ -146,6 +146,10 @@ class Iteration:
         self.acked: set[str] = set()
         self.clients: dict[str, ClientInfo] = {}
         self.fenced = 0
+        self.expired = 0  # leases that timed out (their batches went back to the queue)
+        self.reissued = 0  # leases handing out batches an earlier lease held
+        self.cancelled = False
+        self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
         self._counter = itertools.count(1)
         self._rate: deque[tuple[float, int]] = deque()
         self.lock = threading.RLock()
@@ -181,7 +185,15 @@ class Iteration:
             dead = [lease for lease in self.leases.values() if lease.deadline < now]
             for lease in dead:
                 self._revoke(lease)
+            self.expired += len(dead)
             return len(dead)
+
+    def cancel(self) -> None:
+        """Stop handing out leases (live ones are revoked; their acks are refused as fenced)."""
+        with self.lock:
+            self.cancelled = True
+            for lease in list(self.leases.values()):
+                self._revoke(lease)
 
     def touch(self, client: str, *, rank: int, slot: int = 0) -> ClientInfo:
         """Register or refresh a client."""
@@ -199,6 +211,8 @@ class Iteration:
         hold there: a replacement process first gets the dead one's unacknowledged leases again.
         """
         with self.lock:
+            if self.cancelled:
+                return None
             now = time.monotonic()
             self.expire(now)
             q = 0 if self.mode == "dynamic" else rank
@@ -220,6 +234,9 @@ class Iteration:
             while stop < limit and st[stop] == PENDING:
                 stop += 1
             st[start:stop] = LEASED
+            if self._ever[q][start:stop].any():
+                self.reissued += 1
+            self._ever[q][start:stop] = True
             n = next(self._counter)
             lease = Lease(f"{self.boot}.{n}", n, q, start, stop, client, now + self.lease_timeout, now)
             self.leases[lease.id] = lease
@@ -334,6 +351,7 @@ class Iteration:
             return {"id": self.id, "mode": self.mode, "total": self.total,
                     "done": int(counts[DONE]) + self.base_done, "leased": int(counts[LEASED]),
                     "pending": int(counts[PENDING]), "fenced_acks": self.fenced,
+                    "expired_leases": self.expired, "reissued_leases": self.reissued, "cancelled": self.cancelled,
                     "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
                     "queues": [{"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
                                for qi, q in enumerate(self.queues)],

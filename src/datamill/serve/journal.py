@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS iterations (id TEXT PRIMARY KEY, key TEXT NOT NULL, e
 CREATE TABLE IF NOT EXISTS done (iteration TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
     lease TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS done_iteration ON done(iteration);
+CREATE TABLE IF NOT EXISTS cancelled (iteration TEXT PRIMARY KEY, at REAL NOT NULL);
 """
 
 
@@ -107,6 +108,14 @@ class Journal:
         rows = self._exec("SELECT id, key, epoch, config, created FROM iterations ORDER BY created")
         return [{"id": r[0], "key": r[1], "epoch": r[2], "config": json.loads(r[3]), "created": r[4]}
                 for r in rows]
+
+    def cancel(self, it_id: str) -> None:
+        """Journal that an iteration was cancelled (before the reply)."""
+        self._exec("INSERT OR IGNORE INTO cancelled (iteration, at) VALUES (?, ?)", (it_id, time.time()))
+
+    def is_cancelled(self, it_id: str) -> bool:
+        """Whether an iteration was cancelled."""
+        return bool(self._exec("SELECT 1 FROM cancelled WHERE iteration = ?", (it_id,)))
 
     def add_done(self, it_id: str, units: Iterable[tuple[int, int]], *, lease: str) -> None:
         """Journal acknowledged unit runs ``[start, stop)`` in one transaction."""

@@ -28,7 +28,7 @@ from datamill.serve.auth import KeyStore
 from datamill.serve.iteration import AckResult, Iteration, Lease, runs
 from datamill.serve.journal import Journal
 
-__all__ = ["ARROW_STREAM", "ConflictError", "LeasePayload", "NotFoundError", "ServeState"]
+__all__ = ["ARROW_STREAM", "CancelledError", "ConflictError", "LeasePayload", "NotFoundError", "ServeState"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -40,6 +40,10 @@ _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 
 class NotFoundError(DatamillError, LookupError):
     """An unknown dataset, iteration or key (HTTP 404)."""
+
+
+class CancelledError(DatamillError, RuntimeError):
+    """The iteration was cancelled: it hands out no more leases (HTTP 410)."""
 
 
 class ConflictError(DatamillError, ValueError):
@@ -301,6 +305,8 @@ class ServeState:
             it = self._build(row["id"], row["config"])
             it.mark_done(u for a, b, _ in self.journal.done(row["id"]) for u in range(a, b))
             it.acked.update(lease for _, _, lease in self.journal.done(row["id"]))
+            if self.journal.is_cancelled(row["id"]):
+                it.cancel()
             self._iterations[row["id"]] = it
             return it
 
@@ -317,9 +323,18 @@ class ServeState:
             self.journal.add_done(it.id, res.units, lease=lease_id)
         return res
 
+    def cancel(self, it: Iteration) -> dict[str, Any]:
+        """Cancel an iteration for good (journaled first): no more leases, live ones revoked."""
+        self.journal.cancel(it.id)
+        it.cancel()
+        return it.progress()
+
     def next_lease(self, it: Iteration, client: str, *, rank: int = 0, slot: int = 0,
                    slots: int = 1) -> LeasePayload | None:
         """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`)."""
+        if it.cancelled:
+            raise CancelledError(f"iteration {it.id} was cancelled by an admin",
+                                 hint="start a new iteration (another name or config)")
         if it.mode == "static" and not 0 <= rank < it.world_size:
             raise ConfigError(f"rank must be in [0, {it.world_size}), got {rank}")
         if not 0 <= slot < max(1, slots):

@@ -317,6 +317,18 @@ async def rewind(request: Request, it_id: str) -> HTMLResponse:
     return _render(request, "iteration.html", who, it=view, rewound=body)
 
 
+@router.post("/iterations/{it_id}/cancel")
+@_page
+async def cancel(request: Request, it_id: str) -> HTMLResponse:
+    """Cancel an iteration for good (admin): no more leases are handed out."""
+    who = _who(request, admin=True)
+    check_csrf(who, await _form(request))
+    state = request.app.state.serve
+    await run_in_threadpool(state.cancel, state.iteration(it_id))
+    view = await run_in_threadpool(_iteration_view, request, it_id)
+    return _render(request, "iteration.html", who, it=view, rewound=None)
+
+
 # ---------------------------------------------------------------------------------------------- keys
 @router.get("/keys")
 @_page
