@@ -12,7 +12,8 @@ Examples:
 
 from __future__ import annotations
 
+from datamill.ray.bert import build_bert_samples
 from datamill.ray.preprocess import RayPreprocessed, preprocess
 
-__all__ = ["RayPreprocessed", "preprocess"]
+__all__ = ["RayPreprocessed", "build_bert_samples", "preprocess"]
 assert sorted(__all__) == __all__
