@@ -22,7 +22,7 @@ from datamill.preprocessing.plans import Origin
 from datamill.preprocessing.reading import cast_column
 from datamill.ray._runtime import ray_module, unwrap
 
-__all__ = ["Input", "resolve_input"]
+__all__ = ["Input", "read", "resolve_input"]
 
 _EXTENSIONS = {"csv": (".csv",), "tsv": (".tsv",), "parquet": (".parquet", ".pq"), "jsonl": (".jsonl", ".json")}
 
@@ -115,7 +115,7 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str]) -> Any:
         try:
             return ray.data.read_csv(inp.files, file_extensions=None,
                                      **csv_options(inp.kind, columns=columns, column_types=types)).materialize()
-        except Exception as exc:  # noqa: BLE001 - any reader failure is located or wrapped below
+        except Exception as exc:
             raise _locate_csv_error(inp, wanted, columns, exc) from exc
     try:
         if inp.kind == "parquet":
@@ -131,7 +131,7 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str]) -> Any:
         return ds.materialize()
     except DatamillError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a reader failure becomes one located DataFileError
+    except Exception as exc:
         err = unwrap(exc, what="reading")
         if isinstance(err, DatamillError) and not type(err) is DatamillError:
             raise err from exc

@@ -89,7 +89,7 @@ def ordered_results(submit: Callable[[T], Any], items: Iterable[T], *, window: i
         ref = pending.popleft()
         nxt = next(it, _END)
         if nxt is not _END:
-            pending.append(submit(nxt))  # type: ignore[arg-type]  # _END is the only non-T sentinel
+            pending.append(submit(nxt))
         yield ray.get(ref)
 
 

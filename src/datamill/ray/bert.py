@@ -150,7 +150,7 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
                       layout=layout, sentence_split=sentence_split, pairing=pairing)
     except DatamillError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a Ray failure becomes one DatamillError
+    except Exception as exc:
         raise unwrap(exc, what="building BERT samples") from exc
 
 

@@ -28,7 +28,6 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -54,7 +53,7 @@ from datamill.ray._tables import arrays_to_table, table_to_arrays
 from datamill.shards import ShardsetDataset, ShardsetWriter
 from datamill.shards.writer import ShardSink
 
-__all__ = ["FORMATS", "SHARDSET", "SHARDS_SUFFIX", "RayPreprocessed", "preprocess"]  # noqa: RUF022 - Python sorted() order (house rule)
+__all__ = ["FORMATS", "RayPreprocessed", "SHARDSET", "SHARDS_SUFFIX", "preprocess"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 FORMATS = ("shards", "hdf5")
 #: the shardset holding the tensors
@@ -187,7 +186,7 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
         return _run(ray, p, inp, root, fmt=fmt, uid_column=uid_column, start=start)
     except DatamillError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a Ray failure becomes one DatamillError
+    except Exception as exc:
         raise unwrap(exc, what="preprocessing") from exc
 
 
