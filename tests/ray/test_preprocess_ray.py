@@ -154,3 +154,21 @@ def test_errors_are_located_as_locally(ray_cluster: Any, tmp_path: Path) -> None
                    output_dir=tmp_path / "o", engine="ray")
     assert missing.value.column == "nope"
     assert not (tmp_path / "o" / "bad.meta.json").exists()
+
+
+def test_jsonl_and_in_memory_inputs_equal_local(ray_cluster: Any, tmp_path: Path) -> None:
+    cfg = {"input_features": [{"name": "cat", "type": "category"}, {"name": "num2", "type": "number"},
+                              {"name": "words", "type": "sequence"}],
+           "preprocessing": {"split": {"type": "random"}, "seed": 1}}
+    table = _mixed(200, seed=4).select(["cat", "num2", "words"])
+    import json
+
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    local = preprocess(tmp_path / "d.jsonl", cfg, output_dir=tmp_path / "local")
+    out = preprocess(tmp_path / "d.jsonl", cfg, output_dir=tmp_path / "ray", engine="ray")
+    assert _header_free(out.metadata.to_dict()) == _header_free(local.metadata.to_dict())
+    assert_same(local.data, out.data)
+    mem_local = preprocess(table, cfg)
+    mem = preprocess(table, cfg, output_dir=tmp_path / "mem", engine="ray")
+    assert mem.dataset_path == tmp_path / "mem" / "dataset.shards"  # type: ignore[attr-defined]
+    assert_same(mem_local.data, mem.data)
