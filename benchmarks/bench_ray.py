@@ -66,7 +66,7 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
         if args.address:
             ray.init(address=args.address, log_to_driver=False)
         else:
-            ray.init(include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", include_dashboard=False, log_to_driver=False)
         connect(None)
         out["ray_init_s"] = time.perf_counter() - t
         t = time.perf_counter()

@@ -37,3 +37,12 @@ def test_bert_on_ray_equals_local_per_block_streams(ray_cluster: Any, data_dir: 
         assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
     assert out.timings["nodes"] == 2  # tasks ran on both nodes of the cluster
     assert out.tokenizer_path.read_text() == local.tokenizer_path.read_text()
+    # readers: datamill's Loader over the shardset, and Hugging Face datasets over the shard files
+    from datamill.loader import Loader
+
+    batches = list(Loader(ds, 64, shuffle=False, columns=["tokens", "is_random_next"]))
+    assert sum(len(b["is_random_next"]) for b in batches) == local.samples
+    datasets = pytest.importorskip("datasets")
+    files = [str(tmp_path / "bert" / "bert" / f"shard.{k:05d}.parquet") for k in range(ds.num_shards)]
+    hf = datasets.Dataset.from_parquet(files, cache_dir=str(tmp_path / "hf"))
+    assert hf.num_rows == local.samples and hf[0]["tokens"] == want.column("tokens")[0].as_py()

@@ -37,7 +37,8 @@ def connect(address: str | None = None) -> ModuleType:
     """The ``ray`` module, connected: to ``address`` (``"auto"``, ``HOST:PORT``, ``ray://...``) or a local instance.
 
     A running connection (``ray.init`` called by the user or an earlier run) is reused as it is.
-    A local instance gets ``num_cpus`` = the cores, no dashboard, and the environment's
+    Without ``address`` a new local instance is started (a cluster already running on the machine
+    is joined only when asked, e.g. ``address="auto"``). A local instance gets ``num_cpus`` = the cores, no dashboard, and the environment's
     ``RAY_AUTH_MODE`` (``disabled`` unless set). Ray Data keeps block order and shows its progress
     bars unless datamill is quiet (``--quiet``).
 
@@ -49,8 +50,8 @@ def connect(address: str | None = None) -> ModuleType:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
-            if address is None:
-                ray.init(include_dashboard=False, log_to_driver=False)
+            if address is None:  # "local": never join a cluster found on the machine (maybe someone else's)
+                ray.init(address="local", include_dashboard=False, log_to_driver=False)
             else:
                 ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
