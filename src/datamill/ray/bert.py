@@ -31,11 +31,22 @@ from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, display_name
-from datamill.pretrain.bert._build import BertSamples, _check_params
-from datamill.pretrain.bert._docs import TokenizedDocuments, split_documents, tokenize_documents
-from datamill.pretrain.bert._mask import MaskConfig
-from datamill.pretrain.bert._run import TaskConfig, _init_state, _run_task, plan_tasks
-from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
+from datamill.pretrain.bert.engine import (
+    BertSamples,
+    BertTokenizer,
+    MaskConfig,
+    TaskConfig,
+    TokenizedDocuments,
+    bert_schema,
+    check_params,
+    init_state,
+    plan_tasks,
+    resolve_tokenizer,
+    run_task,
+    split_documents,
+    tokenize_documents,
+    train_wordpiece,
+)
 from datamill.ray._runtime import MAX_RETRIES, connect, ordered_results, unwrap
 from datamill.shards import ShardsetWriter
 from datamill.shards.writer import KEEP_META, ShardSink
@@ -98,10 +109,8 @@ def _bert_task(corpus: tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any], np
     key, ids, sent_offsets, doc_offsets = corpus
     if key not in _CORPORA:  # one list conversion per worker process and corpus
         _CORPORA.clear()
-        _CORPORA[key] = _init_state(ids, sent_offsets, doc_offsets)
-    res = _run_task(_CORPORA[key], cfg, *task)
-    from datamill.pretrain.bert._mask import bert_schema
-
+        _CORPORA[key] = init_state(ids, sent_offsets, doc_offsets)
+    res = run_task(_CORPORA[key], cfg, *task)
     schema = bert_schema(cfg.mask.layout).with_metadata({KEEP_META: meta_json.encode()})
     table = pa.Table.from_batches([b.replace_schema_metadata(schema.metadata) for b in res.batches], schema=schema)
     table = table.add_column(0, UID, pa.array((np.int64(index) << 32) + np.arange(table.num_rows, dtype=np.int64)))
@@ -128,7 +137,7 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
         Traceback (most recent call last):
         datamill.core.errors.ConfigError: dupe_factor must be >= 1, got 0
     """
-    _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
+    check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
                   vocab_size, layout, None, sentence_split, pairing)
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
