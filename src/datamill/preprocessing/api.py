@@ -13,6 +13,7 @@ content and config returns the existing files without recomputing; anything else
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
-from datamill.core.errors import CacheError
+from datamill.core.errors import CacheError, ConfigError
 from datamill.preprocessing.config import PreprocessConfig
 from datamill.preprocessing.executors import LocalExecutor
 from datamill.preprocessing.features.base import CSR
@@ -63,6 +64,8 @@ def preprocess(
     output_dir: str | os.PathLike[str] | None = None,
     skip_save: bool = False,
     metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
+    engine: str = "local",
+    engine_options: dict[str, Any] | None = None,
 ) -> Preprocessed:
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
@@ -77,6 +80,10 @@ def preprocess(
         metadata: a ``meta.json`` (path, :class:`Metadata` or dict) to apply to unseen data: its
             vocabularies, fill values and normalization statistics are used, nothing is refitted,
             no split is made. Defaults to ``None``.
+        engine: ``"local"`` (this machine) or ``"ray"`` (:func:`datamill.ray.preprocess`: a Ray
+            cluster, same metadata and tensors, written as a shardset dataset). Defaults to ``"local"``.
+        engine_options: keyword arguments of the engine (Ray: ``address``, ``fmt``, ``uid_column``).
+            Defaults to ``None``.
 
     Returns:
         :class:`Preprocessed` (``.data`` tensors, ``.metadata``, paths, ``.cached``).
@@ -97,6 +104,17 @@ def preprocess(
         >>> out.metadata.decode("color", out.data["color"]).tolist()
         ['red', 'blue', 'red', '<UNK>']
     """
+    if engine not in ("local", "ray"):
+        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
+    if engine == "local" and engine_options:
+        raise ConfigError("engine_options apply to engine='ray' only")
+    if engine == "ray":
+        if skip_save:
+            raise ConfigError("skip_save is not supported with engine='ray' (it writes a shardset dataset)")
+        ray_engine = importlib.import_module("datamill.ray")  # optional extra: no import edge from core
+        result: Preprocessed = ray_engine.preprocess(dataset, config, output_dir=output_dir, metadata=metadata,
+                                                     **(engine_options or {}))
+        return result
     start = time.perf_counter()
     p = plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save)
     hit = cached(p)

@@ -14,13 +14,19 @@ def _cmd(args: argparse.Namespace) -> int:
 
     if args.config is None and args.metadata is None:
         raise ConfigError("--config is required (or --metadata of an earlier run to apply)")
+    options = {"address": args.address, "fmt": args.format} if args.engine == "ray" else None
+    if args.engine == "local" and (args.address is not None or args.format != "shards"):
+        raise ConfigError("--address and --format apply to --engine ray")
     out = preprocess(args.dataset, args.config, output_dir=args.output_dir, skip_save=args.skip_save,
-                     metadata=args.metadata)
+                     metadata=args.metadata, engine=args.engine, engine_options=options)
     state = "reused cache" if out.cached else ("applied " + args.metadata if args.metadata else "fitted")
     print(f"{args.dataset}: {out.num_rows:,} rows, {len(out.metadata.features)} features, "
           f"{state} in {out.seconds:.2f} s")
     if not out.cached or args.skip_save:
         print(format_table(tensor_rows(out.data, out.metadata)))
+    dataset_path = getattr(out, "dataset_path", None)
+    if dataset_path is not None:
+        print(f"wrote {dataset_path} (shardset dataset) and {out.meta_path}")
     if out.hdf5_path is not None:
         print(f"wrote {out.hdf5_path} and {out.meta_path}" if not out.cached else f"output: {out.hdf5_path}")
     return 0
@@ -35,6 +41,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--output-dir", "-o", help="output folder (default: beside the input)")
     p.add_argument("--skip-save", action="store_true", help="compute only, write nothing")
     p.add_argument("--metadata", "-m", help="apply this meta.json to unseen data (nothing refitted)")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local: this machine (default); ray: a Ray cluster, output as a shardset dataset")
+    p.add_argument("--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)")
+    p.add_argument("--format", choices=["shards", "hdf5"], default="shards",
+                   help="with --engine ray: shards (<stem>.shards/ + meta.json, default) or hdf5 (also <stem>.hdf5)")
     p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                    help="no progress bars (same as datamill --quiet)")
     p.set_defaults(func=_cmd)

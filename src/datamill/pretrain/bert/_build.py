@@ -40,6 +40,7 @@ vectorised truncation), :mod:`._mask` (vectorised assembly, masking, padding),
 
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 import time
@@ -137,6 +138,8 @@ def build_bert_samples(
     layout: str = "padded",
     sentence_split: str = "line",
     pairing: str = "seed",
+    engine: str = "local",
+    engine_options: dict[str, Any] | None = None,
 ) -> BertSamples:
     """Write BERT pretraining samples (NSP pairs + masked LM) from raw text to a Parquet file.
 
@@ -169,6 +172,9 @@ def build_bert_samples(
             probability 0.5) or ``"google"`` (Google's ``create_instances_from_document``: a
             paragraph that reaches the target alone is a one-sentence chunk with a random B, so
             most WikiText samples are random). See the module docstring. Defaults to ``"seed"``.
+        engine: ``"local"`` or ``"ray"`` (:func:`datamill.ray.build_bert_samples`: the same samples
+            built on a Ray cluster, ``out`` is then a shardset dataset folder). Defaults to ``"local"``.
+        engine_options: keyword arguments of the Ray engine (``address``). Defaults to ``None``.
 
     Returns:
         :class:`BertSamples` with the path, counts and seconds per stage.
@@ -194,6 +200,18 @@ def build_bert_samples(
     """
     _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
                   vocab_size, layout, workers, sentence_split, pairing)
+    if engine not in ("local", "ray"):
+        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
+    if engine == "ray":  # the optional Ray engine, reached without an import edge
+        ray_engine = importlib.import_module("datamill.ray")
+        result: BertSamples = ray_engine.build_bert_samples(
+            source, out=out, tokenizer=tokenizer, vocab_size=vocab_size, max_seq_length=max_seq_length,
+            dupe_factor=dupe_factor, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
+            short_seq_prob=short_seq_prob, seed=seed, layout=layout, sentence_split=sentence_split,
+            pairing=pairing, **(engine_options or {}))
+        return result
+    if engine_options:
+        raise ConfigError("engine_options apply to engine='ray' only")
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")

@@ -16,7 +16,8 @@ def _cmd(args: argparse.Namespace) -> int:
         max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor, mask_prob=args.mask_prob,
         max_predictions_per_seq=args.max_predictions_per_seq, short_seq_prob=args.short_seq_prob,
         seed=args.seed, workers=args.workers, layout=args.layout, sentence_split=args.sentence_split,
-        pairing=args.pairing,
+        pairing=args.pairing, engine=args.engine,
+        engine_options={"address": args.address} if args.engine == "ray" else None,
     )
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
           f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
                                    "document, each other line is a sentence) -> NSP pairs, truncation, "
                                    "15% masking at 80/10/10 -> Parquet.")
     p.add_argument("raw", nargs="+", help="raw text file(s)")
-    p.add_argument("--out", required=True, help="the Parquet file to write")
+    p.add_argument("--out", required=True, help="the Parquet file to write (--engine ray: the shardset dataset folder)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tokenizer", help="a tokenizers JSON file with [PAD] [CLS] [SEP] [MASK] [UNK]")
     g.add_argument("--vocab-size", type=int, default=30000, help="train a WordPiece tokenizer of this size (default 30000)")
@@ -49,4 +50,9 @@ def register(sub: Any) -> None:
                    help="line: each line is a sentence (default); period: also cut after ' . '")
     p.add_argument("--pairing", choices=["seed", "google"], default="seed",
                    help="seed: the seed article's pair loop (default); google: create_instances_from_document")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local: this machine (default); ray: a Ray cluster, samples as a shardset dataset")
+    p.add_argument("--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)")
+    p.add_argument("--format", choices=["parquet"], default="parquet",
+                   help="output format: Parquet (a file, or the shards of the Ray engine's dataset)")
     p.set_defaults(func=_cmd)

@@ -1,0 +1,28 @@
+"""The BERT builder's stages, for another engine (``datamill.ray``) that runs them elsewhere.
+
+A public seam over the private stage modules: the same document split, tokenising, task plan
+(``(dupe, document block)`` tasks with generators from ``rng_for(seed, "bert-*", dupe, block)``)
+and task body as :func:`datamill.pretrain.bert.build_bert_samples`, so an engine that calls them
+produces the same samples. Nothing here is new behaviour.
+
+Examples:
+    >>> from datamill.pretrain.bert.engine import plan_tasks, run_task
+    >>> callable(plan_tasks) and callable(run_task)
+    True
+"""
+
+from __future__ import annotations
+
+from datamill.pretrain.bert._build import BertSamples
+from datamill.pretrain.bert._build import _check_params as check_params
+from datamill.pretrain.bert._docs import TokenizedDocuments, split_documents, tokenize_documents
+from datamill.pretrain.bert._mask import MaskConfig, bert_schema
+from datamill.pretrain.bert._run import TaskConfig, TaskResult, plan_tasks
+from datamill.pretrain.bert._run import _init_state as init_state
+from datamill.pretrain.bert._run import _run_task as run_task
+from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
+
+__all__ = ["BertSamples", "BertTokenizer", "MaskConfig", "TaskConfig", "TaskResult", "TokenizedDocuments",
+           "bert_schema", "check_params", "init_state", "plan_tasks", "resolve_tokenizer", "run_task",
+           "split_documents", "tokenize_documents", "train_wordpiece"]
+assert sorted(__all__) == __all__

@@ -1,0 +1,19 @@
+"""Scale-out on Ray Data: ``preprocess`` and ``build_bert_samples`` on a Ray cluster, same output as one machine.
+
+Chosen with ``engine="ray"`` in :func:`datamill.preprocess` / :func:`datamill.pretrain.bert.build_bert_samples`
+(or ``--engine ray [--address HOST:PORT]`` on the command line); the core packages reach this
+package only through ``importlib``, and ``ray`` itself is imported when a run starts.
+
+Examples:
+    >>> from datamill.ray import preprocess
+    >>> callable(preprocess)
+    True
+"""
+
+from __future__ import annotations
+
+from datamill.ray.bert import build_bert_samples
+from datamill.ray.preprocess import RayPreprocessed, preprocess
+
+__all__ = ["RayPreprocessed", "build_bert_samples", "preprocess"]
+assert sorted(__all__) == __all__
