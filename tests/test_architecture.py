@@ -208,3 +208,14 @@ def test_loader_module_never_imports_the_torch_adapter() -> None:
     name = "datamill.loader.loader"
     got = imports_of(name, known[name], known, runtime_only=False)
     assert got and not [m for m, _ in got if m.startswith("datamill.loader.torch")]
+
+
+def test_the_entry_points_stay_thin() -> None:
+    """preprocess() and Loader.iter_batches delegate to the pipeline / the batch service (< 60 lines each)."""
+    lengths = {}
+    for rel, name in (("datamill/preprocessing/api.py", "preprocess"), ("datamill/loader/loader.py", "iter_batches")):
+        tree = ast.parse((SRC / rel).read_text(encoding="utf-8"))
+        node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        assert node.end_lineno is not None
+        lengths[name] = node.end_lineno - node.lineno + 1  # signature and docstring included
+    assert all(n < 60 for n in lengths.values()), lengths

@@ -57,6 +57,20 @@ class Preprocessed:
         return self._data
 
 
+def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_save: bool, metadata: Any,
+               options: dict[str, Any]) -> Preprocessed:
+    """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, looked up at call time)."""
+    if engine not in ("local", "ray"):
+        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
+    if engine == "local":
+        raise ConfigError("engine_options apply to engine='ray' only")
+    if skip_save:
+        raise ConfigError("skip_save is not supported with engine='ray' (it writes a shardset dataset)")
+    ray_engine = importlib.import_module("datamill.ray")  # optional extra: no import edge from core
+    result: Preprocessed = ray_engine.preprocess(dataset, config, output_dir=output_dir, metadata=metadata, **options)
+    return result
+
+
 def preprocess(
     dataset: Any,
     config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None = None,
@@ -80,10 +94,8 @@ def preprocess(
         metadata: a ``meta.json`` (path, :class:`Metadata` or dict) to apply to unseen data: its
             vocabularies, fill values and normalization statistics are used, nothing is refitted,
             no split is made. Defaults to ``None``.
-        engine: ``"local"`` (this machine) or ``"ray"`` (:func:`datamill.ray.preprocess`: a Ray
-            cluster, same metadata and tensors, written as a shardset dataset). Defaults to ``"local"``.
-        engine_options: keyword arguments of the engine (Ray: ``address``, ``fmt``, ``uid_column``).
-            Defaults to ``None``.
+        engine: ``"local"`` or ``"ray"`` (:func:`datamill.ray.preprocess`). Defaults to ``"local"``.
+        engine_options: the engine's keyword arguments (Ray: ``address``, ``fmt``...). Defaults to ``None``.
 
     Returns:
         :class:`Preprocessed` (``.data`` tensors, ``.metadata``, paths, ``.cached``).
@@ -104,17 +116,9 @@ def preprocess(
         >>> out.metadata.decode("color", out.data["color"]).tolist()
         ['red', 'blue', 'red', '<UNK>']
     """
-    if engine not in ("local", "ray"):
-        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
-    if engine == "local" and engine_options:
-        raise ConfigError("engine_options apply to engine='ray' only")
-    if engine == "ray":
-        if skip_save:
-            raise ConfigError("skip_save is not supported with engine='ray' (it writes a shardset dataset)")
-        ray_engine = importlib.import_module("datamill.ray")  # optional extra: no import edge from core
-        result: Preprocessed = ray_engine.preprocess(dataset, config, output_dir=output_dir, metadata=metadata,
-                                                     **(engine_options or {}))
-        return result
+    if engine != "local" or engine_options:
+        return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
+                          options=engine_options or {})
     start = time.perf_counter()
     p = plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save)
     hit = cached(p)
