@@ -147,8 +147,36 @@ def shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     return lambda: ShardsetDataset(tmp / "a"), lambda: ShardsetDataset(tmp / "b")
 
 
+def mix(tmp: Path, data: Path) -> tuple[Opener, Opener]:
+    from datamill.loader import Mix
+
+    def make(bump: int) -> Opener:
+        return lambda: Mix([(TableSource(_table(40, bump=bump), shard_size=16), 0.75),
+                            (TableSource(_table(30, bump=bump + 7).select(["id", "x"]), shard_size=8), 0.25)],
+                           epoch_size=48, names=["a", "b"])
+
+    return make(0), make(1)
+
+
+def object_store(tmp: Path, data: Path) -> tuple[Opener, Opener]:
+    """RemoteParquetSource through its local shard cache (a local pyarrow filesystem stands in for S3)."""
+    import pyarrow.fs as pafs
+
+    from datamill.loader.remote import RemoteParquetSource
+
+    for name, bump in (("a", 0), ("b", 1)):
+        (tmp / name).mkdir()
+        t = _table(50, bump=bump)
+        for i in range(3):
+            pq.write_table(t.slice(i * 20, 20), tmp / name / f"part-{i}.parquet")
+    fs = pafs.SubTreeFileSystem(str(tmp), pafs.LocalFileSystem())
+    return (lambda: RemoteParquetSource("s3://a", cache_dir=tmp / "cache", filesystem=fs),
+            lambda: RemoteParquetSource("s3://b", cache_dir=tmp / "cache", filesystem=fs))
+
+
 CASES: list[Case] = [table_case, parquet_file_row_groups, parquet_file_files, parquet_folder_row_groups,
-                     parquet_folder_files, hdf5_house_prices, bert_parquet, word2vec, corpus, shardset]
+                     parquet_folder_files, hdf5_house_prices, bert_parquet, word2vec, corpus, shardset, mix,
+                     object_store]
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.__name__) for c in CASES])
