@@ -103,7 +103,7 @@ def test_ragged_types_end_to_end(tmp_path: Path) -> None:
         {"name": "words", "type": "sequence", "preprocessing": {"padding": "left"}},
         {"name": "review", "type": "text"},
         {"name": "series", "type": "timeseries"},
-    ]}
+    ], "preprocessing": {"split": {"type": "none"}}}
     out = preprocess(tmp_path / "d.csv", cfg)
     data, meta = load(out.hdf5_path)
     assert data["tags"].dtype == np.int8 and data["tags"].shape[0] == 4

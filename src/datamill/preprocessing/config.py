@@ -60,12 +60,20 @@ class FeatureConfig(BaseModel):
 
 
 class SplitConfig(BaseModel):
-    """Train/validation/test split: ``random`` (seeded) or ``fixed`` (from a column with 0/1/2 or names)."""
+    """Train/validation/test split (Ludwig's split types; see :mod:`datamill.preprocessing.split`).
+
+    ``random`` (the default, also when the config has no ``split``): seeded, exact sizes;
+    ``fixed``: from a column (``column`` defaults to ``split``) holding 0/1/2 or train/validation/test;
+    ``stratify``: random with exact sizes within each value of ``column``; ``hash``: from a stable
+    hash of ``column`` (a row keeps its split as the data grows); ``datetime``: the earliest rows of
+    ``column`` train, the latest test; ``none``: no split (every row is fitted on).
+    """
 
     model_config = _Strict
-    type: Literal["random", "fixed"] = "random"
+    type: Literal["random", "fixed", "stratify", "hash", "datetime", "none"] = "random"
     probabilities: tuple[float, float, float] = (0.7, 0.1, 0.2)
     column: str | None = None
+    datetime_format: str | None = None
 
     @field_validator("probabilities")
     @classmethod
@@ -73,6 +81,19 @@ class SplitConfig(BaseModel):
         if any(p < 0 for p in v) or abs(sum(v) - 1.0) > 1e-6:
             raise ValueError(f"probabilities must be >= 0 and sum to 1, got {list(v)}")
         return v
+
+    @model_validator(mode="after")
+    def _column(self) -> SplitConfig:
+        if self.type in ("stratify", "hash", "datetime") and self.column is None:
+            raise ValueError(f"split type {self.type!r} needs a column")
+        return self
+
+    @property
+    def split_column(self) -> str | None:
+        """The input column this split reads (``fixed`` defaults to ``split``), None for random/none."""
+        if self.type == "fixed":
+            return self.column or "split"
+        return self.column if self.type in ("stratify", "hash", "datetime") else None
 
 
 def defaults_keys() -> dict[str, str]:
@@ -214,8 +235,10 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             seen.add(f.name)
             cls = handler_class(f.type)
             typed = cfg.defaults.get(f.type)
-            merged = {**glob.type_defaults(f.type), **(typed.preprocessing if typed else {}), **f.preprocessing}
-            strategy, fill = cls.missing_value_strategy, cls.fill_value
+            merged = {**cls.role_defaults(role), **glob.type_defaults(f.type),
+                      **(typed.preprocessing if typed else {}), **f.preprocessing}
+            strategy = cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
+            fill = cls.fill_value
             fields = cls.Params.model_fields
             if "missing_value_strategy" in merged:
                 strategy = merged["missing_value_strategy"] if "missing_value_strategy" in fields \

@@ -39,6 +39,7 @@ from datamill.core.progress import progress
 from datamill.preprocessing.config import (
     PreprocessConfig,
     ResolvedFeature,
+    SplitConfig,
     load_config,
     resolve_features,
 )
@@ -49,13 +50,14 @@ from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carr
 from datamill.preprocessing.plans import Block, Origin, Plan, Stats
 from datamill.preprocessing.reading import cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
-from datamill.preprocessing.split import SPLIT_NAMES, fixed_split, random_split
+from datamill.preprocessing.split import SPLIT_NAMES, assign_split, fit_split
 
-__all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "cached",  # noqa: RUF022 - Python sorted() order (house rule)
-           "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
+__all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "bind",  # noqa: RUF022 - Python sorted() order (house rule)
+           "cached", "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
 
-#: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split)
-TRANSFORM_VERSION = "datamill.preprocess@2"
+#: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split;
+#: @3: Ludwig's defaults: a default split with exact sizes, zscore inputs, drop_row outputs, stripped tokens)
+TRANSFORM_VERSION = "datamill.preprocess@3"
 #: rows per block (fit statistics are merged across blocks)
 BLOCK_ROWS = 1 << 16  # 64k rows: bounded transform temporaries (1<<19 tripled peak RSS on text at 600k rows)
 
@@ -106,23 +108,26 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
+
     features = tuple(resolve_features(cfg, cfg_source))
     for f in features:
         if applied is not None and f.name not in applied:
             raise ConfigError(f"feature {f.name!r} is not in the metadata being applied",
                               hint="use the config the metadata was made with")
-    split = cfg.preprocessing.split if applied is None else None
+    split = None
+    if applied is None:
+        split = cfg.preprocessing.split or SplitConfig()  # Ludwig's default: random 0.7/0.1/0.2
+        split = None if split.type == "none" else split
     wanted: dict[str, str] = {}
     for f in features:
         t = handler_class(f.type).input_type
         wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
-    if split is not None and split.type == "fixed":
-        if split.column is None:
-            raise ConfigError("preprocessing.split.column: split type 'fixed' needs a column", path=cfg_source)
-        wanted.setdefault(split.column, "string")
+    if split is not None and split.split_column is not None:
+        wanted.setdefault(split.split_column, "string")
+    optional = tuple(f.column for f in features if applied is not None and f.role == "output")
     in_memory = not isinstance(dataset, (str, os.PathLike))
     p = Plan(cfg, cfg_source, features, wanted, split, cfg.preprocessing.seed, applied,
-             None if in_memory else display_name(dataset), block_rows=BLOCK_ROWS)
+             None if in_memory else display_name(dataset), block_rows=BLOCK_ROWS, optional=optional)
     if skip_save or (in_memory and output_dir is None):
         return p
     fp_input = _input_fingerprint(dataset)
@@ -133,6 +138,40 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     out_dir = Path(output_dir) if output_dir is not None else base
     return replace(p, fingerprint=fp, input_fingerprint=fp_input, hdf5_path=out_dir / f"{stem}{HDF5_SUFFIX}",
                    meta_path=out_dir / f"{stem}{META_SUFFIX}")
+
+
+def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array]) -> Plan:
+    """``p`` bound to its input: the split's first pass and the absent optional columns dropped.
+
+    ``columns``: the whole input's columns that :func:`plan` marked as needed before the blocks
+    (the split column of a stratify/datetime split; an absent optional output column is left out,
+    then its feature is skipped). A distributed engine calls this once with the row count and
+    those columns, then ships the bound plan to its blocks.
+
+    Examples:
+        >>> p = bind(plan({"input_features": [{"name": "x", "type": "number"}]}, pa.table({})), 10, {})
+        >>> p.split_state.num_rows, p.split_state.cuts is not None
+        (10, True)
+    """
+    missing = [c for c in p.optional if c not in columns]
+    if missing:
+        features = tuple(f for f in p.features if f.column not in missing)
+        p = replace(p, features=features, wanted={c: t for c, t in p.wanted.items() if c not in missing})
+    if p.split is None:
+        return p
+    col = p.split.split_column
+    state = fit_split(p.split, seed=p.seed, num_rows=num_rows,
+                      column=columns.get(col) if col is not None and p.split.type in ("stratify", "datetime")
+                      else None)
+    return replace(p, split_state=state)
+
+
+def pre_columns(p: Plan) -> list[str]:
+    """The columns :func:`bind` needs from the whole input (optional outputs present, split's first pass)."""
+    cols = list(p.optional)
+    if p.split is not None and p.split.type in ("stratify", "datetime") and p.split.split_column is not None:
+        cols.append(p.split.split_column)
+    return cols
 
 
 def cached(p: Plan) -> Metadata | None:
@@ -160,11 +199,12 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     index, lo, table = item
     n = table.num_rows
     split = None
-    if p.split is not None and p.split.type == "fixed":
-        split = fixed_split(table[p.split.column], p.split, path=origin.path, line_offset=origin.line_offset,
-                            row_offset=lo)
-    elif p.split is not None:
-        split = random_split(p.split, seed=p.seed, lo=lo, hi=lo + n)
+    if p.split is not None:
+        if p.split_state is None:
+            raise ConfigError("internal: the plan's split is not bound to the input (call pipeline.bind first)")
+        col = table[p.split.split_column] if p.split.split_column is not None else None
+        split = assign_split(p.split, p.split_state, seed=p.seed, lo=lo, hi=lo + n, column=col,
+                             path=origin.path, line_offset=origin.line_offset)
     rows = None
     drop = list(dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row"))
     if drop:
@@ -222,7 +262,8 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
     Examples:
         >>> from datamill.preprocessing.executors import LocalExecutor
         >>> p = plan({"input_features": [{"name": "x", "type": "number",
-        ...           "preprocessing": {"missing_value_strategy": "fill_with_mean"}}]}, pa.table({}))
+        ...           "preprocessing": {"missing_value_strategy": "fill_with_mean"}}],
+        ...           "preprocessing": {"split": {"type": "none"}}}, pa.table({}))
         >>> blocks = [prepare(p, Origin(None, None, None), (i, lo, pa.table({"x": v})))
         ...           for i, (lo, v) in enumerate([(0, [1.0, None]), (2, [5.0])])]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1))
@@ -273,7 +314,8 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
     Examples:
         >>> from datamill.preprocessing.executors import LocalExecutor
         >>> p = plan({"input_features": [{"name": "c", "type": "category",
-        ...           "preprocessing": {"missing_value_strategy": "ffill"}}]}, pa.table({}))
+        ...           "preprocessing": {"missing_value_strategy": "ffill"}}],
+        ...           "preprocessing": {"split": {"type": "none"}}}, pa.table({}))
         >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
         ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
@@ -324,7 +366,8 @@ def transform(p: Plan, block: Block, meta: Metadata, *, carry: dict[str, Carry] 
     Examples:
         >>> from datamill.preprocessing.executors import LocalExecutor
         >>> p = plan({"input_features": [{"name": "c", "type": "category",
-        ...           "preprocessing": {"missing_value_strategy": "ffill"}}]}, pa.table({}))
+        ...           "preprocessing": {"missing_value_strategy": "ffill"}}],
+        ...           "preprocessing": {"split": {"type": "none"}}}, pa.table({}))
         >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
         ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
@@ -357,10 +400,11 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     Raises:
         DataFileError: unreadable input, no rows, a value that does not parse. SchemaError: a column is missing.
     """
-    ds = read_dataset(dataset, p.wanted)
+    ds = read_dataset(dataset, p.wanted, optional=p.optional)
     num_rows = ds.table.num_rows
     if num_rows == 0:
         raise DataFileError("the dataset has a header but no rows", path=ds.name)
+    p = bind(p, num_rows, {c: ds.table[c] for c in pre_columns(p) if c in ds.table.column_names})
     origin = Origin(ds.name, ds.base_dir, ds.line_offset)
     ranges = p.block_ranges(num_rows)
     slices = [(i, lo, ds.table.slice(lo, hi - lo)) for i, (lo, hi) in enumerate(ranges)]

@@ -1,6 +1,8 @@
 """number → float32 vector with optional normalization; statistics saved in the metadata.
 
-Normalizations (Ludwig's): ``none``; ``zscore`` ``(x - mean) / std``; ``minmax``
+Normalizations (Ludwig's): ``zscore`` is the default of input features and no normalization the
+default of output features, as Ludwig's ``NumberPreprocessingConfig`` and
+``NumberOutputPreprocessingConfig`` have it; ``none`` (or ``null``); ``zscore`` ``(x - mean) / std``; ``minmax``
 ``(x - min) / (max - min)``; ``iq`` ``(x - median) / (q3 - q1)``; ``log1p`` ``log(1 + x)`` (values
 must be > -1). A zero spread (std, max - min or q3 - q1) is replaced by 1.
 
@@ -77,6 +79,11 @@ class Handler(FeatureHandler):
     fill_value: ClassVar[Any] = 0.0
     strategies: ClassVar[tuple[str, ...]] = (*COMMON_STRATEGIES, "fill_with_mean")
     defaults_key: ClassVar[str] = "number"
+
+    @classmethod
+    def role_defaults(cls, role: str) -> dict[str, Any]:
+        """Ludwig's schema: number inputs default to ``zscore``, outputs to no normalization."""
+        return {"normalization": "zscore"} if role == "input" else {}
 
     def fit(self, column: pa.Array, params: NumberParams, ctx: FeatureContext) -> NumberStats:
         x = _as_float(column)

@@ -1,0 +1,143 @@
+"""Ludwig's defaults and behaviour: a Ludwig user's config gives Ludwig's results (issue 19)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from datamill.preprocessing import api, pipeline
+from datamill.preprocessing.config import SplitConfig
+from datamill.preprocessing.split import assign_split, divisions, fit_split, hash_uniform
+
+
+def test_output_features_drop_rows_without_a_target_inputs_are_filled() -> None:
+    t = pa.table({"x": [1.0, None, 3.0, 4.0], "y": [10.0, 20.0, None, 40.0], "c": ["a", "b", "a", None]})
+    cfg = {"input_features": [{"name": "x", "type": "number"}],
+           "output_features": [{"name": "y", "type": "number"}, {"name": "c", "type": "category"}],
+           "preprocessing": {"split": {"type": "none"}}}
+    out = api.preprocess(t, cfg)
+    assert out.num_rows == 2  # rows 2 (no y) and 3 (no c) dropped, row 1's missing x filled
+    assert out.data["y"].tolist() == [10.0, 20.0]  # outputs: no normalization by default
+    assert out.metadata["y"]["preprocessing"]["missing_value_strategy"] == "drop_row"
+    assert out.metadata["x"]["normalization"] == "zscore"  # number inputs: zscore by default
+    x = np.array([1.0, 0.0])  # the kept rows' x (row 1 filled with 0.0)
+    np.testing.assert_allclose(out.data["x"], (x - x.mean()) / x.std(ddof=1), rtol=1e-6)
+    explicit = api.preprocess(t, {**cfg, "input_features": [
+        {"name": "x", "type": "number", "preprocessing": {"normalization": None}}]})
+    assert explicit.data["x"].tolist() == [1.0, 0.0]  # `none` stays available
+
+
+def test_applying_metadata_needs_only_the_input_columns(tmp_path: Path) -> None:
+    train = tmp_path / "train.csv"
+    train.write_text("c,x,price\nred,1,10\nblue,3,20\nred,2,30\n")
+    cfg = {"input_features": [{"name": "c", "type": "category"}, {"name": "x", "type": "number"}],
+           "output_features": [{"name": "price", "type": "number"}], "preprocessing": {"split": {"type": "none"}}}
+    fitted = api.preprocess(train, cfg)
+    new = tmp_path / "new.csv"
+    new.write_text("c,x\nblue,2\ngreen,\n")  # inference data: no target column
+    out = api.preprocess(new, metadata=fitted.meta_path)
+    assert sorted(out.data) == ["c", "x"] and out.metadata.features == ["c", "x"]
+    assert out.data["c"].tolist() == [2, 0] and out.data["x"][0] == pytest.approx(0.0)
+    with pytest.raises(Exception) as info:  # an input column is still required
+        (tmp_path / "bad.csv").write_text("c\nred\n")
+        api.preprocess(tmp_path / "bad.csv", metadata=fitted.meta_path)
+    assert getattr(info.value, "column", None) == "x"
+
+
+def test_category_values_are_whitespace_stripped_and_pandas_missing_spellings(tmp_path: Path) -> None:
+    p = tmp_path / "d.csv"
+    p.write_text("c,n\nNAmes, 1\n NAmes ,2\nNAmes ,n/a\n<NA>,-nan\nNULL,NULL\nOld,#N/A N/A\n")
+    out = api.preprocess(p, {"input_features": [
+        {"name": "c", "type": "category"},
+        {"name": "n", "type": "number", "preprocessing": {"normalization": None, "fill_value": -1}}],
+        "preprocessing": {"split": {"type": "none"}}})
+    assert out.metadata["c"]["idx2str"] == ["<UNK>", "NAmes", "Old"]
+    assert out.data["c"].tolist() == [1, 1, 1, 0, 0, 2]  # <NA> and NULL are missing -> <UNK>
+    assert out.data["n"].tolist() == [1.0, 2.0, -1.0, -1.0, -1.0, -1.0]
+
+
+def test_fixed_split_column_defaults_to_split() -> None:
+    t = pa.table({"x": [1.0, 2.0, 3.0], "split": ["0", "1", "2"]})
+    out = api.preprocess(t, {"input_features": [{"name": "x", "type": "number"}],
+                             "preprocessing": {"split": {"type": "fixed"}}})
+    assert out.data["split"].tolist() == [0, 1, 2]
+
+
+def test_no_split_in_the_config_is_ludwigs_random_split_with_exact_sizes() -> None:
+    t = pa.table({"x": np.arange(1460, dtype=np.float64)})
+    out = api.preprocess(t, {"input_features": [{"name": "x", "type": "number"}]})
+    assert np.bincount(out.data["split"]).tolist() == [1022, 146, 292]  # Ludwig's sizes on house prices
+    assert out.metadata.header["split"] == {"train": 1022, "validation": 146, "test": 292}
+    assert out.metadata["x"]["count"] == 1022  # statistics fitted on the training rows only
+    none = api.preprocess(t, {"input_features": [{"name": "x", "type": "number"}],
+                              "preprocessing": {"split": {"type": "none"}}})
+    assert "split" not in none.data and none.metadata["x"]["count"] == 1460
+
+
+@pytest.mark.parametrize(("n", "probs", "expect"), [
+    (1460, (0.7, 0.1, 0.2), (1022, 146, 292)), (10, (0.7, 0.1, 0.2), (4, 3, 3)),
+    (100, (0.8, 0.2, 0.0), (80, 20, 0)), (5, (1.0, 0.0, 0.0), (5, 0, 0))])
+def test_split_sizes_follow_ludwig_minimum_rows(n: int, probs: tuple[float, float, float],
+                                                expect: tuple[int, int, int]) -> None:
+    d1, d2 = divisions(n, probs)
+    assert (d1, d2 - d1, n - d2) == expect
+
+
+@given(n=st.integers(1, 400), seed=st.integers(0, 2**32), cut=st.integers(0, 400))
+def test_exact_random_split_is_block_decomposable(n: int, seed: int, cut: int) -> None:
+    cfg = SplitConfig()
+    state = fit_split(cfg, seed=seed, num_rows=n)
+    whole = assign_split(cfg, state, seed=seed, lo=0, hi=n)
+    cut = min(cut, n)
+    parts = np.concatenate([assign_split(cfg, state, seed=seed, lo=0, hi=cut),
+                            assign_split(cfg, state, seed=seed, lo=cut, hi=n)])
+    np.testing.assert_array_equal(parts, whole)
+    d1, d2 = divisions(n, cfg.probabilities)
+    assert np.bincount(whole, minlength=3).tolist() == [d1, d2 - d1, n - d2]
+
+
+def test_stratify_split_has_exact_sizes_within_each_class_over_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    label = ["a"] * 700 + ["b"] * 300
+    t = pa.table({"x": np.arange(1000, dtype=np.float64), "label": label})
+    cfg = {"input_features": [{"name": "x", "type": "number"}],
+           "output_features": [{"name": "label", "type": "category"}],
+           "preprocessing": {"split": {"type": "stratify", "column": "label"}}}
+    one = api.preprocess(t, cfg).data["split"]
+    monkeypatch.setattr(pipeline, "BLOCK_ROWS", 64)
+    many = api.preprocess(t, cfg).data["split"]
+    np.testing.assert_array_equal(one, many)
+    assert np.bincount(one[:700]).tolist() == [490, 70, 140] and np.bincount(one[700:]).tolist() == [210, 30, 60]
+
+
+def test_hash_split_is_stable_as_the_data_grows() -> None:
+    ids = [f"user{i}" for i in range(3000)]
+    cfg = {"input_features": [{"name": "x", "type": "number"}],
+           "preprocessing": {"split": {"type": "hash", "column": "id"}}}
+    small = api.preprocess(pa.table({"x": np.zeros(1000), "id": ids[:1000]}), cfg).data["split"]
+    big = api.preprocess(pa.table({"x": np.zeros(3000), "id": ids[::-1]}), cfg).data["split"]
+    np.testing.assert_array_equal(big[::-1][:1000], small)  # same key, same split, wherever the row is
+    np.testing.assert_allclose(np.bincount(big) / 3000, [0.7, 0.1, 0.2], atol=0.03)
+    assert hash_uniform(pa.array(["user7"]))[0] == hash_uniform(pa.array(["x", "user7"]))[1]
+
+
+def test_datetime_split_puts_the_earliest_rows_in_train(monkeypatch: pytest.MonkeyPatch) -> None:
+    days = [f"2021-01-{d:02d}" for d in (5, 1, 9, 3, 7, 2, 10, 4, 8, 6)] * 3
+    t = pa.table({"x": np.zeros(30), "when": days})
+    cfg = {"input_features": [{"name": "x", "type": "number"}],
+           "preprocessing": {"split": {"type": "datetime", "column": "when"}}}
+    split = api.preprocess(t, cfg).data["split"]
+    assert np.bincount(split).tolist() == [21, 3, 6]
+    day = np.array([int(d[-2:]) for d in days])
+    assert day[split == 0].max() <= day[split == 1].min() <= day[split == 1].max() <= day[split == 2].min()
+    monkeypatch.setattr(pipeline, "BLOCK_ROWS", 4)
+    np.testing.assert_array_equal(api.preprocess(t, cfg).data["split"], split)
+    dotted = [f"{d:02d}.01.2021" for d in (5, 1, 9, 3, 7, 2, 10, 4, 8, 6)]
+    other = api.preprocess(pa.table({"x": np.zeros(10), "when": dotted}),
+                           {**cfg, "preprocessing": {"split": {"type": "datetime", "column": "when",
+                                                               "datetime_format": "%d.%m.%Y"}}})
+    assert other.data["split"].tolist() == [1, 0, 2, 0, 1, 0, 2, 0, 2, 1]  # sizes 4/3/3 (Ludwig's minimum rows)
