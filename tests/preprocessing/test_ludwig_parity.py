@@ -141,3 +141,65 @@ def test_datetime_split_puts_the_earliest_rows_in_train(monkeypatch: pytest.Monk
                            {**cfg, "preprocessing": {"split": {"type": "datetime", "column": "when",
                                                                "datetime_format": "%d.%m.%Y"}}})
     assert other.data["split"].tolist() == [1, 0, 2, 0, 1, 0, 2, 0, 2, 1]  # sizes 4/3/3 (Ludwig's minimum rows)
+
+
+LUDWIG_MODEL_CONFIG = """
+model_type: ecd
+input_features:
+  - name: x
+    type: number
+    encoder: {type: dense, output_size: 32}
+    tied: null
+  - name: c
+    type: category
+    encoder: {type: dense}
+output_features:
+  - name: y
+    type: binary
+    decoder: {type: regressor}
+    loss: {type: binary_weighted_cross_entropy}
+    threshold: 0.5
+combiner: {type: concat, num_fc_layers: 2}
+trainer: {epochs: 3, learning_rate: 0.001}
+defaults:
+  category: {encoder: {type: sparse}, preprocessing: {most_common: 5}}
+hyperopt: {goal: minimize}
+backend: {type: local}
+preprocessing: {split: {type: none}}
+"""
+
+
+def test_a_full_ludwig_model_config_is_accepted_with_one_notice(tmp_path: Path) -> None:
+    from datamill.preprocessing.config import LudwigKeysIgnored, load_config
+
+    (tmp_path / "model.yaml").write_text(LUDWIG_MODEL_CONFIG)
+    with pytest.warns(LudwigKeysIgnored) as record:
+        cfg, _ = load_config(tmp_path / "model.yaml")
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "ignored 12 Ludwig model key(s)" in message and "model.yaml" in message and "trainer" in message
+    assert cfg.defaults["category"].preprocessing == {"most_common": 5}
+    t = pa.table({"x": [1.0, 2.0], "c": ["a", "b"], "y": ["yes", "no"]})
+    with pytest.warns(LudwigKeysIgnored):
+        out = api.preprocess(t, tmp_path / "model.yaml")
+    assert out.data["y"].tolist() == [True, False]
+
+
+def test_typos_in_preprocessing_keys_still_fail(tmp_path: Path) -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.config import load_config
+
+    bad = LUDWIG_MODEL_CONFIG.replace("most_common: 5", "most_comon: 5")
+    with pytest.warns(Warning), pytest.raises(ConfigError, match="most_comon"):
+        api.preprocess(pa.table({"x": [1.0], "c": ["a"], "y": ["no"]}), load_config_dict(bad))
+    with pytest.raises(ConfigError, match="encodr"):
+        load_config({"input_features": [{"name": "x", "type": "number", "encodr": {}}]})
+    with pytest.raises(ConfigError, match="trainr"):
+        load_config({"input_features": [{"name": "x", "type": "number"}], "trainr": {}})
+
+
+def load_config_dict(text: str) -> dict:  # type: ignore[type-arg]
+    import yaml
+
+    data: dict = yaml.safe_load(text)  # type: ignore[type-arg]
+    return data

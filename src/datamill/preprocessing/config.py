@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,8 @@ from datamill.preprocessing.missing import STRATEGIES
 
 __all__ = [
     "FeatureConfig",
+    "LUDWIG_MODEL_KEYS",
+    "LudwigKeysIgnored",
     "PreprocessConfig",
     "ResolvedFeature",
     "SplitConfig",
@@ -40,6 +43,54 @@ __all__ = [
 ]
 
 _Strict = ConfigDict(extra="forbid", frozen=True)
+
+#: keys a Ludwig model config defines outside preprocessing, accepted and ignored (with one notice):
+#: at the top level, in a feature, and in a ``defaults.<type>`` section
+LUDWIG_MODEL_KEYS: dict[str, frozenset[str]] = {
+    "top": frozenset({"adapter", "adapters", "backend", "base_model", "combiner", "generation", "hyperopt",
+                      "is_multimodal", "ludwig_version", "model_parameters", "model_type", "preset", "prompt",
+                      "quantization", "trainer", "trust_remote_code"}),
+    "feature": frozenset({"active", "augmentation", "calibration", "clip", "decoder", "default_validation_metric",
+                          "dependencies", "encoder", "input_size", "loss", "num_classes", "proc_column",
+                          "reduce_dependencies", "reduce_input", "threshold", "tied", "top_k"}),
+    "defaults": frozenset({"decoder", "encoder", "loss"}),
+}
+
+
+class LudwigKeysIgnored(UserWarning):
+    """A Ludwig model config's keys outside preprocessing (encoder, trainer, ...) were ignored."""
+
+
+def strip_model_keys(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` without the keys of :data:`LUDWIG_MODEL_KEYS`, and the YAML paths of the keys removed.
+
+    Examples:
+        >>> strip_model_keys({"input_features": [{"name": "x", "type": "number", "encoder": {"type": "dense"}}],
+        ...                   "trainer": {"epochs": 3}, "defaults": {"number": {"encoder": {}}}})[1]
+        ['trainer', 'input_features[0].encoder', 'defaults.number.encoder']
+    """
+    ignored = [k for k in data if k in LUDWIG_MODEL_KEYS["top"]]
+    out = {k: v for k, v in data.items() if k not in LUDWIG_MODEL_KEYS["top"]}
+    for section in ("input_features", "output_features"):
+        feats = out.get(section)
+        if isinstance(feats, list):
+            clean = []
+            for i, f in enumerate(feats):
+                if isinstance(f, dict):
+                    ignored += [f"{section}[{i}].{k}" for k in f if k in LUDWIG_MODEL_KEYS["feature"]]
+                    f = {k: v for k, v in f.items() if k not in LUDWIG_MODEL_KEYS["feature"]}
+                clean.append(f)
+            out[section] = clean
+    defaults = out.get("defaults")
+    if isinstance(defaults, dict):
+        clean_defaults: dict[str, Any] = {}
+        for t, d in defaults.items():
+            if isinstance(d, dict):
+                ignored += [f"defaults.{t}.{k}" for k in d if k in LUDWIG_MODEL_KEYS["defaults"]]
+                d = {k: v for k, v in d.items() if k not in LUDWIG_MODEL_KEYS["defaults"]}
+            clean_defaults[t] = d
+        out["defaults"] = clean_defaults
+    return out, ignored
 
 
 class FeatureConfig(BaseModel):
@@ -216,6 +267,12 @@ def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[st
         if not isinstance(data, dict):
             raise ConfigError(f"expected a mapping with input_features, got {type(data).__name__}", path=source)
         config = data
+    config, ignored = strip_model_keys(config)
+    if ignored:
+        shown = ", ".join(ignored[:6]) + (f" and {len(ignored) - 6} more" if len(ignored) > 6 else "")
+        warnings.warn(LudwigKeysIgnored(
+            f"{source + ': ' if source else ''}ignored {len(ignored)} Ludwig model key(s) outside preprocessing "
+            f"({shown})"), stacklevel=3)
     try:
         return PreprocessConfig.model_validate(config), source
     except ValidationError as exc:
