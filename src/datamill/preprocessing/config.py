@@ -32,7 +32,7 @@ from datamill.core.errors import ConfigError
 from datamill.preprocessing.features import FEATURE_TYPES, handler_class, handler_classes
 from datamill.preprocessing.missing import STRATEGIES
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
     "FeatureConfig",
     "LUDWIG_MODEL_KEYS",
     "LudwigKeysIgnored",
@@ -40,6 +40,7 @@ __all__ = [
     "ResolvedFeature",
     "SplitConfig",
     "load_config",
+    "strip_model_keys",
 ]
 
 _Strict = ConfigDict(extra="forbid", frozen=True)
