@@ -203,3 +203,58 @@ def load_config_dict(text: str) -> dict:  # type: ignore[type-arg]
 
     data: dict = yaml.safe_load(text)  # type: ignore[type-arg]
     return data
+
+
+def test_hdf5_source_reads_one_split_in_full_batches(tmp_path: Path) -> None:
+    from datamill.core.errors import ConfigError, DataFileError
+    from datamill.loader.loader import Loader
+    from datamill.sources import HDF5Source
+
+    n = 1000
+    t = pa.table({"x": np.arange(n, dtype=np.float64), "s": [f"t{i % 7} t{i % 5}" for i in range(n)],
+                  "c": [f"c{i % 3}" for i in range(n)]})
+    cfg = {"input_features": [{"name": "x", "type": "number", "preprocessing": {"normalization": None}},
+                              {"name": "s", "type": "set", "preprocessing": {"max_dense_bytes": 0}},
+                              {"name": "c", "type": "category"}]}
+    out = api.preprocess(t, cfg, output_dir=tmp_path)
+    split = out.data["split"]
+    for name, k in (("train", 0), ("validation", 1), ("test", 2)):
+        src = HDF5Source(out.hdf5_path, split=name, shard_size=64)  # type: ignore[arg-type]
+        assert src.num_rows == int((split == k).sum()) and "split" not in src.columns
+        x = np.concatenate([src.read_shard(i).column("x").to_numpy() for i in range(src.num_shards)])
+        np.testing.assert_array_equal(x, np.flatnonzero(split == k))
+        sets = src.read_shard(1).column("s").to_pylist()
+        rows = np.flatnonzero(split == k)[64:128]
+        full = HDF5Source(out.hdf5_path).read_shard(0, columns=["s"]).column("s").to_pylist()
+        assert sets == [full[r] for r in rows]
+    batches = [len(b["x"]) for b in Loader(HDF5Source(out.hdf5_path, split="train"), 128, shuffle=True,  # type: ignore[arg-type]
+                                           seed=1, drop_last=True)]
+    assert batches == [128] * (700 // 128)  # full batches of one split, not a ragged filter
+    with pytest.raises(ConfigError):
+        HDF5Source(out.hdf5_path, split="holdout")  # type: ignore[arg-type]
+    none = api.preprocess(t, {**cfg, "preprocessing": {"split": {"type": "none"}}}, output_dir=tmp_path / "n")
+    with pytest.raises(DataFileError):
+        HDF5Source(none.hdf5_path, split="train")  # type: ignore[arg-type]
+
+
+@pytest.mark.torch
+def test_torch_collate_gives_int64_ids(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from datamill.loader.loader import Loader
+    from datamill.sources import HDF5Source
+
+    t = pa.table({"c": ["a", "b", "a", "c"] * 10, "x": np.arange(40, dtype=np.float64)})
+    out = api.preprocess(t, {"input_features": [{"name": "c", "type": "category"},
+                                                {"name": "x", "type": "number"}]}, output_dir=tmp_path)
+    batch = next(iter(Loader(HDF5Source(out.hdf5_path, split="train"), 8, collate="torch")))  # type: ignore[arg-type]
+    assert batch["c"].dtype == torch.int64 and batch["x"].dtype == torch.float32
+    torch.nn.Embedding(4, 2)(batch["c"])  # goes straight in
+
+
+def test_cli_iterate_one_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from datamill.cli import main
+
+    t = pa.table({"x": np.arange(100, dtype=np.float64)})
+    out = api.preprocess(t, {"input_features": [{"name": "x", "type": "number"}]}, output_dir=tmp_path)
+    assert main(["-q", "iterate", str(out.hdf5_path), "--split", "test", "--batch-size", "10"]) == 0
+    assert "20 samples" in capsys.readouterr().out

@@ -12,9 +12,9 @@ __all__ = ["register"]
 
 def _cmd(args: argparse.Namespace) -> int:
     from datamill.loader.loader import Loader
-    from datamill.sources import open_source
+    from datamill.sources import HDF5Source, open_source
 
-    source = open_source(args.source)
+    source = open_source(args.source) if args.split is None else HDF5Source(args.source, split=args.split)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
                     rank=args.rank, world_size=args.world_size, num_workers=args.num_workers,
@@ -61,6 +61,7 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     p.add_argument("--columns", help="comma-separated columns to read (default all)")
+    p.add_argument("--split", help="read one split of a preprocessed .hdf5: train, validation or test")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--num-workers", type=int, default=0, help="batch-building threads (default 0)")
