@@ -258,3 +258,48 @@ def test_cli_iterate_one_split(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = api.preprocess(t, {"input_features": [{"name": "x", "type": "number"}]}, output_dir=tmp_path)
     assert main(["-q", "iterate", str(out.hdf5_path), "--split", "test", "--batch-size", "10"]) == 0
     assert "20 samples" in capsys.readouterr().out
+
+
+def test_date_feature_is_ludwigs_component_vector() -> None:
+    t = pa.table({"d": ["2021-03-04 05:06:07", "2020-12-31", "04/03/2021", None],
+                  "e": ["04.03.2021", "31.12.2020", "01.01.2000", "29.02.2024"]})
+    out = api.preprocess(t, {"input_features": [
+        {"name": "d", "type": "date"}, {"name": "e", "type": "date", "preprocessing": {"datetime_format": "%d.%m.%Y"}}],
+        "preprocessing": {"split": {"type": "none"}}})
+    d = out.data["d"]
+    assert d.dtype == np.int32 and d.shape == (4, 9)
+    assert d[0].tolist() == [2021, 3, 4, 3, 63, 5, 6, 7, 5 * 3600 + 6 * 60 + 7]  # Thursday = 3, day 63
+    assert d[1].tolist() == [2020, 12, 31, 3, 366, 0, 0, 0, 0]
+    assert d[2].tolist()[:3] == [2021, 4, 3]  # pandas' month-first reading of a non-ISO value
+    assert d[3].tolist() == [0] * 9  # missing, fill_value "" -> zeros (Ludwig: the current time)
+    assert out.data["e"][3].tolist()[:5] == [2024, 2, 29, 3, 60]
+
+
+def test_date_that_does_not_parse_is_a_located_error(tmp_path: Path) -> None:
+    from datamill.core.errors import DataFileError
+
+    p = tmp_path / "d.csv"
+    p.write_text("d\n2021-01-01\nnot a date\n")
+    with pytest.raises(DataFileError) as info:
+        api.preprocess(p, {"input_features": [{"name": "d", "type": "date"}], "preprocessing": {"split": {"type": "none"}}})
+    assert info.value.line == 3 and info.value.column == "d"
+
+
+def test_vector_feature_fixed_size_floats(tmp_path: Path) -> None:
+    from datamill.core.errors import DataFileError
+
+    t = pa.table({"v": ["1 2 3", " 0.5  -1 1e3 ", None, "4 5 6"]})
+    out = api.preprocess(t, {"input_features": [{"name": "v", "type": "vector"}],
+                             "preprocessing": {"split": {"type": "none"}}})
+    assert out.data["v"].dtype == np.float32 and out.metadata["v"]["vector_size"] == 3
+    assert out.data["v"].tolist() == [[1, 2, 3], [0.5, -1, 1000], [0, 0, 0], [4, 5, 6]]
+    p = tmp_path / "v.csv"
+    p.write_text("v\n1 2\n3 4 5\n")
+    with pytest.raises(DataFileError) as info:
+        api.preprocess(p, {"input_features": [{"name": "v", "type": "vector", "preprocessing": {"vector_size": 2}}],
+                           "preprocessing": {"split": {"type": "none"}}})
+    assert info.value.column == "v"
+    with pytest.raises(DataFileError) as info:
+        api.preprocess(pa.table({"v": ["1 x"]}), {"input_features": [{"name": "v", "type": "vector"}],
+                                                   "preprocessing": {"split": {"type": "none"}}})
+    assert info.value.row == 0
