@@ -303,3 +303,51 @@ def test_vector_feature_fixed_size_floats(tmp_path: Path) -> None:
         api.preprocess(pa.table({"v": ["1 x"]}), {"input_features": [{"name": "v", "type": "vector"}],
                                                    "preprocessing": {"split": {"type": "none"}}})
     assert info.value.row == 0
+
+
+def test_outlier_strategy_replaces_values_beyond_the_threshold() -> None:
+    x = [10.0] * 20 + [11.0] * 20 + [1000.0]
+    t = pa.table({"x": x})
+    base = {"normalization": None, "outlier_threshold": 3.0}
+    out = api.preprocess(t, {"input_features": [{"name": "x", "type": "number", "preprocessing": {
+        **base, "outlier_strategy": "fill_with_mean"}}], "preprocessing": {"split": {"type": "none"}}})
+    mean = float(np.mean(x))
+    assert out.metadata["x"]["computed_outlier_fill_value"] == pytest.approx(mean)
+    assert out.data["x"][-1] == pytest.approx(mean, rel=1e-6) and out.data["x"][:40].tolist() == x[:40]
+    const = api.preprocess(t, {"input_features": [{"name": "x", "type": "number", "preprocessing": {
+        **base, "outlier_strategy": "fill_with_const", "fill_value": -1}}], "preprocessing": {"split": {"type": "none"}}})
+    assert const.data["x"][-1] == -1.0
+    plain = api.preprocess(t, {"input_features": [{"name": "x", "type": "number", "preprocessing": {"normalization": None}}],
+                               "preprocessing": {"split": {"type": "none"}}})
+    assert plain.data["x"][-1] == 1000.0 and "computed_outlier_fill_value" not in plain.metadata["x"]
+
+
+def test_binary_fill_with_true_and_minus_one_is_false() -> None:
+    t = pa.table({"b": ["1", "-1", None, "-1.0"]})
+    out = api.preprocess(t, {"input_features": [{"name": "b", "type": "binary", "preprocessing": {
+        "missing_value_strategy": "fill_with_true"}}], "preprocessing": {"split": {"type": "none"}}})
+    assert out.data["b"].tolist() == [True, False, True, False]
+    assert out.metadata["b"]["preprocessing"]["computed_fill_value"] == "1"
+
+
+@pytest.mark.parametrize("sampling", [{"sample_ratio": 0.25}, {"sample_size": 250}])
+def test_sampling_keeps_an_exact_seeded_subset_block_by_block(sampling: dict, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[type-arg]
+    t = pa.table({"x": np.arange(1000, dtype=np.float64)})
+    cfg = {"input_features": [{"name": "x", "type": "number", "preprocessing": {"normalization": None}}],
+           "preprocessing": sampling}
+    one = api.preprocess(t, cfg)
+    assert one.num_rows == 250 and np.bincount(one.data["split"]).tolist() == [175, 25, 50]
+    monkeypatch.setattr(pipeline, "BLOCK_ROWS", 33)
+    many = api.preprocess(t, cfg)
+    np.testing.assert_array_equal(one.data["x"], many.data["x"])
+    np.testing.assert_array_equal(one.data["split"], many.data["split"])
+    assert (np.diff(one.data["x"]) > 0).all()  # a subset, in file order
+
+
+def test_sample_ratio_and_size_together_is_an_error() -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.config import load_config
+
+    with pytest.raises(ConfigError, match="not both"):
+        load_config({"input_features": [{"name": "x", "type": "number"}],
+                     "preprocessing": {"sample_ratio": 0.5, "sample_size": 3}})

@@ -164,13 +164,20 @@ class GlobalPreprocessing(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     split: SplitConfig | None = None
     seed: int = 42
+    #: keep this fraction of the rows (Ludwig's ``sample_ratio``; exact count ``round(ratio * n)``, seeded)
+    sample_ratio: float = Field(default=1.0, gt=0, le=1)
+    #: keep exactly this many rows (Ludwig's ``sample_size``); not with ``sample_ratio``
+    sample_size: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _type_defaults(self) -> GlobalPreprocessing:
         keys = defaults_keys()
+        if self.sample_size is not None and self.sample_ratio < 1:
+            raise ValueError("set sample_ratio or sample_size, not both")
         for key, value in (self.model_extra or {}).items():
             if key not in keys:
-                raise ValueError(f"unknown key {key!r}; valid keys: split, seed, {', '.join(sorted(keys))}")
+                raise ValueError(f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
+                                 f"{', '.join(sorted(keys))}")
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
                     f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}")

@@ -50,7 +50,13 @@ from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carr
 from datamill.preprocessing.plans import Block, Origin, Plan, Stats
 from datamill.preprocessing.reading import cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
-from datamill.preprocessing.split import SPLIT_NAMES, assign_split, fit_split
+from datamill.preprocessing.split import (
+    SPLIT_NAMES,
+    assign_split,
+    fit_split,
+    sample_cut,
+    sample_mask,
+)
 
 __all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "bind",  # noqa: RUF022 - Python sorted() order (house rule)
            "cached", "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
@@ -157,12 +163,19 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
     if missing:
         features = tuple(f for f in p.features if f.column not in missing)
         p = replace(p, features=features, wanted={c: t for c, t in p.wanted.items() if c not in missing})
+    glob = p.config.preprocessing
+    keep = None
+    if p.applied is None and (glob.sample_size is not None or glob.sample_ratio < 1):
+        size = glob.sample_size if glob.sample_size is not None else round(glob.sample_ratio * num_rows)
+        cut = sample_cut(p.seed, num_rows, size)
+        p = replace(p, sample_cut=cut)
+        keep = sample_mask(p.seed, 0, num_rows, cut) if cut != np.inf else None
     if p.split is None:
         return p
     col = p.split.split_column
     state = fit_split(p.split, seed=p.seed, num_rows=num_rows,
                       column=columns.get(col) if col is not None and p.split.type in ("stratify", "datetime")
-                      else None)
+                      else None, keep=keep)
     return replace(p, split_state=state)
 
 
@@ -207,8 +220,9 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
                              path=origin.path, line_offset=origin.line_offset)
     rows = None
     drop = list(dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row"))
-    if drop:
-        keep = np.ones(n, dtype=bool)
+    cut = p.sample_cut if p.sample_cut is not None else np.inf
+    if drop or cut != np.inf:
+        keep = sample_mask(p.seed, lo, lo + n, cut) if cut != np.inf else np.ones(n, dtype=bool)
         for column in drop:
             keep &= ~np.asarray(table[column].is_null().to_numpy(zero_copy_only=False), dtype=bool)
         table = table.filter(pa.array(keep))

@@ -48,6 +48,8 @@ class Plan:
     split_state: SplitState | None = None
     #: output columns that may be absent from the input (applying metadata: inference data has no targets)
     optional: tuple[str, ...] = ()
+    #: rows kept by sampling: those whose sample uniform is below this (None: every row)
+    sample_cut: float | None = None
 
     def block_ranges(self, num_rows: int) -> list[tuple[int, int]]:
         """The ``(lo, hi)`` input rows of each block (one block when the input is empty)."""

@@ -42,8 +42,8 @@ from datamill.core.errors import DataFileError
 from datamill.core.rng import stream_key
 from datamill.preprocessing.config import SplitConfig
 
-__all__ = ["MIN_SPLIT_ROWS", "SPLIT_NAMES", "SplitState", "assign_split", "divisions", "fit_split",
-           "fixed_split", "hash_uniform", "random_split", "uniform_at"]
+__all__ = ["MIN_SPLIT_ROWS", "SAMPLE_STREAM", "SPLIT_NAMES", "SplitState", "assign_split", "divisions",
+           "fit_split", "fixed_split", "hash_uniform", "random_split", "sample_cut", "sample_mask", "uniform_at"]
 
 SPLIT_NAMES = ("train", "validation", "test")
 #: a nonempty validation or test split gets at least this many rows (Ludwig's MIN_DATASET_SPLIT_ROWS)
@@ -125,6 +125,28 @@ def _random_cuts(seed: int, n: int, probabilities: tuple[float, float, float]) -
     return _cut_values(uniform_at(seed, 0, n), probabilities)
 
 
+SAMPLE_STREAM = "preprocess.sample"
+
+
+def sample_cut(seed: int, num_rows: int, size: int) -> float:
+    """The cut value keeping exactly ``size`` of ``num_rows`` rows: row ``i`` is kept when its sample uniform is below it.
+
+    Examples:
+        >>> cut = sample_cut(3, 100, 30)
+        >>> int((uniform_at(3, 0, 100, stream=SAMPLE_STREAM) < cut).sum())
+        30
+    """
+    if size >= num_rows:
+        return math.inf
+    return float(np.sort(uniform_at(seed, 0, num_rows, stream=SAMPLE_STREAM))[size])
+
+
+def sample_mask(seed: int, lo: int, hi: int, cut: float) -> NDArray[np.bool_]:
+    """Which of the global rows ``lo .. hi - 1`` the sample keeps (see :func:`sample_cut`)."""
+    out: NDArray[np.bool_] = uniform_at(seed, lo, hi, stream=SAMPLE_STREAM) < cut
+    return out
+
+
 def hash_uniform(values: pa.Array | pa.ChunkedArray) -> NDArray[np.float64]:
     """A stable uniform in ``[0, 1)`` per value (FNV-1a of its UTF-8 bytes, then SplitMix64; null = ``""``).
 
@@ -156,8 +178,11 @@ def _datetimes(column: pa.Array | pa.ChunkedArray, fmt: str | None) -> NDArray[n
 
 
 def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
-              column: pa.Array | pa.ChunkedArray | None = None) -> SplitState:
+              column: pa.Array | pa.ChunkedArray | None = None, keep: NDArray[np.bool_] | None = None) -> SplitState:
     """The split's first pass over the whole dataset (``column``: the whole split column, when it has one).
+
+    ``keep``: the rows a sample keeps (``sample_ratio``/``sample_size``); the exact sizes are then
+    those of the kept rows.
 
     Examples:
         >>> st = fit_split(SplitConfig(), seed=42, num_rows=1460)
@@ -165,6 +190,8 @@ def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
         [1022, 146, 292]
     """
     if cfg.type == "random":
+        if keep is not None:
+            return SplitState(num_rows, cuts=_cut_values(uniform_at(seed, 0, num_rows)[keep], cfg.probabilities))
         return SplitState(num_rows, cuts=_random_cuts(seed, num_rows, cfg.probabilities))
     if cfg.type == "stratify":
         assert column is not None
@@ -173,17 +200,20 @@ def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
                 pc.fill_null(pc.cast(column, pa.string()), ""))
         idx = np.asarray(codes.indices.to_numpy(zero_copy_only=False), np.int64)
         u = uniform_at(seed, 0, num_rows)
-        strata = {str(v): _cut_values(u[idx == k], cfg.probabilities)
+        kept = np.ones(num_rows, bool) if keep is None else keep
+        strata = {str(v): _cut_values(u[(idx == k) & kept], cfg.probabilities)
                   for k, v in enumerate(codes.dictionary.to_pylist())}
         return SplitState(num_rows, strata=strata)
     if cfg.type == "datetime":
         assert column is not None
         t = _datetimes(column, cfg.datetime_format)
         order = np.lexsort((np.arange(num_rows), t))
-        d1, d2 = divisions(num_rows, cfg.probabilities)
+        if keep is not None:
+            order = order[keep[order]]
+        d1, d2 = divisions(len(order), cfg.probabilities)
 
         def at(d: int) -> tuple[int, int]:
-            return (int(t[order[d]]), int(order[d])) if d < num_rows else (_LAST, num_rows)
+            return (int(t[order[d]]), int(order[d])) if d < len(order) else (_LAST, num_rows)
 
         return SplitState(num_rows, time_cuts=(at(d1), at(d2)))
     return SplitState(num_rows)
