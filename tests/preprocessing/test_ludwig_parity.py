@@ -351,3 +351,21 @@ def test_sample_ratio_and_size_together_is_an_error() -> None:
     with pytest.raises(ConfigError, match="not both"):
         load_config({"input_features": [{"name": "x", "type": "number"}],
                      "preprocessing": {"sample_ratio": 0.5, "sample_size": 3}})
+
+
+def test_sequence_length_symbols_and_start_stop() -> None:
+    t = pa.table({"s": ["a b c d", "b", "a z"]})
+    nosplit = {"split": {"type": "none"}}
+    fixed = api.preprocess(t, {"input_features": [{"name": "s", "type": "sequence", "preprocessing": {
+        "sequence_length": 6, "padding_symbol": "[PAD]", "unknown_symbol": "[UNK]"}}], "preprocessing": nosplit})
+    assert fixed.data["s"].shape == (3, 6) and fixed.metadata["s"]["idx2str"][:2] == ["[PAD]", "[UNK]"]
+    assert fixed.metadata.decode("s", fixed.data["s"][2][:2]).tolist() == ["a", "z"]
+    short = api.preprocess(t, {"input_features": [{"name": "s", "type": "sequence", "preprocessing": {
+        "sequence_length": 2}}], "preprocessing": nosplit})
+    assert short.data["s"].shape == (3, 2)
+    wrapped = api.preprocess(t, {"input_features": [{"name": "s", "type": "sequence", "preprocessing": {
+        "start_stop": True}}], "preprocessing": nosplit})
+    meta = wrapped.metadata["s"]
+    assert meta["idx2str"][:4] == ["<PAD>", "<UNK>", "<SOS>", "<EOS>"] and meta["max_sequence_length"] == 6
+    assert wrapped.metadata.decode("s", wrapped.data["s"][1]).tolist()[:3] == ["<SOS>", "b", "<EOS>"]
+    assert wrapped.data["s"][1, 3:].tolist() == [0, 0, 0]
