@@ -369,3 +369,30 @@ def test_sequence_length_symbols_and_start_stop() -> None:
     assert meta["idx2str"][:4] == ["<PAD>", "<UNK>", "<SOS>", "<EOS>"] and meta["max_sequence_length"] == 6
     assert wrapped.metadata.decode("s", wrapped.data["s"][1]).tolist()[:3] == ["<SOS>", "b", "<EOS>"]
     assert wrapped.data["s"][1, 3:].tolist() == [0, 0, 0]
+
+
+def test_text_with_a_local_hugging_face_tokenizer_is_one_sequence(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "the": 4, "cat": 5, "sat": 6}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    t = pa.table({"review": ["the cat sat", "the dog", None]})
+    cfg = {"input_features": [{"name": "review", "type": "text", "preprocessing": {
+        "tokenizer": "hf_tokenizer", "pretrained_model_name_or_path": str(tmp_path / "tok")}}],
+        "preprocessing": {"split": {"type": "none"}}}
+    out = api.preprocess(t, cfg, output_dir=tmp_path)
+    assert sorted(out.data) == ["review"] and out.metadata["review"]["hdf5_keys"] == ["review"]
+    assert out.data["review"].tolist() == [[2, 4, 5, 6, 3], [2, 4, 1, 3, 0], [2, 3, 0, 0, 0]]
+    assert out.metadata["review"]["idx2str"][:4] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    fixed = api.preprocess(t, {**cfg, "input_features": [{"name": "review", "type": "text", "preprocessing": {
+        "pretrained_model_name_or_path": str(tmp_path / "tok" / "tokenizer.json"), "sequence_length": 3}}]})
+    assert fixed.data["review"].tolist()[0] == [2, 4, 5]
+    from datamill.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="downloads nothing"):
+        api.preprocess(t, {**cfg, "input_features": [{"name": "review", "type": "text", "preprocessing": {
+            "pretrained_model_name_or_path": "bert-base-uncased"}}]})

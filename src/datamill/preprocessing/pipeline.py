@@ -351,7 +351,7 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
             meta["preprocessing"] = {**f.params.model_dump(mode="json"),
                                      "missing_value_strategy": f.missing_value_strategy,
                                      "computed_fill_value": stats.fills[f.name]}
-        meta["hdf5_keys"] = h.keys(f.name)
+        meta["hdf5_keys"] = h.keys(f.name, f.params)
         for key in meta["hdf5_keys"]:
             if key in owners:
                 raise ConfigError(f"features {owners[key]!r} and {f.name!r} both write the HDF5 key {key!r}; rename one")

@@ -182,8 +182,8 @@ class FeatureHandler(ABC):
         """``tokens`` in the form held between a block's fit and its transform (smaller; default: as is)."""
         return tokens
 
-    def keys(self, name: str) -> list[str]:
-        """The output keys ``transform`` writes for feature ``name`` (sorted)."""
+    def keys(self, name: str, params: Any = None) -> list[str]:
+        """The output keys ``transform`` writes for feature ``name`` with ``params`` (sorted)."""
         return [name]
 
     @abstractmethod
