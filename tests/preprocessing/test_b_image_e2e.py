@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ def run_image(paths: list[str], base: Path, **params: Any) -> tuple[dict[str, An
     ctx = FeatureContext(name="img", column="image_path", path=str(base / "labels.csv"), base_dir=base,
                          line_offset=2)
     col = pa.array(paths)
-    meta = h.finalize(h.merge(h.fit(col[:1], p, ctx), h.fit(col[1:], p, ctx)), p, ctx)
+    block2 = dataclasses.replace(ctx, row_offset=1)  # the second block starts at row 1
+    meta = h.finalize(h.merge(h.fit(col[:1], p, ctx), h.fit(col[1:], p, block2)), p, ctx)
     out = h.transform(col, meta, p, ctx)["img"]
     assert isinstance(out, np.ndarray)
     return meta, out

@@ -396,3 +396,29 @@ def test_text_with_a_local_hugging_face_tokenizer_is_one_sequence(tmp_path: Path
     with pytest.raises(ConfigError, match="downloads nothing"):
         api.preprocess(t, {**cfg, "input_features": [{"name": "review", "type": "text", "preprocessing": {
             "pretrained_model_name_or_path": "bert-base-uncased"}}]})
+
+
+def test_image_size_and_channels_inferred_from_a_sample_and_standardized(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from datamill.preprocessing.features.image import IMAGENET1K_MEAN, IMAGENET1K_STD
+
+    sizes = [(10, 20), (14, 30), (12, 40)]  # (h, w): the first image alone would give 10 x 20
+    for i, (h, w) in enumerate(sizes):
+        Image.new("L" if i else "RGB", (w, h), 200 if i else (200, 200, 200)).save(tmp_path / f"{i}.png")  # 2 of 3 grey
+    (tmp_path / "d.csv").write_text("img\n0.png\n1.png\n2.png\n")
+    nosplit = {"split": {"type": "none"}}
+    out = api.preprocess(tmp_path / "d.csv", {"input_features": [{"name": "img", "type": "image"}],
+                                              "preprocessing": nosplit}, skip_save=True)
+    assert (out.metadata["img"]["height"], out.metadata["img"]["width"]) == (12, 30)  # rounded means
+    assert out.metadata["img"]["num_channels"] == 1 and out.data["img"].shape == (3, 12, 30, 1)
+    first = api.preprocess(tmp_path / "d.csv", {"input_features": [{"name": "img", "type": "image", "preprocessing": {
+        "infer_image_sample_size": 1}}], "preprocessing": nosplit}, skip_save=True)
+    assert first.data["img"].shape == (3, 10, 20, 3)
+    std = api.preprocess(tmp_path / "d.csv", {"input_features": [{"name": "img", "type": "image", "preprocessing": {
+        "standardize_image": "imagenet1k", "num_channels": 3, "height": 4, "width": 4}}], "preprocessing": nosplit},
+        skip_save=True)
+    x = std.data["img"]
+    assert x.dtype == np.float32 and x.shape == (3, 4, 4, 3)
+    np.testing.assert_allclose(x[0, 0, 0], (200 / 255 - np.array(IMAGENET1K_MEAN)) / np.array(IMAGENET1K_STD),
+                               rtol=1e-5)
