@@ -422,3 +422,28 @@ def test_image_size_and_channels_inferred_from_a_sample_and_standardized(tmp_pat
     assert x.dtype == np.float32 and x.shape == (3, 4, 4, 3)
     np.testing.assert_allclose(x[0, 0, 0], (200 / 255 - np.array(IMAGENET1K_MEAN)) / np.array(IMAGENET1K_STD),
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize(("option", "expect"), [("oversample_minority", (560, 280)), ("undersample_majority", (280, 140))])
+def test_class_balancing_changes_the_training_rows_only(option: str, expect: tuple[int, int],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    label = (["no"] * 8 + ["yes"] * 2) * 100  # 1000 rows, 80 % "no"
+    t = pa.table({"x": np.arange(1000, dtype=np.float64), "label": label})
+    cfg = {"input_features": [{"name": "x", "type": "number", "preprocessing": {"normalization": None}}],
+           "output_features": [{"name": "label", "type": "binary"}],
+           "preprocessing": {"split": {"type": "stratify", "column": "label"}, option: 0.5}}
+    out = api.preprocess(t, cfg)
+    split, y = out.data["split"], out.data["label"]
+    assert (int((~y[split == 0]).sum()), int(y[split == 0].sum())) == expect  # (majority, minority) in train
+    assert np.bincount(split)[1:].tolist() == [100, 200]  # validation and test untouched
+    monkeypatch.setattr(pipeline, "BLOCK_ROWS", 77)
+    again = api.preprocess(t, cfg)
+    np.testing.assert_array_equal(again.data["x"], out.data["x"])
+
+
+def test_class_balancing_needs_an_output_feature() -> None:
+    from datamill.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="output feature"):
+        api.preprocess(pa.table({"x": [1.0]}), {"input_features": [{"name": "x", "type": "number"}],
+                                                "preprocessing": {"oversample_minority": 1.0}})

@@ -168,16 +168,22 @@ class GlobalPreprocessing(BaseModel):
     sample_ratio: float = Field(default=1.0, gt=0, le=1)
     #: keep exactly this many rows (Ludwig's ``sample_size``); not with ``sample_ratio``
     sample_size: int | None = Field(default=None, ge=1)
+    #: training rows of the first output feature's minority class: ``r`` times the majority's (Ludwig's)
+    oversample_minority: float | None = Field(default=None, gt=0)
+    #: training rows of its majority class: the minority's divided by ``r`` (Ludwig's)
+    undersample_majority: float | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="after")
     def _type_defaults(self) -> GlobalPreprocessing:
         keys = defaults_keys()
         if self.sample_size is not None and self.sample_ratio < 1:
             raise ValueError("set sample_ratio or sample_size, not both")
+        if self.oversample_minority is not None and self.undersample_majority is not None:
+            raise ValueError("set oversample_minority or undersample_majority, not both")
         for key, value in (self.model_extra or {}).items():
             if key not in keys:
                 raise ValueError(f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
-                                 f"{', '.join(sorted(keys))}")
+                                 f"oversample_minority, undersample_majority, {', '.join(sorted(keys))}")
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
                     f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}")

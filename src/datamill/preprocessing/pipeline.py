@@ -36,6 +36,7 @@ from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import display_name, split_member
 from datamill.core.progress import progress
+from datamill.preprocessing.balance import Balance, balance_copies, fit_balance
 from datamill.preprocessing.config import (
     PreprocessConfig,
     ResolvedFeature,
@@ -128,6 +129,11 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     for f in features:
         t = handler_class(f.type).input_type
         wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
+    glob = cfg.preprocessing
+    if applied is None and (glob.oversample_minority or glob.undersample_majority) \
+            and not any(f.role == "output" for f in features):
+        raise ConfigError("preprocessing: oversample_minority/undersample_majority balance the classes of the "
+                          "first output feature; the config has none", path=cfg_source)
     if split is not None and split.split_column is not None:
         wanted.setdefault(split.split_column, "string")
     optional = tuple(f.column for f in features if applied is not None and f.role == "output")
@@ -170,21 +176,41 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
         cut = sample_cut(p.seed, num_rows, size)
         p = replace(p, sample_cut=cut)
         keep = sample_mask(p.seed, 0, num_rows, cut) if cut != np.inf else None
-    if p.split is None:
-        return p
-    col = p.split.split_column
-    state = fit_split(p.split, seed=p.seed, num_rows=num_rows,
-                      column=columns.get(col) if col is not None and p.split.type in ("stratify", "datetime")
-                      else None, keep=keep)
-    return replace(p, split_state=state)
+    if p.split is not None:
+        col = p.split.split_column
+        state = fit_split(p.split, seed=p.seed, num_rows=num_rows,
+                          column=columns.get(col) if col is not None and p.split.type in ("stratify", "datetime")
+                          else None, keep=keep)
+        p = replace(p, split_state=state)
+    if p.applied is None and (glob.oversample_minority or glob.undersample_majority):
+        p = replace(p, balance=_fit_balance(p, num_rows, columns, keep))
+    return p
+
+
+def _fit_balance(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array],
+                 keep: NDArray[np.bool_] | None) -> Balance | None:
+    target = next(f.column for f in p.features if f.role == "output")
+    train = np.ones(num_rows, bool) if keep is None else keep.copy()
+    if p.split is not None and p.split_state is not None:
+        col = p.split.split_column
+        train &= assign_split(p.split, p.split_state, seed=p.seed, lo=0, hi=num_rows,
+                              column=columns[col] if col is not None else None) == 0
+    glob = p.config.preprocessing
+    return fit_balance(columns[target], train, name=target, seed=p.seed,
+                       oversample_minority=glob.oversample_minority, undersample_majority=glob.undersample_majority)
 
 
 def pre_columns(p: Plan) -> list[str]:
     """The columns :func:`bind` needs from the whole input (optional outputs present, split's first pass)."""
     cols = list(p.optional)
-    if p.split is not None and p.split.type in ("stratify", "datetime") and p.split.split_column is not None:
+    glob = p.config.preprocessing
+    balancing = p.applied is None and bool(glob.oversample_minority or glob.undersample_majority)
+    if p.split is not None and p.split.split_column is not None and (
+            balancing or p.split.type in ("stratify", "datetime")):
         cols.append(p.split.split_column)
-    return cols
+    if balancing:
+        cols.append(next(f.column for f in p.features if f.role == "output"))
+    return list(dict.fromkeys(cols))
 
 
 def cached(p: Plan) -> Metadata | None:
@@ -221,13 +247,17 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     rows = None
     drop = list(dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row"))
     cut = p.sample_cut if p.sample_cut is not None else np.inf
-    if drop or cut != np.inf:
+    if drop or cut != np.inf or p.balance is not None:
         keep = sample_mask(p.seed, lo, lo + n, cut) if cut != np.inf else np.ones(n, dtype=bool)
         for column in drop:
             keep &= ~np.asarray(table[column].is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        table = table.filter(pa.array(keep))
-        split = split[keep] if split is not None else None
-        rows = lo + np.flatnonzero(keep)
+        copies = keep.astype(np.int64)
+        if p.balance is not None:
+            copies *= balance_copies(p.balance, table[p.balance.column], split, seed=p.seed, lo=lo)
+        take = np.repeat(np.arange(n, dtype=np.int64), copies)
+        table = table.take(pa.array(take))
+        split = split[take] if split is not None else None
+        rows = lo + take
     columns = {f.name: cast_column(table[f.column], handler_class(f.type).input_type, name=origin.path,
                                    column=f.column, line_offset=origin.line_offset, row_offset=lo, rows=rows)
                for f in p.features}

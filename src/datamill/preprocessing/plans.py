@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.preprocessing.balance import Balance
 from datamill.preprocessing.config import PreprocessConfig, ResolvedFeature, SplitConfig
 from datamill.preprocessing.features import FeatureContext
 from datamill.preprocessing.missing import Carry
@@ -50,6 +51,8 @@ class Plan:
     optional: tuple[str, ...] = ()
     #: rows kept by sampling: those whose sample uniform is below this (None: every row)
     sample_cut: float | None = None
+    #: class balancing of the training rows (fitted by ``bind``), None: none
+    balance: Balance | None = None
 
     def block_ranges(self, num_rows: int) -> list[tuple[int, int]]:
         """The ``(lo, hi)`` input rows of each block (one block when the input is empty)."""
