@@ -284,9 +284,10 @@ def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[st
     config, ignored = strip_model_keys(config)
     if ignored:
         shown = ", ".join(ignored[:6]) + (f" and {len(ignored) - 6} more" if len(ignored) > 6 else "")
-        warnings.warn(LudwigKeysIgnored(
-            f"{source + ': ' if source else ''}ignored {len(ignored)} Ludwig model key(s) outside preprocessing "
-            f"({shown})"), stacklevel=3)
+        # one line, located at the config file (warn_explicit: no source line is printed under it)
+        warnings.warn_explicit(LudwigKeysIgnored(
+            f"ignored {len(ignored)} Ludwig model key(s) outside preprocessing ({shown})"),
+            LudwigKeysIgnored, filename=source or "<config>", lineno=0, module=__name__)
     try:
         return PreprocessConfig.model_validate(config), source
     except ValidationError as exc:
