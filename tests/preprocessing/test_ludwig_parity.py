@@ -448,3 +448,11 @@ def test_class_balancing_needs_an_output_feature() -> None:
     with pytest.raises(ConfigError, match="output feature"):
         api.preprocess(pa.table({"x": [1.0]}), {"input_features": [{"name": "x", "type": "number"}],
                                                 "preprocessing": {"oversample_minority": 1.0}})
+
+
+def test_global_max_sequence_length_caps_every_sequence() -> None:
+    t = pa.table({"s": ["a b c d e f"], "q": ["x y z"]})
+    out = api.preprocess(t, {"input_features": [
+        {"name": "s", "type": "sequence"}, {"name": "q", "type": "sequence", "preprocessing": {"max_sequence_length": 2}}],
+        "preprocessing": {"split": {"type": "none"}, "global_max_sequence_length": 4}})
+    assert out.data["s"].shape == (1, 4) and out.data["q"].shape == (1, 2)

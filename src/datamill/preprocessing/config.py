@@ -172,6 +172,8 @@ class GlobalPreprocessing(BaseModel):
     oversample_minority: float | None = Field(default=None, gt=0)
     #: training rows of its majority class: the minority's divided by ``r`` (Ludwig's)
     undersample_majority: float | None = Field(default=None, gt=0, le=1)
+    #: caps ``max_sequence_length`` of every feature that has one (Ludwig's ``global_max_sequence_length``)
+    global_max_sequence_length: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _type_defaults(self) -> GlobalPreprocessing:
@@ -183,7 +185,8 @@ class GlobalPreprocessing(BaseModel):
         for key, value in (self.model_extra or {}).items():
             if key not in keys:
                 raise ValueError(f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
-                                 f"oversample_minority, undersample_majority, {', '.join(sorted(keys))}")
+                                 f"oversample_minority, undersample_majority, global_max_sequence_length, "
+                                 f"{', '.join(sorted(keys))}")
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
                     f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}")
@@ -323,6 +326,10 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             if strategy not in cls.strategies:
                 raise ConfigError(f"{where}.preprocessing.missing_value_strategy: {strategy} does not apply to "
                                   f"{f.type} features; valid: {', '.join(cls.strategies)}", path=source)
+            cap = glob.global_max_sequence_length
+            if cap is not None and "max_sequence_length" in fields:
+                merged["max_sequence_length"] = min(int(merged.get(
+                    "max_sequence_length", fields["max_sequence_length"].default)), cap)
             try:
                 params = cls.Params.model_validate(merged)
             except ValidationError as exc:
