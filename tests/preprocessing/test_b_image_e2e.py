@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ def run_image(paths: list[str], base: Path, **params: Any) -> tuple[dict[str, An
     ctx = FeatureContext(name="img", column="image_path", path=str(base / "labels.csv"), base_dir=base,
                          line_offset=2)
     col = pa.array(paths)
-    meta = h.finalize(h.merge(h.fit(col[:1], p, ctx), h.fit(col[1:], p, ctx)), p, ctx)
+    block2 = dataclasses.replace(ctx, row_offset=1)  # the second block starts at row 1
+    meta = h.finalize(h.merge(h.fit(col[:1], p, ctx), h.fit(col[1:], p, block2)), p, ctx)
     out = h.transform(col, meta, p, ctx)["img"]
     assert isinstance(out, np.ndarray)
     return meta, out
@@ -103,7 +105,7 @@ def test_ragged_types_end_to_end(tmp_path: Path) -> None:
         {"name": "words", "type": "sequence", "preprocessing": {"padding": "left"}},
         {"name": "review", "type": "text"},
         {"name": "series", "type": "timeseries"},
-    ]}
+    ], "preprocessing": {"split": {"type": "none"}}}
     out = preprocess(tmp_path / "d.csv", cfg)
     data, meta = load(out.hdf5_path)
     assert data["tags"].dtype == np.int8 and data["tags"].shape[0] == 4

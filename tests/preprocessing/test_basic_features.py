@@ -15,9 +15,13 @@ from datamill.preprocessing.features import get_handler
 from datamill.preprocessing.features.base import FeatureContext
 from datamill.preprocessing.features.number import NumberParams
 
+#: these tests check one feature on every row, unnormalized: no split, numbers as they are (Ludwig's
+#: defaults, a 0.7/0.1/0.2 split and zscore number inputs, are tested in test_ludwig_parity.py)
+NO_SPLIT = {"preprocessing": {"split": {"type": "none"}, "number": {"normalization": "none"}}}
+
 
 def _one(table: pa.Table, feature: dict) -> tuple[np.ndarray, dict]:  # type: ignore[type-arg]
-    out = preprocess(table, {"input_features": [feature]})
+    out = preprocess(table, {**NO_SPLIT, "input_features": [feature]})
     return out.data[feature["name"]], out.metadata[feature["name"]]
 
 
@@ -42,7 +46,7 @@ def test_category_missing_fill_and_mode() -> None:
     ids, _ = _one(t, {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "bfill"}})
     assert ids.tolist() == [2, 1, 1, 1]
     out = preprocess(pa.table({"c": ["x", None, "y"], "n": [1.0, 2.0, 3.0]}),
-                     {"input_features": [{"name": "c", "type": "category",
+                     {**NO_SPLIT, "input_features": [{"name": "c", "type": "category",
                                           "preprocessing": {"missing_value_strategy": "drop_row"}},
                                          {"name": "n", "type": "number"}]})
     assert out.num_rows == 2 and out.data["n"].tolist() == [1.0, 3.0]
@@ -55,7 +59,7 @@ def test_integer_category_with_nulls_keeps_identity(tmp_path) -> None:  # type: 
     _, meta_df = _one(pa.Table.from_pandas(df), {"name": "k", "type": "category"})
     p = tmp_path / "k.csv"
     p.write_text("k\n4\n\n7\n4\n")
-    out = preprocess(p, {"input_features": [{"name": "k", "type": "category"}]})
+    out = preprocess(p, {**NO_SPLIT, "input_features": [{"name": "k", "type": "category"}]})
     assert meta_df["idx2str"] == out.metadata["k"]["idx2str"] == ["<UNK>", "4", "7"]
     unseen = preprocess(pa.table({"k": [4, 5]}), None, metadata=out.metadata)
     assert unseen.data["k"].tolist() == [1, 0]
@@ -123,7 +127,7 @@ def test_binary_default_and_custom_strings() -> None:
 
 @given(st.lists(st.sampled_from(["a", "b", "c", "dd", "é", "4"]), min_size=1, max_size=60))
 def test_category_roundtrip_and_frequency_order(values: list[str]) -> None:
-    out = preprocess(pa.table({"c": values}), {"input_features": [{"name": "c", "type": "category"}]})
+    out = preprocess(pa.table({"c": values}), {**NO_SPLIT, "input_features": [{"name": "c", "type": "category"}]})
     ids = out.data["c"]
     assert out.metadata.decode("c", ids).tolist() == values
     meta = out.metadata["c"]
@@ -136,7 +140,7 @@ def test_category_roundtrip_and_frequency_order(values: list[str]) -> None:
 
 def test_nan_counts_as_missing() -> None:
     t = pa.table({"x": pa.array([1.0, float("nan"), 3.0]), "s": ["1", "nan", "3"]})
-    out = preprocess(t, {"input_features": [
+    out = preprocess(t, {**NO_SPLIT, "input_features": [
         {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "fill_with_mean"}},
         {"name": "s", "type": "number", "preprocessing": {"fill_value": 7}}]})
     assert out.data["x"].tolist() == [1.0, 2.0, 3.0] and out.data["s"].tolist() == [1.0, 7.0, 3.0]

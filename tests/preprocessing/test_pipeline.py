@@ -100,10 +100,11 @@ def test_datamill_preprocess_is_only_the_function() -> None:
 @given(seed=st.integers(0, 2**63 - 1), cuts=st.lists(st.integers(0, 500), max_size=4))
 def test_random_split_is_a_pure_function_of_the_row_index(seed: int, cuts: list[int]) -> None:
     cfg = SplitConfig(probabilities=(0.6, 0.3, 0.1))
-    whole = random_split(cfg, seed=seed, lo=0, hi=500)
+    whole = random_split(cfg, seed=seed, lo=0, hi=500, num_rows=500)
     bounds = [0, *sorted(cuts), 500]
-    parts = [random_split(cfg, seed=seed, lo=a, hi=b) for a, b in itertools.pairwise(bounds)]
+    parts = [random_split(cfg, seed=seed, lo=a, hi=b, num_rows=500) for a, b in itertools.pairwise(bounds)]
     np.testing.assert_array_equal(np.concatenate(parts), whole)
+    assert np.bincount(whole, minlength=3).tolist() == [300, 150, 50]  # exact sizes
     u = uniform_at(seed, 0, 500)
     assert ((u >= 0) & (u < 1)).all()
 
@@ -172,7 +173,8 @@ def _approx_equal(a: object, b: object, where: str) -> None:
 def test_ffill_bfill_carry_over_many_empty_blocks() -> None:
     t = pa.table({"n": [None, 4.0, None, None, None, None, 7.0, None]})
     for strategy, expect in (("ffill", [0.0, 4, 4, 4, 4, 4, 7, 7]), ("bfill", [4.0, 4, 7, 7, 7, 7, 7, 0])):
-        cfg = {"input_features": [{"name": "n", "type": "number", "preprocessing": {"missing_value_strategy": strategy}}]}
+        cfg = {"input_features": [{"name": "n", "type": "number", "preprocessing": {
+            "missing_value_strategy": strategy, "normalization": "none"}}], "preprocessing": {"split": {"type": "none"}}}
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(pipeline, "BLOCK_ROWS", 1)
             assert api.preprocess(t, cfg).data["n"].tolist() == expect  # type: ignore[union-attr]
@@ -229,7 +231,7 @@ def test_stages_are_picklable_and_give_the_local_result(tmp_path: Path) -> None:
                               {"name": "tags", "type": "bag", "preprocessing": {"max_dense_bytes": 0}}],
            "preprocessing": {"split": {"probabilities": [0.6, 0.2, 0.2]}, "seed": 5}}
     local = api.preprocess(t, cfg)
-    p = pipeline.plan(cfg, t)
+    p = pipeline.bind(pipeline.plan(cfg, t), t.num_rows, {})  # the split's first pass (the row count)
     p = dataclasses.replace(p, block_rows=2)
     ex = PicklingExecutor()
     origin = pipeline.Origin(None, None, None)

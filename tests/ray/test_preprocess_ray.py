@@ -172,3 +172,35 @@ def test_jsonl_and_in_memory_inputs_equal_local(ray_cluster: Any, tmp_path: Path
     mem = preprocess(table, cfg, output_dir=tmp_path / "mem", engine="ray")
     assert mem.dataset_path == tmp_path / "mem" / "dataset.shards"  # type: ignore[attr-defined]
     assert_same(mem_local.data, mem.data)
+
+
+def test_ludwig_defaults_date_and_vector_and_inference_without_outputs_equal_local(ray_cluster: Any,
+                                                                                  tmp_path: Path) -> None:
+    """No split in the config (Ludwig's exact 0.7/0.1/0.2), stratified split, drop_row on a missing
+    output, the date and vector types, and metadata applied to data without the output column."""
+    rng = np.random.default_rng(11)
+    n = 400
+    target = rng.normal(size=n)
+    target[rng.random(n) < 0.1] = np.nan  # outputs default to drop_row, as in Ludwig
+    t = _mixed(n).append_column("when", pa.array([f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(n)]))
+    t = t.append_column("emb", pa.array([" ".join(f"{v:.3f}" for v in rng.normal(size=3)) for _ in range(n)]))
+    t = t.append_column("y", pa.array(target))
+    pacsv.write_csv(t, tmp_path / "d.csv")
+    cfg: dict[str, Any] = {
+        "input_features": [{"name": "num2", "type": "number"}, {"name": "cat", "type": "category"},
+                           {"name": "when", "type": "date"},
+                           {"name": "emb", "type": "vector", "preprocessing": {"vector_size": 3}}],
+        "output_features": [{"name": "y", "type": "number"}]}
+    for split in (None, {"type": "stratify", "column": "cat", "probabilities": [0.6, 0.2, 0.2]}):
+        c = dict(cfg, preprocessing={"split": split}) if split else cfg
+        local = preprocess(tmp_path / "d.csv", c, output_dir=tmp_path / f"local{bool(split)}")
+        out = preprocess(tmp_path / "d.csv", c, output_dir=tmp_path / f"ray{bool(split)}", engine="ray")
+        assert _header_free(out.metadata.to_dict()) == _header_free(local.metadata.to_dict())
+        assert_same(local.data, out.data)
+        assert out.num_rows == int(np.isfinite(target).sum())  # rows with a missing output dropped
+    pacsv.write_csv(t.drop_columns(["y"]).slice(0, 120), tmp_path / "new.csv")  # inference data: no target
+    fitted = tmp_path / "localFalse" / "d.meta.json"
+    local = preprocess(tmp_path / "new.csv", metadata=fitted, output_dir=tmp_path / "local_new")
+    out = preprocess(tmp_path / "new.csv", metadata=fitted, output_dir=tmp_path / "ray_new", engine="ray")
+    assert "y" not in out.data and out.num_rows == 120
+    assert_same(local.data, out.data)

@@ -33,7 +33,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pq.write_table(t, root / "reviews.parquet", row_group_size=2)
     preprocess(root / "reviews.parquet", {"input_features": [
         {"name": "review", "type": "text"}, {"name": "color", "type": "category"},
-        {"name": "x", "type": "number", "preprocessing": {"normalization": "zscore"}}], "output_features": []},
+        {"name": "x", "type": "number", "preprocessing": {"normalization": "zscore"}}], "output_features": [],
+        "preprocessing": {"split": {"type": "none"}}},  # every row fits the vocabulary (no default split)
         output_dir=root / "pre")
     ds = ShardsetDataset.create(root / "pics", pa.table({"uid": [1, 2, 3], "img": ["../in.png", "../../outside.png",
                                                                                   "../nothing.png"]}),

@@ -15,6 +15,10 @@ def _open(args: argparse.Namespace) -> Any:
     from datamill.loader.remote import RemoteParquetSource, is_remote
     from datamill.sources import open_source
 
+    if getattr(args, "split", None) is not None:  # `iterate --split` (plan has no such flag)
+        from datamill.sources import HDF5Source
+
+        return HDF5Source(args.source, split=args.split)
     if is_remote(args.source):
         import tempfile
         from pathlib import Path
@@ -145,6 +149,7 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     p.add_argument("--columns", help="comma-separated columns to read (default all)")
+    p.add_argument("--split", help="read one split of a preprocessed .hdf5: train, validation or test")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--num-workers", type=int, default=0, help="batch-building threads (default 0)")

@@ -101,6 +101,9 @@ def collate_numpy(batch: pa.Table) -> dict[str, np.ndarray]:
 def collate_torch(batch: pa.Table, *, pin_memory: bool = False) -> dict[str, Any]:
     """Like :func:`collate_numpy` but numeric arrays become torch tensors (strings stay lists).
 
+    Signed integer columns (category/sequence ids: int8/int16/int32) become int64, what
+    ``nn.Embedding`` and the losses take; floats, bools and unsigned bytes (images) keep their dtype.
+
     ``pin_memory`` pins tensors in page-locked memory when CUDA is available (a no-op on CPU-only).
     """
     torch = require("torch", extra="torch")
@@ -110,6 +113,8 @@ def collate_torch(batch: pa.Table, *, pin_memory: bool = False) -> dict[str, Any
         if arr.dtype == object:
             out[name] = arr.tolist()
             continue
+        if arr.dtype.kind == "i" and arr.dtype.itemsize < 8:  # ids -> int64 (a writeable copy)
+            arr = arr.astype(np.int64)
         if not arr.flags.writeable:  # arrow buffers are read-only; torch wants writeable memory
             arr = arr.copy()
         tensor = torch.from_numpy(np.ascontiguousarray(arr))

@@ -84,8 +84,7 @@ def preprocess(
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
     Args:
-        dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``), a pandas DataFrame or a
-            pyarrow Table.
+        dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``), a DataFrame or an Arrow Table.
         config: config model, dict, or YAML/JSON path. Defaults to ``None``: only allowed with
             ``metadata`` (its recorded config is used).
         output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None``: beside
@@ -109,7 +108,8 @@ def preprocess(
         >>> t = pa.table({"color": ["red", "blue", "red", None], "size": [1.0, 2.0, 3.0, None]})
         >>> cfg = {"input_features": [{"name": "color", "type": "category"},
         ...        {"name": "size", "type": "number",
-        ...         "preprocessing": {"normalization": "minmax", "missing_value_strategy": "fill_with_mean"}}]}
+        ...         "preprocessing": {"normalization": "minmax", "missing_value_strategy": "fill_with_mean"}}],
+        ...        "preprocessing": {"split": {"type": "none"}}}  # default: Ludwig's random 0.7/0.1/0.2
         >>> out = preprocess(t, cfg)
         >>> out.data["color"].tolist(), out.data["size"].tolist()
         ([1, 2, 1, 0], [0.0, 0.5, 1.0, 0.5])
@@ -146,7 +146,9 @@ def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, A
         >>> import tempfile, pathlib
         >>> d = pathlib.Path(tempfile.mkdtemp())
         >>> _ = (d / "pets.csv").write_text("kind,legs\\ncat,4\\nbird,2\\ncat,\\n")
-        >>> cfg = {"input_features": [{"name": "kind", "type": "category"}, {"name": "legs", "type": "number"}]}
+        >>> cfg = {"input_features": [{"name": "kind", "type": "category"},
+        ...        {"name": "legs", "type": "number", "preprocessing": {"normalization": None}}],
+        ...        "preprocessing": {"split": {"type": "none"}}}
         >>> out = preprocess(d / "pets.csv", cfg)
         >>> data, meta = load(out.hdf5_path)
         >>> data["kind"].tolist(), meta.decode("kind", data["kind"]).tolist(), data["legs"].tolist()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,15 +32,66 @@ from datamill.core.errors import ConfigError
 from datamill.preprocessing.features import FEATURE_TYPES, handler_class, handler_classes
 from datamill.preprocessing.missing import STRATEGIES
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
     "FeatureConfig",
+    "LUDWIG_MODEL_KEYS",
+    "LudwigKeysIgnored",
     "PreprocessConfig",
     "ResolvedFeature",
     "SplitConfig",
     "load_config",
+    "strip_model_keys",
 ]
 
 _Strict = ConfigDict(extra="forbid", frozen=True)
+
+#: keys a Ludwig model config defines outside preprocessing, accepted and ignored (with one notice):
+#: at the top level, in a feature, and in a ``defaults.<type>`` section
+LUDWIG_MODEL_KEYS: dict[str, frozenset[str]] = {
+    "top": frozenset({"adapter", "adapters", "backend", "base_model", "combiner", "generation", "hyperopt",
+                      "is_multimodal", "ludwig_version", "model_parameters", "model_type", "preset", "prompt",
+                      "quantization", "trainer", "trust_remote_code"}),
+    "feature": frozenset({"active", "augmentation", "calibration", "clip", "decoder", "default_validation_metric",
+                          "dependencies", "encoder", "input_size", "loss", "num_classes", "proc_column",
+                          "reduce_dependencies", "reduce_input", "threshold", "tied", "top_k"}),
+    "defaults": frozenset({"decoder", "encoder", "loss"}),
+}
+
+
+class LudwigKeysIgnored(UserWarning):
+    """A Ludwig model config's keys outside preprocessing (encoder, trainer, ...) were ignored."""
+
+
+def strip_model_keys(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` without the keys of :data:`LUDWIG_MODEL_KEYS`, and the YAML paths of the keys removed.
+
+    Examples:
+        >>> strip_model_keys({"input_features": [{"name": "x", "type": "number", "encoder": {"type": "dense"}}],
+        ...                   "trainer": {"epochs": 3}, "defaults": {"number": {"encoder": {}}}})[1]
+        ['trainer', 'input_features[0].encoder', 'defaults.number.encoder']
+    """
+    ignored = [k for k in data if k in LUDWIG_MODEL_KEYS["top"]]
+    out = {k: v for k, v in data.items() if k not in LUDWIG_MODEL_KEYS["top"]}
+    for section in ("input_features", "output_features"):
+        feats = out.get(section)
+        if isinstance(feats, list):
+            clean = []
+            for i, f in enumerate(feats):
+                if isinstance(f, dict):
+                    ignored += [f"{section}[{i}].{k}" for k in f if k in LUDWIG_MODEL_KEYS["feature"]]
+                    f = {k: v for k, v in f.items() if k not in LUDWIG_MODEL_KEYS["feature"]}
+                clean.append(f)
+            out[section] = clean
+    defaults = out.get("defaults")
+    if isinstance(defaults, dict):
+        clean_defaults: dict[str, Any] = {}
+        for t, d in defaults.items():
+            if isinstance(d, dict):
+                ignored += [f"defaults.{t}.{k}" for k in d if k in LUDWIG_MODEL_KEYS["defaults"]]
+                d = {k: v for k, v in d.items() if k not in LUDWIG_MODEL_KEYS["defaults"]}
+            clean_defaults[t] = d
+        out["defaults"] = clean_defaults
+    return out, ignored
 
 
 class FeatureConfig(BaseModel):
@@ -60,12 +112,20 @@ class FeatureConfig(BaseModel):
 
 
 class SplitConfig(BaseModel):
-    """Train/validation/test split: ``random`` (seeded) or ``fixed`` (from a column with 0/1/2 or names)."""
+    """Train/validation/test split (Ludwig's split types; see :mod:`datamill.preprocessing.split`).
+
+    ``random`` (the default, also when the config has no ``split``): seeded, exact sizes;
+    ``fixed``: from a column (``column`` defaults to ``split``) holding 0/1/2 or train/validation/test;
+    ``stratify``: random with exact sizes within each value of ``column``; ``hash``: from a stable
+    hash of ``column`` (a row keeps its split as the data grows); ``datetime``: the earliest rows of
+    ``column`` train, the latest test; ``none``: no split (every row is fitted on).
+    """
 
     model_config = _Strict
-    type: Literal["random", "fixed"] = "random"
+    type: Literal["random", "fixed", "stratify", "hash", "datetime", "none"] = "random"
     probabilities: tuple[float, float, float] = (0.7, 0.1, 0.2)
     column: str | None = None
+    datetime_format: str | None = None
 
     @field_validator("probabilities")
     @classmethod
@@ -73,6 +133,19 @@ class SplitConfig(BaseModel):
         if any(p < 0 for p in v) or abs(sum(v) - 1.0) > 1e-6:
             raise ValueError(f"probabilities must be >= 0 and sum to 1, got {list(v)}")
         return v
+
+    @model_validator(mode="after")
+    def _column(self) -> SplitConfig:
+        if self.type in ("stratify", "hash", "datetime") and self.column is None:
+            raise ValueError(f"split type {self.type!r} needs a column")
+        return self
+
+    @property
+    def split_column(self) -> str | None:
+        """The input column this split reads (``fixed`` defaults to ``split``), None for random/none."""
+        if self.type == "fixed":
+            return self.column or "split"
+        return self.column if self.type in ("stratify", "hash", "datetime") else None
 
 
 def defaults_keys() -> dict[str, str]:
@@ -91,13 +164,29 @@ class GlobalPreprocessing(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     split: SplitConfig | None = None
     seed: int = 42
+    #: keep this fraction of the rows (Ludwig's ``sample_ratio``; exact count ``round(ratio * n)``, seeded)
+    sample_ratio: float = Field(default=1.0, gt=0, le=1)
+    #: keep exactly this many rows (Ludwig's ``sample_size``); not with ``sample_ratio``
+    sample_size: int | None = Field(default=None, ge=1)
+    #: training rows of the first output feature's minority class: ``r`` times the majority's (Ludwig's)
+    oversample_minority: float | None = Field(default=None, gt=0)
+    #: training rows of its majority class: the minority's divided by ``r`` (Ludwig's)
+    undersample_majority: float | None = Field(default=None, gt=0, le=1)
+    #: caps ``max_sequence_length`` of every feature that has one (Ludwig's ``global_max_sequence_length``)
+    global_max_sequence_length: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _type_defaults(self) -> GlobalPreprocessing:
         keys = defaults_keys()
+        if self.sample_size is not None and self.sample_ratio < 1:
+            raise ValueError("set sample_ratio or sample_size, not both")
+        if self.oversample_minority is not None and self.undersample_majority is not None:
+            raise ValueError("set oversample_minority or undersample_majority, not both")
         for key, value in (self.model_extra or {}).items():
             if key not in keys:
-                raise ValueError(f"unknown key {key!r}; valid keys: split, seed, {', '.join(sorted(keys))}")
+                raise ValueError(f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
+                                 f"oversample_minority, undersample_majority, global_max_sequence_length, "
+                                 f"{', '.join(sorted(keys))}")
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
                     f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}")
@@ -195,6 +284,13 @@ def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[st
         if not isinstance(data, dict):
             raise ConfigError(f"expected a mapping with input_features, got {type(data).__name__}", path=source)
         config = data
+    config, ignored = strip_model_keys(config)
+    if ignored:
+        shown = ", ".join(ignored[:6]) + (f" and {len(ignored) - 6} more" if len(ignored) > 6 else "")
+        # one line, located at the config file (warn_explicit: no source line is printed under it)
+        warnings.warn_explicit(LudwigKeysIgnored(
+            f"ignored {len(ignored)} Ludwig model key(s) outside preprocessing ({shown})"),
+            LudwigKeysIgnored, filename=source or "<config>", lineno=0, module=__name__)
     try:
         return PreprocessConfig.model_validate(config), source
     except ValidationError as exc:
@@ -214,8 +310,10 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             seen.add(f.name)
             cls = handler_class(f.type)
             typed = cfg.defaults.get(f.type)
-            merged = {**glob.type_defaults(f.type), **(typed.preprocessing if typed else {}), **f.preprocessing}
-            strategy, fill = cls.missing_value_strategy, cls.fill_value
+            merged = {**cls.role_defaults(role), **glob.type_defaults(f.type),
+                      **(typed.preprocessing if typed else {}), **f.preprocessing}
+            strategy = cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
+            fill = cls.fill_value
             fields = cls.Params.model_fields
             if "missing_value_strategy" in merged:
                 strategy = merged["missing_value_strategy"] if "missing_value_strategy" in fields \
@@ -228,6 +326,10 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             if strategy not in cls.strategies:
                 raise ConfigError(f"{where}.preprocessing.missing_value_strategy: {strategy} does not apply to "
                                   f"{f.type} features; valid: {', '.join(cls.strategies)}", path=source)
+            cap = glob.global_max_sequence_length
+            if cap is not None and "max_sequence_length" in fields:
+                merged["max_sequence_length"] = min(int(merged.get(
+                    "max_sequence_length", fields["max_sequence_length"].default)), cap)
             try:
                 params = cls.Params.model_validate(merged)
             except ValidationError as exc:

@@ -140,6 +140,29 @@ def _read_column(f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr
     return sliced
 
 
+_SPLIT_IDS = {"0": 0, "train": 0, "training": 0, "1": 1, "validation": 1, "val": 1, "valid": 1,
+              "2": 2, "test": 2, "testing": 2}
+
+
+def _split_id(split: str | int) -> int:
+    from datamill.core.errors import ConfigError
+
+    key = str(split).strip().lower()
+    if key not in _SPLIT_IDS:
+        raise ConfigError(f"unknown split {split!r}; valid: train, validation, test (or 0, 1, 2)")
+    return _SPLIT_IDS[key]
+
+
+def _take_csr(value: CSR, take: NDArray[np.int64]) -> CSR:
+    """Rows ``take`` of a CSR block."""
+    starts, ends = value.offsets[take], value.offsets[take + 1]
+    lengths = ends - starts
+    offsets = np.zeros(len(take) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return CSR(value.indices[flat], offsets, value.vocab_size, None if value.values is None else value.values[flat])
+
+
 def read_hdf5(path: str | Path) -> tuple[dict[str, NDArray[Any] | CSR], dict[str, Any]]:
     """All columns (CSR groups as :class:`CSR`) and the file attributes.
 
@@ -172,9 +195,13 @@ class HDF5Source:
     Args:
         path: the ``.hdf5`` file.
         shard_size: rows per shard. Defaults to ``65536``.
+        split: read only the rows of this split (``"train"``/``"validation"``/``"test"``, also
+            ``training``/``val``/``0``/``1``/``2``), so a loader gives full batches of one split;
+            the ``split`` column is then left out. Defaults to ``None`` (every row).
 
     Raises:
-        DataFileNotFoundError: no such file. DataFileError: not HDF5, or columns of different lengths.
+        DataFileNotFoundError: no such file. DataFileError: not HDF5, columns of different lengths,
+        or ``split`` given for a file without a ``split`` dataset. ConfigError: an unknown split name.
 
     Examples:
         >>> import tempfile, h5py
@@ -186,13 +213,22 @@ class HDF5Source:
         (['img', 'x'], [2, 2, 1], 'fixed_size_list<item: fixed_size_list<item: double>[3]>[2]')
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, shard_size: int = 65536) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, shard_size: int = 65536,
+                 split: str | int | None = None) -> None:
         self.path = Path(path)
         FixedShards(0, shard_size)  # validates shard_size
         self.shard_size = int(shard_size)
+        self.split = None if split is None else _split_id(split)
+        self._rows: NDArray[np.int64] | None = None
         with _open(self.path) as f:
             try:
                 lengths, self._csr = _layout(f)
+                if self.split is not None:
+                    if "split" not in lengths or "split" in self._csr:
+                        raise DataFileError("the file has no split dataset", path=self.path,
+                                            hint="preprocess with a split (the default), or drop split=")
+                    self._rows = np.flatnonzero(np.asarray(f["split"][()]) == self.split).astype(np.int64)
+                    del lengths["split"]
             except (OSError, KeyError) as exc:
                 raise DataFileError(f"not a readable HDF5 file ({exc})", path=self.path) from exc
         if not lengths:
@@ -201,7 +237,7 @@ class HDF5Source:
             raise DataFileError(f"root datasets have different numbers of rows: {lengths}", path=self.path,
                                 hint="every column of a preprocessed HDF5 must have one row per sample")
         self._columns = list(lengths)
-        self.num_rows = next(iter(lengths.values()))
+        self.num_rows = next(iter(lengths.values())) if self._rows is None else len(self._rows)
         self._shards = FixedShards(self.num_rows, self.shard_size)
         self.uid_column: str | None = None
 
@@ -229,10 +265,17 @@ class HDF5Source:
         names = check_read_args(self, index, columns, path=self.path)
         lo, hi = self._shards.bounds(index)
         arrays = []
+        take = None
+        if self._rows is not None:  # the shard's rows of the split: read their span, keep those rows
+            rows = self._rows[lo:hi]
+            lo, hi = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
+            take = rows - lo
         with _open(self.path) as f:
             for name in names:
                 try:
                     value = _read_column(f, name, lo, hi, csr=name in self._csr)
+                    if take is not None:
+                        value = _take_csr(value, take) if isinstance(value, CSR) else value[take]
                     if isinstance(value, CSR):
                         arrays.append(pa.LargeListArray.from_arrays(pa.array(value.offsets), pa.array(value.indices)))
                     else:
@@ -244,10 +287,12 @@ class HDF5Source:
 
     def fingerprint(self) -> str:
         st = self.path.stat()
-        return fingerprint_obj([self.columns, self.num_rows, self.shard_size, st.st_size, tail_hash(self.path)])
+        return fingerprint_obj([self.columns, self.num_rows, self.shard_size, st.st_size, tail_hash(self.path),
+                                *([] if self.split is None else [self.split])])
 
     def __repr__(self) -> str:
-        return f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, shards={self.num_shards})"
+        split = "" if self.split is None else f", split={('train', 'validation', 'test')[self.split]!r}"
+        return f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, shards={self.num_shards}{split})"
 
 
 register_source("hdf5", marker=lambda p: p.is_file() and p.suffix in (HDF5_SUFFIX, ".h5"), opener=HDF5Source)

@@ -1,7 +1,7 @@
 """Missing values, block by block: mergeable statistics, fill values, and ``bfill``/``ffill`` carries.
 
 Strategies (Ludwig's): ``fill_with_const`` (``fill_value``), ``fill_with_mode``, ``fill_with_mean``
-(numbers), ``fill_with_false`` (binary), ``bfill``, ``ffill`` (from the neighbouring rows of the same
+(numbers), ``fill_with_false`` and ``fill_with_true`` (binary), ``bfill``, ``ffill`` (from the neighbouring rows of the same
 dataset; leftover edge nulls fall back to the type's constant), ``drop_row``. Which strategies a type
 accepts and its defaults are declared by its handler class
 (:class:`~datamill.preprocessing.features.base.FeatureHandler`).
@@ -26,7 +26,8 @@ from numpy.typing import NDArray
 
 __all__ = ["Carry", "MissingStats", "STRATEGIES", "apply_fill", "carries", "fit_missing"]  # noqa: RUF022 - Python sorted() order (house rule)
 
-STRATEGIES = ("fill_with_const", "fill_with_mode", "fill_with_mean", "fill_with_false", "bfill", "ffill", "drop_row")
+STRATEGIES = ("fill_with_const", "fill_with_mode", "fill_with_mean", "fill_with_false", "fill_with_true", "bfill",
+              "ffill", "drop_row")
 
 #: strategies whose fill value comes from statistics of the fit rows
 FITTED = ("fill_with_mean", "fill_with_mode")

@@ -36,9 +36,12 @@ from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import display_name, split_member
 from datamill.core.progress import progress
+from datamill.preprocessing.balance import balance_copies
+from datamill.preprocessing.binding import bind, pre_columns
 from datamill.preprocessing.config import (
     PreprocessConfig,
     ResolvedFeature,
+    SplitConfig,
     load_config,
     resolve_features,
 )
@@ -49,13 +52,18 @@ from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carr
 from datamill.preprocessing.plans import Block, Origin, Plan, Stats
 from datamill.preprocessing.reading import cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
-from datamill.preprocessing.split import SPLIT_NAMES, fixed_split, random_split
+from datamill.preprocessing.split import (
+    SPLIT_NAMES,
+    assign_split,
+    sample_mask,
+)
 
-__all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "cached",  # noqa: RUF022 - Python sorted() order (house rule)
-           "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
+__all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "bind",  # noqa: RUF022 - Python sorted() order (house rule)
+           "cached", "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
 
-#: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split)
-TRANSFORM_VERSION = "datamill.preprocess@2"
+#: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split;
+#: @3: Ludwig's defaults: a default split with exact sizes, zscore inputs, drop_row outputs, stripped tokens)
+TRANSFORM_VERSION = "datamill.preprocess@3"
 #: rows per block (fit statistics are merged across blocks)
 BLOCK_ROWS = 1 << 16  # 64k rows: bounded transform temporaries (1<<19 tripled peak RSS on text at 600k rows)
 
@@ -106,23 +114,31 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
+
     features = tuple(resolve_features(cfg, cfg_source))
     for f in features:
         if applied is not None and f.name not in applied:
             raise ConfigError(f"feature {f.name!r} is not in the metadata being applied",
                               hint="use the config the metadata was made with")
-    split = cfg.preprocessing.split if applied is None else None
+    split = None
+    if applied is None:
+        split = cfg.preprocessing.split or SplitConfig()  # Ludwig's default: random 0.7/0.1/0.2
+        split = None if split.type == "none" else split
     wanted: dict[str, str] = {}
     for f in features:
         t = handler_class(f.type).input_type
         wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
-    if split is not None and split.type == "fixed":
-        if split.column is None:
-            raise ConfigError("preprocessing.split.column: split type 'fixed' needs a column", path=cfg_source)
-        wanted.setdefault(split.column, "string")
+    glob = cfg.preprocessing
+    if applied is None and (glob.oversample_minority or glob.undersample_majority) \
+            and not any(f.role == "output" for f in features):
+        raise ConfigError("preprocessing: oversample_minority/undersample_majority balance the classes of the "
+                          "first output feature; the config has none", path=cfg_source)
+    if split is not None and split.split_column is not None:
+        wanted.setdefault(split.split_column, "string")
+    optional = tuple(f.column for f in features if applied is not None and f.role == "output")
     in_memory = not isinstance(dataset, (str, os.PathLike))
     p = Plan(cfg, cfg_source, features, wanted, split, cfg.preprocessing.seed, applied,
-             None if in_memory else display_name(dataset), block_rows=BLOCK_ROWS)
+             None if in_memory else display_name(dataset), block_rows=BLOCK_ROWS, optional=optional)
     if skip_save or (in_memory and output_dir is None):
         return p
     fp_input = _input_fingerprint(dataset)
@@ -160,20 +176,26 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     index, lo, table = item
     n = table.num_rows
     split = None
-    if p.split is not None and p.split.type == "fixed":
-        split = fixed_split(table[p.split.column], p.split, path=origin.path, line_offset=origin.line_offset,
-                            row_offset=lo)
-    elif p.split is not None:
-        split = random_split(p.split, seed=p.seed, lo=lo, hi=lo + n)
+    if p.split is not None:
+        if p.split_state is None:
+            raise ConfigError("internal: the plan's split is not bound to the input (call pipeline.bind first)")
+        col = table[p.split.split_column] if p.split.split_column is not None else None
+        split = assign_split(p.split, p.split_state, seed=p.seed, lo=lo, hi=lo + n, column=col,
+                             path=origin.path, line_offset=origin.line_offset)
     rows = None
     drop = list(dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row"))
-    if drop:
-        keep = np.ones(n, dtype=bool)
+    cut = p.sample_cut if p.sample_cut is not None else np.inf
+    if drop or cut != np.inf or p.balance is not None:
+        keep = sample_mask(p.seed, lo, lo + n, cut) if cut != np.inf else np.ones(n, dtype=bool)
         for column in drop:
             keep &= ~np.asarray(table[column].is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        table = table.filter(pa.array(keep))
-        split = split[keep] if split is not None else None
-        rows = lo + np.flatnonzero(keep)
+        copies = keep.astype(np.int64)
+        if p.balance is not None:
+            copies *= balance_copies(p.balance, table[p.balance.column], split, seed=p.seed, lo=lo)
+        take = np.repeat(np.arange(n, dtype=np.int64), copies)
+        table = table.take(pa.array(take))
+        split = split[take] if split is not None else None
+        rows = lo + take
     columns = {f.name: cast_column(table[f.column], handler_class(f.type).input_type, name=origin.path,
                                    column=f.column, line_offset=origin.line_offset, row_offset=lo, rows=rows)
                for f in p.features}
@@ -222,7 +244,8 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
     Examples:
         >>> from datamill.preprocessing.executors import LocalExecutor
         >>> p = plan({"input_features": [{"name": "x", "type": "number",
-        ...           "preprocessing": {"missing_value_strategy": "fill_with_mean"}}]}, pa.table({}))
+        ...           "preprocessing": {"missing_value_strategy": "fill_with_mean"}}],
+        ...           "preprocessing": {"split": {"type": "none"}}}, pa.table({}))
         >>> blocks = [prepare(p, Origin(None, None, None), (i, lo, pa.table({"x": v})))
         ...           for i, (lo, v) in enumerate([(0, [1.0, None]), (2, [5.0])])]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1))
@@ -273,7 +296,8 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
     Examples:
         >>> from datamill.preprocessing.executors import LocalExecutor
         >>> p = plan({"input_features": [{"name": "c", "type": "category",
-        ...           "preprocessing": {"missing_value_strategy": "ffill"}}]}, pa.table({}))
+        ...           "preprocessing": {"missing_value_strategy": "ffill"}}],
+        ...           "preprocessing": {"split": {"type": "none"}}}, pa.table({}))
         >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
         ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
@@ -295,7 +319,7 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
             meta["preprocessing"] = {**f.params.model_dump(mode="json"),
                                      "missing_value_strategy": f.missing_value_strategy,
                                      "computed_fill_value": stats.fills[f.name]}
-        meta["hdf5_keys"] = h.keys(f.name)
+        meta["hdf5_keys"] = h.keys(f.name, f.params)
         for key in meta["hdf5_keys"]:
             if key in owners:
                 raise ConfigError(f"features {owners[key]!r} and {f.name!r} both write the HDF5 key {key!r}; rename one")
@@ -324,7 +348,8 @@ def transform(p: Plan, block: Block, meta: Metadata, *, carry: dict[str, Carry] 
     Examples:
         >>> from datamill.preprocessing.executors import LocalExecutor
         >>> p = plan({"input_features": [{"name": "c", "type": "category",
-        ...           "preprocessing": {"missing_value_strategy": "ffill"}}]}, pa.table({}))
+        ...           "preprocessing": {"missing_value_strategy": "ffill"}}],
+        ...           "preprocessing": {"split": {"type": "none"}}}, pa.table({}))
         >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
         ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
@@ -357,10 +382,11 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     Raises:
         DataFileError: unreadable input, no rows, a value that does not parse. SchemaError: a column is missing.
     """
-    ds = read_dataset(dataset, p.wanted)
+    ds = read_dataset(dataset, p.wanted, optional=p.optional)
     num_rows = ds.table.num_rows
     if num_rows == 0:
         raise DataFileError("the dataset has a header but no rows", path=ds.name)
+    p = bind(p, num_rows, {c: ds.table[c] for c in pre_columns(p) if c in ds.table.column_names})
     origin = Origin(ds.name, ds.base_dir, ds.line_offset)
     ranges = p.block_ranges(num_rows)
     slices = [(i, lo, ds.table.slice(lo, hi - lo)) for i, (lo, hi) in enumerate(ranges)]

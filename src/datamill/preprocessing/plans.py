@@ -16,9 +16,11 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.preprocessing.balance import Balance
 from datamill.preprocessing.config import PreprocessConfig, ResolvedFeature, SplitConfig
 from datamill.preprocessing.features import FeatureContext
 from datamill.preprocessing.missing import Carry
+from datamill.preprocessing.split import SplitState
 
 __all__ = ["Block", "Origin", "Plan", "Stats"]
 
@@ -43,6 +45,14 @@ class Plan:
     hdf5_path: Path | None = None
     meta_path: Path | None = None
     block_rows: int = 1 << 16
+    #: what the split fitted over the whole input (:func:`~datamill.preprocessing.pipeline.bind`), None before
+    split_state: SplitState | None = None
+    #: output columns that may be absent from the input (applying metadata: inference data has no targets)
+    optional: tuple[str, ...] = ()
+    #: rows kept by sampling: those whose sample uniform is below this (None: every row)
+    sample_cut: float | None = None
+    #: class balancing of the training rows (fitted by ``bind``), None: none
+    balance: Balance | None = None
 
     def block_ranges(self, num_rows: int) -> list[tuple[int, int]]:
         """The ``(lo, hi)`` input rows of each block (one block when the input is empty)."""

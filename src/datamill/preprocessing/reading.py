@@ -31,7 +31,11 @@ from datamill.core.io import (
     split_member,
 )
 
-__all__ = ["Dataset", "cast_column", "read_dataset"]
+__all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset"]  # noqa: RUF022 - Python sorted() order (house rule)
+
+#: the CSV/TSV cells read as missing: pandas' ``read_csv`` default list (what Ludwig reads CSVs with)
+PANDAS_NA_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 
 _NUMBER_RE = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)\s*$"
 
@@ -112,7 +116,9 @@ def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
     if member is not None or path.suffix.lower() == ".gz" or path.stat().st_size < 16:
         return None
     try:
-        table = pcsv.read_csv(path, **csv_options(kind, columns=columns, column_types=types))
+        options = csv_options(kind, columns=columns, column_types=types)
+        options["convert_options"].null_values = list(PANDAS_NA_VALUES)
+        table = pcsv.read_csv(path, **options)
         for col in table.columns:
             if not pa.types.is_string(col.type) and not pa.types.is_floating(col.type) \
                     and not pa.types.is_integer(col.type) and not pa.types.is_boolean(col.type):
@@ -124,22 +130,40 @@ def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
     return table
 
 
-def read_dataset(dataset: Any, wanted: dict[str, str]) -> Dataset:
-    """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table."""
+def read_dataset(dataset: Any, wanted: dict[str, str], *, optional: tuple[str, ...] = ()) -> Dataset:
+    """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table.
+
+    Columns in ``optional`` may be absent (they are then left out of the table).
+    """
     if isinstance(dataset, pa.Table):
         table, name, base, line0, stem = dataset, None, None, None, None
     elif type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy"):
         table = pa.Table.from_pandas(dataset, preserve_index=False)
         name, base, line0, stem = None, None, None, None
     else:
-        return _read_file(dataset, wanted)
+        return _read_file(dataset, wanted, optional)
+    wanted = _present(wanted, optional, table.column_names)
     for c in wanted:
         if c not in table.column_names:
             raise _missing(c, table.column_names, name)
     return Dataset(table.select(list(wanted)), name, base, line0, stem)
 
 
-def _read_file(source: Any, wanted: dict[str, str]) -> Dataset:
+def _pandas_nulls(table: pa.Table) -> pa.Table:
+    """Every string cell spelled as one of :data:`PANDAS_NA_VALUES` made null."""
+    na = pa.array(PANDAS_NA_VALUES, pa.string())
+    for i, col in enumerate(table.columns):
+        if pa.types.is_string(col.type):
+            table = table.set_column(i, table.field(i), pc.if_else(pc.is_in(col, value_set=na),
+                                                                   pa.scalar(None, pa.string()), col))
+    return table
+
+
+def _present(wanted: dict[str, str], optional: tuple[str, ...], available: list[str]) -> dict[str, str]:
+    return {c: t for c, t in wanted.items() if c not in optional or c in available}
+
+
+def _read_file(source: Any, wanted: dict[str, str], optional: tuple[str, ...] = ()) -> Dataset:
     path, member = split_member(source)
     kind = detect_format(source)
     name = display_name(source)
@@ -148,26 +172,20 @@ def _read_file(source: Any, wanted: dict[str, str]) -> Dataset:
     stem = re.sub(r"\.(csv|tsv|parquet|jsonl|json|txt)(\.gz)?$", "", stem, flags=re.IGNORECASE)
     if kind in ("csv", "tsv"):
         header = _header(source, kind)
+        wanted = _present(wanted, optional, header)
         if header and any(h.strip() for h in header):
             for c in wanted:
                 if c not in header:
                     raise _missing(c, header, name)
         types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items() if t != "raw"}
-        try:
-            table = _fast_csv(path, member, kind, list(wanted), types)
-            if table is None:  # anything unusual: the foundation reader raises the located error
-                table = read_table(source, fmt=kind, columns=list(wanted), column_types=types)
-        except DataFileError:
-            numeric = [c for c, t in wanted.items() if t == "float64"]
-            if not numeric:
-                raise
+        table = _fast_csv(path, member, kind, list(wanted), types)
+        if table is None:  # anything unusual: the foundation reader raises the located error
             table = read_table(source, fmt=kind, columns=list(wanted),
-                               column_types={c: pa.string() for c in wanted})
-            for c in numeric:  # raises with the first bad value's line
-                cast_column(table[c], "float64", name=name, column=c, line_offset=2)
-            raise
+                               column_types={c: pa.string() for c, t in wanted.items() if t != "raw"})
+            table = _pandas_nulls(table)  # number columns are cast (with located errors) block by block
         return Dataset(table, name, base, 2, stem)
     table = read_table(source, fmt=kind)
+    wanted = _present(wanted, optional, table.column_names)
     for c in wanted:
         if c not in table.column_names:
             raise _missing(c, table.column_names, name)

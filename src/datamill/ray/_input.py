@@ -77,11 +77,13 @@ def resolve_input(dataset: Any) -> Input:
     return Input(files, kinds.pop(), Origin(display_name(text), base.resolve(), None))
 
 
-def _check_columns(inp: Input, wanted: list[str]) -> None:
+def _check_columns(inp: Input, wanted: list[str], optional: tuple[str, ...] = ()) -> list[str]:
+    """The columns to read: ``wanted`` less the ``optional`` ones the (first local) file lacks."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    for f in inp.files:
+    absent: set[str] = set()
+    for i, f in enumerate(inp.files):
         if "://" in f:
             continue
         if inp.kind in ("csv", "tsv"):
@@ -93,25 +95,33 @@ def _check_columns(inp: Input, wanted: list[str]) -> None:
             names = pq.read_schema(f).names
         else:
             continue
+        if i == 0:
+            absent = {c for c in optional if c not in names}
         for c in wanted:
-            if c not in names:
+            if c not in names and c not in absent:
                 raise SchemaError("the config names this column but the dataset has no such column",
                                   path=display_name(f), column=c, hint=f"available columns: {', '.join(names[:30])}")
+    return [c for c in wanted if c not in absent]
 
 
-def read(inp: Input, wanted: dict[str, str], *, extra: list[str]) -> Any:
-    """The Ray Dataset of the ``wanted`` columns (plus ``extra`` raw columns), materialized in order."""
+def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tuple[str, ...] = ()) -> Any:
+    """The Ray Dataset of the ``wanted`` columns (plus ``extra`` raw columns), materialized in order.
+
+    Columns in ``optional`` (output columns when metadata is applied) may be absent: they are left out.
+    """
     ray = ray_module()
     columns = list(dict.fromkeys([*wanted, *extra]))
     if inp.table is not None:
+        columns = [c for c in columns if c not in optional or c in inp.table.column_names]
         missing = [c for c in columns if c not in inp.table.column_names]
         if missing:
             raise SchemaError("the config names this column but the dataset has no such column", column=missing[0],
                               hint=f"available columns: {', '.join(inp.table.column_names[:30])}")
         return ray.data.from_arrow(inp.table.select(columns)).materialize()
-    _check_columns(inp, columns)
+    columns = _check_columns(inp, columns, optional)
     if inp.kind in ("csv", "tsv"):
-        types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items() if t != "raw"}
+        types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items()
+                 if t != "raw" and c in columns}
         try:
             return ray.data.read_csv(inp.files, file_extensions=None,
                                      **csv_options(inp.kind, columns=columns, column_types=types)).materialize()

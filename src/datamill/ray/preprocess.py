@@ -40,10 +40,18 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError, Shar
 from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_write
 from datamill.preprocessing.api import Preprocessed
+from datamill.preprocessing.binding import pre_columns
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.meta import HEADER, Metadata
 from datamill.preprocessing.missing import Carry
-from datamill.preprocessing.pipeline import TRANSFORM_VERSION, finalize, fit, plan, transform
+from datamill.preprocessing.pipeline import (
+    TRANSFORM_VERSION,
+    bind,
+    finalize,
+    fit,
+    plan,
+    transform,
+)
 from datamill.preprocessing.plans import Block, Plan
 from datamill.preprocessing.sinks import HDF5Sink
 from datamill.ray._blocks import BlockHandle, RayExecutor, prepare_blocks, window
@@ -190,10 +198,24 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
         raise unwrap(exc, what="preprocessing") from exc
 
 
+def _bind(ray: Any, p: Plan, ds: Any) -> Plan:
+    """The local engine's :func:`~datamill.preprocessing.pipeline.bind` on the driver: the row count and
+    only the few whole columns the split / sampling first pass needs (``pre_columns``)."""
+    names = ds.schema().names
+    needed = [c for c in pre_columns(p) if c in names]
+    columns: dict[str, Any] = {}
+    if needed:
+        whole = pa.concat_tables(ray.get(ds.select_columns(needed).to_arrow_refs()))
+        columns = {c: whole[c] for c in needed}
+    return bind(p, int(ds.count()), columns)
+
+
 def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None,
          start: float) -> RayPreprocessed:
     assert p.meta_path is not None and p.hdf5_path is not None
-    ds = read(inp, p.wanted, extra=[uid_column] if uid_column else [])
+    ds = read(inp, p.wanted, extra=[uid_column] if uid_column else [], optional=p.optional)
+    p = _bind(ray, p, ds)
+    assert p.meta_path is not None and p.hdf5_path is not None
     refs = ds.to_arrow_refs()
     del ds
     handles = prepare_blocks(p, inp.origin, refs, uid_column=uid_column)

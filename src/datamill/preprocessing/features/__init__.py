@@ -26,12 +26,14 @@ FEATURE_TYPES: dict[str, str] = {
     "bag": "datamill.preprocessing.features.bag",
     "binary": "datamill.preprocessing.features.binary",
     "category": "datamill.preprocessing.features.category",
+    "date": "datamill.preprocessing.features.date",
     "image": "datamill.preprocessing.features.image",
     "number": "datamill.preprocessing.features.number",
     "sequence": "datamill.preprocessing.features.sequence",
     "set": "datamill.preprocessing.features.set_",
     "text": "datamill.preprocessing.features.text",
     "timeseries": "datamill.preprocessing.features.timeseries",
+    "vector": "datamill.preprocessing.features.vector",
 }
 
 

@@ -124,6 +124,13 @@ class FeatureHandler(ABC):
     strategies: ClassVar[tuple[str, ...]]
     #: key of this type's defaults in the config's global ``preprocessing:`` section
     defaults_key: ClassVar[str]
+    #: the missing-value strategy of this type's *output* features (Ludwig's: a row without a target is dropped)
+    output_missing_value_strategy: ClassVar[str] = "drop_row"
+
+    @classmethod
+    def role_defaults(cls, role: str) -> dict[str, Any]:
+        """Params defaults that depend on the role ("input"/"output"), under every configured value."""
+        return {}
 
     # -- missing values ------------------------------------------------------------------------
     @classmethod
@@ -175,8 +182,8 @@ class FeatureHandler(ABC):
         """``tokens`` in the form held between a block's fit and its transform (smaller; default: as is)."""
         return tokens
 
-    def keys(self, name: str) -> list[str]:
-        """The output keys ``transform`` writes for feature ``name`` (sorted)."""
+    def keys(self, name: str, params: Any = None) -> list[str]:
+        """The output keys ``transform`` writes for feature ``name`` with ``params`` (sorted)."""
         return [name]
 
     @abstractmethod

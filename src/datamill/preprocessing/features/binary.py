@@ -29,7 +29,7 @@ from datamill.vocab import TokenCounts, count_tokens
 __all__ = ["BinaryParams", "Handler"]
 
 TRUE_STRINGS = ("1", "1.0", "t", "true", "y", "yes", "on", "positive", "pos", "+")
-FALSE_STRINGS = ("0", "0.0", "f", "false", "n", "no", "off", "negative", "neg", "-")
+FALSE_STRINGS = ("0", "0.0", "f", "false", "n", "no", "off", "negative", "neg", "-", "-1", "-1.0")
 
 
 class BinaryParams(BaseParams):
@@ -48,13 +48,15 @@ class Handler(FeatureHandler):
     input_type: ClassVar[str] = "string"
     missing_value_strategy: ClassVar[str] = "fill_with_false"
     fill_value: ClassVar[Any] = None
-    strategies: ClassVar[tuple[str, ...]] = (*COMMON_STRATEGIES, "fill_with_false")
+    strategies: ClassVar[tuple[str, ...]] = (*COMMON_STRATEGIES, "fill_with_false", "fill_with_true")
     defaults_key: ClassVar[str] = "binary"
 
     def finalize_missing(self, stats: MissingStats, strategy: str, fill_value: Any, params: BinaryParams) -> Any:
         """``fill_with_false`` fills with the first of ``false_strings``; other strategies as every type."""
         if strategy == "fill_with_false":
             return params.false_strings[0]
+        if strategy == "fill_with_true":
+            return params.fallback_true_label or params.true_strings[0]
         return super().finalize_missing(stats, strategy, fill_value, params)
 
     def fit(self, column: pa.Array, params: BinaryParams, ctx: FeatureContext) -> TokenCounts:

@@ -3,7 +3,8 @@
 The ids' dtype is the smallest signed integer holding the vocabulary (Ludwig's ``int_type``:
 int8 up to 128 values, then int16, int32).
 
-Statistics are :class:`~datamill.vocab.TokenCounts` (mergeable); the vocabulary keeps the
+Values are whitespace-stripped first, as Ludwig does. Statistics are
+:class:`~datamill.vocab.TokenCounts` (mergeable); the vocabulary keeps the
 ``most_common`` most frequent values; anything else (and unseen values) maps to ``<UNK>``.
 """
 
@@ -53,6 +54,7 @@ class Handler(FeatureHandler):
 
     @staticmethod
     def _prep(column: pa.Array, params: CategoryParams) -> pa.Array:
+        column = pc.utf8_trim_whitespace(column)  # as Ludwig: " NAmes " is NAmes
         return pc.utf8_lower(column) if params.lowercase else column
 
     def fit(self, column: pa.Array, params: CategoryParams, ctx: FeatureContext) -> TokenCounts:

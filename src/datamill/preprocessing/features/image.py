@@ -2,9 +2,13 @@
 
 Values are image file paths, relative to the dataset file's folder (``ctx.base_dir``) unless
 absolute. ``height``/``width`` fix the size; when unset and ``infer_image_dimensions`` (default
-true) the size of the first fitted image is used, capped at ``infer_image_max_height`` /
-``infer_image_max_width`` (256), as Ludwig does. ``num_channels`` is 1 (grey), 3 (RGB) or 4 (RGBA);
-unset → the first image's. ``resize_method``: ``interpolate`` (bilinear resize, default) or
+true) they are inferred as Ludwig does from a sample of the first ``infer_image_sample_size`` (100)
+fitted images: the rounded mean height and width, capped at ``infer_image_max_height`` /
+``infer_image_max_width`` (256). ``num_channels`` is 1 (grey), 3 (RGB) or 4 (RGBA); unset → 1 or 4
+when most sampled images have that many channels, else 3 (Ludwig's rule). ``standardize_image:
+imagenet1k`` outputs float32 ``(x / 255 - mean) / std`` with ImageNet's per-channel mean and std
+(3 channels), as Ludwig does; the layout stays ``n × h × w × c`` (Ludwig's tensors are
+``c × h × w``). ``resize_method``: ``interpolate`` (bilinear resize, default) or
 ``crop_or_pad`` (centre crop / zero pad). The metadata records ``height``, ``width``,
 ``num_channels``. Images are decoded on a thread pool (``num_processes`` threads; Pillow releases
 the GIL while decoding). A missing or unreadable image is a DataFileError naming the image file
@@ -54,17 +58,25 @@ class ImageParams(BaseParams):
     infer_image_max_height: int = Field(default=256, ge=1)
     infer_image_max_width: int = Field(default=256, ge=1)
     num_processes: int = Field(default=0, ge=0)  # 0 → min(8, cpu count)
+    infer_image_sample_size: int = Field(default=100, ge=1)
+    standardize_image: Literal["imagenet1k"] | None = None
+
+
+#: ImageNet's per-channel mean and std (of pixel values scaled to [0, 1]), as Ludwig's imagenet1k
+IMAGENET1K_MEAN = (0.485, 0.456, 0.406)
+IMAGENET1K_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
 class ImageStats:
-    """Mergeable statistics: (height, width, channels) of the first image seen, or None."""
+    """Mergeable statistics: (height, width, channels) of the first ``limit`` images seen, in order."""
 
-    first: tuple[int, int, int] | None
+    sample: tuple[tuple[int, int, int], ...]
+    limit: int = 100
 
     def merge(self, other: ImageStats) -> ImageStats:
-        """The first block's first image wins."""
-        return self if self.first is not None else other
+        """The first ``limit`` images of this block, then of the next."""
+        return ImageStats((self.sample + other.sample)[:self.limit], self.limit)
 
 
 def _resolve(value: str, ctx: FeatureContext) -> Path:
@@ -135,26 +147,36 @@ class Handler(FeatureHandler):
     defaults_key: ClassVar[str] = "image"
 
     def fit(self, column: pa.Array, params: ImageParams, ctx: FeatureContext) -> ImageStats:
-        paths = to_string_array(column)
-        if len(paths) == 0:
-            return ImageStats(None)
-        img = _open(_resolve(paths[0].as_py(), ctx), 0, ctx)
-        return ImageStats((img.height, img.width, _channels(img)))
+        n = params.infer_image_sample_size
+        if params.height is not None and params.width is not None and params.num_channels is not None:
+            return ImageStats((), n)  # nothing to infer
+        sample = []
+        for i, value in enumerate(to_string_array(column)[:n].to_pylist()):
+            img = _open(_resolve(value, ctx), i, ctx)
+            sample.append((img.height, img.width, _channels(img)))
+        return ImageStats(tuple(sample), n)
 
     def merge(self, a: ImageStats, b: ImageStats) -> ImageStats:
         return a.merge(b)
 
     def finalize(self, stats: ImageStats, params: ImageParams, ctx: FeatureContext) -> dict[str, Any]:
-        first = stats.first
-        if (params.height is None or params.width is None or params.num_channels is None) and first is None:
+        sample = np.array(stats.sample, np.int64).reshape(-1, 3)
+        if (params.height is None or params.width is None or params.num_channels is None) and not len(sample):
             raise ConfigError(f"feature {ctx.name!r}: no image to infer the size from; set height, width "
                               "and num_channels")
         if (params.height is None or params.width is None) and not params.infer_image_dimensions:
             raise ConfigError(f"feature {ctx.name!r}: set height and width, or infer_image_dimensions: true")
-        assert first is not None or (params.height and params.width and params.num_channels)
-        h = params.height or min(first[0] if first else 1, params.infer_image_max_height)
-        w = params.width or min(first[1] if first else 1, params.infer_image_max_width)
-        c = params.num_channels or (first[2] if first else 3)
+        h = params.height or min(round(float(sample[:, 0].mean())), params.infer_image_max_height)
+        w = params.width or min(round(float(sample[:, 1].mean())), params.infer_image_max_width)
+        c: int
+        if params.num_channels is not None:
+            c = params.num_channels
+        else:
+            counts = {k: int((sample[:, 2] == k).sum()) for k in (1, 4)}
+            c = next((k for k, v in counts.items() if v > len(sample) / 2), 3)
+        if params.standardize_image is not None and c != 3:
+            raise ConfigError(f"feature {ctx.name!r}: standardize_image {params.standardize_image} needs 3 "
+                              f"channels, the images have {c}", hint="set num_channels: 3")
         return {"height": int(h), "width": int(w), "num_channels": int(c)}
 
     def transform(self, column: pa.Array, meta: dict[str, Any], params: ImageParams,
@@ -174,4 +196,8 @@ class Handler(FeatureHandler):
             with ThreadPoolExecutor(threads) as pool:
                 for fut in [pool.submit(work, i) for i in range(len(paths))]:
                     fut.result()  # first error (in row order) propagates
+        if params.standardize_image == "imagenet1k":
+            mean = np.array(IMAGENET1K_MEAN, np.float32) * 255
+            std = np.array(IMAGENET1K_STD, np.float32) * 255
+            return {ctx.name: (out.astype(np.float32) - mean) / std}
         return {ctx.name: out}

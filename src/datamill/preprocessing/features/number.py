@@ -1,8 +1,17 @@
 """number → float32 vector with optional normalization; statistics saved in the metadata.
 
-Normalizations (Ludwig's): ``none``; ``zscore`` ``(x - mean) / std``; ``minmax``
+Normalizations (Ludwig's): ``zscore`` is the default of input features and no normalization the
+default of output features, as Ludwig's ``NumberPreprocessingConfig`` and
+``NumberOutputPreprocessingConfig`` have it; ``none`` (or ``null``); ``zscore`` ``(x - mean) / std``; ``minmax``
 ``(x - min) / (max - min)``; ``iq`` ``(x - median) / (q3 - q1)``; ``log1p`` ``log(1 + x)`` (values
 must be > -1). A zero spread (std, max - min or q3 - q1) is replaced by 1.
+
+Outliers (Ludwig's ``outlier_strategy``/``outlier_threshold``): a value farther than ``threshold``
+standard deviations from the mean of the fit rows is replaced, before normalization, by that mean
+(``fill_with_mean``) or ``fill_value`` (``fill_with_const``); the mean and std are those of the
+column after its missing values were filled (Ludwig's mean for ``fill_with_mean`` skips missing
+values: the two agree when the column has none or its missing strategy is ``fill_with_mean`` too).
+The other Ludwig outlier strategies (mode, bfill/ffill, drop_row) are not offered.
 
 Statistics are mergeable: count, mean and M2 combine exactly (Chan et al.'s parallel variance),
 min/max trivially. ``iq`` needs quantiles: fit keeps the block's values (only when
@@ -19,6 +28,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
+from pydantic import Field
 
 from datamill.core.errors import DataFileError
 from datamill.preprocessing.features.base import (
@@ -36,6 +46,10 @@ class NumberParams(BaseParams):
     """``preprocessing:`` of a number feature."""
 
     normalization: Literal["none", "zscore", "minmax", "iq", "log1p"] | None = None
+    #: Ludwig's outlier replacement: a value more than ``outlier_threshold`` (sample) standard deviations
+    #: from the mean is replaced by the mean (``fill_with_mean``) or ``fill_value`` (``fill_with_const``)
+    outlier_strategy: Literal["fill_with_const", "fill_with_mean"] | None = None
+    outlier_threshold: float = Field(default=3.0, gt=0)
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,11 @@ class Handler(FeatureHandler):
     strategies: ClassVar[tuple[str, ...]] = (*COMMON_STRATEGIES, "fill_with_mean")
     defaults_key: ClassVar[str] = "number"
 
+    @classmethod
+    def role_defaults(cls, role: str) -> dict[str, Any]:
+        """Ludwig's schema: number inputs default to ``zscore``, outputs to no normalization."""
+        return {"normalization": "zscore"} if role == "input" else {}
+
     def fit(self, column: pa.Array, params: NumberParams, ctx: FeatureContext) -> NumberStats:
         x = _as_float(column)
         x = x[np.isfinite(x)]
@@ -101,6 +120,9 @@ class Handler(FeatureHandler):
             "max": stats.max if n else 0.0,
             "normalization": params.normalization or "none",
         }
+        if params.outlier_strategy is not None:
+            meta["computed_outlier_fill_value"] = meta["mean"] if params.outlier_strategy == "fill_with_mean" \
+                else float(params.fill_value if params.fill_value is not None else self.fill_value)
         if stats.values is not None:
             q1, median, q3 = (np.quantile(stats.values, [0.25, 0.5, 0.75]).tolist() if n else [0.0] * 3)
             meta.update(q1=q1, median=median, q3=q3)
@@ -109,6 +131,9 @@ class Handler(FeatureHandler):
     def transform(self, column: pa.Array, meta: dict[str, Any], params: NumberParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         x = _as_float(column)
+        if meta.get("computed_outlier_fill_value") is not None:
+            outlier = np.abs(x - meta["mean"]) > params.outlier_threshold * (meta["std"] or np.inf)
+            x = np.where(outlier, meta["computed_outlier_fill_value"], x)
         norm = meta.get("normalization", "none")
         if norm == "zscore":
             x = (x - meta["mean"]) / (meta["std"] or 1.0)

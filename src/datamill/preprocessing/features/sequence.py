@@ -8,6 +8,12 @@ tokens of ``vocab_file``, one per line, in that order). ``l = min(longest row, m
 is fixed at fit time (at least 1, so the matrix is never zero-width) and stored in the metadata as
 ``max_sequence_length``; longer rows keep their
 first ``l`` tokens; ``padding: right`` (default) or ``left``.
+
+Ludwig's options: ``sequence_length`` fixes ``l`` whatever the data; ``padding_symbol`` and
+``unknown_symbol`` name ids 0 and 1; ``start_stop: true`` wraps every row in ``start_symbol``
+(``<SOS>``) and ``stop_symbol`` (``<EOS>``), ids 2 and 3, counted in ``l`` (what seq2seq outputs
+need). datamill keeps padding at id 0 (Ludwig 0.5+ puts ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at
+0-3): the ids differ, the tokens do not.
 """
 
 from __future__ import annotations
@@ -51,10 +57,44 @@ class SequenceParams(BaseParams):
     max_sequence_length: int = Field(default=256, ge=1)
     padding: Literal["right", "left"] = "right"
     vocab_file: str | None = None
+    sequence_length: int | None = Field(default=None, ge=1)
+    padding_symbol: str = PAD
+    unknown_symbol: str = UNK
+    start_stop: bool = False
+    start_symbol: str = "<SOS>"
+    stop_symbol: str = "<EOS>"
+
+    def specials(self) -> list[str]:
+        """The special tokens at ids 0.. (padding, unknown, then start and stop when ``start_stop``)."""
+        return [self.padding_symbol, self.unknown_symbol,
+                *([self.start_symbol, self.stop_symbol] if self.start_stop else [])]
 
 
-def vocab_from_file(path: str, ctx: FeatureContext) -> Vocab:
-    """``<PAD>``, ``<UNK>`` then the file's tokens (one per line, first occurrence kept)."""
+def add_start_stop(ids: NDArray[Any], offsets: NDArray[np.int64], start: int,
+                   stop: int) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """Every CSR row wrapped in ``start`` .. ``stop`` (vectorised).
+
+    Examples:
+        >>> v, o = add_start_stop(np.array([5, 6, 7]), np.array([0, 2, 2, 3]), 2, 3)
+        >>> v.tolist(), o.tolist()
+        ([2, 5, 6, 3, 2, 3, 2, 7, 3], [0, 4, 6, 9])
+    """
+    offsets = np.asarray(offsets, np.int64)
+    n = len(offsets) - 1
+    new_offsets = offsets - offsets[0] + 2 * np.arange(n + 1, dtype=np.int64)
+    out = np.empty(int(new_offsets[-1]), dtype=ids.dtype)
+    out[new_offsets[:-1]] = start
+    out[new_offsets[1:] - 1] = stop
+    body = np.ones(len(out), bool)
+    body[new_offsets[:-1]] = False
+    body[new_offsets[1:] - 1] = False
+    out[body] = ids[offsets[0]:offsets[-1]]
+    return out, new_offsets
+
+
+def vocab_from_file(path: str, ctx: FeatureContext, specials: list[str] | None = None) -> Vocab:
+    """The specials (``<PAD>``, ``<UNK>``) then the file's tokens (one per line, first occurrence kept)."""
+    specials = specials or [PAD, UNK]
     full = Path(path)
     if not full.is_absolute() and ctx.base_dir is not None:
         full = ctx.base_dir / full
@@ -62,8 +102,8 @@ def vocab_from_file(path: str, ctx: FeatureContext) -> Vocab:
         text = read_text(full)
     except FileNotFoundError as exc:
         raise ConfigError(f"feature {ctx.name!r}: vocab_file not found: {full}", path=str(full)) from exc
-    tokens = [t for t in dict.fromkeys(line.strip() for line in text.splitlines()) if t and t not in (PAD, UNK)]
-    return Vocab([PAD, UNK, *tokens], unk_token=UNK, specials=[PAD, UNK])
+    tokens = [t for t in dict.fromkeys(line.strip() for line in text.splitlines()) if t and t not in specials]
+    return Vocab([*specials, *tokens], unk_token=specials[1], specials=specials)
 
 
 class Handler(FeatureHandler):
@@ -108,19 +148,24 @@ class Handler(FeatureHandler):
         return a.merge(b)
 
     def finalize(self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext) -> dict[str, Any]:
+        specials = params.specials()
         if params.vocab_file is not None:
-            vocab = vocab_from_file(params.vocab_file, ctx)
+            vocab = vocab_from_file(params.vocab_file, ctx, specials)
             freq = stats.counts.as_dict()
-            vocab = Vocab(vocab.idx2str, str2freq=freq, unk_token=UNK, specials=[PAD, UNK])
+            vocab = Vocab(vocab.idx2str, str2freq=freq, unk_token=specials[1], specials=specials)
         else:
             vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                      specials=[PAD, UNK], unk_token=UNK)
-        return {**vocab.to_dict(), "max_sequence_length": max(1, min(stats.max_length, params.max_sequence_length))}
+                                      specials=specials, unk_token=specials[1])
+        longest = stats.max_length + (2 if params.start_stop else 0)
+        width = params.sequence_length or max(1, min(longest, params.max_sequence_length))
+        return {**vocab.to_dict(), "max_sequence_length": width}
 
     def transform(self, column: pa.Array | Ragged, meta: dict[str, Any], params: SequenceParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params, ctx)
-        ids = rag.encode(Vocab.from_dict(meta))
-        return {ctx.name: pad(ids, rag.offsets, int(meta["max_sequence_length"]), side=params.padding,
+        ids, offsets = rag.encode(Vocab.from_dict(meta)), rag.offsets
+        if params.start_stop:
+            ids, offsets = add_start_stop(ids, offsets, 2, 3)
+        return {ctx.name: pad(ids, offsets, int(meta["max_sequence_length"]), side=params.padding,
                               dtype=int_type(int(meta["vocab_size"])))[0]}
 
