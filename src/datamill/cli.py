@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -91,15 +92,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         status = args.func(args)
+        if getattr(args, "timing", False):
+            print(f"done in {time.perf_counter() - start:.2f} s")
+        sys.stdout.flush()
     except DatamillError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _closed_stdout()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    if getattr(args, "timing", False):
-        print(f"done in {time.perf_counter() - start:.2f} s")
+    except OSError as exc:  # a full disk met outside the atomic writers
+        from datamill.core.io import as_output_error
+
+        err = as_output_error(exc, exc.filename or "output")
+        if err is None:
+            raise
+        print(f"error: {err.one_line()}", file=sys.stderr)
+        return 2
     return int(status or 0)
+
+
+def _closed_stdout() -> int:
+    """stdout was closed by the reader (``datamill ... | head``): stop quietly, like a killed ``cat``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):  # stdout is not a real file (in-process use)
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
 if __name__ == "__main__":  # pragma: no cover

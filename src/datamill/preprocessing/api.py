@@ -6,16 +6,19 @@ run by a :class:`~datamill.preprocessing.executors.LocalExecutor` (ordered worke
 ``DATAMILL_THREADS``).
 
 Cache: ``meta.json`` records ``fingerprint = chain(content hash of the input, TRANSFORM_VERSION,
-{config, version, applied metadata})`` and the HDF5's size/mtime/run id. A rerun with the same input
-content and config returns the existing files without recomputing; anything else recomputes. The old
-``meta.json`` is deleted before a new HDF5 is written, so a crash never leaves a trusted pair.
+{config, version, applied metadata}, stats of the image files an image feature reads)`` and the
+HDF5's size/mtime/run id/content hash. A rerun with the same input content, images and config, whose
+HDF5 still has the recorded content, returns the existing files without recomputing; anything else
+recomputes. A new pair is written beside the old one and switched with renames, ``meta.json`` last
+(:class:`~datamill.preprocessing.sinks.HDF5Sink`), so an interrupted run keeps the previous pair.
+Output files that exist and are not a datamill preprocessing output (or are the input) are refused.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +26,15 @@ import numpy as np
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import CacheError
+from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
+from datamill.core.io import check_output, is_datamill_output, read_table, split_member
 from datamill.preprocessing.config import PreprocessConfig
 from datamill.preprocessing.executors import LocalExecutor
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.hdf5 import read_hdf5
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.pipeline import cached, plan, run
+from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.sinks import HDF5Sink, MemorySink
 
 __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
@@ -63,6 +69,7 @@ def preprocess(
     output_dir: str | os.PathLike[str] | None = None,
     skip_save: bool = False,
     metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Preprocessed:
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
@@ -77,13 +84,17 @@ def preprocess(
         metadata: a ``meta.json`` (path, :class:`Metadata` or dict) to apply to unseen data: its
             vocabularies, fill values and normalization statistics are used, nothing is refitted,
             no split is made. Defaults to ``None``.
+        overwrite: also replace output files that are another kind of datamill output. A user's
+            file and an input are never replaced. Defaults to ``False``.
 
     Returns:
         :class:`Preprocessed` (``.data`` tensors, ``.metadata``, paths, ``.cached``).
 
     Raises:
         ConfigError: invalid config. SchemaError: a configured column is missing.
-        DataFileError: unreadable input, a value that does not parse (file, line/row, column named).
+        DataFileError: unreadable input, a value that does not parse (file, line/row, column named),
+            or an output path holding something that is not a preprocessing output.
+        OutputError: the disk is full (the previous output is kept).
 
     Examples:
         >>> import pyarrow as pa
@@ -99,7 +110,14 @@ def preprocess(
     """
     start = time.perf_counter()
     p = plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save)
-    hit = cached(p)
+    if p.hdf5_path is not None and p.meta_path is not None:
+        inputs = [x for x in (dataset, config, metadata) if isinstance(x, (str, os.PathLike))]
+        check_output(p.hdf5_path, is_own=_is_preprocess_output, inputs=inputs, what="preprocessed HDF5",
+                     overwrite=overwrite)
+        check_output(p.meta_path, is_own=_is_preprocess_output, inputs=inputs, what="preprocessing meta.json",
+                     overwrite=overwrite)
+        p = _with_image_files(p, dataset)
+    hit = _verified(p, cached(p))
     if hit is not None:
         return Preprocessed(hit, p.hdf5_path, p.meta_path, True, int(hit.header["num_rows"]),
                             time.perf_counter() - start)
@@ -108,6 +126,49 @@ def preprocess(
     data = sink.data if isinstance(sink, MemorySink) else None
     return Preprocessed(meta, p.hdf5_path, p.meta_path, False, int(meta.header["num_rows"]),
                         time.perf_counter() - start, data)
+
+
+def _is_preprocess_output(path: Path) -> bool:
+    return path.is_file() and is_datamill_output(path) and path.name.endswith((HDF5_SUFFIX, META_SUFFIX))
+
+
+def _verified(p: Plan, hit: Metadata | None) -> Metadata | None:
+    """A cache hit whose HDF5 still has the content recorded in its metadata (else a miss)."""
+    if hit is None or p.hdf5_path is None:
+        return hit
+    recorded = hit.header.get("hdf5", {}).get("xxh3")
+    try:
+        return hit if recorded is not None and fingerprint_file(p.hdf5_path) == recorded else None
+    except (OSError, CacheError):
+        return None
+
+
+def _with_image_files(p: Plan, dataset: Any) -> Plan:
+    """Chain the size and mtime of every image file an image feature reads into the cache fingerprint."""
+    columns = sorted({f.column for f in p.features if f.type == "image"})
+    if not columns:
+        return p
+    base: Path | None = None
+    if isinstance(dataset, (str, os.PathLike)):
+        table = read_table(dataset, columns=columns)
+        base = split_member(dataset)[0].parent
+    else:
+        import pyarrow as pa
+
+        table = dataset if isinstance(dataset, pa.Table) else pa.Table.from_pandas(dataset, preserve_index=False)
+    stats: list[Any] = []
+    for column in columns:
+        for value in table.column(column).to_pylist() if column in table.column_names else []:
+            if not isinstance(value, str) or not value:
+                stats.append(None)
+                continue
+            path = Path(value) if Path(value).is_absolute() or base is None else base / value
+            try:
+                st = path.stat()
+                stats.append([value, st.st_size, st.st_mtime_ns])
+            except OSError:
+                stats.append([value, None])
+    return replace(p, fingerprint=chain(p.fingerprint, "datamill.preprocess.image_files@1", fingerprint_obj(stats)))
 
 
 def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, Any] | CSR], Metadata]:

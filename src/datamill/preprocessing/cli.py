@@ -15,7 +15,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.config is None and args.metadata is None:
         raise ConfigError("--config is required (or --metadata of an earlier run to apply)")
     out = preprocess(args.dataset, args.config, output_dir=args.output_dir, skip_save=args.skip_save,
-                     metadata=args.metadata)
+                     metadata=args.metadata, overwrite=args.overwrite)
     state = "reused cache" if out.cached else ("applied " + args.metadata if args.metadata else "fitted")
     print(f"{args.dataset}: {out.num_rows:,} rows, {len(out.metadata.features)} features, "
           f"{state} in {out.seconds:.2f} s")
@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", "-c", help="YAML/JSON config (input_features, output_features, preprocessing)")
     p.add_argument("--output-dir", "-o", help="output folder (default: beside the input)")
     p.add_argument("--skip-save", action="store_true", help="compute only, write nothing")
+    p.add_argument("--overwrite", action="store_true",
+                   help="also replace output files that are another kind of datamill output (never an input "
+                        "or a file of yours)")
     p.add_argument("--metadata", "-m", help="apply this meta.json to unseen data (nothing refitted)")
     p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                    help="no progress bars (same as datamill --quiet)")

@@ -3,8 +3,8 @@
 The pipeline calls ``open(plan, num_rows)`` once, ``write(block_index, lo, hi, arrays)`` for every
 block in block order (``lo:hi``: the block's output rows), then ``commit(document)`` with the
 ``meta.json`` document, or ``abort()`` on any error. A sink must leave nothing trusted behind
-after ``abort()`` or a crash: :class:`HDF5Sink` writes a temporary file renamed into place and
-writes ``meta.json`` last (atomically). A shardset-dataset sink implements the same four methods.
+after ``abort()`` or a crash, and must keep the previous output: :class:`HDF5Sink` writes both new
+files beside the old ones and switches them with renames, ``meta.json`` last. A shardset-dataset sink implements the same four methods.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datamill.core.constants import META_FORMAT
-from datamill.core.io import atomic_path, atomic_write
+from datamill.core.faults import fault_point
+from datamill.core.fingerprint import fingerprint_file
+from datamill.core.io import as_output_error, atomic_path
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.hdf5 import H5Writer
 from datamill.preprocessing.meta import HEADER
@@ -49,10 +51,13 @@ class Sink(Protocol):
 
 
 class HDF5Sink:
-    """``<stem>.hdf5`` (temp file + rename) then ``<stem>.meta.json`` (atomic, last) beside it.
+    """``<stem>.hdf5`` + ``<stem>.meta.json``, both written beside the old pair, then switched by renames.
 
-    Opening deletes the old ``meta.json`` first, so from then on the old pair is no longer trusted.
-    The HDF5 file attribute ``run_id`` (also in the metadata) ties the two files together.
+    The new HDF5 and ``meta.json`` are complete temporary files before anything is switched, so a
+    kill, a Ctrl-C or a full disk before the switch leaves the previous pair as it was (and its
+    temporary files are removed by the next run). The switch renames the HDF5 first and
+    ``meta.json`` last. The HDF5 file attribute ``run_id`` (also in the metadata) ties the two files
+    together, and the metadata records the HDF5's size, mtime and content hash.
 
     Args:
         hdf5_path: the HDF5 file to write.
@@ -72,49 +77,84 @@ class HDF5Sink:
         self.hdf5_path = Path(hdf5_path)
         self.meta_path = Path(meta_path)
         self.run_id = uuid.uuid4().hex
-        self._stack: ExitStack | None = None
+        self._stack: ExitStack | None = None  # the temporary HDF5 path (renamed on close)
         self._file: Any = None
         self._writer: H5Writer | None = None
         self._next = 0
 
     def open(self, plan: Plan | None, num_rows: int) -> None:
-        """Delete the old ``meta.json``, open the temporary HDF5 file for ``num_rows`` rows."""
+        """Open a temporary HDF5 file beside the output for ``num_rows`` rows (the old pair stays)."""
         import h5py
 
-        self.meta_path.unlink(missing_ok=True)  # the old pair is no longer trusted from here on
         self._stack = ExitStack()
         tmp = self._stack.enter_context(atomic_path(self.hdf5_path))
-        self._file = self._stack.enter_context(h5py.File(tmp, "w"))
-        self._file.attrs["format"] = META_FORMAT
-        self._file.attrs["run_id"] = self.run_id
+        try:
+            self._file = h5py.File(tmp, "w")
+            self._file.attrs["format"] = META_FORMAT
+            self._file.attrs["run_id"] = self.run_id
+        except BaseException as exc:
+            self._fail(exc)
         self._writer = H5Writer(self._file, num_rows)
         self._next = 0
 
     def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
         """Append one block's arrays (key by key)."""
         assert self._writer is not None and block_index == self._next, f"block {block_index} out of order"
-        for key, value in arrays.items():
-            self._writer.write(key, value)
+        try:
+            for key, value in arrays.items():
+                self._writer.write(key, value)
+        except BaseException as exc:
+            self._fail(exc)
         self._next += 1
+        fault_point("preprocess.block_written")
 
     def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
-        """Close and rename the HDF5 file, then write ``meta.json`` (with the file's size, mtime and run id)."""
+        """Finish the temporary HDF5 and ``meta.json``, then rename the HDF5 and ``meta.json`` (last) into place."""
         assert self._stack is not None, "commit() before open()"
-        stack, self._stack = self._stack, None
-        stack.close()  # closes the h5py file, fsyncs and renames it into place
-        st = self.hdf5_path.stat()
-        document[HEADER]["hdf5"] = {"name": self.hdf5_path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                    "run_id": self.run_id}
-        with atomic_write(self.meta_path) as fh:
-            json.dump(document, fh, ensure_ascii=False)
+        tmp = Path(self._file.filename)
+        try:
+            self._file.close()
+            self._file = None
+            st = tmp.stat()  # rename keeps size and mtime
+            document[HEADER]["hdf5"] = {"name": self.hdf5_path.name, "size": st.st_size,
+                                        "mtime_ns": st.st_mtime_ns, "run_id": self.run_id,
+                                        "xxh3": fingerprint_file(tmp)}
+            with ExitStack() as meta_stack:
+                meta_tmp = meta_stack.enter_context(atomic_path(self.meta_path))
+                with open(meta_tmp, "w", encoding="utf-8") as fh:
+                    json.dump(document, fh, ensure_ascii=False)
+                fault_point("preprocess.before_switch")
+                stack, self._stack = self._stack, None
+                stack.close()  # fsyncs and renames the HDF5 into place
+            # leaving meta_stack renamed meta.json into place: the new pair is trusted from here
+        except BaseException as exc:
+            self._fail(exc)
         return self.hdf5_path, self.meta_path
+
+    def _fail(self, exc: BaseException) -> None:
+        """Discard the temporary file and re-raise ``exc`` (a full disk as a located OutputError)."""
+        self.abort()
+        err = as_output_error(exc, self.hdf5_path)
+        if err is not None and err is not exc:
+            raise err from exc
+        raise exc
 
     def abort(self) -> None:
         """Close and delete the temporary HDF5 file; the final paths are left as they were."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            except Exception:  # noqa: BLE001,S110 - a file that failed to write may fail to close; it is deleted next
+                pass
+            self._file = None
         if self._stack is not None:
             stack, self._stack = self._stack, None
             error = RuntimeError("preprocessing aborted")
-            stack.__exit__(RuntimeError, error, None)  # atomic_path removes the temporary file
+            try:
+                stack.__exit__(RuntimeError, error, None)  # atomic_path removes the temporary file
+            except RuntimeError as exc:
+                if exc is not error:
+                    raise
 
 
 class MemorySink:
