@@ -67,7 +67,7 @@ def test_crash_mid_write_keeps_the_previous_pair(house: Path, monkeypatch: pytes
     monkeypatch.undo()
     assert not [p for p in house.parent.iterdir() if ".tmp-" in p.name]  # temp file removed
     # the previous pair is untouched and still trusted; the new config recomputes
-    data, meta = api.load(good.hdf5_path)  # type: ignore[arg-type]
+    _, meta = api.load(good.hdf5_path)  # type: ignore[arg-type]
     assert meta.header["fingerprint"] == good.metadata.header["fingerprint"]
     assert api.preprocess(house, CFG).cached
     assert not api.preprocess(house, cfg2).cached

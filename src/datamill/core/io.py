@@ -607,7 +607,7 @@ _renameat2: Any = None
 
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False when unsupported."""
-    global _renameat2  # noqa: PLW0603 - a cached libc symbol, not state
+    global _renameat2  # a cached libc symbol, not state
     if _renameat2 is None:
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

@@ -92,7 +92,7 @@ class HDF5Sink:
             self._file = h5py.File(tmp, "w")
             self._file.attrs["format"] = META_FORMAT
             self._file.attrs["run_id"] = self.run_id
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
             self._fail(exc)
         self._writer = H5Writer(self._file, num_rows)
         self._next = 0
@@ -103,7 +103,7 @@ class HDF5Sink:
         try:
             for key, value in arrays.items():
                 self._writer.write(key, value)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
             self._fail(exc)
         self._next += 1
         fault_point("preprocess.block_written")
@@ -127,7 +127,7 @@ class HDF5Sink:
                 stack, self._stack = self._stack, None
                 stack.close()  # fsyncs and renames the HDF5 into place
             # leaving meta_stack renamed meta.json into place: the new pair is trusted from here
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
             self._fail(exc)
         return self.hdf5_path, self.meta_path
 

@@ -119,13 +119,14 @@ class ShardsetDataset:
     @classmethod
     def create(cls, root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
                shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
-               add_uid: bool = False) -> ShardsetDataset:
+               add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
         """Create a dataset from shard files (their order is the shard index) or one table/file.
 
         A thin wrapper of :func:`datamill.shards.write.create` (see it for the arguments).
         """
         ds: ShardsetDataset = importlib.import_module(_WRITE_MODULE).create(
-            root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid)
+            root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid,
+            overwrite=overwrite)
         return ds
 
     def add(self, shardset: str, source: ShardInput, /, *, route: bool = False,

@@ -49,7 +49,15 @@ from datamill.core.constants import VOCAB_FILE, WORD2VEC_FORMAT
 from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.faults import fault_point
 from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
-from datamill.core.io import PathLike, atomic_dir, check_output, check_utf8, display_name, is_blank, read_bytes
+from datamill.core.io import (
+    PathLike,
+    atomic_dir,
+    check_output,
+    check_utf8,
+    display_name,
+    is_blank,
+    read_bytes,
+)
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
 from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
