@@ -331,7 +331,7 @@ _LITTER_RE = re.compile(r"^\.(?:.+\.(?:tmp|old)-(?P<a>\d+)-[0-9a-f]{8}|tmp-.+-(?
                         r"|bert-scratch-(?P<c>\d+)-.*)$")
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 _DISK_FULL_RE = re.compile(r"File too large|No space left|Disk quota exceeded|errno = (?:27|28|122)\b"
-                           r"|\[Errno (?:27|28|122)\]")
+                           r"|\[Errno (?:27|28|122)\]|\d+ requested and \d+ written")  # the last: numpy's short write
 
 
 def _pid_alive(pid: int) -> bool:

@@ -78,6 +78,8 @@ class HDF5Sink:
         self.meta_path = Path(meta_path)
         self.run_id = uuid.uuid4().hex
         self._stack: ExitStack | None = None  # the temporary HDF5 path (renamed on close)
+        self._tmp: Path | None = None
+        self._raw: _GuardedFile | None = None
         self._file: Any = None
         self._writer: H5Writer | None = None
         self._next = 0
@@ -88,8 +90,10 @@ class HDF5Sink:
 
         self._stack = ExitStack()
         tmp = self._stack.enter_context(atomic_path(self.hdf5_path))
+        self._tmp = tmp
         try:
-            self._file = h5py.File(tmp, "w")
+            self._raw = _GuardedFile(tmp)
+            self._file = h5py.File(self._raw, "w")
             self._file.attrs["format"] = META_FORMAT
             self._file.attrs["run_id"] = self.run_id
         except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
@@ -103,6 +107,7 @@ class HDF5Sink:
         try:
             for key, value in arrays.items():
                 self._writer.write(key, value)
+            self._raise_write_error()
         except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
             self._fail(exc)
         self._next += 1
@@ -110,11 +115,13 @@ class HDF5Sink:
 
     def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
         """Finish the temporary HDF5 and ``meta.json``, then rename the HDF5 and ``meta.json`` (last) into place."""
-        assert self._stack is not None, "commit() before open()"
-        tmp = Path(self._file.filename)
+        assert self._stack is not None and self._tmp is not None and self._raw is not None, "commit() before open()"
+        tmp = self._tmp
         try:
             self._file.close()
             self._file = None
+            self._raw.close()
+            self._raise_write_error()
             st = tmp.stat()  # rename keeps size and mtime
             document[HEADER]["hdf5"] = {"name": self.hdf5_path.name, "size": st.st_size,
                                         "mtime_ns": st.st_mtime_ns, "run_id": self.run_id,
@@ -130,6 +137,10 @@ class HDF5Sink:
         except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
             self._fail(exc)
         return self.hdf5_path, self.meta_path
+
+    def _raise_write_error(self) -> None:
+        if self._raw is not None and self._raw.error is not None:
+            raise self._raw.error
 
     def _fail(self, exc: BaseException) -> None:
         """Discard the temporary file and re-raise ``exc`` (a full disk as a located OutputError)."""
@@ -147,6 +158,8 @@ class HDF5Sink:
             except Exception:  # noqa: BLE001,S110 - a file that failed to write may fail to close; it is deleted next
                 pass
             self._file = None
+        if self._raw is not None:
+            self._raw.close()
         if self._stack is not None:
             stack, self._stack = self._stack, None
             error = RuntimeError("preprocessing aborted")
@@ -155,6 +168,65 @@ class HDF5Sink:
             except RuntimeError as exc:
                 if exc is not error:
                     raise
+
+
+class _GuardedFile:
+    """The file h5py writes through: a failed write (full disk, file-size limit) is recorded, not reported.
+
+    The HDF5 library does not recover from a failed write: its objects then fail to close and the
+    interpreter can crash at exit. So a failure is kept in :attr:`error` (the sink raises it as an
+    :class:`~datamill.core.errors.OutputError`), later writes are dropped, and the temporary file is
+    deleted.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "w+b", buffering=0)  # noqa: SIM115 - closed by close()
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        if self.error is None:
+            try:
+                view = memoryview(data).cast("B")
+                done = 0
+                while done < n:
+                    wrote = self._f.write(view[done:])
+                    if not wrote:
+                        raise OSError(28, "No space left on device (short write)")
+                    done += wrote
+            except OSError as exc:
+                self.error = exc
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        return self._f.read(size)
+
+    def readinto(self, buf: Any) -> int:
+        return self._f.readinto(buf) or 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self._f.truncate(size)
+            except OSError as exc:
+                self.error = exc
+        return self._f.tell() if size is None else size
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self._f.flush()
+            except OSError as exc:
+                self.error = exc
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class MemorySink:

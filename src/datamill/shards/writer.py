@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
 from datamill.core.errors import ConfigError, SchemaError, ShardsetError
 from datamill.core.faults import fault_point
-from datamill.core.io import find_litter
+from datamill.core.io import as_output_error, find_litter
 from datamill.shards._fs import Location, read_any, resolve, write_any
 from datamill.shards._mapping import Mapping, schema_from_b64, schema_to_b64
 from datamill.shards._tables import conform
@@ -247,8 +247,11 @@ class ShardsetWriter:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is not None:
+        if exc is not None:
             self.discard()
+            err = as_output_error(exc, self.loc.display)
+            if err is not None and err is not exc:
+                raise err from exc
         elif self._open:
             self.commit()
 
@@ -279,8 +282,11 @@ class ShardsetWriter:
             raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
         try:
             self.dataset = self._commit()
-        except BaseException:
+        except BaseException as exc:
             self.discard()
+            err = as_output_error(exc, self.loc.display)
+            if err is not None and err is not exc:
+                raise err from exc
             raise
         self._open = False
         return self.dataset

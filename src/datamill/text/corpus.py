@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 from datamill.core.ascii import ascii_char_codes, ascii_words
 from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+from datamill.core.faults import fault_point
 from datamill.core.io import PathLike, atomic_dir, check_output, display_name, read_bytes, read_text
 from datamill.core.ragged import smallest_int_dtype
 from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
@@ -286,6 +287,7 @@ class Corpus:
                 "dtype": str(self.tokens.dtype), "fingerprint": self.fingerprint()}
         with atomic_dir(out) as tmp:
             np.save(tmp / TOKENS_FILE, np.ascontiguousarray(self.tokens))
+            fault_point("corpus.array_written")
             np.save(tmp / OFFSETS_FILE, self.offsets)
             if self.vocab is not None:
                 self.vocab.save(tmp / VOCAB_FILE)
@@ -295,6 +297,7 @@ class Corpus:
                 json.dump(meta, f, indent=2, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
+            fault_point("corpus.before_switch")
         self.path = out
         self.meta = meta
         return out
