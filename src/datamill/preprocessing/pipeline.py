@@ -36,6 +36,7 @@ from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import display_name, split_member
 from datamill.core.progress import progress
+from datamill.preprocessing.applied import check_applied
 from datamill.preprocessing.config import (
     PreprocessConfig,
     ResolvedFeature,
@@ -102,15 +103,17 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     if metadata is not None:
         applied = metadata.to_dict() if isinstance(metadata, Metadata) else \
             metadata if isinstance(metadata, dict) else read_meta(metadata)
+        if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
+            raise ConfigError("the metadata records no config; pass --config", path=display_name(metadata)
+                              if isinstance(metadata, (str, os.PathLike)) else "<metadata>")
         config = applied[HEADER]["config"] if config is None else config
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
     features = tuple(resolve_features(cfg, cfg_source))
-    for f in features:
-        if applied is not None and f.name not in applied:
-            raise ConfigError(f"feature {f.name!r} is not in the metadata being applied",
-                              hint="use the config the metadata was made with")
+    if applied is not None:
+        check_applied(applied, features, path=display_name(metadata) if isinstance(metadata, (str, os.PathLike))
+                      else "<metadata>")
     split = cfg.preprocessing.split if applied is None else None
     wanted: dict[str, str] = {}
     for f in features:
