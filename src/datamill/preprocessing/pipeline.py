@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.constants import HDF5_SUFFIX, META_FORMAT, META_SUFFIX
@@ -354,6 +356,30 @@ def _transform_item(p: Plan, meta: Metadata,
     return transform(p, block, meta, carry=carry, tokens=tokens)
 
 
+def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | None) -> None:
+    """Warn (once each) when ``drop_row`` removed every row, the split gave no training rows, or zscore meets inf."""
+    name = name or "<table>"
+    for f in p.features:
+        if f.type == "number" and getattr(f.params, "normalization", None) == "zscore":
+            infs = sum(int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0) for b in blocks
+                       if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type))
+            if infs:
+                warnings.warn(f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
+                              "inf (the statistics skip them); clip them or mark them missing", UserWarning,
+                              stacklevel=3)
+    kept = sum(b.num_rows for b in blocks)
+    if kept == 0:
+        cols = sorted({f.column for f in p.features if f.missing_value_strategy == "drop_row"})
+        warnings.warn(f"{name}: missing_value_strategy drop_row removed all {num_rows:,} rows (columns {cols} are "
+                      "empty in every row); the output is empty", UserWarning, stacklevel=3)
+        return
+    if p.applied is None and p.split is not None:
+        train = sum(int(np.count_nonzero(b.split == 0)) for b in blocks if b.split is not None)
+        if train == 0:
+            warnings.warn(f"{name}: the split leaves no training rows ({kept:,} rows); vocabularies and "
+                          "statistics are fitted on nothing", UserWarning, stacklevel=3)
+
+
 def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     """Read ``dataset`` and run the whole pipeline on this machine, writing to ``sink`` (committed last).
 
@@ -370,6 +396,7 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     ds.table = pa.table({})
     blocks: list[Block | None] = list(executor.map_ordered(partial(prepare, p, origin), slices))
     del slices
+    warn_dubious_rows(p, [b for b in blocks if b is not None], num_rows, ds.name)
     stats = fit(p, [b for b in blocks if b is not None], executor=executor)
     meta = finalize(p, stats)
 

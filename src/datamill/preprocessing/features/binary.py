@@ -84,7 +84,7 @@ class Handler(FeatureHandler):
         is_true = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.true_strings], pa.string()))
         is_false = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.false_strings], pa.string()))
         known = pc.or_(is_true, is_false)
-        if check and not pc.all(known).as_py():
+        if check and len(known) and not pc.all(known).as_py():  # (all() of nothing is null)
             bad = int(np.flatnonzero(~known.to_numpy(zero_copy_only=False))[0])
             raise DataFileError(
                 f"expected a binary value ({'/'.join(params.true_strings[:4])} or "
