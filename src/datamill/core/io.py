@@ -562,7 +562,13 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
     removed and ``path`` is left as it was; a full disk becomes an :class:`OutputError` naming ``path``.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.is_dir():
+        raise DataFileError("the output path is a folder; expected a file", path=final,
+                            hint="name a file (e.g. inside that folder)")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise DataFileError("the folder of the output is a file", path=final, hint="choose another output path") from exc
     clean_stale_temps(final)
     tmp = _tmp_name(final)
     try:
@@ -650,7 +656,10 @@ def atomic_dir(path: PathLike, *, overwrite: bool = True) -> Iterator[Path]:
     (``renameat2``), else two renames whose interruption the next run repairs.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise DataFileError("the folder of the output is a file", path=final, hint="choose another output path") from exc
     if final.exists() and not overwrite:
         raise DataFileError("the output folder already exists", path=final, hint="choose another --out or remove it")
     if (final.exists() or final.is_symlink()) and (not final.is_dir() or final.is_symlink()):

@@ -35,6 +35,7 @@ from datamill.preprocessing.hdf5 import read_hdf5
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.pipeline import cached, plan, run
 from datamill.preprocessing.plans import Plan
+from datamill.preprocessing.reading import as_table
 from datamill.preprocessing.sinks import HDF5Sink, MemorySink
 
 __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
@@ -153,9 +154,7 @@ def _with_image_files(p: Plan, dataset: Any) -> Plan:
         table = read_table(dataset, columns=columns)
         base = split_member(dataset)[0].parent
     else:
-        import pyarrow as pa
-
-        table = dataset if isinstance(dataset, pa.Table) else pa.Table.from_pandas(dataset, preserve_index=False)
+        table = as_table(dataset)
     stats: list[Any] = []
     for column in columns:
         for value in table.column(column).to_pylist() if column in table.column_names else []:

@@ -50,7 +50,7 @@ from datamill.preprocessing.features import CSR, FeatureContext, FeatureHandler,
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carries, fit_missing
 from datamill.preprocessing.plans import Block, Origin, Plan, Stats
-from datamill.preprocessing.reading import cast_column, read_dataset
+from datamill.preprocessing.reading import as_table, cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
 from datamill.preprocessing.split import SPLIT_NAMES, fixed_split, random_split
 
@@ -72,7 +72,7 @@ def _version() -> str:
 def _input_fingerprint(dataset: Any) -> str:
     if isinstance(dataset, (str, os.PathLike)):
         return fingerprint_file(dataset)
-    table = dataset if isinstance(dataset, pa.Table) else pa.Table.from_pandas(dataset, preserve_index=False)
+    table = as_table(dataset)
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)

@@ -38,9 +38,13 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from datamill.core.constants import DATASET_MANIFEST
+    from datamill.shards._fs import resolve
     from datamill.shards.check import check_dataset, violation_dict
 
-    problems = check_dataset(args.root)
+    loc = resolve(args.root)
+    loc.read_json(DATASET_MANIFEST)  # not a dataset folder at all: one error line, exit 2
+    problems = check_dataset(loc)
     if args.json:
         print(json.dumps([violation_dict(p) for p in problems], indent=2))
         return 0 if not problems else 1

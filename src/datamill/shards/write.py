@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
-from datamill.core.errors import ConfigError, SchemaError, ShardsetError
+from datamill.core.errors import ConfigError, DataFileError, SchemaError, ShardsetError
 from datamill.core.io import atomic_dir, check_output, find_litter, is_datamill_output
 from datamill.shards._fs import Location, resolve
 from datamill.shards._tables import ShardInput, TableInput, load_table
@@ -47,6 +47,9 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
             raise ConfigError("a single table needs shard_size", hint="pass shard_size=N (--shard-size N)")
         table = load_table(source, uid=uid, add_uid=add_uid)
         name = "<table>" if isinstance(source, pa.Table) else os.fspath(source)
+        if table.num_rows == 0:
+            raise DataFileError("the table has no rows (a header only?); a dataset needs samples", path=name,
+                                hint="add rows, or check that you passed the right file")
         if shard_size is None:
             yield name, table
             return
@@ -99,7 +102,7 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
     if local:
         inputs = [source] if isinstance(source, (str, os.PathLike)) else \
             [f for f in source if isinstance(f, (str, os.PathLike))] if not isinstance(source, pa.Table) else []
-        check_output(loc.path, is_own=lambda p: _leftovers_only(p) or (p / DATASET_MANIFEST).is_file(),
+        check_output(loc.path, is_own=lambda p: p.is_dir() and (_leftovers_only(p) or (p / DATASET_MANIFEST).is_file()),
                      inputs=inputs, what="shardset dataset", overwrite=overwrite)
     if loc.exists(DATASET_MANIFEST) or (overwrite and local and is_datamill_output(loc.path)):
         if not overwrite:
