@@ -16,12 +16,15 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from datamill.cli import main
 
@@ -355,3 +358,117 @@ def test_bad_input_is_one_located_line(case: Case, ws: Path, capsys: pytest.Capt
     assert case.where in lines[0], (case.where, lines[0])
     if case.keep:
         assert _digest(ws / case.keep) == before, f"{case.keep} was modified"
+
+
+# ------------------------------------------------------------------------------------------ API, warnings
+def test_api_bad_dataset_objects_are_located_errors() -> None:
+    import pandas as pd
+
+    from datamill.core.errors import ConfigError, DataFileError
+    from datamill.preprocessing.api import preprocess
+
+    cfg = {"input_features": [{"name": "x", "type": "category"}]}
+    with pytest.raises(ConfigError, match="got int"):
+        preprocess(42, cfg)
+    with pytest.raises(DataFileError) as info:  # a column of mixed types (the seed's pandas traceback)
+        preprocess(pd.DataFrame({"x": [1, "a", [2]]}), cfg)
+    assert info.value.column == "x" and info.value.path == "<DataFrame>"
+
+
+def test_dubious_input_warns_once(tmp_path: Path) -> None:
+    from datamill.preprocessing.api import preprocess
+    from datamill.text.corpus import build_corpus
+
+    cases = [
+        (lambda: preprocess(pa.table({"x": pa.array([None, None], pa.string()), "y": ["a", "b"]}),
+                            {"input_features": [{"name": "x", "type": "binary",
+                                                 "preprocessing": {"missing_value_strategy": "drop_row"}},
+                                                {"name": "y", "type": "category"}]}), "drop_row removed all 2 rows"),
+        (lambda: preprocess(pa.table({"x": [1.0, float("inf"), 2.0]}),
+                            {"input_features": [{"name": "x", "type": "number",
+                                                 "preprocessing": {"normalization": "zscore"}}]}), "1 inf values"),
+        (lambda: preprocess(pa.table({"x": [1.0, 3.0, 2.0]}), {"input_features": [{"name": "x", "type": "number"}],
+                                                               "preprocessing": {"split": {"probabilities": [0, .5, .5]}}}),
+         "no training rows"),
+        (lambda: build_corpus(["a b c", "b c"], level="word", min_freq=10), "every token maps to '<unk>'"),
+        (lambda: build_corpus(["abc"], level="char", max_size=0), "every token maps to '<unk>'"),
+    ]
+    for make, text in cases:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            make()
+        messages = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+        assert len(messages) == 1 and text in messages[0], (text, messages)
+
+
+def test_image_files_are_part_of_the_cache_key(data_copy: Any) -> None:
+    from datamill.preprocessing.api import preprocess
+
+    folder = data_copy("cifar10_tiny")
+    cfg = {"input_features": [{"name": "image_path", "type": "image", "preprocessing": {"num_channels": 1}}]}
+    first = preprocess(folder / "labels.csv", cfg).data["image_path"][0].copy()
+    assert preprocess(folder / "labels.csv", cfg).cached
+    shutil.copy(folder / "images/2.png", folder / "images/1.png")  # same name, other pixels
+    again = preprocess(folder / "labels.csv", cfg)
+    assert not again.cached
+    assert not np.array_equal(again.data["image_path"][0], first)
+
+
+def test_closed_stdout_exits_quietly(tmp_path: Path, data_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    shutil.copy(data_dir / "timemachine.txt", tmp_path / "t.txt")
+    assert main(["-q", "corpus", os.fspath(tmp_path / "t.txt"), "--out", os.fspath(tmp_path / "c")]) == 0
+    code = "import sys; from datamill.cli import main; sys.exit(main())"
+    with subprocess.Popen([sys.executable, "-c", code, "shards", "--help"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # like `| head -0`
+        err = proc.stderr.read().decode()
+        proc.wait()
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert proc.returncode in (0, 141)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False)
+                     | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_any_edit_of_a_resume_state_is_accepted_or_a_located_error(data: st.DataObject) -> None:
+    import tempfile
+
+    from datamill.core.errors import DatamillError
+    from datamill.core.source import TableSource
+    from datamill.loader.cli import _resume
+    from datamill.loader.loader import Loader
+
+    loader = Loader(TableSource(pa.table({"x": list(range(50))}), shard_size=10), 8, seed=3)
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    how = data.draw(st.sampled_from(["replace", "drop", "add", "whole", "truncate"]))
+    text: str
+    if how == "whole":
+        text = json.dumps(data.draw(_JSON))
+    elif how == "truncate":
+        full = json.dumps(state)
+        text = full[:data.draw(st.integers(0, len(full) - 1))]
+    else:
+        key = data.draw(st.sampled_from(sorted(state)) if how != "add" else st.text(min_size=1, max_size=6))
+        if how == "drop":
+            state.pop(key)
+        else:
+            state[key] = data.draw(_JSON)
+        text = json.dumps(state)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "state.json")
+        Path(path).write_text(text)
+        fresh = Loader(TableSource(pa.table({"x": list(range(50))}), shard_size=10), 8, seed=3)
+        try:
+            _resume(fresh, path)
+        except DatamillError as exc:
+            assert exc.path == path, exc

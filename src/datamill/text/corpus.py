@@ -486,7 +486,7 @@ def _finish(ids: NDArray[Any], offsets: NDArray[np.int64], vocab: Vocab, level: 
     corpus = Corpus(ids.astype(_smallest_dtype(len(vocab)), copy=False), offsets=offsets, vocab=vocab,
                     level=level, meta=meta, tokenizer=hf)
     unk = vocab.unk_index
-    if unk is not None and len(ids) and len(vocab) > 1 and not np.any(ids != unk):
+    if unk is not None and len(ids) and not np.any(ids != unk):
         warnings.warn(f"{meta['source']}: every token maps to {vocab.unk_token!r} (min_freq/max_size leave "
                       "no regular token); lower min_freq or raise max_size", UserWarning, stacklevel=3)
     if out is not None:
