@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from datamill import __version__
 from datamill.core.errors import DatamillError
@@ -90,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     set_quiet(quiet or bool(getattr(args, "quiet", False)))
     start = time.perf_counter()
+    previous = _on_sigterm()
     try:
         status = args.func(args)
         if getattr(args, "timing", False):
@@ -103,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except OSError as exc:  # a full disk met outside the atomic writers
         from datamill.core.io import as_output_error
 
@@ -111,7 +118,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {err.one_line()}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return int(status or 0)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so the writers' cleanup runs (temporary files removed)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _on_sigterm() -> Any:
+    """Turn SIGTERM into an exception while a command runs (main thread only); returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def _closed_stdout() -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from datamill.core.faults import FAULT_ENV
+from datamill.core.faults import FAULT_ENV, FAULT_SIGNAL_ENV
 
 _MAIN = "import sys; from datamill.cli import main; sys.exit(main())"
 _LITTER_MARKS = (".tmp-", ".old-", ".bert-scratch-", ".uncommitted")
@@ -26,12 +26,13 @@ class Result:
 
 
 def run(args: Sequence[str], *, cwd: Path, fault: str | None = None, fsize: int | None = None,
-        timeout: float = 120) -> Result:
+        timeout: float = 120, signal_name: str = "KILL") -> Result:
     """``datamill ARGS`` in a fresh interpreter; ``fault`` kills it at that point, ``fsize`` limits file sizes."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", DATAMILL_THREADS="1")
     env.pop(FAULT_ENV, None)
     if fault is not None:
         env[FAULT_ENV] = fault
+        env[FAULT_SIGNAL_ENV] = signal_name
 
     def limit() -> None:  # in the child, before exec
         if fsize is not None:

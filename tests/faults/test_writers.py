@@ -152,3 +152,13 @@ def test_full_disk_is_one_located_error_and_keeps_previous_output(name: str, tmp
     assert "full" in res.stderr or "size limit" in res.stderr
     _assert_previous_intact(w, tmp_path, before)
     _assert_rerun_clean(w, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_sigterm_cleans_up_at_once_and_keeps_previous_output(name: str, tmp_path: Path, data_dir: Path) -> None:
+    w, before = _prepare(name, tmp_path, data_dir)
+    res = run(w.replace, cwd=tmp_path, fault=w.points[-1], signal_name="TERM")
+    assert res.returncode == 143, (res.returncode, res.stderr[-3000:])
+    assert "Traceback" not in res.stderr
+    _assert_previous_intact(w, tmp_path, before)
+    assert litter(tmp_path) == []  # removed by the terminated run itself, not only by the next one

@@ -339,6 +339,15 @@ class ShardsetWriter:
             return self._commit_new(uids, rows, entry, receipts)
         return self._commit_added(entry)
 
+    def _unmove(self) -> None:
+        """Remove the shardset folder renamed into place when the manifest was not written (not listed)."""
+        listed = self.loc.exists(DATASET_MANIFEST) and any(
+            ss.get("name") == self.shardset for ss in self.loc.read_json(DATASET_MANIFEST).get("shardsets", []))
+        if not listed:
+            self.loc.remove_tree(self.shardset)
+            if self.base is None and self.loc.exists(SAMPLES_FILE) and not self.loc.exists(DATASET_MANIFEST):
+                self.loc.fs.delete_file(self.loc.join(SAMPLES_FILE))
+
     def _shard_uids(self, k: int, receipt: dict[str, Any], schema: pa.Schema) -> pa.Array:
         """Shard ``k``'s UIDs; shards written by another process are re-validated from their file."""
         known = self.sink.written.get(k)
@@ -366,13 +375,17 @@ class ShardsetWriter:
         _check_unique(all_uids, sizes, [receipts[k]["source"] for k in range(len(rows))])
         mapping = Mapping(all_uids, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes), len(sizes))
         loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
-        mtmp = loc.tmp_name(SAMPLES_FILE)
-        pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
-        loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
-        fault_point("shards.before_manifest")
-        manifest = {"format": SHARDS_FORMAT, "name": self.name or os.path.basename(loc.path), "uid_column": uid,
-                    "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
-        loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        try:
+            mtmp = loc.tmp_name(SAMPLES_FILE)
+            pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
+            loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
+            fault_point("shards.before_manifest")
+            manifest = {"format": SHARDS_FORMAT, "name": self.name or os.path.basename(loc.path), "uid_column": uid,
+                        "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
+            loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        except BaseException:
+            self._unmove()
+            raise
         loc.fs.delete_file(loc.join(self.shardset, UNCOMMITTED))
         return ShardsetDataset(loc)
 
@@ -383,14 +396,17 @@ class ShardsetWriter:
             raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
                                 path=loc.show(DATASET_MANIFEST), hint="add again")
         loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
-        if loc.read_json(DATASET_MANIFEST) != base.manifest:
-            loc.remove_tree(self.shardset)
-            raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
-                                path=loc.show(DATASET_MANIFEST), hint="add again")
-        fault_point("shards.before_manifest")
-        manifest = dict(base.manifest)
-        manifest["shardsets"] = [*base.manifest["shardsets"], entry]
-        loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        try:
+            if loc.read_json(DATASET_MANIFEST) != base.manifest:
+                raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
+                                    path=loc.show(DATASET_MANIFEST), hint="add again")
+            fault_point("shards.before_manifest")
+            manifest = dict(base.manifest)
+            manifest["shardsets"] = [*base.manifest["shardsets"], entry]
+            loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        except BaseException:
+            self._unmove()
+            raise
         loc.fs.delete_file(loc.join(self.shardset, UNCOMMITTED))
         return ShardsetDataset(loc)
 
