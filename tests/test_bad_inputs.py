@@ -472,3 +472,29 @@ def test_any_edit_of_a_resume_state_is_accepted_or_a_located_error(data: st.Data
             _resume(fresh, path)
         except DatamillError as exc:
             assert exc.path == path, exc
+
+
+def test_weak_messages_fixed(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.api import preprocess
+
+    def binary(values: list[str | None], strategy: str) -> list[bool]:
+        cfg = {"input_features": [{"name": "b", "type": "binary", "preprocessing": {"missing_value_strategy": strategy}}]}
+        out = preprocess(pa.table({"b": pa.array(values, pa.string())}), cfg)
+        return [bool(v) for v in out.data["b"]]  # type: ignore[union-attr]
+
+    assert binary(["yes", "no", None], "bfill") == [True, False, False]  # the edge falls back to false, not ''
+    assert binary([None, "yes", "no"], "ffill") == [False, True, False]
+    with pytest.raises(ConfigError) as info:  # binary fill_with_const without fill_value names the feature
+        preprocess(pa.table({"b": pa.array(["yes", None], pa.string())}),
+                   {"input_features": [{"name": "b", "type": "binary",
+                                        "preprocessing": {"missing_value_strategy": "fill_with_const"}}]})
+    assert info.value.column == "b" and "input_features[0]" in str(info.value)
+    (tmp_path / "img").mkdir()
+    Image.fromarray(np.full((4, 4, 3), 9, np.uint8)).save(tmp_path / "img/a.png")
+    (tmp_path / "im.csv").write_text('p,q\nimg/a.png,1\n"",2\n')  # an empty image cell is a missing image
+    out = preprocess(tmp_path / "im.csv", {"input_features": [{"name": "p", "type": "image"}]}, skip_save=True)
+    img = out.data["p"]
+    assert isinstance(img, np.ndarray) and img.shape == (2, 4, 4, 3) and img[0].max() == 9 and img[1].max() == 0

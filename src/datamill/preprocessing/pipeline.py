@@ -164,6 +164,12 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     """
     index, lo, table = item
     n = table.num_rows
+    for column in sorted({f.column for f in p.features if f.type == "image"}):  # an empty path is a missing image
+        c = table[column]
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            blank = pc.equal(pc.utf8_trim_whitespace(c), "")
+            table = table.set_column(table.column_names.index(column), column,
+                                     pc.if_else(blank, pa.scalar(None, c.type), c))
     split = None
     if p.split is not None and p.split.type == "fixed":
         split = fixed_split(table[p.split.column], p.split, path=origin.path, line_offset=origin.line_offset,
@@ -192,7 +198,8 @@ def _missing_block(p: Plan, block: Block) -> dict[str, MissingStats]:
 
 
 def _filled(f: ResolvedFeature, h: FeatureHandler, block: Block, fill: Any, carry: Carry | None) -> pa.Array:
-    return apply_fill(block.columns[f.name], f.missing_value_strategy, fill, carry=carry, edge_fill=h.edge_fill())
+    return apply_fill(block.columns[f.name], f.missing_value_strategy, fill, carry=carry,
+                      edge_fill=h.edge_fill(f.params))
 
 
 def _fit_block(p: Plan, fills: dict[str, Any], keep_tokens: bool,
@@ -246,7 +253,13 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
         if p.applied is not None:
             fills[f.name] = p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
         else:
-            fills[f.name] = h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+            try:
+                fills[f.name] = h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+            except ConfigError as exc:
+                if exc.column is not None:
+                    raise
+                raise ConfigError(f"{f.where}: {exc.msg}", path=p.config_source, column=f.name,
+                                  hint=exc.hint or f"set {f.where}.preprocessing.fill_value") from exc
         if f.missing_value_strategy in ("bfill", "ffill"):
             for i, c in enumerate(carries(parts)):
                 block_carries[i][f.name] = c

@@ -76,6 +76,11 @@ class Handler(FeatureHandler):
         return {"str2freq": counts, "bool2str": [labels[False] or "false", labels[True] or "true"],
                 "vocab_size": 2}
 
+    @classmethod
+    def edge_fill(cls, params: Any = None) -> Any:
+        """Edge nulls left by ``bfill``/``ffill`` become false (the first of ``false_strings``)."""
+        return params.false_strings[0] if isinstance(params, BinaryParams) else "false"
+
     @staticmethod
     def _truth(column: pa.Array, params: BinaryParams, ctx: FeatureContext, *, check: bool) -> pa.Array:
         norm = pc.utf8_lower(pc.utf8_trim_whitespace(column))

@@ -164,6 +164,9 @@ class Handler(FeatureHandler):
         out = np.empty((len(paths), h, w, c), np.uint8)
 
         def work(i: int) -> None:
+            if not paths[i] or not paths[i].strip():  # no image left after the missing-value strategy: black
+                out[i] = 0
+                return
             out[i] = _load(_resolve(paths[i], ctx), i, ctx, h, w, c, params.resize_method)
 
         threads = params.num_processes or min(8, os.cpu_count() or 1)
