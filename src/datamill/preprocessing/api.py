@@ -36,7 +36,7 @@ from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.pipeline import cached, plan, run
 from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.reading import as_table
-from datamill.preprocessing.sinks import HDF5Sink, MemorySink
+from datamill.preprocessing.sinks import HDF5Sink, MemorySink, recover_interrupted_switch
 
 __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
 
@@ -117,6 +117,7 @@ def preprocess(
                      overwrite=overwrite)
         check_output(p.meta_path, is_own=_is_preprocess_output, inputs=inputs, what="preprocessing meta.json",
                      overwrite=overwrite)
+        recover_interrupted_switch(p.hdf5_path, p.meta_path)
         p = _with_image_files(p, dataset)
     hit = _verified(p, cached(p))
     if hit is not None:
@@ -192,6 +193,7 @@ def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, A
     """
     path = Path(hdf5_path)
     meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
+    recover_interrupted_switch(path, meta_path)  # a run killed between its two renames
     data, attrs = read_hdf5(path)
     meta = read_meta(meta_path)
     if meta[HEADER].get("hdf5", {}).get("run_id") != attrs.get("run_id"):

@@ -10,6 +10,7 @@ files beside the old ones and switches them with renames, ``meta.json`` last. A 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,7 +28,7 @@ from datamill.preprocessing.hdf5 import H5Writer
 from datamill.preprocessing.meta import HEADER
 from datamill.preprocessing.plans import Plan
 
-__all__ = ["HDF5Sink", "MemorySink", "Sink"]
+__all__ = ["HDF5Sink", "MemorySink", "Sink", "recover_interrupted_switch"]
 
 
 class Sink(Protocol):
@@ -56,7 +57,9 @@ class HDF5Sink:
     The new HDF5 and ``meta.json`` are complete temporary files before anything is switched, so a
     kill, a Ctrl-C or a full disk before the switch leaves the previous pair as it was (and its
     temporary files are removed by the next run). The switch renames the HDF5 first and
-    ``meta.json`` last. The HDF5 file attribute ``run_id`` (also in the metadata) ties the two files
+    ``meta.json`` last; the old HDF5 is hard-linked aside meanwhile, so a kill between the two
+    renames is undone by :func:`recover_interrupted_switch` (called by ``load`` and ``preprocess``)
+    and an error or SIGTERM there puts it back at once. The HDF5 file attribute ``run_id`` (also in the metadata) ties the two files
     together, and the metadata records the HDF5's size, mtime and content hash.
 
     Args:
@@ -117,6 +120,8 @@ class HDF5Sink:
         """Finish the temporary HDF5 and ``meta.json``, then rename the HDF5 and ``meta.json`` (last) into place."""
         assert self._stack is not None and self._tmp is not None and self._raw is not None, "commit() before open()"
         tmp = self._tmp
+        backup: Path | None = None
+        switched = False
         try:
             self._file.close()
             self._file = None
@@ -126,6 +131,7 @@ class HDF5Sink:
             document[HEADER]["hdf5"] = {"name": self.hdf5_path.name, "size": st.st_size,
                                         "mtime_ns": st.st_mtime_ns, "run_id": self.run_id,
                                         "xxh3": fingerprint_file(tmp)}
+            backup = self._keep_old_hdf5()
             with ExitStack() as meta_stack:
                 meta_tmp = meta_stack.enter_context(atomic_path(self.meta_path))
                 with open(meta_tmp, "w", encoding="utf-8") as fh:
@@ -133,10 +139,31 @@ class HDF5Sink:
                 fault_point("preprocess.before_switch")
                 stack, self._stack = self._stack, None
                 stack.close()  # fsyncs and renames the HDF5 into place
+                switched = True
+                fault_point("preprocess.between_renames")
             # leaving meta_stack renamed meta.json into place: the new pair is trusted from here
+            switched = False
+            if backup is not None:
+                backup.unlink(missing_ok=True)
         except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
+            if backup is not None:  # put the old HDF5 back beside its meta.json (or drop the spare link)
+                if switched:
+                    os.replace(backup, self.hdf5_path)
+                else:
+                    backup.unlink(missing_ok=True)
             self._fail(exc)
         return self.hdf5_path, self.meta_path
+
+    def _keep_old_hdf5(self) -> Path | None:
+        """Hard-link the old HDF5 as ``.<name>.old-<pid>-<hex>`` so a kill between the two renames can be repaired."""
+        if not self.hdf5_path.is_file():
+            return None
+        backup = self.hdf5_path.with_name(f".{self.hdf5_path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.link(self.hdf5_path, backup)
+        except OSError:  # no hard links here: the window between the renames stays unprotected
+            return None
+        return backup
 
     def _raise_write_error(self) -> None:
         if self._raw is not None and self._raw.error is not None:
@@ -168,6 +195,42 @@ class HDF5Sink:
             except RuntimeError as exc:
                 if exc is not error:
                     raise
+
+
+def recover_interrupted_switch(hdf5_path: Path, meta_path: Path) -> bool:
+    """Undo a switch killed between its two renames (new HDF5, old ``meta.json``); True when repaired.
+
+    The old HDF5 was hard-linked as ``.<name>.old-<pid>-<hex>`` before the switch; when the
+    ``meta.json`` in place belongs to it (same ``run_id``) and not to the HDF5 in place, it is moved
+    back, so the previous pair is whole again. Backups of live processes are left alone.
+    """
+    import h5py
+
+    from datamill.core.output import find_litter
+
+    prefix = f".{hdf5_path.name}.old-"
+    backups = [b for b in find_litter(hdf5_path.parent) if b.name.startswith(prefix)]
+    if not backups or not meta_path.is_file():
+        return False
+    try:
+        wanted = json.loads(meta_path.read_text(encoding="utf-8"))[HEADER]["hdf5"]["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+    def run_id(path: Path) -> Any:
+        try:
+            with h5py.File(path, "r") as f:
+                return f.attrs.get("run_id")
+        except OSError:
+            return None
+
+    if hdf5_path.is_file() and run_id(hdf5_path) == wanted:
+        return False
+    for backup in backups:
+        if run_id(backup) == wanted:
+            os.replace(backup, hdf5_path)
+            return True
+    return False
 
 
 class _GuardedFile:
