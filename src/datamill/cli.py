@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from datamill import __version__
 from datamill.core.errors import DatamillError
@@ -90,17 +94,60 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     set_quiet(quiet or bool(getattr(args, "quiet", False)))
     start = time.perf_counter()
+    previous = _on_sigterm()
     try:
         status = args.func(args)
+        if getattr(args, "timing", False):
+            print(f"done in {time.perf_counter() - start:.2f} s")
+        sys.stdout.flush()
     except DatamillError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _closed_stdout()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    if getattr(args, "timing", False):
-        print(f"done in {time.perf_counter() - start:.2f} s")
+    except _Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
+    except OSError as exc:  # a full disk met outside the atomic writers
+        from datamill.core.io import as_output_error
+
+        err = as_output_error(exc, exc.filename or "output")
+        if err is None:
+            raise
+        print(f"error: {err.one_line()}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return int(status or 0)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so the writers' cleanup runs (temporary files removed)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _on_sigterm() -> Any:
+    """Turn SIGTERM into an exception while a command runs (main thread only); returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _closed_stdout() -> int:
+    """stdout was closed by the reader (``datamill ... | head``): stop quietly, like a killed ``cat``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):  # stdout is not a real file (in-process use)
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
 if __name__ == "__main__":  # pragma: no cover

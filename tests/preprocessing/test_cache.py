@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from datamill.core.errors import DataFileError, OutputError
 from datamill.preprocessing import api, hdf5, pipeline, sinks
 from datamill.preprocessing.features import handler_class
 
@@ -51,7 +52,7 @@ def test_changed_input_or_config_recomputes(house: Path) -> None:
     assert third.metadata.header["input_fingerprint"] != first.metadata.header["input_fingerprint"]
 
 
-def test_crash_mid_write_leaves_nothing_trusted(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_mid_write_keeps_the_previous_pair(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = api.preprocess(house, CFG)
     cfg2 = {**CFG, "input_features": [{"name": "MSZoning", "type": "category", "preprocessing": {"most_common": 2}}]}
     real_write = hdf5.H5Writer.write
@@ -64,27 +65,49 @@ def test_crash_mid_write_leaves_nothing_trusted(house: Path, monkeypatch: pytest
     with pytest.raises(KeyboardInterrupt):
         api.preprocess(house, cfg2)
     monkeypatch.undo()
-    assert not good.meta_path.exists()  # type: ignore[union-attr]  # old pair no longer trusted
     assert not [p for p in house.parent.iterdir() if ".tmp-" in p.name]  # temp file removed
-    # neither the old config nor the new one trusts what is on disk: both recompute
-    assert not api.preprocess(house, CFG).cached
+    # the previous pair is untouched and still trusted; the new config recomputes
+    _, meta = api.load(good.hdf5_path)  # type: ignore[arg-type]
+    assert meta.header["fingerprint"] == good.metadata.header["fingerprint"]
+    assert api.preprocess(house, CFG).cached
     assert not api.preprocess(house, cfg2).cached
     assert api.preprocess(house, cfg2).cached
 
 
-def test_crash_between_hdf5_and_meta(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_writing_meta_keeps_the_previous_pair(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     api.preprocess(house, CFG)
+    real = sinks.fingerprint_file
 
-    def crash(*a: object, **k: object) -> None:
-        raise OSError("disk full while writing meta")
+    def crash(*a: object, **k: object) -> str:
+        real(*a, **k)  # type: ignore[arg-type]
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(sinks, "atomic_write", crash)
+    monkeypatch.setattr(sinks, "fingerprint_file", crash)
     cfg2 = {**CFG, "input_features": CFG["input_features"][:1]}
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError) as info:
         api.preprocess(house, cfg2)
     monkeypatch.undo()
-    assert not (house.parent / "house_prices_train.meta.json").exists()
-    assert not api.preprocess(house, CFG).cached  # the HDF5 on disk is cfg2's: not trusted for CFG
+    assert info.value.path == os.fspath(house.parent / "house_prices_train.hdf5")
+    assert api.preprocess(house, CFG).cached  # the previous pair is intact
+
+
+def test_corrupted_hdf5_of_same_size_and_mtime_is_not_trusted(house: Path) -> None:
+    out = api.preprocess(house, CFG)
+    assert out.hdf5_path is not None
+    st = out.hdf5_path.stat()
+    raw = bytearray(out.hdf5_path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    out.hdf5_path.write_bytes(bytes(raw))
+    os.utime(out.hdf5_path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not api.preprocess(house, CFG).cached
+
+
+def test_output_guard_refuses_a_users_file_and_the_input(house: Path) -> None:
+    (house.parent / "house_prices_train.hdf5").write_text("my notes")
+    with pytest.raises(DataFileError) as info:
+        api.preprocess(house, CFG)
+    assert info.value.path == os.fspath(house.parent / "house_prices_train.hdf5")
+    assert (house.parent / "house_prices_train.hdf5").read_text() == "my notes"
 
 
 def test_replaced_hdf5_is_not_trusted(house: Path) -> None:

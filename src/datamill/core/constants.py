@@ -10,6 +10,7 @@ __all__ = [
     "LOADER_STATE_FORMAT",
     "META_FORMAT",
     "META_SUFFIX",
+    "OUTPUT_MARKERS",
     "PAD",
     "SAMPLES_FILE",
     "SHARDS_FORMAT",
@@ -35,6 +36,9 @@ DATASET_MANIFEST = "dataset.json"
 SAMPLES_FILE = "samples.parquet"
 SHARD_PATTERN = "shard.{index:05d}.{ext}"
 SHARDS_FORMAT = "datamill.shards/1"
+
+OUTPUT_MARKERS = ("corpus.json", "skipgram.json", DATASET_MANIFEST)
+"""Files whose presence makes a folder a datamill output (corpus, word2vec, shardset dataset)."""
 
 LOADER_STATE_FORMAT = "datamill.loader/1"
 assert sorted(__all__) == __all__

@@ -19,6 +19,7 @@ __all__ = [
     "DataFileNotFoundError",
     "DatamillError",
     "MissingExtraError",
+    "OutputError",
     "ResumeStateError",
     "SchemaError",
     "ShardsetError",
@@ -129,3 +130,10 @@ class CacheError(DatamillError, RuntimeError):
 
 class MissingExtraError(DatamillError, ImportError):
     """An optional dependency (an extra such as ``torch`` or ``ray``) is not installed."""
+
+
+class OutputError(DatamillError, OSError):
+    """An output cannot be written: the disk is full, a file size limit was hit, or no permission.
+
+    The previous output at the path, if any, is left as it was.
+    """

@@ -3,8 +3,9 @@
 * :func:`split_member` / :func:`open_bytes` / :func:`read_text` understand ``archive.zip:member``.
 * :func:`read_table` reads CSV, TSV, Parquet and JSONL into a pyarrow Table, turning every parse
   failure into a :class:`~datamill.core.errors.DataFileError` that names the file and line.
-* :func:`atomic_write`, :func:`atomic_path` and :func:`atomic_dir` write to a temporary name in the
-  destination folder and ``os.replace`` it into place only when the block succeeds.
+* The output side (:func:`check_output`, :func:`atomic_write`, :func:`atomic_path`,
+  :func:`atomic_dir`, litter cleaning, full disks) lives in :mod:`datamill.core.output` and is
+  re-exported here.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ from __future__ import annotations
 import io
 import os
 import re
-import shutil
-import uuid
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -24,9 +23,21 @@ from typing import IO, Any
 import pyarrow as pa
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
+from datamill.core.output import (
+    PathLike,
+    as_output_error,
+    atomic_dir,
+    atomic_path,
+    atomic_write,
+    check_output,
+    clean_stale_temps,
+    find_litter,
+    is_datamill_output,
+)
 
 __all__ = [
     "PathLike",
+    "as_output_error",
     "atomic_dir",
     "atomic_path",
     "atomic_write",
@@ -35,15 +46,15 @@ __all__ = [
     "clean_stale_temps",
     "detect_format",
     "display_name",
+    "find_litter",
     "is_blank",
+    "is_datamill_output",
     "open_bytes",
     "read_bytes",
     "read_table",
     "read_text",
     "split_member",
 ]
-
-PathLike = str | os.PathLike[str]
 
 _FORMATS = {
     ".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
@@ -310,180 +321,3 @@ def _check_string_columns_utf8(table: pa.Table, data: bytes, name: str) -> None:
                 col.validate(full=True)
             except pa.ArrowInvalid:
                 check_utf8(data, path=name)
-
-
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-
-_TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{8}$")
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def clean_stale_temps(path: PathLike) -> list[Path]:
-    """Remove the temporary files/folders an interrupted run left beside ``path``; returns them.
-
-    Temporary names are ``.<name>.tmp-<pid>-<hex>`` (see :func:`atomic_path`); only those whose
-    process is gone are removed, so a concurrent writer's temporary file is left alone.
-
-    Examples:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / ".out.bin.tmp-999999999-0123abcd").write_bytes(b"partial")
-        >>> [p.name for p in clean_stale_temps(d / "out.bin")], list(d.iterdir())
-        (['.out.bin.tmp-999999999-0123abcd'], [])
-    """
-    final = Path(path)
-    parent = final.parent
-    prefix = f".{final.name}.tmp-"
-    removed: list[Path] = []
-    try:
-        entries = [e for e in parent.iterdir() if e.name.startswith(prefix)]
-    except OSError:
-        return removed
-    for entry in entries:
-        m = _TMP_RE.match(entry.name)
-        if m is None or m.group("name") != final.name or _pid_alive(int(m.group("pid"))):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-        removed.append(entry)
-    return removed
-
-
-def check_output(
-    path: PathLike,
-    *,
-    is_own: Callable[[Path], bool],
-    inputs: Sequence[PathLike] = (),
-    what: str = "output",
-) -> Path:
-    """Refuse an output path that would destroy something that is not this command's own output.
-
-    Allowed: an absent path, an empty folder, or ``is_own(path)`` (a datamill output of the same kind,
-    recognised by its marker). Refused: an input of the same command (or a folder holding one), and
-    anything else that exists. Returns the path.
-
-    Raises:
-        DataFileError: naming the path, what it is, and how to fix it.
-
-    Examples:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "notes.txt").write_text("mine")
-        >>> check_output(d / "new", is_own=lambda p: False) == d / "new"
-        True
-        >>> check_output(d / "notes.txt", is_own=lambda p: False, what="corpus folder")
-        Traceback (most recent call last):
-        ...
-        datamill.core.errors.DataFileError: .../notes.txt: refusing to replace it: it exists and is not a datamill corpus folder...
-        >>> check_output(d / "notes.txt", is_own=lambda p: True, inputs=[d / "notes.txt"])
-        Traceback (most recent call last):
-        ...
-        datamill.core.errors.DataFileError: .../notes.txt: the output would overwrite an input of this command...
-    """
-    out = Path(path)
-    target = out.resolve()
-    for source in inputs:
-        src = split_member(source)[0].resolve()
-        if src == target or target in src.parents:
-            raise DataFileError("the output would overwrite an input of this command", path=out,
-                                hint="choose an output path that is not the input (nor a folder holding it)")
-    if not out.exists() and not out.is_symlink():
-        return out
-    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
-        return out
-    if is_own(out):
-        return out
-    kind = "folder" if out.is_dir() else "file"
-    raise DataFileError(f"refusing to replace it: it exists and is not a datamill {what} (a {kind} of yours?)",
-                        path=out, hint="choose another output path, or move it away yourself")
-
-
-@contextmanager
-def atomic_path(path: PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it is renamed to ``path``.
-
-    For writers that need a filename (h5py, pyarrow). On an exception the temporary file is
-    removed and ``path`` is left as it was.
-    """
-    final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(final)
-    tmp = _tmp_name(final)
-    try:
-        yield tmp
-        if tmp.exists():
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-@contextmanager
-def atomic_write(path: PathLike, mode: str = "w", *, encoding: str = "utf-8") -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path``; when the block succeeds fsync and ``os.replace`` it.
-
-    Examples:
-        >>> import tempfile, pathlib, json
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "meta.json"
-        >>> with atomic_write(p) as f:
-        ...     json.dump({"a": 1}, f)
-        >>> p.read_text()
-        '{"a": 1}'
-    """
-    if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
-    with atomic_path(path) as tmp:
-        f: IO[Any]
-        f = open(tmp, mode, encoding=None if "b" in mode else encoding)  # noqa: SIM115
-        with f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-
-
-@contextmanager
-def atomic_dir(path: PathLike, *, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; on success it replaces ``path`` as a whole.
-
-    Only a folder is ever replaced (the caller checks with :func:`check_output` that it is its own
-    output): an existing file at ``path`` is refused.
-    """
-    final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists() and not overwrite:
-        raise DataFileError("the output folder already exists", path=final, hint="choose another --out or remove it")
-    if (final.exists() or final.is_symlink()) and (not final.is_dir() or final.is_symlink()):
-        raise DataFileError("the output path is a file, not a folder; refusing to replace it", path=final,
-                            hint="choose another --out")
-    clean_stale_temps(final)
-    tmp = _tmp_name(final)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if final.exists():
-            old = _tmp_name(final)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -8,13 +8,19 @@ results are in flight, so memory stays bounded by ``threads`` blocks whatever th
 from __future__ import annotations
 
 import collections
+import ctypes
+import ctypes.util
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from datamill.core.memory import release_memory
 
-__all__ = ["ordered_map"]
+__all__ = ["die_with_parent", "ordered_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -67,3 +73,35 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, threads: int = 1, p
     finally:
         for fut in pending:  # an error or an abandoned iterator: start nothing more
             fut.cancel()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(*, poll_seconds: float = 1.0) -> None:
+    """Make this worker process exit when its parent dies (call it in a pool's initializer).
+
+    On Linux the kernel sends ``SIGKILL`` when the parent goes (``prctl(PR_SET_PDEATHSIG)``); a
+    daemon thread also polls ``os.getppid()`` everywhere, so a ``kill -9`` of the parent never
+    leaves workers running.
+
+    Examples:
+        >>> import multiprocessing as mp
+        >>> p = mp.get_context("fork").Process(target=die_with_parent); p.start(); p.join(); p.exitcode
+        0
+    """
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the polling thread below is enough
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="datamill-parent-watch", daemon=True).start()

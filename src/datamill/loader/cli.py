@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
@@ -47,16 +48,19 @@ def _remote(args: argparse.Namespace) -> int:
 def _cmd(args: argparse.Namespace) -> int:
     if args.url:
         return _remote(args)
+    from datamill.core.io import check_output
     from datamill.loader.loader import Loader
 
+    if args.save_state:
+        check_output(args.save_state, is_own=_is_state_file, inputs=[args.source],
+                     what="loader state file")
     source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
                     rank=args.rank, world_size=args.world_size, num_workers=args.num_workers,
                     drop_last=args.drop_last, progress=True)
     if args.resume:
-        with open(args.resume, encoding="utf-8") as f:
-            loader.load_state_dict(json.load(f))
+        _resume(loader, args.resume)
     n = int(source.shard_sizes().sum())
     print(f"{type(source).__name__}: {n:,} samples in {source.num_shards} shards; "
           f"rank {args.rank}/{args.world_size}: {len(loader)} batches of {args.batch_size}")
@@ -131,6 +135,44 @@ def _plan_cmd(args: argparse.Namespace) -> int:
           f"({'given' if args.read_speed else 'measured on one shard'})")
     print(plan.as_text(show=args.show))
     return 0
+
+
+def _is_state_file(path: Path) -> bool:
+    from datamill.core.constants import LOADER_STATE_FORMAT
+
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and state.get("format") == LOADER_STATE_FORMAT
+
+
+def _resume(loader: Any, path: str) -> None:
+    """Load a state written by ``--save-state``; every problem names the file."""
+    from datamill.core.errors import DataFileNotFoundError, DatamillError, ResumeStateError
+
+    hint = "pass a state JSON written by `datamill iterate --save-state` for this source"
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except FileNotFoundError as exc:
+        raise DataFileNotFoundError("no such resume-state file", path=path, hint=hint) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResumeStateError(f"cannot read the resume-state file ({exc.__class__.__name__})", path=path,
+                               hint=hint) from exc
+    except ValueError as exc:
+        raise ResumeStateError(f"not valid JSON (truncated or edited?): {exc}", path=path, hint=hint) from exc
+    if not isinstance(state, dict):
+        raise ResumeStateError(f"expected a JSON object, got {type(state).__name__}", path=path, hint=hint)
+    try:
+        loader.load_state_dict(state)
+    except DatamillError as exc:
+        if exc.path is not None:
+            raise
+        raise ResumeStateError(exc.msg, path=path, hint=exc.hint or hint) from exc
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # an edited state's field
+        raise ResumeStateError(f"the state is malformed ({exc.__class__.__name__}: {exc})", path=path,
+                               hint=hint) from exc
 
 
 def register(sub: Any) -> None:

@@ -6,9 +6,12 @@ run by a :class:`~datamill.preprocessing.executors.LocalExecutor` (ordered worke
 ``DATAMILL_THREADS``).
 
 Cache: ``meta.json`` records ``fingerprint = chain(content hash of the input, TRANSFORM_VERSION,
-{config, version, applied metadata})`` and the HDF5's size/mtime/run id. A rerun with the same input
-content and config returns the existing files without recomputing; anything else recomputes. The old
-``meta.json`` is deleted before a new HDF5 is written, so a crash never leaves a trusted pair.
+{config, version, applied metadata}, stats of the image files an image feature reads)`` and the
+HDF5's size/mtime/run id/content hash. A rerun with the same input content, images and config, whose
+HDF5 still has the recorded content, returns the existing files without recomputing; anything else
+recomputes. A new pair is written beside the old one and switched with renames, ``meta.json`` last
+(:class:`~datamill.preprocessing.sinks.HDF5Sink`), so an interrupted run keeps the previous pair.
+Output files that exist and are not a datamill preprocessing output (or are the input) are refused.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ import numpy as np
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import CacheError, ConfigError
+from datamill.core.fingerprint import fingerprint_file
+from datamill.core.io import check_output, is_datamill_output
+from datamill.preprocessing.binding import with_image_files
 from datamill.preprocessing.config import PreprocessConfig
 from datamill.preprocessing.executors import LocalExecutor
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.hdf5 import read_hdf5
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.pipeline import cached, plan, run
-from datamill.preprocessing.sinks import HDF5Sink, MemorySink
+from datamill.preprocessing.plans import Plan
+from datamill.preprocessing.sinks import HDF5Sink, MemorySink, recover_interrupted_switch
 
 __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
 
@@ -57,6 +64,20 @@ class Preprocessed:
         return self._data
 
 
+def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool) -> Plan:
+    """Refuse output paths that hold a user's file or an input, repair an interrupted switch, and key
+    the cache on the image files too."""
+    if p.hdf5_path is None or p.meta_path is None:
+        return p
+    paths = [x for x in inputs if isinstance(x, (str, os.PathLike))]
+    check_output(p.hdf5_path, is_own=_is_preprocess_output, inputs=paths, what="preprocessed HDF5",
+                 overwrite=overwrite)
+    check_output(p.meta_path, is_own=_is_preprocess_output, inputs=paths, what="preprocessing meta.json",
+                 overwrite=overwrite)
+    recover_interrupted_switch(p.hdf5_path, p.meta_path)
+    return with_image_files(p, dataset)
+
+
 def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_save: bool, metadata: Any,
                options: dict[str, Any]) -> Preprocessed:
     """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, looked up at call time)."""
@@ -80,28 +101,27 @@ def preprocess(
     metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
     engine: str = "local",
     engine_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Preprocessed:
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
     Args:
         dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``), a DataFrame or an Arrow Table.
-        config: config model, dict, or YAML/JSON path. Defaults to ``None``: only allowed with
-            ``metadata`` (its recorded config is used).
-        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None``: beside
-            the input file (in-memory data is then not saved).
+        config: config model, dict, or YAML/JSON path. Defaults to ``None`` (``metadata``'s config).
+        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside the input).
         skip_save: compute in memory only, write nothing. Defaults to ``False``.
-        metadata: a ``meta.json`` (path, :class:`Metadata` or dict) to apply to unseen data: its
-            vocabularies, fill values and normalization statistics are used, nothing is refitted,
-            no split is made. Defaults to ``None``.
+        metadata: a ``meta.json`` (path, :class:`Metadata` or dict) applied to unseen data (nothing
+            refitted, no split). Defaults to ``None``.
         engine: ``"local"`` or ``"ray"`` (:func:`datamill.ray.preprocess`). Defaults to ``"local"``.
         engine_options: the engine's keyword arguments (Ray: ``address``, ``fmt``...). Defaults to ``None``.
+        overwrite: also replace another kind of datamill output (never a user's file). Defaults to ``False``.
 
     Returns:
         :class:`Preprocessed` (``.data`` tensors, ``.metadata``, paths, ``.cached``).
 
     Raises:
-        ConfigError: invalid config. SchemaError: a configured column is missing.
-        DataFileError: unreadable input, a value that does not parse (file, line/row, column named).
+        ConfigError: invalid config. SchemaError: a configured column is missing. OutputError: a full disk.
+        DataFileError: unreadable input or value (located), or an output path holding a user's file.
 
     Examples:
         >>> import pyarrow as pa
@@ -120,8 +140,9 @@ def preprocess(
         return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
                           options=engine_options or {})
     start = time.perf_counter()
-    p = plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save)
-    hit = cached(p)
+    p = _guarded(plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save),
+                 dataset, inputs=(dataset, config, metadata), overwrite=overwrite)
+    hit = _verified(p, cached(p))
     if hit is not None:
         return Preprocessed(hit, p.hdf5_path, p.meta_path, True, int(hit.header["num_rows"]),
                             time.perf_counter() - start)
@@ -130,6 +151,21 @@ def preprocess(
     data = sink.data if isinstance(sink, MemorySink) else None
     return Preprocessed(meta, p.hdf5_path, p.meta_path, False, int(meta.header["num_rows"]),
                         time.perf_counter() - start, data)
+
+
+def _is_preprocess_output(path: Path) -> bool:
+    return path.is_file() and is_datamill_output(path) and path.name.endswith((HDF5_SUFFIX, META_SUFFIX))
+
+
+def _verified(p: Plan, hit: Metadata | None) -> Metadata | None:
+    """A cache hit whose HDF5 still has the content recorded in its metadata (else a miss)."""
+    if hit is None or p.hdf5_path is None:
+        return hit
+    recorded = hit.header.get("hdf5", {}).get("xxh3")
+    try:
+        return hit if recorded is not None and fingerprint_file(p.hdf5_path) == recorded else None
+    except (OSError, CacheError):
+        return None
 
 
 def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, Any] | CSR], Metadata]:
@@ -156,6 +192,7 @@ def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, A
     """
     path = Path(hdf5_path)
     meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
+    recover_interrupted_switch(path, meta_path)  # a run killed between its two renames
     data, attrs = read_hdf5(path)
     meta = read_meta(meta_path)
     if meta[HEADER].get("hdf5", {}).get("run_id") != attrs.get("run_id"):

@@ -9,17 +9,23 @@ plan, a row's global index and its values, so a distributed engine binds once an
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.fingerprint import chain, fingerprint_obj
+from datamill.core.io import read_table, split_member
 from datamill.preprocessing.balance import Balance, fit_balance
 from datamill.preprocessing.plans import Plan
+from datamill.preprocessing.reading import as_table
 from datamill.preprocessing.split import assign_split, fit_split, sample_cut, sample_mask
 
-__all__ = ["bind", "pre_columns"]
+__all__ = ["bind", "pre_columns", "with_image_files"]
 
 
 def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array]) -> Plan:
@@ -82,3 +88,30 @@ def pre_columns(p: Plan) -> list[str]:
     if balancing:
         cols.append(next(f.column for f in p.features if f.role == "output"))
     return list(dict.fromkeys(cols))
+
+
+def with_image_files(p: Plan, dataset: Any) -> Plan:
+    """Chain the size and mtime of every image file an image feature reads into the plan's fingerprint
+    (so replacing or deleting an image invalidates a cached output; every engine records the same)."""
+    columns = sorted({f.column for f in p.features if f.type == "image"})
+    if not columns:
+        return p
+    base: Path | None = None
+    if isinstance(dataset, (str, os.PathLike)):
+        table = read_table(dataset, columns=columns)
+        base = split_member(dataset)[0].parent
+    else:
+        table = as_table(dataset)
+    stats: list[Any] = []
+    for column in columns:
+        for value in table.column(column).to_pylist() if column in table.column_names else []:
+            if not isinstance(value, str) or not value:
+                stats.append(None)
+                continue
+            path = Path(value) if Path(value).is_absolute() or base is None else base / value
+            try:
+                st = path.stat()
+                stats.append([value, st.st_size, st.st_mtime_ns])
+            except OSError:
+                stats.append([value, None])
+    return replace(p, fingerprint=chain(p.fingerprint, "datamill.preprocess.image_files@1", fingerprint_obj(stats)))

@@ -18,7 +18,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.engine == "local" and (args.address is not None or args.format != "shards"):
         raise ConfigError("--address and --format apply to --engine ray")
     out = preprocess(args.dataset, args.config, output_dir=args.output_dir, skip_save=args.skip_save,
-                     metadata=args.metadata, engine=args.engine, engine_options=options)
+                     metadata=args.metadata, engine=args.engine, engine_options=options,
+                     overwrite=args.overwrite)
     state = "reused cache" if out.cached else ("applied " + args.metadata if args.metadata else "fitted")
     print(f"{args.dataset}: {out.num_rows:,} rows, {len(out.metadata.features)} features, "
           f"{state} in {out.seconds:.2f} s")
@@ -40,6 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", "-c", help="YAML/JSON config (input_features, output_features, preprocessing)")
     p.add_argument("--output-dir", "-o", help="output folder (default: beside the input)")
     p.add_argument("--skip-save", action="store_true", help="compute only, write nothing")
+    p.add_argument("--overwrite", action="store_true",
+                   help="also replace output files that are another kind of datamill output (never an input "
+                        "or a file of yours)")
     p.add_argument("--metadata", "-m", help="apply this meta.json to unseen data (nothing refitted)")
     p.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="local: this machine (default); ray: a Ray cluster, output as a shardset dataset")

@@ -103,6 +103,16 @@ class FeatureConfig(BaseModel):
     column: str | None = None
     preprocessing: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("name")
+    @classmethod
+    def _storable_name(cls, v: str) -> str:
+        # the name is an HDF5 key and a key of meta.json beside the "datamill" header
+        if "/" in v or "\0" in v or v in (".", "..", "datamill"):
+            raise ValueError(f"feature name {v!r} cannot be stored: names may not contain '/' or be "
+                             "'.', '..' or 'datamill' (the metadata header); rename it and set `column` "
+                             "to keep reading the same column")
+        return v
+
     @field_validator("type")
     @classmethod
     def _known_type(cls, v: str) -> str:

@@ -39,7 +39,8 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CacheError("metadata file not found", path=path) from exc
     except (OSError, ValueError) as exc:
         raise CacheError(f"cannot read metadata: {exc}", path=path) from exc
-    if not isinstance(data, dict) or data.get(HEADER, {}).get("format") != META_FORMAT:
+    if not isinstance(data, dict) or not isinstance(data.get(HEADER), dict) \
+            or data[HEADER].get("format") != META_FORMAT:
         raise CacheError(f"not a datamill preprocessing metadata file (expected format {META_FORMAT})", path=path)
     return data
 

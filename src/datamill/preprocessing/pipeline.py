@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.constants import HDF5_SUFFIX, META_FORMAT, META_SUFFIX
@@ -36,6 +38,7 @@ from datamill.core.errors import CacheError, ConfigError, DataFileError
 from datamill.core.fingerprint import chain, fingerprint_bytes, fingerprint_file, fingerprint_obj
 from datamill.core.io import display_name, split_member
 from datamill.core.progress import progress
+from datamill.preprocessing.applied import check_applied
 from datamill.preprocessing.balance import balance_copies
 from datamill.preprocessing.binding import bind, pre_columns
 from datamill.preprocessing.config import (
@@ -50,7 +53,7 @@ from datamill.preprocessing.features import CSR, FeatureContext, FeatureHandler,
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carries, fit_missing
 from datamill.preprocessing.plans import Block, Origin, Plan, Stats
-from datamill.preprocessing.reading import cast_column, read_dataset
+from datamill.preprocessing.reading import as_table, cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
 from datamill.preprocessing.split import (
     SPLIT_NAMES,
@@ -77,7 +80,7 @@ def _version() -> str:
 def _input_fingerprint(dataset: Any) -> str:
     if isinstance(dataset, (str, os.PathLike)):
         return fingerprint_file(dataset)
-    table = dataset if isinstance(dataset, pa.Table) else pa.Table.from_pandas(dataset, preserve_index=False)
+    table = as_table(dataset)
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
@@ -110,16 +113,18 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     if metadata is not None:
         applied = metadata.to_dict() if isinstance(metadata, Metadata) else \
             metadata if isinstance(metadata, dict) else read_meta(metadata)
+        if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
+            raise ConfigError("the metadata records no config; pass --config", path=display_name(metadata)
+                              if isinstance(metadata, (str, os.PathLike)) else "<metadata>")
         config = applied[HEADER]["config"] if config is None else config
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
 
     features = tuple(resolve_features(cfg, cfg_source))
-    for f in features:
-        if applied is not None and f.name not in applied:
-            raise ConfigError(f"feature {f.name!r} is not in the metadata being applied",
-                              hint="use the config the metadata was made with")
+    if applied is not None:
+        check_applied(applied, features, path=display_name(metadata) if isinstance(metadata, (str, os.PathLike))
+                      else "<metadata>")
     split = None
     if applied is None:
         split = cfg.preprocessing.split or SplitConfig()  # Ludwig's default: random 0.7/0.1/0.2
@@ -175,6 +180,12 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     """
     index, lo, table = item
     n = table.num_rows
+    for column in sorted({f.column for f in p.features if f.type == "image"}):  # an empty path is a missing image
+        c = table[column]
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            blank = pc.equal(pc.utf8_trim_whitespace(c), "")
+            table = table.set_column(table.column_names.index(column), column,
+                                     pc.if_else(blank, pa.scalar(None, c.type), c))
     split = None
     if p.split is not None:
         if p.split_state is None:
@@ -209,7 +220,8 @@ def _missing_block(p: Plan, block: Block) -> dict[str, MissingStats]:
 
 
 def _filled(f: ResolvedFeature, h: FeatureHandler, block: Block, fill: Any, carry: Carry | None) -> pa.Array:
-    return apply_fill(block.columns[f.name], f.missing_value_strategy, fill, carry=carry, edge_fill=h.edge_fill())
+    return apply_fill(block.columns[f.name], f.missing_value_strategy, fill, carry=carry,
+                      edge_fill=h.edge_fill(f.params))
 
 
 def _fit_block(p: Plan, fills: dict[str, Any], keep_tokens: bool,
@@ -264,7 +276,13 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
         if p.applied is not None:
             fills[f.name] = p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
         else:
-            fills[f.name] = h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+            try:
+                fills[f.name] = h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+            except ConfigError as exc:
+                if exc.column is not None:
+                    raise
+                raise ConfigError(f"{f.where}: {exc.msg}", path=p.config_source, column=f.name,
+                                  hint=exc.hint or f"set {f.where}.preprocessing.fill_value") from exc
         if f.missing_value_strategy in ("bfill", "ffill"):
             for i, c in enumerate(carries(parts)):
                 block_carries[i][f.name] = c
@@ -376,6 +394,30 @@ def _transform_item(p: Plan, meta: Metadata,
     return transform(p, block, meta, carry=carry, tokens=tokens)
 
 
+def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | None) -> None:
+    """Warn (once each) when ``drop_row`` removed every row, the split gave no training rows, or zscore meets inf."""
+    name = name or "<table>"
+    for f in p.features:
+        if f.type == "number" and getattr(f.params, "normalization", None) == "zscore":
+            infs = sum(int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0) for b in blocks
+                       if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type))
+            if infs:
+                warnings.warn(f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
+                              "inf (the statistics skip them); clip them or mark them missing", UserWarning,
+                              stacklevel=3)
+    kept = sum(b.num_rows for b in blocks)
+    if kept == 0:
+        cols = sorted({f.column for f in p.features if f.missing_value_strategy == "drop_row"})
+        warnings.warn(f"{name}: missing_value_strategy drop_row removed all {num_rows:,} rows (columns {cols} are "
+                      "empty in every row); the output is empty", UserWarning, stacklevel=3)
+        return
+    if p.applied is None and p.split is not None:
+        train = sum(int(np.count_nonzero(b.split == 0)) for b in blocks if b.split is not None)
+        if train == 0:
+            warnings.warn(f"{name}: the split leaves no training rows ({kept:,} rows); vocabularies and "
+                          "statistics are fitted on nothing", UserWarning, stacklevel=3)
+
+
 def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     """Read ``dataset`` and run the whole pipeline on this machine, writing to ``sink`` (committed last).
 
@@ -393,6 +435,7 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     ds.table = pa.table({})
     blocks: list[Block | None] = list(executor.map_ordered(partial(prepare, p, origin), slices))
     del slices
+    warn_dubious_rows(p, [b for b in blocks if b is not None], num_rows, ds.name)
     stats = fit(p, [b for b in blocks if b is not None], executor=executor)
     meta = finalize(p, stats)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.errors import DataFileError, SchemaError
+from datamill.core.errors import ConfigError, DataFileError, SchemaError
 from datamill.core.io import (
     csv_options,
     detect_format,
@@ -81,6 +82,17 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
     """
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
+    t = col.type
+    if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_fixed_size_binary(t):
+        valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
+        i = int(valid[0]) if len(valid) else 0
+        row = int(rows[i]) if rows is not None else row_offset + i
+        loc = {"line": line_offset + row} if line_offset is not None else {"row": row}
+        want = "numbers" if target == "float64" else "strings"
+        raise DataFileError(f"the column holds {t} values; this feature type reads {want}", path=name,
+                            column=column, hint="choose a feature type for this column's values, or convert the "
+                                                "column (e.g. to strings) first", **loc)
     if target == "float64":
         if pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_boolean(col.type):
             return _nan_to_null(col.cast(pa.float64()))
@@ -130,18 +142,44 @@ def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
     return table
 
 
+_PANDAS_COLUMN_RE = re.compile(r"[Cc]onversion failed for column (?P<col>.+?) with type")
+
+
+def as_table(dataset: Any) -> pa.Table:
+    """A pyarrow Table or pandas DataFrame as a Table; anything else (but a path) is a ConfigError.
+
+    Raises:
+        DataFileError: a DataFrame column of mixed types or nested values (``column`` set).
+        ConfigError: ``dataset`` is not a path, a DataFrame or a Table.
+
+    Examples:
+        >>> as_table(42)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: dataset must be a file path, a pandas DataFrame or a pyarrow Table, got int
+    """
+    if isinstance(dataset, pa.Table):
+        return dataset
+    if type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy"):
+        try:
+            return pa.Table.from_pandas(dataset, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            m = _PANDAS_COLUMN_RE.search(str(exc))
+            raise DataFileError(f"cannot convert the column: {str(exc).splitlines()[0]}", path="<DataFrame>",
+                                column=m.group("col") if m else None,
+                                hint="give the column one type (e.g. df[col].astype(str)) or drop it") from exc
+    raise ConfigError(f"dataset must be a file path, a pandas DataFrame or a pyarrow Table, got {type(dataset).__name__}")
+
+
 def read_dataset(dataset: Any, wanted: dict[str, str], *, optional: tuple[str, ...] = ()) -> Dataset:
     """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table.
 
     Columns in ``optional`` may be absent (they are then left out of the table).
     """
-    if isinstance(dataset, pa.Table):
-        table, name, base, line0, stem = dataset, None, None, None, None
-    elif type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy"):
-        table = pa.Table.from_pandas(dataset, preserve_index=False)
-        name, base, line0, stem = None, None, None, None
-    else:
+    if isinstance(dataset, (str, os.PathLike)):
         return _read_file(dataset, wanted, optional)
+    table = as_table(dataset)
+    name, base, line0, stem = None, None, None, None
     wanted = _present(wanted, optional, table.column_names)
     for c in wanted:
         if c not in table.column_names:

@@ -40,7 +40,7 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError, Shar
 from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_write
 from datamill.preprocessing.api import Preprocessed
-from datamill.preprocessing.binding import pre_columns
+from datamill.preprocessing.binding import pre_columns, with_image_files
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.meta import HEADER, Metadata
 from datamill.preprocessing.missing import Carry
@@ -183,6 +183,8 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
     else:
         p = _multi_file_plan(plan(config, dataset, metadata=metadata, skip_save=True), inp, out)
     p = replace(p, source=p.source if inp.table is not None or inp.single_file else inp.origin.path)
+    if inp.table is not None or (inp.single_file and "://" not in inp.files[0]):  # as the local engine records
+        p = with_image_files(p, inp.table if inp.table is not None else inp.files[0])
     assert p.meta_path is not None and p.hdf5_path is not None
     name = uid_column or "uid"
     if any(name in (f.name, f"{f.name}_char", f"{f.name}_word") for f in p.features) or name == "split":

@@ -43,6 +43,13 @@ class Location:
         return sorted(info.base_name for info in self.fs.get_file_info(sel))
 
     def read_json(self, name: str) -> Any:
+        info = self.fs.get_file_info(self.path)
+        if info.type == pafs.FileType.File:
+            raise DataFileError("expected a shardset dataset folder, found a file", path=self.display,
+                                hint="pass the dataset folder (the one holding dataset.json)")
+        if info.type == pafs.FileType.NotFound:
+            raise DataFileNotFoundError("no such dataset folder", path=self.display,
+                                        hint="check the path, or create it with `datamill shards create`")
         try:
             with self.fs.open_input_stream(self.join(name)) as f:
                 return json.loads(f.read().decode("utf-8"))

@@ -128,10 +128,25 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         if not entry.startswith(".") and entry not in known:
             out.append(ShardsetError("not listed in the manifest (left by an interrupted add?)", path=loc.show(entry),
                                      hint="remove it, or add it again with `datamill shards add`"))
+    out.extend(_litter(loc))
     ref = (sets[0]["name"], sets[0]["format"]) if sets else ("?", "parquet")
     for ss in sets:
         out.extend(_check_shardset(loc, ss, uid_col=uid_col, n=n, mapping=mapping, ref=ref))
     return out
+
+
+def _litter(loc: Location) -> Iterator[DatamillError]:
+    """Temporary files/folders of killed writers (local datasets; the next ``add`` removes them)."""
+    import pyarrow.fs as pafs
+
+    from datamill.core.io import find_litter
+
+    if not isinstance(loc.fs, pafs.LocalFileSystem):
+        return
+    for entry in find_litter(loc.path):
+        yield ShardsetError("a temporary file/folder left by an interrupted run (its process is gone)",
+                            path=loc.show(entry.name),
+                            hint="delete it, or let the next `datamill shards add` remove it")
 
 
 def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, mapping: Mapping,

@@ -20,7 +20,7 @@ def _create(args: argparse.Namespace) -> int:
     source: str | list[str] = args.files[0] if one else args.files
     ds = ShardsetDataset.create(args.root, source, uid=args.uid, shardset=args.shardset,
                                 shard_size=args.shard_size if one else None, fmt=args.format,
-                                add_uid=args.add_uid)
+                                add_uid=args.add_uid, overwrite=args.overwrite)
     print(ds.info())
     return 0
 
@@ -38,9 +38,13 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from datamill.core.constants import DATASET_MANIFEST
+    from datamill.shards._fs import resolve
     from datamill.shards.check import check_dataset, violation_dict
 
-    problems = check_dataset(args.root)
+    loc = resolve(args.root)
+    loc.read_json(DATASET_MANIFEST)  # not a dataset folder at all: one error line, exit 2
+    problems = check_dataset(loc)
     if args.json:
         print(json.dumps([violation_dict(p) for p in problems], indent=2))
         return 0 if not problems else 1
@@ -80,7 +84,8 @@ def _export(args: argparse.Namespace) -> int:
     from datamill.shards.convert import export
     from datamill.shards.dataset import ShardsetDataset
 
-    table = export(ShardsetDataset(args.root), args.out, columns=_cols(args.columns), join=args.join)
+    table = export(ShardsetDataset(args.root), args.out, columns=_cols(args.columns), join=args.join,
+                   overwrite=args.overwrite)
     print(f"{args.out}: {table.num_rows:,} rows, columns {table.column_names}")
     return 0
 
@@ -97,6 +102,8 @@ def register(sub: Any) -> None:
     c.add_argument("--shard-size", type=int, default=None, help="cut one table into shards of N rows")
     c.add_argument("--format", choices=["parquet", "csv"], default="parquet")
     c.add_argument("--add-uid", action="store_true", help="add the UID column as row numbers if absent")
+    c.add_argument("--overwrite", action="store_true",
+                   help="replace an existing dataset at ROOT as a whole (never an input or a folder of yours)")
     c.set_defaults(func=_create)
     a = s.add_parser("add", help="add a shardset (shard files respecting the mapping, or --route one table)")
     a.add_argument("root")
@@ -123,4 +130,6 @@ def register(sub: Any) -> None:
     e.add_argument("out")
     e.add_argument("--columns", default=None, help="comma-separated")
     e.add_argument("--join", choices=["left", "inner"], default="left")
+    e.add_argument("--overwrite", action="store_true",
+                   help="replace an existing CSV (or other datamill output) at OUT; never a file inside the dataset")
     e.set_defaults(func=_export)

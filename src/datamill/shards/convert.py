@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
-from datamill.core.io import atomic_path
+from datamill.core.faults import fault_point
+from datamill.core.io import atomic_path, check_output
 from datamill.shards._tables import hdf5_to_table
 from datamill.shards.dataset import ShardsetDataset
 from datamill.shards.write import create
 
-__all__ = ["export", "from_bert_parquet", "from_hdf5", "hdf5_to_table"]
+__all__ = ["EXPORT_KEY", "export", "from_bert_parquet", "from_hdf5", "hdf5_to_table"]
+
+EXPORT_KEY = b"datamill.export"
+"""Parquet schema metadata key marking a file written by :func:`export` (its value: the dataset)."""
 
 
 def from_hdf5(path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, shard_size: int,
@@ -51,8 +57,15 @@ def from_bert_parquet(path: str | os.PathLike[str], root: str | os.PathLike[str]
 
 
 def export(ds: ShardsetDataset, out: str | os.PathLike[str], /, *, columns: Sequence[str] | None = None,
-           join: str = "left") -> pa.Table:
+           join: str = "left", overwrite: bool = False) -> pa.Table:
     """Write the joined dataset to one Parquet or CSV file (atomically); returns the table.
+
+    An earlier Parquet export at ``out`` is replaced; a CSV file (which carries no marker) only
+    with ``overwrite=True``. A path inside the dataset, or any other file, is refused.
+
+    Raises:
+        DataFileError: ``out`` is inside the dataset folder or holds something else.
+        OutputError: the disk is full (an earlier file at ``out`` is kept).
 
     Examples:
         >>> import tempfile, pyarrow as pa
@@ -68,11 +81,29 @@ def export(ds: ShardsetDataset, out: str | os.PathLike[str], /, *, columns: Sequ
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    table = ds.to_table(columns=columns, join=join)
     target = os.fspath(out)
+    csv = target.lower().endswith(".csv")
+    inputs = [ds.loc.path] if isinstance(ds.loc.fs, pafs.LocalFileSystem) else []
+
+    def own(p: Path) -> bool:
+        return p.is_file() and (overwrite if csv else _is_export(p))
+
+    check_output(target, is_own=own, inputs=inputs, what="export file", overwrite=overwrite)
+    table = ds.to_table(columns=columns, join=join)
     with atomic_path(target) as tmp:
-        if target.lower().endswith(".csv"):
+        if csv:
             pcsv.write_csv(table, tmp)
         else:
-            pq.write_table(table, tmp)
+            meta = {**(table.schema.metadata or {}), EXPORT_KEY: ds.loc.display.encode()}
+            pq.write_table(table.replace_schema_metadata(meta), tmp)
+        fault_point("shards.export_written")
     return table
+
+
+def _is_export(path: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    try:
+        return EXPORT_KEY in (pq.read_schema(path).metadata or {})
+    except (OSError, pa.ArrowException):
+        return False

@@ -119,13 +119,14 @@ class ShardsetDataset:
     @classmethod
     def create(cls, root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
                shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
-               add_uid: bool = False) -> ShardsetDataset:
+               add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
         """Create a dataset from shard files (their order is the shard index) or one table/file.
 
         A thin wrapper of :func:`datamill.shards.write.create` (see it for the arguments).
         """
         ds: ShardsetDataset = importlib.import_module(_WRITE_MODULE).create(
-            root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid)
+            root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid,
+            overwrite=overwrite)
         return ds
 
     def add(self, shardset: str, source: ShardInput, /, *, route: bool = False,
@@ -188,6 +189,23 @@ class ShardsetDataset:
         return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=self._sets[shardset]['format'])}"
 
     def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
+        """Shard ``k`` of ``shardset``, checked against the manifest's row count and the mapping's UIDs."""
+        t = self._read_file(shardset, k, columns)
+        rel = self.shard_path(shardset, k)
+        expected = self._sets[shardset]["shard_rows"][k]
+        if t.num_rows != expected:
+            raise ShardsetError(f"the shard file has {t.num_rows} rows, the manifest says {expected} "
+                                "(truncated, edited or swapped?)", path=self.loc.show(rel), shard=k,
+                                hint="restore the file, or run `datamill shards check` for details")
+        su = t.column(self.uid_column).combine_chunks()
+        uids = self.mapping.shard_uids(k)
+        if not su.equals(uids) and (pc.sum(pc.is_in(su, value_set=uids)).as_py() or 0) != t.num_rows:
+            raise ShardsetError(f"the shard file holds UIDs that are not mapped to shard {k} (swapped or edited?)",
+                                path=self.loc.show(rel), shard=k,
+                                hint="restore the file, or run `datamill shards check` for the list")
+        return t
+
+    def _read_file(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         rel = self.shard_path(shardset, k)
         cols = [self.uid_column, *columns]
         if self._sets[shardset]["format"] == "parquet":

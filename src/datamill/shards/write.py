@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
-from datamill.core.constants import DATASET_MANIFEST
-from datamill.core.errors import ConfigError, SchemaError, ShardsetError
-from datamill.shards._fs import resolve
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
+from datamill.core.errors import ConfigError, DataFileError, SchemaError, ShardsetError
+from datamill.core.io import atomic_dir, check_output, find_litter, is_datamill_output
+from datamill.shards._fs import Location, resolve
 from datamill.shards._tables import ShardInput, TableInput, load_table
 from datamill.shards.dataset import ShardsetDataset
-from datamill.shards.writer import ShardsetWriter
+from datamill.shards.writer import UNCOMMITTED, ShardsetWriter, remove_interrupted
 
 __all__ = ["add", "create", "load_table"]
 
@@ -44,6 +47,9 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
             raise ConfigError("a single table needs shard_size", hint="pass shard_size=N (--shard-size N)")
         table = load_table(source, uid=uid, add_uid=add_uid)
         name = "<table>" if isinstance(source, pa.Table) else os.fspath(source)
+        if table.num_rows == 0:
+            raise DataFileError("the table has no rows (a header only?); a dataset needs samples", path=name,
+                                hint="add rows, or check that you passed the right file")
         if shard_size is None:
             yield name, table
             return
@@ -60,7 +66,7 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
 
 def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
            shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
-           add_uid: bool = False) -> ShardsetDataset:
+           add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
     """Create a dataset whose first shardset ``shardset`` defines the sample→shard mapping.
 
     Args:
@@ -73,10 +79,14 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
         fmt: ``"parquet"`` or ``"csv"`` shard files. Defaults to ``"parquet"``.
         name: the dataset name in the manifest. Defaults to ``None`` (the folder name).
         add_uid: add ``uid`` = row number when the column is absent (BERT Parquet). Defaults to ``False``.
+        overwrite: replace an existing dataset (or another datamill output) at ``root``: the new
+            dataset is built beside it and switched in as a whole, so an interrupted run keeps the
+            old one (local folders only). Defaults to ``False``.
 
     Raises:
         SchemaError: the UID column is missing, or shards have different columns.
-        ShardsetError: duplicate or null UIDs, an existing dataset.
+        ShardsetError: duplicate or null UIDs, an existing dataset (without ``overwrite``).
+        DataFileError: ``root`` is a file, an input, or a folder of yours.
 
     Examples:
         >>> import tempfile, pyarrow as pa
@@ -88,14 +98,41 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
     loc = resolve(root)
-    if loc.exists(DATASET_MANIFEST):
-        raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
-                            hint="use `add` to add a shardset")
+    local = isinstance(loc.fs, pafs.LocalFileSystem)
+    if local:
+        inputs = [source] if isinstance(source, (str, os.PathLike)) else \
+            [f for f in source if isinstance(f, (str, os.PathLike))] if not isinstance(source, pa.Table) else []
+        check_output(loc.path, is_own=lambda p: p.is_dir() and (_leftovers_only(p) or (p / DATASET_MANIFEST).is_file()),
+                     inputs=inputs, what="shardset dataset", overwrite=overwrite)
+    if loc.exists(DATASET_MANIFEST) or (overwrite and local and is_datamill_output(loc.path)):
+        if not overwrite:
+            raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
+                                hint="use `add` to add a shardset, or --overwrite to replace the dataset")
+        if not local:
+            raise ShardsetError("overwrite replaces local datasets only", path=loc.display)
+        with atomic_dir(loc.path) as tmp:
+            _write_new(resolve(tmp), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
+                       name=name or os.path.basename(loc.path), add_uid=add_uid)
+        return ShardsetDataset(loc)
+    if local and loc.exists():
+        remove_interrupted(loc, [])
+    return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
+                      add_uid=add_uid)
+
+
+def _write_new(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
+               name: str | None, add_uid: bool) -> ShardsetDataset:
     with ShardsetWriter(loc, uid=uid, shardset=shardset, fmt=fmt, name=name) as w:
         for k, (display, t) in enumerate(_pieces(source, uid=uid, shard_size=shard_size, add_uid=add_uid)):
             w.write_shard(k, t, source=display)
     assert w.dataset is not None
     return w.dataset
+
+
+def _leftovers_only(path: Path) -> bool:
+    """A folder holding nothing but what an interrupted ``create`` leaves (mapping, marked shardsets, temporaries)."""
+    litter = set(find_litter(path))
+    return all(e.name == SAMPLES_FILE or (e / UNCOMMITTED).is_file() or e in litter for e in path.iterdir())
 
 
 def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple[str, pa.Table]]:

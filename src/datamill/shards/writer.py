@@ -34,22 +34,27 @@ from typing import Any, Self
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
 from datamill.core.errors import ConfigError, SchemaError, ShardsetError
+from datamill.core.faults import fault_point
+from datamill.core.io import as_output_error, find_litter
 from datamill.shards._fs import Location, read_any, resolve, write_any
 from datamill.shards._mapping import Mapping, schema_from_b64, schema_to_b64
 from datamill.shards._tables import conform
 from datamill.shards.check import shard_problems
 from datamill.shards.dataset import ShardsetDataset
 
-__all__ = ["KEEP_META", "ShardSink", "ShardsetWriter"]
+__all__ = ["KEEP_META", "ShardSink", "ShardsetWriter", "UNCOMMITTED", "remove_interrupted"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 KEEP_META = b"datamill"
 """Schema metadata key of shard 0 kept in the manifest (``source_metadata``), e.g. a BERT Parquet's vocab."""
 
 _RESERVED = {DATASET_MANIFEST, SAMPLES_FILE}
+UNCOMMITTED = ".uncommitted"
+"""Marker inside a shardset folder between its rename and the manifest write (a kill there leaves it)."""
 _FORMATS = ("parquet", "csv")
 
 
@@ -164,6 +169,7 @@ class ShardSink:
                    if KEEP_META in meta else None}
         tmp_loc = Location(self.loc.fs, self.loc.join(self.tmp), self.loc.show(self.tmp))
         tmp_loc.write_json_atomic(_receipt_name(k, self.fmt), receipt, durable=False)  # scratch: no fsync
+        fault_point("shards.shard_written")
         self.written[k] = _Written(token, table.column(self.uid).combine_chunks())
         return int(table.num_rows)
 
@@ -225,7 +231,10 @@ class ShardsetWriter:
             if name is not None:
                 raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
         self._made_root = not self.loc.exists()
-        _check_shardset_name(self.loc, shardset, self.base.shardsets if self.base is not None else [])
+        listed = self.base.shardsets if self.base is not None else []
+        if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
+            remove_interrupted(self.loc, listed)
+        _check_shardset_name(self.loc, shardset, listed)
         self.loc.fs.create_dir(self.loc.path, recursive=True)
         self.tmp = self.loc.tmp_name(shardset)
         self.loc.fs.create_dir(self.loc.join(self.tmp))
@@ -238,8 +247,11 @@ class ShardsetWriter:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is not None:
+        if exc is not None:
             self.discard()
+            err = as_output_error(exc, self.loc.display)
+            if err is not None and err is not exc:
+                raise err from exc
         elif self._open:
             self.commit()
 
@@ -270,8 +282,11 @@ class ShardsetWriter:
             raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
         try:
             self.dataset = self._commit()
-        except BaseException:
+        except BaseException as exc:
             self.discard()
+            err = as_output_error(exc, self.loc.display)
+            if err is not None and err is not exc:
+                raise err from exc
             raise
         self._open = False
         return self.dataset
@@ -317,9 +332,21 @@ class ShardsetWriter:
         for name in loc.listdir(self.tmp):  # receipts, and parts left by killed workers
             if name not in keep:
                 loc.fs.delete_file(loc.join(self.tmp, name))
+        with loc.fs.open_output_stream(loc.join(self.tmp, UNCOMMITTED)) as f:
+            f.write(str(os.getpid()).encode())
+        fault_point("shards.before_commit")
         if self.base is None:
             return self._commit_new(uids, rows, entry, receipts)
         return self._commit_added(entry)
+
+    def _unmove(self) -> None:
+        """Remove the shardset folder renamed into place when the manifest was not written (not listed)."""
+        listed = self.loc.exists(DATASET_MANIFEST) and any(
+            ss.get("name") == self.shardset for ss in self.loc.read_json(DATASET_MANIFEST).get("shardsets", []))
+        if not listed:
+            self.loc.remove_tree(self.shardset)
+            if self.base is None and self.loc.exists(SAMPLES_FILE) and not self.loc.exists(DATASET_MANIFEST):
+                self.loc.fs.delete_file(self.loc.join(SAMPLES_FILE))
 
     def _shard_uids(self, k: int, receipt: dict[str, Any], schema: pa.Schema) -> pa.Array:
         """Shard ``k``'s UIDs; shards written by another process are re-validated from their file."""
@@ -348,12 +375,18 @@ class ShardsetWriter:
         _check_unique(all_uids, sizes, [receipts[k]["source"] for k in range(len(rows))])
         mapping = Mapping(all_uids, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes), len(sizes))
         loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
-        mtmp = loc.tmp_name(SAMPLES_FILE)
-        pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
-        loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
-        manifest = {"format": SHARDS_FORMAT, "name": self.name or os.path.basename(loc.path), "uid_column": uid,
-                    "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
-        loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        try:
+            mtmp = loc.tmp_name(SAMPLES_FILE)
+            pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
+            loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
+            fault_point("shards.before_manifest")
+            manifest = {"format": SHARDS_FORMAT, "name": self.name or os.path.basename(loc.path), "uid_column": uid,
+                        "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
+            loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        except BaseException:
+            self._unmove()
+            raise
+        loc.fs.delete_file(loc.join(self.shardset, UNCOMMITTED))
         return ShardsetDataset(loc)
 
     def _commit_added(self, entry: dict[str, Any]) -> ShardsetDataset:
@@ -363,14 +396,54 @@ class ShardsetWriter:
             raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
                                 path=loc.show(DATASET_MANIFEST), hint="add again")
         loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
-        if loc.read_json(DATASET_MANIFEST) != base.manifest:
-            loc.remove_tree(self.shardset)
-            raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
-                                path=loc.show(DATASET_MANIFEST), hint="add again")
-        manifest = dict(base.manifest)
-        manifest["shardsets"] = [*base.manifest["shardsets"], entry]
-        loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        try:
+            if loc.read_json(DATASET_MANIFEST) != base.manifest:
+                raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
+                                    path=loc.show(DATASET_MANIFEST), hint="add again")
+            fault_point("shards.before_manifest")
+            manifest = dict(base.manifest)
+            manifest["shardsets"] = [*base.manifest["shardsets"], entry]
+            loc.write_json_atomic(DATASET_MANIFEST, manifest)
+        except BaseException:
+            self._unmove()
+            raise
+        loc.fs.delete_file(loc.join(self.shardset, UNCOMMITTED))
         return ShardsetDataset(loc)
+
+
+def remove_interrupted(loc: Location, listed: Sequence[str]) -> list[str]:
+    """Remove what killed writers left in a local dataset folder; returns the names removed.
+
+    That is: temporaries of dead processes, shardset folders renamed into place but never entered in
+    the manifest (they hold :data:`UNCOMMITTED`), and that marker inside listed shardsets.
+    """
+    removed = [p.name for p in find_litter(loc.path, remove=True)]
+    for entry in loc.listdir():
+        if entry.startswith(".") or not loc.exists(entry, UNCOMMITTED):
+            continue
+        if entry in listed:
+            loc.fs.delete_file(loc.join(entry, UNCOMMITTED))
+            continue
+        try:
+            with loc.fs.open_input_stream(loc.join(entry, UNCOMMITTED)) as f:
+                pid = int(f.read().decode() or "0")
+        except (OSError, ValueError):
+            pid = 0
+        if pid and pid != os.getpid() and _alive(pid):
+            continue  # a writer is committing it right now
+        loc.remove_tree(entry)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _check_unique(uids: pa.Array, sizes: np.ndarray[Any, np.dtype[np.int64]], displays: list[str]) -> None:

@@ -21,7 +21,8 @@ def _cmd(args: argparse.Namespace) -> int:
                  "reserved_tokens": args.reserved_tokens.split(",") if args.reserved_tokens else (),
                  "unk_token": args.unk_token}
     corpus = build_corpus(args.textfile, level=args.level, lowercase=args.lowercase,
-                          collapse_whitespace=args.collapse_whitespace, out=args.out, **extra)
+                          collapse_whitespace=args.collapse_whitespace, out=args.out,
+                          overwrite=args.overwrite, **extra)
     vocab_size = len(corpus.vocab) if corpus.vocab is not None else 0
     print(f"{args.textfile}: {len(corpus):,} tokens ({args.level}), {corpus.num_lines:,} lines, "
           f"vocab size {vocab_size:,}, ids {corpus.tokens.dtype} -> {args.out} "
@@ -45,5 +46,8 @@ def register(sub: Any) -> None:
     p.add_argument("--unk-token", default="<unk>", help="the unknown token (char/word; default <unk>)")
     p.add_argument("--tokenizer", default=None, help="bpe/wordpiece: a tokenizer JSON to use instead of training")
     p.add_argument("--vocab-size", type=int, default=8000, help="bpe/wordpiece training vocab size (default 8000)")
-    p.add_argument("--out", required=True, help="output corpus folder (replaced atomically)")
+    p.add_argument("--out", required=True,
+                   help="output corpus folder (an earlier corpus there is replaced atomically; anything else is refused)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="also replace another kind of datamill output at --out (never an input or a file of yours)")
     p.set_defaults(func=_cmd)

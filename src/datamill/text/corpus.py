@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -43,13 +44,14 @@ from numpy.typing import NDArray
 from datamill.core.ascii import ascii_char_codes, ascii_words
 from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
-from datamill.core.io import PathLike, atomic_dir, display_name, read_bytes, read_text
+from datamill.core.faults import fault_point
+from datamill.core.io import PathLike, atomic_dir, check_output, display_name, read_bytes, read_text
 from datamill.core.ragged import smallest_int_dtype
 from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
 from datamill.vocab import TokenCounts, Vocab
 
 __all__ = ["CORPUS_FILE", "LEVELS", "OFFSETS_FILE", "TOKENIZER_FILE", "TOKENS_FILE", "Corpus", "build_corpus",
-           "build_vocab", "read_lines"]
+           "build_vocab", "is_corpus_folder", "read_lines"]
 
 TOKENS_FILE = "tokens.npy"
 OFFSETS_FILE = "offsets.npy"
@@ -271,14 +273,21 @@ class Corpus:
         return ("" if self.level == "char" else " ").join(self.vocab.decode(flat).tolist())
 
     # -- persistence --------------------------------------------------------------------------
-    def save(self, out: PathLike) -> Path:
-        """Write the corpus folder (temp folder renamed into place; ``corpus.json`` written last)."""
-        out = Path(out)
+    def save(self, out: PathLike, *, overwrite: bool = False) -> Path:
+        """Write the corpus folder (temp folder switched into place; ``corpus.json`` written last).
+
+        Raises:
+            DataFileError: ``out`` exists and is not a corpus folder (with ``overwrite=True``: not
+                any datamill output).
+            OutputError: the disk is full (the previous folder is kept).
+        """
+        out = check_output(out, is_own=is_corpus_folder, what="corpus folder", overwrite=overwrite)
         meta = {**self.meta, "format": CORPUS_FORMAT, "level": self.level, "num_tokens": len(self),
                 "num_lines": self.num_lines, "vocab_size": len(self.vocab) if self.vocab else None,
                 "dtype": str(self.tokens.dtype), "fingerprint": self.fingerprint()}
         with atomic_dir(out) as tmp:
             np.save(tmp / TOKENS_FILE, np.ascontiguousarray(self.tokens))
+            fault_point("corpus.array_written")
             np.save(tmp / OFFSETS_FILE, self.offsets)
             if self.vocab is not None:
                 self.vocab.save(tmp / VOCAB_FILE)
@@ -288,6 +297,7 @@ class Corpus:
                 json.dump(meta, f, indent=2, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
+            fault_point("corpus.before_switch")
         self.path = out
         self.meta = meta
         return out
@@ -340,6 +350,7 @@ def build_corpus(
     vocab_size: int = 8000,
     vocab: Vocab | None = None,
     out: PathLike | None = None,
+    overwrite: bool = False,
 ) -> Corpus:
     """Tokenise a text into a :class:`Corpus` (see the module docstring for the levels).
 
@@ -357,7 +368,9 @@ def build_corpus(
             ``None``. Defaults to ``None``.
         vocab_size: bpe/wordpiece vocabulary size when training. Defaults to ``8000``.
         vocab: char/word: encode with this vocabulary instead of building one. Defaults to ``None``.
-        out: also save the corpus folder here. Defaults to ``None``.
+        out: also save the corpus folder here; an existing corpus folder there is replaced (the
+            input, or anything else, is refused). Defaults to ``None``.
+        overwrite: also replace another kind of datamill output at ``out``. Defaults to ``False``.
 
     Returns:
         the corpus (memory-resident; :meth:`Corpus.load` maps a saved one).
@@ -373,6 +386,9 @@ def build_corpus(
     """
     if level not in LEVELS:
         raise ConfigError(f"unknown corpus level {level!r}; valid: {', '.join(LEVELS)}")
+    if out is not None:
+        inputs = [x for x in (source, tokenizer) if isinstance(x, (str, os.PathLike))]
+        out = check_output(out, is_own=is_corpus_folder, inputs=inputs, what="corpus folder", overwrite=overwrite)
     src_name = display_name(source) if isinstance(source, (str, os.PathLike)) else "<texts>"
     meta: dict[str, Any] = {"source": src_name, "lowercase": lowercase, "collapse_whitespace": collapse_whitespace}
     if level == "char" and isinstance(source, (str, os.PathLike)):
@@ -469,6 +485,24 @@ def _finish(ids: NDArray[Any], offsets: NDArray[np.int64], vocab: Vocab, level: 
                             path=str(meta["source"]))
     corpus = Corpus(ids.astype(_smallest_dtype(len(vocab)), copy=False), offsets=offsets, vocab=vocab,
                     level=level, meta=meta, tokenizer=hf)
+    unk = vocab.unk_index
+    if unk is not None and len(ids) and not np.any(ids != unk):
+        warnings.warn(f"{meta['source']}: every token maps to {vocab.unk_token!r} (min_freq/max_size leave "
+                      "no regular token); lower min_freq or raise max_size", UserWarning, stacklevel=3)
     if out is not None:
-        corpus.save(out)
+        corpus.save(out, overwrite=True)  # checked (with the inputs) by build_corpus
     return corpus
+
+
+def is_corpus_folder(path: Path) -> bool:
+    """Whether ``path`` is a corpus folder (it holds ``corpus.json`` of the corpus format).
+
+    Examples:
+        >>> is_corpus_folder(Path("no-such-folder"))
+        False
+    """
+    try:
+        meta = json.loads((path / CORPUS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == CORPUS_FORMAT

@@ -146,7 +146,7 @@ class FeatureHandler(ABC):
         return float(value) if cls.input_type == "float64" else str(value)
 
     @classmethod
-    def edge_fill(cls) -> Any:
+    def edge_fill(cls, params: Any = None) -> Any:
         """What fills the nulls ``bfill``/``ffill`` leave at the ends of the dataset."""
         if cls.input_type == "float64":
             return 0.0

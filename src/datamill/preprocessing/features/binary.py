@@ -78,6 +78,11 @@ class Handler(FeatureHandler):
         return {"str2freq": counts, "bool2str": [labels[False] or "false", labels[True] or "true"],
                 "vocab_size": 2}
 
+    @classmethod
+    def edge_fill(cls, params: Any = None) -> Any:
+        """Edge nulls left by ``bfill``/``ffill`` become false (the first of ``false_strings``)."""
+        return params.false_strings[0] if isinstance(params, BinaryParams) else "false"
+
     @staticmethod
     def _truth(column: pa.Array, params: BinaryParams, ctx: FeatureContext, *, check: bool) -> pa.Array:
         norm = pc.utf8_lower(pc.utf8_trim_whitespace(column))
@@ -86,7 +91,7 @@ class Handler(FeatureHandler):
         is_true = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.true_strings], pa.string()))
         is_false = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.false_strings], pa.string()))
         known = pc.or_(is_true, is_false)
-        if check and not pc.all(known).as_py():
+        if check and len(known) and not pc.all(known).as_py():  # (all() of nothing is null)
             bad = int(np.flatnonzero(~known.to_numpy(zero_copy_only=False))[0])
             raise DataFileError(
                 f"expected a binary value ({'/'.join(params.true_strings[:4])} or "

@@ -151,8 +151,9 @@ class Handler(FeatureHandler):
         if params.height is not None and params.width is not None and params.num_channels is not None:
             return ImageStats((), n)  # nothing to infer
         sample = []
-        for i, value in enumerate(to_string_array(column)[:n].to_pylist()):
-            img = _open(_resolve(value, ctx), i, ctx)
+        values = to_string_array(column).to_pylist()
+        for i in [i for i, v in enumerate(values) if v and v.strip()][:n]:  # no image left after the fill: skipped
+            img = _open(_resolve(values[i], ctx), i, ctx)
             sample.append((img.height, img.width, _channels(img)))
         return ImageStats(tuple(sample), n)
 
@@ -186,6 +187,9 @@ class Handler(FeatureHandler):
         out = np.empty((len(paths), h, w, c), np.uint8)
 
         def work(i: int) -> None:
+            if not paths[i] or not paths[i].strip():  # no image left after the missing-value strategy: black
+                out[i] = 0
+                return
             out[i] = _load(_resolve(paths[i], ctx), i, ctx, h, w, c, params.resize_method)
 
         threads = params.num_processes or min(8, os.cpu_count() or 1)

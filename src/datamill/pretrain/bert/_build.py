@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -51,9 +52,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from datamill.core.constants import BERT_FORMAT
-from datamill.core.errors import ConfigError, DataFileError
+from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
-from datamill.core.io import PathLike, atomic_write, display_name
+from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
 from datamill.core.progress import progress
 from datamill.pretrain.bert._docs import split_documents, tokenize_documents
 from datamill.pretrain.bert._io import (
@@ -140,6 +141,7 @@ def build_bert_samples(
     pairing: str = "seed",
     engine: str = "local",
     engine_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> BertSamples:
     """Write BERT pretraining samples (NSP pairs + masked LM) from raw text to a Parquet file.
 
@@ -175,6 +177,8 @@ def build_bert_samples(
         engine: ``"local"`` or ``"ray"`` (:func:`datamill.ray.build_bert_samples`: the same samples
             built on a Ray cluster, ``out`` is then a shardset dataset folder). Defaults to ``"local"``.
         engine_options: keyword arguments of the Ray engine (``address``). Defaults to ``None``.
+        overwrite: also replace another kind of datamill output at ``out``. An earlier BERT Parquet
+            file is always replaced (atomically); an input or a file of yours never. Defaults to ``False``.
 
     Returns:
         :class:`BertSamples` with the path, counts and seconds per stage.
@@ -215,6 +219,7 @@ def build_bert_samples(
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
+    out_path, tok_path = _check_outputs(out, paths, tokenizer, overwrite=overwrite)
     start = time.perf_counter()
     timings: dict[str, float] = {}
     tok = resolve_tokenizer(tokenizer)
@@ -244,8 +249,6 @@ def build_bert_samples(
         cores = os.cpu_count() or 1
         big = len(corpus.ids) * dupe_factor >= _MIN_POOL_TOKENS
         workers = min(cores - 1, 8) if big and cores > 4 else 1
-    out_path = Path(out)
-    tok_path = out_path.with_suffix(".tokenizer.json")
     tokenizer_json = tok.to_json()
     meta: dict[str, Any] = {
         "format": BERT_FORMAT, "layout": layout, "max_seq_length": max_seq_length,
@@ -260,7 +263,10 @@ def build_bert_samples(
         "documents": corpus.num_documents, "sentences": n_sentences,
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".bert-scratch-", dir=out_path.parent) as scratch:
+    for stale in find_litter(out_path.parent):  # scratch folders of killed runs
+        if stale.name.startswith(".bert-scratch-"):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f".bert-scratch-{os.getpid()}-", dir=out_path.parent) as scratch:
         tasks = plan_tasks(corpus, dupe_factor)
         with closing(run_tasks(corpus, cfg, tasks, workers=workers, scratch=Path(scratch))) as results:
             bar = progress(results, desc="bert samples", unit="shard", total=len(tasks))
@@ -273,6 +279,24 @@ def build_bert_samples(
     return BertSamples(path=out_path, tokenizer_path=tok_path, layout=layout,
                        documents=corpus.num_documents, sentences=n_sentences, samples=stats.samples,
                        tokens=stats.tokens, seconds=seconds, timings=timings)
+
+
+def _check_outputs(out: PathLike, paths: list[PathLike], tokenizer: Any, *,
+                   overwrite: bool) -> tuple[Path, Path]:
+    """The Parquet path and its tokenizer copy, refused when they would replace an input or a user's file."""
+    out_path = Path(out)
+    tok_path = out_path.with_suffix(".tokenizer.json")
+    inputs = [*paths, *([tokenizer] if isinstance(tokenizer, (str, os.PathLike)) else [])]
+    check_output(out_path, is_own=is_bert_parquet, inputs=inputs, what="BERT Parquet file", overwrite=overwrite)
+
+    def own_tokenizer(p: Path) -> bool:  # the copy an earlier run wrote beside its Parquet file
+        try:
+            return is_bert_parquet(out_path) and read_metadata(out_path).get("tokenizer_file") == p.name
+        except DatamillError:
+            return False
+
+    check_output(tok_path, is_own=own_tokenizer, inputs=inputs, what="tokenizer copy of a BERT Parquet file")
+    return out_path, tok_path
 
 
 def read_metadata(path: PathLike) -> dict[str, Any]:

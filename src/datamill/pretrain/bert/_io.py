@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.faults import fault_point
 from datamill.core.io import PathLike, atomic_path
 from datamill.core.parquet import ParquetSource
 from datamill.core.ragged import csr_from_arrow, pad
@@ -67,6 +68,7 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
                 for batch in res.batches:
                     writer.write_batch(batch.replace_schema_metadata(schema.metadata))
                     stats.row_groups += 1
+                    fault_point("bert.row_group_written")
                 stats.samples += res.samples
                 stats.tokens += res.tokens
                 for k, v in res.timings.items():
@@ -82,6 +84,7 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
             t2 = time.perf_counter()
             writer.close()
             write_s += time.perf_counter() - t2
+        fault_point("bert.before_switch")
     stats.timings = {"write_parquet": write_s, "wait_for_samples": wait_s,
                      **{f"workers_{k}": v for k, v in worker.items()}}
     return stats

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from datamill.core.parallel import ordered_map
+from datamill.core.parallel import die_with_parent, ordered_map
 from datamill.core.rng import rng_for
 from datamill.pretrain.bert._docs import TokenizedDocuments
 from datamill.pretrain.bert._mask import MaskConfig, assemble
@@ -89,6 +89,7 @@ def _init_state(ids: NDArray[np.int32], sent_offsets: NDArray[np.int64],
 
 def _worker_init(folder: str) -> None:
     global _STATE
+    die_with_parent()  # a kill -9 of `datamill bert` must not leave workers running
     d = Path(folder)
     _STATE = _init_state(np.load(d / "ids.npy", mmap_mode="r"), np.load(d / "sent_offsets.npy"),
                          np.load(d / "doc_offsets.npy"))
@@ -150,8 +151,13 @@ def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     gc.freeze()
     try:
-        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
-                                 initializer=_worker_init, initargs=(os.fspath(scratch),)) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
+                                   initializer=_worker_init, initargs=(os.fspath(scratch),))
+        try:
             yield from ordered_map(functools.partial(_pool_task_of, cfg), tasks, pool=pool, window=2 * workers)
+        except BaseException:  # an error, a full disk, Ctrl-C or close(): pending tasks are dropped
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     finally:
         gc.unfreeze()

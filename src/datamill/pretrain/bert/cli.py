@@ -16,7 +16,7 @@ def _cmd(args: argparse.Namespace) -> int:
         max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor, mask_prob=args.mask_prob,
         max_predictions_per_seq=args.max_predictions_per_seq, short_seq_prob=args.short_seq_prob,
         seed=args.seed, workers=args.workers, layout=args.layout, sentence_split=args.sentence_split,
-        pairing=args.pairing, engine=args.engine,
+        pairing=args.pairing, engine=args.engine, overwrite=args.overwrite,
         engine_options={"address": args.address} if args.engine == "ray" else None,
     )
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
@@ -32,7 +32,11 @@ def register(sub: Any) -> None:
                                    "document, each other line is a sentence) -> NSP pairs, truncation, "
                                    "15% masking at 80/10/10 -> Parquet.")
     p.add_argument("raw", nargs="+", help="raw text file(s)")
-    p.add_argument("--out", required=True, help="the Parquet file to write (--engine ray: the shardset dataset folder)")
+    p.add_argument("--out", required=True,
+                   help="the Parquet file to write (an earlier BERT Parquet file is replaced atomically; anything "
+                        "else is refused; --engine ray: the shardset dataset folder)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="also replace another kind of datamill output at --out (never an input or a file of yours)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tokenizer", help="a tokenizers JSON file with [PAD] [CLS] [SEP] [MASK] [UNK]")
     g.add_argument("--vocab-size", type=int, default=30000, help="train a WordPiece tokenizer of this size (default 30000)")

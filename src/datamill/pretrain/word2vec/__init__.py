@@ -12,7 +12,12 @@ Examples:
 
 from __future__ import annotations
 
-from datamill.pretrain.word2vec._build import MANIFEST, SkipGramSamples, build_skipgram
+from datamill.pretrain.word2vec._build import (
+    MANIFEST,
+    SkipGramSamples,
+    build_skipgram,
+    is_skipgram_folder,
+)
 
-__all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram"]
+__all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram", "is_skipgram_folder"]
 assert sorted(__all__) == __all__

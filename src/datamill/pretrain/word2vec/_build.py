@@ -47,8 +47,17 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import VOCAB_FILE, WORD2VEC_FORMAT
 from datamill.core.errors import CacheError, ConfigError, DataFileError
+from datamill.core.faults import fault_point
 from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
-from datamill.core.io import PathLike, atomic_write, check_utf8, display_name, is_blank, read_bytes
+from datamill.core.io import (
+    PathLike,
+    atomic_dir,
+    check_output,
+    check_utf8,
+    display_name,
+    is_blank,
+    read_bytes,
+)
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
 from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
@@ -62,7 +71,7 @@ from datamill.pretrain.word2vec._sample import (
 )
 from datamill.vocab import TokenCounts, Vocab
 
-__all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram"]
+__all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram", "is_skipgram_folder"]
 
 MANIFEST = "skipgram.json"
 """The commit marker of a saved example folder (written last)."""
@@ -152,17 +161,35 @@ class SkipGramSamples:
                       shuffle_buffer=shuffle_buffer, num_workers=num_workers)
 
     # ---------------------------------------------------------------- persistence
-    def save(self, directory: PathLike) -> Path:
-        """Write ``<name>.npy`` arrays and ``vocab.json`` atomically, then ``skipgram.json`` last."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / MANIFEST).unlink(missing_ok=True)  # the folder is untrusted until the marker is back
-        for name in _ARRAYS:
-            with atomic_write(out / f"{name}.npy", "wb") as f:
-                np.save(f, getattr(self, name))
-        self.vocab.save(out / VOCAB_FILE)
-        with atomic_write(out / MANIFEST) as f:
-            json.dump({"format": WORD2VEC_FORMAT, **self.info}, f, indent=2, sort_keys=True)
+    def save(self, directory: PathLike, *, overwrite: bool = False, inputs: Sequence[PathLike] = ()) -> Path:
+        """Write the folder beside the old one (``.npy`` arrays, ``vocab.json``, ``skipgram.json`` last), then switch.
+
+        Args:
+            directory: the output folder. An earlier skip-gram folder there is replaced as a whole
+                (an interrupted save keeps it); anything else is refused.
+            overwrite: also replace another kind of datamill output. Defaults to ``False``.
+            inputs: paths the folder must not be (nor hold), e.g. the corpus file. Defaults to ``()``.
+
+        Raises:
+            DataFileError: ``directory`` is an input or is not a skip-gram folder.
+            OutputError: the disk is full (the previous folder is kept).
+        """
+        out = check_output(directory, is_own=is_skipgram_folder, inputs=inputs, what="word2vec folder",
+                           overwrite=overwrite)
+        with atomic_dir(out) as tmp:
+            for name in _ARRAYS:
+                np.save(tmp / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
+                fault_point("word2vec.array_written")
+            self.vocab.save(tmp / VOCAB_FILE)
+            with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+                json.dump({"format": WORD2VEC_FORMAT, **self.info}, f, indent=2, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            for name in os.listdir(tmp):
+                if name != MANIFEST:
+                    with open(tmp / name, "rb") as fh:
+                        os.fsync(fh.fileno())
+            fault_point("word2vec.before_switch")
         return out
 
     @classmethod
@@ -185,6 +212,20 @@ class SkipGramSamples:
         except (OSError, ValueError) as exc:
             raise CacheError(f"cannot read the example arrays: {exc}", path=d) from exc
         return cls(**arrays, vocab=Vocab.load(d / VOCAB_FILE), info=info)
+
+
+def is_skipgram_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder written by :meth:`SkipGramSamples.save` (its ``skipgram.json``).
+
+    Examples:
+        >>> is_skipgram_folder(Path("no-such-folder"))
+        False
+    """
+    try:
+        info = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("format") == WORD2VEC_FORMAT
 
 
 def _check_params(window: int, num_negatives: int, min_freq: int, subsample_t: float) -> None:

@@ -10,13 +10,16 @@ __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from datamill.pretrain.word2vec import build_skipgram
+    from datamill.core.io import check_output
+    from datamill.pretrain.word2vec import build_skipgram, is_skipgram_folder
 
     t0 = time.perf_counter()
+    check_output(args.out, is_own=is_skipgram_folder, inputs=[args.corpus], what="word2vec folder",
+                 overwrite=args.overwrite)  # before the work; save() checks again
     s = build_skipgram(args.corpus, window=args.window, num_negatives=args.num_negatives, min_freq=args.min_freq,
                        subsample_t=args.subsample_t, seed=args.seed, negative_counts=args.negative_counts,
                        drop_unk=args.drop_unk)
-    out = s.save(args.out)
+    out = s.save(args.out, overwrite=args.overwrite, inputs=[args.corpus])
     info = s.info
     kept = f"{info['tokens_known']:,} known -> " if args.drop_unk else ""
     print(f"vocab size {info['vocab_size']:,}  tokens {info['tokens']:,} -> {kept}"
@@ -33,7 +36,10 @@ def register(sub: Any) -> None:
                        description="Sentences (one per line, whitespace-separated) -> vocabulary (min_freq, "
                                    "<unk>), subsampling, centers/contexts, negatives -> .npy CSR folder.")
     p.add_argument("corpus", help="text file or archive.zip:member, e.g. ptb.zip:ptb/ptb.train.txt")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True,
+                   help="output folder (an earlier word2vec folder there is replaced atomically; anything else is refused)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="also replace another kind of datamill output at --out (never an input or a file of yours)")
     p.add_argument("--window", type=int, default=5, help="largest context window (default 5)")
     p.add_argument("--num-negatives", "--negatives", dest="num_negatives", type=int, default=5,
                    help="negatives per context word K (default 5; --negatives is an alias)")

@@ -1,0 +1,501 @@
+"""Bad input to every command: exit status 2, one ``error:`` line naming where, no traceback, nothing lost.
+
+The cases are generated from small templates (command x bad target / bad file / bad option) and run
+in-process through :func:`datamill.cli.main` in one prepared folder. A case that refuses an output
+also asserts that what was at the target is byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datamill.cli import main
+
+
+@dataclass(frozen=True)
+class Case:
+    """``datamill ARGS`` must exit 2 with ``where`` in its one error line; ``keep`` must stay unchanged."""
+
+    id: str
+    args: tuple[str, ...]
+    where: str
+    keep: str | None = None
+
+
+def _digest(path: Path) -> str:
+    if not path.exists():
+        return "absent"
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(json.dumps(sorted((os.fspath(p.relative_to(path)), _digest(p)) for p in path.rglob("*")
+                                            if p.is_file())).encode()).hexdigest()
+
+
+def _run(args: list[str]) -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return main(["-q", *args])
+
+
+# ------------------------------------------------------------------------------------------------ workspace
+_NESTED = [("color", "category"), ("size", "number"), ("flag", "text"), ("color", "text"), ("size", "binary"),
+           ("flag", "category")]  # list, struct and binary Parquet columns read as the wrong kind
+CFG = "input_features: [{name: color, type: category}, {name: size, type: number}]\n"
+
+
+def _write_inputs(d: Path, data_dir: Path) -> None:
+    rng = np.random.default_rng(0)
+    n = 40
+    good = pa.table({"uid": np.arange(n), "color": rng.choice(["red", "blue"], n), "size": rng.normal(size=n),
+                     "flag": rng.choice(["yes", "no"], n)})
+    pcsv.write_csv(good, d / "good.csv")
+    pq.write_table(good, d / "good.parquet")
+    (d / "cfg.yaml").write_text(CFG)
+    shutil.copy(data_dir / "timemachine.txt", d / "text.txt")
+    lines = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines(keepends=True)[:400]
+    (d / "raw.txt").write_text("".join(lines), encoding="utf-8")
+    (d / "notes.txt").write_text("my precious notes\n")
+    (d / "userdir").mkdir()
+    (d / "userdir" / "keep.md").write_text("mine")
+    (d / "pp_user").mkdir()
+    (d / "pp_user" / "good.hdf5").write_text("not an hdf5 file: mine")
+    # bad tables
+    (d / "empty.csv").write_text("")
+    (d / "header_only.csv").write_text("uid,color,size,flag\n")
+    (d / "bad_utf8.csv").write_bytes(b"uid,color,size,flag\n1,r\xe9d,1.0,yes\n")
+    (d / "ragged.csv").write_text("uid,color,size,flag\n1,red,1.0,yes\n2,blue\n")
+    (d / "nonnumeric.csv").write_text("uid,color,size,flag\n1,red,1.0,yes\n2,blue,abc,no\n")
+    (d / "no_color.csv").write_text("uid,size,flag\n1,1.0,yes\n")
+    (d / "typechange.jsonl").write_text('{"uid": 1, "color": "red", "size": 1.0}\n{"uid": 2, "color": "blue", '
+                                        '"size": "big"}\n')
+    (d / "not_json.jsonl").write_text('{"uid": 1, "color": "red", "size": 1.0}\n{"uid": 2, oops\n')
+    (d / "dupuid.csv").write_text("uid,color,size,flag\n1,red,1.0,yes\n1,blue,2.0,no\n")
+    (d / "nulluid.csv").write_text("uid,color,size,flag\n1,red,1.0,yes\n,blue,2.0,no\n")
+    (d / "data.xyz").write_text("a,b\n1,2\n")
+    pq.write_table(pa.table({"uid": [1, 2], "color": pa.array([[1, 2], [3]]), "size": pa.array([{"a": 1}, {"a": 2}]),
+                             "flag": pa.array([b"\x00", b"\x01"], pa.binary())}), d / "nested.parquet")
+    (d / "trunc.parquet").write_bytes((d / "good.parquet").read_bytes()[:200])
+    with zipfile.ZipFile(d / "arch.zip", "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr("good.csv", (d / "good.csv").read_text())
+        zf.writestr("text.txt", (d / "text.txt").read_text())
+    raw = bytearray((d / "arch.zip").read_bytes())
+    for word in (b"red", b"Time Machine"):  # flip a byte inside each member: its CRC no longer matches
+        raw[raw.find(word)] ^= 0x20
+    (d / "badcrc.zip").write_bytes(bytes(raw))
+    (d / "binary.txt").write_bytes(bytes(range(256)) * 4)
+    (d / "blank.txt").write_text("\n\n  \n")
+    (d / "bad_tok.json").write_text('{"not": "a tokenizer"}')
+    # configs
+    configs = {
+        "cfg_unknown_type": "input_features: [{name: color, type: colour}]\n",
+        "cfg_unknown_key": "input_features: [{name: color, type: category, prepro: {}}]\n",
+        "cfg_slash": "input_features: [{name: a/b, type: category, column: color}]\n",
+        "cfg_header": "input_features: [{name: datamill, type: category, column: color}]\n",
+        "cfg_missing_col": "input_features: [{name: shade, type: category}]\n",
+        "cfg_probs": "input_features: [{name: color, type: category}]\npreprocessing: {split: {probabilities: [0.5, 0.5, 0.5]}}\n",
+        "cfg_most_common": "input_features: [{name: color, type: category, preprocessing: {most_common: -1}}]\n",
+        "cfg_fixed_nocol": "input_features: [{name: color, type: category}]\npreprocessing: {split: {type: fixed}}\n",
+        "cfg_yaml": "input_features: [{name: color, type: category\n",
+        "cfg_list": "- a\n- b\n",
+        "cfg_scalar": "42\n",
+        "cfg_empty": "",
+        "cfg_no_features": "output_features: []\n",
+        "cfg_norm": "input_features: [{name: size, type: number, preprocessing: {normalization: cubic}}]\n",
+        "cfg_mvs": "input_features: [{name: size, type: number, preprocessing: {missing_value_strategy: guess}}]\n",
+        "cfg_dup": "input_features: [{name: color, type: category}, {name: color, type: category}]\n",
+        "cfg_bool_name": "input_features: [{name: 1, type: category}]\n",
+        "cfg_features_map": "input_features: {color: category}\n",
+    }
+    for name, text in configs.items():
+        (d / f"{name}.yaml").write_text(text)
+    for col, typ in _NESTED:
+        (d / f"cfg_nested_{col}_{typ}.yaml").write_text(f"input_features: [{{name: {col}, type: {typ}}}]\n")
+
+
+def _write_outputs(d: Path) -> None:
+    assert _run(["preprocess", "good.csv", "-c", "cfg.yaml"]) == 0
+    assert _run(["corpus", "text.txt", "--level", "word", "--out", "corpus"]) == 0
+    assert _run(["word2vec", "text.txt", "--out", "w2v", "--min-freq", "2"]) == 0
+    assert _run(["bert", "raw.txt", "--out", "b.parquet", "--vocab-size", "300", "--max-seq-length", "32",
+                 "--dupe-factor", "1", "--workers", "1"]) == 0
+    assert _run(["shards", "create", "ds", "--uid", "uid", "--shardset", "a", "good.csv", "--shard-size", "10"]) == 0
+    assert _run(["iterate", "ds", "--batch-size", "8", "--limit", "1", "--save-state", "state.json"]) == 0
+    meta = json.loads((d / "good.meta.json").read_text())
+    edits = {
+        "meta_type": lambda m: m["size"].update(type="category"),
+        "meta_missing": lambda m: m.pop("size"),
+        "meta_mean": lambda m: m["size"].update(mean="1.5"),
+        "meta_ids": lambda m: m["color"]["str2idx"].update(red="one"),
+        "meta_vocab": lambda m: m["color"].update(vocab_size=99),
+        "meta_swapped": lambda m: m["color"]["str2idx"].update(red=m["color"]["str2idx"]["blue"]),
+        "meta_feature_list": lambda m: m.update(color=[1, 2]),
+        "meta_header_list": lambda m: m.update(datamill=[1]),
+    }
+    for name, edit in edits.items():
+        m = json.loads(json.dumps(meta))
+        edit(m)
+        (d / f"{name}.meta.json").write_text(json.dumps(m))
+    (d / "meta_notjson.meta.json").write_text("{not json")
+    state = json.loads((d / "state.json").read_text())
+    (d / "state_trunc.json").write_text((d / "state.json").read_text()[:25])
+    (d / "state_list.json").write_text("[1, 2]")
+    for key, value in [("epoch", "three"), ("seed", None), ("format", "other/9"), ("dataset_fingerprint", "0")]:
+        (d / f"state_{key}.json").write_text(json.dumps({**state, key: value}))
+    (d / "state_empty.json").write_text("")
+    (d / "state_dir").mkdir()
+    # broken shardset datasets
+    for name in ("ds_lost_rows", "ds_swapped", "ds_manifest_list", "ds_manifest_shards"):
+        shutil.copytree(d / "ds", d / name)
+    t = pq.read_table(d / "ds_lost_rows/a/shard.00001.parquet")
+    pq.write_table(t.slice(0, 5), d / "ds_lost_rows/a/shard.00001.parquet")
+    a, b = d / "ds_swapped/a/shard.00000.parquet", d / "ds_swapped/a/shard.00001.parquet"
+    tmp = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(tmp)
+    (d / "ds_manifest_list/dataset.json").write_text("[]")
+    man = json.loads((d / "ds/dataset.json").read_text())
+    (d / "ds_manifest_shards/dataset.json").write_text(json.dumps({**man, "num_shards": "five"}))
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Path]:
+    d = tmp_path_factory.mktemp("bad_inputs")
+    old = os.getcwd()
+    os.chdir(d)
+    try:
+        _write_inputs(d, data_dir)
+        _write_outputs(d)
+        yield d
+    finally:
+        os.chdir(old)
+
+
+# ------------------------------------------------------------------------------------------------ the cases
+def _output_guard_cases() -> Iterator[Case]:
+    writers = {
+        "corpus": (["corpus", "text.txt", "--out"], ["text.txt", "notes.txt", "userdir", "w2v", "ds", "b.parquet",
+                                                    "good.csv", "arch.zip"]),
+        "word2vec": (["word2vec", "text.txt", "--min-freq", "1", "--out"], ["text.txt", "notes.txt", "userdir",
+                                                                           "corpus", "ds", "good.hdf5"]),
+        "bert": (["bert", "raw.txt", "--vocab-size", "300", "--out"], ["raw.txt", "notes.txt", "userdir",
+                                                                       "good.parquet", "good.hdf5", "corpus"]),
+        "export": (["shards", "export", "ds"], ["ds/dataset.json", "ds/samples.parquet", "ds/a/shard.00000.parquet",
+                                                "ds", "notes.txt", "userdir", "good.parquet", "b.parquet"]),
+        "create": (["shards", "create", "--uid", "uid", "--shardset", "a", "good.csv", "--shard-size", "5", "--"],
+                   ["notes.txt", "userdir", "ds", "good.csv", "corpus"]),
+        "save-state": (["iterate", "ds", "--batch-size", "4", "--limit", "1", "--save-state"],
+                       ["notes.txt", "userdir", "good.csv", "ds", "ds/dataset.json"]),
+    }
+    for name, (cmd, targets) in writers.items():
+        for target in targets:
+            args = [*cmd[:-1], target] if name == "create" else [*cmd, target]
+            if name == "create":  # root comes first
+                args = ["shards", "create", target, *cmd[2:-1]]
+            yield Case(f"out-{name}-{target}", tuple(args), target, keep=target)
+    yield Case("out-preprocess-user-hdf5", ("preprocess", "good.csv", "-c", "cfg.yaml", "-o", "pp_user"),
+               "pp_user/good.hdf5", keep="pp_user")
+    yield Case("out-preprocess-into-dataset", ("preprocess", "good.csv", "-c", "cfg.yaml", "-o", "ds"), "ds",
+               keep="ds")
+    yield Case("out-corpus-overwrite-input", ("corpus", "text.txt", "--out", "text.txt", "--overwrite"),
+               "text.txt", keep="text.txt")
+    yield Case("out-bert-overwrite-user", ("bert", "raw.txt", "--out", "notes.txt", "--overwrite"), "notes.txt",
+               keep="notes.txt")
+    yield Case("out-export-overwrite-in-ds", ("shards", "export", "ds", "ds/samples.parquet", "--overwrite"),
+               "ds/samples.parquet", keep="ds")
+    yield Case("out-corpus-under-file", ("corpus", "text.txt", "--out", "notes.txt/sub"), "notes.txt",
+               keep="notes.txt")
+
+
+_BAD_TABLES = {
+    "empty.csv": "empty.csv", "header_only.csv": "header_only.csv", "bad_utf8.csv": "line 2",
+    "ragged.csv": "line 3", "typechange.jsonl": "line 2", "not_json.jsonl": "line 2", "missing.csv": "missing.csv",
+    "userdir": "userdir", "data.xyz": "data.xyz", "trunc.parquet": "trunc.parquet",
+    "badcrc.zip:good.csv": "badcrc.zip", "arch.zip:nope.csv": "nope.csv", "no_color.csv": "color",
+}
+
+
+def _table_cases() -> Iterator[Case]:
+    for f, where in _BAD_TABLES.items():
+        yield Case(f"preprocess-{f}", ("preprocess", f, "-c", "cfg.yaml", "--skip-save"), where)
+        if f != "no_color.csv":
+            sw = f if f.endswith(".jsonl") else where  # shard files are Parquet/CSV only: the file is named
+            yield Case(f"create-{f}", ("shards", "create", f"ds_{len(f)}_{f[:3]}", "--uid", "uid", "--shardset", "a",
+                                       f, "--shard-size", "5"), sw)
+            yield Case(f"add-{f}", ("shards", "add", "ds", "--shardset", "z", f, "--route"), sw, keep="ds")
+    yield Case("preprocess-nonnumeric", ("preprocess", "nonnumeric.csv", "-c", "cfg.yaml", "--skip-save"), "line 3")
+    for col, typ in _NESTED:
+        cfg = f"cfg_nested_{col}_{typ}.yaml"
+        yield Case(f"nested-{col}-{typ}", ("preprocess", "nested.parquet", "-c", cfg, "--skip-save"), col)
+    yield Case("create-dupuid", ("shards", "create", "ds_dup", "--uid", "uid", "--shardset", "a", "dupuid.csv",
+                                 "--shard-size", "5"), "dupuid.csv")
+    yield Case("create-nulluid", ("shards", "create", "ds_null", "--uid", "uid", "--shardset", "a", "nulluid.csv",
+                                  "--shard-size", "5"), "nulluid.csv")
+    yield Case("create-no-uid-col", ("shards", "create", "ds_nouid", "--uid", "id", "--shardset", "a", "good.csv",
+                                     "--shard-size", "5"), "good.csv")
+    yield Case("create-shard-size-0", ("shards", "create", "ds_s0", "--uid", "uid", "--shardset", "a", "good.csv",
+                                       "--shard-size", "0"), "shard_size")
+    yield Case("create-bad-shardset", ("shards", "create", "ds_bad", "--uid", "uid", "--shardset", "../x",
+                                       "good.csv", "--shard-size", "5"), "ds_bad")
+
+
+def _config_cases() -> Iterator[Case]:
+    names = ["cfg_unknown_type", "cfg_unknown_key", "cfg_slash", "cfg_header", "cfg_missing_col", "cfg_probs",
+             "cfg_most_common", "cfg_fixed_nocol", "cfg_yaml", "cfg_list", "cfg_scalar", "cfg_empty",
+             "cfg_no_features", "cfg_norm", "cfg_mvs", "cfg_dup", "cfg_features_map"]
+    for n in names:
+        # a fixed split's column defaults to `split` (as in Ludwig): good.csv lacks it, so the data is named
+        where = "good.csv" if n in ("cfg_missing_col", "cfg_fixed_nocol") else f"{n}.yaml"
+        yield Case(f"config-{n}", ("preprocess", "good.csv", "-c", f"{n}.yaml", "--skip-save"), where)
+    yield Case("config-missing-file", ("preprocess", "good.csv", "-c", "nope.yaml"), "nope.yaml")
+    yield Case("config-is-dir", ("preprocess", "good.csv", "-c", "userdir"), "userdir")
+    yield Case("config-none", ("preprocess", "good.csv"), "--config")
+    metas = ["meta_type", "meta_missing", "meta_mean", "meta_ids", "meta_vocab", "meta_swapped", "meta_feature_list",
+             "meta_header_list", "meta_notjson"]
+    for m in metas:
+        yield Case(f"apply-{m}", ("preprocess", "good.csv", "-c", "cfg.yaml", "-m", f"{m}.meta.json", "--skip-save"),
+                   f"{m}.meta.json")
+    yield Case("apply-missing-meta", ("preprocess", "good.csv", "-m", "nope.meta.json", "--skip-save"),
+               "nope.meta.json")
+    yield Case("apply-meta-no-config", ("preprocess", "good.csv", "-m", "notes.txt", "--skip-save"), "notes.txt")
+
+
+_BAD_TEXTS = {"missing.txt": "missing.txt", "userdir": "userdir", "blank.txt": "blank.txt",
+              "binary.txt": "binary.txt", "badcrc.zip:text.txt": "badcrc.zip", "arch.zip:nope.txt": "nope.txt",
+              "empty.csv": "empty.csv"}
+
+
+def _text_cases() -> Iterator[Case]:
+    for f, where in _BAD_TEXTS.items():
+        yield Case(f"corpus-{f}", ("corpus", f, "--out", "c_bad"), where)
+        yield Case(f"corpus-word-{f}", ("corpus", f, "--level", "word", "--out", "c_bad"), where)
+        yield Case(f"word2vec-{f}", ("word2vec", f, "--out", "w_bad", "--min-freq", "1"), where)
+        yield Case(f"bert-{f}", ("bert", f, "--out", "b_bad.parquet", "--vocab-size", "300"), where)
+    options = [
+        ("corpus", ("--max-size", "-1"), "max_size"), ("corpus", ("--min-freq", "-3"), "min_freq"),
+        ("corpus", ("--level", "bpe", "--vocab-size", "0"), "vocab_size"),
+        ("corpus", ("--level", "bpe", "--tokenizer", "bad_tok.json"), "bad_tok.json"),
+        ("corpus", ("--level", "bpe", "--tokenizer", "nope.json"), "nope.json"),
+        ("word2vec", ("--window", "0"), "window"), ("word2vec", ("--num-negatives", "-1"), "num_negatives"),
+        ("word2vec", ("--subsample-t", "0"), "subsample_t"), ("word2vec", ("--min-freq", "0"), "min_freq"),
+        ("bert", ("--max-seq-length", "2"), "max_seq_length"), ("bert", ("--mask-prob", "2"), "mask_prob"),
+        ("bert", ("--dupe-factor", "0"), "dupe_factor"), ("bert", ("--short-seq-prob", "-1"), "short_seq_prob"),
+        ("bert", ("--workers", "0"), "workers"), ("bert", ("--tokenizer", "bad_tok.json"), "bad_tok.json"),
+        ("bert", ("--tokenizer", "nope.json"), "nope.json"), ("bert", ("--vocab-size", "3"), "vocab_size"),
+    ]
+    for cmd, opts, where in options:
+        src = "raw.txt" if cmd == "bert" else "text.txt"
+        out = {"corpus": "c_opt", "word2vec": "w_opt", "bert": "b_opt.parquet"}[cmd]
+        yield Case(f"{cmd}-opt-{'-'.join(opts)}", (cmd, src, *opts, "--out", out), where)
+
+
+def _shards_cases() -> Iterator[Case]:
+    for sub in ("info", "check", "get"):
+        extra = ("1",) if sub == "get" else ()
+        for target in ("notes.txt", "missing_ds", "userdir", "ds_manifest_list", "ds_manifest_shards"):
+            if sub == "check" and target.startswith("ds_manifest"):
+                continue  # check lists manifest problems with exit 1 (tested in tests/shards)
+            yield Case(f"shards-{sub}-{target}", ("shards", sub, target, *extra), target)
+    yield Case("shards-get-unknown-uid", ("shards", "get", "ds", "12345"), "12345")
+    yield Case("shards-get-bad-column", ("shards", "get", "ds", "1", "--columns", "nope"), "nope")
+    yield Case("shards-get-lost-rows", ("shards", "get", "ds_lost_rows", "17"), "shard.00001")
+    yield Case("shards-get-swapped", ("shards", "get", "ds_swapped", "1"), "shard.00000")
+    yield Case("shards-export-lost-rows", ("shards", "export", "ds_lost_rows", "lost.parquet"), "shard.00001")
+    yield Case("shards-export-bad-column", ("shards", "export", "ds", "cols.parquet", "--columns", "nope"), "nope")
+    yield Case("shards-add-dup-name", ("shards", "add", "ds", "--shardset", "a", "good.csv", "--route"), "a",
+               keep="ds")
+    yield Case("shards-add-bad-name", ("shards", "add", "ds", "--shardset", "../x", "good.csv", "--route"), "ds",
+               keep="ds")
+    yield Case("shards-add-count", ("shards", "add", "ds", "--shardset", "n", "good.csv"), "ds", keep="ds")
+    yield Case("shards-add-unknown-uid", ("shards", "add", "ds", "--shardset", "n", "dupuid.csv", "--route"),
+               "dupuid.csv", keep="ds")
+    yield Case("shards-add-to-file", ("shards", "add", "notes.txt", "--shardset", "n", "good.csv", "--route"),
+               "notes.txt", keep="notes.txt")
+
+
+def _iterate_cases() -> Iterator[Case]:
+    for f in ("state_trunc.json", "state_list.json", "state_epoch.json", "state_seed.json", "state_format.json",
+              "state_dataset_fingerprint.json", "state_empty.json", "state_dir", "nope_state.json", "notes.txt"):
+        yield Case(f"iterate-resume-{f}", ("iterate", "ds", "--batch-size", "4", "--limit", "1", "--resume", f), f)
+    for src in ("missing_src", "notes.txt", "userdir", "ds_lost_rows", "ds_manifest_list"):
+        yield Case(f"iterate-source-{src}", ("iterate", src, "--batch-size", "4"), src)
+    yield Case("iterate-bad-column", ("iterate", "ds", "--columns", "nope"), "nope")
+
+
+CASES = [*_output_guard_cases(), *_table_cases(), *_config_cases(), *_text_cases(), *_shards_cases(),
+         *_iterate_cases()]
+
+
+def test_there_are_at_least_150_cases() -> None:
+    assert len(CASES) >= 150 and len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_located_line(case: Case, ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _digest(ws / case.keep) if case.keep else None
+    capsys.readouterr()
+    status = _run(list(case.args))
+    err = capsys.readouterr().err
+    assert status == 2, (status, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    assert case.where in lines[0], (case.where, lines[0])
+    if case.keep:
+        assert _digest(ws / case.keep) == before, f"{case.keep} was modified"
+
+
+# ------------------------------------------------------------------------------------------ API, warnings
+def test_api_bad_dataset_objects_are_located_errors() -> None:
+    import pandas as pd
+
+    from datamill.core.errors import ConfigError, DataFileError
+    from datamill.preprocessing.api import preprocess
+
+    cfg = {"input_features": [{"name": "x", "type": "category"}]}
+    with pytest.raises(ConfigError, match="got int"):
+        preprocess(42, cfg)
+    with pytest.raises(DataFileError) as info:  # a column of mixed types (the seed's pandas traceback)
+        preprocess(pd.DataFrame({"x": [1, "a", [2]]}), cfg)
+    assert info.value.column == "x" and info.value.path == "<DataFrame>"
+
+
+def test_dubious_input_warns_once(tmp_path: Path) -> None:
+    from datamill.preprocessing.api import preprocess
+    from datamill.text.corpus import build_corpus
+
+    cases = [
+        (lambda: preprocess(pa.table({"x": pa.array([None, None], pa.string()), "y": ["a", "b"]}),
+                            {"input_features": [{"name": "x", "type": "binary",
+                                                 "preprocessing": {"missing_value_strategy": "drop_row"}},
+                                                {"name": "y", "type": "category"}]}), "drop_row removed all 2 rows"),
+        (lambda: preprocess(pa.table({"x": [1.0, float("inf"), 2.0]}),
+                            {"input_features": [{"name": "x", "type": "number",
+                                                 "preprocessing": {"normalization": "zscore"}}]}), "1 inf values"),
+        (lambda: preprocess(pa.table({"x": [1.0, 3.0, 2.0]}), {"input_features": [{"name": "x", "type": "number"}],
+                                                               "preprocessing": {"split": {"probabilities": [0, .5, .5]}}}),
+         "no training rows"),
+        (lambda: build_corpus(["a b c", "b c"], level="word", min_freq=10), "every token maps to '<unk>'"),
+        (lambda: build_corpus(["abc"], level="char", max_size=0), "every token maps to '<unk>'"),
+    ]
+    for make, text in cases:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            make()
+        messages = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+        assert len(messages) == 1 and text in messages[0], (text, messages)
+
+
+def test_image_files_are_part_of_the_cache_key(data_copy: Any) -> None:
+    from datamill.preprocessing.api import preprocess
+
+    folder = data_copy("cifar10_tiny")
+    cfg = {"input_features": [{"name": "image_path", "type": "image", "preprocessing": {"num_channels": 1}}]}
+    first = preprocess(folder / "labels.csv", cfg).data["image_path"][0].copy()
+    assert preprocess(folder / "labels.csv", cfg).cached
+    shutil.copy(folder / "images/2.png", folder / "images/1.png")  # same name, other pixels
+    again = preprocess(folder / "labels.csv", cfg)
+    assert not again.cached
+    assert not np.array_equal(again.data["image_path"][0], first)
+
+
+def test_closed_stdout_exits_quietly(tmp_path: Path, data_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    shutil.copy(data_dir / "timemachine.txt", tmp_path / "t.txt")
+    assert main(["-q", "corpus", os.fspath(tmp_path / "t.txt"), "--out", os.fspath(tmp_path / "c")]) == 0
+    code = "import sys; from datamill.cli import main; sys.exit(main())"
+    with subprocess.Popen([sys.executable, "-c", code, "shards", "--help"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # like `| head -0`
+        err = proc.stderr.read().decode()
+        proc.wait()
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert proc.returncode in (0, 141)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False)
+                     | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_any_edit_of_a_resume_state_is_accepted_or_a_located_error(data: st.DataObject) -> None:
+    import tempfile
+
+    from datamill.core.errors import DatamillError
+    from datamill.core.source import TableSource
+    from datamill.loader.cli import _resume
+    from datamill.loader.loader import Loader
+
+    loader = Loader(TableSource(pa.table({"x": list(range(50))}), shard_size=10), 8, seed=3)
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    how = data.draw(st.sampled_from(["replace", "drop", "add", "whole", "truncate"]))
+    text: str
+    if how == "whole":
+        text = json.dumps(data.draw(_JSON))
+    elif how == "truncate":
+        full = json.dumps(state)
+        text = full[:data.draw(st.integers(0, len(full) - 1))]
+    else:
+        key = data.draw(st.sampled_from(sorted(state)) if how != "add" else st.text(min_size=1, max_size=6))
+        if how == "drop":
+            state.pop(key)
+        else:
+            state[key] = data.draw(_JSON)
+        text = json.dumps(state)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "state.json")
+        Path(path).write_text(text)
+        fresh = Loader(TableSource(pa.table({"x": list(range(50))}), shard_size=10), 8, seed=3)
+        try:
+            _resume(fresh, path)
+        except DatamillError as exc:
+            assert exc.path == path, exc
+
+
+def test_weak_messages_fixed(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.api import preprocess
+
+    def binary(values: list[str | None], strategy: str) -> list[bool]:
+        cfg = {"input_features": [{"name": "b", "type": "binary", "preprocessing": {"missing_value_strategy": strategy}}]}
+        out = preprocess(pa.table({"b": pa.array(values, pa.string())}), cfg)
+        return [bool(v) for v in out.data["b"]]  # type: ignore[union-attr]
+
+    assert binary(["yes", "no", None], "bfill") == [True, False, False]  # the edge falls back to false, not ''
+    assert binary([None, "yes", "no"], "ffill") == [False, True, False]
+    with pytest.raises(ConfigError) as info:  # binary fill_with_const without fill_value names the feature
+        preprocess(pa.table({"b": pa.array(["yes", None], pa.string())}),
+                   {"input_features": [{"name": "b", "type": "binary",
+                                        "preprocessing": {"missing_value_strategy": "fill_with_const"}}]})
+    assert info.value.column == "b" and "input_features[0]" in str(info.value)
+    (tmp_path / "img").mkdir()
+    Image.fromarray(np.full((4, 4, 3), 9, np.uint8)).save(tmp_path / "img/a.png")
+    (tmp_path / "im.csv").write_text('p,q\nimg/a.png,1\n"",2\n')  # an empty image cell is a missing image
+    out = preprocess(tmp_path / "im.csv", {"input_features": [{"name": "p", "type": "image"}]}, skip_save=True)
+    img = out.data["p"]
+    assert isinstance(img, np.ndarray) and img.shape == (2, 4, 4, 3) and img[0].max() == 9 and img[1].max() == 0
