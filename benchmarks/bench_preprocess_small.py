@@ -41,6 +41,7 @@ CONFIG = {
         {"name": "CentralAir", "type": "binary"},
     ],
     "output_features": [{"name": "SalePrice", "type": "number", "preprocessing": {"normalization": "log1p"}}],
+    "preprocessing": {"split": {"type": "none"}},  # as the reference (no split); Ludwig's default would add one
 }
 
 

@@ -186,7 +186,7 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
         auth: require API keys (``Authorization: Bearer dmk_...``). Defaults to ``True``.
         lease_timeout: default lease lifetime without heartbeats, seconds. Defaults to ``60.0``.
         cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
-            (two shuffle windows: a lease built after another reuses its shards instead of rereading them).
+            (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
         max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
 
     Returns:

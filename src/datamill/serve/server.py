@@ -95,7 +95,7 @@ class ServeState:
         auth: require API keys. Defaults to ``True``.
         lease_timeout: default seconds a lease lives without a heartbeat. Defaults to ``60.0``.
         cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
-            (two shuffle windows: a lease built after another reuses its shards instead of rereading them).
+            (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
@@ -181,8 +181,8 @@ class ServeState:
                 svc = BatchService(open_source(ds["path"]), batch_size=cfg["batch_size"], seed=cfg["seed"],
                                    shuffle=cfg["shuffle"], window=cfg["window"], drop_last=cfg["drop_last"],
                                    columns=cfg["columns"], collate="arrow", cache_shards=self.cache_shards)
-                if self.cache_shards is None:  # keep two shuffle windows of released shards
-                    svc = svc.replace(cache_shards=2 * svc.window)
+                if self.cache_shards is None:  # two shuffle windows of released shards per rank being served
+                    svc = svc.replace(cache_shards=2 * svc.window * max(1, int(cfg.get("plan_world", 1))))
                 self._services[key] = svc
             return svc
 

@@ -189,21 +189,24 @@ class ShardsetDataset:
         return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=self._sets[shardset]['format'])}"
 
     def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
-        """Shard ``k`` of ``shardset``, checked against the manifest's row count and the mapping's UIDs."""
+        """Shard ``k`` of ``shardset``, checked against the manifest's row count (its UIDs are checked
+        against the mapping by the caller: :meth:`read_shard` while joining, :meth:`_open` for ``get``)."""
         t = self._read_file(shardset, k, columns)
-        rel = self.shard_path(shardset, k)
         expected = self._sets[shardset]["shard_rows"][k]
         if t.num_rows != expected:
             raise ShardsetError(f"the shard file has {t.num_rows} rows, the manifest says {expected} "
-                                "(truncated, edited or swapped?)", path=self.loc.show(rel), shard=k,
-                                hint="restore the file, or run `datamill shards check` for details")
+                                "(truncated, edited or swapped?)", path=self.loc.show(self.shard_path(shardset, k)),
+                                shard=k, hint="restore the file, or run `datamill shards check` for details")
+        return t
+
+    def _check_uids(self, shardset: str, k: int, t: pa.Table) -> None:
+        """Every UID of the shard file is mapped to shard ``k`` (a swapped or edited file is an error)."""
         su = t.column(self.uid_column).combine_chunks()
         uids = self.mapping.shard_uids(k)
         if not su.equals(uids) and (pc.sum(pc.is_in(su, value_set=uids)).as_py() or 0) != t.num_rows:
             raise ShardsetError(f"the shard file holds UIDs that are not mapped to shard {k} (swapped or edited?)",
-                                path=self.loc.show(rel), shard=k,
+                                path=self.loc.show(self.shard_path(shardset, k)), shard=k,
                                 hint="restore the file, or run `datamill shards check` for the list")
-        return t
 
     def _read_file(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         rel = self.shard_path(shardset, k)
@@ -294,6 +297,7 @@ class ShardsetDataset:
             self._cache.move_to_end(key)
             return hit
         t = self._read(ss, k, list(self._sets[ss]["columns"]))
+        self._check_uids(ss, k, t)
         entry = (t, UidIndex(t.column(self.uid_column)))
         self._cache[key] = entry
         while len(self._cache) > self._cache_size:
