@@ -41,11 +41,10 @@ from datamill.pretrain.bert.engine import (
     check_params,
     init_state,
     plan_tasks,
+    read_documents,
     resolve_tokenizer,
     run_task,
-    split_documents,
     tokenize_documents,
-    train_wordpiece,
 )
 from datamill.ray._runtime import MAX_RETRIES, Spread, connect, ordered_results, unwrap
 from datamill.shards import ShardsetWriter
@@ -143,14 +142,8 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
     if not paths:
         raise ConfigError("source must name at least one text file")
     start = time.perf_counter()
-    timings: dict[str, float] = {}
-    tok = resolve_tokenizer(tokenizer)
-    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
-    t = time.perf_counter()
-    timings["read_split"] = t - start
-    if tok is None:
-        tok = train_wordpiece(sentences, vocab_size=vocab_size)
-        timings["train_tokenizer"] = time.perf_counter() - t
+    tok, sentences, sent_doc, timings = read_documents(paths, tokenizer, vocab_size=vocab_size,
+                                                       sentence_split=sentence_split)
     ray = connect(address)
     try:
         return _build(ray, paths, Path(out), tok, sentences, sent_doc, timings, start, seed=seed,

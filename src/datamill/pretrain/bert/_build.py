@@ -69,6 +69,7 @@ from datamill.pretrain.bert._pairs import PAIRINGS
 from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
 from datamill.pretrain.bert._tok import (
     BERT_SPECIALS,
+    BertTokenizer,
     resolve_tokenizer,
     train_wordpiece,
 )
@@ -76,7 +77,10 @@ from datamill.pretrain.bert._tok import (
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
            "is_bert_parquet", "load_tokenizer", "read_bert_batches", "read_metadata"]
 
-if TYPE_CHECKING:  # a third-party type only (tokenizers is imported when a tokenizer is loaded)
+if TYPE_CHECKING:  # third-party types only (tokenizers is imported when a tokenizer is loaded)
+    import numpy as np
+    import pyarrow as pa
+    from numpy.typing import NDArray
     from tokenizers import Tokenizer
 
 _MIN_POOL_TOKENS = 4_000_000  # below (corpus tokens x dupe_factor) a pool costs more than it saves
@@ -221,15 +225,9 @@ def build_bert_samples(
         raise ConfigError("source must name at least one text file")
     out_path, tok_path = _check_outputs(out, paths, tokenizer, overwrite=overwrite)
     start = time.perf_counter()
-    timings: dict[str, float] = {}
-    tok = resolve_tokenizer(tokenizer)
-    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
+    tok, sentences, sent_doc, timings = read_documents(paths, tokenizer, vocab_size=vocab_size,
+                                                       sentence_split=sentence_split)
     t = time.perf_counter()
-    timings["read_split"] = t - start
-    if tok is None:
-        tok = train_wordpiece(sentences, vocab_size=vocab_size)
-        timings["train_tokenizer"] = time.perf_counter() - t
-        t = time.perf_counter()
     corpus = tokenize_documents(sentences, sent_doc, tok)
     n_sentences = len(sentences)
     del sentences, sent_doc
@@ -279,6 +277,23 @@ def build_bert_samples(
     return BertSamples(path=out_path, tokenizer_path=tok_path, layout=layout,
                        documents=corpus.num_documents, sentences=n_sentences, samples=stats.samples,
                        tokens=stats.tokens, seconds=seconds, timings=timings)
+
+
+def read_documents(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
+                   ) -> tuple[BertTokenizer, pa.Array, NDArray[np.int64], dict[str, float]]:
+    """Read and split the raw files into sentences and their documents, and get the tokenizer
+    (``tokenizer`` loaded, else WordPiece trained on the sentences); with the seconds of each step.
+    Every engine starts here, so the same text gives the same documents and tokenizer."""
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    tok = resolve_tokenizer(tokenizer)
+    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
+    t = time.perf_counter()
+    timings["read_split"] = t - start
+    if tok is None:
+        tok = train_wordpiece(sentences, vocab_size=vocab_size)
+        timings["train_tokenizer"] = time.perf_counter() - t
+    return tok, sentences, sent_doc, timings
 
 
 def _check_outputs(out: PathLike, paths: list[PathLike], tokenizer: Any, *,
