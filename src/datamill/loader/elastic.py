@@ -16,14 +16,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.order import Elastic, remaining_positions, replica_group, split_sizes
 from datamill.loader.state import GLOBAL_FIELDS, check_resume_compat, validate_state
 
-if TYPE_CHECKING:
-    from datamill.loader.service import BatchService
+
+class OrderSettings(Protocol):
+    """What :func:`resume_point` reads of a service (a :class:`~datamill.loader.service.BatchService`)."""
+
+    seed: int
+    batch_size: int
+    drop_last: bool
+    bucket_by: str | None
+
+    def fingerprint(self) -> str: ...
+
+    def epoch_samples(self, epoch: int) -> int: ...
+
+    def config(self, *, rank: int = 0, world_size: int = 1, replication: int = 1) -> dict[str, Any]: ...
 
 __all__ = ["ResumePoint", "norm_elastic", "resume_point"]
 
@@ -80,7 +92,7 @@ def _same(states: list[dict[str, Any]], what: str, get: Any) -> Any:
     return values[0]
 
 
-def resume_point(service: BatchService, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int,
+def resume_point(service: OrderSettings, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int,
                  world_size: int, replication: int = 1, allow_mismatch: Sequence[str] = ()) -> ResumePoint:
     """Where rank ``rank`` of ``world_size`` (groups of ``replication``) resumes ``service`` from ``states``.
 
