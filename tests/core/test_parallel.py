@@ -46,3 +46,46 @@ def test_ordered_map_equals_map_and_bounds_what_is_in_flight(items: list[int], t
         limit = (window or threads) if threads > 1 else 1
     assert out == [x * x for x in items]
     assert peak <= max(1, limit) + 1  # the item being submitted when the window is full
+
+
+def test_closing_an_abandoned_iterator_does_not_wait_for_its_workers() -> None:
+    # The garbage collector closes an abandoned ordered_map in whatever thread it runs in, even one
+    # that is starting and holds threading's locks; joining the workers there deadlocked a test run.
+    release, running = threading.Event(), threading.Event()
+
+    def slow(x: int) -> int:
+        if x == 1:
+            running.set()
+            release.wait(20)
+        return x
+
+    it = ordered_map(slow, range(4), threads=2)
+    assert next(it) == 0
+    assert running.wait(10)  # item 1 is running and blocked
+    closer = threading.Thread(target=it.close)
+    closer.start()
+    closer.join(5)
+    closed_without_waiting = not closer.is_alive()
+    release.set()
+    closer.join(20)
+    assert closed_without_waiting
+
+
+def test_an_error_still_waits_for_the_calls_in_flight() -> None:
+    done: list[int] = []
+    started = threading.Event()
+
+    def work(x: int) -> int:
+        if x == 0:
+            started.wait(5)
+            raise ValueError("boom")
+        started.set()
+        threading.Event().wait(0.2)
+        done.append(x)
+        return x
+
+    try:
+        list(ordered_map(work, range(2), threads=2))
+    except ValueError:
+        pass
+    assert done == [1]  # the call in flight finished before the error reached the caller

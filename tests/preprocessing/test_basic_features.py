@@ -111,7 +111,8 @@ def test_binary_default_and_custom_strings() -> None:
     t = pa.table({"b": ["Y", "N", "y", None, "yes"]})
     got, meta = _one(t, {"name": "b", "type": "binary"})
     assert got.dtype == np.bool_ and got.tolist() == [True, False, True, False, True]
-    assert meta["bool2str"] == ["0", "Y"]  # the null was filled with "0"; ties: smallest string
+    assert meta["bool2str"] == ["N", "Y"]  # the null was filled with the column's false label "N" (Ludwig's)
+    assert meta["preprocessing"]["computed_fill_value"] == "N" and meta["str2freq"]["N"] == 2
     _, meta = _one(pa.table({"b": ["Y", "N", "N"]}), {"name": "b", "type": "binary"})
     assert meta["bool2str"] == ["N", "Y"]
     t = pa.table({"b": ["good", "bad", "good"]})
@@ -120,9 +121,31 @@ def test_binary_default_and_custom_strings() -> None:
     assert got.tolist() == [True, False, True]
     got, _ = _one(t, {"name": "b", "type": "binary", "preprocessing": {"fallback_true_label": "bad"}})
     assert got.tolist() == [False, True, False]
-    with pytest.raises(DataFileError) as info:
-        _one(pa.table({"b": ["Y", "maybe"]}), {"name": "b", "type": "binary"})
-    assert info.value.column == "b" and info.value.row == 1
+    for values in (["Y", "maybe"], ["Y", "N", "maybe"], ["a", "b", "c"]):  # no automatic label for these
+        with pytest.raises(DataFileError) as info:
+            _one(pa.table({"b": values}), {"name": "b", "type": "binary"})
+        assert info.value.column == "b" and info.value.row == values.index("maybe" if "maybe" in values else "a")
+
+
+def test_binary_follows_ludwigs_str2bool_and_automatic_label() -> None:
+    t = pa.table({"b": ["human", "bot", None, "bot"]})
+    with pytest.warns(UserWarning, match="automatic fallback_true_label 'bot'"):
+        got, meta = _one(t, {"name": "b", "type": "binary"})  # Ludwig: the first sorted value is true
+    assert got.tolist() == [False, True, False, True]
+    assert meta["fallback_true_label"] == "bot" and meta["str2bool"] == {"bot": True, "human": False}
+    assert meta["preprocessing"]["computed_fill_value"] == "human"  # Ludwig: reverse-sorted first false value
+    with pytest.warns(UserWarning):
+        got, meta = _one(t, {"name": "b", "type": "binary", "preprocessing": {"missing_value_strategy": "fill_with_true"}})
+    assert got.tolist() == [False, True, True, True] and meta["preprocessing"]["computed_fill_value"] == "bot"
+    # conventional strings first, then the fallback label (Ludwig's str2bool): "no" stays false
+    got, _ = _one(pa.table({"b": ["no", "cat", "dog"]}), {"name": "b", "type": "binary",
+                                                           "preprocessing": {"fallback_true_label": "no"}})
+    assert got.tolist() == [False, False, False]
+    got, _ = _one(pa.table({"b": ["yes", "cat", "dog"]}), {"name": "b", "type": "binary",
+                                                            "preprocessing": {"fallback_true_label": "dog"}})
+    assert got.tolist() == [True, False, True]
+    _, meta = _one(pa.table({"b": ["Y", "N", None]}), {"name": "b", "type": "binary"})
+    assert meta["fallback_true_label"] is None and meta["str2bool"] == {"N": False, "Y": True}
 
 
 @given(st.lists(st.sampled_from(["a", "b", "c", "dd", "é", "4"]), min_size=1, max_size=60))

@@ -84,6 +84,9 @@ def test_statistics_vocabularies_and_fill_values_equal_ludwigs(ludwig: tuple[dic
         assert ours == {k: v for k, v in meta[name]["str2freq"].items() if v}, name
         assert set(out.metadata[name]["idx2str"]) - {"<UNK>"} == set(meta[name]["idx2str"]) - {"<UNK>"}, name
     assert out.metadata["CentralAir"]["bool2str"] == meta["CentralAir"]["bool2str"]
+    assert out.metadata["CentralAir"]["str2bool"] == meta["CentralAir"]["str2bool"]
+    assert out.metadata["CentralAir"]["preprocessing"]["computed_fill_value"] == \
+        meta["CentralAir"]["preprocessing"]["computed_fill_value"] == "N"  # the column's own false label
 
 
 def test_default_split_has_ludwigs_sizes_and_fits_on_training_rows(ludwig: tuple[dict[str, Any], Any],

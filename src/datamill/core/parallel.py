@@ -56,8 +56,19 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, threads: int = 1, p
         if threads <= 1 or (isinstance(items, (list, tuple)) and len(items) <= 1):
             yield from map(fn, items)
             return
-        with ThreadPoolExecutor(threads, thread_name_prefix="datamill-block") as own:
+        own = ThreadPoolExecutor(threads, thread_name_prefix="datamill-block")
+        try:
             yield from ordered_map(fn, items, pool=own, window=window or threads, trim_memory=trim_memory)
+        except GeneratorExit:
+            # An abandoned iterator is closed by the garbage collector, in whatever thread it runs in
+            # (even one that is starting and holds threading's locks): joining the workers there
+            # deadlocks, so they are only told to stop; the call in flight finishes on its own.
+            own.shutdown(wait=False, cancel_futures=True)
+            raise
+        except BaseException:
+            own.shutdown(wait=True, cancel_futures=True)
+            raise
+        own.shutdown(wait=True)
         return
     limit = max(1, window or getattr(pool, "_max_workers", 1))
     pending: collections.deque[Future[R]] = collections.deque()

@@ -30,7 +30,7 @@ STRATEGIES = ("fill_with_const", "fill_with_mode", "fill_with_mean", "fill_with_
               "ffill", "drop_row")
 
 #: strategies whose fill value comes from statistics of the fit rows
-FITTED = ("fill_with_mean", "fill_with_mode")
+FITTED = ("fill_with_mean", "fill_with_mode", "fill_with_false", "fill_with_true")
 #: strategies that take values from the neighbouring rows
 NEIGHBOURS = ("bfill", "ffill")
 

@@ -51,7 +51,15 @@ from datamill.preprocessing.config import (
 from datamill.preprocessing.executors import Executor
 from datamill.preprocessing.features import CSR, FeatureContext, FeatureHandler, handler_class
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
-from datamill.preprocessing.missing import Carry, MissingStats, apply_fill, carries, fit_missing
+from datamill.preprocessing.missing import (
+    FITTED,
+    NEIGHBOURS,
+    Carry,
+    MissingStats,
+    apply_fill,
+    carries,
+    fit_missing,
+)
 from datamill.preprocessing.plans import Block, Origin, Plan, Stats
 from datamill.preprocessing.reading import as_table, cast_column, read_dataset
 from datamill.preprocessing.sinks import Sink
@@ -214,9 +222,9 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
 
 
 def _missing_block(p: Plan, block: Block) -> dict[str, MissingStats]:
-    fitted = ("fill_with_mean", "fill_with_mode") if p.applied is None else ()
+    fitted = FITTED if p.applied is None else ()
     return {f.name: fit_missing(block.columns[f.name], f.missing_value_strategy, block.fit_mask)
-            for f in p.features if f.missing_value_strategy in (*fitted, "bfill", "ffill")}
+            for f in p.features if f.missing_value_strategy in (*fitted, *NEIGHBOURS)}
 
 
 def _filled(f: ResolvedFeature, h: FeatureHandler, block: Block, fill: Any, carry: Carry | None) -> pa.Array:

@@ -1,13 +1,19 @@
 """binary → bool vector; which strings mean true/false is configurable.
 
-Values are compared case-insensitively after stripping. A value that is in neither list is an
-error naming the file, line and column, unless ``fallback_true_label`` is set (Ludwig's option:
-that label is true, every other value false). Statistics: distinct value counts (mergeable).
+Ludwig's rules: values are compared case-insensitively after stripping against ``true_strings`` /
+``false_strings`` first; a value in neither list is true only when it equals
+``fallback_true_label``. Without ``fallback_true_label``, a column of two distinct values, neither
+conventional (``human``/``bot``), gets one automatically as Ludwig does: the first sorted value is
+true, the other false (with a warning naming them and the option to set). Any other unconventional
+value is an error naming the file, line and column.
+``fill_with_false``/``fill_with_true`` store the column's own label (``"N"`` for a Y/N column, Ludwig's
+``computed_fill_value``). Statistics: distinct value counts (mergeable).
 """
 
 from __future__ import annotations
 
 import builtins
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,12 +58,45 @@ class Handler(FeatureHandler):
     defaults_key: ClassVar[str] = "binary"
 
     def finalize_missing(self, stats: MissingStats, strategy: str, fill_value: Any, params: BinaryParams) -> Any:
-        """``fill_with_false`` fills with the first of ``false_strings``; other strategies as every type."""
-        if strategy == "fill_with_false":
-            return params.false_strings[0]
-        if strategy == "fill_with_true":
+        """``fill_with_false``/``fill_with_true``: the column's own label of that truth (Ludwig's choice).
+
+        Ludwig scans the distinct fit values in reverse sorted order and takes the first that reads as
+        the wanted truth; with none, the first of ``false_strings``/``true_strings``. Other strategies
+        as every type.
+        """
+        if strategy not in ("fill_with_false", "fill_with_true"):
+            return super().finalize_missing(stats, strategy, fill_value, params)
+        wanted = strategy == "fill_with_true"
+        values = [] if stats.values is None else [v for v in stats.values.to_pylist() if v is not None]
+        fallback = params.fallback_true_label if params.fallback_true_label is not None else \
+            self._auto_label(values, params)
+        for v in sorted(values, reverse=True):
+            if self._read(v, params, fallback) is wanted:
+                return v
+        if wanted:
             return params.fallback_true_label or params.true_strings[0]
-        return super().finalize_missing(stats, strategy, fill_value, params)
+        return params.false_strings[0]
+
+    @staticmethod
+    def _read(value: str, params: BinaryParams, fallback: str | None) -> bool | None:
+        """One value's truth under Ludwig's ``str2bool`` (``None``: unknown and no fallback label)."""
+        norm = value.strip().lower()
+        if norm in {s.lower() for s in params.true_strings}:
+            return True
+        if norm in {s.lower() for s in params.false_strings}:
+            return False
+        return None if fallback is None else value.strip() == fallback
+
+    @classmethod
+    def _auto_label(cls, values: list[str], params: BinaryParams) -> str | None:
+        """Ludwig's automatic ``fallback_true_label`` for a column of at most two values, none conventional.
+
+        (Ludwig also picks one when only one of two values is unconventional, which can read both as
+        false, e.g. ``N``/``maybe``; datamill refuses that column with a located error instead.)
+        """
+        if not values or len(values) > 2 or any(cls._read(v, params, None) is not None for v in values):
+            return None
+        return min(values)
 
     def fit(self, column: pa.Array, params: BinaryParams, ctx: FeatureContext) -> TokenCounts:
         return count_tokens(column)
@@ -67,15 +106,25 @@ class Handler(FeatureHandler):
 
     def finalize(self, stats: TokenCounts, params: BinaryParams, ctx: FeatureContext) -> dict[str, Any]:
         counts = stats.as_dict()
-        truth = self._truth(pa.array(list(counts), pa.string()), params, ctx, check=False)
+        fallback = params.fallback_true_label
+        if fallback is None:
+            fallback = self._auto_label(list(counts), params)
+        str2bool = {v: self._read(v, params, fallback) for v in counts}
+        if fallback is not None and params.fallback_true_label is None:
+            warnings.warn(f'{ctx.path or "<table>"}, column "{ctx.column}": binary values {sorted(counts)} are not all '
+                          f"conventional true/false strings; read as {dict(sorted(str2bool.items()))} (Ludwig's "
+                          f"automatic fallback_true_label {fallback!r}); set preprocessing.fallback_true_label "
+                          "to choose", UserWarning, stacklevel=2)
         labels: dict[bool, str | None] = {True: None, False: None}  # most frequent raw string (ties: smallest)
-        for (value, n), t in zip(counts.items(), truth.to_pylist()):
+        for value, n in counts.items():
+            t = str2bool[value]
             if t is None:
                 continue
             best = labels[t]
             if best is None or (-n, value) < (-counts[best], best):
                 labels[t] = value
-        return {"str2freq": counts, "bool2str": [labels[False] or "false", labels[True] or "true"],
+        return {"str2freq": counts, "str2bool": {v: t for v, t in str2bool.items() if t is not None},
+                "bool2str": [labels[False] or "false", labels[True] or "true"], "fallback_true_label": fallback,
                 "vocab_size": 2}
 
     @classmethod
@@ -84,23 +133,25 @@ class Handler(FeatureHandler):
         return params.false_strings[0] if isinstance(params, BinaryParams) else "false"
 
     @staticmethod
-    def _truth(column: pa.Array, params: BinaryParams, ctx: FeatureContext, *, check: bool) -> pa.Array:
-        norm = pc.utf8_lower(pc.utf8_trim_whitespace(column))
-        if params.fallback_true_label is not None:
-            return pc.equal(column, params.fallback_true_label)
+    def _truth(column: pa.Array, params: BinaryParams, ctx: FeatureContext, *, fallback: str | None) -> pa.Array:
+        trimmed = pc.utf8_trim_whitespace(column)
+        norm = pc.utf8_lower(trimmed)
         is_true = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.true_strings], pa.string()))
         is_false = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.false_strings], pa.string()))
         known = pc.or_(is_true, is_false)
-        if check and len(known) and not pc.all(known).as_py():  # (all() of nothing is null)
+        if fallback is not None:
+            return pc.if_else(known, is_true, pc.equal(trimmed, fallback))
+        if len(known) and not pc.all(known).as_py():  # (all() of nothing is null)
             bad = int(np.flatnonzero(~known.to_numpy(zero_copy_only=False))[0])
             raise DataFileError(
                 f"expected a binary value ({'/'.join(params.true_strings[:4])} or "
                 f"{'/'.join(params.false_strings[:4])}), got {column[bad].as_py()!r}",
                 path=ctx.path, column=ctx.column, **ctx.location(bad),
                 hint="set preprocessing.true_strings/false_strings or fallback_true_label")
-        return pc.if_else(known, is_true, pa.scalar(None, pa.bool_()))
+        return is_true
 
     def transform(self, column: pa.Array, meta: dict[str, Any], params: BinaryParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
-        truth = self._truth(column, params, ctx, check=True)
+        fallback = meta.get("fallback_true_label", params.fallback_true_label)
+        truth = self._truth(column, params, ctx, fallback=fallback)
         return {ctx.name: truth.to_numpy(zero_copy_only=False).astype(np.bool_)}
