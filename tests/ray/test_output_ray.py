@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from datamill.core.io import find_litter
 from datamill.preprocessing import pipeline
 from datamill.preprocessing.api import preprocess
 from datamill.shards import ShardsetDataset
+from tests.ray.test_preprocess_ray import assert_same
 
 pytestmark = pytest.mark.ray
 
@@ -34,15 +37,16 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _parts(folder: Path, data_dir: Path, *, missing_at: int | None = None, relabel: bool = False) -> Path:
-    """Two CSV files of 50 rows each (absolute image paths); the row ``missing_at`` names an absent image."""
+    """Two CSV files of 50 rows each (absolute paths of image copies); the row ``missing_at`` names an absent image."""
     src = pacsv.read_csv(data_dir / "cifar10_tiny" / "labels.csv")
-    images = [str(data_dir / "cifar10_tiny" / p) for p in src["image_path"].to_pylist()]
+    (folder.parent / "images").mkdir(exist_ok=True)  # copies: a test changes one
+    images = [str(shutil.copy2(data_dir / "cifar10_tiny" / p, folder.parent / p)) for p in src["image_path"].to_pylist()]
     if missing_at is not None:
         images[missing_at] = str(folder.parent / "no-such-image.png")
     labels = src["label"].to_pylist()
     if relabel:
         labels[0] = "relabelled"
-    table = pa.table({"image_path": images, "label": labels})
+    table = pa.table({"id": src["id"], "image_path": images, "label": labels})
     folder.mkdir(exist_ok=True)
     for i in range(2):
         pacsv.write_csv(table.slice(50 * i, 50), folder / f"part-{i}.csv")
@@ -112,3 +116,48 @@ def test_output_paths_holding_your_files_are_refused(ray_cluster: Any, data_dir:
         preprocess(parts, CFG, output_dir=out, engine="ray")
     assert info.value.path == str(out / "parts.meta.json")
     assert (out / "parts.meta.json").read_text() == "{}" and not any((out / "parts.shards").iterdir())
+
+
+class _Miss(Exception):
+    """Raised instead of connecting to Ray: the cache was missed."""
+
+
+def test_an_identical_rerun_reuses_the_output_and_any_change_recomputes(
+        ray_cluster: Any, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts, out = _parts(tmp_path / "parts", data_dir), tmp_path / "out"
+    first = preprocess(parts, CFG, output_dir=out, engine="ray", engine_options={"fmt": "hdf5"})
+    assert not first.cached
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+
+    def no_ray(address: Any = None) -> Any:
+        raise _Miss
+
+    monkeypatch.setattr(importlib.import_module("datamill.ray.preprocess"), "connect", no_ray)
+    second = preprocess(parts, CFG, output_dir=out, engine="ray", engine_options={"fmt": "hdf5"})
+    assert second.cached and second.num_rows == 100 and second.hdf5_path == out / "parts.hdf5"
+    assert second.metadata.to_dict() == first.metadata.to_dict()
+    shards = preprocess(parts, CFG, output_dir=out, engine="ray")  # the dataset alone is the same output too
+    assert shards.cached and shards.hdf5_path is None
+    assert_same(first.data, shards.data)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == mtimes  # nothing was written
+
+    def misses(**changed: Any) -> None:
+        with pytest.raises(_Miss):
+            preprocess(parts, changed.get("cfg", CFG), output_dir=out, engine="ray",
+                       engine_options={"fmt": "hdf5", "uid_column": changed.get("uid")})
+
+    shard = out / "parts.shards" / "features" / "shard.00001.parquet"
+    os.utime(shard, ns=(mtimes[shard], mtimes[shard] + 1))  # the dataset was touched: not trusted
+    misses()
+    os.utime(shard, ns=(mtimes[shard], mtimes[shard]))
+    image = tmp_path / "images" / "1.png"
+    st = image.stat()
+    os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # an image file changed
+    misses()
+    os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns))
+    misses(cfg={**CFG, "preprocessing": {"split": {"type": "random"}, "seed": 4}})  # the config
+    misses(uid="id")  # the UID column
+    _parts(parts, data_dir, relabel=True)  # the input's content
+    misses()
+    _parts(parts, data_dir)
+    assert preprocess(parts, CFG, output_dir=out, engine="ray", engine_options={"fmt": "hdf5"}).cached

@@ -61,6 +61,7 @@ from datamill.ray._blocks import BlockHandle, RayExecutor, prepare_blocks, windo
 from datamill.ray._input import Input, read, resolve_input
 from datamill.ray._output import (
     SHARDSET,
+    cached_output,
     dataset_stamp,
     prepare_outputs,
     switch_back,
@@ -189,6 +190,11 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
         raise ConfigError(f"the UID column {name!r} clashes with an output key", hint="pass another uid_column")
     root = p.meta_path.with_name(p.meta_path.name.removesuffix(META_SUFFIX) + SHARDS_SUFFIX)
     prepare_outputs(p, root, fmt=fmt, inputs=[dataset, *inp.files, config, metadata], overwrite=overwrite)
+    hit = cached_output(p, root, fmt=fmt, uid_column=name)
+    if hit is not None:  # the same inputs, config and images: the saved output, without starting Ray
+        return RayPreprocessed(hit, p.hdf5_path if fmt == "hdf5" else None, p.meta_path, True,
+                               int(hit.header["num_rows"]), time.perf_counter() - start, None,
+                               dataset_path=root, uid_column=name)
     ray = connect(address)
     try:
         return _run(ray, p, inp, root, fmt=fmt, uid_column=uid_column, start=start)
