@@ -116,6 +116,10 @@ def test_output_paths_holding_your_files_are_refused(ray_cluster: Any, data_dir:
         preprocess(parts, CFG, output_dir=out, engine="ray")
     assert info.value.path == str(out / "parts.meta.json")
     assert (out / "parts.meta.json").read_text() == "{}" and not any((out / "parts.shards").iterdir())
+    with pytest.raises(DataFileError) as info:  # the next run would read the outputs as input files
+        preprocess(parts, CFG, output_dir=parts, engine="ray")
+    assert info.value.path == str(parts / "parts.shards") and sorted(p.name for p in parts.iterdir()) == \
+        ["part-0.csv", "part-1.csv"]
 
 
 class _Miss(Exception):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.constants import DATASET_MANIFEST, HDF5_SUFFIX, META_SUFFIX
-from datamill.core.errors import CacheError
+from datamill.core.errors import CacheError, DataFileError
 from datamill.core.faults import fault_point
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import check_output, clean_stale_temps, find_litter, is_datamill_output
@@ -128,10 +128,15 @@ def prepare_outputs(p: Plan, root: Path, *, fmt: str, inputs: Sequence[Any], ove
 
     Raises:
         DataFileError: an output path holds something that is not this engine's output (or is an
-            input); with ``overwrite`` another kind of datamill output is replaced.
+            input, or lies inside an input folder); with ``overwrite`` another kind of datamill
+            output is replaced.
     """
     assert p.meta_path is not None and p.hdf5_path is not None
     paths = [x for x in inputs if isinstance(x, (str, os.PathLike))]
+    for folder in (Path(x).resolve() for x in paths if Path(x).is_dir()):
+        if folder == root.parent.resolve() or folder in root.parent.resolve().parents:
+            raise DataFileError("the output would be written inside the input folder (and read as input next time)",
+                                path=root, hint="choose an --output-dir outside the input folder")
     check_output(root, is_own=is_own_dataset, inputs=paths, what="Ray preprocessing shardset dataset",
                   overwrite=overwrite)
     check_output(p.meta_path, is_own=_is_preprocess_file, inputs=paths, what="preprocessing meta.json",
