@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from datamill.core.errors import DataFileError
 from datamill.pretrain.bert import _run, build_bert_samples
@@ -100,3 +102,12 @@ def test_documents_split_across_text_blocks_and_files_equal_local(ray_cluster: A
         build_bert_samples(files, out=tmp_path / "bad.parquet", workers=1, tokenizer=local.tokenizer_path, **kw)
     assert (info.value.path, info.value.line) == (want_err.value.path, want_err.value.line) == (str(files[1]), 41)
     assert not (tmp_path / "bad").exists()
+
+
+@given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=30), seed=st.integers(0, 2**32 - 1))
+def test_blocked_ids_gather_as_the_concatenated_corpus(sizes: list[int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    parts = [rng.integers(0, 1000, n).astype(np.int32) for n in sizes]
+    whole = np.concatenate(parts)
+    index = rng.integers(0, max(len(whole), 1), 200) if len(whole) else np.zeros(0, np.int64)
+    np.testing.assert_array_equal(_bert_docs.BlockedIds(parts)[index], whole[index])

@@ -244,7 +244,13 @@ def build_index(tokenized: Any, paths: list[PathLike]) -> DocumentIndex:
 
 
 class BlockedIds:
-    """The corpus token ids as per-block arrays (zero-copy from the object store), indexed globally."""
+    """The corpus token ids as per-block arrays (zero-copy from the object store), indexed globally.
+
+    Examples:
+        >>> ids = BlockedIds([np.array([1, 2], np.int32), np.zeros(0, np.int32), np.array([3], np.int32)])
+        >>> len(ids), ids[np.array([2, 0, 1])].tolist()
+        (3, [3, 1, 2])
+    """
 
     def __init__(self, arrays: list[NDArray[np.int32]]) -> None:
         self.arrays = [a for a in arrays if len(a)]
@@ -256,8 +262,15 @@ class BlockedIds:
     def __getitem__(self, index: NDArray[np.int64]) -> NDArray[np.int32]:
         """``ids[index]`` of the concatenated corpus (one gather per block touched)."""
         index = np.asarray(index, dtype=np.int64)
+        if len(self.arrays) == 1:
+            return self.arrays[0][index]
         blk = np.searchsorted(self.starts, index, side="right") - 1
         out = np.empty(len(index), dtype=np.int32)
+        if len(self.arrays) <= 16:  # a mask per block is cheaper than sorting
+            for b, arr in enumerate(self.arrays):
+                m = blk == b
+                out[m] = arr[index[m] - self.starts[b]]
+            return out
         order = np.argsort(blk, kind="stable")
         sorted_blk = blk[order]
         for part in np.split(order, np.flatnonzero(np.diff(sorted_blk)) + 1):
