@@ -33,8 +33,13 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError
 from datamill.core.io import PathLike, display_name, open_bytes, split_member
-from datamill.pretrain.bert import _run
-from datamill.pretrain.bert.engine import check_file, init_state, resolve_tokenizer, split_block
+from datamill.pretrain.bert.engine import (
+    check_file,
+    init_state,
+    resolve_tokenizer,
+    shard_tokens,
+    split_block,
+)
 
 __all__ = ["TEXT_BLOCK_BYTES", "BlockedIds", "DocumentIndex", "build_index", "corpus_state", "plan_text_blocks",
            "tokenize_blocks"]
@@ -198,7 +203,7 @@ def build_index(tokenized: Any, paths: list[PathLike]) -> DocumentIndex:
         DataFileError: a file is empty or holds no text line (as the local engine).
     """
     idx = DocumentIndex()
-    step = _run.SHARD_TOKENS
+    step = shard_tokens()
     cuts: list[int] = []
     next_cut = 0  # the next multiple of SHARD_TOKENS to place
     raw_base = 0  # the local engine's raw document id at the start of the block
