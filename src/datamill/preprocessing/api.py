@@ -79,7 +79,7 @@ def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool)
 
 
 def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_save: bool, metadata: Any,
-               options: dict[str, Any]) -> Preprocessed:
+               overwrite: bool, options: dict[str, Any]) -> Preprocessed:
     """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, looked up at call time)."""
     if engine not in ("local", "ray"):
         raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
@@ -88,7 +88,8 @@ def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_
     if skip_save:
         raise ConfigError("skip_save is not supported with engine='ray' (it writes a shardset dataset)")
     ray_engine = importlib.import_module("datamill.ray")  # optional extra: no import edge from core
-    result: Preprocessed = ray_engine.preprocess(dataset, config, output_dir=output_dir, metadata=metadata, **options)
+    result: Preprocessed = ray_engine.preprocess(dataset, config, output_dir=output_dir, metadata=metadata,
+                                                 overwrite=overwrite, **options)
     return result
 
 
@@ -138,7 +139,7 @@ def preprocess(
     """
     if engine != "local" or engine_options:
         return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
-                          options=engine_options or {})
+                          overwrite=overwrite, options=engine_options or {})
     start = time.perf_counter()
     p = _guarded(plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save),
                  dataset, inputs=(dataset, config, metadata), overwrite=overwrite)

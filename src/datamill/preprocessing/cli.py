@@ -27,7 +27,8 @@ def _cmd(args: argparse.Namespace) -> int:
         print(format_table(tensor_rows(out.data, out.metadata)))
     dataset_path = getattr(out, "dataset_path", None)
     if dataset_path is not None:
-        print(f"wrote {dataset_path} (shardset dataset) and {out.meta_path}")
+        print(f"wrote {dataset_path} (shardset dataset) and {out.meta_path}" if not out.cached
+              else f"output: {dataset_path} (shardset dataset) and {out.meta_path}")
     if out.hdf5_path is not None:
         print(f"wrote {out.hdf5_path} and {out.meta_path}" if not out.cached else f"output: {out.hdf5_path}")
     return 0

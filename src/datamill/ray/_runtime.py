@@ -87,11 +87,15 @@ def connect(address: str | None = None) -> ModuleType:
 
 def unwrap(exc: BaseException, *, what: str) -> BaseException:
     """The error to raise for a failed Ray call: the task's own DatamillError, or one DatamillError line."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:  # through Ray's wrappers (RayTaskError, UserCodeException)
+        seen.add(id(cur))
+        if isinstance(cur, DatamillError) and not type(cur).__name__.startswith("RayTaskError"):
+            return cur
+        inner = getattr(cur, "cause", None)
+        cur = inner if isinstance(inner, BaseException) else (cur.__cause__ or cur.__context__)
     cause = getattr(exc, "cause", None)
-    if isinstance(cause, DatamillError):
-        return cause
-    if isinstance(exc, DatamillError) and not type(exc).__name__.startswith("RayTaskError"):
-        return exc
     first = " ".join(str(cause if cause is not None else exc).split())[:300]
     return DatamillError(f"{what} failed on Ray: {type(cause or exc).__name__}: {first}",
                          hint="nothing was committed; check the workers' logs, then run again")

@@ -1,18 +1,22 @@
 """``build_bert_samples(..., engine="ray")``: BERT samples on Ray, the local engine's samples as a shardset dataset.
 
-1. The driver splits the raw text into documents and sentences (the local engine's
-   ``split_documents``) and trains the WordPiece tokenizer once (or loads the given one).
-2. Sentences are tokenised in Ray Data ``map_batches`` (each worker rebuilds the tokenizer from its
-   JSON once); the driver assembles the corpus exactly as ``tokenize_documents`` does and puts it
-   in the object store once.
-3. One task per ``(dupe, document block)`` (the local engine's ``plan_tasks``: blocks of about
-   ``SHARD_TOKENS`` tokens) builds pairs, truncation and masking with generators derived from
-   ``(seed, dupe, block)``, the random "other document" drawn from the global document index, so
-   the samples do not depend on the number of workers, and writes shard ``task`` of a shardset
-   dataset (UID ``sample`` = ``task << 32 | row``).
+1. The driver trains the WordPiece tokenizer once (reading the text like the local engine), or
+   loads the given one; it reads nothing else.
+2. The raw files are split into documents and sentences and tokenised in Ray Data ``map_batches``,
+   one byte range of whole lines per batch (:mod:`datamill.ray._bert_docs`: the local engine's
+   document rule and tokenizer); the tokens stay in the object store. The driver folds per-block
+   counts into the global document index and the local engine's document blocks (about
+   ``SHARD_TOKENS`` tokens each), never holding the tokens.
+3. One task per ``(dupe, document block)`` (the local engine's ``plan_tasks``) builds pairs,
+   truncation and masking with generators derived from ``(seed, dupe, block)``, the random "other
+   document" drawn from the global document index (each worker assembles it once from the blocks'
+   counts and reads token ids across blocks zero-copy), so the samples do not depend on the
+   number of workers, and writes shard ``task`` of a shardset dataset (UID ``sample`` = ``task << 32 | row``).
 
-The samples, in shard order, equal the rows of the local engine's Parquet file for the same seed
-and block size. The tokenizer is written beside the dataset as ``<out>.tokenizer.json``.
+The samples, in shard order, equal the rows of the local engine's Parquet file for the same seed,
+block size and tokenizer. The dataset is written beside an earlier one and switched in when
+complete (:func:`datamill.core.io.atomic_dir`); the tokenizer is written beside it as
+``<out>.tokenizer.json``.
 """
 
 from __future__ import annotations
@@ -22,30 +26,27 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from datamill.core.constants import BERT_FORMAT
+from datamill.core.constants import BERT_FORMAT, DATASET_MANIFEST
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.io import PathLike, atomic_write, display_name
+from datamill.core.io import PathLike, atomic_dir, atomic_write, check_output, display_name
 from datamill.pretrain.bert.engine import (
     BertSamples,
     BertTokenizer,
     MaskConfig,
     TaskConfig,
-    TokenizedDocuments,
     bert_schema,
     check_params,
-    init_state,
-    plan_tasks,
     read_documents,
     resolve_tokenizer,
     run_task,
-    tokenize_documents,
 )
+from datamill.ray._bert_docs import build_index, corpus_state, plan_text_blocks, tokenize_blocks
 from datamill.ray._runtime import MAX_RETRIES, Spread, connect, ordered_results, unwrap
 from datamill.shards import ShardsetWriter
 from datamill.shards.writer import KEEP_META, ShardSink
@@ -55,61 +56,11 @@ __all__ = ["SHARDSET", "UID", "build_bert_samples"]
 SHARDSET = "bert"
 UID = "sample"
 
-_TOKENIZERS: dict[str, BertTokenizer] = {}
-_CORPORA: dict[str, Any] = {}
-
-
-def _tokenizer(tok_json: str) -> BertTokenizer:
-    key = fingerprint_obj(tok_json)
-    if key not in _TOKENIZERS:
-        from tokenizers import Tokenizer
-
-        tok = resolve_tokenizer(Tokenizer.from_str(tok_json))
-        assert tok is not None
-        _TOKENIZERS.clear()
-        _TOKENIZERS[key] = tok
-    return _TOKENIZERS[key]
-
-
-def _encode_batch(batch: pa.Table, tok_json: str) -> pa.Table:
-    flat, offsets = _tokenizer(tok_json).encode(batch.column("sentence").combine_chunks())
-    return pa.table({"ids": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(flat, pa.int32()))})
-
-
-class _Encoded:
-    """Stands in for the tokenizer in ``tokenize_documents``: the encodings made on the workers."""
-
-    def __init__(self, flat: np.ndarray[Any, Any], offsets: np.ndarray[Any, Any]) -> None:
-        self.flat, self.offsets = flat, offsets
-
-    def encode(self, texts: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        return self.flat, self.offsets
-
-
-def _tokenize_on_ray(ray: Any, sentences: pa.Array, sent_doc: np.ndarray[Any, Any], tok_json: str) -> TokenizedDocuments:
-    ds = ray.data.from_arrow(pa.table({"sentence": sentences}))
-    ds = ds.map_batches(_encode_batch, batch_format="pyarrow", batch_size=8192, fn_kwargs={"tok_json": tok_json})
-    flats, lengths = [], []
-    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-        col = batch.column("ids").combine_chunks()
-        offs = np.asarray(col.offsets.to_numpy(), np.int64)
-        flats.append(np.asarray(col.values.to_numpy(), np.int32)[offs[0]:offs[-1]])
-        lengths.append(np.diff(offs))
-    flat = np.concatenate(flats) if flats else np.zeros(0, np.int32)
-    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths) if lengths else [])]).astype(np.int64)
-    return tokenize_documents(sentences, sent_doc, cast(BertTokenizer, _Encoded(flat, offsets)))
-
-
-def _bert_task(corpus: tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]],
-               cfg: TaskConfig, sink: ShardSink, meta_json: str, index: int,
-               task: tuple[int, int, int, int]) -> tuple[int, int, str]:
+def _bert_task(corpus: tuple[str, list[Any], list[bool]], cfg: TaskConfig, sink: ShardSink, meta_json: str,
+               index: int, task: tuple[int, int, int, int]) -> tuple[int, int, str]:
     import ray
 
-    key, ids, sent_offsets, doc_offsets = corpus
-    if key not in _CORPORA:  # one list conversion per worker process and corpus
-        _CORPORA.clear()
-        _CORPORA[key] = init_state(ids, sent_offsets, doc_offsets)
-    res = run_task(_CORPORA[key], cfg, *task)
+    res = run_task(corpus_state(*corpus), cfg, *task)
     schema = bert_schema(cfg.mask.layout).with_metadata({KEEP_META: meta_json.encode()})
     table = pa.Table.from_batches([b.replace_schema_metadata(schema.metadata) for b in res.batches], schema=schema)
     table = table.add_column(0, UID, pa.array((np.int64(index) << 32) + np.arange(table.num_rows, dtype=np.int64)))
@@ -117,19 +68,48 @@ def _bert_task(corpus: tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any], np
     return res.samples, res.tokens, ray.get_runtime_context().get_node_id()
 
 
+def _is_own(root: Path) -> bool:
+    """A shardset dataset this engine wrote (one shardset, :data:`SHARDSET`)."""
+    try:
+        manifest = json.loads((root / DATASET_MANIFEST).read_text(encoding="utf-8"))
+        return root.is_dir() and [s.get("name") for s in manifest.get("shardsets", [])] == [SHARDSET]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
+
+
+def _check_outputs(root: Path, paths: list[PathLike], tokenizer: Any, *, overwrite: bool) -> Path:
+    """Refuse output paths holding a user's file, an input or (without ``overwrite``) another datamill output."""
+    tok_path = root.with_name(root.name + ".tokenizer.json")
+    inputs = [*paths, *([tokenizer] if isinstance(tokenizer, (str, os.PathLike)) else [])]
+    check_output(root, is_own=_is_own, inputs=inputs, what="BERT shardset dataset", overwrite=overwrite)
+
+    def own_tokenizer(p: Path) -> bool:  # the copy an earlier run wrote beside its dataset
+        try:
+            entry = json.loads((root / DATASET_MANIFEST).read_text(encoding="utf-8"))["shardsets"][0]
+            return _is_own(root) and json.loads(entry["source_metadata"]).get("tokenizer_file") == p.name
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return False
+
+    check_output(tok_path, is_own=own_tokenizer, inputs=inputs, what="tokenizer copy of a BERT dataset")
+    return tok_path
+
+
 def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLike, tokenizer: Any = None,
                        vocab_size: int = 30000, max_seq_length: int = 512, dupe_factor: int = 10,
                        mask_prob: float = 0.15, max_predictions_per_seq: int = 20, short_seq_prob: float = 0.1,
                        seed: int = 0, layout: str = "padded", sentence_split: str = "line", pairing: str = "seed",
-                       address: str | None = None) -> BertSamples:
+                       address: str | None = None, overwrite: bool = False) -> BertSamples:
     """:func:`datamill.pretrain.bert.build_bert_samples` on Ray; ``out`` is the shardset dataset folder.
 
     Arguments are those of the local builder (``workers`` aside: Ray schedules), plus ``address``
-    (the Ray cluster; defaults to ``None``: a running connection, else a local instance).
+    (the Ray cluster; defaults to ``None``: a running connection, else a local instance). An earlier
+    BERT dataset at ``out`` is replaced when the new one is complete; ``overwrite`` also replaces
+    another kind of datamill output (never an input or a file of yours). Defaults to ``False``.
 
     Raises:
-        ConfigError, DataFileError: as the local builder. ShardsetError: ``out`` holds another dataset.
-        DatamillError: a Ray failure after Ray's retries (nothing is committed).
+        ConfigError, DataFileError: as the local builder; DataFileError also for an output path
+            holding a file of yours or an input.
+        DatamillError: a Ray failure after Ray's retries (nothing is committed; an earlier output stays).
 
     Examples:
         >>> build_bert_samples("raw.txt", out="bert", dupe_factor=0)
@@ -141,60 +121,65 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
+    root = Path(out)
+    tok_path = _check_outputs(root, paths, tokenizer, overwrite=overwrite)
     start = time.perf_counter()
-    tok, sentences, sent_doc, timings = read_documents(paths, tokenizer, vocab_size=vocab_size,
-                                                       sentence_split=sentence_split)
+    tok = resolve_tokenizer(tokenizer)
+    timings: dict[str, float] = {}
+    if tok is None:  # trained once, on the driver, on the text read as the local engine reads it
+        tok, _sentences, _docs, timings = read_documents(paths, None, vocab_size=vocab_size,
+                                                         sentence_split=sentence_split)
+        del _sentences, _docs
     ray = connect(address)
     try:
-        return _build(ray, paths, Path(out), tok, sentences, sent_doc, timings, start, seed=seed,
-                      max_seq_length=max_seq_length, dupe_factor=dupe_factor, mask_prob=mask_prob,
-                      max_predictions_per_seq=max_predictions_per_seq, short_seq_prob=short_seq_prob,
-                      layout=layout, sentence_split=sentence_split, pairing=pairing)
+        return _build(ray, paths, root, tok_path, tok, timings, start, seed=seed, max_seq_length=max_seq_length,
+                      dupe_factor=dupe_factor, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
+                      short_seq_prob=short_seq_prob, layout=layout, sentence_split=sentence_split, pairing=pairing)
     except DatamillError:
         raise
     except Exception as exc:
         raise unwrap(exc, what="building BERT samples") from exc
 
 
-def _build(ray: Any, paths: list[PathLike], root: Path, tok: BertTokenizer, sentences: pa.Array,
-           sent_doc: np.ndarray[Any, Any], timings: dict[str, float], start: float, *, seed: int,
-           max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
-           short_seq_prob: float, layout: str, sentence_split: str, pairing: str) -> BertSamples:
+def _build(ray: Any, paths: list[PathLike], root: Path, tok_path: Path, tok: BertTokenizer,
+           timings: dict[str, float], start: float, *, seed: int, max_seq_length: int, dupe_factor: int,
+           mask_prob: float, max_predictions_per_seq: int, short_seq_prob: float, layout: str,
+           sentence_split: str, pairing: str) -> BertSamples:
     t = time.perf_counter()
     tok_json = tok.to_json()
-    corpus = _tokenize_on_ray(ray, sentences, sent_doc, tok_json)
-    n_sentences = len(sentences)
-    timings["tokenize"] = time.perf_counter() - t
+    tokenized = tokenize_blocks(ray, plan_text_blocks(paths), tok_json, sentence_split=sentence_split)
+    index = build_index(tokenized, paths)
+    timings["read_split_tokenize"] = time.perf_counter() - t
     where = display_name(paths[0]) if len(paths) == 1 else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
-    if corpus.num_documents < 2:
-        raise DataFileError(f"found {corpus.num_documents} document(s); next-sentence pairs need at least two",
+    if index.documents < 2:
+        raise DataFileError(f"found {index.documents} document(s); next-sentence pairs need at least two",
                             path=where, hint="separate documents with blank lines or '= Title =' lines")
     cfg = TaskConfig(seed=seed, max_num_tokens=max_seq_length - 3, short_seq_prob=short_seq_prob,
                      mask=MaskConfig(max_seq_length=max_seq_length, mask_prob=mask_prob,
                                      max_predictions=max_predictions_per_seq, pad=tok.pad, cls=tok.cls,
                                      sep=tok.sep, mask=tok.mask, special_ids=tok.special_ids,
                                      vocab_size=tok.vocab_size, layout=layout), pairing=pairing)
-    tok_path = root.with_name(root.name + ".tokenizer.json")
     meta = {"format": BERT_FORMAT, "layout": layout, "max_seq_length": max_seq_length, "mask_prob": mask_prob,
             "max_predictions_per_seq": max_predictions_per_seq, "short_seq_prob": short_seq_prob,
             "dupe_factor": dupe_factor, "seed": seed, "sentence_split": sentence_split, "pairing": pairing,
             "special_ids": {"pad": tok.pad, "cls": tok.cls, "sep": tok.sep, "mask": tok.mask, "unk": tok.unk},
             "vocab_size": tok.vocab_size, "tokenizer_file": tok_path.name,
             "tokenizer_fingerprint": fingerprint_obj(tok_json), "sources": [display_name(p) for p in paths],
-            "documents": corpus.num_documents, "sentences": n_sentences}
-    tasks = plan_tasks(corpus, dupe_factor)
-    key = fingerprint_obj([tok_json, len(corpus.ids), corpus.doc_offsets.tolist()[:64]])
-    corpus_ref = ray.put((key, corpus.ids, corpus.sent_offsets, corpus.doc_offsets))
+            "documents": index.documents, "sentences": index.sentences}
+    # the local engine's plan_tasks: every (dupe, document block) in output order
+    tasks = [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(index.shards)]
+    refs = tokenized.to_arrow_refs()
+    corpus = (fingerprint_obj([tok_json, [r.hex() for r in refs]]), refs, index.merge)  # refs nested: got once per worker
     remote = ray.remote(max_retries=MAX_RETRIES)(_bert_task)
     spread = Spread()
     samples = tokens = 0
     nodes: set[str] = set()
     t = time.perf_counter()
-    with ShardsetWriter(root, uid=UID, shardset=SHARDSET) as writer:
+    with atomic_dir(root) as tmp, ShardsetWriter(tmp, uid=UID, shardset=SHARDSET, name=root.name) as writer:
         meta_json = json.dumps(meta, sort_keys=True)
 
         def submit(item: tuple[int, tuple[int, int, int, int]]) -> Any:
-            return remote.options(scheduling_strategy=spread(item[0])).remote(corpus_ref, cfg, writer.sink, meta_json,
+            return remote.options(scheduling_strategy=spread(item[0])).remote(corpus, cfg, writer.sink, meta_json,
                                                                               item[0], item[1])
 
         window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
@@ -205,6 +190,6 @@ def _build(ray: Any, paths: list[PathLike], root: Path, tok: BertTokenizer, sent
         f.write(tok_json)
     timings["samples_write"] = time.perf_counter() - t
     timings["nodes"] = float(len(nodes))
-    return BertSamples(path=root, tokenizer_path=tok_path, layout=layout, documents=corpus.num_documents,
-                       sentences=n_sentences, samples=samples, tokens=tokens,
+    return BertSamples(path=root, tokenizer_path=tok_path, layout=layout, documents=index.documents,
+                       sentences=index.sentences, samples=samples, tokens=tokens,
                        seconds=time.perf_counter() - start, timings=timings)

@@ -16,8 +16,11 @@ Steps (driver ↔ workers):
 
 Output in ``output_dir`` (default: beside the input): ``<stem>.shards/`` (a shardset dataset: UID
 column = the input row index, or ``uid_column``; shardset ``features``; one shard per block),
-``<stem>.meta.json`` and, with ``fmt="hdf5"``, ``<stem>.hdf5``. The old ``meta.json`` is deleted
-first and the new one written last, so a failed or killed run leaves nothing a later run trusts.
+``<stem>.meta.json`` and, with ``fmt="hdf5"``, ``<stem>.hdf5``. As with the local engine, the new
+output is written beside the previous one and switched with renames, ``meta.json`` last
+(:mod:`datamill.ray._output`): a failed or killed run leaves the previous output as it was, and the
+next run removes what it left. A rerun whose inputs' content, config, applied metadata, image files
+and UID column match the saved output returns it without starting Ray (``cached=True``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import json
 import os
 import shutil
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -35,8 +37,9 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from datamill.core.constants import DATASET_MANIFEST, HDF5_SUFFIX, META_SUFFIX
-from datamill.core.errors import ConfigError, DataFileError, DatamillError, ShardsetError
+from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
+from datamill.core.errors import ConfigError, DataFileError, DatamillError
+from datamill.core.faults import fault_point
 from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_write
 from datamill.preprocessing.api import Preprocessed
@@ -56,6 +59,15 @@ from datamill.preprocessing.plans import Block, Plan
 from datamill.preprocessing.sinks import HDF5Sink
 from datamill.ray._blocks import BlockHandle, RayExecutor, prepare_blocks, window
 from datamill.ray._input import Input, read, resolve_input
+from datamill.ray._output import (
+    SHARDSET,
+    cached_output,
+    dataset_stamp,
+    prepare_outputs,
+    switch_back,
+    switch_in,
+    tmp_root,
+)
 from datamill.ray._runtime import MAX_RETRIES, Spread, connect, ordered_results, ray_module, unwrap
 from datamill.ray._tables import arrays_to_table, table_to_arrays
 from datamill.shards import ShardsetDataset, ShardsetWriter
@@ -64,8 +76,6 @@ from datamill.shards.writer import ShardSink
 __all__ = ["FORMATS", "RayPreprocessed", "SHARDSET", "SHARDS_SUFFIX", "preprocess"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 FORMATS = ("shards", "hdf5")
-#: the shardset holding the tensors
-SHARDSET = "features"
 SHARDS_SUFFIX = ".shards"
 
 
@@ -123,24 +133,9 @@ def _transform_task(p: Plan, meta: Metadata, sink: ShardSink | None, uid_column:
     return block.num_rows, (arrays if keep else None), ray_module().get_runtime_context().get_node_id()
 
 
-def _swap_in(new_root: Path, root: Path) -> None:
-    """Replace ``root`` (datamill's earlier output) by ``new_root`` with renames."""
-    old = root.with_name(f".{root.name}.old-{uuid.uuid4().hex[:8]}")
-    if root.exists():
-        root.rename(old)
-    new_root.rename(root)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _check_root(root: Path) -> None:
-    if root.exists() and not (root / DATASET_MANIFEST).is_file() and (not root.is_dir() or any(root.iterdir())):
-        raise ShardsetError("this path holds something that is not a datamill shardset dataset; refusing to "
-                            "replace it", path=root, hint="remove it or choose another --output-dir")
-
-
 def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLike[str] | None = None,
                metadata: Any = None, address: str | None = None, fmt: str = "shards",
-               uid_column: str | None = None) -> RayPreprocessed:
+               uid_column: str | None = None, overwrite: bool = False) -> RayPreprocessed:
     """Preprocess ``dataset`` on Ray: the same metadata and tensors as the local engine, as a shardset dataset.
 
     Args:
@@ -155,13 +150,17 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
             ``<stem>.hdf5``, assembled on the driver). Defaults to ``"shards"``.
         uid_column: an input column whose (unique) values are the UIDs. Defaults to ``None``: the
             input row index, in the column ``uid``.
+        overwrite: also replace another kind of datamill output at the output paths (never an input
+            or a file of yours). Defaults to ``False``.
 
     Returns:
         :class:`RayPreprocessed` (``dataset_path``, ``meta_path``, ``hdf5_path``, ``data``...).
 
     Raises:
         ConfigError, SchemaError, DataFileError: as the local engine (raised by the task that found them).
-        ShardsetError: duplicate ``uid_column`` values, or the output path holds something else.
+        ShardsetError: duplicate ``uid_column`` values.
+        DataFileError: an output path holds a file of yours or an input (or, without ``overwrite``,
+            another kind of datamill output).
         DatamillError: a Ray failure (a worker or node lost more often than Ray retries, no cluster).
 
     Examples:
@@ -183,14 +182,19 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
     else:
         p = _multi_file_plan(plan(config, dataset, metadata=metadata, skip_save=True), inp, out)
     p = replace(p, source=p.source if inp.table is not None or inp.single_file else inp.origin.path)
-    if inp.table is not None or (inp.single_file and "://" not in inp.files[0]):  # as the local engine records
-        p = with_image_files(p, inp.table if inp.table is not None else inp.files[0])
+    for part in [inp.table] if inp.table is not None else [f for f in inp.files if "://" not in f]:
+        p = with_image_files(p, part)  # the image files' stats, as the local engine records (file by file)
     assert p.meta_path is not None and p.hdf5_path is not None
     name = uid_column or "uid"
     if any(name in (f.name, f"{f.name}_char", f"{f.name}_word") for f in p.features) or name == "split":
         raise ConfigError(f"the UID column {name!r} clashes with an output key", hint="pass another uid_column")
     root = p.meta_path.with_name(p.meta_path.name.removesuffix(META_SUFFIX) + SHARDS_SUFFIX)
-    _check_root(root)
+    prepare_outputs(p, root, fmt=fmt, inputs=[dataset, *inp.files, config, metadata], overwrite=overwrite)
+    hit = cached_output(p, root, fmt=fmt, uid_column=name)
+    if hit is not None:  # the same inputs, config and images: the saved output, without starting Ray
+        return RayPreprocessed(hit, p.hdf5_path if fmt == "hdf5" else None, p.meta_path, True,
+                               int(hit.header["num_rows"]), time.perf_counter() - start, None,
+                               dataset_path=root, uid_column=name)
     ray = connect(address)
     try:
         return _run(ray, p, inp, root, fmt=fmt, uid_column=uid_column, start=start)
@@ -226,11 +230,12 @@ def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str
         raise DataFileError("the dataset has a header but no rows", path=inp.origin.path)
     stats = fit(p, cast(list[Block], handles), executor=RayExecutor(), keep_tokens=False)  # handles quack as blocks
     meta = finalize(p, stats)
-    p.meta_path.unlink(missing_ok=True)  # the old output is no longer trusted from here on
     p.meta_path.parent.mkdir(parents=True, exist_ok=True)
-    new_root = root.with_name(f".{root.name}.new-{uuid.uuid4().hex[:8]}")
+    new_root = tmp_root(root)  # the new output is written beside the old one, which stays until the switch
     hdf5 = HDF5Sink(p.hdf5_path, p.meta_path) if fmt == "hdf5" else None
     nodes: list[tuple[str, str]] = []
+    old: Path | None = None
+    switched = False
     try:
         with ShardsetWriter(new_root, uid=uid_column or "uid", shardset=SHARDSET, name=root.name) as writer:
             meta_ref = ray.put(meta)
@@ -252,20 +257,27 @@ def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str
                 if hdf5 is not None:
                     hdf5.write(h.index, lo, lo + rows, arrays)
                 lo += rows
-        _swap_in(new_root, root)
         document = meta.to_dict()
         document[HEADER]["dataset"] = {"name": root.name, "shardset": SHARDSET, "uid_column": uid_column or "uid",
-                                       "num_shards": len(handles), "num_samples": stats.num_rows}
+                                       "num_shards": len(handles), "num_samples": stats.num_rows,
+                                       "stamp": dataset_stamp(new_root)}
+        fault_point("ray.preprocess.before_switch")
+        old, switched = switch_in(new_root, root), True
+        fault_point("ray.preprocess.before_meta")  # killed here: the next run moves the old dataset back
         if hdf5 is not None:
-            hdf5.commit(document)
+            hdf5.commit(document)  # the HDF5, then meta.json: the new output is trusted from here
         else:
             with atomic_write(p.meta_path) as fh:
                 json.dump(document, fh, ensure_ascii=False)
     except BaseException:
         if hdf5 is not None:
             hdf5.abort()
+        if switched:
+            switch_back(root, old)
         shutil.rmtree(new_root, ignore_errors=True)
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return RayPreprocessed(Metadata(document), p.hdf5_path if hdf5 is not None else None, p.meta_path, False,
                            stats.num_rows, time.perf_counter() - start, None, dataset_path=root,
                            uid_column=uid_column or "uid", nodes=nodes)

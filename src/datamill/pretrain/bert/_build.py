@@ -216,7 +216,7 @@ def build_bert_samples(
             source, out=out, tokenizer=tokenizer, vocab_size=vocab_size, max_seq_length=max_seq_length,
             dupe_factor=dupe_factor, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
             short_seq_prob=short_seq_prob, seed=seed, layout=layout, sentence_split=sentence_split,
-            pairing=pairing, **(engine_options or {}))
+            pairing=pairing, overwrite=overwrite, **(engine_options or {}))
         return result
     if engine_options:
         raise ConfigError("engine_options apply to engine='ray' only")

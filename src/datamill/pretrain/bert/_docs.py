@@ -22,7 +22,7 @@ from datamill.core.errors import DataFileError
 from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
 from datamill.pretrain.bert._tok import BertTokenizer
 
-__all__ = ["TokenizedDocuments", "split_documents", "tokenize_documents"]
+__all__ = ["TokenizedDocuments", "check_file", "split_block", "split_documents", "tokenize_documents"]
 
 
 @dataclass(frozen=True)
@@ -89,14 +89,45 @@ def _lines(block: bytes, first_line: int, path: PathLike) -> pa.Array:
     return pc.utf8_trim_whitespace(lines)
 
 
+def split_block(block: bytes, first_line: int, path: PathLike, *, sentence_split: str = "line"
+                ) -> tuple[pa.Array, NDArray[np.int64], int]:
+    """Split one block of whole lines -> (sentences, document id of each, breaks in the block).
+
+    The document id of a sentence is the number of breaks (blank or ``=`` title lines) before it in
+    the block, so the ids of consecutive blocks chain by adding the breaks of the blocks before
+    (:func:`split_documents`; the Ray engine splits blocks on its workers with this same function).
+    ``first_line`` is the 1-based line the block starts at (named in a UTF-8 error).
+
+    Examples:
+        >>> s, d, n = split_block(b"a b\\n\\n = T = \\nc . d . e\\n", 1, "x.txt", sentence_split="period")
+        >>> s.to_pylist(), d.tolist(), n
+        (['a b', 'c .', 'd .', 'e'], [0, 2, 2, 2], 2)
+    """
+    lines = _lines(block, first_line, path)
+    is_break = pc.or_(pc.equal(pc.utf8_length(lines), 0), pc.starts_with(lines, "="))
+    brk = is_break.to_numpy(zero_copy_only=False)
+    doc = np.cumsum(brk, dtype=np.int64)
+    keep = ~brk
+    kept = lines.filter(pa.array(keep))
+    kept_doc = doc[keep]
+    if sentence_split == "period":
+        parts = pc.split_pattern(pc.replace_substring(kept, " . ", " .\n"), "\n")
+        parent = pc.list_parent_indices(parts).to_numpy()
+        pieces = pc.utf8_trim_whitespace(pc.list_flatten(parts))
+        nonempty = pc.greater(pc.utf8_length(pieces), 0)
+        kept = pieces.filter(nonempty)
+        kept_doc = kept_doc[parent[nonempty.to_numpy(zero_copy_only=False)]]
+    return kept, kept_doc, int(doc[-1]) if len(doc) else 0
+
+
 def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") -> tuple[pa.Array, NDArray[np.int64]]:
     """Read the files -> (sentences, document ids per sentence, non-decreasing).
 
-    Vectorised with pyarrow, block by block: strip every line, mark blank and ``=`` title lines as
-    breaks, give each line the number of breaks before it as its document id. A file end also ends
-    a document. ``sentence_split="period"`` further cuts each line after every `` . `` (WikiText's
-    tokenised full stop, as d2l.ai does), keeping the period. Lines end at ``\n`` (as the seed's
-    ``readline``); the sentences stay in Arrow (``large_string``), never as Python strings.
+    Vectorised with pyarrow, block by block (:func:`split_block`): strip every line, mark blank and
+    ``=`` title lines as breaks, give each line the number of breaks before it as its document id.
+    A file end also ends a document. ``sentence_split="period"`` further cuts each line after every
+    `` . `` (WikiText's tokenised full stop, as d2l.ai does), keeping the period. Lines end at ``\n``
+    (as the seed's ``readline``); the sentences stay in Arrow (``large_string``), never as Python strings.
     """
     sentences: list[pa.Array] = []
     doc_ids: list[NDArray[np.int64]] = []
@@ -106,35 +137,27 @@ def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") 
         empty = True
         for block, first_line in _blocks(path):
             empty = empty and block.isspace()
-            lines = _lines(block, first_line, path)
-            is_break = pc.or_(pc.equal(pc.utf8_length(lines), 0), pc.starts_with(lines, "="))
-            brk = is_break.to_numpy(zero_copy_only=False)
-            doc = np.cumsum(brk, dtype=np.int64) + doc_base
-            keep = ~brk
-            kept = lines.filter(pa.array(keep))
-            kept_doc = doc[keep]
-            if len(doc):
-                doc_base = int(doc[-1])  # a document may continue in the next block
-            if sentence_split == "period":
-                parts = pc.split_pattern(pc.replace_substring(kept, " . ", " .\n"), "\n")
-                parent = pc.list_parent_indices(parts).to_numpy()
-                pieces = pc.utf8_trim_whitespace(pc.list_flatten(parts))
-                nonempty = pc.greater(pc.utf8_length(pieces), 0)
-                kept = pieces.filter(nonempty)
-                kept_doc = kept_doc[parent[nonempty.to_numpy(zero_copy_only=False)]]
+            kept, kept_doc, breaks = split_block(block, first_line, path, sentence_split=sentence_split)
+            kept_doc += doc_base
+            doc_base += breaks  # a document may continue in the next block
             found += len(kept)
             sentences.append(kept)
             doc_ids.append(kept_doc)
-        if empty:
-            raise DataFileError("the file is empty; expected text", path=display_name(path))
-        if not found:
-            raise DataFileError("no text lines: every line is blank or a '=' title line",
-                                path=display_name(path), hint="BERT needs documents with sentences")
+        check_file(path, empty=empty, found=found)
         doc_base += 1  # a file end ends a document
     ids = np.concatenate(doc_ids) if doc_ids else np.zeros(0, dtype=np.int64)
     arr = pa.concat_arrays(sentences) if sentences else pa.array([], pa.large_string())
     pa.default_memory_pool().release_unused()
     return arr, ids
+
+
+def check_file(path: PathLike, *, empty: bool, found: int) -> None:
+    """Refuse a file that is empty (or blank) or holds no text line (every line a break)."""
+    if empty:
+        raise DataFileError("the file is empty; expected text", path=display_name(path))
+    if not found:
+        raise DataFileError("no text lines: every line is blank or a '=' title line",
+                            path=display_name(path), hint="BERT needs documents with sentences")
 
 
 def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np.int64],

@@ -13,9 +13,16 @@ Examples:
 
 from __future__ import annotations
 
+from datamill.pretrain.bert import _run
 from datamill.pretrain.bert._build import BertSamples, read_documents
 from datamill.pretrain.bert._build import _check_params as check_params
-from datamill.pretrain.bert._docs import TokenizedDocuments, split_documents, tokenize_documents
+from datamill.pretrain.bert._docs import (
+    TokenizedDocuments,
+    check_file,
+    split_block,
+    split_documents,
+    tokenize_documents,
+)
 from datamill.pretrain.bert._mask import MaskConfig, bert_schema
 from datamill.pretrain.bert._run import TaskConfig, TaskResult, plan_tasks
 from datamill.pretrain.bert._run import _init_state as init_state
@@ -23,6 +30,17 @@ from datamill.pretrain.bert._run import _run_task as run_task
 from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
 
 __all__ = ["BertSamples", "BertTokenizer", "MaskConfig", "TaskConfig", "TaskResult", "TokenizedDocuments",
-           "bert_schema", "check_params", "init_state", "plan_tasks", "read_documents", "resolve_tokenizer", "run_task",
-           "split_documents", "tokenize_documents", "train_wordpiece"]
+           "bert_schema", "check_file", "check_params", "init_state", "plan_tasks", "read_documents",
+           "resolve_tokenizer", "run_task", "shard_tokens", "split_block", "split_documents", "tokenize_documents",
+           "train_wordpiece"]
 assert sorted(__all__) == __all__
+
+
+def shard_tokens() -> int:
+    """Corpus tokens per document block (task) of ``plan_tasks``, read when called.
+
+    Examples:
+        >>> shard_tokens() > 0
+        True
+    """
+    return _run.SHARD_TOKENS
