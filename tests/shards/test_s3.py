@@ -86,7 +86,7 @@ def test_create_add_and_load_from_s3_equal_the_local_dataset(store: tuple[pafs.S
 
 def test_cache_bound_and_no_corrupt_copy_is_used(store: tuple[pafs.S3FileSystem, ShardsetDataset],
                                                  tmp_path: Path) -> None:
-    fs, local = store
+    fs, _ = store
     if not fs.get_file_info("shards/ds/dataset.json").size:
         ShardsetDataset.create("s3://shards/ds", _table(), uid="uid", shardset="base", shard_size=80)
     ds = ShardsetDataset("s3://shards/ds", cache_dir=tmp_path / "c", cache_limit=6_000)

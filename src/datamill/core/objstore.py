@@ -312,16 +312,23 @@ def store_error(exc: BaseException, url: str) -> DatamillError:
 
 
 class _NamedCache(ShardFileCache):
-    """A cache whose copies keep the remote base name (one folder per remote path)."""
+    """A cache whose copies keep the remote base name (one folder per remote path) and record the ETag."""
+
+    def __init__(self, filesystem: pafs.FileSystem, cache_dir: Path, *, etag: str | None) -> None:
+        super().__init__(filesystem, cache_dir)
+        self.etag = etag
 
     @staticmethod
     def local_name(remote: str) -> str:
         return Path(remote).name
 
+    def _sidecar(self, info: pafs.FileInfo) -> dict[str, Any]:
+        return {**super()._sidecar(info), "etag": self.etag}
+
 
 def fetch_input(url: str, *, cache_dir: str | os.PathLike[str] | None = None,
                 filesystem: pafs.FileSystem | None = None) -> Path:
-    """A checked local copy of the object ``url`` (downloaded once; reused while its size and mtime hold).
+    """A checked local copy of the object ``url`` (downloaded once; reused while its size, mtime and ETag hold).
 
     The copy keeps the object's base name (so outputs named after the input keep the name) and
     lives in ``<cache_dir>/inputs/<hash of the URL>/``.
@@ -352,7 +359,9 @@ def fetch_input(url: str, *, cache_dir: str | os.PathLike[str] | None = None,
                                 hint="name one file (s3://bucket/path/data.csv)")
         if info.type != pafs.FileType.File:
             raise DataFileNotFoundError("no such object", path=url, hint="check the bucket and key")
-        cache = _NamedCache(fs, folder)
+        with fs.open_input_file(remote) as f:  # the ETag tells a rewrite of the same size within a second
+            etag = f.metadata().get("ETag")
+        cache = _NamedCache(fs, folder, etag=None if etag is None else etag.decode("utf-8", "replace"))
         cache.read(remote, info=info)
     except DatamillError:
         raise

@@ -29,6 +29,7 @@ from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import CacheError, ConfigError
 from datamill.core.fingerprint import fingerprint_file
 from datamill.core.io import check_output, is_datamill_output
+from datamill.core.objstore import fetch_input, is_remote
 from datamill.preprocessing.binding import with_image_files
 from datamill.preprocessing.config import PreprocessConfig
 from datamill.preprocessing.executors import LocalExecutor
@@ -106,9 +107,13 @@ def preprocess(
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
     Args:
-        dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``), a DataFrame or an Arrow Table.
+        dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``, or ``s3://bucket/key.csv``:
+            downloaded once into the local cache (:func:`~datamill.core.objstore.fetch_input`) and
+            reused while the object's size and mtime hold; the preprocessing cache key hashes the
+            content), a DataFrame or an Arrow Table.
         config: config model, dict, or YAML/JSON path. Defaults to ``None`` (``metadata``'s config).
-        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside the input).
+        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside the
+            input; the current folder for an ``s3://`` input).
         skip_save: compute in memory only, write nothing. Defaults to ``False``.
         metadata: a ``meta.json`` (path, :class:`Metadata` or dict) applied to unseen data (nothing
             refitted, no split). Defaults to ``None``.
@@ -136,6 +141,9 @@ def preprocess(
         >>> out.metadata.decode("color", out.data["color"]).tolist()
         ['red', 'blue', 'red', '<UNK>']
     """
+    if isinstance(dataset, (str, os.PathLike)) and is_remote(dataset):  # a checked local copy, reused while unchanged
+        dataset = fetch_input(os.fspath(dataset))
+        output_dir = Path.cwd() if output_dir is None else output_dir
     if engine != "local" or engine_options:
         return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
                           options=engine_options or {})
