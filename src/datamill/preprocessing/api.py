@@ -108,9 +108,10 @@ def preprocess(
 
     Args:
         dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``, or ``s3://bucket/key.csv``:
-            downloaded once into the local cache (:func:`~datamill.core.objstore.fetch_input`) and
-            reused while the object's size and mtime hold; the preprocessing cache key hashes the
-            content), a DataFrame or an Arrow Table.
+            the local engine downloads it once into the local cache
+            (:func:`~datamill.core.objstore.fetch_input`) and reuses it while the object's size,
+            mtime and ETag hold; the preprocessing cache key hashes the content), a DataFrame or an
+            Arrow Table.
         config: config model, dict, or YAML/JSON path. Defaults to ``None`` (``metadata``'s config).
         output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside the
             input; the current folder for an ``s3://`` input).
@@ -141,12 +142,12 @@ def preprocess(
         >>> out.metadata.decode("color", out.data["color"]).tolist()
         ['red', 'blue', 'red', '<UNK>']
     """
+    if engine != "local" or engine_options:  # (Ray reads s3:// URIs on its nodes itself)
+        return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
+                          options=engine_options or {})
     if isinstance(dataset, (str, os.PathLike)) and is_remote(dataset):  # a checked local copy, reused while unchanged
         dataset = fetch_input(os.fspath(dataset))
         output_dir = Path.cwd() if output_dir is None else output_dir
-    if engine != "local" or engine_options:
-        return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
-                          options=engine_options or {})
     start = time.perf_counter()
     p = _guarded(plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save),
                  dataset, inputs=(dataset, config, metadata), overwrite=overwrite)
