@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def test_create_add_and_load_from_s3_equal_the_local_dataset(store: tuple[pafs.S
     for k in range(src.num_shards):
         assert src.read_shard(k, join="inner").equals(local.read_shard(k, join="inner"))
     assert src.get(3 * 17) == local.get(3 * 17)
+    assert pickle.loads(pickle.dumps(src)).read_shard(2).equals(src.read_shard(2))  # spawned workers pickle it
 
     cold = ShardsetDataset("s3://shards/ds", cache_dir=tmp_path / "cold")
     cols = ["uid", "x", "tokens"]  # (the nullable label column reads as NaN, which never equals itself)

@@ -145,6 +145,14 @@ class ShardFileCache:
                 self._lru[meta.stem] = data.stat().st_size
         self.downloads = self.hits = self.evictions = self.bytes_fetched = self.rejected = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        # locks stay in this process (spawned DataLoader workers pickle the source); counters restart
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_key_locks", "_in_use")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock, self._key_locks, self._in_use = threading.Lock(), {}, {}
+
     def stats(self) -> dict[str, int]:
         """Downloads, cache hits, evictions, bytes fetched, copies rejected, bytes held now."""
         with self._lock:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -100,6 +101,13 @@ class RemoteParquetSource:
         assert schema is not None
         self.schema = schema
         self._sizes = np.asarray(sizes, dtype=np.int64)
+
+    def __getstate__(self) -> dict[str, Any]:  # spawned DataLoader workers pickle the source; FileInfo does not
+        return {**self.__dict__, "infos": [(i.path, i.size, i.mtime_ns) for i in self.infos]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        infos = [pafs.FileInfo(p, pafs.FileType.File, mtime_ns=m, size=s) for p, s, m in state["infos"]]
+        self.__dict__.update({**state, "infos": infos})
 
     @property
     def columns(self) -> list[str]:

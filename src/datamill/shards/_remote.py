@@ -61,6 +61,13 @@ class RemoteShards:
         self._listings: dict[str, dict[str, pafs.FileInfo]] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:  # (FileInfo does not pickle: a worker lists again)
+        return {k: v if k != "_listings" else {} for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def listing(self, shardset: str) -> dict[str, pafs.FileInfo]:
         """The files of one shardset folder by base name (one LIST request, then kept)."""
         with self._lock:
