@@ -278,7 +278,8 @@ def default_cache_dir() -> Path:
     """The shard cache folder used when none is given: ``$DATAMILL_CACHE_DIR`` or ``<tmp>/datamill-shard-cache``.
 
     Examples:
-        >>> default_cache_dir().name in ("datamill-shard-cache", os.environ.get("DATAMILL_CACHE_DIR", "")) or True
+        >>> default_cache_dir() == Path(os.environ.get("DATAMILL_CACHE_DIR") or tempfile.gettempdir()
+        ...                             + "/datamill-shard-cache")
         True
     """
     env = os.environ.get("DATAMILL_CACHE_DIR")

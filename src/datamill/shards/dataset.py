@@ -7,6 +7,10 @@ in shard ``k`` of one shardset is in shard ``k`` of every shardset that has it; 
 samples, which read as nulls (``join="left"``, the default) or are dropped and counted
 (``join="inner"``).
 
+On object storage (``s3://bucket/prefix``) shard files are downloaded whole into a bounded, checked
+local cache (``cache_dir``, ``cache_limit``; see :mod:`datamill.shards._remote`), so the Loader's
+plan-ordered shard reads also prefetch the downloads.
+
 This module only reads. Writing lives in :mod:`datamill.shards.writer` (:class:`ShardsetWriter`) and
 :mod:`datamill.shards.write` (``create``/``add``), which import this module; the conveniences
 :meth:`ShardsetDataset.create` and :meth:`ShardsetDataset.add` reach ``datamill.shards.write``
