@@ -141,6 +141,9 @@ def test_writes_never_leave_a_half_dataset_and_never_touch_foreign_objects(
     assert again.shardsets == ["base"] and again.read_shard(0).num_rows == 100
     assert fs.get_file_info(pafs.FileSelector("shards/atomic/labels", allow_not_found=True)) == []
     assert again.add("labels", _labels(), route=True).shardsets == ["base", "labels"]  # a retry works
+    with pytest.raises(ShardsetError, match="already exists") as dup:
+        again.add("labels", _labels(), route=True)
+    assert dup.value.path == "s3://shards/atomic/labels"
 
     with pytest.raises(ShardsetError, match="already exists"):
         ShardsetDataset.create("s3://shards/atomic", _table(), uid="uid", shardset="base", shard_size=100)

@@ -228,24 +228,29 @@ class ShardsetWriter:
             self.remote, self.loc = self.loc, stage(self.loc)
             if name is None and not self.loc.exists(DATASET_MANIFEST):
                 name = os.path.basename(self.remote.path)  # not the stage's folder name
-        self.shardset, self.fmt, self.name = shardset, fmt, name
-        self.base: ShardsetDataset | None = None
-        if self.loc.exists(DATASET_MANIFEST):
-            self.base = ShardsetDataset(self.loc)
-            if uid != self.base.uid_column:
-                raise ConfigError(f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
-                                  path=self.loc.show(DATASET_MANIFEST))
-            if name is not None:
-                raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
-        self._made_root = not self.loc.exists()
-        listed = self.base.shardsets if self.base is not None else []
-        if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
-            remove_interrupted(self.loc, listed)
-        _check_shardset_name(self.loc, shardset, listed)
-        self.loc.fs.create_dir(self.loc.path, recursive=True)
-        self.tmp = self.loc.tmp_name(shardset)
-        self.loc.fs.create_dir(self.loc.join(self.tmp))
-        self.sink = ShardSink(self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base)
+        try:
+            self.shardset, self.fmt, self.name = shardset, fmt, name
+            self.base: ShardsetDataset | None = None
+            if self.loc.exists(DATASET_MANIFEST):
+                self.base = ShardsetDataset(self.loc)
+                if uid != self.base.uid_column:
+                    raise ConfigError(f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
+                                      path=self.loc.show(DATASET_MANIFEST))
+                if name is not None:
+                    raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
+            self._made_root = not self.loc.exists()
+            listed = self.base.shardsets if self.base is not None else []
+            if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
+                remove_interrupted(self.loc, listed)
+            _check_shardset_name(self.loc, shardset, listed)
+            self.loc.fs.create_dir(self.loc.path, recursive=True)
+            self.tmp = self.loc.tmp_name(shardset)
+            self.loc.fs.create_dir(self.loc.join(self.tmp))
+            self.sink = ShardSink(self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base)
+        except BaseException:
+            if self.remote is not None:  # (a refused name or uid: the stage goes)
+                discard_stage(self.loc)
+            raise
         self.dataset: ShardsetDataset | None = None
         self._open = True
 
