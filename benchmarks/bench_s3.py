@@ -6,7 +6,9 @@ a bucket of a SeaweedFS S3 server started on loopback (the ``weed`` of ``seaweed
 iterates one epoch with ``Loader(batch_size=256, collate="numpy")`` three ways: local files
 (``ParquetSource(shard_by="file")``), S3 with an empty cache (every file downloaded, checked and
 cached), and S3 again with that cache warm. Best of ``--repeat`` runs each; the cold run empties the
-cache before each run.
+cache before each run. The same files then go into a shardset dataset (UID ``id``), created locally
+and on S3 (``ShardsetDataset.create("s3://...")``: staged locally, uploaded, manifest last) and
+iterated the same three ways.
 
     python benchmarks/bench_s3.py [--rows 400000] [--files 16] [--out benchmarks/results/s3.md]
 """
@@ -14,6 +16,7 @@ cache before each run.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.loader.sea
 from datamill.core.parquet import ParquetSource
 from datamill.loader import Loader
 from datamill.loader.remote import RemoteParquetSource, s3_filesystem
+from datamill.shards import ShardsetDataset
 from tests.loader.seaweed import seaweed_s3
 
 
@@ -79,6 +83,20 @@ def main() -> None:
         warm_src = RemoteParquetSource("s3://bench/ds", cache_dir=cache, filesystem=fs)
         results["S3, warm cache"] = min(epoch(warm_src) for _ in range(args.repeat))
         assert warm_src.cache.stats()["downloads"] == 0
+        # the same files as a shardset dataset (UID "id"), locally and on S3 (uploaded by datamill)
+        os.environ.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, AWS_ENDPOINT_URL=endpoint)
+        files = sorted(local.iterdir())
+        local_ds = ShardsetDataset.create(tmp / "shards", files, uid="id", shardset="main")
+        ShardsetDataset.create("s3://bench/shards", files, uid="id", shardset="main")
+        results["shardset, local"] = min(epoch(local_ds) for _ in range(args.repeat))
+        cold = []
+        for _ in range(args.repeat):
+            shutil.rmtree(cache, ignore_errors=True)
+            cold.append(epoch(ShardsetDataset("s3://bench/shards", cache_dir=cache)))
+        results["shardset, S3 cold cache"] = min(cold)
+        warm_ds = ShardsetDataset("s3://bench/shards", cache_dir=cache)
+        results["shardset, S3 warm cache"] = min(epoch(warm_ds) for _ in range(args.repeat))
+        assert warm_ds.remote is not None and warm_ds.remote.cache.stats()["downloads"] == 0
     title = (f"{args.rows:,} rows in {args.files} Parquet files ({nbytes / 2**20:,.1f} MiB); Loader batch 256, "
              f"numpy collate; best of {args.repeat}")
     lines = [title, "", "| source | epoch s | samples/s | MiB/s |", "|---|---|---|---|"]

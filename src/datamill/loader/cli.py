@@ -13,20 +13,16 @@ __all__ = ["register"]
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from datamill.loader.remote import RemoteParquetSource, is_remote
+    from datamill.core.objstore import is_remote
     from datamill.sources import open_source
 
     if getattr(args, "split", None) is not None:  # `iterate --split` (plan has no such flag)
         from datamill.sources import HDF5Source
 
         return HDF5Source(args.source, split=args.split)
-    if is_remote(args.source):
-        import tempfile
-        from pathlib import Path
-
-        cache_dir = args.cache_dir or Path(tempfile.gettempdir()) / "datamill-shard-cache"
+    if is_remote(args.source):  # a shardset dataset or Parquet objects, through the local shard cache
         limit = None if args.cache_limit is None else int(args.cache_limit * 2**20)
-        return RemoteParquetSource(args.source, cache_dir=cache_dir, cache_limit=limit)
+        return open_source(args.source, cache_dir=args.cache_dir, cache_limit=limit)
     return open_source(args.source)
 
 

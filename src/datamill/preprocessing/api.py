@@ -29,6 +29,7 @@ from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import CacheError, ConfigError
 from datamill.core.fingerprint import fingerprint_file
 from datamill.core.io import check_output, is_datamill_output
+from datamill.core.objstore import fetch_input, is_remote
 from datamill.preprocessing.binding import with_image_files
 from datamill.preprocessing.config import PreprocessConfig
 from datamill.preprocessing.executors import LocalExecutor
@@ -93,6 +94,15 @@ def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_
     return result
 
 
+def _local_input(dataset: Any, output_dir: str | os.PathLike[str] | None) -> tuple[Any, Any]:
+    """An ``s3://`` input becomes a checked local copy (:func:`~datamill.core.objstore.fetch_input`:
+    downloaded once, reused while the object's size, mtime and ETag hold; the preprocessing cache
+    key hashes the content), written by default to the current folder; anything else is unchanged."""
+    if isinstance(dataset, (str, os.PathLike)) and is_remote(dataset):
+        return fetch_input(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
+    return dataset, output_dir
+
+
 def preprocess(
     dataset: Any,
     config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None = None,
@@ -107,7 +117,7 @@ def preprocess(
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
     Args:
-        dataset: a CSV/TSV/Parquet/JSONL path (or ``archive.zip:member``), a DataFrame or an Arrow Table.
+        dataset: a CSV/TSV/Parquet/JSONL path (``archive.zip:member``, ``s3://…``), a DataFrame or an Arrow Table.
         config: config model, dict, or YAML/JSON path. Defaults to ``None`` (``metadata``'s config).
         output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside the input).
         skip_save: compute in memory only, write nothing. Defaults to ``False``.
@@ -137,10 +147,10 @@ def preprocess(
         >>> out.metadata.decode("color", out.data["color"]).tolist()
         ['red', 'blue', 'red', '<UNK>']
     """
-    if engine != "local" or engine_options:
+    if engine != "local" or engine_options:  # (Ray reads s3:// URIs on its nodes itself)
         return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
                           overwrite=overwrite, options=engine_options or {})
-    start = time.perf_counter()
+    start, (dataset, output_dir) = time.perf_counter(), _local_input(dataset, output_dir)  # s3:// -> local copy
     p = _guarded(plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save),
                  dataset, inputs=(dataset, config, metadata), overwrite=overwrite)
     hit = _verified(p, cached(p))

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.io import csv_options
+from datamill.core.objstore import is_remote, s3_filesystem, split_url, store_error
 
 __all__ = ["Location", "file_format", "read_any", "resolve", "write_any"]
 
@@ -43,7 +44,10 @@ class Location:
         return sorted(info.base_name for info in self.fs.get_file_info(sel))
 
     def read_json(self, name: str) -> Any:
-        info = self.fs.get_file_info(self.path)
+        try:
+            info = self.fs.get_file_info(self.path)
+        except OSError as exc:  # an object store's failure: bad credentials, no bucket, unreachable
+            raise store_error(exc, self.show(name)) from exc
         if info.type == pafs.FileType.File:
             raise DataFileError("expected a shardset dataset folder, found a file", path=self.display,
                                 hint="pass the dataset folder (the one holding dataset.json)")
@@ -55,6 +59,8 @@ class Location:
                 return json.loads(f.read().decode("utf-8"))
         except FileNotFoundError as exc:
             raise DataFileNotFoundError("no such file", path=self.show(name)) from exc
+        except OSError as exc:
+            raise store_error(exc, self.show(name)) from exc
         except (UnicodeDecodeError, ValueError) as exc:
             raise DataFileError(f"not valid JSON: {exc}", path=self.show(name)) from exc
 
@@ -98,9 +104,15 @@ def _fsync_local(fs: pafs.FileSystem, path: str) -> None:
             os.close(fd)
 
 
-def resolve(root: str | os.PathLike[str]) -> Location:
-    """A local path or a URI (``file://``, ``s3://`` …) → :class:`Location`."""
+def resolve(root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None) -> Location:
+    """A local path or a URI (``file://``, ``s3://`` …) → :class:`Location`.
+
+    ``s3://bucket/prefix`` uses ``filesystem`` or :func:`~datamill.core.objstore.s3_filesystem`
+    (endpoint and credentials from the usual ``AWS_*`` variables).
+    """
     text = os.fspath(root)
+    if is_remote(text):
+        return Location(filesystem if filesystem is not None else s3_filesystem(), split_url(text), text)
     if "://" in text:
         try:
             fs, path = pafs.FileSystem.from_uri(text)
@@ -121,13 +133,17 @@ def file_format(path: str) -> str:
 
 
 def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str] | None = None,
-             schema: pa.Schema | None = None) -> pa.Table:
-    """Read a Parquet or CSV file; CSV columns get the types of ``schema`` when given."""
+             schema: pa.Schema | None = None, data: bytes | None = None) -> pa.Table:
+    """Read a Parquet or CSV file (or its content ``data``, already fetched); CSV columns get the types of ``schema``."""
     fmt = file_format(path)
     try:
         if fmt == "parquet":
+            if data is not None:
+                return pq.read_table(pa.BufferReader(data), columns=columns)
             return pq.read_table(path, filesystem=fs, columns=columns)
         types = {f.name: f.type for f in schema} if schema is not None else None
+        if data is not None:
+            return pcsv.read_csv(pa.BufferReader(data), **csv_options("csv", columns=columns, column_types=types))
         with fs.open_input_stream(path) as f:
             return pcsv.read_csv(f, **csv_options("csv", columns=columns, column_types=types))
     except FileNotFoundError as exc:

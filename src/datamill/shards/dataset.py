@@ -7,6 +7,10 @@ in shard ``k`` of one shardset is in shard ``k`` of every shardset that has it; 
 samples, which read as nulls (``join="left"``, the default) or are dropped and counted
 (``join="inner"``).
 
+On object storage (``s3://bucket/prefix``) shard files are downloaded whole into a bounded, checked
+local cache (``cache_dir``, ``cache_limit``; see :mod:`datamill.shards._remote`), so the Loader's
+plan-ordered shard reads also prefetch the downloads.
+
 This module only reads. Writing lives in :mod:`datamill.shards.writer` (:class:`ShardsetWriter`) and
 :mod:`datamill.shards.write` (``create``/``add``), which import this module; the conveniences
 :meth:`ShardsetDataset.create` and :meth:`ShardsetDataset.add` reach ``datamill.shards.write``
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
@@ -39,10 +44,12 @@ from datamill.core.errors import (
     ShardsetError,
 )
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.objstore import store_error
 from datamill.core.source import check_read_args, register_source
 from datamill.shards._fs import Location, read_any, resolve
 from datamill.shards._manifest import validate_manifest
 from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
+from datamill.shards._remote import RemoteShards, is_remote_location
 
 if TYPE_CHECKING:
     from datamill.shards._tables import ShardInput
@@ -71,6 +78,13 @@ class ShardsetDataset:
     Args:
         root: the dataset folder, a local path or a pyarrow filesystem URI (``file://``, ``s3://`` …).
         cache_shards: how many opened shard files :meth:`get` keeps (LRU). Defaults to ``16``.
+        cache_dir: on an object store (``s3://``), the local folder shard files are downloaded to
+            (checked, see :mod:`datamill.shards._remote`). Defaults to ``None``
+            (:func:`~datamill.core.objstore.default_cache_dir`).
+        cache_limit: bytes that folder keeps at most (least recently used evicted). Defaults to
+            ``None`` (no limit).
+        filesystem: the filesystem of an ``s3://`` root. Defaults to ``None``
+            (:func:`~datamill.core.objstore.s3_filesystem`: endpoint and keys from ``AWS_*`` variables).
 
     Raises:
         DataFileNotFoundError: there is no ``dataset.json``.
@@ -93,16 +107,26 @@ class ShardsetDataset:
         (1, {'a': 0, 'b': 1})
     """
 
-    def __init__(self, root: str | os.PathLike[str] | Location, *, cache_shards: int = 16) -> None:
-        self.loc = root if isinstance(root, Location) else resolve(root)
-        manifest = self.loc.read_json(DATASET_MANIFEST)
-        validate_manifest(manifest, path=self.loc.show(DATASET_MANIFEST))
+    def __init__(self, root: str | os.PathLike[str] | Location, *, cache_shards: int = 16,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
+                 filesystem: pafs.FileSystem | None = None) -> None:
+        self.loc = root if isinstance(root, Location) else resolve(root, filesystem=filesystem)
+        self.remote: RemoteShards | None = None
+        if is_remote_location(self.loc):
+            self.remote = RemoteShards(self.loc, cache_dir=cache_dir, cache_limit=cache_limit)
+        try:
+            manifest = self.loc.read_json(DATASET_MANIFEST)
+            validate_manifest(manifest, path=self.loc.show(DATASET_MANIFEST))
+            table = read_any(self.loc.fs, self.loc.join(SAMPLES_FILE), display=self.loc.show(SAMPLES_FILE))
+        except DatamillError:
+            raise
+        except OSError as exc:  # an object store's failure (a DatamillError passes unchanged)
+            raise store_error(exc, self.loc.display) from exc
         self.manifest: dict[str, Any] = manifest
         self.uid_column: str = manifest["uid_column"]
         self._sets = {ss["name"]: ss for ss in manifest["shardsets"]}
         self._schemas = {ss["name"]: schema_from_b64(ss["schema"]) for ss in manifest["shardsets"]}
         self._owner = {c: ss["name"] for ss in manifest["shardsets"] for c in ss["columns"]}
-        table = read_any(self.loc.fs, self.loc.join(SAMPLES_FILE), display=self.loc.show(SAMPLES_FILE))
         try:
             self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
         except (KeyError, ValueError, pa.ArrowException) as exc:
@@ -153,6 +177,23 @@ class ShardsetDataset:
     def shard_sizes(self) -> NDArray[np.int64]:
         """Samples per shard (the mapping's counts: what ``read_shard(k)`` returns with ``join="left"``)."""
         return self.mapping.sizes.copy()
+
+    def shard_nbytes(self) -> NDArray[np.int64]:
+        """Bytes per shard (every shardset's file; from one listing per shardset, no file read)."""
+        out = np.zeros(self.num_shards, dtype=np.int64)
+        for name in self._sets:
+            try:
+                infos = self.remote.listing(name) if self.remote is not None else {
+                    i.base_name: i for i in self.loc.fs.get_file_info(
+                        pafs.FileSelector(self.loc.join(name), allow_not_found=True))}
+            except DatamillError:
+                raise
+            except OSError as exc:
+                raise store_error(exc, self.loc.show(name)) from exc
+            for k in range(self.num_shards):
+                info = infos.get(self.shard_path(name, k).split("/", 1)[1])
+                out[k] += int(info.size or 0) if info is not None else 0
+        return out
 
     def fingerprint(self) -> str:
         return fingerprint_obj(self.manifest)
@@ -211,6 +252,10 @@ class ShardsetDataset:
     def _read_file(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         rel = self.shard_path(shardset, k)
         cols = [self.uid_column, *columns]
+        if self.remote is not None:  # downloaded whole into the checked local cache
+            data = self.remote.fetch(self._sets[shardset], rel, k)
+            return read_any(self.loc.fs, self.loc.join(rel), display=self.loc.show(rel), columns=cols,
+                            schema=self._schemas[shardset], data=data)
         if self._sets[shardset]["format"] == "parquet":
             try:
                 path = self.loc.join(rel)

@@ -31,9 +31,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
-from datamill.core.errors import ConfigError, DataFileError, SchemaError, ShardsetError
+from datamill.core.errors import (
+    ConfigError,
+    DataFileError,
+    DatamillError,
+    SchemaError,
+    ShardsetError,
+)
 from datamill.core.io import atomic_dir, check_output, find_litter, is_datamill_output
+from datamill.core.objstore import store_error
 from datamill.shards._fs import Location, resolve
+from datamill.shards._remote import replace_remote
 from datamill.shards._tables import ShardInput, TableInput, load_table
 from datamill.shards.dataset import ShardsetDataset
 from datamill.shards.writer import UNCOMMITTED, ShardsetWriter, remove_interrupted
@@ -81,7 +89,9 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
         add_uid: add ``uid`` = row number when the column is absent (BERT Parquet). Defaults to ``False``.
         overwrite: replace an existing dataset (or another datamill output) at ``root``: the new
             dataset is built beside it and switched in as a whole, so an interrupted run keeps the
-            old one (local folders only). Defaults to ``False``.
+            old one. On ``s3://`` the old dataset is deleted (manifest first) before the new one is
+            uploaded (manifest last), so an interrupted run leaves no dataset, never a mixed one.
+            Defaults to ``False``.
 
     Raises:
         SchemaError: the UID column is missing, or shards have different columns.
@@ -99,6 +109,14 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
     loc = resolve(root)
     local = isinstance(loc.fs, pafs.LocalFileSystem)
+    if not local:
+        try:
+            return _create_remote(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
+                                  add_uid=add_uid, overwrite=overwrite)
+        except DatamillError:
+            raise
+        except OSError as exc:
+            raise store_error(exc, loc.display) from exc
     if local:
         inputs = [source] if isinstance(source, (str, os.PathLike)) else \
             [f for f in source if isinstance(f, (str, os.PathLike))] if not isinstance(source, pa.Table) else []
@@ -108,8 +126,6 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
         if not overwrite:
             raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
                                 hint="use `add` to add a shardset, or --overwrite to replace the dataset")
-        if not local:
-            raise ShardsetError("overwrite replaces local datasets only", path=loc.display)
         with atomic_dir(loc.path) as tmp:
             _write_new(resolve(tmp), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
                        name=name or os.path.basename(loc.path), add_uid=add_uid)
@@ -118,6 +134,18 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
         remove_interrupted(loc, [])
     return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
                       add_uid=add_uid)
+
+
+def _create_remote(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
+                   name: str | None, add_uid: bool, overwrite: bool) -> ShardsetDataset:
+    """``create`` on an object store (the writer stages locally and uploads, ``dataset.json`` last)."""
+    if loc.exists(DATASET_MANIFEST):
+        if not overwrite:
+            raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
+                                hint="use `add` to add a shardset, or --overwrite to replace the dataset")
+        replace_remote(loc)  # the old manifest goes first: readers see no dataset, never a mixed one
+    return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
+                      name=name or os.path.basename(loc.path), add_uid=add_uid)
 
 
 def _write_new(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,

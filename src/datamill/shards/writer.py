@@ -43,6 +43,7 @@ from datamill.core.faults import fault_point
 from datamill.core.io import as_output_error, find_litter
 from datamill.shards._fs import Location, read_any, resolve, write_any
 from datamill.shards._mapping import Mapping, schema_from_b64, schema_to_b64
+from datamill.shards._remote import discard_stage, is_remote_location, stage, upload
 from datamill.shards._tables import conform
 from datamill.shards.check import shard_problems
 from datamill.shards.dataset import ShardsetDataset
@@ -189,7 +190,8 @@ class ShardsetWriter:
     """Write one shardset (the first of a new dataset, or one more) and commit it atomically.
 
     Args:
-        root: the dataset folder (path or pyarrow filesystem URI). Without ``dataset.json`` a new
+        root: the dataset folder (path or pyarrow filesystem URI; on ``s3://`` the shardset is written
+            to a local stage and uploaded on commit, ``dataset.json`` last). Without ``dataset.json`` a new
             dataset is created and this shardset fixes its UID → shard mapping; with one, a shardset
             is added and must follow the mapping.
         uid: the UID column (for an existing dataset it must be the dataset's).
@@ -221,24 +223,34 @@ class ShardsetWriter:
         if fmt not in _FORMATS:
             raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
         self.loc = root if isinstance(root, Location) else resolve(root)
-        self.shardset, self.fmt, self.name = shardset, fmt, name
-        self.base: ShardsetDataset | None = None
-        if self.loc.exists(DATASET_MANIFEST):
-            self.base = ShardsetDataset(self.loc)
-            if uid != self.base.uid_column:
-                raise ConfigError(f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
-                                  path=self.loc.show(DATASET_MANIFEST))
-            if name is not None:
-                raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
-        self._made_root = not self.loc.exists()
-        listed = self.base.shardsets if self.base is not None else []
-        if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
-            remove_interrupted(self.loc, listed)
-        _check_shardset_name(self.loc, shardset, listed)
-        self.loc.fs.create_dir(self.loc.path, recursive=True)
-        self.tmp = self.loc.tmp_name(shardset)
-        self.loc.fs.create_dir(self.loc.join(self.tmp))
-        self.sink = ShardSink(self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base)
+        self.remote: Location | None = None  # an object store: write to a local stage, upload on commit
+        if is_remote_location(self.loc):
+            self.remote, self.loc = self.loc, stage(self.loc)
+            if name is None and not self.loc.exists(DATASET_MANIFEST):
+                name = os.path.basename(self.remote.path)  # not the stage's folder name
+        try:
+            self.shardset, self.fmt, self.name = shardset, fmt, name
+            self.base: ShardsetDataset | None = None
+            if self.loc.exists(DATASET_MANIFEST):
+                self.base = ShardsetDataset(self.loc)
+                if uid != self.base.uid_column:
+                    raise ConfigError(f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
+                                      path=self.loc.show(DATASET_MANIFEST))
+                if name is not None:
+                    raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
+            self._made_root = not self.loc.exists()
+            listed = self.base.shardsets if self.base is not None else []
+            if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
+                remove_interrupted(self.loc, listed)
+            _check_shardset_name(self.loc, shardset, listed)
+            self.loc.fs.create_dir(self.loc.path, recursive=True)
+            self.tmp = self.loc.tmp_name(shardset)
+            self.loc.fs.create_dir(self.loc.join(self.tmp))
+            self.sink = ShardSink(self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base)
+        except BaseException:
+            if self.remote is not None:  # (a refused name or uid: the stage goes)
+                discard_stage(self.loc)
+            raise
         self.dataset: ShardsetDataset | None = None
         self._open = True
 
@@ -265,7 +277,9 @@ class ShardsetWriter:
         """Remove the temp folder (and the dataset folder if this writer made it and it is empty)."""
         self._open = False
         self.loc.remove_tree(self.tmp)
-        if self._made_root and self.loc.exists() and not self.loc.listdir():
+        if self.remote is not None:
+            discard_stage(self.loc)
+        elif self._made_root and self.loc.exists() and not self.loc.listdir():
             self.loc.fs.delete_dir(self.loc.path)
 
     def commit(self) -> ShardsetDataset:
@@ -282,6 +296,10 @@ class ShardsetWriter:
             raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
         try:
             self.dataset = self._commit()
+            if self.remote is not None:  # the new files, then dataset.json last
+                upload(self.loc, self.remote, self.shardset, base=None if self.base is None else self.base.manifest)
+                discard_stage(self.loc)
+                self.dataset = ShardsetDataset(self.remote)
         except BaseException as exc:
             self.discard()
             err = as_output_error(exc, self.loc.display)

@@ -55,6 +55,7 @@ from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
+from datamill.core.objstore import is_remote
 from datamill.core.progress import progress
 from datamill.pretrain.bert._docs import split_documents, tokenize_documents
 from datamill.pretrain.bert._io import (
@@ -66,6 +67,7 @@ from datamill.pretrain.bert._io import (
 )
 from datamill.pretrain.bert._mask import LAYOUTS, MaskConfig
 from datamill.pretrain.bert._pairs import PAIRINGS
+from datamill.pretrain.bert._remote import build_to_s3
 from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
 from datamill.pretrain.bert._tok import (
     BERT_SPECIALS,
@@ -99,6 +101,8 @@ class BertSamples:
     tokens: int
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
+    url: str | None = None
+    """The ``s3://`` URL written when ``out`` was on object storage (``path`` is then its bucket/key)."""
 
     @property
     def samples_per_s(self) -> float:
@@ -152,7 +156,9 @@ def build_bert_samples(
     Args:
         source: one raw text file (or ``archive.zip:member``), or several.
         out: the Parquet file to write (atomically). The tokenizer is stored in its metadata
-            (:func:`load_tokenizer`) and copied beside it as ``<out stem>.tokenizer.json``.
+            (:func:`load_tokenizer`) and copied beside it as ``<out stem>.tokenizer.json``. An
+            ``s3://bucket/key.parquet`` is built locally and uploaded, the Parquet object last
+            (credentials and endpoint from the ``AWS_*`` variables).
         tokenizer: a tokenizers JSON path, a :class:`datamill.tokenize.HFTokenizer` or a
             ``tokenizers.Tokenizer`` holding ``[PAD] [CLS] [SEP] [MASK] [UNK]``; ``None`` trains a
             WordPiece tokenizer on ``source``. Defaults to ``None``.
@@ -220,6 +226,13 @@ def build_bert_samples(
         return result
     if engine_options:
         raise ConfigError("engine_options apply to engine='ray' only")
+    if is_remote(out):  # built into a local scratch file, then uploaded (the Parquet object last)
+        options = {"tokenizer": tokenizer, "vocab_size": vocab_size, "max_seq_length": max_seq_length,
+                   "dupe_factor": dupe_factor, "mask_prob": mask_prob, "max_predictions_per_seq": max_predictions_per_seq,
+                   "short_seq_prob": short_seq_prob, "seed": seed, "workers": workers, "layout": layout,
+                   "sentence_split": sentence_split, "pairing": pairing}
+        uploaded: BertSamples = build_to_s3(build_bert_samples, source, out=os.fspath(out), options=options)
+        return uploaded
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")

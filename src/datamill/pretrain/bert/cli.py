@@ -21,7 +21,7 @@ def _cmd(args: argparse.Namespace) -> int:
     )
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
           f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
-    print(f"wrote {res.path} ({res.layout}) and {res.tokenizer_path.name}")
+    print(f"wrote {res.url or res.path} ({res.layout}) and {res.tokenizer_path.name}")
     return 0
 
 
