@@ -105,6 +105,7 @@ def run_side(engine: str, task: str, inp: Path, out: Path, address: str | None,
     if proc.returncode != 0:
         raise SystemExit(f"{engine} {task} failed:\n{proc.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"  {engine} {task}: {json.dumps(result)}", flush=True)  # kept even if a later step fails
     return result
 
 
@@ -113,6 +114,7 @@ def same_preprocessed(local: dict[str, Any], ray_side: dict[str, Any]) -> bool:
     import h5py
     import numpy as np
 
+    from datamill.preprocessing.features import CSR
     from datamill.ray._tables import table_to_arrays
     from datamill.shards import ShardsetDataset
 
@@ -129,7 +131,15 @@ def same_preprocessed(local: dict[str, Any], ray_side: dict[str, Any]) -> bool:
             arrays = table_to_arrays(ds.read_shard(k), uid="uid")
             n = int(sizes[k])
             for key, value in arrays.items():
-                if not np.array_equal(f[key][lo:lo + n], value):
+                node = f[key]
+                if isinstance(node, h5py.Group):  # a CSR column (set/bag): indices/offsets[/values]
+                    off = node["offsets"][lo:lo + n + 1]
+                    if not (isinstance(value, CSR) and np.array_equal(off - off[0], value.offsets)
+                            and np.array_equal(node["indices"][off[0]:off[-1]], value.indices)
+                            and ("values" not in node or np.array_equal(node["values"][off[0]:off[-1]],
+                                                                        value.values))):
+                        return False
+                elif not np.array_equal(node[lo:lo + n], value):
                     return False
             lo += n
     return True
