@@ -71,3 +71,22 @@ def test_split_quiet_stops_at_the_separator() -> None:
 
     assert split_quiet(["-q", "bert", "x", "--quiet"]) == (["bert", "x"], True)
     assert split_quiet(["bert", "--", "--quiet"]) == (["bert", "--", "--quiet"], False)
+
+
+def test_console_script_keeps_python_shutdown_and_skips_native_teardown(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # `run` ends with os._exit after Python's own shutdown (pyarrow can abort in C++ static
+    # destructors at exit, apache/arrow#34314): the error line, the status, a non-daemon thread's
+    # work and atexit handlers must all survive that.
+    code = (
+        "import atexit, sys, threading, time\n"
+        "from datamill import cli\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done', flush=True))).start()\n"
+        f"sys.argv = ['datamill', 'shards', 'info', {str(tmp_path / 'nope')!r}]\n"
+        "cli.run()\n"
+        "print('not reached')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1 and "nope" in out.stderr
+    assert out.stdout.splitlines() == ["thread done", "atexit ran"]

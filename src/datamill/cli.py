@@ -10,6 +10,7 @@ list before parsing (up to a ``--`` separator), so no subcommand needs to declar
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import signal
@@ -17,12 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from datamill import __version__
 from datamill.core.errors import DatamillError
 
-__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "split_quiet"]
+__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "run", "split_quiet"]
 
 QUIET_FLAGS = ("-q", "--quiet")
 """The spellings of the global quiet flag, accepted anywhere on the command line."""
@@ -154,5 +155,31 @@ def _closed_stdout() -> int:
     return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
+
+
+def run() -> NoReturn:
+    """The ``datamill`` console script: :func:`main`, then the end of the process without native teardown.
+
+    pyarrow can abort in C++ static destructors at exit when one of its threads is still joinable
+    ("terminate called without an active exception", exit 134; apache/arrow#34314). It was seen about
+    once in a few hundred runs of ``datamill shards add``'s error path, after the error line had been
+    printed. Python's own shutdown still happens here, in the interpreter's order: non-daemon threads
+    are joined (which also drains ``concurrent.futures`` pools), ``atexit`` handlers run (temporary
+    folders, Ray, multiprocessing, S3 finalisation), streams are flushed; only the native library
+    teardown after that is skipped. An unexpected exception still ends with its traceback (status 1).
+    """
+    status = main()
+    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx runs first
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
