@@ -56,7 +56,12 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
 from datamill.core.progress import progress
-from datamill.pretrain.bert._docs import split_documents, tokenize_documents
+from datamill.pretrain.bert._docs import (
+    TokenizedDocuments,
+    corpus_from_ids,
+    split_documents,
+    tokenize_documents,
+)
 from datamill.pretrain.bert._io import (
     BertParquetSource,
     collate_bert,
@@ -70,8 +75,10 @@ from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
 from datamill.pretrain.bert._tok import (
     BERT_SPECIALS,
     BertTokenizer,
+    cut,
     resolve_tokenizer,
     train_wordpiece,
+    train_wordpiece_chunked,
 )
 
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
@@ -225,13 +232,8 @@ def build_bert_samples(
         raise ConfigError("source must name at least one text file")
     out_path, tok_path = _check_outputs(out, paths, tokenizer, overwrite=overwrite)
     start = time.perf_counter()
-    tok, sentences, sent_doc, timings = read_documents(paths, tokenizer, vocab_size=vocab_size,
-                                                       sentence_split=sentence_split)
-    t = time.perf_counter()
-    corpus = tokenize_documents(sentences, sent_doc, tok)
-    n_sentences = len(sentences)
-    del sentences, sent_doc
-    timings["tokenize"] = time.perf_counter() - t
+    tok, corpus, n_sentences, timings = _read_and_tokenize(paths, tokenizer, vocab_size=vocab_size,
+                                                           sentence_split=sentence_split)
     where = display_name(paths[0]) if len(paths) == 1 else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
     if corpus.num_documents < 2:
         raise DataFileError(
@@ -294,6 +296,33 @@ def read_documents(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int
         tok = train_wordpiece(sentences, vocab_size=vocab_size)
         timings["train_tokenizer"] = time.perf_counter() - t
     return tok, sentences, sent_doc, timings
+
+
+def _read_and_tokenize(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
+                       ) -> tuple[BertTokenizer, TokenizedDocuments, int, dict[str, float]]:
+    """:func:`read_documents` then :func:`tokenize_documents`, the text cut once for both training
+    and encoding when the tokenizer has the vectorised path (the same tokenizer and ids)."""
+    start = time.perf_counter()
+    tok = resolve_tokenizer(tokenizer)
+    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
+    t = time.perf_counter()
+    timings = {"read_split": t - start}
+    if tok is not None and tok.fast is None:  # a tokenizer without the vectorised path: the library
+        corpus = tokenize_documents(sentences, sent_doc, tok)
+        timings["tokenize"] = time.perf_counter() - t
+        return tok, corpus, len(sentences), timings
+    fast = None if tok is None else tok.fast
+    text = cut(sentences, lowercase=True if fast is None else bool(fast["lowercase"]))
+    t1 = time.perf_counter()
+    timings["cut_words"] = t1 - t
+    if tok is None:
+        tok = train_wordpiece_chunked(text, vocab_size=vocab_size)
+        timings["train_tokenizer"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+    n_sentences = len(sentences)
+    corpus = corpus_from_ids(*tok.encode_chunked(text), sent_doc)
+    timings["tokenize"] = time.perf_counter() - t1
+    return tok, corpus, n_sentences, timings
 
 
 def _check_outputs(out: PathLike, paths: list[PathLike], tokenizer: Any, *,

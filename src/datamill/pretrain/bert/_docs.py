@@ -22,7 +22,7 @@ from datamill.core.errors import DataFileError
 from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
 from datamill.pretrain.bert._tok import BertTokenizer
 
-__all__ = ["TokenizedDocuments", "split_documents", "tokenize_documents"]
+__all__ = ["TokenizedDocuments", "corpus_from_ids", "split_documents", "tokenize_documents"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,12 @@ def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np
                        tokenizer: BertTokenizer) -> TokenizedDocuments:
     """Encode the sentences in batches; drop empty sentences and renumber documents densely."""
     flat, offsets = tokenizer.encode(sentences)
+    return corpus_from_ids(flat, offsets, sent_doc)
+
+
+def corpus_from_ids(flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_doc: NDArray[np.int64]
+                    ) -> TokenizedDocuments:
+    """:func:`tokenize_documents` from the sentences' ids (CSR): drop empty sentences, renumber documents."""
     lengths = np.diff(offsets)
     keep = lengths > 0
     sent_offsets = np.concatenate([offsets[:-1][keep], offsets[-1:]]).astype(np.int64)
