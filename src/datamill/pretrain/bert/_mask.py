@@ -148,11 +148,10 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     attention = pos < length.astype(np.int32)[:, None]
     padded = np.full((n, L), cfg.pad, dtype=np.int32)
     padded[attention] = flat  # row-major: the True cells are the flat sequence, in order
-    padded = padded.ravel()
     seg = (pos >= (la + 2).astype(np.int32)[:, None]).view(np.int8)
     seg -= 2 * (~attention).view(np.int8)
     off = np.arange(0, (n + 1) * L, L, dtype=np.int32)
-    arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(padded)),
+    arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(padded.ravel())),
               pa.ListArray.from_arrays(pa.array(off), pa.array(seg.ravel())),
               is_random, masked_positions, masked_labels]
     return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("padded"))
