@@ -94,3 +94,15 @@ def test_a_text_cut_once_serves_training_and_encoding(data_dir: Path) -> None:
     want_flat, want_off = tok.encode_library(sentences)
     assert offsets.tolist() == want_off.tolist()
     assert flat.tolist() == want_flat.tolist()
+
+
+def test_the_bert_command_does_not_import_pandas(tmp_path: Path, data_dir: Path) -> None:
+    """Regression: pa.array / to_numpy / group_by on the path imported pandas (0.5 s per run)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from datamill.cli import main; "
+            f"main(['bert', {str(data_dir / 'wikitext2_test.raw')!r}, '--out', {str(tmp_path / 'b.parquet')!r}, "
+            "'--dupe-factor', '1', '--vocab-size', '2000', '--quiet']); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False", out

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.arrow import from_numpy, large_strings, to_numpy
 from datamill.core.ragged import concat_csr, encodings_to_csr, ranges
 
 __all__ = ["ChunkBlock", "ChunkedText", "byte_slices", "cut_text", "encode_chunked", "fast_path_config"]
@@ -61,10 +62,10 @@ def fast_path_config(inner: Any) -> dict[str, Any] | None:
 
 def byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Array]:
     """Consecutive slices of about ``nbytes`` of text each (at least one line per slice)."""
-    arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.large_string())
+    arr = texts if isinstance(texts, pa.Array) else large_strings(list(texts))
     if len(arr) == 0:
         return
-    ends = np.cumsum(pc.binary_length(arr).to_numpy(zero_copy_only=False).astype(np.int64))
+    ends = np.cumsum(to_numpy(pc.binary_length(arr)).astype(np.int64))
     cuts = np.searchsorted(ends, np.arange(nbytes, int(ends[-1]), nbytes), side="left") + 1
     bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]]))
     for lo, hi in itertools.pairwise(bounds):
@@ -105,13 +106,13 @@ def _cut_block(lines: pa.Array, lowercase: bool) -> tuple[pa.Array, NDArray[np.i
     words = pc.ascii_split_whitespace(text)
     del text
     flat = pc.list_flatten(words)
-    nonempty = pc.greater(pc.binary_length(flat), 0)
-    word_line = pc.list_parent_indices(words).to_numpy()[nonempty.to_numpy(zero_copy_only=False)]
+    nonempty = to_numpy(pc.binary_length(flat)) > 0
+    word_line = to_numpy(pc.list_parent_indices(words))[nonempty]
     del words
-    enc = pc.dictionary_encode(flat.filter(nonempty))
+    enc = pc.dictionary_encode(flat.filter(from_numpy(nonempty)))
     line_offsets = np.zeros(len(lines) + 1, dtype=np.int64)
     np.cumsum(np.bincount(word_line, minlength=len(lines)), out=line_offsets[1:])
-    return (enc.dictionary.cast(pa.large_string()), enc.indices.to_numpy().astype(np.int32, copy=False),
+    return (enc.dictionary.cast(pa.large_string()), to_numpy(enc.indices).astype(np.int32, copy=False),
             line_offsets)
 
 
@@ -125,10 +126,10 @@ def cut_text(texts: Sequence[str] | pa.Array, *, lowercase: bool, block_bytes: i
     else:
         parts = [cut(s) for s in slices]
     if not parts:
-        return ChunkedText(chunks=pa.array([], pa.large_string()), blocks=[], lowercase=lowercase)
+        return ChunkedText(chunks=large_strings([]), blocks=[], lowercase=lowercase)
     # one set of distinct chunks for all blocks: dictionary-encode the blocks' dictionaries
     enc = pc.dictionary_encode(pa.concat_arrays([p[0] for p in parts]))
-    to_global = enc.indices.to_numpy().astype(np.int32, copy=False)
+    to_global = to_numpy(enc.indices).astype(np.int32, copy=False)
     blocks: list[ChunkBlock] = []
     lo = 0
     for s, (uniq, idx, line_offsets) in zip(slices, parts, strict=True):
@@ -164,11 +165,11 @@ def _encode_block(inner: Any, block: ChunkBlock, added: list[str], c_flat: NDArr
     offsets = cum[block.line_offsets]
     slow = np.zeros(n, dtype=np.bool_)
     for text in added:  # lines holding an added token's text: the library, whole
-        slow |= pc.match_substring(arr, text).to_numpy(zero_copy_only=False).astype(np.bool_)
+        slow |= to_numpy(pc.match_substring(arr, text))
     if not slow.any():
         return ids, offsets
     s_idx = np.flatnonzero(slow)
-    s_flat, s_off = _library(inner, arr.filter(pa.array(slow)).to_pylist())
+    s_flat, s_off = _library(inner, arr.filter(from_numpy(slow)).to_pylist())
     line_len = np.diff(offsets)
     starts = offsets[:-1].copy()
     line_len[s_idx], starts[s_idx] = np.diff(s_off), s_off[:-1] + len(ids)

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.arrow import from_numpy, list_array
 from datamill.core.ragged import ranges
 from datamill.pretrain.bert._pairs import Spans
 
@@ -133,16 +134,16 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     flat[rand] = non_special[rng.integers(0, len(non_special), size=len(rand))]
     m_off = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(k, out=m_off[1:])
-    masked_positions = pa.ListArray.from_arrays(pa.array(m_off), pa.array(positions))
-    masked_labels = pa.ListArray.from_arrays(pa.array(m_off), pa.array(labels))
-    is_random = pa.array(spans.is_random_next)
+    masked_positions = list_array(m_off, positions)
+    masked_labels = list_array(m_off, labels)
+    is_random = from_numpy(spans.is_random_next)
     # 4. layout
     L = cfg.max_seq_length
     if cfg.layout == "compact":
         off = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(length, out=off[1:])
-        arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(flat)),
-                  pa.array((la + 2).astype(np.int32)), is_random, masked_positions, masked_labels]
+        arrays = [list_array(off, flat), from_numpy((la + 2).astype(np.int32)), is_random, masked_positions,
+                  masked_labels]
         return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("compact"))
     pos = np.arange(L, dtype=np.int32)[None, :]
     attention = pos < length.astype(np.int32)[:, None]
@@ -151,7 +152,6 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     seg = (pos >= (la + 2).astype(np.int32)[:, None]).view(np.int8)
     seg -= 2 * (~attention).view(np.int8)
     off = np.arange(0, (n + 1) * L, L, dtype=np.int32)
-    arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(padded.ravel())),
-              pa.ListArray.from_arrays(pa.array(off), pa.array(seg.ravel())),
+    arrays = [list_array(off, padded.ravel()), list_array(off, seg.ravel()),
               is_random, masked_positions, masked_labels]
     return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("padded"))

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.arrow import from_numpy, large_strings, to_numpy
 from datamill.pretrain.bert._fasttok import ChunkedText
 
 __all__ = ["train_from_chunks", "word_counts"]
@@ -35,20 +36,26 @@ _FEED_BATCH = 1024  # sequences per item of the iterator
 def word_counts(text: ChunkedText, inner: Any) -> tuple[list[str], NDArray[np.int64]]:
     """The words ``inner``'s normaliser and pre-tokeniser make of the text, and how often each occurs."""
     counts = text.counts()
-    ascii_ = pc.string_is_ascii(text.chunks).to_numpy(zero_copy_only=False).astype(np.bool_)
-    words = text.chunks.filter(pa.array(ascii_))
+    ascii_ = to_numpy(pc.string_is_ascii(text.chunks))
+    words = text.chunks.filter(from_numpy(ascii_))
     wcounts = counts[ascii_]
-    other = text.chunks.filter(pa.array(~ascii_)).to_pylist()
+    other = text.chunks.filter(from_numpy(~ascii_)).to_pylist()
     if other:  # each distinct non-ASCII chunk through the library once
         extra: dict[str, int] = {}
         for chunk, c in zip(other, counts[~ascii_].tolist(), strict=True):
             normalized = inner.normalizer.normalize_str(chunk) if inner.normalizer is not None else chunk
             for w, _ in inner.pre_tokenizer.pre_tokenize_str(normalized):
                 extra[w] = extra.get(w, 0) + c
-        table = pa.table({"w": pa.concat_arrays([words, pa.array(list(extra), pa.large_string())]),
-                          "c": np.concatenate([wcounts, np.fromiter(extra.values(), np.int64, len(extra))])})
-        summed = table.group_by("w").aggregate([("c", "sum")])
-        words, wcounts = summed.column("w").combine_chunks(), summed.column("c_sum").to_numpy()
+        # merge with the ASCII words (a word may come from both: "café" -> "cafe"); no group_by:
+        # acero imports pyarrow.dataset and with it pandas
+        new = large_strings(list(extra))
+        new_counts = np.fromiter(extra.values(), np.int64, len(extra))
+        at = pc.index_in(new, value_set=words)
+        found = ~to_numpy(pc.is_null(at))
+        wcounts = wcounts.copy()
+        np.add.at(wcounts, to_numpy(at.filter(from_numpy(found))).astype(np.int64), new_counts[found])
+        words = pa.concat_arrays([words, new.filter(from_numpy(~found))])
+        wcounts = np.concatenate([wcounts, new_counts[~found]])
     return words.to_pylist(), np.asarray(wcounts, dtype=np.int64)
 
 
