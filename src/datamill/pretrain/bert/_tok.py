@@ -125,14 +125,16 @@ def train_wordpiece(sentences: Sequence[str] | pa.Array, *, vocab_size: int, low
                                    min_frequency=min_frequency)
 
 
-def train_wordpiece_chunked(text: ChunkedText, *, vocab_size: int, min_frequency: int = 2) -> BertTokenizer:
-    """:func:`train_wordpiece` on lines already cut by :func:`cut` (lowercasing as they were cut)."""
+def train_wordpiece_chunked(text: ChunkedText, *, vocab_size: int, min_frequency: int = 2,
+                            timings: dict[str, float] | None = None) -> BertTokenizer:
+    """:func:`train_wordpiece` on lines already cut by :func:`cut` (lowercasing as they were cut);
+    ``timings`` receives the seconds of the merge phase (``train_merges``)."""
     if vocab_size < len(BERT_SPECIALS) + 1:
         raise ConfigError(f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}")
     from datamill.pretrain.bert._wptrain import train_from_chunks
 
     inner = train_from_chunks(text, vocab_size=vocab_size, min_frequency=min_frequency,
-                              special_tokens=list(BERT_SPECIALS))
+                              special_tokens=list(BERT_SPECIALS), timings=timings)
     return BertTokenizer.wrap(inner)
 
 

@@ -16,6 +16,7 @@ cheaper per word than the BERT pipeline on raw lines. The result is the tokenize
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,8 +78,13 @@ def _runs(words: list[str], counts: NDArray[np.int64]) -> Iterator[list[str]]:
         yield batch
 
 
-def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int, special_tokens: list[str]) -> Any:
-    """A WordPiece ``tokenizers.Tokenizer`` (BERT normaliser and pre-tokeniser) trained on ``text``."""
+def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int, special_tokens: list[str],
+                      timings: dict[str, float] | None = None) -> Any:
+    """A WordPiece ``tokenizers.Tokenizer`` (BERT normaliser and pre-tokeniser) trained on ``text``.
+
+    ``timings`` (if given) receives ``train_merges``: the seconds after the last word was fed (the
+    merge phase, whose cost follows the number of distinct words, not the size of the text).
+    """
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     bert = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -89,7 +95,15 @@ def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int,
     inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # words hold no whitespace: runs split back exactly
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                         special_tokens=special_tokens, show_progress=False)
-    inner.train_from_iterator(_runs(words, counts), trainer=trainer)
+    fed = [0.0]
+
+    def runs() -> Iterator[list[str]]:
+        yield from _runs(words, counts)
+        fed[0] = time.perf_counter()
+
+    inner.train_from_iterator(runs(), trainer=trainer)
+    if timings is not None and fed[0]:
+        timings["train_merges"] = time.perf_counter() - fed[0]
     inner.normalizer = bert.normalizer
     inner.pre_tokenizer = bert.pre_tokenizer
     inner.decoder = decoders.WordPiece()
