@@ -7,7 +7,8 @@ seed's pure-Python script vs the seed's Hugging Face ``datasets`` path.
 Each side is one subprocess timed by the wall clock, interpreter start, imports, tokenizer training,
 reading, tokenising, sampling and writing included:
 
-(a) ``datamill bert RAW --out X.parquet`` (the console script, trains its WordPiece tokenizer);
+(a) ``datamill bert RAW --out X.parquet`` (the CLI's entry point in a fresh interpreter, as the console
+    script runs it; trains its WordPiece tokenizer);
 (b) ``benchmarks/bert_seed_script.py RAW``: the seed's script in pure Python with ``random.Random``
     (tokenizer trained with ``tokenizers``' ``Tokenizer.train(files=...)``, each line encoded on its
     own, the seed article's pair loop, ``truncate_seq_pair``, Google's masking, padding); writes
@@ -89,9 +90,8 @@ def _timed(cmd: list[str]) -> tuple[float, float, str]:
 
 
 def _datamill_cmd() -> list[str]:
-    script = Path(sys.executable).parent / "datamill"
-    if script.exists():
-        return [str(script)]
+    """``datamill`` as the console script runs it (its entry point calls ``datamill.cli.main``); not the
+    script file itself, which the shared venv may have generated for another version of the entry point."""
     return [sys.executable, "-c", "import sys; from datamill.cli import main; sys.exit(main())"]
 
 
