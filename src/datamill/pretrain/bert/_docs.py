@@ -18,11 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.arrow import from_numpy, large_strings, to_numpy
 from datamill.core.errors import DataFileError
 from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
 from datamill.pretrain.bert._tok import BertTokenizer
 
-__all__ = ["TokenizedDocuments", "check_file", "split_block", "split_documents", "tokenize_documents"]
+__all__ = ["TokenizedDocuments", "check_file", "corpus_from_ids", "split_block", "split_documents", "tokenize_documents"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,10 @@ def _blocks(path: PathLike) -> Iterator[tuple[bytes, int]]:
 def _lines(block: bytes, first_line: int, path: PathLike) -> pa.Array:
     """The stripped lines of a block as ``large_string`` (UTF-8 checked, bad byte's line named)."""
     try:
-        whole = pa.array([block], pa.large_binary()).cast(pa.large_string())
+        # from buffers, not pa.array([block]): a list makes pyarrow import pandas (0.5 s)
+        whole = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), 1, [None, pa.py_buffer(np.array([0, len(block)], dtype=np.int64)),
+                                   pa.py_buffer(block)]).cast(pa.large_string())
     except pa.ArrowInvalid as exc:
         try:
             check_utf8(block, path=display_name(path))
@@ -104,19 +108,18 @@ def split_block(block: bytes, first_line: int, path: PathLike, *, sentence_split
         (['a b', 'c .', 'd .', 'e'], [0, 2, 2, 2], 2)
     """
     lines = _lines(block, first_line, path)
-    is_break = pc.or_(pc.equal(pc.utf8_length(lines), 0), pc.starts_with(lines, "="))
-    brk = is_break.to_numpy(zero_copy_only=False)
+    brk = (to_numpy(pc.utf8_length(lines)) == 0) | to_numpy(pc.starts_with(lines, "="))  # (no pandas import)
     doc = np.cumsum(brk, dtype=np.int64)
     keep = ~brk
-    kept = lines.filter(pa.array(keep))
+    kept = lines.filter(from_numpy(keep))
     kept_doc = doc[keep]
     if sentence_split == "period":
         parts = pc.split_pattern(pc.replace_substring(kept, " . ", " .\n"), "\n")
-        parent = pc.list_parent_indices(parts).to_numpy()
+        parent = to_numpy(pc.list_parent_indices(parts))
         pieces = pc.utf8_trim_whitespace(pc.list_flatten(parts))
-        nonempty = pc.greater(pc.utf8_length(pieces), 0)
-        kept = pieces.filter(nonempty)
-        kept_doc = kept_doc[parent[nonempty.to_numpy(zero_copy_only=False)]]
+        nonempty = to_numpy(pc.utf8_length(pieces)) > 0
+        kept = pieces.filter(from_numpy(nonempty))
+        kept_doc = kept_doc[parent[nonempty]]
     return kept, kept_doc, int(doc[-1]) if len(doc) else 0
 
 
@@ -146,7 +149,7 @@ def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") 
         check_file(path, empty=empty, found=found)
         doc_base += 1  # a file end ends a document
     ids = np.concatenate(doc_ids) if doc_ids else np.zeros(0, dtype=np.int64)
-    arr = pa.concat_arrays(sentences) if sentences else pa.array([], pa.large_string())
+    arr = pa.concat_arrays(sentences) if sentences else large_strings([])
     pa.default_memory_pool().release_unused()
     return arr, ids
 
@@ -164,6 +167,12 @@ def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np
                        tokenizer: BertTokenizer) -> TokenizedDocuments:
     """Encode the sentences in batches; drop empty sentences and renumber documents densely."""
     flat, offsets = tokenizer.encode(sentences)
+    return corpus_from_ids(flat, offsets, sent_doc)
+
+
+def corpus_from_ids(flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_doc: NDArray[np.int64]
+                    ) -> TokenizedDocuments:
+    """:func:`tokenize_documents` from the sentences' ids (CSR): drop empty sentences, renumber documents."""
     lengths = np.diff(offsets)
     keep = lengths > 0
     sent_offsets = np.concatenate([offsets[:-1][keep], offsets[-1:]]).astype(np.int64)

@@ -1,23 +1,33 @@
-"""Vectorised WordPiece encoding: each distinct word is run through the tokenizer once.
+"""Vectorised WordPiece: the text is cut into chunks once, and each distinct chunk meets the library once.
 
 For a tokenizer made of ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece`` (what
 :func:`datamill.pretrain.bert._tok.train_wordpiece` builds, and Google's BERT vocabularies), every
-line is cut with pyarrow compute, all lines at once, at points where the tokenizer itself always
-cuts: ASCII whitespace and around ASCII punctuation (after dropping ASCII control characters, which
-the normaliser drops too, and lowercasing ASCII letters, which it also does). The chunks are
-dictionary-encoded; only the distinct ones not met before in the run (:class:`WordCache`) go
-through the library (one parallel batch, as
-pre-tokenized words: the library still normalises and pre-tokenises inside each chunk, so Unicode
-punctuation, accents and CJK are handled by the library itself); every line's ids are then
-gathered with one fancy index. Lines holding an added token's text (``[SEP]``...) go through the
-library whole. ``tests/pretrain/test_bert_fasttok.py`` checks equality with the library on
-WikiText and on random Unicode strings.
+line is cut with pyarrow compute, a block of lines at a time (blocks in two threads), at points
+where the tokenizer itself always cuts: ASCII whitespace and around ASCII punctuation (after
+dropping ASCII control characters, which the normaliser drops too, and lowercasing ASCII letters,
+which it also does). :func:`cut_text` dictionary-encodes the chunks of all blocks against one set of
+distinct chunks (:class:`ChunkedText`). That one cut serves twice:
+
+* encoding (:func:`encode_chunked`): only the distinct chunks go through the library (parallel
+  batches, as pre-tokenized words: the library still normalises and pre-tokenises inside each
+  chunk, so Unicode punctuation, accents and CJK are handled by the library itself); every line's
+  ids are then gathered with one fancy index. Lines holding an added token's text (``[SEP]``...)
+  go through the library whole;
+* training (:mod:`datamill.pretrain.bert._wptrain`): the chunk counts give the word counts the
+  library's trainer would make.
+
+``tests/pretrain/test_bert_fasttok.py`` checks equality with the library on WikiText and on random
+Unicode strings.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,12 +35,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.ragged import encodings_to_csr, ranges
+from datamill.core.arrow import from_numpy, large_strings, to_numpy
+from datamill.core.ragged import concat_csr, encodings_to_csr, ranges
 
-__all__ = ["WordCache", "encode_lines", "fast_path_config"]
+__all__ = ["ChunkBlock", "ChunkedText", "byte_slices", "cut_text", "encode_chunked", "fast_path_config"]
 
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # removed by BertNormalizer(clean_text=True)
 _PUNCT = r"([\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])"  # ASCII punctuation, isolated by BertPreTokenizer
+_LIBRARY_BATCH = 65536  # distinct chunks per library call (bounds the Encoding objects alive at once)
+_THREADS = 2  # blocks cut at once (pyarrow kernels release the GIL)
 
 
 def fast_path_config(inner: Any) -> dict[str, Any] | None:
@@ -47,89 +60,132 @@ def fast_path_config(inner: Any) -> dict[str, Any] | None:
             "added": [t["content"] for t in cfg.get("added_tokens") or [] if t.get("content")]}
 
 
-def _library(inner: Any, texts: Sequence[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    encs = inner.encode_batch_fast(list(texts), add_special_tokens=False) if len(texts) else []
-    return encodings_to_csr(encs)
+def byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Array]:
+    """Consecutive slices of about ``nbytes`` of text each (at least one line per slice)."""
+    arr = texts if isinstance(texts, pa.Array) else large_strings(list(texts))
+    if len(arr) == 0:
+        return
+    ends = np.cumsum(to_numpy(pc.binary_length(arr)).astype(np.int64))
+    cuts = np.searchsorted(ends, np.arange(nbytes, int(ends[-1]), nbytes), side="left") + 1
+    bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]]))
+    for lo, hi in itertools.pairwise(bounds):
+        yield arr.slice(int(lo), int(hi - lo))
 
 
-class WordCache:
-    """Ids of every distinct chunk met so far in one encoding run (chunks of later text are looked
-    up with one vectorised ``index_in``; only new ones reach the library)."""
+@dataclass(frozen=True)
+class ChunkBlock:
+    """A block of lines cut into chunks: each occurrence as an index into the distinct chunks."""
 
-    def __init__(self) -> None:
-        self.words = pa.array([], pa.large_string())
-        self.flat = np.zeros(0, dtype=np.int32)
-        self.off = np.zeros(1, dtype=np.int64)
-
-    def lookup(self, inner: Any, uniq: pa.Array) -> NDArray[np.int64]:
-        """Cache index of every word of ``uniq`` (distinct), encoding the unknown ones."""
-        uniq = uniq.cast(pa.large_string())
-        idx = pc.index_in(uniq, value_set=self.words)
-        miss = pc.is_null(idx).to_numpy(zero_copy_only=False)
-        out = np.asarray(idx.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        if miss.any():
-            new = uniq.filter(pa.array(miss))
-            n_flat, n_off = _library_words(inner, new.to_pylist())
-            out[miss] = len(self.words) + np.arange(len(new), dtype=np.int64)
-            self.words = pa.concat_arrays([self.words, new])
-            self.flat = np.concatenate([self.flat, n_flat])
-            self.off = np.concatenate([self.off[:-1], self.off[-1] + n_off])
-        return out
+    lines: pa.Array
+    indices: NDArray[np.int32]  # per chunk occurrence, in line order
+    line_offsets: NDArray[np.int64]  # occurrences of line i: indices[line_offsets[i]:line_offsets[i + 1]]
 
 
-def _fast(inner: Any, lines: pa.Array, lowercase: bool,
-          cache: WordCache) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+@dataclass(frozen=True)
+class ChunkedText:
+    """Lines cut into chunks: the distinct chunks of all lines and, per block, the occurrences."""
+
+    chunks: pa.Array  # distinct chunks (large_string)
+    blocks: list[ChunkBlock]
+    lowercase: bool
+
+    def counts(self) -> NDArray[np.int64]:
+        """Occurrences of every distinct chunk."""
+        total = np.zeros(len(self.chunks), dtype=np.int64)
+        for b in self.blocks:
+            total += np.bincount(b.indices, minlength=len(self.chunks))
+        return total
+
+
+def _cut_block(lines: pa.Array, lowercase: bool) -> tuple[pa.Array, NDArray[np.int32], NDArray[np.int64]]:
+    """(distinct chunks of the block, index per occurrence, occurrence offsets per line)."""
     text = pc.replace_substring_regex(lines, _CONTROL, "")
     if lowercase:
         text = pc.ascii_lower(text)
     text = pc.replace_substring_regex(text, _PUNCT, r" \1 ")
     words = pc.ascii_split_whitespace(text)
-    flat_words = pc.list_flatten(words)
-    nonempty = pc.greater(pc.binary_length(flat_words), 0)
-    word_line = pc.list_parent_indices(words).to_numpy()
-    keep = nonempty.to_numpy(zero_copy_only=False)
-    flat_words = flat_words.filter(nonempty)
-    word_line = word_line[keep]
-    del text, words
-    enc = pc.dictionary_encode(flat_words)
-    del flat_words
-    where = cache.lookup(inner, enc.dictionary)[enc.indices.to_numpy()]  # cache index per occurrence
-    lengths = np.diff(cache.off).astype(np.int32)[where]
-    ids = cache.flat[ranges(cache.off[:-1][where], lengths)]
-    del where
-    per_line = np.bincount(word_line, weights=lengths, minlength=len(lines)).astype(np.int64)
-    offsets = np.zeros(len(lines) + 1, dtype=np.int64)
-    np.cumsum(per_line, out=offsets[1:])
-    return ids, offsets
+    del text
+    flat = pc.list_flatten(words)
+    nonempty = to_numpy(pc.binary_length(flat)) > 0
+    word_line = to_numpy(pc.list_parent_indices(words))[nonempty]
+    del words
+    enc = pc.dictionary_encode(flat.filter(from_numpy(nonempty)))
+    line_offsets = np.zeros(len(lines) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(word_line, minlength=len(lines)), out=line_offsets[1:])
+    return (enc.dictionary.cast(pa.large_string()), to_numpy(enc.indices).astype(np.int32, copy=False),
+            line_offsets)
 
 
-def _library_words(inner: Any, words: list[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    return encodings_to_csr(inner.encode_batch_fast([[w] for w in words], is_pretokenized=True,
-                                                    add_special_tokens=False))
+def cut_text(texts: Sequence[str] | pa.Array, *, lowercase: bool, block_bytes: int) -> ChunkedText:
+    """Cut every line into chunks (see the module docstring), blocks of ``block_bytes`` in two threads."""
+    slices = list(byte_slices(texts, block_bytes))
+    cut = functools.partial(_cut_block, lowercase=lowercase)
+    if len(slices) > 1:
+        with ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="bert-cut") as pool:
+            parts = list(pool.map(cut, slices))
+    else:
+        parts = [cut(s) for s in slices]
+    if not parts:
+        return ChunkedText(chunks=large_strings([]), blocks=[], lowercase=lowercase)
+    # one set of distinct chunks for all blocks: dictionary-encode the blocks' dictionaries
+    enc = pc.dictionary_encode(pa.concat_arrays([p[0] for p in parts]))
+    to_global = to_numpy(enc.indices).astype(np.int32, copy=False)
+    blocks: list[ChunkBlock] = []
+    lo = 0
+    for s, (uniq, idx, line_offsets) in zip(slices, parts, strict=True):
+        blocks.append(ChunkBlock(lines=s, indices=to_global[lo:lo + len(uniq)][idx], line_offsets=line_offsets))
+        lo += len(uniq)
+    pa.default_memory_pool().release_unused()
+    return ChunkedText(chunks=enc.dictionary.cast(pa.large_string()), blocks=blocks, lowercase=lowercase)
 
 
-def encode_lines(inner: Any, lines: Sequence[str] | pa.Array, config: dict[str, Any],
-                 cache: WordCache | None = None) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    """Encode every line without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
-    cache = WordCache() if cache is None else cache
-    arr = lines if isinstance(lines, pa.Array) else pa.array(list(lines), pa.string())
+def _library(inner: Any, texts: list[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    encs = inner.encode_batch_fast(texts, add_special_tokens=False) if texts else []
+    return encodings_to_csr(encs)
+
+
+def _library_words(inner: Any, words: pa.Array) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    """Ids of each word (a chunk) encoded alone, as pre-tokenized input, in batches."""
+    parts = []
+    for lo in range(0, len(words), _LIBRARY_BATCH):
+        batch = words.slice(lo, _LIBRARY_BATCH).to_pylist()
+        parts.append(encodings_to_csr(inner.encode_batch_fast([[w] for w in batch], is_pretokenized=True,
+                                                              add_special_tokens=False)))
+    return concat_csr(parts, dtype=np.int32) if parts else (np.zeros(0, np.int32), np.zeros(1, np.int64))
+
+
+def _encode_block(inner: Any, block: ChunkBlock, added: list[str], c_flat: NDArray[np.int32],
+                  c_off: NDArray[np.int64]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    arr = block.lines
     n = len(arr)
-    fast = pa.array(np.ones(n, dtype=np.bool_))
-    for text in config["added"]:
-        fast = pc.and_(fast, pc.invert(pc.match_substring(arr, text)))
-    fast_np = fast.to_numpy(zero_copy_only=False).astype(np.bool_)
-    f_idx = np.flatnonzero(fast_np)
-    s_idx = np.flatnonzero(~fast_np)
-    f_flat, f_off = _fast(inner, arr.filter(fast), config["lowercase"], cache) if len(f_idx) else (
-        np.zeros(0, np.int32), np.zeros(1, np.int64))
-    s_flat, s_off = _library(inner, arr.filter(pc.invert(fast)).to_pylist()) if len(s_idx) else (
-        np.zeros(0, np.int32), np.zeros(1, np.int64))
-    lengths = np.zeros(n, dtype=np.int64)
-    starts = np.zeros(n, dtype=np.int64)
-    lengths[f_idx], starts[f_idx] = np.diff(f_off), f_off[:-1]
-    lengths[s_idx], starts[s_idx] = np.diff(s_off), s_off[:-1] + len(f_flat)
-    both = np.concatenate([f_flat, s_flat])
-    flat = both[ranges(starts, lengths)] if n else np.zeros(0, np.int32)
+    lengths = (c_off[1:] - c_off[:-1])[block.indices]
+    ids = c_flat[ranges(c_off[:-1][block.indices], lengths)]
+    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cum[1:])
+    offsets = cum[block.line_offsets]
+    slow = np.zeros(n, dtype=np.bool_)
+    for text in added:  # lines holding an added token's text: the library, whole
+        slow |= to_numpy(pc.match_substring(arr, text))
+    if not slow.any():
+        return ids, offsets
+    s_idx = np.flatnonzero(slow)
+    s_flat, s_off = _library(inner, arr.filter(from_numpy(slow)).to_pylist())
+    line_len = np.diff(offsets)
+    starts = offsets[:-1].copy()
+    line_len[s_idx], starts[s_idx] = np.diff(s_off), s_off[:-1] + len(ids)
+    flat = np.concatenate([ids, s_flat])[ranges(starts, line_len)]
     offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum(line_len, out=offsets[1:])
+    return flat, offsets
+
+
+def encode_chunked(inner: Any, text: ChunkedText, config: dict[str, Any]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    """Encode every line of ``text`` without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
+    if text.lowercase != config["lowercase"]:
+        raise ValueError("the text was cut with another lowercase setting than the tokenizer's")
+    c_flat, c_off = _library_words(inner, text.chunks)
+    parts = [_encode_block(inner, b, config["added"], c_flat, c_off) for b in text.blocks]
+    if not parts:
+        return np.zeros(0, np.int32), np.zeros(1, np.int64)
+    flat, offsets = concat_csr(parts, dtype=np.int32)
     return flat.astype(np.int32, copy=False), offsets

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.arrow import from_numpy, list_array
 from datamill.core.ragged import ranges
 from datamill.pretrain.bert._pairs import Spans
 
@@ -72,31 +73,39 @@ def _floyd_sample(c: NDArray[np.int64], k: NDArray[np.int64], kmax: int,
     return out
 
 
-def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig,
-             rng: np.random.Generator) -> pa.RecordBatch:
-    """Build, mask and lay out the samples of ``spans`` (already truncated) as one record batch."""
+def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.random.Generator, *,
+             specials_in_ids: bool = True) -> pa.RecordBatch:
+    """Build, mask and lay out the samples of ``spans`` (already truncated) as one record batch.
+
+    ``specials_in_ids=False`` promises that ``ids`` holds no special id (the caller checked the
+    corpus once), which skips the per-token check; the samples are the same either way.
+    """
     n = len(spans)
     la, lb = spans.la, spans.lb
     length = la + lb + 3
     row_start = np.cumsum(length) - length
     total = int(length.sum())
-    # 1. the sequences, flat and unpadded: one gather of A and B runs, three special scatters
-    flat = np.empty(total, dtype=np.int32)
-    dst_starts = np.stack([row_start + 1, row_start + la + 2], axis=1).ravel()
+    # 1. the sequences, flat and unpadded: one gather of the A and B runs into the non-special
+    #    slots (a boolean mask, in row order: A then B inside each row), three special scatters
     src_starts = np.stack([spans.a_lo, spans.b_lo], axis=1).ravel()
     lens = np.stack([la, lb], axis=1).ravel()
-    content = ranges(dst_starts, lens)  # ascending: A then B inside each row
     values = ids[ranges(src_starts, lens)]
-    flat[content] = values
+    slot = np.ones(total, dtype=np.bool_)
+    slot[row_start] = slot[row_start + la + 1] = slot[row_start + length - 1] = False
+    flat = np.empty(total, dtype=np.int32)
+    flat[slot] = values
     flat[row_start] = cfg.cls
     flat[row_start + la + 1] = cfg.sep
     flat[row_start + length - 1] = cfg.sep
     # 2. candidates = content positions whose token is not special (e.g. [UNK] in the text)
-    special_tab = np.zeros(max(cfg.vocab_size, int(values.max(initial=0)) + 1), dtype=np.bool_)
+    special_tab = np.zeros(max(cfg.vocab_size, int(values.max(initial=0)) + 1 if specials_in_ids else 0),
+                           dtype=np.bool_)
     special_tab[list(cfg.special_ids)] = True
-    is_sp = special_tab[values]
+    is_sp = special_tab[values] if specials_in_ids else None
     c = la + lb
-    if is_sp.any():
+    content: NDArray[np.int64] | None = None  # flat position of every candidate (only with specials)
+    if is_sp is not None and is_sp.any():
+        content = np.flatnonzero(slot)
         sp_rows = np.searchsorted(row_start, content[is_sp], side="right") - 1
         c = c - np.bincount(sp_rows, minlength=n)
         content = content[~is_sp]
@@ -106,7 +115,9 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig,
     kmax = int(k.max(initial=0))
     picks = _floyd_sample(c, k, kmax, rng)
     valid = picks >= 0
-    if len(content):
+    if content is None:  # no special token inside: candidate j of a row sits at 1 + j, after [SEP] at 2 + j
+        chosen = np.where(valid, row_start[:, None] + 1 + picks + (picks >= la[:, None]), total)
+    elif len(content):
         chosen = np.where(valid, content[np.where(valid, cand_start[:, None] + picks, 0)], total)
     else:
         chosen = np.full(picks.shape, total, dtype=np.int64)
@@ -123,24 +134,24 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig,
     flat[rand] = non_special[rng.integers(0, len(non_special), size=len(rand))]
     m_off = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(k, out=m_off[1:])
-    masked_positions = pa.ListArray.from_arrays(pa.array(m_off), pa.array(positions))
-    masked_labels = pa.ListArray.from_arrays(pa.array(m_off), pa.array(labels))
-    is_random = pa.array(spans.is_random_next)
+    masked_positions = list_array(m_off, positions)
+    masked_labels = list_array(m_off, labels)
+    is_random = from_numpy(spans.is_random_next)
     # 4. layout
     L = cfg.max_seq_length
     if cfg.layout == "compact":
         off = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(length, out=off[1:])
-        arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(flat)),
-                  pa.array((la + 2).astype(np.int32)), is_random, masked_positions, masked_labels]
+        arrays = [list_array(off, flat), from_numpy((la + 2).astype(np.int32)), is_random, masked_positions,
+                  masked_labels]
         return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("compact"))
-    padded = np.full(n * L, cfg.pad, dtype=np.int32)
-    padded[ranges(np.arange(n, dtype=np.int64) * L, length)] = flat
     pos = np.arange(L, dtype=np.int32)[None, :]
+    attention = pos < length.astype(np.int32)[:, None]
+    padded = np.full((n, L), cfg.pad, dtype=np.int32)
+    padded[attention] = flat  # row-major: the True cells are the flat sequence, in order
     seg = (pos >= (la + 2).astype(np.int32)[:, None]).view(np.int8)
-    seg -= 2 * (pos >= length.astype(np.int32)[:, None]).view(np.int8)
+    seg -= 2 * (~attention).view(np.int8)
     off = np.arange(0, (n + 1) * L, L, dtype=np.int32)
-    arrays = [pa.ListArray.from_arrays(pa.array(off), pa.array(padded)),
-              pa.ListArray.from_arrays(pa.array(off), pa.array(seg.ravel())),
+    arrays = [list_array(off, padded.ravel()), list_array(off, seg.ravel()),
               is_random, masked_positions, masked_labels]
     return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("padded"))

@@ -73,6 +73,17 @@ class _State:
     ids: NDArray[np.int32]
     sent_offsets: list[int]
     doc_offsets: list[int]
+    specials_in_ids: dict[tuple[int, ...], bool]  # per set of special ids: does the corpus hold one?
+
+    def has_specials(self, special_ids: tuple[int, ...]) -> bool:
+        """Whether any corpus id is special (checked once per set of ids, in slices)."""
+        if special_ids not in self.specials_in_ids:
+            wanted = np.asarray(special_ids, dtype=np.int64)
+            step = 1 << 24
+            # the Ray engine's ids are per-block arrays (``arrays``); here: slices (views) of one array
+            parts = getattr(self.ids, "arrays", None) or [self.ids[lo:lo + step] for lo in range(0, len(self.ids), step)]
+            self.specials_in_ids[special_ids] = any(bool(np.isin(a, wanted).any()) for a in parts)
+        return self.specials_in_ids[special_ids]
 
 
 _STATE: _State | None = None
@@ -84,6 +95,7 @@ def _init_state(ids: NDArray[np.int32], sent_offsets: NDArray[np.int64],
     st.ids = ids
     st.sent_offsets = sent_offsets.tolist()
     st.doc_offsets = doc_offsets.tolist()
+    st.specials_in_ids = {}
     return st
 
 
@@ -103,9 +115,11 @@ def _run_task(st: _State, cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, d
     t1 = time.perf_counter()
     spans = truncate_spans(spans, cfg.max_num_tokens, rng_for(cfg.seed, "bert-truncate", dupe, shard))
     res = TaskResult(batches=[], samples=len(spans), tokens=int((spans.la + spans.lb + 3).sum()))
+    specials = st.has_specials(cfg.mask.special_ids)
     for b, lo in enumerate(range(0, len(spans), BATCH_SAMPLES)):
         part = spans.slice(lo, lo + BATCH_SAMPLES)
-        res.batches.append(assemble(st.ids, part, cfg.mask, rng_for(cfg.seed, "bert-mask", dupe, shard, b)))
+        res.batches.append(assemble(st.ids, part, cfg.mask, rng_for(cfg.seed, "bert-mask", dupe, shard, b),
+                                    specials_in_ids=specials))
     t2 = time.perf_counter()
     res.timings = {"pairs": t1 - t0, "mask_pad_arrow": t2 - t1}
     return res

@@ -2,14 +2,14 @@
 
 Trains with the ``tokenizers`` library directly, with BERT's normalizer and pre-tokenizer (which
 :class:`datamill.tokenize.HFTokenizer` does not use); encoding goes through
-``HFTokenizer.encode_batch`` or the exact vectorised path of ``_bert_fasttok``. An HFTokenizer
+``HFTokenizer.encode_batch`` or the exact vectorised path of ``_fasttok``; training goes through
+word counts (``_wptrain``), both from one vectorised cut of the text (:func:`cut`). An HFTokenizer
 *object* is accepted as ``tokenizer=`` through its ``.inner``. The rest of the BERT builder only sees
 :class:`BertTokenizer` (ids of the special tokens, non-special ids, ``encode`` -> values + offsets).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,36 +18,25 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.ragged import concat_csr
+from datamill.pretrain.bert._fasttok import ChunkedText, cut_text, encode_chunked, fast_path_config
 
-__all__ = ["BERT_SPECIALS", "BertTokenizer", "resolve_tokenizer", "train_wordpiece"]
+__all__ = ["BERT_SPECIALS", "BertTokenizer", "cut", "resolve_tokenizer", "train_wordpiece", "train_wordpiece_chunked",
+           "train_wordpiece_library"]
 
 #: the special tokens every BERT tokenizer must have (PAD first so that it gets id 0 when trained)
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 
 _ENCODE_CHUNK = 8192  # sentences per encode_batch call (bounds the Encoding objects alive at once)
-_FAST_CHUNK_BYTES = 2 << 20  # text per vectorised chunk (bounds the temporaries whatever the corpus)
+_FAST_CHUNK_BYTES = 4 << 20  # text per block of the vectorised cut (bounds the temporaries whatever the corpus)
 
 
 def _slices(texts: Sequence[str] | pa.Array, size: int) -> Iterator[list[str] | pa.Array]:
     for lo in range(0, len(texts), size):
         yield texts[lo:lo + size] if isinstance(texts, pa.Array) else list(texts[lo:lo + size])
-
-
-def _byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Array]:
-    """Consecutive slices of about ``nbytes`` of text each (at least one line per slice)."""
-    arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.large_string())
-    if len(arr) == 0:
-        return
-    ends = np.cumsum(pc.binary_length(arr).to_numpy(zero_copy_only=False).astype(np.int64))
-    cuts = np.searchsorted(ends, np.arange(nbytes, int(ends[-1]), nbytes), side="left") + 1
-    bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]]))
-    for lo, hi in itertools.pairwise(bounds):
-        yield arr.slice(int(lo), int(hi - lo))
 
 
 def _concat(parts: list[tuple[NDArray[np.int32], NDArray[np.int64]]]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
@@ -77,12 +66,15 @@ class BertTokenizer:
         """Encode sentences without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
         if self.fast is None:
             return self.encode_library(texts)
-        from datamill.pretrain.bert._fasttok import WordCache, encode_lines
+        return self.encode_chunked(cut(texts, lowercase=bool(self.fast["lowercase"])))
 
-        cache = WordCache()
-        parts = [encode_lines(self.inner, chunk, self.fast, cache) for chunk in _byte_slices(texts, _FAST_CHUNK_BYTES)]
+    def encode_chunked(self, text: ChunkedText) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+        """:meth:`encode` of lines already cut by :func:`cut` (the fast path only)."""
+        if self.fast is None:
+            raise ConfigError("this tokenizer has no vectorised path; use encode()")
+        out = encode_chunked(self.inner, text, self.fast)
         pa.default_memory_pool().release_unused()
-        return _concat(parts)
+        return out
 
     def encode_library(self, texts: Sequence[str] | pa.Array) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
         """:meth:`encode` through the library's batch encoder only (``HFTokenizer.encode_batch``, in chunks)."""
@@ -111,17 +103,44 @@ class BertTokenizer:
             if path is not None:
                 raise DataFileError(msg, path=path, hint=hint)
             raise ConfigError(msg, hint=hint)
-        from datamill.pretrain.bert._fasttok import fast_path_config
-
         size = int(inner.get_vocab_size(with_added_tokens=True))
         return cls(inner=inner, pad=ids["[PAD]"], cls=ids["[CLS]"], sep=ids["[SEP]"],
                    mask=ids["[MASK]"], unk=ids["[UNK]"], vocab_size=size,
                    special_ids=tuple(sorted(int(v) for v in ids.values())), fast=fast_path_config(inner))
 
 
+def cut(texts: Sequence[str] | pa.Array, *, lowercase: bool) -> ChunkedText:
+    """Cut lines once for both :func:`train_wordpiece_chunked` and :meth:`BertTokenizer.encode_chunked`."""
+    return cut_text(texts, lowercase=lowercase, block_bytes=_FAST_CHUNK_BYTES)
+
+
 def train_wordpiece(sentences: Sequence[str] | pa.Array, *, vocab_size: int, lowercase: bool = True,
                     min_frequency: int = 2) -> BertTokenizer:
-    """Train a BERT-style WordPiece tokenizer (BERT normalizer and pre-tokenizer) on ``sentences``."""
+    """Train a BERT-style WordPiece tokenizer (BERT normalizer and pre-tokenizer) on ``sentences``.
+
+    The result is the tokenizer ``tokenizers``' ``train_from_iterator`` makes from the sentences,
+    reached from vectorised word counts (:mod:`datamill.pretrain.bert._wptrain`).
+    """
+    return train_wordpiece_chunked(cut(sentences, lowercase=lowercase), vocab_size=vocab_size,
+                                   min_frequency=min_frequency)
+
+
+def train_wordpiece_chunked(text: ChunkedText, *, vocab_size: int, min_frequency: int = 2,
+                            timings: dict[str, float] | None = None) -> BertTokenizer:
+    """:func:`train_wordpiece` on lines already cut by :func:`cut` (lowercasing as they were cut);
+    ``timings`` receives the seconds of the merge phase (``train_merges``)."""
+    if vocab_size < len(BERT_SPECIALS) + 1:
+        raise ConfigError(f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}")
+    from datamill.pretrain.bert._wptrain import train_from_chunks
+
+    inner = train_from_chunks(text, vocab_size=vocab_size, min_frequency=min_frequency,
+                              special_tokens=list(BERT_SPECIALS), timings=timings)
+    return BertTokenizer.wrap(inner)
+
+
+def train_wordpiece_library(sentences: Sequence[str] | pa.Array, *, vocab_size: int, lowercase: bool = True,
+                            min_frequency: int = 2) -> BertTokenizer:
+    """:func:`train_wordpiece` through the library's own ``train_from_iterator`` (the reference)."""
 
     def batches() -> Iterator[list[str]]:
         for chunk in _slices(sentences, _ENCODE_CHUNK):

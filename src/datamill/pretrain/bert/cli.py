@@ -22,6 +22,7 @@ def _cmd(args: argparse.Namespace) -> int:
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
           f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
     print(f"wrote {res.url or res.path} ({res.layout}) and {res.tokenizer_path.name}")
+    print("seconds per stage: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()))
     return 0
 
 
