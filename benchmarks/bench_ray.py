@@ -13,7 +13,7 @@ Workloads (``--quick``: 50k rows, 300k rows in 10 files, wikitext2 x1):
 Each side runs in a fresh interpreter (``subprocess``): time = wall clock of the call, driver peak
 memory = that interpreter's peak RSS (``VmHWM``) (the Ray workers' memory is not the driver's). The Ray
 side starts a local Ray (``num_cpus`` = cores) unless ``--address`` is given; Ray's fixed costs
-(``ray.init``, the first tiny task) are measured separately. Outputs are compared: metadata
+(``ray.init``, ``import ray.data``, the first tiny task) are measured separately. Outputs are compared: metadata
 (header aside from paths and fingerprints) and every tensor, shard by shard against the HDF5 rows
 (streaming hashes of the token columns for BERT).
 
@@ -69,6 +69,10 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
             ray.init(address="local", include_dashboard=False, log_to_driver=False)
         connect(None)
         out["ray_init_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        import ray.data
+
+        out["ray_data_import_s"] = time.perf_counter() - t
         t = time.perf_counter()
         ray.get(ray.remote(lambda: 1).remote())
         out["first_task_s"] = time.perf_counter() - t
@@ -179,6 +183,7 @@ def report(name: str, rows: int, local: dict[str, Any], ray_side: dict[str, Any]
     for label, s in (("local", local), ("ray", ray_side)):
         print(f"  {label:<8}{s['seconds']:>10.2f}{s['rows'] / s['seconds']:>14,.0f}{s['driver_peak_mb']:>16,.0f}")
     print(f"  ray/local time ratio {ratio:.2f}; ray fixed costs: init {ray_side['ray_init_s']:.1f} s, "
+          f"import ray.data {ray_side.get('ray_data_import_s', 0.0):.2f} s, "
           f"first task {ray_side['first_task_s']:.2f} s; outputs identical: {same}")
 
 

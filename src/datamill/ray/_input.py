@@ -20,7 +20,7 @@ from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillE
 from datamill.core.io import csv_options, detect_format, display_name
 from datamill.preprocessing.plans import Origin
 from datamill.preprocessing.reading import cast_column
-from datamill.ray._runtime import ray_module, unwrap
+from datamill.ray._runtime import MAX_RETRIES, ray_module, unwrap
 
 __all__ = ["Input", "read", "resolve_input"]
 
@@ -123,8 +123,11 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tupl
         types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items()
                  if t != "raw" and c in columns}
         try:
-            return ray.data.read_csv(inp.files, file_extensions=None,
-                                     **csv_options(inp.kind, columns=columns, column_types=types)).materialize()
+            # one task per file with pyarrow's multi-threaded reader: a CSV cannot be cut at byte offsets
+            # (quoted newlines), so Ray Data's read_csv also reads a file in one task, but with a
+            # single-threaded streaming reader (1M rows: 2.7 s + 2 s of Data start-up vs about 1 s here)
+            task = ray.remote(max_retries=MAX_RETRIES)(_read_csv)
+            return ray.data.from_arrow_refs([task.remote(f, inp.kind, columns, types) for f in inp.files]).materialize()
         except Exception as exc:
             raise _locate_csv_error(inp, wanted, columns, exc) from exc
     try:
@@ -146,6 +149,12 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tupl
         if isinstance(err, DatamillError) and not type(err) is DatamillError:
             raise err from exc
         raise DataFileError(f"cannot read the input ({err})", path=inp.origin.path) from exc
+
+
+def _read_csv(path: str, kind: str, columns: list[str], types: dict[str, pa.DataType]) -> pa.Table:
+    import pyarrow.csv as pcsv
+
+    return pcsv.read_csv(path, **csv_options(kind, columns=columns, column_types=types))
 
 
 def _read_parquet(path: str, columns: list[str]) -> pa.Table:

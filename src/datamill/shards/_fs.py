@@ -157,8 +157,9 @@ def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str]
 
 def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None:
     """Write one shard file (Parquet or CSV)."""
-    if fmt == "parquet":
-        pq.write_table(table, path, filesystem=fs)
+    if fmt == "parquet":  # dictionary pages only for flat columns (nested ids: 25% slower, no smaller)
+        flat = [f.name for f in table.schema if not pa.types.is_nested(f.type)]
+        pq.write_table(table, path, filesystem=fs, use_dictionary=flat)
     else:
         try:
             with fs.open_output_stream(path) as f:
