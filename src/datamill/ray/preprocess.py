@@ -3,7 +3,7 @@
 Steps (driver ↔ workers):
 
 1. plan on the driver (:func:`~datamill.preprocessing.pipeline.plan`: config, applied metadata,
-   fingerprint) and read the input with Ray Data (``read_csv``/``read_parquet``/``read_json``);
+   fingerprint) and read the input into a Ray Dataset (a task per CSV/Parquet file, ``read_json``);
 2. one task per *global* block (the local engine's ``BLOCK_ROWS`` rows) prepares it from the Ray
    blocks it overlaps (:mod:`datamill.ray._blocks`); prepared blocks stay in the object store;
 3. :func:`~datamill.preprocessing.pipeline.fit` runs unchanged through :class:`~datamill.ray._blocks.RayExecutor`:
