@@ -204,3 +204,17 @@ def test_shards_import_graph_has_no_cycle_and_private_modules_stay_inside() -> N
     outside = [p for p in SRC.rglob("*.py") if (SRC / "shards") not in p.parents]
     leaks = [(str(p), i) for p in outside for i in _imports(p) if i.startswith("datamill.shards._")]
     assert leaks == []
+
+
+@pytest.mark.parametrize("uids, dup", [([5, 1, 9, 2], None), ([0, 1, 2, 3], None), ([4, 1, 4, 2], 4),
+                                       (["b", "a", "c"], None), (["b", "a", "b"], "b")])
+def test_uniqueness_check_of_integer_and_string_uids(uids: list, dup: object) -> None:  # type: ignore[type-arg]
+    from datamill.shards.writer import _check_unique
+
+    sizes = np.array([2, len(uids) - 2])
+    if dup is None:
+        _check_unique(pa.array(uids), sizes, ["a", "b"])
+        return
+    with pytest.raises(ShardsetError) as exc:
+        _check_unique(pa.array(uids), sizes, ["a", "b"])
+    assert exc.value.uid == dup and exc.value.shard == 1
