@@ -3,7 +3,10 @@ loop (``pairing="seed"``) and Google's create_pretraining_data.py (``pairing="go
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 from hypothesis import given
@@ -70,48 +73,21 @@ def seed_pairs(all_documents, document_index, max_seq_length, short_seq_prob, rn
     return instances
 
 
-def seed_article_pairs(documents, doc_idx, max_seq_length, short_seq_prob, rng):  # type: ignore[no-untyped-def]
-    """The seed article's sentence-pair loop (before truncation and masking), on token-id lists.
+def _seed_script() -> ModuleType:
+    """benchmarks/bert_seed_script.py: the one transcription of the seed article's loop, which the
+    benchmark's seed process runs (it imports nothing from datamill, so it is loaded by path)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bert_seed_script.py"
+    spec = importlib.util.spec_from_file_location("bert_seed_script", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    ``rng`` has ``random()`` and ``randint(lo, hi)`` (inclusive). One deliberate difference, marked
-    below: a random B takes at least one sentence (the article's scan leaves B empty when A alone
-    reaches the target).
-    """
-    max_tokens = max_seq_length - 3
-    target_length = max_tokens
-    if rng.random() < short_seq_prob:
-        target_length = rng.randint(2, max_tokens)
-    chunks = list(documents[doc_idx])
-    samples = []
-    while len(chunks) > 0:
-        running_length = 0
-        end = 1
-        while end < len(chunks) and running_length < target_length:
-            running_length += len(chunks[end - 1])
-            end += 1
-        sep = rng.randint(1, end - 1) if end > 1 else 1
-        sentence_a = [tok for chunk in chunks[:sep] for tok in chunk]
-        sentence_b = [tok for chunk in chunks[sep:end] for tok in chunk]
-        if not sentence_b or rng.random() < 0.5:
-            b_idx = rng.randint(0, len(documents) - 2)
-            if b_idx >= doc_idx:
-                b_idx += 1
-            sentence_b = []
-            running_length = len(sentence_a)
-            i = rng.randint(0, len(documents[b_idx]) - 1)
-            first = True  # datamill: at least one sentence in B
-            while i < len(documents[b_idx]) and (first or running_length < target_length):
-                first = False
-                sentence_b.extend(documents[b_idx][i])
-                running_length += len(documents[b_idx][i])
-                i += 1
-            is_random_next = True
-            chunks = chunks[sep:]
-        else:
-            is_random_next = False
-            chunks = chunks[end:]
-        samples.append((sentence_a, sentence_b, is_random_next))
-    return samples
+
+#: the seed article's sentence-pair loop (before truncation and masking), on token-id lists; ``rng``
+#: has ``random()`` and ``randint(lo, hi)`` (inclusive). One deliberate difference: a random B takes
+#: at least one sentence (the article's scan leaves B empty when A alone reaches the target).
+seed_article_pairs = _seed_script().seed_pairs
 
 
 def seed_truncate(tokens_a, tokens_b, max_num_tokens, rng):  # type: ignore[no-untyped-def]
