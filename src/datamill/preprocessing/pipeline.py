@@ -221,10 +221,15 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     return Block(index, lo, table.num_rows, columns, split, rows, origin)
 
 
-def _missing_block(p: Plan, block: Block) -> dict[str, MissingStats]:
+def _missing_features(p: Plan) -> list[ResolvedFeature]:
+    """The features whose fill needs statistics of the blocks (fitted fills; bfill/ffill carries)."""
     fitted = FITTED if p.applied is None else ()
+    return [f for f in p.features if f.missing_value_strategy in (*fitted, *NEIGHBOURS)]
+
+
+def _missing_block(p: Plan, block: Block) -> dict[str, MissingStats]:
     return {f.name: fit_missing(block.columns[f.name], f.missing_value_strategy, block.fit_mask)
-            for f in p.features if f.missing_value_strategy in (*fitted, *NEIGHBOURS)}
+            for f in _missing_features(p)}
 
 
 def _filled(f: ResolvedFeature, h: FeatureHandler, block: Block, fill: Any, carry: Carry | None) -> pa.Array:
@@ -272,7 +277,8 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
         >>> st.num_rows, st.fills, st.features["x"].count
         (3, {'x': 3.0}, 3)
     """
-    per_block = list(executor.map_ordered(partial(_missing_block, p), blocks))
+    per_block = list(executor.map_ordered(partial(_missing_block, p), blocks)) if _missing_features(p) else \
+        [{} for _ in blocks]  # (no pass over the blocks when no fill needs one: a task per block on Ray)
     fills: dict[str, Any] = {}
     block_carries: list[dict[str, Carry]] = [{} for _ in blocks]
     for f in p.features:
