@@ -123,9 +123,10 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tupl
         types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items()
                  if t != "raw" and c in columns}
         try:
-            # one task per file with pyarrow's multi-threaded reader: a CSV cannot be cut at byte offsets
-            # (quoted newlines), so Ray Data's read_csv also reads a file in one task, but with a
-            # single-threaded streaming reader (1M rows: 2.7 s + 2 s of Data start-up vs about 1 s here)
+            # one task per file with pyarrow's whole-file reader (on one thread in a Ray worker): a CSV
+            # cannot be cut at byte offsets (quoted newlines), so Ray Data's read_csv also reads a file in
+            # one task, but streaming it into ~300 small blocks that slow every later task (1M rows: read
+            # 4.9 s and the run 15-17 s there; 1.4 s and 6 s here)
             task = ray.remote(max_retries=MAX_RETRIES)(_read_csv)
             return ray.data.from_arrow_refs([task.remote(f, inp.kind, columns, types) for f in inp.files]).materialize()
         except Exception as exc:
