@@ -169,3 +169,36 @@ def test_reading_in_small_blocks_changes_nothing(data_dir: Path, tmp_path: Path,
     with pytest.raises(DataFileError) as exc:
         split_documents([bad])
     assert exc.value.line == 302
+
+
+def test_several_files_split_in_threads_keep_file_order_and_boundaries(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of several files are split in two threads; the sentences stay in file order, a file
+    end ends a document, and a blank file among them is named in the error (not a later one)."""
+    from datamill.core.errors import DataFileError
+    from datamill.pretrain.bert import _docs as _bert_docs
+
+    texts = [" = A = \n" + "".join(f"a{i} words here\n" for i in range(200)),
+             "".join(f"b{i} more words\n" for i in range(150)) + "\n" + "c last doc\n",
+             "d only line"]
+    files = []
+    for i, t in enumerate(texts):
+        files.append(tmp_path / f"f{i}.txt")
+        files[-1].write_text(t)
+    monkeypatch.setattr(_bert_docs, "_BLOCK_BYTES", 301)  # many blocks per file, in flight at once
+    sentences, doc = split_documents(files)
+    want = [ln.strip() for t in texts for ln in t.splitlines() if ln.strip() and not ln.strip().startswith("=")]
+    assert sentences.to_pylist() == want
+    # documents: file 0 (a*), file 1 (b*), file 1 after the blank line (c), file 2 (d)
+    first = {s[0] for s in want}
+    starts = np.flatnonzero(np.diff(doc)) + 1
+    assert [want[0][0], *[want[i][0] for i in starts]] == ["a", "b", "c", "d"] and first == {"a", "b", "c", "d"}
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n")
+    with pytest.raises(DataFileError) as exc:
+        split_documents([files[0], blank, tmp_path / "f1.txt"])
+    assert "blank.txt" in str(exc.value)
+    (tmp_path / "zero.txt").write_bytes(b"")
+    with pytest.raises(DataFileError) as exc:
+        split_documents([files[0], files[1], tmp_path / "zero.txt"])
+    assert "zero.txt" in str(exc.value) and "empty" in str(exc.value)

@@ -74,3 +74,18 @@ def test_word_cache_across_chunks_gives_the_same_ids(data_dir: Path, monkeypatch
     got = tok.encode(sentences)
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_array_equal(got[0], want[0])
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("ab.[]()*+?|\\^$ {}é中-"), max_size=12), max_size=20),
+       st.lists(st.text(alphabet=st.sampled_from("ab.[]()*+?|\\^$ {}é中-"), min_size=1, max_size=5),
+                min_size=1, max_size=4))
+def test_added_pattern_finds_exactly_the_lines_holding_an_added_text(lines: list[str], added: list[str]) -> None:
+    """The one regular expression that sends lines with an added token's text to the library
+    matches a line iff one of the texts is a substring of it (regex characters taken literally)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from datamill.pretrain.bert._fasttok import added_pattern
+
+    got = pc.match_substring_regex(pa.array(lines, pa.large_string()), added_pattern(added)).to_pylist()
+    assert got == [any(a in line for a in added) for line in lines]
