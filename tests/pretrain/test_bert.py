@@ -202,3 +202,14 @@ def test_several_files_split_in_threads_keep_file_order_and_boundaries(tmp_path:
     with pytest.raises(DataFileError) as exc:
         split_documents([files[0], files[1], tmp_path / "zero.txt"])
     assert "zero.txt" in str(exc.value) and "empty" in str(exc.value)
+
+
+def test_raw_text_to_samples_twice_gives_the_same_file(tmp_path: Path, data_dir: Path) -> None:
+    """With the tokenizer trained on the text (the library's trainer alone would differ from run to
+    run), the same text and seed give the same tokenizer and the same samples."""
+    kw = {"vocab_size": 5000, "max_seq_length": 64, "dupe_factor": 1, "seed": 3}
+    raw = data_dir / "wikitext2_test.raw"
+    one = build_bert_samples(raw, out=tmp_path / "a.parquet", **kw)
+    two = build_bert_samples(raw, out=tmp_path / "b.parquet", **kw)
+    assert one.tokenizer_path.read_text() == two.tokenizer_path.read_text()
+    assert pq.read_table(one.path).equals(pq.read_table(two.path))

@@ -110,3 +110,23 @@ def test_the_bert_command_does_not_import_pandas(tmp_path: Path, data_dir: Path)
             "'--dupe-factor', '1', '--vocab-size', '2000', '--quiet']); print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False", out
+
+
+def test_training_is_deterministic_with_sorted_initial_ids(data_dir: Path) -> None:
+    """The library's own trainer gives the ``##c`` tokens ids in hash-map order and breaks merge ties
+    by them (huggingface/tokenizers#1794: its runs on this file differ by 8-20 tokens); datamill fixes
+    the initial ids (alphabet, then ``##c``, each sorted), so every run gives the same tokenizer."""
+    sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
+    runs = [train_wordpiece(sentences, vocab_size=30000).to_json() for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    cfg = json.loads(runs[0])
+    assert [t["content"] for t in cfg["added_tokens"]] == ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+    vocab = sorted(cfg["model"]["vocab"].items(), key=lambda kv: kv[1])
+    first = [t for t, _ in vocab[5:]]
+    n_chars = next(i for i, t in enumerate(first) if len(t) > 1)  # the alphabet, then ##c, then merges
+    alphabet = first[:n_chars]
+    cont = first[n_chars:n_chars + sum(1 for t in first if len(t) == 3 and t.startswith("##"))]
+    assert alphabet == sorted(alphabet) and all(len(t) == 1 for t in alphabet)
+    assert cont == sorted(cont) and all(t.startswith("##") and len(t) == 3 for t in cont)
+    words = {w for line in sentences.to_pylist()[:2000] for w in library_counts([line], True)}
+    assert {f"##{c}" for w in words for c in w[1:]} <= set(cont)

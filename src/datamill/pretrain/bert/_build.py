@@ -36,11 +36,11 @@ these deliberate differences:
 The WordPiece tokenizer, when none is given, is trained from word counts of one vectorised cut of
 the text (:mod:`._fasttok`, :mod:`._wptrain`): the same words and counts ``tokenizers``' own
 trainer makes, fed to that trainer, about 3x faster than ``train_from_iterator`` on the lines; the
-same cut then gives the token ids. The library's trainer is not deterministic run to run (the ids
-of its ``##`` tokens follow hash-map order, and merge ties follow those ids,
-huggingface/tokenizers#1794), so two trainings on the same text can differ by a few ``##`` tokens,
-with the library's own ``train_from_iterator`` as with this path; given a tokenizer, the samples are
-a pure function of the text, the parameters and the seed.
+same cut then gives the token ids. The library's trainer alone is not deterministic run to run
+(the ids of its ``##`` tokens follow hash-map order, and merge ties follow those ids,
+huggingface/tokenizers#1794); this path gives it every initial token with a fixed, sorted id, so
+the trained tokenizer is the same on every run, and the samples are a pure function of the text,
+the parameters and the seed.
 
 Stages: :mod:`._docs` (documents, tokenising), :mod:`._pairs` (pair loop per document,
 vectorised truncation), :mod:`._mask` (vectorised assembly, masking, padding),

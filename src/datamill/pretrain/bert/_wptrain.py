@@ -9,13 +9,22 @@ is already a word (the BERT normaliser and pre-tokeniser leave it whole), and ea
 with other characters goes through the library's normaliser and pre-tokeniser once, its count given
 to every word it yields. The trainer then reads each word as often as it occurs, in long runs
 (``"word word word ..."``) through a whitespace pre-tokenizer and no normaliser, which is about 5x
-cheaper per word than the BERT pipeline on raw lines. The result is the tokenizer
-``train_from_iterator`` makes from the lines themselves (checked JSON for JSON in
-``tests/pretrain/test_bert_wptrain.py``).
+cheaper per word than the BERT pipeline on raw lines.
+
+The library's trainer is not deterministic (huggingface/tokenizers#1794): it gives the ``##c``
+tokens their ids in hash-map order, and merges of equal count are broken by those ids, so two
+trainings on the same text differ. Here every initial token gets a fixed id: the trainer is given
+the base alphabet (sorted by code point, as the library sorts it) and then the ``##c`` tokens
+(sorted) as extra special tokens, which it puts first, so it never has to create one; they are
+dropped from the added tokens afterwards (they stay in the vocabulary, as in the library's
+result). The result is what ``train_from_iterator`` makes from the lines themselves when its hash
+order happens to create the ``##c`` tokens in sorted order, and the same on every run
+(``tests/pretrain/test_bert_wptrain.py``).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +37,7 @@ from numpy.typing import NDArray
 from datamill.core.arrow import from_numpy, large_strings, to_numpy
 from datamill.pretrain.bert._fasttok import ChunkedText
 
-__all__ = ["train_from_chunks", "word_counts"]
+__all__ = ["initial_tokens", "train_from_chunks", "word_counts"]
 
 _PIECE_BYTES = 4096  # text per sequence fed to the trainer (short sequences are cheaper per word)
 _FEED_BATCH = 1024  # sequences per item of the iterator
@@ -78,6 +87,19 @@ def _runs(words: list[str], counts: NDArray[np.int64]) -> Iterator[list[str]]:
         yield batch
 
 
+def initial_tokens(words: list[str], prefix: str = "##") -> list[str]:
+    """The tokens the trainer starts from, in a fixed order: every character of ``words`` (sorted by
+    code point) and then ``prefix + c`` for every character that occurs after a word's first (sorted).
+
+    Examples:
+        >>> initial_tokens(["ab", "ba", "c"])
+        ['a', 'b', 'c', '##a', '##b']
+    """
+    alphabet = sorted(set("".join(words)))
+    inner = sorted(set("".join(w[1:] for w in words)))
+    return alphabet + [prefix + c for c in inner]
+
+
 def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int, special_tokens: list[str],
                       timings: dict[str, float] | None = None) -> Any:
     """A WordPiece ``tokenizers.Tokenizer`` (BERT normaliser and pre-tokeniser) trained on ``text``.
@@ -93,8 +115,9 @@ def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int,
     words, counts = word_counts(text, bert)
     inner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # words hold no whitespace: runs split back exactly
+    fixed = [t for t in initial_tokens(words) if t not in special_tokens]
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=special_tokens, show_progress=False)
+                                        special_tokens=[*special_tokens, *fixed], show_progress=False)
     fed = [0.0]
 
     def runs() -> Iterator[list[str]]:
@@ -107,4 +130,7 @@ def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int,
     inner.normalizer = bert.normalizer
     inner.pre_tokenizer = bert.pre_tokenizer
     inner.decoder = decoders.WordPiece()
-    return Tokenizer.from_str(inner.to_str())  # rebuilt from JSON: nothing left of the training set-up
+    cfg = json.loads(inner.to_str())  # rebuilt from JSON: nothing left of the training set-up, and
+    wanted = set(special_tokens)  # the fixed initial tokens are vocabulary entries, not added tokens
+    cfg["added_tokens"] = [t for t in cfg["added_tokens"] if t["content"] in wanted]
+    return Tokenizer.from_str(json.dumps(cfg, ensure_ascii=False))
