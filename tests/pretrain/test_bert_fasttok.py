@@ -89,3 +89,19 @@ def test_added_pattern_finds_exactly_the_lines_holding_an_added_text(lines: list
 
     got = pc.match_substring_regex(pa.array(lines, pa.large_string()), added_pattern(added)).to_pylist()
     assert got == [any(a in line for a in added) for line in lines]
+
+
+def test_blocks_encoded_in_threads_with_added_token_lines(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many blocks, encoded two at a time, each with lines that hold an added token's text (those
+    go through the library whole, from both threads): the ids are the library's."""
+    from datamill.pretrain.bert import _tok as _bert_tok
+
+    tok = tokenizer(data_dir)
+    sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
+    lines = sentences.to_pylist()[:3000]
+    lines = [f"{ln} [SEP] x" if i % 7 == 0 else f"[MASK]{ln}" if i % 11 == 0 else ln for i, ln in enumerate(lines)]
+    monkeypatch.setattr(_bert_tok, "_FAST_CHUNK_BYTES", 20_000)  # ~20 blocks
+    got = tok.encode(lines)
+    want = tok.encode_library(lines)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
