@@ -201,3 +201,120 @@ def test_cli_on_s3_and_one_line_errors(store: tuple[pafs.S3FileSystem, ShardsetD
     assert "unreachable" in capsys.readouterr().err
     with pytest.raises(DataFileNotFoundError):
         ShardsetDataset("s3://shards/nothing-here", filesystem=store[0])
+
+
+def _keys(fs: pafs.S3FileSystem, prefix: str) -> list[str]:
+    sel = pafs.FileSelector(prefix, allow_not_found=True, recursive=True)
+    return sorted(i.path[len(prefix) + 1:] for i in fs.get_file_info(sel) if i.type == pafs.FileType.File)
+
+
+def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_removes_it(
+        store: tuple[pafs.S3FileSystem, ShardsetDataset], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """S3 has no rename: an overwrite uploads the new dataset whole to a fresh ``.gen-<hex>`` folder,
+    switches with one PUT of ``dataset.json`` and then deletes the old objects."""
+    from datamill.shards.check import check_dataset
+
+    fs, _ = store
+    old = ShardsetDataset.create("s3://shards/gen", _table(), uid="uid", shardset="base", shard_size=100)
+    old = old.add("labels", _labels(), route=True)
+    before = old.read_shard(2)
+    real_put = remote_mod._put
+
+    def failing_switch(f: pafs.FileSystem, path: str, data: bytes) -> None:
+        if path == "shards/gen/dataset.json":  # the switch (the generation's own manifest goes through)
+            raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curlCode: 7")
+        real_put(f, path, data)
+
+    monkeypatch.setattr(remote_mod, "_put", failing_switch)
+    with pytest.raises(DataFileError, match="unreachable"):
+        ShardsetDataset.create("s3://shards/gen", _table().slice(0, 50), uid="uid", shardset="base",
+                               shard_size=10, overwrite=True)
+    monkeypatch.undo()
+    kept = ShardsetDataset("s3://shards/gen", cache_dir=tmp_path / "c")  # the previous dataset, whole
+    assert kept.shardsets == ["base", "labels"] and len(kept) == N and kept.read_shard(2).equals(before)
+    orphans = {k.split("/")[0] for k in _keys(fs, "shards/gen") if k.startswith(".gen-")}
+    assert len(orphans) == 1  # the unfinished generation, not listed anywhere
+
+    new = ShardsetDataset.create("s3://shards/gen", _table().slice(0, 50), uid="uid", shardset="base",
+                                 shard_size=10, overwrite=True)
+    gen = new.manifest["data_dir"]
+    assert gen.startswith(".gen-") and gen not in orphans
+    assert new.num_shards == 5 and len(new) == 50 and new.shardsets == ["base"]
+    keys = _keys(fs, "shards/gen")  # the old dataset and the orphan are gone; one manifest, at the root
+    assert keys == sorted(["dataset.json", f"{gen}/samples.parquet",
+                           *[f"{gen}/base/shard.{k:05d}.parquet" for k in range(5)]])
+    assert new.read_shard(4).column("uid").to_pylist() == (np.arange(40, 50) * 3).tolist()
+
+    added = new.add("labels", _labels().filter(pa.compute.less(_labels().column("uid"), 150)), route=True)
+    assert added.shardsets == ["base", "labels"] and added.manifest["data_dir"] == gen
+    assert f"{gen}/labels/shard.00000.parquet" in _keys(fs, "shards/gen")
+    fresh = ShardsetDataset("s3://shards/gen", cache_dir=tmp_path / "c2")
+    assert fresh.read_shard(0).column("label").null_count == 5  # uids 0..27: 5 of 10 labelled
+    assert sum(b["uid"].shape[0] for b in Loader(fresh, 16, shuffle=True, seed=1)) == 50
+    assert check_dataset(fresh.loc) == []
+    assert main(["-q", "shards", "check", "s3://shards/gen"]) == 0
+    assert "OK" in capsys.readouterr().out
+    with fs.open_output_stream("shards/gen/stray.txt") as f:  # an object the overwrite did not list
+        f.write(b"x")
+    assert any("not listed" in str(e) and e.path == "s3://shards/gen/stray.txt" for e in check_dataset(fresh.loc))
+
+    third = ShardsetDataset.create("s3://shards/gen", _table(), uid="uid", shardset="base", shard_size=250,
+                                   overwrite=True)
+    assert third.manifest["data_dir"] != gen and len(third) == N
+    assert not [k for k in _keys(fs, "shards/gen") if k.startswith(gen) or k == "stray.txt"]
+
+    bad = dict(third.manifest, data_dir="../other")  # a manifest naming a path outside: refused
+    with fs.open_output_stream("shards/gen/dataset.json") as f:
+        f.write(json.dumps(bad).encode())
+    with pytest.raises(ShardsetError, match="data_dir"):
+        ShardsetDataset("s3://shards/gen", cache_dir=tmp_path / "c3")
+
+
+def test_kill_9_between_upload_and_switch_keeps_the_previous_dataset(
+        store: tuple[pafs.S3FileSystem, ShardsetDataset], tmp_path: Path) -> None:
+    """``datamill shards create --overwrite`` killed (SIGKILL) after the new generation is uploaded and
+    before ``dataset.json`` switches: the previous dataset is intact; the next overwrite succeeds and
+    leaves only the new dataset."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    fs, _ = store
+    old = ShardsetDataset.create("s3://shards/killed", _table(), uid="uid", shardset="base", shard_size=100)
+    pq.write_table(_table().slice(0, 60), tmp_path / "small.parquet")
+    argv = [sys.executable, "-c", "import sys; from datamill.cli import run; run()", "-q", "shards", "create",
+            "s3://shards/killed", str(tmp_path / "small.parquet"), "--uid", "uid", "--shardset", "base",
+            "--shard-size", "20", "--overwrite"]
+    env = {**os.environ, "DATAMILL_FAULT": "shards.remote_before_switch"}
+    proc = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    kept = ShardsetDataset("s3://shards/killed", cache_dir=tmp_path / "c")
+    assert kept.manifest == old.manifest and kept.read_shard(4).num_rows == 100
+    assert any(k.startswith(".gen-") for k in _keys(fs, "shards/killed"))  # the unlisted generation
+    env.pop("DATAMILL_FAULT")
+    subprocess.run(argv, check=True, env=env, capture_output=True, text=True, timeout=120)
+    new = ShardsetDataset("s3://shards/killed", cache_dir=tmp_path / "c2")
+    assert len(new) == 60 and new.num_shards == 3
+    assert {k.split("/")[0] for k in _keys(fs, "shards/killed")} == {"dataset.json", new.manifest["data_dir"]}
+
+
+def test_a_generation_dataset_copied_to_disk_reads_there_and_refuses_a_local_add(
+        store: tuple[pafs.S3FileSystem, ShardsetDataset], tmp_path: Path) -> None:
+    fs, _ = store
+    ShardsetDataset.create("s3://shards/copied", _table(), uid="uid", shardset="base", shard_size=100)
+    remote = ShardsetDataset.create("s3://shards/copied", _table(), uid="uid", shardset="base", shard_size=125,
+                                    overwrite=True)
+    assert remote.manifest["data_dir"].startswith(".gen-")
+    for key in _keys(fs, "shards/copied"):  # as `aws s3 sync` would copy it
+        (tmp_path / "ds" / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "ds" / key).write_bytes(fs.open_input_stream(f"shards/copied/{key}").read())
+    local = ShardsetDataset(tmp_path / "ds")
+    assert local.num_shards == 4 and local.read_shard(3).equals(remote.read_shard(3))
+    with pytest.raises(ShardsetError, match="keeps its files in") as info:
+        local.add("labels", _labels(), route=True)
+    assert info.value.path == str(tmp_path / "ds")
+    assert ShardsetDataset(tmp_path / "ds").shardsets == ["base"]  # nothing changed

@@ -8,6 +8,7 @@ columns of the recorded schema, repeated names) are only looked for in a well-fo
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARDS_FORMA
 from datamill.core.errors import ShardsetError
 from datamill.shards._mapping import schema_from_b64
 
-__all__ = ["Manifest", "ShardsetEntry", "manifest_problems", "validate_manifest"]
+__all__ = ["Manifest", "ShardsetEntry", "is_generation", "manifest_problems", "validate_manifest"]
 
 _HINT = "restore dataset.json from a backup, or rebuild the dataset; run `datamill shards check` for every problem"
 Count = Annotated[StrictInt, Field(ge=0)]
@@ -70,6 +71,27 @@ class Manifest(BaseModel):
     num_shards: Count
     num_samples: Count | None = None
     shardsets: Annotated[list[ShardsetEntry], Field(min_length=1)]
+    data_dir: StrictStr | None = None
+    """Where the mapping and the shardset folders are, relative to ``dataset.json``'s folder (absent:
+    beside it). Only an overwrite on an object store writes one: the new dataset goes to a fresh
+    ``.gen-<hex>`` prefix beside the old, and the manifest, put last, switches to it."""
+
+    @field_validator("data_dir")
+    @classmethod
+    def _generation(cls, v: str | None) -> str | None:
+        if v is not None and not is_generation(v):
+            raise ValueError(f"expected a '.gen-<hex>' folder name, got {v!r}")
+        return v
+
+
+def is_generation(name: str) -> bool:
+    """Whether ``name`` is a data folder name datamill writes (``.gen-`` and 8-32 hex digits).
+
+    Examples:
+        >>> is_generation(".gen-0a1b2c3d4e5f"), is_generation("../x"), is_generation(".gen-zz")
+        (True, False, False)
+    """
+    return re.fullmatch(r"\.gen-[0-9a-f]{8,32}", name) is not None
 
 
 def _field(loc: tuple[int | str, ...]) -> str:

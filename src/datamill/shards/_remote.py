@@ -14,6 +14,9 @@ there with the usual checks, and then uploads: an upload marker first (new datas
 shardset's files, the mapping (new datasets), and ``dataset.json`` **last**; each PUT is atomic, so a
 reader sees the previous manifest (and the previous dataset, whose files are untouched) until the
 new one lands. A failed upload removes what it uploaded and leaves the previous dataset readable.
+An overwrite (:func:`switch_remote`) cannot reuse the keys of the dataset it replaces: it uploads the
+new dataset whole under a fresh ``.gen-<hex>`` folder, puts the root ``dataset.json`` (naming that
+folder as ``data_dir``) and only then deletes the previous objects.
 A prefix that holds objects but no ``dataset.json`` (and no upload marker of an interrupted datamill
 upload) is not datamill's and is refused.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -34,11 +38,13 @@ import xxhash
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError, ShardsetError
+from datamill.core.faults import fault_point
 from datamill.core.objstore import ShardFileCache, default_cache_dir, store_error
 from datamill.shards._fs import Location
 
 __all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
-    "RemoteShards", "UPLOAD_MARKER", "discard_stage", "is_remote_location", "replace_remote", "stage", "upload",
+    "RemoteShards", "UPLOAD_MARKER", "discard_stage", "is_remote_location", "new_generation", "stage",
+    "switch_remote", "upload",
 ]
 
 UPLOAD_MARKER = ".datamill-upload"
@@ -68,27 +74,27 @@ class RemoteShards:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def listing(self, shardset: str) -> dict[str, pafs.FileInfo]:
-        """The files of one shardset folder by base name (one LIST request, then kept)."""
+    def listing(self, folder: str) -> dict[str, pafs.FileInfo]:
+        """The files of one shardset folder (relative to the root) by base name (one LIST request, then kept)."""
         with self._lock:
-            known = self._listings.get(shardset)
+            known = self._listings.get(folder)
         if known is not None:
             return known
         try:
-            infos = self.loc.fs.get_file_info(pafs.FileSelector(self.loc.join(shardset), allow_not_found=True))
+            infos = self.loc.fs.get_file_info(pafs.FileSelector(self.loc.join(folder), allow_not_found=True))
         except DatamillError:
             raise
         except OSError as exc:
-            raise store_error(exc, self.loc.show(shardset)) from exc
+            raise store_error(exc, self.loc.show(folder)) from exc
         found = {i.base_name: i for i in infos if i.type == pafs.FileType.File}
         with self._lock:
-            self._listings[shardset] = found
+            self._listings[folder] = found
         return found
 
     def fetch(self, entry: dict[str, Any], rel: str, k: int) -> bytes:
         """The content of shard file ``rel`` (shard ``k`` of the manifest entry ``entry``), checked."""
-        shardset, name = rel.split("/", 1)
-        info = self.listing(shardset).get(name)
+        folder, name = rel.rsplit("/", 1)
+        info = self.listing(folder).get(name)
         display = self.loc.show(rel)
         if info is None:
             raise DataFileNotFoundError("shard file is missing", path=display, shard=k,
@@ -132,10 +138,14 @@ def stage(remote: Location) -> Location:
                                     "not a datamill shardset dataset", path=remote.display,
                                     hint="choose an empty prefix (datamill never writes over objects of yours)")
         scratch = Path(tempfile.mkdtemp(prefix="datamill-upload-"))
-        if has_manifest:
-            for name in (DATASET_MANIFEST, SAMPLES_FILE):
-                with remote.fs.open_input_stream(remote.join(name)) as f:
-                    (scratch / name).write_bytes(f.read())
+        if has_manifest:  # laid out as on the store (the mapping inside the data folder, if any)
+            with remote.fs.open_input_stream(remote.join(DATASET_MANIFEST)) as f:
+                raw = f.read()
+            (scratch / DATASET_MANIFEST).write_bytes(raw)
+            samples = _data_rel(json.loads(raw), SAMPLES_FILE)
+            (scratch / samples).parent.mkdir(parents=True, exist_ok=True)
+            with remote.fs.open_input_stream(remote.join(samples)) as f:
+                (scratch / samples).write_bytes(f.read())
     except DatamillError:
         raise
     except OSError as exc:
@@ -179,7 +189,7 @@ def upload(scratch: Location, remote: Location, shardset: str, *, base: dict[str
         if base is None:
             _put(fs, remote.join(UPLOAD_MARKER), b"")
         for f in files:
-            target = remote.join(shardset, f.name)
+            target = remote.join(_data_rel(manifest, shardset, f.name))
             _put(fs, target, f.read_bytes())
             done.append(target)
         if base is None:
@@ -204,14 +214,44 @@ def upload(scratch: Location, remote: Location, shardset: str, *, base: dict[str
             pass
 
 
-def replace_remote(remote: Location) -> None:
-    """Delete a remote dataset (``dataset.json`` first, so no reader sees it half-deleted) before it is rewritten."""
+def _data_rel(manifest: dict[str, Any], *parts: str) -> str:
+    """``parts`` inside the manifest's data folder, relative to the root."""
+    d = manifest.get("data_dir")
+    return "/".join([d, *parts] if d else parts)
+
+
+def new_generation() -> str:
+    """A fresh data folder name for an overwrite (``.gen-`` and 12 hex digits)."""
+    return f".gen-{secrets.token_hex(6)}"
+
+
+def switch_remote(remote: Location, generation: str) -> None:
+    """Make the complete dataset uploaded to ``remote/generation`` the dataset at ``remote``.
+
+    The root ``dataset.json`` is replaced by the new one plus ``"data_dir": generation`` (one atomic
+    PUT: until then readers see the previous dataset, whole); then every other object of the prefix
+    (the previous dataset's, earlier generations', the generation's own manifest) is deleted. A run
+    killed before the PUT leaves the previous dataset as it was (and an unlisted generation, deleted
+    by the next overwrite); killed after it, the new dataset (and old objects, deleted likewise).
+    """
     try:
-        remote.fs.delete_file(remote.join(DATASET_MANIFEST))
-        _put(remote.fs, remote.join(UPLOAD_MARKER), b"")  # what remains is an interrupted datamill upload
+        manifest = Location(remote.fs, remote.join(generation), remote.show(generation)).read_json(DATASET_MANIFEST)
+        manifest["data_dir"] = generation
+        fault_point("shards.remote_before_switch")
+        _put(remote.fs, remote.join(DATASET_MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+        fs = remote.fs
+        keep = remote.join(generation) + "/"
         for info in _objects(remote):
-            if info.base_name != UPLOAD_MARKER:
-                remote.fs.delete_file(info.path)
+            if info.path == remote.join(DATASET_MANIFEST) or (info.path.startswith(keep)
+                                                               and info.path != remote.join(generation, DATASET_MANIFEST)):
+                continue
+            fs.delete_file(info.path)
+        for info in fs.get_file_info(pafs.FileSelector(remote.path, allow_not_found=True)):
+            if info.type == pafs.FileType.Directory and info.base_name != generation:
+                try:  # the (now empty) folders of the old objects, where the store keeps folders
+                    fs.delete_dir(info.path)
+                except FileNotFoundError:
+                    pass
     except DatamillError:
         raise
     except OSError as exc:

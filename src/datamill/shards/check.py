@@ -108,6 +108,13 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         return list(problems)
     out.extend(problems)
     uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
+    top = loc
+    if manifest.get("data_dir"):  # the generation an object-store overwrite wrote (validated above)
+        loc = Location(top.fs, top.join(manifest["data_dir"]), top.show(manifest["data_dir"]))
+        for entry in top.listdir():
+            if not entry.startswith(".") and entry != DATASET_MANIFEST:
+                out.append(ShardsetError("not listed in the manifest (left by an interrupted overwrite?)",
+                                         path=top.show(entry), hint="remove it; the next overwrite removes it too"))
     try:
         mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
         mapping = Mapping.from_table(mt, uid_col, n)

@@ -117,7 +117,9 @@ class ShardsetDataset:
         try:
             manifest = self.loc.read_json(DATASET_MANIFEST)
             validate_manifest(manifest, path=self.loc.show(DATASET_MANIFEST))
-            table = read_any(self.loc.fs, self.loc.join(SAMPLES_FILE), display=self.loc.show(SAMPLES_FILE))
+            # the data folder: beside dataset.json, or the generation an object-store overwrite made
+            self._prefix: str = manifest.get("data_dir") or ""
+            table = read_any(self.loc.fs, self.loc.join(self.samples_path), display=self.loc.show(self.samples_path))
         except DatamillError:
             raise
         except OSError as exc:  # an object store's failure (a DatamillError passes unchanged)
@@ -131,7 +133,7 @@ class ShardsetDataset:
             self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
         except (KeyError, ValueError, pa.ArrowException) as exc:
             raise ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
-                                path=self.loc.show(SAMPLES_FILE), hint="run `datamill shards check`") from exc
+                                path=self.loc.show(self.samples_path), hint="run `datamill shards check`") from exc
         self._cache: OrderedDict[tuple[str, int], tuple[pa.Table, UidIndex]] = OrderedDict()
         self._cache_size = cache_shards
         # parsed Parquet footers by file (the dataset is read as it was when opened, like the manifest):
@@ -182,16 +184,17 @@ class ShardsetDataset:
         """Bytes per shard (every shardset's file; from one listing per shardset, no file read)."""
         out = np.zeros(self.num_shards, dtype=np.int64)
         for name in self._sets:
+            folder = self._rel(name)
             try:
-                infos = self.remote.listing(name) if self.remote is not None else {
+                infos = self.remote.listing(folder) if self.remote is not None else {
                     i.base_name: i for i in self.loc.fs.get_file_info(
-                        pafs.FileSelector(self.loc.join(name), allow_not_found=True))}
+                        pafs.FileSelector(self.loc.join(folder), allow_not_found=True))}
             except DatamillError:
                 raise
             except OSError as exc:
-                raise store_error(exc, self.loc.show(name)) from exc
+                raise store_error(exc, self.loc.show(folder)) from exc
             for k in range(self.num_shards):
-                info = infos.get(self.shard_path(name, k).split("/", 1)[1])
+                info = infos.get(self.shard_path(name, k).rsplit("/", 1)[1])
                 out[k] += int(info.size or 0) if info is not None else 0
         return out
 
@@ -225,9 +228,18 @@ class ShardsetDataset:
             groups.setdefault(self._owner[c], []).append(c)
         return list(groups.items())
 
+    def _rel(self, *parts: str) -> str:
+        """``parts`` inside the data folder, as a path relative to the root."""
+        return "/".join([self._prefix, *parts] if self._prefix else parts)
+
+    @property
+    def samples_path(self) -> str:
+        """Path of the sample mapping relative to the root."""
+        return self._rel(SAMPLES_FILE)
+
     def shard_path(self, shardset: str, k: int) -> str:
         """Path of shard ``k`` of ``shardset`` relative to the root."""
-        return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=self._sets[shardset]['format'])}"
+        return self._rel(shardset, SHARD_PATTERN.format(index=k, ext=self._sets[shardset]["format"]))
 
     def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         """Shard ``k`` of ``shardset``, checked against the manifest's row count (its UIDs are checked
@@ -359,7 +371,7 @@ class ShardsetDataset:
         """
         pos = self.mapping.index.find(uid)
         if pos is None:
-            raise ShardsetError("no such sample in the mapping", path=self.loc.show(SAMPLES_FILE), uid=uid,
+            raise ShardsetError("no such sample in the mapping", path=self.loc.show(self.samples_path), uid=uid,
                                 hint="see `datamill shards info` for the UID column and its type")
         k = int(self.mapping.shard[pos])
         out: dict[str, Any] = {self.uid_column: uid}
@@ -415,8 +427,8 @@ class ShardsetDataset:
             schema = self._schemas[name]
             sets.append({"name": name, "format": ss["format"], "num_shards": int(ss["num_shards"]),
                          "columns": [{"name": c, "type": str(schema.field(c).type)} for c in ss["columns"]],
-                         "rows": rows, "missing": n - rows, "bytes": self.loc.tree_size(name)})
-        total = self.loc.size(DATASET_MANIFEST) + self.loc.size(SAMPLES_FILE) + sum(ss["bytes"] for ss in sets)
+                         "rows": rows, "missing": n - rows, "bytes": self.loc.tree_size(self._rel(name))})
+        total = self.loc.size(DATASET_MANIFEST) + self.loc.size(self.samples_path) + sum(ss["bytes"] for ss in sets)
         return {"root": self.loc.display, "name": self.manifest.get("name", ""), "uid_column": self.uid_column,
                 "uid_type": str(self.uids.type), "num_samples": n, "num_shards": self.num_shards,
                 "fingerprint": self.fingerprint(), "shardsets": sets, "bytes": total}

@@ -41,7 +41,7 @@ from datamill.core.errors import (
 from datamill.core.io import atomic_dir, check_output, find_litter, is_datamill_output
 from datamill.core.objstore import store_error
 from datamill.shards._fs import Location, resolve
-from datamill.shards._remote import replace_remote
+from datamill.shards._remote import new_generation, switch_remote
 from datamill.shards._tables import ShardInput, TableInput, load_table
 from datamill.shards.dataset import ShardsetDataset
 from datamill.shards.writer import UNCOMMITTED, ShardsetWriter, remove_interrupted
@@ -139,13 +139,21 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
 def _create_remote(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
                    name: str | None, add_uid: bool, overwrite: bool) -> ShardsetDataset:
     """``create`` on an object store (the writer stages locally and uploads, ``dataset.json`` last)."""
+    name = name or os.path.basename(loc.path)
     if loc.exists(DATASET_MANIFEST):
         if not overwrite:
             raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
                                 hint="use `add` to add a shardset, or --overwrite to replace the dataset")
-        replace_remote(loc)  # the old manifest goes first: readers see no dataset, never a mixed one
-    return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
-                      name=name or os.path.basename(loc.path), add_uid=add_uid)
+        # the new dataset goes whole to a fresh folder beside the old one, then one PUT of dataset.json
+        # switches readers to it and the old objects are deleted: the previous dataset stays readable
+        # until the new one is complete (an object store has no rename)
+        generation = new_generation()
+        _write_new(Location(loc.fs, loc.join(generation), loc.show(generation)), source, uid=uid,
+                   shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid)
+        switch_remote(loc, generation)
+        return ShardsetDataset(loc)
+    return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
+                      add_uid=add_uid)
 
 
 def _write_new(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,

@@ -238,6 +238,12 @@ class ShardsetWriter:
                                       path=self.loc.show(DATASET_MANIFEST))
                 if name is not None:
                     raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
+                if self.remote is None and self.base.manifest.get("data_dir"):  # (the stage of a remote add maps it)
+                    raise ShardsetError(
+                        f"this dataset keeps its files in {self.base.manifest['data_dir']}/ (an overwrite on "
+                        "object storage wrote it), which a local add does not write to", path=self.loc.display,
+                        hint="add the shardset where the dataset was written (s3://...), or recreate it here "
+                             "with `datamill shards create`")
             self._made_root = not self.loc.exists()
             listed = self.base.shardsets if self.base is not None else []
             if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
