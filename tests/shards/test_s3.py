@@ -255,6 +255,9 @@ def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_
     assert check_dataset(fresh.loc) == []
     assert main(["-q", "shards", "check", "s3://shards/gen"]) == 0
     assert "OK" in capsys.readouterr().out
+    desc = fresh.describe()
+    assert desc["shardsets"][0]["bytes"] == sum(i.size for i in fs.get_file_info(
+        pafs.FileSelector(f"shards/gen/{gen}/base", recursive=True)) if i.type == pafs.FileType.File) > 0
     with fs.open_output_stream("shards/gen/stray.txt") as f:  # an object the overwrite did not list
         f.write(b"x")
     assert any("not listed" in str(e) and e.path == "s3://shards/gen/stray.txt" for e in check_dataset(fresh.loc))
