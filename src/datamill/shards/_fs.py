@@ -36,6 +36,10 @@ class Location:
     def show(self, *parts: str) -> str:
         return "/".join([self.display, *parts])
 
+    def child(self, *parts: str) -> Location:
+        """The folder ``parts`` below this one, on the same filesystem."""
+        return Location(self.fs, self.join(*parts), self.show(*parts))
+
     def exists(self, *parts: str) -> bool:
         return bool(self.fs.get_file_info(self.join(*parts)).type != pafs.FileType.NotFound)
 

@@ -235,7 +235,7 @@ def switch_remote(remote: Location, generation: str) -> None:
     by the next overwrite); killed after it, the new dataset (and old objects, deleted likewise).
     """
     try:
-        manifest = Location(remote.fs, remote.join(generation), remote.show(generation)).read_json(DATASET_MANIFEST)
+        manifest = remote.child(generation).read_json(DATASET_MANIFEST)
         manifest["data_dir"] = generation
         fault_point("shards.remote_before_switch")
         _put(remote.fs, remote.join(DATASET_MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))

@@ -110,7 +110,7 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
     uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
     top = loc
     if manifest.get("data_dir"):  # the generation an object-store overwrite wrote (validated above)
-        loc = Location(top.fs, top.join(manifest["data_dir"]), top.show(manifest["data_dir"]))
+        loc = top.child(manifest["data_dir"])
         for entry in top.listdir():
             if not entry.startswith(".") and entry != DATASET_MANIFEST:
                 out.append(ShardsetError("not listed in the manifest (left by an interrupted overwrite?)",

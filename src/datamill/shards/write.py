@@ -89,9 +89,9 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
         add_uid: add ``uid`` = row number when the column is absent (BERT Parquet). Defaults to ``False``.
         overwrite: replace an existing dataset (or another datamill output) at ``root``: the new
             dataset is built beside it and switched in as a whole, so an interrupted run keeps the
-            old one. On ``s3://`` the old dataset is deleted (manifest first) before the new one is
-            uploaded (manifest last), so an interrupted run leaves no dataset, never a mixed one.
-            Defaults to ``False``.
+            old one. On ``s3://`` the new dataset is uploaded whole to a fresh ``.gen-<hex>`` folder
+            and one PUT of ``dataset.json`` switches to it before the old objects are deleted, so an
+            interrupted run also keeps the old one. Defaults to ``False``.
 
     Raises:
         SchemaError: the UID column is missing, or shards have different columns.
@@ -148,8 +148,8 @@ def _create_remote(loc: Location, source: ShardInput, *, uid: str, shardset: str
         # switches readers to it and the old objects are deleted: the previous dataset stays readable
         # until the new one is complete (an object store has no rename)
         generation = new_generation()
-        _write_new(Location(loc.fs, loc.join(generation), loc.show(generation)), source, uid=uid,
-                   shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid)
+        _write_new(loc.child(generation), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
+                   name=name, add_uid=add_uid)
         switch_remote(loc, generation)
         return ShardsetDataset(loc)
     return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,

@@ -168,7 +168,7 @@ class ShardSink:
         receipt = {"shard": k, "rows": table.num_rows, "schema": schema_to_b64(table.schema), "source": display,
                    "token": token, "source_metadata": meta[KEEP_META].decode("utf-8", "replace")
                    if KEEP_META in meta else None}
-        tmp_loc = Location(self.loc.fs, self.loc.join(self.tmp), self.loc.show(self.tmp))
+        tmp_loc = self.loc.child(self.tmp)
         tmp_loc.write_json_atomic(_receipt_name(k, self.fmt), receipt, durable=False)  # scratch: no fsync
         fault_point("shards.shard_written")
         self.written[k] = _Written(token, table.column(self.uid).combine_chunks())
@@ -316,7 +316,7 @@ class ShardsetWriter:
         return self.dataset
 
     def _receipts(self) -> dict[int, dict[str, Any]]:
-        tmp = Location(self.loc.fs, self.loc.join(self.tmp), self.loc.show(self.tmp))
+        tmp = self.loc.child(self.tmp)
         out: dict[int, dict[str, Any]] = {}
         for entry in tmp.listdir():
             if entry.startswith(".shard.") and entry.endswith(".json") and ".tmp-" not in entry:
