@@ -155,8 +155,6 @@ def _closed_stdout() -> int:
     return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
-
-
 def run() -> NoReturn:
     """The ``datamill`` console script: :func:`main`, then the end of the process without native teardown.
 

@@ -26,7 +26,6 @@ import functools
 import itertools
 import json
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.arrow import from_numpy, large_strings, to_numpy
+from datamill.core.parallel import ordered_map
 from datamill.core.ragged import concat_csr, encodings_to_csr, ranges
 
 __all__ = ["ChunkBlock", "ChunkedText", "added_pattern", "byte_slices", "cut_text", "encode_chunked",
@@ -44,7 +44,7 @@ __all__ = ["ChunkBlock", "ChunkedText", "added_pattern", "byte_slices", "cut_tex
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # removed by BertNormalizer(clean_text=True)
 _PUNCT = r"([\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])"  # ASCII punctuation, isolated by BertPreTokenizer
 _LIBRARY_BATCH = 65536  # distinct chunks per library call (bounds the Encoding objects alive at once)
-_THREADS = 2  # blocks cut at once (pyarrow kernels release the GIL)
+_THREADS = 2  # blocks cut / encoded at once (pyarrow kernels and numpy release the GIL)
 
 
 def fast_path_config(inner: Any) -> dict[str, Any] | None:
@@ -120,12 +120,7 @@ def _cut_block(lines: pa.Array, lowercase: bool) -> tuple[pa.Array, NDArray[np.i
 def cut_text(texts: Sequence[str] | pa.Array, *, lowercase: bool, block_bytes: int) -> ChunkedText:
     """Cut every line into chunks (see the module docstring), blocks of ``block_bytes`` in two threads."""
     slices = list(byte_slices(texts, block_bytes))
-    cut = functools.partial(_cut_block, lowercase=lowercase)
-    if len(slices) > 1:
-        with ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="bert-cut") as pool:
-            parts = list(pool.map(cut, slices))
-    else:
-        parts = [cut(s) for s in slices]
+    parts = list(ordered_map(functools.partial(_cut_block, lowercase=lowercase), slices, threads=_THREADS))
     if not parts:
         return ChunkedText(chunks=large_strings([]), blocks=[], lowercase=lowercase)
     # one set of distinct chunks for all blocks: dictionary-encode the blocks' dictionaries
@@ -202,11 +197,7 @@ def encode_chunked(inner: Any, text: ChunkedText, config: dict[str, Any]) -> tup
         raise ValueError("the text was cut with another lowercase setting than the tokenizer's")
     c_flat, c_off = _library_words(inner, text.chunks)
     encode = functools.partial(_encode_block, inner, added=config["added"], c_flat=c_flat, c_off=c_off)
-    if len(text.blocks) > 1:  # numpy gathers and pyarrow kernels release the GIL
-        with ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="bert-encode") as pool:
-            parts = list(pool.map(encode, text.blocks))
-    else:
-        parts = [encode(b) for b in text.blocks]
+    parts = list(ordered_map(encode, text.blocks, threads=_THREADS))  # numpy and pyarrow release the GIL
     if not parts:
         return np.zeros(0, np.int32), np.zeros(1, np.int64)
     flat, offsets = concat_csr(parts, dtype=np.int32)
