@@ -33,7 +33,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["RUN_LANGS", "SHOW_LANGS", "Block", "DocBlockError", "PageRunner", "parse_blocks", "run_page"]
 
@@ -145,7 +145,7 @@ class PageRunner:
     def close(self) -> None:
         self._stack.close()
 
-    def __enter__(self) -> PageRunner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
