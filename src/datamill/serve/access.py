@@ -82,8 +82,10 @@ def authenticate(request: Request) -> Viewer | None:
     elif header.startswith("Bearer "):
         info = state.keys.check(header[len("Bearer "):].strip())
         who = None if info is None else Viewer(info.role, "bearer", "", info.id, info.datasets)
-    else:
+    elif request.method in ("GET", "HEAD") or request.url.path.startswith("/ui/"):
         who = session_viewer(request, state)
+    else:  # a state-changing API call needs the Bearer header: a session cookie alone (and no CSRF token) is not enough
+        who = None
     request.scope["datamill.viewer"] = who
     return who
 
