@@ -30,7 +30,7 @@ def _filled(state: Path) -> tuple[Journal, str]:
 def _serve(root: Path, state: Path) -> subprocess.CompletedProcess[str]:
     """Start a server on bad state: it must exit by itself (it never starts)."""
     return subprocess.run([sys.executable, "-m", "datamill.cli", "serve", str(root), "--state", str(state),
-                           "--port", str(free_port())], env=env(), capture_output=True, text=True, timeout=60)
+                           "--port", str(free_port())], env=env(), capture_output=True, text=True, timeout=60, check=False)
 
 
 def _one_line_naming(res: subprocess.CompletedProcess[str], path: Path) -> None:
@@ -102,11 +102,11 @@ def test_backup_of_a_running_server_restores_keys_iterations_and_acks(tmp_path: 
     j, key = _filled(state)
     out = tmp_path / "backup.sqlite3"
     res = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "backup", "--state", str(state), str(out)],
-                         env=env(), capture_output=True, text=True, timeout=60)  # the journal is open meanwhile
+                         env=env(), capture_output=True, text=True, timeout=60, check=False)  # the journal is open meanwhile
     assert res.returncode == 0, res.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     again = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "backup", "--state", str(state), str(out)],
-                           env=env(), capture_output=True, text=True, timeout=60)
+                           env=env(), capture_output=True, text=True, timeout=60, check=False)
     assert again.returncode == 2 and "overwrite" in again.stderr  # never over a user's file
     expected = (j.list_keys(), j.iterations(), j.done("it-1"), j.audit())
     j.close()

@@ -114,7 +114,7 @@ def test_every_ui_form_carries_a_csrf_token(app: Any) -> None:
                 headers={"Authorization": f"Bearer {key}"}).json()["id"]
     for page in ("/ui/datasets", "/ui/iterations", f"/ui/iterations/{it}", "/ui/keys"):
         html = c.get(page).text
-        forms = re.findall(r"<form[^>]*method=\"post\"[^>]*>.*?</form>", html, flags=re.S)
+        forms = re.findall(r"<form[^>]*method=\"post\"[^>]*>.*?</form>", html, flags=re.DOTALL)
         assert forms, page
         for form in forms:
             assert 'name="csrf"' in form, (page, form[:120])
