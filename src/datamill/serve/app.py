@@ -28,8 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.auth import create_key
+from datamill.serve.delivery import (
+    AckIn,
+    HeartbeatIn,
+    ack_reply,
+    heartbeat_reply,
+    next_reply,
+    unavailable_reply,
+)
+from datamill.serve.lease_journal import UnavailableError
 from datamill.serve.server import (
-    ARROW_STREAM,
     CancelledError,
     ConflictError,
     NotFoundError,
@@ -79,18 +87,6 @@ class IterationIn(_Body):
     lease_timeout: float | None = Field(None, gt=0, le=86_400)
     resume_from: str | None = Field(None, pattern=_ID)
     loader_states: list[dict[str, Any]] | None = Field(None, max_length=1 << 16)
-
-
-class AckIn(_Body):
-    client: str = Field(pattern=_ID)
-    leases: list[tuple[str, int]] = Field(max_length=1024)
-
-
-class HeartbeatIn(_Body):
-    client: str = Field(pattern=_ID)
-    leases: list[str] = Field(default_factory=list, max_length=1024)
-    stall_s: float | None = Field(None, ge=0)
-    batches: int | None = Field(None, ge=0)
 
 
 class RewindIn(_Body):
@@ -234,6 +230,10 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     async def on_datamill_error(request: Request, exc: DatamillError) -> JSONResponse:
         return JSONResponse({"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc))
 
+    @api.exception_handler(UnavailableError)
+    async def on_unavailable(request: Request, exc: UnavailableError) -> JSONResponse:
+        return unavailable_reply(exc)
+
     @api.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
@@ -295,39 +295,19 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     @api.get("/api/v1/iterations/{it_id}/next", dependencies=[read])
     def next_lease(it_id: ItId, client: Annotated[str, Query(pattern=_ID)], rank: Annotated[int, Query(ge=0)] = 0,
                    slot: Annotated[int, Query(ge=0)] = 0, slots: Annotated[int, Query(ge=1, le=1024)] = 1,
-                   ack: Annotated[list[str] | None, Query(max_length=64)] = None) -> Response:
-        it = state.iteration(it_id)
-        statuses = []
-        for item in ack or ():
-            lease_id, _, fence = item.partition(":")
-            if not fence.isdigit() or len(lease_id) > 64:
-                raise HTTPException(422, f"ack must be <lease>:<fence>, got {item[:80]!r}")
-            statuses.append(f"{lease_id}={state.ack(it, lease_id, int(fence)).status}")
-        acks = {"X-Datamill-Acks": ",".join(statuses)}
-        payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots)
-        if payload is None:
-            if it.finished(rank=rank):
-                return Response(status_code=204, headers=acks)
-            return JSONResponse({"error": "wait: other leases are in flight"}, status_code=409,
-                                headers={**acks, "Retry-After": "0.05"})
-        lease = payload.lease
-        return Response(payload.body, media_type=ARROW_STREAM, headers={
-            **acks, "X-Datamill-Lease": lease.id, "X-Datamill-Fence": str(lease.fence),
-            "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
-            "X-Datamill-Units": ",".join(map(str, payload.units)), "X-Datamill-Epoch": str(payload.epoch)})
+                   ack: Annotated[list[str] | None, Query(max_length=64)] = None,
+                   x_datamill_session: Annotated[str | None, Header()] = None) -> Response:
+        return next_reply(state, it_id, client=client, rank=rank, slot=slot, slots=slots, ack=ack,
+                          session=x_datamill_session)
 
     @api.post("/api/v1/iterations/{it_id}/ack", dependencies=[read])
-    def ack(it_id: ItId, body: AckIn) -> JSONResponse:
-        it = state.iteration(it_id)
-        results = {lease_id: state.ack(it, lease_id, fence).status for lease_id, fence in body.leases}
-        code = 410 if "gone" in results.values() else 409 if "fenced" in results.values() else 200
-        return JSONResponse({"acks": results}, status_code=code)
+    def ack(it_id: ItId, body: AckIn, x_datamill_session: Annotated[str | None, Header()] = None) -> JSONResponse:
+        return ack_reply(state, it_id, body, session=x_datamill_session)
 
     @api.post("/api/v1/iterations/{it_id}/heartbeat", dependencies=[read])
-    def heartbeat(it_id: ItId, body: HeartbeatIn) -> dict[str, Any]:
-        lost = state.iteration(it_id).heartbeat(body.client, leases=body.leases, stall_s=body.stall_s,
-                                                batches=body.batches)
-        return {"lost": lost}
+    def heartbeat(it_id: ItId, body: HeartbeatIn,
+                  x_datamill_session: Annotated[str | None, Header()] = None) -> JSONResponse:
+        return heartbeat_reply(state, it_id, body, session=x_datamill_session)
 
     @api.post("/api/v1/iterations/{it_id}/cancel", dependencies=[admin])
     def cancel(it_id: ItId) -> dict[str, Any]:
