@@ -1,6 +1,6 @@
 """The lease routes' request and reply handling (imports fastapi): next, ack, heartbeat.
 
-The routes (in :mod:`datamill.serve.app`) only declare paths and roles and call these functions.
+The routes (in :mod:`datamill.serve.routes.leases`) only declare paths and roles and call these functions.
 
 * ``GET .../next?client=&rank=&slot=&slots=&ack=<lease>:<fence>:<start>-<stop>`` (``ack`` repeated, at most
   64; ``:<start>-<stop>`` are positions of the lease, all of it when left out) -> ``200`` Arrow IPC
@@ -26,37 +26,17 @@ from typing import Any
 import numpy as np
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from datamill.serve.iteration import DONE
 from datamill.serve.lease_journal import RETRY_AFTER_S, UnavailableError
+from datamill.serve.routes.models import AckIn, HeartbeatIn
 from datamill.serve.server import ARROW_STREAM, ServeState
 
-__all__ = ["AckIn", "HeartbeatIn", "ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]
+__all__ = ["ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _FENCE = r"^[0-9a-f]{1,64}$"
 _ACK_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):([0-9a-f]{1,64})(?::(\d{1,12})-(\d{1,12}))?$")
-MAX_ACKS = 1024
-
-
-class AckIn(BaseModel):
-    """An ack request body."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    client: str = Field(pattern=_ID)
-    leases: list[tuple[str, str]] = Field(default_factory=list, max_length=MAX_ACKS)
-    acks: list[tuple[str, str, int, int]] = Field(default_factory=list, max_length=MAX_ACKS)
-
-
-class HeartbeatIn(BaseModel):
-    """A heartbeat request body."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    client: str = Field(pattern=_ID)
-    leases: list[tuple[str, str]] = Field(default_factory=list, max_length=MAX_ACKS)
-    stall_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
-    batches: int | None = Field(None, ge=0, le=1 << 40)
 
 
 def _session(session: str | None, client: str) -> str:

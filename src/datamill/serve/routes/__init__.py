@@ -1,0 +1,27 @@
+"""The JSON API of ``datamill serve`` as one FastAPI router per resource (imports fastapi).
+
+Routes (under ``/api/v1``; every route declares its role with :func:`datamill.serve.access.requires`):
+
+* ``GET /health`` (public) | ``GET/POST /datasets`` | ``GET/POST /keys``, ``DELETE /keys/{id}`` (admin)
+* ``POST /iterations`` (idempotent by name or config) | ``GET /iterations/{id}`` | ``.../progress`` | ``.../done``
+* ``GET /iterations/{id}/next``, ``POST .../ack``, ``POST .../heartbeat``: leases, per-batch acks and
+  reclaims, bound to the client's session (:mod:`datamill.serve.delivery` has the protocol)
+* ``POST /iterations/{id}/heartbeat`` | ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
+  (admin; afterwards ``next`` answers ``410``)
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+__all__ = ["routers"]
+
+
+def routers() -> list[APIRouter]:
+    """Every router of the server, the web UI's included, in the order they are mounted."""
+    from datamill.serve.routes import datasets, health, iterations, keys, leases
+    from datamill.serve.ui.pages import root, router
+    from datamill.serve.views import router as views
+
+    return [health.router, datasets.router, views, keys.router, iterations.router, leases.router,
+            router, root]
