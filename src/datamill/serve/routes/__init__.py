@@ -6,7 +6,7 @@ Routes (under ``/api/v1``; every route declares its role with :func:`datamill.se
 * ``POST /iterations`` (idempotent by name or config) | ``GET /iterations/{id}`` | ``.../progress`` | ``.../done``
 * ``GET /iterations/{id}/next``, ``POST .../ack``, ``POST .../heartbeat``: leases, per-batch acks and
   reclaims, bound to the client's session (:mod:`datamill.serve.delivery` has the protocol)
-* ``POST /iterations/{id}/heartbeat`` | ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
+* ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
   (admin; afterwards ``next`` answers ``410``)
 """
 
