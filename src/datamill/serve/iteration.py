@@ -108,6 +108,16 @@ def runs(units: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
+    """:func:`runs` of an int array, vectorised."""
+    u = np.unique(units)
+    if not len(u):
+        return []
+    cut = np.flatnonzero(np.diff(u) != 1) + 1
+    starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
+    return [(int(a), int(b)) for a, b in zip(starts, stops)]
+
+
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
     base, extra = divmod(n, parts)
     bounds = [0]
@@ -329,12 +339,11 @@ class Iteration:
 
     def units_of_marks(self, marks: Sequence[tuple[Lease, int, int]]) -> dict[str, list[tuple[int, int]]]:
         """The unit runs each lease's ranges newly complete (what the journal records)."""
-        out: dict[str, list[int]] = {}
+        out: dict[str, list[NDArray[np.int64]]] = {}
         for lease, lo, hi in marks:
             q, st = self.queues[lease.queue], self.state[lease.queue]
-            pos = np.arange(lo, hi)[st[lo:hi] != DONE]
-            out.setdefault(lease.id, []).extend(int(u) for u in q[pos])
-        return {k: runs(v) for k, v in out.items()}
+            out.setdefault(lease.id, []).append(q[lo:hi][st[lo:hi] != DONE])
+        return {k: _array_runs(np.concatenate(v)) for k, v in out.items()}
 
     def finishing(self, marks: Sequence[tuple[Lease, int, int]]) -> list[str]:
         """Ids of the leases whose every position is done once ``marks`` are applied."""
