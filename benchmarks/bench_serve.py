@@ -206,7 +206,7 @@ print(json.dumps(out))
 def run_scale(samples: int, shards: int, *, world: int = 8, batch: int = 256, full: bool = False) -> dict[str, Any]:
     """The scale measurement in a fresh process (its RSS is the server's)."""
     out = subprocess.run([sys.executable, "-c", SCALE, str(samples), str(shards), str(world), str(batch),
-                          str(int(full))], env=_env(), capture_output=True, text=True, timeout=1800)
+                          str(int(full))], check=False, env=_env(), capture_output=True, text=True, timeout=1800)
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
