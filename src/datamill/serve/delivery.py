@@ -27,7 +27,7 @@ import numpy as np
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
 
-from datamill.serve.iteration import DONE
+from datamill.serve.iteration import DONE, Iteration
 from datamill.serve.lease_journal import RETRY_AFTER_S, UnavailableError
 from datamill.serve.routes.models import AckIn, HeartbeatIn
 from datamill.serve.server import ARROW_STREAM, ServeState
@@ -69,10 +69,9 @@ def unavailable_reply(exc: UnavailableError) -> JSONResponse:
                         headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
-def next_reply(state: ServeState, it_id: str, *, client: str, rank: int, slot: int, slots: int,
+def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot: int, slots: int,
                ack: list[str] | None, session: str | None) -> Response:
     """Acknowledge the piggy-backed acks, then hand out the client's next lease."""
-    it = state.iteration(it_id)
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
     for raw in ack or ():
@@ -83,7 +82,8 @@ def next_reply(state: ServeState, it_id: str, *, client: str, rank: int, slot: i
     _check_items(items)
     statuses, _ = state.ack_batches(it, items, session=secret) if items else ({}, {})
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
-    it = state.iteration(it_id)  # an ack may have finished (and evicted) it
+    if items:
+        it = state.iteration(it.id)  # an ack may have finished (and evicted) it
     payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=secret)
     if payload is None:
         if it.finished(rank=rank):
@@ -105,9 +105,8 @@ def next_reply(state: ServeState, it_id: str, *, client: str, rank: int, slot: i
         "X-Datamill-Done": str(done)})
 
 
-def ack_reply(state: ServeState, it_id: str, body: AckIn, *, session: str | None) -> JSONResponse:
+def ack_reply(state: ServeState, it: Iteration, body: AckIn, *, session: str | None) -> JSONResponse:
     """Acknowledge batches (one journal transaction); the status rule is in the module docstring."""
-    it = state.iteration(it_id)
     items: list[tuple[str, str, int | None, int | None]] = [(a, f, None, None) for a, f in body.leases]
     items += [(a, f, s, e) for a, f, s, e in body.acks]
     _check_items(items)
@@ -119,9 +118,8 @@ def ack_reply(state: ServeState, it_id: str, body: AckIn, *, session: str | None
     return JSONResponse(out, status_code=code)
 
 
-def heartbeat_reply(state: ServeState, it_id: str, body: HeartbeatIn, *, session: str | None) -> JSONResponse:
+def heartbeat_reply(state: ServeState, it: Iteration, body: HeartbeatIn, *, session: str | None) -> JSONResponse:
     """Extend (after a restart: reclaim) the client's leases."""
-    it = state.iteration(it_id)
     _check_items([(a, f, None, None) for a, f in body.leases])
     res = state.heartbeat(it, body.client, leases=body.leases, session=_session(session, body.client),
                           stall_s=body.stall_s, batches=body.batches)

@@ -198,7 +198,7 @@ class RemoteLoader:
                     raise ResumeStateError(f"state is of iteration {resume['iteration']}, the server "
                                            f"gives {it_id} for these settings")
                 if self.mode == "static":
-                    client.rewind(it_id, rank=self.rank, consumed=int(resume["consumed"]))
+                    client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
                 elif resume.get("unflushed"):  # acknowledged in the saved session, as its flush would have
                     old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0))
                     old.headers[SESSION_HEADER] = str(resume.get("session", ""))
