@@ -154,8 +154,8 @@ class Telemetry:
 
     def ended(self, it: Iteration, status: str) -> None:
         """An iteration finished or was cancelled."""
-        lifecycle.ended(self.journal, it.id, status)
-        event(f"iteration {status}", iteration=it.id)
+        if lifecycle.ended(self.journal, it.id, status):
+            event(f"iteration {status}", iteration=it.id)
 
     # ------------------------------------------------------------------ upkeep
     def tick(self, state: ServeState) -> None:

@@ -27,13 +27,13 @@ from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
 from datamill.serve.iteration import AckResult, Iteration, Lease, digest, runs
 from datamill.serve.journal import Journal
-from datamill.serve.metrics import Telemetry
 from datamill.serve.lease_journal import (
     UnavailableError,
     ensure_tables,
     journaled_leases,
     write_leases,
 )
+from datamill.serve.metrics import Telemetry
 
 __all__ = ["ARROW_STREAM", "CancelledError", "ConflictError", "LeasePayload", "NotFoundError", "ServeState",
            "UnavailableError"]

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 
 from datamill.serve import lifecycle
-
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -18,8 +17,8 @@ from datamill.serve.access import (
     check_dataset,
     may_use,
 )
-from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.lifecycle import MAX_PAGE
+from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
 
 __all__ = ["router"]

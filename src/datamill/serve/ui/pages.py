@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.core.errors import DatamillError
+from datamill.serve import lifecycle
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -35,7 +36,6 @@ from datamill.serve.access import (
     serve_state,
 )
 from datamill.serve.auth import create_key
-from datamill.serve import lifecycle
 from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.routes.models import DatasetIn, IterationIn, RewindIn, one_line
 from datamill.serve.server import NotFoundError
