@@ -223,3 +223,25 @@ def server_alive(url: str) -> bool:
         return h.request("GET", "/api/v1/health").json()["ok"] is True
     finally:
         h.close()
+
+
+def test_the_server_holds_no_per_sample_order_and_evicts_finished_iterations(server: dict[str, Any],
+                                                                             tmp_path: Path) -> None:
+    from datamill.serve.server import ServeState
+
+    st = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
+    try:
+        st.register("ds", name="ds")
+        info = st.create_iteration({"dataset": "ds", "batch_size": 1000, "name": "evict", "lease_size": 2,
+                                    "world_size": 2})
+        it = st.iteration(info["id"])
+        for rank in range(2):
+            while (payload := st.next_lease(it, f"c{rank}", rank=rank)) is not None:
+                st.ack(it, payload.lease.id, payload.lease.fence, client=f"c{rank}")
+        svc = st.service(it.config)
+        assert svc.stats()["plans_cached"] == 0 and not svc._orders  # batches built without the epoch's full order
+        assert info["id"] not in st._iterations  # finished: evicted from memory
+        again = st.iteration(info["id"])  # rebuilt from the journal on demand
+        assert again is not it and again.progress()["done"] == again.total == 6 and again.finished_all()
+    finally:
+        st.close()
