@@ -84,6 +84,26 @@ def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> N
         thief.close()
 
 
+def test_a_client_of_another_key_cannot_take_over_a_static_ranks_leases(server: dict[str, Any]) -> None:
+    with Client(server["url"], server["admin"]) as admin:
+        other = admin.create_key(role="read", note="another team")["key"]
+    with Client(server["url"], server["read"]) as client:
+        it = client.iteration("ds", batch_size=100, name="takeover", lease_size=4, world_size=2)["id"]
+    path = f"/api/v1/iterations/{it}"
+    holder, thief = _http(server, S1), Http(server["url"], other)
+    thief.headers["X-Datamill-Session"] = S2
+    try:
+        res = holder.request("GET", f"{path}/next", query=[("client", "holder"), ("rank", 0)])
+        lease, fence = res.headers["x-datamill-lease"], res.headers["x-datamill-fence"]
+        res = thief.request("GET", f"{path}/next", query=[("client", "thief"), ("rank", 0)])
+        assert res.headers["x-datamill-positions"] == "0:4-8"  # not the holder's batches 0-3
+        ok = holder.request("POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 4]]})
+        assert ok.json() == {"acks": {lease: "ok"}}  # the holder's lease was not taken over
+    finally:
+        holder.close()
+        thief.close()
+
+
 def client_progress(server: dict[str, Any], it: str) -> dict[str, Any]:
     with Client(server["url"], server["read"]) as client:
         return client.progress(it)
