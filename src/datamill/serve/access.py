@@ -14,7 +14,6 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
@@ -22,6 +21,7 @@ from fastapi import Depends, HTTPException, Request
 from datamill.serve.iteration import Iteration
 from datamill.serve.routes.models import ItId
 from datamill.serve.server import ServeState
+from datamill.serve.viewer import Viewer
 
 __all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Viewer", "audit", "authenticate",
            "check_dataset", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
@@ -29,27 +29,6 @@ __all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Vi
 ROLES = ("public", "read", "admin")
 """Route roles, weakest first: a key of a role may call the routes of every weaker role."""
 _ROLE_ATTR = "datamill_role"
-
-
-@dataclass(frozen=True)
-class Viewer:
-    """An authenticated caller.
-
-    ``role`` is ``"read"`` or ``"admin"``; ``via`` is ``"bearer"``, ``"cookie"`` or ``"none"`` (a
-    ``--no-auth`` server); ``key_id`` names the key (``None`` without auth); ``datasets`` the dataset
-    ids and names it may use (``None``: all); ``csrf`` the token its forms carry (empty for bearer).
-    """
-
-    role: str
-    via: str
-    csrf: str = ""
-    key_id: str | None = None
-    datasets: frozenset[str] | None = None
-
-    @property
-    def admin(self) -> bool:
-        """Whether the caller may manage keys, register datasets, rewind and cancel iterations."""
-        return self.role == "admin"
 
 
 def rank(role: str) -> int:
