@@ -17,7 +17,6 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
@@ -25,6 +24,7 @@ from fastapi import Depends, HTTPException, Request
 from datamill.serve.iteration import Iteration
 from datamill.serve.routes.models import ItId
 from datamill.serve.server import ServeState
+from datamill.serve.viewer import Viewer
 
 __all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Viewer", "audit", "authenticate",
            "check_dataset", "may_call", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
@@ -33,27 +33,6 @@ ROLES = ("public", "read", "admin", "metrics")
 """Route roles: an ``admin`` key may call every route, a ``read`` key the ``read`` and ``public`` ones,
 a ``metrics`` key the ``metrics`` and ``public`` ones (see :func:`may_call`)."""
 _ROLE_ATTR = "datamill_role"
-
-
-@dataclass(frozen=True)
-class Viewer:
-    """An authenticated caller.
-
-    ``role`` is ``"read"`` or ``"admin"``; ``via`` is ``"bearer"``, ``"cookie"`` or ``"none"`` (a
-    ``--no-auth`` server); ``key_id`` names the key (``None`` without auth); ``datasets`` the dataset
-    ids and names it may use (``None``: all); ``csrf`` the token its forms carry (empty for bearer).
-    """
-
-    role: str
-    via: str
-    csrf: str = ""
-    key_id: str | None = None
-    datasets: frozenset[str] | None = None
-
-    @property
-    def admin(self) -> bool:
-        """Whether the caller may manage keys, register datasets, rewind and cancel iterations."""
-        return self.role == "admin"
 
 
 def rank(role: str) -> int:
@@ -190,7 +169,8 @@ def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, 
 def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
     """The iteration of the path, or 403 when its dataset is outside the caller's key's datasets."""
     it = state.iteration(it_id)
-    check_dataset(who, state, str(it.config["dataset"]))
+    if who is not None and who.datasets is not None:  # only a limited key pays for the lookup (the lease path)
+        check_dataset(who, state, str(it.config["dataset"]))
     return it
 
 

@@ -331,6 +331,8 @@ class RemoteLoader:
                         is_lost = lease.id in lost
                     if is_lost and self.mode == "dynamic":  # the server gives the rest to someone else
                         self.stats["dropped_lost"] += len(lease.tables) - i
+                        with self._state_lock:
+                            held.pop(lease.id, None)
                         break
                     if self.mode == "static" and pos in self._yielded:
                         self.stats["skipped_duplicates"] += 1

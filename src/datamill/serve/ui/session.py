@@ -23,7 +23,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
-from datamill.serve.access import Viewer
+from datamill.serve.viewer import Viewer
 
 __all__ = ["COOKIE", "CSRF_FIELD", "LOGIN_COOKIE", "SESSION_TTL", "check_csrf", "check_login_csrf", "csrf_token",
            "end_session", "login_form_token", "session_viewer", "set_login_cookie",
