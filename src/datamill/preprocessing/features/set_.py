@@ -101,7 +101,8 @@ class Handler(FeatureHandler):
     size_key: ClassVar[str] = "max_set_size"
 
     def tokens(self, column: pa.Array, params: SetParams, ctx: FeatureContext) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex,
+                            keep_case=(UNK,))
 
     def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
         return tokens.take_rows(mask)
