@@ -107,10 +107,10 @@ class FeatureConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _storable_name(cls, v: str) -> str:
-        # the name is an HDF5 key and a key of meta.json beside the "datamill" header
-        if "/" in v or "\0" in v or v in (".", "..", "datamill"):
-            raise ValueError(f"feature name {v!r} cannot be stored: names may not contain '/' or be "
-                             "'.', '..' or 'datamill' (the metadata header); rename it and set `column` "
+        # a key of meta.json beside the "datamill" header; in the HDF5 file '/' and '%' are escaped (hdf5_name)
+        if "\0" in v or v == "datamill":
+            raise ValueError(f"feature name {v!r} cannot be stored: names may not contain a NUL character or be "
+                             "'datamill' (the metadata header); rename it and set `column` "
                              "to keep reading the same column")
         return v
 
