@@ -54,6 +54,46 @@ SPLITS = ("training", "validation", "test")
 _LUDWIG_ONLY = ("checksum", "data_train_parquet_fp", "dataset_src")
 
 
+PENGUINS_CONFIG = ROOT / "tests/fixtures/ludwig/penguins.yaml"
+PENGUINS_CSV = ROOT / "tests/fixtures/ludwig/penguins.csv"
+
+
+def make_penguins(path: Path, rows: int = 344, seed: int = 7) -> None:
+    """A generated penguin-like table with every feature type: categories with missing values, padding
+    and mixed case, sets, bags, text, sequences, dates, vectors, time series; a few rows without a species."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    species = rng.choice(["Adelie", "Gentoo", "Chinstrap"], size=rows, p=[0.44, 0.36, 0.20])
+    islands = {"Adelie": ["Torgersen", "Biscoe", "Dream"], "Gentoo": ["Biscoe"], "Chinstrap": ["Dream"]}
+    food = ["fish", "krill", "squid", "Krill", "crab", "Fish", "algae"]
+    tagset = ["banded", "Rare", "tagged", "chick", "adult", "molting", "rare"]
+    notes = ["Seen near the shore.", "calm, feeding", "Nest with two eggs!", "chick fed by parent",
+             "Observed at dawn; windy and cold.", "Rare sighting near colony", "tagged, measured and released"]
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Id", "species", "island", "sex", "bill_length_mm", "body_mass_g", "healthy", "tags",
+                    "diet", "notes", "call", "observed", "embedding", "dives"])
+        for i in range(rows):  # one row at a time: a few hundred rows of test data
+            sp = str(species[i])
+            island = str(rng.choice(islands[sp]))
+            island = f" {island} " if rng.random() < 0.1 else island  # padded: stripped by both tools
+            island = "" if rng.random() < 0.08 else island
+            sex = str(rng.choice(["MALE", "female", "Female", "male", ""], p=[0.3, 0.25, 0.15, 0.22, 0.08]))
+            bill = "" if rng.random() < 0.05 else f"{rng.normal(44, 5):.1f}"
+            mass = f"{rng.normal(4200, 800):.0f}"
+            healthy = str(rng.choice(["yes", "no"], p=[0.8, 0.2]))
+            tags = "" if rng.random() < 0.1 else " ".join(rng.choice(tagset, size=rng.integers(1, 4), replace=False))
+            diet = "" if rng.random() < 0.05 else " ".join(rng.choice(food, size=rng.integers(1, 6)))
+            note = "" if rng.random() < 0.1 else str(rng.choice(notes))
+            call = " ".join(rng.choice(["kaw", "kee", "ark", "hrr"], size=rng.integers(1, 5)))
+            day = f"2021-{rng.integers(1, 13):02d}-{rng.integers(1, 29):02d}"
+            emb = " ".join(f"{v:.3f}" for v in rng.normal(0, 1, 4))
+            dives = " ".join(f"{v:.1f}" for v in rng.uniform(0, 60, rng.integers(2, 6)))
+            sp = "" if i % 70 == 13 else sp  # a target missing: drop_row
+            w.writerow([i + 1, sp, island, sex, bill, mass, healthy, tags, diet, note, call, day, emb, dives])
+
+
 def _data_dir() -> Path:
     return Path(os.environ.get("DATAMILL_DATA", ROOT.parent / "shared/data"))
 
