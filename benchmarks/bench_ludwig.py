@@ -11,11 +11,13 @@ The comparison fits datamill on every row (``split: {type: none}``), as Ludwig d
 before it splits); datamill's default fits on the training rows only (a deliberate difference, see
 the README's "Typed preprocessing"). The split sizes are compared on the default run.
 
-Set-up of Ludwig's venv (about 4 minutes; the CPU torch wheel is the local one)::
+Set-up of Ludwig's venv (about 4 minutes; ``torch==2.13.0`` first: the CPU wheel is the local one, a
+plain torch requirement would pull GBs of CUDA). ``pip install ludwig==0.17.10`` alone fails on Python
+3.11 ("Requires-Python >=3.12"), hence ``--no-deps --ignore-requires-python`` and the light dependencies::
 
-    python3 -m venv /work/.ludwig-venv && P=/work/.ludwig-venv/bin/pip
+    python3 -m venv /work/.cache/ludwig-venv && P=/work/.cache/ludwig-venv/bin/pip
+    $P install torch==2.13.0
     $P install --no-deps --ignore-requires-python ludwig==0.17.10
-    $P install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
     $P install --no-deps torchvision==0.28.0 torchaudio
     $P install absl-py dataclasses-json datasets filelock "fsspec[http]" jsonschema lxml numpy pandas \\
         "protobuf>=4" psutil py-cpuinfo pyarrow pyyaml requests retry rich safetensors scikit-learn scipy \\
@@ -24,7 +26,7 @@ Set-up of Ludwig's venv (about 4 minutes; the CPU torch wheel is the local one):
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_ludwig.py [--ludwig-python /work/.ludwig-venv/bin/python]
+    .venv/bin/python benchmarks/bench_ludwig.py [--ludwig-python /work/.cache/ludwig-venv/bin/python]
         [--scale 100] [--write-fixture]
 
 ``--write-fixture`` stores Ludwig's output on house_prices_train.csv in ``tests/fixtures/ludwig/``
