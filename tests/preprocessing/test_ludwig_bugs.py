@@ -44,6 +44,17 @@ def test_missing_set_and_bag_values_stay_unknown_under_lowercase() -> None:
         assert row[unk] == 1 and row.sum() == 1, kind
 
 
+def test_missing_sequence_value_stays_unknown_under_lowercase_and_custom_unknown_symbol() -> None:
+    # same root: the fill <UNK> became the token <unk>; with unknown_symbol <U> the fill was a real token
+    t = pa.table({"s": ["A b", None, "a C"]})
+    for pp, unk in (({"lowercase": True}, "<UNK>"), ({"unknown_symbol": "<U>"}, "<U>")):
+        out = _run(t, {"name": "s", "type": "sequence", "preprocessing": pp})
+        meta = out.metadata["s"]
+        assert "<unk>" not in meta["idx2str"], pp
+        assert unk == "<UNK>" or "<UNK>" not in meta["idx2str"], pp  # the fill is the unknown symbol, not a token
+        assert out.data["s"][1].tolist()[0] == meta["str2idx"][unk], pp  # the missing row: the unknown id
+
+
 def _stratified(counts: list[int], probabilities: tuple[float, float, float], seed: int = 42) -> dict[str, list[int]]:
     labels = [f"c{k}" for k, c in enumerate(counts) for _ in range(c)]
     order = np.argsort(uniform_at(seed + 1, 0, len(labels)))  # classes interleaved, not in blocks

@@ -150,8 +150,16 @@ class Handler(FeatureHandler):
     strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "sequence"
 
+    @classmethod
+    def default_fill(cls, params: dict[str, Any]) -> Any:
+        """The unknown symbol (Ludwig fills a missing sequence with ``unknown_symbol``)."""
+        return params.get("unknown_symbol") or cls.fill_value
+
     def tokens(self, column: pa.Array, params: SequenceParams, ctx: FeatureContext) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+        # a missing value (filled with the unknown symbol) stays unknown under lowercase; Ludwig 0.17
+        # lower-cases it into a token of its own, which layout: ludwig017 keeps
+        keep = (params.unknown_symbol,) if params.layout == "datamill" else ()
+        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep)
 
     def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
         return tokens.take_rows(mask)
