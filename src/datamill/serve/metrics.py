@@ -175,7 +175,7 @@ class Telemetry:
                     event("client gone", iteration=it.id, client=cid, idle_s=round(now - seen, 1))
             if clients:
                 activity.append((it.id, wall - (now - max(clients.values())), list(clients)))
-            if idle_ended and (not clients or now - max(clients.values()) > it.lease_timeout):
+            if idle_ended:
                 with state._lock:  # an ended iteration leaves memory (the journal keeps it)
                     if state._iterations.get(it.id) is it:
                         del state._iterations[it.id]
