@@ -97,6 +97,7 @@ def _line_of(node: Any, loc: Sequence[int | str]) -> int | None:
         if hasattr(node, "value") and isinstance(node.value, list):
             if isinstance(part, int) and part < len(node.value) and not isinstance(node.value[0], tuple):
                 nxt = node.value[part]
+                line = nxt.start_mark.line + 1
             else:
                 for k, v in node.value:
                     if isinstance(k.value, str) and k.value == str(part):
