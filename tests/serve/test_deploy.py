@@ -174,7 +174,7 @@ def test_the_server_serves_https_itself(tmp_path: Path) -> None:
             except RemoteError:
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
                 time.sleep(0.2)
-        page, jar = _login(f"https://127.0.0.1:{port}", admin, certs["ca"])
+        _, jar = _login(f"https://127.0.0.1:{port}", admin, certs["ca"])
         assert [ck.secure for ck in jar if ck.name == "datamill_session"] == [True]
     finally:
         stop(proc)
