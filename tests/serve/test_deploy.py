@@ -187,7 +187,7 @@ def test_the_server_serves_https_itself(tmp_path: Path) -> None:
 
 def _example_config() -> str:
     text = (REPO / "docs" / "running.md").read_text()
-    m = re.search(r"<!-- docs-test: file=serve\.yaml -->\n```yaml\n(.*?)```", text, re.S)
+    m = re.search(r"<!-- docs-test: file=serve\.yaml -->\n```yaml\n(.*?)```", text, re.DOTALL)
     assert m, "docs/running.md has no serve.yaml example"
     return m.group(1)
 
