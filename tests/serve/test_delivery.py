@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,36 @@ def test_a_replacement_process_state_counts_the_ranks_progress(server: dict[str,
     assert {u for b in logged + seen for u in b} == set(range(N))  # nothing lost
     total = -(-N // 50)
     assert len(logged) + len(seen) <= total + 3
+
+
+def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(server: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    """The contract's exception: a killed client's unflushed batches are not served again when the job
+    resumes from that client's ``state_dict()`` (here written after every batch the worker logs)."""
+    name = "resume-dynamic"
+    opts: dict[str, Any] = {"batch_size": 50, "seed": 12, "mode": "dynamic", "name": name, "lease_size": 4,
+                            "lease_timeout": 5.0}
+    log, saved = tmp_path / "w.log", tmp_path / "state.json"
+    worker = start_worker(server["url"], server["read"], "ds", log, **opts, sleep=0.04, state=str(saved))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(read_log(log)) < 20:
+            time.sleep(0.01)
+    finally:
+        stop(worker, kill=True)
+    logged = [tuple(b) for b in read_log(log)]
+    checkpoint = json.loads(saved.read_text())
+    state, covered = checkpoint["state"], checkpoint["logged"]  # the state covers the first `covered` batches
+    assert len(logged) >= 20 and len(logged) - covered in (0, 1)
+    assert state["unflushed"]  # consumed batches not yet journaled (the last one at least)
+    resumed = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)
+    resumed.load_state_dict(state)
+    seen = [tuple(b.column("uid").to_pylist()) for b in resumed]
+    every = Counter(logged + seen)
+    assert {u for b in every for u in b} == set(range(N)) and len(every) == -(-N // 50)  # nothing lost
+    twice = [b for b, n in every.items() if n > 1]
+    # only a batch logged after the state was written (the worker died between the two) may come again
+    assert set(twice) <= set(logged[covered:]), (len(twice), len(logged), covered)
 
 
 def _start_limited(root: Path, state: Path, port: int, fsize: int) -> subprocess.Popen[bytes]:
