@@ -179,6 +179,9 @@ class Telemetry:
                 with state._lock:  # an ended iteration leaves memory (the journal keeps it)
                     if state._iterations.get(it.id) is it:
                         del state._iterations[it.id]
+        with state._lock:
+            live_ids = set(state._iterations)
+        self._gone = {g for g in self._gone if g[0] in live_ids}  # forget the clients of iterations gone from memory
         lifecycle.seen(self.journal, activity)
         self.flush_counters()
 
