@@ -60,14 +60,14 @@ class ServeConfig(BaseModel):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     auth: bool = True
     allowed_hosts: list[str] | None = None
-    lease_timeout: float = Field(60.0, ge=1, le=86_400)
+    lease_timeout: float = Field(60.0, ge=1, le=86_400, allow_inf_nan=False)
     cache_shards: int | None = Field(None, ge=1)
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     forwarded_allow_ips: list[str] | None = None
-    drain_timeout: float = Field(30.0, ge=0, le=3600)
+    drain_timeout: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False)
     metrics_no_auth: bool = False
 
 
