@@ -287,3 +287,18 @@ def test_metrics_no_auth_and_no_auth_only_on_loopback(tmp_path: Path) -> None:
     for opts in ({"metrics_no_auth": True}, {"auth": False}):
         with pytest.raises(ConfigError, match="only on a loopback address"):
             serve(tmp_path / "root", host="0.0.0.0", state=tmp_path / "state", **opts)
+
+
+def test_per_iteration_series_are_bounded(app: Any) -> None:
+    from datamill.serve.metrics import MAX_ITERATION_SERIES
+
+    journal = app.state.serve.journal
+    for k in range(MAX_ITERATION_SERIES + 7):
+        journal.add_iteration(f"it-{k:03d}", f"k{k}", 0, {"dataset": "ds-x", "lease_timeout": 60.0, "mode": "static"})
+        journal.add_done(f"it-{k:03d}", [(0, k + 1)], lease="l")
+    text = TestClient(app, base_url="http://127.0.0.1").get("/metrics").text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    acked = {s.labels["iteration"]: s.value for s in fams["datamill_units_acknowledged"].samples
+             if s.name.endswith("_total")}
+    assert len(acked) == MAX_ITERATION_SERIES  # the most recent ones
+    assert acked[f"it-{MAX_ITERATION_SERIES + 6:03d}"] == MAX_ITERATION_SERIES + 7 and "it-000" not in acked
