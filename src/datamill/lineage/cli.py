@@ -1,0 +1,140 @@
+"""``datamill trace RECORD``: which steps read a sample, and which samples a step read (from a run record)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _filter(spec: str) -> Any:
+    """``module:function`` -> the function (the run's filter, to mark rejected samples)."""
+    from datamill.core.errors import ConfigError
+
+    mod, _, name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"--filter {spec!r}: cannot import it ({type(exc).__name__}: {exc})",
+                          hint="give the run's filter as module:function, importable from here") from exc
+    return fn
+
+
+def _parse_uid(text: str, *, numeric: bool) -> Any:
+    if numeric:
+        try:
+            return int(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _trace_cmd(args: argparse.Namespace) -> int:
+    from datamill.core.errors import ConfigError
+    from datamill.loader.trace import BatchTrace, Tracer, load_record
+
+    record = load_record(args.record)
+    source = None
+    if args.source:
+        from datamill.sources import open_source
+
+        source = open_source(args.source)
+    if not args.uid and args.sample is None and args.step is None:
+        raise ConfigError("nothing to trace", hint="give --uid X, --sample N, or --step S --rank R [--epoch E]")
+    if args.step is not None and args.rank is None:
+        raise ConfigError("--step needs --rank", hint="name the rank whose batch you want: --rank R")
+    if args.show and source is None:
+        raise ConfigError("--show reads the rows and needs the dataset", hint="add --source PATH (what the run read)")
+    tracer = Tracer(args.record, source=source)
+    filt = _filter(args.filter) if args.filter else None
+    if filt is not None and source is None:
+        raise ConfigError("--filter evaluates the filter on the rows and needs the dataset", hint="add --source PATH")
+    epochs = [args.epoch] if args.epoch is not None else None
+    out: dict[str, Any] = {"hits": [], "batches": []}
+    queries: list[tuple[Any, int]] = []
+    if args.uid:
+        numeric = record.get("uid_column") is None
+        uids = [_parse_uid(u, numeric=numeric) for u in args.uid]
+        if not numeric and tracer.uid_values() is not None:
+            typ = tracer.uid_values().type  # type: ignore[union-attr]  # checked just above
+            import pyarrow as pa
+
+            if pa.types.is_integer(typ):
+                uids = [int(u) for u in uids]
+        samples = tracer.samples_of(uids)
+        unknown = [u for u, s in zip(uids, samples) if s < 0]
+        if unknown:
+            raise ConfigError(f"UID(s) {unknown[:5]} are not in the dataset", hint="check the UID and --source")
+        queries += list(zip(uids, samples.tolist()))
+    if args.sample is not None:
+        if not 0 <= args.sample < tracer.n:
+            raise ConfigError(f"--sample {args.sample} is outside the dataset's [0, {tracer.n})")
+        queries.append((tracer.uids_of([args.sample])[0], args.sample))  # type: ignore[arg-type]  # a list is fine
+    for uid, sample in queries:
+        hits = tracer.find([sample], epochs=epochs, uids=[uid])
+        if filt is not None:
+            hits = [type(h)(**{**h.as_dict(), "rejected": tracer.rejected(
+                tracer.batch(rank=h.rank, step=h.step, epoch=h.epoch), filt)[h.position]}) for h in hits]
+        out["hits"] += [h.as_dict() for h in hits]
+        if not args.json:
+            print(f"uid {uid!r} (sample {sample}): {len(hits)} batch{'es' if len(hits) != 1 else ''} in epochs "
+                  f"{tracer.epochs().start}..{tracer.epochs().stop - 1}" if epochs is None else
+                  f"uid {uid!r} (sample {sample}): {len(hits)} batch{'es' if len(hits) != 1 else ''} in epoch {args.epoch}")
+            if hits:
+                print(f"{'epoch':>6} {'rank':>5} {'step':>7} {'global':>8} {'batch':>7} {'position':>8}"
+                      + ("  filter" if filt is not None else ""))
+            for h in hits:
+                print(f"{h.epoch:>6} {h.rank:>5} {h.step:>7} {h.global_step:>8} {h.batch:>7} {h.position:>8}"
+                      + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else ""))
+    if args.step is not None:
+        b: BatchTrace = tracer.batch(rank=args.rank, step=args.step, epoch=args.epoch)
+        rejected = tracer.rejected(b, filt) if filt is not None else None
+        b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
+        row_dicts = tracer.rows(b.samples).to_pylist() if args.show else None
+        d = b.as_dict()
+        if row_dicts is not None:
+            d["rows"] = row_dicts
+        out["batches"].append(d)
+        if not args.json:
+            print(f"epoch {b.epoch}, rank {b.rank}, step {b.step} (global step {b.global_step}; segment {b.segment}, "
+                  f"batch {b.batch}): {len(b.samples)} samples"
+                  + (f", {sum(rejected)} rejected by the filter (would have been in the batch)" if rejected else ""))
+            for i, (s, u) in enumerate(zip(b.samples, b.uids)):
+                flag = "  rejected" if rejected and rejected[i] else ""
+                line = f"{i:>5}  sample {s:>10}  uid {u!r}{flag}"
+                if row_dicts is not None:
+                    line += "  " + " ".join(f"{k}={_short(v, args.width)}" for k, v in row_dicts[i].items())
+                print(line)
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``datamill trace``."""
+    p = sub.add_parser("trace", help="which epochs, ranks and steps read a sample; which samples a step read "
+                                     "(from a run record, no per-sample log)",
+                       description="Answer lineage questions from a run record (Loader.run_record() or "
+                                   "`datamill iterate --save-record`). The per-epoch order index is built on "
+                                   "first use and kept beside the record (RECORD.index/).")
+    p.add_argument("record", help="the run record JSON")
+    p.add_argument("--uid", action="append", default=[],
+                   help="a sample's UID (its `uid` column value, else its sample number); repeatable")
+    p.add_argument("--sample", type=int, help="a sample number (row of the dataset in shard order)")
+    p.add_argument("--step", type=int, help="a step: of --epoch, or counted from the record's first epoch")
+    p.add_argument("--rank", type=int, help="with --step: the rank whose batch to list")
+    p.add_argument("--epoch", type=int, help="the epoch of --step; with --uid: search only this epoch")
+    p.add_argument("--source", help="the dataset the run read (for UIDs in a column, --show, length buckets)")
+    p.add_argument("--show", action="store_true", help="with --step: print the rows too (needs --source)")
+    p.add_argument("--filter", help="the run's filter as module:function: mark the samples it rejected")
+    p.add_argument("--width", type=int, default=40, help="with --show: characters per value (default 40)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_trace_cmd)
