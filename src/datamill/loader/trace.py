@@ -26,8 +26,10 @@ use and stored beside the record (``RECORD.index/``), so later queries replay on
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,21 +58,26 @@ from datamill.loader.trace_index import (
 __all__ = ["RUN_RECORD_FORMAT", "BatchTrace", "Hit", "Tracer", "load_record", "run_record", "trace"]
 
 RUN_RECORD_FORMAT = "datamill.run/1"
+RLE_PAIRS = 64
+"""Shard sizes with more runs than this are stored compressed in the record."""
 I64 = NDArray[np.int64]
 
 
-def _rle(sizes: I64) -> list[list[int]]:
-    """Run-length encoding ``[[size, count], ...]`` (equal shards: one pair)."""
-    out: list[list[int]] = []
-    for s in np.asarray(sizes, dtype=np.int64).tolist():
-        if out and out[-1][0] == s:
-            out[-1][1] += 1
-        else:
-            out.append([int(s), 1])
-    return out
+def _rle(sizes: I64) -> list[list[int]] | dict[str, str]:
+    """Run-length encoding ``[[size, count], ...]`` (equal shards: one pair); many different sizes are
+    stored as ``{"int64_zlib_b64": ...}`` instead (a short string, fast to read)."""
+    arr = np.asarray(sizes, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(arr, prepend=-1)) if len(arr) else np.zeros(0, np.int64)
+    if len(starts) > RLE_PAIRS:
+        return {"int64_zlib_b64": base64.b64encode(zlib.compress(arr.astype("<i8").tobytes(), 9)).decode("ascii")}
+    counts = np.diff(np.append(starts, len(arr)))
+    return [[int(arr[i]), int(c)] for i, c in zip(starts, counts)]
 
 
-def _unrle(pairs: Sequence[Sequence[int]]) -> I64:
+def _unrle(pairs: Sequence[Sequence[int]] | Mapping[str, str]) -> I64:
+    if isinstance(pairs, Mapping):
+        raw = zlib.decompress(base64.b64decode(pairs["int64_zlib_b64"]))
+        return np.frombuffer(raw, dtype="<i8").astype(np.int64)
     if not pairs:
         return np.zeros(0, dtype=np.int64)
     return np.repeat(np.array([p[0] for p in pairs], dtype=np.int64), [int(p[1]) for p in pairs])
@@ -351,7 +358,7 @@ class Tracer:
         segs.append(Segment(int(last["world_size"]) // k, None, int(last["batch_size"]), k, offset))
         until = self.record["until"]
         cut = int(until["batches_seen"]) if int(until["epoch"]) == epoch else None
-        out = (Layout(self.order(epoch).n, segs, drop_last=self.drop_last), cut)
+        out = (Layout(self.n, segs, drop_last=self.drop_last), cut)
         self._layouts[epoch] = out
         return out
 
