@@ -119,6 +119,12 @@ def _trace_cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    """Add ``datamill trace``, ``datamill diff`` and ``datamill check-splits``."""
+    register_trace(sub)
+    register_diff(sub)
+
+
+def register_trace(sub: Any) -> None:
     """Add ``datamill trace``."""
     p = sub.add_parser("trace", help="which epochs, ranks and steps read a sample; which samples a step read "
                                      "(from a run record, no per-sample log)",
@@ -138,3 +144,34 @@ def register(sub: Any) -> None:
     p.add_argument("--width", type=int, default=40, help="with --show: characters per value (default 40)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_trace_cmd)
+
+
+def _diff_cmd(args: argparse.Namespace) -> int:
+    from datamill.lineage.diff import Thresholds, diff
+
+    report = diff(args.a, args.b, thresholds=Thresholds(mean_shift=args.mean_shift, quantile_shift=args.quantile_shift,
+                                                         tvd=args.tvd), cache=not args.no_cache)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True, default=str))
+    else:
+        print(report.as_text(all_stats=args.all_stats))
+    return 1 if args.exit_code and report.changed else 0
+
+
+def register_diff(sub: Any) -> None:
+    """Add ``datamill diff``."""
+    p = sub.add_parser("diff", help="what changed between two builds of the same kind: samples, columns, "
+                                    "vocabularies, statistics drift")
+    p.add_argument("a", help="the old build (shardset dataset, .hdf5, BERT/word2vec output, Parquet)")
+    p.add_argument("b", help="the new build, of the same kind")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--mean-shift", type=float, default=0.1,
+                   help="a number column drifts when its mean moves by more than this many stds (default 0.1)")
+    p.add_argument("--quantile-shift", type=float, default=0.1,
+                   help="... or its median by more than this share of the 5-95%% range (default 0.1)")
+    p.add_argument("--tvd", type=float, default=0.05,
+                   help="a category column drifts when the total variation distance exceeds this (default 0.05)")
+    p.add_argument("--all-stats", action="store_true", help="list every compared column, not only drifted ones")
+    p.add_argument("--no-cache", action="store_true", help="recompute the row hashes (default: cached per build)")
+    p.add_argument("--exit-code", action="store_true", help="exit with status 1 when the builds differ")
+    p.set_defaults(func=_diff_cmd)
