@@ -232,10 +232,9 @@ def _examples(values: pa.Array | NDArray[Any], mask: NDArray[np.bool_]) -> list[
 
 def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, dict[str, Any]]:
     if a.uids is not None and b.uids is not None and a.uid_column == b.uid_column:
-        where = pc.index_in(b.uids, value_set=a.uids)
-        in_a = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        pos = np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        in_b = np.asarray(pc.is_in(a.uids, value_set=b.uids).to_numpy(zero_copy_only=False), dtype=bool)
+        in_a, pos = _match(a.uids, b.uids)
+        in_b = np.zeros(len(a.uids), dtype=bool)
+        in_b[pos[in_a]] = True  # UIDs are unique within a build
         matched = np.flatnonzero(in_a)
         changed = np.zeros(len(matched), dtype=bool)
         by_column = {}
@@ -266,6 +265,22 @@ def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, 
     if len(ha) == len(hb):
         out["moved_rows"] = int((ha != hb).sum())
     return "row content (no UID column)", out
+
+
+def _match(a: pa.Array, b: pa.Array) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """For each UID of ``b``: whether ``a`` has it, and its row in ``a`` (0 when not)."""
+    if pat.is_integer(a.type) and pat.is_integer(b.type) and len(a) and len(b) and not a.null_count \
+            and not b.null_count:
+        ua, ub = a.to_numpy(), b.to_numpy()
+        lo, hi = min(int(ua.min()), int(ub.min())), max(int(ua.max()), int(ub.max()))
+        if hi - lo <= 4 * (len(ua) + len(ub)) + 1024:  # dense integer UIDs: a direct table, no hashing
+            table = np.full(hi - lo + 1, -1, dtype=np.int64)
+            table[ua - lo] = np.arange(len(ua), dtype=np.int64)
+            pos = table[ub - lo]
+            return pos >= 0, np.maximum(pos, 0)
+    where = pc.index_in(b, value_set=a)
+    found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    return found, np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _row_hashes(s: BuildSummary, columns: list[str]) -> NDArray[np.uint64]:

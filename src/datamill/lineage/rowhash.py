@@ -109,15 +109,15 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
         return np.full(len(arr), _NULL, dtype=np.uint64)
     if pat.is_string(typ) or pat.is_binary(typ) or pat.is_large_string(typ) or pat.is_large_binary(typ):
         odt = np.int64 if pat.is_large_string(typ) or pat.is_large_binary(typ) else np.int32
-        offsets = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)[arr.offset:]
+        raw = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)[arr.offset:]
         data = arr.buffers()[2]
         values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-        h = _segments(values.astype(np.uint64), offsets.astype(np.int64))
+        h = _segments(values.astype(np.uint64), raw.astype(np.int64))
     elif pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
         child = arr.values
-        offsets: NDArray[np.int64] = (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * typ.list_size \
+        offsets = (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * typ.list_size \
             if pat.is_fixed_size_list(typ) else np.asarray(arr.offsets, dtype=np.int64)
-        h = _segments(column_hash(child), offsets)
+        h = _segments(column_hash(child), offsets.astype(np.int64))
     elif pat.is_struct(typ):
         h = np.zeros(len(arr), dtype=np.uint64)
         for i in range(typ.num_fields):
