@@ -54,8 +54,8 @@ def builds(rows: int, *, string_uids: bool = False) -> tuple[BuildSummary, Build
 
 
 def pandas_compare(a: BuildSummary, b: BuildSummary) -> dict[str, int]:
-    da = pd.DataFrame({"uid": a.uids.to_numpy(), **{c: a.hashes[c] for c in COLS}})  # type: ignore[union-attr]  # uids set
-    db = pd.DataFrame({"uid": b.uids.to_numpy(), **{c: b.hashes[c] for c in COLS}})  # type: ignore[union-attr]  # uids set
+    da = pd.DataFrame({"uid": a.uids.to_numpy(zero_copy_only=False), **{c: a.hashes[c] for c in COLS}})  # type: ignore[union-attr]  # uids set
+    db = pd.DataFrame({"uid": b.uids.to_numpy(zero_copy_only=False), **{c: b.hashes[c] for c in COLS}})  # type: ignore[union-attr]  # uids set
     both = da.merge(db, on="uid", how="inner", suffixes=("_a", "_b"))  # an outer merge would turn uint64 into float
     changed = np.zeros(len(both), dtype=bool)
     for c in COLS:
