@@ -122,6 +122,7 @@ def register(sub: Any) -> None:
     """Add ``datamill trace``, ``datamill diff`` and ``datamill check-splits``."""
     register_trace(sub)
     register_diff(sub)
+    register_check_splits(sub)
 
 
 def register_trace(sub: Any) -> None:
@@ -175,3 +176,66 @@ def register_diff(sub: Any) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute the row hashes (default: cached per build)")
     p.add_argument("--exit-code", action="store_true", help="exit with status 1 when the builds differ")
     p.set_defaults(func=_diff_cmd)
+
+
+def report_splits(path: Any, *, fail: bool, json_out: bool = False, **options: Any) -> int:
+    """Print the split check of ``path``; with ``fail``, leaking rows raise a DataFileError (exit 2)."""
+    from datamill.core.errors import DataFileError
+    from datamill.lineage.splits import check_splits
+
+    report = check_splits(path, **options)
+    print(json.dumps(report.as_dict(), indent=2, sort_keys=True) if json_out else report.as_text())
+    if fail and report.leaks:
+        raise DataFileError(f"{report.leaks:,} validation/test rows duplicate training rows", path=str(path),
+                            hint="deduplicate the input, split by a group column, or pass --check-splits warn")
+    return 0
+
+
+def _check_splits_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from datamill.core.constants import DATASET_MANIFEST
+
+    cols = args.columns.split(",") if args.columns else None
+    texts = args.text_columns.split(",") if args.text_columns is not None else None
+    source = None
+    if (Path(args.path) / DATASET_MANIFEST).exists():
+        from datamill.sources import open_source
+
+        source = open_source(args.path)
+    if source is not None and args.split_column not in source.columns:  # no splits: duplicates across UIDs
+        from datamill.lineage.splits import duplicate_uids
+
+        found = duplicate_uids(source, columns=cols)
+        if args.json:
+            print(json.dumps(found, indent=2, sort_keys=True, default=str))
+        else:
+            print(f"{args.path}: {found['groups']:,} groups of UIDs with identical content ({found['rows']:,} samples)"
+                  + (f", e.g. {found['examples']}" if found["examples"] else ""))
+        if args.fail and found["groups"]:
+            from datamill.core.errors import DataFileError
+
+            raise DataFileError(f"{found['groups']:,} groups of UIDs share their content", path=args.path)
+        return 0
+    return report_splits(args.path, fail=args.fail, json_out=args.json, columns=cols, text_columns=texts,
+                         split_column=args.split_column, threshold=args.threshold, num_perm=args.num_perm,
+                         shingle=args.shingle, seed=args.seed)
+
+
+def register_check_splits(sub: Any) -> None:
+    """Add ``datamill check-splits``."""
+    p = sub.add_parser("check-splits", help="validation/test rows that equal (or nearly equal, for text) a "
+                                            "training row; duplicate content across UIDs of a shardset dataset")
+    p.add_argument("path", help="a preprocessed .hdf5 (with its meta.json), or a shardset dataset folder")
+    p.add_argument("--columns", help="comma-separated columns compared exactly (default: the input features)")
+    p.add_argument("--text-columns", help="comma-separated columns checked for near-duplicates (default: the text "
+                                          "and sequence inputs)")
+    p.add_argument("--split-column", default="split", help="the split column (0 train, 1 validation, 2 test)")
+    p.add_argument("--threshold", type=float, default=0.8, help="estimated Jaccard similarity of word shingles "
+                                                                 "that counts as near-duplicate (default 0.8)")
+    p.add_argument("--num-perm", type=int, default=64, help="MinHash values per row, a power of two (default 64)")
+    p.add_argument("--shingle", type=int, default=3, help="words per shingle (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the MinHash functions (default 0)")
+    p.add_argument("--fail", action="store_true", help="exit with status 2 when leaks or duplicates are found")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_check_splits_cmd)
