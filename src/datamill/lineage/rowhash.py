@@ -24,7 +24,6 @@ HASH_VERSION = "datamill.rowhash@1"
 U64 = NDArray[np.uint64]
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _MUL = np.uint64(0x100000001B3)  # the polynomial's base (odd)
-_MUL_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
 
 
 def mix64(x: U64) -> U64:
@@ -43,10 +42,24 @@ def mix64(x: U64) -> U64:
     return z
 
 
-def _powers(n: int, base: np.uint64) -> U64:
-    p = np.full(max(1, n), base, dtype=np.uint64)
+_BLOCK = 1 << 12
+
+
+def _table(base: int, n: int) -> U64:
+    p = np.full(max(1, n), np.uint64(base), dtype=np.uint64)
     p[0] = 1
     return np.multiply.accumulate(p)
+
+
+_LOW = _table(0x100000001B3, _BLOCK)
+_LOW_INV = _table(pow(0x100000001B3, -1, 1 << 64), _BLOCK)
+
+
+def _pow_at(k: NDArray[np.int64], *, inverse: bool = False) -> U64:
+    """``M ** k`` (or ``M ** -k``) mod ``2**64`` for each ``k``: two small tables, ``k = q * 4096 + r``."""
+    low = _LOW_INV if inverse else _LOW
+    high = _table(int(low[-1]) * int(low[1]) % (1 << 64), int(k.max()) // _BLOCK + 1 if len(k) else 1)
+    return high[k // _BLOCK] * low[k % _BLOCK]
 
 
 def _segments(values: U64, offsets: NDArray[np.int64]) -> U64:
@@ -58,12 +71,10 @@ def _segments(values: U64, offsets: NDArray[np.int64]) -> U64:
     lengths = np.diff(offsets)
     lo, hi = int(offsets[0]), int(offsets[-1])
     vals = values[lo:hi]
-    powers = _powers(len(vals) + 1, _MUL)
     prefix = np.zeros(len(vals) + 1, dtype=np.uint64)
-    np.cumsum((vals + np.uint64(1)) * powers[:len(vals)], out=prefix[1:])
+    np.cumsum((vals + np.uint64(1)) * _pow_at(np.arange(len(vals), dtype=np.int64)), out=prefix[1:])
     starts = offsets[:-1] - lo
-    inverse = _powers(len(vals) + 1, _MUL_INV)[starts]
-    out = (prefix[offsets[1:] - lo] - prefix[starts]) * inverse
+    out = (prefix[offsets[1:] - lo] - prefix[starts]) * _pow_at(starts, inverse=True)
     return mix64(out ^ mix64(lengths.astype(np.uint64) + np.uint64(0x51)))
 
 
@@ -93,8 +104,7 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
     if isinstance(column, pa.ChunkedArray):
         if column.num_chunks == 0:
             return np.zeros(0, dtype=np.uint64)
-        return np.concatenate([column_hash(c) for c in column.chunks]) if column.num_chunks > 1 else \
-            column_hash(column.chunk(0))
+        return column_hash(column.combine_chunks())  # one pass over one buffer (many small chunks are slow)
     arr = column
     typ = arr.type
     tag = np.uint64(hash_type_tag(typ))

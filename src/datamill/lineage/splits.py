@@ -30,12 +30,14 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
 from datamill.core.rng import rng_for
-from datamill.lineage.rowhash import column_hash, mix64, row_hash
+from datamill.lineage.rowhash import column_hash, mix64
 
-__all__ = ["SplitReport", "check_splits", "duplicate_uids", "minhash", "near_duplicates", "token_ids"]
+__all__ = ["SplitReport", "check_splits", "duplicate_uids", "minhash", "near_duplicates", "row_keys", "token_ids"]
 
 SPLIT_NAMES = {0: "train", 1: "validation", 2: "test"}
 EXAMPLES = 5
+MAX_PAIRS = 64
+"""Candidate training rows kept per validation/test row and LSH band (a bucket of many equal rows)."""
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
@@ -157,30 +159,31 @@ def near_duplicates(sig: U64, left: I64, right: I64, /, *, threshold: float = 0.
     rows = np.concatenate([left, right])
     side = np.concatenate([np.zeros(len(left), bool), np.ones(len(right), bool)])
     empty = (sig[rows] == np.iinfo(np.uint64).max).all(axis=1)
-    pairs: set[tuple[int, int]] = set()
-    cand_r, cand_l = [], []
+    found_r, found_l = [], []
     for b in range(bands):
         key = np.zeros(len(rows), dtype=np.uint64)
         for j in range(b * r, (b + 1) * r):
             key = mix64(key * np.uint64(0x100000001B3) + sig[rows, j])
-        key[empty] = 0
-        order = np.lexsort((side, key))
-        k, s, rr = key[order], side[order], rows[order]
-        starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-        ends = np.append(starts[1:], len(k))
-        for a, e in zip(starts.tolist(), ends.tolist()):  # a loop per bucket that holds both sides
-            if e - a < 2 or not s[a:e].any() or s[a:e].all() or empty[order[a]]:
-                continue
-            ls, rs = rr[a:e][~s[a:e]], rr[a:e][s[a:e]]
-            for x in rs[:64].tolist():
-                for y in ls[:64].tolist():
-                    if (x, y) not in pairs:
-                        pairs.add((x, y))
-                        cand_r.append(x)
-                        cand_l.append(y)
-    if not cand_r:
+        order = np.lexsort((side, key))  # by band key, the left rows of a bucket first
+        k, sd = key[order], side[order]
+        live = ~empty[order]
+        new = np.concatenate([[True], k[1:] != k[:-1]])
+        group = np.cumsum(new) - 1
+        gstart = np.flatnonzero(new)
+        nleft = np.bincount(group, weights=~sd, minlength=len(gstart)).astype(np.int64)
+        right = np.flatnonzero(sd & live & (nleft[group] > 0))
+        if not len(right):
+            continue
+        per = np.minimum(nleft[group[right]], MAX_PAIRS)  # pairs per right row in this band (capped)
+        first = np.repeat(gstart[group[right]], per)
+        step = np.arange(int(per.sum()), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
+        found_r.append(rows[order[np.repeat(right, per)]])
+        found_l.append(rows[order[first + step]])
+    if not found_r:
         z = np.zeros(0, dtype=np.int64)
         return z, z, np.zeros(0)
+    both = np.unique(np.stack([np.concatenate(found_r), np.concatenate(found_l)], axis=1), axis=0)
+    cand_r, cand_l = both[:, 0], both[:, 1]
     cr, cl = np.asarray(cand_r, dtype=np.int64), np.asarray(cand_l, dtype=np.int64)
     sim = (sig[cr] == sig[cl]).mean(axis=1)
     keep = sim >= threshold
@@ -247,6 +250,37 @@ def _inputs(path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
     return inputs, texts
 
 
+def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
+    """One uint64 per row, equal for rows with equal ``columns`` (within this table only).
+
+    Strings go through ``dictionary_encode`` (their ids in this table), numbers through their bits,
+    anything else through :func:`~datamill.lineage.rowhash.column_hash`; cheaper than content hashes
+    that must agree across builds, which an exact check within one table does not need.
+
+    Examples:
+        >>> k = row_keys(pa.table({"a": ["x", "y", "x"], "b": [1, 2, 1]}), ["a", "b"])
+        >>> bool(k[0] == k[2]), bool(k[0] == k[1])
+        (True, False)
+    """
+    h = np.zeros(table.num_rows, dtype=np.uint64)
+    for i, name in enumerate(columns):
+        col = table.column(name).combine_chunks()
+        typ = col.type
+        if pat.is_string(typ) or pat.is_large_string(typ) or pat.is_binary(typ) or pat.is_large_binary(typ):
+            enc = pc.dictionary_encode(col)
+            ids = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            part = ids.astype(np.uint64)
+        elif (pat.is_integer(typ) or pat.is_floating(typ)) and not col.null_count:
+            part = np.asarray(col.to_numpy(zero_copy_only=False)).view(f"u{typ.bit_width // 8}").astype(np.uint64)
+        else:
+            part = column_hash(col)
+        h *= np.uint64(0x100000001B3)
+        h += part
+        if i % 4 == 3:  # mix every few columns (a plain polynomial of small ids could collide)
+            h = mix64(h)
+    return mix64(h)
+
+
 def check_splits(table_or_path: pa.Table | str | os.PathLike[str], /, *, columns: Sequence[str] | None = None,
                  text_columns: Sequence[str] | None = None, split_column: str = "split", threshold: float = 0.8,
                  num_perm: int = 64, shingle: int = 3, seed: int = 0) -> SplitReport:
@@ -302,7 +336,7 @@ def check_splits(table_or_path: pa.Table | str | os.PathLike[str], /, *, columns
     train = np.flatnonzero(split == 0)
     report = SplitReport(path, rows, cols, settings={"threshold": threshold, "num_perm": num_perm, "shingle": shingle,
                                                      "seed": seed})
-    h = row_hash(table, cols)
+    h = row_keys(table, cols)
     order = np.argsort(h[train], kind="stable")
     sorted_train = h[train][order]
     for s in (1, 2):
@@ -349,7 +383,7 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
     tables = [source.read_shard(k) for k in range(source.num_shards)]
     table = pa.concat_tables(tables) if tables else pa.table({})
     cols = [c for c in table.column_names if c != uid] if columns is None else list(columns)
-    h = row_hash(table, cols)
+    h = row_keys(table, cols)
     order = np.argsort(h, kind="stable")
     hs = h[order]
     starts = np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]])) if len(hs) else np.zeros(0, np.int64)
