@@ -98,7 +98,8 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         b: BatchTrace = tracer.batch(rank=args.rank, step=args.step, epoch=args.epoch)
         rejected = tracer.rejected(b, filt) if filt is not None else None
         b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
-        row_dicts = tracer.rows(b.samples).to_pylist() if args.show else None
+        cols = args.columns.split(",") if args.columns else None
+        row_dicts = tracer.rows(b.samples, columns=cols).to_pylist() if args.show else None
         d = b.as_dict()
         if row_dicts is not None:
             d["rows"] = row_dicts
@@ -141,6 +142,7 @@ def register_trace(sub: Any) -> None:
     p.add_argument("--epoch", type=int, help="the epoch of --step; with --uid: search only this epoch")
     p.add_argument("--source", help="the dataset the run read (for UIDs in a column, --show, length buckets)")
     p.add_argument("--show", action="store_true", help="with --step: print the rows too (needs --source)")
+    p.add_argument("--columns", help="with --show: comma-separated columns to print (default: those the run read)")
     p.add_argument("--filter", help="the run's filter as module:function: mark the samples it rejected")
     p.add_argument("--width", type=int, default=40, help="with --show: characters per value (default 40)")
     p.add_argument("--json", action="store_true", help="print JSON")
