@@ -15,6 +15,7 @@ on any table with a split column; :func:`duplicate_uids` on a shardset dataset.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -98,6 +99,16 @@ def _shingles(values: I64, offsets: I64, k: int) -> tuple[U64, I64]:
     return out, row[keep]
 
 
+@functools.cache
+def _probes(num_perm: int) -> I64:
+    """Bins probed by an empty bin, attempt after attempt: ``probes[bin, attempt]`` (the same for every row)."""
+    attempts = 8 * num_perm
+    j = np.repeat(np.arange(num_perm, dtype=np.uint64), attempts) * np.uint64(0x9E3779B97F4A7C15)
+    a = np.tile(np.arange(1, attempts + 1, dtype=np.uint64), num_perm)
+    bits = num_perm.bit_length() - 1
+    return (mix64(j + a) >> np.uint64(64 - bits)).astype(np.int64).reshape(num_perm, attempts)
+
+
 def minhash(values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 3, seed: int = 0) -> U64:
     """MinHash signatures ``(rows, num_perm)`` over word shingles (one-permutation hashing).
 
@@ -132,16 +143,27 @@ def minhash(values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 
     np.minimum.at(sig.reshape(-1), key, hs)
     empty = sig == top
     r, j = np.nonzero(empty & ~empty.all(axis=1)[:, None])
-    original = sig.copy()
-    jb = j.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    for attempt in range(8 * num_perm):  # optimal densification: every row probes the same bins per attempt
-        if not len(r):
+    if not len(r):
+        return sig
+    full_bits = np.zeros(n, dtype=np.uint64)  # bit b set: bin b of the row holds a shingle
+    for b in range(num_perm):
+        full_bits |= (~empty[:, b]).astype(np.uint64) << np.uint64(b)
+    probes = _probes(num_perm)
+    found = np.zeros(len(r), dtype=np.int64)
+    todo = np.arange(len(r), dtype=np.int64)
+    for attempt in range(probes.shape[1]):  # optimal densification: every row probes the same bins per attempt
+        p = probes[j[todo], attempt]
+        ok = ((full_bits[r[todo]] >> p.astype(np.uint64)) & np.uint64(1)).astype(bool)
+        found[todo[ok]] = p[ok]
+        todo = todo[~ok]
+        if not len(todo):
             break
-        probe = (mix64(jb + np.uint64(attempt + 1)) >> np.uint64(64 - bits)).astype(np.int64)
-        got = original[r, probe]
-        ok = got != top
-        sig[r[ok], j[ok]] = got[ok]
-        r, j, jb = r[~ok], j[~ok], jb[~ok]
+    for attempt in range(len(todo) and num_perm):  # a row that missed every probe: the next full bin to the right
+        nxt = (j[todo] + attempt + 1) % num_perm
+        ok = ((full_bits[r[todo]] >> nxt.astype(np.uint64)) & np.uint64(1)).astype(bool)
+        found[todo[ok]] = nxt[ok]
+        todo = todo[~ok]
+    sig[r, j] = sig[r, found]
     return sig
 
 
