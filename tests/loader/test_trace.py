@@ -299,3 +299,12 @@ def test_trace_across_an_elastic_resize_names_steps_after_the_resize() -> None:
     b = Tracer(rec).batch(rank=2, step=3, epoch=0)
     assert (b.segment, b.batch, len(b.samples)) == (1, 0, 7)
     assert sorted(x for v in truth.values() for x in v) == list(range(n))  # every sample once in the epoch
+
+
+def test_the_package_exports_trace_as_a_function() -> None:
+    import datamill.loader
+
+    loader = Loader(TableSource(pa.table({"x": list(range(9))}), shard_size=4), 3, seed=2, collate="arrow")
+    first = next(iter(loader)).column("x").to_pylist()
+    out = datamill.loader.trace(loader.run_record(), samples=first, steps=[(0, 0, 0)])
+    assert [h.step for h in out["hits"]] == [0, 0, 0] and out["batches"][0].samples == first
