@@ -355,12 +355,36 @@ class Tracer:
             segs.append(Segment(int(w), tuple(int(c) for c in cs), int(bs), int(k), offset))
             offset += max([-(-int(c) // int(bs)) for c in cs], default=0)
         k = int(last["replication"])
-        segs.append(Segment(int(last["world_size"]) // k, None, int(last["batch_size"]), k, offset))
+        segs.append(Segment(int(last["world_size"]) // k, None, int(last["batch_size"]), k, offset,
+                            self._eras(epoch, last)))
         until = self.record["until"]
         cut = int(until["batches_seen"]) if int(until["epoch"]) == epoch else None
         out = (Layout(self.n, segs, drop_last=self.drop_last), cut)
         self._layouts[epoch] = out
         return out
+
+    def _eras(self, epoch: int, last: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+        """``(first batch, replication)`` of the runs that read the epoch's final plan, oldest first.
+
+        A resume with the same data world size and batch size continues the plan (no elastic
+        segment), possibly with another replication: its first batches were read by the run before.
+        """
+        act = [r for r in self.runs if r["epoch"] <= epoch]
+        i = len(act) - 1
+        hist = last["elastic"] if last["epoch"] == epoch else []
+        eras = [(int(last["batches_seen"]) if last["epoch"] == epoch else 0, int(last["replication"]))]
+        while i > 0 and act[i]["epoch"] == epoch and int(act[i]["batches_seen"]) > 0:
+            prev = act[i - 1]
+            same = (int(prev["world_size"]) // int(prev["replication"]) ==
+                    int(last["world_size"]) // int(last["replication"])
+                    and int(prev["batch_size"]) == int(last["batch_size"])
+                    and (prev["elastic"] if prev["epoch"] == epoch else []) == hist)
+            if not same:
+                break
+            eras.insert(0, (int(prev["batches_seen"]) if prev["epoch"] == epoch else 0, int(prev["replication"])))
+            i -= 1
+        eras[0] = (0, eras[0][1])
+        return tuple(eras)
 
     def _final_len(self, lay: Layout, d: int) -> int:
         seg = lay.segments[-1]
@@ -428,8 +452,9 @@ class Tracer:
                 if self.source is None:
                     raise ConfigError(f"this dataset identifies samples by {col!r}; trace needs it once to index "
                                       "the UIDs", hint="pass source= (CLI: --source PATH), or trace sample numbers")
-                parts = [self.source.read_shard(k, columns=[col]).column(0) for k in range(len(self.sizes))]
-                self._uids = pa.chunked_array(parts).combine_chunks() if parts else pa.array([])
+                cols = [self.source.read_shard(k, columns=[col]).column(0) for k in range(len(self.sizes))]
+                typ = cols[0].type if cols else pa.null()
+                self._uids = pa.chunked_array([c for x in cols for c in x.chunks], type=typ).combine_chunks()
                 if path is not None:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     table = pa.table({col: self._uids})
@@ -481,7 +506,8 @@ class Tracer:
                     if j >= self._final_len(lay, d) or (cut is not None and j // seg.batch_size >= cut):
                         continue
                 b = j // seg.batch_size
-                for r in range(d * seg.replication, (d + 1) * seg.replication):
+                k_b = seg.replication_at(b)
+                for r in range(d * k_b, (d + 1) * k_b):
                     hits.append(Hit(ulist[q], int(s[q]), int(e), r, seg.step_offset + b,
                                     base + seg.step_offset + b, b, j % seg.batch_size, k))
         hits.sort(key=lambda h: (h.sample, h.epoch, h.step, h.rank))
@@ -506,10 +532,12 @@ class Tracer:
         lay, cut = self.layout(epoch)
         k = max(i for i, sg in enumerate(lay.segments) if sg.step_offset <= step)
         seg = lay.segments[k]
-        if not 0 <= rank < seg.data_world * seg.replication:
+        b = step - seg.step_offset
+        k_b = seg.replication_at(b)
+        if not 0 <= rank < seg.data_world * k_b:
             raise ConfigError(f"rank {rank} is not a rank of epoch {epoch} step {step} "
-                              f"(world size {seg.data_world * seg.replication})")
-        d, b = rank // seg.replication, step - seg.step_offset
+                              f"(world size {seg.data_world * k_b})")
+        d = rank // k_b
         final = k == len(lay.segments) - 1
         lim = self._final_len(lay, d) if final else min(int(seg.consumed[d]), lay.part_len(k, d))  # type: ignore[index]  # consumed is set for non-final segments
         if final and cut is not None and b >= cut:

@@ -228,6 +228,16 @@ class Segment:
     batch_size: int
     replication: int = 1
     step_offset: int = 0
+    eras: tuple[tuple[int, int], ...] = ()
+    """``(first batch, replication)`` when runs continuing the same plan changed the replication."""
+
+    def replication_at(self, batch: int) -> int:
+        """The replication of the run that read ``batch`` of this segment."""
+        k = self.replication
+        for first, repl in self.eras:
+            if batch >= first:
+                k = repl
+        return k
 
 
 def _split(m: int, world: int, drop_last: bool) -> tuple[I64, I64]:
