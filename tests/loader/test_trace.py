@@ -256,7 +256,7 @@ def test_index_is_stored_beside_the_record_and_reused(tmp_path: Any) -> None:
     path = tmp_path / "run.json"
     path.write_text(json.dumps(loader.run_record()))
     assert trace(path, steps=(0, 0, 3))["batches"][0].samples == first[3]
-    assert sorted(p.name for p in (tmp_path / "run.json.index").iterdir()) == ["order-0.npz"]
+    assert sorted(p.name for p in (tmp_path / "run.json.index").iterdir()) == ["order-v2-0.npz"]
     assert trace(path, steps=(0, 0, 3))["batches"][0].samples == first[3]  # from the stored index
     res = trace(path, uids=[table.column("uid")[7].as_py()], source=src)
     assert [(h.sample, h.epoch) for h in res["hits"]] == [(7, 0)]

@@ -308,7 +308,7 @@ class Tracer:
         elif not o["shuffle"]:
             idx = ArangeIndex(self.n)
         else:
-            path = None if self.index_dir is None else self.index_dir / f"order-{epoch}.npz"
+            path = None if self.index_dir is None else self.index_dir / f"order-v2-{epoch}.npz"
             if path is not None and path.exists():
                 idx = ShardOrderIndex.load(path)
             else:
@@ -316,7 +316,7 @@ class Tracer:
                 if path is not None:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     with atomic_write(path, "wb") as f:
-                        np.savez(f, sizes=idx.sizes, perm=idx.perm, window=np.int64(idx.window), states=idx.states)
+                        idx.save(f)
         self._orders[epoch] = idx
         return idx
 

@@ -1,9 +1,9 @@
 """An epoch's order, forwards and backwards, without materialising it: the index behind ``trace``.
 
 :func:`~datamill.loader.order.shard_order` permutes the shards, then shuffles the samples of each
-window of ``window`` shards with one generator, window after window. Knowing the shard permutation
-and the generator's state before each window's shuffle (``O(shards)`` numbers) is enough to answer
-both directions for any position or sample by replaying *one* window's shuffle:
+window of ``window`` shards with that window's own generator. Knowing the shard permutation
+(``O(shards)`` numbers) is enough to answer both directions for any position or sample by replaying
+*one* window's shuffle:
 
 * :meth:`EpochIndex.at`: the sample at global positions (a batch: ``step -> UIDs``);
 * :meth:`EpochIndex.where`: the positions holding given samples (``UID -> steps``).
@@ -18,10 +18,10 @@ materialising the remaining positions (they are a few intervals).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import numpy as np
 from numpy.typing import NDArray
@@ -93,24 +93,13 @@ class SequenceIndex(EpochIndex):
         return self._by[idx.astype(np.int64)].astype(np.int64), which
 
 
-def _split_state(state: Mapping[str, Any]) -> list[int]:
-    s, inc = int(state["state"]["state"]), int(state["state"]["inc"])
-    m = (1 << 64) - 1
-    return [s >> 64, s & m, inc >> 64, inc & m, int(state["has_uint32"]), int(state["uinteger"])]
-
-
-def _join_state(row: Sequence[int]) -> dict[str, Any]:
-    return {"bit_generator": "PCG64", "state": {"state": (int(row[0]) << 64) | int(row[1]),
-                                                "inc": (int(row[2]) << 64) | int(row[3])},
-            "has_uint32": int(row[4]), "uinteger": int(row[5])}
-
-
 class ShardOrderIndex(EpochIndex):
     """:func:`~datamill.loader.order.shard_order` of one epoch from its ``O(shards)`` index.
 
-    Build it once per epoch with :meth:`build` (replays the epoch's shuffles once, on a scratch
-    array) and keep it with :meth:`save`/:meth:`load`; each query then replays the one or two
-    windows it touches (cached).
+    The index is the shard permutation; each window's shuffle has its own generator
+    (``rng_for(seed, "shard_order.window", epoch, w)``, as
+    :class:`~datamill.loader.order.EpochOrder` draws it), so a query replays only the one or two
+    windows it touches (cached). :meth:`build` draws the permutation; :meth:`save`/:meth:`load` keep it.
 
     Examples:
         >>> from datamill.loader.order import shard_order
@@ -121,11 +110,11 @@ class ShardOrderIndex(EpochIndex):
         (True, True)
     """
 
-    def __init__(self, sizes: I64, perm: I64, window: int, states: NDArray[np.uint64], *, cache: int = 8) -> None:
+    def __init__(self, sizes: I64, perm: I64, window: int, *, seed: int, epoch: int, cache: int = 8) -> None:
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.perm = np.asarray(perm, dtype=np.int64)
         self.window = int(window)
-        self.states = np.asarray(states, dtype=np.uint64)
+        self.seed, self.epoch = int(seed), int(epoch)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.inv_perm = np.empty_like(self.perm)
@@ -140,42 +129,30 @@ class ShardOrderIndex(EpochIndex):
 
     @classmethod
     def build(cls, sizes: I64 | Sequence[int], *, seed: int, epoch: int, window: int) -> ShardOrderIndex:
-        """Replay ``shard_order(sizes, seed=seed, epoch=epoch, window=window)`` once, keeping its states."""
+        """The index of ``shard_order(sizes, seed=seed, epoch=epoch, window=window)`` (draws the shard permutation)."""
         sz = np.asarray(sizes, dtype=np.int64)
-        rng = rng_for(seed, "shard_order", epoch)
-        perm = rng.permutation(len(sz))
-        psizes = sz[perm]
-        pcum = np.concatenate([[0], np.cumsum(psizes)]).astype(np.int64)
-        states = []
-        biggest = max([int(pcum[min(w + window, len(perm))] - pcum[w]) for w in range(0, len(perm), window)],
-                      default=0)
-        scratch = np.empty(biggest, dtype=np.int64)  # int64: numpy's fastest shuffle; the draws are the same
-        for w0 in range(0, len(perm), window):
-            states.append(_split_state(rng.bit_generator.state))
-            rng.shuffle(scratch[:int(pcum[min(w0 + window, len(perm))] - pcum[w0])])
-        arr = np.array(states, dtype=np.uint64).reshape(-1, 6)
-        return cls(sz, perm, window, arr)
+        perm = rng_for(seed, "shard_order", epoch).permutation(len(sz))
+        return cls(sz, perm, window, seed=seed, epoch=epoch)
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path | IO[bytes]) -> None:
         """Write the index (``.npz``)."""
-        np.savez(path, sizes=self.sizes, perm=self.perm, window=np.int64(self.window), states=self.states)
+        np.savez(path, sizes=self.sizes, perm=self.perm, window=np.int64(self.window),
+                 seed=np.uint64(self.seed), epoch=np.int64(self.epoch))
 
     @classmethod
     def load(cls, path: str | Path) -> ShardOrderIndex:
         """Read an index written by :meth:`save`."""
         with np.load(path) as z:
-            return cls(z["sizes"], z["perm"], int(z["window"]), z["states"])
+            return cls(z["sizes"], z["perm"], int(z["window"]), seed=int(z["seed"]), epoch=int(z["epoch"]))
 
     def _window(self, w: int) -> I64:
-        """The shuffled ``arange`` of window ``w`` (int64: numpy's fastest shuffle, the same draws)."""
+        """The shuffled ``arange`` of window ``w`` (the same draws as the window's shuffle of sample ids)."""
         hit = self._cache.get(w)
         if hit is not None:
             self._cache.move_to_end(w)
             return hit
-        rng = np.random.Generator(np.random.PCG64())
-        rng.bit_generator.state = _join_state(self.states[w].tolist())
         p = np.arange(int(self.wstart[w + 1] - self.wstart[w]), dtype=np.int64)
-        rng.shuffle(p)
+        rng_for(self.seed, "shard_order.window", self.epoch, w).shuffle(p)
         self._cache[w] = p
         while len(self._cache) > self._keep:
             self._cache.popitem(last=False)
