@@ -258,7 +258,8 @@ def register(sub: Any) -> None:
     key_cmds = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     create = key_cmds.add_parser("create", help="create a key (printed once)")
     _state(create)
-    create.add_argument("--role", choices=["read", "admin"], default="read", help="read or admin (default read)")
+    create.add_argument("--role", choices=["read", "admin", "metrics"], default="read",
+                        help="read, admin, or metrics (GET /metrics only) (default read)")
     create.add_argument("--datasets", default=None, help="comma-separated dataset names the key may use (default all)")
     create.add_argument("--expires", default=None, help="lifetime such as 12h, 30d, 2w (default never)")
     create.add_argument("--note", default="", help="a note shown by `keys list`")
