@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from datamill.serve import lifecycle
 from datamill.serve.journal import Journal
 from datamill.serve.logs import event
+from datamill.serve.ui import ledger
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -75,6 +76,7 @@ class Telemetry:
         self._dirty: set[tuple[str, str]] = set()
         self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
+        self.client_memo: dict[tuple[str, str], tuple[int, int, float]] = {}  # datamill.serve.ui.ledger
         self.registry = CollectorRegistry(auto_describe=True)
         self.build_seconds = Histogram("datamill_lease_build_seconds", "Seconds to build a lease's batches.",
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)
@@ -155,6 +157,7 @@ class Telemetry:
     def ended(self, it: Iteration, status: str) -> None:
         """An iteration finished or was cancelled."""
         lifecycle.ended(self.journal, it.id, status)
+        ledger.record(self.journal, [it], self.client_memo)
         event(f"iteration {status}", iteration=it.id)
 
     # ------------------------------------------------------------------ upkeep
@@ -180,6 +183,7 @@ class Telemetry:
                     if state._iterations.get(it.id) is it:
                         del state._iterations[it.id]
         lifecycle.seen(self.journal, activity)
+        ledger.record(self.journal, live, self.client_memo)  # per-client batches and stall for the UI
         self.flush_counters()
 
     def start(self, state: ServeState, *, every: float = FLUSH_S) -> None:
