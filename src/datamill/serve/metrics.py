@@ -76,7 +76,7 @@ class Telemetry:
         self._dirty: set[tuple[str, str]] = set()
         self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
-        self.client_memo: dict[tuple[str, str], tuple[int, int, float]] = {}  # datamill.serve.ui.ledger
+        self.client_memo: dict[tuple[str, str], tuple[int, float, float]] = {}  # datamill.serve.ui.ledger
         self.registry = CollectorRegistry(auto_describe=True)
         self.build_seconds = Histogram("datamill_lease_build_seconds", "Seconds to build a lease's batches.",
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)

@@ -65,7 +65,7 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     marks = [(t, "rewind") for t in rewind_times(state.journal.path, it.id)]
     if end is not None and life.get("status") == "cancelled":
         marks.append((end, "cancelled"))
-    svg = throughput_svg(ack_history(state.journal.path, it.id), start=start,
+    svg = throughput_svg(ledger.throughput(state.journal, it.id) or ack_history(state.journal.path, it.id), start=start,
                          end=end if end is not None else (time.time() if start is not None else None), marks=marks)
     # counters from the journal (they survive a restart), not from this process's memory
     p["expired_leases"] = max(p["expired_leases"], _counter(state, it.id, "leases_expired"))
@@ -270,7 +270,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         if life is None or not _named_ok(state, who, life):
             continue
         ds_id = life["dataset"]
-        hist = ack_history(state.journal.path, str(it_id))
+        hist = ledger.throughput(state.journal, str(it_id)) or ack_history(state.journal.path, str(it_id))
         acked = sum(n for _, n in hist)
         end = life["ended"] if life["ended"] is not None else (hist[-1][0] if hist else life["started"])
         dur = max(end - life["started"], 0.0)
@@ -282,7 +282,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
     names = {d["id"]: d["name"] for d in state.datasets()}
     every = sorted({c for e in epochs for c in e["clients"]})
-    return _render(request, "run.html", who, name=name, epochs=epochs, clients=every,
+    return _render(request, "run.html", who, run=name, epochs=epochs, clients=every,
                    dataset={"id": ds_id, "name": names.get(ds_id or "", "?")})
 
 

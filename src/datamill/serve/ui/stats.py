@@ -67,7 +67,7 @@ def number_text(value: Any, *, float32: bool = False) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return repr(float(np.float32(value))) if float32 else repr(value)
+        return str(np.float32(value)) if float32 else repr(value)
     return str(value)
 
 
