@@ -71,8 +71,8 @@ def throughput_svg(history: Sequence[tuple[float, int]], *, bins: int = 40, star
     """Batches/s over time as an SVG line: equal time slices from ``start`` to ``end``.
 
     ``start`` defaults to the first ack, ``end`` to the last; the span is at least one second, so a
-    burst of acks at one instant is not drawn as an absurd rate. At most ``bins`` slices, about four
-    acks per slice. ``marks`` are ``(time, label)`` drawn as vertical lines (a rewind, a cancel).
+    burst of acks at one instant is not drawn as an absurd rate. At most ``bins`` slices, each at least
+    one second long. ``marks`` are ``(time, label)`` drawn as vertical lines (a rewind, a cancel).
 
     Examples:
         >>> svg = throughput_svg([(0.0, 16), (1.0, 16), (2.0, 16)])
@@ -90,7 +90,7 @@ def throughput_svg(history: Sequence[tuple[float, int]], *, bins: int = 40, star
     t0 = float(t[0]) if start is None else min(float(start), float(t[0]))
     t1 = float(t[-1]) if end is None else max(float(end), float(t[-1]))
     t1 = max(t1, t0 + 1.0)
-    bins = max(1, min(bins, len(history) // 4, int(t1 - t0) or 1))
+    bins = max(1, min(bins, len(history), int(t1 - t0)))  # slices of at least one second
     counts, edges = np.histogram(t, bins=bins, range=(t0, t1), weights=n)
     rate = counts / ((t1 - t0) / bins)
     ymax = float(max(rate.max(), 1e-9))
