@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,26 @@ def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> N
         thief.close()
 
 
+def test_a_client_of_another_key_cannot_take_over_a_static_ranks_leases(server: dict[str, Any]) -> None:
+    with Client(server["url"], server["admin"]) as admin:
+        other = admin.create_key(role="read", note="another team")["key"]
+    with Client(server["url"], server["read"]) as client:
+        it = client.iteration("ds", batch_size=100, name="takeover", lease_size=4, world_size=2)["id"]
+    path = f"/api/v1/iterations/{it}"
+    holder, thief = _http(server, S1), Http(server["url"], other)
+    thief.headers["X-Datamill-Session"] = S2
+    try:
+        res = holder.request("GET", f"{path}/next", query=[("client", "holder"), ("rank", 0)])
+        lease, fence = res.headers["x-datamill-lease"], res.headers["x-datamill-fence"]
+        res = thief.request("GET", f"{path}/next", query=[("client", "thief"), ("rank", 0)])
+        assert res.headers["x-datamill-positions"] == "0:4-8"  # not the holder's batches 0-3
+        ok = holder.request("POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 4]]})
+        assert ok.json() == {"acks": {lease: "ok"}}  # the holder's lease was not taken over
+    finally:
+        holder.close()
+        thief.close()
+
+
 def client_progress(server: dict[str, Any], it: str) -> dict[str, Any]:
     with Client(server["url"], server["read"]) as client:
         return client.progress(it)
@@ -142,6 +163,36 @@ def test_a_replacement_process_state_counts_the_ranks_progress(server: dict[str,
     assert {u for b in logged + seen for u in b} == set(range(N))  # nothing lost
     total = -(-N // 50)
     assert len(logged) + len(seen) <= total + 3
+
+
+def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(server: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    """The contract's exception: a killed client's unflushed batches are not served again when the job
+    resumes from that client's ``state_dict()`` (here written after every batch the worker logs)."""
+    name = "resume-dynamic"
+    opts: dict[str, Any] = {"batch_size": 50, "seed": 12, "mode": "dynamic", "name": name, "lease_size": 4,
+                            "lease_timeout": 5.0}
+    log, saved = tmp_path / "w.log", tmp_path / "state.json"
+    worker = start_worker(server["url"], server["read"], "ds", log, **opts, sleep=0.04, state=str(saved))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(read_log(log)) < 20:
+            time.sleep(0.01)
+    finally:
+        stop(worker, kill=True)
+    logged = [tuple(b) for b in read_log(log)]
+    checkpoint = json.loads(saved.read_text())
+    state, covered = checkpoint["state"], checkpoint["logged"]  # the state covers the first `covered` batches
+    assert len(logged) >= 20 and len(logged) - covered in (0, 1)
+    assert state["unflushed"]  # consumed batches not yet journaled (the last one at least)
+    resumed = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)
+    resumed.load_state_dict(state)
+    seen = [tuple(b.column("uid").to_pylist()) for b in resumed]
+    every = Counter(logged + seen)
+    assert {u for b in every for u in b} == set(range(N)) and len(every) == -(-N // 50)  # nothing lost
+    twice = [b for b, n in every.items() if n > 1]
+    # only a batch logged after the state was written (the worker died between the two) may come again
+    assert set(twice) <= set(logged[covered:]), (len(twice), len(logged), covered)
 
 
 def _start_limited(root: Path, state: Path, port: int, fsize: int) -> subprocess.Popen[bytes]:
@@ -223,3 +274,25 @@ def server_alive(url: str) -> bool:
         return h.request("GET", "/api/v1/health").json()["ok"] is True
     finally:
         h.close()
+
+
+def test_the_server_holds_no_per_sample_order_and_evicts_finished_iterations(server: dict[str, Any],
+                                                                             tmp_path: Path) -> None:
+    from datamill.serve.server import ServeState
+
+    st = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
+    try:
+        st.register("ds", name="ds")
+        info = st.create_iteration({"dataset": "ds", "batch_size": 1000, "name": "evict", "lease_size": 2,
+                                    "world_size": 2})
+        it = st.iteration(info["id"])
+        for rank in range(2):
+            while (payload := st.next_lease(it, f"c{rank}", rank=rank)) is not None:
+                st.ack(it, payload.lease.id, payload.lease.fence, client=f"c{rank}")
+        svc = st.service(it.config)
+        assert svc.stats()["plans_cached"] == 0 and not svc._orders  # batches built without the epoch's full order
+        assert info["id"] not in st._iterations  # finished: evicted from memory
+        again = st.iteration(info["id"])  # rebuilt from the journal on demand
+        assert again is not it and again.progress()["done"] == again.total == 6 and again.finished_all()
+    finally:
+        st.close()

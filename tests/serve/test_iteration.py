@@ -16,7 +16,7 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[
     world = len(batches)
     it = Iteration("t", batches, mode="static" if static else "dynamic", world_size=world if static else 1,
                    lease_size=lease_size, boot="b")
-    held: dict[str, list[tuple[str, int]]] = {}
+    held: dict[str, list[tuple[str, str]]] = {}
     acked: list[int] = []
     for op, arg in ops:
         client = f"c{arg}"

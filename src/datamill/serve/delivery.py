@@ -70,7 +70,7 @@ def unavailable_reply(exc: UnavailableError) -> JSONResponse:
 
 
 def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot: int, slots: int,
-               ack: list[str] | None, session: str | None) -> Response:
+               ack: list[str] | None, session: str | None, owner: str = "") -> Response:
     """Acknowledge the piggy-backed acks, then hand out the client's next lease."""
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
@@ -84,7 +84,7 @@ def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
     if items:
         it = state.iteration(it.id)  # an ack may have finished (and evicted) it
-    payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=secret)
+    payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=secret, owner=owner)
     if payload is None:
         if it.finished(rank=rank):
             return Response(status_code=204, headers=acks)

@@ -69,6 +69,7 @@ class Lease:
     session: str = ""
     slot: int = 0
     reclaimed: bool = True
+    owner: str = ""  # the API key id that took it ("" without auth)
 
 
 @dataclass
@@ -251,13 +252,13 @@ class Iteration:
 
     # ------------------------------------------------------------------ leases
     def take(self, client: str, *, rank: int = 0, slot: int = 0, slots: int = 1,
-             session: str | None = None) -> Lease | None:
+             session: str | None = None, owner: str = "") -> Lease | None:
         """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``), or
         ``None`` when nothing is pending (see :meth:`finished`).
 
         In static mode a client that is new for ``(rank, slot)`` takes over the leases other clients
-        hold there (not those restored after a restart and not yet reclaimed): a replacement process
-        first gets the dead one's batches not yet acknowledged.
+        of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
+        reclaimed): a replacement process first gets the dead one's batches not yet acknowledged.
         """
         with self.lock:
             if self.cancelled:
@@ -268,7 +269,8 @@ class Iteration:
             info = self.touch(client, rank=rank, slot=slot)
             if self.mode == "static":
                 for lease in list(self.leases.values()):
-                    if lease.queue == q and lease.client != client and lease.slot == slot and lease.reclaimed:
+                    if lease.queue == q and lease.client != client and lease.slot == slot and lease.reclaimed \
+                            and lease.owner == owner:
                         self._revoke(lease)
             st = self.state[q]
             pending = np.flatnonzero(st == PENDING)
@@ -288,7 +290,7 @@ class Iteration:
             fence = secrets.token_hex(16)
             lease = Lease(secrets.token_hex(8), fence, q, start, stop, client, now + self.lease_timeout, now,
                           fence_hash=digest(fence), session=digest(client if session is None else session),
-                          slot=slot)
+                          slot=slot, owner=owner)
             self.leases[lease.id] = lease
             info.last_seen = now
             return lease

@@ -27,7 +27,7 @@ RETRY_AFTER_S = 5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL, fence TEXT NOT NULL,
     session TEXT NOT NULL, client TEXT NOT NULL, queue INTEGER NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL);
+    stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL, owner TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS leases_iteration ON leases(iteration);
 """
 
@@ -69,9 +69,9 @@ def write_leases(journal: Journal, it_id: str, *, add: Sequence[Lease] = (), dro
                     db.executemany("INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)", rows)
                 if add:
                     db.executemany("INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
-                                   "start, stop, slot, issued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   "start, stop, slot, issued, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                    [(x.id, it_id, x.fence_hash, x.session, x.client, x.queue, x.start, x.stop,
-                                     x.slot, now) for x in add])
+                                     x.slot, now, x.owner) for x in add])
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -89,7 +89,7 @@ def journaled_leases(journal: Journal, it_id: str) -> list[Lease]:
     """The leases of ``it_id`` live when the journal was last written (to restore after a restart)."""
     with journal._lock:
         rows = journal._db.execute(
-            "SELECT id, fence, session, client, queue, start, stop, slot FROM leases WHERE iteration = ? "
+            "SELECT id, fence, session, client, queue, start, stop, slot, owner FROM leases WHERE iteration = ? "
             "ORDER BY rowid", (it_id,)).fetchall()
     return [Lease(str(r[0]), "", int(r[4]), int(r[5]), int(r[6]), str(r[3]), 0.0, 0.0, fence_hash=str(r[1]),
-                  session=str(r[2]), slot=int(r[7])) for r in rows]
+                  session=str(r[2]), slot=int(r[7]), owner=str(r[8])) for r in rows]

@@ -12,6 +12,7 @@ Examples:
     >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j)
     >>> j.add_iteration("it-1", "k", 0, {"dataset": "ds-1", "lease_timeout": 60.0, "mode": "static"})
     >>> started(j, "it-1", total=10, base_done=0); ended(j, "it-1", "finished")
+    True
     >>> [(r["id"], r["status"], r["done"]) for r in page(j)[0]]
     [('it-1', 'finished', 0)]
     >>> j.close()
@@ -65,12 +66,15 @@ def started(journal: Journal, it_id: str, *, total: int, base_done: int) -> None
                   "VALUES (?, ?, ?, 'running', ?, ?)", (it_id, int(total), int(base_done), now, now))
 
 
-def ended(journal: Journal, it_id: str, status: str) -> None:
-    """Record that a running iteration finished or was cancelled (the first end is kept)."""
+def ended(journal: Journal, it_id: str, status: str) -> bool:
+    """Record that a running iteration finished or was cancelled; whether this call ended it (the first
+    end is kept)."""
     if status not in ("finished", "cancelled"):
         raise ValueError(f"an iteration ends finished or cancelled, not {status!r}")
-    journal._exec("UPDATE lifecycle SET status = ?, ended = ? WHERE iteration = ? AND ended IS NULL",
-                  (status, time.time(), it_id))
+    with journal._lock:
+        cur = journal._db.execute("UPDATE lifecycle SET status = ?, ended = ? WHERE iteration = ? AND ended IS NULL",
+                                  (status, time.time(), it_id))
+        return cur.rowcount > 0
 
 
 def seen(journal: Journal, activity: Iterable[tuple[str, float, Collection[str]]]) -> None:
@@ -125,8 +129,9 @@ def page(journal: Journal, *, status: str | None = None, datasets: Collection[st
         if not found:
             raise ConfigError(f"after={after!r} is not an iteration id", hint="pass the `next` of the previous page")
         start = int(found[0][0])
-    where, args = ["i.rowid > :start"], {"start": start, "now": time.time() if now is None else now,
-                                         "stale": float(stale_after), "limit": int(limit) + 1}
+    where = ["i.rowid > :start"]
+    args: dict[str, Any] = {"start": start, "now": time.time() if now is None else now,
+                            "stale": float(stale_after), "limit": int(limit) + 1}
     if _only is not None:
         where.append("i.id = :only")
         args["only"] = _only

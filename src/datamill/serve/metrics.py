@@ -156,9 +156,9 @@ class Telemetry:
 
     def ended(self, it: Iteration, status: str) -> None:
         """An iteration finished or was cancelled."""
-        lifecycle.ended(self.journal, it.id, status)
-        ledger.record(self.journal, [it], self.client_memo)
-        event(f"iteration {status}", iteration=it.id)
+        ledger.record(self.journal, [it], self.client_memo)  # its clients' last acks, for the UI
+        if lifecycle.ended(self.journal, it.id, status):
+            event(f"iteration {status}", iteration=it.id)
 
     # ------------------------------------------------------------------ upkeep
     def tick(self, state: ServeState) -> None:
@@ -178,12 +178,16 @@ class Telemetry:
                     event("client gone", iteration=it.id, client=cid, idle_s=round(now - seen, 1))
             if clients:
                 activity.append((it.id, wall - (now - max(clients.values())), list(clients)))
-            if idle_ended and (not clients or now - max(clients.values()) > it.lease_timeout):
+            if idle_ended:
                 with state._lock:  # an ended iteration leaves memory (the journal keeps it)
                     if state._iterations.get(it.id) is it:
                         del state._iterations[it.id]
+        with state._lock:
+            live_ids = set(state._iterations)
+        self._gone = {g for g in self._gone if g[0] in live_ids}  # forget the clients of iterations gone from memory
         lifecycle.seen(self.journal, activity)
         ledger.record(self.journal, live, self.client_memo)  # per-client batches and stall for the UI
+        self.client_memo = {k: v for k, v in self.client_memo.items() if k[0] in live_ids}
         self.flush_counters()
 
     def start(self, state: ServeState, *, every: float = FLUSH_S) -> None:

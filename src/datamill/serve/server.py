@@ -27,13 +27,13 @@ from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
 from datamill.serve.iteration import AckResult, Iteration, Lease, digest, runs
 from datamill.serve.journal import Journal
-from datamill.serve.metrics import Telemetry
 from datamill.serve.lease_journal import (
     UnavailableError,
     ensure_tables,
     journaled_leases,
     write_leases,
 )
+from datamill.serve.metrics import Telemetry
 
 __all__ = ["ARROW_STREAM", "CancelledError", "ConflictError", "LeasePayload", "NotFoundError", "ServeState",
            "UnavailableError"]
@@ -388,7 +388,7 @@ class ServeState:
         return it.progress()
 
     def next_lease(self, it: Iteration, client: str, *, rank: int = 0, slot: int = 0,
-                   slots: int = 1, session: str | None = None) -> LeasePayload | None:
+                   slots: int = 1, session: str | None = None, owner: str = "") -> LeasePayload | None:
         """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`)."""
         if it.cancelled:
             raise CancelledError(f"iteration {it.id} was cancelled by an admin",
@@ -402,7 +402,7 @@ class ServeState:
             raise ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
         with it.lock:
             reissued = it.reissued
-            lease = it.take(client, rank=rank, slot=slot, slots=slots, session=session)
+            lease = it.take(client, rank=rank, slot=slot, slots=slots, session=session, owner=owner)
             reissued = it.reissued > reissued
             dropped = it.take_dropped()
             if lease is not None or dropped:

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 
 from datamill.serve import lifecycle
-
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -18,8 +17,9 @@ from datamill.serve.access import (
     check_dataset,
     may_use,
 )
-from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.lifecycle import MAX_PAGE
+from datamill.serve.logs import event
+from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
 
 __all__ = ["router"]
@@ -97,4 +97,5 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
     if not who.admin and owner is not None and owner != (who.key_id or ""):
         raise HTTPException(403, "only the key that created this iteration (or an admin key) may resume it")
     check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
+    event("resume iteration", iteration=it.id, key=who.key_id, rank=body.rank, consumed=body.consumed)
     return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})

@@ -25,7 +25,7 @@ def next_lease(who: Reader, it: ScopedIteration, state: State, client: Annotated
     """Acknowledge the piggy-backed batches, then the client's next lease as an Arrow IPC stream
     (``204`` nothing left, ``409`` wait)."""
     return next_reply(state, it, client=client, rank=rank, slot=slot, slots=slots, ack=ack,
-                      session=x_datamill_session)
+                      session=x_datamill_session, owner=who.key_id or "")
 
 
 @router.post("/{it_id}/ack")

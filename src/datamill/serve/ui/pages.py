@@ -239,7 +239,7 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
     form = await _form(request)
     check_csrf(who, form)
     role = form.get("role", "read")
-    if role not in ("read", "admin"):
+    if role not in ("read", "admin", "metrics"):
         raise HTTPException(400, f"unknown role {role!r}")
     datasets = [d.strip() for d in form.get("datasets", "").split(",") if d.strip()] or None
     expires = form.get("expires", "").strip() or None
