@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
@@ -41,14 +42,18 @@ CREATE TABLE IF NOT EXISTS ui_acks (iteration TEXT NOT NULL, at REAL NOT NULL, b
 CREATE INDEX IF NOT EXISTS ui_acks_iteration ON ui_acks(iteration);
 """
 
+_READY: weakref.WeakSet[Journal] = weakref.WeakSet()
 Memo = MutableMapping[tuple[str, str], tuple[int, float, float]]
 """``(iteration, client) -> (id of the in-memory record, newest ack time, stall seconds)`` last journaled."""
 
 
 def ensure_tables(journal: Journal) -> None:
-    """Create the ``ui_clients`` table if missing."""
+    """Create the ``ui_clients`` and ``ui_acks`` tables if missing (once per journal object)."""
+    if journal in _READY:
+        return
     with journal._lock:
         journal._db.executescript(_SCHEMA)
+    _READY.add(journal)
 
 
 def _deltas(it: Any, memo: Memo) -> list[tuple[str, str, int, int, float, float]]:
@@ -72,8 +77,8 @@ def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
     ensure_tables(journal)
     rows = []
     for it in iterations:
-        for it_id, cid, rank, db, ds, newest in _deltas(it, memo):
-            rows.append((it_id, cid, rank, db, ds))
+        for it_id, cid, rank, nb, ds, newest in _deltas(it, memo):
+            rows.append((it_id, cid, rank, nb, ds))
             info = it.clients[cid]
             memo[(it_id, cid)] = (id(info), newest, float(info.stall_s))
     if not rows:
