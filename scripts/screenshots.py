@@ -117,9 +117,9 @@ def main() -> int:
                     page.goto(url + path)
                     if name == "dataset":
                         page.click("#columns tr[data-column='label'] button.values")
-                        page.wait_for_selector("#columns tr[data-column='label'] [data-status=done]")
+                        page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
                     page.wait_for_load_state("load")
-                    page.screenshot(path=str(out / f"ui-{name}.png"))
+                    page.screenshot(path=str(out / f"ui-{name}.png"), full_page=name in ("dataset", "iteration"))
                     print(f"wrote {out / f'ui-{name}.png'}")
                 page.set_viewport_size({"width": 400, "height": 860})  # a phone: nothing overflows
                 page.goto(url + f"/ui/iterations/{loader.iteration_id}")

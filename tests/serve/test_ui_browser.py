@@ -128,15 +128,16 @@ def test_statistics_equal_describe_and_values(browser: Any, server: dict[str, An
     # top values: computed on demand, equal to a direct count
     row = page.locator("#columns tr[data-column='label']")
     row.locator("button.values").click()
-    page.wait_for_selector("#columns tr[data-column='label'] [data-status=done]")
-    row.locator("details summary").click()  # the bar chart's numbers as a table
+    page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
+    out = page.locator("#columns tr[data-values-for='label']")
+    out.locator("details summary").click()  # the bar chart's numbers as a table
     top = {r.locator("td").nth(0).inner_text(): int(r.locator("td").nth(1).inner_text().replace(",", ""))
-           for r in row.locator("table.top tbody tr").all()}
+           for r in out.locator("table.top tbody tr").all()}
     counts = ds.to_table(columns=["label"]).column("label").value_counts().to_pylist()
     assert top == {c["values"]: c["counts"] for c in counts}
     png = page.locator("#columns tr[data-column='png']")
     png.locator("button.values").click()
-    page.wait_for_selector("#columns tr[data-column='png'] [data-status=done] svg rect")
+    page.wait_for_selector("#columns tr[data-values-for='png'] [data-status=done] svg rect")
     page.screenshot(path=str(tmp_path / "ui-dataset.png"), full_page=True)
     page.context.close()
 
@@ -169,7 +170,7 @@ def test_samples_images_load_and_missing_is_missing(browser: Any, server: dict[s
     page.uncheck("input[name=col][value=image_path]")
     page.click("form.columns-form button[type=submit]")
     assert page.locator("#samples img").count() == 0
-    assert page.locator("#samples thead th").all_inner_texts() == ["#", "uid", "label", "caption"]
+    assert page.locator("#samples thead th").all_inner_texts() == ["row", "uid", "label", "caption"]
     page.click("a[rel=next]")
     assert page.locator("#range").inner_text().startswith("Rows 31 to 60")
     page.screenshot(path=str(tmp_path / "ui-samples.png"), full_page=True)

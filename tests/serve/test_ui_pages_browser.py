@@ -247,8 +247,9 @@ def test_run_history_across_epochs_linked_from_the_dataset(browser: Any, srv: di
         assert r.locator("[data-stat=batches]").inner_text() == "10"
         assert re.fullmatch(r"[\d,.]+", r.locator("[data-stat=rate]").inner_text())
         assert re.fullmatch(r"\d+\.\d s", r.locator("[data-stat=duration]").inner_text())
-    stall_cols = page.locator("#epochs thead th", has_text="Stall of").count()
-    assert stall_cols >= 1  # one column per client, its stall per epoch
+    for r in rows.all():  # each client's stall (and batches) per epoch
+        assert r.locator("[data-stat=clients]").inner_text() == str(r.locator("li[data-client]").count()) != "0"
+        assert re.fullmatch(r"\S+ \d+\.\d s \(\d+\)", r.locator("li[data-client]").first.inner_text())
     page.click("#dataset-link")  # and back
     assert page.url.endswith(f"/ui/datasets/{srv['id']}")
     page.context.close()
@@ -315,17 +316,19 @@ def test_statistics_rows_vs_samples_top_values_precision_and_sources(browser: An
     cap = page.locator("#columns tr[data-column='caption']")
     assert cap.locator("[data-stat=nulls]").inner_text() == "0" and "0 of 80" in cap.inner_text()
     cap.locator("button.values").click()
-    page.wait_for_selector("#columns tr[data-column='caption'] [data-status=done]")
-    joined = cap.locator(".joined").inner_text()
-    assert "dataset’s 100 samples" in joined and cap.locator("[data-stat=missing]").inner_text() == "20"
+    page.wait_for_selector("#columns tr[data-values-for='caption'] [data-status=done]")
+    out = page.locator("#columns tr[data-values-for='caption']")
+    joined = out.locator(".joined").inner_text()
+    assert "dataset’s 100 samples" in joined and out.locator("[data-stat=missing]").inner_text() == "20"
     assert "shardset’s own rows" in page.locator("#stats-source").inner_text()
     # strings: a bar chart of the most common values, not a histogram of lengths
     lab = page.locator("#columns tr[data-column='label']")
     lab.locator("button.values").click()
-    page.wait_for_selector("#columns tr[data-column='label'] [data-status=done]")
-    bars = lab.locator("svg.chart[aria-label^='Most common values']")
+    page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
+    out = page.locator("#columns tr[data-values-for='label']")
+    bars = out.locator("svg.chart[aria-label^='Most common values']")
     assert bars.count() == 1 and bars.locator("rect").count() == 10
-    assert lab.locator("svg[aria-label^='Histogram']").count() == 0
+    assert out.locator("svg[aria-label^='Histogram']").count() == 0
     # float32 at float32 precision (0.0123 rather than 0.012300000153481960)
     score = page.locator("#columns tr[data-column='score']")
     table = ShardsetDataset(srv["path"]).to_table(columns=["score"]).column("score")

@@ -63,9 +63,11 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     life = lifecycle.one(state.journal, it.id) or {}
     start, end = life.get("started"), life.get("ended")
     marks = [(t, "rewind") for t in rewind_times(state.journal.path, it.id)]
+    # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second record
+    acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(state.journal.path, it.id)
     if end is not None and life.get("status") == "cancelled":
         marks.append((end, "cancelled"))
-    svg = throughput_svg(ledger.throughput(state.journal, it.id) or ack_history(state.journal.path, it.id), start=start,
+    svg = throughput_svg(acks, start=start,
                          end=end if end is not None else (time.time() if start is not None else None), marks=marks)
     # counters from the journal (they survive a restart), not from this process's memory
     p["expired_leases"] = max(p["expired_leases"], _counter(state, it.id, "leases_expired"))
@@ -281,8 +283,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
     if not epochs:
         raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
     names = {d["id"]: d["name"] for d in state.datasets()}
-    every = sorted({c for e in epochs for c in e["clients"]})
-    return _render(request, "run.html", who, run=name, epochs=epochs, clients=every,
+    return _render(request, "run.html", who, run=name, epochs=epochs,
                    dataset={"id": ds_id, "name": names.get(ds_id or "", "?")})
 
 
