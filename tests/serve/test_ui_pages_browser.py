@@ -135,7 +135,7 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
     fin = page.locator("#iterations tbody tr", has_text="hist").first
     assert fin.locator(".badge").inner_text() == "finished"
     cells = fin.locator("td").all_inner_texts()
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", cells[4]) and cells[5].endswith("UTC")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", cells[4]) and cells[5][:2] == "20"
     assert re.fullmatch(r"\d+\.\d s", cells[6]), cells
     assert rows[running["id"]].locator("[data-stat=duration]").inner_text().endswith("so far")
     # filters: status, name, dataset (a form of GETs)

@@ -32,6 +32,7 @@ _ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is 
 _ENV.filters["bytes"] = lambda n: next(f"{n / 1024 ** i:,.1f} {u}" for i, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
                                        if n < 1024 ** (i + 1) or u == "TiB")
 _ENV.filters["when"] = lambda t: "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+_ENV.filters["whenshort"] = lambda t: "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
 _ENV.filters["dur"] = lambda s: "-" if s is None else (f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {int(s % 60):02d} s"
                                                         if s < 3600 else f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min")
 _ENV.filters["rate"] = lambda r: "-" if r is None else f"{r:,.1f}" if r < 1000 else f"{r:,.0f}"
