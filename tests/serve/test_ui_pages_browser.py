@@ -389,6 +389,24 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     emb.locator("summary").click()
     assert emb.locator("code.all").is_visible() and emb.locator("code.all").inner_text().count(",") == 11
     assert page.locator("#samples td[data-column=caption] .missing").count() == 1  # row 4 of the first 5
+    # HDF5 and Parquet: a sample by row; category ids decoded through the vocabulary; large floats grouped
+    page.goto(srv["url"] + f"/ui/datasets/{srv['pre']}/samples")
+    assert "Sample by row (0 to 299)" in page.locator("#find-form").inner_text()
+    page.fill("#find", "123")
+    page.click("#find-form button")
+    marked = page.locator("#samples tr.mark")
+    assert marked.locator("th").inner_text() == "123" and page.locator("#range").inner_text() == "Rows 121 to 140 of 300."
+    street = marked.locator("td[data-column=Street]")
+    assert street.get_attribute("data-t") == "tokens" and street.locator(".tokens").inner_text() in ("Pave", "Grvl")
+    price = page.locator("#samples td[data-column=SalePrice]").first.inner_text().strip()
+    assert re.fullmatch(r"[\d,]+(\.\d)?", price) and "e+" not in price, price
+    page.goto(srv["url"] + f"/ui/datasets/{srv['houses']}/samples")
+    page.fill("#find", "1,459")
+    page.click("#find-form button")
+    assert page.locator("#samples tr.mark th").inner_text() == "1459"
+    page.fill("#find", "1460")
+    page.click("#find-form button")
+    assert "no row 1,460" in page.locator("p.error").inner_text()
     # every request is bounded
     for q in ("limit=201", "find=" + "x" * 300, "where=label&equals=" + "y" * 300, "offset=-1"):
         res = page.request.get(base + "?" + q)

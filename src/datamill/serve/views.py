@@ -365,10 +365,20 @@ def _cell(value: Any, column: str, row: int, ds_id: str, vocab: Any, *, base: Pa
 
 
 def _float(v: float, *, float32: bool) -> str:
-    """A float rounded for reading (4 significant digits); the full value is in the cell's tooltip."""
+    """A float rounded for reading; the full value is in the cell's tooltip.
+
+    Examples:
+        >>> _float(208500.0, float32=False), _float(0.123456789, float32=True), _float(1.5e-7, float32=False)
+        ('208,500', '0.1235', '1.500e-07')
+    """
     if not np.isfinite(v):
         return str(v)
-    return f"{np.float32(v) if float32 else v:.4g}"
+    x = float(np.float32(v)) if float32 else v
+    if abs(x) >= 1000:
+        return f"{x:,.0f}" if x == round(x) else f"{x:,.1f}"
+    if x == 0 or abs(x) >= 1e-3:
+        return f"{x:.4g}"
+    return f"{x:.3e}"
 
 
 def _short(value: Any, limit: int = 200) -> str:
