@@ -84,7 +84,7 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     ds_id = desc["config"]["dataset"]
     name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
     return {"id": it.id, "config": desc["config"], "dataset": names.get(ds_id, "?"), "dataset_id": ds_id,
-            "name": name, "named": bool(desc["config"].get("name")) or not str(name).startswith(("it-",)),
+            "name": name,
             "p": p, "svg": svg, "status": life.get("status", "running"), "life": life,
             "rewind": _last_rewind(state, it.id)}
 
