@@ -168,6 +168,7 @@ def test_counters_survive_a_restart_and_events_are_json_lines(setup: dict[str, A
         with pytest.raises(urllib.error.HTTPError) as no:
             _scrape(url, setup["read"])
         assert no.value.code == 403
+        no.value.close()  # the error holds the response's socket
     finally:
         stop(proc)
     proc, url = _start(setup)

@@ -1,4 +1,9 @@
-"""``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted."""
+"""``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted.
+
+The settings come from a config file (:class:`ServeConfig`, checked with located errors) with
+command-line overrides; logs are one line per event (:mod:`datamill.serve.logs`); SIGTERM drains
+(no new leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then exit 0).
+"""
 
 from __future__ import annotations
 
@@ -143,7 +148,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     Examples:
         >>> import tempfile, pathlib
         >>> f = pathlib.Path(tempfile.mkdtemp()) / "serve.yaml"
-        >>> _ = f.write_text("roots: [data]\nlease_timeout: 0\n")
+        >>> _ = f.write_text("roots: [data]\\nlease_timeout: 0\\n")
         >>> load_config(f)
         Traceback (most recent call last):
         ...
