@@ -42,7 +42,7 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.faults import fault_point
 from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_write
-from datamill.preprocessing.api import Preprocessed
+from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.binding import pre_columns, with_image_files
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.meta import HEADER, Metadata

@@ -49,7 +49,6 @@ vectorised truncation), :mod:`._mask` (vectorised assembly, masking, padding),
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import tempfile
@@ -66,6 +65,7 @@ from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
 from datamill.core.objstore import is_remote
 from datamill.core.progress import progress
+from datamill.engines import LOCAL, check_engine, engine_job
 from datamill.pretrain.bert._docs import (
     TokenizedDocuments,
     corpus_from_ids,
@@ -230,11 +230,9 @@ def build_bert_samples(
     """
     _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
                   vocab_size, layout, workers, sentence_split, pairing)
-    if engine not in ("local", "ray"):
-        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
-    if engine == "ray":  # the optional Ray engine, reached without an import edge
-        ray_engine = importlib.import_module("datamill.ray")
-        result: BertSamples = ray_engine.build_bert_samples(
+    check_engine(engine)
+    if engine != LOCAL:  # the optional Ray engine, found through the engine registry
+        result: BertSamples = engine_job(engine, "build_bert_samples")(
             source, out=out, tokenizer=tokenizer, vocab_size=vocab_size, max_seq_length=max_seq_length,
             dupe_factor=dupe_factor, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
             short_seq_prob=short_seq_prob, seed=seed, layout=layout, sentence_split=sentence_split,
