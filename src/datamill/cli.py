@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from datamill import __version__
+from datamill.core.constants import VERSION as __version__
 from datamill.core.errors import DatamillError
 
 __all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "run", "split_quiet"]

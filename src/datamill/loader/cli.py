@@ -14,10 +14,10 @@ __all__ = ["register"]
 
 def _open(args: argparse.Namespace) -> Any:
     from datamill.core.objstore import is_remote
-    from datamill.sources import open_source
+    from datamill.loader.sources import open_source
 
     if getattr(args, "split", None) is not None:  # `iterate --split` (plan has no such flag)
-        from datamill.sources import HDF5Source
+        from datamill.loader.sources import HDF5Source
 
         return HDF5Source(args.source, split=args.split)
     if is_remote(args.source):  # a shardset dataset or Parquet objects, through the local shard cache
@@ -27,8 +27,8 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _remote(args: argparse.Namespace) -> int:
-    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate``."""
-    import importlib
+    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate`` (its registered handler)."""
+    from datamill.core.commands import command_handler
 
     argv = [args.source, "--url", args.url, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
             "--rank", str(args.rank), "--world-size", str(args.world_size), "--mode", args.mode,
@@ -37,8 +37,8 @@ def _remote(args: argparse.Namespace) -> int:
                         ("--save-state", args.save_state)):
         if value is not None:
             argv += [flag, value]
-    serve_cli = importlib.import_module("datamill.serve.cli")  # the serve extra, looked up when used
-    return int(serve_cli.iterate(argv))
+    iterate = command_handler("serve iterate", hint="install the serve extra: pip install 'datamill[serve]'")
+    return int(iterate(argv))
 
 
 def _cmd(args: argparse.Namespace) -> int:

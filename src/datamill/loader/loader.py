@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,9 +22,6 @@ from datamill.loader.refill import Refill
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
-
-if TYPE_CHECKING:
-    from torch.utils.data import IterableDataset
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
 
@@ -384,16 +380,6 @@ class Loader:
         """
         return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
                                   elastic=self._elastic, replication=self.replication)
-
-    def to_torch(self) -> IterableDataset[Any]:
-        """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
-
-        :class:`datamill.loader.torch.TorchLoaderDataset` is the documented entry; this shortcut
-        loads it with ``importlib`` so that this module never imports the torch adapter.
-        """
-        adapter = importlib.import_module("datamill.loader.torch")
-        dataset: IterableDataset[Any] = adapter.TorchLoaderDataset(self)
-        return dataset
 
     def __iter__(self) -> Generator[Any, None, None]:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,

@@ -1,9 +1,11 @@
-"""``open_source(path)``: the right :class:`~datamill.core.source.Source` for any datamill output.
+"""The loader's Source registry: ``open_source(path)``, the right :class:`~datamill.core.source.Source` for any output.
 
 Each capability registers how its output is recognised and opened
 (:func:`datamill.core.source.register_source`) in its public source module; :data:`PROVIDERS` lists
 those modules, imported on the first call, so consumers (the loader, the server) never import a
-producer's internals and producers never import consumers.
+producer's internals and producers never import consumers. :data:`PROVIDERS` is one of the
+registries whose module paths the architecture test follows as import edges. ``datamill.sources``
+re-exports this module (its public path).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datamill.core.source import Source, registered_sources
 if TYPE_CHECKING:
     from datamill.core.parquet import ParquetSource
     from datamill.core.source import TableSource
+    from datamill.loader.loader import Loader
     from datamill.preprocessing.hdf5 import HDF5Source
     from datamill.pretrain.sources import BertParquetSource
     from datamill.shards.dataset import ShardsetDataset
@@ -37,6 +40,7 @@ __all__ = [  # noqa: RUF022 - Python sorted() order, as every module
     "ShardsetDataset",
     "TableSource",
     "open_source",
+    "read_batches",
 ]
 
 PROVIDERS = (
@@ -103,26 +107,59 @@ def _open_remote(url: str, *, cache_dir: str | os.PathLike[str] | None, cache_li
         raise store_error(exc, url) from exc
     source: Source
     if manifest.type == pafs.FileType.File:
-        dataset = importlib.import_module("datamill.shards.dataset")
-        source = dataset.ShardsetDataset(url, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=fs)
+        from datamill.shards.dataset import ShardsetDataset
+
+        source = ShardsetDataset(url, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=fs)
     else:
-        remote = importlib.import_module("datamill.loader.remote")
-        source = remote.RemoteParquetSource(url, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=fs)
+        from datamill.loader.remote import RemoteParquetSource
+
+        source = RemoteParquetSource(url, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=fs)
     return source
 
 
-_CLASSES = {
-    "BertParquetSource": "datamill.pretrain.sources",
-    "CorpusSource": "datamill.text.source",
-    "HDF5Source": "datamill.preprocessing.hdf5",
-    "ParquetSource": "datamill.core.parquet",
-    "ShardsetDataset": "datamill.shards.dataset",
-    "TableSource": "datamill.core.source",
-}
+def read_batches(source: str | os.PathLike[str] | Source, batch_size: int, /, *, as_torch: bool = False,
+                 **loader_kwargs: Any) -> Loader:
+    """A :class:`~datamill.loader.Loader` yielding the source's own padded batches when it has them.
+
+    ``source`` is a Source or a path (opened with :func:`open_source`). A source with a
+    ``padded_collate(as_torch=...)`` method (BERT Parquet: ``tokens``, ``segment_ids``,
+    ``attention_mask``...; word2vec skip-gram: ``centers``, ``contexts_negatives``, ``masks``,
+    ``labels``) gives its padded arrays; any other gets the loader's ``"numpy"``/``"torch"`` collate.
+    Other keyword arguments (``seed``, ``epoch``, ``rank``, ``world_size``, ``shuffle``...) go to the Loader.
+
+    Examples:
+        >>> from datamill.pretrain.word2vec import build_skipgram
+        >>> s = build_skipgram([["a", "b", "c"]] * 20, min_freq=1, subsample_t=1.0, progress=False)
+        >>> b = next(iter(read_batches(s.source(), 4, seed=0)))
+        >>> b["centers"].shape, b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape
+        ((4, 1), True)
+    """
+    from datamill.loader.loader import Loader
+
+    src = source if isinstance(source, Source) else open_source(source)
+    padded = getattr(src, "padded_collate", None)
+    collate = padded(as_torch=as_torch) if callable(padded) else ("torch" if as_torch else "numpy")
+    return Loader(src, batch_size, collate=collate, **loader_kwargs)
 
 
 def __getattr__(name: str) -> Any:
     """Every Source class, importable from here (loaded on first use)."""
-    if name in _CLASSES:
-        return getattr(importlib.import_module(_CLASSES[name]), name)
+    if name == "BertParquetSource":
+        from datamill.pretrain.sources import BertParquetSource
+        return BertParquetSource
+    if name == "CorpusSource":
+        from datamill.text.source import CorpusSource
+        return CorpusSource
+    if name == "HDF5Source":
+        from datamill.preprocessing.hdf5 import HDF5Source
+        return HDF5Source
+    if name == "ParquetSource":
+        from datamill.core.parquet import ParquetSource
+        return ParquetSource
+    if name == "ShardsetDataset":
+        from datamill.shards.dataset import ShardsetDataset
+        return ShardsetDataset
+    if name == "TableSource":
+        from datamill.core.source import TableSource
+        return TableSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

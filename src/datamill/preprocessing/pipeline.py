@@ -80,7 +80,7 @@ BLOCK_ROWS = 1 << 16  # 64k rows: bounded transform temporaries (1<<19 tripled p
 
 
 def _version() -> str:
-    from datamill import __version__
+    from datamill.core.constants import VERSION as __version__
 
     return __version__
 

@@ -42,7 +42,6 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.faults import fault_point
 from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_write
-from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.binding import pre_columns, with_image_files
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.meta import HEADER, Metadata
@@ -56,6 +55,7 @@ from datamill.preprocessing.pipeline import (
     transform,
 )
 from datamill.preprocessing.plans import Block, Plan
+from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.sinks import HDF5Sink
 from datamill.ray._blocks import BlockHandle, RayExecutor, prepare_blocks, window
 from datamill.ray._input import Input, read, resolve_input
@@ -108,7 +108,7 @@ class RayPreprocessed(Preprocessed):
 
 
 def _multi_file_plan(p: Plan, inp: Input, output_dir: Path | None) -> Plan:
-    from datamill import __version__
+    from datamill.core.constants import VERSION as __version__
 
     fp_input = fingerprint_obj([fingerprint_file(f) for f in inp.files])
     fp = chain(fp_input, TRANSFORM_VERSION, {

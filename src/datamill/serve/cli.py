@@ -120,7 +120,10 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``datamill serve`` (server, ``keys``, ``iterate``)."""
+    """Add ``datamill serve`` (server, ``keys``, ``iterate``); ``datamill iterate --url`` calls ``iterate``."""
+    from datamill.core.commands import register_handler
+
+    register_handler("serve iterate", iterate)
     p = sub.add_parser("serve", help="serve datasets to training processes over HTTP (exactly once)",
                        usage=USAGE, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("args", nargs=argparse.REMAINDER, help="ROOT_OR_CONFIG [options] | keys ... | iterate ...")

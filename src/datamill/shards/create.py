@@ -8,9 +8,9 @@
   shard ``k`` means for every existing shardset and for saved loader states; build a new dataset for
   new samples instead (appending new shards in a new mapping version is not implemented).
 
-``ShardsetDataset.create(...)`` and ``ds.add(...)`` call these functions; the dataset module reaches
-this module through ``importlib.import_module`` (this module imports the dataset module, so a plain
-import there would be a cycle).
+``ShardsetDataset.create(...)`` and ``ds.add(...)`` call these functions through the registry of
+:mod:`datamill.shards._verbs`, filled at the end of this module (this module imports the dataset
+module, so the dataset module cannot import this one).
 
 Atomicity (see :mod:`datamill.shards.writer`): shard files are written into a hidden ``.tmp-…``
 folder inside the dataset, checked, the folder is renamed to the shardset name, and ``dataset.json``
@@ -43,6 +43,7 @@ from datamill.core.objstore import store_error
 from datamill.shards._fs import Location, resolve
 from datamill.shards._remote import new_generation, switch_remote
 from datamill.shards._tables import ShardInput, TableInput, load_table
+from datamill.shards._verbs import register_verbs
 from datamill.shards.dataset import ShardsetDataset
 from datamill.shards.writer import UNCOMMITTED, ShardsetWriter, remove_interrupted
 
@@ -250,3 +251,6 @@ def add(ds: ShardsetDataset, shardset: str, source: ShardInput, /, *, route: boo
             w.write_shard(k, t, source=display)
     assert w.dataset is not None
     return w.dataset
+
+
+register_verbs(create=create, add=add)

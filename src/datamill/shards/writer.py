@@ -1,7 +1,7 @@
 """``ShardsetWriter``: write one shardset's shards (from any process) and commit them atomically.
 
-The writer is the one place a shardset dataset is written; :func:`datamill.shards.write.create` and
-:func:`datamill.shards.write.add` are thin wrappers around it, and a Ray job uses it as its sink::
+The writer is the one place a shardset dataset is written; :func:`datamill.shards.create.create` and
+:func:`datamill.shards.create.add` are thin wrappers around it, and a Ray job uses it as its sink::
 
     with ShardsetWriter(root, uid="uid", shardset="features") as w:    # on the driver
         sink = w.sink                                                  # picklable

@@ -55,7 +55,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,11 +75,9 @@ from datamill.pretrain.bert._io import (
     BertParquetSource,
     collate_bert,
     is_bert_parquet,
-    read_bert_batches,
     write_batches,
 )
-from datamill.pretrain.bert._mask import LAYOUTS, MaskConfig
-from datamill.pretrain.bert._pairs import PAIRINGS
+from datamill.pretrain.bert._mask import MaskConfig
 from datamill.pretrain.bert._remote import build_to_s3
 from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
 from datamill.pretrain.bert._tok import (
@@ -88,62 +85,17 @@ from datamill.pretrain.bert._tok import (
     BertTokenizer,
     cut,
     resolve_tokenizer,
-    train_wordpiece,
     train_wordpiece_chunked,
 )
+from datamill.pretrain.bert.config import BertSamples, check_params
 
 __all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "is_bert_parquet", "load_tokenizer", "read_bert_batches", "read_metadata"]
+           "is_bert_parquet", "load_tokenizer", "read_metadata"]
 
 if TYPE_CHECKING:  # third-party types only (tokenizers is imported when a tokenizer is loaded)
-    import numpy as np
-    import pyarrow as pa
-    from numpy.typing import NDArray
     from tokenizers import Tokenizer
 
 _MIN_POOL_TOKENS = 4_000_000  # below (corpus tokens x dupe_factor) a pool costs more than it saves
-
-
-@dataclass(frozen=True)
-class BertSamples:
-    """What :func:`build_bert_samples` wrote, with counts and seconds per stage."""
-
-    path: Path
-    tokenizer_path: Path
-    layout: str
-    documents: int
-    sentences: int
-    samples: int
-    tokens: int
-    seconds: float
-    timings: dict[str, float] = field(default_factory=dict)
-    url: str | None = None
-    """The ``s3://`` URL written when ``out`` was on object storage (``path`` is then its bucket/key)."""
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.seconds if self.seconds > 0 else float("inf")
-
-
-def _check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
-                  short_seq_prob: float, vocab_size: int, layout: str, workers: int | None,
-                  sentence_split: str, pairing: str) -> None:
-    checks = [
-        (max_seq_length >= 5, f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with A, B >= 1 token), got {max_seq_length}"),
-        (max_seq_length < 2**31, f"max_seq_length is too large: {max_seq_length}"),
-        (dupe_factor >= 1, f"dupe_factor must be >= 1, got {dupe_factor}"),
-        (0.0 < mask_prob < 1.0, f"mask_prob must be in (0, 1), got {mask_prob}"),
-        (max_predictions_per_seq >= 1, f"max_predictions_per_seq must be >= 1, got {max_predictions_per_seq}"),
-        (0.0 <= short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], got {short_seq_prob}"),
-        (vocab_size > len(BERT_SPECIALS), f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}"),
-        (layout in LAYOUTS, f"layout must be one of {list(LAYOUTS)}, got {layout!r}"),
-        (workers is None or workers >= 1, f"workers must be >= 1, got {workers}"),
-        (sentence_split in ("line", "period"), f"sentence_split must be 'line' or 'period', got {sentence_split!r}"),
-        (pairing in PAIRINGS, f"pairing must be one of {list(PAIRINGS)}, got {pairing!r}"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise ConfigError(msg)
 
 
 def build_bert_samples(
@@ -228,7 +180,7 @@ def build_bert_samples(
         >>> pq.read_table(d / "bert.parquet").column_names
         ['tokens', 'segment_ids', 'is_random_next', 'masked_positions', 'masked_labels']
     """
-    _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
+    check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
                   vocab_size, layout, workers, sentence_split, pairing)
     check_engine(engine)
     if engine != LOCAL:  # the optional Ray engine, found through the engine registry
@@ -299,23 +251,6 @@ def build_bert_samples(
     return BertSamples(path=out_path, tokenizer_path=tok_path, layout=layout,
                        documents=corpus.num_documents, sentences=n_sentences, samples=stats.samples,
                        tokens=stats.tokens, seconds=seconds, timings=timings)
-
-
-def read_documents(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
-                   ) -> tuple[BertTokenizer, pa.Array, NDArray[np.int64], dict[str, float]]:
-    """Read and split the raw files into sentences and their documents, and get the tokenizer
-    (``tokenizer`` loaded, else WordPiece trained on the sentences); with the seconds of each step.
-    Every engine starts here, so the same text gives the same documents and tokenizer."""
-    start = time.perf_counter()
-    timings: dict[str, float] = {}
-    tok = resolve_tokenizer(tokenizer)
-    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
-    t = time.perf_counter()
-    timings["read_split"] = t - start
-    if tok is None:
-        tok = train_wordpiece(sentences, vocab_size=vocab_size)
-        timings["train_tokenizer"] = time.perf_counter() - t
-    return tok, sentences, sent_doc, timings
 
 
 def _read_and_tokenize(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
