@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datamill.pretrain.bert._build import (
     BERT_SPECIALS,
+    BertConfig,
     BertParquetSource,
     BertSamples,
     build_bert_samples,
@@ -23,6 +24,6 @@ from datamill.pretrain.bert._build import (
     read_metadata,
 )
 
-__all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
+__all__ = ["BERT_SPECIALS", "BertConfig", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
            "is_bert_parquet", "load_tokenizer", "read_metadata"]
 assert sorted(__all__) == __all__
