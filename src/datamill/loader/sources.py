@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
 from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import DataFileError, DataFileNotFoundError
-from datamill.core.objstore import is_remote, s3_filesystem, split_url, store_error
 from datamill.core.source import Source, registered_sources
+from datamill.core.storage import filesystem_for, is_remote, local_path, storage_error
 
 if TYPE_CHECKING:
     from datamill.core.parquet import ParquetSource
@@ -64,27 +63,28 @@ def open_source(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
     into a checked local cache.
 
     Args:
-        path: a local path or ``s3://bucket/prefix``.
-        cache_dir: ``s3://`` only: the local shard cache folder. Defaults to ``None``
+        path: a local path, ``file://`` or a remote URL (``s3://bucket/prefix``; any remote scheme
+            of :mod:`datamill.core.storage`).
+        cache_dir: remote only: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
-        cache_limit: ``s3://`` only: bytes the cache keeps at most. Defaults to ``None`` (no limit).
-        filesystem: ``s3://`` only: the filesystem. Defaults to ``None``
-            (:func:`~datamill.core.objstore.s3_filesystem`, from the ``AWS_*`` variables).
+        cache_limit: remote only: bytes the cache keeps at most. Defaults to ``None`` (no limit).
+        filesystem: remote only: the filesystem. Defaults to ``None`` (the scheme's,
+            :func:`~datamill.core.storage.filesystem_for`; S3 from the ``AWS_*`` variables).
 
     Raises:
         DataFileNotFoundError: nothing there. DataFileError: no registered format matches, or the
         object store refused (bad credentials, unreachable endpoint).
 
     Examples:
-        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
-        >>> p = Path(tempfile.mkdtemp()) / "t.parquet"
+        >>> import pathlib, tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.parquet"
         >>> pq.write_table(pa.table({"x": [1, 2]}), p)
         >>> type(open_source(p)).__name__
         'ParquetSource'
     """
     if is_remote(path):
         return _open_remote(os.fspath(path), cache_dir=cache_dir, cache_limit=cache_limit, filesystem=filesystem)
-    p = Path(path)
+    p = local_path(path)
     if not p.exists():
         raise DataFileNotFoundError("no such file or folder", path=p)
     for module in PROVIDERS:
@@ -100,11 +100,11 @@ def open_source(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
 def _open_remote(url: str, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int | None,
                  filesystem: pafs.FileSystem | None) -> Source:
     """``s3://``: a shardset dataset when ``dataset.json`` is there, else Parquet objects."""
-    fs = filesystem if filesystem is not None else s3_filesystem()
+    fs, root = filesystem_for(url, filesystem=filesystem)
     try:
-        manifest = fs.get_file_info(f"{split_url(url)}/{DATASET_MANIFEST}")
+        manifest = fs.get_file_info(f"{root}/{DATASET_MANIFEST}")
     except OSError as exc:
-        raise store_error(exc, url) from exc
+        raise storage_error(exc, url) from exc
     source: Source
     if manifest.type == pafs.FileType.File:
         from datamill.shards.dataset import ShardsetDataset

@@ -63,8 +63,8 @@ from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
-from datamill.core.objstore import is_remote
 from datamill.core.progress import progress
+from datamill.core.storage import is_remote, local_path
 from datamill.engines import LOCAL, check_engine, engine_job
 from datamill.pretrain.bert._docs import (
     TokenizedDocuments,
@@ -158,7 +158,7 @@ def build_bert_samples(
         uploaded: BertSamples = build_to_s3(build_bert_samples, source, out=os.fspath(out),
                                             options=conf.build_options())
         return uploaded
-    return _build_local(source, out=out, conf=conf)
+    return _build_local(source, out=local_path(out), conf=conf)
 
 
 def _build_local(source: PathLike | Sequence[PathLike], /, *, out: PathLike, conf: BertConfig) -> BertSamples:
