@@ -23,11 +23,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "datamill"
 
-KNOWN: set[str] = {
-    # serve (helper trusta's area): access.py imports ui.session lazily, ui/session.py imports access.Viewer
-    # (main 7dbdfca); remove this entry when the cycle is gone
-    "cycle: datamill.serve.access, datamill.serve.ui.session",
-}
+KNOWN: set[str] = set()
 
 REGISTRIES = {
     "datamill.cli": "COMMAND_MODULES",  # CLI commands: module -> its register(subparsers)
