@@ -314,3 +314,25 @@ def test_producers_never_import_the_consumers() -> None:
             continue
         bad += [f"{name} -> {m}" for m, _ in imports_of(name, path, known, runtime_only=False) if m.startswith(consumers)]
     assert not bad, bad
+
+
+LONG_KNOWN = {"datamill.serve.remote._run"}
+"""Long functions without the comment yet, in serve/ (its owners split them; remove an entry when done)."""
+
+
+def test_long_functions_say_why() -> None:
+    """A function over 60 lines (docstring included) carries a ``# long (...): why`` comment right above it."""
+    bare = []
+    for name, path in modules().items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.end_lineno is None:
+                continue
+            if node.end_lineno - node.lineno + 1 <= 60:
+                continue
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            if not lines[first - 2].strip().startswith("# long ("):
+                bare.append(f"{name}.{node.name}")
+    assert set(bare) >= LONG_KNOWN, f"fixed, remove from LONG_KNOWN: {sorted(LONG_KNOWN - set(bare))}"
+    bare = [b for b in bare if b not in LONG_KNOWN]
+    assert not bare, "split these or say why above them (# long (N lines): why):\n  " + "\n  ".join(bare)

@@ -83,13 +83,12 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def _disk_bytes(path: str) -> int:
-    import os
     from pathlib import Path
 
     p = Path(path)
     if p.is_file():
         return p.stat().st_size
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
 def _plan_cmd(args: argparse.Namespace) -> int:

@@ -116,7 +116,7 @@ def _multi_file_plan(p: Plan, inp: Input, output_dir: Path | None) -> Plan:
         "metadata": fingerprint_obj({k: v for k, v in p.applied.items() if k != HEADER}) if p.applied else None})
     src = Path(inp.origin.path or "dataset")
     stem = src.name.split("*")[0].rsplit(".", 1)[0] or "dataset"
-    out = output_dir if output_dir is not None else (src.parent if src.name else Path("."))
+    out = output_dir if output_dir is not None else (src.parent if src.name else Path())
     return replace(p, fingerprint=fp, input_fingerprint=fp_input, source=inp.origin.path,
                    hdf5_path=out / f"{stem}{HDF5_SUFFIX}", meta_path=out / f"{stem}{META_SUFFIX}")
 
@@ -133,6 +133,7 @@ def _transform_task(p: Plan, meta: Metadata, sink: ShardSink | None, uid_column:
     return block.num_rows, (arrays if keep else None), ray_module().get_runtime_context().get_node_id()
 
 
+# long (69 lines, 32 of docstring): the public entry: argument checks, the cache check, then _run; the docstring documents every Ray option
 def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLike[str] | None = None,
                metadata: Any = None, address: str | None = None, fmt: str = "shards",
                uid_column: str | None = None, overwrite: bool = False) -> RayPreprocessed:
@@ -216,6 +217,7 @@ def _bind(ray: Any, p: Plan, ds: Any) -> Plan:
     return bind(p, int(ds.count()), columns)
 
 
+# long (65 lines, 0 of docstring): the Ray stages in order (prepare blocks, fit, finalize, transform tasks into the shardset writer and the HDF5, switch, meta.json last) with their fault points; the ordering is the point
 def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None,
          start: float) -> RayPreprocessed:
     assert p.meta_path is not None and p.hdf5_path is not None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +73,7 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
         yield os.fspath(f), load_table(f, uid=uid, add_uid=add_uid)
 
 
+# long (62 lines, 30 of docstring): the docstring documents every option; the code is the local/remote/overwrite dispatch
 def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
            shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
            add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
@@ -129,7 +130,7 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
                                 hint="use `add` to add a shardset, or --overwrite to replace the dataset")
         with atomic_dir(loc.path) as tmp:
             _write_new(resolve(tmp), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
-                       name=name or os.path.basename(loc.path), add_uid=add_uid)
+                       name=name or PurePosixPath(loc.path).name, add_uid=add_uid)
         return ShardsetDataset(loc)
     if local and loc.exists():
         remove_interrupted(loc, [])
@@ -140,7 +141,7 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
 def _create_remote(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
                    name: str | None, add_uid: bool, overwrite: bool) -> ShardsetDataset:
     """``create`` on an object store (the writer stages locally and uploads, ``dataset.json`` last)."""
-    name = name or os.path.basename(loc.path)
+    name = name or PurePosixPath(loc.path).name
     if loc.exists(DATASET_MANIFEST):
         if not overwrite:
             raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),

@@ -281,6 +281,7 @@ class ShardsetDataset:
         return read_any(self.loc.fs, self.loc.join(rel), display=self.loc.show(rel), columns=cols,
                         schema=self._schemas[shardset])
 
+    # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached footers and dropped counts: one read path
     def read_shard(self, index: int, *, columns: Sequence[str] | str | None = None,
                    join: str = "left") -> pa.Table:
         """Shard ``index`` joined across shardsets, rows in mapping order.

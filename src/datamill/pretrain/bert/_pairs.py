@@ -80,6 +80,7 @@ class Spans:
                      self.is_random_next[lo:hi], self.doc[lo:hi], self.forced[lo:hi])
 
 
+# long (72 lines, 11 of docstring): Google's create_instances_from_document transcribed statement by statement (the test compares it with the reference draw for draw)
 def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
                 max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
     """Pairs for documents ``doc_lo..doc_hi-1`` with Google's rules (``pairing="google"``).
@@ -154,6 +155,7 @@ def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, do
                  np.asarray(forced, dtype=np.bool_))
 
 
+# long (63 lines, 11 of docstring): the article's pair loop transcribed statement by statement (the test compares it with the reference draw for draw)
 def build_pairs_seed(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
                      max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
     """Pairs for documents ``doc_lo..doc_hi-1`` with the seed article's loop (``pairing="chunk_past_target"``).

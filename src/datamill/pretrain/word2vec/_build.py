@@ -149,9 +149,9 @@ class SkipGramSamples:
                 json.dump({"format": WORD2VEC_FORMAT, **self.info}, f, indent=2, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
-            for name in os.listdir(tmp):
-                if name != MANIFEST:
-                    with open(tmp / name, "rb") as fh:
+            for entry in tmp.iterdir():
+                if entry.name != MANIFEST:
+                    with open(entry, "rb") as fh:
                         os.fsync(fh.fileno())
             fault_point("word2vec.before_switch")
         return out
@@ -242,6 +242,7 @@ def _negative_table(counts: NDArray[np.int64], *, drop_unk: bool) -> AliasTable:
                       values=np.arange(first, len(counts), dtype=np.int64))
 
 
+# long (108 lines, 35 of docstring): one pipeline in order (read, vocabulary, subsample, contexts, negatives, metadata), each step a call
 def build_skipgram(
     source: PathLike | Sequence[Sequence[str]],
     /,
