@@ -336,3 +336,25 @@ def test_long_functions_say_why() -> None:
     assert set(bare) >= LONG_KNOWN, f"fixed, remove from LONG_KNOWN: {sorted(LONG_KNOWN - set(bare))}"
     bare = [b for b in bare if b not in LONG_KNOWN]
     assert not bare, "split these or say why above them (# long (N lines): why):\n  " + "\n  ".join(bare)
+
+
+SLEEP_KNOWN = {("tests/preprocessing/test_pipeline.py", "time.sleep(0.002 * (i % 3))")}
+"""Sleeps that are not waits: a worker's jitter to shuffle completion order."""
+
+
+def test_tests_never_sleep_a_fixed_time() -> None:
+    """Every ``sleep`` in the tests is inside a loop polling for something, with a deadline."""
+    tests = SRC.parent / "tests"
+    fixed = []
+    for path in sorted(tests.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "sleep"):
+                continue
+            up: ast.AST = node
+            while up in parents and not isinstance(up, (ast.While, ast.For, ast.FunctionDef, ast.Lambda)):
+                up = parents[up]
+            if not isinstance(up, (ast.While, ast.For)):
+                fixed.append((str(path.relative_to(tests.parent)), ast.unparse(node)))
+    assert set(fixed) == SLEEP_KNOWN, sorted(set(fixed) ^ SLEEP_KNOWN)

@@ -39,7 +39,9 @@ def test_server_killed_mid_epoch_and_restarted_completes_the_epoch_exactly_once(
         stop(proc, kill=True)
         before = [len(read_log(x)) for x in logs]
         assert min(before) >= 8
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10  # the port refuses connections: the workers see the server gone
+        while time.monotonic() < deadline and _accepts(port):
+            time.sleep(0.05)
         proc = start_server(server["root"], state, port, "--lease-timeout", "2")
         for w in workers:
             assert w.wait(timeout=60) == 0
@@ -60,3 +62,12 @@ def test_server_killed_mid_epoch_and_restarted_completes_the_epoch_exactly_once(
     assert set(uids) == set(range(N))
     if mode == "static":  # re-issued leases already yielded are acknowledged, not yielded again
         assert max(uids.values()) == 1
+
+
+def _accepts(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:port."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
