@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
+from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import norm_elastic
@@ -282,9 +283,8 @@ class Loader:
         cfg = state.get("config") if isinstance(state, Mapping) else None
         for st in [state] if isinstance(state, Mapping) else list(state):
             saved_refill = bool(st.get("config", {}).get("refill", False)) if isinstance(st, Mapping) else False
-            if saved_refill != self.refill and "refill" not in allow_mismatch:
-                raise ResumeStateError(f"resume state does not fit this loader: refill: saved {saved_refill}, "
-                                       f"now {self.refill}", hint="resume with the same refill setting")
+            check_resume_compat({"refill": saved_refill}, {"refill": self.refill}, fields=("refill",),
+                                allow_mismatch=allow_mismatch, hint="resume with the same refill setting")
         if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
                 and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
                 and cfg.get("replication", 1) == self.replication \
