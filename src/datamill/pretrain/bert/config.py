@@ -47,8 +47,8 @@ class BertConfig(BaseModel):
         pairing: how sentence pairs are cut from a document. ``"chunk_past_target"``: a chunk grows
             one sentence past the one that reaches the target length, so it holds at least two
             sentences when the document has them, and B is random only when the chunk left none or
-            with probability 0.5 (the loop of the article this project started from; ``"seed"`` is
-            its deprecated old name). ``"google"``: Google BERT's ``create_instances_from_document``
+            with probability 0.5 (the loop of the article this project started from, transcribed in
+            ``benchmarks/bert_seed_script.py``; ``"seed"`` is its deprecated old name). ``"google"``: Google BERT's ``create_instances_from_document``
             (create_pretraining_data.py): the chunk stops at the sentence that reaches the target, so
             a long WikiText paragraph is a one-sentence chunk with a random B. Defaults to
             ``"chunk_past_target"``.
