@@ -61,7 +61,7 @@ SLOW_MARKERS = ("ray", "browser", "faults")
 """Whole categories that are slow by nature: a Ray cluster, a browser, processes killed mid-write."""
 
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
-"""Test functions measured at >= 1 s (listed by file::function; see the file's header)."""
+"""Test functions measured slow (listed by file::function; see the file's header)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
