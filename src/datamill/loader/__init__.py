@@ -8,8 +8,14 @@ opens with :func:`datamill.loader.sources.open_source`. A Loader is a thin per-r
 builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up and applies the
 ``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
+<<<<<<< HEAD
 (:class:`~datamill.loader.torch.TorchLoaderDataset`). :class:`Mix` mixes
 several sources with exact per-epoch proportions and is itself a source.
+=======
+(:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``). :class:`Mix` mixes
+several sources with exact per-epoch proportions and is itself a source. :func:`trace` answers which
+steps read a sample and which samples a step read, from ``Loader.run_record()``.
+>>>>>>> main
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from datamill.loader.order import epoch_order, split_for_rank
 from datamill.loader.service import BatchService
 from datamill.loader.sources import open_source, read_batches
 from datamill.loader.stages import EpochPlan
+from datamill.loader.trace import (  # the function; the module stays datamill.loader.trace in sys.modules
+    Tracer,
+    trace,
+)
 
 __all__ = [
     "Accounting",
@@ -31,6 +41,7 @@ __all__ = [
     "EpochPlan",
     "Loader",
     "Mix",
+    "Tracer",
     "check_resume_compat",
     "collate_numpy",
     "collate_torch",
@@ -39,5 +50,6 @@ __all__ = [
     "per_sample",
     "read_batches",
     "split_for_rank",
+    "trace",
 ]
 assert sorted(__all__) == __all__
