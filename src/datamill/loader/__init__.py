@@ -8,14 +8,9 @@ opens with :func:`datamill.loader.sources.open_source`. A Loader is a thin per-r
 builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up and applies the
 ``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
-<<<<<<< HEAD
 (:class:`~datamill.loader.torch.TorchLoaderDataset`). :class:`Mix` mixes
-several sources with exact per-epoch proportions and is itself a source.
-=======
-(:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``). :class:`Mix` mixes
 several sources with exact per-epoch proportions and is itself a source. :func:`trace` answers which
 steps read a sample and which samples a step read, from ``Loader.run_record()``.
->>>>>>> main
 """
 
 from __future__ import annotations
