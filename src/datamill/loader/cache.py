@@ -26,6 +26,22 @@ from datamill.loader.stages import EpochPlan
 __all__ = ["BuildReader", "ShardCache"]
 
 
+def _read_contiguous(read: Callable[[int], pa.Table], k: int) -> pa.Table:
+    """Shard ``k`` with one chunk per column, combined here in the reader thread, once per read.
+
+    A take from a column of many chunks combines them first (for binary and list columns), which
+    would copy the whole shard on every gather; combining once at read time makes every later
+    take touch only the rows it returns. A column too large for one chunk stays as it is.
+    """
+    table = read(k)
+    if any(col.num_chunks > 1 for col in table.columns):
+        try:
+            table = table.combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. > 2 GiB in a 32-bit-offset binary column
+            pass
+    return table
+
+
 class ShardCache:
     """Reference-counted shards, read by a thread pool that lives while some build is active.
 
@@ -92,7 +108,7 @@ class ShardCache:
                 if fut is None:
                     if self._pool is None:
                         raise RuntimeError("ShardCache.load outside an open build")
-                    fut = self._pool.submit(self._read, k)
+                    fut = self._pool.submit(_read_contiguous, self._read, k)
                     self.reads += 1
                 else:
                     self.reused += 1
