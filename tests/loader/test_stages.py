@@ -1,14 +1,18 @@
-"""take_rows: the per-shard gather equals the straightforward ``concat_tables(...).take(rows)``."""
+"""take_rows equals the straightforward ``concat_tables(...).take(rows)``; warm-up windows keep the order pure."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datamill.loader import Loader
 from datamill.loader.cache import ShardCache
+from datamill.loader.order import shard_order, window_bounds
+from datamill.loader.service import BatchService
 from datamill.loader.stages import take_rows
+from tests.strategies import FakeSource, seeds, shard_sizes
 
 SCHEMA = pa.schema([
     ("uid", pa.int64()), ("f", pa.float32()), ("blob", pa.binary()), ("big", pa.large_binary()),
@@ -80,3 +84,53 @@ def test_cache_hands_out_shards_with_one_chunk_per_column() -> None:
     assert got.equals(chunked)
     cache.release(0)
     cache.finish()
+
+
+# ------------------------------------------------------------------ warm-up windows (a pure order)
+
+@given(n=st.integers(0, 300), window=st.integers(1, 70), warmup=st.booleans())
+def test_window_bounds_partition_the_shards_and_double_while_warming_up(n: int, window: int, warmup: bool) -> None:
+    bounds = window_bounds(n, window=window, warmup=warmup)
+    assert [a for a, _ in bounds] == ([0] + [b for _, b in bounds[:-1]] if bounds else [])
+    assert (bounds[-1][1] if bounds else 0) == n
+    sizes = [b - a for a, b in bounds]
+    expected = [min(2 ** i if warmup else window, window) for i in range(len(sizes))]
+    assert sizes[:-1] == expected[:-1]
+    if sizes:
+        assert 1 <= sizes[-1] <= expected[-1]
+
+
+@given(sizes=shard_sizes(), seed=seeds, epoch=st.integers(0, 5), window=st.integers(1, 6))
+def test_warmup_order_is_a_permutation_whose_windows_hold_their_shards(sizes: list[int], seed: int, epoch: int,
+                                                                      window: int) -> None:
+    order = shard_order(sizes, seed=seed, epoch=epoch, window=window, warmup=True)
+    np.testing.assert_array_equal(np.sort(order), np.arange(sum(sizes)))
+    np.testing.assert_array_equal(order, shard_order(sizes, seed=seed, epoch=epoch, window=window, warmup=True))
+    if sizes and min(sizes) > 0:  # the first window is one whole shard
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        shard_of = np.searchsorted(offsets, order, side="right") - 1
+        first = int(shard_of[0])
+        assert set(shard_of[:sizes[first]].tolist()) == {first}
+
+
+@settings(max_examples=10)
+@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=12), seed=seeds)
+def test_warmup_loader_visits_every_sample_once_and_matches_the_service(sizes: list[int], seed: int) -> None:
+    src = FakeSource(sizes)
+    got = np.concatenate([b["x"] for b in Loader(src, 7, seed=seed, warmup=True)])
+    np.testing.assert_array_equal(np.sort(got), np.arange(sum(sizes)))
+    with BatchService(src, batch_size=7, seed=seed, warmup=True) as svc:
+        served = np.concatenate([r.output["x"] for r in svc.build(0, 0, range(svc.num_batches(0)))])
+        np.testing.assert_array_equal(got, served)
+        np.testing.assert_array_equal(got, svc.plan(0).seq)
+        assert svc.config()["warmup"] is True
+    assert "warmup" not in BatchService(src, batch_size=7).config()  # the default order's states are unchanged
+
+
+def test_warmup_first_batch_needs_one_shard_not_a_window() -> None:
+    src = FakeSource([50] * 12)
+    plain = BatchService(src, batch_size=8, seed=3, window=12).plan(0)
+    warm = BatchService(src, batch_size=8, seed=3, window=12, warmup=True).plan(0)
+    assert len(np.unique(plain.shard[:8])) > 1
+    assert len(np.unique(warm.shard[:50])) == 1  # the first window is one shard
+    assert len(np.unique(warm.shard[50:150])) == 2

@@ -10,7 +10,9 @@ of workers; those only slice it:
 1. **Shard-aware shuffle** (:func:`shard_order`): the shard order is permuted per ``(seed, epoch)``,
    then consecutive shards of that permuted order are grouped into windows of ``window`` shards and
    the samples of each window are shuffled together. A reader therefore needs at most one window of
-   shards in memory, while samples from different shards are mixed within each batch.
+   shards in memory, while samples from different shards are mixed within each batch. The epoch
+   may warm up (``warmup=True``, :func:`window_bounds`): its first windows hold 1, 2, 4, ... shards,
+   so the first batch waits for one shard rather than a whole window.
 2. **Rank split** (:func:`split_for_rank`): rank ``r`` takes the ``r``-th contiguous slice of the
    global order (contiguous, so a rank reads only the shards of its part). Without ``drop_last`` every
    sample is used exactly once per epoch over all ranks and, when ``world_size`` does not divide the
@@ -57,6 +59,7 @@ __all__ = [
     "shard_order",
     "split_for_rank",
     "split_sizes",
+    "window_bounds",
     "worker_batches",
 ]
 
@@ -111,7 +114,8 @@ def default_window(shard_sizes: Sequence[int] | NDArray[np.int64]) -> int:
 
 
 def shard_order(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, window: int | None = None
+    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, window: int | None = None,
+    warmup: bool = False,
 ) -> NDArray[np.int64]:
     """Shard-aware shuffle: permute shards, then shuffle samples within windows of ``window`` shards.
 
@@ -120,6 +124,7 @@ def shard_order(
         seed: the run's seed.
         epoch: the epoch number.
         window: shards shuffled together. Defaults to ``None`` (:func:`default_window`).
+        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to ``False``.
 
     Returns:
         An int64 permutation of ``range(sum(shard_sizes))``.
@@ -147,15 +152,40 @@ def shard_order(
     total = int(pcum[-1])
     # sample j of the permuted sequence is starts[perm[s]] + (j - pcum[s]) for its shard s
     order = np.repeat(starts[perm] - pcum[:-1], psizes) + np.arange(total, dtype=np.int64)
-    for w0 in range(0, len(perm), win):
-        a, b = int(pcum[w0]), int(pcum[min(w0 + win, len(perm))])
+    for w0, w1 in window_bounds(len(perm), window=win, warmup=warmup):
+        a, b = int(pcum[w0]), int(pcum[w1])
         rng.shuffle(order[a:b])
     return order
 
 
+def window_bounds(num_shards: int, /, *, window: int, warmup: bool = False) -> list[tuple[int, int]]:
+    """``(first, stop)`` positions in the permuted shard order of each shuffle window of an epoch.
+
+    Every window holds ``window`` shards (the last one what is left). With ``warmup`` the epoch
+    *warms up*: its first windows hold 1, 2, 4, ... shards (doubling while below ``window``). The first
+    batch therefore waits for one shard, not a whole window (from object storage: one download),
+    and while a window is consumed the next one, at most twice as large, is read; the samples of
+    the warm-up windows mix over fewer shards than the later ones.
+
+    Examples:
+        >>> window_bounds(10, window=4)
+        [(0, 4), (4, 8), (8, 10)]
+        >>> window_bounds(10, window=4, warmup=True)
+        [(0, 1), (1, 3), (3, 7), (7, 10)]
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1 shard, got {window}")
+    out, start, size = [], 0, 1 if warmup else window
+    while start < num_shards:
+        stop = min(num_shards, start + min(size, window))
+        out.append((start, stop))
+        start, size = stop, size * 2
+    return out
+
+
 def global_order(
     shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, shuffle: bool = True,
-    window: int | None = None,
+    window: int | None = None, warmup: bool = False,
 ) -> NDArray[np.int64]:
     """The epoch's order over all ranks: :func:`shard_order`, or ``arange`` without shuffling.
 
@@ -166,7 +196,7 @@ def global_order(
     if not shuffle:
         _check_seed_epoch(seed, epoch)
         return np.arange(int(np.sum(np.asarray(shard_sizes, dtype=np.int64))), dtype=np.int64)
-    return shard_order(shard_sizes, seed=seed, epoch=epoch, window=window)
+    return shard_order(shard_sizes, seed=seed, epoch=epoch, window=window, warmup=warmup)
 
 
 def split_for_rank(
