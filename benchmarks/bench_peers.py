@@ -47,9 +47,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("datamill", "litdata", "streaming", "hf", "torchmap")
-S3_SYSTEMS = ("datamill", "litdata", "streaming")
-LABELS = {"datamill": "datamill", "litdata": "litData 0.2.76", "streaming": "mosaic streaming 0.13.0",
+SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming", "hf", "torchmap")
+S3_SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming")
+DATAMILLS = ("datamill", "datamill-warmup")
+LABELS = {"datamill": "datamill", "datamill-warmup": "datamill warmup=True", "litdata": "litData 0.2.76", "streaming": "mosaic streaming 0.13.0",
           "hf": "HF datasets 5.2.0", "torchmap": "torch map-style"}
 VENV_PACKAGES: dict[str, list[list[str]]] = {  # pip install steps per peer venv, in order
     "litdata": [["torch==2.13.0"], ["litdata==0.2.76", "pyarrow", "boto3"]],
@@ -88,8 +89,34 @@ def ensure_venv(cache: Path, peer: str) -> Path:
         subprocess.run([str(python), "-m", "pip", "install", "-q", *extra, *step], check=True)
     if peer == "litdata":  # obstore's S3Store refuses an http:// endpoint; without it litData uses boto3
         subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "obstore"], check=False)
+    if peer == "streaming":  # see _stub_torchvision
+        _stub_torchvision(python)
     marker.write_text("ok\n", encoding="utf-8")
     return python
+
+
+TORCHVISION_STUB = {
+    "__init__.py": '"""A stub: mosaic streaming imports torchvision for its vision datasets only."""\n',
+    "datasets/__init__.py": "from torch.utils.data import Dataset as VisionDataset\nCIFAR10 = None\n",
+    "transforms/__init__.py": "",
+    "transforms/functional.py": "def to_tensor(x):\n    raise NotImplementedError\n",
+}
+
+
+def _stub_torchvision(python: Path) -> None:
+    """Replace torchvision in mosaic's venv by a stub of the two names ``streaming.vision`` imports.
+
+    ``import streaming`` imports ``streaming.vision``, which imports torchvision; PyPI's torchvision
+    wheel is built for CUDA torch and fails to load beside the CPU torch wheel ("operator
+    torchvision::nms does not exist"). The benchmark never uses mosaic's vision datasets.
+    """
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "torchvision"], check=False)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    for rel, text in TORCHVISION_STUB.items():
+        path = Path(site) / "torchvision" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
 
 
 def pad_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -219,7 +246,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     system, storage, mode = spec["system"], spec["storage"], spec["mode"]
-    make = {"datamill": _datamill, "litdata": _litdata, "streaming": _streaming, "hf": _hf,
+    make = {"datamill": _datamill, "datamill-warmup": _datamill, "litdata": _litdata, "streaming": _streaming, "hf": _hf,
             "torchmap": _torchmap}[system]
     epochs = make(spec)  # imports done; returns a callable epoch(e) -> iterator of batches
     start = time.perf_counter()
@@ -259,7 +286,7 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             src = state["source"]
         else:
             src = ParquetSource(spec["path"])
-        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch)
+        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch, warmup=spec["system"] == "datamill-warmup")
         return iter(loader)
 
     state: dict[str, Any] = {}
@@ -427,7 +454,7 @@ def main() -> None:
     cache = Path(args.cache).expanduser()
     work = Path(args.work) if args.work else cache / "data"
     work.mkdir(parents=True, exist_ok=True)
-    pythons = {s: Path(sys.executable) if s == "datamill" else ensure_venv(cache, s) for s in systems}
+    pythons = {s: Path(sys.executable) if s in DATAMILLS else ensure_venv(cache, s) for s in systems}
     cmd = " ".join(["python", "benchmarks/bench_peers.py", *sys.argv[1:]])
     print(f"# bench_peers: {cmd}\n# load at start: {load()} ({os.cpu_count()} cpus)", flush=True)
 
@@ -439,7 +466,7 @@ def main() -> None:
         parquet = make_data(work, ds, sizes[ds])
         print(f"[data] {ds}: {sizes[ds]:,} samples in {parquet} ({time.perf_counter() - t0:.1f} s)", flush=True)
         for s in systems:
-            if s in ("datamill", "torchmap"):
+            if s in (*DATAMILLS, "torchmap"):
                 paths[(s, ds)] = parquet
                 continue
             out = work / ds / s
@@ -532,10 +559,12 @@ def _upload(s3: tuple[str, str, str], paths: dict[tuple[str, str], Path], system
 
     fs = s3_filesystem(endpoint=s3[0], access_key=s3[1], secret_key=s3[2], allow_bucket_creation=True)
     fs.create_dir(BUCKET)
-    names = {"datamill": "parquet", "litdata": "litdata", "streaming": "mds"}
+    names = {"datamill": "parquet", "datamill-warmup": "parquet", "litdata": "litdata", "streaming": "mds"}
     for ds in datas:
         for s in systems:
-            if s not in S3_SYSTEMS:
+            if s not in S3_SYSTEMS or s == "datamill-warmup" and "datamill" in systems:
+                if s == "datamill-warmup":
+                    nbytes[(s, ds)] = nbytes[("datamill", ds)]
                 continue
             local = paths[(s, ds)]
             files = [p for p in local.rglob("*") if p.is_file() and not p.name.startswith("_")]
@@ -601,22 +630,22 @@ def _table(results: dict[tuple[str, str, str, str], list[dict[str, Any]]], syste
         ok = value != "n/a" and float(value.rstrip("x")) >= target
         out.append(f"- {name}: {value} (goal >= {target}x) {'MET' if ok else 'NOT MET' if value != 'n/a' else ''}")
 
-    goal("3 KB binary, local: datamill / litData", ratio(("img", "local", "datamill"), ("img", "local", "litdata")), 1.5)
-    goal("3 KB binary, warm S3: datamill / litData", ratio(("img", "warm", "datamill"), ("img", "warm", "litdata")), 1.5)
-    for ds in datas:
-        goal(f"{ds}, S3 cold / warm (datamill)", ratio((ds, "cold", "datamill"), (ds, "warm", "datamill")), 0.9)
-        goal(f"{ds}, S3 cold with cache at 10% / warm (datamill)",
-             ratio((ds, "cold10", "datamill"), (ds, "warm", "datamill")), 0.9)
-    peers = [s for s in systems if s != "datamill" and ("tab", "local", s) in med]
-    if peers and ("tab", "local", "datamill") in med:
-        best = max(peers, key=lambda s: med[("tab", "local", s)])
-        goal(f"tabular, local: datamill / best peer ({best})", ratio(("tab", "local", "datamill"), ("tab", "local", best)),
-             1.0)
-    firsts = [r["first"] for r in results.get(("img", "s3", "cold", "datamill"), []) + results.get(
-        ("tab", "s3", "cold", "datamill"), []) if "error" not in r]
-    if firsts:
-        out.append(f"- first batch from cold S3 (datamill, worst): {max(firsts):.2f} s (goal <= 0.5 s) "
-                   f"{'MET' if max(firsts) <= 0.5 else 'NOT MET'}")
+    for dm in [d for d in DATAMILLS if d in systems]:
+        tag = LABELS[dm]
+        goal(f"3 KB binary, local: {tag} / litData", ratio(("img", "local", dm), ("img", "local", "litdata")), 1.5)
+        goal(f"3 KB binary, warm S3: {tag} / litData", ratio(("img", "warm", dm), ("img", "warm", "litdata")), 1.5)
+        for ds in datas:
+            goal(f"{ds}, S3 cold / warm ({tag})", ratio((ds, "cold", dm), (ds, "warm", dm)), 0.9)
+            goal(f"{ds}, S3 cold with cache at 10% / warm ({tag})", ratio((ds, "cold10", dm), (ds, "warm", dm)), 0.9)
+        peers = [s for s in systems if s not in DATAMILLS and ("tab", "local", s) in med]
+        if peers and ("tab", "local", dm) in med:
+            best = max(peers, key=lambda s: med[("tab", "local", s)])
+            goal(f"tabular, local: {tag} / best peer ({best})", ratio(("tab", "local", dm), ("tab", "local", best)),
+                 1.0)
+        firsts = [r["first"] for ds in datas for r in results.get((ds, "s3", "cold", dm), []) if "error" not in r]
+        if firsts:
+            out.append(f"- first batch from cold S3 ({tag}, worst): {max(firsts):.2f} s (goal <= 0.5 s) "
+                       f"{'MET' if max(firsts) <= 0.5 else 'NOT MET'}")
     return "\n".join(out) + "\n"
 
 
