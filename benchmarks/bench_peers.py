@@ -56,7 +56,7 @@ VENV_PACKAGES: dict[str, list[list[str]]] = {  # pip install steps per peer venv
     "litdata": [["torch==2.13.0"], ["litdata==0.2.76", "pyarrow", "boto3"]],
     "streaming": [["torch==2.13.0"], ["mosaicml-streaming==0.13.0", "pyarrow", "boto3"]],
     "hf": [["datasets==5.2.0", "pyarrow"]],
-    "torchmap": [["torch==2.13.0"], ["pyarrow"]],
+    "torchmap": [["torch==2.13.0"], ["pyarrow", "numpy"]],
 }
 BATCH = 256
 FILES = 100

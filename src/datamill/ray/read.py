@@ -10,6 +10,7 @@ unchanged. ``ray`` is imported when :func:`read_dataset` is called.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -53,8 +54,11 @@ def _datasource(path: str, cache_dir: str | None, cache_limit: int | None, colum
     nbytes = [int(b) for b in nbytes_of()] if callable(nbytes_of) else [None] * len(sizes)
     schema = src.read_shard(0, columns=columns).schema if sizes else None
 
-    class DatamillDatasource(Datasource):  # type: ignore[misc]  # ray's base class is untyped
+    class DatamillDatasource(Datasource):
         """The shards of a datamill output as read tasks (one block each)."""
+
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]  # ray is untyped
 
         def get_name(self) -> str:
             return "Datamill"
@@ -67,7 +71,7 @@ def _datasource(path: str, cache_dir: str | None, cache_limit: int | None, colum
             tasks = []
             for k, rows in enumerate(sizes):
                 meta = BlockMetadata(num_rows=rows, size_bytes=nbytes[k], input_files=None, exec_stats=None)
-                tasks.append(ReadTask(lambda k=k: _read(path, cache_dir, cache_limit, k, columns), meta,
+                tasks.append(ReadTask(functools.partial(_read, path, cache_dir, cache_limit, k, columns), meta,
                                       schema=schema))
             return tasks
 
