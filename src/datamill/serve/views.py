@@ -24,13 +24,13 @@ from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source
+from datamill.serve.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.session import Viewer, viewer
 from datamill.serve.ui.stats import ValueStats, footer_stats
 
 __all__ = ["IMAGE_TYPES", "MAX_LIMIT", "Inspector", "inspector", "router"]
@@ -299,43 +299,36 @@ def _size(path: Path) -> int:
 
 
 def inspector(request: Request) -> Inspector:
-    """The app's :class:`Inspector` (created on first use)."""
-    app_state = request.app.state
-    insp: Inspector | None = getattr(app_state, "inspector", None)
-    if insp is None:
-        insp = app_state.inspector = Inspector(app_state.serve)
+    """The app's :class:`Inspector` (a dependency)."""
+    insp: Inspector = request.app.state.inspector
     return insp
 
 
-def _reader(request: Request) -> Viewer:
-    who = viewer(request)
-    if who is None:
-        raise HTTPException(401, "missing, invalid or revoked API key")
-    return who
-
-
-router = APIRouter(prefix="/api/v1", dependencies=[Depends(_reader)])
+router = APIRouter(prefix="/api/v1/datasets")
 Insp = Annotated[Inspector, Depends(inspector)]
 
 
-@router.get("/datasets/{ref}/describe")
-def describe_route(ref: str, insp: Insp) -> dict[str, Any]:
+@router.get("/{ref}/describe")
+def describe_route(who: Reader, ref: str, insp: Insp) -> dict[str, Any]:
     """A dataset's :meth:`Inspector.detail`."""
+    check_dataset(who, insp.state, ref)
     return insp.detail(ref)
 
 
-@router.get("/datasets/{ref}/columns/{column}/values")
-def values_route(ref: str, column: str, insp: Insp) -> dict[str, Any]:
+@router.get("/{ref}/columns/{column}/values")
+def values_route(who: Reader, ref: str, column: str, insp: Insp) -> dict[str, Any]:
     """Top values and histogram of a column (``status`` ``running`` until computed)."""
+    check_dataset(who, insp.state, ref)
     src = insp.source(ref)
     if column not in src.columns:
         raise SchemaError(f"unknown column {column!r}; columns: {list(src.columns)}", column=column)
     return insp.values.get(src.fingerprint(), column, lambda: src).view()
 
 
-@router.get("/datasets/{ref}/samples")
-def samples_route(ref: str, insp: Insp, offset: Annotated[int, Query(ge=0)] = 0,
+@router.get("/{ref}/samples")
+def samples_route(who: Reader, ref: str, insp: Insp, offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
                   columns: Annotated[str | None, Query(max_length=10_000)] = None) -> dict[str, Any]:
     """A page of samples (``columns`` comma-separated)."""
+    check_dataset(who, insp.state, ref)
     return insp.samples(ref, offset=offset, limit=limit, columns=columns.split(",") if columns else None)

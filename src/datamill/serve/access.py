@@ -1,0 +1,162 @@
+"""Who may call what: the one authentication path of the server and the role every route declares.
+
+A route states its role with a dependency from :func:`requires` (``public``, ``read`` or ``admin``);
+:func:`route_roles` reads it back, so a test walks ``app.routes`` and fails on any route without exactly
+one. The dependency authenticates the caller once per request, from an ``Authorization: Bearer`` header
+or the UI's session cookie (:mod:`datamill.serve.ui.session`), and answers 401 (no valid key) or 403
+(a key without the role) before the route does any work.
+
+Examples:
+    >>> rank("admin") > rank("read") > rank("public")
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+
+from datamill.serve.iteration import Iteration
+from datamill.serve.routes.models import ItId
+from datamill.serve.server import ServeState
+from datamill.serve.viewer import Viewer
+
+__all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Viewer", "audit", "authenticate",
+           "check_dataset", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
+
+ROLES = ("public", "read", "admin")
+"""Route roles, weakest first: a key of a role may call the routes of every weaker role."""
+_ROLE_ATTR = "datamill_role"
+
+
+def rank(role: str) -> int:
+    """The strength of a role (its index in :data:`ROLES`)."""
+    return ROLES.index(role)
+
+
+def serve_state(request: Request) -> ServeState:
+    """The app's :class:`~datamill.serve.server.ServeState` (a dependency)."""
+    state: ServeState = request.app.state.serve
+    return state
+
+
+State = Annotated[ServeState, Depends(serve_state)]
+"""A route parameter ``state: State`` receives the server state."""
+
+
+def authenticate(request: Request) -> Viewer | None:
+    """The caller of ``request``, or ``None`` without a valid, unrevoked key (cached on the request)."""
+    cached = request.scope.get("datamill.viewer", False)
+    if cached is not False:
+        return cached  # type: ignore[no-any-return]
+    from datamill.serve.ui.session import session_viewer
+
+    state = serve_state(request)
+    who: Viewer | None
+    header = request.headers.get("authorization", "")
+    if not state.auth:
+        who = session_viewer(request, None)
+    elif header.startswith("Bearer "):
+        info = state.keys.check(header[len("Bearer "):].strip())
+        who = None if info is None else Viewer(info.role, "bearer", "", info.id, info.datasets)
+    elif request.method in ("GET", "HEAD") or request.url.path.startswith("/ui/"):
+        who = session_viewer(request, state)
+    else:  # a state-changing API call needs the Bearer header: a session cookie alone (and no CSRF token) is not enough
+        who = None
+    request.scope["datamill.viewer"] = who
+    return who
+
+
+def _checker(role: str) -> Callable[..., Any]:
+    if role == "public":
+        def check_public(request: Request) -> Viewer | None:
+            return authenticate(request)
+        fn: Callable[..., Any] = check_public
+    else:
+        def check(request: Request) -> Viewer:
+            who = authenticate(request)
+            if who is None:
+                raise HTTPException(401, "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`")
+            if rank(who.role) < rank(role):
+                raise HTTPException(403, f"this route needs an {role} key; yours is a {who.role} key")
+            return who
+        fn = check
+    setattr(fn, _ROLE_ATTR, role)
+    return fn
+
+
+_CHECKS = {role: _checker(role) for role in ROLES}
+
+
+def requires(role: str) -> Any:
+    """The dependency that declares (and enforces) a route's role: ``dependencies=[requires("admin")]``.
+
+    Raises:
+        ValueError: an unknown role (a programming error, at import time).
+    """
+    if role not in _CHECKS:
+        raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+    return Depends(_CHECKS[role])
+
+
+def routes(app: Any) -> Iterator[Any]:
+    """Every route of an app, those of included routers too, with its full path and dependencies."""
+    from fastapi import routing
+
+    walk = getattr(routing, "iter_route_contexts", None)  # fastapi >= 0.165 includes routers lazily
+    yield from (walk(app.routes) if walk else app.routes)
+
+
+def route_roles(route: Any) -> list[str]:
+    """The roles a route (from :func:`routes`) declares: a correct route declares exactly one."""
+    found: list[str] = []
+    stack = list(getattr(getattr(route, "dependant", None), "dependencies", None) or [])
+    while stack:
+        dep = stack.pop()
+        role = getattr(dep.call, _ROLE_ATTR, None)
+        if role is not None:
+            found.append(role)
+        stack.extend(dep.dependencies)
+    return found
+
+
+
+Reader = Annotated[Viewer, requires("read")]
+"""A route parameter ``who: Reader`` declares the ``read`` role and receives the caller."""
+Admin = Annotated[Viewer, requires("admin")]
+"""A route parameter ``who: Admin`` declares the ``admin`` role and receives the caller."""
+Caller = Annotated["Viewer | None", Depends(authenticate)]
+"""The caller (``None`` when anonymous) without declaring a role: for checks beyond the role."""
+
+
+def may_use(who: Viewer | None, ds: Mapping[str, Any]) -> bool:
+    """Whether the caller's key may use a dataset (a registered row with ``id`` and ``name``)."""
+    return who is None or who.datasets is None or ds["id"] in who.datasets or ds["name"] in who.datasets
+
+
+def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, Any]:
+    """The dataset ``ref`` (id or name), or 403 when the caller's key is limited to other datasets."""
+    ds = state.dataset(ref)
+    if not may_use(who, ds):
+        assert who is not None and who.datasets is not None
+        raise HTTPException(403, f"this key may use the datasets {', '.join(sorted(who.datasets))} only, "
+                                 f"not {ds['name']!r}")
+    return ds
+
+
+def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
+    """The iteration of the path, or 403 when its dataset is outside the caller's key's datasets."""
+    it = state.iteration(it_id)
+    check_dataset(who, state, str(it.config["dataset"]))
+    return it
+
+
+ScopedIteration = Annotated[Iteration, Depends(scoped_iteration)]
+"""A route parameter ``it: ScopedIteration`` receives the path's iteration, checked against the key's datasets."""
+
+
+def audit(state: ServeState, who: Viewer | None, action: str, detail: str = "") -> None:
+    """Record an admin action in the journal's audit table."""
+    state.journal.add_audit(who.key_id if who else None, action, detail[:500])
