@@ -134,3 +134,14 @@ def test_warmup_first_batch_needs_one_shard_not_a_window() -> None:
     assert len(np.unique(plain.shard[:8])) > 1
     assert len(np.unique(warm.shard[:50])) == 1  # the first window is one shard
     assert len(np.unique(warm.shard[50:150])) == 2
+
+
+@given(tables=shard_tables(), data=st.data())
+def test_take_rows_of_null_free_binary_and_strings_equals_concat_then_take(tables: list[pa.Table],
+                                                                           data: st.DataObject) -> None:
+    # the view gather: null-free binary/string columns, values inline (<= 12 bytes) and in data buffers
+    def fill(t: pa.Table) -> pa.Table:
+        blobs = [(b or b"") * 3 for b in t.column("blob").to_pylist()]
+        return t.set_column(2, "blob", pa.array(blobs, pa.binary())).set_column(
+            4, "s", pa.array([b.hex() for b in blobs], pa.string()))
+    test_take_rows_equals_concat_then_take.hypothesis.inner_test([fill(t) for t in tables], data)  # type: ignore[attr-defined]
