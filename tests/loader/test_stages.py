@@ -123,6 +123,8 @@ def test_warmup_loader_visits_every_sample_once_and_matches_the_service(sizes: l
         served = np.concatenate([r.output["x"] for r in svc.build(0, 0, range(svc.num_batches(0)))])
         np.testing.assert_array_equal(got, served)
         np.testing.assert_array_equal(got, svc.plan(0).seq)
+        # the server's O(shards) path (EpochOrder) gives the same samples
+        np.testing.assert_array_equal(got, svc.batch_samples(0, 0, list(range(svc.num_batches(0)))))
         assert svc.config()["warmup"] is True
     assert "warmup" not in BatchService(src, batch_size=7).config()  # the default order's states are unchanged
 
