@@ -188,11 +188,9 @@ def make_data(work: Path, ds: str, n: int) -> Path:
 
 def convert(system: str, ds: str, parquet: Path, out: Path, n: int) -> None:
     """Write ``parquet``'s samples in ``system``'s format under ``out`` (runs in the peer's venv)."""
-    import glob
-
     import pyarrow.parquet as pq
 
-    files = sorted(glob.glob(str(parquet / "*.parquet")))
+    files = sorted(str(p) for p in parquet.glob("*.parquet"))
     if system == "litdata":
         from litdata import optimize
 
@@ -484,7 +482,7 @@ def main() -> None:
 
     results: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     loads: list[str] = []
-    with _maybe_s3("s3" in storages, work) as s3:
+    with _maybe_s3(on="s3" in storages, work=work) as s3:
         nbytes: dict[tuple[str, str], int] = {}
         if s3 is not None:
             _upload(s3, paths, systems, datas, nbytes)
@@ -530,7 +528,7 @@ def _check(path: Path, n: int) -> dict[str, Any]:
 
 
 class _maybe_s3:
-    def __init__(self, on: bool, work: Path) -> None:
+    def __init__(self, *, on: bool, work: Path) -> None:
         self.on, self.work = on, work
         self.cm: Any = None
 
