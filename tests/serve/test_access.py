@@ -29,7 +29,7 @@ EXPECTED = {
     ("GET", "/api/v1/keys"): "admin", ("POST", "/api/v1/keys"): "admin", ("DELETE", "/api/v1/keys/{key_id}"): "admin",
     ("POST", "/api/v1/iterations"): "read", ("GET", "/api/v1/iterations"): "read",
     ("GET", "/api/v1/iterations/{it_id}"): "read", ("GET", "/api/v1/iterations/{it_id}/progress"): "read",
-    ("GET", "/api/v1/iterations/{it_id}/done"): "read", ("POST", "/api/v1/iterations/{it_id}/cancel"): "admin",
+    ("GET", "/api/v1/iterations/{it_id}/done"): "read", ("GET", "/api/v1/iterations/{it_id}/trace"): "read", ("POST", "/api/v1/iterations/{it_id}/cancel"): "admin",
     ("POST", "/api/v1/iterations/{it_id}/rewind"): "admin", ("POST", "/api/v1/iterations/{it_id}/resume"): "read",
     ("GET", "/api/v1/iterations/{it_id}/next"): "read", ("POST", "/api/v1/iterations/{it_id}/ack"): "read",
     ("POST", "/api/v1/iterations/{it_id}/heartbeat"): "read",
