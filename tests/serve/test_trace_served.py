@@ -17,7 +17,7 @@ import pytest
 
 from datamill.loader import Loader
 from datamill.loader.trace import Tracer
-from datamill.serve import RemoteLoader
+from datamill.serve import Client, RemoteLoader
 from datamill.serve.client import Http, RemoteError
 from datamill.sources import open_source
 from tests.serve._proc import env, read_log, start_worker, stop
@@ -133,3 +133,35 @@ def test_trace_route_needs_a_key_and_the_cli_reads_the_url(server: dict[str, Any
                          env=env(), capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["batches"][0]["uids"] == batches[7]
+
+
+def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(server: dict[str, Any]) -> None:
+    kw: dict[str, Any] = {"batch_size": 30, "seed": 17, "collate": "arrow", "lease_size": 4}
+    first: dict[int, list[list[int]]] = {}
+    for rank in range(3):  # each rank consumes 2 whole leases (acknowledged), then its process stops
+        loader = RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=3, name="tr3", **kw)
+        it = iter(loader)
+        first[rank] = [next(it).column("uid").to_pylist() for _ in range(2 * 4 + 1)][:8]
+        it.close()
+        old_id = loader.iteration_id
+    second: dict[int, list[list[int]]] = {}
+    # create the resumed iteration (the RemoteLoaders join it by name)
+    with Client(server["url"], server["read"]) as client:
+        info = client.iteration("ds", batch_size=30, seed=17, world_size=2, name="tr2r", resume_from=str(old_id))
+    for rank in range(2):
+        loader = RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=2, name="tr2r", **kw)
+        second[rank] = [b.column("uid").to_pylist() for b in loader]
+    source = open_source(server["root"] / "ds")
+    old = Tracer(_record(server, str(old_id)), source=source)
+    for rank, batches in first.items():
+        for step, uids in enumerate(batches):
+            assert old.batch(rank=rank, step=step, epoch=0).uids == uids
+    record = _record(server, info["id"])
+    assert record["served"]["queues"] is not None and record["served"]["base_done"]
+    tracer = Tracer(record, source=source)
+    for rank, batches in second.items():
+        for step, uids in enumerate(batches):
+            assert tracer.batch(rank=rank, step=step).uids == uids
+    want = {u: [(rank, step, pos)] for rank, bs in second.items() for step, b in enumerate(bs) for pos, u in enumerate(b)}
+    assert _uid_hits(tracer) == want  # the samples done before the resume: not read by this iteration
+    assert len(want) + sum(len(b) for bs in first.values() for b in bs) == N
