@@ -21,8 +21,9 @@ __all__ = ["routers"]
 def routers() -> list[APIRouter]:
     """Every router of the server, the web UI's included, in the order they are mounted."""
     from datamill.serve.routes import datasets, health, iterations, keys, leases, trace
+    from datamill.serve.ui import lineage
     from datamill.serve.ui.pages import root, router
     from datamill.serve.views import router as views
 
     return [health.router, datasets.router, views, keys.router, iterations.router, leases.router,
-            trace.router, router, root]
+            trace.router, lineage.router, router, root]
