@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +14,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
+from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import norm_elastic
@@ -24,9 +24,6 @@ from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
 from datamill.loader.trace import run_record as _run_record
-
-if TYPE_CHECKING:
-    from torch.utils.data import IterableDataset
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
 
@@ -292,9 +289,8 @@ class Loader:
         cfg = state.get("config") if isinstance(state, Mapping) else None
         for st in [state] if isinstance(state, Mapping) else list(state):
             saved_refill = bool(st.get("config", {}).get("refill", False)) if isinstance(st, Mapping) else False
-            if saved_refill != self.refill and "refill" not in allow_mismatch:
-                raise ResumeStateError(f"resume state does not fit this loader: refill: saved {saved_refill}, "
-                                       f"now {self.refill}", hint="resume with the same refill setting")
+            check_resume_compat({"refill": saved_refill}, {"refill": self.refill}, fields=("refill",),
+                                allow_mismatch=allow_mismatch, hint="resume with the same refill setting")
         if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
                 and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
                 and cfg.get("replication", 1) == self.replication \
@@ -392,16 +388,6 @@ class Loader:
         """
         return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
                                   elastic=self._elastic, replication=self.replication)
-
-    def to_torch(self) -> IterableDataset[Any]:
-        """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
-
-        :class:`datamill.loader.torch.TorchLoaderDataset` is the documented entry; this shortcut
-        loads it with ``importlib`` so that this module never imports the torch adapter.
-        """
-        adapter = importlib.import_module("datamill.loader.torch")
-        dataset: IterableDataset[Any] = adapter.TorchLoaderDataset(self)
-        return dataset
 
     def __iter__(self) -> Generator[Any, None, None]:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,

@@ -45,6 +45,7 @@ from datamill.core.objstore import (
     store_error,
 )
 from datamill.core.source import check_read_args
+from datamill.core.storage import filesystem_for, scheme_of
 
 __all__ = ["RemoteParquetSource", "ShardFileCache", "is_remote", "s3_filesystem", "split_url"]
 
@@ -57,7 +58,7 @@ class RemoteParquetSource:
         cache_dir: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: bytes the local cache keeps at most. Defaults to ``None`` (no limit).
-        filesystem: the filesystem to use. Defaults to ``None`` (:func:`s3_filesystem` from the environment).
+        filesystem: the filesystem to use. Defaults to ``None`` (the URL scheme's: :func:`~datamill.core.storage.filesystem_for`).
 
     Raises:
         DataFileNotFoundError: nothing at ``url``. DataFileError: a file is not Parquet.
@@ -67,8 +68,8 @@ class RemoteParquetSource:
     def __init__(self, url: str, *, cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
                  filesystem: pafs.FileSystem | None = None) -> None:
         self.url = url.rstrip("/")
-        self.fs = filesystem if filesystem is not None else s3_filesystem()
-        root = split_url(self.url)
+        self.fs, root = filesystem_for(self.url, filesystem=filesystem)
+        self.prefix = scheme_of(self.url).prefix
         try:
             top = self.fs.get_file_info(root)
             if top.type == pafs.FileType.File:
@@ -91,12 +92,12 @@ class RemoteParquetSource:
                 with self.fs.open_input_file(info.path) as f:
                     md = pq.ParquetFile(f).metadata
             except (OSError, pa.ArrowException) as exc:
-                raise DataFileError(f"not a readable Parquet object ({exc})", path=f"s3://{info.path}") from exc
+                raise DataFileError(f"not a readable Parquet object ({exc})", path=f"{self.prefix}{info.path}") from exc
             s = md.schema.to_arrow_schema().remove_metadata()
             if schema is None:
                 schema = s
             elif not s.equals(schema):
-                raise SchemaError(f"schema {s} differs from the first file's {schema}", path=f"s3://{info.path}")
+                raise SchemaError(f"schema {s} differs from the first file's {schema}", path=f"{self.prefix}{info.path}")
             sizes.append(md.num_rows)
         assert schema is not None
         self.schema = schema
@@ -136,9 +137,9 @@ class RemoteParquetSource:
             try:
                 got = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
             except (OSError, pa.ArrowException) as exc:
-                raise DataFileError(f"downloaded copy is not Parquet ({exc})", path=f"s3://{info.path}") from exc
+                raise DataFileError(f"downloaded copy is not Parquet ({exc})", path=f"{self.prefix}{info.path}") from exc
             if got != rows:
-                raise DataFileError(f"downloaded copy has {got} rows, expected {rows}", path=f"s3://{info.path}")
+                raise DataFileError(f"downloaded copy has {got} rows, expected {rows}", path=f"{self.prefix}{info.path}")
 
         data = self.cache.read(info.path, info=info, check=check)
         return pq.read_table(pa.BufferReader(data), columns=cols)

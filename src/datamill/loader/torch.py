@@ -1,7 +1,7 @@
 """A ``torch.utils.data.IterableDataset`` over a :class:`~datamill.loader.Loader` (imports torch).
 
-:class:`TorchLoaderDataset` is the entry point (``Loader.to_torch()`` is a shortcut that loads this
-module with ``importlib``, so the loader module never imports the adapter). Use it with
+:class:`TorchLoaderDataset` is the entry point (the loader module never imports this adapter: there
+is no ``Loader.to_torch()``, which would be an import cycle). Use it with
 ``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches.
 Worker ``w`` of ``N`` (from ``torch.utils.data.get_worker_info()``) builds the rank's batches
 ``w, w + N, ...`` through the loader's :class:`~datamill.loader.service.BatchService` and the

@@ -255,6 +255,9 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
+    from datamill.core.commands import register_handler
+
+    register_handler("serve iterate", run_iterate)  # `datamill iterate DATASET --url URL` calls it
     p = sub.add_parser("serve", help="serve datasets to training processes over HTTP (exactly once)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
