@@ -20,6 +20,11 @@ reports the samples that *would have been* in the batch; given the source and th
 says which of them the filter rejected (``rejected``). ``refill=True`` runs re-cut batches after
 filtering and are not traceable by position (:class:`~datamill.core.errors.ConfigError`).
 
+A served iteration's record (``GET /api/v1/iterations/{id}/trace``, :func:`plan_record` plus a
+``served`` section) is traced the same way; in dynamic mode (or static mode resumed over another world
+size) its steps are the journaled ones: ``Hit.client`` names the client, and :meth:`Tracer.batch`
+takes ``client=`` (see :mod:`datamill.serve.trace`).
+
 The per-epoch index (:mod:`datamill.loader.trace_index`, ``O(shards)`` numbers) is built on first
 use and stored beside the record (``RECORD.index/``), so later queries replay one shuffle window.
 """
