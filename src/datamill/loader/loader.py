@@ -64,7 +64,7 @@ class Loader:
         rank: this process's rank. Defaults to ``0``.
         world_size: number of ranks. Defaults to ``1``.
         batching: how batches are formed: shuffle window, length buckets, filter, transform,
-            ``max_errors``, refill, replication (:class:`~datamill.loader.options.Batching`).
+            ``max_errors``, refill, replication, warmup (:class:`~datamill.loader.options.Batching`).
             Defaults to ``Batching()``.
         workers: how batches are built: threads, prefetch, pinned memory, progress bar; never
             changes the batches (:class:`~datamill.loader.options.Workers`). Defaults to ``Workers()``.
@@ -110,7 +110,7 @@ class Loader:
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
             columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
             filter=b.filter, transform=b.transform, max_errors=b.max_errors, prefetch=w.prefetch,
-            num_workers=w.threads, plan_epochs=1, bucket_by=b.bucket_by, buckets=b.buckets)
+            num_workers=w.threads, plan_epochs=1, bucket_by=b.bucket_by, buckets=b.buckets, warmup=b.warmup)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(w.progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = self._skip = 0
@@ -317,7 +317,7 @@ class Loader:
         """A loader resuming ``state`` (or every rank's states); order settings default to the saved ones.
 
         The fields of a given ``batching=`` left at their defaults (window, buckets, refill,
-        replication) take the saved values too.
+        replication, warmup) take the saved values too.
 
         Examples:
             >>> from datamill.core.source import TableSource
@@ -331,7 +331,8 @@ class Loader:
         st = validate_state(first)
         cfg = dict(st["config"])
         saved = {"window": cfg["window"], "replication": cfg.get("replication", 1), "bucket_by": cfg.get("bucket_by"),
-                 "buckets": cfg.get("buckets", 8), "refill": bool(cfg.get("refill", False))}
+                 "buckets": cfg.get("buckets", 8), "refill": bool(cfg.get("refill", False)),
+                 "warmup": bool(cfg.get("warmup", False))}
         given = kwargs.pop("batching", None) or Batching()
         default = Batching()
         batching = dataclasses.replace(given, **{k: v for k, v in saved.items()

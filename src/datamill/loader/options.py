@@ -5,7 +5,8 @@ The common options stay keywords of :class:`~datamill.loader.Loader` (``shuffle`
 groups a user can tell apart by one question, *does it change the batches?*
 
 - :class:`Batching` does: the shuffle window, length buckets, the filter and transform, the error
-  budget, refill, replication. Its order settings are recorded in the resume state and the run record.
+  budget, refill, replication, warmup. Its order settings are recorded in the resume state and
+  the run record.
 - :class:`Workers` never does: threads, read-ahead, pinned memory and the progress bar only change
   speed and display, so two loaders differing only in ``Workers`` yield the same batches.
 """
@@ -44,6 +45,9 @@ class Batching:
         replication: ranks per replication group (tensor/context parallelism): the ``replication``
             consecutive ranks of a group get the same batches, groups split the data. Must divide
             ``world_size``. Defaults to ``1``.
+        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
+            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`).
+            Defaults to ``False``.
 
     Examples:
         >>> Batching(window=4, bucket_by="tokens").buckets
@@ -58,6 +62,7 @@ class Batching:
     max_errors: int = 0
     refill: bool = False
     replication: int = 1
+    warmup: bool = False
 
 
 @dataclass(frozen=True)
