@@ -267,3 +267,20 @@ def test_loader_init_takes_at_most_12_parameters() -> None:
     assert len(params) <= 12, params
     with pytest.raises(ConfigError, match="batching must be a Batching"):
         Loader(FakeSource([4]), 2, batching={"refill": True})  # type: ignore[arg-type]
+
+
+def test_from_state_keeps_the_saved_batching_and_takes_the_given_functions() -> None:
+    src = FakeSource([7, 5, 9])
+    keep = per_sample(lambda r: r["x"] % 3 != 0)
+    a = Loader(src, 4, seed=2, batching=Batching(window=2, filter=keep, refill=True), workers=Workers(threads=2))
+    it = iter(a)
+    head = [next(it)["x"].tolist() for _ in range(2)]
+    rest = [b["x"].tolist() for b in it]
+    state = Loader(src, 4, seed=2, batching=Batching(window=2, filter=keep, refill=True))
+    it2 = iter(state)
+    next(it2), next(it2)
+    b = Loader.from_state(src, state.state_dict(), batching=Batching(filter=keep))  # window=2, refill from the state
+    assert (b.window, b.refill) == (2, True)
+    assert head and [x["x"].tolist() for x in b] == rest
+    with pytest.raises(ResumeStateError, match="window"):
+        Loader.from_state(src, state.state_dict(), batching=Batching(window=3, filter=keep))
