@@ -87,6 +87,9 @@ class Loader:
             last one shorter, or dropped with ``drop_last``) instead of leaving filtered batches
             smaller; the state records where the rows not yet emitted start, so resuming stays exact
             (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to ``False``.
+        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
+            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`).
+            Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -109,7 +112,7 @@ class Loader:
         num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
         max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
-        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False,
+        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False, warmup: bool = False,
     ) -> None:
         for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -126,7 +129,7 @@ class Loader:
             columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
             filter=filter,
             transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1,
-            bucket_by=bucket_by, buckets=buckets)
+            bucket_by=bucket_by, buckets=buckets, warmup=warmup)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = self._skip = 0

@@ -439,6 +439,19 @@ class ShardsetDataset:
             raise ShardsetError("the dataset has no shards", path=self.loc.display)
         return pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
 
+    def to_hf(self, *, columns: Sequence[str] | str | None = None, join: str = "left") -> Any:
+        """The dataset as a Hugging Face ``datasets.Dataset`` over :meth:`to_table` (no per-row conversion).
+
+        See also :func:`datamill.hf.to_dataset` (any datamill output) and
+        :func:`datamill.hf.to_iterable_dataset`.
+
+        Raises:
+            MissingExtraError: ``datasets`` is not installed (``pip install 'datamill[hf]'``).
+        """
+        from datamill.core.optional import require
+
+        return require("datasets", extra="hf").Dataset(self.to_table(columns=columns, join=join))
+
 
 def read_error(display: str, k: int, exc: BaseException) -> DatamillError:
     """A reading failure of shard ``k`` as a located DatamillError."""
