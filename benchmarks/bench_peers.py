@@ -188,11 +188,9 @@ def make_data(work: Path, ds: str, n: int) -> Path:
 
 def convert(system: str, ds: str, parquet: Path, out: Path, n: int) -> None:
     """Write ``parquet``'s samples in ``system``'s format under ``out`` (runs in the peer's venv)."""
-    import glob
-
     import pyarrow.parquet as pq
 
-    files = sorted(glob.glob(str(parquet / "*.parquet")))
+    files = sorted(str(p) for p in parquet.glob("*.parquet"))
     if system == "litdata":
         from litdata import optimize
 
@@ -274,7 +272,7 @@ def _s3_env(spec: dict[str, Any]) -> None:
 def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     sys.path.insert(0, str(ROOT / "src"))
     from datamill.core.parquet import ParquetSource
-    from datamill.loader import Loader
+    from datamill.loader import Batching, Loader
     from datamill.loader.remote import RemoteParquetSource
 
     def epochs(epoch: int) -> Iterator[Any]:
@@ -286,7 +284,8 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             src = state["source"]
         else:
             src = ParquetSource(spec["path"])
-        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch, warmup=spec["system"] == "datamill-warmup")
+        warm = Batching(warmup=spec["system"] == "datamill-warmup")
+        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch, batching=warm)
         return iter(loader)
 
     state: dict[str, Any] = {}
@@ -484,7 +483,7 @@ def main() -> None:
 
     results: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     loads: list[str] = []
-    with _maybe_s3("s3" in storages, work) as s3:
+    with _maybe_s3(on="s3" in storages, work=work) as s3:
         nbytes: dict[tuple[str, str], int] = {}
         if s3 is not None:
             _upload(s3, paths, systems, datas, nbytes)
@@ -530,7 +529,7 @@ def _check(path: Path, n: int) -> dict[str, Any]:
 
 
 class _maybe_s3:
-    def __init__(self, on: bool, work: Path) -> None:
+    def __init__(self, *, on: bool, work: Path) -> None:
         self.on, self.work = on, work
         self.cm: Any = None
 

@@ -150,7 +150,6 @@ def test_counters_survive_a_restart_and_events_are_json_lines(setup: dict[str, A
     proc, url = _start(setup)
     try:
         it = _epoch(url, setup["read"], "restart")
-        time.sleep(1.5)
         before = _scrape(url, setup["metrics"])
         assert _value(before, "datamill_units_acknowledged_total", iteration=it) == UNITS
         issued = _value(before, "datamill_leases_issued_total", iteration=it)
@@ -218,7 +217,9 @@ def test_sigterm_drains_leases_in_flight_then_exits_0(setup: dict[str, Any]) -> 
         assert status == 200
         lease, fence = head["x-datamill-lease"], head["x-datamill-fence"]
         os.kill(proc.pid, signal.SIGTERM)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 20
+        while _value(_scrape(url, setup["metrics"]), "datamill_draining") != 1:
+            assert time.monotonic() < deadline, "the server did not start draining"
         assert proc.poll() is None  # still serving: a lease is in flight
         status, head, out = _call(url, key, "GET", f"/api/v1/iterations/{it}/next?client=c2")
         assert status == 503 and "draining" in out["error"] and head["retry-after"]

@@ -277,6 +277,7 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
                    help="seconds to keep retrying an unreachable server before failing (default 3)")
 
 
+# long (66 lines, 2 of docstring): the argparse tree of `datamill serve` and its commands, one add_argument per option with its help
 def register(sub: Any) -> None:
     """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
     from datamill.core.commands import register_handler

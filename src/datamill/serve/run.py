@@ -189,6 +189,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
+# long (90 lines, 26 of docstring): the public entry: config merge and checks, logging, the app, uvicorn with TLS/proxy options, the drain; the docstring documents every option
 def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, port: int | None = None,
           state: str | os.PathLike[str] | None = None, auth: bool | None = None, lease_timeout: float | None = None,
           allowed_hosts: Sequence[str] | None = None, echo: Callable[[str], Any] = print,
