@@ -60,7 +60,7 @@ def _flip(db: Path, offsets: range) -> None:
 
 
 @pytest.mark.parametrize("damage", ["flipped-header", "flipped-schema", "flipped-data", "truncated-mid-page",
-                                    "truncated-at-page", "folder-as-file", "state-is-file", "empty-garbage"])
+                                    "truncated-at-page", "truncated-to-zero", "folder-as-file", "state-is-file", "empty-garbage"])
 def test_bad_state_is_one_error_line_naming_the_path_and_no_server(tmp_path: Path, damage: str) -> None:
     root = tmp_path / "root"
     root.mkdir()
@@ -82,6 +82,8 @@ def test_bad_state_is_one_error_line_naming_the_path_and_no_server(tmp_path: Pat
         db.write_bytes(db.read_bytes()[: size // 2 + 100])
     elif damage == "truncated-at-page":
         db.write_bytes(db.read_bytes()[: 4096 * 2])
+    elif damage == "truncated-to-zero":
+        db.write_bytes(b"")
     elif damage == "folder-as-file":
         db.unlink()
         db.mkdir()

@@ -117,7 +117,11 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
         from datamill.serve.ui.pages import access_page
 
         return access_page(request, exc.status_code, str(exc.detail))
-    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    detail = exc.detail
+    if exc.status_code == 400 and detail == "There was an error parsing the body":  # fastapi's words for a ValueError
+        detail = (f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at most 4,300 "
+                  "digits), could not parse it")
+    return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _on_invalid(request: Request, exc: Exception) -> Response:

@@ -8,7 +8,7 @@ each UI session id, its key, expiry), ``audit`` (admin actions and each key's fi
 ``key_use`` (which days a key was seen). Every write commits before the server replies.
 
 The folder is created ``0700`` and the database ``0600``; opening runs ``PRAGMA quick_check``, so a
-corrupt or truncated journal, a folder where the file should be or a state path that is a file is a
+corrupt, truncated or empty journal, a folder where the file should be or a state path that is a file is a
 :class:`StateError` naming the path, never a server that starts on bad state.
 """
 
@@ -72,8 +72,13 @@ def _check_dir(state_dir: Path) -> Path:
             os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
             raise StateError(f"cannot create the journal: {exc.strerror}", path=db) from exc
-    elif db.stat().st_mode & 0o077:
-        db.chmod(0o600)
+    else:
+        if db.stat().st_size == 0:  # SQLite would take it for a new journal: every key and iteration gone
+            raise StateError("the journal is empty (0 bytes): truncated?", path=db,
+                             hint="restore it from a backup (`datamill serve backup`), or delete the file to "
+                                  "start with no keys and no iterations")
+        if db.stat().st_mode & 0o077:
+            db.chmod(0o600)
     return db
 
 
