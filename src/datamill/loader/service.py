@@ -342,7 +342,8 @@ class BatchService:
     def rank_samples(self, rank: int = 0, world_size: int = 1, *, replication: int = 1) -> int:
         """Samples rank ``rank`` visits per epoch (positions of its batches)."""
         data_rank, data_world = _check_rank(0, rank, world_size, replication)
-        count = split_sizes(self.epoch_samples(), world_size=data_world, drop_last=self.drop_last)[data_rank]
+        base, extra = divmod(self.epoch_samples(), data_world)  # split_sizes(...)[data_rank], in O(1)
+        count = base if self.drop_last else base + (1 if data_rank < extra else 0)
         return min(count, num_batches(count, batch_size=self.batch_size, drop_last=self.drop_last) * self.batch_size)
 
     def num_batches(self, epoch: int, rank: int = 0, world_size: int = 1, *, elastic: Elastic | None = None,
