@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, DataFileError, ResumeStateError
-from datamill.loader.order import split_sizes
 from datamill.loader import (
     Accounting,
     Batching,
@@ -26,6 +25,7 @@ from datamill.loader import (
     Loader,
     Workers,
 )
+from datamill.loader.order import split_sizes
 from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes, world_sizes
 
 
