@@ -87,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
     argv, quiet = split_quiet(sys.argv[1:] if argv is None else argv)
+    bad = next((a for a in argv if "\x00" in a), None)
+    if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
+        parser.error(f"argument {bad[:40]!r} contains a NUL byte")
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -112,10 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    except OSError as exc:  # a full disk met outside the atomic writers
+    except OSError as exc:  # a full disk, an unwritable folder or an unusable path met outside the writers
         from datamill.core.io import as_output_error
+        from datamill.core.output import as_path_error
 
-        err: DatamillError | None = as_output_error(exc, exc.filename or "output")
+        err: DatamillError | None = as_output_error(exc, exc.filename or "output") or as_path_error(exc)
         if err is None and "AWS Error" in str(exc):  # an object store's failure not located further in
             from datamill.core.objstore import store_error
 

@@ -1,0 +1,156 @@
+"""Parameter checks, stated once: integers and floats in a range, finite, of the right type.
+
+Every constructor and CLI option that takes a count, a size or a probability checks it here, so a
+limit and its message are written in one place. :func:`check_int` and :func:`check_float` raise
+:class:`~datamill.core.errors.ConfigError` (a ``ValueError``) naming the parameter, the range and
+the value given. A :class:`Limit` holds one parameter's range and serves both sides: ``limit(value)``
+checks an argument of the Python API, ``limit.arg`` is the argparse ``type=`` of the matching CLI
+option (a bad value is argparse's one ``error:`` line, exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from datamill.core.errors import ConfigError
+
+__all__ = ["MAX_COUNT", "Limit", "check_float", "check_int", "check_rank"]
+
+MAX_COUNT = 2**40
+"""The largest count any parameter accepts (about 10^12): beyond it a run would never finish."""
+
+
+def _range_text(low: float | None, high: float | None, *, low_open: bool = False) -> str:
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f"<= {high:g}"
+    return "any value"
+
+
+def check_int(value: Any, *, name: str, low: int | None = None, high: int | None = MAX_COUNT,
+              hint: str | None = None) -> int:
+    """Return ``value`` as an ``int`` when it is an integer (not a bool) in ``[low, high]``.
+
+    Args:
+        value: the value given.
+        name: the parameter's name, as the user spells it.
+        low: the smallest allowed value. Defaults to ``None`` (no bound).
+        high: the largest allowed value. Defaults to :data:`MAX_COUNT`.
+        hint: how to fix it. Defaults to ``None``.
+
+    Raises:
+        ConfigError: not an integer, or out of range.
+
+    Examples:
+        >>> check_int(3, name="window", low=1)
+        3
+        >>> check_int(0, name="window", low=1)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: window must be an int >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
+    return int(value)
+
+
+def check_float(value: Any, *, name: str, low: float | None = None, high: float | None = None,
+                low_open: bool = False, hint: str | None = None) -> float:
+    """Return ``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``low_open``).
+
+    NaN and infinities are refused whatever the bounds.
+
+    Raises:
+        ConfigError: not a real number, not finite, or out of range.
+
+    Examples:
+        >>> check_float(0.15, name="mask_prob", low=0, high=1)
+        0.15
+        >>> check_float(float("nan"), name="weight", low=0)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: weight must be a finite number >= 0, got nan
+    """
+    what = f"{name} must be a finite number {_range_text(low, high, low_open=low_open)}, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(what, hint=hint)
+    v = float(value)
+    if not math.isfinite(v) or (low is not None and (v <= low if low_open else v < low)) \
+            or (high is not None and v > high):
+        raise ConfigError(what, hint=hint)
+    return v
+
+
+def check_rank(rank: Any, *, world_size: int) -> int:
+    """Return ``rank`` when it is an int in ``[0, world_size)``.
+
+    Examples:
+        >>> check_rank(1, world_size=2)
+        1
+        >>> check_rank(2, world_size=2)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: rank must be in [0, world_size=2), got 2
+    """
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < world_size:
+        raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+    return int(rank)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One parameter's range, for the API (``limit(value)``) and the CLI (``type=limit.arg``).
+
+    Args:
+        name: the parameter's name in the API (the CLI names its flag itself).
+        low: smallest value. Defaults to ``None``.
+        high: largest value. Defaults to :data:`MAX_COUNT` for ints, ``None`` for floats.
+        kind: ``"int"`` or ``"float"``. Defaults to ``"int"``.
+        low_open: ``low`` itself is refused (floats). Defaults to ``False``.
+        hint: how to fix a bad value. Defaults to ``None``.
+
+    Examples:
+        >>> WINDOW = Limit("window", low=1)
+        >>> WINDOW(5), WINDOW.arg("5")
+        (5, 5)
+        >>> WINDOW.arg("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be an int >= 1, got 0
+    """
+
+    name: str
+    low: float | None = None
+    high: float | None = MAX_COUNT
+    kind: str = "int"
+    low_open: bool = False
+    hint: str | None = None
+
+    def __call__(self, value: Any) -> Any:
+        """Check an API argument; returns it as int/float."""
+        if self.kind == "int":
+            return check_int(value, name=self.name, low=None if self.low is None else int(self.low),
+                             high=None if self.high is None else int(self.high), hint=self.hint)
+        return check_float(value, name=self.name, low=self.low, high=self.high, low_open=self.low_open,
+                           hint=self.hint)
+
+    def arg(self, text: str) -> Any:
+        """argparse ``type=``: parse and check a command-line string."""
+        try:
+            value: Any = int(text) if self.kind == "int" else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an int' if self.kind == 'int' else 'a number'}, "
+                                             f"got {text!r}") from None
+        try:
+            return self(value)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.msg.removeprefix(self.name + " ")) from None
