@@ -18,19 +18,37 @@ from typing import Any
 
 from datamill.core.errors import ConfigError
 
-__all__ = ["MAX_COUNT", "Limit", "check_float", "check_int", "check_rank"]
+__all__ = [
+    "BATCH_SIZE",
+    "CACHE_MIB",
+    "EPOCHS",
+    "MAX_COUNT",
+    "NUM_WORKERS",
+    "PREFETCH",
+    "SEED",
+    "WINDOW",
+    "WORLD_SIZE",
+    "Limit",
+    "check_float",
+    "check_int",
+    "check_rank",
+]
 
 MAX_COUNT = 2**40
 """The largest count any parameter accepts (about 10^12): beyond it a run would never finish."""
 
 
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) or float(x).is_integer() and abs(x) < 2**63 and isinstance(x, int) else f"{x:g}"
+
+
 def _range_text(low: float | None, high: float | None, *, low_open: bool = False) -> str:
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+        return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}]"
     if low is not None:
-        return f"{'>' if low_open else '>='} {low:g}"
+        return f"{'>' if low_open else '>='} {_num(low)}"
     if high is not None:
-        return f"<= {high:g}"
+        return f"<= {_num(high)}"
     return "any value"
 
 
@@ -154,3 +172,16 @@ class Limit:
             return self(value)
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(exc.msg.removeprefix(self.name + " ")) from None
+
+
+# ---- the limits shared by several capabilities (each states its own beside its code)
+SEED = Limit("seed", low=0, high=2**63 - 1)
+"""A seed: what ``np.random.SeedSequence`` takes, and fits an int64."""
+BATCH_SIZE = Limit("batch_size", low=1)
+WORLD_SIZE = Limit("world_size", low=1, high=2**20, hint="the number of ranks (processes) of the run")
+NUM_WORKERS = Limit("num_workers", low=0, high=1024)
+PREFETCH = Limit("prefetch", low=0, high=1024)
+EPOCHS = Limit("epochs", low=1, high=100_000)
+WINDOW = Limit("window", low=1)
+CACHE_MIB = Limit("cache_limit", low=0, high=2.0**40, kind="float")
+"""A shard-cache size in MiB (the CLI's unit)."""
