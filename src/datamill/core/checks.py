@@ -39,7 +39,7 @@ MAX_COUNT = 2**40
 
 
 def _num(x: float) -> str:
-    return f"{x:,}" if isinstance(x, int) or float(x).is_integer() and abs(x) < 2**63 and isinstance(x, int) else f"{x:g}"
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
 def _range_text(low: float | None, high: float | None, *, low_open: bool = False) -> str:
@@ -72,7 +72,7 @@ def check_int(value: Any, *, name: str, low: int | None = None, high: int | None
         >>> check_int(0, name="window", low=1)
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: window must be an int >= 1, got 0
+        datamill.core.errors.ConfigError: window must be an int in [1, 1,099,511,627,776], got 0
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
@@ -143,7 +143,7 @@ class Limit:
         >>> WINDOW.arg("0")
         Traceback (most recent call last):
         ...
-        argparse.ArgumentTypeError: must be an int >= 1, got 0
+        argparse.ArgumentTypeError: must be an int in [1, 1,099,511,627,776], got 0
     """
 
     name: str

@@ -27,7 +27,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.constants import LOADER_STATE_FORMAT
-from datamill.core.errors import ConfigError, DataFileError, DatamillError, SchemaError
+from datamill.core.errors import ConfigError, DataFileError, DatamillError, ResumeStateError, SchemaError
 from datamill.core.parallel import ordered_map
 from datamill.core.rng import rng_for
 from datamill.core.source import Source
@@ -380,7 +380,15 @@ class BatchService:
         saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
         check_resume_compat(saved, current, fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
                             allow_mismatch=allow_mismatch)
-        return int(st["epoch"]), int(st["batches_seen"])
+        epoch, seen = int(st["epoch"]), int(st["batches_seen"])
+        if seen and "batch_size" not in allow_mismatch:
+            total = self.plan(epoch, rank, world_size, replication=replication).total_batches
+            if seen > total:
+                raise ResumeStateError(f"resume state says {seen:,} batches were seen in epoch {epoch}, but that "
+                                       f"epoch has only {total:,} batches for rank {rank} of {world_size}",
+                                       hint="the state was edited or belongs to another run; resume from a state "
+                                            "saved by this loader")
+        return epoch, seen
 
     def resume_point(self, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int = 0,
                      world_size: int = 1, replication: int = 1, allow_mismatch: Sequence[str] = ()) -> ResumePoint:
