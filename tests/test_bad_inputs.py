@@ -51,7 +51,10 @@ def _digest(path: Path) -> str:
 def _run(args: list[str]) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return main(["-q", *args])
+        try:
+            return main(["-q", *args])
+        except SystemExit as exc:  # a value refused by its option's type: argparse's one error line
+            return int(exc.code or 0)
 
 
 # ------------------------------------------------------------------------------------------------ workspace

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from datamill import __version__
 from datamill.core.errors import DatamillError
 
-__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "run", "split_quiet"]
+__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "OneLineParser", "build_parser", "main", "run", "split_quiet"]
 
 QUIET_FLAGS = ("-q", "--quiet")
 """The spellings of the global quiet flag, accepted anywhere on the command line."""
@@ -41,9 +41,16 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one ``error:`` line (exit 2), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every available capability's subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="datamill",
         description="Turn raw datasets into training-ready tensors.",
     )
@@ -90,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = next((a for a in argv if "\x00" in a), None)
     if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
         parser.error(f"argument {bad[:40]!r} contains a NUL byte")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a usage error: one error line, SystemExit(2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -42,13 +42,13 @@ def _num(x: float) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def _range_text(low: float | None, high: float | None, *, low_open: bool = False) -> str:
+def _range_text(low: float | None, high: float | None, *, low_open: bool = False, high_open: bool = False) -> str:
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}]"
+        return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
     if low is not None:
         return f"{'>' if low_open else '>='} {_num(low)}"
     if high is not None:
-        return f"<= {_num(high)}"
+        return f"{'<' if high_open else '<='} {_num(high)}"
     return "any value"
 
 
@@ -82,7 +82,7 @@ def check_int(value: Any, *, name: str, low: int | None = None, high: int | None
 
 
 def check_float(value: Any, *, name: str, low: float | None = None, high: float | None = None,
-                low_open: bool = False, hint: str | None = None) -> float:
+                low_open: bool = False, high_open: bool = False, hint: str | None = None) -> float:
     """Return ``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``low_open``).
 
     NaN and infinities are refused whatever the bounds.
@@ -98,12 +98,12 @@ def check_float(value: Any, *, name: str, low: float | None = None, high: float 
         ...
         datamill.core.errors.ConfigError: weight must be a finite number >= 0, got nan
     """
-    what = f"{name} must be a finite number {_range_text(low, high, low_open=low_open)}, got {value!r}"
+    what = f"{name} must be a finite number {_range_text(low, high, low_open=low_open, high_open=high_open)}, got {value!r}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(what, hint=hint)
     v = float(value)
     if not math.isfinite(v) or (low is not None and (v <= low if low_open else v < low)) \
-            or (high is not None and v > high):
+            or (high is not None and (v >= high if high_open else v > high)):
         raise ConfigError(what, hint=hint)
     return v
 
@@ -143,7 +143,7 @@ class Limit:
         >>> WINDOW.arg("0")
         Traceback (most recent call last):
         ...
-        argparse.ArgumentTypeError: must be an int in [1, 1,099,511,627,776], got 0
+        argparse.ArgumentTypeError: window must be an int in [1, 1,099,511,627,776], got 0
     """
 
     name: str
@@ -151,6 +151,7 @@ class Limit:
     high: float | None = MAX_COUNT
     kind: str = "int"
     low_open: bool = False
+    high_open: bool = False
     hint: str | None = None
 
     def __call__(self, value: Any) -> Any:
@@ -159,7 +160,7 @@ class Limit:
             return check_int(value, name=self.name, low=None if self.low is None else int(self.low),
                              high=None if self.high is None else int(self.high), hint=self.hint)
         return check_float(value, name=self.name, low=self.low, high=self.high, low_open=self.low_open,
-                           hint=self.hint)
+                           high_open=self.high_open, hint=self.hint)
 
     def arg(self, text: str) -> Any:
         """argparse ``type=``: parse and check a command-line string."""
@@ -171,7 +172,7 @@ class Limit:
         try:
             return self(value)
         except ConfigError as exc:
-            raise argparse.ArgumentTypeError(exc.msg.removeprefix(self.name + " ")) from None
+            raise argparse.ArgumentTypeError(exc.msg) from None
 
 
 # ---- the limits shared by several capabilities (each states its own beside its code)
