@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# The test suite: set up .venv if needed, then run every test (torch and ray included).
+# The test suite: set up .venv if needed, lint (ruff, mypy strict), build the docs site strictly,
+# then run every test (torch and ray included). Extra arguments go to pytest.
+# DATAMILL_LINT=0 skips the lint and docs steps (for a quick local rerun of some tests).
 set -euo pipefail
+START=$SECONDS
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+cd "$ROOT"
 # Browser tests drive Debian's Chromium through playwright (pinned in constraints.txt); never
 # `playwright install` (it downloads a browser). Install the distribution package when it is absent.
+install_chromium() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
+}
 if [ ! -x /usr/bin/chromium ]; then
-  echo "installing Debian's chromium for the browser tests ..."
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  step "install Debian's chromium (for the browser tests)" install_chromium
 fi
-cd "$ROOT"
 export DATAMILL_DATA="${DATAMILL_DATA:-$ROOT/../shared/data}"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-python -m pytest -q -p no:cacheprovider "$@"
+if [ "${DATAMILL_LINT:-1}" != "0" ]; then
+  step "lint: ruff check src tests benchmarks" ruff check --no-cache src tests benchmarks
+  step "lint: mypy --strict (pyproject's [tool.mypy])" python -m mypy
+  SITE="$(mktemp -d)"
+  # NO_MKDOCS_2_WARNING: the theme's banner about its successor, printed on every build.
+  step "docs: mkdocs build --strict" env NO_MKDOCS_2_WARNING=1 mkdocs build --strict -d "$SITE"
+  rm -rf "$SITE"
+fi
+step "tests: pytest $*" python -m pytest -q -p no:cacheprovider "$@"
+echo "==> all steps passed in $((SECONDS - START)) s"

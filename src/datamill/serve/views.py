@@ -24,13 +24,13 @@ from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source
+from datamill.serve.access import requires
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.session import Viewer, viewer
 from datamill.serve.ui.stats import ValueStats, footer_stats
 
 __all__ = ["IMAGE_TYPES", "MAX_LIMIT", "Inspector", "inspector", "router"]
@@ -299,32 +299,22 @@ def _size(path: Path) -> int:
 
 
 def inspector(request: Request) -> Inspector:
-    """The app's :class:`Inspector` (created on first use)."""
-    app_state = request.app.state
-    insp: Inspector | None = getattr(app_state, "inspector", None)
-    if insp is None:
-        insp = app_state.inspector = Inspector(app_state.serve)
+    """The app's :class:`Inspector` (a dependency)."""
+    insp: Inspector = request.app.state.inspector
     return insp
 
 
-def _reader(request: Request) -> Viewer:
-    who = viewer(request)
-    if who is None:
-        raise HTTPException(401, "missing, invalid or revoked API key")
-    return who
-
-
-router = APIRouter(prefix="/api/v1", dependencies=[Depends(_reader)])
+router = APIRouter(prefix="/api/v1/datasets")
 Insp = Annotated[Inspector, Depends(inspector)]
 
 
-@router.get("/datasets/{ref}/describe")
+@router.get("/{ref}/describe", dependencies=[requires("read")])
 def describe_route(ref: str, insp: Insp) -> dict[str, Any]:
     """A dataset's :meth:`Inspector.detail`."""
     return insp.detail(ref)
 
 
-@router.get("/datasets/{ref}/columns/{column}/values")
+@router.get("/{ref}/columns/{column}/values", dependencies=[requires("read")])
 def values_route(ref: str, column: str, insp: Insp) -> dict[str, Any]:
     """Top values and histogram of a column (``status`` ``running`` until computed)."""
     src = insp.source(ref)
@@ -333,7 +323,7 @@ def values_route(ref: str, column: str, insp: Insp) -> dict[str, Any]:
     return insp.values.get(src.fingerprint(), column, lambda: src).view()
 
 
-@router.get("/datasets/{ref}/samples")
+@router.get("/{ref}/samples", dependencies=[requires("read")])
 def samples_route(ref: str, insp: Insp, offset: Annotated[int, Query(ge=0)] = 0,
                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
                   columns: Annotated[str | None, Query(max_length=10_000)] = None) -> dict[str, Any]:

@@ -21,13 +21,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from datamill.core.errors import DatamillError
+from datamill.serve.access import State, Viewer, authenticate, requires, serve_state
 from datamill.serve.auth import create_key
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.session import COOKIE, CSRF_FIELD, Viewer, check_csrf, viewer
+from datamill.serve.ui.session import COOKIE, CSRF_FIELD, check_csrf
 from datamill.serve.ui.svg import ack_history, histogram_svg, throughput_svg
 from datamill.serve.views import MAX_LIMIT, Inspector, inspector
 
-__all__ = ["SECURITY_HEADERS", "root", "router"]
+__all__ = ["SECURITY_HEADERS", "access_page", "root", "router"]
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -47,8 +48,8 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 root = APIRouter(include_in_schema=False)
 
 
-class _LoginNeeded(Exception):
-    pass
+Reader = Annotated[Viewer, requires("read")]
+Admin = Annotated[Viewer, requires("admin")]
 
 
 def _render(request: Request, name: str, who: Viewer | None, *, status: int = 200, **ctx: Any) -> HTMLResponse:
@@ -56,30 +57,27 @@ def _render(request: Request, name: str, who: Viewer | None, *, status: int = 20
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
 
-def _who(request: Request, *, admin: bool = False) -> Viewer:
-    who = viewer(request)
-    if who is None:
-        raise _LoginNeeded
-    if admin and not who.admin:
-        raise HTTPException(403, "this page needs an admin key")
-    return who
+def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
+    """The page for a refused request: the login form (401) or an error page (403)."""
+    if status == 401:
+        msg = "your key is invalid or was revoked: enter a valid key" if request.cookies.get(COOKIE) else None
+        return _render(request, "login.html", None, status=401, error=msg, next=request.url.path)
+    return _render(request, "error.html", authenticate(request), status=status, error=detail,
+                   kind=f"HTTP {status}")
 
 
 def _page(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Render a login form (401) without a key and an error page for located errors (4xx)."""
+    """Render an error page for located errors (4xx)."""
 
     async def handle(request: Request, call: Callable[[], Any]) -> Any:
         try:
             return await call()
-        except _LoginNeeded:
-            msg = "your key is invalid or was revoked: enter a valid key" if request.cookies.get(COOKIE) else None
-            return _render(request, "login.html", None, status=401, error=msg, next=request.url.path)
         except DatamillError as exc:
             code = 404 if isinstance(exc, NotFoundError) else 400
-            return _render(request, "error.html", viewer(request), status=code, error=exc.one_line(),
+            return _render(request, "error.html", authenticate(request), status=code, error=exc.one_line(),
                            kind=type(exc).__name__)
         except HTTPException as exc:
-            return _render(request, "error.html", viewer(request), status=exc.status_code, error=str(exc.detail),
+            return _render(request, "error.html", authenticate(request), status=exc.status_code, error=str(exc.detail),
                            kind=f"HTTP {exc.status_code}")
 
     if inspect.iscoroutinefunction(fn):
@@ -104,15 +102,15 @@ def _see(url: str) -> RedirectResponse:
 
 
 # ---------------------------------------------------------------------------------------------- session
-@root.get("/")
-@router.get("")
-@router.get("/")
+@root.get("/", dependencies=[requires("public")])
+@router.get("", dependencies=[requires("public")])
+@router.get("/", dependencies=[requires("public")])
 def home() -> RedirectResponse:
     """The UI starts at the datasets page."""
     return _see("/ui/datasets")
 
 
-@router.get("/static/{name}")
+@router.get("/static/{name}", dependencies=[requires("public")])
 def static(name: str) -> Response:
     """The CSS and JS files (nothing else is served from the package)."""
     if name not in STATIC:
@@ -121,19 +119,18 @@ def static(name: str) -> Response:
                     headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
 
 
-@router.get("/login")
+@router.get("/login", dependencies=[requires("public")])
 @_page
 def login_form(request: Request) -> HTMLResponse:
     """The login form."""
-    return _render(request, "login.html", viewer(request), error=None, next="/ui/datasets")
+    return _render(request, "login.html", authenticate(request), error=None, next="/ui/datasets")
 
 
-@router.post("/login")
-async def login(request: Request) -> Response:
+@router.post("/login", dependencies=[requires("public")])
+async def login(request: Request, state: State) -> Response:
     """Check the key and keep it in an HttpOnly, SameSite=Strict cookie."""
     form = await _form(request)
     key = form.get("key", "").strip()
-    state = request.app.state.serve
     nxt = form.get("next", "/ui/datasets")
     nxt = nxt if nxt.startswith("/ui") and "//" not in nxt and "\\" not in nxt else "/ui/datasets"
     if not state.auth:
@@ -147,9 +144,9 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 @_page
-async def logout(request: Request) -> Response:
+async def logout(request: Request, who: Reader) -> Response:
     """Forget the key cookie."""
-    check_csrf(_who(request), await _form(request))
+    check_csrf(who, await _form(request))
     res = _see("/ui/login")
     res.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return res
@@ -158,42 +155,38 @@ async def logout(request: Request) -> Response:
 # ---------------------------------------------------------------------------------------------- datasets
 def _summaries(request: Request) -> list[dict[str, Any]]:
     insp = inspector(request)
-    return [insp.summary(ds["id"]) for ds in request.app.state.serve.datasets()]
+    return [insp.summary(ds["id"]) for ds in serve_state(request).datasets()]
 
 
 @router.get("/datasets")
 @_page
-def datasets_page(request: Request) -> HTMLResponse:
+def datasets_page(request: Request, who: Reader) -> HTMLResponse:
     """Every registered dataset with its kind, size, samples and shardsets."""
-    who = _who(request)
     return _render(request, "datasets.html", who, datasets=_summaries(request), registered=None)
 
 
 @router.post("/datasets")
 @_page
-async def register(request: Request) -> HTMLResponse:
+async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Register a dataset from a path under the server's roots (admin)."""
-    who = _who(request, admin=True)
     form = await _form(request)
     check_csrf(who, form)
-    ds = await run_in_threadpool(request.app.state.serve.register, form.get("path", ""), name=form.get("name", ""))
+    ds = await run_in_threadpool(state.register, form.get("path", ""), name=form.get("name", ""))
     summaries = await run_in_threadpool(_summaries, request)
     return _render(request, "datasets.html", who, datasets=summaries, registered=ds)
 
 
 @router.get("/datasets/{ref}")
 @_page
-def dataset_page(request: Request, ref: str) -> HTMLResponse:
+def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
     """Shardsets, columns, statistics, metadata and check results of one dataset."""
-    who = _who(request)
     return _render(request, "dataset.html", who, d=inspector(request).detail(ref))
 
 
-@router.get("/datasets/{ref}/values/{column}")
+@router.get("/datasets/{ref}/values/{column}", dependencies=[requires("read")])
 @_page
 def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     """Top values and histogram of a column: a progress bar until computed (the page polls)."""
-    _who(request)
     insp: Inspector = inspector(request)
     src = insp.source(ref)
     if column not in src.columns:
@@ -209,22 +202,20 @@ def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
 
 @router.get("/datasets/{ref}/samples")
 @_page
-def samples_page(request: Request, ref: str, offset: Annotated[int, Query(ge=0)] = 0,
+def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int, Query(ge=0)] = 0,
                  limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
                  col: Annotated[list[str] | None, Query(max_length=1000)] = None) -> HTMLResponse:
     """A page of the joined dataset with selectable columns."""
-    who = _who(request)
     insp = inspector(request)
     page = insp.samples(ref, offset=offset, limit=limit, columns=col or None)
     chosen = "".join(f"&col={urllib.parse.quote(c)}" for c in (col or []))
     return _render(request, "samples.html", who, d=insp.summary(ref), page=page, chosen=chosen)
 
 
-@router.get("/datasets/{ref}/file")
+@router.get("/datasets/{ref}/file", dependencies=[requires("read")])
 @_page
 def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], column: str) -> Response:
     """The image a cell names by path (inside the server's roots only)."""
-    _who(request)
     data, mime = inspector(request).cell_file(ref, row=row, column=column)
     return Response(data, media_type=mime, headers={"Cache-Control": "private, max-age=60",
                                                     "X-Content-Type-Options": "nosniff"})
@@ -232,7 +223,7 @@ def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], colu
 
 # ---------------------------------------------------------------------------------------------- iterations
 def _iteration_view(request: Request, it_id: str) -> dict[str, Any]:
-    state = request.app.state.serve
+    state = serve_state(request)
     it = state.iteration(it_id)
     desc = state.describe(it)
     progress = it.progress()
@@ -244,10 +235,8 @@ def _iteration_view(request: Request, it_id: str) -> dict[str, Any]:
 
 @router.get("/iterations")
 @_page
-def iterations_page(request: Request) -> HTMLResponse:
+def iterations_page(request: Request, state: State, who: Reader) -> HTMLResponse:
     """Every iteration with its progress, and the form that starts one."""
-    who = _who(request)
-    state = request.app.state.serve
     rows = []
     names = {d["id"]: d["name"] for d in state.datasets()}
     for r in state.journal.iterations():
@@ -259,9 +248,8 @@ def iterations_page(request: Request) -> HTMLResponse:
 
 @router.post("/iterations")
 @_page
-async def start_iteration(request: Request) -> Response:
+async def start_iteration(request: Request, state: State, who: Reader) -> Response:
     """Start (or join) an iteration from the form: a loader configuration to try before training."""
-    who = _who(request)
     form = await _form(request)
     check_csrf(who, form)
     req: dict[str, Any] = {"dataset": form.get("dataset", "")}
@@ -280,34 +268,30 @@ async def start_iteration(request: Request) -> Response:
         req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
     if "batch_size" not in req:
         raise HTTPException(400, "batch size is required")
-    desc = await run_in_threadpool(request.app.state.serve.create_iteration, req)
+    desc = await run_in_threadpool(state.create_iteration, req)
     return _see(f"/ui/iterations/{desc['id']}")
 
 
 @router.get("/iterations/{it_id}")
 @_page
-def iteration_page(request: Request, it_id: str) -> HTMLResponse:
+def iteration_page(request: Request, who: Reader, it_id: str) -> HTMLResponse:
     """One iteration: config, live progress per rank and client, throughput, rewind."""
-    who = _who(request)
     return _render(request, "iteration.html", who, it=_iteration_view(request, it_id), rewound=None)
 
 
-@router.get("/iterations/{it_id}/live")
+@router.get("/iterations/{it_id}/live", dependencies=[requires("read")])
 @_page
 def iteration_live(request: Request, it_id: str) -> HTMLResponse:
     """The live part of the iteration page (polled by ui.js)."""
-    _who(request)
     return _render(request, "_live.html", None, it=_iteration_view(request, it_id))
 
 
 @router.post("/iterations/{it_id}/rewind")
 @_page
-async def rewind(request: Request, it_id: str) -> HTMLResponse:
+async def rewind(request: Request, state: State, who: Admin, it_id: str) -> HTMLResponse:
     """Rewind a rank to a checkpoint's consumed batch count (admin)."""
-    who = _who(request, admin=True)
     form = await _form(request)
     check_csrf(who, form)
-    state = request.app.state.serve
     try:
         body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
     except ValueError as exc:
@@ -319,11 +303,9 @@ async def rewind(request: Request, it_id: str) -> HTMLResponse:
 
 @router.post("/iterations/{it_id}/cancel")
 @_page
-async def cancel(request: Request, it_id: str) -> HTMLResponse:
+async def cancel(request: Request, state: State, who: Admin, it_id: str) -> HTMLResponse:
     """Cancel an iteration for good (admin): no more leases are handed out."""
-    who = _who(request, admin=True)
     check_csrf(who, await _form(request))
-    state = request.app.state.serve
     await run_in_threadpool(state.cancel, state.iteration(it_id))
     view = await run_in_threadpool(_iteration_view, request, it_id)
     return _render(request, "iteration.html", who, it=view, rewound=None)
@@ -332,20 +314,17 @@ async def cancel(request: Request, it_id: str) -> HTMLResponse:
 # ---------------------------------------------------------------------------------------------- keys
 @router.get("/keys")
 @_page
-def keys_page(request: Request) -> HTMLResponse:
+def keys_page(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Every API key (admin): create and revoke."""
-    who = _who(request, admin=True)
-    return _render(request, "keys.html", who, keys=request.app.state.serve.keys.listing(), created=None)
+    return _render(request, "keys.html", who, keys=state.keys.listing(), created=None)
 
 
 @router.post("/keys")
 @_page
-async def new_key(request: Request) -> HTMLResponse:
+async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Create a key; it is shown on this page once and never again."""
-    who = _who(request, admin=True)
     form = await _form(request)
     check_csrf(who, form)
-    state = request.app.state.serve
     role = form.get("role", "read")
     if role not in ("read", "admin"):
         raise HTTPException(400, f"unknown role {role!r}")
@@ -357,11 +336,9 @@ async def new_key(request: Request) -> HTMLResponse:
 
 @router.post("/keys/{key_id}/revoke")
 @_page
-async def revoke_key(request: Request, key_id: str) -> Response:
+async def revoke_key(request: Request, state: State, who: Admin, key_id: str) -> Response:
     """Revoke a key (admin)."""
-    who = _who(request, admin=True)
     check_csrf(who, await _form(request))
-    state = request.app.state.serve
     if not state.journal.revoke_key(key_id):
         raise NotFoundError(f"no live key {key_id!r}")
     state.keys.reload()

@@ -11,38 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request
 
-__all__ = ["COOKIE", "CSRF_FIELD", "Viewer", "check_csrf", "csrf_token", "viewer"]
+from datamill.serve.access import Viewer
+
+__all__ = ["COOKIE", "CSRF_FIELD", "check_csrf", "csrf_token", "session_viewer"]
 
 COOKIE = "datamill_key"
 CSRF_FIELD = "csrf"
 _NO_AUTH = "no-auth"
 
 
-@dataclass(frozen=True)
-class Viewer:
-    """An authenticated caller: ``role`` (``"read"`` or ``"admin"``), how it came, its CSRF token."""
-
-    role: str
-    via: str  # "cookie", "bearer" or "none" (a --no-auth server)
-    csrf: str
-
-    @property
-    def admin(self) -> bool:
-        """Whether the caller may manage keys, register datasets and rewind iterations."""
-        return self.role == "admin"
-
-
 def _secret(request: Request) -> bytes:
-    app_state = request.app.state
-    secret: bytes | None = getattr(app_state, "ui_secret", None)
-    if secret is None:
-        secret = app_state.ui_secret = secrets.token_bytes(32)
+    secret: bytes = request.app.state.ui_secret
     return secret
 
 
@@ -58,15 +41,13 @@ def csrf_token(request: Request, key: str) -> str:
     return hmac.new(_secret(request), key.encode("utf-8"), hashlib.sha256).hexdigest()[:40]
 
 
-def viewer(request: Request) -> Viewer | None:
-    """The caller of ``request``, or ``None`` without a valid, unrevoked key."""
-    state: Any = request.app.state.serve
-    if not state.auth:
+def session_viewer(request: Request, state: Any) -> Viewer | None:
+    """The caller of a browser request (the key in the cookie), or the admin of a ``--no-auth`` server.
+
+    ``state`` is the :class:`~datamill.serve.server.ServeState`, ``None`` on a ``--no-auth`` server.
+    """
+    if state is None:
         return Viewer("admin", "none", csrf_token(request, _NO_AUTH))
-    header = request.headers.get("authorization", "")
-    if header.startswith("Bearer "):
-        role = state.keys.check(header[len("Bearer "):].strip())
-        return None if role is None else Viewer(role, "bearer", "")
     key = request.cookies.get(COOKIE)
     if not key:
         return None
