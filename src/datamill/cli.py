@@ -94,10 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
     argv, quiet = split_quiet(sys.argv[1:] if argv is None else argv)
-    bad = next((a for a in argv if "\x00" in a), None)
-    if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
-        parser.error(f"argument {bad[:40]!r} contains a NUL byte")
-    args = parser.parse_args(argv)  # a usage error: one error line, SystemExit(2)
+    try:
+        bad = next((a for a in argv if "\x00" in a), None)
+        if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
+            parser.error(f"argument {bad[:40]!r} contains a NUL byte")
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (its one error line is printed) is a status; --help still exits
+        if exc.code == 2:
+            return 2
+        raise
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

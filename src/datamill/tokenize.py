@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.checks import TOKENIZER_VOCAB
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.io import PathLike, atomic_path, display_name, read_bytes, read_text
 from datamill.core.ragged import encodings_to_csr
@@ -316,8 +317,7 @@ class HFTokenizer:
 
         if model not in ("bpe", "wordpiece"):
             raise ConfigError(f"model must be 'bpe' or 'wordpiece', got {model!r}")
-        if vocab_size < 1:
-            raise ConfigError(f"vocab_size must be >= 1, got {vocab_size}")
+        TOKENIZER_VOCAB(vocab_size)
         specials = [special_tokens] if isinstance(special_tokens, str) else list(special_tokens)
         unk = "[UNK]" if "[UNK]" in specials else (specials[0] if specials else None)
         if model == "bpe":

@@ -29,6 +29,11 @@ NEVER_CHOSEN = {"ray": "starts or joins a Ray cluster (covered by tests/test_bad
 """Choices the in-process fuzzer never passes (their value is replaced by a hostile string)."""
 
 
+HOSTILITY = (5, 10, 20, 40, 70)
+"""How hostile one command line is (percent of its values from the menus): most lines hold one or two bad
+values among good ones, so each check is reached with the others passing."""
+
+
 def leaf_commands(parser: argparse.ArgumentParser | None = None,
                   prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """``(("shards", "create"), parser)`` for every leaf command, in --help order (aliases once)."""
@@ -120,7 +125,7 @@ def _seed_values(parser: argparse.ArgumentParser, lines: list[list[str]]) -> dic
     return out
 
 
-def _value(action: argparse.Action, good: list[str], paths: list[str]) -> st.SearchStrategy[str]:
+def _value(action: argparse.Action, good: list[str], paths: list[str], hostility: int) -> st.SearchStrategy[str]:
     if action.choices is not None:
         choices = [str(c) for c in action.choices if str(c) not in NEVER_CHOSEN]
         hostile: st.SearchStrategy[str] = st.sampled_from(choices + STRINGS[:4] + ["not-a-choice"])
@@ -130,7 +135,7 @@ def _value(action: argparse.Action, good: list[str], paths: list[str]) -> st.Sea
         hostile = st.sampled_from(paths)
     if not good:
         return hostile
-    return st.integers(0, 9).flatmap(lambda k: st.sampled_from(good) if k < 6 else hostile)
+    return st.integers(0, 99).flatmap(lambda k: st.sampled_from(good) if k >= hostility else hostile)
 
 
 def _nargs_count(action: argparse.Action) -> st.SearchStrategy[int]:
@@ -148,13 +153,14 @@ def command_lines(draw: st.DrawFn, path: tuple[str, ...], parser: argparse.Argum
     """One command line for the leaf command ``path``."""
     good = _seed_values(parser, seed_lines)
     paths = ws.path_menu()
+    hostility = draw(st.sampled_from(HOSTILITY))  # percent of values drawn from the hostile menus
     optionals: list[list[str]] = []
     positionals: list[str] = []
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
         values = good.get(action.dest, [])
-        value = _value(action, values, paths)
+        value = _value(action, values, paths, hostility)
         if not action.option_strings:
             for _ in range(draw(_nargs_count(action))):
                 positionals.append(draw(value))

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 __all__ = ["Workspace", "build_workspace"]
 
-NUMBERS = ["0", "-1", "1", "2", "3", "nan", "inf", "-inf", "1e18", "1000000000000000000", "2147483648",
+NUMBERS = ["0", "-1", "1", "2", "3", "100000", "1000000", "nan", "inf", "-inf", "1e18", "1000000000000000000", "2147483648",
            "9223372036854775808", "0.5", "1e-300", "-0.0", "", " ", "abc", "\u0663", "1_000"]
 """Hostile numbers, as command-line strings (U+0663 is an Arabic-Indic 3, which int() accepts)."""
 

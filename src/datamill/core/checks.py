@@ -23,9 +23,13 @@ __all__ = [
     "CACHE_MIB",
     "EPOCHS",
     "MAX_COUNT",
+    "MAX_SIZE",
+    "MIN_FREQ",
     "NUM_WORKERS",
     "PREFETCH",
     "SEED",
+    "SHARD_SIZE",
+    "TOKENIZER_VOCAB",
     "WINDOW",
     "WORLD_SIZE",
     "Limit",
@@ -186,3 +190,9 @@ EPOCHS = Limit("epochs", low=1, high=100_000)
 WINDOW = Limit("window", low=1)
 CACHE_MIB = Limit("cache_limit", low=0, high=2.0**40, kind="float")
 """A shard-cache size in MiB (the CLI's unit)."""
+MIN_FREQ = Limit("min_freq", low=0)
+"""Rarer tokens become unknown (0 and 1 both keep every token)."""
+MAX_SIZE = Limit("max_size", low=0)
+TOKENIZER_VOCAB = Limit("vocab_size", low=1, high=2**24)
+"""A trained (BPE/WordPiece) tokenizer's vocabulary size."""
+SHARD_SIZE = Limit("shard_size", low=1)

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import SHARD_SIZE, check_int
 from datamill.core.errors import ConfigError, SchemaError
 
 __all__ = [
@@ -125,11 +126,8 @@ class FixedShards:
     __slots__ = ("num_rows", "shard_size")
 
     def __init__(self, num_rows: int, shard_size: int) -> None:
-        if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) or shard_size < 1:
-            raise ConfigError(f"shard_size must be an int >= 1, got {shard_size!r}")
-        if num_rows < 0:
-            raise ConfigError(f"num_rows must be >= 0, got {num_rows!r}")
-        self.num_rows, self.shard_size = int(num_rows), int(shard_size)
+        self.shard_size = SHARD_SIZE(shard_size)
+        self.num_rows = check_int(num_rows, name="num_rows", low=0, high=None)
 
     @property
     def num_shards(self) -> int:

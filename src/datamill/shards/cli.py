@@ -6,6 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from datamill.core.checks import SHARD_SIZE
+from datamill.core.errors import ConfigError
+
 __all__ = ["register"]
 
 
@@ -30,8 +33,8 @@ def _add(args: argparse.Namespace) -> int:
 
     ds = ShardsetDataset(args.root)
     if args.route and len(args.files) != 1:
-        print("--route takes exactly one table file")
-        return 2
+        raise ConfigError(f"--route takes exactly one table file, got {len(args.files)}",
+                          hint="route one UID-keyed table at a time")
     ds = ds.add(args.shardset, args.files[0] if args.route else args.files, route=args.route, fmt=args.format)
     print(ds.info())
     return 0
@@ -99,7 +102,7 @@ def register(sub: Any) -> None:
     c.add_argument("--uid", required=True, help="the UID column")
     c.add_argument("--shardset", required=True)
     c.add_argument("files", nargs="+", help="shard files in shard order, or one table (CSV/Parquet/HDF5)")
-    c.add_argument("--shard-size", type=int, default=None, help="cut one table into shards of N rows")
+    c.add_argument("--shard-size", type=SHARD_SIZE.arg, default=None, help="cut one table into shards of N rows")
     c.add_argument("--format", choices=["parquet", "csv"], default="parquet")
     c.add_argument("--add-uid", action="store_true", help="add the UID column as row numbers if absent")
     c.add_argument("--overwrite", action="store_true",
