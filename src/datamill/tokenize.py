@@ -279,6 +279,8 @@ class HFTokenizer:
     """
 
     def __init__(self, inner: Any, *, name: str | None = None) -> None:
+        if not hasattr(inner, "model") or not hasattr(inner, "encode_batch"):
+            raise TypeError(f"HFTokenizer wraps a tokenizers.Tokenizer, got {type(inner).__name__}")
         self.inner = inner
         model = type(inner.model).__name__.lower()
         self.name = name or ("wordpiece" if "wordpiece" in model else "bpe" if "bpe" in model else model)

@@ -112,12 +112,23 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
     changed = {p for p, v in before.items() if after.get(p) != v}
     created = {p for p in after if p not in before}
     slots = {os.path.relpath(k, ws.root): k for k in ws.outputs}
+    named = _named_paths(ws, o.argv)
+    overwrite = "--overwrite" in o.argv
+    for entry in sorted((ws.root / "bad").iterdir()):  # a damaged output named as the output: replaceable
+        rel = os.path.relpath(entry, ws.root)
+        if rel in named and rel not in slots:
+            slots[rel] = os.fspath(entry)
     for slot_rel, slot_abs in slots.items():
         touched = [p for p in changed | created if p == slot_rel or p.startswith(slot_rel + os.sep)]
         if not touched:
             continue
+        target_inside = any(n.startswith(slot_rel + os.sep) for n in named)
+        check = slot_abs in ws.outputs and not (overwrite and target_inside)  # --overwrite of one file of it
         try:
-            ws.outputs[slot_abs](Path(slot_abs))
+            if check:
+                ws.outputs[slot_abs](Path(slot_abs))
+            elif slot_rel not in named and not target_inside:
+                o.problems.append(f"{slot_rel} changed though the command did not name it")
         except BaseException as exc:  # noqa: BLE001 - any failure to load is the finding
             o.problems.append(f"the good output {slot_rel} no longer loads: {type(exc).__name__}: {exc}"[:1500])
         target = Path(slot_abs)
@@ -156,6 +167,17 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(OSError):
                     shutil.copy2(src, dst)
+
+
+def _named_paths(ws: Workspace, argv: list[str]) -> set[str]:
+    """Workspace-relative paths the command line names (``--flag=value`` included)."""
+    out: set[str] = set()
+    root = os.fspath(ws.root) + os.sep
+    for arg in argv:
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.startswith(root):
+            out.add(os.path.normpath(value[len(root):]))
+    return out
 
 
 def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) -> Outcome:

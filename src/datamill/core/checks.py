@@ -35,6 +35,7 @@ __all__ = [
     "Limit",
     "check_float",
     "check_int",
+    "check_path",
     "check_rank",
 ]
 
@@ -196,3 +197,33 @@ MAX_SIZE = Limit("max_size", low=0)
 TOKENIZER_VOCAB = Limit("vocab_size", low=1, high=2**24)
 """A trained (BPE/WordPiece) tokenizer's vocabulary size."""
 SHARD_SIZE = Limit("shard_size", low=1)
+
+
+def check_path(path: Any, *, name: str = "path") -> str:
+    """Return ``path`` as a string when the operating system can take it: no NUL byte, names and whole
+    path within the system's limits (so a command fails here with the path named, not deep in a library).
+
+    Examples:
+        >>> check_path("out/data.parquet")
+        'out/data.parquet'
+        >>> check_path("a" * 300)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...(300 characters): a name in the path is longer than 255 bytes
+    """
+    import os
+
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str path, got {type(text).__name__}")
+    shown = text if len(text) <= 80 else text[:30] + f"...({len(text):,} characters)"
+    if "\x00" in text:
+        raise ConfigError(f"{name} contains a NUL byte", path=shown.replace("\x00", "\\0"))
+    encoded = os.fsencode(text)
+    if len(encoded) >= 4096:
+        raise ConfigError(f"{name} is longer than 4,096 bytes", path=shown)
+    if any(len(part) > 255 for part in encoded.split(b"/")):
+        raise ConfigError("a name in the path is longer than 255 bytes", path=shown)
+    return text

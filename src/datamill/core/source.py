@@ -159,6 +159,8 @@ class TableSource:
     """
 
     def __init__(self, table: pa.Table, *, shard_size: int = 65536, uid_column: str | None = None) -> None:
+        if not isinstance(table, pa.Table):
+            raise TypeError(f"TableSource takes a pyarrow Table, got {type(table).__name__}")
         self.table = table
         self._shards = FixedShards(table.num_rows, shard_size)
         self.shard_size = self._shards.shard_size
