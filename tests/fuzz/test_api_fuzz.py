@@ -64,7 +64,7 @@ def public_callables() -> dict[str, Callable[..., Any]]:
 
 
 CALLABLES = public_callables()
-TOTAL_CALLS = int(os.environ.get("DATAMILL_FUZZ_API_CALLS", "12000" if LONG else "1200"))
+TOTAL_CALLS = int(os.environ.get("DATAMILL_FUZZ_API_CALLS", "14000" if LONG else "1400"))
 PER_CALLABLE = max(5, -(-TOTAL_CALLS // max(1, len(CALLABLES))))
 FUZZ = settings(max_examples=PER_CALLABLE, deadline=None, derandomize=not LONG, database=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))

@@ -17,7 +17,7 @@ from tests.fuzz.workspace import Workspace
 pytestmark = pytest.mark.fuzz
 
 LONG = os.environ.get("DATAMILL_FUZZ") == "long"
-EXAMPLES = int(os.environ.get("DATAMILL_FUZZ_EXAMPLES", "1500" if LONG else "150"))
+EXAMPLES = int(os.environ.get("DATAMILL_FUZZ_EXAMPLES", "1500" if LONG else "160"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG, database=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))
 
@@ -53,7 +53,7 @@ def test_fuzz_command(path: tuple[str, ...], fuzz_ws: tuple[Workspace, Path]) ->
     run()
 
 
-SUBPROCESS_SAMPLE = 2 if not LONG else 10
+SUBPROCESS_SAMPLE = 1 if not LONG else 10
 
 
 @pytest.mark.parametrize("path", LEAVES, ids=" ".join)
