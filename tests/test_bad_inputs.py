@@ -524,12 +524,12 @@ def unwritable(tmp_path: Path) -> Iterator[Path]:
     folder = tmp_path / "locked"
     folder.mkdir()
     if not shutil.which("chattr") or subprocess.run(["chattr", "+i", os.fspath(folder)],
-                                                    capture_output=True).returncode != 0:
+                                                    capture_output=True, check=False).returncode != 0:
         pytest.skip("chattr +i is not available here")
     try:
         yield folder
     finally:
-        subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True)
+        subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+
 from hypothesis import strategies as st
 
 from tests.fuzz.workspace import NUMBERS, STRINGS, Workspace
@@ -167,7 +168,7 @@ def command_lines(draw: st.DrawFn, path: tuple[str, ...], parser: argparse.Argum
             continue
         in_seed = action.dest in good or (action.nargs == 0 and any(
             s in line for line in seed_lines for s in action.option_strings))
-        if not draw(st.integers(0, 9).map(lambda k, s=in_seed: k < (6 if s else 3) or (action.required and k < 9))):
+        if not draw(st.integers(0, 9).map(lambda k, s=in_seed, r=action.required: k < (6 if s else 3) or (r and k < 9))):
             continue
         flag = draw(st.sampled_from(list(action.option_strings)))
         if action.nargs == 0:

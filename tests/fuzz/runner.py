@@ -225,7 +225,7 @@ def run_subprocess_checked(ws: Workspace, pristine: Path, argv: list[str]) -> Ou
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "datamill.cli", *argv], cwd=ws.cwd, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "datamill.cli", *argv], cwd=ws.cwd, capture_output=True, check=False,
                               text=True, errors="replace", timeout=TIME_LIMIT_S + 15, env=env)
         o = Outcome(argv, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
     except subprocess.TimeoutExpired:

@@ -27,7 +27,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datamill.core.errors import DatamillError
-from tests.fuzz.runner import COUNTS, TIME_LIMIT_S, CommandTimeout, Outcome, _restore, snapshot, time_limit
+from tests.fuzz.runner import (
+    COUNTS,
+    TIME_LIMIT_S,
+    CommandTimeout,
+    Outcome,
+    _restore,
+    snapshot,
+    time_limit,
+)
 from tests.fuzz.workspace import STRINGS, Workspace, table_for
 
 pytestmark = pytest.mark.fuzz

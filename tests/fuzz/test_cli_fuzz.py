@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from tests.fuzz.commands import EXCLUDED, argv_repr, command_lines, leaf_commands, seeds
 from tests.fuzz.runner import COUNTS, run_checked, run_subprocess_checked

@@ -100,7 +100,7 @@ def make_unwritable(folder: Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "inside.txt").write_text("already here\n")
     if shutil.which("chattr"):
-        done = subprocess.run(["chattr", "+i", os.fspath(folder)], capture_output=True)
+        done = subprocess.run(["chattr", "+i", os.fspath(folder)], capture_output=True, check=False)
         if done.returncode == 0:
             probe = folder / ".probe"
             try:
@@ -108,7 +108,7 @@ def make_unwritable(folder: Path) -> str:
             except OSError:
                 return "chattr +i"
             probe.unlink()
-            subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True)
+            subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True, check=False)
     if os.geteuid() != 0:
         folder.chmod(0o555)
         return "chmod 555"
@@ -118,7 +118,7 @@ def make_unwritable(folder: Path) -> str:
 def release_unwritable(folder: Path) -> None:
     """Undo :func:`make_unwritable` so the folder can be removed."""
     if shutil.which("chattr") and folder.exists():
-        subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True)
+        subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True, check=False)
     with contextlib.suppress(OSError):
         folder.chmod(0o755)
 
@@ -202,9 +202,9 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
     shutil.copy(o / "bert.tokenizer.json" if (o / "bert.tokenizer.json").exists()
                 else next(o.glob("*tokenizer*.json")), i / "tokenizer.json")
 
-    from datamill.pretrain.word2vec import SkipGramSamples
     from datamill.preprocessing import load
     from datamill.pretrain.bert import read_metadata
+    from datamill.pretrain.word2vec import SkipGramSamples
     from datamill.shards import ShardsetDataset
     from datamill.text import Corpus
 
@@ -236,7 +236,7 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
         shutil.copytree(o / "ds", b / f"ds_manifest_{kind}")
         fn(o / "ds" / "dataset.json", b / f"ds_manifest_{kind}" / "dataset.json")
         shutil.copytree(o / "ds", b / f"ds_shard_{kind}")
-        shard = sorted(p for p in (b / f"ds_shard_{kind}").rglob("*.parquet"))[0]
+        shard = min((b / f"ds_shard_{kind}").rglob("*.parquet"))
         fn(shard, shard)
         fn(o / "bert.parquet", b / f"bert_{kind}.parquet")
         shutil.copytree(o / "corpus", b / f"corpus_{kind}")

@@ -81,9 +81,10 @@ def check_int(value: Any, *, name: str, low: int | None = None, high: int | None
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
-    if (low is not None and value < low) or (high is not None and value > high):
+    number = int(value)
+    if (low is not None and number < low) or (high is not None and number > high):
         raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
-    return int(value)
+    return number
 
 
 def check_float(value: Any, *, name: str, low: float | None = None, high: float | None = None,
@@ -124,7 +125,7 @@ def check_rank(rank: Any, *, world_size: int) -> int:
         ...
         datamill.core.errors.ConfigError: rank must be in [0, world_size=2), got 2
     """
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < world_size:
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= int(rank) < world_size:
         raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
     return int(rank)
 
@@ -159,7 +160,7 @@ class Limit:
     high_open: bool = False
     hint: str | None = None
 
-    def __call__(self, value: Any) -> Any:
+    def __call__(self, value: Any) -> Any:  # int or float, by kind
         """Check an API argument; returns it as int/float."""
         if self.kind == "int":
             return check_int(value, name=self.name, low=None if self.low is None else int(self.low),

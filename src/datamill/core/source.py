@@ -126,7 +126,7 @@ class FixedShards:
     __slots__ = ("num_rows", "shard_size")
 
     def __init__(self, num_rows: int, shard_size: int) -> None:
-        self.shard_size = SHARD_SIZE(shard_size)
+        self.shard_size: int = SHARD_SIZE(shard_size)
         self.num_rows = check_int(num_rows, name="num_rows", low=0, high=None)
 
     @property

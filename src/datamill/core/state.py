@@ -113,9 +113,9 @@ def check_resume_compat(
         datamill.core.errors.ResumeStateError: resume state does not fit this loader: a: saved 1, now 3; b: saved 2, now 4...
         >>> check_resume_compat({"a": 1}, {"a": 3}, fields=["a"], allow_mismatch=["a"])
     """
-    for what, value in (("saved", saved), ("current", current)):
+    for side, value in (("saved", saved), ("current", current)):
         if not isinstance(value, Mapping):
-            raise ResumeStateError(f"the {what} resume state must be a mapping (a JSON object), got "
+            raise ResumeStateError(f"the {side} resume state must be a mapping (a JSON object), got "
                                    f"{type(value).__name__}")
     allowed = set(allow_mismatch)
     diffs = [f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}"

@@ -19,7 +19,7 @@ from datamill.core.errors import ConfigError
 __all__ = ["load_json", "load_yaml"]
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no type information here
     """A SafeLoader whose mappings refuse a key given twice (at any depth)."""
 
 
@@ -27,7 +27,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     loader.flatten_mapping(node)  # resolves merge keys (<<) first: an override through a merge is allowed
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]  # PyYAML is untyped
+        key = loader.construct_object(key_node, deep=True)
         try:
             first = seen.get(key)
         except TypeError:  # an unhashable key: the base constructor reports it
@@ -38,7 +38,8 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
                               "the last one", line=line, column=str(key),
                               hint="merge the two entries into one, or rename one of them")
         seen[key] = line
-    return loader.construct_mapping(node, deep=deep)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
+    return mapping
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -56,7 +57,7 @@ def load_yaml(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
         datamill.core.errors.ConfigError: c.yaml, line 3, column "a": duplicate key 'a' on line 3 (first on line 2); ...
     """
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except ConfigError as exc:
         raise ConfigError(exc.msg, path=path, line=exc.line, column=exc.column, hint=exc.hint) from None
     except yaml.YAMLError as exc:

@@ -34,10 +34,10 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_float, check_int
 from datamill.core.errors import ConfigError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.rng import rng_for
-from datamill.core.checks import check_float, check_int
 from datamill.core.source import Source, check_read_args
 from datamill.loader.order import global_order
 

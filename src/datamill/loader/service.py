@@ -27,7 +27,13 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.constants import LOADER_STATE_FORMAT
-from datamill.core.errors import ConfigError, DataFileError, DatamillError, ResumeStateError, SchemaError
+from datamill.core.errors import (
+    ConfigError,
+    DataFileError,
+    DatamillError,
+    ResumeStateError,
+    SchemaError,
+)
 from datamill.core.parallel import ordered_map
 from datamill.core.rng import rng_for
 from datamill.core.source import Source

@@ -19,7 +19,6 @@ Errors name the config file and the YAML path (``input_features[3].preprocessing
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass
