@@ -7,12 +7,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DATAMILL_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 
-# step "what" command...: one line before, the elapsed seconds after (and the exit status on failure).
+# step "what" command...: one line before, the elapsed seconds after (and the exit status on failure),
+# and every 20 s a line saying it is still running (a big wheel installs for minutes without output).
 step() {
-  local what="$1" start=$SECONDS status=0
+  local what="$1" start=$SECONDS status=0 ticker
   shift
   echo "==> $what"
+  ( while sleep 20; do echo "    ... $what: $((SECONDS - start)) s"; done ) &
+  ticker=$!
   "$@" || status=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
   if [ "$status" -ne 0 ]; then
     echo "==> $what: FAILED (exit $status) after $((SECONDS - start)) s"
     return "$status"
@@ -30,7 +35,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$PY" -c "import d
   echo "==> installing datamill and its pinned dependencies into $VENV (a few minutes on a fresh machine)"
   step "upgrade pip" "${PIP[@]}" install -q --upgrade pip
   # torch first, exactly 2.13.0 (a local CPU wheel here); a plain 'torch' would pull CUDA builds.
-  step "install torch==2.13.0" "${PIP[@]}" install -q "torch==2.13.0"
+  step "install torch==2.13.0" "${PIP[@]}" install --progress-bar off "torch==2.13.0"
   # Not quiet: pip prints each package as it collects and installs it (about a hundred).
   step "install datamill[all] -c constraints.txt" "${PIP[@]}" install --progress-bar off \
     -c "$ROOT/constraints.txt" -e "$ROOT[all]"

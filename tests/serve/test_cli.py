@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,64 @@ def test_demo_section_serves_cifar10_tiny_to_two_clients(data_dir: Path, tmp_pat
     row = next(line.split() for line in out.splitlines() if line.startswith("demo "))
     assert row[1] == row[2] and row[3:] == ["0", "0"]  # total == done, nothing leased or pending
     assert "server stopped" in out
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["serve", "--help"], ["--host", "--port", "--allowed-hosts", "--lease-timeout", "keys", "audit", "backup",
+                           "iterate"]),
+    (["serve", "keys", "--help"], ["create", "list", "revoke"]),
+    (["serve", "keys", "create", "--help"], ["--role", "--datasets", "--expires", "--state"]),
+    (["serve", "iterate", "--help"], ["--url", "--batch-size", "--world-size", "--reconnect-timeout"]),
+    (["serve", "backup", "--help"], ["--state", "out"]),
+])
+def test_serve_help_shows_real_options(argv: list[str], shown: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert all(word in out for word in shown), out
+    assert "args" not in out.split()
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "ROOT", "--port", "99999"], ["serve", "ROOT", "--port", "0"], ["serve", "--port", "-1", "ROOT"],
+    ["serve", "ROOT", "--lease-timeout", "-5"], ["serve", "ROOT", "--lease-timeout", "nan"],
+    ["serve", "ROOT", "--lease-timeout", "100000"], ["serve", "iterate", "ds", "--url", "http://x", "--batch-size", "0"],
+    ["serve", "iterate", "ds", "--url", "http://x", "--reconnect-timeout", "inf"],
+])
+def test_ports_timeouts_and_counts_are_validated(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert "expected" in capsys.readouterr().err
+
+
+def test_iterate_against_a_dead_server_is_one_located_line_within_10s(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for cmd in (["iterate", "ds", "--url", url], ["serve", "iterate", "ds", "--url", url]):
+        t0 = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "datamill.cli", *cmd], env=env(), capture_output=True, text=True,
+                             timeout=30, check=False)
+        took = time.monotonic() - t0
+        assert res.returncode == 2 and took < 10, (res.returncode, took, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: cannot reach " + url), res.stderr
+
+
+def test_keys_limited_and_expiring_from_the_cli_and_the_audit_log(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    state = str(tmp_path / "state")
+    assert main(["serve", "keys", "create", "--state", state, "--datasets", "a,b", "--expires", "30d"]) == 0
+    key = capsys.readouterr().out.strip()
+    key_id = key.removeprefix("dmk_").split(".")[0]
+    assert main(["serve", "keys", "list", "--state", state]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(key_id))
+    assert "datasets a,b" in row and "expires 20" in row and "\tactive\t" in row
+    assert main(["serve", "keys", "create", "--state", state, "--expires", "soon"]) == 2
+    assert "expected a duration" in capsys.readouterr().err
+    assert main(["serve", "keys", "revoke", key_id, "--state", state]) == 0
+    capsys.readouterr()
+    assert main(["serve", "audit", "--state", state]) == 0
+    log = capsys.readouterr().out.splitlines()
+    assert any(f"create key\t{key_id}" in line for line in log) and any(f"revoke key\t{key_id}" in line
+                                                                         for line in log)

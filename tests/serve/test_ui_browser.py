@@ -102,8 +102,9 @@ def test_login_then_datasets(browser: Any, server: dict[str, Any], tmp_path: Pat
     page.click("form[action='/ui/login'] button[type=submit]")
     row = page.locator(f"#datasets tr[data-dataset='{server['id']}']")
     assert "shardset dataset" in row.inner_text() and "image, label, caption" in row.inner_text()
-    cookie = next(c for c in page.context.cookies() if c["name"] == "datamill_key")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "datamill_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert server["admin"] not in cookie["value"] and server["admin"].split(".")[1] not in cookie["value"]
     assert page.evaluate("document.cookie") == ""  # scripts cannot read the key
     page.screenshot(path=str(tmp_path / "ui-datasets.png"), full_page=True)
     page.context.close()

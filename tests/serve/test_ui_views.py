@@ -47,7 +47,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ids = {name: state.register(path, name=name)["id"] for name, path in
            (("pre", "pre/reviews.hdf5"), ("pics", "pics"), ("broken", "broken"), ("parquet", "reviews.parquet"))}
     (root / "broken" / "a" / "shard.00001.parquet").unlink()
-    client = TestClient(app)
+    client = TestClient(app, base_url="http://127.0.0.1")
     key = app.state.initial_admin_key
     return {"app": app, "client": client, "key": key, "ids": ids, "root": root,
             "auth": {"Authorization": f"Bearer {key}"}}
@@ -105,10 +105,16 @@ def test_json_views_match_describe_and_compute_values(env: Any) -> None:
     assert env["client"].get(f"/api/v1/datasets/{ds_id}/describe").status_code == 401
 
 
+def _login(c: TestClient, key: str, nxt: str, **kw: Any) -> Any:
+    form = c.get("/ui/login")
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', form.text).group(1)  # type: ignore[union-attr]
+    return c.post("/ui/login", data={"key": key, "next": nxt, "csrf": token}, **kw)
+
+
 def test_auth_cookie_csrf_and_redirects(env: Any) -> None:
-    c = TestClient(env["app"])
+    c = TestClient(env["app"], base_url="http://127.0.0.1")
     assert c.get("/ui/datasets").status_code == 401
-    res = c.post("/ui/login", data={"key": env["key"], "next": "//evil.example/x"}, follow_redirects=False)
+    res = _login(c, env["key"], "//evil.example/x", follow_redirects=False)
     assert res.status_code == 303 and res.headers["location"] == "/ui/datasets"
     assert "httponly" in res.headers["set-cookie"].lower() and "samesite=strict" in res.headers["set-cookie"].lower()
     page = c.get("/ui/keys")
@@ -118,7 +124,7 @@ def test_auth_cookie_csrf_and_redirects(env: Any) -> None:
     assert c.post("/ui/keys", data={"role": "read", "csrf": token[::-1]}).status_code == 403
     made = c.post("/ui/keys", data={"role": "read", "csrf": token})
     key = re.search(r'value="(dmk_[^"]+)"', made.text).group(1)  # type: ignore[union-attr]
-    reader = TestClient(env["app"])
+    reader = TestClient(env["app"], base_url="http://127.0.0.1")
     assert reader.get("/ui/datasets", headers={"Authorization": f"Bearer {key}"}).status_code == 200
     assert reader.get("/ui/keys", headers={"Authorization": f"Bearer {key}"}).status_code == 403
     # a Bearer caller needs no CSRF token (browsers never add that header themselves)
@@ -132,8 +138,8 @@ def test_auth_cookie_csrf_and_redirects(env: Any) -> None:
 
 
 def test_admin_cancels_an_iteration_with_csrf_and_clients_get_410(env: Any) -> None:
-    c = TestClient(env["app"])
-    c.post("/ui/login", data={"key": env["key"], "next": "/ui/iterations"})
+    c = TestClient(env["app"], base_url="http://127.0.0.1")
+    _login(c, env["key"], "/ui/iterations")
     started = c.post("/ui/iterations", follow_redirects=False, headers=env["auth"],
                      data={"dataset": env["ids"]["pics"], "batch_size": "1", "name": "to-cancel"})
     page = c.get(started.headers["location"])

@@ -49,15 +49,11 @@ def _remote(args: argparse.Namespace) -> int:
     """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate``."""
     import importlib
 
-    argv = [args.source, "--url", args.url, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-            "--rank", str(args.rank), "--world-size", str(args.world_size), "--mode", args.mode,
-            "--limit", str(args.limit)]
-    for flag, value in (("--key", args.key), ("--columns", args.columns), ("--name", args.name),
-                        ("--save-state", args.save_state)):
-        if value is not None:
-            argv += [flag, value]
     serve_cli = importlib.import_module("datamill.serve.cli")  # the serve extra, looked up when used
-    return int(serve_cli.iterate(argv))
+    return int(serve_cli.run_iterate(dataset=args.source, url=args.url, key=args.key, batch_size=args.batch_size,
+                                     seed=args.seed, columns=args.columns, rank=args.rank,
+                                     world_size=args.world_size, mode=args.mode, name=args.name, limit=args.limit,
+                                     save_state=args.save_state))
 
 
 def _cmd(args: argparse.Namespace) -> int:

@@ -13,40 +13,22 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 
+from datamill.serve.iteration import Iteration
+from datamill.serve.routes.models import ItId
 from datamill.serve.server import ServeState
+from datamill.serve.viewer import Viewer
 
-__all__ = ["ROLES", "State", "Viewer", "authenticate", "rank", "requires", "route_roles", "routes", "serve_state"]
+__all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Viewer", "audit", "authenticate",
+           "check_dataset", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
 
 ROLES = ("public", "read", "admin")
 """Route roles, weakest first: a key of a role may call the routes of every weaker role."""
 _ROLE_ATTR = "datamill_role"
-
-
-@dataclass(frozen=True)
-class Viewer:
-    """An authenticated caller.
-
-    ``role`` is ``"read"`` or ``"admin"``; ``via`` is ``"bearer"``, ``"cookie"`` or ``"none"`` (a
-    ``--no-auth`` server); ``key_id`` names the key (``None`` without auth); ``datasets`` the dataset
-    ids and names it may use (``None``: all); ``csrf`` the token its forms carry (empty for bearer).
-    """
-
-    role: str
-    via: str
-    csrf: str = ""
-    key_id: str | None = None
-    datasets: frozenset[str] | None = None
-
-    @property
-    def admin(self) -> bool:
-        """Whether the caller may manage keys, register datasets, rewind and cancel iterations."""
-        return self.role == "admin"
 
 
 def rank(role: str) -> int:
@@ -77,10 +59,12 @@ def authenticate(request: Request) -> Viewer | None:
     if not state.auth:
         who = session_viewer(request, None)
     elif header.startswith("Bearer "):
-        role = state.keys.check(header[len("Bearer "):].strip())
-        who = None if role is None else Viewer(role, "bearer")
-    else:
+        info = state.keys.check(header[len("Bearer "):].strip())
+        who = None if info is None else Viewer(info.role, "bearer", "", info.id, info.datasets)
+    elif request.method in ("GET", "HEAD") or request.url.path.startswith("/ui/"):
         who = session_viewer(request, state)
+    else:  # a state-changing API call needs the Bearer header: a session cookie alone (and no CSRF token) is not enough
+        who = None
     request.scope["datamill.viewer"] = who
     return who
 
@@ -94,7 +78,7 @@ def _checker(role: str) -> Callable[..., Any]:
         def check(request: Request) -> Viewer:
             who = authenticate(request)
             if who is None:
-                raise HTTPException(401, "missing, invalid or revoked API key: send `Authorization: Bearer dmk_...`")
+                raise HTTPException(401, "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`")
             if rank(who.role) < rank(role):
                 raise HTTPException(403, f"this route needs an {role} key; yours is a {who.role} key")
             return who
@@ -137,3 +121,42 @@ def route_roles(route: Any) -> list[str]:
         stack.extend(dep.dependencies)
     return found
 
+
+
+Reader = Annotated[Viewer, requires("read")]
+"""A route parameter ``who: Reader`` declares the ``read`` role and receives the caller."""
+Admin = Annotated[Viewer, requires("admin")]
+"""A route parameter ``who: Admin`` declares the ``admin`` role and receives the caller."""
+Caller = Annotated["Viewer | None", Depends(authenticate)]
+"""The caller (``None`` when anonymous) without declaring a role: for checks beyond the role."""
+
+
+def may_use(who: Viewer | None, ds: Mapping[str, Any]) -> bool:
+    """Whether the caller's key may use a dataset (a registered row with ``id`` and ``name``)."""
+    return who is None or who.datasets is None or ds["id"] in who.datasets or ds["name"] in who.datasets
+
+
+def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, Any]:
+    """The dataset ``ref`` (id or name), or 403 when the caller's key is limited to other datasets."""
+    ds = state.dataset(ref)
+    if not may_use(who, ds):
+        assert who is not None and who.datasets is not None
+        raise HTTPException(403, f"this key may use the datasets {', '.join(sorted(who.datasets))} only, "
+                                 f"not {ds['name']!r}")
+    return ds
+
+
+def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
+    """The iteration of the path, or 403 when its dataset is outside the caller's key's datasets."""
+    it = state.iteration(it_id)
+    check_dataset(who, state, str(it.config["dataset"]))
+    return it
+
+
+ScopedIteration = Annotated[Iteration, Depends(scoped_iteration)]
+"""A route parameter ``it: ScopedIteration`` receives the path's iteration, checked against the key's datasets."""
+
+
+def audit(state: ServeState, who: Viewer | None, action: str, detail: str = "") -> None:
+    """Record an admin action in the journal's audit table."""
+    state.journal.add_audit(who.key_id if who else None, action, detail[:500])

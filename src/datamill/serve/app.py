@@ -16,12 +16,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, 
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.auth import create_key
+from datamill.serve.guard import DEFAULT_HOSTS, AllowedHosts, Guard
 from datamill.serve.routes import routers
+from datamill.serve.routes.models import one_line
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
 from datamill.serve.views import Inspector
 
@@ -107,6 +110,11 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
+async def _on_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"error": one_line(exc.errors())}, status_code=422)
+
+
 async def _on_bug(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
@@ -119,7 +127,7 @@ async def _closing(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
                auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None,
-               max_body: int = MAX_BODY) -> FastAPI:
+               max_body: int = MAX_BODY, allowed_hosts: Sequence[str] = DEFAULT_HOSTS) -> FastAPI:
     """The FastAPI application of a server with its state in ``state_dir``.
 
     Args:
@@ -130,6 +138,7 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
         cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
             (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
         max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
+        allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to the loopback names.
 
     Returns:
         The app: ``app.state.serve`` is the :class:`ServeState`; ``app.state.initial_admin_key`` is the
@@ -144,10 +153,11 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     state = ServeState(state_dir, roots=roots, auth=auth, lease_timeout=lease_timeout, cache_shards=cache_shards)
     app = FastAPI(title="datamill serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_closing,
                   exception_handlers={DatamillError: _on_datamill_error, StarletteHTTPException: _on_http_error,
-                                      Exception: _on_bug})
+                                      RequestValidationError: _on_invalid, Exception: _on_bug})
     for router in routers():
         app.include_router(router)
     app.add_middleware(_BodyLimit, limit=max_body)
+    app.add_middleware(Guard, hosts=AllowedHosts(allowed_hosts))
     app.state.serve, app.state.ui_secret = state, secrets.token_bytes(32)
     app.state.inspector = Inspector(state)
     app.state.initial_admin_key = None

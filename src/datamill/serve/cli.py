@@ -1,8 +1,9 @@
-"""``datamill serve``: run the server, manage its keys, iterate from it.
+"""``datamill serve``: run the server, manage its keys, read its audit log, back it up, iterate from it.
 
-* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth]``
-* ``datamill serve keys create|list|revoke --state DIR [--role read|admin] [KEY_ID]``
-* ``datamill serve iterate --url URL --key K DATASET [--batch-size 256] [--rank R --world-size W] ...``
+* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth] [--allowed-hosts H,...]``
+* ``datamill serve keys create|list|revoke --state DIR ...`` (``create --role admin --datasets a,b --expires 30d``)
+* ``datamill serve audit --state DIR`` | ``datamill serve backup --state DIR OUT``
+* ``datamill serve iterate DATASET --url URL [--key K] [--batch-size 256] [--rank R --world-size W] ...``
 """
 
 from __future__ import annotations
@@ -11,117 +12,271 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["iterate", "register"]
+__all__ = ["add_iterate_options", "count", "port_number", "positive", "register", "run_iterate", "seconds"]
 
-USAGE = """datamill serve ROOT_OR_CONFIG [--host H] [--port P] [--state DIR] [--no-auth] [--lease-timeout S]
-       datamill serve keys create|list|revoke --state DIR [--role read|admin] [KEY_ID]
-       datamill serve iterate --url URL [--key K] DATASET [--batch-size N] [--rank R] [--world-size W] ..."""
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port in 1..65535.
+
+    Examples:
+        >>> port_number("8470")
+        8470
+    """
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number in 1..65535, got {text!r}")
+    return port
 
 
-def _server_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="datamill serve", usage=USAGE)
-    p.add_argument("target", help="a dataset root folder, or a server config (YAML/JSON: roots, datasets)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8470)
-    p.add_argument("--state", default=None, help="state folder (default: the config's, else ./.datamill-serve)")
-    p.add_argument("--no-auth", action="store_true", help="no API keys (loopback addresses only)")
-    p.add_argument("--lease-timeout", type=float, default=None, help="seconds a lease lives without heartbeat")
-    return p
+def seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds in ``[low, high]``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"expected seconds in [{low:g}, {high:g}], got {text!r}")
+        return value
+
+    return parse
 
 
-def _keys(argv: list[str]) -> int:
-    from datamill.serve.auth import create_key
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1 (at most 2**31)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 2**31:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number >= 0 (at most 2**31)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 2**31:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- commands
+def _server(args: argparse.Namespace) -> int:
+    from datamill.serve.run import serve
+
+    if args.target is None:
+        from datamill.core.errors import ConfigError
+
+        raise ConfigError("expected a dataset root folder or a server config file: datamill serve ROOT_OR_CONFIG "
+                          "(or a command: keys, audit, backup, iterate; see datamill serve --help)")
+    serve(args.target, host=args.host, port=args.port, state=args.state, auth=not args.no_auth,
+          lease_timeout=args.lease_timeout, allowed_hosts=args.allowed_hosts,
+          echo=lambda line: print(line, flush=True))
+    return 0
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from datamill.serve.auth import create_key, parse_duration
     from datamill.serve.journal import Journal
 
-    p = argparse.ArgumentParser(prog="datamill serve keys")
-    p.add_argument("action", choices=["create", "list", "revoke"])
-    p.add_argument("key_id", nargs="?", help="the key id to revoke (the part after dmk_ and before the dot)")
-    p.add_argument("--state", required=True, help="the server's state folder")
-    p.add_argument("--role", choices=["read", "admin"], default="read")
-    p.add_argument("--note", default="")
-    args = p.parse_args(argv)
+    expires_in = parse_duration(args.expires) if args.expires else None
+    datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets is not None else None
     journal = Journal(args.state)
     try:
-        if args.action == "create":
-            _, key = create_key(journal, role=args.role, note=args.note)
-            print(key)
-        elif args.action == "list":
-            for k in journal.list_keys():
-                status = "revoked" if k["revoked"] else "active"
-                print(f"{k['id']}\t{k['role']}\t{status}\t{time.strftime('%Y-%m-%d %H:%M', time.gmtime(k['created']))}"
-                      f"\t{k['note']}")
-        else:
-            if not args.key_id:
-                p.error("revoke needs KEY_ID")
-            if not journal.revoke_key(args.key_id):
-                print(f"no active key {args.key_id!r}")
-                return 1
-            print(f"revoked {args.key_id}")
+        key_id, key = create_key(journal, role=args.role, note=args.note, datasets=datasets, expires_in=expires_in)
+        journal.add_audit(None, "create key", f"{key_id} role={args.role} datasets={datasets} "
+                                              f"expires={args.expires} (command line)")
+    finally:
+        journal.close()
+    print(key)
+    return 0
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    from datamill.serve.journal import Journal
+
+    journal = Journal(args.state)
+    try:
+        now = time.time()
+        for k in journal.list_keys():
+            expired = k["expires"] is not None and k["expires"] <= now
+            status = "revoked" if k["revoked"] else "expired" if expired else "active"
+            scope = ",".join(k["datasets"]) if k["datasets"] else "*"
+            print(f"{k['id']}\t{k['role']}\t{status}\t{_when(k['created'])}\texpires {_when(k['expires'])}\t"
+                  f"datasets {scope}\t{k['note']}")
     finally:
         journal.close()
     return 0
 
 
-def iterate(argv: list[str]) -> int:
-    """``datamill serve iterate DATASET --url URL ...`` (also ``datamill iterate DATASET --url URL``)."""
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from datamill.serve.journal import Journal
+
+    journal = Journal(args.state)
+    try:
+        if not journal.revoke_key(args.key_id):
+            print(f"no active key {args.key_id!r}")
+            return 1
+        journal.add_audit(None, "revoke key", f"{args.key_id} (command line)")
+    finally:
+        journal.close()
+    print(f"revoked {args.key_id}")
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from datamill.serve.journal import Journal
+
+    journal = Journal(args.state)
+    try:
+        for row in journal.audit():
+            at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["at"]))
+            print(f"{at}\t{row['key'] or '-'}\t{row['action']}\t{row['detail']}")
+    finally:
+        journal.close()
+    return 0
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from datamill.serve.journal import backup
+
+    out = backup(args.state, args.out)
+    print(f"backed up the journal of {args.state} to {out}")
+    return 0
+
+
+def run_iterate(*, dataset: str, url: str, key: str | None, batch_size: int = 256, seed: int = 0, epoch: int = 0,
+                columns: str | None = None, rank: int = 0, world_size: int = 1, mode: str = "static",
+                name: str | None = None, limit: int = 0, save_state: str | None = None,
+                reconnect_timeout: float = 3.0) -> int:
+    """Iterate a served dataset once and print throughput (``datamill serve iterate``, ``datamill iterate --url``).
+
+    ``key`` defaults to ``$DATAMILL_KEY``.
+
+    Raises:
+        RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a request.
+    """
     from datamill.serve.remote import RemoteLoader
 
-    p = argparse.ArgumentParser(prog="datamill serve iterate")
-    p.add_argument("dataset", help="registered dataset id or name")
-    p.add_argument("--url", required=True)
-    p.add_argument("--key", default=os.environ.get("DATAMILL_KEY"), help="API key (default $DATAMILL_KEY)")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epoch", type=int, default=0)
-    p.add_argument("--columns", default=None, help="comma-separated")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--mode", choices=["static", "dynamic"], default="static")
-    p.add_argument("--name", default=None, help="iteration name (processes with one name share an iteration)")
-    p.add_argument("--limit", type=int, default=0, help="stop after this many batches")
-    p.add_argument("--save-state", default=None, help="write the RemoteLoader state JSON here at the end")
-    args = p.parse_args(argv)
-    loader = RemoteLoader(args.url, args.key, args.dataset, batch_size=args.batch_size, seed=args.seed,
-                          epoch=args.epoch, columns=args.columns.split(",") if args.columns else None,
-                          rank=args.rank, world_size=args.world_size, mode=args.mode, name=args.name,
-                          collate="arrow")
+    key = key if key is not None else os.environ.get("DATAMILL_KEY")
+    loader = RemoteLoader(url, key, dataset, batch_size=batch_size, seed=seed, epoch=epoch,
+                          columns=columns.split(",") if columns else None, rank=rank, world_size=world_size,
+                          mode=mode, name=name, collate="arrow", reconnect_s=reconnect_timeout)
     start = time.perf_counter()
     rows = batches = 0
     for batch in loader:
         rows += batch.num_rows
         batches += 1
-        if args.limit and batches >= args.limit:
+        if limit and batches >= limit:
             break
     dt = time.perf_counter() - start
     print(f"iteration {loader.iteration_id}: {batches:,} batches, {rows:,} samples in {dt:.2f} s "
           f"({rows / max(dt, 1e-9):,.0f} samples/s; waited {loader.stall_s:.2f} s for data)")
-    if args.save_state:
+    if save_state:
         from datamill.core.io import atomic_write
 
-        with atomic_write(args.save_state, "w") as f:
+        with atomic_write(save_state, "w") as f:
             json.dump(loader.state_dict(), f, indent=2, sort_keys=True)
     return 0
 
 
-def _cmd(args: argparse.Namespace) -> int:
-    argv: list[str] = list(args.args)
-    if argv and argv[0] == "keys":
-        return _keys(argv[1:])
-    if argv and argv[0] == "iterate":
-        return iterate(argv[1:])
-    from datamill.serve.run import serve
+def _iterate(args: argparse.Namespace) -> int:
+    return run_iterate(dataset=args.dataset, url=args.url, key=args.key, batch_size=args.batch_size, seed=args.seed,
+                       epoch=args.epoch, columns=args.columns, rank=args.rank, world_size=args.world_size,
+                       mode=args.mode, name=args.name, limit=args.limit, save_state=args.save_state,
+                       reconnect_timeout=args.reconnect_timeout)
 
-    opts = _server_parser().parse_args(argv)
-    serve(opts.target, host=opts.host, port=opts.port, state=opts.state, auth=not opts.no_auth,
-          lease_timeout=opts.lease_timeout, echo=lambda line: print(line, flush=True))
-    return 0
+
+# ---------------------------------------------------------------------------------------------- parsers
+class _TargetOrCommand(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """``datamill serve ROOT [options]`` runs the server; ``datamill serve COMMAND ...`` runs a command."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values and values[0] in self._name_parser_map:
+            super().__call__(parser, namespace, values, option_string)
+            return
+        namespace.target = values[0]
+        parser.parse_args(values[1:], namespace)  # the server's options after ROOT_OR_CONFIG
+
+
+def _state(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state", required=True, help="the server's state folder")
+
+
+def add_iterate_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``datamill serve iterate``."""
+    p.add_argument("dataset", help="registered dataset id or name")
+    p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8470")
+    p.add_argument("--key", default=os.environ.get("DATAMILL_KEY"), help="API key (default $DATAMILL_KEY)")
+    p.add_argument("--batch-size", type=positive, default=256, help="samples per batch (default 256)")
+    p.add_argument("--seed", type=count, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--epoch", type=count, default=0, help="epoch to iterate (default 0)")
+    p.add_argument("--columns", default=None, help="comma-separated columns (default all)")
+    p.add_argument("--rank", type=count, default=0, help="this process's rank (default 0)")
+    p.add_argument("--world-size", type=positive, default=1, help="ranks in the job (default 1)")
+    p.add_argument("--mode", choices=["static", "dynamic"], default="static", help="static or dynamic (default static)")
+    p.add_argument("--name", default=None, help="iteration name (processes with one name share an iteration)")
+    p.add_argument("--limit", type=count, default=0, help="stop after this many batches (default 0: all)")
+    p.add_argument("--save-state", default=None, help="write the RemoteLoader state JSON here at the end")
+    p.add_argument("--reconnect-timeout", type=seconds(0, 3600), default=3.0,
+                   help="seconds to keep retrying an unreachable server before failing (default 3)")
 
 
 def register(sub: Any) -> None:
-    """Add ``datamill serve`` (server, ``keys``, ``iterate``)."""
+    """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
     p = sub.add_parser("serve", help="serve datasets to training processes over HTTP (exactly once)",
-                       usage=USAGE, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("args", nargs=argparse.REMAINDER, help="ROOT_OR_CONFIG [options] | keys ... | iterate ...")
-    p.set_defaults(func=_cmd)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=8470, help="port to bind, 1..65535 (default 8470)")
+    p.add_argument("--state", default=None, help="state folder (default: the config's, else ./.datamill-serve)")
+    p.add_argument("--no-auth", action="store_true", help="no API keys (loopback addresses only)")
+    p.add_argument("--lease-timeout", type=seconds(1, 86_400), default=None,
+                   help="seconds a lease lives without a heartbeat, 1..86400 (default: the config's, else 60)")
+    p.add_argument("--allowed-hosts", type=lambda s: [h for h in s.split(",") if h.strip()], default=None,
+                   help="comma-separated Host names the server answers (name or name:port; * for any); "
+                        "default: 127.0.0.1, localhost and [::1] with the port, and the bound address")
+    p.set_defaults(func=_server, target=None)
+    cmds = p.add_subparsers(title="commands (instead of ROOT_OR_CONFIG)", dest="serve_command",
+                            metavar="ROOT_OR_CONFIG | COMMAND", action=_TargetOrCommand)
+    cmds.choices = None  # any first word: a dataset root or config unless it names a command
+    keys = cmds.add_parser("keys", help="create, list and revoke API keys")
+    key_cmds = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    create = key_cmds.add_parser("create", help="create a key (printed once)")
+    _state(create)
+    create.add_argument("--role", choices=["read", "admin"], default="read", help="read or admin (default read)")
+    create.add_argument("--datasets", default=None, help="comma-separated dataset names the key may use (default all)")
+    create.add_argument("--expires", default=None, help="lifetime such as 12h, 30d, 2w (default never)")
+    create.add_argument("--note", default="", help="a note shown by `keys list`")
+    create.set_defaults(func=_keys_create)
+    listing = key_cmds.add_parser("list", help="list keys (never their secrets)")
+    _state(listing)
+    listing.set_defaults(func=_keys_list)
+    revoke = key_cmds.add_parser("revoke", help="revoke a key and its UI sessions")
+    revoke.add_argument("key_id", help="the key id (the part after dmk_ and before the dot)")
+    _state(revoke)
+    revoke.set_defaults(func=_keys_revoke)
+    audit = cmds.add_parser("audit", help="print the audit log: admin actions and each key's first use per day")
+    _state(audit)
+    audit.set_defaults(func=_audit)
+    backup = cmds.add_parser("backup", help="copy the journal of a (running) server with SQLite's online backup")
+    _state(backup)
+    backup.add_argument("out", help="the backup file to write (must not exist)")
+    backup.set_defaults(func=_backup)
+    iterate = cmds.add_parser("iterate", help="iterate a served dataset once and print throughput")
+    add_iterate_options(iterate)
+    iterate.set_defaults(func=_iterate)

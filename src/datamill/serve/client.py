@@ -182,13 +182,21 @@ class Client:
 
     def rewind(self, iteration: str, *, rank: int | None = None, consumed: int | None = None,
                done: Sequence[tuple[int, int]] | None = None) -> dict[str, Any]:
-        """Set the done set from a checkpoint: rank ``rank`` consumed ``consumed`` batches, or ``done`` unit runs."""
+        """Set the done set (admin key needed): rank ``rank`` consumed ``consumed`` batches, or ``done`` unit runs."""
         body: dict[str, Any] = {}
         if done is not None:
             body["done"] = [list(r) for r in done]
         else:
             body.update(rank=rank, consumed=consumed)
         return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/rewind", body=body).json())
+
+    def resume(self, iteration: str, *, rank: int, consumed: int) -> dict[str, Any]:
+        """Resume rank ``rank`` of a static iteration from a checkpoint that consumed ``consumed`` batches.
+
+        A read key may resume only the iterations it created; an admin key any.
+        """
+        body = {"rank": rank, "consumed": consumed}
+        return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/resume", body=body).json())
 
     def cancel(self, iteration: str) -> dict[str, Any]:
         """Cancel an iteration for good (admin key needed): clients asking for a lease get HTTP 410."""

@@ -1,10 +1,15 @@
 """The server's durable state: one SQLite database (WAL) in the state folder.
 
-Tables: ``keys`` (API key id, sha256 of the secret, role, revoked), ``datasets`` (id, name, resolved
-path), ``iterations`` (id, idempotency key, epoch, config JSON) and ``done`` (acknowledged unit runs,
-one row per ack, with the lease id so a repeated ack after a restart stays idempotent). Leases are
-never stored: after a restart, pending = all - done and the leases in flight are unknown (410).
-Every write commits before the server replies.
+Tables: ``keys`` (API key id, sha256 of the secret, role, revoked, the datasets it may use, when it
+expires), ``datasets`` (id, name, resolved path), ``iterations`` (id, idempotency key, epoch, config
+JSON), ``owners`` (the key that created an iteration), ``done`` (acknowledged unit runs, one row per
+ack, with the lease id so a repeated ack after a restart stays idempotent), ``sessions`` (the sha256 of
+each UI session id, its key, expiry), ``audit`` (admin actions and each key's first use per day) and
+``key_use`` (which days a key was seen). Every write commits before the server replies.
+
+The folder is created ``0700`` and the database ``0600``; opening runs ``PRAGMA quick_check``, so a
+corrupt or truncated journal, a folder where the file should be or a state path that is a file is a
+:class:`StateError` naming the path, never a server that starts on bad state.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DB_NAME", "Journal"]
+from datamill.core.errors import DatamillError
+
+__all__ = ["DB_NAME", "Journal", "StateError", "backup"]
 
 DB_NAME = "datamill-serve.sqlite3"
 
@@ -33,7 +40,106 @@ CREATE TABLE IF NOT EXISTS done (iteration TEXT NOT NULL, start INTEGER NOT NULL
     lease TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS done_iteration ON done(iteration);
 CREATE TABLE IF NOT EXISTS cancelled (iteration TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (iteration TEXT PRIMARY KEY, key TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (hash TEXT PRIMARY KEY, key TEXT NOT NULL, created REAL NOT NULL,
+    expires REAL NOT NULL, revoked REAL);
+CREATE TABLE IF NOT EXISTS audit (at REAL NOT NULL, key TEXT, action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS key_use (key TEXT NOT NULL, day INTEGER NOT NULL, PRIMARY KEY (key, day));
 """
+_KEY_COLUMNS = {"datasets": "TEXT", "expires": "REAL"}  # added after the first release: migrated on open
+_FIX = "restore the state folder from a backup (`datamill serve backup`), or start with a new --state folder"
+
+
+class StateError(DatamillError, OSError):
+    """The server's state folder or journal cannot be used (a file, corrupt, truncated, not writable)."""
+
+
+def _check_dir(state_dir: Path) -> Path:
+    if state_dir.exists() and not state_dir.is_dir():
+        raise StateError("the state path is a file, expected a folder", path=state_dir,
+                         hint="pass --state a folder (it is created when missing)")
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if state_dir.stat().st_mode & 0o077:
+            state_dir.chmod(0o700)  # the journal holds key digests and session hashes: the owner's alone
+    except OSError as exc:
+        raise StateError(f"cannot create the state folder: {exc.strerror}", path=state_dir) from exc
+    db = state_dir / DB_NAME
+    if db.exists() and not db.is_file():
+        raise StateError("expected the journal file here, found a folder or special file", path=db, hint=_FIX)
+    if not db.exists():
+        try:
+            os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError as exc:
+            raise StateError(f"cannot create the journal: {exc.strerror}", path=db) from exc
+    elif db.stat().st_mode & 0o077:
+        db.chmod(0o600)
+    return db
+
+
+def _open(db: Path) -> sqlite3.Connection:
+    """A checked connection: the header, ``quick_check`` and the schema, or a :class:`StateError`."""
+    conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None, timeout=30)
+    try:
+        size = db.stat().st_size
+        if 0 < size < 512 or (size and size % 512):
+            raise StateError(f"the journal is truncated ({size:,} bytes, not whole pages)", path=db, hint=_FIX)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        result = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+        if result != ["ok"]:
+            raise StateError(f"the journal is corrupt (quick_check: {'; '.join(map(str, result[:3]))})",
+                             path=db, hint=_FIX)
+        conn.executescript(_SCHEMA)
+        have = {r[1] for r in conn.execute("PRAGMA table_info(keys)")}
+        for col, kind in _KEY_COLUMNS.items():
+            if col not in have:
+                conn.execute(f"ALTER TABLE keys ADD COLUMN {col} {kind}")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StateError(f"the journal is not a usable SQLite database ({exc})", path=db, hint=_FIX) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def backup(state_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Copy a (possibly running) server's journal to ``out`` with SQLite's online backup API.
+
+    The copy is written beside ``out`` and renamed into place; an existing ``out`` is refused.
+    Restore by copying the file into an empty state folder as :data:`DB_NAME`.
+
+    Raises:
+        StateError: an unusable journal, or ``out`` exists.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp()); Journal(d / "state").close()
+        >>> backup(d / "state", d / "copy.sqlite3").name
+        'copy.sqlite3'
+    """
+    dst = Path(out)
+    if dst.exists() or dst.is_symlink():
+        raise StateError("the backup file exists; refusing to overwrite it", path=dst,
+                         hint="choose a new file name")
+    journal = Journal(state_dir)
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    try:
+        target = sqlite3.connect(tmp)
+        try:
+            with journal._lock:
+                journal._db.backup(target)
+        finally:
+            target.close()
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dst)
+    except (OSError, sqlite3.Error) as exc:
+        tmp.unlink(missing_ok=True)
+        raise StateError(f"cannot write the backup: {exc}", path=dst) from exc
+    finally:
+        journal.close()
+    return dst
 
 
 class Journal:
@@ -49,14 +155,9 @@ class Journal:
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(state_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / DB_NAME
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self.path = _check_dir(self.dir)
+        self._db = _open(self.path)
         self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
         """Close the connection."""
@@ -68,23 +169,69 @@ class Journal:
             return list(self._db.execute(sql, tuple(args)).fetchall())
 
     # ------------------------------------------------------------------ keys
-    def add_key(self, key_id: str, digest: str, role: str, note: str = "") -> None:
-        """Store a new key's id, secret digest and role."""
-        self._exec("INSERT INTO keys (id, hash, role, created, note) VALUES (?, ?, ?, ?, ?)",
-                   (key_id, digest, role, time.time(), note))
+    def add_key(self, key_id: str, digest: str, role: str, note: str = "", *,
+                datasets: list[str] | None = None, expires: float | None = None) -> None:
+        """Store a new key's id, secret digest, role, the datasets it may use (``None``: all) and expiry."""
+        self._exec("INSERT INTO keys (id, hash, role, created, note, datasets, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (key_id, digest, role, time.time(), note, None if datasets is None else json.dumps(datasets),
+                    expires))
 
     def list_keys(self) -> list[dict[str, Any]]:
         """Every key (revoked ones too), without secrets."""
-        rows = self._exec("SELECT id, hash, role, created, revoked, note FROM keys ORDER BY created")
-        return [{"id": r[0], "hash": r[1], "role": r[2], "created": r[3], "revoked": r[4], "note": r[5]}
-                for r in rows]
+        rows = self._exec("SELECT id, hash, role, created, revoked, note, datasets, expires FROM keys ORDER BY created")
+        return [{"id": r[0], "hash": r[1], "role": r[2], "created": r[3], "revoked": r[4], "note": r[5],
+                 "datasets": None if r[6] is None else json.loads(r[6]), "expires": r[7]} for r in rows]
 
     def revoke_key(self, key_id: str) -> bool:
-        """Revoke a key; False when unknown or already revoked."""
+        """Revoke a key and its UI sessions; False when unknown or already revoked."""
+        now = time.time()
         with self._lock:
-            cur = self._db.execute("UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL",
-                                   (time.time(), key_id))
+            cur = self._db.execute("UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL", (now, key_id))
+            self._db.execute("UPDATE sessions SET revoked = ? WHERE key = ? AND revoked IS NULL", (now, key_id))
             return cur.rowcount > 0
+
+    # ------------------------------------------------------------------ UI sessions
+    def add_session(self, digest: str, key_id: str, *, expires: float) -> None:
+        """Store a UI session (the sha256 of its id, never the id)."""
+        self._exec("INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
+                   (digest, key_id, time.time(), expires))
+
+    def session_key(self, digest: str) -> str | None:
+        """The key id of a live (unrevoked, unexpired) session."""
+        rows = self._exec("SELECT key FROM sessions WHERE hash = ? AND revoked IS NULL AND expires > ?",
+                          (digest, time.time()))
+        return str(rows[0][0]) if rows else None
+
+    def end_session(self, digest: str) -> None:
+        """Revoke a session (logout)."""
+        self._exec("UPDATE sessions SET revoked = ? WHERE hash = ? AND revoked IS NULL", (time.time(), digest))
+
+    # ------------------------------------------------------------------ audit
+    def add_audit(self, key: str | None, action: str, detail: str = "") -> None:
+        """Record an admin action (or a key's first use of a day)."""
+        self._exec("INSERT INTO audit (at, key, action, detail) VALUES (?, ?, ?, ?)", (time.time(), key, action, detail))
+
+    def note_use(self, key: str, day: int) -> None:
+        """Record a key's first use of a UTC day (once; an audit row ``first use``)."""
+        with self._lock:
+            cur = self._db.execute("INSERT OR IGNORE INTO key_use (key, day) VALUES (?, ?)", (key, day))
+            if cur.rowcount:
+                self._db.execute("INSERT INTO audit (at, key, action, detail) VALUES (?, ?, 'first use', ?)",
+                                 (time.time(), key, time.strftime("%Y-%m-%d", time.gmtime(day * 86400))))
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The audit rows, oldest first."""
+        rows = self._exec("SELECT at, key, action, detail FROM audit ORDER BY rowid")
+        return [{"at": r[0], "key": r[1], "action": r[2], "detail": r[3]} for r in rows]
+
+    def set_owner(self, it_id: str, key: str) -> None:
+        """Record the key that created an iteration (the first one to ask for it)."""
+        self._exec("INSERT OR IGNORE INTO owners (iteration, key) VALUES (?, ?)", (it_id, key))
+
+    def owner(self, it_id: str) -> str | None:
+        """The key that created an iteration, if known."""
+        rows = self._exec("SELECT key FROM owners WHERE iteration = ?", (it_id,))
+        return str(rows[0][0]) if rows else None
 
     # ------------------------------------------------------------------ datasets
     def add_dataset(self, ds_id: str, name: str, path: str) -> None:

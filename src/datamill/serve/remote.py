@@ -151,7 +151,7 @@ class RemoteLoader:
                 if self._resume["iteration"] != it_id:
                     raise ResumeStateError(f"state is of iteration {self._resume['iteration']}, the server "
                                            f"gives {it_id} for these settings")
-                client.rewind(it_id, rank=self.rank, consumed=int(self._resume["consumed"]))
+                client.resume(it_id, rank=self.rank, consumed=int(self._resume["consumed"]))
                 self._consumed = int(self._resume["consumed"])
                 self._yielded = set(range(self._consumed))
                 self._resume = None

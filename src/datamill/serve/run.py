@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from datamill.core.errors import ConfigError
 from datamill.core.optional import require
+from datamill.serve.guard import default_hosts
 
 __all__ = ["DEFAULT_PORT", "ServeConfig", "is_loopback", "load_config", "serve"]
 
@@ -73,7 +75,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
 
 def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           state: str | os.PathLike[str] | None = None, auth: bool = True, lease_timeout: float | None = None,
-          echo: Callable[[str], Any] = print) -> None:
+          allowed_hosts: Sequence[str] | None = None, echo: Callable[[str], Any] = print) -> None:
     """Serve the datasets under a root (or a config's roots) until interrupted.
 
     Args:
@@ -83,6 +85,8 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", po
         state: state folder (journal). Defaults to the config's, else ``.datamill-serve`` here.
         auth: require API keys; ``False`` only on a loopback address. Defaults to ``True``.
         lease_timeout: lease lifetime without heartbeats. Defaults to the config's (``60`` s).
+        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``, ``*`` any). Defaults to the loopback
+            names with ``port``, the bound address, and this machine's names when bound to all interfaces.
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
 
     Raises:
@@ -94,6 +98,8 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", po
         ...
         datamill.core.errors.ConfigError: /nonexistent-root: no such dataset root or config file
     """
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"expected a port in 1..65535, got {port}")
     cfg = load_config(root_or_config)
     if not auth and not is_loopback(host):
         raise ConfigError(f"--no-auth is allowed only on a loopback address, not {host!r}",
@@ -102,13 +108,16 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", po
     from datamill.serve.app import create_app
 
     state_dir = Path(state or cfg.state or ".datamill-serve")
+    hosts = list(allowed_hosts) if allowed_hosts is not None else default_hosts(host, port)
+    if allowed_hosts is None and host in ("0.0.0.0", "::"):
+        hosts += [f"{n}:{port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
     app = create_app(state_dir, roots=cfg.roots, auth=auth, lease_timeout=lease_timeout or cfg.lease_timeout,
-                     cache_shards=cfg.cache_shards)
+                     cache_shards=cfg.cache_shards, allowed_hosts=hosts)
     for name, path in cfg.datasets.items():
         app.state.serve.register(path, name=name)
     key = app.state.initial_admin_key
     echo(f"datamill serve: http://{host}:{port} (state {state_dir}, roots {', '.join(cfg.roots)}, "
-         f"auth {'on' if auth else 'off'})")
+         f"auth {'on' if auth else 'off'}, hosts {', '.join(hosts)})")
     if key:
         echo(f"admin key (shown once, store it now): {key}")
     fast = {}

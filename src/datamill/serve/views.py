@@ -29,7 +29,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source
-from datamill.serve.access import requires
+from datamill.serve.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.stats import ValueStats, footer_stats
 
@@ -308,24 +308,27 @@ router = APIRouter(prefix="/api/v1/datasets")
 Insp = Annotated[Inspector, Depends(inspector)]
 
 
-@router.get("/{ref}/describe", dependencies=[requires("read")])
-def describe_route(ref: str, insp: Insp) -> dict[str, Any]:
+@router.get("/{ref}/describe")
+def describe_route(who: Reader, ref: str, insp: Insp) -> dict[str, Any]:
     """A dataset's :meth:`Inspector.detail`."""
+    check_dataset(who, insp.state, ref)
     return insp.detail(ref)
 
 
-@router.get("/{ref}/columns/{column}/values", dependencies=[requires("read")])
-def values_route(ref: str, column: str, insp: Insp) -> dict[str, Any]:
+@router.get("/{ref}/columns/{column}/values")
+def values_route(who: Reader, ref: str, column: str, insp: Insp) -> dict[str, Any]:
     """Top values and histogram of a column (``status`` ``running`` until computed)."""
+    check_dataset(who, insp.state, ref)
     src = insp.source(ref)
     if column not in src.columns:
         raise SchemaError(f"unknown column {column!r}; columns: {list(src.columns)}", column=column)
     return insp.values.get(src.fingerprint(), column, lambda: src).view()
 
 
-@router.get("/{ref}/samples", dependencies=[requires("read")])
-def samples_route(ref: str, insp: Insp, offset: Annotated[int, Query(ge=0)] = 0,
+@router.get("/{ref}/samples")
+def samples_route(who: Reader, ref: str, insp: Insp, offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
                   columns: Annotated[str | None, Query(max_length=10_000)] = None) -> dict[str, Any]:
     """A page of samples (``columns`` comma-separated)."""
+    check_dataset(who, insp.state, ref)
     return insp.samples(ref, offset=offset, limit=limit, columns=columns.split(",") if columns else None)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 
-from datamill.serve.access import State, requires
+from datamill.serve.access import Admin, Reader, State, audit, may_use
 from datamill.serve.routes.models import DatasetIn
 
 __all__ = ["router"]
@@ -17,13 +17,17 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api/v1/datasets")
 
 
-@router.get("", dependencies=[requires("read")])
-def datasets(state: State) -> list[dict[str, Any]]:
-    """Every registered dataset."""
-    return state.datasets()
+@router.get("")
+def datasets(who: Reader, state: State) -> list[dict[str, Any]]:
+    """The registered datasets the caller's key may use."""
+    return [ds for ds in state.datasets() if may_use(who, ds)]
 
 
-@router.post("", dependencies=[requires("admin")])
-def register(body: DatasetIn, state: State) -> dict[str, Any]:
+@router.post("")
+def register(who: Admin, body: DatasetIn, state: State) -> dict[str, Any]:
     """Register a dataset from a path under the server's roots."""
-    return state.register(body.path, name=body.name)
+    if not may_use(who, {"id": "", "name": body.name}):
+        raise HTTPException(403, f"this key may not use a dataset named {body.name!r}")
+    ds = state.register(body.path, name=body.name)
+    audit(state, who, "register dataset", f"{body.name} = {body.path}")
+    return ds

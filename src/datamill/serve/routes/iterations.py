@@ -1,57 +1,91 @@
-"""``/api/v1/iterations``: create and join (read), inspect (read), rewind and cancel (admin) iterations."""
+"""``/api/v1/iterations``: create and join (read), inspect (read), resume (read, the creating key),
+rewind and cancel (admin) iterations."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 
-from datamill.serve.access import State, requires
-from datamill.serve.routes.models import IterationIn, ItId, RewindIn
+from datamill.serve.access import (
+    Admin,
+    Reader,
+    ScopedIteration,
+    State,
+    audit,
+    check_dataset,
+    may_use,
+)
+from datamill.serve.routes.bounds import check_iteration, check_rewind
+from datamill.serve.routes.models import IterationIn, ResumeIn, RewindIn
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/api/v1/iterations")
 
 
-@router.post("", dependencies=[requires("read")])
-def create_iteration(body: IterationIn, state: State) -> dict[str, Any]:
+@router.post("")
+def create_iteration(who: Reader, body: IterationIn, state: State) -> dict[str, Any]:
     """Create an iteration, or join the one of the same name (or config) and epoch."""
-    return state.create_iteration(body.model_dump(exclude_none=True))
+    ds = check_dataset(who, state, body.dataset)
+    check_iteration(state, ds, body)
+    desc = state.create_iteration(body.model_dump(exclude_none=True))
+    state.journal.set_owner(desc["id"], who.key_id or "")
+    return desc
 
 
-@router.get("", dependencies=[requires("read")])
-def iterations(state: State) -> list[dict[str, Any]]:
-    """Every journaled iteration with its config."""
+@router.get("")
+def iterations(who: Reader, state: State) -> list[dict[str, Any]]:
+    """Every journaled iteration (of the datasets the caller's key may use) with its config."""
+    names = {ds["id"]: ds for ds in state.journal.datasets()}
     return [{"id": r["id"], "key": r["key"], "epoch": r["epoch"], "config":
-             {k: v for k, v in r["config"].items() if k != "base_done"}} for r in state.journal.iterations()]
+             {k: v for k, v in r["config"].items() if k != "base_done"}} for r in state.journal.iterations()
+            if r["config"]["dataset"] in names and may_use(who, names[r["config"]["dataset"]])]
 
 
-@router.get("/{it_id}", dependencies=[requires("read")])
-def iteration(it_id: ItId, state: State) -> dict[str, Any]:
+@router.get("/{it_id}")
+def iteration(who: Reader, it: ScopedIteration, state: State) -> dict[str, Any]:
     """An iteration's id, config and per-queue batch counts."""
-    return state.describe(state.iteration(it_id))
+    return state.describe(it)
 
 
-@router.get("/{it_id}/progress", dependencies=[requires("read")])
-def progress(it_id: ItId, state: State) -> dict[str, Any]:
+@router.get("/{it_id}/progress")
+def progress(who: Reader, it: ScopedIteration) -> dict[str, Any]:
     """Done, leased and pending batches per rank and client."""
-    return state.iteration(it_id).progress()
+    return it.progress()
 
 
-@router.get("/{it_id}/done", dependencies=[requires("read")])
-def done(it_id: ItId, state: State) -> dict[str, Any]:
+@router.get("/{it_id}/done")
+def done(who: Reader, it: ScopedIteration, state: State) -> dict[str, Any]:
     """The journaled commit record: ``(start, stop, lease)`` rows in commit order."""
-    return {"rows": state.journal.done(state.iteration(it_id).id)}
+    return {"rows": state.journal.done(it.id)}
 
 
-@router.post("/{it_id}/cancel", dependencies=[requires("admin")])
-def cancel(it_id: ItId, state: State) -> dict[str, Any]:
+@router.post("/{it_id}/cancel")
+def cancel(who: Admin, it: ScopedIteration, state: State) -> dict[str, Any]:
     """Cancel an iteration for good: ``next`` answers 410 afterwards."""
-    return state.cancel(state.iteration(it_id))
+    out = state.cancel(it)
+    audit(state, who, "cancel iteration", it.id)
+    return out
 
 
-@router.post("/{it_id}/rewind", dependencies=[requires("read")])
-def rewind(it_id: ItId, body: RewindIn, state: State) -> dict[str, Any]:
-    """Set the done set from a client checkpoint."""
-    return state.rewind(state.iteration(it_id), body.model_dump(exclude_none=True))
+@router.post("/{it_id}/rewind")
+def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dict[str, Any]:
+    """Set the done set: ``{rank, consumed}`` (static mode) or ``{done: [[start, stop], ...]}`` (admin)."""
+    check_rewind(it, body)
+    out = state.rewind(it, body.model_dump(exclude_none=True))
+    audit(state, who, "rewind iteration", f"{it.id} {body.model_dump(exclude_none=True)}"[:500])
+    return out
+
+
+@router.post("/{it_id}/resume")
+def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> dict[str, Any]:
+    """Resume one rank of a static iteration from a checkpoint (``RemoteLoader.load_state_dict``).
+
+    Only the key that created the iteration (or an admin key) may: another job's key cannot reset it.
+    """
+    owner = state.journal.owner(it.id)
+    if not who.admin and owner is not None and owner != (who.key_id or ""):
+        raise HTTPException(403, "only the key that created this iteration (or an admin key) may resume it")
+    check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
+    return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})

@@ -5,16 +5,54 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ID_PATTERN", "AckIn", "DatasetIn", "HeartbeatIn", "ItId", "IterationIn", "KeyIn", "RewindIn"]
+__all__ = [
+    "ID_PATTERN",
+    "MAX_UNITS",
+    "AckIn",
+    "DatasetIn",
+    "HeartbeatIn",
+    "ItId",
+    "IterationIn",
+    "KeyIn",
+    "ResumeIn",
+    "RewindIn",
+    "one_line",
+]
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+MAX_UNITS = 1 << 40
+"""Largest unit (batch) number or count a request may name."""
 ItId = Annotated[str, Path(pattern=ID_PATTERN)]
+Id = Annotated[str, Field(pattern=ID_PATTERN)]
+Unit = Annotated[int, Field(ge=0, le=MAX_UNITS)]
+Seconds = Annotated[float, Field(ge=1, le=86_400, allow_inf_nan=False)]
+
+
+def _no_nul(value: Any, depth: int = 0) -> None:
+    if depth > 32:
+        raise ValueError("expected JSON nested at most 32 levels deep")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("expected strings without NUL bytes (\\u0000)")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_nul(k, depth + 1)
+            _no_nul(v, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _no_nul(v, depth + 1)
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strings(cls, data: Any) -> Any:
+        _no_nul(data)
+        return data
 
 
 class DatasetIn(_Body):
@@ -29,6 +67,8 @@ class KeyIn(_Body):
 
     role: Literal["read", "admin"] = "read"
     note: str = Field("", max_length=200)
+    datasets: list[Id] | None = Field(None, min_length=1, max_length=1000)
+    expires: str | None = Field(None, pattern=r"^\d{1,6}[smhdw]$")
 
 
 class IterationIn(_Body):
@@ -39,14 +79,14 @@ class IterationIn(_Body):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     epoch: int = Field(0, ge=0, le=1 << 30)
     shuffle: bool = True
-    columns: list[str] | None = Field(None, max_length=10_000)
+    columns: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(None, max_length=10_000)
     drop_last: bool = False
-    window: int | None = Field(None, ge=1)
+    window: int | None = Field(None, ge=1, le=1 << 16)
     mode: Literal["static", "dynamic"] = "static"
     world_size: int = Field(1, ge=1, le=1 << 16)
     name: str | None = Field(None, pattern=ID_PATTERN)
     lease_size: int = Field(16, ge=1, le=4096)
-    lease_timeout: float | None = Field(None, gt=0, le=86_400)
+    lease_timeout: Seconds | None = None
     resume_from: str | None = Field(None, pattern=ID_PATTERN)
     loader_states: list[dict[str, Any]] | None = Field(None, max_length=1 << 16)
 
@@ -55,21 +95,46 @@ class AckIn(_Body):
     """``POST /iterations/{id}/ack``: ``(lease, fence)`` pairs of a client."""
 
     client: str = Field(pattern=ID_PATTERN)
-    leases: list[tuple[str, int]] = Field(max_length=1024)
+    leases: list[tuple[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0, lt=1 << 128)]]] = Field(
+        max_length=1024)
 
 
 class HeartbeatIn(_Body):
     """``POST /iterations/{id}/heartbeat``: the leases a client still holds, and its stall statistics."""
 
     client: str = Field(pattern=ID_PATTERN)
-    leases: list[str] = Field(default_factory=list, max_length=1024)
-    stall_s: float | None = Field(None, ge=0)
-    batches: int | None = Field(None, ge=0)
+    leases: list[Annotated[str, Field(max_length=64)]] = Field(default_factory=list, max_length=1024)
+    stall_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
+    batches: Unit | None = None
 
 
 class RewindIn(_Body):
     """``POST /iterations/{id}/rewind``: ``{rank, consumed}`` or ``{done: [[start, stop], ...]}``."""
 
-    rank: int | None = Field(None, ge=0)
-    consumed: int | None = Field(None, ge=0)
-    done: list[tuple[int, int]] | None = None
+    rank: int | None = Field(None, ge=0, le=1 << 16)
+    consumed: Unit | None = None
+    done: list[tuple[Unit, Unit]] | None = Field(None, max_length=1 << 16)
+
+
+class ResumeIn(_Body):
+    """``POST /iterations/{id}/resume``: one rank of a static iteration back to a checkpoint."""
+
+    rank: int = Field(ge=0, le=1 << 16)
+    consumed: Unit
+
+
+def one_line(errors: Any) -> str:
+    """Validation errors (pydantic's ``errors()``) as one line: where, what was expected, what came.
+
+    Examples:
+        >>> one_line([{"loc": ("body", "lease_timeout"), "msg": "Input should be a finite number", "input": "NaN"}])
+        "body.lease_timeout: Input should be a finite number (got 'NaN')"
+    """
+    parts = []
+    for err in list(errors)[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        got = repr(err.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}" + (f" (got {got})" if "input" in err else ""))
+    more = len(list(errors)) - 3
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

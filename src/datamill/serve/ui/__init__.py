@@ -19,7 +19,7 @@ def install_ui(api: Any) -> None:
         >>> import tempfile
         >>> from fastapi.testclient import TestClient
         >>> from datamill.serve.app import create_app  # calls install_ui
-        >>> client = TestClient(create_app(tempfile.mkdtemp(), auth=False))
+        >>> client = TestClient(create_app(tempfile.mkdtemp(), auth=False), base_url="http://localhost")
         >>> client.get("/ui/datasets").status_code, client.get("/ui/static/ui.css").headers["content-type"]
         (200, 'text/css; charset=utf-8')
     """

@@ -18,24 +18,43 @@ from typing import Annotated, Any
 import jinja2
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.core.errors import DatamillError
-from datamill.serve.access import State, Viewer, authenticate, requires, serve_state
+from datamill.serve.access import (
+    Admin,
+    Reader,
+    State,
+    Viewer,
+    audit,
+    authenticate,
+    check_dataset,
+    may_use,
+    requires,
+    serve_state,
+)
 from datamill.serve.auth import create_key
+from datamill.serve.routes.bounds import check_iteration, check_rewind
+from datamill.serve.routes.models import DatasetIn, IterationIn, RewindIn, one_line
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.session import COOKIE, CSRF_FIELD, check_csrf
+from datamill.serve.ui.session import (
+    COOKIE,
+    CSRF_FIELD,
+    check_csrf,
+    check_login_csrf,
+    end_session,
+    login_form_token,
+    set_login_cookie,
+    start_session,
+)
 from datamill.serve.ui.svg import ack_history, histogram_svg, throughput_svg
 from datamill.serve.views import MAX_LIMIT, Inspector, inspector
 
-__all__ = ["SECURITY_HEADERS", "access_page", "root", "router"]
+__all__ = ["access_page", "root", "router"]
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                           trim_blocks=True, lstrip_blocks=True)
 _ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
@@ -48,20 +67,16 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 root = APIRouter(include_in_schema=False)
 
 
-Reader = Annotated[Viewer, requires("read")]
-Admin = Annotated[Viewer, requires("admin")]
-
-
 def _render(request: Request, name: str, who: Viewer | None, *, status: int = 200, **ctx: Any) -> HTMLResponse:
     html = _ENV.get_template(name).render(who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})  # + guard.SECURITY_HEADERS
 
 
 def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     """The page for a refused request: the login form (401) or an error page (403)."""
     if status == 401:
         msg = "your key is invalid or was revoked: enter a valid key" if request.cookies.get(COOKIE) else None
-        return _render(request, "login.html", None, status=401, error=msg, next=request.url.path)
+        return _login_page(request, None, status=401, error=msg, next=request.url.path)
     return _render(request, "error.html", authenticate(request), status=status, error=detail,
                    kind=f"HTTP {status}")
 
@@ -119,43 +134,53 @@ def static(name: str) -> Response:
                     headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
 
 
+def _login_page(request: Request, who: Viewer | None, *, status: int = 200, error: str | None = None,
+                next: str = "/ui/datasets") -> HTMLResponse:
+    seed, token = login_form_token(request)
+    res = _render(request, "login.html", who, status=status, error=error, next=next, login_csrf=token)
+    set_login_cookie(request, res, seed)
+    return res
+
+
 @router.get("/login", dependencies=[requires("public")])
 @_page
 def login_form(request: Request) -> HTMLResponse:
     """The login form."""
-    return _render(request, "login.html", authenticate(request), error=None, next="/ui/datasets")
+    return _login_page(request, authenticate(request))
 
 
 @router.post("/login", dependencies=[requires("public")])
+@_page
 async def login(request: Request, state: State) -> Response:
-    """Check the key and keep it in an HttpOnly, SameSite=Strict cookie."""
+    """Check the key (and the form's CSRF token) and start a session: a random id in an HttpOnly cookie."""
     form = await _form(request)
     key = form.get("key", "").strip()
     nxt = form.get("next", "/ui/datasets")
     nxt = nxt if nxt.startswith("/ui") and "//" not in nxt and "\\" not in nxt else "/ui/datasets"
     if not state.auth:
         return _see(nxt)
-    if not key or state.keys.check(key) is None:
-        return _render(request, "login.html", None, status=401, error="that key is invalid or revoked", next=nxt)
+    check_login_csrf(request, form)
     res = _see(nxt)
-    res.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/", secure=request.url.scheme == "https")
+    if not key or not start_session(request, res, state, key):
+        return _login_page(request, None, status=401, error="that key is invalid, expired or revoked", next=nxt)
     return res
 
 
 @router.post("/logout")
 @_page
-async def logout(request: Request, who: Reader) -> Response:
-    """Forget the key cookie."""
+async def logout(request: Request, state: State, who: Reader) -> Response:
+    """End the session: revoked in the journal, its cookie cleared."""
     check_csrf(who, await _form(request))
     res = _see("/ui/login")
-    res.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    end_session(request, res, state if state.auth else None)
     return res
 
 
 # ---------------------------------------------------------------------------------------------- datasets
 def _summaries(request: Request) -> list[dict[str, Any]]:
     insp = inspector(request)
-    return [insp.summary(ds["id"]) for ds in serve_state(request).datasets()]
+    who = authenticate(request)
+    return [insp.summary(ds["id"]) for ds in serve_state(request).datasets() if may_use(who, ds)]
 
 
 @router.get("/datasets")
@@ -171,7 +196,14 @@ async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Register a dataset from a path under the server's roots (admin)."""
     form = await _form(request)
     check_csrf(who, form)
-    ds = await run_in_threadpool(state.register, form.get("path", ""), name=form.get("name", ""))
+    try:
+        req = DatasetIn(path=form.get("path", ""), name=form.get("name", ""))
+    except ValidationError as exc:
+        raise HTTPException(400, one_line(exc.errors())) from exc
+    if not may_use(who, {"id": "", "name": req.name}):
+        raise HTTPException(403, f"this key may not use a dataset named {req.name!r}")
+    ds = await run_in_threadpool(state.register, req.path, name=req.name)
+    audit(state, who, "register dataset", f"{req.name} = {req.path}")
     summaries = await run_in_threadpool(_summaries, request)
     return _render(request, "datasets.html", who, datasets=summaries, registered=ds)
 
@@ -180,6 +212,7 @@ async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
 @_page
 def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
     """Shardsets, columns, statistics, metadata and check results of one dataset."""
+    check_dataset(who, serve_state(request), ref)
     return _render(request, "dataset.html", who, d=inspector(request).detail(ref))
 
 
@@ -187,6 +220,7 @@ def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
 @_page
 def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     """Top values and histogram of a column: a progress bar until computed (the page polls)."""
+    check_dataset(authenticate(request), serve_state(request), ref)
     insp: Inspector = inspector(request)
     src = insp.source(ref)
     if column not in src.columns:
@@ -206,6 +240,7 @@ def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int,
                  limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
                  col: Annotated[list[str] | None, Query(max_length=1000)] = None) -> HTMLResponse:
     """A page of the joined dataset with selectable columns."""
+    check_dataset(who, serve_state(request), ref)
     insp = inspector(request)
     page = insp.samples(ref, offset=offset, limit=limit, columns=col or None)
     chosen = "".join(f"&col={urllib.parse.quote(c)}" for c in (col or []))
@@ -216,6 +251,7 @@ def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int,
 @_page
 def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], column: str) -> Response:
     """The image a cell names by path (inside the server's roots only)."""
+    check_dataset(authenticate(request), serve_state(request), ref)
     data, mime = inspector(request).cell_file(ref, row=row, column=column)
     return Response(data, media_type=mime, headers={"Cache-Control": "private, max-age=60",
                                                     "X-Content-Type-Options": "nosniff"})
@@ -225,6 +261,7 @@ def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], colu
 def _iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     state = serve_state(request)
     it = state.iteration(it_id)
+    check_dataset(authenticate(request), state, str(it.config["dataset"]))
     desc = state.describe(it)
     progress = it.progress()
     names = {d["id"]: d["name"] for d in state.datasets()}
@@ -240,6 +277,9 @@ def iterations_page(request: Request, state: State, who: Reader) -> HTMLResponse
     rows = []
     names = {d["id"]: d["name"] for d in state.datasets()}
     for r in state.journal.iterations():
+        if r["config"]["dataset"] not in names or not may_use(who, {"id": r["config"]["dataset"],
+                                                                     "name": names[r["config"]["dataset"]]}):
+            continue
         p = state.iteration(r["id"]).progress()
         rows.append({"id": r["id"], "key": r["key"], "epoch": r["epoch"], "created": r["created"],
                      "dataset": names.get(r["config"]["dataset"], "?"), "mode": r["config"]["mode"], "p": p})
@@ -268,7 +308,14 @@ async def start_iteration(request: Request, state: State, who: Reader) -> Respon
         req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
     if "batch_size" not in req:
         raise HTTPException(400, "batch size is required")
-    desc = await run_in_threadpool(state.create_iteration, req)
+    try:
+        body = IterationIn(**req)
+    except ValidationError as exc:
+        raise HTTPException(400, one_line(exc.errors())) from exc
+    ds = check_dataset(who, state, body.dataset)
+    await run_in_threadpool(check_iteration, state, ds, body)
+    desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
+    state.journal.set_owner(desc["id"], who.key_id or "")
     return _see(f"/ui/iterations/{desc['id']}")
 
 
@@ -296,7 +343,11 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> HTML
         body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
     except ValueError as exc:
         raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
-    await run_in_threadpool(state.rewind, state.iteration(it_id), body)
+    it = state.iteration(it_id)
+    check_dataset(who, state, str(it.config["dataset"]))
+    check_rewind(it, RewindIn.model_validate(body))
+    await run_in_threadpool(state.rewind, it, body)
+    audit(state, who, "rewind iteration", f"{it.id} {body}")
     view = await run_in_threadpool(_iteration_view, request, it_id)
     return _render(request, "iteration.html", who, it=view, rewound=body)
 
@@ -306,7 +357,10 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> HTML
 async def cancel(request: Request, state: State, who: Admin, it_id: str) -> HTMLResponse:
     """Cancel an iteration for good (admin): no more leases are handed out."""
     check_csrf(who, await _form(request))
-    await run_in_threadpool(state.cancel, state.iteration(it_id))
+    it = state.iteration(it_id)
+    check_dataset(who, state, str(it.config["dataset"]))
+    await run_in_threadpool(state.cancel, it)
+    audit(state, who, "cancel iteration", it.id)
     view = await run_in_threadpool(_iteration_view, request, it_id)
     return _render(request, "iteration.html", who, it=view, rewound=None)
 
@@ -329,6 +383,7 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
     if role not in ("read", "admin"):
         raise HTTPException(400, f"unknown role {role!r}")
     key_id, key = create_key(state.journal, role=role, note=form.get("note", "")[:200])
+    audit(state, who, "create key", f"{key_id} role={role}")
     state.keys.reload()
     created = {"id": key_id, "key": key, "role": role}
     return _render(request, "keys.html", who, keys=state.keys.listing(), created=created)
@@ -339,7 +394,8 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
 async def revoke_key(request: Request, state: State, who: Admin, key_id: str) -> Response:
     """Revoke a key (admin)."""
     check_csrf(who, await _form(request))
-    if not state.journal.revoke_key(key_id):
+    if not state.journal.revoke_key(key_id[:64]):
         raise NotFoundError(f"no live key {key_id!r}")
     state.keys.reload()
+    audit(state, who, "revoke key", key_id)
     return _see("/ui/keys")

@@ -1,58 +1,119 @@
-"""Who is asking: the API key from the ``datamill_key`` cookie (HttpOnly, SameSite=Strict) or a Bearer header.
+"""Browser sessions of the web UI: a random session id in a cookie, CSRF tokens on every form.
 
-A browser logs in once (``POST /ui/login``); the key then lives in a cookie that scripts cannot read
-and that other sites' pages cannot send. Every state-changing form also carries a CSRF token: an
-HMAC of the key under a per-process secret, so a forged form from elsewhere (which knows neither)
-is refused with 403. A request authenticated by an ``Authorization: Bearer`` header needs no token
-(a browser never adds that header on its own).
+Logging in (``POST /ui/login`` with a key) creates a session: a random id (``secrets.token_urlsafe``)
+in the ``datamill_session`` cookie (HttpOnly, SameSite=Strict, ``Secure`` over https); the journal
+keeps only its sha256, the key it stands for and when it expires (:data:`SESSION_TTL`, or the key's
+expiry if sooner). Logging out and revoking the key end it. The key itself never reaches the browser
+after the login form.
+
+Every state-changing form carries a CSRF token derived from the session id (a page of another site
+can neither read the cookie nor compute the token), and the login form carries one bound to a
+short-lived ``datamill_login`` cookie (a forged login form from elsewhere is refused). A request
+authenticated by an ``Authorization: Bearer`` header needs no token: a browser never adds that header
+on its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+import time
 from typing import Any
 
-from fastapi import HTTPException, Request
+from fastapi import HTTPException, Request, Response
 
-from datamill.serve.access import Viewer
+from datamill.serve.viewer import Viewer
 
-__all__ = ["COOKIE", "CSRF_FIELD", "check_csrf", "csrf_token", "session_viewer"]
+__all__ = ["COOKIE", "CSRF_FIELD", "LOGIN_COOKIE", "SESSION_TTL", "check_csrf", "check_login_csrf", "csrf_token",
+           "end_session", "login_form_token", "session_viewer", "set_login_cookie",
+           "start_session"]
 
-COOKIE = "datamill_key"
+COOKIE = "datamill_session"
+LOGIN_COOKIE = "datamill_login"
 CSRF_FIELD = "csrf"
-_NO_AUTH = "no-auth"
+SESSION_TTL = 12 * 3600.0
+"""Seconds a UI session lives (less when its key expires sooner)."""
+_NO_AUTH = b"no-auth"
 
 
-def _secret(request: Request) -> bytes:
-    secret: bytes = request.app.state.ui_secret
-    return secret
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode("utf-8", "replace")).hexdigest()
 
 
-def csrf_token(request: Request, key: str) -> str:
-    """The CSRF token of ``key`` under this server process's secret.
+def csrf_token(secret: str | bytes, purpose: str = "csrf") -> str:
+    """The CSRF token of a session id (or of another secret) for ``purpose``.
 
     Examples:
-        >>> from types import SimpleNamespace
-        >>> req = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(ui_secret=b"s" * 32)))
-        >>> csrf_token(req, "dmk_a.b") == csrf_token(req, "dmk_a.b") != csrf_token(req, "dmk_a.c")
+        >>> csrf_token("s1") == csrf_token("s1") != csrf_token("s2")
         True
     """
-    return hmac.new(_secret(request), key.encode("utf-8"), hashlib.sha256).hexdigest()[:40]
+    raw = secret if isinstance(secret, bytes) else secret.encode("utf-8", "replace")
+    return hmac.new(raw, purpose.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def _cookie(res: Response, request: Request, name: str, value: str, *, max_age: int, path: str = "/") -> None:
+    res.set_cookie(name, value, max_age=max_age, httponly=True, samesite="strict", path=path,
+                   secure=request.url.scheme == "https")
 
 
 def session_viewer(request: Request, state: Any) -> Viewer | None:
-    """The caller of a browser request (the key in the cookie), or the admin of a ``--no-auth`` server.
+    """The caller of a browser request (its session), or the admin of a ``--no-auth`` server.
 
     ``state`` is the :class:`~datamill.serve.server.ServeState`, ``None`` on a ``--no-auth`` server.
     """
     if state is None:
-        return Viewer("admin", "none", csrf_token(request, _NO_AUTH))
-    key = request.cookies.get(COOKIE)
-    if not key:
+        return Viewer("admin", "none", csrf_token(request.app.state.ui_secret + _NO_AUTH))
+    sid = request.cookies.get(COOKIE)
+    if not sid or len(sid) > 128:
         return None
-    role = state.keys.check(key)
-    return None if role is None else Viewer(role, "cookie", csrf_token(request, key))
+    key_id = state.journal.session_key(_digest(sid))
+    info = None if key_id is None else state.keys.by_id(key_id)
+    if info is None:
+        return None
+    return Viewer(info.role, "cookie", csrf_token(sid), info.id, info.datasets)
+
+
+def start_session(request: Request, res: Response, state: Any, key: str) -> bool:
+    """Check ``key``; when valid, store a new session and set its cookie on ``res``."""
+    info = state.keys.check(key)
+    if info is None:
+        return False
+    ttl = SESSION_TTL if info.expires is None else max(1.0, min(SESSION_TTL, info.expires - time.time()))
+    sid = secrets.token_urlsafe(32)
+    state.journal.add_session(_digest(sid), info.id, expires=time.time() + ttl)
+    _cookie(res, request, COOKIE, sid, max_age=int(ttl))
+    res.delete_cookie(LOGIN_COOKIE, path="/ui/login")
+    return True
+
+
+def end_session(request: Request, res: Response, state: Any) -> None:
+    """Revoke the request's session (if any) and clear its cookie."""
+    sid = request.cookies.get(COOKIE)
+    if sid and state is not None:
+        state.journal.end_session(_digest(sid))
+    res.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+
+
+def login_form_token(request: Request) -> tuple[str, str]:
+    """``(cookie value, form token)`` of a login form: the current ``datamill_login`` cookie or a new one."""
+    seed = request.cookies.get(LOGIN_COOKIE)
+    if not seed or len(seed) > 128:
+        seed = secrets.token_urlsafe(24)
+    return seed, csrf_token(seed, "login")
+
+
+def set_login_cookie(request: Request, res: Response, seed: str) -> None:
+    """Bind a login form to this browser (the cookie its token is derived from)."""
+    _cookie(res, request, LOGIN_COOKIE, seed, max_age=3600, path="/ui/login")
+
+
+def check_login_csrf(request: Request, form: dict[str, str]) -> None:
+    """Refuse (403) a login form that did not come from this server's login page."""
+    seed = request.cookies.get(LOGIN_COOKIE, "")
+    sent = form.get(CSRF_FIELD, "")
+    if not seed or not sent or not hmac.compare_digest(sent, csrf_token(seed, "login")):
+        raise HTTPException(403, "missing or wrong CSRF token on the login form: reload the login page and try again")
 
 
 def check_csrf(who: Viewer, form: dict[str, str]) -> None:
