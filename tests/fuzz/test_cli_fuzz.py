@@ -16,11 +16,13 @@ from tests.fuzz.workspace import Workspace
 pytestmark = pytest.mark.fuzz
 
 LONG = os.environ.get("DATAMILL_FUZZ") == "long"
-EXAMPLES = int(os.environ.get("DATAMILL_FUZZ_EXAMPLES", "1500" if LONG else "160"))
+EXAMPLES = int(os.environ.get("DATAMILL_FUZZ_EXAMPLES", "1200" if LONG else "120"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG, database=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))
 
 LEAVES = [path for path, _ in leaf_commands() if path not in EXCLUDED]
+SLOW = {("serve", "iterate"): 2}
+"""Leaves run with fewer examples (divided by this): each of their runs waits ~0.6 s for a refused connection."""
 
 
 def test_every_leaf_command_is_fuzzed_and_seeded(fuzz_ws: tuple[Workspace, Path]) -> None:
@@ -42,7 +44,7 @@ def test_fuzz_command(path: tuple[str, ...], fuzz_ws: tuple[Workspace, Path]) ->
     parser = dict(leaf_commands())[path]
     seed_lines = seeds(ws).get(path, [])
 
-    @FUZZ
+    @settings(FUZZ, max_examples=max(1, EXAMPLES // SLOW.get(path, 1)))
     @given(argv=command_lines(path, parser, ws, seed_lines))
     def run(argv: list[str]) -> None:
         o = run_checked(ws, pristine, argv, kind="cli " + " ".join(path))
