@@ -16,7 +16,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from datamill.core.errors import ConfigError
+from datamill.core.errors import ConfigError, DatamillError
 
 __all__ = [
     "BATCH_SIZE",
@@ -58,7 +58,7 @@ def _range_text(low: float | None, high: float | None, *, low_open: bool = False
 
 
 def check_int(value: Any, *, name: str, low: int | None = None, high: int | None = MAX_COUNT,
-              hint: str | None = None) -> int:
+              hint: str | None = None, error: type[DatamillError] = ConfigError) -> int:
     """Return ``value`` as an ``int`` when it is an integer (not a bool) in ``[low, high]``.
 
     Args:
@@ -67,6 +67,7 @@ def check_int(value: Any, *, name: str, low: int | None = None, high: int | None
         low: the smallest allowed value. Defaults to ``None`` (no bound).
         high: the largest allowed value. Defaults to :data:`MAX_COUNT`.
         hint: how to fix it. Defaults to ``None``.
+        error: the class raised. Defaults to :class:`ConfigError` (a resume state's field: ``ResumeStateError``).
 
     Raises:
         ConfigError: not an integer, or out of range.
@@ -80,10 +81,10 @@ def check_int(value: Any, *, name: str, low: int | None = None, high: int | None
         datamill.core.errors.ConfigError: window must be an int in [1, 1,099,511,627,776], got 0
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
+        raise error(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
     number = int(value)
     if (low is not None and number < low) or (high is not None and number > high):
-        raise ConfigError(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
+        raise error(f"{name} must be an int {_range_text(low, high)}, got {value!r}", hint=hint)
     return number
 
 

@@ -23,6 +23,7 @@ Capabilities that write a format register how to recognise and open it (:func:`r
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ def check_read_args(source: Source, index: int, columns: Sequence[str] | None, *
         datamill.core.errors.ConfigError: shard 2: shard index out of range [0, 2)...
     """
     n = source.num_shards
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < n:
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= int(index) < n:
         raise ConfigError(f"shard index out of range [0, {n})", path=path,
                           shard=int(index) if isinstance(index, (int, np.integer)) else str(index))
     have = source.columns

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datamill.core.checks import check_int
 from datamill.core.errors import ResumeStateError
 
 __all__ = ["StateSpec", "check_resume_compat", "validate_state"]
@@ -81,8 +82,7 @@ def validate_state(state: Any, spec: StateSpec, /) -> dict[str, Any]:
         raise ResumeStateError(f"resume state lacks field(s) {', '.join(missing)}")
     for f in spec.counters:
         value = state[f]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ResumeStateError(f"resume state field {f!r} must be an int >= 0, got {value!r}")
+        check_int(value, name=f"resume state field {f!r}", low=0, high=None, error=ResumeStateError)
     return dict(state)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import WORLD_SIZE, check_int, check_rank
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
@@ -113,16 +114,13 @@ class Loader:
         max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
         bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False,
     ) -> None:
-        for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-            raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
-        if isinstance(replication, bool) or not isinstance(replication, (int, np.integer)) or replication < 1 \
-                or world_size % replication:
+        check_int(epoch, name="epoch", low=0, high=None)
+        WORLD_SIZE(world_size)
+        check_rank(rank, world_size=world_size)
+        if check_int(replication, name="replication", low=1, high=world_size) and world_size % replication:
             raise ConfigError(f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}")
-        if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
-            raise ConfigError(f"shuffle_buffer must be a number of shards >= 1, got {shuffle_buffer!r}")
+        if shuffle_buffer is not None:
+            check_int(shuffle_buffer, name="shuffle_buffer (shards)", low=1)
         self.service = BatchService(
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
             columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
@@ -313,14 +311,16 @@ class Loader:
             self._new_epoch_stats()
 
     def _restore_counts(self, state: Mapping[str, Any]) -> None:
-        skip = state.get("skip", 0)
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0 or (skip and not self.refill):
-            raise ResumeStateError(f"resume state field 'skip' must be an int >= 0 (0 without refill), got {skip!r}")
+        skip = check_int(state.get("skip", 0), name="resume state field 'skip'", low=0, high=None,
+                         error=ResumeStateError)
+        if skip and not self.refill:
+            raise ResumeStateError(f"resume state field 'skip' must be 0 without refill, got {skip!r}")
         self._skip = skip
         counts = state.get("counts") or {}
-        if not isinstance(counts, Mapping) or any(
-                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in counts.values()):
+        if not isinstance(counts, Mapping):
             raise ResumeStateError(f"resume state field 'counts' must map names to ints >= 0, got {counts!r}")
+        for v in counts.values():
+            check_int(v, name="a count of resume state field 'counts'", low=0, high=None, error=ResumeStateError)
         self._new_epoch_stats(counts)
 
     @classmethod

@@ -187,7 +187,7 @@ def split_for_rank(
         >>> [split_for_rank(o, rank=r, world_size=3, drop_last=True).tolist() for r in range(3)]
         [[0, 1], [2, 3], [4, 5]]
     """
-    check_rank(rank, world_size=check_int(world_size, name="world_size", low=1, high=None))
+    check_rank(rank, world_size=check_int(world_size, name="world_size (the number of ranks)", low=1, high=None))
     n = len(order)
     base, extra = divmod(n, world_size)
     if drop_last:

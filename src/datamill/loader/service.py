@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_int, check_rank
 from datamill.core.constants import LOADER_STATE_FORMAT
 from datamill.core.errors import (
     ConfigError,
@@ -67,9 +68,7 @@ BLOCK_ROWS = 8192
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
+    return check_int(value, name=name, low=low, high=None)
 
 
 def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) -> tuple[int, int]:
@@ -77,8 +76,7 @@ def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) ->
     _check_int("epoch", epoch, 0)
     _check_int("world_size", world_size, 1)
     _check_int("replication", replication, 1)
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-        raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+    check_rank(rank, world_size=world_size)
     if world_size % replication:
         raise ConfigError(f"replication={replication} must divide world_size={world_size}",
                           hint="groups of `replication` consecutive ranks share batches")
