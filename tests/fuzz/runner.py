@@ -148,7 +148,12 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
             shutil.copy2(src, target)
         changed -= set(touched)
         created -= set(touched)
-    # files beside an output slot (e.g. bert.tokenizer.json next to bert.parquet) belong to it
+    for p in sorted(changed & _serve_state_dirs(ws, o.argv)):  # KNOWN_SERVE_STATE_CHMOD
+        mode = before[p][0]
+        if os.path.isdir(ws.root / p) and after.get(p, (0,))[0] != mode:
+            os.chmod(ws.root / p, mode & 0o7777)
+            changed.discard(p)
+            COUNTS[KNOWN_SERVE_STATE_CHMOD] += 1
     for p in sorted(changed):
         o.problems.append(f"a file that was there before changed or vanished: {p}")
     for p in sorted(created, key=len):
@@ -183,6 +188,20 @@ def _named_paths(ws: Workspace, argv: list[str]) -> set[str]:
         if value.startswith(root):
             out.add(os.path.normpath(value[len(root):]))
     return out
+
+
+KNOWN_SERVE_STATE_CHMOD = "known (serve, reported): `serve keys|audit|backup --state DIR` chmods an existing DIR to 0700"
+"""A finding in ``datamill serve`` (another change's area, not fixed here): any existing folder given as
+``--state`` is turned into a journal folder (mode 0700, a database created in it). Tolerated and counted so
+the rest of the serve commands are fuzzed; tests/test_bad_inputs.py holds it as a strict xfail."""
+
+
+def _serve_state_dirs(ws: Workspace, argv: list[str]) -> set[str]:
+    if argv[:1] != ["serve"]:
+        return set()
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--state"]
+    values += [a.split("=", 1)[1] for a in argv if a.startswith("--state=")]
+    return _named_paths(ws, values)
 
 
 def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) -> Outcome:
