@@ -11,11 +11,13 @@ The comparison fits datamill on every row (``split: {type: none}``), as Ludwig d
 before it splits); datamill's default fits on the training rows only (a deliberate difference, see
 the README's "Typed preprocessing"). The split sizes are compared on the default run.
 
-Set-up of Ludwig's venv (about 4 minutes; the CPU torch wheel is the local one)::
+Set-up of Ludwig's venv (about 4 minutes; ``torch==2.13.0`` first: the CPU wheel is the local one, a
+plain torch requirement would pull GBs of CUDA). ``pip install ludwig==0.17.10`` alone fails on Python
+3.11 ("Requires-Python >=3.12"), hence ``--no-deps --ignore-requires-python`` and the light dependencies::
 
-    python3 -m venv /work/.ludwig-venv && P=/work/.ludwig-venv/bin/pip
+    python3 -m venv /work/.cache/ludwig-venv && P=/work/.cache/ludwig-venv/bin/pip
+    $P install torch==2.13.0
     $P install --no-deps --ignore-requires-python ludwig==0.17.10
-    $P install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
     $P install --no-deps torchvision==0.28.0 torchaudio
     $P install absl-py dataclasses-json datasets filelock "fsspec[http]" jsonschema lxml numpy pandas \\
         "protobuf>=4" psutil py-cpuinfo pyarrow pyyaml requests retry rich safetensors scikit-learn scipy \\
@@ -24,11 +26,19 @@ Set-up of Ludwig's venv (about 4 minutes; the CPU torch wheel is the local one):
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_ludwig.py [--ludwig-python /work/.ludwig-venv/bin/python]
+    .venv/bin/python benchmarks/bench_ludwig.py [--ludwig-python /work/.cache/ludwig-venv/bin/python]
         [--scale 100] [--write-fixture]
 
 ``--write-fixture`` stores Ludwig's output on house_prices_train.csv in ``tests/fixtures/ludwig/``
 (what ``tests/preprocessing/test_ludwig_fixture.py`` checks datamill against).
+
+``--dataset penguins``: the second dataset, generated (:func:`make_penguins`: categories with missing
+values, padding and mixed case, sets, bags, text, sequences, dates, vectors, time series, a few rows
+without a target) with its Ludwig user config ``tests/fixtures/ludwig/penguins.yaml`` (stratified
+split, ``drop_row``, text with Ludwig 0.17's keys, ``lowercase``). datamill runs it with
+``preprocessing.layout: ludwig017`` and ``split: none`` and every feature is compared as decoded
+tokens/values; ``--write-fixture`` regenerates ``penguins.csv`` and stores Ludwig's output as
+``penguins_ludwig_{meta.json,tensors.npz}`` (``tests/preprocessing/test_ludwig_penguins.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +62,46 @@ CONFIG = ROOT / "tests/fixtures/ludwig/house_prices.yaml"
 FIXTURE = ROOT / "tests/fixtures/ludwig"
 SPLITS = ("training", "validation", "test")
 _LUDWIG_ONLY = ("checksum", "data_train_parquet_fp", "dataset_src")
+
+
+PENGUINS_CONFIG = ROOT / "tests/fixtures/ludwig/penguins.yaml"
+PENGUINS_CSV = ROOT / "tests/fixtures/ludwig/penguins.csv"
+
+
+def make_penguins(path: Path, rows: int = 344, seed: int = 7) -> None:
+    """A generated penguin-like table with every feature type: categories with missing values, padding
+    and mixed case, sets, bags, text, sequences, dates, vectors, time series; a few rows without a species."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    species = rng.choice(["Adelie", "Gentoo", "Chinstrap"], size=rows, p=[0.44, 0.36, 0.20])
+    islands = {"Adelie": ["Torgersen", "Biscoe", "Dream"], "Gentoo": ["Biscoe"], "Chinstrap": ["Dream"]}
+    food = ["fish", "krill", "squid", "Krill", "crab", "Fish", "algae"]
+    tagset = ["banded", "Rare", "tagged", "chick", "adult", "molting", "rare"]
+    notes = ["Seen near the shore.", "calm, feeding", "Nest with two eggs!", "chick fed by parent",
+             "Observed at dawn; windy and cold.", "Rare sighting near colony", "tagged, measured and released"]
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Id", "species", "island", "sex", "bill_length_mm", "body_mass_g", "healthy", "tags",
+                    "diet", "notes", "call", "observed", "embedding", "dives"])
+        for i in range(rows):  # one row at a time: a few hundred rows of test data
+            sp = str(species[i])
+            island = str(rng.choice(islands[sp]))
+            island = f" {island} " if rng.random() < 0.1 else island  # padded: stripped by both tools
+            island = "" if rng.random() < 0.08 else island
+            sex = str(rng.choice(["MALE", "female", "Female", "male", ""], p=[0.3, 0.25, 0.15, 0.22, 0.08]))
+            bill = "" if rng.random() < 0.05 else f"{rng.normal(44, 5):.1f}"
+            mass = f"{rng.normal(4200, 800):.0f}"
+            healthy = str(rng.choice(["yes", "no"], p=[0.8, 0.2]))
+            tags = "" if rng.random() < 0.1 else " ".join(rng.choice(tagset, size=rng.integers(1, 4), replace=False))
+            diet = "" if rng.random() < 0.05 else " ".join(rng.choice(food, size=rng.integers(1, 6)))
+            note = "" if rng.random() < 0.1 else str(rng.choice(notes))
+            call = " ".join(rng.choice(["kaw", "kee", "ark", "hrr"], size=rng.integers(1, 5)))
+            day = f"2021-{rng.integers(1, 13):02d}-{rng.integers(1, 29):02d}"
+            emb = " ".join(f"{v:.3f}" for v in rng.normal(0, 1, 4))
+            dives = " ".join(f"{v:.1f}" for v in rng.uniform(0, 60, rng.integers(2, 6)))
+            sp = "" if i % 70 == 13 else sp  # a target missing: drop_row
+            w.writerow([i + 1, sp, island, sex, bill, mass, healthy, tags, diet, note, call, day, emb, dives])
 
 
 def _data_dir() -> Path:
@@ -102,6 +152,38 @@ def compare(ludwig_meta: dict[str, Any], tensors: Any, data: dict[str, Any], met
     return diffs
 
 
+def compare_decoded(ludwig_meta: dict[str, Any], tensors: Any, data: dict[str, Any], meta: Any) -> list[str]:
+    """Per feature of any type: ``name: equal`` or what differs, Ludwig's rows matched through ``Id``."""
+    pos = {int(v): i for i, v in enumerate(np.asarray(data["Id"]))}
+    lines = []
+    for name, lm in ludwig_meta.items():
+        if name in _LUDWIG_ONLY or name not in data:
+            continue
+        theirs = np.concatenate([tensors[f"{s}/{name}"] for s in SPLITS if f"{s}/{name}" in tensors.files])
+        rows = np.array([pos[int(v)] for s in SPLITS for v in tensors[f"{s}/Id"]], dtype=np.int64)
+        ours = np.asarray(data[name])[rows]
+        if theirs.shape != ours.shape or theirs.dtype != ours.dtype:
+            lines.append(f"{name}: shape/dtype Ludwig {theirs.shape} {theirs.dtype}, datamill {ours.shape} {ours.dtype}")
+            continue
+        if "idx2str" in lm:
+            lv, dv = np.asarray(lm["idx2str"]), np.asarray(meta[name]["idx2str"])
+            if theirs.ndim == 1:
+                same = lv[theirs.astype(np.int64)] == dv[ours.astype(np.int64)]
+            elif meta[name].get("max_set_size") is not None:  # set/bag: the same token counts per row
+                order = np.array([list(dv).index(t) if t in set(dv) else -1 for t in lv])
+                same = np.array([(order >= 0).all() and (r == o[order]).all() and r.sum() == o.sum()
+                                 for r, o in zip(theirs, ours)])
+            else:
+                same = (lv[theirs.astype(np.int64)] == dv[ours.astype(np.int64)]).all(axis=1)
+        elif theirs.dtype.kind == "f":
+            same = np.isclose(theirs, ours, rtol=2e-7, atol=1e-6).reshape(len(rows), -1).all(axis=1)
+        else:
+            same = (theirs == ours).reshape(len(rows), -1).all(axis=1)
+        n_bad = int((~np.asarray(same)).sum())
+        lines.append(f"{name} ({meta[name]['type']}): " + ("equal" if n_bad == 0 else f"{n_bad} of {len(rows)} rows differ"))
+    return lines
+
+
 def _run_ludwig(python: Path, config: Path, csv: Path, out: Path, repeat: int) -> dict[str, float]:
     side = Path(__file__).with_name("bench_ludwig_side.py")
     done = subprocess.run([str(python), str(side), str(config), str(csv), str(out), "--repeat", str(repeat)],
@@ -146,12 +228,17 @@ def _datamill(config: dict[str, Any], csv: Path, repeat: int) -> tuple[Any, dict
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ludwig-python", type=Path, default=Path(os.environ.get(
-        "LUDWIG_PYTHON", ROOT.parent / ".ludwig-venv/bin/python")))
+        "LUDWIG_PYTHON", ROOT.parent / ".cache/ludwig-venv/bin/python")))
     ap.add_argument("--scale", type=int, default=1, help="repeat the CSV's rows this many times (timings)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--write-fixture", action="store_true", help=f"store Ludwig's output in {FIXTURE}")
+    ap.add_argument("--dataset", choices=("house_prices", "penguins"), default="house_prices")
     args = ap.parse_args()
     import yaml
+
+    if args.dataset == "penguins":
+        _penguins(args)
+        return
 
     csv = _data_dir() / "house_prices_train.csv"
     work = Path(tempfile.mkdtemp(prefix="bench_ludwig_"))
@@ -201,6 +288,44 @@ def main() -> None:
         FIXTURE.mkdir(parents=True, exist_ok=True)
         (FIXTURE / "ludwig_meta.json").write_text(json.dumps(ludwig_meta, indent=1, sort_keys=True) + "\n")
         shutil.copyfile(lw_out / "ludwig_tensors.npz", FIXTURE / "ludwig_tensors.npz")
+        print(f"fixture written to {FIXTURE}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _penguins(args: argparse.Namespace) -> None:
+    """The generated dataset: every feature type, compared as decoded values; stratified sizes."""
+    import yaml
+
+    work = Path(tempfile.mkdtemp(prefix="bench_ludwig_"))
+    csv = PENGUINS_CSV if not args.write_fixture else work / "penguins.csv"
+    if args.write_fixture:
+        make_penguins(csv)
+    if not args.ludwig_python.exists():
+        raise SystemExit(f"no Ludwig venv at {args.ludwig_python}: create it as this script's docstring says")
+    lw_out = work / "ludwig"
+    lw_times = _run_ludwig(args.ludwig_python, PENGUINS_CONFIG, csv, lw_out, args.repeat)
+    ludwig_meta = {k: v for k, v in json.loads((lw_out / "ludwig_meta.json").read_text()).items()
+                   if k not in _LUDWIG_ONLY}
+    tensors = np.load(lw_out / "ludwig_tensors.npz")
+    raw = yaml.safe_load(PENGUINS_CONFIG.read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one notice about the model keys
+        same_rows, dm_times = _datamill({**raw, "preprocessing": {"split": {"type": "none"}, "layout": "ludwig017"}},
+                                        csv, args.repeat)
+        default, _ = _datamill(raw, csv, 1)
+    sizes = [len(tensors[f"{s}/Id"]) for s in SPLITS]
+    print(f"stratified split sizes: Ludwig {sizes} datamill {list(default.metadata.header['split'].values())}")
+    print("per feature (datamill with layout: ludwig017, fitted on every row as Ludwig; a difference is a row of"
+          " docs/ludwig-differences.md: statistics fitted before drop_row, category lowercase, bag lowercase):")
+    for line in compare_decoded(ludwig_meta, tensors, same_rows.data, same_rows.metadata):
+        print("  " + line)
+    print(f"{'measure':<10} {'Ludwig s':>10} {'datamill s':>11} {'ratio':>7}")
+    for k in ("import", "cold", "cached"):
+        print(f"{k:<10} {lw_times[k]:>10.3f} {dm_times[k]:>11.3f} {lw_times[k] / dm_times[k]:>6.1f}x")
+    if args.write_fixture:
+        shutil.copyfile(csv, PENGUINS_CSV)
+        (FIXTURE / "penguins_ludwig_meta.json").write_text(json.dumps(ludwig_meta, indent=1, sort_keys=True) + "\n")
+        shutil.copyfile(lw_out / "ludwig_tensors.npz", FIXTURE / "penguins_ludwig_tensors.npz")
         print(f"fixture written to {FIXTURE}")
     shutil.rmtree(work, ignore_errors=True)
 

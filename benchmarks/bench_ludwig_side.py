@@ -62,11 +62,16 @@ def main() -> None:
     import yaml
     from ludwig.data.preprocessing import preprocess_for_training
     from ludwig.schema.model_types.base import ModelConfig
+    from ludwig.utils.config_utils import get_preprocessing_params
 
     logging.disable(logging.WARNING)
     t_import = time.perf_counter() - t0
     raw = yaml.safe_load(config_path.read_text())
-    config = ModelConfig.from_dict(raw).to_dict()  # what LudwigModel does with a user's config
+    config_obj = ModelConfig.from_dict(raw)
+    config = config_obj.to_dict()  # what LudwigModel does with a user's config
+    # LudwigModel passes the config's global preprocessing (split, ...) itself, as get_preprocessing_params
+    # makes it; preprocess_for_training's own default is Ludwig's default (a random 0.7/0.1/0.2 split)
+    params = get_preprocessing_params(config_obj)
     scratch = Path(tempfile.mkdtemp(prefix="ludwig_side_"))
     data = scratch / data_path.name
     shutil.copyfile(data_path, data)
@@ -79,11 +84,13 @@ def main() -> None:
                 old.unlink()
             t = time.perf_counter()
             train, val, test, meta = preprocess_for_training(config, dataset=str(data), random_seed=42,
-                                                             skip_save_processed_input=False)
+                                                             skip_save_processed_input=False,
+                                                             preprocessing_params=params)
             times.setdefault("cold", time.perf_counter() - t)
             times["cold"] = min(times["cold"], time.perf_counter() - t)
             t = time.perf_counter()
-            preprocess_for_training(config, dataset=str(data), random_seed=42, skip_save_processed_input=False)
+            preprocess_for_training(config, dataset=str(data), random_seed=42, skip_save_processed_input=False,
+                                    preprocessing_params=params)
             cached = time.perf_counter() - t
             times["cached"] = min(times.get("cached", cached), cached)
             del attempt

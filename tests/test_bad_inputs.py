@@ -109,7 +109,7 @@ def _write_inputs(d: Path, data_dir: Path) -> None:
     configs = {
         "cfg_unknown_type": "input_features: [{name: color, type: colour}]\n",
         "cfg_unknown_key": "input_features: [{name: color, type: category, prepro: {}}]\n",
-        "cfg_slash": "input_features: [{name: a/b, type: category, column: color}]\n",
+        "cfg_slash": "input_features: [{name: \"a\\0b\", type: category, column: color}]\n",  # '/' is fine now (#30)
         "cfg_header": "input_features: [{name: datamill, type: category, column: color}]\n",
         "cfg_missing_col": "input_features: [{name: shade, type: category}]\n",
         "cfg_probs": "input_features: [{name: color, type: category}]\npreprocessing: {split: {probabilities: [0.5, 0.5, 0.5]}}\n",

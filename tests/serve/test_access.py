@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,10 @@ def test_audit_records_admin_actions_and_first_use_per_day(app: Any) -> None:
     assert sum(1 for r in rows if r["key"] == read_id and r["action"] == "first use") == 1
     actions = [(r["action"], r["detail"].split()[0]) for r in rows if r["action"] in ("create key", "revoke key")]
     assert ("create key", made["id"]) in actions and ("revoke key", made["id"]) in actions
+
+
+def test_the_route_table_in_the_docs_is_the_apps(app: Any) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (GET|POST|DELETE|PUT|PATCH) \| `([^`]+)` \| (\w+) \|$", doc, flags=re.MULTILINE)
+    documented = {(method, path): role for method, path, role in rows}
+    assert documented == {r: roles[0] for r, roles in _routes(app).items()}

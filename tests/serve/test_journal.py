@@ -139,3 +139,22 @@ def test_a_restored_journal_serves(tmp_path: Path, server: dict[str, Any]) -> No
             assert [d["name"] for d in c.datasets()] == ["ds"]
     finally:
         stop(proc)
+
+
+def test_a_journal_of_the_previous_release_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    state = tmp_path / "old"
+    state.mkdir()
+    db = sqlite3.connect(state / DB_NAME)
+    db.execute("CREATE TABLE keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL, created REAL NOT NULL,"
+               " revoked REAL, note TEXT NOT NULL DEFAULT '')")
+    db.execute("INSERT INTO keys VALUES ('abc', 'h', 'read', 1.0, NULL, 'old')")
+    db.commit()
+    db.close()
+    j = Journal(state)
+    try:
+        assert j.list_keys() == [{"id": "abc", "hash": "h", "role": "read", "created": 1.0, "revoked": None,
+                                  "note": "old", "datasets": None, "expires": None}]
+    finally:
+        j.close()

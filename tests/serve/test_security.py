@@ -173,3 +173,27 @@ def test_a_no_auth_server_refuses_a_rebound_host(tmp_path: Path, server: dict[st
         assert get(f"attacker.example:{port}", "POST") == 400
     finally:
         stop(proc)
+
+
+def test_the_keys_page_creates_a_limited_expiring_key(app: Any) -> None:
+    _, key = _key(app)
+    c = _client(app)
+    _login(c, key)
+    token = _token(c.get("/ui/keys").text)
+    made = c.post("/ui/keys", data={"csrf": token, "role": "read", "datasets": "ds", "expires": "2h"})
+    new = re.search(r'value="(dmk_[^"]+)"', made.text).group(1)  # type: ignore[union-attr]
+    row = next(k for k in app.state.serve.journal.list_keys() if new.startswith(f"dmk_{k['id']}."))
+    assert row["datasets"] == ["ds"] and 7190 < row["expires"] - row["created"] <= 7201
+    assert c.post("/ui/keys", data={"csrf": token, "expires": "forever"}).status_code == 400
+
+
+def test_an_expired_session_is_refused(app: Any) -> None:
+    import time
+
+    key_id, _ = _key(app)
+    for sid, expires in (("expired-session-id-" + "x" * 30, time.time() - 1), ("live-session-id-" + "y" * 30,
+                                                                                 time.time() + 60)):
+        app.state.serve.journal.add_session(hashlib.sha256(sid.encode()).hexdigest(), key_id, expires=expires)
+        c = _client(app)
+        c.cookies.set("datamill_session", sid)
+        assert c.get("/ui/datasets").status_code == (401 if "expired" in sid else 200)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.fingerprint import chain, fingerprint_obj
@@ -55,9 +56,14 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
         keep = sample_mask(p.seed, 0, num_rows, cut) if cut != np.inf else None
     if p.split is not None:
         col = p.split.split_column
-        state = fit_split(p.split, seed=p.seed, num_rows=num_rows,
-                          column=columns.get(col) if col is not None and p.split.type in ("stratify", "datetime")
-                          else None, keep=keep)
+        column = columns.get(col) if col is not None and p.split.type in ("stratify", "datetime") else None
+        split_keep = keep
+        if p.split.type == "stratify" and column is not None and any(
+                f.column == col and f.missing_value_strategy == "drop_row" for f in p.features):
+            # Ludwig splits after drop_row: a row without a stratify value is not counted in the sizes
+            present = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
+            split_keep = present if keep is None else keep & present
+        state = fit_split(p.split, seed=p.seed, num_rows=num_rows, column=column, keep=split_keep)
         p = replace(p, split_state=state)
     if p.applied is None and (glob.oversample_minority or glob.undersample_majority):
         p = replace(p, balance=_fit_balance(p, num_rows, columns, keep))

@@ -20,6 +20,7 @@ Errors name the config file and the YAML path (``input_features[3].preprocessing
 from __future__ import annotations
 
 import os
+import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,10 +106,10 @@ class FeatureConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _storable_name(cls, v: str) -> str:
-        # the name is an HDF5 key and a key of meta.json beside the "datamill" header
-        if "/" in v or "\0" in v or v in (".", "..", "datamill"):
-            raise ValueError(f"feature name {v!r} cannot be stored: names may not contain '/' or be "
-                             "'.', '..' or 'datamill' (the metadata header); rename it and set `column` "
+        # a key of meta.json beside the "datamill" header; in the HDF5 file '/' and '%' are escaped (hdf5_name)
+        if "\0" in v or v == "datamill":
+            raise ValueError(f"feature name {v!r} cannot be stored: names may not contain a NUL character or be "
+                             "'datamill' (the metadata header); rename it and set `column` "
                              "to keep reading the same column")
         return v
 
@@ -183,6 +184,8 @@ class GlobalPreprocessing(BaseModel):
     undersample_majority: float | None = Field(default=None, gt=0, le=1)
     #: caps ``max_sequence_length`` of every feature that has one (Ludwig's ``global_max_sequence_length``)
     global_max_sequence_length: int | None = Field(default=None, ge=1)
+    #: ``ludwig017``: every feature type with a ``layout`` option writes Ludwig 0.17's layout (unless it sets its own)
+    layout: Literal["ludwig017"] | None = None
 
     @model_validator(mode="after")
     def _type_defaults(self) -> GlobalPreprocessing:
@@ -194,7 +197,7 @@ class GlobalPreprocessing(BaseModel):
         for key, value in (self.model_extra or {}).items():
             if key not in keys:
                 raise ValueError(f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
-                                 f"oversample_minority, undersample_majority, global_max_sequence_length, "
+                                 f"oversample_minority, undersample_majority, global_max_sequence_length, layout, "
                                  f"{', '.join(sorted(keys))}")
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
@@ -248,6 +251,11 @@ class ResolvedFeature:
     fill_value: Any
     role: str  # "input" | "output"
     where: str  # YAML path, for error messages
+
+
+def _layouts(annotation: Any) -> tuple[Any, ...]:
+    """The values of a ``Literal`` annotation (the layouts a type offers)."""
+    return typing.get_args(annotation)
 
 
 def _yaml_path(prefix: str, loc: tuple[Any, ...]) -> str:
@@ -321,8 +329,11 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             merged = {**cls.role_defaults(role), **glob.type_defaults(f.type),
                       **(typed.preprocessing if typed else {}), **f.preprocessing}
             strategy = cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
-            fill = cls.fill_value
             fields = cls.Params.model_fields
+            if glob.layout is not None and "layout" in fields and "layout" not in merged \
+                    and glob.layout in _layouts(fields["layout"].annotation):
+                merged["layout"] = glob.layout
+            fill = cls.default_fill(merged)
             if "missing_value_strategy" in merged:
                 strategy = merged["missing_value_strategy"] if "missing_value_strategy" in fields \
                     else merged.pop("missing_value_strategy")
@@ -337,7 +348,7 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             cap = glob.global_max_sequence_length
             if cap is not None and "max_sequence_length" in fields:
                 merged["max_sequence_length"] = min(int(merged.get(
-                    "max_sequence_length", fields["max_sequence_length"].default)), cap)
+                    "max_sequence_length", fields["max_sequence_length"].default) or cap), cap)
             try:
                 params = cls.Params.model_validate(merged)
             except ValidationError as exc:

@@ -16,6 +16,7 @@ groups list columns).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,31 @@ from datamill.preprocessing.features.base import CSR
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["H5Writer", "HDF5Source", "read_hdf5"]
+__all__ = ["H5Writer", "HDF5Source", "hdf5_name", "key_of", "read_hdf5"]
+
+_ESCAPED = re.compile(r"%(25|2F)")
+
+
+def hdf5_name(key: str) -> str:
+    """The HDF5 dataset name of an output key: ``%`` and ``/`` percent-encoded, ``.``/``..`` as ``%2E``.
+
+    Ludwig accepts any feature name; HDF5 reads ``/`` as a group separator and refuses ``.``, so
+    those are escaped in the file only (the metadata and every API use the name as written).
+
+    Examples:
+        >>> hdf5_name("bill/length (mm)"), key_of(hdf5_name("bill/length (mm)")), hdf5_name("100%")
+        ('bill%2Flength (mm)', 'bill/length (mm)', '100%25')
+    """
+    if key in (".", ".."):
+        return key.replace(".", "%2E")
+    return key.replace("%", "%25").replace("/", "%2F")
+
+
+def key_of(name: str) -> str:
+    """The output key of an HDF5 dataset name (the inverse of :func:`hdf5_name`)."""
+    if name in ("%2E", "%2E%2E"):
+        return name.replace("%2E", ".")
+    return _ESCAPED.sub(lambda m: "%" if m.group(1) == "25" else "/", name)
 
 _CHUNK_BYTES = 1 << 20
 
@@ -61,18 +86,20 @@ class H5Writer:
             return
         arr = np.ascontiguousarray(value)
         start = self.filled.get(key, 0)
-        if key not in self.f:
+        name = hdf5_name(key)
+        if name not in self.f:
             shape = (self.num_rows, *arr.shape[1:])
-            self.f.create_dataset(key, shape=shape, dtype=arr.dtype, chunks=_chunks(shape, arr.dtype.itemsize))
-        ds = self.f[key]
+            self.f.create_dataset(name, shape=shape, dtype=arr.dtype, chunks=_chunks(shape, arr.dtype.itemsize))
+        ds = self.f[name]
         if ds.shape[1:] != arr.shape[1:]:
             raise DataFileError(f"feature {key!r}: block shape {arr.shape[1:]} differs from {ds.shape[1:]}")
         ds[start:start + len(arr)] = arr
         self.filled[key] = start + len(arr)
 
     def _write_csr(self, key: str, csr: CSR) -> None:
-        if key not in self.f:
-            g = self.f.create_group(key)
+        name = hdf5_name(key)
+        if name not in self.f:
+            g = self.f.create_group(name)
             g.attrs["layout"] = "csr"
             g.attrs["vocab_size"] = int(csr.vocab_size)
             g.create_dataset("indices", shape=(0,), maxshape=(None,), dtype=np.int32, chunks=(1 << 18,))
@@ -80,7 +107,7 @@ class H5Writer:
                              data=np.zeros(1, np.int64))
             if csr.values is not None:
                 g.create_dataset("values", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(1 << 18,))
-        g = self.f[key]
+        g = self.f[name]
         n_old = g["indices"].shape[0]
         idx = np.asarray(csr.indices, dtype=np.int32)
         off = np.asarray(csr.offsets, dtype=np.int64)
@@ -113,8 +140,8 @@ def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
 
     lengths: dict[str, int] = {}
     csr: set[str] = set()
-    for name in sorted(f.keys()):
-        obj = f[name]
+    for stored in sorted(f.keys(), key=key_of):
+        obj, name = f[stored], key_of(stored)
         if isinstance(obj, h5py.Group):
             if obj.attrs.get("layout") != "csr":
                 continue
@@ -127,7 +154,7 @@ def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
 
 def _read_column(f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr: bool) -> NDArray[Any] | CSR:
     """Rows ``lo:hi`` of a column (``None, None``: all of it, scalars included); CSR offsets rebased to 0."""
-    obj = f[name]
+    obj = f[hdf5_name(name)]
     if csr:
         offs = np.asarray(obj["offsets"][lo:None if hi is None else hi + 1], dtype=np.int64)
         a, b = int(offs[0]), int(offs[-1])

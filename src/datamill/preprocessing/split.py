@@ -13,8 +13,9 @@ a cheap first pass (:func:`fit_split`: the row count, or one column):
   ``u`` of the first validation and of the first test row in ascending ``u`` order), so a block
   compares its rows' ``u_i`` with them. Memory of the first pass: 8 bytes a row.
 * ``fixed``: from the value of ``column`` (default ``split``): 0/1/2 or train/validation/test.
-* ``stratify``: ``random`` with exact sizes within each distinct value of ``column`` (the state
-  holds the cut values per value).
+* ``stratify``: ``random`` within each distinct value of ``column``, with Ludwig 0.17's sizes per
+  value (:func:`stratify_sizes`: two rounds of scikit-learn's ``train_test_split`` rule, train
+  against the rest, then validation against test); the state holds the cut values per value.
 * ``hash``: from a stable 64-bit hash (FNV-1a over the UTF-8 bytes, then SplitMix64) of the value of
   ``column``, compared with the cumulative probabilities: a row keeps its split when rows are
   added, and no state is needed. Sizes are proportional in expectation, not exact.
@@ -43,7 +44,8 @@ from datamill.core.rng import stream_key
 from datamill.preprocessing.config import SplitConfig
 
 __all__ = ["MIN_SPLIT_ROWS", "SAMPLE_STREAM", "SPLIT_NAMES", "SplitState", "assign_split", "divisions",
-           "fit_split", "fixed_split", "hash_uniform", "random_split", "sample_cut", "sample_mask", "uniform_at"]
+           "fit_split", "fixed_split", "hash_uniform", "random_split", "sample_cut", "sample_mask", "stratify_sizes",
+           "uniform_at"]
 
 SPLIT_NAMES = ("train", "validation", "test")
 #: a nonempty validation or test split gets at least this many rows (Ludwig's MIN_DATASET_SPLIT_ROWS)
@@ -114,8 +116,79 @@ def divisions(n: int, probabilities: tuple[float, float, float]) -> tuple[int, i
     return d1, d2
 
 
-def _cut_values(u: NDArray[np.float64], probabilities: tuple[float, float, float]) -> tuple[float, float]:
-    d1, d2 = divisions(len(u), probabilities)
+def _approximate_mode(class_counts: NDArray[np.int64], n_draws: int,
+                      rng: np.random.RandomState) -> NDArray[np.int64]:
+    """scikit-learn's ``_approximate_mode``: ``n_draws`` shared out in proportion, ties broken by ``rng``."""
+    continuous = class_counts / class_counts.sum() * n_draws  # the same float operations, in the same order
+    floored = np.floor(continuous)
+    need_to_add = int(n_draws - floored.sum())
+    if need_to_add > 0:
+        remainder = continuous - floored
+        for value in np.sort(np.unique(remainder))[::-1]:  # per distinct remainder (a handful of classes)
+            (inds,) = np.where(remainder == value)
+            add_now = min(len(inds), need_to_add)
+            inds = rng.choice(inds, size=add_now, replace=False)
+            floored[inds] += 1
+            need_to_add -= add_now
+            if need_to_add == 0:
+                break
+    out: NDArray[np.int64] = floored.astype(np.int64)
+    return out
+
+
+def _stratified_round(counts: NDArray[np.int64], test_size: float,
+                      seed: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """One ``train_test_split(stratify=...)`` of Ludwig's ``_safe_stratify``: per class (kept, rest).
+
+    A class of one row stays on the kept side (Ludwig moves it there before splitting); the rest is
+    scikit-learn's: ``n_test = ceil(test_size * n)``, ``n_train = n - n_test``, classes shared out by
+    ``_approximate_mode`` with ``RandomState(seed)``. Where scikit-learn would refuse (fewer rows
+    than classes on one side, ``test_size`` 0 or 1), the same rule is applied without refusing.
+    """
+    kept = np.where(counts == 1, counts, 0).astype(np.int64)
+    rest = np.zeros_like(counts)
+    live = counts >= 2
+    c = counts[live]
+    n = int(c.sum())
+    if n == 0:
+        return kept, rest
+    n_test = min(n, math.ceil(test_size * n))
+    rng = np.random.RandomState(seed)  # scikit-learn's legacy generator, seeded: a pure function of the seed
+    n_i = _approximate_mode(c, n - n_test, rng)
+    t_i = _approximate_mode(c - n_i, n_test, rng)
+    kept[live], rest[live] = n_i, t_i
+    return kept, rest
+
+
+def stratify_sizes(counts: NDArray[np.int64] | list[int], probabilities: tuple[float, float, float],
+                   seed: int) -> NDArray[np.int64]:
+    """Ludwig 0.17's stratified split sizes: ``(classes, 3)`` rows of (train, validation, test) per class.
+
+    ``counts``: rows per class, the classes in scikit-learn's order (values sorted as strings).
+    Ludwig's ``stratify_split_dataframe`` splits twice with scikit-learn's ``train_test_split``
+    (test size rounded up): train against the rest (``test_size = 1 - p_train``), then validation
+    against test (``test_size = p_test / (p_val + p_test)``), both with ``random_state=seed``.
+
+    Examples:
+        >>> stratify_sizes([59, 71, 48], (0.6, 0.2, 0.2), 42).sum(axis=0).tolist()
+        [106, 36, 36]
+    """
+    c = np.asarray(counts, np.int64)
+    p_train, p_val, p_test = probabilities
+    out = np.zeros((len(c), 3), np.int64)
+    if p_val + p_test <= 0:
+        out[:, 0] = c
+        return out
+    train, rest = _stratified_round(c, 1.0 - p_train, seed)
+    relative_test = p_test / (p_val + p_test)
+    val, test = _stratified_round(rest, relative_test, seed)
+    out[:, 0], out[:, 1], out[:, 2] = train, val, test
+    return out
+
+
+def _cut_values(u: NDArray[np.float64], probabilities: tuple[float, float, float],
+                cut_at: tuple[int, int] | None = None) -> tuple[float, float]:
+    d1, d2 = divisions(len(u), probabilities) if cut_at is None else cut_at
     s = np.sort(u)
     return (float(s[d1]) if d1 < len(s) else math.inf, float(s[d2]) if d2 < len(s) else math.inf)
 
@@ -201,8 +274,13 @@ def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
         idx = np.asarray(codes.indices.to_numpy(zero_copy_only=False), np.int64)
         u = uniform_at(seed, 0, num_rows)
         kept = np.ones(num_rows, bool) if keep is None else keep
-        strata = {str(v): _cut_values(u[(idx == k) & kept], cfg.probabilities)
-                  for k, v in enumerate(codes.dictionary.to_pylist())}
+        values = [str(v) for v in codes.dictionary.to_pylist()]
+        classes = sorted(range(len(values)), key=values.__getitem__)  # scikit-learn's class order (np.unique)
+        counts = np.bincount(idx[kept], minlength=len(values))
+        sizes = stratify_sizes(counts[classes], cfg.probabilities, seed)
+        strata = {}
+        for (tr, va, _), k in zip(sizes.tolist(), classes):
+            strata[values[k]] = _cut_values(u[(idx == k) & kept], cfg.probabilities, (tr, tr + va))
         return SplitState(num_rows, strata=strata)
     if cfg.type == "datetime":
         assert column is not None

@@ -193,8 +193,11 @@ class Journal:
     # ------------------------------------------------------------------ UI sessions
     def add_session(self, digest: str, key_id: str, *, expires: float) -> None:
         """Store a UI session (the sha256 of its id, never the id)."""
-        self._exec("INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
-                   (digest, key_id, time.time(), expires))
+        now = time.time()
+        with self._lock:
+            self._db.execute("DELETE FROM sessions WHERE expires < ?", (now - 86400,))  # long dead: forget them
+            self._db.execute("INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
+                             (digest, key_id, now, expires))
 
     def session_key(self, digest: str) -> str | None:
         """The key id of a live (unrevoked, unexpired) session."""

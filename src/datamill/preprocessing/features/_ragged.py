@@ -27,7 +27,7 @@ from datamill.preprocessing.features.base import int_type
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
 __all__ = ["DictRagged", "Ragged", "STOPWORDS", "TOKENIZERS", "codepoints", "compact",  # noqa: RUF022 - Python sorted() order (house rule)
-           "row_selection", "split_tokens", "to_string_array"]
+           "lower_except", "row_selection", "split_tokens", "to_string_array"]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
 
@@ -228,6 +228,20 @@ def compact(rag: Ragged) -> Ragged:
     return DictRagged(dictionary, small, rag.offsets)
 
 
+def lower_except(column: pa.Array, keep: tuple[str, ...]) -> pa.Array:
+    """``column`` lower-cased, except values equal to one of ``keep`` (the fill ``<UNK>`` stays the unknown token).
+
+    Examples:
+        >>> lower_except(pa.array(["A", "<UNK>", "<Unk> B"]), ("<UNK>",)).to_pylist()
+        ['a', '<UNK>', '<unk> b']
+    """
+    lowered = pc.utf8_lower(column)
+    if not keep:
+        return lowered
+    special = pc.fill_null(pc.is_in(column, value_set=pa.array(list(keep), column.type)), False)
+    return pc.if_else(special, column, lowered)
+
+
 def to_string_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One contiguous string array (casting non-string columns)."""
     if isinstance(column, pa.ChunkedArray):
@@ -287,6 +301,7 @@ def split_tokens(
     stopwords: frozenset[str] | None = None,
     strip: bool | None = None,
     fast: bool = True,
+    keep_case: tuple[str, ...] = (),
 ) -> Ragged:
     """Tokenise a whole string column into :class:`Ragged` tokens (empty tokens dropped).
 
@@ -298,8 +313,8 @@ def split_tokens(
     col = to_string_array(column)
     if tokenizer == "characters":
         return codepoints(col, lowercase=lowercase)
-    if lowercase:
-        col = pc.utf8_lower(col)
+    if lowercase:  # a whole value equal to one of keep_case (the missing-value fill) is not lower-cased
+        col = lower_except(col, keep_case)
     if tokenizer not in TOKENIZERS:
         raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
     fast_tokens = _ascii_split(col, tokenizer) if fast else None

@@ -132,6 +132,11 @@ class FeatureHandler(ABC):
         """Params defaults that depend on the role ("input"/"output"), under every configured value."""
         return {}
 
+    @classmethod
+    def default_fill(cls, params: dict[str, Any]) -> Any:
+        """The ``fill_value`` when the config sets none (``params``: the merged ``preprocessing:`` keys)."""
+        return cls.fill_value
+
     # -- missing values ------------------------------------------------------------------------
     @classmethod
     def const_fill(cls, fill_value: Any) -> Any:

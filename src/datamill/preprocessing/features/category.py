@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import UNK
+from datamill.preprocessing.features._ragged import lower_except
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
     CSR,
@@ -55,7 +56,8 @@ class Handler(FeatureHandler):
     @staticmethod
     def _prep(column: pa.Array, params: CategoryParams) -> pa.Array:
         column = pc.utf8_trim_whitespace(column)  # as Ludwig: " NAmes " is NAmes
-        return pc.utf8_lower(column) if params.lowercase else column
+        # the missing-value fill <UNK> is not lower-cased: a missing value stays the unknown id 0
+        return lower_except(column, (UNK,)) if params.lowercase else column
 
     def fit(self, column: pa.Array, params: CategoryParams, ctx: FeatureContext) -> TokenCounts:
         return count_tokens(self._prep(column, params))

@@ -13,7 +13,10 @@ Ludwig's options: ``sequence_length`` fixes ``l`` whatever the data; ``padding_s
 ``unknown_symbol`` name ids 0 and 1; ``start_stop: true`` wraps every row in ``start_symbol``
 (``<SOS>``) and ``stop_symbol`` (``<EOS>``), ids 2 and 3, counted in ``l`` (what seq2seq outputs
 need). datamill keeps padding at id 0 (Ludwig 0.5+ puts ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at
-0-3): the ids differ, the tokens do not.
+0-3): the ids differ, the tokens do not. ``layout: ludwig017`` gives Ludwig 0.17's ids: ``<EOS>``,
+``<SOS>``, ``<PAD>``, ``<UNK>`` (stop, start, padding and unknown symbols) at 0-3, every row wrapped
+in start .. stop (the stop symbol cut with the rest of a row longer than the width), the width
+``min(longest + 2, max_sequence_length)``.
 """
 
 from __future__ import annotations
@@ -63,11 +66,27 @@ class SequenceParams(BaseParams):
     start_stop: bool = False
     start_symbol: str = "<SOS>"
     stop_symbol: str = "<EOS>"
+    #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1) or ``ludwig017`` (Ludwig 0.17's ids and start/stop wrapping)
+    layout: Literal["datamill", "ludwig017"] = "datamill"
+
+    @property
+    def wrapped(self) -> bool:
+        """Whether every row is wrapped in the start and stop symbols."""
+        return self.start_stop or self.layout == "ludwig017"
 
     def specials(self) -> list[str]:
-        """The special tokens at ids 0.. (padding, unknown, then start and stop when ``start_stop``)."""
+        """The special tokens at ids 0.. (padding, unknown, then start and stop when ``start_stop``;
+        Ludwig 0.17's stop, start, padding, unknown with ``layout: ludwig017``)."""
+        if self.layout == "ludwig017":
+            return [self.stop_symbol, self.start_symbol, self.padding_symbol, self.unknown_symbol]
         return [self.padding_symbol, self.unknown_symbol,
                 *([self.start_symbol, self.stop_symbol] if self.start_stop else [])]
+
+    def special_ids(self) -> dict[str, int]:
+        """Ids of the ``pad``, ``unk``, ``start`` and ``stop`` symbols (start/stop only when wrapped)."""
+        if self.layout == "ludwig017":
+            return {"stop": 0, "start": 1, "pad": 2, "unk": 3}
+        return {"pad": 0, "unk": 1, **({"start": 2, "stop": 3} if self.start_stop else {})}
 
 
 def add_start_stop(ids: NDArray[Any], offsets: NDArray[np.int64], start: int,
@@ -92,9 +111,11 @@ def add_start_stop(ids: NDArray[Any], offsets: NDArray[np.int64], start: int,
     return out, new_offsets
 
 
-def vocab_from_file(path: str, ctx: FeatureContext, specials: list[str] | None = None) -> Vocab:
+def vocab_from_file(path: str, ctx: FeatureContext, specials: list[str] | None = None,
+                    unk_token: str | None = None) -> Vocab:
     """The specials (``<PAD>``, ``<UNK>``) then the file's tokens (one per line, first occurrence kept)."""
     specials = specials or [PAD, UNK]
+    unk_token = unk_token or specials[1]
     full = Path(path)
     if not full.is_absolute() and ctx.base_dir is not None:
         full = ctx.base_dir / full
@@ -103,7 +124,7 @@ def vocab_from_file(path: str, ctx: FeatureContext, specials: list[str] | None =
     except FileNotFoundError as exc:
         raise ConfigError(f"feature {ctx.name!r}: vocab_file not found: {full}", path=str(full)) from exc
     tokens = [t for t in dict.fromkeys(line.strip() for line in text.splitlines()) if t and t not in specials]
-    return Vocab([*specials, *tokens], unk_token=specials[1], specials=specials)
+    return Vocab([*specials, *tokens], unk_token=unk_token, specials=specials)
 
 
 class Handler(FeatureHandler):
@@ -129,8 +150,16 @@ class Handler(FeatureHandler):
     strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "sequence"
 
+    @classmethod
+    def default_fill(cls, params: dict[str, Any]) -> Any:
+        """The unknown symbol (Ludwig fills a missing sequence with ``unknown_symbol``)."""
+        return params.get("unknown_symbol") or cls.fill_value
+
     def tokens(self, column: pa.Array, params: SequenceParams, ctx: FeatureContext) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+        # a missing value (filled with the unknown symbol) stays unknown under lowercase; Ludwig 0.17
+        # lower-cases it into a token of its own, which layout: ludwig017 keeps
+        keep = (params.unknown_symbol,) if params.layout == "datamill" else ()
+        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep)
 
     def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
         return tokens.take_rows(mask)
@@ -150,13 +179,13 @@ class Handler(FeatureHandler):
     def finalize(self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext) -> dict[str, Any]:
         specials = params.specials()
         if params.vocab_file is not None:
-            vocab = vocab_from_file(params.vocab_file, ctx, specials)
+            vocab = vocab_from_file(params.vocab_file, ctx, specials, params.unknown_symbol)
             freq = stats.counts.as_dict()
-            vocab = Vocab(vocab.idx2str, str2freq=freq, unk_token=specials[1], specials=specials)
+            vocab = Vocab(vocab.idx2str, str2freq=freq, unk_token=params.unknown_symbol, specials=specials)
         else:
             vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                      specials=specials, unk_token=specials[1])
-        longest = stats.max_length + (2 if params.start_stop else 0)
+                                      specials=specials, unk_token=params.unknown_symbol)
+        longest = stats.max_length + (2 if params.wrapped else 0)
         width = params.sequence_length or max(1, min(longest, params.max_sequence_length))
         return {**vocab.to_dict(), "max_sequence_length": width}
 
@@ -164,8 +193,9 @@ class Handler(FeatureHandler):
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params, ctx)
         ids, offsets = rag.encode(Vocab.from_dict(meta)), rag.offsets
-        if params.start_stop:
-            ids, offsets = add_start_stop(ids, offsets, 2, 3)
+        special = params.special_ids()
+        if params.wrapped:
+            ids, offsets = add_start_stop(ids, offsets, special["start"], special["stop"])
         return {ctx.name: pad(ids, offsets, int(meta["max_sequence_length"]), side=params.padding,
-                              dtype=int_type(int(meta["vocab_size"])))[0]}
+                              fill=special["pad"], dtype=int_type(int(meta["vocab_size"])))[0]}
 

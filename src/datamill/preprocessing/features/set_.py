@@ -13,14 +13,18 @@ with datasets ``indices``/``offsets`` and attributes ``layout="csr"``, ``vocab_s
 made once in ``finalize`` so every block and later unseen data use the same layout.
 
 Metadata: the vocabulary (``idx2str``/``str2idx``/``str2freq``/``vocab_size``), ``max_set_size``
-(most tokens in one row, as Ludwig counts it) and ``layout``.
+(most tokens in one row) and ``layout``.
+
+``layout: ludwig017`` gives Ludwig 0.17's rows: a set is bool over a vocabulary without ``<PAD>``,
+``<UNK>`` moved to id 3 (Ludwig's ``add_or_move_symbol``); a bag has ``<EOS>``, ``<SOS>``, ``<PAD>``,
+``<UNK>`` at 0-3; ``max_set_size`` is the most tokens in one row + 2, as Ludwig stores it.
 """
 
 from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +32,9 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from datamill.core.constants import PAD, UNK
+
+#: Ludwig 0.17's special symbols (stop, start, padding, unknown at ids 0-3)
+LUDWIG_SPECIALS = ("<EOS>", "<SOS>", PAD, UNK)
 from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
@@ -52,6 +59,8 @@ class SetParams(BaseParams):
     most_common: int = Field(default=10000, ge=1)
     min_frequency: int = Field(default=1, ge=1)
     max_dense_bytes: int = Field(default=DEFAULT_MAX_DENSE_BYTES, ge=0)
+    #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1, int8/float32) or ``ludwig017`` (Ludwig 0.17's vocabulary and dtype)
+    layout: Literal["datamill", "ludwig017"] = "datamill"
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,8 @@ class Handler(FeatureHandler):
     size_key: ClassVar[str] = "max_set_size"
 
     def tokens(self, column: pa.Array, params: SetParams, ctx: FeatureContext) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex)
+        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex,
+                            keep_case=(UNK,))
 
     def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
         return tokens.take_rows(mask)
@@ -118,12 +128,27 @@ class Handler(FeatureHandler):
     def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
         return a.merge(b)
 
+    def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
+        """Ludwig 0.17's set vocabulary: the most frequent tokens, ``<UNK>`` moved to id 3."""
+        plain = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
+                                  specials=(), unk_token=None)
+        tokens = [t for t in plain.idx2str if t != UNK]
+        return Vocab([*tokens[:3], UNK, *tokens[3:]], str2freq=stats.counts.as_dict(), unk_token=UNK, specials=[UNK])
+
     def finalize(self, stats: RaggedStats, params: SetParams, ctx: FeatureContext) -> dict[str, Any]:
-        vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                  specials=[PAD, UNK], unk_token=UNK)
-        dense_bytes = stats.rows * len(vocab) * np.dtype(self.dtype).itemsize
+        if params.layout == "ludwig017":
+            vocab = self._ludwig_vocab(stats, params)
+            longest = stats.max_length + 2  # as Ludwig stores it (room for start and stop symbols)
+        else:
+            vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
+                                      specials=[PAD, UNK], unk_token=UNK)
+            longest = stats.max_length
+        dense_bytes = stats.rows * len(vocab) * np.dtype(self._dtype(params)).itemsize
         layout = "dense" if dense_bytes <= params.max_dense_bytes else "csr"
-        return {**vocab.to_dict(), self.size_key: stats.max_length, "layout": layout}
+        return {**vocab.to_dict(), self.size_key: longest, "layout": layout}
+
+    def _dtype(self, params: SetParams) -> builtins.type[np.generic]:
+        return np.bool_ if params.layout == "ludwig017" and self.dtype == np.int8 else self.dtype
 
     def transform(self, column: pa.Array | Ragged, meta: dict[str, Any], params: SetParams,
                   ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
@@ -133,7 +158,7 @@ class Handler(FeatureHandler):
         n = len(rag)
         key = rag.row_ids * size + rag.encode(vocab).astype(np.int64)
         if meta.get("layout", "dense") == "dense":
-            return {ctx.name: self._dense(key, n, size)}
+            return {ctx.name: self._dense(key, n, size).astype(self._dtype(params), copy=False)}
         uniq, counts = np.unique(key, return_counts=True)  # sorted: by row, then by id
         rows, ids = np.divmod(uniq, size)
         offsets = np.zeros(n + 1, np.int64)

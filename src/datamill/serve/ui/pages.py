@@ -34,7 +34,7 @@ from datamill.serve.access import (
     requires,
     serve_state,
 )
-from datamill.serve.auth import create_key
+from datamill.serve.auth import create_key, parse_duration
 from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.routes.models import DatasetIn, IterationIn, RewindIn, one_line
 from datamill.serve.server import NotFoundError
@@ -382,8 +382,11 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
     role = form.get("role", "read")
     if role not in ("read", "admin"):
         raise HTTPException(400, f"unknown role {role!r}")
-    key_id, key = create_key(state.journal, role=role, note=form.get("note", "")[:200])
-    audit(state, who, "create key", f"{key_id} role={role}")
+    datasets = [d.strip() for d in form.get("datasets", "").split(",") if d.strip()] or None
+    expires = form.get("expires", "").strip() or None
+    key_id, key = create_key(state.journal, role=role, note=form.get("note", "")[:200], datasets=datasets,
+                             expires_in=parse_duration(expires) if expires else None)
+    audit(state, who, "create key", f"{key_id} role={role} datasets={datasets} expires={expires}")
     state.keys.reload()
     created = {"id": key_id, "key": key, "role": role}
     return _render(request, "keys.html", who, keys=state.keys.listing(), created=created)
