@@ -215,12 +215,6 @@ def command_lines(draw: st.DrawFn, path: tuple[str, ...], parser: argparse.Argum
     return argv
 
 
-def seed_coverage(ws: Workspace) -> dict[tuple[str, ...], str]:
-    """Leaf commands without a seed (only hostile values then): for the test that keeps seeds current."""
-    have = seeds(ws)
-    return {path: "no seed" for path, _ in leaf_commands() if path not in have and path not in EXCLUDED}
-
-
 def argv_repr(argv: list[str]) -> str:
     """The command as a shell would take it (long values shortened)."""
     import shlex

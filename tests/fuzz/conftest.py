@@ -20,33 +20,35 @@ from tests.fuzz.workspace import Workspace, build_workspace, release_unwritable
 
 @pytest.fixture(scope="session")
 def fuzz_ws(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[tuple[Workspace, Path]]:
-    """``(workspace, pristine copy of it)``; DATAMILL_DATA and TMPDIR point inside it while fuzzing."""
+    """``(workspace, pristine copy of it)``, built once per session."""
     root = tmp_path_factory.mktemp("fuzz") / "w"
     ws = build_workspace(root, data_dir)
     for name, load in list(ws.outputs.items()):  # every good output loads before anything runs
         load(Path(name))
     pristine = root.parent / "pristine"
     shutil.copytree(root, pristine, ignore=shutil.ignore_patterns("ro", "cwd"), symlinks=True)
-    (root / "cwd" / "tmp").mkdir()
-    saved = {k: os.environ.get(k) for k in ("DATAMILL_DATA", "TMPDIR")}
-    os.environ["DATAMILL_DATA"] = ws.p("fakedata")
-    import tempfile
-
-    saved_tempdir = tempfile.tempdir
-    tmp = root.parent / "tmp"
-    tmp.mkdir()
-    os.environ["TMPDIR"] = os.fspath(tmp)
-    tempfile.tempdir = os.fspath(tmp)
+    (root.parent / "tmp").mkdir()
     try:
         yield ws, pristine
     finally:
-        tempfile.tempdir = saved_tempdir
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         release_unwritable(root / "ro")
+
+
+@pytest.fixture(autouse=True)
+def _fuzz_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """While a fuzz test runs: DATAMILL_DATA is the workspace's fake data folder (``demo`` must not run the
+    real tour) and TMPDIR is inside the workspace; both are restored after each test."""
+    if "fuzz_ws" not in request.fixturenames:
+        yield
+        return
+    import tempfile
+
+    ws, _ = request.getfixturevalue("fuzz_ws")
+    tmp = os.fspath(ws.root.parent / "tmp")
+    monkeypatch.setenv("DATAMILL_DATA", ws.p("fakedata"))
+    monkeypatch.setenv("TMPDIR", tmp)
+    monkeypatch.setattr(tempfile, "tempdir", tmp)
+    yield
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
