@@ -20,15 +20,18 @@ import threading
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fuzz.workspace import Workspace
 
-__all__ = ["COUNTS", "TIME_LIMIT_S", "Outcome", "run_checked", "run_subprocess_checked"]
+__all__ = ["COUNTS", "TIME_LIMIT_S", "WALL_LIMIT_S", "Outcome", "run_checked", "run_subprocess_checked"]
 
 TIME_LIMIT_S = float(os.environ.get("DATAMILL_FUZZ_TIME_LIMIT", "20"))
-"""Longest a single fuzzed command may take (seconds)."""
+"""Most CPU time a single fuzzed command may use (seconds, all its threads)."""
+WALL_LIMIT_S = float(os.environ.get("DATAMILL_FUZZ_WALL_LIMIT", "120"))
+"""Longest a single fuzzed command may take on the clock (seconds): a hang that sleeps uses no CPU."""
 
 COUNTS: Counter[str] = Counter()
 """Commands and calls run by the fuzzers, by kind (printed in the session summary)."""
@@ -81,18 +84,23 @@ def _alarm(signum: int, frame: object) -> None:
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float) -> object:
-    """Raise :class:`CommandTimeout` in the main thread after ``seconds``."""
+def time_limit(seconds: float, *, wall_seconds: float | None = None) -> Iterator[None]:
+    """Raise :class:`CommandTimeout` in the main thread after ``seconds`` of CPU time (``ITIMER_PROF``: a
+    runaway computation, whatever the machine's load) or ``wall_seconds`` of wall time (a sleeping hang)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    wall = WALL_LIMIT_S if wall_seconds is None else wall_seconds
+    previous = {sig: signal.signal(sig, _alarm) for sig in (signal.SIGALRM, signal.SIGPROF)}
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, wall)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -233,7 +241,7 @@ def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) ->
         os.chdir(cwd)
     o = Outcome(argv, status, out.getvalue(), err.getvalue(), time.perf_counter() - start, escaped)
     if isinstance(escaped, CommandTimeout):
-        o.problems.append(f"did not finish within {TIME_LIMIT_S:g} s")
+        o.problems.append(f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time")
         o.escaped = None
     check_output_text(o)
     _restore(ws, before, pristine, o)
@@ -249,11 +257,11 @@ def run_subprocess_checked(ws: Workspace, pristine: Path, argv: list[str]) -> Ou
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-m", "datamill.cli", *argv], cwd=ws.cwd, capture_output=True, check=False,
-                              text=True, errors="replace", timeout=TIME_LIMIT_S + 15, env=env)
+                              text=True, errors="replace", timeout=WALL_LIMIT_S, env=env)
         o = Outcome(argv, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
     except subprocess.TimeoutExpired:
         o = Outcome(argv, None, "", "", time.perf_counter() - start)
-        o.problems.append(f"did not finish within {TIME_LIMIT_S + 15:g} s (subprocess)")
+        o.problems.append(f"did not finish within {WALL_LIMIT_S:g} s (subprocess)")
     check_output_text(o)
     _restore(ws, before, pristine, o)
     COUNTS["subprocess commands"] += 1

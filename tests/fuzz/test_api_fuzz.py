@@ -30,6 +30,7 @@ from datamill.core.errors import DatamillError
 from tests.fuzz.runner import (
     COUNTS,
     TIME_LIMIT_S,
+    WALL_LIMIT_S,
     CommandTimeout,
     Outcome,
     _restore,
@@ -166,7 +167,7 @@ def test_fuzz_api(name: str, fuzz_ws: tuple[Workspace, Path]) -> None:
             if exc is not None:
                 o.problems.append(f"raised {type(exc).__name__}: {exc}"[:1500])
         except CommandTimeout:
-            o.problems.append(f"did not finish within {TIME_LIMIT_S:g} s")
+            o.problems.append(f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time")
         finally:
             os.chdir(cwd)
         _restore(ws, before, pristine, o)
