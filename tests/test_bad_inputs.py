@@ -744,9 +744,9 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
     from datamill.loader import check_resume_compat, collate_numpy, epoch_order, split_for_rank
-    from datamill.pretrain.bert import load_tokenizer
+    from datamill.pretrain.bert import load_tokenizer, read_bert_batches
     from datamill.shards import ShardsetWriter
-    from datamill.sources import ParquetSource
+    from datamill.sources import ParquetSource, open_source
     from datamill.tokenize import HFTokenizer
 
     (tmp_path / "file.parquet").write_bytes(b"PAR1" + b"\x00" * 64)
@@ -762,6 +762,9 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         (load_tokenizer, (tmp_path / "file.parquet",), {}),
         (ShardsetWriter, (tmp_path / "file.parquet",), {"uid": "u", "shardset": "s"}),
         (ShardsetWriter, ("x" * 10_000,), {"uid": "u", "shardset": "s"}),
+        (open_source, ("x" * 10_000,), {}),  # ENAMETOOLONG from Path.exists()
+        (open_source, ("a\x00b",), {}),
+        (read_bert_batches, ("x" * 10_000, 2), {}),
     ]
     for fn, args, kwargs in calls:
         with pytest.raises((DatamillError, TypeError)):
