@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "datamill.pretrain.bert.cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
+    "datamill.lineage.cli",
     "datamill.serve.cli",
 )
 

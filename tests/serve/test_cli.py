@@ -117,6 +117,7 @@ def test_serve_help_shows_real_options(argv: list[str], shown: list[str], capsys
     ["serve", "ROOT", "--lease-timeout", "-5"], ["serve", "ROOT", "--lease-timeout", "nan"],
     ["serve", "ROOT", "--lease-timeout", "100000"], ["serve", "iterate", "ds", "--url", "http://x", "--batch-size", "0"],
     ["serve", "iterate", "ds", "--url", "http://x", "--reconnect-timeout", "inf"],
+    ["serve", "ROOT", "--allowed-hosts", ","], ["serve", "ROOT", "--allowed-hosts", "evil.example/x"],
 ])
 def test_ports_timeouts_and_counts_are_validated(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:

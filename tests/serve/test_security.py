@@ -123,6 +123,7 @@ def test_every_ui_form_carries_a_csrf_token(app: Any) -> None:
 def test_host_header_must_be_one_of_the_server_names(app: Any) -> None:
     c = _client(app)
     assert c.get("/api/v1/health").status_code == 200
+    assert c.get("/api/v1/health", headers={"Host": "localhost:8470"}).status_code == 200  # --allowed-hosts names
     for host in ("evil.example", "evil.example:8470", "127.0.0.1.evil.example:8470", "127.0.0.1:9999", ""):
         res = c.get("/api/v1/health", headers={"Host": host})
         assert res.status_code == 400 and "--allowed-hosts" in res.json()["error"], host
@@ -158,7 +159,8 @@ def test_security_headers_on_every_response(app: Any) -> None:
 
 def test_a_no_auth_server_refuses_a_rebound_host(tmp_path: Path, server: dict[str, Any]) -> None:
     port = free_port()
-    proc = start_server(server["root"], tmp_path / "state", port, "--no-auth")
+    proc = start_server(server["root"], tmp_path / "state", port, "--no-auth", "--allowed-hosts",
+                        f"127.0.0.1,datamill.internal:{port}")
     try:
         def get(host: str, method: str = "GET", path: str = "/api/v1/keys") -> int:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -168,7 +170,8 @@ def test_a_no_auth_server_refuses_a_rebound_host(tmp_path: Path, server: dict[st
             conn.close()
             return status
 
-        assert get(f"127.0.0.1:{port}") == 200 and get(f"localhost:{port}") == 200
+        assert get(f"127.0.0.1:{port}") == 200 and get(f"datamill.internal:{port}") == 200
+        assert get(f"localhost:{port}") == 400  # --allowed-hosts replaces the default names
         assert get(f"attacker.example:{port}") == 400  # DNS rebinding: the page's own name, resolved to 127.0.0.1
         assert get(f"attacker.example:{port}", "POST") == 400
     finally:

@@ -9,7 +9,8 @@ builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up
 ``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
 (:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``). :class:`Mix` mixes
-several sources with exact per-epoch proportions and is itself a source.
+several sources with exact per-epoch proportions and is itself a source. :func:`trace` answers which
+steps read a sample and which samples a step read, from ``Loader.run_record()``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from datamill.loader.mix import Mix
 from datamill.loader.order import epoch_order, split_for_rank
 from datamill.loader.service import BatchService
 from datamill.loader.stages import EpochPlan
+from datamill.loader.trace import (  # the function; the module stays datamill.loader.trace in sys.modules
+    Tracer,
+    trace,
+)
 
 __all__ = [
     "Accounting",
@@ -30,11 +35,13 @@ __all__ = [
     "EpochPlan",
     "Loader",
     "Mix",
+    "Tracer",
     "check_resume_compat",
     "collate_numpy",
     "collate_torch",
     "epoch_order",
     "per_sample",
     "split_for_rank",
+    "trace",
 ]
 assert sorted(__all__) == __all__

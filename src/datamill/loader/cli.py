@@ -58,6 +58,10 @@ def _remote(args: argparse.Namespace) -> int:
 
 def _cmd(args: argparse.Namespace) -> int:
     if args.url:
+        if args.save_record:
+            from datamill.core.errors import ConfigError
+
+            raise ConfigError("--save-record works for in-process runs; a served iteration's record is on the server")
         return _remote(args)
     from datamill.core.io import check_output
     from datamill.loader.loader import Loader
@@ -65,6 +69,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.save_state:
         check_output(args.save_state, is_own=_is_state_file, inputs=[args.source],
                      what="loader state file")
+    if args.save_record:
+        _check_record_output(args)
     source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
@@ -99,7 +105,38 @@ def _cmd(args: argparse.Namespace) -> int:
         with atomic_write(args.save_state, "w") as f:
             json.dump(loader.state_dict(), f, indent=2, sort_keys=True)
         print(f"state -> {args.save_state}")
+    if args.save_record:
+        _save_record(loader, args.save_record)
     return 0
+
+
+def _is_record_file(path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and str(record.get("format", "")).startswith("datamill.run/")
+
+
+def _check_record_output(args: argparse.Namespace) -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.core.io import check_output
+
+    if args.limit and args.epochs > 1:
+        raise ConfigError("--save-record with --limit and --epochs > 1 would record epochs as complete that "
+                          "--limit cut short", hint="record one epoch at a time (--epochs 1), or drop --limit")
+    check_output(args.save_record, is_own=_is_record_file, inputs=[args.source], what="run record")
+
+
+def _save_record(loader: Any, path: str) -> None:
+    """Write the run record; an existing record (the run this one resumed) is extended, then replaced."""
+    from datamill.core.io import atomic_write
+
+    previous = json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else None
+    record = loader.run_record(previous=previous)
+    with atomic_write(path, "w") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+    print(f"run record -> {path}")
 
 
 def _disk_bytes(path: str) -> int:
@@ -210,6 +247,8 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches")
     p.add_argument("--resume", help="resume from a state JSON written by --save-state")
     p.add_argument("--save-state", help="write the loader state JSON here at the end")
+    p.add_argument("--save-record", help="write the run record for `datamill trace` here at the end (an existing "
+                                         "record of the run this one resumes is extended)")
     p.set_defaults(func=_cmd)
 
     q = sub.add_parser("plan", help="plan a loader run without reading data: shard reads per rank, peak memory, "

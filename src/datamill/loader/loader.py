@@ -24,6 +24,7 @@ from datamill.loader.refill import Refill
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
+from datamill.loader.trace import run_record as _run_record
 
 if TYPE_CHECKING:
     from torch.utils.data import IterableDataset
@@ -134,6 +135,7 @@ class Loader:
         self.refill = bool(refill)
         self._final_collate = resolve_collate(collate, pin_memory=pin_memory)
         self._new_epoch_stats()
+        self._trace_start: tuple[int, int, Elastic] = (self.epoch, 0, ())  # where this run began (run_record)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -230,6 +232,10 @@ class Loader:
         return self.service.num_batches(self.epoch, self.rank, self.world_size, elastic=self._elastic,
                                         replication=self.replication)
 
+    def run_record(self, *, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The run's tiny JSON record for ``datamill trace`` (:func:`datamill.loader.trace.run_record`)."""
+        return _run_record(self, previous=previous)
+
     def dataset_fingerprint(self) -> str:
         """The source's fingerprint (computed once)."""
         return self.service.fingerprint()
@@ -296,10 +302,12 @@ class Loader:
                 replication=self.replication)
             self._elastic = ()
             self._restore_counts(state)
+            self._trace_start = (self.epoch, self._batches_seen, ())
             return
         point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
                                           replication=self.replication, allow_mismatch=allow_mismatch)
         self.epoch, self._batches_seen, self._elastic = point.epoch, point.batches_seen, point.elastic
+        self._trace_start = (self.epoch, self._batches_seen, self._elastic)
         states = [state] if isinstance(state, Mapping) else list(state)
         if len(states) == 1 and point.elastic == norm_elastic(states[0].get("elastic")):
             self._restore_counts(states[0])  # the same plan continues (lockstep, same world size)

@@ -38,6 +38,10 @@ def _cmd(args: argparse.Namespace) -> int:
               else f"output: {dataset_path} (shardset dataset) and {out.meta_path}")
     if out.hdf5_path is not None:
         print(f"wrote {out.hdf5_path} and {out.meta_path}" if not out.cached else f"output: {out.hdf5_path}")
+    if args.check_splits != "off" and out.hdf5_path is not None:
+        from datamill.lineage.cli import report_splits
+
+        report_splits(out.hdf5_path, fail=args.check_splits == "error")
     return 0
 
 
@@ -77,6 +81,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-image-pixels", type=MAX_IMAGE_PIXELS.arg, default=None,
                    help="image features: Pillow's decompression-bomb limit in pixels (default 89,478,485; images "
                         "above twice it are refused with the row that names them)")
+    p.add_argument("--check-splits", choices=["off", "warn", "error"], default="off",
+                   help="after writing: report validation/test rows equal or near-equal to training rows "
+                        "(`datamill check-splits`); error: exit 2 when there are any (default off)")
     p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                    help="no progress bars (same as datamill --quiet)")
     p.set_defaults(func=_cmd)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from datamill.serve.iteration import Iteration
 from datamill.serve.routes.models import ItId
@@ -37,12 +38,17 @@ def rank(role: str) -> int:
 
 
 def serve_state(request: Request) -> ServeState:
-    """The app's :class:`~datamill.serve.server.ServeState` (a dependency)."""
+    """The app's :class:`~datamill.serve.server.ServeState`."""
     state: ServeState = request.app.state.serve
     return state
 
 
-State = Annotated[ServeState, Depends(serve_state)]
+async def _state(request: Request) -> ServeState:
+    # dependencies are async where they do not block: a sync one costs a thread-pool hop per request
+    return serve_state(request)
+
+
+State = Annotated[ServeState, Depends(_state)]
 """A route parameter ``state: State`` receives the server state."""
 
 
@@ -69,14 +75,22 @@ def authenticate(request: Request) -> Viewer | None:
     return who
 
 
+async def _authenticate(request: Request) -> Viewer | None:
+    """:func:`authenticate` inline for a Bearer key (in memory), in a worker thread for a session (a journal read)."""
+    if "datamill.viewer" in request.scope or request.headers.get("authorization", "").startswith("Bearer ") \
+            or not serve_state(request).auth:
+        return authenticate(request)
+    return await run_in_threadpool(authenticate, request)
+
+
 def _checker(role: str) -> Callable[..., Any]:
     if role == "public":
-        def check_public(request: Request) -> Viewer | None:
-            return authenticate(request)
+        async def check_public(request: Request) -> Viewer | None:
+            return await _authenticate(request)
         fn: Callable[..., Any] = check_public
     else:
-        def check(request: Request) -> Viewer:
-            who = authenticate(request)
+        async def check(request: Request) -> Viewer:
+            who = await _authenticate(request)
             if who is None:
                 raise HTTPException(401, "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`")
             if rank(who.role) < rank(role):
@@ -127,7 +141,11 @@ Reader = Annotated[Viewer, requires("read")]
 """A route parameter ``who: Reader`` declares the ``read`` role and receives the caller."""
 Admin = Annotated[Viewer, requires("admin")]
 """A route parameter ``who: Admin`` declares the ``admin`` role and receives the caller."""
-Caller = Annotated["Viewer | None", Depends(authenticate)]
+async def _caller(request: Request) -> Viewer | None:
+    return await _authenticate(request)
+
+
+Caller = Annotated["Viewer | None", Depends(_caller)]
 """The caller (``None`` when anonymous) without declaring a role: for checks beyond the role."""
 
 

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.auth import create_key
 from datamill.serve.guard import DEFAULT_HOSTS, AllowedHosts, Guard
+from datamill.serve.lease_journal import UnavailableError
 from datamill.serve.routes import routers
 from datamill.serve.routes.models import one_line
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
@@ -101,6 +102,13 @@ async def _on_datamill_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc))
 
 
+async def _on_unavailable(request: Request, exc: Exception) -> Response:
+    from datamill.serve.delivery import unavailable_reply
+
+    assert isinstance(exc, UnavailableError)
+    return unavailable_reply(exc)
+
+
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if request.url.path.startswith("/ui/") and exc.status_code in (401, 403):
@@ -152,8 +160,9 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     """
     state = ServeState(state_dir, roots=roots, auth=auth, lease_timeout=lease_timeout, cache_shards=cache_shards)
     app = FastAPI(title="datamill serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_closing,
-                  exception_handlers={DatamillError: _on_datamill_error, StarletteHTTPException: _on_http_error,
-                                      RequestValidationError: _on_invalid, Exception: _on_bug})
+                  exception_handlers={DatamillError: _on_datamill_error, UnavailableError: _on_unavailable,
+                                      StarletteHTTPException: _on_http_error, RequestValidationError: _on_invalid,
+                                      Exception: _on_bug})
     for router in routers():
         app.include_router(router)
     app.add_middleware(_BodyLimit, limit=max_body)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["add_iterate_options", "count", "port_number", "positive", "register", "run_iterate", "seconds"]
+__all__ = ["add_iterate_options", "count", "host_list", "port_number", "positive", "register", "run_iterate", "seconds"]
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port in 1..65535.
@@ -46,6 +47,21 @@ def seconds(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def host_list(text: str) -> list[str]:
+    """An argparse type: comma-separated host names (``name``, ``name:port``, ``[::1]:port`` or ``*``).
+
+    Examples:
+        >>> host_list("example.org, 10.0.0.5:8470")
+        ['example.org', '10.0.0.5:8470']
+    """
+    hosts = [h.strip() for h in text.split(",") if h.strip()]
+    bad = [h for h in hosts if h != "*" and not re.fullmatch(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?", h)]
+    if not hosts or bad:
+        raise argparse.ArgumentTypeError(f"expected comma-separated host names such as example.org,10.0.0.5:8470, "
+                                         f"got {text!r}")
+    return hosts
 
 
 def positive(text: str) -> int:
@@ -247,7 +263,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-auth", action="store_true", help="no API keys (loopback addresses only)")
     p.add_argument("--lease-timeout", type=seconds(1, 86_400), default=None,
                    help="seconds a lease lives without a heartbeat, 1..86400 (default: the config's, else 60)")
-    p.add_argument("--allowed-hosts", type=lambda s: [h for h in s.split(",") if h.strip()], default=None,
+    p.add_argument("--allowed-hosts", type=host_list, default=None,
                    help="comma-separated Host names the server answers (name or name:port; * for any); "
                         "default: 127.0.0.1, localhost and [::1] with the port, and the bound address")
     p.set_defaults(func=_server, target=None)

@@ -97,6 +97,7 @@ def run(data_dir: Path, work_dir: Path) -> None:
                 if c.returncode != 0:
                     raise RuntimeError(f"a demo client exited with {c.returncode}")
                 print(out, end="")
+        with Client(url, key) as client:  # a new connection: the first idled past the server's keep-alive meanwhile
             p = client.progress("demo")
             print(f"{'iteration':<10} {'total':>6} {'done':>6} {'leased':>7} {'pending':>8}")
             print(f"{'demo':<10} {p['total']:>6} {p['done']:>6} {p['leased']:>7} {p['pending']:>8}")

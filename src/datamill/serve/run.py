@@ -32,7 +32,7 @@ class ServeConfig(BaseModel):
     roots: list[str] = Field(min_length=1)
     datasets: dict[str, str] = Field(default_factory=dict)
     state: str | None = None
-    lease_timeout: float = Field(60.0, gt=0)
+    lease_timeout: float = Field(60.0, ge=1, le=86_400, allow_inf_nan=False)
     cache_shards: int | None = Field(None, ge=1)
 
 
