@@ -546,6 +546,7 @@ def small(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     (d / "r.txt").write_text("".join(raw[:150]), encoding="utf-8")
     assert _run(["shards", "create", os.fspath(d / "ds"), "--uid", "Id", "--shardset", "m", os.fspath(d / "h.csv"),
                  "--shard-size", "50"]) == 0
+    assert _run(["preprocess", os.fspath(d / "h.csv"), "-c", os.fspath(d / "c.yaml"), "-o", os.fspath(d / "prep")]) == 0
     return d
 
 
@@ -726,6 +727,8 @@ def test_unreachable_ray_address_is_one_line_within_30_s(command: str, small: Pa
     ["bert", "{raw}", "--out", "{tmp}/b.parquet", "--mask-prob", "nan"],
     ["iterate", "{ds}", "--batch-size", "0"],
     ["iterate", "{ds}", "--world-size", "2", "--rank", "5"],
+    ["check-splits", "{ds}", "--columns", "nope", "--fail"],  # a raw KeyError from pyarrow
+    ["check-splits", "{hdf5}", "--text-columns", "[]"],  # the same for a text column
 ])
 def test_fuzzer_finds_are_one_line(args: list[str], small: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -733,7 +736,7 @@ def test_fuzzer_finds_are_one_line(args: list[str], small: Path, tmp_path: Path,
     (tmp_path / "notes.txt").write_text("mine\n")
     subs = {"notes": os.fspath(tmp_path / "notes.txt"), "long": "x" * 100_000, "csv": os.fspath(small / "h.csv"),
             "tmp": os.fspath(tmp_path), "ds": os.fspath(small / "ds"), "txt": os.fspath(small / "t.txt"),
-            "raw": os.fspath(small / "r.txt")}
+            "raw": os.fspath(small / "r.txt"), "hdf5": os.fspath(small / "prep" / "h.hdf5")}
     _one_line([a.format(**subs) for a in args], capsys)
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
 

@@ -198,7 +198,8 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
          "--max-seq-length", "32", "--dupe-factor", "1", "--workers", "1")
     _cli("shards", "create", os.fspath(o / "ds"), "--uid", "Id", "--shardset", "main", os.fspath(i / "table.csv"),
          "--shard-size", "8")
-    _cli("iterate", os.fspath(o / "ds"), "--batch-size", "4", "--limit", "2", "--save-state", os.fspath(o / "state.json"))
+    _cli("iterate", os.fspath(o / "ds"), "--batch-size", "4", "--limit", "2", "--save-state", os.fspath(o / "state.json"),
+         "--save-record", os.fspath(o / "record.json"))
     _cli("serve", "keys", "create", "--state", os.fspath(o / "serve"), "--role", "admin")
     shutil.copy(o / "bert.tokenizer.json" if (o / "bert.tokenizer.json").exists()
                 else next(o.glob("*tokenizer*.json")), i / "tokenizer.json")
@@ -219,6 +220,7 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
         os.fspath(o / "bert.tokenizer.json"): lambda p: json.loads(p.read_text(encoding="utf-8")),
         os.fspath(o / "ds"): lambda p: ShardsetDataset(p).describe(),
         os.fspath(o / "state.json"): lambda p: _load_state(p),
+        os.fspath(o / "record.json"): lambda p: json.loads(p.read_text(encoding="utf-8")),
         os.fspath(o / "serve"): lambda p: _cli("serve", "keys", "list", "--state", os.fspath(p)),
     }
 
