@@ -547,6 +547,9 @@ def small(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     assert _run(["shards", "create", os.fspath(d / "ds"), "--uid", "Id", "--shardset", "m", os.fspath(d / "h.csv"),
                  "--shard-size", "50"]) == 0
     assert _run(["preprocess", os.fspath(d / "h.csv"), "-c", os.fspath(d / "c.yaml"), "-o", os.fspath(d / "prep")]) == 0
+    shutil.copytree(d / "prep", d / "prep_bad")
+    meta = d / "prep_bad" / "h.meta.json"
+    meta.write_text(meta.read_text()[:50])  # a truncated meta.json
     return d
 
 
@@ -729,6 +732,7 @@ def test_unreachable_ray_address_is_one_line_within_30_s(command: str, small: Pa
     ["iterate", "{ds}", "--world-size", "2", "--rank", "5"],
     ["check-splits", "{ds}", "--columns", "nope", "--fail"],  # a raw KeyError from pyarrow
     ["check-splits", "{hdf5}", "--text-columns", "[]"],  # the same for a text column
+    ["check-splits", "{bad_meta_hdf5}"],  # a truncated meta.json beside it: a raw JSONDecodeError
 ])
 def test_fuzzer_finds_are_one_line(args: list[str], small: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -736,7 +740,8 @@ def test_fuzzer_finds_are_one_line(args: list[str], small: Path, tmp_path: Path,
     (tmp_path / "notes.txt").write_text("mine\n")
     subs = {"notes": os.fspath(tmp_path / "notes.txt"), "long": "x" * 100_000, "csv": os.fspath(small / "h.csv"),
             "tmp": os.fspath(tmp_path), "ds": os.fspath(small / "ds"), "txt": os.fspath(small / "t.txt"),
-            "raw": os.fspath(small / "r.txt"), "hdf5": os.fspath(small / "prep" / "h.hdf5")}
+            "raw": os.fspath(small / "r.txt"), "hdf5": os.fspath(small / "prep" / "h.hdf5"),
+            "bad_meta_hdf5": os.fspath(small / "prep_bad" / "h.hdf5")}
     _one_line([a.format(**subs) for a in args], capsys)
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
 
