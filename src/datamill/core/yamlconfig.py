@@ -23,7 +23,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no 
     """A SafeLoader whose mappings refuse a key given twice (at any depth)."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, *, deep: bool = False) -> dict[Any, Any]:
     loader.flatten_mapping(node)  # resolves merge keys (<<) first: an override through a merge is allowed
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:

@@ -33,10 +33,10 @@ READ_SPEED_MIB = Limit("read_speed", low=0, low_open=True, high=1e9, kind="float
 
 def _open(args: argparse.Namespace) -> Any:
     from datamill.core.objstore import is_remote
-    from datamill.sources import open_source
+    from datamill.loader.sources import open_source
 
     if getattr(args, "split", None) is not None:  # `iterate --split` (plan has no such flag)
-        from datamill.sources import HDF5Source
+        from datamill.loader.sources import HDF5Source
 
         return HDF5Source(args.source, split=args.split)
     if is_remote(args.source):  # a shardset dataset or Parquet objects, through the local shard cache
@@ -46,14 +46,13 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _remote(args: argparse.Namespace) -> int:
-    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate``."""
-    import importlib
+    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate`` (its registered handler)."""
+    from datamill.core.commands import command_handler
 
-    serve_cli = importlib.import_module("datamill.serve.cli")  # the serve extra, looked up when used
-    return int(serve_cli.run_iterate(dataset=args.source, url=args.url, key=args.key, batch_size=args.batch_size,
-                                     seed=args.seed, columns=args.columns, rank=args.rank,
-                                     world_size=args.world_size, mode=args.mode, name=args.name, limit=args.limit,
-                                     save_state=args.save_state))
+    run_iterate = command_handler("serve iterate", hint="install the serve extra: pip install 'datamill[serve]'")
+    return int(run_iterate(dataset=args.source, url=args.url, key=args.key, batch_size=args.batch_size,
+                           seed=args.seed, columns=args.columns, rank=args.rank, world_size=args.world_size,
+                           mode=args.mode, name=args.name, limit=args.limit, save_state=args.save_state))
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -140,13 +139,12 @@ def _save_record(loader: Any, path: str) -> None:
 
 
 def _disk_bytes(path: str) -> int:
-    import os
     from pathlib import Path
 
     p = Path(path)
     if p.is_file():
         return p.stat().st_size
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
 def _plan_cmd(args: argparse.Namespace) -> int:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +15,7 @@ from datamill.core.checks import WORLD_SIZE, check_int, check_rank
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
+from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import norm_elastic
@@ -25,9 +25,6 @@ from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
 from datamill.loader.trace import run_record as _run_record
-
-if TYPE_CHECKING:
-    from torch.utils.data import IterableDataset
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
 
@@ -91,6 +88,9 @@ class Loader:
             last one shorter, or dropped with ``drop_last``) instead of leaving filtered batches
             smaller; the state records where the rows not yet emitted start, so resuming stays exact
             (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to ``False``.
+        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
+            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`).
+            Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -113,7 +113,7 @@ class Loader:
         num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
         max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
-        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False,
+        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False, warmup: bool = False,
     ) -> None:
         check_int(epoch, name="epoch", low=0, high=None)
         WORLD_SIZE(world_size)
@@ -127,7 +127,7 @@ class Loader:
             columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
             filter=filter,
             transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1,
-            bucket_by=bucket_by, buckets=buckets)
+            bucket_by=bucket_by, buckets=buckets, warmup=warmup)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = self._skip = 0
@@ -290,9 +290,8 @@ class Loader:
         cfg = state.get("config") if isinstance(state, Mapping) else None
         for st in [state] if isinstance(state, Mapping) else list(state):
             saved_refill = bool(st.get("config", {}).get("refill", False)) if isinstance(st, Mapping) else False
-            if saved_refill != self.refill and "refill" not in allow_mismatch:
-                raise ResumeStateError(f"resume state does not fit this loader: refill: saved {saved_refill}, "
-                                       f"now {self.refill}", hint="resume with the same refill setting")
+            check_resume_compat({"refill": saved_refill}, {"refill": self.refill}, fields=("refill",),
+                                allow_mismatch=allow_mismatch, hint="resume with the same refill setting")
         if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
                 and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
                 and cfg.get("replication", 1) == self.replication \
@@ -392,16 +391,6 @@ class Loader:
         """
         return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
                                   elastic=self._elastic, replication=self.replication)
-
-    def to_torch(self) -> IterableDataset[Any]:
-        """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
-
-        :class:`datamill.loader.torch.TorchLoaderDataset` is the documented entry; this shortcut
-        loads it with ``importlib`` so that this module never imports the torch adapter.
-        """
-        adapter = importlib.import_module("datamill.loader.torch")
-        dataset: IterableDataset[Any] = adapter.TorchLoaderDataset(self)
-        return dataset
 
     def __iter__(self) -> Generator[Any, None, None]:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,

@@ -31,7 +31,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +187,7 @@ class Iteration:
         self.expired = 0  # leases that timed out (their batches went back to the queue)
         self.reissued = 0  # leases handing out batches an earlier lease held
         self.cancelled = False
+        self.on_expired: Callable[[list[Lease]], None] | None = None  # told of leases that timed out
         self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
         self._rate: deque[tuple[float, int]] = deque()
         self.lock = threading.RLock()
@@ -224,6 +225,8 @@ class Iteration:
             for lease in dead:
                 self._revoke(lease)
             self.expired += len(dead)
+            if dead and self.on_expired is not None:
+                self.on_expired(dead)
             return len(dead)
 
     def take_dropped(self) -> list[str]:

@@ -87,6 +87,7 @@ class RemoteLoader:
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
         reconnect_s: how long to keep retrying an unreachable server. Defaults to ``120.0``.
+        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the system's.
         on_commit: called with the unit ids of each lease the server confirmed committed. Defaults to ``None``.
 
     Raises:
@@ -98,12 +99,14 @@ class RemoteLoader:
                  mode: str = "static", name: str | None = None, drop_last: bool = False,
                  collate: str | Callable[[pa.Table], Any] = "numpy", prefetch: int = 2, shuffle: bool = True,
                  lease_size: int = 16, lease_timeout: float | None = None, slot: int = 0, slots: int = 1,
-                 reconnect_s: float = 120.0, on_commit: Callable[[list[int]], None] | None = None) -> None:
+                 reconnect_s: float = 120.0, on_commit: Callable[[list[int]], None] | None = None,
+                 verify: str | os.PathLike[str] | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if prefetch < 1 or not 0 <= slot < slots:
             raise ConfigError(f"need prefetch >= 1 and 0 <= slot < slots, got {prefetch}, {slot}, {slots}")
         self.url, self.key, self.dataset = url, key, dataset
+        self.verify = verify
         self.iter_args: dict[str, Any] = {"batch_size": batch_size, "seed": seed, "shuffle": shuffle,
                                           "columns": columns, "drop_last": drop_last, "mode": mode,
                                           "world_size": world_size, "name": name, "lease_size": lease_size,
@@ -184,7 +187,7 @@ class RemoteLoader:
         return bool(queue["done"] >= queue["total"])
 
     def __iter__(self) -> Iterator[Any]:
-        client = Client(self.url, self.key)
+        client = Client(self.url, self.key, verify=self.verify)
         client.http.retry_s = self.reconnect_s
         client.http.headers[SESSION_HEADER] = self.session
         try:
@@ -200,7 +203,7 @@ class RemoteLoader:
                 if self.mode == "static":
                     client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
                 elif resume.get("unflushed"):  # acknowledged in the saved session, as its flush would have
-                    old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0))
+                    old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify)
                     old.headers[SESSION_HEADER] = str(resume.get("session", ""))
                     try:
                         old.request("POST", f"/api/v1/iterations/{it_id}/ack", ok=(200, 409, 410), body={
@@ -233,7 +236,7 @@ class RemoteLoader:
         path = f"/api/v1/iterations/{it_id}"
 
         def http(retry_s: float) -> Http:
-            h = Http(self.url, self.key, retry_s=retry_s)
+            h = Http(self.url, self.key, retry_s=retry_s, verify=self.verify)
             h.headers[SESSION_HEADER] = self.session
             return h
 

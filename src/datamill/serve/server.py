@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from datamill.serve.lease_journal import (
     journaled_leases,
     write_leases,
 )
+from datamill.serve.metrics import Telemetry
 
 __all__ = ["ARROW_STREAM", "CancelledError", "ConflictError", "LeasePayload", "NotFoundError", "ServeState",
            "UnavailableError"]
@@ -114,9 +116,12 @@ class ServeState:
         self._lock = threading.RLock()
         self._services: dict[str, BatchService] = {}
         self._iterations: dict[str, Iteration] = {}
+        self.telemetry = Telemetry(self.journal)  # counters, lifecycle rows, event logs (datamill.serve.metrics)
+        self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
 
     def close(self) -> None:
-        """Close the services and the journal."""
+        """Write the telemetry one last time, close the services and the journal."""
+        self.telemetry.stop(self)
         for svc in self._services.values():
             svc.close()
         self.keys.close()
@@ -282,6 +287,7 @@ class ServeState:
             cfg["plan_world"], cfg["base_done"] = plan_world, runs(base_done)
             it = self._build(it_id, cfg)
             self.journal.add_iteration(it_id, key, cfg["epoch"], cfg)
+            self.telemetry.created(it)
             self._iterations[it_id] = it
             return self.describe(it)
 
@@ -293,6 +299,7 @@ class ServeState:
         it = Iteration(it_id, rank_batches, mode=cfg["mode"], world_size=cfg["world_size"], base_done=base,
                        lease_size=cfg["lease_size"], lease_timeout=cfg["lease_timeout"], boot=self.boot)
         it.config = dict(cfg)
+        it.on_expired = lambda leases: self.telemetry.expired(it, leases)
         return it
 
     def iteration(self, ref: str) -> Iteration:
@@ -351,6 +358,8 @@ class ServeState:
                 units = it.units_of_marks(marks)
                 finished = it.finishing(marks)
                 write_leases(self.journal, it.id, done=units, drop=finished)
+                now = time.monotonic()
+                self.telemetry.acked(it, [now - it.leases[x].issued for x in finished if x in it.leases])
                 it.apply_acks(marks)
             else:
                 units = {}
@@ -369,11 +378,13 @@ class ServeState:
         with self._lock:
             if self._iterations.get(it.id) is it:
                 del self._iterations[it.id]
+        self.telemetry.ended(it, "finished")
 
     def cancel(self, it: Iteration) -> dict[str, Any]:
         """Cancel an iteration for good (journaled first): no more leases, live ones revoked."""
         self.journal.cancel(it.id)
         it.cancel()
+        self.telemetry.ended(it, "cancelled")
         return it.progress()
 
     def next_lease(self, it: Iteration, client: str, *, rank: int = 0, slot: int = 0,
@@ -382,12 +393,17 @@ class ServeState:
         if it.cancelled:
             raise CancelledError(f"iteration {it.id} was cancelled by an admin",
                                  hint="start a new iteration (another name or config)")
+        if self.draining:
+            raise UnavailableError("the server is shutting down (draining): no new leases",
+                                   hint="retry: the server that replaces this one hands out the rest")
         if it.mode == "static" and not 0 <= rank < it.world_size:
             raise ConfigError(f"rank must be in [0, {it.world_size}), got {rank}")
         if not 0 <= slot < max(1, slots):
             raise ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
         with it.lock:
+            reissued = it.reissued
             lease = it.take(client, rank=rank, slot=slot, slots=slots, session=session, owner=owner)
+            reissued = it.reissued > reissued
             dropped = it.take_dropped()
             if lease is not None or dropped:
                 try:  # journaled before the reply: after a restart its holder can reclaim it
@@ -403,7 +419,10 @@ class ServeState:
         units = it.units_of(lease)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
         # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4 clients
-        return LeasePayload(lease, units, self._body(it, units), int(it.config["epoch"]))
+        t0 = time.perf_counter()
+        body = self._body(it, units)
+        self.telemetry.leased(it, reissued=reissued, nbytes=len(body), seconds=time.perf_counter() - t0)
+        return LeasePayload(lease, units, body, int(it.config["epoch"]))
 
     def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
         """The Arrow IPC stream of some units' batches (one build per run of one plan rank's batches)."""

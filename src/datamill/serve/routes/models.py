@@ -68,7 +68,7 @@ class DatasetIn(_Body):
 class KeyIn(_Body):
     """``POST /keys``: the new key's role and note."""
 
-    role: Literal["read", "admin"] = "read"
+    role: Literal["read", "admin", "metrics"] = "read"
     note: str = Field("", max_length=200)
     datasets: list[Id] | None = Field(None, min_length=1, max_length=1000)
     expires: str | None = Field(None, pattern=r"^\d{1,6}[smhdw]$")
