@@ -26,10 +26,9 @@ before that last write.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any, Self
 
