@@ -752,7 +752,8 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
     from datamill.loader import check_resume_compat, collate_numpy, epoch_order, split_for_rank
-    from datamill.pretrain.bert import load_tokenizer, read_bert_batches
+    from datamill.loader import read_batches
+    from datamill.pretrain.bert import load_tokenizer
     from datamill.shards import ShardsetWriter
     from datamill.sources import ParquetSource, open_source
     from datamill.tokenize import HFTokenizer
@@ -772,7 +773,7 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         (ShardsetWriter, ("x" * 10_000,), {"uid": "u", "shardset": "s"}),
         (open_source, ("x" * 10_000,), {}),  # ENAMETOOLONG from Path.exists()
         (open_source, ("a\x00b",), {}),
-        (read_bert_batches, ("x" * 10_000, 2), {}),
+        (read_batches, ("x" * 10_000, 2), {}),  # (read_bert_batches before it moved to the loader)
     ]
     for fn, args, kwargs in calls:
         with pytest.raises((DatamillError, TypeError)):
