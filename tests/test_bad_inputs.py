@@ -751,8 +751,13 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
     a bare Exception from tokenizers, NotADirectoryError)."""
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
-    from datamill.loader import check_resume_compat, collate_numpy, epoch_order, split_for_rank
-    from datamill.loader import read_batches
+    from datamill.loader import (
+        check_resume_compat,
+        collate_numpy,
+        epoch_order,
+        read_batches,
+        split_for_rank,
+    )
     from datamill.pretrain.bert import load_tokenizer
     from datamill.shards import ShardsetWriter
     from datamill.sources import ParquetSource, open_source
