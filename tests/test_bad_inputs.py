@@ -749,6 +749,7 @@ def test_fuzzer_finds_are_one_line(args: list[str], small: Path, tmp_path: Path,
 def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -> None:
     """Shrunk failures of tests/fuzz/test_api_fuzz.py: each call raised something else (ValueError, AttributeError,
     a bare Exception from tokenizers, NotADirectoryError)."""
+    from datamill import build_bert_samples
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
     from datamill.loader import (
@@ -779,6 +780,7 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         (open_source, ("x" * 10_000,), {}),  # ENAMETOOLONG from Path.exists()
         (open_source, ("a\x00b",), {}),
         (read_batches, ("x" * 10_000, 2), {}),  # (read_bert_batches before it moved to the loader)
+        (build_bert_samples, (0,), {"out": 0, "config": 0}),  # an AttributeError from BertConfig.of
     ]
     for fn, args, kwargs in calls:
         with pytest.raises((DatamillError, TypeError)):

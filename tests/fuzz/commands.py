@@ -97,6 +97,7 @@ def seeds(ws: Workspace) -> dict[tuple[str, ...], list[list[str]]]:
         ("serve", "keys", "list"): [["--state", p("outputs/serve")]],
         ("serve", "keys", "revoke"): [["0123456789ab", "--state", p("outputs/serve")]],
         ("serve", "audit"): [["--state", p("outputs/serve")]],
+        ("serve", "gc"): [["--state", p("outputs/serve"), "--older-than", "30d"]],
         ("serve", "backup"): [["--state", p("outputs/serve"), p("fresh_file")]],
         ("serve", "iterate"): [["ds", "--url", "http://127.0.0.1:1", "--key", "dmk_x.y", "--batch-size", "4",
                                 "--seed", "1", "--epoch", "0", "--columns", "Id", "--rank", "0", "--world-size", "1",

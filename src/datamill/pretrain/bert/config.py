@@ -121,6 +121,8 @@ class BertConfig(BaseModel):
     @classmethod
     def of(cls, config: BertConfig | None = None, /, **options: Any) -> BertConfig:
         """``config`` (or the defaults) with ``options`` replacing its fields, validated again."""
+        if config is not None and not isinstance(config, BertConfig):  # (found by tests/fuzz: an AttributeError)
+            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
         base = config.model_dump(exclude_unset=True) if config is not None else {}
         return cls(**{**base, **options})
 
