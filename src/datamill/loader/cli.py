@@ -20,6 +20,7 @@ from datamill.core.checks import (
     WORLD_SIZE,
     Limit,
 )
+from datamill.loader.options import Workers
 from datamill.loader.planner import RANKS_PER_NODE
 
 __all__ = ["register"]
@@ -73,8 +74,8 @@ def _cmd(args: argparse.Namespace) -> int:
     source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
-                    rank=args.rank, world_size=args.world_size, num_workers=args.num_workers,
-                    drop_last=args.drop_last, progress=True)
+                    rank=args.rank, world_size=args.world_size,
+                    drop_last=args.drop_last, workers=Workers(threads=args.num_workers, progress=True))
     if args.resume:
         _resume(loader, args.resume)
     n = int(source.shard_sizes().sum())

@@ -24,7 +24,8 @@ __all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatter", "event
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-logger = logging.getLogger("datamill.serve")
+logger = logging.getLogger(__name__.rpartition(".")[0])
+"""The server's event logger, named after its package (``datamill.serve``)."""
 
 
 def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
@@ -92,4 +93,4 @@ def log_config(*, fmt: str = "text", level: str = "info") -> dict[str, Any]:
     return {"version": 1, "disable_existing_loggers": False, "formatters": {"line": {"()": cls}},
             "handlers": {"line": handler},
             "loggers": {name: {"handlers": ["line"], "level": lvl, "propagate": False}
-                        for name in ("datamill.serve", "uvicorn", "uvicorn.error", "uvicorn.access")}}
+                        for name in (logger.name, "uvicorn", "uvicorn.error", "uvicorn.access")}}
