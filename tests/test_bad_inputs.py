@@ -51,7 +51,10 @@ def _digest(path: Path) -> str:
 def _run(args: list[str]) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return main(["-q", *args])
+        try:
+            return main(["-q", *args])
+        except SystemExit as exc:  # a value refused by its option's type: argparse's one error line
+            return int(exc.code or 0)
 
 
 # ------------------------------------------------------------------------------------------------ workspace
@@ -499,3 +502,299 @@ def test_weak_messages_fixed(tmp_path: Path) -> None:
     out = preprocess(tmp_path / "im.csv", {"input_features": [{"name": "p", "type": "image"}]}, skip_save=True)
     img = out.data["p"]
     assert isinstance(img, np.ndarray) and img.shape == (2, 4, 4, 3) and img[0].max() == 9 and img[1].max() == 0
+
+
+# ------------------------------------------------------------------ issue 27: the examples and the fuzzer's finds
+# Each test names the command that found the problem (the issue's examples, or tests/fuzz shrunk to it).
+def _one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``datamill ARGS``; assert exit 2 with exactly one ``error:`` line and no traceback; return it."""
+    capsys.readouterr()
+    status = _run(args)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "error:" in ln]
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, (status, err)
+    return lines[0]
+
+
+@pytest.fixture()
+def unwritable(tmp_path: Path) -> Iterator[Path]:
+    """A folder even root cannot write into: ``chattr +i`` (the issue's case); skipped where chattr fails."""
+    import subprocess
+
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", os.fspath(folder)],
+                                                    capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", os.fspath(folder)], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A small table + config, text, raw text and a 1,000-sample shardset dataset."""
+    d = tmp_path_factory.mktemp("issue27")
+    house = pcsv.read_csv(data_dir / "house_prices_train.csv").select(["Id", "LotArea", "SalePrice"])
+    pcsv.write_csv(house.slice(0, 1000), d / "h.csv")
+    (d / "c.yaml").write_text("input_features:\n  - {name: LotArea, type: number}\n"
+                              "output_features:\n  - {name: SalePrice, type: number}\n")
+    lines = (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (d / "t.txt").write_text("".join(lines[100:400]), encoding="utf-8")
+    raw = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines(keepends=True)
+    (d / "r.txt").write_text("".join(raw[:150]), encoding="utf-8")
+    assert _run(["shards", "create", os.fspath(d / "ds"), "--uid", "Id", "--shardset", "m", os.fspath(d / "h.csv"),
+                 "--shard-size", "50"]) == 0
+    assert _run(["preprocess", os.fspath(d / "h.csv"), "-c", os.fspath(d / "c.yaml"), "-o", os.fspath(d / "prep")]) == 0
+    shutil.copytree(d / "prep", d / "prep_bad")
+    meta = d / "prep_bad" / "h.meta.json"
+    meta.write_text(meta.read_text()[:50])  # a truncated meta.json
+    return d
+
+
+@pytest.mark.parametrize("command", ["preprocess", "corpus", "bert", "iterate --save-state"])
+def test_unwritable_output_folder_is_one_output_error_line(command: str, small: Path, unwritable: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`datamill preprocess|corpus|bert|iterate --save-state` into a `chattr +i` folder gave a PermissionError traceback."""
+    s = os.fspath(small)
+    args = {"preprocess": ["preprocess", f"{s}/h.csv", "-c", f"{s}/c.yaml", "-o", os.fspath(unwritable)],
+            "corpus": ["corpus", f"{s}/t.txt", "--out", os.fspath(unwritable / "c")],
+            "bert": ["bert", f"{s}/r.txt", "--out", os.fspath(unwritable / "b.parquet"), "--vocab-size", "100",
+                     "--dupe-factor", "1", "--workers", "1"],
+            "iterate --save-state": ["iterate", f"{s}/ds", "--limit", "1", "--save-state",
+                                     os.fspath(unwritable / "s.json")]}[command]
+    line = _one_line(args, capsys)
+    assert os.fspath(unwritable) in line and "cannot write the output" in line and "chattr" in line, line
+    assert sorted(p.name for p in unwritable.iterdir()) == []
+
+
+def test_output_error_names_the_final_path_not_the_temporary_one() -> None:
+    import errno
+
+    from datamill.core.errors import OutputError
+    from datamill.core.io import as_output_error
+
+    err = as_output_error(PermissionError(errno.EACCES, "Permission denied", "/x/.out.hdf5.tmp-12-0123abcd"), "o")
+    assert isinstance(err, OutputError) and err.path == "/x/out.hdf5" and "permission denied" in str(err)
+    ro = as_output_error(OSError(errno.EROFS, "Read-only file system", "/mnt/ro/out"), "o")
+    assert ro is not None and "read-only" in str(ro)
+
+
+def test_png_bomb_is_a_located_error_and_the_limit_is_an_option(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A PNG whose header declares 100000x100000 gave a raw PIL.DecompressionBombError (no row, no column)."""
+    from PIL import Image
+
+    from tests.fuzz.workspace import bomb_png
+
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (32, 32), (1, 2, 3)).save(tmp_path / "images/ok.png")
+    (tmp_path / "images/bomb.png").write_bytes(bomb_png())
+    (tmp_path / "l.csv").write_text("image_path,label\nimages/ok.png,a\nimages/bomb.png,b\n")
+    (tmp_path / "c.yaml").write_text("input_features:\n  - {name: image_path, type: image}\n")
+    line = _one_line(["preprocess", os.fspath(tmp_path / "l.csv"), "-c", os.fspath(tmp_path / "c.yaml"), "--skip-save"],
+                     capsys)
+    assert "l.csv, line 3" in line and 'column "image_path"' in line and "--max-image-pixels" in line, line
+    (tmp_path / "ok.csv").write_text("image_path,label\nimages/ok.png,a\n")
+    ok = ["preprocess", os.fspath(tmp_path / "ok.csv"), "-c", os.fspath(tmp_path / "c.yaml"), "--skip-save"]
+    assert _run(ok) == 0
+    line = _one_line([*ok, "--max-image-pixels", "100"], capsys)  # 1,024 pixels > 2 x 100: the limit applies
+    assert "too large" in line and "line 2" in line
+    line = _one_line([*ok, "--max-image-pixels", "0"], capsys)
+    assert "--max-image-pixels" in line
+
+
+@pytest.mark.parametrize(("option", "where"), [
+    (["--world-size", "1000000"], "larger than the 1,000 samples"),
+    (["--window", "0"], "--window"),
+    (["--cache-limit", "-1"], "--cache-limit"),
+    (["--ranks-per-node", "0"], "--ranks-per-node"),
+    (["--read-speed", "0"], "--read-speed"),
+    (["--seed", "-1"], "--seed"),  # tests/fuzz: `plan --seed -1` raised a bare ValueError
+    (["--cache-limit", "nan"], "--cache-limit"),
+    (["--epochs", "1000000000000000000"], "--epochs"),
+])
+def test_absurd_plan_options_are_errors_not_silent_runs(option: list[str], where: str, small: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`datamill plan --world-size 1000000` on 1,000 samples ran for minutes; --window 0 and friends were accepted."""
+    import time
+
+    start = time.perf_counter()
+    line = _one_line(["plan", os.fspath(small / "ds"), "--read-speed", "100", *option], capsys)
+    assert where in line and time.perf_counter() - start < 30, line
+
+
+def test_mix_weights_must_be_finite() -> None:
+    """`Mix([(a, nan), ...])` / inf weights: raw Python exceptions."""
+    from datamill.core.errors import ConfigError
+    from datamill.core.source import TableSource
+    from datamill.loader import Mix
+
+    src = TableSource(pa.table({"x": list(range(6))}), shard_size=2)
+    for bad in (float("nan"), float("inf"), -1.0, "1"):
+        with pytest.raises(ConfigError, match=r"weights\[0\]"):
+            Mix([(src, bad), (src, 1.0)])  # type: ignore[list-item]
+
+
+def test_cache_dir_that_is_a_file_is_a_cache_error(tmp_path: Path) -> None:
+    """`--cache-dir FILE` (the shard cache of s3:// sources): a raw FileExistsError."""
+    import pyarrow.fs as pafs
+
+    from datamill.core.errors import CacheError
+    from datamill.core.objstore import ShardFileCache
+
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(CacheError) as info:
+        ShardFileCache(pafs.LocalFileSystem(), tmp_path / "file")
+    assert info.value.path == os.fspath(tmp_path / "file") and (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    ("input_features:\n  - {name: LotArea, type: number}\ninput_features:\n  - {name: Id, type: number}\n",
+     "input_features", 3),
+    ("input_features:\n  - name: LotArea\n    type: number\n    type: category\n", "type", 4),
+    ("input_features: [{name: LotArea, type: number, preprocessing: {normalization: zscore, normalization: minmax}}]\n",
+     "normalization", 1),
+])
+def test_duplicate_yaml_keys_are_a_config_error_with_the_line(text: str, key: str, line: int, small: Path,
+                                                              tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config with `input_features:` twice exited 0 having dropped the first list (YAML's last key wins)."""
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.api import preprocess
+
+    cfg = tmp_path / "dup.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        preprocess(small / "h.csv", cfg, skip_save=True)
+    assert (info.value.path, info.value.line, info.value.column) == (os.fspath(cfg), line, key)
+    out = _one_line(["preprocess", os.fspath(small / "h.csv"), "-c", os.fspath(cfg), "--skip-save"], capsys)
+    assert f"duplicate key '{key}'" in out and f"line {line}" in out
+
+
+def test_duplicate_json_config_keys_are_a_config_error(tmp_path: Path) -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.preprocessing.config import load_config
+
+    (tmp_path / "c.json").write_text('{"input_features": [], "input_features": [{"name": "x", "type": "number"}]}')
+    with pytest.raises(ConfigError, match="duplicate key 'input_features'"):
+        load_config(tmp_path / "c.json")
+
+
+def test_resume_state_past_the_epochs_end_is_an_error(small: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A resume state with `batches_seen` past the epoch's end exited 0 having done nothing."""
+    state = tmp_path / "s.json"
+    assert _run(["iterate", os.fspath(small / "ds"), "--batch-size", "10", "--limit", "2",
+                 "--save-state", os.fspath(state)]) == 0
+    edited = json.loads(state.read_text())
+    edited["batches_seen"] = 10**6
+    (tmp_path / "past.json").write_text(json.dumps(edited))
+    line = _one_line(["iterate", os.fspath(small / "ds"), "--batch-size", "10", "--resume",
+                      os.fspath(tmp_path / "past.json")], capsys)
+    assert "past.json" in line and "1,000,000 batches" in line and "only 100 batches" in line, line
+    edited["batches_seen"] = 100  # exactly the end of the epoch: a valid state
+    (tmp_path / "end.json").write_text(json.dumps(edited))
+    assert _run(["iterate", os.fspath(small / "ds"), "--batch-size", "10", "--resume",
+                 os.fspath(tmp_path / "end.json")]) == 0
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("command", ["preprocess", "bert"])
+def test_unreachable_ray_address_is_one_line_within_30_s(command: str, small: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`--engine ray --address 127.0.0.1:1` (nothing there) did not finish within 5 minutes."""
+    import time
+
+    pytest.importorskip("ray")
+    s = os.fspath(small)
+    args = {"preprocess": ["preprocess", f"{s}/h.csv", "-c", f"{s}/c.yaml", "-o", f"{s}/never"],
+            "bert": ["bert", f"{s}/r.txt", "--out", f"{s}/never.parquet"]}[command]
+    start = time.perf_counter()
+    line = _one_line([*args, "--engine", "ray", "--address", "127.0.0.1:1"], capsys)
+    assert time.perf_counter() - start <= 30 and "127.0.0.1:1" in line and "cannot connect to Ray" in line
+
+
+@pytest.mark.parametrize("args", [
+    ["demo", "--work-dir", "{notes}"],  # a file as the work folder: NotADirectoryError
+    ["demo", "--work-dir", "{notes}/sub"],
+    ["shards", "create", "{long}", "--uid", "Id", "--shardset", "m", "{csv}", "--shard-size", "10"],  # ENAMETOOLONG
+    ["word2vec", "{long}", "--out", "{tmp}/w"],
+    ["shards", "create", "{tmp}/ds", "--uid", "Id", "--shardset", "m", "a\x00b"],  # NUL byte: a bare ValueError
+    ["shards", "add", "{ds}", "--shardset", "extra", "{csv}", "{csv}", "--route"],  # exit 2 with no error line
+    ["word2vec", "{txt}", "--out", "{tmp}/w", "--num-negatives", "1000000"],  # ran past the 20 s limit
+    ["word2vec", "{txt}", "--out", "{tmp}/w", "--num-negatives", "9223372036854775808"],  # OverflowError
+    ["corpus", "{txt}", "--out", "{tmp}/c", "--min-freq", "9223372036854775808"],  # pyarrow TypeError
+    ["corpus", "{txt}", "--out", "{tmp}/c", "--max-size", "-1"],
+    ["bert", "{raw}", "--out", "{tmp}/b.parquet", "--dupe-factor", "1000000000000000000"],
+    ["bert", "{raw}", "--out", "{tmp}/b.parquet", "--mask-prob", "nan"],
+    ["iterate", "{ds}", "--batch-size", "0"],
+    ["iterate", "{ds}", "--world-size", "2", "--rank", "5"],
+    ["check-splits", "{ds}", "--columns", "nope", "--fail"],  # a raw KeyError from pyarrow
+    ["check-splits", "{hdf5}", "--text-columns", "[]"],  # the same for a text column
+    ["check-splits", "{bad_meta_hdf5}"],  # a truncated meta.json beside it: a raw JSONDecodeError
+])
+def test_fuzzer_finds_are_one_line(args: list[str], small: Path, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Shrunk failures of tests/fuzz (the command is the parameter): each is one error line now."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    subs = {"notes": os.fspath(tmp_path / "notes.txt"), "long": "x" * 100_000, "csv": os.fspath(small / "h.csv"),
+            "tmp": os.fspath(tmp_path), "ds": os.fspath(small / "ds"), "txt": os.fspath(small / "t.txt"),
+            "raw": os.fspath(small / "r.txt"), "hdf5": os.fspath(small / "prep" / "h.hdf5"),
+            "bad_meta_hdf5": os.fspath(small / "prep_bad" / "h.hdf5")}
+    _one_line([a.format(**subs) for a in args], capsys)
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -> None:
+    """Shrunk failures of tests/fuzz/test_api_fuzz.py: each call raised something else (ValueError, AttributeError,
+    a bare Exception from tokenizers, NotADirectoryError)."""
+    from datamill import build_bert_samples
+    from datamill.core.errors import DatamillError
+    from datamill.core.source import TableSource
+    from datamill.loader import (
+        check_resume_compat,
+        collate_numpy,
+        epoch_order,
+        read_batches,
+        split_for_rank,
+    )
+    from datamill.pretrain.bert import load_tokenizer
+    from datamill.shards import ShardsetWriter
+    from datamill.sources import ParquetSource, open_source
+    from datamill.tokenize import HFTokenizer
+
+    (tmp_path / "file.parquet").write_bytes(b"PAR1" + b"\x00" * 64)
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (epoch_order, (0,), {"seed": 0, "epoch": -1}),
+        (epoch_order, (float("nan"),), {"seed": 0, "epoch": 0}),
+        (split_for_rank, (np.arange(3),), {"rank": 0, "world_size": 0}),
+        (check_resume_compat, (0, 0), {"fields": " "}),
+        (collate_numpy, (0,), {}),
+        (TableSource, (0,), {}),
+        (HFTokenizer, (0,), {}),
+        (ParquetSource, (tmp_path,), {"shard_by": 0}),
+        (load_tokenizer, (tmp_path / "file.parquet",), {}),
+        (ShardsetWriter, (tmp_path / "file.parquet",), {"uid": "u", "shardset": "s"}),
+        (ShardsetWriter, ("x" * 10_000,), {"uid": "u", "shardset": "s"}),
+        (open_source, ("x" * 10_000,), {}),  # ENAMETOOLONG from Path.exists()
+        (open_source, ("a\x00b",), {}),
+        (read_batches, ("x" * 10_000, 2), {}),  # (read_bert_batches before it moved to the loader)
+        (build_bert_samples, (0,), {"out": 0, "config": 0}),  # an AttributeError from BertConfig.of
+    ]
+    for fn, args, kwargs in calls:
+        with pytest.raises((DatamillError, TypeError)):
+            fn(*args, **kwargs)
+
+
+@pytest.mark.xfail(strict=True, reason="serve's area (another change): `serve keys ... --state DIR` turns any existing "
+                                       "folder into a journal folder (chmod 0700, a database in it); found by tests/fuzz")
+def test_serve_state_folder_of_yours_is_left_alone(tmp_path: Path) -> None:
+    """`datamill serve keys revoke 0123456789ab --state USER_FOLDER` changed the folder's mode to 0700."""
+    pytest.importorskip("fastapi")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    mode = mine.stat().st_mode
+    _run(["serve", "keys", "revoke", "0123456789ab", "--state", os.fspath(mine)])
+    assert mine.stat().st_mode == mode and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from datamill.core.constants import VERSION as __version__
 from datamill.core.errors import DatamillError
 
-__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "run", "split_quiet"]
+__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "OneLineParser", "build_parser", "main", "run", "split_quiet"]
 
 QUIET_FLAGS = ("-q", "--quiet")
 """The spellings of the global quiet flag, accepted anywhere on the command line."""
@@ -42,9 +42,16 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one ``error:`` line (exit 2), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every available capability's subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="datamill",
         description="Turn raw datasets into training-ready tensors.",
     )
@@ -88,7 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
     argv, quiet = split_quiet(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    try:
+        bad = next((a for a in argv if "\x00" in a), None)
+        if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
+            parser.error(f"argument {bad[:40]!r} contains a NUL byte")
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (its one error line is printed) is a status; --help still exits
+        if exc.code == 2:
+            return 2
+        raise
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
@@ -113,10 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    except OSError as exc:  # a full disk met outside the atomic writers
+    except OSError as exc:  # a full disk, an unwritable folder or an unusable path met outside the writers
         from datamill.core.io import as_output_error
+        from datamill.core.output import as_path_error
 
-        err: DatamillError | None = as_output_error(exc, exc.filename or "output")
+        err: DatamillError | None = as_output_error(exc, exc.filename or "output") or as_path_error(exc)
         if err is None:  # an object store's failure not located further in
             from datamill.core.storage import recognised_error, storage_error
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.checks import TOKENIZER_VOCAB
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.io import PathLike, atomic_path, display_name, read_bytes, read_text
 from datamill.core.ragged import encodings_to_csr
@@ -279,6 +280,8 @@ class HFTokenizer:
     """
 
     def __init__(self, inner: Any, *, name: str | None = None) -> None:
+        if not hasattr(inner, "model") or not hasattr(inner, "encode_batch"):
+            raise TypeError(f"HFTokenizer wraps a tokenizers.Tokenizer, got {type(inner).__name__}")
         self.inner = inner
         model = type(inner.model).__name__.lower()
         self.name = name or ("wordpiece" if "wordpiece" in model else "bpe" if "bpe" in model else model)
@@ -317,8 +320,7 @@ class HFTokenizer:
 
         if model not in ("bpe", "wordpiece"):
             raise ConfigError(f"model must be 'bpe' or 'wordpiece', got {model!r}")
-        if vocab_size < 1:
-            raise ConfigError(f"vocab_size must be >= 1, got {vocab_size}")
+        TOKENIZER_VOCAB(vocab_size)
         specials = [special_tokens] if isinstance(special_tokens, str) else list(special_tokens)
         unk = "[UNK]" if "[UNK]" in specials else (specials[0] if specials else None)
         if model == "bpe":

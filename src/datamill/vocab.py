@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from datamill.core.checks import MAX_SIZE, check_int
 from datamill.core.errors import CacheError, ConfigError
 from datamill.core.io import PathLike, atomic_write
 
@@ -166,10 +167,9 @@ class Vocab:
         unk_token: str | None = "<UNK>",
     ) -> Vocab:
         """Build from (possibly merged) :class:`TokenCounts`; see :meth:`build` for the arguments."""
-        if min_freq < 1:
-            raise ConfigError(f"min_freq must be >= 1, got {min_freq}")
-        if max_size is not None and max_size < 0:
-            raise ConfigError(f"max_size must be >= 0, got {max_size}")
+        check_int(min_freq, name="min_freq", low=1)
+        if max_size is not None:
+            MAX_SIZE(max_size)
         if unk_token is not None and unk_token not in specials:
             specials = (*specials, unk_token)
         table = pa.table({"token": counts.tokens.cast(pa.string()), "count": pa.array(counts.counts, pa.int64())})

@@ -69,7 +69,9 @@ def test_failed_block_leaves_the_old_output(tmp_path: Path) -> None:
 def test_as_output_error_recognises_full_disks(exc: BaseException, what: str) -> None:
     err = as_output_error(exc, "x")
     assert err is not None and what in str(err)
-    assert as_output_error(OSError(errno.EACCES, "Permission denied"), "x") is None
+    assert as_output_error(OSError(errno.ENOENT, "No such file"), "x") is None
+    denied = as_output_error(OSError(errno.EACCES, "Permission denied"), "x")  # issue 27: also a located line
+    assert denied is not None and denied.path == "x" and "permission denied" in str(denied)
 
 
 def test_find_litter_keeps_live_processes_temporaries(tmp_path: Path) -> None:

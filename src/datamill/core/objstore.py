@@ -29,9 +29,9 @@ from typing import Any
 import pyarrow.fs as pafs
 import xxhash
 
+from datamill.core.checks import check_int
 from datamill.core.errors import (
     CacheError,
-    ConfigError,
     DataFileError,
     DataFileNotFoundError,
     DatamillError,
@@ -75,10 +75,14 @@ class ShardFileCache:
 
     def __init__(self, filesystem: pafs.FileSystem, cache_dir: str | os.PathLike[str], *,
                  cache_limit: int | None = None) -> None:
-        if cache_limit is not None and cache_limit < 0:
-            raise ConfigError(f"cache_limit must be >= 0 bytes, got {cache_limit}")
+        if cache_limit is not None:
+            check_int(cache_limit, name="cache_limit (bytes)", low=0, high=2**62)
         self.fs, self.dir, self.limit = filesystem, Path(cache_dir), cache_limit
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise CacheError("the shard cache folder is a file (or lies under one)", path=self.dir,
+                             hint="pass a folder as --cache-dir (cache_dir=), or remove the file") from exc
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}

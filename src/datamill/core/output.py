@@ -6,7 +6,10 @@
   destination folder and switch it into place only when the block succeeds (a folder is switched
   with one atomic exchange on Linux).
 * :func:`clean_stale_temps` and :func:`find_litter` remove what killed runs left behind.
-* :func:`as_output_error` turns a full disk or a file-size limit into a located :class:`OutputError`.
+* :func:`as_output_error` turns a full disk, a file-size limit or a folder that cannot be written
+  (permissions, a read-only mount, ``chattr +i``) into a located :class:`OutputError`;
+  :func:`as_path_error` turns the other path failures (a name too long, a file where a folder is
+  expected...) into a :class:`DataFileError` naming the path.
 
 Re-exported by :mod:`datamill.core.io`.
 """
@@ -34,6 +37,7 @@ from datamill.core.errors import DataFileError, OutputError
 __all__ = [
     "PathLike",
     "as_output_error",
+    "as_path_error",
     "atomic_dir",
     "atomic_path",
     "atomic_write",
@@ -63,6 +67,19 @@ _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[0-9a-f]{
 _LITTER_RE = re.compile(r"^\.(?:.+\.(?:tmp|old)-(?P<a>\d+)-[0-9a-f]{8}|tmp-.+-(?P<b>\d+)-[0-9a-f]{8}"
                         r"|bert-scratch-(?P<c>\d+)-.*)$")
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+_NO_WRITE = {errno.EACCES: "permission denied", errno.EPERM: "operation not permitted (an immutable folder?)",
+             errno.EROFS: "the file system is read-only"}
+_NO_WRITE_HINT = ("make the folder writable (check `ls -ld` for permissions, `lsattr -d` for chattr +i, `mount` for "
+                  "a read-only file system), or choose another output path")
+_PATH_ERRORS = {
+    errno.ENAMETOOLONG: ("the path (or one of its names) is too long", "use a shorter path"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose a path whose folders are folders"),
+    errno.EISDIR: ("the path is a folder; expected a file", "name a file (e.g. inside that folder)"),
+    errno.ELOOP: ("the path has a symbolic link loop", "fix the link or choose another path"),
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.EEXIST: ("the path exists already", "choose another path, or move it away yourself"),
+    errno.ENXIO: ("the path is a special file (a socket or a FIFO without a reader)", "name a regular file"),
+}
 _DISK_FULL_RE = re.compile(r"File too large|No space left|Disk quota exceeded|errno = (?:27|28|122)\b"
                            r"|\[Errno (?:27|28|122)\]|\d+ requested and \d+ written")  # the last: numpy's short write
 
@@ -99,6 +116,9 @@ def as_output_error(exc: BaseException, path: PathLike) -> OutputError | None:
         if isinstance(cur, OutputError):
             return cur
         code = getattr(cur, "errno", None)
+        if isinstance(cur, OSError) and code in _NO_WRITE:
+            return OutputError(f"cannot write the output: {_NO_WRITE[code]}; the previous output (if any) is "
+                               "unchanged", path=_final_name(cur.filename, path), hint=_NO_WRITE_HINT)
         if (isinstance(cur, OSError) and code in _DISK_FULL) or _DISK_FULL_RE.search(str(cur)):
             what = "the file size limit was reached" if code == errno.EFBIG or "too large" in str(cur) \
                 else "the disk is full"
@@ -106,6 +126,41 @@ def as_output_error(exc: BaseException, path: PathLike) -> OutputError | None:
                                path=path, hint="free some space (or raise the limit) and run the command again")
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+def _final_name(filename: Any, default: PathLike) -> PathLike:
+    """The output a temporary name (``.NAME.tmp-PID-HEX``) stands for; ``default`` when unknown."""
+    if not isinstance(filename, (str, os.PathLike)):
+        return default
+    name = Path(os.fsdecode(filename))
+    m = _TMP_RE.match(name.name)
+    if m:
+        return name.parent / m["name"]
+    if _LITTER_RE.match(name.name):
+        return name.parent
+    return name
+
+
+def as_path_error(exc: BaseException) -> DataFileError | None:
+    """A :class:`DataFileError` naming the path of an ``OSError`` that is about the path itself.
+
+    A name too long, a file where a folder is expected, a folder where a file is expected, a link
+    loop, a path that vanished: the command was given (or computed) a path it cannot use.
+
+    Examples:
+        >>> import errno
+        >>> as_path_error(OSError(errno.ENOTDIR, "Not a directory", "notes.txt/out")).one_line()
+        'notes.txt/out: a part of the path is a file, not a folder Fix: choose a path whose folders are folders'
+        >>> as_path_error(ValueError("nope")) is None
+        True
+    """
+    if not isinstance(exc, OSError) or exc.errno not in _PATH_ERRORS or exc.filename is None:
+        return None
+    what, hint = _PATH_ERRORS[exc.errno]
+    path = os.fsdecode(_final_name(exc.filename, exc.filename))
+    if len(path) > 300:
+        path = path[:120] + f"...({len(path):,} characters)"
+    return DataFileError(what, path=path, hint=hint)
 
 
 def clean_stale_temps(path: PathLike) -> list[Path]:

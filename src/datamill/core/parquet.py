@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
+from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.source import check_read_args, register_source
 
@@ -59,7 +59,7 @@ class ParquetSource:
         if not root.exists():
             raise DataFileNotFoundError("no such Parquet file or folder", path=root)
         if shard_by not in ("row_group", "file"):
-            raise ValueError(f"shard_by must be 'row_group' or 'file', got {shard_by!r}")
+            raise ConfigError(f"shard_by must be 'row_group' or 'file', got {shard_by!r}")
         files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else [root]
         if not files:
             raise DataFileNotFoundError("folder holds no *.parquet file", path=root)

@@ -9,6 +9,8 @@ import zlib
 
 import numpy as np
 
+from datamill.core.checks import check_int
+
 __all__ = ["rng_for", "stream_key"]
 
 
@@ -31,6 +33,7 @@ def rng_for(seed: int, *keys: int | str) -> np.random.Generator:
         >>> int(rng_for(0, "shuffle", 3).integers(1000)) == int(rng_for(0, "shuffle", 3).integers(1000))
         True
     """
+    check_int(seed, name="seed", low=None, high=None)
     entropy = [int(seed) & 0xFFFFFFFFFFFFFFFF]
     entropy += [stream_key(k) if isinstance(k, str) else int(k) & 0xFFFFFFFFFFFFFFFF for k in keys]
     return np.random.default_rng(np.random.SeedSequence(entropy))

@@ -23,6 +23,7 @@ Capabilities that write a format register how to recognise and open it (:func:`r
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import SHARD_SIZE, check_int
 from datamill.core.errors import ConfigError, SchemaError
 
 __all__ = [
@@ -98,7 +100,7 @@ def check_read_args(source: Source, index: int, columns: Sequence[str] | None, *
         datamill.core.errors.ConfigError: shard 2: shard index out of range [0, 2)...
     """
     n = source.num_shards
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= int(index) < n:
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= int(index) < n:
         raise ConfigError(f"shard index out of range [0, {n})", path=path,
                           shard=int(index) if isinstance(index, (int, np.integer)) else str(index))
     have = source.columns
@@ -125,11 +127,8 @@ class FixedShards:
     __slots__ = ("num_rows", "shard_size")
 
     def __init__(self, num_rows: int, shard_size: int) -> None:
-        if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) or shard_size < 1:
-            raise ConfigError(f"shard_size must be an int >= 1, got {shard_size!r}")
-        if num_rows < 0:
-            raise ConfigError(f"num_rows must be >= 0, got {num_rows!r}")
-        self.num_rows, self.shard_size = int(num_rows), int(shard_size)
+        self.shard_size: int = SHARD_SIZE(shard_size)
+        self.num_rows = check_int(num_rows, name="num_rows", low=0, high=None)
 
     @property
     def num_shards(self) -> int:
@@ -161,6 +160,8 @@ class TableSource:
     """
 
     def __init__(self, table: pa.Table, *, shard_size: int = 65536, uid_column: str | None = None) -> None:
+        if not isinstance(table, pa.Table):
+            raise TypeError(f"TableSource takes a pyarrow Table, got {type(table).__name__}")
         self.table = table
         self._shards = FixedShards(table.num_rows, shard_size)
         self.shard_size = self._shards.shard_size

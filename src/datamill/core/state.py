@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datamill.core.checks import check_int
 from datamill.core.errors import ResumeStateError
 
 __all__ = ["StateSpec", "check_resume_compat", "validate_state"]
@@ -81,8 +82,7 @@ def validate_state(state: Any, spec: StateSpec, /) -> dict[str, Any]:
         raise ResumeStateError(f"resume state lacks field(s) {', '.join(missing)}")
     for f in spec.counters:
         value = state[f]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ResumeStateError(f"resume state field {f!r} must be an int >= 0, got {value!r}")
+        check_int(value, name=f"resume state field {f!r}", low=0, high=None, error=ResumeStateError)
     return dict(state)
 
 
@@ -113,6 +113,10 @@ def check_resume_compat(
         datamill.core.errors.ResumeStateError: resume state does not fit this loader: a: saved 1, now 3; b: saved 2, now 4...
         >>> check_resume_compat({"a": 1}, {"a": 3}, fields=["a"], allow_mismatch=["a"])
     """
+    for side, value in (("saved", saved), ("current", current)):
+        if not isinstance(value, Mapping):
+            raise ResumeStateError(f"the {side} resume state must be a mapping (a JSON object), got "
+                                   f"{type(value).__name__}")
     allowed = set(allow_mismatch)
     diffs = [f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}"
              for f in fields if f not in allowed and saved.get(f) != current.get(f)]

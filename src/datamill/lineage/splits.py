@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
-from datamill.core.errors import ConfigError
+from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.rng import rng_for
 from datamill.lineage.rowhash import column_hash, mix64
 
@@ -266,7 +266,13 @@ def _inputs(path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
     meta_path = path.with_suffix(".meta.json")
     if not meta_path.is_file():
         return [c for c in columns if c != "split"], []
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # (found by tests/fuzz: a truncated meta.json was a raw JSONDecodeError)
+        raise DataFileError(f"cannot read the metadata ({exc})", path=meta_path,
+                            hint="preprocess the data again to rewrite it") from exc
+    if not isinstance(meta, dict):
+        raise DataFileError("the metadata is not a JSON object", path=meta_path)
     inputs = [n for n, f in meta.items() if isinstance(f, dict) and f.get("role") == "input" and n in columns]
     texts = [n for n in inputs if meta[n].get("type") in ("text", "sequence")]
     return inputs, texts
@@ -353,6 +359,10 @@ def check_splits(table_or_path: pa.Table | str | os.PathLike[str], /, *, columns
         raise ConfigError(f"unknown column(s) {unknown}; the data has {table.column_names}", path=path,
                           column=unknown[0])
     texts = list(text_columns) if text_columns is not None else texts_default
+    unknown = [c for c in texts if c not in table.column_names]
+    if unknown:  # (found by tests/fuzz: a raw KeyError from pyarrow)
+        raise ConfigError(f"unknown text column(s) {unknown}; the data has {table.column_names}", path=path,
+                          column=unknown[0])
     split = np.asarray(table.column(split_column).to_numpy(zero_copy_only=False), dtype=np.int64)
     rows = {SPLIT_NAMES.get(int(s), str(s)): int((split == s).sum()) for s in np.unique(split)}
     train = np.flatnonzero(split == 0)
@@ -405,6 +415,9 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
     tables = [source.read_shard(k) for k in range(source.num_shards)]
     table = pa.concat_tables(tables) if tables else pa.table({})
     cols = [c for c in table.column_names if c != uid] if columns is None else list(columns)
+    unknown = [c for c in cols if c not in table.column_names]
+    if unknown:  # (found by tests/fuzz: a raw KeyError from pyarrow)
+        raise ConfigError(f"unknown column(s) {unknown}; the data has {table.column_names}", column=unknown[0])
     h = row_keys(table, cols)
     order = np.argsort(h, kind="stable")
     hs = h[order]

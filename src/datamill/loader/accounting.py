@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from datamill.core.errors import ConfigError, DataFileError
+from datamill.core.checks import check_int
+from datamill.core.errors import DataFileError
 
 __all__ = ["Accounting", "BatchResult"]
 
@@ -90,8 +91,8 @@ class Accounting:
 
     def __post_init__(self) -> None:
         m = self.max_errors
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
-            raise ConfigError(f"max_errors must be an int >= 0, got {self.max_errors!r}")
+        if m is not None:
+            check_int(m, name="max_errors", low=0, high=None)
 
     def add(self, res: BatchResult) -> None:
         """Count ``res``.

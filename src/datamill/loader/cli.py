@@ -9,9 +9,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from datamill.core.checks import (
+    BATCH_SIZE,
+    CACHE_MIB,
+    EPOCHS,
+    NUM_WORKERS,
+    PREFETCH,
+    SEED,
+    WINDOW,
+    WORLD_SIZE,
+    Limit,
+)
 from datamill.loader.options import Workers
+from datamill.loader.planner import RANKS_PER_NODE
 
 __all__ = ["register"]
+
+RANK = Limit("rank", low=0, high=WORLD_SIZE.high)
+LIMIT = Limit("limit", low=0)
+SHOW = Limit("show", low=0, high=100_000)
+READ_SPEED_MIB = Limit("read_speed", low=0, low_open=True, high=1e9, kind="float")
+"""--read-speed in MiB/s (the planner's read_bytes_per_s times 2**20)."""
 
 
 def _open(args: argparse.Namespace) -> Any:
@@ -214,18 +232,18 @@ def register(sub: Any) -> None:
     p.add_argument("--mode", choices=["static", "dynamic"], default="static", help="with --url (default static)")
     p.add_argument("--name", help="with --url: iteration name (processes with one name share an iteration)")
     p.add_argument("--cache-dir", help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)")
-    p.add_argument("--cache-limit", type=float, default=None, help="shard cache size in MiB (default unbounded)")
-    p.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")
-    p.add_argument("--epochs", type=int, default=1, help="epochs to run (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--cache-limit", type=CACHE_MIB.arg, default=None, help="shard cache size in MiB (default unbounded)")
+    p.add_argument("--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)")
+    p.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to run (default 1)")
+    p.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
     p.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     p.add_argument("--columns", help="comma-separated columns to read (default all)")
     p.add_argument("--split", help="read one split of a preprocessed .hdf5: train, validation or test")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--num-workers", type=int, default=0, help="batch-building threads (default 0)")
+    p.add_argument("--rank", type=RANK.arg, default=0)
+    p.add_argument("--world-size", type=WORLD_SIZE.arg, default=1)
+    p.add_argument("--num-workers", type=NUM_WORKERS.arg, default=0, help="batch-building threads (default 0)")
     p.add_argument("--drop-last", action="store_true", help="equal batches on every rank; drop the partial batch")
-    p.add_argument("--limit", type=int, default=0, help="stop each epoch after this many batches")
+    p.add_argument("--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches")
     p.add_argument("--resume", help="resume from a state JSON written by --save-state")
     p.add_argument("--save-state", help="write the loader state JSON here at the end")
     p.add_argument("--save-record", help="write the run record for `datamill trace` here at the end (an existing "
@@ -237,18 +255,18 @@ def register(sub: Any) -> None:
     q.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
                                   "or s3://bucket/prefix of Parquet files")
     q.add_argument("--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)")
-    q.add_argument("--batch-size", type=int, default=256, help="samples per batch (default 256)")
-    q.add_argument("--world-size", type=int, default=1, help="ranks (default 1)")
-    q.add_argument("--ranks-per-node", type=int, default=None, help="ranks sharing one shard cache (default all)")
-    q.add_argument("--num-workers", type=int, default=0, help="the loader's batch-building threads (default 0)")
-    q.add_argument("--prefetch", type=int, default=2, help="shards loaded ahead (default 2)")
-    q.add_argument("--window", type=int, default=None, help="shards per shuffle window (default: the loader's)")
-    q.add_argument("--cache-limit", type=float, default=None, help="node-local shard cache in MiB (default unbounded)")
-    q.add_argument("--epochs", type=int, default=1, help="epochs to plan (default 1)")
-    q.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    q.add_argument("--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)")
+    q.add_argument("--world-size", type=WORLD_SIZE.arg, default=1, help="ranks (default 1)")
+    q.add_argument("--ranks-per-node", type=RANKS_PER_NODE.arg, default=None, help="ranks sharing one shard cache (default all)")
+    q.add_argument("--num-workers", type=NUM_WORKERS.arg, default=0, help="the loader's batch-building threads (default 0)")
+    q.add_argument("--prefetch", type=PREFETCH.arg, default=2, help="shards loaded ahead (default 2)")
+    q.add_argument("--window", type=WINDOW.arg, default=None, help="shards per shuffle window (default: the loader's)")
+    q.add_argument("--cache-limit", type=CACHE_MIB.arg, default=None, help="node-local shard cache in MiB (default unbounded)")
+    q.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to plan (default 1)")
+    q.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
     q.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     q.add_argument("--drop-last", action="store_true", help="equal batches on every rank")
-    q.add_argument("--read-speed", type=float, default=None, help="MiB/s (default: measured by reading one shard)")
-    q.add_argument("--show", type=int, default=12, help="shard reads listed per rank (default 12)")
+    q.add_argument("--read-speed", type=READ_SPEED_MIB.arg, default=None, help="MiB/s (default: measured by reading one shard)")
+    q.add_argument("--show", type=SHOW.arg, default=12, help="shard reads listed per rank (default 12)")
     q.add_argument("--json", action="store_true", help="print the whole plan as JSON")
     q.set_defaults(func=_plan_cmd)

@@ -88,6 +88,8 @@ def collate_numpy(batch: pa.Table) -> dict[str, np.ndarray]:
         >>> out["x"].tolist(), out["ids"].tolist(), out["ids_mask"].tolist(), out["s"].tolist()
         ([1, 2], [[5, 0, 0], [6, 7, 8]], [[True, False, False], [True, True, True]], ['a', 'b'])
     """
+    if not isinstance(batch, pa.Table):
+        raise TypeError(f"collate_numpy takes a pyarrow Table, got {type(batch).__name__}")
     out: dict[str, np.ndarray] = {}
     for name, col in zip(batch.column_names, batch.columns):
         typ = col.type

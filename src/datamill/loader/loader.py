@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import WORLD_SIZE, check_int, check_rank
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
@@ -95,16 +96,13 @@ class Loader:
             raise ConfigError(f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
                               f"{type(w).__name__}", hint="from datamill.loader import Batching, Workers")
         replication, shuffle_buffer, refill, pin_memory = b.replication, b.window, b.refill, w.pin_memory
-        for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-            raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
-        if isinstance(replication, bool) or not isinstance(replication, (int, np.integer)) or replication < 1 \
-                or world_size % replication:
+        check_int(epoch, name="epoch", low=0, high=None)
+        WORLD_SIZE(world_size)
+        check_rank(rank, world_size=world_size)
+        if check_int(replication, name="replication", low=1, high=world_size) and world_size % replication:
             raise ConfigError(f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}")
-        if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
-            raise ConfigError(f"Batching(window=) must be a number of shards >= 1, got {shuffle_buffer!r}")
+        if shuffle_buffer is not None:
+            check_int(shuffle_buffer, name="Batching(window=) (shards)", low=1)
         self.batching, self.workers = b, w
         self.service = BatchService(
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
@@ -301,14 +299,16 @@ class Loader:
             self._new_epoch_stats()
 
     def _restore_counts(self, state: Mapping[str, Any]) -> None:
-        skip = state.get("skip", 0)
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0 or (skip and not self.refill):
-            raise ResumeStateError(f"resume state field 'skip' must be an int >= 0 (0 without refill), got {skip!r}")
+        skip = check_int(state.get("skip", 0), name="resume state field 'skip'", low=0, high=None,
+                         error=ResumeStateError)
+        if skip and not self.refill:
+            raise ResumeStateError(f"resume state field 'skip' must be 0 without refill, got {skip!r}")
         self._skip = skip
         counts = state.get("counts") or {}
-        if not isinstance(counts, Mapping) or any(
-                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in counts.values()):
+        if not isinstance(counts, Mapping):
             raise ResumeStateError(f"resume state field 'counts' must map names to ints >= 0, got {counts!r}")
+        for v in counts.values():
+            check_int(v, name="a count of resume state field 'counts'", low=0, high=None, error=ResumeStateError)
         self._new_epoch_stats(counts)
 
     @classmethod

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_float, check_int
 from datamill.core.errors import ConfigError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.rng import rng_for
@@ -52,7 +53,8 @@ def quotas(weights: Sequence[float], /, *, total: int) -> list[int]:
         >>> quotas([0.7, 0.3], total=10), quotas([1, 1, 1], total=10), quotas([2, 1], total=0)
         ([7, 3], [4, 3, 3], [0, 0])
     """
-    fr = [Fraction(w) for w in weights]
+    check_int(total, name="total", low=0)
+    fr = [Fraction(check_float(w, name=f"weights[{i}]", low=0)) for i, w in enumerate(weights)]
     if not fr or any(w < 0 for w in fr) or sum(fr) <= 0 or total < 0:
         raise ConfigError(f"weights must be >= 0 with a positive sum and total >= 0, got {list(weights)}, {total}")
     exact = [total * w / sum(fr) for w in fr]
@@ -102,7 +104,8 @@ class Mix:
         if not items or any(not isinstance(it, tuple) or len(it) != 2 for it in items):
             raise ConfigError("Mix needs a non-empty list of (source, weight) pairs")
         self.sources: list[Source] = [s for s, _ in items]
-        self.weights: list[float] = [float(w) for _, w in items]
+        self.weights: list[float] = [check_float(w, name=f"weights[{i}]", low=0)
+                                     for i, (_, w) in enumerate(items)]
         quotas(self.weights, total=0)  # validates the weights
         self.names = [f"source{i}" for i in range(len(items))] if names is None else [str(n) for n in names]
         if len(self.names) != len(items) or len(set(self.names)) != len(self.names):
@@ -118,9 +121,7 @@ class Mix:
         if epoch_size is None:
             self.stopping = stopping or "first_exhausted"
             epoch_size = self._stopping_size(self.stopping)
-        if isinstance(epoch_size, bool) or not isinstance(epoch_size, (int, np.integer)) or epoch_size < 0:
-            raise ConfigError(f"epoch_size must be an int >= 0, got {epoch_size!r}")
-        self.epoch_size = int(epoch_size)
+        self.epoch_size = check_int(epoch_size, name="epoch_size", low=0)
         self._quotas = quotas(self.weights, total=self.epoch_size)
         empty = [self.names[i] for i, q in enumerate(self._quotas) if q and not self._totals[i]]
         if empty:

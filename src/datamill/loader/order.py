@@ -42,6 +42,8 @@ from typing import TypeAlias
 import numpy as np
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_int, check_rank
+from datamill.core.errors import ConfigError
 from datamill.core.rng import rng_for
 
 __all__ = [
@@ -75,8 +77,8 @@ DEFAULT_WINDOW_SAMPLES = 1 << 16
 
 
 def _check_seed_epoch(seed: int, epoch: int) -> None:
-    if seed < 0 or epoch < 0:
-        raise ValueError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
+    check_int(seed, name="seed", low=0, high=None)
+    check_int(epoch, name="epoch", low=0, high=None)
 
 
 def epoch_order(num_samples: int, /, *, seed: int, epoch: int) -> NDArray[np.int64]:
@@ -98,6 +100,7 @@ def epoch_order(num_samples: int, /, *, seed: int, epoch: int) -> NDArray[np.int
         True
     """
     _check_seed_epoch(seed, epoch)
+    check_int(num_samples, name="num_samples", low=0, high=None)
     return rng_for(seed, "epoch_order", epoch).permutation(int(num_samples)).astype(np.int64)
 
 
@@ -281,8 +284,7 @@ def split_for_rank(
         >>> [split_for_rank(o, rank=r, world_size=3, drop_last=True).tolist() for r in range(3)]
         [[0, 1], [2, 3], [4, 5]]
     """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    check_rank(rank, world_size=check_int(world_size, name="world_size (the number of ranks)", low=1, high=None))
     n = len(order)
     base, extra = divmod(n, world_size)
     if drop_last:
@@ -352,11 +354,11 @@ def replica_group(rank: int, /, *, world_size: int, replication: int = 1) -> tup
         >>> [replica_group(r, world_size=4, replication=2) for r in range(4)]
         [(0, 2), (0, 2), (1, 2), (1, 2)]
     """
-    if replication < 1 or world_size < 1 or world_size % replication:
-        raise ValueError(f"replication must be >= 1 and divide world_size, got replication={replication}, "
+    check_int(world_size, name="world_size", low=1, high=None)
+    if check_int(replication, name="replication", low=1, high=None) < 1 or world_size % replication:
+        raise ConfigError(f"replication must be >= 1 and divide world_size, got replication={replication}, "
                          f"world_size={world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    check_rank(rank, world_size=world_size)
     return rank // replication, world_size // replication
 
 

@@ -24,6 +24,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from datamill.core.checks import (
+    BATCH_SIZE,
+    EPOCHS,
+    NUM_WORKERS,
+    PREFETCH,
+    SEED,
+    WINDOW,
+    WORLD_SIZE,
+    Limit,
+    check_int,
+)
+from datamill.core.errors import ConfigError
 from datamill.loader.order import default_window, global_order, split_for_rank
 from datamill.loader.stages import EpochPlan
 
@@ -121,6 +133,32 @@ class RunPlan:
         return "\n".join(out)
 
 
+RANKS_PER_NODE = Limit("ranks_per_node", low=1, high=WORLD_SIZE.high)
+READ_SPEED = Limit("read_bytes_per_s", low=0, low_open=True, high=1e15, kind="float")
+READER_THREADS = Limit("reader_threads", low=1, high=1024)
+
+
+def _check_plan(samples: int, *, batch_size: int, world_size: int, seed: int, window: int | None, prefetch: int,
+                num_workers: int, epochs: int, cache_limit: int | None, ranks_per_node: int | None,
+                read_bytes_per_s: float, reader_threads: int | None) -> None:
+    """Every argument of :func:`plan_run` in its range; a world larger than the samples is refused."""
+    BATCH_SIZE(batch_size)
+    WORLD_SIZE(world_size)
+    SEED(seed)
+    PREFETCH(prefetch)
+    NUM_WORKERS(num_workers)
+    EPOCHS(epochs)
+    READ_SPEED(read_bytes_per_s)
+    for limit, value in ((WINDOW, window), (RANKS_PER_NODE, ranks_per_node), (READER_THREADS, reader_threads)):
+        if value is not None:
+            limit(value)
+    if cache_limit is not None:
+        check_int(cache_limit, name="cache_limit", low=0, high=2**62)
+    if world_size > max(1, samples):
+        raise ConfigError(f"world_size={world_size:,} is larger than the {samples:,} samples: ranks would get "
+                          "no data", hint="use at most one rank per sample")
+
+
 # long (81 lines, 27 of docstring): a simulation of one run (per epoch: every rank's read schedule, then the node caches replaying those reads in lockstep); its counters and caches live in the loop
 def plan_run(
     shard_sizes: Sequence[int] | NDArray[np.int64], /, *, batch_size: int, world_size: int = 1, seed: int = 0,
@@ -158,8 +196,11 @@ def plan_run(
     """
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     nbytes = sizes.copy() if shard_bytes is None else np.asarray(shard_bytes, dtype=np.int64)
+    _check_plan(int(sizes.sum()), batch_size=batch_size, world_size=world_size, seed=seed, window=window,
+                prefetch=prefetch, num_workers=num_workers, epochs=epochs, cache_limit=cache_limit,
+                ranks_per_node=ranks_per_node, read_bytes_per_s=read_bytes_per_s, reader_threads=reader_threads)
     win = default_window(sizes) if window is None else int(window)
-    per_node = world_size if ranks_per_node is None else max(1, int(ranks_per_node))
+    per_node = world_size if ranks_per_node is None else int(ranks_per_node)
     threads = min(8, max(2, prefetch)) if reader_threads is None else int(reader_threads)
     limit = int(nbytes.sum()) if cache_limit is None else int(cache_limit)
     caches: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(-(-world_size // per_node))]

@@ -26,8 +26,15 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_int, check_rank
 from datamill.core.constants import LOADER_STATE_FORMAT
-from datamill.core.errors import ConfigError, DataFileError, DatamillError, SchemaError
+from datamill.core.errors import (
+    ConfigError,
+    DataFileError,
+    DatamillError,
+    ResumeStateError,
+    SchemaError,
+)
 from datamill.core.parallel import ordered_map
 from datamill.core.rng import rng_for
 from datamill.core.source import Source
@@ -62,9 +69,7 @@ BLOCK_ROWS = 8192
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
+    return check_int(value, name=name, low=low, high=None)
 
 
 def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) -> tuple[int, int]:
@@ -72,8 +77,7 @@ def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) ->
     _check_int("epoch", epoch, 0)
     _check_int("world_size", world_size, 1)
     _check_int("replication", replication, 1)
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-        raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+    check_rank(rank, world_size=world_size)
     if world_size % replication:
         raise ConfigError(f"replication={replication} must divide world_size={world_size}",
                           hint="groups of `replication` consecutive ranks share batches")
@@ -394,7 +398,15 @@ class BatchService:
         saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
         check_resume_compat(saved, current, fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
                             allow_mismatch=allow_mismatch)
-        return int(st["epoch"]), int(st["batches_seen"])
+        epoch, seen = int(st["epoch"]), int(st["batches_seen"])
+        if seen and "batch_size" not in allow_mismatch:
+            total = self.plan(epoch, rank, world_size, replication=replication).total_batches
+            if seen > total:
+                raise ResumeStateError(f"resume state says {seen:,} batches were seen in epoch {epoch}, but that "
+                                       f"epoch has only {total:,} batches for rank {rank} of {world_size}",
+                                       hint="the state was edited or belongs to another run; resume from a state "
+                                            "saved by this loader")
+        return epoch, seen
 
     def resume_point(self, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int = 0,
                      world_size: int = 1, replication: int = 1, allow_mismatch: Sequence[str] = ()) -> ResumePoint:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
+from datamill.core.checks import check_path
 from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.source import Source, registered_sources
@@ -84,7 +85,7 @@ def open_source(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
     """
     if is_remote(path):
         return _open_remote(os.fspath(path), cache_dir=cache_dir, cache_limit=cache_limit, filesystem=filesystem)
-    p = local_path(path)
+    p = local_path(check_path(path, name="the source path"))
     if not p.exists():
         raise DataFileNotFoundError("no such file or folder", path=p)
     for module in PROVIDERS:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 
-__all__ = ["register"]
+from datamill.core.checks import Limit
+
+__all__ = ["MAX_IMAGE_PIXELS", "register"]
+
+MAX_IMAGE_PIXELS = Limit("max_image_pixels", low=1)
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -17,9 +23,10 @@ def _cmd(args: argparse.Namespace) -> int:
     options = {"address": args.address, "fmt": args.format} if args.engine == "ray" else None
     if args.engine == "local" and (args.address is not None or args.format != "shards"):
         raise ConfigError("--address and --format apply to --engine ray")
-    out = preprocess(args.dataset, args.config, output_dir=args.output_dir, skip_save=args.skip_save,
-                     metadata=args.metadata, engine=args.engine, engine_options=options,
-                     overwrite=args.overwrite)
+    with _image_pixel_limit(args.max_image_pixels):
+        out = preprocess(args.dataset, args.config, output_dir=args.output_dir, skip_save=args.skip_save,
+                         metadata=args.metadata, engine=args.engine, engine_options=options,
+                         overwrite=args.overwrite)
     state = "reused cache" if out.cached else ("applied " + args.metadata if args.metadata else "fitted")
     print(f"{args.dataset}: {out.num_rows:,} rows, {len(out.metadata.features)} features, "
           f"{state} in {out.seconds:.2f} s")
@@ -36,6 +43,22 @@ def _cmd(args: argparse.Namespace) -> int:
 
         report_splits(out.hdf5_path, fail=args.check_splits == "error")
     return 0
+
+
+@contextlib.contextmanager
+def _image_pixel_limit(pixels: int | None) -> Iterator[None]:
+    """Pillow's decompression-bomb limit for this run (images above twice it are refused)."""
+    if pixels is None:
+        yield
+        return
+    from PIL import Image
+
+    before = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = pixels
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = before
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +78,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)")
     p.add_argument("--format", choices=["shards", "hdf5"], default="shards",
                    help="with --engine ray: shards (<stem>.shards/ + meta.json, default) or hdf5 (also <stem>.hdf5)")
+    p.add_argument("--max-image-pixels", type=MAX_IMAGE_PIXELS.arg, default=None,
+                   help="image features: Pillow's decompression-bomb limit in pixels (default 89,478,485; images "
+                        "above twice it are refused with the row that names them)")
     p.add_argument("--check-splits", choices=["off", "warn", "error"], default="off",
                    help="after writing: report validation/test rows equal or near-equal to training rows "
                         "(`datamill check-splits`); error: exit 2 when there are any (default off)")

@@ -19,7 +19,6 @@ Errors name the config file and the YAML path (``input_features[3].preprocessing
 
 from __future__ import annotations
 
-import json
 import os
 import typing
 import warnings
@@ -290,13 +289,12 @@ def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[st
             raise ConfigError("config file not found", path=source) from exc
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read config: {exc}", path=source) from exc
-        try:
-            if path.suffix.lower() == ".json":
-                data = json.loads(text)
-            else:
-                import yaml
+        from datamill.core.yamlconfig import load_json, load_yaml
 
-                data = yaml.safe_load(text)
+        try:
+            data = load_json(text, path=source) if path.suffix.lower() == ".json" else load_yaml(text, path=source)
+        except ConfigError:
+            raise
         except Exception as exc:
             raise ConfigError(f"cannot parse config: {' '.join(str(exc).split())}", path=source) from exc
         if not isinstance(data, dict):

@@ -53,6 +53,30 @@ def ray_module() -> ModuleType:
     return require("ray", extra="ray")
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""How long :func:`connect` waits for a cluster's TCP port to answer before giving up."""
+
+
+def _probe(address: str) -> None:
+    """Fail within :data:`CONNECT_TIMEOUT_S` when ``HOST:PORT`` (or ``ray://HOST:PORT``) does not answer."""
+    import socket
+
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0] if address != "auto" else ""
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        if address in ("auto", "local") or not hostport:
+            return
+        raise DatamillError("a Ray address must be auto, HOST:PORT or ray://HOST:PORT", path=address,
+                            hint="pass the address `ray start --head` printed, e.g. --address 10.0.0.5:6379")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except (OSError, ValueError, OverflowError) as exc:
+        raise DatamillError(f"cannot connect to Ray: nothing answers at {host}:{port} ({exc})", path=address,
+                            hint="start the cluster (`ray start --head`) and pass its address with "
+                                 "--address HOST:PORT, or leave --address out for a local instance") from exc
+
+
 def connect(address: str | None = None) -> ModuleType:
     """The ``ray`` module, connected: to ``address`` (``"auto"``, ``HOST:PORT``, ``ray://...``) or a local instance.
 
@@ -73,6 +97,7 @@ def connect(address: str | None = None) -> ModuleType:
             if address is None:  # "local": never join a cluster found on the machine (maybe someone else's)
                 ray.init(address="local", include_dashboard=False, log_to_driver=False)
             else:
+                _probe(address)  # Ray itself retries an unreachable address for minutes
                 ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise DatamillError(f"cannot connect to Ray ({exc})", path=address,

@@ -17,6 +17,7 @@ import pyarrow.csv as pcsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from datamill.core.checks import check_path
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.io import csv_options
 from datamill.core.objstore import store_error
@@ -125,7 +126,7 @@ def resolve(root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None 
         except (pa.ArrowException, ValueError) as exc:
             raise DataFileError(f"cannot open this filesystem URI: {exc}", path=text) from exc
         return Location(fs, path, text)
-    return Location(pafs.LocalFileSystem(), os.path.abspath(text), text)
+    return Location(pafs.LocalFileSystem(), os.path.abspath(check_path(text, name="the dataset path")), text)
 
 
 def file_format(path: str) -> str:

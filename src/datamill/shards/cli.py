@@ -6,6 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from datamill.core.checks import SHARD_SIZE
+from datamill.core.errors import ConfigError
+
 __all__ = ["register"]
 
 
@@ -19,17 +22,13 @@ def _create(args: argparse.Namespace) -> int:
     if args.from_peer:
         from datamill.shards.peers import from_peer
 
-        if args.files or args.shard_size is None:
-            print("--from FORMAT PATH takes no shard files and needs --shard-size N")
-            return 2
-        fmt, path = args.from_peer
-        ds = from_peer(fmt, path, args.root, uid=args.uid, shardset=args.shardset, shard_size=args.shard_size,
-                       add_uid=args.add_uid, overwrite=args.overwrite)
+        if len(args.files) != 1 or args.shard_size is None:
+            raise ConfigError("--from FORMAT PATH takes one PATH (no shard files) and needs --shard-size N",
+                              hint="datamill shards create ROOT --uid U --shardset S --from mds PATH --shard-size N")
+        ds = from_peer(args.from_peer, args.files[0], args.root, uid=args.uid, shardset=args.shardset,
+                       shard_size=args.shard_size, add_uid=args.add_uid, overwrite=args.overwrite)
         print(ds.info())
         return 0
-    if not args.files:
-        print("give shard files, one table, or --from FORMAT PATH")
-        return 2
 
     one = len(args.files) == 1 and (args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5")))
     source: str | list[str] = args.files[0] if one else args.files
@@ -45,8 +44,8 @@ def _add(args: argparse.Namespace) -> int:
 
     ds = ShardsetDataset(args.root)
     if args.route and len(args.files) != 1:
-        print("--route takes exactly one table file")
-        return 2
+        raise ConfigError(f"--route takes exactly one table file, got {len(args.files)}",
+                          hint="route one UID-keyed table at a time")
     ds = ds.add(args.shardset, args.files[0] if args.route else args.files, route=args.route, fmt=args.format)
     print(ds.info())
     return 0
@@ -113,10 +112,14 @@ def register(sub: Any) -> None:
     c.add_argument("root")
     c.add_argument("--uid", required=True, help="the UID column")
     c.add_argument("--shardset", required=True)
-    c.add_argument("files", nargs="*", help="shard files in shard order, or one table (CSV/Parquet/HDF5)")
-    c.add_argument("--from", dest="from_peer", nargs=2, metavar=("FORMAT", "PATH"), default=None,
-                   help="import a peer's dataset: FORMAT is mds, litdata, webdataset or hf (a save_to_disk folder)")
-    c.add_argument("--shard-size", type=int, default=None, help="cut one table into shards of N rows")
+    # files is "+" (not "*"): with "*" argparse gives ROOT's chunk an empty list and then refuses the files
+    # after --uid/--shardset; --from's PATH is therefore the one FILES argument (`--from mds PATH` reads the same)
+    c.add_argument("files", nargs="+", help="shard files in shard order, or one table (CSV/Parquet/HDF5); "
+                                            "with --from: the peer's dataset")
+    c.add_argument("--from", dest="from_peer", choices=["mds", "litdata", "webdataset", "hf"], default=None,
+                   metavar="FORMAT", help="import a peer's dataset (`--from FORMAT PATH`): mds, litdata, "
+                                          "webdataset or hf (a save_to_disk folder)")
+    c.add_argument("--shard-size", type=SHARD_SIZE.arg, default=None, help="cut one table into shards of N rows")
     c.add_argument("--format", choices=["parquet", "csv"], default="parquet")
     c.add_argument("--add-uid", action="store_true", help="add the UID column as row numbers if absent")
     c.add_argument("--overwrite", action="store_true",

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from datamill.core.checks import SHARD_SIZE
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
 from datamill.core.errors import (
     ConfigError,
@@ -62,8 +63,7 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
         if shard_size is None:
             yield name, table
             return
-        if shard_size < 1:
-            raise ConfigError(f"shard_size must be >= 1, got {shard_size}")
+        SHARD_SIZE(shard_size)
         for start in range(0, max(table.num_rows, 1), shard_size):
             yield name, table.slice(start, shard_size)
         return

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any, Self
 
@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
-from datamill.core.errors import ConfigError, SchemaError, ShardsetError
+from datamill.core.errors import ConfigError, DataFileError, SchemaError, ShardsetError
 from datamill.core.faults import fault_point
 from datamill.core.io import as_output_error, find_litter
 from datamill.shards._fs import Location, read_any, resolve, write_any
@@ -82,6 +82,8 @@ class ShardSink:
 
     def __init__(self, loc: Location, tmp: str, *, uid: str, shardset: str, fmt: str,
                  mapping_of: ShardsetDataset | None) -> None:
+        if not isinstance(loc, Location):
+            raise TypeError(f"ShardSink writes to a Location (see ShardsetWriter), got {type(loc).__name__}")
         self.loc, self.tmp, self.uid, self.shardset, self.fmt = loc, tmp, uid, shardset, fmt
         self.adding = mapping_of is not None
         self.num_shards = mapping_of.num_shards if mapping_of is not None else None
@@ -224,6 +226,10 @@ class ShardsetWriter:
         if fmt not in _FORMATS:
             raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
         self.loc = root if isinstance(root, Location) else resolve(root)
+        if isinstance(self.loc.fs, pafs.LocalFileSystem) and Path(self.loc.path).exists() \
+                and not Path(self.loc.path).is_dir():
+            raise DataFileError("the dataset root is a file, not a folder", path=self.loc.display,
+                                hint="name a new folder (or an existing dataset) as the root")
         self.remote: Location | None = None  # an object store: write to a local stage, upload on commit
         if is_remote_location(self.loc):
             self.remote, self.loc = self.loc, stage(self.loc)

@@ -6,6 +6,8 @@ import argparse
 import time
 from typing import Any
 
+from datamill.core.checks import MAX_SIZE, MIN_FREQ, TOKENIZER_VOCAB
+
 __all__ = ["register"]
 
 
@@ -39,13 +41,13 @@ def register(sub: Any) -> None:
     p.add_argument("--lowercase", action="store_true", help="lower-case the text first")
     p.add_argument("--collapse-whitespace", action="store_true",
                    help="collapse whitespace runs to one space (char level: the whole file becomes one document)")
-    p.add_argument("--min-freq", type=int, default=0, help="rarer tokens map to <unk> (char/word; default 0)")
-    p.add_argument("--max-size", type=int, default=None, help="keep at most this many tokens (char/word)")
+    p.add_argument("--min-freq", type=MIN_FREQ.arg, default=0, help="rarer tokens map to <unk> (char/word; default 0)")
+    p.add_argument("--max-size", type=MAX_SIZE.arg, default=None, help="keep at most this many tokens (char/word)")
     p.add_argument("--reserved-tokens", "--reserved", dest="reserved_tokens", default="",
                    help="comma-separated reserved tokens after <unk> (char/word; --reserved is an alias)")
     p.add_argument("--unk-token", default="<unk>", help="the unknown token (char/word; default <unk>)")
     p.add_argument("--tokenizer", default=None, help="bpe/wordpiece: a tokenizer JSON to use instead of training")
-    p.add_argument("--vocab-size", type=int, default=8000, help="bpe/wordpiece training vocab size (default 8000)")
+    p.add_argument("--vocab-size", type=TOKENIZER_VOCAB.arg, default=8000, help="bpe/wordpiece training vocab size (default 8000)")
     p.add_argument("--out", required=True,
                    help="output corpus folder (an earlier corpus there is replaced atomically; anything else is refused)")
     p.add_argument("--overwrite", action="store_true",

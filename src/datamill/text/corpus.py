@@ -42,6 +42,7 @@ import xxhash
 from numpy.typing import NDArray
 
 from datamill.core.ascii import ascii_char_codes, ascii_words
+from datamill.core.checks import MAX_SIZE, MIN_FREQ
 from datamill.core.constants import CORPUS_FORMAT, VOCAB_FILE
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.faults import fault_point
@@ -91,10 +92,9 @@ def _specials(reserved_tokens: Sequence[str] | str, unk_token: str) -> list[str]
 
 
 def _check_vocab_args(min_freq: int, max_size: int | None) -> int:
-    if min_freq < 0:
-        raise ConfigError(f"min_freq must be >= 0, got {min_freq}")
-    if max_size is not None and max_size < 0:
-        raise ConfigError(f"max_size must be >= 0, got {max_size}")
+    MIN_FREQ(min_freq)
+    if max_size is not None:
+        MAX_SIZE(max_size)
     return max(1, min_freq)  # the seed's min_freq=0 keeps everything, as 1 does
 
 

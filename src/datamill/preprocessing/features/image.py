@@ -93,6 +93,11 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
     except FileNotFoundError as exc:
         raise DataFileError(f"image file not found: {path}", path=ctx.path, column=ctx.column,
                             **ctx.location(index), hint="image paths are relative to the dataset file") from exc
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise DataFileError(f"image {path} is too large to decode safely: {exc}", path=ctx.path, column=ctx.column,
+                            **ctx.location(index),
+                            hint="if the image is genuine, raise the limit: `datamill preprocess --max-image-pixels N` "
+                                 "(in Python: PIL.Image.MAX_IMAGE_PIXELS = N)") from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise DataFileError(f"cannot decode image {path}: {exc}", path=ctx.path, column=ctx.column,
                             **ctx.location(index), hint="replace or remove the corrupt image") from exc

@@ -281,5 +281,10 @@ def load_tokenizer(path: PathLike) -> Tokenizer:
 
     from datamill.pretrain.bert._io import read_bert_tokenizer_json
 
-    return Tokenizer.from_str(read_bert_tokenizer_json(path))
+    text = read_bert_tokenizer_json(path)
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as exc:  # tokenizers raises a bare Exception for a damaged JSON
+        raise DataFileError(f"the tokenizer stored in the file cannot be loaded: {' '.join(str(exc).split())}",
+                            path=os.fspath(path), hint="rebuild the file with `datamill bert`") from exc
 

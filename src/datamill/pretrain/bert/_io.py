@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_path
 from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.faults import fault_point
@@ -108,7 +109,7 @@ def is_bert_parquet(path: PathLike) -> bool:
 
 def read_bert_metadata(path: PathLike) -> dict[str, Any]:
     """The ``datamill`` JSON of a BERT Parquet file; errors name the file."""
-    p = Path(path)
+    p = Path(check_path(path, name="the BERT Parquet path"))
     if not p.exists():
         raise DataFileNotFoundError("no such BERT Parquet file", path=p)
     try:

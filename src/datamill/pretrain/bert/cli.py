@@ -5,6 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from datamill.core.checks import SEED
+from datamill.pretrain.bert.limits import (
+    DUPE_FACTOR,
+    MASK_PROB,
+    MAX_PREDICTIONS,
+    MAX_SEQ_LENGTH,
+    SHORT_SEQ_PROB,
+    VOCAB_SIZE,
+    WORKERS,
+)
+
 __all__ = ["register"]
 
 
@@ -36,15 +47,15 @@ def register(sub: Any) -> None:
                    help="also replace another kind of datamill output at --out (never an input or a file of yours)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tokenizer", help="a tokenizers JSON file with [PAD] [CLS] [SEP] [MASK] [UNK]")
-    g.add_argument("--vocab-size", type=int, default=30000, help="train a WordPiece tokenizer of this size (default 30000)")
-    p.add_argument("--max-seq-length", type=int, default=512, help="default 512")
-    p.add_argument("--dupe-factor", type=int, default=10, help="default 10")
-    p.add_argument("--mask-prob", type=float, default=0.15, help="default 0.15")
-    p.add_argument("--max-predictions-per-seq", "--max-predictions", dest="max_predictions_per_seq", type=int,
+    g.add_argument("--vocab-size", type=VOCAB_SIZE.arg, default=30000, help="train a WordPiece tokenizer of this size (default 30000)")
+    p.add_argument("--max-seq-length", type=MAX_SEQ_LENGTH.arg, default=512, help="default 512")
+    p.add_argument("--dupe-factor", type=DUPE_FACTOR.arg, default=10, help="default 10")
+    p.add_argument("--mask-prob", type=MASK_PROB.arg, default=0.15, help="default 0.15")
+    p.add_argument("--max-predictions-per-seq", "--max-predictions", dest="max_predictions_per_seq", type=MAX_PREDICTIONS.arg,
                    default=20, help="max masked positions per sample (default 20; --max-predictions is an alias)")
-    p.add_argument("--short-seq-prob", type=float, default=0.1, help="default 0.1")
-    p.add_argument("--seed", type=int, default=0, help="default 0")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: one per core for large inputs)")
+    p.add_argument("--short-seq-prob", type=SHORT_SEQ_PROB.arg, default=0.1, help="default 0.1")
+    p.add_argument("--seed", type=SEED.arg, default=0, help="default 0")
+    p.add_argument("--workers", type=WORKERS.arg, default=None, help="processes (default: one per core for large inputs)")
     p.add_argument("--layout", choices=["padded", "compact"], default="padded",
                    help="padded: the seed's columns; compact: unpadded tokens + segment_a_length")
     p.add_argument("--sentence-split", choices=["line", "period"], default="line",

@@ -17,7 +17,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from datamill.core.errors import ConfigError
 from datamill.pretrain.bert._mask import LAYOUTS
 from datamill.pretrain.bert._pairs import PAIRING_ALIASES, PAIRINGS
-from datamill.pretrain.bert._tok import BERT_SPECIALS
+from datamill.pretrain.bert.limits import (
+    DUPE_FACTOR,
+    MASK_PROB,
+    MAX_PREDICTIONS,
+    MAX_SEQ_LENGTH,
+    SHORT_SEQ_PROB,
+    VOCAB_SIZE,
+    WORKERS,
+)
 
 __all__ = ["BertConfig", "BertSamples", "check_params"]
 
@@ -64,7 +72,7 @@ class BertConfig(BaseModel):
         >>> BertConfig(dupe_factor=0)
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: dupe_factor must be >= 1, got 0
+        datamill.core.errors.ConfigError: dupe_factor must be an int in [1, 10,000], got 0
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -113,6 +121,8 @@ class BertConfig(BaseModel):
     @classmethod
     def of(cls, config: BertConfig | None = None, /, **options: Any) -> BertConfig:
         """``config`` (or the defaults) with ``options`` replacing its fields, validated again."""
+        if config is not None and not isinstance(config, BertConfig):  # (found by tests/fuzz: an AttributeError)
+            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
         base = config.model_dump(exclude_unset=True) if config is not None else {}
         return cls(**{**base, **options})
 
@@ -149,16 +159,16 @@ class BertSamples:
 def check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
                   short_seq_prob: float, vocab_size: int, layout: str, workers: int | None,
                   sentence_split: str, pairing: str) -> None:
+    MAX_SEQ_LENGTH(max_seq_length)
+    DUPE_FACTOR(dupe_factor)
+    MASK_PROB(mask_prob)
+    MAX_PREDICTIONS(max_predictions_per_seq)
+    SHORT_SEQ_PROB(short_seq_prob)
+    VOCAB_SIZE(vocab_size)
+    if workers is not None:
+        WORKERS(workers)
     checks = [
-        (max_seq_length >= 5, f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with A, B >= 1 token), got {max_seq_length}"),
-        (max_seq_length < 2**31, f"max_seq_length is too large: {max_seq_length}"),
-        (dupe_factor >= 1, f"dupe_factor must be >= 1, got {dupe_factor}"),
-        (0.0 < mask_prob < 1.0, f"mask_prob must be in (0, 1), got {mask_prob}"),
-        (max_predictions_per_seq >= 1, f"max_predictions_per_seq must be >= 1, got {max_predictions_per_seq}"),
-        (0.0 <= short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], got {short_seq_prob}"),
-        (vocab_size > len(BERT_SPECIALS), f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}"),
         (layout in LAYOUTS, f"layout must be one of {list(LAYOUTS)}, got {layout!r}"),
-        (workers is None or workers >= 1, f"workers must be >= 1, got {workers}"),
         (sentence_split in ("line", "period"), f"sentence_split must be 'line' or 'period', got {sentence_split!r}"),
         (pairing in PAIRINGS, f"pairing must be one of {list(PAIRINGS)}, got {pairing!r}"),
     ]

@@ -68,6 +68,7 @@ from datamill.pretrain.word2vec._sample import (
     split_lines,
     subsample,
 )
+from datamill.pretrain.word2vec.limits import NUM_NEGATIVES, SUBSAMPLE_T, W2V_MIN_FREQ, W2V_WINDOW
 from datamill.vocab import TokenCounts, Vocab
 
 __all__ = ["MANIFEST", "SkipGramSamples", "build_skipgram", "is_skipgram_folder"]
@@ -193,11 +194,10 @@ def is_skipgram_folder(path: Path) -> bool:
 
 
 def _check_params(window: int, num_negatives: int, min_freq: int, subsample_t: float) -> None:
-    for name, value, low in [("window", window, 1), ("num_negatives", num_negatives, 0), ("min_freq", min_freq, 1)]:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-    if not isinstance(subsample_t, (int, float)) or not subsample_t > 0:
-        raise ConfigError(f"subsample_t must be a number > 0, got {subsample_t!r}")
+    W2V_WINDOW(window)
+    NUM_NEGATIVES(num_negatives)
+    W2V_MIN_FREQ(min_freq)
+    SUBSAMPLE_T(subsample_t)
 
 
 def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray[np.int64], str, str]:

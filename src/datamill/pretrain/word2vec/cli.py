@@ -6,6 +6,9 @@ import argparse
 import time
 from typing import Any
 
+from datamill.core.checks import SEED
+from datamill.pretrain.word2vec.limits import NUM_NEGATIVES, SUBSAMPLE_T, W2V_MIN_FREQ, W2V_WINDOW
+
 __all__ = ["register"]
 
 
@@ -40,13 +43,13 @@ def register(sub: Any) -> None:
                    help="output folder (an earlier word2vec folder there is replaced atomically; anything else is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="also replace another kind of datamill output at --out (never an input or a file of yours)")
-    p.add_argument("--window", type=int, default=5, help="largest context window (default 5)")
-    p.add_argument("--num-negatives", "--negatives", dest="num_negatives", type=int, default=5,
+    p.add_argument("--window", type=W2V_WINDOW.arg, default=5, help="largest context window (default 5)")
+    p.add_argument("--num-negatives", "--negatives", dest="num_negatives", type=NUM_NEGATIVES.arg, default=5,
                    help="negatives per context word K (default 5; --negatives is an alias)")
-    p.add_argument("--min-freq", type=int, default=10, help="rarer words become <unk> (default 10)")
-    p.add_argument("--subsample-t", "--t", dest="subsample_t", type=float, default=1e-4,
+    p.add_argument("--min-freq", type=W2V_MIN_FREQ.arg, default=10, help="rarer words become <unk> (default 10)")
+    p.add_argument("--subsample-t", "--t", dest="subsample_t", type=SUBSAMPLE_T.arg, default=1e-4,
                    help="subsampling threshold t (default 1e-4; --t is an alias)")
-    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument("--seed", type=SEED.arg, default=0, help="default 0")
     p.add_argument("--negative-counts", choices=("subsampled", "before_subsampling", "seed"), default="subsampled",
                    help="negatives ~ count**0.75 of the subsampled corpus (default, the seed's) or of the corpus "
                         "before subsampling (later d2l code); 'seed' is a deprecated alias of before_subsampling")
