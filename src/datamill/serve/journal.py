@@ -58,6 +58,9 @@ def _check_dir(state_dir: Path) -> Path:
     if state_dir.exists() and not state_dir.is_dir():
         raise StateError("the state path is a file, expected a folder", path=state_dir,
                          hint="pass --state a folder (it is created when missing)")
+    if state_dir.is_dir() and not (state_dir / DB_NAME).exists() and any(state_dir.iterdir()):
+        raise StateError(f"not a datamill state folder: it holds other files and no {DB_NAME}", path=state_dir,
+                         hint="pass --state a new or empty folder, or the folder of an existing server's state")
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if state_dir.stat().st_mode & 0o077:
