@@ -17,6 +17,17 @@ install_chromium() {
 if [ ! -x /usr/bin/chromium ]; then
   step "install Debian's chromium (for the browser tests)" install_chromium
 fi
+# The server's deployment tests run a real Prometheus (scraping /metrics) and a real nginx (terminating
+# TLS in front of the server), both Debian packages started on loopback by the tests themselves.
+install_prometheus_nginx() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus nginx-light >/dev/null
+}
+if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/sbin/nginx ]; then
+  step "install Debian's prometheus and nginx (for the metrics and TLS proxy tests)" install_prometheus_nginx
+fi
 export DATAMILL_DATA="${DATAMILL_DATA:-$ROOT/../shared/data}"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "${DATAMILL_LINT:-1}" != "0" ]; then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -13,11 +14,16 @@ def main(argv: list[str]) -> None:
     url, key, dataset, log, raw = argv
     opts = json.loads(raw)
     sleep = float(opts.pop("sleep", 0.0))
+    state_path = opts.pop("state", None)  # write the loader's state_dict() after each logged batch
     with open(log, "a", encoding="utf-8") as f:
         loader = RemoteLoader(url, key, dataset, collate="arrow", reconnect_s=60, **opts)
-        for batch in loader:
+        for logged, batch in enumerate(loader, 1):
             f.write(json.dumps(batch.column("uid").to_pylist()) + "\n")
             f.flush()
+            if state_path:
+                with open(state_path + ".tmp", "w", encoding="utf-8") as s:
+                    json.dump({"logged": logged, "state": loader.state_dict()}, s)
+                os.replace(state_path + ".tmp", state_path)
             if sleep:
                 time.sleep(sleep)
         f.write("END\n")

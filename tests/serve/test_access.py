@@ -42,6 +42,7 @@ EXPECTED = {
     ("GET", "/ui/iterations/{it_id}"): "read", ("GET", "/ui/iterations/{it_id}/live"): "read",
     ("POST", "/ui/iterations/{it_id}/rewind"): "admin", ("POST", "/ui/iterations/{it_id}/cancel"): "admin",
     ("GET", "/ui/keys"): "admin", ("POST", "/ui/keys"): "admin", ("POST", "/ui/keys/{key_id}/revoke"): "admin",
+    ("GET", "/metrics"): "metrics",
 }
 
 
@@ -103,6 +104,7 @@ def _call(client: TestClient, method: str, path: str, key: str | None) -> int:
 
 def test_each_role_is_enforced_on_every_route(app: Any) -> None:
     _, read = create_key(app.state.serve.journal, role="read")
+    _, scraper = create_key(app.state.serve.journal, role="metrics")
     app.state.serve.keys.reload()
     client = TestClient(app, base_url="http://127.0.0.1")
     for (method, path), role in EXPECTED.items():
@@ -113,7 +115,9 @@ def test_each_role_is_enforced_on_every_route(app: Any) -> None:
         assert _call(client, method, path, None) == 401, (method, path)
         assert _call(client, method, path, "dmk_abcdefgh." + "x" * 43) == 401, (method, path)
         got = _call(client, method, path, read)
-        assert (got == 403) == (role == "admin"), (method, path, got)
+        assert (got == 403) == (role in ("admin", "metrics")), (method, path, got)
+        got = _call(client, method, path, scraper)  # a metrics key scrapes, and may call nothing else
+        assert (got == 403) == (role != "metrics"), (method, path, got)
 
 
 def test_read_key_gets_403_json_on_every_admin_action(app: Any) -> None:
@@ -155,7 +159,7 @@ def test_a_key_limited_to_datasets_sees_and_uses_only_those(app: Any) -> None:
     it_b = c.post("/api/v1/iterations", json={"dataset": "b", "batch_size": 4, "name": "bb"}, headers=_key(app)).json()
     for method, path in (("GET", ""), ("GET", "/progress"), ("GET", "/done"), ("GET", "/next?client=c1")):
         assert c.request(method, f"/api/v1/iterations/{it_b['id']}{path}", headers=only_a).status_code == 403, path
-    assert it_b["id"] not in [r["id"] for r in c.get("/api/v1/iterations", headers=only_a).json()]
+    assert it_b["id"] not in [r["id"] for r in c.get("/api/v1/iterations", headers=only_a).json()["iterations"]]
     assert c.post("/api/v1/iterations", json={"dataset": "a", "batch_size": 4}, headers=only_a).status_code == 200
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datamill.serve.iteration import Iteration, runs
+from datamill.serve.iteration import Iteration, Lease, runs
 
 
 @given(batches=st.lists(st.integers(0, 9), min_size=1, max_size=4), static=st.booleans(),
@@ -16,7 +16,7 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[
     world = len(batches)
     it = Iteration("t", batches, mode="static" if static else "dynamic", world_size=world if static else 1,
                    lease_size=lease_size, boot="b")
-    held: dict[str, list[tuple[str, int]]] = {}
+    held: dict[str, list[tuple[str, str]]] = {}
     acked: list[int] = []
     for op, arg in ops:
         client = f"c{arg}"
@@ -27,10 +27,10 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[
                 held.setdefault(client, []).append((lease.id, lease.fence))
         elif op == 2 and held.get(client):  # ack the oldest lease held
             lease_id, fence = held[client].pop(0)
-            res = it.ack(lease_id, fence)
+            res = it.ack(lease_id, fence, client=client)
             if res.status == "ok":
                 acked.extend(u for a, b in res.units for u in range(a, b))
-            assert it.ack(lease_id, fence).status in ("already", "fenced")  # idempotent, never twice
+            assert it.ack(lease_id, fence, client=client).status in ("already", "expired")  # never twice
         elif op == 3:  # the client dies: its leases expire
             for lease_id, _ in held.pop(client, []):
                 if lease_id in it.leases:
@@ -38,11 +38,12 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[
             it.expire()
         elif op == 4 and held.get(client):  # a stale ack with a wrong fence is refused
             lease_id, fence = held[client][0]
-            assert it.ack(lease_id, fence + 1000).status in ("fenced", "already")
+            assert it.ack(lease_id, "0" * 32, client=client).status in ("refused", "expired")
+            assert it.ack(lease_id, fence, client="thief").status in ("refused", "expired")
     # the clients still alive acknowledge what they hold (a stale one is refused), then finish the epoch
-    for leases in held.values():
+    for client, leases in held.items():
         for lease_id, fence in leases:
-            res = it.ack(lease_id, fence)
+            res = it.ack(lease_id, fence, client=client)
             acked.extend(u for a, b in res.units for u in range(a, b))
     for rounds in range(10_000):
         progress = False
@@ -67,15 +68,15 @@ def test_static_replacement_takes_over_the_dead_ranks_leases_first_in_order() ->
     assert a is not None and b is not None and (a.start, b.start) == (0, 3)
     c = it.take("new", rank=1)  # a new process for rank 1: the old one's leases come back first
     assert c is not None and (c.start, c.stop) == (0, 3) and it.units_of(c) == [10, 11, 12]
-    assert it.ack(a.id, a.fence).status == "fenced"  # the old process's late ack is refused
+    assert it.ack(a.id, a.fence, client="old").status == "expired"  # the old process's late ack is refused
     assert it.ack(c.id, c.fence).status == "ok"
     d = it.take("new", rank=1)
     assert d is not None and d.start == 3
 
 
-def test_restart_leases_of_an_earlier_boot_are_gone_and_elastic_queues_split_the_rest() -> None:
+def test_unknown_leases_are_expired_and_elastic_queues_split_the_rest() -> None:
     it = Iteration("t", [4, 4, 4], mode="static", world_size=2, base_done=[0, 1, 4], lease_size=2, boot="new")
-    assert it.ack("old.1", 1).status == "gone"
+    assert it.ack("old.1", "1").status == "expired"
     assert [len(q) for q in it.queues] == [5, 4] and it.progress()["done"] == 3
     assert sorted(np.concatenate(it.queues).tolist()) == [2, 3, 5, 6, 7, 8, 9, 10, 11]
     assert runs([3, 1, 2, 7]) == [(1, 4), (7, 8)]
@@ -102,7 +103,59 @@ def test_cancel_stops_leases_and_reissues_after_expiry_are_counted() -> None:
     assert again is not None and (again.start, again.stop) == (first.start, first.stop)
     p = it.progress()
     assert (p["expired_leases"], p["reissued_leases"]) == (1, 1)
-    assert it.ack(first.id, first.fence).status == "fenced"  # the late ack of the expired lease is refused
+    assert it.ack(first.id, first.fence, client="c0").status == "expired"  # the late ack of the expired lease
     it.cancel()
     assert it.take("c2") is None and it.progress()["cancelled"] and it.progress()["leased"] == 0
-    assert it.ack(again.id, again.fence).status == "fenced"  # a cancelled iteration revoked its live leases
+    assert it.ack(again.id, again.fence, client="c1").status == "expired"  # cancelling revoked the live leases
+
+
+def test_fences_are_128_random_bits_bound_to_the_session_that_took_the_lease() -> None:
+    it = Iteration("i", [40], lease_size=4, boot="b")
+    leases = [it.take("c0", session="s" * 32) for _ in range(5)]
+    assert all(x is not None for x in leases)
+    fences = [x.fence for x in leases if x is not None]
+    assert len(set(fences)) == 5 and all(len(f) == 32 and int(f, 16) >= 0 for f in fences)  # 128 bits, hex
+    ids = [x.id for x in leases if x is not None]
+    assert len(set(ids)) == 5 and not any(i.startswith("b.") for i in ids)  # not derived from the boot id
+    a = leases[0]
+    assert a is not None
+    # the right fence from another session (a stolen lease) and a forged fence are both refused
+    assert it.ack(a.id, a.fence, session="t" * 32).status == "refused"
+    assert it.ack(a.id, "%032x" % (int(a.fence, 16) ^ 1), session="s" * 32).status == "refused"
+    assert it.heartbeat("c1", leases=[(a.id, a.fence)], session="t" * 32) == {"lost": [], "refused": [a.id]}
+    assert it.leases[a.id].deadline > 0 and it.progress()["done"] == 0  # nothing changed
+    # per-batch acks: the holder acknowledges positions one by one
+    res = it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1)
+    assert (res.status, res.units) == ("ok", [(0, 1)]) and a.id in it.leases  # still live: 3 batches left
+    assert it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1).status == "already"
+    assert it.ack(a.id, a.fence, session="s" * 32, start=1, stop=4).units == [(1, 4)] and a.id not in it.leases
+    assert it.ack(a.id, "0" * 32, session="t" * 32).status == "already"  # journaled: nothing to steal
+    # an expired lease: 410 for the ack and lost for the heartbeat
+    b = leases[1]
+    assert b is not None
+    it.expire(now=b.deadline + 1)
+    assert it.ack(b.id, b.fence, session="s" * 32).status == "expired"
+    assert it.heartbeat("c0", leases=[(b.id, b.fence)], session="s" * 32)["lost"] == [b.id]
+
+
+def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_period_ends() -> None:
+    it = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="b")
+    a = it.take("c0", session="s" * 32)
+    assert a is not None
+    it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1)
+    # a restarted server: the same lease (without its fence, only its hash) restored from the journal
+    fresh = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="c")
+    fresh.mark_done([0])
+    fresh.restore(Lease(a.id, "", a.queue, a.start, a.stop, a.client, 0.0, 0.0, fence_hash=a.fence_hash,
+                        session=a.session, slot=0))
+    other = fresh.take("c1", session="u" * 32)
+    assert other is not None and (other.start, other.stop) == (4, 8)  # positions 1-3 are held for c0
+    assert fresh.take("c1", session="u" * 32) is None and not fresh.finished()
+    assert fresh.heartbeat("c0", leases=[(a.id, a.fence)], session="s" * 32) == {"lost": [], "refused": []}
+    assert fresh.leases[a.id].reclaimed
+    assert fresh.ack(a.id, a.fence, session="s" * 32, start=1, stop=4).units == [(1, 4)]
+    # not reclaimed within the grace period: the positions go to another client
+    late = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="d")
+    late.restore(Lease(a.id, "", 0, 0, 4, "c0", 0.0, 0.0, fence_hash=a.fence_hash, session=a.session), grace=0.0)
+    again = late.take("c1", session="u" * 32)
+    assert again is not None and (again.start, again.stop) == (0, 4)

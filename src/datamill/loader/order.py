@@ -9,8 +9,9 @@ of workers; those only slice it:
 
 1. **Shard-aware shuffle** (:func:`shard_order`): the shard order is permuted per ``(seed, epoch)``,
    then consecutive shards of that permuted order are grouped into windows of ``window`` shards and
-   the samples of each window are shuffled together. A reader therefore needs at most one window of
-   shards in memory, while samples from different shards are mixed within each batch.
+   the samples of each window are shuffled together (each window by its own generator, so any
+   window, and so any batch, can be computed alone: :class:`EpochOrder`). A reader therefore needs at
+   most one window of shards in memory, while samples from different shards are mixed within each batch.
 2. **Rank split** (:func:`split_for_rank`): rank ``r`` takes the ``r``-th contiguous slice of the
    global order (contiguous, so a rank reads only the shards of its part). Without ``drop_last`` every
    sample is used exactly once per epoch over all ranks and, when ``world_size`` does not divide the
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_WINDOW_SAMPLES",
     "DEFAULT_WINDOW_SHARDS",
     "Elastic",
+    "EpochOrder",
     "default_window",
     "epoch_order",
     "global_order",
@@ -132,25 +134,86 @@ def shard_order(
         >>> [sorted(order[a:b].tolist()) for a, b in [(0, 3), (3, 5), (5, 9)]][0] in ([0, 1, 2], [3, 4], [5, 6, 7, 8])
         True
     """
-    _check_seed_epoch(seed, epoch)
-    sizes = np.asarray(shard_sizes, dtype=np.int64)
-    if (sizes < 0).any():
-        raise ValueError("shard sizes must be >= 0")
-    win = default_window(sizes) if window is None else int(window)
-    if win < 1:
-        raise ValueError(f"window must be >= 1 shard, got {win}")
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    rng = rng_for(seed, "shard_order", epoch)
-    perm = rng.permutation(len(sizes))
-    psizes = sizes[perm]
-    pcum = np.concatenate([[0], np.cumsum(psizes)]).astype(np.int64)
-    total = int(pcum[-1])
-    # sample j of the permuted sequence is starts[perm[s]] + (j - pcum[s]) for its shard s
-    order = np.repeat(starts[perm] - pcum[:-1], psizes) + np.arange(total, dtype=np.int64)
-    for w0 in range(0, len(perm), win):
-        a, b = int(pcum[w0]), int(pcum[min(w0 + win, len(perm))])
-        rng.shuffle(order[a:b])
-    return order
+    eo = EpochOrder(shard_sizes, seed=seed, epoch=epoch, window=window, cache_windows=0)
+    return eo.take(0, len(eo))
+
+
+class EpochOrder:
+    """An epoch's :func:`global_order` held per shard: the permuted shard list, one seed per window.
+
+    Memory is O(shards): ``take(a, b)`` computes ``global_order(...)[a:b]`` on demand from the
+    windows it touches (each window's samples are shuffled by its own generator,
+    ``rng_for(seed, "shard_order.window", epoch, w)``), so a server can hand out any rank's batch of
+    a 100M-sample epoch without an int64 per sample. :func:`shard_order` is ``take(0, len)``.
+
+    Args:
+        shard_sizes: rows per shard.
+        seed: the run's seed.
+        epoch: the epoch number.
+        shuffle: ``False`` keeps source order. Defaults to ``True``.
+        window: shards per shuffle window. Defaults to ``None`` (:func:`default_window`).
+        cache_windows: shuffled windows kept for later calls. Defaults to ``4``.
+
+    Examples:
+        >>> eo = EpochOrder([3, 2, 4], seed=1, epoch=0, window=2)
+        >>> bool((eo.take(2, 7) == shard_order([3, 2, 4], seed=1, epoch=0, window=2)[2:7]).all()), len(eo)
+        (True, 9)
+    """
+
+    def __init__(self, shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int,
+                 shuffle: bool = True, window: int | None = None, cache_windows: int = 4) -> None:
+        _check_seed_epoch(seed, epoch)
+        sizes = np.asarray(shard_sizes, dtype=np.int64)
+        if (sizes < 0).any():
+            raise ValueError("shard sizes must be >= 0")
+        win = default_window(sizes) if window is None else int(window)
+        if win < 1:
+            raise ValueError(f"window must be >= 1 shard, got {win}")
+        self.seed, self.epoch, self.shuffle, self.window = int(seed), int(epoch), bool(shuffle), win
+        self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self._perm = (rng_for(seed, "shard_order", epoch).permutation(len(sizes)) if shuffle
+                      else np.arange(len(sizes), dtype=np.int64))
+        self._psizes = sizes[self._perm]
+        self._pcum = np.concatenate([[0], np.cumsum(self._psizes)]).astype(np.int64)
+        self._wstart = self._pcum[::win] if shuffle else np.zeros(1, dtype=np.int64)
+        self.total = int(self._pcum[-1])
+        self._cache: dict[int, NDArray[np.int64]] = {}
+        self._keep = int(cache_windows)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def _window(self, w: int) -> NDArray[np.int64]:
+        got = self._cache.get(w)
+        if got is not None:
+            return got
+        s0, s1 = w * self.window, min((w + 1) * self.window, len(self._perm))
+        psizes = self._psizes[s0:s1]
+        base = self._pcum[s0]
+        # sample j of the permuted sequence is starts[perm[s]] + (j - pcum[s]) for its shard s
+        out = np.repeat(self._starts[self._perm[s0:s1]] - (self._pcum[s0:s1] - base), psizes) + \
+            np.arange(int(psizes.sum()), dtype=np.int64)
+        rng_for(self.seed, "shard_order.window", self.epoch, w).shuffle(out)
+        if self._keep:
+            while len(self._cache) >= self._keep:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[w] = out
+        return out
+
+    def take(self, start: int, stop: int) -> NDArray[np.int64]:
+        """Global sample indices at positions ``[start, stop)`` of the epoch's order."""
+        start, stop = max(0, int(start)), min(self.total, int(stop))
+        if stop <= start:
+            return np.zeros(0, dtype=np.int64)
+        if not self.shuffle:
+            return np.arange(start, stop, dtype=np.int64)
+        w0 = int(np.searchsorted(self._wstart, start, side="right") - 1)
+        w1 = int(np.searchsorted(self._wstart, stop - 1, side="right") - 1)
+        parts = [self._window(w) for w in range(w0, w1 + 1)]
+        chunk = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        off = start - int(self._wstart[w0])
+        return chunk[off:off + stop - start].astype(np.int64, copy=False)
+
 
 
 def global_order(

@@ -38,6 +38,7 @@ from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import ResumePoint, norm_elastic, resume_point
 from datamill.loader.order import (
     Elastic,
+    EpochOrder,
     default_window,
     global_order,
     num_batches,
@@ -173,6 +174,7 @@ class BatchService:
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._orders: OrderedDict[int, NDArray[np.int64]] = OrderedDict()
+        self._lazy: OrderedDict[int, EpochOrder] = OrderedDict()
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         self._cache = ShardCache(self._read_shard, threads=min(8, max(2, self.prefetch)), keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
@@ -181,7 +183,7 @@ class BatchService:
 
     def __getstate__(self) -> dict[str, Any]:
         # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle us)
-        keep = ("_lock", "_orders", "_plans", "_cache", "_totals", "_builds", "_active", "_bounds")
+        keep = ("_lock", "_orders", "_lazy", "_plans", "_cache", "_totals", "_builds", "_active", "_bounds")
         return {k: v for k, v in self.__dict__.items() if k not in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -452,6 +454,69 @@ class BatchService:
                               f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}")
         return self._build(plan, int(epoch), int(rank), batches)
 
+    def epoch_order(self, epoch: int) -> EpochOrder | None:
+        """``epoch``'s order held per shard (O(shards), cached), or ``None`` when batches need the full
+        order (a source with its own ``epoch_sequence``, or ``bucket_by``)."""
+        if callable(getattr(self.source, "epoch_sequence", None)) or self.bucket_by is not None:
+            return None
+        with self._lock:
+            eo = self._lazy.get(int(epoch))
+            if eo is None:
+                eo = self._lazy[int(epoch)] = EpochOrder(self.sizes, seed=self.seed, epoch=int(epoch),
+                                                          shuffle=self.shuffle, window=self.window)
+                while len(self._lazy) > self.plan_epochs:
+                    self._lazy.popitem(last=False)
+            return eo
+
+    def batch_samples(self, epoch: int, rank: int, batch_numbers: Sequence[int], *,
+                      world_size: int = 1) -> NDArray[np.int64]:
+        """Global sample indices of rank ``rank``'s batches ``batch_numbers`` (ascending), concatenated.
+
+        Computed from :meth:`epoch_order` without the epoch's full order: equal to
+        ``plan(epoch, rank, world_size).seq`` at those batches' positions.
+
+        Examples:
+            >>> from datamill.core.source import TableSource
+            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))}), shard_size=3), batch_size=2, seed=4)
+            >>> plan = svc.plan(0, 1, 2)
+            >>> svc.batch_samples(0, 1, [0, 2], world_size=2).tolist() == plan.seq[[0, 1, 4]].tolist()
+            True
+        """
+        data_rank, data_world = _check_rank(epoch, rank, world_size)
+        eo = self.epoch_order(epoch)
+        batches = np.asarray(batch_numbers, dtype=np.int64).reshape(-1)
+        if eo is None:
+            plan = self.plan(epoch, rank, world_size)
+            return np.concatenate([plan.seq[plan.positions(int(b))] for b in batches]) if len(batches) else \
+                np.zeros(0, dtype=np.int64)
+        parts = split_sizes(len(eo), world_size=data_world, drop_last=self.drop_last)
+        start = int(sum(parts[:data_rank]))
+        length = self.rank_samples(rank, world_size)
+        total = num_batches(parts[data_rank], batch_size=self.batch_size, drop_last=self.drop_last)
+        if len(batches) and (batches[0] < 0 or batches[-1] >= total or (np.diff(batches) <= 0).any()):
+            raise ConfigError(f"batch numbers must be ascending in [0, {total}) for rank {rank} of "
+                              f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}")
+        out, i = [], 0
+        while i < len(batches):  # one take per run of consecutive batches
+            j = i + 1
+            while j < len(batches) and batches[j] == batches[j - 1] + 1:
+                j += 1
+            a = int(batches[i]) * self.batch_size
+            b = min(length, int(batches[j - 1] + 1) * self.batch_size)
+            out.append(eo.take(start + a, start + b))
+            i = j
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def build_samples(self, epoch: int, rank: int, batch_numbers: Sequence[int], *,
+                      world_size: int = 1) -> Generator[BatchResult, None, None]:
+        """:meth:`build` without the rank's epoch plan: memory O(shards + these batches' samples).
+
+        The results equal :meth:`build`'s outputs; their ``batch`` counts from 0 within this call.
+        """
+        seq = self.batch_samples(epoch, rank, batch_numbers, world_size=world_size)
+        plan = EpochPlan.from_sequence(seq, self.sizes, batch_size=self.batch_size, drop_last=False)
+        return self._build(plan, int(epoch), int(rank), np.arange(plan.total_batches, dtype=np.int64))
+
     def _tasks(self, batches: NDArray[np.int64]) -> Iterator[list[int]]:
         # one take per block of batches; a block spans at most about one shard, so memory stays
         # bounded by the shuffle window, not the block
@@ -512,4 +577,5 @@ class BatchService:
         self._cache.close()
         with self._lock:
             self._orders.clear()
+            self._lazy.clear()
             self._plans.clear()

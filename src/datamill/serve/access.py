@@ -1,6 +1,7 @@
 """Who may call what: the one authentication path of the server and the role every route declares.
 
-A route states its role with a dependency from :func:`requires` (``public``, ``read`` or ``admin``);
+A route states its role with a dependency from :func:`requires` (``public``, ``read``, ``admin`` or
+``metrics``: ``GET /metrics`` only, for a scraper's key, which may call nothing else);
 :func:`route_roles` reads it back, so a test walks ``app.routes`` and fails on any route without exactly
 one. The dependency authenticates the caller once per request, from an ``Authorization: Bearer`` header
 or the UI's session cookie (:mod:`datamill.serve.ui.session`), and answers 401 (no valid key) or 403
@@ -9,6 +10,8 @@ or the UI's session cookie (:mod:`datamill.serve.ui.session`), and answers 401 (
 Examples:
     >>> rank("admin") > rank("read") > rank("public")
     True
+    >>> may_call("metrics", "read"), may_call("admin", "metrics"), may_call("read", "metrics")
+    (False, True, False)
 """
 
 from __future__ import annotations
@@ -25,16 +28,22 @@ from datamill.serve.server import ServeState
 from datamill.serve.viewer import Viewer
 
 __all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Viewer", "audit", "authenticate",
-           "check_dataset", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
+           "check_dataset", "may_call", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
 
-ROLES = ("public", "read", "admin")
-"""Route roles, weakest first: a key of a role may call the routes of every weaker role."""
+ROLES = ("public", "read", "admin", "metrics")
+"""Route roles: an ``admin`` key may call every route, a ``read`` key the ``read`` and ``public`` ones,
+a ``metrics`` key the ``metrics`` and ``public`` ones (see :func:`may_call`)."""
 _ROLE_ATTR = "datamill_role"
 
 
 def rank(role: str) -> int:
     """The strength of a role (its index in :data:`ROLES`)."""
     return ROLES.index(role)
+
+
+def may_call(key_role: str, route_role: str) -> bool:
+    """Whether a key of ``key_role`` may call a route that declares ``route_role``."""
+    return route_role == "public" or key_role in ("admin", route_role)
 
 
 def serve_state(request: Request) -> ServeState:
@@ -75,6 +84,14 @@ def authenticate(request: Request) -> Viewer | None:
     return who
 
 
+def _denied(request: Request, status: int, who: Viewer | None) -> None:
+    from datamill.serve.logs import event
+
+    event("key denied", status=status, method=request.method, path=request.url.path[:200],
+          key=who.key_id if who else None, role=who.role if who else None,
+          client=request.client.host if request.client else None)
+
+
 async def _authenticate(request: Request) -> Viewer | None:
     """:func:`authenticate` inline for a Bearer key (in memory), in a worker thread for a session (a journal read)."""
     if "datamill.viewer" in request.scope or request.headers.get("authorization", "").startswith("Bearer ") \
@@ -92,9 +109,12 @@ def _checker(role: str) -> Callable[..., Any]:
         async def check(request: Request) -> Viewer:
             who = await _authenticate(request)
             if who is None:
+                _denied(request, 401, None)
                 raise HTTPException(401, "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`")
-            if rank(who.role) < rank(role):
-                raise HTTPException(403, f"this route needs an {role} key; yours is a {who.role} key")
+            if not may_call(who.role, role):
+                _denied(request, 403, who)
+                needs = "an admin" if role == "admin" else f"a {role} (or admin)"
+                raise HTTPException(403, f"this route needs {needs} key; yours is a {who.role} key")
             return who
         fn = check
     setattr(fn, _ROLE_ATTR, role)
@@ -177,5 +197,8 @@ ScopedIteration = Annotated[Iteration, Depends(scoped_iteration)]
 
 
 def audit(state: ServeState, who: Viewer | None, action: str, detail: str = "") -> None:
-    """Record an admin action in the journal's audit table."""
+    """Record an admin action in the journal's audit table (and log it as an event)."""
+    from datamill.serve.logs import event
+
     state.journal.add_audit(who.key_id if who else None, action, detail[:500])
+    event(action, key=who.key_id if who else None, detail=detail[:500])

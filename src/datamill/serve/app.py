@@ -23,7 +23,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.auth import create_key
 from datamill.serve.guard import DEFAULT_HOSTS, AllowedHosts, Guard
+from datamill.serve.lease_journal import UnavailableError
+from datamill.serve.metrics import RequestMetrics
 from datamill.serve.routes import routers
+from datamill.serve.routes.metrics import metrics_router
 from datamill.serve.routes.models import one_line
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
 from datamill.serve.views import Inspector
@@ -101,6 +104,13 @@ async def _on_datamill_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc))
 
 
+async def _on_unavailable(request: Request, exc: Exception) -> Response:
+    from datamill.serve.delivery import unavailable_reply
+
+    assert isinstance(exc, UnavailableError)
+    return unavailable_reply(exc)
+
+
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if request.url.path.startswith("/ui/") and exc.status_code in (401, 403):
@@ -116,18 +126,22 @@ async def _on_invalid(request: Request, exc: Exception) -> Response:
 
 
 async def _on_bug(request: Request, exc: Exception) -> Response:
-    return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+    rid = request.scope.get("datamill.request_id", "")
+    return JSONResponse({"error": f"internal error: {type(exc).__name__} (request id {rid}, in the server log)",
+                         "request_id": rid}, status_code=500, headers={"X-Request-Id": rid})
 
 
 @contextlib.asynccontextmanager
 async def _closing(app: FastAPI) -> AsyncIterator[None]:
+    app.state.serve.telemetry.start(app.state.serve)
     yield
     app.state.serve.close()
 
 
 def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
                auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None,
-               max_body: int = MAX_BODY, allowed_hosts: Sequence[str] = DEFAULT_HOSTS) -> FastAPI:
+               max_body: int = MAX_BODY, allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
+               metrics_no_auth: bool = False) -> FastAPI:
     """The FastAPI application of a server with its state in ``state_dir``.
 
     Args:
@@ -139,6 +153,8 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
             (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
         max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
         allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to the loopback names.
+        metrics_no_auth: ``GET /metrics`` without a key (the caller checks the address is loopback).
+            Defaults to ``False`` (a ``metrics`` or ``admin`` key).
 
     Returns:
         The app: ``app.state.serve`` is the :class:`ServeState`; ``app.state.initial_admin_key`` is the
@@ -152,12 +168,15 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
     """
     state = ServeState(state_dir, roots=roots, auth=auth, lease_timeout=lease_timeout, cache_shards=cache_shards)
     app = FastAPI(title="datamill serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_closing,
-                  exception_handlers={DatamillError: _on_datamill_error, StarletteHTTPException: _on_http_error,
-                                      RequestValidationError: _on_invalid, Exception: _on_bug})
+                  exception_handlers={DatamillError: _on_datamill_error, UnavailableError: _on_unavailable,
+                                      StarletteHTTPException: _on_http_error, RequestValidationError: _on_invalid,
+                                      Exception: _on_bug})
     for router in routers():
         app.include_router(router)
+    app.include_router(metrics_router(public=metrics_no_auth))
     app.add_middleware(_BodyLimit, limit=max_body)
     app.add_middleware(Guard, hosts=AllowedHosts(allowed_hosts))
+    app.add_middleware(RequestMetrics, telemetry=state.telemetry)
     app.state.serve, app.state.ui_secret = state, secrets.token_bytes(32)
     app.state.inspector = Inspector(state)
     app.state.initial_admin_key = None

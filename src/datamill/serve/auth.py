@@ -25,7 +25,7 @@ from datamill.serve.journal import Journal
 __all__ = ["KEY_PREFIX", "ROLES", "KeyInfo", "KeyStore", "create_key", "parse_duration", "parse_key"]
 
 KEY_PREFIX = "dmk_"
-ROLES = ("admin", "read")
+ROLES = ("admin", "metrics", "read")
 _KEY_RE = re.compile(r"^dmk_([A-Za-z0-9]{8,32})\.([A-Za-z0-9_-]{16,128})$")
 
 
@@ -82,7 +82,7 @@ def create_key(journal: Journal, *, role: str = "read", note: str = "", datasets
 
     Args:
         journal: the server's journal.
-        role: ``"read"`` or ``"admin"``. Defaults to ``"read"``.
+        role: ``"read"``, ``"admin"`` or ``"metrics"`` (``GET /metrics`` only). Defaults to ``"read"``.
         note: a note shown in listings. Defaults to ``""``.
         datasets: dataset names (or ids) the key may use. Defaults to ``None`` (all).
         expires_in: seconds until the key expires. Defaults to ``None`` (never).

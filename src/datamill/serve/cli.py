@@ -3,6 +3,7 @@
 * ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth] [--allowed-hosts H,...]``
 * ``datamill serve keys create|list|revoke --state DIR ...`` (``create --role admin --datasets a,b --expires 30d``)
 * ``datamill serve audit --state DIR`` | ``datamill serve backup --state DIR OUT``
+* ``datamill serve gc --state DIR --older-than 30d`` (iterations that ended before, from the journal)
 * ``datamill serve iterate DATASET --url URL [--key K] [--batch-size 256] [--rank R --world-size W] ...``
 """
 
@@ -95,9 +96,30 @@ def _server(args: argparse.Namespace) -> int:
 
         raise ConfigError("expected a dataset root folder or a server config file: datamill serve ROOT_OR_CONFIG "
                           "(or a command: keys, audit, backup, iterate; see datamill serve --help)")
-    serve(args.target, host=args.host, port=args.port, state=args.state, auth=not args.no_auth,
+    serve(args.target, host=args.host, port=args.port, state=args.state, auth=False if args.no_auth else None,
           lease_timeout=args.lease_timeout, allowed_hosts=args.allowed_hosts,
-          echo=lambda line: print(line, flush=True))
+          echo=lambda line: print(line, flush=True), log_format=args.log_format, log_level=args.log_level,
+          ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, forwarded_allow_ips=args.forwarded_allow_ips,
+          drain_timeout=args.drain_timeout, metrics_no_auth=True if args.metrics_no_auth else None)
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from datamill.serve.auth import parse_duration
+    from datamill.serve.journal import Journal
+    from datamill.serve.lifecycle import ensure_tables, gc
+
+    older = parse_duration(args.older_than)
+    journal = Journal(args.state)
+    try:
+        ensure_tables(journal)
+        removed = gc(journal, older_than=older)
+        if removed:
+            journal.add_audit(None, "gc", f"{len(removed)} iterations ended more than {args.older_than} ago "
+                                          "(command line)")
+    finally:
+        journal.close()
+    print(f"removed {len(removed)} iteration(s) that ended more than {args.older_than} ago")
     return 0
 
 
@@ -257,8 +279,9 @@ def register(sub: Any) -> None:
     """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
     p = sub.add_parser("serve", help="serve datasets to training processes over HTTP (exactly once)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=port_number, default=8470, help="port to bind, 1..65535 (default 8470)")
+    p.add_argument("--host", default=None, help="address to bind (default: the config's, else 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=None,
+                   help="port to bind, 1..65535 (default: the config's, else 8470)")
     p.add_argument("--state", default=None, help="state folder (default: the config's, else ./.datamill-serve)")
     p.add_argument("--no-auth", action="store_true", help="no API keys (loopback addresses only)")
     p.add_argument("--lease-timeout", type=seconds(1, 86_400), default=None,
@@ -266,6 +289,20 @@ def register(sub: Any) -> None:
     p.add_argument("--allowed-hosts", type=host_list, default=None,
                    help="comma-separated Host names the server answers (name or name:port; * for any); "
                         "default: 127.0.0.1, localhost and [::1] with the port, and the bound address")
+    p.add_argument("--log-format", choices=["text", "json"], default=None,
+                   help="one line per event as text or JSON (default: the config's, else text)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None,
+                   help="log level; info and debug include the access log (default: the config's, else info)")
+    p.add_argument("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS directly")
+    p.add_argument("--ssl-keyfile", default=None, help="PEM private key of --ssl-certfile")
+    p.add_argument("--forwarded-allow-ips", type=lambda s: [h.strip() for h in s.split(",") if h.strip()],
+                   default=None, help="comma-separated proxy addresses whose X-Forwarded-For/-Proto are trusted "
+                                      "(* any); default none")
+    p.add_argument("--drain-timeout", type=seconds(0, 3600), default=None,
+                   help="seconds SIGTERM waits for leases in flight to be acknowledged, 0..3600 "
+                        "(default: the config's, else 30)")
+    p.add_argument("--metrics-no-auth", action="store_true",
+                   help="GET /metrics without a key (loopback addresses only)")
     p.set_defaults(func=_server, target=None)
     cmds = p.add_subparsers(title="commands (instead of ROOT_OR_CONFIG)", dest="serve_command",
                             metavar="ROOT_OR_CONFIG | COMMAND", action=_TargetOrCommand)
@@ -274,7 +311,8 @@ def register(sub: Any) -> None:
     key_cmds = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     create = key_cmds.add_parser("create", help="create a key (printed once)")
     _state(create)
-    create.add_argument("--role", choices=["read", "admin"], default="read", help="read or admin (default read)")
+    create.add_argument("--role", choices=["read", "admin", "metrics"], default="read",
+                        help="read, admin, or metrics (GET /metrics only) (default read)")
     create.add_argument("--datasets", default=None, help="comma-separated dataset names the key may use (default all)")
     create.add_argument("--expires", default=None, help="lifetime such as 12h, 30d, 2w (default never)")
     create.add_argument("--note", default="", help="a note shown by `keys list`")
@@ -293,6 +331,10 @@ def register(sub: Any) -> None:
     _state(backup)
     backup.add_argument("out", help="the backup file to write (must not exist)")
     backup.set_defaults(func=_backup)
+    gcp = cmds.add_parser("gc", help="remove iterations that ended (finished or cancelled) long ago from the journal")
+    _state(gcp)
+    gcp.add_argument("--older-than", required=True, help="age such as 30d, 12h, 2w: iterations that ended before")
+    gcp.set_defaults(func=_gc)
     iterate = cmds.add_parser("iterate", help="iterate a served dataset once and print throughput")
     add_iterate_options(iterate)
     iterate.set_defaults(func=_iterate)

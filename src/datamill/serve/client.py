@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
+import ssl
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -41,6 +43,17 @@ class Response:
         return json.loads(self.body) if self.body else None
 
 
+def _tls_context(verify: str | os.PathLike[str] | None) -> ssl.SSLContext:
+    """A client TLS context trusting the system's CAs, or only those of the PEM file ``verify``."""
+    if verify is not None and not os.path.isfile(verify):
+        raise ConfigError("no such CA certificate file (verify=)", path=verify,
+                          hint="pass the PEM file of the CA that signed the server's certificate")
+    try:
+        return ssl.create_default_context(cafile=None if verify is None else os.fspath(verify))
+    except ssl.SSLError as exc:
+        raise ConfigError(f"not a PEM CA certificate file: {exc}", path=verify) from exc
+
+
 class Http:
     """One keep-alive connection (not thread-safe: one per thread), reconnecting on failure.
 
@@ -49,13 +62,17 @@ class Http:
         key: the API key (``None`` for a ``--no-auth`` server).
         timeout: socket timeout in seconds. Defaults to ``60.0``.
         retry_s: how long to keep reconnecting when the server is unreachable. Defaults to ``0`` (no retry).
+        verify: for ``https://``, a PEM file of the CA certificates to trust. Defaults to the system's.
     """
 
-    def __init__(self, url: str, key: str | None, *, timeout: float = 60.0, retry_s: float = 0.0) -> None:
+    def __init__(self, url: str, key: str | None, *, timeout: float = 60.0, retry_s: float = 0.0,
+                 verify: str | os.PathLike[str] | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"server url must look like http://host:port, got {url!r}")
-        self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port or 8470
+        self.scheme, self.host = parts.scheme, parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 8470)
+        self.ssl = _tls_context(verify) if parts.scheme == "https" else None
         self.base = parts.path.rstrip("/")
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.timeout, self.retry_s = timeout, retry_s
@@ -69,8 +86,10 @@ class Http:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-            self._conn = cls(self.host, self.port, timeout=self.timeout)
+            if self.ssl is not None:
+                self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.ssl)
+            else:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         return self._conn
 
     def request(self, method: str, path: str, *, body: Any = None, query: Sequence[tuple[str, Any]] = (),
@@ -115,6 +134,8 @@ class Client:
         url: the server, ``http://host:port``.
         key: an API key ``dmk_<id>.<secret>`` (``None`` for a ``--no-auth`` server). Defaults to ``None``.
         timeout: socket timeout in seconds. Defaults to ``60.0``.
+        verify: for an ``https://`` url, a PEM file of the CA certificates to trust (a private CA, or
+            the proxy's self-signed certificate). Defaults to ``None`` (the system's trust store).
 
     Examples:
         >>> Client("ftp://nowhere")
@@ -123,9 +144,10 @@ class Client:
         datamill.core.errors.ConfigError: server url must look like http://host:port, got 'ftp://nowhere'
     """
 
-    def __init__(self, url: str, key: str | None = None, *, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, key: str | None = None, *, timeout: float = 60.0,
+                 verify: str | os.PathLike[str] | None = None) -> None:
         self.url, self.key = url, key
-        self.http = Http(url, key, timeout=timeout)
+        self.http = Http(url, key, timeout=timeout, verify=verify)
 
     def close(self) -> None:
         """Close the connection."""
@@ -170,6 +192,14 @@ class Client:
         if loader_states is not None:
             body["loader_states"] = [dict(s) for s in loader_states]
         return dict(self.http.request("POST", "/api/v1/iterations", body=body).json())
+
+    def iterations(self, *, status: str | None = None, dataset: str | None = None, limit: int = 100,
+                   after: str | None = None) -> dict[str, Any]:
+        """A page of iterations, oldest first: ``{"iterations": [...], "next": id or None}`` (pass ``next``
+        as ``after`` for the following page). ``status``: running, finished, cancelled or stale."""
+        query = [(k, v) for k, v in (("status", status), ("dataset", dataset), ("limit", limit), ("after", after))
+                 if v is not None]
+        return dict(self.http.request("GET", "/api/v1/iterations", query=query).json())
 
     def progress(self, iteration: str) -> dict[str, Any]:
         """``total``, ``done``, ``leased``, ``pending`` batches, ``batches_per_s`` and per-client stall times."""

@@ -10,47 +10,72 @@ iteration's config. Units are dealt into **queues**:
 * dynamic mode: one queue of every unit; any client takes the next lease.
 
 A **lease** is a run of pending positions of one queue, never crossing a ``lease_size`` boundary. It
-carries a fence: an ack is accepted only for the live lease with its fence, and acks are idempotent.
-An expired or revoked lease returns its positions to the pending set; a queue hands out its
-smallest pending position first, so re-issued work comes back at the head of the queue.
+carries a **fence** of 128 random bits and is bound to the **session** that took it (a random secret
+of the client process; only hashes are kept): an ack or heartbeat is accepted only from that session
+with that fence (else ``"refused"``, HTTP 409), and only while the lease lives (else ``"expired"``,
+HTTP 410). Acks are per batch (positions of the lease) and idempotent (``"already"``). An expired or
+revoked lease returns its positions not yet done to the pending set; a queue hands out its smallest
+pending position first, so re-issued work comes back at the head of the queue.
+
+After a server restart the journaled leases are **restored** (:meth:`Iteration.restore`) for a grace
+period of one lease timeout: their positions are not handed out again until their holder reclaims
+them (a heartbeat or ack with the fence) or the grace period ends.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
+import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PENDING", "AckResult", "Iteration", "Lease", "runs"]
+__all__ = ["PENDING", "AckResult", "Iteration", "Lease", "digest", "runs"]
 
 PENDING, LEASED, DONE = 0, 1, 2
 RATE_WINDOW_S = 10.0
 
 
+def digest(secret: str) -> str:
+    """The hash of a fence or session secret kept in memory and in the journal (never the secret)."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 @dataclass
 class Lease:
-    """Positions ``[start, stop)`` of queue ``queue``, held by ``client`` until ``deadline``."""
+    """Positions ``[start, stop)`` of queue ``queue``, held by ``client`` (of session ``session``) until ``deadline``.
+
+    ``fence`` is the secret given to the holder (empty for a lease restored from the journal);
+    ``fence_hash`` and ``session`` are hashes (:func:`digest`).
+    """
 
     id: str
-    fence: int
+    fence: str
     queue: int
     start: int
     stop: int
     client: str
     deadline: float
     issued: float
+    fence_hash: str = ""
+    session: str = ""
+    slot: int = 0
+    reclaimed: bool = True
+    owner: str = ""  # the API key id that took it ("" without auth)
 
 
 @dataclass
 class AckResult:
-    """``status`` is ``"ok"``, ``"already"`` (acked before), ``"fenced"`` (a re-issued lease) or ``"gone"``."""
+    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's lease or a
+    wrong fence: 409) or ``"expired"`` (not live: 410); ``units``: the unit runs done by this ack."""
 
     status: str
     units: list[tuple[int, int]] = field(default_factory=list)
@@ -84,6 +109,16 @@ def runs(units: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
+    """:func:`runs` of an int array, vectorised."""
+    u = np.unique(units)
+    if not len(u):
+        return []
+    cut = np.flatnonzero(np.diff(u) != 1) + 1
+    starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
+    return [(int(a), int(b)) for a, b in zip(starts, stops)]
+
+
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
     base, extra = divmod(n, parts)
     bounds = [0]
@@ -103,14 +138,16 @@ class Iteration:
         base_done: units already done when the iteration was created (elastic resumption).
         lease_size: batches per lease.
         lease_timeout: seconds a lease lives without a heartbeat.
-        boot: this server run's id (lease ids of an earlier run are unknown: ``"gone"``).
+        boot: this server run's id.
 
     Examples:
         >>> it = Iteration("i", [3, 3], mode="static", world_size=2, lease_size=2, boot="b")
         >>> lease = it.take("c0", rank=0)
         >>> (lease.start, lease.stop), it.units_of(lease)
         ((0, 2), [0, 1])
-        >>> it.ack(lease.id, lease.fence).status, it.ack(lease.id, lease.fence).status
+        >>> it.ack(lease.id, "forged", client="c0").status, it.ack(lease.id, lease.fence, client="c1").status
+        ('refused', 'refused')
+        >>> it.ack(lease.id, lease.fence, client="c0").status, it.ack(lease.id, lease.fence, client="c0").status
         ('ok', 'already')
     """
 
@@ -143,14 +180,15 @@ class Iteration:
             self.queue_of[q] = qi
         self.base_done = int(base.sum())
         self.leases: dict[str, Lease] = {}
+        self.dropped: list[str] = []  # leases revoked or expired, still in the journal
         self.acked: set[str] = set()
         self.clients: dict[str, ClientInfo] = {}
         self.fenced = 0
         self.expired = 0  # leases that timed out (their batches went back to the queue)
         self.reissued = 0  # leases handing out batches an earlier lease held
         self.cancelled = False
+        self.on_expired: Callable[[list[Lease]], None] | None = None  # told of leases that timed out
         self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
-        self._counter = itertools.count(1)
         self._rate: deque[tuple[float, int]] = deque()
         self.lock = threading.RLock()
 
@@ -177,6 +215,7 @@ class Iteration:
         seg = st[lease.start:lease.stop]
         seg[seg == LEASED] = PENDING
         self.leases.pop(lease.id, None)
+        self.dropped.append(lease.id)
 
     def expire(self, now: float | None = None) -> int:
         """Return expired leases' positions to their queue; the number of leases expired."""
@@ -186,10 +225,18 @@ class Iteration:
             for lease in dead:
                 self._revoke(lease)
             self.expired += len(dead)
+            if dead and self.on_expired is not None:
+                self.on_expired(dead)
             return len(dead)
 
+    def take_dropped(self) -> list[str]:
+        """Ids of the leases revoked or expired since the last call (the journal forgets them)."""
+        with self.lock:
+            out, self.dropped = self.dropped, []
+            return out
+
     def cancel(self) -> None:
-        """Stop handing out leases (live ones are revoked; their acks are refused as fenced)."""
+        """Stop handing out leases (live ones are revoked; their acks are refused as expired)."""
         with self.lock:
             self.cancelled = True
             for lease in list(self.leases.values()):
@@ -204,11 +251,14 @@ class Iteration:
         return info
 
     # ------------------------------------------------------------------ leases
-    def take(self, client: str, *, rank: int = 0, slot: int = 0, slots: int = 1) -> Lease | None:
-        """The next lease for ``client``, or ``None`` when nothing is pending (see :meth:`finished`).
+    def take(self, client: str, *, rank: int = 0, slot: int = 0, slots: int = 1,
+             session: str | None = None, owner: str = "") -> Lease | None:
+        """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``), or
+        ``None`` when nothing is pending (see :meth:`finished`).
 
         In static mode a client that is new for ``(rank, slot)`` takes over the leases other clients
-        hold there: a replacement process first gets the dead one's unacknowledged leases again.
+        of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
+        reclaimed): a replacement process first gets the dead one's batches not yet acknowledged.
         """
         with self.lock:
             if self.cancelled:
@@ -219,8 +269,8 @@ class Iteration:
             info = self.touch(client, rank=rank, slot=slot)
             if self.mode == "static":
                 for lease in list(self.leases.values()):
-                    holder = self.clients.get(lease.client)
-                    if lease.queue == q and lease.client != client and holder is not None and holder.slot == slot:
+                    if lease.queue == q and lease.client != client and lease.slot == slot and lease.reclaimed \
+                            and lease.owner == owner:
                         self._revoke(lease)
             st = self.state[q]
             pending = np.flatnonzero(st == PENDING)
@@ -237,40 +287,120 @@ class Iteration:
             if self._ever[q][start:stop].any():
                 self.reissued += 1
             self._ever[q][start:stop] = True
-            n = next(self._counter)
-            lease = Lease(f"{self.boot}.{n}", n, q, start, stop, client, now + self.lease_timeout, now)
+            fence = secrets.token_hex(16)
+            lease = Lease(secrets.token_hex(8), fence, q, start, stop, client, now + self.lease_timeout, now,
+                          fence_hash=digest(fence), session=digest(client if session is None else session),
+                          slot=slot, owner=owner)
             self.leases[lease.id] = lease
             info.last_seen = now
             return lease
 
-    def ack(self, lease_id: str, fence: int) -> AckResult:
-        """Acknowledge a lease: its units become done (the caller journals ``units`` before replying)."""
+    def restore(self, lease: Lease, *, grace: float | None = None) -> None:
+        """Hold a journaled lease of an earlier server run for ``grace`` seconds (the lease timeout)
+        until its holder reclaims it; its positions already done stay done."""
         with self.lock:
-            if lease_id in self.acked:
-                return AckResult("already")
-            lease = self.leases.get(lease_id)
-            if lease is None:
-                if lease_id.split(".", 1)[0] == self.boot:
-                    self.fenced += 1
-                    return AckResult("fenced")  # expired or revoked, maybe re-issued
-                return AckResult("gone")
-            if lease.fence != int(fence):
-                self.fenced += 1
-                return AckResult("fenced")
-            self.state[lease.queue][lease.start:lease.stop] = DONE
-            self.leases.pop(lease_id)
-            self.acked.add(lease_id)
-            now = time.monotonic()
-            n = lease.stop - lease.start
+            st = self.state[lease.queue]
+            seg = st[lease.start:lease.stop]
+            if not (seg == PENDING).any():
+                self.dropped.append(lease.id)  # nothing left to hold: forget it
+                return
+            seg[seg == PENDING] = LEASED
+            self._ever[lease.queue][lease.start:lease.stop] = True
+            lease.deadline = time.monotonic() + (self.lease_timeout if grace is None else grace)
+            lease.reclaimed = False
+            self.leases[lease.id] = lease
+
+    def _check(self, lease_id: str, fence: str, session: str) -> tuple[str, Lease | None]:
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.deadline < time.monotonic():
+            return ("already" if lease_id in self.acked else "expired"), None
+        if not (hmac.compare_digest(lease.session, session) and hmac.compare_digest(lease.fence_hash,
+                                                                                    digest(str(fence)))):
+            self.fenced += 1
+            return "refused", None
+        return "ok", lease
+
+    def plan_acks(self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str
+                  ) -> tuple[dict[str, str], list[tuple[Lease, int, int]]]:
+        """Check acks ``(lease, fence, start, stop)`` (positions of the lease; ``None``: all of it) of
+        session ``session`` (a hash) without changing anything: ``(status per lease, ranges to mark)``.
+
+        Call under :attr:`lock`, journal the units of the ranges, then :meth:`apply_acks`.
+        """
+        statuses: dict[str, str] = {}
+        marks: list[tuple[Lease, int, int]] = []
+        for lease_id, fence, a, b in items:
+            status, lease = self._check(lease_id, fence, session)
+            if lease is not None:
+                lo = lease.start if a is None else max(lease.start, int(a))
+                hi = lease.stop if b is None else min(lease.stop, int(b))
+                if hi > lo and (self.state[lease.queue][lo:hi] != DONE).any():
+                    marks.append((lease, lo, hi))
+                else:
+                    status = "already"
+            prev = statuses.get(lease_id)
+            statuses[lease_id] = status if prev in (None, "already") or status in ("refused", "expired") else prev
+        return statuses, marks
+
+    def units_of_marks(self, marks: Sequence[tuple[Lease, int, int]]) -> dict[str, list[tuple[int, int]]]:
+        """The unit runs each lease's ranges newly complete (what the journal records)."""
+        out: dict[str, list[NDArray[np.int64]]] = {}
+        for lease, lo, hi in marks:
+            q, st = self.queues[lease.queue], self.state[lease.queue]
+            out.setdefault(lease.id, []).append(q[lo:hi][st[lo:hi] != DONE])
+        return {k: _array_runs(np.concatenate(v)) for k, v in out.items()}
+
+    def finishing(self, marks: Sequence[tuple[Lease, int, int]]) -> list[str]:
+        """Ids of the leases whose every position is done once ``marks`` are applied."""
+        hit: dict[str, Lease] = {lease.id: lease for lease, _, _ in marks}
+        out = []
+        for lease in hit.values():
+            seg = self.state[lease.queue][lease.start:lease.stop].copy()
+            for x, lo, hi in marks:
+                if x.id == lease.id:
+                    seg[lo - lease.start:hi - lease.start] = DONE
+            if (seg == DONE).all():
+                out.append(lease.id)
+        return out
+
+    def apply_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+        """Mark journaled ranges done; a lease with every position done is finished."""
+        now = time.monotonic()
+        for lease, lo, hi in marks:
+            st = self.state[lease.queue]
+            n = int((st[lo:hi] != DONE).sum())
+            st[lo:hi] = DONE
+            lease.deadline = max(lease.deadline, now + self.lease_timeout)
+            lease.reclaimed = True
             self._rate.append((now, n))
             info = self.clients.get(lease.client)
             if info is not None:
                 info.acked.append((now, n))
-            return AckResult("ok", runs(self.units_of(lease)))
+            if (st[lease.start:lease.stop] == DONE).all():
+                self.leases.pop(lease.id, None)
+                self.acked.add(lease.id)
 
-    def heartbeat(self, client: str, *, leases: Sequence[str] = (), stall_s: float | None = None,
-                  batches: int | None = None) -> list[str]:
-        """Extend ``client``'s leases; returns the ids among ``leases`` that are no longer live."""
+    def ack(self, lease_id: str, fence: str, *, session: str | None = None, start: int | None = None,
+            stop: int | None = None, client: str | None = None) -> AckResult:
+        """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a journal.
+
+        ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
+        """
+        with self.lock:
+            lease = self.leases.get(lease_id)
+            secret = session if session is not None else client if client is not None else \
+                (lease.client if lease is not None else "")
+            statuses, marks = self.plan_acks([(lease_id, fence, start, stop)], session=digest(secret))
+            units = self.units_of_marks(marks).get(lease_id, [])
+            self.apply_acks(marks)
+            return AckResult(statuses[lease_id], units)
+
+    def heartbeat(self, client: str, *, leases: Sequence[tuple[str, str]] = (), session: str | None = None,
+                  stall_s: float | None = None, batches: int | None = None) -> dict[str, list[str]]:
+        """Extend (and reclaim, after a restart) ``client``'s leases ``(id, fence)``.
+
+        Returns ``{"lost": ids no longer live, "refused": ids of another session or with a wrong fence}``.
+        """
         with self.lock:
             now = time.monotonic()
             info = self.clients.get(client)
@@ -280,15 +410,17 @@ class Iteration:
                     info.stall_s = float(stall_s)
                 if batches is not None:
                     info.batches = int(batches)
-            lost = []
-            for lid in leases:
-                lease = self.leases.get(lid)
-                if lease is None or lease.client != client:
-                    if lid not in self.acked:
-                        lost.append(lid)
-                    continue
-                lease.deadline = now + self.lease_timeout
-            return lost
+            sess = digest(client if session is None else session)
+            out: dict[str, list[str]] = {"lost": [], "refused": []}
+            for lid, fence in leases:
+                status, lease = self._check(lid, fence, sess)
+                if lease is not None:
+                    lease.deadline, lease.reclaimed = now + self.lease_timeout, True
+                elif status == "refused":
+                    out["refused"].append(lid)
+                elif status == "expired":
+                    out["lost"].append(lid)
+            return out
 
     def rewind(self, *, rank: int | None = None, consumed: int | None = None,
                done: Iterable[int] | None = None) -> None:
@@ -327,6 +459,11 @@ class Iteration:
         with self.lock:
             q = 0 if self.mode == "dynamic" else rank
             return bool((self.state[q] == DONE).all())
+
+    def finished_all(self) -> bool:
+        """Whether every queue is done (the iteration can be evicted from memory)."""
+        with self.lock:
+            return all(bool((st == DONE).all()) for st in self.state)
 
     def progress(self) -> dict[str, Any]:
         """Counts in batches, rates over the last 10 s, per client stall time."""

@@ -1,14 +1,19 @@
 """``RemoteLoader``: the in-process Loader's batches, served by ``datamill serve``.
 
 A background thread keeps ``prefetch`` leases (each ``lease_size`` batches in one Arrow IPC response)
-ahead of the training loop and piggy-backs the acknowledgement of every consumed lease on its next
-request; a second thread heartbeats (extending the leases, reporting the **stall time**: how long the
-loop waited for data). A lease is acknowledged when the loop comes back for the batch after its last
-one, so a killed process's lease goes to its replacement again.
+ahead of the training loop. Every batch is **acknowledged on its own** once the loop comes back for
+the next one (it was consumed): the acks ride on the next request for a lease and are flushed at
+least every :data:`ACK_FLUSH_S` seconds by the heartbeat thread (one journal transaction per flush).
+The heartbeat thread also extends the leases held (reporting the **stall time**, how long the loop
+waited for data) and, after a server restart, reclaims them with their fences within the grace period.
+
+Each loader has a random **session** secret (sent as ``X-Datamill-Session``); its leases can be
+acknowledged or extended by no other session. A lease the server reports lost (expired, or not
+reclaimed after a restart) is dropped in dynamic mode: the server hands its batches to someone else.
 
 In static mode the batches are rank ``rank``'s batches of the in-process Loader, in order; a lease
 re-issued after a server restart or an expiry whose positions were already yielded is acknowledged
-without being yielded again.
+without being yielded again. See ``docs/serving-delivery.md`` for the delivery contract.
 """
 
 from __future__ import annotations
@@ -30,20 +35,24 @@ from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.collate import resolve_collate
 from datamill.serve.client import Client, Http, RemoteError
 
-__all__ = ["SERVE_STATE_FORMAT", "RemoteLoader"]
+__all__ = ["ACK_FLUSH_S", "SERVE_STATE_FORMAT", "RemoteLoader"]
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
+ACK_FLUSH_S = 0.02
+"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at most 0.1 s)."""
+SESSION_HEADER = "X-Datamill-Session"
 _END = object()
 
 
 @dataclass
 class _Lease:
     id: str
-    fence: int
+    fence: str
     queue: int
     start: int
     units: list[int]
     tables: list[pa.Table]
+    done_before: int = 0  # the queue's done prefix (static) or done batches (dynamic) at take time
 
 
 def _client_id() -> str:
@@ -78,6 +87,7 @@ class RemoteLoader:
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
         reconnect_s: how long to keep retrying an unreachable server. Defaults to ``120.0``.
+        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the system's.
         on_commit: called with the unit ids of each lease the server confirmed committed. Defaults to ``None``.
 
     Raises:
@@ -89,12 +99,14 @@ class RemoteLoader:
                  mode: str = "static", name: str | None = None, drop_last: bool = False,
                  collate: str | Callable[[pa.Table], Any] = "numpy", prefetch: int = 2, shuffle: bool = True,
                  lease_size: int = 16, lease_timeout: float | None = None, slot: int = 0, slots: int = 1,
-                 reconnect_s: float = 120.0, on_commit: Callable[[list[int]], None] | None = None) -> None:
+                 reconnect_s: float = 120.0, on_commit: Callable[[list[int]], None] | None = None,
+                 verify: str | os.PathLike[str] | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if prefetch < 1 or not 0 <= slot < slots:
             raise ConfigError(f"need prefetch >= 1 and 0 <= slot < slots, got {prefetch}, {slot}, {slots}")
         self.url, self.key, self.dataset = url, key, dataset
+        self.verify = verify
         self.iter_args: dict[str, Any] = {"batch_size": batch_size, "seed": seed, "shuffle": shuffle,
                                           "columns": columns, "drop_last": drop_last, "mode": mode,
                                           "world_size": world_size, "name": name, "lease_size": lease_size,
@@ -104,84 +116,147 @@ class RemoteLoader:
         self.collate_fn = resolve_collate(collate)
         self.on_commit = on_commit
         self.client_id = _client_id()
+        self.session = secrets.token_hex(16)
         self.iteration_id: str | None = None
+        self._queue_total: int | None = None
+        self._in_epoch = False
+        self._unflushed: list[tuple[str, str, int]] = []  # (lease, fence, position) consumed, not yet journaled
         self._resume: dict[str, Any] | None = None
         self._yielded: set[int] = set()  # positions of the rank's queue already yielded (static)
         self._consumed = 0
+        self._current: tuple[str, str, int] | None = None  # the batch the loop holds now
+        self._state_lock = threading.Lock()
         self.stall_s = 0.0
         self.stats: dict[str, Any] = {"leases": 0, "batches": 0, "skipped_duplicates": 0, "dropped_lost": 0,
                                       "acks": {}}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Tiny JSON resume state: the iteration and how many of this rank's batches were consumed."""
-        return {"format": SERVE_STATE_FORMAT, "iteration": self.iteration_id, "epoch": self.epoch,
-                "rank": self.rank, "slot": self.slot, "slots": self.slots, "mode": self.mode,
-                "consumed": self._consumed, "world_size": self.iter_args["world_size"]}
+        """Tiny JSON resume state.
+
+        ``consumed`` counts the **rank's** progress (static: the prefix of the rank's batches done by
+        any process, a replacement's predecessors included; dynamic: the iteration's batches done as
+        last seen). At the end of an epoch the state is the start of the next one. A dynamic state
+        carries the session and the batches consumed but not yet flushed, so that resuming from it
+        acknowledges them instead of receiving them again.
+        """
+        with self._state_lock:
+            unflushed = [list(x) for x in self._unflushed] + ([list(self._current)] if self._current else [])
+            consumed = self._consumed
+        done = self._queue_total is not None and self.mode == "static" and consumed >= self._queue_total
+        if not self._in_epoch or done:
+            return {"format": SERVE_STATE_FORMAT, "iteration": None, "epoch": self.epoch + (1 if done else 0),
+                    "rank": self.rank, "slot": self.slot, "slots": self.slots, "mode": self.mode, "consumed": 0,
+                    "world_size": self.iter_args["world_size"]}
+        state: dict[str, Any] = {"format": SERVE_STATE_FORMAT, "iteration": self.iteration_id, "epoch": self.epoch,
+                                 "rank": self.rank, "slot": self.slot, "slots": self.slots, "mode": self.mode,
+                                 "consumed": consumed, "world_size": self.iter_args["world_size"]}
+        if self.mode == "dynamic":
+            state.update(session=self.session, unflushed=unflushed)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next iteration rewinds the server to it (static mode).
+        """Resume from :meth:`state_dict`: static mode rewinds the rank to it; dynamic mode rejoins the
+        iteration and acknowledges the batches the state consumed but had not flushed.
 
         Raises:
             ResumeStateError: another format, mode or rank.
         """
-        if state.get("format") != SERVE_STATE_FORMAT:
-            raise ResumeStateError(f"state has format {state.get('format')!r}, expected {SERVE_STATE_FORMAT!r}")
-        if state.get("mode") != "static" or self.mode != "static":
-            raise ResumeStateError("only static-mode states can be resumed by rewind; in dynamic mode the server "
-                                   "keeps the done set (resume the same named iteration)")
-        if (state["rank"], state["world_size"], state["slots"]) != (self.rank, self.iter_args["world_size"], 1):
+        if not isinstance(state, Mapping) or state.get("format") != SERVE_STATE_FORMAT:
+            got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise ResumeStateError(f"state has format {got!r}, expected {SERVE_STATE_FORMAT!r}")
+        if state.get("mode") != self.mode:
+            raise ResumeStateError(f"state of a {state.get('mode')} iteration does not fit this {self.mode} loader")
+        if self.mode == "static" and (state["rank"], state["world_size"], state["slots"]) != \
+                (self.rank, self.iter_args["world_size"], 1):
             raise ResumeStateError(f"state of rank {state['rank']}/{state['world_size']} (slots {state['slots']}) "
                                    f"does not fit rank {self.rank}/{self.iter_args['world_size']}")
         self.epoch = int(state["epoch"])
-        self._resume = dict(state)
+        self._resume = dict(state) if state.get("iteration") else None
 
     # ------------------------------------------------------------------ iteration
     def _join(self, client: Client) -> dict[str, Any]:
         args = {k: v for k, v in self.iter_args.items() if v is not None}
         return client.iteration(self.dataset, epoch=self.epoch, **args)
 
+    def _finished(self, client: Client, it_id: str) -> bool:
+        prog = client.progress(it_id)
+        if self.mode == "dynamic":
+            return bool(prog["done"] >= prog["total"])
+        queue = prog["queues"][self.rank]
+        return bool(queue["done"] >= queue["total"])
+
     def __iter__(self) -> Iterator[Any]:
-        client = Client(self.url, self.key)
+        client = Client(self.url, self.key, verify=self.verify)
         client.http.retry_s = self.reconnect_s
+        client.http.headers[SESSION_HEADER] = self.session
         try:
             info = self._join(client)
             self.iteration_id = it_id = str(info["id"])
-            if self._resume is not None:
-                if self._resume["iteration"] != it_id:
-                    raise ResumeStateError(f"state is of iteration {self._resume['iteration']}, the server "
+            resume, self._resume = self._resume, None
+            with self._state_lock:
+                self._unflushed = []
+            if resume is not None:
+                if resume["iteration"] != it_id:
+                    raise ResumeStateError(f"state is of iteration {resume['iteration']}, the server "
                                            f"gives {it_id} for these settings")
-                client.resume(it_id, rank=self.rank, consumed=int(self._resume["consumed"]))
-                self._consumed = int(self._resume["consumed"])
-                self._yielded = set(range(self._consumed))
-                self._resume = None
-            else:
-                self._consumed, self._yielded = 0, set()
+                if self.mode == "static":
+                    client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
+                elif resume.get("unflushed"):  # acknowledged in the saved session, as its flush would have
+                    old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify)
+                    old.headers[SESSION_HEADER] = str(resume.get("session", ""))
+                    try:
+                        old.request("POST", f"/api/v1/iterations/{it_id}/ack", ok=(200, 409, 410), body={
+                            "client": self.client_id, "acks": _ranges(tuple(x) for x in resume["unflushed"])})
+                    finally:
+                        old.close()
+                if self._finished(client, it_id):  # an end-of-epoch state: on to the next epoch
+                    self.epoch += 1
+                    info = self._join(client)
+                    self.iteration_id = it_id = str(info["id"])
+                    resume = None
+            self._consumed = int(resume["consumed"]) if resume is not None and self.mode == "static" else 0
+            self._yielded = set(range(self._consumed))
+            self._queue_total = int(info["queues"][0 if self.mode == "dynamic" else self.rank])
             timeout = float(info["config"]["lease_timeout"])
         finally:
             client.close()
+        self._in_epoch = True
         yield from self._run(it_id, timeout)
+        self._in_epoch = False  # the epoch ended: the state is the start of the next one
         self.epoch += 1
+        self._consumed = 0
 
     def _run(self, it_id: str, lease_timeout: float) -> Iterator[Any]:
         buf: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
-        to_ack: list[_Lease] = []
-        held: dict[str, _Lease] = {}
+        held: dict[str, _Lease] = {}  # leases received whose batches are not all consumed and flushed
         lost: set[str] = set()
-        lock = threading.Lock()
         stop = threading.Event()
         errors: list[BaseException] = []
+        path = f"/api/v1/iterations/{it_id}"
+
+        def http(retry_s: float) -> Http:
+            h = Http(self.url, self.key, retry_s=retry_s, verify=self.verify)
+            h.headers[SESSION_HEADER] = self.session
+            return h
 
         def fetch() -> None:
-            http = Http(self.url, self.key, retry_s=self.reconnect_s)
+            conn = http(self.reconnect_s)
             base = [("client", self.client_id), ("rank", self.rank), ("slot", self.slot), ("slots", self.slots)]
+            deadline_503 = time.monotonic() + self.reconnect_s
             try:
                 while not stop.is_set():
-                    with lock:
-                        acks, to_ack[:] = list(to_ack), []
-                    res = http.request("GET", f"/api/v1/iterations/{it_id}/next", ok=(200, 204, 409),
-                                       query=base + [("ack", f"{x.id}:{x.fence}") for x in acks])
-                    self._record_acks(res.headers.get("x-datamill-acks", ""), acks)
+                    sent = self._pending()[:64]
+                    try:
+                        res = conn.request("GET", f"{path}/next", ok=(200, 204, 409), query=base + [
+                            ("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in _ranges(sent)][:64])
+                    except RemoteError as exc:
+                        if exc.status != 503 or time.monotonic() > deadline_503:
+                            raise
+                        stop.wait(1.0)  # the journal cannot be written now (a full disk): wait and retry
+                        continue
+                    deadline_503 = time.monotonic() + self.reconnect_s
+                    self._record_acks(res.headers.get("x-datamill-acks", ""), sent, held, lost)
                     if res.status == 204:
                         buf.put(_END)
                         return
@@ -191,9 +266,10 @@ class RemoteLoader:
                     h = res.headers
                     tables = [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
                     q, _, span = h["x-datamill-positions"].partition(":")
-                    lease = _Lease(h["x-datamill-lease"], int(h["x-datamill-fence"]), int(q),
-                                   int(span.split("-")[0]), [int(u) for u in h["x-datamill-units"].split(",")], tables)
-                    with lock:
+                    lease = _Lease(h["x-datamill-lease"], h["x-datamill-fence"], int(q), int(span.split("-")[0]),
+                                   [int(u) for u in h["x-datamill-units"].split(",")], tables,
+                                   int(h.get("x-datamill-done", "0")))
+                    with self._state_lock:
                         held[lease.id] = lease
                     while not stop.is_set():
                         try:
@@ -205,24 +281,30 @@ class RemoteLoader:
                 errors.append(exc)
                 buf.put(_END)
             finally:
-                http.close()
+                conn.close()
 
         def heartbeat() -> None:
-            http = Http(self.url, self.key, retry_s=0)
+            conn = http(0.0)
+            every = max(0.1, min(1.0, lease_timeout / 4))
+            last = time.monotonic()
             try:
-                while not stop.wait(max(0.2, lease_timeout / 4)):
-                    with lock:
-                        ids = list(held)
+                while not stop.wait(ACK_FLUSH_S):
                     try:
-                        res = http.request("POST", f"/api/v1/iterations/{it_id}/heartbeat", body={
-                            "client": self.client_id, "leases": ids, "stall_s": self.stall_s,
-                            "batches": self.stats["batches"]})
-                        with lock:
-                            lost.update(res.json()["lost"])
+                        self._flush_once(conn, path, held, lost)
+                        if time.monotonic() - last >= every:
+                            last = time.monotonic()
+                            with self._state_lock:
+                                ids = [[x.id, x.fence] for x in held.values()]
+                            res = conn.request("POST", f"{path}/heartbeat", ok=(200, 409, 410), body={
+                                "client": self.client_id, "leases": ids, "stall_s": self.stall_s,
+                                "batches": self.stats["batches"]})
+                            with self._state_lock:
+                                lost.update(res.json().get("lost", []))
+                                lost.update(res.json().get("refused", []))
                     except RemoteError:
-                        continue  # the server may be restarting; the fetch thread reconnects
+                        continue  # the server may be restarting (or out of disk): try again next round
             finally:
-                http.close()
+                conn.close()
 
         threads = [threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
                    threading.Thread(target=heartbeat, name="datamill-serve-heartbeat", daemon=True)]
@@ -239,51 +321,101 @@ class RemoteLoader:
                     return
                 lease: _Lease = item
                 self.stats["leases"] += 1
-                with lock:
-                    is_lost = lease.id in lost
-                if is_lost and self.mode == "dynamic":
-                    self.stats["dropped_lost"] += 1  # not yielded: the server gives it to someone again
-                    with lock:
-                        held.pop(lease.id, None)
-                    continue
+                with self._state_lock:
+                    if self.mode == "static" and lease.done_before > self._consumed:
+                        self._yielded.update(range(self._consumed, lease.done_before))
+                    self._consumed = max(self._consumed, lease.done_before)
                 for i, table in enumerate(lease.tables):
                     pos = lease.start + i
+                    with self._state_lock:
+                        is_lost = lease.id in lost
+                    if is_lost and self.mode == "dynamic":  # the server gives the rest to someone else
+                        self.stats["dropped_lost"] += len(lease.tables) - i
+                        with self._state_lock:
+                            held.pop(lease.id, None)
+                        break
                     if self.mode == "static" and pos in self._yielded:
                         self.stats["skipped_duplicates"] += 1
-                        continue
-                    self._yielded.add(pos)
-                    while self._consumed in self._yielded:
-                        self._consumed += 1
-                    self.stats["batches"] += 1
-                    yield self.collate_fn(table)
-                with lock:  # the loop came back: every batch of the lease is consumed
-                    to_ack.append(lease)
-                    held.pop(lease.id, None)
+                    else:
+                        with self._state_lock:
+                            self._current = (lease.id, lease.fence, pos)
+                            if self.mode == "static":
+                                self._yielded.add(pos)
+                                while self._consumed in self._yielded:
+                                    self._consumed += 1
+                            else:
+                                self._consumed += 1
+                        self.stats["batches"] += 1
+                        yield self.collate_fn(table)
+                    with self._state_lock:  # the loop came back: the batch is consumed
+                        self._current = None
+                        self._unflushed.append((lease.id, lease.fence, pos))
+                with self._state_lock:
+                    if not any(x[0] == lease.id for x in self._unflushed):
+                        held.pop(lease.id, None)
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=5)
-            with lock:
-                rest = list(to_ack)
-            if rest and not errors:
-                self._flush(it_id, rest)
+            if not errors and self._pending():
+                conn = http(min(self.reconnect_s, 10.0))
+                try:
+                    deadline = time.monotonic() + min(self.reconnect_s, 10.0)
+                    while self._pending() and time.monotonic() < deadline:
+                        try:
+                            self._flush_once(conn, path, held, lost)
+                        except RemoteError:
+                            time.sleep(0.2)  # unflushed batches are re-issued: at-least-once, never lost
+                finally:
+                    conn.close()
 
-    def _record_acks(self, header: str, sent: Sequence[_Lease]) -> None:
-        by_id = {x.id: x for x in sent}
-        for item in filter(None, header.split(",")):
-            lease_id, _, status = item.rpartition("=")
-            counts = self.stats["acks"]
-            counts[status] = counts.get(status, 0) + 1
-            if status == "ok" and self.on_commit is not None and lease_id in by_id:
-                self.on_commit(by_id[lease_id].units)
+    def _pending(self) -> list[tuple[str, str, int]]:
+        with self._state_lock:
+            return list(self._unflushed)
 
-    def _flush(self, it_id: str, leases: Sequence[_Lease]) -> None:
-        http = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0))
-        try:
-            res = http.request("POST", f"/api/v1/iterations/{it_id}/ack", ok=(200, 409, 410),
-                               body={"client": self.client_id, "leases": [[x.id, x.fence] for x in leases]})
-            self._record_acks(",".join(f"{k}={v}" for k, v in res.json()["acks"].items()), leases)
-        except RemoteError:
-            pass  # unacknowledged leases are re-issued: at-least-once, never lost
-        finally:
-            http.close()
+    def _flush_once(self, conn: Http, path: str, held: dict[str, _Lease], lost: set[str]) -> None:
+        """Send the consumed batches not yet journaled (one request, one journal transaction)."""
+        sent = self._pending()
+        if not sent:
+            return
+        res = conn.request("POST", f"{path}/ack", ok=(200, 409, 410),
+                           body={"client": self.client_id, "acks": _ranges(sent)})
+        acks = res.json().get("acks", {})
+        self._record_acks(",".join(f"{k}={v}" for k, v in acks.items()), sent, held, lost)
+
+    def _record_acks(self, header: str, sent: Sequence[tuple[str, str, int]], held: dict[str, _Lease],
+                     lost: set[str]) -> None:
+        """Forget the acks the server answered; note lost leases; report commits to ``on_commit``."""
+        statuses = dict(item.rpartition("=")[::2] for item in filter(None, header.split(",")))
+        if not statuses:
+            return
+        done = [x for x in sent if x[0] in statuses]
+        with self._state_lock:
+            gone = set(done)
+            self._unflushed = [x for x in self._unflushed if x not in gone]
+            for lease_id, status in statuses.items():
+                counts = self.stats["acks"]
+                counts[status] = counts.get(status, 0) + 1
+                if status in ("expired", "refused"):
+                    lost.add(lease_id)
+            leases = {lid: held.get(lid) for lid in statuses}
+            left = {x[0] for x in self._unflushed} | ({self._current[0]} if self._current else set())
+            for lid, lease in leases.items():
+                if lease is not None and lid not in left and lease.start + len(lease.tables) - 1 in \
+                        {p for x, _, p in done if x == lid}:
+                    held.pop(lid, None)
+        if self.on_commit is not None:
+            for lid, lease in leases.items():
+                if statuses[lid] == "ok" and lease is not None:
+                    self.on_commit([lease.units[p - lease.start] for x, _, p in done if x == lid])
+
+
+def _ranges(acks: Any) -> list[list[Any]]:
+    """Consumed ``(lease, fence, position)`` as ``[lease, fence, start, stop]`` runs."""
+    out: list[list[Any]] = []
+    for lid, fence, pos in sorted(set(acks), key=lambda x: (x[0], x[2])):
+        if out and out[-1][0] == lid and out[-1][3] == pos:
+            out[-1][3] = pos + 1
+        else:
+            out.append([lid, fence, pos, pos + 1])
+    return out

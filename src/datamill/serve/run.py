@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,7 +24,28 @@ DEFAULT_PORT = 8470
 
 
 class ServeConfig(BaseModel):
-    """A server config file (YAML or JSON): roots, datasets registered at start, defaults.
+    """A server config file (YAML or JSON): every setting of ``datamill serve``; a command-line option
+    given overrides the file's value. ``docs/running.md`` has an example with every key.
+
+    Attributes:
+        roots: folders datasets may be registered from (relative to the file). At least one.
+        datasets: ``name: path`` registered at start (paths under a root).
+        state: the state folder (journal). Defaults to ``.datamill-serve`` in the current folder.
+        host: address to bind. Defaults to ``"127.0.0.1"``.
+        port: port to bind. Defaults to ``8470``.
+        auth: require API keys (``false`` only on a loopback address). Defaults to ``true``.
+        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``; ``*`` any). Defaults to the
+            loopback names with the port and the bound address.
+        lease_timeout: seconds a lease lives without a heartbeat. Defaults to ``60``.
+        cache_shards: released shards each batch service keeps. Defaults to two shuffle windows per rank.
+        log_format: ``text`` or ``json`` (one line per event). Defaults to ``text``.
+        log_level: ``debug``, ``info`` (with the access log), ``warning`` or ``error``. Defaults to ``info``.
+        ssl_certfile: PEM certificate (chain) to serve HTTPS directly. Defaults to none (HTTP).
+        ssl_keyfile: its PEM private key. Defaults to none.
+        forwarded_allow_ips: proxy addresses whose ``X-Forwarded-For``/``-Proto`` are trusted (``*``
+            any). Defaults to none (headers ignored).
+        drain_timeout: seconds SIGTERM waits for leases in flight to be acknowledged. Defaults to ``30``.
+        metrics_no_auth: ``GET /metrics`` without a key (loopback addresses only). Defaults to ``false``.
 
     Examples:
         >>> ServeConfig(roots=["/data"], datasets={"cifar": "cifar10_shards"}).datasets
@@ -32,8 +56,19 @@ class ServeConfig(BaseModel):
     roots: list[str] = Field(min_length=1)
     datasets: dict[str, str] = Field(default_factory=dict)
     state: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    auth: bool = True
+    allowed_hosts: list[str] | None = None
     lease_timeout: float = Field(60.0, ge=1, le=86_400, allow_inf_nan=False)
     cache_shards: int | None = Field(None, ge=1)
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    forwarded_allow_ips: list[str] | None = None
+    drain_timeout: float = Field(30.0, ge=0, le=3600)
+    metrics_no_auth: bool = False
 
 
 def is_loopback(host: str) -> bool:
@@ -51,11 +86,47 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _line_of(node: Any, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line of a field path in a composed YAML node tree (the deepest part found)."""
+    line = None
+    for part in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        nxt = None
+        if hasattr(node, "value") and isinstance(node.value, list):
+            if isinstance(part, int) and part < len(node.value) and not isinstance(node.value[0], tuple):
+                nxt = node.value[part]
+                line = nxt.start_mark.line + 1
+            else:
+                for k, v in node.value:
+                    if isinstance(k.value, str) and k.value == str(part):
+                        line, nxt = k.start_mark.line + 1, v
+                        break
+        node = nxt
+    return line
+
+
+def _field(loc: Sequence[int | str]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
+
+
 def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     """A folder is one root; a ``.yaml``/``.yml``/``.json`` file is a :class:`ServeConfig`.
 
+    Relative ``roots``, ``state``, ``ssl_certfile`` and ``ssl_keyfile`` are taken from the file's folder.
+
     Raises:
-        ConfigError: a missing path or an invalid config (naming the file and field).
+        ConfigError: a missing path or an invalid config, naming the file, the line and the field.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "serve.yaml"
+        >>> _ = f.write_text("roots: [data]\nlease_timeout: 0\n")
+        >>> load_config(f)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: ...serve.yaml, line 2, column "lease_timeout": ... greater than or equal to 1...
     """
     p = Path(root_or_config)
     if p.is_dir():
@@ -64,33 +135,57 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         raise ConfigError("no such dataset root or config file", path=p)
     import yaml
 
+    text = p.read_text(encoding="utf-8")
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=p,
+                          line=mark.line + 1 if mark is not None else None) from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping of settings (roots: [...], ...), got {type(raw).__name__}", path=p,
+                          hint="see docs/running.md for an example serve.yaml")
+    try:
         cfg = ServeConfig.model_validate(raw)
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"invalid server config: {' '.join(str(exc).split())}", path=p) from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [x for x in err["loc"] if isinstance(x, (int, str))]
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        hint = ("remove it or check its spelling; the keys are " + ", ".join(ServeConfig.model_fields)
+                if err["type"] == "extra_forbidden" else "see docs/running.md for every key and its range")
+        raise ConfigError(f"{err['msg']}, got {err.get('input')!r}{more}", path=p, line=_line_of(yaml.compose(text), loc),
+                          column=_field(loc), hint=hint) from exc
     base = p.parent
-    return cfg.model_copy(update={"roots": [str((base / r).resolve()) for r in cfg.roots]})
+    update: dict[str, Any] = {"roots": [str((base / r).resolve()) for r in cfg.roots]}
+    for f in ("state", "ssl_certfile", "ssl_keyfile"):
+        if getattr(cfg, f) is not None:
+            update[f] = str(base / getattr(cfg, f))
+    return cfg.model_copy(update=update)
 
 
-def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-          state: str | os.PathLike[str] | None = None, auth: bool = True, lease_timeout: float | None = None,
-          allowed_hosts: Sequence[str] | None = None, echo: Callable[[str], Any] = print) -> None:
-    """Serve the datasets under a root (or a config's roots) until interrupted.
+def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, port: int | None = None,
+          state: str | os.PathLike[str] | None = None, auth: bool | None = None, lease_timeout: float | None = None,
+          allowed_hosts: Sequence[str] | None = None, echo: Callable[[str], Any] = print,
+          **options: Any) -> None:
+    """Serve the datasets under a root (or a config's roots) until interrupted or drained by SIGTERM.
+
+    Every argument left ``None`` takes the config file's value (see :class:`ServeConfig`).
 
     Args:
         root_or_config: a dataset root folder or a server config file.
-        host: address to bind. Defaults to ``"127.0.0.1"``.
-        port: port to bind. Defaults to ``8470``.
+        host: address to bind. Defaults to the config's (``"127.0.0.1"``).
+        port: port to bind. Defaults to the config's (``8470``).
         state: state folder (journal). Defaults to the config's, else ``.datamill-serve`` here.
-        auth: require API keys; ``False`` only on a loopback address. Defaults to ``True``.
+        auth: require API keys; ``False`` only on a loopback address. Defaults to the config's (``True``).
         lease_timeout: lease lifetime without heartbeats. Defaults to the config's (``60`` s).
         allowed_hosts: ``Host`` names answered (``name`` or ``name:port``, ``*`` any). Defaults to the loopback
             names with ``port``, the bound address, and this machine's names when bound to all interfaces.
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
+        **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``, ``ssl_certfile``,
+            ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``, ``metrics_no_auth``, ``cache_shards``).
 
     Raises:
-        ConfigError: ``auth=False`` on a non-loopback address, or a bad root/config.
+        ConfigError: ``auth=False`` or ``metrics_no_auth`` on a non-loopback address, a bad root/config/option.
 
     Examples:
         >>> serve("/nonexistent-root")
@@ -98,28 +193,49 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", po
         ...
         datamill.core.errors.ConfigError: /nonexistent-root: no such dataset root or config file
     """
-    if not 1 <= int(port) <= 65535:
-        raise ConfigError(f"expected a port in 1..65535, got {port}")
-    cfg = load_config(root_or_config)
-    if not auth and not is_loopback(host):
-        raise ConfigError(f"--no-auth is allowed only on a loopback address, not {host!r}",
-                          hint="bind 127.0.0.1, or create keys with `datamill serve keys create`")
+    base = load_config(root_or_config)
+    given = {"host": host, "port": port, "state": None if state is None else str(state), "auth": auth,
+             "lease_timeout": lease_timeout, "allowed_hosts": None if allowed_hosts is None else list(allowed_hosts),
+             **options}
+    try:
+        cfg = ServeConfig.model_validate({**base.model_dump(), **{k: v for k, v in given.items() if v is not None}})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"option {_field([x for x in err['loc'] if isinstance(x, (int, str))])}: {err['msg']}, "
+                          f"got {err.get('input')!r}") from exc
+    for flag, on in (("--no-auth", not cfg.auth), ("--metrics-no-auth", cfg.metrics_no_auth)):
+        if on and not is_loopback(cfg.host):
+            raise ConfigError(f"{flag} is allowed only on a loopback address, not {cfg.host!r}",
+                              hint="bind 127.0.0.1, or create keys with `datamill serve keys create`")
+    if (cfg.ssl_certfile is None) != (cfg.ssl_keyfile is None):
+        raise ConfigError("TLS needs both ssl_certfile and ssl_keyfile (--ssl-certfile, --ssl-keyfile)")
+    for f in (cfg.ssl_certfile, cfg.ssl_keyfile):
+        if f is not None and not Path(f).is_file():
+            raise ConfigError("no such TLS certificate or key file", path=f)
     uvicorn = require("uvicorn", extra="serve")
-    from datamill.serve.app import create_app
+    import logging.config
 
-    state_dir = Path(state or cfg.state or ".datamill-serve")
-    hosts = list(allowed_hosts) if allowed_hosts is not None else default_hosts(host, port)
-    if allowed_hosts is None and host in ("0.0.0.0", "::"):
-        hosts += [f"{n}:{port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
-    app = create_app(state_dir, roots=cfg.roots, auth=auth, lease_timeout=lease_timeout or cfg.lease_timeout,
-                     cache_shards=cfg.cache_shards, allowed_hosts=hosts)
+    from datamill.serve.app import create_app
+    from datamill.serve.logs import event, log_config
+
+    logging_cfg = log_config(fmt=cfg.log_format, level=cfg.log_level)
+    logging.config.dictConfig(logging_cfg)
+    state_dir = Path(cfg.state or ".datamill-serve")
+    hosts = list(cfg.allowed_hosts) if cfg.allowed_hosts is not None else default_hosts(cfg.host, cfg.port)
+    if cfg.allowed_hosts is None and cfg.host in ("0.0.0.0", "::"):
+        hosts += [f"{n}:{cfg.port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
+    app = create_app(state_dir, roots=cfg.roots, auth=cfg.auth, lease_timeout=cfg.lease_timeout,
+                     cache_shards=cfg.cache_shards, allowed_hosts=hosts, metrics_no_auth=cfg.metrics_no_auth)
+    st = app.state.serve
     for name, path in cfg.datasets.items():
-        app.state.serve.register(path, name=name)
+        st.register(path, name=name)
     key = app.state.initial_admin_key
-    echo(f"datamill serve: http://{host}:{port} (state {state_dir}, roots {', '.join(cfg.roots)}, "
-         f"auth {'on' if auth else 'off'}, hosts {', '.join(hosts)})")
+    scheme = "https" if cfg.ssl_certfile else "http"
+    echo(f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots {', '.join(cfg.roots)}, "
+         f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})")
     if key:
         echo(f"admin key (shown once, store it now): {key}")
+    _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
     fast = {}
     for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
         try:
@@ -127,4 +243,78 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str = "127.0.0.1", po
             fast[opt] = val
         except ImportError:
             pass
-    uvicorn.run(app, host=host, port=int(port), log_level="warning", access_log=False, **fast)
+    proxy: dict[str, Any] = {"proxy_headers": False}
+    if cfg.forwarded_allow_ips:
+        proxy = {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
+    config = uvicorn.Config(app, host=cfg.host, port=int(cfg.port), log_config=logging_cfg, log_level=cfg.log_level,
+                            access_log=cfg.log_level in ("debug", "info"), ssl_certfile=cfg.ssl_certfile,
+                            ssl_keyfile=cfg.ssl_keyfile, timeout_graceful_shutdown=5, **proxy, **fast,
+                            timeout_keep_alive=75)  # above a proxy's or client's idle time: no close/send race
+    server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
+    server.run()
+    event("stopped", drained=server.drained, leases_left=server.leases_left)
+
+
+def _recovery_summary(st: Any, *, url: str) -> None:
+    """Log the start line with what the journal holds (iterations by status, leases held for their holders)."""
+    from datamill.serve import lifecycle
+    from datamill.serve.logs import event
+
+    rows, _ = lifecycle.page(st.journal, limit=lifecycle.MAX_PAGE)
+    by: dict[str, int] = {}
+    for r in rows:
+        by[r["status"]] = by.get(r["status"], 0) + 1
+    held = st.journal._exec("SELECT COUNT(*) FROM leases")[0][0] if st.journal._exec(
+        "SELECT 1 FROM sqlite_master WHERE name = 'leases'") else 0
+    event("start", url=url, state=str(st.journal.dir), datasets=len(st.journal.datasets()),
+          iterations=sum(by.values()), running=by.get("running", 0), stale=by.get("stale", 0),
+          finished=by.get("finished", 0), cancelled=by.get("cancelled", 0), journaled_leases=int(held))
+
+
+class _DrainingServer:
+    """uvicorn's server whose SIGTERM drains first: no new leases (503), acks and heartbeats answered
+    until every live lease is acknowledged or ``drain_timeout`` passes; then a normal shutdown (exit 0).
+    A second SIGTERM, or SIGINT, stops at once."""
+
+    def __init__(self, config: Any, *, state: Any, drain_timeout: float) -> None:
+        import uvicorn
+
+        outer = self
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                if sig == signal.SIGTERM and not outer.draining_started:
+                    outer.draining_started = True
+                    threading.Thread(target=outer._drain, name="datamill-drain", daemon=True).start()
+                    return
+                super().handle_exit(sig, frame)
+
+        self.server = Server(config)
+        self.state, self.drain_timeout = state, float(drain_timeout)
+        self.draining_started = False
+        self.drained = False
+        self.leases_left = 0
+
+    def _live(self) -> int:
+        with self.state._lock:
+            live = list(self.state._iterations.values())
+        return sum(len(it.leases) for it in live)
+
+    def _drain(self) -> None:
+        from datamill.serve.logs import event
+
+        self.state.draining = True
+        left = self._live()
+        event("draining", leases_live=left, timeout_s=self.drain_timeout)
+        deadline = time.monotonic() + self.drain_timeout
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = self._live()
+        self.drained, self.leases_left = left == 0, left
+        event("drained" if left == 0 else "drain timeout", leases_left=left,
+              note="" if left == 0 else "their holders reclaim them from the next server (grace period)")
+        self.server.should_exit = True
+
+    def run(self) -> None:
+        """Run until stopped."""
+        self.server.run()

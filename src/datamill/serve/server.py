@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,18 @@ from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
-from datamill.serve.iteration import AckResult, Iteration, Lease, runs
+from datamill.serve.iteration import AckResult, Iteration, Lease, digest, runs
 from datamill.serve.journal import Journal
+from datamill.serve.lease_journal import (
+    UnavailableError,
+    ensure_tables,
+    journaled_leases,
+    write_leases,
+)
+from datamill.serve.metrics import Telemetry
 
-__all__ = ["ARROW_STREAM", "CancelledError", "ConflictError", "LeasePayload", "NotFoundError", "ServeState"]
+__all__ = ["ARROW_STREAM", "CancelledError", "ConflictError", "LeasePayload", "NotFoundError", "ServeState",
+           "UnavailableError"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -98,6 +107,7 @@ class ServeState:
     def __init__(self, state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
                  auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None) -> None:
         self.journal = Journal(state_dir)
+        ensure_tables(self.journal)
         self.keys = KeyStore(self.journal)
         self.auth, self.lease_timeout = auth, float(lease_timeout)
         self.cache_shards = None if cache_shards is None else int(cache_shards)
@@ -106,9 +116,12 @@ class ServeState:
         self._lock = threading.RLock()
         self._services: dict[str, BatchService] = {}
         self._iterations: dict[str, Iteration] = {}
+        self.telemetry = Telemetry(self.journal)  # counters, lifecycle rows, event logs (datamill.serve.metrics)
+        self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
 
     def close(self) -> None:
-        """Close the services and the journal."""
+        """Write the telemetry one last time, close the services and the journal."""
+        self.telemetry.stop(self)
         for svc in self._services.values():
             svc.close()
         self.keys.close()
@@ -162,17 +175,21 @@ class ServeState:
                 return ds
         raise NotFoundError(f"no dataset {ref!r}; registered: {[d['name'] for d in self.journal.datasets()]}")
 
-    def service(self, cfg: Mapping[str, Any]) -> BatchService:
-        """The batch service of a dataset and order config (created once)."""
+    def open_source(self, path: str) -> Any:
+        """The Source of a registered dataset's path (a benchmark may plan synthetic shard sizes instead)."""
         from datamill.sources import open_source
 
+        return open_source(path)
+
+    def service(self, cfg: Mapping[str, Any]) -> BatchService:
+        """The batch service of a dataset and order config (created once)."""
         key = fingerprint_obj({k: cfg[k] for k in ("dataset", "batch_size", "seed", "shuffle", "columns",
                                                    "drop_last", "window")})
         with self._lock:
             svc = self._services.get(key)
             if svc is None:
                 ds = self.dataset(cfg["dataset"])
-                svc = BatchService(open_source(ds["path"]), batch_size=cfg["batch_size"], seed=cfg["seed"],
+                svc = BatchService(self.open_source(ds["path"]), batch_size=cfg["batch_size"], seed=cfg["seed"],
                                    shuffle=cfg["shuffle"], window=cfg["window"], drop_last=cfg["drop_last"],
                                    columns=cfg["columns"], collate="arrow", cache_shards=self.cache_shards)
                 if self.cache_shards is None:  # two shuffle windows of released shards per rank being served
@@ -270,6 +287,7 @@ class ServeState:
             cfg["plan_world"], cfg["base_done"] = plan_world, runs(base_done)
             it = self._build(it_id, cfg)
             self.journal.add_iteration(it_id, key, cfg["epoch"], cfg)
+            self.telemetry.created(it)
             self._iterations[it_id] = it
             return self.describe(it)
 
@@ -281,6 +299,7 @@ class ServeState:
         it = Iteration(it_id, rank_batches, mode=cfg["mode"], world_size=cfg["world_size"], base_done=base,
                        lease_size=cfg["lease_size"], lease_timeout=cfg["lease_timeout"], boot=self.boot)
         it.config = dict(cfg)
+        it.on_expired = lambda leases: self.telemetry.expired(it, leases)
         return it
 
     def iteration(self, ref: str) -> Iteration:
@@ -297,10 +316,14 @@ class ServeState:
             if row["id"] in self._iterations:
                 return self._iterations[row["id"]]
             it = self._build(row["id"], row["config"])
-            it.mark_done(u for a, b, _ in self.journal.done(row["id"]) for u in range(a, b))
-            it.acked.update(lease for _, _, lease in self.journal.done(row["id"]))
+            done = self.journal.done(row["id"])
+            it.mark_done(u for a, b, _ in done for u in range(a, b))
             if self.journal.is_cancelled(row["id"]):
                 it.cancel()
+            else:  # the grace period: leases in flight wait one lease timeout for their holders
+                for lease in journaled_leases(self.journal, row["id"]):
+                    it.restore(lease)
+            it.acked.update(lease for _, _, lease in done if lease not in it.leases)
             self._iterations[row["id"]] = it
             return it
 
@@ -310,36 +333,96 @@ class ServeState:
         return {"id": it.id, "config": {k: v for k, v in cfg.items() if k != "base_done"}, "total": it.total,
                 "queues": [len(q) for q in it.queues], "base_done": it.base_done}
 
-    def ack(self, it: Iteration, lease_id: str, fence: int) -> AckResult:
-        """Acknowledge; journaled (committed) before returning."""
-        res = it.ack(lease_id, fence)
-        if res.status == "ok":
-            self.journal.add_done(it.id, res.units, lease=lease_id)
-        return res
+    def ack(self, it: Iteration, lease_id: str, fence: str, *, session: str | None = None,
+            client: str | None = None) -> AckResult:
+        """Acknowledge a whole lease (see :meth:`ack_batches`)."""
+        statuses, units = self.ack_batches(it, [(lease_id, fence, None, None)], session=session, client=client)
+        return AckResult(statuses[lease_id], units.get(lease_id, []))
+
+    def ack_batches(self, it: Iteration, items: Sequence[tuple[str, str, int | None, int | None]], *,
+                    session: str | None = None, client: str | None = None
+                    ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
+        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the whole lease)
+        of one session (its secret; ``client`` when ``None``): ``(status per lease, unit runs done)``.
+
+        The units are journaled in **one transaction** before memory changes, so ``"already"`` is only
+        ever answered for journaled acks.
+
+        Raises:
+            UnavailableError: the journal could not be written (nothing changed; retry later).
+        """
+        secret = session if session is not None else client if client is not None else ""
+        with it.lock:
+            statuses, marks = it.plan_acks(items, session=digest(secret))
+            if marks:
+                units = it.units_of_marks(marks)
+                finished = it.finishing(marks)
+                write_leases(self.journal, it.id, done=units, drop=finished)
+                now = time.monotonic()
+                self.telemetry.acked(it, [now - it.leases[x].issued for x in finished if x in it.leases])
+                it.apply_acks(marks)
+            else:
+                units = {}
+        if it.finished_all():
+            self._evict(it)
+        return statuses, units
+
+    def heartbeat(self, it: Iteration, client: str, *, leases: Sequence[tuple[str, str]] = (),
+                  session: str | None = None, stall_s: float | None = None,
+                  batches: int | None = None) -> dict[str, list[str]]:
+        """Extend (or reclaim after a restart) a client's leases: ``{"lost": [...], "refused": [...]}``."""
+        return it.heartbeat(client, leases=leases, session=session, stall_s=stall_s, batches=batches)
+
+    def _evict(self, it: Iteration) -> None:
+        """Forget a finished iteration (the journal keeps it; a later request rebuilds it)."""
+        with self._lock:
+            if self._iterations.get(it.id) is it:
+                del self._iterations[it.id]
+        self.telemetry.ended(it, "finished")
 
     def cancel(self, it: Iteration) -> dict[str, Any]:
         """Cancel an iteration for good (journaled first): no more leases, live ones revoked."""
         self.journal.cancel(it.id)
         it.cancel()
+        self.telemetry.ended(it, "cancelled")
         return it.progress()
 
     def next_lease(self, it: Iteration, client: str, *, rank: int = 0, slot: int = 0,
-                   slots: int = 1) -> LeasePayload | None:
+                   slots: int = 1, session: str | None = None, owner: str = "") -> LeasePayload | None:
         """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`)."""
         if it.cancelled:
             raise CancelledError(f"iteration {it.id} was cancelled by an admin",
                                  hint="start a new iteration (another name or config)")
+        if self.draining:
+            raise UnavailableError("the server is shutting down (draining): no new leases",
+                                   hint="retry: the server that replaces this one hands out the rest")
         if it.mode == "static" and not 0 <= rank < it.world_size:
             raise ConfigError(f"rank must be in [0, {it.world_size}), got {rank}")
         if not 0 <= slot < max(1, slots):
             raise ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
-        lease = it.take(client, rank=rank, slot=slot, slots=slots)
+        with it.lock:
+            reissued = it.reissued
+            lease = it.take(client, rank=rank, slot=slot, slots=slots, session=session, owner=owner)
+            reissued = it.reissued > reissued
+            dropped = it.take_dropped()
+            if lease is not None or dropped:
+                try:  # journaled before the reply: after a restart its holder can reclaim it
+                    write_leases(self.journal, it.id, add=[lease] if lease is not None else [], drop=dropped)
+                except UnavailableError:
+                    it.dropped.extend(dropped)
+                    if lease is not None:
+                        it.leases.pop(lease.id, None)
+                        it.state[lease.queue][lease.start:lease.stop] = 0  # PENDING again
+                    raise
         if lease is None:
             return None
         units = it.units_of(lease)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
         # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4 clients
-        return LeasePayload(lease, units, self._body(it, units), int(it.config["epoch"]))
+        t0 = time.perf_counter()
+        body = self._body(it, units)
+        self.telemetry.leased(it, reissued=reissued, nbytes=len(body), seconds=time.perf_counter() - t0)
+        return LeasePayload(lease, units, body, int(it.config["epoch"]))
 
     def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
         """The Arrow IPC stream of some units' batches (one build per run of one plan rank's batches)."""
@@ -352,8 +435,8 @@ class ServeState:
             j = i + 1
             while j < len(units) and units[j] == units[j - 1] + 1 and it.unit_location(units[j])[0] == r:
                 j += 1
-            tables.extend(res.output for res in svc.build(cfg["epoch"], r, list(range(b, b + j - i)),
-                                                          world_size=cfg["plan_world"]))
+            tables.extend(res.output for res in svc.build_samples(cfg["epoch"], r, list(range(b, b + j - i)),
+                                                                  world_size=cfg["plan_world"]))
             i = j
         return to_ipc(tables)
 

@@ -4,11 +4,9 @@ Routes (under ``/api/v1``; every route declares its role with :func:`datamill.se
 
 * ``GET /health`` (public) | ``GET/POST /datasets`` | ``GET/POST /keys``, ``DELETE /keys/{id}`` (admin)
 * ``POST /iterations`` (idempotent by name or config) | ``GET /iterations/{id}`` | ``.../progress`` | ``.../done``
-* ``GET /iterations/{id}/next?client=&rank=&slot=&slots=&ack=<lease>:<fence>`` -> ``200`` Arrow IPC stream
-  (one record batch per batch; headers ``X-Datamill-Lease``, ``-Fence``, ``-Units``, ``-Positions``,
-  ``-Epoch``, ``-Acks``), ``204`` nothing left for this client, ``409`` wait (others hold the rest)
-* ``POST /iterations/{id}/ack`` (``410`` for a lease of an earlier server run, ``409`` when fenced)
-* ``POST /iterations/{id}/heartbeat`` | ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
+* ``GET /iterations/{id}/next``, ``POST .../ack``, ``POST .../heartbeat``: leases, per-batch acks and
+  reclaims, bound to the client's session (:mod:`datamill.serve.delivery` has the protocol)
+* ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
   (admin; afterwards ``next`` answers ``410``)
 """
 

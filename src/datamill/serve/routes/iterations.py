@@ -3,10 +3,11 @@ rewind and cancel (admin) iterations."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Query
 
+from datamill.serve import lifecycle
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -16,8 +17,10 @@ from datamill.serve.access import (
     check_dataset,
     may_use,
 )
+from datamill.serve.lifecycle import MAX_PAGE
+from datamill.serve.logs import event
 from datamill.serve.routes.bounds import check_iteration, check_rewind
-from datamill.serve.routes.models import IterationIn, ResumeIn, RewindIn
+from datamill.serve.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
 
 __all__ = ["router"]
 
@@ -35,12 +38,18 @@ def create_iteration(who: Reader, body: IterationIn, state: State) -> dict[str, 
 
 
 @router.get("")
-def iterations(who: Reader, state: State) -> list[dict[str, Any]]:
-    """Every journaled iteration (of the datasets the caller's key may use) with its config."""
-    names = {ds["id"]: ds for ds in state.journal.datasets()}
-    return [{"id": r["id"], "key": r["key"], "epoch": r["epoch"], "config":
-             {k: v for k, v in r["config"].items() if k != "base_done"}} for r in state.journal.iterations()
-            if r["config"]["dataset"] in names and may_use(who, names[r["config"]["dataset"]])]
+def iterations(who: Reader, state: State,
+               status: Annotated[Literal["running", "finished", "cancelled", "stale"] | None, Query()] = None,
+               dataset: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+               limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+               after: Annotated[str | None, Query(pattern=ID_PATTERN)] = None) -> dict[str, Any]:
+    """A page of journaled iterations (of the datasets the caller's key may use), oldest first, with
+    status, start, end, duration and clients seen: ``{"iterations": [...], "next": id or null}``."""
+    allowed = [ds["id"] for ds in state.journal.datasets() if may_use(who, ds)]
+    if dataset is not None:
+        allowed = [check_dataset(who, state, dataset)["id"]]
+    rows, nxt = lifecycle.page(state.journal, status=status, datasets=allowed, limit=limit, after=after)
+    return {"iterations": rows, "next": nxt}
 
 
 @router.get("/{it_id}")
@@ -88,4 +97,5 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
     if not who.admin and owner is not None and owner != (who.key_id or ""):
         raise HTTPException(403, "only the key that created this iteration (or an admin key) may resume it")
     check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
+    event("resume iteration", iteration=it.id, key=who.key_id, rank=body.rank, consumed=body.consumed)
     return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})

@@ -27,6 +27,9 @@ MAX_UNITS = 1 << 40
 ItId = Annotated[str, Path(pattern=ID_PATTERN)]
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
 Unit = Annotated[int, Field(ge=0, le=MAX_UNITS)]
+LeaseId = Annotated[str, Field(pattern=ID_PATTERN)]
+Fence = Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
+"""A lease's fence: 128 random bits as 32 hex digits (longer or other text is refused before any work)."""
 Seconds = Annotated[float, Field(ge=1, le=86_400, allow_inf_nan=False)]
 
 
@@ -65,7 +68,7 @@ class DatasetIn(_Body):
 class KeyIn(_Body):
     """``POST /keys``: the new key's role and note."""
 
-    role: Literal["read", "admin"] = "read"
+    role: Literal["read", "admin", "metrics"] = "read"
     note: str = Field("", max_length=200)
     datasets: list[Id] | None = Field(None, min_length=1, max_length=1000)
     expires: str | None = Field(None, pattern=r"^\d{1,6}[smhdw]$")
@@ -92,18 +95,20 @@ class IterationIn(_Body):
 
 
 class AckIn(_Body):
-    """``POST /iterations/{id}/ack``: ``(lease, fence)`` pairs of a client."""
+    """``POST /iterations/{id}/ack``: consumed batches ``[lease, fence, start, stop]`` (queue positions) of a
+    client, or whole leases ``[lease, fence]`` (see :mod:`datamill.serve.delivery`)."""
 
     client: str = Field(pattern=ID_PATTERN)
-    leases: list[tuple[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0, lt=1 << 128)]]] = Field(
-        max_length=1024)
+    leases: list[tuple[LeaseId, Fence]] = Field(default_factory=list, max_length=1024)
+    acks: list[tuple[LeaseId, Fence, Unit, Unit]] = Field(default_factory=list, max_length=1024)
 
 
 class HeartbeatIn(_Body):
-    """``POST /iterations/{id}/heartbeat``: the leases a client still holds, and its stall statistics."""
+    """``POST /iterations/{id}/heartbeat``: the ``[lease, fence]`` a client holds (reclaimed after a
+    restart), and its stall statistics."""
 
     client: str = Field(pattern=ID_PATTERN)
-    leases: list[Annotated[str, Field(max_length=64)]] = Field(default_factory=list, max_length=1024)
+    leases: list[tuple[LeaseId, Fence]] = Field(default_factory=list, max_length=1024)
     stall_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
     batches: Unit | None = None
 

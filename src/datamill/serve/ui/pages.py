@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.core.errors import DatamillError
+from datamill.serve import lifecycle
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -266,8 +267,9 @@ def _iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     progress = it.progress()
     names = {d["id"]: d["name"] for d in state.datasets()}
     svg = throughput_svg(ack_history(state.journal.path, it.id))
+    life = lifecycle.one(state.journal, it.id) or {}
     return {"id": it.id, "config": desc["config"], "dataset": names.get(desc["config"]["dataset"], "?"),
-            "p": progress, "svg": svg}
+            "p": progress, "svg": svg, "status": life.get("status", "running"), "life": life}
 
 
 @router.get("/iterations")
@@ -276,13 +278,13 @@ def iterations_page(request: Request, state: State, who: Reader) -> HTMLResponse
     """Every iteration with its progress, and the form that starts one."""
     rows = []
     names = {d["id"]: d["name"] for d in state.datasets()}
-    for r in state.journal.iterations():
-        if r["config"]["dataset"] not in names or not may_use(who, {"id": r["config"]["dataset"],
-                                                                     "name": names[r["config"]["dataset"]]}):
-            continue
-        p = state.iteration(r["id"]).progress()
-        rows.append({"id": r["id"], "key": r["key"], "epoch": r["epoch"], "created": r["created"],
-                     "dataset": names.get(r["config"]["dataset"], "?"), "mode": r["config"]["mode"], "p": p})
+    allowed = [d["id"] for d in state.journal.datasets() if may_use(who, d)]
+    page, _ = lifecycle.page(state.journal, datasets=allowed, limit=lifecycle.MAX_PAGE)  # finished ones stay on disk
+    for r in page:
+        live = state._iterations.get(r["id"])
+        p = live.progress() if live is not None else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
+        rows.append({"id": r["id"], "key": r["key"], "epoch": r["epoch"], "created": r["started"],
+                     "dataset": names.get(r["dataset"], "?"), "mode": r["mode"], "p": p, "status": r["status"]})
     return _render(request, "iterations.html", who, iterations=rows, datasets=state.datasets())
 
 
@@ -380,7 +382,7 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
     form = await _form(request)
     check_csrf(who, form)
     role = form.get("role", "read")
-    if role not in ("read", "admin"):
+    if role not in ("read", "admin", "metrics"):
         raise HTTPException(400, f"unknown role {role!r}")
     datasets = [d.strip() for d in form.get("datasets", "").split(",") if d.strip()] or None
     expires = form.get("expires", "").strip() or None
