@@ -212,3 +212,26 @@ def test_a_server_with_build_workers_serves_the_loader_batches(direct: dict[str,
         assert len(ref) == len(got[r])
         for a, b in zip(got[r], ref):
             _same_arrays(a, b)
+
+
+def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Path) -> None:
+    """A build worker killed -9 between two leases: the next lease is built by its replacement."""
+    import os
+    import signal
+
+    st = ServeState(tmp_path / "state", roots=[direct["root"]], auth=False, build_workers=1)
+    try:
+        st.register("ds", name="ds")
+        it = st.iteration(st.create_iteration({"dataset": "ds", "batch_size": 100, "lease_size": 2})["id"])
+        first = st.next_lease(it, "c", session="c")
+        assert first is not None and first.body
+        pids = list(st.pool.executors[0]._processes)
+        assert len(pids) == 1
+        os.kill(pids[0], signal.SIGKILL)
+        time.sleep(0.5)
+        second = st.next_lease(it, "c", session="c")
+        assert second is not None
+        assert pa.ipc.open_stream(io.BytesIO(second.body)).read_all().num_rows == 200
+        assert list(st.pool.executors[0]._processes) != pids
+    finally:
+        st.close()

@@ -456,6 +456,13 @@ class ServeState:
             body = self.pool.build(client, ds["path"], it.config, runs)
         else:
             body = self._body(it, units)
+        with it.lock:  # the lease's clock starts when its holder gets it, not before a (slow) build
+            live = it.leases.get(lease.id) is lease
+            if live:
+                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout)
+        if not live:  # it expired while being built (a loaded machine) and went back to the queue: take again
+            return self.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=session, owner=owner,
+                                   transport=transport)
         self.telemetry.leased(it, reissued=reissued, nbytes=len(body), seconds=time.perf_counter() - t0)
         return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
 

@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +51,12 @@ def default_build_workers() -> int:
 def _init(cache_shards: int | None) -> None:
     global _CACHE_SHARDS
     _CACHE_SHARDS = cache_shards
+    import datamill.serve.direct
+    import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
+
+
+def _ping() -> int:
+    return os.getpid()
 
 
 def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
@@ -84,13 +91,22 @@ class BuildPool:
     def __init__(self, workers: int, *, cache_shards: int | None = None) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"build workers must be an int >= 1, got {workers!r}")
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                          else "spawn")
-        self.executors = [ProcessPoolExecutor(1, mp_context=ctx, initializer=_init, initargs=(cache_shards,))
-                          for _ in range(workers)]
+        self._ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                                else "spawn")
+        self._cache_shards = cache_shards
+        self.executors = [self._executor() for _ in range(workers)]
+        self.warm()
         self._lock = threading.Lock()
         self._pinned: OrderedDict[str, int] = OrderedDict()
         self._next = 0
+
+    def _executor(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(1, mp_context=self._ctx, initializer=_init, initargs=(self._cache_shards,))
+
+    def warm(self) -> list[int]:
+        """Start every worker (imports done) and wait for it: a server starts serving with warm workers, so
+        a restart's grace period is not spent starting processes. Returns the workers' process ids."""
+        return [int(f.result()) for f in [ex.submit(_ping) for ex in self.executors]]
 
     def _worker(self, client: str) -> int:
         with self._lock:
@@ -107,8 +123,18 @@ class BuildPool:
     def build(self, client: str, path: str, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]) -> bytes:
         """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it)."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
-        fut = self.executors[self._worker(client)].submit(_build, str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
-        return bytes(fut.result())
+        args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
+        w = self._worker(client)
+        ex = self.executors[w]
+        try:
+            return bytes(ex.submit(_build, *args).result())
+        except BrokenProcessPool:  # the worker died (killed, out of memory): replace it and build once more
+            with self._lock:
+                if self.executors[w] is ex:
+                    self.executors[w] = self._executor()
+                    self.executors[w].submit(_ping).result()
+                ex = self.executors[w]
+            return bytes(ex.submit(_build, *args).result())
 
     def close(self) -> None:
         """Stop the workers."""
