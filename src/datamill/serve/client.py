@@ -22,6 +22,7 @@ from datamill.core.errors import ConfigError, DatamillError
 __all__ = ["Client", "RemoteError", "Response"]
 
 RETRYABLE = (ConnectionError, http.client.HTTPException, socket.timeout, OSError)
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 class RemoteError(DatamillError, RuntimeError):
@@ -102,7 +103,9 @@ class Http:
             headers["Content-Type"] = "application/json"
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
+        stale_retry = True
         while True:
+            reused = self._conn is not None
             try:
                 conn = self._connection()
                 conn.request(method, target, body=payload, headers=headers)
@@ -113,6 +116,9 @@ class Http:
                 break
             except RETRYABLE as exc:
                 self.close()
+                if reused and stale_retry and isinstance(exc, _STALE):
+                    stale_retry = False  # the server closed an idle keep-alive connection: reconnect once
+                    continue
                 if time.monotonic() >= deadline:
                     raise RemoteError(f"cannot reach {self.scheme}://{self.host}:{self.port}: {exc}",
                                       hint="is `datamill serve` running there?") from exc
