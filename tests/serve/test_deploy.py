@@ -209,6 +209,8 @@ def test_the_documented_serve_yaml_sets_every_key_and_loads(tmp_path: Path) -> N
     ("roots: [data]\nlog_format: xml\n", 2, "log_format", "'text' or 'json'"),
     ("roots: [data]\ndatasets:\n  cifar: [1, 2]\n", 3, "datasets.cifar", "valid string"),
     ("roots: [data]\nforwarded_allow_ips:\n  - 127.0.0.1\n  - 5\n", 4, "forwarded_allow_ips[1]", "valid string"),
+    ("roots: [data]\nforwarded_allow_ips: [10.0.0.0/8, proxy]\n", 2, "forwarded_allow_ips", "an IP address"),
+    ("roots: [data]\nallowed_hosts: [ok.example.org, 'bad host']\n", 2, "allowed_hosts[1]", "should match"),
     ("roots: [data\n", 2, None, "not valid YAML"),
 ])
 def test_config_errors_name_the_file_line_and_key(tmp_path: Path, text: str, line: int, column: str | None,

@@ -7,6 +7,7 @@ binds 127.0.0.1 on a free port and is stopped by pid in a finally.
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from datamill.core.errors import ConfigError
 from datamill.serve import Client, RemoteLoader
 from datamill.serve.app import create_app
-from datamill.serve.client import Http, RemoteError
+from datamill.serve.client import RemoteError
 from datamill.serve.run import serve
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, make_key, start_server, stop
@@ -188,35 +189,53 @@ def test_counters_survive_a_restart_and_events_are_json_lines(setup: dict[str, A
     assert access and {"method", "path", "status"} <= set(access[0])  # uvicorn's access log, as JSON
 
 
+def _call(url: str, key: str, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
+    """One request on its own connection, closed before returning."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body).encode(),
+                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
+                              "Connection": "close"})
+        res = conn.getresponse()
+        data = res.read()
+        headers = {k.lower(): v for k, v in res.getheaders()}
+        res.close()
+    finally:
+        conn.close()
+    is_json = headers.get("content-type", "").startswith("application/json")
+    return res.status, headers, json.loads(data) if is_json and data else data
+
+
 def test_sigterm_drains_leases_in_flight_then_exits_0(setup: dict[str, Any]) -> None:
     proc, url = _start(setup, "--lease-timeout", "60", "--drain-timeout", "30")
+    key = setup["read"]
     try:
-        with Client(url, setup["read"]) as c:
+        with Client(url, key) as c:
             it = c.iteration("ds", batch_size=BATCH, name="drain", lease_size=4, mode="dynamic")["id"]
-        h, h2 = Http(url, setup["read"]), Http(url, setup["read"])
-        first = h.request("GET", f"/api/v1/iterations/{it}/next", query=[("client", "c1")])
-        lease, fence = first.headers["x-datamill-lease"], first.headers["x-datamill-fence"]
+        status, head, _ = _call(url, key, "GET", f"/api/v1/iterations/{it}/next?client=c1")
+        assert status == 200
+        lease, fence = head["x-datamill-lease"], head["x-datamill-fence"]
         os.kill(proc.pid, signal.SIGTERM)
         time.sleep(1.0)
         assert proc.poll() is None  # still serving: a lease is in flight
-        refused = h2.request("GET", f"/api/v1/iterations/{it}/next", query=[("client", "c2")], ok=(503,))
-        assert "draining" in refused.json()["error"] and refused.headers["retry-after"]
-        assert h.request("POST", f"/api/v1/iterations/{it}/heartbeat",
-                         body={"client": "c1", "leases": [[lease, fence]]}).status == 200
-        assert h.request("POST", f"/api/v1/iterations/{it}/ack",
-                         body={"client": "c1", "leases": [[lease, fence]]}).json()["acks"] == {lease: "ok"}
+        status, head, out = _call(url, key, "GET", f"/api/v1/iterations/{it}/next?client=c2")
+        assert status == 503 and "draining" in out["error"] and head["retry-after"]
+        assert _call(url, key, "POST", f"/api/v1/iterations/{it}/heartbeat",
+                     {"client": "c1", "leases": [[lease, fence]]})[0] == 200
+        status, _, out = _call(url, key, "POST", f"/api/v1/iterations/{it}/ack",
+                               {"client": "c1", "leases": [[lease, fence]]})
+        assert status == 200 and out["acks"] == {lease: "ok"}
         assert proc.wait(timeout=15) == 0
     finally:
         stop(proc)
-        h.close()
-        h2.close()
     events = _log_events(setup["base"] / "server.log")
     drained = [e for e in events if e["event"] in ("drained", "drain timeout")]
     assert [e["event"] for e in drained] == ["drained"] and drained[0]["leases_left"] == 0
     # the ack was journaled: a new server has those units done
     proc, url = _start(setup)
     try:
-        with Client(url, setup["read"]) as c:
+        with Client(url, key) as c:
             assert c.progress(it)["done"] == 4
     finally:
         stop(proc)
@@ -227,9 +246,7 @@ def test_sigterm_gives_up_after_the_drain_timeout(setup: dict[str, Any]) -> None
     try:
         with Client(url, setup["read"]) as c:
             it = c.iteration("ds", batch_size=BATCH, name="stuck", lease_size=4)["id"]
-        h = Http(url, setup["read"])
-        h.request("GET", f"/api/v1/iterations/{it}/next", query=[("client", "c1")])
-        h.close()
+        assert _call(url, setup["read"], "GET", f"/api/v1/iterations/{it}/next?client=c1")[0] == 200
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -270,3 +287,18 @@ def test_metrics_no_auth_and_no_auth_only_on_loopback(tmp_path: Path) -> None:
     for opts in ({"metrics_no_auth": True}, {"auth": False}):
         with pytest.raises(ConfigError, match="only on a loopback address"):
             serve(tmp_path / "root", host="0.0.0.0", state=tmp_path / "state", **opts)
+
+
+def test_per_iteration_series_are_bounded(app: Any) -> None:
+    from datamill.serve.metrics import MAX_ITERATION_SERIES
+
+    journal = app.state.serve.journal
+    for k in range(MAX_ITERATION_SERIES + 7):
+        journal.add_iteration(f"it-{k:03d}", f"k{k}", 0, {"dataset": "ds-x", "lease_timeout": 60.0, "mode": "static"})
+        journal.add_done(f"it-{k:03d}", [(0, k + 1)], lease="l")
+    text = TestClient(app, base_url="http://127.0.0.1").get("/metrics").text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    acked = {s.labels["iteration"]: s.value for s in fams["datamill_units_acknowledged"].samples
+             if s.name.endswith("_total")}
+    assert len(acked) == MAX_ITERATION_SERIES  # the most recent ones
+    assert acked[f"it-{MAX_ITERATION_SERIES + 6:03d}"] == MAX_ITERATION_SERIES + 7 and "it-000" not in acked

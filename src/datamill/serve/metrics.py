@@ -213,24 +213,27 @@ class JournalCollector(Collector):
         self.state = state
 
     def _recent(self) -> list[tuple[str, str, int, int]]:
-        """``(iteration, dataset name, total, base_done)`` of the iterations that get series."""
+        """``(iteration, dataset name, total, base_done)`` of the iterations that get series: those in
+        memory and the :data:`MAX_ITERATION_SERIES` most recent ones."""
         with self.state._lock:
-            live = set(self.state._iterations)
-        rows = self.state.journal._exec(
-            "SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), COALESCE(l.base_done, 0), "
-            "i.rowid FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id ORDER BY i.rowid DESC")
+            live = sorted(self.state._iterations)
+        cols = ("SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), COALESCE(l.base_done, 0) "
+                "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id ")
+        rows = self.state.journal._exec(cols + "ORDER BY i.rowid DESC LIMIT ?", (MAX_ITERATION_SERIES,))
+        have = {r[0] for r in rows}
+        missing = [x for x in live if x not in have]
+        if missing:
+            rows += self.state.journal._exec(cols + f"WHERE i.id IN ({', '.join('?' * len(missing))})", missing)
         names = {d["id"]: d["name"] for d in self.state.journal.datasets()}
-        out = []
-        for k, (it_id, ds, total, base, _) in enumerate(rows):
-            if k < MAX_ITERATION_SERIES or it_id in live:
-                out.append((str(it_id), names.get(ds, str(ds)), int(total), int(base)))
-        return out
+        return [(str(it_id), names.get(ds, str(ds)), int(total), int(base)) for it_id, ds, total, base in rows]
 
     def collect(self) -> Iterator[Metric]:
         """The metrics (see the module docstring)."""
         state, tel = self.state, self.state.telemetry
         recent = self._recent()
-        done = dict(state.journal._exec("SELECT iteration, SUM(stop - start) FROM done GROUP BY iteration"))
+        ids = [r[0] for r in recent]
+        done = dict(state.journal._exec("SELECT iteration, SUM(stop - start) FROM done WHERE iteration IN "
+                                        f"({', '.join('?' * len(ids))}) GROUP BY iteration", ids)) if ids else {}
         counts = tel.counters()
         labels = ["iteration", "dataset"]
         fams = {name: CounterMetricFamily(f"datamill_{name}", help_, labels=labels) for name, help_ in COUNTERS.items()}

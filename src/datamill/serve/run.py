@@ -10,9 +10,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from datamill.core.errors import ConfigError
 from datamill.core.optional import require
@@ -21,6 +28,9 @@ from datamill.serve.guard import default_hosts
 __all__ = ["DEFAULT_PORT", "ServeConfig", "is_loopback", "load_config", "serve"]
 
 DEFAULT_PORT = 8470
+
+
+_HOST_RE = r"^(\*|[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)$"
 
 
 class ServeConfig(BaseModel):
@@ -61,7 +71,7 @@ class ServeConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     auth: bool = True
-    allowed_hosts: list[str] | None = None
+    allowed_hosts: list[Annotated[str, StringConstraints(pattern=_HOST_RE)]] | None = None
     lease_timeout: float = Field(60.0, ge=1, le=86_400, allow_inf_nan=False)
     cache_shards: int | None = Field(None, ge=1)
     log_format: Literal["text", "json"] = "text"
@@ -69,7 +79,18 @@ class ServeConfig(BaseModel):
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     forwarded_allow_ips: list[str] | None = None
-    drain_timeout: float = Field(30.0, ge=0, le=3600)
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses(cls, value: list[str] | None) -> list[str] | None:
+        for v in value or ():
+            if v != "*":
+                try:
+                    ipaddress.ip_network(v, strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"expected an IP address, a network like 10.0.0.0/8, or *, got {v!r}") from exc
+        return value
+    drain_timeout: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False)
     metrics_no_auth: bool = False
     build_workers: int | None = Field(None, ge=0, le=64)
 
