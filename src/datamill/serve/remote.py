@@ -291,6 +291,36 @@ class RemoteLoader:
             h.headers[SESSION_HEADER] = self.session
             return h
 
+        direct = self.transport == "direct"
+        # direct mode: a builder thread builds one lease while the fetch thread asks for the next one
+        builds: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch) if direct else buf
+
+        def put(q: queue.Queue[Any], item: Any) -> None:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
+        def builder() -> None:
+            try:
+                while not stop.is_set():
+                    try:
+                        item = builds.get(timeout=0.1)
+                    except queue.Empty:
+                        continue
+                    if item is not _END:
+                        lease, runs = item
+                        lease.tables = self._build_direct(runs)
+                        item = lease
+                    put(buf, item)
+                    if item is _END:
+                        return
+            except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
+                errors.append(exc)
+                buf.put(_END)
+
         def fetch() -> None:
             conn = http(self.reconnect_s)
             base = [("client", self.client_id), ("rank", self.rank), ("slot", self.slot), ("slots", self.slots)]
@@ -311,31 +341,23 @@ class RemoteLoader:
                     deadline_503 = time.monotonic() + self.reconnect_s
                     self._record_acks(res.headers.get("x-datamill-acks", ""), sent, held, lost)
                     if res.status == 204:
-                        buf.put(_END)
+                        put(builds, _END)
                         return
                     if res.status == 409:
                         stop.wait(0.02)
                         continue
                     h = res.headers
-                    if self.transport == "direct":
-                        tables = self._build_direct(h["x-datamill-runs"])
-                    else:
-                        tables = [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
+                    tables = [] if direct else [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
                     q, _, span = h["x-datamill-positions"].partition(":")
                     lease = _Lease(h["x-datamill-lease"], h["x-datamill-fence"], int(q), int(span.split("-")[0]),
                                    [int(u) for u in h["x-datamill-units"].split(",")], tables,
                                    int(h.get("x-datamill-done", "0")))
                     with self._state_lock:
-                        held[lease.id] = lease
-                    while not stop.is_set():
-                        try:
-                            buf.put(lease, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
+                        held[lease.id] = lease  # heartbeats keep it while it is built (direct mode)
+                    put(builds, (lease, h["x-datamill-runs"]) if direct else lease)
             except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
                 errors.append(exc)
-                buf.put(_END)
+                put(builds, _END)
             finally:
                 conn.close()
 
@@ -362,7 +384,8 @@ class RemoteLoader:
             finally:
                 conn.close()
 
-        threads = [threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
+        threads = [threading.Thread(target=builder, name="datamill-serve-build", daemon=True)] if direct else []
+        threads += [threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
                    threading.Thread(target=heartbeat, name="datamill-serve-heartbeat", daemon=True)]
         for t in threads:
             t.start()
