@@ -453,7 +453,7 @@ class ServeState:
         t0 = time.perf_counter()
         if self.pool is not None:  # in a build worker: this thread only waits (without the GIL)
             ds = self.dataset(str(it.config["dataset"]))
-            body = self.pool.build(client, ds["path"], it.config, runs)
+            body = self.pool.build(lease.queue if it.mode == "static" else client, ds["path"], it.config, runs)
         else:
             body = self._body(it, units)
         with it.lock:  # the lease's clock starts when its holder gets it, not before a (slow) build

@@ -4,9 +4,10 @@
 method, so a worker never inherits the server's threads or sockets). A worker opens each dataset
 once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache) per dataset
 and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and comes back as
-the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. Each client
-is pinned to one worker (round robin on first sight), so a client's consecutive leases, which read
-the same shuffle window, hit the same worker's cache. The HTTP process only routes and journals.
+the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The leases of a
+static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is pinned
+to one worker (round robin on first sight), so consecutive leases, which read the same shuffle window,
+hit the same worker's cache. The HTTP process only routes and journals.
 """
 
 from __future__ import annotations
@@ -120,11 +121,13 @@ class BuildPool:
                 self._pinned.move_to_end(client)
             return w
 
-    def build(self, client: str, path: str, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]) -> bytes:
-        """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it)."""
+    def build(self, client: str | int, path: str, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
+              ) -> bytes:
+        """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it); an int
+        ``client`` (a static iteration's rank) is worker ``client % workers``."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
         args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
-        w = self._worker(client)
+        w = client % len(self.executors) if isinstance(client, int) else self._worker(client)
         ex = self.executors[w]
         try:
             return bytes(ex.submit(_build, *args).result())
