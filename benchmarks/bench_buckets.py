@@ -20,8 +20,8 @@ import numpy as np
 
 from datamill.loader import Loader
 from datamill.loader.buckets import padding_of, sample_lengths
+from datamill.loader.sources import open_source
 from datamill.pretrain.bert import build_bert_samples
-from datamill.sources import open_source
 
 
 def main() -> None:

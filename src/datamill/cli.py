@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from datamill import __version__
+from datamill.core.constants import VERSION as __version__
 from datamill.core.errors import DatamillError
 
 __all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "build_parser", "main", "run", "split_quiet"]
@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "datamill.pretrain.bert.cli",
     "datamill.shards.cli",
     "datamill.loader.cli",
+    "datamill.lineage.cli",
     "datamill.serve.cli",
 )
 
@@ -116,10 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from datamill.core.io import as_output_error
 
         err: DatamillError | None = as_output_error(exc, exc.filename or "output")
-        if err is None and "AWS Error" in str(exc):  # an object store's failure not located further in
-            from datamill.core.objstore import store_error
+        if err is None:  # an object store's failure not located further in
+            from datamill.core.storage import recognised_error, storage_error
 
-            err = store_error(exc, exc.filename or "s3://")
+            scheme = recognised_error(exc)
+            err = None if scheme is None else storage_error(exc, exc.filename or scheme.prefix)
         if err is None:
             raise
         print(f"error: {err.one_line()}", file=sys.stderr)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
@@ -258,7 +259,7 @@ def _iter_training_text(files_or_iterator: Any) -> tuple[Iterator[Any], int | No
 def _looks_like_path(x: str) -> bool:
     from datamill.core.io import split_member
 
-    return "\n" not in x and (os.path.exists(x) or split_member(x)[1] is not None)
+    return "\n" not in x and (Path(x).exists() or split_member(x)[1] is not None)
 
 
 class HFTokenizer:

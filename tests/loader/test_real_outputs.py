@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from datamill.loader import Loader
-from datamill.sources import HDF5Source, open_source
+from datamill.loader.sources import HDF5Source, open_source
 from tests.contracts import check_resume
 
 
@@ -111,7 +111,7 @@ def test_lm_corpus_source(data_dir: Path, tmp_path: Path) -> None:
     text = pytest.importorskip("datamill.text")
     text.build_corpus(data_dir / "timemachine.txt", level="char", out=tmp_path / "corpus")
     src = open_source(tmp_path / "corpus")
-    from datamill.sources import CorpusSource
+    from datamill.loader.sources import CorpusSource
 
     assert isinstance(src, CorpusSource) and CorpusSource is text.CorpusSource
     n = int(src.shard_sizes().sum())

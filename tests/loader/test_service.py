@@ -245,4 +245,3 @@ def test_torch_adapter_leaves_the_users_loader_alone() -> None:
     assert got == loader_xs(src, 8, seed=1, columns=["x"], epoch=2)
     ds.load_state_dict(ds.state_dict(batches_consumed=3))
     assert loader.epoch == 0 and loader.collate_fn is collate_before and loader.state_dict()["batches_seen"] == 0
-    assert isinstance(loader.to_torch(), TorchLoaderDataset)

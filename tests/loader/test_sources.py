@@ -13,7 +13,7 @@ import pytest
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.source import Source
 from datamill.loader import Loader
-from datamill.sources import HDF5Source, ParquetSource
+from datamill.loader.sources import HDF5Source, ParquetSource
 
 
 def _write(path: Path, start: int, n: int, row_group_size: int) -> None:

@@ -13,6 +13,8 @@ from datamill.loader import Loader
 from tests.strategies import FakeSource
 
 torch = pytest.importorskip("torch")
+from datamill.loader.torch import TorchLoaderDataset
+
 pytestmark = pytest.mark.torch
 
 
@@ -24,7 +26,7 @@ def test_dataloader_two_workers_yields_every_sample_once_in_loader_order() -> No
     src = FakeSource([37, 0, 55, 21, 64])
     loader = Loader(src, 16, seed=4, columns=["x", "vec", "ids"], collate="torch", shuffle_buffer=2)
     expected = [b["x"].tolist() for b in Loader(src, 16, seed=4, columns=["x"], shuffle_buffer=2)]
-    dl = torch.utils.data.DataLoader(loader.to_torch(), batch_size=None, num_workers=2)
+    dl = torch.utils.data.DataLoader(TorchLoaderDataset(loader), batch_size=None, num_workers=2)
     got = list(dl)
     assert [b["x"].tolist() for b in got] == expected
     assert sorted(x for b in got for x in b["x"].tolist()) == list(range(177))
@@ -35,11 +37,11 @@ def test_dataloader_two_workers_yields_every_sample_once_in_loader_order() -> No
 def test_adapter_resume_with_other_worker_count() -> None:
     src = FakeSource([40] * 5)
     make = lambda: Loader(src, 8, seed=1, columns=["x"], filter=_drop_odd)
-    ds = make().to_torch()
+    ds = TorchLoaderDataset(make())
     full = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)]
     assert len(full) == 25 and sorted(itertools.chain.from_iterable(full)) == list(range(0, 200, 2))
     state = ds.state_dict(batches_consumed=9)
-    ds2 = make().to_torch()
+    ds2 = TorchLoaderDataset(make())
     ds2.load_state_dict(state)
     tail = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=1)]
     assert tail == full[9:]

@@ -163,9 +163,23 @@ def test_tokenizer_objects_are_accepted(raw: Path, tmp_path: Path) -> None:
 
 def test_cli_pairing_and_api_flag_names(raw: Path, tmp_path: Path) -> None:
     """--pairing reaches the metadata; --max-predictions-per-seq and its old spelling both work."""
-    for flag, pairing in [("--max-predictions-per-seq", "google"), ("--max-predictions", "seed")]:
+    for flag, pairing in [("--max-predictions-per-seq", "google"), ("--max-predictions", "chunk_past_target")]:
         out = tmp_path / f"{pairing}.parquet"
         assert main(["bert", str(raw), "--out", str(out), "--vocab-size", "60", "--max-seq-length", "16",
                      "--dupe-factor", "2", flag, "3", "--pairing", pairing, "--quiet"]) == 0
         meta = read_bert_metadata(out)
         assert (meta["pairing"], meta["max_predictions_per_seq"]) == (pairing, 3)
+
+
+def test_pairing_seed_is_a_deprecated_alias_and_bert_config_is_the_keyword_call(raw: Path, tmp_path: Path) -> None:
+    """pairing="seed" (the old name: read as a random seed) warns and builds the chunk_past_target samples."""
+    from datamill.pretrain.bert import BertConfig
+
+    kw = {"vocab_size": 200, "max_seq_length": 32, "dupe_factor": 1}
+    new = build_bert_samples(raw, out=tmp_path / "new.parquet", config=BertConfig(pairing="chunk_past_target", **kw))
+    with pytest.warns(DeprecationWarning, match="chunk_past_target"):
+        old = build_bert_samples(raw, out=tmp_path / "old.parquet", pairing="seed", **kw)
+    assert pq.read_table(new.path).equals(pq.read_table(old.path))
+    with pytest.raises(ConfigError, match="unknown BERT option 'max_len'") as info:
+        build_bert_samples(raw, out=tmp_path / "x.parquet", max_len=8)
+    assert "max_seq_length" in str(info.value.hint)

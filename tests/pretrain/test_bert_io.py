@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from datamill.loader import read_batches
 from datamill.pretrain.bert import (
     BertParquetSource,
     BertSamples,
     build_bert_samples,
     collate_bert,
-    read_bert_batches,
 )
 from datamill.pretrain.bert import _run as _bert_run
 from tests.contracts import check_resume
@@ -70,13 +70,13 @@ def test_reader_yields_every_sample_once_per_epoch_and_splits_ranks(files: tuple
     whole = collate_bert(padded.path)(pq.read_table(padded.path))["tokens"]
     key = sorted(r.tobytes() for r in whole)
     for path in (padded.path, compact.path):
-        got = [r.tobytes() for b in read_bert_batches(path, 32, seed=1) for r in b["tokens"]]
+        got = [r.tobytes() for b in read_batches(path, 32, seed=1) for r in b["tokens"]]
         assert sorted(got) == key
-        parts = [[r.tobytes() for b in read_bert_batches(path, 16, seed=1, rank=r, world_size=2) for r in b["tokens"]]
+        parts = [[r.tobytes() for b in read_batches(path, 16, seed=1, rank=r, world_size=2) for r in b["tokens"]]
                  for r in range(2)]
         assert sorted(parts[0] + parts[1]) == key and not set(parts[0]) & set(parts[1])
-    e0 = [b["tokens"] for b in read_bert_batches(padded.path, 32, seed=1, epoch=0)]
-    e1 = [b["tokens"] for b in read_bert_batches(padded.path, 32, seed=1, epoch=1)]
+    e0 = [b["tokens"] for b in read_batches(padded.path, 32, seed=1, epoch=0)]
+    e1 = [b["tokens"] for b in read_batches(padded.path, 32, seed=1, epoch=1)]
     assert not all(np.array_equal(x, y) for x, y in zip(e0, e1))  # reshuffled per epoch
 
 
@@ -84,7 +84,7 @@ def test_reader_resumes_exactly(files: tuple[BertSamples, BertSamples]) -> None:
     padded, _ = files
 
     def make(state: dict[str, object] | None) -> object:
-        loader = read_bert_batches(padded.path, 24, seed=7)
+        loader = read_batches(padded.path, 24, seed=7)
         if state is not None:
             loader.load_state_dict(state)
         return loader
@@ -103,6 +103,6 @@ def test_source_checks_the_metadata(files: tuple[BertSamples, BertSamples]) -> N
 def test_torch_batches(files: tuple[BertSamples, BertSamples]) -> None:
     torch = pytest.importorskip("torch")
     padded, _ = files
-    batch = next(iter(read_bert_batches(padded.path, 8, seed=0, as_torch=True)))
+    batch = next(iter(read_batches(padded.path, 8, seed=0, as_torch=True)))
     assert isinstance(batch["tokens"], torch.Tensor) and tuple(batch["tokens"].shape) == (8, L)
     assert batch["masked_weights"].dtype == torch.float32

@@ -1,5 +1,5 @@
 """Pair building and truncation against pure-Python transcriptions (the oracles): the seed article's
-loop (``pairing="seed"``) and Google's create_pretraining_data.py (``pairing="google"``)."""
+loop (``pairing="chunk_past_target"``) and Google's create_pretraining_data.py (``pairing="google"``)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_seed_pairs_equal_the_seed_article_loop_draw_for_draw(seed: int, n_docs:
                                                              max_seq_length: int, short: float) -> None:
     docs = random_docs(np.random.default_rng(seed), n_docs, max_sents, max_len)
     corpus = corpus_of(docs)
-    spans = run_ours(corpus, max_seq_length, short, seed, pairing="seed")
+    spans = run_ours(corpus, max_seq_length, short, seed, pairing="chunk_past_target")
     rng = UniformStream(rng_for(seed, "t"))
     want = [inst for d in range(len(docs)) for inst in seed_article_pairs(docs, d, max_seq_length, short, rng)]
     got = [(corpus.ids[a:a + la].tolist(), corpus.ids[b:b + lb].tolist(), bool(r))

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datamill.pretrain._w2v_batch import Batchify, batchify_arrays
+from datamill.loader import read_batches
+from datamill.loader.torch import TorchLoaderDataset
 from datamill.pretrain.word2vec import SkipGramSamples, build_skipgram
+from datamill.pretrain.word2vec._batch import Batchify, batchify_arrays
 from tests.contracts import check_resume
 
 _RNG = np.random.default_rng(7)
@@ -68,19 +70,19 @@ def _rows(batches) -> list[tuple[int, tuple[int, ...]]]:  # type: ignore[no-unty
 
 def test_batches_cover_every_example_once_and_match_the_csr() -> None:
     want = sorted((c, tuple(x + n)) for c, x, n in (SAMPLES.example(i) for i in range(len(SAMPLES))))
-    got = _rows(SAMPLES.batches(16, seed=0))
+    got = _rows(read_batches(SAMPLES.source(), 16, seed=0))
     assert sorted(got) == want
-    assert got != _rows(SAMPLES.batches(16, seed=1))  # shuffled by seed
-    assert got == _rows(SAMPLES.batches(16, seed=0))  # deterministic
-    full = _rows(SAMPLES.batches(16, seed=0, shuffle_buffer=SAMPLES.source().num_shards))
+    assert got != _rows(read_batches(SAMPLES.source(), 16, seed=1))  # shuffled by seed
+    assert got == _rows(read_batches(SAMPLES.source(), 16, seed=0))  # deterministic
+    full = _rows(read_batches(SAMPLES.source(), 16, seed=0, shuffle_buffer=SAMPLES.source().num_shards))
     assert sorted(full) == want
-    unshuffled = _rows(SAMPLES.batches(16, seed=0, shuffle=False))
+    unshuffled = _rows(read_batches(SAMPLES.source(), 16, seed=0, shuffle=False))
     assert unshuffled == [(c, tuple(x + n)) for c, x, n in (SAMPLES.example(i) for i in range(len(SAMPLES)))]
 
 
 def test_ranks_partition_the_examples() -> None:
-    parts = [_rows(SAMPLES.batches(8, seed=5, rank=r, world_size=3)) for r in range(3)]
-    assert sorted(r for part in parts for r in part) == sorted(_rows(SAMPLES.batches(8, seed=5)))
+    parts = [_rows(read_batches(SAMPLES.source(), 8, seed=5, rank=r, world_size=3)) for r in range(3)]
+    assert sorted(r for part in parts for r in part) == sorted(_rows(read_batches(SAMPLES.source(), 8, seed=5)))
 
 
 @given(batch_size=st.integers(1, 40), seed=st.integers(0, 2**32), midpoint=st.integers(0, 5),
@@ -89,7 +91,7 @@ def test_resume_continues_exactly(batch_size: int, seed: int, midpoint: int, epo
     n_batches = -(-len(SAMPLES) // batch_size)
 
     def make(state):  # type: ignore[no-untyped-def]
-        loader = SAMPLES.batches(batch_size, seed=seed, epoch=epoch)
+        loader = read_batches(SAMPLES.source(), batch_size, seed=seed, epoch=epoch)
         if state is not None:
             loader.load_state_dict(state)
         return loader
@@ -107,24 +109,24 @@ def test_saved_folder_memory_maps_and_gives_the_same_batches() -> None:
         for name in ("centers", "context_offsets", "contexts", "negative_offsets", "negatives"):
             np.testing.assert_array_equal(getattr(loaded, name), getattr(SAMPLES, name))
         assert loaded.vocab == SAMPLES.vocab
-        assert _rows(loaded.batches(16, seed=2)) == _rows(SAMPLES.batches(16, seed=2))
-        state = SAMPLES.batches(16, seed=2).state_dict()
-        loaded.batches(16, seed=2).load_state_dict(state)  # same fingerprint: compatible
+        assert _rows(read_batches(loaded.source(), 16, seed=2)) == _rows(read_batches(SAMPLES.source(), 16, seed=2))
+        state = read_batches(SAMPLES.source(), 16, seed=2).state_dict()
+        read_batches(loaded.source(), 16, seed=2).load_state_dict(state)  # same fingerprint: compatible
 
 
 @pytest.mark.torch
 def test_torch_tensors_and_dataloader_workers() -> None:
     torch = pytest.importorskip("torch")
-    b = next(iter(SAMPLES.batches(8, seed=0, as_torch=True)))
+    b = next(iter(read_batches(SAMPLES.source(), 8, seed=0, as_torch=True)))
     assert b["centers"].dtype == torch.int64 and tuple(b["centers"].shape) == (8, 1)
-    ds = SAMPLES.batches(8, seed=0, as_torch=True).to_torch()
+    ds = TorchLoaderDataset(read_batches(SAMPLES.source(), 8, seed=0, as_torch=True))
     got = [x for x in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)]
     rows = _rows([{k: v.numpy() for k, v in x.items()} for x in got])
-    assert sorted(rows) == sorted(_rows(SAMPLES.batches(8, seed=0)))
+    assert sorted(rows) == sorted(_rows(read_batches(SAMPLES.source(), 8, seed=0)))
 
 
 def test_zero_negatives_gives_context_only_batches() -> None:
     s = build_skipgram(_SENTENCES, window=2, num_negatives=0, min_freq=1, subsample_t=1.0, progress=False)
-    b = next(iter(s.batches(64, seed=0, shuffle=False)))
+    b = next(iter(read_batches(s.source(), 64, seed=0, shuffle=False)))
     np.testing.assert_array_equal(b["masks"], b["labels"])
     assert b["contexts_negatives"].shape[1] == np.diff(s.context_offsets)[:64].max()

@@ -40,6 +40,7 @@ EXPECTED = {
     ("GET", "/ui/datasets/{ref}/samples"): "read", ("GET", "/ui/datasets/{ref}/file"): "read",
     ("GET", "/ui/iterations"): "read", ("POST", "/ui/iterations"): "read",
     ("GET", "/ui/iterations/{it_id}"): "read", ("GET", "/ui/iterations/{it_id}/live"): "read",
+    ("GET", "/ui/runs/{name}"): "read",
     ("POST", "/ui/iterations/{it_id}/rewind"): "admin", ("POST", "/ui/iterations/{it_id}/cancel"): "admin",
     ("GET", "/ui/keys"): "admin", ("POST", "/ui/keys"): "admin", ("POST", "/ui/keys/{key_id}/revoke"): "admin",
     ("GET", "/metrics"): "metrics",

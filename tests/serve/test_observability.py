@@ -150,7 +150,6 @@ def test_counters_survive_a_restart_and_events_are_json_lines(setup: dict[str, A
     proc, url = _start(setup)
     try:
         it = _epoch(url, setup["read"], "restart")
-        time.sleep(1.5)
         before = _scrape(url, setup["metrics"])
         assert _value(before, "datamill_units_acknowledged_total", iteration=it) == UNITS
         issued = _value(before, "datamill_leases_issued_total", iteration=it)
@@ -168,6 +167,7 @@ def test_counters_survive_a_restart_and_events_are_json_lines(setup: dict[str, A
         with pytest.raises(urllib.error.HTTPError) as no:
             _scrape(url, setup["read"])
         assert no.value.code == 403
+        no.value.close()  # the error holds the response's socket
     finally:
         stop(proc)
     proc, url = _start(setup)
@@ -217,7 +217,9 @@ def test_sigterm_drains_leases_in_flight_then_exits_0(setup: dict[str, Any]) -> 
         assert status == 200
         lease, fence = head["x-datamill-lease"], head["x-datamill-fence"]
         os.kill(proc.pid, signal.SIGTERM)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 20
+        while _value(_scrape(url, setup["metrics"]), "datamill_draining") != 1:
+            assert time.monotonic() < deadline, "the server did not start draining"
         assert proc.poll() is None  # still serving: a lease is in flight
         status, head, out = _call(url, key, "GET", f"/api/v1/iterations/{it}/next?client=c2")
         assert status == 503 and "draining" in out["error"] and head["retry-after"]
@@ -270,7 +272,7 @@ def test_5xx_carries_a_request_id_that_the_log_names(app: Any, caplog: pytest.Lo
         raise RuntimeError("kaput")
 
     c = TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
-    with caplog.at_level("INFO", logger="datamill.serve"):
+    with caplog.at_level("INFO", logger="datamill.serve.events"):
         res = c.get("/api/v1/boom")
     assert res.status_code == 500
     rid = res.json()["request_id"]

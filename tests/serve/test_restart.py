@@ -39,7 +39,7 @@ def test_server_killed_mid_epoch_and_restarted_completes_the_epoch_exactly_once(
         stop(proc, kill=True)
         before = [len(read_log(x)) for x in logs]
         assert min(before) >= 8
-        time.sleep(0.5)
+        _wait_for(lambda: not _accepts(port), timeout=10, what="the killed server's port to close")
         proc = start_server(server["root"], state, port, "--lease-timeout", "2")
         for w in workers:
             assert w.wait(timeout=60) == 0
@@ -95,7 +95,7 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
         workers["a2"] = start("a2")  # ...and is replaced
         _wait_for(lambda: len(read_log(logs["a2"])) >= 15, timeout=60, what="the replacement's first batches")
         stop(proc, kill=True)  # then the server dies, with leases in flight
-        time.sleep(0.5)
+        _wait_for(lambda: not _accepts(port), timeout=10, what="the killed server's port to close")
         proc = start_server(server["root"], state, port, "--lease-timeout", "2")
         for k in ("b", "a2"):
             assert workers[k].wait(timeout=120) == 0, (logs[k].with_suffix(".log.err").read_text()
@@ -122,3 +122,12 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
                                                          [received["a"].index(b) for b in twice if b in received["a"]])
     print(f"received twice: {len(twice)} of {total} batches (killed client yielded {len(received['a'])})")
     assert len(twice) <= 3
+
+
+def _accepts(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:port."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -128,14 +128,16 @@ def test_statistics_equal_describe_and_values(browser: Any, server: dict[str, An
     # top values: computed on demand, equal to a direct count
     row = page.locator("#columns tr[data-column='label']")
     row.locator("button.values").click()
-    page.wait_for_selector("#columns tr[data-column='label'] [data-status=done]")
-    top = {r.locator("td").nth(0).inner_text(): int(r.locator("td").nth(1).inner_text())
-           for r in row.locator("table.top tbody tr").all()}
+    page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
+    out = page.locator("#columns tr[data-values-for='label']")
+    out.locator("details summary").click()  # the bar chart's numbers as a table
+    top = {r.locator("td").nth(0).inner_text(): int(r.locator("td").nth(1).inner_text().replace(",", ""))
+           for r in out.locator("table.top tbody tr").all()}
     counts = ds.to_table(columns=["label"]).column("label").value_counts().to_pylist()
     assert top == {c["values"]: c["counts"] for c in counts}
     png = page.locator("#columns tr[data-column='png']")
     png.locator("button.values").click()
-    page.wait_for_selector("#columns tr[data-column='png'] [data-status=done] svg rect")
+    page.wait_for_selector("#columns tr[data-values-for='png'] [data-status=done] svg rect")
     page.screenshot(path=str(tmp_path / "ui-dataset.png"), full_page=True)
     page.context.close()
 
@@ -168,9 +170,9 @@ def test_samples_images_load_and_missing_is_missing(browser: Any, server: dict[s
     page.uncheck("input[name=col][value=image_path]")
     page.click("form.columns-form button[type=submit]")
     assert page.locator("#samples img").count() == 0
-    assert page.locator("#samples thead th").all_inner_texts() == ["#", "uid", "label", "caption"]
+    assert page.locator("#samples thead th").all_inner_texts() == ["row", "uid", "label", "caption"]
     page.click("a[rel=next]")
-    assert page.locator("#range").inner_text().startswith("Rows 30 to 60")
+    assert page.locator("#range").inner_text().startswith("Rows 31 to 60")
     page.screenshot(path=str(tmp_path / "ui-samples.png"), full_page=True)
     page.context.close()
 
@@ -203,7 +205,7 @@ def test_iteration_started_from_page_shows_live_progress(browser: Any, server: d
     assert seen == sorted(seen)
     assert page.locator("#progress-text").inner_text().endswith("(100%)")
     assert page.locator("#clients tbody tr").count() == 1
-    page.wait_for_selector("#live svg polyline")
+    page.wait_for_selector("#live svg polyline", state="attached")
     uids = [u for batch in read_log(log) for u in batch]
     assert sorted(uids) == sorted(ShardsetDataset(server["path"]).uids.to_pylist())
     page.screenshot(path=str(tmp_path / "ui-iteration.png"), full_page=True)
@@ -228,6 +230,7 @@ def test_revoked_key_is_refused(browser: Any, server: dict[str, Any], tmp_path: 
     assert reader.goto(server["url"] + "/ui/datasets").status == 200
     admin.goto(server["url"] + "/ui/keys")
     admin.click(f"#keys tr[data-key='{key_id}'] button.danger")
+    admin.click("#confirm")  # revoking asks first
     assert "revoked" in admin.locator(f"#keys tr[data-key='{key_id}']").inner_text()
     res = reader.goto(server["url"] + "/ui/datasets")
     assert res.status == 401 and reader.locator("#datasets").count() == 0

@@ -146,7 +146,10 @@ def test_admin_cancels_an_iteration_with_csrf_and_clients_get_410(env: Any) -> N
     assert 'id="cancel-form"' in page.text and 'id="reissued"' in page.text
     token = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text).group(1)  # type: ignore[union-attr]
     assert c.post(started.headers["location"] + "/cancel", data={}).status_code == 403  # no CSRF token
-    done = c.post(started.headers["location"] + "/cancel", data={"csrf": token})
+    ask = c.post(started.headers["location"] + "/cancel", data={"csrf": token})  # a confirmation first
+    assert ask.status_code == 200 and 'id="confirm-form"' in ask.text and "not yet delivered" in ask.text
+    assert not env["app"].state.serve.journal.is_cancelled(started.headers["location"].rsplit("/", 1)[-1])
+    done = c.post(started.headers["location"] + "/cancel", data={"csrf": token, "confirm": "yes"})
     assert done.status_code == 200 and 'id="cancelled"' in done.text and 'id="cancel-form"' not in done.text
     it_id = started.headers["location"].rsplit("/", 1)[-1]
     res = env["client"].get(f"/api/v1/iterations/{it_id}/next", params={"client": "c1"}, headers=env["auth"])

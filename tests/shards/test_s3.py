@@ -17,8 +17,8 @@ from datamill.cli import main
 from datamill.core.errors import DataFileError, DataFileNotFoundError, ShardsetError
 from datamill.core.objstore import s3_filesystem
 from datamill.loader import Loader
+from datamill.loader.sources import open_source
 from datamill.shards import ShardsetDataset
-from datamill.sources import open_source
 from tests.contracts import assert_same_items, check_source
 
 pytestmark = pytest.mark.server

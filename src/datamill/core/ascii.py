@@ -63,6 +63,7 @@ _U64 = np.dtype("<u8")
 _SHIFT = np.array([64 - 8 * r for r in range(9)] + [64], np.uint8)
 
 
+# long (69 lines, 19 of docstring): one vectorised kernel: tokens keyed by their bytes as uint64 words, the short (<= 8 bytes) and then the long ones dictionary-encoded; the intermediate arrays feed each other and are freed as it goes
 def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths: NDArray[np.int64]
                      ) -> tuple[pa.Array, NDArray[np.int32]] | None:
     """The distinct tokens and each token's index into them (tokens of <= 8 bytes first).

@@ -16,9 +16,13 @@ __all__ = [
     "SHARDS_FORMAT",
     "SHARD_PATTERN",
     "UNK",
+    "VERSION",
     "VOCAB_FILE",
     "WORD2VEC_FORMAT",
 ]
+
+VERSION = "0.1.0"
+"""datamill's version (``datamill.__version__``; modules import it from here, not from the package)."""
 
 PAD = "<PAD>"
 UNK = "<UNK>"

@@ -74,7 +74,7 @@ def split_member(source: PathLike) -> tuple[Path, str | None]:
     """
     text = os.fspath(source)
     m = re.match(r"^(.*?\.zip):(.+)$", text)
-    if m and not os.path.exists(text):
+    if m and not Path(text).exists():
         return Path(m.group(1)), m.group(2)
     return Path(text), None
 
@@ -244,6 +244,7 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
     return DataFileError(f"cannot parse as {fmt.upper()}: {msg}", path=name, line=line)
 
 
+# long (65 lines, 22 of docstring): one read with its error translation: the format dispatch (CSV/TSV, Parquet, JSON lines) and the located errors of each
 def read_table(
     source: PathLike,
     *,

@@ -1,10 +1,8 @@
-"""Object storage (``s3://``): pyarrow's S3 filesystem, located errors, and a bounded local file cache.
+"""Reading object storage (``s3://``, ``memory://``): a bounded, checked local file cache.
 
-* :func:`s3_filesystem` builds pyarrow's ``S3FileSystem`` from arguments or the usual environment
-  variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3`` or
-  ``AWS_ENDPOINT_URL``, ``AWS_REGION``).
-* :func:`store_error` turns pyarrow's S3 failures (missing bucket or object, bad credentials, an
-  unreachable endpoint) into one located :class:`~datamill.core.errors.DatamillError`.
+URLs, filesystems and error translation live in :mod:`datamill.core.storage` (the one storage seam);
+``is_remote``, ``split_url``, ``s3_filesystem`` and ``store_error`` are re-exported here under their
+old names.
 * :class:`ShardFileCache` keeps checked local copies of remote files in ``cache_dir``, at most
   ``cache_limit`` bytes (least recently used evicted first). A download goes to a temporary file;
   its size must equal the object's and an optional ``check`` must pass; only then is it renamed,
@@ -39,6 +37,8 @@ from datamill.core.errors import (
     DatamillError,
 )
 from datamill.core.io import atomic_write
+from datamill.core.s3 import s3_filesystem
+from datamill.core.storage import filesystem_for, is_remote, split_url, storage_error
 
 __all__ = [
     "ShardFileCache",
@@ -51,62 +51,6 @@ __all__ = [
 ]
 
 CHUNK = 8 << 20
-
-
-def is_remote(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is an ``s3://`` URL.
-
-    Examples:
-        >>> is_remote("s3://bucket/data"), is_remote("/tmp/data")
-        (True, False)
-    """
-    return str(path).startswith("s3://")
-
-
-def split_url(url: str) -> str:
-    """``s3://bucket/key`` -> ``bucket/key`` (pyarrow's S3 path).
-
-    Raises:
-        ConfigError: not an ``s3://bucket/...`` URL.
-
-    Examples:
-        >>> split_url("s3://bucket/data/")
-        'bucket/data'
-    """
-    if not is_remote(url) or not url[5:].strip("/"):
-        raise ConfigError(f"expected an s3://bucket/prefix URL, got {url!r}")
-    return url[5:].strip("/")
-
-
-def s3_filesystem(*, endpoint: str | None = None, access_key: str | None = None, secret_key: str | None = None,
-                  region: str | None = None, allow_bucket_creation: bool = False) -> pafs.S3FileSystem:
-    """pyarrow's S3 filesystem from arguments or the usual ``AWS_*`` environment variables.
-
-    Args:
-        endpoint: ``http(s)://host:port`` of an S3-compatible server. Defaults to ``None``
-            (``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``, then AWS itself).
-        access_key: defaults to ``None`` (``AWS_ACCESS_KEY_ID``).
-        secret_key: defaults to ``None`` (``AWS_SECRET_ACCESS_KEY``).
-        region: defaults to ``None`` (``AWS_REGION``, ``AWS_DEFAULT_REGION``, then ``us-east-1``).
-        allow_bucket_creation: let ``create_dir("bucket")`` create buckets. Defaults to ``False``.
-
-    Examples:
-        >>> fs = s3_filesystem(endpoint="http://127.0.0.1:9", access_key="k", secret_key="s")
-        >>> type(fs).__name__
-        'S3FileSystem'
-    """
-    env = os.environ
-    endpoint = endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    kwargs: dict[str, Any] = {"region": region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-                              or "us-east-1", "allow_bucket_creation": allow_bucket_creation}
-    if endpoint:
-        scheme, _, host = endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
-        kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme)
-    access_key = access_key or env.get("AWS_ACCESS_KEY_ID")
-    secret_key = secret_key or env.get("AWS_SECRET_ACCESS_KEY")
-    if access_key and secret_key:
-        kwargs.update(access_key=access_key, secret_key=secret_key)
-    return pafs.S3FileSystem(**kwargs)
 
 
 class ShardFileCache:
@@ -286,38 +230,8 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path(tempfile.gettempdir()) / "datamill-shard-cache"
 
 
-_HINTS = (
-    (("NO_SUCH_BUCKET", "NoSuchBucket"), "no such bucket", "check the bucket name (create it first)"),
-    (("NO_SUCH_KEY", "NoSuchKey", "Path does not exist", "NOT_FOUND"), "no such object",
-     "check the key (a prefix is listed, an object is read)"),
-    (("ACCESS_DENIED", "InvalidAccessKeyId", "SignatureDoesNotMatch", "FORBIDDEN", "403"),
-     "access denied (bad or missing credentials?)",
-     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or pass the keys) for this endpoint"),
-    (("NETWORK_CONNECTION", "Could not connect", "curlCode", "Timeout", "timed out"),
-     "the object store is unreachable",
-     "check AWS_ENDPOINT_URL (http://host:port) and that the server is up"),
-)
-
-
-def store_error(exc: BaseException, url: str) -> DatamillError:
-    """One located error for an object-store failure (a DatamillError is returned as it is).
-
-    Examples:
-        >>> err = store_error(OSError("AWS Error NO_SUCH_BUCKET during ListObjectsV2 operation"), "s3://b/x")
-        >>> type(err).__name__, err.path
-        ('DataFileNotFoundError', 's3://b/x')
-        >>> type(store_error(OSError("AWS Error ACCESS_DENIED during HeadObject"), "s3://b/x")).__name__
-        'DataFileError'
-    """
-    if isinstance(exc, DatamillError):
-        return exc
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    for needles, what, hint in _HINTS:
-        if any(n in text for n in needles):
-            cls = DataFileNotFoundError if what.startswith("no such") else DataFileError
-            err: DatamillError = cls(f"{what}: {text}", path=url, hint=hint)
-            return err
-    return DataFileError(f"object store request failed: {text}", path=url)
+store_error = storage_error
+"""The located error of a storage failure (:func:`datamill.core.storage.storage_error`; the old name)."""
 
 
 class _NamedCache(ShardFileCache):
@@ -345,7 +259,7 @@ def fetch_input(url: str, *, cache_dir: str | os.PathLike[str] | None = None,
     Args:
         url: ``s3://bucket/key``.
         cache_dir: the cache folder. Defaults to ``None`` (:func:`default_cache_dir`).
-        filesystem: the filesystem. Defaults to ``None`` (:func:`s3_filesystem` from the environment).
+        filesystem: the filesystem. Defaults to ``None`` (the URL scheme's, :func:`~datamill.core.storage.filesystem_for`).
 
     Raises:
         DataFileNotFoundError: no such bucket or object. DataFileError: bad credentials, an
@@ -357,8 +271,7 @@ def fetch_input(url: str, *, cache_dir: str | os.PathLike[str] | None = None,
         >>> fetch_input(str(d / "a.csv"), cache_dir=d / "c", filesystem=pafs.LocalFileSystem()).name
         'a.csv'
     """
-    fs = filesystem if filesystem is not None else s3_filesystem()
-    remote = split_url(url) if is_remote(url) else url
+    fs, remote = filesystem_for(url, filesystem=filesystem)
     folder = Path(cache_dir if cache_dir is not None else default_cache_dir()) / "inputs" / \
         xxhash.xxh3_64_hexdigest(remote.encode("utf-8"))
     try:

@@ -50,7 +50,7 @@ def _source_path(source: PathLike) -> Path:
     """The file of ``source`` (``archive.zip:member`` -> the archive)."""
     text = os.fspath(source)
     m = re.match(r"^(.*?\.zip):(.+)$", text)
-    return Path(m.group(1)) if m and not os.path.exists(text) else Path(text)
+    return Path(m.group(1)) if m and not Path(text).exists() else Path(text)
 
 
 def _tmp_name(path: Path, kind: str = "tmp") -> Path:

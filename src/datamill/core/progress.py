@@ -13,7 +13,7 @@ T = TypeVar("T")
 _QUIET = os.environ.get("DATAMILL_QUIET", "") not in ("", "0")
 
 
-def set_quiet(value: bool) -> None:
+def set_quiet(value: bool) -> None:  # noqa: FBT001 - a setter: the flag is its one argument
     """Silence (``True``) or enable (``False``) every progress bar of this process."""
     global _QUIET
     _QUIET = bool(value)
@@ -25,7 +25,7 @@ def is_quiet() -> bool:
 
 
 @contextmanager
-def quiet(value: bool = True) -> Iterator[None]:
+def quiet(value: bool = True) -> Iterator[None]:  # noqa: FBT001, FBT002 - `with quiet():`, or quiet(flag)
     """Context manager silencing progress bars inside the block."""
     global _QUIET
     old, _QUIET = _QUIET, bool(value)

@@ -18,7 +18,7 @@ The contract every implementation keeps (checked by ``tests/contracts.py``):
 * ``uid_column`` names the column that identifies a sample, or is ``None``.
 
 Capabilities that write a format register how to recognise and open it (:func:`register_source`);
-``datamill.sources.open_source`` walks the registry, so the loader never imports a producer.
+``datamill.loader.sources.open_source`` walks the registry, so the loader never imports a producer.
 """
 
 from __future__ import annotations

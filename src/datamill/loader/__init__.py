@@ -3,13 +3,14 @@
 ``Loader(source, batch_size, ...)`` iterates a :class:`~datamill.core.source.Source`: a shardset
 dataset, a preprocessed HDF5 (:class:`~datamill.preprocessing.hdf5.HDF5Source`), a Parquet file of
 BERT/word2vec samples (:class:`~datamill.core.parquet.ParquetSource`), an LM corpus; any output path
-opens with :func:`datamill.sources.open_source`. A Loader is a thin per-rank iterator over a
+opens with :func:`datamill.loader.sources.open_source`. A Loader is a thin per-rank iterator over a
 :class:`BatchService`, which plans every rank's epoch, shares one shard cache between concurrent
 builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up and applies the
 ``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
-(:class:`~datamill.loader.torch.TorchLoaderDataset`, or ``Loader.to_torch()``). :class:`Mix` mixes
-several sources with exact per-epoch proportions and is itself a source.
+(:class:`~datamill.loader.torch.TorchLoaderDataset`). :class:`Mix` mixes
+several sources with exact per-epoch proportions and is itself a source. :func:`trace` answers which
+steps read a sample and which samples a step read, from ``Loader.run_record()``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from datamill.loader.loader import Loader, per_sample
 from datamill.loader.mix import Mix
 from datamill.loader.order import epoch_order, split_for_rank
 from datamill.loader.service import BatchService
+from datamill.loader.sources import open_source, read_batches
 from datamill.loader.stages import EpochPlan
+from datamill.loader.trace import (  # the function; the module stays datamill.loader.trace in sys.modules
+    Tracer,
+    trace,
+)
 
 __all__ = [
     "Accounting",
@@ -30,11 +36,15 @@ __all__ = [
     "EpochPlan",
     "Loader",
     "Mix",
+    "Tracer",
     "check_resume_compat",
     "collate_numpy",
     "collate_torch",
     "epoch_order",
+    "open_source",
     "per_sample",
+    "read_batches",
     "split_for_rank",
+    "trace",
 ]
 assert sorted(__all__) == __all__

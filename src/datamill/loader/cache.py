@@ -7,7 +7,8 @@
   (another rank of the same epoch, another worker of the same rank); once no active build claims
   it, it is dropped, or kept among the ``keep`` most recently released shards for a later build.
 * :class:`BuildReader` - one build's view: which shards its batches need, in which order, and when
-  to load and release them. A build therefore holds at most its shuffle window plus its prefetch.
+  to load and release them. A build therefore holds at most its shuffle window plus its prefetch
+  (with ``ahead_window``: plus the next window, read while the current one is consumed).
 """
 
 from __future__ import annotations
@@ -24,6 +25,22 @@ from numpy.typing import NDArray
 from datamill.loader.stages import EpochPlan
 
 __all__ = ["BuildReader", "ShardCache"]
+
+
+def _read_contiguous(read: Callable[[int], pa.Table], k: int) -> pa.Table:
+    """Shard ``k`` with one chunk per column, combined here in the reader thread, once per read.
+
+    A take from a column of many chunks combines them first (for binary and list columns), which
+    would copy the whole shard on every gather; combining once at read time makes every later
+    take touch only the rows it returns. A column too large for one chunk stays as it is.
+    """
+    table = read(k)
+    if any(col.num_chunks > 1 for col in table.columns):
+        try:
+            table = table.combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. > 2 GiB in a 32-bit-offset binary column
+            pass
+    return table
 
 
 class ShardCache:
@@ -92,7 +109,7 @@ class ShardCache:
                 if fut is None:
                     if self._pool is None:
                         raise RuntimeError("ShardCache.load outside an open build")
-                    fut = self._pool.submit(self._read, k)
+                    fut = self._pool.submit(_read_contiguous, self._read, k)
                     self.reads += 1
                 else:
                     self.reused += 1
@@ -140,8 +157,9 @@ class ShardCache:
 class BuildReader:
     """One build's shards: claimed at the start, loaded ahead of need, released after last use."""
 
-    def __init__(self, cache: ShardCache, plan: EpochPlan, batches: NDArray[np.int64], *, prefetch: int) -> None:
-        self.cache, self.plan, self.prefetch = cache, plan, int(prefetch)
+    def __init__(self, cache: ShardCache, plan: EpochPlan, batches: NDArray[np.int64], *, prefetch: int,
+                 ahead_window: int = 0) -> None:
+        self.cache, self.plan, self.prefetch, self.ahead_window = cache, plan, int(prefetch), int(ahead_window)
         # the shard of every position of the requested batches, and per shard its first/last batch
         bs = plan.batch_size
         starts = batches * bs
@@ -169,12 +187,20 @@ class BuildReader:
         cache.claim(self.by_first.tolist())
 
     def schedule_upto(self, batch: int) -> None:
-        """Load every shard needed up to ``batch``, plus ``prefetch`` more."""
+        """Load every shard needed up to ``batch``, plus ``prefetch`` more.
+
+        With ``ahead_window`` (a warming-up order, :func:`~datamill.loader.order.window_bounds`)
+        it loads up to twice the shards in use ahead, at most ``ahead_window``: while one window is
+        consumed the next one (at most twice as large) is read, so reading overlaps iteration.
+        """
         by_first, first = self.by_first, self.first
         with self._lock:
             while self._needed < len(by_first) and first[by_first[self._needed]] <= batch:
                 self._needed += 1
-            target = min(len(by_first), self._needed + self.prefetch)
+            ahead = self.prefetch
+            if self.ahead_window:
+                ahead = max(ahead, min(self.ahead_window, 2 * (self._needed - self._next_last)))
+            target = min(len(by_first), self._needed + ahead)
             while self._next_first < target:
                 self.cache.load(int(by_first[self._next_first]))
                 self._next_first += 1

@@ -14,10 +14,10 @@ __all__ = ["register"]
 
 def _open(args: argparse.Namespace) -> Any:
     from datamill.core.objstore import is_remote
-    from datamill.sources import open_source
+    from datamill.loader.sources import open_source
 
     if getattr(args, "split", None) is not None:  # `iterate --split` (plan has no such flag)
-        from datamill.sources import HDF5Source
+        from datamill.loader.sources import HDF5Source
 
         return HDF5Source(args.source, split=args.split)
     if is_remote(args.source):  # a shardset dataset or Parquet objects, through the local shard cache
@@ -27,18 +27,21 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _remote(args: argparse.Namespace) -> int:
-    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate``."""
-    import importlib
+    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate`` (its registered handler)."""
+    from datamill.core.commands import command_handler
 
-    serve_cli = importlib.import_module("datamill.serve.cli")  # the serve extra, looked up when used
-    return int(serve_cli.run_iterate(dataset=args.source, url=args.url, key=args.key, batch_size=args.batch_size,
-                                     seed=args.seed, columns=args.columns, rank=args.rank,
-                                     world_size=args.world_size, mode=args.mode, name=args.name, limit=args.limit,
-                                     save_state=args.save_state))
+    run_iterate = command_handler("serve iterate", hint="install the serve extra: pip install 'datamill[serve]'")
+    return int(run_iterate(dataset=args.source, url=args.url, key=args.key, batch_size=args.batch_size,
+                           seed=args.seed, columns=args.columns, rank=args.rank, world_size=args.world_size,
+                           mode=args.mode, name=args.name, limit=args.limit, save_state=args.save_state))
 
 
 def _cmd(args: argparse.Namespace) -> int:
     if args.url:
+        if args.save_record:
+            from datamill.core.errors import ConfigError
+
+            raise ConfigError("--save-record works for in-process runs; a served iteration's record is on the server")
         return _remote(args)
     from datamill.core.io import check_output
     from datamill.loader.loader import Loader
@@ -46,6 +49,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.save_state:
         check_output(args.save_state, is_own=_is_state_file, inputs=[args.source],
                      what="loader state file")
+    if args.save_record:
+        _check_record_output(args)
     source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
@@ -80,17 +85,47 @@ def _cmd(args: argparse.Namespace) -> int:
         with atomic_write(args.save_state, "w") as f:
             json.dump(loader.state_dict(), f, indent=2, sort_keys=True)
         print(f"state -> {args.save_state}")
+    if args.save_record:
+        _save_record(loader, args.save_record)
     return 0
 
 
+def _is_record_file(path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and str(record.get("format", "")).startswith("datamill.run/")
+
+
+def _check_record_output(args: argparse.Namespace) -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.core.io import check_output
+
+    if args.limit and args.epochs > 1:
+        raise ConfigError("--save-record with --limit and --epochs > 1 would record epochs as complete that "
+                          "--limit cut short", hint="record one epoch at a time (--epochs 1), or drop --limit")
+    check_output(args.save_record, is_own=_is_record_file, inputs=[args.source], what="run record")
+
+
+def _save_record(loader: Any, path: str) -> None:
+    """Write the run record; an existing record (the run this one resumed) is extended, then replaced."""
+    from datamill.core.io import atomic_write
+
+    previous = json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else None
+    record = loader.run_record(previous=previous)
+    with atomic_write(path, "w") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+    print(f"run record -> {path}")
+
+
 def _disk_bytes(path: str) -> int:
-    import os
     from pathlib import Path
 
     p = Path(path)
     if p.is_file():
         return p.stat().st_size
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
 def _plan_cmd(args: argparse.Namespace) -> int:
@@ -191,6 +226,8 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=0, help="stop each epoch after this many batches")
     p.add_argument("--resume", help="resume from a state JSON written by --save-state")
     p.add_argument("--save-state", help="write the loader state JSON here at the end")
+    p.add_argument("--save-record", help="write the run record for `datamill trace` here at the end (an existing "
+                                         "record of the run this one resumes is extended)")
     p.set_defaults(func=_cmd)
 
     q = sub.add_parser("plan", help="plan a loader run without reading data: shard reads per rank, peak memory, "

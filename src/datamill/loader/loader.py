@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +14,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
+from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import norm_elastic
@@ -23,9 +23,7 @@ from datamill.loader.refill import Refill
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
-
-if TYPE_CHECKING:
-    from torch.utils.data import IterableDataset
+from datamill.loader.trace import run_record as _run_record
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
 
@@ -89,6 +87,9 @@ class Loader:
             last one shorter, or dropped with ``drop_last``) instead of leaving filtered batches
             smaller; the state records where the rows not yet emitted start, so resuming stays exact
             (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to ``False``.
+        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
+            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`).
+            Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -111,7 +112,7 @@ class Loader:
         num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
         transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
         max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
-        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False,
+        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False, warmup: bool = False,
     ) -> None:
         for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -128,7 +129,7 @@ class Loader:
             columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
             filter=filter,
             transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1,
-            bucket_by=bucket_by, buckets=buckets)
+            bucket_by=bucket_by, buckets=buckets, warmup=warmup)
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = self._skip = 0
@@ -136,6 +137,7 @@ class Loader:
         self.refill = bool(refill)
         self._final_collate = resolve_collate(collate, pin_memory=pin_memory)
         self._new_epoch_stats()
+        self._trace_start: tuple[int, int, Elastic] = (self.epoch, 0, ())  # where this run began (run_record)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -232,6 +234,10 @@ class Loader:
         return self.service.num_batches(self.epoch, self.rank, self.world_size, elastic=self._elastic,
                                         replication=self.replication)
 
+    def run_record(self, *, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The run's tiny JSON record for ``datamill trace`` (:func:`datamill.loader.trace.run_record`)."""
+        return _run_record(self, previous=previous)
+
     def dataset_fingerprint(self) -> str:
         """The source's fingerprint (computed once)."""
         return self.service.fingerprint()
@@ -286,9 +292,8 @@ class Loader:
         cfg = state.get("config") if isinstance(state, Mapping) else None
         for st in [state] if isinstance(state, Mapping) else list(state):
             saved_refill = bool(st.get("config", {}).get("refill", False)) if isinstance(st, Mapping) else False
-            if saved_refill != self.refill and "refill" not in allow_mismatch:
-                raise ResumeStateError(f"resume state does not fit this loader: refill: saved {saved_refill}, "
-                                       f"now {self.refill}", hint="resume with the same refill setting")
+            check_resume_compat({"refill": saved_refill}, {"refill": self.refill}, fields=("refill",),
+                                allow_mismatch=allow_mismatch, hint="resume with the same refill setting")
         if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
                 and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
                 and cfg.get("replication", 1) == self.replication \
@@ -298,10 +303,12 @@ class Loader:
                 replication=self.replication)
             self._elastic = ()
             self._restore_counts(state)
+            self._trace_start = (self.epoch, self._batches_seen, ())
             return
         point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
                                           replication=self.replication, allow_mismatch=allow_mismatch)
         self.epoch, self._batches_seen, self._elastic = point.epoch, point.batches_seen, point.elastic
+        self._trace_start = (self.epoch, self._batches_seen, self._elastic)
         states = [state] if isinstance(state, Mapping) else list(state)
         if len(states) == 1 and point.elastic == norm_elastic(states[0].get("elastic")):
             self._restore_counts(states[0])  # the same plan continues (lockstep, same world size)
@@ -384,16 +391,6 @@ class Loader:
         """
         return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
                                   elastic=self._elastic, replication=self.replication)
-
-    def to_torch(self) -> IterableDataset[Any]:
-        """This loader as a ``torch.utils.data.IterableDataset``: ``TorchLoaderDataset(self)``.
-
-        :class:`datamill.loader.torch.TorchLoaderDataset` is the documented entry; this shortcut
-        loads it with ``importlib`` so that this module never imports the torch adapter.
-        """
-        adapter = importlib.import_module("datamill.loader.torch")
-        dataset: IterableDataset[Any] = adapter.TorchLoaderDataset(self)
-        return dataset
 
     def __iter__(self) -> Generator[Any, None, None]:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,

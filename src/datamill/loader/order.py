@@ -12,6 +12,8 @@ of workers; those only slice it:
    the samples of each window are shuffled together (each window by its own generator, so any
    window, and so any batch, can be computed alone: :class:`EpochOrder`). A reader therefore needs at
    most one window of shards in memory, while samples from different shards are mixed within each batch.
+   The epoch may warm up (``warmup=True``, :func:`window_bounds`): its first windows hold 1, 2, 4, ...
+   shards, so the first batch waits for one shard rather than a whole window.
 2. **Rank split** (:func:`split_for_rank`): rank ``r`` takes the ``r``-th contiguous slice of the
    global order (contiguous, so a rank reads only the shards of its part). Without ``drop_last`` every
    sample is used exactly once per epoch over all ranks and, when ``world_size`` does not divide the
@@ -59,6 +61,7 @@ __all__ = [
     "shard_order",
     "split_for_rank",
     "split_sizes",
+    "window_bounds",
     "worker_batches",
 ]
 
@@ -113,7 +116,8 @@ def default_window(shard_sizes: Sequence[int] | NDArray[np.int64]) -> int:
 
 
 def shard_order(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, window: int | None = None
+    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, window: int | None = None,
+    warmup: bool = False,
 ) -> NDArray[np.int64]:
     """Shard-aware shuffle: permute shards, then shuffle samples within windows of ``window`` shards.
 
@@ -122,6 +126,7 @@ def shard_order(
         seed: the run's seed.
         epoch: the epoch number.
         window: shards shuffled together. Defaults to ``None`` (:func:`default_window`).
+        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to ``False``.
 
     Returns:
         An int64 permutation of ``range(sum(shard_sizes))``.
@@ -134,8 +139,33 @@ def shard_order(
         >>> [sorted(order[a:b].tolist()) for a, b in [(0, 3), (3, 5), (5, 9)]][0] in ([0, 1, 2], [3, 4], [5, 6, 7, 8])
         True
     """
-    eo = EpochOrder(shard_sizes, seed=seed, epoch=epoch, window=window, cache_windows=0)
+    eo = EpochOrder(shard_sizes, seed=seed, epoch=epoch, window=window, warmup=warmup, cache_windows=0)
     return eo.take(0, len(eo))
+
+
+def window_bounds(num_shards: int, /, *, window: int, warmup: bool = False) -> list[tuple[int, int]]:
+    """``(first, stop)`` positions in the permuted shard order of each shuffle window of an epoch.
+
+    Every window holds ``window`` shards (the last one what is left). With ``warmup`` the epoch
+    *warms up*: its first windows hold 1, 2, 4, ... shards (doubling while below ``window``). The first
+    batch therefore waits for one shard, not a whole window (from object storage: one download),
+    and while a window is consumed the next one, at most twice as large, is read; the samples of
+    the warm-up windows mix over fewer shards than the later ones.
+
+    Examples:
+        >>> window_bounds(10, window=4)
+        [(0, 4), (4, 8), (8, 10)]
+        >>> window_bounds(10, window=4, warmup=True)
+        [(0, 1), (1, 3), (3, 7), (7, 10)]
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1 shard, got {window}")
+    out, start, size = [], 0, 1 if warmup else window
+    while start < num_shards:
+        stop = min(num_shards, start + min(size, window))
+        out.append((start, stop))
+        start, size = stop, size * 2
+    return out
 
 
 class EpochOrder:
@@ -152,6 +182,7 @@ class EpochOrder:
         epoch: the epoch number.
         shuffle: ``False`` keeps source order. Defaults to ``True``.
         window: shards per shuffle window. Defaults to ``None`` (:func:`default_window`).
+        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to ``False``.
         cache_windows: shuffled windows kept for later calls. Defaults to ``4``.
 
     Examples:
@@ -161,7 +192,8 @@ class EpochOrder:
     """
 
     def __init__(self, shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int,
-                 shuffle: bool = True, window: int | None = None, cache_windows: int = 4) -> None:
+                 shuffle: bool = True, window: int | None = None, warmup: bool = False,
+                 cache_windows: int = 4) -> None:
         _check_seed_epoch(seed, epoch)
         sizes = np.asarray(shard_sizes, dtype=np.int64)
         if (sizes < 0).any():
@@ -175,7 +207,9 @@ class EpochOrder:
                       else np.arange(len(sizes), dtype=np.int64))
         self._psizes = sizes[self._perm]
         self._pcum = np.concatenate([[0], np.cumsum(self._psizes)]).astype(np.int64)
-        self._wstart = self._pcum[::win] if shuffle else np.zeros(1, dtype=np.int64)
+        self._bounds = window_bounds(len(sizes), window=win, warmup=warmup)
+        self._wstart = (self._pcum[[a for a, _ in self._bounds]] if shuffle and self._bounds
+                        else np.zeros(1, dtype=np.int64))
         self.total = int(self._pcum[-1])
         self._cache: dict[int, NDArray[np.int64]] = {}
         self._keep = int(cache_windows)
@@ -187,7 +221,7 @@ class EpochOrder:
         got = self._cache.get(w)
         if got is not None:
             return got
-        s0, s1 = w * self.window, min((w + 1) * self.window, len(self._perm))
+        s0, s1 = self._bounds[w]
         psizes = self._psizes[s0:s1]
         base = self._pcum[s0]
         # sample j of the permuted sequence is starts[perm[s]] + (j - pcum[s]) for its shard s
@@ -218,7 +252,7 @@ class EpochOrder:
 
 def global_order(
     shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, shuffle: bool = True,
-    window: int | None = None,
+    window: int | None = None, warmup: bool = False,
 ) -> NDArray[np.int64]:
     """The epoch's order over all ranks: :func:`shard_order`, or ``arange`` without shuffling.
 
@@ -229,7 +263,7 @@ def global_order(
     if not shuffle:
         _check_seed_epoch(seed, epoch)
         return np.arange(int(np.sum(np.asarray(shard_sizes, dtype=np.int64))), dtype=np.int64)
-    return shard_order(shard_sizes, seed=seed, epoch=epoch, window=window)
+    return shard_order(shard_sizes, seed=seed, epoch=epoch, window=window, warmup=warmup)
 
 
 def split_for_rank(

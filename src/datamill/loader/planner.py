@@ -121,6 +121,7 @@ class RunPlan:
         return "\n".join(out)
 
 
+# long (81 lines, 27 of docstring): a simulation of one run (per epoch: every rank's read schedule, then the node caches replaying those reads in lockstep); its counters and caches live in the loop
 def plan_run(
     shard_sizes: Sequence[int] | NDArray[np.int64], /, *, batch_size: int, world_size: int = 1, seed: int = 0,
     shuffle: bool = True, window: int | None = None, drop_last: bool = False, prefetch: int = 2, num_workers: int = 0,

@@ -2,7 +2,7 @@
 
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
-footers, read with small range requests when the source opens). Reading a shard downloads the whole
+footers, read with small range requests, 16 at a time, when the source opens). Reading a shard downloads the whole
 file into a :class:`ShardFileCache`, so the Loader's shard cache, which loads shards in the order of
 the epoch's plan and ``prefetch`` ahead, is also what prefetches downloads.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -45,8 +46,12 @@ from datamill.core.objstore import (
     store_error,
 )
 from datamill.core.source import check_read_args
+from datamill.core.storage import filesystem_for, scheme_of
 
-__all__ = ["RemoteParquetSource", "ShardFileCache", "is_remote", "s3_filesystem", "split_url"]
+__all__ = ["FOOTER_THREADS", "RemoteParquetSource", "ShardFileCache", "is_remote", "s3_filesystem", "split_url"]
+
+FOOTER_THREADS = 16
+"""Parquet footers read at once when a source opens (the row counts; one small ranged GET pair each)."""
 
 
 class RemoteParquetSource:
@@ -57,7 +62,7 @@ class RemoteParquetSource:
         cache_dir: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: bytes the local cache keeps at most. Defaults to ``None`` (no limit).
-        filesystem: the filesystem to use. Defaults to ``None`` (:func:`s3_filesystem` from the environment).
+        filesystem: the filesystem to use. Defaults to ``None`` (the URL scheme's: :func:`~datamill.core.storage.filesystem_for`).
 
     Raises:
         DataFileNotFoundError: nothing at ``url``. DataFileError: a file is not Parquet.
@@ -67,8 +72,8 @@ class RemoteParquetSource:
     def __init__(self, url: str, *, cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
                  filesystem: pafs.FileSystem | None = None) -> None:
         self.url = url.rstrip("/")
-        self.fs = filesystem if filesystem is not None else s3_filesystem()
-        root = split_url(self.url)
+        self.fs, root = filesystem_for(self.url, filesystem=filesystem)
+        self.prefix = scheme_of(self.url).prefix
         try:
             top = self.fs.get_file_info(root)
             if top.type == pafs.FileType.File:
@@ -86,21 +91,25 @@ class RemoteParquetSource:
         self.cache = ShardFileCache(self.fs, cache_dir if cache_dir is not None else default_cache_dir(),
                                     cache_limit=cache_limit)
         sizes, schema = [], None
-        for info in infos:
-            try:
-                with self.fs.open_input_file(info.path) as f:
-                    md = pq.ParquetFile(f).metadata
-            except (OSError, pa.ArrowException) as exc:
-                raise DataFileError(f"not a readable Parquet object ({exc})", path=f"s3://{info.path}") from exc
+        with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(infos))) as pool:  # footers: parallel GETs
+            footers = list(pool.map(self._footer, infos))
+        for info, md in zip(infos, footers):
             s = md.schema.to_arrow_schema().remove_metadata()
             if schema is None:
                 schema = s
             elif not s.equals(schema):
-                raise SchemaError(f"schema {s} differs from the first file's {schema}", path=f"s3://{info.path}")
+                raise SchemaError(f"schema {s} differs from the first file's {schema}", path=f"{self.prefix}{info.path}")
             sizes.append(md.num_rows)
         assert schema is not None
         self.schema = schema
         self._sizes = np.asarray(sizes, dtype=np.int64)
+
+    def _footer(self, info: pafs.FileInfo) -> pq.FileMetaData:
+        try:
+            with self.fs.open_input_file(info.path) as f:
+                return pq.ParquetFile(f).metadata
+        except (OSError, pa.ArrowException) as exc:
+            raise DataFileError(f"not a readable Parquet object ({exc})", path=f"{self.prefix}{info.path}") from exc
 
     def __getstate__(self) -> dict[str, Any]:  # spawned DataLoader workers pickle the source; FileInfo does not
         return {**self.__dict__, "infos": [(i.path, i.size, i.mtime_ns) for i in self.infos]}
@@ -136,9 +145,9 @@ class RemoteParquetSource:
             try:
                 got = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
             except (OSError, pa.ArrowException) as exc:
-                raise DataFileError(f"downloaded copy is not Parquet ({exc})", path=f"s3://{info.path}") from exc
+                raise DataFileError(f"downloaded copy is not Parquet ({exc})", path=f"{self.prefix}{info.path}") from exc
             if got != rows:
-                raise DataFileError(f"downloaded copy has {got} rows, expected {rows}", path=f"s3://{info.path}")
+                raise DataFileError(f"downloaded copy has {got} rows, expected {rows}", path=f"{self.prefix}{info.path}")
 
         data = self.cache.read(info.path, info=info, check=check)
         return pq.read_table(pa.BufferReader(data), columns=cols)

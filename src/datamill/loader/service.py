@@ -113,6 +113,9 @@ class BatchService:
             Defaults to ``8``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
+        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards
+            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard, not a
+            whole window (from object storage: one download). Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -137,7 +140,8 @@ class BatchService:
                  filter: Callable[[pa.Table], Any] | None = None,
                  transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0,
                  prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None,
-                 plan_epochs: int = 2, bucket_by: str | None = None, buckets: int | Sequence[int] = 8) -> None:
+                 plan_epochs: int = 2, bucket_by: str | None = None, buckets: int | Sequence[int] = 8,
+                 warmup: bool = False) -> None:
         if not isinstance(source, Source):
             missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
                        if not hasattr(source, a)]
@@ -156,6 +160,7 @@ class BatchService:
             if unknown:
                 raise SchemaError(f"unknown column(s) {unknown}; the source has {source.columns}", column=unknown[0])
         self.source, self.shuffle, self.drop_last, self.columns = source, bool(shuffle), bool(drop_last), cols
+        self.warmup = bool(warmup)
         self.collate_fn = resolve_collate(collate)
         self.filter, self.transform = filter, transform
         self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
@@ -176,7 +181,9 @@ class BatchService:
         self._orders: OrderedDict[int, NDArray[np.int64]] = OrderedDict()
         self._lazy: OrderedDict[int, EpochOrder] = OrderedDict()
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
-        self._cache = ShardCache(self._read_shard, threads=min(8, max(2, self.prefetch)), keep=self.cache_shards)
+        # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
+        threads = min(8, max(4 if self.warmup else 2, self.prefetch))
+        self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
         self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None  # lengths, boundaries
@@ -210,7 +217,8 @@ class BatchService:
             "drop_last": self.drop_last, "columns": self.columns, "collate": self.collate_fn,
             "filter": self.filter, "transform": self.transform, "max_errors": self.max_errors,
             "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards,
-            "plan_epochs": self.plan_epochs, "bucket_by": self.bucket_by, "buckets": self.buckets}
+            "plan_epochs": self.plan_epochs, "bucket_by": self.bucket_by, "buckets": self.buckets,
+            "warmup": self.warmup}
         kwargs.update(changes)
         other = BatchService(kwargs.pop("source", self.source), **kwargs)
         if other.source is self.source:
@@ -232,6 +240,8 @@ class BatchService:
             cfg["replication"] = int(replication)
         if self.bucket_by is not None:
             cfg["bucket_by"], cfg["buckets"] = self.bucket_by, self.buckets
+        if self.warmup:
+            cfg["warmup"] = True
         return cfg
 
     def _order(self, epoch: int) -> NDArray[np.int64]:
@@ -252,7 +262,8 @@ class BatchService:
         if callable(custom):
             return np.asarray(custom(seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window),
                               dtype=np.int64)
-        return global_order(self.sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window)
+        return global_order(self.sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window,
+                            warmup=self.warmup)
 
     def epoch_samples(self, epoch: int = 0) -> int:
         """Positions in ``epoch``'s global order (the dataset size, or a mix's epoch size)."""
@@ -463,7 +474,8 @@ class BatchService:
             eo = self._lazy.get(int(epoch))
             if eo is None:
                 eo = self._lazy[int(epoch)] = EpochOrder(self.sizes, seed=self.seed, epoch=int(epoch),
-                                                          shuffle=self.shuffle, window=self.window)
+                                                          shuffle=self.shuffle, window=self.window,
+                                                          warmup=self.warmup)
                 while len(self._lazy) > self.plan_epochs:
                     self._lazy.popitem(last=False)
             return eo
@@ -557,7 +569,8 @@ class BatchService:
             self._builds += 1
             self._active += 1
         self._cache.open()
-        reader = BuildReader(self._cache, plan, batches, prefetch=self.prefetch)
+        reader = BuildReader(self._cache, plan, batches, prefetch=self.prefetch,
+                             ahead_window=self.window if self.warmup else 0)
         try:
             for res in self._results(reader, batches):
                 res.epoch, res.rank, res.shards_read = epoch, rank, reader.shards_read

@@ -3,8 +3,8 @@
 * :class:`EpochPlan` - the rank's sample sequence for one epoch as index arrays (which shard and row
   each position reads, which batches need which shard): pure numpy, no per-sample Python.
 * (reading shards ahead and sharing them between builds is :mod:`datamill.loader.cache`'s job)
-* :func:`assemble` - the rows of several batches gathered with one ``pa.Table.take`` over the
-  (zero-copy) concatenation of the shards involved, then sliced per batch (zero-copy).
+* :func:`assemble` - the rows of several batches gathered with :func:`take_rows` (each shard gives its
+  own rows, the small pieces are put in order with one take), then sliced per batch (zero-copy).
 * :func:`process_batch` - filter and transform one batch with failures isolated per sample and counted.
 """
 
@@ -22,7 +22,7 @@ from datamill.core.errors import ConfigError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.order import num_batches, rank_sequence
 
-__all__ = ["EpochPlan", "assemble", "process_batch"]
+__all__ = ["EpochPlan", "assemble", "process_batch", "take_rows"]
 
 UID_COLUMN = "uid"
 
@@ -79,17 +79,105 @@ class EpochPlan:
         return slice(batch * self.batch_size, min((batch + 1) * self.batch_size, len(self.seq)))
 
 
+def take_rows(tables: Sequence[pa.Table], table_of: NDArray[np.int64], row: NDArray[np.int64]) -> pa.Table:
+    """``pa.concat_tables(tables).take(offsets[table_of] + row)``, without combining the tables.
+
+    For binary, string and list columns pyarrow combines every chunk of a column before a gather
+    (apache/arrow GH-39565 fixed that for fixed-width types only), so a take over a shuffle window
+    would copy the whole window per call. Here each table gives its own rows (one small take per
+    table, in ascending position order), the pieces are concatenated (only the rows taken) and
+    one take of that small table puts them in the requested order. The result equals the
+    straightforward take: same schema, values, validity and (one) chunk per column. Binary and
+    string columns without nulls skip the pieces: their 16-byte views are gathered with numpy over
+    the tables' own data buffers and cast back, so their bytes are copied once.
+
+    Args:
+        tables: the tables (same schema).
+        table_of: for each output row, the index into ``tables`` it comes from.
+        row: for each output row, its row in that table.
+
+    Examples:
+        >>> a, b = pa.table({"x": ["a", "b"]}), pa.table({"x": ["c", "d", "e"]})
+        >>> take_rows([a, b], np.array([1, 0, 1]), np.array([2, 1, 0]))["x"].to_pylist()
+        ['e', 'b', 'c']
+    """
+    table_of = np.asarray(table_of, dtype=np.int64)
+    row = np.asarray(row, dtype=np.int64)
+    if len(tables) == 1:
+        return tables[0].take(pa.array(row))
+    if not len(row):  # no rows at all: the empty take keeps the schema
+        return pa.concat_tables(tables).slice(0, 0)
+    schema = tables[0].schema
+    # binary/string columns without nulls: gathered as 16-byte views over the shards' own data
+    # buffers, then cast back (one copy of the bytes taken); the rest: per-shard pieces, reordered once
+    viewed = {i for i, f in enumerate(schema) if f.type in _VIEW_OF
+              and all(t.column(i).null_count == 0 for t in tables)}
+    columns: list[pa.Array | pa.ChunkedArray] = [pa.array([])] * len(schema)
+    for i in viewed:
+        columns[i] = _view_take([_one_chunk(t.column(i)) for t in tables], table_of, row, schema.field(i).type)
+    rest = [i for i in range(len(schema)) if i not in viewed]
+    if rest or not viewed:
+        taken = _grouped_take([t.select(rest) for t in tables], table_of, row)
+        for j, i in enumerate(rest):
+            columns[i] = taken.column(j)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+_VIEW_OF = {pa.binary(): pa.binary_view(), pa.string(): pa.string_view()}
+
+
+def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _view_take(arrays: Sequence[pa.Array], table_of: NDArray[np.int64], row: NDArray[np.int64],
+               typ: pa.DataType) -> pa.Array:
+    """Rows ``(table_of, row)`` of binary/string arrays without nulls: a numpy gather of their views.
+
+    A view is 4 int32: the length, then either the bytes inline (length <= 12) or a 4-byte prefix,
+    the index of the data buffer and the offset in it. The views of every array are gathered at once
+    and the buffer index of a non-inline view is shifted to where that array's data buffers are
+    appended; the cast back to ``typ`` copies only the bytes of the rows taken.
+    """
+    views: list[NDArray[np.int32]] = []
+    buffers: list[pa.Buffer | None] = []
+    base: list[int] = []
+    for arr in arrays:
+        v = arr.cast(_VIEW_OF[typ])
+        bufs = v.buffers()
+        views.append(np.frombuffer(bufs[1], dtype=np.int32).reshape(-1, 4)[v.offset:v.offset + len(v)])
+        base.append(len(buffers))
+        buffers.extend(bufs[2:])
+    start = np.concatenate([[0], np.cumsum([len(v) for v in views])]).astype(np.int64)
+    got = np.concatenate(views)[start[table_of] + row]
+    long = got[:, 0] > 12
+    got[long, 2] += np.asarray(base, dtype=np.int32)[table_of[long]]
+    out = pa.Array.from_buffers(_VIEW_OF[typ], len(got), [None, pa.py_buffer(got), *buffers])
+    return out.cast(typ)
+
+
+def _grouped_take(tables: Sequence[pa.Table], table_of: NDArray[np.int64], row: NDArray[np.int64]) -> pa.Table:
+    """Each table's rows taken from that table (ascending output position), the pieces joined, reordered once."""
+    by_table = np.argsort(table_of, kind="stable")
+    counts = np.bincount(table_of, minlength=len(tables))
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    sorted_rows = row[by_table]
+    pieces = [tables[k].take(pa.array(sorted_rows[bounds[k]:bounds[k + 1]]))
+              for k in range(len(tables)) if counts[k]]
+    grouped = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+    inverse = np.empty_like(by_table)
+    inverse[by_table] = np.arange(len(by_table), dtype=np.int64)
+    return grouped.take(pa.array(inverse))
+
+
 def assemble(plan: EpochPlan, get: Callable[[int], pa.Table], batches: Sequence[int]) -> list[pa.Table]:
-    """The tables of ``batches`` (consecutive or not), gathered with one take from the shards ``get(k)`` returns."""
+    """The tables of ``batches`` (consecutive or not), gathered with :func:`take_rows` from the shards ``get(k)`` returns."""
     parts = [plan.positions(b) for b in batches]
     shard = np.concatenate([plan.shard[p] for p in parts])
     row = np.concatenate([plan.row[p] for p in parts])
     needed = np.unique(shard)
     tables = [get(int(k)) for k in needed]
-    base = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
-    where = base[np.searchsorted(needed, shard)] + row
-    combined = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    taken = combined.take(pa.array(where))
+    taken = take_rows(tables, np.searchsorted(needed, shard).astype(np.int64), row)
     out, start = [], 0
     for p in parts:
         n = p.stop - p.start

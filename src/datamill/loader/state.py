@@ -26,14 +26,15 @@ __all__ = ["GLOBAL_FIELDS", "LOADER_STATE", "OPTIONAL_FIELDS", "ORDER_FIELDS", "
            "validate_state"]
 
 ORDER_FIELDS = ("batch_size", "bucket_by", "buckets", "columns", "drop_last", "rank", "replication", "shuffle",
-                "window", "world_size")
+                "warmup", "window", "world_size")
 """Config fields the batch sequence depends on (their values are saved in ``state["config"]``; the
 :data:`OPTIONAL_FIELDS` only when they are not at their defaults)."""
 
-OPTIONAL_FIELDS = ("bucket_by", "buckets", "replication")
+OPTIONAL_FIELDS = ("bucket_by", "buckets", "replication", "warmup")
 """Fields a config leaves out at their defaults (states written before they existed still fit)."""
 
-GLOBAL_FIELDS = ("dataset_fingerprint", "seed", "bucket_by", "buckets", "columns", "drop_last", "shuffle", "window")
+GLOBAL_FIELDS = ("dataset_fingerprint", "seed", "bucket_by", "buckets", "columns", "drop_last", "shuffle", "warmup",
+                 "window")
 """Fields the epoch's *global* order depends on: an elastic resume (another world size, rank or batch
 size) needs only these to match."""
 

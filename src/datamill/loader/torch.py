@@ -1,7 +1,7 @@
 """A ``torch.utils.data.IterableDataset`` over a :class:`~datamill.loader.Loader` (imports torch).
 
-:class:`TorchLoaderDataset` is the entry point (``Loader.to_torch()`` is a shortcut that loads this
-module with ``importlib``, so the loader module never imports the adapter). Use it with
+:class:`TorchLoaderDataset` is the entry point (the loader module never imports this adapter: there
+is no ``Loader.to_torch()``, which would be an import cycle). Use it with
 ``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches.
 Worker ``w`` of ``N`` (from ``torch.utils.data.get_worker_info()``) builds the rank's batches
 ``w, w + N, ...`` through the loader's :class:`~datamill.loader.service.BatchService` and the
@@ -14,7 +14,10 @@ for any ``N``; worker *processes* help when a transform is GIL-bound Python.
   round-robin between workers).
 * The adapter keeps its own position: call :meth:`TorchLoaderDataset.set_epoch` before each epoch,
   and resume with :meth:`TorchLoaderDataset.state_dict` ``(batches_consumed)`` / ``load_state_dict``
-  in the main process. ``max_errors`` applies per worker process and iteration
+  in the main process. It also follows torchdata's ``Stateful`` protocol: ``state_dict()`` without
+  arguments is the calling worker's position (the batches it has yielded), so a torchdata
+  ``StatefulDataLoader(dataset, batch_size=None, num_workers=N)`` checkpoint taken mid-epoch resumes
+  exactly: each worker restarts after its last batch the main process consumed. ``max_errors`` applies per worker process and iteration
   (:meth:`~datamill.loader.service.BatchService.accounting`).
 """
 
@@ -33,7 +36,10 @@ from datamill.loader.order import Elastic, worker_batches
 torch = require("torch", extra="torch")
 from torch.utils.data import IterableDataset, get_worker_info
 
-__all__ = ["TorchLoaderDataset"]
+__all__ = ["WORKER_STATE_FORMAT", "TorchLoaderDataset"]
+
+WORKER_STATE_FORMAT = "datamill.torch_worker/1"
+"""The format of a worker's ``state_dict()`` (torchdata's ``Stateful`` protocol)."""
 
 
 class TorchLoaderDataset(IterableDataset[Any]):
@@ -63,6 +69,7 @@ class TorchLoaderDataset(IterableDataset[Any]):
         state = loader.state_dict()
         self._start = (int(state["epoch"]), int(state["batches_seen"]))
         self._elastic: Elastic = norm_elastic(state.get("elastic"))
+        self._skip = self._yielded = 0  # this worker's batches skipped on resume / yielded in this iteration
 
     def _where(self) -> dict[str, Any]:
         return {"elastic": self._elastic, "replication": self.replication}
@@ -76,18 +83,35 @@ class TorchLoaderDataset(IterableDataset[Any]):
         if epoch < 0:
             raise ConfigError(f"epoch must be >= 0, got {epoch}")
         self._start, self._elastic = (int(epoch), 0), ()
+        self._skip = 0
 
-    def state_dict(self, batches_consumed: int) -> dict[str, Any]:
-        """The resume state after the main process consumed ``batches_consumed`` batches of this iteration."""
+    def state_dict(self, batches_consumed: int | None = None) -> dict[str, Any]:
+        """The resume state after the main process consumed ``batches_consumed`` batches of this iteration.
+
+        Without ``batches_consumed`` (torchdata's ``Stateful`` protocol, called in each worker by a
+        ``StatefulDataLoader``): this worker's position, ``{"format", "start", "elastic", "yielded"}``.
+        """
         epoch, start = self._start
+        if batches_consumed is None:
+            return {"format": WORKER_STATE_FORMAT, "start": [epoch, start],
+                    "elastic": [[w, list(cs)] for w, cs in self._elastic], "yielded": self._yielded}
         return self.service.resume_state(epoch=epoch, batches_seen=start + int(batches_consumed), rank=self.rank,
                                          world_size=self.world_size, **self._where())
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
-        """Resume at ``state`` (one rank's or every rank's, checked and re-split like :meth:`Loader.load_state_dict`)."""
+        """Resume at ``state`` (one rank's or every rank's, checked and re-split like :meth:`Loader.load_state_dict`).
+
+        A worker state (from ``state_dict()`` in a worker) makes this worker skip the batches it had yielded.
+        """
+        if isinstance(state, Mapping) and state.get("format") == WORKER_STATE_FORMAT:
+            epoch, start = (int(v) for v in state["start"])
+            self._start, self._elastic = (epoch, start), norm_elastic(state.get("elastic"))
+            self._skip = int(state["yielded"])
+            return
         point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
                                           replication=self.replication)
         self._start, self._elastic = (point.epoch, point.batches_seen), point.elastic
+        self._skip = 0
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -95,7 +119,9 @@ class TorchLoaderDataset(IterableDataset[Any]):
         epoch, start = self._start
         total = self.service.num_batches(epoch, self.rank, self.world_size, **self._where())
         accounting = self.service.accounting()
-        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)
+        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)[self._skip:]
+        self._yielded, self._skip = self._skip, 0
         for res in self.service.build(epoch, self.rank, mine, world_size=self.world_size, **self._where()):
             accounting.add(res)
+            self._yielded += 1
             yield res.output if res.output is not None else self.service.collate_fn(res.empty)

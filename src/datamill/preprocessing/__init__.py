@@ -9,26 +9,40 @@ of the HDF5 layout, :class:`~datamill.preprocessing.hdf5.HDF5Source`), ``meta`` 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 __all__ = ["Executor", "HDF5Sink", "LocalExecutor", "Metadata", "Plan", "Preprocessed", "Sink", "load", "preprocess"]
 assert sorted(__all__) == __all__
 
-_MODULES = {
-    "Executor": "datamill.preprocessing.executors",
-    "HDF5Sink": "datamill.preprocessing.sinks",
-    "LocalExecutor": "datamill.preprocessing.executors",
-    "Metadata": "datamill.preprocessing.meta",
-    "Plan": "datamill.preprocessing.plans",
-    "Preprocessed": "datamill.preprocessing.api",
-    "Sink": "datamill.preprocessing.sinks",
-    "load": "datamill.preprocessing.api",
-    "preprocess": "datamill.preprocessing.api",
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return getattr(importlib.import_module(_MODULES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The package's public names, imported on first access (plain imports: the import graph sees them)."""
+    match name:
+        case "Executor":
+            from datamill.preprocessing.executors import Executor
+            return Executor
+        case "HDF5Sink":
+            from datamill.preprocessing.sinks import HDF5Sink
+            return HDF5Sink
+        case "LocalExecutor":
+            from datamill.preprocessing.executors import LocalExecutor
+            return LocalExecutor
+        case "Metadata":
+            from datamill.preprocessing.meta import Metadata
+            return Metadata
+        case "Plan":
+            from datamill.preprocessing.plans import Plan
+            return Plan
+        case "Preprocessed":
+            from datamill.preprocessing.api import Preprocessed
+            return Preprocessed
+        case "Sink":
+            from datamill.preprocessing.sinks import Sink
+            return Sink
+        case "load":
+            from datamill.preprocessing.api import load
+            return load
+        case "preprocess":
+            from datamill.preprocessing.api import preprocess
+            return preprocess
+        case _:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,10 +16,8 @@ Output files that exist and are not a datamill preprocessing output (or are the 
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from datamill.core.errors import CacheError, ConfigError
 from datamill.core.fingerprint import fingerprint_file
 from datamill.core.io import check_output, is_datamill_output
 from datamill.core.objstore import fetch_input, is_remote
+from datamill.engines import LOCAL, check_engine, engine_job
 from datamill.preprocessing.binding import with_image_files
 from datamill.preprocessing.config import PreprocessConfig
 from datamill.preprocessing.executors import LocalExecutor
@@ -38,31 +37,10 @@ from datamill.preprocessing.hdf5 import read_hdf5
 from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.pipeline import cached, plan, run
 from datamill.preprocessing.plans import Plan
+from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.sinks import HDF5Sink, MemorySink, recover_interrupted_switch
 
 __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
-
-
-@dataclass
-class Preprocessed:
-    """What :func:`preprocess` returns."""
-
-    metadata: Metadata
-    hdf5_path: Path | None
-    meta_path: Path | None
-    cached: bool
-    num_rows: int
-    seconds: float
-    _data: dict[str, np.ndarray[Any, Any] | CSR] | None = field(default=None, repr=False)
-
-    @property
-    def data(self) -> dict[str, np.ndarray[Any, Any] | CSR]:
-        """The tensors (read from the HDF5 on first access when they were saved)."""
-        if self._data is None:
-            if self.hdf5_path is None:  # pragma: no cover - skip_save always keeps data
-                raise CacheError("no data: nothing was saved")
-            self._data, _ = read_hdf5(self.hdf5_path)
-        return self._data
 
 
 def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool) -> Plan:
@@ -81,15 +59,13 @@ def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool)
 
 def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_save: bool, metadata: Any,
                overwrite: bool, options: dict[str, Any]) -> Preprocessed:
-    """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, looked up at call time)."""
-    if engine not in ("local", "ray"):
-        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
-    if engine == "local":
+    """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, found through :mod:`datamill.engines`)."""
+    check_engine(engine)
+    if engine == LOCAL:
         raise ConfigError("engine_options apply to engine='ray' only")
     if skip_save:
         raise ConfigError("skip_save is not supported with engine='ray' (it writes a shardset dataset)")
-    ray_engine = importlib.import_module("datamill.ray")  # optional extra: no import edge from core
-    result: Preprocessed = ray_engine.preprocess(dataset, config, output_dir=output_dir, metadata=metadata,
+    result: Preprocessed = engine_job(engine, "preprocess")(dataset, config, output_dir=output_dir, metadata=metadata,
                                                  overwrite=overwrite, **options)
     return result
 

@@ -31,6 +31,10 @@ def _cmd(args: argparse.Namespace) -> int:
               else f"output: {dataset_path} (shardset dataset) and {out.meta_path}")
     if out.hdf5_path is not None:
         print(f"wrote {out.hdf5_path} and {out.meta_path}" if not out.cached else f"output: {out.hdf5_path}")
+    if args.check_splits != "off" and out.hdf5_path is not None:
+        from datamill.lineage.cli import report_splits
+
+        report_splits(out.hdf5_path, fail=args.check_splits == "error")
     return 0
 
 
@@ -51,6 +55,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)")
     p.add_argument("--format", choices=["shards", "hdf5"], default="shards",
                    help="with --engine ray: shards (<stem>.shards/ + meta.json, default) or hdf5 (also <stem>.hdf5)")
+    p.add_argument("--check-splits", choices=["off", "warn", "error"], default="off",
+                   help="after writing: report validation/test rows equal or near-equal to training rows "
+                        "(`datamill check-splits`); error: exit 2 when there are any (default off)")
     p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                    help="no progress bars (same as datamill --quiet)")
     p.set_defaults(func=_cmd)

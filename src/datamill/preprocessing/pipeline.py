@@ -80,7 +80,7 @@ BLOCK_ROWS = 1 << 16  # 64k rows: bounded transform temporaries (1<<19 tripled p
 
 
 def _version() -> str:
-    from datamill import __version__
+    from datamill.core.constants import VERSION as __version__
 
     return __version__
 
@@ -101,6 +101,7 @@ def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
     return (name.rsplit(".", 1)[0] if "." in name else name), path.parent
 
 
+# long (61 lines, 13 of docstring): the docstring documents the plan; the code resolves the config and outputs in order
 def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None, dataset: Any, *,
          metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
          output_dir: str | os.PathLike[str] | None = None, skip_save: bool = False) -> Plan:
@@ -158,7 +159,7 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     fp = chain(fp_input, TRANSFORM_VERSION, {
         "config": cfg.to_dict(), "version": _version(),
         "metadata": fingerprint_obj({k: v for k, v in applied.items() if k != HEADER}) if applied else None})
-    stem, base = _stem_and_dir(dataset) if not in_memory else ("dataset", Path("."))
+    stem, base = _stem_and_dir(dataset) if not in_memory else ("dataset", Path())
     out_dir = Path(output_dir) if output_dir is not None else base
     return replace(p, fingerprint=fp, input_fingerprint=fp_input, hdf5_path=out_dir / f"{stem}{HDF5_SUFFIX}",
                    meta_path=out_dir / f"{stem}{META_SUFFIX}")

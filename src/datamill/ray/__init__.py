@@ -1,8 +1,10 @@
-"""Scale-out on Ray Data: ``preprocess`` and ``build_bert_samples`` on a Ray cluster, same output as one machine.
+"""Scale-out on Ray Data: ``preprocess`` and ``build_bert_samples`` on a Ray cluster, same output as one machine;
+``read_dataset`` reads any datamill output as a ``ray.data.Dataset`` (blocks = shards).
 
 Chosen with ``engine="ray"`` in :func:`datamill.preprocess` / :func:`datamill.pretrain.bert.build_bert_samples`
-(or ``--engine ray [--address HOST:PORT]`` on the command line); the core packages reach this
-package only through ``importlib``, and ``ray`` itself is imported when a run starts.
+(or ``--engine ray [--address HOST:PORT]`` on the command line); importing this package registers
+both jobs (:func:`datamill.core.engine.register_engine`), the engine registry
+(:mod:`datamill.engines`) imports it on first use, and ``ray`` itself is imported when a run starts.
 
 Examples:
     >>> from datamill.ray import preprocess
@@ -12,8 +14,12 @@ Examples:
 
 from __future__ import annotations
 
+from datamill.core.engine import register_engine
 from datamill.ray.bert import build_bert_samples
 from datamill.ray.preprocess import RayPreprocessed, preprocess
+from datamill.ray.read import read_dataset
 
-__all__ = ["RayPreprocessed", "build_bert_samples", "preprocess"]
+__all__ = ["RayPreprocessed", "build_bert_samples", "preprocess", "read_dataset"]
 assert sorted(__all__) == __all__
+
+register_engine("ray", preprocess=preprocess, build_bert_samples=build_bert_samples)

@@ -36,12 +36,12 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.io import PathLike, atomic_dir, atomic_write, check_output, display_name
 from datamill.pretrain.bert.engine import (
+    BertConfig,
     BertSamples,
     BertTokenizer,
     MaskConfig,
     TaskConfig,
     bert_schema,
-    check_params,
     read_documents,
     resolve_tokenizer,
     run_task,
@@ -94,14 +94,12 @@ def _check_outputs(root: Path, paths: list[PathLike], tokenizer: Any, *, overwri
     return tok_path
 
 
-def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLike, tokenizer: Any = None,
-                       vocab_size: int = 30000, max_seq_length: int = 512, dupe_factor: int = 10,
-                       mask_prob: float = 0.15, max_predictions_per_seq: int = 20, short_seq_prob: float = 0.1,
-                       seed: int = 0, layout: str = "padded", sentence_split: str = "line", pairing: str = "seed",
-                       address: str | None = None, overwrite: bool = False) -> BertSamples:
+def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLike, config: BertConfig | None = None,
+                       address: str | None = None, **options: Any) -> BertSamples:
     """:func:`datamill.pretrain.bert.build_bert_samples` on Ray; ``out`` is the shardset dataset folder.
 
-    Arguments are those of the local builder (``workers`` aside: Ray schedules), plus ``address``
+    Arguments are those of the local builder (the same :class:`BertConfig`; ``workers`` aside: Ray
+    schedules; ``engine`` is ignored: this is the engine), plus ``address``
     (the Ray cluster; defaults to ``None``: a running connection, else a local instance). An earlier
     BERT dataset at ``out`` is replaced when the new one is complete; ``overwrite`` also replaces
     another kind of datamill output (never an input or a file of yours). Defaults to ``False``.
@@ -116,8 +114,11 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
         Traceback (most recent call last):
         datamill.core.errors.ConfigError: dupe_factor must be >= 1, got 0
     """
-    check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
-                  vocab_size, layout, None, sentence_split, pairing)
+    conf = BertConfig.of(config, **options)
+    tokenizer, vocab_size, max_seq_length, seed = conf.tokenizer, conf.vocab_size, conf.max_seq_length, conf.seed
+    dupe_factor, mask_prob, short_seq_prob = conf.dupe_factor, conf.mask_prob, conf.short_seq_prob
+    max_predictions_per_seq, layout, sentence_split = conf.max_predictions_per_seq, conf.layout, conf.sentence_split
+    pairing, overwrite = conf.pairing, conf.overwrite
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")

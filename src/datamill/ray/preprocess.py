@@ -42,7 +42,6 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.faults import fault_point
 from datamill.core.fingerprint import chain, fingerprint_file, fingerprint_obj
 from datamill.core.io import atomic_write
-from datamill.preprocessing.api import Preprocessed
 from datamill.preprocessing.binding import pre_columns, with_image_files
 from datamill.preprocessing.features.base import CSR
 from datamill.preprocessing.meta import HEADER, Metadata
@@ -56,6 +55,7 @@ from datamill.preprocessing.pipeline import (
     transform,
 )
 from datamill.preprocessing.plans import Block, Plan
+from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.sinks import HDF5Sink
 from datamill.ray._blocks import BlockHandle, RayExecutor, prepare_blocks, window
 from datamill.ray._input import Input, read, resolve_input
@@ -108,7 +108,7 @@ class RayPreprocessed(Preprocessed):
 
 
 def _multi_file_plan(p: Plan, inp: Input, output_dir: Path | None) -> Plan:
-    from datamill import __version__
+    from datamill.core.constants import VERSION as __version__
 
     fp_input = fingerprint_obj([fingerprint_file(f) for f in inp.files])
     fp = chain(fp_input, TRANSFORM_VERSION, {
@@ -116,7 +116,7 @@ def _multi_file_plan(p: Plan, inp: Input, output_dir: Path | None) -> Plan:
         "metadata": fingerprint_obj({k: v for k, v in p.applied.items() if k != HEADER}) if p.applied else None})
     src = Path(inp.origin.path or "dataset")
     stem = src.name.split("*")[0].rsplit(".", 1)[0] or "dataset"
-    out = output_dir if output_dir is not None else (src.parent if src.name else Path("."))
+    out = output_dir if output_dir is not None else (src.parent if src.name else Path())
     return replace(p, fingerprint=fp, input_fingerprint=fp_input, source=inp.origin.path,
                    hdf5_path=out / f"{stem}{HDF5_SUFFIX}", meta_path=out / f"{stem}{META_SUFFIX}")
 
@@ -133,6 +133,7 @@ def _transform_task(p: Plan, meta: Metadata, sink: ShardSink | None, uid_column:
     return block.num_rows, (arrays if keep else None), ray_module().get_runtime_context().get_node_id()
 
 
+# long (69 lines, 32 of docstring): the public entry: argument checks, the cache check, then _run; the docstring documents every Ray option
 def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLike[str] | None = None,
                metadata: Any = None, address: str | None = None, fmt: str = "shards",
                uid_column: str | None = None, overwrite: bool = False) -> RayPreprocessed:
@@ -216,6 +217,7 @@ def _bind(ray: Any, p: Plan, ds: Any) -> Plan:
     return bind(p, int(ds.count()), columns)
 
 
+# long (65 lines, 0 of docstring): the Ray stages in order (prepare blocks, fit, finalize, transform tasks into the shardset writer and the HDF5, switch, meta.json last) with their fault points; the ordering is the point
 def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None,
          start: float) -> RayPreprocessed:
     assert p.meta_path is not None and p.hdf5_path is not None

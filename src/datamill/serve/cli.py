@@ -1,6 +1,8 @@
 """``datamill serve``: run the server, manage its keys, read its audit log, back it up, iterate from it.
 
-* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth] [--allowed-hosts H,...]``
+* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth] [--allowed-hosts H,...]
+  [--log-format text|json] [--log-level info] [--ssl-certfile F --ssl-keyfile F] [--forwarded-allow-ips IPS]
+  [--drain-timeout 30] [--metrics-no-auth]`` (docs/running.md)
 * ``datamill serve keys create|list|revoke --state DIR ...`` (``create --role admin --datasets a,b --expires 30d``)
 * ``datamill serve audit --state DIR`` | ``datamill serve backup --state DIR OUT``
 * ``datamill serve gc --state DIR --older-than 30d`` (iterations that ended before, from the journal)
@@ -286,8 +288,12 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
                    help="seconds to keep retrying an unreachable server before failing (default 3)")
 
 
+# long (66 lines, 2 of docstring): the argparse tree of `datamill serve` and its commands, one add_argument per option with its help
 def register(sub: Any) -> None:
     """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
+    from datamill.core.commands import register_handler
+
+    register_handler("serve iterate", run_iterate)  # `datamill iterate DATASET --url URL` calls it
     p = sub.add_parser("serve", help="serve datasets to training processes over HTTP (exactly once)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default=None, help="address to bind (default: the config's, else 127.0.0.1)")

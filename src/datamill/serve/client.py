@@ -15,6 +15,7 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from datamill.core.errors import ConfigError, DatamillError
@@ -46,7 +47,7 @@ class Response:
 
 def _tls_context(verify: str | os.PathLike[str] | None) -> ssl.SSLContext:
     """A client TLS context trusting the system's CAs, or only those of the PEM file ``verify``."""
-    if verify is not None and not os.path.isfile(verify):
+    if verify is not None and not Path(verify).is_file():
         raise ConfigError("no such CA certificate file (verify=)", path=verify,
                           hint="pass the PEM file of the CA that signed the server's certificate")
     try:

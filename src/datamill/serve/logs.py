@@ -1,13 +1,13 @@
 """The server's structured log: one line per event, as ``text`` or ``json`` (``--log-format``).
 
-Events go to the ``datamill.serve`` logger through :func:`event`; each carries a name and fields.
+Events go to the ``datamill.serve.events`` logger through :func:`event`; each carries a name and fields.
 A text line reads ``2026-11-25T22:00:00Z INFO lease expired iteration=it-1 lease=ab12``; a JSON line is
 ``{"time": ..., "level": "INFO", "event": "lease expired", "iteration": "it-1", "lease": "ab12"}``.
 uvicorn's own lines (start, errors, and the access log at ``--log-level info``) use the same format.
 
 Examples:
     >>> import logging
-    >>> rec = logging.LogRecord("datamill.serve", logging.INFO, __file__, 1, "client gone", None, None)
+    >>> rec = logging.LogRecord("datamill.serve.events", logging.INFO, __file__, 1, "client gone", None, None)
     >>> rec.fields = {"client": "c1"}
     >>> JsonFormatter().format(rec).endswith('"event": "client gone", "client": "c1"}')
     True
@@ -24,7 +24,7 @@ __all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatter", "event
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-logger = logging.getLogger("datamill.serve")
+logger = logging.getLogger("datamill.serve.events")
 
 
 def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
@@ -86,10 +86,10 @@ def log_config(*, fmt: str = "text", level: str = "info") -> dict[str, Any]:
         raise ValueError(f"unknown log format {fmt!r}; expected one of {', '.join(LOG_FORMATS)}")
     if level not in LOG_LEVELS:
         raise ValueError(f"unknown log level {level!r}; expected one of {', '.join(LOG_LEVELS)}")
-    cls = f"{__name__}.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"
+    cls = JsonFormatter if fmt == "json" else TextFormatter
     lvl = level.upper()
     handler = {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"}
     return {"version": 1, "disable_existing_loggers": False, "formatters": {"line": {"()": cls}},
             "handlers": {"line": handler},
             "loggers": {name: {"handlers": ["line"], "level": lvl, "propagate": False}
-                        for name in ("datamill.serve", "uvicorn", "uvicorn.error", "uvicorn.access")}}
+                        for name in ("datamill.serve.events", "uvicorn", "uvicorn.error", "uvicorn.access")}}

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from datamill.serve import lifecycle
 from datamill.serve.journal import Journal
 from datamill.serve.logs import event
+from datamill.serve.ui import ledger
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -75,6 +76,7 @@ class Telemetry:
         self._dirty: set[tuple[str, str]] = set()
         self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
+        self.client_memo: dict[tuple[str, str], tuple[int, float, float]] = {}  # datamill.serve.ui.ledger
         self.registry = CollectorRegistry(auto_describe=True)
         self.build_seconds = Histogram("datamill_lease_build_seconds", "Seconds to build a lease's batches.",
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)
@@ -154,6 +156,7 @@ class Telemetry:
 
     def ended(self, it: Iteration, status: str) -> None:
         """An iteration finished or was cancelled."""
+        ledger.record(self.journal, [it], self.client_memo)  # its clients' last acks, for the UI
         if lifecycle.ended(self.journal, it.id, status):
             event(f"iteration {status}", iteration=it.id)
 
@@ -183,6 +186,8 @@ class Telemetry:
             live_ids = set(state._iterations)
         self._gone = {g for g in self._gone if g[0] in live_ids}  # forget the clients of iterations gone from memory
         lifecycle.seen(self.journal, activity)
+        ledger.record(self.journal, live, self.client_memo)  # per-client batches and stall for the UI
+        self.client_memo = {k: v for k, v in self.client_memo.items() if k[0] in live_ids}
         self.flush_counters()
 
     def start(self, state: ServeState, *, every: float = FLUSH_S) -> None:

@@ -1,4 +1,9 @@
-"""``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted."""
+"""``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted.
+
+The settings come from a config file (:class:`ServeConfig`, checked with located errors) with
+command-line overrides; logs are one line per event (:mod:`datamill.serve.logs`); SIGTERM drains
+(no new leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then exit 0).
+"""
 
 from __future__ import annotations
 
@@ -146,7 +151,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     Examples:
         >>> import tempfile, pathlib
         >>> f = pathlib.Path(tempfile.mkdtemp()) / "serve.yaml"
-        >>> _ = f.write_text("roots: [data]\nlease_timeout: 0\n")
+        >>> _ = f.write_text("roots: [data]\\nlease_timeout: 0\\n")
         >>> load_config(f)
         Traceback (most recent call last):
         ...
@@ -187,6 +192,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
+# long (90 lines, 26 of docstring): the public entry: config merge and checks, logging, the app, uvicorn with TLS/proxy options, the drain; the docstring documents every option
 def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, port: int | None = None,
           state: str | os.PathLike[str] | None = None, auth: bool | None = None, lease_timeout: float | None = None,
           allowed_hosts: Sequence[str] | None = None, echo: Callable[[str], Any] = print,

@@ -24,18 +24,25 @@ from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastapi import APIRouter, Depends, Query, Request
+from numpy.typing import NDArray
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source
 from datamill.serve.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.stats import ValueStats, footer_stats
+from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
 
-__all__ = ["IMAGE_TYPES", "MAX_LIMIT", "Inspector", "inspector", "router"]
+__all__ = ["IMAGE_TYPES", "MAX_FILTER", "MAX_LIMIT", "MAX_SCAN", "Inspector", "inspector", "router"]
 
 MAX_LIMIT = 200
+MAX_FILTER = 200
+"""Longest filter or lookup value accepted."""
+MAX_SCAN = 2_000_000
+"""Rows a column-value filter scans at most."""
+LIST_SHOWN, LIST_ALL = 8, 4096
 MAX_INLINE = 256 * 1024
 IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF87a": "image/gif",
                b"GIF89a": "image/gif", b"RIFF": "image/webp"}
@@ -190,42 +197,75 @@ class Inspector:
             out.update(x=corpus.vocab, y=corpus.vocab)
         return out
 
-    def samples(self, ref: str, *, offset: int = 0, limit: int = 20,
-                columns: list[str] | None = None) -> dict[str, Any]:
-        """Rows ``[offset, offset + limit)`` of the joined dataset as typed cells.
+    def samples(self, ref: str, *, offset: int = 0, limit: int = 20, columns: list[str] | None = None,
+                where: tuple[str, str] | None = None) -> dict[str, Any]:
+        """Rows ``[offset, offset + limit)`` of the joined dataset (or of the rows where column ``where[0]``
+        shows as ``where[1]``) as typed cells.
 
         Each cell is ``{"t": "missing"}``, ``{"t": "image", "src", "mime"}``, ``{"t": "tokens", "text",
-        "ids"}`` or ``{"t": "value", "v"}``.
+        "ids"}``, ``{"t": "list", "head", "all", "n"}`` or ``{"t": "value", "v"}``. A filter scans at most
+        :data:`MAX_SCAN` rows (``complete`` says whether it saw them all).
         """
         src = self.source(ref)
         if not 1 <= limit <= MAX_LIMIT or offset < 0:
             raise ConfigError(f"need 0 <= offset and 1 <= limit <= {MAX_LIMIT}, got {offset}, {limit}")
         cols = list(src.columns) if not columns else columns
-        unknown = [c for c in cols if c not in src.columns]
+        unknown = [c for c in cols + ([where[0]] if where else []) if c not in src.columns]
         if unknown:
             raise SchemaError(f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0])
         sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        total = int(sizes.sum())
         starts = np.concatenate([[0], np.cumsum(sizes)])
-        stop = min(total, offset + limit)
+        complete = True
+        if where is None:
+            total = int(sizes.sum())
+            wanted = np.arange(offset, min(total, offset + limit), dtype=np.int64)
+        else:
+            matches, complete = _matching_rows(src, where[0], where[1], sizes)
+            total = len(matches)
+            wanted = matches[offset:offset + limit]
         parts: list[pa.Table] = []
-        k = int(np.searchsorted(starts, offset, side="right") - 1) if offset < total else len(sizes)
-        while k < len(sizes) and starts[k] < stop:
-            t = src.read_shard(k, columns=cols)
-            lo, hi = max(offset, int(starts[k])) - int(starts[k]), min(stop, int(starts[k + 1])) - int(starts[k])
-            parts.append(t.slice(lo, hi - lo).replace_schema_metadata(None))
-            k += 1
+        for k in np.unique(np.searchsorted(starts, wanted, side="right") - 1):
+            local = wanted[(wanted >= starts[k]) & (wanted < starts[k + 1])] - starts[k]
+            t = src.read_shard(int(k), columns=cols).replace_schema_metadata(None)
+            parts.append(t.take(pa.array(local)))
         table = pa.concat_tables(parts) if parts else pa.table({c: pa.array([], pa.null()) for c in cols})
         vocabs = self.vocabs(ref, src)
         ds_id, path = self.row(ref)["id"], Path(self.row(ref)["path"])
         base = path if path.is_dir() else path.parent
+        uid_col = getattr(src, "uid_column", None)
         rows = []
         for i in range(table.num_rows):
-            cells = [_cell(table.column(c)[i].as_py(), c, offset + i, ds_id, vocabs.get(c), base=base,
-                           roots=self.state.roots) for c in cols]
-            rows.append({"row": offset + i, "cells": cells})
+            row = int(wanted[i])
+            cells = [_cell(table.column(c)[i].as_py(), c, row, ds_id, vocabs.get(c), base=base,
+                           roots=self.state.roots, float32=pa.types.is_float32(_value_type(table.column(c).type)))
+                     for c in cols]
+            uid = table.column(uid_col)[i].as_py() if uid_col in cols else None
+            rows.append({"row": row, "uid": uid, "cells": cells})
         return {"offset": offset, "limit": limit, "total": total, "columns": cols, "all_columns": list(src.columns),
-                "rows": rows}
+                "rows": rows, "complete": complete, "uid_column": uid_col}
+
+    def locate(self, ref: str, value: str) -> int:
+        """The row of a sample: its UID (shardset datasets) or its row number.
+
+        Raises:
+            NotFoundError: no sample has that UID or row.
+        """
+        src = self.source(ref)
+        total = int(np.asarray(src.shard_sizes(), dtype=np.int64).sum())
+        uids = getattr(src, "uids", None)
+        value = value.strip()[:MAX_FILTER]
+        if uids is not None:
+            found = pc.index(uids, _as_type(value, uids.type)) if _as_type(value, uids.type) is not None else None
+            if found is None or found.as_py() < 0:
+                raise NotFoundError(f"no sample with UID {value!r} in {self.row(ref)['name']}")
+            return int(found.as_py())
+        try:
+            row = int(value.replace(",", ""))
+        except ValueError:
+            raise NotFoundError(f"{value!r} is not a row number (0 to {total - 1:,})") from None
+        if not 0 <= row < total:
+            raise NotFoundError(f"no row {row:,}: rows are 0 to {total - 1:,}")
+        return row
 
     def cell_file(self, ref: str, *, row: int, column: str) -> tuple[bytes, str]:
         """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's roots."""
@@ -248,6 +288,39 @@ class Inspector:
         return target.read_bytes(), mime
 
 
+def _value_type(t: pa.DataType) -> pa.DataType:
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return t
+
+
+def _as_type(value: str, t: pa.DataType) -> Any:
+    if pa.types.is_integer(t):
+        try:
+            return pa.scalar(int(value.replace(",", "")), t)
+        except (ValueError, OverflowError, pa.ArrowException):
+            return None
+    return pa.scalar(value, t) if pa.types.is_string(t) or pa.types.is_large_string(t) else None
+
+
+def _matching_rows(src: Source, column: str, value: str, sizes: NDArray[np.int64]) -> tuple[NDArray[np.int64], bool]:
+    """Rows whose ``column`` shows as ``value`` (compared as text), scanning at most :data:`MAX_SCAN` rows."""
+    found: list[NDArray[np.int64]] = []
+    start = 0
+    for k, n in enumerate(sizes.tolist()):
+        if start >= MAX_SCAN:
+            return np.concatenate(found) if found else np.zeros(0, np.int64), False
+        col = src.read_shard(k, columns=[column]).column(column)
+        try:
+            text = pc.cast(col, pa.string())
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            raise SchemaError(f"column {column!r} ({col.type}) cannot be filtered by value", column=column) from None
+        hits = np.flatnonzero(pc.fill_null(pc.equal(text, value), False).to_numpy(zero_copy_only=False))
+        found.append(hits.astype(np.int64) + start)
+        start += int(n)
+    return np.concatenate(found) if found else np.zeros(0, np.int64), True
+
+
 def _raw_value(src: Source, row: int, column: str) -> Any:
     sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
@@ -256,7 +329,7 @@ def _raw_value(src: Source, row: int, column: str) -> Any:
 
 
 def _cell(value: Any, column: str, row: int, ds_id: str, vocab: Any, *, base: Path | None,
-          roots: list[Path]) -> dict[str, Any]:
+          roots: list[Path], float32: bool = False) -> dict[str, Any]:
     if value is None:
         return {"t": "missing"}
     if isinstance(value, bytes):
@@ -278,7 +351,34 @@ def _cell(value: Any, column: str, row: int, ds_id: str, vocab: Any, *, base: Pa
         tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
         pad = "<PAD>"
         return {"t": "tokens", "text": " ".join(t for t in tokens if t != pad), "ids": _short(ids)}
+    if isinstance(value, float):
+        return {"t": "value", "v": _float(value, float32=float32), "full": repr(value)}
+    if isinstance(value, list):
+        shown = [_float(v, float32=float32) if isinstance(v, float) else repr(v) if v is not None else "missing"
+                 for v in value[:LIST_SHOWN]]
+        if len(value) <= LIST_SHOWN:
+            return {"t": "value", "v": "[" + ", ".join(shown) + "]"}
+        every = [number_text(v, float32=float32) if isinstance(v, float) else repr(v) for v in value[:LIST_ALL]]
+        return {"t": "list", "head": "[" + ", ".join(shown) + ", …]", "n": len(value),
+                "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]"}
     return {"t": "value", "v": _short(value)}
+
+
+def _float(v: float, *, float32: bool) -> str:
+    """A float rounded for reading; the full value is in the cell's tooltip.
+
+    Examples:
+        >>> _float(208500.0, float32=False), _float(0.123456789, float32=True), _float(1.5e-7, float32=False)
+        ('208,500', '0.1235', '1.500e-07')
+    """
+    if not np.isfinite(v):
+        return str(v)
+    x = float(np.float32(v)) if float32 else v
+    if abs(x) >= 1000:
+        return f"{x:,.0f}" if x == round(x) else f"{x:,.1f}"
+    if x == 0 or abs(x) >= 1e-3:
+        return f"{x:.4g}"
+    return f"{x:.3e}"
 
 
 def _short(value: Any, limit: int = 200) -> str:

@@ -12,7 +12,7 @@ A dataset is a folder with ``dataset.json`` (the manifest, written last), ``samp
   discards. The first shardset of a new dataset fixes the mapping; later ones must follow it.
 * ``ShardsetDataset.create(root, files_or_table, uid=..., shardset=..., shard_size=...)`` and
   ``ds.add(name, shard_files)`` / ``ds.add(name, table, route=True)`` are thin wrappers of the
-  writer (:mod:`datamill.shards.write`). UIDs unknown to the mapping are an **error naming them**:
+  writer (:mod:`datamill.shards.create`). UIDs unknown to the mapping are an **error naming them**:
   new samples would change what shard ``k`` means for every existing shardset and for saved loader
   states, so they belong in a new dataset (no "append new shards" mode).
 * :func:`check_dataset` lists every violation as exceptions (the CLI prints them);
@@ -25,6 +25,9 @@ A dataset is a folder with ``dataset.json`` (the manifest, written last), ``samp
 
 from __future__ import annotations
 
+from datamill.shards import (
+    create as create,  # registers ShardsetDataset.create/.add (shards._verbs)
+)
 from datamill.shards.check import check_dataset, check_report
 from datamill.shards.dataset import ShardsetDataset
 from datamill.shards.writer import ShardsetWriter, ShardSink

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.io import csv_options
-from datamill.core.objstore import is_remote, s3_filesystem, split_url, store_error
+from datamill.core.objstore import store_error
+from datamill.core.storage import filesystem_for, is_remote
 
 __all__ = ["Location", "file_format", "read_any", "resolve", "write_any"]
 
@@ -111,12 +112,13 @@ def _fsync_local(fs: pafs.FileSystem, path: str) -> None:
 def resolve(root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None) -> Location:
     """A local path or a URI (``file://``, ``s3://`` …) → :class:`Location`.
 
-    ``s3://bucket/prefix`` uses ``filesystem`` or :func:`~datamill.core.objstore.s3_filesystem`
-    (endpoint and credentials from the usual ``AWS_*`` variables).
+    A remote URL (``s3://``, ``memory://``) uses ``filesystem`` or its scheme's
+    (:func:`~datamill.core.storage.filesystem_for`; S3: endpoint and keys from the ``AWS_*`` variables).
     """
     text = os.fspath(root)
     if is_remote(text):
-        return Location(filesystem if filesystem is not None else s3_filesystem(), split_url(text), text)
+        fs, path = filesystem_for(text, filesystem=filesystem)
+        return Location(fs, path, text)
     if "://" in text:
         try:
             fs, path = pafs.FileSystem.from_uri(text)

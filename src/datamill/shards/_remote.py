@@ -40,6 +40,7 @@ from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError, ShardsetError
 from datamill.core.faults import fault_point
 from datamill.core.objstore import ShardFileCache, default_cache_dir, store_error
+from datamill.core.storage import upload as upload_object
 from datamill.shards._fs import Location
 
 __all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
@@ -159,8 +160,7 @@ def discard_stage(scratch: Location) -> None:
 
 
 def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    with fs.open_output_stream(path) as f:
-        f.write(data)
+    upload_object(data, fs, path)
 
 
 def upload(scratch: Location, remote: Location, shardset: str, *, base: dict[str, Any] | None) -> None:

@@ -16,6 +16,21 @@ def _cols(text: str | None) -> list[str] | None:
 def _create(args: argparse.Namespace) -> int:
     from datamill.shards.dataset import ShardsetDataset
 
+    if args.from_peer:
+        from datamill.shards.peers import from_peer
+
+        if args.files or args.shard_size is None:
+            print("--from FORMAT PATH takes no shard files and needs --shard-size N")
+            return 2
+        fmt, path = args.from_peer
+        ds = from_peer(fmt, path, args.root, uid=args.uid, shardset=args.shardset, shard_size=args.shard_size,
+                       add_uid=args.add_uid, overwrite=args.overwrite)
+        print(ds.info())
+        return 0
+    if not args.files:
+        print("give shard files, one table, or --from FORMAT PATH")
+        return 2
+
     one = len(args.files) == 1 and (args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5")))
     source: str | list[str] = args.files[0] if one else args.files
     ds = ShardsetDataset.create(args.root, source, uid=args.uid, shardset=args.shardset,
@@ -98,7 +113,9 @@ def register(sub: Any) -> None:
     c.add_argument("root")
     c.add_argument("--uid", required=True, help="the UID column")
     c.add_argument("--shardset", required=True)
-    c.add_argument("files", nargs="+", help="shard files in shard order, or one table (CSV/Parquet/HDF5)")
+    c.add_argument("files", nargs="*", help="shard files in shard order, or one table (CSV/Parquet/HDF5)")
+    c.add_argument("--from", dest="from_peer", nargs=2, metavar=("FORMAT", "PATH"), default=None,
+                   help="import a peer's dataset: FORMAT is mds, litdata, webdataset or hf (a save_to_disk folder)")
     c.add_argument("--shard-size", type=int, default=None, help="cut one table into shards of N rows")
     c.add_argument("--format", choices=["parquet", "csv"], default="parquet")
     c.add_argument("--add-uid", action="store_true", help="add the UID column as row numbers if absent")

@@ -18,8 +18,8 @@ import pyarrow.fs as pafs
 from datamill.core.faults import fault_point
 from datamill.core.io import atomic_path, check_output
 from datamill.shards._tables import hdf5_to_table
+from datamill.shards.create import create
 from datamill.shards.dataset import ShardsetDataset
-from datamill.shards.write import create
 
 __all__ = ["EXPORT_KEY", "export", "from_bert_parquet", "from_hdf5", "hdf5_to_table"]
 

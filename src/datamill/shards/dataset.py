@@ -12,14 +12,14 @@ local cache (``cache_dir``, ``cache_limit``; see :mod:`datamill.shards._remote`)
 plan-ordered shard reads also prefetch the downloads.
 
 This module only reads. Writing lives in :mod:`datamill.shards.writer` (:class:`ShardsetWriter`) and
-:mod:`datamill.shards.write` (``create``/``add``), which import this module; the conveniences
-:meth:`ShardsetDataset.create` and :meth:`ShardsetDataset.add` reach ``datamill.shards.write``
-through ``importlib.import_module`` at call time, so there is no import cycle.
+:mod:`datamill.shards.create` (``create``/``add``), which import this module; the conveniences
+:meth:`ShardsetDataset.create` and :meth:`ShardsetDataset.add` find them in a registry
+(:mod:`datamill.shards._verbs`) that :mod:`datamill.shards.create` fills when the package is imported,
+so the reader never imports the writer that opens and returns readers.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections import OrderedDict
@@ -50,13 +50,12 @@ from datamill.shards._fs import Location, read_any, resolve
 from datamill.shards._manifest import validate_manifest
 from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
 from datamill.shards._remote import RemoteShards, is_remote_location
+from datamill.shards._verbs import verb
 
 if TYPE_CHECKING:
     from datamill.shards._tables import ShardInput
 
 __all__ = ["ShardsetDataset"]
-
-_WRITE_MODULE = "datamill.shards.write"
 
 DROPPED_KEY = b"datamill.dropped"
 
@@ -148,9 +147,9 @@ class ShardsetDataset:
                add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
         """Create a dataset from shard files (their order is the shard index) or one table/file.
 
-        A thin wrapper of :func:`datamill.shards.write.create` (see it for the arguments).
+        A thin wrapper of :func:`datamill.shards.create.create` (see it for the arguments).
         """
-        ds: ShardsetDataset = importlib.import_module(_WRITE_MODULE).create(
+        ds: ShardsetDataset = verb("create")(
             root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid,
             overwrite=overwrite)
         return ds
@@ -159,11 +158,10 @@ class ShardsetDataset:
             fmt: str = "parquet") -> ShardsetDataset:
         """Add a shardset atomically and return the reopened dataset.
 
-        A thin wrapper of :func:`datamill.shards.write.add` (see it for the arguments); this object
+        A thin wrapper of :func:`datamill.shards.create.add` (see it for the arguments); this object
         itself is read-only and keeps describing the dataset as it was opened.
         """
-        ds: ShardsetDataset = importlib.import_module(_WRITE_MODULE).add(self, shardset, source, route=route,
-                                                                         fmt=fmt)
+        ds: ShardsetDataset = verb("add")(self, shardset, source, route=route, fmt=fmt)
         return ds
 
     # -- Source protocol -----------------------------------------------------------------------
@@ -283,6 +281,7 @@ class ShardsetDataset:
         return read_any(self.loc.fs, self.loc.join(rel), display=self.loc.show(rel), columns=cols,
                         schema=self._schemas[shardset])
 
+    # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached footers and dropped counts: one read path
     def read_shard(self, index: int, *, columns: Sequence[str] | str | None = None,
                    join: str = "left") -> pa.Table:
         """Shard ``index`` joined across shardsets, rows in mapping order.
@@ -439,6 +438,19 @@ class ShardsetDataset:
         if not parts:
             raise ShardsetError("the dataset has no shards", path=self.loc.display)
         return pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
+
+    def to_hf(self, *, columns: Sequence[str] | str | None = None, join: str = "left") -> Any:
+        """The dataset as a Hugging Face ``datasets.Dataset`` over :meth:`to_table` (no per-row conversion).
+
+        See also :func:`datamill.hf.to_dataset` (any datamill output) and
+        :func:`datamill.hf.to_iterable_dataset`.
+
+        Raises:
+            MissingExtraError: ``datasets`` is not installed (``pip install 'datamill[hf]'``).
+        """
+        from datamill.core.optional import require
+
+        return require("datasets", extra="hf").Dataset(self.to_table(columns=columns, join=join))
 
 
 def read_error(display: str, k: int, exc: BaseException) -> DatamillError:

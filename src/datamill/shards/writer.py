@@ -1,7 +1,7 @@
 """``ShardsetWriter``: write one shardset's shards (from any process) and commit them atomically.
 
-The writer is the one place a shardset dataset is written; :func:`datamill.shards.write.create` and
-:func:`datamill.shards.write.add` are thin wrappers around it, and a Ray job uses it as its sink::
+The writer is the one place a shardset dataset is written; :func:`datamill.shards.create.create` and
+:func:`datamill.shards.create.add` are thin wrappers around it, and a Ray job uses it as its sink::
 
     with ShardsetWriter(root, uid="uid", shardset="features") as w:    # on the driver
         sink = w.sink                                                  # picklable
@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from types import TracebackType
 from typing import Any, Self
 
@@ -227,7 +228,7 @@ class ShardsetWriter:
         if is_remote_location(self.loc):
             self.remote, self.loc = self.loc, stage(self.loc)
             if name is None and not self.loc.exists(DATASET_MANIFEST):
-                name = os.path.basename(self.remote.path)  # not the stage's folder name
+                name = PurePosixPath(self.remote.path).name  # not the stage's folder name
         try:
             self.shardset, self.fmt, self.name = shardset, fmt, name
             self.base: ShardsetDataset | None = None
@@ -404,7 +405,7 @@ class ShardsetWriter:
             pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
             loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
             fault_point("shards.before_manifest")
-            manifest = {"format": SHARDS_FORMAT, "name": self.name or os.path.basename(loc.path), "uid_column": uid,
+            manifest = {"format": SHARDS_FORMAT, "name": self.name or PurePosixPath(loc.path).name, "uid_column": uid,
                         "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
             loc.write_json_atomic(DATASET_MANIFEST, manifest)
         except BaseException:

@@ -335,6 +335,7 @@ class Corpus:
                    tokenizer=tok, path=folder)
 
 
+# long (104 lines, 32 of docstring): one pass in order (read, tokenise, vocabulary, ids, write); each step is a call on whole arrays
 def build_corpus(
     source: PathLike | Sequence[str] | pa.Array,
     /,

@@ -4,7 +4,8 @@ BERT pretraining data: documents -> NSP sentence pairs -> truncation -> 15% mask
 
 Sentence pairs follow one of two rules (``pairing``; see :mod:`datamill.pretrain.bert._pairs`):
 
-* ``"seed"`` (the default): the seed article's loop. Its chunk scan runs one sentence past the
+* ``"chunk_past_target"`` (the default; ``"seed"`` is its deprecated old name): the loop of the
+  article this project started from. Its chunk scan runs one sentence past the
   sentence that reaches the target length, so a chunk holds at least two sentences whenever the
   document has two left, and B is random only when the chunk left no B or with probability 0.5;
   a random pair gives the sentences after A back to the document. On WikiText, whose lines are
@@ -49,14 +50,12 @@ vectorised truncation), :mod:`._mask` (vectorised assembly, masking, padding),
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +63,9 @@ from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
-from datamill.core.objstore import is_remote
 from datamill.core.progress import progress
+from datamill.core.storage import is_remote, local_path
+from datamill.engines import LOCAL, check_engine, engine_job
 from datamill.pretrain.bert._docs import (
     TokenizedDocuments,
     corpus_from_ids,
@@ -76,11 +76,9 @@ from datamill.pretrain.bert._io import (
     BertParquetSource,
     collate_bert,
     is_bert_parquet,
-    read_bert_batches,
     write_batches,
 )
-from datamill.pretrain.bert._mask import LAYOUTS, MaskConfig
-from datamill.pretrain.bert._pairs import PAIRINGS
+from datamill.pretrain.bert._mask import MaskConfig
 from datamill.pretrain.bert._remote import build_to_s3
 from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
 from datamill.pretrain.bert._tok import (
@@ -88,62 +86,17 @@ from datamill.pretrain.bert._tok import (
     BertTokenizer,
     cut,
     resolve_tokenizer,
-    train_wordpiece,
     train_wordpiece_chunked,
 )
+from datamill.pretrain.bert.config import BertConfig, BertSamples
 
-__all__ = ["BERT_SPECIALS", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "is_bert_parquet", "load_tokenizer", "read_bert_batches", "read_metadata"]
+__all__ = ["BERT_SPECIALS", "BertConfig", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
+           "is_bert_parquet", "load_tokenizer", "read_metadata"]
 
 if TYPE_CHECKING:  # third-party types only (tokenizers is imported when a tokenizer is loaded)
-    import numpy as np
-    import pyarrow as pa
-    from numpy.typing import NDArray
     from tokenizers import Tokenizer
 
 _MIN_POOL_TOKENS = 4_000_000  # below (corpus tokens x dupe_factor) a pool costs more than it saves
-
-
-@dataclass(frozen=True)
-class BertSamples:
-    """What :func:`build_bert_samples` wrote, with counts and seconds per stage."""
-
-    path: Path
-    tokenizer_path: Path
-    layout: str
-    documents: int
-    sentences: int
-    samples: int
-    tokens: int
-    seconds: float
-    timings: dict[str, float] = field(default_factory=dict)
-    url: str | None = None
-    """The ``s3://`` URL written when ``out`` was on object storage (``path`` is then its bucket/key)."""
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.seconds if self.seconds > 0 else float("inf")
-
-
-def _check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
-                  short_seq_prob: float, vocab_size: int, layout: str, workers: int | None,
-                  sentence_split: str, pairing: str) -> None:
-    checks = [
-        (max_seq_length >= 5, f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with A, B >= 1 token), got {max_seq_length}"),
-        (max_seq_length < 2**31, f"max_seq_length is too large: {max_seq_length}"),
-        (dupe_factor >= 1, f"dupe_factor must be >= 1, got {dupe_factor}"),
-        (0.0 < mask_prob < 1.0, f"mask_prob must be in (0, 1), got {mask_prob}"),
-        (max_predictions_per_seq >= 1, f"max_predictions_per_seq must be >= 1, got {max_predictions_per_seq}"),
-        (0.0 <= short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], got {short_seq_prob}"),
-        (vocab_size > len(BERT_SPECIALS), f"vocab_size must be > {len(BERT_SPECIALS)}, got {vocab_size}"),
-        (layout in LAYOUTS, f"layout must be one of {list(LAYOUTS)}, got {layout!r}"),
-        (workers is None or workers >= 1, f"workers must be >= 1, got {workers}"),
-        (sentence_split in ("line", "period"), f"sentence_split must be 'line' or 'period', got {sentence_split!r}"),
-        (pairing in PAIRINGS, f"pairing must be one of {list(PAIRINGS)}, got {pairing!r}"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise ConfigError(msg)
 
 
 def build_bert_samples(
@@ -151,21 +104,8 @@ def build_bert_samples(
     /,
     *,
     out: PathLike,
-    tokenizer: Any = None,
-    vocab_size: int = 30000,
-    max_seq_length: int = 512,
-    dupe_factor: int = 10,
-    mask_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    short_seq_prob: float = 0.1,
-    seed: int = 0,
-    workers: int | None = None,
-    layout: str = "padded",
-    sentence_split: str = "line",
-    pairing: str = "seed",
-    engine: str = "local",
-    engine_options: dict[str, Any] | None = None,
-    overwrite: bool = False,
+    config: BertConfig | None = None,
+    **options: Any,
 ) -> BertSamples:
     """Write BERT pretraining samples (NSP pairs + masked LM) from raw text to a Parquet file.
 
@@ -175,36 +115,13 @@ def build_bert_samples(
             (:func:`load_tokenizer`) and copied beside it as ``<out stem>.tokenizer.json``. An
             ``s3://bucket/key.parquet`` is built locally and uploaded, the Parquet object last
             (credentials and endpoint from the ``AWS_*`` variables).
-        tokenizer: a tokenizers JSON path, a :class:`datamill.tokenize.HFTokenizer` or a
-            ``tokenizers.Tokenizer`` holding ``[PAD] [CLS] [SEP] [MASK] [UNK]``; ``None`` trains a
-            WordPiece tokenizer on ``source``. Defaults to ``None``.
-        vocab_size: vocabulary size when training. Defaults to ``30000``.
-        max_seq_length: tokens per sample including ``[CLS]`` and two ``[SEP]``. Defaults to ``512``.
-        dupe_factor: passes over the documents (each with fresh randomness). Defaults to ``10``.
-        mask_prob: share of A+B tokens to predict. Defaults to ``0.15``.
-        max_predictions_per_seq: cap on masked positions per sample. Defaults to ``20``.
-        short_seq_prob: probability of a shorter random target length. Defaults to ``0.1``.
-        seed: the root of every random choice. Defaults to ``0``.
-        workers: ``1``: one background thread builds samples while the calling thread writes
-            Parquet (numpy and the writer release the GIL); ``N > 1``: ``N`` worker processes.
-            ``None``: 1 on machines with up to 4 cores or for small inputs, else ``cores - 1``
-            processes. The output does not depend on it. Defaults to ``None``.
-        layout: ``"padded"`` (the seed's columns: ``tokens`` padded with ``[PAD]`` and
-            ``segment_ids`` with -1) or ``"compact"`` (unpadded ``tokens`` + ``segment_a_length``;
-            :func:`collate_bert` pads at load time). Defaults to ``"padded"``.
-        sentence_split: ``"line"`` (each line is a sentence, as the seed's input format) or
-            ``"period"`` (also cut lines after each `` . ``, as d2l.ai does for WikiText, whose
-            lines are paragraphs). Defaults to ``"line"``.
-        pairing: how sentence pairs are cut from a document: ``"seed"`` (the seed article's loop:
-            chunks of at least two sentences, B random only when the chunk left none or with
-            probability 0.5) or ``"google"`` (Google's ``create_instances_from_document``: a
-            paragraph that reaches the target alone is a one-sentence chunk with a random B, so
-            most WikiText samples are random). See the module docstring. Defaults to ``"seed"``.
-        engine: ``"local"`` or ``"ray"`` (:func:`datamill.ray.build_bert_samples`: the same samples
-            built on a Ray cluster, ``out`` is then a shardset dataset folder). Defaults to ``"local"``.
-        engine_options: keyword arguments of the Ray engine (``address``). Defaults to ``None``.
-        overwrite: also replace another kind of datamill output at ``out``. An earlier BERT Parquet
-            file is always replaced (atomically); an input or a file of yours never. Defaults to ``False``.
+        config: the options (:class:`~datamill.pretrain.bert.config.BertConfig`: tokenizer,
+            vocab_size, max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq,
+            short_seq_prob, seed, workers, layout, sentence_split, pairing, engine, engine_options,
+            overwrite). Defaults to ``None`` (every default).
+        **options: any of those options by name, replacing the config's (the keyword call
+            ``build_bert_samples(text, out=..., max_seq_length=128)`` is the same as
+            ``config=BertConfig(max_seq_length=128)``).
 
     Returns:
         :class:`BertSamples` with the path, counts and seconds per stage.
@@ -228,27 +145,28 @@ def build_bert_samples(
         >>> pq.read_table(d / "bert.parquet").column_names
         ['tokens', 'segment_ids', 'is_random_next', 'masked_positions', 'masked_labels']
     """
-    _check_params(max_seq_length, dupe_factor, mask_prob, max_predictions_per_seq, short_seq_prob,
-                  vocab_size, layout, workers, sentence_split, pairing)
-    if engine not in ("local", "ray"):
-        raise ConfigError(f"engine must be 'local' or 'ray', got {engine!r}")
-    if engine == "ray":  # the optional Ray engine, reached without an import edge
-        ray_engine = importlib.import_module("datamill.ray")
-        result: BertSamples = ray_engine.build_bert_samples(
-            source, out=out, tokenizer=tokenizer, vocab_size=vocab_size, max_seq_length=max_seq_length,
-            dupe_factor=dupe_factor, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
-            short_seq_prob=short_seq_prob, seed=seed, layout=layout, sentence_split=sentence_split,
-            pairing=pairing, overwrite=overwrite, **(engine_options or {}))
+    conf = BertConfig.of(config, **options)
+    check_engine(conf.engine)
+    if conf.engine != LOCAL:  # the optional Ray engine, found through the engine registry
+        result: BertSamples = engine_job(conf.engine, "build_bert_samples")(
+            source, out=out, config=conf.model_copy(update={"engine": LOCAL, "engine_options": None}),
+            **(conf.engine_options or {}))
         return result
-    if engine_options:
+    if conf.engine_options:
         raise ConfigError("engine_options apply to engine='ray' only")
     if is_remote(out):  # built into a local scratch file, then uploaded (the Parquet object last)
-        options = {"tokenizer": tokenizer, "vocab_size": vocab_size, "max_seq_length": max_seq_length,
-                   "dupe_factor": dupe_factor, "mask_prob": mask_prob, "max_predictions_per_seq": max_predictions_per_seq,
-                   "short_seq_prob": short_seq_prob, "seed": seed, "workers": workers, "layout": layout,
-                   "sentence_split": sentence_split, "pairing": pairing}
-        uploaded: BertSamples = build_to_s3(build_bert_samples, source, out=os.fspath(out), options=options)
+        uploaded: BertSamples = build_to_s3(build_bert_samples, source, out=os.fspath(out),
+                                            options=conf.build_options())
         return uploaded
+    return _build_local(source, out=local_path(out), conf=conf)
+
+
+def _build_local(source: PathLike | Sequence[PathLike], /, *, out: PathLike, conf: BertConfig) -> BertSamples:
+    """The local engine: read, tokenise, pair and mask in tasks, write Parquet (then the tokenizer copy)."""
+    tokenizer, vocab_size, max_seq_length = conf.tokenizer, conf.vocab_size, conf.max_seq_length
+    dupe_factor, mask_prob, short_seq_prob, seed = conf.dupe_factor, conf.mask_prob, conf.short_seq_prob, conf.seed
+    max_predictions_per_seq, workers, layout = conf.max_predictions_per_seq, conf.workers, conf.layout
+    sentence_split, pairing, overwrite = conf.sentence_split, conf.pairing, conf.overwrite
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
@@ -301,23 +219,6 @@ def build_bert_samples(
     return BertSamples(path=out_path, tokenizer_path=tok_path, layout=layout,
                        documents=corpus.num_documents, sentences=n_sentences, samples=stats.samples,
                        tokens=stats.tokens, seconds=seconds, timings=timings)
-
-
-def read_documents(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
-                   ) -> tuple[BertTokenizer, pa.Array, NDArray[np.int64], dict[str, float]]:
-    """Read and split the raw files into sentences and their documents, and get the tokenizer
-    (``tokenizer`` loaded, else WordPiece trained on the sentences); with the seconds of each step.
-    Every engine starts here, so the same text gives the same documents and tokenizer."""
-    start = time.perf_counter()
-    timings: dict[str, float] = {}
-    tok = resolve_tokenizer(tokenizer)
-    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
-    t = time.perf_counter()
-    timings["read_split"] = t - start
-    if tok is None:
-        tok = train_wordpiece(sentences, vocab_size=vocab_size)
-        timings["train_tokenizer"] = time.perf_counter() - t
-    return tok, sentences, sent_doc, timings
 
 
 def _read_and_tokenize(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str

@@ -10,8 +10,10 @@ consecutive, so any run of sentences is one contiguous slice of ``ids``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,9 +24,9 @@ from datamill.core.arrow import from_numpy, large_strings, to_numpy
 from datamill.core.errors import DataFileError
 from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
 from datamill.core.parallel import ordered_map
-from datamill.pretrain.bert._tok import BertTokenizer
+from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
 
-__all__ = ["TokenizedDocuments", "check_file", "corpus_from_ids", "split_block", "split_documents", "tokenize_documents"]
+__all__ = ["TokenizedDocuments", "check_file", "corpus_from_ids", "read_documents", "split_block", "split_documents", "tokenize_documents"]
 
 
 @dataclass(frozen=True)
@@ -200,3 +202,20 @@ def corpus_from_ids(flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_do
         starts = np.zeros(0, dtype=np.int64)
     doc_offsets = np.concatenate([starts, [len(docs)]]).astype(np.int64)
     return TokenizedDocuments(ids=flat, sent_offsets=sent_offsets, doc_offsets=doc_offsets)
+
+
+def read_documents(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
+                   ) -> tuple[BertTokenizer, pa.Array, NDArray[np.int64], dict[str, float]]:
+    """Read and split the raw files into sentences and their documents, and get the tokenizer
+    (``tokenizer`` loaded, else WordPiece trained on the sentences); with the seconds of each step.
+    Every engine starts here, so the same text gives the same documents and tokenizer."""
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    tok = resolve_tokenizer(tokenizer)
+    sentences, sent_doc = split_documents(paths, sentence_split=sentence_split)
+    t = time.perf_counter()
+    timings["read_split"] = t - start
+    if tok is None:
+        tok = train_wordpiece(sentences, vocab_size=vocab_size)
+        timings["train_tokenizer"] = time.perf_counter() - t
+    return tok, sentences, sent_doc, timings

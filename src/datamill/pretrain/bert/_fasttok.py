@@ -98,7 +98,7 @@ class ChunkedText:
         return total
 
 
-def _cut_block(lines: pa.Array, lowercase: bool) -> tuple[pa.Array, NDArray[np.int32], NDArray[np.int64]]:
+def _cut_block(lines: pa.Array, *, lowercase: bool) -> tuple[pa.Array, NDArray[np.int32], NDArray[np.int64]]:
     """(distinct chunks of the block, index per occurrence, occurrence offsets per line)."""
     text = pc.replace_substring_regex(lines, _CONTROL, "")
     if lowercase:

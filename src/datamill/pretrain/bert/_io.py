@@ -3,15 +3,13 @@
 The file metadata key ``datamill`` holds a JSON object (format, layout, max_seq_length, special
 ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.core.parquet.ParquetSource`
 (row groups are shards) that checks that JSON; :func:`collate_bert` turns a batch table of either
-layout into fixed-shape padded arrays; :func:`read_bert_batches` wires both into a
-:class:`~datamill.loader.Loader` (seeded shuffle, rank split, resumable state). This producer has no
-import edge to the loader: :func:`read_bert_batches` looks the consumer up with
-``importlib.import_module`` when called.
+layout into fixed-shape padded arrays (``BertParquetSource.padded_collate``), which
+:func:`datamill.loader.read_batches` uses (seeded shuffle, rank split, resumable state). This producer
+never imports the loader: the loader's Source registry finds the file.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Iterable
@@ -33,7 +31,7 @@ from datamill.core.ragged import csr_from_arrow, pad
 from datamill.pretrain.bert._mask import bert_schema
 from datamill.pretrain.bert._run import TaskResult
 
-__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "is_bert_parquet", "read_bert_batches",
+__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "is_bert_parquet",
            "read_bert_metadata", "read_bert_tokenizer_json", "write_batches"]
 
 META_KEY = "datamill"
@@ -203,36 +201,6 @@ class BertParquetSource(ParquetSource):
         self.meta = read_bert_metadata(path)
         super().__init__(path)
 
-
-def read_bert_batches(path: PathLike, batch_size: int, *, seed: int = 0, epoch: int = 0, rank: int = 0,
-                      world_size: int = 1, as_torch: bool = False, shuffle: bool = True,
-                      drop_last: bool = False, **loader_kwargs: Any) -> Any:
-    """A :class:`~datamill.loader.Loader` over a BERT Parquet file yielding padded batches.
-
-    The return type is ``Any``, not ``Loader``: the producer keeps no import edge to the loader.
-
-    Shuffled (shard-aware, seeded), split by rank, resumable with ``state_dict()`` /
-    ``load_state_dict()``; each batch is :class:`BertBatchCollate`'s dict. Extra keyword arguments
-    go to the Loader (``num_workers``, ``prefetch``...).
-
-    Examples:
-        >>> import tempfile, pathlib
-        >>> from datamill.pretrain.bert import build_bert_samples
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "raw.txt").write_text(" = A = \\n the cat sat on the mat . \\n the dog ran . \\n"
-        ...                                " = B = \\n a bird sang in the tree . \\n the sun rose . \\n")
-        >>> res = build_bert_samples(d / "raw.txt", out=d / "b.parquet", vocab_size=60,
-        ...                          max_seq_length=16, dupe_factor=4, max_predictions_per_seq=3)
-        >>> loader = read_bert_batches(d / "b.parquet", 2, seed=0, world_size=1)
-        >>> batch = next(iter(loader))
-        >>> batch["tokens"].shape, batch["segment_ids"].dtype, batch["masked_positions"].shape
-        ((2, 16), dtype('int8'), (2, 3))
-        >>> loader.state_dict()["epoch"]
-        0
-    """
-    loader = importlib.import_module("datamill.loader")  # the consumer, looked up at call time
-    source = BertParquetSource(path)
-    return loader.Loader(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                  world_size=world_size, drop_last=drop_last,
-                  collate=BertBatchCollate(source.meta, as_torch=as_torch), **loader_kwargs)
-
+    def padded_collate(self, *, as_torch: bool = False) -> BertBatchCollate:
+        """The loader ``collate`` giving fixed-shape padded batches (:class:`BertBatchCollate`)."""
+        return BertBatchCollate(self.meta, as_torch=as_torch)

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datamill.core.errors import DataFileError, DatamillError
-from datamill.core.objstore import s3_filesystem, split_url, store_error
+from datamill.core.storage import filesystem_for, scheme_of, storage_error, upload
 
 __all__ = ["build_to_s3"]
 
@@ -49,13 +49,13 @@ def _earlier_bert(fs: pafs.FileSystem, key: str, url: str) -> dict[bytes, bytes]
 
 def build_to_s3(build: Callable[..., Any], source: Any, *, out: str, options: dict[str, Any]) -> Any:
     """Run ``build(source, out=<local scratch file>, **options)`` and upload its two files to ``out``."""
-    key = split_url(out)
+    fs, key = filesystem_for(out)
+    prefix = scheme_of(out).prefix
     if not key.endswith((".parquet", ".pq")) or "/" not in key:
-        raise DataFileError("expected s3://bucket/path/name.parquet", path=out)
+        raise DataFileError(f"expected {prefix}bucket/path/name.parquet", path=out)
     tok_key = str(PurePosixPath(key).with_suffix(".tokenizer.json"))
-    tok_url = f"s3://{tok_key}"
+    tok_url = f"{prefix}{tok_key}"
     try:
-        fs = s3_filesystem()
         earlier = _earlier_bert(fs, key, out)
         if fs.get_file_info(tok_key).type != pafs.FileType.NotFound:
             import json
@@ -69,11 +69,9 @@ def build_to_s3(build: Callable[..., Any], source: Any, *, out: str, options: di
             local = Path(scratch) / PurePosixPath(key).name
             result = build(source, out=local, **options)
             for path, target in ((result.tokenizer_path, tok_key), (result.path, key)):  # the Parquet file last
-                with fs.open_output_stream(target) as f, open(path, "rb") as data:
-                    while chunk := data.read(8 << 20):
-                        f.write(chunk)
+                upload(path, fs, target)
     except DatamillError:
         raise
     except OSError as exc:
-        raise store_error(exc, out) from exc
+        raise storage_error(exc, out) from exc
     return dataclasses.replace(result, path=Path(key), tokenizer_path=Path(tok_key), url=out)

@@ -44,7 +44,7 @@ class TaskConfig:
     max_num_tokens: int
     short_seq_prob: float
     mask: MaskConfig
-    pairing: str = "seed"
+    pairing: str = "chunk_past_target"
 
 
 @dataclass

@@ -9,16 +9,12 @@ __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from datamill.pretrain.bert import build_bert_samples
+    from datamill.pretrain.bert import BertConfig, build_bert_samples
 
-    res = build_bert_samples(
-        args.raw, out=args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor, mask_prob=args.mask_prob,
-        max_predictions_per_seq=args.max_predictions_per_seq, short_seq_prob=args.short_seq_prob,
-        seed=args.seed, workers=args.workers, layout=args.layout, sentence_split=args.sentence_split,
-        pairing=args.pairing, engine=args.engine, overwrite=args.overwrite,
-        engine_options={"address": args.address} if args.engine == "ray" else None,
-    )
+    names = set(BertConfig.model_fields) - {"engine_options"}
+    config = BertConfig(**{k: v for k, v in vars(args).items() if k in names},
+                        engine_options={"address": args.address} if args.engine == "ray" else None)
+    res = build_bert_samples(args.raw, out=args.out, config=config)
     print(f"documents {res.documents:,}  samples {res.samples:,}  tokens {res.tokens:,}  "
           f"{res.samples_per_s:,.0f} samples/s ({res.seconds:.2f} s)")
     print(f"wrote {res.url or res.path} ({res.layout}) and {res.tokenizer_path.name}")
@@ -53,8 +49,10 @@ def register(sub: Any) -> None:
                    help="padded: the seed's columns; compact: unpadded tokens + segment_a_length")
     p.add_argument("--sentence-split", choices=["line", "period"], default="line",
                    help="line: each line is a sentence (default); period: also cut after ' . '")
-    p.add_argument("--pairing", choices=["seed", "google"], default="seed",
-                   help="seed: the seed article's pair loop (default); google: create_instances_from_document")
+    p.add_argument("--pairing", choices=["chunk_past_target", "google", "seed"], default="chunk_past_target",
+                   help="chunk_past_target: a chunk grows one sentence past the target length, so it holds two "
+                        "sentences or more (default; 'seed' is its deprecated old name); google: Google BERT's "
+                        "create_instances_from_document (the chunk stops at the target)")
     p.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="local: this machine (default); ray: a Ray cluster, samples as a shardset dataset")
     p.add_argument("--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)")

@@ -13,7 +13,7 @@ def run(data_dir: Path, work_dir: Path) -> None:
     import pyarrow.parquet as pq
 
     from datamill.core.progress import quiet
-    from datamill.pretrain.bert import build_bert_samples, read_bert_batches
+    from datamill.pretrain.bert import BertParquetSource, build_bert_samples
     from datamill.pretrain.bert._tok import resolve_tokenizer
 
     print("\n== BERT pretraining data (NSP pairs, 15% masking at 80/10/10) ==")
@@ -30,14 +30,15 @@ def run(data_dir: Path, work_dir: Path) -> None:
           f"{res.path.stat().st_size / 1e6:.1f} MB; tokenizer {res.tokenizer_path.name}")
     tok = resolve_tokenizer(res.tokenizer_path)
     assert tok is not None
-    batch = next(iter(read_bert_batches(res.path, 2, seed=0)))
+    src = BertParquetSource(res.path)  # the loader reads it the same way: datamill.loader.read_batches(path, ...)
+    batch = src.padded_collate()(src.read_shard(0).slice(0, 2))
     i = 0
     n = int(batch["attention_mask"][i].sum())
     words = tok.decode_tokens(batch["tokens"][i][:n])
     k = int(batch["masked_weights"][i].sum())
     positions = batch["masked_positions"][i][:k].tolist()
     labels = tok.decode_tokens(batch["masked_labels"][i][:k])
-    print(f"sample 0 of a shuffled batch: is_random_next={bool(batch['is_random_next'][i])}, "
+    print(f"sample 0 of the first row group: is_random_next={bool(batch['is_random_next'][i])}, "
           f"{n} tokens, segment ids {batch['segment_ids'][i][:n].tolist().count(0)}x0 + "
           f"{batch['segment_ids'][i][:n].tolist().count(1)}x1")
     shown = " ".join(f"<{w}>" if p in positions else w for p, w in enumerate(words))

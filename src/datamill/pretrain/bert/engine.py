@@ -14,11 +14,10 @@ Examples:
 from __future__ import annotations
 
 from datamill.pretrain.bert import _run
-from datamill.pretrain.bert._build import BertSamples, read_documents
-from datamill.pretrain.bert._build import _check_params as check_params
 from datamill.pretrain.bert._docs import (
     TokenizedDocuments,
     check_file,
+    read_documents,
     split_block,
     split_documents,
     tokenize_documents,
@@ -28,8 +27,9 @@ from datamill.pretrain.bert._run import TaskConfig, TaskResult, plan_tasks
 from datamill.pretrain.bert._run import _init_state as init_state
 from datamill.pretrain.bert._run import _run_task as run_task
 from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
+from datamill.pretrain.bert.config import BertConfig, BertSamples, check_params
 
-__all__ = ["BertSamples", "BertTokenizer", "MaskConfig", "TaskConfig", "TaskResult", "TokenizedDocuments",
+__all__ = ["BertConfig", "BertSamples", "BertTokenizer", "MaskConfig", "TaskConfig", "TaskResult", "TokenizedDocuments",
            "bert_schema", "check_file", "check_params", "init_state", "plan_tasks", "read_documents",
            "resolve_tokenizer", "run_task", "shard_tokens", "split_block", "split_documents", "tokenize_documents",
            "train_wordpiece"]

@@ -31,7 +31,6 @@ vocabulary breaks frequency ties by token (the seed by first occurrence), so som
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -60,7 +59,7 @@ from datamill.core.io import (
 )
 from datamill.core.progress import progress as progress_bar
 from datamill.core.rng import rng_for
-from datamill.pretrain._w2v_batch import Batchify, SkipGramSource
+from datamill.pretrain.word2vec._batch import SkipGramSource
 from datamill.pretrain.word2vec._sample import (
     AliasTable,
     Sentences,
@@ -125,41 +124,6 @@ class SkipGramSamples:
         return SkipGramSource(self.centers, self.context_offsets, self.contexts, self.negative_offsets,
                               self.negatives, fingerprint=self.fingerprint(), shard_size=shard_size)
 
-    def batches(self, batch_size: int, *, seed: int, epoch: int = 0, rank: int = 0, world_size: int = 1,
-                drop_last: bool = False, as_torch: bool = False, shuffle: bool = True,
-                shuffle_buffer: int | None = None, num_workers: int = 0) -> Any:
-        """A seeded, shuffled, resumable iterator of padded batches (a :class:`datamill.loader.Loader`).
-
-        Typed ``Any``, not ``Loader``: the producer keeps no import edge to the loader.
-        Iterating yields one epoch of dicts ``centers (B, 1)``, ``contexts_negatives``, ``masks``,
-        ``labels`` ``(B, L)`` (int64 numpy arrays, or torch tensors with ``as_torch=True``). The
-        order is the loader's pure ``(seed, epoch)`` order, sliced by ``rank``; ``state_dict()`` /
-        ``load_state_dict()`` resume exactly; ``.to_torch()`` is a ``torch`` IterableDataset that
-        splits batches between DataLoader workers.
-
-        Args:
-            batch_size: examples per batch. seed: the order's seed. epoch: the first epoch. Defaults to ``0``.
-            rank / world_size: this rank's share. Defaults to ``0`` / ``1``.
-            drop_last: equal shares, incomplete last batch dropped. Defaults to ``False``.
-            as_torch: torch tensors instead of numpy. Defaults to ``False``.
-            shuffle: ``False`` keeps example order. Defaults to ``True``.
-            shuffle_buffer: shards (of 16,384 examples) shuffled together; the loader's default
-                mixes windows of about 65,536 examples. ``self.source().num_shards`` gives one full
-                uniform permutation like the seed's ``DataLoader(shuffle=True)`` (about 1.7x slower
-                batching on PTB). Defaults to ``None``.
-            num_workers: loader threads. Defaults to ``0``.
-
-        Examples:
-            >>> s = build_skipgram([["a", "b", "c"]] * 20, min_freq=1, subsample_t=1.0, progress=False)
-            >>> b = next(iter(s.batches(4, seed=0)))
-            >>> b["centers"].shape, b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape
-            ((4, 1), True)
-        """
-        loader = importlib.import_module("datamill.loader")  # the consumer, looked up at call time
-        return loader.Loader(self.source(), batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
-                      collate=Batchify(as_torch=as_torch), rank=rank, world_size=world_size,
-                      shuffle_buffer=shuffle_buffer, num_workers=num_workers)
-
     # ---------------------------------------------------------------- persistence
     def save(self, directory: PathLike, *, overwrite: bool = False, inputs: Sequence[PathLike] = ()) -> Path:
         """Write the folder beside the old one (``.npy`` arrays, ``vocab.json``, ``skipgram.json`` last), then switch.
@@ -185,9 +149,9 @@ class SkipGramSamples:
                 json.dump({"format": WORD2VEC_FORMAT, **self.info}, f, indent=2, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
-            for name in os.listdir(tmp):
-                if name != MANIFEST:
-                    with open(tmp / name, "rb") as fh:
+            for entry in tmp.iterdir():
+                if entry.name != MANIFEST:
+                    with open(entry, "rb") as fh:
                         os.fsync(fh.fileno())
             fault_point("word2vec.before_switch")
         return out
@@ -278,6 +242,7 @@ def _negative_table(counts: NDArray[np.int64], *, drop_unk: bool) -> AliasTable:
                       values=np.arange(first, len(counts), dtype=np.int64))
 
 
+# long (108 lines, 35 of docstring): one pipeline in order (read, vocabulary, subsample, contexts, negatives, metadata), each step a call
 def build_skipgram(
     source: PathLike | Sequence[Sequence[str]],
     /,
@@ -309,7 +274,7 @@ def build_skipgram(
         progress: show a progress bar over the stages. Defaults to ``True``.
 
     Returns:
-        The :class:`SkipGramSamples` (``.save(dir)``, ``.batches(...)``).
+        The :class:`SkipGramSamples` (``.save(dir)``, ``.source()``: padded batches with :func:`datamill.loader.read_batches`).
 
     Raises:
         ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1``, ``subsample_t <= 0`` or an

@@ -19,7 +19,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     print(f"PTB train: vocab {info['vocab_size']:,}, tokens {info['tokens']:,} -> "
           f"{info['tokens_after_subsampling']:,} after subsampling, {info['pairs']:,} center/context pairs "
           f"({time.perf_counter() - t0:.2f} s, saved to {work_dir / 'word2vec_ptb'})")
-    batch = next(iter(s.batches(512, seed=0)))
+    src = s.source()  # shuffled, resumable batches: datamill.loader.read_batches(src, 512, seed=0)
+    batch = src.padded_collate()(src.read_shard(0).slice(0, 512))
     for name, arr in batch.items():
         print(f"  {name:<19} {tuple(arr.shape)}")
     row = 0

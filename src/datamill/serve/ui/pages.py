@@ -7,22 +7,14 @@ and :class:`~datamill.serve.views.Inspector`). Without a valid key a page shows 
 
 from __future__ import annotations
 
-import functools
-import inspect
-import time
 import urllib.parse
-from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
-import jinja2
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from datamill.core.errors import DatamillError
-from datamill.serve import lifecycle
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -36,12 +28,16 @@ from datamill.serve.access import (
     serve_state,
 )
 from datamill.serve.auth import create_key, parse_duration
-from datamill.serve.routes.bounds import check_iteration, check_rewind
-from datamill.serve.routes.models import DatasetIn, IterationIn, RewindIn, one_line
+from datamill.serve.routes.models import DatasetIn, one_line
 from datamill.serve.server import NotFoundError
+from datamill.serve.ui import ledger
+from datamill.serve.ui.render import HERE, STATIC, root, router
+from datamill.serve.ui.render import form as _form
+from datamill.serve.ui.render import page as _page
+from datamill.serve.ui.render import render as _render
+from datamill.serve.ui.render import see as _see
 from datamill.serve.ui.session import (
     COOKIE,
-    CSRF_FIELD,
     check_csrf,
     check_login_csrf,
     end_session,
@@ -49,29 +45,10 @@ from datamill.serve.ui.session import (
     set_login_cookie,
     start_session,
 )
-from datamill.serve.ui.svg import ack_history, histogram_svg, throughput_svg
-from datamill.serve.views import MAX_LIMIT, Inspector, inspector
+from datamill.serve.ui.svg import bars_svg, histogram_svg
+from datamill.serve.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
 
 __all__ = ["access_page", "root", "router"]
-
-HERE = Path(__file__).resolve().parent
-STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                          trim_blocks=True, lstrip_blocks=True)
-_ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
-_ENV.filters["bytes"] = lambda n: next(f"{n / 1024 ** i:,.1f} {u}" for i, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
-                                       if n < 1024 ** (i + 1) or u == "TiB")
-_ENV.filters["when"] = lambda t: "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-_ENV.filters["pct"] = lambda p: f"{100 * p['done'] / p['total']:.0f}%" if p["total"] else "100%"
-
-router = APIRouter(prefix="/ui", include_in_schema=False)
-root = APIRouter(include_in_schema=False)
-
-
-def _render(request: Request, name: str, who: Viewer | None, *, status: int = 200, **ctx: Any) -> HTMLResponse:
-    html = _ENV.get_template(name).render(who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx)
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})  # + guard.SECURITY_HEADERS
-
 
 def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     """The page for a refused request: the login form (401) or an error page (403)."""
@@ -81,40 +58,6 @@ def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     return _render(request, "error.html", authenticate(request), status=status, error=detail,
                    kind=f"HTTP {status}")
 
-
-def _page(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Render an error page for located errors (4xx)."""
-
-    async def handle(request: Request, call: Callable[[], Any]) -> Any:
-        try:
-            return await call()
-        except DatamillError as exc:
-            code = 404 if isinstance(exc, NotFoundError) else 400
-            return _render(request, "error.html", authenticate(request), status=code, error=exc.one_line(),
-                           kind=type(exc).__name__)
-        except HTTPException as exc:
-            return _render(request, "error.html", authenticate(request), status=exc.status_code, error=str(exc.detail),
-                           kind=f"HTTP {exc.status_code}")
-
-    if inspect.iscoroutinefunction(fn):
-        @functools.wraps(fn)
-        async def wrapper_async(request: Request, *args: Any, **kwargs: Any) -> Any:
-            return await handle(request, lambda: fn(request, *args, **kwargs))
-        return wrapper_async
-
-    @functools.wraps(fn)
-    async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Any:
-        return await handle(request, lambda: run_in_threadpool(fn, request, *args, **kwargs))
-    return wrapper
-
-
-async def _form(request: Request) -> dict[str, str]:
-    body = (await request.body()).decode("utf-8", "replace")
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
-
-
-def _see(url: str) -> RedirectResponse:
-    return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
 
 
 # ---------------------------------------------------------------------------------------------- session
@@ -214,7 +157,9 @@ async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
 def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
     """Shardsets, columns, statistics, metadata and check results of one dataset."""
     check_dataset(who, serve_state(request), ref)
-    return _render(request, "dataset.html", who, d=inspector(request).detail(ref))
+    detail = inspector(request).detail(ref)
+    return _render(request, "dataset.html", who, d=detail,
+                   runs=ledger.runs_of_dataset(serve_state(request).journal, detail["id"]))
 
 
 @router.get("/datasets/{ref}/values/{column}", dependencies=[requires("read")])
@@ -227,25 +172,46 @@ def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     if column not in src.columns:
         raise NotFoundError(f"no column {column!r}; columns: {list(src.columns)}")
     view = insp.values.get(src.fingerprint(), column, lambda: src).view()
-    svg = None
+    svg = bars = None
     res = view["result"]
     if res is not None and res["histogram"] is not None:
         svg = histogram_svg(res["histogram"]["counts"], res["histogram"]["edges"],
-                            label=f"{column} {res['of']}" if res["of"] != "value" else column)
-    return _render(request, "_values.html", None, v=view, column=column, svg=svg)
+                            label=f"{column} ({res['of']})" if res["of"] != "value" else column)
+    if res is not None and res["top"]:
+        bars = bars_svg([(str(t["value"]), int(t["count"])) for t in res["top"]], label=column)
+    return _render(request, "_values.html", None, v=view, column=column, svg=svg, bars=bars)
 
 
 @router.get("/datasets/{ref}/samples")
 @_page
-def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int, Query(ge=0)] = 0,
+def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
                  limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
-                 col: Annotated[list[str] | None, Query(max_length=1000)] = None) -> HTMLResponse:
-    """A page of the joined dataset with selectable columns."""
+                 col: Annotated[list[str] | None, Query(max_length=1000)] = None,
+                 find: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+                 where: Annotated[str, Query(max_length=256)] = "",
+                 equals: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+                 page_no: Annotated[int | None, Query(alias="page", ge=1, le=1 << 40)] = None) -> Response:
+    """A page of the joined dataset: selectable columns, paging, a sample by UID or row, a column filter."""
     check_dataset(who, serve_state(request), ref)
     insp = inspector(request)
-    page = insp.samples(ref, offset=offset, limit=limit, columns=col or None)
-    chosen = "".join(f"&col={urllib.parse.quote(c)}" for c in (col or []))
-    return _render(request, "samples.html", who, d=insp.summary(ref), page=page, chosen=chosen)
+    if col and len(col) > 200:
+        raise HTTPException(400, "at most 200 columns")
+    params: list[tuple[str, str]] = [("limit", str(limit)), *(("col", c) for c in (col or []))]
+    if where:
+        params += [("where", where), ("equals", equals)]
+    keep = urllib.parse.urlencode(params)
+    if find.strip():
+        row = insp.locate(ref, find)
+        return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}")
+    if page_no is not None:
+        return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={(page_no - 1) * limit}")
+    page = insp.samples(ref, offset=offset, limit=limit, columns=col or None,
+                        where=(where, equals) if where else None)
+    pages = max(1, -(-page["total"] // limit))
+    mark = request.query_params.get("mark", "")
+    return _render(request, "samples.html", who, d=insp.summary(ref), page=page, keep=keep, pages=pages,
+                   current=offset // limit + 1, last=(pages - 1) * limit, where=where, equals=equals,
+                   mark=int(mark) if mark.isdigit() else None)
 
 
 @router.get("/datasets/{ref}/file", dependencies=[requires("read")])
@@ -256,115 +222,6 @@ def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], colu
     data, mime = inspector(request).cell_file(ref, row=row, column=column)
     return Response(data, media_type=mime, headers={"Cache-Control": "private, max-age=60",
                                                     "X-Content-Type-Options": "nosniff"})
-
-
-# ---------------------------------------------------------------------------------------------- iterations
-def _iteration_view(request: Request, it_id: str) -> dict[str, Any]:
-    state = serve_state(request)
-    it = state.iteration(it_id)
-    check_dataset(authenticate(request), state, str(it.config["dataset"]))
-    desc = state.describe(it)
-    progress = it.progress()
-    names = {d["id"]: d["name"] for d in state.datasets()}
-    svg = throughput_svg(ack_history(state.journal.path, it.id))
-    life = lifecycle.one(state.journal, it.id) or {}
-    return {"id": it.id, "config": desc["config"], "dataset": names.get(desc["config"]["dataset"], "?"),
-            "p": progress, "svg": svg, "status": life.get("status", "running"), "life": life}
-
-
-@router.get("/iterations")
-@_page
-def iterations_page(request: Request, state: State, who: Reader) -> HTMLResponse:
-    """Every iteration with its progress, and the form that starts one."""
-    rows = []
-    names = {d["id"]: d["name"] for d in state.datasets()}
-    allowed = [d["id"] for d in state.journal.datasets() if may_use(who, d)]
-    page, _ = lifecycle.page(state.journal, datasets=allowed, limit=lifecycle.MAX_PAGE)  # finished ones stay on disk
-    for r in page:
-        live = state._iterations.get(r["id"])
-        p = live.progress() if live is not None else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
-        rows.append({"id": r["id"], "key": r["key"], "epoch": r["epoch"], "created": r["started"],
-                     "dataset": names.get(r["dataset"], "?"), "mode": r["mode"], "p": p, "status": r["status"]})
-    return _render(request, "iterations.html", who, iterations=rows, datasets=state.datasets())
-
-
-@router.post("/iterations")
-@_page
-async def start_iteration(request: Request, state: State, who: Reader) -> Response:
-    """Start (or join) an iteration from the form: a loader configuration to try before training."""
-    form = await _form(request)
-    check_csrf(who, form)
-    req: dict[str, Any] = {"dataset": form.get("dataset", "")}
-    try:
-        for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
-            if form.get(f, "").strip():
-                req[f] = int(form[f])
-    except ValueError as exc:
-        raise HTTPException(400, f"not a whole number: {exc}") from exc
-    req["shuffle"] = form.get("shuffle") == "on"
-    req["drop_last"] = form.get("drop_last") == "on"
-    req["mode"] = form.get("mode", "static")
-    if form.get("name", "").strip():
-        req["name"] = form["name"].strip()
-    if form.get("columns", "").strip():
-        req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
-    if "batch_size" not in req:
-        raise HTTPException(400, "batch size is required")
-    try:
-        body = IterationIn(**req)
-    except ValidationError as exc:
-        raise HTTPException(400, one_line(exc.errors())) from exc
-    ds = check_dataset(who, state, body.dataset)
-    await run_in_threadpool(check_iteration, state, ds, body)
-    desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
-    state.journal.set_owner(desc["id"], who.key_id or "")
-    return _see(f"/ui/iterations/{desc['id']}")
-
-
-@router.get("/iterations/{it_id}")
-@_page
-def iteration_page(request: Request, who: Reader, it_id: str) -> HTMLResponse:
-    """One iteration: config, live progress per rank and client, throughput, rewind."""
-    return _render(request, "iteration.html", who, it=_iteration_view(request, it_id), rewound=None)
-
-
-@router.get("/iterations/{it_id}/live", dependencies=[requires("read")])
-@_page
-def iteration_live(request: Request, it_id: str) -> HTMLResponse:
-    """The live part of the iteration page (polled by ui.js)."""
-    return _render(request, "_live.html", None, it=_iteration_view(request, it_id))
-
-
-@router.post("/iterations/{it_id}/rewind")
-@_page
-async def rewind(request: Request, state: State, who: Admin, it_id: str) -> HTMLResponse:
-    """Rewind a rank to a checkpoint's consumed batch count (admin)."""
-    form = await _form(request)
-    check_csrf(who, form)
-    try:
-        body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
-    except ValueError as exc:
-        raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
-    it = state.iteration(it_id)
-    check_dataset(who, state, str(it.config["dataset"]))
-    check_rewind(it, RewindIn.model_validate(body))
-    await run_in_threadpool(state.rewind, it, body)
-    audit(state, who, "rewind iteration", f"{it.id} {body}")
-    view = await run_in_threadpool(_iteration_view, request, it_id)
-    return _render(request, "iteration.html", who, it=view, rewound=body)
-
-
-@router.post("/iterations/{it_id}/cancel")
-@_page
-async def cancel(request: Request, state: State, who: Admin, it_id: str) -> HTMLResponse:
-    """Cancel an iteration for good (admin): no more leases are handed out."""
-    check_csrf(who, await _form(request))
-    it = state.iteration(it_id)
-    check_dataset(who, state, str(it.config["dataset"]))
-    await run_in_threadpool(state.cancel, it)
-    audit(state, who, "cancel iteration", it.id)
-    view = await run_in_threadpool(_iteration_view, request, it_id)
-    return _render(request, "iteration.html", who, it=view, rewound=None)
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -397,10 +254,30 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
 @router.post("/keys/{key_id}/revoke")
 @_page
 async def revoke_key(request: Request, state: State, who: Admin, key_id: str) -> Response:
-    """Revoke a key (admin)."""
-    check_csrf(who, await _form(request))
-    if not state.journal.revoke_key(key_id[:64]):
+    """Revoke a key (admin) after a confirmation; your own session's key needs a second one."""
+    form = await _form(request)
+    check_csrf(who, form)
+    key_id = key_id[:64]
+    row = next((k for k in state.keys.listing() if k["id"] == key_id and not k["revoked"]), None)
+    if row is None:
+        raise NotFoundError(f"no live key {key_id!r}")
+    own = key_id == who.key_id
+    step = form.get("confirm", "")
+    if step != ("twice" if own else "yes"):
+        lost = [(f"every client and session using key {key_id} ({row['role']}"
+                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; this cannot be undone")]
+        if own:
+            lost.insert(0, "this is the key of YOUR OWN session: you are logged out and cannot log in with it again")
+            if step == "yes":
+                lost.insert(0, "second confirmation: are you sure?")
+        return _render(request, "confirm.html", who, title=f"Revoke key {key_id}?", action=f"/ui/keys/{key_id}/revoke",
+                       fields={}, back="/ui/keys", lost=lost, confirm="Revoke my own key" if own else "Revoke key",
+                       confirm_value="twice" if own and step == "yes" else "yes")
+    if not state.journal.revoke_key(key_id):
         raise NotFoundError(f"no live key {key_id!r}")
     state.keys.reload()
     audit(state, who, "revoke key", key_id)
-    return _see("/ui/keys")
+    return _see("/ui/login" if own else "/ui/keys")
+
+
+from datamill.serve.ui import runs  # noqa: F401  - registers the iteration pages on the same router

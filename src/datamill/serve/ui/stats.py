@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from datamill.core.errors import DatamillError
 from datamill.core.source import Source
 
-__all__ = ["ValueJob", "ValueStats", "column_values_stats", "footer_stats"]
+__all__ = ["ValueJob", "ValueStats", "column_values_stats", "footer_stats", "number_text"]
 
 TOP = 10
 BINS = 20
@@ -42,7 +42,8 @@ def _merge(acc: dict[str, Any], md: pq.FileMetaData) -> None:
         for ci in range(group.num_columns):
             col = group.column(ci)
             name = col.path_in_schema.split(".")[0]
-            entry = acc.setdefault(name, {"nulls": 0, "min": None, "max": None, "values": 0, "exact": True})
+            entry = acc.setdefault(name, {"nulls": 0, "min": None, "max": None, "values": 0, "exact": True,
+                                          "float32": col.physical_type == "FLOAT"})
             st = col.statistics
             entry["values"] += int(group.num_rows)
             if st is None or not st.has_null_count:
@@ -52,6 +53,28 @@ def _merge(acc: dict[str, Any], md: pq.FileMetaData) -> None:
             if st is not None and st.has_min_max and not isinstance(st.min, bytes):
                 entry["min"] = st.min if entry["min"] is None else min(entry["min"], st.min)
                 entry["max"] = st.max if entry["max"] is None else max(entry["max"], st.max)
+
+
+def number_text(value: Any, *, float32: bool = False) -> str:
+    """A value as the UI shows it: integers with thousands separators, floats at their precision.
+
+    Examples:
+        >>> number_text(1460), number_text(0.10000000149011612, float32=True), number_text(0.1 + 0.2)
+        ('1,460', '0.1', '0.30000000000000004')
+    """
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return str(np.float32(value)) if float32 else repr(value)
+    return str(value)
+
+
+def _texts(entry: dict[str, Any]) -> dict[str, Any]:
+    f32 = bool(entry.pop("float32", False))
+    return {**entry, "min_text": number_text(entry["min"], float32=f32),
+            "max_text": number_text(entry["max"], float32=f32)}
 
 
 def footer_stats(source: Source) -> dict[str, dict[str, Any]] | None:
@@ -84,13 +107,13 @@ def footer_stats(source: Source) -> dict[str, dict[str, Any]] | None:
                     _merge(acc, pq.read_metadata(f))
             for c in ss["columns"]:
                 if c in acc:
-                    out[f"{ss['name']}/{c}"] = {k: _plain(v) for k, v in acc[c].items()}
+                    out[f"{ss['name']}/{c}"] = _texts({k: _plain(v) for k, v in acc[c].items()})
         return out
     if isinstance(source, ParquetSource):
         acc = {}
         for md in source._meta:
             _merge(acc, md)
-        return {c: {k: _plain(v) for k, v in e.items()} for c, e in acc.items()}
+        return {c: _texts({k: _plain(v) for k, v in e.items()}) for c, e in acc.items()}
     return None
 
 
@@ -98,7 +121,8 @@ def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     """Top values (counts) and a histogram of one column's values.
 
     Numbers get a histogram of their values; binary values and lists a histogram of their lengths;
-    strings, integers and booleans their ``TOP`` most common values.
+    strings, integers and booleans their ``TOP`` most common values (strings get no histogram: their
+    most common values are drawn as bars).
 
     Examples:
         >>> s = column_values_stats(pa.array([1, 1, 2, None, 3]))
@@ -121,8 +145,7 @@ def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     data: np.ndarray[Any, Any] | None = None
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
         data = np.asarray(valid.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t) \
-            or pa.types.is_list(t) or pa.types.is_large_list(t):
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
         data = np.asarray(pc.binary_length(valid) if not (pa.types.is_list(t) or pa.types.is_large_list(t))
                           else pc.list_value_length(valid)).astype(np.float64)
         out["of"] = "length"

@@ -8,9 +8,9 @@
   shard ``k`` means for every existing shardset and for saved loader states; build a new dataset for
   new samples instead (appending new shards in a new mapping version is not implemented).
 
-``ShardsetDataset.create(...)`` and ``ds.add(...)`` call these functions; the dataset module reaches
-this module through ``importlib.import_module`` (this module imports the dataset module, so a plain
-import there would be a cycle).
+``ShardsetDataset.create(...)`` and ``ds.add(...)`` call these functions through the registry of
+:mod:`datamill.shards._verbs`, filled at the end of this module (this module imports the dataset
+module, so the dataset module cannot import this one).
 
 Atomicity (see :mod:`datamill.shards.writer`): shard files are written into a hidden ``.tmp-…``
 folder inside the dataset, checked, the folder is renamed to the shardset name, and ``dataset.json``
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +43,7 @@ from datamill.core.objstore import store_error
 from datamill.shards._fs import Location, resolve
 from datamill.shards._remote import new_generation, switch_remote
 from datamill.shards._tables import ShardInput, TableInput, load_table
+from datamill.shards._verbs import register_verbs
 from datamill.shards.dataset import ShardsetDataset
 from datamill.shards.writer import UNCOMMITTED, ShardsetWriter, remove_interrupted
 
@@ -72,6 +73,7 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
         yield os.fspath(f), load_table(f, uid=uid, add_uid=add_uid)
 
 
+# long (62 lines, 30 of docstring): the docstring documents every option; the code is the local/remote/overwrite dispatch
 def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
            shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
            add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
@@ -128,7 +130,7 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
                                 hint="use `add` to add a shardset, or --overwrite to replace the dataset")
         with atomic_dir(loc.path) as tmp:
             _write_new(resolve(tmp), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
-                       name=name or os.path.basename(loc.path), add_uid=add_uid)
+                       name=name or PurePosixPath(loc.path).name, add_uid=add_uid)
         return ShardsetDataset(loc)
     if local and loc.exists():
         remove_interrupted(loc, [])
@@ -139,7 +141,7 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
 def _create_remote(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
                    name: str | None, add_uid: bool, overwrite: bool) -> ShardsetDataset:
     """``create`` on an object store (the writer stages locally and uploads, ``dataset.json`` last)."""
-    name = name or os.path.basename(loc.path)
+    name = name or PurePosixPath(loc.path).name
     if loc.exists(DATASET_MANIFEST):
         if not overwrite:
             raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
@@ -250,3 +252,6 @@ def add(ds: ShardsetDataset, shardset: str, source: ShardInput, /, *, route: boo
             w.write_shard(k, t, source=display)
     assert w.dataset is not None
     return w.dataset
+
+
+register_verbs(create=create, add=add)

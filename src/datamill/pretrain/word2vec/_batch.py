@@ -107,5 +107,9 @@ class SkipGramSource:
                 data[c] = pa.LargeListArray.from_arrays(pa.array(np.asarray(off[a:b + 1])), vals)
         return pa.table(data)
 
+    def padded_collate(self, *, as_torch: bool = False) -> Batchify:
+        """The loader ``collate`` giving the seed's padded batches (:class:`Batchify`)."""
+        return Batchify(as_torch=as_torch)
+
     def fingerprint(self) -> str:
         return self._fp

@@ -1,0 +1,155 @@
+"""``datamill check-splits`` beside pandas (exact leaks) and datasketch MinHash LSH (near-duplicate text).
+
+1. Exact: house prices repeated ``--scale`` times (so many rows repeat across splits), a random
+   80/10/10 split, every column an input. datamill: ``check_splits``; references: pandas (an inner
+   merge of validation/test on the deduplicated training rows: the leak counts, which must be
+   equal) and ``DataFrame.duplicated`` over the same columns (speed only). Goal >= 1M rows/s.
+2. Near-duplicate text: the BERT corpus (``wikitext2_test.raw``) lines of >= 8 words repeated
+   ``--text-scale`` times with one word changed in every copy, a random 80/20 split. datamill:
+   MinHash (64 values, 3-word shingles) + LSH at Jaccard 0.8; reference: ``datasketch``
+   ``MinHash``/``MinHashLSH`` (64 permutations, threshold 0.8) on the first ``--ds-rows`` rows,
+   both compared with the exact Jaccard of every pair either reports. Goal >= 100k rows/s; also
+   reported per sentence (rows cut at ". "), BERT's unit.
+
+Usage: ``python benchmarks/bench_splits.py [--scale 100] [--text-scale 10] [--ds-rows 3000]``
+(datasketch: ``pip install datasketch==2.0.0``, in the test extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from datamill.lineage.splits import check_splits
+
+DATA = Path(os.environ.get("DATAMILL_DATA", "../shared/data"))
+
+
+def exact(scale: int) -> None:
+    houses = pacsv.read_csv(DATA / "house_prices_train.csv")
+    table = pa.concat_tables([houses] * scale)
+    rng = np.random.default_rng(0)
+    split = rng.choice(3, size=table.num_rows, p=[0.8, 0.1, 0.1]).astype(np.int8)
+    table = table.append_column("split", pa.array(split))
+    cols = [c for c in table.column_names if c != "split"]
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = check_splits(table, columns=cols, text_columns=[])
+    ours, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
+    df = table.to_pandas()
+    t0 = time.perf_counter()
+    train = df[df["split"] == 0][cols].drop_duplicates()
+    ref = {}
+    for s, name in ((1, "validation"), (2, "test")):
+        part = df[df["split"] == s][cols]
+        ref[name] = len(part.merge(train, on=cols, how="inner"))
+    t_merge = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dups = int(df.duplicated(subset=cols).sum())
+    t_dup = time.perf_counter() - t0
+    got = {k: v["rows"] for k, v in report.exact.items()}
+    assert got == ref, (got, ref)
+    n = table.num_rows
+    print(f"exact: house prices x{scale} = {n:,} rows x {len(cols)} input columns, random 80/10/10 split")
+    print(f"{'':<34}{'seconds':>9}{'rows/s':>13}")
+    print(f"{'datamill check_splits':<34}{ours:>9.3f}{n / ours:>13,.0f}   goal >= 1,000,000: "
+          f"{'ok' if n / ours >= 1e6 else 'MISSED'}")
+    print(f"{'pandas merge (leak reference)':<34}{t_merge:>9.3f}{n / t_merge:>13,.0f}   ratio {t_merge / ours:.1f}x")
+    print(f"{'pandas duplicated (speed ref.)':<34}{t_dup:>9.3f}{n / t_dup:>13,.0f}   ratio {t_dup / ours:.1f}x "
+          f"({dups:,} duplicated rows)")
+    print(f"leaking rows equal to pandas: {got}; datamill CPU time {ours_cpu:.3f} s ({n / ours_cpu:,.0f} rows/s: "
+          "wall time minus waiting for a core on a loaded machine)")
+
+
+def shingles(text: str, k: int = 3) -> set[str]:
+    w = text.lower().split()
+    return {" ".join(w[i:i + k]) for i in range(len(w) - k + 1)} or {" ".join(w)}
+
+
+def jaccard(a: str, b: str) -> float:
+    x, y = shingles(a), shingles(b)
+    return len(x & y) / len(x | y)
+
+
+def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
+    lines = [ln.strip() for ln in (DATA / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()]
+    base = [ln for ln in lines if len(ln.split()) >= 8]
+    if sentences:
+        base = [s.strip() for ln in base for s in ln.split(" . ") if len(s.split()) >= 8]
+    rng = np.random.default_rng(1)
+    rows = list(base)
+    for c in range(1, text_scale):  # copies with one word changed
+        for t in base:
+            w = t.split()
+            w[int(rng.integers(len(w)))] = f"w{c}"
+            rows.append(" ".join(w))
+    split = (rng.random(len(rows)) < 0.2).astype(np.int8) * 2  # 0 train, 2 test
+    table = pa.table({"text": rows, "split": split})
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = check_splits(table, columns=["text"], text_columns=["text"], threshold=0.8)
+    ours, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
+    n = len(rows)
+    unit = "sentences" if sentences else "lines"
+    words = sum(len(r.split()) for r in rows)
+    print(f"near-duplicate text: wikitext2 test {unit} x{text_scale} (one word changed per copy) = {n:,} rows, "
+          f"{words / n:.0f} words per row")
+    print(f"  datamill MinHash+LSH: {ours:.2f} s, {n / ours:,.0f} rows/s ({words / ours / 1e6:.1f}M words/s)   "
+          f"goal >= 100,000 rows/s: {'ok' if n / ours >= 1e5 else 'MISSED'}; "
+          f"{report.near['text']['test']['rows']:,} test rows with a near-duplicate in train; CPU time "
+          f"{ours_cpu:.2f} s ({n / ours_cpu:,.0f} rows/s)")
+    try:
+        from datasketch import MinHash, MinHashLSH
+    except ImportError:
+        print("  datasketch not installed: reference skipped (pip install datasketch==2.0.0)")
+        return
+    sub = min(ds_rows, n)
+    t0 = time.perf_counter()
+    lsh = MinHashLSH(threshold=0.8, num_perm=64)
+    hashes = []
+    for i in range(sub):
+        m = MinHash(num_perm=64, seed=1)
+        m.update_batch([s.encode("utf-8") for s in shingles(rows[i])])
+        hashes.append(m)
+        if split[i] == 0:
+            lsh.insert(str(i), m)
+    theirs = set()
+    for i in range(sub):
+        if split[i] == 2:
+            for key in lsh.query(hashes[i]):
+                if hashes[i].jaccard(hashes[int(key)]) >= 0.8:
+                    theirs.add((i, int(key)))
+    t_ds = time.perf_counter() - t0
+    sub_table = table.slice(0, sub)
+    t0 = time.perf_counter()
+    from datamill.lineage.splits import minhash, near_duplicates, token_ids
+
+    sig = minhash(*token_ids(sub_table.column("text")))
+    r, left, _ = near_duplicates(sig, np.flatnonzero(split[:sub] == 0), np.flatnonzero(split[:sub] == 2),
+                                 threshold=0.8)
+    t_sub = time.perf_counter() - t0
+    mine = set(zip(r.tolist(), left.tolist()))
+    true = {p for p in mine | theirs if jaccard(rows[p[0]], rows[p[1]]) >= 0.8}
+    print(f"  on the first {sub:,} rows: datamill {t_sub:.3f} s ({sub / t_sub:,.0f} rows/s), datasketch {t_ds:.2f} s "
+          f"({sub / t_ds:,.0f} rows/s), ratio {t_ds / t_sub:.0f}x")
+    print(f"  pairs with exact Jaccard >= 0.8 among both answers: {len(true):,}; datamill found {len(mine & true):,} "
+          f"(+{len(mine - true)} below 0.8), datasketch {len(theirs & true):,} (+{len(theirs - true)} below 0.8)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scale", type=int, default=100)
+    ap.add_argument("--text-scale", type=int, default=10)
+    ap.add_argument("--ds-rows", type=int, default=3000)
+    args = ap.parse_args()
+    exact(args.scale)
+    near(args.text_scale, args.ds_rows, sentences=False)
+    near(args.text_scale, args.ds_rows, sentences=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""The UI's iteration pages: the filtered, paged list; one iteration (status, live progress, charts,
+rewind and cancel behind a confirmation); a named run's history across epochs.
+
+Each state change is a POST that answers with a confirmation page first (naming what is lost) and,
+once confirmed, redirects to a GET (post/redirect/get), so a reload never repeats it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from typing import Annotated, Any
+
+from fastapi import HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from datamill.serve import lifecycle
+from datamill.serve.access import (
+    Admin,
+    Reader,
+    State,
+    audit,
+    authenticate,
+    check_dataset,
+    may_use,
+    serve_state,
+)
+from datamill.serve.routes.bounds import check_iteration, check_rewind
+from datamill.serve.routes.models import IterationIn, RewindIn, one_line
+from datamill.serve.server import NotFoundError, check_name
+from datamill.serve.ui import ledger
+from datamill.serve.ui.render import form as _form
+from datamill.serve.ui.render import page as _page
+from datamill.serve.ui.render import render as _render
+from datamill.serve.ui.render import router
+from datamill.serve.ui.render import see as _see
+from datamill.serve.ui.session import check_csrf
+from datamill.serve.ui.svg import ack_history, rewind_times, throughput_svg
+
+__all__ = ["PAGE_SIZES", "iteration_view"]
+
+PAGE_SIZES = (10, 25, 50, 100)
+"""Rows per page the iterations list offers (any 1..100 is accepted)."""
+MAX_FILTER = 64
+"""Longest accepted name filter."""
+
+
+def _counter(state: Any, it_id: str, name: str) -> int:
+    tel = getattr(state, "telemetry", None)
+    return int(tel.counter(it_id, name)) if tel is not None else 0
+
+
+def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
+    """Everything the iteration page shows (live progress plus the journaled lifecycle and counters)."""
+    state = serve_state(request)
+    it = state.iteration(it_id)
+    check_dataset(authenticate(request), state, str(it.config["dataset"]))
+    desc = state.describe(it)
+    p = it.progress()
+    life = lifecycle.one(state.journal, it.id) or {}
+    start, end = life.get("started"), life.get("ended")
+    marks = [(t, "rewind") for t in rewind_times(state.journal.path, it.id)]
+    # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second record
+    acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(state.journal.path, it.id)
+    if end is not None and life.get("status") == "cancelled":
+        marks.append((end, "cancelled"))
+    svg = throughput_svg(acks, start=start,
+                         end=end if end is not None else (time.time() if start is not None else None), marks=marks)
+    # counters from the journal (they survive a restart), not from this process's memory
+    p["expired_leases"] = max(p["expired_leases"], _counter(state, it.id, "leases_expired"))
+    p["reissued_leases"] = max(p["reissued_leases"], _counter(state, it.id, "leases_reissued"))
+    memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
+    live = p["clients"]
+    clients = {}
+    for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items():
+        now = live.get(cid, {})
+        clients[cid] = {**c, "slot": now.get("slot", "-"), "leases": now.get("leases", 0),
+                        "batches_per_s": now.get("batches_per_s", 0), "idle_s": now.get("idle_s")}
+    p["clients"] = clients
+    names = {d["id"]: d["name"] for d in state.datasets()}
+    ds_id = desc["config"]["dataset"]
+    name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
+    return {"id": it.id, "config": desc["config"], "dataset": names.get(ds_id, "?"), "dataset_id": ds_id,
+            "name": name,
+            "p": p, "svg": svg, "status": life.get("status", "running"), "life": life,
+            "rewind": _last_rewind(state, it.id)}
+
+
+def _last_rewind(state: Any, it_id: str) -> dict[str, Any] | None:
+    for row in reversed(state.journal.audit()):
+        if row["action"] == "rewind iteration" and row["detail"].startswith(it_id + " {"):
+            try:
+                change = json.loads(row["detail"][len(it_id) + 1:])
+            except ValueError:
+                continue
+            return {**change, "at": row["at"], "key": row["key"]} if isinstance(change, dict) else None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- list
+@router.get("/iterations")
+@_page
+def iterations_page(request: Request, state: State, who: Reader,
+                    dataset: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+                    status: Annotated[str, Query(max_length=16)] = "",
+                    name: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+                    after: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+                    limit: Annotated[int, Query(ge=1, le=100)] = 25) -> HTMLResponse:
+    """Iterations, oldest first, a page at a time, filtered by dataset, status and name."""
+    if status and status not in lifecycle.STATUSES:
+        raise HTTPException(400, f"unknown status {status!r}; expected one of {', '.join(lifecycle.STATUSES)}")
+    names = {d["id"]: d["name"] for d in state.datasets()}
+    allowed = [d["id"] for d in state.journal.datasets() if may_use(who, d)]
+    if dataset:
+        allowed = [d for d in allowed if dataset in (d, names.get(d))]
+    rows, nxt = _matching(state, datasets=allowed, status=status or None, name=name.strip(), after=after or None,
+                          limit=limit)
+    out = []
+    for r in rows:
+        live = state._iterations.get(r["id"])
+        p = live.progress() if live is not None else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
+        out.append({**r, "name": r["key"], "dataset": names.get(r["dataset"], "?"), "p": p,
+                    "elapsed": (r["ended"] if r["ended"] is not None else time.time()) - r["started"]})
+    query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
+    keep = urllib.parse.urlencode({k: v for k, v in query.items() if v})
+    return _render(request, "iterations.html", who, iterations=out, datasets=state.datasets(), statuses=lifecycle.STATUSES,
+                   f={**query, "after": after}, next=nxt, keep=keep, page_sizes=PAGE_SIZES)
+
+
+def _matching(state: Any, *, datasets: list[str], status: str | None, name: str, after: str | None,
+              limit: int) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of iterations whose name contains ``name`` (pages through the journal: bounded by its size)."""
+    if not datasets:
+        return [], None
+    if not name:
+        return lifecycle.page(state.journal, status=status, datasets=datasets, after=after, limit=limit)
+    out: list[dict[str, Any]] = []
+    cursor = after
+    while True:
+        rows, cursor = lifecycle.page(state.journal, status=status, datasets=datasets, after=cursor,
+                                      limit=lifecycle.MAX_PAGE)
+        for r in rows:
+            if name.lower() in str(r["key"]).lower():
+                out.append(r)
+                if len(out) == limit + 1:
+                    return out[:limit], out[limit - 1]["id"]
+        if cursor is None:
+            return out, None
+
+
+@router.post("/iterations")
+@_page
+async def start_iteration(request: Request, state: State, who: Reader) -> Response:
+    """Start (or join) an iteration from the form: a loader configuration to try before training."""
+    form = await _form(request)
+    check_csrf(who, form)
+    req: dict[str, Any] = {"dataset": form.get("dataset", "")}
+    try:
+        for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
+            if form.get(f, "").strip():
+                req[f] = int(form[f])
+    except ValueError as exc:
+        raise HTTPException(400, f"not a whole number: {exc}") from exc
+    req["shuffle"] = form.get("shuffle") == "on"
+    req["drop_last"] = form.get("drop_last") == "on"
+    req["mode"] = form.get("mode", "static")
+    if form.get("name", "").strip():
+        req["name"] = form["name"].strip()
+    if form.get("columns", "").strip():
+        req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
+    if "batch_size" not in req:
+        raise HTTPException(400, "batch size is required")
+    try:
+        body = IterationIn(**req)
+    except ValidationError as exc:
+        raise HTTPException(400, one_line(exc.errors())) from exc
+    ds = check_dataset(who, state, body.dataset)
+    await run_in_threadpool(check_iteration, state, ds, body)
+    desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
+    state.journal.set_owner(desc["id"], who.key_id or "")
+    return _see(f"/ui/iterations/{desc['id']}")
+
+
+# ---------------------------------------------------------------------------------------------- one
+@router.get("/iterations/{it_id}")
+@_page
+def iteration_page(request: Request, who: Reader, it_id: str) -> HTMLResponse:
+    """One iteration: status, config, live progress per rank and client, throughput, rewind, cancel."""
+    return _render(request, "iteration.html", who, it=iteration_view(request, it_id))
+
+
+@router.get("/iterations/{it_id}/live")
+@_page
+def iteration_live(request: Request, who: Reader, it_id: str) -> HTMLResponse:
+    """The live part of the iteration page (polled by ui.js)."""
+    return _render(request, "_live.html", None, it=iteration_view(request, it_id))
+
+
+@router.post("/iterations/{it_id}/rewind")
+@_page
+async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Response:
+    """Rewind a rank to a checkpoint's consumed batch count (admin); confirmed first while clients hold leases."""
+    form = await _form(request)
+    check_csrf(who, form)
+    try:
+        body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
+    except ValueError as exc:
+        raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
+    it = state.iteration(it_id)
+    check_dataset(who, state, str(it.config["dataset"]))
+    check_rewind(it, RewindIn.model_validate(body))
+    with it.lock:
+        held = [x for x in it.leases.values() if x.queue == body["rank"]]
+        before = next(q["done"] for q in it.progress()["queues"] if q["rank"] == body["rank"])
+    if held and form.get("confirm") != "yes":
+        holders = sorted({x.client for x in held})
+        return _render(request, "confirm.html", who, title=f"Rewind rank {body['rank']} of {it.id}?",
+                       action=f"/ui/iterations/{it.id}/rewind", fields=body, back=f"/ui/iterations/{it.id}",
+                       lost=[(f"{len(held)} lease{'s' if len(held) != 1 else ''} held now by "
+                             f"{len(holders)} client{'s' if len(holders) != 1 else ''} ({', '.join(holders[:5])}) "
+                             "will be revoked: their batches are served again and late acks are refused"),
+                             f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches"],
+                       confirm="Rewind anyway")
+    await run_in_threadpool(state.rewind, it, body)
+    change = {**body, "before": before, "revoked": len(held)}
+    audit(state, who, "rewind iteration", f"{it.id} {json.dumps(change, sort_keys=True)}")
+    return _see(f"/ui/iterations/{it.id}#rewound")
+
+
+@router.post("/iterations/{it_id}/cancel")
+@_page
+async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Response:
+    """Cancel an iteration for good (admin), after a confirmation that says what is lost."""
+    form = await _form(request)
+    check_csrf(who, form)
+    it = state.iteration(it_id)
+    check_dataset(who, state, str(it.config["dataset"]))
+    if it.cancelled:
+        return _see(f"/ui/iterations/{it.id}")
+    if form.get("confirm") != "yes":
+        p = it.progress()
+        live = [c for c, v in p["clients"].items() if v["leases"]]
+        return _render(request, "confirm.html", who, title=f"Cancel iteration {it.id}?",
+                       action=f"/ui/iterations/{it.id}/cancel", fields={}, back=f"/ui/iterations/{it.id}",
+                       lost=[(f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will never be "
+                             f"served ({p['leased']:,} leased now, {p['pending']:,} pending)"),
+                             (f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose them; every "
+                             "client asking for more gets an error"),
+                             "this cannot be undone: a new iteration (another name or config) starts over"],
+                       confirm="Cancel iteration")
+    await run_in_threadpool(state.cancel, it)
+    audit(state, who, "cancel iteration", it.id)
+    return _see(f"/ui/iterations/{it.id}")
+
+
+# ---------------------------------------------------------------------------------------------- runs
+@router.get("/runs/{name}")
+@_page
+def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResponse:
+    """A named run across epochs: per epoch its status, duration, throughput and each client's stall."""
+    check_name(name, what="run name")
+    rows = state.journal._exec("SELECT id FROM iterations WHERE key = ? ORDER BY epoch, rowid", (name,))
+    if not rows:
+        raise NotFoundError(f"no run named {name!r}")
+    epochs = []
+    ds_id = None
+    for (it_id,) in rows:
+        life = lifecycle.one(state.journal, str(it_id))
+        if life is None or not _named_ok(state, who, life):
+            continue
+        ds_id = life["dataset"]
+        hist = ledger.throughput(state.journal, str(it_id)) or ack_history(state.journal.path, str(it_id))
+        acked = sum(n for _, n in hist)
+        end = life["ended"] if life["ended"] is not None else (hist[-1][0] if hist else life["started"])
+        dur = max(end - life["started"], 0.0)
+        live = state._iterations.get(str(it_id))
+        memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
+        epochs.append({**life, "duration": dur, "acked": acked, "rate": acked / dur if dur > 0 else None,
+                       "clients": ledger.clients(state.journal, str(it_id), live=live, memo=memo)})
+    if not epochs:
+        raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
+    names = {d["id"]: d["name"] for d in state.datasets()}
+    return _render(request, "run.html", who, run=name, epochs=epochs,
+                   dataset={"id": ds_id, "name": names.get(ds_id or "", "?")})
+
+
+def _named_ok(state: Any, who: Any, life: dict[str, Any]) -> bool:
+    names = {d["id"]: d["name"] for d in state.journal.datasets()}
+    return may_use(who, {"id": life["dataset"], "name": names.get(life["dataset"], "")})
