@@ -13,8 +13,8 @@ own journal table, ``client_locations`` (dataset id -> location).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -47,7 +47,7 @@ def check_location(location: str) -> str:
         datamill.core.errors.ConfigError: client_location must be an absolute path or s3://bucket/prefix, got 'relative/path'
     """
     if not isinstance(location, str) or not 0 < len(location) <= _MAX_LOCATION or "\x00" in location or \
-            not (location.startswith("s3://") and len(location) > 5 or os.path.isabs(location)):
+            not (location.startswith("s3://") and len(location) > 5 or PurePath(location).is_absolute()):
         raise ConfigError(f"client_location must be an absolute path or s3://bucket/prefix, got {str(location)[:80]!r}")
     return location
 
