@@ -122,7 +122,6 @@ def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
         workers["a2"] = start("a2")
         wait_for("a2", 15)
         stop(proc, kill=True)
-        time.sleep(0.5)
         proc = start_server(direct["root"], state, port, "--lease-timeout", "2", "--build-workers", "0")
         for k in ("b", "a2"):
             err = Path(str(logs[k]) + ".err")
@@ -228,7 +227,6 @@ def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Pat
         pids = list(st.pool.executors[0]._processes)
         assert len(pids) == 1
         os.kill(pids[0], signal.SIGKILL)
-        time.sleep(0.5)
         second = st.next_lease(it, "c", session="c")
         assert second is not None
         assert pa.ipc.open_stream(io.BytesIO(second.body)).read_all().num_rows == 200
