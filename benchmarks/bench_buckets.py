@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datamill.loader import Loader
+from datamill.loader import Batching, Loader
 from datamill.loader.buckets import padding_of, sample_lengths
 from datamill.loader.sources import open_source
 from datamill.pretrain.bert import build_bert_samples
@@ -43,7 +43,7 @@ def main() -> None:
                 for nb in (8,):
                     timings, pads = [], []
                     for bucket in (None, "tokens"):
-                        loader = Loader(src, bs, seed=0, bucket_by=bucket, buckets=nb, collate="numpy")
+                        loader = Loader(src, bs, seed=0, collate="numpy", batching=Batching(bucket_by=bucket, buckets=nb))
                         t0 = time.perf_counter()
                         for _ in loader:
                             pass

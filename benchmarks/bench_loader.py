@@ -44,6 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datamill.loader import Workers
+
 SHARDS = 100
 BATCH = 256
 
@@ -181,7 +183,7 @@ def run_datamill(source: Any, workers: int) -> dict[str, float]:
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        loader = Loader(source, BATCH, shuffle=True, seed=0, num_workers=workers)
+        loader = Loader(source, BATCH, shuffle=True, seed=0, workers=Workers(threads=workers))
         it = iter(loader)
         first = next(it)
         t_first = time.perf_counter() - t0

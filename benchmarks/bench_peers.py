@@ -272,7 +272,7 @@ def _s3_env(spec: dict[str, Any]) -> None:
 def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     sys.path.insert(0, str(ROOT / "src"))
     from datamill.core.parquet import ParquetSource
-    from datamill.loader import Loader
+    from datamill.loader import Batching, Loader
     from datamill.loader.remote import RemoteParquetSource
 
     def epochs(epoch: int) -> Iterator[Any]:
@@ -284,7 +284,8 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             src = state["source"]
         else:
             src = ParquetSource(spec["path"])
-        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch, warmup=spec["system"] == "datamill-warmup")
+        warm = Batching(warmup=spec["system"] == "datamill-warmup")
+        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch, batching=warm)
         return iter(loader)
 
     state: dict[str, Any] = {}

@@ -137,3 +137,18 @@ def test_list_hashes_follow_equality(rows: list[list[int]]) -> None:
     for i in range(len(rows)):
         for j in range(len(rows)):
             assert (h[i] == h[j]) == (rows[i] == rows[j])
+
+
+@given(st.lists(st.text(max_size=4), unique=True, max_size=40), st.lists(st.text(max_size=4), unique=True, max_size=40),
+       st.integers(0, 3))
+def test_uid_matching_by_cached_hashes_is_exact_even_when_hashes_collide(a: list[str], b: list[str], buckets: int) -> None:
+    from datamill.lineage.diff import _match
+
+    ua, ub = pa.array(a, pa.string()), pa.array(b, pa.string())
+    ha, hb = column_hash(ua), column_hash(ub)
+    if buckets:  # force collisions: few distinct hash values for many UIDs
+        ha, hb = ha % np.uint64(buckets), hb % np.uint64(buckets)
+    found, pos = _match(ua, ub, ha, hb)
+    index = {u: i for i, u in enumerate(a)}
+    assert found.tolist() == [u in index for u in b]
+    assert [int(p) for p, f in zip(pos, found) if f] == [index[u] for u in b if u in index]

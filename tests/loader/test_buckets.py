@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, ResumeStateError, SchemaError
 from datamill.core.source import TableSource
-from datamill.loader import Loader
+from datamill.loader import Batching, Loader
 from datamill.loader.buckets import bucket_arrange, bucket_boundaries, padding_of
 from tests.contracts import check_resume
 from tests.strategies import batch_sizes, seeds
@@ -48,15 +48,15 @@ def test_bucketed_loader_sees_every_sample_once_per_epoch(
     lengths: list[int], bs: int, seed: int, world: int, drop_last: bool
 ) -> None:
     src = ragged_source(lengths, 17)
-    runs = [[b["x"].tolist() for b in Loader(src, bs, seed=seed, rank=r, world_size=world, bucket_by="tokens",
-                                               buckets=3, shuffle_buffer=2, drop_last=drop_last)]
+    runs = [[b["x"].tolist() for b in Loader(src, bs, seed=seed, rank=r, world_size=world,
+                                               drop_last=drop_last, batching=Batching(bucket_by="tokens", buckets=3, window=2))]
             for r in range(world)]
     got = [x for run in runs for b in run for x in b]
     assert len(got) == len(set(got))
     if not drop_last:
         assert sorted(got) == list(range(len(lengths)))
-    again = [b["x"].tolist() for b in Loader(src, bs, seed=seed, rank=0, world_size=world, bucket_by="tokens",
-                                             buckets=3, shuffle_buffer=2, drop_last=drop_last)]
+    again = [b["x"].tolist() for b in Loader(src, bs, seed=seed, rank=0, world_size=world,
+                                             drop_last=drop_last, batching=Batching(bucket_by="tokens", buckets=3, window=2))]
     assert again == runs[0]  # deterministic
 
 
@@ -69,7 +69,7 @@ def test_bucketed_loader_resumes_exactly(lengths: list[int], bs: int, seed: int,
 
     def make(state: dict[str, Any] | None) -> Loader:
         if state is None:
-            return Loader(src, bs, seed=seed, bucket_by="tokens", buckets=[5, 12], shuffle_buffer=2)
+            return Loader(src, bs, seed=seed, batching=Batching(bucket_by="tokens", buckets=[5, 12], window=2))
         return Loader.from_state(src, state)
 
     check_resume(make, midpoint)
@@ -85,19 +85,19 @@ def test_bucketing_saves_padding() -> None:
         seq = loader.plan().seq
         return padding_of(arr[seq], batch_size=32)[0]
 
-    plain, bucketed = padding(Loader(src, 32, seed=1)), padding(Loader(src, 32, seed=1, bucket_by="tokens"))
+    plain, bucketed = padding(Loader(src, 32, seed=1)), padding(Loader(src, 32, seed=1, batching=Batching(bucket_by="tokens")))
     assert bucketed < plain / 4
 
 
 def test_bucketing_errors() -> None:
     src = ragged_source([1, 2, 3], 2)
     with pytest.raises(SchemaError) as info:
-        Loader(src, 2, bucket_by="nope")
+        Loader(src, 2, batching=Batching(bucket_by="nope"))
     assert info.value.column == "nope"
     with pytest.raises(SchemaError, match="list or string"):
-        Loader(src, 2, bucket_by="x").plan()
-    a, b = (Loader(src, 1, bucket_by="tokens", rank=r, world_size=2) for r in range(2))
+        Loader(src, 2, batching=Batching(bucket_by="x")).plan()
+    a, b = (Loader(src, 1, rank=r, world_size=2, batching=Batching(bucket_by="tokens")) for r in range(2))
     with pytest.raises(ResumeStateError, match="bucket_by"):
-        Loader(src, 1, bucket_by="tokens").load_state_dict([a.state_dict(), b.state_dict()])
+        Loader(src, 1, batching=Batching(bucket_by="tokens")).load_state_dict([a.state_dict(), b.state_dict()])
     with pytest.raises(ConfigError, match="buckets"):
-        Loader(src, 1, bucket_by="tokens", buckets=0)
+        Loader(src, 1, batching=Batching(bucket_by="tokens", buckets=0))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.source import TableSource
-from datamill.loader import BatchService, Loader
+from datamill.loader import Batching, BatchService, Loader
 from datamill.loader.order import remaining_positions, split_for_rank
 from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes, world_sizes
 
@@ -57,7 +57,7 @@ def test_elastic_resume_sees_every_sample_exactly_once(
     data: st.DataObject,
 ) -> None:
     src = FakeSource(sizes)
-    old = [Loader(src, bs, seed=seed, rank=r, world_size=world, shuffle_buffer=2) for r in range(world)]
+    old = [Loader(src, bs, seed=seed, rank=r, world_size=world, batching=Batching(window=2)) for r in range(world)]
     if lockstep:
         k = data.draw(st.integers(0, max(len(ld) for ld in old)), label="stop")
         stops = [k] * world
@@ -66,7 +66,7 @@ def test_elastic_resume_sees_every_sample_exactly_once(
     seen = [x for ld, k in zip(old, stops) for x in (run(ld, k) if k else [])]
     states = [roundtrip(ld.state_dict()) for ld in old]
     given_states: Any = states[0] if lockstep else states
-    new = [Loader(src, new_bs, seed=seed, rank=r, world_size=new_world, shuffle_buffer=2) for r in range(new_world)]
+    new = [Loader(src, new_bs, seed=seed, rank=r, world_size=new_world, batching=Batching(window=2)) for r in range(new_world)]
     for ld in new:
         ld.load_state_dict(given_states, allow_mismatch=["batch_size"])
     # stop again part-way and resume on the original world size: the history chains
@@ -81,8 +81,7 @@ def test_elastic_resume_sees_every_sample_exactly_once(
     # the next epoch is the plain epoch of the new world size
     assert all(ld.epoch == 1 and ld.state_dict().get("elastic") is None for ld in final)
     nxt = [x for ld in final for x in run(ld)]
-    plain = [x for r in range(world) for x in run(Loader(src, bs, seed=seed, epoch=1, rank=r, world_size=world,
-                                                          shuffle_buffer=2))]
+    plain = [x for r in range(world) for x in run(Loader(src, bs, seed=seed, epoch=1, rank=r, world_size=world, batching=Batching(window=2)))]
     assert nxt == plain
 
 

@@ -3,6 +3,7 @@ filters/transforms accounting, errors."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 from typing import Any
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, DataFileError, ResumeStateError, SchemaError
 from datamill.core.source import TableSource
-from datamill.loader import Loader, per_sample
+from datamill.loader import Batching, Loader, Workers, per_sample
 from tests.contracts import assert_same_items, check_resume
 from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes, world_sizes
 
@@ -32,8 +33,8 @@ def test_union_over_ranks_is_a_permutation_for_any_workers(
 ) -> None:
     src = FakeSource(sizes)
     n = sum(sizes)
-    per_rank = [xs(Loader(src, bs, seed=seed, rank=r, world_size=world, num_workers=workers,
-                          shuffle_buffer=window, drop_last=drop_last)) for r in range(world)]
+    per_rank = [xs(Loader(src, bs, seed=seed, rank=r, world_size=world,
+                          drop_last=drop_last, batching=Batching(window=window), workers=Workers(threads=workers))) for r in range(world)]
     got = [x for batches in per_rank for b in batches for x in b]
     assert len(got) == len(set(got))  # no duplicate
     if drop_last:
@@ -42,8 +43,8 @@ def test_union_over_ranks_is_a_permutation_for_any_workers(
     else:
         assert sorted(got) == list(range(n))  # no loss
     # the batches do not depend on the number of workers
-    assert per_rank[0] == xs(Loader(src, bs, seed=seed, rank=0, world_size=world, num_workers=(workers + 1) % 4,
-                                    shuffle_buffer=window, drop_last=drop_last))
+    assert per_rank[0] == xs(Loader(src, bs, seed=seed, rank=0, world_size=world,
+                                    drop_last=drop_last, batching=Batching(window=window), workers=Workers(threads=(workers + 1) % 4)))
 
 
 @given(sizes=shard_sizes(max_shards=8), bs=batch_sizes, seed=seeds, workers=st.integers(0, 2),
@@ -58,8 +59,8 @@ def test_resume_from_any_batch_equals_uninterrupted(
 
     def make(state: dict[str, Any] | None) -> Loader:
         if state is None:
-            return Loader(src, bs, seed=seed, num_workers=workers, shuffle_buffer=2)
-        return Loader.from_state(src, state, num_workers=resume_workers)
+            return Loader(src, bs, seed=seed, batching=Batching(window=2), workers=Workers(threads=workers))
+        return Loader.from_state(src, state, workers=Workers(threads=resume_workers))
 
     check_resume(make, midpoint)
 
@@ -76,7 +77,7 @@ def test_two_epochs_differ_and_set_epoch_replays() -> None:
 
 def test_reads_each_shard_once_per_epoch_and_skips_consumed_shards_on_resume() -> None:
     src = FakeSource([40] * 10)
-    loader = Loader(src, 8, seed=0, shuffle_buffer=2, prefetch=3)
+    loader = Loader(src, 8, seed=0, batching=Batching(window=2), workers=Workers(prefetch=3))
     it = iter(loader)
     for _ in range(26):  # past the first window (80 samples = 10 batches) and the second
         next(it)
@@ -111,14 +112,13 @@ def test_filter_and_transform_accounting() -> None:
     def double(t: pa.Table) -> pa.Table:
         return t.set_column(0, "x", pc.multiply(t.column("x"), 2))
 
-    loader = Loader(src, 10, seed=1, columns=["x"], filter=lambda t: pc.equal(pc.bit_wise_and(t["x"], 1), 0),
-                    transform=double)
+    loader = Loader(src, 10, seed=1, columns=["x"], batching=Batching(filter=lambda t: pc.equal(pc.bit_wise_and(t["x"], 1), 0), transform=double))
     got = sorted(x for b in loader for x in b["x"].tolist())
     assert got == [2 * i for i in range(0, 100, 2)]
     s = loader.stats()
     assert (s["read"], s["filtered"], s["failed"], s["yielded"]) == (100, 50, 0, 50)
     assert s["samples_per_s"] > 0 and s["position"]["epoch"] == 1
-    rows = Loader(src, 10, shuffle=False, columns=["x"], filter=per_sample(lambda r: r["x"] < 15))
+    rows = Loader(src, 10, shuffle=False, columns=["x"], batching=Batching(filter=per_sample(lambda r: r["x"] < 15)))
     assert [len(b["x"]) for b in rows] == [10, 5]  # batches emptied by the filter are skipped
 
 
@@ -130,7 +130,7 @@ def _fragile(t: pa.Table) -> pa.Table:
 
 def test_failing_samples_are_isolated_skipped_and_counted() -> None:
     src = FakeSource([30, 30])
-    loader = Loader(src, 8, seed=2, transform=_fragile, max_errors=10, num_workers=2)
+    loader = Loader(src, 8, seed=2, batching=Batching(transform=_fragile, max_errors=10), workers=Workers(threads=2))
     got = sorted(x for b in loader for x in b["x"].tolist())
     bad = [x for x in range(60) if x % 7 == 3]
     assert got == [x for x in range(60) if x not in bad]
@@ -138,13 +138,13 @@ def test_failing_samples_are_isolated_skipped_and_counted() -> None:
 
 
 def test_max_errors_exceeded_raises_with_uid_and_cause() -> None:
-    loader = Loader(FakeSource([30, 30]), 8, shuffle=False, transform=_fragile, max_errors=2)
+    loader = Loader(FakeSource([30, 30]), 8, shuffle=False, batching=Batching(transform=_fragile, max_errors=2))
     with pytest.raises(DataFileError) as info:
         list(loader)
     assert info.value.uid == "u17"  # the third failure: 3, 10, 17
     assert isinstance(info.value.__cause__, RuntimeError)
     # without a uid column the global index is the uid
-    loader = Loader(FakeSource([30]), 8, shuffle=False, columns=["x"], filter=lambda t: 1 / 0)
+    loader = Loader(FakeSource([30]), 8, shuffle=False, columns=["x"], batching=Batching(filter=lambda t: 1 / 0))
     with pytest.raises(DataFileError) as info:
         list(loader)
     assert info.value.uid == 0 and isinstance(info.value.__cause__, ZeroDivisionError)
@@ -193,7 +193,7 @@ def test_bad_arguments() -> None:
         Loader(src, 2, columns=["x", "nope"])
     assert info.value.column == "nope"
     with pytest.raises(ConfigError):
-        list(Loader(src, 2, filter=lambda t: [True]))
+        list(Loader(src, 2, batching=Batching(filter=lambda t: [True])))
 
 
 class _Broken(FakeSource):
@@ -213,13 +213,13 @@ def test_source_failures_name_the_shard() -> None:
         list(Loader(_Broken([5, 5]), 2, shuffle=False))
     assert info.value.shard == 1 and isinstance(info.value.__cause__, OSError)
     with pytest.raises(DataFileError, match="expected 5 rows") as info2:
-        list(Loader(_Short([5]), 2, num_workers=2))
+        list(Loader(_Short([5]), 2, workers=Workers(threads=2)))
     assert info2.value.shard == 0
 
 
 def test_empty_source_and_interrupted_iteration() -> None:
     assert xs(Loader(FakeSource([]), 3)) == [] and xs(Loader(FakeSource([0, 0]), 3)) == []
-    loader = Loader(FakeSource([100] * 4), 7, num_workers=2)
+    loader = Loader(FakeSource([100] * 4), 7, workers=Workers(threads=2))
     it = iter(loader)
     first = [next(it) for _ in range(3)]
     it.close()  # the worker threads stop; the position stays after the consumed batches
@@ -236,7 +236,7 @@ def test_progress_bar_and_top_level_export(capsys: pytest.CaptureFixture[str]) -
 
     assert datamill.Loader is Loader
     with quiet(False):
-        assert len(xs(Loader(FakeSource([30]), 7, progress=True))) == 5
+        assert len(xs(Loader(FakeSource([30]), 7, workers=Workers(progress=True)))) == 5
     assert "epoch 0" in capsys.readouterr().err
     code = "import sys, datamill, datamill.loader; datamill.Loader; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -245,7 +245,7 @@ def test_progress_bar_and_top_level_export(capsys: pytest.CaptureFixture[str]) -
 
 def test_memory_is_bounded_by_the_shuffle_window() -> None:
     src = FakeSource([50] * 40)
-    loader = Loader(src, 8, seed=3, shuffle_buffer=4, prefetch=2, num_workers=2)
+    loader = Loader(src, 8, seed=3, batching=Batching(window=4), workers=Workers(prefetch=2, threads=2))
     assert sorted(x for b in loader for x in b["x"].tolist()) == list(range(2000))
     s = loader.stats()
     assert s["shards_read"] == 40 and s["peak_shards_in_memory"] <= 2 * 4 + 2  # two windows at a boundary + prefetch
@@ -254,8 +254,33 @@ def test_memory_is_bounded_by_the_shuffle_window() -> None:
 def test_loader_pickles_after_iterating() -> None:
     import pickle
 
-    loader = Loader(FakeSource([10, 10]), 4, seed=2, num_workers=1)
+    loader = Loader(FakeSource([10, 10]), 4, seed=2, workers=Workers(threads=1))
     it = iter(loader)
     next(it)
     clone = pickle.loads(pickle.dumps(loader))  # what a spawned DataLoader worker does
     assert xs(clone) == [b["x"].tolist() for b in it]
+
+
+def test_loader_init_takes_at_most_12_parameters() -> None:
+    # issue #28: the common options stay keywords; the rest are grouped in Batching and Workers
+    params = [p for p in inspect.signature(Loader.__init__).parameters if p != "self"]
+    assert len(params) <= 12, params
+    with pytest.raises(ConfigError, match="batching must be a Batching"):
+        Loader(FakeSource([4]), 2, batching={"refill": True})  # type: ignore[arg-type]
+
+
+def test_from_state_keeps_the_saved_batching_and_takes_the_given_functions() -> None:
+    src = FakeSource([7, 5, 9])
+    keep = per_sample(lambda r: r["x"] % 3 != 0)
+    a = Loader(src, 4, seed=2, batching=Batching(window=2, filter=keep, refill=True), workers=Workers(threads=2))
+    it = iter(a)
+    head = [next(it)["x"].tolist() for _ in range(2)]
+    rest = [b["x"].tolist() for b in it]
+    state = Loader(src, 4, seed=2, batching=Batching(window=2, filter=keep, refill=True))
+    it2 = iter(state)
+    next(it2), next(it2)
+    b = Loader.from_state(src, state.state_dict(), batching=Batching(filter=keep))  # window=2, refill from the state
+    assert (b.window, b.refill) == (2, True)
+    assert head and [x["x"].tolist() for x in b] == rest
+    with pytest.raises(ResumeStateError, match="window"):
+        Loader.from_state(src, state.state_dict(), batching=Batching(window=3, filter=keep))

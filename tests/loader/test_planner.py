@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamill.cli import main
-from datamill.loader import Loader
+from datamill.loader import Batching, Loader, Workers
 from datamill.loader.planner import plan_run, shuffle_quality
 from tests.strategies import FakeSource, seeds, shard_sizes
 
@@ -43,8 +43,8 @@ def test_planned_reads_and_peak_equal_a_real_run(sizes: list[int], bs: int, worl
                     num_workers=workers, drop_last=drop_last)
     for rank in range(world):
         src = CountingSource(sizes)
-        loader = Loader(src, bs, seed=seed, rank=rank, world_size=world, shuffle_buffer=window, prefetch=prefetch,
-                        num_workers=workers, drop_last=drop_last)
+        loader = Loader(src, bs, seed=seed, rank=rank, world_size=world,
+                        drop_last=drop_last, batching=Batching(window=window), workers=Workers(prefetch=prefetch, threads=workers))
         for _ in loader:
             pass
         planned = plan.ranks[rank]

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.loader import Loader
+from datamill.loader import Batching, Loader, Workers
 from datamill.loader.sources import HDF5Source, open_source
 from tests.contracts import check_resume
 
@@ -61,7 +61,7 @@ def test_cifar10_tiny_shardset_two_ranks_with_transform(cifar_root: Path, data_d
     assert cifar_shards.shard_sizes().tolist() == [30, 30, 30, 10]
     uids, captions = [], 0
     for rank in range(2):
-        loader = Loader(cifar_shards, 16, seed=5, rank=rank, world_size=2, transform=decode_png, num_workers=2)
+        loader = Loader(cifar_shards, 16, seed=5, rank=rank, world_size=2, batching=Batching(transform=decode_png), workers=Workers(threads=2))
         for batch in loader:
             assert batch["image"].shape[1:] == (32, 32, 3) and batch["image"].dtype == np.uint8
             uids += batch["id"].tolist()
@@ -79,7 +79,7 @@ def test_cifar10_tiny_shardset_resume(cifar_root: Path) -> None:
 
     def make(state: dict[str, Any] | None) -> Loader:
         if state is None:
-            return Loader(cifar_shards, 8, seed=1, columns=["id", "label", "caption"], num_workers=1)
+            return Loader(cifar_shards, 8, seed=1, columns=["id", "label", "caption"], workers=Workers(threads=1))
         return Loader.from_state(cifar_shards, state)
 
     check_resume(make, 7)
@@ -98,7 +98,7 @@ def test_preprocessed_hdf5_house_prices(data_copy: Any) -> None:
     assert isinstance(src, HDF5Source) and {"LotArea", "Neighborhood", "SalePrice"} <= set(src.columns)
     import pyarrow.compute as pc
 
-    train = Loader(src, 128, seed=0, filter=lambda t: pc.equal(t["split"], 0))
+    train = Loader(src, 128, seed=0, batching=Batching(filter=lambda t: pc.equal(t["split"], 0)))
     rows = sum(len(b["LotArea"]) for b in train)
     s = train.stats()
     assert s["read"] == 1460 and rows == s["yielded"] == 1460 - s["filtered"] and 1000 < rows < 1300

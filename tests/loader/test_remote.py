@@ -16,7 +16,7 @@ import pytest
 from datamill.cli import main
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.parquet import ParquetSource
-from datamill.loader import Loader
+from datamill.loader import Loader, Workers
 from datamill.loader.remote import RemoteParquetSource, ShardFileCache, s3_filesystem
 from tests.contracts import assert_same_items, check_source
 from tests.loader.seaweed import ACCESS_KEY, SECRET_KEY, weed_binary
@@ -68,7 +68,7 @@ def test_cache_limit_evicts_least_recently_used(s3: tuple[pafs.S3FileSystem, Pat
     limit = sizes[0] + sizes[1] + sizes[2]
     src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path, cache_limit=limit, filesystem=fs)
     for _ in range(2):
-        for _batch in Loader(src, 100, seed=1, prefetch=1):
+        for _batch in Loader(src, 100, seed=1, workers=Workers(prefetch=1)):
             held = sum(p.stat().st_size for p in tmp_path.iterdir() if not p.name.endswith(".json"))
             assert held <= limit + max(sizes)  # the one being added may briefly exceed it
     stats = src.cache.stats()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError
-from datamill.loader import BatchService, Loader
+from datamill.loader import Batching, BatchService, Loader
 from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes
 
 
@@ -25,7 +25,7 @@ def test_group_members_get_identical_batches_and_groups_partition(
 ) -> None:
     src = FakeSource(sizes)
     world = groups * k
-    per_rank = [xs(Loader(src, bs, seed=seed, rank=r, world_size=world, replication=k, drop_last=drop_last))
+    per_rank = [xs(Loader(src, bs, seed=seed, rank=r, world_size=world, drop_last=drop_last, batching=Batching(replication=k)))
                 for r in range(world)]
     for g in range(groups):
         members = per_rank[g * k:(g + 1) * k]
@@ -43,7 +43,7 @@ def test_service_and_state_carry_replication() -> None:
     svc = BatchService(src, batch_size=4, seed=2)
     assert svc.plan(0, 2, 4, replication=2).seq.tolist() == svc.plan(0, 3, 4, replication=2).seq.tolist() \
         == svc.plan(0, 1, 2).seq.tolist()
-    a = Loader(src, 4, seed=2, rank=3, world_size=4, replication=2)
+    a = Loader(src, 4, seed=2, rank=3, world_size=4, batching=Batching(replication=2))
     it = iter(a)
     next(it)
     state = json.loads(json.dumps(a.state_dict()))
@@ -52,7 +52,7 @@ def test_service_and_state_carry_replication() -> None:
     b = Loader.from_state(src, state)
     assert b.replication == 2 and xs(b) == [x["x"].tolist() for x in it]
     # elastic: 4 ranks in groups of 2 -> 3 ranks without replication, still exactly once
-    ranks = [Loader(src, 4, seed=2, rank=r, world_size=4, replication=2) for r in range(4)]
+    ranks = [Loader(src, 4, seed=2, rank=r, world_size=4, batching=Batching(replication=2)) for r in range(4)]
     seen = [next(iter(ld))["x"].tolist() for ld in ranks[::2]]
     for r in (1, 3):
         next(iter(ranks[r]))
@@ -65,6 +65,6 @@ def test_service_and_state_carry_replication() -> None:
 
 def test_replication_must_divide_world_size() -> None:
     with pytest.raises(ConfigError, match="replication"):
-        Loader(FakeSource([4]), 2, rank=0, world_size=3, replication=2)
+        Loader(FakeSource([4]), 2, rank=0, world_size=3, batching=Batching(replication=2))
     with pytest.raises(ConfigError, match="divide"):
         BatchService(FakeSource([4]), batch_size=2).plan(0, 0, 3, replication=2)

@@ -16,7 +16,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, DataFileError, ResumeStateError
-from datamill.loader import Accounting, BatchResult, BatchService, EpochPlan, Loader
+from datamill.loader import (
+    Accounting,
+    Batching,
+    BatchResult,
+    BatchService,
+    EpochPlan,
+    Loader,
+    Workers,
+)
 from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes, world_sizes
 
 
@@ -50,7 +58,7 @@ def test_build_any_rank_and_any_batches_equals_the_loader() -> None:
     svc = BatchService(src, batch_size=8, seed=3, window=2, num_workers=2)
     for world in (1, 3):
         for rank in range(world):
-            want = loader_xs(src, 8, seed=3, shuffle_buffer=2, rank=rank, world_size=world, epoch=1)
+            want = loader_xs(src, 8, seed=3, batching=Batching(window=2), rank=rank, world_size=world, epoch=1)
             assert xs(svc.build(1, rank, range(len(want)), world_size=world)) == want
             some = [k for k in range(len(want)) if k % 3 != 1]
             assert xs(svc.build(1, rank, some, world_size=world)) == [want[k] for k in some]
@@ -62,7 +70,7 @@ def test_server_style_one_batch_per_request_in_any_order() -> None:
     """A server builds batch k of any rank per request; cache_shards keeps shards between requests."""
     src = FakeSource([40] * 12)
     world = 3
-    want = {r: loader_xs(src, 10, seed=5, shuffle_buffer=3, rank=r, world_size=world) for r in range(world)}
+    want = {r: loader_xs(src, 10, seed=5, batching=Batching(window=3), rank=r, world_size=world) for r in range(world)}
     requests = [(r, k) for r in range(world) for k in range(len(want[r]))]
     random.Random(0).shuffle(requests)
     with BatchService(src, batch_size=10, seed=5, window=3, cache_shards=3) as svc:
@@ -109,7 +117,7 @@ def test_threads_building_every_rank_at_once_stay_correct_and_bounded() -> None:
     src = FakeSource([50] * 40)
     world, window, prefetch = 4, 4, 2
     svc = BatchService(src, batch_size=8, seed=11, window=window, prefetch=prefetch, num_workers=2)
-    want = [loader_xs(src, 8, seed=11, shuffle_buffer=window, rank=r, world_size=world) for r in range(world)]
+    want = [loader_xs(src, 8, seed=11, batching=Batching(window=window), rank=r, world_size=world) for r in range(world)]
 
     def run(rank: int) -> tuple[list[list[int]], int]:
         results = list(svc.build(0, rank, range(svc.num_batches(0, rank, world)), world_size=world))
@@ -127,7 +135,7 @@ def test_threads_building_every_rank_at_once_stay_correct_and_bounded() -> None:
 
 def test_loader_memory_and_reads_through_the_service() -> None:
     src = FakeSource([50] * 40)
-    loader = Loader(src, 8, seed=3, shuffle_buffer=4, prefetch=2)
+    loader = Loader(src, 8, seed=3, batching=Batching(window=4), workers=Workers(prefetch=2))
     list(loader)
     s, t = loader.stats(), loader.service.stats()
     assert s["shards_read"] == t["shards_read"] == 40 and t["shards_reused"] == 0

@@ -12,7 +12,7 @@ import pytest
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.source import Source
-from datamill.loader import Loader
+from datamill.loader import Loader, Workers
 from datamill.loader.sources import HDF5Source, ParquetSource
 
 
@@ -30,7 +30,7 @@ def test_parquet_row_groups_and_files_as_shards(tmp_path: Path) -> None:
     assert src.read_shard(3, columns=["x"]).to_pydict() == {"x": list(range(25, 32))}
     by_file = ParquetSource(tmp_path, shard_by="file")
     assert by_file.shard_sizes().tolist() == [25, 7] and by_file.read_shard(1, columns=["x"]).num_rows == 7
-    got = sorted(x for b in Loader(src, 6, seed=3, num_workers=2) for x in b["x"].tolist())
+    got = sorted(x for b in Loader(src, 6, seed=3, workers=Workers(threads=2)) for x in b["x"].tolist())
     assert got == list(range(32))
     assert src.fingerprint() == ParquetSource(tmp_path).fingerprint() != by_file.fingerprint()
 
@@ -103,8 +103,7 @@ def test_bert_parquet_from_wikitext2(data_dir: Path, tmp_path: Path) -> None:
     assert n == res.samples > 1000
     seen: list[int] = []
     for rank in range(2):
-        loader = Loader(src, 64, seed=7, rank=rank, world_size=2, columns=["tokens", "masked_positions", "is_random_next"],
-                        num_workers=1)
+        loader = Loader(src, 64, seed=7, rank=rank, world_size=2, columns=["tokens", "masked_positions", "is_random_next"], workers=Workers(threads=1))
         for batch in loader:
             assert batch["tokens"].shape[1] == 64 and batch["tokens"].dtype == np.int32
             assert batch["masked_positions_mask"].shape == batch["masked_positions"].shape

@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamill.loader import Loader
+from datamill.loader import Batching, Loader
 from datamill.loader.cache import ShardCache
 from datamill.loader.order import shard_order, window_bounds
 from datamill.loader.service import BatchService
@@ -117,7 +117,7 @@ def test_warmup_order_is_a_permutation_whose_windows_hold_their_shards(sizes: li
 @given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=12), seed=seeds)
 def test_warmup_loader_visits_every_sample_once_and_matches_the_service(sizes: list[int], seed: int) -> None:
     src = FakeSource(sizes)
-    got = np.concatenate([b["x"] for b in Loader(src, 7, seed=seed, warmup=True)])
+    got = np.concatenate([b["x"] for b in Loader(src, 7, seed=seed, batching=Batching(warmup=True))])
     np.testing.assert_array_equal(np.sort(got), np.arange(sum(sizes)))
     with BatchService(src, batch_size=7, seed=seed, warmup=True) as svc:
         served = np.concatenate([r.output["x"] for r in svc.build(0, 0, range(svc.num_batches(0)))])

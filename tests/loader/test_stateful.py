@@ -11,6 +11,8 @@ from datamill.loader import Loader
 
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
+from datamill.loader.torch import TorchLoaderDataset  # needs torch, checked above
+
 pytestmark = [pytest.mark.torch,  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.13
               pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")]
 
@@ -24,7 +26,7 @@ def _source() -> TableSource:
 
 
 def _loader(num_workers: int) -> object:
-    ds = Loader(_source(), 8, seed=3, collate="torch").to_torch()
+    ds = TorchLoaderDataset(Loader(_source(), 8, seed=3, collate="torch"))
     return stateful.StatefulDataLoader(ds, batch_size=None, num_workers=num_workers)
 
 

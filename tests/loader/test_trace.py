@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError
 from datamill.core.source import TableSource
-from datamill.loader import Loader, Mix
+from datamill.loader import Batching, Loader, Mix
 from datamill.loader.order import shard_order
 from datamill.loader.trace import Tracer, run_record, trace
 from datamill.loader.trace_index import ShardOrderIndex
@@ -139,11 +139,11 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
         window: int | None, frac: float, data: st.DataObject) -> None:
     table, n = table_of(sizes)
     src = Source(table, sizes)
-    kw: dict[str, Any] = {"seed": seed, "drop_last": drop_last, "shuffle": shuffle, "shuffle_buffer": window,
-                          "collate": "arrow"}
+    kw: dict[str, Any] = {"seed": seed, "drop_last": drop_last, "shuffle": shuffle, "collate": "arrow"}
     truth: Truth = {}
     # run 1: world w0 * repl, stopped part-way through epoch 0 (every rank still has batches left)
-    old = [Loader(src, bs, rank=r, world_size=w0 * repl, replication=repl, **kw) for r in range(w0 * repl)]
+    old = [Loader(src, bs, rank=r, world_size=w0 * repl, batching=Batching(window=window, replication=repl), **kw)
+           for r in range(w0 * repl)]
     least = min(len(ld) for ld in old)
     m = int(frac * max(0, least - 1))
     drive(old, truth, offset=0, stop_after=m, sample_of=idx_of)
@@ -151,7 +151,7 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
     check(rec, truth, n, source=src)
     # run 2: elastic resize to w1 ranks (and another batch size), to the end of epoch 0, then epoch 1 part-way
     states = [ld.state_dict() for ld in old]
-    new = [Loader(src, bs2, rank=r, world_size=w1, **kw) for r in range(w1)]
+    new = [Loader(src, bs2, rank=r, world_size=w1, batching=Batching(window=window), **kw) for r in range(w1)]
     for ld in new:
         ld.load_state_dict(json.loads(json.dumps(states)), allow_mismatch=["batch_size"])
     elastic = bool(new[0]._elastic)
@@ -198,7 +198,7 @@ def test_trace_matches_length_buckets_and_a_resume(sizes: list[int], seed: int, 
                                                    buckets: int, frac: float) -> None:
     table, n = table_of(sizes, ragged=True)
     src = Source(table, sizes)
-    kw: dict[str, Any] = {"seed": seed, "drop_last": drop_last, "bucket_by": "t", "buckets": buckets,
+    kw: dict[str, Any] = {"seed": seed, "drop_last": drop_last, "batching": Batching(bucket_by="t", buckets=buckets),
                           "collate": "arrow"}
     truth: Truth = {}
     old = [Loader(src, bs, rank=r, world_size=world, **kw) for r in range(world)]
@@ -223,7 +223,7 @@ def test_trace_reports_samples_a_filter_rejected(sizes: list[int], seed: int, bs
     src = Source(table, sizes)
     long_ = set(np.flatnonzero(pc.list_value_length(table.column("t")).to_numpy() >= 5).tolist())
     truth: Truth = {}
-    loaders = [Loader(src, bs, seed=seed, rank=r, world_size=world, filter=short_only, collate="arrow")
+    loaders = [Loader(src, bs, seed=seed, rank=r, world_size=world, collate="arrow", batching=Batching(filter=short_only))
                for r in range(world)]
     drive(loaders, truth, offset=0, sample_of=idx_of)
     rec = loaders[0].run_record()

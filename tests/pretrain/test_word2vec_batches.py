@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datamill.loader import read_batches
+from datamill.loader import Batching, read_batches
 from datamill.loader.torch import TorchLoaderDataset
 from datamill.pretrain.word2vec import SkipGramSamples, build_skipgram
 from datamill.pretrain.word2vec._batch import Batchify, batchify_arrays
@@ -74,7 +74,7 @@ def test_batches_cover_every_example_once_and_match_the_csr() -> None:
     assert sorted(got) == want
     assert got != _rows(read_batches(SAMPLES.source(), 16, seed=1))  # shuffled by seed
     assert got == _rows(read_batches(SAMPLES.source(), 16, seed=0))  # deterministic
-    full = _rows(read_batches(SAMPLES.source(), 16, seed=0, shuffle_buffer=SAMPLES.source().num_shards))
+    full = _rows(read_batches(SAMPLES.source(), 16, seed=0, batching=Batching(window=SAMPLES.source().num_shards)))
     assert sorted(full) == want
     unshuffled = _rows(read_batches(SAMPLES.source(), 16, seed=0, shuffle=False))
     assert unshuffled == [(c, tuple(x + n)) for c, x, n in (SAMPLES.example(i) for i in range(len(SAMPLES)))]

@@ -272,7 +272,7 @@ def test_5xx_carries_a_request_id_that_the_log_names(app: Any, caplog: pytest.Lo
         raise RuntimeError("kaput")
 
     c = TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
-    with caplog.at_level("INFO", logger="datamill.serve.events"):
+    with caplog.at_level("INFO", logger="datamill.serve"):
         res = c.get("/api/v1/boom")
     assert res.status_code == 500
     rid = res.json()["request_id"]

@@ -16,7 +16,7 @@ import datamill.shards._remote as remote_mod
 from datamill.cli import main
 from datamill.core.errors import DataFileError, DataFileNotFoundError, ShardsetError
 from datamill.core.objstore import s3_filesystem
-from datamill.loader import Loader
+from datamill.loader import Loader, Workers
 from datamill.loader.sources import open_source
 from datamill.shards import ShardsetDataset
 from tests.contracts import assert_same_items, check_source
@@ -95,7 +95,7 @@ def test_cache_bound_and_no_corrupt_copy_is_used(store: tuple[pafs.S3FileSystem,
     assert ds.remote is not None
     biggest = int(ds.shard_nbytes().max())
     for _ in range(2):
-        for _batch in Loader(ds, 100, seed=2, prefetch=1, columns=["uid", "x"]):
+        for _batch in Loader(ds, 100, seed=2, columns=["uid", "x"], workers=Workers(prefetch=1)):
             held = sum(p.stat().st_size for p in (tmp_path / "c").iterdir() if not p.name.endswith(".json"))
             assert held <= 6_000 + biggest
     stats = ds.remote.cache.stats()

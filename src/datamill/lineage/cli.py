@@ -41,7 +41,10 @@ def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
     from datamill.loader.trace import BatchTrace, Tracer, load_record
 
-    record = load_record(args.record)
+    record_arg: Any = args.record
+    if str(args.record).startswith(("http://", "https://")):
+        record_arg = _fetch_record(str(args.record), args.key)
+    record = load_record(record_arg)
     source = None
     if args.source:
         from datamill.sources import open_source
@@ -49,11 +52,15 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         source = open_source(args.source)
     if not args.uid and args.sample is None and args.step is None:
         raise ConfigError("nothing to trace", hint="give --uid X, --sample N, or --step S --rank R [--epoch E]")
-    if args.step is not None and args.rank is None:
-        raise ConfigError("--step needs --rank", hint="name the rank whose batch you want: --rank R")
+    served = record.get("served") or {}
+    if args.step is not None and args.rank is None and args.client is None:
+        raise ConfigError("--step needs --rank (or --client for a served dynamic iteration)",
+                          hint="name the rank whose batch you want: --rank R")
+    if args.client is not None and served.get("mode") != "dynamic":
+        raise ConfigError("--client is for a served dynamic iteration's record", hint="give --rank R instead")
     if args.show and source is None:
         raise ConfigError("--show reads the rows and needs the dataset", hint="add --source PATH (what the run read)")
-    tracer = Tracer(args.record, source=source)
+    tracer = Tracer(record_arg, source=source)
     filt = _filter(args.filter) if args.filter else None
     if filt is not None and source is None:
         raise ConfigError("--filter evaluates the filter on the rows and needs the dataset", hint="add --source PATH")
@@ -93,9 +100,10 @@ def _trace_cmd(args: argparse.Namespace) -> int:
                       + ("  filter" if filt is not None else ""))
             for h in hits:
                 print(f"{h.epoch:>6} {h.rank:>5} {h.step:>7} {h.global_step:>8} {h.batch:>7} {h.position:>8}"
-                      + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else ""))
+                      + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else "")
+                      + (f"  client {h.client}" if h.client is not None else ""))
     if args.step is not None:
-        b: BatchTrace = tracer.batch(rank=args.rank, step=args.step, epoch=args.epoch)
+        b: BatchTrace = tracer.batch(rank=args.rank, step=args.step, epoch=args.epoch, client=args.client)
         rejected = tracer.rejected(b, filt) if filt is not None else None
         b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
         cols = args.columns.split(",") if args.columns else None
@@ -105,6 +113,8 @@ def _trace_cmd(args: argparse.Namespace) -> int:
             d["rows"] = row_dicts
         out["batches"].append(d)
         if not args.json:
+            if b.client is not None:
+                print(f"client {b.client}:")
             print(f"epoch {b.epoch}, rank {b.rank}, step {b.step} (global step {b.global_step}; segment {b.segment}, "
                   f"batch {b.batch}): {len(b.samples)} samples"
                   + (f", {sum(rejected)} rejected by the filter (would have been in the batch)" if rejected else ""))
@@ -117,6 +127,22 @@ def _trace_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True, default=str))
     return 0
+
+
+def _fetch_record(url: str, key: str | None) -> dict[str, Any]:
+    """``GET URL`` (a server's ``/api/v1/iterations/{id}/trace``) -> the run record."""
+    import os
+    import urllib.parse
+
+    from datamill.serve.client import Http
+
+    parts = urllib.parse.urlsplit(url)
+    http = Http(f"{parts.scheme}://{parts.netloc}", key if key is not None else os.environ.get("DATAMILL_KEY"))
+    try:
+        out: dict[str, Any] = http.request("GET", parts.path).json()
+    finally:
+        http.close()
+    return out
 
 
 def register(sub: Any) -> None:
@@ -133,7 +159,10 @@ def register_trace(sub: Any) -> None:
                        description="Answer lineage questions from a run record (Loader.run_record() or "
                                    "`datamill iterate --save-record`). The per-epoch order index is built on "
                                    "first use and kept beside the record (RECORD.index/).")
-    p.add_argument("record", help="the run record JSON")
+    p.add_argument("record", help="the run record JSON, or a server's URL .../api/v1/iterations/ID/trace")
+    p.add_argument("--key", help="API key for a URL record (default $DATAMILL_KEY)")
+    p.add_argument("--client", help="with --step: the client of a served dynamic iteration (its k-th "
+                                    "acknowledged batch is its step k)")
     p.add_argument("--uid", action="append", default=[],
                    help="a sample's UID (its `uid` column value, else its sample number); repeatable")
     p.add_argument("--sample", type=int, help="a sample number (row of the dataset in shard order)")

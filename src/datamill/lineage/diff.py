@@ -64,6 +64,8 @@ class BuildSummary:
     uids: pa.Array | None
     hashes: dict[str, NDArray[np.uint64]]
     stats: dict[str, dict[str, Any]]
+    uid_hash: NDArray[np.uint64] | None = None
+    """:func:`column_hash` of non-integer UIDs (cached with the summary): UIDs are matched by it, then checked."""
 
 
 def _cache_dir() -> Path:
@@ -106,11 +108,12 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
                 hashes = {c: z[f"h{i}"] for i, c in enumerate(meta["hashed"])}
+                uid_hash = z["uid_hash"] if "uid_hash" in z.files else None
             uids = None
             if uid is not None:
                 uids = pa.chunked_array([source.read_shard(k, columns=[uid]).column(0)
                                          for k in range(source.num_shards)]).combine_chunks()
-            return BuildSummary(kind, fp, meta["rows"], meta["schema"], uid, uids, hashes, meta["stats"])
+            return BuildSummary(kind, fp, meta["rows"], meta["schema"], uid, uids, hashes, meta["stats"], uid_hash)
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache entry: recompute
     parts: dict[str, list[NDArray[np.uint64]]] = {}
@@ -147,12 +150,16 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
                        "top": [[v, int(n)] for v, n in zip(values[:TOP], ns[:TOP])],
                        "shares": {str(v): n / total for v, n in zip(values, ns)} if len(values) <= 1000 else None}
     uids = pa.chunked_array(uid_parts).combine_chunks() if uid is not None and uid_parts else None
-    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats)
+    uid_hash = column_hash(uids) if uids is not None and not pat.is_integer(uids.type) else None
+    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"rows": rows, "schema": schema, "stats": stats, "hashed": list(hashes)}
+        arrays: dict[str, Any] = {f"h{i}": h for i, h in enumerate(hashes.values())}
+        if uid_hash is not None:
+            arrays["uid_hash"] = uid_hash
         with atomic_write(path, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), **{f"h{i}": h for i, h in enumerate(hashes.values())})
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
     return summary
 
 
@@ -232,14 +239,16 @@ def _examples(values: pa.Array | NDArray[Any], mask: NDArray[np.bool_]) -> list[
 
 def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, dict[str, Any]]:
     if a.uids is not None and b.uids is not None and a.uid_column == b.uid_column:
-        in_a, pos = _match(a.uids, b.uids)
+        in_a, pos = _match(a.uids, b.uids, a.uid_hash, b.uid_hash)
         in_b = np.zeros(len(a.uids), dtype=bool)
         in_b[pos[in_a]] = True  # UIDs are unique within a build
         matched = np.flatnonzero(in_a)
         changed = np.zeros(len(matched), dtype=bool)
         by_column = {}
+        rows_a = pos[matched]  # gathered once, not per column
+        every = len(matched) == len(in_a)  # every UID of b is in a: b's hashes need no gather
         for c in common:
-            diff = a.hashes[c][pos[matched]] != b.hashes[c][matched]
+            diff = a.hashes[c][rows_a] != (b.hashes[c] if every else b.hashes[c][matched])
             if diff.any():
                 by_column[c] = int(diff.sum())
             changed |= diff
@@ -267,8 +276,27 @@ def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, 
     return "row content (no UID column)", out
 
 
-def _match(a: pa.Array, b: pa.Array) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
-    """For each UID of ``b``: whether ``a`` has it, and its row in ``a`` (0 when not)."""
+def _match(a: pa.Array, b: pa.Array, ha: NDArray[np.uint64] | None = None, hb: NDArray[np.uint64] | None = None
+           ) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """For each UID of ``b``: whether ``a`` has it, and its row in ``a`` (0 when not).
+
+    With the UIDs' cached hashes (``ha``, ``hb``) the lookup runs on ``uint64`` and every match is
+    then checked on the UIDs themselves; a UID whose match fails the check (a 64-bit collision) is
+    looked up again by value, so the answer is exact.
+    """
+    if ha is not None and hb is not None and len(ha) == len(a) and len(hb) == len(b) and not pat.is_integer(a.type):
+        where = pc.index_in(pa.array(hb), value_set=pa.array(ha))
+        found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        pos = np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        cand = np.flatnonzero(found)
+        same = pc.equal(b.take(pa.array(cand)), a.take(pa.array(pos[cand])))
+        bad = cand[~np.asarray(same.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)]
+        if len(bad):
+            again = pc.index_in(b.take(pa.array(bad)), value_set=a)
+            found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            pos[bad] = np.asarray(again.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        pos[~found] = 0
+        return found, pos
     if pat.is_integer(a.type) and pat.is_integer(b.type) and len(a) and len(b) and not a.null_count \
             and not b.null_count:
         ua, ub = a.to_numpy(), b.to_numpy()

@@ -1,6 +1,7 @@
 """Deterministic, shard-aware, resumable batches over any datamill output.
 
-``Loader(source, batch_size, ...)`` iterates a :class:`~datamill.core.source.Source`: a shardset
+``Loader(source, batch_size, ..., batching=Batching(...), workers=Workers(...))`` iterates a
+:class:`~datamill.core.source.Source`: a shardset
 dataset, a preprocessed HDF5 (:class:`~datamill.preprocessing.hdf5.HDF5Source`), a Parquet file of
 BERT/word2vec samples (:class:`~datamill.core.parquet.ParquetSource`), an LM corpus; any output path
 opens with :func:`datamill.loader.sources.open_source`. A Loader is a thin per-rank iterator over a
@@ -20,6 +21,7 @@ from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.loader import Loader, per_sample
 from datamill.loader.mix import Mix
+from datamill.loader.options import Batching, Workers
 from datamill.loader.order import epoch_order, split_for_rank
 from datamill.loader.service import BatchService
 from datamill.loader.sources import open_source, read_batches
@@ -33,10 +35,12 @@ __all__ = [
     "Accounting",
     "BatchResult",
     "BatchService",
+    "Batching",
     "EpochPlan",
     "Loader",
     "Mix",
     "Tracer",
+    "Workers",
     "check_resume_compat",
     "collate_numpy",
     "collate_torch",

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from datamill.loader.options import Workers
+
 __all__ = ["register"]
 
 
@@ -54,8 +56,8 @@ def _cmd(args: argparse.Namespace) -> int:
     source = _open(args)
     cols = args.columns.split(",") if args.columns else None
     loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
-                    rank=args.rank, world_size=args.world_size, num_workers=args.num_workers,
-                    drop_last=args.drop_last, progress=True)
+                    rank=args.rank, world_size=args.world_size,
+                    drop_last=args.drop_last, workers=Workers(threads=args.num_workers, progress=True))
     if args.resume:
         _resume(loader, args.resume)
     n = int(source.shard_sizes().sum())

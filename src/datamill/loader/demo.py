@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from datamill.loader.options import Batching, Workers
+
 if TYPE_CHECKING:
     from datamill.core.parquet import ParquetSource
     from datamill.core.source import Source
@@ -92,7 +94,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     print(f"loader: cifar10_tiny as a {kind}: {n} samples, {source.num_shards} shards, columns {source.columns}")
     seen: list[Any] = []
     for rank in range(2):
-        loader = Loader(source, 16, seed=7, rank=rank, world_size=2, num_workers=2, transform=transform)
+        loader = Loader(source, 16, seed=7, rank=rank, world_size=2, batching=Batching(transform=transform),
+                        workers=Workers(threads=2))
         batches = list(loader)
         first = batches[0]
         shapes = ", ".join(f"{k} {tuple(v.shape)} {v.dtype}" for k, v in first.items() if k != "caption")
@@ -104,11 +107,11 @@ def run(data_dir: Path, work_dir: Path) -> None:
     print(f"  every sample exactly once over both ranks: {len(seen) == len(set(seen)) == n}")
     uid = source.columns[0]
     full = [b[uid].tolist() for b in Loader(source, 8, seed=3, epoch=1, columns=[uid])]
-    loader = Loader(source, 8, seed=3, epoch=1, columns=[uid], num_workers=2)
+    loader = Loader(source, 8, seed=3, epoch=1, columns=[uid], workers=Workers(threads=2))
     it = iter(loader)
     head = [next(it)[uid].tolist() for _ in range(5)]
     state = loader.state_dict()
     it.close()
-    tail = [b[uid].tolist() for b in Loader.from_state(source, state, num_workers=0)]
+    tail = [b[uid].tolist() for b in Loader.from_state(source, state, workers=Workers(threads=0))]
     print(f"  resume after 5 batches (2 workers -> 0): state {state['batches_seen']} batches/"
           f"{state['samples_seen']} samples; rest identical to the uninterrupted run: {head + tail == full}")

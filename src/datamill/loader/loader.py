@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import norm_elastic
+from datamill.loader.options import Batching, Workers
 from datamill.loader.order import Elastic
 from datamill.loader.refill import Refill
 from datamill.loader.service import BLOCK_ROWS, BatchService
@@ -34,15 +36,15 @@ COUNTED = ("read", "filtered", "failed", "yielded")
 class Loader:
     """Iterate a :class:`~datamill.core.source.Source` in deterministic, resumable batches.
 
-    The order is a pure function of ``(seed, epoch, shard sizes, shuffle_buffer)`` (see
+    The order is a pure function of ``(seed, epoch, shard sizes, window)`` (see
     :mod:`datamill.loader.order`); ``rank``/``world_size`` take a contiguous slice of it and batch
     ``b`` is always positions ``[b * batch_size, (b + 1) * batch_size)`` of the rank's slice, whatever
     ``num_workers``. Iterating yields the rest of the current epoch; when an epoch is exhausted the
     loader moves on to the next one (``set_epoch`` also works, torch style).
 
-    Samples dropped by ``filter`` (or failing ``transform``) leave their batch smaller than
+    Samples dropped by ``Batching(filter=...)`` (or failing ``transform``) leave their batch smaller than
     ``batch_size`` (positions, not outputs, define batches: that keeps order and resumption pure);
-    a batch left empty is skipped (``refill=True`` cuts the passing samples into full batches
+    a batch left empty is skipped (``Batching(refill=True)`` cuts the passing samples into full batches
     instead). ``stats()`` counts the whole current epoch; the resume state carries the counts, so a
     resumed loader continues them and the epoch's ``max_errors`` budget.
 
@@ -61,35 +63,11 @@ class Loader:
             Defaults to ``"numpy"``.
         rank: this process's rank. Defaults to ``0``.
         world_size: number of ranks. Defaults to ``1``.
-        num_workers: threads assembling/filtering/transforming/collating batches (``0``: in the
-            consuming thread). Threads, not processes: arrow and numpy release the GIL; for
-            GIL-bound Python transforms use the torch adapter with ``DataLoader(num_workers=N)``
-            worker processes. ``filter``/``transform`` must then be thread-safe. Defaults to ``0``.
-        prefetch: shards read ahead in a background thread pool (and batches in flight per worker).
-            Defaults to ``2``.
-        filter: ``fn(batch: pa.Table) -> bool mask`` (see :func:`per_sample` for row predicates).
-            Defaults to ``None``.
-        transform: ``fn(batch: pa.Table) -> pa.Table`` run in the worker. Defaults to ``None``.
-        shuffle_buffer: shards per shuffle window (memory holds about one window).
-            Defaults to ``None`` (:func:`~datamill.loader.order.default_window`).
-        max_errors: samples that may fail ``filter``/``transform`` per epoch (skipped, counted)
-            before the loader raises. Defaults to ``0``.
-        pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to ``False``.
-        progress: show a tqdm bar. Defaults to ``False``.
-        replication: ranks per replication group (tensor/context parallelism): the ``replication``
-            consecutive ranks of a group get the same batches, groups split the data. Must divide
-            ``world_size``. Defaults to ``1``.
-        bucket_by: a list (ragged) or string column: each batch groups samples of similar length,
-            inside the shuffle window; still every sample once per epoch, deterministic, resumable
-            (not elastically). Defaults to ``None``.
-        buckets: number of length buckets (quantiles) or the boundaries. Defaults to ``8``.
-        refill: cut the samples passing ``filter`` into batches of exactly ``batch_size`` (the
-            last one shorter, or dropped with ``drop_last``) instead of leaving filtered batches
-            smaller; the state records where the rows not yet emitted start, so resuming stays exact
-            (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to ``False``.
-        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
-            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`).
-            Defaults to ``False``.
+        batching: how batches are formed: shuffle window, length buckets, filter, transform,
+            ``max_errors``, refill, replication, warmup (:class:`~datamill.loader.options.Batching`).
+            Defaults to ``Batching()``.
+        workers: how batches are built: threads, prefetch, pinned memory, progress bar; never
+            changes the batches (:class:`~datamill.loader.options.Workers`). Defaults to ``Workers()``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -109,11 +87,14 @@ class Loader:
         self, source: Source, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
         columns: Sequence[str] | str | None = None, drop_last: bool = False,
         collate: str | Callable[[pa.Table], Any] = "numpy", rank: int = 0, world_size: int = 1,
-        num_workers: int = 0, prefetch: int = 2, filter: Callable[[pa.Table], Any] | None = None,
-        transform: Callable[[pa.Table], pa.Table] | None = None, shuffle_buffer: int | None = None,
-        max_errors: int = 0, pin_memory: bool = False, progress: bool = False, replication: int = 1,
-        bucket_by: str | None = None, buckets: int | Sequence[int] = 8, refill: bool = False, warmup: bool = False,
+        batching: Batching | None = None, workers: Workers | None = None,
     ) -> None:
+        b = batching if batching is not None else Batching()
+        w = workers if workers is not None else Workers()
+        if not isinstance(b, Batching) or not isinstance(w, Workers):
+            raise ConfigError(f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
+                              f"{type(w).__name__}", hint="from datamill.loader import Batching, Workers")
+        replication, shuffle_buffer, refill, pin_memory = b.replication, b.window, b.refill, w.pin_memory
         for name, value, low in [("epoch", epoch, 0), ("world_size", world_size, 1)]:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
@@ -123,14 +104,14 @@ class Loader:
                 or world_size % replication:
             raise ConfigError(f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}")
         if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
-            raise ConfigError(f"shuffle_buffer must be a number of shards >= 1, got {shuffle_buffer!r}")
+            raise ConfigError(f"Batching(window=) must be a number of shards >= 1, got {shuffle_buffer!r}")
+        self.batching, self.workers = b, w
         self.service = BatchService(
             source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
             columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
-            filter=filter,
-            transform=transform, max_errors=max_errors, prefetch=prefetch, num_workers=num_workers, plan_epochs=1,
-            bucket_by=bucket_by, buckets=buckets, warmup=warmup)
-        self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(progress)
+            filter=b.filter, transform=b.transform, max_errors=b.max_errors, prefetch=w.prefetch,
+            num_workers=w.threads, plan_epochs=1, bucket_by=b.bucket_by, buckets=b.buckets, warmup=b.warmup)
+        self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(w.progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = self._skip = 0
         self._elastic: Elastic = ()
@@ -335,6 +316,9 @@ class Loader:
                    allow_mismatch: Sequence[str] = (), **kwargs: Any) -> Loader:
         """A loader resuming ``state`` (or every rank's states); order settings default to the saved ones.
 
+        The fields of a given ``batching=`` left at their defaults (window, buckets, refill,
+        replication, warmup) take the saved values too.
+
         Examples:
             >>> from datamill.core.source import TableSource
             >>> src = TableSource(pa.table({"x": list(range(10))}), shard_size=3)
@@ -346,11 +330,16 @@ class Loader:
         first: Any = state if isinstance(state, Mapping) else next(iter(state), None)
         st = validate_state(first)
         cfg = dict(st["config"])
+        saved = {"window": cfg["window"], "replication": cfg.get("replication", 1), "bucket_by": cfg.get("bucket_by"),
+                 "buckets": cfg.get("buckets", 8), "refill": bool(cfg.get("refill", False)),
+                 "warmup": bool(cfg.get("warmup", False))}
+        given = kwargs.pop("batching", None) or Batching()
+        default = Batching()
+        batching = dataclasses.replace(given, **{k: v for k, v in saved.items()
+                                                 if getattr(given, k) == getattr(default, k)})
         defaults = {"batch_size": cfg["batch_size"], "shuffle": cfg["shuffle"], "seed": st["seed"],
                     "columns": cfg["columns"], "drop_last": cfg["drop_last"], "rank": cfg["rank"],
-                    "world_size": cfg["world_size"], "shuffle_buffer": cfg["window"],
-                    "replication": cfg.get("replication", 1), "bucket_by": cfg.get("bucket_by"),
-                    "buckets": cfg.get("buckets", 8), "refill": bool(cfg.get("refill", False))}
+                    "world_size": cfg["world_size"], "batching": batching}
         defaults.update(kwargs)
         batch_size = defaults.pop("batch_size")
         loader = cls(source, batch_size, **defaults)

@@ -2,7 +2,7 @@
 
 The order, the rank split and the loading schedule are pure functions (:mod:`datamill.loader.order`,
 :class:`~datamill.loader.stages.EpochPlan`, :class:`~datamill.loader.cache.BuildReader`), so
-:func:`plan_run` computes *exactly* what a :class:`~datamill.loader.Loader` with ``num_workers=0``
+:func:`plan_run` computes *exactly* what a :class:`~datamill.loader.Loader` with ``Workers(threads=0)``
 will do, from shard sizes alone:
 
 * **shard reads** per rank, in order (a build loads a shard a little before its first batch needs it);

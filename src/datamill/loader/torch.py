@@ -59,7 +59,7 @@ class TorchLoaderDataset(IterableDataset[Any]):
     def __init__(self, loader: Loader) -> None:
         super().__init__()
         if loader.refill:
-            raise ConfigError("the torch adapter does not support refill=True (its workers build position batches)",
+            raise ConfigError("the torch adapter does not support Batching(refill=True) (its workers build position batches)",
                               hint="iterate the Loader itself, or filter without refill")
         service = loader.service
         if service.collate_fn is collate_numpy:  # DataLoader would convert (and warn on read-only arrays)

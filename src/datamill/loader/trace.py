@@ -20,6 +20,11 @@ reports the samples that *would have been* in the batch; given the source and th
 says which of them the filter rejected (``rejected``). ``refill=True`` runs re-cut batches after
 filtering and are not traceable by position (:class:`~datamill.core.errors.ConfigError`).
 
+A served iteration's record (``GET /api/v1/iterations/{id}/trace``, :func:`plan_record` plus a
+``served`` section) is traced the same way; in dynamic mode (or static mode resumed over another world
+size) its steps are the journaled ones: ``Hit.client`` names the client, and :meth:`Tracer.batch`
+takes ``client=`` (see :mod:`datamill.serve.trace`).
+
 The per-epoch index (:mod:`datamill.loader.trace_index`, ``O(shards)`` numbers) is built on first
 use and stored beside the record (``RECORD.index/``), so later queries replay one shuffle window.
 """
@@ -55,7 +60,7 @@ from datamill.loader.trace_index import (
     ShardOrderIndex,
 )
 
-__all__ = ["RUN_RECORD_FORMAT", "BatchTrace", "Hit", "Tracer", "load_record", "run_record", "trace"]
+__all__ = ["RUN_RECORD_FORMAT", "BatchTrace", "Hit", "Tracer", "load_record", "plan_record", "run_record", "trace"]
 
 RUN_RECORD_FORMAT = "datamill.run/1"
 RLE_PAIRS = 64
@@ -154,6 +159,26 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
     return rec
 
 
+def plan_record(svc: Any, *, epoch: int, world_size: int, batches_seen: int,
+                served: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run record of one epoch's plan of a :class:`~datamill.loader.BatchService` (``world_size`` ranks
+    of ``svc.batch_size``, no elastic history): what a served iteration's trace route answers.
+
+    ``served`` (the iteration, its mode and journaled units; see :mod:`datamill.serve.trace`) is kept
+    under ``"served"``; :class:`Tracer` maps the plan's batches to the served ranks or clients with it.
+    """
+    source = svc.source
+    order = {"shuffle": svc.shuffle, "window": svc.window, "drop_last": svc.drop_last, "columns": svc.columns,
+             "num_samples": svc.epoch_samples(), "shard_sizes": _rle(svc.sizes)}
+    run = {"epoch": int(epoch), "batches_seen": 0, "elastic": [], "world_size": int(world_size), "replication": 1,
+           "batch_size": int(svc.batch_size), "elastic_batch_size": [], "elastic_replication": []}
+    return {"format": RUN_RECORD_FORMAT, "dataset_fingerprint": svc.fingerprint(), "seed": svc.seed, "order": order,
+            "uid_column": uid_column_of(source), "mix": None, "buckets": None, "filter": _name(svc.filter),
+            "transform": _name(svc.transform), "refill": False, "runs": [run],
+            "until": {"epoch": int(epoch), "batches_seen": int(batches_seen)},
+            **({"served": dict(served)} if served is not None else {})}
+
+
 def _history_sizes(runs: list[dict[str, Any]], run: dict[str, Any]) -> tuple[list[int], list[int]]:
     """Batch size and replication of each segment of ``run``'s elastic history, from the runs before."""
     hist = run["elastic"]
@@ -220,6 +245,7 @@ class Hit:
     position: int
     segment: int
     rejected: bool | None = None
+    client: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -239,6 +265,7 @@ class BatchTrace:
     samples: list[int]
     uids: list[Any]
     rejected: list[bool] | None = None
+    client: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -254,6 +281,41 @@ class _Shapes:
 
     def shard_sizes(self) -> I64:
         return self._sizes
+
+
+class _UnitMap:
+    """A served iteration's units (``offsets[r] + b``: batch ``b`` of plan rank ``r``) -> who read them, when.
+
+    Static mode resumed over another world size: ``who`` is the queue (served rank) and ``step`` the
+    position in it. Dynamic mode: ``who`` indexes ``clients`` (the client that acknowledged the unit)
+    and ``step`` counts that client's acknowledged batches in the order it received them.
+    """
+
+    def __init__(self, served: Mapping[str, Any]) -> None:
+        rb = np.asarray(served["rank_batches"], dtype=np.int64)
+        self.offsets: I64 = np.concatenate([[0], np.cumsum(rb)]).astype(np.int64)
+        total = int(self.offsets[-1])
+        self.who: I64 = np.full(total, -1, dtype=np.int64)
+        self.step: I64 = np.full(total, -1, dtype=np.int64)
+        self.clients: list[str] | None = None
+        self.units: dict[Any, I64] = {}
+        if served.get("mode") == "dynamic":
+            per: dict[str, list[I64]] = {}
+            for client, a, b in served.get("acks", []):
+                if client is None:
+                    continue  # a rewind's rows: no client read them
+                per.setdefault(str(client), []).append(np.arange(int(a), int(b), dtype=np.int64))
+            self.clients = list(per)
+            for i, c in enumerate(self.clients):
+                us = np.concatenate(per[c])
+                self.units[c] = us
+                self.who[us], self.step[us] = i, np.arange(len(us), dtype=np.int64)
+        else:
+            for q, rs in enumerate(served.get("queues") or []):
+                us = np.concatenate([np.arange(int(a), int(b), dtype=np.int64) for a, b in rs]) if rs else \
+                    np.zeros(0, np.int64)
+                self.units[q] = us
+                self.who[us], self.step[us] = q, np.arange(len(us), dtype=np.int64)
 
 
 class Tracer:
@@ -289,6 +351,8 @@ class Tracer:
         self._bucketed: dict[tuple[int, int], tuple[I64, I64]] = {}
         self._uids: pa.Array | None = None
         self._steps: dict[int, int] = {}
+        self.served: dict[str, Any] | None = self.record.get("served")
+        self._umap: _UnitMap | None = None
 
     # ----------------------------------------------------------------- the epoch's order
     def order(self, epoch: int) -> EpochIndex:
@@ -506,6 +570,11 @@ class Tracer:
                     if j >= self._final_len(lay, d) or (cut is not None and j // seg.batch_size >= cut):
                         continue
                 b = j // seg.batch_size
+                if self.remapped:
+                    hit = self._served_hit(ulist[q], int(s[q]), int(e), d, b, j % seg.batch_size)
+                    if hit is not None:
+                        hits.append(hit)
+                    continue
                 k_b = seg.replication_at(b)
                 for r in range(d * k_b, (d + 1) * k_b):
                     hits.append(Hit(ulist[q], int(s[q]), int(e), r, seg.step_offset + b,
@@ -513,13 +582,21 @@ class Tracer:
         hits.sort(key=lambda h: (h.sample, h.epoch, h.step, h.rank))
         return hits
 
-    def batch(self, *, rank: int, step: int, epoch: int | None = None) -> BatchTrace:
+    def batch(self, *, rank: int | None = None, step: int, epoch: int | None = None,
+              client: str | None = None) -> BatchTrace:
         """The samples of rank ``rank``'s batch at ``step`` of ``epoch`` (``None``: ``step`` counts from the
         record's first epoch).
+
+        A served dynamic iteration's steps are per client: give ``client`` (its ``k``-th acknowledged
+        batch is its step ``k``) instead of ``rank``.
 
         Raises:
             ConfigError: the step is past the record's end, or the rank is not in the step's world.
         """
+        if self.remapped:
+            return self._served_batch(rank=rank, step=step, client=client)
+        if rank is None:
+            raise ConfigError("a step needs its rank", hint="give rank= (CLI: --rank R)")
         if epoch is None:
             epoch, left = int(self.runs[0]["epoch"]), int(step)
             while epoch in self.epochs() and left >= self.steps_in_epoch(epoch):
@@ -549,6 +626,60 @@ class Tracer:
         samples = self.order(epoch).at(lay.part(k, d, js)) if len(js) else np.zeros(0, np.int64)
         return BatchTrace(epoch, rank, step, self._global_base(epoch) + step, b, k, samples.tolist(),
                           self.uids_of(samples))
+
+    # ----------------------------------------------------------------- served iterations
+    @property
+    def remapped(self) -> bool:
+        """Whether the record is a served iteration whose ranks and steps are not the plan's (dynamic mode,
+        or static mode resumed with another world size): steps come from the journaled units."""
+        sv = self.served
+        return sv is not None and (sv.get("mode") == "dynamic" or sv.get("queues") is not None)
+
+    def unit_map(self) -> _UnitMap:
+        """Unit -> (queue or client, step) of a served iteration (see :func:`served_record`)."""
+        if self._umap is None:
+            assert self.served is not None
+            self._umap = _UnitMap(self.served)
+        return self._umap
+
+    def _served_hit(self, uid: Any, sample: int, epoch: int, d: int, b: int, position: int) -> Hit | None:
+        m = self.unit_map()
+        u = int(m.offsets[d]) + b
+        if not 0 <= u < len(m.who) or m.who[u] < 0:
+            return None  # not served by this iteration (done before it, or not acknowledged)
+        step = int(m.step[u])
+        if m.clients is not None:
+            return Hit(uid, sample, epoch, d, step, step, b, position, 0, client=m.clients[int(m.who[u])])
+        return Hit(uid, sample, epoch, int(m.who[u]), step, step, b, position, 0)
+
+    def _served_batch(self, *, rank: int | None, step: int, client: str | None) -> BatchTrace:
+        m = self.unit_map()
+        key: Any = client if m.clients is not None else rank
+        units = m.units.get(key)
+        if units is None:
+            what = f"client {client!r}" if m.clients is not None else f"rank {rank}"
+            known = list(m.units)[:20]
+            raise ConfigError(f"{what} has no batch in this served iteration; known: {known}",
+                              hint="dynamic iterations: give --client C (see the record's served.acks); "
+                                   "static: --rank R")
+        if not 0 <= step < len(units):
+            raise ConfigError(f"step {step} is not in this served iteration ({len(units)} steps for "
+                              f"{'client ' + str(client) if m.clients is not None else 'rank ' + str(rank)})",
+                              hint="check --step against the run")
+        u = int(units[step])
+        d = int(np.searchsorted(m.offsets, u, side="right") - 1)
+        epoch = int(self.runs[-1]["epoch"])
+        inner = self._plan_batch(epoch, d, u - int(m.offsets[d]))
+        return BatchTrace(epoch, d if m.clients is not None else int(rank or 0), step, step, u - int(m.offsets[d]),
+                          0, inner.tolist(), self.uids_of(inner), client=client)
+
+    def _plan_batch(self, epoch: int, d: int, b: int) -> I64:
+        lay, _ = self.layout(epoch)
+        seg = lay.segments[-1]
+        lim = self._final_len(lay, d)
+        js = np.arange(b * seg.batch_size, min(lim, (b + 1) * seg.batch_size), dtype=np.int64)
+        out: I64 = self.order(epoch).at(lay.part(len(lay.segments) - 1, d, js)) if len(js) else np.zeros(0, np.int64)
+        return out
 
     # ----------------------------------------------------------------- rows and filters
     def rows(self, samples: Sequence[int] | I64, *, columns: Sequence[str] | None = None) -> pa.Table:

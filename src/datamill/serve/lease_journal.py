@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL,
     session TEXT NOT NULL, client TEXT NOT NULL, queue INTEGER NOT NULL, start INTEGER NOT NULL,
     stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL, owner TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS leases_iteration ON leases(iteration);
+CREATE TABLE IF NOT EXISTS lease_holders (lease TEXT PRIMARY KEY, iteration TEXT NOT NULL, client TEXT NOT NULL);
 """
+# lease_holders: which client took each lease, kept after the lease ends (lineage: datamill.serve.trace)
 
 
 class UnavailableError(DatamillError, OSError):
@@ -72,6 +74,8 @@ def write_leases(journal: Journal, it_id: str, *, add: Sequence[Lease] = (), dro
                                    "start, stop, slot, issued, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                    [(x.id, it_id, x.fence_hash, x.session, x.client, x.queue, x.start, x.stop,
                                      x.slot, now, x.owner) for x in add])
+                    db.executemany("INSERT OR IGNORE INTO lease_holders (lease, iteration, client) VALUES (?, ?, ?)",
+                                   [(x.id, it_id, x.client) for x in add])
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:

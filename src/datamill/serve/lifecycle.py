@@ -184,7 +184,8 @@ def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list
         try:
             for table, col in (("done", "iteration"), ("cancelled", "iteration"), ("owners", "iteration"),
                                ("leases", "iteration"), ("lifecycle", "iteration"),
-                               ("lifecycle_clients", "iteration"), ("counters", "iteration"), ("iterations", "id")):
+                               ("lifecycle_clients", "iteration"), ("counters", "iteration"),
+                               ("lease_holders", "iteration"), ("iterations", "id")):
                 if table in tables:
                     db.executemany(f"DELETE FROM {table} WHERE {col} = ?", [(x,) for x in ids])
         except BaseException:

@@ -1,6 +1,6 @@
 """The server's structured log: one line per event, as ``text`` or ``json`` (``--log-format``).
 
-Events go to the ``datamill.serve.events`` logger through :func:`event`; each carries a name and fields.
+Events go to the ``datamill.serve`` logger through :func:`event`; each carries a name and fields.
 A text line reads ``2026-11-25T22:00:00Z INFO lease expired iteration=it-1 lease=ab12``; a JSON line is
 ``{"time": ..., "level": "INFO", "event": "lease expired", "iteration": "it-1", "lease": "ab12"}``.
 uvicorn's own lines (start, errors, and the access log at ``--log-level info``) use the same format.
@@ -24,7 +24,8 @@ __all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatter", "event
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-logger = logging.getLogger("datamill.serve.events")
+logger = logging.getLogger(__name__.rpartition(".")[0])
+"""The server's event logger, named after its package (``datamill.serve``)."""
 
 
 def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
@@ -92,4 +93,4 @@ def log_config(*, fmt: str = "text", level: str = "info") -> dict[str, Any]:
     return {"version": 1, "disable_existing_loggers": False, "formatters": {"line": {"()": cls}},
             "handlers": {"line": handler},
             "loggers": {name: {"handlers": ["line"], "level": lvl, "propagate": False}
-                        for name in ("datamill.serve.events", "uvicorn", "uvicorn.error", "uvicorn.access")}}
+                        for name in (logger.name, "uvicorn", "uvicorn.error", "uvicorn.access")}}

@@ -6,6 +6,7 @@ Routes (under ``/api/v1``; every route declares its role with :func:`datamill.se
 * ``POST /iterations`` (idempotent by name or config) | ``GET /iterations/{id}`` | ``.../progress`` | ``.../done``
 * ``GET /iterations/{id}/next``, ``POST .../ack``, ``POST .../heartbeat``: leases, per-batch acks and
   reclaims, bound to the client's session (:mod:`datamill.serve.delivery` has the protocol)
+* ``GET /iterations/{id}/trace``: the iteration's run record (``datamill trace``)
 * ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
   (admin; afterwards ``next`` answers ``410``)
 """
@@ -19,9 +20,10 @@ __all__ = ["routers"]
 
 def routers() -> list[APIRouter]:
     """Every router of the server, the web UI's included, in the order they are mounted."""
-    from datamill.serve.routes import datasets, health, iterations, keys, leases
+    from datamill.serve.routes import datasets, health, iterations, keys, leases, trace
+    from datamill.serve.ui import lineage
     from datamill.serve.ui.pages import root, router
     from datamill.serve.views import router as views
 
     return [health.router, datasets.router, views, keys.router, iterations.router, leases.router,
-            router, root]
+            trace.router, lineage.router, router, root]

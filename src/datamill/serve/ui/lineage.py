@@ -1,0 +1,140 @@
+"""Lineage pages of the web UI (new pages; the other pages are :mod:`datamill.serve.ui.pages`).
+
+* ``GET /ui/datasets/{ref}/lineage?uid=X`` (or ``?sample=N``): every served iteration of the dataset
+  and the (epoch, rank or client, step, position) at which it read the sample;
+* ``GET /ui/iterations/{it_id}/steps?step=S&rank=R`` (``&client=C`` in dynamic mode): the samples of
+  that step, with their UIDs and first columns.
+
+Both answer from the iteration's run record (:mod:`datamill.serve.trace`) through
+:class:`datamill.loader.trace.Tracer`: no per-sample log.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import jinja2
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+
+from datamill.core.errors import ConfigError, DatamillError
+from datamill.loader.trace import Tracer
+from datamill.serve.access import Reader, ScopedIteration, State, check_dataset
+from datamill.serve.iteration import Iteration
+from datamill.serve.server import NotFoundError, ServeState
+from datamill.serve.trace import iteration_record
+from datamill.serve.ui.session import CSRF_FIELD
+
+__all__ = ["router"]
+
+HERE = Path(__file__).resolve().parent
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                          trim_blocks=True, lstrip_blocks=True)
+_ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
+MAX_SHOWN_COLUMNS = 6
+MAX_CELL = 80
+_CACHE_SIZE = 16
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+_tracers: dict[tuple[str, int], Tracer] = {}
+_lock = threading.Lock()
+
+
+def _render(request: Request, name: str, who: Any, *, status: int = 200, **ctx: Any) -> HTMLResponse:
+    html = _ENV.get_template(name).render(who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx)
+    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _error(request: Request, who: Any, exc: DatamillError) -> HTMLResponse:
+    code = 404 if isinstance(exc, NotFoundError) else 400
+    return _render(request, "error.html", who, status=code, error=exc.one_line(), kind=type(exc).__name__)
+
+
+def _tracer(state: ServeState, it: Iteration) -> Tracer:
+    """The iteration's tracer (rebuilt when more batches were acknowledged)."""
+    done = len(state.journal.done(it.id))
+    key = (it.id, done)
+    with _lock:
+        hit = _tracers.get(key)
+    if hit is not None:
+        return hit
+    ds = state.dataset(str(it.config["dataset"]))
+    tracer = Tracer(iteration_record(state, it), source=state.open_source(ds["path"]))
+    with _lock:
+        for k in [k for k in _tracers if k[0] == it.id]:
+            del _tracers[k]
+        while len(_tracers) >= _CACHE_SIZE:
+            del _tracers[next(iter(_tracers))]
+        _tracers[key] = tracer
+    return tracer
+
+
+def _cell(v: Any) -> str:
+    text = v.hex() if isinstance(v, bytes) else str(v)
+    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+
+
+@router.get("/iterations/{it_id}/steps")
+def step_page(request: Request, who: Reader, it: ScopedIteration, state: State,
+              step: Annotated[int | None, Query(ge=0)] = None, rank: Annotated[int, Query(ge=0)] = 0,
+              client: str | None = None) -> HTMLResponse:
+    """A step of a served iteration: its samples (a form asks for the step)."""
+    try:
+        tracer = _tracer(state, it)
+        dynamic = it.mode == "dynamic"
+        clients = list(tracer.unit_map().units) if tracer.remapped and dynamic else []
+        batch, rows, columns = None, [], []
+        if step is not None:
+            if dynamic and not client:
+                raise ConfigError("a dynamic iteration's steps are per client: choose a client")
+            batch = tracer.batch(rank=rank, step=step, epoch=None if tracer.remapped else int(it.config["epoch"]),
+                                 client=client if dynamic else None)
+            table = tracer.rows(batch.samples)
+            columns = table.column_names[:MAX_SHOWN_COLUMNS]
+            values = table.select(columns).to_pylist()
+            rows = [{"sample": s, "uid": u, "cells": [_cell(r[c]) for c in columns]}
+                    for s, u, r in zip(batch.samples, batch.uids, values)]
+    except DatamillError as exc:
+        return _error(request, who, exc)
+    return _render(request, "lineage_step.html", who, it=it, mode=it.mode, clients=clients, step=step, rank=rank,
+                   client=client, batch=batch, rows=rows, columns=columns, dataset=str(it.config["dataset"]),
+                   ranks=it.world_size)
+
+
+@router.get("/datasets/{ref}/lineage")
+def sample_page(request: Request, who: Reader, ref: str, state: State, uid: str | None = None,
+                sample: Annotated[int | None, Query(ge=0)] = None) -> HTMLResponse:
+    """The served iterations and steps that read one sample of a dataset."""
+    try:
+        ds = check_dataset(who, state, ref)
+        found: list[dict[str, Any]] = []
+        label = None
+        if uid is not None or sample is not None:
+            for row in state.journal.iterations():
+                if row["config"]["dataset"] != ds["id"]:
+                    continue
+                it = state.iteration(row["id"])
+                tracer = _tracer(state, it)
+                if sample is None:
+                    values = tracer.uid_values()
+                    key: Any = uid
+                    if values is None or str(values.type).startswith(("int", "uint")):
+                        try:
+                            key = int(str(uid))
+                        except ValueError as exc:
+                            raise ConfigError(f"this dataset's UIDs are integers, got {uid!r}") from exc
+                    s = int(tracer.samples_of([key])[0])
+                    if s < 0:
+                        raise NotFoundError(f"no sample with UID {uid!r} in dataset {ds['name']!r}")
+                    sample = s
+                if not 0 <= sample < tracer.n:
+                    raise ConfigError(f"sample {sample} is outside the dataset's [0, {tracer.n})")
+                label = tracer.uids_of(np.asarray([sample], dtype=np.int64))[0]
+                for h in tracer.find([sample]):
+                    found.append({"iteration": it.id, "name": row["key"], "mode": it.mode, **h.as_dict()})
+    except DatamillError as exc:
+        return _error(request, who, exc)
+    return _render(request, "lineage_sample.html", who, d=ds, uid=uid, sample=sample, label=label, hits=found)
