@@ -5,6 +5,13 @@ batch 256, shuffle on. The server runs as ``datamill serve ROOT --no-auth`` in i
 (uvicorn with uvloop + httptools when installed); each client process iterates its rank of one static
 iteration with :class:`datamill.serve.RemoteLoader` (``collate="numpy"``, the Loader's default).
 
+Measured in one run: the in-process Loader; server-built (``--build-workers 1`` and ``2``) and direct
+mode (``transport="direct"``: the clients build their batches from the dataset's client location), each
+with 1, 2 and 4 client processes; then a **coordination test**: 32 direct-mode client processes that
+acknowledge each lease with their next request without reading anything (lease round trips/s the server
+sustains, p50/p99 lease latency, server RSS). The goals are printed with met / NOT met; the load
+average before and after is printed, since the machine may be shared.
+
 Reported per client count: aggregate samples/s (all samples / wall time from the first client's start
 to the last client's end), p50/p99 of the time each batch took to arrive as seen by the training loop,
 and the server's peak RSS (``VmHWM``). lavender-data is measured on the same files when its own venv
@@ -18,13 +25,14 @@ start (creating the iteration plus the first lease of the last rank), for two ep
 epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per sample, as
 the server held each epoch before) at 10M samples, with the ratio.
 
-Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--lavender-python PATH]
-[--scale | --no-scale]``
+Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--coord-clients 32]
+[--lavender-python PATH] [--scale | --no-scale]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -35,7 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +55,9 @@ import json, sys, time
 import numpy as np
 from datamill.serve import RemoteLoader
 url, rank, world, name, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world, name=name)
+transport = sys.argv[6]
+loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world, name=name,
+                      transport=transport)
 waits, n = [], 0
 start = time.time()
 t = time.perf_counter()
@@ -89,9 +99,10 @@ def _peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _start_server(root: Path, state: Path, port: int) -> subprocess.Popen[bytes]:
+def _start_server(root: Path, state: Path, port: int, *, build_workers: int = 0) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "datamill.cli", "serve", str(root), "--no-auth", "--port", str(port),
-                             "--state", str(state)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--state", str(state), "--build-workers", str(build_workers), "--log-level", "warning"],
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(300):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2):
@@ -102,10 +113,10 @@ def _start_server(root: Path, state: Path, port: int) -> subprocess.Popen[bytes]
     raise RuntimeError("server did not start")
 
 
-def run_clients(url: str, clients: int, batch: int) -> dict[str, Any]:
+def run_clients(url: str, clients: int, batch: int, *, transport: str = "built") -> dict[str, Any]:
     """``clients`` processes iterate their ranks of one static iteration; aggregate figures."""
     name = f"bench-{clients}-{time.time_ns()}"
-    procs = [subprocess.Popen([sys.executable, "-c", CLIENT, url, str(r), str(clients), name, str(batch)],
+    procs = [subprocess.Popen([sys.executable, "-c", CLIENT, url, str(r), str(clients), name, str(batch), transport],
                               env=_env(), stdout=subprocess.PIPE, text=True) for r in range(clients)]
     results = []
     for p in procs:
@@ -118,6 +129,93 @@ def run_clients(url: str, clients: int, batch: int) -> dict[str, Any]:
     return {"clients": clients, "samples": samples, "seconds": wall, "samples_per_s": samples / wall,
             "p50_ms": max(r["p50_ms"] for r in results), "p99_ms": max(r["p99_ms"] for r in results),
             "stall_s": [round(r["stall_s"], 2) for r in results]}
+
+
+COORD = """
+import http.client, json, os, secrets, sys, time, urllib.parse
+import numpy as np
+port, it_id, start, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+headers = {"X-Datamill-Session": secrets.token_hex(16)}
+client = "coord-%d" % os.getpid()
+lat, leases, waits, ack = [], 0, 0, None
+time.sleep(max(0.0, start - time.time()))
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
+    t = time.perf_counter()
+    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)), headers=headers)
+    res = conn.getresponse()
+    res.read()
+    lat.append(time.perf_counter() - t)
+    ack = None
+    if res.status == 200:  # acknowledged (whole lease) with the next request, without reading a batch
+        leases += 1
+        ack = "%s:%s" % (res.getheader("X-Datamill-Lease"), res.getheader("X-Datamill-Fence"))
+    elif res.status == 204:
+        break
+    else:
+        waits += 1
+        time.sleep(0.005)
+print(json.dumps({"leases": leases, "waits": waits, "lat": [float(np.percentile(lat, 50)),
+                  float(np.percentile(lat, 99))], "n": len(lat), "all": lat}))
+"""
+
+
+@contextlib.contextmanager
+def _server(root: Path, build_workers: int, *, location: str | None = None) -> Iterator[tuple[str, int]]:
+    """A ``datamill serve`` process with ``build_workers``; the bench dataset registered; a warm-up run."""
+    port = _free_port()
+    state = root / f"state-{build_workers}-{time.time_ns()}"
+    server = _start_server(root, state, port, build_workers=build_workers)
+    try:
+        from datamill.serve import Client
+
+        url = f"http://127.0.0.1:{port}"
+        with Client(url) as client:
+            client.register("dataset", name="bench", client_location=location)
+        run_clients(url, 1, 256, transport="direct" if location else "built")  # warm-up: imports, first reads
+        yield url, server.pid
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def _rss_mib(pid: int) -> tuple[float, float]:
+    out = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line[:5]] = int(line.split()[1]) / 1024
+    return out.get("VmRSS", float("nan")), out.get("VmHWM", float("nan"))
+
+
+def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` processes take direct-mode leases (16 batches of 1 sample) and acknowledge each whole
+    lease with the next request, reading nothing: the server's lease round trips per second."""
+    import numpy as np
+
+    from datamill.serve import Client
+
+    with Client(url) as client:
+        info = client.iteration("bench", batch_size=1, mode="dynamic", lease_size=16, name=f"coord-{time.time_ns()}",
+                                transport="direct")
+    port = int(url.rsplit(":", 1)[1])
+    start = time.time() + 2.0 + 0.1 * clients  # every process started and connected before the clock runs
+    procs = [subprocess.Popen([sys.executable, "-c", COORD, str(port), info["id"], str(start), str(seconds)],
+                              env=_env(), stdout=subprocess.PIPE, text=True) for _ in range(clients)]
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"coordination client exited with {p.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    lat = np.concatenate([np.asarray(r["all"]) for r in results]) * 1000
+    leases = sum(r["leases"] for r in results)
+    now, peak = _rss_mib(pid)
+    return {"clients": clients, "leases": leases, "seconds": seconds, "leases_per_s": leases / seconds,
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "waits": sum(r["waits"] for r in results), "server_rss_mib": now, "server_peak_mib": peak}
 
 
 SCALE = """
@@ -235,12 +333,15 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100k samples instead of 1M, clients 1,2")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 100k samples, clients 1,2, 8 coordination clients for 3 s, no scale figures")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--clients", default=None, help="comma-separated client counts (default 1,2,4)")
     ap.add_argument("--lavender-python", type=Path, default=HERE.parent / ".lvenv/bin/python",
                     help="Python of a venv with lavender-data (default: .lvenv/bin/python, skipped if absent)")
     ap.add_argument("--lavender-batches", type=int, default=100)
+    ap.add_argument("--coord-clients", type=int, default=None,
+                    help="client processes of the coordination test (default 32; --quick: 8)")
     ap.add_argument("--scale", action=argparse.BooleanOptionalAction, default=None,
                     help="only the 100M-sample scale figures (--no-scale: only throughput; default: both)")
     args = ap.parse_args(argv)
@@ -256,35 +357,60 @@ def main(argv: Sequence[str] | None = None) -> None:
         root = Path(tmp)
         files = bl.make_data(root, n)
         source, kind = bl.shards_source(root, files)
-        print(f"source: {kind}")
+        print(f"source: {kind}", flush=True)
         bl.warm_up(source)
+        load = os.getloadavg()
         local = bl.run_datamill(source, 0)
-        rows = []
-        port = _free_port()
-        server = _start_server(root, root / "state", port)
-        try:
-            from datamill.serve import Client
-
-            url = f"http://127.0.0.1:{port}"
-            with Client(url) as client:
-                client.register("dataset", name="bench")
-            run_clients(url, 1, bl.BATCH)  # warm-up: the server's imports, plans and first shard reads
-            for c in counts:
-                rows.append(run_clients(url, c, bl.BATCH))
-            rss = _peak_rss_mib(server.pid)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        local_sps = local["samples"] / local["seconds"]
+        location = str((root / "dataset").resolve())
+        built: dict[int, list[dict[str, Any]]] = {}
+        for workers in (1, 2):
+            with _server(root, workers) as (url, pid):
+                built[workers] = [run_clients(url, c, bl.BATCH) for c in counts]
+                rss = _peak_rss_mib(pid)
+        with _server(root, 0, location=location) as (url, pid):
+            direct = [run_clients(url, c, bl.BATCH, transport="direct") for c in counts]
+            coord = run_coordination(url, pid, clients=args.coord_clients or (8 if args.quick else 32), seconds=3.0 if args.quick else 10.0)
         lav = None
         if args.lavender_python.exists():
             lav = bl.run_lavender(args.lavender_python, root, args.lavender_batches)
-    print(f"{'in-process Loader':<28} {local['samples'] / local['seconds']:>12,.0f} samples/s")
-    for r in rows:
-        print(f"{'serve, ' + str(r['clients']) + ' client process(es)':<28} {r['samples_per_s']:>12,.0f} samples/s  "
+    print(f"load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (other jobs share this machine)")
+    print(f"{'in-process Loader':<36} {local_sps:>12,.0f} samples/s")
+
+    def line(label: str, r: dict[str, Any]) -> None:
+        print(f"{label:<36} {r['samples_per_s']:>12,.0f} samples/s  {r['samples_per_s'] / local_sps:5.2f}x  "
               f"({r['samples']:,} samples in {r['seconds']:.2f} s; per batch p50 {r['p50_ms']:.2f} ms, "
               f"p99 {r['p99_ms']:.2f} ms; stall {r['stall_s']} s)")
-    print(f"server peak RSS {rss:,.0f} MiB (VmHWM, whole process)")
-    best = max(r["samples_per_s"] for r in rows)
+
+    for workers, rows in built.items():
+        for r in rows:
+            line(f"server-built, {workers} build worker(s), {r['clients']} client(s)", r)
+    for r in direct:
+        line(f"direct, {r['clients']} client(s)", r)
+    print(f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not counting them)")
+    print(f"coordination: {coord['clients']} direct-mode client processes acknowledging without reading: "
+          f"{coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in {coord['seconds']:.1f} s; "
+          f"latency p50 {coord['p50_ms']:.2f} ms, p99 {coord['p99_ms']:.2f} ms; {coord['waits']} waits); "
+          f"server RSS {coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB)")
+    one = {w: next((r for r in rows if r["clients"] == 1), None) for w, rows in built.items()}
+    two = {w: next((r for r in rows if r["clients"] == 2), None) for w, rows in built.items()}
+    d1 = next((r for r in direct if r["clients"] == 1), None)
+    goals = []
+    if d1 is not None:
+        goals.append(("direct, 1 client >= 0.9x in-process", d1["samples_per_s"] / local_sps, 0.9))
+    for w, r1 in one.items():
+        if r1 is not None:
+            goals.append((f"server-built ({w} worker(s)), 1 client >= 0.7x in-process", r1["samples_per_s"] / local_sps,
+                          0.7))
+    one2, two2 = one.get(2), two.get(2)
+    if one2 is not None and two2 is not None:
+        goals.append(("server-built (2 workers): 2 clients / 1 client > 1", two2["samples_per_s"] /
+                      one2["samples_per_s"], 1.0))
+    goals.append(("lease round trips/s >= 2,000", coord["leases_per_s"], 2000))
+    for label, got, want in goals:
+        print(f"goal: {label}: {got:,.2f} -> {'met' if got >= want and (want != 1.0 or got > want) else 'NOT met'}")
+    best = max(r["samples_per_s"] for r in direct + [x for rows in built.values() for x in rows])
     if lav is None:
         print(f"lavender-data: no venv at {args.lavender_python}; not measured in this run")
     elif "error" in lav:
@@ -292,9 +418,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(f"lavender-data {lav['lavender_version']}: {lav['samples_per_s']:,.0f} samples/s "
               f"({lav['batches']} batches); ratio datamill serve / lavender: {best / lav['samples_per_s']:,.0f}x")
-    print("goals: >= 400,000 samples/s with 2-4 clients; >= 1,000x lavender-data's batched HTTP figure")
-    scale = scale_report() if args.scale is None else None
-    print(json.dumps({"samples": n, "local_samples_per_s": local["samples"] / local["seconds"], "serve": rows,
+    rows = [x for rs in built.values() for x in rs]
+    scale = scale_report() if args.scale is None and not args.quick else None
+    print(json.dumps({"samples": n, "local_samples_per_s": local_sps, "serve": rows, "built": built,
+                      "direct": direct, "coordination": coord, "load_before": load, "load_after": os.getloadavg(),
                       "server_peak_rss_mib": rss, "lavender": lav, "scale": scale}))
 
 

@@ -145,7 +145,7 @@ async def _closing(app: FastAPI) -> AsyncIterator[None]:
 def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
                auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None,
                max_body: int = MAX_BODY, allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
-               metrics_no_auth: bool = False) -> FastAPI:
+               metrics_no_auth: bool = False, build_workers: int = 0) -> FastAPI:
     """The FastAPI application of a server with its state in ``state_dir``.
 
     Args:
@@ -157,6 +157,7 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
             (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
         max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
         allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to the loopback names.
+        build_workers: processes building server-built leases (``0``: in the request's thread). Defaults to ``0``.
         metrics_no_auth: ``GET /metrics`` without a key (the caller checks the address is loopback).
             Defaults to ``False`` (a ``metrics`` or ``admin`` key).
 
@@ -170,7 +171,8 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
         >>> app.state.serve.datasets()
         []
     """
-    state = ServeState(state_dir, roots=roots, auth=auth, lease_timeout=lease_timeout, cache_shards=cache_shards)
+    state = ServeState(state_dir, roots=roots, auth=auth, lease_timeout=lease_timeout, cache_shards=cache_shards,
+                       build_workers=build_workers)
     app = FastAPI(title="datamill serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_closing,
                   exception_handlers={DatamillError: _on_datamill_error, UnavailableError: _on_unavailable,
                                       StarletteHTTPException: _on_http_error, RequestValidationError: _on_invalid,

@@ -89,6 +89,16 @@ def count(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"expected an integer in 0..64, got {text!r}")
+    return n
+
+
 # ---------------------------------------------------------------------------------------------- commands
 def _server(args: argparse.Namespace) -> int:
     from datamill.serve.run import serve
@@ -102,7 +112,8 @@ def _server(args: argparse.Namespace) -> int:
           lease_timeout=args.lease_timeout, allowed_hosts=args.allowed_hosts,
           echo=lambda line: print(line, flush=True), log_format=args.log_format, log_level=args.log_level,
           ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, forwarded_allow_ips=args.forwarded_allow_ips,
-          drain_timeout=args.drain_timeout, metrics_no_auth=True if args.metrics_no_auth else None)
+          drain_timeout=args.drain_timeout, metrics_no_auth=True if args.metrics_no_auth else None,
+          build_workers=args.build_workers)
     return 0
 
 
@@ -309,6 +320,9 @@ def register(sub: Any) -> None:
                         "(default: the config's, else 30)")
     p.add_argument("--metrics-no-auth", action="store_true",
                    help="GET /metrics without a key (loopback addresses only)")
+    p.add_argument("--build-workers", type=_workers, default=None,
+                   help="processes building server-built leases, 0..64 (0: in the HTTP process; "
+                        "default: the config's, else the cores, at most 4)")
     p.set_defaults(func=_server, target=None)
     cmds = p.add_subparsers(title="commands (instead of ROOT_OR_CONFIG)", dest="serve_command",
                             metavar="ROOT_OR_CONFIG | COMMAND", action=_TargetOrCommand)

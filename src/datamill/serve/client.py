@@ -170,9 +170,20 @@ class Client:
         """``{"ok": True, "boot": ..., "auth": ...}``."""
         return dict(self.http.request("GET", "/api/v1/health").json())
 
-    def register(self, path: str, *, name: str) -> dict[str, Any]:
-        """Register the dataset at ``path`` (under one of the server's roots) as ``name`` (admin key)."""
-        return dict(self.http.request("POST", "/api/v1/datasets", body={"path": str(path), "name": name}).json())
+    def register(self, path: str, *, name: str, client_location: str | None = None) -> dict[str, Any]:
+        """Register the dataset at ``path`` (under one of the server's roots) as ``name`` (admin key).
+
+        ``client_location`` (a path every client node sees, or ``s3://bucket/prefix``) allows direct mode:
+        the server tells clients this location and they build their batches themselves.
+        """
+        body = {"path": str(path), "name": name}
+        if client_location is not None:
+            body["client_location"] = str(client_location)
+        return dict(self.http.request("POST", "/api/v1/datasets", body=body).json())
+
+    def location(self, dataset: str) -> str:
+        """Where clients read ``dataset`` in direct mode (:class:`RemoteError` 400 when it has no client location)."""
+        return str(self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json()["location"])
 
     def datasets(self) -> list[dict[str, Any]]:
         """Registered datasets, each with ``id`` and ``name``."""
@@ -182,8 +193,13 @@ class Client:
                   columns: Sequence[str] | str | None = None, drop_last: bool = False, mode: str = "static",
                   world_size: int = 1, name: str | None = None, lease_size: int = 16,
                   lease_timeout: float | None = None, resume_from: str | None = None,
-                  loader_states: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  loader_states: Sequence[Mapping[str, Any]] | None = None, transport: str = "built"
+                  ) -> dict[str, Any]:
         """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its description.
+
+        ``transport="direct"`` first asks for the dataset's client location (refused, HTTP 400, when it
+        was registered without one) and adds it to the description as ``location``; the iteration is
+        the same for both transports (server-built and direct clients may share it).
 
         ``resume_from`` (an iteration id) or ``loader_states`` (every rank's ``Loader.state_dict()``)
         resume an epoch with any ``world_size``: the batches not done are split over the new ranks.
@@ -198,7 +214,13 @@ class Client:
                 body[k] = v
         if loader_states is not None:
             body["loader_states"] = [dict(s) for s in loader_states]
-        return dict(self.http.request("POST", "/api/v1/iterations", body=body).json())
+        if transport not in ("built", "direct"):
+            raise ConfigError(f"unknown transport {transport!r}; expected one of built, direct")
+        location = self.location(dataset) if transport == "direct" else None
+        out = dict(self.http.request("POST", "/api/v1/iterations", body=body).json())
+        if location is not None:
+            out["location"] = location
+        return out
 
     def iterations(self, *, status: str | None = None, dataset: str | None = None, limit: int = 100,
                    after: str | None = None) -> dict[str, Any]:

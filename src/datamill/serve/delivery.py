@@ -6,7 +6,9 @@ The routes (in :mod:`datamill.serve.routes.leases`) only declare paths and roles
   64; ``:<start>-<stop>`` are positions of the lease, all of it when left out) -> ``200`` Arrow IPC
   stream with headers ``X-Datamill-Lease``, ``-Fence``, ``-Units``, ``-Positions``, ``-Epoch``, ``-Done``
   (the queue's done prefix in static mode, its done batches in dynamic mode) and ``-Acks``
-  (``<lease>=<status>,...``); ``204`` nothing left for this client; ``409`` wait (others hold the rest).
+  (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the batches of the lease);
+  with ``transport=direct`` the body is empty (the client builds the batches, see
+  :mod:`datamill.serve.direct`); ``204`` nothing left for this client; ``409`` wait (others hold the rest).
 * ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases": [[lease,
   fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack is ``ok`` or
   ``already``, ``409`` when one is refused (another session's lease, a wrong fence), else ``410``
@@ -27,6 +29,7 @@ import numpy as np
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
 
+from datamill.serve.direct import format_runs
 from datamill.serve.iteration import DONE, Iteration
 from datamill.serve.lease_journal import RETRY_AFTER_S, UnavailableError
 from datamill.serve.routes.models import AckIn, HeartbeatIn
@@ -70,7 +73,7 @@ def unavailable_reply(exc: UnavailableError) -> JSONResponse:
 
 
 def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot: int, slots: int,
-               ack: list[str] | None, session: str | None, owner: str = "") -> Response:
+               ack: list[str] | None, session: str | None, owner: str = "", transport: str = "built") -> Response:
     """Acknowledge the piggy-backed acks, then hand out the client's next lease."""
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
@@ -84,7 +87,8 @@ def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
     if items:
         it = state.iteration(it.id)  # an ack may have finished (and evicted) it
-    payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=secret, owner=owner)
+    payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=secret, owner=owner,
+                               transport=transport)
     if payload is None:
         if it.finished(rank=rank):
             return Response(status_code=204, headers=acks)
@@ -102,7 +106,7 @@ def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot
         **acks, "X-Datamill-Lease": lease.id, "X-Datamill-Fence": lease.fence,
         "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
         "X-Datamill-Units": ",".join(map(str, payload.units)), "X-Datamill-Epoch": str(payload.epoch),
-        "X-Datamill-Done": str(done)})
+        "X-Datamill-Done": str(done), "X-Datamill-Runs": format_runs(payload.runs or [])})
 
 
 def ack_reply(state: ServeState, it: Iteration, body: AckIn, *, session: str | None) -> JSONResponse:

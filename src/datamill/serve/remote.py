@@ -34,8 +34,12 @@ import pyarrow as pa
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.collate import resolve_collate
 from datamill.serve.client import Client, Http, RemoteError
+from datamill.serve.direct import TRANSPORTS
 
-__all__ = ["ACK_FLUSH_S", "SERVE_STATE_FORMAT", "RemoteLoader"]
+__all__ = ["ACK_FLUSH_S", "DIRECT_CACHE_LIMIT", "SERVE_STATE_FORMAT", "RemoteLoader"]
+
+DIRECT_CACHE_LIMIT = 8 << 30
+"""Bytes of ``s3://`` shards a direct-mode client keeps in its local cache at most (8 GiB)."""
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
 ACK_FLUSH_S = 0.02
@@ -89,6 +93,15 @@ class RemoteLoader:
         reconnect_s: how long to keep retrying an unreachable server. Defaults to ``120.0``.
         verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the system's.
         on_commit: called with the unit ids of each lease the server confirmed committed. Defaults to ``None``.
+        transport: ``"built"`` (the server builds each lease's batches and sends them) or ``"direct"``
+            (leases carry only batch numbers and fences; this process builds the batches itself with the
+            same :class:`~datamill.loader.BatchService` settings, from the location the server gives for a
+            dataset registered with ``client_location``: the same batches, and the server's work per lease
+            does not depend on the data). Defaults to ``"built"``.
+        cache_dir: direct mode over ``s3://``: the local shard cache folder. Defaults to ``None``
+            (:func:`~datamill.core.objstore.default_cache_dir`).
+        cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults to
+            :data:`DIRECT_CACHE_LIMIT`.
 
     Raises:
         ConfigError: invalid arguments. RemoteError: the server refused or is unreachable.
@@ -100,7 +113,10 @@ class RemoteLoader:
                  collate: str | Callable[[pa.Table], Any] = "numpy", prefetch: int = 2, shuffle: bool = True,
                  lease_size: int = 16, lease_timeout: float | None = None, slot: int = 0, slots: int = 1,
                  reconnect_s: float = 120.0, on_commit: Callable[[list[int]], None] | None = None,
-                 verify: str | os.PathLike[str] | None = None) -> None:
+                 verify: str | os.PathLike[str] | None = None, transport: str = "built",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int = DIRECT_CACHE_LIMIT) -> None:
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}")
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if prefetch < 1 or not 0 <= slot < slots:
@@ -115,6 +131,9 @@ class RemoteLoader:
         self.mode, self.prefetch, self.reconnect_s = mode, int(prefetch), float(reconnect_s)
         self.collate_fn = resolve_collate(collate)
         self.on_commit = on_commit
+        self.transport, self.cache_dir, self.cache_limit = transport, cache_dir, int(cache_limit)
+        self._direct: tuple[str, Any] | None = None  # (service key, BatchService) of direct mode
+        self._cfg: dict[str, Any] = {}
         self.client_id = _client_id()
         self.session = secrets.token_hex(16)
         self.iteration_id: str | None = None
@@ -219,6 +238,9 @@ class RemoteLoader:
             self._yielded = set(range(self._consumed))
             self._queue_total = int(info["queues"][0 if self.mode == "dynamic" else self.rank])
             timeout = float(info["config"]["lease_timeout"])
+            self._cfg = dict(info["config"])
+            if self.transport == "direct":
+                self._direct_service(client)
         finally:
             client.close()
         self._in_epoch = True
@@ -226,6 +248,35 @@ class RemoteLoader:
         self._in_epoch = False  # the epoch ended: the state is the start of the next one
         self.epoch += 1
         self._consumed = 0
+
+    def _direct_service(self, client: Client) -> Any:
+        """The batch service this loader builds with in direct mode (opened once per dataset and order)."""
+        from datamill.core.fingerprint import fingerprint_obj
+        from datamill.core.objstore import is_remote
+        from datamill.serve.direct import service_for
+        from datamill.sources import open_source
+
+        cfg = self._cfg
+        key = fingerprint_obj([cfg[k] for k in ("dataset", "batch_size", "seed", "shuffle", "columns", "drop_last",
+                                                "window", "plan_world")])
+        if self._direct is None or self._direct[0] != key:
+            location = client.location(str(cfg["dataset"]))
+            if is_remote(location):
+                source = open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
+            else:
+                source = open_source(location)
+            if self._direct is not None:
+                self._direct[1].close()
+            self._direct = (key, service_for(source, cfg))
+        return self._direct[1]
+
+    def _build_direct(self, runs_header: str) -> list[pa.Table]:
+        """A direct lease's batches, built here exactly as the server builds them."""
+        from datamill.serve.direct import as_batches, build_runs, parse_runs
+
+        assert self._direct is not None
+        tables = build_runs(self._direct[1], self._cfg, parse_runs(runs_header))
+        return [pa.Table.from_batches([b]) for b in as_batches(tables)]
 
     def _run(self, it_id: str, lease_timeout: float) -> Iterator[Any]:
         buf: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
@@ -240,9 +291,41 @@ class RemoteLoader:
             h.headers[SESSION_HEADER] = self.session
             return h
 
+        direct = self.transport == "direct"
+        # direct mode: a builder thread builds one lease while the fetch thread asks for the next one
+        builds: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch) if direct else buf
+
+        def put(q: queue.Queue[Any], item: Any) -> None:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
+        def builder() -> None:
+            try:
+                while not stop.is_set():
+                    try:
+                        item = builds.get(timeout=0.1)
+                    except queue.Empty:
+                        continue
+                    if item is not _END:
+                        lease, runs = item
+                        lease.tables = self._build_direct(runs)
+                        item = lease
+                    put(buf, item)
+                    if item is _END:
+                        return
+            except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
+                errors.append(exc)
+                buf.put(_END)
+
         def fetch() -> None:
             conn = http(self.reconnect_s)
             base = [("client", self.client_id), ("rank", self.rank), ("slot", self.slot), ("slots", self.slots)]
+            if self.transport == "direct":
+                base.append(("transport", "direct"))
             deadline_503 = time.monotonic() + self.reconnect_s
             try:
                 while not stop.is_set():
@@ -258,28 +341,23 @@ class RemoteLoader:
                     deadline_503 = time.monotonic() + self.reconnect_s
                     self._record_acks(res.headers.get("x-datamill-acks", ""), sent, held, lost)
                     if res.status == 204:
-                        buf.put(_END)
+                        put(builds, _END)
                         return
                     if res.status == 409:
                         stop.wait(0.02)
                         continue
                     h = res.headers
-                    tables = [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
+                    tables = [] if direct else [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
                     q, _, span = h["x-datamill-positions"].partition(":")
                     lease = _Lease(h["x-datamill-lease"], h["x-datamill-fence"], int(q), int(span.split("-")[0]),
                                    [int(u) for u in h["x-datamill-units"].split(",")], tables,
                                    int(h.get("x-datamill-done", "0")))
                     with self._state_lock:
-                        held[lease.id] = lease
-                    while not stop.is_set():
-                        try:
-                            buf.put(lease, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
+                        held[lease.id] = lease  # heartbeats keep it while it is built (direct mode)
+                    put(builds, (lease, h["x-datamill-runs"]) if direct else lease)
             except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
                 errors.append(exc)
-                buf.put(_END)
+                put(builds, _END)
             finally:
                 conn.close()
 
@@ -306,7 +384,8 @@ class RemoteLoader:
             finally:
                 conn.close()
 
-        threads = [threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
+        threads = [threading.Thread(target=builder, name="datamill-serve-build", daemon=True)] if direct else []
+        threads += [threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
                    threading.Thread(target=heartbeat, name="datamill-serve-heartbeat", daemon=True)]
         for t in threads:
             t.start()

@@ -61,6 +61,8 @@ class ServeConfig(BaseModel):
             any). Defaults to none (headers ignored).
         drain_timeout: seconds SIGTERM waits for leases in flight to be acknowledged. Defaults to ``30``.
         metrics_no_auth: ``GET /metrics`` without a key (loopback addresses only). Defaults to ``false``.
+        build_workers: processes building server-built leases (``0``: in the HTTP process). Defaults to
+            the usable cores, at most 4.
 
     Examples:
         >>> ServeConfig(roots=["/data"], datasets={"cifar": "cifar10_shards"}).datasets
@@ -95,6 +97,7 @@ class ServeConfig(BaseModel):
         return value
     drain_timeout: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False)
     metrics_no_auth: bool = False
+    build_workers: int | None = Field(None, ge=0, le=64)
 
 
 def is_loopback(host: str) -> bool:
@@ -209,7 +212,8 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, po
             names with ``port``, the bound address, and this machine's names when bound to all interfaces.
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
         **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``, ``ssl_certfile``,
-            ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``, ``metrics_no_auth``, ``cache_shards``).
+            ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``, ``metrics_no_auth``, ``cache_shards``,
+            ``build_workers``).
 
     Raises:
         ConfigError: ``auth=False`` or ``metrics_no_auth`` on a non-loopback address, a bad root/config/option.
@@ -244,6 +248,7 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, po
 
     from datamill.serve.app import create_app
     from datamill.serve.logs import event, log_config
+    from datamill.serve.workers import default_build_workers
 
     logging_cfg = log_config(fmt=cfg.log_format, level=cfg.log_level)
     logging.config.dictConfig(logging_cfg)
@@ -252,7 +257,8 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, po
     if cfg.allowed_hosts is None and cfg.host in ("0.0.0.0", "::"):
         hosts += [f"{n}:{cfg.port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
     app = create_app(state_dir, roots=cfg.roots, auth=cfg.auth, lease_timeout=cfg.lease_timeout,
-                     cache_shards=cfg.cache_shards, allowed_hosts=hosts, metrics_no_auth=cfg.metrics_no_auth)
+                     cache_shards=cfg.cache_shards, allowed_hosts=hosts, metrics_no_auth=cfg.metrics_no_auth,
+                     build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers)
     st = app.state.serve
     for name, path in cfg.datasets.items():
         st.register(path, name=name)

@@ -25,6 +25,7 @@ from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
+from datamill.serve.direct import ClientLocations, as_batches, service_for, unit_runs
 from datamill.serve.iteration import AckResult, Iteration, Lease, digest, runs
 from datamill.serve.journal import Journal
 from datamill.serve.lease_journal import (
@@ -64,6 +65,7 @@ class LeasePayload:
     units: list[int]
     body: bytes
     epoch: int
+    runs: list[tuple[int, int, int]] | None = None  # (plan rank, first, stop batch): what a direct client builds
 
 
 def check_name(value: str, *, what: str) -> str:
@@ -83,12 +85,10 @@ def check_name(value: str, *, what: str) -> str:
 def to_ipc(tables: Sequence[pa.Table]) -> bytes:
     """Tables as one Arrow IPC stream, exactly one record batch per table."""
     sink = io.BytesIO()
-    schema = tables[0].schema
-    with pa.ipc.new_stream(sink, schema) as writer:
-        for t in tables:
-            t = t.cast(schema) if t.schema != schema else t
-            cols = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in t.columns]
-            writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+    batches = as_batches(tables)
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
     return sink.getvalue()
 
 
@@ -102,10 +102,13 @@ class ServeState:
         lease_timeout: default seconds a lease lives without a heartbeat. Defaults to ``60.0``.
         cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
             (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
+        build_workers: worker processes building server-built leases (each with its own shard cache), so
+            builds run past this process's GIL; ``0`` builds in the request's thread. Defaults to ``0``.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
-                 auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None) -> None:
+                 auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None,
+                 build_workers: int = 0) -> None:
         self.journal = Journal(state_dir)
         ensure_tables(self.journal)
         self.keys = KeyStore(self.journal)
@@ -118,10 +121,18 @@ class ServeState:
         self._iterations: dict[str, Iteration] = {}
         self.telemetry = Telemetry(self.journal)  # counters, lifecycle rows, event logs (datamill.serve.metrics)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
+        self.locations = ClientLocations(self.journal)  # direct mode: where clients read each dataset
+        self.pool: Any = None
+        if build_workers:
+            from datamill.serve.workers import BuildPool
+
+            self.pool = BuildPool(int(build_workers), cache_shards=self.cache_shards)
 
     def close(self) -> None:
         """Write the telemetry one last time, close the services and the journal."""
         self.telemetry.stop(self)
+        if self.pool is not None:
+            self.pool.close()
         for svc in self._services.values():
             svc.close()
         self.keys.close()
@@ -141,20 +152,31 @@ class ServeState:
             raise NotFoundError("no such dataset path under the roots", path=path)
         return real
 
-    def register(self, path: str, *, name: str) -> dict[str, Any]:
-        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same path."""
+    def register(self, path: str, *, name: str, client_location: str | None = None) -> dict[str, Any]:
+        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same path.
+
+        ``client_location`` (a path every client node sees, or ``s3://...``) allows direct mode: clients
+        are told it and build their batches themselves. Registering again may add or change it.
+        """
+        from datamill.serve.direct import check_location
         from datamill.sources import open_source
 
         check_name(name, what="dataset name")
+        if client_location is not None:
+            check_location(client_location)
         real = self.resolve(path)
         for ds in self.journal.datasets():
             if ds["name"] == name:
                 if ds["path"] != str(real):
                     raise ConflictError(f"dataset name {name!r} is already registered for another path")
+                if client_location is not None:
+                    self.locations.set(ds["id"], client_location)
                 return self._public(ds)
         source = open_source(real)  # fails now (DataFileError) if it is not a datamill output
         ds_id = "ds-" + fingerprint_obj(str(real))[:12]
         self.journal.add_dataset(ds_id, name, str(real))
+        if client_location is not None:
+            self.locations.set(ds_id, client_location)
         return self._public({"id": ds_id, "name": name, "path": str(real),
                              "num_samples": int(sum(source.shard_sizes())), "columns": list(source.columns)})
 
@@ -189,11 +211,7 @@ class ServeState:
             svc = self._services.get(key)
             if svc is None:
                 ds = self.dataset(cfg["dataset"])
-                svc = BatchService(self.open_source(ds["path"]), batch_size=cfg["batch_size"], seed=cfg["seed"],
-                                   shuffle=cfg["shuffle"], window=cfg["window"], drop_last=cfg["drop_last"],
-                                   columns=cfg["columns"], collate="arrow", cache_shards=self.cache_shards)
-                if self.cache_shards is None:  # two shuffle windows of released shards per rank being served
-                    svc = svc.replace(cache_shards=2 * svc.window * max(1, int(cfg.get("plan_world", 1))))
+                svc = service_for(self.open_source(ds["path"]), cfg, cache_shards=self.cache_shards)
                 self._services[key] = svc
             return svc
 
@@ -388,8 +406,17 @@ class ServeState:
         return it.progress()
 
     def next_lease(self, it: Iteration, client: str, *, rank: int = 0, slot: int = 0,
-                   slots: int = 1, session: str | None = None, owner: str = "") -> LeasePayload | None:
-        """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`)."""
+                   slots: int = 1, session: str | None = None, owner: str = "",
+                   transport: str = "built") -> LeasePayload | None:
+        """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`).
+
+        ``transport="direct"``: the lease carries only its runs (the client builds the batches); refused
+        (:class:`ConfigError`) when the dataset has no client location.
+        """
+        if transport == "direct":
+            self.client_location(str(it.config["dataset"]))
+        elif transport != "built":
+            raise ConfigError(f"unknown transport {transport!r}; expected one of built, direct")
         if it.cancelled:
             raise CancelledError(f"iteration {it.id} was cancelled by an admin",
                                  hint="start a new iteration (another name or config)")
@@ -417,12 +444,32 @@ class ServeState:
         if lease is None:
             return None
         units = it.units_of(lease)
+        runs = unit_runs(units, it.unit_location)
+        if transport == "direct":
+            self.telemetry.leased(it, reissued=reissued, nbytes=0, seconds=0.0)
+            return LeasePayload(lease, units, b"", int(it.config["epoch"]), runs)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
         # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4 clients
         t0 = time.perf_counter()
-        body = self._body(it, units)
+        if self.pool is not None:  # in a build worker: this thread only waits (without the GIL)
+            ds = self.dataset(str(it.config["dataset"]))
+            body = self.pool.build(lease.queue if it.mode == "static" else client, ds["path"], it.config, runs)
+        else:
+            body = self._body(it, units)
+        with it.lock:  # the lease's clock starts when its holder gets it, not before a (slow) build
+            live = it.leases.get(lease.id) is lease
+            if live:
+                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout)
+        if not live:  # it expired while being built (a loaded machine) and went back to the queue: take again
+            return self.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=session, owner=owner,
+                                   transport=transport)
         self.telemetry.leased(it, reissued=reissued, nbytes=len(body), seconds=time.perf_counter() - t0)
-        return LeasePayload(lease, units, body, int(it.config["epoch"]))
+        return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
+
+    def client_location(self, ref: str) -> str:
+        """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has none)."""
+        ds = self.dataset(ref)
+        return self.locations.require(ds["id"], ds["name"])
 
     def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
         """The Arrow IPC stream of some units' batches (one build per run of one plan rank's batches)."""

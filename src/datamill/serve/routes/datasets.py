@@ -28,6 +28,15 @@ def register(who: Admin, body: DatasetIn, state: State) -> dict[str, Any]:
     """Register a dataset from a path under the server's roots."""
     if not may_use(who, {"id": "", "name": body.name}):
         raise HTTPException(403, f"this key may not use a dataset named {body.name!r}")
-    ds = state.register(body.path, name=body.name)
+    ds = state.register(body.path, name=body.name, client_location=body.client_location)
     audit(state, who, "register dataset", f"{body.name} = {body.path}")
     return ds
+
+
+@router.get("/{ref}/location")
+def location(who: Reader, ref: str, state: State) -> dict[str, Any]:
+    """Where clients read the dataset in direct mode (``400`` when registered without a client location)."""
+    ds = state.dataset(ref)
+    if not may_use(who, ds):
+        raise HTTPException(403, f"this key may not use dataset {ref!r}")
+    return {"dataset": ds["id"], "location": state.client_location(ds["id"])}

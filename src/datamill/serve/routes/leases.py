@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, Response
@@ -21,11 +21,12 @@ def next_lease(who: Reader, it: ScopedIteration, state: State, client: Annotated
                rank: Annotated[int, Query(ge=0, le=1 << 16)] = 0, slot: Annotated[int, Query(ge=0, le=1024)] = 0,
                slots: Annotated[int, Query(ge=1, le=1024)] = 1,
                ack: Annotated[list[Annotated[str, Query(max_length=200)]] | None, Query(max_length=64)] = None,
-               x_datamill_session: Annotated[str | None, Header(max_length=128)] = None) -> Response:
+               x_datamill_session: Annotated[str | None, Header(max_length=128)] = None,
+               transport: Annotated[Literal["built", "direct"], Query()] = "built") -> Response:
     """Acknowledge the piggy-backed batches, then the client's next lease as an Arrow IPC stream
-    (``204`` nothing left, ``409`` wait)."""
+    (``204`` nothing left, ``409`` wait; ``transport=direct``: only the lease's runs, no body)."""
     return next_reply(state, it, client=client, rank=rank, slot=slot, slots=slots, ack=ack,
-                      session=x_datamill_session, owner=who.key_id or "")
+                      session=x_datamill_session, owner=who.key_id or "", transport=transport)
 
 
 @router.post("/{it_id}/ack")

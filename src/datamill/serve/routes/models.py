@@ -63,6 +63,7 @@ class DatasetIn(_Body):
 
     path: str = Field(min_length=1, max_length=4096)
     name: str = Field(pattern=ID_PATTERN)
+    client_location: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
 class KeyIn(_Body):

@@ -1,0 +1,153 @@
+"""Direct mode: the server coordinates, the clients read.
+
+A lease in direct mode carries no batches, only its units as runs of one plan rank's batches
+(header ``X-Datamill-Runs: <rank>:<first>-<stop>;...``) and its fence. The client builds those
+batches itself with the same :class:`~datamill.loader.BatchService` settings the server would use,
+from the dataset's **client location** (a path every node sees, or ``s3://`` read through the
+client's bounded local shard cache), then acknowledges and heartbeats as in server-built mode.
+
+The server only tells a client the location of a dataset registered with one
+(``register(..., client_location=...)``); a client never sends a path. The locations live in their
+own journal table, ``client_locations`` (dataset id -> location).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from datamill.core.errors import ConfigError
+from datamill.loader import BatchService
+
+if TYPE_CHECKING:
+    from datamill.serve.journal import Journal
+
+__all__ = ["TRANSPORTS", "ClientLocations", "as_batches", "build_runs", "check_location", "format_runs", "parse_runs",
+           "service_for", "unit_runs"]
+
+TRANSPORTS = ("built", "direct")
+"""``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds them."""
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT NULL);"
+_MAX_LOCATION = 4096
+
+
+def check_location(location: str) -> str:
+    """A client-visible location: an absolute path or an ``s3://bucket/prefix`` URL.
+
+    Examples:
+        >>> check_location("s3://bucket/data")
+        's3://bucket/data'
+        >>> check_location("relative/path")
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.ConfigError: client_location must be an absolute path or s3://bucket/prefix, got 'relative/path'
+    """
+    if not isinstance(location, str) or not 0 < len(location) <= _MAX_LOCATION or "\x00" in location or \
+            not (location.startswith("s3://") and len(location) > 5 or PurePath(location).is_absolute()):
+        raise ConfigError(f"client_location must be an absolute path or s3://bucket/prefix, got {str(location)[:80]!r}")
+    return location
+
+
+class ClientLocations:
+    """The ``client_locations`` journal table: where clients read a dataset in direct mode."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        with journal._lock:
+            journal._db.executescript(_SCHEMA)
+
+    def set(self, dataset: str, location: str) -> None:
+        """Record (or replace) the client location of dataset id ``dataset``."""
+        self.journal._exec("INSERT OR REPLACE INTO client_locations (dataset, location) VALUES (?, ?)",
+                           (dataset, check_location(location)))
+
+    def get(self, dataset: str) -> str | None:
+        """The client location of dataset id ``dataset``, or ``None``."""
+        rows = self.journal._exec("SELECT location FROM client_locations WHERE dataset = ?", (dataset,))
+        return str(rows[0][0]) if rows else None
+
+    def require(self, dataset: str, name: str) -> str:
+        """The client location, or a :class:`ConfigError` (HTTP 400) saying how to get one."""
+        loc = self.get(dataset)
+        if loc is None:
+            raise ConfigError(f"dataset {name!r} has no client_location, so direct mode is refused",
+                              hint="register it with client_location= (a path every node sees, or s3://...), "
+                                   "or use transport='built'")
+        return loc
+
+
+def unit_runs(units: Sequence[int], locate: Callable[[int], tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Units as ``(plan rank, first batch, stop batch)`` runs of consecutive batches of one rank.
+
+    Examples:
+        >>> unit_runs([4, 5, 6, 9], lambda u: (u // 5, u % 5))
+        [(0, 4, 5), (1, 0, 2), (1, 4, 5)]
+    """
+    out: list[tuple[int, int, int]] = []
+    for u in units:
+        r, b = locate(u)
+        if out and out[-1][0] == r and out[-1][2] == b:
+            out[-1] = (r, out[-1][1], b + 1)
+        else:
+            out.append((r, b, b + 1))
+    return out
+
+
+def format_runs(runs: Sequence[tuple[int, int, int]]) -> str:
+    """The ``X-Datamill-Runs`` header value.
+
+    Examples:
+        >>> format_runs([(0, 4, 5), (1, 0, 2)])
+        '0:4-5;1:0-2'
+    """
+    return ";".join(f"{r}:{a}-{b}" for r, a, b in runs)
+
+
+def parse_runs(value: str) -> list[tuple[int, int, int]]:
+    """The inverse of :func:`format_runs`.
+
+    Examples:
+        >>> parse_runs('0:4-5;1:0-2')
+        [(0, 4, 5), (1, 0, 2)]
+    """
+    out = []
+    for part in filter(None, value.split(";")):
+        r, _, span = part.partition(":")
+        a, _, b = span.partition("-")
+        out.append((int(r), int(a), int(b)))
+    return out
+
+
+def as_batches(tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
+    """Tables as record batches of the first one's schema, one contiguous batch per table (what goes
+    into a lease's Arrow IPC stream, so that direct and server-built batches are the same)."""
+    schema = tables[0].schema
+    out = []
+    for t in tables:
+        t = t.cast(schema) if t.schema != schema else t
+        cols = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in t.columns]
+        out.append(pa.RecordBatch.from_arrays(cols, schema=schema))
+    return out
+
+
+def service_for(source: Any, cfg: Mapping[str, Any], *, cache_shards: int | None = None) -> BatchService:
+    """The batch service of an iteration's config (the one the server builds with, ``collate="arrow"``)."""
+    svc = BatchService(source, batch_size=int(cfg["batch_size"]), seed=int(cfg["seed"]), shuffle=bool(cfg["shuffle"]),
+                       window=cfg["window"], drop_last=bool(cfg["drop_last"]), columns=cfg["columns"],
+                       collate="arrow", cache_shards=cache_shards)
+    if cache_shards is None:  # two shuffle windows of released shards per rank being served
+        svc = svc.replace(cache_shards=2 * svc.window * max(1, int(cfg.get("plan_world", 1))))
+    return svc
+
+
+def build_runs(svc: BatchService, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]) -> list[pa.Table]:
+    """The batches of a lease's runs, as the server builds them."""
+    tables: list[pa.Table] = []
+    for r, a, b in runs:
+        tables.extend(res.output for res in svc.build_samples(int(cfg["epoch"]), r, list(range(a, b)),
+                                                              world_size=int(cfg["plan_world"])))
+    return tables

@@ -1,0 +1,145 @@
+"""Build workers: server-built leases built in worker processes, past the HTTP process's GIL.
+
+``datamill serve --build-workers N`` starts ``N`` single-process executors (``forkserver`` start
+method, so a worker never inherits the server's threads or sockets). A worker opens each dataset
+once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache) per dataset
+and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and comes back as
+the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The leases of a
+static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is pinned
+to one worker (round robin on first sight), so consecutive leases, which read the same shuffle window,
+hit the same worker's cache. The HTTP process only routes and journals.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import pyarrow as pa
+
+from datamill.core.errors import ConfigError
+from datamill.core.fingerprint import fingerprint_obj
+
+__all__ = ["BuildPool", "default_build_workers"]
+
+_SERVICES: dict[str, Any] = {}  # in a worker: service key -> BatchService
+_CACHE_SHARDS: int | None = None
+_ORDER = ("dataset", "batch_size", "seed", "shuffle", "columns", "drop_last", "window")
+_MAX_CLIENTS = 4096
+
+
+def default_build_workers() -> int:
+    """The default ``--build-workers``: the usable cores, at most 4.
+
+    Examples:
+        >>> 1 <= default_build_workers() <= 4
+        True
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
+def _init(cache_shards: int | None) -> None:
+    global _CACHE_SHARDS
+    _CACHE_SHARDS = cache_shards
+    import datamill.serve.direct
+    import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
+
+
+def _ping() -> int:
+    return os.getpid()
+
+
+def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
+    """In a worker: the Arrow IPC stream of a lease's batches."""
+    from datamill.serve.direct import as_batches, build_runs, service_for
+    from datamill.sources import open_source
+
+    key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
+    svc = _SERVICES.get(key)
+    if svc is None:
+        svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
+    batches = as_batches(build_runs(svc, cfg, runs))
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    return sink.getvalue()
+
+
+class BuildPool:
+    """``workers`` build processes (see the module docstring).
+
+    Args:
+        workers: processes (>= 1).
+        cache_shards: released shards each worker's services keep. Defaults to ``None`` (two shuffle
+            windows per plan rank, as in the HTTP process).
+
+    Raises:
+        ConfigError: ``workers`` < 1.
+    """
+
+    def __init__(self, workers: int, *, cache_shards: int | None = None) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"build workers must be an int >= 1, got {workers!r}")
+        self._ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                                else "spawn")
+        self._cache_shards = cache_shards
+        self.executors = [self._executor() for _ in range(workers)]
+        self.warm()
+        self._lock = threading.Lock()
+        self._pinned: OrderedDict[str, int] = OrderedDict()
+        self._next = 0
+
+    def _executor(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(1, mp_context=self._ctx, initializer=_init, initargs=(self._cache_shards,))
+
+    def warm(self) -> list[int]:
+        """Start every worker (imports done) and wait for it: a server starts serving with warm workers, so
+        a restart's grace period is not spent starting processes. Returns the workers' process ids."""
+        return [int(f.result()) for f in [ex.submit(_ping) for ex in self.executors]]
+
+    def _worker(self, client: str) -> int:
+        with self._lock:
+            w = self._pinned.get(client)
+            if w is None:
+                w = self._pinned[client] = self._next % len(self.executors)
+                self._next += 1
+                while len(self._pinned) > _MAX_CLIENTS:
+                    self._pinned.popitem(last=False)
+            else:
+                self._pinned.move_to_end(client)
+            return w
+
+    def build(self, client: str | int, path: str, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
+              ) -> bytes:
+        """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it); an int
+        ``client`` (a static iteration's rank) is worker ``client % workers``."""
+        small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
+        args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
+        w = client % len(self.executors) if isinstance(client, int) else self._worker(client)
+        ex = self.executors[w]
+        try:
+            return bytes(ex.submit(_build, *args).result())
+        except BrokenProcessPool:  # the worker died (killed, out of memory): replace it and build once more
+            with self._lock:
+                if self.executors[w] is ex:
+                    self.executors[w] = self._executor()
+                    self.executors[w].submit(_ping).result()
+                ex = self.executors[w]
+            return bytes(ex.submit(_build, *args).result())
+
+    def close(self) -> None:
+        """Stop the workers."""
+        for ex in self.executors:
+            ex.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,235 @@
+"""Direct mode (the client builds its batches) and build workers (the server builds in worker processes)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from datamill.loader import Loader
+from datamill.serve import Client, RemoteLoader
+from datamill.serve.client import RemoteError
+from datamill.serve.server import ServeState
+from datamill.sources import open_source
+from tests.serve._proc import free_port, read_log, start_server, start_worker, stop
+from tests.serve.conftest import N
+
+pytestmark = pytest.mark.server
+
+
+def _ipc(tables: list[pa.Table]) -> bytes:
+    from datamill.serve.server import to_ipc
+
+    return to_ipc(tables)
+
+
+@pytest.fixture(scope="module")
+def direct(server: dict[str, Any]) -> dict[str, Any]:
+    """The shared server with ``dsd``: the same files as ``ds``, registered with a client location."""
+    if not (server["root"] / "dsd").exists():  # one path, one dataset id: a copy of ds
+        shutil.copytree(server["root"] / "ds", server["root"] / "dsd")
+    with Client(server["url"], server["admin"]) as c:
+        c.register("dsd", name="dsd", client_location=str((server["root"] / "dsd").resolve()))
+    return server
+
+
+def _same_arrays(a: pa.Table, b: pa.Table) -> None:
+    """The same numpy batches (what a training loop gets), compared by dtype, shape and bytes."""
+    from datamill.loader.collate import resolve_collate
+
+    to_np = resolve_collate("numpy")
+    x, y = to_np(a), to_np(b)
+    assert list(x) == list(y)
+    for k in x:
+        assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape
+        assert x[k].tolist() == y[k].tolist() if x[k].dtype == object else x[k].tobytes() == y[k].tobytes()
+
+
+def test_direct_batches_are_byte_identical_to_server_built_and_in_process(direct: dict[str, Any]) -> None:
+    source = open_source(direct["root"] / "ds")
+    for rank in range(2):
+        kw: dict[str, Any] = {"batch_size": 64, "seed": 13, "rank": rank, "world_size": 2, "lease_size": 5,
+                              "collate": "arrow"}
+        built = list(RemoteLoader(direct["url"], direct["read"], "dsd", name="d-built", **kw))
+        loader = RemoteLoader(direct["url"], direct["read"], "dsd", name="d-direct", transport="direct", **kw)
+        got = list(loader)
+        ref = list(Loader(source, 64, seed=13, rank=rank, world_size=2, collate="arrow"))
+        assert len(got) == len(built) == len(ref) == 47
+        for a, b, c in zip(got, built, ref):
+            assert _ipc([a]) == _ipc([b])  # direct == server-built, byte for byte (the lease's IPC form)
+            _same_arrays(a, c)  # == the in-process Loader, collated array bytes
+        assert loader.stats["batches"] == 47 and loader.stats["acks"].get("ok", 0) >= 1
+    with Client(direct["url"], direct["read"]) as client:
+        progress = client.progress("d-direct")
+        assert (progress["total"], progress["done"], progress["leased"]) == (94, 94, 0)
+        # the direct leases carried no batches: the server sent no Arrow bytes for them
+        assert client.location("dsd") == str((direct["root"] / "dsd").resolve())
+
+
+def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
+    """A dataset registered without client_location: direct mode is refused with a one-line 400."""
+    loader = RemoteLoader(direct["url"], direct["read"], "ds", batch_size=50, transport="direct", name="no-loc")
+    with pytest.raises(RemoteError) as exc:
+        next(iter(loader))
+    assert exc.value.status == 400 and "no client_location" in str(exc.value).splitlines()[0]
+    with Client(direct["url"], direct["read"]) as client, pytest.raises(RemoteError) as exc2:
+        client.iteration("ds", batch_size=50, transport="direct")
+    assert exc2.value.status == 400
+    with Client(direct["url"], direct["admin"]) as admin, pytest.raises(RemoteError) as exc3:
+        admin.register("ds", name="rel", client_location="relative/path")
+    assert exc3.value.status == 400 and "absolute path or s3://" in str(exc3.value)
+    with pytest.raises(Exception, match="unknown transport"):
+        RemoteLoader(direct["url"], direct["read"], "dsd", batch_size=5, transport="pigeon")
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
+        direct: dict[str, Any], tmp_path: Path, mode: str) -> None:
+    """As test_restart's: a client killed -9 and replaced, the server killed -9 and restarted; in direct mode."""
+    state, port = tmp_path / "state", free_port()
+    shutil.copytree(direct["state"], state)
+    url = f"http://127.0.0.1:{port}"
+    opts: dict[str, Any] = {"batch_size": 20, "seed": 6, "mode": mode, "name": "ddups", "sleep": 0.04,
+                            "transport": "direct"}
+    if mode == "static":
+        opts["world_size"] = 2
+    rank = {"a": 0, "a2": 0, "b": 1}
+    proc = start_server(direct["root"], state, port, "--lease-timeout", "2", "--build-workers", "0")
+    logs = {k: tmp_path / f"{k}.log" for k in ("a", "b", "a2")}
+
+    def start(k: str) -> Any:
+        return start_worker(url, direct["read"], "dsd", logs[k], **opts,
+                            **({"rank": rank[k]} if mode == "static" else {}))
+
+    def wait_for(k: str, n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(read_log(logs[k])) < n:
+            assert time.monotonic() < deadline, f"timed out waiting for {k}'s batches"
+            time.sleep(0.02)
+
+    workers = {k: start(k) for k in ("a", "b")}
+    try:
+        wait_for("a", 25)
+        stop(workers["a"], kill=True)
+        workers["a2"] = start("a2")
+        wait_for("a2", 15)
+        stop(proc, kill=True)
+        proc = start_server(direct["root"], state, port, "--lease-timeout", "2", "--build-workers", "0")
+        for k in ("b", "a2"):
+            err = Path(str(logs[k]) + ".err")
+            assert workers[k].wait(timeout=120) == 0, err.read_text() if err.exists() else ""
+        with Client(url, direct["read"]) as client:
+            progress, done = client.progress("ddups"), client.done("ddups")
+    finally:
+        for w in workers.values():
+            stop(w, kill=True)
+        stop(proc)
+    total = N // 20
+    assert progress["done"] == progress["total"] == total
+    count = np.zeros(total, dtype=np.int64)
+    for a, b, _ in done:
+        count[a:b] += 1
+    assert (count == 1).all()  # the committed record: exactly once
+    received = {k: [tuple(b) for b in read_log(v)] for k, v in logs.items()}
+    every = Counter(b for batches in received.values() for b in batches)
+    assert {u for b in every for u in b} == set(range(N)) and len(every) == total  # 0 lost
+    twice = [b for b, n in every.items() if n > 1]
+    assert max(every.values()) <= 2 and len(twice) <= 3
+    assert all(b in received["a"][-3:] for b in twice)  # none from the server restart
+
+
+def test_direct_mode_reads_s3_through_the_client_cache(direct: dict[str, Any], tmp_path: Path,
+                                                       seaweed: tuple[str, str, str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server registers a local copy with client_location s3://...; the client reads SeaweedFS."""
+    from datamill.core.objstore import s3_filesystem
+
+    endpoint, key, secret = seaweed
+    fs = s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True)
+    fs.create_dir("direct")
+    pafs.copy_files(str(direct["root"] / "ds"), "direct/ds", destination_filesystem=fs)
+    for var, val in (("AWS_ACCESS_KEY_ID", key), ("AWS_SECRET_ACCESS_KEY", secret), ("AWS_ENDPOINT_URL", endpoint)):
+        monkeypatch.setenv(var, val)
+    shutil.copytree(direct["root"] / "ds", direct["root"] / "ds3")
+    with Client(direct["url"], direct["admin"]) as c:
+        c.register("ds3", name="ds3", client_location="s3://direct/ds")
+    cache = tmp_path / "cache"
+    kw: dict[str, Any] = {"batch_size": 100, "seed": 2, "collate": "arrow", "lease_size": 4}
+    got = list(RemoteLoader(direct["url"], direct["read"], "ds3", transport="direct", cache_dir=cache,
+                            cache_limit=64 << 20, name="d-s3", **kw))
+    ref = list(Loader(open_source(direct["root"] / "ds"), 100, seed=2, collate="arrow"))
+    assert len(got) == len(ref) == N // 100
+    for a, b in zip(got, ref):
+        _same_arrays(a, b)
+    assert any(cache.rglob("*"))  # the shards came through the local cache
+
+
+def test_build_workers_give_the_same_bytes_as_one_process(direct: dict[str, Any], tmp_path: Path) -> None:
+    """ServeState with 2 build workers vs in-process builds: the same lease bodies, lease for lease."""
+    bodies: dict[int, list[bytes]] = {}
+    for workers in (0, 2):
+        st = ServeState(tmp_path / f"state{workers}", roots=[direct["root"]], auth=False, build_workers=workers)
+        try:
+            st.register("ds", name="ds")
+            it_id = st.create_iteration({"dataset": "ds", "batch_size": 70, "seed": 3, "world_size": 2,
+                                         "lease_size": 4, "mode": "static"})["id"]
+            it = st.iteration(it_id)
+            out = []
+            for rank in (0, 1):
+                while (p := st.next_lease(it, f"c{rank}", rank=rank, session=f"c{rank}")) is not None:
+                    out.append(p.body)
+                    st.ack(it, p.lease.id, p.lease.fence, session=f"c{rank}")
+            bodies[workers] = out
+        finally:
+            st.close()
+    assert len(bodies[0]) == len(bodies[2]) > 10 and bodies[0] == bodies[2]
+    n = sum(pa.ipc.open_stream(io.BytesIO(b)).read_all().num_rows for b in bodies[2])
+    assert n == N
+
+
+def test_a_server_with_build_workers_serves_the_loader_batches(direct: dict[str, Any], tmp_path: Path) -> None:
+    state, port = tmp_path / "state", free_port()
+    shutil.copytree(direct["state"], state)
+    proc = start_server(direct["root"], state, port, "--build-workers", "2")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        got = [list(RemoteLoader(url, direct["read"], "ds", batch_size=64, seed=5, rank=r, world_size=2,
+                                 collate="arrow", name="bw")) for r in (0, 1)]
+    finally:
+        stop(proc)
+    source = open_source(direct["root"] / "ds")
+    for r in (0, 1):
+        ref = list(Loader(source, 64, seed=5, rank=r, world_size=2, collate="arrow"))
+        assert len(ref) == len(got[r])
+        for a, b in zip(got[r], ref):
+            _same_arrays(a, b)
+
+
+def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Path) -> None:
+    """A build worker killed -9 between two leases: the next lease is built by its replacement."""
+    import os
+    import signal
+
+    st = ServeState(tmp_path / "state", roots=[direct["root"]], auth=False, build_workers=1)
+    try:
+        st.register("ds", name="ds")
+        it = st.iteration(st.create_iteration({"dataset": "ds", "batch_size": 100, "lease_size": 2})["id"])
+        first = st.next_lease(it, "c", session="c")
+        assert first is not None and first.body
+        pids = list(st.pool.executors[0]._processes)
+        assert len(pids) == 1
+        os.kill(pids[0], signal.SIGKILL)
+        second = st.next_lease(it, "c", session="c")
+        assert second is not None
+        assert pa.ipc.open_stream(io.BytesIO(second.body)).read_all().num_rows == 200
+        assert list(st.pool.executors[0]._processes) != pids
+    finally:
+        st.close()
