@@ -131,6 +131,9 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
         rel = os.path.relpath(entry, ws.root)
         if rel in named and rel not in slots:
             slots[rel] = os.fspath(entry)
+        for n in named:  # --overwrite of one file of a damaged output (its HDF5 beside its meta.json)
+            if overwrite and n.startswith(rel + os.sep) and n not in slots:
+                slots[n] = os.fspath(ws.root / n)
     for slot_rel, slot_abs in slots.items():
         touched = [p for p in changed | created if p == slot_rel or p.startswith(slot_rel + os.sep)]
         if not touched:

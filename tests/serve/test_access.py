@@ -25,7 +25,7 @@ EXPECTED = {
     ("GET", "/api/v1/health"): "public", ("GET", "/api/v1/openapi.json"): "public",
     ("GET", "/api/v1/datasets"): "read", ("POST", "/api/v1/datasets"): "admin",
     ("GET", "/api/v1/datasets/{ref}/describe"): "read", ("GET", "/api/v1/datasets/{ref}/columns/{column}/values"): "read",
-    ("GET", "/api/v1/datasets/{ref}/samples"): "read",
+    ("GET", "/api/v1/datasets/{ref}/samples"): "read", ("GET", "/api/v1/datasets/{ref}/location"): "read",
     ("GET", "/api/v1/keys"): "admin", ("POST", "/api/v1/keys"): "admin", ("DELETE", "/api/v1/keys/{key_id}"): "admin",
     ("POST", "/api/v1/iterations"): "read", ("GET", "/api/v1/iterations"): "read",
     ("GET", "/api/v1/iterations/{it_id}"): "read", ("GET", "/api/v1/iterations/{it_id}/progress"): "read",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from datamill.core.source import Source, register_source
-from datamill.pretrain.bert._io import BertParquetSource, is_bert_parquet
+from datamill.pretrain.bert.source import BertParquetSource, is_bert_parquet
 
 __all__ = ["BertParquetSource", "open_skipgram"]
 

@@ -90,6 +90,8 @@ def connect(address: str | None = None) -> ModuleType:
         MissingExtraError: ray is not installed. ConfigError-like DatamillError: the cluster is unreachable.
     """
     ray = ray_module()
+    if address is not None and ray.is_initialized():
+        _probe(address)  # an address that answers nothing is an error even when this process already has Ray
     if not ray.is_initialized():
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -112,7 +112,7 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
     Examples:
         >>> build_bert_samples("raw.txt", out="bert", dupe_factor=0)
         Traceback (most recent call last):
-        datamill.core.errors.ConfigError: dupe_factor must be >= 1, got 0
+        datamill.core.errors.ConfigError: dupe_factor must be an int in [1, 10,000], got 0
     """
     conf = BertConfig.of(config, **options)
     tokenizer, vocab_size, max_seq_length, seed = conf.tokenizer, conf.vocab_size, conf.max_seq_length, conf.seed
