@@ -134,6 +134,10 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
         for n in named:  # --overwrite of one file of a damaged output (its HDF5 beside its meta.json)
             if overwrite and n.startswith(rel + os.sep) and n not in slots:
                 slots[n] = os.fspath(ws.root / n)
+    if o.argv[:2] == ["shards", "export"] and overwrite:  # documented: a CSV (no marker) is replaced only with
+        for n in named:                                     # --overwrite naming it (shards.convert.export)
+            if n.lower().endswith(".csv") and n not in slots:
+                slots[n] = os.fspath(ws.root / n)
     for slot_rel, slot_abs in slots.items():
         touched = [p for p in changed | created if p == slot_rel or p.startswith(slot_rel + os.sep)]
         if not touched:
