@@ -32,10 +32,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from datamill.serve import lifecycle
+from datamill.serve import ledger, lifecycle
 from datamill.serve.journal import Journal
 from datamill.serve.logs import event
-from datamill.serve.ui import ledger
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -76,7 +75,7 @@ class Telemetry:
         self._dirty: set[tuple[str, str]] = set()
         self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
-        self.client_memo: dict[tuple[str, str], tuple[int, float, float]] = {}  # datamill.serve.ui.ledger
+        self.client_memo: dict[tuple[str, str], tuple[int, float, float]] = {}  # datamill.serve.ledger
         self.registry = CollectorRegistry(auto_describe=True)
         self.build_seconds = Histogram("datamill_lease_build_seconds", "Seconds to build a lease's batches.",
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)

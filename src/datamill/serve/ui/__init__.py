@@ -3,7 +3,7 @@
 Server-rendered pages (:mod:`datamill.serve.ui.pages` for datasets, samples and keys,
 :mod:`datamill.serve.ui.runs` for iterations and runs, both rendered through
 :mod:`datamill.serve.ui.render`), charts as SVG (:mod:`datamill.serve.ui.svg`), per-client counters
-journaled for the UI (:mod:`datamill.serve.ui.ledger`), one CSS file, a favicon and one small script
+journaled for the UI (:mod:`datamill.serve.ledger`), one CSS file, a favicon and one small script
 of our own, all shipped as package data: nothing is built with node or npm and nothing is downloaded.
 :func:`install_ui` mounts the pages and the JSON views (:mod:`datamill.serve.views`) on an app.
 """

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from datamill.serve import ledger
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -30,7 +31,6 @@ from datamill.serve.access import (
 from datamill.serve.auth import create_key, parse_duration
 from datamill.serve.routes.models import DatasetIn, one_line
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui import ledger
 from datamill.serve.ui.render import HERE, STATIC, root, router
 from datamill.serve.ui.render import form as _form
 from datamill.serve.ui.render import page as _page

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve import lifecycle
+from datamill.serve import ledger, lifecycle
 from datamill.serve.access import (
     Admin,
     Reader,
@@ -31,7 +31,6 @@ from datamill.serve.access import (
 from datamill.serve.routes.bounds import check_iteration, check_rewind
 from datamill.serve.routes.models import IterationIn, RewindIn, one_line
 from datamill.serve.server import NotFoundError, check_name
-from datamill.serve.ui import ledger
 from datamill.serve.ui.render import form as _form
 from datamill.serve.ui.render import page as _page
 from datamill.serve.ui.render import render as _render
