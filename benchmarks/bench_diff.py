@@ -31,7 +31,9 @@ from datamill.lineage.rowhash import column_hash
 COLS = ["a", "b", "c"]
 
 
-def builds(rows: int, *, string_uids: bool = False) -> tuple[BuildSummary, BuildSummary, dict[str, int]]:
+def builds(
+    rows: int, *, string_uids: bool = False
+) -> tuple[BuildSummary, BuildSummary, dict[str, int]]:
     rng = np.random.default_rng(0)
     uids = rng.permutation(rows * 2)[:rows].astype(np.int64)
     hashes = {c: rng.integers(0, 2**63, size=rows, dtype=np.int64).astype(np.uint64) for c in COLS}
@@ -40,40 +42,81 @@ def builds(rows: int, *, string_uids: bool = False) -> tuple[BuildSummary, Build
     keep[rng.choice(rows, k, replace=False)] = False
     new_uids = np.setdiff1d(np.arange(rows * 2, dtype=np.int64), uids)[:k]
     b_uids = np.concatenate([uids[keep], new_uids])
-    b_hashes = {c: np.concatenate([h[keep], rng.integers(0, 2**63, size=k, dtype=np.int64).astype(np.uint64)])
-                for c, h in hashes.items()}
+    b_hashes = {
+        c: np.concatenate(
+            [h[keep], rng.integers(0, 2**63, size=k, dtype=np.int64).astype(np.uint64)]
+        )
+        for c, h in hashes.items()
+    }
     changed = rng.choice(int(keep.sum()), k, replace=False)
     b_hashes["b"][changed] ^= np.uint64(1)
     perm = rng.permutation(len(b_uids))  # another shard layout: another row order
     b_uids, b_hashes = b_uids[perm], {c: h[perm] for c, h in b_hashes.items()}
     schema = dict.fromkeys(COLS, "uint64")
+
     def arr(x: np.ndarray) -> pa.Array:
-        return pa.compute.binary_join_element_wise("u", pa.array(x).cast(pa.string()), "") if string_uids else pa.array(x)
+        return (
+            pa.compute.binary_join_element_wise("u", pa.array(x).cast(pa.string()), "")
+            if string_uids
+            else pa.array(x)
+        )
 
     ua, ub = arr(uids), arr(b_uids)
     # string UIDs: their hashes are part of the cached summary (summarize computes them once), as the row hashes
-    a = BuildSummary("synthetic", "a", rows, schema, "uid", ua, hashes, {}, column_hash(ua) if string_uids else None)
-    b = BuildSummary("synthetic", "b", len(b_uids), schema, "uid", ub, b_hashes, {},
-                     column_hash(ub) if string_uids else None)
+    a = BuildSummary(
+        "synthetic",
+        "a",
+        rows,
+        schema,
+        "uid",
+        ua,
+        hashes,
+        {},
+        column_hash(ua) if string_uids else None,
+    )
+    b = BuildSummary(
+        "synthetic",
+        "b",
+        len(b_uids),
+        schema,
+        "uid",
+        ub,
+        b_hashes,
+        {},
+        column_hash(ub) if string_uids else None,
+    )
     return a, b, {"added": k, "removed": k, "changed": k}
 
 
 def pandas_compare(a: BuildSummary, b: BuildSummary) -> dict[str, int]:
-    da = pd.DataFrame({"uid": a.uids.to_numpy(zero_copy_only=False), **{c: a.hashes[c] for c in COLS}})  # type: ignore[union-attr]  # uids set
-    db = pd.DataFrame({"uid": b.uids.to_numpy(zero_copy_only=False), **{c: b.hashes[c] for c in COLS}})  # type: ignore[union-attr]  # uids set
-    both = da.merge(db, on="uid", how="inner", suffixes=("_a", "_b"))  # an outer merge would turn uint64 into float
+    da = pd.DataFrame(
+        {"uid": a.uids.to_numpy(zero_copy_only=False), **{c: a.hashes[c] for c in COLS}}
+    )  # type: ignore[union-attr]  # uids set
+    db = pd.DataFrame(
+        {"uid": b.uids.to_numpy(zero_copy_only=False), **{c: b.hashes[c] for c in COLS}}
+    )  # type: ignore[union-attr]  # uids set
+    both = da.merge(
+        db, on="uid", how="inner", suffixes=("_a", "_b")
+    )  # an outer merge would turn uint64 into float
     changed = np.zeros(len(both), dtype=bool)
     for c in COLS:
         changed |= both[f"{c}_a"].to_numpy() != both[f"{c}_b"].to_numpy()
-    return {"added": int((~db["uid"].isin(da["uid"])).sum()), "removed": int((~da["uid"].isin(db["uid"])).sum()),
-            "changed": int(changed.sum())}
+    return {
+        "added": int((~db["uid"].isin(da["uid"])).sum()),
+        "removed": int((~da["uid"].isin(db["uid"])).sum()),
+        "changed": int(changed.sum()),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--scale", type=int, default=100)
-    ap.add_argument("--string-uids", action="store_true", help="string UIDs (hashed lookups) instead of dense ints")
+    ap.add_argument(
+        "--string-uids",
+        action="store_true",
+        help="string UIDs (hashed lookups) instead of dense ints",
+    )
     args = ap.parse_args()
     a, b, planted = builds(args.rows, string_uids=args.string_uids)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -85,14 +128,22 @@ def main() -> None:
     got = {k: ours[k] for k in ("added", "removed", "changed")}
     assert got == ref == planted, (got, ref, planted)
     rate = (a.rows + b.rows) / t_ours
-    print(f"comparison of two builds of {args.rows:,} samples (1% removed, 1% added, 1% changed; 3 hashed columns; "
-          f"{'string' if args.string_uids else 'dense int'} UIDs)")
+    print(
+        f"comparison of two builds of {args.rows:,} samples (1% removed, 1% added, 1% changed; 3 hashed columns; "
+        f"{'string' if args.string_uids else 'dense int'} UIDs)"
+    )
     print(f"{'':<22}{'seconds':>9}{'rows/s':>14}")
-    print(f"{'datamill diff':<22}{t_ours:>9.2f}{rate:>14,.0f}   goal >= 5,000,000: {'ok' if rate >= 5e6 else 'MISSED'}")
-    print(f"{'pandas merge + isin':<22}{t_pd:>9.2f}{(a.rows + b.rows) / t_pd:>14,.0f}   ratio {t_pd / t_ours:.1f}x")
+    print(
+        f"{'datamill diff':<22}{t_ours:>9.2f}{rate:>14,.0f}   goal >= 5,000,000: {'ok' if rate >= 5e6 else 'MISSED'}"
+    )
+    print(
+        f"{'pandas merge + isin':<22}{t_pd:>9.2f}{(a.rows + b.rows) / t_pd:>14,.0f}   ratio {t_pd / t_ours:.1f}x"
+    )
     print(f"counts equal to pandas and to what was planted: {got}")
-    print(f"datamill diff CPU time {c_ours:.2f} s ({(a.rows + b.rows) / c_ours:,.0f} rows/s: wall time minus waiting "
-          f"for a core on a loaded machine); load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"datamill diff CPU time {c_ours:.2f} s ({(a.rows + b.rows) / c_ours:,.0f} rows/s: wall time minus waiting "
+        f"for a core on a loaded machine); load average {os.getloadavg()[0]:.1f}"
+    )
     data = Path(os.environ.get("DATAMILL_DATA", "../shared/data")) / "house_prices_train.csv"
     table = pacsv.read_csv(data)
     big = pa.concat_tables([table] * args.scale)
@@ -103,9 +154,11 @@ def main() -> None:
     t0 = time.perf_counter()
     pd.util.hash_pandas_object(big.to_pandas(), index=False)
     t_pdh = time.perf_counter() - t0
-    print(f"hashing (one-time, cached): house prices x{args.scale} ({big.num_rows:,} rows x {big.num_columns} columns): "
-          f"{big.num_rows / t_hash:,.0f} rows/s ({t_hash:.2f} s); pandas hash_pandas_object (to_pandas included) "
-          f"{t_pdh:.2f} s, ratio {t_pdh / t_hash:.1f}x")
+    print(
+        f"hashing (one-time, cached): house prices x{args.scale} ({big.num_rows:,} rows x {big.num_columns} columns): "
+        f"{big.num_rows / t_hash:,.0f} rows/s ({t_hash:.2f} s); pandas hash_pandas_object (to_pandas included) "
+        f"{t_pdh:.2f} s, ratio {t_pdh / t_hash:.1f}x"
+    )
 
 
 if __name__ == "__main__":

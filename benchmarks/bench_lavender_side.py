@@ -81,19 +81,32 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
     from lavender_data.client import api as lv
 
     home = Path(tempfile.mkdtemp(prefix="lavender-home-"))
-    env = {**os.environ, "HOME": str(home), "LAVENDER_DATA_DISABLE_UI": "true",
-           "LAVENDER_DATA_DISABLE_AUTH": "true", "LAVENDER_DATA_HOST": "127.0.0.1",
-           "LAVENDER_DATA_PORT": str(port)}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "LAVENDER_DATA_DISABLE_UI": "true",
+        "LAVENDER_DATA_DISABLE_AUTH": "true",
+        "LAVENDER_DATA_HOST": "127.0.0.1",
+        "LAVENDER_DATA_PORT": str(port),
+    }
     exe = Path(sys.executable).parent / "lavender-data"
     log = open(home / "server.log", "wb")  # noqa: SIM115 - the server writes to it; closed in the finally below
-    server = subprocess.Popen([str(exe), "server", "run", "--init"], cwd=home, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [str(exe), "server", "run", "--init"],
+        cwd=home,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         t0 = time.perf_counter()
         _wait_for(f"http://127.0.0.1:{port}/version", 90)
         lv.init(api_url=f"http://127.0.0.1:{port}")
-        ds = lv.create_dataset(name=f"bench{os.getpid()}", uid_column_name="uid",
-                               shardset_location=f"file://{root / 'features'}/")
+        ds = lv.create_dataset(
+            name=f"bench{os.getpid()}",
+            uid_column_name="uid",
+            shardset_location=f"file://{root / 'features'}/",
+        )
         for name in ("label", "extra"):
             lv.create_shardset(ds.id, f"file://{root / name}/")
         deadline = time.monotonic() + 600
@@ -101,13 +114,20 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
             if time.monotonic() > deadline:
                 raise TimeoutError("the shardsets did not finish syncing within 600 s")
             d = lv.get_dataset(ds.id)
-            if len(d.shardsets) == 3 and all(lv.get_sync_shardset_status(ds.id, s.id) is None for s in d.shardsets):
+            if len(d.shardsets) == 3 and all(
+                lv.get_sync_shardset_status(ds.id, s.id) is None for s in d.shardsets
+            ):
                 break
             time.sleep(0.5)
         setup = time.perf_counter() - t0
         t = time.perf_counter()
-        it = LavenderDataLoader(dataset_id=ds.id, shuffle=True, shuffle_seed=0, shuffle_block_size=block,
-                                batch_size=batch_size)
+        it = LavenderDataLoader(
+            dataset_id=ds.id,
+            shuffle=True,
+            shuffle_seed=0,
+            shuffle_block_size=block,
+            batch_size=batch_size,
+        )
         samples, first, n = 0, None, 0
         for batch in it:
             if first is None:
@@ -117,11 +137,18 @@ def run(root: Path, batches: int, port: int, batch_size: int, block: int) -> dic
             if n >= batches:
                 break
         seconds = time.perf_counter() - t
-        return {"samples": samples, "batches": n, "seconds": seconds, "samples_per_s": samples / seconds,
-                "first_batch_s": first, "setup_s": setup,
-                "server_peak_mib": _hwm_mib(_tree(server.pid)),
-                "client_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "batch_type": type(batch["uid"]).__name__, "lavender_version": _version()}
+        return {
+            "samples": samples,
+            "batches": n,
+            "seconds": seconds,
+            "samples_per_s": samples / seconds,
+            "first_batch_s": first,
+            "setup_s": setup,
+            "server_peak_mib": _hwm_mib(_tree(server.pid)),
+            "client_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "batch_type": type(batch["uid"]).__name__,
+            "lavender_version": _version(),
+        }
     except Exception as exc:  # the server log is removed below: keep its end in the message
         log.flush()
         tail = (home / "server.log").read_bytes()[-400:].decode(errors="replace").strip()
@@ -153,7 +180,9 @@ def _version() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("root", type=Path, help="the folder bench_loader.py wrote (features/, label/, extra/)")
+    ap.add_argument(
+        "root", type=Path, help="the folder bench_loader.py wrote (features/, label/, extra/)"
+    )
     ap.add_argument("--batches", type=int, default=100, help="batches to time (default 100)")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--block", type=int, default=7, help="shuffle_block_size in shards (default 7)")

@@ -56,7 +56,7 @@ def synthetic_sizes(total: int, *, seed: int = 0) -> NDArray[np.int64]:
     sizes = rng.integers(8_000, 12_001, size=max(1, total // 10_000 + 2)).astype(np.int64)
     cum = np.cumsum(sizes)
     k = int(np.searchsorted(cum, total))
-    sizes = sizes[:k + 1].copy()
+    sizes = sizes[: k + 1].copy()
     sizes[-1] -= int(sizes.sum()) - total
     return sizes
 
@@ -73,8 +73,10 @@ def main() -> None:
     loader = Loader(SizesOnly(sizes), args.batch_size, seed=17, world_size=args.world_size)  # type: ignore[arg-type]  # a sizes-only source
     record = loader.run_record()
     record["until"] = {"epoch": args.epochs, "batches_seen": 0}
-    print(f"{args.samples:,} samples in {len(sizes):,} shards (8k..12k each); window {loader.window} shards; "
-          f"world {args.world_size}, batch {args.batch_size}; record {len(json.dumps(record))} bytes")
+    print(
+        f"{args.samples:,} samples in {len(sizes):,} shards (8k..12k each); window {loader.window} shards; "
+        f"world {args.world_size}, batch {args.batch_size}; record {len(json.dumps(record))} bytes"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.json"
         path.write_text(json.dumps(record))
@@ -82,8 +84,10 @@ def main() -> None:
         Tracer(path).build_index(range(args.epochs))
         build = time.perf_counter() - t0
         index_bytes = sum(p.stat().st_size for p in (Path(tmp) / "run.json.index").iterdir())
-        print(f"one-time index, {args.epochs} epochs: {build:.1f} s, {index_bytes / 1024:.0f} KiB on disk "
-              f"({index_bytes / args.epochs / 1024:.0f} KiB per epoch)")
+        print(
+            f"one-time index, {args.epochs} epochs: {build:.1f} s, {index_bytes / 1024:.0f} KiB on disk "
+            f"({index_bytes / args.epochs / 1024:.0f} KiB per epoch)"
+        )
         rng = np.random.default_rng(1)
         uid_times, step_times, uid_cpu, step_cpu = [], [], [], []
         first: list[Any] = []
@@ -99,7 +103,11 @@ def main() -> None:
         steps_per_epoch = -(-args.samples // args.world_size // args.batch_size)
         batches = []
         for q in range(args.queries):
-            e, r, s = int(rng.integers(args.epochs)), int(rng.integers(args.world_size)), int(rng.integers(steps_per_epoch))
+            e, r, s = (
+                int(rng.integers(args.epochs)),
+                int(rng.integers(args.world_size)),
+                int(rng.integers(steps_per_epoch)),
+            )
             t0, c0 = time.perf_counter(), time.process_time()
             b = Tracer(path).batch(rank=r, step=s, epoch=e)
             step_times.append(time.perf_counter() - t0)
@@ -119,22 +127,33 @@ def main() -> None:
     for uid, hit in first:
         pos = int(np.flatnonzero(order == uid)[0])
         part = split_for_rank(np.arange(args.samples), rank=hit.rank, world_size=args.world_size)
-        assert part[0] <= pos < part[-1] + 1 and pos - part[0] == hit.step * args.batch_size + hit.position
+        assert (
+            part[0] <= pos < part[-1] + 1
+            and pos - part[0] == hit.step * args.batch_size + hit.position
+        )
     search = (time.perf_counter() - t0) / max(1, len(first))
     for b in batches:
         part = split_for_rank(order, rank=b.rank, world_size=args.world_size)
-        assert b.samples == part[b.step * args.batch_size:(b.step + 1) * args.batch_size].tolist()
+        assert b.samples == part[b.step * args.batch_size : (b.step + 1) * args.batch_size].tolist()
     ref_uid = materialise + search
     print(f"{'query':<34}{'trace ms':>10}{'reference ms':>14}{'ratio':>9}{'goal':>9}")
-    print(f"{'one UID, ' + str(args.epochs) + ' epochs (median)':<34}{uid_ms:>10.1f}{ref_uid * args.epochs * 1000:>14.0f}"
-          f"{ref_uid * args.epochs * 1000 / uid_ms:>8.0f}x{'< 100':>9}  {'ok' if uid_ms < 100 else 'MISSED'}")
-    print(f"{'one step -> UIDs (median)':<34}{step_ms:>10.2f}{materialise * 1000:>14.0f}"
-          f"{materialise * 1000 / step_ms:>8.0f}x{'< 10':>9}  {'ok' if step_ms < 10 else 'MISSED'}")
-    print(f"reference: materialise one epoch's order {materialise:.2f} s ({order.nbytes / 2**20:.0f} MiB) + search "
-          f"{search * 1000:.0f} ms, x{args.epochs} epochs for the UID; trace results equal to it (3 UIDs, 3 steps of epoch 0)")
-    print(f"p90: UID {np.quantile(uid_times, 0.9) * 1000:.1f} ms, step {np.quantile(step_times, 0.9) * 1000:.2f} ms; "
-          f"CPU time (median; wall time minus waiting for a core on a loaded machine): UID "
-          f"{statistics.median(uid_cpu) * 1000:.1f} ms, step {statistics.median(step_cpu) * 1000:.2f} ms")
+    print(
+        f"{'one UID, ' + str(args.epochs) + ' epochs (median)':<34}{uid_ms:>10.1f}{ref_uid * args.epochs * 1000:>14.0f}"
+        f"{ref_uid * args.epochs * 1000 / uid_ms:>8.0f}x{'< 100':>9}  {'ok' if uid_ms < 100 else 'MISSED'}"
+    )
+    print(
+        f"{'one step -> UIDs (median)':<34}{step_ms:>10.2f}{materialise * 1000:>14.0f}"
+        f"{materialise * 1000 / step_ms:>8.0f}x{'< 10':>9}  {'ok' if step_ms < 10 else 'MISSED'}"
+    )
+    print(
+        f"reference: materialise one epoch's order {materialise:.2f} s ({order.nbytes / 2**20:.0f} MiB) + search "
+        f"{search * 1000:.0f} ms, x{args.epochs} epochs for the UID; trace results equal to it (3 UIDs, 3 steps of epoch 0)"
+    )
+    print(
+        f"p90: UID {np.quantile(uid_times, 0.9) * 1000:.1f} ms, step {np.quantile(step_times, 0.9) * 1000:.2f} ms; "
+        f"CPU time (median; wall time minus waiting for a core on a loaded machine): UID "
+        f"{statistics.median(uid_cpu) * 1000:.1f} ms, step {statistics.median(step_cpu) * 1000:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

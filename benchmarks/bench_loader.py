@@ -98,10 +98,17 @@ def make_data(root: Path, n: int, seed: int = 0) -> dict[str, list[Path]]:
         a, b = bounds[k], bounds[k + 1]
         u = uid[a:b]
         tables = {
-            "features": pa.table({"uid": u, "x": pa.FixedSizeListArray.from_arrays(pa.array(x[a:b].reshape(-1)), 16)}),
+            "features": pa.table(
+                {"uid": u, "x": pa.FixedSizeListArray.from_arrays(pa.array(x[a:b].reshape(-1)), 16)}
+            ),
             "label": pa.table({"uid": u, "label": label[a:b]}),
-            "extra": pa.table({"uid": u[present[a:b]], "score": score[a:b][present[a:b]],
-                               "tag": tag[a:b][present[a:b]]}),
+            "extra": pa.table(
+                {
+                    "uid": u[present[a:b]],
+                    "score": score[a:b][present[a:b]],
+                    "tag": tag[a:b][present[a:b]],
+                }
+            ),
         }
         for name, t in tables.items():
             p = root / name / f"shard.{k:05d}.parquet"
@@ -116,8 +123,13 @@ class MiniShardset:
     def __init__(self, files: dict[str, list[Path]]) -> None:
         self.files = files
         self.base = "features"
-        self._sizes = np.array([pq.read_metadata(p).num_rows for p in files[self.base]], dtype=np.int64)
-        self._cols = {name: [c for c in pq.read_schema(ps[0]).names if c != "uid"] for name, ps in files.items()}
+        self._sizes = np.array(
+            [pq.read_metadata(p).num_rows for p in files[self.base]], dtype=np.int64
+        )
+        self._cols = {
+            name: [c for c in pq.read_schema(ps[0]).names if c != "uid"]
+            for name, ps in files.items()
+        }
 
     @property
     def columns(self) -> list[str]:
@@ -138,7 +150,11 @@ class MiniShardset:
             chosen = [c for c in cols if c in want]
             if not chosen:
                 continue
-            t = base if name == self.base else pq.read_table(self.files[name][index], columns=["uid", *chosen])
+            t = (
+                base
+                if name == self.base
+                else pq.read_table(self.files[name][index], columns=["uid", *chosen])
+            )
             if name == self.base:
                 out.update({c: t.column(c) for c in chosen})
                 continue
@@ -157,12 +173,18 @@ def shards_source(root: Path, files: dict[str, list[Path]]) -> tuple[Any, str]:
     except ImportError:
         return MiniShardset(files), "in-benchmark MiniShardset (datamill.shards not available)"
     try:
-        ds = ShardsetDataset.create(root / "dataset", [str(p) for p in files["features"]], uid="uid", shardset="features")
+        ds = ShardsetDataset.create(
+            root / "dataset", [str(p) for p in files["features"]], uid="uid", shardset="features"
+        )
         ds = ds.add("label", [str(p) for p in files["label"]])
         ds = ds.add("extra", [str(p) for p in files["extra"]])
-        return ShardsetDataset(root / "dataset"), "datamill.shards.ShardsetDataset (left join per shard)"
+        return ShardsetDataset(
+            root / "dataset"
+        ), "datamill.shards.ShardsetDataset (left join per shard)"
     except Exception as exc:  # noqa: BLE001 - API differs from what this benchmark expects: say so, fall back
-        return MiniShardset(files), f"in-benchmark MiniShardset (ShardsetDataset.create failed: {type(exc).__name__}: {exc})"
+        return MiniShardset(
+            files
+        ), f"in-benchmark MiniShardset (ShardsetDataset.create failed: {type(exc).__name__}: {exc})"
 
 
 def warm_up(source: Any) -> None:
@@ -192,8 +214,14 @@ def run_datamill(source: Any, workers: int) -> dict[str, float]:
             n += len(batch["uid"])
         total = time.perf_counter() - t0
     st = loader.stats()
-    return {"samples": n, "seconds": total, "first_batch_s": t_first, "peak_mb": mem.peak_mb,
-            "shards_read": st["shards_read"], "peak_shards": st["peak_shards_in_memory"]}
+    return {
+        "samples": n,
+        "seconds": total,
+        "first_batch_s": t_first,
+        "peak_mb": mem.peak_mb,
+        "shards_read": st["shards_read"],
+        "peak_shards": st["peak_shards_in_memory"],
+    }
 
 
 def run_reference(files: dict[str, list[Path]], limit_batches: int | None) -> dict[str, float]:
@@ -203,8 +231,15 @@ def run_reference(files: dict[str, list[Path]], limit_batches: int | None) -> di
 
     class Joined(Dataset):  # type: ignore[misc]
         def __init__(self) -> None:
-            frames = {name: pd.concat([pd.read_parquet(p) for p in ps], ignore_index=True) for name, ps in files.items()}
-            df = frames["features"].merge(frames["label"], on="uid", how="left").merge(frames["extra"], on="uid", how="left")
+            frames = {
+                name: pd.concat([pd.read_parquet(p) for p in ps], ignore_index=True)
+                for name, ps in files.items()
+            }
+            df = (
+                frames["features"]
+                .merge(frames["label"], on="uid", how="left")
+                .merge(frames["extra"], on="uid", how="left")
+            )
             self.uid = df["uid"].to_numpy()
             self.x = np.stack(df["x"].to_numpy()).astype(np.float32)
             self.label = df["label"].to_numpy()
@@ -215,12 +250,20 @@ def run_reference(files: dict[str, list[Path]], limit_batches: int | None) -> di
             return len(self.uid)
 
         def __getitem__(self, i: int) -> dict[str, Any]:
-            return {"uid": self.uid[i], "x": self.x[i], "label": self.label[i], "score": self.score[i], "tag": self.tag[i]}
+            return {
+                "uid": self.uid[i],
+                "x": self.x[i],
+                "label": self.label[i],
+                "score": self.score[i],
+                "tag": self.tag[i],
+            }
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
         ds = Joined()
-        loader = DataLoader(ds, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0))
+        loader = DataLoader(
+            ds, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0)
+        )
         it = iter(loader)
         first = next(it)
         t_first = time.perf_counter() - t0
@@ -241,8 +284,13 @@ def run_lavender(python: Path, root: Path, batches: int) -> dict[str, Any]:
 
     side = Path(__file__).with_name("bench_lavender_side.py")
     try:
-        done = subprocess.run([str(python), str(side), str(root), "--batches", str(batches)],
-                              check=False, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [str(python), str(side), str(root), "--batches", str(batches)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if not lines:
             return {"error": f"no result (exit {done.returncode}): {done.stderr.strip()[-300:]}"}
@@ -256,20 +304,38 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="100k samples instead of 1M")
     ap.add_argument("--samples", type=int, default=None)
-    ap.add_argument("--workers", type=int, default=0, help="datamill num_workers (threads), default 0")
-    ap.add_argument("--reference-batches", type=int, default=None,
-                    help="stop the reference after this many batches and extrapolate (default: full epoch)")
-    ap.add_argument("--lavender-python", type=Path, default=Path(__file__).resolve().parents[1] / ".lvenv/bin/python",
-                    help="Python of a venv with lavender-data (default: .lvenv/bin/python, skipped if absent)")
-    ap.add_argument("--lavender-batches", type=int, default=100, help="lavender batches to time (default 100)")
+    ap.add_argument(
+        "--workers", type=int, default=0, help="datamill num_workers (threads), default 0"
+    )
+    ap.add_argument(
+        "--reference-batches",
+        type=int,
+        default=None,
+        help="stop the reference after this many batches and extrapolate (default: full epoch)",
+    )
+    ap.add_argument(
+        "--lavender-python",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / ".lvenv/bin/python",
+        help="Python of a venv with lavender-data (default: .lvenv/bin/python, skipped if absent)",
+    )
+    ap.add_argument(
+        "--lavender-batches", type=int, default=100, help="lavender batches to time (default 100)"
+    )
     args = ap.parse_args(argv)
     n = args.samples or (100_000 if args.quick else 1_000_000)
-    print(f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}")
-    print(f"data: {n:,} samples, 3 shardsets x {SHARDS} shards (extra: 10% missing), batch {BATCH}, shuffle on")
+    print(
+        f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}"
+    )
+    print(
+        f"data: {n:,} samples, 3 shardsets x {SHARDS} shards (extra: 10% missing), batch {BATCH}, shuffle on"
+    )
     lavender = args.lavender_python if args.lavender_python.exists() else None
     if lavender is None:
-        print(f"lavender-data: no venv at {args.lavender_python} (it needs its own: it pins numpy 2.1.2 / "
-              "pyarrow 19.0.1); not measured")
+        print(
+            f"lavender-data: no venv at {args.lavender_python} (it needs its own: it pins numpy 2.1.2 / "
+            "pyarrow 19.0.1); not measured"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
         t = time.perf_counter()
         files = make_data(Path(tmp), n)
@@ -281,29 +347,47 @@ def main(argv: Sequence[str] | None = None) -> None:
         from datamill.loader.order import default_window
 
         window = default_window(source.shard_sizes())
-        print(f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; "
-              f"shards read {ours['shards_read']:.0f}, at most {ours['peak_shards']:.0f} shards in memory at once")
+        print(
+            f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; "
+            f"shards read {ours['shards_read']:.0f}, at most {ours['peak_shards']:.0f} shards in memory at once"
+        )
         ref = run_reference(files, args.reference_batches)
-        lav = run_lavender(lavender, Path(tmp), args.lavender_batches) if lavender is not None else None
+        lav = (
+            run_lavender(lavender, Path(tmp), args.lavender_batches)
+            if lavender is not None
+            else None
+        )
 
     def line(name: str, r: dict[str, float]) -> str:
-        return (f"{name:<34} {r['samples']:>9,.0f} samples {r['seconds']:>7.2f} s {r['samples'] / r['seconds']:>12,.0f} samples/s"
-                f"  first batch {r['first_batch_s'] * 1000:>8.1f} ms  peak +{r['peak_mb']:,.0f} MiB")
+        return (
+            f"{name:<34} {r['samples']:>9,.0f} samples {r['seconds']:>7.2f} s {r['samples'] / r['seconds']:>12,.0f} samples/s"
+            f"  first batch {r['first_batch_s'] * 1000:>8.1f} ms  peak +{r['peak_mb']:,.0f} MiB"
+        )
 
     print(line(f"datamill Loader (num_workers={args.workers})", ours))
     print(line("torch DataLoader + pandas merge", ref))
     ratio = (ours["samples"] / ours["seconds"]) / (ref["samples"] / ref["seconds"])
-    print(f"ratio (samples/s, datamill / reference): {ratio:.1f}x   goals: >= 10x and >= 500,000 samples/s")
+    print(
+        f"ratio (samples/s, datamill / reference): {ratio:.1f}x   goals: >= 10x and >= 500,000 samples/s"
+    )
     if lav is not None and "error" in lav:
         print(f"lavender-data: failed: {lav['error']}")
     elif lav is not None:
-        print(line(f"lavender-data {lav['lavender_version']} ({lav['batches']} batches)",
-                   {**lav, "peak_mb": lav["server_peak_mib"] + lav["client_peak_mib"]}))
-        print(f"  lavender: server + client peak RSS (absolute), setup (server start, register, sync) "
-              f"{lav['setup_s']:.1f} s not counted; batches are Python lists; samples missing from a shardset "
-              "are left out of its iteration")
-        print(f"ratio (samples/s, datamill / lavender-data): "
-              f"{(ours['samples'] / ours['seconds']) / lav['samples_per_s']:,.0f}x")
+        print(
+            line(
+                f"lavender-data {lav['lavender_version']} ({lav['batches']} batches)",
+                {**lav, "peak_mb": lav["server_peak_mib"] + lav["client_peak_mib"]},
+            )
+        )
+        print(
+            f"  lavender: server + client peak RSS (absolute), setup (server start, register, sync) "
+            f"{lav['setup_s']:.1f} s not counted; batches are Python lists; samples missing from a shardset "
+            "are left out of its iteration"
+        )
+        print(
+            f"ratio (samples/s, datamill / lavender-data): "
+            f"{(ours['samples'] / ours['seconds']) / lav['samples_per_s']:,.0f}x"
+        )
 
 
 if __name__ == "__main__":

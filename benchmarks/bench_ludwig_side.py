@@ -41,6 +41,7 @@ def _shims() -> None:
                 return original(op, *args, **kwargs)(fn)
             except RuntimeError:  # torchvision's C ops are not loaded (CUDA-linked wheel)
                 return fn
+
         return wrap
 
     torch.library.register_fake = register_fake
@@ -83,14 +84,23 @@ def main() -> None:
             for old in scratch.glob("*.meta.json"):
                 old.unlink()
             t = time.perf_counter()
-            train, val, test, meta = preprocess_for_training(config, dataset=str(data), random_seed=42,
-                                                             skip_save_processed_input=False,
-                                                             preprocessing_params=params)
+            train, val, test, meta = preprocess_for_training(
+                config,
+                dataset=str(data),
+                random_seed=42,
+                skip_save_processed_input=False,
+                preprocessing_params=params,
+            )
             times.setdefault("cold", time.perf_counter() - t)
             times["cold"] = min(times["cold"], time.perf_counter() - t)
             t = time.perf_counter()
-            preprocess_for_training(config, dataset=str(data), random_seed=42, skip_save_processed_input=False,
-                                    preprocessing_params=params)
+            preprocess_for_training(
+                config,
+                dataset=str(data),
+                random_seed=42,
+                skip_save_processed_input=False,
+                preprocessing_params=params,
+            )
             cached = time.perf_counter() - t
             times["cached"] = min(times.get("cached", cached), cached)
             del attempt
@@ -107,7 +117,9 @@ def main() -> None:
                 if key == proc or key.startswith(f["name"] + "_"):
                     arrays[f"{name}/{f['name']}"] = np.asarray(value)
     np.savez_compressed(out_dir / "ludwig_tensors.npz", **arrays)
-    (out_dir / "ludwig_meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    (out_dir / "ludwig_meta.json").write_text(
+        json.dumps(meta, indent=1, sort_keys=True, default=str)
+    )
     (out_dir / "ludwig_times.json").write_text(json.dumps(times, indent=1))
     print(json.dumps(times))
 

@@ -50,8 +50,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming", "hf", "torchmap")
 S3_SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming")
 DATAMILLS = ("datamill", "datamill-warmup")
-LABELS = {"datamill": "datamill", "datamill-warmup": "datamill warmup=True", "litdata": "litData 0.2.76", "streaming": "mosaic streaming 0.13.0",
-          "hf": "HF datasets 5.2.0", "torchmap": "torch map-style"}
+LABELS = {
+    "datamill": "datamill",
+    "datamill-warmup": "datamill warmup=True",
+    "litdata": "litData 0.2.76",
+    "streaming": "mosaic streaming 0.13.0",
+    "hf": "HF datasets 5.2.0",
+    "torchmap": "torch map-style",
+}
 VENV_PACKAGES: dict[str, list[list[str]]] = {  # pip install steps per peer venv, in order
     "litdata": [["torch==2.13.0"], ["litdata==0.2.76", "pyarrow", "boto3"]],
     "streaming": [["torch==2.13.0"], ["mosaicml-streaming==0.13.0", "pyarrow", "boto3"]],
@@ -87,7 +93,9 @@ def ensure_venv(cache: Path, peer: str) -> Path:
     for step in VENV_PACKAGES[peer]:
         extra = [] if step == ["torch==2.13.0"] else ["-c", str(constraints)]
         subprocess.run([str(python), "-m", "pip", "install", "-q", *extra, *step], check=True)
-    if peer == "litdata":  # obstore's S3Store refuses an http:// endpoint; without it litData uses boto3
+    if (
+        peer == "litdata"
+    ):  # obstore's S3Store refuses an http:// endpoint; without it litData uses boto3
         subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "obstore"], check=False)
     if peer == "streaming":  # see _stub_torchvision
         _stub_torchvision(python)
@@ -111,8 +119,12 @@ def _stub_torchvision(python: Path) -> None:
     torchvision::nms does not exist"). The benchmark never uses mosaic's vision datasets.
     """
     subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "torchvision"], check=False)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     for rel, text in TORCHVISION_STUB.items():
         path = Path(site) / "torchvision" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +156,9 @@ def pad_ragged(vals: list[Any]) -> tuple[Any, Any]:
     width = int(lengths.max()) if len(vals) else 0
     mask = np.arange(width)[None, :] < lengths[:, None]
     padded = np.zeros((len(vals), width), dtype=np.int32)
-    padded[mask] = np.concatenate([np.asarray(v, dtype=np.int32) for v in vals]) if len(vals) else []
+    padded[mask] = (
+        np.concatenate([np.asarray(v, dtype=np.int32) for v in vals]) if len(vals) else []
+    )
     return padded, mask
 
 
@@ -172,16 +186,23 @@ def make_data(work: Path, ds: str, n: int) -> Path:
             cols["label"] = rng.integers(0, 10, m).astype(np.int64)
             lengths = rng.integers(8, 65, m)
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-            cols["tokens"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(
-                rng.integers(0, 30000, int(offsets[-1]), dtype=np.int32)))
+            cols["tokens"] = pa.ListArray.from_arrays(
+                pa.array(offsets),
+                pa.array(rng.integers(0, 30000, int(offsets[-1]), dtype=np.int32)),
+            )
         else:
             cols["label"] = rng.integers(0, 10, m).astype(np.int64)
             offsets = (np.arange(m + 1) * IMAGE_BYTES).astype(np.int32)
             data = rng.integers(0, 256, m * IMAGE_BYTES, dtype=np.uint8)
-            cols["image"] = pa.BinaryArray.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets),
-                                                                          pa.py_buffer(data)])
-        pq.write_table(pa.table(cols), out / f"part-{i:05d}.parquet", row_group_size=m,
-                       use_dictionary=["uid", "label"])
+            cols["image"] = pa.BinaryArray.from_buffers(
+                pa.binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            )
+        pq.write_table(
+            pa.table(cols),
+            out / f"part-{i:05d}.parquet",
+            row_group_size=m,
+            use_dictionary=["uid", "label"],
+        )
     done.write_text(json.dumps({"n": n}))
     return out
 
@@ -194,17 +215,30 @@ def convert(system: str, ds: str, parquet: Path, out: Path, n: int) -> None:
     if system == "litdata":
         from litdata import optimize
 
-        optimize(fn=_litdata_rows, inputs=files, output_dir=str(out), chunk_size=max(1, n // 100), num_workers=2,
-                 mode="overwrite")
+        optimize(
+            fn=_litdata_rows,
+            inputs=files,
+            output_dir=str(out),
+            chunk_size=max(1, n // 100),
+            num_workers=2,
+            mode="overwrite",
+        )
     elif system == "streaming":
         from streaming import MDSWriter
 
         columns = {"uid": "int64", "label": "int64"}
-        columns.update({"f0": "float32", "f1": "float32", "f2": "float32", "tokens": "ndarray:int32"} if ds == "tab"
-                       else {"image": "bytes"})
+        columns.update(
+            {"f0": "float32", "f1": "float32", "f2": "float32", "tokens": "ndarray:int32"}
+            if ds == "tab"
+            else {"image": "bytes"}
+        )
         per_sample = 180 if ds == "tab" else IMAGE_BYTES + 40
-        with MDSWriter(out=str(out), columns=columns, size_limit=max(1 << 16, per_sample * n // 100),
-                       compression=None) as writer:
+        with MDSWriter(
+            out=str(out),
+            columns=columns,
+            size_limit=max(1 << 16, per_sample * n // 100),
+            compression=None,
+        ) as writer:
             for f in files:
                 for row in _rows(pq.read_table(f)):
                     writer.write(row)
@@ -226,7 +260,7 @@ def _rows(table: Any) -> Iterator[dict[str, Any]]:
     if "tokens" in table.column_names:
         tok = table.column("tokens").combine_chunks()
         offs, vals = tok.offsets.to_numpy(), tok.values.to_numpy()
-        cols["tokens"] = [vals[offs[i]:offs[i + 1]].astype(np.int32) for i in range(len(tok))]
+        cols["tokens"] = [vals[offs[i] : offs[i + 1]].astype(np.int32) for i in range(len(tok))]
     names = list(cols)
     for i in range(table.num_rows):
         yield {k: cols[k][i] for k in names}
@@ -244,8 +278,14 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     system, storage, mode = spec["system"], spec["storage"], spec["mode"]
-    make = {"datamill": _datamill, "datamill-warmup": _datamill, "litdata": _litdata, "streaming": _streaming, "hf": _hf,
-            "torchmap": _torchmap}[system]
+    make = {
+        "datamill": _datamill,
+        "datamill-warmup": _datamill,
+        "litdata": _litdata,
+        "streaming": _streaming,
+        "hf": _hf,
+        "torchmap": _torchmap,
+    }[system]
     epochs = make(spec)  # imports done; returns a callable epoch(e) -> iterator of batches
     start = time.perf_counter()
     first, uids = None, []
@@ -265,8 +305,16 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _s3_env(spec: dict[str, Any]) -> None:
     endpoint, key, secret = spec["s3"]
-    os.environ.update({"AWS_ENDPOINT_URL": endpoint, "S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": key,
-                       "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"})
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "S3_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REGION": "us-east-1",
+        }
+    )
 
 
 def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
@@ -279,8 +327,11 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
         if spec["storage"] == "s3":
             _s3_env(spec)
             if "source" not in state:
-                state["source"] = RemoteParquetSource(spec["url"] + "/parquet", cache_dir=spec["cache_dir"],
-                                                      cache_limit=spec.get("cache_limit"))
+                state["source"] = RemoteParquetSource(
+                    spec["url"] + "/parquet",
+                    cache_dir=spec["cache_dir"],
+                    cache_limit=spec.get("cache_limit"),
+                )
             src = state["source"]
         else:
             src = ParquetSource(spec["path"])
@@ -306,11 +357,17 @@ def _litdata(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
                 kwargs: dict[str, Any] = {}
                 if spec.get("cache_limit"):
                     kwargs["max_cache_size"] = int(spec["cache_limit"])
-                ds = StreamingDataset(Dir(path=spec["cache_dir"], url=spec["url"] + "/litdata"), shuffle=True,
-                                      seed=0, **kwargs)
+                ds = StreamingDataset(
+                    Dir(path=spec["cache_dir"], url=spec["url"] + "/litdata"),
+                    shuffle=True,
+                    seed=0,
+                    **kwargs,
+                )
             else:
                 ds = StreamingDataset(spec["path"], shuffle=True, seed=0)
-            state["loader"] = StreamingDataLoader(ds, batch_size=BATCH, num_workers=0, collate_fn=pad_rows)
+            state["loader"] = StreamingDataLoader(
+                ds, batch_size=BATCH, num_workers=0, collate_fn=pad_rows
+            )
         return iter(state["loader"])  # a new iter is the next epoch
 
     return epochs
@@ -330,11 +387,22 @@ def _streaming(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
                 _s3_env(spec)
                 kwargs: dict[str, Any] = {}
                 if spec.get("cache_limit"):
-                    kwargs.update(cache_limit=int(spec["cache_limit"]), shuffle_block_size=max(1, spec["n"] // 40))
-                ds = StreamingDataset(remote=spec["url"] + "/mds", local=spec["cache_dir"], shuffle=True,
-                                      shuffle_seed=0, batch_size=BATCH, **kwargs)
+                    kwargs.update(
+                        cache_limit=int(spec["cache_limit"]),
+                        shuffle_block_size=max(1, spec["n"] // 40),
+                    )
+                ds = StreamingDataset(
+                    remote=spec["url"] + "/mds",
+                    local=spec["cache_dir"],
+                    shuffle=True,
+                    shuffle_seed=0,
+                    batch_size=BATCH,
+                    **kwargs,
+                )
             else:
-                ds = StreamingDataset(local=spec["path"], shuffle=True, shuffle_seed=0, batch_size=BATCH)
+                ds = StreamingDataset(
+                    local=spec["path"], shuffle=True, shuffle_seed=0, batch_size=BATCH
+                )
             state["loader"] = DataLoader(ds, batch_size=BATCH, num_workers=0, collate_fn=pad_rows)
         return iter(state["loader"])
 
@@ -365,12 +433,18 @@ def _torchmap(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     class TableDataset(Dataset):  # type: ignore[type-arg]  # torch's generic, untyped here
         def __init__(self, path: str) -> None:
             table = pq.read_table(path)
-            self.cols = {c: table.column(c).to_numpy() for c in table.column_names if c not in ("tokens", "image")}
+            self.cols = {
+                c: table.column(c).to_numpy()
+                for c in table.column_names
+                if c not in ("tokens", "image")
+            }
             self.tok = None
             if "tokens" in table.column_names:
                 tok = table.column("tokens").combine_chunks()
                 self.tok = (tok.offsets.to_numpy(), tok.values.to_numpy())
-            self.image = table.column("image").to_pylist() if "image" in table.column_names else None
+            self.image = (
+                table.column("image").to_pylist() if "image" in table.column_names else None
+            )
             self.n = table.num_rows
 
         def __len__(self) -> int:
@@ -380,7 +454,7 @@ def _torchmap(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             out = {c: v[i] for c, v in self.cols.items()}
             if self.tok is not None:
                 offs, vals = self.tok
-                out["tokens"] = vals[offs[i]:offs[i + 1]]
+                out["tokens"] = vals[offs[i] : offs[i + 1]]
             if self.image is not None:
                 out["image"] = self.image[i]
             return out
@@ -388,8 +462,14 @@ def _torchmap(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     def epochs(epoch: int) -> Iterator[Any]:
         gen = torch.Generator()
         gen.manual_seed(epoch)
-        loader = DataLoader(TableDataset(spec["path"]), batch_size=BATCH, shuffle=True, generator=gen,
-                            num_workers=0, collate_fn=pad_rows)
+        loader = DataLoader(
+            TableDataset(spec["path"]),
+            batch_size=BATCH,
+            shuffle=True,
+            generator=gen,
+            num_workers=0,
+            collate_fn=pad_rows,
+        )
         return iter(loader)
 
     _ = np
@@ -399,9 +479,14 @@ def _torchmap(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
 # ---------------------------------------------------------------------------------------- driver
 def run_worker(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     try:
-        proc = subprocess.run([str(python), __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, check=False,
-                              timeout=timeout, env={**os.environ, "HF_DATASETS_OFFLINE": "1",
-                                                    "TOKENIZERS_PARALLELISM": "false"})
+        proc = subprocess.run(
+            [str(python), __file__, "--worker", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+            env={**os.environ, "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -417,19 +502,32 @@ def mixing(seq: Any, rows_per_file: int) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "src"))
     from datamill.loader.planner import shuffle_quality
 
-    return shuffle_quality(np.asarray(seq, dtype=np.int64), np.arange(int(seq.max()) + 1 if len(seq) else 0) // rows_per_file)
+    return shuffle_quality(
+        np.asarray(seq, dtype=np.int64),
+        np.arange(int(seq.max()) + 1 if len(seq) else 0) // rows_per_file,
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="100k tabular / 20k binary samples, 1 repetition")
-    ap.add_argument("--tab", type=int, default=None, help="tabular samples (default 1,000,000; --quick 100,000)")
-    ap.add_argument("--img", type=int, default=None, help="binary samples (default 200,000; --quick 20,000)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="100k tabular / 20k binary samples, 1 repetition"
+    )
+    ap.add_argument(
+        "--tab", type=int, default=None, help="tabular samples (default 1,000,000; --quick 100,000)"
+    )
+    ap.add_argument(
+        "--img", type=int, default=None, help="binary samples (default 200,000; --quick 20,000)"
+    )
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick 1)")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--data", default="tab,img")
     ap.add_argument("--storage", default="local,s3")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "datamill-bench"), help="peer venvs")
+    ap.add_argument(
+        "--cache", default=str(Path.home() / ".cache" / "datamill-bench"), help="peer venvs"
+    )
     ap.add_argument("--work", default=None, help="data folder (default <cache>/data)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per epoch run")
     ap.add_argument("--out", default=None, help="also write the markdown table here")
@@ -444,8 +542,10 @@ def main() -> None:
         convert(c["system"], c["ds"], Path(c["parquet"]), Path(c["out"]), c["n"])
         return
 
-    sizes = {"tab": args.tab or (100_000 if args.quick else 1_000_000),
-             "img": args.img or (20_000 if args.quick else 200_000)}
+    sizes = {
+        "tab": args.tab or (100_000 if args.quick else 1_000_000),
+        "img": args.img or (20_000 if args.quick else 200_000),
+    }
     reps = args.reps or (1 if args.quick else 3)
     systems = [s for s in args.systems.split(",") if s]
     datas = [d for d in args.data.split(",") if d]
@@ -453,7 +553,9 @@ def main() -> None:
     cache = Path(args.cache).expanduser()
     work = Path(args.work) if args.work else cache / "data"
     work.mkdir(parents=True, exist_ok=True)
-    pythons = {s: Path(sys.executable) if s in DATAMILLS else ensure_venv(cache, s) for s in systems}
+    pythons = {
+        s: Path(sys.executable) if s in DATAMILLS else ensure_venv(cache, s) for s in systems
+    }
     cmd = " ".join(["python", "benchmarks/bench_peers.py", *sys.argv[1:]])
     print(f"# bench_peers: {cmd}\n# load at start: {load()} ({os.cpu_count()} cpus)", flush=True)
 
@@ -463,7 +565,10 @@ def main() -> None:
     for ds in datas:
         t0 = time.perf_counter()
         parquet = make_data(work, ds, sizes[ds])
-        print(f"[data] {ds}: {sizes[ds]:,} samples in {parquet} ({time.perf_counter() - t0:.1f} s)", flush=True)
+        print(
+            f"[data] {ds}: {sizes[ds]:,} samples in {parquet} ({time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
         for s in systems:
             if s in (*DATAMILLS, "torchmap"):
                 paths[(s, ds)] = parquet
@@ -473,9 +578,24 @@ def main() -> None:
             if not marker.exists():
                 shutil.rmtree(out, ignore_errors=True)
                 t0 = time.perf_counter()
-                subprocess.run([str(pythons[s]), __file__, "--convert", json.dumps(
-                    {"system": s, "ds": ds, "parquet": str(parquet), "out": str(out), "n": sizes[ds]})],
-                    check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        str(pythons[s]),
+                        __file__,
+                        "--convert",
+                        json.dumps(
+                            {
+                                "system": s,
+                                "ds": ds,
+                                "parquet": str(parquet),
+                                "out": str(out),
+                                "n": sizes[ds],
+                            }
+                        ),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
                 marker.write_text(json.dumps({"seconds": time.perf_counter() - t0}))
             conv_times[(s, ds)] = json.loads(marker.read_text())["seconds"]
             paths[(s, ds)] = out
@@ -487,16 +607,25 @@ def main() -> None:
         nbytes: dict[tuple[str, str], int] = {}
         if s3 is not None:
             _upload(s3, paths, systems, datas, nbytes)
-        cases = [(ds, st, mode) for ds in datas for st in storages
-                 for mode in (("local",) if st == "local" else ("cold", "warm", "cold10"))]
+        cases = [
+            (ds, st, mode)
+            for ds in datas
+            for st in storages
+            for mode in (("local",) if st == "local" else ("cold", "warm", "cold10"))
+        ]
         for rep in range(reps):
             for ds, st, mode in cases:
                 for s in systems:
                     if st == "s3" and s not in S3_SYSTEMS:
                         continue
-                    spec: dict[str, Any] = {"system": s, "storage": st, "mode": mode, "n": sizes[ds],
-                                            "path": str(paths[(s, ds)]),
-                                            "uids": str(work / f"uids-{s}-{ds}.npy")}
+                    spec: dict[str, Any] = {
+                        "system": s,
+                        "storage": st,
+                        "mode": mode,
+                        "n": sizes[ds],
+                        "path": str(paths[(s, ds)]),
+                        "uids": str(work / f"uids-{s}-{ds}.npy"),
+                    }
                     if st == "s3":
                         assert s3 is not None
                         cdir = work / "s3cache" / s
@@ -522,7 +651,12 @@ def _check(path: Path, n: int) -> dict[str, Any]:
     import numpy as np
 
     seq = np.load(path)
-    once = len(seq) == n and len(np.unique(seq)) == n and int(seq.min()) == 0 and int(seq.max()) == n - 1
+    once = (
+        len(seq) == n
+        and len(np.unique(seq)) == n
+        and int(seq.min()) == 0
+        and int(seq.max()) == n - 1
+    )
     q = mixing(seq, -(-n // FILES))
     path.unlink()
     return {"once": bool(once), "mix": q}
@@ -549,16 +683,28 @@ class _maybe_s3:
             self.cm.__exit__(*exc)
 
 
-def _upload(s3: tuple[str, str, str], paths: dict[tuple[str, str], Path], systems: list[str], datas: list[str],
-            nbytes: dict[tuple[str, str], int]) -> None:
+def _upload(
+    s3: tuple[str, str, str],
+    paths: dict[tuple[str, str], Path],
+    systems: list[str],
+    datas: list[str],
+    nbytes: dict[tuple[str, str], int],
+) -> None:
     import pyarrow.fs as pafs
 
     sys.path.insert(0, str(ROOT / "src"))
     from datamill.core.objstore import s3_filesystem
 
-    fs = s3_filesystem(endpoint=s3[0], access_key=s3[1], secret_key=s3[2], allow_bucket_creation=True)
+    fs = s3_filesystem(
+        endpoint=s3[0], access_key=s3[1], secret_key=s3[2], allow_bucket_creation=True
+    )
     fs.create_dir(BUCKET)
-    names = {"datamill": "parquet", "datamill-warmup": "parquet", "litdata": "litdata", "streaming": "mds"}
+    names = {
+        "datamill": "parquet",
+        "datamill-warmup": "parquet",
+        "litdata": "litdata",
+        "streaming": "mds",
+    }
     for ds in datas:
         for s in systems:
             if s not in S3_SYSTEMS or s == "datamill-warmup" and "datamill" in systems:
@@ -569,11 +715,17 @@ def _upload(s3: tuple[str, str, str], paths: dict[tuple[str, str], Path], system
             files = [p for p in local.rglob("*") if p.is_file() and not p.name.startswith("_")]
             t0 = time.perf_counter()
             for p in files:
-                pafs.copy_files(str(p), f"{BUCKET}/{ds}/{names[s]}/{p.relative_to(local)}",
-                                destination_filesystem=fs)
+                pafs.copy_files(
+                    str(p),
+                    f"{BUCKET}/{ds}/{names[s]}/{p.relative_to(local)}",
+                    destination_filesystem=fs,
+                )
             nbytes[(s, ds)] = sum(p.stat().st_size for p in files)
-            print(f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB uploaded in "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB uploaded in "
+                f"{time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
 
 
 def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any]) -> None:
@@ -581,8 +733,11 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
         print(f"[run {rep}] {ds} {mode:6s} {s:10s} ERROR {res['error']}", flush=True)
         return
     rate = res["samples"] / res["seconds"]
-    print(f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch {res['first']:.2f} s, "
-          f"once={res['once']}, median distance {res['mix']['median_distance']:,.0f}, load {res['load']}", flush=True)
+    print(
+        f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch {res['first']:.2f} s, "
+        f"once={res['once']}, median distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
+        flush=True,
+    )
 
 
 def _stats(runs: list[dict[str, Any]]) -> tuple[float, float, float, float] | None:
@@ -590,36 +745,67 @@ def _stats(runs: list[dict[str, Any]]) -> tuple[float, float, float, float] | No
     if not ok:
         return None
     rates = [r["samples"] / r["seconds"] for r in ok]
-    return statistics.median(rates), min(rates), max(rates), statistics.median(r["first"] for r in ok)
+    return (
+        statistics.median(rates),
+        min(rates),
+        max(rates),
+        statistics.median(r["first"] for r in ok),
+    )
 
 
-def _table(results: dict[tuple[str, str, str, str], list[dict[str, Any]]], systems: list[str], datas: list[str],
-           storages: list[str], sizes: dict[str, int], conv: dict[tuple[str, str], float], reps: int, cmd: str,
-           loads: list[str]) -> str:
-    out = [f"### bench_peers: `{cmd}`", "",
-           (f"samples/s of one shuffled epoch (batch {BATCH}, one process), median of {reps} interleaved "
-           f"repetition(s) [range], first batch (s); mixing = neighbour distance median / p10 and same-file share "
-           f"of the delivered order; `once` = every uid exactly once. Load average (1/5/15 min) over the runs: "
-           f"{loads[0] if loads else '-'} ... {loads[-1] if loads else '-'}."), ""]
-    out.append("| data | storage/mode | system | samples/s | range | first batch s | once | mixing: median / p10 dist, same file |")
+def _table(
+    results: dict[tuple[str, str, str, str], list[dict[str, Any]]],
+    systems: list[str],
+    datas: list[str],
+    storages: list[str],
+    sizes: dict[str, int],
+    conv: dict[tuple[str, str], float],
+    reps: int,
+    cmd: str,
+    loads: list[str],
+) -> str:
+    out = [
+        f"### bench_peers: `{cmd}`",
+        "",
+        (
+            f"samples/s of one shuffled epoch (batch {BATCH}, one process), median of {reps} interleaved "
+            f"repetition(s) [range], first batch (s); mixing = neighbour distance median / p10 and same-file share "
+            f"of the delivered order; `once` = every uid exactly once. Load average (1/5/15 min) over the runs: "
+            f"{loads[0] if loads else '-'} ... {loads[-1] if loads else '-'}."
+        ),
+        "",
+    ]
+    out.append(
+        "| data | storage/mode | system | samples/s | range | first batch s | once | mixing: median / p10 dist, same file |"
+    )
     out.append("|---|---|---|---|---|---|---|---|")
     med: dict[tuple[str, str, str], float] = {}
-    for (ds, st, mode, s), runs in sorted(results.items(), key=lambda kv: (datas.index(kv[0][0]), kv[0][1], kv[0][2],
-                                                                          systems.index(kv[0][3]))):
+    for (ds, st, mode, s), runs in sorted(
+        results.items(),
+        key=lambda kv: (datas.index(kv[0][0]), kv[0][1], kv[0][2], systems.index(kv[0][3])),
+    ):
         stt = _stats(runs)
         if stt is None:
-            out.append(f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | error: {runs[-1]['error'][:80]} | | | | |")
+            out.append(
+                f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | error: {runs[-1]['error'][:80]} | | | | |"
+            )
             continue
         m, lo, hi, first = stt
         med[(ds, mode, s)] = m
         ok = [r for r in runs if "error" not in r]
         q = ok[-1]["mix"]
         once = all(r["once"] for r in ok)
-        out.append(f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | {first:.2f} | "
-                   f"{'yes' if once else 'NO'} | {q['median_distance']:,.0f} / {q['p10_distance']:,.0f}, "
-                   f"{q['same_shard']:.0%} |")
+        out.append(
+            f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | {first:.2f} | "
+            f"{'yes' if once else 'NO'} | {q['median_distance']:,.0f} / {q['p10_distance']:,.0f}, "
+            f"{q['same_shard']:.0%} |"
+        )
     if conv:
-        out += ["", "conversion (s): " + ", ".join(f"{s} {ds} {t:.1f}" for (s, ds), t in sorted(conv.items()))]
+        out += [
+            "",
+            "conversion (s): "
+            + ", ".join(f"{s} {ds} {t:.1f}" for (s, ds), t in sorted(conv.items())),
+        ]
     out += ["", "Goals (datamill vs the peers, same run):"]
 
     def ratio(a: tuple[str, str, str], b: tuple[str, str, str]) -> str:
@@ -627,24 +813,48 @@ def _table(results: dict[tuple[str, str, str, str], list[dict[str, Any]]], syste
 
     def goal(name: str, value: str, target: float) -> None:
         ok = value != "n/a" and float(value.rstrip("x")) >= target
-        out.append(f"- {name}: {value} (goal >= {target}x) {'MET' if ok else 'NOT MET' if value != 'n/a' else ''}")
+        out.append(
+            f"- {name}: {value} (goal >= {target}x) {'MET' if ok else 'NOT MET' if value != 'n/a' else ''}"
+        )
 
     for dm in [d for d in DATAMILLS if d in systems]:
         tag = LABELS[dm]
-        goal(f"3 KB binary, local: {tag} / litData", ratio(("img", "local", dm), ("img", "local", "litdata")), 1.5)
-        goal(f"3 KB binary, warm S3: {tag} / litData", ratio(("img", "warm", dm), ("img", "warm", "litdata")), 1.5)
+        goal(
+            f"3 KB binary, local: {tag} / litData",
+            ratio(("img", "local", dm), ("img", "local", "litdata")),
+            1.5,
+        )
+        goal(
+            f"3 KB binary, warm S3: {tag} / litData",
+            ratio(("img", "warm", dm), ("img", "warm", "litdata")),
+            1.5,
+        )
         for ds in datas:
             goal(f"{ds}, S3 cold / warm ({tag})", ratio((ds, "cold", dm), (ds, "warm", dm)), 0.9)
-            goal(f"{ds}, S3 cold with cache at 10% / warm ({tag})", ratio((ds, "cold10", dm), (ds, "warm", dm)), 0.9)
+            goal(
+                f"{ds}, S3 cold with cache at 10% / warm ({tag})",
+                ratio((ds, "cold10", dm), (ds, "warm", dm)),
+                0.9,
+            )
         peers = [s for s in systems if s not in DATAMILLS and ("tab", "local", s) in med]
         if peers and ("tab", "local", dm) in med:
             best = max(peers, key=lambda s: med[("tab", "local", s)])
-            goal(f"tabular, local: {tag} / best peer ({best})", ratio(("tab", "local", dm), ("tab", "local", best)),
-                 1.0)
-        firsts = [r["first"] for ds in datas for r in results.get((ds, "s3", "cold", dm), []) if "error" not in r]
+            goal(
+                f"tabular, local: {tag} / best peer ({best})",
+                ratio(("tab", "local", dm), ("tab", "local", best)),
+                1.0,
+            )
+        firsts = [
+            r["first"]
+            for ds in datas
+            for r in results.get((ds, "s3", "cold", dm), [])
+            if "error" not in r
+        ]
         if firsts:
-            out.append(f"- first batch from cold S3 ({tag}, worst): {max(firsts):.2f} s (goal <= 0.5 s) "
-                       f"{'MET' if max(firsts) <= 0.5 else 'NOT MET'}")
+            out.append(
+                f"- first batch from cold S3 ({tag}, worst): {max(firsts):.2f} s (goal <= 0.5 s) "
+                f"{'MET' if max(firsts) <= 0.5 else 'NOT MET'}"
+            )
     return "\n".join(out) + "\n"
 
 

@@ -64,11 +64,15 @@ CHAR_MOST, CHAR_LEN, WORD_MOST, WORD_LEN = 70, 1024, 20000, 256
 def _words(rng: np.random.Generator, n: int, prefix: str) -> np.ndarray:
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     lens = rng.integers(2, 9, n)
-    out = ["".join(letters[rng.integers(0, 26, k)]) for k in lens]  # vocabulary only (n words), not rows
+    out = [
+        "".join(letters[rng.integers(0, 26, k)]) for k in lens
+    ]  # vocabulary only (n words), not rows
     return np.array([f"{prefix}{w}" if prefix else w for w in out], dtype=object)
 
 
-def _ragged_join(rng: np.random.Generator, vocab: np.ndarray, n: int, lo: int, hi: int, sep: str) -> Any:
+def _ragged_join(
+    rng: np.random.Generator, vocab: np.ndarray, n: int, lo: int, hi: int, sep: str
+) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -93,7 +97,9 @@ def make_csv(path: Path, rows: int) -> None:
     words[:40] = np.array([",", ".", "!", "?"] * 10, dtype=object)[:40]
     words[40:60] = np.array([w.capitalize() for w in words[40:60]], dtype=object)
     review = _ragged_join(rng, words, rows, 4, 15, " ")
-    table = pa.table({"cat": pa.array(cat.tolist(), pa.string()), "tags": tags, "seq": seq, "review": review})
+    table = pa.table(
+        {"cat": pa.array(cat.tolist(), pa.string()), "tags": tags, "seq": seq, "review": review}
+    )
     pacsv.write_csv(table, path)
 
 
@@ -107,7 +113,9 @@ def run_datamill(csv: Path, out_dir: Path) -> dict[str, Any]:
 
 
 def _vocab(counter: Counter[str], most: int, specials: list[str]) -> dict[str, int]:
-    regular = sorted((t for t in counter if t not in specials), key=lambda t: (-counter[t], t))[:most]
+    regular = sorted((t for t in counter if t not in specials), key=lambda t: (-counter[t], t))[
+        :most
+    ]
     return {t: i for i, t in enumerate(specials + regular)}
 
 
@@ -194,7 +202,9 @@ def compare(dm_path: str, ref_path: str) -> list[str]:
         for key in b:
             x, y = a[key][()], b[key][()]
             if x.shape != y.shape or not np.array_equal(x, y):
-                problems.append(f"{key}: datamill {x.shape} {x.dtype} vs reference {y.shape} {y.dtype}")
+                problems.append(
+                    f"{key}: datamill {x.shape} {x.dtype} vs reference {y.shape} {y.dtype}"
+                )
     return problems
 
 
@@ -203,14 +213,20 @@ HOUSE_CONFIG: dict[str, Any] = {
     "input_features": [
         {"name": "LotArea", "type": "number", "preprocessing": {"normalization": "zscore"}},
         {"name": "GrLivArea", "type": "number", "preprocessing": {"normalization": "minmax"}},
-        {"name": "LotFrontage", "type": "number", "preprocessing": {"missing_value_strategy": "fill_with_mean"}},
+        {
+            "name": "LotFrontage",
+            "type": "number",
+            "preprocessing": {"missing_value_strategy": "fill_with_mean"},
+        },
         {"name": "YearBuilt", "type": "number"},
         {"name": "MSZoning", "type": "category"},
         {"name": "Neighborhood", "type": "category"},
         {"name": "Alley", "type": "category"},
     ],
     "output_features": [{"name": "CentralAir", "type": "binary"}],
-    "preprocessing": {"split": {"type": "none"}},  # the same work as the figures recorded before Ludwig's default split
+    "preprocessing": {
+        "split": {"type": "none"}
+    },  # the same work as the figures recorded before Ludwig's default split
 }
 
 
@@ -261,34 +277,49 @@ def main() -> None:
 
     for name in ("category", "set", "sequence", "text"):
         handler_class(name)
-    print(f"machine: {platform.platform()}, python {platform.python_version()}, cpu_count={os.cpu_count()}")
+    print(
+        f"machine: {platform.platform()}, python {platform.python_version()}, cpu_count={os.cpu_count()}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench_preprocess_") as d:
         tmp = Path(d)
         csv = tmp / "synthetic.csv"
         t0 = time.perf_counter()
         in_fork(lambda: (make_csv(csv, rows), {})[1])
         size = csv.stat().st_size
-        print(f"data: {rows:,} rows, {size / 2**20:.1f} MiB CSV (seed {SEED}, generated in {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"data: {rows:,} rows, {size / 2**20:.1f} MiB CSV (seed {SEED}, generated in {time.perf_counter() - t0:.1f} s)"
+        )
         (tmp / "dm").mkdir()
         (tmp / "ref").mkdir()
         dm = in_fork(run_datamill, csv, tmp / "dm")
-        print(f"datamill : {dm['seconds']:8.2f} s  {rows / dm['seconds']:>12,.0f} rows/s  "
-              f"peak +{dm['peak_added'] / 2**20:,.0f} MiB RSS ({dm['peak_added'] / size:.2f}x the CSV; "
-              f"absolute peak {dm['peak_abs'] / 2**20:,.0f} MiB)")
+        print(
+            f"datamill : {dm['seconds']:8.2f} s  {rows / dm['seconds']:>12,.0f} rows/s  "
+            f"peak +{dm['peak_added'] / 2**20:,.0f} MiB RSS ({dm['peak_added'] / size:.2f}x the CSV; "
+            f"absolute peak {dm['peak_abs'] / 2**20:,.0f} MiB)"
+        )
         if not args.skip_reference:
             ref = in_fork(run_reference, csv, tmp / "ref")
-            print(f"reference: {ref['seconds']:8.2f} s  {rows / ref['seconds']:>12,.0f} rows/s  "
-                  f"peak +{ref['peak_added'] / 2**20:,.0f} MiB RSS ({ref['peak_added'] / size:.2f}x the CSV; "
-                  f"absolute peak {ref['peak_abs'] / 2**20:,.0f} MiB)")
-            print(f"ratio    : datamill is {ref['seconds'] / dm['seconds']:.1f}x faster (goal >= 10x); "
-                  f"memory goal peak <= 3x CSV: {'met' if dm['peak_added'] <= 3 * size else 'NOT met'}")
+            print(
+                f"reference: {ref['seconds']:8.2f} s  {rows / ref['seconds']:>12,.0f} rows/s  "
+                f"peak +{ref['peak_added'] / 2**20:,.0f} MiB RSS ({ref['peak_added'] / size:.2f}x the CSV; "
+                f"absolute peak {ref['peak_abs'] / 2**20:,.0f} MiB)"
+            )
+            print(
+                f"ratio    : datamill is {ref['seconds'] / dm['seconds']:.1f}x faster (goal >= 10x); "
+                f"memory goal peak <= 3x CSV: {'met' if dm['peak_added'] <= 3 * size else 'NOT met'}"
+            )
             problems = compare(dm["hdf5"], ref["hdf5"])
-            print("outputs  : identical arrays (cat, tags, seq, review_char, review_word)" if not problems
-                  else "outputs  : DIFFER: " + "; ".join(problems))
+            print(
+                "outputs  : identical arrays (cat, tags, seq, review_char, review_word)"
+                if not problems
+                else "outputs  : DIFFER: " + "; ".join(problems)
+            )
         hp = house_prices(tmp)
-        print(f"house_prices x100: {hp['rows']:,} rows, 8 features: preprocess {hp['first']:.3f} s (goal < 0.3), "
-              f"cache reuse {hp['cached'] * 1000:.1f} ms (hit={hp['hit']}, goal < 50 ms); "
-              f"import datamill {hp['import']:.3f} s incl. interpreter start (goal < 0.5)")
+        print(
+            f"house_prices x100: {hp['rows']:,} rows, 8 features: preprocess {hp['first']:.3f} s (goal < 0.3), "
+            f"cache reuse {hp['cached'] * 1000:.1f} ms (hit={hp['hit']}, goal < 50 ms); "
+            f"import datamill {hp['import']:.3f} s incl. interpreter start (goal < 0.5)"
+        )
 
 
 if __name__ == "__main__":

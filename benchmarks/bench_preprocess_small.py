@@ -32,16 +32,26 @@ DATA = Path(os.environ.get("DATAMILL_DATA", ROOT.parent / "shared" / "data"))
 CONFIG = {
     "input_features": [
         {"name": "LotArea", "type": "number", "preprocessing": {"normalization": "zscore"}},
-        {"name": "LotFrontage", "type": "number",
-         "preprocessing": {"normalization": "minmax", "missing_value_strategy": "fill_with_mean"}},
+        {
+            "name": "LotFrontage",
+            "type": "number",
+            "preprocessing": {
+                "normalization": "minmax",
+                "missing_value_strategy": "fill_with_mean",
+            },
+        },
         {"name": "YearBuilt", "type": "number", "preprocessing": {"normalization": "minmax"}},
         {"name": "MSZoning", "type": "category"},
         {"name": "Neighborhood", "type": "category"},
         {"name": "MSSubClass", "type": "category"},
         {"name": "CentralAir", "type": "binary"},
     ],
-    "output_features": [{"name": "SalePrice", "type": "number", "preprocessing": {"normalization": "log1p"}}],
-    "preprocessing": {"split": {"type": "none"}},  # as the reference (no split); Ludwig's default would add one
+    "output_features": [
+        {"name": "SalePrice", "type": "number", "preprocessing": {"normalization": "log1p"}}
+    ],
+    "preprocessing": {
+        "split": {"type": "none"}
+    },  # as the reference (no split); Ludwig's default would add one
 }
 
 
@@ -61,8 +71,11 @@ def reference(path: Path, out: Path) -> None:
     import h5py
     import pandas as pd
 
-    df = pd.read_csv(path, usecols=[f["name"] for f in CONFIG["input_features"] + CONFIG["output_features"]],
-                     keep_default_na=True)
+    df = pd.read_csv(
+        path,
+        usecols=[f["name"] for f in CONFIG["input_features"] + CONFIG["output_features"]],
+        keep_default_na=True,
+    )
     arrays = {}
     la = df["LotArea"].astype("float64")
     arrays["LotArea"] = ((la - la.mean()) / la.std()).to_numpy(np.float32)
@@ -74,7 +87,9 @@ def reference(path: Path, out: Path) -> None:
     for c in ("MSZoning", "Neighborhood", "MSSubClass"):
         col = df[c].astype("string").fillna("<UNK>")
         counts = col.value_counts()
-        vocab = ["<UNK>"] + sorted((t for t in counts.index if t != "<UNK>"), key=lambda t: (-counts[t], t))
+        vocab = ["<UNK>"] + sorted(
+            (t for t in counts.index if t != "<UNK>"), key=lambda t: (-counts[t], t)
+        )
         str2idx = {t: i for i, t in enumerate(vocab)}
         arrays[c] = col.map(str2idx).fillna(0).to_numpy(np.int32)
     arrays["CentralAir"] = df["CentralAir"].str.lower().isin(["y", "yes", "true", "1"]).to_numpy()
@@ -86,8 +101,18 @@ def reference(path: Path, out: Path) -> None:
 def import_time() -> float:
     """Seconds of ``import datamill`` in a fresh interpreter (best of 3, interpreter start excluded)."""
     code = "import time; t=time.perf_counter(); import datamill; print(time.perf_counter()-t)"
-    runs = [float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                                 env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).stdout) for _ in range(3)]
+    runs = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", code],
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            ).stdout
+        )
+        for _ in range(3)
+    ]
     return min(runs)
 
 
@@ -102,13 +127,17 @@ def main() -> None:
     from datamill.preprocessing.api import preprocess
 
     set_quiet(True)
-    print(f"machine: {platform.platform()}, {os.cpu_count()} cpus, python {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} cpus, python {platform.python_version()}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="bench-pre-small-"))
     try:
         path = make_input(tmp, times)
         size = path.stat().st_size
-        print(f"input: house_prices_train.csv x{times} = {1460 * times:,} rows, {size / 1e6:.1f} MB, "
-              f"{len(CONFIG['input_features']) + len(CONFIG['output_features'])} features")
+        print(
+            f"input: house_prices_train.csv x{times} = {1460 * times:,} rows, {size / 1e6:.1f} MB, "
+            f"{len(CONFIG['input_features']) + len(CONFIG['output_features'])} features"
+        )
         preprocess(path, CONFIG, skip_save=True)  # warm-up: imports, page cache
 
         full, mem_only, cached, ref = [], [], [], []
@@ -136,18 +165,28 @@ def main() -> None:
         rss_ref = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         n = 1460 * times
         med = statistics.median
-        print(f"datamill preprocess (read+fit+transform+HDF5+meta): median {med(full):.3f} s, best {min(full):.3f} s "
-              f"({n / med(full):,.0f} rows/s)  goal < 0.3 s: {'MET' if med(full) < 0.3 else 'NOT MET'}")
+        print(
+            f"datamill preprocess (read+fit+transform+HDF5+meta): median {med(full):.3f} s, best {min(full):.3f} s "
+            f"({n / med(full):,.0f} rows/s)  goal < 0.3 s: {'MET' if med(full) < 0.3 else 'NOT MET'}"
+        )
         print(f"datamill in memory (skip_save):                     median {med(mem_only):.3f} s")
-        print(f"datamill cache reuse:                               median {med(cached) * 1000:.1f} ms  "
-              f"goal < 50 ms: {'MET' if med(cached) < 0.05 else 'NOT MET'}")
-        print(f"pandas reference (read_csv+maps+h5py):              median {med(ref):.3f} s "
-              f"({n / med(ref):,.0f} rows/s)")
+        print(
+            f"datamill cache reuse:                               median {med(cached) * 1000:.1f} ms  "
+            f"goal < 50 ms: {'MET' if med(cached) < 0.05 else 'NOT MET'}"
+        )
+        print(
+            f"pandas reference (read_csv+maps+h5py):              median {med(ref):.3f} s "
+            f"({n / med(ref):,.0f} rows/s)"
+        )
         print(f"ratio pandas / datamill: {med(ref) / med(full):.2f}x")
-        print(f"peak RSS (ru_maxrss, cumulative): after datamill {rss_datamill:.0f} MB, after reference {rss_ref:.0f} MB")
+        print(
+            f"peak RSS (ru_maxrss, cumulative): after datamill {rss_datamill:.0f} MB, after reference {rss_ref:.0f} MB"
+        )
         it = import_time()
-        print(f"import datamill (fresh subprocess, best of 3): {it * 1000:.0f} ms  goal < 500 ms: "
-              f"{'MET' if it < 0.5 else 'NOT MET'}")
+        print(
+            f"import datamill (fresh subprocess, best of 3): {it * 1000:.0f} ms  goal < 500 ms: "
+            f"{'MET' if it < 0.5 else 'NOT MET'}"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -81,14 +81,25 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
         from datamill.preprocessing.api import preprocess
 
         res = preprocess(args.input, CONFIG, output_dir=args.out, engine=args.engine)
-        out.update(rows=res.num_rows, meta=str(res.meta_path), hdf5=str(res.hdf5_path),
-                   dataset=str(getattr(res, "dataset_path", "")))
+        out.update(
+            rows=res.num_rows,
+            meta=str(res.meta_path),
+            hdf5=str(res.hdf5_path),
+            dataset=str(getattr(res, "dataset_path", "")),
+        )
     else:
         from datamill.pretrain.bert import build_bert_samples
 
-        kw: dict[str, Any] = {"vocab_size": 30000, "max_seq_length": 128, "dupe_factor": 1, "seed": 0}
+        kw: dict[str, Any] = {
+            "vocab_size": 30000,
+            "max_seq_length": 128,
+            "dupe_factor": 1,
+            "seed": 0,
+        }
         if args.engine == "ray":
-            res = build_bert_samples(args.input, out=args.out, engine="ray", tokenizer=args.tokenizer, **kw)
+            res = build_bert_samples(
+                args.input, out=args.out, engine="ray", tokenizer=args.tokenizer, **kw
+            )
         else:
             res = build_bert_samples(args.input, out=args.out, **kw)
         out.update(rows=res.samples, path=str(res.path), tokenizer=str(res.tokenizer_path))
@@ -97,9 +108,21 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def run_side(engine: str, task: str, inp: Path, out: Path, address: str | None,
-             tokenizer: str | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--_side", engine, "--_task", task, "--_input", str(inp), "--_out", str(out)]
+def run_side(
+    engine: str, task: str, inp: Path, out: Path, address: str | None, tokenizer: str | None = None
+) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--_side",
+        engine,
+        "--_task",
+        task,
+        "--_input",
+        str(inp),
+        "--_out",
+        str(out),
+    ]
     if address:
         cmd += ["--address", address]
     if tokenizer:
@@ -137,13 +160,18 @@ def same_preprocessed(local: dict[str, Any], ray_side: dict[str, Any]) -> bool:
             for key, value in arrays.items():
                 node = f[key]
                 if isinstance(node, h5py.Group):  # a CSR column (set/bag): indices/offsets[/values]
-                    off = node["offsets"][lo:lo + n + 1]
-                    if not (isinstance(value, CSR) and np.array_equal(off - off[0], value.offsets)
-                            and np.array_equal(node["indices"][off[0]:off[-1]], value.indices)
-                            and ("values" not in node or np.array_equal(node["values"][off[0]:off[-1]],
-                                                                        value.values))):
+                    off = node["offsets"][lo : lo + n + 1]
+                    if not (
+                        isinstance(value, CSR)
+                        and np.array_equal(off - off[0], value.offsets)
+                        and np.array_equal(node["indices"][off[0] : off[-1]], value.indices)
+                        and (
+                            "values" not in node
+                            or np.array_equal(node["values"][off[0] : off[-1]], value.values)
+                        )
+                    ):
                         return False
-                elif not np.array_equal(node[lo:lo + n], value):
+                elif not np.array_equal(node[lo : lo + n], value):
                     return False
             lo += n
     return True
@@ -161,19 +189,26 @@ def same_bert(local: dict[str, Any], ray_side: dict[str, Any]) -> bool:
     ds = ShardsetDataset(ray_side["path"])
     right = pa.concat_tables([ds.read_shard(k, columns=names) for k in range(ds.num_shards)])
     return local["rows"] == ray_side["rows"] == left.num_rows == right.num_rows and all(
-        left.column(n).combine_chunks().equals(right.column(n).combine_chunks()) for n in names)
+        left.column(n).combine_chunks().equals(right.column(n).combine_chunks()) for n in names
+    )
 
 
 # -- workloads --------------------------------------------------------------------------------------
-def report(name: str, rows: int, local: dict[str, Any], ray_side: dict[str, Any], same: bool) -> None:
+def report(
+    name: str, rows: int, local: dict[str, Any], ray_side: dict[str, Any], same: bool
+) -> None:
     ratio = ray_side["seconds"] / local["seconds"]
     print(f"\n{name}: {rows:,} rows")
     print(f"  {'engine':<8}{'seconds':>10}{'rows/s':>14}{'driver peak MB':>16}")
     for label, s in (("local", local), ("ray", ray_side)):
-        print(f"  {label:<8}{s['seconds']:>10.2f}{s['rows'] / s['seconds']:>14,.0f}{s['driver_peak_mb']:>16,.0f}")
-    print(f"  ray/local time ratio {ratio:.2f}; ray fixed costs: init {ray_side['ray_init_s']:.1f} s, "
-          f"import ray.data {ray_side.get('ray_data_import_s', 0.0):.2f} s, "
-          f"first task {ray_side['first_task_s']:.2f} s; outputs identical: {same}")
+        print(
+            f"  {label:<8}{s['seconds']:>10.2f}{s['rows'] / s['seconds']:>14,.0f}{s['driver_peak_mb']:>16,.0f}"
+        )
+    print(
+        f"  ray/local time ratio {ratio:.2f}; ray fixed costs: init {ray_side['ray_init_s']:.1f} s, "
+        f"import ray.data {ray_side.get('ray_data_import_s', 0.0):.2f} s, "
+        f"first task {ray_side['first_task_s']:.2f} s; outputs identical: {same}"
+    )
 
 
 def main() -> None:
@@ -189,8 +224,14 @@ def main() -> None:
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._side:
-        ns = argparse.Namespace(engine=args._side, task=args._task, input=args._input, out=args._out,
-                                address=args.address, tokenizer=args._tokenizer)
+        ns = argparse.Namespace(
+            engine=args._side,
+            task=args._task,
+            input=args._input,
+            out=args._out,
+            address=args.address,
+            tokenizer=args._tokenizer,
+        )
         print(json.dumps(side(ns)))
         return
     sys.path.insert(0, str(HERE))
@@ -200,8 +241,10 @@ def main() -> None:
     rows = args.rows or (50_000 if args.quick else 1_000_000)
     big = args.big_rows or (300_000 if args.quick else 10_000_000)
     repeat = args.bert_repeat or (1 if args.quick else 20)
-    print(f"bench_ray: {os.cpu_count()} cores, {'quick' if args.quick else 'full'} run, "
-          f"Ray at {args.address or 'a local instance'}")
+    print(
+        f"bench_ray: {os.cpu_count()} cores, {'quick' if args.quick else 'full'} run, "
+        f"Ray at {args.address or 'a local instance'}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         d = Path(tmp)
         if "pre" in only:
@@ -224,15 +267,32 @@ def main() -> None:
             del table
             loc = run_side("local", "big", d / "big.parquet", d / "big-local", args.address)
             ray_side = run_side("ray", "big", d / "parts", d / "big-ray", args.address)
-            report(f"big (Parquet, {args.files} files for Ray)", big, loc, ray_side, same_preprocessed(loc, ray_side))
+            report(
+                f"big (Parquet, {args.files} files for Ray)",
+                big,
+                loc,
+                ray_side,
+                same_preprocessed(loc, ray_side),
+            )
         if "bert" in only:
             text = (DATA / "wikitext2_test.raw").read_text(encoding="utf-8")
             (d / "wiki.raw").write_text(text * repeat, encoding="utf-8")
             loc = run_side("local", "bert", d / "wiki.raw", d / "bert.parquet", args.address)
-            ray_side = run_side("ray", "bert", d / "wiki.raw", d / "bert-ray", args.address,
-                                tokenizer=loc["tokenizer"])
-            report(f"bert (wikitext2_test.raw x{repeat}, samples)", loc["rows"], loc, ray_side,
-                   same_bert(loc, ray_side))
+            ray_side = run_side(
+                "ray",
+                "bert",
+                d / "wiki.raw",
+                d / "bert-ray",
+                args.address,
+                tokenizer=loc["tokenizer"],
+            )
+            report(
+                f"bert (wikitext2_test.raw x{repeat}, samples)",
+                loc["rows"],
+                loc,
+                ray_side,
+                same_bert(loc, ray_side),
+            )
 
 
 if __name__ == "__main__":

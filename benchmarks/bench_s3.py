@@ -27,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.loader.seaweed starts the server
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # tests.loader.seaweed starts the server
 
 from datamill.core.parquet import ParquetSource
 from datamill.loader import Loader
@@ -40,10 +42,13 @@ def table(rows: int, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(0, 32, rows)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 30000, int(offsets[-1]),
-                                                                              dtype=np.int32)))
+    tokens = pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(rng.integers(0, 30000, int(offsets[-1]), dtype=np.int32))
+    )
     vec = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(rows * 16, dtype=np.float32)), 16)
-    return pa.table({"id": np.arange(rows, dtype=np.int64) + seed * rows, "tokens": tokens, "vec": vec})
+    return pa.table(
+        {"id": np.arange(rows, dtype=np.int64) + seed * rows, "tokens": tokens, "vec": vec}
+    )
 
 
 def epoch(source: object) -> tuple[float, int]:
@@ -59,9 +64,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp_, seaweed_s3(Path(tmp_) / "weed") as (endpoint, key, secret):
+    with (
+        tempfile.TemporaryDirectory() as tmp_,
+        seaweed_s3(Path(tmp_) / "weed") as (endpoint, key, secret),
+    ):
         tmp = Path(tmp_)
-        fs = s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True)
+        fs = s3_filesystem(
+            endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
+        )
         fs.create_dir("bench")
         local = tmp / "local"
         local.mkdir()
@@ -84,7 +94,9 @@ def main() -> None:
         results["S3, warm cache"] = min(epoch(warm_src) for _ in range(args.repeat))
         assert warm_src.cache.stats()["downloads"] == 0
         # the same files as a shardset dataset (UID "id"), locally and on S3 (uploaded by datamill)
-        os.environ.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, AWS_ENDPOINT_URL=endpoint)
+        os.environ.update(
+            AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, AWS_ENDPOINT_URL=endpoint
+        )
         files = sorted(local.iterdir())
         local_ds = ShardsetDataset.create(tmp / "shards", files, uid="id", shardset="main")
         ShardsetDataset.create("s3://bench/shards", files, uid="id", shardset="main")
@@ -97,16 +109,21 @@ def main() -> None:
         warm_ds = ShardsetDataset("s3://bench/shards", cache_dir=cache)
         results["shardset, S3 warm cache"] = min(epoch(warm_ds) for _ in range(args.repeat))
         assert warm_ds.remote is not None and warm_ds.remote.cache.stats()["downloads"] == 0
-    title = (f"{args.rows:,} rows in {args.files} Parquet files ({nbytes / 2**20:,.1f} MiB); Loader batch 256, "
-             f"numpy collate; best of {args.repeat}")
+    title = (
+        f"{args.rows:,} rows in {args.files} Parquet files ({nbytes / 2**20:,.1f} MiB); Loader batch 256, "
+        f"numpy collate; best of {args.repeat}"
+    )
     lines = [title, "", "| source | epoch s | samples/s | MiB/s |", "|---|---|---|---|"]
     for name, (secs, n) in results.items():
         lines.append(f"| {name} | {secs:.2f} | {n / secs:,.0f} | {nbytes / 2**20 / secs:,.0f} |")
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out).write_text("# Loader from S3 on loopback (SeaweedFS) vs local files\n\n"
-                                  "`python benchmarks/bench_s3.py`\n\n" + text + "\n", encoding="utf-8")
+        Path(args.out).write_text(
+            "# Loader from S3 on loopback (SeaweedFS) vs local files\n\n"
+            "`python benchmarks/bench_s3.py`\n\n" + text + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

@@ -99,10 +99,30 @@ def _peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _start_server(root: Path, state: Path, port: int, *, build_workers: int = 0) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "datamill.cli", "serve", str(root), "--no-auth", "--port", str(port),
-                             "--state", str(state), "--build-workers", str(build_workers), "--log-level", "warning"],
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _start_server(
+    root: Path, state: Path, port: int, *, build_workers: int = 0
+) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "serve",
+            str(root),
+            "--no-auth",
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+            "--build-workers",
+            str(build_workers),
+            "--log-level",
+            "warning",
+        ],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(300):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2):
@@ -116,8 +136,15 @@ def _start_server(root: Path, state: Path, port: int, *, build_workers: int = 0)
 def run_clients(url: str, clients: int, batch: int, *, transport: str = "built") -> dict[str, Any]:
     """``clients`` processes iterate their ranks of one static iteration; aggregate figures."""
     name = f"bench-{clients}-{time.time_ns()}"
-    procs = [subprocess.Popen([sys.executable, "-c", CLIENT, url, str(r), str(clients), name, str(batch), transport],
-                              env=_env(), stdout=subprocess.PIPE, text=True) for r in range(clients)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLIENT, url, str(r), str(clients), name, str(batch), transport],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(clients)
+    ]
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=1800)
@@ -126,9 +153,15 @@ def run_clients(url: str, clients: int, batch: int, *, transport: str = "built")
         results.append(json.loads(out.strip().splitlines()[-1]))
     samples = sum(r["samples"] for r in results)
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
-    return {"clients": clients, "samples": samples, "seconds": wall, "samples_per_s": samples / wall,
-            "p50_ms": max(r["p50_ms"] for r in results), "p99_ms": max(r["p99_ms"] for r in results),
-            "stall_s": [round(r["stall_s"], 2) for r in results]}
+    return {
+        "clients": clients,
+        "samples": samples,
+        "seconds": wall,
+        "samples_per_s": samples / wall,
+        "p50_ms": max(r["p50_ms"] for r in results),
+        "p99_ms": max(r["p99_ms"] for r in results),
+        "stall_s": [round(r["stall_s"], 2) for r in results],
+    }
 
 
 COORD = """
@@ -163,7 +196,9 @@ print(json.dumps({"leases": leases, "waits": waits, "lat": [float(np.percentile(
 
 
 @contextlib.contextmanager
-def _server(root: Path, build_workers: int, *, location: str | None = None) -> Iterator[tuple[str, int]]:
+def _server(
+    root: Path, build_workers: int, *, location: str | None = None
+) -> Iterator[tuple[str, int]]:
     """A ``datamill serve`` process with ``build_workers``; the bench dataset registered; a warm-up run."""
     port = _free_port()
     state = root / f"state-{build_workers}-{time.time_ns()}"
@@ -174,7 +209,9 @@ def _server(root: Path, build_workers: int, *, location: str | None = None) -> I
         url = f"http://127.0.0.1:{port}"
         with Client(url) as client:
             client.register("dataset", name="bench", client_location=location)
-        run_clients(url, 1, 256, transport="direct" if location else "built")  # warm-up: imports, first reads
+        run_clients(
+            url, 1, 256, transport="direct" if location else "built"
+        )  # warm-up: imports, first reads
         yield url, server.pid
     finally:
         server.terminate()
@@ -198,12 +235,27 @@ def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dic
     from datamill.serve import Client
 
     with Client(url) as client:
-        info = client.iteration("bench", batch_size=1, mode="dynamic", lease_size=16, name=f"coord-{time.time_ns()}",
-                                transport="direct")
+        info = client.iteration(
+            "bench",
+            batch_size=1,
+            mode="dynamic",
+            lease_size=16,
+            name=f"coord-{time.time_ns()}",
+            transport="direct",
+        )
     port = int(url.rsplit(":", 1)[1])
-    start = time.time() + 2.0 + 0.1 * clients  # every process started and connected before the clock runs
-    procs = [subprocess.Popen([sys.executable, "-c", COORD, str(port), info["id"], str(start), str(seconds)],
-                              env=_env(), stdout=subprocess.PIPE, text=True) for _ in range(clients)]
+    start = (
+        time.time() + 2.0 + 0.1 * clients
+    )  # every process started and connected before the clock runs
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", COORD, str(port), info["id"], str(start), str(seconds)],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(clients)
+    ]
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=600)
@@ -213,9 +265,17 @@ def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dic
     lat = np.concatenate([np.asarray(r["all"]) for r in results]) * 1000
     leases = sum(r["leases"] for r in results)
     now, peak = _rss_mib(pid)
-    return {"clients": clients, "leases": leases, "seconds": seconds, "leases_per_s": leases / seconds,
-            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-            "waits": sum(r["waits"] for r in results), "server_rss_mib": now, "server_peak_mib": peak}
+    return {
+        "clients": clients,
+        "leases": leases,
+        "seconds": seconds,
+        "leases_per_s": leases / seconds,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "waits": sum(r["waits"] for r in results),
+        "server_rss_mib": now,
+        "server_peak_mib": peak,
+    }
 
 
 SCALE = """
@@ -301,10 +361,27 @@ print(json.dumps(out))
 """
 
 
-def run_scale(samples: int, shards: int, *, world: int = 8, batch: int = 256, full: bool = False) -> dict[str, Any]:
+def run_scale(
+    samples: int, shards: int, *, world: int = 8, batch: int = 256, full: bool = False
+) -> dict[str, Any]:
     """The scale measurement in a fresh process (its RSS is the server's)."""
-    out = subprocess.run([sys.executable, "-c", SCALE, str(samples), str(shards), str(world), str(batch),
-                          str(int(full))], check=False, env=_env(), capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SCALE,
+            str(samples),
+            str(shards),
+            str(world),
+            str(batch),
+            str(int(full)),
+        ],
+        check=False,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -317,33 +394,56 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
     small = run_scale(ref_n, shards)
     ref = run_scale(ref_n, shards, full=True)
     e0, e1 = lazy["epochs"]
-    print(f"scale: {samples:,} samples in {shards:,} shards, world 8, batch 256 ({e0['units']:,} batches per epoch)")
-    print(f"  epoch start (create + first lease of the last rank): epoch 0 {e0['epoch_start_s']:.3f} s, "
-          f"epoch 1 {e1['epoch_start_s']:.3f} s  (goal < 0.5 s)")
-    print(f"  server RSS growth {lazy['rss_growth_mib']:.1f} MiB, peak {lazy['peak_growth_mib']:.1f} MiB over the "
-          f"baseline (goal < 100 MiB); an epoch-0 iteration driven to its end in {e0['finish_s']:.1f} s "
-          f"and evicted from memory: {e0['evicted']}")
-    print(f"  at {ref_n:,} samples (epoch start = plan + first 16 batches): held per shard {small['epochs'][0]['epoch_start_s']:.3f} s, peak "
-          f"{small['peak_growth_mib']:.1f} MiB; full order (one int64 per sample, the earlier way) "
-          f"{ref['epoch_start_s']:.3f} s, peak {ref['peak_growth_mib']:.1f} MiB; ratio full / per shard: "
-          f"time {ref['epoch_start_s'] / max(1e-9, small['epochs'][0]['epoch_start_s']):,.0f}x, "
-          f"peak memory {ref['peak_growth_mib'] / max(0.1, small['peak_growth_mib']):,.1f}x")
+    print(
+        f"scale: {samples:,} samples in {shards:,} shards, world 8, batch 256 ({e0['units']:,} batches per epoch)"
+    )
+    print(
+        f"  epoch start (create + first lease of the last rank): epoch 0 {e0['epoch_start_s']:.3f} s, "
+        f"epoch 1 {e1['epoch_start_s']:.3f} s  (goal < 0.5 s)"
+    )
+    print(
+        f"  server RSS growth {lazy['rss_growth_mib']:.1f} MiB, peak {lazy['peak_growth_mib']:.1f} MiB over the "
+        f"baseline (goal < 100 MiB); an epoch-0 iteration driven to its end in {e0['finish_s']:.1f} s "
+        f"and evicted from memory: {e0['evicted']}"
+    )
+    print(
+        f"  at {ref_n:,} samples (epoch start = plan + first 16 batches): held per shard {small['epochs'][0]['epoch_start_s']:.3f} s, peak "
+        f"{small['peak_growth_mib']:.1f} MiB; full order (one int64 per sample, the earlier way) "
+        f"{ref['epoch_start_s']:.3f} s, peak {ref['peak_growth_mib']:.1f} MiB; ratio full / per shard: "
+        f"time {ref['epoch_start_s'] / max(1e-9, small['epochs'][0]['epoch_start_s']):,.0f}x, "
+        f"peak memory {ref['peak_growth_mib'] / max(0.1, small['peak_growth_mib']):,.1f}x"
+    )
     return {"scale": lazy, "scale_small": small, "full_order_small": ref}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 100k samples, clients 1,2, 8 coordination clients for 3 s, no scale figures")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 100k samples, clients 1,2, 8 coordination clients for 3 s, no scale figures",
+    )
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--clients", default=None, help="comma-separated client counts (default 1,2,4)")
-    ap.add_argument("--lavender-python", type=Path, default=HERE.parent / ".lvenv/bin/python",
-                    help="Python of a venv with lavender-data (default: .lvenv/bin/python, skipped if absent)")
+    ap.add_argument(
+        "--lavender-python",
+        type=Path,
+        default=HERE.parent / ".lvenv/bin/python",
+        help="Python of a venv with lavender-data (default: .lvenv/bin/python, skipped if absent)",
+    )
     ap.add_argument("--lavender-batches", type=int, default=100)
-    ap.add_argument("--coord-clients", type=int, default=None,
-                    help="client processes of the coordination test (default 32; --quick: 8)")
-    ap.add_argument("--scale", action=argparse.BooleanOptionalAction, default=None,
-                    help="only the 100M-sample scale figures (--no-scale: only throughput; default: both)")
+    ap.add_argument(
+        "--coord-clients",
+        type=int,
+        default=None,
+        help="client processes of the coordination test (default 32; --quick: 8)",
+    )
+    ap.add_argument(
+        "--scale",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only the 100M-sample scale figures (--no-scale: only throughput; default: both)",
+    )
     args = ap.parse_args(argv)
     if args.scale:
         print(json.dumps(scale_report()))
@@ -351,8 +451,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     bl = _bench_loader()
     n = args.samples or (100_000 if args.quick else 1_000_000)
     counts = [int(c) for c in (args.clients or ("1,2" if args.quick else "1,2,4")).split(",")]
-    print(f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}")
-    print(f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), batch {bl.BATCH}, shuffle on")
+    print(
+        f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}"
+    )
+    print(
+        f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), batch {bl.BATCH}, shuffle on"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
         files = bl.make_data(root, n)
@@ -370,29 +474,42 @@ def main(argv: Sequence[str] | None = None) -> None:
                 rss = _peak_rss_mib(pid)
         with _server(root, 0, location=location) as (url, pid):
             direct = [run_clients(url, c, bl.BATCH, transport="direct") for c in counts]
-            coord = run_coordination(url, pid, clients=args.coord_clients or (8 if args.quick else 32), seconds=3.0 if args.quick else 10.0)
+            coord = run_coordination(
+                url,
+                pid,
+                clients=args.coord_clients or (8 if args.quick else 32),
+                seconds=3.0 if args.quick else 10.0,
+            )
         lav = None
         if args.lavender_python.exists():
             lav = bl.run_lavender(args.lavender_python, root, args.lavender_batches)
-    print(f"load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (other jobs share this machine)")
+    print(
+        f"load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (other jobs share this machine)"
+    )
     print(f"{'in-process Loader':<36} {local_sps:>12,.0f} samples/s")
 
     def line(label: str, r: dict[str, Any]) -> None:
-        print(f"{label:<36} {r['samples_per_s']:>12,.0f} samples/s  {r['samples_per_s'] / local_sps:5.2f}x  "
-              f"({r['samples']:,} samples in {r['seconds']:.2f} s; per batch p50 {r['p50_ms']:.2f} ms, "
-              f"p99 {r['p99_ms']:.2f} ms; stall {r['stall_s']} s)")
+        print(
+            f"{label:<36} {r['samples_per_s']:>12,.0f} samples/s  {r['samples_per_s'] / local_sps:5.2f}x  "
+            f"({r['samples']:,} samples in {r['seconds']:.2f} s; per batch p50 {r['p50_ms']:.2f} ms, "
+            f"p99 {r['p99_ms']:.2f} ms; stall {r['stall_s']} s)"
+        )
 
     for workers, rows in built.items():
         for r in rows:
             line(f"server-built, {workers} build worker(s), {r['clients']} client(s)", r)
     for r in direct:
         line(f"direct, {r['clients']} client(s)", r)
-    print(f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not counting them)")
-    print(f"coordination: {coord['clients']} direct-mode client processes acknowledging without reading: "
-          f"{coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in {coord['seconds']:.1f} s; "
-          f"latency p50 {coord['p50_ms']:.2f} ms, p99 {coord['p99_ms']:.2f} ms; {coord['waits']} waits); "
-          f"server RSS {coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB)")
+    print(
+        f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not counting them)"
+    )
+    print(
+        f"coordination: {coord['clients']} direct-mode client processes acknowledging without reading: "
+        f"{coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in {coord['seconds']:.1f} s; "
+        f"latency p50 {coord['p50_ms']:.2f} ms, p99 {coord['p99_ms']:.2f} ms; {coord['waits']} waits); "
+        f"server RSS {coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB)"
+    )
     one = {w: next((r for r in rows if r["clients"] == 1), None) for w, rows in built.items()}
     two = {w: next((r for r in rows if r["clients"] == 2), None) for w, rows in built.items()}
     d1 = next((r for r in direct if r["clients"] == 1), None)
@@ -401,28 +518,56 @@ def main(argv: Sequence[str] | None = None) -> None:
         goals.append(("direct, 1 client >= 0.9x in-process", d1["samples_per_s"] / local_sps, 0.9))
     for w, r1 in one.items():
         if r1 is not None:
-            goals.append((f"server-built ({w} worker(s)), 1 client >= 0.7x in-process", r1["samples_per_s"] / local_sps,
-                          0.7))
+            goals.append(
+                (
+                    f"server-built ({w} worker(s)), 1 client >= 0.7x in-process",
+                    r1["samples_per_s"] / local_sps,
+                    0.7,
+                )
+            )
     one2, two2 = one.get(2), two.get(2)
     if one2 is not None and two2 is not None:
-        goals.append(("server-built (2 workers): 2 clients / 1 client > 1", two2["samples_per_s"] /
-                      one2["samples_per_s"], 1.0))
+        goals.append(
+            (
+                "server-built (2 workers): 2 clients / 1 client > 1",
+                two2["samples_per_s"] / one2["samples_per_s"],
+                1.0,
+            )
+        )
     goals.append(("lease round trips/s >= 2,000", coord["leases_per_s"], 2000))
     for label, got, want in goals:
-        print(f"goal: {label}: {got:,.2f} -> {'met' if got >= want and (want != 1.0 or got > want) else 'NOT met'}")
+        print(
+            f"goal: {label}: {got:,.2f} -> {'met' if got >= want and (want != 1.0 or got > want) else 'NOT met'}"
+        )
     best = max(r["samples_per_s"] for r in direct + [x for rows in built.values() for x in rows])
     if lav is None:
         print(f"lavender-data: no venv at {args.lavender_python}; not measured in this run")
     elif "error" in lav:
         print(f"lavender-data: failed: {lav['error']}")
     else:
-        print(f"lavender-data {lav['lavender_version']}: {lav['samples_per_s']:,.0f} samples/s "
-              f"({lav['batches']} batches); ratio datamill serve / lavender: {best / lav['samples_per_s']:,.0f}x")
+        print(
+            f"lavender-data {lav['lavender_version']}: {lav['samples_per_s']:,.0f} samples/s "
+            f"({lav['batches']} batches); ratio datamill serve / lavender: {best / lav['samples_per_s']:,.0f}x"
+        )
     rows = [x for rs in built.values() for x in rs]
     scale = scale_report() if args.scale is None and not args.quick else None
-    print(json.dumps({"samples": n, "local_samples_per_s": local_sps, "serve": rows, "built": built,
-                      "direct": direct, "coordination": coord, "load_before": load, "load_after": os.getloadavg(),
-                      "server_peak_rss_mib": rss, "lavender": lav, "scale": scale}))
+    print(
+        json.dumps(
+            {
+                "samples": n,
+                "local_samples_per_s": local_sps,
+                "serve": rows,
+                "built": built,
+                "direct": direct,
+                "coordination": coord,
+                "load_before": load,
+                "load_after": os.getloadavg(),
+                "server_peak_rss_mib": rss,
+                "lavender": lav,
+                "scale": scale,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

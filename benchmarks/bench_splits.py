@@ -55,20 +55,30 @@ def exact(scale: int) -> None:
     got = {k: v["rows"] for k, v in report.exact.items()}
     assert got == ref, (got, ref)
     n = table.num_rows
-    print(f"exact: house prices x{scale} = {n:,} rows x {len(cols)} input columns, random 80/10/10 split")
+    print(
+        f"exact: house prices x{scale} = {n:,} rows x {len(cols)} input columns, random 80/10/10 split"
+    )
     print(f"{'':<34}{'seconds':>9}{'rows/s':>13}")
-    print(f"{'datamill check_splits':<34}{ours:>9.3f}{n / ours:>13,.0f}   goal >= 1,000,000: "
-          f"{'ok' if n / ours >= 1e6 else 'MISSED'}")
-    print(f"{'pandas merge (leak reference)':<34}{t_merge:>9.3f}{n / t_merge:>13,.0f}   ratio {t_merge / ours:.1f}x")
-    print(f"{'pandas duplicated (speed ref.)':<34}{t_dup:>9.3f}{n / t_dup:>13,.0f}   ratio {t_dup / ours:.1f}x "
-          f"({dups:,} duplicated rows)")
-    print(f"leaking rows equal to pandas: {got}; datamill CPU time {ours_cpu:.3f} s ({n / ours_cpu:,.0f} rows/s: "
-          "wall time minus waiting for a core on a loaded machine)")
+    print(
+        f"{'datamill check_splits':<34}{ours:>9.3f}{n / ours:>13,.0f}   goal >= 1,000,000: "
+        f"{'ok' if n / ours >= 1e6 else 'MISSED'}"
+    )
+    print(
+        f"{'pandas merge (leak reference)':<34}{t_merge:>9.3f}{n / t_merge:>13,.0f}   ratio {t_merge / ours:.1f}x"
+    )
+    print(
+        f"{'pandas duplicated (speed ref.)':<34}{t_dup:>9.3f}{n / t_dup:>13,.0f}   ratio {t_dup / ours:.1f}x "
+        f"({dups:,} duplicated rows)"
+    )
+    print(
+        f"leaking rows equal to pandas: {got}; datamill CPU time {ours_cpu:.3f} s ({n / ours_cpu:,.0f} rows/s: "
+        "wall time minus waiting for a core on a loaded machine)"
+    )
 
 
 def shingles(text: str, k: int = 3) -> set[str]:
     w = text.lower().split()
-    return {" ".join(w[i:i + k]) for i in range(len(w) - k + 1)} or {" ".join(w)}
+    return {" ".join(w[i : i + k]) for i in range(len(w) - k + 1)} or {" ".join(w)}
 
 
 def jaccard(a: str, b: str) -> float:
@@ -77,7 +87,9 @@ def jaccard(a: str, b: str) -> float:
 
 
 def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
-    lines = [ln.strip() for ln in (DATA / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        ln.strip() for ln in (DATA / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()
+    ]
     base = [ln for ln in lines if len(ln.split()) >= 8]
     if sentences:
         base = [s.strip() for ln in base for s in ln.split(" . ") if len(s.split()) >= 8]
@@ -96,12 +108,16 @@ def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
     n = len(rows)
     unit = "sentences" if sentences else "lines"
     words = sum(len(r.split()) for r in rows)
-    print(f"near-duplicate text: wikitext2 test {unit} x{text_scale} (one word changed per copy) = {n:,} rows, "
-          f"{words / n:.0f} words per row")
-    print(f"  datamill MinHash+LSH: {ours:.2f} s, {n / ours:,.0f} rows/s ({words / ours / 1e6:.1f}M words/s)   "
-          f"goal >= 100,000 rows/s: {'ok' if n / ours >= 1e5 else 'MISSED'}; "
-          f"{report.near['text']['test']['rows']:,} test rows with a near-duplicate in train; CPU time "
-          f"{ours_cpu:.2f} s ({n / ours_cpu:,.0f} rows/s)")
+    print(
+        f"near-duplicate text: wikitext2 test {unit} x{text_scale} (one word changed per copy) = {n:,} rows, "
+        f"{words / n:.0f} words per row"
+    )
+    print(
+        f"  datamill MinHash+LSH: {ours:.2f} s, {n / ours:,.0f} rows/s ({words / ours / 1e6:.1f}M words/s)   "
+        f"goal >= 100,000 rows/s: {'ok' if n / ours >= 1e5 else 'MISSED'}; "
+        f"{report.near['text']['test']['rows']:,} test rows with a near-duplicate in train; CPU time "
+        f"{ours_cpu:.2f} s ({n / ours_cpu:,.0f} rows/s)"
+    )
     try:
         from datasketch import MinHash, MinHashLSH
     except ImportError:
@@ -129,15 +145,20 @@ def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
     from datamill.lineage.splits import minhash, near_duplicates, token_ids
 
     sig = minhash(*token_ids(sub_table.column("text")))
-    r, left, _ = near_duplicates(sig, np.flatnonzero(split[:sub] == 0), np.flatnonzero(split[:sub] == 2),
-                                 threshold=0.8)
+    r, left, _ = near_duplicates(
+        sig, np.flatnonzero(split[:sub] == 0), np.flatnonzero(split[:sub] == 2), threshold=0.8
+    )
     t_sub = time.perf_counter() - t0
     mine = set(zip(r.tolist(), left.tolist()))
     true = {p for p in mine | theirs if jaccard(rows[p[0]], rows[p[1]]) >= 0.8}
-    print(f"  on the first {sub:,} rows: datamill {t_sub:.3f} s ({sub / t_sub:,.0f} rows/s), datasketch {t_ds:.2f} s "
-          f"({sub / t_ds:,.0f} rows/s), ratio {t_ds / t_sub:.0f}x")
-    print(f"  pairs with exact Jaccard >= 0.8 among both answers: {len(true):,}; datamill found {len(mine & true):,} "
-          f"(+{len(mine - true)} below 0.8), datasketch {len(theirs & true):,} (+{len(theirs - true)} below 0.8)")
+    print(
+        f"  on the first {sub:,} rows: datamill {t_sub:.3f} s ({sub / t_sub:,.0f} rows/s), datasketch {t_ds:.2f} s "
+        f"({sub / t_ds:,.0f} rows/s), ratio {t_ds / t_sub:.0f}x"
+    )
+    print(
+        f"  pairs with exact Jaccard >= 0.8 among both answers: {len(true):,}; datamill found {len(mine & true):,} "
+        f"(+{len(mine - true)} below 0.8), datasketch {len(theirs & true):,} (+{len(theirs - true)} below 0.8)"
+    )
 
 
 def main() -> None:

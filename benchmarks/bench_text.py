@@ -48,7 +48,9 @@ from datamill.text import build_corpus, random_batches, sequential_batches
 class SeedVocab:
     """d2l's Vocab: <unk> first, reserved tokens, then tokens by descending frequency."""
 
-    def __init__(self, tokens: list[Any], min_freq: int = 0, reserved_tokens: list[str] | None = None) -> None:
+    def __init__(
+        self, tokens: list[Any], min_freq: int = 0, reserved_tokens: list[str] | None = None
+    ) -> None:
         reserved_tokens = reserved_tokens or []
         if tokens and isinstance(tokens[0], list):
             tokens = [token for line in tokens for token in line]
@@ -88,17 +90,17 @@ def seed_word_corpus(lines: list[str]) -> tuple[list[list[int]], SeedVocab]:
 def seq_data_iter_random(corpus: list[int], batch_size: int, num_steps: int) -> Iterator[Any]:
     import torch
 
-    corpus = corpus[random.randint(0, num_steps - 1):]
+    corpus = corpus[random.randint(0, num_steps - 1) :]
     num_subseqs = (len(corpus) - 1) // num_steps
     initial_indices = list(range(0, num_subseqs * num_steps, num_steps))
     random.shuffle(initial_indices)
 
     def data(pos: int) -> list[int]:
-        return corpus[pos: pos + num_steps]
+        return corpus[pos : pos + num_steps]
 
     num_batches = num_subseqs // batch_size
     for i in range(0, batch_size * num_batches, batch_size):
-        initial_indices_per_batch = initial_indices[i: i + batch_size]
+        initial_indices_per_batch = initial_indices[i : i + batch_size]
         X = [data(j) for j in initial_indices_per_batch]
         Y = [data(j + 1) for j in initial_indices_per_batch]
         yield torch.tensor(X), torch.tensor(Y)
@@ -109,13 +111,13 @@ def seq_data_iter_sequential(corpus: list[int], batch_size: int, num_steps: int)
 
     offset = random.randint(0, num_steps)
     num_tokens = ((len(corpus) - offset - 1) // batch_size) * batch_size
-    Xs = torch.tensor(corpus[offset: offset + num_tokens])
-    Ys = torch.tensor(corpus[offset + 1: offset + 1 + num_tokens])
+    Xs = torch.tensor(corpus[offset : offset + num_tokens])
+    Ys = torch.tensor(corpus[offset + 1 : offset + 1 + num_tokens])
     Xs, Ys = Xs.reshape(batch_size, -1), Ys.reshape(batch_size, -1)
     num_batches = Xs.shape[1] // num_steps
     for i in range(0, num_steps * num_batches, num_steps):
-        X = Xs[:, i: i + num_steps]
-        Y = Ys[:, i: i + num_steps]
+        X = Xs[:, i : i + num_steps]
+        Y = Ys[:, i : i + num_steps]
         yield X, Y
 
 
@@ -161,15 +163,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 MB instead of 50 MB")
     ap.add_argument("--mb", type=float, default=50.0, help="text size per level in MB (default 50)")
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+    ap.add_argument(
+        "--data", default=str(Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
+    )
     args = ap.parse_args()
     mb = 5.0 if args.quick else args.mb
     data = Path(args.data)
-    print(f"machine: {platform.platform()}, python {sys.version.split()[0]}, cpu_count={os.cpu_count()}")
+    print(
+        f"machine: {platform.platform()}, python {sys.version.split()[0]}, cpu_count={os.cpu_count()}"
+    )
     print(f"text size per level: >= {mb:g} MB")
     results: list[tuple[str, float, float, int]] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench_text_"))
-    warm = tmp / "warm.txt"  # first calls pay one-off imports/kernel set-up on both sides: warm both up
+    warm = (
+        tmp / "warm.txt"
+    )  # first calls pay one-off imports/kernel set-up on both sides: warm both up
     warm.write_text("The Time Machine\nby H. G. Wells\n", encoding="utf-8")
     for lvl in ("char", "word"):
         build_corpus(warm, level=lvl, lowercase=True, collapse_whitespace=True)
@@ -180,21 +188,37 @@ def main() -> int:
     tm = repeat_lines((data / "timemachine.txt").read_text(encoding="utf-8").splitlines(), mb)
     chars = sum(len(x) + 1 for x in tm)
     (seed_ids, seed_vocab), t_seed = timed(seed_char_corpus, tm)
-    print(f"[char] seed:     {len(seed_ids):,} tokens, vocab {len(seed_vocab)}, {t_seed:.2f} s "
-          f"({len(seed_ids) / t_seed / 1e6:.1f} M tokens/s); peak RSS so far {rss_mb():,.0f} MB")
+    print(
+        f"[char] seed:     {len(seed_ids):,} tokens, vocab {len(seed_vocab)}, {t_seed:.2f} s "
+        f"({len(seed_ids) / t_seed / 1e6:.1f} M tokens/s); peak RSS so far {rss_mb():,.0f} MB"
+    )
     tm_file = tmp / "timemachine_rep.txt"
     tm_file.write_text("\n".join(tm) + "\n", encoding="utf-8")
-    corpus, t_dm = timed(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)
-    t_best = min(timed(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)[1]
-                 for _ in range(2))
-    print(f"[char] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x); "
-          "the first run below also pays the page faults of fresh memory")
-    _, _, peak = traced(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)
-    print(f"[char] datamill: {len(corpus):,} tokens, vocab {len(corpus.vocab)}, {t_dm:.2f} s "
-          f"({len(corpus) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x")
-    ok = len(corpus) == len(seed_ids) and sorted(corpus.vocab.idx2str) == sorted(seed_vocab.idx_to_token)
+    corpus, t_dm = timed(
+        build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True
+    )
+    t_best = min(
+        timed(build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True)[1]
+        for _ in range(2)
+    )
+    print(
+        f"[char] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x); "
+        "the first run below also pays the page faults of fresh memory"
+    )
+    _, _, peak = traced(
+        build_corpus, tm_file, level="char", lowercase=True, collapse_whitespace=True
+    )
+    print(
+        f"[char] datamill: {len(corpus):,} tokens, vocab {len(corpus.vocab)}, {t_dm:.2f} s "
+        f"({len(corpus) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x"
+    )
+    ok = len(corpus) == len(seed_ids) and sorted(corpus.vocab.idx2str) == sorted(
+        seed_vocab.idx_to_token
+    )
     # same ids up to the tie order (none here): compare decoded prefixes
-    ok = ok and corpus.decode(corpus.tokens[:1000]) == "".join(seed_vocab.idx_to_token[i] for i in seed_ids[:1000])
+    ok = ok and corpus.decode(corpus.tokens[:1000]) == "".join(
+        seed_vocab.idx_to_token[i] for i in seed_ids[:1000]
+    )
     print(f"[char] same tokens and vocabulary as the seed: {ok}   ({chars / 1e6:.1f} MB text)")
     results.append(("vocab build + encode, char", t_seed, t_dm, len(corpus)))
     seed_list = seed_ids
@@ -206,16 +230,22 @@ def main() -> int:
     ptb = repeat_lines(ptb, mb)
     (seed_w, seed_wv), t_seed = timed(seed_word_corpus, ptb)
     n_w = sum(len(x) for x in seed_w)
-    print(f"[word] seed:     {n_w:,} tokens, vocab {len(seed_wv)}, {t_seed:.2f} s "
-          f"({n_w / t_seed / 1e6:.1f} M tokens/s); peak RSS so far {rss_mb():,.0f} MB")
+    print(
+        f"[word] seed:     {n_w:,} tokens, vocab {len(seed_wv)}, {t_seed:.2f} s "
+        f"({n_w / t_seed / 1e6:.1f} M tokens/s); peak RSS so far {rss_mb():,.0f} MB"
+    )
     ptb_file = tmp / "ptb_rep.txt"
     ptb_file.write_text("\n".join(ptb), encoding="utf-8")
     wc, t_dm = timed(build_corpus, ptb_file, level="word")
     t_best = min(timed(build_corpus, ptb_file, level="word")[1] for _ in range(2))
-    print(f"[word] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x)")
+    print(
+        f"[word] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x)"
+    )
     _, _, peak = traced(build_corpus, ptb_file, level="word")
-    print(f"[word] datamill: {len(wc):,} tokens, vocab {len(wc.vocab)}, {t_dm:.2f} s "
-          f"({len(wc) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x")
+    print(
+        f"[word] datamill: {len(wc):,} tokens, vocab {len(wc.vocab)}, {t_dm:.2f} s "
+        f"({len(wc) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x"
+    )
     print(f"[word] same counts as the seed: {len(wc) == n_w and len(wc.vocab) == len(seed_wv)}")
     results.append(("vocab build + encode, word", t_seed, t_dm, len(wc)))
     del seed_w, ptb
@@ -223,12 +253,16 @@ def main() -> int:
     # 3. LM batches ---------------------------------------------------------------------------
     bs, ns = 32, 35
     random.seed(0)
-    for name, seed_fn, dm_fn in (("random", seq_data_iter_random, random_batches),
-                                 ("sequential", seq_data_iter_sequential, sequential_batches)):
+    for name, seed_fn, dm_fn in (
+        ("random", seq_data_iter_random, random_batches),
+        ("sequential", seq_data_iter_sequential, sequential_batches),
+    ):
         n_seed, t_seed = timed(drain, seed_fn(seed_list, bs, ns))
         n_dm, t_dm = timed(drain, dm_fn(corpus, bs, ns, seed=0))
-        print(f"[batches {name}] seed: {n_seed:,} X tokens in {t_seed:.2f} s ({n_seed / t_seed / 1e6:.1f} M/s); "
-              f"datamill: {n_dm:,} in {t_dm:.3f} s ({n_dm / t_dm / 1e6:.0f} M/s int32); ratio {t_seed / t_dm:.1f}x")
+        print(
+            f"[batches {name}] seed: {n_seed:,} X tokens in {t_seed:.2f} s ({n_seed / t_seed / 1e6:.1f} M/s); "
+            f"datamill: {n_dm:,} in {t_dm:.3f} s ({n_dm / t_dm / 1e6:.0f} M/s int32); ratio {t_seed / t_dm:.1f}x"
+        )
         results.append((f"LM batches {name} ({bs}x{ns})", t_seed, t_dm, n_dm))
     n_dm, t_dm = timed(drain, random_batches(corpus, 256, 256, seed=0))
     print(f"[batches random 256x256] datamill: {n_dm / t_dm / 1e6:.0f} M tokens/s")

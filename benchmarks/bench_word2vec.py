@@ -109,7 +109,9 @@ class SeedVocab:
         return 0
 
 
-def seed_subsample(sentences: list[list[str]], vocab: SeedVocab) -> tuple[list[list[str]], collections.Counter[str]]:
+def seed_subsample(
+    sentences: list[list[str]], vocab: SeedVocab
+) -> tuple[list[list[str]], collections.Counter[str]]:
     sentences = [[token for token in line if vocab[token] != vocab.unk] for line in sentences]
     counter = collections.Counter([token for line in sentences for token in line])
     num_tokens = sum(counter.values())
@@ -120,7 +122,9 @@ def seed_subsample(sentences: list[list[str]], vocab: SeedVocab) -> tuple[list[l
     return ([[token for token in line if keep(token)] for line in sentences], counter)
 
 
-def seed_centers_and_contexts(corpus: list[list[int]], max_window_size: int) -> tuple[list[int], list[list[int]]]:
+def seed_centers_and_contexts(
+    corpus: list[list[int]], max_window_size: int
+) -> tuple[list[int], list[list[int]]]:
     centers, contexts = [], []
     for line in corpus:
         if len(line) < 2:
@@ -149,8 +153,9 @@ class RandomGenerator:
         return self.candidates[self.i - 1]
 
 
-def seed_get_negatives(all_contexts: list[list[int]], vocab: SeedVocab, counter: collections.Counter[str],
-                       K: int) -> list[list[int]]:
+def seed_get_negatives(
+    all_contexts: list[list[int]], vocab: SeedVocab, counter: collections.Counter[str], K: int
+) -> list[list[int]]:
     sampling_weights = [counter[vocab.to_tokens(i)] ** 0.75 for i in range(1, len(vocab))]
     all_negatives, generator = [], RandomGenerator(sampling_weights)
     for contexts in all_contexts:
@@ -172,8 +177,12 @@ def seed_batchify(data: list[tuple[int, list[int], list[int]]], torch: Any) -> t
         contexts_negatives += [context + negative + [0] * (max_len - cur_len)]
         masks += [[1] * cur_len + [0] * (max_len - cur_len)]
         labels += [[1] * len(context) + [0] * (max_len - len(context))]
-    return (torch.tensor(centers).reshape((-1, 1)), torch.tensor(contexts_negatives), torch.tensor(masks),
-            torch.tensor(labels))
+    return (
+        torch.tensor(centers).reshape((-1, 1)),
+        torch.tensor(contexts_negatives),
+        torch.tensor(masks),
+        torch.tensor(labels),
+    )
 
 
 def run_seed(src: str, batch_size: int, torch: Any) -> tuple[dict[str, float], dict[str, int]]:
@@ -206,11 +215,22 @@ def run_seed(src: str, batch_size: int, torch: Any) -> tuple[dict[str, float], d
     random.shuffle(order)
     n_batches = 0
     for b in range(0, len(order), batch_size):
-        seed_batchify([(all_centers[i], all_contexts[i], all_negatives[i]) for i in order[b:b + batch_size]], torch)
+        seed_batchify(
+            [
+                (all_centers[i], all_contexts[i], all_negatives[i])
+                for i in order[b : b + batch_size]
+            ],
+            torch,
+        )
         n_batches += 1
     t["batches"] = time.perf_counter() - t0
-    counts = {"vocab": len(vocab), "tokens_after": sum(len(line) for line in subsampled), "centers": len(all_centers),
-              "pairs": sum(len(c) for c in all_contexts), "batches": n_batches}
+    counts = {
+        "vocab": len(vocab),
+        "tokens_after": sum(len(line) for line in subsampled),
+        "centers": len(all_centers),
+        "pairs": sum(len(c) for c in all_contexts),
+        "batches": n_batches,
+    }
     return t, counts
 
 
@@ -227,8 +247,13 @@ def run_datamill(src: str, batch_size: int) -> tuple[dict[str, float], dict[str,
         t0 = time.perf_counter()
         s.save(d)
         save = time.perf_counter() - t0
-    counts = {"vocab": s.info["vocab_size"], "tokens_after": s.info["tokens_after_subsampling"],
-              "centers": len(s), "pairs": s.info["pairs"], "batches": n_batches}
+    counts = {
+        "vocab": s.info["vocab_size"],
+        "tokens_after": s.info["tokens_after_subsampling"],
+        "centers": len(s),
+        "pairs": s.info["pairs"],
+        "batches": n_batches,
+    }
     return t, counts, save
 
 
@@ -251,8 +276,10 @@ def main() -> None:
         Path(src).write_text("\n".join(lines[: len(lines) // 10]), encoding="utf-8")
     else:
         src = f"{zpath}:{MEMBER}"
-    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-          f"os.cpu_count()={os.cpu_count()}, python {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"os.cpu_count()={os.cpu_count()}, python {platform.python_version()}"
+    )
     print(f"input: {src}  batch_size {args.batch_size}  (window 5, K 5, min_freq 10, t 1e-4)")
     run_datamill(src, args.batch_size)  # warm-up (imports, page cache); not timed
     gc.collect()
@@ -269,12 +296,16 @@ def main() -> None:
     tot_s, tot_d = sum(ts.values()), sum(td.values())
     print(f"{'end to end':<18}{tot_s:>10.3f}{tot_d:>14.4f}{tot_s / tot_d:>8.1f}x")
     b_s, b_d = tot_s - ts["batches"], tot_d - td["batches"]
-    print(f"{'build only':<18}{b_s:>10.3f}{b_d:>14.4f}{b_s / b_d:>8.1f}x   (zip -> examples, no batches)")
+    print(
+        f"{'build only':<18}{b_s:>10.3f}{b_d:>14.4f}{b_s / b_d:>8.1f}x   (zip -> examples, no batches)"
+    )
     print(f"\npeak RSS increase: seed {mem_s.mb:,.0f} MB, datamill {mem_d.mb:,.0f} MB")
     print(f"datamill save (5 .npy + vocab.json + skipgram.json, not in the total): {save:.3f} s")
     print(f"counts seed     {cs}\ncounts datamill {cd}")
-    print(f"center/context pairs per second end to end: seed {cs['pairs'] / tot_s:,.0f}, "
-          f"datamill {cd['pairs'] / tot_d:,.0f}")
+    print(
+        f"center/context pairs per second end to end: seed {cs['pairs'] / tot_s:,.0f}, "
+        f"datamill {cd['pairs'] / tot_d:,.0f}"
+    )
     tmp.cleanup()
 
 

@@ -43,8 +43,9 @@ def train_tokenizer(raw: str, vocab_size: int) -> Any:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIALS,
-                                        show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIALS, show_progress=False
+    )
     tok.train([raw], trainer=trainer)
     return tok
 
@@ -64,8 +65,13 @@ def read_documents(raw: str, tok: Any) -> list[list[list[int]]]:
     return [d for d in docs if d]
 
 
-def seed_pairs(documents: list[list[list[int]]], doc_idx: int, max_seq_length: int, short_seq_prob: float,
-               rng: random.Random) -> list[tuple[list[int], list[int], bool]]:
+def seed_pairs(
+    documents: list[list[list[int]]],
+    doc_idx: int,
+    max_seq_length: int,
+    short_seq_prob: float,
+    rng: random.Random,
+) -> list[tuple[list[int], list[int], bool]]:
     """The seed article's sentence-pair loop for one document."""
     max_tokens = max_seq_length - 3
     target_length = max_tokens
@@ -104,7 +110,9 @@ def seed_pairs(documents: list[list[list[int]]], doc_idx: int, max_seq_length: i
     return samples
 
 
-def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
+def truncate_seq_pair(
+    tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random
+) -> None:
     while True:
         if len(tokens_a) + len(tokens_b) <= max_num_tokens:
             break
@@ -115,9 +123,16 @@ def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: 
             trunc.pop()
 
 
-def create_masked_lm_predictions(tokens: list[int], n_content: int, specials: set[int], mask_id: int,
-                                 masked_lm_prob: float, max_predictions: int, vocab_words: list[int],
-                                 rng: random.Random) -> tuple[list[int], list[int], list[int]]:
+def create_masked_lm_predictions(
+    tokens: list[int],
+    n_content: int,
+    specials: set[int],
+    mask_id: int,
+    masked_lm_prob: float,
+    max_predictions: int,
+    vocab_words: list[int],
+    rng: random.Random,
+) -> tuple[list[int], list[int], list[int]]:
     cand = [i for i, t in enumerate(tokens) if t not in specials]
     rng.shuffle(cand)
     output = list(tokens)
@@ -138,8 +153,9 @@ def create_masked_lm_predictions(tokens: list[int], n_content: int, specials: se
     return output, [p for p, _ in masked], [lab for _, lab in masked]
 
 
-def samples(docs: list[list[list[int]]], tok: Any, *, dupe_factor: int, max_seq_length: int, seed: int
-            ) -> Iterator[dict[str, Any]]:
+def samples(
+    docs: list[list[list[int]]], tok: Any, *, dupe_factor: int, max_seq_length: int, seed: int
+) -> Iterator[dict[str, Any]]:
     rng = random.Random(seed)
     sp = {t: tok.token_to_id(t) for t in SPECIALS}
     specials = set(sp.values())
@@ -153,10 +169,23 @@ def samples(docs: list[list[list[int]]], tok: Any, *, dupe_factor: int, max_seq_
                 tokens = [cls, *tokens_a, sep, *tokens_b, sep]
                 segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
                 tokens, positions, labels = create_masked_lm_predictions(
-                    tokens, len(tokens_a) + len(tokens_b), specials, mask, 0.15, 20, vocab_words, rng)
+                    tokens,
+                    len(tokens_a) + len(tokens_b),
+                    specials,
+                    mask,
+                    0.15,
+                    20,
+                    vocab_words,
+                    rng,
+                )
                 n_pad = max_seq_length - len(tokens)  # the seed's writer pads to max_seq_length
-                yield {"tokens": tokens + [pad] * n_pad, "segment_ids": segment_ids + [-1] * n_pad,
-                       "is_random_next": is_random_next, "masked_positions": positions, "masked_labels": labels}
+                yield {
+                    "tokens": tokens + [pad] * n_pad,
+                    "segment_ids": segment_ids + [-1] * n_pad,
+                    "is_random_next": is_random_next,
+                    "masked_positions": positions,
+                    "masked_labels": labels,
+                }
 
 
 def hf_samples(raw: str, tokenizer: str, **kw: Any) -> Iterator[dict[str, Any]]:
@@ -174,7 +203,9 @@ def main() -> None:
     ap.add_argument("--max-seq-length", type=int, default=512)
     ap.add_argument("--vocab-size", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=12345)
-    ap.add_argument("--hf", help="write the samples with datasets.Dataset.from_generator + to_parquet here")
+    ap.add_argument(
+        "--hf", help="write the samples with datasets.Dataset.from_generator + to_parquet here"
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     tok = train_tokenizer(args.raw, args.vocab_size)
@@ -190,23 +221,39 @@ def main() -> None:
         import datasets
 
         datasets.disable_progress_bars()
-        features = datasets.Features({
-            "tokens": datasets.Sequence(datasets.Value("int32")),
-            "segment_ids": datasets.Sequence(datasets.Value("int8")),
-            "is_random_next": datasets.Value("bool"),
-            "masked_positions": datasets.Sequence(datasets.Value("int32")),
-            "masked_labels": datasets.Sequence(datasets.Value("int32"))})
+        features = datasets.Features(
+            {
+                "tokens": datasets.Sequence(datasets.Value("int32")),
+                "segment_ids": datasets.Sequence(datasets.Value("int8")),
+                "is_random_next": datasets.Value("bool"),
+                "masked_positions": datasets.Sequence(datasets.Value("int32")),
+                "masked_labels": datasets.Sequence(datasets.Value("int32")),
+            }
+        )
         with tempfile.TemporaryDirectory(prefix="hf-cache-") as cache:
             tok_path = f"{cache}/tokenizer.json"
             tok.save(tok_path)
             t2 = time.perf_counter()
-            ds = datasets.Dataset.from_generator(hf_samples, gen_kwargs={"raw": args.raw, "tokenizer": tok_path, **kw},
-                                                 features=features, cache_dir=cache)
+            ds = datasets.Dataset.from_generator(
+                hf_samples,
+                gen_kwargs={"raw": args.raw, "tokenizer": tok_path, **kw},
+                features=features,
+                cache_dir=cache,
+            )
             ds.to_parquet(args.hf)
             n = ds.num_rows
     t3 = time.perf_counter()
-    print(json.dumps({"samples": n, "vocab_size": tok.get_vocab_size(),
-                      "train_tokenizer": t1 - t0, "read_tokenize": t2 - t1, "samples_write": t3 - t2}))  # HF: read inside
+    print(
+        json.dumps(
+            {
+                "samples": n,
+                "vocab_size": tok.get_vocab_size(),
+                "train_tokenizer": t1 - t0,
+                "read_tokenize": t2 - t1,
+                "samples_write": t3 - t2,
+            }
+        )
+    )  # HF: read inside
     sys.stdout.flush()
 
 

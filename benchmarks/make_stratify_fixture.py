@@ -22,9 +22,23 @@ from bench_ludwig_side import _shims  # torchvision/torchaudio shims, before Lud
 
 OUT = Path(__file__).resolve().parents[1] / "tests/fixtures/ludwig/stratify_sizes.json"
 
-MIXES = [[59, 71, 48], [50, 50, 50], [10, 10], [3, 3, 3, 3], [2, 2], [100, 1, 50], [7, 1, 1, 9],
-         [1000, 30, 5], [13, 17, 19, 23, 29], [2, 3, 5, 7, 11, 13], [400, 400], [5, 6], [333, 334, 333],
-         [20, 2, 2, 2], [146, 34, 90, 61]]
+MIXES = [
+    [59, 71, 48],
+    [50, 50, 50],
+    [10, 10],
+    [3, 3, 3, 3],
+    [2, 2],
+    [100, 1, 50],
+    [7, 1, 1, 9],
+    [1000, 30, 5],
+    [13, 17, 19, 23, 29],
+    [2, 3, 5, 7, 11, 13],
+    [400, 400],
+    [5, 6],
+    [333, 334, 333],
+    [20, 2, 2, 2],
+    [146, 34, 90, 61],
+]
 TRIPLES = [(0.7, 0.1, 0.2), (0.6, 0.2, 0.2), (0.8, 0.1, 0.1), (0.5, 0.25, 0.25), (0.34, 0.33, 0.33)]
 SEEDS = [42, 0, 7]
 
@@ -45,19 +59,50 @@ def main() -> None:
         for probabilities in TRIPLES:
             for seed in SEEDS:
                 rng = np.random.default_rng(seed)
-                df = pd.DataFrame({"label": np.asarray(labels)[rng.permutation(len(labels))],
-                                   "x": np.arange(len(labels))})
+                df = pd.DataFrame(
+                    {
+                        "label": np.asarray(labels)[rng.permutation(len(labels))],
+                        "x": np.arange(len(labels)),
+                    }
+                )
                 try:
-                    parts = stratify_split_dataframe(df, "label", list(probabilities), LOCAL_BACKEND, seed)
-                except ValueError as exc:  # scikit-learn refuses (e.g. fewer rows than classes on one side)
-                    cases.append({"counts": counts, "probabilities": list(probabilities), "seed": seed,
-                                  "ludwig_error": str(exc).splitlines()[0]})
+                    parts = stratify_split_dataframe(
+                        df, "label", list(probabilities), LOCAL_BACKEND, seed
+                    )
+                except (
+                    ValueError
+                ) as exc:  # scikit-learn refuses (e.g. fewer rows than classes on one side)
+                    cases.append(
+                        {
+                            "counts": counts,
+                            "probabilities": list(probabilities),
+                            "seed": seed,
+                            "ludwig_error": str(exc).splitlines()[0],
+                        }
+                    )
                     continue
-                sizes = [[int((p["label"] == f"c{k:02d}").sum()) for p in parts] for k in range(len(counts))]
-                cases.append({"counts": counts, "probabilities": list(probabilities), "seed": seed, "sizes": sizes})
-    doc = {"ludwig": LUDWIG_VERSION, "sklearn": sklearn.__version__,
-           "made_by": "benchmarks/make_stratify_fixture.py", "cases": cases}
-    out.write_text(json.dumps(doc, indent=None, separators=(",", ":")).replace('{"counts"', '\n{"counts"') + "\n")
+                sizes = [
+                    [int((p["label"] == f"c{k:02d}").sum()) for p in parts]
+                    for k in range(len(counts))
+                ]
+                cases.append(
+                    {
+                        "counts": counts,
+                        "probabilities": list(probabilities),
+                        "seed": seed,
+                        "sizes": sizes,
+                    }
+                )
+    doc = {
+        "ludwig": LUDWIG_VERSION,
+        "sklearn": sklearn.__version__,
+        "made_by": "benchmarks/make_stratify_fixture.py",
+        "cases": cases,
+    }
+    out.write_text(
+        json.dumps(doc, indent=None, separators=(",", ":")).replace('{"counts"', '\n{"counts"')
+        + "\n"
+    )
     ok = sum("sizes" in c for c in cases)
     print(f"{ok} cases with sizes, {len(cases) - ok} refused by Ludwig/scikit-learn -> {out}")
 

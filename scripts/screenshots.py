@@ -28,8 +28,15 @@ import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 def build(data: Path, root: Path) -> None:
@@ -43,25 +50,51 @@ def build(data: Path, root: Path) -> None:
     (root / "cifar_images").mkdir(parents=True)
     for f in files:
         shutil.copy(src / f, root / "cifar_images" / Path(f).name)
-    images = pa.table({"uid": labels.column("uid"), "png": pa.array([(src / f).read_bytes() for f in files]),
-                       "image_path": [f"../cifar_images/{Path(f).name}" for f in files]})
+    images = pa.table(
+        {
+            "uid": labels.column("uid"),
+            "png": pa.array([(src / f).read_bytes() for f in files]),
+            "image_path": [f"../cifar_images/{Path(f).name}" for f in files],
+        }
+    )
     ds = ShardsetDataset.create(root / "cifar", images, uid="uid", shardset="image", shard_size=25)
     ds = ds.add("label", labels.select(["uid", "label"]), route=True)
     lab = labels.take(pa.array(np.flatnonzero(np.arange(labels.num_rows) % 5 != 4)))
-    ds = ds.add("caption", pa.table({"uid": lab.column("uid"),
-                                     "caption": [f"a small photo of a {x}" for x in lab.column("label").to_pylist()]}),
-                route=True)
-    rng = np.random.default_rng(0)  # a float32 score and a 12-value embedding: how numbers and vectors render
+    ds = ds.add(
+        "caption",
+        pa.table(
+            {
+                "uid": lab.column("uid"),
+                "caption": [f"a small photo of a {x}" for x in lab.column("label").to_pylist()],
+            }
+        ),
+        route=True,
+    )
+    rng = np.random.default_rng(
+        0
+    )  # a float32 score and a 12-value embedding: how numbers and vectors render
     n = labels.num_rows
-    ds.add("feat", pa.table({"uid": labels.column("uid"), "score": pa.array(rng.random(n, dtype=np.float32)),
-                             "emb": pa.array(list(rng.standard_normal((n, 12)).astype(np.float32)),
-                                             pa.list_(pa.float32()))}), route=True)
+    ds.add(
+        "feat",
+        pa.table(
+            {
+                "uid": labels.column("uid"),
+                "score": pa.array(rng.random(n, dtype=np.float32)),
+                "emb": pa.array(
+                    list(rng.standard_normal((n, 12)).astype(np.float32)), pa.list_(pa.float32())
+                ),
+            }
+        ),
+        route=True,
+    )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "docs"))
-    p.add_argument("--data", default=os.environ.get("DATAMILL_DATA", str(ROOT.parent / "shared" / "data")))
+    p.add_argument(
+        "--data", default=os.environ.get("DATAMILL_DATA", str(ROOT.parent / "shared" / "data"))
+    )
     args = p.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -80,9 +113,25 @@ def main() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        proc = subprocess.Popen([sys.executable, "-m", "datamill.cli", "serve", str(base / "root"), "--port",
-                                 str(port), "--state", str(base / "state")], env=env, stdout=subprocess.DEVNULL)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "datamill.cli",
+                "serve",
+                str(base / "root"),
+                "--port",
+                str(port),
+                "--state",
+                str(base / "state"),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(300):
@@ -94,8 +143,16 @@ def main() -> int:
             with Client(url, key) as c:
                 ds = c.register("cifar", name="cifar10_tiny")
             for epoch in (0, 1):  # two epochs of one named run: the run page compares them
-                loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=4, lease_size=1, name="demo",
-                                      collate="arrow", epoch=epoch)
+                loader = RemoteLoader(
+                    url,
+                    key,
+                    "cifar10_tiny",
+                    batch_size=4,
+                    lease_size=1,
+                    name="demo",
+                    collate="arrow",
+                    epoch=epoch,
+                )
                 for _ in loader:
                     time.sleep(0.05 * (epoch + 1))
             with Client(url, key) as c:
@@ -109,17 +166,25 @@ def main() -> int:
                 page.fill("#key", key)
                 page.click("form[action='/ui/login'] button[type=submit]")
                 page.wait_for_selector("nav[aria-label=Main]")
-                shots = {"datasets": "/ui/datasets", "dataset": f"/ui/datasets/{ds['id']}",
-                         "samples": f"/ui/datasets/{ds['id']}/samples?limit=12",
-                         "iteration": f"/ui/iterations/{loader.iteration_id}", "iterations": "/ui/iterations",
-                         "run": "/ui/runs/demo"}
+                shots = {
+                    "datasets": "/ui/datasets",
+                    "dataset": f"/ui/datasets/{ds['id']}",
+                    "samples": f"/ui/datasets/{ds['id']}/samples?limit=12",
+                    "iteration": f"/ui/iterations/{loader.iteration_id}",
+                    "iterations": "/ui/iterations",
+                    "run": "/ui/runs/demo",
+                }
                 for name, path in shots.items():
                     page.goto(url + path)
                     if name == "dataset":
                         page.click("#columns tr[data-column='label'] button.values")
-                        page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
+                        page.wait_for_selector(
+                            "#columns tr[data-values-for='label'] [data-status=done]"
+                        )
                     page.wait_for_load_state("load")
-                    page.screenshot(path=str(out / f"ui-{name}.png"), full_page=name in ("dataset", "iteration"))
+                    page.screenshot(
+                        path=str(out / f"ui-{name}.png"), full_page=name in ("dataset", "iteration")
+                    )
                     print(f"wrote {out / f'ui-{name}.png'}")
                 page.set_viewport_size({"width": 400, "height": 860})  # a phone: nothing overflows
                 page.goto(url + f"/ui/iterations/{loader.iteration_id}")

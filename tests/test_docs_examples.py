@@ -76,7 +76,9 @@ def test_a_failing_bash_block_fails_the_page(tmp_path: Path, data_dir: Path) -> 
         run_page(blocks, work=tmp_path / "w", data=data_dir, src=SRC)
 
 
-def test_a_failing_python_block_fails_the_page_and_blocks_share_a_namespace(tmp_path: Path, data_dir: Path) -> None:
+def test_a_failing_python_block_fails_the_page_and_blocks_share_a_namespace(
+    tmp_path: Path, data_dir: Path
+) -> None:
     blocks = parse_blocks(BROKEN_PYTHON, page="broken.md")
     with pytest.raises(DocBlockError, match=r"broken\.md, line 8: python block raised NameError"):
         run_page(blocks, work=tmp_path / "w", data=data_dir, src=SRC)
@@ -99,11 +101,20 @@ from pathlib import Path
 assert Path("head.txt").stat().st_size == 10
 ```
 """
-    assert run_page(parse_blocks(page, page="ok.md"), work=tmp_path / "w", data=data_dir, src=SRC) == 3
+    assert (
+        run_page(parse_blocks(page, page="ok.md"), work=tmp_path / "w", data=data_dir, src=SRC) == 3
+    )
 
 
-@pytest.mark.parametrize("bad", ["```\nno language\n```\n", "```sh\nls\n```\n", "```bash\nnever closed\n",
-                                 "<!-- docs-test: sloow -->\n```bash\nls\n```\n"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "```\nno language\n```\n",
+        "```sh\nls\n```\n",
+        "```bash\nnever closed\n",
+        "<!-- docs-test: sloow -->\n```bash\nls\n```\n",
+    ],
+)
 def test_malformed_pages_are_refused(bad: str) -> None:
     with pytest.raises(DocBlockError, match=r"bad\.md, line"):
         parse_blocks(bad, page="bad.md")

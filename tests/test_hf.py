@@ -17,10 +17,18 @@ datasets = pytest.importorskip("datasets")
 
 def _table(n: int) -> pa.Table:
     rng = np.random.default_rng(5)
-    blobs = [rng.integers(0, 256, int(rng.integers(0, 200)), dtype=np.uint8).tobytes() for _ in range(n)]
+    blobs = [
+        rng.integers(0, 256, int(rng.integers(0, 200)), dtype=np.uint8).tobytes() for _ in range(n)
+    ]
     ids = [rng.integers(0, 100, int(rng.integers(0, 9))).tolist() for _ in range(n)]
-    return pa.table({"uid": np.arange(n, dtype=np.int64) * 7 + 3, "image": pa.array(blobs, pa.binary()),
-                     "ids": pa.array(ids, pa.list_(pa.int64())), "y": rng.random(n, dtype=np.float32)})
+    return pa.table(
+        {
+            "uid": np.arange(n, dtype=np.int64) * 7 + 3,
+            "image": pa.array(blobs, pa.binary()),
+            "ids": pa.array(ids, pa.list_(pa.int64())),
+            "y": rng.random(n, dtype=np.float32),
+        }
+    )
 
 
 def _by_uid(rows: list[dict[str, object]]) -> dict[object, dict[str, object]]:
@@ -29,7 +37,9 @@ def _by_uid(rows: list[dict[str, object]]) -> dict[object, dict[str, object]]:
     return out
 
 
-def test_shardset_to_hf_and_iterable_give_every_sample_once_with_equal_bytes(tmp_path: Path) -> None:
+def test_shardset_to_hf_and_iterable_give_every_sample_once_with_equal_bytes(
+    tmp_path: Path,
+) -> None:
     table = _table(257)
     ds = ShardsetDataset.create(tmp_path / "ds", table, uid="uid", shardset="s", shard_size=50)
     expected = _by_uid(table.to_pylist())
@@ -62,11 +72,20 @@ def test_preprocessed_hdf5_to_dataset(tmp_path: Path) -> None:
 
     data = Path(os.environ.get("DATAMILL_DATA", "/work/shared/data"))
     csv = tmp_path / "house.csv"
-    csv.write_text("".join((data / "house_prices_train.csv").read_text().splitlines(keepends=True)[:301]))
-    out = preprocess(csv, {"input_features": [{"name": "LotArea", "type": "number"},
-                                               {"name": "MSZoning", "type": "category"},
-                                               {"name": "Exterior1st", "type": "set"}],
-                           "output_features": [{"name": "SalePrice", "type": "number"}]})
+    csv.write_text(
+        "".join((data / "house_prices_train.csv").read_text().splitlines(keepends=True)[:301])
+    )
+    out = preprocess(
+        csv,
+        {
+            "input_features": [
+                {"name": "LotArea", "type": "number"},
+                {"name": "MSZoning", "type": "category"},
+                {"name": "Exterior1st", "type": "set"},
+            ],
+            "output_features": [{"name": "SalePrice", "type": "number"}],
+        },
+    )
     assert out.hdf5_path is not None
     hf = to_dataset(out.hdf5_path)
     src = HDF5Source(out.hdf5_path)

@@ -43,8 +43,10 @@ def test_bert_parquet_becomes_a_shardset_dataset(data_dir: Path, tmp_path: Path)
     from datamill.pretrain.bert import build_bert_samples
 
     raw = tmp_path / "wiki.raw"
-    raw.write_text("\n".join((data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()[:300]),
-                   encoding="utf-8")
+    raw.write_text(
+        "\n".join((data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()[:300]),
+        encoding="utf-8",
+    )
     out = tmp_path / "bert.parquet"
     build_bert_samples(raw, out=out, vocab_size=400, max_seq_length=64, dupe_factor=1, seed=0)
     n = pq.read_metadata(out).num_rows

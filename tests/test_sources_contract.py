@@ -24,14 +24,23 @@ Case = Callable[[Path, Path], tuple[Opener, Opener]]
 
 def _table(n: int, *, bump: int = 0) -> pa.Table:
     x = np.arange(n, dtype=np.int64)
-    return pa.table({"id": [f"s{i}" for i in range(n)], "x": x + bump,
-                     "ids": pa.array([[int(i)] * int(i % 3) for i in x], pa.list_(pa.int32())),
-                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(x, 2).astype(np.float32)), 2)})
+    return pa.table(
+        {
+            "id": [f"s{i}" for i in range(n)],
+            "x": x + bump,
+            "ids": pa.array([[int(i)] * int(i % 3) for i in x], pa.list_(pa.int32())),
+            "vec": pa.FixedSizeListArray.from_arrays(
+                pa.array(np.repeat(x, 2).astype(np.float32)), 2
+            ),
+        }
+    )
 
 
 def table_case(tmp: Path, data: Path) -> tuple[Opener, Opener]:
-    return (lambda: TableSource(_table(50), shard_size=7, uid_column="id"),
-            lambda: TableSource(_table(50, bump=1), shard_size=7, uid_column="id"))
+    return (
+        lambda: TableSource(_table(50), shard_size=7, uid_column="id"),
+        lambda: TableSource(_table(50, bump=1), shard_size=7, uid_column="id"),
+    )
 
 
 def _parquet(tmp: Path, *, folder: bool, shard_by: str) -> tuple[Opener, Opener]:
@@ -47,8 +56,10 @@ def _parquet(tmp: Path, *, folder: bool, shard_by: str) -> tuple[Opener, Opener]
         else:
             pq.write_table(table, root / "data.parquet", row_group_size=8)
     target = (lambda name: tmp / name) if folder else (lambda name: tmp / name / "data.parquet")
-    return (lambda: ParquetSource(target("a"), shard_by=shard_by),  # type: ignore[arg-type]
-            lambda: ParquetSource(target("b"), shard_by=shard_by))  # type: ignore[arg-type]
+    return (
+        lambda: ParquetSource(target("a"), shard_by=shard_by),  # type: ignore[arg-type]
+        lambda: ParquetSource(target("b"), shard_by=shard_by),
+    )  # type: ignore[arg-type]
 
 
 def parquet_file_row_groups(tmp: Path, data: Path) -> tuple[Opener, Opener]:
@@ -67,12 +78,19 @@ def parquet_folder_files(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     return _parquet(tmp, folder=True, shard_by="file")
 
 
-HOUSE_CONFIG = {"input_features": [
-    {"name": "LotArea", "type": "number"},
-    {"name": "MSZoning", "type": "category"},
-    {"name": "Neighborhood", "type": "set", "preprocessing": {"max_dense_bytes": 0}},  # CSR layout
-    {"name": "Exterior1st", "type": "set"},
-], "output_features": [{"name": "SalePrice", "type": "number"}]}
+HOUSE_CONFIG = {
+    "input_features": [
+        {"name": "LotArea", "type": "number"},
+        {"name": "MSZoning", "type": "category"},
+        {
+            "name": "Neighborhood",
+            "type": "set",
+            "preprocessing": {"max_dense_bytes": 0},
+        },  # CSR layout
+        {"name": "Exterior1st", "type": "set"},
+    ],
+    "output_features": [{"name": "SalePrice", "type": "number"}],
+}
 
 
 def hdf5_house_prices(tmp: Path, data: Path) -> tuple[Opener, Opener]:
@@ -96,7 +114,9 @@ def hdf5_house_prices(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     assert type(opened).__name__ == "HDF5Source"
     from datamill.preprocessing.hdf5 import HDF5Source
 
-    return lambda: HDF5Source(paths[0], shard_size=400), lambda: HDF5Source(paths[1], shard_size=400)
+    return lambda: HDF5Source(paths[0], shard_size=400), lambda: HDF5Source(
+        paths[1], shard_size=400
+    )
 
 
 def bert_parquet(tmp: Path, data: Path) -> tuple[Opener, Opener]:
@@ -104,10 +124,19 @@ def bert_parquet(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     from datamill.pretrain.bert import build_bert_samples
 
     raw = tmp / "raw.txt"
-    raw.write_text("".join((data / "wikitext2_test.raw").read_text().splitlines(keepends=True)[:300]))
+    raw.write_text(
+        "".join((data / "wikitext2_test.raw").read_text().splitlines(keepends=True)[:300])
+    )
     for name, seed in (("a", 0), ("b", 1)):
-        build_bert_samples(raw, out=tmp / f"{name}.parquet", vocab_size=500, max_seq_length=32, dupe_factor=1,
-                           seed=seed, workers=1)
+        build_bert_samples(
+            raw,
+            out=tmp / f"{name}.parquet",
+            vocab_size=500,
+            max_seq_length=32,
+            dupe_factor=1,
+            seed=seed,
+            workers=1,
+        )
     src = open_source(tmp / "a.parquet")
     assert type(src).__name__ == "BertParquetSource"
     return lambda: open_source(tmp / "a.parquet"), lambda: open_source(tmp / "b.parquet")
@@ -122,8 +151,10 @@ def word2vec(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     a = build_skipgram(sentences, min_freq=2, seed=0, progress=False)
     a.save(tmp / "a")
     b = build_skipgram(sentences, min_freq=2, seed=1, progress=False)
-    return (lambda: SkipGramSamples.load(tmp / "a").source(shard_size=1000),
-            lambda: b.source(shard_size=1000))
+    return (
+        lambda: SkipGramSamples.load(tmp / "a").source(shard_size=1000),
+        lambda: b.source(shard_size=1000),
+    )
 
 
 def corpus(tmp: Path, data: Path) -> tuple[Opener, Opener]:
@@ -133,8 +164,10 @@ def corpus(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     lines = (data / "timemachine.txt").read_text().splitlines()
     build_corpus(lines[:1500], level="word", lowercase=True, out=tmp / "a")
     build_corpus(lines[1500:3000], level="word", lowercase=True, out=tmp / "b")
-    return (lambda: CorpusSource(tmp / "a", num_steps=20, shard_size=200),
-            lambda: CorpusSource(tmp / "b", num_steps=20, shard_size=200))
+    return (
+        lambda: CorpusSource(tmp / "a", num_steps=20, shard_size=200),
+        lambda: CorpusSource(tmp / "b", num_steps=20, shard_size=200),
+    )
 
 
 def shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
@@ -142,7 +175,9 @@ def shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
     for name, bump in (("a", 0), ("b", 1)):
         t = _table(70, bump=bump)
-        ds = ShardsetDataset.create(tmp / name, t.select(["id", "x", "ids"]), uid="id", shardset="main", shard_size=20)
+        ds = ShardsetDataset.create(
+            tmp / name, t.select(["id", "x", "ids"]), uid="id", shardset="main", shard_size=20
+        )
         ds.add("extra", t.select(["id", "vec"]).slice(5), route=True)
     return lambda: ShardsetDataset(tmp / "a"), lambda: ShardsetDataset(tmp / "b")
 
@@ -151,9 +186,14 @@ def mix(tmp: Path, data: Path) -> tuple[Opener, Opener]:
     from datamill.loader import Mix
 
     def make(bump: int) -> Opener:
-        return lambda: Mix([(TableSource(_table(40, bump=bump), shard_size=16), 0.75),
-                            (TableSource(_table(30, bump=bump + 7).select(["id", "x"]), shard_size=8), 0.25)],
-                           epoch_size=48, names=["a", "b"])
+        return lambda: Mix(
+            [
+                (TableSource(_table(40, bump=bump), shard_size=16), 0.75),
+                (TableSource(_table(30, bump=bump + 7).select(["id", "x"]), shard_size=8), 0.25),
+            ],
+            epoch_size=48,
+            names=["a", "b"],
+        )
 
     return make(0), make(1)
 
@@ -170,8 +210,10 @@ def object_store(tmp: Path, data: Path) -> tuple[Opener, Opener]:
         for i in range(3):
             pq.write_table(t.slice(i * 20, 20), tmp / name / f"part-{i}.parquet")
     fs = pafs.SubTreeFileSystem(str(tmp), pafs.LocalFileSystem())
-    return (lambda: RemoteParquetSource("s3://a", cache_dir=tmp / "cache", filesystem=fs),
-            lambda: RemoteParquetSource("s3://b", cache_dir=tmp / "cache", filesystem=fs))
+    return (
+        lambda: RemoteParquetSource("s3://a", cache_dir=tmp / "cache", filesystem=fs),
+        lambda: RemoteParquetSource("s3://b", cache_dir=tmp / "cache", filesystem=fs),
+    )
 
 
 def object_store_shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
@@ -182,13 +224,27 @@ def object_store_shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
     shardset(tmp, data)
     fs = pafs.SubTreeFileSystem(str(tmp), pafs.LocalFileSystem())
-    return (lambda: ShardsetDataset("s3://a", cache_dir=tmp / "cache", filesystem=fs),
-            lambda: ShardsetDataset("s3://b", cache_dir=tmp / "cache", cache_limit=1, filesystem=fs))
+    return (
+        lambda: ShardsetDataset("s3://a", cache_dir=tmp / "cache", filesystem=fs),
+        lambda: ShardsetDataset("s3://b", cache_dir=tmp / "cache", cache_limit=1, filesystem=fs),
+    )
 
 
-CASES: list[Case] = [table_case, parquet_file_row_groups, parquet_file_files, parquet_folder_row_groups,
-                     parquet_folder_files, hdf5_house_prices, bert_parquet, word2vec, corpus, shardset, mix,
-                     object_store, object_store_shardset]
+CASES: list[Case] = [
+    table_case,
+    parquet_file_row_groups,
+    parquet_file_files,
+    parquet_folder_row_groups,
+    parquet_folder_files,
+    hdf5_house_prices,
+    bert_parquet,
+    word2vec,
+    corpus,
+    shardset,
+    mix,
+    object_store,
+    object_store_shardset,
+]
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.__name__) for c in CASES])

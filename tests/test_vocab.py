@@ -26,8 +26,10 @@ def test_vocab_order_and_round_trip(tokens: list[str], min_freq: int, max_size: 
     counts = Counter(tokens)
     regular = v.idx2str[2:]
     # frequency descending, ties by token ascending, min_freq and max_size honoured
-    expected = sorted((t for t, c in counts.items() if c >= min_freq and t not in ("<PAD>", "<UNK>")),
-                      key=lambda t: (-counts[t], t))
+    expected = sorted(
+        (t for t, c in counts.items() if c >= min_freq and t not in ("<PAD>", "<UNK>")),
+        key=lambda t: (-counts[t], t),
+    )
     if max_size is not None:
         expected = expected[:max_size]
     assert regular == expected

@@ -49,27 +49,35 @@ def __getattr__(name: str) -> Any:
     match name:
         case "Vocab":
             from datamill.vocab import Vocab
+
             return _keep(Vocab)
         case "preprocess":
             from datamill.preprocessing.api import preprocess
+
             return _keep(preprocess)
         case "load":
             from datamill.preprocessing.api import load
+
             return _keep(load)
         case "build_vocab":
             from datamill.text import build_vocab
+
             return _keep(build_vocab)
         case "build_skipgram":
             from datamill.pretrain.word2vec import build_skipgram
+
             return _keep(build_skipgram)
         case "build_bert_samples":
             from datamill.pretrain.bert import build_bert_samples
+
             return _keep(build_bert_samples)
         case "ShardsetDataset":
             from datamill.shards import ShardsetDataset
+
             return _keep(ShardsetDataset)
         case "Loader":
             from datamill.loader import Loader
+
             return _keep(Loader)
         case _:
             raise AttributeError(f"module 'datamill' has no attribute {name!r}")
@@ -78,7 +86,6 @@ def __getattr__(name: str) -> Any:
 def _keep(value: Any) -> Any:
     globals()[value.__name__] = value  # later accesses skip __getattr__
     return value
-
 
 
 def __dir__() -> list[str]:

@@ -23,7 +23,15 @@ from typing import Any, NoReturn
 from datamill.core.constants import VERSION as __version__
 from datamill.core.errors import DatamillError
 
-__all__ = ["COMMAND_MODULES", "QUIET_FLAGS", "OneLineParser", "build_parser", "main", "run", "split_quiet"]
+__all__ = [
+    "COMMAND_MODULES",
+    "QUIET_FLAGS",
+    "OneLineParser",
+    "build_parser",
+    "main",
+    "run",
+    "split_quiet",
+]
 
 QUIET_FLAGS = ("-q", "--quiet")
 """The spellings of the global quiet flag, accepted anywhere on the command line."""
@@ -56,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn raw datasets into training-ready tensors.",
     )
     parser.add_argument("--version", action="version", version=f"datamill {__version__}")
-    parser.add_argument(*QUIET_FLAGS, action="store_true", help="no progress bars (before or after the command)")
+    parser.add_argument(
+        *QUIET_FLAGS, action="store_true", help="no progress bars (before or after the command)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -100,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
             parser.error(f"argument {bad[:40]!r} contains a NUL byte")
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # a usage error (its one error line is printed) is a status; --help still exits
+    except (
+        SystemExit
+    ) as exc:  # a usage error (its one error line is printed) is a status; --help still exits
         if exc.code == 2:
             return 2
         raise
@@ -128,11 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    except OSError as exc:  # a full disk, an unwritable folder or an unusable path met outside the writers
+    except (
+        OSError
+    ) as exc:  # a full disk, an unwritable folder or an unusable path met outside the writers
         from datamill.core.io import as_output_error
         from datamill.core.output import as_path_error
 
-        err: DatamillError | None = as_output_error(exc, exc.filename or "output") or as_path_error(exc)
+        err: DatamillError | None = as_output_error(exc, exc.filename or "output") or as_path_error(
+            exc
+        )
         if err is None:  # an object store's failure not located further in
             from datamill.core.storage import recognised_error, storage_error
 

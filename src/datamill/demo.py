@@ -35,16 +35,24 @@ def find_data_dir(explicit: str | None = None) -> Path:
     if explicit is not None:
         candidates = [explicit]
     else:
-        candidates = [os.environ.get("DATAMILL_DATA"), "../shared/data",
-                      str(Path(__file__).resolve().parents[3] / ".." / "shared" / "data")]
+        candidates = [
+            os.environ.get("DATAMILL_DATA"),
+            "../shared/data",
+            str(Path(__file__).resolve().parents[3] / ".." / "shared" / "data"),
+        ]
     for c in candidates:
         if c and (Path(c) / "house_prices_train.csv").exists():
             return Path(c).resolve()
-    raise DataFileNotFoundError("cannot find the shared data folder", path=explicit or "../shared/data",
-                                hint="pass --data DIR or set DATAMILL_DATA")
+    raise DataFileNotFoundError(
+        "cannot find the shared data folder",
+        path=explicit or "../shared/data",
+        hint="pass --data DIR or set DATAMILL_DATA",
+    )
 
 
-def run_demo(data_dir: Path, *, work_dir: Path | None = None, only: list[str] | None = None) -> None:
+def run_demo(
+    data_dir: Path, *, work_dir: Path | None = None, only: list[str] | None = None
+) -> None:
     """Run every available demo section (or those whose name contains one of ``only``)."""
     with tempfile.TemporaryDirectory(prefix="datamill-demo-") as tmp:
         work = Path(work_dir or tmp)
@@ -60,11 +68,17 @@ def run_demo(data_dir: Path, *, work_dir: Path | None = None, only: list[str] | 
                 raise
             start = time.perf_counter()
             module.run(data_dir, work)
-            print(f"  [{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} took {time.perf_counter() - start:.2f} s]")
+            print(
+                f"  [{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} took {time.perf_counter() - start:.2f} s]"
+            )
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    run_demo(find_data_dir(args.data), work_dir=Path(args.work_dir) if args.work_dir else None, only=args.only)
+    run_demo(
+        find_data_dir(args.data),
+        work_dir=Path(args.work_dir) if args.work_dir else None,
+        only=args.only,
+    )
     return 0
 
 
@@ -73,5 +87,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="end-to-end demo on ../shared/data")
     p.add_argument("--data", help="the shared data folder (default: ../shared/data)")
     p.add_argument("--work-dir", help="keep outputs here instead of a temporary folder")
-    p.add_argument("--only", nargs="*", help="run only the sections whose module name contains these")
+    p.add_argument(
+        "--only", nargs="*", help="run only the sections whose module name contains these"
+    )
     p.set_defaults(func=_cmd)

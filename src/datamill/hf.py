@@ -39,7 +39,9 @@ def _table(src: Source, columns: Sequence[str] | str | None) -> pa.Table:
     return pa.concat_tables(tables)  # zero-copy: the shards' chunks side by side
 
 
-def to_dataset(data: Source | str | os.PathLike[str], /, *, columns: Sequence[str] | str | None = None) -> Any:
+def to_dataset(
+    data: Source | str | os.PathLike[str], /, *, columns: Sequence[str] | str | None = None
+) -> Any:
     """A datamill output (a path or a Source) as a ``datasets.Dataset`` (zero-copy from the Arrow shards).
 
     Args:
@@ -62,8 +64,9 @@ def to_dataset(data: Source | str | os.PathLike[str], /, *, columns: Sequence[st
     return datasets.Dataset(_table(_source(data), columns))
 
 
-def to_iterable_dataset(data: Source | str | os.PathLike[str], /, *,
-                        columns: Sequence[str] | str | None = None) -> Any:
+def to_iterable_dataset(
+    data: Source | str | os.PathLike[str], /, *, columns: Sequence[str] | str | None = None
+) -> Any:
     """A datamill output as a ``datasets.IterableDataset`` with one HF shard per datamill shard.
 
     Each shard is read when the iteration reaches it (``datasets`` splits the shards between
@@ -78,7 +81,11 @@ def to_iterable_dataset(data: Source | str | os.PathLike[str], /, *,
     datasets = require("datasets", extra="hf")
     src = _source(data)
     cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
-    features = datasets.Features.from_arrow_schema(src.read_shard(0, columns=cols).schema) if src.num_shards else None
+    features = (
+        datasets.Features.from_arrow_schema(src.read_shard(0, columns=cols).schema)
+        if src.num_shards
+        else None
+    )
 
     def rows(shards: list[int]) -> Any:
         for k in shards:
@@ -86,5 +93,6 @@ def to_iterable_dataset(data: Source | str | os.PathLike[str], /, *,
             for batch in table.to_batches(max_chunksize=1024):
                 yield from batch.to_pylist()
 
-    return datasets.IterableDataset.from_generator(rows, gen_kwargs={"shards": list(range(src.num_shards))},
-                                                   features=features)
+    return datasets.IterableDataset.from_generator(
+        rows, gen_kwargs={"shards": list(range(src.num_shards))}, features=features
+    )

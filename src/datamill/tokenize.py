@@ -68,7 +68,10 @@ def as_string_array(texts: Texts) -> pa.Array:
     elif isinstance(texts, str):
         arr = pa.array([texts], pa.string())
     else:
-        arr = pa.array(list(texts) if not isinstance(texts, np.ndarray) else texts.ravel().tolist(), pa.string())
+        arr = pa.array(
+            list(texts) if not isinstance(texts, np.ndarray) else texts.ravel().tolist(),
+            pa.string(),
+        )
     if pa.types.is_large_string(arr.type) or pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.string())
     elif not pa.types.is_string(arr.type):
@@ -81,7 +84,9 @@ def as_string_array(texts: Texts) -> pa.Array:
     return arr
 
 
-def normalize(texts: Texts, *, lowercase: bool = False, collapse_whitespace: bool = False) -> pa.Array:
+def normalize(
+    texts: Texts, *, lowercase: bool = False, collapse_whitespace: bool = False
+) -> pa.Array:
     """Lower-case and/or collapse whitespace, over the whole column.
 
     ``collapse_whitespace`` replaces every run of whitespace (Python's ``str.split()`` notion,
@@ -168,7 +173,7 @@ class CharTokenizer:
             return np.zeros(0, np.uint32), offsets
         byte_off = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
         data = arr.buffers()[2]
-        raw = b"" if data is None else data.to_pybytes()[int(byte_off[0]):int(byte_off[-1])]
+        raw = b"" if data is None else data.to_pybytes()[int(byte_off[0]) : int(byte_off[-1])]
         cps = np.frombuffer(raw.decode("utf-8").encode("utf-32-le"), np.uint32)
         return cps, offsets
 
@@ -192,7 +197,9 @@ class SpaceTokenizer:
 
     def tokenize(self, texts: Texts) -> pa.ListArray:
         """Words of every text."""
-        return _drop_empty(pc.utf8_split_whitespace(pc.utf8_trim_whitespace(as_string_array(texts))))
+        return _drop_empty(
+            pc.utf8_split_whitespace(pc.utf8_trim_whitespace(as_string_array(texts)))
+        )
 
 
 class SpacePunctTokenizer:
@@ -246,13 +253,19 @@ def _iter_training_text(files_or_iterator: Any) -> tuple[Iterator[Any], int | No
     if isinstance(files_or_iterator, (str, os.PathLike)):
         files_or_iterator = [files_or_iterator]
     items = files_or_iterator
-    if isinstance(items, (list, tuple)) and items and all(isinstance(x, (str, os.PathLike)) for x in items) \
-            and all(isinstance(x, os.PathLike) or _looks_like_path(x) for x in items):
+    if (
+        isinstance(items, (list, tuple))
+        and items
+        and all(isinstance(x, (str, os.PathLike)) for x in items)
+        and all(isinstance(x, os.PathLike) or _looks_like_path(x) for x in items)
+    ):
+
         def gen() -> Iterator[list[str]]:
             for src in items:
                 lines = read_text(src).splitlines()
                 for i in range(0, len(lines), 10_000):
-                    yield lines[i:i + 10_000]
+                    yield lines[i : i + 10_000]
+
         return gen(), None
     return iter(items), None
 
@@ -284,7 +297,9 @@ class HFTokenizer:
             raise TypeError(f"HFTokenizer wraps a tokenizers.Tokenizer, got {type(inner).__name__}")
         self.inner = inner
         model = type(inner.model).__name__.lower()
-        self.name = name or ("wordpiece" if "wordpiece" in model else "bpe" if "bpe" in model else model)
+        self.name = name or (
+            "wordpiece" if "wordpiece" in model else "bpe" if "bpe" in model else model
+        )
         self._id2tok: pa.Array | None = None
 
     # -- construction -------------------------------------------------------------------------
@@ -325,14 +340,22 @@ class HFTokenizer:
         unk = "[UNK]" if "[UNK]" in specials else (specials[0] if specials else None)
         if model == "bpe":
             inner = _Tok(models.BPE(unk_token=unk, end_of_word_suffix="</w>"))
-            trainer: Any = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                               special_tokens=specials, end_of_word_suffix="</w>",
-                                               show_progress=False)
+            trainer: Any = trainers.BpeTrainer(
+                vocab_size=vocab_size,
+                min_frequency=min_frequency,
+                special_tokens=specials,
+                end_of_word_suffix="</w>",
+                show_progress=False,
+            )
             inner.decoder = decoders.BPEDecoder(suffix="</w>")
         else:
             inner = _Tok(models.WordPiece(unk_token=unk or "[UNK]"))
-            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                                special_tokens=specials, show_progress=False)
+            trainer = trainers.WordPieceTrainer(
+                vocab_size=vocab_size,
+                min_frequency=min_frequency,
+                special_tokens=specials,
+                show_progress=False,
+            )
             inner.decoder = decoders.WordPiece()
         if lowercase:
             inner.normalizer = normalizers.Lowercase()
@@ -354,8 +377,11 @@ class HFTokenizer:
         try:
             inner = _Tok.from_str(data.decode("utf-8"))
         except Exception as exc:  # the library raises plain Exception subclasses
-            raise DataFileError(f"not a tokenizers JSON file: {exc}", path=display_name(path),
-                                hint="pass a file written by HFTokenizer.save or tokenizers.Tokenizer.save") from exc
+            raise DataFileError(
+                f"not a tokenizers JSON file: {exc}",
+                path=display_name(path),
+                hint="pass a file written by HFTokenizer.save or tokenizers.Tokenizer.save",
+            ) from exc
         return cls(inner)
 
     def save(self, path: PathLike) -> None:
@@ -370,7 +396,9 @@ class HFTokenizer:
         Uses the library's parallel ``encode_batch_fast`` (no special tokens, no offsets).
         """
         strs = as_string_array(texts).to_pylist()
-        ids, offsets = encodings_to_csr(self.inner.encode_batch_fast(strs, add_special_tokens=False))
+        ids, offsets = encodings_to_csr(
+            self.inner.encode_batch_fast(strs, add_special_tokens=False)
+        )
         return ids, offsets
 
     def _tokens_array(self) -> pa.Array:
@@ -410,7 +438,9 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int] | NDArray[Any]) -> str:
         """Text of a sequence of ids (the model's decoder joins sub-words)."""
-        out: str = self.inner.decode([int(i) for i in np.asarray(ids).ravel()], skip_special_tokens=False)
+        out: str = self.inner.decode(
+            [int(i) for i in np.asarray(ids).ravel()], skip_special_tokens=False
+        )
         return out
 
     def __repr__(self) -> str:
@@ -418,13 +448,17 @@ class HFTokenizer:
 
 
 def _hf_factory(model: Literal["bpe", "wordpiece"]) -> Callable[..., HFTokenizer]:
-    def make(*, path: PathLike | None = None, files: Any = None, **train_params: Any) -> HFTokenizer:
+    def make(
+        *, path: PathLike | None = None, files: Any = None, **train_params: Any
+    ) -> HFTokenizer:
         if path is not None:
             tok = HFTokenizer.load(path)
             tok.name = model
             return tok
         if files is None:
-            raise ConfigError(f"tokenizer {model!r} needs path= (a tokenizer file) or files= (text to train on)")
+            raise ConfigError(
+                f"tokenizer {model!r} needs path= (a tokenizer file) or files= (text to train on)"
+            )
         return HFTokenizer.train(files, model=model, **train_params)
 
     return make
@@ -461,7 +495,9 @@ def get_tokenizer(name: str, **params: Any) -> Tokenizer:
     try:
         factory = TOKENIZERS[name]
     except KeyError:
-        raise ConfigError(f"unknown tokenizer {name!r}; valid: {', '.join(sorted(TOKENIZERS))}") from None
+        raise ConfigError(
+            f"unknown tokenizer {name!r}; valid: {', '.join(sorted(TOKENIZERS))}"
+        ) from None
     try:
         tok: Tokenizer = factory(**params)
     except TypeError as exc:

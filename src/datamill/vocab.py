@@ -12,7 +12,7 @@ same vocabulary as one pass.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, overload
 
@@ -34,7 +34,11 @@ def _as_arrow(values: Any) -> pa.Array | pa.ChunkedArray:
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
     if isinstance(values, np.ndarray):
-        return pa.array(values.ravel(), type=pa.string()) if values.dtype.kind in "OUS" else pa.array(values.ravel())
+        return (
+            pa.array(values.ravel(), type=pa.string())
+            if values.dtype.kind in "OUS"
+            else pa.array(values.ravel())
+        )
     return pa.array(list(values), type=pa.string())
 
 
@@ -62,12 +66,17 @@ class TokenCounts:
     def merge(self, *others: TokenCounts) -> TokenCounts:
         """Sum these counts with ``others``."""
         parts = (self, *others)
-        table = pa.table({
-            "token": pa.concat_arrays([p.tokens.cast(pa.string()) for p in parts]),
-            "count": pa.array(np.concatenate([p.counts for p in parts]), pa.int64()),
-        })
+        table = pa.table(
+            {
+                "token": pa.concat_arrays([p.tokens.cast(pa.string()) for p in parts]),
+                "count": pa.array(np.concatenate([p.counts for p in parts]), pa.int64()),
+            }
+        )
         agg = table.group_by("token").aggregate([("count", "sum")])
-        return TokenCounts(agg.column("token").combine_chunks(), agg.column("count_sum").to_numpy().astype(np.int64))
+        return TokenCounts(
+            agg.column("token").combine_chunks(),
+            agg.column("count_sum").to_numpy().astype(np.int64),
+        )
 
     def as_dict(self) -> dict[str, int]:
         """``{token: count}``."""
@@ -85,7 +94,9 @@ def count_tokens(values: ArrayLike) -> TokenCounts:
     if len(arr) == 0:
         return TokenCounts(pa.array([], pa.string()), np.zeros(0, np.int64))
     vc = pc.value_counts(arr)
-    return TokenCounts(vc.field("values"), vc.field("counts").to_numpy(zero_copy_only=False).astype(np.int64))
+    return TokenCounts(
+        vc.field("values"), vc.field("counts").to_numpy(zero_copy_only=False).astype(np.int64)
+    )
 
 
 class Vocab:
@@ -116,13 +127,34 @@ class Vocab:
         unk_token: str | None = None,
         specials: Sequence[str] = (),
     ) -> None:
+        if isinstance(idx2str, (str, bytes)) or not isinstance(idx2str, Sequence):
+            raise ConfigError(
+                f"idx2str must be a list of tokens, got {type(idx2str).__name__}",
+                hint="pass the tokens in id order, e.g. Vocab(['<PAD>', '<UNK>', 'a'])",
+            )
+        if str2freq is not None and not isinstance(str2freq, Mapping):
+            raise ConfigError(
+                f"str2freq must map tokens to counts, got {type(str2freq).__name__}",
+                hint="pass a dict such as {'a': 3}, or leave it out (all counts 0)",
+            )
+        if unk_token is not None and not isinstance(unk_token, str):
+            raise ConfigError(f"unk_token must be a token (str), got {unk_token!r:.60}")
+        if (
+            isinstance(specials, (str, bytes))
+            or not isinstance(specials, Sequence)
+            or not all(isinstance(t, str) for t in specials)
+        ):
+            raise ConfigError(f"specials must be a list of tokens (str), got {specials!r:.60}")
         self.idx2str: list[str] = [str(t) for t in idx2str]
         self.str2idx: dict[str, int] = {t: i for i, t in enumerate(self.idx2str)}
         if len(self.str2idx) != len(self.idx2str):
             dupes = sorted({t for t in self.idx2str if self.idx2str.count(t) > 1})
             raise ConfigError(f"vocabulary has duplicate tokens: {dupes[:10]}")
         freq = str2freq or {}
-        self.str2freq: dict[str, int] = {t: int(freq.get(t, 0)) for t in self.idx2str}
+        try:
+            self.str2freq: dict[str, int] = {t: int(freq.get(t, 0)) for t in self.idx2str}
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"str2freq must map tokens to whole counts: {exc}") from None
         if unk_token is not None and unk_token not in self.str2idx:
             raise ConfigError(f"unk_token {unk_token!r} is not in the vocabulary")
         self.unk_token = unk_token
@@ -153,8 +185,13 @@ class Vocab:
         """
         if not isinstance(tokens, (pa.Array, pa.ChunkedArray, np.ndarray, list, tuple)):
             tokens = list(tokens)
-        return cls.from_counts(count_tokens(tokens), min_freq=min_freq, max_size=max_size,
-                               specials=specials, unk_token=unk_token)
+        return cls.from_counts(
+            count_tokens(tokens),
+            min_freq=min_freq,
+            max_size=max_size,
+            specials=specials,
+            unk_token=unk_token,
+        )
 
     @classmethod
     def from_counts(
@@ -172,9 +209,13 @@ class Vocab:
             MAX_SIZE(max_size)
         if unk_token is not None and unk_token not in specials:
             specials = (*specials, unk_token)
-        table = pa.table({"token": counts.tokens.cast(pa.string()), "count": pa.array(counts.counts, pa.int64())})
+        table = pa.table(
+            {"token": counts.tokens.cast(pa.string()), "count": pa.array(counts.counts, pa.int64())}
+        )
         if len(specials):
-            table = table.filter(pc.invert(pc.is_in(table["token"], value_set=pa.array(list(specials), pa.string()))))
+            table = table.filter(
+                pc.invert(pc.is_in(table["token"], value_set=pa.array(list(specials), pa.string())))
+            )
         table = table.filter(pc.greater_equal(table["count"], min_freq))
         order = pc.sort_indices(table, sort_keys=[("count", "descending"), ("token", "ascending")])
         if max_size is not None:
@@ -270,10 +311,16 @@ class Vocab:
     def from_dict(cls, data: dict[str, Any]) -> Vocab:
         """Inverse of :meth:`to_dict` (only ``idx2str`` is required)."""
         try:
-            return cls(data["idx2str"], str2freq=data.get("str2freq"), unk_token=data.get("unk_token"),
-                       specials=data.get("specials", ()))
+            return cls(
+                data["idx2str"],
+                str2freq=data.get("str2freq"),
+                unk_token=data.get("unk_token"),
+                specials=data.get("specials", ()),
+            )
         except (KeyError, TypeError) as exc:
-            raise CacheError(f"not a vocabulary: expected a dict with 'idx2str', got keys {sorted(data)[:10]}") from exc
+            raise CacheError(
+                f"not a vocabulary: expected a dict with 'idx2str', got keys {sorted(data)[:10]}"
+            ) from exc
 
     def save(self, path: PathLike) -> None:
         """Write the JSON atomically."""

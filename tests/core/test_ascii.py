@@ -20,8 +20,11 @@ from datamill.core.ascii import (
     token_dictionary,
 )
 
-_tokens = st.lists(st.text(st.characters(min_codepoint=1, max_codepoint=127), min_size=1, max_size=MAX_KEY_BYTES),
-                   min_size=0, max_size=60)
+_tokens = st.lists(
+    st.text(st.characters(min_codepoint=1, max_codepoint=127), min_size=1, max_size=MAX_KEY_BYTES),
+    min_size=0,
+    max_size=60,
+)
 
 
 def _layout(tokens: list[str], gap: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -31,7 +34,11 @@ def _layout(tokens: list[str], gap: bytes) -> tuple[np.ndarray, np.ndarray, np.n
         starts.append(len(buf))
         lengths.append(len(t))
         buf += t.encode() + gap
-    return np.frombuffer(bytes(buf), np.uint8), np.array(starts, np.int64), np.array(lengths, np.int64)
+    return (
+        np.frombuffer(bytes(buf), np.uint8),
+        np.array(starts, np.int64),
+        np.array(lengths, np.int64),
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -52,7 +59,17 @@ def test_dictionary_round_trip(tokens: list[str], gap: bytes, reverse: bool) -> 
 
 def test_shared_prefixes_and_the_end_of_the_buffer() -> None:
     """Tokens sharing their first 8 bytes, 8-byte boundaries, and a token ending the buffer."""
-    tokens = ["abcdefgh", "abcdefghi", "abcdefghij", "abcdefgh", "a" * 16, "a" * 17, "a" * 8, "x", "abcdefghi"]
+    tokens = [
+        "abcdefgh",
+        "abcdefghi",
+        "abcdefghij",
+        "abcdefgh",
+        "a" * 16,
+        "a" * 17,
+        "a" * 8,
+        "x",
+        "abcdefghi",
+    ]
     data, starts, lengths = _layout(tokens, b"")
     out = token_dictionary(data, starts, lengths)
     assert out is not None
@@ -66,7 +83,9 @@ def test_string_path_left_to_the_caller() -> None:
     assert token_dictionary(data, starts, lengths) is None
     data, starts, lengths = _layout(["a\x00", "a"], b" ")
     assert token_dictionary(data, starts, lengths) is None
-    dictionary, indices = token_dictionary(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)) or (None, None)
+    dictionary, indices = token_dictionary(
+        np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ) or (None, None)
     assert dictionary is not None and len(dictionary) == 0 and len(indices) == 0
 
 
@@ -82,7 +101,9 @@ def test_buffer_shorter_than_a_word(n: int) -> None:
 
 # ASCII text mixing words, every str.split() whitespace byte, punctuation and control bytes
 # (kept here, not in tests/strategies.py, which this branch does not own)
-ascii_text = st.text(st.sampled_from(list("ab Z_9\t\n\r\x0b\x0c\x1c\x1f.,!-'\x01\x7f")), max_size=80)
+ascii_text = st.text(
+    st.sampled_from(list("ab Z_9\t\n\r\x0b\x0c\x1c\x1f.,!-'\x01\x7f")), max_size=80
+)
 
 
 def _lines(text: str) -> list[str]:
@@ -104,8 +125,12 @@ def test_ascii_words_are_str_split_per_line(text: str, lowercase: bool) -> None:
 
 
 @given(text=ascii_text, lowercase=st.booleans(), one_document=st.booleans())
-def test_ascii_char_codes_fold_into_the_canon_table(text: str, lowercase: bool, one_document: bool) -> None:
-    codes, offsets, canon = ascii_char_codes(text.encode(), lowercase=lowercase, one_document=one_document)
+def test_ascii_char_codes_fold_into_the_canon_table(
+    text: str, lowercase: bool, one_document: bool
+) -> None:
+    codes, offsets, canon = ascii_char_codes(
+        text.encode(), lowercase=lowercase, one_document=one_document
+    )
     got = [bytes(canon[codes[a:b]]).decode() for a, b in itertools.pairwise(offsets)]
     norm = text.lower() if lowercase else text
     if one_document:
@@ -119,7 +144,9 @@ def test_ascii_token_spans_are_the_tokenizers(rows: list[str], punct: bool) -> N
     data = np.frombuffer("".join(rows).encode(), np.uint8)
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     starts, lengths, tok_off = ascii_token_spans(data, offsets, punct=punct)
-    tokens = [bytes(data[s:s + n]).decode() for s, n in zip(starts, lengths, strict=True)]
+    tokens = [bytes(data[s : s + n]).decode() for s, n in zip(starts, lengths, strict=True)]
     got = [tokens[a:b] for a, b in itertools.pairwise(tok_off)]
-    want = [re.findall(r"\w+|[^\w\s\x1c-\x1f]", r, flags=re.ASCII) if punct else r.split() for r in rows]
+    want = [
+        re.findall(r"\w+|[^\w\s\x1c-\x1f]", r, flags=re.ASCII) if punct else r.split() for r in rows
+    ]
     assert got == want

@@ -19,7 +19,9 @@ from datamill.core.rng import rng_for
 
 
 def test_error_family_inherits_builtins_and_keeps_location() -> None:
-    err = DataFileError("expected a number, got 'n/a'", path="train.csv", line=1205, column="age", hint="fix it")
+    err = DataFileError(
+        "expected a number, got 'n/a'", path="train.csv", line=1205, column="age", hint="fix it"
+    )
     assert isinstance(err, DatamillError) and isinstance(err, ValueError)
     assert (err.path, err.line, err.column) == ("train.csv", 1205, "age")
     assert str(err).startswith('train.csv, line 1,205, column "age": expected a number')
@@ -36,7 +38,9 @@ def test_error_family_inherits_builtins_and_keeps_location() -> None:
         ("t.jsonl", '{"a": 1, "b": "x"}\n{"a": 2, "b": null}\n', {"a": [1, 2], "b": ["x", None]}),
     ],
 )
-def test_read_table_formats(tmp_path: Path, name: str, content: str, expected: dict[str, list[object]]) -> None:
+def test_read_table_formats(
+    tmp_path: Path, name: str, content: str, expected: dict[str, list[object]]
+) -> None:
     p = tmp_path / name
     p.write_text(content)
     assert read_table(p).to_pydict() == expected
@@ -87,12 +91,17 @@ def test_read_errors_name_file_and_line(tmp_path: Path) -> None:
     assert ei.value.line == 2
 
 
-@pytest.mark.parametrize(("name", "content", "line"), [
-    ("t.csv", "a,b\n1,2\n3,4\n5,6,7\n8,9\n", 4),
-    ("t.tsv", "a\tb\n1\t2\n3\n", 3),
-    ("q.csv", 'a,b\n"x\ny",2\n3,4,5\n', 4),   # a quoted value spanning two lines
-])
-def test_csv_with_a_wrong_field_count_names_the_line(tmp_path: Path, name: str, content: str, line: int) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "line"),
+    [
+        ("t.csv", "a,b\n1,2\n3,4\n5,6,7\n8,9\n", 4),
+        ("t.tsv", "a\tb\n1\t2\n3\n", 3),
+        ("q.csv", 'a,b\n"x\ny",2\n3,4,5\n', 4),  # a quoted value spanning two lines
+    ],
+)
+def test_csv_with_a_wrong_field_count_names_the_line(
+    tmp_path: Path, name: str, content: str, line: int
+) -> None:
     p = tmp_path / name
     p.write_text(content)
     with pytest.raises(DataFileError) as info:
@@ -147,7 +156,9 @@ def test_fingerprints_are_content_based_and_stable(tmp_path: Path) -> None:
     assert fingerprint_obj({"b": 1, "a": [1, 2]}) == fingerprint_obj({"a": [1, 2], "b": 1})
     assert chain("x", "t@1", {"a": 1}) != chain("x", "t@2", {"a": 1})
     # stable across processes (no salted hash())
-    code = "from datamill.core.fingerprint import fingerprint_obj; print(fingerprint_obj({'a': 'b'}))"
+    code = (
+        "from datamill.core.fingerprint import fingerprint_obj; print(fingerprint_obj({'a': 'b'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == fingerprint_obj({"a": "b"})
 

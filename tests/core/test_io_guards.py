@@ -47,7 +47,9 @@ def test_check_output_refuses_the_input_or_a_folder_holding_it(tmp_path: Path) -
         with pytest.raises(DataFileError, match="overwrite an input"):
             check_output(target, is_own=lambda p: True, inputs=[data])
     with pytest.raises(DataFileError, match="overwrite an input"):  # archive members name their zip
-        check_output(tmp_path / "a.zip", is_own=lambda p: True, inputs=[f"{tmp_path / 'a.zip'}:member.txt"])
+        check_output(
+            tmp_path / "a.zip", is_own=lambda p: True, inputs=[f"{tmp_path / 'a.zip'}:member.txt"]
+        )
 
 
 def test_atomic_dir_never_replaces_a_file(tmp_path: Path) -> None:
@@ -72,7 +74,9 @@ _WRITER = textwrap.dedent("""
 def test_kill_9_leaves_litter_that_the_next_write_removes(tmp_path: Path) -> None:
     target = tmp_path / "out.bin"
     target.write_bytes(b"previous good output")
-    with subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, text=True
+    ) as proc:
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             os.kill(proc.pid, signal.SIGKILL)
@@ -146,7 +150,9 @@ def test_a_zip_member_with_a_bad_crc_is_a_located_error(tmp_path: Path) -> None:
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as z:
         z.writestr("t.csv", "a,b\n" + "1,2\n" * 200)
     raw = bytearray(archive.read_bytes())
-    raw[raw.index(b"1,2\n") + 2] = ord("9")  # flip one content byte: the stored CRC no longer matches
+    raw[raw.index(b"1,2\n") + 2] = ord(
+        "9"
+    )  # flip one content byte: the stored CRC no longer matches
     archive.write_bytes(bytes(raw))
     for read in (read_bytes, read_text, read_table):
         with pytest.raises(DataFileError, match="corrupt") as info:

@@ -11,10 +11,15 @@ from hypothesis import strategies as st
 from datamill.core.parallel import ordered_map
 
 
-@given(items=st.lists(st.integers(-1000, 1000), max_size=60), threads=st.integers(0, 4),
-       window=st.one_of(st.none(), st.integers(1, 5)), own_pool=st.booleans())
-def test_ordered_map_equals_map_and_bounds_what_is_in_flight(items: list[int], threads: int, window: int | None,
-                                                             own_pool: bool) -> None:
+@given(
+    items=st.lists(st.integers(-1000, 1000), max_size=60),
+    threads=st.integers(0, 4),
+    window=st.one_of(st.none(), st.integers(1, 5)),
+    own_pool=st.booleans(),
+)
+def test_ordered_map_equals_map_and_bounds_what_is_in_flight(
+    items: list[int], threads: int, window: int | None, own_pool: bool
+) -> None:
     submitted = 0
     consumed = 0
     peak = 0

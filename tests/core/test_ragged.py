@@ -32,29 +32,43 @@ def _rows(values: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
     return [values[a:b].tolist() for a, b in itertools.pairwise(offsets)]
 
 
-@given(rows=ragged_rows(), width=st.none() | st.integers(0, 12), side=st.sampled_from(["right", "left"]),
-       fill=st.integers(-5, 5), lead=st.integers(0, 3))
-def test_pad_places_each_row_cut_to_width(rows: list[list[int]], width: int | None, side: str, fill: int,
-                                          lead: int) -> None:
-    values = np.asarray([7] * lead + [x for r in rows for x in r], dtype=np.int64)  # offsets need not start at 0
+@given(
+    rows=ragged_rows(),
+    width=st.none() | st.integers(0, 12),
+    side=st.sampled_from(["right", "left"]),
+    fill=st.integers(-5, 5),
+    lead=st.integers(0, 3),
+)
+def test_pad_places_each_row_cut_to_width(
+    rows: list[list[int]], width: int | None, side: str, fill: int, lead: int
+) -> None:
+    values = np.asarray(
+        [7] * lead + [x for r in rows for x in r], dtype=np.int64
+    )  # offsets need not start at 0
     offsets = offsets_from_lengths([len(r) for r in rows]) + lead
     out, mask = pad(values, offsets, width, fill=fill, dtype=np.int32, side=side)  # type: ignore[arg-type]
     w = max((len(r) for r in rows), default=0) if width is None else width
     assert out.shape == mask.shape == (len(rows), w) and out.dtype == np.int32
     for got, m, row in zip(out.tolist(), mask.tolist(), rows, strict=True):
         kept = row[:w]
-        want = kept + [fill] * (w - len(kept)) if side == "right" else [fill] * (w - len(kept)) + kept
+        want = (
+            kept + [fill] * (w - len(kept)) if side == "right" else [fill] * (w - len(kept)) + kept
+        )
         assert got == want
         assert sum(m) == len(kept) and [g for g, k in zip(got, m, strict=True) if k] == kept
 
 
 @given(rows=ragged_rows(), dims=st.integers(1, 3))
 def test_pad_keeps_trailing_dimensions_and_object_fill(rows: list[list[int]], dims: int) -> None:
-    values = np.repeat(np.asarray([x for r in rows for x in r], dtype=np.int64)[:, None], dims, axis=1)
+    values = np.repeat(
+        np.asarray([x for r in rows for x in r], dtype=np.int64)[:, None], dims, axis=1
+    )
     out, mask = pad(values, offsets_from_lengths([len(r) for r in rows]))
     assert out.shape[2:] == (dims,)
     np.testing.assert_array_equal(out[mask], values)
-    strings = np.asarray([str(x) for r in rows for x in r] or [""], dtype=object)[:sum(map(len, rows))]
+    strings = np.asarray([str(x) for r in rows for x in r] or [""], dtype=object)[
+        : sum(map(len, rows))
+    ]
     padded, m = pad(strings, offsets_from_lengths([len(r) for r in rows]), fill=None)
     assert all(v is None for v in padded[~m]) and padded[m].tolist() == strings.tolist()
 
@@ -70,10 +84,16 @@ def test_csr_builders_round_trip(rows: list[list[int]], cut: int) -> None:
     both = concat_csr([csr_from_arrays(head), csr_from_arrays(tail)])
     assert _rows(*both) == rows
     with_nulls = pa.array([None, *rows, None], pa.list_(pa.int64()))
-    for arr, want in [(pa.array(rows, pa.list_(pa.int64())).slice(min(cut, len(rows))), rows[cut:]),
-                      (with_nulls, [[], *rows, []]),
-                      (pa.chunked_array([pa.array(head, pa.list_(pa.int64())), pa.array(tail, pa.list_(pa.int64()))]),
-                       rows)]:
+    for arr, want in [
+        (pa.array(rows, pa.list_(pa.int64())).slice(min(cut, len(rows))), rows[cut:]),
+        (with_nulls, [[], *rows, []]),
+        (
+            pa.chunked_array(
+                [pa.array(head, pa.list_(pa.int64())), pa.array(tail, pa.list_(pa.int64()))]
+            ),
+            rows,
+        ),
+    ]:
         v, o = csr_from_arrow(arr)
         assert o[0] == 0 and _rows(v, o) == want
 
@@ -89,11 +109,18 @@ def test_ranges_concatenates_aranges(pairs: list[tuple[int, int]]) -> None:
 def test_smallest_int_dtype_is_the_first_that_fits(max_value: int, signed: bool) -> None:
     dt = smallest_int_dtype(max_value, signed=signed)
     assert np.iinfo(dt).max >= max_value and (np.iinfo(dt).min < 0) == signed
-    smaller = [d for d in ((np.int8, np.int16, np.int32) if signed else (np.uint8, np.uint16, np.uint32))
-               if np.dtype(d).itemsize < dt.itemsize]
+    smaller = [
+        d
+        for d in ((np.int8, np.int16, np.int32) if signed else (np.uint8, np.uint16, np.uint32))
+        if np.dtype(d).itemsize < dt.itemsize
+    ]
     assert all(np.iinfo(d).max < max_value for d in smaller)
-    ladder = smallest_int_dtype(max_value, dtypes=(np.uint16, np.int32, np.int64))  # the corpus files' rule
-    assert ladder == (np.uint16 if max_value < 1 << 16 else np.int32 if max_value < 1 << 31 else np.int64)
+    ladder = smallest_int_dtype(
+        max_value, dtypes=(np.uint16, np.int32, np.int64)
+    )  # the corpus files' rule
+    assert ladder == (
+        np.uint16 if max_value < 1 << 16 else np.int32 if max_value < 1 << 31 else np.int64
+    )
 
 
 def test_smallest_int_dtype_errors() -> None:

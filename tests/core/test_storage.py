@@ -41,7 +41,9 @@ def s3_root(seaweed: tuple[str, str, str]) -> Iterator[str]:
     from datamill.core.s3 import s3_filesystem
 
     endpoint, key, secret = seaweed
-    s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True).create_dir("contract")
+    s3_filesystem(
+        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
+    ).create_dir("contract")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AWS_ACCESS_KEY_ID", key)
         mp.setenv("AWS_SECRET_ACCESS_KEY", secret)
@@ -50,7 +52,9 @@ def s3_root(seaweed: tuple[str, str, str]) -> Iterator[str]:
 
 
 @pytest.fixture(params=ROOTS)
-def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def root(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
     """A fresh, empty root URL of one scheme (the shard cache in tmp_path)."""
     monkeypatch.setenv("DATAMILL_CACHE_DIR", str(tmp_path / "cache"))
     name = request.param
@@ -66,7 +70,9 @@ def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_every_scheme_has_a_root_here() -> None:
-    assert {scheme_of(r).name for r in ("/x", "file:///x", "memory://b/x", "s3://b/x")} == set(SCHEMES)
+    assert {scheme_of(r).name for r in ("/x", "file:///x", "memory://b/x", "s3://b/x")} == set(
+        SCHEMES
+    )
 
 
 def test_filesystem_upload_and_errors(root: str, tmp_path: Path) -> None:
@@ -99,7 +105,9 @@ def test_shardset_dataset_written_added_and_read_back(root: str) -> None:
     url = f"{root}/ds"
     table = pa.table({"uid": np.arange(50), "x": np.arange(50) * 2})
     ds = ShardsetDataset.create(url, table, uid="uid", shardset="a", shard_size=16)
-    ds = ds.add("b", pa.table({"uid": np.arange(50)[::-1].copy(), "y": np.arange(50)[::-1] * 3}), route=True)
+    ds = ds.add(
+        "b", pa.table({"uid": np.arange(50)[::-1].copy(), "y": np.arange(50)[::-1] * 3}), route=True
+    )
     again = open_source(url)
     assert isinstance(again, ShardsetDataset) and again.num_shards == 4
     got = pa.concat_tables(again.read_shard(k) for k in range(again.num_shards)).sort_by("uid")
@@ -127,8 +135,11 @@ def test_bert_output_written_there_and_read_back(root: str, tmp_path: Path) -> N
     from datamill.pretrain.bert import build_bert_samples
 
     raw = tmp_path / "raw.txt"
-    raw.write_text(" = A = \n the cat sat on the mat . \n the dog ran far away . \n"
-                   " = B = \n a bird sang in the old tree . \n the sun rose over the hill . \n" * 3, encoding="utf-8")
+    raw.write_text(
+        " = A = \n the cat sat on the mat . \n the dog ran far away . \n"
+        " = B = \n a bird sang in the old tree . \n the sun rose over the hill . \n" * 3,
+        encoding="utf-8",
+    )
     out = f"{root}/bert/b.parquet"
     if not is_remote(out):
         Path(filesystem_for(out)[1]).parent.mkdir(parents=True)
@@ -152,9 +163,11 @@ def test_preprocessing_input_read_from_there(root: str, tmp_path: Path) -> None:
     if not is_remote(url):
         Path(path).parent.mkdir(parents=True)
     upload(local, fs, path)
-    config = {"input_features": [{"name": "size", "type": "number"}],
-              "output_features": [{"name": "label", "type": "binary"}],
-              "preprocessing": {"split": {"type": "none"}}}
+    config = {
+        "input_features": [{"name": "size", "type": "number"}],
+        "output_features": [{"name": "label", "type": "binary"}],
+        "preprocessing": {"split": {"type": "none"}},
+    }
     got = preprocess(url if is_remote(url) else path, config, skip_save=True).data
     want = preprocess(local, config, skip_save=True).data
     assert all(np.array_equal(got[k], want[k]) for k in want)

@@ -25,8 +25,15 @@ class Result:
     stderr: str
 
 
-def run(args: Sequence[str], *, cwd: Path, fault: str | None = None, fsize: int | None = None,
-        timeout: float = 120, signal_name: str = "KILL") -> Result:
+def run(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    fault: str | None = None,
+    fsize: int | None = None,
+    timeout: float = 120,
+    signal_name: str = "KILL",
+) -> Result:
     """``datamill ARGS`` in a fresh interpreter; ``fault`` kills it at that point, ``fsize`` limits file sizes."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", DATAMILL_THREADS="1")
     env.pop(FAULT_ENV, None)
@@ -36,11 +43,21 @@ def run(args: Sequence[str], *, cwd: Path, fault: str | None = None, fsize: int 
 
     def limit() -> None:  # in the child, before exec
         if fsize is not None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes fail with EFBIG instead of killing
+            signal.signal(
+                signal.SIGXFSZ, signal.SIG_IGN
+            )  # writes fail with EFBIG instead of killing
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    proc = subprocess.run([sys.executable, "-c", _MAIN, "-q", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, preexec_fn=limit, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAIN, "-q", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        check=False,
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 

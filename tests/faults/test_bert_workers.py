@@ -39,16 +39,37 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list child processes")
 def test_killing_bert_leaves_no_worker_running(tmp_path: Path, data_dir: Path) -> None:
-    lines = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines(keepends=True)[:3000]
+    lines = (
+        (data_dir / "wikitext2_test.raw")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)[:3000]
+    )
     (tmp_path / "raw.txt").write_text("".join(lines), encoding="utf-8")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **{FAULT_ENV: "bert.row_group_written"})
-    cmd = [sys.executable, "-c", "import sys; from datamill.cli import main; sys.exit(main())", "-q", "bert",
-           "raw.txt", "--out", "b.parquet", "--vocab-size", "400", "--max-seq-length", "48", "--dupe-factor", "6",
-           "--workers", "2"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from datamill.cli import main; sys.exit(main())",
+        "-q",
+        "bert",
+        "raw.txt",
+        "--out",
+        "b.parquet",
+        "--vocab-size",
+        "400",
+        "--max-seq-length",
+        "48",
+        "--dupe-factor",
+        "6",
+        "--workers",
+        "2",
+    ]
     seen: set[int] = set()
     log = tmp_path / "stderr.txt"
-    with log.open("wb") as err, subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                                 stderr=err) as proc:  # a file: orphans cannot block a pipe
+    with (
+        log.open("wb") as err,
+        subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err) as proc,
+    ):  # a file: orphans cannot block a pipe
         while proc.poll() is None:
             seen |= _children(proc.pid)
             time.sleep(0.01)

@@ -33,8 +33,16 @@ class Writer:
 
 def _csv(path: Path, n: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    pcsv.write_csv(pa.table({"uid": np.arange(n), "color": rng.choice(["red", "green", "blue", "gold"], n),
-                             "size": rng.normal(size=n).round(3)}), path)
+    pcsv.write_csv(
+        pa.table(
+            {
+                "uid": np.arange(n),
+                "color": rng.choice(["red", "green", "blue", "gold"], n),
+                "size": rng.normal(size=n).round(3),
+            }
+        ),
+        path,
+    )
 
 
 def _load_preprocess(d: Path) -> object:
@@ -75,39 +83,97 @@ def _load_export(d: Path) -> object:
 
 def _setup(d: Path, data_dir: Path) -> None:
     _csv(d / "d.csv", 3000, 0)
-    (d / "c1.yaml").write_text("input_features: [{name: color, type: category}, {name: size, type: number}]\n")
-    (d / "c2.yaml").write_text("input_features: [{name: color, type: category, preprocessing: {most_common: 2}},"
-                               " {name: size, type: number, preprocessing: {normalization: minmax}}]\n")
+    (d / "c1.yaml").write_text(
+        "input_features: [{name: color, type: category}, {name: size, type: number}]\n"
+    )
+    (d / "c2.yaml").write_text(
+        "input_features: [{name: color, type: category, preprocessing: {most_common: 2}},"
+        " {name: size, type: number, preprocessing: {normalization: minmax}}]\n"
+    )
     shutil.copy(data_dir / "timemachine.txt", d / "t.txt")
-    lines = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines(keepends=True)[:1500]
+    lines = (
+        (data_dir / "wikitext2_test.raw")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)[:1500]
+    )
     (d / "raw.txt").write_text("".join(lines), encoding="utf-8")
     pcsv.write_csv(pa.table({"uid": np.arange(500), "y": np.arange(500) * 2}), d / "y.csv")
 
 
 _DS = ["shards", "create", "ds", "--uid", "uid", "--shardset", "a", "d.csv", "--shard-size", "500"]
-_BERT = ["bert", "raw.txt", "--out", "b.parquet", "--vocab-size", "400", "--max-seq-length", "48",
-         "--dupe-factor", "3", "--workers", "1"]
+_BERT = [
+    "bert",
+    "raw.txt",
+    "--out",
+    "b.parquet",
+    "--vocab-size",
+    "400",
+    "--max-seq-length",
+    "48",
+    "--dupe-factor",
+    "3",
+    "--workers",
+    "1",
+]
 
 WRITERS: dict[str, Writer] = {
-    "preprocess": Writer(["preprocess", "d.csv", "-c", "c1.yaml"], ["preprocess", "d.csv", "-c", "c2.yaml"],
-                         ["d.hdf5", "d.meta.json"], _load_preprocess,
-                         ["preprocess.block_written", "preprocess.before_switch", "preprocess.between_renames"],
-                         8192),
-    "corpus": Writer(["corpus", "t.txt", "--level", "word", "--out", "c"],
-                     ["corpus", "t.txt", "--level", "char", "--out", "c"], ["c"], _load_corpus,
-                     ["corpus.array_written", "corpus.before_switch"], 50_000),
-    "word2vec": Writer(["word2vec", "t.txt", "--out", "w", "--min-freq", "2"],
-                       ["word2vec", "t.txt", "--out", "w", "--min-freq", "2", "--window", "3", "--seed", "1"],
-                       ["w"], _load_w2v, ["word2vec.array_written@2", "word2vec.before_switch"], 20_000),
-    "bert": Writer(_BERT, [*_BERT, "--seed", "1"], ["b.parquet", "b.tokenizer.json"], _load_bert,
-                   ["bert.row_group_written", "bert.before_switch"], 30_000),
-    "shards-create": Writer(_DS, [*_DS[:-1], "1000", "--overwrite"], ["ds"], _load_ds,
-                            ["shards.shard_written@2", "shards.before_commit", "shards.before_manifest"], 2_000),
-    "shards-add": Writer(_DS, ["shards", "add", "ds", "--shardset", "y", "y.csv", "--route"], ["ds"], _load_ds,
-                         ["shards.shard_written@3", "shards.before_commit", "shards.before_manifest"], 1_000,
-                         skip=lambda p: "/ds/y/" in p.as_posix()),
-    "shards-export": Writer(_DS, ["shards", "export", "ds", "out.parquet", "--columns", "color"], ["out.parquet"],
-                            _load_export, ["shards.export_written"], 1_000),
+    "preprocess": Writer(
+        ["preprocess", "d.csv", "-c", "c1.yaml"],
+        ["preprocess", "d.csv", "-c", "c2.yaml"],
+        ["d.hdf5", "d.meta.json"],
+        _load_preprocess,
+        ["preprocess.block_written", "preprocess.before_switch", "preprocess.between_renames"],
+        8192,
+    ),
+    "corpus": Writer(
+        ["corpus", "t.txt", "--level", "word", "--out", "c"],
+        ["corpus", "t.txt", "--level", "char", "--out", "c"],
+        ["c"],
+        _load_corpus,
+        ["corpus.array_written", "corpus.before_switch"],
+        50_000,
+    ),
+    "word2vec": Writer(
+        ["word2vec", "t.txt", "--out", "w", "--min-freq", "2"],
+        ["word2vec", "t.txt", "--out", "w", "--min-freq", "2", "--window", "3", "--seed", "1"],
+        ["w"],
+        _load_w2v,
+        ["word2vec.array_written@2", "word2vec.before_switch"],
+        20_000,
+    ),
+    "bert": Writer(
+        _BERT,
+        [*_BERT, "--seed", "1"],
+        ["b.parquet", "b.tokenizer.json"],
+        _load_bert,
+        ["bert.row_group_written", "bert.before_switch"],
+        30_000,
+    ),
+    "shards-create": Writer(
+        _DS,
+        [*_DS[:-1], "1000", "--overwrite"],
+        ["ds"],
+        _load_ds,
+        ["shards.shard_written@2", "shards.before_commit", "shards.before_manifest"],
+        2_000,
+    ),
+    "shards-add": Writer(
+        _DS,
+        ["shards", "add", "ds", "--shardset", "y", "y.csv", "--route"],
+        ["ds"],
+        _load_ds,
+        ["shards.shard_written@3", "shards.before_commit", "shards.before_manifest"],
+        1_000,
+        skip=lambda p: "/ds/y/" in p.as_posix(),
+    ),
+    "shards-export": Writer(
+        _DS,
+        ["shards", "export", "ds", "out.parquet", "--columns", "color"],
+        ["out.parquet"],
+        _load_export,
+        ["shards.export_written"],
+        1_000,
+    ),
 }
 
 
@@ -123,7 +189,9 @@ def _prepare(name: str, d: Path, data_dir: Path) -> tuple[Writer, dict[str, dict
 
 
 def _assert_previous_intact(w: Writer, d: Path, before: dict[str, dict[str, str]]) -> None:
-    w.load(d)  # loading repairs a switch killed between its renames (preprocess), then the bytes are the old ones
+    w.load(
+        d
+    )  # loading repairs a switch killed between its renames (preprocess), then the bytes are the old ones
     assert {o: snapshot(d / o, skip=w.skip) for o in w.outputs} == before
 
 
@@ -135,7 +203,9 @@ def _assert_rerun_clean(w: Writer, d: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
-def test_kill_at_every_point_keeps_previous_output(name: str, tmp_path: Path, data_dir: Path) -> None:
+def test_kill_at_every_point_keeps_previous_output(
+    name: str, tmp_path: Path, data_dir: Path
+) -> None:
     w, before = _prepare(name, tmp_path, data_dir)
     for point in w.points:
         res = run(w.replace, cwd=tmp_path, fault=point)
@@ -145,8 +215,9 @@ def test_kill_at_every_point_keeps_previous_output(name: str, tmp_path: Path, da
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
-def test_full_disk_is_one_located_error_and_keeps_previous_output(name: str, tmp_path: Path,
-                                                                  data_dir: Path) -> None:
+def test_full_disk_is_one_located_error_and_keeps_previous_output(
+    name: str, tmp_path: Path, data_dir: Path
+) -> None:
     w, before = _prepare(name, tmp_path, data_dir)
     res = run(w.replace, cwd=tmp_path, fsize=w.fsize)
     assert_one_line_error(res, path=w.outputs[0] if name != "shards-add" else "ds")
@@ -156,7 +227,9 @@ def test_full_disk_is_one_located_error_and_keeps_previous_output(name: str, tmp
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
-def test_sigterm_cleans_up_at_once_and_keeps_previous_output(name: str, tmp_path: Path, data_dir: Path) -> None:
+def test_sigterm_cleans_up_at_once_and_keeps_previous_output(
+    name: str, tmp_path: Path, data_dir: Path
+) -> None:
     w, before = _prepare(name, tmp_path, data_dir)
     res = run(w.replace, cwd=tmp_path, fault=w.points[-1], signal_name="TERM")
     assert res.returncode == 143, (res.returncode, res.stderr[-3000:])

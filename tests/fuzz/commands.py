@@ -27,7 +27,9 @@ walk: it would block; its sub-commands (keys, audit, backup, iterate) are fuzzed
 WAITS = {"reconnect_timeout": "0"}
 """Options that ask the command to wait (seconds): always this value, or a run would take as long as asked."""
 
-NEVER_CHOSEN = {"ray": "starts or joins a Ray cluster (covered by tests/test_bad_inputs.py, marked ray)"}
+NEVER_CHOSEN = {
+    "ray": "starts or joins a Ray cluster (covered by tests/test_bad_inputs.py, marked ray)"
+}
 """Choices the in-process fuzzer never passes (their value is replaced by a hostile string)."""
 
 
@@ -36,8 +38,9 @@ HOSTILITY = (5, 10, 20, 40, 70)
 values among good ones, so each check is reached with the others passing."""
 
 
-def leaf_commands(parser: argparse.ArgumentParser | None = None,
-                  prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def leaf_commands(
+    parser: argparse.ArgumentParser | None = None, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """``(("shards", "create"), parser)`` for every leaf command, in --help order (aliases once)."""
     if parser is None:
         from datamill.cli import build_parser
@@ -50,7 +53,10 @@ def leaf_commands(parser: argparse.ArgumentParser | None = None,
         return
     seen: set[int] = set()
     for action in subs:
-        for name, sub in action._name_parser_map.items():  # (choices may be None: serve takes any first word)
+        for (
+            name,
+            sub,
+        ) in action._name_parser_map.items():  # (choices may be None: serve takes any first word)
             if id(sub) in seen:
                 continue
             seen.add(id(sub))
@@ -61,60 +67,295 @@ def seeds(ws: Workspace) -> dict[tuple[str, ...], list[list[str]]]:
     """Working command lines per leaf command (values only matter: flags are re-drawn from the parser)."""
     p = ws.p
     return {
-        ("demo",): [["--data", p("fakedata"), "--work-dir", p("fresh_dir"), "--only", "nothing-matches"]],
-        ("preprocess",): [[p("inputs/table.csv"), "-c", p("inputs/table.yaml"), "-o", p("fresh_dir")],
-                          [p("inputs/images.csv"), "-c", p("inputs/images.yaml"), "-o", p("fresh_dir")],
-                          [p("inputs/images_bomb.csv"), "-c", p("inputs/images.yaml"), "--skip-save"],
-                          [p("inputs/table.parquet"), "-m", p("outputs/prep/table.meta.json"), "-o", p("fresh_dir")]],
-        ("corpus",): [[p("inputs/text.txt"), "--level", "word", "--out", p("fresh_dir"), "--min-freq", "1",
-                       "--max-size", "50", "--reserved-tokens", "<pad>", "--unk-token", "<unk>"],
-                      [p("zip_member"), "--level", "bpe", "--vocab-size", "120", "--out", p("fresh_dir"),
-                       "--tokenizer", p("inputs/tokenizer.json")]],
-        ("word2vec",): [[p("zip_member"), "--out", p("fresh_dir"), "--window", "2", "--num-negatives", "2",
-                         "--min-freq", "1", "--subsample-t", "0.001", "--seed", "1"]],
-        ("bert",): [[p("inputs/raw.txt"), "--out", p("fresh_file"), "--vocab-size", "200", "--max-seq-length", "24",
-                     "--dupe-factor", "1", "--mask-prob", "0.2", "--max-predictions-per-seq", "3",
-                     "--short-seq-prob", "0.1", "--seed", "1", "--workers", "1"],
-                    [p("inputs/raw.txt"), "--out", p("fresh_file"), "--tokenizer", p("inputs/tokenizer.json"),
-                     "--max-seq-length", "16", "--dupe-factor", "1", "--workers", "1"]],
-        ("shards", "create"): [[p("fresh_dir"), "--uid", "Id", "--shardset", "main", p("inputs/table.csv"),
-                                "--shard-size", "10"],
-                               [p("fresh_dir"), "--uid", "Id", "--shardset", "main", p("inputs/table.parquet"),
-                                "--add-uid"]],
-        ("shards", "add"): [[p("outputs/ds"), "--shardset", "extra", p("inputs/table.parquet"), "--route"]],
+        ("demo",): [
+            ["--data", p("fakedata"), "--work-dir", p("fresh_dir"), "--only", "nothing-matches"]
+        ],
+        ("preprocess",): [
+            [p("inputs/table.csv"), "-c", p("inputs/table.yaml"), "-o", p("fresh_dir")],
+            [p("inputs/images.csv"), "-c", p("inputs/images.yaml"), "-o", p("fresh_dir")],
+            [p("inputs/images_bomb.csv"), "-c", p("inputs/images.yaml"), "--skip-save"],
+            [
+                p("inputs/table.parquet"),
+                "-m",
+                p("outputs/prep/table.meta.json"),
+                "-o",
+                p("fresh_dir"),
+            ],
+        ],
+        ("corpus",): [
+            [
+                p("inputs/text.txt"),
+                "--level",
+                "word",
+                "--out",
+                p("fresh_dir"),
+                "--min-freq",
+                "1",
+                "--max-size",
+                "50",
+                "--reserved-tokens",
+                "<pad>",
+                "--unk-token",
+                "<unk>",
+            ],
+            [
+                p("zip_member"),
+                "--level",
+                "bpe",
+                "--vocab-size",
+                "120",
+                "--out",
+                p("fresh_dir"),
+                "--tokenizer",
+                p("inputs/tokenizer.json"),
+            ],
+        ],
+        ("word2vec",): [
+            [
+                p("zip_member"),
+                "--out",
+                p("fresh_dir"),
+                "--window",
+                "2",
+                "--num-negatives",
+                "2",
+                "--min-freq",
+                "1",
+                "--subsample-t",
+                "0.001",
+                "--seed",
+                "1",
+            ]
+        ],
+        ("bert",): [
+            [
+                p("inputs/raw.txt"),
+                "--out",
+                p("fresh_file"),
+                "--vocab-size",
+                "200",
+                "--max-seq-length",
+                "24",
+                "--dupe-factor",
+                "1",
+                "--mask-prob",
+                "0.2",
+                "--max-predictions-per-seq",
+                "3",
+                "--short-seq-prob",
+                "0.1",
+                "--seed",
+                "1",
+                "--workers",
+                "1",
+            ],
+            [
+                p("inputs/raw.txt"),
+                "--out",
+                p("fresh_file"),
+                "--tokenizer",
+                p("inputs/tokenizer.json"),
+                "--max-seq-length",
+                "16",
+                "--dupe-factor",
+                "1",
+                "--workers",
+                "1",
+            ],
+        ],
+        ("shards", "create"): [
+            [
+                p("fresh_dir"),
+                "--uid",
+                "Id",
+                "--shardset",
+                "main",
+                p("inputs/table.csv"),
+                "--shard-size",
+                "10",
+            ],
+            [
+                p("fresh_dir"),
+                "--uid",
+                "Id",
+                "--shardset",
+                "main",
+                p("inputs/table.parquet"),
+                "--add-uid",
+            ],
+        ],
+        ("shards", "add"): [
+            [p("outputs/ds"), "--shardset", "extra", p("inputs/table.parquet"), "--route"]
+        ],
         ("shards", "check"): [[p("outputs/ds")]],
         ("shards", "info"): [[p("outputs/ds"), "--json"]],
         ("shards", "get"): [[p("outputs/ds"), "3", "--columns", "Id,LotArea"]],
-        ("shards", "export"): [[p("outputs/ds"), p("fresh_file"), "--columns", "Id", "--join", "inner"]],
-        ("iterate",): [[p("outputs/ds"), "--batch-size", "4", "--epochs", "1", "--limit", "3", "--seed", "1",
-                        "--columns", "Id", "--rank", "0", "--world-size", "1", "--num-workers", "1",
-                        "--resume", p("outputs/state.json"), "--save-state", p("fresh_file")],
-                       [p("outputs/prep/table.hdf5"), "--split", "train", "--batch-size", "3"],
-                       [p("outputs/corpus"), "--batch-size", "5", "--limit", "2"]],
-        ("serve", "keys", "create"): [["--state", p("fresh_dir"), "--role", "admin", "--datasets", "a,b",
-                                       "--expires", "12h", "--note", "n"],
-                                      ["--state", p("outputs/serve")]],
+        ("shards", "export"): [
+            [p("outputs/ds"), p("fresh_file"), "--columns", "Id", "--join", "inner"]
+        ],
+        ("iterate",): [
+            [
+                p("outputs/ds"),
+                "--batch-size",
+                "4",
+                "--epochs",
+                "1",
+                "--limit",
+                "3",
+                "--seed",
+                "1",
+                "--columns",
+                "Id",
+                "--rank",
+                "0",
+                "--world-size",
+                "1",
+                "--num-workers",
+                "1",
+                "--resume",
+                p("outputs/state.json"),
+                "--save-state",
+                p("fresh_file"),
+            ],
+            [p("outputs/prep/table.hdf5"), "--split", "train", "--batch-size", "3"],
+            [p("outputs/corpus"), "--batch-size", "5", "--limit", "2"],
+        ],
+        ("serve", "keys", "create"): [
+            [
+                "--state",
+                p("fresh_dir"),
+                "--role",
+                "admin",
+                "--datasets",
+                "a,b",
+                "--expires",
+                "12h",
+                "--note",
+                "n",
+            ],
+            ["--state", p("outputs/serve")],
+        ],
         ("serve", "keys", "list"): [["--state", p("outputs/serve")]],
         ("serve", "keys", "revoke"): [["0123456789ab", "--state", p("outputs/serve")]],
         ("serve", "audit"): [["--state", p("outputs/serve")]],
         ("serve", "gc"): [["--state", p("outputs/serve"), "--older-than", "30d"]],
         ("serve", "backup"): [["--state", p("outputs/serve"), p("fresh_file")]],
-        ("serve", "iterate"): [["ds", "--url", "http://127.0.0.1:1", "--key", "dmk_x.y", "--batch-size", "4",
-                                "--seed", "1", "--epoch", "0", "--columns", "Id", "--rank", "0", "--world-size", "1",
-                                "--mode", "static", "--name", "n", "--limit", "2", "--save-state", p("fresh_file"),
-                                "--reconnect-timeout", "0"]],
-        ("trace",): [[p("outputs/record.json"), "--uid", "3", "--sample", "2", "--step", "1", "--rank", "0",
-                      "--epoch", "0", "--source", p("outputs/ds"), "--show", "--columns", "Id", "--width", "20"]],
-        ("diff",): [[p("outputs/prep/table.hdf5"), p("outputs/prep/table.hdf5"), "--json", "--mean-shift", "0.1",
-                     "--quantile-shift", "0.1", "--tvd", "0.1", "--all-stats", "--no-cache"],
-                    [p("outputs/ds"), p("outputs/ds")]],
-        ("check-splits",): [[p("outputs/prep/table.hdf5"), "--columns", "LotArea", "--split-column", "split",
-                             "--threshold", "0.8", "--num-perm", "64", "--shingle", "3", "--seed", "1", "--json"],
-                            [p("outputs/ds"), "--fail"]],
-        ("plan",): [[p("outputs/ds"), "--batch-size", "4", "--world-size", "2", "--ranks-per-node", "1",
-                     "--num-workers", "1", "--prefetch", "1", "--window", "2", "--cache-limit", "1",
-                     "--epochs", "2", "--seed", "3", "--read-speed", "100", "--show", "2"],
-                    [p("outputs/prep/table.hdf5"), "--batch-size", "3", "--read-speed", "50", "--json"]],
+        ("serve", "iterate"): [
+            [
+                "ds",
+                "--url",
+                "http://127.0.0.1:1",
+                "--key",
+                "dmk_x.y",
+                "--batch-size",
+                "4",
+                "--seed",
+                "1",
+                "--epoch",
+                "0",
+                "--columns",
+                "Id",
+                "--rank",
+                "0",
+                "--world-size",
+                "1",
+                "--mode",
+                "static",
+                "--name",
+                "n",
+                "--limit",
+                "2",
+                "--save-state",
+                p("fresh_file"),
+                "--reconnect-timeout",
+                "0",
+            ]
+        ],
+        ("trace",): [
+            [
+                p("outputs/record.json"),
+                "--uid",
+                "3",
+                "--sample",
+                "2",
+                "--step",
+                "1",
+                "--rank",
+                "0",
+                "--epoch",
+                "0",
+                "--source",
+                p("outputs/ds"),
+                "--show",
+                "--columns",
+                "Id",
+                "--width",
+                "20",
+            ]
+        ],
+        ("diff",): [
+            [
+                p("outputs/prep/table.hdf5"),
+                p("outputs/prep/table.hdf5"),
+                "--json",
+                "--mean-shift",
+                "0.1",
+                "--quantile-shift",
+                "0.1",
+                "--tvd",
+                "0.1",
+                "--all-stats",
+                "--no-cache",
+            ],
+            [p("outputs/ds"), p("outputs/ds")],
+        ],
+        ("check-splits",): [
+            [
+                p("outputs/prep/table.hdf5"),
+                "--columns",
+                "LotArea",
+                "--split-column",
+                "split",
+                "--threshold",
+                "0.8",
+                "--num-perm",
+                "64",
+                "--shingle",
+                "3",
+                "--seed",
+                "1",
+                "--json",
+            ],
+            [p("outputs/ds"), "--fail"],
+        ],
+        ("plan",): [
+            [
+                p("outputs/ds"),
+                "--batch-size",
+                "4",
+                "--world-size",
+                "2",
+                "--ranks-per-node",
+                "1",
+                "--num-workers",
+                "1",
+                "--prefetch",
+                "1",
+                "--window",
+                "2",
+                "--cache-limit",
+                "1",
+                "--epochs",
+                "2",
+                "--seed",
+                "3",
+                "--read-speed",
+                "100",
+                "--show",
+                "2",
+            ],
+            [p("outputs/prep/table.hdf5"), "--batch-size", "3", "--read-speed", "50", "--json"],
+        ],
     }
 
 
@@ -152,11 +393,13 @@ def _seed_values(parser: argparse.ArgumentParser, lines: list[list[str]]) -> dic
         for action, value in zip(positionals, pos_values, strict=False):
             out.setdefault(action.dest, []).append(value)
         if len(pos_values) > len(positionals) and positionals:  # nargs="+" takes the rest
-            out.setdefault(positionals[-1].dest, []).extend(pos_values[len(positionals):])
+            out.setdefault(positionals[-1].dest, []).extend(pos_values[len(positionals) :])
     return out
 
 
-def _value(action: argparse.Action, good: list[str], paths: list[str], hostility: int) -> st.SearchStrategy[str]:
+def _value(
+    action: argparse.Action, good: list[str], paths: list[str], hostility: int
+) -> st.SearchStrategy[str]:
     if action.choices is not None:
         choices = [str(c) for c in action.choices if str(c) not in NEVER_CHOSEN]
         hostile: st.SearchStrategy[str] = st.sampled_from(choices + STRINGS[:4] + ["not-a-choice"])
@@ -166,7 +409,9 @@ def _value(action: argparse.Action, good: list[str], paths: list[str], hostility
         hostile = st.sampled_from(paths)
     if not good:
         return hostile
-    return st.integers(0, 99).flatmap(lambda k: st.sampled_from(good) if k >= hostility else hostile)
+    return st.integers(0, 99).flatmap(
+        lambda k: st.sampled_from(good) if k >= hostility else hostile
+    )
 
 
 def _nargs_count(action: argparse.Action) -> st.SearchStrategy[int]:
@@ -175,12 +420,19 @@ def _nargs_count(action: argparse.Action) -> st.SearchStrategy[int]:
         return st.just(1)
     if isinstance(n, int):
         return st.just(n)
-    return {"?": st.integers(0, 1), "*": st.integers(0, 2), "+": st.integers(1, 3)}.get(str(n), st.integers(0, 2))
+    return {"?": st.integers(0, 1), "*": st.integers(0, 2), "+": st.integers(1, 3)}.get(
+        str(n), st.integers(0, 2)
+    )
 
 
 @st.composite
-def command_lines(draw: st.DrawFn, path: tuple[str, ...], parser: argparse.ArgumentParser,
-                  ws: Workspace, seed_lines: list[list[str]]) -> list[str]:
+def command_lines(
+    draw: st.DrawFn,
+    path: tuple[str, ...],
+    parser: argparse.ArgumentParser,
+    ws: Workspace,
+    seed_lines: list[list[str]],
+) -> list[str]:
     """One command line for the leaf command ``path``."""
     good = _seed_values(parser, seed_lines)
     paths = ws.path_menu()
@@ -191,14 +443,24 @@ def command_lines(draw: st.DrawFn, path: tuple[str, ...], parser: argparse.Argum
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
         values = good.get(action.dest, [])
-        value = st.just(WAITS[action.dest]) if action.dest in WAITS else _value(action, values, paths, hostility)
+        value = (
+            st.just(WAITS[action.dest])
+            if action.dest in WAITS
+            else _value(action, values, paths, hostility)
+        )
         if not action.option_strings:
             for _ in range(draw(_nargs_count(action))):
                 positionals.append(draw(value))
             continue
-        in_seed = action.dest in good or (action.nargs == 0 and any(
-            s in line for line in seed_lines for s in action.option_strings))
-        if not draw(st.integers(0, 9).map(lambda k, s=in_seed, r=action.required: k < (6 if s else 3) or (r and k < 9))):
+        in_seed = action.dest in good or (
+            action.nargs == 0
+            and any(s in line for line in seed_lines for s in action.option_strings)
+        )
+        if not draw(
+            st.integers(0, 9).map(
+                lambda k, s=in_seed, r=action.required: k < (6 if s else 3) or (r and k < 9)
+            )
+        ):
             continue
         flag = draw(st.sampled_from(list(action.option_strings)))
         if action.nargs == 0:
@@ -206,7 +468,9 @@ def command_lines(draw: st.DrawFn, path: tuple[str, ...], parser: argparse.Argum
             continue
         count = draw(_nargs_count(action))
         if draw(st.integers(0, 19)) == 0 and count == 1:  # --flag=value spelling
-            optionals.append([f"{flag}={draw(value)}"] if flag.startswith("--") else [flag, draw(value)])
+            optionals.append(
+                [f"{flag}={draw(value)}"] if flag.startswith("--") else [flag, draw(value)]
+            )
         else:
             optionals.append([flag, *[draw(value) for _ in range(count)]])
     order = draw(st.permutations(optionals)) if len(optionals) > 1 else optionals
@@ -228,5 +492,6 @@ def argv_repr(argv: list[str]) -> str:
     """The command as a shell would take it (long values shortened)."""
     import shlex
 
-    return "datamill " + " ".join(shlex.quote(a if len(a) < 200 else a[:20] + f"...<{len(a)} chars>") for a in argv)
-
+    return "datamill " + " ".join(
+        shlex.quote(a if len(a) < 200 else a[:20] + f"...<{len(a)} chars>") for a in argv
+    )

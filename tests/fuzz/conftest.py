@@ -19,7 +19,9 @@ from tests.fuzz.workspace import Workspace, build_workspace, release_unwritable
 
 
 @pytest.fixture(scope="session")
-def fuzz_ws(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[tuple[Workspace, Path]]:
+def fuzz_ws(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path
+) -> Iterator[tuple[Workspace, Path]]:
     """``(workspace, pristine copy of it)``, built once per session."""
     root = tmp_path_factory.mktemp("fuzz") / "w"
     ws = build_workspace(root, data_dir)
@@ -58,7 +60,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr = terminalreporter
     tr.section("datamill fuzz counts")
     cmds = {k[4:]: v for k, v in COUNTS.items() if k.startswith("cli ")}
-    tr.write_line(f"generated commands (in process): {COUNTS['commands']:,} across {len(cmds)} commands")
+    tr.write_line(
+        f"generated commands (in process): {COUNTS['commands']:,} across {len(cmds)} commands"
+    )
     for k, v in sorted(cmds.items()):
         tr.write_line(f"  {k}: {v:,}")
     tr.write_line(f"subprocess commands: {COUNTS['subprocess commands']:,}")

@@ -26,7 +26,14 @@ from pathlib import Path
 
 from tests.fuzz.workspace import Workspace
 
-__all__ = ["COUNTS", "TIME_LIMIT_S", "WALL_LIMIT_S", "Outcome", "run_checked", "run_subprocess_checked"]
+__all__ = [
+    "COUNTS",
+    "TIME_LIMIT_S",
+    "WALL_LIMIT_S",
+    "Outcome",
+    "run_checked",
+    "run_subprocess_checked",
+]
 
 TIME_LIMIT_S = float(os.environ.get("DATAMILL_FUZZ_TIME_LIMIT", "20"))
 """Most CPU time a single fuzzed command may use (seconds, all its threads)."""
@@ -74,8 +81,12 @@ def snapshot(root: Path) -> Snapshot:
             except OSError:
                 continue
             is_dir = name in dirnames
-            out[os.path.relpath(full, root)] = (st.st_mode, 0 if is_dir else st.st_size,
-                                                0 if is_dir else st.st_mtime_ns, st.st_ino)
+            out[os.path.relpath(full, root)] = (
+                st.st_mode,
+                0 if is_dir else st.st_size,
+                0 if is_dir else st.st_mtime_ns,
+                st.st_ino,
+            )
     return out
 
 
@@ -112,11 +123,13 @@ def check_output_text(o: Outcome) -> None:
         o.problems.append(f"exception escaped: {type(o.escaped).__name__}: {o.escaped}"[:2000])
     if "Traceback" in o.stderr or "Traceback" in o.stdout:
         o.problems.append("a traceback was printed:\n" + o.stderr[-3000:])
-    documented_1 = o.status == 1 and any(o.argv[:len(c)] == c for c in STATUS_1)
+    documented_1 = o.status == 1 and any(o.argv[: len(c)] == c for c in STATUS_1)
     if o.status not in (0, 2) and o.escaped is None and not documented_1:
         o.problems.append(f"exit status {o.status} (expected 0 or 2); stderr: {o.stderr[-1500:]}")
     if o.status == 2 and len(_error_lines(o.stderr)) != 1:
-        o.problems.append(f"exit 2 with {len(_error_lines(o.stderr))} error: lines; stderr: {o.stderr[-1500:]}")
+        o.problems.append(
+            f"exit 2 with {len(_error_lines(o.stderr))} error: lines; stderr: {o.stderr[-1500:]}"
+        )
 
 
 def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> None:
@@ -127,15 +140,21 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
     slots = {os.path.relpath(k, ws.root): k for k in ws.outputs}
     named = _named_paths(ws, o.argv)
     overwrite = "--overwrite" in o.argv
-    for entry in sorted((ws.root / "bad").iterdir()):  # a damaged output named as the output: replaceable
+    for entry in sorted(
+        (ws.root / "bad").iterdir()
+    ):  # a damaged output named as the output: replaceable
         rel = os.path.relpath(entry, ws.root)
         if rel in named and rel not in slots:
             slots[rel] = os.fspath(entry)
-        for n in named:  # --overwrite of one file of a damaged output (its HDF5 beside its meta.json)
+        for (
+            n
+        ) in named:  # --overwrite of one file of a damaged output (its HDF5 beside its meta.json)
             if overwrite and n.startswith(rel + os.sep) and n not in slots:
                 slots[n] = os.fspath(ws.root / n)
-    if o.argv[:2] == ["shards", "export"] and overwrite:  # documented: a CSV (no marker) is replaced only with
-        for n in named:                                     # --overwrite naming it (shards.convert.export)
+    if (
+        o.argv[:2] == ["shards", "export"] and overwrite
+    ):  # documented: a CSV (no marker) is replaced only with
+        for n in named:  # --overwrite naming it (shards.convert.export)
             if n.lower().endswith(".csv") and n not in slots:
                 slots[n] = os.fspath(ws.root / n)
     for slot_rel, slot_abs in slots.items():
@@ -143,14 +162,18 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
         if not touched:
             continue
         target_inside = any(n.startswith(slot_rel + os.sep) for n in named)
-        check = slot_abs in ws.outputs and not (overwrite and target_inside)  # --overwrite of one file of it
+        check = slot_abs in ws.outputs and not (
+            overwrite and target_inside
+        )  # --overwrite of one file of it
         try:
             if check:
                 ws.outputs[slot_abs](Path(slot_abs))
             elif slot_rel not in named and not target_inside:
                 o.problems.append(f"{slot_rel} changed though the command did not name it")
         except BaseException as exc:  # noqa: BLE001 - any failure to load is the finding
-            o.problems.append(f"the good output {slot_rel} no longer loads: {type(exc).__name__}: {exc}"[:1500])
+            o.problems.append(
+                f"the good output {slot_rel} no longer loads: {type(exc).__name__}: {exc}"[:1500]
+            )
         target = Path(slot_abs)
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
@@ -201,11 +224,13 @@ def _named_paths(ws: Workspace, argv: list[str]) -> set[str]:
     for arg in argv:
         value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
         if value.startswith(root):
-            out.add(os.path.normpath(value[len(root):]))
+            out.add(os.path.normpath(value[len(root) :]))
     return out
 
 
-KNOWN_SERVE_STATE_CHMOD = "known (serve, reported): `serve keys|audit|backup --state DIR` chmods an existing DIR to 0700"
+KNOWN_SERVE_STATE_CHMOD = (
+    "known (serve, reported): `serve keys|audit|backup --state DIR` chmods an existing DIR to 0700"
+)
 """A finding in ``datamill serve`` (another change's area, not fixed here): any existing folder given as
 ``--state`` is turned into a journal folder (mode 0700, a database created in it). Tolerated and counted so
 the rest of the serve commands are fuzzed; tests/test_bad_inputs.py holds it as a strict xfail."""
@@ -231,8 +256,12 @@ def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) ->
     os.chdir(ws.cwd)
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err), time_limit(TIME_LIMIT_S):
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            time_limit(TIME_LIMIT_S),
+        ):
             warnings.simplefilter("always")
             try:
                 status = main(argv)
@@ -248,7 +277,9 @@ def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) ->
         os.chdir(cwd)
     o = Outcome(argv, status, out.getvalue(), err.getvalue(), time.perf_counter() - start, escaped)
     if isinstance(escaped, CommandTimeout):
-        o.problems.append(f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time")
+        o.problems.append(
+            f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time"
+        )
         o.escaped = None
     check_output_text(o)
     _restore(ws, before, pristine, o)
@@ -263,8 +294,16 @@ def run_subprocess_checked(ws: Workspace, pristine: Path, argv: list[str]) -> Ou
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "datamill.cli", *argv], cwd=ws.cwd, capture_output=True, check=False,
-                              text=True, errors="replace", timeout=WALL_LIMIT_S, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "datamill.cli", *argv],
+            cwd=ws.cwd,
+            capture_output=True,
+            check=False,
+            text=True,
+            errors="replace",
+            timeout=WALL_LIMIT_S,
+            env=env,
+        )
         o = Outcome(argv, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
     except subprocess.TimeoutExpired:
         o = Outcome(argv, None, "", "", time.perf_counter() - start)

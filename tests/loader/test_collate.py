@@ -32,7 +32,9 @@ def test_ragged_lists_padded_with_mask_including_nulls_and_slices() -> None:
     assert out["ids"].dtype == np.int32
     assert out["ids"].tolist() == [[0, 0, 0], [0, 0, 0], [3, 4, 5], [6, 0, 0]]
     assert out["ids_mask"].tolist() == [[False] * 3, [False] * 3, [True] * 3, [True, False, False]]
-    large = collate_numpy(pa.table({"w": pa.array([["a"], ["b", "c"]], type=pa.large_list(pa.string()))}))
+    large = collate_numpy(
+        pa.table({"w": pa.array([["a"], ["b", "c"]], type=pa.large_list(pa.string()))})
+    )
     assert large["w"].tolist() == [["a", None], ["b", "c"]]
     assert large["w_mask"].tolist() == [[True, False], [True, True]]
 
@@ -46,14 +48,21 @@ def test_list_of_fixed_size_vectors_pads_to_3d() -> None:
 
 
 def test_scalars_strings_dictionaries_and_empty_batches() -> None:
-    table = pa.table({
-        "f": pa.array([1.5, None]), "b": [True, False], "s": ["x", None],
-        "d": pa.array(["u", "v"]).dictionary_encode(), "i": pa.array([1, None], type=pa.int64()),
-    })
+    table = pa.table(
+        {
+            "f": pa.array([1.5, None]),
+            "b": [True, False],
+            "s": ["x", None],
+            "d": pa.array(["u", "v"]).dictionary_encode(),
+            "i": pa.array([1, None], type=pa.int64()),
+        }
+    )
     out = collate_numpy(table)
     assert out["b"].dtype == bool and out["s"].dtype == object and out["s"].tolist() == ["x", None]
     assert out["d"].tolist() == ["u", "v"] and np.isnan(out["f"][1]) and np.isnan(out["i"][1])
-    empty = collate_numpy(pa.table({"ids": pa.array([], type=pa.list_(pa.int64())), "x": pa.array([], pa.int8())}))
+    empty = collate_numpy(
+        pa.table({"ids": pa.array([], type=pa.list_(pa.int64())), "x": pa.array([], pa.int8())})
+    )
     assert empty["ids"].shape == (0, 0) and empty["x"].shape == (0,)
 
 

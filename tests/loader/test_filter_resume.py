@@ -18,19 +18,35 @@ from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes
 
 def keep_some(modulus: int) -> Any:
     """A deterministic filter dropping about 1 in ``modulus`` samples (scattered by a multiplicative hash)."""
+
     def fn(t: pa.Table) -> Any:
         return t.column("x").to_numpy() * 7919 % 13 % modulus != 0
+
     return fn
 
 
-@given(sizes=shard_sizes(max_shards=6), bs=batch_sizes, seed=seeds, modulus=st.integers(2, 5), data=st.data())
+@given(
+    sizes=shard_sizes(max_shards=6),
+    bs=batch_sizes,
+    seed=seeds,
+    modulus=st.integers(2, 5),
+    data=st.data(),
+)
 @settings(max_examples=30)
-def test_refill_batches_are_full_and_resume_exactly(sizes: list[int], bs: int, seed: int, modulus: int,
-                                                     data: st.DataObject) -> None:
+def test_refill_batches_are_full_and_resume_exactly(
+    sizes: list[int], bs: int, seed: int, modulus: int, data: st.DataObject
+) -> None:
     src = FakeSource(sizes)
     flt = keep_some(modulus)
-    full = [b["x"].tolist() for b in Loader(src, bs, seed=seed, batching=Batching(filter=flt, refill=True, window=2))]
-    plain = [x for b in Loader(src, bs, seed=seed, batching=Batching(filter=flt, window=2)) for x in b["x"].tolist()]
+    full = [
+        b["x"].tolist()
+        for b in Loader(src, bs, seed=seed, batching=Batching(filter=flt, refill=True, window=2))
+    ]
+    plain = [
+        x
+        for b in Loader(src, bs, seed=seed, batching=Batching(filter=flt, window=2))
+        for x in b["x"].tolist()
+    ]
     assert [x for b in full for x in b] == plain  # the same samples in the same order, re-cut
     assert all(len(b) == bs for b in full[:-1]) and (not full or 0 < len(full[-1]) <= bs)
     midpoint = data.draw(st.integers(0, len(full)), label="midpoint")
@@ -43,10 +59,17 @@ def test_refill_batches_are_full_and_resume_exactly(sizes: list[int], bs: int, s
     check_resume(make, midpoint)
 
 
-@given(sizes=shard_sizes(max_shards=6), bs=batch_sizes, seed=seeds, refill=st.booleans(), data=st.data())
+@given(
+    sizes=shard_sizes(max_shards=6),
+    bs=batch_sizes,
+    seed=seeds,
+    refill=st.booleans(),
+    data=st.data(),
+)
 @settings(max_examples=20)
-def test_resumed_counts_equal_the_uninterrupted_run(sizes: list[int], bs: int, seed: int, refill: bool,
-                                                    data: st.DataObject) -> None:
+def test_resumed_counts_equal_the_uninterrupted_run(
+    sizes: list[int], bs: int, seed: int, refill: bool, data: st.DataObject
+) -> None:
     src = FakeSource(sizes)
     flt = keep_some(3)
     whole = Loader(src, bs, seed=seed, batching=Batching(filter=flt, refill=refill))
@@ -90,7 +113,11 @@ def test_max_errors_budget_holds_across_resumption() -> None:
     first = Loader(src, 6, seed=1, batching=Batching(transform=fails_on_sevens, max_errors=5))
     run(first, k - 1)
     assert first.state_dict()["counts"]["failed"] > 0
-    resumed = Loader.from_state(src, json.loads(json.dumps(first.state_dict())), batching=Batching(transform=fails_on_sevens, max_errors=5))
+    resumed = Loader.from_state(
+        src,
+        json.loads(json.dumps(first.state_dict())),
+        batching=Batching(transform=fails_on_sevens, max_errors=5),
+    )
     more: list[int] = []
     with pytest.raises(DataFileError):  # the budget counts the failures before the resume too
         for _ in resumed:
@@ -105,10 +132,17 @@ def test_refill_state_mismatch_and_elastic_refusal() -> None:
     next(iter(a))
     with pytest.raises(ResumeStateError, match="refill: saved True, now False"):
         Loader(src, 4, seed=0, batching=Batching(filter=flt)).load_state_dict(a.state_dict())
-    b = Loader(src, 5, seed=1, batching=Batching(filter=flt, refill=True))  # a seed whose order stops mid-batch here
+    b = Loader(
+        src, 5, seed=1, batching=Batching(filter=flt, refill=True)
+    )  # a seed whose order stops mid-batch here
     it = iter(b)
     next(it), next(it)
     st0 = b.state_dict()
-    assert (st0["batches_seen"], st0["skip"]) == (3, 1)  # 10 rows emitted: batch 3 started, 1 of its rows sent
+    assert (st0["batches_seen"], st0["skip"]) == (
+        3,
+        1,
+    )  # 10 rows emitted: batch 3 started, 1 of its rows sent
     with pytest.raises(ResumeStateError, match="re-split"):
-        Loader(src, 5, seed=1, rank=0, world_size=2, batching=Batching(filter=flt, refill=True)).load_state_dict(st0)
+        Loader(
+            src, 5, seed=1, rank=0, world_size=2, batching=Batching(filter=flt, refill=True)
+        ).load_state_dict(st0)

@@ -26,15 +26,41 @@ def xs(loader: Loader) -> list[list[int]]:
     return [b["x"].tolist() for b in loader]
 
 
-@given(sizes=shard_sizes(), bs=batch_sizes, world=world_sizes, workers=st.integers(0, 3), seed=seeds,
-       window=st.one_of(st.none(), st.integers(1, 4)), drop_last=st.booleans())
+@given(
+    sizes=shard_sizes(),
+    bs=batch_sizes,
+    world=world_sizes,
+    workers=st.integers(0, 3),
+    seed=seeds,
+    window=st.one_of(st.none(), st.integers(1, 4)),
+    drop_last=st.booleans(),
+)
 def test_union_over_ranks_is_a_permutation_for_any_workers(
-    sizes: list[int], bs: int, world: int, workers: int, seed: int, window: int | None, drop_last: bool
+    sizes: list[int],
+    bs: int,
+    world: int,
+    workers: int,
+    seed: int,
+    window: int | None,
+    drop_last: bool,
 ) -> None:
     src = FakeSource(sizes)
     n = sum(sizes)
-    per_rank = [xs(Loader(src, bs, seed=seed, rank=r, world_size=world,
-                          drop_last=drop_last, batching=Batching(window=window), workers=Workers(threads=workers))) for r in range(world)]
+    per_rank = [
+        xs(
+            Loader(
+                src,
+                bs,
+                seed=seed,
+                rank=r,
+                world_size=world,
+                drop_last=drop_last,
+                batching=Batching(window=window),
+                workers=Workers(threads=workers),
+            )
+        )
+        for r in range(world)
+    ]
     got = [x for batches in per_rank for b in batches for x in b]
     assert len(got) == len(set(got))  # no duplicate
     if drop_last:
@@ -43,12 +69,28 @@ def test_union_over_ranks_is_a_permutation_for_any_workers(
     else:
         assert sorted(got) == list(range(n))  # no loss
     # the batches do not depend on the number of workers
-    assert per_rank[0] == xs(Loader(src, bs, seed=seed, rank=0, world_size=world,
-                                    drop_last=drop_last, batching=Batching(window=window), workers=Workers(threads=(workers + 1) % 4)))
+    assert per_rank[0] == xs(
+        Loader(
+            src,
+            bs,
+            seed=seed,
+            rank=0,
+            world_size=world,
+            drop_last=drop_last,
+            batching=Batching(window=window),
+            workers=Workers(threads=(workers + 1) % 4),
+        )
+    )
 
 
-@given(sizes=shard_sizes(max_shards=8), bs=batch_sizes, seed=seeds, workers=st.integers(0, 2),
-       resume_workers=st.integers(0, 2), data=st.data())
+@given(
+    sizes=shard_sizes(max_shards=8),
+    bs=batch_sizes,
+    seed=seeds,
+    workers=st.integers(0, 2),
+    resume_workers=st.integers(0, 2),
+    data=st.data(),
+)
 @settings(max_examples=20)
 def test_resume_from_any_batch_equals_uninterrupted(
     sizes: list[int], bs: int, seed: int, workers: int, resume_workers: int, data: st.DataObject
@@ -59,7 +101,9 @@ def test_resume_from_any_batch_equals_uninterrupted(
 
     def make(state: dict[str, Any] | None) -> Loader:
         if state is None:
-            return Loader(src, bs, seed=seed, batching=Batching(window=2), workers=Workers(threads=workers))
+            return Loader(
+                src, bs, seed=seed, batching=Batching(window=2), workers=Workers(threads=workers)
+            )
         return Loader.from_state(src, state, workers=Workers(threads=resume_workers))
 
     check_resume(make, midpoint)
@@ -69,7 +113,9 @@ def test_two_epochs_differ_and_set_epoch_replays() -> None:
     src = FakeSource([50, 30, 70, 20])
     loader = Loader(src, 16, seed=3)
     e0, e1 = xs(loader), xs(loader)
-    assert e0 != e1 and sorted(itertools.chain.from_iterable(e0)) == sorted(itertools.chain.from_iterable(e1)) == list(range(170))
+    assert e0 != e1 and sorted(itertools.chain.from_iterable(e0)) == sorted(
+        itertools.chain.from_iterable(e1)
+    ) == list(range(170))
     loader.set_epoch(0)
     assert xs(loader) == e0
     assert xs(Loader(src, 16, seed=3, epoch=1)) == e1
@@ -93,7 +139,9 @@ def test_collate_numpy_layout() -> None:
     batch = next(iter(Loader(FakeSource([5, 3]), 8, shuffle=False)))
     assert batch["x"].dtype == np.int64 and batch["x"].tolist() == list(range(8))
     assert batch["vec"].shape == (8, 2) and batch["vec"][3].tolist() == [3, -3]
-    assert batch["ids"].shape == (8, 3) and batch["ids_mask"].sum(axis=1).tolist() == [i % 4 for i in range(8)]
+    assert batch["ids"].shape == (8, 3) and batch["ids_mask"].sum(axis=1).tolist() == [
+        i % 4 for i in range(8)
+    ]
     assert batch["ids"][7].tolist() == [7, 7, 7] and batch["ids"][5].tolist() == [5, 0, 0]
     assert batch["uid"].dtype == object and batch["uid"][2] == "u2"
 
@@ -112,13 +160,27 @@ def test_filter_and_transform_accounting() -> None:
     def double(t: pa.Table) -> pa.Table:
         return t.set_column(0, "x", pc.multiply(t.column("x"), 2))
 
-    loader = Loader(src, 10, seed=1, columns=["x"], batching=Batching(filter=lambda t: pc.equal(pc.bit_wise_and(t["x"], 1), 0), transform=double))
+    loader = Loader(
+        src,
+        10,
+        seed=1,
+        columns=["x"],
+        batching=Batching(
+            filter=lambda t: pc.equal(pc.bit_wise_and(t["x"], 1), 0), transform=double
+        ),
+    )
     got = sorted(x for b in loader for x in b["x"].tolist())
     assert got == [2 * i for i in range(0, 100, 2)]
     s = loader.stats()
     assert (s["read"], s["filtered"], s["failed"], s["yielded"]) == (100, 50, 0, 50)
     assert s["samples_per_s"] > 0 and s["position"]["epoch"] == 1
-    rows = Loader(src, 10, shuffle=False, columns=["x"], batching=Batching(filter=per_sample(lambda r: r["x"] < 15)))
+    rows = Loader(
+        src,
+        10,
+        shuffle=False,
+        columns=["x"],
+        batching=Batching(filter=per_sample(lambda r: r["x"] < 15)),
+    )
     assert [len(b["x"]) for b in rows] == [10, 5]  # batches emptied by the filter are skipped
 
 
@@ -130,7 +192,13 @@ def _fragile(t: pa.Table) -> pa.Table:
 
 def test_failing_samples_are_isolated_skipped_and_counted() -> None:
     src = FakeSource([30, 30])
-    loader = Loader(src, 8, seed=2, batching=Batching(transform=_fragile, max_errors=10), workers=Workers(threads=2))
+    loader = Loader(
+        src,
+        8,
+        seed=2,
+        batching=Batching(transform=_fragile, max_errors=10),
+        workers=Workers(threads=2),
+    )
     got = sorted(x for b in loader for x in b["x"].tolist())
     bad = [x for x in range(60) if x % 7 == 3]
     assert got == [x for x in range(60) if x not in bad]
@@ -138,13 +206,17 @@ def test_failing_samples_are_isolated_skipped_and_counted() -> None:
 
 
 def test_max_errors_exceeded_raises_with_uid_and_cause() -> None:
-    loader = Loader(FakeSource([30, 30]), 8, shuffle=False, batching=Batching(transform=_fragile, max_errors=2))
+    loader = Loader(
+        FakeSource([30, 30]), 8, shuffle=False, batching=Batching(transform=_fragile, max_errors=2)
+    )
     with pytest.raises(DataFileError) as info:
         list(loader)
     assert info.value.uid == "u17"  # the third failure: 3, 10, 17
     assert isinstance(info.value.__cause__, RuntimeError)
     # without a uid column the global index is the uid
-    loader = Loader(FakeSource([30]), 8, shuffle=False, columns=["x"], batching=Batching(filter=lambda t: 1 / 0))
+    loader = Loader(
+        FakeSource([30]), 8, shuffle=False, columns=["x"], batching=Batching(filter=lambda t: 1 / 0)
+    )
     with pytest.raises(DataFileError) as info:
         list(loader)
     assert info.value.uid == 0 and isinstance(info.value.__cause__, ZeroDivisionError)
@@ -156,7 +228,9 @@ def test_resume_state_is_tiny_json_and_mismatches_are_listed() -> None:
     it = iter(loader)
     next(it)
     state = loader.state_dict()
-    assert len(json.dumps(state)) < 600 and state["batches_seen"] == 1 and state["samples_seen"] == 4
+    assert (
+        len(json.dumps(state)) < 600 and state["batches_seen"] == 1 and state["samples_seen"] == 4
+    )
     with pytest.raises(ResumeStateError) as info:
         Loader(FakeSource([20, 21]), 5, seed=9).load_state_dict(state)
     msg = str(info.value)
@@ -224,7 +298,11 @@ def test_empty_source_and_interrupted_iteration() -> None:
     first = [next(it) for _ in range(3)]
     it.close()  # the worker threads stop; the position stays after the consumed batches
     assert loader.state_dict()["batches_seen"] == 3
-    assert_same_items([b["x"] for b in first], [b["x"] for b in list(Loader(FakeSource([100] * 4), 7))[:3]], "head")
+    assert_same_items(
+        [b["x"] for b in first],
+        [b["x"] for b in list(Loader(FakeSource([100] * 4), 7))[:3]],
+        "head",
+    )
 
 
 def test_progress_bar_and_top_level_export(capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,10 +323,14 @@ def test_progress_bar_and_top_level_export(capsys: pytest.CaptureFixture[str]) -
 
 def test_memory_is_bounded_by_the_shuffle_window() -> None:
     src = FakeSource([50] * 40)
-    loader = Loader(src, 8, seed=3, batching=Batching(window=4), workers=Workers(prefetch=2, threads=2))
+    loader = Loader(
+        src, 8, seed=3, batching=Batching(window=4), workers=Workers(prefetch=2, threads=2)
+    )
     assert sorted(x for b in loader for x in b["x"].tolist()) == list(range(2000))
     s = loader.stats()
-    assert s["shards_read"] == 40 and s["peak_shards_in_memory"] <= 2 * 4 + 2  # two windows at a boundary + prefetch
+    assert (
+        s["shards_read"] == 40 and s["peak_shards_in_memory"] <= 2 * 4 + 2
+    )  # two windows at a boundary + prefetch
 
 
 def test_loader_pickles_after_iterating() -> None:
@@ -272,14 +354,22 @@ def test_loader_init_takes_at_most_12_parameters() -> None:
 def test_from_state_keeps_the_saved_batching_and_takes_the_given_functions() -> None:
     src = FakeSource([7, 5, 9])
     keep = per_sample(lambda r: r["x"] % 3 != 0)
-    a = Loader(src, 4, seed=2, batching=Batching(window=2, filter=keep, refill=True), workers=Workers(threads=2))
+    a = Loader(
+        src,
+        4,
+        seed=2,
+        batching=Batching(window=2, filter=keep, refill=True),
+        workers=Workers(threads=2),
+    )
     it = iter(a)
     head = [next(it)["x"].tolist() for _ in range(2)]
     rest = [b["x"].tolist() for b in it]
     state = Loader(src, 4, seed=2, batching=Batching(window=2, filter=keep, refill=True))
     it2 = iter(state)
     next(it2), next(it2)
-    b = Loader.from_state(src, state.state_dict(), batching=Batching(filter=keep))  # window=2, refill from the state
+    b = Loader.from_state(
+        src, state.state_dict(), batching=Batching(filter=keep)
+    )  # window=2, refill from the state
     assert (b.window, b.refill) == (2, True)
     assert head and [x["x"].tolist() for x in b] == rest
     with pytest.raises(ResumeStateError, match="window"):

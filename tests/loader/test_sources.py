@@ -18,7 +18,11 @@ from datamill.loader.sources import HDF5Source, ParquetSource
 
 def _write(path: Path, start: int, n: int, row_group_size: int) -> None:
     x = np.arange(start, start + n)
-    pq.write_table(pa.table({"x": x, "ids": [[int(i)] * int(i % 3) for i in x]}), path, row_group_size=row_group_size)
+    pq.write_table(
+        pa.table({"x": x, "ids": [[int(i)] * int(i % 3) for i in x]}),
+        path,
+        row_group_size=row_group_size,
+    )
 
 
 def test_parquet_row_groups_and_files_as_shards(tmp_path: Path) -> None:
@@ -29,8 +33,13 @@ def test_parquet_row_groups_and_files_as_shards(tmp_path: Path) -> None:
     assert src.shard_sizes().tolist() == [10, 10, 5, 7] and src.columns == ["x", "ids"]
     assert src.read_shard(3, columns=["x"]).to_pydict() == {"x": list(range(25, 32))}
     by_file = ParquetSource(tmp_path, shard_by="file")
-    assert by_file.shard_sizes().tolist() == [25, 7] and by_file.read_shard(1, columns=["x"]).num_rows == 7
-    got = sorted(x for b in Loader(src, 6, seed=3, workers=Workers(threads=2)) for x in b["x"].tolist())
+    assert (
+        by_file.shard_sizes().tolist() == [25, 7]
+        and by_file.read_shard(1, columns=["x"]).num_rows == 7
+    )
+    got = sorted(
+        x for b in Loader(src, 6, seed=3, workers=Workers(threads=2)) for x in b["x"].tolist()
+    )
     assert got == list(range(32))
     assert src.fingerprint() == ParquetSource(tmp_path).fingerprint() != by_file.fingerprint()
 
@@ -67,7 +76,13 @@ def test_hdf5_preprocessed_layout(tmp_path: Path) -> None:
         g.attrs["layout"] = "csr"
         g.attrs["vocab_size"] = 100
     src = HDF5Source(path, shard_size=5)
-    assert src.columns == ["image", "label", "name", "tags"] and src.shard_sizes().tolist() == [5, 5, 5, 5, 3]
+    assert src.columns == ["image", "label", "name", "tags"] and src.shard_sizes().tolist() == [
+        5,
+        5,
+        5,
+        5,
+        3,
+    ]
     batch = next(iter(Loader(src, 23, shuffle=False)))
     assert batch["image"].shape == (n, 2, 3, 4) and batch["image"].dtype == np.uint8
     np.testing.assert_array_equal(batch["image"][7], np.arange(n * 24).reshape(n, 2, 3, 4)[7])
@@ -96,14 +111,28 @@ def test_hdf5_errors(tmp_path: Path) -> None:
 def test_bert_parquet_from_wikitext2(data_dir: Path, tmp_path: Path) -> None:
     bert = pytest.importorskip("datamill.pretrain.bert")
     out = tmp_path / "bert.parquet"
-    res = bert.build_bert_samples(data_dir / "wikitext2_test.raw", out=out, vocab_size=2000, max_seq_length=64,
-                                  dupe_factor=1, workers=1)
+    res = bert.build_bert_samples(
+        data_dir / "wikitext2_test.raw",
+        out=out,
+        vocab_size=2000,
+        max_seq_length=64,
+        dupe_factor=1,
+        workers=1,
+    )
     src = ParquetSource(out)
     n = int(src.shard_sizes().sum())
     assert n == res.samples > 1000
     seen: list[int] = []
     for rank in range(2):
-        loader = Loader(src, 64, seed=7, rank=rank, world_size=2, columns=["tokens", "masked_positions", "is_random_next"], workers=Workers(threads=1))
+        loader = Loader(
+            src,
+            64,
+            seed=7,
+            rank=rank,
+            world_size=2,
+            columns=["tokens", "masked_positions", "is_random_next"],
+            workers=Workers(threads=1),
+        )
         for batch in loader:
             assert batch["tokens"].shape[1] == 64 and batch["tokens"].dtype == np.int32
             assert batch["masked_positions_mask"].shape == batch["masked_positions"].shape

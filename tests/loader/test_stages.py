@@ -14,11 +14,19 @@ from datamill.loader.service import BatchService
 from datamill.loader.stages import take_rows
 from tests.strategies import FakeSource, seeds, shard_sizes
 
-SCHEMA = pa.schema([
-    ("uid", pa.int64()), ("f", pa.float32()), ("blob", pa.binary()), ("big", pa.large_binary()),
-    ("s", pa.string()), ("ids", pa.list_(pa.int32())), ("vec", pa.list_(pa.int16(), 2)),
-    ("opt", pa.int32()), ("flag", pa.bool_()),
-])
+SCHEMA = pa.schema(
+    [
+        ("uid", pa.int64()),
+        ("f", pa.float32()),
+        ("blob", pa.binary()),
+        ("big", pa.large_binary()),
+        ("s", pa.string()),
+        ("ids", pa.list_(pa.int32())),
+        ("vec", pa.list_(pa.int16(), 2)),
+        ("opt", pa.int32()),
+        ("flag", pa.bool_()),
+    ]
+)
 
 
 @st.composite
@@ -29,17 +37,33 @@ def shard_tables(draw: st.DrawFn) -> list[pa.Table]:
         chunks = []
         for _ in range(draw(st.integers(1, 3))):
             n = draw(st.integers(0, 12))
-            blobs = draw(st.lists(st.one_of(st.none(), st.binary(max_size=40)), min_size=n, max_size=n))
-            ids = draw(st.lists(st.one_of(st.none(), st.lists(st.integers(-5, 5), max_size=6)), min_size=n, max_size=n))
+            blobs = draw(
+                st.lists(st.one_of(st.none(), st.binary(max_size=40)), min_size=n, max_size=n)
+            )
+            ids = draw(
+                st.lists(
+                    st.one_of(st.none(), st.lists(st.integers(-5, 5), max_size=6)),
+                    min_size=n,
+                    max_size=n,
+                )
+            )
             opt = draw(st.lists(st.one_of(st.none(), st.integers(-9, 9)), min_size=n, max_size=n))
-            chunks.append(pa.table({
-                "uid": np.arange(uid, uid + n, dtype=np.int64), "f": np.arange(n, dtype=np.float32) / 3,
-                "blob": pa.array(blobs, pa.binary()), "big": pa.array(blobs, pa.large_binary()),
-                "s": pa.array([None if b is None else b.hex() for b in blobs], pa.string()),
-                "ids": pa.array(ids, pa.list_(pa.int32())),
-                "vec": pa.array([[i, -i] for i in range(n)], pa.list_(pa.int16(), 2)),
-                "opt": pa.array(opt, pa.int32()), "flag": pa.array([i % 3 == 0 for i in range(n)]),
-            }, schema=SCHEMA))
+            chunks.append(
+                pa.table(
+                    {
+                        "uid": np.arange(uid, uid + n, dtype=np.int64),
+                        "f": np.arange(n, dtype=np.float32) / 3,
+                        "blob": pa.array(blobs, pa.binary()),
+                        "big": pa.array(blobs, pa.large_binary()),
+                        "s": pa.array([None if b is None else b.hex() for b in blobs], pa.string()),
+                        "ids": pa.array(ids, pa.list_(pa.int32())),
+                        "vec": pa.array([[i, -i] for i in range(n)], pa.list_(pa.int16(), 2)),
+                        "opt": pa.array(opt, pa.int32()),
+                        "flag": pa.array([i % 3 == 0 for i in range(n)]),
+                    },
+                    schema=SCHEMA,
+                )
+            )
             uid += n
         tables.append(pa.concat_tables(chunks))
     return tables
@@ -50,9 +74,15 @@ def test_take_rows_equals_concat_then_take(tables: list[pa.Table], data: st.Data
     sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
     nonempty = np.flatnonzero(sizes)
     count = data.draw(st.integers(0, 40)) if len(nonempty) else 0
-    table_of = np.array(data.draw(st.lists(st.sampled_from(nonempty.tolist()), min_size=count, max_size=count))
-                        if count else [], dtype=np.int64)
-    row = np.array([data.draw(st.integers(0, int(sizes[k]) - 1)) for k in table_of.tolist()], dtype=np.int64)
+    table_of = np.array(
+        data.draw(st.lists(st.sampled_from(nonempty.tolist()), min_size=count, max_size=count))
+        if count
+        else [],
+        dtype=np.int64,
+    )
+    row = np.array(
+        [data.draw(st.integers(0, int(sizes[k]) - 1)) for k in table_of.tolist()], dtype=np.int64
+    )
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     expected = pa.concat_tables(tables).take(pa.array(offsets[table_of] + row, pa.int64()))
     got = take_rows(tables, table_of, row)
@@ -88,36 +118,46 @@ def test_cache_hands_out_shards_with_one_chunk_per_column() -> None:
 
 # ------------------------------------------------------------------ warm-up windows (a pure order)
 
+
 @given(n=st.integers(0, 300), window=st.integers(1, 70), warmup=st.booleans())
-def test_window_bounds_partition_the_shards_and_double_while_warming_up(n: int, window: int, warmup: bool) -> None:
+def test_window_bounds_partition_the_shards_and_double_while_warming_up(
+    n: int, window: int, warmup: bool
+) -> None:
     bounds = window_bounds(n, window=window, warmup=warmup)
     assert [a for a, _ in bounds] == ([0] + [b for _, b in bounds[:-1]] if bounds else [])
     assert (bounds[-1][1] if bounds else 0) == n
     sizes = [b - a for a, b in bounds]
-    expected = [min(2 ** i if warmup else window, window) for i in range(len(sizes))]
+    expected = [min(2**i if warmup else window, window) for i in range(len(sizes))]
     assert sizes[:-1] == expected[:-1]
     if sizes:
         assert 1 <= sizes[-1] <= expected[-1]
 
 
 @given(sizes=shard_sizes(), seed=seeds, epoch=st.integers(0, 5), window=st.integers(1, 6))
-def test_warmup_order_is_a_permutation_whose_windows_hold_their_shards(sizes: list[int], seed: int, epoch: int,
-                                                                      window: int) -> None:
+def test_warmup_order_is_a_permutation_whose_windows_hold_their_shards(
+    sizes: list[int], seed: int, epoch: int, window: int
+) -> None:
     order = shard_order(sizes, seed=seed, epoch=epoch, window=window, warmup=True)
     np.testing.assert_array_equal(np.sort(order), np.arange(sum(sizes)))
-    np.testing.assert_array_equal(order, shard_order(sizes, seed=seed, epoch=epoch, window=window, warmup=True))
+    np.testing.assert_array_equal(
+        order, shard_order(sizes, seed=seed, epoch=epoch, window=window, warmup=True)
+    )
     if sizes and min(sizes) > 0:  # the first window is one whole shard
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         shard_of = np.searchsorted(offsets, order, side="right") - 1
         first = int(shard_of[0])
-        assert set(shard_of[:sizes[first]].tolist()) == {first}
+        assert set(shard_of[: sizes[first]].tolist()) == {first}
 
 
 @settings(max_examples=10)
 @given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=12), seed=seeds)
-def test_warmup_loader_visits_every_sample_once_and_matches_the_service(sizes: list[int], seed: int) -> None:
+def test_warmup_loader_visits_every_sample_once_and_matches_the_service(
+    sizes: list[int], seed: int
+) -> None:
     src = FakeSource(sizes)
-    got = np.concatenate([b["x"] for b in Loader(src, 7, seed=seed, batching=Batching(warmup=True))])
+    got = np.concatenate(
+        [b["x"] for b in Loader(src, 7, seed=seed, batching=Batching(warmup=True))]
+    )
     np.testing.assert_array_equal(np.sort(got), np.arange(sum(sizes)))
     with BatchService(src, batch_size=7, seed=seed, warmup=True) as svc:
         served = np.concatenate([r.output["x"] for r in svc.build(0, 0, range(svc.num_batches(0)))])
@@ -126,7 +166,9 @@ def test_warmup_loader_visits_every_sample_once_and_matches_the_service(sizes: l
         # the server's O(shards) path (EpochOrder) gives the same samples
         np.testing.assert_array_equal(got, svc.batch_samples(0, 0, list(range(svc.num_batches(0)))))
         assert svc.config()["warmup"] is True
-    assert "warmup" not in BatchService(src, batch_size=7).config()  # the default order's states are unchanged
+    assert (
+        "warmup" not in BatchService(src, batch_size=7).config()
+    )  # the default order's states are unchanged
 
 
 def test_warmup_first_batch_needs_one_shard_not_a_window() -> None:
@@ -139,11 +181,14 @@ def test_warmup_first_batch_needs_one_shard_not_a_window() -> None:
 
 
 @given(tables=shard_tables(), data=st.data())
-def test_take_rows_of_null_free_binary_and_strings_equals_concat_then_take(tables: list[pa.Table],
-                                                                           data: st.DataObject) -> None:
+def test_take_rows_of_null_free_binary_and_strings_equals_concat_then_take(
+    tables: list[pa.Table], data: st.DataObject
+) -> None:
     # the view gather: null-free binary/string columns, values inline (<= 12 bytes) and in data buffers
     def fill(t: pa.Table) -> pa.Table:
         blobs = [(b or b"") * 3 for b in t.column("blob").to_pylist()]
         return t.set_column(2, "blob", pa.array(blobs, pa.binary())).set_column(
-            4, "s", pa.array([b.hex() for b in blobs], pa.string()))
+            4, "s", pa.array([b.hex() for b in blobs], pa.string())
+        )
+
     test_take_rows_equals_concat_then_take.hypothesis.inner_test([fill(t) for t in tables], data)  # type: ignore[attr-defined]

@@ -13,16 +13,28 @@ torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 from datamill.loader.torch import TorchLoaderDataset  # needs torch, checked above
 
-pytestmark = [pytest.mark.torch,  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.13
-              pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")]
+pytestmark = [
+    pytest.mark.torch,  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.13
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),
+]
 
 
 def _source() -> TableSource:
     rng = np.random.default_rng(11)
     n = 203
-    blobs = [rng.integers(0, 256, int(rng.integers(1, 64)), dtype=np.uint8).tobytes() for _ in range(n)]
-    return TableSource(pa.table({"uid": np.arange(n, dtype=np.int64), "blob": pa.array(blobs, pa.binary()),
-                                 "y": rng.random(n, dtype=np.float32)}), shard_size=30)
+    blobs = [
+        rng.integers(0, 256, int(rng.integers(1, 64)), dtype=np.uint8).tobytes() for _ in range(n)
+    ]
+    return TableSource(
+        pa.table(
+            {
+                "uid": np.arange(n, dtype=np.int64),
+                "blob": pa.array(blobs, pa.binary()),
+                "y": rng.random(n, dtype=np.float32),
+            }
+        ),
+        shard_size=30,
+    )
 
 
 def _loader(num_workers: int) -> object:

@@ -25,8 +25,12 @@ def _drop_odd(t: pa.Table) -> pa.Array:
 
 def test_dataloader_two_workers_yields_every_sample_once_in_loader_order() -> None:
     src = FakeSource([37, 0, 55, 21, 64])
-    loader = Loader(src, 16, seed=4, columns=["x", "vec", "ids"], collate="torch", batching=Batching(window=2))
-    expected = [b["x"].tolist() for b in Loader(src, 16, seed=4, columns=["x"], batching=Batching(window=2))]
+    loader = Loader(
+        src, 16, seed=4, columns=["x", "vec", "ids"], collate="torch", batching=Batching(window=2)
+    )
+    expected = [
+        b["x"].tolist() for b in Loader(src, 16, seed=4, columns=["x"], batching=Batching(window=2))
+    ]
     dl = torch.utils.data.DataLoader(TorchLoaderDataset(loader), batch_size=None, num_workers=2)
     got = list(dl)
     assert [b["x"].tolist() for b in got] == expected
@@ -39,20 +43,33 @@ def test_adapter_resume_with_other_worker_count() -> None:
     src = FakeSource([40] * 5)
     make = lambda: Loader(src, 8, seed=1, columns=["x"], batching=Batching(filter=_drop_odd))
     ds = TorchLoaderDataset(make())
-    full = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)]
+    full = [
+        b["x"].tolist() for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    ]
     assert len(full) == 25 and sorted(itertools.chain.from_iterable(full)) == list(range(0, 200, 2))
     state = ds.state_dict(batches_consumed=9)
     ds2 = TorchLoaderDataset(make())
     ds2.load_state_dict(state)
-    tail = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=1)]
+    tail = [
+        b["x"].tolist() for b in torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=1)
+    ]
     assert tail == full[9:]
     ds2.set_epoch(1)
     epoch1 = [b["x"].tolist() for b in torch.utils.data.DataLoader(ds2, batch_size=None)]
-    assert epoch1 == [b["x"].tolist() for b in Loader(src, 8, seed=1, epoch=1, columns=["x"], batching=Batching(filter=_drop_odd))]
+    assert epoch1 == [
+        b["x"].tolist()
+        for b in Loader(src, 8, seed=1, epoch=1, columns=["x"], batching=Batching(filter=_drop_odd))
+    ]
 
 
 def test_collate_torch_tensors() -> None:
-    batch = next(iter(Loader(FakeSource([6]), 6, shuffle=False, collate="torch", workers=Workers(pin_memory=True))))
+    batch = next(
+        iter(
+            Loader(
+                FakeSource([6]), 6, shuffle=False, collate="torch", workers=Workers(pin_memory=True)
+            )
+        )
+    )
     assert isinstance(batch["x"], torch.Tensor) and batch["x"].tolist() == list(range(6))
     assert batch["uid"] == [f"u{i}" for i in range(6)]
     assert np.array_equal(batch["ids"].numpy()[3], [3, 3, 3])
@@ -67,13 +84,22 @@ def test_adapter_carries_replication_and_elastic_history_and_refuses_refill() ->
     seen = []
     for ld in old:
         seen += next(iter(ld))["x"].tolist()
-    new = [Loader(src, 5, seed=2, rank=r, world_size=6, collate="torch", batching=Batching(replication=2)) for r in range(6)]
+    new = [
+        Loader(
+            src, 5, seed=2, rank=r, world_size=6, collate="torch", batching=Batching(replication=2)
+        )
+        for r in range(6)
+    ]
     got: list[list[int]] = []
     for ld in new:
         ld.load_state_dict([o.state_dict() for o in old])
         ds = TorchLoaderDataset(ld)
-        got.append([x for b in torch.utils.data.DataLoader(ds, batch_size=None) for x in b["x"].tolist()])
+        got.append(
+            [x for b in torch.utils.data.DataLoader(ds, batch_size=None) for x in b["x"].tolist()]
+        )
     assert got[0] == got[1] and got[2] == got[3] and got[4] == got[5]  # replicas agree
-    assert sorted(seen + got[0] + got[2] + got[4]) == list(range(75))  # the elastic rest, exactly once
+    assert sorted(seen + got[0] + got[2] + got[4]) == list(
+        range(75)
+    )  # the elastic rest, exactly once
     with pytest.raises(ConfigError, match="refill"):
         TorchLoaderDataset(Loader(src, 5, batching=Batching(refill=True)))

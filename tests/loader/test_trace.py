@@ -27,11 +27,16 @@ Truth = dict[tuple[int, int, int], list[int]]  # (epoch, rank, step) -> samples 
 
 def table_of(sizes: list[int], *, ragged: bool = False) -> tuple[pa.Table, int]:
     n = int(sum(sizes))
-    cols: dict[str, Any] = {"i": np.arange(n, dtype=np.int64), "uid": [f"s{(i * 7919) % 100003}-{i}" for i in range(n)]}
+    cols: dict[str, Any] = {
+        "i": np.arange(n, dtype=np.int64),
+        "uid": [f"s{(i * 7919) % 100003}-{i}" for i in range(n)],
+    }
     if ragged:
         lengths = (np.arange(n) * 37) % 11
-        cols["t"] = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)),
-                                             pa.array(np.zeros(int(lengths.sum()), dtype=np.int64)))
+        cols["t"] = pa.ListArray.from_arrays(
+            pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)),
+            pa.array(np.zeros(int(lengths.sum()), dtype=np.int64)),
+        )
     return pa.table(cols), n
 
 
@@ -59,8 +64,14 @@ class Source(TableSource):
         return "src-" + "-".join(map(str, self._sizes.tolist()))
 
 
-def drive(loaders: list[Loader], truth: Truth, *, offset: int, stop_after: int | None = None,
-          sample_of: Callable[[pa.Table], list[int]]) -> None:
+def drive(
+    loaders: list[Loader],
+    truth: Truth,
+    *,
+    offset: int,
+    stop_after: int | None = None,
+    sample_of: Callable[[pa.Table], list[int]],
+) -> None:
     """Step every rank in lockstep through the rest of its epoch (or ``stop_after`` batches), recording."""
     its = [iter(ld) for ld in loaders]
     taken = [0] * len(loaders)
@@ -81,8 +92,15 @@ def drive(loaders: list[Loader], truth: Truth, *, offset: int, stop_after: int |
             truth[(epoch, r, offset + batch)] = sample_of(out)
 
 
-def check(rec: dict[str, Any], truth: Truth, n: int, *, source: Any = None, filtered: Callable[[int], bool] | None = None,
-          uids: list[Any] | None = None) -> None:
+def check(
+    rec: dict[str, Any],
+    truth: Truth,
+    n: int,
+    *,
+    source: Any = None,
+    filtered: Callable[[int], bool] | None = None,
+    uids: list[Any] | None = None,
+) -> None:
     rec = json.loads(json.dumps(rec))  # the record is plain JSON
     tracer = Tracer(rec, source=source)
     by_sample: dict[int, set[tuple[int, int, int, int]]] = defaultdict(set)
@@ -105,7 +123,9 @@ def check(rec: dict[str, Any], truth: Truth, n: int, *, source: Any = None, filt
                     b = tracer.batch(rank=r, step=s, epoch=e)
                 except ConfigError:
                     continue
-                assert not b.samples or (filtered is not None and all(filtered(x) for x in b.samples)), (e, r, s, b)
+                assert not b.samples or (
+                    filtered is not None and all(filtered(x) for x in b.samples)
+                ), (e, r, s, b)
     # sample -> (epoch, rank, step, position), both ways, for every sample
     hits = tracer.find(np.arange(n))
     got_by: dict[int, set[tuple[int, int, int, int]]] = defaultdict(set)
@@ -116,13 +136,16 @@ def check(rec: dict[str, Any], truth: Truth, n: int, *, source: Any = None, filt
     if filtered is None:
         assert dict(got_by) == dict(by_sample)
     else:  # positions shift when earlier rows of the batch were filtered: compare (epoch, rank, step)
-        assert {k: {v[:3] for v in vs} for k, vs in got_by.items()} == \
-            {k: {v[:3] for v in vs} for k, vs in by_sample.items()}
+        assert {k: {v[:3] for v in vs} for k, vs in got_by.items()} == {
+            k: {v[:3] for v in vs} for k, vs in by_sample.items()
+        }
     if uids is not None:
         pick = sorted({0, n // 2, n - 1}) if n else []
         res = trace(rec, uids=[uids[i] for i in pick], source=source)
         assert {(h.uid, h.sample) for h in res["hits"]} <= {(uids[i], i) for i in pick}
-        assert len(res["hits"]) == sum(len(by_sample.get(i, ())) for i in pick) or filtered is not None
+        assert (
+            len(res["hits"]) == sum(len(by_sample.get(i, ())) for i in pick) or filtered is not None
+        )
 
 
 def idx_of(out: pa.Table) -> list[int]:
@@ -130,20 +153,55 @@ def idx_of(out: pa.Table) -> list[int]:
 
 
 @settings(max_examples=30)
-@given(sizes=st.lists(st.integers(0, 25), min_size=1, max_size=8), seed=seeds, bs=st.integers(1, 6),
-       bs2=st.integers(1, 6), w0=st.integers(1, 4), w1=st.integers(1, 4), repl=st.sampled_from([1, 2]),
-       drop_last=st.booleans(), shuffle=st.booleans(), window=st.one_of(st.none(), st.integers(1, 3)),
-       frac=st.floats(0, 1), data=st.data())
+@given(
+    sizes=st.lists(st.integers(0, 25), min_size=1, max_size=8),
+    seed=seeds,
+    bs=st.integers(1, 6),
+    bs2=st.integers(1, 6),
+    w0=st.integers(1, 4),
+    w1=st.integers(1, 4),
+    repl=st.sampled_from([1, 2]),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    window=st.one_of(st.none(), st.integers(1, 3)),
+    frac=st.floats(0, 1),
+    data=st.data(),
+)
 def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
-        sizes: list[int], seed: int, bs: int, bs2: int, w0: int, w1: int, repl: int, drop_last: bool, shuffle: bool,
-        window: int | None, frac: float, data: st.DataObject) -> None:
+    sizes: list[int],
+    seed: int,
+    bs: int,
+    bs2: int,
+    w0: int,
+    w1: int,
+    repl: int,
+    drop_last: bool,
+    shuffle: bool,
+    window: int | None,
+    frac: float,
+    data: st.DataObject,
+) -> None:
     table, n = table_of(sizes)
     src = Source(table, sizes)
-    kw: dict[str, Any] = {"seed": seed, "drop_last": drop_last, "shuffle": shuffle, "collate": "arrow"}
+    kw: dict[str, Any] = {
+        "seed": seed,
+        "drop_last": drop_last,
+        "shuffle": shuffle,
+        "collate": "arrow",
+    }
     truth: Truth = {}
     # run 1: world w0 * repl, stopped part-way through epoch 0 (every rank still has batches left)
-    old = [Loader(src, bs, rank=r, world_size=w0 * repl, batching=Batching(window=window, replication=repl), **kw)
-           for r in range(w0 * repl)]
+    old = [
+        Loader(
+            src,
+            bs,
+            rank=r,
+            world_size=w0 * repl,
+            batching=Batching(window=window, replication=repl),
+            **kw,
+        )
+        for r in range(w0 * repl)
+    ]
     least = min(len(ld) for ld in old)
     m = int(frac * max(0, least - 1))
     drive(old, truth, offset=0, stop_after=m, sample_of=idx_of)
@@ -151,7 +209,10 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
     check(rec, truth, n, source=src)
     # run 2: elastic resize to w1 ranks (and another batch size), to the end of epoch 0, then epoch 1 part-way
     states = [ld.state_dict() for ld in old]
-    new = [Loader(src, bs2, rank=r, world_size=w1, batching=Batching(window=window), **kw) for r in range(w1)]
+    new = [
+        Loader(src, bs2, rank=r, world_size=w1, batching=Batching(window=window), **kw)
+        for r in range(w1)
+    ]
     for ld in new:
         ld.load_state_dict(json.loads(json.dumps(states)), allow_mismatch=["batch_size"])
     elastic = bool(new[0]._elastic)
@@ -169,37 +230,73 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
 
 
 @settings(max_examples=15)
-@given(sizes_a=st.lists(st.integers(0, 12), min_size=1, max_size=4), sizes_b=st.lists(st.integers(1, 9), min_size=1,
-       max_size=3), seed=seeds, bs=st.integers(1, 5), world=st.integers(1, 3), epoch_size=st.integers(0, 80),
-       weight=st.floats(0.1, 0.9))
-def test_trace_matches_a_mix_with_repeats(sizes_a: list[int], sizes_b: list[int], seed: int, bs: int, world: int,
-                                          epoch_size: int, weight: float) -> None:
+@given(
+    sizes_a=st.lists(st.integers(0, 12), min_size=1, max_size=4),
+    sizes_b=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    seed=seeds,
+    bs=st.integers(1, 5),
+    world=st.integers(1, 3),
+    epoch_size=st.integers(0, 80),
+    weight=st.floats(0.1, 0.9),
+)
+def test_trace_matches_a_mix_with_repeats(
+    sizes_a: list[int],
+    sizes_b: list[int],
+    seed: int,
+    bs: int,
+    world: int,
+    epoch_size: int,
+    weight: float,
+) -> None:
     if not sum(sizes_a):
         sizes_a = [*sizes_a, 3]
     ta, na = table_of(sizes_a)
     tb, nb = table_of(sizes_b)
-    mix = Mix([(Source(ta.drop_columns(["uid"]), sizes_a), weight), (Source(tb.drop_columns(["uid"]), sizes_b),
-               1 - weight)], epoch_size=epoch_size, names=["a", "b"])
+    mix = Mix(
+        [
+            (Source(ta.drop_columns(["uid"]), sizes_a), weight),
+            (Source(tb.drop_columns(["uid"]), sizes_b), 1 - weight),
+        ],
+        epoch_size=epoch_size,
+        names=["a", "b"],
+    )
 
     def sample_of(out: pa.Table) -> list[int]:
-        return [i if s == "a" else na + i for i, s in zip(out.column("i").to_pylist(), out.column("source").to_pylist())]
+        return [
+            i if s == "a" else na + i
+            for i, s in zip(out.column("i").to_pylist(), out.column("source").to_pylist())
+        ]
 
     truth: Truth = {}
-    loaders = [Loader(mix, bs, seed=seed, rank=r, world_size=world, collate="arrow") for r in range(world)]
+    loaders = [
+        Loader(mix, bs, seed=seed, rank=r, world_size=world, collate="arrow") for r in range(world)
+    ]
     drive(loaders, truth, offset=0, sample_of=sample_of)
     drive(loaders, truth, offset=0, sample_of=sample_of)  # epoch 1
     check(loaders[0].run_record(), truth, na + nb)
 
 
 @settings(max_examples=15)
-@given(sizes=st.lists(st.integers(0, 30), min_size=1, max_size=6), seed=seeds, bs=st.integers(1, 5),
-       world=st.integers(1, 3), drop_last=st.booleans(), buckets=st.integers(1, 4), frac=st.floats(0, 1))
-def test_trace_matches_length_buckets_and_a_resume(sizes: list[int], seed: int, bs: int, world: int, drop_last: bool,
-                                                   buckets: int, frac: float) -> None:
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=1, max_size=6),
+    seed=seeds,
+    bs=st.integers(1, 5),
+    world=st.integers(1, 3),
+    drop_last=st.booleans(),
+    buckets=st.integers(1, 4),
+    frac=st.floats(0, 1),
+)
+def test_trace_matches_length_buckets_and_a_resume(
+    sizes: list[int], seed: int, bs: int, world: int, drop_last: bool, buckets: int, frac: float
+) -> None:
     table, n = table_of(sizes, ragged=True)
     src = Source(table, sizes)
-    kw: dict[str, Any] = {"seed": seed, "drop_last": drop_last, "batching": Batching(bucket_by="t", buckets=buckets),
-                          "collate": "arrow"}
+    kw: dict[str, Any] = {
+        "seed": seed,
+        "drop_last": drop_last,
+        "batching": Batching(bucket_by="t", buckets=buckets),
+        "collate": "arrow",
+    }
     truth: Truth = {}
     old = [Loader(src, bs, rank=r, world_size=world, **kw) for r in range(world)]
     m = int(frac * max(0, min(len(ld) for ld in old) - 1))
@@ -216,15 +313,31 @@ def short_only(t: pa.Table) -> Any:
 
 
 @settings(max_examples=15)
-@given(sizes=st.lists(st.integers(0, 30), min_size=1, max_size=6), seed=seeds, bs=st.integers(1, 6),
-       world=st.integers(1, 3))
-def test_trace_reports_samples_a_filter_rejected(sizes: list[int], seed: int, bs: int, world: int) -> None:
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=1, max_size=6),
+    seed=seeds,
+    bs=st.integers(1, 6),
+    world=st.integers(1, 3),
+)
+def test_trace_reports_samples_a_filter_rejected(
+    sizes: list[int], seed: int, bs: int, world: int
+) -> None:
     table, n = table_of(sizes, ragged=True)
     src = Source(table, sizes)
     long_ = set(np.flatnonzero(pc.list_value_length(table.column("t")).to_numpy() >= 5).tolist())
     truth: Truth = {}
-    loaders = [Loader(src, bs, seed=seed, rank=r, world_size=world, collate="arrow", batching=Batching(filter=short_only))
-               for r in range(world)]
+    loaders = [
+        Loader(
+            src,
+            bs,
+            seed=seed,
+            rank=r,
+            world_size=world,
+            collate="arrow",
+            batching=Batching(filter=short_only),
+        )
+        for r in range(world)
+    ]
     drive(loaders, truth, offset=0, sample_of=idx_of)
     rec = loaders[0].run_record()
     assert rec["filter"] is not None and rec["filter"].endswith("short_only")
@@ -233,12 +346,20 @@ def test_trace_reports_samples_a_filter_rejected(sizes: list[int], seed: int, bs
     res = trace(rec, steps=steps, source=src, filter=short_only)
     for b in res["batches"]:
         assert b.rejected == [x in long_ for x in b.samples]
-        assert [x for x, rj in zip(b.samples, b.rejected) if not rj] == truth[(b.epoch, b.rank, b.step)]
+        assert [x for x, rj in zip(b.samples, b.rejected) if not rj] == truth[
+            (b.epoch, b.rank, b.step)
+        ]
 
 
-@given(sizes=st.lists(st.integers(0, 400), min_size=0, max_size=30), seed=seeds, epoch=st.integers(0, 50),
-       window=st.integers(1, 6))
-def test_shard_order_index_inverts_the_order_exactly(sizes: list[int], seed: int, epoch: int, window: int) -> None:
+@given(
+    sizes=st.lists(st.integers(0, 400), min_size=0, max_size=30),
+    seed=seeds,
+    epoch=st.integers(0, 50),
+    window=st.integers(1, 6),
+)
+def test_shard_order_index_inverts_the_order_exactly(
+    sizes: list[int], seed: int, epoch: int, window: int
+) -> None:
     order = shard_order(sizes, seed=seed, epoch=epoch, window=window)
     idx = ShardOrderIndex.build(sizes, seed=seed, epoch=epoch, window=window)
     np.testing.assert_array_equal(idx.at(np.arange(len(order))), order)
@@ -298,13 +419,17 @@ def test_trace_across_an_elastic_resize_names_steps_after_the_resize() -> None:
     check(rec, truth, n, source=src)
     b = Tracer(rec).batch(rank=2, step=3, epoch=0)
     assert (b.segment, b.batch, len(b.samples)) == (1, 0, 7)
-    assert sorted(x for v in truth.values() for x in v) == list(range(n))  # every sample once in the epoch
+    assert sorted(x for v in truth.values() for x in v) == list(
+        range(n)
+    )  # every sample once in the epoch
 
 
 def test_the_package_exports_trace_as_a_function() -> None:
     import datamill.loader
 
-    loader = Loader(TableSource(pa.table({"x": list(range(9))}), shard_size=4), 3, seed=2, collate="arrow")
+    loader = Loader(
+        TableSource(pa.table({"x": list(range(9))}), shard_size=4), 3, seed=2, collate="arrow"
+    )
     first = next(iter(loader)).column("x").to_pylist()
     out = datamill.loader.trace(loader.run_record(), samples=first, steps=[(0, 0, 0)])
     assert [h.step for h in out["hits"]] == [0, 0, 0] and out["batches"][0].samples == first

@@ -16,19 +16,27 @@ from datamill.preprocessing import api, executors, pipeline
 from datamill.preprocessing.features.base import CSR
 
 ROWS = 23
-CFG = {"input_features": [
-    {"name": "n", "type": "number", "preprocessing": {"normalization": "iq"}},
-    {"name": "z", "type": "number", "preprocessing": {"normalization": "zscore",
-                                                      "missing_value_strategy": "fill_with_mean"}},
-    {"name": "c", "type": "category", "preprocessing": {"most_common": 3}},
-    {"name": "b", "type": "binary"},
-    {"name": "s", "type": "set"},
-    {"name": "sc", "column": "s", "type": "set", "preprocessing": {"max_dense_bytes": 0}},
-    {"name": "g", "type": "bag", "preprocessing": {"max_dense_bytes": 0}},
-    {"name": "q", "type": "sequence"},
-    {"name": "t", "type": "text"},
-    {"name": "ts", "type": "timeseries"},
-]}
+CFG = {
+    "input_features": [
+        {"name": "n", "type": "number", "preprocessing": {"normalization": "iq"}},
+        {
+            "name": "z",
+            "type": "number",
+            "preprocessing": {
+                "normalization": "zscore",
+                "missing_value_strategy": "fill_with_mean",
+            },
+        },
+        {"name": "c", "type": "category", "preprocessing": {"most_common": 3}},
+        {"name": "b", "type": "binary"},
+        {"name": "s", "type": "set"},
+        {"name": "sc", "column": "s", "type": "set", "preprocessing": {"max_dense_bytes": 0}},
+        {"name": "g", "type": "bag", "preprocessing": {"max_dense_bytes": 0}},
+        {"name": "q", "type": "sequence"},
+        {"name": "t", "type": "text"},
+        {"name": "ts", "type": "timeseries"},
+    ]
+}
 
 
 def _table(seed: int) -> pa.Table:
@@ -36,17 +44,27 @@ def _table(seed: int) -> pa.Table:
     words = np.array(["a", "b", "c", "dd", "e"])
 
     def toks(k: int) -> list[str | None]:
-        return [None if rng.random() < 0.1 else " ".join(rng.choice(words, rng.integers(1, k + 1)))
-                for _ in range(ROWS)]
+        return [
+            None if rng.random() < 0.1 else " ".join(rng.choice(words, rng.integers(1, k + 1)))
+            for _ in range(ROWS)
+        ]
 
-    return pa.table({
-        "n": rng.normal(size=ROWS),
-        "z": [None if rng.random() < 0.2 else float(v) for v in rng.integers(0, 50, ROWS)],
-        "c": [None if rng.random() < 0.1 else str(v) for v in rng.integers(0, 6, ROWS)],
-        "b": rng.choice(["yes", "no"], ROWS),
-        "s": toks(3), "g": toks(4), "q": toks(5), "t": toks(6),
-        "ts": [" ".join(str(x) for x in rng.integers(0, 9, rng.integers(1, 5))) for _ in range(ROWS)],
-    })
+    return pa.table(
+        {
+            "n": rng.normal(size=ROWS),
+            "z": [None if rng.random() < 0.2 else float(v) for v in rng.integers(0, 50, ROWS)],
+            "c": [None if rng.random() < 0.1 else str(v) for v in rng.integers(0, 6, ROWS)],
+            "b": rng.choice(["yes", "no"], ROWS),
+            "s": toks(3),
+            "g": toks(4),
+            "q": toks(5),
+            "t": toks(6),
+            "ts": [
+                " ".join(str(x) for x in rng.integers(0, 9, rng.integers(1, 5)))
+                for _ in range(ROWS)
+            ],
+        }
+    )
 
 
 def _same(a: dict, b: dict) -> None:  # type: ignore[type-arg]

@@ -25,8 +25,14 @@ tokens = st.sampled_from(["a", "b", "c", "dd", "é", "x1", "zz"])
 rows_of_tokens = st.lists(st.lists(tokens, max_size=6), min_size=1, max_size=30)
 
 
-def run(type_name: str, values: list[str], *, split: int | None = None, ctx: FeatureContext = CTX,
-        **params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def run(
+    type_name: str,
+    values: list[str],
+    *,
+    split: int | None = None,
+    ctx: FeatureContext = CTX,
+    **params: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit on two blocks (merged), finalize, transform everything."""
     h = get_handler(type_name)
     p = h.Params(**params)
@@ -49,14 +55,40 @@ def as_dense(x: Any, n: int) -> np.ndarray:
 # -- tokenising -----------------------------------------------------------------------------------
 def test_split_tokens_names() -> None:
     col = pa.array(["Hi, there!  you", "", "a,b , c"])
-    assert split_tokens(col, "space").values.to_pylist() == ["Hi,", "there!", "you", "a,b", ",", "c"]
+    assert split_tokens(col, "space").values.to_pylist() == [
+        "Hi,",
+        "there!",
+        "you",
+        "a,b",
+        ",",
+        "c",
+    ]
     assert split_tokens(col, "space_punct", lowercase=True).values.to_pylist() == [
-        "hi", ",", "there", "!", "you", "a", ",", "b", ",", "c"]
+        "hi",
+        ",",
+        "there",
+        "!",
+        "you",
+        "a",
+        ",",
+        "b",
+        ",",
+        "c",
+    ]
     r = split_tokens(col, "comma")
-    assert r.values.to_pylist() == ["Hi", "there!  you", "a", "b", "c"] and r.offsets.tolist() == [0, 2, 2, 5]
+    assert r.values.to_pylist() == ["Hi", "there!  you", "a", "b", "c"] and r.offsets.tolist() == [
+        0,
+        2,
+        2,
+        5,
+    ]
     chars = split_tokens(pa.array(["hé\nx"]), "characters")
     assert [chr(c) for c in chars.codes] == ["h", "é", "\n", "x"]
-    assert split_tokens(pa.array(["a1b22c"]), "regex", regex=r"\d+").values.to_pylist() == ["a", "b", "c"]
+    assert split_tokens(pa.array(["a1b22c"]), "regex", regex=r"\d+").values.to_pylist() == [
+        "a",
+        "b",
+        "c",
+    ]
     with pytest.raises(ConfigError, match="valid tokenizers"):
         split_tokens(col, "nope")
     with pytest.raises(ConfigError, match="regex"):
@@ -66,12 +98,17 @@ def test_split_tokens_names() -> None:
 @given(rows=rows_of_tokens)
 def test_split_tokens_matches_python_split(rows: list[list[str]]) -> None:
     r = split_tokens(pa.array([" ".join(t) for t in rows]), "space")
-    got = [r.values[int(a):int(b)].to_pylist() for a, b in zip(r.offsets[:-1], r.offsets[1:])]
+    got = [r.values[int(a) : int(b)].to_pylist() for a, b in zip(r.offsets[:-1], r.offsets[1:])]
     assert got == rows
 
 
-@given(texts=st.lists(st.text(st.sampled_from("ab_Z9 \t\n\x0b\x1c,.!'\x01"), max_size=12), min_size=1, max_size=20),
-       lo=st.integers(0, 3), tokenizer=st.sampled_from(["space", "space_punct"]))
+@given(
+    texts=st.lists(
+        st.text(st.sampled_from("ab_Z9 \t\n\x0b\x1c,.!'\x01"), max_size=12), min_size=1, max_size=20
+    ),
+    lo=st.integers(0, 3),
+    tokenizer=st.sampled_from(["space", "space_punct"]),
+)
 def test_ascii_fast_path_matches_pyarrow_path(texts: list[str], lo: int, tokenizer: str) -> None:
     col = pa.array(["pad"] * lo + texts).slice(lo)
     fast, slow = split_tokens(col, tokenizer), split_tokens(col, tokenizer, fast=False)
@@ -79,13 +116,21 @@ def test_ascii_fast_path_matches_pyarrow_path(texts: list[str], lo: int, tokeniz
     assert fast.offsets.tolist() == slow.offsets.tolist()
 
 
-@given(texts=st.lists(st.text(max_size=12), min_size=1, max_size=20), lo=st.integers(0, 5),
-       large=st.booleans(), most=st.integers(1, 10))
-def test_codepoints_match_python_characters(texts: list[str], lo: int, large: bool, most: int) -> None:
+@given(
+    texts=st.lists(st.text(max_size=12), min_size=1, max_size=20),
+    lo=st.integers(0, 5),
+    large=st.booleans(),
+    most=st.integers(1, 10),
+)
+def test_codepoints_match_python_characters(
+    texts: list[str], lo: int, large: bool, most: int
+) -> None:
     col = pa.array(["pad"] * lo + texts, pa.large_string() if large else pa.string()).slice(lo)
     rag = split_tokens(col, "characters")
     assert rag.codes is not None
-    got = ["".join(chr(c) for c in rag.codes[a:b]) for a, b in zip(rag.offsets[:-1], rag.offsets[1:])]
+    got = [
+        "".join(chr(c) for c in rag.codes[a:b]) for a, b in zip(rag.offsets[:-1], rag.offsets[1:])
+    ]
     assert got == texts
     flat = [ch for t in texts for ch in t]
     assert rag.count().as_dict() == dict(Counter(flat))
@@ -93,8 +138,11 @@ def test_codepoints_match_python_characters(texts: list[str], lo: int, large: bo
     assert rag.encode(vocab).tolist() == vocab.encode(pa.array(flat, pa.string())).tolist()
 
 
-@given(texts=st.lists(st.text(st.characters(max_codepoint=127), max_size=12), min_size=1, max_size=20),
-       seen=st.text(st.characters(max_codepoint=127), max_size=30), most=st.integers(1, 40))
+@given(
+    texts=st.lists(st.text(st.characters(max_codepoint=127), max_size=12), min_size=1, max_size=20),
+    seen=st.text(st.characters(max_codepoint=127), max_size=30),
+    most=st.integers(1, 40),
+)
 def test_lowercase_folded_into_ascii_char_tables(texts: list[str], seen: str, most: int) -> None:
     """ASCII chars keep their raw bytes; lower-casing folded into count/encode equals lower-casing first,
     also with a vocabulary from other text that lacks some letters (unseen data)."""
@@ -102,8 +150,10 @@ def test_lowercase_folded_into_ascii_char_tables(texts: list[str], seen: str, mo
     lowered = split_tokens(pa.array([t.lower() for t in texts]), "characters")
     assert folded.canon is not None and folded.offsets.tolist() == lowered.offsets.tolist()
     assert folded.count().as_dict() == lowered.count().as_dict()
-    for vocab in (Vocab.build([c for t in texts for c in t.lower()], max_size=most),
-                  Vocab.build(list(seen.lower()) or ["x"], max_size=most)):
+    for vocab in (
+        Vocab.build([c for t in texts for c in t.lower()], max_size=most),
+        Vocab.build(list(seen.lower()) or ["x"], max_size=most),
+    ):
         assert folded.encode(vocab).tolist() == lowered.encode(vocab).tolist()
     keep = np.arange(len(folded.codes)) % 2 == 0
     assert folded.keep(keep).encode(vocab).tolist() == lowered.keep(keep).encode(vocab).tolist()
@@ -114,8 +164,11 @@ def test_lowercase_characters_of_non_ascii_text() -> None:
     assert rag.canon is None and [chr(c) for c in rag.codes] == list("àbçzé")
 
 
-@given(rows=st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=20),
-       length=st.integers(0, 8), left=st.booleans())
+@given(
+    rows=st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=20),
+    length=st.integers(0, 8),
+    left=st.booleans(),
+)
 def test_pad_truncates_and_pads(rows: list[list[int]], length: int, left: bool) -> None:
     """Sequence/text/timeseries padding (core.ragged.pad): keeps each row's start, pads left or right."""
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
@@ -129,11 +182,22 @@ def test_pad_truncates_and_pads(rows: list[list[int]], length: int, left: bool) 
 
 
 # -- set / bag ----------------------------------------------------------------------------------
-@given(rows=rows_of_tokens, most_common=st.integers(1, 8), sparse=st.booleans(), split=st.integers(0, 30))
-def test_set_multi_hot_rows_match_the_sets(rows: list[list[str]], most_common: int, sparse: bool,
-                                           split: int) -> None:
-    meta, out = run("set", [" ".join(r) for r in rows], split=split, most_common=most_common,
-                    max_dense_bytes=0 if sparse else 2**30)
+@given(
+    rows=rows_of_tokens,
+    most_common=st.integers(1, 8),
+    sparse=st.booleans(),
+    split=st.integers(0, 30),
+)
+def test_set_multi_hot_rows_match_the_sets(
+    rows: list[list[str]], most_common: int, sparse: bool, split: int
+) -> None:
+    meta, out = run(
+        "set",
+        [" ".join(r) for r in rows],
+        split=split,
+        most_common=most_common,
+        max_dense_bytes=0 if sparse else 2**30,
+    )
     vocab = Vocab.from_dict(meta)
     assert vocab.idx2str[:2] == ["<PAD>", "<UNK>"]
     assert len(vocab) <= most_common + 2 and meta["vocab_size"] == len(vocab)
@@ -152,7 +216,9 @@ def test_set_multi_hot_rows_match_the_sets(rows: list[list[str]], most_common: i
 
 @given(rows=rows_of_tokens, sparse=st.booleans())
 def test_bag_frequencies_match(rows: list[list[str]], sparse: bool) -> None:
-    meta, out = run("bag", [" ".join(r) for r in rows], most_common=3, max_dense_bytes=0 if sparse else 2**30)
+    meta, out = run(
+        "bag", [" ".join(r) for r in rows], most_common=3, max_dense_bytes=0 if sparse else 2**30
+    )
     vocab = Vocab.from_dict(meta)
     dense = as_dense(out["f"], len(rows))
     assert dense.dtype == np.float32
@@ -164,7 +230,9 @@ def test_bag_frequencies_match(rows: list[list[str]], sparse: bool) -> None:
 
 
 @given(rows=rows_of_tokens, split=st.integers(0, 30))
-def test_set_vocab_ids_ordered_by_frequency_and_blocks_do_not_matter(rows: list[list[str]], split: int) -> None:
+def test_set_vocab_ids_ordered_by_frequency_and_blocks_do_not_matter(
+    rows: list[list[str]], split: int
+) -> None:
     meta, _ = run("set", [" ".join(r) for r in rows], split=split)
     meta_one, _ = run("set", [" ".join(r) for r in rows], split=0)
     assert meta == meta_one
@@ -176,7 +244,9 @@ def test_set_vocab_ids_ordered_by_frequency_and_blocks_do_not_matter(rows: list[
 
 def test_set_layout_decided_by_threshold() -> None:
     values = ["a b", "c"] * 50
-    meta, _ = run("set", values, max_dense_bytes=100 * 5)  # 100 rows x 5 ids (<PAD>, <UNK>, a, b, c)
+    meta, _ = run(
+        "set", values, max_dense_bytes=100 * 5
+    )  # 100 rows x 5 ids (<PAD>, <UNK>, a, b, c)
     assert meta["layout"] == "dense"
     meta, out = run("set", values, max_dense_bytes=100 * 5 - 1)
     assert meta["layout"] == "csr" and isinstance(out["f"], CSR)
@@ -194,10 +264,19 @@ def test_set_unseen_tokens_map_to_unk_and_tokenizer_lowercase() -> None:
 
 
 # -- sequence -----------------------------------------------------------------------------------
-@given(rows=rows_of_tokens, limit=st.integers(1, 8), left=st.booleans(), most_common=st.integers(1, 8))
-def test_sequence_ids_lengths_and_padding(rows: list[list[str]], limit: int, left: bool, most_common: int) -> None:
-    meta, out = run("sequence", [" ".join(r) for r in rows], max_sequence_length=limit,
-                    padding="left" if left else "right", most_common=most_common)
+@given(
+    rows=rows_of_tokens, limit=st.integers(1, 8), left=st.booleans(), most_common=st.integers(1, 8)
+)
+def test_sequence_ids_lengths_and_padding(
+    rows: list[list[str]], limit: int, left: bool, most_common: int
+) -> None:
+    meta, out = run(
+        "sequence",
+        [" ".join(r) for r in rows],
+        max_sequence_length=limit,
+        padding="left" if left else "right",
+        most_common=most_common,
+    )
     vocab = Vocab.from_dict(meta)
     x = out["f"]
     length = max(1, min(max(len(r) for r in rows), limit))  # never zero-width
@@ -210,9 +289,11 @@ def test_sequence_ids_lengths_and_padding(rows: list[list[str]], limit: int, lef
         if left:
             assert (row[: length - len(kept)] == 0).all()
         else:
-            assert (row[len(kept):] == 0).all()
+            assert (row[len(kept) :] == 0).all()
         # decode round-trip for in-vocabulary tokens
-        assert [t if t in vocab.str2idx else "<UNK>" for t in r[:length]] == vocab.decode(nonpad).tolist()
+        assert [t if t in vocab.str2idx else "<UNK>" for t in r[:length]] == vocab.decode(
+            nonpad
+        ).tolist()
 
 
 def test_sequence_vocab_file(tmp_path: Path) -> None:
@@ -235,26 +316,43 @@ def test_text_two_levels_two_vocabularies() -> None:
     assert meta["word_vocab_size"] == len(words) and meta["char_vocab_size"] == len(chars)
     assert not STOPWORDS & set(words.idx2str)  # "the", "a" removed
     assert words.decode(out["f_word"][0][out["f_word"][0] != 0]).tolist() == ["cat", "sat", "."]
-    assert meta["word_max_sequence_length"] == out["f_word"].shape[1] == 3  # "cat sat ." / "dog , end"
+    assert (
+        meta["word_max_sequence_length"] == out["f_word"].shape[1] == 3
+    )  # "cat sat ." / "dog , end"
     assert "".join(chars.decode(out["f_char"][0][out["f_char"][0] != 0])) == "the cat sat."
     assert out["f_char"].shape == (2, meta["char_max_sequence_length"]) == (2, len(values[1]))
 
 
 def test_text_limits_and_no_lowercase() -> None:
-    meta, out = run("text", ["AAA bbb ccc", "b"], lowercase=False, char_sequence_length_limit=2,
-                    word_sequence_length_limit=1, word_tokenizer="space", char_most_common=1)
+    meta, out = run(
+        "text",
+        ["AAA bbb ccc", "b"],
+        lowercase=False,
+        char_sequence_length_limit=2,
+        word_sequence_length_limit=1,
+        word_tokenizer="space",
+        char_most_common=1,
+    )
     assert out["f_char"].shape == (2, 2) and out["f_word"].shape == (2, 1)
     assert TextHandler.vocab(meta, "word").decode(out["f_word"][:, 0]).tolist() == ["AAA", "b"]
     assert meta["char_idx2str"] == ["<PAD>", "<UNK>", "b"]
 
 
 # -- timeseries ---------------------------------------------------------------------------------
-@given(rows=st.lists(st.lists(st.floats(-1e6, 1e6, width=32), max_size=6), min_size=1, max_size=20),
-       limit=st.integers(1, 8), comma=st.booleans())
+@given(
+    rows=st.lists(st.lists(st.floats(-1e6, 1e6, width=32), max_size=6), min_size=1, max_size=20),
+    limit=st.integers(1, 8),
+    comma=st.booleans(),
+)
 def test_timeseries_values_and_padding(rows: list[list[float]], limit: int, comma: bool) -> None:
     sep = "," if comma else " "
-    meta, out = run("timeseries", [sep.join(repr(v) for v in r) for r in rows], timeseries_length_limit=limit,
-                    tokenizer="comma" if comma else "space", padding_value=-7.0)
+    meta, out = run(
+        "timeseries",
+        [sep.join(repr(v) for v in r) for r in rows],
+        timeseries_length_limit=limit,
+        tokenizer="comma" if comma else "space",
+        padding_value=-7.0,
+    )
     length = max(1, min(max(len(r) for r in rows), limit))  # never zero-width
     assert meta == {"max_timeseries_length": length}
     x = out["f"]
@@ -265,7 +363,9 @@ def test_timeseries_values_and_padding(rows: list[list[float]], limit: int, comm
 
 
 def test_timeseries_bad_value_names_line_and_column() -> None:
-    ctx = FeatureContext(name="f", column="col", path="data.csv", base_dir=None, row_offset=10, line_offset=2)
+    ctx = FeatureContext(
+        name="f", column="col", path="data.csv", base_dir=None, row_offset=10, line_offset=2
+    )
     with pytest.raises(DataFileError, match="'1.2.3'") as info:
         run("timeseries", ["1 2", "3", "4 1.2.3"], split=0, ctx=ctx)  # one block: local row 2
     assert (info.value.path, info.value.line, info.value.column) == ("data.csv", 14, "col")

@@ -39,16 +39,37 @@ def test_category_missing_fill_and_mode() -> None:
     t = pa.table({"c": ["x", None, "y", "y"]})
     ids, meta = _one(t, {"name": "c", "type": "category"})
     assert ids.tolist() == [2, 0, 1, 1] and meta["preprocessing"]["computed_fill_value"] == "<UNK>"
-    ids, meta = _one(t, {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "fill_with_mode"}})
+    ids, meta = _one(
+        t,
+        {
+            "name": "c",
+            "type": "category",
+            "preprocessing": {"missing_value_strategy": "fill_with_mode"},
+        },
+    )
     assert meta["preprocessing"]["computed_fill_value"] == "y" and ids.tolist() == [2, 1, 1, 1]
-    ids, _ = _one(t, {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "ffill"}})
+    ids, _ = _one(
+        t, {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "ffill"}}
+    )
     assert ids.tolist() == [1, 1, 2, 2]  # x, x, y, y: tie broken by token
-    ids, _ = _one(t, {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "bfill"}})
+    ids, _ = _one(
+        t, {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "bfill"}}
+    )
     assert ids.tolist() == [2, 1, 1, 1]
-    out = preprocess(pa.table({"c": ["x", None, "y"], "n": [1.0, 2.0, 3.0]}),
-                     {**NO_SPLIT, "input_features": [{"name": "c", "type": "category",
-                                          "preprocessing": {"missing_value_strategy": "drop_row"}},
-                                         {"name": "n", "type": "number"}]})
+    out = preprocess(
+        pa.table({"c": ["x", None, "y"], "n": [1.0, 2.0, 3.0]}),
+        {
+            **NO_SPLIT,
+            "input_features": [
+                {
+                    "name": "c",
+                    "type": "category",
+                    "preprocessing": {"missing_value_strategy": "drop_row"},
+                },
+                {"name": "n", "type": "number"},
+            ],
+        },
+    )
     assert out.num_rows == 2 and out.data["n"].tolist() == [1.0, 3.0]
 
 
@@ -75,7 +96,9 @@ def test_number_normalizations_match_numpy() -> None:
         ("log1p", np.log1p(x)),
         ("none", x),
     ]:
-        got, meta = _one(t, {"name": "x", "type": "number", "preprocessing": {"normalization": norm}})
+        got, meta = _one(
+            t, {"name": "x", "type": "number", "preprocessing": {"normalization": norm}}
+        )
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, expect, rtol=1e-6, err_msg=norm)
         assert meta["normalization"] == norm
@@ -84,7 +107,14 @@ def test_number_normalizations_match_numpy() -> None:
 
 def test_number_fill_with_mean_and_const() -> None:
     t = pa.table({"x": [1.0, None, 3.0]})
-    got, meta = _one(t, {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "fill_with_mean"}})
+    got, meta = _one(
+        t,
+        {
+            "name": "x",
+            "type": "number",
+            "preprocessing": {"missing_value_strategy": "fill_with_mean"},
+        },
+    )
     assert got.tolist() == [1.0, 2.0, 3.0] and meta["preprocessing"]["computed_fill_value"] == 2.0
     got, _ = _one(t, {"name": "x", "type": "number", "preprocessing": {"fill_value": -1}})
     assert got.tolist() == [1.0, -1.0, 3.0]
@@ -99,7 +129,9 @@ def test_number_stats_merge_equals_one_block(blocks: list[list[float]]) -> None:
     for b in blocks:
         s = h.fit(pa.array(b, pa.float64()), params, ctx)
         merged = s if merged is None else h.merge(merged, s)
-    whole = h.finalize(h.fit(pa.array([v for b in blocks for v in b], pa.float64()), params, ctx), params, ctx)
+    whole = h.finalize(
+        h.fit(pa.array([v for b in blocks for v in b], pa.float64()), params, ctx), params, ctx
+    )
     parts = h.finalize(merged, params, ctx)
     for k in ("count", "min", "max", "q1", "median", "q3"):
         assert parts[k] == whole[k]
@@ -111,38 +143,76 @@ def test_binary_default_and_custom_strings() -> None:
     t = pa.table({"b": ["Y", "N", "y", None, "yes"]})
     got, meta = _one(t, {"name": "b", "type": "binary"})
     assert got.dtype == np.bool_ and got.tolist() == [True, False, True, False, True]
-    assert meta["bool2str"] == ["N", "Y"]  # the null was filled with the column's false label "N" (Ludwig's)
+    assert meta["bool2str"] == [
+        "N",
+        "Y",
+    ]  # the null was filled with the column's false label "N" (Ludwig's)
     assert meta["preprocessing"]["computed_fill_value"] == "N" and meta["str2freq"]["N"] == 2
     _, meta = _one(pa.table({"b": ["Y", "N", "N"]}), {"name": "b", "type": "binary"})
     assert meta["bool2str"] == ["N", "Y"]
     t = pa.table({"b": ["good", "bad", "good"]})
-    got, _ = _one(t, {"name": "b", "type": "binary",
-                      "preprocessing": {"true_strings": ["good"], "false_strings": ["bad"]}})
+    got, _ = _one(
+        t,
+        {
+            "name": "b",
+            "type": "binary",
+            "preprocessing": {"true_strings": ["good"], "false_strings": ["bad"]},
+        },
+    )
     assert got.tolist() == [True, False, True]
-    got, _ = _one(t, {"name": "b", "type": "binary", "preprocessing": {"fallback_true_label": "bad"}})
+    got, _ = _one(
+        t, {"name": "b", "type": "binary", "preprocessing": {"fallback_true_label": "bad"}}
+    )
     assert got.tolist() == [False, True, False]
-    for values in (["Y", "maybe"], ["Y", "N", "maybe"], ["a", "b", "c"]):  # no automatic label for these
+    for values in (
+        ["Y", "maybe"],
+        ["Y", "N", "maybe"],
+        ["a", "b", "c"],
+    ):  # no automatic label for these
         with pytest.raises(DataFileError) as info:
             _one(pa.table({"b": values}), {"name": "b", "type": "binary"})
-        assert info.value.column == "b" and info.value.row == values.index("maybe" if "maybe" in values else "a")
+        assert info.value.column == "b" and info.value.row == values.index(
+            "maybe" if "maybe" in values else "a"
+        )
 
 
 def test_binary_follows_ludwigs_str2bool_and_automatic_label() -> None:
     t = pa.table({"b": ["human", "bot", None, "bot"]})
     with pytest.warns(UserWarning, match="automatic fallback_true_label 'bot'"):
-        got, meta = _one(t, {"name": "b", "type": "binary"})  # Ludwig: the first sorted value is true
+        got, meta = _one(
+            t, {"name": "b", "type": "binary"}
+        )  # Ludwig: the first sorted value is true
     assert got.tolist() == [False, True, False, True]
-    assert meta["fallback_true_label"] == "bot" and meta["str2bool"] == {"bot": True, "human": False}
-    assert meta["preprocessing"]["computed_fill_value"] == "human"  # Ludwig: reverse-sorted first false value
+    assert meta["fallback_true_label"] == "bot" and meta["str2bool"] == {
+        "bot": True,
+        "human": False,
+    }
+    assert (
+        meta["preprocessing"]["computed_fill_value"] == "human"
+    )  # Ludwig: reverse-sorted first false value
     with pytest.warns(UserWarning):
-        got, meta = _one(t, {"name": "b", "type": "binary", "preprocessing": {"missing_value_strategy": "fill_with_true"}})
-    assert got.tolist() == [False, True, True, True] and meta["preprocessing"]["computed_fill_value"] == "bot"
+        got, meta = _one(
+            t,
+            {
+                "name": "b",
+                "type": "binary",
+                "preprocessing": {"missing_value_strategy": "fill_with_true"},
+            },
+        )
+    assert (
+        got.tolist() == [False, True, True, True]
+        and meta["preprocessing"]["computed_fill_value"] == "bot"
+    )
     # conventional strings first, then the fallback label (Ludwig's str2bool): "no" stays false
-    got, _ = _one(pa.table({"b": ["no", "cat", "dog"]}), {"name": "b", "type": "binary",
-                                                           "preprocessing": {"fallback_true_label": "no"}})
+    got, _ = _one(
+        pa.table({"b": ["no", "cat", "dog"]}),
+        {"name": "b", "type": "binary", "preprocessing": {"fallback_true_label": "no"}},
+    )
     assert got.tolist() == [False, False, False]
-    got, _ = _one(pa.table({"b": ["yes", "cat", "dog"]}), {"name": "b", "type": "binary",
-                                                            "preprocessing": {"fallback_true_label": "dog"}})
+    got, _ = _one(
+        pa.table({"b": ["yes", "cat", "dog"]}),
+        {"name": "b", "type": "binary", "preprocessing": {"fallback_true_label": "dog"}},
+    )
     assert got.tolist() == [True, False, True]
     _, meta = _one(pa.table({"b": ["Y", "N", None]}), {"name": "b", "type": "binary"})
     assert meta["fallback_true_label"] is None and meta["str2bool"] == {"N": False, "Y": True}
@@ -150,7 +220,9 @@ def test_binary_follows_ludwigs_str2bool_and_automatic_label() -> None:
 
 @given(st.lists(st.sampled_from(["a", "b", "c", "dd", "é", "4"]), min_size=1, max_size=60))
 def test_category_roundtrip_and_frequency_order(values: list[str]) -> None:
-    out = preprocess(pa.table({"c": values}), {**NO_SPLIT, "input_features": [{"name": "c", "type": "category"}]})
+    out = preprocess(
+        pa.table({"c": values}), {**NO_SPLIT, "input_features": [{"name": "c", "type": "category"}]}
+    )
     ids = out.data["c"]
     assert out.metadata.decode("c", ids).tolist() == values
     meta = out.metadata["c"]
@@ -163,9 +235,20 @@ def test_category_roundtrip_and_frequency_order(values: list[str]) -> None:
 
 def test_nan_counts_as_missing() -> None:
     t = pa.table({"x": pa.array([1.0, float("nan"), 3.0]), "s": ["1", "nan", "3"]})
-    out = preprocess(t, {**NO_SPLIT, "input_features": [
-        {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "fill_with_mean"}},
-        {"name": "s", "type": "number", "preprocessing": {"fill_value": 7}}]})
+    out = preprocess(
+        t,
+        {
+            **NO_SPLIT,
+            "input_features": [
+                {
+                    "name": "x",
+                    "type": "number",
+                    "preprocessing": {"missing_value_strategy": "fill_with_mean"},
+                },
+                {"name": "s", "type": "number", "preprocessing": {"fill_value": 7}},
+            ],
+        },
+    )
     assert out.data["x"].tolist() == [1.0, 2.0, 3.0] and out.data["s"].tolist() == [1.0, 7.0, 3.0]
 
 
@@ -173,6 +256,8 @@ def test_id_dtype_grows_with_the_vocabulary() -> None:
     """Ludwig's int_type: int8 up to 128 ids (<UNK> included), then int16."""
     for distinct, dtype in ((127, np.int8), (128, np.int16)):
         t = pa.table({"c": [f"v{i}" for i in range(distinct)]})
-        ids, meta = _one(t, {"name": "c", "type": "category", "preprocessing": {"most_common": 1000}})
+        ids, meta = _one(
+            t, {"name": "c", "type": "category", "preprocessing": {"most_common": 1000}}
+        )
         assert meta["vocab_size"] == distinct + 1 and ids.dtype == dtype
         assert sorted(ids.tolist()) == list(range(1, distinct + 1))

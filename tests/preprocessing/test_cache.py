@@ -11,8 +11,13 @@ from datamill.core.errors import DataFileError, OutputError
 from datamill.preprocessing import api, hdf5, pipeline, sinks
 from datamill.preprocessing.features import handler_class
 
-CFG = {"input_features": [{"name": "MSZoning", "type": "category"}, {"name": "LotArea", "type": "number"},
-                          {"name": "CentralAir", "type": "binary"}]}
+CFG = {
+    "input_features": [
+        {"name": "MSZoning", "type": "category"},
+        {"name": "LotArea", "type": "number"},
+        {"name": "CentralAir", "type": "binary"},
+    ]
+}
 
 
 def _boom(*args: object, **kwargs: object) -> None:
@@ -25,7 +30,9 @@ def house(data_copy) -> Path:  # type: ignore[no-untyped-def]
     return path
 
 
-def test_rerun_reuses_without_recompute_even_after_touch(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rerun_reuses_without_recompute_even_after_touch(
+    house: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = api.preprocess(house, CFG)
     assert not first.cached
     os.utime(house, (1, 1))  # touching must not invalidate
@@ -39,22 +46,33 @@ def test_rerun_reuses_without_recompute_even_after_touch(house: Path, monkeypatc
 
 def test_changed_input_or_config_recomputes(house: Path) -> None:
     first = api.preprocess(house, CFG)
-    cfg2 = {**CFG, "input_features": [*CFG["input_features"],
-                                      {"name": "Alley", "type": "category"}]}
+    cfg2 = {
+        **CFG,
+        "input_features": [*CFG["input_features"], {"name": "Alley", "type": "category"}],
+    }
     second = api.preprocess(house, cfg2)
     assert not second.cached and "Alley" in second.data
     text = house.read_text()
     house.write_text(text.replace(",RL,", ",RM,", 1))
     third = api.preprocess(house, cfg2)
     assert not third.cached
-    assert third.metadata["MSZoning"]["str2freq"]["RM"] == \
-        first.metadata["MSZoning"]["str2freq"]["RM"] + 1
+    assert (
+        third.metadata["MSZoning"]["str2freq"]["RM"]
+        == first.metadata["MSZoning"]["str2freq"]["RM"] + 1
+    )
     assert third.metadata.header["input_fingerprint"] != first.metadata.header["input_fingerprint"]
 
 
-def test_crash_mid_write_keeps_the_previous_pair(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_mid_write_keeps_the_previous_pair(
+    house: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     good = api.preprocess(house, CFG)
-    cfg2 = {**CFG, "input_features": [{"name": "MSZoning", "type": "category", "preprocessing": {"most_common": 2}}]}
+    cfg2 = {
+        **CFG,
+        "input_features": [
+            {"name": "MSZoning", "type": "category", "preprocessing": {"most_common": 2}}
+        ],
+    }
     real_write = hdf5.H5Writer.write
 
     def crash(self: hdf5.H5Writer, key: str, value: object) -> None:
@@ -74,7 +92,9 @@ def test_crash_mid_write_keeps_the_previous_pair(house: Path, monkeypatch: pytes
     assert api.preprocess(house, cfg2).cached
 
 
-def test_failure_writing_meta_keeps_the_previous_pair(house: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_writing_meta_keeps_the_previous_pair(
+    house: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     api.preprocess(house, CFG)
     real = sinks.fingerprint_file
 

@@ -19,16 +19,26 @@ def _write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
 
 
 def test_yaml_and_json_configs_are_equivalent(tmp_path: Path) -> None:
-    y = _write(tmp_path, "input_features:\n  - {name: a, type: category, preprocessing: {most_common: 5}}\n")
-    j = _write(tmp_path, '{"input_features": [{"name": "a", "type": "category", '
-                         '"preprocessing": {"most_common": 5}}]}', "cfg.json")
+    y = _write(
+        tmp_path,
+        "input_features:\n  - {name: a, type: category, preprocessing: {most_common: 5}}\n",
+    )
+    j = _write(
+        tmp_path,
+        '{"input_features": [{"name": "a", "type": "category", '
+        '"preprocessing": {"most_common": 5}}]}',
+        "cfg.json",
+    )
     assert load_config(y)[0] == load_config(j)[0]
 
 
 def test_unknown_parameter_names_file_and_yaml_path(tmp_path: Path) -> None:
-    p = _write(tmp_path, "input_features:\n  - {name: a, type: number}\n  - {name: b, type: number}\n"
-                         "  - {name: c, type: binary}\n"
-                         "  - {name: d, type: category, preprocessing: {most_comon: 3}}\n")
+    p = _write(
+        tmp_path,
+        "input_features:\n  - {name: a, type: number}\n  - {name: b, type: number}\n"
+        "  - {name: c, type: binary}\n"
+        "  - {name: d, type: category, preprocessing: {most_comon: 3}}\n",
+    )
     cfg, src = load_config(p)
     with pytest.raises(ConfigError) as info:
         resolve_features(cfg, src)
@@ -38,7 +48,10 @@ def test_unknown_parameter_names_file_and_yaml_path(tmp_path: Path) -> None:
 
 
 def test_bad_value_type(tmp_path: Path) -> None:
-    p = _write(tmp_path, "input_features:\n  - {name: d, type: category, preprocessing: {most_common: lots}}\n")
+    p = _write(
+        tmp_path,
+        "input_features:\n  - {name: d, type: category, preprocessing: {most_common: lots}}\n",
+    )
     with pytest.raises(ConfigError) as info:
         resolve_features(*load_config(p))
     assert info.value.where == "input_features[0].preprocessing.most_common"  # type: ignore[attr-defined]
@@ -57,15 +70,27 @@ def test_unknown_top_level_key_and_global_defaults(tmp_path: Path) -> None:
         load_config({"input_features": [{"name": "a", "type": "number"}], "preprocesing": {}})
     assert info.value.where == "preprocesing"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError) as info:
-        resolve_features(load_config({"input_features": [{"name": "a", "type": "category"}],
-                                      "preprocessing": {"category": {"most_common": -1}}})[0])
+        resolve_features(
+            load_config(
+                {
+                    "input_features": [{"name": "a", "type": "category"}],
+                    "preprocessing": {"category": {"most_common": -1}},
+                }
+            )[0]
+        )
     assert info.value.where == "input_features[0].preprocessing.most_common"  # type: ignore[attr-defined]
 
 
 def test_global_type_defaults_apply_and_feature_overrides() -> None:
-    cfg, _ = load_config({"input_features": [{"name": "a", "type": "category"},
-                                             {"name": "b", "type": "category", "preprocessing": {"most_common": 7}}],
-                          "preprocessing": {"category": {"most_common": 2}}})
+    cfg, _ = load_config(
+        {
+            "input_features": [
+                {"name": "a", "type": "category"},
+                {"name": "b", "type": "category", "preprocessing": {"most_common": 7}},
+            ],
+            "preprocessing": {"category": {"most_common": 2}},
+        }
+    )
     a, b = resolve_features(cfg)
     assert a.params.most_common == 2 and b.params.most_common == 7
 
@@ -82,17 +107,38 @@ def test_unparsable_yaml_and_missing_config(tmp_path: Path) -> None:
 
 def test_bad_strategy_and_duplicates() -> None:
     with pytest.raises(ConfigError, match="missing_value_strategy"):
-        resolve_features(load_config({"input_features": [
-            {"name": "a", "type": "number", "preprocessing": {"missing_value_strategy": "guess"}}]})[0])
+        resolve_features(
+            load_config(
+                {
+                    "input_features": [
+                        {
+                            "name": "a",
+                            "type": "number",
+                            "preprocessing": {"missing_value_strategy": "guess"},
+                        }
+                    ]
+                }
+            )[0]
+        )
     with pytest.raises(ConfigError, match="duplicate"):
-        resolve_features(load_config({"input_features": [{"name": "a", "type": "number"}],
-                                      "output_features": [{"name": "a", "type": "number"}]})[0])
+        resolve_features(
+            load_config(
+                {
+                    "input_features": [{"name": "a", "type": "number"}],
+                    "output_features": [{"name": "a", "type": "number"}],
+                }
+            )[0]
+        )
 
 
 def test_bad_split_probabilities() -> None:
     with pytest.raises(ConfigError) as info:
-        load_config({"input_features": [{"name": "a", "type": "number"}],
-                     "preprocessing": {"split": {"probabilities": [0.5, 0.5, 0.5]}}})
+        load_config(
+            {
+                "input_features": [{"name": "a", "type": "number"}],
+                "preprocessing": {"split": {"probabilities": [0.5, 0.5, 0.5]}},
+            }
+        )
     assert info.value.where == "preprocessing.split.probabilities"  # type: ignore[attr-defined]
 
 
@@ -110,19 +156,32 @@ def test_to_dict_is_stable_and_leaves_defaults_out() -> None:
 
 
 def test_ludwig_defaults_section() -> None:
-    cfg, _ = load_config({"input_features": [{"name": "a", "type": "number"},
-                                             {"name": "b", "type": "number", "preprocessing": {"normalization": "iq"}}],
-                          "defaults": {"number": {"preprocessing": {"normalization": "zscore"}}}})
+    cfg, _ = load_config(
+        {
+            "input_features": [
+                {"name": "a", "type": "number"},
+                {"name": "b", "type": "number", "preprocessing": {"normalization": "iq"}},
+            ],
+            "defaults": {"number": {"preprocessing": {"normalization": "zscore"}}},
+        }
+    )
     a, b = resolve_features(cfg)
     assert a.params.normalization == "zscore" and b.params.normalization == "iq"
     with pytest.raises(ConfigError) as info:
-        load_config({"input_features": [{"name": "a", "type": "number"}], "defaults": {"numbr": {}}})
+        load_config(
+            {"input_features": [{"name": "a", "type": "number"}], "defaults": {"numbr": {}}}
+        )
     assert info.value.where == "defaults"  # type: ignore[attr-defined]
 
 
 def test_strategy_must_fit_the_type(tmp_path: Path) -> None:
-    p = _write(tmp_path, "input_features:\n  - {name: a, type: number}\n"
-                         "  - {name: c, type: category, preprocessing: {missing_value_strategy: fill_with_mean}}\n")
+    p = _write(
+        tmp_path,
+        "input_features:\n  - {name: a, type: number}\n"
+        "  - {name: c, type: category, preprocessing: {missing_value_strategy: fill_with_mean}}\n",
+    )
     with pytest.raises(ConfigError) as info:
         resolve_features(*load_config(p))
-    assert info.value.path == str(p) and "input_features[1].preprocessing.missing_value_strategy" in str(info.value)
+    assert info.value.path == str(
+        p
+    ) and "input_features[1].preprocessing.missing_value_strategy" in str(info.value)

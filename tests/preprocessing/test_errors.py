@@ -76,13 +76,19 @@ def test_bad_config_file(tmp_path: Path) -> None:
     p = tmp_path / "d.csv"
     p.write_text("age,city\n1,a\n")
     c = tmp_path / "c.yaml"
-    c.write_text("input_features:\n  - {name: age, type: number, preprocessing: {normalisation: zscore}}\n")
+    c.write_text(
+        "input_features:\n  - {name: age, type: number, preprocessing: {normalisation: zscore}}\n"
+    )
     with pytest.raises(ConfigError) as info:
         preprocess(p, c)
-    assert info.value.path == str(c) and "input_features[0].preprocessing.normalisation" in str(info.value)
+    assert info.value.path == str(c) and "input_features[0].preprocessing.normalisation" in str(
+        info.value
+    )
 
 
-def test_cli_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_one_line_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     p = tmp_path / "d.csv"
     p.write_text("age,city\n1,a\nforty,c\n")
     c = tmp_path / "c.yaml"
@@ -105,8 +111,16 @@ def test_fixed_split_bad_value(tmp_path: Path) -> None:
 def test_line_numbers_survive_drop_row(tmp_path: Path) -> None:
     p = tmp_path / "d.csv"
     p.write_text("c,b\n,Y\nx,N\ny,maybe\n")
-    cfg = {"input_features": [{"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": "drop_row"}},
-                              {"name": "b", "type": "binary"}]}
+    cfg = {
+        "input_features": [
+            {
+                "name": "c",
+                "type": "category",
+                "preprocessing": {"missing_value_strategy": "drop_row"},
+            },
+            {"name": "b", "type": "binary"},
+        ]
+    }
     with pytest.raises(DataFileError) as info:
         preprocess(p, cfg)
     assert (info.value.line, info.value.column) == (4, "b") and "'maybe'" in str(info.value)

@@ -19,7 +19,9 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ludwig"
 
 
 def _run(table: pa.Table, feature: dict) -> api.Preprocessed:  # type: ignore[type-arg]
-    return api.preprocess(table, {"input_features": [feature], "preprocessing": {"split": {"type": "none"}}})
+    return api.preprocess(
+        table, {"input_features": [feature], "preprocessing": {"split": {"type": "none"}}}
+    )
 
 
 def test_missing_category_stays_unknown_under_lowercase() -> None:
@@ -51,18 +53,40 @@ def test_missing_sequence_value_stays_unknown_under_lowercase_and_custom_unknown
         out = _run(t, {"name": "s", "type": "sequence", "preprocessing": pp})
         meta = out.metadata["s"]
         assert "<unk>" not in meta["idx2str"], pp
-        assert unk == "<UNK>" or "<UNK>" not in meta["idx2str"], pp  # the fill is the unknown symbol, not a token
-        assert out.data["s"][1].tolist()[0] == meta["str2idx"][unk], pp  # the missing row: the unknown id
+        assert unk == "<UNK>" or "<UNK>" not in meta["idx2str"], (
+            pp
+        )  # the fill is the unknown symbol, not a token
+        assert out.data["s"][1].tolist()[0] == meta["str2idx"][unk], (
+            pp
+        )  # the missing row: the unknown id
 
 
-def _stratified(counts: list[int], probabilities: tuple[float, float, float], seed: int = 42) -> dict[str, list[int]]:
+def _stratified(
+    counts: list[int], probabilities: tuple[float, float, float], seed: int = 42
+) -> dict[str, list[int]]:
     labels = [f"c{k}" for k, c in enumerate(counts) for _ in range(c)]
     order = np.argsort(uniform_at(seed + 1, 0, len(labels)))  # classes interleaved, not in blocks
-    t = pa.table({"label": pa.array(labels).take(pa.array(order)), "x": np.arange(len(labels), dtype=np.float64)})
-    out = api.preprocess(t, {"input_features": [{"name": "x", "type": "number"}],
-                             "output_features": [{"name": "label", "type": "category"}],
-                             "preprocessing": {"seed": seed, "split": {
-                                 "type": "stratify", "column": "label", "probabilities": list(probabilities)}}})
+    t = pa.table(
+        {
+            "label": pa.array(labels).take(pa.array(order)),
+            "x": np.arange(len(labels), dtype=np.float64),
+        }
+    )
+    out = api.preprocess(
+        t,
+        {
+            "input_features": [{"name": "x", "type": "number"}],
+            "output_features": [{"name": "label", "type": "category"}],
+            "preprocessing": {
+                "seed": seed,
+                "split": {
+                    "type": "stratify",
+                    "column": "label",
+                    "probabilities": list(probabilities),
+                },
+            },
+        },
+    )
     split = np.asarray(out.data["split"])
     names = np.asarray(t["label"].to_pylist())
     return {c: np.bincount(split[names == c], minlength=3).tolist() for c in sorted(set(labels))}
@@ -84,7 +108,9 @@ def _stored_case(counts: list[int], probabilities: list[float], seed: int) -> li
     raise AssertionError("case not stored")
 
 
-def _check_totals(counts: list[int], probabilities: tuple[float, float, float], sizes: np.ndarray) -> None:
+def _check_totals(
+    counts: list[int], probabilities: tuple[float, float, float], sizes: np.ndarray
+) -> None:
     """scikit-learn's rule, n_test = ceil(test_size * n), in both rounds; a class of one row stays on the first side."""
     n = sum(counts)
     rest = math.ceil((1.0 - probabilities[0]) * n)
@@ -96,14 +122,27 @@ def _check_totals(counts: list[int], probabilities: tuple[float, float, float], 
     assert sizes[:, 2].sum() == test and sizes[single, 2].sum() == 0
 
 
-_TRIPLES = st.sampled_from([(0.7, 0.1, 0.2), (0.6, 0.2, 0.2), (0.8, 0.1, 0.1), (0.5, 0.25, 0.25),
-                            (0.34, 0.33, 0.33), (0.9, 0.05, 0.05), (0.75, 0.15, 0.1)])
+_TRIPLES = st.sampled_from(
+    [
+        (0.7, 0.1, 0.2),
+        (0.6, 0.2, 0.2),
+        (0.8, 0.1, 0.1),
+        (0.5, 0.25, 0.25),
+        (0.34, 0.33, 0.33),
+        (0.9, 0.05, 0.05),
+        (0.75, 0.15, 0.1),
+    ]
+)
 
 
-@given(counts=st.lists(st.integers(2, 400), min_size=2, max_size=6), probabilities=_TRIPLES,
-       seed=st.integers(0, 2**31 - 1))
-def test_stratify_sizes_follow_the_train_test_split_rule(counts: list[int], probabilities: tuple[float, float, float],
-                                                         seed: int) -> None:
+@given(
+    counts=st.lists(st.integers(2, 400), min_size=2, max_size=6),
+    probabilities=_TRIPLES,
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_stratify_sizes_follow_the_train_test_split_rule(
+    counts: list[int], probabilities: tuple[float, float, float], seed: int
+) -> None:
     sizes = splits.stratify_sizes(counts, probabilities, seed)
     assert sizes.sum(axis=1).tolist() == counts  # every row in exactly one split
     _check_totals(counts, probabilities, sizes)
@@ -114,11 +153,14 @@ def test_stratify_sizes_follow_the_train_test_split_rule(counts: list[int], prob
 
 
 @settings(max_examples=15)
-@given(counts=st.lists(st.integers(2, 60), min_size=2, max_size=4), probabilities=_TRIPLES,
-       seed=st.integers(0, 1000))
-def test_stratified_split_of_a_table_has_the_rules_sizes_per_class(counts: list[int],
-                                                                    probabilities: tuple[float, float, float],
-                                                                    seed: int) -> None:
+@given(
+    counts=st.lists(st.integers(2, 60), min_size=2, max_size=4),
+    probabilities=_TRIPLES,
+    seed=st.integers(0, 1000),
+)
+def test_stratified_split_of_a_table_has_the_rules_sizes_per_class(
+    counts: list[int], probabilities: tuple[float, float, float], seed: int
+) -> None:
     got = _stratified(counts, probabilities, seed)
     want = splits.stratify_sizes(counts, probabilities, seed).tolist()
     assert got == {f"c{k}": want[k] for k in range(len(counts))} or len(counts) > 9
@@ -126,8 +168,14 @@ def test_stratified_split_of_a_table_has_the_rules_sizes_per_class(counts: list[
 
 def test_stratify_sizes_equal_scikit_learns_on_stored_cases() -> None:
     """Cases whose sizes were computed by real scikit-learn (``benchmarks/make_stratify_fixture.py``)."""
-    cases = [c for c in json.loads((FIXTURE / "stratify_sizes.json").read_text())["cases"] if "sizes" in c]
+    cases = [
+        c
+        for c in json.loads((FIXTURE / "stratify_sizes.json").read_text())["cases"]
+        if "sizes" in c
+    ]
     assert len(cases) >= 150  # the rest: cases Ludwig itself refuses (scikit-learn's ValueError)
     for case in cases:
-        got = splits.stratify_sizes(case["counts"], tuple(case["probabilities"]), case["seed"]).tolist()
+        got = splits.stratify_sizes(
+            case["counts"], tuple(case["probabilities"]), case["seed"]
+        ).tolist()
         assert got == case["sizes"], case

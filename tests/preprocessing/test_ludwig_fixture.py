@@ -43,8 +43,9 @@ def _run(data_dir: Path, tmp_path: Path, **preprocessing: Any) -> api.Preprocess
         return api.preprocess(data_dir / "house_prices_train.csv", cfg, output_dir=tmp_path)
 
 
-def test_tensors_equal_ludwigs_row_by_row(ludwig: tuple[dict[str, Any], Any], data_dir: Path,
-                                          tmp_path: Path) -> None:
+def test_tensors_equal_ludwigs_row_by_row(
+    ludwig: tuple[dict[str, Any], Any], data_dir: Path, tmp_path: Path
+) -> None:
     meta, tensors = ludwig
     out = _run(data_dir, tmp_path, split={"type": "none"})  # fitted on every row, as Ludwig fits
     pos = {int(v): i for i, v in enumerate(out.data["Id"])}
@@ -57,42 +58,65 @@ def test_tensors_equal_ludwigs_row_by_row(ludwig: tuple[dict[str, Any], Any], da
             assert theirs.dtype == ours.dtype, name  # int8 ids, bool, float32
             if kind == "category":
                 decoded = np.asarray(lm["idx2str"])[theirs.astype(np.int64)]
-                np.testing.assert_array_equal(out.metadata.decode(name, ours), decoded, err_msg=name)
+                np.testing.assert_array_equal(
+                    out.metadata.decode(name, ours), decoded, err_msg=name
+                )
             elif kind == "number":
-                np.testing.assert_allclose(ours, theirs, rtol=2e-7, atol=1e-6, err_msg=name)  # float32 rounding
+                np.testing.assert_allclose(
+                    ours, theirs, rtol=2e-7, atol=1e-6, err_msg=name
+                )  # float32 rounding
             else:
                 np.testing.assert_array_equal(ours, theirs, err_msg=name)
             checked += len(rows)
     assert checked == 10 * 1460
 
 
-def test_statistics_vocabularies_and_fill_values_equal_ludwigs(ludwig: tuple[dict[str, Any], Any],
-                                                               data_dir: Path, tmp_path: Path) -> None:
+def test_statistics_vocabularies_and_fill_values_equal_ludwigs(
+    ludwig: tuple[dict[str, Any], Any], data_dir: Path, tmp_path: Path
+) -> None:
     meta, _ = ludwig
     out = _run(data_dir, tmp_path, split={"type": "none"})
     for name in ("LotArea", "LotFrontage"):  # zscore: Ludwig's default for number inputs
-        assert out.metadata[name]["normalization"] == meta[name]["preprocessing"]["normalization"] == "zscore"
+        assert (
+            out.metadata[name]["normalization"]
+            == meta[name]["preprocessing"]["normalization"]
+            == "zscore"
+        )
         assert out.metadata[name]["mean"] == pytest.approx(float(meta[name]["mean"]), rel=1e-7)
         assert out.metadata[name]["std"] == pytest.approx(float(meta[name]["std"]), rel=1e-7)
     assert out.metadata["LotFrontage"]["preprocessing"]["computed_fill_value"] == pytest.approx(
-        meta["LotFrontage"]["preprocessing"]["computed_fill_value"], rel=1e-12)
+        meta["LotFrontage"]["preprocessing"]["computed_fill_value"], rel=1e-12
+    )
     assert out.metadata["SalePrice"]["normalization"] == "none"  # outputs: no normalization
-    assert out.metadata["SalePrice"]["preprocessing"]["missing_value_strategy"] == \
-        meta["SalePrice"]["preprocessing"]["missing_value_strategy"] == "drop_row"
+    assert (
+        out.metadata["SalePrice"]["preprocessing"]["missing_value_strategy"]
+        == meta["SalePrice"]["preprocessing"]["missing_value_strategy"]
+        == "drop_row"
+    )
     for name in ("OverallQual", "Neighborhood", "MSZoning", "Alley"):
         ours = {k: v for k, v in out.metadata[name]["str2freq"].items() if v}
         assert ours == {k: v for k, v in meta[name]["str2freq"].items() if v}, name
-        assert set(out.metadata[name]["idx2str"]) - {"<UNK>"} == set(meta[name]["idx2str"]) - {"<UNK>"}, name
+        assert set(out.metadata[name]["idx2str"]) - {"<UNK>"} == set(meta[name]["idx2str"]) - {
+            "<UNK>"
+        }, name
     assert out.metadata["CentralAir"]["bool2str"] == meta["CentralAir"]["bool2str"]
     assert out.metadata["CentralAir"]["str2bool"] == meta["CentralAir"]["str2bool"]
-    assert out.metadata["CentralAir"]["preprocessing"]["computed_fill_value"] == \
-        meta["CentralAir"]["preprocessing"]["computed_fill_value"] == "N"  # the column's own false label
+    assert (
+        out.metadata["CentralAir"]["preprocessing"]["computed_fill_value"]
+        == meta["CentralAir"]["preprocessing"]["computed_fill_value"]
+        == "N"
+    )  # the column's own false label
 
 
-def test_default_split_has_ludwigs_sizes_and_fits_on_training_rows(ludwig: tuple[dict[str, Any], Any],
-                                                                   data_dir: Path, tmp_path: Path) -> None:
+def test_default_split_has_ludwigs_sizes_and_fits_on_training_rows(
+    ludwig: tuple[dict[str, Any], Any], data_dir: Path, tmp_path: Path
+) -> None:
     meta, tensors = ludwig
     out = _run(data_dir, tmp_path)  # the config as written: no split section -> Ludwig's default
     assert list(out.metadata.header["split"].values()) == [len(tensors[f"{s}/Id"]) for s in SPLITS]
-    assert out.metadata["LotArea"]["count"] == len(tensors["training/Id"])  # deliberate: train rows only
-    assert out.metadata["LotArea"]["mean"] != pytest.approx(float(meta["LotArea"]["mean"]), rel=1e-6)
+    assert out.metadata["LotArea"]["count"] == len(
+        tensors["training/Id"]
+    )  # deliberate: train rows only
+    assert out.metadata["LotArea"]["mean"] != pytest.approx(
+        float(meta["LotArea"]["mean"]), rel=1e-6
+    )

@@ -49,7 +49,9 @@ def _config(**preprocessing: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def same_rows() -> api.Preprocessed:
     with pytest.warns(LudwigKeysIgnored):
-        return api.preprocess(CSV, _config(split={"type": "none"}, layout="ludwig017"), skip_save=True)
+        return api.preprocess(
+            CSV, _config(split={"type": "none"}, layout="ludwig017"), skip_save=True
+        )
 
 
 def _aligned(out: api.Preprocessed, tensors: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -63,23 +65,38 @@ def _aligned(out: api.Preprocessed, tensors: Any, name: str) -> tuple[np.ndarray
 def _raw(name: str, ids: np.ndarray) -> list[str]:
     import pyarrow.csv as pcsv
 
-    table = pcsv.read_csv(CSV, convert_options=pcsv.ConvertOptions(column_types={name: "string"},
-                                                                   strings_can_be_null=True))
+    table = pcsv.read_csv(
+        CSV,
+        convert_options=pcsv.ConvertOptions(
+            column_types={name: "string"}, strings_can_be_null=True
+        ),
+    )
     by_id = dict(zip(table["Id"].to_pylist(), table[name].to_pylist()))
     return [by_id[int(i)] or "" for i in ids]
 
 
-def test_the_config_runs_as_written_with_ludwigs_stratified_sizes(ludwig: tuple[dict[str, Any], Any]) -> None:
+def test_the_config_runs_as_written_with_ludwigs_stratified_sizes(
+    ludwig: tuple[dict[str, Any], Any],
+) -> None:
     _, tensors = ludwig
     with pytest.warns(LudwigKeysIgnored):
-        out = api.preprocess(CSV, _config(**yaml.safe_load((FIXTURE / "penguins.yaml").read_text())["preprocessing"]),
-                             skip_save=True)
-    assert list(out.metadata.header["split"].values()) == [len(tensors[f"{s}/Id"]) for s in SPLITS]  # 203/68/68
+        out = api.preprocess(
+            CSV,
+            _config(**yaml.safe_load((FIXTURE / "penguins.yaml").read_text())["preprocessing"]),
+            skip_save=True,
+        )
+    assert list(out.metadata.header["split"].values()) == [
+        len(tensors[f"{s}/Id"]) for s in SPLITS
+    ]  # 203/68/68
     split = np.asarray(out.data["split"])
     for k, species in enumerate(("Adelie", "Gentoo", "Chinstrap")):  # per class too
-        ours = np.bincount(split[out.metadata.decode("species", out.data["species"]) == species], minlength=3)
+        ours = np.bincount(
+            split[out.metadata.decode("species", out.data["species"]) == species], minlength=3
+        )
         assert ours.tolist() == [int((tensors[f"{s}/species"] == k).sum()) for s in SPLITS], species
-    assert "notes_word" in out.data and out.metadata["notes"]["word_max_sequence_length"] == 8  # max_sequence_length
+    assert (
+        "notes_word" in out.data and out.metadata["notes"]["word_max_sequence_length"] == 8
+    )  # max_sequence_length
     assert len(out.metadata["notes"]["word_idx2str"]) <= 52  # most_common: 50 (+ <PAD>, <UNK>)
 
 
@@ -94,8 +111,9 @@ def _raw_values(meta: dict[str, Any], values: np.ndarray) -> np.ndarray:
     return v
 
 
-def test_binary_date_vector_timeseries_equal_ludwigs(ludwig: tuple[dict[str, Any], Any],
-                                                     same_rows: api.Preprocessed) -> None:
+def test_binary_date_vector_timeseries_equal_ludwigs(
+    ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed
+) -> None:
     meta, tensors = ludwig
     for name in ("Id", "healthy", "observed", "embedding", "dives"):
         theirs, ours = _aligned(same_rows, tensors, name)
@@ -107,8 +125,9 @@ def test_binary_date_vector_timeseries_equal_ludwigs(ludwig: tuple[dict[str, Any
     assert same_rows.metadata["healthy"]["str2bool"] == meta["healthy"]["str2bool"]
 
 
-def test_numbers_equal_ludwigs_but_ludwig_fits_before_drop_row(ludwig: tuple[dict[str, Any], Any],
-                                                                 same_rows: api.Preprocessed) -> None:
+def test_numbers_equal_ludwigs_but_ludwig_fits_before_drop_row(
+    ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed
+) -> None:
     """Ludwig fits statistics and fill values on every row, the 5 rows drop_row removes included (a
     documented difference): the values before normalization are equal, the statistics are those of
     different rows, and Ludwig's are exactly those of all rows."""
@@ -122,33 +141,47 @@ def test_numbers_equal_ludwigs_but_ludwig_fits_before_drop_row(ludwig: tuple[dic
         assert theirs.dtype == ours.dtype == np.float32, name
         raw = np.asarray(table[name].to_numpy(zero_copy_only=False), np.float64)
         present = ~np.isnan(raw)
-        lw_raw, dm_raw = _raw_values(meta[name], theirs), _raw_values(same_rows.metadata[name], ours)
+        lw_raw, dm_raw = (
+            _raw_values(meta[name], theirs),
+            _raw_values(same_rows.metadata[name], ours),
+        )
         ids = np.concatenate([tensors[f"{s}/Id"] for s in SPLITS]).astype(np.int64)
         measured = present[ids - 1]
         np.testing.assert_allclose(dm_raw[measured], lw_raw[measured], rtol=1e-5, err_msg=name)
-        if name == "bill_length_mm":  # fill_with_mean: Ludwig's mean is over all rows, datamill's over kept rows
+        if (
+            name == "bill_length_mm"
+        ):  # fill_with_mean: Ludwig's mean is over all rows, datamill's over kept rows
             lw_fill = float(meta[name]["preprocessing"]["computed_fill_value"])
             dm_fill = float(same_rows.metadata[name]["preprocessing"]["computed_fill_value"])
             assert lw_fill == pytest.approx(raw[present].mean(), rel=1e-12)
-            assert dm_fill == pytest.approx(raw[present & kept].mean(), rel=1e-12) and dm_fill != lw_fill
+            assert (
+                dm_fill == pytest.approx(raw[present & kept].mean(), rel=1e-12)
+                and dm_fill != lw_fill
+            )
             np.testing.assert_allclose(lw_raw[~measured], lw_fill, rtol=1e-5)
             np.testing.assert_allclose(dm_raw[~measured], dm_fill, rtol=1e-5)
         else:  # minmax: Ludwig's min/max over all rows
             assert float(meta[name]["min"]) == raw.min() and float(meta[name]["max"]) == raw.max()
 
 
-def test_categories_decode_to_ludwigs_values(ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed) -> None:
+def test_categories_decode_to_ludwigs_values(
+    ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed
+) -> None:
     meta, tensors = ludwig
     for name in ("island", "species", "sex"):
         theirs, ours = _aligned(same_rows, tensors, name)
         assert theirs.dtype == ours.dtype == np.int8, name
         lv = np.asarray(meta[name]["idx2str"])[theirs.astype(np.int64)]
         dv = same_rows.metadata.decode(name, ours)
-        if name == "sex":  # lowercase: true; Ludwig 0.17 ignores it for categories (a documented difference)
+        if (
+            name == "sex"
+        ):  # lowercase: true; Ludwig 0.17 ignores it for categories (a documented difference)
             assert {"MALE", "male"} <= set(lv) and "MALE" not in set(dv)
             lv = np.char.lower(lv.astype(str))
             dv = np.where(dv == "<UNK>", "<unk>", dv)
-            assert "<unk>" not in same_rows.metadata["sex"]["idx2str"]  # the missing value stays unknown (bug 1)
+            assert (
+                "<unk>" not in same_rows.metadata["sex"]["idx2str"]
+            )  # the missing value stays unknown (bug 1)
         np.testing.assert_array_equal(dv, lv, err_msg=name)
 
 
@@ -157,20 +190,32 @@ def _rows_of_tokens(vocab: list[str], rows: np.ndarray) -> list[Counter[str]]:
     return [Counter({str(v[j]): int(c) for j, c in enumerate(row) if c}) for row in rows]
 
 
-def test_sets_and_bags_equal_ludwigs(ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed) -> None:
+def test_sets_and_bags_equal_ludwigs(
+    ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed
+) -> None:
     meta, tensors = ludwig
-    theirs, ours = _aligned(same_rows, tensors, "tags")  # set: bool rows, <UNK> moved to id 3, max_set_size + 2
+    theirs, ours = _aligned(
+        same_rows, tensors, "tags"
+    )  # set: bool rows, <UNK> moved to id 3, max_set_size + 2
     assert theirs.dtype == ours.dtype == np.bool_ and theirs.shape == ours.shape
     assert same_rows.metadata["tags"]["idx2str"][3] == meta["tags"]["idx2str"][3] == "<UNK>"
     assert int(same_rows.metadata["tags"]["max_set_size"]) == int(meta["tags"]["max_set_size"])
     assert set(same_rows.metadata["tags"]["idx2str"]) == set(meta["tags"]["idx2str"])
-    assert _rows_of_tokens(meta["tags"]["idx2str"], theirs) == _rows_of_tokens(same_rows.metadata["tags"]["idx2str"], ours)
+    assert _rows_of_tokens(meta["tags"]["idx2str"], theirs) == _rows_of_tokens(
+        same_rows.metadata["tags"]["idx2str"], ours
+    )
 
     theirs, ours = _aligned(same_rows, tensors, "diet")  # bag with lowercase: true
     assert theirs.dtype == ours.dtype == np.float32
-    assert same_rows.metadata["diet"]["idx2str"][:4] == meta["diet"]["idx2str"][:4] == ["<EOS>", "<SOS>", "<PAD>", "<UNK>"]
+    assert (
+        same_rows.metadata["diet"]["idx2str"][:4]
+        == meta["diet"]["idx2str"][:4]
+        == ["<EOS>", "<SOS>", "<PAD>", "<UNK>"]
+    )
     assert int(same_rows.metadata["diet"]["max_set_size"]) == int(meta["diet"]["max_set_size"])
-    assert "<unk>" in meta["diet"]["idx2str"] and "<unk>" not in same_rows.metadata["diet"]["idx2str"]
+    assert (
+        "<unk>" in meta["diet"]["idx2str"] and "<unk>" not in same_rows.metadata["diet"]["idx2str"]
+    )
     ids = np.concatenate([tensors[f"{s}/Id"] for s in SPLITS])
     raw = _raw("diet", ids)
     lw = _rows_of_tokens(meta["diet"]["idx2str"], theirs)
@@ -187,14 +232,19 @@ def test_sets_and_bags_equal_ludwigs(ludwig: tuple[dict[str, Any], Any], same_ro
     assert differing > 0
 
 
-def test_text_and_sequence_equal_ludwigs_single_tensor(ludwig: tuple[dict[str, Any], Any],
-                                                       same_rows: api.Preprocessed) -> None:
+def test_text_and_sequence_equal_ludwigs_single_tensor(
+    ludwig: tuple[dict[str, Any], Any], same_rows: api.Preprocessed
+) -> None:
     meta, tensors = ludwig
     for name in ("notes", "call"):
         theirs, ours = _aligned(same_rows, tensors, name)
         assert theirs.dtype == ours.dtype and theirs.shape == ours.shape, name
-        assert int(same_rows.metadata[name]["max_sequence_length"]) == int(meta[name]["max_sequence_length"]), name
-        assert same_rows.metadata[name]["idx2str"][:4] == meta[name]["idx2str"][:4], name  # <EOS> <SOS> <PAD> <UNK>
+        assert int(same_rows.metadata[name]["max_sequence_length"]) == int(
+            meta[name]["max_sequence_length"]
+        ), name
+        assert same_rows.metadata[name]["idx2str"][:4] == meta[name]["idx2str"][:4], (
+            name
+        )  # <EOS> <SOS> <PAD> <UNK>
         assert set(same_rows.metadata[name]["idx2str"]) == set(meta[name]["idx2str"]), name
         # ids differ only where tie order does (datamill: by token; Ludwig: first seen): decoded rows are equal
         lv = np.asarray(meta[name]["idx2str"])[theirs.astype(np.int64)]

@@ -50,7 +50,9 @@ def test_every_registered_type_declares_every_required_attribute(type_name: str)
 def test_a_handler_missing_an_attribute_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     module = types.ModuleType("datamill_test_fake_feature")
 
-    class Handler(FeatureHandler):  # a new type that forgets its missing-value defaults and defaults key
+    class Handler(
+        FeatureHandler
+    ):  # a new type that forgets its missing-value defaults and defaults key
         type_name = "fake"
         Params = handler_class("number").Params
         input_type = "string"
@@ -73,7 +75,9 @@ def test_a_handler_missing_an_attribute_fails_loudly(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(FEATURE_TYPES, "fake", module.__name__)
     handler_class.cache_clear()
     try:
-        with pytest.raises(TypeError, match="does not define defaults_key, fill_value, missing_value_strategy"):
+        with pytest.raises(
+            TypeError, match="does not define defaults_key, fill_value, missing_value_strategy"
+        ):
             handler_class("fake")
     finally:
         handler_class.cache_clear()
@@ -81,18 +85,27 @@ def test_a_handler_missing_an_attribute_fails_loudly(monkeypatch: pytest.MonkeyP
 
 
 def test_global_defaults_keys_come_from_the_handlers() -> None:
-    cfg, _ = load_config({"input_features": [{"name": "a", "type": "text"}],
-                          "preprocessing": {"text": {"lowercase": False}}})
+    cfg, _ = load_config(
+        {
+            "input_features": [{"name": "a", "type": "text"}],
+            "preprocessing": {"text": {"lowercase": False}},
+        }
+    )
     assert cfg.preprocessing.type_defaults("text") == {"lowercase": False}
     with pytest.raises(ConfigError) as info:
-        load_config({"input_features": [{"name": "a", "type": "text"}], "preprocessing": {"txt": {}}})
+        load_config(
+            {"input_features": [{"name": "a", "type": "text"}], "preprocessing": {"txt": {}}}
+        )
     assert info.value.where == "preprocessing" and "'txt'" in str(info.value)  # type: ignore[attr-defined]
 
 
 def test_datamill_preprocess_is_only_the_function() -> None:
     import datamill.preprocessing
 
-    assert isinstance(datamill.preprocess, types.FunctionType) and datamill.preprocess is api.preprocess
+    assert (
+        isinstance(datamill.preprocess, types.FunctionType)
+        and datamill.preprocess is api.preprocess
+    )
     assert datamill.load is api.load
 
 
@@ -102,7 +115,10 @@ def test_random_split_is_a_pure_function_of_the_row_index(seed: int, cuts: list[
     cfg = SplitConfig(probabilities=(0.6, 0.3, 0.1))
     whole = random_split(cfg, seed=seed, lo=0, hi=500, num_rows=500)
     bounds = [0, *sorted(cuts), 500]
-    parts = [random_split(cfg, seed=seed, lo=a, hi=b, num_rows=500) for a, b in itertools.pairwise(bounds)]
+    parts = [
+        random_split(cfg, seed=seed, lo=a, hi=b, num_rows=500)
+        for a, b in itertools.pairwise(bounds)
+    ]
     np.testing.assert_array_equal(np.concatenate(parts), whole)
     assert np.bincount(whole, minlength=3).tolist() == [300, 150, 50]  # exact sizes
     u = uniform_at(seed, 0, 500)
@@ -111,8 +127,10 @@ def test_random_split_is_a_pure_function_of_the_row_index(seed: int, cuts: list[
 
 def test_random_split_same_for_any_block_size() -> None:
     t = pa.table({"x": np.arange(3000, dtype=np.float64)})
-    cfg = {"input_features": [{"name": "x", "type": "number"}],
-           "preprocessing": {"split": {"probabilities": [0.5, 0.25, 0.25]}, "seed": 3}}
+    cfg = {
+        "input_features": [{"name": "x", "type": "number"}],
+        "preprocessing": {"split": {"probabilities": [0.5, 0.25, 0.25]}, "seed": 3},
+    }
     one = api.preprocess(t, cfg)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "BLOCK_ROWS", 7)
@@ -128,16 +146,43 @@ def _nullable(draw: Any, values: list[Any], n: int) -> list[Any]:
 
 
 @settings(max_examples=15)
-@given(data=st.data(), block=st.integers(1, 9), threads=st.sampled_from([1, 3]),
-       strategy=st.sampled_from(["ffill", "bfill", "fill_with_mode", "drop_row"]), split=st.booleans())
-def test_fills_across_blocks_equal_one_block(data: Any, block: int, threads: int, strategy: str, split: bool) -> None:
+@given(
+    data=st.data(),
+    block=st.integers(1, 9),
+    threads=st.sampled_from([1, 3]),
+    strategy=st.sampled_from(["ffill", "bfill", "fill_with_mode", "drop_row"]),
+    split=st.booleans(),
+)
+def test_fills_across_blocks_equal_one_block(
+    data: Any, block: int, threads: int, strategy: str, split: bool
+) -> None:
     """ffill/bfill carry values across block boundaries, mode merges counts: the output equals one block's."""
     n = data.draw(st.integers(1, 30))
-    table = pa.table({"c": _nullable(data.draw, ["x", "y", "zz"], n), "n": _nullable(data.draw, [1.0, 2.5, -3.0], n),
-                      "t": _nullable(data.draw, ["a b", "b", "c a"], n), "s": ["train", "test"] * (n // 2) + ["train"] * (n % 2)})
-    feats = [{"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": strategy}},
-             {"name": "n", "type": "number", "preprocessing": {"missing_value_strategy": "ffill" if strategy == "drop_row" else strategy}},
-             {"name": "t", "type": "sequence", "preprocessing": {"missing_value_strategy": "bfill" if strategy == "drop_row" else strategy}}]
+    table = pa.table(
+        {
+            "c": _nullable(data.draw, ["x", "y", "zz"], n),
+            "n": _nullable(data.draw, [1.0, 2.5, -3.0], n),
+            "t": _nullable(data.draw, ["a b", "b", "c a"], n),
+            "s": ["train", "test"] * (n // 2) + ["train"] * (n % 2),
+        }
+    )
+    feats = [
+        {"name": "c", "type": "category", "preprocessing": {"missing_value_strategy": strategy}},
+        {
+            "name": "n",
+            "type": "number",
+            "preprocessing": {
+                "missing_value_strategy": "ffill" if strategy == "drop_row" else strategy
+            },
+        },
+        {
+            "name": "t",
+            "type": "sequence",
+            "preprocessing": {
+                "missing_value_strategy": "bfill" if strategy == "drop_row" else strategy
+            },
+        },
+    ]
     cfg: dict[str, Any] = {"input_features": feats}
     if split:
         cfg["preprocessing"] = {"split": {"type": "fixed", "column": "s"}}
@@ -172,9 +217,20 @@ def _approx_equal(a: object, b: object, where: str) -> None:
 
 def test_ffill_bfill_carry_over_many_empty_blocks() -> None:
     t = pa.table({"n": [None, 4.0, None, None, None, None, 7.0, None]})
-    for strategy, expect in (("ffill", [0.0, 4, 4, 4, 4, 4, 7, 7]), ("bfill", [4.0, 4, 7, 7, 7, 7, 7, 0])):
-        cfg = {"input_features": [{"name": "n", "type": "number", "preprocessing": {
-            "missing_value_strategy": strategy, "normalization": "none"}}], "preprocessing": {"split": {"type": "none"}}}
+    for strategy, expect in (
+        ("ffill", [0.0, 4, 4, 4, 4, 4, 7, 7]),
+        ("bfill", [4.0, 4, 7, 7, 7, 7, 7, 0]),
+    ):
+        cfg = {
+            "input_features": [
+                {
+                    "name": "n",
+                    "type": "number",
+                    "preprocessing": {"missing_value_strategy": strategy, "normalization": "none"},
+                }
+            ],
+            "preprocessing": {"split": {"type": "none"}},
+        }
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(pipeline, "BLOCK_ROWS", 1)
             assert api.preprocess(t, cfg).data["n"].tolist() == expect  # type: ignore[union-attr]
@@ -223,20 +279,36 @@ class PicklingExecutor:
 
 def test_stages_are_picklable_and_give_the_local_result(tmp_path: Path) -> None:
     """plan → prepare → fit → finalize → transform through pickles, tokenising again in transform."""
-    t = pa.table({"c": ["a", None, "b", "a", "c"], "x": [1.0, None, 3.0, 4.0, None],
-                  "w": ["x y", "y", None, "z z y", "x"], "tags": ["p q", "q", "", None, "p"]})
-    t = pa.concat_tables([t] * 4)  # 20 rows: Ludwig's exact split sizes give 5 rows no training row (min 3 per split)
-    cfg = {"input_features": [{"name": "c", "type": "category"},
-                              {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "ffill"}},
-                              {"name": "w", "type": "text"},
-                              {"name": "tags", "type": "bag", "preprocessing": {"max_dense_bytes": 0}}],
-           "preprocessing": {"split": {"probabilities": [0.6, 0.2, 0.2]}, "seed": 5}}
+    t = pa.table(
+        {
+            "c": ["a", None, "b", "a", "c"],
+            "x": [1.0, None, 3.0, 4.0, None],
+            "w": ["x y", "y", None, "z z y", "x"],
+            "tags": ["p q", "q", "", None, "p"],
+        }
+    )
+    t = pa.concat_tables(
+        [t] * 4
+    )  # 20 rows: Ludwig's exact split sizes give 5 rows no training row (min 3 per split)
+    cfg = {
+        "input_features": [
+            {"name": "c", "type": "category"},
+            {"name": "x", "type": "number", "preprocessing": {"missing_value_strategy": "ffill"}},
+            {"name": "w", "type": "text"},
+            {"name": "tags", "type": "bag", "preprocessing": {"max_dense_bytes": 0}},
+        ],
+        "preprocessing": {"split": {"probabilities": [0.6, 0.2, 0.2]}, "seed": 5},
+    }
     local = api.preprocess(t, cfg)
-    p = pipeline.bind(pipeline.plan(cfg, t), t.num_rows, {})  # the split's first pass (the row count)
+    p = pipeline.bind(
+        pipeline.plan(cfg, t), t.num_rows, {}
+    )  # the split's first pass (the row count)
     p = dataclasses.replace(p, block_rows=2)
     ex = PicklingExecutor()
     origin = pipeline.Origin(None, None, None)
-    slices = [(i, lo, t.slice(lo, hi - lo)) for i, (lo, hi) in enumerate(p.block_ranges(t.num_rows))]
+    slices = [
+        (i, lo, t.slice(lo, hi - lo)) for i, (lo, hi) in enumerate(p.block_ranges(t.num_rows))
+    ]
     blocks = list(ex.map_ordered(functools.partial(pipeline.prepare, p, origin), slices))
     stats = pipeline.fit(p, blocks, executor=ex, keep_tokens=False)
     assert stats.tokens == [{}] * len(blocks)
@@ -256,15 +328,22 @@ def test_stages_are_picklable_and_give_the_local_result(tmp_path: Path) -> None:
             np.testing.assert_array_equal(value.values, other.values)  # type: ignore[arg-type]
         else:
             np.testing.assert_array_equal(value, other, err_msg=key)  # type: ignore[arg-type]
-    _approx_equal({k: v for k, v in meta.to_dict().items() if k != "datamill"},
-                  {k: v for k, v in local.metadata.to_dict().items() if k != "datamill"}, "meta")
+    _approx_equal(
+        {k: v for k, v in meta.to_dict().items() if k != "datamill"},
+        {k: v for k, v in local.metadata.to_dict().items() if k != "datamill"},
+        "meta",
+    )
 
 
 def test_saved_and_in_memory_outputs_agree_over_many_blocks(tmp_path: Path) -> None:
     table = pa.table({"s": ["a b", "b", None, "c a a", "d"] * 5})
     pq.write_table(table, tmp_path / "d.parquet")
-    cfg = {"input_features": [{"name": "s", "type": "set", "preprocessing": {"max_dense_bytes": 0}},
-                              {"name": "g", "column": "s", "type": "bag", "preprocessing": {"max_dense_bytes": 0}}]}
+    cfg = {
+        "input_features": [
+            {"name": "s", "type": "set", "preprocessing": {"max_dense_bytes": 0}},
+            {"name": "g", "column": "s", "type": "bag", "preprocessing": {"max_dense_bytes": 0}},
+        ]
+    }
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "BLOCK_ROWS", 4)
         mem = api.preprocess(table, cfg)

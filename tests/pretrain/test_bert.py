@@ -19,13 +19,22 @@ MAXP = 12
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[BertSamples, TokenizedDocuments]:
+def built(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path
+) -> tuple[BertSamples, TokenizedDocuments]:
     tmp = tmp_path_factory.mktemp("bert")
     lines = (data_dir / "wikitext2_test.raw").read_text(encoding="utf-8").splitlines()[:700]
     raw = tmp / "wiki.raw"
     raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    res = build_bert_samples(raw, out=tmp / "out" / "bert.parquet", vocab_size=1000, max_seq_length=L,
-                             dupe_factor=3, max_predictions_per_seq=MAXP, seed=5)
+    res = build_bert_samples(
+        raw,
+        out=tmp / "out" / "bert.parquet",
+        vocab_size=1000,
+        max_seq_length=L,
+        dupe_factor=3,
+        max_predictions_per_seq=MAXP,
+        seed=5,
+    )
     tok = resolve_tokenizer(res.tokenizer_path)
     assert tok is not None
     sentences, sent_doc = split_documents([raw])
@@ -47,13 +56,22 @@ def test_counts_metadata_and_schema(built: tuple[BertSamples, TokenizedDocuments
     assert (res.path.parent / meta["tokenizer_file"]).exists()
     stored = load_tokenizer(res.path)  # the tokenizer also travels inside the file
     assert stored.to_str() == (res.path.parent / meta["tokenizer_file"]).read_text("utf-8")
-    assert "datamill.tokenizer" not in (pq.read_schema(res.path).metadata or {})  # not in every table
+    assert "datamill.tokenizer" not in (
+        pq.read_schema(res.path).metadata or {}
+    )  # not in every table
     assert [f.name for f in pq.read_schema(res.path)] == [
-        "tokens", "segment_ids", "is_random_next", "masked_positions", "masked_labels"]
+        "tokens",
+        "segment_ids",
+        "is_random_next",
+        "masked_positions",
+        "masked_labels",
+    ]
     assert not [p for p in res.path.parent.iterdir() if p.name.startswith(".")]  # no temp leftovers
 
 
-def test_samples_layout_masks_and_document_continuity(built: tuple[BertSamples, TokenizedDocuments]) -> None:
+def test_samples_layout_masks_and_document_continuity(
+    built: tuple[BertSamples, TokenizedDocuments],
+) -> None:
     res, corpus = built
     meta = read_metadata(res.path)
     sp = meta["special_ids"]
@@ -61,8 +79,14 @@ def test_samples_layout_masks_and_document_continuity(built: tuple[BertSamples, 
     cols = arrays(res)
     docs = [corpus.document(d).tobytes() for d in range(corpus.num_documents)]
     checked_adjacent = 0
-    for toks, segs, rnd, poss, labs in zip(cols["tokens"], cols["segment_ids"], cols["is_random_next"],
-                                          cols["masked_positions"], cols["masked_labels"], strict=True):
+    for toks, segs, rnd, poss, labs in zip(
+        cols["tokens"],
+        cols["segment_ids"],
+        cols["is_random_next"],
+        cols["masked_positions"],
+        cols["masked_labels"],
+        strict=True,
+    ):
         assert len(toks) == len(segs) == L
         k = L - segs.count(-1)
         la = segs.count(0) - 2
@@ -75,11 +99,11 @@ def test_samples_layout_masks_and_document_continuity(built: tuple[BertSamples, 
         for p, lab in zip(poss, labs, strict=True):
             assert 0 < p < k - 1 and p != la + 1 and lab not in specials
             original[p] = lab
-        cand = sum(t not in specials for t in original[1:la + 1] + original[la + 2:k - 1])
+        cand = sum(t not in specials for t in original[1 : la + 1] + original[la + 2 : k - 1])
         assert len(poss) == min(MAXP, max(1, round((la + lb) * 0.15)), cand)
         assert poss == sorted(set(poss))
-        a = np.asarray(original[1:la + 1], dtype=np.int32).tobytes()
-        b = np.asarray(original[la + 2:k - 1], dtype=np.int32).tobytes()
+        a = np.asarray(original[1 : la + 1], dtype=np.int32).tobytes()
+        b = np.asarray(original[la + 2 : k - 1], dtype=np.int32).tobytes()
         if rnd:
             assert any(_find(doc, b) >= 0 for doc in docs)  # B is a run of some document
             continue
@@ -88,7 +112,7 @@ def test_samples_layout_masks_and_document_continuity(built: tuple[BertSamples, 
         for doc in docs:
             start = _find(doc, a)
             while start >= 0 and not found:
-                after = doc[start + len(a):]
+                after = doc[start + len(a) :]
                 gap = _find(after, b)
                 if gap >= 0 and (la + lb < L - 3 and gap == 0 or la + lb == L - 3):
                     found = True
@@ -108,14 +132,18 @@ def _find(hay: bytes, needle: bytes, start: int = 0) -> int:
     return i
 
 
-def test_nsp_rate_and_mask_rates_on_real_text(built: tuple[BertSamples, TokenizedDocuments]) -> None:
+def test_nsp_rate_and_mask_rates_on_real_text(
+    built: tuple[BertSamples, TokenizedDocuments],
+) -> None:
     res, _ = built
     cols = arrays(res)
     sp = read_metadata(res.path)["special_ids"]
     rnd = np.asarray(cols["is_random_next"])
     # 1/2 of multi-sentence chunks + every one-sentence chunk (WikiText lines are long paragraphs)
     assert rnd.mean() > 0.5 - 4.5 * math.sqrt(0.25 / len(rnd))
-    shown = np.asarray([t[p] for t, ps in zip(cols["tokens"], cols["masked_positions"], strict=True) for p in ps])
+    shown = np.asarray(
+        [t[p] for t, ps in zip(cols["tokens"], cols["masked_positions"], strict=True) for p in ps]
+    )
     labels = np.asarray([x for ls in cols["masked_labels"] for x in ls])
     m = len(shown)
     masked = (shown == sp["mask"]).mean()
@@ -124,24 +152,37 @@ def test_nsp_rate_and_mask_rates_on_real_text(built: tuple[BertSamples, Tokenize
     assert abs(kept - 0.1) < 4.5 * math.sqrt(0.09 / m) + 0.001
 
 
-def test_period_split_gives_multi_sentence_chunks_and_half_random(tmp_path: Path,
-                                                                   built: tuple[BertSamples, TokenizedDocuments]) -> None:
+def test_period_split_gives_multi_sentence_chunks_and_half_random(
+    tmp_path: Path, built: tuple[BertSamples, TokenizedDocuments]
+) -> None:
     res, _ = built
     raw = res.path.parent.parent / "wiki.raw"
-    per = build_bert_samples(raw, out=tmp_path / "p.parquet", tokenizer=res.tokenizer_path, max_seq_length=L,
-                             dupe_factor=3, seed=5, sentence_split="period")
+    per = build_bert_samples(
+        raw,
+        out=tmp_path / "p.parquet",
+        tokenizer=res.tokenizer_path,
+        max_seq_length=L,
+        dupe_factor=3,
+        seed=5,
+        sentence_split="period",
+    )
     assert per.sentences > 2 * res.sentences
     rnd = pq.read_table(per.path, columns=["is_random_next"]).column(0).to_numpy()
     assert abs(rnd.mean() - 0.5) < 0.1  # only document-final one-sentence chunks are forced random
 
 
-def test_same_seed_same_file_any_worker_count_other_seed_differs(tmp_path: Path, data_dir: Path,
-                                                                   built: tuple[BertSamples, TokenizedDocuments],
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_seed_same_file_any_worker_count_other_seed_differs(
+    tmp_path: Path,
+    data_dir: Path,
+    built: tuple[BertSamples, TokenizedDocuments],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     res, _ = built
     monkeypatch.setattr(_bert_run, "SHARD_TOKENS", 20000)  # several shards, so workers really share
     raw = tmp_path / "wiki.raw"
-    raw.write_text("\n".join((data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:300]))
+    raw.write_text(
+        "\n".join((data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:300])
+    )
     kw = {"tokenizer": res.tokenizer_path, "max_seq_length": 64, "dupe_factor": 2, "seed": 1}
     one = build_bert_samples(raw, out=tmp_path / "w1.parquet", workers=1, **kw)
     two = build_bert_samples(raw, out=tmp_path / "w2.parquet", workers=2, **kw)
@@ -151,8 +192,9 @@ def test_same_seed_same_file_any_worker_count_other_seed_differs(tmp_path: Path,
     assert not pq.read_table(one.path).equals(pq.read_table(other.path))
 
 
-def test_reading_in_small_blocks_changes_nothing(data_dir: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reading_in_small_blocks_changes_nothing(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from datamill.pretrain.bert import _docs as _bert_docs
 
     path = data_dir / "wikitext2_test.raw"
@@ -171,28 +213,41 @@ def test_reading_in_small_blocks_changes_nothing(data_dir: Path, tmp_path: Path,
     assert exc.value.line == 302
 
 
-def test_several_files_split_in_threads_keep_file_order_and_boundaries(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_several_files_split_in_threads_keep_file_order_and_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Blocks of several files are split in two threads; the sentences stay in file order, a file
     end ends a document, and a blank file among them is named in the error (not a later one)."""
     from datamill.core.errors import DataFileError
     from datamill.pretrain.bert import _docs as _bert_docs
 
-    texts = [" = A = \n" + "".join(f"a{i} words here\n" for i in range(200)),
-             "".join(f"b{i} more words\n" for i in range(150)) + "\n" + "c last doc\n",
-             "d only line"]
+    texts = [
+        " = A = \n" + "".join(f"a{i} words here\n" for i in range(200)),
+        "".join(f"b{i} more words\n" for i in range(150)) + "\n" + "c last doc\n",
+        "d only line",
+    ]
     files = []
     for i, t in enumerate(texts):
         files.append(tmp_path / f"f{i}.txt")
         files[-1].write_text(t)
     monkeypatch.setattr(_bert_docs, "_BLOCK_BYTES", 301)  # many blocks per file, in flight at once
     sentences, doc = split_documents(files)
-    want = [ln.strip() for t in texts for ln in t.splitlines() if ln.strip() and not ln.strip().startswith("=")]
+    want = [
+        ln.strip()
+        for t in texts
+        for ln in t.splitlines()
+        if ln.strip() and not ln.strip().startswith("=")
+    ]
     assert sentences.to_pylist() == want
     # documents: file 0 (a*), file 1 (b*), file 1 after the blank line (c), file 2 (d)
     first = {s[0] for s in want}
     starts = np.flatnonzero(np.diff(doc)) + 1
-    assert [want[0][0], *[want[i][0] for i in starts]] == ["a", "b", "c", "d"] and first == {"a", "b", "c", "d"}
+    assert [want[0][0], *[want[i][0] for i in starts]] == ["a", "b", "c", "d"] and first == {
+        "a",
+        "b",
+        "c",
+        "d",
+    }
     blank = tmp_path / "blank.txt"
     blank.write_text("\n \n")
     with pytest.raises(DataFileError) as exc:

@@ -14,8 +14,10 @@ from datamill.pretrain.bert import _run as _bert_run
 from datamill.pretrain.bert import build_bert_samples
 from datamill.pretrain.bert._io import read_bert_metadata
 
-TEXT = (" = A = \n the cat sat on the mat . \n the dog sat on the log . \n"
-        " = B = \n a bird sang in the old tree . \n the sun rose over the green hill . \n")
+TEXT = (
+    " = A = \n the cat sat on the mat . \n the dog sat on the log . \n"
+    " = B = \n a bird sang in the old tree . \n the sun rose over the green hill . \n"
+)
 
 
 @pytest.fixture()
@@ -43,7 +45,9 @@ def test_only_titles(tmp_path: Path) -> None:
 
 def test_single_document(tmp_path: Path) -> None:
     p = tmp_path / "one.txt"
-    p.write_text(" = A = \n the cat sat on the mat . \n the dog sat on the log . \n", encoding="utf-8")
+    p.write_text(
+        " = A = \n the cat sat on the mat . \n the dog sat on the log . \n", encoding="utf-8"
+    )
     out = tmp_path / "o.parquet"
     with pytest.raises(DataFileError, match="at least two") as exc:
         build_bert_samples(p, out=out, vocab_size=50)
@@ -65,11 +69,22 @@ def test_missing_input(tmp_path: Path) -> None:
     assert exc.value.path == str(tmp_path / "nope.txt")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"max_seq_length": 4}, {"dupe_factor": 0}, {"mask_prob": 0.0}, {"mask_prob": 1.5},
-    {"max_predictions_per_seq": 0}, {"short_seq_prob": -0.1}, {"vocab_size": 3}, {"layout": "dense"},
-    {"workers": 0}, {"sentence_split": "comma"}, {"pairing": "random"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_seq_length": 4},
+        {"dupe_factor": 0},
+        {"mask_prob": 0.0},
+        {"mask_prob": 1.5},
+        {"max_predictions_per_seq": 0},
+        {"short_seq_prob": -0.1},
+        {"vocab_size": 3},
+        {"layout": "dense"},
+        {"workers": 0},
+        {"sentence_split": "comma"},
+        {"pairing": "random"},
+    ],
+)
 def test_bad_parameters(raw: Path, tmp_path: Path, kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError) as exc:
         build_bert_samples(raw, out=tmp_path / "o.parquet", **kwargs)  # type: ignore[arg-type]
@@ -81,8 +96,12 @@ def _tokenizer_without_mask() -> object:
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(TEXT.splitlines(), trainers.WordPieceTrainer(
-        vocab_size=60, special_tokens=["[PAD]", "[UNK]", "[CLS]"], show_progress=False))
+    tok.train_from_iterator(
+        TEXT.splitlines(),
+        trainers.WordPieceTrainer(
+            vocab_size=60, special_tokens=["[PAD]", "[UNK]", "[CLS]"], show_progress=False
+        ),
+    )
     return tok
 
 
@@ -107,7 +126,9 @@ def test_tokenizer_file_not_json(raw: Path, tmp_path: Path) -> None:
     assert exc.value.path == str(path)
 
 
-def test_failure_midway_leaves_no_output(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_midway_leaves_no_output(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = {"n": 0}
     real = _bert_run._run_task
 
@@ -133,13 +154,35 @@ def test_reading_a_parquet_that_is_not_bert(tmp_path: Path) -> None:
     assert exc.value.path == str(p)
 
 
-def test_cli_prints_counts_and_errors_in_one_line(raw: Path, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["-q", "bert", str(raw), "--out", str(tmp_path / "b.parquet"), "--vocab-size", "60",
-                 "--max-seq-length", "16", "--dupe-factor", "2"]) == 0
+def test_cli_prints_counts_and_errors_in_one_line(
+    raw: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "-q",
+                "bert",
+                str(raw),
+                "--out",
+                str(tmp_path / "b.parquet"),
+                "--vocab-size",
+                "60",
+                "--max-seq-length",
+                "16",
+                "--dupe-factor",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "documents 6" in out and "samples" in out and "tokens" in out and "samples/s" in out
-    assert main(["-q", "bert", str(raw), "--out", str(tmp_path / "c.parquet"), "--max-seq-length", "4"]) == 2
+    assert (
+        main(
+            ["-q", "bert", str(raw), "--out", str(tmp_path / "c.parquet"), "--max-seq-length", "4"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "max_seq_length" in err and err.count("\n") == 1
 
@@ -147,7 +190,9 @@ def test_cli_prints_counts_and_errors_in_one_line(raw: Path, tmp_path: Path,
 def test_tokenizer_objects_are_accepted(raw: Path, tmp_path: Path) -> None:
     from datamill.pretrain.bert import load_tokenizer
 
-    first = build_bert_samples(raw, out=tmp_path / "a.parquet", vocab_size=60, max_seq_length=16, dupe_factor=2)
+    first = build_bert_samples(
+        raw, out=tmp_path / "a.parquet", vocab_size=60, max_seq_length=16, dupe_factor=2
+    )
     inner = load_tokenizer(first.path)
 
     class Wrapper:  # shaped like datamill.tokenize.HFTokenizer: the library tokenizer in .inner
@@ -155,7 +200,9 @@ def test_tokenizer_objects_are_accepted(raw: Path, tmp_path: Path) -> None:
             self.inner = inner
 
     for tok in (inner, Wrapper(inner), first.tokenizer_path):
-        again = build_bert_samples(raw, out=tmp_path / "b.parquet", tokenizer=tok, max_seq_length=16, dupe_factor=2)
+        again = build_bert_samples(
+            raw, out=tmp_path / "b.parquet", tokenizer=tok, max_seq_length=16, dupe_factor=2
+        )
         assert pq.read_table(again.path).equals(pq.read_table(first.path))
     with pytest.raises(ConfigError):
         build_bert_samples(raw, out=tmp_path / "c.parquet", tokenizer=42)
@@ -163,20 +210,47 @@ def test_tokenizer_objects_are_accepted(raw: Path, tmp_path: Path) -> None:
 
 def test_cli_pairing_and_api_flag_names(raw: Path, tmp_path: Path) -> None:
     """--pairing reaches the metadata; --max-predictions-per-seq and its old spelling both work."""
-    for flag, pairing in [("--max-predictions-per-seq", "google"), ("--max-predictions", "chunk_past_target")]:
+    for flag, pairing in [
+        ("--max-predictions-per-seq", "google"),
+        ("--max-predictions", "chunk_past_target"),
+    ]:
         out = tmp_path / f"{pairing}.parquet"
-        assert main(["bert", str(raw), "--out", str(out), "--vocab-size", "60", "--max-seq-length", "16",
-                     "--dupe-factor", "2", flag, "3", "--pairing", pairing, "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "bert",
+                    str(raw),
+                    "--out",
+                    str(out),
+                    "--vocab-size",
+                    "60",
+                    "--max-seq-length",
+                    "16",
+                    "--dupe-factor",
+                    "2",
+                    flag,
+                    "3",
+                    "--pairing",
+                    pairing,
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         meta = read_bert_metadata(out)
         assert (meta["pairing"], meta["max_predictions_per_seq"]) == (pairing, 3)
 
 
-def test_pairing_seed_is_a_deprecated_alias_and_bert_config_is_the_keyword_call(raw: Path, tmp_path: Path) -> None:
+def test_pairing_seed_is_a_deprecated_alias_and_bert_config_is_the_keyword_call(
+    raw: Path, tmp_path: Path
+) -> None:
     """pairing="seed" (the old name: read as a random seed) warns and builds the chunk_past_target samples."""
     from datamill.pretrain.bert import BertConfig
 
     kw = {"vocab_size": 200, "max_seq_length": 32, "dupe_factor": 1}
-    new = build_bert_samples(raw, out=tmp_path / "new.parquet", config=BertConfig(pairing="chunk_past_target", **kw))
+    new = build_bert_samples(
+        raw, out=tmp_path / "new.parquet", config=BertConfig(pairing="chunk_past_target", **kw)
+    )
     with pytest.warns(DeprecationWarning, match="chunk_past_target"):
         old = build_bert_samples(raw, out=tmp_path / "old.parquet", pairing="seed", **kw)
     assert pq.read_table(new.path).equals(pq.read_table(old.path))

@@ -18,8 +18,9 @@ _TOK: dict[bool, BertTokenizer] = {}
 def tokenizer(data_dir: Path, *, lowercase: bool = True) -> BertTokenizer:
     if lowercase not in _TOK:
         lines = (data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:600]
-        _TOK[lowercase] = train_wordpiece([ln.strip() for ln in lines if ln.strip()], vocab_size=600,
-                                          lowercase=lowercase)
+        _TOK[lowercase] = train_wordpiece(
+            [ln.strip() for ln in lines if ln.strip()], vocab_size=600, lowercase=lowercase
+        )
     return _TOK[lowercase]
 
 
@@ -35,14 +36,53 @@ def test_fast_path_is_used_and_exact_on_wikitext(data_dir: Path, lowercase: bool
 
 
 ALPHABET = st.sampled_from(
-    list("abcXYZ019 .,;:!?'\"-()[]{}<>@#$%^&*_+=/\\|`~\t") + ["\x00", "\x07", "\x0b", "\x0c", "\x1f", "\x7f",
-    "\u00a0", "\u2003", "\u200b", "\u0301", "é", "Å", "ß", "İ", "\u037e", "\u1fef", "\u212a", "–", "—", "…",
-    "«", "»", "中", "文", "\u3000", "\ufffd", "😀", "ﬁ", "Ⅻ", "[SEP]", "[MASK]", "[sep]", "##", "x" * 120])
+    list("abcXYZ019 .,;:!?'\"-()[]{}<>@#$%^&*_+=/\\|`~\t")
+    + [
+        "\x00",
+        "\x07",
+        "\x0b",
+        "\x0c",
+        "\x1f",
+        "\x7f",
+        "\u00a0",
+        "\u2003",
+        "\u200b",
+        "\u0301",
+        "é",
+        "Å",
+        "ß",
+        "İ",
+        "\u037e",
+        "\u1fef",
+        "\u212a",
+        "–",
+        "—",
+        "…",
+        "«",
+        "»",
+        "中",
+        "文",
+        "\u3000",
+        "\ufffd",
+        "😀",
+        "ﬁ",
+        "Ⅻ",
+        "[SEP]",
+        "[MASK]",
+        "[sep]",
+        "##",
+        "x" * 120,
+    ]
+)
 
 
-@given(texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12),
-       lowercase=st.booleans())
-def test_fast_path_equals_library_on_random_unicode(data_dir: Path, texts: list[str], lowercase: bool) -> None:
+@given(
+    texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12),
+    lowercase=st.booleans(),
+)
+def test_fast_path_equals_library_on_random_unicode(
+    data_dir: Path, texts: list[str], lowercase: bool
+) -> None:
     tok = tokenizer(data_dir, lowercase=lowercase)  # data_dir is session-scoped: fine with @given
     got = tok.encode(texts)
     want = tok.encode_library(texts)
@@ -55,8 +95,14 @@ def test_other_tokenizers_use_the_library(data_dir: Path) -> None:
 
     inner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     inner.pre_tokenizer = pre_tokenizers.Whitespace()
-    inner.train_from_iterator(["the cat sat on the mat"] * 3, trainers.WordPieceTrainer(
-        vocab_size=40, special_tokens=["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"], show_progress=False))
+    inner.train_from_iterator(
+        ["the cat sat on the mat"] * 3,
+        trainers.WordPieceTrainer(
+            vocab_size=40,
+            special_tokens=["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"],
+            show_progress=False,
+        ),
+    )
     tok = BertTokenizer.wrap(inner)
     assert tok.fast is None  # a Whitespace pre-tokenizer: the fast path would not be exact
     flat, offsets = tok.encode(["the cat", "sat"])
@@ -64,7 +110,9 @@ def test_other_tokenizers_use_the_library(data_dir: Path) -> None:
     assert offsets.tolist() == [0, len(inner.encode("the cat").ids), len(flat)]
 
 
-def test_word_cache_across_chunks_gives_the_same_ids(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_word_cache_across_chunks_gives_the_same_ids(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from datamill.pretrain.bert import _tok as _bert_tok
 
     tok = tokenizer(data_dir)
@@ -76,10 +124,17 @@ def test_word_cache_across_chunks_gives_the_same_ids(data_dir: Path, monkeypatch
     np.testing.assert_array_equal(got[0], want[0])
 
 
-@given(st.lists(st.text(alphabet=st.sampled_from("ab.[]()*+?|\\^$ {}é中-"), max_size=12), max_size=20),
-       st.lists(st.text(alphabet=st.sampled_from("ab.[]()*+?|\\^$ {}é中-"), min_size=1, max_size=5),
-                min_size=1, max_size=4))
-def test_added_pattern_finds_exactly_the_lines_holding_an_added_text(lines: list[str], added: list[str]) -> None:
+@given(
+    st.lists(st.text(alphabet=st.sampled_from("ab.[]()*+?|\\^$ {}é中-"), max_size=12), max_size=20),
+    st.lists(
+        st.text(alphabet=st.sampled_from("ab.[]()*+?|\\^$ {}é中-"), min_size=1, max_size=5),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_added_pattern_finds_exactly_the_lines_holding_an_added_text(
+    lines: list[str], added: list[str]
+) -> None:
     """The one regular expression that sends lines with an added token's text to the library
     matches a line iff one of the texts is a substring of it (regex characters taken literally)."""
     import pyarrow as pa
@@ -87,11 +142,15 @@ def test_added_pattern_finds_exactly_the_lines_holding_an_added_text(lines: list
 
     from datamill.pretrain.bert._fasttok import added_pattern
 
-    got = pc.match_substring_regex(pa.array(lines, pa.large_string()), added_pattern(added)).to_pylist()
+    got = pc.match_substring_regex(
+        pa.array(lines, pa.large_string()), added_pattern(added)
+    ).to_pylist()
     assert got == [any(a in line for a in added) for line in lines]
 
 
-def test_blocks_encoded_in_threads_with_added_token_lines(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blocks_encoded_in_threads_with_added_token_lines(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Many blocks, encoded two at a time, each with lines that hold an added token's text (those
     go through the library whole, from both threads): the ids are the library's."""
     from datamill.pretrain.bert import _tok as _bert_tok
@@ -99,7 +158,10 @@ def test_blocks_encoded_in_threads_with_added_token_lines(data_dir: Path, monkey
     tok = tokenizer(data_dir)
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
     lines = sentences.to_pylist()[:3000]
-    lines = [f"{ln} [SEP] x" if i % 7 == 0 else f"[MASK]{ln}" if i % 11 == 0 else ln for i, ln in enumerate(lines)]
+    lines = [
+        f"{ln} [SEP] x" if i % 7 == 0 else f"[MASK]{ln}" if i % 11 == 0 else ln
+        for i, ln in enumerate(lines)
+    ]
     monkeypatch.setattr(_bert_tok, "_FAST_CHUNK_BYTES", 20_000)  # ~20 blocks
     got = tok.encode(lines)
     want = tok.encode_library(lines)

@@ -22,24 +22,44 @@ L = 64
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[BertSamples, BertSamples]:
+def files(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path
+) -> tuple[BertSamples, BertSamples]:
     tmp = tmp_path_factory.mktemp("bertio")
     raw = tmp / "wiki.raw"
-    raw.write_text("\n".join((data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:250]) + "\n")
+    raw.write_text(
+        "\n".join((data_dir / "wikitext2_test.raw").read_text("utf-8").splitlines()[:250]) + "\n"
+    )
     mp = pytest.MonkeyPatch()
     mp.setattr(_bert_run, "BATCH_SAMPLES", 64)  # several row groups = shards for the loader
     try:
-        padded = build_bert_samples(raw, out=tmp / "padded.parquet", vocab_size=800, max_seq_length=L,
-                                    dupe_factor=2, seed=3, sentence_split="period")
-        compact = build_bert_samples(raw, out=tmp / "compact.parquet", tokenizer=padded.tokenizer_path,
-                                     max_seq_length=L, dupe_factor=2, seed=3, sentence_split="period",
-                                     layout="compact")
+        padded = build_bert_samples(
+            raw,
+            out=tmp / "padded.parquet",
+            vocab_size=800,
+            max_seq_length=L,
+            dupe_factor=2,
+            seed=3,
+            sentence_split="period",
+        )
+        compact = build_bert_samples(
+            raw,
+            out=tmp / "compact.parquet",
+            tokenizer=padded.tokenizer_path,
+            max_seq_length=L,
+            dupe_factor=2,
+            seed=3,
+            sentence_split="period",
+            layout="compact",
+        )
     finally:
         mp.undo()
     return padded, compact
 
 
-def test_compact_layout_is_smaller_and_collates_to_the_same_arrays(files: tuple[BertSamples, BertSamples]) -> None:
+def test_compact_layout_is_smaller_and_collates_to_the_same_arrays(
+    files: tuple[BertSamples, BertSamples],
+) -> None:
     padded, compact = files
     assert padded.samples == compact.samples > 100
     assert compact.path.stat().st_size < padded.path.stat().st_size
@@ -51,10 +71,15 @@ def test_compact_layout_is_smaller_and_collates_to_the_same_arrays(files: tuple[
         assert a[k].dtype == b[k].dtype
     assert a["tokens"].shape == (padded.samples, L)
     assert (a["segment_ids"][~a["attention_mask"]] == -1).all()
-    assert (a["masked_weights"].sum(1) == [len(x) for x in pq.read_table(padded.path).column("masked_positions").to_pylist()]).all()
+    assert (
+        a["masked_weights"].sum(1)
+        == [len(x) for x in pq.read_table(padded.path).column("masked_positions").to_pylist()]
+    ).all()
 
 
-def test_huggingface_datasets_reads_it(files: tuple[BertSamples, BertSamples], tmp_path: Path) -> None:
+def test_huggingface_datasets_reads_it(
+    files: tuple[BertSamples, BertSamples], tmp_path: Path
+) -> None:
     datasets = pytest.importorskip("datasets")
     padded, _ = files
     ds = datasets.Dataset.from_parquet(str(padded.path), cache_dir=str(tmp_path / "hf"))
@@ -65,15 +90,23 @@ def test_huggingface_datasets_reads_it(files: tuple[BertSamples, BertSamples], t
         assert ds[i] == {c: table.column(c)[i].as_py() for c in table.column_names}
 
 
-def test_reader_yields_every_sample_once_per_epoch_and_splits_ranks(files: tuple[BertSamples, BertSamples]) -> None:
+def test_reader_yields_every_sample_once_per_epoch_and_splits_ranks(
+    files: tuple[BertSamples, BertSamples],
+) -> None:
     padded, compact = files
     whole = collate_bert(padded.path)(pq.read_table(padded.path))["tokens"]
     key = sorted(r.tobytes() for r in whole)
     for path in (padded.path, compact.path):
         got = [r.tobytes() for b in read_batches(path, 32, seed=1) for r in b["tokens"]]
         assert sorted(got) == key
-        parts = [[r.tobytes() for b in read_batches(path, 16, seed=1, rank=r, world_size=2) for r in b["tokens"]]
-                 for r in range(2)]
+        parts = [
+            [
+                r.tobytes()
+                for b in read_batches(path, 16, seed=1, rank=r, world_size=2)
+                for r in b["tokens"]
+            ]
+            for r in range(2)
+        ]
         assert sorted(parts[0] + parts[1]) == key and not set(parts[0]) & set(parts[1])
     e0 = [b["tokens"] for b in read_batches(padded.path, 32, seed=1, epoch=0)]
     e1 = [b["tokens"] for b in read_batches(padded.path, 32, seed=1, epoch=1)]

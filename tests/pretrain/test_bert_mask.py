@@ -19,8 +19,18 @@ VOCAB = 50
 
 
 def make_cfg(L: int, p: float = 0.15, maxp: int = 20, layout: str = "padded") -> MaskConfig:
-    return MaskConfig(max_seq_length=L, mask_prob=p, max_predictions=maxp, pad=PAD, cls=CLS, sep=SEP,
-                      mask=MASK, special_ids=SPECIALS, vocab_size=VOCAB, layout=layout)
+    return MaskConfig(
+        max_seq_length=L,
+        mask_prob=p,
+        max_predictions=maxp,
+        pad=PAD,
+        cls=CLS,
+        sep=SEP,
+        mask=MASK,
+        special_ids=SPECIALS,
+        vocab_size=VOCAB,
+        layout=layout,
+    )
 
 
 def random_case(seed: int, n: int, L: int, unk_rate: float) -> tuple[np.ndarray, Spans]:
@@ -41,18 +51,25 @@ def rows(batch: pa.RecordBatch, name: str) -> list[list[int]]:
     return batch.column(name).to_pylist()
 
 
-@given(seed=st.integers(0, 2**32), n=st.integers(1, 40), L=st.integers(5, 90),
-       p=st.sampled_from([0.05, 0.15, 0.5]), maxp=st.integers(1, 30), unk=st.sampled_from([0.0, 0.3]))
-def test_every_sample_is_built_masked_and_padded_as_specified(seed: int, n: int, L: int, p: float, maxp: int,
-                                                              unk: float) -> None:
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(1, 40),
+    L=st.integers(5, 90),
+    p=st.sampled_from([0.05, 0.15, 0.5]),
+    maxp=st.integers(1, 30),
+    unk=st.sampled_from([0.0, 0.3]),
+)
+def test_every_sample_is_built_masked_and_padded_as_specified(
+    seed: int, n: int, L: int, p: float, maxp: int, unk: float
+) -> None:
     ids, spans = random_case(seed, n, L, unk)
     batch = assemble(ids, spans, make_cfg(L, p, maxp), rng_for(seed, "mask"))
     toks, segs = rows(batch, "tokens"), rows(batch, "segment_ids")
     poss, labs = rows(batch, "masked_positions"), rows(batch, "masked_labels")
     assert batch.column("is_random_next").to_pylist() == spans.is_random_next.tolist()
     for i in range(n):
-        a = ids[spans.a_lo[i]:spans.a_lo[i] + spans.la[i]].tolist()
-        b = ids[spans.b_lo[i]:spans.b_lo[i] + spans.lb[i]].tolist()
+        a = ids[spans.a_lo[i] : spans.a_lo[i] + spans.la[i]].tolist()
+        b = ids[spans.b_lo[i] : spans.b_lo[i] + spans.lb[i]].tolist()
         original = [CLS, *a, SEP, *b, SEP]
         k = len(original)
         assert len(toks[i]) == L and len(segs[i]) == L

@@ -113,44 +113,87 @@ def corpus_of(docs: list[list[list[int]]]) -> TokenizedDocuments:
     return TokenizedDocuments(ids=ids, sent_offsets=so, doc_offsets=do)
 
 
-def random_docs(rng: np.random.Generator, n_docs: int, max_sents: int, max_len: int) -> list[list[list[int]]]:
-    return [[rng.integers(5, 1000, size=int(rng.integers(1, max_len + 1))).tolist()
-             for _ in range(int(rng.integers(1, max_sents + 1)))] for _ in range(n_docs)]
+def random_docs(
+    rng: np.random.Generator, n_docs: int, max_sents: int, max_len: int
+) -> list[list[list[int]]]:
+    return [
+        [
+            rng.integers(5, 1000, size=int(rng.integers(1, max_len + 1))).tolist()
+            for _ in range(int(rng.integers(1, max_sents + 1)))
+        ]
+        for _ in range(n_docs)
+    ]
 
 
-def run_ours(corpus: TokenizedDocuments, max_seq_length: int, short: float, seed: int,  # type: ignore[no-untyped-def]
-             pairing: str = "google"):
+def run_ours(
+    corpus: TokenizedDocuments,
+    max_seq_length: int,
+    short: float,
+    seed: int,  # type: ignore[no-untyped-def]
+    pairing: str = "google",
+):
     build = build_pairs if pairing == "google" else build_pairs_seed
-    return build(corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist(), 0, corpus.num_documents,
-                       max_num_tokens=max_seq_length - 3, short_seq_prob=short, rng=rng_for(seed, "t"))
+    return build(
+        corpus.sent_offsets.tolist(),
+        corpus.doc_offsets.tolist(),
+        0,
+        corpus.num_documents,
+        max_num_tokens=max_seq_length - 3,
+        short_seq_prob=short,
+        rng=rng_for(seed, "t"),
+    )
 
 
 # ---------------------------------------------------------------- tests
-@given(seed=st.integers(0, 2**32), n_docs=st.integers(2, 12), max_sents=st.integers(1, 8),
-       max_len=st.integers(1, 40), max_seq_length=st.integers(5, 80), short=st.sampled_from([0.0, 0.1, 0.5, 1.0]))
-def test_pairs_equal_the_seed_algorithm_draw_for_draw(seed: int, n_docs: int, max_sents: int, max_len: int,
-                                                     max_seq_length: int, short: float) -> None:
+@given(
+    seed=st.integers(0, 2**32),
+    n_docs=st.integers(2, 12),
+    max_sents=st.integers(1, 8),
+    max_len=st.integers(1, 40),
+    max_seq_length=st.integers(5, 80),
+    short=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+)
+def test_pairs_equal_the_seed_algorithm_draw_for_draw(
+    seed: int, n_docs: int, max_sents: int, max_len: int, max_seq_length: int, short: float
+) -> None:
     docs = random_docs(np.random.default_rng(seed), n_docs, max_sents, max_len)
     corpus = corpus_of(docs)
     spans = run_ours(corpus, max_seq_length, short, seed)
     rng = UniformStream(rng_for(seed, "t"))  # the seed's rng.random()/randint() on the same stream
-    want = [inst for d in range(len(docs)) for inst in seed_pairs(docs, d, max_seq_length, short, rng)]
-    got = [(corpus.ids[a:a + la].tolist(), corpus.ids[b:b + lb].tolist(), bool(r))
-           for a, la, b, lb, r in zip(spans.a_lo, spans.la, spans.b_lo, spans.lb, spans.is_random_next)]
+    want = [
+        inst for d in range(len(docs)) for inst in seed_pairs(docs, d, max_seq_length, short, rng)
+    ]
+    got = [
+        (corpus.ids[a : a + la].tolist(), corpus.ids[b : b + lb].tolist(), bool(r))
+        for a, la, b, lb, r in zip(spans.a_lo, spans.la, spans.b_lo, spans.lb, spans.is_random_next)
+    ]
     assert got == want
 
 
-@given(seed=st.integers(0, 2**32), n_docs=st.integers(2, 12), max_sents=st.integers(1, 8),
-       max_len=st.integers(1, 40), max_seq_length=st.integers(5, 80), short=st.sampled_from([0.0, 0.1, 0.5, 1.0]))
-def test_seed_pairs_equal_the_seed_article_loop_draw_for_draw(seed: int, n_docs: int, max_sents: int, max_len: int,
-                                                             max_seq_length: int, short: float) -> None:
+@given(
+    seed=st.integers(0, 2**32),
+    n_docs=st.integers(2, 12),
+    max_sents=st.integers(1, 8),
+    max_len=st.integers(1, 40),
+    max_seq_length=st.integers(5, 80),
+    short=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+)
+def test_seed_pairs_equal_the_seed_article_loop_draw_for_draw(
+    seed: int, n_docs: int, max_sents: int, max_len: int, max_seq_length: int, short: float
+) -> None:
     docs = random_docs(np.random.default_rng(seed), n_docs, max_sents, max_len)
     corpus = corpus_of(docs)
     spans = run_ours(corpus, max_seq_length, short, seed, pairing="chunk_past_target")
     rng = UniformStream(rng_for(seed, "t"))
-    want = [inst for d in range(len(docs)) for inst in seed_article_pairs(docs, d, max_seq_length, short, rng)]
-    got = [(corpus.ids[a:a + la].tolist(), corpus.ids[b:b + lb].tolist(), bool(r))
-           for a, la, b, lb, r in zip(spans.a_lo, spans.la, spans.b_lo, spans.lb, spans.is_random_next)]
+    want = [
+        inst
+        for d in range(len(docs))
+        for inst in seed_article_pairs(docs, d, max_seq_length, short, rng)
+    ]
+    got = [
+        (corpus.ids[a : a + la].tolist(), corpus.ids[b : b + lb].tolist(), bool(r))
+        for a, la, b, lb, r in zip(spans.a_lo, spans.la, spans.b_lo, spans.lb, spans.is_random_next)
+    ]
     assert got == want
     assert ((spans.la >= 1) & (spans.lb >= 1)).all()
     assert (spans.is_random_next[spans.forced]).all()
@@ -209,7 +252,15 @@ def test_truncated_spans_are_sub_slices_within_budget(seed: int, m: int) -> None
 def test_front_and_back_removals_are_balanced() -> None:
     la = np.full(20000, 60, dtype=np.int64)
     zeros = np.zeros(20000, np.int64)
-    spans_in = Spans(zeros, la, zeros, np.full(20000, 10, np.int64), zeros.astype(bool), zeros, zeros.astype(bool))
+    spans_in = Spans(
+        zeros,
+        la,
+        zeros,
+        np.full(20000, 10, np.int64),
+        zeros.astype(bool),
+        zeros,
+        zeros.astype(bool),
+    )
     cut = truncate_spans(spans_in, 40, rng_for(1, "balance"))
     front = cut.a_lo.astype(float)  # 30 removed from A: front count ~ Binomial(30, 1/2)
     assert (cut.la == 30).all()

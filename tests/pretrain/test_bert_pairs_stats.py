@@ -25,26 +25,40 @@ def wiki(data_dir: Path) -> tuple[TokenizedDocuments, list[list[list[int]]]]:
     corpus = tokenize_documents(sentences, sent_doc, train_wordpiece(sentences, vocab_size=8000))
     so, do = corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist()
     ids = corpus.ids.tolist()
-    docs = [[ids[so[s]:so[s + 1]] for s in range(do[d], do[d + 1])] for d in range(corpus.num_documents)]
+    docs = [
+        [ids[so[s] : so[s + 1]] for s in range(do[d], do[d + 1])]
+        for d in range(corpus.num_documents)
+    ]
     return corpus, docs
 
 
-def _ours(corpus: TokenizedDocuments, pairing: str, max_seq_length: int) -> tuple[list[int], list[bool], list[int]]:
+def _ours(
+    corpus: TokenizedDocuments, pairing: str, max_seq_length: int
+) -> tuple[list[int], list[bool], list[int]]:
     build = build_pairs_seed if pairing == "chunk_past_target" else build_pairs
     so, do = corpus.sent_offsets.tolist(), corpus.doc_offsets.tolist()
     counts: list[int] = []
     rnd: list[bool] = []
     lengths: list[int] = []
     for r in range(ROUNDS):
-        sp = build(so, do, 0, corpus.num_documents, max_num_tokens=max_seq_length - 3, short_seq_prob=0.1,
-                   rng=rng_for(r, "stats", pairing))
+        sp = build(
+            so,
+            do,
+            0,
+            corpus.num_documents,
+            max_num_tokens=max_seq_length - 3,
+            short_seq_prob=0.1,
+            rng=rng_for(r, "stats", pairing),
+        )
         counts.append(len(sp))
         rnd += sp.is_random_next.tolist()
         lengths += (sp.la + sp.lb).tolist()
     return counts, rnd, lengths
 
 
-def _reference(docs: list[list[list[int]]], pairing: str, max_seq_length: int) -> tuple[list[int], list[bool], list[int]]:
+def _reference(
+    docs: list[list[list[int]]], pairing: str, max_seq_length: int
+) -> tuple[list[int], list[bool], list[int]]:
     loop = seed_article_pairs if pairing == "chunk_past_target" else seed_pairs
     counts: list[int] = []
     rnd: list[bool] = []
@@ -66,16 +80,21 @@ def _close_means(a: list[int] | list[bool], b: list[int] | list[bool], sigmas: f
 
 @pytest.mark.parametrize("max_seq_length", [128, 512])
 @pytest.mark.parametrize("pairing", ["chunk_past_target", "google"])
-def test_pair_statistics_match_the_transcription(wiki: tuple[TokenizedDocuments, list[list[list[int]]]], pairing: str,
-                                                 max_seq_length: int) -> None:
+def test_pair_statistics_match_the_transcription(
+    wiki: tuple[TokenizedDocuments, list[list[list[int]]]], pairing: str, max_seq_length: int
+) -> None:
     corpus, docs = wiki
     ours = _ours(corpus, pairing, max_seq_length)
     ref = _reference(docs, pairing, max_seq_length)
-    for got, want in zip(ours, ref, strict=True):  # samples per pass, is_random_next, len(A) + len(B)
+    for got, want in zip(
+        ours, ref, strict=True
+    ):  # samples per pass, is_random_next, len(A) + len(B)
         _close_means(got, want)
 
 
-def test_seed_and_google_pairings_differ_on_wikitext(wiki: tuple[TokenizedDocuments, list[list[list[int]]]]) -> None:
+def test_seed_and_google_pairings_differ_on_wikitext(
+    wiki: tuple[TokenizedDocuments, list[list[list[int]]]],
+) -> None:
     """The issue's observation: at 128 tokens the two rules give very different NSP rates and counts."""
     corpus, _ = wiki
     seed_counts, seed_rnd, _ = _ours(corpus, "chunk_past_target", 128)

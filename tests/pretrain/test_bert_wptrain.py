@@ -32,13 +32,19 @@ def library_counts(lines: list[str], lowercase: bool) -> Counter[str]:
     inner = bert_pipeline(lowercase)
     out: Counter[str] = Counter()
     for line in lines:
-        out.update(w for w, _ in inner.pre_tokenizer.pre_tokenize_str(inner.normalizer.normalize_str(line)))
+        out.update(
+            w for w, _ in inner.pre_tokenizer.pre_tokenize_str(inner.normalizer.normalize_str(line))
+        )
     return out
 
 
 def ours(lines: list[str], lowercase: bool, block_bytes: int | None = None) -> Counter[str]:
-    words, counts = word_counts(cut(lines, lowercase=lowercase) if block_bytes is None else
-                                _cut_blocks(lines, lowercase, block_bytes), bert_pipeline(lowercase))
+    words, counts = word_counts(
+        cut(lines, lowercase=lowercase)
+        if block_bytes is None
+        else _cut_blocks(lines, lowercase, block_bytes),
+        bert_pipeline(lowercase),
+    )
     assert len(set(words)) == len(words)  # each word once
     return Counter(dict(zip(words, counts.tolist(), strict=True)))
 
@@ -50,7 +56,9 @@ def _cut_blocks(lines: list[str], lowercase: bool, block_bytes: int):  # type: i
 
 
 @pytest.mark.parametrize("lowercase", [True, False])
-def test_word_counts_equal_the_library_pipeline_on_wikitext(data_dir: Path, lowercase: bool) -> None:
+def test_word_counts_equal_the_library_pipeline_on_wikitext(
+    data_dir: Path, lowercase: bool
+) -> None:
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
     lines = sentences.to_pylist()
     want = library_counts(lines, lowercase)
@@ -58,9 +66,13 @@ def test_word_counts_equal_the_library_pipeline_on_wikitext(data_dir: Path, lowe
     assert ours(lines, lowercase, block_bytes=40_000) == want  # ~30 blocks, cut in two threads
 
 
-@given(texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12),
-       lowercase=st.booleans())
-def test_word_counts_equal_the_library_pipeline_on_random_unicode(texts: list[str], lowercase: bool) -> None:
+@given(
+    texts=st.lists(st.lists(ALPHABET, max_size=25).map("".join), min_size=1, max_size=12),
+    lowercase=st.booleans(),
+)
+def test_word_counts_equal_the_library_pipeline_on_random_unicode(
+    texts: list[str], lowercase: bool
+) -> None:
     assert ours(texts, lowercase) == library_counts(texts, lowercase)
 
 
@@ -68,23 +80,36 @@ def test_word_counts_equal_the_library_pipeline_on_random_unicode(texts: list[st
 def test_trained_vocabulary_is_the_librarys(data_dir: Path, lowercase: bool) -> None:
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
     got = json.loads(train_wordpiece(sentences, vocab_size=30000, lowercase=lowercase).to_json())
-    runs = [json.loads(train_wordpiece_library(sentences, vocab_size=30000, lowercase=lowercase).to_json())
-            for _ in range(2)]
+    runs = [
+        json.loads(
+            train_wordpiece_library(sentences, vocab_size=30000, lowercase=lowercase).to_json()
+        )
+        for _ in range(2)
+    ]
     want = runs[0]
-    assert {k: v for k, v in got.items() if k != "model"} == {k: v for k, v in want.items() if k != "model"}
-    assert {k: v for k, v in got["model"].items() if k != "vocab"} == \
-        {k: v for k, v in want["model"].items() if k != "vocab"}
+    assert {k: v for k, v in got.items() if k != "model"} == {
+        k: v for k, v in want.items() if k != "model"
+    }
+    assert {k: v for k, v in got["model"].items() if k != "vocab"} == {
+        k: v for k, v in want["model"].items() if k != "vocab"
+    }
     v_got, v_want = got["model"]["vocab"], want["model"]["vocab"]
     # the library's own runs differ by a few "##" tokens (ids in hash-map order, then merge ties:
     # 2-20 tokens of ~17-20k here), so the comparison allows what two library runs show and more;
     # the exact check is on the word counts (the tests above)
     spread = len(set(runs[0]["model"]["vocab"]) ^ set(runs[1]["model"]["vocab"]))
     sizes = [len(r["model"]["vocab"]) for r in runs]
-    assert min(sizes) - 10 - len(v_want) // 500 <= len(v_got) <= max(sizes) + 10 + len(v_want) // 500
+    assert (
+        min(sizes) - 10 - len(v_want) // 500 <= len(v_got) <= max(sizes) + 10 + len(v_want) // 500
+    )
     assert len(set(v_got) ^ set(v_want)) <= max(len(v_want) // 100, 3 * spread), (
-        len(set(v_got) ^ set(v_want)), spread)
+        len(set(v_got) ^ set(v_want)),
+        spread,
+    )
     # specials and the sorted base alphabet come first, with the same ids
-    base = [t for t, _ in sorted(v_want.items(), key=lambda kv: kv[1]) if not t.startswith("##")][:100]
+    base = [t for t, _ in sorted(v_want.items(), key=lambda kv: kv[1]) if not t.startswith("##")][
+        :100
+    ]
     assert [v_got[t] for t in base] == [v_want[t] for t in base]
 
 
@@ -105,10 +130,14 @@ def test_the_bert_command_does_not_import_pandas(tmp_path: Path, data_dir: Path)
     import subprocess
     import sys
 
-    code = ("import sys; from datamill.cli import main; "
-            f"main(['bert', {str(data_dir / 'wikitext2_test.raw')!r}, '--out', {str(tmp_path / 'b.parquet')!r}, "
-            "'--dupe-factor', '1', '--vocab-size', '2000', '--quiet']); print('pandas' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys; from datamill.cli import main; "
+        f"main(['bert', {str(data_dir / 'wikitext2_test.raw')!r}, '--out', {str(tmp_path / 'b.parquet')!r}, "
+        "'--dupe-factor', '1', '--vocab-size', '2000', '--quiet']); print('pandas' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip().splitlines()[-1] == "False", out
 
 
@@ -120,12 +149,20 @@ def test_training_is_deterministic_with_sorted_initial_ids(data_dir: Path) -> No
     runs = [train_wordpiece(sentences, vocab_size=30000).to_json() for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
     cfg = json.loads(runs[0])
-    assert [t["content"] for t in cfg["added_tokens"]] == ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+    assert [t["content"] for t in cfg["added_tokens"]] == [
+        "[PAD]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "[UNK]",
+    ]
     vocab = sorted(cfg["model"]["vocab"].items(), key=lambda kv: kv[1])
     first = [t for t, _ in vocab[5:]]
-    n_chars = next(i for i, t in enumerate(first) if len(t) > 1)  # the alphabet, then ##c, then merges
+    n_chars = next(
+        i for i, t in enumerate(first) if len(t) > 1
+    )  # the alphabet, then ##c, then merges
     alphabet = first[:n_chars]
-    cont = first[n_chars:n_chars + sum(1 for t in first if len(t) == 3 and t.startswith("##"))]
+    cont = first[n_chars : n_chars + sum(1 for t in first if len(t) == 3 and t.startswith("##"))]
     assert alphabet == sorted(alphabet) and all(len(t) == 1 for t in alphabet)
     assert cont == sorted(cont) and all(t.startswith("##") and len(t) == 3 for t in cont)
     words = {w for line in sentences.to_pylist()[:2000] for w in library_counts([line], True)}

@@ -26,7 +26,9 @@ def _imports(path: Path) -> list[str]:
 def test_pretrain_and_text_have_no_import_edge_to_the_loader() -> None:
     files = sorted((SRC / "pretrain").rglob("*.py")) + sorted((SRC / "text").rglob("*.py"))
     assert len(files) > 15
-    bad = {str(f.relative_to(SRC)): n for f in files for n in _imports(f) if n.startswith(CONSUMERS)}
+    bad = {
+        str(f.relative_to(SRC)): n for f in files for n in _imports(f) if n.startswith(CONSUMERS)
+    }
     assert bad == {}
 
 
@@ -36,7 +38,10 @@ def test_no_private_module_of_another_subpackage_is_imported() -> None:
         here = ".".join(("datamill", *f.relative_to(SRC).with_suffix("").parts))
         for name in _imports(f):
             parts = name.split(".")
-            private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+            private = next(
+                (i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")),
+                None,
+            )
             if private is None or not name.startswith("datamill."):
                 continue
             owner = ".".join(parts[:private])  # the package that holds the private module

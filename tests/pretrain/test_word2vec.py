@@ -16,7 +16,9 @@ from datamill.pretrain.word2vec import SkipGramSamples, build_skipgram
 @pytest.fixture(scope="module")
 def ptb(data_dir: Path) -> SkipGramSamples:
     """Later d2l's pipeline: every <unk> dropped before subsampling."""
-    return build_skipgram(f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", seed=0, drop_unk=True, progress=False)
+    return build_skipgram(
+        f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", seed=0, drop_unk=True, progress=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +41,14 @@ def _kept_mean_sd(counts: np.ndarray, t: float) -> tuple[float, float]:
     return float((counts * p).sum()), math.sqrt(float((counts * p * (1 - p)).sum()))
 
 
-def test_ptb_seed_subsampling_keeps_unk_and_matches_the_formula(ptb_seed: SkipGramSamples, data_dir: Path) -> None:
+def test_ptb_seed_subsampling_keeps_unk_and_matches_the_formula(
+    ptb_seed: SkipGramSamples, data_dir: Path
+) -> None:
     """The seed: rare words -> <unk>, then <unk> subsampled like any word, f(w) over all 887,521 tokens."""
     text = _ptb_text(data_dir)
-    counts = np.bincount(np.array(ptb_seed.vocab.encode(np.array(text.split()))), minlength=len(ptb_seed.vocab))
+    counts = np.bincount(
+        np.array(ptb_seed.vocab.encode(np.array(text.split()))), minlength=len(ptb_seed.vocab)
+    )
     assert counts.sum() == 887_521 and ptb_seed.info["drop_unk"] is False
     mean, sd = _kept_mean_sd(counts, 1e-4)
     assert abs(mean - 354_144) < 1  # the figure the issue computes from the seed's formula
@@ -55,10 +61,14 @@ def test_ptb_seed_subsampling_keeps_unk_and_matches_the_formula(ptb_seed: SkipGr
     assert ptb_seed.negatives.min() == 0 and ptb_seed.negatives.max() < len(ptb_seed.vocab)
     unk_kept = int((ptb_seed.centers == 0).sum())
     p_unk = math.sqrt(1e-4 / (counts[0] / counts.sum()))
-    assert unk_kept <= counts[0] * p_unk + 6 * math.sqrt(counts[0] * p_unk)  # <unk> was subsampled too
+    assert unk_kept <= counts[0] * p_unk + 6 * math.sqrt(
+        counts[0] * p_unk
+    )  # <unk> was subsampled too
 
 
-def test_ptb_drop_unk_keeps_the_old_behaviour(ptb: SkipGramSamples, ptb_seed: SkipGramSamples) -> None:
+def test_ptb_drop_unk_keeps_the_old_behaviour(
+    ptb: SkipGramSamples, ptb_seed: SkipGramSamples
+) -> None:
     """drop_unk=True: fewer tokens kept (f over known tokens only), <unk> never seen."""
     assert ptb.info["tokens_after_subsampling"] < ptb_seed.info["tokens_after_subsampling"] - 5_000
     assert ptb.info["fingerprint"] != ptb_seed.info["fingerprint"]
@@ -68,8 +78,15 @@ def test_seed_tiny_dataset_contexts_are_in_sentence_within_window() -> None:
     """d2l: tiny_dataset = [list(range(7)), list(range(7, 10))], max window 2."""
     sentences = [[str(x) for x in range(7)], [str(x) for x in range(7, 10)]]
     for seed in range(20):
-        s = build_skipgram(sentences, window=2, num_negatives=1, min_freq=1, subsample_t=1.0, seed=seed,
-                           progress=False)
+        s = build_skipgram(
+            sentences,
+            window=2,
+            num_negatives=1,
+            min_freq=1,
+            subsample_t=1.0,
+            seed=seed,
+            progress=False,
+        )
         v = s.vocab
 
         def tok(ids, v=v):  # type: ignore[no-untyped-def]
@@ -81,10 +98,16 @@ def test_seed_tiny_dataset_contexts_are_in_sentence_within_window() -> None:
             center, ctx, _ = s.example(i)
             c, ctx_t = tok([center])[0], tok(ctx)
             sent = range(7) if c < 7 else range(7, 10)
-            assert ctx_t and all(x in sent and x != c and abs(x - c) <= 2 for x in ctx_t), (c, ctx_t)
+            assert ctx_t and all(x in sent and x != c and abs(x - c) <= 2 for x in ctx_t), (
+                c,
+                ctx_t,
+            )
             assert ctx_t == sorted(ctx_t)  # sentence order, no duplicates
             # contexts are exactly the window of some w in {1, 2}
-            assert any(ctx_t == [x for x in sent if x != c and abs(x - c) <= w] for w in (1, 2)), (c, ctx_t)
+            assert any(ctx_t == [x for x in sent if x != c and abs(x - c) <= w] for w in (1, 2)), (
+                c,
+                ctx_t,
+            )
             widths.add(len(ctx_t))
         assert len(s.negatives) == len(s.contexts)
 
@@ -104,19 +127,30 @@ def test_ptb_vocab_and_token_counts_match_the_seed(ptb: SkipGramSamples, data_di
     with zipfile.ZipFile(data_dir / "ptb.zip") as z:
         text = z.read("ptb/ptb.train.txt").decode("utf-8")
     vocab_size, tokens, known = _seed_counts(text, 10)
-    assert (vocab_size, tokens) == (6719, 887521)  # d2l prints "vocab size: 6719"; data README 887,521
+    assert (vocab_size, tokens) == (
+        6719,
+        887521,
+    )  # d2l prints "vocab size: 6719"; data README 887,521
     info = ptb.info
     assert (info["vocab_size"], info["tokens"], info["tokens_known"]) == (vocab_size, tokens, known)
     assert ptb.vocab.idx2str[0] == "<unk>" and ptb.vocab.unk_index == 0
     # after subsampling: a sum of independent Bernoulli(p_w); |kept - E| <= 6 sd (two-sided ~2e-9)
-    counts = np.bincount(np.array(ptb.vocab.encode(np.array(text.split()))), minlength=len(ptb.vocab))[1:]
+    counts = np.bincount(
+        np.array(ptb.vocab.encode(np.array(text.split()))), minlength=len(ptb.vocab)
+    )[1:]
     counts = counts[counts > 0].astype(float)
     p = np.minimum(1.0, np.sqrt(1e-4 / (counts / counts.sum())))
     mean, sd = float((counts * p).sum()), math.sqrt(float((counts * p * (1 - p)).sum()))
-    assert abs(info["tokens_after_subsampling"] - mean) <= 6 * sd, (info["tokens_after_subsampling"], mean, sd)
+    assert abs(info["tokens_after_subsampling"] - mean) <= 6 * sd, (
+        info["tokens_after_subsampling"],
+        mean,
+        sd,
+    )
     # every kept token of a >= 2-token sentence is a center; pairs/negatives consistent
     assert len(ptb.contexts) == info["pairs"] and len(ptb.negatives) == 5 * info["pairs"]
-    assert len(ptb) <= info["tokens_after_subsampling"] and 0 not in set(np.unique(ptb.centers).tolist())
+    assert len(ptb) <= info["tokens_after_subsampling"] and 0 not in set(
+        np.unique(ptb.centers).tolist()
+    )
     np.testing.assert_array_equal(ptb.negative_offsets, 5 * ptb.context_offsets)
 
 
@@ -141,9 +175,16 @@ def test_deterministic_for_a_seed() -> None:
     assert not (len(a.contexts) == len(c.contexts) and np.array_equal(a.negatives, c.negatives))
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"window": 0}, "window"), ({"num_negatives": -1}, "num_negatives"),
-                                              ({"min_freq": 0}, "min_freq"), ({"subsample_t": 0.0}, "subsample_t"),
-                                              ({"window": 2.5}, "window")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"window": 0}, "window"),
+        ({"num_negatives": -1}, "num_negatives"),
+        ({"min_freq": 0}, "min_freq"),
+        ({"subsample_t": 0.0}, "subsample_t"),
+        ({"window": 2.5}, "window"),
+    ],
+)
 def test_bad_parameters(kwargs: dict[str, object], name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         build_skipgram([["a", "b"]], progress=False, **{"min_freq": 1, **kwargs})  # type: ignore[arg-type]
@@ -200,27 +241,70 @@ def test_cli_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
     f = tmp_path / "c.txt"
     f.write_text("\n".join(["the cat sat on the mat", "the dog sat"] * 20))
-    assert main(["-q", "word2vec", str(f), "--out", str(tmp_path / "o"), "--min-freq", "1", "--t", "1"]) == 0
+    assert (
+        main(
+            ["-q", "word2vec", str(f), "--out", str(tmp_path / "o"), "--min-freq", "1", "--t", "1"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "vocab size 7" in out and "after subsampling" in out and "pairs" in out and " s" in out
     assert SkipGramSamples.load(tmp_path / "o").info["tokens"] == 180
     # the API's names, --quiet after the command, old spellings as aliases
-    assert main(["word2vec", str(f), "--out", str(tmp_path / "n"), "--min-freq", "1", "--subsample-t", "1",
-                 "--num-negatives", "3", "--drop-unk", "--negative-counts", "before_subsampling", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "word2vec",
+                str(f),
+                "--out",
+                str(tmp_path / "n"),
+                "--min-freq",
+                "1",
+                "--subsample-t",
+                "1",
+                "--num-negatives",
+                "3",
+                "--drop-unk",
+                "--negative-counts",
+                "before_subsampling",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     info = SkipGramSamples.load(tmp_path / "n").info
     assert (info["subsample_t"], info["num_negatives"], info["drop_unk"]) == (1, 3, True)
     assert info["negative_counts"] == "before_subsampling" and "known" in capsys.readouterr().out
-    assert main(["word2vec", str(f), "--out", str(tmp_path / "a"), "--min-freq", "1", "--t", "1",
-                 "--negatives", "3", "-q"]) == 0
+    assert (
+        main(
+            [
+                "word2vec",
+                str(f),
+                "--out",
+                str(tmp_path / "a"),
+                "--min-freq",
+                "1",
+                "--t",
+                "1",
+                "--negatives",
+                "3",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert SkipGramSamples.load(tmp_path / "a").info["num_negatives"] == 3
     assert main(["word2vec", str(f), "--out", str(tmp_path / "o2"), "--negatives", "-1"]) == 2
 
 
 @pytest.mark.parametrize("drop_unk", [False, True])
-@pytest.mark.parametrize(("mode", "total_key"), [("subsampled", "tokens_after_subsampling"),
-                                                 ("before_subsampling", "tokens_known")])
-def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str, drop_unk: bool,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("mode", "total_key"),
+    [("subsampled", "tokens_after_subsampling"), ("before_subsampling", "tokens_known")],
+)
+def test_negative_weights_come_from_the_chosen_counts(
+    mode: str, total_key: str, drop_unk: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Negatives are drawn from count**0.75: counts after subsampling by default, before on request."""
     from datamill.pretrain.word2vec import _build as w2v
 
@@ -234,12 +318,25 @@ def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str,
     monkeypatch.setattr(w2v, "AliasTable", Recording)
     rng = np.random.default_rng(0)
     sentences = [[f"w{int(i)}" for i in rng.zipf(1.5, size=12).clip(max=300)] for _ in range(2_000)]
-    s = build_skipgram(sentences, window=2, num_negatives=2, min_freq=3, subsample_t=1e-3, seed=1,
-                       negative_counts=mode, drop_unk=drop_unk, progress=False)  # type: ignore[arg-type]
+    s = build_skipgram(
+        sentences,
+        window=2,
+        num_negatives=2,
+        min_freq=3,
+        subsample_t=1e-3,
+        seed=1,
+        negative_counts=mode,
+        drop_unk=drop_unk,
+        progress=False,
+    )  # type: ignore[arg-type]
     counts = np.rint(seen[0] ** (1 / 0.75))
-    tokens = s.info["tokens"] if mode == "before_subsampling" and not drop_unk else s.info[total_key]
+    tokens = (
+        s.info["tokens"] if mode == "before_subsampling" and not drop_unk else s.info[total_key]
+    )
     assert counts.sum() == tokens
-    assert s.info["tokens_after_subsampling"] < s.info["tokens_known"]  # the two modes really differ
+    assert (
+        s.info["tokens_after_subsampling"] < s.info["tokens_known"]
+    )  # the two modes really differ
     if drop_unk:  # later d2l: range(1, len(vocab))
         assert len(seen[0]) == len(s.vocab) - 1 and s.negatives.min() >= 1
     else:  # the seed: range(len(counter)), <unk> = id 0 included
@@ -247,13 +344,23 @@ def test_negative_weights_come_from_the_chosen_counts(mode: str, total_key: str,
 
 
 def test_negative_counts_seed_is_a_deprecated_alias() -> None:
-    kw = {"window": 2, "num_negatives": 2, "min_freq": 1, "subsample_t": 1e-2, "seed": 3, "progress": False}
+    kw = {
+        "window": 2,
+        "num_negatives": 2,
+        "min_freq": 1,
+        "subsample_t": 1e-2,
+        "seed": 3,
+        "progress": False,
+    }
     sentences = [["a", "b", "c", "a"], ["b", "c", "d"]] * 30
     with pytest.warns(DeprecationWarning, match="before_subsampling"):
         old = build_skipgram(sentences, negative_counts="seed", **kw)  # type: ignore[arg-type]
     new = build_skipgram(sentences, negative_counts="before_subsampling", **kw)  # type: ignore[arg-type]
     np.testing.assert_array_equal(old.negatives, new.negatives)
-    assert old.info["negative_counts"] == "before_subsampling" and old.fingerprint() == new.fingerprint()
+    assert (
+        old.info["negative_counts"] == "before_subsampling"
+        and old.fingerprint() == new.fingerprint()
+    )
 
 
 def test_unknown_negative_counts_is_a_config_error() -> None:

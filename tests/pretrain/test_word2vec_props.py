@@ -13,7 +13,9 @@ from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.pretrain.word2vec import build_skipgram
 from datamill.pretrain.word2vec._sample import split_lines
 
-_CHARS = st.sampled_from(list("ab<>'. \n\t\r\x0b\x0c\x1c\x1f\x01") + ["é", "\u00a0", "\u2028", "\u3000"])
+_CHARS = st.sampled_from(
+    list("ab<>'. \n\t\r\x0b\x0c\x1c\x1f\x01") + ["é", "\u00a0", "\u2028", "\u3000"]
+)
 
 
 @given(st.lists(_CHARS, max_size=60).map("".join))
@@ -25,25 +27,41 @@ def test_split_lines_equals_python_split(text: str) -> None:
         assert np.diff(offsets).tolist() == [len(line) for line in want]
 
 
-@given(sentences=st.lists(st.lists(st.integers(0, 6), max_size=9), min_size=1, max_size=12),
-       window=st.integers(1, 4), seed=st.integers(0, 2**32))
-def test_centers_and_contexts_are_the_seeds(sentences: list[list[int]], window: int, seed: int) -> None:
+@given(
+    sentences=st.lists(st.lists(st.integers(0, 6), max_size=9), min_size=1, max_size=12),
+    window=st.integers(1, 4),
+    seed=st.integers(0, 2**32),
+)
+def test_centers_and_contexts_are_the_seeds(
+    sentences: list[list[int]], window: int, seed: int
+) -> None:
     """With t large nothing is dropped: centers are every token of the >= 2-token sentences, in order,
     and each context list is the sentence window of some w in 1..window around its center."""
     words = [[f"w{x}" for x in s] for s in sentences]
     if not any(len(s) >= 2 for s in words):
         with pytest.raises(DataFileError):
-            build_skipgram(words, window=window, min_freq=1, subsample_t=1e9, seed=seed, progress=False)
+            build_skipgram(
+                words, window=window, min_freq=1, subsample_t=1e9, seed=seed, progress=False
+            )
         return
-    s = build_skipgram(words, window=window, num_negatives=0, min_freq=1, subsample_t=1e9, seed=seed,
-                       progress=False)
-    positions = [(si, i) for si, sent in enumerate(words) if len(sent) >= 2 for i in range(len(sent))]
+    s = build_skipgram(
+        words,
+        window=window,
+        num_negatives=0,
+        min_freq=1,
+        subsample_t=1e9,
+        seed=seed,
+        progress=False,
+    )
+    positions = [
+        (si, i) for si, sent in enumerate(words) if len(sent) >= 2 for i in range(len(sent))
+    ]
     assert len(s) == len(positions) and len(s.negatives) == 0
     for e, (si, i) in enumerate(positions):
         sent = s.vocab[words[si]]
         center, ctx, _ = s.example(e)
         assert center == sent[i]
-        windows = [sent[max(0, i - w):i] + sent[i + 1:i + 1 + w] for w in range(1, window + 1)]
+        windows = [sent[max(0, i - w) : i] + sent[i + 1 : i + 1 + w] for w in range(1, window + 1)]
         assert ctx in windows, (sent, i, ctx)
 
 

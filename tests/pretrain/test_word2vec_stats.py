@@ -41,8 +41,10 @@ def chi2_sf(x: float, df: int) -> float:
     return max(0.0, 1.0 - math.exp(log_p))
 
 
-@pytest.mark.parametrize(("x", "df", "p"), [(3.841459, 1, 0.05), (18.46683, 4, 0.001), (124.3421, 100, 0.05),
-                                            (6.634897, 1, 0.01)])
+@pytest.mark.parametrize(
+    ("x", "df", "p"),
+    [(3.841459, 1, 0.05), (18.46683, 4, 0.001), (124.3421, 100, 0.05), (6.634897, 1, 0.01)],
+)
 def test_chi2_sf_matches_tables(x: float, df: int, p: float) -> None:
     assert chi2_sf(x, df) == pytest.approx(p, rel=1e-4)
 
@@ -53,8 +55,14 @@ def _pearson(observed: np.ndarray, expected: np.ndarray) -> float:
 
 def test_subsampling_keeps_each_word_with_the_formula_probability() -> None:
     # word w (id 1..12) occurs counts[w] times, shuffled over sentences
-    counts = np.array([0, 60000, 30000, 15000, 8000, 4000, 2000, 1000, 500, 200, 100, 50, 20], dtype=np.int64)
-    ids = np.random.default_rng(1).permutation(np.repeat(np.arange(len(counts)), counts)).astype(np.int32)
+    counts = np.array(
+        [0, 60000, 30000, 15000, 8000, 4000, 2000, 1000, 500, 200, 100, 50, 20], dtype=np.int64
+    )
+    ids = (
+        np.random.default_rng(1)
+        .permutation(np.repeat(np.arange(len(counts)), counts))
+        .astype(np.int32)
+    )
     sent = Sentences(ids, np.arange(0, len(ids) + 1, 10, dtype=np.int64))
     t = 2e-3
     kept = subsample(sent, counts, t=t, rng=np.random.default_rng(2))
@@ -78,10 +86,14 @@ def test_window_sizes_are_uniform() -> None:
     window, n = 5, 30000
     sent = Sentences(np.arange(n, dtype=np.int32) % 97 + 1, np.array([0, n], dtype=np.int64))
     _, off, _ = centers_and_contexts(sent, max_window=window, rng=np.random.default_rng(3))
-    interior = np.arange(window, n - window)  # centers far from the sentence ends have exactly 2w contexts
+    interior = np.arange(
+        window, n - window
+    )  # centers far from the sentence ends have exactly 2w contexts
     w = np.diff(off)[interior] // 2
     observed = np.bincount(w, minlength=window + 1)[1:]
-    assert observed.sum() == len(interior) and set(np.unique(w).tolist()) == set(range(1, window + 1))
+    assert observed.sum() == len(interior) and set(np.unique(w).tolist()) == set(
+        range(1, window + 1)
+    )
     expected = np.full(window, len(interior) / window)
     assert chi2_sf(_pearson(observed, expected), window - 1) > ALPHA
     # near the ends windows are clipped to the sentence
@@ -108,7 +120,9 @@ def test_negatives_follow_the_weights_restricted_to_non_contexts() -> None:
     w = _weights()
     v = len(w)
     table = AliasTable(w, values=np.arange(1, v + 1))
-    heavy = np.argsort(w)[-2:] + 1  # the two heaviest words are every example's contexts: many collisions
+    heavy = (
+        np.argsort(w)[-2:] + 1
+    )  # the two heaviest words are every example's contexts: many collisions
     n_ex, k = 40_000, 5
     ctx_off = np.arange(0, 2 * n_ex + 1, 2, dtype=np.int64)
     ctx = np.tile(heavy, n_ex).astype(np.int32)
@@ -127,7 +141,9 @@ def test_negatives_with_varied_contexts_never_collide() -> None:
     rng = np.random.default_rng(8)
     lengths = rng.integers(1, 11, size=5000)
     ctx_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    ctx = rng.integers(1, 8, size=int(ctx_off[-1])).astype(np.int32)  # tiny vocab: collisions are common
+    ctx = rng.integers(1, 8, size=int(ctx_off[-1])).astype(
+        np.int32
+    )  # tiny vocab: collisions are common
     table = AliasTable(np.ones(10), values=np.arange(1, 11))
     neg_off, neg = draw_negatives(ctx_off, ctx, k=3, table=table, rng=rng)
     owner = np.repeat(np.arange(len(lengths)), np.diff(neg_off))

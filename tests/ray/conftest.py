@@ -24,8 +24,14 @@ def ray_cluster() -> Iterator[Any]:
 
     if ray.is_initialized():  # pragma: no cover - another session-level user; never stop theirs
         pytest.skip("Ray is already initialised in this process")
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "object_store_memory": 256 << 20})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "object_store_memory": 256 << 20,
+        },
+    )
     try:
         cluster.add_node(num_cpus=1, object_store_memory=256 << 20)
         cluster.wait_for_nodes()

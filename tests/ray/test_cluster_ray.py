@@ -27,18 +27,30 @@ from tests.ray.test_preprocess_ray import assert_same
 
 pytestmark = pytest.mark.ray
 
-CFG: dict[str, Any] = {"input_features": [{"name": "t", "type": "text"}, {"name": "c", "type": "category"},
-                                          {"name": "x", "type": "number", "preprocessing": {"normalization": "zscore"}}],
-                       "preprocessing": {"split": {"type": "random"}, "seed": 2}}
+CFG: dict[str, Any] = {
+    "input_features": [
+        {"name": "t", "type": "text"},
+        {"name": "c", "type": "category"},
+        {"name": "x", "type": "number", "preprocessing": {"normalization": "zscore"}},
+    ],
+    "preprocessing": {"split": {"type": "random"}, "seed": 2},
+}
 _TASKS = ("ray::_transform_task", "ray::_apply", "ray::_prepare_task")
 
 
 def _data(path: Path, n: int = 24_000) -> Path:
     rng = np.random.default_rng(0)
     words = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
-    pacsv.write_csv(pa.table({
-        "t": [" ".join(rng.choice(words, 12)) for _ in range(n)],
-        "c": rng.choice(["a", "b", "c"], n), "x": rng.normal(0, 1, n)}), path)
+    pacsv.write_csv(
+        pa.table(
+            {
+                "t": [" ".join(rng.choice(words, 12)) for _ in range(n)],
+                "c": rng.choice(["a", "b", "c"], n),
+                "x": rng.normal(0, 1, n),
+            }
+        ),
+        path,
+    )
     return path
 
 
@@ -76,8 +88,9 @@ class Killer(threading.Thread):
             time.sleep(0.002)
 
 
-def test_a_killed_worker_is_retried_and_the_output_equals_local(ray_cluster: Any, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_worker_is_retried_and_the_output_equals_local(
+    ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(pipeline, "BLOCK_ROWS", 2_000)
     src = _data(tmp_path / "d.csv")
     local = preprocess(src, CFG, output_dir=tmp_path / "local")
@@ -93,7 +106,8 @@ def test_a_killed_worker_is_retried_and_the_output_equals_local(ray_cluster: Any
 
 
 def test_a_killed_worker_without_retries_fails_with_one_error_and_nothing_trusted(
-        ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(pipeline, "BLOCK_ROWS", 2_000)
     monkeypatch.setattr(_blocks, "MAX_RETRIES", 0)
     monkeypatch.setattr(importlib.import_module("datamill.ray.preprocess"), "MAX_RETRIES", 0)
@@ -111,7 +125,9 @@ def test_a_killed_worker_without_retries_fails_with_one_error_and_nothing_truste
     out = tmp_path / "ray"
     assert not (out / "d.meta.json").exists() and not (out / "d.shards" / "dataset.json").exists()
     assert [p.name for p in out.iterdir()] == [] if out.exists() else True
-    again = preprocess(src, CFG, output_dir=out, engine="ray")  # a later run starts clean and succeeds
+    again = preprocess(
+        src, CFG, output_dir=out, engine="ray"
+    )  # a later run starts clean and succeeds
     assert again.num_rows == 24_000 and (out / "d.meta.json").exists()
 
 
@@ -119,10 +135,31 @@ def test_cli_joins_the_two_node_cluster_by_address(ray_cluster: Any, tmp_path: P
     src = _data(tmp_path / "d.csv", n=3_000)
     (tmp_path / "c.json").write_text(json.dumps(CFG))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = subprocess.run([sys.executable, "-c", "from datamill.cli import main; raise SystemExit(main())", "--quiet", "preprocess", str(src), "--config",
-                          str(tmp_path / "c.json"), "--engine", "ray", "--address", ray_cluster.address,
-                          "--format", "hdf5", "--output-dir", str(tmp_path / "o")],
-                         capture_output=True, text=True, env=env, timeout=240, check=False)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from datamill.cli import main; raise SystemExit(main())",
+            "--quiet",
+            "preprocess",
+            str(src),
+            "--config",
+            str(tmp_path / "c.json"),
+            "--engine",
+            "ray",
+            "--address",
+            ray_cluster.address,
+            "--format",
+            "hdf5",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "shardset dataset" in run.stdout
     local = preprocess(src, CFG, output_dir=tmp_path / "local")

@@ -19,10 +19,17 @@ pytestmark = pytest.mark.ray
 
 def _table(n: int) -> pa.Table:
     rng = np.random.default_rng(9)
-    blobs = [rng.integers(0, 256, int(rng.integers(1, 300)), dtype=np.uint8).tobytes() for _ in range(n)]
+    blobs = [
+        rng.integers(0, 256, int(rng.integers(1, 300)), dtype=np.uint8).tobytes() for _ in range(n)
+    ]
     ids = [rng.integers(0, 50, int(rng.integers(0, 7))).tolist() for _ in range(n)]
-    return pa.table({"uid": np.arange(n, dtype=np.int64), "image": pa.array(blobs, pa.binary()),
-                     "ids": pa.array(ids, pa.list_(pa.int64()))})
+    return pa.table(
+        {
+            "uid": np.arange(n, dtype=np.int64),
+            "image": pa.array(blobs, pa.binary()),
+            "ids": pa.array(ids, pa.list_(pa.int64())),
+        }
+    )
 
 
 def _consume_split(ds: Any, n: int) -> list[list[dict[str, Any]]]:
@@ -47,7 +54,9 @@ def _consume_split(ds: Any, n: int) -> list[list[dict[str, Any]]]:
     return got
 
 
-def test_shardset_and_parquet_read_as_blocks_and_split_to_two_consumers(ray_cluster: Any, tmp_path: Path) -> None:
+def test_shardset_and_parquet_read_as_blocks_and_split_to_two_consumers(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
     table = _table(300)
     expected = {r["uid"]: r for r in table.to_pylist()}
     ShardsetDataset.create(tmp_path / "ds", table, uid="uid", shardset="s", shard_size=40)
@@ -65,4 +74,6 @@ def test_shardset_and_parquet_read_as_blocks_and_split_to_two_consumers(ray_clus
         uids = [r["uid"] for r in rows]
         assert sorted(uids) == list(range(300)), "every sample exactly once"
         for r in rows:
-            assert r["image"] == expected[r["uid"]]["image"] and r["ids"] == expected[r["uid"]]["ids"]
+            assert (
+                r["image"] == expected[r["uid"]]["image"] and r["ids"] == expected[r["uid"]]["ids"]
+            )

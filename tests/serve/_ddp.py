@@ -24,12 +24,22 @@ def main(argv: list[str]) -> None:
     kw = {"batch_size": 64, "seed": 21, "drop_last": True}  # equal batch counts on every rank (DDP)
     if source == "server":
         data: object = torch.utils.data.DataLoader(
-            RemoteTorchDataset(url, key, "ds", rank=rank, world_size=world, name="ddp", **kw), batch_size=None)
+            RemoteTorchDataset(url, key, "ds", rank=rank, world_size=world, name="ddp", **kw),
+            batch_size=None,
+        )
     else:
-        data = Loader(open_source(os.path.join(root, "ds")), rank=rank, world_size=world, collate="torch", **kw)
+        data = Loader(
+            open_source(os.path.join(root, "ds")),
+            rank=rank,
+            world_size=world,
+            collate="torch",
+            **kw,
+        )
     uids: list[int] = []
     for batch in data:  # type: ignore[attr-defined]
-        loss = (model(batch["x"].unsqueeze(1)).squeeze(1) - batch["uid"].float() / 6000).pow(2).mean()
+        loss = (
+            (model(batch["x"].unsqueeze(1)).squeeze(1) - batch["uid"].float() / 6000).pow(2).mean()
+        )
         opt.zero_grad()
         loss.backward()  # DDP all-reduces the gradients over gloo
         opt.step()

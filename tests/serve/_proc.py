@@ -29,15 +29,49 @@ def free_port() -> int:
 
 
 def make_key(state: Path, role: str = "admin") -> str:
-    out = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "keys", "create", "--state", str(state),
-                          "--role", role], env=env(), capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "serve",
+            "keys",
+            "create",
+            "--state",
+            str(state),
+            "--role",
+            role,
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
-def start_server(root: Path, state: Path, port: int, *extra: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+def start_server(
+    root: Path, state: Path, port: int, *extra: str, log: Path | None = None
+) -> subprocess.Popen[bytes]:
     out = open(log or state.parent / f"server-{port}.log", "ab")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([sys.executable, "-m", "datamill.cli", "serve", str(root), "--port", str(port),
-                             "--state", str(state), *extra], env=env(), stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "serve",
+            str(root),
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+            *extra,
+        ],
+        env=env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     out.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -65,10 +99,16 @@ def stop(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
             proc.wait(timeout=10)
 
 
-def start_worker(url: str, key: str, dataset: str, log: Path, **opts: object) -> subprocess.Popen[bytes]:
+def start_worker(
+    url: str, key: str, dataset: str, log: Path, **opts: object
+) -> subprocess.Popen[bytes]:
     with open(str(log) + ".err", "wb") as err:
-        return subprocess.Popen([sys.executable, WORKER, url, key, dataset, str(log), json.dumps(opts)], env=env(),
-                                stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(
+            [sys.executable, WORKER, url, key, dataset, str(log), json.dumps(opts)],
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def read_log(log: Path) -> list[list[int]]:

@@ -17,10 +17,15 @@ pytestmark = pytest.mark.server
 HUGE = "9" * 5000  # a 5,000-digit number
 
 
-def _raw(url: str, method: str, path: str, *, body: bytes | None = None, key: str | None = None) -> tuple[int, Any]:
+def _raw(
+    url: str, method: str, path: str, *, body: bytes | None = None, key: str | None = None
+) -> tuple[int, Any]:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    headers = {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {key}"} if key else {}),
+    }
     try:
         conn.request(method, path, body=body, headers=headers)
         res = conn.getresponse()
@@ -34,7 +39,12 @@ def _absurd(it: str) -> list[tuple[str, str, str, bytes | None]]:
     """(key role, method, path, body) of requests that would tie up or crash an unbounded server."""
     create = "/api/v1/iterations"
     return [
-        ("read", "POST", create, b'{"dataset": "ds", "batch_size": 1, "world_size": 60000}'),  # > 6,000 samples
+        (
+            "read",
+            "POST",
+            create,
+            b'{"dataset": "ds", "batch_size": 1, "world_size": 60000}',
+        ),  # > 6,000 samples
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 1048576, "lease_size": 4096}'),
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_timeout": NaN}'),
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_timeout": Infinity}'),
@@ -48,8 +58,18 @@ def _absurd(it: str) -> list[tuple[str, str, str, bytes | None]]:
         ("admin", "POST", f"{create}/{it}/rewind", b'{"done": [[0, 1000000000000]]}'),
         ("admin", "POST", f"{create}/{it}/rewind", b'{"done": [[5, 2]]}'),
         ("admin", "POST", f"{create}/{it}/rewind", b'{"rank": 99999, "consumed": 1}'),
-        ("admin", "POST", f"{create}/{it}/rewind", b'{"rank": 0, "consumed": ' + HUGE.encode() + b"}"),
-        ("read", "POST", f"{create}/{it}/ack", b'{"client": "c", "leases": [["x.1", ' + HUGE.encode() + b"]]}"),
+        (
+            "admin",
+            "POST",
+            f"{create}/{it}/rewind",
+            b'{"rank": 0, "consumed": ' + HUGE.encode() + b"}",
+        ),
+        (
+            "read",
+            "POST",
+            f"{create}/{it}/ack",
+            b'{"client": "c", "leases": [["x.1", ' + HUGE.encode() + b"]]}",
+        ),
         ("read", "POST", f"{create}/{it}/ack", b'{"client": "c", "leases": [["x.1", 1e400]]}'),
         ("read", "GET", f"{create}/{it}/next?client=c&ack=x.1:{HUGE}", None),
         ("read", "GET", f"{create}/{it}/next?client=c&rank={HUGE}", None),
@@ -60,7 +80,15 @@ def _absurd(it: str) -> list[tuple[str, str, str, bytes | None]]:
         ("read", "GET", f"/api/v1/datasets/ds/samples?offset={HUGE}", None),
         ("admin", "POST", "/api/v1/keys", b'{"role": "read", "expires": "99999999d"}'),
         ("admin", "POST", "/api/v1/keys", b'{"role": "read", "note": "\\u0000"}'),
-        ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "loader_states": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        (
+            "read",
+            "POST",
+            create,
+            b'{"dataset": "ds", "batch_size": 4, "loader_states": '
+            + b"[" * 5000
+            + b"]" * 5000
+            + b"}",
+        ),
     ]
 
 
@@ -90,8 +118,12 @@ def test_each_absurd_request_is_a_one_line_4xx_while_health_answers(server: dict
             status, out = _raw(url, method, path, body=body, key=server[role])
             took = time.perf_counter() - t0
             assert 400 <= status < 500, (path, body and body[:80], status, out)
-            assert isinstance(out, dict) and isinstance(out["error"], str) and "\n" not in out["error"], out
-            assert out["error"] != "There was an error parsing the body", out  # fastapi's words say nothing expected
+            assert (
+                isinstance(out, dict) and isinstance(out["error"], str) and "\n" not in out["error"]
+            ), out
+            assert out["error"] != "There was an error parsing the body", (
+                out
+            )  # fastapi's words say nothing expected
             assert took < 5, (path, took)
     finally:
         stop.set()

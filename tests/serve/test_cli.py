@@ -17,9 +17,14 @@ from datamill.serve.run import serve
 from tests.serve._proc import env, free_port, start_server, stop
 
 
-def test_keys_create_list_revoke_store_only_a_digest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_keys_create_list_revoke_store_only_a_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state"
-    assert main(["serve", "keys", "create", "--state", str(state), "--role", "admin", "--note", "ci"]) == 0
+    assert (
+        main(["serve", "keys", "create", "--state", str(state), "--role", "admin", "--note", "ci"])
+        == 0
+    )
     key = capsys.readouterr().out.strip()
     assert key.startswith("dmk_")
     key_id, secret = key.removeprefix("dmk_").split(".")
@@ -39,7 +44,9 @@ def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
         serve(tmp_path, host="0.0.0.0", auth=False, state=tmp_path / "state")
 
 
-def test_bad_root_or_config_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_root_or_config_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "serve.yaml"
     bad.write_text("roots: [data]\ntypo: 1\n")
     assert main(["serve", str(bad)]) == 2
@@ -48,28 +55,78 @@ def test_bad_root_or_config_is_a_one_line_error(tmp_path: Path, capsys: pytest.C
 
 
 @pytest.mark.server
-def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(tmp_path: Path, server: dict[str, Any]) -> None:
+def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(
+    tmp_path: Path, server: dict[str, Any]
+) -> None:
     state, port = tmp_path / "state", free_port()
     log = tmp_path / "server.log"
     proc = start_server(server["root"], state, port, log=log)
     try:
-        key = next(line.split(": ")[-1] for line in log.read_text().splitlines() if "admin key" in line)
-        out = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "keys", "list", "--state", str(state)],
-                             env=env(), capture_output=True, text=True, check=True).stdout
+        key = next(
+            line.split(": ")[-1] for line in log.read_text().splitlines() if "admin key" in line
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "datamill.cli", "serve", "keys", "list", "--state", str(state)],
+            env=env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "admin\tactive\t" in out and key.split(".")[1] not in out
         url = f"http://127.0.0.1:{port}"
         code = "import sys; from datamill.serve import Client; Client(sys.argv[1], sys.argv[2]).register('ds', name='ds')"
-        reg = subprocess.run([sys.executable, "-c", code, url, key],
-                             env=env(), capture_output=True, text=True, check=False)
+        reg = subprocess.run(
+            [sys.executable, "-c", code, url, key],
+            env=env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert reg.returncode == 0, reg.stderr
-        res = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "iterate", "--url", url, "--key", key,
-                              "ds", "--batch-size", "500"], env=env(), capture_output=True, text=True, check=False)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "datamill.cli",
+                "serve",
+                "iterate",
+                "--url",
+                url,
+                "--key",
+                key,
+                "ds",
+                "--batch-size",
+                "500",
+            ],
+            env=env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert res.returncode == 0, res.stderr
         assert "12 batches, 6,000 samples" in res.stdout
         # `datamill iterate DATASET --url URL` is the same command (the loader CLI forwards it)
-        res = subprocess.run([sys.executable, "-m", "datamill.cli", "iterate", "ds", "--url", url, "--key", key,
-                              "--batch-size", "500", "--name", "via-iterate"], env=env(), capture_output=True,
-                             text=True, check=False)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "datamill.cli",
+                "iterate",
+                "ds",
+                "--url",
+                url,
+                "--key",
+                key,
+                "--batch-size",
+                "500",
+                "--name",
+                "via-iterate",
+            ],
+            env=env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert res.returncode == 0, res.stderr
         assert "12 batches, 6,000 samples" in res.stdout
     finally:
@@ -81,29 +138,51 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(tmp_path: Path
 
 
 @pytest.mark.server
-def test_demo_section_serves_cifar10_tiny_to_two_clients(data_dir: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_section_serves_cifar10_tiny_to_two_clients(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`datamill demo` starts a loopback server, two client processes share the epoch, the server stops."""
     from datamill.serve import demo
 
     demo.run(data_dir, tmp_path)
     out = capsys.readouterr().out
-    counts = [int(line.split(":")[1].split()[0]) for line in out.splitlines() if "client rank" in line]
+    counts = [
+        int(line.split(":")[1].split()[0]) for line in out.splitlines() if "client rank" in line
+    ]
     assert sorted(counts) == [50, 50]  # 100 images, each served once across the two ranks
     row = next(line.split() for line in out.splitlines() if line.startswith("demo "))
     assert row[1] == row[2] and row[3:] == ["0", "0"]  # total == done, nothing leased or pending
     assert "server stopped" in out
 
 
-@pytest.mark.parametrize("argv, shown", [
-    (["serve", "--help"], ["--host", "--port", "--allowed-hosts", "--lease-timeout", "keys", "audit", "backup",
-                           "iterate"]),
-    (["serve", "keys", "--help"], ["create", "list", "revoke"]),
-    (["serve", "keys", "create", "--help"], ["--role", "--datasets", "--expires", "--state"]),
-    (["serve", "iterate", "--help"], ["--url", "--batch-size", "--world-size", "--reconnect-timeout"]),
-    (["serve", "backup", "--help"], ["--state", "out"]),
-])
-def test_serve_help_shows_real_options(argv: list[str], shown: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["serve", "--help"],
+            [
+                "--host",
+                "--port",
+                "--allowed-hosts",
+                "--lease-timeout",
+                "keys",
+                "audit",
+                "backup",
+                "iterate",
+            ],
+        ),
+        (["serve", "keys", "--help"], ["create", "list", "revoke"]),
+        (["serve", "keys", "create", "--help"], ["--role", "--datasets", "--expires", "--state"]),
+        (
+            ["serve", "iterate", "--help"],
+            ["--url", "--batch-size", "--world-size", "--reconnect-timeout"],
+        ),
+        (["serve", "backup", "--help"], ["--state", "out"]),
+    ],
+)
+def test_serve_help_shows_real_options(
+    argv: list[str], shown: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as done:
         main(argv)
     assert done.value.code == 0
@@ -112,14 +191,24 @@ def test_serve_help_shows_real_options(argv: list[str], shown: list[str], capsys
     assert "args" not in out.split()
 
 
-@pytest.mark.parametrize("argv", [
-    ["serve", "ROOT", "--port", "99999"], ["serve", "ROOT", "--port", "0"], ["serve", "--port", "-1", "ROOT"],
-    ["serve", "ROOT", "--lease-timeout", "-5"], ["serve", "ROOT", "--lease-timeout", "nan"],
-    ["serve", "ROOT", "--lease-timeout", "100000"], ["serve", "iterate", "ds", "--url", "http://x", "--batch-size", "0"],
-    ["serve", "iterate", "ds", "--url", "http://x", "--reconnect-timeout", "inf"],
-    ["serve", "ROOT", "--allowed-hosts", ","], ["serve", "ROOT", "--allowed-hosts", "evil.example/x"],
-])
-def test_ports_timeouts_and_counts_are_validated(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "ROOT", "--port", "99999"],
+        ["serve", "ROOT", "--port", "0"],
+        ["serve", "--port", "-1", "ROOT"],
+        ["serve", "ROOT", "--lease-timeout", "-5"],
+        ["serve", "ROOT", "--lease-timeout", "nan"],
+        ["serve", "ROOT", "--lease-timeout", "100000"],
+        ["serve", "iterate", "ds", "--url", "http://x", "--batch-size", "0"],
+        ["serve", "iterate", "ds", "--url", "http://x", "--reconnect-timeout", "inf"],
+        ["serve", "ROOT", "--allowed-hosts", ","],
+        ["serve", "ROOT", "--allowed-hosts", "evil.example/x"],
+    ],
+)
+def test_ports_timeouts_and_counts_are_validated(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2  # argparse's error: one line, exit 2 (main returns it)
     err = capsys.readouterr().err
     assert "expected" in err and len([x for x in err.splitlines() if "error:" in x]) == 1
@@ -129,18 +218,28 @@ def test_iterate_against_a_dead_server_is_one_located_line_within_10s(tmp_path: 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for cmd in (["iterate", "ds", "--url", url], ["serve", "iterate", "ds", "--url", url]):
         t0 = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "datamill.cli", *cmd], env=env(), capture_output=True, text=True,
-                             timeout=30, check=False)
+        res = subprocess.run(
+            [sys.executable, "-m", "datamill.cli", *cmd],
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         took = time.monotonic() - t0
         assert res.returncode == 2 and took < 10, (res.returncode, took, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: cannot reach " + url), res.stderr
 
 
-def test_keys_limited_and_expiring_from_the_cli_and_the_audit_log(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_keys_limited_and_expiring_from_the_cli_and_the_audit_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = str(tmp_path / "state")
-    assert main(["serve", "keys", "create", "--state", state, "--datasets", "a,b", "--expires", "30d"]) == 0
+    assert (
+        main(["serve", "keys", "create", "--state", state, "--datasets", "a,b", "--expires", "30d"])
+        == 0
+    )
     key = capsys.readouterr().out.strip()
     key_id = key.removeprefix("dmk_").split(".")[0]
     assert main(["serve", "keys", "list", "--state", state]) == 0
@@ -152,5 +251,6 @@ def test_keys_limited_and_expiring_from_the_cli_and_the_audit_log(tmp_path: Path
     capsys.readouterr()
     assert main(["serve", "audit", "--state", state]) == 0
     log = capsys.readouterr().out.splitlines()
-    assert any(f"create key\t{key_id}" in line for line in log) and any(f"revoke key\t{key_id}" in line
-                                                                         for line in log)
+    assert any(f"create key\t{key_id}" in line for line in log) and any(
+        f"revoke key\t{key_id}" in line for line in log
+    )

@@ -43,53 +43,100 @@ def _one_line_json(res: Any) -> dict[str, Any]:
 
 def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> None:
     with Client(server["url"], server["read"]) as client:
-        it = client.iteration("ds", batch_size=100, name="fences", lease_size=4, lease_timeout=2.0,
-                                mode="dynamic")["id"]
+        it = client.iteration(
+            "ds", batch_size=100, name="fences", lease_size=4, lease_timeout=2.0, mode="dynamic"
+        )["id"]
     path = f"/api/v1/iterations/{it}"
     holder, thief = _http(server, S1), _http(server, S2)
     try:
         res = holder.request("GET", f"{path}/next", query=[("client", "holder")])
         lease, fence = res.headers["x-datamill-lease"], res.headers["x-datamill-fence"]
         assert len(fence) == 32 and int(fence, 16) >= 0  # 128 random bits
-        assert res.headers["x-datamill-lease"] != holder.request(
-            "GET", f"{path}/next", query=[("client", "holder")]).headers["x-datamill-lease"]
+        assert (
+            res.headers["x-datamill-lease"]
+            != holder.request("GET", f"{path}/next", query=[("client", "holder")]).headers[
+                "x-datamill-lease"
+            ]
+        )
         # another session with the right fence (a stolen lease), and the holder with a forged fence: 409
-        stolen = thief.request("POST", f"{path}/ack", ok=(409,), body={"client": "thief", "acks": [[lease, fence, 0, 1]]})
+        stolen = thief.request(
+            "POST",
+            f"{path}/ack",
+            ok=(409,),
+            body={"client": "thief", "acks": [[lease, fence, 0, 1]]},
+        )
         assert _one_line_json(stolen)["acks"] == {lease: "refused"}
         forged = "%032x" % (int(fence, 16) ^ 1)
-        res = holder.request("POST", f"{path}/ack", ok=(409,), body={"client": "holder", "acks": [[lease, forged, 0, 1]]})
+        res = holder.request(
+            "POST",
+            f"{path}/ack",
+            ok=(409,),
+            body={"client": "holder", "acks": [[lease, forged, 0, 1]]},
+        )
         assert _one_line_json(res)["acks"] == {lease: "refused"}
-        res = thief.request("POST", f"{path}/heartbeat", ok=(409,), body={"client": "thief", "leases": [[lease, fence]]})
+        res = thief.request(
+            "POST",
+            f"{path}/heartbeat",
+            ok=(409,),
+            body={"client": "thief", "leases": [[lease, fence]]},
+        )
         assert _one_line_json(res)["refused"] == [lease]
-        res = thief.request("GET", f"{path}/next", query=[("client", "thief"), ("ack", f"{lease}:{fence}:0-1")])
+        res = thief.request(
+            "GET", f"{path}/next", query=[("client", "thief"), ("ack", f"{lease}:{fence}:0-1")]
+        )
         assert res.headers["x-datamill-acks"] == f"{lease}=refused"
         assert client_progress(server, it)["done"] == 0  # nothing of the thief's was taken
         # the holder acknowledges batch by batch; a repeat is "already"
-        holder.request("POST", f"{path}/heartbeat", body={"client": "holder", "leases": [[lease, fence]]})
-        ok = holder.request("POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 1]]})
+        holder.request(
+            "POST", f"{path}/heartbeat", body={"client": "holder", "leases": [[lease, fence]]}
+        )
+        ok = holder.request(
+            "POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 1]]}
+        )
         assert ok.json() == {"acks": {lease: "ok"}}
-        again = holder.request("POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 1]]})
+        again = holder.request(
+            "POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 1]]}
+        )
         assert again.json() == {"acks": {lease: "already"}}
         assert client_progress(server, it)["done"] == 1
         # malformed fences are 422 before any work
         for bad in ("9" * 5000, "xyz", ""):
-            holder.request("POST", f"{path}/ack", ok=(422,), body={"client": "holder", "acks": [[lease, bad, 0, 1]]})
+            holder.request(
+                "POST",
+                f"{path}/ack",
+                ok=(422,),
+                body={"client": "holder", "acks": [[lease, bad, 0, 1]]},
+            )
         # no heartbeat for longer than the lease timeout: expired, 410
         time.sleep(2.5)
-        res = holder.request("POST", f"{path}/ack", ok=(410,), body={"client": "holder", "acks": [[lease, fence, 1, 2]]})
+        res = holder.request(
+            "POST",
+            f"{path}/ack",
+            ok=(410,),
+            body={"client": "holder", "acks": [[lease, fence, 1, 2]]},
+        )
         assert _one_line_json(res)["acks"] == {lease: "expired"}
-        res = holder.request("POST", f"{path}/heartbeat", ok=(410,), body={"client": "holder", "leases": [[lease, fence]]})
+        res = holder.request(
+            "POST",
+            f"{path}/heartbeat",
+            ok=(410,),
+            body={"client": "holder", "leases": [[lease, fence]]},
+        )
         assert _one_line_json(res)["lost"] == [lease]
     finally:
         holder.close()
         thief.close()
 
 
-def test_a_client_of_another_key_cannot_take_over_a_static_ranks_leases(server: dict[str, Any]) -> None:
+def test_a_client_of_another_key_cannot_take_over_a_static_ranks_leases(
+    server: dict[str, Any],
+) -> None:
     with Client(server["url"], server["admin"]) as admin:
         other = admin.create_key(role="read", note="another team")["key"]
     with Client(server["url"], server["read"]) as client:
-        it = client.iteration("ds", batch_size=100, name="takeover", lease_size=4, world_size=2)["id"]
+        it = client.iteration("ds", batch_size=100, name="takeover", lease_size=4, world_size=2)[
+            "id"
+        ]
     path = f"/api/v1/iterations/{it}"
     holder, thief = _http(server, S1), Http(server["url"], other)
     thief.headers["X-Datamill-Session"] = S2
@@ -98,7 +145,9 @@ def test_a_client_of_another_key_cannot_take_over_a_static_ranks_leases(server: 
         lease, fence = res.headers["x-datamill-lease"], res.headers["x-datamill-fence"]
         res = thief.request("GET", f"{path}/next", query=[("client", "thief"), ("rank", 0)])
         assert res.headers["x-datamill-positions"] == "0:4-8"  # not the holder's batches 0-3
-        ok = holder.request("POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 4]]})
+        ok = holder.request(
+            "POST", f"{path}/ack", body={"client": "holder", "acks": [[lease, fence, 0, 4]]}
+        )
         assert ok.json() == {"acks": {lease: "ok"}}  # the holder's lease was not taken over
     finally:
         holder.close()
@@ -112,9 +161,17 @@ def client_progress(server: dict[str, Any], it: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 @pytest.mark.parametrize("inside", [False, True])
-def test_an_end_of_epoch_state_resumes_at_the_next_epoch(server: dict[str, Any], mode: str, inside: bool) -> None:
-    kw: dict[str, Any] = {"batch_size": 500, "seed": 3, "name": f"eoe-{mode}-{inside}", "collate": "arrow",
-                          "mode": mode, "lease_size": 4}
+def test_an_end_of_epoch_state_resumes_at_the_next_epoch(
+    server: dict[str, Any], mode: str, inside: bool
+) -> None:
+    kw: dict[str, Any] = {
+        "batch_size": 500,
+        "seed": 3,
+        "name": f"eoe-{mode}-{inside}",
+        "collate": "arrow",
+        "mode": mode,
+        "lease_size": 4,
+    }
     first = RemoteLoader(server["url"], server["read"], "ds", **kw)
     state = None
     for _ in first:
@@ -128,16 +185,21 @@ def test_an_end_of_epoch_state_resumes_at_the_next_epoch(server: dict[str, Any],
     got = [b.column("uid").to_pylist() for b in second]
     assert second.epoch == 2
     if mode == "static":
-        ref = [b.column("uid").to_pylist() for b in Loader(open_source(server["root"] / "ds"), 500, seed=3,
-                                                            epoch=1, collate="arrow")]
+        ref = [
+            b.column("uid").to_pylist()
+            for b in Loader(
+                open_source(server["root"] / "ds"), 500, seed=3, epoch=1, collate="arrow"
+            )
+        ]
         assert got == ref  # exactly epoch 1, in the in-process Loader's order
     else:
         assert sorted(u for b in got for u in b) == list(range(N))
 
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
-def test_a_replacement_process_state_counts_the_ranks_progress(server: dict[str, Any], tmp_path: Path,
-                                                               mode: str) -> None:
+def test_a_replacement_process_state_counts_the_ranks_progress(
+    server: dict[str, Any], tmp_path: Path, mode: str
+) -> None:
     name = f"replace-{mode}"
     opts = {"batch_size": 50, "seed": 8, "mode": mode, "name": name, "lease_size": 4, "sleep": 0.02}
     log = tmp_path / "w.log"
@@ -152,28 +214,41 @@ def test_a_replacement_process_state_counts_the_ranks_progress(server: dict[str,
     logged = read_log(log)
     assert len(logged) >= 30
     done_before = client_progress(server, name)["done"]
-    assert done_before >= len(logged) - 3  # the killed process's tail: what it consumed since its last flush
+    assert (
+        done_before >= len(logged) - 3
+    )  # the killed process's tail: what it consumed since its last flush
     opts.pop("sleep")
     replacement = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)  # type: ignore[arg-type]
     it = iter(replacement)
     seen = [next(it).column("uid").to_pylist()]
     state = replacement.state_dict()
-    assert state["consumed"] >= done_before + 1  # the rank's progress, not this process's single batch
+    assert (
+        state["consumed"] >= done_before + 1
+    )  # the rank's progress, not this process's single batch
     seen += [b.column("uid").to_pylist() for b in it]
     assert {u for b in logged + seen for u in b} == set(range(N))  # nothing lost
     total = -(-N // 50)
     assert len(logged) + len(seen) <= total + 3
 
 
-def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(server: dict[str, Any],
-                                                                          tmp_path: Path) -> None:
+def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     """The contract's exception: a killed client's unflushed batches are not served again when the job
     resumes from that client's ``state_dict()`` (here written after every batch the worker logs)."""
     name = "resume-dynamic"
-    opts: dict[str, Any] = {"batch_size": 50, "seed": 12, "mode": "dynamic", "name": name, "lease_size": 4,
-                            "lease_timeout": 5.0}
+    opts: dict[str, Any] = {
+        "batch_size": 50,
+        "seed": 12,
+        "mode": "dynamic",
+        "name": name,
+        "lease_size": 4,
+        "lease_timeout": 5.0,
+    }
     log, saved = tmp_path / "w.log", tmp_path / "state.json"
-    worker = start_worker(server["url"], server["read"], "ds", log, **opts, sleep=0.04, state=str(saved))
+    worker = start_worker(
+        server["url"], server["read"], "ds", log, **opts, sleep=0.04, state=str(saved)
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(read_log(log)) < 20:
@@ -182,14 +257,19 @@ def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(serv
         stop(worker, kill=True)
     logged = [tuple(b) for b in read_log(log)]
     checkpoint = json.loads(saved.read_text())
-    state, covered = checkpoint["state"], checkpoint["logged"]  # the state covers the first `covered` batches
+    state, covered = (
+        checkpoint["state"],
+        checkpoint["logged"],
+    )  # the state covers the first `covered` batches
     assert len(logged) >= 20 and len(logged) - covered in (0, 1)
     assert state["unflushed"]  # consumed batches not yet journaled (the last one at least)
     resumed = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)
     resumed.load_state_dict(state)
     seen = [tuple(b.column("uid").to_pylist()) for b in resumed]
     every = Counter(logged + seen)
-    assert {u for b in every for u in b} == set(range(N)) and len(every) == -(-N // 50)  # nothing lost
+    assert {u for b in every for u in b} == set(range(N)) and len(every) == -(
+        -N // 50
+    )  # nothing lost
     twice = [b for b, n in every.items() if n > 1]
     # only a batch logged after the state was written (the worker died between the two) may come again
     assert set(twice) <= set(logged[covered:]), (len(twice), len(logged), covered)
@@ -200,9 +280,25 @@ def _start_limited(root: Path, state: Path, port: int, fsize: int) -> subprocess
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
-    proc = subprocess.Popen([sys.executable, "-m", "datamill.cli", "serve", str(root), "--port", str(port),
-                             "--state", str(state), "--lease-timeout", "30"], env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit)  # noqa: PLW1509
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "serve",
+            str(root),
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+            "--lease-timeout",
+            "30",
+        ],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=limit,  # noqa: PLW1509
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         assert proc.poll() is None, "server exited"
@@ -218,21 +314,28 @@ def _start_limited(root: Path, state: Path, port: int, fsize: int) -> subprocess
     raise RuntimeError("server did not start")
 
 
-def test_a_full_disk_at_ack_time_is_503_and_already_only_for_journaled_acks(server: dict[str, Any],
-                                                                             tmp_path: Path) -> None:
+def test_a_full_disk_at_ack_time_is_503_and_already_only_for_journaled_acks(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     state = tmp_path / "state"
     admin, read = make_key(state, "admin"), make_key(state, "read")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = _start_limited(server["root"], state, port, 1 << 30)  # set up (register, iterate) without a limit
+    proc = _start_limited(
+        server["root"], state, port, 1 << 30
+    )  # set up (register, iterate) without a limit
     try:
         with Client(url, admin) as c:
             c.register("ds", name="ds")
-            it = c.iteration("ds", batch_size=20, name="full", lease_size=300, lease_timeout=30.0)["id"]
+            it = c.iteration("ds", batch_size=20, name="full", lease_size=300, lease_timeout=30.0)[
+                "id"
+            ]
     finally:
         stop(proc)
     biggest = max(os.path.getsize(p) for p in state.iterdir() if p.is_file())
-    proc = _start_limited(server["root"], state, port, biggest + 48 * 1024)  # the state's file system fills up
+    proc = _start_limited(
+        server["root"], state, port, biggest + 48 * 1024
+    )  # the state's file system fills up
     told: dict[int, str] = {}  # position -> the ack's answer
     path = f"/api/v1/iterations/{it}"
     h = Http(url, read)
@@ -242,15 +345,28 @@ def test_a_full_disk_at_ack_time_is_503_and_already_only_for_journaled_acks(serv
         lease, fence = res.headers["x-datamill-lease"], res.headers["x-datamill-fence"]
         full = None
         for pos in range(300):
-            res = h.request("POST", f"{path}/ack", ok=(200, 503), body={"client": "c", "acks": [[lease, fence, pos, pos + 1]]})
+            res = h.request(
+                "POST",
+                f"{path}/ack",
+                ok=(200, 503),
+                body={"client": "c", "acks": [[lease, fence, pos, pos + 1]]},
+            )
             if res.status == 503:
-                assert int(res.headers["retry-after"]) > 0 and "journal" in _one_line_json(res)["error"]
+                assert (
+                    int(res.headers["retry-after"]) > 0
+                    and "journal" in _one_line_json(res)["error"]
+                )
                 full = pos
                 break
             told[pos] = res.json()["acks"][lease]
         assert full is not None and full >= 1, "the file size limit was never reached"
         for _ in range(3):  # the retry of an ack that was not journaled is never "already"
-            res = h.request("POST", f"{path}/ack", ok=(200, 503), body={"client": "c", "acks": [[lease, fence, full, full + 1]]})
+            res = h.request(
+                "POST",
+                f"{path}/ack",
+                ok=(200, 503),
+                body={"client": "c", "acks": [[lease, fence, full, full + 1]]},
+            )
             assert res.status == 503 or res.json()["acks"][lease] == "ok"
             if res.status == 200:
                 told[full] = "ok"
@@ -265,7 +381,9 @@ def test_a_full_disk_at_ack_time_is_503_and_already_only_for_journaled_acks(serv
             journaled = {u for a, b, _ in c.done(it) for u in range(a, b)}
     finally:
         stop(proc)
-    assert journaled == set(told) and set(told.values()) == {"ok"}  # told "ok" exactly for what was journaled
+    assert journaled == set(told) and set(told.values()) == {
+        "ok"
+    }  # told "ok" exactly for what was journaled
 
 
 def server_alive(url: str) -> bool:
@@ -276,23 +394,31 @@ def server_alive(url: str) -> bool:
         h.close()
 
 
-def test_the_server_holds_no_per_sample_order_and_evicts_finished_iterations(server: dict[str, Any],
-                                                                             tmp_path: Path) -> None:
+def test_the_server_holds_no_per_sample_order_and_evicts_finished_iterations(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     from datamill.serve.server import ServeState
 
     st = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
     try:
         st.register("ds", name="ds")
-        info = st.create_iteration({"dataset": "ds", "batch_size": 1000, "name": "evict", "lease_size": 2,
-                                    "world_size": 2})
+        info = st.create_iteration(
+            {"dataset": "ds", "batch_size": 1000, "name": "evict", "lease_size": 2, "world_size": 2}
+        )
         it = st.iteration(info["id"])
         for rank in range(2):
             while (payload := st.next_lease(it, f"c{rank}", rank=rank)) is not None:
                 st.ack(it, payload.lease.id, payload.lease.fence, client=f"c{rank}")
         svc = st.service(it.config)
-        assert svc.stats()["plans_cached"] == 0 and not svc._orders  # batches built without the epoch's full order
+        assert (
+            svc.stats()["plans_cached"] == 0 and not svc._orders
+        )  # batches built without the epoch's full order
         assert info["id"] not in st._iterations  # finished: evicted from memory
         again = st.iteration(info["id"])  # rebuilt from the journal on demand
-        assert again is not it and again.progress()["done"] == again.total == 6 and again.finished_all()
+        assert (
+            again is not it
+            and again.progress()["done"] == again.total == 6
+            and again.finished_all()
+        )
     finally:
         st.close()

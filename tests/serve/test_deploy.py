@@ -53,21 +53,26 @@ def _certs(d: Path) -> dict[str, Path]:
 def _nginx_conf(prefix: Path, *, port: int, upstream: int, certs: dict[str, Path]) -> Path:
     """deploy/nginx.conf's server block with this test's ports and files, inside a minimal nginx.conf."""
     block = (REPO / "deploy" / "nginx.conf").read_text()
-    for old, new in (("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;"),
-                     ("server_name data.example.org;", "server_name 127.0.0.1;"),
-                     ("/etc/ssl/datamill/fullchain.pem", str(certs["cert"])),
-                     ("/etc/ssl/datamill/privkey.pem", str(certs["key"])),
-                     ("http://127.0.0.1:8470", f"http://127.0.0.1:{upstream}")):
+    for old, new in (
+        ("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;"),
+        ("server_name data.example.org;", "server_name 127.0.0.1;"),
+        ("/etc/ssl/datamill/fullchain.pem", str(certs["cert"])),
+        ("/etc/ssl/datamill/privkey.pem", str(certs["key"])),
+        ("http://127.0.0.1:8470", f"http://127.0.0.1:{upstream}"),
+    ):
         assert block.count(old) == 1, f"deploy/nginx.conf no longer has {old!r}"
         block = block.replace(old, new)
-    temps = "\n".join(f"    {k}_temp_path {prefix / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    temps = "\n".join(
+        f"    {k}_temp_path {prefix / k};"
+        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     conf = prefix / "nginx.conf"
-    conf.write_text(f"""{'user root;' if os.geteuid() == 0 else ''}
+    conf.write_text(f"""{"user root;" if os.geteuid() == 0 else ""}
 worker_processes 1;
-error_log {prefix / 'error.log'} warn;
+error_log {prefix / "error.log"} warn;
 events {{ worker_connections 128; }}
 http {{
-    access_log {prefix / 'access.log'};
+    access_log {prefix / "access.log"};
 {temps}
 {block}
 }}
@@ -92,36 +97,66 @@ def _login(base: str, key: str, ca: Path) -> tuple[str, http.cookiejar.CookieJar
     import ssl
 
     jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca)),
-                                         urllib.request.HTTPCookieProcessor(jar))
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca)),
+        urllib.request.HTTPCookieProcessor(jar),
+    )
     with opener.open(base + "/ui/login", timeout=30) as res:
         page = res.read().decode()
     token = re.search(r'name="csrf" value="([^"]+)"', page)
     assert token, page[:500]
-    form = urllib.parse.urlencode({"key": key, "csrf": token.group(1), "next": "/ui/datasets"}).encode()
+    form = urllib.parse.urlencode(
+        {"key": key, "csrf": token.group(1), "next": "/ui/datasets"}
+    ).encode()
     req = urllib.request.Request(base + "/ui/login", data=form, headers={"Origin": base})
-    with opener.open(req, timeout=30) as res:  # follows the 303 to /ui/datasets with the session cookie
+    with opener.open(
+        req, timeout=30
+    ) as res:  # follows the 303 to /ui/datasets with the session cookie
         assert res.status == 200 and res.url.endswith("/ui/datasets")
         return res.read().decode(), jar
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="Debian's nginx (scripts/test.sh installs it)")
+@pytest.mark.skipif(
+    shutil.which("nginx") is None, reason="Debian's nginx (scripts/test.sh installs it)"
+)
 def test_clients_and_the_ui_through_nginx_terminating_tls(tmp_path: Path) -> None:
-    ShardsetDataset.create(tmp_path / "root" / "ds", pa.table({"uid": np.arange(N, dtype=np.int64),
-                                                               "x": np.arange(N, dtype=np.float32)}),
-                           uid="uid", shardset="main", shard_size=300)
+    ShardsetDataset.create(
+        tmp_path / "root" / "ds",
+        pa.table({"uid": np.arange(N, dtype=np.int64), "x": np.arange(N, dtype=np.float32)}),
+        uid="uid",
+        shardset="main",
+        shard_size=300,
+    )
     certs = _certs(tmp_path)
     state = tmp_path / "state"
     admin, read = make_key(state, "admin"), make_key(state, "read")
     sport, nport = free_port(), free_port()
-    server = start_server(tmp_path / "root", state, sport, "--forwarded-allow-ips", "127.0.0.1",
-                          "--allowed-hosts", "127.0.0.1")
+    server = start_server(
+        tmp_path / "root",
+        state,
+        sport,
+        "--forwarded-allow-ips",
+        "127.0.0.1",
+        "--allowed-hosts",
+        "127.0.0.1",
+    )
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     conf = _nginx_conf(prefix, port=nport, upstream=sport, certs=certs)
     with open(prefix / "stdout.log", "wb") as log:
-        nginx = subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(conf), "-g",
-                                  f"daemon off; pid {prefix / 'nginx.pid'};"], stdout=log, stderr=subprocess.STDOUT)
+        nginx = subprocess.Popen(
+            [
+                "nginx",
+                "-p",
+                str(prefix),
+                "-c",
+                str(conf),
+                "-g",
+                f"daemon off; pid {prefix / 'nginx.pid'};",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _wait_port(nport, nginx, prefix / "error.log")
         url = f"https://127.0.0.1:{nport}"
@@ -130,17 +165,22 @@ def test_clients_and_the_ui_through_nginx_terminating_tls(tmp_path: Path) -> Non
             assert [d["name"] for d in c.datasets()] == ["ds"]
         with Client(url, admin) as c, pytest.raises(RemoteError, match="CERTIFICATE_VERIFY_FAILED"):
             c.datasets()  # the system's CAs do not know the test CA
-        loader = RemoteLoader(url, read, "ds", batch_size=64, name="tls", collate="arrow", verify=certs["ca"])
+        loader = RemoteLoader(
+            url, read, "ds", batch_size=64, name="tls", collate="arrow", verify=certs["ca"]
+        )
         batches = list(loader)
         assert len(batches) == -(-N // 64)
-        np.testing.assert_array_equal(np.sort(np.concatenate([b.column("uid").to_numpy() for b in batches])),
-                                      np.arange(N))
+        np.testing.assert_array_equal(
+            np.sort(np.concatenate([b.column("uid").to_numpy() for b in batches])), np.arange(N)
+        )
         page, jar = _login(url, admin, certs["ca"])
         assert "ds" in page
         session = [ck for ck in jar if ck.name == "datamill_session"]
         assert session and session[0].secure  # X-Forwarded-Proto: https from the trusted proxy
         access = (prefix / "access.log").read_text()
-        assert "/api/v1/iterations/" in access and "/ui/login" in access  # it really went through nginx
+        assert (
+            "/api/v1/iterations/" in access and "/ui/login" in access
+        )  # it really went through nginx
     finally:
         if nginx.poll() is None:
             os.kill(nginx.pid, signal.SIGTERM)
@@ -153,17 +193,39 @@ def test_clients_and_the_ui_through_nginx_terminating_tls(tmp_path: Path) -> Non
 
 
 def test_the_server_serves_https_itself(tmp_path: Path) -> None:
-    ShardsetDataset.create(tmp_path / "root" / "ds", pa.table({"uid": np.arange(100, dtype=np.int64)}),
-                           uid="uid", shardset="main", shard_size=50)
+    ShardsetDataset.create(
+        tmp_path / "root" / "ds",
+        pa.table({"uid": np.arange(100, dtype=np.int64)}),
+        uid="uid",
+        shardset="main",
+        shard_size=50,
+    )
     certs = _certs(tmp_path)
     state = tmp_path / "state"
     admin = make_key(state, "admin")
     port = free_port()
     log = tmp_path / "server.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "datamill.cli", "serve", str(tmp_path / "root"), "--port",
-                                 str(port), "--state", str(state), "--ssl-certfile", str(certs["cert"]),
-                                 "--ssl-keyfile", str(certs["key"])], env=env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "datamill.cli",
+                "serve",
+                str(tmp_path / "root"),
+                "--port",
+                str(port),
+                "--state",
+                str(state),
+                "--ssl-certfile",
+                str(certs["cert"]),
+                "--ssl-keyfile",
+                str(certs["key"]),
+            ],
+            env=env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -179,9 +241,24 @@ def test_the_server_serves_https_itself(tmp_path: Path) -> None:
     finally:
         stop(proc)
     assert "https://127.0.0.1" in log.read_text()
-    only_cert = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", str(tmp_path / "root"), "--state",
-                                str(state), "--ssl-certfile", str(certs["cert"])], env=env(), capture_output=True,
-                               text=True, timeout=60, check=False)
+    only_cert = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "serve",
+            str(tmp_path / "root"),
+            "--state",
+            str(state),
+            "--ssl-certfile",
+            str(certs["cert"]),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert only_cert.returncode == 2 and "ssl_keyfile" in only_cert.stderr
 
 
@@ -201,40 +278,85 @@ def test_the_documented_serve_yaml_sets_every_key_and_loads(tmp_path: Path) -> N
     cfg = load_config(tmp_path / "serve.yaml")
     assert cfg.roots == [str((tmp_path / "datasets").resolve())]
     doc = ServeConfig.__doc__ or ""
-    assert all(f"{k}:" in doc for k in ServeConfig.model_fields), "every field is documented in the docstring"
+    assert all(f"{k}:" in doc for k in ServeConfig.model_fields), (
+        "every field is documented in the docstring"
+    )
 
 
-@pytest.mark.parametrize(("text", "line", "column", "what"), [
-    ("roots: [data]\nport: 8470\nlease_timout: 5\n", 3, "lease_timout", "Extra inputs"),
-    ("roots: [data]\nlog_format: xml\n", 2, "log_format", "'text' or 'json'"),
-    ("roots: [data]\ndatasets:\n  cifar: [1, 2]\n", 3, "datasets.cifar", "valid string"),
-    ("roots: [data]\nforwarded_allow_ips:\n  - 127.0.0.1\n  - 5\n", 4, "forwarded_allow_ips[1]", "valid string"),
-    ("roots: [data]\nforwarded_allow_ips: [10.0.0.0/8, proxy]\n", 2, "forwarded_allow_ips", "an IP address"),
-    ("roots: [data]\nallowed_hosts: [ok.example.org, 'bad host']\n", 2, "allowed_hosts[1]", "should match"),
-    ("roots: [data\n", 2, None, "not valid YAML"),
-])
-def test_config_errors_name_the_file_line_and_key(tmp_path: Path, text: str, line: int, column: str | None,
-                                                   what: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "line", "column", "what"),
+    [
+        ("roots: [data]\nport: 8470\nlease_timout: 5\n", 3, "lease_timout", "Extra inputs"),
+        ("roots: [data]\nlog_format: xml\n", 2, "log_format", "'text' or 'json'"),
+        ("roots: [data]\ndatasets:\n  cifar: [1, 2]\n", 3, "datasets.cifar", "valid string"),
+        (
+            "roots: [data]\nforwarded_allow_ips:\n  - 127.0.0.1\n  - 5\n",
+            4,
+            "forwarded_allow_ips[1]",
+            "valid string",
+        ),
+        (
+            "roots: [data]\nforwarded_allow_ips: [10.0.0.0/8, proxy]\n",
+            2,
+            "forwarded_allow_ips",
+            "an IP address",
+        ),
+        (
+            "roots: [data]\nallowed_hosts: [ok.example.org, 'bad host']\n",
+            2,
+            "allowed_hosts[1]",
+            "should match",
+        ),
+        ("roots: [data\n", 2, None, "not valid YAML"),
+    ],
+)
+def test_config_errors_name_the_file_line_and_key(
+    tmp_path: Path, text: str, line: int, column: str | None, what: str
+) -> None:
     (tmp_path / "serve.yaml").write_text(text)
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "serve.yaml")
     assert err.value.line == line and err.value.column == column and what in str(err.value)
     assert str(err.value.path).endswith("serve.yaml")
-    out = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", str(tmp_path / "serve.yaml")], env=env(),
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 2 and f"line {line}" in out.stderr and len(out.stderr.strip().splitlines()) <= 2
+    out = subprocess.run(
+        [sys.executable, "-m", "datamill.cli", "serve", str(tmp_path / "serve.yaml")],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (
+        out.returncode == 2
+        and f"line {line}" in out.stderr
+        and len(out.stderr.strip().splitlines()) <= 2
+    )
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine"
+)
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     unit = (REPO / "deploy" / "datamill-serve.service").read_text()
-    for need in ("DynamicUser=yes", "StateDirectory=datamill-serve", "NoNewPrivileges=yes", "ProtectSystem=strict",
-                 "KillSignal=SIGTERM"):
+    for need in (
+        "DynamicUser=yes",
+        "StateDirectory=datamill-serve",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "KillSignal=SIGTERM",
+    ):
         assert need in unit, need
     exe = Path(sys.executable).with_name("datamill")
     if not exe.exists():
         pytest.skip("the datamill console script is not installed in this environment")
-    (tmp_path / "datamill-serve.service").write_text(unit.replace("/opt/datamill/.venv/bin/datamill", str(exe)))
-    out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "datamill-serve.service")],
-                         capture_output=True, text=True, timeout=60, check=False)
+    (tmp_path / "datamill-serve.service").write_text(
+        unit.replace("/opt/datamill/.venv/bin/datamill", str(exe))
+    )
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / "datamill-serve.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr

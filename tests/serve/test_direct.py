@@ -50,21 +50,37 @@ def _same_arrays(a: pa.Table, b: pa.Table) -> None:
     assert list(x) == list(y)
     for k in x:
         assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape
-        assert x[k].tolist() == y[k].tolist() if x[k].dtype == object else x[k].tobytes() == y[k].tobytes()
+        assert (
+            x[k].tolist() == y[k].tolist()
+            if x[k].dtype == object
+            else x[k].tobytes() == y[k].tobytes()
+        )
 
 
-def test_direct_batches_are_byte_identical_to_server_built_and_in_process(direct: dict[str, Any]) -> None:
+def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
+    direct: dict[str, Any],
+) -> None:
     source = open_source(direct["root"] / "ds")
     for rank in range(2):
-        kw: dict[str, Any] = {"batch_size": 64, "seed": 13, "rank": rank, "world_size": 2, "lease_size": 5,
-                              "collate": "arrow"}
+        kw: dict[str, Any] = {
+            "batch_size": 64,
+            "seed": 13,
+            "rank": rank,
+            "world_size": 2,
+            "lease_size": 5,
+            "collate": "arrow",
+        }
         built = list(RemoteLoader(direct["url"], direct["read"], "dsd", name="d-built", **kw))
-        loader = RemoteLoader(direct["url"], direct["read"], "dsd", name="d-direct", transport="direct", **kw)
+        loader = RemoteLoader(
+            direct["url"], direct["read"], "dsd", name="d-direct", transport="direct", **kw
+        )
         got = list(loader)
         ref = list(Loader(source, 64, seed=13, rank=rank, world_size=2, collate="arrow"))
         assert len(got) == len(built) == len(ref) == 47
         for a, b, c in zip(got, built, ref):
-            assert _ipc([a]) == _ipc([b])  # direct == server-built, byte for byte (the lease's IPC form)
+            assert _ipc([a]) == _ipc(
+                [b]
+            )  # direct == server-built, byte for byte (the lease's IPC form)
             _same_arrays(a, c)  # == the in-process Loader, collated array bytes
         assert loader.stats["batches"] == 47 and loader.stats["acks"].get("ok", 0) >= 1
     with Client(direct["url"], direct["read"]) as client:
@@ -76,7 +92,9 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(direct
 
 def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
     """A dataset registered without client_location: direct mode is refused with a one-line 400."""
-    loader = RemoteLoader(direct["url"], direct["read"], "ds", batch_size=50, transport="direct", name="no-loc")
+    loader = RemoteLoader(
+        direct["url"], direct["read"], "ds", batch_size=50, transport="direct", name="no-loc"
+    )
     with pytest.raises(RemoteError) as exc:
         next(iter(loader))
     assert exc.value.status == 400 and "no client_location" in str(exc.value).splitlines()[0]
@@ -92,13 +110,20 @@ def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
-        direct: dict[str, Any], tmp_path: Path, mode: str) -> None:
+    direct: dict[str, Any], tmp_path: Path, mode: str
+) -> None:
     """As test_restart's: a client killed -9 and replaced, the server killed -9 and restarted; in direct mode."""
     state, port = tmp_path / "state", free_port()
     shutil.copytree(direct["state"], state)
     url = f"http://127.0.0.1:{port}"
-    opts: dict[str, Any] = {"batch_size": 20, "seed": 6, "mode": mode, "name": "ddups", "sleep": 0.04,
-                            "transport": "direct"}
+    opts: dict[str, Any] = {
+        "batch_size": 20,
+        "seed": 6,
+        "mode": mode,
+        "name": "ddups",
+        "sleep": 0.04,
+        "transport": "direct",
+    }
     if mode == "static":
         opts["world_size"] = 2
     rank = {"a": 0, "a2": 0, "b": 1}
@@ -106,8 +131,14 @@ def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
     logs = {k: tmp_path / f"{k}.log" for k in ("a", "b", "a2")}
 
     def start(k: str) -> Any:
-        return start_worker(url, direct["read"], "dsd", logs[k], **opts,
-                            **({"rank": rank[k]} if mode == "static" else {}))
+        return start_worker(
+            url,
+            direct["read"],
+            "dsd",
+            logs[k],
+            **opts,
+            **({"rank": rank[k]} if mode == "static" else {}),
+        )
 
     def wait_for(k: str, n: int) -> None:
         deadline = time.monotonic() + 60
@@ -122,7 +153,9 @@ def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
         workers["a2"] = start("a2")
         wait_for("a2", 15)
         stop(proc, kill=True)
-        proc = start_server(direct["root"], state, port, "--lease-timeout", "2", "--build-workers", "0")
+        proc = start_server(
+            direct["root"], state, port, "--lease-timeout", "2", "--build-workers", "0"
+        )
         for k in ("b", "a2"):
             err = Path(str(logs[k]) + ".err")
             assert workers[k].wait(timeout=120) == 0, err.read_text() if err.exists() else ""
@@ -146,25 +179,44 @@ def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
     assert all(b in received["a"][-3:] for b in twice)  # none from the server restart
 
 
-def test_direct_mode_reads_s3_through_the_client_cache(direct: dict[str, Any], tmp_path: Path,
-                                                       seaweed: tuple[str, str, str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_direct_mode_reads_s3_through_the_client_cache(
+    direct: dict[str, Any],
+    tmp_path: Path,
+    seaweed: tuple[str, str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The server registers a local copy with client_location s3://...; the client reads SeaweedFS."""
     from datamill.core.objstore import s3_filesystem
 
     endpoint, key, secret = seaweed
-    fs = s3_filesystem(endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True)
+    fs = s3_filesystem(
+        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
+    )
     fs.create_dir("direct")
     pafs.copy_files(str(direct["root"] / "ds"), "direct/ds", destination_filesystem=fs)
-    for var, val in (("AWS_ACCESS_KEY_ID", key), ("AWS_SECRET_ACCESS_KEY", secret), ("AWS_ENDPOINT_URL", endpoint)):
+    for var, val in (
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_ENDPOINT_URL", endpoint),
+    ):
         monkeypatch.setenv(var, val)
     shutil.copytree(direct["root"] / "ds", direct["root"] / "ds3")
     with Client(direct["url"], direct["admin"]) as c:
         c.register("ds3", name="ds3", client_location="s3://direct/ds")
     cache = tmp_path / "cache"
     kw: dict[str, Any] = {"batch_size": 100, "seed": 2, "collate": "arrow", "lease_size": 4}
-    got = list(RemoteLoader(direct["url"], direct["read"], "ds3", transport="direct", cache_dir=cache,
-                            cache_limit=64 << 20, name="d-s3", **kw))
+    got = list(
+        RemoteLoader(
+            direct["url"],
+            direct["read"],
+            "ds3",
+            transport="direct",
+            cache_dir=cache,
+            cache_limit=64 << 20,
+            name="d-s3",
+            **kw,
+        )
+    )
     ref = list(Loader(open_source(direct["root"] / "ds"), 100, seed=2, collate="arrow"))
     assert len(got) == len(ref) == N // 100
     for a, b in zip(got, ref):
@@ -172,19 +224,33 @@ def test_direct_mode_reads_s3_through_the_client_cache(direct: dict[str, Any], t
     assert any(cache.rglob("*"))  # the shards came through the local cache
 
 
-def test_build_workers_give_the_same_bytes_as_one_process(direct: dict[str, Any], tmp_path: Path) -> None:
+def test_build_workers_give_the_same_bytes_as_one_process(
+    direct: dict[str, Any], tmp_path: Path
+) -> None:
     """ServeState with 2 build workers vs in-process builds: the same lease bodies, lease for lease."""
     bodies: dict[int, list[bytes]] = {}
     for workers in (0, 2):
-        st = ServeState(tmp_path / f"state{workers}", roots=[direct["root"]], auth=False, build_workers=workers)
+        st = ServeState(
+            tmp_path / f"state{workers}", roots=[direct["root"]], auth=False, build_workers=workers
+        )
         try:
             st.register("ds", name="ds")
-            it_id = st.create_iteration({"dataset": "ds", "batch_size": 70, "seed": 3, "world_size": 2,
-                                         "lease_size": 4, "mode": "static"})["id"]
+            it_id = st.create_iteration(
+                {
+                    "dataset": "ds",
+                    "batch_size": 70,
+                    "seed": 3,
+                    "world_size": 2,
+                    "lease_size": 4,
+                    "mode": "static",
+                }
+            )["id"]
             it = st.iteration(it_id)
             out = []
             for rank in (0, 1):
-                while (p := st.next_lease(it, f"c{rank}", rank=rank, session=f"c{rank}")) is not None:
+                while (
+                    p := st.next_lease(it, f"c{rank}", rank=rank, session=f"c{rank}")
+                ) is not None:
                     out.append(p.body)
                     st.ack(it, p.lease.id, p.lease.fence, session=f"c{rank}")
             bodies[workers] = out
@@ -195,14 +261,30 @@ def test_build_workers_give_the_same_bytes_as_one_process(direct: dict[str, Any]
     assert n == N
 
 
-def test_a_server_with_build_workers_serves_the_loader_batches(direct: dict[str, Any], tmp_path: Path) -> None:
+def test_a_server_with_build_workers_serves_the_loader_batches(
+    direct: dict[str, Any], tmp_path: Path
+) -> None:
     state, port = tmp_path / "state", free_port()
     shutil.copytree(direct["state"], state)
     proc = start_server(direct["root"], state, port, "--build-workers", "2")
     try:
         url = f"http://127.0.0.1:{port}"
-        got = [list(RemoteLoader(url, direct["read"], "ds", batch_size=64, seed=5, rank=r, world_size=2,
-                                 collate="arrow", name="bw")) for r in (0, 1)]
+        got = [
+            list(
+                RemoteLoader(
+                    url,
+                    direct["read"],
+                    "ds",
+                    batch_size=64,
+                    seed=5,
+                    rank=r,
+                    world_size=2,
+                    collate="arrow",
+                    name="bw",
+                )
+            )
+            for r in (0, 1)
+        ]
     finally:
         stop(proc)
     source = open_source(direct["root"] / "ds")
@@ -221,7 +303,9 @@ def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Pat
     st = ServeState(tmp_path / "state", roots=[direct["root"]], auth=False, build_workers=1)
     try:
         st.register("ds", name="ds")
-        it = st.iteration(st.create_iteration({"dataset": "ds", "batch_size": 100, "lease_size": 2})["id"])
+        it = st.iteration(
+            st.create_iteration({"dataset": "ds", "batch_size": 100, "lease_size": 2})["id"]
+        )
         first = st.next_lease(it, "c", session="c")
         assert first is not None and first.body
         pids = list(st.pool.executors[0]._processes)

@@ -9,13 +9,24 @@ from hypothesis import strategies as st
 from datamill.serve.iteration import Iteration, Lease, runs
 
 
-@given(batches=st.lists(st.integers(0, 9), min_size=1, max_size=4), static=st.booleans(),
-       lease_size=st.integers(1, 4), ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), max_size=60))
-def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[int], static: bool, lease_size: int,
-                                                                   ops: list[tuple[int, int]]) -> None:
+@given(
+    batches=st.lists(st.integers(0, 9), min_size=1, max_size=4),
+    static=st.booleans(),
+    lease_size=st.integers(1, 4),
+    ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), max_size=60),
+)
+def test_every_unit_is_acknowledged_exactly_once_whatever_happens(
+    batches: list[int], static: bool, lease_size: int, ops: list[tuple[int, int]]
+) -> None:
     world = len(batches)
-    it = Iteration("t", batches, mode="static" if static else "dynamic", world_size=world if static else 1,
-                   lease_size=lease_size, boot="b")
+    it = Iteration(
+        "t",
+        batches,
+        mode="static" if static else "dynamic",
+        world_size=world if static else 1,
+        lease_size=lease_size,
+        boot="b",
+    )
     held: dict[str, list[tuple[str, str]]] = {}
     acked: list[int] = []
     for op, arg in ops:
@@ -30,7 +41,10 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(batches: list[
             res = it.ack(lease_id, fence, client=client)
             if res.status == "ok":
                 acked.extend(u for a, b in res.units for u in range(a, b))
-            assert it.ack(lease_id, fence, client=client).status in ("already", "expired")  # never twice
+            assert it.ack(lease_id, fence, client=client).status in (
+                "already",
+                "expired",
+            )  # never twice
         elif op == 3:  # the client dies: its leases expire
             for lease_id, _ in held.pop(client, []):
                 if lease_id in it.leases:
@@ -68,14 +82,18 @@ def test_static_replacement_takes_over_the_dead_ranks_leases_first_in_order() ->
     assert a is not None and b is not None and (a.start, b.start) == (0, 3)
     c = it.take("new", rank=1)  # a new process for rank 1: the old one's leases come back first
     assert c is not None and (c.start, c.stop) == (0, 3) and it.units_of(c) == [10, 11, 12]
-    assert it.ack(a.id, a.fence, client="old").status == "expired"  # the old process's late ack is refused
+    assert (
+        it.ack(a.id, a.fence, client="old").status == "expired"
+    )  # the old process's late ack is refused
     assert it.ack(c.id, c.fence).status == "ok"
     d = it.take("new", rank=1)
     assert d is not None and d.start == 3
 
 
 def test_unknown_leases_are_expired_and_elastic_queues_split_the_rest() -> None:
-    it = Iteration("t", [4, 4, 4], mode="static", world_size=2, base_done=[0, 1, 4], lease_size=2, boot="new")
+    it = Iteration(
+        "t", [4, 4, 4], mode="static", world_size=2, base_done=[0, 1, 4], lease_size=2, boot="new"
+    )
     assert it.ack("old.1", "1").status == "expired"
     assert [len(q) for q in it.queues] == [5, 4] and it.progress()["done"] == 3
     assert sorted(np.concatenate(it.queues).tolist()) == [2, 3, 5, 6, 7, 8, 9, 10, 11]
@@ -98,15 +116,21 @@ def test_cancel_stops_leases_and_reissues_after_expiry_are_counted() -> None:
     it = Iteration("i", [6], lease_size=2, lease_timeout=60.0, boot="b")
     first = it.take("c0")
     assert first is not None and it.progress()["reissued_leases"] == 0
-    assert it.expire(now=first.deadline + 1) == 1  # the lease times out: its batches go back to the head of the queue
+    assert (
+        it.expire(now=first.deadline + 1) == 1
+    )  # the lease times out: its batches go back to the head of the queue
     again = it.take("c1")
     assert again is not None and (again.start, again.stop) == (first.start, first.stop)
     p = it.progress()
     assert (p["expired_leases"], p["reissued_leases"]) == (1, 1)
-    assert it.ack(first.id, first.fence, client="c0").status == "expired"  # the late ack of the expired lease
+    assert (
+        it.ack(first.id, first.fence, client="c0").status == "expired"
+    )  # the late ack of the expired lease
     it.cancel()
     assert it.take("c2") is None and it.progress()["cancelled"] and it.progress()["leased"] == 0
-    assert it.ack(again.id, again.fence, client="c1").status == "expired"  # cancelling revoked the live leases
+    assert (
+        it.ack(again.id, again.fence, client="c1").status == "expired"
+    )  # cancelling revoked the live leases
 
 
 def test_fences_are_128_random_bits_bound_to_the_session_that_took_the_lease() -> None:
@@ -114,22 +138,37 @@ def test_fences_are_128_random_bits_bound_to_the_session_that_took_the_lease() -
     leases = [it.take("c0", session="s" * 32) for _ in range(5)]
     assert all(x is not None for x in leases)
     fences = [x.fence for x in leases if x is not None]
-    assert len(set(fences)) == 5 and all(len(f) == 32 and int(f, 16) >= 0 for f in fences)  # 128 bits, hex
+    assert len(set(fences)) == 5 and all(
+        len(f) == 32 and int(f, 16) >= 0 for f in fences
+    )  # 128 bits, hex
     ids = [x.id for x in leases if x is not None]
-    assert len(set(ids)) == 5 and not any(i.startswith("b.") for i in ids)  # not derived from the boot id
+    assert len(set(ids)) == 5 and not any(
+        i.startswith("b.") for i in ids
+    )  # not derived from the boot id
     a = leases[0]
     assert a is not None
     # the right fence from another session (a stolen lease) and a forged fence are both refused
     assert it.ack(a.id, a.fence, session="t" * 32).status == "refused"
     assert it.ack(a.id, "%032x" % (int(a.fence, 16) ^ 1), session="s" * 32).status == "refused"
-    assert it.heartbeat("c1", leases=[(a.id, a.fence)], session="t" * 32) == {"lost": [], "refused": [a.id]}
+    assert it.heartbeat("c1", leases=[(a.id, a.fence)], session="t" * 32) == {
+        "lost": [],
+        "refused": [a.id],
+    }
     assert it.leases[a.id].deadline > 0 and it.progress()["done"] == 0  # nothing changed
     # per-batch acks: the holder acknowledges positions one by one
     res = it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1)
-    assert (res.status, res.units) == ("ok", [(0, 1)]) and a.id in it.leases  # still live: 3 batches left
+    assert (res.status, res.units) == (
+        "ok",
+        [(0, 1)],
+    ) and a.id in it.leases  # still live: 3 batches left
     assert it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1).status == "already"
-    assert it.ack(a.id, a.fence, session="s" * 32, start=1, stop=4).units == [(1, 4)] and a.id not in it.leases
-    assert it.ack(a.id, "0" * 32, session="t" * 32).status == "already"  # journaled: nothing to steal
+    assert (
+        it.ack(a.id, a.fence, session="s" * 32, start=1, stop=4).units == [(1, 4)]
+        and a.id not in it.leases
+    )
+    assert (
+        it.ack(a.id, "0" * 32, session="t" * 32).status == "already"
+    )  # journaled: nothing to steal
     # an expired lease: 410 for the ack and lost for the heartbeat
     b = leases[1]
     assert b is not None
@@ -138,7 +177,9 @@ def test_fences_are_128_random_bits_bound_to_the_session_that_took_the_lease() -
     assert it.heartbeat("c0", leases=[(b.id, b.fence)], session="s" * 32)["lost"] == [b.id]
 
 
-def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_period_ends() -> None:
+def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_period_ends() -> (
+    None
+):
     it = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="b")
     a = it.take("c0", session="s" * 32)
     assert a is not None
@@ -146,16 +187,38 @@ def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_
     # a restarted server: the same lease (without its fence, only its hash) restored from the journal
     fresh = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="c")
     fresh.mark_done([0])
-    fresh.restore(Lease(a.id, "", a.queue, a.start, a.stop, a.client, 0.0, 0.0, fence_hash=a.fence_hash,
-                        session=a.session, slot=0))
+    fresh.restore(
+        Lease(
+            a.id,
+            "",
+            a.queue,
+            a.start,
+            a.stop,
+            a.client,
+            0.0,
+            0.0,
+            fence_hash=a.fence_hash,
+            session=a.session,
+            slot=0,
+        )
+    )
     other = fresh.take("c1", session="u" * 32)
-    assert other is not None and (other.start, other.stop) == (4, 8)  # positions 1-3 are held for c0
+    assert other is not None and (other.start, other.stop) == (
+        4,
+        8,
+    )  # positions 1-3 are held for c0
     assert fresh.take("c1", session="u" * 32) is None and not fresh.finished()
-    assert fresh.heartbeat("c0", leases=[(a.id, a.fence)], session="s" * 32) == {"lost": [], "refused": []}
+    assert fresh.heartbeat("c0", leases=[(a.id, a.fence)], session="s" * 32) == {
+        "lost": [],
+        "refused": [],
+    }
     assert fresh.leases[a.id].reclaimed
     assert fresh.ack(a.id, a.fence, session="s" * 32, start=1, stop=4).units == [(1, 4)]
     # not reclaimed within the grace period: the positions go to another client
     late = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="d")
-    late.restore(Lease(a.id, "", 0, 0, 4, "c0", 0.0, 0.0, fence_hash=a.fence_hash, session=a.session), grace=0.0)
+    late.restore(
+        Lease(a.id, "", 0, 0, 4, "c0", 0.0, 0.0, fence_hash=a.fence_hash, session=a.session),
+        grace=0.0,
+    )
     again = late.take("c1", session="u" * 32)
     assert again is not None and (again.start, again.stop) == (0, 4)

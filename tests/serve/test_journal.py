@@ -29,8 +29,24 @@ def _filled(state: Path) -> tuple[Journal, str]:
 
 def _serve(root: Path, state: Path) -> subprocess.CompletedProcess[str]:
     """Start a server on bad state: it must exit by itself (it never starts)."""
-    return subprocess.run([sys.executable, "-m", "datamill.cli", "serve", str(root), "--state", str(state),
-                           "--port", str(free_port())], env=env(), capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "serve",
+            str(root),
+            "--state",
+            str(state),
+            "--port",
+            str(free_port()),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _one_line_naming(res: subprocess.CompletedProcess[str], path: Path) -> None:
@@ -59,9 +75,23 @@ def _flip(db: Path, offsets: range) -> None:
     db.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage", ["flipped-header", "flipped-schema", "flipped-data", "truncated-mid-page",
-                                    "truncated-at-page", "truncated-to-zero", "folder-as-file", "state-is-file", "empty-garbage"])
-def test_bad_state_is_one_error_line_naming_the_path_and_no_server(tmp_path: Path, damage: str) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flipped-header",
+        "flipped-schema",
+        "flipped-data",
+        "truncated-mid-page",
+        "truncated-at-page",
+        "truncated-to-zero",
+        "folder-as-file",
+        "state-is-file",
+        "empty-garbage",
+    ],
+)
+def test_bad_state_is_one_error_line_naming_the_path_and_no_server(
+    tmp_path: Path, damage: str
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     state = tmp_path / "state"
@@ -103,12 +133,24 @@ def test_backup_of_a_running_server_restores_keys_iterations_and_acks(tmp_path: 
     state = tmp_path / "state"
     j, key = _filled(state)
     out = tmp_path / "backup.sqlite3"
-    res = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "backup", "--state", str(state), str(out)],
-                         env=env(), capture_output=True, text=True, timeout=60, check=False)  # the journal is open meanwhile
+    res = subprocess.run(
+        [sys.executable, "-m", "datamill.cli", "serve", "backup", "--state", str(state), str(out)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # the journal is open meanwhile
     assert res.returncode == 0, res.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
-    again = subprocess.run([sys.executable, "-m", "datamill.cli", "serve", "backup", "--state", str(state), str(out)],
-                           env=env(), capture_output=True, text=True, timeout=60, check=False)
+    again = subprocess.run(
+        [sys.executable, "-m", "datamill.cli", "serve", "backup", "--state", str(state), str(out)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert again.returncode == 2 and "overwrite" in again.stderr  # never over a user's file
     expected = (j.list_keys(), j.iterations(), j.done("it-1"), j.audit())
     j.close()
@@ -130,7 +172,9 @@ def test_a_restored_journal_serves(tmp_path: Path, server: dict[str, Any]) -> No
     from datamill.serve import Client
 
     with Client(server["url"], server["read"]) as c:
-        live = [d["name"] for d in c.datasets()]  # the module's other tests may have registered more
+        live = [
+            d["name"] for d in c.datasets()
+        ]  # the module's other tests may have registered more
     out = tmp_path / "live.sqlite3"
     backup(server["state"], out)  # the package's server is running on this state
     restored = tmp_path / "restored"
@@ -151,14 +195,26 @@ def test_a_journal_of_the_previous_release_is_migrated(tmp_path: Path) -> None:
     state = tmp_path / "old"
     state.mkdir()
     db = sqlite3.connect(state / DB_NAME)
-    db.execute("CREATE TABLE keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL, created REAL NOT NULL,"
-               " revoked REAL, note TEXT NOT NULL DEFAULT '')")
+    db.execute(
+        "CREATE TABLE keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL, created REAL NOT NULL,"
+        " revoked REAL, note TEXT NOT NULL DEFAULT '')"
+    )
     db.execute("INSERT INTO keys VALUES ('abc', 'h', 'read', 1.0, NULL, 'old')")
     db.commit()
     db.close()
     j = Journal(state)
     try:
-        assert j.list_keys() == [{"id": "abc", "hash": "h", "role": "read", "created": 1.0, "revoked": None,
-                                  "note": "old", "datasets": None, "expires": None}]
+        assert j.list_keys() == [
+            {
+                "id": "abc",
+                "hash": "h",
+                "role": "read",
+                "created": 1.0,
+                "revoked": None,
+                "note": "old",
+                "datasets": None,
+                "expires": None,
+            }
+        ]
     finally:
         j.close()

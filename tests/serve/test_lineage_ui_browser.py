@@ -18,8 +18,15 @@ from datamill.serve import RemoteLoader
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +53,28 @@ def _login(browser: Any, server: dict[str, Any]) -> Any:
 
 
 def _uids(page: Any) -> list[int]:
-    return [int(x) for x in page.eval_on_selector_all("#step-samples tbody tr", "rs => rs.map(r => r.dataset.uid)")]
+    return [
+        int(x)
+        for x in page.eval_on_selector_all(
+            "#step-samples tbody tr", "rs => rs.map(r => r.dataset.uid)"
+        )
+    ]
 
 
-def test_step_and_sample_pages_agree_with_what_clients_received(browser: Any, server: dict[str, Any],
-                                                                tmp_path: Path) -> None:
+def test_step_and_sample_pages_agree_with_what_clients_received(
+    browser: Any, server: dict[str, Any], tmp_path: Path
+) -> None:
     kw: dict[str, Any] = {"batch_size": 40, "seed": 8, "collate": "arrow", "lease_size": 5}
     static: dict[int, list[list[int]]] = {}
     for rank in range(2):
-        loader = RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=2, name="ui-lineage-s", **kw)
+        loader = RemoteLoader(
+            server["url"], server["read"], "ds", rank=rank, world_size=2, name="ui-lineage-s", **kw
+        )
         static[rank] = [b.column("uid").to_pylist() for b in loader]
         static_id = loader.iteration_id
-    dyn = RemoteLoader(server["url"], server["read"], "ds", mode="dynamic", name="ui-lineage-d", **kw)
+    dyn = RemoteLoader(
+        server["url"], server["read"], "ds", mode="dynamic", name="ui-lineage-d", **kw
+    )
     dynamic = [b.column("uid").to_pylist() for b in dyn]
     page = _login(browser, server)
     # a run's page -> a step -> its samples
@@ -81,13 +98,17 @@ def test_step_and_sample_pages_agree_with_what_clients_received(browser: Any, se
     page.fill("#ln-uid", str(uid))
     page.click("#uid-form button[type=submit]")
     page.wait_for_selector("#sample-hits")
-    rows = page.eval_on_selector_all("#sample-hits tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.innerText))")
+    rows = page.eval_on_selector_all(
+        "#sample-hits tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.innerText))"
+    )
     ours = {r[0]: r for r in rows if r[0] in (static_id, dyn.iteration_id)}
     assert ours[static_id][3:] == ["rank 1", "3", "4"]
     where = next((s, p) for s, b in enumerate(dynamic) for p, u in enumerate(b) if u == uid)
     assert ours[dyn.iteration_id][3:] == [dyn.client_id, str(where[0]), str(where[1])]
     page.screenshot(path=str(tmp_path / "ui-lineage-sample.png"), full_page=True)
-    page.locator("#sample-hits tbody tr", has_text=str(static_id)).locator("a", has_text="3").last.click()
+    page.locator("#sample-hits tbody tr", has_text=str(static_id)).locator(
+        "a", has_text="3"
+    ).last.click()
     page.wait_for_selector("#step-samples")
     assert _uids(page) == static[1][3]
     # a bad UID is a 4xx page, not a crash

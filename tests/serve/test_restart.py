@@ -20,19 +20,36 @@ pytestmark = pytest.mark.server
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_server_killed_mid_epoch_and_restarted_completes_the_epoch_exactly_once(
-        server: dict[str, Any], tmp_path: Path, mode: str) -> None:
+    server: dict[str, Any], tmp_path: Path, mode: str
+) -> None:
     state, port = tmp_path / "state", free_port()
-    shutil.copytree(server["state"], state)  # the shared server's keys and datasets, a private journal
+    shutil.copytree(
+        server["state"], state
+    )  # the shared server's keys and datasets, a private journal
     url = f"http://127.0.0.1:{port}"
     name = f"restart-{mode}"
-    opts = {"batch_size": 40, "seed": 4, "mode": mode, "world_size": 2 if mode == "static" else 1, "name": name,
-            "lease_size": 3, "sleep": 0.01}
+    opts = {
+        "batch_size": 40,
+        "seed": 4,
+        "mode": mode,
+        "world_size": 2 if mode == "static" else 1,
+        "name": name,
+        "lease_size": 3,
+        "sleep": 0.01,
+    }
     proc = start_server(server["root"], state, port, "--lease-timeout", "2")
     workers, logs = [], [tmp_path / f"w{r}.log" for r in range(2)]
     try:
         for r in range(2):
-            workers.append(start_worker(url, server["read"], "ds", logs[r],
-                                        **({**opts, "rank": r} if mode == "static" else opts)))
+            workers.append(
+                start_worker(
+                    url,
+                    server["read"],
+                    "ds",
+                    logs[r],
+                    **({**opts, "rank": r} if mode == "static" else opts),
+                )
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and min(len(read_log(x)) for x in logs) < 8:
             time.sleep(0.05)
@@ -51,7 +68,10 @@ def test_server_killed_mid_epoch_and_restarted_completes_the_epoch_exactly_once(
             stop(w, kill=True)
         stop(proc)
     total = 150
-    assert progress["total"] == progress["done"] == total and progress["pending"] == progress["leased"] == 0
+    assert (
+        progress["total"] == progress["done"] == total
+        and progress["pending"] == progress["leased"] == 0
+    )
     count = np.zeros(total, dtype=np.int64)
     for a, b, _ in done:
         count[a:b] += 1
@@ -71,14 +91,21 @@ def _wait_for(cond: Any, *, timeout: float, what: str) -> None:
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kill(
-        server: dict[str, Any], tmp_path: Path, mode: str) -> None:
+    server: dict[str, Any], tmp_path: Path, mode: str
+) -> None:
     """Two clients (40 ms per batch, default prefetch and lease size), one killed -9 and replaced, and the
     server killed -9 and restarted, all in one epoch: the received-batch logs hold every batch, and the
     only batches received twice are the killed client's last ones (at most 3)."""
     state, port = tmp_path / "state", free_port()
     shutil.copytree(server["state"], state)
     url = f"http://127.0.0.1:{port}"
-    opts: dict[str, Any] = {"batch_size": 20, "seed": 6, "mode": mode, "name": "dups", "sleep": 0.04}
+    opts: dict[str, Any] = {
+        "batch_size": 20,
+        "seed": 6,
+        "mode": mode,
+        "name": "dups",
+        "sleep": 0.04,
+    }
     if mode == "static":
         opts["world_size"] = 2
     rank = {"a": 0, "a2": 0, "b": 1}
@@ -86,20 +113,36 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
     logs = {k: tmp_path / f"{k}.log" for k in ("a", "b", "a2")}
 
     def start(k: str) -> Any:
-        return start_worker(url, server["read"], "ds", logs[k], **opts, **({"rank": rank[k]} if mode == "static" else {}))
+        return start_worker(
+            url,
+            server["read"],
+            "ds",
+            logs[k],
+            **opts,
+            **({"rank": rank[k]} if mode == "static" else {}),
+        )
 
     workers = {k: start(k) for k in ("a", "b")}
     try:
-        _wait_for(lambda: len(read_log(logs["a"])) >= 25, timeout=60, what="client a's first batches")
+        _wait_for(
+            lambda: len(read_log(logs["a"])) >= 25, timeout=60, what="client a's first batches"
+        )
         stop(workers["a"], kill=True)  # a client dies...
         workers["a2"] = start("a2")  # ...and is replaced
-        _wait_for(lambda: len(read_log(logs["a2"])) >= 15, timeout=60, what="the replacement's first batches")
+        _wait_for(
+            lambda: len(read_log(logs["a2"])) >= 15,
+            timeout=60,
+            what="the replacement's first batches",
+        )
         stop(proc, kill=True)  # then the server dies, with leases in flight
         _wait_for(lambda: not _accepts(port), timeout=10, what="the killed server's port to close")
         proc = start_server(server["root"], state, port, "--lease-timeout", "2")
         for k in ("b", "a2"):
-            assert workers[k].wait(timeout=120) == 0, (logs[k].with_suffix(".log.err").read_text()
-                                                       if logs[k].with_suffix(".log.err").exists() else "")
+            assert workers[k].wait(timeout=120) == 0, (
+                logs[k].with_suffix(".log.err").read_text()
+                if logs[k].with_suffix(".log.err").exists()
+                else ""
+            )
         with Client(url, server["read"]) as client:
             progress, done = client.progress("dups"), client.done("dups")
     finally:
@@ -118,9 +161,14 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
     twice = [b for b, n in every.items() if n > 1]
     assert max(every.values()) <= 2
     # every duplicate is one of the killed client's last batches: none comes from the server restart
-    assert all(b in received["a"][-3:] for b in twice), (len(twice), len(received["a"]),
-                                                         [received["a"].index(b) for b in twice if b in received["a"]])
-    print(f"received twice: {len(twice)} of {total} batches (killed client yielded {len(received['a'])})")
+    assert all(b in received["a"][-3:] for b in twice), (
+        len(twice),
+        len(received["a"]),
+        [received["a"].index(b) for b in twice if b in received["a"]],
+    )
+    print(
+        f"received twice: {len(twice)} of {total} batches (killed client yielded {len(received['a'])})"
+    )
     assert len(twice) <= 3
 
 

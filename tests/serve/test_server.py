@@ -26,8 +26,15 @@ pytestmark = pytest.mark.server
 from tests.serve.conftest import N
 
 
-def _raw(url: str, method: str, path: str, *, body: bytes | None = None, key: str | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def _raw(
+    url: str,
+    method: str,
+    path: str,
+    *,
+    body: bytes | None = None,
+    key: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     h = dict(headers or {})
@@ -54,8 +61,17 @@ def _tiles(rows: list[tuple[int, int, str]], total: int) -> bool:
 def test_static_batches_are_byte_identical_to_the_in_process_loader(server: dict[str, Any]) -> None:
     source = open_source(server["root"] / "ds")
     for rank in range(2):
-        remote = RemoteLoader(server["url"], server["read"], "ds", batch_size=64, seed=11, rank=rank, world_size=2,
-                              name="identical", lease_size=5)
+        remote = RemoteLoader(
+            server["url"],
+            server["read"],
+            "ds",
+            batch_size=64,
+            seed=11,
+            rank=rank,
+            world_size=2,
+            name="identical",
+            lease_size=5,
+        )
         got = list(remote)
         ref = list(Loader(source, 64, seed=11, rank=rank, world_size=2))
         assert len(got) == len(ref) == 47
@@ -71,15 +87,29 @@ def test_static_batches_are_byte_identical_to_the_in_process_loader(server: dict
         assert (st["epoch"], st["consumed"], st["iteration"], remote.epoch) == (1, 0, None, 1)
     with Client(server["url"], server["read"]) as client:
         progress = client.progress(remote.iteration_id or "")
-    assert (progress["total"], progress["done"], progress["leased"], progress["pending"]) == (94, 94, 0, 0)
+    assert (progress["total"], progress["done"], progress["leased"], progress["pending"]) == (
+        94,
+        94,
+        0,
+        0,
+    )
 
 
 def test_dynamic_mode_two_concurrent_clients_see_every_sample_once(server: dict[str, Any]) -> None:
     seen: list[list[int]] = [[], []]
 
     def run(i: int) -> None:
-        for b in RemoteLoader(server["url"], server["read"], "ds", batch_size=50, seed=3, mode="dynamic",
-                              name="dyn2", collate="arrow", lease_size=4):
+        for b in RemoteLoader(
+            server["url"],
+            server["read"],
+            "ds",
+            batch_size=50,
+            seed=3,
+            mode="dynamic",
+            name="dyn2",
+            collate="arrow",
+            lease_size=4,
+        ):
             seen[i].extend(b.column("uid").to_pylist())
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
@@ -93,8 +123,10 @@ def test_dynamic_mode_two_concurrent_clients_see_every_sample_once(server: dict[
 
 def test_rewind_from_a_client_checkpoint_resumes_the_rest_in_order(server: dict[str, Any]) -> None:
     kw = {"batch_size": 100, "seed": 5, "name": "rewind", "collate": "arrow", "lease_size": 4}
-    full = [b.column("uid").to_pylist() for b in Loader(open_source(server["root"] / "ds"), 100, seed=5,
-                                                         collate="arrow")]
+    full = [
+        b.column("uid").to_pylist()
+        for b in Loader(open_source(server["root"] / "ds"), 100, seed=5, collate="arrow")
+    ]
     first = RemoteLoader(server["url"], server["read"], "ds", **kw)
     it = iter(first)
     head = [next(it).column("uid").to_pylist() for _ in range(10)]
@@ -116,30 +148,57 @@ def test_elastic_resume_from_loader_states_with_another_world_size(server: dict[
             seen.extend(next(it).column("uid").to_pylist())
         states.append(loader.state_dict())
     with Client(server["url"], server["read"]) as client:
-        info = client.iteration("ds", batch_size=40, seed=9, world_size=2, name="elastic", loader_states=states)
+        info = client.iteration(
+            "ds", batch_size=40, seed=9, world_size=2, name="elastic", loader_states=states
+        )
     assert info["base_done"] == 11 and sum(info["queues"]) == info["total"] - 11
     for rank in range(2):
-        for b in RemoteLoader(server["url"], server["read"], "ds", batch_size=40, seed=9, rank=rank, world_size=2,
-                              name="elastic", collate="arrow"):
+        for b in RemoteLoader(
+            server["url"],
+            server["read"],
+            "ds",
+            batch_size=40,
+            seed=9,
+            rank=rank,
+            world_size=2,
+            name="elastic",
+            collate="arrow",
+        ):
             seen.extend(b.column("uid").to_pylist())
     assert sorted(seen) == list(range(N))
     # and again from that iteration to 4 ranks in dynamic mode: nothing left, nothing repeated
     with Client(server["url"], server["read"]) as client:
-        again = client.iteration("ds", batch_size=40, seed=9, world_size=4, resume_from=info["id"], name="elastic4")
+        again = client.iteration(
+            "ds", batch_size=40, seed=9, world_size=4, resume_from=info["id"], name="elastic4"
+        )
     assert again["queues"] == [0, 0, 0, 0]
 
 
 def _kill_clients_test(server: dict[str, Any], tmp_path: Path, mode: str) -> None:
     name = f"kill-{mode}"
-    opts = {"batch_size": 40, "seed": 2, "mode": mode, "world_size": 4 if mode == "static" else 1, "name": name,
-            "lease_size": 3, "sleep": 0.01}
+    opts = {
+        "batch_size": 40,
+        "seed": 2,
+        "mode": mode,
+        "world_size": 4 if mode == "static" else 1,
+        "name": name,
+        "lease_size": 3,
+        "sleep": 0.01,
+    }
     procs, logs = [], []
     try:
         for r in range(4):
             log = tmp_path / f"{mode}-{r}.log"
             logs.append(log)
-            procs.append(start_worker(server["url"], server["read"], "ds", log,
-                                      **({**opts, "rank": r} if mode == "static" else opts)))
+            procs.append(
+                start_worker(
+                    server["url"],
+                    server["read"],
+                    "ds",
+                    log,
+                    **({**opts, "rank": r} if mode == "static" else opts),
+                )
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and min(len(read_log(logs[i])) for i in (1, 2)) < 5:
             time.sleep(0.05)
@@ -149,8 +208,15 @@ def _kill_clients_test(server: dict[str, Any], tmp_path: Path, mode: str) -> Non
         for i in (1, 2):
             log = tmp_path / f"{mode}-{i}-replacement.log"
             logs.append(log)
-            procs.append(start_worker(server["url"], server["read"], "ds", log,
-                                      **({**opts, "rank": i} if mode == "static" else opts)))
+            procs.append(
+                start_worker(
+                    server["url"],
+                    server["read"],
+                    "ds",
+                    log,
+                    **({**opts, "rank": i} if mode == "static" else opts),
+                )
+            )
         for p in procs[:1] + procs[3:]:
             assert p.wait(timeout=60) == 0
     finally:
@@ -159,29 +225,40 @@ def _kill_clients_test(server: dict[str, Any], tmp_path: Path, mode: str) -> Non
     with Client(server["url"], server["read"]) as client:
         progress, done = client.progress(name), client.done(name)
     total = 152 if mode == "static" else 150  # 4 ranks x ceil(1500 / 40), or ceil(6000 / 40)
-    assert progress["done"] == progress["total"] == total and progress["pending"] == progress["leased"] == 0
+    assert (
+        progress["done"] == progress["total"] == total
+        and progress["pending"] == progress["leased"] == 0
+    )
     assert _tiles(done, total)
     uids = Counter(u for log in logs for batch in read_log(log) for u in batch)
-    assert set(uids) == set(range(N))  # everything delivered; repeats only from the killed processes' open leases
+    assert set(uids) == set(
+        range(N)
+    )  # everything delivered; repeats only from the killed processes' open leases
     repeats = sum(c - 1 for c in uids.values())
     assert repeats <= 2 * (opts["lease_size"] * 3 + 1) * 40
 
 
-def test_kill_two_of_four_static_clients_replacements_finish_exactly_once(server: dict[str, Any],
-                                                                         tmp_path: Path) -> None:
+def test_kill_two_of_four_static_clients_replacements_finish_exactly_once(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     _kill_clients_test(server, tmp_path, "static")
 
 
-def test_kill_two_of_four_dynamic_clients_replacements_finish_exactly_once(server: dict[str, Any],
-                                                                          tmp_path: Path) -> None:
+def test_kill_two_of_four_dynamic_clients_replacements_finish_exactly_once(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     _kill_clients_test(server, tmp_path, "dynamic")
 
 
 def test_elastic_resume_of_a_served_iteration_from_3_ranks_to_2(server: dict[str, Any]) -> None:
     kw = {"batch_size": 30, "seed": 13, "collate": "arrow", "lease_size": 4}
     seen: list[int] = []
-    for rank in range(3):  # each rank consumes 2 whole leases (acknowledged), then its process stops
-        loader = RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=3, name="el3", **kw)
+    for rank in range(
+        3
+    ):  # each rank consumes 2 whole leases (acknowledged), then its process stops
+        loader = RemoteLoader(
+            server["url"], server["read"], "ds", rank=rank, world_size=3, name="el3", **kw
+        )
         it = iter(loader)
         batches = [next(it).column("uid").to_pylist() for _ in range(2 * 4 + 1)]
         it.close()  # the 9th batch's lease was never acknowledged: it is served again below
@@ -189,9 +266,13 @@ def test_elastic_resume_of_a_served_iteration_from_3_ranks_to_2(server: dict[str
     with Client(server["url"], server["read"]) as client:
         old = client.progress("el3")
         assert old["done"] == 24
-        info = client.iteration("ds", batch_size=30, seed=13, world_size=2, name="el2", resume_from=old["id"])
+        info = client.iteration(
+            "ds", batch_size=30, seed=13, world_size=2, name="el2", resume_from=old["id"]
+        )
     assert info["base_done"] == 24 and sum(info["queues"]) == info["total"] - 24
     for rank in range(2):
-        for b in RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=2, name="el2", **kw):
+        for b in RemoteLoader(
+            server["url"], server["read"], "ds", rank=rank, world_size=2, name="el2", **kw
+        ):
             seen.extend(b.column("uid").to_pylist())
     assert sorted(seen) == list(range(N))  # every sample exactly once over both world sizes

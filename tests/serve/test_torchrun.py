@@ -18,16 +18,37 @@ DDP = str(Path(__file__).with_name("_ddp.py"))
 
 
 def _torchrun(source: str, server: dict[str, Any], out: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), DDP, source, server["url"], server["read"], str(server["root"]),
-           str(out)]
-    res = subprocess.run(cmd, env={**env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120,
-                         check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        DDP,
+        source,
+        server["url"],
+        server["read"],
+        str(server["root"]),
+        str(out),
+    ]
+    res = subprocess.run(
+        cmd,
+        env={**env(), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
 
 
-def test_torchrun_two_ranks_get_the_in_process_loaders_samples_per_rank(server: dict[str, Any],
-                                                                         tmp_path: Path) -> None:
+def test_torchrun_two_ranks_get_the_in_process_loaders_samples_per_rank(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     pytest.importorskip("torch")
     _torchrun("server", server, tmp_path / "served")
     _torchrun("local", server, tmp_path / "local")
@@ -42,8 +63,12 @@ def test_dataloader_workers_split_a_rank_by_slot_exactly_once(server: dict[str, 
     from datamill.serve.torch import RemoteTorchDataset
 
     uids: list[int] = []
-    ds = RemoteTorchDataset(server["url"], server["read"], "ds", batch_size=50, seed=8, name="workers", lease_size=2)
-    for batch in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn"):
+    ds = RemoteTorchDataset(
+        server["url"], server["read"], "ds", batch_size=50, seed=8, name="workers", lease_size=2
+    )
+    for batch in torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+    ):
         assert isinstance(batch["x"], torch.Tensor)
         uids.extend(batch["uid"].tolist())
     assert sorted(uids) == list(range(6000))

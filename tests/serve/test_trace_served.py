@@ -40,17 +40,27 @@ def _uid_hits(tracer: Tracer) -> dict[int, list[tuple[Any, int, int]]]:
     samples = list(range(tracer.n))
     out: dict[int, list[tuple[Any, int, int]]] = {}
     for h in tracer.find(samples):
-        out.setdefault(int(h.uid), []).append((h.client if h.client is not None else h.rank, h.step, h.position))
+        out.setdefault(int(h.uid), []).append(
+            (h.client if h.client is not None else h.rank, h.step, h.position)
+        )
     return out
 
 
 def test_static_iteration_trace_matches_what_each_rank_received(server: dict[str, Any]) -> None:
-    opts: dict[str, Any] = {"batch_size": 64, "seed": 21, "mode": "static", "world_size": 2, "name": "trace-static",
-                            "lease_size": 3}
+    opts: dict[str, Any] = {
+        "batch_size": 64,
+        "seed": 21,
+        "mode": "static",
+        "world_size": 2,
+        "name": "trace-static",
+        "lease_size": 3,
+    }
     seen: dict[int, list[list[int]]] = {}
     it_id = None
     for rank in (0, 1):
-        loader = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", rank=rank, **opts)
+        loader = RemoteLoader(
+            server["url"], server["read"], "ds", collate="arrow", rank=rank, **opts
+        )
         seen[rank] = [b.column("uid").to_pylist() for b in loader]
         it_id = loader.iteration_id
     assert it_id is not None
@@ -66,14 +76,27 @@ def test_static_iteration_trace_matches_what_each_rank_received(server: dict[str
         for step, uids in enumerate(batches):
             assert tracer.batch(rank=rank, step=step, epoch=0).uids == uids
     hits = _uid_hits(tracer)
-    want = {u: [(rank, step, pos)] for rank, bs in seen.items() for step, b in enumerate(bs) for pos, u in enumerate(b)}
+    want = {
+        u: [(rank, step, pos)]
+        for rank, bs in seen.items()
+        for step, b in enumerate(bs)
+        for pos, u in enumerate(b)
+    }
     assert hits == want and len(want) == N
 
 
-def test_dynamic_iteration_trace_after_a_client_kill(server: dict[str, Any], tmp_path: Path) -> None:
+def test_dynamic_iteration_trace_after_a_client_kill(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
     name = "trace-dynamic-kill"
-    opts: dict[str, Any] = {"batch_size": 50, "seed": 33, "mode": "dynamic", "name": name, "lease_size": 4,
-                            "lease_timeout": 2.0}
+    opts: dict[str, Any] = {
+        "batch_size": 50,
+        "seed": 33,
+        "mode": "dynamic",
+        "name": name,
+        "lease_size": 4,
+        "lease_timeout": 2.0,
+    }
     log = tmp_path / "w.log"
     worker = start_worker(server["url"], server["read"], "ds", log, **opts, sleep=0.03)
     try:
@@ -105,41 +128,93 @@ def test_dynamic_iteration_trace_after_a_client_kill(server: dict[str, Any], tmp
     assert killed_batches == logged[:acked]
     # uid -> (client, step): every sample exactly once, where it was acknowledged
     want = {u: [(survivor.client_id, s, p)] for s, b in enumerate(seen) for p, u in enumerate(b)}
-    want.update({u: [(killed, s, p)] for s, b in enumerate(killed_batches) for p, u in enumerate(b)})
+    want.update(
+        {u: [(killed, s, p)] for s, b in enumerate(killed_batches) for p, u in enumerate(b)}
+    )
     assert _uid_hits(tracer) == want and len(want) == N
     # the killed client's batches not acknowledged were delivered again to the survivor
     redone = {tuple(b) for b in logged[acked:]}
     assert redone <= {tuple(b) for b in seen}
 
 
-def test_trace_route_needs_a_key_and_the_cli_reads_the_url(server: dict[str, Any], tmp_path: Path) -> None:
-    loader = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", batch_size=100, seed=2,
-                          name="trace-cli", lease_size=8)
+def test_trace_route_needs_a_key_and_the_cli_reads_the_url(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    loader = RemoteLoader(
+        server["url"],
+        server["read"],
+        "ds",
+        collate="arrow",
+        batch_size=100,
+        seed=2,
+        name="trace-cli",
+        lease_size=8,
+    )
     batches = [b.column("uid").to_pylist() for b in loader]
     url = f"{server['url']}/api/v1/iterations/{loader.iteration_id}/trace"
     with pytest.raises(RemoteError) as err:
         _record(server, str(loader.iteration_id), key="")
     assert err.value.status == 401
-    out = subprocess.run([sys.executable, "-m", "datamill.cli", "trace", url, "--key", server["read"],
-                          "--source", str(server["root"] / "ds"), "--uid", str(batches[3][5]), "--json"],
-                         env=env(), capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "trace",
+            url,
+            "--key",
+            server["read"],
+            "--source",
+            str(server["root"] / "ds"),
+            "--uid",
+            str(batches[3][5]),
+            "--json",
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     hits = json.loads(out.stdout)["hits"]
     assert [(h["rank"], h["step"], h["position"]) for h in hits] == [(0, 3, 5)]
     saved = tmp_path / "record.json"
     saved.write_text(json.dumps(_record(server, str(loader.iteration_id))))
-    out = subprocess.run([sys.executable, "-m", "datamill.cli", "trace", str(saved), "--source",
-                          str(server["root"] / "ds"), "--step", "7", "--rank", "0", "--json"],
-                         env=env(), capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datamill.cli",
+            "trace",
+            str(saved),
+            "--source",
+            str(server["root"] / "ds"),
+            "--step",
+            "7",
+            "--rank",
+            "0",
+            "--json",
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["batches"][0]["uids"] == batches[7]
 
 
-def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(server: dict[str, Any]) -> None:
+def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(
+    server: dict[str, Any],
+) -> None:
     kw: dict[str, Any] = {"batch_size": 30, "seed": 17, "collate": "arrow", "lease_size": 4}
     first: dict[int, list[list[int]]] = {}
-    for rank in range(3):  # each rank consumes 2 whole leases (acknowledged), then its process stops
-        loader = RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=3, name="tr3", **kw)
+    for rank in range(
+        3
+    ):  # each rank consumes 2 whole leases (acknowledged), then its process stops
+        loader = RemoteLoader(
+            server["url"], server["read"], "ds", rank=rank, world_size=3, name="tr3", **kw
+        )
         it = iter(loader)
         first[rank] = [next(it).column("uid").to_pylist() for _ in range(2 * 4 + 1)][:8]
         it.close()
@@ -147,9 +222,13 @@ def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(
     second: dict[int, list[list[int]]] = {}
     # create the resumed iteration (the RemoteLoaders join it by name)
     with Client(server["url"], server["read"]) as client:
-        info = client.iteration("ds", batch_size=30, seed=17, world_size=2, name="tr2r", resume_from=str(old_id))
+        info = client.iteration(
+            "ds", batch_size=30, seed=17, world_size=2, name="tr2r", resume_from=str(old_id)
+        )
     for rank in range(2):
-        loader = RemoteLoader(server["url"], server["read"], "ds", rank=rank, world_size=2, name="tr2r", **kw)
+        loader = RemoteLoader(
+            server["url"], server["read"], "ds", rank=rank, world_size=2, name="tr2r", **kw
+        )
         second[rank] = [b.column("uid").to_pylist() for b in loader]
     source = open_source(server["root"] / "ds")
     old = Tracer(_record(server, str(old_id)), source=source)
@@ -162,6 +241,13 @@ def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(
     for rank, batches in second.items():
         for step, uids in enumerate(batches):
             assert tracer.batch(rank=rank, step=step).uids == uids
-    want = {u: [(rank, step, pos)] for rank, bs in second.items() for step, b in enumerate(bs) for pos, u in enumerate(b)}
-    assert _uid_hits(tracer) == want  # the samples done before the resume: not read by this iteration
+    want = {
+        u: [(rank, step, pos)]
+        for rank, bs in second.items()
+        for step, b in enumerate(bs)
+        for pos, u in enumerate(b)
+    }
+    assert (
+        _uid_hits(tracer) == want
+    )  # the samples done before the resume: not read by this iteration
     assert len(want) + sum(len(b) for bs in first.values() for b in bs) == N

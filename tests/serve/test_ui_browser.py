@@ -25,22 +25,38 @@ from tests.serve._proc import free_port, make_key, read_log, start_server, start
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-DATA = Path(os.environ.get("DATAMILL_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+DATA = Path(
+    os.environ.get("DATAMILL_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")
+)
 WIDTHS = (1280, 400)
 
 
 def build_cifar(root: Path) -> Path:
     """cifar10_tiny as a shardset dataset (as ``datamill.shards.demo`` builds it), images also as paths."""
     src = DATA / "cifar10_tiny"
-    labels = read_table(src / "labels.csv").rename_columns(["uid", "image_path", "label"])  # tests/serve/_worker logs "uid"
+    labels = read_table(src / "labels.csv").rename_columns(
+        ["uid", "image_path", "label"]
+    )  # tests/serve/_worker logs "uid"
     files = labels.column("image_path").to_pylist()
     (root / "cifar_images").mkdir(parents=True)
     for f in files:
         shutil.copy(src / f, root / "cifar_images" / Path(f).name)
-    images = pa.table({"uid": labels.column("uid"), "png": pa.array([(src / f).read_bytes() for f in files], pa.binary()),
-                       "image_path": [f"../cifar_images/{Path(f).name}" for f in files]})
+    images = pa.table(
+        {
+            "uid": labels.column("uid"),
+            "png": pa.array([(src / f).read_bytes() for f in files], pa.binary()),
+            "image_path": [f"../cifar_images/{Path(f).name}" for f in files],
+        }
+    )
     ds = ShardsetDataset.create(root / "cifar", images, uid="uid", shardset="image", shard_size=25)
     ds = ds.add("label", labels.select(["uid", "label"]), route=True)
     keep = np.flatnonzero(np.arange(labels.num_rows) % 5 != 4)  # every 5th sample has no caption
@@ -104,13 +120,18 @@ def test_login_then_datasets(browser: Any, server: dict[str, Any], tmp_path: Pat
     assert "shardset dataset" in row.inner_text() and "image, label, caption" in row.inner_text()
     cookie = next(c for c in page.context.cookies() if c["name"] == "datamill_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-    assert server["admin"] not in cookie["value"] and server["admin"].split(".")[1] not in cookie["value"]
+    assert (
+        server["admin"] not in cookie["value"]
+        and server["admin"].split(".")[1] not in cookie["value"]
+    )
     assert page.evaluate("document.cookie") == ""  # scripts cannot read the key
     page.screenshot(path=str(tmp_path / "ui-datasets.png"), full_page=True)
     page.context.close()
 
 
-def test_statistics_equal_describe_and_values(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:
+def test_statistics_equal_describe_and_values(
+    browser: Any, server: dict[str, Any], tmp_path: Path
+) -> None:
     page = _login(browser, server, server["admin"])
     page.click(f"#datasets a[href='/ui/datasets/{server['id']}']")
     ds = ShardsetDataset(server["path"])
@@ -120,10 +141,19 @@ def test_statistics_equal_describe_and_values(browser: Any, server: dict[str, An
     for s in d["shardsets"]:
         row = page.locator(f"#shardsets tr[data-shardset='{s['name']}']")
         for stat in ("num_shards", "rows", "missing"):
-            assert row.locator(f"[data-stat={stat}]").inner_text() == f"{s[stat]:,}", (s["name"], stat)
-        shown = {c.get_attribute("data-column"): c.get_attribute("data-type") for c in row.locator("code").all()}
+            assert row.locator(f"[data-stat={stat}]").inner_text() == f"{s[stat]:,}", (
+                s["name"],
+                stat,
+            )
+        shown = {
+            c.get_attribute("data-column"): c.get_attribute("data-type")
+            for c in row.locator("code").all()
+        }
         assert shown == {c["name"]: c["type"] for c in s["columns"]}
-    assert page.locator("#shardsets tr[data-shardset='caption'] [data-stat=missing]").inner_text() == "20"
+    assert (
+        page.locator("#shardsets tr[data-shardset='caption'] [data-stat=missing]").inner_text()
+        == "20"
+    )
     assert page.locator("#check-status").inner_text().startswith("No violations")
     # top values: computed on demand, equal to a direct count
     row = page.locator("#columns tr[data-column='label']")
@@ -131,8 +161,12 @@ def test_statistics_equal_describe_and_values(browser: Any, server: dict[str, An
     page.wait_for_selector("#columns tr[data-values-for='label'] [data-status=done]")
     out = page.locator("#columns tr[data-values-for='label']")
     out.locator("details summary").click()  # the bar chart's numbers as a table
-    top = {r.locator("td").nth(0).inner_text(): int(r.locator("td").nth(1).inner_text().replace(",", ""))
-           for r in out.locator("table.top tbody tr").all()}
+    top = {
+        r.locator("td").nth(0).inner_text(): int(
+            r.locator("td").nth(1).inner_text().replace(",", "")
+        )
+        for r in out.locator("table.top tbody tr").all()
+    }
     counts = ds.to_table(columns=["label"]).column("label").value_counts().to_pylist()
     assert top == {c["values"]: c["counts"] for c in counts}
     png = page.locator("#columns tr[data-column='png']")
@@ -142,7 +176,9 @@ def test_statistics_equal_describe_and_values(browser: Any, server: dict[str, An
     page.context.close()
 
 
-def test_samples_images_load_and_missing_is_missing(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:
+def test_samples_images_load_and_missing_is_missing(
+    browser: Any, server: dict[str, Any], tmp_path: Path
+) -> None:
     page = _login(browser, server, server["admin"])
     page.goto(server["url"] + f"/ui/datasets/{server['id']}/samples?limit=30")
     page.wait_for_load_state("load")
@@ -152,9 +188,13 @@ def test_samples_images_load_and_missing_is_missing(browser: Any, server: dict[s
         if page.eval_on_selector_all("#samples img", "els => els.every(i => i.complete)"):
             break
         time.sleep(0.1)
-    widths = page.eval_on_selector_all("#samples img", "els => els.map(i => [i.naturalWidth, i.alt])")
+    widths = page.eval_on_selector_all(
+        "#samples img", "els => els.map(i => [i.naturalWidth, i.alt])"
+    )
     assert [x for x in widths if not (x[0] > 0 and x[1])] == []
-    table = ShardsetDataset(server["path"]).read_shard(0, columns=["caption"])  # first 25 rows: shard 0
+    table = ShardsetDataset(server["path"]).read_shard(
+        0, columns=["caption"]
+    )  # first 25 rows: shard 0
     expected = {i for i, v in enumerate(table.column("caption").to_pylist()) if v is None}
     missing = set()
     for r in page.locator("#samples tbody tr").all()[:25]:
@@ -177,7 +217,9 @@ def test_samples_images_load_and_missing_is_missing(browser: Any, server: dict[s
     page.context.close()
 
 
-def test_iteration_started_from_page_shows_live_progress(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:
+def test_iteration_started_from_page_shows_live_progress(
+    browser: Any, server: dict[str, Any], tmp_path: Path
+) -> None:
     page = _login(browser, server, server["admin"])
     page.goto(server["url"] + "/ui/iterations")
     page.fill("#it-name", "ui-live")
@@ -188,8 +230,16 @@ def test_iteration_started_from_page_shows_live_progress(browser: Any, server: d
     bar = page.locator("#progress-all")
     assert bar.get_attribute("max") == "25" and bar.get_attribute("value") == "0"
     log = server["base"] / "ui-live.log"
-    worker = start_worker(server["url"], server["admin"], "cifar10_tiny", log, batch_size=4, name="ui-live",
-                          lease_size=1, sleep=0.15)
+    worker = start_worker(
+        server["url"],
+        server["admin"],
+        "cifar10_tiny",
+        log,
+        batch_size=4,
+        name="ui-live",
+        lease_size=1,
+        sleep=0.15,
+    )
     seen: list[int] = []
     try:
         deadline = time.monotonic() + 40
@@ -210,7 +260,12 @@ def test_iteration_started_from_page_shows_live_progress(browser: Any, server: d
     assert sorted(uids) == sorted(ShardsetDataset(server["path"]).uids.to_pylist())
     page.screenshot(path=str(tmp_path / "ui-iteration.png"), full_page=True)
     page.goto(server["url"] + "/ui/iterations")
-    assert page.locator("#iterations tr", has_text="ui-live").locator("progress").get_attribute("value") == "25"
+    assert (
+        page.locator("#iterations tr", has_text="ui-live")
+        .locator("progress")
+        .get_attribute("value")
+        == "25"
+    )
     page.screenshot(path=str(tmp_path / "ui-iterations.png"), full_page=True)
     page.context.close()
 
@@ -246,22 +301,35 @@ def test_post_without_csrf_token_is_refused(browser: Any, server: dict[str, Any]
     page.goto(server["url"] + "/ui/keys")
     before = page.locator("#keys tbody tr").count()
     for body in ("role=admin&note=forged", "role=admin&note=forged&csrf=0123456789abcdef"):
-        status = page.evaluate("""async (body) => (await fetch('/ui/keys', {method: 'POST', body,
-            headers: {'Content-Type': 'application/x-www-form-urlencoded'}})).status""", body)
+        status = page.evaluate(
+            """async (body) => (await fetch('/ui/keys', {method: 'POST', body,
+            headers: {'Content-Type': 'application/x-www-form-urlencoded'}})).status""",
+            body,
+        )
         assert status == 403
-    res = page.request.post(server["url"] + "/ui/iterations/it-x/rewind", form={"rank": "0", "consumed": "0"})
+    res = page.request.post(
+        server["url"] + "/ui/iterations/it-x/rewind", form={"rank": "0", "consumed": "0"}
+    )
     assert res.status == 403
     page.goto(server["url"] + "/ui/keys")
     assert page.locator("#keys tbody tr").count() == before
     page.context.close()
 
 
-def test_accessibility_basics_at_two_widths(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:
+def test_accessibility_basics_at_two_widths(
+    browser: Any, server: dict[str, Any], tmp_path: Path
+) -> None:
     with Client(server["url"], server["admin"]) as c:
         iteration = c.iteration("cifar10_tiny", batch_size=10, name="ui-a11y")
-    pages = {"login": "/ui/login", "datasets": "/ui/datasets", "dataset": f"/ui/datasets/{server['id']}",
-             "samples": f"/ui/datasets/{server['id']}/samples?limit=8", "iterations": "/ui/iterations",
-             "iteration": f"/ui/iterations/{iteration['id']}", "keys": "/ui/keys"}
+    pages = {
+        "login": "/ui/login",
+        "datasets": "/ui/datasets",
+        "dataset": f"/ui/datasets/{server['id']}",
+        "samples": f"/ui/datasets/{server['id']}/samples?limit=8",
+        "iterations": "/ui/iterations",
+        "iteration": f"/ui/iterations/{iteration['id']}",
+        "keys": "/ui/keys",
+    }
     for width in WIDTHS:
         page = _login(browser, server, server["admin"], width=width)
         for name, path in pages.items():
@@ -270,13 +338,19 @@ def test_accessibility_basics_at_two_widths(browser: Any, server: dict[str, Any]
             unlabeled = page.eval_on_selector_all(
                 "input:not([type=hidden]), select, textarea",
                 "els => els.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))"
-                ".map(e => e.outerHTML)")
+                ".map(e => e.outerHTML)",
+            )
             assert unlabeled == [], (name, width, unlabeled)
-            no_alt = page.eval_on_selector_all("img", "els => els.filter(i => !i.alt).map(i => i.outerHTML)")
+            no_alt = page.eval_on_selector_all(
+                "img", "els => els.filter(i => !i.alt).map(i => i.outerHTML)"
+            )
             assert no_alt == [], (name, width)
             over = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert over <= 1, (name, width, over)
-            assert page.locator("h1").count() == 1 and page.evaluate("document.documentElement.lang") == "en"
+            assert (
+                page.locator("h1").count() == 1
+                and page.evaluate("document.documentElement.lang") == "en"
+            )
             page.screenshot(path=str(tmp_path / f"ui-{name}-{width}.png"), full_page=True)
         page.context.close()
     assert len(list(tmp_path.glob("ui-*.png"))) == 2 * len(pages)

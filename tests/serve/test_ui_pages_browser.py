@@ -39,16 +39,31 @@ def _build(root: Path) -> dict[str, Path]:
     uids = ds.uids.to_pylist()
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((len(uids), 12)).astype(np.float32)
-    feat = pa.table({"uid": uids, "score": pa.array(rng.random(len(uids)).astype(np.float32) / 10, pa.float32()),
-                     "emb": pa.array(list(emb), pa.list_(pa.float32()))})
+    feat = pa.table(
+        {
+            "uid": uids,
+            "score": pa.array(rng.random(len(uids)).astype(np.float32) / 10, pa.float32()),
+            "emb": pa.array(list(emb), pa.list_(pa.float32())),
+        }
+    )
     ds.add("feat", feat, route=True)
     houses = read_table(DATA / "house_prices_train.csv")
     pq.write_table(houses, root / "houses.parquet", row_group_size=500)
-    pq.write_table(houses.select(["LotArea", "Street", "SalePrice"]).slice(0, 300), root / "small.parquet")
-    preprocess(root / "small.parquet", {"input_features": [{"name": "Street", "type": "category"},
-                                                           {"name": "LotArea", "type": "number"}],
-                                        "output_features": [{"name": "SalePrice", "type": "number"}],
-                                        "preprocessing": {"split": {"type": "none"}}}, output_dir=root / "pre")
+    pq.write_table(
+        houses.select(["LotArea", "Street", "SalePrice"]).slice(0, 300), root / "small.parquet"
+    )
+    preprocess(
+        root / "small.parquet",
+        {
+            "input_features": [
+                {"name": "Street", "type": "category"},
+                {"name": "LotArea", "type": "number"},
+            ],
+            "output_features": [{"name": "SalePrice", "type": "number"}],
+            "preprocessing": {"split": {"type": "none"}},
+        },
+        output_dir=root / "pre",
+    )
     return {"cifar": cifar}
 
 
@@ -63,8 +78,14 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     state = base / "state"
     admin = make_key(state, "admin")
     port = free_port()
-    env: dict[str, Any] = {"url": f"http://127.0.0.1:{port}", "admin": admin, "base": base, "state": state,
-                           "port": port, "path": paths["cifar"]}
+    env: dict[str, Any] = {
+        "url": f"http://127.0.0.1:{port}",
+        "admin": admin,
+        "base": base,
+        "state": state,
+        "port": port,
+        "path": paths["cifar"],
+    }
     env["proc"] = start_server(base / "root", state, port)
     try:
         with Client(env["url"], admin) as c:
@@ -97,18 +118,37 @@ def _login(browser: Any, srv: dict[str, Any], key: str | None = None, *, width: 
     return page
 
 
-def _iterate(srv: dict[str, Any], name: str, *, epoch: int = 0, batch_size: int = 10, lease_size: int = 2,
-             **kw: Any) -> int:
-    loader = RemoteLoader(srv["url"], srv["admin"], "cifar", batch_size=batch_size, name=name, epoch=epoch,
-                          collate="arrow", lease_size=lease_size, **kw)
+def _iterate(
+    srv: dict[str, Any],
+    name: str,
+    *,
+    epoch: int = 0,
+    batch_size: int = 10,
+    lease_size: int = 2,
+    **kw: Any,
+) -> int:
+    loader = RemoteLoader(
+        srv["url"],
+        srv["admin"],
+        "cifar",
+        batch_size=batch_size,
+        name=name,
+        epoch=epoch,
+        collate="arrow",
+        lease_size=lease_size,
+        **kw,
+    )
     return sum(1 for _ in loader)
 
 
 def _take_lease(srv: dict[str, Any], it_id: str, client: str, rank: int = 0) -> None:
     """Take one lease over HTTP and never acknowledge it (a client holding a lease)."""
     conn = http.client.HTTPConnection("127.0.0.1", srv["port"], timeout=30)
-    conn.request("GET", f"/api/v1/iterations/{it_id}/next?client={client}&rank={rank}",
-                 headers={"Authorization": f"Bearer {srv['admin']}"})
+    conn.request(
+        "GET",
+        f"/api/v1/iterations/{it_id}/next?client={client}&rank={rank}",
+        headers={"Authorization": f"Bearer {srv['admin']}"},
+    )
     res = conn.getresponse()
     res.read()
     conn.close()
@@ -129,7 +169,9 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
         running = c.iteration("cifar", batch_size=5, name="still-running")
     page = _login(browser, srv)
     page.goto(srv["url"] + "/ui/iterations")
-    rows = {r.get_attribute("data-iteration"): r for r in page.locator("#iterations tbody tr").all()}
+    rows = {
+        r.get_attribute("data-iteration"): r for r in page.locator("#iterations tbody tr").all()
+    }
     assert rows[running["id"]].locator(".badge").inner_text() == "running"
     assert rows[cancelled["id"]].locator(".badge").inner_text() == "cancelled"
     fin = page.locator("#iterations tbody tr", has_text="hist").first
@@ -141,19 +183,26 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
     # filters: status, name, dataset (a form of GETs)
     page.select_option("#f-status", "finished")
     page.click("#filters button[type=submit]")
-    assert set(page.locator("#iterations tbody tr").evaluate_all("rs => rs.map(r => r.dataset.status)")) == {"finished"}
+    assert set(
+        page.locator("#iterations tbody tr").evaluate_all("rs => rs.map(r => r.dataset.status)")
+    ) == {"finished"}
     assert page.locator("#iterations tbody tr").count() == 2
     page.select_option("#f-status", "")
     page.fill("#f-name", "cancel")
     page.click("#filters button[type=submit]")
-    assert [r.get_attribute("data-iteration") for r in page.locator("#iterations tbody tr").all()] == [cancelled["id"]]
+    assert [
+        r.get_attribute("data-iteration") for r in page.locator("#iterations tbody tr").all()
+    ] == [cancelled["id"]]
     page.goto(srv["url"] + "/ui/iterations?dataset=houses")
     assert page.locator("#no-iterations").count() == 1
     # paging: 2 per page, First/Next links walk every row exactly once
     seen: list[str] = []
     page.goto(srv["url"] + "/ui/iterations?limit=2")
     for _ in range(10):
-        seen += [str(r.get_attribute("data-iteration")) for r in page.locator("#iterations tbody tr").all()]
+        seen += [
+            str(r.get_attribute("data-iteration"))
+            for r in page.locator("#iterations tbody tr").all()
+        ]
         if page.locator("#next-page").count() == 0:
             break
         page.click("#next-page")
@@ -165,7 +214,9 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
     assert page.locator("#lifecycle [data-stat=ended]").inner_text().endswith("UTC")
     assert re.fullmatch(r"\d+\.\d s", page.locator("#lifecycle [data-stat=duration]").inner_text())
     labels = page.locator("#config dt").all_inner_texts()
-    assert "batch size" in labels and "lease timeout" in labels and not any("_" in x for x in labels)
+    assert (
+        "batch size" in labels and "lease timeout" in labels and not any("_" in x for x in labels)
+    )
     assert page.locator("#cancel-form").count() == 0 and page.locator("#rewind-form").count() == 0
     page.context.close()
 
@@ -173,8 +224,18 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
 def test_cancel_asks_first_and_names_what_is_lost(browser: Any, srv: dict[str, Any]) -> None:
     with Client(srv["url"], srv["admin"]) as c:
         it = c.iteration("cifar", batch_size=5, name="cancel-me", lease_size=1)
-    stream = iter(RemoteLoader(srv["url"], srv["admin"], "cifar", batch_size=5, name="cancel-me", collate="arrow",
-                               lease_size=1, prefetch=1))
+    stream = iter(
+        RemoteLoader(
+            srv["url"],
+            srv["admin"],
+            "cifar",
+            batch_size=5,
+            name="cancel-me",
+            collate="arrow",
+            lease_size=1,
+            prefetch=1,
+        )
+    )
     for _ in range(10):  # half of the 20 batches, over about a second
         next(stream)
         time.sleep(0.1)
@@ -185,29 +246,50 @@ def test_cancel_asks_first_and_names_what_is_lost(browser: Any, srv: dict[str, A
     assert page.locator("#status").inner_text() == "running"
     page.click("#cancel-form button")
     lost = page.locator("#confirm-what").inner_text()
-    assert re.search(r"\b(9|10|11|12) of 20 batches not yet delivered", lost) and "cannot be undone" in lost, lost
+    assert (
+        re.search(r"\b(9|10|11|12) of 20 batches not yet delivered", lost)
+        and "cannot be undone" in lost
+    ), lost
     assert re.search(r"\b[1-9]\d* leased now", lost), lost
     page.click("#keep")  # changed my mind: nothing happened
     assert page.locator("#status").inner_text() == "running"
     page.click("#cancel-form button")
     page.click("#confirm")
     assert page.url.endswith(f"/ui/iterations/{it['id']}")  # post/redirect/get
-    assert page.locator("#status").inner_text() == "cancelled" and page.locator("#cancel-form").count() == 0
+    assert (
+        page.locator("#status").inner_text() == "cancelled"
+        and page.locator("#cancel-form").count() == 0
+    )
     assert "0 to 0.0 s" not in page.content()
-    title = _svg_title(page, "#live")  # the chart ends at the cancel, marked; its rate is the real one
+    title = _svg_title(
+        page, "#live"
+    )  # the chart ends at the cancel, marked; its rate is the real one
     peak = float(re.search(r"peak ([\d,.]+) batches/s", title).group(1).replace(",", ""))  # type: ignore[union-attr]
-    assert 0 < peak < 100 and page.locator("#live svg text.mark", has_text="cancelled").count() == 1, title
+    assert (
+        0 < peak < 100 and page.locator("#live svg text.mark", has_text="cancelled").count() == 1
+    ), title
     page.reload()  # a reload repeats nothing
     assert page.locator("#status").inner_text() == "cancelled"
     stream.close()  # the loader's generator: its iteration is cancelled
     page.context.close()
 
 
-def test_rewind_confirms_while_leases_are_held_and_shows_what_changed(browser: Any, srv: dict[str, Any]) -> None:
+def test_rewind_confirms_while_leases_are_held_and_shows_what_changed(
+    browser: Any, srv: dict[str, Any]
+) -> None:
     with Client(srv["url"], srv["admin"]) as c:
         it = c.iteration("cifar", batch_size=4, name="rw-live", lease_size=2)
-    stream = iter(RemoteLoader(srv["url"], srv["admin"], "cifar", batch_size=4, name="rw-live", collate="arrow",
-                               lease_size=2))
+    stream = iter(
+        RemoteLoader(
+            srv["url"],
+            srv["admin"],
+            "cifar",
+            batch_size=4,
+            name="rw-live",
+            collate="arrow",
+            lease_size=2,
+        )
+    )
     for _ in range(20):
         next(stream)
         time.sleep(0.05)
@@ -233,21 +315,29 @@ def test_rewind_confirms_while_leases_are_held_and_shows_what_changed(browser: A
     after = _svg_title(page, "#live")
     peak = float(re.search(r"peak ([\d,.]+) batches/s", after).group(1).replace(",", ""))  # type: ignore[union-attr]
     assert peak < 1000, (before, after)
-    assert " 0.0 s" not in after and page.locator("#live svg text.mark", has_text="rewind").count() == 1
+    assert (
+        " 0.0 s" not in after
+        and page.locator("#live svg text.mark", has_text="rewind").count() == 1
+    )
     axes = page.locator("#live svg text.axis").all_text_contents()
     assert "batches/s" in axes and any("(s)" in a for a in axes)
     # every chart text renders at >= 11 px, also at 400 px width
     for width in (1280, 400):
         page.set_viewport_size({"width": width, "height": 900})
-        sizes = page.eval_on_selector_all("#live svg text", """els => els.map(e => {
+        sizes = page.eval_on_selector_all(
+            "#live svg text",
+            """els => els.map(e => {
             const svg = e.ownerSVGElement; const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
-            return parseFloat(getComputedStyle(e).fontSize) * scale; })""")
+            return parseFloat(getComputedStyle(e).fontSize) * scale; })""",
+        )
         assert sizes and min(sizes) >= 11, (width, min(sizes))
     stream.close()  # the abandoned loader's generator
     page.context.close()
 
 
-def test_run_history_across_epochs_linked_from_the_dataset(browser: Any, srv: dict[str, Any]) -> None:
+def test_run_history_across_epochs_linked_from_the_dataset(
+    browser: Any, srv: dict[str, Any]
+) -> None:
     page = _login(browser, srv)
     page.goto(srv["url"] + f"/ui/datasets/{srv['id']}")
     page.locator("#runs a", has_text="hist").click()
@@ -259,8 +349,14 @@ def test_run_history_across_epochs_linked_from_the_dataset(browser: Any, srv: di
         assert re.fullmatch(r"[\d,.]+", r.locator("[data-stat=rate]").inner_text())
         assert re.fullmatch(r"\d+\.\d s", r.locator("[data-stat=duration]").inner_text())
     for r in rows.all():  # each client's stall (and batches) per epoch
-        assert r.locator("[data-stat=clients]").inner_text() == str(r.locator("li[data-client]").count()) != "0"
-        assert re.fullmatch(r"\S+ \d+\.\d s \(\d+\)", r.locator("li[data-client]").first.inner_text())
+        assert (
+            r.locator("[data-stat=clients]").inner_text()
+            == str(r.locator("li[data-client]").count())
+            != "0"
+        )
+        assert re.fullmatch(
+            r"\S+ \d+\.\d s \(\d+\)", r.locator("li[data-client]").first.inner_text()
+        )
     page.click("#dataset-link")  # and back
     assert page.url.endswith(f"/ui/datasets/{srv['id']}")
     page.context.close()
@@ -276,8 +372,10 @@ def test_counters_survive_a_server_restart(browser: Any, srv: dict[str, Any]) ->
     page = _login(browser, srv)
     page.goto(srv["url"] + f"/ui/iterations/{it['id']}")
     before = {k: page.locator(f"#{k}").inner_text() for k in ("expired", "reissued")}
-    clients = {r.get_attribute("data-client"): r.locator("[data-stat=batches]").inner_text()
-               for r in page.locator("#clients tbody tr[data-client]").all()}
+    clients = {
+        r.get_attribute("data-client"): r.locator("[data-stat=batches]").inner_text()
+        for r in page.locator("#clients tbody tr[data-client]").all()
+    }
     assert int(before["expired"]) >= 1 and int(before["reissued"]) >= 1, before
     assert sum(int(v) for v in clients.values()) == 10 and len(clients) >= 1, clients
     stop(srv["proc"])
@@ -285,8 +383,10 @@ def test_counters_survive_a_server_restart(browser: Any, srv: dict[str, Any]) ->
     page = _login(browser, srv)
     page.goto(srv["url"] + f"/ui/iterations/{it['id']}")
     assert {k: page.locator(f"#{k}").inner_text() for k in ("expired", "reissued")} == before
-    assert {r.get_attribute("data-client"): r.locator("[data-stat=batches]").inner_text()
-            for r in page.locator("#clients tbody tr[data-client]").all()} == clients
+    assert {
+        r.get_attribute("data-client"): r.locator("[data-stat=batches]").inner_text()
+        for r in page.locator("#clients tbody tr[data-client]").all()
+    } == clients
     page.context.close()
 
 
@@ -304,14 +404,19 @@ def test_revoking_a_key_asks_and_your_own_key_asks_twice(browser: Any, srv: dict
     assert "active" in page.locator(f"#keys tr[data-key='{other['id']}']").inner_text()
     page.click(f"#keys tr[data-key='{other['id']}'] button.danger")
     page.click("#confirm")
-    assert page.url.endswith("/ui/keys") and "revoked" in page.locator(f"#keys tr[data-key='{other['id']}']").inner_text()
+    assert (
+        page.url.endswith("/ui/keys")
+        and "revoked" in page.locator(f"#keys tr[data-key='{other['id']}']").inner_text()
+    )
     # your own session's key: a first confirmation is not enough
     assert "(your session)" in page.locator(f"#keys tr[data-key='{mine['id']}']").inner_text()
     page.click(f"#keys tr[data-key='{mine['id']}'] button.danger")
     assert "YOUR OWN session" in page.locator("#confirm-what").inner_text()
     page.click("#confirm")
     assert "second confirmation" in page.locator("#confirm-what").inner_text()
-    page.goto(srv["url"] + "/ui/keys")  # still logged in: nothing was revoked after one confirmation
+    page.goto(
+        srv["url"] + "/ui/keys"
+    )  # still logged in: nothing was revoked after one confirmation
     assert "active" in page.locator(f"#keys tr[data-key='{mine['id']}']").inner_text()
     page.click(f"#keys tr[data-key='{mine['id']}'] button.danger")
     page.click("#confirm")
@@ -321,7 +426,9 @@ def test_revoking_a_key_asks_and_your_own_key_asks_twice(browser: Any, srv: dict
 
 
 # ---------------------------------------------------------------------------------------------- statistics
-def test_statistics_rows_vs_samples_top_values_precision_and_sources(browser: Any, srv: dict[str, Any]) -> None:
+def test_statistics_rows_vs_samples_top_values_precision_and_sources(
+    browser: Any, srv: dict[str, Any]
+) -> None:
     page = _login(browser, srv)
     page.goto(srv["url"] + f"/ui/datasets/{srv['id']}")
     cap = page.locator("#columns tr[data-column='caption']")
@@ -330,7 +437,10 @@ def test_statistics_rows_vs_samples_top_values_precision_and_sources(browser: An
     page.wait_for_selector("#columns tr[data-values-for='caption'] [data-status=done]")
     out = page.locator("#columns tr[data-values-for='caption']")
     joined = out.locator(".joined").inner_text()
-    assert "dataset’s 100 samples" in joined and out.locator("[data-stat=missing]").inner_text() == "20"
+    assert (
+        "dataset’s 100 samples" in joined
+        and out.locator("[data-stat=missing]").inner_text() == "20"
+    )
     assert "shardset’s own rows" in page.locator("#stats-source").inner_text()
     # strings: a bar chart of the most common values, not a histogram of lengths
     lab = page.locator("#columns tr[data-column='label']")
@@ -370,7 +480,10 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     assert page.locator("#range").inner_text() == "Rows 51 to 60 of 100."
     page.fill("#find", "no-such-uid")
     page.click("#find-form button")
-    assert page.locator("p.error").count() == 1 and "no sample with UID" in page.locator("p.error").inner_text()
+    assert (
+        page.locator("p.error").count() == 1
+        and "no sample with UID" in page.locator("p.error").inner_text()
+    )
     # filter by a column value
     page.goto(base + "?limit=10")
     page.select_option("#where", "label")
@@ -378,7 +491,9 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     page.click("#filter-form button")
     labels = ds.to_table(columns=["label"]).column("label").to_pylist()
     assert page.locator("#filtered").inner_text().startswith(f"{labels.count('cat')} row")
-    assert {t.strip() for t in page.locator("#samples td[data-column=label]").all_inner_texts()} == {"cat"}
+    assert {
+        t.strip() for t in page.locator("#samples td[data-column=label]").all_inner_texts()
+    } == {"cat"}
     # first / previous / next / last and jump to a page
     page.goto(base + "?limit=30")
     page.click("#last")
@@ -398,17 +513,27 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     emb = page.locator("#samples td[data-column=emb]").first
     assert "(12 values: show all)" in emb.inner_text() and emb.locator("code.all").is_hidden()
     emb.locator("summary").click()
-    assert emb.locator("code.all").is_visible() and emb.locator("code.all").inner_text().count(",") == 11
-    assert page.locator("#samples td[data-column=caption] .missing").count() == 1  # row 4 of the first 5
+    assert (
+        emb.locator("code.all").is_visible()
+        and emb.locator("code.all").inner_text().count(",") == 11
+    )
+    assert (
+        page.locator("#samples td[data-column=caption] .missing").count() == 1
+    )  # row 4 of the first 5
     # HDF5 and Parquet: a sample by row; category ids decoded through the vocabulary; large floats grouped
     page.goto(srv["url"] + f"/ui/datasets/{srv['pre']}/samples")
     assert "Sample by row (0 to 299)" in page.locator("#find-form").inner_text()
     page.fill("#find", "123")
     page.click("#find-form button")
     marked = page.locator("#samples tr.mark")
-    assert marked.locator("th").inner_text() == "123" and page.locator("#range").inner_text() == "Rows 121 to 140 of 300."
+    assert (
+        marked.locator("th").inner_text() == "123"
+        and page.locator("#range").inner_text() == "Rows 121 to 140 of 300."
+    )
     street = marked.locator("td[data-column=Street]")
-    assert street.get_attribute("data-t") == "tokens" and street.locator(".tokens").inner_text() in ("Pave", "Grvl")
+    assert street.get_attribute("data-t") == "tokens" and street.locator(
+        ".tokens"
+    ).inner_text() in ("Pave", "Grvl")
     price = page.locator("#samples td[data-column=SalePrice]").first.inner_text().strip()
     assert re.fullmatch(r"[\d,]+(\.\d)?", price) and "e+" not in price, price
     page.goto(srv["url"] + f"/ui/datasets/{srv['houses']}/samples")
@@ -445,13 +570,22 @@ _COLOURS = """els => els.filter(e => e.offsetParent !== null && e.textContent.tr
     return [e.tagName + '.' + e.className, getComputedStyle(e).color, bg]; })"""
 
 
-def test_favicon_tab_order_contrast_and_no_overflow_at_400px(browser: Any, srv: dict[str, Any]) -> None:
+def test_favicon_tab_order_contrast_and_no_overflow_at_400px(
+    browser: Any, srv: dict[str, Any]
+) -> None:
     with Client(srv["url"], srv["admin"]) as c:
         it = c.iteration("cifar", batch_size=10, name="a11y")
-    pages = {"datasets": "/ui/datasets", "dataset": f"/ui/datasets/{srv['id']}", "hdf5": f"/ui/datasets/{srv['pre']}",
-             "samples": f"/ui/datasets/{srv['id']}/samples?limit=8", "parquet": f"/ui/datasets/{srv['houses']}/samples",
-             "iterations": "/ui/iterations", "iteration": f"/ui/iterations/{it['id']}", "run": "/ui/runs/hist",
-             "keys": "/ui/keys"}
+    pages = {
+        "datasets": "/ui/datasets",
+        "dataset": f"/ui/datasets/{srv['id']}",
+        "hdf5": f"/ui/datasets/{srv['pre']}",
+        "samples": f"/ui/datasets/{srv['id']}/samples?limit=8",
+        "parquet": f"/ui/datasets/{srv['houses']}/samples",
+        "iterations": "/ui/iterations",
+        "iteration": f"/ui/iterations/{it['id']}",
+        "run": "/ui/runs/hist",
+        "keys": "/ui/keys",
+    }
     page = _login(browser, srv, width=400)
     icon = page.locator("link[rel=icon]").get_attribute("href")
     res = page.request.get(srv["url"] + str(icon))
@@ -463,13 +597,20 @@ def test_favicon_tab_order_contrast_and_no_overflow_at_400px(browser: Any, srv: 
         assert over <= 0, (name, over)
         unlabeled = page.eval_on_selector_all(
             "input:not([type=hidden]), select, textarea",
-            "els => els.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.outerHTML)")
+            "els => els.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.outerHTML)",
+        )
         assert unlabeled == [], (name, unlabeled)
-        assert page.eval_on_selector_all("[tabindex]", "els => els.filter(e => e.tabIndex > 0).length") == 0
-        low = [(sel, fg, bg, round(_contrast(fg, bg), 2))
-               for sel, fg, bg in page.eval_on_selector_all("p, td, th, dt, dd, label, a, .badge, caption, li, h1, h2",
-                                                            _COLOURS)
-               if _contrast(fg, bg) < 4.5]
+        assert (
+            page.eval_on_selector_all("[tabindex]", "els => els.filter(e => e.tabIndex > 0).length")
+            == 0
+        )
+        low = [
+            (sel, fg, bg, round(_contrast(fg, bg), 2))
+            for sel, fg, bg in page.eval_on_selector_all(
+                "p, td, th, dt, dd, label, a, .badge, caption, li, h1, h2", _COLOURS
+            )
+            if _contrast(fg, bg) < 4.5
+        ]
         assert low == [], (name, low[:5])
     # the badges: each status's colours
     page.goto(srv["url"] + "/ui/iterations")
@@ -492,7 +633,9 @@ def test_login_page_needs_no_script_and_every_page_answers(srv: dict[str, Any]) 
     """Without a browser: the pages the tests above open answer 200 for an admin (a cheap guard)."""
     for path in ("/ui/datasets", f"/ui/datasets/{srv['id']}", "/ui/iterations", "/ui/runs/hist"):
         conn = http.client.HTTPConnection("127.0.0.1", srv["port"], timeout=30)
-        conn.request("GET", urllib.parse.quote(path), headers={"Authorization": f"Bearer {srv['admin']}"})
+        conn.request(
+            "GET", urllib.parse.quote(path), headers={"Authorization": f"Bearer {srv['admin']}"}
+        )
         res = conn.getresponse()
         body = res.read().decode()
         conn.close()

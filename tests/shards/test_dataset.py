@@ -25,9 +25,11 @@ N_SHARDS, PER = 100, 100
 
 def hashes(root: Path) -> dict[str, str]:
     """Content hash of every non-hidden file of a dataset folder."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not any(s.startswith(".") for s in
-                                                                          p.relative_to(root).parts)}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)
+    }
 
 
 def write_shards(folder: Path, tables: list[pa.Table], ext: str = "parquet") -> list[Path]:
@@ -45,10 +47,19 @@ def write_shards(folder: Path, tables: list[pa.Table], ext: str = "parquet") -> 
 @pytest.fixture()
 def seed_ds(tmp_path: Path) -> ShardsetDataset:
     """shardset_1: 100 shards x 100 samples; shardset_2: 90 per shard (samples 90-99 missing)."""
-    s1 = [pa.table({"uid": np.arange(k * PER, (k + 1) * PER), "a": np.arange(PER, dtype=np.float64) + k})
-          for k in range(N_SHARDS)]
-    s2 = [pa.table({"uid": np.arange(k * PER, k * PER + 90), "b": [f"s{k}"] * 90}) for k in range(N_SHARDS)]
-    ds = ShardsetDataset.create(tmp_path / "ds", write_shards(tmp_path / "in1", s1), uid="uid", shardset="shardset_1")
+    s1 = [
+        pa.table(
+            {"uid": np.arange(k * PER, (k + 1) * PER), "a": np.arange(PER, dtype=np.float64) + k}
+        )
+        for k in range(N_SHARDS)
+    ]
+    s2 = [
+        pa.table({"uid": np.arange(k * PER, k * PER + 90), "b": [f"s{k}"] * 90})
+        for k in range(N_SHARDS)
+    ]
+    ds = ShardsetDataset.create(
+        tmp_path / "ds", write_shards(tmp_path / "in1", s1), uid="uid", shardset="shardset_1"
+    )
     return ds.add("shardset_2", write_shards(tmp_path / "in2", s2))
 
 
@@ -100,9 +111,13 @@ def test_read_shard_after_a_file_changes_size(seed_ds: ShardsetDataset) -> None:
     before = seed_ds.read_shard(9)
     path = seed_ds.loc.join(seed_ds.shard_path("shardset_2", 9))
     t = pq.read_table(path)
-    pq.write_table(t.set_column(1, "b", pa.array([f"longer value {i}" for i in range(t.num_rows)])), path)
+    pq.write_table(
+        t.set_column(1, "b", pa.array([f"longer value {i}" for i in range(t.num_rows)])), path
+    )
     after = seed_ds.read_shard(9)
-    assert before.column("b")[0].as_py() == "s9" and after.column("b")[0].as_py() == "longer value 0"
+    assert (
+        before.column("b")[0].as_py() == "s9" and after.column("b")[0].as_py() == "longer value 0"
+    )
 
 
 def test_column_selection_reads_only_owning_shardsets(seed_ds: ShardsetDataset) -> None:
@@ -122,14 +137,17 @@ def test_adding_shardset_3_leaves_old_files_byte_identical(seed_ds: ShardsetData
     uids = rng.permutation(10_000)[:7_000]
     ds = seed_ds.add("shardset_3", pa.table({"uid": uids, "c": uids * 2}), route=True)
     after = hashes(root)
-    assert {k: v for k, v in after.items() if not k.startswith("shardset_3/") and k != "dataset.json"} == \
-        {k: v for k, v in before.items() if k != "dataset.json"}
+    assert {
+        k: v for k, v in after.items() if not k.startswith("shardset_3/") and k != "dataset.json"
+    } == {k: v for k, v in before.items() if k != "dataset.json"}
     assert len([k for k in after if k.startswith("shardset_3/")]) == 100
     assert ds.get(int(uids[0]))["c"] == int(uids[0]) * 2
     assert check_dataset(root) == []
 
 
-def test_failed_add_leaves_dataset_unchanged(seed_ds: ShardsetDataset, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_add_leaves_dataset_unchanged(
+    seed_ds: ShardsetDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import datamill.shards.writer as w
 
     root = Path(seed_ds.loc.path)
@@ -145,7 +163,9 @@ def test_failed_add_leaves_dataset_unchanged(seed_ds: ShardsetDataset, monkeypat
 
     monkeypatch.setattr(w, "write_any", boom)
     with pytest.raises(OSError):
-        seed_ds.add("shardset_3", pa.table({"uid": np.arange(10_000), "c": np.arange(10_000)}), route=True)
+        seed_ds.add(
+            "shardset_3", pa.table({"uid": np.arange(10_000), "c": np.arange(10_000)}), route=True
+        )
     assert hashes(root) == before
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp")]
     assert ShardsetDataset(root).shardsets == ["shardset_1", "shardset_2"]
@@ -167,11 +187,14 @@ def test_killed_add_leaves_dataset_byte_identical(seed_ds: ShardsetDataset, tmp_
     before = hashes(root)
     script = tmp_path / "kill.py"
     script.write_text(_KILL_SCRIPT)
-    with subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True
+    ) as proc:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "start"
         deadline = time.time() + 30
-        while time.time() < deadline and not any(p.name.startswith(".tmp-big") and any(p.iterdir())
-                                                 for p in root.iterdir()):
+        while time.time() < deadline and not any(
+            p.name.startswith(".tmp-big") and any(p.iterdir()) for p in root.iterdir()
+        ):
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -182,8 +205,13 @@ def test_killed_add_leaves_dataset_byte_identical(seed_ds: ShardsetDataset, tmp_
     assert ds.shardsets == ["shardset_1", "shardset_2"]
     litter = check_dataset(root)  # the temporary folder is reported, nothing else
     assert len(litter) == 1 and litter[0].path is not None and ".tmp-big" in litter[0].path
-    ds.add("small", pa.table({"uid": [], "y": pa.array([], pa.int64())}).cast(
-        pa.schema([("uid", ds.uids.type), ("y", pa.int64())])), route=True)
+    ds.add(
+        "small",
+        pa.table({"uid": [], "y": pa.array([], pa.int64())}).cast(
+            pa.schema([("uid", ds.uids.type), ("y", pa.int64())])
+        ),
+        route=True,
+    )
     assert check_dataset(root) == []  # the next add removed it
     assert not [p for p in root.iterdir() if p.name.startswith(".")]
 
@@ -237,7 +265,23 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     extra = tmp_path / "e.csv"
     extra.write_text("id,note\n3,three\n7,seven\n")
     root = str(tmp_path / "ds")
-    assert main(["shards", "create", root, "--uid", "id", "--shardset", "base", str(src), "--shard-size", "3"]) == 0
+    assert (
+        main(
+            [
+                "shards",
+                "create",
+                root,
+                "--uid",
+                "id",
+                "--shardset",
+                "base",
+                str(src),
+                "--shard-size",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert main(["shards", "add", root, "--shardset", "notes", str(extra), "--route"]) == 0
     assert main(["shards", "check", root]) == 0
     assert main(["shards", "get", root, "7"]) == 0
@@ -250,14 +294,21 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     bad.write_text("id,note\n99,x\n")
     assert main(["shards", "add", root, "--shardset", "bad", str(bad), "--route"]) == 2
     assert "99" in capsys.readouterr().err
-    pq.write_table(pa.table({"id": [3, 7], "note": ["three", "x"]}), Path(root) / "notes" / "shard.00001.parquet")
+    pq.write_table(
+        pa.table({"id": [3, 7], "note": ["three", "x"]}),
+        Path(root) / "notes" / "shard.00001.parquet",
+    )
     assert main(["shards", "check", root]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"{root}/notes/shard.00001.parquet, shard 1: expected 1 rows (manifest), got 2",
-                   (f"{root}/notes/shard.00001.parquet, shard 1, row 1, uid 7: uid belongs to shard 2 "
-                   "(as in base/shard.00002.parquet) Fix: a sample lives in the same shard index in every "
-                   "shardset; use `add --route`"),
-                   f"{root}: 2 violations"]
+    assert out == [
+        f"{root}/notes/shard.00001.parquet, shard 1: expected 1 rows (manifest), got 2",
+        (
+            f"{root}/notes/shard.00001.parquet, shard 1, row 1, uid 7: uid belongs to shard 2 "
+            "(as in base/shard.00002.parquet) Fix: a sample lives in the same shard index in every "
+            "shardset; use `add --route`"
+        ),
+        f"{root}: 2 violations",
+    ]
 
 
 def test_stale_object_add_keeps_other_shardsets(seed_ds: ShardsetDataset) -> None:

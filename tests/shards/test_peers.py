@@ -51,15 +51,32 @@ def test_read_webdataset_groups_members_by_key() -> None:
 @pytest.mark.parametrize("fmt", ["mds", "litdata", "hf", "webdataset"])
 def test_cli_shards_create_from_a_peer(fmt: str, tmp_path: Path) -> None:
     src = FIX / ("wds" if fmt == "webdataset" else fmt)
-    args = ["shards", "create", str(tmp_path / "ds"), "--uid", "uid", "--shardset", "s", "--shard-size", "5",
-            "--from", fmt, str(src)] + (["--add-uid"] if fmt == "webdataset" else [])
-    out = subprocess.run([sys.executable, "-m", "datamill.cli", *args], capture_output=True, text=True, check=False)
+    args = [
+        "shards",
+        "create",
+        str(tmp_path / "ds"),
+        "--uid",
+        "uid",
+        "--shardset",
+        "s",
+        "--shard-size",
+        "5",
+        "--from",
+        fmt,
+        str(src),
+    ] + (["--add-uid"] if fmt == "webdataset" else [])
+    out = subprocess.run(
+        [sys.executable, "-m", "datamill.cli", *args], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     ds = ShardsetDataset(tmp_path / "ds")
     assert ds.shard_sizes().tolist() == [5, 5, 5, 5, 3]
     table = ds.to_table()
     if fmt == "webdataset":
-        assert table.column("image.bin").to_pylist() == read_peer(fmt, src).column("image.bin").to_pylist()
+        assert (
+            table.column("image.bin").to_pylist()
+            == read_peer(fmt, src).column("image.bin").to_pylist()
+        )
     else:
         _check_rows(table.to_pylist())
 

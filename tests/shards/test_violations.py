@@ -24,13 +24,19 @@ K, PER = 4, 5  # shard k holds uids 10k .. 10k+4
 
 @pytest.fixture()
 def ds(tmp_path: Path) -> ShardsetDataset:
-    t = pa.table({"uid": np.concatenate([np.arange(10 * k, 10 * k + PER) for k in range(K)]),
-                  "x": np.arange(K * PER)})
+    t = pa.table(
+        {
+            "uid": np.concatenate([np.arange(10 * k, 10 * k + PER) for k in range(K)]),
+            "x": np.arange(K * PER),
+        }
+    )
     return ShardsetDataset.create(tmp_path / "ds", t, uid="uid", shardset="image", shard_size=PER)
 
 
 def shard_tables(**override: pa.Table) -> list[pa.Table]:
-    out = [pa.table({"uid": np.arange(10 * k, 10 * k + PER), "cap": [f"c{k}"] * PER}) for k in range(K)]
+    out = [
+        pa.table({"uid": np.arange(10 * k, 10 * k + PER), "cap": [f"c{k}"] * PER}) for k in range(K)
+    ]
     for k, t in override.items():
         out[int(k[1:])] = t
     return out
@@ -56,16 +62,20 @@ def test_add_rejects_uid_in_wrong_shard(ds: ShardsetDataset, tmp_path: Path) -> 
     assert "belongs to shard 1 (as in image/shard.00001.parquet)" in str(e)
 
 
-@pytest.mark.parametrize(("case", "err", "attrs"), [
-    ("missing_uid", SchemaError, {"column": "uid", "shard": 2}),
-    ("duplicate", ShardsetError, {"uid": 21, "shard": 2, "row": 1}),
-    ("unknown", ShardsetError, {"uid": 999, "shard": 2}),
-    ("csv_columns", SchemaError, {"shard": 2}),
-    ("corrupt", DataFileError, {}),
-    ("truncated", DataFileError, {}),
-])
-def test_add_rejects_bad_shard_files(ds: ShardsetDataset, tmp_path: Path, case: str, err: type,
-                                     attrs: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    ("case", "err", "attrs"),
+    [
+        ("missing_uid", SchemaError, {"column": "uid", "shard": 2}),
+        ("duplicate", ShardsetError, {"uid": 21, "shard": 2, "row": 1}),
+        ("unknown", ShardsetError, {"uid": 999, "shard": 2}),
+        ("csv_columns", SchemaError, {"shard": 2}),
+        ("corrupt", DataFileError, {}),
+        ("truncated", DataFileError, {}),
+    ],
+)
+def test_add_rejects_bad_shard_files(
+    ds: ShardsetDataset, tmp_path: Path, case: str, err: type, attrs: dict[str, object]
+) -> None:
     ext = "csv" if case == "csv_columns" else "parquet"
     bad = {
         "missing_uid": pa.table({"id": np.arange(20, 25), "cap": ["c"] * 5}),
@@ -92,7 +102,9 @@ def test_add_shard_count_mismatch_and_route_errors(ds: ShardsetDataset, tmp_path
     with pytest.raises(ShardsetError, match="got 3 shard files, the dataset has 4 shards") as exc:
         ds.add("caption", files)
     assert exc.value.path == ds.loc.display
-    with pytest.raises(ShardsetError, match=r"2 UIDs are not in the sample mapping: \[77, 78\]") as exc:
+    with pytest.raises(
+        ShardsetError, match=r"2 UIDs are not in the sample mapping: \[77, 78\]"
+    ) as exc:
         ds.add("caption", pa.table({"uid": [10, 77, 78], "c": [1, 2, 3]}), route=True)
     assert (exc.value.uid, exc.value.row) == (77, 1)
     with pytest.raises(ShardsetError, match="duplicate") as exc:
@@ -109,7 +121,12 @@ def test_create_rejects_duplicate_and_missing_uid(tmp_path: Path) -> None:
     files = write(tmp_path / "in", [pa.table({"u": [1, 2]}), pa.table({"u": [3, 1]})])
     with pytest.raises(ShardsetError) as exc:
         ShardsetDataset.create(tmp_path / "d1", files, uid="u", shardset="a")
-    assert (exc.value.uid, exc.value.shard, exc.value.row, exc.value.path) == (1, 1, 1, str(files[1]))
+    assert (exc.value.uid, exc.value.shard, exc.value.row, exc.value.path) == (
+        1,
+        1,
+        1,
+        str(files[1]),
+    )
     with pytest.raises(SchemaError) as exc:
         ShardsetDataset.create(tmp_path / "d2", files, uid="uid", shardset="a")
     assert (exc.value.column, exc.value.path) == ("uid", str(files[0]))
@@ -136,8 +153,11 @@ def test_check_lists_every_violation(ds: ShardsetDataset) -> None:
     problems = check_dataset(ds.loc.path)
     where = {(type(p).__name__, p.path, p.uid, p.shard) for p in problems}
     assert ("ShardsetError", p_wrong, 12, 3) in where
-    assert any("caption/shard.00003.parquet, shard 3, row 1, uid 12: uid belongs to shard 1 "
-               "(as in image/shard.00001.parquet)" in str(p) for p in problems)
+    assert any(
+        "caption/shard.00003.parquet, shard 3, row 1, uid 12: uid belongs to shard 1 "
+        "(as in image/shard.00001.parquet)" in str(p)
+        for p in problems
+    )
     assert ("ShardsetError", p_dup, 1, 0) in where
     assert ("SchemaError", p_nouid, None, 1) in where
     assert ("DataFileError", p_corrupt, None, None) in where
@@ -160,16 +180,24 @@ def test_check_manifest_mismatch(ds: ShardsetDataset) -> None:
     assert any(s.startswith(f"{root}/orphan: not listed in the manifest") for s in msgs)
 
 
-@given(n=st.integers(1, 60), n_shards=st.integers(1, 7), seed=st.integers(0, 2**32 - 1),
-       p_missing=st.lists(st.floats(0, 1), min_size=1, max_size=3), string_uids=st.booleans())
-def test_read_shard_equals_pandas_merge(n: int, n_shards: int, seed: int, p_missing: list[float],
-                                        string_uids: bool) -> None:
+@given(
+    n=st.integers(1, 60),
+    n_shards=st.integers(1, 7),
+    seed=st.integers(0, 2**32 - 1),
+    p_missing=st.lists(st.floats(0, 1), min_size=1, max_size=3),
+    string_uids=st.booleans(),
+)
+def test_read_shard_equals_pandas_merge(
+    n: int, n_shards: int, seed: int, p_missing: list[float], string_uids: bool
+) -> None:
     rng = np.random.default_rng(seed)
     raw = rng.choice(10 * n + 10, size=n, replace=False)
     uids = [f"id{u}" for u in raw] if string_uids else raw.astype(np.int64)
     base = pd.DataFrame({"uid": uids, "x": rng.normal(size=n)})
     shard_of = rng.integers(0, n_shards, size=n)
-    files_tables = [pa.Table.from_pandas(base[shard_of == k], preserve_index=False) for k in range(n_shards)]
+    files_tables = [
+        pa.Table.from_pandas(base[shard_of == k], preserve_index=False) for k in range(n_shards)
+    ]
     tmp = Path(tempfile.mkdtemp())
     try:
         files = write(tmp / "in", files_tables)
@@ -177,7 +205,9 @@ def test_read_shard_equals_pandas_merge(n: int, n_shards: int, seed: int, p_miss
         frames = [base]
         for i, p in enumerate(p_missing):
             keep = rng.random(n) >= p
-            df = pd.DataFrame({"uid": base["uid"][keep], f"c{i}": rng.integers(0, 100, size=int(keep.sum()))})
+            df = pd.DataFrame(
+                {"uid": base["uid"][keep], f"c{i}": rng.integers(0, 100, size=int(keep.sum()))}
+            )
             df = df.sample(frac=1, random_state=int(rng.integers(1 << 30)))
             ds = ds.add(f"s{i + 1}", pa.Table.from_pandas(df, preserve_index=False), route=True)
             frames.append(df)
@@ -187,14 +217,18 @@ def test_read_shard_equals_pandas_merge(n: int, n_shards: int, seed: int, p_miss
         got = pd.concat([ds.read_shard(k).to_pandas() for k in range(n_shards)], ignore_index=True)
         assert len(got) == n == int(ds.shard_sizes().sum())
         assert sorted(got["uid"].tolist()) == sorted(base["uid"].tolist())
-        np.testing.assert_array_equal(np.diff(shard_of[pd.Index(base["uid"]).get_indexer(got["uid"])]) >= 0, True)
+        np.testing.assert_array_equal(
+            np.diff(shard_of[pd.Index(base["uid"]).get_indexer(got["uid"])]) >= 0, True
+        )
         exp = merged.set_index("uid").loc[got["uid"]].reset_index()
         for c in exp.columns:
             if c.startswith("c"):
                 exp[c] = exp[c].astype("Int64")
                 got[c] = got[c].astype("Int64")
         pd.testing.assert_frame_equal(got, exp, check_dtype=False)
-        inner = pd.concat([ds.read_shard(k, join="inner").to_pandas() for k in range(n_shards)], ignore_index=True)
+        inner = pd.concat(
+            [ds.read_shard(k, join="inner").to_pandas() for k in range(n_shards)], ignore_index=True
+        )
         assert len(inner) == len(merged.dropna())
     finally:
         shutil.rmtree(tmp)
@@ -208,25 +242,34 @@ def test_add_from_files_stores_rows_in_mapping_order(ds: ShardsetDataset, tmp_pa
     assert ds.read_shard(2).column("cap").to_pylist() == ["c2"] * 5
 
 
-def test_uid_type_mismatch_is_a_schema_error_and_widths_are_cast(ds: ShardsetDataset, tmp_path: Path) -> None:
+def test_uid_type_mismatch_is_a_schema_error_and_widths_are_cast(
+    ds: ShardsetDataset, tmp_path: Path
+) -> None:
     with pytest.raises(SchemaError, match="do not match the mapping's int64") as exc:
         ds.add("caption", pa.table({"uid": ["x10"], "c": [1]}), route=True)
     assert exc.value.path == "<table>"
-    ds = ds.add("caption", pa.table({"uid": pa.array([31, 10], pa.int32()), "c": [1, 2]}), route=True)
+    ds = ds.add(
+        "caption", pa.table({"uid": pa.array([31, 10], pa.int32()), "c": [1, 2]}), route=True
+    )
     assert ds.get(31) == {"uid": 31, "x": 16, "c": 1}
     assert pq.read_schema(ds.loc.join(ds.shard_path("caption", 3))).field("uid").type == pa.int64()
 
 
 def test_check_catches_csv_column_set_and_truncated_parquet(tmp_path: Path) -> None:
     t = pa.table({"uid": np.arange(6), "x": np.arange(6)})
-    ds = ShardsetDataset.create(tmp_path / "ds", t, uid="uid", shardset="a", shard_size=3, fmt="csv")
+    ds = ShardsetDataset.create(
+        tmp_path / "ds", t, uid="uid", shardset="a", shard_size=3, fmt="csv"
+    )
     ds = ds.add("b", pa.table({"uid": np.arange(6), "y": np.arange(6)}), route=True)
     csv1 = Path(ds.loc.join(ds.shard_path("a", 1)))
     csv1.write_text("uid,x,z\n3,3,0\n4,4,0\n5,5,0\n")
     pq1 = Path(ds.loc.join(ds.shard_path("b", 1)))
     pq1.write_bytes(pq1.read_bytes()[:-20])
     problems = check_dataset(tmp_path / "ds")
-    assert {(type(p), p.path) for p in problems} == {(SchemaError, str(csv1)), (DataFileError, str(pq1))}
+    assert {(type(p), p.path) for p in problems} == {
+        (SchemaError, str(csv1)),
+        (DataFileError, str(pq1)),
+    }
     with pytest.raises(DataFileError) as exc:
         ShardsetDataset(tmp_path / "ds").read_shard(1)
     assert exc.value.path == str(pq1) and exc.value.shard == 1
@@ -246,8 +289,14 @@ def test_positions_near_equals_global_positions(n: int, n_shards: int, seed: int
 
 
 def test_empty_shard_reads_and_joins(tmp_path: Path) -> None:
-    files = write(tmp_path / "in", [pa.table({"uid": [1, 2]}), pa.table({"uid": pa.array([], pa.int64())}),
-                                    pa.table({"uid": [3]})])
+    files = write(
+        tmp_path / "in",
+        [
+            pa.table({"uid": [1, 2]}),
+            pa.table({"uid": pa.array([], pa.int64())}),
+            pa.table({"uid": [3]}),
+        ],
+    )
     ds = ShardsetDataset.create(tmp_path / "ds", files, uid="uid", shardset="a")
     ds = ds.add("b", pa.table({"uid": [3], "y": ["c"]}), route=True)
     assert ds.shard_sizes().tolist() == [2, 0, 1]
@@ -261,4 +310,6 @@ def test_route_from_malformed_csv_names_the_file(ds: ShardsetDataset, tmp_path: 
     bad.write_text("uid,cap\n10,a\n11,b,extra\n")
     with pytest.raises(DataFileError) as exc:
         ds.add("caption", bad, route=True)
-    assert exc.value.path == str(bad) and "11,b,extra" in str(exc.value)  # core read_table: line not set here
+    assert exc.value.path == str(bad) and "11,b,extra" in str(
+        exc.value
+    )  # core read_table: line not set here

@@ -23,8 +23,11 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "datamill"
 
 def files_of(root: Path) -> dict[str, str]:
     """Content hash of every file under ``root``, hidden ones included."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def shard(k: int, per: int = 10) -> pa.Table:
@@ -38,20 +41,28 @@ def spawn_pool() -> mp.pool.Pool:  # type: ignore[misc]  # generator fixture
         yield pool
 
 
-def test_worker_processes_write_shards_and_the_driver_commits(tmp_path: Path, spawn_pool: mp.pool.Pool) -> None:
+def test_worker_processes_write_shards_and_the_driver_commits(
+    tmp_path: Path, spawn_pool: mp.pool.Pool
+) -> None:
     root = tmp_path / "ds"
     with ShardsetWriter(root, uid="uid", shardset="base") as w:
-        rows = spawn_pool.starmap(w.sink.write_shard, [(k, shard(k, per=3 + k)) for k in reversed(range(5))])
+        rows = spawn_pool.starmap(
+            w.sink.write_shard, [(k, shard(k, per=3 + k)) for k in reversed(range(5))]
+        )
         assert sorted(rows) == [3, 4, 5, 6, 7] and not (root / "dataset.json").exists()
     ds = w.dataset
     assert ds is not None and ds.shard_sizes().tolist() == [3, 4, 5, 6, 7]
     assert ds.read_shard(2).to_pydict() == shard(2, per=5).to_pydict()
     assert sorted(p.name for p in root.iterdir()) == ["base", "dataset.json", "samples.parquet"]
-    assert sorted(p.name for p in (root / "base").iterdir()) == [f"shard.{k:05d}.parquet" for k in range(5)]
+    assert sorted(p.name for p in (root / "base").iterdir()) == [
+        f"shard.{k:05d}.parquet" for k in range(5)
+    ]
     # a second shardset, written by workers that validate against the mapping
     with ShardsetWriter(root, uid="uid", shardset="extra") as w2:
-        tables = [pa.table({"uid": shard(k, per=3 + k)["uid"][::-2], "y": [f"y{k}"] * ((3 + k + 1) // 2)})
-                  for k in range(5)]
+        tables = [
+            pa.table({"uid": shard(k, per=3 + k)["uid"][::-2], "y": [f"y{k}"] * ((3 + k + 1) // 2)})
+            for k in range(5)
+        ]
         spawn_pool.starmap(w2.sink.write_shard, list(enumerate(tables)))
     ds = ShardsetDataset(root)
     assert ds.shardsets == ["base", "extra"] and check_dataset(root) == []
@@ -60,10 +71,13 @@ def test_worker_processes_write_shards_and_the_driver_commits(tmp_path: Path, sp
     assert ds.get(402) == {"uid": 402, "x": 201.0, "y": "y4"} and ds.get(401)["y"] is None
 
 
-def test_a_worker_writing_a_misplaced_uid_fails_and_nothing_is_left(tmp_path: Path, spawn_pool: mp.pool.Pool) -> None:
+def test_a_worker_writing_a_misplaced_uid_fails_and_nothing_is_left(
+    tmp_path: Path, spawn_pool: mp.pool.Pool
+) -> None:
     root = tmp_path / "ds"
-    ShardsetDataset.create(root, pa.concat_tables([shard(k) for k in range(3)]), uid="uid", shardset="a",
-                           shard_size=10)
+    ShardsetDataset.create(
+        root, pa.concat_tables([shard(k) for k in range(3)]), uid="uid", shardset="a", shard_size=10
+    )
     before = files_of(root)
     bad = [pa.table({"uid": [0]}), pa.table({"uid": [100, 5]}), pa.table({"uid": [200]})]
     with pytest.raises(ShardsetError) as exc, ShardsetWriter(root, uid="uid", shardset="b") as w:
@@ -75,13 +89,19 @@ def test_a_worker_writing_a_misplaced_uid_fails_and_nothing_is_left(tmp_path: Pa
 
 def test_an_exception_in_the_with_block_leaves_the_dataset_unchanged(tmp_path: Path) -> None:
     root = tmp_path / "ds"
-    with pytest.raises(RuntimeError, match="boom"), ShardsetWriter(root, uid="uid", shardset="a") as w:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        ShardsetWriter(root, uid="uid", shardset="a") as w,
+    ):
         w.write_shard(0, shard(0))
         raise RuntimeError("boom")
     assert not root.exists()  # the writer made the folder, so it removes it
     ShardsetDataset.create(root, shard(0), uid="uid", shardset="a", shard_size=4)
     before = files_of(root)
-    with pytest.raises(RuntimeError, match="boom"), ShardsetWriter(root, uid="uid", shardset="b") as w:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        ShardsetWriter(root, uid="uid", shardset="b") as w,
+    ):
         for k in range(3):
             w.write_shard(k, pa.table({"uid": [4 * k], "z": [k]}))
         assert any(p.name.startswith(".tmp-b") for p in root.iterdir())
@@ -93,17 +113,27 @@ def test_an_exception_in_the_with_block_leaves_the_dataset_unchanged(tmp_path: P
 
 def test_commit_validates_every_shard(tmp_path: Path, spawn_pool: mp.pool.Pool) -> None:
     root = tmp_path / "ds"
-    with pytest.raises(ShardsetError, match=r"shards \[1\] were not written"), \
-            ShardsetWriter(root, uid="uid", shardset="a") as w:
+    with (
+        pytest.raises(ShardsetError, match=r"shards \[1\] were not written"),
+        ShardsetWriter(root, uid="uid", shardset="a") as w,
+    ):
         w.write_shard(0, shard(0))
         w.write_shard(2, shard(2))
     with pytest.raises(SchemaError) as exc, ShardsetWriter(root, uid="uid", shardset="a") as w:
-        spawn_pool.starmap(w.sink.write_shard, [(0, shard(0)), (1, shard(1).set_column(1, "x", pa.array(["s"] * 10)))])
+        spawn_pool.starmap(
+            w.sink.write_shard,
+            [(0, shard(0)), (1, shard(1).set_column(1, "x", pa.array(["s"] * 10)))],
+        )
     assert exc.value.shard == 1
     with pytest.raises(ShardsetError) as exc, ShardsetWriter(root, uid="uid", shardset="a") as w:
         spawn_pool.starmap(w.sink.write_shard, [(0, shard(0)), (1, shard(0).slice(3, 2))])
-    assert (exc.value.uid, exc.value.shard, exc.value.row) == (3, 1, 0) and "duplicate uid" in str(exc.value)
-    with pytest.raises(ConfigError, match="no shards"), ShardsetWriter(root, uid="uid", shardset="a"):
+    assert (exc.value.uid, exc.value.shard, exc.value.row) == (3, 1, 0) and "duplicate uid" in str(
+        exc.value
+    )
+    with (
+        pytest.raises(ConfigError, match="no shards"),
+        ShardsetWriter(root, uid="uid", shardset="a"),
+    ):
         pass
     assert not root.exists()
     ShardsetDataset.create(root, shard(0), uid="uid", shardset="a", shard_size=5)
@@ -120,15 +150,34 @@ def test_commit_validates_every_shard(tmp_path: Path, spawn_pool: mp.pool.Pool) 
 
 def test_describe_counts_missing_samples_from_the_manifest(tmp_path: Path) -> None:
     root = tmp_path / "ds"
-    ds = ShardsetDataset.create(root, pa.concat_tables([shard(k) for k in range(4)]), uid="uid", shardset="a",
-                                shard_size=10)
-    ds = ds.add("b", pa.table({"uid": [0, 1, 105, 309], "label": pa.array([1, 0, 1, 1], pa.int8())}), route=True)
+    ds = ShardsetDataset.create(
+        root, pa.concat_tables([shard(k) for k in range(4)]), uid="uid", shardset="a", shard_size=10
+    )
+    ds = ds.add(
+        "b",
+        pa.table({"uid": [0, 1, 105, 309], "label": pa.array([1, 0, 1, 1], pa.int8())}),
+        route=True,
+    )
     with pytest.raises(SchemaError, match="CSV shard cannot hold"):
-        ds.add("c", pa.table({"uid": np.arange(300, 310), "t": [[1.0, 2.0]] * 10}), route=True, fmt="csv")
-    ds = ds.add("c", pa.table({"uid": np.arange(300, 310), "t": np.arange(10) * 0.5}), route=True, fmt="csv")
+        ds.add(
+            "c",
+            pa.table({"uid": np.arange(300, 310), "t": [[1.0, 2.0]] * 10}),
+            route=True,
+            fmt="csv",
+        )
+    ds = ds.add(
+        "c", pa.table({"uid": np.arange(300, 310), "t": np.arange(10) * 0.5}), route=True, fmt="csv"
+    )
     d = json.loads(json.dumps(ds.describe()))  # plain JSON
-    assert (d["num_samples"], d["num_shards"], d["uid_column"], d["uid_type"]) == (40, 4, "uid", "int64")
-    got = {s["name"]: (s["format"], s["num_shards"], s["rows"], s["missing"]) for s in d["shardsets"]}
+    assert (d["num_samples"], d["num_shards"], d["uid_column"], d["uid_type"]) == (
+        40,
+        4,
+        "uid",
+        "int64",
+    )
+    got = {
+        s["name"]: (s["format"], s["num_shards"], s["rows"], s["missing"]) for s in d["shardsets"]
+    }
     assert got == {"a": ("parquet", 4, 40, 0), "b": ("parquet", 4, 4, 36), "c": ("csv", 4, 10, 30)}
     assert d["shardsets"][0]["columns"] == [{"name": "x", "type": "double"}]
     assert d["shardsets"][1]["columns"] == [{"name": "label", "type": "int8"}]
@@ -141,10 +190,13 @@ def test_describe_counts_missing_samples_from_the_manifest(tmp_path: Path) -> No
 
 def test_check_report_gives_one_plain_dict_per_violation(tmp_path: Path) -> None:
     root = tmp_path / "ds"
-    ds = ShardsetDataset.create(root, pa.concat_tables([shard(k) for k in range(3)]), uid="uid", shardset="a",
-                                shard_size=10)
+    ds = ShardsetDataset.create(
+        root, pa.concat_tables([shard(k) for k in range(3)]), uid="uid", shardset="a", shard_size=10
+    )
     assert check_report(root) == []
-    pq.write_table(pa.table({"uid": [100, 101, 7], "x": [0.0, 0.0, 0.0]}), root / "a" / "shard.00001.parquet")
+    pq.write_table(
+        pa.table({"uid": [100, 101, 7], "x": [0.0, 0.0, 0.0]}), root / "a" / "shard.00001.parquet"
+    )
     (root / "a" / "shard.00002.parquet").unlink()
     report = check_report(ds.loc)
     assert json.loads(json.dumps(report)) == report
@@ -152,8 +204,13 @@ def test_check_report_gives_one_plain_dict_per_violation(tmp_path: Path) -> None
     assert len(report) == len(check_dataset(root)) == 3
     by_message = {v["message"]: v for v in report}
     wrong = by_message["uid belongs to shard 0 (as in a/shard.00000.parquet)"]
-    assert (wrong["kind"], wrong["path"], wrong["shard"], wrong["uid"], wrong["row"]) == \
-        ("ShardsetError", str(root / "a" / "shard.00001.parquet"), 1, 7, 2)
+    assert (wrong["kind"], wrong["path"], wrong["shard"], wrong["uid"], wrong["row"]) == (
+        "ShardsetError",
+        str(root / "a" / "shard.00001.parquet"),
+        1,
+        7,
+        2,
+    )
     assert by_message["expected 10 rows (manifest), got 3"]["shard"] == 1
     assert by_message["shard file is missing"]["path"] == str(root / "a" / "shard.00002.parquet")
 
@@ -185,7 +242,11 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_shards_import_graph_has_no_cycle_and_private_modules_stay_inside() -> None:
-    modules = {f"datamill.shards.{p.stem}": p for p in (SRC / "shards").glob("*.py") if p.stem != "__init__"}
+    modules = {
+        f"datamill.shards.{p.stem}": p
+        for p in (SRC / "shards").glob("*.py")
+        if p.stem != "__init__"
+    }
     graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
     state: dict[str, int] = {}
 
@@ -206,8 +267,16 @@ def test_shards_import_graph_has_no_cycle_and_private_modules_stay_inside() -> N
     assert leaks == []
 
 
-@pytest.mark.parametrize("uids, dup", [([5, 1, 9, 2], None), ([0, 1, 2, 3], None), ([4, 1, 4, 2], 4),
-                                       (["b", "a", "c"], None), (["b", "a", "b"], "b")])
+@pytest.mark.parametrize(
+    "uids, dup",
+    [
+        ([5, 1, 9, 2], None),
+        ([0, 1, 2, 3], None),
+        ([4, 1, 4, 2], 4),
+        (["b", "a", "c"], None),
+        (["b", "a", "b"], "b"),
+    ],
+)
 def test_uniqueness_check_of_integer_and_string_uids(uids: list, dup: object) -> None:  # type: ignore[type-arg]
     from datamill.shards.writer import _check_unique
 

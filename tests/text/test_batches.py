@@ -47,8 +47,13 @@ def test_deterministic_per_seed_and_epoch_and_epochs_differ() -> None:
     assert not all(p.shape == q.shape and (p == q).all() for p, q in zip(a, c))
 
 
-@given(n=st.integers(20, 600), bs=st.integers(1, 5), ns=st.integers(1, 9), seed=st.integers(0, 2**32),
-       ws=st.integers(1, 3))
+@given(
+    n=st.integers(20, 600),
+    bs=st.integers(1, 5),
+    ns=st.integers(1, 9),
+    seed=st.integers(0, 2**32),
+    ws=st.integers(1, 3),
+)
 def test_random_examples_disjoint_and_cover(n: int, bs: int, ns: int, seed: int, ws: int) -> None:
     ids = np.arange(n, dtype=np.int32) + 7
     if n < bs * ws * ns + 1:
@@ -69,14 +74,23 @@ def test_random_examples_disjoint_and_cover(n: int, bs: int, ns: int, seed: int,
     assert all((s - offset) % ns == 0 for s in starts)
     total = (n - offset - 1) // ns
     per_rank = total // ws
-    if ws == 1 and per_rank % bs == 0:  # nothing dropped: every whole example after the offset is covered
+    if (
+        ws == 1 and per_rank % bs == 0
+    ):  # nothing dropped: every whole example after the offset is covered
         assert sorted(starts) == [offset + k * ns for k in range(total)]
     assert len(starts) == ws * (per_rank // bs) * bs
 
 
-@given(n=st.integers(20, 600), bs=st.integers(1, 5), ns=st.integers(1, 9), seed=st.integers(0, 2**32),
-       ws=st.integers(1, 3))
-def test_sequential_strips_concatenate_to_corpus_slice(n: int, bs: int, ns: int, seed: int, ws: int) -> None:
+@given(
+    n=st.integers(20, 600),
+    bs=st.integers(1, 5),
+    ns=st.integers(1, 9),
+    seed=st.integers(0, 2**32),
+    ws=st.integers(1, 3),
+)
+def test_sequential_strips_concatenate_to_corpus_slice(
+    n: int, bs: int, ns: int, seed: int, ws: int
+) -> None:
     ids = np.arange(n, dtype=np.int64)
     if n < bs * ws * ns + 1:
         return
@@ -91,12 +105,16 @@ def test_sequential_strips_concatenate_to_corpus_slice(n: int, bs: int, ns: int,
         rows_all.append(np.concatenate(xs, axis=1))  # (bs, nb*ns): each row a contiguous strip
     strips = np.concatenate(rows_all, axis=0)
     width = (n - offset - 1) // (bs * ws)
-    expect = ids[offset:offset + width * bs * ws].reshape(bs * ws, width)[:, :strips.shape[1]]
+    expect = ids[offset : offset + width * bs * ws].reshape(bs * ws, width)[:, : strips.shape[1]]
     np.testing.assert_array_equal(strips, expect)
 
 
-@given(kind=st.sampled_from(["random", "sequential"]), n=st.integers(40, 400), mid=st.integers(0, 30),
-       seed=st.integers(0, 1000))
+@given(
+    kind=st.sampled_from(["random", "sequential"]),
+    n=st.integers(40, 400),
+    mid=st.integers(0, 30),
+    seed=st.integers(0, 1000),
+)
 def test_resume_from_any_position(kind: str, n: int, mid: int, seed: int) -> None:
     ids = np.arange(n, dtype=np.uint16)
     make_it = random_batches if kind == "random" else sequential_batches

@@ -21,25 +21,33 @@ from datamill.text import Corpus, CorpusSource, build_corpus, build_vocab
 def test_timemachine_seed_normalisation_178605_chars_44_distinct(data_dir: Path) -> None:
     lines = (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines()
     seed = " ".join(" ".join(lines).lower().split())
-    c = build_corpus(data_dir / "timemachine.txt", level="char", lowercase=True, collapse_whitespace=True)
+    c = build_corpus(
+        data_dir / "timemachine.txt", level="char", lowercase=True, collapse_whitespace=True
+    )
     assert len(c) == len(seed) == 178_605
     assert len(c.vocab) == 45 and c.vocab.idx2str[0] == "<unk>"  # <unk> + 44 distinct characters
     assert c.decode(c.tokens) == seed and c.tokens.dtype == np.uint16
     counts = Counter(seed)
-    assert [c.vocab.str2freq[t] for t in c.vocab.idx2str[1:]] == sorted(counts.values(), reverse=True)
+    assert [c.vocab.str2freq[t] for t in c.vocab.idx2str[1:]] == sorted(
+        counts.values(), reverse=True
+    )
 
 
 def test_timemachine_d2l_letters_only_gives_28(data_dir: Path) -> None:
     # the other d2l version: re.sub('[^A-Za-z]+', ' ', line).strip().lower() -> 26 letters + space (+ <unk>)
-    lines = [re.sub("[^A-Za-z]+", " ", x).strip().lower() for x in
-             (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        re.sub("[^A-Za-z]+", " ", x).strip().lower()
+        for x in (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines()
+    ]
     v = build_vocab(lines, level="char")
     assert len(v) == 28
 
 
 def test_ptb_word_corpus_from_zip_member(data_dir: Path) -> None:
     c = build_corpus(f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", level="word", min_freq=10)
-    assert len(c) == 887_521 and c.num_lines == 42_068 and len(c.vocab) == 6_719  # the word2vec chapter's figures
+    assert (
+        len(c) == 887_521 and c.num_lines == 42_068 and len(c.vocab) == 6_719
+    )  # the word2vec chapter's figures
     assert c.decode(c.line(1)).startswith("<unk> <unk> N years old will join")  # pierre < 10 times
 
 
@@ -58,8 +66,12 @@ def test_vocab_options_like_seed() -> None:
         build_corpus(texts, level="sentence")  # type: ignore[arg-type]
 
 
-@given(st.lists(st.text(st.characters(exclude_categories=["Cs"]), max_size=20), min_size=1, max_size=10),
-       st.sampled_from(["char", "word"]))
+@given(
+    st.lists(
+        st.text(st.characters(exclude_categories=["Cs"]), max_size=20), min_size=1, max_size=10
+    ),
+    st.sampled_from(["char", "word"]),
+)
 def test_encode_decode_round_trip(texts: list[str], level: str) -> None:
     if not "".join(t if level == "char" else " ".join(t.split()) for t in texts):
         with pytest.raises(DataFileError):
@@ -82,18 +94,30 @@ def test_save_load_memory_mapped_and_int32_when_large(tmp_path: Path) -> None:
     assert c.tokens.dtype == np.int32
     d = Corpus.load(tmp_path / "big")
     assert isinstance(d.tokens.base, np.memmap) or isinstance(d.tokens, np.memmap)
-    assert sorted(p.name for p in (tmp_path / "big").iterdir()) == ["corpus.json", "offsets.npy", "tokens.npy",
-                                                                     "vocab.json"]
+    assert sorted(p.name for p in (tmp_path / "big").iterdir()) == [
+        "corpus.json",
+        "offsets.npy",
+        "tokens.npy",
+        "vocab.json",
+    ]
     # regression: the old check `... or len(set(tokens)) == 70_000` was true by construction
-    assert d.decode(d.tokens[:3]) == "w0 w1 w2" and d.tokens[:3].tolist() == [1, 2, 11_113]  # ties by token text
+    assert d.decode(d.tokens[:3]) == "w0 w1 w2" and d.tokens[:3].tolist() == [
+        1,
+        2,
+        11_113,
+    ]  # ties by token text
     assert d.vocab.idx2str[:4] == ["<unk>", "w0", "w1", "w10"]
     np.testing.assert_array_equal(d.tokens, c.tokens)
 
 
 def test_bpe_and_wordpiece_levels(data_dir: Path, tmp_path: Path) -> None:
-    c = build_corpus(data_dir / "wikitext2_test.raw", level="wordpiece", vocab_size=500, out=tmp_path / "wp")
+    c = build_corpus(
+        data_dir / "wikitext2_test.raw", level="wordpiece", vocab_size=500, out=tmp_path / "wp"
+    )
     d = Corpus.load(tmp_path / "wp")
-    assert d.tokenizer is not None and d.vocab is not None and len(d.vocab) == d.tokenizer.vocab_size
+    assert (
+        d.tokenizer is not None and d.vocab is not None and len(d.vocab) == d.tokenizer.vocab_size
+    )
     assert d.decode(d.line(1)).startswith("Robert Boulter is an English film")
     assert c.vocab.unk_token == "[UNK]"
 
@@ -132,8 +156,18 @@ def test_corpus_source_for_the_loader(tmp_path: Path) -> None:
 
 
 def test_cli_corpus(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["corpus", str(data_dir / "timemachine.txt"), "--level", "char", "--lowercase",
-               "--collapse-whitespace", "--out", str(tmp_path / "tm")])
+    rc = main(
+        [
+            "corpus",
+            str(data_dir / "timemachine.txt"),
+            "--level",
+            "char",
+            "--lowercase",
+            "--collapse-whitespace",
+            "--out",
+            str(tmp_path / "tm"),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "178,605 tokens" in out and "vocab size 45" in out
     assert (tmp_path / "tm" / "corpus.json").exists()
@@ -141,13 +175,32 @@ def test_cli_corpus(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert rc == 2 and not (tmp_path / "x").exists()
     # the API's parameter names as flags (old spelling --reserved kept), --quiet after the command
     for flag in ("--reserved-tokens", "--reserved"):
-        rc = main(["corpus", str(data_dir / "timemachine.txt"), "--level", "word", flag, "<pad>,<bos>",
-                   "--unk-token", "<UNK>", "--min-freq", "3", "--out", str(tmp_path / flag), "--quiet"])
+        rc = main(
+            [
+                "corpus",
+                str(data_dir / "timemachine.txt"),
+                "--level",
+                "word",
+                flag,
+                "<pad>,<bos>",
+                "--unk-token",
+                "<UNK>",
+                "--min-freq",
+                "3",
+                "--out",
+                str(tmp_path / flag),
+                "--quiet",
+            ]
+        )
         assert rc == 0
         assert Corpus.load(tmp_path / flag).vocab.idx2str[:3] == ["<UNK>", "<pad>", "<bos>"]
 
 
-@given(st.text(st.sampled_from(list("aB z\t\n\r\x0b\x1c.!Q")), max_size=60), st.booleans(), st.booleans())
+@given(
+    st.text(st.sampled_from(list("aB z\t\n\r\x0b\x1c.!Q")), max_size=60),
+    st.booleans(),
+    st.booleans(),
+)
 def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse: bool) -> None:
     lines = text.split("\n")
     if text.endswith("\n"):
@@ -167,10 +220,15 @@ def test_ascii_file_fast_path_equals_arrow_path(text: str, lower: bool, collapse
     np.testing.assert_array_equal(fast.tokens, slow.tokens)
     np.testing.assert_array_equal(fast.offsets, slow.offsets)
     if collapse:
-        assert fast.decode(fast.tokens) == " ".join(" ".join(lines).lower().split() if lower else " ".join(lines).split())
+        assert fast.decode(fast.tokens) == " ".join(
+            " ".join(lines).lower().split() if lower else " ".join(lines).split()
+        )
 
 
-@given(st.text(st.sampled_from(list("ab Bz\t\n\r\x0b\x0c\x1c\x1f\x01\x1b\x7f.")), max_size=60), st.booleans())
+@given(
+    st.text(st.sampled_from(list("ab Bz\t\n\r\x0b\x0c\x1c\x1f\x01\x1b\x7f.")), max_size=60),
+    st.booleans(),
+)
 def test_ascii_word_fast_path_equals_arrow_path(text: str, lower: bool) -> None:
     lines = text.split("\n")
     if text.endswith("\n"):

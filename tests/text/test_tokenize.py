@@ -27,7 +27,11 @@ def test_space_is_str_split(xs: list[str | None]) -> None:
 
 @given(texts)
 def test_characters_are_list_of_str(xs: list[str | None]) -> None:
-    got = get_tokenizer("characters").tokenize(pa.chunked_array([pa.array(xs, pa.string())])).to_pylist()
+    got = (
+        get_tokenizer("characters")
+        .tokenize(pa.chunked_array([pa.array(xs, pa.string())]))
+        .to_pylist()
+    )
     assert got == [list(x or "") for x in xs]
 
 
@@ -39,8 +43,17 @@ def test_space_punct_matches_ludwig_regex_on_ascii(xs: list[str]) -> None:
 
 # Arrow lower-cases with utf8proc's Unicode tables, which differ from Python's for some recent
 # characters (e.g. U+1DF68) and has no special casing (U+0130, final sigma U+03A3 in Python); compare on Latin/Greek/Cyrillic plus every whitespace character
-bmp_texts = st.lists(st.one_of(st.none(), st.text(st.characters(max_codepoint=0x4FF, exclude_characters="\u0130\u03a3") | st.sampled_from(
-    [" ", "\u3000", "\u2028", "\x85", "\x1c", "\xa0", "\u2009"]), max_size=30)), max_size=20)
+bmp_texts = st.lists(
+    st.one_of(
+        st.none(),
+        st.text(
+            st.characters(max_codepoint=0x4FF, exclude_characters="\u0130\u03a3")
+            | st.sampled_from([" ", "\u3000", "\u2028", "\x85", "\x1c", "\xa0", "\u2009"]),
+            max_size=30,
+        ),
+    ),
+    max_size=20,
+)
 
 
 @given(bmp_texts, st.booleans(), st.booleans())
@@ -48,7 +61,7 @@ def test_normalize_matches_seed(xs: list[str | None], lower: bool, collapse: boo
     got = normalize(xs, lowercase=lower, collapse_whitespace=collapse).to_pylist()
     want = []
     for x in xs:
-        s = (x or "")
+        s = x or ""
         s = s.lower() if lower else s
         want.append(" ".join(s.split()) if collapse else s)
     assert got == want
@@ -77,15 +90,24 @@ def test_hf_train_save_load_encode(model: str, tmp_path: Path) -> None:
     tok = HFTokenizer.train(LINES, model=model, vocab_size=80, min_frequency=1)  # type: ignore[arg-type]
     assert tok.token_to_id("[PAD]") == 0 and tok.id_to_token(1) == "[UNK]"
     ids, offsets = tok.encode_batch(["The quick fox", "", "lazy dog"])
-    assert ids.dtype == np.int32 and offsets.dtype == np.int64 and offsets.tolist()[:3] == [0, offsets[1], offsets[1]]
-    assert tok.decode(ids[offsets[0]:offsets[1]]) == "the quick fox"
-    ref = [tok.inner.encode(t, add_special_tokens=False).tokens for t in ["The quick fox", "", "lazy dog"]]
+    assert (
+        ids.dtype == np.int32
+        and offsets.dtype == np.int64
+        and offsets.tolist()[:3] == [0, offsets[1], offsets[1]]
+    )
+    assert tok.decode(ids[offsets[0] : offsets[1]]) == "the quick fox"
+    ref = [
+        tok.inner.encode(t, add_special_tokens=False).tokens
+        for t in ["The quick fox", "", "lazy dog"]
+    ]
     assert tok.tokenize(["The quick fox", "", "lazy dog"]).to_pylist() == ref
     path = tmp_path / "tok.json"
     tok.save(path)
     again = HFTokenizer.load(path)
     assert again.get_vocab() == tok.get_vocab() and again.vocab_size == tok.vocab_size
-    np.testing.assert_array_equal(again.encode_batch(["lazy dog"])[0], tok.encode_batch(["lazy dog"])[0])
+    np.testing.assert_array_equal(
+        again.encode_batch(["lazy dog"])[0], tok.encode_batch(["lazy dog"])[0]
+    )
     via_registry = get_tokenizer(model, path=path)
     assert via_registry.name == model
 

@@ -28,10 +28,21 @@ from numpy.typing import NDArray
 
 __all__ = ["from_numpy", "large_strings", "list_array", "to_numpy"]
 
-_TYPES = {np.dtype(t): a for t, a in [
-    (np.int8, pa.int8()), (np.int16, pa.int16()), (np.int32, pa.int32()), (np.int64, pa.int64()),
-    (np.uint8, pa.uint8()), (np.uint16, pa.uint16()), (np.uint32, pa.uint32()), (np.uint64, pa.uint64()),
-    (np.float32, pa.float32()), (np.float64, pa.float64())]}
+_TYPES = {
+    np.dtype(t): a
+    for t, a in [
+        (np.int8, pa.int8()),
+        (np.int16, pa.int16()),
+        (np.int32, pa.int32()),
+        (np.int64, pa.int64()),
+        (np.uint8, pa.uint8()),
+        (np.uint16, pa.uint16()),
+        (np.uint32, pa.uint32()),
+        (np.uint64, pa.uint64()),
+        (np.float32, pa.float32()),
+        (np.float64, pa.float64()),
+    ]
+}
 
 _DTYPES = {a: t for t, a in _TYPES.items()}
 
@@ -51,15 +62,21 @@ def from_numpy(values: NDArray[Any]) -> pa.Array:
 
 def list_array(offsets: NDArray[Any], values: NDArray[Any]) -> pa.ListArray:
     """``list<values>`` from int32 offsets (length n + 1) and the flat values."""
-    return pa.ListArray.from_arrays(from_numpy(np.asarray(offsets, dtype=np.int32)), from_numpy(values))
+    return pa.ListArray.from_arrays(
+        from_numpy(np.asarray(offsets, dtype=np.int32)), from_numpy(values)
+    )
 
 
 def large_strings(items: Sequence[str]) -> pa.Array:
     """A ``large_string`` array of Python strings."""
     encoded = [s.encode("utf-8") for s in items]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-    return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+    np.cumsum(
+        np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:]
+    )
+    return pa.LargeStringArray.from_buffers(
+        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+    )
 
 
 def to_numpy(arr: pa.Array | pa.ChunkedArray) -> NDArray[Any]:
@@ -74,10 +91,10 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> NDArray[Any]:
         if buf is None:
             return np.zeros(0, dtype=np.bool_)
         bits = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
-        return bits[off:off + n].astype(np.bool_)
+        return bits[off : off + n].astype(np.bool_)
     dtype = _DTYPES.get(arr.type)
     if dtype is None:
         raise TypeError(f"no numpy dtype for Arrow type {arr.type}")
     if buf is None:
         return np.zeros(0, dtype=dtype)
-    return np.frombuffer(buf, dtype=dtype)[off:off + n]
+    return np.frombuffer(buf, dtype=dtype)[off : off + n]

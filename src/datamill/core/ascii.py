@@ -41,7 +41,7 @@ __all__ = [
 
 ASCII_LOWER = np.arange(256, dtype=np.uint8)
 """Byte -> its lower-cased byte (``A-Z`` -> ``a-z``, every other byte unchanged)."""
-ASCII_LOWER[ord("A"):ord("Z") + 1] += 32
+ASCII_LOWER[ord("A") : ord("Z") + 1] += 32
 ASCII_LOWER.flags.writeable = False
 
 ASCII_WHITESPACE = np.zeros(256, dtype=bool)
@@ -51,7 +51,9 @@ ASCII_WHITESPACE.flags.writeable = False
 
 ASCII_WORD = np.zeros(256, dtype=bool)
 r"""Word bytes ``[0-9A-Za-z_]`` (regex ``\w`` on ASCII): the runs the ``space_punct`` tokenizer keeps whole."""
-ASCII_WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = True
+ASCII_WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = (
+    True
+)
 ASCII_WORD.flags.writeable = False
 
 #: tokens up to this many bytes are keyed exactly; :func:`token_dictionary` returns None beyond
@@ -64,8 +66,9 @@ _SHIFT = np.array([64 - 8 * r for r in range(9)] + [64], np.uint8)
 
 
 # long (69 lines, 19 of docstring): one vectorised kernel: tokens keyed by their bytes as uint64 words, the short (<= 8 bytes) and then the long ones dictionary-encoded; the intermediate arrays feed each other and are freed as it goes
-def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths: NDArray[np.int64]
-                     ) -> tuple[pa.Array, NDArray[np.int32]] | None:
+def token_dictionary(
+    data: NDArray[np.uint8], starts: NDArray[np.int64], lengths: NDArray[np.int64]
+) -> tuple[pa.Array, NDArray[np.int32]] | None:
     """The distinct tokens and each token's index into them (tokens of <= 8 bytes first).
 
     Args:
@@ -91,20 +94,28 @@ def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths
     longest = int(lengths.max())
     if longest > MAX_KEY_BYTES or int(lengths.min()) < 1 or int(data.min(initial=1)) == 0:
         return None
-    padded = np.concatenate([data, np.zeros(MAX_KEY_BYTES + 8, np.uint8)])  # every 8-byte read stays inside
-    windows = np.ndarray(shape=(len(padded) - 7,), dtype=_U64, buffer=padded, strides=(1,))  # unaligned, no copy
+    padded = np.concatenate(
+        [data, np.zeros(MAX_KEY_BYTES + 8, np.uint8)]
+    )  # every 8-byte read stays inside
+    windows = np.ndarray(
+        shape=(len(padded) - 7,), dtype=_U64, buffer=padded, strides=(1,)
+    )  # unaligned, no copy
 
     def key_words(st: NDArray[np.int64], rest: NDArray[np.uint8]) -> NDArray[np.uint64]:
         """The 8 bytes at ``st`` keeping the first ``rest`` of them (0..8; 9 keeps none)."""
         words: NDArray[np.uint64] = windows[st]
-        shift = np.take(_SHIFT, rest)  # uint8: mixed-type shifts cast in small buffers, no uint64 temporary
+        shift = np.take(
+            _SHIFT, rest
+        )  # uint8: mixed-type shifts cast in small buffers, no uint64 temporary
         np.left_shift(words, shift, out=words)
         np.right_shift(words, shift, out=words)
         return words
 
     rest = np.empty(n, np.uint8)
     np.minimum(lengths, 9, out=rest, casting="unsafe")
-    first = key_words(starts, rest)  # tokens of <= 8 bytes: one exact uint64 key (no NUL bytes); longer: 0
+    first = key_words(
+        starts, rest
+    )  # tokens of <= 8 bytes: one exact uint64 key (no NUL bytes); longer: 0
     enc = pc.dictionary_encode(first)
     del first
     if longest <= 8:
@@ -121,9 +132,13 @@ def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths
     keys = np.empty((len(where), ncols), _U64)
     for j in range(ncols):
         keys[:, j] = key_words(ls + 8 * j, np.clip(ll - 8 * j, 0, 8).astype(np.uint8))
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8 * ncols), len(where), [None, pa.py_buffer(keys)])
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(8 * ncols), len(where), [None, pa.py_buffer(keys)]
+    )
     long_enc = pc.dictionary_encode(fixed)
-    long_keys = np.frombuffer(long_enc.dictionary.buffers()[1], _U64)[:len(long_enc.dictionary) * ncols]
+    long_keys = np.frombuffer(long_enc.dictionary.buffers()[1], _U64)[
+        : len(long_enc.dictionary) * ncols
+    ]
     # key 0 (the long tokens; a real key has a non-zero byte) gives its slot to the first long
     # token; the other long tokens follow the short ones
     hole = int(np.flatnonzero(short_keys == 0)[0])
@@ -131,7 +146,9 @@ def token_dictionary(data: NDArray[np.uint8], starts: NDArray[np.int64], lengths
     indices[where] = np.where(li == 0, np.int32(hole), li + np.int32(len(short_keys) - 1))
     short_strings = _decode_keys(short_keys.reshape(-1, 1))
     long_strings = _decode_keys(long_keys.reshape(-1, ncols))
-    dictionary = pa.concat_arrays([short_strings[:hole], long_strings[:1], short_strings[hole + 1:], long_strings[1:]])
+    dictionary = pa.concat_arrays(
+        [short_strings[:hole], long_strings[:1], short_strings[hole + 1 :], long_strings[1:]]
+    )
     return dictionary, indices
 
 
@@ -151,8 +168,9 @@ def _decode_keys(keys: NDArray[np.uint64]) -> pa.Array:
     return pa.StringArray.from_buffers(len(keys), pa.py_buffer(offsets), pa.py_buffer(chars))
 
 
-def ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
-                      ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.uint8]]:
+def ascii_char_codes(
+    data: bytes, *, lowercase: bool, one_document: bool
+) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.uint8]]:
     """Raw character codes + line offsets of ASCII text, and the code -> normalised code table.
 
     The normalisation (lower-casing; whitespace -> ``" "``) is not applied to the codes: it is folded
@@ -168,8 +186,8 @@ def ascii_char_codes(data: bytes, *, lowercase: bool, one_document: bool
         keep = ~m
         keep[1:] |= m[1:] & ~m[:-1]  # the first of each whitespace run
         if not m.all():  # trim both ends (argmax stops at the first non-whitespace byte)
-            keep[:int(np.argmax(~m))] = False
-            keep[len(m) - int(np.argmax(~m[::-1])):] = False
+            keep[: int(np.argmax(~m))] = False
+            keep[len(m) - int(np.argmax(~m[::-1])) :] = False
         out = b[keep]  # (np.compress is faster but makes an int64 index array: 8 bytes per byte)
         return out, np.array([0, len(out)], np.int64), canon
     if len(b) == 0:  # one empty line (an index below would be out of bounds)
@@ -195,10 +213,14 @@ def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, ND
     if lowercase:
         b = ASCII_LOWER[b]
     n = len(b)
-    word = np.empty(n, bool)  # not whitespace: built per 1 MB so the temporaries stay small and warm
+    word = np.empty(
+        n, bool
+    )  # not whitespace: built per 1 MB so the temporaries stay small and warm
     for i in range(0, n, 1 << 20):
-        bc, wc = b[i:i + (1 << 20)], word[i:i + (1 << 20)]
-        np.greater(bc, 32, out=wc)  # then the rarer word bytes below the space: controls other than \t\n\v\f\r, \x1c-\x1f
+        bc, wc = b[i : i + (1 << 20)], word[i : i + (1 << 20)]
+        np.greater(
+            bc, 32, out=wc
+        )  # then the rarer word bytes below the space: controls other than \t\n\v\f\r, \x1c-\x1f
         wc |= (bc < 9) | ((bc > 13) & (bc < 28))
     w8 = word.view(np.int8)
     edge = np.empty(n + 1, np.int8)  # +1 where a word starts, -1 where it ended
@@ -221,18 +243,25 @@ def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, ND
     if keyed is not None:
         dictionary, indices = keyed
         return pa.DictionaryArray.from_arrays(pa.array(indices), dictionary), line_off
-    offs = np.zeros(len(starts) + 1, np.int64)  # a word longer than the keys hold: strings, dictionary-encoded
+    offs = np.zeros(
+        len(starts) + 1, np.int64
+    )  # a word longer than the keys hold: strings, dictionary-encoded
     np.cumsum(lengths, out=offs[1:])
     chars = b[~ASCII_WHITESPACE[b]]
     if offs[-1] < 2**31:
-        words = pa.StringArray.from_buffers(len(starts), pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(chars))
+        words = pa.StringArray.from_buffers(
+            len(starts), pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(chars)
+        )
     else:
-        words = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offs), pa.py_buffer(chars))
+        words = pa.LargeStringArray.from_buffers(
+            len(starts), pa.py_buffer(offs), pa.py_buffer(chars)
+        )
     return pc.dictionary_encode(words), line_off
 
 
-def ascii_token_spans(data: NDArray[np.uint8], row_offsets: NDArray[np.integer[Any]], *, punct: bool = False
-                      ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+def ascii_token_spans(
+    data: NDArray[np.uint8], row_offsets: NDArray[np.integer[Any]], *, punct: bool = False
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Tokens of ASCII rows as byte spans: ``(starts, lengths, token offsets per row)``.
 
     Rows are ``data[row_offsets[i]:row_offsets[i + 1]]`` (offsets from 0). ``punct=False``: tokens
@@ -249,7 +278,9 @@ def ascii_token_spans(data: NDArray[np.uint8], row_offsets: NDArray[np.integer[A
     rel = np.asarray(row_offsets, dtype=np.int64)
     cls = _CLASSES[punct][data]
     nonempty = rel[:-1] != rel[1:]
-    change = np.empty(len(data) + 1, bool)  # class differs between byte i-1 and byte i, or a row boundary
+    change = np.empty(
+        len(data) + 1, bool
+    )  # class differs between byte i-1 and byte i, or a row boundary
     change[0] = change[-1] = True
     np.not_equal(cls[1:], cls[:-1], out=change[1:-1])
     change[rel[:-1][nonempty]] = True
@@ -258,9 +289,15 @@ def ascii_token_spans(data: NDArray[np.uint8], row_offsets: NDArray[np.integer[A
     single = cls == 2  # punctuation: one token per byte
     starts = np.flatnonzero(tok & (change[:-1] | single))
     ends = np.flatnonzero(tok & (change[1:] | single)) + 1
-    return starts.astype(np.int64), (ends - starts).astype(np.int64), np.searchsorted(starts, rel).astype(np.int64)
+    return (
+        starts.astype(np.int64),
+        (ends - starts).astype(np.int64),
+        np.searchsorted(starts, rel).astype(np.int64),
+    )
 
 
 # byte classes: 0 whitespace, 1 a byte of a run token, 2 a single-byte token (punctuation)
-_CLASSES = {False: np.where(ASCII_WHITESPACE, 0, 1).astype(np.uint8),
-            True: np.where(ASCII_WHITESPACE, 0, np.where(ASCII_WORD, 1, 2)).astype(np.uint8)}
+_CLASSES = {
+    False: np.where(ASCII_WHITESPACE, 0, 1).astype(np.uint8),
+    True: np.where(ASCII_WHITESPACE, 0, np.where(ASCII_WORD, 1, 2)).astype(np.uint8),
+}

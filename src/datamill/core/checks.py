@@ -47,7 +47,9 @@ def _num(x: float) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def _range_text(low: float | None, high: float | None, *, low_open: bool = False, high_open: bool = False) -> str:
+def _range_text(
+    low: float | None, high: float | None, *, low_open: bool = False, high_open: bool = False
+) -> str:
     if low is not None and high is not None:
         return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
     if low is not None:
@@ -57,8 +59,15 @@ def _range_text(low: float | None, high: float | None, *, low_open: bool = False
     return "any value"
 
 
-def check_int(value: Any, *, name: str, low: int | None = None, high: int | None = MAX_COUNT,
-              hint: str | None = None, error: type[DatamillError] = ConfigError) -> int:
+def check_int(
+    value: Any,
+    *,
+    name: str,
+    low: int | None = None,
+    high: int | None = MAX_COUNT,
+    hint: str | None = None,
+    error: type[DatamillError] = ConfigError,
+) -> int:
     """Return ``value`` as an ``int`` when it is an integer (not a bool) in ``[low, high]``.
 
     Args:
@@ -88,8 +97,16 @@ def check_int(value: Any, *, name: str, low: int | None = None, high: int | None
     return number
 
 
-def check_float(value: Any, *, name: str, low: float | None = None, high: float | None = None,
-                low_open: bool = False, high_open: bool = False, hint: str | None = None) -> float:
+def check_float(
+    value: Any,
+    *,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    hint: str | None = None,
+) -> float:
     """Return ``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``low_open``).
 
     NaN and infinities are refused whatever the bounds.
@@ -109,8 +126,11 @@ def check_float(value: Any, *, name: str, low: float | None = None, high: float 
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(what, hint=hint)
     v = float(value)
-    if not math.isfinite(v) or (low is not None and (v <= low if low_open else v < low)) \
-            or (high is not None and (v >= high if high_open else v > high)):
+    if (
+        not math.isfinite(v)
+        or (low is not None and (v <= low if low_open else v < low))
+        or (high is not None and (v >= high if high_open else v > high))
+    ):
         raise ConfigError(what, hint=hint)
     return v
 
@@ -126,7 +146,11 @@ def check_rank(rank: Any, *, world_size: int) -> int:
         ...
         datamill.core.errors.ConfigError: rank must be in [0, world_size=2), got 2
     """
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= int(rank) < world_size:
+    if (
+        isinstance(rank, bool)
+        or not isinstance(rank, numbers.Integral)
+        or not 0 <= int(rank) < world_size
+    ):
         raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
     return int(rank)
 
@@ -164,18 +188,31 @@ class Limit:
     def __call__(self, value: Any) -> Any:  # int or float, by kind
         """Check an API argument; returns it as int/float."""
         if self.kind == "int":
-            return check_int(value, name=self.name, low=None if self.low is None else int(self.low),
-                             high=None if self.high is None else int(self.high), hint=self.hint)
-        return check_float(value, name=self.name, low=self.low, high=self.high, low_open=self.low_open,
-                           high_open=self.high_open, hint=self.hint)
+            return check_int(
+                value,
+                name=self.name,
+                low=None if self.low is None else int(self.low),
+                high=None if self.high is None else int(self.high),
+                hint=self.hint,
+            )
+        return check_float(
+            value,
+            name=self.name,
+            low=self.low,
+            high=self.high,
+            low_open=self.low_open,
+            high_open=self.high_open,
+            hint=self.hint,
+        )
 
     def arg(self, text: str) -> Any:
         """argparse ``type=``: parse and check a command-line string."""
         try:
             value: Any = int(text) if self.kind == "int" else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an int' if self.kind == 'int' else 'a number'}, "
-                                             f"got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an int' if self.kind == 'int' else 'a number'}, got {text!r}"
+            ) from None
         try:
             return self(value)
         except ConfigError as exc:
@@ -186,7 +223,9 @@ class Limit:
 SEED = Limit("seed", low=0, high=2**63 - 1)
 """A seed: what ``np.random.SeedSequence`` takes, and fits an int64."""
 BATCH_SIZE = Limit("batch_size", low=1)
-WORLD_SIZE = Limit("world_size", low=1, high=2**20, hint="the number of ranks (processes) of the run")
+WORLD_SIZE = Limit(
+    "world_size", low=1, high=2**20, hint="the number of ranks (processes) of the run"
+)
 NUM_WORKERS = Limit("num_workers", low=0, high=1024)
 PREFETCH = Limit("prefetch", low=0, high=1024)
 EPOCHS = Limit("epochs", low=1, high=100_000)
@@ -221,6 +260,8 @@ def check_path(path: Any, *, name: str = "path") -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str path, got {type(text).__name__}")
     shown = text if len(text) <= 80 else text[:30] + f"...({len(text):,} characters)"
+    if not text.strip():
+        raise ConfigError(f"{name} is empty", hint="name a file or folder")
     if "\x00" in text:
         raise ConfigError(f"{name} contains a NUL byte", path=shown.replace("\x00", "\\0"))
     encoded = os.fsencode(text)

@@ -38,5 +38,9 @@ def fault_point(name: str) -> None:
         return
     _calls[name] = _calls.get(name, 0) + 1
     if _calls[name] >= (int(nth) if nth else 1):
-        sig = signal.SIGTERM if os.environ.get(FAULT_SIGNAL_ENV, "KILL").upper() == "TERM" else signal.SIGKILL
+        sig = (
+            signal.SIGTERM
+            if os.environ.get(FAULT_SIGNAL_ENV, "KILL").upper() == "TERM"
+            else signal.SIGKILL
+        )
         os.kill(os.getpid(), sig)

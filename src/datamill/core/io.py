@@ -57,8 +57,16 @@ __all__ = [
 ]
 
 _FORMATS = {
-    ".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
-    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".txt": "text", ".raw": "text",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".txt": "text",
+    ".raw": "text",
     ".tokens": "text",
 }
 
@@ -95,7 +103,11 @@ def open_bytes(source: PathLike) -> Iterator[IO[bytes]]:
     """Open a file or ``archive.zip:member`` for binary reading, with clear not-found errors."""
     path, member = split_member(source)
     if not path.exists():
-        raise DataFileNotFoundError("no such file", path=path, hint="check the path (relative paths are from the current folder)")
+        raise DataFileNotFoundError(
+            "no such file",
+            path=path,
+            hint="check the path (relative paths are from the current folder)",
+        )
     if path.is_dir():
         raise DataFileError("expected a file, found a folder", path=path)
     if member is None:
@@ -117,9 +129,16 @@ def open_bytes(source: PathLike) -> Iterator[IO[bytes]]:
         with zf.open(info) as f:
             try:
                 yield f
-            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a bad CRC or corrupt data shows on read
-                raise DataFileError(f"the archive member {member!r} is corrupt ({exc})", path=path,
-                                    hint="re-download or re-create the archive") from exc
+            except (
+                zipfile.BadZipFile,
+                zlib.error,
+                EOFError,
+            ) as exc:  # a bad CRC or corrupt data shows on read
+                raise DataFileError(
+                    f"the archive member {member!r} is corrupt ({exc})",
+                    path=path,
+                    hint="re-download or re-create the archive",
+                ) from exc
 
 
 def check_utf8(data: bytes, *, path: PathLike) -> str:
@@ -130,7 +149,9 @@ def check_utf8(data: bytes, *, path: PathLike) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise DataFileError(
             f"not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start:,}",
-            path=path, line=line, hint="re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+            path=path,
+            line=line,
+            hint="re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
         ) from exc
 
 
@@ -151,7 +172,10 @@ def detect_format(source: PathLike, fmt: str | None = None) -> str:
     """Return ``csv``, ``tsv``, ``parquet``, ``jsonl`` or ``text`` from ``fmt`` or the suffix."""
     if fmt is not None:
         if fmt not in set(_FORMATS.values()):
-            raise DataFileError(f"unknown format {fmt!r}; expected one of {sorted(set(_FORMATS.values()))}", path=display_name(source))
+            raise DataFileError(
+                f"unknown format {fmt!r}; expected one of {sorted(set(_FORMATS.values()))}",
+                path=display_name(source),
+            )
         return fmt
     path, member = split_member(source)
     suffix = Path(member or path.name).suffix.lower()
@@ -164,8 +188,12 @@ def detect_format(source: PathLike, fmt: str | None = None) -> str:
 
 
 _ROW_RE = re.compile(r"Row #(\d+)")
-_MISSING_COLUMN_RE = re.compile(r"Column '(?P<a>[^']*)' in include_columns does not exist|No match for FieldRef\.Name\((?P<b>[^)]*)\)")
-_JSON_CHANGED_RE = re.compile(r"Column\(/(?P<column>[^)]*)\) changed from (?P<was>\w+) to (?P<now>\w+) in row (?P<row>\d+)")
+_MISSING_COLUMN_RE = re.compile(
+    r"Column '(?P<a>[^']*)' in include_columns does not exist|No match for FieldRef\.Name\((?P<b>[^)]*)\)"
+)
+_JSON_CHANGED_RE = re.compile(
+    r"Column\(/(?P<column>[^)]*)\) changed from (?P<was>\w+) to (?P<now>\w+) in row (?P<row>\d+)"
+)
 
 
 def _nth_record_line(data: bytes, row: int) -> int | None:
@@ -177,23 +205,35 @@ def _nth_record_line(data: bytes, row: int) -> int | None:
                 return i
             seen += 1
     return None
+
+
 _COLUMNS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 #: CSV cells read as null
 CSV_NULL_VALUES = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "#N/A")
 
 
-def csv_options(kind: str, *, columns: list[str] | None = None,
-                column_types: dict[str, pa.DataType] | None = None) -> dict[str, Any]:
+def csv_options(
+    kind: str,
+    *,
+    columns: list[str] | None = None,
+    column_types: dict[str, pa.DataType] | None = None,
+) -> dict[str, Any]:
     """The ``pyarrow.csv.read_csv`` keyword arguments datamill reads every CSV/TSV with."""
     import pyarrow.csv as pcsv
 
     return {
         "read_options": pcsv.ReadOptions(block_size=1 << 24),
-        "parse_options": pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True),
+        "parse_options": pcsv.ParseOptions(
+            delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True
+        ),
         "convert_options": pcsv.ConvertOptions(
-            include_columns=columns, column_types=column_types, null_values=list(CSV_NULL_VALUES),
-            strings_can_be_null=True, quoted_strings_can_be_null=False),
+            include_columns=columns,
+            column_types=column_types,
+            null_values=list(CSV_NULL_VALUES),
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
     }
 
 
@@ -201,8 +241,9 @@ def _bad_field_count_line(data: bytes, fmt: str) -> int | None:
     """Line (1-based) of the first CSV record whose field count differs from the header's (error path only)."""
     import csv
 
-    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace")),
-                        delimiter="\t" if fmt == "tsv" else ",")
+    reader = csv.reader(
+        io.StringIO(data.decode("utf-8", errors="replace")), delimiter="\t" if fmt == "tsv" else ","
+    )
     width = None
     for record in reader:
         if width is None:
@@ -224,9 +265,14 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
     if changed:
         column = changed.group("column").replace("~1", "/").replace("~0", "~")
         line = _nth_record_line(data, int(changed.group("row")))
-        return DataFileError(f"expected a {changed.group('was')} as in the lines before, got a "
-                             f"{changed.group('now')}", path=name, line=line, column=column,
-                             hint="give the column one type in every line (quote numbers as strings, or fix the value)")
+        return DataFileError(
+            f"expected a {changed.group('was')} as in the lines before, got a "
+            f"{changed.group('now')}",
+            path=name,
+            line=line,
+            column=column,
+            hint="give the column one type in every line (quote numbers as strings, or fix the value)",
+        )
     if m:
         line = int(m.group(1))
     elif fmt in ("csv", "tsv") and _COLUMNS_RE.search(msg):
@@ -282,11 +328,15 @@ def read_table(
     name = display_name(source)
     data = read_bytes(source)
     if is_blank(data):
-        raise DataFileError(f"the file is empty; expected {kind.upper()} with a header row", path=name)
+        raise DataFileError(
+            f"the file is empty; expected {kind.upper()} with a header row", path=name
+        )
     buf = pa.BufferReader(data)
     try:
         if kind in ("csv", "tsv"):
-            table = pcsv.read_csv(buf, **csv_options(kind, columns=columns, column_types=column_types))
+            table = pcsv.read_csv(
+                buf, **csv_options(kind, columns=columns, column_types=column_types)
+            )
         elif kind == "parquet":
             table = pq.read_table(buf, columns=columns)
         elif kind == "jsonl":
@@ -298,14 +348,22 @@ def read_table(
         absent = _MISSING_COLUMN_RE.search(str(exc)) if columns is not None else None
         if absent:
             col = absent.group("a") or absent.group("b")
-            raise SchemaError(f"no column {col!r} in the {kind.upper()} file", path=name, column=col,
-                              hint="check the column name (case matters)") from exc
+            raise SchemaError(
+                f"no column {col!r} in the {kind.upper()} file",
+                path=name,
+                column=col,
+                hint="check the column name (case matters)",
+            ) from exc
         raise _arrow_read_error(exc, data, source, kind) from exc
     if kind == "jsonl" and columns is not None:
         missing = [c for c in columns if c not in table.column_names]
         if missing:
-            raise SchemaError(f"no column {missing[0]!r} in any line; the lines have {table.column_names}",
-                              path=name, column=missing[0], hint="check the column name (case matters)")
+            raise SchemaError(
+                f"no column {missing[0]!r} in any line; the lines have {table.column_names}",
+                path=name,
+                column=missing[0],
+                hint="check the column name (case matters)",
+            )
         table = table.select(columns)
     if kind in ("csv", "tsv", "jsonl"):
         _check_string_columns_utf8(table, data, name)

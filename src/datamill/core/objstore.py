@@ -73,16 +73,24 @@ class ShardFileCache:
         1
     """
 
-    def __init__(self, filesystem: pafs.FileSystem, cache_dir: str | os.PathLike[str], *,
-                 cache_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        filesystem: pafs.FileSystem,
+        cache_dir: str | os.PathLike[str],
+        *,
+        cache_limit: int | None = None,
+    ) -> None:
         if cache_limit is not None:
             check_int(cache_limit, name="cache_limit (bytes)", low=0, high=2**62)
         self.fs, self.dir, self.limit = filesystem, Path(cache_dir), cache_limit
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
-            raise CacheError("the shard cache folder is a file (or lies under one)", path=self.dir,
-                             hint="pass a folder as --cache-dir (cache_dir=), or remove the file") from exc
+            raise CacheError(
+                "the shard cache folder is a file (or lies under one)",
+                path=self.dir,
+                hint="pass a folder as --cache-dir (cache_dir=), or remove the file",
+            ) from exc
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
@@ -95,7 +103,9 @@ class ShardFileCache:
 
     def __getstate__(self) -> dict[str, Any]:
         # locks stay in this process (spawned DataLoader workers pickle the source); counters restart
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_key_locks", "_in_use")}
+        return {
+            k: v for k, v in self.__dict__.items() if k not in ("_lock", "_key_locks", "_in_use")
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -104,9 +114,14 @@ class ShardFileCache:
     def stats(self) -> dict[str, int]:
         """Downloads, cache hits, evictions, bytes fetched, copies rejected, bytes held now."""
         with self._lock:
-            return {"downloads": self.downloads, "hits": self.hits, "evictions": self.evictions,
-                    "bytes_fetched": self.bytes_fetched, "rejected": self.rejected,
-                    "bytes_cached": sum(self._lru.values())}
+            return {
+                "downloads": self.downloads,
+                "hits": self.hits,
+                "evictions": self.evictions,
+                "bytes_fetched": self.bytes_fetched,
+                "rejected": self.rejected,
+                "bytes_cached": sum(self._lru.values()),
+            }
 
     @staticmethod
     def local_name(remote: str) -> str:
@@ -163,8 +178,11 @@ class ShardFileCache:
         except (OSError, ValueError):
             return None
         want = self._sidecar(info)
-        if any(meta.get(k) != v for k, v in want.items()) or len(data) != want["size"] \
-                or meta.get("xxh3") != xxhash.xxh3_128_hexdigest(data):
+        if (
+            any(meta.get(k) != v for k, v in want.items())
+            or len(data) != want["size"]
+            or meta.get("xxh3") != xxhash.xxh3_128_hexdigest(data)
+        ):
             with self._lock:
                 self.rejected += 1
             self._remove(name)
@@ -181,15 +199,24 @@ class ShardFileCache:
             raise DataFileError(f"download failed: {exc}", path=remote) from exc
         data = b"".join(chunks)
         if len(data) != info.size:
-            raise DataFileError(f"downloaded {len(data)} bytes, the object has {info.size}", path=remote,
-                                hint="the object changed or the transfer broke; retry")
+            raise DataFileError(
+                f"downloaded {len(data)} bytes, the object has {info.size}",
+                path=remote,
+                hint="the object changed or the transfer broke; retry",
+            )
         if check is not None:
             check(data)
         try:
             with atomic_write(self.dir / name, "wb") as f:
                 f.write(data)
-            with atomic_write(self.dir / f"{name}.json") as f:  # the sidecar last: the commit marker
-                json.dump({**self._sidecar(info), "xxh3": xxhash.xxh3_128_hexdigest(data)}, f, sort_keys=True)
+            with atomic_write(
+                self.dir / f"{name}.json"
+            ) as f:  # the sidecar last: the commit marker
+                json.dump(
+                    {**self._sidecar(info), "xxh3": xxhash.xxh3_128_hexdigest(data)},
+                    f,
+                    sort_keys=True,
+                )
         except OSError as exc:
             raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         with self._lock:
@@ -253,8 +280,12 @@ class _NamedCache(ShardFileCache):
         return {**super()._sidecar(info), "etag": self.etag}
 
 
-def fetch_input(url: str, *, cache_dir: str | os.PathLike[str] | None = None,
-                filesystem: pafs.FileSystem | None = None) -> Path:
+def fetch_input(
+    url: str,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    filesystem: pafs.FileSystem | None = None,
+) -> Path:
     """A checked local copy of the object ``url`` (downloaded once; reused while its size, mtime and ETag hold).
 
     The copy keeps the object's base name (so outputs named after the input keep the name) and
@@ -276,18 +307,28 @@ def fetch_input(url: str, *, cache_dir: str | os.PathLike[str] | None = None,
         'a.csv'
     """
     fs, remote = filesystem_for(url, filesystem=filesystem)
-    folder = Path(cache_dir if cache_dir is not None else default_cache_dir()) / "inputs" / \
-        xxhash.xxh3_64_hexdigest(remote.encode("utf-8"))
+    folder = (
+        Path(cache_dir if cache_dir is not None else default_cache_dir())
+        / "inputs"
+        / xxhash.xxh3_64_hexdigest(remote.encode("utf-8"))
+    )
     try:
         info = fs.get_file_info(remote)
         if info.type == pafs.FileType.Directory:
-            raise DataFileError("expected an object, found a prefix (a folder)", path=url,
-                                hint="name one file (s3://bucket/path/data.csv)")
+            raise DataFileError(
+                "expected an object, found a prefix (a folder)",
+                path=url,
+                hint="name one file (s3://bucket/path/data.csv)",
+            )
         if info.type != pafs.FileType.File:
             raise DataFileNotFoundError("no such object", path=url, hint="check the bucket and key")
-        with fs.open_input_file(remote) as f:  # the ETag tells a rewrite of the same size within a second
+        with fs.open_input_file(
+            remote
+        ) as f:  # the ETag tells a rewrite of the same size within a second
             etag = f.metadata().get("ETag")
-        cache = _NamedCache(fs, folder, etag=None if etag is None else etag.decode("utf-8", "replace"))
+        cache = _NamedCache(
+            fs, folder, etag=None if etag is None else etag.decode("utf-8", "replace")
+        )
         cache.read(remote, info=info)
     except DatamillError:
         raise

@@ -64,24 +64,42 @@ def _tmp_name(path: Path, kind: str = "tmp") -> Path:
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
 # every temporary name datamill writers use: ``.X.tmp-PID-HEX`` / ``.X.old-PID-HEX`` (core.io),
 # ``.tmp-X-PID-HEX`` (shardset folders and files), ``.bert-scratch-PID-X`` (BERT worker scratch)
-_LITTER_RE = re.compile(r"^\.(?:.+\.(?:tmp|old)-(?P<a>\d+)-[0-9a-f]{8}|tmp-.+-(?P<b>\d+)-[0-9a-f]{8}"
-                        r"|bert-scratch-(?P<c>\d+)-.*)$")
+_LITTER_RE = re.compile(
+    r"^\.(?:.+\.(?:tmp|old)-(?P<a>\d+)-[0-9a-f]{8}|tmp-.+-(?P<b>\d+)-[0-9a-f]{8}"
+    r"|bert-scratch-(?P<c>\d+)-.*)$"
+)
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-_NO_WRITE = {errno.EACCES: "permission denied", errno.EPERM: "operation not permitted (an immutable folder?)",
-             errno.EROFS: "the file system is read-only"}
-_NO_WRITE_HINT = ("make the folder writable (check `ls -ld` for permissions, `lsattr -d` for chattr +i, `mount` for "
-                  "a read-only file system), or choose another output path")
+_NO_WRITE = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted (an immutable folder?)",
+    errno.EROFS: "the file system is read-only",
+}
+_NO_WRITE_HINT = (
+    "make the folder writable (check `ls -ld` for permissions, `lsattr -d` for chattr +i, `mount` for "
+    "a read-only file system), or choose another output path"
+)
 _PATH_ERRORS = {
     errno.ENAMETOOLONG: ("the path (or one of its names) is too long", "use a shorter path"),
-    errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose a path whose folders are folders"),
-    errno.EISDIR: ("the path is a folder; expected a file", "name a file (e.g. inside that folder)"),
+    errno.ENOTDIR: (
+        "a part of the path is a file, not a folder",
+        "choose a path whose folders are folders",
+    ),
+    errno.EISDIR: (
+        "the path is a folder; expected a file",
+        "name a file (e.g. inside that folder)",
+    ),
     errno.ELOOP: ("the path has a symbolic link loop", "fix the link or choose another path"),
     errno.ENOENT: ("no such file or folder", "check the path"),
     errno.EEXIST: ("the path exists already", "choose another path, or move it away yourself"),
-    errno.ENXIO: ("the path is a special file (a socket or a FIFO without a reader)", "name a regular file"),
+    errno.ENXIO: (
+        "the path is a special file (a socket or a FIFO without a reader)",
+        "name a regular file",
+    ),
 }
-_DISK_FULL_RE = re.compile(r"File too large|No space left|Disk quota exceeded|errno = (?:27|28|122)\b"
-                           r"|\[Errno (?:27|28|122)\]|\d+ requested and \d+ written")  # the last: numpy's short write
+_DISK_FULL_RE = re.compile(
+    r"File too large|No space left|Disk quota exceeded|errno = (?:27|28|122)\b"
+    r"|\[Errno (?:27|28|122)\]|\d+ requested and \d+ written"
+)  # the last: numpy's short write
 
 
 def _pid_alive(pid: int) -> bool:
@@ -117,13 +135,23 @@ def as_output_error(exc: BaseException, path: PathLike) -> OutputError | None:
             return cur
         code = getattr(cur, "errno", None)
         if isinstance(cur, OSError) and code in _NO_WRITE:
-            return OutputError(f"cannot write the output: {_NO_WRITE[code]}; the previous output (if any) is "
-                               "unchanged", path=_final_name(cur.filename, path), hint=_NO_WRITE_HINT)
+            return OutputError(
+                f"cannot write the output: {_NO_WRITE[code]}; the previous output (if any) is "
+                "unchanged",
+                path=_final_name(cur.filename, path),
+                hint=_NO_WRITE_HINT,
+            )
         if (isinstance(cur, OSError) and code in _DISK_FULL) or _DISK_FULL_RE.search(str(cur)):
-            what = "the file size limit was reached" if code == errno.EFBIG or "too large" in str(cur) \
+            what = (
+                "the file size limit was reached"
+                if code == errno.EFBIG or "too large" in str(cur)
                 else "the disk is full"
-            return OutputError(f"cannot write the output: {what}; the previous output (if any) is unchanged",
-                               path=path, hint="free some space (or raise the limit) and run the command again")
+            )
+            return OutputError(
+                f"cannot write the output: {what}; the previous output (if any) is unchanged",
+                path=path,
+                hint="free some space (or raise the limit) and run the command again",
+            )
         cur = cur.__cause__ or cur.__context__
     return None
 
@@ -264,7 +292,9 @@ def is_datamill_output(path: PathLike) -> bool:
                 return str(f.attrs.get("format", "")).startswith("datamill")
         if name.endswith(".json"):
             doc = json.loads(p.read_text(encoding="utf-8"))
-            return isinstance(doc, dict) and ("datamill" in doc or str(doc.get("format", "")).startswith("datamill"))
+            return isinstance(doc, dict) and (
+                "datamill" in doc or str(doc.get("format", "")).startswith("datamill")
+            )
         if name.endswith((".parquet", ".pq")):
             import pyarrow.parquet as pq
 
@@ -314,12 +344,18 @@ def check_output(
     for source in inputs:
         src = _source_path(source).resolve()
         if src == target or target in src.parents:
-            raise DataFileError("the output would overwrite an input of this command", path=out,
-                                hint="choose an output path that is not the input (nor a folder holding it)")
+            raise DataFileError(
+                "the output would overwrite an input of this command",
+                path=out,
+                hint="choose an output path that is not the input (nor a folder holding it)",
+            )
     for parent in target.parents:
         if (parent / DATASET_MANIFEST).is_file():
-            raise DataFileError(f"the output is inside the shardset dataset {parent} and would damage it",
-                                path=out, hint="write the output outside the dataset folder")
+            raise DataFileError(
+                f"the output is inside the shardset dataset {parent} and would damage it",
+                path=out,
+                hint="write the output outside the dataset folder",
+            )
     if not out.exists() and not out.is_symlink():
         if not out.parent.exists() and out.parent.is_symlink():
             raise DataFileError("the folder of the output is a broken link", path=out)
@@ -330,10 +366,16 @@ def check_output(
         return out
     kind = "folder" if out.is_dir() else "file"
     other = is_datamill_output(out)
-    msg = (f"refusing to replace it: it is another kind of datamill output, not a {what}" if other else
-           f"refusing to replace it: it exists and is not a datamill {what} (a {kind} of yours?)")
-    hint = ("pass --overwrite (overwrite=True) to replace it, or choose another output path" if other else
-            "choose another output path, or move it away yourself")
+    msg = (
+        f"refusing to replace it: it is another kind of datamill output, not a {what}"
+        if other
+        else f"refusing to replace it: it exists and is not a datamill {what} (a {kind} of yours?)"
+    )
+    hint = (
+        "pass --overwrite (overwrite=True) to replace it, or choose another output path"
+        if other
+        else "choose another output path, or move it away yourself"
+    )
     raise DataFileError(msg, path=out, hint=hint)
 
 
@@ -351,12 +393,17 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
     """
     final = Path(path)
     if final.is_dir():
-        raise DataFileError("the output path is a folder; expected a file", path=final,
-                            hint="name a file (e.g. inside that folder)")
+        raise DataFileError(
+            "the output path is a folder; expected a file",
+            path=final,
+            hint="name a file (e.g. inside that folder)",
+        )
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
-        raise DataFileError("the folder of the output is a file", path=final, hint="choose another output path") from exc
+        raise DataFileError(
+            "the folder of the output is a file", path=final, hint="choose another output path"
+        ) from exc
     clean_stale_temps(final)
     tmp = _tmp_name(final)
     try:
@@ -406,7 +453,13 @@ def _exchange(a: Path, b: Path) -> bool:
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             _renameat2 = libc.renameat2
-            _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            _renameat2.argtypes = [
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_uint,
+            ]
         except (OSError, AttributeError):
             _renameat2 = False
     if not _renameat2:
@@ -447,12 +500,19 @@ def atomic_dir(path: PathLike, *, overwrite: bool = True) -> Iterator[Path]:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
-        raise DataFileError("the folder of the output is a file", path=final, hint="choose another output path") from exc
+        raise DataFileError(
+            "the folder of the output is a file", path=final, hint="choose another output path"
+        ) from exc
     if final.exists() and not overwrite:
-        raise DataFileError("the output folder already exists", path=final, hint="choose another --out or remove it")
+        raise DataFileError(
+            "the output folder already exists", path=final, hint="choose another --out or remove it"
+        )
     if (final.exists() or final.is_symlink()) and (not final.is_dir() or final.is_symlink()):
-        raise DataFileError("the output path is a file, not a folder; refusing to replace it", path=final,
-                            hint="choose another --out")
+        raise DataFileError(
+            "the output path is a file, not a folder; refusing to replace it",
+            path=final,
+            hint="choose another --out",
+        )
     clean_stale_temps(final)
     tmp = _tmp_name(final)
     tmp.mkdir()

@@ -26,8 +26,15 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, threads: int = 1, pool: Executor | None = None,
-                window: int | None = None, trim_memory: bool = False) -> Iterator[R]:
+def ordered_map(
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    *,
+    threads: int = 1,
+    pool: Executor | None = None,
+    window: int | None = None,
+    trim_memory: bool = False,
+) -> Iterator[R]:
     """Apply ``fn`` to every item in worker threads (or ``pool``); yield the results in input order.
 
     At most ``window`` calls are pending at a time (the consumer drives the pace, so memory stays
@@ -58,7 +65,9 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, threads: int = 1, p
             return
         own = ThreadPoolExecutor(threads, thread_name_prefix="datamill-block")
         try:
-            yield from ordered_map(fn, items, pool=own, window=window or threads, trim_memory=trim_memory)
+            yield from ordered_map(
+                fn, items, pool=own, window=window or threads, trim_memory=trim_memory
+            )
         except GeneratorExit:
             # An abandoned iterator is closed by the garbage collector, in whatever thread it runs in
             # (even one that is starting and holds threading's locks): joining the workers there

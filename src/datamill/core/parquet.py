@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from datamill.core.checks import check_path
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.source import check_read_args, register_source
@@ -33,6 +34,7 @@ def tail_hash(path: Path) -> str:
     with open(path, "rb") as f:
         f.seek(max(0, size - _TAIL))
         return xxhash.xxh3_128_hexdigest(f.read())
+
 
 class ParquetSource:
     """A Parquet file, or every ``*.parquet`` file of a folder (sorted by name), as shards.
@@ -54,13 +56,17 @@ class ParquetSource:
         (3, [2, 2, 1], {'x': [2, 3]})
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, shard_by: Literal["row_group", "file"] = "row_group") -> None:
-        root = Path(path)
+    def __init__(
+        self, path: str | os.PathLike[str], *, shard_by: Literal["row_group", "file"] = "row_group"
+    ) -> None:
+        root = Path(check_path(path))
         if not root.exists():
             raise DataFileNotFoundError("no such Parquet file or folder", path=root)
         if shard_by not in ("row_group", "file"):
             raise ConfigError(f"shard_by must be 'row_group' or 'file', got {shard_by!r}")
-        files = sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else [root]
+        files = (
+            sorted(p for p in root.rglob("*.parquet") if p.is_file()) if root.is_dir() else [root]
+        )
         if not files:
             raise DataFileNotFoundError("folder holds no *.parquet file", path=root)
         self.path, self.files, self.shard_by = root, files, shard_by
@@ -102,20 +108,33 @@ class ParquetSource:
         i, group, _ = self._shards[index]
         try:
             pf = pq.ParquetFile(self.files[i], metadata=self._meta[i], memory_map=True)
-            table = pf.read(columns=cols) if group is None else pf.read_row_group(group, columns=cols)
+            table = (
+                pf.read(columns=cols) if group is None else pf.read_row_group(group, columns=cols)
+            )
         except (OSError, pa.ArrowException) as exc:
-            raise DataFileError(f"cannot read {'row group ' + str(group) if group is not None else 'file'} ({exc})",
-                                path=self.files[i], shard=index) from exc
+            raise DataFileError(
+                f"cannot read {'row group ' + str(group) if group is not None else 'file'} ({exc})",
+                path=self.files[i],
+                shard=index,
+            ) from exc
         return table.replace_schema_metadata(None)
 
     def fingerprint(self) -> str:
-        return fingerprint_obj([self.shard_by, self.schema.remove_metadata().to_string(),
-                                [[f.name, f.stat().st_size, tail_hash(f)] for f in self.files]])
+        return fingerprint_obj(
+            [
+                self.shard_by,
+                self.schema.remove_metadata().to_string(),
+                [[f.name, f.stat().st_size, tail_hash(f)] for f in self.files],
+            ]
+        )
 
     def __repr__(self) -> str:
         return f"ParquetSource({os.fspath(self.path)!r}, shards={self.num_shards}, rows={int(self.shard_sizes().sum())})"
 
 
-
-register_source("parquet", marker=lambda p: p.suffix in (".parquet", ".pq") or (p.is_dir() and any(p.glob("*.parquet"))),
-                opener=ParquetSource, priority=-10)
+register_source(
+    "parquet",
+    marker=lambda p: p.suffix in (".parquet", ".pq") or (p.is_dir() and any(p.glob("*.parquet"))),
+    opener=ParquetSource,
+    priority=-10,
+)

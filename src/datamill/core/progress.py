@@ -36,8 +36,13 @@ def quiet(value: bool = True) -> Iterator[None]:  # noqa: FBT001, FBT002 - `with
 
 
 def progress(
-    iterable: Iterable[T] | None = None, *, desc: str = "", total: float | None = None,
-    unit: str = "it", disable: bool | None = None, **kwargs: Any,
+    iterable: Iterable[T] | None = None,
+    *,
+    desc: str = "",
+    total: float | None = None,
+    unit: str = "it",
+    disable: bool | None = None,
+    **kwargs: Any,
 ) -> Any:
     """A ``tqdm`` bar over ``iterable`` (or a manual bar when ``iterable`` is ``None``).
 
@@ -46,5 +51,13 @@ def progress(
     from tqdm.auto import tqdm
 
     off = _QUIET if disable is None else disable
-    return tqdm(iterable, desc=desc, total=total, unit=unit, disable=off, leave=False,
-                dynamic_ncols=True, **kwargs)
+    return tqdm(
+        iterable,
+        desc=desc,
+        total=total,
+        unit=unit,
+        disable=off,
+        leave=False,
+        dynamic_ncols=True,
+        **kwargs,
+    )

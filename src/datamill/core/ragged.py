@@ -53,7 +53,9 @@ def offsets_from_lengths(lengths: Iterable[int] | NDArray[np.integer[Any]]) -> N
     return out
 
 
-def ranges(starts: NDArray[np.integer[Any]], lengths: NDArray[np.integer[Any]]) -> NDArray[np.int64]:
+def ranges(
+    starts: NDArray[np.integer[Any]], lengths: NDArray[np.integer[Any]]
+) -> NDArray[np.int64]:
     """Concatenation of ``arange(s, s + l)`` for every pair, without a Python loop.
 
     Examples:
@@ -68,8 +70,9 @@ def ranges(starts: NDArray[np.integer[Any]], lengths: NDArray[np.integer[Any]]) 
     return out
 
 
-def csr_from_arrays(rows: Sequence[NDArray[Any]] | Sequence[Sequence[Any]], *,
-                    dtype: DTypeLike = np.int32) -> tuple[NDArray[Any], NDArray[np.int64]]:
+def csr_from_arrays(
+    rows: Sequence[NDArray[Any]] | Sequence[Sequence[Any]], *, dtype: DTypeLike = np.int32
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
     """Per-row arrays (or lists) -> ``(values, offsets)``: one concatenation, ``values`` in ``dtype``.
 
     Examples:
@@ -83,8 +86,9 @@ def csr_from_arrays(rows: Sequence[NDArray[Any]] | Sequence[Sequence[Any]], *,
     return values.astype(dtype, copy=False), offsets
 
 
-def encodings_to_csr(encodings: Sequence[Any], *,
-                     dtype: DTypeLike = np.int32) -> tuple[NDArray[Any], NDArray[np.int64]]:
+def encodings_to_csr(
+    encodings: Sequence[Any], *, dtype: DTypeLike = np.int32
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
     """Tokenizer encodings (objects with ``.ids``, e.g. ``tokenizers.Encoding``) -> ``(ids, offsets)``.
 
     One C conversion per encoding (``np.asarray(e.ids)``), then one concatenation.
@@ -98,8 +102,9 @@ def encodings_to_csr(encodings: Sequence[Any], *,
     return csr_from_arrays([np.asarray(e.ids, dtype=dtype) for e in encodings], dtype=dtype)
 
 
-def concat_csr(parts: Sequence[tuple[NDArray[Any], NDArray[np.int64]]], *,
-               dtype: DTypeLike = np.int32) -> tuple[NDArray[Any], NDArray[np.int64]]:
+def concat_csr(
+    parts: Sequence[tuple[NDArray[Any], NDArray[np.int64]]], *, dtype: DTypeLike = np.int32
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
     """Consecutive CSR parts (each with offsets from 0) -> one ``(values, offsets)``.
 
     Examples:
@@ -128,16 +133,24 @@ def csr_from_arrow(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[Any], NDArr
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     if arr.null_count:
         lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
-        values = pc.list_flatten(arr).to_numpy(zero_copy_only=False)  # the non-null rows' values, in order
+        values = pc.list_flatten(arr).to_numpy(
+            zero_copy_only=False
+        )  # the non-null rows' values, in order
         return values, offsets_from_lengths(lengths)
     off = np.asarray(arr.offsets, dtype=np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]]
+    values = arr.values.to_numpy(zero_copy_only=False)[off[0] : off[-1]]
     return values, off - off[0]
 
 
-def pad(values: NDArray[Any], offsets: NDArray[np.integer[Any]], width: int | None = None, *,
-        fill: Any = 0, dtype: DTypeLike | None = None,
-        side: Literal["right", "left"] = "right") -> tuple[NDArray[Any], NDArray[np.bool_]]:
+def pad(
+    values: NDArray[Any],
+    offsets: NDArray[np.integer[Any]],
+    width: int | None = None,
+    *,
+    fill: Any = 0,
+    dtype: DTypeLike | None = None,
+    side: Literal["right", "left"] = "right",
+) -> tuple[NDArray[Any], NDArray[np.bool_]]:
     """CSR rows -> a ``(rows, width, *values.shape[1:])`` array padded with ``fill``, and the mask of real cells.
 
     Args:
@@ -165,21 +178,24 @@ def pad(values: NDArray[Any], offsets: NDArray[np.integer[Any]], width: int | No
     if width is None:
         width = int(lengths.max()) if n else 0
     clipped = np.minimum(lengths, width)
-    out = np.full((n, width, *values.shape[1:]), fill, dtype=values.dtype if dtype is None else dtype)
+    out = np.full(
+        (n, width, *values.shape[1:]), fill, dtype=values.dtype if dtype is None else dtype
+    )
     cols = np.arange(width, dtype=np.int64)
     mask = cols < clipped[:, None] if side == "right" else cols >= (width - clipped)[:, None]
     if n == 0 or width == 0:
         return out, mask
     if (clipped == lengths).all():  # rows are whole and consecutive: no gather
-        src = values[offsets[0]:offsets[-1]]
+        src = values[offsets[0] : offsets[-1]]
     else:
         src = values[ranges(offsets[:-1], clipped)]
     out[mask] = src
     return out, mask
 
 
-def smallest_int_dtype(max_value: int, *, signed: bool = True,
-                       dtypes: Sequence[DTypeLike] | None = None) -> np.dtype[Any]:
+def smallest_int_dtype(
+    max_value: int, *, signed: bool = True, dtypes: Sequence[DTypeLike] | None = None
+) -> np.dtype[Any]:
     """The first integer dtype that holds ``0 .. max_value``.
 
     The ladder is ``int8, int16, int32, int64`` (``signed=True``: Ludwig's ``int_type``),

@@ -14,8 +14,14 @@ import pyarrow.fs as pafs
 __all__ = ["HINTS", "recognises", "s3_filesystem"]
 
 
-def s3_filesystem(*, endpoint: str | None = None, access_key: str | None = None, secret_key: str | None = None,
-                  region: str | None = None, allow_bucket_creation: bool = False) -> pafs.S3FileSystem:
+def s3_filesystem(
+    *,
+    endpoint: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    region: str | None = None,
+    allow_bucket_creation: bool = False,
+) -> pafs.S3FileSystem:
     """pyarrow's S3 filesystem from arguments or the usual ``AWS_*`` environment variables.
 
     Args:
@@ -33,10 +39,14 @@ def s3_filesystem(*, endpoint: str | None = None, access_key: str | None = None,
     """
     env = os.environ
     endpoint = endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    kwargs: dict[str, Any] = {"region": region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-                              or "us-east-1", "allow_bucket_creation": allow_bucket_creation}
+    kwargs: dict[str, Any] = {
+        "region": region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        "allow_bucket_creation": allow_bucket_creation,
+    }
     if endpoint:
-        scheme, _, host = endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
+        scheme, _, host = (
+            endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
+        )
         kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme)
     access_key = access_key or env.get("AWS_ACCESS_KEY_ID")
     secret_key = secret_key or env.get("AWS_SECRET_ACCESS_KEY")
@@ -46,15 +56,26 @@ def s3_filesystem(*, endpoint: str | None = None, access_key: str | None = None,
 
 
 HINTS = (
-    (("NO_SUCH_BUCKET", "NoSuchBucket"), "no such bucket", "check the bucket name (create it first)"),
-    (("NO_SUCH_KEY", "NoSuchKey", "Path does not exist", "NOT_FOUND"), "no such object",
-     "check the key (a prefix is listed, an object is read)"),
-    (("ACCESS_DENIED", "InvalidAccessKeyId", "SignatureDoesNotMatch", "FORBIDDEN", "403"),
-     "access denied (bad or missing credentials?)",
-     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or pass the keys) for this endpoint"),
-    (("NETWORK_CONNECTION", "Could not connect", "curlCode", "Timeout", "timed out"),
-     "the object store is unreachable",
-     "check AWS_ENDPOINT_URL (http://host:port) and that the server is up"),
+    (
+        ("NO_SUCH_BUCKET", "NoSuchBucket"),
+        "no such bucket",
+        "check the bucket name (create it first)",
+    ),
+    (
+        ("NO_SUCH_KEY", "NoSuchKey", "Path does not exist", "NOT_FOUND"),
+        "no such object",
+        "check the key (a prefix is listed, an object is read)",
+    ),
+    (
+        ("ACCESS_DENIED", "InvalidAccessKeyId", "SignatureDoesNotMatch", "FORBIDDEN", "403"),
+        "access denied (bad or missing credentials?)",
+        "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or pass the keys) for this endpoint",
+    ),
+    (
+        ("NETWORK_CONNECTION", "Could not connect", "curlCode", "Timeout", "timed out"),
+        "the object store is unreachable",
+        "check AWS_ENDPOINT_URL (http://host:port) and that the server is up",
+    ),
 )
 """``(substrings of pyarrow's message, what it means, how to fix it)``, tried in order."""
 

@@ -82,8 +82,13 @@ def uid_column_of(source: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def check_read_args(source: Source, index: int, columns: Sequence[str] | None, *,
-                    path: str | os.PathLike[str] | None = None) -> list[str]:
+def check_read_args(
+    source: Source,
+    index: int,
+    columns: Sequence[str] | None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+) -> list[str]:
     """Validate ``read_shard`` arguments the same way in every Source; returns the columns to read.
 
     Raises:
@@ -100,16 +105,25 @@ def check_read_args(source: Source, index: int, columns: Sequence[str] | None, *
         datamill.core.errors.ConfigError: shard 2: shard index out of range [0, 2)...
     """
     n = source.num_shards
-    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= int(index) < n:
-        raise ConfigError(f"shard index out of range [0, {n})", path=path,
-                          shard=int(index) if isinstance(index, (int, np.integer)) else str(index))
+    if (
+        isinstance(index, bool)
+        or not isinstance(index, numbers.Integral)
+        or not 0 <= int(index) < n
+    ):
+        raise ConfigError(
+            f"shard index out of range [0, {n})",
+            path=path,
+            shard=int(index) if isinstance(index, (int, np.integer)) else str(index),
+        )
     have = source.columns
     if columns is None:
         return list(have)
     cols = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in cols if c not in have]
     if unknown:
-        raise SchemaError(f"unknown column(s) {unknown}; the source has {have}", path=path, column=unknown[0])
+        raise SchemaError(
+            f"unknown column(s) {unknown}; the source has {have}", path=path, column=unknown[0]
+        )
     return cols
 
 
@@ -159,14 +173,18 @@ class TableSource:
         True
     """
 
-    def __init__(self, table: pa.Table, *, shard_size: int = 65536, uid_column: str | None = None) -> None:
+    def __init__(
+        self, table: pa.Table, *, shard_size: int = 65536, uid_column: str | None = None
+    ) -> None:
         if not isinstance(table, pa.Table):
             raise TypeError(f"TableSource takes a pyarrow Table, got {type(table).__name__}")
         self.table = table
         self._shards = FixedShards(table.num_rows, shard_size)
         self.shard_size = self._shards.shard_size
         if uid_column is not None and uid_column not in table.column_names:
-            raise SchemaError(f"uid_column {uid_column!r} is not a column of the table", column=uid_column)
+            raise SchemaError(
+                f"uid_column {uid_column!r} is not a column of the table", column=uid_column
+            )
         self.uid_column = uid_column
         self._fingerprint: str | None = None
 
@@ -196,8 +214,9 @@ class TableSource:
             sink = io.BytesIO()
             with pa.ipc.new_stream(sink, self.table.schema) as w:
                 w.write_table(self.table)
-            self._fingerprint = fingerprint_obj(["datamill.TableSource@2", fingerprint_bytes(sink.getvalue()),
-                                                 self.shard_size])
+            self._fingerprint = fingerprint_obj(
+                ["datamill.TableSource@2", fingerprint_bytes(sink.getvalue()), self.shard_size]
+            )
         return self._fingerprint
 
 
@@ -214,8 +233,13 @@ class SourceEntry:
 _REGISTRY: dict[str, SourceEntry] = {}
 
 
-def register_source(name: str, *, marker: Callable[[Path], bool], opener: Callable[[Path], Source],
-                    priority: int = 0) -> None:
+def register_source(
+    name: str,
+    *,
+    marker: Callable[[Path], bool],
+    opener: Callable[[Path], Source],
+    priority: int = 0,
+) -> None:
     """Register a format's ``(marker, opener)``; higher ``priority`` is tried first (ties: by name).
 
     Re-registering a name replaces the entry (modules may be reloaded).

@@ -72,11 +72,17 @@ def validate_state(state: Any, spec: StateSpec, /) -> dict[str, Any]:
     """
     if not isinstance(state, Mapping):
         if spec.producer is not None:
-            raise ResumeStateError(f"resume state must be a dict (from {spec.producer}), got {type(state).__name__}")
-        raise ResumeStateError(f"resume state has format {type(state).__name__!r}, expected {spec.format!r}")
+            raise ResumeStateError(
+                f"resume state must be a dict (from {spec.producer}), got {type(state).__name__}"
+            )
+        raise ResumeStateError(
+            f"resume state has format {type(state).__name__!r}, expected {spec.format!r}"
+        )
     got = state.get("format")
     if got != spec.format:
-        raise ResumeStateError(f"resume state has format {got!r}, expected {spec.format!r}", hint=spec.format_hint)
+        raise ResumeStateError(
+            f"resume state has format {got!r}, expected {spec.format!r}", hint=spec.format_hint
+        )
     missing = [f for f in spec.fields if f not in state]
     if missing:
         raise ResumeStateError(f"resume state lacks field(s) {', '.join(missing)}")
@@ -87,8 +93,12 @@ def validate_state(state: Any, spec: StateSpec, /) -> dict[str, Any]:
 
 
 def check_resume_compat(
-    saved: Mapping[str, Any], current: Mapping[str, Any], *, fields: Sequence[str],
-    allow_mismatch: Iterable[str] = (), what: str = "this loader",
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    fields: Sequence[str],
+    allow_mismatch: Iterable[str] = (),
+    what: str = "this loader",
     hint: str = "resume with the same dataset and order settings, or pass allow_mismatch=[...] to accept them",
 ) -> None:
     """Compare ``saved[f]`` with ``current[f]`` for every field; one error listing every mismatch.
@@ -115,10 +125,15 @@ def check_resume_compat(
     """
     for side, value in (("saved", saved), ("current", current)):
         if not isinstance(value, Mapping):
-            raise ResumeStateError(f"the {side} resume state must be a mapping (a JSON object), got "
-                                   f"{type(value).__name__}")
+            raise ResumeStateError(
+                f"the {side} resume state must be a mapping (a JSON object), got "
+                f"{type(value).__name__}"
+            )
     allowed = set(allow_mismatch)
-    diffs = [f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}"
-             for f in fields if f not in allowed and saved.get(f) != current.get(f)]
+    diffs = [
+        f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}"
+        for f in fields
+        if f not in allowed and saved.get(f) != current.get(f)
+    ]
     if diffs:
         raise ResumeStateError(f"resume state does not fit {what}: " + "; ".join(diffs), hint=hint)

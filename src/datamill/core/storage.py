@@ -28,10 +28,21 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from datamill.core import memfs, s3
+from datamill.core.checks import check_path
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError, DatamillError
 
-__all__ = ["SCHEMES", "Scheme", "filesystem_for", "is_remote", "local_path", "recognised_error", "scheme_of",
-           "split_url", "storage_error", "upload"]
+__all__ = [
+    "SCHEMES",
+    "Scheme",
+    "filesystem_for",
+    "is_remote",
+    "local_path",
+    "recognised_error",
+    "scheme_of",
+    "split_url",
+    "storage_error",
+    "upload",
+]
 
 Hints = tuple[tuple[tuple[str, ...], str, str], ...]
 
@@ -61,13 +72,33 @@ _LOCAL_HINTS: Hints = (
 )
 
 SCHEMES: dict[str, Scheme] = {
-    "file": Scheme("file", "file://", remote=False, filesystem=pafs.LocalFileSystem, hints=_LOCAL_HINTS,
-                   recognises=lambda exc: False, example="/path/to/data or file:///path/to/data"),
-    "s3": Scheme("s3", "s3://", remote=True, filesystem=s3.s3_filesystem, hints=s3.HINTS,
-                 recognises=s3.recognises, example="s3://bucket/prefix"),
-    "memory": Scheme("memory", "memory://", remote=True, filesystem=memfs.memory_filesystem,
-                     hints=(*_LOCAL_HINTS[:1], *s3.HINTS[:1]), recognises=memfs.recognises,
-                     example="memory://bucket/prefix"),
+    "file": Scheme(
+        "file",
+        "file://",
+        remote=False,
+        filesystem=pafs.LocalFileSystem,
+        hints=_LOCAL_HINTS,
+        recognises=lambda exc: False,
+        example="/path/to/data or file:///path/to/data",
+    ),
+    "s3": Scheme(
+        "s3",
+        "s3://",
+        remote=True,
+        filesystem=s3.s3_filesystem,
+        hints=s3.HINTS,
+        recognises=s3.recognises,
+        example="s3://bucket/prefix",
+    ),
+    "memory": Scheme(
+        "memory",
+        "memory://",
+        remote=True,
+        filesystem=memfs.memory_filesystem,
+        hints=(*_LOCAL_HINTS[:1], *s3.HINTS[:1]),
+        recognises=memfs.recognises,
+        example="memory://bucket/prefix",
+    ),
 }
 """Scheme name -> :class:`Scheme`; a path without ``scheme://`` is ``file``."""
 
@@ -90,7 +121,9 @@ def scheme_of(url: str | os.PathLike[str]) -> Scheme:
     if isinstance(text, bytes):  # pragma: no cover - datamill never passes bytes paths
         text = text.decode()
     head, sep, _ = text.partition("://")
-    if not sep or "/" in head or not head.isidentifier():  # a plain path (maybe with "://" further in)
+    if (
+        not sep or "/" in head or not head.isidentifier()
+    ):  # a plain path (maybe with "://" further in)
         return SCHEMES["file"]
     for scheme in SCHEMES.values():
         if text.startswith(scheme.prefix):
@@ -112,8 +145,9 @@ def is_remote(url: str | os.PathLike[str]) -> bool:
         return False
 
 
-def filesystem_for(url: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
-                   ) -> tuple[pafs.FileSystem, str]:
+def filesystem_for(
+    url: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
+) -> tuple[pafs.FileSystem, str]:
     """The filesystem of ``url`` and the path on it (``s3://bucket/key`` -> ``(S3FileSystem, "bucket/key")``).
 
     Args:
@@ -135,7 +169,7 @@ def filesystem_for(url: str | os.PathLike[str], *, filesystem: pafs.FileSystem |
     fs = filesystem if filesystem is not None else scheme.filesystem()
     text = os.fspath(url)
     if not scheme.remote:
-        local = text.removeprefix(scheme.prefix)
+        local = check_path(text.removeprefix(scheme.prefix))
         return fs, os.path.abspath(local)
     return fs, split_url(text)
 
@@ -153,7 +187,7 @@ def local_path(url: str | os.PathLike[str]) -> Path:
     scheme = scheme_of(url)
     if scheme.remote:
         raise ConfigError(f"{os.fspath(url)!r} is on {scheme.prefix} storage, not a local path")
-    return Path(os.fspath(url).removeprefix(scheme.prefix))
+    return Path(check_path(os.fspath(url).removeprefix(scheme.prefix)))
 
 
 def split_url(url: str) -> str:
@@ -167,10 +201,12 @@ def split_url(url: str) -> str:
         'bucket/data'
     """
     scheme = scheme_of(url)
-    path = url[len(scheme.prefix):].strip("/") if scheme.remote else ""
+    path = url[len(scheme.prefix) :].strip("/") if scheme.remote else ""
     if not path:
-        raise ConfigError(f"expected a URL like {scheme.example if scheme.remote else 's3://bucket/prefix'}, "
-                          f"got {url!r}")
+        raise ConfigError(
+            f"expected a URL like {scheme.example if scheme.remote else 's3://bucket/prefix'}, "
+            f"got {url!r}"
+        )
     return path
 
 

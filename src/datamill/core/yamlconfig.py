@@ -23,8 +23,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no 
     """A SafeLoader whose mappings refuse a key given twice (at any depth)."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, *, deep: bool = False) -> dict[Any, Any]:
-    loader.flatten_mapping(node)  # resolves merge keys (<<) first: an override through a merge is allowed
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, *, deep: bool = False
+) -> dict[Any, Any]:
+    loader.flatten_mapping(
+        node
+    )  # resolves merge keys (<<) first: an override through a merge is allowed
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -34,9 +38,13 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, *, deep
             break
         line = key_node.start_mark.line + 1
         if first is not None:
-            raise ConfigError(f"duplicate key {key!r} on line {line} (first on line {first}); YAML would keep only "
-                              "the last one", line=line, column=str(key),
-                              hint="merge the two entries into one, or rename one of them")
+            raise ConfigError(
+                f"duplicate key {key!r} on line {line} (first on line {first}); YAML would keep only "
+                "the last one",
+                line=line,
+                column=str(key),
+                hint="merge the two entries into one, or rename one of them",
+            )
         seen[key] = line
     mapping: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
     return mapping
@@ -59,11 +67,16 @@ def load_yaml(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except ConfigError as exc:
-        raise ConfigError(exc.msg, path=path, line=exc.line, column=exc.column, hint=exc.hint) from None
+        raise ConfigError(
+            exc.msg, path=path, line=exc.line, column=exc.column, hint=exc.hint
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"cannot parse the YAML: {' '.join(str(exc).split())}", path=path,
-                          line=None if mark is None else mark.line + 1) from exc
+        raise ConfigError(
+            f"cannot parse the YAML: {' '.join(str(exc).split())}",
+            path=path,
+            line=None if mark is None else mark.line + 1,
+        ) from exc
 
 
 def load_json(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
@@ -75,12 +88,17 @@ def load_json(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
         ...
         datamill.core.errors.ConfigError: c.json, column "a": duplicate key 'a' in one JSON object; ...
     """
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k, v in items:
             if k in out:
-                raise ConfigError(f"duplicate key {k!r} in one JSON object; JSON readers keep only the last one",
-                                  path=path, column=k, hint="merge the two entries into one")
+                raise ConfigError(
+                    f"duplicate key {k!r} in one JSON object; JSON readers keep only the last one",
+                    path=path,
+                    column=k,
+                    hint="merge the two entries into one",
+                )
             out[k] = v
         return out
 
@@ -89,5 +107,6 @@ def load_json(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(f"cannot parse the JSON: {exc}", path=path,
-                          line=getattr(exc, "lineno", None)) from exc
+        raise ConfigError(
+            f"cannot parse the JSON: {exc}", path=path, line=getattr(exc, "lineno", None)
+        ) from exc

@@ -77,8 +77,17 @@ def _number_stats(values: NDArray[Any]) -> dict[str, Any]:
     if not len(v):
         return {"type": "number", "count": 0}
     q = np.quantile(v.astype(np.float64), [0.05, 0.25, 0.5, 0.75, 0.95])
-    return {"type": "number", "count": len(v), "mean": float(v.mean()), "std": float(v.std()),
-            "q05": float(q[0]), "q25": float(q[1]), "q50": float(q[2]), "q75": float(q[3]), "q95": float(q[4])}
+    return {
+        "type": "number",
+        "count": len(v),
+        "mean": float(v.mean()),
+        "std": float(v.std()),
+        "q05": float(q[0]),
+        "q25": float(q[1]),
+        "q50": float(q[2]),
+        "q75": float(q[3]),
+        "q95": float(q[4]),
+    }
 
 
 def _is_number(t: pa.DataType) -> bool:
@@ -86,7 +95,9 @@ def _is_number(t: pa.DataType) -> bool:
 
 
 def _is_category(t: pa.DataType) -> bool:
-    return bool(pat.is_string(t) or pat.is_large_string(t) or pat.is_dictionary(t) or pat.is_boolean(t))
+    return bool(
+        pat.is_string(t) or pat.is_large_string(t) or pat.is_dictionary(t) or pat.is_boolean(t)
+    )
 
 
 def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
@@ -111,9 +122,15 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
                 uid_hash = z["uid_hash"] if "uid_hash" in z.files else None
             uids = None
             if uid is not None:
-                uids = pa.chunked_array([source.read_shard(k, columns=[uid]).column(0)
-                                         for k in range(source.num_shards)]).combine_chunks()
-            return BuildSummary(kind, fp, meta["rows"], meta["schema"], uid, uids, hashes, meta["stats"], uid_hash)
+                uids = pa.chunked_array(
+                    [
+                        source.read_shard(k, columns=[uid]).column(0)
+                        for k in range(source.num_shards)
+                    ]
+                ).combine_chunks()
+            return BuildSummary(
+                kind, fp, meta["rows"], meta["schema"], uid, uids, hashes, meta["stats"], uid_hash
+            )
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache entry: recompute
     parts: dict[str, list[NDArray[np.uint64]]] = {}
@@ -133,22 +150,37 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
                 continue
             parts.setdefault(name, []).append(column_hash(col))
             if _is_number(col.type):
-                arr = col.to_numpy() if not col.null_count else \
-                    pc.drop_null(col).to_numpy()
+                arr = col.to_numpy() if not col.null_count else pc.drop_null(col).to_numpy()
                 numbers.setdefault(name, []).append(np.asarray(arr))
             elif _is_category(col.type):
-                vc = pc.value_counts(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-                t = pa.table({"value": pc.cast(vc.field("values"), pa.string()), "n": vc.field("counts")})
+                vc = pc.value_counts(
+                    col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+                )
+                t = pa.table(
+                    {"value": pc.cast(vc.field("values"), pa.string()), "n": vc.field("counts")}
+                )
                 counts[name] = t if name not in counts else pa.concat_tables([counts[name], t])
     hashes = {c: np.concatenate(p) if p else np.zeros(0, np.uint64) for c, p in parts.items()}
-    stats: dict[str, dict[str, Any]] = {c: _number_stats(np.concatenate(v)) for c, v in numbers.items()}
+    stats: dict[str, dict[str, Any]] = {
+        c: _number_stats(np.concatenate(v)) for c, v in numbers.items()
+    }
     for name, t in counts.items():
-        g = t.group_by("value").aggregate([("n", "sum")]).sort_by([("n_sum", "descending"), ("value", "ascending")])
+        g = (
+            t.group_by("value")
+            .aggregate([("n", "sum")])
+            .sort_by([("n_sum", "descending"), ("value", "ascending")])
+        )
         values, ns = g.column("value").to_pylist(), g.column("n_sum").to_pylist()
         total = int(sum(ns))
-        stats[name] = {"type": "category", "count": total, "distinct": len(values),
-                       "top": [[v, int(n)] for v, n in zip(values[:TOP], ns[:TOP])],
-                       "shares": {str(v): n / total for v, n in zip(values, ns)} if len(values) <= 1000 else None}
+        stats[name] = {
+            "type": "category",
+            "count": total,
+            "distinct": len(values),
+            "top": [[v, int(n)] for v, n in zip(values[:TOP], ns[:TOP])],
+            "shares": {str(v): n / total for v, n in zip(values, ns)}
+            if len(values) <= 1000
+            else None,
+        }
     uids = pa.chunked_array(uid_parts).combine_chunks() if uid is not None and uid_parts else None
     uid_hash = column_hash(uids) if uids is not None and not pat.is_integer(uids.type) else None
     summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash)
@@ -186,22 +218,37 @@ class DiffReport:
     def changed(self) -> bool:
         """Whether anything differs (columns, samples, vocabularies or drifted statistics)."""
         s, c = self.samples, self.columns
-        return bool(c["added"] or c["removed"] or c["retyped"] or s["added"] or s["removed"] or s.get("changed")
-                    or any(v["added"] or v["removed"] or v["moved"] for v in self.vocab.values())
-                    or any(d["drifted"] for d in self.drift))
+        return bool(
+            c["added"]
+            or c["removed"]
+            or c["retyped"]
+            or s["added"]
+            or s["removed"]
+            or s.get("changed")
+            or any(v["added"] or v["removed"] or v["moved"] for v in self.vocab.values())
+            or any(d["drifted"] for d in self.drift)
+        )
 
     def as_text(self, *, all_stats: bool = False) -> str:
         """A readable report (statistics: only the drifted columns unless ``all_stats``)."""
         s, c = self.samples, self.columns
-        out = [(f"{self.kind}: {self.a} ({self.rows[0]:,} rows) -> {self.b} ({self.rows[1]:,} rows); samples keyed by "
-                f"{self.keyed_by}")]
-        out.append(f"columns: +{len(c['added'])} {c['added']}  -{len(c['removed'])} {c['removed']}  "
-                   f"retyped {len(c['retyped'])} {[f'{n}: {x} -> {y}' for n, x, y in c['retyped']]}")
+        out = [
+            (
+                f"{self.kind}: {self.a} ({self.rows[0]:,} rows) -> {self.b} ({self.rows[1]:,} rows); samples keyed by "
+                f"{self.keyed_by}"
+            )
+        ]
+        out.append(
+            f"columns: +{len(c['added'])} {c['added']}  -{len(c['removed'])} {c['removed']}  "
+            f"retyped {len(c['retyped'])} {[f'{n}: {x} -> {y}' for n, x, y in c['retyped']]}"
+        )
         line = f"samples: +{s['added']:,} -{s['removed']:,}"
         if "changed" in s:
             line += f" changed {s['changed']:,} unchanged {s['unchanged']:,}"
             if s["changed_by_column"]:
-                line += " (" + ", ".join(f"{k}: {v:,}" for k, v in s["changed_by_column"].items()) + ")"
+                line += (
+                    " (" + ", ".join(f"{k}: {v:,}" for k, v in s["changed_by_column"].items()) + ")"
+                )
         if "moved_rows" in s:
             line += f"; rows changed at the same position {s['moved_rows']:,}"
         out.append(line)
@@ -209,22 +256,34 @@ class DiffReport:
             if s["examples"].get(what):
                 out.append(f"  e.g. {what}: {s['examples'][what]}")
         for name, v in self.vocab.items():
-            out.append(f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; +{v['added']:,} -{v['removed']:,} "
-                       f"ids moved {v['moved']:,}" + "".join(f"; e.g. {k} {v['examples'][k]}" for k in ("added", "removed", "moved")
-                                                            if v["examples"][k]))
+            out.append(
+                f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; +{v['added']:,} -{v['removed']:,} "
+                f"ids moved {v['moved']:,}"
+                + "".join(
+                    f"; e.g. {k} {v['examples'][k]}"
+                    for k in ("added", "removed", "moved")
+                    if v["examples"][k]
+                )
+            )
         drifted = [d for d in self.drift if d["drifted"]]
-        out.append(f"statistics: {len(self.drift)} columns compared, {len(drifted)} drifted "
-                   f"(thresholds: mean {self.thresholds.mean_shift} std, median {self.thresholds.quantile_shift} of "
-                   f"the 5-95% range, total variation {self.thresholds.tvd})")
+        out.append(
+            f"statistics: {len(self.drift)} columns compared, {len(drifted)} drifted "
+            f"(thresholds: mean {self.thresholds.mean_shift} std, median {self.thresholds.quantile_shift} of "
+            f"the 5-95% range, total variation {self.thresholds.tvd})"
+        )
         for d in self.drift if all_stats else drifted:
             flag = "DRIFT" if d["drifted"] else "ok"
             if d["type"] == "number":
-                out.append(f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
-                           f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> {d['b']['std']:.4g}, median "
-                           f"{d['a']['q50']:.4g} -> {d['b']['q50']:.4g}")
+                out.append(
+                    f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
+                    f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> {d['b']['std']:.4g}, median "
+                    f"{d['a']['q50']:.4g} -> {d['b']['q50']:.4g}"
+                )
             else:
-                out.append(f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top {d['a']['top'][:3]} -> "
-                           f"{d['b']['top'][:3]}")
+                out.append(
+                    f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top {d['a']['top'][:3]} -> "
+                    f"{d['b']['top'][:3]}"
+                )
         out.append("no differences" if not self.changed else "differences found")
         return "\n".join(out)
 
@@ -255,10 +314,17 @@ def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, 
         mask = np.zeros(len(in_a), dtype=bool)
         mask[matched[changed]] = True
         return f"uid column {a.uid_column!r}", {
-            "added": int((~in_a).sum()), "removed": int((~in_b).sum()), "changed": int(changed.sum()),
-            "unchanged": int(len(matched) - changed.sum()), "changed_by_column": by_column,
-            "examples": {"added": _examples(b.uids, ~in_a), "removed": _examples(a.uids, ~in_b),
-                         "changed": _examples(b.uids, mask)}}
+            "added": int((~in_a).sum()),
+            "removed": int((~in_b).sum()),
+            "changed": int(changed.sum()),
+            "unchanged": int(len(matched) - changed.sum()),
+            "changed_by_column": by_column,
+            "examples": {
+                "added": _examples(b.uids, ~in_a),
+                "removed": _examples(a.uids, ~in_b),
+                "changed": _examples(b.uids, mask),
+            },
+        }
     ha, hb = _row_hashes(a, common), _row_hashes(b, common)
     ua, ca = np.unique(ha, return_counts=True)
     ub, cb = np.unique(hb, return_counts=True)
@@ -267,24 +333,39 @@ def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, 
     na[np.searchsorted(values, ua)] = ca
     nb[np.searchsorted(values, ub)] = cb
     more_b, more_a = values[nb > na], values[na > nb]
-    out: dict[str, Any] = {"added": int(np.maximum(nb - na, 0).sum()), "removed": int(np.maximum(na - nb, 0).sum()),
-                           "changed_by_column": {},
-                           "examples": {"added": np.flatnonzero(np.isin(hb, more_b))[:EXAMPLES].tolist(),
-                                        "removed": np.flatnonzero(np.isin(ha, more_a))[:EXAMPLES].tolist()}}
+    out: dict[str, Any] = {
+        "added": int(np.maximum(nb - na, 0).sum()),
+        "removed": int(np.maximum(na - nb, 0).sum()),
+        "changed_by_column": {},
+        "examples": {
+            "added": np.flatnonzero(np.isin(hb, more_b))[:EXAMPLES].tolist(),
+            "removed": np.flatnonzero(np.isin(ha, more_a))[:EXAMPLES].tolist(),
+        },
+    }
     if len(ha) == len(hb):
         out["moved_rows"] = int((ha != hb).sum())
     return "row content (no UID column)", out
 
 
-def _match(a: pa.Array, b: pa.Array, ha: NDArray[np.uint64] | None = None, hb: NDArray[np.uint64] | None = None
-           ) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+def _match(
+    a: pa.Array,
+    b: pa.Array,
+    ha: NDArray[np.uint64] | None = None,
+    hb: NDArray[np.uint64] | None = None,
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
     """For each UID of ``b``: whether ``a`` has it, and its row in ``a`` (0 when not).
 
     With the UIDs' cached hashes (``ha``, ``hb``) the lookup runs on ``uint64`` and every match is
     then checked on the UIDs themselves; a UID whose match fails the check (a 64-bit collision) is
     looked up again by value, so the answer is exact.
     """
-    if ha is not None and hb is not None and len(ha) == len(a) and len(hb) == len(b) and not pat.is_integer(a.type):
+    if (
+        ha is not None
+        and hb is not None
+        and len(ha) == len(a)
+        and len(hb) == len(b)
+        and not pat.is_integer(a.type)
+    ):
         where = pc.index_in(pa.array(hb), value_set=pa.array(ha))
         found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         pos = np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -297,11 +378,19 @@ def _match(a: pa.Array, b: pa.Array, ha: NDArray[np.uint64] | None = None, hb: N
             pos[bad] = np.asarray(again.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
         pos[~found] = 0
         return found, pos
-    if pat.is_integer(a.type) and pat.is_integer(b.type) and len(a) and len(b) and not a.null_count \
-            and not b.null_count:
+    if (
+        pat.is_integer(a.type)
+        and pat.is_integer(b.type)
+        and len(a)
+        and len(b)
+        and not a.null_count
+        and not b.null_count
+    ):
         ua, ub = a.to_numpy(), b.to_numpy()
         lo, hi = min(int(ua.min()), int(ub.min())), max(int(ua.max()), int(ub.max()))
-        if hi - lo <= 4 * (len(ua) + len(ub)) + 1024:  # dense integer UIDs: a direct table, no hashing
+        if (
+            hi - lo <= 4 * (len(ua) + len(ub)) + 1024
+        ):  # dense integer UIDs: a direct table, no hashing
             table = np.full(hi - lo + 1, -1, dtype=np.int64)
             table[ua - lo] = np.arange(len(ua), dtype=np.int64)
             pos = table[ub - lo]
@@ -323,8 +412,12 @@ def _row_hashes(s: BuildSummary, columns: list[str]) -> NDArray[np.uint64]:
 def _vocab_files(path: Path) -> dict[str, dict[str, Any]]:
     """Vocabularies found with a build: ``meta.json`` features with ``idx2str`` and ``vocab.json`` files."""
     out: dict[str, dict[str, Any]] = {}
-    cands = [path.with_suffix(".meta.json"), path / "meta.json", path / "vocab.json",
-             path.parent / (path.name.removesuffix(".shards") + ".meta.json")]
+    cands = [
+        path.with_suffix(".meta.json"),
+        path / "meta.json",
+        path / "vocab.json",
+        path.parent / (path.name.removesuffix(".shards") + ".meta.json"),
+    ]
     for p in cands:
         if not p.is_file():
             continue
@@ -347,34 +440,74 @@ def _vocab_diff(va: dict[str, Any], vb: dict[str, Any]) -> dict[str, Any]:
     added = [t for t in b if t not in ia]
     removed = [t for t in a if t not in ib]
     moved = [(t, ia[t], ib[t]) for t in b if t in ia and ia[t] != ib[t]]
-    return {"size": [len(a), len(b)], "added": len(added), "removed": len(removed), "moved": len(moved),
-            "examples": {"added": added[:EXAMPLES], "removed": removed[:EXAMPLES],
-                         "moved": [list(m) for m in moved[:EXAMPLES]]}}
+    return {
+        "size": [len(a), len(b)],
+        "added": len(added),
+        "removed": len(removed),
+        "moved": len(moved),
+        "examples": {
+            "added": added[:EXAMPLES],
+            "removed": removed[:EXAMPLES],
+            "moved": [list(m) for m in moved[:EXAMPLES]],
+        },
+    }
 
 
-def _drift(a: BuildSummary, b: BuildSummary, common: list[str], th: Thresholds) -> list[dict[str, Any]]:
+def _drift(
+    a: BuildSummary, b: BuildSummary, common: list[str], th: Thresholds
+) -> list[dict[str, Any]]:
     out = []
     for c in common:
         sa, sb = a.stats.get(c), b.stats.get(c)
-        if not sa or not sb or sa["type"] != sb["type"] or not sa.get("count") or not sb.get("count"):
+        if (
+            not sa
+            or not sb
+            or sa["type"] != sb["type"]
+            or not sa.get("count")
+            or not sb.get("count")
+        ):
             continue
         if sa["type"] == "number":
             spread = max(sa["q95"] - sa["q05"], 1e-12)
             mean_shift = (sb["mean"] - sa["mean"]) / max(sa["std"], 1e-12)
             q_shift = (sb["q50"] - sa["q50"]) / spread
-            out.append({"column": c, "type": "number", "a": sa, "b": sb, "mean_shift": mean_shift,
-                        "median_shift": q_shift,
-                        "drifted": bool(abs(mean_shift) > th.mean_shift or abs(q_shift) > th.quantile_shift)})
+            out.append(
+                {
+                    "column": c,
+                    "type": "number",
+                    "a": sa,
+                    "b": sb,
+                    "mean_shift": mean_shift,
+                    "median_shift": q_shift,
+                    "drifted": bool(
+                        abs(mean_shift) > th.mean_shift or abs(q_shift) > th.quantile_shift
+                    ),
+                }
+            )
         elif sa.get("shares") is not None and sb.get("shares") is not None:
             keys = set(sa["shares"]) | set(sb["shares"])
             tvd = 0.5 * sum(abs(sa["shares"].get(k, 0.0) - sb["shares"].get(k, 0.0)) for k in keys)
-            out.append({"column": c, "type": "category", "a": {"top": sa["top"], "distinct": sa["distinct"]},
-                        "b": {"top": sb["top"], "distinct": sb["distinct"]}, "tvd": tvd, "drifted": bool(tvd > th.tvd)})
+            out.append(
+                {
+                    "column": c,
+                    "type": "category",
+                    "a": {"top": sa["top"], "distinct": sa["distinct"]},
+                    "b": {"top": sb["top"], "distinct": sb["distinct"]},
+                    "tvd": tvd,
+                    "drifted": bool(tvd > th.tvd),
+                }
+            )
     return out
 
 
-def diff(a: str | os.PathLike[str], b: str | os.PathLike[str], /, *, thresholds: Thresholds | None = None,
-         cache: bool = True) -> DiffReport:
+def diff(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    /,
+    *,
+    thresholds: Thresholds | None = None,
+    cache: bool = True,
+) -> DiffReport:
     """Compare two builds of the same kind (see the module docstring).
 
     Args:
@@ -390,21 +523,50 @@ def diff(a: str | os.PathLike[str], b: str | os.PathLike[str], /, *, thresholds:
 
     sa_src, sb_src = open_source(a), open_source(b)
     if type(sa_src) is not type(sb_src):
-        raise ConfigError(f"{a} is a {type(sa_src).__name__} and {b} a {type(sb_src).__name__}; diff compares two "
-                          "builds of the same kind", path=os.fspath(b))
+        raise ConfigError(
+            f"{a} is a {type(sa_src).__name__} and {b} a {type(sb_src).__name__}; diff compares two "
+            "builds of the same kind",
+            path=os.fspath(b),
+        )
     sa, sb = summarize(sa_src, cache=cache), summarize(sb_src, cache=cache)
     th = thresholds or Thresholds()
-    cols_a, cols_b = [c for c in sa.schema if c != sa.uid_column], [c for c in sb.schema if c != sb.uid_column]
+    cols_a, cols_b = (
+        [c for c in sa.schema if c != sa.uid_column],
+        [c for c in sb.schema if c != sb.uid_column],
+    )
     common = [c for c in cols_a if c in cols_b and sa.schema[c] == sb.schema[c]]
-    columns = {"added": [c for c in cols_b if c not in sa.schema], "removed": [c for c in cols_a if c not in sb.schema],
-               "retyped": [[c, sa.schema[c], sb.schema[c]] for c in cols_a if c in sb.schema and
-                           sa.schema[c] != sb.schema[c]]}
+    columns = {
+        "added": [c for c in cols_b if c not in sa.schema],
+        "removed": [c for c in cols_a if c not in sb.schema],
+        "retyped": [
+            [c, sa.schema[c], sb.schema[c]]
+            for c in cols_a
+            if c in sb.schema and sa.schema[c] != sb.schema[c]
+        ],
+    }
     keyed, samples = _samples(sa, sb, common)
     va, vb = _vocab_files(Path(a)), _vocab_files(Path(b))
     vocab = {n: _vocab_diff(va[n], vb[n]) for n in va if n in vb}
     for n in set(va) ^ set(vb):
-        vocab[n] = {"size": [len(va[n]["idx2str"]) if n in va else 0, len(vb[n]["idx2str"]) if n in vb else 0],
-                    "added": len(vb[n]["idx2str"]) if n in vb else 0, "removed": len(va[n]["idx2str"]) if n in va else 0,
-                    "moved": 0, "examples": {"added": [], "removed": [], "moved": []}}
-    return DiffReport(sa.kind, os.fspath(a), os.fspath(b), (sa.rows, sb.rows), keyed, columns, samples,
-                      dict(sorted(vocab.items())), _drift(sa, sb, common, th), th)
+        vocab[n] = {
+            "size": [
+                len(va[n]["idx2str"]) if n in va else 0,
+                len(vb[n]["idx2str"]) if n in vb else 0,
+            ],
+            "added": len(vb[n]["idx2str"]) if n in vb else 0,
+            "removed": len(va[n]["idx2str"]) if n in va else 0,
+            "moved": 0,
+            "examples": {"added": [], "removed": [], "moved": []},
+        }
+    return DiffReport(
+        sa.kind,
+        os.fspath(a),
+        os.fspath(b),
+        (sa.rows, sb.rows),
+        keyed,
+        columns,
+        samples,
+        dict(sorted(vocab.items())),
+        _drift(sa, sb, common, th),
+        th,
+    )

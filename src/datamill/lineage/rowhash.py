@@ -58,7 +58,9 @@ _LOW_INV = _table(pow(0x100000001B3, -1, 1 << 64), _BLOCK)
 def _pow_at(k: NDArray[np.int64], *, inverse: bool = False) -> U64:
     """``M ** k`` (or ``M ** -k``) mod ``2**64`` for each ``k``: two small tables, ``k = q * 4096 + r``."""
     low = _LOW_INV if inverse else _LOW
-    high = _table(int(low[-1]) * int(low[1]) % (1 << 64), int(k.max()) // _BLOCK + 1 if len(k) else 1)
+    high = _table(
+        int(low[-1]) * int(low[1]) % (1 << 64), int(k.max()) // _BLOCK + 1 if len(k) else 1
+    )
     return high[k // _BLOCK] * low[k % _BLOCK]
 
 
@@ -83,11 +85,15 @@ def _fixed_bits(arr: pa.Array) -> U64:
     typ = arr.type
     width = typ.bit_width // 8
     buf = arr.buffers()[1]
-    raw = np.frombuffer(buf, dtype=np.uint8, count=(arr.offset + len(arr)) * width)[arr.offset * width:]
+    raw = np.frombuffer(buf, dtype=np.uint8, count=(arr.offset + len(arr)) * width)[
+        arr.offset * width :
+    ]
     if width in (1, 2, 4, 8):
         return raw.view(f"<u{width}").astype(np.uint64)
     words = raw.reshape(len(arr), width)  # decimals and other wide types: hash the row's bytes
-    return _segments(words.reshape(-1).astype(np.uint64), np.arange(len(arr) + 1, dtype=np.int64) * width)
+    return _segments(
+        words.reshape(-1).astype(np.uint64), np.arange(len(arr) + 1, dtype=np.int64) * width
+    )
 
 
 def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
@@ -104,7 +110,9 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
     if isinstance(column, pa.ChunkedArray):
         if column.num_chunks == 0:
             return np.zeros(0, dtype=np.uint64)
-        return column_hash(column.combine_chunks())  # one pass over one buffer (many small chunks are slow)
+        return column_hash(
+            column.combine_chunks()
+        )  # one pass over one buffer (many small chunks are slow)
     arr = column
     typ = arr.type
     tag = np.uint64(hash_type_tag(typ))
@@ -117,16 +125,26 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
         return np.zeros(0, dtype=np.uint64)
     if pat.is_null(typ):
         return np.full(len(arr), _NULL, dtype=np.uint64)
-    if pat.is_string(typ) or pat.is_binary(typ) or pat.is_large_string(typ) or pat.is_large_binary(typ):
+    if (
+        pat.is_string(typ)
+        or pat.is_binary(typ)
+        or pat.is_large_string(typ)
+        or pat.is_large_binary(typ)
+    ):
         odt = np.int64 if pat.is_large_string(typ) or pat.is_large_binary(typ) else np.int32
-        raw = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)[arr.offset:]
+        raw = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)[
+            arr.offset :
+        ]
         data = arr.buffers()[2]
         values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         h = _segments(values.astype(np.uint64), raw.astype(np.int64))
     elif pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
         child = arr.values
-        offsets = (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * typ.list_size \
-            if pat.is_fixed_size_list(typ) else np.asarray(arr.offsets, dtype=np.int64)
+        offsets = (
+            (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * typ.list_size
+            if pat.is_fixed_size_list(typ)
+            else np.asarray(arr.offsets, dtype=np.int64)
+        )
         h = _segments(column_hash(child), offsets.astype(np.int64))
     elif pat.is_struct(typ):
         h = np.zeros(len(arr), dtype=np.uint64)

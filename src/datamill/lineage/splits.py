@@ -33,7 +33,15 @@ from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.rng import rng_for
 from datamill.lineage.rowhash import column_hash, mix64
 
-__all__ = ["SplitReport", "check_splits", "duplicate_uids", "minhash", "near_duplicates", "row_keys", "token_ids"]
+__all__ = [
+    "SplitReport",
+    "check_splits",
+    "duplicate_uids",
+    "minhash",
+    "near_duplicates",
+    "row_keys",
+    "token_ids",
+]
 
 SPLIT_NAMES = {0: "train", 1: "validation", 2: "test"}
 EXAMPLES = 5
@@ -60,14 +68,23 @@ def token_ids(column: pa.Array | pa.ChunkedArray, /) -> tuple[I64, I64]:
         nonempty = np.asarray(pc.binary_length(flat).to_numpy(zero_copy_only=False)) > 0
         if not nonempty.all():  # "" splits into one empty word: drop those
             flat = flat.filter(pa.array(nonempty))
-            offsets = np.concatenate([[0], np.cumsum(nonempty)]).astype(np.int64)[offsets - offsets[0]]
-        ids = np.asarray(pc.dictionary_encode(flat).indices.to_numpy(zero_copy_only=False), dtype=np.int64) \
-            if len(flat) else np.zeros(0, dtype=np.int64)  # ids of this call (first seen first): all a check needs
+            offsets = np.concatenate([[0], np.cumsum(nonempty)]).astype(np.int64)[
+                offsets - offsets[0]
+            ]
+        ids = (
+            np.asarray(
+                pc.dictionary_encode(flat).indices.to_numpy(zero_copy_only=False), dtype=np.int64
+            )
+            if len(flat)
+            else np.zeros(0, dtype=np.int64)
+        )  # ids of this call (first seen first): all a check needs
         return ids, offsets - offsets[0]
     if pat.is_list(col.type) or pat.is_large_list(col.type):
         col = col.fill_null([])
         offsets = np.asarray(col.offsets, dtype=np.int64)
-        values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offsets[0]:offsets[-1]]
+        values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.int64)[
+            offsets[0] : offsets[-1]
+        ]
         return values, offsets - offsets[0]
     if pat.is_fixed_size_list(col.type):
         size = col.type.list_size
@@ -83,18 +100,25 @@ def _shingles(values: I64, offsets: I64, k: int) -> tuple[U64, I64]:
     v = values.astype(np.uint64)
     h = np.zeros(len(v), dtype=np.uint64)
     for j in range(k):  # h[i] = sum(token[i + j] * M**j): a polynomial of the k tokens from i
-        h[:len(v) - j] += v[j:] * np.uint64(pow(0x100000001B3, j, 1 << 64))
+        h[: len(v) - j] += v[j:] * np.uint64(pow(0x100000001B3, j, 1 << 64))
     row = np.repeat(np.arange(n, dtype=np.int64), lengths)
     end = np.repeat(offsets[1:], lengths)
     first = np.zeros(len(v), dtype=bool)
     first[offsets[:-1][lengths > 0]] = True
-    keep = (np.arange(len(v), dtype=np.int64) + k <= end) | (first & (np.repeat(lengths, lengths) < k))
-    short = keep & (np.arange(len(v), dtype=np.int64) + k > end)  # the first token of a row shorter than k
+    keep = (np.arange(len(v), dtype=np.int64) + k <= end) | (
+        first & (np.repeat(lengths, lengths) < k)
+    )
+    short = keep & (
+        np.arange(len(v), dtype=np.int64) + k > end
+    )  # the first token of a row shorter than k
     out = h[keep]
     if short.any():  # those rows: the hash of their tokens only
         rows_short = row[short]
-        whole = column_hash(pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(v))
-                            .take(pa.array(rows_short)))
+        whole = column_hash(
+            pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(v)).take(
+                pa.array(rows_short)
+            )
+        )
         out[np.flatnonzero(short[keep])] = whole
     return out, row[keep]
 
@@ -109,7 +133,9 @@ def _probes(num_perm: int) -> I64:
     return (mix64(j + a) >> np.uint64(64 - bits)).astype(np.int64).reshape(num_perm, attempts)
 
 
-def minhash(values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 3, seed: int = 0) -> U64:
+def minhash(
+    values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 3, seed: int = 0
+) -> U64:
     """MinHash signatures ``(rows, num_perm)`` over word shingles (one-permutation hashing).
 
     Each shingle is hashed once (with a salt from ``seed``); the top bits pick one of ``num_perm``
@@ -151,14 +177,18 @@ def minhash(values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 
     probes = _probes(num_perm)
     found = np.zeros(len(r), dtype=np.int64)
     todo = np.arange(len(r), dtype=np.int64)
-    for attempt in range(probes.shape[1]):  # optimal densification: every row probes the same bins per attempt
+    for attempt in range(
+        probes.shape[1]
+    ):  # optimal densification: every row probes the same bins per attempt
         p = probes[j[todo], attempt]
         ok = ((full_bits[r[todo]] >> p.astype(np.uint64)) & np.uint64(1)).astype(bool)
         found[todo[ok]] = p[ok]
         todo = todo[~ok]
         if not len(todo):
             break
-    for attempt in range(len(todo) and num_perm):  # a row that missed every probe: the next full bin to the right
+    for attempt in range(
+        len(todo) and num_perm
+    ):  # a row that missed every probe: the next full bin to the right
         nxt = (j[todo] + attempt + 1) % num_perm
         ok = ((full_bits[r[todo]] >> nxt.astype(np.uint64)) & np.uint64(1)).astype(bool)
         found[todo[ok]] = nxt[ok]
@@ -167,8 +197,9 @@ def minhash(values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 
     return sig
 
 
-def near_duplicates(sig: U64, left: I64, right: I64, /, *, threshold: float = 0.8, bands: int | None = None
-                    ) -> tuple[I64, I64, NDArray[np.float64]]:
+def near_duplicates(
+    sig: U64, left: I64, right: I64, /, *, threshold: float = 0.8, bands: int | None = None
+) -> tuple[I64, I64, NDArray[np.float64]]:
     """Pairs ``(row of right, row of left, estimated Jaccard)`` with similarity >= ``threshold``.
 
     Banded LSH over the signature columns finds candidates (rows agreeing on a whole band), then the
@@ -196,7 +227,9 @@ def near_duplicates(sig: U64, left: I64, right: I64, /, *, threshold: float = 0.
         right = np.flatnonzero(sd & live & (nleft[group] > 0))
         if not len(right):
             continue
-        per = np.minimum(nleft[group[right]], MAX_PAIRS)  # pairs per right row in this band (capped)
+        per = np.minimum(
+            nleft[group[right]], MAX_PAIRS
+        )  # pairs per right row in this band (capped)
         first = np.repeat(gstart[group[right]], per)
         step = np.arange(int(per.sum()), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
         found_r.append(rows[order[np.repeat(right, per)]])
@@ -238,8 +271,10 @@ class SplitReport:
     @property
     def leaks(self) -> int:
         """Rows of validation/test that duplicate a training row, exactly or nearly."""
-        return int(sum(v["rows"] for v in self.exact.values()) +
-                   sum(v["rows"] for f in self.near.values() for v in f.values()))
+        return int(
+            sum(v["rows"] for v in self.exact.values())
+            + sum(v["rows"] for f in self.near.values() for v in f.values())
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The report as a JSON-able dict."""
@@ -247,16 +282,28 @@ class SplitReport:
 
     def as_text(self) -> str:
         """A readable report."""
-        out = [f"{self.path}: " + ", ".join(f"{k} {v:,}" for k, v in self.rows.items()) + f" rows; input columns "
-               f"{self.columns}"]
+        out = [
+            f"{self.path}: "
+            + ", ".join(f"{k} {v:,}" for k, v in self.rows.items())
+            + f" rows; input columns "
+            f"{self.columns}"
+        ]
         for split, v in self.exact.items():
-            out.append(f"{split}: {v['rows']:,} rows equal a training row exactly"
-                       + (f", e.g. (row, training row) {v['examples']}" if v["examples"] else ""))
+            out.append(
+                f"{split}: {v['rows']:,} rows equal a training row exactly"
+                + (f", e.g. (row, training row) {v['examples']}" if v["examples"] else "")
+            )
         for feat, per in self.near.items():
             for split, v in per.items():
-                out.append(f"{split}: {v['rows']:,} rows have a near-duplicate {feat!r} in training (Jaccard >= "
-                           f"{self.settings['threshold']})" + (f", e.g. (row, training row, similarity) "
-                                                               f"{v['examples']}" if v["examples"] else ""))
+                out.append(
+                    f"{split}: {v['rows']:,} rows have a near-duplicate {feat!r} in training (Jaccard >= "
+                    f"{self.settings['threshold']})"
+                    + (
+                        f", e.g. (row, training row, similarity) {v['examples']}"
+                        if v["examples"]
+                        else ""
+                    )
+                )
         out.append("no leakage found" if not self.leaks else f"{self.leaks:,} leaking rows")
         return "\n".join(out)
 
@@ -268,12 +315,22 @@ def _inputs(path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
         return [c for c in columns if c != "split"], []
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # (found by tests/fuzz: a truncated meta.json was a raw JSONDecodeError)
-        raise DataFileError(f"cannot read the metadata ({exc})", path=meta_path,
-                            hint="preprocess the data again to rewrite it") from exc
+    except (
+        OSError,
+        ValueError,
+    ) as exc:  # (found by tests/fuzz: a truncated meta.json was a raw JSONDecodeError)
+        raise DataFileError(
+            f"cannot read the metadata ({exc})",
+            path=meta_path,
+            hint="preprocess the data again to rewrite it",
+        ) from exc
     if not isinstance(meta, dict):
         raise DataFileError("the metadata is not a JSON object", path=meta_path)
-    inputs = [n for n, f in meta.items() if isinstance(f, dict) and f.get("role") == "input" and n in columns]
+    inputs = [
+        n
+        for n, f in meta.items()
+        if isinstance(f, dict) and f.get("role") == "input" and n in columns
+    ]
     texts = [n for n in inputs if meta[n].get("type") in ("text", "sequence")]
     return inputs, texts
 
@@ -294,12 +351,23 @@ def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
     for i, name in enumerate(columns):
         col = table.column(name).combine_chunks()
         typ = col.type
-        if pat.is_string(typ) or pat.is_large_string(typ) or pat.is_binary(typ) or pat.is_large_binary(typ):
+        if (
+            pat.is_string(typ)
+            or pat.is_large_string(typ)
+            or pat.is_binary(typ)
+            or pat.is_large_binary(typ)
+        ):
             enc = pc.dictionary_encode(col)
-            ids = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            ids = np.asarray(
+                enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64
+            )
             part = ids.astype(np.uint64)
         elif (pat.is_integer(typ) or pat.is_floating(typ)) and not col.null_count:
-            part = np.asarray(col.to_numpy(zero_copy_only=False)).view(f"u{typ.bit_width // 8}").astype(np.uint64)
+            part = (
+                np.asarray(col.to_numpy(zero_copy_only=False))
+                .view(f"u{typ.bit_width // 8}")
+                .astype(np.uint64)
+            )
         else:
             part = column_hash(col)
         h *= np.uint64(0x100000001B3)
@@ -309,9 +377,18 @@ def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
     return mix64(h)
 
 
-def check_splits(table_or_path: pa.Table | str | os.PathLike[str], /, *, columns: Sequence[str] | None = None,
-                 text_columns: Sequence[str] | None = None, split_column: str = "split", threshold: float = 0.8,
-                 num_perm: int = 64, shingle: int = 3, seed: int = 0) -> SplitReport:
+def check_splits(
+    table_or_path: pa.Table | str | os.PathLike[str],
+    /,
+    *,
+    columns: Sequence[str] | None = None,
+    text_columns: Sequence[str] | None = None,
+    split_column: str = "split",
+    threshold: float = 0.8,
+    num_perm: int = 64,
+    shingle: int = 3,
+    seed: int = 0,
+) -> SplitReport:
     """Find validation/test rows that repeat a training row exactly, or nearly (text).
 
     Args:
@@ -345,29 +422,48 @@ def check_splits(table_or_path: pa.Table | str | os.PathLike[str], /, *, columns
 
         path = os.fspath(table_or_path)
         src = open_source(path)
-        table = pa.concat_tables([src.read_shard(k) for k in range(src.num_shards)]) if src.num_shards else \
-            pa.table({})
+        table = (
+            pa.concat_tables([src.read_shard(k) for k in range(src.num_shards)])
+            if src.num_shards
+            else pa.table({})
+        )
         cols_default, texts_default = _inputs(Path(path), table.column_names)
         if columns is None:
             columns = cols_default
     if split_column not in table.column_names:
-        raise ConfigError(f"no {split_column!r} column to tell the splits apart", path=path, column=split_column,
-                          hint="preprocess with a split, or name the column with split_column=")
-    cols = [c for c in table.column_names if c != split_column] if columns is None else list(columns)
+        raise ConfigError(
+            f"no {split_column!r} column to tell the splits apart",
+            path=path,
+            column=split_column,
+            hint="preprocess with a split, or name the column with split_column=",
+        )
+    cols = (
+        [c for c in table.column_names if c != split_column] if columns is None else list(columns)
+    )
     unknown = [c for c in cols if c not in table.column_names]
     if unknown:
-        raise ConfigError(f"unknown column(s) {unknown}; the data has {table.column_names}", path=path,
-                          column=unknown[0])
+        raise ConfigError(
+            f"unknown column(s) {unknown}; the data has {table.column_names}",
+            path=path,
+            column=unknown[0],
+        )
     texts = list(text_columns) if text_columns is not None else texts_default
     unknown = [c for c in texts if c not in table.column_names]
     if unknown:  # (found by tests/fuzz: a raw KeyError from pyarrow)
-        raise ConfigError(f"unknown text column(s) {unknown}; the data has {table.column_names}", path=path,
-                          column=unknown[0])
+        raise ConfigError(
+            f"unknown text column(s) {unknown}; the data has {table.column_names}",
+            path=path,
+            column=unknown[0],
+        )
     split = np.asarray(table.column(split_column).to_numpy(zero_copy_only=False), dtype=np.int64)
     rows = {SPLIT_NAMES.get(int(s), str(s)): int((split == s).sum()) for s in np.unique(split)}
     train = np.flatnonzero(split == 0)
-    report = SplitReport(path, rows, cols, settings={"threshold": threshold, "num_perm": num_perm, "shingle": shingle,
-                                                     "seed": seed})
+    report = SplitReport(
+        path,
+        rows,
+        cols,
+        settings={"threshold": threshold, "num_perm": num_perm, "shingle": shingle, "seed": seed},
+    )
     h = row_keys(table, cols)
     order = np.argsort(h[train], kind="stable")
     sorted_train = h[train][order]
@@ -377,7 +473,10 @@ def check_splits(table_or_path: pa.Table | str | os.PathLike[str], /, *, columns
             continue
         i = np.searchsorted(sorted_train, h[rows_s]).clip(max=max(0, len(train) - 1))
         hit = (sorted_train[i] == h[rows_s]) if len(train) else np.zeros(len(rows_s), dtype=bool)
-        ex = [(int(r), int(train[order[j]])) for r, j in zip(rows_s[hit][:EXAMPLES], i[hit][:EXAMPLES])]
+        ex = [
+            (int(r), int(train[order[j]]))
+            for r, j in zip(rows_s[hit][:EXAMPLES], i[hit][:EXAMPLES])
+        ]
         report.exact[SPLIT_NAMES[s]] = {"rows": int(hit.sum()), "examples": ex}
     for c in texts:
         values, offsets = token_ids(table.column(c))
@@ -417,15 +516,28 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
     cols = [c for c in table.column_names if c != uid] if columns is None else list(columns)
     unknown = [c for c in cols if c not in table.column_names]
     if unknown:  # (found by tests/fuzz: a raw KeyError from pyarrow)
-        raise ConfigError(f"unknown column(s) {unknown}; the data has {table.column_names}", column=unknown[0])
+        raise ConfigError(
+            f"unknown column(s) {unknown}; the data has {table.column_names}", column=unknown[0]
+        )
     h = row_keys(table, cols)
     order = np.argsort(h, kind="stable")
     hs = h[order]
-    starts = np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]])) if len(hs) else np.zeros(0, np.int64)
+    starts = (
+        np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]]))
+        if len(hs)
+        else np.zeros(0, np.int64)
+    )
     sizes = np.diff(np.append(starts, len(hs)))
     dup, dup_sizes = starts[sizes > 1], sizes[sizes > 1]
     first = np.argsort(order[dup], kind="stable")  # groups in the order of their first row
     uids = table.column(uid)
-    examples = [uids.take(pa.array(np.sort(order[a:a + n]))).to_pylist()
-                for a, n in zip(dup[first][:EXAMPLES].tolist(), dup_sizes[first][:EXAMPLES].tolist())]
-    return {"groups": len(dup), "rows": int(sizes[sizes > 1].sum()), "examples": examples, "columns": cols}
+    examples = [
+        uids.take(pa.array(np.sort(order[a : a + n]))).to_pylist()
+        for a, n in zip(dup[first][:EXAMPLES].tolist(), dup_sizes[first][:EXAMPLES].tolist())
+    ]
+    return {
+        "groups": len(dup),
+        "rows": int(sizes[sizes > 1].sum()),
+        "examples": examples,
+        "columns": cols,
+    }

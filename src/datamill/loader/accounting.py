@@ -114,10 +114,18 @@ class Accounting:
                 raise DataFileError(
                     f"sample {index} failed in filter/transform ({type(exc).__name__}: {exc}); "
                     f"{self.failed} failures this epoch exceed max_errors={self.max_errors}",
-                    uid=uid, hint="fix the transform or raise max_errors to skip such samples") from exc
+                    uid=uid,
+                    hint="fix the transform or raise max_errors to skip such samples",
+                ) from exc
 
     def as_dict(self) -> dict[str, int]:
         """The counts (``read``, ``filtered``, ``failed``, ``yielded``, ``batches``, shard figures)."""
-        return {"read": self.read, "filtered": self.filtered, "failed": self.failed, "yielded": self.yielded,
-                "batches": self.batches, "shards_read": self.shards_read,
-                "peak_shards_in_memory": self.peak_shards_in_memory}
+        return {
+            "read": self.read,
+            "filtered": self.filtered,
+            "failed": self.failed,
+            "yielded": self.yielded,
+            "batches": self.batches,
+            "shards_read": self.shards_read,
+            "peak_shards_in_memory": self.peak_shards_in_memory,
+        }

@@ -43,23 +43,40 @@ def sample_lengths(source: Source, column: str, /) -> NDArray[np.int64]:
         [1, 0, 2]
     """
     if column not in source.columns:
-        raise SchemaError(f"bucket_by column {column!r} is not a column of the source ({source.columns})",
-                          column=column)
+        raise SchemaError(
+            f"bucket_by column {column!r} is not a column of the source ({source.columns})",
+            column=column,
+        )
     out = []
     for k in range(source.num_shards):
         col = source.read_shard(k, columns=[column]).column(0)
         typ = col.type
-        if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_string(typ) or pat.is_large_string(typ) \
-                or pat.is_binary(typ):
-            fn = pc.list_value_length if pat.is_list(typ) or pat.is_large_list(typ) else pc.binary_length
-            out.append(np.asarray(fn(col).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64))
+        if (
+            pat.is_list(typ)
+            or pat.is_large_list(typ)
+            or pat.is_string(typ)
+            or pat.is_large_string(typ)
+            or pat.is_binary(typ)
+        ):
+            fn = (
+                pc.list_value_length
+                if pat.is_list(typ) or pat.is_large_list(typ)
+                else pc.binary_length
+            )
+            out.append(
+                np.asarray(fn(col).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+            )
         else:
-            raise SchemaError(f"bucket_by column {column!r} has type {typ}; expected a list or string column",
-                              column=column)
+            raise SchemaError(
+                f"bucket_by column {column!r} has type {typ}; expected a list or string column",
+                column=column,
+            )
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
-def bucket_boundaries(lengths: NDArray[np.int64], /, buckets: int | Sequence[int]) -> NDArray[np.int64]:
+def bucket_boundaries(
+    lengths: NDArray[np.int64], /, buckets: int | Sequence[int]
+) -> NDArray[np.int64]:
     """Upper-exclusive bucket boundaries: given ones (sorted), or ``buckets`` quantiles of ``lengths``.
 
     Examples:
@@ -67,7 +84,9 @@ def bucket_boundaries(lengths: NDArray[np.int64], /, buckets: int | Sequence[int
         ([25, 50, 75], [8, 64])
     """
     if isinstance(buckets, bool):
-        raise ConfigError(f"buckets must be a number of buckets or a list of int boundaries, got {buckets!r}")
+        raise ConfigError(
+            f"buckets must be a number of buckets or a list of int boundaries, got {buckets!r}"
+        )
     if isinstance(buckets, (int, np.integer)):
         if buckets < 1:
             raise ConfigError(f"buckets must be >= 1, got {buckets}")
@@ -78,12 +97,21 @@ def bucket_boundaries(lengths: NDArray[np.int64], /, buckets: int | Sequence[int
     try:
         bounds = np.unique(np.asarray(list(buckets), dtype=np.int64))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"buckets must be a number of buckets or a list of int boundaries, got {buckets!r}") from exc
+        raise ConfigError(
+            f"buckets must be a number of buckets or a list of int boundaries, got {buckets!r}"
+        ) from exc
     return bounds
 
 
-def bucket_arrange(lengths: NDArray[np.int64], /, *, batch_size: int, chunk: int, boundaries: NDArray[np.int64],
-                   rng: np.random.Generator) -> NDArray[np.int64]:
+def bucket_arrange(
+    lengths: NDArray[np.int64],
+    /,
+    *,
+    batch_size: int,
+    chunk: int,
+    boundaries: NDArray[np.int64],
+    rng: np.random.Generator,
+) -> NDArray[np.int64]:
     """A permutation of ``range(len(lengths))`` putting same-bucket samples in the same batches.
 
     Args:
@@ -112,9 +140,9 @@ def bucket_arrange(lengths: NDArray[np.int64], /, *, batch_size: int, chunk: int
         full = (np.arange(hi - lo) - starts[sb]) < (counts // bs * bs)[sb]
         ordered = np.concatenate([by[full], by[~full]]) + lo
         whole = (hi - lo) // bs
-        batches = ordered[:whole * bs].reshape(whole, bs)
+        batches = ordered[: whole * bs].reshape(whole, bs)
         out.append(batches[rng.permutation(whole)].reshape(-1))
-        out.append(ordered[whole * bs:])  # the last chunk's partial batch stays last
+        out.append(ordered[whole * bs :])  # the last chunk's partial batch stays last
     return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
 
 

@@ -38,7 +38,10 @@ def _read_contiguous(read: Callable[[int], pa.Table], k: int) -> pa.Table:
     if any(col.num_chunks > 1 for col in table.columns):
         try:
             table = table.combine_chunks()
-        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. > 2 GiB in a 32-bit-offset binary column
+        except (
+            pa.ArrowInvalid,
+            pa.ArrowCapacityError,
+        ):  # e.g. > 2 GiB in a 32-bit-offset binary column
             pass
     return table
 
@@ -82,7 +85,9 @@ class ShardCache:
         with self._lock:
             self._active += 1
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="datamill-read")
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self._threads, thread_name_prefix="datamill-read"
+                )
 
     def finish(self) -> None:
         """A build ended (it released its claims); the pool stops with the last active build."""
@@ -157,15 +162,28 @@ class ShardCache:
 class BuildReader:
     """One build's shards: claimed at the start, loaded ahead of need, released after last use."""
 
-    def __init__(self, cache: ShardCache, plan: EpochPlan, batches: NDArray[np.int64], *, prefetch: int,
-                 ahead_window: int = 0) -> None:
-        self.cache, self.plan, self.prefetch, self.ahead_window = cache, plan, int(prefetch), int(ahead_window)
+    def __init__(
+        self,
+        cache: ShardCache,
+        plan: EpochPlan,
+        batches: NDArray[np.int64],
+        *,
+        prefetch: int,
+        ahead_window: int = 0,
+    ) -> None:
+        self.cache, self.plan, self.prefetch, self.ahead_window = (
+            cache,
+            plan,
+            int(prefetch),
+            int(ahead_window),
+        )
         # the shard of every position of the requested batches, and per shard its first/last batch
         bs = plan.batch_size
         starts = batches * bs
         lengths = np.minimum(starts + bs, len(plan.seq)) - starts
-        pos = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + \
-            np.arange(int(lengths.sum()), dtype=np.int64)
+        pos = np.repeat(
+            starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths
+        ) + np.arange(int(lengths.sum()), dtype=np.int64)
         batch_of = np.repeat(batches, lengths)
         shard = plan.shard[pos]
         n = len(plan.first_batch)
@@ -225,6 +243,6 @@ class BuildReader:
             if self._closed:
                 return
             self._closed = True
-            for k in self.by_last[self._next_last:].tolist():
+            for k in self.by_last[self._next_last :].tolist():
                 self.cache.release(k)
             self._next_last = len(self.by_last)

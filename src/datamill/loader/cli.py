@@ -40,7 +40,9 @@ def _open(args: argparse.Namespace) -> Any:
         from datamill.loader.sources import HDF5Source
 
         return HDF5Source(args.source, split=args.split)
-    if is_remote(args.source):  # a shardset dataset or Parquet objects, through the local shard cache
+    if is_remote(
+        args.source
+    ):  # a shardset dataset or Parquet objects, through the local shard cache
         limit = None if args.cache_limit is None else int(args.cache_limit * 2**20)
         return open_source(args.source, cache_dir=args.cache_dir, cache_limit=limit)
     return open_source(args.source)
@@ -50,37 +52,66 @@ def _remote(args: argparse.Namespace) -> int:
     """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate`` (its registered handler)."""
     from datamill.core.commands import command_handler
 
-    run_iterate = command_handler("serve iterate", hint="install the serve extra: pip install 'datamill[serve]'")
-    return int(run_iterate(dataset=args.source, url=args.url, key=args.key, batch_size=args.batch_size,
-                           seed=args.seed, columns=args.columns, rank=args.rank, world_size=args.world_size,
-                           mode=args.mode, name=args.name, limit=args.limit, save_state=args.save_state))
+    run_iterate = command_handler(
+        "serve iterate", hint="install the serve extra: pip install 'datamill[serve]'"
+    )
+    return int(
+        run_iterate(
+            dataset=args.source,
+            url=args.url,
+            key=args.key,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            columns=args.columns,
+            rank=args.rank,
+            world_size=args.world_size,
+            mode=args.mode,
+            name=args.name,
+            limit=args.limit,
+            save_state=args.save_state,
+        )
+    )
 
 
+# long (66 lines): the iterate command's three runs (served, record, in-process) and their option checks side by side
 def _cmd(args: argparse.Namespace) -> int:
     if args.url:
         if args.save_record:
             from datamill.core.errors import ConfigError
 
-            raise ConfigError("--save-record works for in-process runs; a served iteration's record is on the server")
+            raise ConfigError(
+                "--save-record works for in-process runs; a served iteration's record is on the server"
+            )
         return _remote(args)
     from datamill.core.io import check_output
     from datamill.loader.loader import Loader
 
     if args.save_state:
-        check_output(args.save_state, is_own=_is_state_file, inputs=[args.source],
-                     what="loader state file")
+        check_output(
+            args.save_state, is_own=_is_state_file, inputs=[args.source], what="loader state file"
+        )
     if args.save_record:
         _check_record_output(args)
     source = _open(args)
     cols = args.columns.split(",") if args.columns else None
-    loader = Loader(source, args.batch_size, shuffle=not args.no_shuffle, seed=args.seed, columns=cols,
-                    rank=args.rank, world_size=args.world_size,
-                    drop_last=args.drop_last, workers=Workers(threads=args.num_workers, progress=True))
+    loader = Loader(
+        source,
+        args.batch_size,
+        shuffle=not args.no_shuffle,
+        seed=args.seed,
+        columns=cols,
+        rank=args.rank,
+        world_size=args.world_size,
+        drop_last=args.drop_last,
+        workers=Workers(threads=args.num_workers, progress=True),
+    )
     if args.resume:
         _resume(loader, args.resume)
     n = int(source.shard_sizes().sum())
-    print(f"{type(source).__name__}: {n:,} samples in {source.num_shards} shards; "
-          f"rank {args.rank}/{args.world_size}: {len(loader)} batches of {args.batch_size}")
+    print(
+        f"{type(source).__name__}: {n:,} samples in {source.num_shards} shards; "
+        f"rank {args.rank}/{args.world_size}: {len(loader)} batches of {args.batch_size}"
+    )
     start = time.perf_counter()
     shapes: dict[str, Any] = {}
     first_epoch = loader.epoch
@@ -93,9 +124,11 @@ def _cmd(args: argparse.Namespace) -> int:
             if args.limit and i + 1 >= args.limit:
                 break
         s = loader.stats()
-        print(f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed {s['failed']:,}, "
-              f"yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s ({s['samples_per_s']:,.0f} samples/s; "
-              f"first batch after {(s['first_batch_s'] or 0) * 1000:.1f} ms)")
+        print(
+            f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed {s['failed']:,}, "
+            f"yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s ({s['samples_per_s']:,.0f} samples/s; "
+            f"first batch after {(s['first_batch_s'] or 0) * 1000:.1f} ms)"
+        )
     if shapes:
         print("batch: " + ", ".join(f"{k} {v}" for k, v in shapes.items()))
     print(f"total {time.perf_counter() - start:.2f} s")
@@ -123,8 +156,11 @@ def _check_record_output(args: argparse.Namespace) -> None:
     from datamill.core.io import check_output
 
     if args.limit and args.epochs > 1:
-        raise ConfigError("--save-record with --limit and --epochs > 1 would record epochs as complete that "
-                          "--limit cut short", hint="record one epoch at a time (--epochs 1), or drop --limit")
+        raise ConfigError(
+            "--save-record with --limit and --epochs > 1 would record epochs as complete that "
+            "--limit cut short",
+            hint="record one epoch at a time (--epochs 1), or drop --limit",
+        )
     check_output(args.save_record, is_own=_is_record_file, inputs=[args.source], what="run record")
 
 
@@ -148,6 +184,7 @@ def _disk_bytes(path: str) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+# long (67 lines): the plan report's sections in print order; each is a few lines of formatting
 def _plan_cmd(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -158,28 +195,62 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     sizes = np.asarray(source.shard_sizes(), dtype=np.int64)
     total_rows = max(1, int(sizes.sum()))
     nbytes = getattr(source, "shard_nbytes", None)
-    shard_bytes = np.asarray(nbytes(), dtype=np.int64) if callable(nbytes) else \
-        (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
+    shard_bytes = (
+        np.asarray(nbytes(), dtype=np.int64)
+        if callable(nbytes)
+        else (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
+    )
     window = args.window or default_window(sizes)
-    probe = plan_run(sizes, batch_size=args.batch_size, world_size=args.world_size, seed=args.seed, window=window,
-                     shuffle=not args.no_shuffle, drop_last=args.drop_last, prefetch=args.prefetch)
+    probe = plan_run(
+        sizes,
+        batch_size=args.batch_size,
+        world_size=args.world_size,
+        seed=args.seed,
+        window=window,
+        shuffle=not args.no_shuffle,
+        drop_last=args.drop_last,
+        prefetch=args.prefetch,
+    )
     first = probe.ranks[0]["reads"][0] if probe.ranks and probe.ranks[0]["reads"] else None
     speed = args.read_speed * 2**20 if args.read_speed else None
     if speed is None and first is not None:  # measure: read the first shard rank 0 needs
         t0 = time.perf_counter()
         source.read_shard(int(first))
         speed = max(1.0, float(shard_bytes[first])) / max(1e-6, time.perf_counter() - t0)
-    plan = plan_run(sizes, batch_size=args.batch_size, world_size=args.world_size, seed=args.seed, window=window,
-                    shuffle=not args.no_shuffle, drop_last=args.drop_last, prefetch=args.prefetch,
-                    num_workers=args.num_workers, epochs=args.epochs, shard_bytes=shard_bytes,
-                    cache_limit=None if args.cache_limit is None else int(args.cache_limit * 2**20),
-                    ranks_per_node=args.ranks_per_node, read_bytes_per_s=speed or 200e6)
+    plan = plan_run(
+        sizes,
+        batch_size=args.batch_size,
+        world_size=args.world_size,
+        seed=args.seed,
+        window=window,
+        shuffle=not args.no_shuffle,
+        drop_last=args.drop_last,
+        prefetch=args.prefetch,
+        num_workers=args.num_workers,
+        epochs=args.epochs,
+        shard_bytes=shard_bytes,
+        cache_limit=None if args.cache_limit is None else int(args.cache_limit * 2**20),
+        ranks_per_node=args.ranks_per_node,
+        read_bytes_per_s=speed or 200e6,
+    )
     if args.json:
-        print(json.dumps({"settings": plan.settings, "ranks": plan.ranks, "epochs": plan.epochs,
-                          "read_bytes_per_s": speed}, indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "settings": plan.settings,
+                    "ranks": plan.ranks,
+                    "epochs": plan.epochs,
+                    "read_bytes_per_s": speed,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
         return 0
-    print(f"{type(source).__name__} {args.source}: read speed {(speed or 0) / 2**20:,.1f} MiB/s "
-          f"({'given' if args.read_speed else 'measured on one shard'})")
+    print(
+        f"{type(source).__name__} {args.source}: read speed {(speed or 0) / 2**20:,.1f} MiB/s "
+        f"({'given' if args.read_speed else 'measured on one shard'})"
+    )
     print(plan.as_text(show=args.show))
     return 0
 
@@ -205,68 +276,157 @@ def _resume(loader: Any, path: str) -> None:
     except FileNotFoundError as exc:
         raise DataFileNotFoundError("no such resume-state file", path=path, hint=hint) from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise ResumeStateError(f"cannot read the resume-state file ({exc.__class__.__name__})", path=path,
-                               hint=hint) from exc
+        raise ResumeStateError(
+            f"cannot read the resume-state file ({exc.__class__.__name__})", path=path, hint=hint
+        ) from exc
     except ValueError as exc:
-        raise ResumeStateError(f"not valid JSON (truncated or edited?): {exc}", path=path, hint=hint) from exc
+        raise ResumeStateError(
+            f"not valid JSON (truncated or edited?): {exc}", path=path, hint=hint
+        ) from exc
     if not isinstance(state, dict):
-        raise ResumeStateError(f"expected a JSON object, got {type(state).__name__}", path=path, hint=hint)
+        raise ResumeStateError(
+            f"expected a JSON object, got {type(state).__name__}", path=path, hint=hint
+        )
     try:
         loader.load_state_dict(state)
     except DatamillError as exc:
         if exc.path is not None:
             raise
         raise ResumeStateError(exc.msg, path=path, hint=exc.hint or hint) from exc
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # an edited state's field
-        raise ResumeStateError(f"the state is malformed ({exc.__class__.__name__}: {exc})", path=path,
-                               hint=hint) from exc
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        IndexError,
+    ) as exc:  # an edited state's field
+        raise ResumeStateError(
+            f"the state is malformed ({exc.__class__.__name__}: {exc})", path=path, hint=hint
+        ) from exc
 
 
+# long (122 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill iterate`` and ``datamill plan``."""
-    p = sub.add_parser("iterate", help="iterate a datamill output with the loader; print throughput and stats")
-    p.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
-                                  "or s3://bucket/prefix of Parquet files; with --url: a served dataset's id or name")
-    p.add_argument("--url", help="iterate a dataset served by `datamill serve` at this URL (RemoteLoader)")
+    p = sub.add_parser(
+        "iterate", help="iterate a datamill output with the loader; print throughput and stats"
+    )
+    p.add_argument(
+        "source",
+        help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
+        "or s3://bucket/prefix of Parquet files; with --url: a served dataset's id or name",
+    )
+    p.add_argument(
+        "--url", help="iterate a dataset served by `datamill serve` at this URL (RemoteLoader)"
+    )
     p.add_argument("--key", help="API key for --url (default $DATAMILL_KEY)")
-    p.add_argument("--mode", choices=["static", "dynamic"], default="static", help="with --url (default static)")
-    p.add_argument("--name", help="with --url: iteration name (processes with one name share an iteration)")
-    p.add_argument("--cache-dir", help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)")
-    p.add_argument("--cache-limit", type=CACHE_MIB.arg, default=None, help="shard cache size in MiB (default unbounded)")
-    p.add_argument("--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)")
+    p.add_argument(
+        "--mode",
+        choices=["static", "dynamic"],
+        default="static",
+        help="with --url (default static)",
+    )
+    p.add_argument(
+        "--name", help="with --url: iteration name (processes with one name share an iteration)"
+    )
+    p.add_argument(
+        "--cache-dir",
+        help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)",
+    )
+    p.add_argument(
+        "--cache-limit",
+        type=CACHE_MIB.arg,
+        default=None,
+        help="shard cache size in MiB (default unbounded)",
+    )
+    p.add_argument(
+        "--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)"
+    )
     p.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to run (default 1)")
     p.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
     p.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     p.add_argument("--columns", help="comma-separated columns to read (default all)")
-    p.add_argument("--split", help="read one split of a preprocessed .hdf5: train, validation or test")
+    p.add_argument(
+        "--split", help="read one split of a preprocessed .hdf5: train, validation or test"
+    )
     p.add_argument("--rank", type=RANK.arg, default=0)
     p.add_argument("--world-size", type=WORLD_SIZE.arg, default=1)
-    p.add_argument("--num-workers", type=NUM_WORKERS.arg, default=0, help="batch-building threads (default 0)")
-    p.add_argument("--drop-last", action="store_true", help="equal batches on every rank; drop the partial batch")
-    p.add_argument("--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches")
+    p.add_argument(
+        "--num-workers", type=NUM_WORKERS.arg, default=0, help="batch-building threads (default 0)"
+    )
+    p.add_argument(
+        "--drop-last",
+        action="store_true",
+        help="equal batches on every rank; drop the partial batch",
+    )
+    p.add_argument(
+        "--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches"
+    )
     p.add_argument("--resume", help="resume from a state JSON written by --save-state")
     p.add_argument("--save-state", help="write the loader state JSON here at the end")
-    p.add_argument("--save-record", help="write the run record for `datamill trace` here at the end (an existing "
-                                         "record of the run this one resumes is extended)")
+    p.add_argument(
+        "--save-record",
+        help="write the run record for `datamill trace` here at the end (an existing "
+        "record of the run this one resumes is extended)",
+    )
     p.set_defaults(func=_cmd)
 
-    q = sub.add_parser("plan", help="plan a loader run without reading data: shard reads per rank, peak memory, "
-                                    "bytes fetched through a cache, time to first batch, shuffle quality")
-    q.add_argument("source", help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
-                                  "or s3://bucket/prefix of Parquet files")
-    q.add_argument("--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)")
-    q.add_argument("--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)")
+    q = sub.add_parser(
+        "plan",
+        help="plan a loader run without reading data: shard reads per rank, peak memory, "
+        "bytes fetched through a cache, time to first batch, shuffle quality",
+    )
+    q.add_argument(
+        "source",
+        help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
+        "or s3://bucket/prefix of Parquet files",
+    )
+    q.add_argument(
+        "--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)"
+    )
+    q.add_argument(
+        "--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)"
+    )
     q.add_argument("--world-size", type=WORLD_SIZE.arg, default=1, help="ranks (default 1)")
-    q.add_argument("--ranks-per-node", type=RANKS_PER_NODE.arg, default=None, help="ranks sharing one shard cache (default all)")
-    q.add_argument("--num-workers", type=NUM_WORKERS.arg, default=0, help="the loader's batch-building threads (default 0)")
-    q.add_argument("--prefetch", type=PREFETCH.arg, default=2, help="shards loaded ahead (default 2)")
-    q.add_argument("--window", type=WINDOW.arg, default=None, help="shards per shuffle window (default: the loader's)")
-    q.add_argument("--cache-limit", type=CACHE_MIB.arg, default=None, help="node-local shard cache in MiB (default unbounded)")
+    q.add_argument(
+        "--ranks-per-node",
+        type=RANKS_PER_NODE.arg,
+        default=None,
+        help="ranks sharing one shard cache (default all)",
+    )
+    q.add_argument(
+        "--num-workers",
+        type=NUM_WORKERS.arg,
+        default=0,
+        help="the loader's batch-building threads (default 0)",
+    )
+    q.add_argument(
+        "--prefetch", type=PREFETCH.arg, default=2, help="shards loaded ahead (default 2)"
+    )
+    q.add_argument(
+        "--window",
+        type=WINDOW.arg,
+        default=None,
+        help="shards per shuffle window (default: the loader's)",
+    )
+    q.add_argument(
+        "--cache-limit",
+        type=CACHE_MIB.arg,
+        default=None,
+        help="node-local shard cache in MiB (default unbounded)",
+    )
     q.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to plan (default 1)")
     q.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
     q.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     q.add_argument("--drop-last", action="store_true", help="equal batches on every rank")
-    q.add_argument("--read-speed", type=READ_SPEED_MIB.arg, default=None, help="MiB/s (default: measured by reading one shard)")
-    q.add_argument("--show", type=SHOW.arg, default=12, help="shard reads listed per rank (default 12)")
+    q.add_argument(
+        "--read-speed",
+        type=READ_SPEED_MIB.arg,
+        default=None,
+        help="MiB/s (default: measured by reading one shard)",
+    )
+    q.add_argument(
+        "--show", type=SHOW.arg, default=12, help="shard reads listed per rank (default 12)"
+    )
     q.add_argument("--json", action="store_true", help="print the whole plan as JSON")
     q.set_defaults(func=_plan_cmd)

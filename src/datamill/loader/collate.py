@@ -53,7 +53,9 @@ def _padded(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if arr.null_count:
         lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lengths)
     flat = to_numpy(arr.flatten())  # only the non-null rows' values, in order
-    return pad(flat, offsets_from_lengths(lengths), fill=None if flat.dtype == object else 0)  # strings: None
+    return pad(
+        flat, offsets_from_lengths(lengths), fill=None if flat.dtype == object else 0
+    )  # strings: None
 
 
 def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -128,7 +130,9 @@ def _identity(batch: pa.Table) -> pa.Table:
     return batch
 
 
-def resolve_collate(collate: str | Callable[[pa.Table], Any], *, pin_memory: bool = False) -> Callable[[pa.Table], Any]:
+def resolve_collate(
+    collate: str | Callable[[pa.Table], Any], *, pin_memory: bool = False
+) -> Callable[[pa.Table], Any]:
     """``"numpy"`` / ``"torch"`` / ``"arrow"`` (the table itself) / a callable -> the collate function."""
     if callable(collate):
         return collate
@@ -136,7 +140,11 @@ def resolve_collate(collate: str | Callable[[pa.Table], Any], *, pin_memory: boo
         return collate_numpy
     if collate == "torch":
         require("torch", extra="torch")
-        return functools.partial(collate_torch, pin_memory=pin_memory)  # picklable, for worker processes
+        return functools.partial(
+            collate_torch, pin_memory=pin_memory
+        )  # picklable, for worker processes
     if collate == "arrow":
         return _identity
-    raise ConfigError(f"unknown collate {collate!r}; expected one of 'arrow', 'numpy', 'torch' or a callable")
+    raise ConfigError(
+        f"unknown collate {collate!r}; expected one of 'arrow', 'numpy', 'torch' or a callable"
+    )

@@ -35,7 +35,10 @@ class OrderSettings(Protocol):
 
     def epoch_samples(self, epoch: int) -> int: ...
 
-    def config(self, *, rank: int = 0, world_size: int = 1, replication: int = 1) -> dict[str, Any]: ...
+    def config(
+        self, *, rank: int = 0, world_size: int = 1, replication: int = 1
+    ) -> dict[str, Any]: ...
+
 
 __all__ = ["ResumePoint", "norm_elastic", "resume_point"]
 
@@ -69,9 +72,13 @@ def norm_elastic(elastic: Any) -> Elastic:
     try:
         out = tuple((int(w), tuple(int(c) for c in cs)) for w, cs in elastic)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"elastic must be [[world_size, [consumed per rank]], ...], got {elastic!r}") from exc
+        raise ConfigError(
+            f"elastic must be [[world_size, [consumed per rank]], ...], got {elastic!r}"
+        ) from exc
     if any(w < 1 or len(cs) != w or min(cs, default=0) < 0 for w, cs in out):
-        raise ConfigError(f"elastic segments need world_size >= 1 and one count >= 0 per rank, got {elastic!r}")
+        raise ConfigError(
+            f"elastic segments need world_size >= 1 and one count >= 0 per rank, got {elastic!r}"
+        )
     return out
 
 
@@ -87,14 +94,23 @@ def _state_list(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list
 def _same(states: list[dict[str, Any]], what: str, get: Any) -> Any:
     values = [get(s) for s in states]
     if any(v != values[0] for v in values):
-        raise ResumeStateError(f"the resume states disagree on {what}: {sorted(set(map(repr, values)))}",
-                               hint="pass states saved at the same point of the same run")
+        raise ResumeStateError(
+            f"the resume states disagree on {what}: {sorted(set(map(repr, values)))}",
+            hint="pass states saved at the same point of the same run",
+        )
     return values[0]
 
 
 # long (70 lines, 20 of docstring): checks of the saved states in order (compatibility, one epoch and history, replicas in step, every data rank present), then the new split: one sequence of guards, each raising a ResumeStateError
-def resume_point(service: OrderSettings, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int,
-                 world_size: int, replication: int = 1, allow_mismatch: Sequence[str] = ()) -> ResumePoint:
+def resume_point(
+    service: OrderSettings,
+    states: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    rank: int,
+    world_size: int,
+    replication: int = 1,
+    allow_mismatch: Sequence[str] = (),
+) -> ResumePoint:
     """Where rank ``rank`` of ``world_size`` (groups of ``replication``) resumes ``service`` from ``states``.
 
     Args:
@@ -116,11 +132,20 @@ def resume_point(service: OrderSettings, states: Mapping[str, Any] | Sequence[Ma
             world size, batch size), a rank missing from a list of states, or differing settings.
     """
     sts = _state_list(states)
-    current = {"seed": service.seed, "dataset_fingerprint": service.fingerprint(),
-               **service.config(rank=rank, world_size=world_size, replication=replication)}
+    current = {
+        "seed": service.seed,
+        "dataset_fingerprint": service.fingerprint(),
+        **service.config(rank=rank, world_size=world_size, replication=replication),
+    }
     for st in sts:
-        saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
-        check_resume_compat(saved, current, fields=(*GLOBAL_FIELDS, "batch_size"), allow_mismatch=allow_mismatch)
+        saved = {
+            "seed": st["seed"],
+            "dataset_fingerprint": st["dataset_fingerprint"],
+            **dict(st["config"]),
+        }
+        check_resume_compat(
+            saved, current, fields=(*GLOBAL_FIELDS, "batch_size"), allow_mismatch=allow_mismatch
+        )
     epoch = _same(sts, "the epoch", lambda s: s["epoch"])
     try:
         history = _same(sts, "the elastic history", lambda s: norm_elastic(s.get("elastic")))
@@ -130,7 +155,9 @@ def resume_point(service: OrderSettings, states: Mapping[str, Any] | Sequence[Ma
     old_repl = _same(sts, "replication", lambda s: int(s["config"].get("replication", 1)))
     old_bs = _same(sts, "batch_size", lambda s: int(s["config"]["batch_size"]))
     if old_world % old_repl:
-        raise ResumeStateError(f"saved replication {old_repl} does not divide world_size {old_world}")
+        raise ResumeStateError(
+            f"saved replication {old_repl} does not divide world_size {old_world}"
+        )
     data_world = old_world // old_repl
     batches: dict[int, int] = {}
     for st in sts:
@@ -139,23 +166,34 @@ def resume_point(service: OrderSettings, states: Mapping[str, Any] | Sequence[Ma
             raise ResumeStateError(f"saved rank {saved_rank} is outside [0, {old_world})")
         d, _ = replica_group(saved_rank, world_size=old_world, replication=old_repl)
         if batches.setdefault(d, int(st["batches_seen"])) != int(st["batches_seen"]):
-            raise ResumeStateError(f"replicas of data rank {d} are at different batches",
-                                   hint="replicas step together; save every rank at the same point")
+            raise ResumeStateError(
+                f"replicas of data rank {d} are at different batches",
+                hint="replicas step together; save every rank at the same point",
+            )
     if len(sts) == 1:
         batches = dict.fromkeys(range(data_world), batches[next(iter(batches))])  # lockstep
     elif sorted(batches) != list(range(data_world)):
         missing = sorted(set(range(data_world)) - set(batches))
-        raise ResumeStateError(f"states of {data_world} data ranks needed, missing rank(s) {missing}",
-                               hint="pass one state (ranks in lockstep) or the states of every rank")
+        raise ResumeStateError(
+            f"states of {data_world} data ranks needed, missing rank(s) {missing}",
+            hint="pass one state (ranks in lockstep) or the states of every rank",
+        )
     _, new_data_world = replica_group(rank, world_size=world_size, replication=replication)
     steps = set(batches.values())
     if new_data_world == data_world and old_bs == service.batch_size and len(steps) == 1:
         return ResumePoint(int(epoch), steps.pop(), history)
     if service.bucket_by is not None:
-        raise ResumeStateError("elastic resumption (another world size, batch size or uneven ranks) is not "
-                               "supported with bucket_by", hint="resume with the saved world size and batch size")
+        raise ResumeStateError(
+            "elastic resumption (another world size, batch size or uneven ranks) is not "
+            "supported with bucket_by",
+            hint="resume with the saved world size and batch size",
+        )
     try:
-        left = len(remaining_positions(service.epoch_samples(epoch), history=history, drop_last=service.drop_last))
+        left = len(
+            remaining_positions(
+                service.epoch_samples(epoch), history=history, drop_last=service.drop_last
+            )
+        )
     except ValueError as exc:
         raise ResumeStateError(f"the elastic history does not fit this dataset: {exc}") from exc
     parts = split_sizes(left, world_size=data_world, drop_last=service.drop_last)

@@ -85,30 +85,67 @@ class Loader:
     """
 
     def __init__(
-        self, source: Source, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-        columns: Sequence[str] | str | None = None, drop_last: bool = False,
-        collate: str | Callable[[pa.Table], Any] = "numpy", rank: int = 0, world_size: int = 1,
-        batching: Batching | None = None, workers: Workers | None = None,
+        self,
+        source: Source,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        epoch: int = 0,
+        columns: Sequence[str] | str | None = None,
+        drop_last: bool = False,
+        collate: str | Callable[[pa.Table], Any] = "numpy",
+        rank: int = 0,
+        world_size: int = 1,
+        batching: Batching | None = None,
+        workers: Workers | None = None,
     ) -> None:
         b = batching if batching is not None else Batching()
         w = workers if workers is not None else Workers()
         if not isinstance(b, Batching) or not isinstance(w, Workers):
-            raise ConfigError(f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
-                              f"{type(w).__name__}", hint="from datamill.loader import Batching, Workers")
-        replication, shuffle_buffer, refill, pin_memory = b.replication, b.window, b.refill, w.pin_memory
+            raise ConfigError(
+                f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
+                f"{type(w).__name__}",
+                hint="from datamill.loader import Batching, Workers",
+            )
+        replication, shuffle_buffer, refill, pin_memory = (
+            b.replication,
+            b.window,
+            b.refill,
+            w.pin_memory,
+        )
         check_int(epoch, name="epoch", low=0, high=None)
         WORLD_SIZE(world_size)
         check_rank(rank, world_size=world_size)
-        if check_int(replication, name="replication", low=1, high=world_size) and world_size % replication:
-            raise ConfigError(f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}")
+        if (
+            check_int(replication, name="replication", low=1, high=world_size)
+            and world_size % replication
+        ):
+            raise ConfigError(
+                f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}"
+            )
         if shuffle_buffer is not None:
             check_int(shuffle_buffer, name="Batching(window=) (shards)", low=1)
         self.batching, self.workers = b, w
         self.service = BatchService(
-            source, batch_size=batch_size, seed=seed, shuffle=shuffle, window=shuffle_buffer, drop_last=drop_last,
-            columns=columns, collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
-            filter=b.filter, transform=b.transform, max_errors=b.max_errors, prefetch=w.prefetch,
-            num_workers=w.threads, plan_epochs=1, bucket_by=b.bucket_by, buckets=b.buckets, warmup=b.warmup)
+            source,
+            batch_size=batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            window=shuffle_buffer,
+            drop_last=drop_last,
+            columns=columns,
+            collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
+            filter=b.filter,
+            transform=b.transform,
+            max_errors=b.max_errors,
+            prefetch=w.prefetch,
+            num_workers=w.threads,
+            plan_epochs=1,
+            bucket_by=b.bucket_by,
+            buckets=b.buckets,
+            warmup=b.warmup,
+        )
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(w.progress)
         self.epoch, self.replication = int(epoch), int(replication)
         self._batches_seen = self._skip = 0
@@ -116,7 +153,11 @@ class Loader:
         self.refill = bool(refill)
         self._final_collate = resolve_collate(collate, pin_memory=pin_memory)
         self._new_epoch_stats()
-        self._trace_start: tuple[int, int, Elastic] = (self.epoch, 0, ())  # where this run began (run_record)
+        self._trace_start: tuple[int, int, Elastic] = (
+            self.epoch,
+            0,
+            (),
+        )  # where this run began (run_record)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -189,7 +230,6 @@ class Loader:
         """The collate function."""
         return self._final_collate if self.refill else self.service.collate_fn
 
-
     @property
     def sizes(self) -> NDArray[np.int64]:
         """Rows per shard of the source."""
@@ -199,19 +239,31 @@ class Loader:
     @property
     def config(self) -> dict[str, Any]:
         """The order-relevant settings (saved in the resume state)."""
-        return self.service.config(rank=self.rank, world_size=self.world_size, replication=self.replication)
+        return self.service.config(
+            rank=self.rank, world_size=self.world_size, replication=self.replication
+        )
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         """The rank's :class:`~datamill.loader.stages.EpochPlan` for ``epoch`` (current by default)."""
         if epoch is None or epoch == self.epoch:
-            return self.service.plan(self.epoch, self.rank, self.world_size, elastic=self._elastic,
-                                     replication=self.replication)
+            return self.service.plan(
+                self.epoch,
+                self.rank,
+                self.world_size,
+                elastic=self._elastic,
+                replication=self.replication,
+            )
         return self.service.plan(epoch, self.rank, self.world_size, replication=self.replication)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (some may be skipped if a filter empties them)."""
-        return self.service.num_batches(self.epoch, self.rank, self.world_size, elastic=self._elastic,
-                                        replication=self.replication)
+        return self.service.num_batches(
+            self.epoch,
+            self.rank,
+            self.world_size,
+            elastic=self._elastic,
+            replication=self.replication,
+        )
 
     def run_record(self, *, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The run's tiny JSON record for ``datamill trace`` (:func:`datamill.loader.trace.run_record`)."""
@@ -234,9 +286,14 @@ class Loader:
         yielded: a resumed loader keeps counting the epoch and its ``max_errors`` budget), and with
         ``refill`` the ``skip`` of rows already emitted from batch ``batches_seen``.
         """
-        state = self.service.resume_state(epoch=self.epoch, batches_seen=self._batches_seen, rank=self.rank,
-                                          world_size=self.world_size, elastic=self._elastic,
-                                          replication=self.replication)
+        state = self.service.resume_state(
+            epoch=self.epoch,
+            batches_seen=self._batches_seen,
+            rank=self.rank,
+            world_size=self.world_size,
+            elastic=self._elastic,
+            replication=self.replication,
+        )
         current = self._stats["epoch"] == self.epoch and (self._batches_seen > 0 or self._skip > 0)
         counts = self._counts if self._counts is not None else self._acc.as_dict()
         state["counts"] = {k: int(counts[k]) if current else 0 for k in COUNTED}
@@ -245,8 +302,12 @@ class Loader:
             state["skip"] = self._skip
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
-                        allow_mismatch: Sequence[str] = ()) -> None:
+    def load_state_dict(
+        self,
+        state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        allow_mismatch: Sequence[str] = (),
+    ) -> None:
         """Continue where ``state`` was taken; raises ResumeStateError listing every mismatch.
 
         ``state`` is this rank's state, or (an *elastic* resume) one rank's state of a run whose
@@ -270,50 +331,101 @@ class Loader:
         """
         cfg = state.get("config") if isinstance(state, Mapping) else None
         for st in [state] if isinstance(state, Mapping) else list(state):
-            saved_refill = bool(st.get("config", {}).get("refill", False)) if isinstance(st, Mapping) else False
-            check_resume_compat({"refill": saved_refill}, {"refill": self.refill}, fields=("refill",),
-                                allow_mismatch=allow_mismatch, hint="resume with the same refill setting")
-        if isinstance(state, Mapping) and isinstance(cfg, Mapping) and "elastic" not in state \
-                and cfg.get("rank") == self.rank and cfg.get("world_size") == self.world_size \
-                and cfg.get("replication", 1) == self.replication \
-                and (cfg.get("batch_size") == self.batch_size or "batch_size" not in allow_mismatch):
+            saved_refill = (
+                bool(st.get("config", {}).get("refill", False))
+                if isinstance(st, Mapping)
+                else False
+            )
+            check_resume_compat(
+                {"refill": saved_refill},
+                {"refill": self.refill},
+                fields=("refill",),
+                allow_mismatch=allow_mismatch,
+                hint="resume with the same refill setting",
+            )
+        if (
+            isinstance(state, Mapping)
+            and isinstance(cfg, Mapping)
+            and "elastic" not in state
+            and cfg.get("rank") == self.rank
+            and cfg.get("world_size") == self.world_size
+            and cfg.get("replication", 1) == self.replication
+            and (cfg.get("batch_size") == self.batch_size or "batch_size" not in allow_mismatch)
+        ):
             self.epoch, self._batches_seen = self.service.check_state(
-                state, rank=self.rank, world_size=self.world_size, allow_mismatch=allow_mismatch,
-                replication=self.replication)
+                state,
+                rank=self.rank,
+                world_size=self.world_size,
+                allow_mismatch=allow_mismatch,
+                replication=self.replication,
+            )
             self._elastic = ()
             self._restore_counts(state)
             self._trace_start = (self.epoch, self._batches_seen, ())
             return
-        point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
-                                          replication=self.replication, allow_mismatch=allow_mismatch)
-        self.epoch, self._batches_seen, self._elastic = point.epoch, point.batches_seen, point.elastic
+        point = self.service.resume_point(
+            state,
+            rank=self.rank,
+            world_size=self.world_size,
+            replication=self.replication,
+            allow_mismatch=allow_mismatch,
+        )
+        self.epoch, self._batches_seen, self._elastic = (
+            point.epoch,
+            point.batches_seen,
+            point.elastic,
+        )
         self._trace_start = (self.epoch, self._batches_seen, self._elastic)
         states = [state] if isinstance(state, Mapping) else list(state)
         if len(states) == 1 and point.elastic == norm_elastic(states[0].get("elastic")):
             self._restore_counts(states[0])  # the same plan continues (lockstep, same world size)
         else:
             if any(int(st.get("skip", 0)) for st in states):
-                raise ResumeStateError("a refill state part-way through a batch cannot be re-split elastically",
-                                       hint="resume with the saved world size and batch size")
+                raise ResumeStateError(
+                    "a refill state part-way through a batch cannot be re-split elastically",
+                    hint="resume with the saved world size and batch size",
+                )
             self._skip = 0
             self._new_epoch_stats()
 
     def _restore_counts(self, state: Mapping[str, Any]) -> None:
-        skip = check_int(state.get("skip", 0), name="resume state field 'skip'", low=0, high=None,
-                         error=ResumeStateError)
+        skip = check_int(
+            state.get("skip", 0),
+            name="resume state field 'skip'",
+            low=0,
+            high=None,
+            error=ResumeStateError,
+        )
         if skip and not self.refill:
-            raise ResumeStateError(f"resume state field 'skip' must be 0 without refill, got {skip!r}")
+            raise ResumeStateError(
+                f"resume state field 'skip' must be 0 without refill, got {skip!r}"
+            )
         self._skip = skip
         counts = state.get("counts") or {}
         if not isinstance(counts, Mapping):
-            raise ResumeStateError(f"resume state field 'counts' must map names to ints >= 0, got {counts!r}")
+            raise ResumeStateError(
+                f"resume state field 'counts' must map names to ints >= 0, got {counts!r}"
+            )
         for v in counts.values():
-            check_int(v, name="a count of resume state field 'counts'", low=0, high=None, error=ResumeStateError)
+            check_int(
+                v,
+                name="a count of resume state field 'counts'",
+                low=0,
+                high=None,
+                error=ResumeStateError,
+            )
         self._new_epoch_stats(counts)
 
     @classmethod
-    def from_state(cls, source: Source, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], /, *,
-                   allow_mismatch: Sequence[str] = (), **kwargs: Any) -> Loader:
+    def from_state(
+        cls,
+        source: Source,
+        state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        /,
+        *,
+        allow_mismatch: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> Loader:
         """A loader resuming ``state`` (or every rank's states); order settings default to the saved ones.
 
         The fields of a given ``batching=`` left at their defaults (window, buckets, refill,
@@ -330,16 +442,29 @@ class Loader:
         first: Any = state if isinstance(state, Mapping) else next(iter(state), None)
         st = validate_state(first)
         cfg = dict(st["config"])
-        saved = {"window": cfg["window"], "replication": cfg.get("replication", 1), "bucket_by": cfg.get("bucket_by"),
-                 "buckets": cfg.get("buckets", 8), "refill": bool(cfg.get("refill", False)),
-                 "warmup": bool(cfg.get("warmup", False))}
+        saved = {
+            "window": cfg["window"],
+            "replication": cfg.get("replication", 1),
+            "bucket_by": cfg.get("bucket_by"),
+            "buckets": cfg.get("buckets", 8),
+            "refill": bool(cfg.get("refill", False)),
+            "warmup": bool(cfg.get("warmup", False)),
+        }
         given = kwargs.pop("batching", None) or Batching()
         default = Batching()
-        batching = dataclasses.replace(given, **{k: v for k, v in saved.items()
-                                                 if getattr(given, k) == getattr(default, k)})
-        defaults = {"batch_size": cfg["batch_size"], "shuffle": cfg["shuffle"], "seed": st["seed"],
-                    "columns": cfg["columns"], "drop_last": cfg["drop_last"], "rank": cfg["rank"],
-                    "world_size": cfg["world_size"], "batching": batching}
+        batching = dataclasses.replace(
+            given, **{k: v for k, v in saved.items() if getattr(given, k) == getattr(default, k)}
+        )
+        defaults = {
+            "batch_size": cfg["batch_size"],
+            "shuffle": cfg["shuffle"],
+            "seed": st["seed"],
+            "columns": cfg["columns"],
+            "drop_last": cfg["drop_last"],
+            "rank": cfg["rank"],
+            "world_size": cfg["world_size"],
+            "batching": batching,
+        }
         defaults.update(kwargs)
         batch_size = defaults.pop("batch_size")
         loader = cls(source, batch_size, **defaults)
@@ -352,8 +477,12 @@ class Loader:
         for k in COUNTED:
             setattr(self._acc, k, int((counts or {}).get(k, 0)))
         self._counts: dict[str, int] | None = None
-        self._stats: dict[str, Any] = {"epoch": self.epoch, "elapsed_s": 0.0, "first_batch_s": None,
-                                       "resumed_yielded": self._acc.yielded}
+        self._stats: dict[str, Any] = {
+            "epoch": self.epoch,
+            "elapsed_s": 0.0,
+            "first_batch_s": None,
+            "resumed_yielded": self._acc.yielded,
+        }
         self._last: BatchResult | None = None
 
     def stats(self) -> dict[str, Any]:
@@ -363,12 +492,25 @@ class Loader:
         them); ``elapsed_s`` and ``samples_per_s`` cover this loader's own iteration.
         """
         s = dict(self._stats)
-        s.update((k, v) for k, v in self._acc.as_dict().items() if k not in ("shards_read", "peak_shards_in_memory"))
+        s.update(
+            (k, v)
+            for k, v in self._acc.as_dict().items()
+            if k not in ("shards_read", "peak_shards_in_memory")
+        )
         done = s["yielded"] - s.pop("resumed_yielded")  # samples/s of this loader's own iteration
         s["samples_per_s"] = done / s["elapsed_s"] if s["elapsed_s"] > 0 else 0.0
-        s["position"] = {"epoch": self.epoch, "batches_seen": self._batches_seen, "total_batches": len(self)}
-        if self._last is not None:  # of the latest iteration: shards read, most held in memory at once
-            s["shards_read"], s["peak_shards_in_memory"] = self._last.shards_read, self._last.peak_shards_in_memory
+        s["position"] = {
+            "epoch": self.epoch,
+            "batches_seen": self._batches_seen,
+            "total_batches": len(self),
+        }
+        if (
+            self._last is not None
+        ):  # of the latest iteration: shards read, most held in memory at once
+            s["shards_read"], s["peak_shards_in_memory"] = (
+                self._last.shards_read,
+                self._last.peak_shards_in_memory,
+            )
         return s
 
     # ----------------------------------------------------------------- iteration
@@ -378,8 +520,14 @@ class Loader:
         :meth:`BatchService.build <datamill.loader.service.BatchService.build>` for this rank;
         does not touch the position or stats.
         """
-        return self.service.build(self.epoch, self.rank, batches, world_size=self.world_size,
-                                  elastic=self._elastic, replication=self.replication)
+        return self.service.build(
+            self.epoch,
+            self.rank,
+            batches,
+            world_size=self.world_size,
+            elastic=self._elastic,
+            replication=self.replication,
+        )
 
     def __iter__(self) -> Generator[Any, None, None]:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,
@@ -388,8 +536,13 @@ class Loader:
         if (start == 0 and not self._skip) or self._stats["epoch"] != self.epoch:
             self._new_epoch_stats()
         t0 = time.perf_counter() - self._stats["elapsed_s"]
-        bar = progress_bar(total=total, initial=start, desc=f"epoch {self.epoch}", unit="batch",
-                           disable=not self.progress or None)
+        bar = progress_bar(
+            total=total,
+            initial=start,
+            desc=f"epoch {self.epoch}",
+            unit="batch",
+            disable=not self.progress or None,
+        )
         refill = Refill(self.batch_size, skip=self._skip) if self.refill else None
         with bar, contextlib.closing(self.iter_batches(range(start, total))) as results:
             for res in results:

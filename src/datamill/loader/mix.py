@@ -56,11 +56,13 @@ def quotas(weights: Sequence[float], /, *, total: int) -> list[int]:
     check_int(total, name="total", low=0)
     fr = [Fraction(check_float(w, name=f"weights[{i}]", low=0)) for i, w in enumerate(weights)]
     if not fr or any(w < 0 for w in fr) or sum(fr) <= 0 or total < 0:
-        raise ConfigError(f"weights must be >= 0 with a positive sum and total >= 0, got {list(weights)}, {total}")
+        raise ConfigError(
+            f"weights must be >= 0 with a positive sum and total >= 0, got {list(weights)}, {total}"
+        )
     exact = [total * w / sum(fr) for w in fr]
     out = [int(x) for x in exact]  # floor (non-negative)
     order = sorted(range(len(fr)), key=lambda i: (-(exact[i] - out[i]), i))
-    for i in order[:total - sum(out)]:
+    for i in order[: total - sum(out)]:
         out[i] += 1
     return out
 
@@ -97,23 +99,35 @@ class Mix:
         (3, None)
     """
 
-    def __init__(self, sources: Sequence[tuple[Source, float]], /, *, epoch_size: int | None = None,
-                 stopping: Stopping | None = None, names: Sequence[str] | None = None,
-                 source_column: str = "source") -> None:
+    def __init__(
+        self,
+        sources: Sequence[tuple[Source, float]],
+        /,
+        *,
+        epoch_size: int | None = None,
+        stopping: Stopping | None = None,
+        names: Sequence[str] | None = None,
+        source_column: str = "source",
+    ) -> None:
         items = list(sources)
         if not items or any(not isinstance(it, tuple) or len(it) != 2 for it in items):
             raise ConfigError("Mix needs a non-empty list of (source, weight) pairs")
         self.sources: list[Source] = [s for s, _ in items]
-        self.weights: list[float] = [check_float(w, name=f"weights[{i}]", low=0)
-                                     for i, (_, w) in enumerate(items)]
+        self.weights: list[float] = [
+            check_float(w, name=f"weights[{i}]", low=0) for i, (_, w) in enumerate(items)
+        ]
         quotas(self.weights, total=0)  # validates the weights
-        self.names = [f"source{i}" for i in range(len(items))] if names is None else [str(n) for n in names]
+        self.names = (
+            [f"source{i}" for i in range(len(items))] if names is None else [str(n) for n in names]
+        )
         if len(self.names) != len(items) or len(set(self.names)) != len(self.names):
             raise ConfigError(f"names must be {len(items)} distinct strings, got {self.names}")
         if epoch_size is not None and stopping is not None:
             raise ConfigError("give epoch_size or stopping, not both")
         if stopping not in (None, "first_exhausted", "all_exhausted"):
-            raise ConfigError(f"stopping must be 'first_exhausted' or 'all_exhausted', got {stopping!r}")
+            raise ConfigError(
+                f"stopping must be 'first_exhausted' or 'all_exhausted', got {stopping!r}"
+            )
         self.source_column = source_column
         self._sizes = [np.asarray(s.shard_sizes(), dtype=np.int64) for s in self.sources]
         self._totals = [int(s.sum()) for s in self._sizes]
@@ -127,12 +141,17 @@ class Mix:
         if empty:
             raise ConfigError(f"source(s) {empty} are empty but have a positive quota")
         self._offsets = np.concatenate([[0], np.cumsum(self._totals)]).astype(np.int64)
-        self._shard_base = np.concatenate([[0], np.cumsum([len(s) for s in self._sizes])]).astype(np.int64)
+        self._shard_base = np.concatenate([[0], np.cumsum([len(s) for s in self._sizes])]).astype(
+            np.int64
+        )
         cols: list[str] = []
         for s in self.sources:
             if source_column in s.columns:
-                raise SchemaError(f"a mixed source already has the column {source_column!r}; pick another "
-                                  "source_column", column=source_column)
+                raise SchemaError(
+                    f"a mixed source already has the column {source_column!r}; pick another "
+                    "source_column",
+                    column=source_column,
+                )
             cols += [c for c in s.columns if c not in cols]
         self._columns = [*cols, source_column]
         self._schema: pa.Schema | None = None
@@ -156,8 +175,9 @@ class Mix:
         """Samples per epoch."""
         return self.epoch_size
 
-    def epoch_sequence(self, *, seed: int, epoch: int, shuffle: bool = True, window: int | None = None
-                       ) -> NDArray[np.int64]:
+    def epoch_sequence(
+        self, *, seed: int, epoch: int, shuffle: bool = True, window: int | None = None
+    ) -> NDArray[np.int64]:
         """The epoch's samples as indices into the concatenated sources (pure in ``(seed, epoch)``).
 
         Examples:
@@ -167,21 +187,34 @@ class Mix:
             [0, 4, 1, 5, 2, 4]
         """
         parts, keys = [], []
-        offsets = rng_for(seed, "mix.interleave", epoch).random(len(self.sources)) if shuffle else \
-            np.full(len(self.sources), 0.5)
+        offsets = (
+            rng_for(seed, "mix.interleave", epoch).random(len(self.sources))
+            if shuffle
+            else np.full(len(self.sources), 0.5)
+        )
         for i, quota in enumerate(self._quotas):
             if not quota:
                 continue
             size = self._totals[i]
             passes, rest = divmod(quota, size)
             sub_seed = int(rng_for(seed, "mix.source", i).integers(2**62))
-            chunks = [global_order(self._sizes[i], seed=sub_seed, epoch=epoch * (passes + 1) + p, shuffle=shuffle,
-                                   window=window)[:size if p < passes else rest] for p in range(passes + 1)]
+            chunks = [
+                global_order(
+                    self._sizes[i],
+                    seed=sub_seed,
+                    epoch=epoch * (passes + 1) + p,
+                    shuffle=shuffle,
+                    window=window,
+                )[: size if p < passes else rest]
+                for p in range(passes + 1)
+            ]
             parts.append(np.concatenate(chunks) + self._offsets[i])
             keys.append((np.arange(quota, dtype=np.float64) + offsets[i]) / quota)
         if not parts:
             return np.zeros(0, dtype=np.int64)
-        return np.concatenate(parts)[np.argsort(np.concatenate(keys), kind="stable")].astype(np.int64)
+        return np.concatenate(parts)[np.argsort(np.concatenate(keys), kind="stable")].astype(
+            np.int64
+        )
 
     # ----------------------------------------------------------------- the Source protocol
     @property
@@ -196,7 +229,11 @@ class Mix:
 
     def shard_sizes(self) -> NDArray[np.int64]:
         """The sources' shard sizes, one source after the other."""
-        return np.concatenate(self._sizes).astype(np.int64) if self._sizes else np.zeros(0, dtype=np.int64)
+        return (
+            np.concatenate(self._sizes).astype(np.int64)
+            if self._sizes
+            else np.zeros(0, dtype=np.int64)
+        )
 
     def _source_schema(self, i: int) -> pa.Schema:
         schema = getattr(self.sources[i], "schema", None)
@@ -216,12 +253,19 @@ class Mix:
                 for f in self._source_schema(i):
                     if f.name in fields and fields[f.name] != f.type:
                         try:
-                            merged = pa.unify_schemas([pa.schema([pa.field(f.name, fields[f.name])]),
-                                                       pa.schema([pa.field(f.name, f.type)])],
-                                                      promote_options="permissive")
+                            merged = pa.unify_schemas(
+                                [
+                                    pa.schema([pa.field(f.name, fields[f.name])]),
+                                    pa.schema([pa.field(f.name, f.type)]),
+                                ],
+                                promote_options="permissive",
+                            )
                         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                            raise SchemaError(f"column {f.name!r} is {fields[f.name]} in one source and {f.type} "
-                                              f"in {self.names[i]!r}; they cannot be unified", column=f.name) from exc
+                            raise SchemaError(
+                                f"column {f.name!r} is {fields[f.name]} in one source and {f.type} "
+                                f"in {self.names[i]!r}; they cannot be unified",
+                                column=f.name,
+                            ) from exc
                         fields[f.name] = merged.field(f.name).type
                     else:
                         fields.setdefault(f.name, f.type)
@@ -253,6 +297,13 @@ class Mix:
         """Hash of the sources' fingerprints, weights, names and epoch size."""
         if self._fingerprint is None:
             self._fingerprint = fingerprint_obj(
-                ["datamill.loader.Mix@1", [s.fingerprint() for s in self.sources],
-                 [str(Fraction(w)) for w in self.weights], self.names, self.epoch_size, self.source_column])
+                [
+                    "datamill.loader.Mix@1",
+                    [s.fingerprint() for s in self.sources],
+                    [str(Fraction(w)) for w in self.weights],
+                    self.names,
+                    self.epoch_size,
+                    self.source_column,
+                ]
+            )
         return self._fingerprint

@@ -119,7 +119,12 @@ def default_window(shard_sizes: Sequence[int] | NDArray[np.int64]) -> int:
 
 
 def shard_order(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, window: int | None = None,
+    shard_sizes: Sequence[int] | NDArray[np.int64],
+    /,
+    *,
+    seed: int,
+    epoch: int,
+    window: int | None = None,
     warmup: bool = False,
 ) -> NDArray[np.int64]:
     """Shard-aware shuffle: permute shards, then shuffle samples within windows of ``window`` shards.
@@ -142,11 +147,15 @@ def shard_order(
         >>> [sorted(order[a:b].tolist()) for a, b in [(0, 3), (3, 5), (5, 9)]][0] in ([0, 1, 2], [3, 4], [5, 6, 7, 8])
         True
     """
-    eo = EpochOrder(shard_sizes, seed=seed, epoch=epoch, window=window, warmup=warmup, cache_windows=0)
+    eo = EpochOrder(
+        shard_sizes, seed=seed, epoch=epoch, window=window, warmup=warmup, cache_windows=0
+    )
     return eo.take(0, len(eo))
 
 
-def window_bounds(num_shards: int, /, *, window: int, warmup: bool = False) -> list[tuple[int, int]]:
+def window_bounds(
+    num_shards: int, /, *, window: int, warmup: bool = False
+) -> list[tuple[int, int]]:
     """``(first, stop)`` positions in the permuted shard order of each shuffle window of an epoch.
 
     Every window holds ``window`` shards (the last one what is left). With ``warmup`` the epoch
@@ -194,9 +203,18 @@ class EpochOrder:
         (True, 9)
     """
 
-    def __init__(self, shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int,
-                 shuffle: bool = True, window: int | None = None, warmup: bool = False,
-                 cache_windows: int = 4) -> None:
+    def __init__(
+        self,
+        shard_sizes: Sequence[int] | NDArray[np.int64],
+        /,
+        *,
+        seed: int,
+        epoch: int,
+        shuffle: bool = True,
+        window: int | None = None,
+        warmup: bool = False,
+        cache_windows: int = 4,
+    ) -> None:
         _check_seed_epoch(seed, epoch)
         sizes = np.asarray(shard_sizes, dtype=np.int64)
         if (sizes < 0).any():
@@ -206,13 +224,19 @@ class EpochOrder:
             raise ValueError(f"window must be >= 1 shard, got {win}")
         self.seed, self.epoch, self.shuffle, self.window = int(seed), int(epoch), bool(shuffle), win
         self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        self._perm = (rng_for(seed, "shard_order", epoch).permutation(len(sizes)) if shuffle
-                      else np.arange(len(sizes), dtype=np.int64))
+        self._perm = (
+            rng_for(seed, "shard_order", epoch).permutation(len(sizes))
+            if shuffle
+            else np.arange(len(sizes), dtype=np.int64)
+        )
         self._psizes = sizes[self._perm]
         self._pcum = np.concatenate([[0], np.cumsum(self._psizes)]).astype(np.int64)
         self._bounds = window_bounds(len(sizes), window=win, warmup=warmup)
-        self._wstart = (self._pcum[[a for a, _ in self._bounds]] if shuffle and self._bounds
-                        else np.zeros(1, dtype=np.int64))
+        self._wstart = (
+            self._pcum[[a for a, _ in self._bounds]]
+            if shuffle and self._bounds
+            else np.zeros(1, dtype=np.int64)
+        )
         self.total = int(self._pcum[-1])
         self._cache: dict[int, NDArray[np.int64]] = {}
         self._keep = int(cache_windows)
@@ -228,8 +252,9 @@ class EpochOrder:
         psizes = self._psizes[s0:s1]
         base = self._pcum[s0]
         # sample j of the permuted sequence is starts[perm[s]] + (j - pcum[s]) for its shard s
-        out = np.repeat(self._starts[self._perm[s0:s1]] - (self._pcum[s0:s1] - base), psizes) + \
-            np.arange(int(psizes.sum()), dtype=np.int64)
+        out = np.repeat(
+            self._starts[self._perm[s0:s1]] - (self._pcum[s0:s1] - base), psizes
+        ) + np.arange(int(psizes.sum()), dtype=np.int64)
         rng_for(self.seed, "shard_order.window", self.epoch, w).shuffle(out)
         if self._keep:
             while len(self._cache) >= self._keep:
@@ -249,13 +274,18 @@ class EpochOrder:
         parts = [self._window(w) for w in range(w0, w1 + 1)]
         chunk = parts[0] if len(parts) == 1 else np.concatenate(parts)
         off = start - int(self._wstart[w0])
-        return chunk[off:off + stop - start].astype(np.int64, copy=False)
-
+        return chunk[off : off + stop - start].astype(np.int64, copy=False)
 
 
 def global_order(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, shuffle: bool = True,
-    window: int | None = None, warmup: bool = False,
+    shard_sizes: Sequence[int] | NDArray[np.int64],
+    /,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    window: int | None = None,
+    warmup: bool = False,
 ) -> NDArray[np.int64]:
     """The epoch's order over all ranks: :func:`shard_order`, or ``arange`` without shuffling.
 
@@ -284,18 +314,29 @@ def split_for_rank(
         >>> [split_for_rank(o, rank=r, world_size=3, drop_last=True).tolist() for r in range(3)]
         [[0, 1], [2, 3], [4, 5]]
     """
-    check_rank(rank, world_size=check_int(world_size, name="world_size (the number of ranks)", low=1, high=None))
+    check_rank(
+        rank,
+        world_size=check_int(world_size, name="world_size (the number of ranks)", low=1, high=None),
+    )
     n = len(order)
     base, extra = divmod(n, world_size)
     if drop_last:
-        return order[rank * base:(rank + 1) * base]
+        return order[rank * base : (rank + 1) * base]
     start = rank * base + min(rank, extra)
-    return order[start:start + base + (1 if rank < extra else 0)]
+    return order[start : start + base + (1 if rank < extra else 0)]
 
 
 def rank_sequence(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, shuffle: bool = True,
-    window: int | None = None, rank: int = 0, world_size: int = 1, drop_last: bool = False,
+    shard_sizes: Sequence[int] | NDArray[np.int64],
+    /,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    window: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    drop_last: bool = False,
 ) -> NDArray[np.int64]:
     """Global sample indices rank ``rank`` visits in epoch ``epoch``, in order.
 
@@ -327,7 +368,9 @@ def worker_batches(total: int, /, *, worker: int, num_workers: int, start: int =
         ([1, 4], [3, 5])
     """
     if num_workers < 1 or not 0 <= worker < num_workers:
-        raise ValueError(f"need 0 <= worker < num_workers, got worker={worker}, num_workers={num_workers}")
+        raise ValueError(
+            f"need 0 <= worker < num_workers, got worker={worker}, num_workers={num_workers}"
+        )
     return range(start + worker, total, num_workers)
 
 
@@ -356,14 +399,17 @@ def replica_group(rank: int, /, *, world_size: int, replication: int = 1) -> tup
     """
     check_int(world_size, name="world_size", low=1, high=None)
     if check_int(replication, name="replication", low=1, high=None) < 1 or world_size % replication:
-        raise ConfigError(f"replication must be >= 1 and divide world_size, got replication={replication}, "
-                         f"world_size={world_size}")
+        raise ConfigError(
+            f"replication must be >= 1 and divide world_size, got replication={replication}, "
+            f"world_size={world_size}"
+        )
     check_rank(rank, world_size=world_size)
     return rank // replication, world_size // replication
 
 
-def lockstep_consumed(num_samples: int, /, *, world_size: int, batches: int, batch_size: int,
-                      drop_last: bool = False) -> tuple[int, ...]:
+def lockstep_consumed(
+    num_samples: int, /, *, world_size: int, batches: int, batch_size: int, drop_last: bool = False
+) -> tuple[int, ...]:
     """Samples each rank consumed after ``batches`` batches each (ranks in lockstep, as under DDP).
 
     A rank with fewer batches than ``batches`` (its slice is shorter) consumed its whole slice.
@@ -376,11 +422,15 @@ def lockstep_consumed(num_samples: int, /, *, world_size: int, batches: int, bat
     """
     if batches < 0 or batch_size < 1:
         raise ValueError(f"need batches >= 0 and batch_size >= 1, got {batches}, {batch_size}")
-    return tuple(min(batches * batch_size, s) for s in split_sizes(num_samples, world_size=world_size,
-                                                                     drop_last=drop_last))
+    return tuple(
+        min(batches * batch_size, s)
+        for s in split_sizes(num_samples, world_size=world_size, drop_last=drop_last)
+    )
 
 
-def remaining_positions(num_samples: int, /, *, history: Elastic, drop_last: bool = False) -> NDArray[np.int64]:
+def remaining_positions(
+    num_samples: int, /, *, history: Elastic, drop_last: bool = False
+) -> NDArray[np.int64]:
     """Positions of an epoch's global order not consumed after the segments of ``history``.
 
     Segment ``(W, consumed)`` split the positions left by the segments before it (all of them for the
@@ -410,9 +460,15 @@ def remaining_positions(num_samples: int, /, *, history: Elastic, drop_last: boo
     pos = np.arange(int(num_samples), dtype=np.int64)
     for world, consumed in history:
         if len(consumed) != world:
-            raise ValueError(f"a segment with world_size={world} needs {world} consumed counts, got {len(consumed)}")
-        parts = [split_for_rank(pos, rank=r, world_size=world, drop_last=drop_last) for r in range(world)]
-        over = [(r, c, len(p)) for r, (p, c) in enumerate(zip(parts, consumed)) if not 0 <= c <= len(p)]
+            raise ValueError(
+                f"a segment with world_size={world} needs {world} consumed counts, got {len(consumed)}"
+            )
+        parts = [
+            split_for_rank(pos, rank=r, world_size=world, drop_last=drop_last) for r in range(world)
+        ]
+        over = [
+            (r, c, len(p)) for r, (p, c) in enumerate(zip(parts, consumed)) if not 0 <= c <= len(p)
+        ]
         if over:
             r, c, n = over[0]
             raise ValueError(f"rank {r} of {world} consumed {c} samples, but its part has {n}")
@@ -421,8 +477,15 @@ def remaining_positions(num_samples: int, /, *, history: Elastic, drop_last: boo
 
 
 def remaining_after(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, seed: int, epoch: int, history: Elastic,
-    shuffle: bool = True, window: int | None = None, drop_last: bool = False,
+    shard_sizes: Sequence[int] | NDArray[np.int64],
+    /,
+    *,
+    seed: int,
+    epoch: int,
+    history: Elastic,
+    shuffle: bool = True,
+    window: int | None = None,
+    drop_last: bool = False,
 ) -> NDArray[np.int64]:
     """Global sample indices an elastic resume still has to visit in ``epoch`` (in global order).
 

@@ -44,8 +44,9 @@ __all__ = ["RunPlan", "build_schedule", "plan_run", "shuffle_quality"]
 BLOCK_ROWS = 8192  # the same block of batches per task as datamill.loader.service.BLOCK_ROWS
 
 
-def build_schedule(plan: EpochPlan, sizes: NDArray[np.int64], *, prefetch: int, num_workers: int = 0
-                   ) -> tuple[list[int], int]:
+def build_schedule(
+    plan: EpochPlan, sizes: NDArray[np.int64], *, prefetch: int, num_workers: int = 0
+) -> tuple[list[int], int]:
     """``(shards in the order a build loads them, most held at once)`` for a whole-epoch build.
 
     Mirrors :class:`~datamill.loader.cache.BuildReader` as the service drives it: before each task
@@ -92,15 +93,24 @@ def shuffle_quality(seq: NDArray[np.int64], shard_of: NDArray[np.int64]) -> dict
         (1.0, 1.0)
     """
     if len(seq) < 2:
-        return {"median_distance": 0.0, "p10_distance": 0.0, "p90_distance": 0.0, "entropy_bits": 0.0,
-                "same_shard": 0.0}
+        return {
+            "median_distance": 0.0,
+            "p10_distance": 0.0,
+            "p90_distance": 0.0,
+            "entropy_bits": 0.0,
+            "same_shard": 0.0,
+        }
     dist = np.abs(np.diff(seq))
     bins = np.floor(np.log2(1 + dist)).astype(np.int64)
     p = np.bincount(bins) / len(bins)
     p = p[p > 0]
-    return {"median_distance": float(np.median(dist)), "p10_distance": float(np.quantile(dist, 0.1)),
-            "p90_distance": float(np.quantile(dist, 0.9)), "entropy_bits": float(-(p * np.log2(p)).sum()),
-            "same_shard": float((shard_of[seq[1:]] == shard_of[seq[:-1]]).mean())}
+    return {
+        "median_distance": float(np.median(dist)),
+        "p10_distance": float(np.quantile(dist, 0.1)),
+        "p90_distance": float(np.quantile(dist, 0.9)),
+        "entropy_bits": float(-(p * np.log2(p)).sum()),
+        "same_shard": float((shard_of[seq[1:]] == shard_of[seq[:-1]]).mean()),
+    }
 
 
 @dataclass
@@ -114,22 +124,28 @@ class RunPlan:
     def as_text(self, *, show: int = 12) -> str:
         """A human-readable report (the first ``show`` shard reads of each rank)."""
         s = self.settings
-        head = (f"{s['samples']:,} samples in {s['shards']} shards ({s['bytes'] / 2**20:,.1f} MiB); "
-                f"batch {s['batch_size']}, world {s['world_size']} ({s['ranks_per_node']} per node), "
-                f"window {s['window']} shards, prefetch {s['prefetch']}, cache limit {s['cache_limit'] / 2**20:,.1f} MiB")
+        head = (
+            f"{s['samples']:,} samples in {s['shards']} shards ({s['bytes'] / 2**20:,.1f} MiB); "
+            f"batch {s['batch_size']}, world {s['world_size']} ({s['ranks_per_node']} per node), "
+            f"window {s['window']} shards, prefetch {s['prefetch']}, cache limit {s['cache_limit'] / 2**20:,.1f} MiB"
+        )
         out = [head]
         for r in self.ranks:
             reads = r["reads"]
             more = f" ... (+{len(reads) - show})" if len(reads) > show else ""
-            out.append(f"rank {r['rank']}: {r['batches']} batches, {len(reads)} shard reads "
-                       f"[{' '.join(map(str, reads[:show]))}{more}], peak {r['peak_shards']} shards in memory "
-                       f"({r['peak_bytes'] / 2**20:,.1f} MiB), first batch after {r['first_batch_s'] * 1000:,.1f} ms")
+            out.append(
+                f"rank {r['rank']}: {r['batches']} batches, {len(reads)} shard reads "
+                f"[{' '.join(map(str, reads[:show]))}{more}], peak {r['peak_shards']} shards in memory "
+                f"({r['peak_bytes'] / 2**20:,.1f} MiB), first batch after {r['first_batch_s'] * 1000:,.1f} ms"
+            )
         for e in self.epochs:
             q = e["quality"]
-            out.append(f"epoch {e['epoch']}: fetched {e['fetched_bytes'] / 2**20:,.1f} MiB ({e['fetches']} shard "
-                       f"downloads, {e['hits']} cache hits); neighbours: median distance {q['median_distance']:,.0f}, "
-                       f"p10 {q['p10_distance']:,.0f}, p90 {q['p90_distance']:,.0f}, entropy {q['entropy_bits']:.2f} bits, "
-                       f"same shard {q['same_shard']:.1%}")
+            out.append(
+                f"epoch {e['epoch']}: fetched {e['fetched_bytes'] / 2**20:,.1f} MiB ({e['fetches']} shard "
+                f"downloads, {e['hits']} cache hits); neighbours: median distance {q['median_distance']:,.0f}, "
+                f"p10 {q['p10_distance']:,.0f}, p90 {q['p90_distance']:,.0f}, entropy {q['entropy_bits']:.2f} bits, "
+                f"same shard {q['same_shard']:.1%}"
+            )
         return "\n".join(out)
 
 
@@ -138,9 +154,21 @@ READ_SPEED = Limit("read_bytes_per_s", low=0, low_open=True, high=1e15, kind="fl
 READER_THREADS = Limit("reader_threads", low=1, high=1024)
 
 
-def _check_plan(samples: int, *, batch_size: int, world_size: int, seed: int, window: int | None, prefetch: int,
-                num_workers: int, epochs: int, cache_limit: int | None, ranks_per_node: int | None,
-                read_bytes_per_s: float, reader_threads: int | None) -> None:
+def _check_plan(
+    samples: int,
+    *,
+    batch_size: int,
+    world_size: int,
+    seed: int,
+    window: int | None,
+    prefetch: int,
+    num_workers: int,
+    epochs: int,
+    cache_limit: int | None,
+    ranks_per_node: int | None,
+    read_bytes_per_s: float,
+    reader_threads: int | None,
+) -> None:
     """Every argument of :func:`plan_run` in its range; a world larger than the samples is refused."""
     BATCH_SIZE(batch_size)
     WORLD_SIZE(world_size)
@@ -149,23 +177,42 @@ def _check_plan(samples: int, *, batch_size: int, world_size: int, seed: int, wi
     NUM_WORKERS(num_workers)
     EPOCHS(epochs)
     READ_SPEED(read_bytes_per_s)
-    for limit, value in ((WINDOW, window), (RANKS_PER_NODE, ranks_per_node), (READER_THREADS, reader_threads)):
+    for limit, value in (
+        (WINDOW, window),
+        (RANKS_PER_NODE, ranks_per_node),
+        (READER_THREADS, reader_threads),
+    ):
         if value is not None:
             limit(value)
     if cache_limit is not None:
         check_int(cache_limit, name="cache_limit", low=0, high=2**62)
     if world_size > max(1, samples):
-        raise ConfigError(f"world_size={world_size:,} is larger than the {samples:,} samples: ranks would get "
-                          "no data", hint="use at most one rank per sample")
+        raise ConfigError(
+            f"world_size={world_size:,} is larger than the {samples:,} samples: ranks would get "
+            "no data",
+            hint="use at most one rank per sample",
+        )
 
 
 # long (81 lines, 27 of docstring): a simulation of one run (per epoch: every rank's read schedule, then the node caches replaying those reads in lockstep); its counters and caches live in the loop
 def plan_run(
-    shard_sizes: Sequence[int] | NDArray[np.int64], /, *, batch_size: int, world_size: int = 1, seed: int = 0,
-    shuffle: bool = True, window: int | None = None, drop_last: bool = False, prefetch: int = 2, num_workers: int = 0,
+    shard_sizes: Sequence[int] | NDArray[np.int64],
+    /,
+    *,
+    batch_size: int,
+    world_size: int = 1,
+    seed: int = 0,
+    shuffle: bool = True,
+    window: int | None = None,
+    drop_last: bool = False,
+    prefetch: int = 2,
+    num_workers: int = 0,
     epochs: int = 1,
-    shard_bytes: Sequence[int] | NDArray[np.int64] | None = None, cache_limit: int | None = None,
-    ranks_per_node: int | None = None, read_bytes_per_s: float = 200e6, reader_threads: int | None = None,
+    shard_bytes: Sequence[int] | NDArray[np.int64] | None = None,
+    cache_limit: int | None = None,
+    ranks_per_node: int | None = None,
+    read_bytes_per_s: float = 200e6,
+    reader_threads: int | None = None,
 ) -> RunPlan:
     """Plan ``epochs`` epochs of a run from shard sizes alone (no data read).
 
@@ -196,9 +243,20 @@ def plan_run(
     """
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     nbytes = sizes.copy() if shard_bytes is None else np.asarray(shard_bytes, dtype=np.int64)
-    _check_plan(int(sizes.sum()), batch_size=batch_size, world_size=world_size, seed=seed, window=window,
-                prefetch=prefetch, num_workers=num_workers, epochs=epochs, cache_limit=cache_limit,
-                ranks_per_node=ranks_per_node, read_bytes_per_s=read_bytes_per_s, reader_threads=reader_threads)
+    _check_plan(
+        int(sizes.sum()),
+        batch_size=batch_size,
+        world_size=world_size,
+        seed=seed,
+        window=window,
+        prefetch=prefetch,
+        num_workers=num_workers,
+        epochs=epochs,
+        cache_limit=cache_limit,
+        ranks_per_node=ranks_per_node,
+        read_bytes_per_s=read_bytes_per_s,
+        reader_threads=reader_threads,
+    )
     win = default_window(sizes) if window is None else int(window)
     per_node = world_size if ranks_per_node is None else int(ranks_per_node)
     threads = min(8, max(2, prefetch)) if reader_threads is None else int(reader_threads)
@@ -206,10 +264,20 @@ def plan_run(
     caches: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(-(-world_size // per_node))]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     shard_of = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-    out = RunPlan(settings={"samples": int(sizes.sum()), "shards": len(sizes), "bytes": int(nbytes.sum()),
-                            "batch_size": batch_size, "world_size": world_size, "ranks_per_node": per_node,
-                            "window": win, "prefetch": prefetch, "num_workers": num_workers,
-                            "cache_limit": limit})
+    out = RunPlan(
+        settings={
+            "samples": int(sizes.sum()),
+            "shards": len(sizes),
+            "bytes": int(nbytes.sum()),
+            "batch_size": batch_size,
+            "world_size": world_size,
+            "ranks_per_node": per_node,
+            "window": win,
+            "prefetch": prefetch,
+            "num_workers": num_workers,
+            "cache_limit": limit,
+        }
+    )
     for epoch in range(epochs):
         order = global_order(sizes, seed=seed, epoch=epoch, shuffle=shuffle, window=win)
         fetched = fetches = hits = 0
@@ -221,15 +289,28 @@ def plan_run(
             reads_per_rank.append((plan, reads))
             seqs.append(plan.seq)
             if epoch == 0:
-                first = [k for k in reads if plan.first_batch[k] == 0][:max(1, len(reads))]
+                first = [k for k in reads if plan.first_batch[k] == 0][: max(1, len(reads))]
                 lens = sorted((int(nbytes[k]) for k in first), reverse=True)
-                first_s = max(lens[0] if lens else 0, -(-sum(lens) // max(1, threads))) / read_bytes_per_s
+                first_s = (
+                    max(lens[0] if lens else 0, -(-sum(lens) // max(1, threads))) / read_bytes_per_s
+                )
                 held = sorted(nbytes[reads].tolist(), reverse=True)[:peak]
-                out.ranks.append({"rank": rank, "batches": plan.total_batches, "reads": reads, "peak_shards": peak,
-                                  "peak_bytes": int(sum(held)), "first_batch_s": first_s})  # bytes: at most
+                out.ranks.append(
+                    {
+                        "rank": rank,
+                        "batches": plan.total_batches,
+                        "reads": reads,
+                        "peak_shards": peak,
+                        "peak_bytes": int(sum(held)),
+                        "first_batch_s": first_s,
+                    }
+                )  # bytes: at most
         # the ranks of a node read in lockstep: interleave their reads by the batch that needs them
-        events = sorted((int(plan.first_batch[k]), rank, i, k) for rank, (plan, reads) in enumerate(reads_per_rank)
-                        for i, k in enumerate(reads))
+        events = sorted(
+            (int(plan.first_batch[k]), rank, i, k)
+            for rank, (plan, reads) in enumerate(reads_per_rank)
+            for i, k in enumerate(reads)
+        )
         for _, rank, _, k in events:
             cache = caches[rank // per_node]
             if k in cache:
@@ -241,6 +322,14 @@ def plan_run(
             while sum(cache.values()) > limit and len(cache) > 1:
                 cache.popitem(last=False)
         quality = shuffle_quality(seqs[0] if seqs else np.zeros(0, dtype=np.int64), shard_of)
-        out.epochs.append({"epoch": epoch, "fetched_bytes": fetched, "fetches": fetches, "hits": hits,
-                           "quality": quality, "samples": int(offsets[-1])})
+        out.epochs.append(
+            {
+                "epoch": epoch,
+                "fetched_bytes": fetched,
+                "fetches": fetches,
+                "hits": hits,
+                "quality": quality,
+                "samples": int(offsets[-1]),
+            }
+        )
     return out

@@ -71,7 +71,11 @@ class Refill:
             part = self._parts[0]
             take = min(want, part.table.num_rows)
             pieces.append(part.table.slice(0, take))
-            part.table, part.emitted, want = part.table.slice(take), part.emitted + take, want - take
+            part.table, part.emitted, want = (
+                part.table.slice(take),
+                part.emitted + take,
+                want - take,
+            )
             self._rows -= take
             if not part.table.num_rows:
                 self._parts.popleft()

@@ -48,7 +48,14 @@ from datamill.core.objstore import (
 from datamill.core.source import check_read_args
 from datamill.core.storage import filesystem_for, scheme_of
 
-__all__ = ["FOOTER_THREADS", "RemoteParquetSource", "ShardFileCache", "is_remote", "s3_filesystem", "split_url"]
+__all__ = [
+    "FOOTER_THREADS",
+    "RemoteParquetSource",
+    "ShardFileCache",
+    "is_remote",
+    "s3_filesystem",
+    "split_url",
+]
 
 FOOTER_THREADS = 16
 """Parquet footers read at once when a source opens (the row counts; one small ranged GET pair each)."""
@@ -69,8 +76,14 @@ class RemoteParquetSource:
         SchemaError: the files disagree on the schema.
     """
 
-    def __init__(self, url: str, *, cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
-                 filesystem: pafs.FileSystem | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        filesystem: pafs.FileSystem | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.fs, root = filesystem_for(self.url, filesystem=filesystem)
         self.prefix = scheme_of(self.url).prefix
@@ -79,8 +92,14 @@ class RemoteParquetSource:
             if top.type == pafs.FileType.File:
                 infos = [top]
             else:
-                infos = sorted((i for i in self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
-                                if i.type == pafs.FileType.File and i.path.endswith(".parquet")), key=lambda i: i.path)
+                infos = sorted(
+                    (
+                        i
+                        for i in self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
+                        if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+                    ),
+                    key=lambda i: i.path,
+                )
         except DatamillError:
             raise
         except OSError as exc:
@@ -88,17 +107,25 @@ class RemoteParquetSource:
         if not infos:
             raise DataFileNotFoundError("no *.parquet object under this prefix", path=self.url)
         self.infos = infos
-        self.cache = ShardFileCache(self.fs, cache_dir if cache_dir is not None else default_cache_dir(),
-                                    cache_limit=cache_limit)
+        self.cache = ShardFileCache(
+            self.fs,
+            cache_dir if cache_dir is not None else default_cache_dir(),
+            cache_limit=cache_limit,
+        )
         sizes, schema = [], None
-        with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(infos))) as pool:  # footers: parallel GETs
+        with ThreadPoolExecutor(
+            max_workers=min(FOOTER_THREADS, len(infos))
+        ) as pool:  # footers: parallel GETs
             footers = list(pool.map(self._footer, infos))
         for info, md in zip(infos, footers):
             s = md.schema.to_arrow_schema().remove_metadata()
             if schema is None:
                 schema = s
             elif not s.equals(schema):
-                raise SchemaError(f"schema {s} differs from the first file's {schema}", path=f"{self.prefix}{info.path}")
+                raise SchemaError(
+                    f"schema {s} differs from the first file's {schema}",
+                    path=f"{self.prefix}{info.path}",
+                )
             sizes.append(md.num_rows)
         assert schema is not None
         self.schema = schema
@@ -109,13 +136,19 @@ class RemoteParquetSource:
             with self.fs.open_input_file(info.path) as f:
                 return pq.ParquetFile(f).metadata
         except (OSError, pa.ArrowException) as exc:
-            raise DataFileError(f"not a readable Parquet object ({exc})", path=f"{self.prefix}{info.path}") from exc
+            raise DataFileError(
+                f"not a readable Parquet object ({exc})", path=f"{self.prefix}{info.path}"
+            ) from exc
 
-    def __getstate__(self) -> dict[str, Any]:  # spawned DataLoader workers pickle the source; FileInfo does not
+    def __getstate__(
+        self,
+    ) -> dict[str, Any]:  # spawned DataLoader workers pickle the source; FileInfo does not
         return {**self.__dict__, "infos": [(i.path, i.size, i.mtime_ns) for i in self.infos]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        infos = [pafs.FileInfo(p, pafs.FileType.File, mtime_ns=m, size=s) for p, s, m in state["infos"]]
+        infos = [
+            pafs.FileInfo(p, pafs.FileType.File, mtime_ns=m, size=s) for p, s, m in state["infos"]
+        ]
         self.__dict__.update({**state, "infos": infos})
 
     @property
@@ -145,17 +178,27 @@ class RemoteParquetSource:
             try:
                 got = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
             except (OSError, pa.ArrowException) as exc:
-                raise DataFileError(f"downloaded copy is not Parquet ({exc})", path=f"{self.prefix}{info.path}") from exc
+                raise DataFileError(
+                    f"downloaded copy is not Parquet ({exc})", path=f"{self.prefix}{info.path}"
+                ) from exc
             if got != rows:
-                raise DataFileError(f"downloaded copy has {got} rows, expected {rows}", path=f"{self.prefix}{info.path}")
+                raise DataFileError(
+                    f"downloaded copy has {got} rows, expected {rows}",
+                    path=f"{self.prefix}{info.path}",
+                )
 
         data = self.cache.read(info.path, info=info, check=check)
         return pq.read_table(pa.BufferReader(data), columns=cols)
 
     def fingerprint(self) -> str:
         """Hash of the objects' keys, sizes and modification times (no content read)."""
-        return fingerprint_obj(["datamill.loader.RemoteParquetSource@1", self.url,
-                                [(i.path, i.size, i.mtime_ns) for i in self.infos]])
+        return fingerprint_obj(
+            [
+                "datamill.loader.RemoteParquetSource@1",
+                self.url,
+                [(i.path, i.size, i.mtime_ns) for i in self.infos],
+            ]
+        )
 
     def __repr__(self) -> str:
         return f"RemoteParquetSource({self.url!r}, {self.num_shards} files)"

@@ -79,11 +79,11 @@ def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) ->
     _check_int("replication", replication, 1)
     check_rank(rank, world_size=world_size)
     if world_size % replication:
-        raise ConfigError(f"replication={replication} must divide world_size={world_size}",
-                          hint="groups of `replication` consecutive ranks share batches")
+        raise ConfigError(
+            f"replication={replication} must divide world_size={world_size}",
+            hint="groups of `replication` consecutive ranks share batches",
+        )
     return replica_group(int(rank), world_size=int(world_size), replication=int(replication))
-
-
 
 
 class BatchService:
@@ -137,44 +137,81 @@ class BatchService:
         >>> svc.close()
     """
 
-    def __init__(self, source: Source, *, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 window: int | None = None, drop_last: bool = False,
-                 columns: Sequence[str] | str | None = None,
-                 collate: str | Callable[[pa.Table], Any] = "numpy",
-                 filter: Callable[[pa.Table], Any] | None = None,
-                 transform: Callable[[pa.Table], pa.Table] | None = None, max_errors: int = 0,
-                 prefetch: int = 2, num_workers: int = 0, cache_shards: int | None = None,
-                 plan_epochs: int = 2, bucket_by: str | None = None, buckets: int | Sequence[int] = 8,
-                 warmup: bool = False) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        window: int | None = None,
+        drop_last: bool = False,
+        columns: Sequence[str] | str | None = None,
+        collate: str | Callable[[pa.Table], Any] = "numpy",
+        filter: Callable[[pa.Table], Any] | None = None,
+        transform: Callable[[pa.Table], pa.Table] | None = None,
+        max_errors: int = 0,
+        prefetch: int = 2,
+        num_workers: int = 0,
+        cache_shards: int | None = None,
+        plan_epochs: int = 2,
+        bucket_by: str | None = None,
+        buckets: int | Sequence[int] = 8,
+        warmup: bool = False,
+    ) -> None:
         if not isinstance(source, Source):
-            missing = [a for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
-                       if not hasattr(source, a)]
-            raise ConfigError(f"source must follow the Source protocol; {type(source).__name__} lacks {missing}",
-                              hint="wrap the data in a datamill source (TableSource, ParquetSource, HDF5Source, ...)")
-        self.batch_size, self.seed = _check_int("batch_size", batch_size, 1), _check_int("seed", seed, 0)
-        self.max_errors, self.prefetch = _check_int("max_errors", max_errors, 0), _check_int("prefetch", prefetch, 1)
+            missing = [
+                a
+                for a in ("columns", "num_shards", "shard_sizes", "read_shard", "fingerprint")
+                if not hasattr(source, a)
+            ]
+            raise ConfigError(
+                f"source must follow the Source protocol; {type(source).__name__} lacks {missing}",
+                hint="wrap the data in a datamill source (TableSource, ParquetSource, HDF5Source, ...)",
+            )
+        self.batch_size, self.seed = (
+            _check_int("batch_size", batch_size, 1),
+            _check_int("seed", seed, 0),
+        )
+        self.max_errors, self.prefetch = (
+            _check_int("max_errors", max_errors, 0),
+            _check_int("prefetch", prefetch, 1),
+        )
         self.num_workers = _check_int("num_workers", num_workers, 0)
         self.plan_epochs = _check_int("plan_epochs", plan_epochs, 1)
-        self.cache_shards = 0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
+        self.cache_shards = (
+            0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
+        )
         if window is not None:
             window = _check_int("window", window, 1)
         cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
         if cols is not None:
             unknown = [c for c in cols if c not in source.columns]
             if unknown:
-                raise SchemaError(f"unknown column(s) {unknown}; the source has {source.columns}", column=unknown[0])
-        self.source, self.shuffle, self.drop_last, self.columns = source, bool(shuffle), bool(drop_last), cols
+                raise SchemaError(
+                    f"unknown column(s) {unknown}; the source has {source.columns}",
+                    column=unknown[0],
+                )
+        self.source, self.shuffle, self.drop_last, self.columns = (
+            source,
+            bool(shuffle),
+            bool(drop_last),
+            cols,
+        )
         self.warmup = bool(warmup)
         self.collate_fn = resolve_collate(collate)
         self.filter, self.transform = filter, transform
         self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
         self.window = window if window is not None else default_window(self.sizes)
         if bucket_by is not None and bucket_by not in source.columns:
-            raise SchemaError(f"bucket_by column {bucket_by!r} is not a column of the source ({source.columns})",
-                              column=bucket_by)
+            raise SchemaError(
+                f"bucket_by column {bucket_by!r} is not a column of the source ({source.columns})",
+                column=bucket_by,
+            )
         self.bucket_by = bucket_by
-        self.buckets: int | list[int] = buckets if isinstance(buckets, (int, np.integer)) else \
-            [int(b) for b in buckets]
+        self.buckets: int | list[int] = (
+            buckets if isinstance(buckets, (int, np.integer)) else [int(b) for b in buckets]
+        )
         if isinstance(self.buckets, int) and self.buckets < 1:
             raise ConfigError(f"buckets must be >= 1, got {buckets}")
         self._fingerprint: str | None = None
@@ -190,11 +227,23 @@ class BatchService:
         self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
-        self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None  # lengths, boundaries
+        self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = (
+            None  # lengths, boundaries
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle us)
-        keep = ("_lock", "_orders", "_lazy", "_plans", "_cache", "_totals", "_builds", "_active", "_bounds")
+        keep = (
+            "_lock",
+            "_orders",
+            "_lazy",
+            "_plans",
+            "_cache",
+            "_totals",
+            "_builds",
+            "_active",
+            "_bounds",
+        )
         return {k: v for k, v in self.__dict__.items() if k not in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -217,12 +266,24 @@ class BatchService:
             1
         """
         kwargs: dict[str, Any] = {
-            "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle, "window": self.window,
-            "drop_last": self.drop_last, "columns": self.columns, "collate": self.collate_fn,
-            "filter": self.filter, "transform": self.transform, "max_errors": self.max_errors,
-            "prefetch": self.prefetch, "num_workers": self.num_workers, "cache_shards": self.cache_shards,
-            "plan_epochs": self.plan_epochs, "bucket_by": self.bucket_by, "buckets": self.buckets,
-            "warmup": self.warmup}
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "drop_last": self.drop_last,
+            "columns": self.columns,
+            "collate": self.collate_fn,
+            "filter": self.filter,
+            "transform": self.transform,
+            "max_errors": self.max_errors,
+            "prefetch": self.prefetch,
+            "num_workers": self.num_workers,
+            "cache_shards": self.cache_shards,
+            "plan_epochs": self.plan_epochs,
+            "bucket_by": self.bucket_by,
+            "buckets": self.buckets,
+            "warmup": self.warmup,
+        }
         kwargs.update(changes)
         other = BatchService(kwargs.pop("source", self.source), **kwargs)
         if other.source is self.source:
@@ -238,8 +299,15 @@ class BatchService:
 
     def config(self, *, rank: int = 0, world_size: int = 1, replication: int = 1) -> dict[str, Any]:
         """The order-relevant settings of one rank (what a resume state records)."""
-        cfg: dict[str, Any] = {"batch_size": self.batch_size, "columns": self.columns, "drop_last": self.drop_last,
-               "rank": int(rank), "shuffle": self.shuffle, "window": self.window, "world_size": int(world_size)}
+        cfg: dict[str, Any] = {
+            "batch_size": self.batch_size,
+            "columns": self.columns,
+            "drop_last": self.drop_last,
+            "rank": int(rank),
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "world_size": int(world_size),
+        }
         if replication != 1:
             cfg["replication"] = int(replication)
         if self.bucket_by is not None:
@@ -264,10 +332,18 @@ class BatchService:
     def _compute_order(self, epoch: int) -> NDArray[np.int64]:
         custom = getattr(self.source, "epoch_sequence", None)  # e.g. a Mix: its own pure schedule
         if callable(custom):
-            return np.asarray(custom(seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window),
-                              dtype=np.int64)
-        return global_order(self.sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window,
-                            warmup=self.warmup)
+            return np.asarray(
+                custom(seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window),
+                dtype=np.int64,
+            )
+        return global_order(
+            self.sizes,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+            window=self.window,
+            warmup=self.warmup,
+        )
 
     def epoch_samples(self, epoch: int = 0) -> int:
         """Positions in ``epoch``'s global order (the dataset size, or a mix's epoch size)."""
@@ -276,8 +352,15 @@ class BatchService:
             return int(length())
         return int(self.sizes.sum())
 
-    def plan(self, epoch: int, rank: int = 0, world_size: int = 1, *, elastic: Elastic | None = None,
-             replication: int = 1) -> EpochPlan:
+    def plan(
+        self,
+        epoch: int,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        elastic: Elastic | None = None,
+        replication: int = 1,
+    ) -> EpochPlan:
         """Rank ``rank``'s :class:`~datamill.loader.stages.EpochPlan` of ``epoch`` (cached, pure).
 
         Args:
@@ -312,17 +395,25 @@ class BatchService:
         if plan is None:
             order = self._order(key[0])
             if hist and self.bucket_by is not None:
-                raise ConfigError("elastic resumption is not supported with bucket_by",
-                                  hint="resume with the saved world size, or without bucket_by")
+                raise ConfigError(
+                    "elastic resumption is not supported with bucket_by",
+                    hint="resume with the saved world size, or without bucket_by",
+                )
             if hist:
                 try:
-                    order = order[remaining_positions(len(order), history=hist, drop_last=self.drop_last)]
+                    order = order[
+                        remaining_positions(len(order), history=hist, drop_last=self.drop_last)
+                    ]
                 except ValueError as exc:
                     raise ConfigError(f"elastic history does not fit epoch {epoch}: {exc}") from exc
-            seq = split_for_rank(order, rank=data_rank, world_size=data_world, drop_last=self.drop_last)
+            seq = split_for_rank(
+                order, rank=data_rank, world_size=data_world, drop_last=self.drop_last
+            )
             if self.bucket_by is not None:
                 seq = self._bucketed(seq, key)
-            plan = EpochPlan.from_sequence(seq, self.sizes, batch_size=self.batch_size, drop_last=self.drop_last)
+            plan = EpochPlan.from_sequence(
+                seq, self.sizes, batch_size=self.batch_size, drop_last=self.drop_last
+            )
             with self._lock:
                 if key[0] in self._orders:
                     plan = self._plans.setdefault(key, plan)
@@ -337,30 +428,62 @@ class BatchService:
             self._bounds = (lengths, bucket_boundaries(lengths, self.buckets))
         return self._bounds
 
-    def _bucketed(self, seq: NDArray[np.int64], key: tuple[int, int, int, Elastic]) -> NDArray[np.int64]:
+    def _bucketed(
+        self, seq: NDArray[np.int64], key: tuple[int, int, int, Elastic]
+    ) -> NDArray[np.int64]:
         lengths, bounds = self.lengths()
         chunk = self.window * max(1, int(self.sizes.mean()) if len(self.sizes) else 1)
         rng = rng_for(self.seed, "loader.buckets", key[0], key[1], key[2])
-        return seq[bucket_arrange(lengths[seq], batch_size=self.batch_size, chunk=chunk, boundaries=bounds, rng=rng)]
+        return seq[
+            bucket_arrange(
+                lengths[seq], batch_size=self.batch_size, chunk=chunk, boundaries=bounds, rng=rng
+            )
+        ]
 
     def rank_samples(self, rank: int = 0, world_size: int = 1, *, replication: int = 1) -> int:
         """Samples rank ``rank`` visits per epoch (positions of its batches)."""
         data_rank, data_world = _check_rank(0, rank, world_size, replication)
-        base, extra = divmod(self.epoch_samples(), data_world)  # split_sizes(...)[data_rank], in O(1)
+        base, extra = divmod(
+            self.epoch_samples(), data_world
+        )  # split_sizes(...)[data_rank], in O(1)
         count = base if self.drop_last else base + (1 if data_rank < extra else 0)
-        return min(count, num_batches(count, batch_size=self.batch_size, drop_last=self.drop_last) * self.batch_size)
+        return min(
+            count,
+            num_batches(count, batch_size=self.batch_size, drop_last=self.drop_last)
+            * self.batch_size,
+        )
 
-    def num_batches(self, epoch: int, rank: int = 0, world_size: int = 1, *, elastic: Elastic | None = None,
-                    replication: int = 1) -> int:
+    def num_batches(
+        self,
+        epoch: int,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        elastic: Elastic | None = None,
+        replication: int = 1,
+    ) -> int:
         """Batches of rank ``rank`` in ``epoch`` (some may be empty if a filter drops every sample)."""
         _check_rank(epoch, rank, world_size, replication)
         if elastic:
-            return self.plan(epoch, rank, world_size, elastic=elastic, replication=replication).total_batches
-        return num_batches(self.rank_samples(rank, world_size, replication=replication), batch_size=self.batch_size,
-                           drop_last=self.drop_last)
+            return self.plan(
+                epoch, rank, world_size, elastic=elastic, replication=replication
+            ).total_batches
+        return num_batches(
+            self.rank_samples(rank, world_size, replication=replication),
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+        )
 
-    def resume_state(self, *, epoch: int, batches_seen: int, rank: int = 0, world_size: int = 1,
-                     elastic: Elastic | None = None, replication: int = 1) -> dict[str, Any]:
+    def resume_state(
+        self,
+        *,
+        epoch: int,
+        batches_seen: int,
+        rank: int = 0,
+        world_size: int = 1,
+        elastic: Elastic | None = None,
+        replication: int = 1,
+    ) -> dict[str, Any]:
         """The tiny JSON resume state of rank ``rank`` after ``batches_seen`` batches of ``epoch``.
 
         With an ``elastic`` history (the rank resumed elastically in ``epoch``) the state records it
@@ -375,41 +498,77 @@ class BatchService:
         """
         cfg = self.config(rank=rank, world_size=world_size, replication=replication)
         hist = norm_elastic(elastic)
-        rank_total = (len(self.plan(epoch, rank, world_size, elastic=hist, replication=replication).seq) if hist
-                      else self.rank_samples(rank, world_size, replication=replication))
-        state = {"format": LOADER_STATE_FORMAT, "epoch": int(epoch), "batches_seen": int(batches_seen),
-                 "samples_seen": min(rank_total, int(batches_seen) * self.batch_size),
-                 "seed": self.seed, "dataset_fingerprint": self.fingerprint(),
-                 "config_fingerprint": config_fingerprint(cfg), "config": cfg}
+        rank_total = (
+            len(self.plan(epoch, rank, world_size, elastic=hist, replication=replication).seq)
+            if hist
+            else self.rank_samples(rank, world_size, replication=replication)
+        )
+        state = {
+            "format": LOADER_STATE_FORMAT,
+            "epoch": int(epoch),
+            "batches_seen": int(batches_seen),
+            "samples_seen": min(rank_total, int(batches_seen) * self.batch_size),
+            "seed": self.seed,
+            "dataset_fingerprint": self.fingerprint(),
+            "config_fingerprint": config_fingerprint(cfg),
+            "config": cfg,
+        }
         if hist:
             state["elastic"] = [[w, list(cs)] for w, cs in hist]
         return state
 
-    def check_state(self, state: Mapping[str, Any], *, rank: int = 0, world_size: int = 1,
-                    allow_mismatch: Sequence[str] = (), replication: int = 1) -> tuple[int, int]:
+    def check_state(
+        self,
+        state: Mapping[str, Any],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        allow_mismatch: Sequence[str] = (),
+        replication: int = 1,
+    ) -> tuple[int, int]:
         """``(epoch, batches_seen)`` of a resume state that fits this service and rank.
 
         Raises:
             ResumeStateError: a malformed state, or one listing every differing field.
         """
         st = validate_state(state)
-        current = {"seed": self.seed, "dataset_fingerprint": self.fingerprint(),
-                   **self.config(rank=rank, world_size=world_size, replication=replication)}
-        saved = {"seed": st["seed"], "dataset_fingerprint": st["dataset_fingerprint"], **dict(st["config"])}
-        check_resume_compat(saved, current, fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
-                            allow_mismatch=allow_mismatch)
+        current = {
+            "seed": self.seed,
+            "dataset_fingerprint": self.fingerprint(),
+            **self.config(rank=rank, world_size=world_size, replication=replication),
+        }
+        saved = {
+            "seed": st["seed"],
+            "dataset_fingerprint": st["dataset_fingerprint"],
+            **dict(st["config"]),
+        }
+        check_resume_compat(
+            saved,
+            current,
+            fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
+            allow_mismatch=allow_mismatch,
+        )
         epoch, seen = int(st["epoch"]), int(st["batches_seen"])
         if seen and "batch_size" not in allow_mismatch:
             total = self.plan(epoch, rank, world_size, replication=replication).total_batches
             if seen > total:
-                raise ResumeStateError(f"resume state says {seen:,} batches were seen in epoch {epoch}, but that "
-                                       f"epoch has only {total:,} batches for rank {rank} of {world_size}",
-                                       hint="the state was edited or belongs to another run; resume from a state "
-                                            "saved by this loader")
+                raise ResumeStateError(
+                    f"resume state says {seen:,} batches were seen in epoch {epoch}, but that "
+                    f"epoch has only {total:,} batches for rank {rank} of {world_size}",
+                    hint="the state was edited or belongs to another run; resume from a state "
+                    "saved by this loader",
+                )
         return epoch, seen
 
-    def resume_point(self, states: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, rank: int = 0,
-                     world_size: int = 1, replication: int = 1, allow_mismatch: Sequence[str] = ()) -> ResumePoint:
+    def resume_point(
+        self,
+        states: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        replication: int = 1,
+        allow_mismatch: Sequence[str] = (),
+    ) -> ResumePoint:
         """Where rank ``rank`` of ``world_size`` resumes from one rank's state or every rank's states.
 
         The states may come from another world size, replication or batch size (an *elastic*
@@ -429,8 +588,14 @@ class BatchService:
             >>> point.elastic, svc.plan(0, 0, 3, elastic=point.elastic).seq.tolist()
             (((2, (2, 2)),), [2, 3])
         """
-        return resume_point(self, states, rank=rank, world_size=world_size, replication=replication,
-                            allow_mismatch=allow_mismatch)
+        return resume_point(
+            self,
+            states,
+            rank=rank,
+            world_size=world_size,
+            replication=replication,
+            allow_mismatch=allow_mismatch,
+        )
 
     # ----------------------------------------------------------------- accounting
     def accounting(self) -> Accounting:
@@ -441,9 +606,15 @@ class BatchService:
         """Totals over every build so far: samples, shards read and reused, shards in memory now and at peak."""
         with self._lock:
             out: dict[str, Any] = self._totals.as_dict()
-            out.update(builds=self._builds, active_builds=self._active, shards_read=self._cache.reads,
-                       shards_reused=self._cache.reused, shards_in_memory=self._cache.in_memory,
-                       peak_shards_in_memory=self._cache.peak, plans_cached=len(self._plans))
+            out.update(
+                builds=self._builds,
+                active_builds=self._active,
+                shards_read=self._cache.reads,
+                shards_reused=self._cache.reused,
+                shards_in_memory=self._cache.in_memory,
+                peak_shards_in_memory=self._cache.peak,
+                plans_cached=len(self._plans),
+            )
         return out
 
     # ----------------------------------------------------------------- building
@@ -453,14 +624,27 @@ class BatchService:
         except DatamillError:
             raise
         except Exception as exc:  # a source's own failure: name the shard
-            raise DataFileError(f"reading shard {k} failed: {type(exc).__name__}: {exc}", shard=k) from exc
+            raise DataFileError(
+                f"reading shard {k} failed: {type(exc).__name__}: {exc}", shard=k
+            ) from exc
         if table.num_rows != int(self.sizes[k]):
-            raise DataFileError(f"expected {int(self.sizes[k])} rows (shard_sizes()), got {table.num_rows}",
-                                shard=k, hint="the source's shard_sizes() disagrees with read_shard()")
+            raise DataFileError(
+                f"expected {int(self.sizes[k])} rows (shard_sizes()), got {table.num_rows}",
+                shard=k,
+                hint="the source's shard_sizes() disagrees with read_shard()",
+            )
         return table
 
-    def build(self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1,
-              elastic: Elastic | None = None, replication: int = 1) -> Generator[BatchResult, None, None]:
+    def build(
+        self,
+        epoch: int,
+        rank: int,
+        batch_numbers: Sequence[int],
+        *,
+        world_size: int = 1,
+        elastic: Elastic | None = None,
+        replication: int = 1,
+    ) -> Generator[BatchResult, None, None]:
         """Build batches ``batch_numbers`` (ascending) of rank ``rank`` in ``epoch``, in order.
 
         ``elastic`` and ``replication`` select the plan as in :meth:`plan`.
@@ -473,9 +657,13 @@ class BatchService:
         """
         plan = self.plan(epoch, rank, world_size, elastic=elastic, replication=replication)
         batches = np.asarray(batch_numbers, dtype=np.int64).reshape(-1)
-        if len(batches) and (batches[0] < 0 or batches[-1] >= plan.total_batches or (np.diff(batches) <= 0).any()):
-            raise ConfigError(f"batch numbers must be ascending in [0, {plan.total_batches}) for rank {rank} of "
-                              f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}")
+        if len(batches) and (
+            batches[0] < 0 or batches[-1] >= plan.total_batches or (np.diff(batches) <= 0).any()
+        ):
+            raise ConfigError(
+                f"batch numbers must be ascending in [0, {plan.total_batches}) for rank {rank} of "
+                f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}"
+            )
         return self._build(plan, int(epoch), int(rank), batches)
 
     def epoch_order(self, epoch: int) -> EpochOrder | None:
@@ -486,15 +674,21 @@ class BatchService:
         with self._lock:
             eo = self._lazy.get(int(epoch))
             if eo is None:
-                eo = self._lazy[int(epoch)] = EpochOrder(self.sizes, seed=self.seed, epoch=int(epoch),
-                                                          shuffle=self.shuffle, window=self.window,
-                                                          warmup=self.warmup)
+                eo = self._lazy[int(epoch)] = EpochOrder(
+                    self.sizes,
+                    seed=self.seed,
+                    epoch=int(epoch),
+                    shuffle=self.shuffle,
+                    window=self.window,
+                    warmup=self.warmup,
+                )
                 while len(self._lazy) > self.plan_epochs:
                     self._lazy.popitem(last=False)
             return eo
 
-    def batch_samples(self, epoch: int, rank: int, batch_numbers: Sequence[int], *,
-                      world_size: int = 1) -> NDArray[np.int64]:
+    def batch_samples(
+        self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1
+    ) -> NDArray[np.int64]:
         """Global sample indices of rank ``rank``'s batches ``batch_numbers`` (ascending), concatenated.
 
         Computed from :meth:`epoch_order` without the epoch's full order: equal to
@@ -512,15 +706,22 @@ class BatchService:
         batches = np.asarray(batch_numbers, dtype=np.int64).reshape(-1)
         if eo is None:
             plan = self.plan(epoch, rank, world_size)
-            return np.concatenate([plan.seq[plan.positions(int(b))] for b in batches]) if len(batches) else \
-                np.zeros(0, dtype=np.int64)
+            return (
+                np.concatenate([plan.seq[plan.positions(int(b))] for b in batches])
+                if len(batches)
+                else np.zeros(0, dtype=np.int64)
+            )
         parts = split_sizes(len(eo), world_size=data_world, drop_last=self.drop_last)
         start = int(sum(parts[:data_rank]))
         length = self.rank_samples(rank, world_size)
         total = num_batches(parts[data_rank], batch_size=self.batch_size, drop_last=self.drop_last)
-        if len(batches) and (batches[0] < 0 or batches[-1] >= total or (np.diff(batches) <= 0).any()):
-            raise ConfigError(f"batch numbers must be ascending in [0, {total}) for rank {rank} of "
-                              f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}")
+        if len(batches) and (
+            batches[0] < 0 or batches[-1] >= total or (np.diff(batches) <= 0).any()
+        ):
+            raise ConfigError(
+                f"batch numbers must be ascending in [0, {total}) for rank {rank} of "
+                f"epoch {epoch}, got {batches[:3].tolist()}...{batches[-3:].tolist()}"
+            )
         out, i = [], 0
         while i < len(batches):  # one take per run of consecutive batches
             j = i + 1
@@ -532,15 +733,18 @@ class BatchService:
             i = j
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
-    def build_samples(self, epoch: int, rank: int, batch_numbers: Sequence[int], *,
-                      world_size: int = 1) -> Generator[BatchResult, None, None]:
+    def build_samples(
+        self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1
+    ) -> Generator[BatchResult, None, None]:
         """:meth:`build` without the rank's epoch plan: memory O(shards + these batches' samples).
 
         The results equal :meth:`build`'s outputs; their ``batch`` counts from 0 within this call.
         """
         seq = self.batch_samples(epoch, rank, batch_numbers, world_size=world_size)
         plan = EpochPlan.from_sequence(seq, self.sizes, batch_size=self.batch_size, drop_last=False)
-        return self._build(plan, int(epoch), int(rank), np.arange(plan.total_batches, dtype=np.int64))
+        return self._build(
+            plan, int(epoch), int(rank), np.arange(plan.total_batches, dtype=np.int64)
+        )
 
     def _tasks(self, batches: NDArray[np.int64]) -> Iterator[list[int]]:
         # one take per block of batches; a block spans at most about one shard, so memory stays
@@ -548,13 +752,22 @@ class BatchService:
         mean_shard = int(self.sizes.mean()) if len(self.sizes) else 1
         per = max(1, min(BLOCK_ROWS, mean_shard) // self.batch_size)
         for i in range(0, len(batches), per):
-            yield batches[i:i + per].tolist()
+            yield batches[i : i + per].tolist()
 
     def _run(self, reader: BuildReader, task: list[int]) -> list[BatchResult]:
         plan = reader.plan
         tables = assemble(plan, reader.get, task)
-        return [process_batch(b, t, plan.seq[plan.positions(b)], filter=self.filter, transform=self.transform,
-                              collate=self.collate_fn) for b, t in zip(task, tables)]
+        return [
+            process_batch(
+                b,
+                t,
+                plan.seq[plan.positions(b)],
+                filter=self.filter,
+                transform=self.transform,
+                collate=self.collate_fn,
+            )
+            for b, t in zip(task, tables)
+        ]
 
     def _results(self, reader: BuildReader, batches: NDArray[np.int64]) -> Iterator[BatchResult]:
         """Results in batch order, built in this thread or ``num_workers`` threads ahead."""
@@ -564,26 +777,41 @@ class BatchService:
                 reader.schedule_upto(task[-1])
                 yield from self._run(reader, task)
             return
-        def scheduled() -> Iterator[list[int]]:  # a task's shards are scheduled when it is submitted
+
+        def scheduled() -> Iterator[
+            list[int]
+        ]:  # a task's shards are scheduled when it is submitted
             for task in tasks:
                 reader.schedule_upto(task[-1])
                 yield task
 
-        with ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="datamill-work") as workers:
-            for results in ordered_map(functools.partial(self._run, reader), scheduled(), pool=workers,
-                                       window=self.num_workers * self.prefetch):
+        with ThreadPoolExecutor(
+            max_workers=self.num_workers, thread_name_prefix="datamill-work"
+        ) as workers:
+            for results in ordered_map(
+                functools.partial(self._run, reader),
+                scheduled(),
+                pool=workers,
+                window=self.num_workers * self.prefetch,
+            ):
                 yield from results
 
-    def _build(self, plan: EpochPlan, epoch: int, rank: int, batches: NDArray[np.int64]
-               ) -> Generator[BatchResult, None, None]:
+    def _build(
+        self, plan: EpochPlan, epoch: int, rank: int, batches: NDArray[np.int64]
+    ) -> Generator[BatchResult, None, None]:
         if not len(batches):
             return
         with self._lock:
             self._builds += 1
             self._active += 1
         self._cache.open()
-        reader = BuildReader(self._cache, plan, batches, prefetch=self.prefetch,
-                             ahead_window=self.window if self.warmup else 0)
+        reader = BuildReader(
+            self._cache,
+            plan,
+            batches,
+            prefetch=self.prefetch,
+            ahead_window=self.window if self.warmup else 0,
+        )
         try:
             for res in self._results(reader, batches):
                 res.epoch, res.rank, res.shards_read = epoch, rank, reader.shards_read

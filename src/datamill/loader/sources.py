@@ -53,8 +53,13 @@ PROVIDERS = (
 """Modules that register a source opener when imported."""
 
 
-def open_source(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
-                cache_limit: int | None = None, filesystem: pafs.FileSystem | None = None) -> Source:
+def open_source(
+    path: str | os.PathLike[str],
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | None = None,
+    filesystem: pafs.FileSystem | None = None,
+) -> Source:
     """Open a datamill output as a Source: the first registered format whose marker matches.
 
     Shardset dataset folders (``dataset.json``), LM corpus folders (``corpus.json``), ``.hdf5``
@@ -84,7 +89,9 @@ def open_source(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
         'ParquetSource'
     """
     if is_remote(path):
-        return _open_remote(os.fspath(path), cache_dir=cache_dir, cache_limit=cache_limit, filesystem=filesystem)
+        return _open_remote(
+            os.fspath(path), cache_dir=cache_dir, cache_limit=cache_limit, filesystem=filesystem
+        )
     p = local_path(check_path(path, name="the source path"))
     if not p.exists():
         raise DataFileNotFoundError("no such file or folder", path=p)
@@ -93,13 +100,21 @@ def open_source(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[st
     for entry in registered_sources().values():
         if entry.marker(p):
             return entry.opener(p)
-    raise DataFileError("not a source datamill reads", path=p,
-                        hint="pass a shardset dataset folder, a corpus folder, a .hdf5 file or a Parquet file/folder; "
-                             f"registered formats: {', '.join(registered_sources())}")
+    raise DataFileError(
+        "not a source datamill reads",
+        path=p,
+        hint="pass a shardset dataset folder, a corpus folder, a .hdf5 file or a Parquet file/folder; "
+        f"registered formats: {', '.join(registered_sources())}",
+    )
 
 
-def _open_remote(url: str, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int | None,
-                 filesystem: pafs.FileSystem | None) -> Source:
+def _open_remote(
+    url: str,
+    *,
+    cache_dir: str | os.PathLike[str] | None,
+    cache_limit: int | None,
+    filesystem: pafs.FileSystem | None,
+) -> Source:
     """``s3://``: a shardset dataset when ``dataset.json`` is there, else Parquet objects."""
     fs, root = filesystem_for(url, filesystem=filesystem)
     try:
@@ -114,12 +129,20 @@ def _open_remote(url: str, *, cache_dir: str | os.PathLike[str] | None, cache_li
     else:
         from datamill.loader.remote import RemoteParquetSource
 
-        source = RemoteParquetSource(url, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=fs)
+        source = RemoteParquetSource(
+            url, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=fs
+        )
     return source
 
 
-def read_batches(source: str | os.PathLike[str] | Source, batch_size: int, /, *, as_torch: bool = False,
-                 **loader_kwargs: Any) -> Loader:
+def read_batches(
+    source: str | os.PathLike[str] | Source,
+    batch_size: int,
+    /,
+    *,
+    as_torch: bool = False,
+    **loader_kwargs: Any,
+) -> Loader:
     """A :class:`~datamill.loader.Loader` yielding the source's own padded batches when it has them.
 
     ``source`` is a Source or a path (opened with :func:`open_source`). A source with a
@@ -147,20 +170,26 @@ def __getattr__(name: str) -> Any:
     """Every Source class, importable from here (loaded on first use)."""
     if name == "BertParquetSource":
         from datamill.pretrain.sources import BertParquetSource
+
         return BertParquetSource
     if name == "CorpusSource":
         from datamill.text.source import CorpusSource
+
         return CorpusSource
     if name == "HDF5Source":
         from datamill.preprocessing.hdf5 import HDF5Source
+
         return HDF5Source
     if name == "ParquetSource":
         from datamill.core.parquet import ParquetSource
+
         return ParquetSource
     if name == "ShardsetDataset":
         from datamill.shards.dataset import ShardsetDataset
+
         return ShardsetDataset
     if name == "TableSource":
         from datamill.core.source import TableSource
+
         return TableSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

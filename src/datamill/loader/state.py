@@ -22,29 +22,68 @@ from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import StateSpec, check_resume_compat
 from datamill.core.state import validate_state as validate_spec
 
-__all__ = ["GLOBAL_FIELDS", "LOADER_STATE", "OPTIONAL_FIELDS", "ORDER_FIELDS", "STATE_FIELDS", "check_resume_compat", "config_fingerprint",
-           "validate_state"]
+__all__ = [
+    "GLOBAL_FIELDS",
+    "LOADER_STATE",
+    "OPTIONAL_FIELDS",
+    "ORDER_FIELDS",
+    "STATE_FIELDS",
+    "check_resume_compat",
+    "config_fingerprint",
+    "validate_state",
+]
 
-ORDER_FIELDS = ("batch_size", "bucket_by", "buckets", "columns", "drop_last", "rank", "replication", "shuffle",
-                "warmup", "window", "world_size")
+ORDER_FIELDS = (
+    "batch_size",
+    "bucket_by",
+    "buckets",
+    "columns",
+    "drop_last",
+    "rank",
+    "replication",
+    "shuffle",
+    "warmup",
+    "window",
+    "world_size",
+)
 """Config fields the batch sequence depends on (their values are saved in ``state["config"]``; the
 :data:`OPTIONAL_FIELDS` only when they are not at their defaults)."""
 
 OPTIONAL_FIELDS = ("bucket_by", "buckets", "replication", "warmup")
 """Fields a config leaves out at their defaults (states written before they existed still fit)."""
 
-GLOBAL_FIELDS = ("dataset_fingerprint", "seed", "bucket_by", "buckets", "columns", "drop_last", "shuffle", "warmup",
-                 "window")
+GLOBAL_FIELDS = (
+    "dataset_fingerprint",
+    "seed",
+    "bucket_by",
+    "buckets",
+    "columns",
+    "drop_last",
+    "shuffle",
+    "warmup",
+    "window",
+)
 """Fields the epoch's *global* order depends on: an elastic resume (another world size, rank or batch
 size) needs only these to match."""
 
-STATE_FIELDS = ("format", "epoch", "batches_seen", "samples_seen", "seed", "dataset_fingerprint",
-                "config_fingerprint", "config")
+STATE_FIELDS = (
+    "format",
+    "epoch",
+    "batches_seen",
+    "samples_seen",
+    "seed",
+    "dataset_fingerprint",
+    "config_fingerprint",
+    "config",
+)
 
 LOADER_STATE = StateSpec(
-    LOADER_STATE_FORMAT, fields=STATE_FIELDS, counters=("epoch", "batches_seen", "samples_seen", "seed"),
+    LOADER_STATE_FORMAT,
+    fields=STATE_FIELDS,
+    counters=("epoch", "batches_seen", "samples_seen", "seed"),
     producer="Loader.state_dict()",
-    format_hint="the state was written by another program or an incompatible datamill version")
+    format_hint="the state was written by another program or an incompatible datamill version",
+)
 """What a loader (or batch service) resume state looks like."""
 
 
@@ -55,7 +94,9 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
         >>> config_fingerprint({"batch_size": 2}) == config_fingerprint({"batch_size": 2})
         True
     """
-    return fingerprint_obj({k: config.get(k) for k in ORDER_FIELDS if k in config or k not in OPTIONAL_FIELDS})
+    return fingerprint_obj(
+        {k: config.get(k) for k in ORDER_FIELDS if k in config or k not in OPTIONAL_FIELDS}
+    )
 
 
 def validate_state(state: Any) -> dict[str, Any]:

@@ -59,17 +59,23 @@ class TorchLoaderDataset(IterableDataset[Any]):
     def __init__(self, loader: Loader) -> None:
         super().__init__()
         if loader.refill:
-            raise ConfigError("the torch adapter does not support Batching(refill=True) (its workers build position batches)",
-                              hint="iterate the Loader itself, or filter without refill")
+            raise ConfigError(
+                "the torch adapter does not support Batching(refill=True) (its workers build position batches)",
+                hint="iterate the Loader itself, or filter without refill",
+            )
         service = loader.service
-        if service.collate_fn is collate_numpy:  # DataLoader would convert (and warn on read-only arrays)
+        if (
+            service.collate_fn is collate_numpy
+        ):  # DataLoader would convert (and warn on read-only arrays)
             service = service.replace(collate=collate_torch)
         self.service, self.rank, self.world_size = service, loader.rank, loader.world_size
         self.replication = loader.replication
         state = loader.state_dict()
         self._start = (int(state["epoch"]), int(state["batches_seen"]))
         self._elastic: Elastic = norm_elastic(state.get("elastic"))
-        self._skip = self._yielded = 0  # this worker's batches skipped on resume / yielded in this iteration
+        self._skip = self._yielded = (
+            0  # this worker's batches skipped on resume / yielded in this iteration
+        )
 
     def _where(self) -> dict[str, Any]:
         return {"elastic": self._elastic, "replication": self.replication}
@@ -93,10 +99,19 @@ class TorchLoaderDataset(IterableDataset[Any]):
         """
         epoch, start = self._start
         if batches_consumed is None:
-            return {"format": WORKER_STATE_FORMAT, "start": [epoch, start],
-                    "elastic": [[w, list(cs)] for w, cs in self._elastic], "yielded": self._yielded}
-        return self.service.resume_state(epoch=epoch, batches_seen=start + int(batches_consumed), rank=self.rank,
-                                         world_size=self.world_size, **self._where())
+            return {
+                "format": WORKER_STATE_FORMAT,
+                "start": [epoch, start],
+                "elastic": [[w, list(cs)] for w, cs in self._elastic],
+                "yielded": self._yielded,
+            }
+        return self.service.resume_state(
+            epoch=epoch,
+            batches_seen=start + int(batches_consumed),
+            rank=self.rank,
+            world_size=self.world_size,
+            **self._where(),
+        )
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Resume at ``state`` (one rank's or every rank's, checked and re-split like :meth:`Loader.load_state_dict`).
@@ -108,8 +123,9 @@ class TorchLoaderDataset(IterableDataset[Any]):
             self._start, self._elastic = (epoch, start), norm_elastic(state.get("elastic"))
             self._skip = int(state["yielded"])
             return
-        point = self.service.resume_point(state, rank=self.rank, world_size=self.world_size,
-                                          replication=self.replication)
+        point = self.service.resume_point(
+            state, rank=self.rank, world_size=self.world_size, replication=self.replication
+        )
         self._start, self._elastic = (point.epoch, point.batches_seen), point.elastic
         self._skip = 0
 
@@ -119,9 +135,13 @@ class TorchLoaderDataset(IterableDataset[Any]):
         epoch, start = self._start
         total = self.service.num_batches(epoch, self.rank, self.world_size, **self._where())
         accounting = self.service.accounting()
-        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)[self._skip:]
+        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)[
+            self._skip :
+        ]
         self._yielded, self._skip = self._skip, 0
-        for res in self.service.build(epoch, self.rank, mine, world_size=self.world_size, **self._where()):
+        for res in self.service.build(
+            epoch, self.rank, mine, world_size=self.world_size, **self._where()
+        ):
             accounting.add(res)
             self._yielded += 1
             yield res.output if res.output is not None else self.service.collate_fn(res.empty)

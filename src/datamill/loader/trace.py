@@ -60,7 +60,16 @@ from datamill.loader.trace_index import (
     ShardOrderIndex,
 )
 
-__all__ = ["RUN_RECORD_FORMAT", "BatchTrace", "Hit", "Tracer", "load_record", "plan_record", "run_record", "trace"]
+__all__ = [
+    "RUN_RECORD_FORMAT",
+    "BatchTrace",
+    "Hit",
+    "Tracer",
+    "load_record",
+    "plan_record",
+    "run_record",
+    "trace",
+]
 
 RUN_RECORD_FORMAT = "datamill.run/1"
 RLE_PAIRS = 64
@@ -74,7 +83,11 @@ def _rle(sizes: I64) -> list[list[int]] | dict[str, str]:
     arr = np.asarray(sizes, dtype=np.int64)
     starts = np.flatnonzero(np.diff(arr, prepend=-1)) if len(arr) else np.zeros(0, np.int64)
     if len(starts) > RLE_PAIRS:
-        return {"int64_zlib_b64": base64.b64encode(zlib.compress(arr.astype("<i8").tobytes(), 9)).decode("ascii")}
+        return {
+            "int64_zlib_b64": base64.b64encode(
+                zlib.compress(arr.astype("<i8").tobytes(), 9)
+            ).decode("ascii")
+        }
     counts = np.diff(np.append(starts, len(arr)))
     return [[int(arr[i]), int(c)] for i, c in zip(starts, counts)]
 
@@ -122,35 +135,66 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
     """
     svc = loader.service
     source = svc.source
-    order = {"shuffle": svc.shuffle, "window": svc.window, "drop_last": svc.drop_last, "columns": svc.columns,
-             "num_samples": svc.epoch_samples(), "shard_sizes": _rle(svc.sizes)}
+    order = {
+        "shuffle": svc.shuffle,
+        "window": svc.window,
+        "drop_last": svc.drop_last,
+        "columns": svc.columns,
+        "num_samples": svc.epoch_samples(),
+        "shard_sizes": _rle(svc.sizes),
+    }
     mix = None
     if isinstance(source, Mix):
-        mix = {"names": source.names, "weights": source.weights, "epoch_size": source.epoch_size,
-               "source_column": source.source_column,
-               "shard_sizes": [_rle(np.asarray(s.shard_sizes(), dtype=np.int64)) for s in source.sources]}
+        mix = {
+            "names": source.names,
+            "weights": source.weights,
+            "epoch_size": source.epoch_size,
+            "source_column": source.source_column,
+            "shard_sizes": [
+                _rle(np.asarray(s.shard_sizes(), dtype=np.int64)) for s in source.sources
+            ],
+        }
     rec: dict[str, Any] = {
-        "format": RUN_RECORD_FORMAT, "dataset_fingerprint": svc.fingerprint(), "seed": svc.seed, "order": order,
-        "uid_column": uid_column_of(source), "mix": mix,
-        "buckets": None if svc.bucket_by is None else {"bucket_by": svc.bucket_by, "buckets": svc.buckets},
-        "filter": _name(svc.filter), "transform": _name(svc.transform), "refill": bool(loader.refill)}
+        "format": RUN_RECORD_FORMAT,
+        "dataset_fingerprint": svc.fingerprint(),
+        "seed": svc.seed,
+        "order": order,
+        "uid_column": uid_column_of(source),
+        "mix": mix,
+        "buckets": None
+        if svc.bucket_by is None
+        else {"bucket_by": svc.bucket_by, "buckets": svc.buckets},
+        "filter": _name(svc.filter),
+        "transform": _name(svc.transform),
+        "refill": bool(loader.refill),
+    }
     start_epoch, start_batch, hist = getattr(loader, "_trace_start", (loader.epoch, 0, ()))
-    run = {"epoch": int(start_epoch), "batches_seen": int(start_batch),
-           "elastic": [[int(w), [int(c) for c in cs]] for w, cs in hist],
-           "world_size": loader.world_size, "replication": loader.replication, "batch_size": svc.batch_size}
+    run = {
+        "epoch": int(start_epoch),
+        "batches_seen": int(start_batch),
+        "elastic": [[int(w), [int(c) for c in cs]] for w, cs in hist],
+        "world_size": loader.world_size,
+        "replication": loader.replication,
+        "batch_size": svc.batch_size,
+    }
     runs: list[dict[str, Any]] = []
     if previous is not None:
         prev = load_record(previous)
         for key in ("dataset_fingerprint", "seed", "order", "mix", "buckets"):
             if prev[key] != rec[key]:
-                raise ConfigError(f"the previous run record differs in {key!r}: {prev[key]!r} != {rec[key]!r}",
-                                  hint="pass the record saved by the run this loader resumed")
+                raise ConfigError(
+                    f"the previous run record differs in {key!r}: {prev[key]!r} != {rec[key]!r}",
+                    hint="pass the record saved by the run this loader resumed",
+                )
         runs = [dict(r) for r in prev["runs"]]
     sizes, repls = _history_sizes(runs, run)
     run["elastic_batch_size"], run["elastic_replication"] = sizes, repls
-    if runs and all(runs[-1].get(k) == run[k] for k in ("world_size", "replication", "batch_size")) \
-            and (runs[-1]["epoch"], runs[-1]["elastic"]) == (run["epoch"], run["elastic"]) \
-            and runs[-1]["batches_seen"] <= run["batches_seen"]:
+    if (
+        runs
+        and all(runs[-1].get(k) == run[k] for k in ("world_size", "replication", "batch_size"))
+        and (runs[-1]["epoch"], runs[-1]["elastic"]) == (run["epoch"], run["elastic"])
+        and runs[-1]["batches_seen"] <= run["batches_seen"]
+    ):
         pass  # the same run continues (a record written again, or a plain resume of the same plan)
     elif not runs or runs[-1] != run:
         runs.append(run)
@@ -159,8 +203,14 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
     return rec
 
 
-def plan_record(svc: Any, *, epoch: int, world_size: int, batches_seen: int,
-                served: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def plan_record(
+    svc: Any,
+    *,
+    epoch: int,
+    world_size: int,
+    batches_seen: int,
+    served: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The run record of one epoch's plan of a :class:`~datamill.loader.BatchService` (``world_size`` ranks
     of ``svc.batch_size``, no elastic history): what a served iteration's trace route answers.
 
@@ -168,15 +218,39 @@ def plan_record(svc: Any, *, epoch: int, world_size: int, batches_seen: int,
     under ``"served"``; :class:`Tracer` maps the plan's batches to the served ranks or clients with it.
     """
     source = svc.source
-    order = {"shuffle": svc.shuffle, "window": svc.window, "drop_last": svc.drop_last, "columns": svc.columns,
-             "num_samples": svc.epoch_samples(), "shard_sizes": _rle(svc.sizes)}
-    run = {"epoch": int(epoch), "batches_seen": 0, "elastic": [], "world_size": int(world_size), "replication": 1,
-           "batch_size": int(svc.batch_size), "elastic_batch_size": [], "elastic_replication": []}
-    return {"format": RUN_RECORD_FORMAT, "dataset_fingerprint": svc.fingerprint(), "seed": svc.seed, "order": order,
-            "uid_column": uid_column_of(source), "mix": None, "buckets": None, "filter": _name(svc.filter),
-            "transform": _name(svc.transform), "refill": False, "runs": [run],
-            "until": {"epoch": int(epoch), "batches_seen": int(batches_seen)},
-            **({"served": dict(served)} if served is not None else {})}
+    order = {
+        "shuffle": svc.shuffle,
+        "window": svc.window,
+        "drop_last": svc.drop_last,
+        "columns": svc.columns,
+        "num_samples": svc.epoch_samples(),
+        "shard_sizes": _rle(svc.sizes),
+    }
+    run = {
+        "epoch": int(epoch),
+        "batches_seen": 0,
+        "elastic": [],
+        "world_size": int(world_size),
+        "replication": 1,
+        "batch_size": int(svc.batch_size),
+        "elastic_batch_size": [],
+        "elastic_replication": [],
+    }
+    return {
+        "format": RUN_RECORD_FORMAT,
+        "dataset_fingerprint": svc.fingerprint(),
+        "seed": svc.seed,
+        "order": order,
+        "uid_column": uid_column_of(source),
+        "mix": None,
+        "buckets": None,
+        "filter": _name(svc.filter),
+        "transform": _name(svc.transform),
+        "refill": False,
+        "runs": [run],
+        "until": {"epoch": int(epoch), "batches_seen": int(batches_seen)},
+        **({"served": dict(served)} if served is not None else {}),
+    }
 
 
 def _history_sizes(runs: list[dict[str, Any]], run: dict[str, Any]) -> tuple[list[int], list[int]]:
@@ -185,8 +259,15 @@ def _history_sizes(runs: list[dict[str, Any]], run: dict[str, Any]) -> tuple[lis
     if not hist:
         return [], []
     last = runs[-1] if runs else None
-    if last is not None and last["epoch"] == run["epoch"] and last["elastic"] == hist[:len(last["elastic"])]:
-        sizes, repls = list(last.get("elastic_batch_size", [])), list(last.get("elastic_replication", []))
+    if (
+        last is not None
+        and last["epoch"] == run["epoch"]
+        and last["elastic"] == hist[: len(last["elastic"])]
+    ):
+        sizes, repls = (
+            list(last.get("elastic_batch_size", [])),
+            list(last.get("elastic_replication", [])),
+        )
         if len(hist) > len(last["elastic"]):
             sizes.append(int(last["batch_size"]))
             repls.append(int(last["replication"]))
@@ -212,15 +293,23 @@ def load_record(record: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str,
             with open(path, encoding="utf-8") as f:
                 record = json.load(f)
         except FileNotFoundError as exc:
-            raise ConfigError("run record not found", path=path,
-                              hint="write one with json.dump(loader.run_record(), f)") from exc
+            raise ConfigError(
+                "run record not found",
+                path=path,
+                hint="write one with json.dump(loader.run_record(), f)",
+            ) from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"run record is not readable JSON: {exc}", path=path) from exc
     if not isinstance(record, Mapping) or record.get("format") != RUN_RECORD_FORMAT:
         got = record.get("format") if isinstance(record, Mapping) else type(record).__name__
-        raise ConfigError(f"expected a run record with format {RUN_RECORD_FORMAT!r}, got {got!r}", path=path,
-                          hint="pass the JSON written from Loader.run_record()")
-    missing = [k for k in ("dataset_fingerprint", "seed", "order", "runs", "until") if k not in record]
+        raise ConfigError(
+            f"expected a run record with format {RUN_RECORD_FORMAT!r}, got {got!r}",
+            path=path,
+            hint="pass the JSON written from Loader.run_record()",
+        )
+    missing = [
+        k for k in ("dataset_fingerprint", "seed", "order", "runs", "until") if k not in record
+    ]
     if missing or not record["runs"]:
         raise ConfigError(f"run record lacks {missing or ['runs']}", path=path)
     return dict(record)
@@ -312,8 +401,11 @@ class _UnitMap:
                 self.who[us], self.step[us] = i, np.arange(len(us), dtype=np.int64)
         else:
             for q, rs in enumerate(served.get("queues") or []):
-                us = np.concatenate([np.arange(int(a), int(b), dtype=np.int64) for a, b in rs]) if rs else \
-                    np.zeros(0, np.int64)
+                us = (
+                    np.concatenate([np.arange(int(a), int(b), dtype=np.int64) for a, b in rs])
+                    if rs
+                    else np.zeros(0, np.int64)
+                )
                 self.units[q] = us
                 self.who[us], self.step[us] = q, np.arange(len(us), dtype=np.int64)
 
@@ -329,23 +421,39 @@ class Tracer:
             beside a record file; in memory only for a dict).
     """
 
-    def __init__(self, record: Mapping[str, Any] | str | os.PathLike[str], *, source: Source | None = None,
-                 index_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        record: Mapping[str, Any] | str | os.PathLike[str],
+        *,
+        source: Source | None = None,
+        index_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.record = load_record(record)
         if self.record.get("refill"):
-            raise ConfigError("a refill=True run re-cuts batches after filtering; trace needs position batches",
-                              hint="trace runs without refill")
+            raise ConfigError(
+                "a refill=True run re-cuts batches after filtering; trace needs position batches",
+                hint="trace runs without refill",
+            )
         if index_dir is None and not isinstance(record, Mapping):
             index_dir = os.fspath(record) + ".index"
         self.index_dir = None if index_dir is None else Path(index_dir)
         o = self.record["order"]
         self.sizes = _unrle(o["shard_sizes"])
-        self.n, self.drop_last, self.seed = int(o["num_samples"]), bool(o["drop_last"]), int(self.record["seed"])
+        self.n, self.drop_last, self.seed = (
+            int(o["num_samples"]),
+            bool(o["drop_last"]),
+            int(self.record["seed"]),
+        )
         self.source = source
         if source is not None and source.fingerprint() != self.record["dataset_fingerprint"]:
-            raise ConfigError(f"the source's fingerprint {source.fingerprint()} is not the record's "
-                              f"{self.record['dataset_fingerprint']}", hint="pass the dataset the run read")
-        self.runs = sorted(self.record["runs"], key=lambda r: (r["epoch"], len(r["elastic"]), r["batches_seen"]))
+            raise ConfigError(
+                f"the source's fingerprint {source.fingerprint()} is not the record's "
+                f"{self.record['dataset_fingerprint']}",
+                hint="pass the dataset the run read",
+            )
+        self.runs = sorted(
+            self.record["runs"], key=lambda r: (r["epoch"], len(r["elastic"]), r["batches_seen"])
+        )
         self._orders: dict[int, EpochIndex] = {}
         self._layouts: dict[int, tuple[Layout, int | None]] = {}
         self._bucketed: dict[tuple[int, int], tuple[I64, I64]] = {}
@@ -363,12 +471,20 @@ class Tracer:
         o = self.record["order"]
         if self.record.get("mix") is not None:
             m = self.record["mix"]
-            shapes: list[tuple[Any, float]] = [(_Shapes(_unrle(s)), float(w)) for s, w in zip(m["shard_sizes"],
-                                                                                               m["weights"])]
-            mix = Mix(shapes,
-                      epoch_size=int(m["epoch_size"]), names=m["names"], source_column=m["source_column"])
-            idx = SequenceIndex(mix.epoch_sequence(seed=self.seed, epoch=epoch, shuffle=bool(o["shuffle"]),
-                                                   window=int(o["window"])))
+            shapes: list[tuple[Any, float]] = [
+                (_Shapes(_unrle(s)), float(w)) for s, w in zip(m["shard_sizes"], m["weights"])
+            ]
+            mix = Mix(
+                shapes,
+                epoch_size=int(m["epoch_size"]),
+                names=m["names"],
+                source_column=m["source_column"],
+            )
+            idx = SequenceIndex(
+                mix.epoch_sequence(
+                    seed=self.seed, epoch=epoch, shuffle=bool(o["shuffle"]), window=int(o["window"])
+                )
+            )
         elif not o["shuffle"]:
             idx = ArangeIndex(self.n)
         else:
@@ -376,7 +492,9 @@ class Tracer:
             if path is not None and path.exists():
                 idx = ShardOrderIndex.load(path)
             else:
-                idx = ShardOrderIndex.build(self.sizes, seed=self.seed, epoch=epoch, window=int(o["window"]))
+                idx = ShardOrderIndex.build(
+                    self.sizes, seed=self.seed, epoch=epoch, window=int(o["window"])
+                )
                 if path is not None:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     with atomic_write(path, "wb") as f:
@@ -399,7 +517,9 @@ class Tracer:
     def _started(self, epoch: int) -> bool:
         until = self.record["until"]
         last = self._last_run(epoch)
-        return int(until["batches_seen"]) > 0 or bool(last and last["epoch"] == epoch and last["elastic"])
+        return int(until["batches_seen"]) > 0 or bool(
+            last and last["epoch"] == epoch and last["elastic"]
+        )
 
     def _last_run(self, epoch: int) -> dict[str, Any] | None:
         act = [r for r in self.runs if r["epoch"] <= epoch]
@@ -419,8 +539,16 @@ class Tracer:
             segs.append(Segment(int(w), tuple(int(c) for c in cs), int(bs), int(k), offset))
             offset += max([-(-int(c) // int(bs)) for c in cs], default=0)
         k = int(last["replication"])
-        segs.append(Segment(int(last["world_size"]) // k, None, int(last["batch_size"]), k, offset,
-                            self._eras(epoch, last)))
+        segs.append(
+            Segment(
+                int(last["world_size"]) // k,
+                None,
+                int(last["batch_size"]),
+                k,
+                offset,
+                self._eras(epoch, last),
+            )
+        )
         until = self.record["until"]
         cut = int(until["batches_seen"]) if int(until["epoch"]) == epoch else None
         out = (Layout(self.n, segs, drop_last=self.drop_last), cut)
@@ -436,16 +564,26 @@ class Tracer:
         act = [r for r in self.runs if r["epoch"] <= epoch]
         i = len(act) - 1
         hist = last["elastic"] if last["epoch"] == epoch else []
-        eras = [(int(last["batches_seen"]) if last["epoch"] == epoch else 0, int(last["replication"]))]
+        eras = [
+            (int(last["batches_seen"]) if last["epoch"] == epoch else 0, int(last["replication"]))
+        ]
         while i > 0 and act[i]["epoch"] == epoch and int(act[i]["batches_seen"]) > 0:
             prev = act[i - 1]
-            same = (int(prev["world_size"]) // int(prev["replication"]) ==
-                    int(last["world_size"]) // int(last["replication"])
-                    and int(prev["batch_size"]) == int(last["batch_size"])
-                    and (prev["elastic"] if prev["epoch"] == epoch else []) == hist)
+            same = (
+                int(prev["world_size"]) // int(prev["replication"])
+                == int(last["world_size"]) // int(last["replication"])
+                and int(prev["batch_size"]) == int(last["batch_size"])
+                and (prev["elastic"] if prev["epoch"] == epoch else []) == hist
+            )
             if not same:
                 break
-            eras.insert(0, (int(prev["batches_seen"]) if prev["epoch"] == epoch else 0, int(prev["replication"])))
+            eras.insert(
+                0,
+                (
+                    int(prev["batches_seen"]) if prev["epoch"] == epoch else 0,
+                    int(prev["replication"]),
+                ),
+            )
             i -= 1
         eras[0] = (0, eras[0][1])
         return tuple(eras)
@@ -478,9 +616,13 @@ class Tracer:
             lay, _ = self.layout(epoch)
             seg = lay.segments[-1]
             seq = self.order(epoch).at(lay.part(len(lay.segments) - 1, d))
-            chunk = int(self.record["order"]["window"]) * max(1, int(self.sizes.mean()) if len(self.sizes) else 1)
+            chunk = int(self.record["order"]["window"]) * max(
+                1, int(self.sizes.mean()) if len(self.sizes) else 1
+            )
             rng = rng_for(self.seed, "loader.buckets", epoch, d, seg.data_world)
-            perm = bucket_arrange(lengths[seq], batch_size=seg.batch_size, chunk=chunk, boundaries=bounds, rng=rng)
+            perm = bucket_arrange(
+                lengths[seq], batch_size=seg.batch_size, chunk=chunk, boundaries=bounds, rng=rng
+            )
             inv = np.empty_like(perm)
             inv[perm] = np.arange(len(perm), dtype=np.int64)
             self._bucketed[key] = (perm, inv)
@@ -492,8 +634,11 @@ class Tracer:
             stored: I64 = np.load(path)
             return stored
         if self.source is None:
-            raise ConfigError(f"this run batched by the length of {column!r}; trace needs the dataset once to "
-                              "index the lengths", hint="pass source= (CLI: --source PATH)")
+            raise ConfigError(
+                f"this run batched by the length of {column!r}; trace needs the dataset once to "
+                "index the lengths",
+                hint="pass source= (CLI: --source PATH)",
+            )
         lengths = sample_lengths(self.source, column)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -514,11 +659,19 @@ class Tracer:
                     self._uids = pa.ipc.open_file(mm).read_all().column(0).combine_chunks()
             else:
                 if self.source is None:
-                    raise ConfigError(f"this dataset identifies samples by {col!r}; trace needs it once to index "
-                                      "the UIDs", hint="pass source= (CLI: --source PATH), or trace sample numbers")
-                cols = [self.source.read_shard(k, columns=[col]).column(0) for k in range(len(self.sizes))]
+                    raise ConfigError(
+                        f"this dataset identifies samples by {col!r}; trace needs it once to index "
+                        "the UIDs",
+                        hint="pass source= (CLI: --source PATH), or trace sample numbers",
+                    )
+                cols = [
+                    self.source.read_shard(k, columns=[col]).column(0)
+                    for k in range(len(self.sizes))
+                ]
                 typ = cols[0].type if cols else pa.null()
-                self._uids = pa.chunked_array([c for x in cols for c in x.chunks], type=typ).combine_chunks()
+                self._uids = pa.chunked_array(
+                    [c for x in cols for c in x.chunks], type=typ
+                ).combine_chunks()
                 if path is not None:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     table = pa.table({col: self._uids})
@@ -536,8 +689,12 @@ class Tracer:
 
     def uids_of(self, samples: I64) -> list[Any]:
         """UIDs of sample numbers (``None`` each when the UIDs are a column not indexed yet and no source is given)."""
-        if self.record.get("uid_column") is not None and self._uids is None and self.source is None and (
-                self.index_dir is None or not (self.index_dir / "uids.arrow").exists()):
+        if (
+            self.record.get("uid_column") is not None
+            and self._uids is None
+            and self.source is None
+            and (self.index_dir is None or not (self.index_dir / "uids.arrow").exists())
+        ):
             return [None] * len(samples)
         values = self.uid_values()
         if values is None:
@@ -546,8 +703,13 @@ class Tracer:
         return out
 
     # ----------------------------------------------------------------- queries
-    def find(self, samples: Sequence[int] | I64, *, epochs: Sequence[int] | None = None,
-             uids: Sequence[Any] | None = None) -> list[Hit]:
+    def find(
+        self,
+        samples: Sequence[int] | I64,
+        *,
+        epochs: Sequence[int] | None = None,
+        uids: Sequence[Any] | None = None,
+    ) -> list[Hit]:
         """Every batch holding each sample (sorted by sample, epoch, step, rank)."""
         s = np.asarray(samples, dtype=np.int64).reshape(-1)
         ulist = list(uids) if uids is not None else self.uids_of(s.clip(0))
@@ -559,7 +721,9 @@ class Tracer:
             lay, cut = self.layout(int(e))
             seg_of, d_of, j_of = lay.locate(pos)
             base = self._global_base(int(e))
-            for p, q, k, d, j in zip(pos.tolist(), which.tolist(), seg_of.tolist(), d_of.tolist(), j_of.tolist()):
+            for p, q, k, d, j in zip(
+                pos.tolist(), which.tolist(), seg_of.tolist(), d_of.tolist(), j_of.tolist()
+            ):
                 if k < 0:
                     continue
                 seg = lay.segments[k]
@@ -567,7 +731,9 @@ class Tracer:
                 if final:
                     if bucketed:
                         j = int(self._bucket_perm(int(e), d)[1][j])
-                    if j >= self._final_len(lay, d) or (cut is not None and j // seg.batch_size >= cut):
+                    if j >= self._final_len(lay, d) or (
+                        cut is not None and j // seg.batch_size >= cut
+                    ):
                         continue
                 b = j // seg.batch_size
                 if self.remapped:
@@ -577,13 +743,30 @@ class Tracer:
                     continue
                 k_b = seg.replication_at(b)
                 for r in range(d * k_b, (d + 1) * k_b):
-                    hits.append(Hit(ulist[q], int(s[q]), int(e), r, seg.step_offset + b,
-                                    base + seg.step_offset + b, b, j % seg.batch_size, k))
+                    hits.append(
+                        Hit(
+                            ulist[q],
+                            int(s[q]),
+                            int(e),
+                            r,
+                            seg.step_offset + b,
+                            base + seg.step_offset + b,
+                            b,
+                            j % seg.batch_size,
+                            k,
+                        )
+                    )
         hits.sort(key=lambda h: (h.sample, h.epoch, h.step, h.rank))
         return hits
 
-    def batch(self, *, rank: int | None = None, step: int, epoch: int | None = None,
-              client: str | None = None) -> BatchTrace:
+    def batch(
+        self,
+        *,
+        rank: int | None = None,
+        step: int,
+        epoch: int | None = None,
+        client: str | None = None,
+    ) -> BatchTrace:
         """The samples of rank ``rank``'s batch at ``step`` of ``epoch`` (``None``: ``step`` counts from the
         record's first epoch).
 
@@ -604,28 +787,44 @@ class Tracer:
                 epoch += 1
             step = left
         if epoch not in self.epochs() or not 0 <= step < self.steps_in_epoch(epoch):
-            raise ConfigError(f"step {step} of epoch {epoch} is not in this record (epochs {self.epochs().start}.."
-                              f"{self.epochs().stop - 1})", hint="check --epoch/--step against the run")
+            raise ConfigError(
+                f"step {step} of epoch {epoch} is not in this record (epochs {self.epochs().start}.."
+                f"{self.epochs().stop - 1})",
+                hint="check --epoch/--step against the run",
+            )
         lay, cut = self.layout(epoch)
         k = max(i for i, sg in enumerate(lay.segments) if sg.step_offset <= step)
         seg = lay.segments[k]
         b = step - seg.step_offset
         k_b = seg.replication_at(b)
         if not 0 <= rank < seg.data_world * k_b:
-            raise ConfigError(f"rank {rank} is not a rank of epoch {epoch} step {step} "
-                              f"(world size {seg.data_world * k_b})")
+            raise ConfigError(
+                f"rank {rank} is not a rank of epoch {epoch} step {step} "
+                f"(world size {seg.data_world * k_b})"
+            )
         d = rank // k_b
         final = k == len(lay.segments) - 1
         lim = self._final_len(lay, d) if final else min(int(seg.consumed[d]), lay.part_len(k, d))  # type: ignore[index]  # consumed is set for non-final segments
         if final and cut is not None and b >= cut:
-            raise ConfigError(f"step {step} of epoch {epoch} had not run when the record was written (it ends at "
-                              f"batch {cut} of the epoch's last segment)", hint="save a newer run record")
+            raise ConfigError(
+                f"step {step} of epoch {epoch} had not run when the record was written (it ends at "
+                f"batch {cut} of the epoch's last segment)",
+                hint="save a newer run record",
+            )
         js = np.arange(b * seg.batch_size, min(lim, (b + 1) * seg.batch_size), dtype=np.int64)
         if final and self.record.get("buckets") is not None:
             js = self._bucket_perm(epoch, d)[0][js]
         samples = self.order(epoch).at(lay.part(k, d, js)) if len(js) else np.zeros(0, np.int64)
-        return BatchTrace(epoch, rank, step, self._global_base(epoch) + step, b, k, samples.tolist(),
-                          self.uids_of(samples))
+        return BatchTrace(
+            epoch,
+            rank,
+            step,
+            self._global_base(epoch) + step,
+            b,
+            k,
+            samples.tolist(),
+            self.uids_of(samples),
+        )
 
     # ----------------------------------------------------------------- served iterations
     @property
@@ -642,14 +841,18 @@ class Tracer:
             self._umap = _UnitMap(self.served)
         return self._umap
 
-    def _served_hit(self, uid: Any, sample: int, epoch: int, d: int, b: int, position: int) -> Hit | None:
+    def _served_hit(
+        self, uid: Any, sample: int, epoch: int, d: int, b: int, position: int
+    ) -> Hit | None:
         m = self.unit_map()
         u = int(m.offsets[d]) + b
         if not 0 <= u < len(m.who) or m.who[u] < 0:
             return None  # not served by this iteration (done before it, or not acknowledged)
         step = int(m.step[u])
         if m.clients is not None:
-            return Hit(uid, sample, epoch, d, step, step, b, position, 0, client=m.clients[int(m.who[u])])
+            return Hit(
+                uid, sample, epoch, d, step, step, b, position, 0, client=m.clients[int(m.who[u])]
+            )
         return Hit(uid, sample, epoch, int(m.who[u]), step, step, b, position, 0)
 
     def _served_batch(self, *, rank: int | None, step: int, client: str | None) -> BatchTrace:
@@ -659,33 +862,54 @@ class Tracer:
         if units is None:
             what = f"client {client!r}" if m.clients is not None else f"rank {rank}"
             known = list(m.units)[:20]
-            raise ConfigError(f"{what} has no batch in this served iteration; known: {known}",
-                              hint="dynamic iterations: give --client C (see the record's served.acks); "
-                                   "static: --rank R")
+            raise ConfigError(
+                f"{what} has no batch in this served iteration; known: {known}",
+                hint="dynamic iterations: give --client C (see the record's served.acks); "
+                "static: --rank R",
+            )
         if not 0 <= step < len(units):
-            raise ConfigError(f"step {step} is not in this served iteration ({len(units)} steps for "
-                              f"{'client ' + str(client) if m.clients is not None else 'rank ' + str(rank)})",
-                              hint="check --step against the run")
+            raise ConfigError(
+                f"step {step} is not in this served iteration ({len(units)} steps for "
+                f"{'client ' + str(client) if m.clients is not None else 'rank ' + str(rank)})",
+                hint="check --step against the run",
+            )
         u = int(units[step])
         d = int(np.searchsorted(m.offsets, u, side="right") - 1)
         epoch = int(self.runs[-1]["epoch"])
         inner = self._plan_batch(epoch, d, u - int(m.offsets[d]))
-        return BatchTrace(epoch, d if m.clients is not None else int(rank or 0), step, step, u - int(m.offsets[d]),
-                          0, inner.tolist(), self.uids_of(inner), client=client)
+        return BatchTrace(
+            epoch,
+            d if m.clients is not None else int(rank or 0),
+            step,
+            step,
+            u - int(m.offsets[d]),
+            0,
+            inner.tolist(),
+            self.uids_of(inner),
+            client=client,
+        )
 
     def _plan_batch(self, epoch: int, d: int, b: int) -> I64:
         lay, _ = self.layout(epoch)
         seg = lay.segments[-1]
         lim = self._final_len(lay, d)
         js = np.arange(b * seg.batch_size, min(lim, (b + 1) * seg.batch_size), dtype=np.int64)
-        out: I64 = self.order(epoch).at(lay.part(len(lay.segments) - 1, d, js)) if len(js) else np.zeros(0, np.int64)
+        out: I64 = (
+            self.order(epoch).at(lay.part(len(lay.segments) - 1, d, js))
+            if len(js)
+            else np.zeros(0, np.int64)
+        )
         return out
 
     # ----------------------------------------------------------------- rows and filters
-    def rows(self, samples: Sequence[int] | I64, *, columns: Sequence[str] | None = None) -> pa.Table:
+    def rows(
+        self, samples: Sequence[int] | I64, *, columns: Sequence[str] | None = None
+    ) -> pa.Table:
         """The rows of ``samples`` (in that order) read from the source."""
         if self.source is None:
-            raise ConfigError("reading rows needs the dataset", hint="pass source= (CLI: --source PATH)")
+            raise ConfigError(
+                "reading rows needs the dataset", hint="pass source= (CLI: --source PATH)"
+            )
         s = np.asarray(samples, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         shard = np.searchsorted(offsets, s, side="right") - 1
@@ -693,7 +917,11 @@ class Tracer:
         needed = np.unique(shard)
         tables = [self.source.read_shard(int(k), columns=cols) for k in needed]
         if not tables:
-            return self.source.read_shard(0, columns=cols).slice(0, 0) if len(self.sizes) else pa.table({})
+            return (
+                self.source.read_shard(0, columns=cols).slice(0, 0)
+                if len(self.sizes)
+                else pa.table({})
+            )
         base = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
         where = base[np.searchsorted(needed, shard)] + (s - offsets[shard])
         return (tables[0] if len(tables) == 1 else pa.concat_tables(tables)).take(pa.array(where))
@@ -707,12 +935,18 @@ class Tracer:
         return [not bool(k) for k in np.asarray(keep)]
 
 
-def trace(record: Mapping[str, Any] | str | os.PathLike[str], /, *, uids: Sequence[Any] | Any = None,
-          samples: Sequence[int] | int | None = None,
-          steps: Sequence[tuple[int | None, int, int]] | tuple[int | None, int, int] | None = None,
-          epochs: Sequence[int] | None = None, source: Source | None = None,
-          filter: Callable[[pa.Table], Any] | None = None,
-          index_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+def trace(
+    record: Mapping[str, Any] | str | os.PathLike[str],
+    /,
+    *,
+    uids: Sequence[Any] | Any = None,
+    samples: Sequence[int] | int | None = None,
+    steps: Sequence[tuple[int | None, int, int]] | tuple[int | None, int, int] | None = None,
+    epochs: Sequence[int] | None = None,
+    source: Source | None = None,
+    filter: Callable[[pa.Table], Any] | None = None,
+    index_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
     """Trace samples to batches and batches to samples from a run record.
 
     Args:
@@ -750,13 +984,19 @@ def trace(record: Mapping[str, Any] | str | os.PathLike[str], /, *, uids: Sequen
         hits += tracer.find(np.asarray(samples, dtype=np.int64).reshape(-1), epochs=epochs)
     batches: list[BatchTrace] = []
     if steps is not None:
-        many: list[Any] = [steps] if isinstance(steps, tuple) and not isinstance(steps[0], tuple) else list(steps)
+        many: list[Any] = (
+            [steps] if isinstance(steps, tuple) and not isinstance(steps[0], tuple) else list(steps)
+        )
         for e, r, st in many:
-            batches.append(tracer.batch(rank=int(r), step=int(st), epoch=None if e is None else int(e)))
+            batches.append(
+                tracer.batch(rank=int(r), step=int(st), epoch=None if e is None else int(e))
+            )
     if filter is not None:
         if source is None:
             raise ConfigError("evaluating the filter needs the dataset", hint="pass source=")
-        batches = [BatchTrace(**{**b.as_dict(), "rejected": tracer.rejected(b, filter)}) for b in batches]
+        batches = [
+            BatchTrace(**{**b.as_dict(), "rejected": tracer.rejected(b, filter)}) for b in batches
+        ]
         out = []
         for h in hits:
             b = tracer.batch(rank=h.rank, step=h.step, epoch=h.epoch)

@@ -89,7 +89,11 @@ class SequenceIndex(EpochIndex):
         lo = np.searchsorted(self._sorted, s, side="left")
         hi = np.searchsorted(self._sorted, s, side="right")
         which = np.repeat(np.arange(len(s), dtype=np.int64), hi - lo)
-        idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(s) else np.zeros(0, np.int64)
+        idx = (
+            np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+            if len(s)
+            else np.zeros(0, np.int64)
+        )
         return self._by[idx.astype(np.int64)].astype(np.int64), which
 
 
@@ -110,7 +114,9 @@ class ShardOrderIndex(EpochIndex):
         (True, True)
     """
 
-    def __init__(self, sizes: I64, perm: I64, window: int, *, seed: int, epoch: int, cache: int = 8) -> None:
+    def __init__(
+        self, sizes: I64, perm: I64, window: int, *, seed: int, epoch: int, cache: int = 8
+    ) -> None:
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.perm = np.asarray(perm, dtype=np.int64)
         self.window = int(window)
@@ -121,14 +127,18 @@ class ShardOrderIndex(EpochIndex):
         self.inv_perm[self.perm] = np.arange(len(self.perm), dtype=np.int64)
         self.pcum = np.concatenate([[0], np.cumsum(self.sizes[self.perm])]).astype(np.int64)
         self.n = int(self.pcum[-1])
-        self.wstart = self.pcum[np.arange(0, len(self.perm) + 1, self.window).clip(max=len(self.perm))]
+        self.wstart = self.pcum[
+            np.arange(0, len(self.perm) + 1, self.window).clip(max=len(self.perm))
+        ]
         if self.wstart[-1] != self.n:
             self.wstart = np.append(self.wstart, self.n)
         self._cache: OrderedDict[int, I64] = OrderedDict()
         self._keep = cache
 
     @classmethod
-    def build(cls, sizes: I64 | Sequence[int], *, seed: int, epoch: int, window: int) -> ShardOrderIndex:
+    def build(
+        cls, sizes: I64 | Sequence[int], *, seed: int, epoch: int, window: int
+    ) -> ShardOrderIndex:
         """The index of ``shard_order(sizes, seed=seed, epoch=epoch, window=window)`` (draws the shard permutation)."""
         sz = np.asarray(sizes, dtype=np.int64)
         perm = rng_for(seed, "shard_order", epoch).permutation(len(sz))
@@ -136,14 +146,22 @@ class ShardOrderIndex(EpochIndex):
 
     def save(self, path: str | Path | IO[bytes]) -> None:
         """Write the index (``.npz``)."""
-        np.savez(path, sizes=self.sizes, perm=self.perm, window=np.int64(self.window),
-                 seed=np.uint64(self.seed), epoch=np.int64(self.epoch))
+        np.savez(
+            path,
+            sizes=self.sizes,
+            perm=self.perm,
+            window=np.int64(self.window),
+            seed=np.uint64(self.seed),
+            epoch=np.int64(self.epoch),
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> ShardOrderIndex:
         """Read an index written by :meth:`save`."""
         with np.load(path) as z:
-            return cls(z["sizes"], z["perm"], int(z["window"]), seed=int(z["seed"]), epoch=int(z["epoch"]))
+            return cls(
+                z["sizes"], z["perm"], int(z["window"]), seed=int(z["seed"]), epoch=int(z["epoch"])
+            )
 
     def _window(self, w: int) -> I64:
         """The shuffled ``arange`` of window ``w`` (the same draws as the window's shuffle of sample ids)."""
@@ -161,7 +179,9 @@ class ShardOrderIndex(EpochIndex):
     def _inverse(self, p: I64, local: I64) -> I64:
         """Where the values ``local`` ended up in the shuffled window ``p``."""
         if len(local) <= 16:
-            return np.array([int(np.flatnonzero(p == u)[0]) for u in local.tolist()], dtype=np.int64)
+            return np.array(
+                [int(np.flatnonzero(p == u)[0]) for u in local.tolist()], dtype=np.int64
+            )
         inv = np.empty_like(p)
         inv[p] = np.arange(len(p), dtype=np.int64)
         out: I64 = inv[local]
@@ -192,7 +212,9 @@ class ShardOrderIndex(EpochIndex):
         out = np.empty_like(q)
         for wi in np.unique(w):
             sel = w == wi
-            out[sel] = self.wstart[wi] + self._inverse(self._window(int(wi)), q[sel] - self.wstart[wi])
+            out[sel] = self.wstart[wi] + self._inverse(
+                self._window(int(wi)), q[sel] - self.wstart[wi]
+            )
         return out, ok.astype(np.int64)
 
 
@@ -243,8 +265,12 @@ class Layout:
     def __init__(self, n: int, segments: Sequence[Segment], *, drop_last: bool) -> None:
         self.n, self.segments, self.drop_last = int(n), list(segments), bool(drop_last)
         starts, lens = np.zeros(1, np.int64), np.array([self.n], dtype=np.int64)
-        self._ivals: list[tuple[I64, I64]] = []  # per segment: (interval starts, cumulative lengths)
-        self._parts: list[tuple[I64, I64]] = []  # per segment: (part start, part length) per data rank
+        self._ivals: list[
+            tuple[I64, I64]
+        ] = []  # per segment: (interval starts, cumulative lengths)
+        self._parts: list[
+            tuple[I64, I64]
+        ] = []  # per segment: (part start, part length) per data rank
         for seg in self.segments:
             cum = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
             self._ivals.append((starts, cum))
@@ -253,7 +279,10 @@ class Layout:
             if seg.consumed is None:
                 break
             c = np.minimum(np.asarray(seg.consumed, dtype=np.int64), pln)
-            tails = [self._map_range(starts, cum, int(a + ci), int(a + ln)) for a, ci, ln in zip(pst, c, pln)]
+            tails = [
+                self._map_range(starts, cum, int(a + ci), int(a + ln))
+                for a, ci, ln in zip(pst, c, pln)
+            ]
             starts = np.concatenate([t[0] for t in tails]) if tails else np.zeros(0, np.int64)
             lens = np.concatenate([t[1] for t in tails]) if tails else np.zeros(0, np.int64)
 
@@ -277,7 +306,11 @@ class Layout:
         """Global positions of indices ``js`` (all by default) of the rank's part in segment ``seg``."""
         starts, cum = self._ivals[seg]
         pst, pln = self._parts[seg]
-        j = np.arange(int(pln[data_rank]), dtype=np.int64) if js is None else np.asarray(js, dtype=np.int64)
+        j = (
+            np.arange(int(pln[data_rank]), dtype=np.int64)
+            if js is None
+            else np.asarray(js, dtype=np.int64)
+        )
         idx = pst[data_rank] + j
         i = np.searchsorted(cum, idx, side="right") - 1
         out: I64 = starts[i] + (idx - cum[i])
@@ -290,13 +323,17 @@ class Layout:
         rank_of = np.full(len(pos), -1, dtype=np.int64)
         j_of = np.full(len(pos), -1, dtype=np.int64)
         live = np.ones(len(pos), dtype=bool)
-        for k, seg in enumerate(self.segments[:len(self._ivals)]):
+        for k, seg in enumerate(self.segments[: len(self._ivals)]):
             starts, cum = self._ivals[k]
             if not live.any():
                 break
             i = np.searchsorted(starts, pos, side="right") - 1
             lens = np.diff(cum)
-            inside = live & (i >= 0) & (pos < starts[i.clip(0)] + lens[i.clip(0)]) if len(starts) else live & False
+            inside = (
+                live & (i >= 0) & (pos < starts[i.clip(0)] + lens[i.clip(0)])
+                if len(starts)
+                else live & False
+            )
             live &= inside
             idx = cum[i.clip(0)] + pos - starts[i.clip(0)] if len(starts) else pos
             pst, pln = self._parts[k]
@@ -304,8 +341,14 @@ class Layout:
             j = idx - pst[r.clip(0)]
             in_part = live & (r >= 0) & (j < pln[r.clip(0)])
             live &= in_part
-            used = live & (j < (np.inf if seg.consumed is None else
-                                np.minimum(np.asarray(seg.consumed, dtype=np.int64), pln)[r.clip(0)]))
+            used = live & (
+                j
+                < (
+                    np.inf
+                    if seg.consumed is None
+                    else np.minimum(np.asarray(seg.consumed, dtype=np.int64), pln)[r.clip(0)]
+                )
+            )
             seg_of[used], rank_of[used], j_of[used] = k, r[used], j[used]
             live &= ~used
         return seg_of, rank_of, j_of

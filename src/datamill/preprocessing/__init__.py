@@ -11,38 +11,58 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Executor", "HDF5Sink", "LocalExecutor", "Metadata", "Plan", "Preprocessed", "Sink", "load", "preprocess"]
+__all__ = [
+    "Executor",
+    "HDF5Sink",
+    "LocalExecutor",
+    "Metadata",
+    "Plan",
+    "Preprocessed",
+    "Sink",
+    "load",
+    "preprocess",
+]
 assert sorted(__all__) == __all__
+
 
 def __getattr__(name: str) -> Any:
     """The package's public names, imported on first access (plain imports: the import graph sees them)."""
     match name:
         case "Executor":
             from datamill.preprocessing.executors import Executor
+
             return Executor
         case "HDF5Sink":
             from datamill.preprocessing.sinks import HDF5Sink
+
             return HDF5Sink
         case "LocalExecutor":
             from datamill.preprocessing.executors import LocalExecutor
+
             return LocalExecutor
         case "Metadata":
             from datamill.preprocessing.meta import Metadata
+
             return Metadata
         case "Plan":
             from datamill.preprocessing.plans import Plan
+
             return Plan
         case "Preprocessed":
             from datamill.preprocessing.api import Preprocessed
+
             return Preprocessed
         case "Sink":
             from datamill.preprocessing.sinks import Sink
+
             return Sink
         case "load":
             from datamill.preprocessing.api import load
+
             return load
         case "preprocess":
             from datamill.preprocessing.api import preprocess
+
             return preprocess
         case _:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from datamill.core.checks import check_path
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import CacheError, ConfigError
 from datamill.core.fingerprint import fingerprint_file
@@ -49,24 +50,46 @@ def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool)
     if p.hdf5_path is None or p.meta_path is None:
         return p
     paths = [x for x in inputs if isinstance(x, (str, os.PathLike))]
-    check_output(p.hdf5_path, is_own=_is_preprocess_output, inputs=paths, what="preprocessed HDF5",
-                 overwrite=overwrite)
-    check_output(p.meta_path, is_own=_is_preprocess_output, inputs=paths, what="preprocessing meta.json",
-                 overwrite=overwrite)
+    check_output(
+        p.hdf5_path,
+        is_own=_is_preprocess_output,
+        inputs=paths,
+        what="preprocessed HDF5",
+        overwrite=overwrite,
+    )
+    check_output(
+        p.meta_path,
+        is_own=_is_preprocess_output,
+        inputs=paths,
+        what="preprocessing meta.json",
+        overwrite=overwrite,
+    )
     recover_interrupted_switch(p.hdf5_path, p.meta_path)
     return with_image_files(p, dataset)
 
 
-def _on_engine(engine: str, dataset: Any, config: Any, *, output_dir: Any, skip_save: bool, metadata: Any,
-               overwrite: bool, options: dict[str, Any]) -> Preprocessed:
+def _on_engine(
+    engine: str,
+    dataset: Any,
+    config: Any,
+    *,
+    output_dir: Any,
+    skip_save: bool,
+    metadata: Any,
+    overwrite: bool,
+    options: dict[str, Any],
+) -> Preprocessed:
     """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, found through :mod:`datamill.engines`)."""
     check_engine(engine)
     if engine == LOCAL:
         raise ConfigError("engine_options apply to engine='ray' only")
     if skip_save:
-        raise ConfigError("skip_save is not supported with engine='ray' (it writes a shardset dataset)")
-    result: Preprocessed = engine_job(engine, "preprocess")(dataset, config, output_dir=output_dir, metadata=metadata,
-                                                 overwrite=overwrite, **options)
+        raise ConfigError(
+            "skip_save is not supported with engine='ray' (it writes a shardset dataset)"
+        )
+    result: Preprocessed = engine_job(engine, "preprocess")(
+        dataset, config, output_dir=output_dir, metadata=metadata, overwrite=overwrite, **options
+    )
     return result
 
 
@@ -124,24 +147,56 @@ def preprocess(
         ['red', 'blue', 'red', '<UNK>']
     """
     if engine != "local" or engine_options:  # (Ray reads s3:// URIs on its nodes itself)
-        return _on_engine(engine, dataset, config, output_dir=output_dir, skip_save=skip_save, metadata=metadata,
-                          overwrite=overwrite, options=engine_options or {})
-    start, (dataset, output_dir) = time.perf_counter(), _local_input(dataset, output_dir)  # s3:// -> local copy
-    p = _guarded(plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save),
-                 dataset, inputs=(dataset, config, metadata), overwrite=overwrite)
+        return _on_engine(
+            engine,
+            dataset,
+            config,
+            output_dir=output_dir,
+            skip_save=skip_save,
+            metadata=metadata,
+            overwrite=overwrite,
+            options=engine_options or {},
+        )
+    start, (dataset, output_dir) = (
+        time.perf_counter(),
+        _local_input(dataset, output_dir),
+    )  # s3:// -> local copy
+    p = _guarded(
+        plan(config, dataset, metadata=metadata, output_dir=output_dir, skip_save=skip_save),
+        dataset,
+        inputs=(dataset, config, metadata),
+        overwrite=overwrite,
+    )
     hit = _verified(p, cached(p))
     if hit is not None:
-        return Preprocessed(hit, p.hdf5_path, p.meta_path, True, int(hit.header["num_rows"]),
-                            time.perf_counter() - start)
+        return Preprocessed(
+            hit,
+            p.hdf5_path,
+            p.meta_path,
+            True,
+            int(hit.header["num_rows"]),
+            time.perf_counter() - start,
+        )
     sink = HDF5Sink(p.hdf5_path, p.meta_path) if p.hdf5_path and p.meta_path else MemorySink()
     meta = run(p, dataset, executor=LocalExecutor(), sink=sink)
     data = sink.data if isinstance(sink, MemorySink) else None
-    return Preprocessed(meta, p.hdf5_path, p.meta_path, False, int(meta.header["num_rows"]),
-                        time.perf_counter() - start, data)
+    return Preprocessed(
+        meta,
+        p.hdf5_path,
+        p.meta_path,
+        False,
+        int(meta.header["num_rows"]),
+        time.perf_counter() - start,
+        data,
+    )
 
 
 def _is_preprocess_output(path: Path) -> bool:
-    return path.is_file() and is_datamill_output(path) and path.name.endswith((HDF5_SUFFIX, META_SUFFIX))
+    return (
+        path.is_file()
+        and is_datamill_output(path)
+        and path.name.endswith((HDF5_SUFFIX, META_SUFFIX))
+    )
 
 
 def _verified(p: Plan, hit: Metadata | None) -> Metadata | None:
@@ -155,7 +210,9 @@ def _verified(p: Plan, hit: Metadata | None) -> Metadata | None:
         return None
 
 
-def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, Any] | CSR], Metadata]:
+def load(
+    hdf5_path: str | os.PathLike[str],
+) -> tuple[dict[str, np.ndarray[Any, Any] | CSR], Metadata]:
     """Read a preprocessed ``<stem>.hdf5`` and its ``<stem>.meta.json``.
 
     Returns:
@@ -177,12 +234,15 @@ def load(hdf5_path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray[Any, A
         >>> data["kind"].tolist(), meta.decode("kind", data["kind"]).tolist(), data["legs"].tolist()
         ([1, 2, 1], ['cat', 'bird', 'cat'], [4.0, 2.0, 0.0])
     """
-    path = Path(hdf5_path)
+    path = Path(check_path(hdf5_path, name="hdf5_path"))
     meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
     recover_interrupted_switch(path, meta_path)  # a run killed between its two renames
     data, attrs = read_hdf5(path)
     meta = read_meta(meta_path)
     if meta[HEADER].get("hdf5", {}).get("run_id") != attrs.get("run_id"):
-        raise CacheError("the HDF5 file and its metadata come from different runs", path=meta_path,
-                         hint="preprocess the dataset again")
+        raise CacheError(
+            "the HDF5 file and its metadata come from different runs",
+            path=meta_path,
+            hint="preprocess the dataset again",
+        )
     return data, Metadata(meta)

@@ -24,7 +24,9 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_applied(applied: dict[str, Any], features: Sequence[ResolvedFeature], *, path: str) -> None:
+def check_applied(
+    applied: dict[str, Any], features: Sequence[ResolvedFeature], *, path: str
+) -> None:
     """Raise unless every configured feature is in ``applied`` with the same type and well-formed values.
 
     Raises:
@@ -41,25 +43,45 @@ def check_applied(applied: dict[str, Any], features: Sequence[ResolvedFeature], 
     """
     for f in features:
         if f.name not in applied:
-            raise ConfigError(f"feature {f.name!r} is not in the metadata being applied", path=path, column=f.name,
-                              hint="use the config the metadata was made with")
+            raise ConfigError(
+                f"feature {f.name!r} is not in the metadata being applied",
+                path=path,
+                column=f.name,
+                hint="use the config the metadata was made with",
+            )
         m = applied[f.name]
         if not isinstance(m, dict):
-            raise DataFileError(f"expected an object for feature {f.name!r}, got {type(m).__name__}", path=path,
-                                column=f.name, hint="re-create the metadata with `datamill preprocess`")
+            raise DataFileError(
+                f"expected an object for feature {f.name!r}, got {type(m).__name__}",
+                path=path,
+                column=f.name,
+                hint="re-create the metadata with `datamill preprocess`",
+            )
         if m.get("type") != f.type:
-            raise ConfigError(f"the config says type {f.type}, the metadata says {m.get('type')}", path=path,
-                              column=f.name, hint="use the config the metadata was made with")
+            raise ConfigError(
+                f"the config says type {f.type}, the metadata says {m.get('type')}",
+                path=path,
+                column=f.name,
+                hint="use the config the metadata was made with",
+            )
         _check_values(m, f.name, path)
 
 
 def _check_values(m: dict[str, Any], name: str, path: str) -> None:
     def bad(what: str) -> DataFileError:
-        return DataFileError(what, path=path, column=name,
-                             hint="the metadata was edited or damaged; re-create it with `datamill preprocess`")
+        return DataFileError(
+            what,
+            path=path,
+            column=name,
+            hint="the metadata was edited or damaged; re-create it with `datamill preprocess`",
+        )
 
     for key in _NUMBER_STATS:
-        if key in m and m[key] is not None and not (_is_number(m[key]) and not math.isnan(float(m[key]))):
+        if (
+            key in m
+            and m[key] is not None
+            and not (_is_number(m[key]) and not math.isnan(float(m[key])))
+        ):
             raise bad(f"{key!r} must be a number, got {m[key]!r}")
     for key, value in m.items():
         if key.endswith("idx2str") and key != "str2idx":
@@ -71,8 +93,11 @@ def _check_values(m: dict[str, Any], name: str, path: str) -> None:
                 raise bad(f"{prefix}vocab_size is {size!r} but {key!r} has {len(value)} entries")
             ids = m.get(prefix + "str2idx")
             if ids is not None:
-                if not isinstance(ids, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                        for i in ids.values()):
+                if not isinstance(ids, dict) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) for i in ids.values()
+                ):
                     raise bad(f"{prefix}str2idx must map tokens to integer ids")
                 if any(not 0 <= i < len(value) or value[i] != t for t, i in ids.items()):
-                    raise bad(f"{prefix}str2idx does not match {key!r} (ids out of range or swapped)")
+                    raise bad(
+                        f"{prefix}str2idx does not match {key!r} (ids out of range or swapped)"
+                    )

@@ -53,8 +53,15 @@ def _strings(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.utf8_trim_whitespace(col)
 
 
-def fit_balance(column: pa.Array | pa.ChunkedArray, train: NDArray[np.bool_], *, name: str, seed: int,
-                oversample_minority: float | None, undersample_majority: float | None) -> Balance | None:
+def fit_balance(
+    column: pa.Array | pa.ChunkedArray,
+    train: NDArray[np.bool_],
+    *,
+    name: str,
+    seed: int,
+    oversample_minority: float | None,
+    undersample_majority: float | None,
+) -> Balance | None:
     """The first pass: class counts among the training rows (``train``: per input row) → :class:`Balance`.
 
     None when the training rows hold fewer than two classes.
@@ -79,26 +86,53 @@ def fit_balance(column: pa.Array | pa.ChunkedArray, train: NDArray[np.bool_], *,
     if oversample_minority:
         target = round(n_maj * oversample_minority)
         base, extra = divmod(target, n_min)
-        mine = np.sort(u[valid & np.asarray(pc.equal(values, minority).fill_null(False).to_numpy(
-            zero_copy_only=False), bool)])
+        mine = np.sort(
+            u[
+                valid
+                & np.asarray(
+                    pc.equal(values, minority).fill_null(False).to_numpy(zero_copy_only=False), bool
+                )
+            ]
+        )
         return Balance(name, minority, majority, base, float(mine[extra]) if extra else -math.inf)
     if undersample_majority:
         keep = int(n_min / undersample_majority)
-        theirs = np.sort(u[valid & np.asarray(pc.equal(values, majority).fill_null(False).to_numpy(
-            zero_copy_only=False), bool)])
-        return Balance(name, minority, majority, majority_cut=float(theirs[keep]) if keep < len(theirs) else math.inf)
+        theirs = np.sort(
+            u[
+                valid
+                & np.asarray(
+                    pc.equal(values, majority).fill_null(False).to_numpy(zero_copy_only=False), bool
+                )
+            ]
+        )
+        return Balance(
+            name,
+            minority,
+            majority,
+            majority_cut=float(theirs[keep]) if keep < len(theirs) else math.inf,
+        )
     return None
 
 
-def balance_copies(balance: Balance, column: pa.Array | pa.ChunkedArray, split: NDArray[np.int8] | None, *,
-                   seed: int, lo: int) -> NDArray[np.int64]:
+def balance_copies(
+    balance: Balance,
+    column: pa.Array | pa.ChunkedArray,
+    split: NDArray[np.int8] | None,
+    *,
+    seed: int,
+    lo: int,
+) -> NDArray[np.int64]:
     """How many times each row of a block (global rows ``lo ..``) appears after balancing (0: dropped)."""
     values = _strings(column)
     n = len(values)
     train = np.ones(n, bool) if split is None else split == 0
     u = uniform_at(seed, lo, lo + n, stream=BALANCE_STREAM)
-    is_min = np.asarray(pc.equal(values, balance.minority).fill_null(False).to_numpy(zero_copy_only=False), bool)
-    is_maj = np.asarray(pc.equal(values, balance.majority).fill_null(False).to_numpy(zero_copy_only=False), bool)
+    is_min = np.asarray(
+        pc.equal(values, balance.minority).fill_null(False).to_numpy(zero_copy_only=False), bool
+    )
+    is_maj = np.asarray(
+        pc.equal(values, balance.majority).fill_null(False).to_numpy(zero_copy_only=False), bool
+    )
     copies = np.ones(n, np.int64)
     minority = train & is_min
     copies[minority] = balance.base_copies + (u[minority] < balance.extra_cut)

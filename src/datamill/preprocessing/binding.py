@@ -46,20 +46,33 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
     missing = [c for c in p.optional if c not in columns]
     if missing:
         features = tuple(f for f in p.features if f.column not in missing)
-        p = replace(p, features=features, wanted={c: t for c, t in p.wanted.items() if c not in missing})
+        p = replace(
+            p, features=features, wanted={c: t for c, t in p.wanted.items() if c not in missing}
+        )
     glob = p.config.preprocessing
     keep = None
     if p.applied is None and (glob.sample_size is not None or glob.sample_ratio < 1):
-        size = glob.sample_size if glob.sample_size is not None else round(glob.sample_ratio * num_rows)
+        size = (
+            glob.sample_size
+            if glob.sample_size is not None
+            else round(glob.sample_ratio * num_rows)
+        )
         cut = sample_cut(p.seed, num_rows, size)
         p = replace(p, sample_cut=cut)
         keep = sample_mask(p.seed, 0, num_rows, cut) if cut != np.inf else None
     if p.split is not None:
         col = p.split.split_column
-        column = columns.get(col) if col is not None and p.split.type in ("stratify", "datetime") else None
+        column = (
+            columns.get(col)
+            if col is not None and p.split.type in ("stratify", "datetime")
+            else None
+        )
         split_keep = keep
-        if p.split.type == "stratify" and column is not None and any(
-                f.column == col and f.missing_value_strategy == "drop_row" for f in p.features):
+        if (
+            p.split.type == "stratify"
+            and column is not None
+            and any(f.column == col and f.missing_value_strategy == "drop_row" for f in p.features)
+        ):
             # Ludwig splits after drop_row: a row without a stratify value is not counted in the sizes
             present = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
             split_keep = present if keep is None else keep & present
@@ -70,17 +83,36 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
     return p
 
 
-def _fit_balance(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array],
-                 keep: NDArray[np.bool_] | None) -> Balance | None:
+def _fit_balance(
+    p: Plan,
+    num_rows: int,
+    columns: dict[str, pa.ChunkedArray | pa.Array],
+    keep: NDArray[np.bool_] | None,
+) -> Balance | None:
     target = next(f.column for f in p.features if f.role == "output")
     train = np.ones(num_rows, bool) if keep is None else keep.copy()
     if p.split is not None and p.split_state is not None:
         col = p.split.split_column
-        train &= assign_split(p.split, p.split_state, seed=p.seed, lo=0, hi=num_rows,
-                              column=columns[col] if col is not None else None) == 0
+        train &= (
+            assign_split(
+                p.split,
+                p.split_state,
+                seed=p.seed,
+                lo=0,
+                hi=num_rows,
+                column=columns[col] if col is not None else None,
+            )
+            == 0
+        )
     glob = p.config.preprocessing
-    return fit_balance(columns[target], train, name=target, seed=p.seed,
-                       oversample_minority=glob.oversample_minority, undersample_majority=glob.undersample_majority)
+    return fit_balance(
+        columns[target],
+        train,
+        name=target,
+        seed=p.seed,
+        oversample_minority=glob.oversample_minority,
+        undersample_majority=glob.undersample_majority,
+    )
 
 
 def pre_columns(p: Plan) -> list[str]:
@@ -88,8 +120,11 @@ def pre_columns(p: Plan) -> list[str]:
     cols = list(p.optional)
     glob = p.config.preprocessing
     balancing = p.applied is None and bool(glob.oversample_minority or glob.undersample_majority)
-    if p.split is not None and p.split.split_column is not None and (
-            balancing or p.split.type in ("stratify", "datetime")):
+    if (
+        p.split is not None
+        and p.split.split_column is not None
+        and (balancing or p.split.type in ("stratify", "datetime"))
+    ):
         cols.append(p.split.split_column)
     if balancing:
         cols.append(next(f.column for f in p.features if f.role == "output"))
@@ -120,4 +155,9 @@ def with_image_files(p: Plan, dataset: Any) -> Plan:
                 stats.append([value, st.st_size, st.st_mtime_ns])
             except OSError:
                 stats.append([value, None])
-    return replace(p, fingerprint=chain(p.fingerprint, "datamill.preprocess.image_files@1", fingerprint_obj(stats)))
+    return replace(
+        p,
+        fingerprint=chain(
+            p.fingerprint, "datamill.preprocess.image_files@1", fingerprint_obj(stats)
+        ),
+    )

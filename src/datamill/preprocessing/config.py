@@ -48,12 +48,47 @@ _Strict = ConfigDict(extra="forbid", frozen=True)
 #: keys a Ludwig model config defines outside preprocessing, accepted and ignored (with one notice):
 #: at the top level, in a feature, and in a ``defaults.<type>`` section
 LUDWIG_MODEL_KEYS: dict[str, frozenset[str]] = {
-    "top": frozenset({"adapter", "adapters", "backend", "base_model", "combiner", "generation", "hyperopt",
-                      "is_multimodal", "ludwig_version", "model_parameters", "model_type", "preset", "prompt",
-                      "quantization", "trainer", "trust_remote_code"}),
-    "feature": frozenset({"active", "augmentation", "calibration", "clip", "decoder", "default_validation_metric",
-                          "dependencies", "encoder", "input_size", "loss", "num_classes", "proc_column",
-                          "reduce_dependencies", "reduce_input", "threshold", "tied", "top_k"}),
+    "top": frozenset(
+        {
+            "adapter",
+            "adapters",
+            "backend",
+            "base_model",
+            "combiner",
+            "generation",
+            "hyperopt",
+            "is_multimodal",
+            "ludwig_version",
+            "model_parameters",
+            "model_type",
+            "preset",
+            "prompt",
+            "quantization",
+            "trainer",
+            "trust_remote_code",
+        }
+    ),
+    "feature": frozenset(
+        {
+            "active",
+            "augmentation",
+            "calibration",
+            "clip",
+            "decoder",
+            "default_validation_metric",
+            "dependencies",
+            "encoder",
+            "input_size",
+            "loss",
+            "num_classes",
+            "proc_column",
+            "reduce_dependencies",
+            "reduce_input",
+            "threshold",
+            "tied",
+            "top_k",
+        }
+    ),
     "defaults": frozenset({"decoder", "encoder", "loss"}),
 }
 
@@ -78,7 +113,9 @@ def strip_model_keys(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             clean = []
             for i, f in enumerate(feats):
                 if isinstance(f, dict):
-                    ignored += [f"{section}[{i}].{k}" for k in f if k in LUDWIG_MODEL_KEYS["feature"]]
+                    ignored += [
+                        f"{section}[{i}].{k}" for k in f if k in LUDWIG_MODEL_KEYS["feature"]
+                    ]
                     f = {k: v for k, v in f.items() if k not in LUDWIG_MODEL_KEYS["feature"]}
                 clean.append(f)
             out[section] = clean
@@ -108,16 +145,20 @@ class FeatureConfig(BaseModel):
     def _storable_name(cls, v: str) -> str:
         # a key of meta.json beside the "datamill" header; in the HDF5 file '/' and '%' are escaped (hdf5_name)
         if "\0" in v or v == "datamill":
-            raise ValueError(f"feature name {v!r} cannot be stored: names may not contain a NUL character or be "
-                             "'datamill' (the metadata header); rename it and set `column` "
-                             "to keep reading the same column")
+            raise ValueError(
+                f"feature name {v!r} cannot be stored: names may not contain a NUL character or be "
+                "'datamill' (the metadata header); rename it and set `column` "
+                "to keep reading the same column"
+            )
         return v
 
     @field_validator("type")
     @classmethod
     def _known_type(cls, v: str) -> str:
         if v not in FEATURE_TYPES:
-            raise ValueError(f"unknown feature type {v!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}")
+            raise ValueError(
+                f"unknown feature type {v!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}"
+            )
         return v
 
 
@@ -196,17 +237,22 @@ class GlobalPreprocessing(BaseModel):
             raise ValueError("set oversample_minority or undersample_majority, not both")
         for key, value in (self.model_extra or {}).items():
             if key not in keys:
-                raise ValueError(f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
-                                 f"oversample_minority, undersample_majority, global_max_sequence_length, layout, "
-                                 f"{', '.join(sorted(keys))}")
+                raise ValueError(
+                    f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
+                    f"oversample_minority, undersample_majority, global_max_sequence_length, layout, "
+                    f"{', '.join(sorted(keys))}"
+                )
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
-                    f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}")
+                    f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}"
+                )
         return self
 
     def type_defaults(self, type_name: str) -> dict[str, Any]:
         """The global defaults of feature type ``type_name`` (empty when none are given)."""
-        value: dict[str, Any] = (self.model_extra or {}).get(handler_class(type_name).defaults_key, {})
+        value: dict[str, Any] = (self.model_extra or {}).get(
+            handler_class(type_name).defaults_key, {}
+        )
         return value
 
 
@@ -231,7 +277,9 @@ class PreprocessConfig(BaseModel):
     def _known_types(cls, v: dict[str, TypeDefaults]) -> dict[str, TypeDefaults]:
         for name in v:
             if name not in FEATURE_TYPES:
-                raise ValueError(f"unknown feature type {name!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}")
+                raise ValueError(
+                    f"unknown feature type {name!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}"
+                )
         return v
 
     def to_dict(self) -> dict[str, Any]:
@@ -275,7 +323,9 @@ def _from_validation(exc: ValidationError, source: str | None, prefix: str = "")
     return error
 
 
-def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str]) -> tuple[PreprocessConfig, str | None]:
+def load_config(
+    config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str],
+) -> tuple[PreprocessConfig, str | None]:
     """Parse a config (model, dict, or YAML/JSON file path) → (model, file name or None)."""
     if isinstance(config, PreprocessConfig):
         return config, None
@@ -292,27 +342,44 @@ def load_config(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[st
         from datamill.core.yamlconfig import load_json, load_yaml
 
         try:
-            data = load_json(text, path=source) if path.suffix.lower() == ".json" else load_yaml(text, path=source)
+            data = (
+                load_json(text, path=source)
+                if path.suffix.lower() == ".json"
+                else load_yaml(text, path=source)
+            )
         except ConfigError:
             raise
         except Exception as exc:
-            raise ConfigError(f"cannot parse config: {' '.join(str(exc).split())}", path=source) from exc
+            raise ConfigError(
+                f"cannot parse config: {' '.join(str(exc).split())}", path=source
+            ) from exc
         if not isinstance(data, dict):
-            raise ConfigError(f"expected a mapping with input_features, got {type(data).__name__}", path=source)
+            raise ConfigError(
+                f"expected a mapping with input_features, got {type(data).__name__}", path=source
+            )
         config = data
     config, ignored = strip_model_keys(config)
     if ignored:
-        shown = ", ".join(ignored[:6]) + (f" and {len(ignored) - 6} more" if len(ignored) > 6 else "")
+        shown = ", ".join(ignored[:6]) + (
+            f" and {len(ignored) - 6} more" if len(ignored) > 6 else ""
+        )
         # one line, located at the config file (warn_explicit: no source line is printed under it)
-        warnings.warn_explicit(LudwigKeysIgnored(
-            f"ignored {len(ignored)} Ludwig model key(s) outside preprocessing ({shown})"),
-            LudwigKeysIgnored, filename=source or "<config>", lineno=0, module=__name__)
+        warnings.warn_explicit(
+            LudwigKeysIgnored(
+                f"ignored {len(ignored)} Ludwig model key(s) outside preprocessing ({shown})"
+            ),
+            LudwigKeysIgnored,
+            filename=source or "<config>",
+            lineno=0,
+            module=__name__,
+        )
     try:
         return PreprocessConfig.model_validate(config), source
     except ValidationError as exc:
         raise _from_validation(exc, source) from exc
 
 
+# long (68 lines): one pass over the features, its checks in the order a user's config is read, each raising a located error
 def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[ResolvedFeature]:
     """Validate every feature's ``preprocessing`` against its type's Params model."""
     out: list[ResolvedFeature] = []
@@ -326,32 +393,60 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
             seen.add(f.name)
             cls = handler_class(f.type)
             typed = cfg.defaults.get(f.type)
-            merged = {**cls.role_defaults(role), **glob.type_defaults(f.type),
-                      **(typed.preprocessing if typed else {}), **f.preprocessing}
-            strategy = cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
+            merged = {
+                **cls.role_defaults(role),
+                **glob.type_defaults(f.type),
+                **(typed.preprocessing if typed else {}),
+                **f.preprocessing,
+            }
+            strategy = (
+                cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
+            )
             fields = cls.Params.model_fields
-            if glob.layout is not None and "layout" in fields and "layout" not in merged \
-                    and glob.layout in _layouts(fields["layout"].annotation):
+            if (
+                glob.layout is not None
+                and "layout" in fields
+                and "layout" not in merged
+                and glob.layout in _layouts(fields["layout"].annotation)
+            ):
                 merged["layout"] = glob.layout
             fill = cls.default_fill(merged)
             if "missing_value_strategy" in merged:
-                strategy = merged["missing_value_strategy"] if "missing_value_strategy" in fields \
+                strategy = (
+                    merged["missing_value_strategy"]
+                    if "missing_value_strategy" in fields
                     else merged.pop("missing_value_strategy")
+                )
             if "fill_value" in merged:
                 fill = merged["fill_value"] if "fill_value" in fields else merged.pop("fill_value")
             if strategy not in STRATEGIES:
-                raise ConfigError(f"{where}.preprocessing.missing_value_strategy: unknown strategy {strategy!r}; "
-                                  f"valid: {', '.join(STRATEGIES)}", path=source)
+                raise ConfigError(
+                    f"{where}.preprocessing.missing_value_strategy: unknown strategy {strategy!r}; "
+                    f"valid: {', '.join(STRATEGIES)}",
+                    path=source,
+                )
             if strategy not in cls.strategies:
-                raise ConfigError(f"{where}.preprocessing.missing_value_strategy: {strategy} does not apply to "
-                                  f"{f.type} features; valid: {', '.join(cls.strategies)}", path=source)
+                raise ConfigError(
+                    f"{where}.preprocessing.missing_value_strategy: {strategy} does not apply to "
+                    f"{f.type} features; valid: {', '.join(cls.strategies)}",
+                    path=source,
+                )
             cap = glob.global_max_sequence_length
             if cap is not None and "max_sequence_length" in fields:
-                merged["max_sequence_length"] = min(int(merged.get(
-                    "max_sequence_length", fields["max_sequence_length"].default) or cap), cap)
+                merged["max_sequence_length"] = min(
+                    int(
+                        merged.get("max_sequence_length", fields["max_sequence_length"].default)
+                        or cap
+                    ),
+                    cap,
+                )
             try:
                 params = cls.Params.model_validate(merged)
             except ValidationError as exc:
                 raise _from_validation(exc, source, f"{where}.preprocessing") from exc
-            out.append(ResolvedFeature(f.name, f.type, f.column or f.name, params, strategy, fill, role, where))
+            out.append(
+                ResolvedFeature(
+                    f.name, f.type, f.column or f.name, params, strategy, fill, role, where
+                )
+            )
     return out

@@ -26,8 +26,12 @@ def _cast_iso(strings: pa.Array) -> pa.Array:
         return pa.nulls(len(strings), _TS)
 
 
-def parse_datetimes(column: pa.Array | pa.ChunkedArray, fmt: str | None = None, *,
-                    errors: Literal["null", "raise"] = "null") -> pa.Array:
+def parse_datetimes(
+    column: pa.Array | pa.ChunkedArray,
+    fmt: str | None = None,
+    *,
+    errors: Literal["null", "raise"] = "null",
+) -> pa.Array:
     """Timestamps (ns) of a string column; missing values stay null, unparsable ones too (``errors="null"``).
 
     Raises:
@@ -49,21 +53,33 @@ def parse_datetimes(column: pa.Array | pa.ChunkedArray, fmt: str | None = None, 
         parsed = pc.strptime(strings, format=fmt, unit="ns", error_is_null=True)
     else:
         parsed = _cast_iso(strings) if len(strings) else pa.array([], _TS)
-        left = np.flatnonzero(pc.and_(pc.is_null(parsed), pc.is_valid(strings)).to_numpy(zero_copy_only=False))
+        left = np.flatnonzero(
+            pc.and_(pc.is_null(parsed), pc.is_valid(strings)).to_numpy(zero_copy_only=False)
+        )
         if len(left):
             import pandas as pd
 
-            values = pd.to_datetime(pd.Series(strings.take(pa.array(left)).to_pylist(), dtype=object),
-                                    errors="coerce", format="mixed")
-            ns = np.array(parsed.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+            values = pd.to_datetime(
+                pd.Series(strings.take(pa.array(left)).to_pylist(), dtype=object),
+                errors="coerce",
+                format="mixed",
+            )
+            ns = np.array(
+                parsed.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), np.int64
+            )
             valid = np.array(parsed.is_valid().to_numpy(zero_copy_only=False), bool)
             got = values.notna().to_numpy()
             ns[left[got]] = values[got].astype("datetime64[ns]").to_numpy().astype(np.int64)
             valid[left[got]] = True
             parsed = pa.array(ns, pa.int64(), mask=~valid).cast(_TS)
     if errors == "raise":
-        bad = np.flatnonzero(pc.and_(pc.is_null(parsed), pc.is_valid(strings)).to_numpy(zero_copy_only=False))
+        bad = np.flatnonzero(
+            pc.and_(pc.is_null(parsed), pc.is_valid(strings)).to_numpy(zero_copy_only=False)
+        )
         if len(bad):
-            raise ValueError(f"cannot parse {strings[int(bad[0])].as_py()!r} as a date"
-                             + (f" with datetime_format {fmt!r}" if fmt else ""), int(bad[0]))
+            raise ValueError(
+                f"cannot parse {strings[int(bad[0])].as_py()!r} as a date"
+                + (f" with datetime_format {fmt!r}" if fmt else ""),
+                int(bad[0]),
+            )
     return parsed

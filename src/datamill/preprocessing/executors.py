@@ -74,8 +74,12 @@ class LocalExecutor:
 
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``fn(item)`` for every item in worker threads, yielded in order (at most ``threads`` ahead)."""
-        return ordered_map(fn, items, threads=self.threads if self.threads is not None else thread_count(),
-                           trim_memory=True)
+        return ordered_map(
+            fn,
+            items,
+            threads=self.threads if self.threads is not None else thread_count(),
+            trim_memory=True,
+        )
 
     def __repr__(self) -> str:
         return f"LocalExecutor(threads={self.threads})"

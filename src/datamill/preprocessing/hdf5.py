@@ -61,6 +61,7 @@ def key_of(name: str) -> str:
         return name.replace("%2E", ".")
     return _ESCAPED.sub(lambda m: "%" if m.group(1) == "25" else "/", name)
 
+
 _CHUNK_BYTES = 1 << 20
 
 
@@ -89,11 +90,15 @@ class H5Writer:
         name = hdf5_name(key)
         if name not in self.f:
             shape = (self.num_rows, *arr.shape[1:])
-            self.f.create_dataset(name, shape=shape, dtype=arr.dtype, chunks=_chunks(shape, arr.dtype.itemsize))
+            self.f.create_dataset(
+                name, shape=shape, dtype=arr.dtype, chunks=_chunks(shape, arr.dtype.itemsize)
+            )
         ds = self.f[name]
         if ds.shape[1:] != arr.shape[1:]:
-            raise DataFileError(f"feature {key!r}: block shape {arr.shape[1:]} differs from {ds.shape[1:]}")
-        ds[start:start + len(arr)] = arr
+            raise DataFileError(
+                f"feature {key!r}: block shape {arr.shape[1:]} differs from {ds.shape[1:]}"
+            )
+        ds[start : start + len(arr)] = arr
         self.filled[key] = start + len(arr)
 
     def _write_csr(self, key: str, csr: CSR) -> None:
@@ -102,11 +107,21 @@ class H5Writer:
             g = self.f.create_group(name)
             g.attrs["layout"] = "csr"
             g.attrs["vocab_size"] = int(csr.vocab_size)
-            g.create_dataset("indices", shape=(0,), maxshape=(None,), dtype=np.int32, chunks=(1 << 18,))
-            g.create_dataset("offsets", shape=(1,), maxshape=(None,), dtype=np.int64, chunks=(1 << 16,),
-                             data=np.zeros(1, np.int64))
+            g.create_dataset(
+                "indices", shape=(0,), maxshape=(None,), dtype=np.int32, chunks=(1 << 18,)
+            )
+            g.create_dataset(
+                "offsets",
+                shape=(1,),
+                maxshape=(None,),
+                dtype=np.int64,
+                chunks=(1 << 16,),
+                data=np.zeros(1, np.int64),
+            )
             if csr.values is not None:
-                g.create_dataset("values", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(1 << 18,))
+                g.create_dataset(
+                    "values", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(1 << 18,)
+                )
         g = self.f[name]
         n_old = g["indices"].shape[0]
         idx = np.asarray(csr.indices, dtype=np.int32)
@@ -152,11 +167,13 @@ def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
     return lengths, csr
 
 
-def _read_column(f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr: bool) -> NDArray[Any] | CSR:
+def _read_column(
+    f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr: bool
+) -> NDArray[Any] | CSR:
     """Rows ``lo:hi`` of a column (``None, None``: all of it, scalars included); CSR offsets rebased to 0."""
     obj = f[hdf5_name(name)]
     if csr:
-        offs = np.asarray(obj["offsets"][lo:None if hi is None else hi + 1], dtype=np.int64)
+        offs = np.asarray(obj["offsets"][lo : None if hi is None else hi + 1], dtype=np.int64)
         a, b = int(offs[0]), int(offs[-1])
         values = obj["values"][a:b] if "values" in obj else None
         return CSR(obj["indices"][a:b], offs - a, int(obj.attrs["vocab_size"]), values)
@@ -167,8 +184,18 @@ def _read_column(f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr
     return sliced
 
 
-_SPLIT_IDS = {"0": 0, "train": 0, "training": 0, "1": 1, "validation": 1, "val": 1, "valid": 1,
-              "2": 2, "test": 2, "testing": 2}
+_SPLIT_IDS = {
+    "0": 0,
+    "train": 0,
+    "training": 0,
+    "1": 1,
+    "validation": 1,
+    "val": 1,
+    "valid": 1,
+    "2": 2,
+    "test": 2,
+    "testing": 2,
+}
 
 
 def _split_id(split: str | int) -> int:
@@ -187,7 +214,12 @@ def _take_csr(value: CSR, take: NDArray[np.int64]) -> CSR:
     offsets = np.zeros(len(take) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
-    return CSR(value.indices[flat], offsets, value.vocab_size, None if value.values is None else value.values[flat])
+    return CSR(
+        value.indices[flat],
+        offsets,
+        value.vocab_size,
+        None if value.values is None else value.values[flat],
+    )
 
 
 def read_hdf5(path: str | Path) -> tuple[dict[str, NDArray[Any] | CSR], dict[str, Any]]:
@@ -240,8 +272,13 @@ class HDF5Source:
         (['img', 'x'], [2, 2, 1], 'fixed_size_list<item: fixed_size_list<item: double>[3]>[2]')
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, shard_size: int = 65536,
-                 split: str | int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shard_size: int = 65536,
+        split: str | int | None = None,
+    ) -> None:
         self.path = Path(path)
         FixedShards(0, shard_size)  # validates shard_size
         self.shard_size = int(shard_size)
@@ -252,17 +289,25 @@ class HDF5Source:
                 lengths, self._csr = _layout(f)
                 if self.split is not None:
                     if "split" not in lengths or "split" in self._csr:
-                        raise DataFileError("the file has no split dataset", path=self.path,
-                                            hint="preprocess with a split (the default), or drop split=")
-                    self._rows = np.flatnonzero(np.asarray(f["split"][()]) == self.split).astype(np.int64)
+                        raise DataFileError(
+                            "the file has no split dataset",
+                            path=self.path,
+                            hint="preprocess with a split (the default), or drop split=",
+                        )
+                    self._rows = np.flatnonzero(np.asarray(f["split"][()]) == self.split).astype(
+                        np.int64
+                    )
                     del lengths["split"]
             except (OSError, KeyError) as exc:
                 raise DataFileError(f"not a readable HDF5 file ({exc})", path=self.path) from exc
         if not lengths:
             raise DataFileError("HDF5 file has no datasets at its root", path=self.path)
         if len(set(lengths.values())) > 1:
-            raise DataFileError(f"root datasets have different numbers of rows: {lengths}", path=self.path,
-                                hint="every column of a preprocessed HDF5 must have one row per sample")
+            raise DataFileError(
+                f"root datasets have different numbers of rows: {lengths}",
+                path=self.path,
+                hint="every column of a preprocessed HDF5 must have one row per sample",
+            )
         self._columns = list(lengths)
         self.num_rows = next(iter(lengths.values())) if self._rows is None else len(self._rows)
         self._shards = FixedShards(self.num_rows, self.shard_size)
@@ -282,7 +327,9 @@ class HDF5Source:
     @staticmethod
     def _to_arrow(data: NDArray[Any]) -> pa.Array:
         if data.dtype.kind in "SO":
-            return pa.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in data.tolist()])
+            return pa.array(
+                [v.decode("utf-8") if isinstance(v, bytes) else v for v in data.tolist()]
+            )
         flat = pa.array(np.ascontiguousarray(data).reshape(-1))
         for dim in reversed(data.shape[1:]):
             flat = pa.FixedSizeListArray.from_arrays(flat, dim)
@@ -293,7 +340,9 @@ class HDF5Source:
         lo, hi = self._shards.bounds(index)
         arrays = []
         take = None
-        if self._rows is not None:  # the shard's rows of the split: read their span, keep those rows
+        if (
+            self._rows is not None
+        ):  # the shard's rows of the split: read their span, keep those rows
             rows = self._rows[lo:hi]
             lo, hi = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
             take = rows - lo
@@ -304,22 +353,43 @@ class HDF5Source:
                     if take is not None:
                         value = _take_csr(value, take) if isinstance(value, CSR) else value[take]
                     if isinstance(value, CSR):
-                        arrays.append(pa.LargeListArray.from_arrays(pa.array(value.offsets), pa.array(value.indices)))
+                        arrays.append(
+                            pa.LargeListArray.from_arrays(
+                                pa.array(value.offsets), pa.array(value.indices)
+                            )
+                        )
                     else:
                         arrays.append(self._to_arrow(value))
                 except (OSError, KeyError, ValueError) as exc:
-                    raise DataFileError(f"cannot read rows {lo}..{hi - 1} ({exc})", path=self.path,
-                                        column=name, row=lo, shard=index) from exc
+                    raise DataFileError(
+                        f"cannot read rows {lo}..{hi - 1} ({exc})",
+                        path=self.path,
+                        column=name,
+                        row=lo,
+                        shard=index,
+                    ) from exc
         return pa.table(dict(zip(names, arrays)))
 
     def fingerprint(self) -> str:
         st = self.path.stat()
-        return fingerprint_obj([self.columns, self.num_rows, self.shard_size, st.st_size, tail_hash(self.path),
-                                *([] if self.split is None else [self.split])])
+        return fingerprint_obj(
+            [
+                self.columns,
+                self.num_rows,
+                self.shard_size,
+                st.st_size,
+                tail_hash(self.path),
+                *([] if self.split is None else [self.split]),
+            ]
+        )
 
     def __repr__(self) -> str:
-        split = "" if self.split is None else f", split={('train', 'validation', 'test')[self.split]!r}"
+        split = (
+            "" if self.split is None else f", split={('train', 'validation', 'test')[self.split]!r}"
+        )
         return f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, shards={self.num_shards}{split})"
 
 
-register_source("hdf5", marker=lambda p: p.is_file() and p.suffix in (HDF5_SUFFIX, ".h5"), opener=HDF5Source)
+register_source(
+    "hdf5", marker=lambda p: p.is_file() and p.suffix in (HDF5_SUFFIX, ".h5"), opener=HDF5Source
+)

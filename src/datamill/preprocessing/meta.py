@@ -39,9 +39,14 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CacheError("metadata file not found", path=path) from exc
     except (OSError, ValueError) as exc:
         raise CacheError(f"cannot read metadata: {exc}", path=path) from exc
-    if not isinstance(data, dict) or not isinstance(data.get(HEADER), dict) \
-            or data[HEADER].get("format") != META_FORMAT:
-        raise CacheError(f"not a datamill preprocessing metadata file (expected format {META_FORMAT})", path=path)
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get(HEADER), dict)
+        or data[HEADER].get("format") != META_FORMAT
+    ):
+        raise CacheError(
+            f"not a datamill preprocessing metadata file (expected format {META_FORMAT})", path=path
+        )
     return data
 
 
@@ -91,7 +96,7 @@ class Metadata(Mapping[str, dict[str, Any]]):
             return key, None
         for name in self.features:
             if key in self.data[name].get("hdf5_keys", ()):
-                return name, key[len(name) + 1:] if key.startswith(name + "_") else key
+                return name, key[len(name) + 1 :] if key.startswith(name + "_") else key
         raise KeyError(f"no feature or HDF5 key {key!r}; features: {self.features}")
 
     def vocab(self, key: str) -> Vocab:
@@ -104,7 +109,9 @@ class Metadata(Mapping[str, dict[str, Any]]):
             elif sub is not None and f"{sub}_idx2str" in m:
                 m = {"idx2str": m[f"{sub}_idx2str"], "unk_token": m.get(f"{sub}_unk_token")}
             if "idx2str" not in m:
-                raise ConfigError(f"feature {name!r} ({self.data[name].get('type')}) has no vocabulary")
+                raise ConfigError(
+                    f"feature {name!r} ({self.data[name].get('type')}) has no vocabulary"
+                )
             self._vocabs[(name, sub)] = Vocab.from_dict(m)
         return self._vocabs[(name, sub)]
 

@@ -26,8 +26,16 @@ from numpy.typing import NDArray
 
 __all__ = ["Carry", "MissingStats", "STRATEGIES", "apply_fill", "carries", "fit_missing"]  # noqa: RUF022 - Python sorted() order (house rule)
 
-STRATEGIES = ("fill_with_const", "fill_with_mode", "fill_with_mean", "fill_with_false", "fill_with_true", "bfill",
-              "ffill", "drop_row")
+STRATEGIES = (
+    "fill_with_const",
+    "fill_with_mode",
+    "fill_with_mean",
+    "fill_with_false",
+    "fill_with_true",
+    "bfill",
+    "ffill",
+    "drop_row",
+)
 
 #: strategies whose fill value comes from statistics of the fit rows
 FITTED = ("fill_with_mean", "fill_with_mode", "fill_with_false", "fill_with_true")
@@ -66,14 +74,23 @@ class MissingStats:
             if values is None or counts is None:
                 values, counts = later.values, later.counts
             else:
-                table = pa.table({"v": pa.concat_arrays([values, later.values]),
-                                  "c": pa.array(np.concatenate([counts, later.counts]), pa.int64())})
+                table = pa.table(
+                    {
+                        "v": pa.concat_arrays([values, later.values]),
+                        "c": pa.array(np.concatenate([counts, later.counts]), pa.int64()),
+                    }
+                )
                 agg = table.group_by("v").aggregate([("c", "sum")])
                 values = agg.column("v").combine_chunks()
                 counts = agg.column("c_sum").to_numpy().astype(np.int64)
-        return MissingStats(self.count + later.count, self.total + later.total, values, counts,
-                            self.first if self.first is not None else later.first,
-                            later.last if later.last is not None else self.last)
+        return MissingStats(
+            self.count + later.count,
+            self.total + later.total,
+            values,
+            counts,
+            self.first if self.first is not None else later.first,
+            later.last if later.last is not None else self.last,
+        )
 
     def mean(self) -> float | None:
         """Mean of the non-null fit values (None when there are none)."""
@@ -87,7 +104,9 @@ class MissingStats:
         return pc.min(self.values.take(pa.array(best))).as_py()
 
 
-def fit_missing(column: pa.Array, strategy: str, fit_mask: NDArray[np.bool_] | None) -> MissingStats:
+def fit_missing(
+    column: pa.Array, strategy: str, fit_mask: NDArray[np.bool_] | None
+) -> MissingStats:
     """One block's :class:`MissingStats` for ``strategy`` (only what that strategy needs is computed).
 
     ``fit_mask`` selects the fit (train) rows for the fitted strategies; ``None``: every row.
@@ -107,11 +126,15 @@ def fit_missing(column: pa.Array, strategy: str, fit_mask: NDArray[np.bool_] | N
         if len(valid) == 0:
             return MissingStats()
         vc = pc.value_counts(valid)
-        return MissingStats(values=vc.field("values"),
-                            counts=vc.field("counts").to_numpy(zero_copy_only=False).astype(np.int64))
+        return MissingStats(
+            values=vc.field("values"),
+            counts=vc.field("counts").to_numpy(zero_copy_only=False).astype(np.int64),
+        )
     if strategy in NEIGHBOURS and len(column) > column.null_count:
         valid = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
-        return MissingStats(first=column[int(valid[0])].as_py(), last=column[int(valid[-1])].as_py())
+        return MissingStats(
+            first=column[int(valid[0])].as_py(), last=column[int(valid[-1])].as_py()
+        )
     return MissingStats()
 
 
@@ -136,8 +159,14 @@ def carries(blocks: list[MissingStats]) -> list[Carry]:
     return [Carry(b, a) for b, a in zip(before, reversed(after))]
 
 
-def apply_fill(column: pa.Array | pa.ChunkedArray, strategy: str, fill: Any, *, carry: Carry | None = None,
-               edge_fill: Any = None) -> pa.Array:
+def apply_fill(
+    column: pa.Array | pa.ChunkedArray,
+    strategy: str,
+    fill: Any,
+    *,
+    carry: Carry | None = None,
+    edge_fill: Any = None,
+) -> pa.Array:
     """Fill the nulls of one block of ``column`` (already cast to the handler's type).
 
     ``fill``: the value of the constant / fitted strategies. ``bfill``/``ffill`` take values from
@@ -152,8 +181,12 @@ def apply_fill(column: pa.Array | pa.ChunkedArray, strategy: str, fill: Any, *, 
     if column.null_count == 0:
         return column
     if strategy in NEIGHBOURS:
-        column = pc.fill_null_forward(column) if strategy == "ffill" else pc.fill_null_backward(column)
-        neighbour = None if carry is None else (carry.before if strategy == "ffill" else carry.after)
+        column = (
+            pc.fill_null_forward(column) if strategy == "ffill" else pc.fill_null_backward(column)
+        )
+        neighbour = (
+            None if carry is None else (carry.before if strategy == "ffill" else carry.after)
+        )
         if column.null_count and neighbour is not None:
             column = pc.fill_null(column, pa.scalar(neighbour, column.type))
         if column.null_count == 0:

@@ -69,14 +69,30 @@ from datamill.preprocessing.split import (
     sample_mask,
 )
 
-__all__ = ["BLOCK_ROWS", "Block", "Origin", "Plan", "Stats", "TRANSFORM_VERSION", "bind",  # noqa: RUF022 - Python sorted() order (house rule)
-           "cached", "finalize", "fit", "plan", "prepare", "run", "transform"]  # Block, Origin, Plan, Stats: from plans
+__all__ = [
+    "BLOCK_ROWS",
+    "TRANSFORM_VERSION",
+    "Block",
+    "Origin",
+    "Plan",
+    "Stats",
+    "bind",
+    "cached",
+    "finalize",
+    "fit",
+    "plan",
+    "prepare",
+    "run",
+    "transform",
+]  # Block, Origin, Plan, Stats: from plans
 
 #: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split;
 #: @3: Ludwig's defaults: a default split with exact sizes, zscore inputs, drop_row outputs, stripped tokens)
 TRANSFORM_VERSION = "datamill.preprocess@3"
 #: rows per block (fit statistics are merged across blocks)
-BLOCK_ROWS = 1 << 16  # 64k rows: bounded transform temporaries (1<<19 tripled peak RSS on text at 600k rows)
+BLOCK_ROWS = (
+    1 << 16
+)  # 64k rows: bounded transform temporaries (1<<19 tripled peak RSS on text at 600k rows)
 
 
 def _version() -> str:
@@ -102,9 +118,14 @@ def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
 
 
 # long (61 lines, 13 of docstring): the docstring documents the plan; the code resolves the config and outputs in order
-def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None, dataset: Any, *,
-         metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
-         output_dir: str | os.PathLike[str] | None = None, skip_save: bool = False) -> Plan:
+def plan(
+    config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None,
+    dataset: Any,
+    *,
+    metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    skip_save: bool = False,
+) -> Plan:
     """Resolve a config (or the one recorded in ``metadata``) for ``dataset`` into a :class:`Plan`.
 
     Args and their defaults are those of :func:`datamill.preprocessing.api.preprocess`; nothing is
@@ -120,11 +141,20 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
     """
     applied: dict[str, Any] | None = None
     if metadata is not None:
-        applied = metadata.to_dict() if isinstance(metadata, Metadata) else \
-            metadata if isinstance(metadata, dict) else read_meta(metadata)
+        applied = (
+            metadata.to_dict()
+            if isinstance(metadata, Metadata)
+            else metadata
+            if isinstance(metadata, dict)
+            else read_meta(metadata)
+        )
         if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
-            raise ConfigError("the metadata records no config; pass --config", path=display_name(metadata)
-                              if isinstance(metadata, (str, os.PathLike)) else "<metadata>")
+            raise ConfigError(
+                "the metadata records no config; pass --config",
+                path=display_name(metadata)
+                if isinstance(metadata, (str, os.PathLike))
+                else "<metadata>",
+            )
         config = applied[HEADER]["config"] if config is None else config
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
@@ -132,8 +162,13 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
 
     features = tuple(resolve_features(cfg, cfg_source))
     if applied is not None:
-        check_applied(applied, features, path=display_name(metadata) if isinstance(metadata, (str, os.PathLike))
-                      else "<metadata>")
+        check_applied(
+            applied,
+            features,
+            path=display_name(metadata)
+            if isinstance(metadata, (str, os.PathLike))
+            else "<metadata>",
+        )
     split = None
     if applied is None:
         split = cfg.preprocessing.split or SplitConfig()  # Ludwig's default: random 0.7/0.1/0.2
@@ -143,26 +178,55 @@ def plan(config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | No
         t = handler_class(f.type).input_type
         wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
     glob = cfg.preprocessing
-    if applied is None and (glob.oversample_minority or glob.undersample_majority) \
-            and not any(f.role == "output" for f in features):
-        raise ConfigError("preprocessing: oversample_minority/undersample_majority balance the classes of the "
-                          "first output feature; the config has none", path=cfg_source)
+    if (
+        applied is None
+        and (glob.oversample_minority or glob.undersample_majority)
+        and not any(f.role == "output" for f in features)
+    ):
+        raise ConfigError(
+            "preprocessing: oversample_minority/undersample_majority balance the classes of the "
+            "first output feature; the config has none",
+            path=cfg_source,
+        )
     if split is not None and split.split_column is not None:
         wanted.setdefault(split.split_column, "string")
     optional = tuple(f.column for f in features if applied is not None and f.role == "output")
     in_memory = not isinstance(dataset, (str, os.PathLike))
-    p = Plan(cfg, cfg_source, features, wanted, split, cfg.preprocessing.seed, applied,
-             None if in_memory else display_name(dataset), block_rows=BLOCK_ROWS, optional=optional)
+    p = Plan(
+        cfg,
+        cfg_source,
+        features,
+        wanted,
+        split,
+        cfg.preprocessing.seed,
+        applied,
+        None if in_memory else display_name(dataset),
+        block_rows=BLOCK_ROWS,
+        optional=optional,
+    )
     if skip_save or (in_memory and output_dir is None):
         return p
     fp_input = _input_fingerprint(dataset)
-    fp = chain(fp_input, TRANSFORM_VERSION, {
-        "config": cfg.to_dict(), "version": _version(),
-        "metadata": fingerprint_obj({k: v for k, v in applied.items() if k != HEADER}) if applied else None})
+    fp = chain(
+        fp_input,
+        TRANSFORM_VERSION,
+        {
+            "config": cfg.to_dict(),
+            "version": _version(),
+            "metadata": fingerprint_obj({k: v for k, v in applied.items() if k != HEADER})
+            if applied
+            else None,
+        },
+    )
     stem, base = _stem_and_dir(dataset) if not in_memory else ("dataset", Path())
     out_dir = Path(output_dir) if output_dir is not None else base
-    return replace(p, fingerprint=fp, input_fingerprint=fp_input, hdf5_path=out_dir / f"{stem}{HDF5_SUFFIX}",
-                   meta_path=out_dir / f"{stem}{META_SUFFIX}")
+    return replace(
+        p,
+        fingerprint=fp,
+        input_fingerprint=fp_input,
+        hdf5_path=out_dir / f"{stem}{HDF5_SUFFIX}",
+        meta_path=out_dir / f"{stem}{META_SUFFIX}",
+    )
 
 
 def cached(p: Plan) -> Metadata | None:
@@ -173,8 +237,11 @@ def cached(p: Plan) -> Metadata | None:
         data = read_meta(p.meta_path)
         h = data[HEADER]
         st = p.hdf5_path.stat()
-        if h["fingerprint"] == p.fingerprint and h["hdf5"]["size"] == st.st_size \
-                and h["hdf5"]["mtime_ns"] == st.st_mtime_ns:
+        if (
+            h["fingerprint"] == p.fingerprint
+            and h["hdf5"]["size"] == st.st_size
+            and h["hdf5"]["mtime_ns"] == st.st_mtime_ns
+        ):
             return Metadata(data)
     except (CacheError, OSError, KeyError, TypeError):
         return None
@@ -189,21 +256,38 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     """
     index, lo, table = item
     n = table.num_rows
-    for column in sorted({f.column for f in p.features if f.type == "image"}):  # an empty path is a missing image
+    for column in sorted(
+        {f.column for f in p.features if f.type == "image"}
+    ):  # an empty path is a missing image
         c = table[column]
         if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
             blank = pc.equal(pc.utf8_trim_whitespace(c), "")
-            table = table.set_column(table.column_names.index(column), column,
-                                     pc.if_else(blank, pa.scalar(None, c.type), c))
+            table = table.set_column(
+                table.column_names.index(column),
+                column,
+                pc.if_else(blank, pa.scalar(None, c.type), c),
+            )
     split = None
     if p.split is not None:
         if p.split_state is None:
-            raise ConfigError("internal: the plan's split is not bound to the input (call pipeline.bind first)")
+            raise ConfigError(
+                "internal: the plan's split is not bound to the input (call pipeline.bind first)"
+            )
         col = table[p.split.split_column] if p.split.split_column is not None else None
-        split = assign_split(p.split, p.split_state, seed=p.seed, lo=lo, hi=lo + n, column=col,
-                             path=origin.path, line_offset=origin.line_offset)
+        split = assign_split(
+            p.split,
+            p.split_state,
+            seed=p.seed,
+            lo=lo,
+            hi=lo + n,
+            column=col,
+            path=origin.path,
+            line_offset=origin.line_offset,
+        )
     rows = None
-    drop = list(dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row"))
+    drop = list(
+        dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row")
+    )
     cut = p.sample_cut if p.sample_cut is not None else np.inf
     if drop or cut != np.inf or p.balance is not None:
         keep = sample_mask(p.seed, lo, lo + n, cut) if cut != np.inf else np.ones(n, dtype=bool)
@@ -216,9 +300,18 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
         table = table.take(pa.array(take))
         split = split[take] if split is not None else None
         rows = lo + take
-    columns = {f.name: cast_column(table[f.column], handler_class(f.type).input_type, name=origin.path,
-                                   column=f.column, line_offset=origin.line_offset, row_offset=lo, rows=rows)
-               for f in p.features}
+    columns = {
+        f.name: cast_column(
+            table[f.column],
+            handler_class(f.type).input_type,
+            name=origin.path,
+            column=f.column,
+            line_offset=origin.line_offset,
+            row_offset=lo,
+            rows=rows,
+        )
+        for f in p.features
+    }
     return Block(index, lo, table.num_rows, columns, split, rows, origin)
 
 
@@ -229,24 +322,36 @@ def _missing_features(p: Plan) -> list[ResolvedFeature]:
 
 
 def _missing_block(p: Plan, block: Block) -> dict[str, MissingStats]:
-    return {f.name: fit_missing(block.columns[f.name], f.missing_value_strategy, block.fit_mask)
-            for f in _missing_features(p)}
+    return {
+        f.name: fit_missing(block.columns[f.name], f.missing_value_strategy, block.fit_mask)
+        for f in _missing_features(p)
+    }
 
 
-def _filled(f: ResolvedFeature, h: FeatureHandler, block: Block, fill: Any, carry: Carry | None) -> pa.Array:
-    return apply_fill(block.columns[f.name], f.missing_value_strategy, fill, carry=carry,
-                      edge_fill=h.edge_fill(f.params))
+def _filled(
+    f: ResolvedFeature, h: FeatureHandler, block: Block, fill: Any, carry: Carry | None
+) -> pa.Array:
+    return apply_fill(
+        block.columns[f.name],
+        f.missing_value_strategy,
+        fill,
+        carry=carry,
+        edge_fill=h.edge_fill(f.params),
+    )
 
 
-def _fit_block(p: Plan, fills: dict[str, Any], keep_tokens: bool,
-               item: tuple[Block, dict[str, Carry]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fit_block(
+    p: Plan, fills: dict[str, Any], keep_tokens: bool, item: tuple[Block, dict[str, Carry]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One block's handler statistics (on its fit rows) and, when ``keep_tokens``, its tokens (all rows)."""
     block, carry = item
     mask = block.fit_mask
     subset = mask is not None and not mask.all()
     rows = None
     if mask is not None and subset:
-        rows = (block.rows if block.rows is not None else block.lo + np.arange(block.num_rows))[mask]
+        rows = (block.rows if block.rows is not None else block.lo + np.arange(block.num_rows))[
+            mask
+        ]
     stats: dict[str, Any] = {}
     tokens: dict[str, Any] = {}
     for f in p.features:
@@ -255,7 +360,9 @@ def _fit_block(p: Plan, fills: dict[str, Any], keep_tokens: bool,
         ctx = block.context(f)
         t = h.tokens(col, f.params, ctx)
         fit_ctx = replace(ctx, rows=rows) if subset else ctx
-        stats[f.name] = h.fit(h.take_rows(t, mask) if mask is not None and subset else t, f.params, fit_ctx)
+        stats[f.name] = h.fit(
+            h.take_rows(t, mask) if mask is not None and subset else t, f.params, fit_ctx
+        )
         if keep_tokens and t is not col:
             tokens[f.name] = h.compact_tokens(t)
     return stats, tokens
@@ -278,8 +385,11 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
         >>> st.num_rows, st.fills, st.features["x"].count
         (3, {'x': 3.0}, 3)
     """
-    per_block = list(executor.map_ordered(partial(_missing_block, p), blocks)) if _missing_features(p) else \
-        [{} for _ in blocks]  # (no pass over the blocks when no fill needs one: a task per block on Ray)
+    per_block = (
+        list(executor.map_ordered(partial(_missing_block, p), blocks))
+        if _missing_features(p)
+        else [{} for _ in blocks]
+    )  # (no pass over the blocks when no fill needs one: a task per block on Ray)
     fills: dict[str, Any] = {}
     block_carries: list[dict[str, Carry]] = [{} for _ in blocks]
     for f in p.features:
@@ -292,12 +402,18 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
             fills[f.name] = p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
         else:
             try:
-                fills[f.name] = h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+                fills[f.name] = h.finalize_missing(
+                    merged, f.missing_value_strategy, f.fill_value, f.params
+                )
             except ConfigError as exc:
                 if exc.column is not None:
                     raise
-                raise ConfigError(f"{f.where}: {exc.msg}", path=p.config_source, column=f.name,
-                                  hint=exc.hint or f"set {f.where}.preprocessing.fill_value") from exc
+                raise ConfigError(
+                    f"{f.where}: {exc.msg}",
+                    path=p.config_source,
+                    column=f.name,
+                    hint=exc.hint or f"set {f.where}.preprocessing.fill_value",
+                ) from exc
         if f.missing_value_strategy in ("bfill", "ffill"):
             for i, c in enumerate(carries(parts)):
                 block_carries[i][f.name] = c
@@ -305,18 +421,29 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
     if p.split is not None:
         counts = np.zeros(len(SPLIT_NAMES), np.int64)
         for b in blocks:
-            counts += np.bincount(b.split, minlength=len(SPLIT_NAMES))[:len(SPLIT_NAMES)]  # type: ignore[arg-type]
-    stats = Stats(sum(b.num_rows for b in blocks), blocks[0].origin, fills, block_carries, {},
-                  None if counts is None else counts.tolist())
+            counts += np.bincount(b.split, minlength=len(SPLIT_NAMES))[: len(SPLIT_NAMES)]  # type: ignore[arg-type]
+    stats = Stats(
+        sum(b.num_rows for b in blocks),
+        blocks[0].origin,
+        fills,
+        block_carries,
+        {},
+        None if counts is None else counts.tolist(),
+    )
     if p.applied is not None:
         return stats
-    fitted = executor.map_ordered(partial(_fit_block, p, fills, keep_tokens), list(zip(blocks, block_carries)))
+    fitted = executor.map_ordered(
+        partial(_fit_block, p, fills, keep_tokens), list(zip(blocks, block_carries))
+    )
     for block_stats, tokens in fitted:  # mergeable statistics, merged in block order
         stats.tokens.append(tokens)
         for f in p.features:
             s = block_stats[f.name]
-            stats.features[f.name] = s if f.name not in stats.features else \
-                handler_class(f.type)().merge(stats.features[f.name], s)
+            stats.features[f.name] = (
+                s
+                if f.name not in stats.features
+                else handler_class(f.type)().merge(stats.features[f.name], s)
+            )
     return stats
 
 
@@ -347,21 +474,35 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
             meta = dict(p.applied[f.name])
         else:
             ctx = FeatureContext(f.name, f.column, o.path, o.base_dir, 0, o.line_offset)
-            meta = {"type": f.type, "column": f.column, "role": f.role,
-                    **h.finalize(stats.features[f.name], f.params, ctx)}
-            meta["preprocessing"] = {**f.params.model_dump(mode="json"),
-                                     "missing_value_strategy": f.missing_value_strategy,
-                                     "computed_fill_value": stats.fills[f.name]}
+            meta = {
+                "type": f.type,
+                "column": f.column,
+                "role": f.role,
+                **h.finalize(stats.features[f.name], f.params, ctx),
+            }
+            meta["preprocessing"] = {
+                **f.params.model_dump(mode="json"),
+                "missing_value_strategy": f.missing_value_strategy,
+                "computed_fill_value": stats.fills[f.name],
+            }
         meta["hdf5_keys"] = h.keys(f.name, f.params)
         for key in meta["hdf5_keys"]:
             if key in owners:
-                raise ConfigError(f"features {owners[key]!r} and {f.name!r} both write the HDF5 key {key!r}; rename one")
+                raise ConfigError(
+                    f"features {owners[key]!r} and {f.name!r} both write the HDF5 key {key!r}; rename one"
+                )
             owners[key] = f.name
         metas[f.name] = meta
     cfg = p.config.to_dict()
-    header: dict[str, Any] = {"format": META_FORMAT, "version": _version(), "fingerprint": p.fingerprint,
-                              "config": cfg, "config_fingerprint": fingerprint_obj(cfg),
-                              "num_rows": stats.num_rows, "source": p.source}
+    header: dict[str, Any] = {
+        "format": META_FORMAT,
+        "version": _version(),
+        "fingerprint": p.fingerprint,
+        "config": cfg,
+        "config_fingerprint": fingerprint_obj(cfg),
+        "num_rows": stats.num_rows,
+        "source": p.source,
+    }
     if p.applied is not None:
         header["applied_metadata"] = p.applied[HEADER].get("fingerprint")
     if stats.split_counts is not None:
@@ -371,8 +512,14 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
     return Metadata({HEADER: header, **metas})
 
 
-def transform(p: Plan, block: Block, meta: Metadata, *, carry: dict[str, Carry] | None = None,
-              tokens: dict[str, Any] | None = None) -> dict[str, NDArray[Any] | CSR]:
+def transform(
+    p: Plan,
+    block: Block,
+    meta: Metadata,
+    *,
+    carry: dict[str, Carry] | None = None,
+    tokens: dict[str, Any] | None = None,
+) -> dict[str, NDArray[Any] | CSR]:
     """One block's output arrays (feature keys in config order, then ``split``).
 
     ``carry``: the block's ``ffill``/``bfill`` carries from :func:`fit` (``Stats.carries[i]``);
@@ -403,8 +550,9 @@ def transform(p: Plan, block: Block, meta: Metadata, *, carry: dict[str, Carry] 
     return out
 
 
-def _transform_item(p: Plan, meta: Metadata,
-                    item: tuple[Block, dict[str, Carry], dict[str, Any] | None]) -> dict[str, NDArray[Any] | CSR]:
+def _transform_item(
+    p: Plan, meta: Metadata, item: tuple[Block, dict[str, Carry], dict[str, Any] | None]
+) -> dict[str, NDArray[Any] | CSR]:
     block, carry, tokens = item
     return transform(p, block, meta, carry=carry, tokens=tokens)
 
@@ -414,23 +562,37 @@ def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | N
     name = name or "<table>"
     for f in p.features:
         if f.type == "number" and getattr(f.params, "normalization", None) == "zscore":
-            infs = sum(int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0) for b in blocks
-                       if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type))
+            infs = sum(
+                int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0)
+                for b in blocks
+                if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type)
+            )
             if infs:
-                warnings.warn(f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
-                              "inf (the statistics skip them); clip them or mark them missing", UserWarning,
-                              stacklevel=3)
+                warnings.warn(
+                    f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
+                    "inf (the statistics skip them); clip them or mark them missing",
+                    UserWarning,
+                    stacklevel=3,
+                )
     kept = sum(b.num_rows for b in blocks)
     if kept == 0:
         cols = sorted({f.column for f in p.features if f.missing_value_strategy == "drop_row"})
-        warnings.warn(f"{name}: missing_value_strategy drop_row removed all {num_rows:,} rows (columns {cols} are "
-                      "empty in every row); the output is empty", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{name}: missing_value_strategy drop_row removed all {num_rows:,} rows (columns {cols} are "
+            "empty in every row); the output is empty",
+            UserWarning,
+            stacklevel=3,
+        )
         return
     if p.applied is None and p.split is not None:
         train = sum(int(np.count_nonzero(b.split == 0)) for b in blocks if b.split is not None)
         if train == 0:
-            warnings.warn(f"{name}: the split leaves no training rows ({kept:,} rows); vocabularies and "
-                          "statistics are fitted on nothing", UserWarning, stacklevel=3)
+            warnings.warn(
+                f"{name}: the split leaves no training rows ({kept:,} rows); vocabularies and "
+                "statistics are fitted on nothing",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
@@ -465,7 +627,11 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
     sink.open(p, stats.num_rows)
     try:
         done = executor.map_ordered(partial(_transform_item, p, meta), items())
-        bar = progress(range(len(ranges)), total=len(ranges), desc="transform") if len(ranges) > 1 else range(1)
+        bar = (
+            progress(range(len(ranges)), total=len(ranges), desc="transform")
+            if len(ranges) > 1
+            else range(1)
+        )
         lo = 0
         for i, arrays in zip(bar, done):
             n = len(next(iter(arrays.values()))) if arrays else 0

@@ -56,7 +56,10 @@ class Plan:
 
     def block_ranges(self, num_rows: int) -> list[tuple[int, int]]:
         """The ``(lo, hi)`` input rows of each block (one block when the input is empty)."""
-        return [(lo, min(num_rows, lo + self.block_rows)) for lo in range(0, max(num_rows, 1), self.block_rows)]
+        return [
+            (lo, min(num_rows, lo + self.block_rows))
+            for lo in range(0, max(num_rows, 1), self.block_rows)
+        ]
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,9 @@ class Origin:
 
     path: str | None
     base_dir: Path | None
-    line_offset: int | None  # line of input row 0 (CSV/TSV 2, JSONL 1), None for row-addressed formats
+    line_offset: (
+        int | None
+    )  # line of input row 0 (CSV/TSV 2, JSONL 1), None for row-addressed formats
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,7 +93,9 @@ class Block:
     def context(self, f: ResolvedFeature) -> FeatureContext:
         """The handler context of feature ``f`` in this block."""
         o = self.origin
-        return FeatureContext(f.name, f.column, o.path, o.base_dir, self.lo, o.line_offset, rows=self.rows)
+        return FeatureContext(
+            f.name, f.column, o.path, o.base_dir, self.lo, o.line_offset, rows=self.rows
+        )
 
 
 @dataclass(eq=False)
@@ -101,4 +108,6 @@ class Stats:
     carries: list[dict[str, Carry]]  # per block: feature → values carried in by ffill/bfill
     features: dict[str, Any]  # feature → merged handler statistics (empty when metadata is applied)
     split_counts: list[int] | None
-    tokens: list[dict[str, Any]] = field(default_factory=list)  # per block: fit's tokens, for its transform
+    tokens: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # per block: fit's tokens, for its transform

@@ -35,8 +35,27 @@ from datamill.core.io import (
 __all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 #: the CSV/TSV cells read as missing: pandas' ``read_csv`` default list (what Ludwig reads CSVs with)
-PANDAS_NA_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+PANDAS_NA_VALUES = (
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
 
 _NUMBER_RE = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)\s*$"
 
@@ -46,9 +65,9 @@ class Dataset:
     """A table plus where it came from."""
 
     table: pa.Table
-    name: str | None           # display name for errors (None: in memory)
+    name: str | None  # display name for errors (None: in memory)
     base_dir: Path | None
-    line_offset: int | None    # line of row 0 (CSV/TSV 2, JSONL 1), None for row-addressed formats
+    line_offset: int | None  # line of row 0 (CSV/TSV 2, JSONL 1), None for row-addressed formats
     stem: str | None
 
 
@@ -61,9 +80,17 @@ def _header(source: Any, kind: str) -> list[str]:
 
 def _missing(column: str, available: list[str], name: str | None) -> SchemaError:
     close = [c for c in available if c.lower() == column.lower()]
-    hint = f"did you mean {close[0]!r}?" if close else f"available columns: {', '.join(available[:30])}"
-    return SchemaError("the config names this column but the dataset has no such column",
-                       path=name, column=column, hint=hint)
+    hint = (
+        f"did you mean {close[0]!r}?"
+        if close
+        else f"available columns: {', '.join(available[:30])}"
+    )
+    return SchemaError(
+        "the config names this column but the dataset has no such column",
+        path=name,
+        column=column,
+        hint=hint,
+    )
 
 
 def _nan_to_null(col: pa.Array) -> pa.Array:
@@ -74,8 +101,16 @@ def _nan_to_null(col: pa.Array) -> pa.Array:
     return pc.if_else(nan, pa.scalar(None, pa.float64()), col)
 
 
-def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | None, column: str,
-                line_offset: int | None, row_offset: int = 0, rows: NDArray[np.int64] | None = None) -> pa.Array:
+def cast_column(
+    col: pa.ChunkedArray | pa.Array,
+    target: str,
+    *,
+    name: str | None,
+    column: str,
+    line_offset: int | None,
+    row_offset: int = 0,
+    rows: NDArray[np.int64] | None = None,
+) -> pa.Array:
     """Cast a column to ``"string"`` or ``"float64"``; unparsable numbers raise with their location.
 
     The location of local row ``i`` is ``rows[i]`` when given (rows were dropped), else ``row_offset + i``.
@@ -83,18 +118,31 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     t = col.type
-    if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
-            or pa.types.is_fixed_size_binary(t):
+    if (
+        pa.types.is_nested(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+    ):
         valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
         i = int(valid[0]) if len(valid) else 0
         row = int(rows[i]) if rows is not None else row_offset + i
         loc = {"line": line_offset + row} if line_offset is not None else {"row": row}
         want = "numbers" if target == "float64" else "strings"
-        raise DataFileError(f"the column holds {t} values; this feature type reads {want}", path=name,
-                            column=column, hint="choose a feature type for this column's values, or convert the "
-                                                "column (e.g. to strings) first", **loc)
+        raise DataFileError(
+            f"the column holds {t} values; this feature type reads {want}",
+            path=name,
+            column=column,
+            hint="choose a feature type for this column's values, or convert the "
+            "column (e.g. to strings) first",
+            **loc,
+        )
     if target == "float64":
-        if pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_boolean(col.type):
+        if (
+            pa.types.is_floating(col.type)
+            or pa.types.is_integer(col.type)
+            or pa.types.is_boolean(col.type)
+        ):
             return _nan_to_null(col.cast(pa.float64()))
         if pa.types.is_dictionary(col.type):
             col = col.cast(pa.string())
@@ -105,8 +153,13 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
             i = int(bad[0])
             row = int(rows[i]) if rows is not None else row_offset + i
             loc = {"line": line_offset + row} if line_offset is not None else {"row": row}
-            raise DataFileError(f"expected a number, got {strings[i].as_py()!r}", path=name, column=column,
-                                hint="fix the value or declare the feature with another type", **loc)
+            raise DataFileError(
+                f"expected a number, got {strings[i].as_py()!r}",
+                path=name,
+                column=column,
+                hint="fix the value or declare the feature with another type",
+                **loc,
+            )
         return _nan_to_null(pc.cast(pc.utf8_trim_whitespace(strings), pa.float64()))
     if pa.types.is_string(col.type):
         return col
@@ -120,8 +173,9 @@ def cast_column(col: pa.ChunkedArray | pa.Array, target: str, *, name: str | Non
     return col.cast(pa.string())
 
 
-def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
-              types: dict[str, pa.DataType]) -> pa.Table | None:
+def _fast_csv(
+    path: Path, member: str | None, kind: str, columns: list[str], types: dict[str, pa.DataType]
+) -> pa.Table | None:
     """Read a plain CSV file straight from disk (no extra copy); ``None`` when the careful path is needed."""
     import pyarrow.csv as pcsv
 
@@ -132,8 +186,12 @@ def _fast_csv(path: Path, member: str | None, kind: str, columns: list[str],
         options["convert_options"].null_values = list(PANDAS_NA_VALUES)
         table = pcsv.read_csv(path, **options)
         for col in table.columns:
-            if not pa.types.is_string(col.type) and not pa.types.is_floating(col.type) \
-                    and not pa.types.is_integer(col.type) and not pa.types.is_boolean(col.type):
+            if (
+                not pa.types.is_string(col.type)
+                and not pa.types.is_floating(col.type)
+                and not pa.types.is_integer(col.type)
+                and not pa.types.is_boolean(col.type)
+            ):
                 return None
             if pa.types.is_string(col.type):
                 col.validate(full=True)
@@ -165,13 +223,20 @@ def as_table(dataset: Any) -> pa.Table:
             return pa.Table.from_pandas(dataset, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             m = _PANDAS_COLUMN_RE.search(str(exc))
-            raise DataFileError(f"cannot convert the column: {str(exc).splitlines()[0]}", path="<DataFrame>",
-                                column=m.group("col") if m else None,
-                                hint="give the column one type (e.g. df[col].astype(str)) or drop it") from exc
-    raise ConfigError(f"dataset must be a file path, a pandas DataFrame or a pyarrow Table, got {type(dataset).__name__}")
+            raise DataFileError(
+                f"cannot convert the column: {str(exc).splitlines()[0]}",
+                path="<DataFrame>",
+                column=m.group("col") if m else None,
+                hint="give the column one type (e.g. df[col].astype(str)) or drop it",
+            ) from exc
+    raise ConfigError(
+        f"dataset must be a file path, a pandas DataFrame or a pyarrow Table, got {type(dataset).__name__}"
+    )
 
 
-def read_dataset(dataset: Any, wanted: dict[str, str], *, optional: tuple[str, ...] = ()) -> Dataset:
+def read_dataset(
+    dataset: Any, wanted: dict[str, str], *, optional: tuple[str, ...] = ()
+) -> Dataset:
     """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table.
 
     Columns in ``optional`` may be absent (they are then left out of the table).
@@ -192,12 +257,17 @@ def _pandas_nulls(table: pa.Table) -> pa.Table:
     na = pa.array(PANDAS_NA_VALUES, pa.string())
     for i, col in enumerate(table.columns):
         if pa.types.is_string(col.type):
-            table = table.set_column(i, table.field(i), pc.if_else(pc.is_in(col, value_set=na),
-                                                                   pa.scalar(None, pa.string()), col))
+            table = table.set_column(
+                i,
+                table.field(i),
+                pc.if_else(pc.is_in(col, value_set=na), pa.scalar(None, pa.string()), col),
+            )
     return table
 
 
-def _present(wanted: dict[str, str], optional: tuple[str, ...], available: list[str]) -> dict[str, str]:
+def _present(
+    wanted: dict[str, str], optional: tuple[str, ...], available: list[str]
+) -> dict[str, str]:
     return {c: t for c, t in wanted.items() if c not in optional or c in available}
 
 
@@ -215,12 +285,22 @@ def _read_file(source: Any, wanted: dict[str, str], optional: tuple[str, ...] = 
             for c in wanted:
                 if c not in header:
                     raise _missing(c, header, name)
-        types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items() if t != "raw"}
+        types = {
+            c: (pa.float64() if t == "float64" else pa.string())
+            for c, t in wanted.items()
+            if t != "raw"
+        }
         table = _fast_csv(path, member, kind, list(wanted), types)
         if table is None:  # anything unusual: the foundation reader raises the located error
-            table = read_table(source, fmt=kind, columns=list(wanted),
-                               column_types={c: pa.string() for c, t in wanted.items() if t != "raw"})
-            table = _pandas_nulls(table)  # number columns are cast (with located errors) block by block
+            table = read_table(
+                source,
+                fmt=kind,
+                columns=list(wanted),
+                column_types={c: pa.string() for c, t in wanted.items() if t != "raw"},
+            )
+            table = _pandas_nulls(
+                table
+            )  # number columns are cast (with located errors) block by block
         return Dataset(table, name, base, 2, stem)
     table = read_table(source, fmt=kind)
     wanted = _present(wanted, optional, table.column_names)

@@ -38,7 +38,9 @@ class Sink(Protocol):
         """Start an output of ``num_rows`` rows."""
         ...
 
-    def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
+    def write(
+        self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]
+    ) -> None:
         """Append block ``block_index``: output rows ``lo:hi`` (blocks arrive in order)."""
         ...
 
@@ -104,9 +106,13 @@ class HDF5Sink:
         self._writer = H5Writer(self._file, num_rows)
         self._next = 0
 
-    def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
+    def write(
+        self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]
+    ) -> None:
         """Append one block's arrays (key by key)."""
-        assert self._writer is not None and block_index == self._next, f"block {block_index} out of order"
+        assert self._writer is not None and block_index == self._next, (
+            f"block {block_index} out of order"
+        )
         try:
             for key, value in arrays.items():
                 self._writer.write(key, value)
@@ -118,7 +124,9 @@ class HDF5Sink:
 
     def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
         """Finish the temporary HDF5 and ``meta.json``, then rename the HDF5 and ``meta.json`` (last) into place."""
-        assert self._stack is not None and self._tmp is not None and self._raw is not None, "commit() before open()"
+        assert self._stack is not None and self._tmp is not None and self._raw is not None, (
+            "commit() before open()"
+        )
         tmp = self._tmp
         backup: Path | None = None
         switched = False
@@ -128,9 +136,13 @@ class HDF5Sink:
             self._raw.close()
             self._raise_write_error()
             st = tmp.stat()  # rename keeps size and mtime
-            document[HEADER]["hdf5"] = {"name": self.hdf5_path.name, "size": st.st_size,
-                                        "mtime_ns": st.st_mtime_ns, "run_id": self.run_id,
-                                        "xxh3": fingerprint_file(tmp)}
+            document[HEADER]["hdf5"] = {
+                "name": self.hdf5_path.name,
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "run_id": self.run_id,
+                "xxh3": fingerprint_file(tmp),
+            }
             backup = self._keep_old_hdf5()
             with ExitStack() as meta_stack:
                 meta_tmp = meta_stack.enter_context(atomic_path(self.meta_path))
@@ -146,7 +158,9 @@ class HDF5Sink:
             if backup is not None:
                 backup.unlink(missing_ok=True)
         except BaseException as exc:  # noqa: BLE001 - _fail re-raises it after discarding the temporary file
-            if backup is not None:  # put the old HDF5 back beside its meta.json (or drop the spare link)
+            if (
+                backup is not None
+            ):  # put the old HDF5 back beside its meta.json (or drop the spare link)
                 if switched:
                     os.replace(backup, self.hdf5_path)
                 else:
@@ -158,7 +172,9 @@ class HDF5Sink:
         """Hard-link the old HDF5 as ``.<name>.old-<pid>-<hex>`` so a kill between the two renames can be repaired."""
         if not self.hdf5_path.is_file():
             return None
-        backup = self.hdf5_path.with_name(f".{self.hdf5_path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        backup = self.hdf5_path.with_name(
+            f".{self.hdf5_path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
         try:
             os.link(self.hdf5_path, backup)
         except OSError:  # no hard links here: the window between the renames stays unprotected
@@ -312,7 +328,9 @@ class MemorySink:
         self._parts = {}
         self.data = {}
 
-    def write(self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]) -> None:
+    def write(
+        self, block_index: int, lo: int, hi: int, arrays: dict[str, NDArray[Any] | CSR]
+    ) -> None:
         """Keep one block's arrays."""
         for key, value in arrays.items():
             self._parts.setdefault(key, []).append(value)
@@ -336,6 +354,17 @@ def _concat(parts: list[NDArray[Any] | CSR]) -> NDArray[Any] | CSR:
         return np.concatenate(parts)  # type: ignore[arg-type]  # every part of a dense key is an array
     csrs = [p for p in parts if isinstance(p, CSR)]
     starts = np.cumsum([0] + [len(p.indices) for p in csrs[:-1]])
-    offsets = np.concatenate([np.zeros(1, np.int64)] + [p.offsets[1:] - p.offsets[0] + s for p, s in zip(csrs, starts)])
-    values = None if csrs[0].values is None else np.concatenate([p.values for p in csrs if p.values is not None])
-    return CSR(np.concatenate([p.indices for p in csrs]), offsets.astype(np.int64), csrs[0].vocab_size, values)
+    offsets = np.concatenate(
+        [np.zeros(1, np.int64)] + [p.offsets[1:] - p.offsets[0] + s for p, s in zip(csrs, starts)]
+    )
+    values = (
+        None
+        if csrs[0].values is None
+        else np.concatenate([p.values for p in csrs if p.values is not None])
+    )
+    return CSR(
+        np.concatenate([p.indices for p in csrs]),
+        offsets.astype(np.int64),
+        csrs[0].vocab_size,
+        values,
+    )

@@ -43,15 +43,39 @@ from datamill.core.errors import DataFileError
 from datamill.core.rng import stream_key
 from datamill.preprocessing.config import SplitConfig
 
-__all__ = ["MIN_SPLIT_ROWS", "SAMPLE_STREAM", "SPLIT_NAMES", "SplitState", "assign_split", "divisions",
-           "fit_split", "fixed_split", "hash_uniform", "random_split", "sample_cut", "sample_mask", "stratify_sizes",
-           "uniform_at"]
+__all__ = [
+    "MIN_SPLIT_ROWS",
+    "SAMPLE_STREAM",
+    "SPLIT_NAMES",
+    "SplitState",
+    "assign_split",
+    "divisions",
+    "fit_split",
+    "fixed_split",
+    "hash_uniform",
+    "random_split",
+    "sample_cut",
+    "sample_mask",
+    "stratify_sizes",
+    "uniform_at",
+]
 
 SPLIT_NAMES = ("train", "validation", "test")
 #: a nonempty validation or test split gets at least this many rows (Ludwig's MIN_DATASET_SPLIT_ROWS)
 MIN_SPLIT_ROWS = 3
-_ALIASES = {"0": 0, "train": 0, "training": 0, "1": 1, "validation": 1, "val": 1, "valid": 1, "dev": 1,
-            "2": 2, "test": 2, "testing": 2}
+_ALIASES = {
+    "0": 0,
+    "train": 0,
+    "training": 0,
+    "1": 1,
+    "validation": 1,
+    "val": 1,
+    "valid": 1,
+    "dev": 1,
+    "2": 2,
+    "test": 2,
+    "testing": 2,
+}
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
 _LAST = np.iinfo(np.int64).max  # the time of a missing date (sorts last)
@@ -71,8 +95,9 @@ class SplitState:
 
 
 def _key(seed: int, stream: str = "preprocess.split") -> np.uint64:
-    words = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, stream_key(stream)]).generate_state(
-        2, np.uint64)
+    words = np.random.SeedSequence(
+        [int(seed) & 0xFFFFFFFFFFFFFFFF, stream_key(stream)]
+    ).generate_state(2, np.uint64)
     return np.uint64(words[0] ^ words[1])
 
 
@@ -85,7 +110,9 @@ def _mix(z: NDArray[np.uint64]) -> NDArray[np.float64]:
     return out
 
 
-def uniform_at(seed: int, lo: int, hi: int, *, stream: str = "preprocess.split") -> NDArray[np.float64]:
+def uniform_at(
+    seed: int, lo: int, hi: int, *, stream: str = "preprocess.split"
+) -> NDArray[np.float64]:
     """Uniform numbers in ``[0, 1)`` for the global row indices ``lo .. hi - 1`` (a pure function of them).
 
     Examples:
@@ -93,7 +120,9 @@ def uniform_at(seed: int, lo: int, hi: int, *, stream: str = "preprocess.split")
         True
     """
     with np.errstate(over="ignore"):
-        z = _key(seed, stream) + (np.arange(lo, hi, dtype=np.uint64) + np.uint64(1)) * _GOLDEN  # SplitMix64
+        z = (
+            _key(seed, stream) + (np.arange(lo, hi, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+        )  # SplitMix64
     return _mix(z)
 
 
@@ -116,15 +145,20 @@ def divisions(n: int, probabilities: tuple[float, float, float]) -> tuple[int, i
     return d1, d2
 
 
-def _approximate_mode(class_counts: NDArray[np.int64], n_draws: int,
-                      rng: np.random.RandomState) -> NDArray[np.int64]:
+def _approximate_mode(
+    class_counts: NDArray[np.int64], n_draws: int, rng: np.random.RandomState
+) -> NDArray[np.int64]:
     """scikit-learn's ``_approximate_mode``: ``n_draws`` shared out in proportion, ties broken by ``rng``."""
-    continuous = class_counts / class_counts.sum() * n_draws  # the same float operations, in the same order
+    continuous = (
+        class_counts / class_counts.sum() * n_draws
+    )  # the same float operations, in the same order
     floored = np.floor(continuous)
     need_to_add = int(n_draws - floored.sum())
     if need_to_add > 0:
         remainder = continuous - floored
-        for value in np.sort(np.unique(remainder))[::-1]:  # per distinct remainder (a handful of classes)
+        for value in np.sort(np.unique(remainder))[
+            ::-1
+        ]:  # per distinct remainder (a handful of classes)
             (inds,) = np.where(remainder == value)
             add_now = min(len(inds), need_to_add)
             inds = rng.choice(inds, size=add_now, replace=False)
@@ -136,8 +170,9 @@ def _approximate_mode(class_counts: NDArray[np.int64], n_draws: int,
     return out
 
 
-def _stratified_round(counts: NDArray[np.int64], test_size: float,
-                      seed: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _stratified_round(
+    counts: NDArray[np.int64], test_size: float, seed: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """One ``train_test_split(stratify=...)`` of Ludwig's ``_safe_stratify``: per class (kept, rest).
 
     A class of one row stays on the kept side (Ludwig moves it there before splitting); the rest is
@@ -153,15 +188,18 @@ def _stratified_round(counts: NDArray[np.int64], test_size: float,
     if n == 0:
         return kept, rest
     n_test = min(n, math.ceil(test_size * n))
-    rng = np.random.RandomState(seed)  # scikit-learn's legacy generator, seeded: a pure function of the seed
+    rng = np.random.RandomState(
+        seed
+    )  # scikit-learn's legacy generator, seeded: a pure function of the seed
     n_i = _approximate_mode(c, n - n_test, rng)
     t_i = _approximate_mode(c - n_i, n_test, rng)
     kept[live], rest[live] = n_i, t_i
     return kept, rest
 
 
-def stratify_sizes(counts: NDArray[np.int64] | list[int], probabilities: tuple[float, float, float],
-                   seed: int) -> NDArray[np.int64]:
+def stratify_sizes(
+    counts: NDArray[np.int64] | list[int], probabilities: tuple[float, float, float], seed: int
+) -> NDArray[np.int64]:
     """Ludwig 0.17's stratified split sizes: ``(classes, 3)`` rows of (train, validation, test) per class.
 
     ``counts``: rows per class, the classes in scikit-learn's order (values sorted as strings).
@@ -186,15 +224,20 @@ def stratify_sizes(counts: NDArray[np.int64] | list[int], probabilities: tuple[f
     return out
 
 
-def _cut_values(u: NDArray[np.float64], probabilities: tuple[float, float, float],
-                cut_at: tuple[int, int] | None = None) -> tuple[float, float]:
+def _cut_values(
+    u: NDArray[np.float64],
+    probabilities: tuple[float, float, float],
+    cut_at: tuple[int, int] | None = None,
+) -> tuple[float, float]:
     d1, d2 = divisions(len(u), probabilities) if cut_at is None else cut_at
     s = np.sort(u)
     return (float(s[d1]) if d1 < len(s) else math.inf, float(s[d2]) if d2 < len(s) else math.inf)
 
 
 @lru_cache(maxsize=8)
-def _random_cuts(seed: int, n: int, probabilities: tuple[float, float, float]) -> tuple[float, float]:
+def _random_cuts(
+    seed: int, n: int, probabilities: tuple[float, float, float]
+) -> tuple[float, float]:
     return _cut_values(uniform_at(seed, 0, n), probabilities)
 
 
@@ -232,8 +275,11 @@ def hash_uniform(values: pa.Array | pa.ChunkedArray) -> NDArray[np.float64]:
     arr = strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings
     arr = pa.concat_arrays([arr]) if arr.offset else arr  # offsets start at 0
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1).astype(np.int64)
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None \
+    data = (
+        np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+        if arr.buffers()[2] is not None
         else np.zeros(0, np.uint8)
+    )
     lengths = np.diff(offsets)
     h = np.full(len(arr), _FNV_OFFSET, dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -247,11 +293,19 @@ def _datetimes(column: pa.Array | pa.ChunkedArray, fmt: str | None) -> NDArray[n
     from datamill.preprocessing.dates import parse_datetimes
 
     t = parse_datetimes(column, fmt, errors="null")
-    return np.asarray(pc.fill_null(pc.cast(t, pa.int64()), _LAST).to_numpy(zero_copy_only=False), np.int64)
+    return np.asarray(
+        pc.fill_null(pc.cast(t, pa.int64()), _LAST).to_numpy(zero_copy_only=False), np.int64
+    )
 
 
-def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
-              column: pa.Array | pa.ChunkedArray | None = None, keep: NDArray[np.bool_] | None = None) -> SplitState:
+def fit_split(
+    cfg: SplitConfig,
+    *,
+    seed: int,
+    num_rows: int,
+    column: pa.Array | pa.ChunkedArray | None = None,
+    keep: NDArray[np.bool_] | None = None,
+) -> SplitState:
     """The split's first pass over the whole dataset (``column``: the whole split column, when it has one).
 
     ``keep``: the rows a sample keeps (``sample_ratio``/``sample_size``); the exact sizes are then
@@ -264,18 +318,24 @@ def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
     """
     if cfg.type == "random":
         if keep is not None:
-            return SplitState(num_rows, cuts=_cut_values(uniform_at(seed, 0, num_rows)[keep], cfg.probabilities))
+            return SplitState(
+                num_rows, cuts=_cut_values(uniform_at(seed, 0, num_rows)[keep], cfg.probabilities)
+            )
         return SplitState(num_rows, cuts=_random_cuts(seed, num_rows, cfg.probabilities))
     if cfg.type == "stratify":
         assert column is not None
-        codes = pc.dictionary_encode(pc.fill_null(pc.cast(column, pa.string()), "")).combine_chunks() \
-            if isinstance(column, pa.ChunkedArray) else pc.dictionary_encode(
-                pc.fill_null(pc.cast(column, pa.string()), ""))
+        codes = (
+            pc.dictionary_encode(pc.fill_null(pc.cast(column, pa.string()), "")).combine_chunks()
+            if isinstance(column, pa.ChunkedArray)
+            else pc.dictionary_encode(pc.fill_null(pc.cast(column, pa.string()), ""))
+        )
         idx = np.asarray(codes.indices.to_numpy(zero_copy_only=False), np.int64)
         u = uniform_at(seed, 0, num_rows)
         kept = np.ones(num_rows, bool) if keep is None else keep
         values = [str(v) for v in codes.dictionary.to_pylist()]
-        classes = sorted(range(len(values)), key=values.__getitem__)  # scikit-learn's class order (np.unique)
+        classes = sorted(
+            range(len(values)), key=values.__getitem__
+        )  # scikit-learn's class order (np.unique)
         counts = np.bincount(idx[kept], minlength=len(values))
         sizes = stratify_sizes(counts[classes], cfg.probabilities, seed)
         strata = {}
@@ -297,9 +357,17 @@ def fit_split(cfg: SplitConfig, *, seed: int, num_rows: int,
     return SplitState(num_rows)
 
 
-def assign_split(cfg: SplitConfig, state: SplitState, *, seed: int, lo: int, hi: int,
-                 column: pa.Array | pa.ChunkedArray | None = None, path: str | None = None,
-                 line_offset: int | None = None) -> NDArray[np.int8]:
+def assign_split(
+    cfg: SplitConfig,
+    state: SplitState,
+    *,
+    seed: int,
+    lo: int,
+    hi: int,
+    column: pa.Array | pa.ChunkedArray | None = None,
+    path: str | None = None,
+    line_offset: int | None = None,
+) -> NDArray[np.int8]:
     """The split of the global rows ``lo .. hi - 1`` (``column``: their split column values, when it has one).
 
     Raises:
@@ -323,16 +391,24 @@ def assign_split(cfg: SplitConfig, state: SplitState, *, seed: int, lo: int, hi:
     if cfg.type == "stratify":
         assert column is not None and state.strata is not None
         keys = list(state.strata)
-        idx = pc.index_in(pc.fill_null(pc.cast(column, pa.string()), ""), value_set=pa.array(keys, pa.string()))
+        idx = pc.index_in(
+            pc.fill_null(pc.cast(column, pa.string()), ""), value_set=pa.array(keys, pa.string())
+        )
         cuts = np.array([state.strata[k] for k in keys] or [(math.inf, math.inf)], np.float64)
         at = np.asarray(pc.fill_null(idx, 0).to_numpy(zero_copy_only=False), np.int64)
-        strat: NDArray[np.int8] = (u >= cuts[at, 0]).astype(np.int8) + (u >= cuts[at, 1]).astype(np.int8)
+        strat: NDArray[np.int8] = (u >= cuts[at, 0]).astype(np.int8) + (u >= cuts[at, 1]).astype(
+            np.int8
+        )
         return strat
     assert state.cuts is not None
-    return ((u >= state.cuts[0]).astype(np.int8) + (u >= state.cuts[1]).astype(np.int8)).astype(np.int8)
+    return ((u >= state.cuts[0]).astype(np.int8) + (u >= state.cuts[1]).astype(np.int8)).astype(
+        np.int8
+    )
 
 
-def random_split(cfg: SplitConfig, *, seed: int, lo: int, hi: int, num_rows: int) -> NDArray[np.int8]:
+def random_split(
+    cfg: SplitConfig, *, seed: int, lo: int, hi: int, num_rows: int
+) -> NDArray[np.int8]:
     """The random split (exact sizes over ``num_rows``) of the global rows ``lo .. hi - 1``.
 
     Examples:
@@ -348,8 +424,14 @@ def random_split(cfg: SplitConfig, *, seed: int, lo: int, hi: int, num_rows: int
     return assign_split(cfg, state, seed=seed, lo=lo, hi=hi)
 
 
-def fixed_split(column: pa.ChunkedArray | pa.Array, cfg: SplitConfig, *, path: str | None = None,
-                line_offset: int | None = None, row_offset: int = 0) -> NDArray[np.int8]:
+def fixed_split(
+    column: pa.ChunkedArray | pa.Array,
+    cfg: SplitConfig,
+    *,
+    path: str | None = None,
+    line_offset: int | None = None,
+    row_offset: int = 0,
+) -> NDArray[np.int8]:
     """The split of each row from its value: 0/1/2 or train/validation/test (also val/valid/dev/test).
 
     Raises:
@@ -366,8 +448,13 @@ def fixed_split(column: pa.ChunkedArray | pa.Array, cfg: SplitConfig, *, path: s
         bad = int(np.flatnonzero(pc.is_null(idx).to_numpy(zero_copy_only=False))[0])
         row = row_offset + bad
         line, at = (line_offset + row, None) if line_offset is not None else (None, row)
-        raise DataFileError(f"expected a split value (0/1/2 or train/validation/test), got {column[bad].as_py()!r}",
-                            path=path, column=cfg.split_column, line=line, row=at)
+        raise DataFileError(
+            f"expected a split value (0/1/2 or train/validation/test), got {column[bad].as_py()!r}",
+            path=path,
+            column=cfg.split_column,
+            line=line,
+            row=at,
+        )
     lut = np.array(list(_ALIASES.values()), dtype=np.int8)
     out: NDArray[np.int8] = lut[np.asarray(pc.fill_null(idx, 0).to_numpy(zero_copy_only=False))]
     return out

@@ -16,7 +16,10 @@ def tensor_rows(data: dict[str, Any], meta: Metadata) -> list[tuple[str, str, st
     for key in sorted(data):
         value = data[key]
         if isinstance(value, CSR):
-            shape, dtype = f"csr({len(value)} x {value.vocab_size}, nnz {len(value.indices)})", "int32"
+            shape, dtype = (
+                f"csr({len(value)} x {value.vocab_size}, nnz {len(value.indices)})",
+                "int32",
+            )
         else:
             shape, dtype = "x".join(str(d) for d in value.shape), str(value.dtype)
         try:

@@ -18,5 +18,9 @@ def open_skipgram(path: Path) -> Source:
 
 
 register_source("bert", marker=is_bert_parquet, opener=BertParquetSource, priority=10)
-register_source("word2vec", marker=lambda p: p.is_dir() and (p / "skipgram.json").is_file(), opener=open_skipgram,
-                priority=10)
+register_source(
+    "word2vec",
+    marker=lambda p: p.is_dir() and (p / "skipgram.json").is_file(),
+    opener=open_skipgram,
+    priority=10,
+)

@@ -41,14 +41,33 @@ from datamill.pretrain.bert.engine import (
     split_block,
 )
 
-__all__ = ["TEXT_BLOCK_BYTES", "BlockedIds", "DocumentIndex", "build_index", "corpus_state", "plan_text_blocks",
-           "tokenize_blocks"]
+__all__ = [
+    "TEXT_BLOCK_BYTES",
+    "BlockedIds",
+    "DocumentIndex",
+    "build_index",
+    "corpus_state",
+    "plan_text_blocks",
+    "tokenize_blocks",
+]
 
 TEXT_BLOCK_BYTES = 16 << 20
 """Raw text per ``map_batches`` task (whole lines; the output does not depend on it)."""
 
-_SMALL = ["block", "file", "breaks", "sentences", "content", "groups", "first_doc", "last_doc", "tokens",
-          "kept", "error", "doc_tokens"]
+_SMALL = [
+    "block",
+    "file",
+    "breaks",
+    "sentences",
+    "content",
+    "groups",
+    "first_doc",
+    "last_doc",
+    "tokens",
+    "kept",
+    "error",
+    "doc_tokens",
+]
 _TOKENIZERS: dict[str, Any] = {}
 _STATES: dict[str, Any] = {}
 
@@ -70,14 +89,23 @@ def plan_text_blocks(paths: list[PathLike]) -> list[dict[str, Any]]:
     for i, path in enumerate(paths):
         base, member = split_member(path)
         if not base.exists():
-            raise DataFileNotFoundError("no such file", path=base, hint="check the path (every node must see it)")
+            raise DataFileNotFoundError(
+                "no such file", path=base, hint="check the path (every node must see it)"
+            )
         if base.is_dir():
             raise DataFileError("expected a file, found a folder", path=base)
         size = (1 << 62) if member is not None else base.stat().st_size  # a zip member: one range
         step = size if member is not None else TEXT_BLOCK_BYTES
         for start in range(0, max(size, 1), max(step, 1)):
-            out.append({"block": len(out), "file": i, "path": os.fspath(path), "start": start,
-                        "end": min(start + step, size)})
+            out.append(
+                {
+                    "block": len(out),
+                    "file": i,
+                    "path": os.fspath(path),
+                    "start": start,
+                    "end": min(start + step, size),
+                }
+            )
     return out
 
 
@@ -87,7 +115,9 @@ def _read_range(path: str, start: int, end: int) -> tuple[bytes, int]:
         pos = 0
         if start > 0:
             f.seek(start - 1)
-            pos = start - 1 + len(f.readline())  # the line holding byte start-1 belongs to the range before
+            pos = (
+                start - 1 + len(f.readline())
+            )  # the line holding byte start-1 belongs to the range before
         if pos >= end:
             return b"", pos
         f.seek(pos)
@@ -122,12 +152,25 @@ def _tokenizer(tok_json: str) -> Any:
     return _TOKENIZERS[key]
 
 
-_SCHEMA = pa.schema([("block", pa.int64()), ("file", pa.int64()), ("breaks", pa.int64()), ("sentences", pa.int64()),
-                     ("content", pa.bool_()), ("groups", pa.int64()), ("first_doc", pa.int64()),
-                     ("last_doc", pa.int64()), ("tokens", pa.int64()), ("kept", pa.int64()),
-                     ("error", pa.binary()), ("ids", pa.large_list(pa.int32())),
-                     ("sent_len", pa.large_list(pa.int64())), ("doc_sents", pa.large_list(pa.int64())),
-                     ("doc_tokens", pa.large_list(pa.int64()))])
+_SCHEMA = pa.schema(
+    [
+        ("block", pa.int64()),
+        ("file", pa.int64()),
+        ("breaks", pa.int64()),
+        ("sentences", pa.int64()),
+        ("content", pa.bool_()),
+        ("groups", pa.int64()),
+        ("first_doc", pa.int64()),
+        ("last_doc", pa.int64()),
+        ("tokens", pa.int64()),
+        ("kept", pa.int64()),
+        ("error", pa.binary()),
+        ("ids", pa.large_list(pa.int32())),
+        ("sent_len", pa.large_list(pa.int64())),
+        ("doc_sents", pa.large_list(pa.int64())),
+        ("doc_tokens", pa.large_list(pa.int64())),
+    ]
+)
 _LISTS = ("ids", "sent_len", "doc_sents", "doc_tokens")
 
 
@@ -137,18 +180,36 @@ def _tokenize_range(r: dict[str, Any], tok_json: str, sentence_split: str) -> di
         sentences, doc, breaks = split_block(data, 1, r["path"], sentence_split=sentence_split)
     except DataFileError as err:  # name the line in the whole file
         line = (err.line or 1) + _lines_before(r["path"], pos)
-        raise DataFileError(err.msg, path=display_name(r["path"]), line=line, hint=err.hint) from err
+        raise DataFileError(
+            err.msg, path=display_name(r["path"]), line=line, hint=err.hint
+        ) from err
     flat, offsets = _tokenizer(tok_json).encode(sentences)
     lengths = np.diff(offsets).astype(np.int64)
     keep = lengths > 0  # as tokenize_documents: sentences that tokenise to nothing are dropped
     sent_len, docs = lengths[keep], doc[keep]
-    starts = np.flatnonzero(np.concatenate([[True], docs[1:] != docs[:-1]])) if len(docs) else np.zeros(0, np.int64)
+    starts = (
+        np.flatnonzero(np.concatenate([[True], docs[1:] != docs[:-1]]))
+        if len(docs)
+        else np.zeros(0, np.int64)
+    )
     doc_sents = np.diff(np.concatenate([starts, [len(docs)]])).astype(np.int64)
-    doc_tokens = np.add.reduceat(sent_len, starts).astype(np.int64) if len(starts) else np.zeros(0, np.int64)
-    return {"breaks": breaks, "sentences": len(sentences), "content": bool(data) and not data.isspace(),
-            "groups": len(starts), "first_doc": int(docs[0]) if len(docs) else -1,
-            "last_doc": int(docs[-1]) if len(docs) else -1, "tokens": int(sent_len.sum()), "kept": len(sent_len),
-            "ids": np.asarray(flat, np.int32), "sent_len": sent_len, "doc_sents": doc_sents, "doc_tokens": doc_tokens}
+    doc_tokens = (
+        np.add.reduceat(sent_len, starts).astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+    )
+    return {
+        "breaks": breaks,
+        "sentences": len(sentences),
+        "content": bool(data) and not data.isspace(),
+        "groups": len(starts),
+        "first_doc": int(docs[0]) if len(docs) else -1,
+        "last_doc": int(docs[-1]) if len(docs) else -1,
+        "tokens": int(sent_len.sum()),
+        "kept": len(sent_len),
+        "ids": np.asarray(flat, np.int32),
+        "sent_len": sent_len,
+        "doc_sents": doc_sents,
+        "doc_tokens": doc_tokens,
+    }
 
 
 def _split_tokenize(batch: pa.Table, tok_json: str, sentence_split: str) -> pa.Table:
@@ -163,9 +224,19 @@ def _split_tokenize(batch: pa.Table, tok_json: str, sentence_split: str) -> pa.T
             row = _tokenize_range(r, tok_json, sentence_split)
         except DatamillError as err:
             row = {"error": pickle.dumps(err)}
-        rows.append({**{name: 0 for name in _SCHEMA.names}, "first_doc": -1, "last_doc": -1, "content": False,
-                     "error": None, **{name: np.zeros(0, np.int64) for name in _LISTS}, **row,
-                     "block": r["block"], "file": r["file"]})
+        rows.append(
+            {
+                **{name: 0 for name in _SCHEMA.names},
+                "first_doc": -1,
+                "last_doc": -1,
+                "content": False,
+                "error": None,
+                **{name: np.zeros(0, np.int64) for name in _LISTS},
+                **row,
+                "block": r["block"],
+                "file": r["file"],
+            }
+        )
     columns: list[pa.Array] = []
     for fld in _SCHEMA:
         if fld.name in _LISTS:
@@ -178,11 +249,17 @@ def _split_tokenize(batch: pa.Table, tok_json: str, sentence_split: str) -> pa.T
     return pa.Table.from_arrays(columns, schema=_SCHEMA)
 
 
-def tokenize_blocks(ray: Any, blocks: list[dict[str, Any]], tok_json: str, *, sentence_split: str) -> Any:
+def tokenize_blocks(
+    ray: Any, blocks: list[dict[str, Any]], tok_json: str, *, sentence_split: str
+) -> Any:
     """The materialized Ray Dataset of tokenised blocks (one row per byte range, in order)."""
     ds = ray.data.from_items(blocks, override_num_blocks=len(blocks))
-    return ds.map_batches(_split_tokenize, batch_size=1, batch_format="pyarrow",
-                          fn_kwargs={"tok_json": tok_json, "sentence_split": sentence_split}).materialize()
+    return ds.map_batches(
+        _split_tokenize,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_kwargs={"tok_json": tok_json, "sentence_split": sentence_split},
+    ).materialize()
 
 
 @dataclass
@@ -192,7 +269,9 @@ class DocumentIndex:
     documents: int = 0
     sentences: int = 0  # split sentences, before dropping those that tokenise to nothing
     tokens: int = 0
-    merge: list[bool] = field(default_factory=list)  # block b's first document continues the one before
+    merge: list[bool] = field(
+        default_factory=list
+    )  # block b's first document continues the one before
     shards: list[tuple[int, int]] = field(default_factory=list)  # the local engine's plan_shards
 
 
@@ -210,13 +289,19 @@ def build_index(tokenized: Any, paths: list[PathLike]) -> DocumentIndex:
     last_raw: int | None = None
     current = (-1, False, 0)  # file, has content, sentences found
     expected = 0
-    for batch in tokenized.select_columns(_SMALL).iter_batches(batch_format="pyarrow", batch_size=None):
+    for batch in tokenized.select_columns(_SMALL).iter_batches(
+        batch_format="pyarrow", batch_size=None
+    ):
         doc_tokens = batch.column("doc_tokens").combine_chunks()
         offs = np.asarray(doc_tokens.offsets.to_numpy(), np.int64)
         values = np.asarray(doc_tokens.values.to_numpy(), np.int64)
         for i, r in enumerate(batch.drop_columns(["doc_tokens"]).to_pylist()):
-            if r["block"] != expected:  # pragma: no cover - Ray Data keeps the order (preserve_order)
-                raise RuntimeError(f"tokenised blocks out of order: got {r['block']}, expected {expected}")
+            if (
+                r["block"] != expected
+            ):  # pragma: no cover - Ray Data keeps the order (preserve_order)
+                raise RuntimeError(
+                    f"tokenised blocks out of order: got {r['block']}, expected {expected}"
+                )
             expected += 1
             if r["error"] is not None:  # the first failed block in order (a worker's DatamillError)
                 raise pickle.loads(r["error"])  # written by this run's own tasks
@@ -228,11 +313,15 @@ def build_index(tokenized: Any, paths: list[PathLike]) -> DocumentIndex:
             current = (current[0], current[1] or r["content"], current[2] + r["sentences"])
             merge = r["groups"] > 0 and last_raw == raw_base + r["first_doc"]
             idx.merge.append(merge)
-            starts = idx.tokens + np.concatenate([[0], np.cumsum(values[offs[i]:offs[i + 1]])[:-1]]).astype(np.int64)
+            starts = idx.tokens + np.concatenate(
+                [[0], np.cumsum(values[offs[i] : offs[i + 1]])[:-1]]
+            ).astype(np.int64)
             first_index = idx.documents - int(merge)
             if merge:
                 starts, first_index = starts[1:], first_index + 1
-            while len(starts) and next_cut <= starts[-1]:  # plan_shards: first document starting at a cut or after
+            while (
+                len(starts) and next_cut <= starts[-1]
+            ):  # plan_shards: first document starting at a cut or after
                 cuts.append(first_index + int(np.searchsorted(starts, next_cut, side="left")))
                 next_cut += step
             idx.documents += r["groups"] - int(merge)
@@ -259,7 +348,9 @@ class BlockedIds:
 
     def __init__(self, arrays: list[NDArray[np.int32]]) -> None:
         self.arrays = [a for a in arrays if len(a)]
-        self.starts = np.concatenate([[0], np.cumsum([len(a) for a in self.arrays])]).astype(np.int64)
+        self.starts = np.concatenate([[0], np.cumsum([len(a) for a in self.arrays])]).astype(
+            np.int64
+        )
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -291,7 +382,7 @@ def _row_arrays(tables: list[pa.Table], name: str, dtype: Any) -> list[NDArray[A
         for chunk in t.column(name).chunks:
             offs = np.asarray(chunk.offsets.to_numpy(), np.int64)
             values = chunk.values.to_numpy(zero_copy_only=False)
-            out.extend(np.asarray(values[offs[j]:offs[j + 1]], dtype) for j in range(len(chunk)))
+            out.extend(np.asarray(values[offs[j] : offs[j + 1]], dtype) for j in range(len(chunk)))
     return out
 
 
@@ -305,10 +396,15 @@ def corpus_state(key: str, refs: list[Any], merge: list[bool]) -> Any:
         doc_sents = _row_arrays(tables, "doc_sents", np.int64)
         sent_offsets = np.concatenate([[0], np.cumsum(np.concatenate(sent_len))]).astype(np.int64)
         base = np.concatenate([[0], np.cumsum([len(s) for s in sent_len])]).astype(np.int64)
-        doc_starts = [b + np.concatenate([[0], np.cumsum(d)[:-1]]).astype(np.int64)[int(m):]
-                      for b, d, m in zip(base[:-1], doc_sents, merge) if len(d)]
+        doc_starts = [
+            b + np.concatenate([[0], np.cumsum(d)[:-1]]).astype(np.int64)[int(m) :]
+            for b, d, m in zip(base[:-1], doc_sents, merge)
+            if len(d)
+        ]
         doc_offsets = np.concatenate([*doc_starts, base[-1:]]).astype(np.int64)
         ids = BlockedIds(_row_arrays(tables, "ids", np.int32))
         _STATES.clear()
-        _STATES[key] = init_state(cast(NDArray[np.int32], ids), sent_offsets, doc_offsets)  # ids quacks as an array
+        _STATES[key] = init_state(
+            cast(NDArray[np.int32], ids), sent_offsets, doc_offsets
+        )  # ids quacks as an array
     return _STATES[key]

@@ -79,13 +79,18 @@ class RayExecutor:
 
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``fn(item)`` on Ray for every item, in order (at most :func:`window` tasks in flight)."""
+
         def submit(pair: tuple[int, T]) -> Any:
-            return self._remote.options(scheduling_strategy=self._spread(pair[0])).remote(fn, pair[1])
+            return self._remote.options(scheduling_strategy=self._spread(pair[0])).remote(
+                fn, pair[1]
+            )
 
         return ordered_results(submit, enumerate(items), window=window())
 
 
-def plan_pieces(counts: list[int], ranges: list[tuple[int, int]]) -> list[list[tuple[int, int, int]]]:
+def plan_pieces(
+    counts: list[int], ranges: list[tuple[int, int]]
+) -> list[list[tuple[int, int, int]]]:
     """For each global ``(lo, hi)`` range, the ``(ray block, start, stop)`` slices that make it up.
 
     Examples:
@@ -110,12 +115,22 @@ def _num_rows(table: pa.Table) -> int:
     return int(table.num_rows)
 
 
-def _prepare_task(p: Plan, origin: Origin, index: int, lo: int, uid_column: str | None,
-                  slices: list[tuple[int, int]], *tables: pa.Table) -> tuple[Block, pa.Array | None, tuple[Any, ...]]:
+def _prepare_task(
+    p: Plan,
+    origin: Origin,
+    index: int,
+    lo: int,
+    uid_column: str | None,
+    slices: list[tuple[int, int]],
+    *tables: pa.Table,
+) -> tuple[Block, pa.Array | None, tuple[Any, ...]]:
     parts = [t.slice(a, b - a) for t, (a, b) in zip(tables, slices)]
     schema = parts[0].schema if parts else pa.schema([])
-    table = pa.concat_tables([t.cast(schema) for t in parts]) if len(parts) > 1 else \
-        (parts[0] if parts else pa.table({}))
+    table = (
+        pa.concat_tables([t.cast(schema) for t in parts])
+        if len(parts) > 1
+        else (parts[0] if parts else pa.table({}))
+    )
     uids = None
     block = prepare(p, origin, (index, lo, table))
     if uid_column is not None:
@@ -125,7 +140,9 @@ def _prepare_task(p: Plan, origin: Origin, index: int, lo: int, uid_column: str 
     return block, uids, (block.num_rows, block.split, node, os.getpid())
 
 
-def prepare_blocks(p: Plan, origin: Origin, refs: list[Any], *, uid_column: str | None) -> list[BlockHandle]:
+def prepare_blocks(
+    p: Plan, origin: Origin, refs: list[Any], *, uid_column: str | None
+) -> list[BlockHandle]:
     """Prepare every global block of the Ray blocks ``refs`` (in order) on the workers → handles."""
     ray = ray_module()
     count = ray.remote(max_retries=MAX_RETRIES)(_num_rows)
@@ -138,10 +155,12 @@ def prepare_blocks(p: Plan, origin: Origin, refs: list[Any], *, uid_column: str 
     for index, ((lo, _hi), pieces) in enumerate(zip(ranges, plan_pieces(counts, ranges))):
         slices = [(a, b) for _, a, b in pieces]
         block_ref, uid_ref, info_ref = task.options(scheduling_strategy=spread(index)).remote(
-            p, origin, index, lo, uid_column, slices,
-                                                   *[refs[j] for j, _, _ in pieces])
+            p, origin, index, lo, uid_column, slices, *[refs[j] for j, _, _ in pieces]
+        )
         pending.append((index, lo, block_ref, uid_ref, info_ref))
     for index, lo, block_ref, uid_ref, info_ref in pending:
         num_rows, split, node, _pid = ray.get(info_ref)
-        handles.append(BlockHandle(index, lo, int(num_rows), split, origin, block_ref, uid_ref, node))
+        handles.append(
+            BlockHandle(index, lo, int(num_rows), split, origin, block_ref, uid_ref, node)
+        )
     return handles

@@ -24,7 +24,12 @@ from datamill.ray._runtime import MAX_RETRIES, ray_module, unwrap
 
 __all__ = ["Input", "read", "resolve_input"]
 
-_EXTENSIONS = {"csv": (".csv",), "tsv": (".tsv",), "parquet": (".parquet", ".pq"), "jsonl": (".jsonl", ".json")}
+_EXTENSIONS = {
+    "csv": (".csv",),
+    "tsv": (".tsv",),
+    "parquet": (".parquet", ".pq"),
+    "jsonl": (".jsonl", ".json"),
+}
 
 
 @dataclass(frozen=True)
@@ -47,16 +52,28 @@ def resolve_input(dataset: Any) -> Input:
     Raises:
         DataFileNotFoundError: nothing matches. DataFileError: a folder mixes formats.
     """
-    if isinstance(dataset, pa.Table) or (type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy")):
-        table = dataset if isinstance(dataset, pa.Table) else pa.Table.from_pandas(dataset, preserve_index=False)
+    if isinstance(dataset, pa.Table) or (
+        type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy")
+    ):
+        table = (
+            dataset
+            if isinstance(dataset, pa.Table)
+            else pa.Table.from_pandas(dataset, preserve_index=False)
+        )
         return Input([], "arrow", Origin(None, None, None), table)
     text = os.fspath(dataset)
     if "://" in text:
         kind = detect_format(text)
-        return Input([text], kind, Origin(text, None, 2 if kind in ("csv", "tsv") else 1 if kind == "jsonl" else None))
+        return Input(
+            [text],
+            kind,
+            Origin(text, None, 2 if kind in ("csv", "tsv") else 1 if kind == "jsonl" else None),
+        )
     path = Path(text)
     if path.is_dir():
-        files = sorted(str(f) for f in path.iterdir() if f.is_file() and not f.name.startswith((".", "_")))
+        files = sorted(
+            str(f) for f in path.iterdir() if f.is_file() and not f.name.startswith((".", "_"))
+        )
         base = path
     elif any(c in text for c in "*?["):
         files = sorted(f for f in globlib.glob(text) if Path(f).is_file())
@@ -69,11 +86,16 @@ def resolve_input(dataset: Any) -> Input:
     else:
         raise DataFileNotFoundError("no such file or folder", path=text)
     if not files:
-        raise DataFileNotFoundError("no data files here", path=text, hint="give a file, a folder of files or a glob")
+        raise DataFileNotFoundError(
+            "no data files here", path=text, hint="give a file, a folder of files or a glob"
+        )
     kinds = {detect_format(f) for f in files}
     if len(kinds) > 1:
-        raise DataFileError(f"the files have different formats ({', '.join(sorted(kinds))})", path=text,
-                            hint="put one format per folder, or select the files with a glob")
+        raise DataFileError(
+            f"the files have different formats ({', '.join(sorted(kinds))})",
+            path=text,
+            hint="put one format per folder, or select the files with a glob",
+        )
     return Input(files, kinds.pop(), Origin(display_name(text), base.resolve(), None))
 
 
@@ -88,8 +110,11 @@ def _check_columns(inp: Input, wanted: list[str], optional: tuple[str, ...] = ()
             continue
         if inp.kind in ("csv", "tsv"):
             opts = csv_options(inp.kind)
-            with pcsv.open_csv(f, read_options=pcsv.ReadOptions(block_size=1 << 16),
-                               parse_options=opts["parse_options"]) as reader:
+            with pcsv.open_csv(
+                f,
+                read_options=pcsv.ReadOptions(block_size=1 << 16),
+                parse_options=opts["parse_options"],
+            ) as reader:
                 names = reader.schema.names
         elif inp.kind == "parquet":
             names = pq.read_schema(f).names
@@ -99,12 +124,18 @@ def _check_columns(inp: Input, wanted: list[str], optional: tuple[str, ...] = ()
             absent = {c for c in optional if c not in names}
         for c in wanted:
             if c not in names and c not in absent:
-                raise SchemaError("the config names this column but the dataset has no such column",
-                                  path=display_name(f), column=c, hint=f"available columns: {', '.join(names[:30])}")
+                raise SchemaError(
+                    "the config names this column but the dataset has no such column",
+                    path=display_name(f),
+                    column=c,
+                    hint=f"available columns: {', '.join(names[:30])}",
+                )
     return [c for c in wanted if c not in absent]
 
 
-def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tuple[str, ...] = ()) -> Any:
+def read(
+    inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tuple[str, ...] = ()
+) -> Any:
     """The Ray Dataset of the ``wanted`` columns (plus ``extra`` raw columns), materialized in order.
 
     Columns in ``optional`` (output columns when metadata is applied) may be absent: they are left out.
@@ -115,20 +146,28 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tupl
         columns = [c for c in columns if c not in optional or c in inp.table.column_names]
         missing = [c for c in columns if c not in inp.table.column_names]
         if missing:
-            raise SchemaError("the config names this column but the dataset has no such column", column=missing[0],
-                              hint=f"available columns: {', '.join(inp.table.column_names[:30])}")
+            raise SchemaError(
+                "the config names this column but the dataset has no such column",
+                column=missing[0],
+                hint=f"available columns: {', '.join(inp.table.column_names[:30])}",
+            )
         return ray.data.from_arrow(inp.table.select(columns)).materialize()
     columns = _check_columns(inp, columns, optional)
     if inp.kind in ("csv", "tsv"):
-        types = {c: (pa.float64() if t == "float64" else pa.string()) for c, t in wanted.items()
-                 if t != "raw" and c in columns}
+        types = {
+            c: (pa.float64() if t == "float64" else pa.string())
+            for c, t in wanted.items()
+            if t != "raw" and c in columns
+        }
         try:
             # one task per file with pyarrow's whole-file reader (on one thread in a Ray worker): a CSV
             # cannot be cut at byte offsets (quoted newlines), so Ray Data's read_csv also reads a file in
             # one task, but streaming it into ~300 small blocks that slow every later task (1M rows: read
             # 4.9 s and the run 15-17 s there; 1.4 s and 6 s here)
             task = ray.remote(max_retries=MAX_RETRIES)(_read_csv)
-            return ray.data.from_arrow_refs([task.remote(f, inp.kind, columns, types) for f in inp.files]).materialize()
+            return ray.data.from_arrow_refs(
+                [task.remote(f, inp.kind, columns, types) for f in inp.files]
+            ).materialize()
         except Exception as exc:
             raise _locate_csv_error(inp, wanted, columns, exc) from exc
     try:
@@ -138,10 +177,14 @@ def read(inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tupl
             task = ray.remote(_read_parquet)
             ds = ray.data.from_arrow_refs([task.remote(f, columns) for f in inp.files])
         elif inp.kind == "jsonl":
-            ds = ray.data.read_json(inp.files, lines=True, file_extensions=None).select_columns(columns)
+            ds = ray.data.read_json(inp.files, lines=True, file_extensions=None).select_columns(
+                columns
+            )
         else:
-            raise DataFileError(f"the Ray engine reads CSV, TSV, Parquet and JSONL, not {inp.kind!r}",
-                                path=inp.origin.path)
+            raise DataFileError(
+                f"the Ray engine reads CSV, TSV, Parquet and JSONL, not {inp.kind!r}",
+                path=inp.origin.path,
+            )
         return ds.materialize()
     except DatamillError:
         raise
@@ -164,7 +207,9 @@ def _read_parquet(path: str, columns: list[str]) -> pa.Table:
     return pq.read_table(path, columns=columns)
 
 
-def _locate_csv_error(inp: Input, wanted: dict[str, str], columns: list[str], exc: BaseException) -> BaseException:
+def _locate_csv_error(
+    inp: Input, wanted: dict[str, str], columns: list[str], exc: BaseException
+) -> BaseException:
     """Re-read as strings to name the first value that is not a number; else one DataFileError."""
     ray = ray_module()
     err = unwrap(exc, what="reading")
@@ -173,17 +218,31 @@ def _locate_csv_error(inp: Input, wanted: dict[str, str], columns: list[str], ex
     numeric = [c for c, t in wanted.items() if t == "float64"]
     if numeric:
         try:
-            ds = ray.data.read_csv(inp.files, file_extensions=None, include_paths=True, **csv_options(
-                inp.kind, columns=columns, column_types={c: pa.string() for c in columns})).materialize()
+            ds = ray.data.read_csv(
+                inp.files,
+                file_extensions=None,
+                include_paths=True,
+                **csv_options(
+                    inp.kind, columns=columns, column_types={c: pa.string() for c in columns}
+                ),
+            ).materialize()
             seen: dict[str, int] = {}
             for table in ray.get(ds.to_arrow_refs()):
                 name = table.column("path")[0].as_py() if table.num_rows else ""
                 for c in numeric:
-                    cast_column(table[c], "float64", name=display_name(name), column=c, line_offset=2,
-                                row_offset=seen.get(name, 0))
+                    cast_column(
+                        table[c],
+                        "float64",
+                        name=display_name(name),
+                        column=c,
+                        line_offset=2,
+                        row_offset=seen.get(name, 0),
+                    )
                 seen[name] = seen.get(name, 0) + table.num_rows
         except DataFileError as located:
             return located
         except Exception:  # noqa: BLE001, S110 - the original error is reported below
             pass
-    return DataFileError(f"cannot read the input ({' '.join(str(err).split())[:300]})", path=inp.origin.path)
+    return DataFileError(
+        f"cannot read the input ({' '.join(str(err).split())[:300]})", path=inp.origin.path
+    )

@@ -38,8 +38,16 @@ from datamill.preprocessing.meta import HEADER, Metadata, read_meta
 from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.sinks import recover_interrupted_switch
 
-__all__ = ["SHARDSET", "cached_output", "dataset_stamp", "is_own_dataset", "prepare_outputs", "switch_back",
-           "switch_in", "tmp_root"]
+__all__ = [
+    "SHARDSET",
+    "cached_output",
+    "dataset_stamp",
+    "is_own_dataset",
+    "prepare_outputs",
+    "switch_back",
+    "switch_in",
+    "tmp_root",
+]
 
 #: the shardset holding the tensors
 SHARDSET = "features"
@@ -55,14 +63,21 @@ def is_own_dataset(path: Path) -> bool:
     """
     try:
         manifest = json.loads((path / DATASET_MANIFEST).read_text(encoding="utf-8"))
-        return path.is_dir() and not path.is_symlink() and \
-            [s.get("name") for s in manifest.get("shardsets", [])] == [SHARDSET]
+        return (
+            path.is_dir()
+            and not path.is_symlink()
+            and [s.get("name") for s in manifest.get("shardsets", [])] == [SHARDSET]
+        )
     except (OSError, ValueError, AttributeError, TypeError):
         return False
 
 
 def _is_preprocess_file(path: Path) -> bool:
-    return path.is_file() and is_datamill_output(path) and path.name.endswith((HDF5_SUFFIX, META_SUFFIX))
+    return (
+        path.is_file()
+        and is_datamill_output(path)
+        and path.name.endswith((HDF5_SUFFIX, META_SUFFIX))
+    )
 
 
 def dataset_stamp(root: Path) -> str | None:
@@ -123,7 +138,9 @@ def _replace_dir(src: Path, dst: Path) -> None:
         os.replace(src, dst)
 
 
-def prepare_outputs(p: Plan, root: Path, *, fmt: str, inputs: Sequence[Any], overwrite: bool) -> None:
+def prepare_outputs(
+    p: Plan, root: Path, *, fmt: str, inputs: Sequence[Any], overwrite: bool
+) -> None:
     """Refuse output paths holding a user's file or an input; repair an interrupted switch; remove temporaries.
 
     Raises:
@@ -135,15 +152,33 @@ def prepare_outputs(p: Plan, root: Path, *, fmt: str, inputs: Sequence[Any], ove
     paths = [x for x in inputs if isinstance(x, (str, os.PathLike))]
     for folder in (Path(x).resolve() for x in paths if Path(x).is_dir()):
         if folder == root.parent.resolve() or folder in root.parent.resolve().parents:
-            raise DataFileError("the output would be written inside the input folder (and read as input next time)",
-                                path=root, hint="choose an --output-dir outside the input folder")
-    check_output(root, is_own=is_own_dataset, inputs=paths, what="Ray preprocessing shardset dataset",
-                  overwrite=overwrite)
-    check_output(p.meta_path, is_own=_is_preprocess_file, inputs=paths, what="preprocessing meta.json",
-                  overwrite=overwrite)
+            raise DataFileError(
+                "the output would be written inside the input folder (and read as input next time)",
+                path=root,
+                hint="choose an --output-dir outside the input folder",
+            )
+    check_output(
+        root,
+        is_own=is_own_dataset,
+        inputs=paths,
+        what="Ray preprocessing shardset dataset",
+        overwrite=overwrite,
+    )
+    check_output(
+        p.meta_path,
+        is_own=_is_preprocess_file,
+        inputs=paths,
+        what="preprocessing meta.json",
+        overwrite=overwrite,
+    )
     if fmt == "hdf5":
-        check_output(p.hdf5_path, is_own=_is_preprocess_file, inputs=paths, what="preprocessed HDF5",
-                     overwrite=overwrite)
+        check_output(
+            p.hdf5_path,
+            is_own=_is_preprocess_file,
+            inputs=paths,
+            what="preprocessed HDF5",
+            overwrite=overwrite,
+        )
     if root.parent.is_dir():
         _recover_dataset(root, p.meta_path)
         recover_interrupted_switch(p.hdf5_path, p.meta_path)
@@ -164,7 +199,9 @@ def switch_in(new_root: Path, root: Path) -> Path | None:
         old = root.with_name(f".{root.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         os.replace(root, old)
     try:
-        fault_point("ray.preprocess.between_dataset_renames")  # killed here: the next run moves `old` back
+        fault_point(
+            "ray.preprocess.between_dataset_renames"
+        )  # killed here: the next run moves `old` back
         os.replace(new_root, root)
     except BaseException:
         if old is not None and not root.exists():
@@ -194,13 +231,19 @@ def cached_output(p: Plan, root: Path, *, fmt: str, uid_column: str) -> Metadata
         doc = read_meta(p.meta_path)
         header = doc[HEADER]
         entry = header["dataset"]
-        if header["fingerprint"] != p.fingerprint or entry["uid_column"] != uid_column \
-                or entry.get("stamp") is None or entry["stamp"] != dataset_stamp(root):
+        if (
+            header["fingerprint"] != p.fingerprint
+            or entry["uid_column"] != uid_column
+            or entry.get("stamp") is None
+            or entry["stamp"] != dataset_stamp(root)
+        ):
             return None
         if fmt == "hdf5":
             h5 = header["hdf5"]
             st = p.hdf5_path.stat()
-            if (h5["size"], h5["mtime_ns"]) != (st.st_size, st.st_mtime_ns) or fingerprint_file(p.hdf5_path) != h5["xxh3"]:
+            if (h5["size"], h5["mtime_ns"]) != (st.st_size, st.st_mtime_ns) or fingerprint_file(
+                p.hdf5_path
+            ) != h5["xxh3"]:
                 return None
     except (CacheError, OSError, KeyError, TypeError):
         return None

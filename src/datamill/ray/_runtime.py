@@ -40,7 +40,11 @@ class Spread:
         ray = ray_module()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+        nodes = sorted(
+            n["NodeID"]
+            for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
+        )
         self._strategies = [NodeAffinitySchedulingStrategy(node_id=n, soft=True) for n in nodes]
 
     def __call__(self, i: int) -> Any:
@@ -66,15 +70,21 @@ def _probe(address: str) -> None:
     if not sep or not port.isdigit() or not host:
         if address in ("auto", "local") or not hostport:
             return
-        raise DatamillError("a Ray address must be auto, HOST:PORT or ray://HOST:PORT", path=address,
-                            hint="pass the address `ray start --head` printed, e.g. --address 10.0.0.5:6379")
+        raise DatamillError(
+            "a Ray address must be auto, HOST:PORT or ray://HOST:PORT",
+            path=address,
+            hint="pass the address `ray start --head` printed, e.g. --address 10.0.0.5:6379",
+        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
             pass
     except (OSError, ValueError, OverflowError) as exc:
-        raise DatamillError(f"cannot connect to Ray: nothing answers at {host}:{port} ({exc})", path=address,
-                            hint="start the cluster (`ray start --head`) and pass its address with "
-                                 "--address HOST:PORT, or leave --address out for a local instance") from exc
+        raise DatamillError(
+            f"cannot connect to Ray: nothing answers at {host}:{port} ({exc})",
+            path=address,
+            hint="start the cluster (`ray start --head`) and pass its address with "
+            "--address HOST:PORT, or leave --address out for a local instance",
+        ) from exc
 
 
 def connect(address: str | None = None) -> ModuleType:
@@ -91,20 +101,27 @@ def connect(address: str | None = None) -> ModuleType:
     """
     ray = ray_module()
     if address is not None and ray.is_initialized():
-        _probe(address)  # an address that answers nothing is an error even when this process already has Ray
+        _probe(
+            address
+        )  # an address that answers nothing is an error even when this process already has Ray
     if not ray.is_initialized():
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
-            if address is None:  # "local": never join a cluster found on the machine (maybe someone else's)
+            if (
+                address is None
+            ):  # "local": never join a cluster found on the machine (maybe someone else's)
                 ray.init(address="local", include_dashboard=False, log_to_driver=False)
             else:
                 _probe(address)  # Ray itself retries an unreachable address for minutes
                 ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise DatamillError(f"cannot connect to Ray ({exc})", path=address,
-                                hint="start the cluster (`ray start --head`) and pass its address with "
-                                     "--address HOST:PORT, or leave --address out for a local instance") from exc
+            raise DatamillError(
+                f"cannot connect to Ray ({exc})",
+                path=address,
+                hint="start the cluster (`ray start --head`) and pass its address with "
+                "--address HOST:PORT, or leave --address out for a local instance",
+            ) from exc
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = not is_quiet()
@@ -116,7 +133,9 @@ def unwrap(exc: BaseException, *, what: str) -> BaseException:
     """The error to raise for a failed Ray call: the task's own DatamillError, or one DatamillError line."""
     seen: set[int] = set()
     cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:  # through Ray's wrappers (RayTaskError, UserCodeException)
+    while (
+        cur is not None and id(cur) not in seen
+    ):  # through Ray's wrappers (RayTaskError, UserCodeException)
         seen.add(id(cur))
         if isinstance(cur, DatamillError) and not type(cur).__name__.startswith("RayTaskError"):
             return cur
@@ -124,11 +143,15 @@ def unwrap(exc: BaseException, *, what: str) -> BaseException:
         cur = inner if isinstance(inner, BaseException) else (cur.__cause__ or cur.__context__)
     cause = getattr(exc, "cause", None)
     first = " ".join(str(cause if cause is not None else exc).split())[:300]
-    return DatamillError(f"{what} failed on Ray: {type(cause or exc).__name__}: {first}",
-                         hint="nothing was committed; check the workers' logs, then run again")
+    return DatamillError(
+        f"{what} failed on Ray: {type(cause or exc).__name__}: {first}",
+        hint="nothing was committed; check the workers' logs, then run again",
+    )
 
 
-def ordered_results(submit: Callable[[T], Any], items: Iterable[T], *, window: int) -> Iterator[Any]:
+def ordered_results(
+    submit: Callable[[T], Any], items: Iterable[T], *, window: int
+) -> Iterator[Any]:
     """``ray.get(submit(item))`` for every item, in order, with at most ``window`` tasks in flight."""
     ray = ray_module()
     pending: deque[Any] = deque()

@@ -30,7 +30,9 @@ def _dense(value: NDArray[Any]) -> pa.Array:
     return flat
 
 
-def arrays_to_table(arrays: dict[str, NDArray[Any] | CSR], *, uid: str, uids: pa.Array | NDArray[Any]) -> pa.Table:
+def arrays_to_table(
+    arrays: dict[str, NDArray[Any] | CSR], *, uid: str, uids: pa.Array | NDArray[Any]
+) -> pa.Table:
     """One block's output arrays as a table: ``uid`` first, then every key in order.
 
     Examples:
@@ -43,18 +45,24 @@ def arrays_to_table(arrays: dict[str, NDArray[Any] | CSR], *, uid: str, uids: pa
         >>> back["s"].vocab_size, back["img"].shape, back["x"].tolist()
         (5, (2, 1, 2), [0.0, 1.0])
     """
-    fields: list[pa.Field] = [pa.field(uid, uids.type if isinstance(uids, pa.Array) else pa.from_numpy_dtype(uids.dtype))]
+    fields: list[pa.Field] = [
+        pa.field(uid, uids.type if isinstance(uids, pa.Array) else pa.from_numpy_dtype(uids.dtype))
+    ]
     columns: list[pa.Array] = [uids if isinstance(uids, pa.Array) else pa.array(uids)]
     for key, value in arrays.items():
         if isinstance(value, CSR):
             offsets = pa.array(np.asarray(value.offsets, np.int64) - int(value.offsets[0]))
             meta = {_VOCAB: str(int(value.vocab_size)).encode()}
             lo, hi = int(value.offsets[0]), int(value.offsets[-1])
-            indices = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(value.indices[lo:hi])))
+            indices = pa.LargeListArray.from_arrays(
+                offsets, pa.array(np.asarray(value.indices[lo:hi]))
+            )
             fields.append(pa.field(key, indices.type, metadata=meta))
             columns.append(indices)
             if value.values is not None:
-                weights = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(value.values[lo:hi])))
+                weights = pa.LargeListArray.from_arrays(
+                    offsets, pa.array(np.asarray(value.values[lo:hi]))
+                )
                 fields.append(pa.field(key + VALUES_SUFFIX, weights.type, metadata=meta))
                 columns.append(weights)
         else:
@@ -73,26 +81,33 @@ def _numpy(col: pa.Array) -> NDArray[Any]:
     return out
 
 
-def table_to_arrays(table: pa.Table, *, uid: str,
-                    vocab_sizes: dict[str, int] | None = None) -> dict[str, NDArray[Any] | CSR]:
+def table_to_arrays(
+    table: pa.Table, *, uid: str, vocab_sizes: dict[str, int] | None = None
+) -> dict[str, NDArray[Any] | CSR]:
     """The arrays of :func:`arrays_to_table` back from a table (the ``uid`` column left out).
 
     ``vocab_sizes``: key → vocabulary size of the CSR columns (else from the field metadata).
     """
     out: dict[str, NDArray[Any] | CSR] = {}
     for name in table.column_names:
-        if name == uid or (name.endswith(VALUES_SUFFIX) and name.removesuffix(VALUES_SUFFIX) in table.column_names):
+        if name == uid or (
+            name.endswith(VALUES_SUFFIX) and name.removesuffix(VALUES_SUFFIX) in table.column_names
+        ):
             continue
         col = table.column(name).combine_chunks()
         field = table.schema.field(name)
         if pa.types.is_large_list(col.type):
             vocab = (vocab_sizes or {}).get(name, int((field.metadata or {}).get(_VOCAB, b"0")))
             offsets = np.asarray(col.offsets.to_numpy(), np.int64)
-            indices = np.asarray(col.values.to_numpy(zero_copy_only=False))[offsets[0]:offsets[-1]]
+            indices = np.asarray(col.values.to_numpy(zero_copy_only=False))[
+                offsets[0] : offsets[-1]
+            ]
             values = None
             if name + VALUES_SUFFIX in table.column_names:
                 w = table.column(name + VALUES_SUFFIX).combine_chunks()
-                values = np.asarray(w.values.to_numpy(zero_copy_only=False))[offsets[0]:offsets[-1]]
+                values = np.asarray(w.values.to_numpy(zero_copy_only=False))[
+                    offsets[0] : offsets[-1]
+                ]
             out[name] = CSR(indices, offsets - offsets[0], vocab, values)
         else:
             out[name] = _numpy(col)

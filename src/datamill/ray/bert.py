@@ -56,14 +56,25 @@ __all__ = ["SHARDSET", "UID", "build_bert_samples"]
 SHARDSET = "bert"
 UID = "sample"
 
-def _bert_task(corpus: tuple[str, list[Any], list[bool]], cfg: TaskConfig, sink: ShardSink, meta_json: str,
-               index: int, task: tuple[int, int, int, int]) -> tuple[int, int, str]:
+
+def _bert_task(
+    corpus: tuple[str, list[Any], list[bool]],
+    cfg: TaskConfig,
+    sink: ShardSink,
+    meta_json: str,
+    index: int,
+    task: tuple[int, int, int, int],
+) -> tuple[int, int, str]:
     import ray
 
     res = run_task(corpus_state(*corpus), cfg, *task)
     schema = bert_schema(cfg.mask.layout).with_metadata({KEEP_META: meta_json.encode()})
-    table = pa.Table.from_batches([b.replace_schema_metadata(schema.metadata) for b in res.batches], schema=schema)
-    table = table.add_column(0, UID, pa.array((np.int64(index) << 32) + np.arange(table.num_rows, dtype=np.int64)))
+    table = pa.Table.from_batches(
+        [b.replace_schema_metadata(schema.metadata) for b in res.batches], schema=schema
+    )
+    table = table.add_column(
+        0, UID, pa.array((np.int64(index) << 32) + np.arange(table.num_rows, dtype=np.int64))
+    )
     sink.write_shard(index, table)
     return res.samples, res.tokens, ray.get_runtime_context().get_node_id()
 
@@ -72,7 +83,9 @@ def _is_own(root: Path) -> bool:
     """A shardset dataset this engine wrote (one shardset, :data:`SHARDSET`)."""
     try:
         manifest = json.loads((root / DATASET_MANIFEST).read_text(encoding="utf-8"))
-        return root.is_dir() and [s.get("name") for s in manifest.get("shardsets", [])] == [SHARDSET]
+        return root.is_dir() and [s.get("name") for s in manifest.get("shardsets", [])] == [
+            SHARDSET
+        ]
     except (OSError, ValueError, AttributeError, TypeError):
         return False
 
@@ -81,21 +94,37 @@ def _check_outputs(root: Path, paths: list[PathLike], tokenizer: Any, *, overwri
     """Refuse output paths holding a user's file, an input or (without ``overwrite``) another datamill output."""
     tok_path = root.with_name(root.name + ".tokenizer.json")
     inputs = [*paths, *([tokenizer] if isinstance(tokenizer, (str, os.PathLike)) else [])]
-    check_output(root, is_own=_is_own, inputs=inputs, what="BERT shardset dataset", overwrite=overwrite)
+    check_output(
+        root, is_own=_is_own, inputs=inputs, what="BERT shardset dataset", overwrite=overwrite
+    )
 
     def own_tokenizer(p: Path) -> bool:  # the copy an earlier run wrote beside its dataset
         try:
-            entry = json.loads((root / DATASET_MANIFEST).read_text(encoding="utf-8"))["shardsets"][0]
-            return _is_own(root) and json.loads(entry["source_metadata"]).get("tokenizer_file") == p.name
+            entry = json.loads((root / DATASET_MANIFEST).read_text(encoding="utf-8"))["shardsets"][
+                0
+            ]
+            return (
+                _is_own(root)
+                and json.loads(entry["source_metadata"]).get("tokenizer_file") == p.name
+            )
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return False
 
-    check_output(tok_path, is_own=own_tokenizer, inputs=inputs, what="tokenizer copy of a BERT dataset")
+    check_output(
+        tok_path, is_own=own_tokenizer, inputs=inputs, what="tokenizer copy of a BERT dataset"
+    )
     return tok_path
 
 
-def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLike, config: BertConfig | None = None,
-                       address: str | None = None, **options: Any) -> BertSamples:
+def build_bert_samples(
+    source: PathLike | Sequence[PathLike],
+    /,
+    *,
+    out: PathLike,
+    config: BertConfig | None = None,
+    address: str | None = None,
+    **options: Any,
+) -> BertSamples:
     """:func:`datamill.pretrain.bert.build_bert_samples` on Ray; ``out`` is the shardset dataset folder.
 
     Arguments are those of the local builder (the same :class:`BertConfig`; ``workers`` aside: Ray
@@ -115,9 +144,18 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
         datamill.core.errors.ConfigError: dupe_factor must be an int in [1, 10,000], got 0
     """
     conf = BertConfig.of(config, **options)
-    tokenizer, vocab_size, max_seq_length, seed = conf.tokenizer, conf.vocab_size, conf.max_seq_length, conf.seed
+    tokenizer, vocab_size, max_seq_length, seed = (
+        conf.tokenizer,
+        conf.vocab_size,
+        conf.max_seq_length,
+        conf.seed,
+    )
     dupe_factor, mask_prob, short_seq_prob = conf.dupe_factor, conf.mask_prob, conf.short_seq_prob
-    max_predictions_per_seq, layout, sentence_split = conf.max_predictions_per_seq, conf.layout, conf.sentence_split
+    max_predictions_per_seq, layout, sentence_split = (
+        conf.max_predictions_per_seq,
+        conf.layout,
+        conf.sentence_split,
+    )
     pairing, overwrite = conf.pairing, conf.overwrite
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
@@ -128,60 +166,140 @@ def build_bert_samples(source: PathLike | Sequence[PathLike], /, *, out: PathLik
     tok = resolve_tokenizer(tokenizer)
     timings: dict[str, float] = {}
     if tok is None:  # trained once, on the driver, on the text read as the local engine reads it
-        tok, _sentences, _docs, timings = read_documents(paths, None, vocab_size=vocab_size,
-                                                         sentence_split=sentence_split)
+        tok, _sentences, _docs, timings = read_documents(
+            paths, None, vocab_size=vocab_size, sentence_split=sentence_split
+        )
         del _sentences, _docs
     ray = connect(address)
     try:
-        return _build(ray, paths, root, tok_path, tok, timings, start, seed=seed, max_seq_length=max_seq_length,
-                      dupe_factor=dupe_factor, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
-                      short_seq_prob=short_seq_prob, layout=layout, sentence_split=sentence_split, pairing=pairing)
+        return _build(
+            ray,
+            paths,
+            root,
+            tok_path,
+            tok,
+            timings,
+            start,
+            seed=seed,
+            max_seq_length=max_seq_length,
+            dupe_factor=dupe_factor,
+            mask_prob=mask_prob,
+            max_predictions_per_seq=max_predictions_per_seq,
+            short_seq_prob=short_seq_prob,
+            layout=layout,
+            sentence_split=sentence_split,
+            pairing=pairing,
+        )
     except DatamillError:
         raise
     except Exception as exc:
         raise unwrap(exc, what="building BERT samples") from exc
 
 
-def _build(ray: Any, paths: list[PathLike], root: Path, tok_path: Path, tok: BertTokenizer,
-           timings: dict[str, float], start: float, *, seed: int, max_seq_length: int, dupe_factor: int,
-           mask_prob: float, max_predictions_per_seq: int, short_seq_prob: float, layout: str,
-           sentence_split: str, pairing: str) -> BertSamples:
+# long (104 lines): the Ray engine's stages in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
+def _build(
+    ray: Any,
+    paths: list[PathLike],
+    root: Path,
+    tok_path: Path,
+    tok: BertTokenizer,
+    timings: dict[str, float],
+    start: float,
+    *,
+    seed: int,
+    max_seq_length: int,
+    dupe_factor: int,
+    mask_prob: float,
+    max_predictions_per_seq: int,
+    short_seq_prob: float,
+    layout: str,
+    sentence_split: str,
+    pairing: str,
+) -> BertSamples:
     t = time.perf_counter()
     tok_json = tok.to_json()
-    tokenized = tokenize_blocks(ray, plan_text_blocks(paths), tok_json, sentence_split=sentence_split)
+    tokenized = tokenize_blocks(
+        ray, plan_text_blocks(paths), tok_json, sentence_split=sentence_split
+    )
     index = build_index(tokenized, paths)
     timings["read_split_tokenize"] = time.perf_counter() - t
-    where = display_name(paths[0]) if len(paths) == 1 else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
+    where = (
+        display_name(paths[0])
+        if len(paths) == 1
+        else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
+    )
     if index.documents < 2:
-        raise DataFileError(f"found {index.documents} document(s); next-sentence pairs need at least two",
-                            path=where, hint="separate documents with blank lines or '= Title =' lines")
-    cfg = TaskConfig(seed=seed, max_num_tokens=max_seq_length - 3, short_seq_prob=short_seq_prob,
-                     mask=MaskConfig(max_seq_length=max_seq_length, mask_prob=mask_prob,
-                                     max_predictions=max_predictions_per_seq, pad=tok.pad, cls=tok.cls,
-                                     sep=tok.sep, mask=tok.mask, special_ids=tok.special_ids,
-                                     vocab_size=tok.vocab_size, layout=layout), pairing=pairing)
-    meta = {"format": BERT_FORMAT, "layout": layout, "max_seq_length": max_seq_length, "mask_prob": mask_prob,
-            "max_predictions_per_seq": max_predictions_per_seq, "short_seq_prob": short_seq_prob,
-            "dupe_factor": dupe_factor, "seed": seed, "sentence_split": sentence_split, "pairing": pairing,
-            "special_ids": {"pad": tok.pad, "cls": tok.cls, "sep": tok.sep, "mask": tok.mask, "unk": tok.unk},
-            "vocab_size": tok.vocab_size, "tokenizer_file": tok_path.name,
-            "tokenizer_fingerprint": fingerprint_obj(tok_json), "sources": [display_name(p) for p in paths],
-            "documents": index.documents, "sentences": index.sentences}
+        raise DataFileError(
+            f"found {index.documents} document(s); next-sentence pairs need at least two",
+            path=where,
+            hint="separate documents with blank lines or '= Title =' lines",
+        )
+    cfg = TaskConfig(
+        seed=seed,
+        max_num_tokens=max_seq_length - 3,
+        short_seq_prob=short_seq_prob,
+        mask=MaskConfig(
+            max_seq_length=max_seq_length,
+            mask_prob=mask_prob,
+            max_predictions=max_predictions_per_seq,
+            pad=tok.pad,
+            cls=tok.cls,
+            sep=tok.sep,
+            mask=tok.mask,
+            special_ids=tok.special_ids,
+            vocab_size=tok.vocab_size,
+            layout=layout,
+        ),
+        pairing=pairing,
+    )
+    meta = {
+        "format": BERT_FORMAT,
+        "layout": layout,
+        "max_seq_length": max_seq_length,
+        "mask_prob": mask_prob,
+        "max_predictions_per_seq": max_predictions_per_seq,
+        "short_seq_prob": short_seq_prob,
+        "dupe_factor": dupe_factor,
+        "seed": seed,
+        "sentence_split": sentence_split,
+        "pairing": pairing,
+        "special_ids": {
+            "pad": tok.pad,
+            "cls": tok.cls,
+            "sep": tok.sep,
+            "mask": tok.mask,
+            "unk": tok.unk,
+        },
+        "vocab_size": tok.vocab_size,
+        "tokenizer_file": tok_path.name,
+        "tokenizer_fingerprint": fingerprint_obj(tok_json),
+        "sources": [display_name(p) for p in paths],
+        "documents": index.documents,
+        "sentences": index.sentences,
+    }
     # the local engine's plan_tasks: every (dupe, document block) in output order
     tasks = [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(index.shards)]
     refs = tokenized.to_arrow_refs()
-    corpus = (fingerprint_obj([tok_json, [r.hex() for r in refs]]), refs, index.merge)  # refs nested: got once per worker
+    corpus = (
+        fingerprint_obj([tok_json, [r.hex() for r in refs]]),
+        refs,
+        index.merge,
+    )  # refs nested: got once per worker
     remote = ray.remote(max_retries=MAX_RETRIES)(_bert_task)
     spread = Spread()
     samples = tokens = 0
     nodes: set[str] = set()
     t = time.perf_counter()
-    with atomic_dir(root) as tmp, ShardsetWriter(tmp, uid=UID, shardset=SHARDSET, name=root.name) as writer:
+    with (
+        atomic_dir(root) as tmp,
+        ShardsetWriter(tmp, uid=UID, shardset=SHARDSET, name=root.name) as writer,
+    ):
         meta_json = json.dumps(meta, sort_keys=True)
 
         def submit(item: tuple[int, tuple[int, int, int, int]]) -> Any:
-            return remote.options(scheduling_strategy=spread(item[0])).remote(corpus, cfg, writer.sink, meta_json,
-                                                                              item[0], item[1])
+            return remote.options(scheduling_strategy=spread(item[0])).remote(
+                corpus, cfg, writer.sink, meta_json, item[0], item[1]
+            )
 
         window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         for n, k, node in ordered_results(submit, list(enumerate(tasks)), window=window):
@@ -191,6 +309,14 @@ def _build(ray: Any, paths: list[PathLike], root: Path, tok_path: Path, tok: Ber
         f.write(tok_json)
     timings["samples_write"] = time.perf_counter() - t
     timings["nodes"] = float(len(nodes))
-    return BertSamples(path=root, tokenizer_path=tok_path, layout=layout, documents=index.documents,
-                       sentences=index.sentences, samples=samples, tokens=tokens,
-                       seconds=time.perf_counter() - start, timings=timings)
+    return BertSamples(
+        path=root,
+        tokenizer_path=tok_path,
+        layout=layout,
+        documents=index.documents,
+        sentences=index.sentences,
+        samples=samples,
+        tokens=tokens,
+        seconds=time.perf_counter() - start,
+        timings=timings,
+    )

@@ -93,10 +93,16 @@ class RayPreprocessed(Preprocessed):
         """The tensors, read back from the HDF5 when written, else from the shardset dataset."""
         if self._data is None and self.hdf5_path is None and self.dataset_path is not None:
             ds = ShardsetDataset(self.dataset_path)
-            sizes = {key: int(m["vocab_size"]) for m in self.metadata.to_dict().values()
-                     if isinstance(m, dict) and "vocab_size" in m for key in m.get("hdf5_keys", [])}
-            parts = [table_to_arrays(ds.read_shard(k), uid=self.uid_column, vocab_sizes=sizes)
-                     for k in range(ds.num_shards)]
+            sizes = {
+                key: int(m["vocab_size"])
+                for m in self.metadata.to_dict().values()
+                if isinstance(m, dict) and "vocab_size" in m
+                for key in m.get("hdf5_keys", [])
+            }
+            parts = [
+                table_to_arrays(ds.read_shard(k), uid=self.uid_column, vocab_sizes=sizes)
+                for k in range(ds.num_shards)
+            ]
             from datamill.preprocessing.sinks import MemorySink
 
             sink = MemorySink()
@@ -111,32 +117,72 @@ def _multi_file_plan(p: Plan, inp: Input, output_dir: Path | None) -> Plan:
     from datamill.core.constants import VERSION as __version__
 
     fp_input = fingerprint_obj([fingerprint_file(f) for f in inp.files])
-    fp = chain(fp_input, TRANSFORM_VERSION, {
-        "config": p.config.to_dict(), "version": __version__,
-        "metadata": fingerprint_obj({k: v for k, v in p.applied.items() if k != HEADER}) if p.applied else None})
+    fp = chain(
+        fp_input,
+        TRANSFORM_VERSION,
+        {
+            "config": p.config.to_dict(),
+            "version": __version__,
+            "metadata": fingerprint_obj({k: v for k, v in p.applied.items() if k != HEADER})
+            if p.applied
+            else None,
+        },
+    )
     src = Path(inp.origin.path or "dataset")
     stem = src.name.split("*")[0].rsplit(".", 1)[0] or "dataset"
     out = output_dir if output_dir is not None else (src.parent if src.name else Path())
-    return replace(p, fingerprint=fp, input_fingerprint=fp_input, source=inp.origin.path,
-                   hdf5_path=out / f"{stem}{HDF5_SUFFIX}", meta_path=out / f"{stem}{META_SUFFIX}")
+    return replace(
+        p,
+        fingerprint=fp,
+        input_fingerprint=fp_input,
+        source=inp.origin.path,
+        hdf5_path=out / f"{stem}{HDF5_SUFFIX}",
+        meta_path=out / f"{stem}{META_SUFFIX}",
+    )
 
 
-def _transform_task(p: Plan, meta: Metadata, sink: ShardSink | None, uid_column: str | None, keep: bool,
-                    block: Block, carry: dict[str, Carry], uids: pa.Array | None) -> tuple[int, Any, str]:
+def _transform_task(
+    p: Plan,
+    meta: Metadata,
+    sink: ShardSink | None,
+    uid_column: str | None,
+    keep: bool,
+    block: Block,
+    carry: dict[str, Carry],
+    uids: pa.Array | None,
+) -> tuple[int, Any, str]:
     arrays = transform(p, block, meta, carry=carry)
     if sink is not None:
         if uids is None:
-            uids = pa.array(block.rows if block.rows is not None else
-                            np.arange(block.lo, block.lo + block.num_rows, dtype=np.int64))
-        sink.write_shard(block.index, arrays_to_table(arrays, uid=uid_column or "uid", uids=uids),
-                         source=f"{block.origin.path or 'dataset'}, block {block.index}")
-    return block.num_rows, (arrays if keep else None), ray_module().get_runtime_context().get_node_id()
+            uids = pa.array(
+                block.rows
+                if block.rows is not None
+                else np.arange(block.lo, block.lo + block.num_rows, dtype=np.int64)
+            )
+        sink.write_shard(
+            block.index,
+            arrays_to_table(arrays, uid=uid_column or "uid", uids=uids),
+            source=f"{block.origin.path or 'dataset'}, block {block.index}",
+        )
+    return (
+        block.num_rows,
+        (arrays if keep else None),
+        ray_module().get_runtime_context().get_node_id(),
+    )
 
 
 # long (69 lines, 32 of docstring): the public entry: argument checks, the cache check, then _run; the docstring documents every Ray option
-def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLike[str] | None = None,
-               metadata: Any = None, address: str | None = None, fmt: str = "shards",
-               uid_column: str | None = None, overwrite: bool = False) -> RayPreprocessed:
+def preprocess(
+    dataset: Any,
+    config: Any = None,
+    *,
+    output_dir: str | os.PathLike[str] | None = None,
+    metadata: Any = None,
+    address: str | None = None,
+    fmt: str = "shards",
+    uid_column: str | None = None,
+    overwrite: bool = False,
+) -> RayPreprocessed:
     """Preprocess ``dataset`` on Ray: the same metadata and tensors as the local engine, as a shardset dataset.
 
     Args:
@@ -184,18 +230,37 @@ def preprocess(dataset: Any, config: Any = None, *, output_dir: str | os.PathLik
         p = _multi_file_plan(plan(config, dataset, metadata=metadata, skip_save=True), inp, out)
     p = replace(p, source=p.source if inp.table is not None or inp.single_file else inp.origin.path)
     for part in [inp.table] if inp.table is not None else [f for f in inp.files if "://" not in f]:
-        p = with_image_files(p, part)  # the image files' stats, as the local engine records (file by file)
+        p = with_image_files(
+            p, part
+        )  # the image files' stats, as the local engine records (file by file)
     assert p.meta_path is not None and p.hdf5_path is not None
     name = uid_column or "uid"
-    if any(name in (f.name, f"{f.name}_char", f"{f.name}_word") for f in p.features) or name == "split":
-        raise ConfigError(f"the UID column {name!r} clashes with an output key", hint="pass another uid_column")
+    if (
+        any(name in (f.name, f"{f.name}_char", f"{f.name}_word") for f in p.features)
+        or name == "split"
+    ):
+        raise ConfigError(
+            f"the UID column {name!r} clashes with an output key", hint="pass another uid_column"
+        )
     root = p.meta_path.with_name(p.meta_path.name.removesuffix(META_SUFFIX) + SHARDS_SUFFIX)
-    prepare_outputs(p, root, fmt=fmt, inputs=[dataset, *inp.files, config, metadata], overwrite=overwrite)
+    prepare_outputs(
+        p, root, fmt=fmt, inputs=[dataset, *inp.files, config, metadata], overwrite=overwrite
+    )
     hit = cached_output(p, root, fmt=fmt, uid_column=name)
-    if hit is not None:  # the same inputs, config and images: the saved output, without starting Ray
-        return RayPreprocessed(hit, p.hdf5_path if fmt == "hdf5" else None, p.meta_path, True,
-                               int(hit.header["num_rows"]), time.perf_counter() - start, None,
-                               dataset_path=root, uid_column=name)
+    if (
+        hit is not None
+    ):  # the same inputs, config and images: the saved output, without starting Ray
+        return RayPreprocessed(
+            hit,
+            p.hdf5_path if fmt == "hdf5" else None,
+            p.meta_path,
+            True,
+            int(hit.header["num_rows"]),
+            time.perf_counter() - start,
+            None,
+            dataset_path=root,
+            uid_column=name,
+        )
     ray = connect(address)
     try:
         return _run(ray, p, inp, root, fmt=fmt, uid_column=uid_column, start=start)
@@ -218,8 +283,9 @@ def _bind(ray: Any, p: Plan, ds: Any) -> Plan:
 
 
 # long (65 lines, 0 of docstring): the Ray stages in order (prepare blocks, fit, finalize, transform tasks into the shardset writer and the HDF5, switch, meta.json last) with their fault points; the ordering is the point
-def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None,
-         start: float) -> RayPreprocessed:
+def _run(
+    ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None, start: float
+) -> RayPreprocessed:
     assert p.meta_path is not None and p.hdf5_path is not None
     ds = read(inp, p.wanted, extra=[uid_column] if uid_column else [], optional=p.optional)
     p = _bind(ray, p, ds)
@@ -230,16 +296,22 @@ def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str
     del refs
     if sum(h.num_rows for h in handles) == 0 and p.applied is None:
         raise DataFileError("the dataset has a header but no rows", path=inp.origin.path)
-    stats = fit(p, cast(list[Block], handles), executor=RayExecutor(), keep_tokens=False)  # handles quack as blocks
+    stats = fit(
+        p, cast(list[Block], handles), executor=RayExecutor(), keep_tokens=False
+    )  # handles quack as blocks
     meta = finalize(p, stats)
     p.meta_path.parent.mkdir(parents=True, exist_ok=True)
-    new_root = tmp_root(root)  # the new output is written beside the old one, which stays until the switch
+    new_root = tmp_root(
+        root
+    )  # the new output is written beside the old one, which stays until the switch
     hdf5 = HDF5Sink(p.hdf5_path, p.meta_path) if fmt == "hdf5" else None
     nodes: list[tuple[str, str]] = []
     old: Path | None = None
     switched = False
     try:
-        with ShardsetWriter(new_root, uid=uid_column or "uid", shardset=SHARDSET, name=root.name) as writer:
+        with ShardsetWriter(
+            new_root, uid=uid_column or "uid", shardset=SHARDSET, name=root.name
+        ) as writer:
             meta_ref = ray.put(meta)
             task = ray.remote(max_retries=MAX_RETRIES)(_transform_task)
             spread = Spread()
@@ -252,20 +324,30 @@ def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str
             def submit(item: tuple[BlockHandle, dict[str, Carry]]) -> Any:
                 h, carry = item
                 return task.options(scheduling_strategy=spread(h.index)).remote(
-                    p, meta_ref, writer.sink, uid_column, keep, h.ref, carry, h.uids)
+                    p, meta_ref, writer.sink, uid_column, keep, h.ref, carry, h.uids
+                )
 
-            for (h, _), (rows, arrays, node) in zip(items, ordered_results(submit, items, window=window())):
+            for (h, _), (rows, arrays, node) in zip(
+                items, ordered_results(submit, items, window=window())
+            ):
                 nodes.append((h.node, node))
                 if hdf5 is not None:
                     hdf5.write(h.index, lo, lo + rows, arrays)
                 lo += rows
         document = meta.to_dict()
-        document[HEADER]["dataset"] = {"name": root.name, "shardset": SHARDSET, "uid_column": uid_column or "uid",
-                                       "num_shards": len(handles), "num_samples": stats.num_rows,
-                                       "stamp": dataset_stamp(new_root)}
+        document[HEADER]["dataset"] = {
+            "name": root.name,
+            "shardset": SHARDSET,
+            "uid_column": uid_column or "uid",
+            "num_shards": len(handles),
+            "num_samples": stats.num_rows,
+            "stamp": dataset_stamp(new_root),
+        }
         fault_point("ray.preprocess.before_switch")
         old, switched = switch_in(new_root, root), True
-        fault_point("ray.preprocess.before_meta")  # killed here: the next run moves the old dataset back
+        fault_point(
+            "ray.preprocess.before_meta"
+        )  # killed here: the next run moves the old dataset back
         if hdf5 is not None:
             hdf5.commit(document)  # the HDF5, then meta.json: the new output is trusted from here
         else:
@@ -280,6 +362,15 @@ def _run(ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    return RayPreprocessed(Metadata(document), p.hdf5_path if hdf5 is not None else None, p.meta_path, False,
-                           stats.num_rows, time.perf_counter() - start, None, dataset_path=root,
-                           uid_column=uid_column or "uid", nodes=nodes)
+    return RayPreprocessed(
+        Metadata(document),
+        p.hdf5_path if hdf5 is not None else None,
+        p.meta_path,
+        False,
+        stats.num_rows,
+        time.perf_counter() - start,
+        None,
+        dataset_path=root,
+        uid_column=uid_column or "uid",
+        nodes=nodes,
+    )

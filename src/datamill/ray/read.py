@@ -22,7 +22,9 @@ from datamill.ray._runtime import ray_module
 
 __all__ = ["read_dataset"]
 
-_OPENED: dict[tuple[str, str | None, int | None], Any] = {}  # per worker process: path -> opened source
+_OPENED: dict[
+    tuple[str, str | None, int | None], Any
+] = {}  # per worker process: path -> opened source
 _LOCK = threading.Lock()
 
 
@@ -37,13 +39,15 @@ def _open(path: str, cache_dir: str | None, cache_limit: int | None) -> Any:
     return src
 
 
-def _read(path: str, cache_dir: str | None, cache_limit: int | None, k: int, columns: list[str] | None
-          ) -> list[pa.Table]:
+def _read(
+    path: str, cache_dir: str | None, cache_limit: int | None, k: int, columns: list[str] | None
+) -> list[pa.Table]:
     return [_open(path, cache_dir, cache_limit).read_shard(k, columns=columns)]
 
 
-def _datasource(path: str, cache_dir: str | None, cache_limit: int | None, columns: list[str] | None
-                ) -> tuple[Any, int]:
+def _datasource(
+    path: str, cache_dir: str | None, cache_limit: int | None, columns: list[str] | None
+) -> tuple[Any, int]:
     ray = ray_module()
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
@@ -66,21 +70,35 @@ def _datasource(path: str, cache_dir: str | None, cache_limit: int | None, colum
         def estimate_inmemory_data_size(self) -> int | None:
             return sum(b for b in nbytes if b is not None) or None
 
-        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                           data_context: Any = None) -> list[Any]:
+        def get_read_tasks(
+            self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+        ) -> list[Any]:
             tasks = []
             for k, rows in enumerate(sizes):
-                meta = BlockMetadata(num_rows=rows, size_bytes=nbytes[k], input_files=None, exec_stats=None)
-                tasks.append(ReadTask(functools.partial(_read, path, cache_dir, cache_limit, k, columns), meta,
-                                      schema=schema))
+                meta = BlockMetadata(
+                    num_rows=rows, size_bytes=nbytes[k], input_files=None, exec_stats=None
+                )
+                tasks.append(
+                    ReadTask(
+                        functools.partial(_read, path, cache_dir, cache_limit, k, columns),
+                        meta,
+                        schema=schema,
+                    )
+                )
             return tasks
 
     _ = ray
     return DatamillDatasource(), len(sizes)
 
 
-def read_dataset(path_or_url: str | os.PathLike[str], /, *, columns: Sequence[str] | str | None = None,
-                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None) -> Any:
+def read_dataset(
+    path_or_url: str | os.PathLike[str],
+    /,
+    *,
+    columns: Sequence[str] | str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | None = None,
+) -> Any:
     """A datamill output as a ``ray.data.Dataset`` whose blocks are its shards, in shard order.
 
     Args:
@@ -102,6 +120,8 @@ def read_dataset(path_or_url: str | os.PathLike[str], /, *, columns: Sequence[st
     ray = ray_module()
     cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
     path = os.fspath(path_or_url)
-    source, shards = _datasource(path, None if cache_dir is None else os.fspath(cache_dir), cache_limit, cols)
+    source, shards = _datasource(
+        path, None if cache_dir is None else os.fspath(cache_dir), cache_limit, cols
+    )
     # as many blocks as shards: Ray would otherwise split each shard's block to reach its parallelism
     return ray.data.read_datasource(source, override_num_blocks=max(1, shards))

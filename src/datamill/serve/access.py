@@ -27,8 +27,25 @@ from datamill.serve.routes.models import ItId
 from datamill.serve.server import ServeState
 from datamill.serve.viewer import Viewer
 
-__all__ = ["ROLES", "Admin", "Caller", "Reader", "ScopedIteration", "State", "Viewer", "audit", "authenticate",
-           "check_dataset", "may_call", "may_use", "rank", "requires", "route_roles", "routes", "serve_state"]
+__all__ = [
+    "ROLES",
+    "Admin",
+    "Caller",
+    "Reader",
+    "ScopedIteration",
+    "State",
+    "Viewer",
+    "audit",
+    "authenticate",
+    "check_dataset",
+    "may_call",
+    "may_use",
+    "rank",
+    "requires",
+    "route_roles",
+    "routes",
+    "serve_state",
+]
 
 ROLES = ("public", "read", "admin", "metrics")
 """Route roles: an ``admin`` key may call every route, a ``read`` key the ``read`` and ``public`` ones,
@@ -74,7 +91,7 @@ def authenticate(request: Request) -> Viewer | None:
     if not state.auth:
         who = session_viewer(request, None)
     elif header.startswith("Bearer "):
-        info = state.keys.check(header[len("Bearer "):].strip())
+        info = state.keys.check(header[len("Bearer ") :].strip())
         who = None if info is None else Viewer(info.role, "bearer", "", info.id, info.datasets)
     elif request.method in ("GET", "HEAD") or request.url.path.startswith("/ui/"):
         who = session_viewer(request, state)
@@ -87,35 +104,51 @@ def authenticate(request: Request) -> Viewer | None:
 def _denied(request: Request, status: int, who: Viewer | None) -> None:
     from datamill.serve.logs import event
 
-    event("key denied", status=status, method=request.method, path=request.url.path[:200],
-          key=who.key_id if who else None, role=who.role if who else None,
-          client=request.client.host if request.client else None)
+    event(
+        "key denied",
+        status=status,
+        method=request.method,
+        path=request.url.path[:200],
+        key=who.key_id if who else None,
+        role=who.role if who else None,
+        client=request.client.host if request.client else None,
+    )
 
 
 async def _authenticate(request: Request) -> Viewer | None:
     """:func:`authenticate` inline for a Bearer key (in memory), in a worker thread for a session (a journal read)."""
-    if "datamill.viewer" in request.scope or request.headers.get("authorization", "").startswith("Bearer ") \
-            or not serve_state(request).auth:
+    if (
+        "datamill.viewer" in request.scope
+        or request.headers.get("authorization", "").startswith("Bearer ")
+        or not serve_state(request).auth
+    ):
         return authenticate(request)
     return await run_in_threadpool(authenticate, request)
 
 
 def _checker(role: str) -> Callable[..., Any]:
     if role == "public":
+
         async def check_public(request: Request) -> Viewer | None:
             return await _authenticate(request)
+
         fn: Callable[..., Any] = check_public
     else:
+
         async def check(request: Request) -> Viewer:
             who = await _authenticate(request)
             if who is None:
                 _denied(request, 401, None)
-                raise HTTPException(401, "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`")
+                raise HTTPException(
+                    401,
+                    "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`",
+                )
             if not may_call(who.role, role):
                 _denied(request, 403, who)
                 needs = "an admin" if role == "admin" else f"a {role} (or admin)"
                 raise HTTPException(403, f"this route needs {needs} key; yours is a {who.role} key")
             return who
+
         fn = check
     setattr(fn, _ROLE_ATTR, role)
     return fn
@@ -156,11 +189,12 @@ def route_roles(route: Any) -> list[str]:
     return found
 
 
-
 Reader = Annotated[Viewer, requires("read")]
 """A route parameter ``who: Reader`` declares the ``read`` role and receives the caller."""
 Admin = Annotated[Viewer, requires("admin")]
 """A route parameter ``who: Admin`` declares the ``admin`` role and receives the caller."""
+
+
 async def _caller(request: Request) -> Viewer | None:
     return await _authenticate(request)
 
@@ -171,7 +205,12 @@ Caller = Annotated["Viewer | None", Depends(_caller)]
 
 def may_use(who: Viewer | None, ds: Mapping[str, Any]) -> bool:
     """Whether the caller's key may use a dataset (a registered row with ``id`` and ``name``)."""
-    return who is None or who.datasets is None or ds["id"] in who.datasets or ds["name"] in who.datasets
+    return (
+        who is None
+        or who.datasets is None
+        or ds["id"] in who.datasets
+        or ds["name"] in who.datasets
+    )
 
 
 def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, Any]:
@@ -179,15 +218,20 @@ def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, 
     ds = state.dataset(ref)
     if not may_use(who, ds):
         assert who is not None and who.datasets is not None
-        raise HTTPException(403, f"this key may use the datasets {', '.join(sorted(who.datasets))} only, "
-                                 f"not {ds['name']!r}")
+        raise HTTPException(
+            403,
+            f"this key may use the datasets {', '.join(sorted(who.datasets))} only, "
+            f"not {ds['name']!r}",
+        )
     return ds
 
 
 def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
     """The iteration of the path, or 403 when its dataset is outside the caller's key's datasets."""
     it = state.iteration(it_id)
-    if who is not None and who.datasets is not None:  # only a limited key pays for the lookup (the lease path)
+    if (
+        who is not None and who.datasets is not None
+    ):  # only a limited key pays for the lookup (the lease path)
         check_dataset(who, state, str(it.config["dataset"]))
     return it
 

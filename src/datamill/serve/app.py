@@ -53,8 +53,14 @@ class _BodyLimit:
     def __init__(self, app: ASGIApp, *, limit: int) -> None:
         self.app, self.limit = app, limit
         body = json.dumps({"error": f"request body larger than {limit} bytes"}).encode()
-        self._413 = body, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                           (b"connection", b"close")]
+        self._413 = (
+            body,
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        )
 
     async def _send_413(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": 413, "headers": self._413[1]})
@@ -101,7 +107,9 @@ def _status(exc: DatamillError) -> int:
 
 async def _on_datamill_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DatamillError)
-    return JSONResponse({"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc))
+    return JSONResponse(
+        {"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc)
+    )
 
 
 async def _on_unavailable(request: Request, exc: Exception) -> Response:
@@ -118,9 +126,13 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
         return access_page(request, exc.status_code, str(exc.detail))
     detail = exc.detail
-    if exc.status_code == 400 and detail == "There was an error parsing the body":  # fastapi's words for a ValueError
-        detail = (f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at most 4,300 "
-                  "digits), could not parse it")
+    if (
+        exc.status_code == 400 and detail == "There was an error parsing the body"
+    ):  # fastapi's words for a ValueError
+        detail = (
+            f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at most 4,300 "
+            "digits), could not parse it"
+        )
     return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
 
@@ -131,8 +143,14 @@ async def _on_invalid(request: Request, exc: Exception) -> Response:
 
 async def _on_bug(request: Request, exc: Exception) -> Response:
     rid = request.scope.get("datamill.request_id", "")
-    return JSONResponse({"error": f"internal error: {type(exc).__name__} (request id {rid}, in the server log)",
-                         "request_id": rid}, status_code=500, headers={"X-Request-Id": rid})
+    return JSONResponse(
+        {
+            "error": f"internal error: {type(exc).__name__} (request id {rid}, in the server log)",
+            "request_id": rid,
+        },
+        status_code=500,
+        headers={"X-Request-Id": rid},
+    )
 
 
 @contextlib.asynccontextmanager
@@ -142,10 +160,18 @@ async def _closing(app: FastAPI) -> AsyncIterator[None]:
     app.state.serve.close()
 
 
-def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] = (),
-               auth: bool = True, lease_timeout: float = 60.0, cache_shards: int | None = None,
-               max_body: int = MAX_BODY, allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
-               metrics_no_auth: bool = False, build_workers: int = 0) -> FastAPI:
+def create_app(
+    state_dir: str | os.PathLike[str],
+    *,
+    roots: Sequence[str | os.PathLike[str]] = (),
+    auth: bool = True,
+    lease_timeout: float = 60.0,
+    cache_shards: int | None = None,
+    max_body: int = MAX_BODY,
+    allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
+    metrics_no_auth: bool = False,
+    build_workers: int = 0,
+) -> FastAPI:
     """The FastAPI application of a server with its state in ``state_dir``.
 
     Args:
@@ -171,12 +197,28 @@ def create_app(state_dir: str | os.PathLike[str], *, roots: Sequence[str | os.Pa
         >>> app.state.serve.datasets()
         []
     """
-    state = ServeState(state_dir, roots=roots, auth=auth, lease_timeout=lease_timeout, cache_shards=cache_shards,
-                       build_workers=build_workers)
-    app = FastAPI(title="datamill serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_closing,
-                  exception_handlers={DatamillError: _on_datamill_error, UnavailableError: _on_unavailable,
-                                      StarletteHTTPException: _on_http_error, RequestValidationError: _on_invalid,
-                                      Exception: _on_bug})
+    state = ServeState(
+        state_dir,
+        roots=roots,
+        auth=auth,
+        lease_timeout=lease_timeout,
+        cache_shards=cache_shards,
+        build_workers=build_workers,
+    )
+    app = FastAPI(
+        title="datamill serve",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=_closing,
+        exception_handlers={
+            DatamillError: _on_datamill_error,
+            UnavailableError: _on_unavailable,
+            StarletteHTTPException: _on_http_error,
+            RequestValidationError: _on_invalid,
+            Exception: _on_bug,
+        },
+    )
     for router in routers():
         app.include_router(router)
     app.include_router(metrics_router(public=metrics_no_auth))

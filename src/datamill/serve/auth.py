@@ -22,7 +22,15 @@ from typing import Any
 from datamill.core.errors import ConfigError
 from datamill.serve.journal import Journal
 
-__all__ = ["KEY_PREFIX", "ROLES", "KeyInfo", "KeyStore", "create_key", "parse_duration", "parse_key"]
+__all__ = [
+    "KEY_PREFIX",
+    "ROLES",
+    "KeyInfo",
+    "KeyStore",
+    "create_key",
+    "parse_duration",
+    "parse_key",
+]
 
 KEY_PREFIX = "dmk_"
 ROLES = ("admin", "metrics", "read")
@@ -62,7 +70,9 @@ def parse_duration(text: str) -> float:
     m = re.fullmatch(r"\s*(\d{1,6})\s*([smhdw])\s*", text)
     seconds = int(m.group(1)) * _UNITS[m.group(2)] if m else 0
     if not 1 <= seconds <= 3650 * 86400:
-        raise ConfigError(f"expected a duration such as 90s, 15m, 12h, 30d or 2w (at most 10 years), got {text!r}")
+        raise ConfigError(
+            f"expected a duration such as 90s, 15m, 12h, 30d or 2w (at most 10 years), got {text!r}"
+        )
     return float(seconds)
 
 
@@ -76,8 +86,14 @@ class KeyInfo:
     expires: float | None = None
 
 
-def create_key(journal: Journal, *, role: str = "read", note: str = "", datasets: list[str] | None = None,
-               expires_in: float | None = None) -> tuple[str, str]:
+def create_key(
+    journal: Journal,
+    *,
+    role: str = "read",
+    note: str = "",
+    datasets: list[str] | None = None,
+    expires_in: float | None = None,
+) -> tuple[str, str]:
     """Create a key; returns ``(key id, full key)``: the full key is shown once and never stored.
 
     Args:
@@ -101,12 +117,20 @@ def create_key(journal: Journal, *, role: str = "read", note: str = "", datasets
     if datasets is not None:
         bad = [d for d in datasets if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", d)]
         if not datasets or bad:
-            raise ConfigError(f"expected dataset names such as a,b (letters, digits, _ . -), got {datasets!r}")
+            raise ConfigError(
+                f"expected dataset names such as a,b (letters, digits, _ . -), got {datasets!r}"
+            )
     key_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     expires = None if expires_in is None else time.time() + float(expires_in)
-    journal.add_key(key_id, _digest(secret), role, note, datasets=sorted(set(datasets)) if datasets else None,
-                    expires=expires)
+    journal.add_key(
+        key_id,
+        _digest(secret),
+        role,
+        note,
+        datasets=sorted(set(datasets)) if datasets else None,
+        expires=expires,
+    )
     return key_id, f"{KEY_PREFIX}{key_id}.{secret}"
 
 
@@ -124,7 +148,9 @@ class KeyStore:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         # its own connection: checking for changes never waits behind a journal write (an fsync)
-        self._db = sqlite3.connect(journal.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db = sqlite3.connect(
+            journal.path, check_same_thread=False, isolation_level=None, timeout=30
+        )
         self._lock = threading.Lock()
         self._version = -1
         self._keys: dict[str, tuple[str, KeyInfo]] = {}
@@ -135,9 +161,18 @@ class KeyStore:
             version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
             if version == self._version:
                 return
-            rows = self._db.execute("SELECT id, hash, role, datasets, expires FROM keys WHERE revoked IS NULL").fetchall()
-            self._keys = {r[0]: (r[1], KeyInfo(r[0], r[2], None if r[3] is None else frozenset(json.loads(r[3])),
-                                               r[4])) for r in rows}
+            rows = self._db.execute(
+                "SELECT id, hash, role, datasets, expires FROM keys WHERE revoked IS NULL"
+            ).fetchall()
+            self._keys = {
+                r[0]: (
+                    r[1],
+                    KeyInfo(
+                        r[0], r[2], None if r[3] is None else frozenset(json.loads(r[3])), r[4]
+                    ),
+                )
+                for r in rows
+            }
             self._version = version
 
     def close(self) -> None:
@@ -183,7 +218,11 @@ class KeyStore:
     def count(self) -> int:
         """Keys that can still be used."""
         self._refresh()
-        return sum(1 for _, info in self._keys.values() if info.expires is None or info.expires > time.time())
+        return sum(
+            1
+            for _, info in self._keys.values()
+            if info.expires is None or info.expires > time.time()
+        )
 
     def listing(self) -> list[dict[str, Any]]:
         """Every key without its digest."""

@@ -19,7 +19,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["add_iterate_options", "count", "host_list", "port_number", "positive", "register", "run_iterate", "seconds"]
+__all__ = [
+    "add_iterate_options",
+    "count",
+    "host_list",
+    "port_number",
+    "positive",
+    "register",
+    "run_iterate",
+    "seconds",
+]
+
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port in 1..65535.
@@ -46,7 +56,9 @@ def seconds(low: float, high: float) -> Callable[[str], float]:
         except ValueError:
             value = float("nan")
         if not low <= value <= high:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"expected seconds in [{low:g}, {high:g}], got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected seconds in [{low:g}, {high:g}], got {text!r}"
+            )
         return value
 
     return parse
@@ -60,10 +72,16 @@ def host_list(text: str) -> list[str]:
         ['example.org', '10.0.0.5:8470']
     """
     hosts = [h.strip() for h in text.split(",") if h.strip()]
-    bad = [h for h in hosts if h != "*" and not re.fullmatch(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?", h)]
+    bad = [
+        h
+        for h in hosts
+        if h != "*"
+        and not re.fullmatch(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?", h)
+    ]
     if not hosts or bad:
-        raise argparse.ArgumentTypeError(f"expected comma-separated host names such as example.org,10.0.0.5:8470, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated host names such as example.org,10.0.0.5:8470, got {text!r}"
+        )
     return hosts
 
 
@@ -106,14 +124,28 @@ def _server(args: argparse.Namespace) -> int:
     if args.target is None:
         from datamill.core.errors import ConfigError
 
-        raise ConfigError("expected a dataset root folder or a server config file: datamill serve ROOT_OR_CONFIG "
-                          "(or a command: keys, audit, backup, iterate; see datamill serve --help)")
-    serve(args.target, host=args.host, port=args.port, state=args.state, auth=False if args.no_auth else None,
-          lease_timeout=args.lease_timeout, allowed_hosts=args.allowed_hosts,
-          echo=lambda line: print(line, flush=True), log_format=args.log_format, log_level=args.log_level,
-          ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, forwarded_allow_ips=args.forwarded_allow_ips,
-          drain_timeout=args.drain_timeout, metrics_no_auth=True if args.metrics_no_auth else None,
-          build_workers=args.build_workers)
+        raise ConfigError(
+            "expected a dataset root folder or a server config file: datamill serve ROOT_OR_CONFIG "
+            "(or a command: keys, audit, backup, iterate; see datamill serve --help)"
+        )
+    serve(
+        args.target,
+        host=args.host,
+        port=args.port,
+        state=args.state,
+        auth=False if args.no_auth else None,
+        lease_timeout=args.lease_timeout,
+        allowed_hosts=args.allowed_hosts,
+        echo=lambda line: print(line, flush=True),
+        log_format=args.log_format,
+        log_level=args.log_level,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+        forwarded_allow_ips=args.forwarded_allow_ips,
+        drain_timeout=args.drain_timeout,
+        metrics_no_auth=True if args.metrics_no_auth else None,
+        build_workers=args.build_workers,
+    )
     return 0
 
 
@@ -128,8 +160,11 @@ def _gc(args: argparse.Namespace) -> int:
         ensure_tables(journal)
         removed = gc(journal, older_than=older)
         if removed:
-            journal.add_audit(None, "gc", f"{len(removed)} iterations ended more than {args.older_than} ago "
-                                          "(command line)")
+            journal.add_audit(
+                None,
+                "gc",
+                f"{len(removed)} iterations ended more than {args.older_than} ago (command line)",
+            )
     finally:
         journal.close()
     print(f"removed {len(removed)} iteration(s) that ended more than {args.older_than} ago")
@@ -144,9 +179,14 @@ def _keys_create(args: argparse.Namespace) -> int:
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets is not None else None
     journal = Journal(args.state)
     try:
-        key_id, key = create_key(journal, role=args.role, note=args.note, datasets=datasets, expires_in=expires_in)
-        journal.add_audit(None, "create key", f"{key_id} role={args.role} datasets={datasets} "
-                                              f"expires={args.expires} (command line)")
+        key_id, key = create_key(
+            journal, role=args.role, note=args.note, datasets=datasets, expires_in=expires_in
+        )
+        journal.add_audit(
+            None,
+            "create key",
+            f"{key_id} role={args.role} datasets={datasets} expires={args.expires} (command line)",
+        )
     finally:
         journal.close()
     print(key)
@@ -167,8 +207,10 @@ def _keys_list(args: argparse.Namespace) -> int:
             expired = k["expires"] is not None and k["expires"] <= now
             status = "revoked" if k["revoked"] else "expired" if expired else "active"
             scope = ",".join(k["datasets"]) if k["datasets"] else "*"
-            print(f"{k['id']}\t{k['role']}\t{status}\t{_when(k['created'])}\texpires {_when(k['expires'])}\t"
-                  f"datasets {scope}\t{k['note']}")
+            print(
+                f"{k['id']}\t{k['role']}\t{status}\t{_when(k['created'])}\texpires {_when(k['expires'])}\t"
+                f"datasets {scope}\t{k['note']}"
+            )
     finally:
         journal.close()
     return 0
@@ -210,10 +252,23 @@ def _backup(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_iterate(*, dataset: str, url: str, key: str | None, batch_size: int = 256, seed: int = 0, epoch: int = 0,
-                columns: str | None = None, rank: int = 0, world_size: int = 1, mode: str = "static",
-                name: str | None = None, limit: int = 0, save_state: str | None = None,
-                reconnect_timeout: float = 3.0) -> int:
+def run_iterate(
+    *,
+    dataset: str,
+    url: str,
+    key: str | None,
+    batch_size: int = 256,
+    seed: int = 0,
+    epoch: int = 0,
+    columns: str | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    mode: str = "static",
+    name: str | None = None,
+    limit: int = 0,
+    save_state: str | None = None,
+    reconnect_timeout: float = 3.0,
+) -> int:
     """Iterate a served dataset once and print throughput (``datamill serve iterate``, ``datamill iterate --url``).
 
     ``key`` defaults to ``$DATAMILL_KEY``.
@@ -224,9 +279,21 @@ def run_iterate(*, dataset: str, url: str, key: str | None, batch_size: int = 25
     from datamill.serve.remote import RemoteLoader
 
     key = key if key is not None else os.environ.get("DATAMILL_KEY")
-    loader = RemoteLoader(url, key, dataset, batch_size=batch_size, seed=seed, epoch=epoch,
-                          columns=columns.split(",") if columns else None, rank=rank, world_size=world_size,
-                          mode=mode, name=name, collate="arrow", reconnect_s=reconnect_timeout)
+    loader = RemoteLoader(
+        url,
+        key,
+        dataset,
+        batch_size=batch_size,
+        seed=seed,
+        epoch=epoch,
+        columns=columns.split(",") if columns else None,
+        rank=rank,
+        world_size=world_size,
+        mode=mode,
+        name=name,
+        collate="arrow",
+        reconnect_s=reconnect_timeout,
+    )
     start = time.perf_counter()
     rows = batches = 0
     for batch in loader:
@@ -235,8 +302,10 @@ def run_iterate(*, dataset: str, url: str, key: str | None, batch_size: int = 25
         if limit and batches >= limit:
             break
     dt = time.perf_counter() - start
-    print(f"iteration {loader.iteration_id}: {batches:,} batches, {rows:,} samples in {dt:.2f} s "
-          f"({rows / max(dt, 1e-9):,.0f} samples/s; waited {loader.stall_s:.2f} s for data)")
+    print(
+        f"iteration {loader.iteration_id}: {batches:,} batches, {rows:,} samples in {dt:.2f} s "
+        f"({rows / max(dt, 1e-9):,.0f} samples/s; waited {loader.stall_s:.2f} s for data)"
+    )
     if save_state:
         from datamill.core.io import atomic_write
 
@@ -246,18 +315,35 @@ def run_iterate(*, dataset: str, url: str, key: str | None, batch_size: int = 25
 
 
 def _iterate(args: argparse.Namespace) -> int:
-    return run_iterate(dataset=args.dataset, url=args.url, key=args.key, batch_size=args.batch_size, seed=args.seed,
-                       epoch=args.epoch, columns=args.columns, rank=args.rank, world_size=args.world_size,
-                       mode=args.mode, name=args.name, limit=args.limit, save_state=args.save_state,
-                       reconnect_timeout=args.reconnect_timeout)
+    return run_iterate(
+        dataset=args.dataset,
+        url=args.url,
+        key=args.key,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        epoch=args.epoch,
+        columns=args.columns,
+        rank=args.rank,
+        world_size=args.world_size,
+        mode=args.mode,
+        name=args.name,
+        limit=args.limit,
+        save_state=args.save_state,
+        reconnect_timeout=args.reconnect_timeout,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- parsers
 class _TargetOrCommand(argparse._SubParsersAction):  # type: ignore[type-arg]
     """``datamill serve ROOT [options]`` runs the server; ``datamill serve COMMAND ...`` runs a command."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         if values and values[0] in self._name_parser_map:
             super().__call__(parser, namespace, values, option_string)
             return
@@ -273,19 +359,38 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
     """The options of ``datamill serve iterate``."""
     p.add_argument("dataset", help="registered dataset id or name")
     p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8470")
-    p.add_argument("--key", default=os.environ.get("DATAMILL_KEY"), help="API key (default $DATAMILL_KEY)")
-    p.add_argument("--batch-size", type=positive, default=256, help="samples per batch (default 256)")
+    p.add_argument(
+        "--key", default=os.environ.get("DATAMILL_KEY"), help="API key (default $DATAMILL_KEY)"
+    )
+    p.add_argument(
+        "--batch-size", type=positive, default=256, help="samples per batch (default 256)"
+    )
     p.add_argument("--seed", type=count, default=0, help="shuffle seed (default 0)")
     p.add_argument("--epoch", type=count, default=0, help="epoch to iterate (default 0)")
     p.add_argument("--columns", default=None, help="comma-separated columns (default all)")
     p.add_argument("--rank", type=count, default=0, help="this process's rank (default 0)")
     p.add_argument("--world-size", type=positive, default=1, help="ranks in the job (default 1)")
-    p.add_argument("--mode", choices=["static", "dynamic"], default="static", help="static or dynamic (default static)")
-    p.add_argument("--name", default=None, help="iteration name (processes with one name share an iteration)")
-    p.add_argument("--limit", type=count, default=0, help="stop after this many batches (default 0: all)")
-    p.add_argument("--save-state", default=None, help="write the RemoteLoader state JSON here at the end")
-    p.add_argument("--reconnect-timeout", type=seconds(0, 3600), default=3.0,
-                   help="seconds to keep retrying an unreachable server before failing (default 3)")
+    p.add_argument(
+        "--mode",
+        choices=["static", "dynamic"],
+        default="static",
+        help="static or dynamic (default static)",
+    )
+    p.add_argument(
+        "--name", default=None, help="iteration name (processes with one name share an iteration)"
+    )
+    p.add_argument(
+        "--limit", type=count, default=0, help="stop after this many batches (default 0: all)"
+    )
+    p.add_argument(
+        "--save-state", default=None, help="write the RemoteLoader state JSON here at the end"
+    )
+    p.add_argument(
+        "--reconnect-timeout",
+        type=seconds(0, 3600),
+        default=3.0,
+        help="seconds to keep retrying an unreachable server before failing (default 3)",
+    )
 
 
 # long (66 lines, 2 of docstring): the argparse tree of `datamill serve` and its commands, one add_argument per option with its help
@@ -294,47 +399,106 @@ def register(sub: Any) -> None:
     from datamill.core.commands import register_handler
 
     register_handler("serve iterate", run_iterate)  # `datamill iterate DATASET --url URL` calls it
-    p = sub.add_parser("serve", help="serve datasets to training processes over HTTP (exactly once)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--host", default=None, help="address to bind (default: the config's, else 127.0.0.1)")
-    p.add_argument("--port", type=port_number, default=None,
-                   help="port to bind, 1..65535 (default: the config's, else 8470)")
-    p.add_argument("--state", default=None, help="state folder (default: the config's, else ./.datamill-serve)")
+    p = sub.add_parser(
+        "serve",
+        help="serve datasets to training processes over HTTP (exactly once)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--host", default=None, help="address to bind (default: the config's, else 127.0.0.1)"
+    )
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=None,
+        help="port to bind, 1..65535 (default: the config's, else 8470)",
+    )
+    p.add_argument(
+        "--state", default=None, help="state folder (default: the config's, else ./.datamill-serve)"
+    )
     p.add_argument("--no-auth", action="store_true", help="no API keys (loopback addresses only)")
-    p.add_argument("--lease-timeout", type=seconds(1, 86_400), default=None,
-                   help="seconds a lease lives without a heartbeat, 1..86400 (default: the config's, else 60)")
-    p.add_argument("--allowed-hosts", type=host_list, default=None,
-                   help="comma-separated Host names the server answers (name or name:port; * for any); "
-                        "default: 127.0.0.1, localhost and [::1] with the port, and the bound address")
-    p.add_argument("--log-format", choices=["text", "json"], default=None,
-                   help="one line per event as text or JSON (default: the config's, else text)")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None,
-                   help="log level; info and debug include the access log (default: the config's, else info)")
-    p.add_argument("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS directly")
+    p.add_argument(
+        "--lease-timeout",
+        type=seconds(1, 86_400),
+        default=None,
+        help="seconds a lease lives without a heartbeat, 1..86400 (default: the config's, else 60)",
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        type=host_list,
+        default=None,
+        help="comma-separated Host names the server answers (name or name:port; * for any); "
+        "default: 127.0.0.1, localhost and [::1] with the port, and the bound address",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="one line per event as text or JSON (default: the config's, else text)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="log level; info and debug include the access log (default: the config's, else info)",
+    )
+    p.add_argument(
+        "--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS directly"
+    )
     p.add_argument("--ssl-keyfile", default=None, help="PEM private key of --ssl-certfile")
-    p.add_argument("--forwarded-allow-ips", type=lambda s: [h.strip() for h in s.split(",") if h.strip()],
-                   default=None, help="comma-separated proxy addresses whose X-Forwarded-For/-Proto are trusted "
-                                      "(* any); default none")
-    p.add_argument("--drain-timeout", type=seconds(0, 3600), default=None,
-                   help="seconds SIGTERM waits for leases in flight to be acknowledged, 0..3600 "
-                        "(default: the config's, else 30)")
-    p.add_argument("--metrics-no-auth", action="store_true",
-                   help="GET /metrics without a key (loopback addresses only)")
-    p.add_argument("--build-workers", type=_workers, default=None,
-                   help="processes building server-built leases, 0..64 (0: in the HTTP process; "
-                        "default: the config's, else the cores, at most 4)")
+    p.add_argument(
+        "--forwarded-allow-ips",
+        type=lambda s: [h.strip() for h in s.split(",") if h.strip()],
+        default=None,
+        help="comma-separated proxy addresses whose X-Forwarded-For/-Proto are trusted "
+        "(* any); default none",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=seconds(0, 3600),
+        default=None,
+        help="seconds SIGTERM waits for leases in flight to be acknowledged, 0..3600 "
+        "(default: the config's, else 30)",
+    )
+    p.add_argument(
+        "--metrics-no-auth",
+        action="store_true",
+        help="GET /metrics without a key (loopback addresses only)",
+    )
+    p.add_argument(
+        "--build-workers",
+        type=_workers,
+        default=None,
+        help="processes building server-built leases, 0..64 (0: in the HTTP process; "
+        "default: the config's, else the cores, at most 4)",
+    )
     p.set_defaults(func=_server, target=None)
-    cmds = p.add_subparsers(title="commands (instead of ROOT_OR_CONFIG)", dest="serve_command",
-                            metavar="ROOT_OR_CONFIG | COMMAND", action=_TargetOrCommand)
+    cmds = p.add_subparsers(
+        title="commands (instead of ROOT_OR_CONFIG)",
+        dest="serve_command",
+        metavar="ROOT_OR_CONFIG | COMMAND",
+        action=_TargetOrCommand,
+    )
     cmds.choices = None  # any first word: a dataset root or config unless it names a command
     keys = cmds.add_parser("keys", help="create, list and revoke API keys")
     key_cmds = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     create = key_cmds.add_parser("create", help="create a key (printed once)")
     _state(create)
-    create.add_argument("--role", choices=["read", "admin", "metrics"], default="read",
-                        help="read, admin, or metrics (GET /metrics only) (default read)")
-    create.add_argument("--datasets", default=None, help="comma-separated dataset names the key may use (default all)")
-    create.add_argument("--expires", default=None, help="lifetime such as 12h, 30d, 2w (default never)")
+    create.add_argument(
+        "--role",
+        choices=["read", "admin", "metrics"],
+        default="read",
+        help="read, admin, or metrics (GET /metrics only) (default read)",
+    )
+    create.add_argument(
+        "--datasets",
+        default=None,
+        help="comma-separated dataset names the key may use (default all)",
+    )
+    create.add_argument(
+        "--expires", default=None, help="lifetime such as 12h, 30d, 2w (default never)"
+    )
     create.add_argument("--note", default="", help="a note shown by `keys list`")
     create.set_defaults(func=_keys_create)
     listing = key_cmds.add_parser("list", help="list keys (never their secrets)")
@@ -344,16 +508,24 @@ def register(sub: Any) -> None:
     revoke.add_argument("key_id", help="the key id (the part after dmk_ and before the dot)")
     _state(revoke)
     revoke.set_defaults(func=_keys_revoke)
-    audit = cmds.add_parser("audit", help="print the audit log: admin actions and each key's first use per day")
+    audit = cmds.add_parser(
+        "audit", help="print the audit log: admin actions and each key's first use per day"
+    )
     _state(audit)
     audit.set_defaults(func=_audit)
-    backup = cmds.add_parser("backup", help="copy the journal of a (running) server with SQLite's online backup")
+    backup = cmds.add_parser(
+        "backup", help="copy the journal of a (running) server with SQLite's online backup"
+    )
     _state(backup)
     backup.add_argument("out", help="the backup file to write (must not exist)")
     backup.set_defaults(func=_backup)
-    gcp = cmds.add_parser("gc", help="remove iterations that ended (finished or cancelled) long ago from the journal")
+    gcp = cmds.add_parser(
+        "gc", help="remove iterations that ended (finished or cancelled) long ago from the journal"
+    )
     _state(gcp)
-    gcp.add_argument("--older-than", required=True, help="age such as 30d, 12h, 2w: iterations that ended before")
+    gcp.add_argument(
+        "--older-than", required=True, help="age such as 30d, 12h, 2w: iterations that ended before"
+    )
     gcp.set_defaults(func=_gc)
     iterate = cmds.add_parser("iterate", help="iterate a served dataset once and print throughput")
     add_iterate_options(iterate)

@@ -48,8 +48,11 @@ class Response:
 def _tls_context(verify: str | os.PathLike[str] | None) -> ssl.SSLContext:
     """A client TLS context trusting the system's CAs, or only those of the PEM file ``verify``."""
     if verify is not None and not Path(verify).is_file():
-        raise ConfigError("no such CA certificate file (verify=)", path=verify,
-                          hint="pass the PEM file of the CA that signed the server's certificate")
+        raise ConfigError(
+            "no such CA certificate file (verify=)",
+            path=verify,
+            hint="pass the PEM file of the CA that signed the server's certificate",
+        )
     try:
         return ssl.create_default_context(cafile=None if verify is None else os.fspath(verify))
     except ssl.SSLError as exc:
@@ -67,8 +70,15 @@ class Http:
         verify: for ``https://``, a PEM file of the CA certificates to trust. Defaults to the system's.
     """
 
-    def __init__(self, url: str, key: str | None, *, timeout: float = 60.0, retry_s: float = 0.0,
-                 verify: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        key: str | None,
+        *,
+        timeout: float = 60.0,
+        retry_s: float = 0.0,
+        verify: str | os.PathLike[str] | None = None,
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"server url must look like http://host:port, got {url!r}")
@@ -89,13 +99,22 @@ class Http:
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
             if self.ssl is not None:
-                self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.ssl)
+                self._conn = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=self.timeout, context=self.ssl
+                )
             else:
                 self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         return self._conn
 
-    def request(self, method: str, path: str, *, body: Any = None, query: Sequence[tuple[str, Any]] = (),
-                ok: Sequence[int] = (200,)) -> Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Sequence[tuple[str, Any]] = (),
+        ok: Sequence[int] = (200,),
+    ) -> Response:
         """Send one request (retrying connection failures for ``retry_s``); raise :class:`RemoteError` if not ``ok``."""
         target = self.base + path + ("?" + urllib.parse.urlencode(list(query)) if query else "")
         payload = None if body is None else json.dumps(body).encode()
@@ -118,11 +137,15 @@ class Http:
             except RETRYABLE as exc:
                 self.close()
                 if reused and stale_retry and isinstance(exc, _STALE):
-                    stale_retry = False  # the server closed an idle keep-alive connection: reconnect once
+                    stale_retry = (
+                        False  # the server closed an idle keep-alive connection: reconnect once
+                    )
                     continue
                 if time.monotonic() >= deadline:
-                    raise RemoteError(f"cannot reach {self.scheme}://{self.host}:{self.port}: {exc}",
-                                      hint="is `datamill serve` running there?") from exc
+                    raise RemoteError(
+                        f"cannot reach {self.scheme}://{self.host}:{self.port}: {exc}",
+                        hint="is `datamill serve` running there?",
+                    ) from exc
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
         if res.status not in ok:
@@ -151,8 +174,14 @@ class Client:
         datamill.core.errors.ConfigError: server url must look like http://host:port, got 'ftp://nowhere'
     """
 
-    def __init__(self, url: str, key: str | None = None, *, timeout: float = 60.0,
-                 verify: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        verify: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.url, self.key = url, key
         self.http = Http(url, key, timeout=timeout, verify=verify)
 
@@ -170,7 +199,9 @@ class Client:
         """``{"ok": True, "boot": ..., "auth": ...}``."""
         return dict(self.http.request("GET", "/api/v1/health").json())
 
-    def register(self, path: str, *, name: str, client_location: str | None = None) -> dict[str, Any]:
+    def register(
+        self, path: str, *, name: str, client_location: str | None = None
+    ) -> dict[str, Any]:
         """Register the dataset at ``path`` (under one of the server's roots) as ``name`` (admin key).
 
         ``client_location`` (a path every client node sees, or ``s3://bucket/prefix``) allows direct mode:
@@ -183,18 +214,35 @@ class Client:
 
     def location(self, dataset: str) -> str:
         """Where clients read ``dataset`` in direct mode (:class:`RemoteError` 400 when it has no client location)."""
-        return str(self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json()["location"])
+        return str(
+            self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json()[
+                "location"
+            ]
+        )
 
     def datasets(self) -> list[dict[str, Any]]:
         """Registered datasets, each with ``id`` and ``name``."""
         return list(self.http.request("GET", "/api/v1/datasets").json())
 
-    def iteration(self, dataset: str, *, batch_size: int, seed: int = 0, epoch: int = 0, shuffle: bool = True,
-                  columns: Sequence[str] | str | None = None, drop_last: bool = False, mode: str = "static",
-                  world_size: int = 1, name: str | None = None, lease_size: int = 16,
-                  lease_timeout: float | None = None, resume_from: str | None = None,
-                  loader_states: Sequence[Mapping[str, Any]] | None = None, transport: str = "built"
-                  ) -> dict[str, Any]:
+    def iteration(
+        self,
+        dataset: str,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        columns: Sequence[str] | str | None = None,
+        drop_last: bool = False,
+        mode: str = "static",
+        world_size: int = 1,
+        name: str | None = None,
+        lease_size: int = 16,
+        lease_timeout: float | None = None,
+        resume_from: str | None = None,
+        loader_states: Sequence[Mapping[str, Any]] | None = None,
+        transport: str = "built",
+    ) -> dict[str, Any]:
         """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its description.
 
         ``transport="direct"`` first asks for the dataset's client location (refused, HTTP 400, when it
@@ -204,12 +252,24 @@ class Client:
         ``resume_from`` (an iteration id) or ``loader_states`` (every rank's ``Loader.state_dict()``)
         resume an epoch with any ``world_size``: the batches not done are split over the new ranks.
         """
-        body: dict[str, Any] = {"dataset": dataset, "batch_size": batch_size, "seed": seed, "epoch": epoch,
-                                "shuffle": shuffle, "drop_last": drop_last, "mode": mode, "world_size": world_size,
-                                "lease_size": lease_size}
+        body: dict[str, Any] = {
+            "dataset": dataset,
+            "batch_size": batch_size,
+            "seed": seed,
+            "epoch": epoch,
+            "shuffle": shuffle,
+            "drop_last": drop_last,
+            "mode": mode,
+            "world_size": world_size,
+            "lease_size": lease_size,
+        }
         if columns is not None:
             body["columns"] = [columns] if isinstance(columns, str) else list(columns)
-        for k, v in (("name", name), ("lease_timeout", lease_timeout), ("resume_from", resume_from)):
+        for k, v in (
+            ("name", name),
+            ("lease_timeout", lease_timeout),
+            ("resume_from", resume_from),
+        ):
             if v is not None:
                 body[k] = v
         if loader_states is not None:
@@ -222,32 +282,60 @@ class Client:
             out["location"] = location
         return out
 
-    def iterations(self, *, status: str | None = None, dataset: str | None = None, limit: int = 100,
-                   after: str | None = None) -> dict[str, Any]:
+    def iterations(
+        self,
+        *,
+        status: str | None = None,
+        dataset: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> dict[str, Any]:
         """A page of iterations, oldest first: ``{"iterations": [...], "next": id or None}`` (pass ``next``
         as ``after`` for the following page). ``status``: running, finished, cancelled or stale."""
-        query = [(k, v) for k, v in (("status", status), ("dataset", dataset), ("limit", limit), ("after", after))
-                 if v is not None]
+        query = [
+            (k, v)
+            for k, v in (
+                ("status", status),
+                ("dataset", dataset),
+                ("limit", limit),
+                ("after", after),
+            )
+            if v is not None
+        ]
         return dict(self.http.request("GET", "/api/v1/iterations", query=query).json())
 
     def progress(self, iteration: str) -> dict[str, Any]:
         """``total``, ``done``, ``leased``, ``pending`` batches, ``batches_per_s`` and per-client stall times."""
-        return dict(self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/progress").json())
+        return dict(
+            self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/progress").json()
+        )
 
     def done(self, iteration: str) -> list[tuple[int, int, str]]:
         """The committed record: ``(start, stop, lease)`` unit runs in commit order."""
-        rows = self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/done").json()["rows"]
+        rows = self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/done").json()[
+            "rows"
+        ]
         return [(int(a), int(b), str(c)) for a, b, c in rows]
 
-    def rewind(self, iteration: str, *, rank: int | None = None, consumed: int | None = None,
-               done: Sequence[tuple[int, int]] | None = None) -> dict[str, Any]:
+    def rewind(
+        self,
+        iteration: str,
+        *,
+        rank: int | None = None,
+        consumed: int | None = None,
+        done: Sequence[tuple[int, int]] | None = None,
+    ) -> dict[str, Any]:
         """Set the done set (admin key needed): rank ``rank`` consumed ``consumed`` batches, or ``done`` unit runs."""
         body: dict[str, Any] = {}
         if done is not None:
             body["done"] = [list(r) for r in done]
         else:
             body.update(rank=rank, consumed=consumed)
-        return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/rewind", body=body).json())
+        return dict(
+            self.http.request(
+                "POST", f"/api/v1/iterations/{_quote(iteration)}/rewind", body=body
+            ).json()
+        )
 
     def resume(self, iteration: str, *, rank: int, consumed: int) -> dict[str, Any]:
         """Resume rank ``rank`` of a static iteration from a checkpoint that consumed ``consumed`` batches.
@@ -255,15 +343,23 @@ class Client:
         A read key may resume only the iterations it created; an admin key any.
         """
         body = {"rank": rank, "consumed": consumed}
-        return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/resume", body=body).json())
+        return dict(
+            self.http.request(
+                "POST", f"/api/v1/iterations/{_quote(iteration)}/resume", body=body
+            ).json()
+        )
 
     def cancel(self, iteration: str) -> dict[str, Any]:
         """Cancel an iteration for good (admin key needed): clients asking for a lease get HTTP 410."""
-        return dict(self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/cancel").json())
+        return dict(
+            self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/cancel").json()
+        )
 
     def create_key(self, *, role: str = "read", note: str = "") -> dict[str, Any]:
         """A new key (admin key needed); the returned ``key`` is shown only now."""
-        return dict(self.http.request("POST", "/api/v1/keys", body={"role": role, "note": note}).json())
+        return dict(
+            self.http.request("POST", "/api/v1/keys", body={"role": role, "note": note}).json()
+        )
 
     def revoke_key(self, key_id: str) -> None:
         """Revoke a key by its id (admin key needed)."""

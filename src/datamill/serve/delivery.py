@@ -39,7 +39,9 @@ __all__ = ["ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _FENCE = r"^[0-9a-f]{1,64}$"
-_ACK_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):([0-9a-f]{1,64})(?::(\d{1,12})-(\d{1,12}))?$")
+_ACK_RE = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):([0-9a-f]{1,64})(?::(\d{1,12})-(\d{1,12}))?$"
+)
 
 
 def _session(session: str | None, client: str) -> str:
@@ -50,10 +52,16 @@ def _session(session: str | None, client: str) -> str:
 
 def _check_items(items: list[tuple[str, str, int | None, int | None]]) -> None:
     for lease_id, fence, a, b in items:
-        if not re.fullmatch(_ID, lease_id) or not re.fullmatch(_FENCE, fence) or \
-                (a is not None and b is not None and not 0 <= a < b <= 1 << 40):
-            raise HTTPException(422, f"an ack is [lease, fence (hex), start, stop] with 0 <= start < stop, got "
-                                     f"{[lease_id[:70], fence[:70], a, b]!r}")
+        if (
+            not re.fullmatch(_ID, lease_id)
+            or not re.fullmatch(_FENCE, fence)
+            or (a is not None and b is not None and not 0 <= a < b <= 1 << 40)
+        ):
+            raise HTTPException(
+                422,
+                f"an ack is [lease, fence (hex), start, stop] with 0 <= start < stop, got "
+                f"{[lease_id[:70], fence[:70], a, b]!r}",
+            )
 
 
 def _code(statuses: Any) -> int:
@@ -62,38 +70,69 @@ def _code(statuses: Any) -> int:
 
 
 def _error(code: int) -> str:
-    return {409: "refused: a lease of another session, or a wrong fence",
-            410: "expired: a lease that is no longer live (its batches go to another lease)"}.get(code, "")
+    return {
+        409: "refused: a lease of another session, or a wrong fence",
+        410: "expired: a lease that is no longer live (its batches go to another lease)",
+    }.get(code, "")
 
 
 def unavailable_reply(exc: UnavailableError) -> JSONResponse:
     """``503`` with ``Retry-After``: the journal cannot be written now."""
-    return JSONResponse({"error": exc.one_line(), "type": type(exc).__name__}, status_code=503,
-                        headers={"Retry-After": str(RETRY_AFTER_S)})
+    return JSONResponse(
+        {"error": exc.one_line(), "type": type(exc).__name__},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
-def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot: int, slots: int,
-               ack: list[str] | None, session: str | None, owner: str = "", transport: str = "built") -> Response:
+def next_reply(
+    state: ServeState,
+    it: Iteration,
+    *,
+    client: str,
+    rank: int,
+    slot: int,
+    slots: int,
+    ack: list[str] | None,
+    session: str | None,
+    owner: str = "",
+    transport: str = "built",
+) -> Response:
     """Acknowledge the piggy-backed acks, then hand out the client's next lease."""
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
     for raw in ack or ():
         m = _ACK_RE.match(raw)
         if m is None:
-            raise HTTPException(422, f"ack must be <lease>:<fence>[:<start>-<stop>], got {raw[:80]!r}")
-        items.append((m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4])))
+            raise HTTPException(
+                422, f"ack must be <lease>:<fence>[:<start>-<stop>], got {raw[:80]!r}"
+            )
+        items.append(
+            (m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4]))
+        )
     _check_items(items)
     statuses, _ = state.ack_batches(it, items, session=secret) if items else ({}, {})
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
     if items:
         it = state.iteration(it.id)  # an ack may have finished (and evicted) it
-    payload = state.next_lease(it, client, rank=rank, slot=slot, slots=slots, session=secret, owner=owner,
-                               transport=transport)
+    payload = state.next_lease(
+        it,
+        client,
+        rank=rank,
+        slot=slot,
+        slots=slots,
+        session=secret,
+        owner=owner,
+        transport=transport,
+    )
     if payload is None:
         if it.finished(rank=rank):
             return Response(status_code=204, headers=acks)
-        return JSONResponse({"error": "wait: other leases are in flight"}, status_code=409,
-                            headers={**acks, "Retry-After": "0.05"})
+        return JSONResponse(
+            {"error": "wait: other leases are in flight"},
+            status_code=409,
+            headers={**acks, "Retry-After": "0.05"},
+        )
     lease = payload.lease
     with it.lock:
         st = it.state[lease.queue]
@@ -102,16 +141,29 @@ def next_reply(state: ServeState, it: Iteration, *, client: str, rank: int, slot
             done = int(not_done[0]) if len(not_done) else len(st)
         else:
             done = int((st == DONE).sum()) + it.base_done
-    return Response(payload.body, media_type=ARROW_STREAM, headers={
-        **acks, "X-Datamill-Lease": lease.id, "X-Datamill-Fence": lease.fence,
-        "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
-        "X-Datamill-Units": ",".join(map(str, payload.units)), "X-Datamill-Epoch": str(payload.epoch),
-        "X-Datamill-Done": str(done), "X-Datamill-Runs": format_runs(payload.runs or [])})
+    return Response(
+        payload.body,
+        media_type=ARROW_STREAM,
+        headers={
+            **acks,
+            "X-Datamill-Lease": lease.id,
+            "X-Datamill-Fence": lease.fence,
+            "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
+            "X-Datamill-Units": ",".join(map(str, payload.units)),
+            "X-Datamill-Epoch": str(payload.epoch),
+            "X-Datamill-Done": str(done),
+            "X-Datamill-Runs": format_runs(payload.runs or []),
+        },
+    )
 
 
-def ack_reply(state: ServeState, it: Iteration, body: AckIn, *, session: str | None) -> JSONResponse:
+def ack_reply(
+    state: ServeState, it: Iteration, body: AckIn, *, session: str | None
+) -> JSONResponse:
     """Acknowledge batches (one journal transaction); the status rule is in the module docstring."""
-    items: list[tuple[str, str, int | None, int | None]] = [(a, f, None, None) for a, f in body.leases]
+    items: list[tuple[str, str, int | None, int | None]] = [
+        (a, f, None, None) for a, f in body.leases
+    ]
     items += [(a, f, s, e) for a, f, s, e in body.acks]
     _check_items(items)
     statuses, _ = state.ack_batches(it, items, session=_session(session, body.client))
@@ -122,11 +174,19 @@ def ack_reply(state: ServeState, it: Iteration, body: AckIn, *, session: str | N
     return JSONResponse(out, status_code=code)
 
 
-def heartbeat_reply(state: ServeState, it: Iteration, body: HeartbeatIn, *, session: str | None) -> JSONResponse:
+def heartbeat_reply(
+    state: ServeState, it: Iteration, body: HeartbeatIn, *, session: str | None
+) -> JSONResponse:
     """Extend (after a restart: reclaim) the client's leases."""
     _check_items([(a, f, None, None) for a, f in body.leases])
-    res = state.heartbeat(it, body.client, leases=body.leases, session=_session(session, body.client),
-                          stall_s=body.stall_s, batches=body.batches)
+    res = state.heartbeat(
+        it,
+        body.client,
+        leases=body.leases,
+        session=_session(session, body.client),
+        stall_s=body.stall_s,
+        batches=body.batches,
+    )
     code = 409 if res["refused"] else 410 if res["lost"] else 200
     out: dict[str, Any] = dict(res)
     if code != 200:

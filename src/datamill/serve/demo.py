@@ -57,6 +57,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+# long (68 lines): the demo's steps in the order it prints them
 def run(data_dir: Path, work_dir: Path) -> None:
     """Start a server on a free loopback port, register cifar10_tiny, iterate it from 2 processes, stop."""
     import pyarrow as pa
@@ -68,21 +69,36 @@ def run(data_dir: Path, work_dir: Path) -> None:
     src = Path(data_dir) / "cifar10_tiny"
     labels = read_table(src / "labels.csv")
     paths = labels.column("image_path").to_pylist()
-    images = pa.table({"id": labels.column("id"), "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary())})
+    images = pa.table(
+        {
+            "id": labels.column("id"),
+            "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary()),
+        }
+    )
     root = Path(work_dir) / "serve_root"
     state = Path(work_dir) / "serve_state"
-    ds = ShardsetDataset.create(root / "cifar10_tiny", images, uid="id", shardset="image", shard_size=25)
+    ds = ShardsetDataset.create(
+        root / "cifar10_tiny", images, uid="id", shardset="image", shard_size=25
+    )
     ds.add("label", labels.select(["id", "label"]), route=True)
 
     cli = [sys.executable, "-m", "datamill.cli", "--quiet"]
-    made = subprocess.run([*cli, "serve", "keys", "create", "--state", str(state), "--role", "admin"],
-                          capture_output=True, text=True, check=True, timeout=60)
+    made = subprocess.run(
+        [*cli, "serve", "keys", "create", "--state", str(state), "--role", "admin"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     key = made.stdout.strip().splitlines()[-1]
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(state / "server.log", "ab")  # noqa: SIM115 - closed right after the server starts
-    server = subprocess.Popen([*cli, "serve", str(root), "--port", str(port), "--state", str(state)],
-                              stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [*cli, "serve", str(root), "--port", str(port), "--state", str(state)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     try:
         _wait_healthy(server, port)
@@ -90,14 +106,22 @@ def run(data_dir: Path, work_dir: Path) -> None:
         with Client(url, key) as client:
             client.register("cifar10_tiny", name="cifar10_tiny")
             print("registered:", ", ".join(f"{d['name']} ({d['id']})" for d in client.datasets()))
-            clients = [subprocess.Popen([sys.executable, "-c", _CLIENT, url, key, str(r)], stdout=subprocess.PIPE,
-                                        text=True) for r in range(2)]
+            clients = [
+                subprocess.Popen(
+                    [sys.executable, "-c", _CLIENT, url, key, str(r)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for r in range(2)
+            ]
             for c in clients:
                 out, _ = c.communicate(timeout=120)
                 if c.returncode != 0:
                     raise RuntimeError(f"a demo client exited with {c.returncode}")
                 print(out, end="")
-        with Client(url, key) as client:  # a new connection: the first idled past the server's keep-alive meanwhile
+        with Client(
+            url, key
+        ) as client:  # a new connection: the first idled past the server's keep-alive meanwhile
             p = client.progress("demo")
             print(f"{'iteration':<10} {'total':>6} {'done':>6} {'leased':>7} {'pending':>8}")
             print(f"{'demo':<10} {p['total']:>6} {p['done']:>6} {p['leased']:>7} {p['pending']:>8}")

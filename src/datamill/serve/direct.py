@@ -25,8 +25,17 @@ from datamill.loader import BatchService
 if TYPE_CHECKING:
     from datamill.serve.journal import Journal
 
-__all__ = ["TRANSPORTS", "ClientLocations", "as_batches", "build_runs", "check_location", "format_runs", "parse_runs",
-           "service_for", "unit_runs"]
+__all__ = [
+    "TRANSPORTS",
+    "ClientLocations",
+    "as_batches",
+    "build_runs",
+    "check_location",
+    "format_runs",
+    "parse_runs",
+    "service_for",
+    "unit_runs",
+]
 
 TRANSPORTS = ("built", "direct")
 """``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds them."""
@@ -46,9 +55,17 @@ def check_location(location: str) -> str:
         ...
         datamill.core.errors.ConfigError: client_location must be an absolute path or s3://bucket/prefix, got 'relative/path'
     """
-    if not isinstance(location, str) or not 0 < len(location) <= _MAX_LOCATION or "\x00" in location or \
-            not (location.startswith("s3://") and len(location) > 5 or PurePath(location).is_absolute()):
-        raise ConfigError(f"client_location must be an absolute path or s3://bucket/prefix, got {str(location)[:80]!r}")
+    if (
+        not isinstance(location, str)
+        or not 0 < len(location) <= _MAX_LOCATION
+        or "\x00" in location
+        or not (
+            location.startswith("s3://") and len(location) > 5 or PurePath(location).is_absolute()
+        )
+    ):
+        raise ConfigError(
+            f"client_location must be an absolute path or s3://bucket/prefix, got {str(location)[:80]!r}"
+        )
     return location
 
 
@@ -62,25 +79,33 @@ class ClientLocations:
 
     def set(self, dataset: str, location: str) -> None:
         """Record (or replace) the client location of dataset id ``dataset``."""
-        self.journal._exec("INSERT OR REPLACE INTO client_locations (dataset, location) VALUES (?, ?)",
-                           (dataset, check_location(location)))
+        self.journal._exec(
+            "INSERT OR REPLACE INTO client_locations (dataset, location) VALUES (?, ?)",
+            (dataset, check_location(location)),
+        )
 
     def get(self, dataset: str) -> str | None:
         """The client location of dataset id ``dataset``, or ``None``."""
-        rows = self.journal._exec("SELECT location FROM client_locations WHERE dataset = ?", (dataset,))
+        rows = self.journal._exec(
+            "SELECT location FROM client_locations WHERE dataset = ?", (dataset,)
+        )
         return str(rows[0][0]) if rows else None
 
     def require(self, dataset: str, name: str) -> str:
         """The client location, or a :class:`ConfigError` (HTTP 400) saying how to get one."""
         loc = self.get(dataset)
         if loc is None:
-            raise ConfigError(f"dataset {name!r} has no client_location, so direct mode is refused",
-                              hint="register it with client_location= (a path every node sees, or s3://...), "
-                                   "or use transport='built'")
+            raise ConfigError(
+                f"dataset {name!r} has no client_location, so direct mode is refused",
+                hint="register it with client_location= (a path every node sees, or s3://...), "
+                "or use transport='built'",
+            )
         return loc
 
 
-def unit_runs(units: Sequence[int], locate: Callable[[int], tuple[int, int]]) -> list[tuple[int, int, int]]:
+def unit_runs(
+    units: Sequence[int], locate: Callable[[int], tuple[int, int]]
+) -> list[tuple[int, int, int]]:
     """Units as ``(plan rank, first batch, stop batch)`` runs of consecutive batches of one rank.
 
     Examples:
@@ -134,20 +159,36 @@ def as_batches(tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
     return out
 
 
-def service_for(source: Any, cfg: Mapping[str, Any], *, cache_shards: int | None = None) -> BatchService:
+def service_for(
+    source: Any, cfg: Mapping[str, Any], *, cache_shards: int | None = None
+) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with, ``collate="arrow"``)."""
-    svc = BatchService(source, batch_size=int(cfg["batch_size"]), seed=int(cfg["seed"]), shuffle=bool(cfg["shuffle"]),
-                       window=cfg["window"], drop_last=bool(cfg["drop_last"]), columns=cfg["columns"],
-                       collate="arrow", cache_shards=cache_shards)
+    svc = BatchService(
+        source,
+        batch_size=int(cfg["batch_size"]),
+        seed=int(cfg["seed"]),
+        shuffle=bool(cfg["shuffle"]),
+        window=cfg["window"],
+        drop_last=bool(cfg["drop_last"]),
+        columns=cfg["columns"],
+        collate="arrow",
+        cache_shards=cache_shards,
+    )
     if cache_shards is None:  # two shuffle windows of released shards per rank being served
         svc = svc.replace(cache_shards=2 * svc.window * max(1, int(cfg.get("plan_world", 1))))
     return svc
 
 
-def build_runs(svc: BatchService, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]) -> list[pa.Table]:
+def build_runs(
+    svc: BatchService, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
+) -> list[pa.Table]:
     """The batches of a lease's runs, as the server builds them."""
     tables: list[pa.Table] = []
     for r, a, b in runs:
-        tables.extend(res.output for res in svc.build_samples(int(cfg["epoch"]), r, list(range(a, b)),
-                                                              world_size=int(cfg["plan_world"])))
+        tables.extend(
+            res.output
+            for res in svc.build_samples(
+                int(cfg["epoch"]), r, list(range(a, b)), world_size=int(cfg["plan_world"])
+            )
+        )
     return tables

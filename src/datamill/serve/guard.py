@@ -28,8 +28,11 @@ __all__ = ["DEFAULT_HOSTS", "SECURITY_HEADERS", "AllowedHosts", "Guard", "defaul
 DEFAULT_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
-    "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 Scope = MutableMapping[str, Any]
@@ -62,7 +65,7 @@ class AllowedHosts:
         if not host or len(host) > 300:
             return False
         if host.startswith("["):
-            name = host[:host.find("]") + 1]
+            name = host[: host.find("]") + 1]
         else:
             name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
         return host in self.names or name in self.names
@@ -76,14 +79,25 @@ class AllowedHosts:
 class Guard:
     """ASGI middleware: the ``Host`` and ``Origin`` checks and the security headers (module docstring)."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, hosts: AllowedHosts) -> None:
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, hosts: AllowedHosts
+    ) -> None:
         self.app, self.hosts = app, hosts
         self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
     async def _refuse(self, send: Send, status: int, msg: str) -> None:
         body = json.dumps({"error": msg}).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *self.headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    *self.headers,
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,19 +107,34 @@ class Guard:
         headers = {k: v for k, v in scope.get("headers", [])}
         host = headers.get(b"host", b"").decode("latin-1")
         if not self.hosts.allows(host):
-            await self._refuse(send, 400, f"Host {host[:100]!r} is not one of this server's names "
-                                          f"({', '.join(self.hosts.names)}): add it with --allowed-hosts")
+            await self._refuse(
+                send,
+                400,
+                f"Host {host[:100]!r} is not one of this server's names "
+                f"({', '.join(self.hosts.names)}): add it with --allowed-hosts",
+            )
             return
         origin = headers.get(b"origin")
-        if origin is not None and scope["method"] in _UNSAFE and not self.hosts.allows_origin(origin.decode("latin-1")):
-            await self._refuse(send, 403, f"cross-origin {scope['method']} from {origin.decode('latin-1')[:100]!r} "
-                                          "refused: expected a request from this server's own pages")
+        if (
+            origin is not None
+            and scope["method"] in _UNSAFE
+            and not self.hosts.allows_origin(origin.decode("latin-1"))
+        ):
+            await self._refuse(
+                send,
+                403,
+                f"cross-origin {scope['method']} from {origin.decode('latin-1')[:100]!r} "
+                "refused: expected a request from this server's own pages",
+            )
             return
 
         async def send_with_headers(msg: Message) -> None:
             if msg["type"] == "http.response.start":
                 have = {k.lower() for k, _ in msg.get("headers", [])}
-                msg["headers"] = [*msg.get("headers", []), *((k, v) for k, v in self.headers if k not in have)]
+                msg["headers"] = [
+                    *msg.get("headers", []),
+                    *((k, v) for k, v in self.headers if k not in have),
+                ]
             await send(msg)
 
         await self.app(scope, receive, send_with_headers)

@@ -151,13 +151,24 @@ class Iteration:
         ('ok', 'already')
     """
 
-    def __init__(self, id: str, rank_batches: Sequence[int], *, mode: str = "static", world_size: int = 1,
-                 base_done: Iterable[int] = (), lease_size: int = 16, lease_timeout: float = 60.0,
-                 boot: str = "0") -> None:
+    def __init__(
+        self,
+        id: str,
+        rank_batches: Sequence[int],
+        *,
+        mode: str = "static",
+        world_size: int = 1,
+        base_done: Iterable[int] = (),
+        lease_size: int = 16,
+        lease_timeout: float = 60.0,
+        boot: str = "0",
+    ) -> None:
         self.id, self.mode, self.world_size = id, mode, int(world_size)
         self.lease_size, self.lease_timeout, self.boot = int(lease_size), float(lease_timeout), boot
         self.config: dict[str, Any] = {}  # the journaled config (set by the server)
-        self.offsets = np.concatenate([[0], np.cumsum(np.asarray(rank_batches, dtype=np.int64))]).astype(np.int64)
+        self.offsets = np.concatenate(
+            [[0], np.cumsum(np.asarray(rank_batches, dtype=np.int64))]
+        ).astype(np.int64)
         self.total = int(self.offsets[-1])
         base = np.zeros(self.total, dtype=bool)
         base_list = list(base_done)
@@ -168,8 +179,10 @@ class Iteration:
         if mode == "dynamic":
             self.queues = [remaining]
         elif not base_list and len(rank_batches) == self.world_size:
-            self.queues = [np.arange(self.offsets[r], self.offsets[r + 1], dtype=np.int64)
-                           for r in range(self.world_size)]
+            self.queues = [
+                np.arange(self.offsets[r], self.offsets[r + 1], dtype=np.int64)
+                for r in range(self.world_size)
+            ]
         else:
             self.queues = [remaining[a:b] for a, b in _split(len(remaining), self.world_size)]
         self.state = [np.zeros(len(q), dtype=np.int8) for q in self.queues]
@@ -187,7 +200,9 @@ class Iteration:
         self.expired = 0  # leases that timed out (their batches went back to the queue)
         self.reissued = 0  # leases handing out batches an earlier lease held
         self.cancelled = False
-        self.on_expired: Callable[[list[Lease]], None] | None = None  # told of leases that timed out
+        self.on_expired: Callable[[list[Lease]], None] | None = (
+            None  # told of leases that timed out
+        )
         self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
         self._rate: deque[tuple[float, int]] = deque()
         self.lock = threading.RLock()
@@ -203,7 +218,7 @@ class Iteration:
 
     def units_of(self, lease: Lease) -> list[int]:
         """The unit ids of a lease, in order."""
-        return [int(u) for u in self.queues[lease.queue][lease.start:lease.stop]]
+        return [int(u) for u in self.queues[lease.queue][lease.start : lease.stop]]
 
     def unit_location(self, unit: int) -> tuple[int, int]:
         """``(plan rank, batch)`` of a unit."""
@@ -212,7 +227,7 @@ class Iteration:
 
     def _revoke(self, lease: Lease) -> None:
         st = self.state[lease.queue]
-        seg = st[lease.start:lease.stop]
+        seg = st[lease.start : lease.stop]
         seg[seg == LEASED] = PENDING
         self.leases.pop(lease.id, None)
         self.dropped.append(lease.id)
@@ -246,13 +261,23 @@ class Iteration:
         """Register or refresh a client."""
         info = self.clients.get(client)
         if info is None:
-            info = self.clients[client] = ClientInfo(rank=rank, slot=slot, last_seen=time.monotonic())
+            info = self.clients[client] = ClientInfo(
+                rank=rank, slot=slot, last_seen=time.monotonic()
+            )
         info.last_seen, info.rank, info.slot = time.monotonic(), rank, slot
         return info
 
     # ------------------------------------------------------------------ leases
-    def take(self, client: str, *, rank: int = 0, slot: int = 0, slots: int = 1,
-             session: str | None = None, owner: str = "") -> Lease | None:
+    def take(
+        self,
+        client: str,
+        *,
+        rank: int = 0,
+        slot: int = 0,
+        slots: int = 1,
+        session: str | None = None,
+        owner: str = "",
+    ) -> Lease | None:
         """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``), or
         ``None`` when nothing is pending (see :meth:`finished`).
 
@@ -269,8 +294,13 @@ class Iteration:
             info = self.touch(client, rank=rank, slot=slot)
             if self.mode == "static":
                 for lease in list(self.leases.values()):
-                    if lease.queue == q and lease.client != client and lease.slot == slot and lease.reclaimed \
-                            and lease.owner == owner:
+                    if (
+                        lease.queue == q
+                        and lease.client != client
+                        and lease.slot == slot
+                        and lease.reclaimed
+                        and lease.owner == owner
+                    ):
                         self._revoke(lease)
             st = self.state[q]
             pending = np.flatnonzero(st == PENDING)
@@ -288,9 +318,20 @@ class Iteration:
                 self.reissued += 1
             self._ever[q][start:stop] = True
             fence = secrets.token_hex(16)
-            lease = Lease(secrets.token_hex(8), fence, q, start, stop, client, now + self.lease_timeout, now,
-                          fence_hash=digest(fence), session=digest(client if session is None else session),
-                          slot=slot, owner=owner)
+            lease = Lease(
+                secrets.token_hex(8),
+                fence,
+                q,
+                start,
+                stop,
+                client,
+                now + self.lease_timeout,
+                now,
+                fence_hash=digest(fence),
+                session=digest(client if session is None else session),
+                slot=slot,
+                owner=owner,
+            )
             self.leases[lease.id] = lease
             info.last_seen = now
             return lease
@@ -300,12 +341,12 @@ class Iteration:
         until its holder reclaims it; its positions already done stay done."""
         with self.lock:
             st = self.state[lease.queue]
-            seg = st[lease.start:lease.stop]
+            seg = st[lease.start : lease.stop]
             if not (seg == PENDING).any():
                 self.dropped.append(lease.id)  # nothing left to hold: forget it
                 return
             seg[seg == PENDING] = LEASED
-            self._ever[lease.queue][lease.start:lease.stop] = True
+            self._ever[lease.queue][lease.start : lease.stop] = True
             lease.deadline = time.monotonic() + (self.lease_timeout if grace is None else grace)
             lease.reclaimed = False
             self.leases[lease.id] = lease
@@ -314,14 +355,17 @@ class Iteration:
         lease = self.leases.get(lease_id)
         if lease is None or lease.deadline < time.monotonic():
             return ("already" if lease_id in self.acked else "expired"), None
-        if not (hmac.compare_digest(lease.session, session) and hmac.compare_digest(lease.fence_hash,
-                                                                                    digest(str(fence)))):
+        if not (
+            hmac.compare_digest(lease.session, session)
+            and hmac.compare_digest(lease.fence_hash, digest(str(fence)))
+        ):
             self.fenced += 1
             return "refused", None
         return "ok", lease
 
-    def plan_acks(self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str
-                  ) -> tuple[dict[str, str], list[tuple[Lease, int, int]]]:
+    def plan_acks(
+        self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str
+    ) -> tuple[dict[str, str], list[tuple[Lease, int, int]]]:
         """Check acks ``(lease, fence, start, stop)`` (positions of the lease; ``None``: all of it) of
         session ``session`` (a hash) without changing anything: ``(status per lease, ranges to mark)``.
 
@@ -339,10 +383,14 @@ class Iteration:
                 else:
                     status = "already"
             prev = statuses.get(lease_id)
-            statuses[lease_id] = status if prev in (None, "already") or status in ("refused", "expired") else prev
+            statuses[lease_id] = (
+                status if prev in (None, "already") or status in ("refused", "expired") else prev
+            )
         return statuses, marks
 
-    def units_of_marks(self, marks: Sequence[tuple[Lease, int, int]]) -> dict[str, list[tuple[int, int]]]:
+    def units_of_marks(
+        self, marks: Sequence[tuple[Lease, int, int]]
+    ) -> dict[str, list[tuple[int, int]]]:
         """The unit runs each lease's ranges newly complete (what the journal records)."""
         out: dict[str, list[NDArray[np.int64]]] = {}
         for lease, lo, hi in marks:
@@ -355,10 +403,10 @@ class Iteration:
         hit: dict[str, Lease] = {lease.id: lease for lease, _, _ in marks}
         out = []
         for lease in hit.values():
-            seg = self.state[lease.queue][lease.start:lease.stop].copy()
+            seg = self.state[lease.queue][lease.start : lease.stop].copy()
             for x, lo, hi in marks:
                 if x.id == lease.id:
-                    seg[lo - lease.start:hi - lease.start] = DONE
+                    seg[lo - lease.start : hi - lease.start] = DONE
             if (seg == DONE).all():
                 out.append(lease.id)
         return out
@@ -376,27 +424,49 @@ class Iteration:
             info = self.clients.get(lease.client)
             if info is not None:
                 info.acked.append((now, n))
-            if (st[lease.start:lease.stop] == DONE).all():
+            if (st[lease.start : lease.stop] == DONE).all():
                 self.leases.pop(lease.id, None)
                 self.acked.add(lease.id)
 
-    def ack(self, lease_id: str, fence: str, *, session: str | None = None, start: int | None = None,
-            stop: int | None = None, client: str | None = None) -> AckResult:
+    def ack(
+        self,
+        lease_id: str,
+        fence: str,
+        *,
+        session: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        client: str | None = None,
+    ) -> AckResult:
         """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a journal.
 
         ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
         """
         with self.lock:
             lease = self.leases.get(lease_id)
-            secret = session if session is not None else client if client is not None else \
-                (lease.client if lease is not None else "")
-            statuses, marks = self.plan_acks([(lease_id, fence, start, stop)], session=digest(secret))
+            secret = (
+                session
+                if session is not None
+                else client
+                if client is not None
+                else (lease.client if lease is not None else "")
+            )
+            statuses, marks = self.plan_acks(
+                [(lease_id, fence, start, stop)], session=digest(secret)
+            )
             units = self.units_of_marks(marks).get(lease_id, [])
             self.apply_acks(marks)
             return AckResult(statuses[lease_id], units)
 
-    def heartbeat(self, client: str, *, leases: Sequence[tuple[str, str]] = (), session: str | None = None,
-                  stall_s: float | None = None, batches: int | None = None) -> dict[str, list[str]]:
+    def heartbeat(
+        self,
+        client: str,
+        *,
+        leases: Sequence[tuple[str, str]] = (),
+        session: str | None = None,
+        stall_s: float | None = None,
+        batches: int | None = None,
+    ) -> dict[str, list[str]]:
         """Extend (and reclaim, after a restart) ``client``'s leases ``(id, fence)``.
 
         Returns ``{"lost": ids no longer live, "refused": ids of another session or with a wrong fence}``.
@@ -422,8 +492,13 @@ class Iteration:
                     out["lost"].append(lid)
             return out
 
-    def rewind(self, *, rank: int | None = None, consumed: int | None = None,
-               done: Iterable[int] | None = None) -> None:
+    def rewind(
+        self,
+        *,
+        rank: int | None = None,
+        consumed: int | None = None,
+        done: Iterable[int] | None = None,
+    ) -> None:
         """Set the done set from a client checkpoint; every live lease of the affected queues is revoked.
 
         ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest pending.
@@ -480,16 +555,33 @@ class Iteration:
             for cid, info in self.clients.items():
                 while info.acked and info.acked[0][0] < now - RATE_WINDOW_S:
                     info.acked.popleft()
-                cspan = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now)))
-                clients[cid] = {"rank": info.rank, "slot": info.slot, "batches": info.batches,
-                                "stall_s": round(info.stall_s, 3), "idle_s": round(now - info.last_seen, 3),
-                                "leases": sum(1 for x in self.leases.values() if x.client == cid),
-                                "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2)}
-            return {"id": self.id, "mode": self.mode, "total": self.total,
-                    "done": int(counts[DONE]) + self.base_done, "leased": int(counts[LEASED]),
-                    "pending": int(counts[PENDING]), "fenced_acks": self.fenced,
-                    "expired_leases": self.expired, "reissued_leases": self.reissued, "cancelled": self.cancelled,
-                    "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
-                    "queues": [{"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
-                               for qi, q in enumerate(self.queues)],
-                    "clients": clients}
+                cspan = min(
+                    RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now))
+                )
+                clients[cid] = {
+                    "rank": info.rank,
+                    "slot": info.slot,
+                    "batches": info.batches,
+                    "stall_s": round(info.stall_s, 3),
+                    "idle_s": round(now - info.last_seen, 3),
+                    "leases": sum(1 for x in self.leases.values() if x.client == cid),
+                    "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2),
+                }
+            return {
+                "id": self.id,
+                "mode": self.mode,
+                "total": self.total,
+                "done": int(counts[DONE]) + self.base_done,
+                "leased": int(counts[LEASED]),
+                "pending": int(counts[PENDING]),
+                "fenced_acks": self.fenced,
+                "expired_leases": self.expired,
+                "reissued_leases": self.reissued,
+                "cancelled": self.cancelled,
+                "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
+                "queues": [
+                    {"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
+                    for qi, q in enumerate(self.queues)
+                ],
+                "clients": clients,
+            }

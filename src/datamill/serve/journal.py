@@ -46,7 +46,10 @@ CREATE TABLE IF NOT EXISTS sessions (hash TEXT PRIMARY KEY, key TEXT NOT NULL, c
 CREATE TABLE IF NOT EXISTS audit (at REAL NOT NULL, key TEXT, action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS key_use (key TEXT NOT NULL, day INTEGER NOT NULL, PRIMARY KEY (key, day));
 """
-_KEY_COLUMNS = {"datasets": "TEXT", "expires": "REAL"}  # added after the first release: migrated on open
+_KEY_COLUMNS = {
+    "datasets": "TEXT",
+    "expires": "REAL",
+}  # added after the first release: migrated on open
 _FIX = "restore the state folder from a backup (`datamill serve backup`), or start with a new --state folder"
 
 
@@ -56,30 +59,45 @@ class StateError(DatamillError, OSError):
 
 def _check_dir(state_dir: Path) -> Path:
     if state_dir.exists() and not state_dir.is_dir():
-        raise StateError("the state path is a file, expected a folder", path=state_dir,
-                         hint="pass --state a folder (it is created when missing)")
+        raise StateError(
+            "the state path is a file, expected a folder",
+            path=state_dir,
+            hint="pass --state a folder (it is created when missing)",
+        )
     if state_dir.is_dir() and not (state_dir / DB_NAME).exists() and any(state_dir.iterdir()):
-        raise StateError(f"not a datamill state folder: it holds other files and no {DB_NAME}", path=state_dir,
-                         hint="pass --state a new or empty folder, or the folder of an existing server's state")
+        raise StateError(
+            f"not a datamill state folder: it holds other files and no {DB_NAME}",
+            path=state_dir,
+            hint="pass --state a new or empty folder, or the folder of an existing server's state",
+        )
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if state_dir.stat().st_mode & 0o077:
-            state_dir.chmod(0o700)  # the journal holds key digests and session hashes: the owner's alone
+            state_dir.chmod(
+                0o700
+            )  # the journal holds key digests and session hashes: the owner's alone
     except OSError as exc:
         raise StateError(f"cannot create the state folder: {exc.strerror}", path=state_dir) from exc
     db = state_dir / DB_NAME
     if db.exists() and not db.is_file():
-        raise StateError("expected the journal file here, found a folder or special file", path=db, hint=_FIX)
+        raise StateError(
+            "expected the journal file here, found a folder or special file", path=db, hint=_FIX
+        )
     if not db.exists():
         try:
             os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
             raise StateError(f"cannot create the journal: {exc.strerror}", path=db) from exc
     else:
-        if db.stat().st_size == 0:  # SQLite would take it for a new journal: every key and iteration gone
-            raise StateError("the journal is empty (0 bytes): truncated?", path=db,
-                             hint="restore it from a backup (`datamill serve backup`), or delete the file to "
-                                  "start with no keys and no iterations")
+        if (
+            db.stat().st_size == 0
+        ):  # SQLite would take it for a new journal: every key and iteration gone
+            raise StateError(
+                "the journal is empty (0 bytes): truncated?",
+                path=db,
+                hint="restore it from a backup (`datamill serve backup`), or delete the file to "
+                "start with no keys and no iterations",
+            )
         if db.stat().st_mode & 0o077:
             db.chmod(0o600)
     return db
@@ -91,13 +109,18 @@ def _open(db: Path) -> sqlite3.Connection:
     try:
         size = db.stat().st_size
         if 0 < size < 512 or (size and size % 512):
-            raise StateError(f"the journal is truncated ({size:,} bytes, not whole pages)", path=db, hint=_FIX)
+            raise StateError(
+                f"the journal is truncated ({size:,} bytes, not whole pages)", path=db, hint=_FIX
+            )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         result = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
         if result != ["ok"]:
-            raise StateError(f"the journal is corrupt (quick_check: {'; '.join(map(str, result[:3]))})",
-                             path=db, hint=_FIX)
+            raise StateError(
+                f"the journal is corrupt (quick_check: {'; '.join(map(str, result[:3]))})",
+                path=db,
+                hint=_FIX,
+            )
         conn.executescript(_SCHEMA)
         have = {r[1] for r in conn.execute("PRAGMA table_info(keys)")}
         for col, kind in _KEY_COLUMNS.items():
@@ -105,7 +128,9 @@ def _open(db: Path) -> sqlite3.Connection:
                 conn.execute(f"ALTER TABLE keys ADD COLUMN {col} {kind}")
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise StateError(f"the journal is not a usable SQLite database ({exc})", path=db, hint=_FIX) from exc
+        raise StateError(
+            f"the journal is not a usable SQLite database ({exc})", path=db, hint=_FIX
+        ) from exc
     except BaseException:
         conn.close()
         raise
@@ -129,8 +154,11 @@ def backup(state_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Pa
     """
     dst = Path(out)
     if dst.exists() or dst.is_symlink():
-        raise StateError("the backup file exists; refusing to overwrite it", path=dst,
-                         hint="choose a new file name")
+        raise StateError(
+            "the backup file exists; refusing to overwrite it",
+            path=dst,
+            hint="choose a new file name",
+        )
     journal = Journal(state_dir)
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
     try:
@@ -177,25 +205,59 @@ class Journal:
             return list(self._db.execute(sql, tuple(args)).fetchall())
 
     # ------------------------------------------------------------------ keys
-    def add_key(self, key_id: str, digest: str, role: str, note: str = "", *,
-                datasets: list[str] | None = None, expires: float | None = None) -> None:
+    def add_key(
+        self,
+        key_id: str,
+        digest: str,
+        role: str,
+        note: str = "",
+        *,
+        datasets: list[str] | None = None,
+        expires: float | None = None,
+    ) -> None:
         """Store a new key's id, secret digest, role, the datasets it may use (``None``: all) and expiry."""
-        self._exec("INSERT INTO keys (id, hash, role, created, note, datasets, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   (key_id, digest, role, time.time(), note, None if datasets is None else json.dumps(datasets),
-                    expires))
+        self._exec(
+            "INSERT INTO keys (id, hash, role, created, note, datasets, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                key_id,
+                digest,
+                role,
+                time.time(),
+                note,
+                None if datasets is None else json.dumps(datasets),
+                expires,
+            ),
+        )
 
     def list_keys(self) -> list[dict[str, Any]]:
         """Every key (revoked ones too), without secrets."""
-        rows = self._exec("SELECT id, hash, role, created, revoked, note, datasets, expires FROM keys ORDER BY created")
-        return [{"id": r[0], "hash": r[1], "role": r[2], "created": r[3], "revoked": r[4], "note": r[5],
-                 "datasets": None if r[6] is None else json.loads(r[6]), "expires": r[7]} for r in rows]
+        rows = self._exec(
+            "SELECT id, hash, role, created, revoked, note, datasets, expires FROM keys ORDER BY created"
+        )
+        return [
+            {
+                "id": r[0],
+                "hash": r[1],
+                "role": r[2],
+                "created": r[3],
+                "revoked": r[4],
+                "note": r[5],
+                "datasets": None if r[6] is None else json.loads(r[6]),
+                "expires": r[7],
+            }
+            for r in rows
+        ]
 
     def revoke_key(self, key_id: str) -> bool:
         """Revoke a key and its UI sessions; False when unknown or already revoked."""
         now = time.time()
         with self._lock:
-            cur = self._db.execute("UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL", (now, key_id))
-            self._db.execute("UPDATE sessions SET revoked = ? WHERE key = ? AND revoked IS NULL", (now, key_id))
+            cur = self._db.execute(
+                "UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL", (now, key_id)
+            )
+            self._db.execute(
+                "UPDATE sessions SET revoked = ? WHERE key = ? AND revoked IS NULL", (now, key_id)
+            )
             return cur.rowcount > 0
 
     # ------------------------------------------------------------------ UI sessions
@@ -203,32 +265,48 @@ class Journal:
         """Store a UI session (the sha256 of its id, never the id)."""
         now = time.time()
         with self._lock:
-            self._db.execute("DELETE FROM sessions WHERE expires < ?", (now - 86400,))  # long dead: forget them
-            self._db.execute("INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
-                             (digest, key_id, now, expires))
+            self._db.execute(
+                "DELETE FROM sessions WHERE expires < ?", (now - 86400,)
+            )  # long dead: forget them
+            self._db.execute(
+                "INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
+                (digest, key_id, now, expires),
+            )
 
     def session_key(self, digest: str) -> str | None:
         """The key id of a live (unrevoked, unexpired) session."""
-        rows = self._exec("SELECT key FROM sessions WHERE hash = ? AND revoked IS NULL AND expires > ?",
-                          (digest, time.time()))
+        rows = self._exec(
+            "SELECT key FROM sessions WHERE hash = ? AND revoked IS NULL AND expires > ?",
+            (digest, time.time()),
+        )
         return str(rows[0][0]) if rows else None
 
     def end_session(self, digest: str) -> None:
         """Revoke a session (logout)."""
-        self._exec("UPDATE sessions SET revoked = ? WHERE hash = ? AND revoked IS NULL", (time.time(), digest))
+        self._exec(
+            "UPDATE sessions SET revoked = ? WHERE hash = ? AND revoked IS NULL",
+            (time.time(), digest),
+        )
 
     # ------------------------------------------------------------------ audit
     def add_audit(self, key: str | None, action: str, detail: str = "") -> None:
         """Record an admin action (or a key's first use of a day)."""
-        self._exec("INSERT INTO audit (at, key, action, detail) VALUES (?, ?, ?, ?)", (time.time(), key, action, detail))
+        self._exec(
+            "INSERT INTO audit (at, key, action, detail) VALUES (?, ?, ?, ?)",
+            (time.time(), key, action, detail),
+        )
 
     def note_use(self, key: str, day: int) -> None:
         """Record a key's first use of a UTC day (once; an audit row ``first use``)."""
         with self._lock:
-            cur = self._db.execute("INSERT OR IGNORE INTO key_use (key, day) VALUES (?, ?)", (key, day))
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO key_use (key, day) VALUES (?, ?)", (key, day)
+            )
             if cur.rowcount:
-                self._db.execute("INSERT INTO audit (at, key, action, detail) VALUES (?, ?, 'first use', ?)",
-                                 (time.time(), key, time.strftime("%Y-%m-%d", time.gmtime(day * 86400))))
+                self._db.execute(
+                    "INSERT INTO audit (at, key, action, detail) VALUES (?, ?, 'first use', ?)",
+                    (time.time(), key, time.strftime("%Y-%m-%d", time.gmtime(day * 86400))),
+                )
 
     def audit(self) -> list[dict[str, Any]]:
         """The audit rows, oldest first."""
@@ -247,8 +325,10 @@ class Journal:
     # ------------------------------------------------------------------ datasets
     def add_dataset(self, ds_id: str, name: str, path: str) -> None:
         """Register a dataset (id and name unique)."""
-        self._exec("INSERT INTO datasets (id, name, path, created) VALUES (?, ?, ?, ?)",
-                   (ds_id, name, path, time.time()))
+        self._exec(
+            "INSERT INTO datasets (id, name, path, created) VALUES (?, ?, ?, ?)",
+            (ds_id, name, path, time.time()),
+        )
 
     def datasets(self) -> list[dict[str, Any]]:
         """Every registered dataset."""
@@ -258,18 +338,24 @@ class Journal:
     # ------------------------------------------------------------------ iterations
     def add_iteration(self, it_id: str, key: str, epoch: int, config: dict[str, Any]) -> None:
         """Journal a new iteration (before the reply that names it)."""
-        self._exec("INSERT INTO iterations (id, key, epoch, config, created) VALUES (?, ?, ?, ?, ?)",
-                   (it_id, key, epoch, json.dumps(config, sort_keys=True), time.time()))
+        self._exec(
+            "INSERT INTO iterations (id, key, epoch, config, created) VALUES (?, ?, ?, ?, ?)",
+            (it_id, key, epoch, json.dumps(config, sort_keys=True), time.time()),
+        )
 
     def iterations(self) -> list[dict[str, Any]]:
         """Every iteration with its config."""
         rows = self._exec("SELECT id, key, epoch, config, created FROM iterations ORDER BY created")
-        return [{"id": r[0], "key": r[1], "epoch": r[2], "config": json.loads(r[3]), "created": r[4]}
-                for r in rows]
+        return [
+            {"id": r[0], "key": r[1], "epoch": r[2], "config": json.loads(r[3]), "created": r[4]}
+            for r in rows
+        ]
 
     def cancel(self, it_id: str) -> None:
         """Journal that an iteration was cancelled (before the reply)."""
-        self._exec("INSERT OR IGNORE INTO cancelled (iteration, at) VALUES (?, ?)", (it_id, time.time()))
+        self._exec(
+            "INSERT OR IGNORE INTO cancelled (iteration, at) VALUES (?, ?)", (it_id, time.time())
+        )
 
     def is_cancelled(self, it_id: str) -> bool:
         """Whether an iteration was cancelled."""
@@ -281,8 +367,10 @@ class Journal:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany("INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
-                                     [(it_id, int(a), int(b), lease, now) for a, b in units])
+                self._db.executemany(
+                    "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
+                    [(it_id, int(a), int(b), lease, now) for a, b in units],
+                )
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -295,8 +383,10 @@ class Journal:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("DELETE FROM done WHERE iteration = ?", (it_id,))
-                self._db.executemany("INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
-                                     [(it_id, int(a), int(b), lease, now) for a, b in units])
+                self._db.executemany(
+                    "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
+                    [(it_id, int(a), int(b), lease, now) for a, b in units],
+                )
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -304,5 +394,9 @@ class Journal:
 
     def done(self, it_id: str) -> list[tuple[int, int, str]]:
         """The journaled ``(start, stop, lease)`` rows of an iteration, in commit order."""
-        return [(int(a), int(b), str(c)) for a, b, c in
-                self._exec("SELECT start, stop, lease FROM done WHERE iteration = ? ORDER BY rowid", (it_id,))]
+        return [
+            (int(a), int(b), str(c))
+            for a, b, c in self._exec(
+                "SELECT start, stop, lease FROM done WHERE iteration = ? ORDER BY rowid", (it_id,)
+            )
+        ]

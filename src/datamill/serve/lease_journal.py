@@ -48,18 +48,30 @@ def _full(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
         return True
     text = str(exc).lower()
-    return isinstance(exc, sqlite3.Error) and ("full" in text or "disk i/o" in text or "too large" in text)
+    return isinstance(exc, sqlite3.Error) and (
+        "full" in text or "disk i/o" in text or "too large" in text
+    )
 
 
-def write_leases(journal: Journal, it_id: str, *, add: Sequence[Lease] = (), drop: Sequence[str] = (),
-                 done: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> None:
+def write_leases(
+    journal: Journal,
+    it_id: str,
+    *,
+    add: Sequence[Lease] = (),
+    drop: Sequence[str] = (),
+    done: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+) -> None:
     """In one transaction: forget leases ``drop``, journal ``done`` unit runs (per lease id), insert ``add``.
 
     Raises:
         UnavailableError: the disk is full or a file size limit was reached (nothing was written).
     """
     now = time.time()
-    rows = [(it_id, int(a), int(b), lease_id, now) for lease_id, rs in (done or {}).items() for a, b in rs]
+    rows = [
+        (it_id, int(a), int(b), lease_id, now)
+        for lease_id, rs in (done or {}).items()
+        for a, b in rs
+    ]
     db = journal._db
     with journal._lock:
         try:
@@ -68,14 +80,35 @@ def write_leases(journal: Journal, it_id: str, *, add: Sequence[Lease] = (), dro
                 if drop:
                     db.executemany("DELETE FROM leases WHERE id = ?", [(x,) for x in drop])
                 if rows:
-                    db.executemany("INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)", rows)
+                    db.executemany(
+                        "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
+                        rows,
+                    )
                 if add:
-                    db.executemany("INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
-                                   "start, stop, slot, issued, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                   [(x.id, it_id, x.fence_hash, x.session, x.client, x.queue, x.start, x.stop,
-                                     x.slot, now, x.owner) for x in add])
-                    db.executemany("INSERT OR IGNORE INTO lease_holders (lease, iteration, client) VALUES (?, ?, ?)",
-                                   [(x.id, it_id, x.client) for x in add])
+                    db.executemany(
+                        "INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
+                        "start, stop, slot, issued, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                x.id,
+                                it_id,
+                                x.fence_hash,
+                                x.session,
+                                x.client,
+                                x.queue,
+                                x.start,
+                                x.stop,
+                                x.slot,
+                                now,
+                                x.owner,
+                            )
+                            for x in add
+                        ],
+                    )
+                    db.executemany(
+                        "INSERT OR IGNORE INTO lease_holders (lease, iteration, client) VALUES (?, ?, ?)",
+                        [(x.id, it_id, x.client) for x in add],
+                    )
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -83,9 +116,11 @@ def write_leases(journal: Journal, it_id: str, *, add: Sequence[Lease] = (), dro
                 raise
         except (sqlite3.Error, OSError) as exc:
             if _full(exc):
-                raise UnavailableError(f"{journal.path}: cannot write the journal ({exc})",
-                                       hint="free disk space on the state folder's file system; "
-                                            f"retry in {RETRY_AFTER_S} s") from exc
+                raise UnavailableError(
+                    f"{journal.path}: cannot write the journal ({exc})",
+                    hint="free disk space on the state folder's file system; "
+                    f"retry in {RETRY_AFTER_S} s",
+                ) from exc
             raise
 
 
@@ -94,6 +129,23 @@ def journaled_leases(journal: Journal, it_id: str) -> list[Lease]:
     with journal._lock:
         rows = journal._db.execute(
             "SELECT id, fence, session, client, queue, start, stop, slot, owner FROM leases WHERE iteration = ? "
-            "ORDER BY rowid", (it_id,)).fetchall()
-    return [Lease(str(r[0]), "", int(r[4]), int(r[5]), int(r[6]), str(r[3]), 0.0, 0.0, fence_hash=str(r[1]),
-                  session=str(r[2]), slot=int(r[7]), owner=str(r[8])) for r in rows]
+            "ORDER BY rowid",
+            (it_id,),
+        ).fetchall()
+    return [
+        Lease(
+            str(r[0]),
+            "",
+            int(r[4]),
+            int(r[5]),
+            int(r[6]),
+            str(r[3]),
+            0.0,
+            0.0,
+            fence_hash=str(r[1]),
+            session=str(r[2]),
+            slot=int(r[7]),
+            owner=str(r[8]),
+        )
+        for r in rows
+    ]

@@ -63,7 +63,9 @@ def _deltas(it: Any, memo: Memo) -> list[tuple[str, str, int, int, float, float]
         infos = [(cid, info, list(info.acked)) for cid, info in it.clients.items()]
     for cid, info, acked in infos:
         ref, t0, s0 = memo.get((it.id, cid), (id(info), float("-inf"), 0.0))
-        if ref != id(info):  # a new record for the same client (an iteration rebuilt): count it from zero
+        if ref != id(
+            info
+        ):  # a new record for the same client (an iteration rebuilt): count it from zero
             t0, s0 = float("-inf"), 0.0
         new = [(t, n) for t, n in acked if t > t0]
         db, ds = sum(int(n) for _, n in new), float(info.stall_s) - s0
@@ -91,22 +93,34 @@ def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
         db = journal._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany("INSERT INTO ui_acks (iteration, at, batches) VALUES (?, ?, ?)",
-                           [(i, now, n) for i, n in per_it.items() if n > 0])
-            db.executemany("INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES (?, ?, ?, ?, ?) "
-                           "ON CONFLICT (iteration, client) DO UPDATE SET rank = excluded.rank, "
-                           "batches = batches + excluded.batches, stall_s = stall_s + excluded.stall_s", rows)
+            db.executemany(
+                "INSERT INTO ui_acks (iteration, at, batches) VALUES (?, ?, ?)",
+                [(i, now, n) for i, n in per_it.items() if n > 0],
+            )
+            db.executemany(
+                "INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (iteration, client) DO UPDATE SET rank = excluded.rank, "
+                "batches = batches + excluded.batches, stall_s = stall_s + excluded.stall_s",
+                rows,
+            )
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
 
 
-def clients(journal: Journal, it_id: str, *, live: Any = None, memo: Memo | None = None) -> dict[str, dict[str, Any]]:
+def clients(
+    journal: Journal, it_id: str, *, live: Any = None, memo: Memo | None = None
+) -> dict[str, dict[str, Any]]:
     """``client -> {rank, batches, stall_s}``: the journaled counts plus what ``live`` did since."""
     ensure_tables(journal)
-    out = {str(c): {"rank": int(r), "batches": int(b), "stall_s": round(float(s), 3)} for c, r, b, s in journal._exec(
-        "SELECT client, rank, batches, stall_s FROM ui_clients WHERE iteration = ? ORDER BY client", (it_id,))}
+    out = {
+        str(c): {"rank": int(r), "batches": int(b), "stall_s": round(float(s), 3)}
+        for c, r, b, s in journal._exec(
+            "SELECT client, rank, batches, stall_s FROM ui_clients WHERE iteration = ? ORDER BY client",
+            (it_id,),
+        )
+    }
     if live is not None:
         for _, cid, rank, db, ds, _ in _deltas(live, memo if memo is not None else {}):
             row = out.setdefault(cid, {"rank": rank, "batches": 0, "stall_s": 0.0})
@@ -118,8 +132,12 @@ def clients(journal: Journal, it_id: str, *, live: Any = None, memo: Memo | None
 def throughput(journal: Journal, it_id: str) -> list[tuple[float, int]]:
     """``(time, batches acknowledged)`` per upkeep tick of an iteration, oldest first."""
     ensure_tables(journal)
-    return [(float(a), int(n)) for a, n in journal._exec(
-        "SELECT at, batches FROM ui_acks WHERE iteration = ? ORDER BY at", (it_id,))]
+    return [
+        (float(a), int(n))
+        for a, n in journal._exec(
+            "SELECT at, batches FROM ui_acks WHERE iteration = ? ORDER BY at", (it_id,)
+        )
+    ]
 
 
 def runs_of(journal: Journal, it_ids: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -131,5 +149,9 @@ def runs_of_dataset(journal: Journal, ds_id: str) -> list[dict[str, Any]]:
     """The runs (iteration names) that read a dataset: name, epochs, last status."""
     rows = journal._exec(
         "SELECT key, COUNT(*), MIN(epoch), MAX(epoch), MAX(rowid) FROM iterations "
-        "WHERE json_extract(config, '$.dataset') = ? GROUP BY key ORDER BY MAX(rowid) DESC LIMIT 50", (ds_id,))
-    return [{"name": r[0], "iterations": int(r[1]), "first": int(r[2]), "last": int(r[3])} for r in rows]
+        "WHERE json_extract(config, '$.dataset') = ? GROUP BY key ORDER BY MAX(rowid) DESC LIMIT 50",
+        (ds_id,),
+    )
+    return [
+        {"name": r[0], "iterations": int(r[1]), "first": int(r[2]), "last": int(r[3])} for r in rows
+    ]

@@ -28,7 +28,18 @@ from typing import Any
 from datamill.core.errors import ConfigError
 from datamill.serve.journal import Journal
 
-__all__ = ["MAX_PAGE", "STALE_AFTER", "STATUSES", "ended", "ensure_tables", "gc", "one", "page", "seen", "started"]
+__all__ = [
+    "MAX_PAGE",
+    "STALE_AFTER",
+    "STATUSES",
+    "ended",
+    "ensure_tables",
+    "gc",
+    "one",
+    "page",
+    "seen",
+    "started",
+]
 
 STATUSES = ("running", "finished", "cancelled", "stale")
 """Every status an iteration can have."""
@@ -62,8 +73,11 @@ def ensure_tables(journal: Journal) -> None:
 def started(journal: Journal, it_id: str, *, total: int, base_done: int) -> None:
     """Record a new iteration as ``running`` (once; a later call keeps the first row)."""
     now = time.time()
-    journal._exec("INSERT OR IGNORE INTO lifecycle (iteration, total, base_done, status, started, last_seen) "
-                  "VALUES (?, ?, ?, 'running', ?, ?)", (it_id, int(total), int(base_done), now, now))
+    journal._exec(
+        "INSERT OR IGNORE INTO lifecycle (iteration, total, base_done, status, started, last_seen) "
+        "VALUES (?, ?, ?, 'running', ?, ?)",
+        (it_id, int(total), int(base_done), now, now),
+    )
 
 
 def ended(journal: Journal, it_id: str, status: str) -> bool:
@@ -72,8 +86,10 @@ def ended(journal: Journal, it_id: str, status: str) -> bool:
     if status not in ("finished", "cancelled"):
         raise ValueError(f"an iteration ends finished or cancelled, not {status!r}")
     with journal._lock:
-        cur = journal._db.execute("UPDATE lifecycle SET status = ?, ended = ? WHERE iteration = ? AND ended IS NULL",
-                                  (status, time.time(), it_id))
+        cur = journal._db.execute(
+            "UPDATE lifecycle SET status = ?, ended = ? WHERE iteration = ? AND ended IS NULL",
+            (status, time.time(), it_id),
+        )
         return cur.rowcount > 0
 
 
@@ -86,10 +102,14 @@ def seen(journal: Journal, activity: Iterable[tuple[str, float, Collection[str]]
         db = journal._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany("UPDATE lifecycle SET last_seen = MAX(last_seen, ?) WHERE iteration = ?",
-                           [(t, it) for it, t, _ in rows])
-            db.executemany("INSERT OR IGNORE INTO lifecycle_clients (iteration, client) VALUES (?, ?)",
-                           [(it, c) for it, _, clients in rows for c in clients])
+            db.executemany(
+                "UPDATE lifecycle SET last_seen = MAX(last_seen, ?) WHERE iteration = ?",
+                [(t, it) for it, t, _ in rows],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO lifecycle_clients (iteration, client) VALUES (?, ?)",
+                [(it, c) for it, _, clients in rows for c in clients],
+            )
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -102,9 +122,18 @@ def one(journal: Journal, it_id: str, *, stale_after: float = STALE_AFTER) -> di
     return rows[0] if rows else None
 
 
-def page(journal: Journal, *, status: str | None = None, datasets: Collection[str] | None = None,
-         limit: int = 100, after: str | None = None, stale_after: float = STALE_AFTER,
-         now: float | None = None, _only: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+# long (66 lines): one SQL query assembled from the filters, then its rows turned into dicts
+def page(
+    journal: Journal,
+    *,
+    status: str | None = None,
+    datasets: Collection[str] | None = None,
+    limit: int = 100,
+    after: str | None = None,
+    stale_after: float = STALE_AFTER,
+    now: float | None = None,
+    _only: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
     """One page of iterations, oldest first: ``(rows, the id to pass as after= for the next page or None)``.
 
     Args:
@@ -127,27 +156,38 @@ def page(journal: Journal, *, status: str | None = None, datasets: Collection[st
     if after is not None:
         found = journal._exec("SELECT rowid FROM iterations WHERE id = ?", (after,))
         if not found:
-            raise ConfigError(f"after={after!r} is not an iteration id", hint="pass the `next` of the previous page")
+            raise ConfigError(
+                f"after={after!r} is not an iteration id",
+                hint="pass the `next` of the previous page",
+            )
         start = int(found[0][0])
     where = ["i.rowid > :start"]
-    args: dict[str, Any] = {"start": start, "now": time.time() if now is None else now,
-                            "stale": float(stale_after), "limit": int(limit) + 1}
+    args: dict[str, Any] = {
+        "start": start,
+        "now": time.time() if now is None else now,
+        "stale": float(stale_after),
+        "limit": int(limit) + 1,
+    }
     if _only is not None:
         where.append("i.id = :only")
         args["only"] = _only
     if datasets is not None:
         names = sorted(datasets)
-        where.append(f"json_extract(i.config, '$.dataset') IN ({', '.join(f':d{k}' for k in range(len(names)))})")
+        where.append(
+            f"json_extract(i.config, '$.dataset') IN ({', '.join(f':d{k}' for k in range(len(names)))})"
+        )
         args.update({f"d{k}": d for k, d in enumerate(names)})
     if status is not None:
         where.append(f"({_STATUS_SQL}) = :status")
         args["status"] = status
-    sql = (f"SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, ({_STATUS_SQL}), l.started, "
-           "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = i.id), "
-           "(SELECT COALESCE(SUM(d.stop - d.start), 0) FROM done d WHERE d.iteration = i.id), "
-           "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "
-           f"FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id WHERE {' AND '.join(where)} "
-           "ORDER BY i.rowid LIMIT :limit")
+    sql = (
+        f"SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, ({_STATUS_SQL}), l.started, "
+        "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = i.id), "
+        "(SELECT COALESCE(SUM(d.stop - d.start), 0) FROM done d WHERE d.iteration = i.id), "
+        "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "
+        f"FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id WHERE {' AND '.join(where)} "
+        "ORDER BY i.rowid LIMIT :limit"
+    )
     with journal._lock:
         raw = journal._db.execute(sql, args).fetchall()
     rows = []
@@ -155,12 +195,24 @@ def page(journal: Journal, *, status: str | None = None, datasets: Collection[st
         cfg = json.loads(r[3])
         begin = r[8] if r[8] is not None else r[4]
         end = r[9] if r[9] is not None else r[13]
-        rows.append({"id": r[0], "key": r[1], "epoch": r[2], "dataset": cfg["dataset"], "mode": cfg.get("mode"),
-                     "status": r[7], "started": begin, "ended": end,
-                     "duration_s": None if end is None else round(end - begin, 3),
-                     "last_seen": r[10] if r[10] is not None else r[4], "clients_seen": int(r[11]),
-                     "total": r[5], "done": int(r[12]) + int(r[6] or 0),
-                     "config": {k: v for k, v in cfg.items() if k != "base_done"}})
+        rows.append(
+            {
+                "id": r[0],
+                "key": r[1],
+                "epoch": r[2],
+                "dataset": cfg["dataset"],
+                "mode": cfg.get("mode"),
+                "status": r[7],
+                "started": begin,
+                "ended": end,
+                "duration_s": None if end is None else round(end - begin, 3),
+                "last_seen": r[10] if r[10] is not None else r[4],
+                "clients_seen": int(r[11]),
+                "total": r[5],
+                "done": int(r[12]) + int(r[6] or 0),
+                "config": {k: v for k, v in cfg.items() if k != "base_done"},
+            }
+        )
     return rows, (rows[-1]["id"] if len(raw) > limit else None)
 
 
@@ -173,19 +225,34 @@ def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list
     cutoff = (time.time() if now is None else now) - float(older_than)
     with journal._lock:
         db = journal._db
-        ids = [str(r[0]) for r in db.execute(
-            "SELECT i.id FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id "
-            "LEFT JOIN cancelled c ON c.iteration = i.id "
-            "WHERE COALESCE(l.ended, c.at) IS NOT NULL AND COALESCE(l.ended, c.at) < ?", (cutoff,)).fetchall()]
+        ids = [
+            str(r[0])
+            for r in db.execute(
+                "SELECT i.id FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id "
+                "LEFT JOIN cancelled c ON c.iteration = i.id "
+                "WHERE COALESCE(l.ended, c.at) IS NOT NULL AND COALESCE(l.ended, c.at) < ?",
+                (cutoff,),
+            ).fetchall()
+        ]
         if not ids:
             return []
-        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+        tables = [
+            t
+            for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        ]
         db.execute("BEGIN IMMEDIATE")
         try:
-            for table, col in (("done", "iteration"), ("cancelled", "iteration"), ("owners", "iteration"),
-                               ("leases", "iteration"), ("lifecycle", "iteration"),
-                               ("lifecycle_clients", "iteration"), ("counters", "iteration"),
-                               ("lease_holders", "iteration"), ("iterations", "id")):
+            for table, col in (
+                ("done", "iteration"),
+                ("cancelled", "iteration"),
+                ("owners", "iteration"),
+                ("leases", "iteration"),
+                ("lifecycle", "iteration"),
+                ("lifecycle_clients", "iteration"),
+                ("counters", "iteration"),
+                ("lease_holders", "iteration"),
+                ("iterations", "id"),
+            ):
                 if table in tables:
                     db.executemany(f"DELETE FROM {table} WHERE {col} = ?", [(x,) for x in ids])
         except BaseException:

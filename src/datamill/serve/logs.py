@@ -20,7 +20,15 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatter", "event", "log_config", "logger"]
+__all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "JsonFormatter",
+    "TextFormatter",
+    "event",
+    "log_config",
+    "logger",
+]
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -49,7 +57,10 @@ def _message(record: logging.LogRecord) -> str:
 
 
 def _stamp(record: logging.LogRecord) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        + f".{int(record.msecs):03d}Z"
+    )
 
 
 class TextFormatter(logging.Formatter):
@@ -69,9 +80,15 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time``, ``level``, ``event``, then the event's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"time": _stamp(record), "level": record.levelname, "event": _message(record)}
+        out: dict[str, Any] = {
+            "time": _stamp(record),
+            "level": record.levelname,
+            "event": _message(record),
+        }
         for k, v in _fields(record).items():
-            out.setdefault(k, v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v))
+            out.setdefault(
+                k, v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
+            )
         if record.exc_info:
             out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
@@ -90,7 +107,13 @@ def log_config(*, fmt: str = "text", level: str = "info") -> dict[str, Any]:
     cls = JsonFormatter if fmt == "json" else TextFormatter
     lvl = level.upper()
     handler = {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"}
-    return {"version": 1, "disable_existing_loggers": False, "formatters": {"line": {"()": cls}},
-            "handlers": {"line": handler},
-            "loggers": {name: {"handlers": ["line"], "level": lvl, "propagate": False}
-                        for name in (logger.name, "uvicorn", "uvicorn.error", "uvicorn.access")}}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"line": {"()": cls}},
+        "handlers": {"line": handler},
+        "loggers": {
+            name: {"handlers": ["line"], "level": lvl, "propagate": False}
+            for name in (logger.name, "uvicorn", "uvicorn.error", "uvicorn.access")
+        },
+    }

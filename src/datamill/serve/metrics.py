@@ -42,7 +42,14 @@ if TYPE_CHECKING:
     from datamill.serve.iteration import Iteration, Lease
     from datamill.serve.server import ServeState
 
-__all__ = ["COUNTERS", "MAX_ITERATION_SERIES", "JournalCollector", "RequestMetrics", "Telemetry", "registry_for"]
+__all__ = [
+    "COUNTERS",
+    "MAX_ITERATION_SERIES",
+    "JournalCollector",
+    "RequestMetrics",
+    "Telemetry",
+    "registry_for",
+]
 
 COUNTERS = {
     "leases_issued": "Leases handed out.",
@@ -56,9 +63,27 @@ MAX_ITERATION_SERIES = 50
 """Iterations not in memory that still get per-iteration series: the most recent ones."""
 FLUSH_S = 1.0
 """Seconds between two writes of the counters and lifecycle to the journal."""
-_COUNTERS_SQL = ("CREATE TABLE IF NOT EXISTS counters (iteration TEXT NOT NULL, name TEXT NOT NULL, "
-                 "value REAL NOT NULL, PRIMARY KEY (iteration, name))")
-_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_COUNTERS_SQL = (
+    "CREATE TABLE IF NOT EXISTS counters (iteration TEXT NOT NULL, name TEXT NOT NULL, "
+    "value REAL NOT NULL, PRIMARY KEY (iteration, name))"
+)
+_LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
 
 
 class Telemetry:
@@ -71,19 +96,34 @@ class Telemetry:
         lifecycle.ensure_tables(journal)
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str], float] = {
-            (str(it), str(name)): float(v) for it, name, v in journal._exec("SELECT iteration, name, value FROM counters")}
+            (str(it), str(name)): float(v)
+            for it, name, v in journal._exec("SELECT iteration, name, value FROM counters")
+        }
         self._dirty: set[tuple[str, str]] = set()
         self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
-        self.client_memo: dict[tuple[str, str], tuple[int, float, float]] = {}  # datamill.serve.ledger
+        self.client_memo: dict[
+            tuple[str, str], tuple[int, float, float]
+        ] = {}  # datamill.serve.ledger
         self.registry = CollectorRegistry(auto_describe=True)
-        self.build_seconds = Histogram("datamill_lease_build_seconds", "Seconds to build a lease's batches.",
-                                       buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.ack_latency = Histogram("datamill_ack_latency_seconds",
-                                     "Seconds from a lease's issue to the acknowledgement of its last batch.",
-                                     buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.requests = Counter("datamill_http_requests", "HTTP requests answered, by route template and status.",
-                                ["route", "method", "status"], registry=self.registry)
+        self.build_seconds = Histogram(
+            "datamill_lease_build_seconds",
+            "Seconds to build a lease's batches.",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.ack_latency = Histogram(
+            "datamill_ack_latency_seconds",
+            "Seconds from a lease's issue to the acknowledgement of its last batch.",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "datamill_http_requests",
+            "HTTP requests answered, by route template and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,8 +157,11 @@ class Telemetry:
             db = self.journal._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT INTO counters (iteration, name, value) VALUES (?, ?, ?) "
-                               "ON CONFLICT (iteration, name) DO UPDATE SET value = excluded.value", rows)
+                db.executemany(
+                    "INSERT INTO counters (iteration, name, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (iteration, name) DO UPDATE SET value = excluded.value",
+                    rows,
+                )
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -128,8 +171,14 @@ class Telemetry:
     def created(self, it: Iteration) -> None:
         """A new iteration (journaled as ``running``)."""
         lifecycle.started(self.journal, it.id, total=it.total, base_done=it.base_done)
-        event("iteration created", iteration=it.id, dataset=it.config.get("dataset"), mode=it.mode,
-              epoch=it.config.get("epoch"), batches=it.total)
+        event(
+            "iteration created",
+            iteration=it.id,
+            dataset=it.config.get("dataset"),
+            mode=it.mode,
+            epoch=it.config.get("epoch"),
+            batches=it.total,
+        )
 
     def leased(self, it: Iteration, *, reissued: bool, nbytes: int, seconds: float) -> None:
         """A lease was handed out (``reissued``: some of its batches were leased before)."""
@@ -150,8 +199,14 @@ class Telemetry:
         """Leases timed out (logged one line each)."""
         self.add(it.id, "leases_expired", len(leases))
         for lease in leases:
-            event("lease expired", iteration=it.id, lease=lease.id, client=lease.client, queue=lease.queue,
-                  positions=f"{lease.start}-{lease.stop}")
+            event(
+                "lease expired",
+                iteration=it.id,
+                lease=lease.id,
+                client=lease.client,
+                queue=lease.queue,
+                positions=f"{lease.start}-{lease.stop}",
+            )
 
     def ended(self, it: Iteration, status: str) -> None:
         """An iteration finished or was cancelled."""
@@ -183,14 +238,19 @@ class Telemetry:
                         del state._iterations[it.id]
         with state._lock:
             live_ids = set(state._iterations)
-        self._gone = {g for g in self._gone if g[0] in live_ids}  # forget the clients of iterations gone from memory
+        self._gone = {
+            g for g in self._gone if g[0] in live_ids
+        }  # forget the clients of iterations gone from memory
         lifecycle.seen(self.journal, activity)
-        ledger.record(self.journal, live, self.client_memo)  # per-client batches and stall for the UI
+        ledger.record(
+            self.journal, live, self.client_memo
+        )  # per-client batches and stall for the UI
         self.client_memo = {k: v for k, v in self.client_memo.items() if k[0] in live_ids}
         self.flush_counters()
 
     def start(self, state: ServeState, *, every: float = FLUSH_S) -> None:
         """Run :meth:`tick` every ``every`` seconds in a daemon thread until :meth:`stop`."""
+
         def loop() -> None:
             while not self._stop.wait(every):
                 try:
@@ -221,30 +281,58 @@ class JournalCollector(Collector):
         memory and the :data:`MAX_ITERATION_SERIES` most recent ones."""
         with self.state._lock:
             live = sorted(self.state._iterations)
-        cols = ("SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), COALESCE(l.base_done, 0) "
-                "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id ")
-        rows = self.state.journal._exec(cols + "ORDER BY i.rowid DESC LIMIT ?", (MAX_ITERATION_SERIES,))
+        cols = (
+            "SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), COALESCE(l.base_done, 0) "
+            "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id "
+        )
+        rows = self.state.journal._exec(
+            cols + "ORDER BY i.rowid DESC LIMIT ?", (MAX_ITERATION_SERIES,)
+        )
         have = {r[0] for r in rows}
         missing = [x for x in live if x not in have]
         if missing:
-            rows += self.state.journal._exec(cols + f"WHERE i.id IN ({', '.join('?' * len(missing))})", missing)
+            rows += self.state.journal._exec(
+                cols + f"WHERE i.id IN ({', '.join('?' * len(missing))})", missing
+            )
         names = {d["id"]: d["name"] for d in self.state.journal.datasets()}
-        return [(str(it_id), names.get(ds, str(ds)), int(total), int(base)) for it_id, ds, total, base in rows]
+        return [
+            (str(it_id), names.get(ds, str(ds)), int(total), int(base))
+            for it_id, ds, total, base in rows
+        ]
 
+    # long (86 lines): one metric family after another, each a few lines, read from one snapshot of the state
     def collect(self) -> Iterator[Metric]:
         """The metrics (see the module docstring)."""
         state, tel = self.state, self.state.telemetry
         recent = self._recent()
         ids = [r[0] for r in recent]
-        done = dict(state.journal._exec("SELECT iteration, SUM(stop - start) FROM done WHERE iteration IN "
-                                        f"({', '.join('?' * len(ids))}) GROUP BY iteration", ids)) if ids else {}
+        done = (
+            dict(
+                state.journal._exec(
+                    "SELECT iteration, SUM(stop - start) FROM done WHERE iteration IN "
+                    f"({', '.join('?' * len(ids))}) GROUP BY iteration",
+                    ids,
+                )
+            )
+            if ids
+            else {}
+        )
         counts = tel.counters()
         labels = ["iteration", "dataset"]
-        fams = {name: CounterMetricFamily(f"datamill_{name}", help_, labels=labels) for name, help_ in COUNTERS.items()}
-        units = CounterMetricFamily("datamill_units_acknowledged", "Batches (units) acknowledged, from the journal.",
-                                    labels=labels)
-        gauge = GaugeMetricFamily("datamill_iteration_units", "Batches of an iteration by state "
-                                  "(done includes a resume base).", labels=[*labels, "state"])
+        fams = {
+            name: CounterMetricFamily(f"datamill_{name}", help_, labels=labels)
+            for name, help_ in COUNTERS.items()
+        }
+        units = CounterMetricFamily(
+            "datamill_units_acknowledged",
+            "Batches (units) acknowledged, from the journal.",
+            labels=labels,
+        )
+        gauge = GaugeMetricFamily(
+            "datamill_iteration_units",
+            "Batches of an iteration by state (done includes a resume base).",
+            labels=[*labels, "state"],
+        )
         with state._lock:
             live = dict(state._iterations)
         for it_id, ds, total, base in recent:
@@ -265,29 +353,40 @@ class JournalCollector(Collector):
         yield from fams.values()
         yield units
         yield gauge
-        stall = GaugeMetricFamily("datamill_client_stall_seconds", "Seconds a live client waited for data "
-                                  "(as it reports in heartbeats).", labels=["iteration", "client", "rank"])
+        stall = GaugeMetricFamily(
+            "datamill_client_stall_seconds",
+            "Seconds a live client waited for data (as it reports in heartbeats).",
+            labels=["iteration", "client", "rank"],
+        )
         for it_id, it in live.items():
             for cid, c in it.progress()["clients"].items():
                 if c["idle_s"] <= it.lease_timeout:
                     stall.add_metric([it_id, cid, str(c["rank"])], float(c["stall_s"]))
         yield stall
-        statuses = GaugeMetricFamily("datamill_iterations", "Iterations in the journal by status.",
-                                     labels=["status"])
-        by = dict(state.journal._exec(
-            f"SELECT st, COUNT(*) FROM (SELECT ({lifecycle._STATUS_SQL}) AS st FROM iterations i "
-            "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
-            {"now": time.time(), "stale": lifecycle.STALE_AFTER}))
+        statuses = GaugeMetricFamily(
+            "datamill_iterations", "Iterations in the journal by status.", labels=["status"]
+        )
+        by = dict(
+            state.journal._exec(
+                f"SELECT st, COUNT(*) FROM (SELECT ({lifecycle._STATUS_SQL}) AS st FROM iterations i "
+                "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
+                {"now": time.time(), "stale": lifecycle.STALE_AFTER},
+            )
+        )
         for s in lifecycle.STATUSES:
             statuses.add_metric([s], float(by.get(s, 0)))
         yield statuses
         leases = GaugeMetricFamily("datamill_leases_live", "Leases live now (in memory).")
         leases.add_metric([], float(sum(len(it.leases) for it in live.values())))
         yield leases
-        draining = GaugeMetricFamily("datamill_draining", "1 while the server drains after SIGTERM.")
+        draining = GaugeMetricFamily(
+            "datamill_draining", "1 while the server drains after SIGTERM."
+        )
         draining.add_metric([], 1.0 if getattr(state, "draining", False) else 0.0)
         yield draining
-        start = GaugeMetricFamily("datamill_start_time_seconds", "When this server process started (Unix time).")
+        start = GaugeMetricFamily(
+            "datamill_start_time_seconds", "When this server process started (Unix time)."
+        )
         start.add_metric([], tel.started)
         yield start
 
@@ -311,7 +410,9 @@ class RequestMetrics:
     """ASGI middleware: a request id (``X-Request-Id``), requests counted by route template and status,
     and one log line for each 5xx answer (with the request id)."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, telemetry: Telemetry) -> None:
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, telemetry: Telemetry
+    ) -> None:
         self.app, self.telemetry = app, telemetry
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -333,13 +434,29 @@ class RequestMetrics:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
             status = 500
-            event("server error", level=40, request_id=rid, method=scope.get("method"),
-                  path=str(scope.get("path", ""))[:200], error=f"{type(exc).__name__}: {exc}"[:500])
+            event(
+                "server error",
+                level=40,
+                request_id=rid,
+                method=scope.get("method"),
+                path=str(scope.get("path", ""))[:200],
+                error=f"{type(exc).__name__}: {exc}"[:500],
+            )
             raise
         finally:
             route = scope.get("route")
-            template = str(getattr(route, "path", "unmatched")) if route is not None else "unmatched"
-            self.telemetry.requests.labels(template, str(scope.get("method", "")), str(status)).inc()
+            template = (
+                str(getattr(route, "path", "unmatched")) if route is not None else "unmatched"
+            )
+            self.telemetry.requests.labels(
+                template, str(scope.get("method", "")), str(status)
+            ).inc()
         if status >= 500:
-            event("server error", level=40, request_id=rid, method=scope.get("method"),
-                  path=str(scope.get("path", ""))[:200], status=status)
+            event(
+                "server error",
+                level=40,
+                request_id=rid,
+                method=scope.get("method"),
+                path=str(scope.get("path", ""))[:200],
+                status=status,
+            )

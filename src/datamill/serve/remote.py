@@ -107,26 +107,59 @@ class RemoteLoader:
         ConfigError: invalid arguments. RemoteError: the server refused or is unreachable.
     """
 
-    def __init__(self, url: str, key: str | None, dataset: str, *, batch_size: int, seed: int = 0, epoch: int = 0,
-                 columns: Sequence[str] | str | None = None, rank: int = 0, world_size: int = 1,
-                 mode: str = "static", name: str | None = None, drop_last: bool = False,
-                 collate: str | Callable[[pa.Table], Any] = "numpy", prefetch: int = 2, shuffle: bool = True,
-                 lease_size: int = 16, lease_timeout: float | None = None, slot: int = 0, slots: int = 1,
-                 reconnect_s: float = 120.0, on_commit: Callable[[list[int]], None] | None = None,
-                 verify: str | os.PathLike[str] | None = None, transport: str = "built",
-                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int = DIRECT_CACHE_LIMIT) -> None:
+    def __init__(
+        self,
+        url: str,
+        key: str | None,
+        dataset: str,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        epoch: int = 0,
+        columns: Sequence[str] | str | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        mode: str = "static",
+        name: str | None = None,
+        drop_last: bool = False,
+        collate: str | Callable[[pa.Table], Any] = "numpy",
+        prefetch: int = 2,
+        shuffle: bool = True,
+        lease_size: int = 16,
+        lease_timeout: float | None = None,
+        slot: int = 0,
+        slots: int = 1,
+        reconnect_s: float = 120.0,
+        on_commit: Callable[[list[int]], None] | None = None,
+        verify: str | os.PathLike[str] | None = None,
+        transport: str = "built",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int = DIRECT_CACHE_LIMIT,
+    ) -> None:
         if transport not in TRANSPORTS:
-            raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}")
+            raise ConfigError(
+                f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
+            )
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if prefetch < 1 or not 0 <= slot < slots:
-            raise ConfigError(f"need prefetch >= 1 and 0 <= slot < slots, got {prefetch}, {slot}, {slots}")
+            raise ConfigError(
+                f"need prefetch >= 1 and 0 <= slot < slots, got {prefetch}, {slot}, {slots}"
+            )
         self.url, self.key, self.dataset = url, key, dataset
         self.verify = verify
-        self.iter_args: dict[str, Any] = {"batch_size": batch_size, "seed": seed, "shuffle": shuffle,
-                                          "columns": columns, "drop_last": drop_last, "mode": mode,
-                                          "world_size": world_size, "name": name, "lease_size": lease_size,
-                                          "lease_timeout": lease_timeout}
+        self.iter_args: dict[str, Any] = {
+            "batch_size": batch_size,
+            "seed": seed,
+            "shuffle": shuffle,
+            "columns": columns,
+            "drop_last": drop_last,
+            "mode": mode,
+            "world_size": world_size,
+            "name": name,
+            "lease_size": lease_size,
+            "lease_timeout": lease_timeout,
+        }
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
         self.mode, self.prefetch, self.reconnect_s = mode, int(prefetch), float(reconnect_s)
         self.collate_fn = resolve_collate(collate)
@@ -139,15 +172,22 @@ class RemoteLoader:
         self.iteration_id: str | None = None
         self._queue_total: int | None = None
         self._in_epoch = False
-        self._unflushed: list[tuple[str, str, int]] = []  # (lease, fence, position) consumed, not yet journaled
+        self._unflushed: list[
+            tuple[str, str, int]
+        ] = []  # (lease, fence, position) consumed, not yet journaled
         self._resume: dict[str, Any] | None = None
         self._yielded: set[int] = set()  # positions of the rank's queue already yielded (static)
         self._consumed = 0
         self._current: tuple[str, str, int] | None = None  # the batch the loop holds now
         self._state_lock = threading.Lock()
         self.stall_s = 0.0
-        self.stats: dict[str, Any] = {"leases": 0, "batches": 0, "skipped_duplicates": 0, "dropped_lost": 0,
-                                      "acks": {}}
+        self.stats: dict[str, Any] = {
+            "leases": 0,
+            "batches": 0,
+            "skipped_duplicates": 0,
+            "dropped_lost": 0,
+            "acks": {},
+        }
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -160,16 +200,38 @@ class RemoteLoader:
         acknowledges them instead of receiving them again.
         """
         with self._state_lock:
-            unflushed = [list(x) for x in self._unflushed] + ([list(self._current)] if self._current else [])
+            unflushed = [list(x) for x in self._unflushed] + (
+                [list(self._current)] if self._current else []
+            )
             consumed = self._consumed
-        done = self._queue_total is not None and self.mode == "static" and consumed >= self._queue_total
+        done = (
+            self._queue_total is not None
+            and self.mode == "static"
+            and consumed >= self._queue_total
+        )
         if not self._in_epoch or done:
-            return {"format": SERVE_STATE_FORMAT, "iteration": None, "epoch": self.epoch + (1 if done else 0),
-                    "rank": self.rank, "slot": self.slot, "slots": self.slots, "mode": self.mode, "consumed": 0,
-                    "world_size": self.iter_args["world_size"]}
-        state: dict[str, Any] = {"format": SERVE_STATE_FORMAT, "iteration": self.iteration_id, "epoch": self.epoch,
-                                 "rank": self.rank, "slot": self.slot, "slots": self.slots, "mode": self.mode,
-                                 "consumed": consumed, "world_size": self.iter_args["world_size"]}
+            return {
+                "format": SERVE_STATE_FORMAT,
+                "iteration": None,
+                "epoch": self.epoch + (1 if done else 0),
+                "rank": self.rank,
+                "slot": self.slot,
+                "slots": self.slots,
+                "mode": self.mode,
+                "consumed": 0,
+                "world_size": self.iter_args["world_size"],
+            }
+        state: dict[str, Any] = {
+            "format": SERVE_STATE_FORMAT,
+            "iteration": self.iteration_id,
+            "epoch": self.epoch,
+            "rank": self.rank,
+            "slot": self.slot,
+            "slots": self.slots,
+            "mode": self.mode,
+            "consumed": consumed,
+            "world_size": self.iter_args["world_size"],
+        }
         if self.mode == "dynamic":
             state.update(session=self.session, unflushed=unflushed)
         return state
@@ -185,11 +247,18 @@ class RemoteLoader:
             got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
             raise ResumeStateError(f"state has format {got!r}, expected {SERVE_STATE_FORMAT!r}")
         if state.get("mode") != self.mode:
-            raise ResumeStateError(f"state of a {state.get('mode')} iteration does not fit this {self.mode} loader")
-        if self.mode == "static" and (state["rank"], state["world_size"], state["slots"]) != \
-                (self.rank, self.iter_args["world_size"], 1):
-            raise ResumeStateError(f"state of rank {state['rank']}/{state['world_size']} (slots {state['slots']}) "
-                                   f"does not fit rank {self.rank}/{self.iter_args['world_size']}")
+            raise ResumeStateError(
+                f"state of a {state.get('mode')} iteration does not fit this {self.mode} loader"
+            )
+        if self.mode == "static" and (state["rank"], state["world_size"], state["slots"]) != (
+            self.rank,
+            self.iter_args["world_size"],
+            1,
+        ):
+            raise ResumeStateError(
+                f"state of rank {state['rank']}/{state['world_size']} (slots {state['slots']}) "
+                f"does not fit rank {self.rank}/{self.iter_args['world_size']}"
+            )
         self.epoch = int(state["epoch"])
         self._resume = dict(state) if state.get("iteration") else None
 
@@ -217,16 +286,29 @@ class RemoteLoader:
                 self._unflushed = []
             if resume is not None:
                 if resume["iteration"] != it_id:
-                    raise ResumeStateError(f"state is of iteration {resume['iteration']}, the server "
-                                           f"gives {it_id} for these settings")
+                    raise ResumeStateError(
+                        f"state is of iteration {resume['iteration']}, the server "
+                        f"gives {it_id} for these settings"
+                    )
                 if self.mode == "static":
                     client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
-                elif resume.get("unflushed"):  # acknowledged in the saved session, as its flush would have
-                    old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify)
+                elif resume.get(
+                    "unflushed"
+                ):  # acknowledged in the saved session, as its flush would have
+                    old = Http(
+                        self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify
+                    )
                     old.headers[SESSION_HEADER] = str(resume.get("session", ""))
                     try:
-                        old.request("POST", f"/api/v1/iterations/{it_id}/ack", ok=(200, 409, 410), body={
-                            "client": self.client_id, "acks": _ranges(tuple(x) for x in resume["unflushed"])})
+                        old.request(
+                            "POST",
+                            f"/api/v1/iterations/{it_id}/ack",
+                            ok=(200, 409, 410),
+                            body={
+                                "client": self.client_id,
+                                "acks": _ranges(tuple(x) for x in resume["unflushed"]),
+                            },
+                        )
                     finally:
                         old.close()
                 if self._finished(client, it_id):  # an end-of-epoch state: on to the next epoch
@@ -234,7 +316,9 @@ class RemoteLoader:
                     info = self._join(client)
                     self.iteration_id = it_id = str(info["id"])
                     resume = None
-            self._consumed = int(resume["consumed"]) if resume is not None and self.mode == "static" else 0
+            self._consumed = (
+                int(resume["consumed"]) if resume is not None and self.mode == "static" else 0
+            )
             self._yielded = set(range(self._consumed))
             self._queue_total = int(info["queues"][0 if self.mode == "dynamic" else self.rank])
             timeout = float(info["config"]["lease_timeout"])
@@ -257,12 +341,27 @@ class RemoteLoader:
         from datamill.sources import open_source
 
         cfg = self._cfg
-        key = fingerprint_obj([cfg[k] for k in ("dataset", "batch_size", "seed", "shuffle", "columns", "drop_last",
-                                                "window", "plan_world")])
+        key = fingerprint_obj(
+            [
+                cfg[k]
+                for k in (
+                    "dataset",
+                    "batch_size",
+                    "seed",
+                    "shuffle",
+                    "columns",
+                    "drop_last",
+                    "window",
+                    "plan_world",
+                )
+            ]
+        )
         if self._direct is None or self._direct[0] != key:
             location = client.location(str(cfg["dataset"]))
             if is_remote(location):
-                source = open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
+                source = open_source(
+                    location, cache_dir=self.cache_dir, cache_limit=self.cache_limit
+                )
             else:
                 source = open_source(location)
             if self._direct is not None:
@@ -280,7 +379,9 @@ class RemoteLoader:
 
     def _run(self, it_id: str, lease_timeout: float) -> Iterator[Any]:
         buf: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
-        held: dict[str, _Lease] = {}  # leases received whose batches are not all consumed and flushed
+        held: dict[
+            str, _Lease
+        ] = {}  # leases received whose batches are not all consumed and flushed
         lost: set[str] = set()
         stop = threading.Event()
         errors: list[BaseException] = []
@@ -323,7 +424,12 @@ class RemoteLoader:
 
         def fetch() -> None:
             conn = http(self.reconnect_s)
-            base = [("client", self.client_id), ("rank", self.rank), ("slot", self.slot), ("slots", self.slots)]
+            base = [
+                ("client", self.client_id),
+                ("rank", self.rank),
+                ("slot", self.slot),
+                ("slots", self.slots),
+            ]
             if self.transport == "direct":
                 base.append(("transport", "direct"))
             deadline_503 = time.monotonic() + self.reconnect_s
@@ -331,12 +437,22 @@ class RemoteLoader:
                 while not stop.is_set():
                     sent = self._pending()[:64]
                     try:
-                        res = conn.request("GET", f"{path}/next", ok=(200, 204, 409), query=base + [
-                            ("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in _ranges(sent)][:64])
+                        res = conn.request(
+                            "GET",
+                            f"{path}/next",
+                            ok=(200, 204, 409),
+                            query=base
+                            + [
+                                ("ack", f"{lid}:{fence}:{a}-{b}")
+                                for lid, fence, a, b in _ranges(sent)
+                            ][:64],
+                        )
                     except RemoteError as exc:
                         if exc.status != 503 or time.monotonic() > deadline_503:
                             raise
-                        stop.wait(1.0)  # the journal cannot be written now (a full disk): wait and retry
+                        stop.wait(
+                            1.0
+                        )  # the journal cannot be written now (a full disk): wait and retry
                         continue
                     deadline_503 = time.monotonic() + self.reconnect_s
                     self._record_acks(res.headers.get("x-datamill-acks", ""), sent, held, lost)
@@ -347,11 +463,21 @@ class RemoteLoader:
                         stop.wait(0.02)
                         continue
                     h = res.headers
-                    tables = [] if direct else [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
+                    tables = (
+                        []
+                        if direct
+                        else [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
+                    )
                     q, _, span = h["x-datamill-positions"].partition(":")
-                    lease = _Lease(h["x-datamill-lease"], h["x-datamill-fence"], int(q), int(span.split("-")[0]),
-                                   [int(u) for u in h["x-datamill-units"].split(",")], tables,
-                                   int(h.get("x-datamill-done", "0")))
+                    lease = _Lease(
+                        h["x-datamill-lease"],
+                        h["x-datamill-fence"],
+                        int(q),
+                        int(span.split("-")[0]),
+                        [int(u) for u in h["x-datamill-units"].split(",")],
+                        tables,
+                        int(h.get("x-datamill-done", "0")),
+                    )
                     with self._state_lock:
                         held[lease.id] = lease  # heartbeats keep it while it is built (direct mode)
                     put(builds, (lease, h["x-datamill-runs"]) if direct else lease)
@@ -373,9 +499,17 @@ class RemoteLoader:
                             last = time.monotonic()
                             with self._state_lock:
                                 ids = [[x.id, x.fence] for x in held.values()]
-                            res = conn.request("POST", f"{path}/heartbeat", ok=(200, 409, 410), body={
-                                "client": self.client_id, "leases": ids, "stall_s": self.stall_s,
-                                "batches": self.stats["batches"]})
+                            res = conn.request(
+                                "POST",
+                                f"{path}/heartbeat",
+                                ok=(200, 409, 410),
+                                body={
+                                    "client": self.client_id,
+                                    "leases": ids,
+                                    "stall_s": self.stall_s,
+                                    "batches": self.stats["batches"],
+                                },
+                            )
                             with self._state_lock:
                                 lost.update(res.json().get("lost", []))
                                 lost.update(res.json().get("refused", []))
@@ -384,9 +518,15 @@ class RemoteLoader:
             finally:
                 conn.close()
 
-        threads = [threading.Thread(target=builder, name="datamill-serve-build", daemon=True)] if direct else []
-        threads += [threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
-                   threading.Thread(target=heartbeat, name="datamill-serve-heartbeat", daemon=True)]
+        threads = (
+            [threading.Thread(target=builder, name="datamill-serve-build", daemon=True)]
+            if direct
+            else []
+        )
+        threads += [
+            threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
+            threading.Thread(target=heartbeat, name="datamill-serve-heartbeat", daemon=True),
+        ]
         for t in threads:
             t.start()
         try:
@@ -408,7 +548,9 @@ class RemoteLoader:
                     pos = lease.start + i
                     with self._state_lock:
                         is_lost = lease.id in lost
-                    if is_lost and self.mode == "dynamic":  # the server gives the rest to someone else
+                    if (
+                        is_lost and self.mode == "dynamic"
+                    ):  # the server gives the rest to someone else
                         self.stats["dropped_lost"] += len(lease.tables) - i
                         with self._state_lock:
                             held.pop(lease.id, None)
@@ -444,7 +586,9 @@ class RemoteLoader:
                         try:
                             self._flush_once(conn, path, held, lost)
                         except RemoteError:
-                            time.sleep(0.2)  # unflushed batches are re-issued: at-least-once, never lost
+                            time.sleep(
+                                0.2
+                            )  # unflushed batches are re-issued: at-least-once, never lost
                 finally:
                     conn.close()
 
@@ -457,13 +601,22 @@ class RemoteLoader:
         sent = self._pending()
         if not sent:
             return
-        res = conn.request("POST", f"{path}/ack", ok=(200, 409, 410),
-                           body={"client": self.client_id, "acks": _ranges(sent)})
+        res = conn.request(
+            "POST",
+            f"{path}/ack",
+            ok=(200, 409, 410),
+            body={"client": self.client_id, "acks": _ranges(sent)},
+        )
         acks = res.json().get("acks", {})
         self._record_acks(",".join(f"{k}={v}" for k, v in acks.items()), sent, held, lost)
 
-    def _record_acks(self, header: str, sent: Sequence[tuple[str, str, int]], held: dict[str, _Lease],
-                     lost: set[str]) -> None:
+    def _record_acks(
+        self,
+        header: str,
+        sent: Sequence[tuple[str, str, int]],
+        held: dict[str, _Lease],
+        lost: set[str],
+    ) -> None:
         """Forget the acks the server answered; note lost leases; report commits to ``on_commit``."""
         statuses = dict(item.rpartition("=")[::2] for item in filter(None, header.split(",")))
         if not statuses:
@@ -478,10 +631,15 @@ class RemoteLoader:
                 if status in ("expired", "refused"):
                     lost.add(lease_id)
             leases = {lid: held.get(lid) for lid in statuses}
-            left = {x[0] for x in self._unflushed} | ({self._current[0]} if self._current else set())
+            left = {x[0] for x in self._unflushed} | (
+                {self._current[0]} if self._current else set()
+            )
             for lid, lease in leases.items():
-                if lease is not None and lid not in left and lease.start + len(lease.tables) - 1 in \
-                        {p for x, _, p in done if x == lid}:
+                if (
+                    lease is not None
+                    and lid not in left
+                    and lease.start + len(lease.tables) - 1 in {p for x, _, p in done if x == lid}
+                ):
                     held.pop(lid, None)
         if self.on_commit is not None:
             for lid, lease in leases.items():

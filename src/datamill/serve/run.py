@@ -93,8 +93,11 @@ class ServeConfig(BaseModel):
                 try:
                     ipaddress.ip_network(v, strict=False)
                 except ValueError as exc:
-                    raise ValueError(f"expected an IP address, a network like 10.0.0.0/8, or *, got {v!r}") from exc
+                    raise ValueError(
+                        f"expected an IP address, a network like 10.0.0.0/8, or *, got {v!r}"
+                    ) from exc
         return value
+
     drain_timeout: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False)
     metrics_no_auth: bool = False
     build_workers: int | None = Field(None, ge=0, le=64)
@@ -124,7 +127,11 @@ def _line_of(node: Any, loc: Sequence[int | str]) -> int | None:
         line = node.start_mark.line + 1
         nxt = None
         if hasattr(node, "value") and isinstance(node.value, list):
-            if isinstance(part, int) and part < len(node.value) and not isinstance(node.value[0], tuple):
+            if (
+                isinstance(part, int)
+                and part < len(node.value)
+                and not isinstance(node.value[0], tuple)
+            ):
                 nxt = node.value[part]
                 line = nxt.start_mark.line + 1
             else:
@@ -137,7 +144,9 @@ def _line_of(node: Any, loc: Sequence[int | str]) -> int | None:
 
 
 def _field(loc: Sequence[int | str]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
+    return "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc)
+    )
 
 
 def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
@@ -169,21 +178,35 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=p,
-                          line=mark.line + 1 if mark is not None else None) from exc
+        raise ConfigError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            path=p,
+            line=mark.line + 1 if mark is not None else None,
+        ) from exc
     if not isinstance(raw, dict):
-        raise ConfigError(f"expected a mapping of settings (roots: [...], ...), got {type(raw).__name__}", path=p,
-                          hint="see docs/running.md for an example serve.yaml")
+        raise ConfigError(
+            f"expected a mapping of settings (roots: [...], ...), got {type(raw).__name__}",
+            path=p,
+            hint="see docs/running.md for an example serve.yaml",
+        )
     try:
         cfg = ServeConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [x for x in err["loc"] if isinstance(x, (int, str))]
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        hint = ("remove it or check its spelling; the keys are " + ", ".join(ServeConfig.model_fields)
-                if err["type"] == "extra_forbidden" else "see docs/running.md for every key and its range")
-        raise ConfigError(f"{err['msg']}, got {err.get('input')!r}{more}", path=p, line=_line_of(yaml.compose(text), loc),
-                          column=_field(loc), hint=hint) from exc
+        hint = (
+            "remove it or check its spelling; the keys are " + ", ".join(ServeConfig.model_fields)
+            if err["type"] == "extra_forbidden"
+            else "see docs/running.md for every key and its range"
+        )
+        raise ConfigError(
+            f"{err['msg']}, got {err.get('input')!r}{more}",
+            path=p,
+            line=_line_of(yaml.compose(text), loc),
+            column=_field(loc),
+            hint=hint,
+        ) from exc
     base = p.parent
     update: dict[str, Any] = {"roots": [str((base / r).resolve()) for r in cfg.roots]}
     for f in ("state", "ssl_certfile", "ssl_keyfile"):
@@ -193,10 +216,18 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
 
 
 # long (90 lines, 26 of docstring): the public entry: config merge and checks, logging, the app, uvicorn with TLS/proxy options, the drain; the docstring documents every option
-def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, port: int | None = None,
-          state: str | os.PathLike[str] | None = None, auth: bool | None = None, lease_timeout: float | None = None,
-          allowed_hosts: Sequence[str] | None = None, echo: Callable[[str], Any] = print,
-          **options: Any) -> None:
+def serve(
+    root_or_config: str | os.PathLike[str],
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    state: str | os.PathLike[str] | None = None,
+    auth: bool | None = None,
+    lease_timeout: float | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    echo: Callable[[str], Any] = print,
+    **options: Any,
+) -> None:
     """Serve the datasets under a root (or a config's roots) until interrupted or drained by SIGTERM.
 
     Every argument left ``None`` takes the config file's value (see :class:`ServeConfig`).
@@ -225,21 +256,35 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, po
         datamill.core.errors.ConfigError: /nonexistent-root: no such dataset root or config file
     """
     base = load_config(root_or_config)
-    given = {"host": host, "port": port, "state": None if state is None else str(state), "auth": auth,
-             "lease_timeout": lease_timeout, "allowed_hosts": None if allowed_hosts is None else list(allowed_hosts),
-             **options}
+    given = {
+        "host": host,
+        "port": port,
+        "state": None if state is None else str(state),
+        "auth": auth,
+        "lease_timeout": lease_timeout,
+        "allowed_hosts": None if allowed_hosts is None else list(allowed_hosts),
+        **options,
+    }
     try:
-        cfg = ServeConfig.model_validate({**base.model_dump(), **{k: v for k, v in given.items() if v is not None}})
+        cfg = ServeConfig.model_validate(
+            {**base.model_dump(), **{k: v for k, v in given.items() if v is not None}}
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ConfigError(f"option {_field([x for x in err['loc'] if isinstance(x, (int, str))])}: {err['msg']}, "
-                          f"got {err.get('input')!r}") from exc
+        raise ConfigError(
+            f"option {_field([x for x in err['loc'] if isinstance(x, (int, str))])}: {err['msg']}, "
+            f"got {err.get('input')!r}"
+        ) from exc
     for flag, on in (("--no-auth", not cfg.auth), ("--metrics-no-auth", cfg.metrics_no_auth)):
         if on and not is_loopback(cfg.host):
-            raise ConfigError(f"{flag} is allowed only on a loopback address, not {cfg.host!r}",
-                              hint="bind 127.0.0.1, or create keys with `datamill serve keys create`")
+            raise ConfigError(
+                f"{flag} is allowed only on a loopback address, not {cfg.host!r}",
+                hint="bind 127.0.0.1, or create keys with `datamill serve keys create`",
+            )
     if (cfg.ssl_certfile is None) != (cfg.ssl_keyfile is None):
-        raise ConfigError("TLS needs both ssl_certfile and ssl_keyfile (--ssl-certfile, --ssl-keyfile)")
+        raise ConfigError(
+            "TLS needs both ssl_certfile and ssl_keyfile (--ssl-certfile, --ssl-keyfile)"
+        )
     for f in (cfg.ssl_certfile, cfg.ssl_keyfile):
         if f is not None and not Path(f).is_file():
             raise ConfigError("no such TLS certificate or key file", path=f)
@@ -253,19 +298,32 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, po
     logging_cfg = log_config(fmt=cfg.log_format, level=cfg.log_level)
     logging.config.dictConfig(logging_cfg)
     state_dir = Path(cfg.state or ".datamill-serve")
-    hosts = list(cfg.allowed_hosts) if cfg.allowed_hosts is not None else default_hosts(cfg.host, cfg.port)
+    hosts = (
+        list(cfg.allowed_hosts)
+        if cfg.allowed_hosts is not None
+        else default_hosts(cfg.host, cfg.port)
+    )
     if cfg.allowed_hosts is None and cfg.host in ("0.0.0.0", "::"):
         hosts += [f"{n}:{cfg.port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
-    app = create_app(state_dir, roots=cfg.roots, auth=cfg.auth, lease_timeout=cfg.lease_timeout,
-                     cache_shards=cfg.cache_shards, allowed_hosts=hosts, metrics_no_auth=cfg.metrics_no_auth,
-                     build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers)
+    app = create_app(
+        state_dir,
+        roots=cfg.roots,
+        auth=cfg.auth,
+        lease_timeout=cfg.lease_timeout,
+        cache_shards=cfg.cache_shards,
+        allowed_hosts=hosts,
+        metrics_no_auth=cfg.metrics_no_auth,
+        build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers,
+    )
     st = app.state.serve
     for name, path in cfg.datasets.items():
         st.register(path, name=name)
     key = app.state.initial_admin_key
     scheme = "https" if cfg.ssl_certfile else "http"
-    echo(f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots {', '.join(cfg.roots)}, "
-         f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})")
+    echo(
+        f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots {', '.join(cfg.roots)}, "
+        f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
+    )
     if key:
         echo(f"admin key (shown once, store it now): {key}")
     _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
@@ -279,10 +337,20 @@ def serve(root_or_config: str | os.PathLike[str], *, host: str | None = None, po
     proxy: dict[str, Any] = {"proxy_headers": False}
     if cfg.forwarded_allow_ips:
         proxy = {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
-    config = uvicorn.Config(app, host=cfg.host, port=int(cfg.port), log_config=logging_cfg, log_level=cfg.log_level,
-                            access_log=cfg.log_level in ("debug", "info"), ssl_certfile=cfg.ssl_certfile,
-                            ssl_keyfile=cfg.ssl_keyfile, timeout_graceful_shutdown=5, **proxy, **fast,
-                            timeout_keep_alive=75)  # above a proxy's or client's idle time: no close/send race
+    config = uvicorn.Config(
+        app,
+        host=cfg.host,
+        port=int(cfg.port),
+        log_config=logging_cfg,
+        log_level=cfg.log_level,
+        access_log=cfg.log_level in ("debug", "info"),
+        ssl_certfile=cfg.ssl_certfile,
+        ssl_keyfile=cfg.ssl_keyfile,
+        timeout_graceful_shutdown=5,
+        **proxy,
+        **fast,
+        timeout_keep_alive=75,
+    )  # above a proxy's or client's idle time: no close/send race
     server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
     server.run()
     event("stopped", drained=server.drained, leases_left=server.leases_left)
@@ -297,11 +365,23 @@ def _recovery_summary(st: Any, *, url: str) -> None:
     by: dict[str, int] = {}
     for r in rows:
         by[r["status"]] = by.get(r["status"], 0) + 1
-    held = st.journal._exec("SELECT COUNT(*) FROM leases")[0][0] if st.journal._exec(
-        "SELECT 1 FROM sqlite_master WHERE name = 'leases'") else 0
-    event("start", url=url, state=str(st.journal.dir), datasets=len(st.journal.datasets()),
-          iterations=sum(by.values()), running=by.get("running", 0), stale=by.get("stale", 0),
-          finished=by.get("finished", 0), cancelled=by.get("cancelled", 0), journaled_leases=int(held))
+    held = (
+        st.journal._exec("SELECT COUNT(*) FROM leases")[0][0]
+        if st.journal._exec("SELECT 1 FROM sqlite_master WHERE name = 'leases'")
+        else 0
+    )
+    event(
+        "start",
+        url=url,
+        state=str(st.journal.dir),
+        datasets=len(st.journal.datasets()),
+        iterations=sum(by.values()),
+        running=by.get("running", 0),
+        stale=by.get("stale", 0),
+        finished=by.get("finished", 0),
+        cancelled=by.get("cancelled", 0),
+        journaled_leases=int(held),
+    )
 
 
 class _DrainingServer:
@@ -318,7 +398,9 @@ class _DrainingServer:
             def handle_exit(self, sig: int, frame: Any) -> None:
                 if sig == signal.SIGTERM and not outer.draining_started:
                     outer.draining_started = True
-                    threading.Thread(target=outer._drain, name="datamill-drain", daemon=True).start()
+                    threading.Thread(
+                        target=outer._drain, name="datamill-drain", daemon=True
+                    ).start()
                     return
                 super().handle_exit(sig, frame)
 
@@ -344,8 +426,13 @@ class _DrainingServer:
             time.sleep(0.05)
             left = self._live()
         self.drained, self.leases_left = left == 0, left
-        event("drained" if left == 0 else "drain timeout", leases_left=left,
-              note="" if left == 0 else "their holders reclaim them from the next server (grace period)")
+        event(
+            "drained" if left == 0 else "drain timeout",
+            leases_left=left,
+            note=""
+            if left == 0
+            else "their holders reclaim them from the next server (grace period)",
+        )
         self.server.should_exit = True
 
     def run(self) -> None:

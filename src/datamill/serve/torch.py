@@ -43,6 +43,13 @@ class RemoteTorchDataset(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         slot, slots = (0, 1) if info is None else (info.id, info.num_workers)
-        loader = RemoteLoader(self.url, self.key, self.dataset, epoch=self.epoch, slot=slot, slots=slots,
-                              **self.kwargs)  # built in the worker: one client id per worker process
+        loader = RemoteLoader(
+            self.url,
+            self.key,
+            self.dataset,
+            epoch=self.epoch,
+            slot=slot,
+            slots=slots,
+            **self.kwargs,
+        )  # built in the worker: one client id per worker process
         yield from loader

@@ -33,8 +33,9 @@ def lease_clients(state: ServeState, it_id: str) -> dict[str, tuple[str, int]]:
     """Lease id -> (the client that took it, issue order): journaled with each lease when it is handed out."""
     j = state.journal
     with j._lock:
-        rows = j._db.execute("SELECT lease, client, rowid FROM lease_holders WHERE iteration = ?",
-                             (it_id,)).fetchall()
+        rows = j._db.execute(
+            "SELECT lease, client, rowid FROM lease_holders WHERE iteration = ?", (it_id,)
+        ).fetchall()
     return {str(a): (str(b), int(c)) for a, b, c in rows}
 
 
@@ -48,13 +49,27 @@ def iteration_record(state: ServeState, it: Iteration) -> dict[str, Any]:
     # a client consumes its leases in the order it received them, each in position (= unit) order, so
     # its k-th batch is the k-th unit in (lease issue order, unit) order, whenever the acks were committed
     rows = sorted(done, key=lambda r: (holders[r[2]][1] if r[2] in holders else 1 << 62, r[0]))
-    acks = [[None if lease.startswith("rewind.") else holders.get(lease, (lease, 0))[0], a, b] for a, b, lease in rows]
+    acks = [
+        [None if lease.startswith("rewind.") else holders.get(lease, (lease, 0))[0], a, b]
+        for a, b, lease in rows
+    ]
     served: dict[str, Any] = {
-        "iteration": it.id, "mode": it.mode, "world_size": it.world_size, "plan_world": int(cfg["plan_world"]),
-        "rank_batches": rank_batches, "base_done": [list(r) for r in cfg.get("base_done", [])],
-        "acks": acks, "rewinds": len({lease for _, _, lease in done if lease.startswith("rewind.")})}
+        "iteration": it.id,
+        "mode": it.mode,
+        "world_size": it.world_size,
+        "plan_world": int(cfg["plan_world"]),
+        "rank_batches": rank_batches,
+        "base_done": [list(r) for r in cfg.get("base_done", [])],
+        "acks": acks,
+        "rewinds": len({lease for _, _, lease in done if lease.startswith("rewind.")}),
+    }
     plain = it.mode == "static" and not it.base_done and int(cfg["plan_world"]) == it.world_size
     if it.mode == "static" and not plain:
         served["queues"] = [[list(r) for r in runs(q.tolist())] for q in it.queues]
-    return plan_record(svc, epoch=int(cfg["epoch"]), world_size=int(cfg["plan_world"]),
-                       batches_seen=max(rank_batches, default=0), served=served)
+    return plan_record(
+        svc,
+        epoch=int(cfg["epoch"]),
+        world_size=int(cfg["plan_world"]),
+        batches_seen=max(rank_batches, default=0),
+        served=served,
+    )

@@ -44,12 +44,27 @@ MAX_SCAN = 2_000_000
 """Rows a column-value filter scans at most."""
 LIST_SHOWN, LIST_ALL = 8, 4096
 MAX_INLINE = 256 * 1024
-IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF87a": "image/gif",
-               b"GIF89a": "image/gif", b"RIFF": "image/webp"}
-_IMAGE_EXT = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
-              ".webp": "image/webp"}
-_KINDS = {"ShardsetDataset": "shardset dataset", "HDF5Source": "preprocessed HDF5", "ParquetSource": "Parquet",
-          "CorpusSource": "corpus", "BertParquetSource": "BERT Parquet"}
+IMAGE_TYPES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+    b"RIFF": "image/webp",
+}
+_IMAGE_EXT = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+_KINDS = {
+    "ShardsetDataset": "shardset dataset",
+    "HDF5Source": "preprocessed HDF5",
+    "ParquetSource": "Parquet",
+    "CorpusSource": "corpus",
+    "BertParquetSource": "BERT Parquet",
+}
 
 
 def sniff_image(data: bytes) -> str | None:
@@ -124,16 +139,24 @@ class Inspector:
         """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error`` if unreadable)."""
         row = self.row(ref)
         real = Path(row["path"])
-        rel = next((str(real.relative_to(r)) for r in self.state.roots if real == r or r in real.parents), real.name)
+        rel = next(
+            (str(real.relative_to(r)) for r in self.state.roots if real == r or r in real.parents),
+            real.name,
+        )
         out: dict[str, Any] = {"id": row["id"], "name": row["name"], "path": rel}
         try:
             src = self.source(ref)
         except DatamillError as exc:
             return {**out, "kind": "unreadable", "error": exc.one_line()}
         sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        out.update(kind=_KINDS.get(type(src).__name__, type(src).__name__), num_samples=int(sizes.sum()),
-                   num_shards=int(src.num_shards), columns=list(src.columns), bytes=_size(Path(row["path"])),
-                   shardsets=list(getattr(src, "shardsets", [])))
+        out.update(
+            kind=_KINDS.get(type(src).__name__, type(src).__name__),
+            num_samples=int(sizes.sum()),
+            num_shards=int(src.num_shards),
+            columns=list(src.columns),
+            bytes=_size(Path(row["path"])),
+            shardsets=list(getattr(src, "shardsets", [])),
+        )
         return out
 
     def detail(self, ref: str) -> dict[str, Any]:
@@ -147,7 +170,9 @@ class Inspector:
         try:
             out["footer"] = footer_stats(src)
         except (DatamillError, OSError, pa.ArrowException) as exc:
-            out["footer_error"] = exc.one_line() if isinstance(exc, DatamillError) else f"{type(exc).__name__}: {exc}"
+            out["footer_error"] = (
+                exc.one_line() if isinstance(exc, DatamillError) else f"{type(exc).__name__}: {exc}"
+            )
         if isinstance(src, ShardsetDataset):
             out["describe"] = src.describe()
             out["check"] = self.check(ref, src)
@@ -197,8 +222,16 @@ class Inspector:
             out.update(x=corpus.vocab, y=corpus.vocab)
         return out
 
-    def samples(self, ref: str, *, offset: int = 0, limit: int = 20, columns: list[str] | None = None,
-                where: tuple[str, str] | None = None) -> dict[str, Any]:
+    # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then the rows
+    def samples(
+        self,
+        ref: str,
+        *,
+        offset: int = 0,
+        limit: int = 20,
+        columns: list[str] | None = None,
+        where: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Rows ``[offset, offset + limit)`` of the joined dataset (or of the rows where column ``where[0]``
         shows as ``where[1]``) as typed cells.
 
@@ -208,11 +241,15 @@ class Inspector:
         """
         src = self.source(ref)
         if not 1 <= limit <= MAX_LIMIT or offset < 0:
-            raise ConfigError(f"need 0 <= offset and 1 <= limit <= {MAX_LIMIT}, got {offset}, {limit}")
+            raise ConfigError(
+                f"need 0 <= offset and 1 <= limit <= {MAX_LIMIT}, got {offset}, {limit}"
+            )
         cols = list(src.columns) if not columns else columns
         unknown = [c for c in cols + ([where[0]] if where else []) if c not in src.columns]
         if unknown:
-            raise SchemaError(f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0])
+            raise SchemaError(
+                f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0]
+            )
         sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         complete = True
@@ -222,13 +259,17 @@ class Inspector:
         else:
             matches, complete = _matching_rows(src, where[0], where[1], sizes)
             total = len(matches)
-            wanted = matches[offset:offset + limit]
+            wanted = matches[offset : offset + limit]
         parts: list[pa.Table] = []
         for k in np.unique(np.searchsorted(starts, wanted, side="right") - 1):
             local = wanted[(wanted >= starts[k]) & (wanted < starts[k + 1])] - starts[k]
             t = src.read_shard(int(k), columns=cols).replace_schema_metadata(None)
             parts.append(t.take(pa.array(local)))
-        table = pa.concat_tables(parts) if parts else pa.table({c: pa.array([], pa.null()) for c in cols})
+        table = (
+            pa.concat_tables(parts)
+            if parts
+            else pa.table({c: pa.array([], pa.null()) for c in cols})
+        )
         vocabs = self.vocabs(ref, src)
         ds_id, path = self.row(ref)["id"], Path(self.row(ref)["path"])
         base = path if path.is_dir() else path.parent
@@ -236,13 +277,31 @@ class Inspector:
         rows = []
         for i in range(table.num_rows):
             row = int(wanted[i])
-            cells = [_cell(table.column(c)[i].as_py(), c, row, ds_id, vocabs.get(c), base=base,
-                           roots=self.state.roots, float32=pa.types.is_float32(_value_type(table.column(c).type)))
-                     for c in cols]
+            cells = [
+                _cell(
+                    table.column(c)[i].as_py(),
+                    c,
+                    row,
+                    ds_id,
+                    vocabs.get(c),
+                    base=base,
+                    roots=self.state.roots,
+                    float32=pa.types.is_float32(_value_type(table.column(c).type)),
+                )
+                for c in cols
+            ]
             uid = table.column(uid_col)[i].as_py() if uid_col in cols else None
             rows.append({"row": row, "uid": uid, "cells": cells})
-        return {"offset": offset, "limit": limit, "total": total, "columns": cols, "all_columns": list(src.columns),
-                "rows": rows, "complete": complete, "uid_column": uid_col}
+        return {
+            "offset": offset,
+            "limit": limit,
+            "total": total,
+            "columns": cols,
+            "all_columns": list(src.columns),
+            "rows": rows,
+            "complete": complete,
+            "uid_column": uid_col,
+        }
 
     def locate(self, ref: str, value: str) -> int:
         """The row of a sample: its UID (shardset datasets) or its row number.
@@ -255,7 +314,11 @@ class Inspector:
         uids = getattr(src, "uids", None)
         value = value.strip()[:MAX_FILTER]
         if uids is not None:
-            found = pc.index(uids, _as_type(value, uids.type)) if _as_type(value, uids.type) is not None else None
+            found = (
+                pc.index(uids, _as_type(value, uids.type))
+                if _as_type(value, uids.type) is not None
+                else None
+            )
             if found is None or found.as_py() < 0:
                 raise NotFoundError(f"no sample with UID {value!r} in {self.row(ref)['name']}")
             return int(found.as_py())
@@ -271,7 +334,9 @@ class Inspector:
         """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's roots."""
         src = self.source(ref)
         if column not in src.columns:
-            raise SchemaError(f"unknown column {column!r}; columns: {list(src.columns)}", column=column)
+            raise SchemaError(
+                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
+            )
         if not 0 <= row < int(np.asarray(src.shard_sizes()).sum()):
             raise NotFoundError(f"no row {row}")
         value = _raw_value(src, row, column)
@@ -281,10 +346,14 @@ class Inspector:
         base = base if base.is_dir() else base.parent
         target = Path(os.path.realpath(base / value))
         if not any(target == r or r in target.parents for r in self.state.roots):
-            raise ConfigError(f"row {row} column {column!r} points outside the server's roots", column=column)
+            raise ConfigError(
+                f"row {row} column {column!r} points outside the server's roots", column=column
+            )
         mime = _IMAGE_EXT.get(target.suffix.lower())
         if mime is None or not target.is_file():
-            raise NotFoundError(f"row {row} column {column!r}: no image file there", path=str(value))
+            raise NotFoundError(
+                f"row {row} column {column!r}: no image file there", path=str(value)
+            )
         return target.read_bytes(), mime
 
 
@@ -303,7 +372,9 @@ def _as_type(value: str, t: pa.DataType) -> Any:
     return pa.scalar(value, t) if pa.types.is_string(t) or pa.types.is_large_string(t) else None
 
 
-def _matching_rows(src: Source, column: str, value: str, sizes: NDArray[np.int64]) -> tuple[NDArray[np.int64], bool]:
+def _matching_rows(
+    src: Source, column: str, value: str, sizes: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], bool]:
     """Rows whose ``column`` shows as ``value`` (compared as text), scanning at most :data:`MAX_SCAN` rows."""
     found: list[NDArray[np.int64]] = []
     start = 0
@@ -314,8 +385,12 @@ def _matching_rows(src: Source, column: str, value: str, sizes: NDArray[np.int64
         try:
             text = pc.cast(col, pa.string())
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-            raise SchemaError(f"column {column!r} ({col.type}) cannot be filtered by value", column=column) from None
-        hits = np.flatnonzero(pc.fill_null(pc.equal(text, value), False).to_numpy(zero_copy_only=False))
+            raise SchemaError(
+                f"column {column!r} ({col.type}) cannot be filtered by value", column=column
+            ) from None
+        hits = np.flatnonzero(
+            pc.fill_null(pc.equal(text, value), False).to_numpy(zero_copy_only=False)
+        )
         found.append(hits.astype(np.int64) + start)
         start += int(n)
     return np.concatenate(found) if found else np.zeros(0, np.int64), True
@@ -328,25 +403,48 @@ def _raw_value(src: Source, row: int, column: str) -> Any:
     return src.read_shard(k, columns=[column]).column(column)[row - int(starts[k])].as_py()
 
 
-def _cell(value: Any, column: str, row: int, ds_id: str, vocab: Any, *, base: Path | None,
-          roots: list[Path], float32: bool = False) -> dict[str, Any]:
+def _cell(
+    value: Any,
+    column: str,
+    row: int,
+    ds_id: str,
+    vocab: Any,
+    *,
+    base: Path | None,
+    roots: list[Path],
+    float32: bool = False,
+) -> dict[str, Any]:
     if value is None:
         return {"t": "missing"}
     if isinstance(value, bytes):
         mime = sniff_image(value)
         if mime is not None and len(value) <= MAX_INLINE:
-            return {"t": "image", "mime": mime, "src": f"data:{mime};base64,{base64.b64encode(value).decode()}"}
+            return {
+                "t": "image",
+                "mime": mime,
+                "src": f"data:{mime};base64,{base64.b64encode(value).decode()}",
+            }
         return {"t": "value", "v": f"<{len(value):,} bytes>"}
     if isinstance(value, str) and Path(value).suffix.lower() in _IMAGE_EXT:
         if base is None:
             return {"t": "value", "v": value}
         target = Path(os.path.realpath(base / value))
         if not any(target == r or r in target.parents for r in roots) or not target.is_file():
-            return {"t": "value", "v": value, "error": f"no image file at {value!r} under the server's roots"}
-        return {"t": "image", "mime": _IMAGE_EXT[Path(value).suffix.lower()], "path": value,
-                "src": f"/ui/datasets/{ds_id}/file?row={row}&column={urllib.parse.quote(column)}"}
-    if vocab is not None and (isinstance(value, int) or (isinstance(value, list) and all(isinstance(v, int)
-                                                                                         for v in value))):
+            return {
+                "t": "value",
+                "v": value,
+                "error": f"no image file at {value!r} under the server's roots",
+            }
+        return {
+            "t": "image",
+            "mime": _IMAGE_EXT[Path(value).suffix.lower()],
+            "path": value,
+            "src": f"/ui/datasets/{ds_id}/file?row={row}&column={urllib.parse.quote(column)}",
+        }
+    if vocab is not None and (
+        isinstance(value, int)
+        or (isinstance(value, list) and all(isinstance(v, int) for v in value))
+    ):
         ids = value if isinstance(value, list) else [value]
         tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
         pad = "<PAD>"
@@ -354,13 +452,26 @@ def _cell(value: Any, column: str, row: int, ds_id: str, vocab: Any, *, base: Pa
     if isinstance(value, float):
         return {"t": "value", "v": _float(value, float32=float32), "full": repr(value)}
     if isinstance(value, list):
-        shown = [_float(v, float32=float32) if isinstance(v, float) else repr(v) if v is not None else "missing"
-                 for v in value[:LIST_SHOWN]]
+        shown = [
+            _float(v, float32=float32)
+            if isinstance(v, float)
+            else repr(v)
+            if v is not None
+            else "missing"
+            for v in value[:LIST_SHOWN]
+        ]
         if len(value) <= LIST_SHOWN:
             return {"t": "value", "v": "[" + ", ".join(shown) + "]"}
-        every = [number_text(v, float32=float32) if isinstance(v, float) else repr(v) for v in value[:LIST_ALL]]
-        return {"t": "list", "head": "[" + ", ".join(shown) + ", …]", "n": len(value),
-                "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]"}
+        every = [
+            number_text(v, float32=float32) if isinstance(v, float) else repr(v)
+            for v in value[:LIST_ALL]
+        ]
+        return {
+            "t": "list",
+            "head": "[" + ", ".join(shown) + ", …]",
+            "n": len(value),
+            "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]",
+        }
     return {"t": "value", "v": _short(value)}
 
 
@@ -426,9 +537,16 @@ def values_route(who: Reader, ref: str, column: str, insp: Insp) -> dict[str, An
 
 
 @router.get("/{ref}/samples")
-def samples_route(who: Reader, ref: str, insp: Insp, offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
-                  limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
-                  columns: Annotated[str | None, Query(max_length=10_000)] = None) -> dict[str, Any]:
+def samples_route(
+    who: Reader,
+    ref: str,
+    insp: Insp,
+    offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    columns: Annotated[str | None, Query(max_length=10_000)] = None,
+) -> dict[str, Any]:
     """A page of samples (``columns`` comma-separated)."""
     check_dataset(who, insp.state, ref)
-    return insp.samples(ref, offset=offset, limit=limit, columns=columns.split(",") if columns else None)
+    return insp.samples(
+        ref, offset=offset, limit=limit, columns=columns.split(",") if columns else None
+    )

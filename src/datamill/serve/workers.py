@@ -92,8 +92,9 @@ class BuildPool:
     def __init__(self, workers: int, *, cache_shards: int | None = None) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"build workers must be an int >= 1, got {workers!r}")
-        self._ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                                else "spawn")
+        self._ctx = multiprocessing.get_context(
+            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        )
         self._cache_shards = cache_shards
         self.executors = [self._executor() for _ in range(workers)]
         self.warm()
@@ -102,7 +103,9 @@ class BuildPool:
         self._next = 0
 
     def _executor(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(1, mp_context=self._ctx, initializer=_init, initargs=(self._cache_shards,))
+        return ProcessPoolExecutor(
+            1, mp_context=self._ctx, initializer=_init, initargs=(self._cache_shards,)
+        )
 
     def warm(self) -> list[int]:
         """Start every worker (imports done) and wait for it: a server starts serving with warm workers, so
@@ -121,8 +124,13 @@ class BuildPool:
                 self._pinned.move_to_end(client)
             return w
 
-    def build(self, client: str | int, path: str, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
-              ) -> bytes:
+    def build(
+        self,
+        client: str | int,
+        path: str,
+        cfg: Mapping[str, Any],
+        runs: Sequence[tuple[int, int, int]],
+    ) -> bytes:
         """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it); an int
         ``client`` (a static iteration's rank) is worker ``client % workers``."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
@@ -131,7 +139,9 @@ class BuildPool:
         ex = self.executors[w]
         try:
             return bytes(ex.submit(_build, *args).result())
-        except BrokenProcessPool:  # the worker died (killed, out of memory): replace it and build once more
+        except (
+            BrokenProcessPool
+        ):  # the worker died (killed, out of memory): replace it and build once more
             with self._lock:
                 if self.executors[w] is ex:
                     self.executors[w] = self._executor()

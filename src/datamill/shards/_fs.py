@@ -55,11 +55,17 @@ class Location:
         except OSError as exc:  # an object store's failure: bad credentials, no bucket, unreachable
             raise store_error(exc, self.show(name)) from exc
         if info.type == pafs.FileType.File:
-            raise DataFileError("expected a shardset dataset folder, found a file", path=self.display,
-                                hint="pass the dataset folder (the one holding dataset.json)")
+            raise DataFileError(
+                "expected a shardset dataset folder, found a file",
+                path=self.display,
+                hint="pass the dataset folder (the one holding dataset.json)",
+            )
         if info.type == pafs.FileType.NotFound:
-            raise DataFileNotFoundError("no such dataset folder", path=self.display,
-                                        hint="check the path, or create it with `datamill shards create`")
+            raise DataFileNotFoundError(
+                "no such dataset folder",
+                path=self.display,
+                hint="check the path, or create it with `datamill shards create`",
+            )
         try:
             with self.fs.open_input_stream(self.join(name)) as f:
                 return json.loads(f.read().decode("utf-8"))
@@ -94,7 +100,9 @@ class Location:
     def tree_size(self, *parts: str) -> int:
         """Bytes of every file under a folder (a listing, no reads)."""
         sel = pafs.FileSelector(self.join(*parts), allow_not_found=True, recursive=True)
-        return sum(int(i.size or 0) for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
+        return sum(
+            int(i.size or 0) for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File
+        )
 
     def remove_tree(self, name: str) -> None:
         if self.exists(name):
@@ -126,7 +134,9 @@ def resolve(root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None 
         except (pa.ArrowException, ValueError) as exc:
             raise DataFileError(f"cannot open this filesystem URI: {exc}", path=text) from exc
         return Location(fs, path, text)
-    return Location(pafs.LocalFileSystem(), os.path.abspath(check_path(text, name="the dataset path")), text)
+    return Location(
+        pafs.LocalFileSystem(), os.path.abspath(check_path(text, name="the dataset path")), text
+    )
 
 
 def file_format(path: str) -> str:
@@ -135,12 +145,22 @@ def file_format(path: str) -> str:
         return "parquet"
     if low.endswith(".csv"):
         return "csv"
-    raise DataFileError("expected a .parquet or .csv shard file", path=path,
-                        hint="convert it to Parquet or CSV first")
+    raise DataFileError(
+        "expected a .parquet or .csv shard file",
+        path=path,
+        hint="convert it to Parquet or CSV first",
+    )
 
 
-def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str] | None = None,
-             schema: pa.Schema | None = None, data: bytes | None = None) -> pa.Table:
+def read_any(
+    fs: pafs.FileSystem,
+    path: str,
+    *,
+    display: str,
+    columns: list[str] | None = None,
+    schema: pa.Schema | None = None,
+    data: bytes | None = None,
+) -> pa.Table:
     """Read a Parquet or CSV file (or its content ``data``, already fetched); CSV columns get the types of ``schema``."""
     fmt = file_format(path)
     try:
@@ -150,7 +170,9 @@ def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str]
             return pq.read_table(path, filesystem=fs, columns=columns)
         types = {f.name: f.type for f in schema} if schema is not None else None
         if data is not None:
-            return pcsv.read_csv(pa.BufferReader(data), **csv_options("csv", columns=columns, column_types=types))
+            return pcsv.read_csv(
+                pa.BufferReader(data), **csv_options("csv", columns=columns, column_types=types)
+            )
         with fs.open_input_stream(path) as f:
             return pcsv.read_csv(f, **csv_options("csv", columns=columns, column_types=types))
     except FileNotFoundError as exc:
@@ -158,13 +180,18 @@ def read_any(fs: pafs.FileSystem, path: str, *, display: str, columns: list[str]
     except (pa.ArrowException, OSError, ValueError) as exc:
         if isinstance(exc, KeyError):
             raise DataFileError(f"missing column: {exc}", path=display) from exc
-        raise DataFileError(f"cannot read this {fmt.upper()} file (corrupt or truncated?): {exc}",
-                            path=display, hint="re-write the file") from exc
+        raise DataFileError(
+            f"cannot read this {fmt.upper()} file (corrupt or truncated?): {exc}",
+            path=display,
+            hint="re-write the file",
+        ) from exc
 
 
 def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None:
     """Write one shard file (Parquet or CSV)."""
-    if fmt == "parquet":  # dictionary pages only for flat columns (nested ids: 25% slower, no smaller)
+    if (
+        fmt == "parquet"
+    ):  # dictionary pages only for flat columns (nested ids: 25% slower, no smaller)
         flat = [f.name for f in table.schema if not pa.types.is_nested(f.type)]
         pq.write_table(table, path, filesystem=fs, use_dictionary=flat)
     else:
@@ -173,6 +200,9 @@ def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None
                 pcsv.write_csv(table, f)
         except pa.ArrowInvalid as exc:
             fs.delete_file(path)
-            raise SchemaError(f"a CSV shard cannot hold these column types ({exc})", path=path,
-                              hint="write Parquet shards (fmt='parquet', --format parquet) for nested columns") from exc
+            raise SchemaError(
+                f"a CSV shard cannot hold these column types ({exc})",
+                path=path,
+                hint="write Parquet shards (fmt='parquet', --format parquet) for nested columns",
+            ) from exc
     _fsync_local(fs, path)

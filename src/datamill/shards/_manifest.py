@@ -48,7 +48,13 @@ class ShardsetEntry(BaseModel):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        if not v or "/" in v or "\\" in v or v.startswith(".") or v in (DATASET_MANIFEST, SAMPLES_FILE):
+        if (
+            not v
+            or "/" in v
+            or "\\" in v
+            or v.startswith(".")
+            or v in (DATASET_MANIFEST, SAMPLES_FILE)
+        ):
             raise ValueError(f"a shardset name must be a plain folder name, got {v!r}")
         return v
 
@@ -106,6 +112,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# long (67 lines): every check of a manifest's structure in order, each appending a located problem
 def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[ShardsetError]]:
     """``(manifest, problems)``; ``manifest`` is ``None`` when the structure is invalid.
 
@@ -119,13 +126,18 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
         d.json: num_shards: Input should be a valid integer, got 'five'
         d.json: shardsets: Field required
     """
+
     def err(field: str, msg: str) -> ShardsetError:
         return ShardsetError(f"{field}: {msg}", path=path, hint=_HINT)
 
     if not isinstance(raw, dict):
         return None, [err("(top level)", f"expected a JSON object, got {type(raw).__name__}")]
     if raw.get("format") != SHARDS_FORMAT:
-        return None, [ShardsetError(f"expected format {SHARDS_FORMAT!r}, got {raw.get('format')!r}", path=path)]
+        return None, [
+            ShardsetError(
+                f"expected format {SHARDS_FORMAT!r}, got {raw.get('format')!r}", path=path
+            )
+        ]
     try:
         m = Manifest.model_validate(raw)
     except ValidationError as exc:
@@ -133,7 +145,9 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
         for e in exc.errors():
             missing = e["type"] == "missing"
             msg = str(e["msg"]).removeprefix("Value error, ")
-            out.append(err(_field(tuple(e["loc"])), msg if missing else f"{msg}, got {_short(e['input'])}"))
+            out.append(
+                err(_field(tuple(e["loc"])), msg if missing else f"{msg}, got {_short(e['input'])}")
+            )
         return None, out
     problems: list[ShardsetError] = []
     seen: dict[str, str] = {}
@@ -144,10 +158,18 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
             problems.append(err(f"{at}.name", f"the shardset {ss.name!r} is listed twice"))
         names.add(ss.name)
         if ss.num_shards != m.num_shards:
-            problems.append(err(f"{at}.num_shards", f"the manifest says {ss.num_shards} shards, the dataset has "
-                                                    f"{m.num_shards}"))
+            problems.append(
+                err(
+                    f"{at}.num_shards",
+                    f"the manifest says {ss.num_shards} shards, the dataset has {m.num_shards}",
+                )
+            )
         if len(ss.shard_rows) != m.num_shards:
-            problems.append(err(f"{at}.shard_rows", f"{len(ss.shard_rows)} row counts for {m.num_shards} shards"))
+            problems.append(
+                err(
+                    f"{at}.shard_rows", f"{len(ss.shard_rows)} row counts for {m.num_shards} shards"
+                )
+            )
         try:
             schema = schema_from_b64(ss.schema_b64)
         except (pa.ArrowException, ValueError) as exc:
@@ -155,11 +177,21 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
             continue
         for c in [m.uid_column, *ss.columns]:
             if c not in schema.names:
-                problems.append(err(f"{at}.columns", f"column {c!r} is not in the shardset's schema {schema.names}"))
+                problems.append(
+                    err(
+                        f"{at}.columns",
+                        f"column {c!r} is not in the shardset's schema {schema.names}",
+                    )
+                )
         for c in ss.columns:
             if c == m.uid_column or c in seen:
-                problems.append(err(f"{at}.columns", f"column {c!r} is also in "
-                                                     f"{'the UID column' if c == m.uid_column else seen[c]}"))
+                problems.append(
+                    err(
+                        f"{at}.columns",
+                        f"column {c!r} is also in "
+                        f"{'the UID column' if c == m.uid_column else seen[c]}",
+                    )
+                )
             seen.setdefault(c, ss.name)
     return m, problems
 
@@ -169,7 +201,9 @@ def validate_manifest(raw: Any, *, path: str) -> Manifest:
     m, problems = manifest_problems(raw, path=path)
     if problems:
         if len(problems) > 1:
-            problems[0].add_note(f"{len(problems) - 1} more problems in {path}: run `datamill shards check`")
+            problems[0].add_note(
+                f"{len(problems) - 1} more problems in {path}: run `datamill shards check`"
+            )
         raise problems[0]
     assert m is not None
     return m

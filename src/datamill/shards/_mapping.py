@@ -55,8 +55,11 @@ class Mapping:
         self.uids = uids
         self.shard = shard
         self.num_shards = num_shards
-        self.sizes = np.bincount(shard, minlength=num_shards).astype(np.int64) if len(shard) else \
-            np.zeros(num_shards, np.int64)
+        self.sizes = (
+            np.bincount(shard, minlength=num_shards).astype(np.int64)
+            if len(shard)
+            else np.zeros(num_shards, np.int64)
+        )
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self._index: UidIndex | None = None
 
@@ -67,26 +70,35 @@ class Mapping:
         return cls(uids, shard, num_shards)
 
     def to_table(self, uid_column: str) -> pa.Table:
-        return pa.table({uid_column: self.uids, SHARD_COLUMN: pa.array(self.shard.astype(np.int32))})
+        return pa.table(
+            {uid_column: self.uids, SHARD_COLUMN: pa.array(self.shard.astype(np.int32))}
+        )
 
     def shard_uids(self, k: int) -> pa.Array:
         return self.uids.slice(int(self.offsets[k]), int(self.sizes[k]))
 
-    def cast_uids(self, uids: pa.Array | pa.ChunkedArray, *, display: str) -> pa.Array | pa.ChunkedArray:
+    def cast_uids(
+        self, uids: pa.Array | pa.ChunkedArray, *, display: str
+    ) -> pa.Array | pa.ChunkedArray:
         """``uids`` cast to the mapping's UID type (SchemaError naming ``display`` when impossible)."""
         if uids.type == self.uids.type:
             return uids
         try:
             return uids.cast(self.uids.type)
         except (pa.ArrowException, ValueError) as exc:
-            raise SchemaError(f"UIDs of type {uids.type} do not match the mapping's {self.uids.type}: {exc}",
-                              path=display, hint="give the UID column the type it has in samples.parquet") from exc
+            raise SchemaError(
+                f"UIDs of type {uids.type} do not match the mapping's {self.uids.type}: {exc}",
+                path=display,
+                hint="give the UID column the type it has in samples.parquet",
+            ) from exc
 
     def positions(self, uids: pa.Array | pa.ChunkedArray, *, display: str = "<table>") -> pa.Array:
         """Mapping position of each UID (null when unknown), vectorised."""
         return pc.index_in(self.cast_uids(uids, display=display), value_set=self.uids)
 
-    def positions_near(self, uids: pa.Array | pa.ChunkedArray, k: int, *, display: str = "<table>") -> pa.Array:
+    def positions_near(
+        self, uids: pa.Array | pa.ChunkedArray, k: int, *, display: str = "<table>"
+    ) -> pa.Array:
         """Like :meth:`positions`, looking in shard ``k`` first (a small hash table) and in the whole
         mapping only for the UIDs not found there."""
         uids = self.cast_uids(uids, display=display)
@@ -97,8 +109,12 @@ class Mapping:
         if not local.null_count:
             return pos
         missing = np.flatnonzero(np.asarray(local.is_null()))
-        far = np.asarray(pc.index_in(uids.take(pa.array(missing)), value_set=self.uids).cast(pa.int64())
-                         .fill_null(-1).to_numpy())
+        far = np.asarray(
+            pc.index_in(uids.take(pa.array(missing)), value_set=self.uids)
+            .cast(pa.int64())
+            .fill_null(-1)
+            .to_numpy()
+        )
         out = np.asarray(pos.fill_null(-1).to_numpy()).copy()
         out[missing] = far
         return pa.array(out, mask=out < 0)

@@ -44,8 +44,14 @@ from datamill.core.storage import upload as upload_object
 from datamill.shards._fs import Location
 
 __all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
-    "RemoteShards", "UPLOAD_MARKER", "discard_stage", "is_remote_location", "new_generation", "stage",
-    "switch_remote", "upload",
+    "RemoteShards",
+    "UPLOAD_MARKER",
+    "discard_stage",
+    "is_remote_location",
+    "new_generation",
+    "stage",
+    "switch_remote",
+    "upload",
 ]
 
 UPLOAD_MARKER = ".datamill-upload"
@@ -61,10 +67,15 @@ def is_remote_location(loc: Location) -> bool:
 class RemoteShards:
     """Shard files of a remote dataset, fetched through a bounded local cache and checked."""
 
-    def __init__(self, loc: Location, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int | None) -> None:
+    def __init__(
+        self, loc: Location, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int | None
+    ) -> None:
         self.loc = loc
-        self.cache = ShardFileCache(loc.fs, cache_dir if cache_dir is not None else default_cache_dir(),
-                                    cache_limit=cache_limit)
+        self.cache = ShardFileCache(
+            loc.fs,
+            cache_dir if cache_dir is not None else default_cache_dir(),
+            cache_limit=cache_limit,
+        )
         self._listings: dict[str, dict[str, pafs.FileInfo]] = {}
         self._lock = threading.Lock()
 
@@ -82,7 +93,9 @@ class RemoteShards:
         if known is not None:
             return known
         try:
-            infos = self.loc.fs.get_file_info(pafs.FileSelector(self.loc.join(folder), allow_not_found=True))
+            infos = self.loc.fs.get_file_info(
+                pafs.FileSelector(self.loc.join(folder), allow_not_found=True)
+            )
         except DatamillError:
             raise
         except OSError as exc:
@@ -98,18 +111,27 @@ class RemoteShards:
         info = self.listing(folder).get(name)
         display = self.loc.show(rel)
         if info is None:
-            raise DataFileNotFoundError("shard file is missing", path=display, shard=k,
-                                        hint="run `datamill shards check`")
+            raise DataFileNotFoundError(
+                "shard file is missing", path=display, shard=k, hint="run `datamill shards check`"
+            )
         sizes: Sequence[int] | None = entry.get("shard_bytes")
         sums: Sequence[str] | None = entry.get("shard_xxh3")
 
         def check(data: bytes) -> None:
             if sizes is not None and len(data) != int(sizes[k]):
-                raise ShardsetError(f"the object has {len(data)} bytes, the manifest says {sizes[k]}", path=display,
-                                    shard=k, hint="the object was replaced or truncated; run `datamill shards check`")
+                raise ShardsetError(
+                    f"the object has {len(data)} bytes, the manifest says {sizes[k]}",
+                    path=display,
+                    shard=k,
+                    hint="the object was replaced or truncated; run `datamill shards check`",
+                )
             if sums is not None and xxhash.xxh3_128_hexdigest(data) != sums[k]:
-                raise ShardsetError("the object's checksum differs from the manifest's (corrupt or replaced?)",
-                                    path=display, shard=k, hint="run `datamill shards check`")
+                raise ShardsetError(
+                    "the object's checksum differs from the manifest's (corrupt or replaced?)",
+                    path=display,
+                    shard=k,
+                    hint="run `datamill shards check`",
+                )
 
         try:
             return self.cache.read(info.path, info=info, check=check)
@@ -135,9 +157,12 @@ def stage(remote: Location) -> Location:
         if not has_manifest:
             found = _objects(remote)
             if found and not any(i.base_name == UPLOAD_MARKER for i in found):
-                raise DataFileError(f"the prefix holds {len(found)} objects but no {DATASET_MANIFEST}: "
-                                    "not a datamill shardset dataset", path=remote.display,
-                                    hint="choose an empty prefix (datamill never writes over objects of yours)")
+                raise DataFileError(
+                    f"the prefix holds {len(found)} objects but no {DATASET_MANIFEST}: "
+                    "not a datamill shardset dataset",
+                    path=remote.display,
+                    hint="choose an empty prefix (datamill never writes over objects of yours)",
+                )
         scratch = Path(tempfile.mkdtemp(prefix="datamill-upload-"))
         if has_manifest:  # laid out as on the store (the mapping inside the data folder, if any)
             with remote.fs.open_input_stream(remote.join(DATASET_MANIFEST)) as f:
@@ -163,7 +188,9 @@ def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     upload_object(data, fs, path)
 
 
-def upload(scratch: Location, remote: Location, shardset: str, *, base: dict[str, Any] | None) -> None:
+def upload(
+    scratch: Location, remote: Location, shardset: str, *, base: dict[str, Any] | None
+) -> None:
     """Upload a shardset committed in ``scratch`` to ``remote``; ``dataset.json`` last (see the module doc).
 
     ``base`` is the remote manifest the write started from (``None`` for a new dataset); when the
@@ -176,7 +203,10 @@ def upload(scratch: Location, remote: Location, shardset: str, *, base: dict[str
     local = Path(scratch.path)
     manifest = json.loads((local / DATASET_MANIFEST).read_text(encoding="utf-8"))
     entry = next(ss for ss in manifest["shardsets"] if ss["name"] == shardset)
-    files = [local / shardset / (f"shard.{k:05d}.{entry['format']}") for k in range(int(entry["num_shards"]))]
+    files = [
+        local / shardset / (f"shard.{k:05d}.{entry['format']}")
+        for k in range(int(entry["num_shards"]))
+    ]
     sizes, sums = [], []
     for f in files:
         data = f.read_bytes()
@@ -195,9 +225,16 @@ def upload(scratch: Location, remote: Location, shardset: str, *, base: dict[str
         if base is None:
             _put(fs, remote.join(SAMPLES_FILE), (local / SAMPLES_FILE).read_bytes())
         elif remote.read_json(DATASET_MANIFEST) != base:
-            raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
-                                path=remote.show(DATASET_MANIFEST), hint="add again")
-        _put(fs, remote.join(DATASET_MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+            raise ShardsetError(
+                "the manifest changed while this shardset was written (a concurrent add?)",
+                path=remote.show(DATASET_MANIFEST),
+                hint="add again",
+            )
+        _put(
+            fs,
+            remote.join(DATASET_MANIFEST),
+            json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"),
+        )
     except BaseException as exc:
         for target in done:  # best effort: the previous manifest never listed them
             try:
@@ -238,12 +275,18 @@ def switch_remote(remote: Location, generation: str) -> None:
         manifest = remote.child(generation).read_json(DATASET_MANIFEST)
         manifest["data_dir"] = generation
         fault_point("shards.remote_before_switch")
-        _put(remote.fs, remote.join(DATASET_MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+        _put(
+            remote.fs,
+            remote.join(DATASET_MANIFEST),
+            json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"),
+        )
         fs = remote.fs
         keep = remote.join(generation) + "/"
         for info in _objects(remote):
-            if info.path == remote.join(DATASET_MANIFEST) or (info.path.startswith(keep)
-                                                               and info.path != remote.join(generation, DATASET_MANIFEST)):
+            if info.path == remote.join(DATASET_MANIFEST) or (
+                info.path.startswith(keep)
+                and info.path != remote.join(generation, DATASET_MANIFEST)
+            ):
                 continue
             fs.delete_file(info.path)
         for info in fs.get_file_info(pafs.FileSelector(remote.path, allow_not_found=True)):

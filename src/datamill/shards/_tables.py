@@ -79,12 +79,18 @@ def conform(table: pa.Table, schema: pa.Schema | None, *, display: str, k: int) 
     if schema is None:
         return table
     if sorted(table.column_names) != sorted(schema.names):
-        raise SchemaError(f"expected columns {sorted(schema.names)}, got {sorted(table.column_names)}",
-                          path=display, shard=k, hint="every shard of a shardset has the same columns")
+        raise SchemaError(
+            f"expected columns {sorted(schema.names)}, got {sorted(table.column_names)}",
+            path=display,
+            shard=k,
+            hint="every shard of a shardset has the same columns",
+        )
     table = table.select(schema.names)
     if table.schema.equals(schema):
         return table
     try:
         return table.cast(schema)
     except (pa.ArrowException, ValueError) as exc:
-        raise SchemaError(f"column types differ from the first shard: {exc}", path=display, shard=k) from exc
+        raise SchemaError(
+            f"column types differ from the first shard: {exc}", path=display, shard=k
+        ) from exc

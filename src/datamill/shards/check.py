@@ -24,8 +24,15 @@ from datamill.shards._fs import Location, read_any
 from datamill.shards._manifest import manifest_problems
 from datamill.shards._mapping import Mapping, schema_from_b64
 
-__all__ = ["MAX_PER_FILE", "VIOLATION_KEYS", "check_dataset", "check_report", "shard_file", "shard_problems",
-           "violation_dict"]
+__all__ = [
+    "MAX_PER_FILE",
+    "VIOLATION_KEYS",
+    "check_dataset",
+    "check_report",
+    "shard_file",
+    "shard_problems",
+    "violation_dict",
+]
 
 MAX_PER_FILE = 20  # violations listed per shard file before a summary line
 VIOLATION_KEYS = ("kind", "message", "path", "shard", "uid", "column", "row", "hint")
@@ -36,19 +43,37 @@ def shard_file(shardset: str, k: int, fmt: str) -> str:
     return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=fmt)}"
 
 
-def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, mapping: Mapping,
-                   columns: list[str] | None, reference: tuple[str, str]) -> Iterator[DatamillError]:
+# long (68 lines): every check of one shard in order, each appending a located problem
+def shard_problems(
+    table: pa.Table,
+    *,
+    display: str,
+    k: int,
+    uid_column: str,
+    mapping: Mapping,
+    columns: list[str] | None,
+    reference: tuple[str, str],
+) -> Iterator[DatamillError]:
     """Violations of shard ``k`` of one shardset: UID column, column set, unknown/misplaced/duplicate UIDs.
 
     ``reference`` is ``(first shardset name, its format)``, named in "belongs to shard m" messages.
     """
     if uid_column not in table.column_names:
-        yield SchemaError(f"the UID column {uid_column!r} is missing (columns: {table.column_names})",
-                          path=display, column=uid_column, shard=k, hint="every shard file needs the UID column")
+        yield SchemaError(
+            f"the UID column {uid_column!r} is missing (columns: {table.column_names})",
+            path=display,
+            column=uid_column,
+            shard=k,
+            hint="every shard file needs the UID column",
+        )
         return
     if columns is not None and sorted(table.column_names) != sorted([uid_column, *columns]):
-        yield SchemaError(f"expected columns {sorted([uid_column, *columns])}, got {sorted(table.column_names)}",
-                          path=display, shard=k, hint="every shard of a shardset has the same columns")
+        yield SchemaError(
+            f"expected columns {sorted([uid_column, *columns])}, got {sorted(table.column_names)}",
+            path=display,
+            shard=k,
+            hint="every shard of a shardset has the same columns",
+        )
     uids = table.column(uid_column)
     if uids.null_count:
         row = int(np.flatnonzero(np.asarray(uids.is_null()))[0])
@@ -63,23 +88,42 @@ def shard_problems(table: pa.Table, *, display: str, k: int, uid_column: str, ma
     p = np.asarray(pos.fill_null(0).to_numpy(), dtype=np.int64)
     unknown = np.flatnonzero(~valid)
     for row in unknown[:MAX_PER_FILE]:
-        yield ShardsetError("uid is not in the sample mapping (samples.parquet)", path=display,
-                            uid=uids[int(row)].as_py(), row=int(row), shard=k,
-                            hint="new samples need a new dataset (the mapping is fixed by the first shardset)")
+        yield ShardsetError(
+            "uid is not in the sample mapping (samples.parquet)",
+            path=display,
+            uid=uids[int(row)].as_py(),
+            row=int(row),
+            shard=k,
+            hint="new samples need a new dataset (the mapping is fixed by the first shardset)",
+        )
     owner = mapping.shard[p] if len(p) else np.empty(0, np.int64)
     wrong = np.flatnonzero(valid & (owner != k))
     for row in wrong[:MAX_PER_FILE]:
         m = int(owner[row])
-        yield ShardsetError(f"uid belongs to shard {m} (as in {shard_file(reference[0], m, reference[1])})",
-                            path=display, uid=uids[int(row)].as_py(), row=int(row), shard=k,
-                            hint="a sample lives in the same shard index in every shardset; use `add --route`")
+        yield ShardsetError(
+            f"uid belongs to shard {m} (as in {shard_file(reference[0], m, reference[1])})",
+            path=display,
+            uid=uids[int(row)].as_py(),
+            row=int(row),
+            shard=k,
+            hint="a sample lives in the same shard index in every shardset; use `add --route`",
+        )
     _, first, counts = np.unique(p[valid], return_index=True, return_counts=True)
     dup_rows = np.flatnonzero(valid)[first[counts > 1]]
     for row in dup_rows[:MAX_PER_FILE]:
-        yield ShardsetError("duplicate uid within the shardset", path=display, uid=uids[int(row)].as_py(),
-                            row=int(row), shard=k, hint="UIDs must be unique within a shardset")
-    more = max(0, len(unknown) - MAX_PER_FILE) + max(0, len(wrong) - MAX_PER_FILE) + \
-        max(0, len(dup_rows) - MAX_PER_FILE)
+        yield ShardsetError(
+            "duplicate uid within the shardset",
+            path=display,
+            uid=uids[int(row)].as_py(),
+            row=int(row),
+            shard=k,
+            hint="UIDs must be unique within a shardset",
+        )
+    more = (
+        max(0, len(unknown) - MAX_PER_FILE)
+        + max(0, len(wrong) - MAX_PER_FILE)
+        + max(0, len(dup_rows) - MAX_PER_FILE)
+    )
     if more:
         yield ShardsetError(f"{more} more violations in this file", path=display, shard=k)
 
@@ -113,16 +157,26 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         loc = top.child(manifest["data_dir"])
         for entry in top.listdir():
             if not entry.startswith(".") and entry != DATASET_MANIFEST:
-                out.append(ShardsetError("not listed in the manifest (left by an interrupted overwrite?)",
-                                         path=top.show(entry), hint="remove it; the next overwrite removes it too"))
+                out.append(
+                    ShardsetError(
+                        "not listed in the manifest (left by an interrupted overwrite?)",
+                        path=top.show(entry),
+                        hint="remove it; the next overwrite removes it too",
+                    )
+                )
     try:
         mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
         mapping = Mapping.from_table(mt, uid_col, n)
     except DatamillError as exc:
         return [*out, exc]
     except (KeyError, ValueError, pa.ArrowException) as exc:
-        return [*out, ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
-                                    path=loc.show(SAMPLES_FILE))]
+        return [
+            *out,
+            ShardsetError(
+                f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
+                path=loc.show(SAMPLES_FILE),
+            ),
+        ]
     if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
         out.append(ShardsetError(f"shard indices must be in [0, {n})", path=loc.show(SAMPLES_FILE)))
     if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
@@ -133,8 +187,13 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
     known = {ss["name"] for ss in sets} | {DATASET_MANIFEST, SAMPLES_FILE}
     for entry in loc.listdir():
         if not entry.startswith(".") and entry not in known:
-            out.append(ShardsetError("not listed in the manifest (left by an interrupted add?)", path=loc.show(entry),
-                                     hint="remove it, or add it again with `datamill shards add`"))
+            out.append(
+                ShardsetError(
+                    "not listed in the manifest (left by an interrupted add?)",
+                    path=loc.show(entry),
+                    hint="remove it, or add it again with `datamill shards add`",
+                )
+            )
     out.extend(_litter(loc))
     ref = (sets[0]["name"], sets[0]["format"]) if sets else ("?", "parquet")
     for ss in sets:
@@ -151,14 +210,26 @@ def _litter(loc: Location) -> Iterator[DatamillError]:
     if not isinstance(loc.fs, pafs.LocalFileSystem):
         return
     for entry in find_litter(loc.path):
-        yield ShardsetError("a temporary file/folder left by an interrupted run (its process is gone)",
-                            path=loc.show(entry.name),
-                            hint="delete it, or let the next `datamill shards add` remove it")
+        yield ShardsetError(
+            "a temporary file/folder left by an interrupted run (its process is gone)",
+            path=loc.show(entry.name),
+            hint="delete it, or let the next `datamill shards add` remove it",
+        )
 
 
-def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, mapping: Mapping,
-                    ref: tuple[str, str]) -> Iterator[DatamillError]:
-    name, fmt = ss["name"], ss["format"]  # (counts disagreeing with num_shards: see manifest_problems)
+def _check_shardset(
+    loc: Location,
+    ss: dict[str, Any],
+    *,
+    uid_col: str,
+    n: int,
+    mapping: Mapping,
+    ref: tuple[str, str],
+) -> Iterator[DatamillError]:
+    name, fmt = (
+        ss["name"],
+        ss["format"],
+    )  # (counts disagreeing with num_shards: see manifest_problems)
     expected = {SHARD_PATTERN.format(index=k, ext=fmt) for k in range(n)}
     present = set(loc.listdir(name))
     if not loc.exists(name):
@@ -166,7 +237,9 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
         return
     for extra in sorted(present - expected):
         if extra.startswith("shard."):
-            yield ShardsetError(f"unexpected shard file (the manifest lists {n} shards)", path=loc.show(name, extra))
+            yield ShardsetError(
+                f"unexpected shard file (the manifest lists {n} shards)", path=loc.show(name, extra)
+            )
     try:
         schema = schema_from_b64(ss["schema"])
     except (pa.ArrowException, ValueError):
@@ -183,10 +256,20 @@ def _check_shardset(loc: Location, ss: dict[str, Any], *, uid_col: str, n: int, 
             yield exc
             continue
         if k < len(shard_rows) and t.num_rows != shard_rows[k]:
-            yield ShardsetError(f"expected {shard_rows[k]} rows (manifest), got {t.num_rows}",
-                                path=loc.show(rel), shard=k)
-        yield from shard_problems(t, display=loc.show(rel), k=k, uid_column=uid_col, mapping=mapping,
-                                  columns=list(ss["columns"]), reference=ref)
+            yield ShardsetError(
+                f"expected {shard_rows[k]} rows (manifest), got {t.num_rows}",
+                path=loc.show(rel),
+                shard=k,
+            )
+        yield from shard_problems(
+            t,
+            display=loc.show(rel),
+            k=k,
+            uid_column=uid_col,
+            mapping=mapping,
+            columns=list(ss["columns"]),
+            reference=ref,
+        )
 
 
 def _plain(value: object) -> object:
@@ -211,8 +294,16 @@ def violation_dict(err: DatamillError) -> dict[str, Any]:
         {'kind': 'ShardsetError', 'message': 'a UID is null', 'path': 'a/shard.00000.parquet', \
 'shard': 0, 'uid': None, 'column': None, 'row': 3, 'hint': None}
     """
-    return {"kind": type(err).__name__, "message": err.msg, "path": err.path, "shard": _plain(err.shard),
-            "uid": _plain(err.uid), "column": err.column, "row": err.row, "hint": err.hint}
+    return {
+        "kind": type(err).__name__,
+        "message": err.msg,
+        "path": err.path,
+        "shard": _plain(err.shard),
+        "uid": _plain(err.uid),
+        "column": err.column,
+        "row": err.row,
+        "hint": err.hint,
+    }
 
 
 def check_report(root: str | os.PathLike[str] | Location) -> list[dict[str, Any]]:

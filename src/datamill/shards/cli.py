@@ -23,18 +23,37 @@ def _create(args: argparse.Namespace) -> int:
         from datamill.shards.peers import from_peer
 
         if len(args.files) != 1 or args.shard_size is None:
-            raise ConfigError("--from FORMAT PATH takes one PATH (no shard files) and needs --shard-size N",
-                              hint="datamill shards create ROOT --uid U --shardset S --from mds PATH --shard-size N")
-        ds = from_peer(args.from_peer, args.files[0], args.root, uid=args.uid, shardset=args.shardset,
-                       shard_size=args.shard_size, add_uid=args.add_uid, overwrite=args.overwrite)
+            raise ConfigError(
+                "--from FORMAT PATH takes one PATH (no shard files) and needs --shard-size N",
+                hint="datamill shards create ROOT --uid U --shardset S --from mds PATH --shard-size N",
+            )
+        ds = from_peer(
+            args.from_peer,
+            args.files[0],
+            args.root,
+            uid=args.uid,
+            shardset=args.shardset,
+            shard_size=args.shard_size,
+            add_uid=args.add_uid,
+            overwrite=args.overwrite,
+        )
         print(ds.info())
         return 0
 
-    one = len(args.files) == 1 and (args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5")))
+    one = len(args.files) == 1 and (
+        args.shard_size is not None or args.files[0].lower().endswith((".hdf5", ".h5"))
+    )
     source: str | list[str] = args.files[0] if one else args.files
-    ds = ShardsetDataset.create(args.root, source, uid=args.uid, shardset=args.shardset,
-                                shard_size=args.shard_size if one else None, fmt=args.format,
-                                add_uid=args.add_uid, overwrite=args.overwrite)
+    ds = ShardsetDataset.create(
+        args.root,
+        source,
+        uid=args.uid,
+        shardset=args.shardset,
+        shard_size=args.shard_size if one else None,
+        fmt=args.format,
+        add_uid=args.add_uid,
+        overwrite=args.overwrite,
+    )
     print(ds.info())
     return 0
 
@@ -44,9 +63,16 @@ def _add(args: argparse.Namespace) -> int:
 
     ds = ShardsetDataset(args.root)
     if args.route and len(args.files) != 1:
-        raise ConfigError(f"--route takes exactly one table file, got {len(args.files)}",
-                          hint="route one UID-keyed table at a time")
-    ds = ds.add(args.shardset, args.files[0] if args.route else args.files, route=args.route, fmt=args.format)
+        raise ConfigError(
+            f"--route takes exactly one table file, got {len(args.files)}",
+            hint="route one UID-keyed table at a time",
+        )
+    ds = ds.add(
+        args.shardset,
+        args.files[0] if args.route else args.files,
+        route=args.route,
+        fmt=args.format,
+    )
     print(ds.info())
     return 0
 
@@ -89,8 +115,12 @@ def _get(args: argparse.Namespace) -> int:
         except ValueError:
             pass
     row = ds.get(uid, columns=_cols(args.columns))
-    print(json.dumps({k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in row.items()},
-                     default=str))
+    print(
+        json.dumps(
+            {k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in row.items()},
+            default=str,
+        )
+    )
     return 0
 
 
@@ -98,15 +128,23 @@ def _export(args: argparse.Namespace) -> int:
     from datamill.shards.convert import export
     from datamill.shards.dataset import ShardsetDataset
 
-    table = export(ShardsetDataset(args.root), args.out, columns=_cols(args.columns), join=args.join,
-                   overwrite=args.overwrite)
+    table = export(
+        ShardsetDataset(args.root),
+        args.out,
+        columns=_cols(args.columns),
+        join=args.join,
+        overwrite=args.overwrite,
+    )
     print(f"{args.out}: {table.num_rows:,} rows, columns {table.column_names}")
     return 0
 
 
+# long (78 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill shards ...`` to the CLI."""
-    p = sub.add_parser("shards", help="UID-keyed shardset datasets: create, add, check, info, get, export")
+    p = sub.add_parser(
+        "shards", help="UID-keyed shardset datasets: create, add, check, info, get, export"
+    )
     s = p.add_subparsers(dest="shards_command", required=True)
     c = s.add_parser("create", help="create a dataset from shard files or one table (--shard-size)")
     c.add_argument("root")
@@ -114,27 +152,53 @@ def register(sub: Any) -> None:
     c.add_argument("--shardset", required=True)
     # files is "+" (not "*"): with "*" argparse gives ROOT's chunk an empty list and then refuses the files
     # after --uid/--shardset; --from's PATH is therefore the one FILES argument (`--from mds PATH` reads the same)
-    c.add_argument("files", nargs="+", help="shard files in shard order, or one table (CSV/Parquet/HDF5); "
-                                            "with --from: the peer's dataset")
-    c.add_argument("--from", dest="from_peer", choices=["mds", "litdata", "webdataset", "hf"], default=None,
-                   metavar="FORMAT", help="import a peer's dataset (`--from FORMAT PATH`): mds, litdata, "
-                                          "webdataset or hf (a save_to_disk folder)")
-    c.add_argument("--shard-size", type=SHARD_SIZE.arg, default=None, help="cut one table into shards of N rows")
+    c.add_argument(
+        "files",
+        nargs="+",
+        help="shard files in shard order, or one table (CSV/Parquet/HDF5); "
+        "with --from: the peer's dataset",
+    )
+    c.add_argument(
+        "--from",
+        dest="from_peer",
+        choices=["mds", "litdata", "webdataset", "hf"],
+        default=None,
+        metavar="FORMAT",
+        help="import a peer's dataset (`--from FORMAT PATH`): mds, litdata, "
+        "webdataset or hf (a save_to_disk folder)",
+    )
+    c.add_argument(
+        "--shard-size",
+        type=SHARD_SIZE.arg,
+        default=None,
+        help="cut one table into shards of N rows",
+    )
     c.add_argument("--format", choices=["parquet", "csv"], default="parquet")
-    c.add_argument("--add-uid", action="store_true", help="add the UID column as row numbers if absent")
-    c.add_argument("--overwrite", action="store_true",
-                   help="replace an existing dataset at ROOT as a whole (never an input or a folder of yours)")
+    c.add_argument(
+        "--add-uid", action="store_true", help="add the UID column as row numbers if absent"
+    )
+    c.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing dataset at ROOT as a whole (never an input or a folder of yours)",
+    )
     c.set_defaults(func=_create)
-    a = s.add_parser("add", help="add a shardset (shard files respecting the mapping, or --route one table)")
+    a = s.add_parser(
+        "add", help="add a shardset (shard files respecting the mapping, or --route one table)"
+    )
     a.add_argument("root")
     a.add_argument("--shardset", required=True)
     a.add_argument("files", nargs="+")
-    a.add_argument("--route", action="store_true", help="route the rows of one UID-keyed table to their shards")
+    a.add_argument(
+        "--route", action="store_true", help="route the rows of one UID-keyed table to their shards"
+    )
     a.add_argument("--format", choices=["parquet", "csv"], default="parquet")
     a.set_defaults(func=_add)
     k = s.add_parser("check", help="validate everything; list every violation")
     k.add_argument("root")
-    k.add_argument("--json", action="store_true", help="print the violations as a JSON list of dicts")
+    k.add_argument(
+        "--json", action="store_true", help="print the violations as a JSON list of dicts"
+    )
     k.set_defaults(func=_check)
     i = s.add_parser("info", help="shardsets, columns, shards, samples and missing counts")
     i.add_argument("root")
@@ -150,6 +214,9 @@ def register(sub: Any) -> None:
     e.add_argument("out")
     e.add_argument("--columns", default=None, help="comma-separated")
     e.add_argument("--join", choices=["left", "inner"], default="left")
-    e.add_argument("--overwrite", action="store_true",
-                   help="replace an existing CSV (or other datamill output) at OUT; never a file inside the dataset")
+    e.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing CSV (or other datamill output) at OUT; never a file inside the dataset",
+    )
     e.set_defaults(func=_export)

@@ -27,8 +27,15 @@ EXPORT_KEY = b"datamill.export"
 """Parquet schema metadata key marking a file written by :func:`export` (its value: the dataset)."""
 
 
-def from_hdf5(path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, shard_size: int,
-              shardset: str = "features", uid: str = "uid") -> ShardsetDataset:
+def from_hdf5(
+    path: str | os.PathLike[str],
+    root: str | os.PathLike[str],
+    /,
+    *,
+    shard_size: int,
+    shardset: str = "features",
+    uid: str = "uid",
+) -> ShardsetDataset:
     """A preprocessed HDF5 → a new shardset dataset with one shardset (``uid`` = row number if absent).
 
     Examples:
@@ -39,11 +46,20 @@ def from_hdf5(path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, 
         >>> from_hdf5(d + "/t.hdf5", d + "/ds", shard_size=2).get(2)
         {'uid': 2, 'x': 2.0}
     """
-    return create(root, hdf5_to_table(path, uid=uid), uid=uid, shardset=shardset, shard_size=shard_size)
+    return create(
+        root, hdf5_to_table(path, uid=uid), uid=uid, shardset=shardset, shard_size=shard_size
+    )
 
 
-def from_bert_parquet(path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, shard_size: int,
-                      shardset: str = "bert", uid: str = "uid") -> ShardsetDataset:
+def from_bert_parquet(
+    path: str | os.PathLike[str],
+    root: str | os.PathLike[str],
+    /,
+    *,
+    shard_size: int,
+    shardset: str = "bert",
+    uid: str = "uid",
+) -> ShardsetDataset:
     """A BERT Parquet (``build_bert_samples`` output) → a dataset; ``uid`` = row number if absent.
 
     Examples:
@@ -56,8 +72,15 @@ def from_bert_parquet(path: str | os.PathLike[str], root: str | os.PathLike[str]
     return create(root, path, uid=uid, shardset=shardset, shard_size=shard_size, add_uid=True)
 
 
-def export(ds: ShardsetDataset, out: str | os.PathLike[str], /, *, columns: Sequence[str] | None = None,
-           join: str = "left", overwrite: bool = False) -> pa.Table:
+def export(
+    ds: ShardsetDataset,
+    out: str | os.PathLike[str],
+    /,
+    *,
+    columns: Sequence[str] | None = None,
+    join: str = "left",
+    overwrite: bool = False,
+) -> pa.Table:
     """Write the joined dataset to one Parquet or CSV file (atomically); returns the table.
 
     An earlier Parquet export at ``out`` is replaced; a CSV file (which carries no marker) only

@@ -51,15 +51,22 @@ from datamill.shards.writer import UNCOMMITTED, ShardsetWriter, remove_interrupt
 __all__ = ["add", "create", "load_table"]
 
 
-def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bool) -> Iterator[tuple[str, pa.Table]]:
+def _pieces(
+    source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bool
+) -> Iterator[tuple[str, pa.Table]]:
     if isinstance(source, (str, os.PathLike, pa.Table)):
         if shard_size is None and isinstance(source, pa.Table):
-            raise ConfigError("a single table needs shard_size", hint="pass shard_size=N (--shard-size N)")
+            raise ConfigError(
+                "a single table needs shard_size", hint="pass shard_size=N (--shard-size N)"
+            )
         table = load_table(source, uid=uid, add_uid=add_uid)
         name = "<table>" if isinstance(source, pa.Table) else os.fspath(source)
         if table.num_rows == 0:
-            raise DataFileError("the table has no rows (a header only?); a dataset needs samples", path=name,
-                                hint="add rows, or check that you passed the right file")
+            raise DataFileError(
+                "the table has no rows (a header only?); a dataset needs samples",
+                path=name,
+                hint="add rows, or check that you passed the right file",
+            )
         if shard_size is None:
             yield name, table
             return
@@ -74,9 +81,19 @@ def _pieces(source: ShardInput, *, uid: str, shard_size: int | None, add_uid: bo
 
 
 # long (62 lines, 30 of docstring): the docstring documents every option; the code is the local/remote/overwrite dispatch
-def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
-           shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
-           add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
+def create(
+    root: str | os.PathLike[str],
+    source: ShardInput,
+    /,
+    *,
+    uid: str,
+    shardset: str,
+    shard_size: int | None = None,
+    fmt: str = "parquet",
+    name: str | None = None,
+    add_uid: bool = False,
+    overwrite: bool = False,
+) -> ShardsetDataset:
     """Create a dataset whose first shardset ``shardset`` defines the sample→shard mapping.
 
     Args:
@@ -113,55 +130,135 @@ def create(root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, sha
     local = isinstance(loc.fs, pafs.LocalFileSystem)
     if not local:
         try:
-            return _create_remote(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
-                                  add_uid=add_uid, overwrite=overwrite)
+            return _create_remote(
+                loc,
+                source,
+                uid=uid,
+                shardset=shardset,
+                shard_size=shard_size,
+                fmt=fmt,
+                name=name,
+                add_uid=add_uid,
+                overwrite=overwrite,
+            )
         except DatamillError:
             raise
         except OSError as exc:
             raise store_error(exc, loc.display) from exc
     if local:
-        inputs = [source] if isinstance(source, (str, os.PathLike)) else \
-            [f for f in source if isinstance(f, (str, os.PathLike))] if not isinstance(source, pa.Table) else []
-        check_output(loc.path, is_own=lambda p: p.is_dir() and (_leftovers_only(p) or (p / DATASET_MANIFEST).is_file()),
-                     inputs=inputs, what="shardset dataset", overwrite=overwrite)
+        inputs = (
+            [source]
+            if isinstance(source, (str, os.PathLike))
+            else [f for f in source if isinstance(f, (str, os.PathLike))]
+            if not isinstance(source, pa.Table)
+            else []
+        )
+        check_output(
+            loc.path,
+            is_own=lambda p: (
+                p.is_dir() and (_leftovers_only(p) or (p / DATASET_MANIFEST).is_file())
+            ),
+            inputs=inputs,
+            what="shardset dataset",
+            overwrite=overwrite,
+        )
     if loc.exists(DATASET_MANIFEST) or (overwrite and local and is_datamill_output(loc.path)):
         if not overwrite:
-            raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
-                                hint="use `add` to add a shardset, or --overwrite to replace the dataset")
+            raise ShardsetError(
+                "a dataset already exists here",
+                path=loc.show(DATASET_MANIFEST),
+                hint="use `add` to add a shardset, or --overwrite to replace the dataset",
+            )
         with atomic_dir(loc.path) as tmp:
-            _write_new(resolve(tmp), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
-                       name=name or PurePosixPath(loc.path).name, add_uid=add_uid)
+            _write_new(
+                resolve(tmp),
+                source,
+                uid=uid,
+                shardset=shardset,
+                shard_size=shard_size,
+                fmt=fmt,
+                name=name or PurePosixPath(loc.path).name,
+                add_uid=add_uid,
+            )
         return ShardsetDataset(loc)
     if local and loc.exists():
         remove_interrupted(loc, [])
-    return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
-                      add_uid=add_uid)
+    return _write_new(
+        loc,
+        source,
+        uid=uid,
+        shardset=shardset,
+        shard_size=shard_size,
+        fmt=fmt,
+        name=name,
+        add_uid=add_uid,
+    )
 
 
-def _create_remote(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
-                   name: str | None, add_uid: bool, overwrite: bool) -> ShardsetDataset:
+def _create_remote(
+    loc: Location,
+    source: ShardInput,
+    *,
+    uid: str,
+    shardset: str,
+    shard_size: int | None,
+    fmt: str,
+    name: str | None,
+    add_uid: bool,
+    overwrite: bool,
+) -> ShardsetDataset:
     """``create`` on an object store (the writer stages locally and uploads, ``dataset.json`` last)."""
     name = name or PurePosixPath(loc.path).name
     if loc.exists(DATASET_MANIFEST):
         if not overwrite:
-            raise ShardsetError("a dataset already exists here", path=loc.show(DATASET_MANIFEST),
-                                hint="use `add` to add a shardset, or --overwrite to replace the dataset")
+            raise ShardsetError(
+                "a dataset already exists here",
+                path=loc.show(DATASET_MANIFEST),
+                hint="use `add` to add a shardset, or --overwrite to replace the dataset",
+            )
         # the new dataset goes whole to a fresh folder beside the old one, then one PUT of dataset.json
         # switches readers to it and the old objects are deleted: the previous dataset stays readable
         # until the new one is complete (an object store has no rename)
         generation = new_generation()
-        _write_new(loc.child(generation), source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt,
-                   name=name, add_uid=add_uid)
+        _write_new(
+            loc.child(generation),
+            source,
+            uid=uid,
+            shardset=shardset,
+            shard_size=shard_size,
+            fmt=fmt,
+            name=name,
+            add_uid=add_uid,
+        )
         switch_remote(loc, generation)
         return ShardsetDataset(loc)
-    return _write_new(loc, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name,
-                      add_uid=add_uid)
+    return _write_new(
+        loc,
+        source,
+        uid=uid,
+        shardset=shardset,
+        shard_size=shard_size,
+        fmt=fmt,
+        name=name,
+        add_uid=add_uid,
+    )
 
 
-def _write_new(loc: Location, source: ShardInput, *, uid: str, shardset: str, shard_size: int | None, fmt: str,
-               name: str | None, add_uid: bool) -> ShardsetDataset:
+def _write_new(
+    loc: Location,
+    source: ShardInput,
+    *,
+    uid: str,
+    shardset: str,
+    shard_size: int | None,
+    fmt: str,
+    name: str | None,
+    add_uid: bool,
+) -> ShardsetDataset:
     with ShardsetWriter(loc, uid=uid, shardset=shardset, fmt=fmt, name=name) as w:
-        for k, (display, t) in enumerate(_pieces(source, uid=uid, shard_size=shard_size, add_uid=add_uid)):
+        for k, (display, t) in enumerate(
+            _pieces(source, uid=uid, shard_size=shard_size, add_uid=add_uid)
+        ):
             w.write_shard(k, t, source=display)
     assert w.dataset is not None
     return w.dataset
@@ -170,41 +267,70 @@ def _write_new(loc: Location, source: ShardInput, *, uid: str, shardset: str, sh
 def _leftovers_only(path: Path) -> bool:
     """A folder holding nothing but what an interrupted ``create`` leaves (mapping, marked shardsets, temporaries)."""
     litter = set(find_litter(path))
-    return all(e.name == SAMPLES_FILE or (e / UNCOMMITTED).is_file() or e in litter for e in path.iterdir())
+    return all(
+        e.name == SAMPLES_FILE or (e / UNCOMMITTED).is_file() or e in litter for e in path.iterdir()
+    )
 
 
 def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple[str, pa.Table]]:
     """Split a UID-keyed table into the dataset's shards (rows in mapping order)."""
     uid = ds.uid_column
     if uid not in table.column_names:
-        raise SchemaError(f"the UID column {uid!r} is missing (columns: {table.column_names})",
-                          path=display, column=uid)
+        raise SchemaError(
+            f"the UID column {uid!r} is missing (columns: {table.column_names})",
+            path=display,
+            column=uid,
+        )
     u = table.column(uid)
     pos = ds.mapping.positions(u, display=display)
     if pos.null_count:
         bad = np.flatnonzero(np.asarray(pos.is_null()))
         names = [u[int(i)].as_py() for i in bad[:10]]
-        raise ShardsetError(f"{len(bad)} UIDs are not in the sample mapping: {names}{' …' if len(bad) > 10 else ''}",
-                            path=display, uid=names[0], row=int(bad[0]), column=uid,
-                            hint="a shardset may only hold samples of the dataset; create a new dataset for new samples")
+        raise ShardsetError(
+            f"{len(bad)} UIDs are not in the sample mapping: {names}{' …' if len(bad) > 10 else ''}",
+            path=display,
+            uid=names[0],
+            row=int(bad[0]),
+            column=uid,
+            hint="a shardset may only hold samples of the dataset; create a new dataset for new samples",
+        )
     p = np.asarray(pos.to_numpy(), dtype=np.int64)
     order = np.argsort(p, kind="stable")
     sp = p[order]
     if len(sp) > 1 and np.any(sp[1:] == sp[:-1]):
         i = int(np.flatnonzero(sp[1:] == sp[:-1])[0])
-        raise ShardsetError("duplicate uid in the routed table", path=display, uid=ds.mapping.uids[int(sp[i])].as_py(),
-                            row=int(order[i + 1]), column=uid, hint="UIDs must be unique within a shardset")
+        raise ShardsetError(
+            "duplicate uid in the routed table",
+            path=display,
+            uid=ds.mapping.uids[int(sp[i])].as_py(),
+            row=int(order[i + 1]),
+            column=uid,
+            hint="UIDs must be unique within a shardset",
+        )
     table = table.take(pa.array(order))
-    table = table.set_column(table.column_names.index(uid), uid, ds.mapping.cast_uids(table.column(uid), display=display))
-    counts = np.bincount(ds.mapping.shard[sp], minlength=ds.num_shards) if len(sp) else np.zeros(ds.num_shards, int)
+    table = table.set_column(
+        table.column_names.index(uid), uid, ds.mapping.cast_uids(table.column(uid), display=display)
+    )
+    counts = (
+        np.bincount(ds.mapping.shard[sp], minlength=ds.num_shards)
+        if len(sp)
+        else np.zeros(ds.num_shards, int)
+    )
     start = 0
     for c in counts:
         yield display, table.slice(start, int(c))
         start += int(c)
 
 
-def add(ds: ShardsetDataset, shardset: str, source: ShardInput, /, *, route: bool = False,
-        fmt: str = "parquet") -> ShardsetDataset:
+def add(
+    ds: ShardsetDataset,
+    shardset: str,
+    source: ShardInput,
+    /,
+    *,
+    route: bool = False,
+    fmt: str = "parquet",
+) -> ShardsetDataset:
     """Add the shardset ``shardset`` to ``ds`` atomically; returns the reopened dataset.
 
     Args:
@@ -230,24 +356,37 @@ def add(ds: ShardsetDataset, shardset: str, source: ShardInput, /, *, route: boo
     """
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
-    if ds.loc.read_json(DATASET_MANIFEST) != ds.manifest:  # a stale object: another add happened since
+    if (
+        ds.loc.read_json(DATASET_MANIFEST) != ds.manifest
+    ):  # a stale object: another add happened since
         ds = ShardsetDataset(ds.loc)
-    with ShardsetWriter(ds.loc, uid=ds.uid_column, shardset=shardset, fmt=fmt) as w:  # checks the name first
+    with ShardsetWriter(
+        ds.loc, uid=ds.uid_column, shardset=shardset, fmt=fmt
+    ) as w:  # checks the name first
         pieces: Iterator[tuple[str, pa.Table]]
         if route:
             if not isinstance(source, (str, os.PathLike, pa.Table)):
-                raise ConfigError("route=True takes one table or file", hint="pass one UID-keyed table")
+                raise ConfigError(
+                    "route=True takes one table or file", hint="pass one UID-keyed table"
+                )
             one: TableInput = source
             table = load_table(one, uid=ds.uid_column)
             pieces = _route(ds, table, "<table>" if isinstance(one, pa.Table) else os.fspath(one))
         else:
             files = [source] if isinstance(source, (str, os.PathLike, pa.Table)) else list(source)
             if len(files) != ds.num_shards:
-                raise ShardsetError(f"got {len(files)} shard files, the dataset has {ds.num_shards} shards",
-                                    path=ds.loc.display,
-                                    hint="pass one file per shard in shard order, or use --route with one table")
-            pieces = (("<table>" if isinstance(f, pa.Table) else os.fspath(f), load_table(f, uid=ds.uid_column))
-                      for f in files)
+                raise ShardsetError(
+                    f"got {len(files)} shard files, the dataset has {ds.num_shards} shards",
+                    path=ds.loc.display,
+                    hint="pass one file per shard in shard order, or use --route with one table",
+                )
+            pieces = (
+                (
+                    "<table>" if isinstance(f, pa.Table) else os.fspath(f),
+                    load_table(f, uid=ds.uid_column),
+                )
+                for f in files
+            )
         for k, (display, t) in enumerate(pieces):
             w.write_shard(k, t, source=display)
     assert w.dataset is not None

@@ -67,7 +67,12 @@ def _read_pool() -> ThreadPoolExecutor:
     """Threads reading shard files, shared by every dataset of this process (made anew after a fork)."""
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
-        _POOL = (os.getpid(), ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="datamill-shards"))
+        _POOL = (
+            os.getpid(),
+            ThreadPoolExecutor(
+                max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="datamill-shards"
+            ),
+        )
     return _POOL[1]
 
 
@@ -106,9 +111,15 @@ class ShardsetDataset:
         (1, {'a': 0, 'b': 1})
     """
 
-    def __init__(self, root: str | os.PathLike[str] | Location, *, cache_shards: int = 16,
-                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
-                 filesystem: pafs.FileSystem | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Location,
+        *,
+        cache_shards: int = 16,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        filesystem: pafs.FileSystem | None = None,
+    ) -> None:
         self.loc = root if isinstance(root, Location) else resolve(root, filesystem=filesystem)
         self.remote: RemoteShards | None = None
         if is_remote_location(self.loc):
@@ -118,7 +129,11 @@ class ShardsetDataset:
             validate_manifest(manifest, path=self.loc.show(DATASET_MANIFEST))
             # the data folder: beside dataset.json, or the generation an object-store overwrite made
             self._prefix: str = manifest.get("data_dir") or ""
-            table = read_any(self.loc.fs, self.loc.join(self.samples_path), display=self.loc.show(self.samples_path))
+            table = read_any(
+                self.loc.fs,
+                self.loc.join(self.samples_path),
+                display=self.loc.show(self.samples_path),
+            )
         except DatamillError:
             raise
         except OSError as exc:  # an object store's failure (a DatamillError passes unchanged)
@@ -131,8 +146,11 @@ class ShardsetDataset:
         try:
             self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
         except (KeyError, ValueError, pa.ArrowException) as exc:
-            raise ShardsetError(f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
-                                path=self.loc.show(self.samples_path), hint="run `datamill shards check`") from exc
+            raise ShardsetError(
+                f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
+                path=self.loc.show(self.samples_path),
+                hint="run `datamill shards check`",
+            ) from exc
         self._cache: OrderedDict[tuple[str, int], tuple[pa.Table, UidIndex]] = OrderedDict()
         self._cache_size = cache_shards
         # parsed Parquet footers by file (the dataset is read as it was when opened, like the manifest):
@@ -142,20 +160,40 @@ class ShardsetDataset:
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, root: str | os.PathLike[str], source: ShardInput, /, *, uid: str, shardset: str,
-               shard_size: int | None = None, fmt: str = "parquet", name: str | None = None,
-               add_uid: bool = False, overwrite: bool = False) -> ShardsetDataset:
+    def create(
+        cls,
+        root: str | os.PathLike[str],
+        source: ShardInput,
+        /,
+        *,
+        uid: str,
+        shardset: str,
+        shard_size: int | None = None,
+        fmt: str = "parquet",
+        name: str | None = None,
+        add_uid: bool = False,
+        overwrite: bool = False,
+    ) -> ShardsetDataset:
         """Create a dataset from shard files (their order is the shard index) or one table/file.
 
         A thin wrapper of :func:`datamill.shards.create.create` (see it for the arguments).
         """
         ds: ShardsetDataset = verb("create")(
-            root, source, uid=uid, shardset=shardset, shard_size=shard_size, fmt=fmt, name=name, add_uid=add_uid,
-            overwrite=overwrite)
+            root,
+            source,
+            uid=uid,
+            shardset=shardset,
+            shard_size=shard_size,
+            fmt=fmt,
+            name=name,
+            add_uid=add_uid,
+            overwrite=overwrite,
+        )
         return ds
 
-    def add(self, shardset: str, source: ShardInput, /, *, route: bool = False,
-            fmt: str = "parquet") -> ShardsetDataset:
+    def add(
+        self, shardset: str, source: ShardInput, /, *, route: bool = False, fmt: str = "parquet"
+    ) -> ShardsetDataset:
         """Add a shardset atomically and return the reopened dataset.
 
         A thin wrapper of :func:`datamill.shards.create.add` (see it for the arguments); this object
@@ -184,9 +222,16 @@ class ShardsetDataset:
         for name in self._sets:
             folder = self._rel(name)
             try:
-                infos = self.remote.listing(folder) if self.remote is not None else {
-                    i.base_name: i for i in self.loc.fs.get_file_info(
-                        pafs.FileSelector(self.loc.join(folder), allow_not_found=True))}
+                infos = (
+                    self.remote.listing(folder)
+                    if self.remote is not None
+                    else {
+                        i.base_name: i
+                        for i in self.loc.fs.get_file_info(
+                            pafs.FileSelector(self.loc.join(folder), allow_not_found=True)
+                        )
+                    }
+                )
             except DatamillError:
                 raise
             except OSError as exc:
@@ -221,8 +266,11 @@ class ShardsetDataset:
             if c == self.uid_column:
                 continue
             if c not in self._owner:
-                raise SchemaError(f"no shardset has column {c!r}; columns: {self.columns}",
-                                  path=self.loc.display, column=c)
+                raise SchemaError(
+                    f"no shardset has column {c!r}; columns: {self.columns}",
+                    path=self.loc.display,
+                    column=c,
+                )
             groups.setdefault(self._owner[c], []).append(c)
         return list(groups.items())
 
@@ -237,7 +285,9 @@ class ShardsetDataset:
 
     def shard_path(self, shardset: str, k: int) -> str:
         """Path of shard ``k`` of ``shardset`` relative to the root."""
-        return self._rel(shardset, SHARD_PATTERN.format(index=k, ext=self._sets[shardset]["format"]))
+        return self._rel(
+            shardset, SHARD_PATTERN.format(index=k, ext=self._sets[shardset]["format"])
+        )
 
     def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         """Shard ``k`` of ``shardset``, checked against the manifest's row count (its UIDs are checked
@@ -245,45 +295,69 @@ class ShardsetDataset:
         t = self._read_file(shardset, k, columns)
         expected = self._sets[shardset]["shard_rows"][k]
         if t.num_rows != expected:
-            raise ShardsetError(f"the shard file has {t.num_rows} rows, the manifest says {expected} "
-                                "(truncated, edited or swapped?)", path=self.loc.show(self.shard_path(shardset, k)),
-                                shard=k, hint="restore the file, or run `datamill shards check` for details")
+            raise ShardsetError(
+                f"the shard file has {t.num_rows} rows, the manifest says {expected} "
+                "(truncated, edited or swapped?)",
+                path=self.loc.show(self.shard_path(shardset, k)),
+                shard=k,
+                hint="restore the file, or run `datamill shards check` for details",
+            )
         return t
 
     def _check_uids(self, shardset: str, k: int, t: pa.Table) -> None:
         """Every UID of the shard file is mapped to shard ``k`` (a swapped or edited file is an error)."""
         su = t.column(self.uid_column).combine_chunks()
         uids = self.mapping.shard_uids(k)
-        if not su.equals(uids) and (pc.sum(pc.is_in(su, value_set=uids)).as_py() or 0) != t.num_rows:
-            raise ShardsetError(f"the shard file holds UIDs that are not mapped to shard {k} (swapped or edited?)",
-                                path=self.loc.show(self.shard_path(shardset, k)), shard=k,
-                                hint="restore the file, or run `datamill shards check` for the list")
+        if (
+            not su.equals(uids)
+            and (pc.sum(pc.is_in(su, value_set=uids)).as_py() or 0) != t.num_rows
+        ):
+            raise ShardsetError(
+                f"the shard file holds UIDs that are not mapped to shard {k} (swapped or edited?)",
+                path=self.loc.show(self.shard_path(shardset, k)),
+                shard=k,
+                hint="restore the file, or run `datamill shards check` for the list",
+            )
 
     def _read_file(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         rel = self.shard_path(shardset, k)
         cols = [self.uid_column, *columns]
         if self.remote is not None:  # downloaded whole into the checked local cache
             data = self.remote.fetch(self._sets[shardset], rel, k)
-            return read_any(self.loc.fs, self.loc.join(rel), display=self.loc.show(rel), columns=cols,
-                            schema=self._schemas[shardset], data=data)
+            return read_any(
+                self.loc.fs,
+                self.loc.join(rel),
+                display=self.loc.show(rel),
+                columns=cols,
+                schema=self._schemas[shardset],
+                data=data,
+            )
         if self._sets[shardset]["format"] == "parquet":
             try:
                 path = self.loc.join(rel)
                 with self.loc.fs.open_input_file(path) as f:
                     size = f.size()
                     known = self._footers.get(path)
-                    pf = pq.ParquetFile(f, metadata=known[1] if known is not None and known[0] == size else None)
+                    pf = pq.ParquetFile(
+                        f, metadata=known[1] if known is not None and known[0] == size else None
+                    )
                     if known is None or known[0] != size:
                         self._footers[path] = (size, pf.metadata)
                     return pf.read(columns=cols)
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise read_error(self.loc.show(rel), k, exc) from exc
-        return read_any(self.loc.fs, self.loc.join(rel), display=self.loc.show(rel), columns=cols,
-                        schema=self._schemas[shardset])
+        return read_any(
+            self.loc.fs,
+            self.loc.join(rel),
+            display=self.loc.show(rel),
+            columns=cols,
+            schema=self._schemas[shardset],
+        )
 
     # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached footers and dropped counts: one read path
-    def read_shard(self, index: int, *, columns: Sequence[str] | str | None = None,
-                   join: str = "left") -> pa.Table:
+    def read_shard(
+        self, index: int, *, columns: Sequence[str] | str | None = None, join: str = "left"
+    ) -> pa.Table:
         """Shard ``index`` joined across shardsets, rows in mapping order.
 
         Args:
@@ -301,10 +375,14 @@ class ShardsetDataset:
             SchemaError: an unknown column (``column`` set).
             ShardsetError: a shard file holds UIDs that are not mapped to this shard.
         """
-        checked = check_read_args(self, index, columns, path=self.loc.display)  # one contract for every Source
+        checked = check_read_args(
+            self, index, columns, path=self.loc.display
+        )  # one contract for every Source
         columns = None if columns is None else checked
         if join not in ("left", "inner"):
-            raise ConfigError(f"join must be 'left' or 'inner', got {join!r}", path=self.loc.display)
+            raise ConfigError(
+                f"join must be 'left' or 'inner', got {join!r}", path=self.loc.display
+            )
         index = int(index)
         uids = self.mapping.shard_uids(index)
         names: list[str] = [self.uid_column]
@@ -324,8 +402,11 @@ class ShardsetDataset:
                 if len(idx) - idx.null_count != t.num_rows:
                     raise ShardsetError(
                         f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not mapped to shard "
-                        f"{index} (or are duplicated)", path=self.loc.show(self.shard_path(ss, index)), shard=index,
-                        hint="run `datamill shards check` for the list")
+                        f"{index} (or are duplicated)",
+                        path=self.loc.show(self.shard_path(ss, index)),
+                        shard=index,
+                        hint="run `datamill shards check` for the list",
+                    )
                 t = t.select(cols).take(idx)  # (not the UID column: the mapping's is used)
                 present[ss] = idx.is_valid() if join == "inner" else None
             for c in cols:
@@ -336,7 +417,10 @@ class ShardsetDataset:
             out = out.select(list(columns))  # the caller's order; the UID column only if asked for
         if join == "left":
             return out
-        dropped = {ss: 0 if m is None else int(len(m) - (pc.sum(m).as_py() or 0)) for ss, m in present.items()}
+        dropped = {
+            ss: 0 if m is None else int(len(m) - (pc.sum(m).as_py() or 0))
+            for ss, m in present.items()
+        }
         masks = [m for m in present.values() if m is not None]
         if masks:
             keep = masks[0]
@@ -370,8 +454,12 @@ class ShardsetDataset:
         """
         pos = self.mapping.index.find(uid)
         if pos is None:
-            raise ShardsetError("no such sample in the mapping", path=self.loc.show(self.samples_path), uid=uid,
-                                hint="see `datamill shards info` for the UID column and its type")
+            raise ShardsetError(
+                "no such sample in the mapping",
+                path=self.loc.show(self.samples_path),
+                uid=uid,
+                hint="see `datamill shards info` for the UID column and its type",
+            )
         k = int(self.mapping.shard[pos])
         out: dict[str, Any] = {self.uid_column: uid}
         for ss, cols in self._groups(columns):
@@ -388,12 +476,18 @@ class ShardsetDataset:
     def info(self) -> str:
         """A short human-readable summary (what ``datamill shards info`` prints)."""
         n = len(self)
-        lines = [(f"{self.manifest.get('name', '')}: {n:,} samples, {self.num_shards} shards, "
-                  f"uid column {self.uid_column!r} ({self.uids.type})")]
+        lines = [
+            (
+                f"{self.manifest.get('name', '')}: {n:,} samples, {self.num_shards} shards, "
+                f"uid column {self.uid_column!r} ({self.uids.type})"
+            )
+        ]
         for name, ss in self._sets.items():
             have = int(sum(ss["shard_rows"]))
             cols = ", ".join(f"{c}:{self._schemas[name].field(c).type}" for c in ss["columns"])
-            lines.append(f"  {name} [{ss['format']}]: {have:,} samples, {n - have:,} missing; {cols}")
+            lines.append(
+                f"  {name} [{ss['format']}]: {have:,} samples, {n - have:,} missing; {cols}"
+            )
         return "\n".join(lines)
 
     def describe(self) -> dict[str, Any]:
@@ -424,15 +518,39 @@ class ShardsetDataset:
         for name, ss in self._sets.items():
             rows = int(sum(ss["shard_rows"]))
             schema = self._schemas[name]
-            sets.append({"name": name, "format": ss["format"], "num_shards": int(ss["num_shards"]),
-                         "columns": [{"name": c, "type": str(schema.field(c).type)} for c in ss["columns"]],
-                         "rows": rows, "missing": n - rows, "bytes": self.loc.tree_size(self._rel(name))})
-        total = self.loc.size(DATASET_MANIFEST) + self.loc.size(self.samples_path) + sum(ss["bytes"] for ss in sets)
-        return {"root": self.loc.display, "name": self.manifest.get("name", ""), "uid_column": self.uid_column,
-                "uid_type": str(self.uids.type), "num_samples": n, "num_shards": self.num_shards,
-                "fingerprint": self.fingerprint(), "shardsets": sets, "bytes": total}
+            sets.append(
+                {
+                    "name": name,
+                    "format": ss["format"],
+                    "num_shards": int(ss["num_shards"]),
+                    "columns": [
+                        {"name": c, "type": str(schema.field(c).type)} for c in ss["columns"]
+                    ],
+                    "rows": rows,
+                    "missing": n - rows,
+                    "bytes": self.loc.tree_size(self._rel(name)),
+                }
+            )
+        total = (
+            self.loc.size(DATASET_MANIFEST)
+            + self.loc.size(self.samples_path)
+            + sum(ss["bytes"] for ss in sets)
+        )
+        return {
+            "root": self.loc.display,
+            "name": self.manifest.get("name", ""),
+            "uid_column": self.uid_column,
+            "uid_type": str(self.uids.type),
+            "num_samples": n,
+            "num_shards": self.num_shards,
+            "fingerprint": self.fingerprint(),
+            "shardsets": sets,
+            "bytes": total,
+        }
 
-    def to_table(self, *, columns: Sequence[str] | str | None = None, join: str = "left") -> pa.Table:
+    def to_table(
+        self, *, columns: Sequence[str] | str | None = None, join: str = "left"
+    ) -> pa.Table:
         """Every shard joined and concatenated into one table (for export)."""
         parts = [self.read_shard(k, columns=columns, join=join) for k in range(self.num_shards)]
         if not parts:
@@ -457,9 +575,17 @@ def read_error(display: str, k: int, exc: BaseException) -> DatamillError:
     """A reading failure of shard ``k`` as a located DatamillError."""
     if isinstance(exc, FileNotFoundError):
         return DataFileNotFoundError("shard file is missing", path=display, shard=k)
-    return DataFileError(f"cannot read this Parquet file (corrupt or truncated?): {exc}", path=display, shard=k,
-                         hint="run `datamill shards check`")
+    return DataFileError(
+        f"cannot read this Parquet file (corrupt or truncated?): {exc}",
+        path=display,
+        shard=k,
+        hint="run `datamill shards check`",
+    )
 
 
-register_source("shardset", marker=lambda p: p.is_dir() and (p / DATASET_MANIFEST).is_file(), opener=ShardsetDataset,
-                priority=20)
+register_source(
+    "shardset",
+    marker=lambda p: p.is_dir() and (p / DATASET_MANIFEST).is_file(),
+    opener=ShardsetDataset,
+    priority=20,
+)

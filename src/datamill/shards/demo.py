@@ -20,8 +20,13 @@ def run(data_dir: Path, work_dir: Path) -> None:
     src = Path(data_dir) / "cifar10_tiny"
     labels = read_table(src / "labels.csv")
     paths = labels.column("image_path").to_pylist()
-    images = pa.table({"id": labels.column("id"), "image_path": paths,
-                       "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary())})
+    images = pa.table(
+        {
+            "id": labels.column("id"),
+            "image_path": paths,
+            "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary()),
+        }
+    )
     root = Path(work_dir) / "cifar_shards"
     shutil.rmtree(root, ignore_errors=True)
     ds = ShardsetDataset.create(root, images, uid="id", shardset="image", shard_size=25)
@@ -29,8 +34,14 @@ def run(data_dir: Path, work_dir: Path) -> None:
     keep = np.flatnonzero(np.arange(labels.num_rows) % 5 != 4)  # every 5th sample has no caption
     lab = labels.take(pa.array(keep))
     captions = [f"a small photo of a {x}" for x in lab.column("label").to_pylist()]
-    reversed_rows = pa.array(np.arange(len(keep))[::-1])  # any row order: --route puts rows in place
-    ds = ds.add("caption", pa.table({"id": lab.column("id"), "caption": captions}).take(reversed_rows), route=True)
+    reversed_rows = pa.array(
+        np.arange(len(keep))[::-1]
+    )  # any row order: --route puts rows in place
+    ds = ds.add(
+        "caption",
+        pa.table({"id": lab.column("id"), "caption": captions}).take(reversed_rows),
+        route=True,
+    )
     print(f"shards: {root}")
     print(ds.info())
     uid = ds.uids[4].as_py()
@@ -38,5 +49,7 @@ def run(data_dir: Path, work_dir: Path) -> None:
     row["png"] = f"<{len(row['png'])} bytes PNG>"
     print(f"get({uid!r}) = {row}")
     inner = ds.read_shard(0, join="inner")
-    print(f"read_shard(0, join='inner'): {inner.num_rows} rows, dropped per shardset {ds.last_dropped}")
+    print(
+        f"read_shard(0, join='inner'): {inner.num_rows} rows, dropped per shardset {ds.last_dropped}"
+    )
     print(f"check: {len(check_dataset(root))} violations")

@@ -44,14 +44,47 @@ PEER_FORMATS = ("hf", "litdata", "mds", "webdataset")
 """The formats :func:`read_peer` reads."""
 
 _MDS_SCALARS: dict[str, tuple[str, int]] = {
-    "int": ("int64", 8), "uint8": ("uint8", 1), "uint16": ("uint16", 2), "uint32": ("uint32", 4),
-    "uint64": ("uint64", 8), "int8": ("int8", 1), "int16": ("int16", 2), "int32": ("int32", 4), "int64": ("int64", 8),
-    "float16": ("float16", 2), "float32": ("float32", 4), "float64": ("float64", 8)}
-_MDS_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32", 33: "int32",
-               34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
+    "int": ("int64", 8),
+    "uint8": ("uint8", 1),
+    "uint16": ("uint16", 2),
+    "uint32": ("uint32", 4),
+    "uint64": ("uint64", 8),
+    "int8": ("int8", 1),
+    "int16": ("int16", 2),
+    "int32": ("int32", 4),
+    "int64": ("int64", 8),
+    "float16": ("float16", 2),
+    "float32": ("float32", 4),
+    "float64": ("float64", 8),
+}
+_MDS_DTYPES = {
+    8: "uint8",
+    9: "int8",
+    16: "uint16",
+    17: "int16",
+    18: "float16",
+    32: "uint32",
+    33: "int32",
+    34: "float32",
+    64: "uint64",
+    65: "int64",
+    66: "float64",
+}
 _MDS_SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
-_LITDATA_DTYPES = {0: "i1", 1: "<i2", 2: "<i4", 3: "<i8", 4: "u1", 5: "<u2", 6: "<u4", 7: "<u8", 8: "<f2", 9: "<f4",
-                   10: "<f8", 13: "?"}
+_LITDATA_DTYPES = {
+    0: "i1",
+    1: "<i2",
+    2: "<i4",
+    3: "<i8",
+    4: "u1",
+    5: "<u2",
+    6: "<u4",
+    7: "<u8",
+    8: "<f2",
+    9: "<f4",
+    10: "<f8",
+    13: "?",
+}
 
 
 def _load_json(path: Path, fmt: str) -> Any:
@@ -73,23 +106,27 @@ def _records(blob: bytes, path: Path) -> list[memoryview]:
         raise DataFileError(f"truncated file: {n} items announced, offsets missing", path=path)
     offsets = np.frombuffer(blob, np.uint32, n + 1, 4).astype(np.int64)
     if (np.diff(offsets) < 0).any() or offsets[-1] > len(blob):
-        raise DataFileError("corrupt item offsets (decreasing or past the end of the file)", path=path)
-    return [mv[int(a):int(b)] for a, b in itertools.pairwise(offsets.tolist())]
+        raise DataFileError(
+            "corrupt item offsets (decreasing or past the end of the file)", path=path
+        )
+    return [mv[int(a) : int(b)] for a, b in itertools.pairwise(offsets.tolist())]
 
 
 def _split(item: memoryview, sizes: list[int | None], path: Path, row: int) -> list[memoryview]:
     """An item's fields: a uint32 size per variable field first, then the fields' bytes."""
     nvar = sum(s is None for s in sizes)
-    var = np.frombuffer(item[:4 * nvar], np.uint32).tolist() if nvar else []
+    var = np.frombuffer(item[: 4 * nvar], np.uint32).tolist() if nvar else []
     pos, out, vi = 4 * nvar, [], 0
     for s in sizes:
         if s is None:
             s = var[vi]
             vi += 1
-        out.append(item[pos:pos + s])
+        out.append(item[pos : pos + s])
         pos += s
     if pos != len(item):
-        raise DataFileError(f"item {row} holds {len(item)} bytes, its fields {pos}", path=path, row=row)
+        raise DataFileError(
+            f"item {row} holds {len(item)} bytes, its fields {pos}", path=path, row=row
+        )
     return out
 
 
@@ -97,7 +134,9 @@ def _column(values: list[Any], name: str, path: Path) -> pa.Array:
     try:
         return pa.array(values)
     except (pa.ArrowException, ValueError, TypeError) as exc:
-        raise SchemaError(f"column {name!r} mixes types across samples ({exc})", path=path, column=name) from exc
+        raise SchemaError(
+            f"column {name!r} mixes types across samples ({exc})", path=path, column=name
+        ) from exc
 
 
 def _mds_decoder(enc: str, path: Path, name: str) -> Callable[[memoryview], Any]:
@@ -127,14 +166,21 @@ def _mds_decoder(enc: str, path: Path, name: str) -> Callable[[memoryview], Any]
             if shp is None:
                 ndim, sdt = b[i] >> 2, _MDS_SHAPE_DTYPES[b[i] & 3]
                 size = np.dtype(sdt).itemsize
-                shp = tuple(np.frombuffer(b[i + 1:i + 1 + ndim * size], sdt).tolist())
+                shp = tuple(np.frombuffer(b[i + 1 : i + 1 + ndim * size], sdt).tolist())
                 i += 1 + ndim * size
             arr = np.frombuffer(b[i:], dt).reshape(shp)
-            return arr if arr.ndim == 1 else arr.tolist()  # 1-d: a typed list (list<int32> stays int32)
+            return (
+                arr if arr.ndim == 1 else arr.tolist()
+            )  # 1-d: a typed list (list<int32> stays int32)
+
         return nd
-    raise SchemaError(f"MDS column {name!r} has encoding {enc!r}, which datamill does not import",
-                      path=path, column=name, hint="re-encode it as bytes, str, json, a number or an ndarray; "
-                      "pkl is refused on purpose (unpickling runs code)")
+    raise SchemaError(
+        f"MDS column {name!r} has encoding {enc!r}, which datamill does not import",
+        path=path,
+        column=name,
+        hint="re-encode it as bytes, str, json, a number or an ndarray; "
+        "pkl is refused on purpose (unpickling runs code)",
+    )
 
 
 def read_mds(path: str | os.PathLike[str]) -> pa.Table:
@@ -144,9 +190,12 @@ def read_mds(path: str | os.PathLike[str]) -> pa.Table:
     tables = []
     for shard in index.get("shards", []):
         if shard.get("compression") or shard.get("format") != "mds":
-            raise DataFileError(f"shard {shard.get('raw_data', {}).get('basename')} is "
-                                f"{shard.get('format')!r} with compression {shard.get('compression')!r}",
-                                path=root / "index.json", hint="write the MDS dataset with compression=None")
+            raise DataFileError(
+                f"shard {shard.get('raw_data', {}).get('basename')} is "
+                f"{shard.get('format')!r} with compression {shard.get('compression')!r}",
+                path=root / "index.json",
+                hint="write the MDS dataset with compression=None",
+            )
         file = root / shard["raw_data"]["basename"]
         names, encs, sizes = shard["column_names"], shard["column_encodings"], shard["column_sizes"]
         decoders = [_mds_decoder(e, file, n) for n, e in zip(names, encs)]
@@ -175,7 +224,11 @@ def _concat(tables: list[pa.Table], root: Path) -> pa.Table:
 
 
 def _litdata_decoder(fmt: str, path: Path, name: str) -> Callable[[memoryview], Any]:
-    fixed = {"int": "<i8", "float": "<f8", "bool": "?"}  # every element's size is in the item header
+    fixed = {
+        "int": "<i8",
+        "float": "<f8",
+        "bool": "?",
+    }  # every element's size is in the item header
     if fmt in fixed:
         scalar = fixed[fmt]
         return lambda b: np.frombuffer(b, scalar)[0].item()
@@ -187,15 +240,21 @@ def _litdata_decoder(fmt: str, path: Path, name: str) -> Callable[[memoryview], 
         dt = _LITDATA_DTYPES[int(fmt.split(":")[1])]
         return lambda b: np.frombuffer(b, dt)
     if fmt == "numpy" or fmt.startswith("numpy:"):
+
         def nd(b: memoryview) -> Any:
             dt = _LITDATA_DTYPES[int(np.frombuffer(b[:4], np.uint32)[0])]
             ndim = int(np.frombuffer(b[4:8], np.uint32)[0])
-            shape = tuple(np.frombuffer(b[8:8 + 4 * ndim], np.uint32).tolist())
-            arr = np.frombuffer(b[8 + 4 * ndim:], dt).reshape(shape)
+            shape = tuple(np.frombuffer(b[8 : 8 + 4 * ndim], np.uint32).tolist())
+            arr = np.frombuffer(b[8 + 4 * ndim :], dt).reshape(shape)
             return arr if arr.ndim == 1 else arr.tolist()
+
         return nd
-    raise SchemaError(f"litData column {name!r} has data format {fmt!r}, which datamill does not import",
-                      path=path, column=name, hint="optimize() it as int, float, str, bytes or a numpy array")
+    raise SchemaError(
+        f"litData column {name!r} has data format {fmt!r}, which datamill does not import",
+        path=path,
+        column=name,
+        hint="optimize() it as int, float, str, bytes or a numpy array",
+    )
 
 
 def read_litdata(path: str | os.PathLike[str]) -> pa.Table:
@@ -204,8 +263,11 @@ def read_litdata(path: str | os.PathLike[str]) -> pa.Table:
     index = _load_json(root / "index.json", "litData")
     cfg = index.get("config") or {}
     if cfg.get("compression") or cfg.get("encryption"):
-        raise DataFileError("compressed or encrypted litData chunks are not imported", path=root / "index.json",
-                            hint="optimize() again with compression=None")
+        raise DataFileError(
+            "compressed or encrypted litData chunks are not imported",
+            path=root / "index.json",
+            hint="optimize() again with compression=None",
+        )
     formats = cfg.get("data_format") or []
     names = _litdata_names(cfg.get("data_spec"), len(formats), root)
     decoders = [_litdata_decoder(f, root, n) for f, n in zip(formats, names)]
@@ -214,7 +276,9 @@ def read_litdata(path: str | os.PathLike[str]) -> pa.Table:
         file = root / chunk["filename"]
         cols: list[list[Any]] = [[] for _ in names]
         for row, item in enumerate(_records(_read(file), file)):
-            for c, (dec, field) in enumerate(zip(decoders, _split(item, [None] * len(formats), file, row))):
+            for c, (dec, field) in enumerate(
+                zip(decoders, _split(item, [None] * len(formats), file, row))
+            ):
                 cols[c].append(dec(field))
         tables.append(pa.table({n: _column(v, n, file) for n, v in zip(names, cols)}))
     return _concat(tables, root)
@@ -249,7 +313,7 @@ def read_webdataset(path: str | os.PathLike[str]) -> pa.Table:
                         continue
                     base = m.name.rsplit("/", 1)[-1]
                     key, _, ext = base.partition(".")
-                    key = m.name[:len(m.name) - len(base)] + key
+                    key = m.name[: len(m.name) - len(base)] + key
                     if not ext:
                         continue
                     if not keys or keys[-1] != key:
@@ -276,18 +340,27 @@ def read_hf(path: str | os.PathLike[str]) -> pa.Table:
             with pa.memory_map(str(file)) as src:
                 tables.append(pa.ipc.open_stream(src).read_all())
         except FileNotFoundError as exc:
-            raise DataFileNotFoundError("an Arrow file state.json lists is missing", path=file) from exc
+            raise DataFileNotFoundError(
+                "an Arrow file state.json lists is missing", path=file
+            ) from exc
         except pa.ArrowException as exc:
             raise DataFileError(f"not an Arrow IPC stream ({exc})", path=file) from exc
     table = _concat(tables, root)
     if state.get("_indices_data_files"):
-        raise DataFileError("this saved dataset has an indices mapping (a shuffle or select not flattened)",
-                            path=root, hint="save it after `.flatten_indices()`")
+        raise DataFileError(
+            "this saved dataset has an indices mapping (a shuffle or select not flattened)",
+            path=root,
+            hint="save it after `.flatten_indices()`",
+        )
     return table.replace_schema_metadata(None)
 
 
 _READERS: dict[str, Callable[[str | os.PathLike[str]], pa.Table]] = {
-    "hf": read_hf, "litdata": read_litdata, "mds": read_mds, "webdataset": read_webdataset}
+    "hf": read_hf,
+    "litdata": read_litdata,
+    "mds": read_mds,
+    "webdataset": read_webdataset,
+}
 
 
 def read_peer(fmt: str, path: str | os.PathLike[str], /) -> pa.Table:
@@ -318,8 +391,18 @@ def read_peer(fmt: str, path: str | os.PathLike[str], /) -> pa.Table:
     return reader(path)
 
 
-def from_peer(fmt: str, path: str | os.PathLike[str], root: str | os.PathLike[str], /, *, uid: str, shardset: str,
-              shard_size: int, add_uid: bool = False, overwrite: bool = False) -> Any:
+def from_peer(
+    fmt: str,
+    path: str | os.PathLike[str],
+    root: str | os.PathLike[str],
+    /,
+    *,
+    uid: str,
+    shardset: str,
+    shard_size: int,
+    add_uid: bool = False,
+    overwrite: bool = False,
+) -> Any:
     """A peer's dataset (:func:`read_peer`) written as a new shardset dataset at ``root``.
 
     Args:
@@ -335,5 +418,12 @@ def from_peer(fmt: str, path: str | os.PathLike[str], root: str | os.PathLike[st
     from datamill.shards.dataset import ShardsetDataset
 
     table = read_peer(fmt, path)
-    return ShardsetDataset.create(root, table, uid=uid, shardset=shardset, shard_size=shard_size, add_uid=add_uid,
-                                  overwrite=overwrite)
+    return ShardsetDataset.create(
+        root,
+        table,
+        uid=uid,
+        shardset=shardset,
+        shard_size=shard_size,
+        add_uid=add_uid,
+        overwrite=overwrite,
+    )

@@ -80,14 +80,26 @@ class ShardSink:
     again by :meth:`ShardsetWriter.commit`.
     """
 
-    def __init__(self, loc: Location, tmp: str, *, uid: str, shardset: str, fmt: str,
-                 mapping_of: ShardsetDataset | None) -> None:
+    def __init__(
+        self,
+        loc: Location,
+        tmp: str,
+        *,
+        uid: str,
+        shardset: str,
+        fmt: str,
+        mapping_of: ShardsetDataset | None,
+    ) -> None:
         if not isinstance(loc, Location):
-            raise TypeError(f"ShardSink writes to a Location (see ShardsetWriter), got {type(loc).__name__}")
+            raise TypeError(
+                f"ShardSink writes to a Location (see ShardsetWriter), got {type(loc).__name__}"
+            )
         self.loc, self.tmp, self.uid, self.shardset, self.fmt = loc, tmp, uid, shardset, fmt
         self.adding = mapping_of is not None
         self.num_shards = mapping_of.num_shards if mapping_of is not None else None
-        self.existing = [c for c in mapping_of.columns if c != uid] if mapping_of is not None else []
+        self.existing = (
+            [c for c in mapping_of.columns if c != uid] if mapping_of is not None else []
+        )
         first = mapping_of.manifest["shardsets"][0] if mapping_of is not None else None
         self.reference = (first["name"], first["format"]) if first is not None else ("", fmt)
         self._mapping = mapping_of.mapping if mapping_of is not None else None
@@ -112,22 +124,45 @@ class ShardSink:
     def _prepare(self, k: int, table: pa.Table, display: str) -> pa.Table:
         uid = self.uid
         if uid not in table.column_names:
-            raise SchemaError(f"the UID column {uid!r} is missing (columns: {table.column_names})",
-                              path=display, column=uid, shard=k, hint="every shard file needs the UID column")
+            raise SchemaError(
+                f"the UID column {uid!r} is missing (columns: {table.column_names})",
+                path=display,
+                column=uid,
+                shard=k,
+                hint="every shard file needs the UID column",
+            )
         if self.adding:
             clash = [c for c in table.column_names if c != uid and c in self.existing]
             if clash:
-                raise SchemaError(f"columns {clash} already exist in the dataset", path=display, column=clash[0],
-                                  hint="rename them; a column lives in exactly one shardset")
-            problems = list(shard_problems(table, display=display, k=k, uid_column=uid, mapping=self.mapping,
-                                           columns=None, reference=self.reference))
+                raise SchemaError(
+                    f"columns {clash} already exist in the dataset",
+                    path=display,
+                    column=clash[0],
+                    hint="rename them; a column lives in exactly one shardset",
+                )
+            problems = list(
+                shard_problems(
+                    table,
+                    display=display,
+                    k=k,
+                    uid_column=uid,
+                    mapping=self.mapping,
+                    columns=None,
+                    reference=self.reference,
+                )
+            )
             if problems:
                 if len(problems) > 1:
                     problems[0].add_note(f"{len(problems) - 1} more violations in this file")
                 raise problems[0]
-            table = table.set_column(table.column_names.index(uid), uid,
-                                     self.mapping.cast_uids(table.column(uid), display=display))
-            pos = np.asarray(self.mapping.positions_near(table.column(uid), k).to_numpy(), dtype=np.int64)
+            table = table.set_column(
+                table.column_names.index(uid),
+                uid,
+                self.mapping.cast_uids(table.column(uid), display=display),
+            )
+            pos = np.asarray(
+                self.mapping.positions_near(table.column(uid), k).to_numpy(), dtype=np.int64
+            )
             if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
                 table = table.take(pa.array(np.argsort(pos, kind="stable")))
         table = conform(table, self._schema, display=display, k=k)
@@ -153,11 +188,16 @@ class ShardSink:
             ShardsetError: a null UID; when adding, a UID unknown to the mapping, in another shard or
                 duplicated.
         """
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0 or \
-                (self.num_shards is not None and k >= self.num_shards):
+        if (
+            isinstance(k, bool)
+            or not isinstance(k, (int, np.integer))
+            or k < 0
+            or (self.num_shards is not None and k >= self.num_shards)
+        ):
             bound = f"[0, {self.num_shards})" if self.num_shards is not None else ">= 0"
-            raise ConfigError(f"shard index must be in {bound}, got {k!r}", path=self.loc.display,
-                              shard=str(k))
+            raise ConfigError(
+                f"shard index must be in {bound}, got {k!r}", path=self.loc.display, shard=str(k)
+            )
         k = int(k)
         display = source if source is not None else self.loc.show(self.shardset, self.shard_name(k))
         meta = table.schema.metadata or {}
@@ -168,11 +208,20 @@ class ShardSink:
         part = self.loc.tmp_name(self.shard_name(k))
         write_any(self.loc.fs, self.loc.join(self.tmp, part), table, self.fmt)
         self.loc.fs.move(self.loc.join(self.tmp, part), self.loc.join(self.tmp, self.shard_name(k)))
-        receipt = {"shard": k, "rows": table.num_rows, "schema": schema_to_b64(table.schema), "source": display,
-                   "token": token, "source_metadata": meta[KEEP_META].decode("utf-8", "replace")
-                   if KEEP_META in meta else None}
+        receipt = {
+            "shard": k,
+            "rows": table.num_rows,
+            "schema": schema_to_b64(table.schema),
+            "source": display,
+            "token": token,
+            "source_metadata": meta[KEEP_META].decode("utf-8", "replace")
+            if KEEP_META in meta
+            else None,
+        }
         tmp_loc = self.loc.child(self.tmp)
-        tmp_loc.write_json_atomic(_receipt_name(k, self.fmt), receipt, durable=False)  # scratch: no fsync
+        tmp_loc.write_json_atomic(
+            _receipt_name(k, self.fmt), receipt, durable=False
+        )  # scratch: no fsync
         fault_point("shards.shard_written")
         self.written[k] = _Written(token, table.column(self.uid).combine_chunks())
         return int(table.num_rows)
@@ -181,12 +230,18 @@ class ShardSink:
 def _check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
     """Refuse an invalid shardset name, an existing one, or a folder left by an interrupted write."""
     if not name or "/" in name or "\\" in name or name.startswith(".") or name in _RESERVED:
-        raise ConfigError(f"invalid shardset name {name!r}", path=loc.display, hint="use a plain folder name")
+        raise ConfigError(
+            f"invalid shardset name {name!r}", path=loc.display, hint="use a plain folder name"
+        )
     if name in existing:
         raise ShardsetError(f"the shardset {name!r} already exists", path=loc.show(name))
     if loc.exists(name):
-        raise ShardsetError("a folder with this name exists but is not in the manifest (left by an interrupted "
-                            "add?)", path=loc.show(name), hint="remove the folder, then add again")
+        raise ShardsetError(
+            "a folder with this name exists but is not in the manifest (left by an interrupted "
+            "add?)",
+            path=loc.show(name),
+            hint="remove the folder, then add again",
+        )
 
 
 class ShardsetWriter:
@@ -221,16 +276,32 @@ class ShardsetWriter:
         {'id': [1, 2], 'x': [10, 20], 'y': [None, 'b']}
     """
 
-    def __init__(self, root: str | os.PathLike[str] | Location, *, uid: str, shardset: str, fmt: str = "parquet",
-                 name: str | None = None) -> None:
+    # long (61 lines): the writer's option checks, each raising a located error, before any file is touched
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Location,
+        *,
+        uid: str,
+        shardset: str,
+        fmt: str = "parquet",
+        name: str | None = None,
+    ) -> None:
         if fmt not in _FORMATS:
             raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
         self.loc = root if isinstance(root, Location) else resolve(root)
-        if isinstance(self.loc.fs, pafs.LocalFileSystem) and Path(self.loc.path).exists() \
-                and not Path(self.loc.path).is_dir():
-            raise DataFileError("the dataset root is a file, not a folder", path=self.loc.display,
-                                hint="name a new folder (or an existing dataset) as the root")
-        self.remote: Location | None = None  # an object store: write to a local stage, upload on commit
+        if (
+            isinstance(self.loc.fs, pafs.LocalFileSystem)
+            and Path(self.loc.path).exists()
+            and not Path(self.loc.path).is_dir()
+        ):
+            raise DataFileError(
+                "the dataset root is a file, not a folder",
+                path=self.loc.display,
+                hint="name a new folder (or an existing dataset) as the root",
+            )
+        self.remote: Location | None = (
+            None  # an object store: write to a local stage, upload on commit
+        )
         if is_remote_location(self.loc):
             self.remote, self.loc = self.loc, stage(self.loc)
             if name is None and not self.loc.exists(DATASET_MANIFEST):
@@ -241,16 +312,24 @@ class ShardsetWriter:
             if self.loc.exists(DATASET_MANIFEST):
                 self.base = ShardsetDataset(self.loc)
                 if uid != self.base.uid_column:
-                    raise ConfigError(f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
-                                      path=self.loc.show(DATASET_MANIFEST))
+                    raise ConfigError(
+                        f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
+                        path=self.loc.show(DATASET_MANIFEST),
+                    )
                 if name is not None:
-                    raise ConfigError("name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST))
-                if self.remote is None and self.base.manifest.get("data_dir"):  # (the stage of a remote add maps it)
+                    raise ConfigError(
+                        "name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST)
+                    )
+                if self.remote is None and self.base.manifest.get(
+                    "data_dir"
+                ):  # (the stage of a remote add maps it)
                     raise ShardsetError(
                         f"this dataset keeps its files in {self.base.manifest['data_dir']}/ (an overwrite on "
-                        "object storage wrote it), which a local add does not write to", path=self.loc.display,
+                        "object storage wrote it), which a local add does not write to",
+                        path=self.loc.display,
                         hint="add the shardset where the dataset was written (s3://...), or recreate it here "
-                             "with `datamill shards create`")
+                        "with `datamill shards create`",
+                    )
             self._made_root = not self.loc.exists()
             listed = self.base.shardsets if self.base is not None else []
             if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
@@ -259,7 +338,9 @@ class ShardsetWriter:
             self.loc.fs.create_dir(self.loc.path, recursive=True)
             self.tmp = self.loc.tmp_name(shardset)
             self.loc.fs.create_dir(self.loc.join(self.tmp))
-            self.sink = ShardSink(self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base)
+            self.sink = ShardSink(
+                self.loc, self.tmp, uid=uid, shardset=shardset, fmt=fmt, mapping_of=self.base
+            )
         except BaseException:
             if self.remote is not None:  # (a refused name or uid: the stage goes)
                 discard_stage(self.loc)
@@ -270,8 +351,12 @@ class ShardsetWriter:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc is not None:
             self.discard()
             err = as_output_error(exc, self.loc.display)
@@ -283,7 +368,9 @@ class ShardsetWriter:
     def write_shard(self, k: int, table: pa.Table, /, *, source: str | None = None) -> int:
         """Write shard ``k`` (see :meth:`ShardSink.write_shard`); returns its rows."""
         if not self._open:
-            raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
+            raise ShardsetError(
+                "this writer is closed (committed or discarded)", path=self.loc.display
+            )
         return self.sink.write_shard(k, table, source=source)
 
     def discard(self) -> None:
@@ -306,11 +393,18 @@ class ShardsetWriter:
             SchemaError: shards have different columns or types.
         """
         if not self._open:
-            raise ShardsetError("this writer is closed (committed or discarded)", path=self.loc.display)
+            raise ShardsetError(
+                "this writer is closed (committed or discarded)", path=self.loc.display
+            )
         try:
             self.dataset = self._commit()
             if self.remote is not None:  # the new files, then dataset.json last
-                upload(self.loc, self.remote, self.shardset, base=None if self.base is None else self.base.manifest)
+                upload(
+                    self.loc,
+                    self.remote,
+                    self.shardset,
+                    base=None if self.base is None else self.base.manifest,
+                )
                 discard_stage(self.loc)
                 self.dataset = ShardsetDataset(self.remote)
         except BaseException as exc:
@@ -339,24 +433,42 @@ class ShardsetWriter:
             raise ConfigError("no shards were written", path=loc.show(self.tmp))
         missing = sorted(set(range(n)) - set(receipts))
         if missing or len(receipts) != n:
-            raise ShardsetError(f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
-                                f"expected shards 0..{n - 1}", path=loc.show(self.tmp),
-                                hint="write every shard index once (an empty table for an empty shard)")
+            raise ShardsetError(
+                f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
+                f"expected shards 0..{n - 1}",
+                path=loc.show(self.tmp),
+                hint="write every shard index once (an empty table for an empty shard)",
+            )
         schema = schema_from_b64(receipts[0]["schema"])
         for k in range(n):
             r = receipts[k]
             if not schema_from_b64(r["schema"]).equals(schema):
-                raise SchemaError(f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
-                                  path=r["source"], shard=k, hint="cast every shard to the same schema")
+                raise SchemaError(
+                    f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
+                    path=r["source"],
+                    shard=k,
+                    hint="cast every shard to the same schema",
+                )
             path = loc.join(self.tmp, sink.shard_name(k))
-            got = pq.read_metadata(path, filesystem=loc.fs).num_rows if fmt == "parquet" else \
-                read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
+            got = (
+                pq.read_metadata(path, filesystem=loc.fs).num_rows
+                if fmt == "parquet"
+                else read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
+            )
             if got != int(r["rows"]):
-                raise ShardsetError(f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k)
+                raise ShardsetError(
+                    f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k
+                )
         uids = [self._shard_uids(k, receipts[k], schema) for k in range(n)]
         rows = [int(receipts[k]["rows"]) for k in range(n)]
-        entry = {"name": self.shardset, "format": fmt, "columns": [c for c in schema.names if c != uid],
-                 "schema": schema_to_b64(schema), "num_shards": n, "shard_rows": rows}
+        entry = {
+            "name": self.shardset,
+            "format": fmt,
+            "columns": [c for c in schema.names if c != uid],
+            "schema": schema_to_b64(schema),
+            "num_shards": n,
+            "shard_rows": rows,
+        }
         if receipts[0].get("source_metadata") is not None:
             entry["source_metadata"] = receipts[0]["source_metadata"]
         keep = {sink.shard_name(k) for k in range(n)}
@@ -373,10 +485,16 @@ class ShardsetWriter:
     def _unmove(self) -> None:
         """Remove the shardset folder renamed into place when the manifest was not written (not listed)."""
         listed = self.loc.exists(DATASET_MANIFEST) and any(
-            ss.get("name") == self.shardset for ss in self.loc.read_json(DATASET_MANIFEST).get("shardsets", []))
+            ss.get("name") == self.shardset
+            for ss in self.loc.read_json(DATASET_MANIFEST).get("shardsets", [])
+        )
         if not listed:
             self.loc.remove_tree(self.shardset)
-            if self.base is None and self.loc.exists(SAMPLES_FILE) and not self.loc.exists(DATASET_MANIFEST):
+            if (
+                self.base is None
+                and self.loc.exists(SAMPLES_FILE)
+                and not self.loc.exists(DATASET_MANIFEST)
+            ):
                 self.loc.fs.delete_file(self.loc.join(SAMPLES_FILE))
 
     def _shard_uids(self, k: int, receipt: dict[str, Any], schema: pa.Schema) -> pa.Array:
@@ -390,29 +508,53 @@ class ShardsetWriter:
         u = t.column(uid).combine_chunks()
         if self.base is None and u.null_count:
             row = int(np.flatnonzero(np.asarray(u.is_null()))[0])
-            raise ShardsetError("a UID is null", path=receipt["source"], row=row, column=uid, shard=k)
+            raise ShardsetError(
+                "a UID is null", path=receipt["source"], row=row, column=uid, shard=k
+            )
         if self.base is not None:
-            problems = list(shard_problems(t, display=receipt["source"], k=k, uid_column=uid,
-                                           mapping=self.sink.mapping, columns=None, reference=self.sink.reference))
+            problems = list(
+                shard_problems(
+                    t,
+                    display=receipt["source"],
+                    k=k,
+                    uid_column=uid,
+                    mapping=self.sink.mapping,
+                    columns=None,
+                    reference=self.sink.reference,
+                )
+            )
             if problems:
                 raise problems[0]
         return u
 
-    def _commit_new(self, uids: list[pa.Array], rows: list[int], entry: dict[str, Any],
-                    receipts: dict[int, dict[str, Any]]) -> ShardsetDataset:
+    def _commit_new(
+        self,
+        uids: list[pa.Array],
+        rows: list[int],
+        entry: dict[str, Any],
+        receipts: dict[int, dict[str, Any]],
+    ) -> ShardsetDataset:
         loc, uid = self.loc, self.sink.uid
         all_uids = pa.concat_arrays(uids) if uids else pa.array([], pa.int64())
         sizes = np.asarray(rows, dtype=np.int64)
         _check_unique(all_uids, sizes, [receipts[k]["source"] for k in range(len(rows))])
-        mapping = Mapping(all_uids, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes), len(sizes))
+        mapping = Mapping(
+            all_uids, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes), len(sizes)
+        )
         loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
         try:
             mtmp = loc.tmp_name(SAMPLES_FILE)
             pq.write_table(mapping.to_table(uid), loc.join(mtmp), filesystem=loc.fs)
             loc.fs.move(loc.join(mtmp), loc.join(SAMPLES_FILE))
             fault_point("shards.before_manifest")
-            manifest = {"format": SHARDS_FORMAT, "name": self.name or PurePosixPath(loc.path).name, "uid_column": uid,
-                        "num_shards": len(sizes), "num_samples": len(all_uids), "shardsets": [entry]}
+            manifest = {
+                "format": SHARDS_FORMAT,
+                "name": self.name or PurePosixPath(loc.path).name,
+                "uid_column": uid,
+                "num_shards": len(sizes),
+                "num_samples": len(all_uids),
+                "shardsets": [entry],
+            }
             loc.write_json_atomic(DATASET_MANIFEST, manifest)
         except BaseException:
             self._unmove()
@@ -424,13 +566,19 @@ class ShardsetWriter:
         loc, base = self.loc, self.base
         assert base is not None
         if loc.read_json(DATASET_MANIFEST) != base.manifest:
-            raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
-                                path=loc.show(DATASET_MANIFEST), hint="add again")
+            raise ShardsetError(
+                "the manifest changed while this shardset was written (a concurrent add?)",
+                path=loc.show(DATASET_MANIFEST),
+                hint="add again",
+            )
         loc.fs.move(loc.join(self.tmp), loc.join(self.shardset))
         try:
             if loc.read_json(DATASET_MANIFEST) != base.manifest:
-                raise ShardsetError("the manifest changed while this shardset was written (a concurrent add?)",
-                                    path=loc.show(DATASET_MANIFEST), hint="add again")
+                raise ShardsetError(
+                    "the manifest changed while this shardset was written (a concurrent add?)",
+                    path=loc.show(DATASET_MANIFEST),
+                    hint="add again",
+                )
             fault_point("shards.before_manifest")
             manifest = dict(base.manifest)
             manifest["shardsets"] = [*base.manifest["shardsets"], entry]
@@ -477,7 +625,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _check_unique(uids: pa.Array, sizes: np.ndarray[Any, np.dtype[np.int64]], displays: list[str]) -> None:
+def _check_unique(
+    uids: pa.Array, sizes: np.ndarray[Any, np.dtype[np.int64]], displays: list[str]
+) -> None:
     if pa.types.is_integer(uids.type) and uids.null_count == 0:
         # integers: a sort (or none when already increasing, as row indices are) in 2 x 8 bytes per
         # UID; Arrow's count_distinct hash table took 2 GB for 10M UIDs (the Ray engine's driver)
@@ -495,7 +645,11 @@ def _check_unique(uids: pa.Array, sizes: np.ndarray[Any, np.dtype[np.int64]], di
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     shards = np.searchsorted(offsets, rows, side="right") - 1
     k = int(shards[1])
-    raise ShardsetError(f"duplicate uid (also in shard {int(shards[0])}, {displays[int(shards[0])]})",
-                        path=displays[k], uid=dup.as_py(), row=int(rows[1] - offsets[k]), shard=k,
-                        hint="UIDs must be unique within a shardset")
-
+    raise ShardsetError(
+        f"duplicate uid (also in shard {int(shards[0])}, {displays[int(shards[0])]})",
+        path=displays[k],
+        uid=dup.as_py(),
+        row=int(rows[1] - offsets[k]),
+        shard=k,
+        hint="UIDs must be unique within a shardset",
+    )

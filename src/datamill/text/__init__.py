@@ -14,6 +14,14 @@ from datamill.text.batches import LMBatches, random_batches, sequential_batches
 from datamill.text.corpus import Corpus, build_corpus, build_vocab
 from datamill.text.source import CorpusSource
 
-__all__ = ["Corpus", "CorpusSource", "LMBatches", "build_corpus", "build_vocab", "random_batches", "sequential_batches"]
+__all__ = [
+    "Corpus",
+    "CorpusSource",
+    "LMBatches",
+    "build_corpus",
+    "build_vocab",
+    "random_batches",
+    "sequential_batches",
+]
 
 assert sorted(__all__) == __all__

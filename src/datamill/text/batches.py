@@ -43,8 +43,21 @@ __all__ = ["BATCHES_FORMAT", "LMBatches", "random_batches", "sequential_batches"
 
 BATCHES_FORMAT = "datamill.text.batches/1"
 _CHUNK_TOKENS = 1 << 20
-_ORDER_FIELDS = ("kind", "seed", "batch_size", "num_steps", "world_size", "rank", "num_tokens", "corpus_fingerprint")
-_STATE = StateSpec(BATCHES_FORMAT, fields=(*_ORDER_FIELDS, "epoch", "batches_seen"), counters=("epoch", "batches_seen"))
+_ORDER_FIELDS = (
+    "kind",
+    "seed",
+    "batch_size",
+    "num_steps",
+    "world_size",
+    "rank",
+    "num_tokens",
+    "corpus_fingerprint",
+)
+_STATE = StateSpec(
+    BATCHES_FORMAT,
+    fields=(*_ORDER_FIELDS, "epoch", "batches_seen"),
+    counters=("epoch", "batches_seen"),
+)
 
 
 def _as_ids(corpus: Corpus | Any) -> tuple[NDArray[Any], str]:
@@ -52,7 +65,9 @@ def _as_ids(corpus: Corpus | Any) -> tuple[NDArray[Any], str]:
         return corpus.tokens, corpus.name
     arr = np.asarray(corpus)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise ConfigError(f"expected a Corpus or a 1-D integer array of ids, got shape {arr.shape} dtype {arr.dtype}")
+        raise ConfigError(
+            f"expected a Corpus or a 1-D integer array of ids, got shape {arr.shape} dtype {arr.dtype}"
+        )
     return arr, "<ids>"
 
 
@@ -63,10 +78,24 @@ class LMBatches:
     batches per epoch on this rank (for the current epoch's offset).
     """
 
-    def __init__(self, corpus: Corpus | Any, batch_size: int, num_steps: int, *,
-                 kind: Literal["random", "sequential"], seed: int, epoch: int = 0, rank: int = 0,
-                 world_size: int = 1, as_torch: bool = False) -> None:
-        for name, value in (("batch_size", batch_size), ("num_steps", num_steps), ("world_size", world_size)):
+    def __init__(
+        self,
+        corpus: Corpus | Any,
+        batch_size: int,
+        num_steps: int,
+        *,
+        kind: Literal["random", "sequential"],
+        seed: int,
+        epoch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        as_torch: bool = False,
+    ) -> None:
+        for name, value in (
+            ("batch_size", batch_size),
+            ("num_steps", num_steps),
+            ("world_size", world_size),
+        ):
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         if not 0 <= rank < world_size:
@@ -76,7 +105,12 @@ class LMBatches:
         self.tokens, self.name = _as_ids(corpus)
         self.corpus_fingerprint = corpus.fingerprint() if isinstance(corpus, Corpus) else None
         self.kind, self.batch_size, self.num_steps = kind, int(batch_size), int(num_steps)
-        self.seed, self.epoch, self.rank, self.world_size = int(seed), int(epoch), int(rank), int(world_size)
+        self.seed, self.epoch, self.rank, self.world_size = (
+            int(seed),
+            int(epoch),
+            int(rank),
+            int(world_size),
+        )
         self.as_torch = as_torch
         self.batches_seen = 0
         n, bs, ns, ws = len(self.tokens), self.batch_size, self.num_steps, self.world_size
@@ -85,7 +119,9 @@ class LMBatches:
             raise DataFileError(
                 f"corpus has {n:,} tokens, too short for one batch: expected at least {need:,} "
                 f"(batch_size={bs} x num_steps={ns} x world_size={ws} + 1)",
-                path=self.name, hint="use a smaller batch_size/num_steps or a longer corpus")
+                path=self.name,
+                hint="use a smaller batch_size/num_steps or a longer corpus",
+            )
 
     # -- the epoch plan (pure function of the config) ----------------------------------------
     def _plan(self) -> tuple[int, NDArray[np.int64] | None, int]:
@@ -97,7 +133,7 @@ class LMBatches:
             num_examples = (n - offset - 1) // ns
             order = rng.permutation(num_examples).astype(np.int64)
             per_rank = num_examples // ws
-            mine = order[self.rank::ws][:per_rank]
+            mine = order[self.rank :: ws][:per_rank]
             return offset, mine, per_rank // bs
         offset = int(rng.integers(0, ns + 1))
         strip = (n - offset - 1) // (bs * ws)
@@ -120,12 +156,14 @@ class LMBatches:
             strips = bs * self.world_size
             total = (len(self.tokens) - offset - 1) // strips * strips  # the seed's num_tokens
             mine = slice(self.rank * bs, (self.rank + 1) * bs)
-            xs = self.tokens[offset:offset + total].reshape(strips, -1)[mine]
-            ys = self.tokens[offset + 1:offset + 1 + total].reshape(strips, -1)[mine]
+            xs = self.tokens[offset : offset + total].reshape(strips, -1)[mine]
+            ys = self.tokens[offset + 1 : offset + 1 + total].reshape(strips, -1)[mine]
         else:
             n_ex = (len(self.tokens) - offset - 1) // ns
             # example i with its target token: a (num_steps + 1)-window view; X and Y are views of one gather
-            windows = np.lib.stride_tricks.sliding_window_view(self.tokens[offset:offset + n_ex * ns + 1], ns + 1)[::ns]
+            windows = np.lib.stride_tricks.sliding_window_view(
+                self.tokens[offset : offset + n_ex * ns + 1], ns + 1
+            )[::ns]
         torch = None
         if self.as_torch:
             from datamill.core.optional import require
@@ -136,10 +174,14 @@ class LMBatches:
             k = min(per_chunk, num_batches - start)
             if order is None:
                 cols = slice(start * ns, (start + k) * ns)
-                xc = np.ascontiguousarray(xs[:, cols].astype(np.int32, copy=False).reshape(bs, k, ns).transpose(1, 0, 2))
-                yc = np.ascontiguousarray(ys[:, cols].astype(np.int32, copy=False).reshape(bs, k, ns).transpose(1, 0, 2))
+                xc = np.ascontiguousarray(
+                    xs[:, cols].astype(np.int32, copy=False).reshape(bs, k, ns).transpose(1, 0, 2)
+                )
+                yc = np.ascontiguousarray(
+                    ys[:, cols].astype(np.int32, copy=False).reshape(bs, k, ns).transpose(1, 0, 2)
+                )
             else:
-                rows = order[start * bs:(start + k) * bs]
+                rows = order[start * bs : (start + k) * bs]
                 xy = windows[rows].astype(np.int32, copy=False).reshape(k, bs, ns + 1)
                 xc, yc = xy[:, :, :-1], xy[:, :, 1:]
             for j in range(k):
@@ -156,10 +198,19 @@ class LMBatches:
         """``{"format", "kind", "epoch", "batches_seen", "seed", "batch_size", "num_steps", "rank",
         "world_size", "num_tokens", "corpus_fingerprint"}``: where the iteration is, and what it
         iterates (the fingerprint is ``None`` for a plain id array)."""
-        return {"format": BATCHES_FORMAT, "kind": self.kind, "epoch": self.epoch, "batches_seen": self.batches_seen,
-                "seed": self.seed, "batch_size": self.batch_size, "num_steps": self.num_steps, "rank": self.rank,
-                "world_size": self.world_size, "num_tokens": len(self.tokens),
-                "corpus_fingerprint": self.corpus_fingerprint}
+        return {
+            "format": BATCHES_FORMAT,
+            "kind": self.kind,
+            "epoch": self.epoch,
+            "batches_seen": self.batches_seen,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "num_steps": self.num_steps,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_tokens": len(self.tokens),
+            "corpus_fingerprint": self.corpus_fingerprint,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``.
@@ -169,15 +220,31 @@ class LMBatches:
                 (every differing field is listed).
         """
         state = validate_state(state, _STATE)
-        check_resume_compat(state, self.state_dict(), fields=_ORDER_FIELDS, what="these batches",
-                            hint="resume with the same corpus, seed, batch_size, num_steps and ranks")
+        check_resume_compat(
+            state,
+            self.state_dict(),
+            fields=_ORDER_FIELDS,
+            what="these batches",
+            hint="resume with the same corpus, seed, batch_size, num_steps and ranks",
+        )
         self.epoch, self.batches_seen = state["epoch"], state["batches_seen"]
         if self.batches_seen > len(self):
-            raise ResumeStateError(f"resume state is at batch {self.batches_seen}, past the epoch's {len(self)} batches")
+            raise ResumeStateError(
+                f"resume state is at batch {self.batches_seen}, past the epoch's {len(self)} batches"
+            )
 
 
-def random_batches(corpus: Corpus | Any, batch_size: int, num_steps: int, *, seed: int, epoch: int = 0,
-                   rank: int = 0, world_size: int = 1, as_torch: bool = False) -> LMBatches:
+def random_batches(
+    corpus: Corpus | Any,
+    batch_size: int,
+    num_steps: int,
+    *,
+    seed: int,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    as_torch: bool = False,
+) -> LMBatches:
     """Random-sampling LM minibatches (d2l's ``seq_data_iter_random``).
 
     Args:
@@ -203,12 +270,30 @@ def random_batches(corpus: Corpus | Any, batch_size: int, num_steps: int, *, see
         >>> X.shape, bool((Y == X + 1).all()), bool((np.diff(X, axis=1) == 1).all())
         ((2, 5), True, True)
     """
-    return LMBatches(corpus, batch_size, num_steps, kind="random", seed=seed, epoch=epoch, rank=rank,
-                     world_size=world_size, as_torch=as_torch)
+    return LMBatches(
+        corpus,
+        batch_size,
+        num_steps,
+        kind="random",
+        seed=seed,
+        epoch=epoch,
+        rank=rank,
+        world_size=world_size,
+        as_torch=as_torch,
+    )
 
 
-def sequential_batches(corpus: Corpus | Any, batch_size: int, num_steps: int, *, seed: int, epoch: int = 0,
-                       rank: int = 0, world_size: int = 1, as_torch: bool = False) -> LMBatches:
+def sequential_batches(
+    corpus: Corpus | Any,
+    batch_size: int,
+    num_steps: int,
+    *,
+    seed: int,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    as_torch: bool = False,
+) -> LMBatches:
     """Sequential-partitioning LM minibatches (d2l's ``seq_data_iter_sequential``).
 
     Arguments as :func:`random_batches`. Row ``i`` of batch ``k + 1`` continues row ``i`` of batch ``k``.
@@ -218,5 +303,14 @@ def sequential_batches(corpus: Corpus | Any, batch_size: int, num_steps: int, *,
         >>> len(b), bool((b[1][0][:, 0] == b[0][0][:, -1] + 1).all())
         (2, True)
     """
-    return LMBatches(corpus, batch_size, num_steps, kind="sequential", seed=seed, epoch=epoch, rank=rank,
-                     world_size=world_size, as_torch=as_torch)
+    return LMBatches(
+        corpus,
+        batch_size,
+        num_steps,
+        kind="sequential",
+        seed=seed,
+        epoch=epoch,
+        rank=rank,
+        world_size=world_size,
+        as_torch=as_torch,
+    )

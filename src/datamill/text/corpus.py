@@ -51,8 +51,18 @@ from datamill.core.ragged import smallest_int_dtype
 from datamill.tokenize import CharTokenizer, HFTokenizer, SpaceTokenizer, as_string_array, normalize
 from datamill.vocab import TokenCounts, Vocab
 
-__all__ = ["CORPUS_FILE", "LEVELS", "OFFSETS_FILE", "TOKENIZER_FILE", "TOKENS_FILE", "Corpus", "build_corpus",
-           "build_vocab", "is_corpus_folder", "read_lines"]
+__all__ = [
+    "CORPUS_FILE",
+    "LEVELS",
+    "OFFSETS_FILE",
+    "TOKENIZER_FILE",
+    "TOKENS_FILE",
+    "Corpus",
+    "build_corpus",
+    "build_vocab",
+    "is_corpus_folder",
+    "read_lines",
+]
 
 TOKENS_FILE = "tokens.npy"
 OFFSETS_FILE = "offsets.npy"
@@ -62,8 +72,13 @@ LEVELS = ("char", "word", "bpe", "wordpiece")
 Level = Literal["char", "word", "bpe", "wordpiece"]
 
 
-def read_lines(source: PathLike | str | Sequence[str] | pa.Array, *, lowercase: bool = False,
-               collapse_whitespace: bool = False, one_document: bool = False) -> pa.Array:
+def read_lines(
+    source: PathLike | str | Sequence[str] | pa.Array,
+    *,
+    lowercase: bool = False,
+    collapse_whitespace: bool = False,
+    one_document: bool = False,
+) -> pa.Array:
     """Lines of a text file (or ``zip:member``, or given texts) as a string array, normalised.
 
     ``one_document=True`` joins the lines with spaces first (the seed's ``' '.join(lines)``).
@@ -82,7 +97,9 @@ def read_lines(source: PathLike | str | Sequence[str] | pa.Array, *, lowercase: 
     else:
         lines = as_string_array(source)
     if one_document:
-        lines = pa.array([pc.binary_join(pa.array([lines], pa.list_(pa.string())), " ")[0].as_py() or ""])
+        lines = pa.array(
+            [pc.binary_join(pa.array([lines], pa.list_(pa.string())), " ")[0].as_py() or ""]
+        )
     return normalize(lines, lowercase=lowercase, collapse_whitespace=collapse_whitespace)
 
 
@@ -103,7 +120,9 @@ def _char_ids(lines: pa.Array) -> tuple[NDArray[np.uint32], NDArray[np.int64]]:
 
 
 def _counts_from_codepoints(cps: NDArray[Any]) -> tuple[TokenCounts, NDArray[Any]]:
-    uniq, counts = np.unique(cps, return_counts=True) if len(cps) < 1 << 16 else _bincount_unique(cps)
+    uniq, counts = (
+        np.unique(cps, return_counts=True) if len(cps) < 1 << 16 else _bincount_unique(cps)
+    )
     chars = pa.array([chr(c) for c in uniq.tolist()], pa.string())  # one per distinct character
     return TokenCounts(chars, counts.astype(np.int64)), uniq
 
@@ -163,14 +182,22 @@ def build_vocab(
     if isinstance(source, (pa.ListArray, pa.LargeListArray)):
         counts_obj = _count_list(source)
     elif level == "char":
-        cps, _ = _char_ids(read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace))
+        cps, _ = _char_ids(
+            read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace)
+        )
         counts_obj, _u = _counts_from_codepoints(cps)
     elif level == "word":
-        _, dic = _word_dictionary(read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace))
-        counts_obj = TokenCounts(dic.dictionary, np.bincount(dic.indices.to_numpy(), minlength=len(dic.dictionary)))
+        _, dic = _word_dictionary(
+            read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace)
+        )
+        counts_obj = TokenCounts(
+            dic.dictionary, np.bincount(dic.indices.to_numpy(), minlength=len(dic.dictionary))
+        )
     else:
         raise ConfigError(f"build_vocab level must be 'char' or 'word', got {level!r}")
-    return Vocab.from_counts(counts_obj, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token)
+    return Vocab.from_counts(
+        counts_obj, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token
+    )
 
 
 def _count_list(lists: pa.ListArray | pa.LargeListArray) -> TokenCounts:
@@ -206,16 +233,28 @@ class Corpus:
         (30, 1, dtype('int64'))
     """
 
-    def __init__(self, tokens: Any, *, offsets: NDArray[np.int64] | None = None, vocab: Vocab | None = None,
-                 level: str = "ids", meta: dict[str, Any] | None = None, tokenizer: HFTokenizer | None = None,
-                 path: Path | None = None) -> None:
+    def __init__(
+        self,
+        tokens: Any,
+        *,
+        offsets: NDArray[np.int64] | None = None,
+        vocab: Vocab | None = None,
+        level: str = "ids",
+        meta: dict[str, Any] | None = None,
+        tokenizer: HFTokenizer | None = None,
+        path: Path | None = None,
+    ) -> None:
         arr = np.asarray(tokens)
         if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise ConfigError(f"corpus tokens must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}")
+            raise ConfigError(
+                f"corpus tokens must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}"
+            )
         if arr.dtype.kind not in "iu":
             arr = arr.astype(np.int32)
         self.tokens = arr
-        self.offsets = np.array([0, len(arr)], np.int64) if offsets is None else np.asarray(offsets, np.int64)
+        self.offsets = (
+            np.array([0, len(arr)], np.int64) if offsets is None else np.asarray(offsets, np.int64)
+        )
         if len(self.offsets) < 1 or self.offsets[0] != 0 or self.offsets[-1] != len(arr):
             raise ConfigError(f"corpus offsets must start at 0 and end at {len(arr)}")
         self.vocab = vocab
@@ -239,11 +278,15 @@ class Corpus:
     @property
     def name(self) -> str:
         """Where it came from, for messages."""
-        return str(self.path) if self.path is not None else str(self.meta.get("source", "<in-memory corpus>"))
+        return (
+            str(self.path)
+            if self.path is not None
+            else str(self.meta.get("source", "<in-memory corpus>"))
+        )
 
     def line(self, i: int) -> NDArray[Any]:
         """Ids of line ``i`` (a view)."""
-        return self.tokens[int(self.offsets[i]):int(self.offsets[i + 1])]
+        return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
     def fingerprint(self) -> str:
         """xxh3-128 of the ids, offsets and vocabulary (stored in ``corpus.json``)."""
@@ -282,9 +325,16 @@ class Corpus:
             OutputError: the disk is full (the previous folder is kept).
         """
         out = check_output(out, is_own=is_corpus_folder, what="corpus folder", overwrite=overwrite)
-        meta = {**self.meta, "format": CORPUS_FORMAT, "level": self.level, "num_tokens": len(self),
-                "num_lines": self.num_lines, "vocab_size": len(self.vocab) if self.vocab else None,
-                "dtype": str(self.tokens.dtype), "fingerprint": self.fingerprint()}
+        meta = {
+            **self.meta,
+            "format": CORPUS_FORMAT,
+            "level": self.level,
+            "num_tokens": len(self),
+            "num_lines": self.num_lines,
+            "vocab_size": len(self.vocab) if self.vocab else None,
+            "dtype": str(self.tokens.dtype),
+            "fingerprint": self.fingerprint(),
+        }
         with atomic_dir(out) as tmp:
             np.save(tmp / TOKENS_FILE, np.ascontiguousarray(self.tokens))
             fault_point("corpus.array_written")
@@ -312,27 +362,46 @@ class Corpus:
         """
         folder = Path(folder)
         if not (folder / CORPUS_FILE).exists():
-            raise DataFileNotFoundError(f"no {CORPUS_FILE} in the folder (not a corpus, or an unfinished write)",
-                                        path=folder, hint="build it with `datamill corpus TEXTFILE --out DIR`")
+            raise DataFileNotFoundError(
+                f"no {CORPUS_FILE} in the folder (not a corpus, or an unfinished write)",
+                path=folder,
+                hint="build it with `datamill corpus TEXTFILE --out DIR`",
+            )
         try:
             meta = json.loads((folder / CORPUS_FILE).read_text(encoding="utf-8"))
         except ValueError as exc:
             raise DataFileError(f"not valid JSON: {exc}", path=folder / CORPUS_FILE) from exc
         if not isinstance(meta, dict) or meta.get("format") != CORPUS_FORMAT:
             got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-            raise DataFileError(f"expected format {CORPUS_FORMAT!r}, got {got!r}", path=folder / CORPUS_FILE)
+            raise DataFileError(
+                f"expected format {CORPUS_FORMAT!r}, got {got!r}", path=folder / CORPUS_FILE
+            )
         try:
             tokens = np.load(folder / TOKENS_FILE, mmap_mode="r" if mmap else None)
             offsets = np.load(folder / OFFSETS_FILE)
         except (OSError, ValueError) as exc:
             raise DataFileError(f"cannot read the corpus arrays: {exc}", path=folder) from exc
         if len(tokens) != meta.get("num_tokens") or len(offsets) != meta.get("num_lines", -2) + 1:
-            raise DataFileError(f"{TOKENS_FILE}/{OFFSETS_FILE} do not match {CORPUS_FILE} "
-                                f"(expected {meta.get('num_tokens')} tokens, found {len(tokens)})", path=folder)
+            raise DataFileError(
+                f"{TOKENS_FILE}/{OFFSETS_FILE} do not match {CORPUS_FILE} "
+                f"(expected {meta.get('num_tokens')} tokens, found {len(tokens)})",
+                path=folder,
+            )
         vocab = Vocab.load(folder / VOCAB_FILE) if (folder / VOCAB_FILE).exists() else None
-        tok = HFTokenizer.load(folder / TOKENIZER_FILE) if (folder / TOKENIZER_FILE).exists() else None
-        return cls(tokens, offsets=offsets, vocab=vocab, level=str(meta.get("level", "ids")), meta=meta,
-                   tokenizer=tok, path=folder)
+        tok = (
+            HFTokenizer.load(folder / TOKENIZER_FILE)
+            if (folder / TOKENIZER_FILE).exists()
+            else None
+        )
+        return cls(
+            tokens,
+            offsets=offsets,
+            vocab=vocab,
+            level=str(meta.get("level", "ids")),
+            meta=meta,
+            tokenizer=tok,
+            path=folder,
+        )
 
 
 # long (104 lines, 32 of docstring): one pass in order (read, tokenise, vocabulary, ids, write); each step is a call on whole arrays
@@ -389,32 +458,65 @@ def build_corpus(
         raise ConfigError(f"unknown corpus level {level!r}; valid: {', '.join(LEVELS)}")
     if out is not None:
         inputs = [x for x in (source, tokenizer) if isinstance(x, (str, os.PathLike))]
-        out = check_output(out, is_own=is_corpus_folder, inputs=inputs, what="corpus folder", overwrite=overwrite)
+        out = check_output(
+            out, is_own=is_corpus_folder, inputs=inputs, what="corpus folder", overwrite=overwrite
+        )
     src_name = display_name(source) if isinstance(source, (str, os.PathLike)) else "<texts>"
-    meta: dict[str, Any] = {"source": src_name, "lowercase": lowercase, "collapse_whitespace": collapse_whitespace}
+    meta: dict[str, Any] = {
+        "source": src_name,
+        "lowercase": lowercase,
+        "collapse_whitespace": collapse_whitespace,
+    }
     if level == "char" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
-        if data and data.isascii() and not data.isspace():  # numpy fast path (same result as the Arrow path)
-            codes, offsets, canon = ascii_char_codes(data, lowercase=lowercase, one_document=collapse_whitespace)
-            v, ids = _encode_codes(codes, vocab, min_freq=min_freq, max_size=max_size,
-                                   reserved_tokens=reserved_tokens, unk_token=unk_token, canon=canon)
+        if (
+            data and data.isascii() and not data.isspace()
+        ):  # numpy fast path (same result as the Arrow path)
+            codes, offsets, canon = ascii_char_codes(
+                data, lowercase=lowercase, one_document=collapse_whitespace
+            )
+            v, ids = _encode_codes(
+                codes,
+                vocab,
+                min_freq=min_freq,
+                max_size=max_size,
+                reserved_tokens=reserved_tokens,
+                unk_token=unk_token,
+                canon=canon,
+            )
             return _finish(ids, offsets, v, level, meta, None, out)
     if level == "word" and isinstance(source, (str, os.PathLike)):
         data = read_bytes(source)
-        if data and data.isascii() and not data.isspace():  # numpy fast path (same result as the Arrow path)
+        if (
+            data and data.isascii() and not data.isspace()
+        ):  # numpy fast path (same result as the Arrow path)
             dic, offsets = ascii_words(data, lowercase=lowercase)
-            v, ids = _encode_dictionary(dic, vocab, min_freq=_check_vocab_args(min_freq, max_size), max_size=max_size,
-                                        specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
+            v, ids = _encode_dictionary(
+                dic,
+                vocab,
+                min_freq=_check_vocab_args(min_freq, max_size),
+                max_size=max_size,
+                specials=_specials(reserved_tokens, unk_token),
+                unk_token=unk_token,
+            )
             return _finish(ids, offsets, v, level, meta, None, out)
-    lines = read_lines(source, lowercase=lowercase, collapse_whitespace=collapse_whitespace,
-                       one_document=collapse_whitespace and level == "char")
+    lines = read_lines(
+        source,
+        lowercase=lowercase,
+        collapse_whitespace=collapse_whitespace,
+        one_document=collapse_whitespace and level == "char",
+    )
     hf: HFTokenizer | None = None
     if level in ("bpe", "wordpiece"):
         if min_freq > 1 or max_size is not None or reserved_tokens:
-            raise ConfigError(f"min_freq/max_size/reserved_tokens do not apply to level {level!r}; "
-                              "set vocab_size or pass a trained tokenizer")
+            raise ConfigError(
+                f"min_freq/max_size/reserved_tokens do not apply to level {level!r}; "
+                "set vocab_size or pass a trained tokenizer"
+            )
         if tokenizer is None:
-            hf = HFTokenizer.train(lines.to_pylist(), model=level, vocab_size=vocab_size, lowercase=lowercase)
+            hf = HFTokenizer.train(
+                lines.to_pylist(), model=level, vocab_size=vocab_size, lowercase=lowercase
+            )
         else:
             hf = tokenizer if isinstance(tokenizer, HFTokenizer) else HFTokenizer.load(tokenizer)
         ids, offsets = hf.encode_batch(lines)
@@ -424,37 +526,64 @@ def build_corpus(
             idx2str[i] = t
         freq = np.bincount(ids, minlength=len(idx2str))
         unk = "[UNK]" if "[UNK]" in hv else None
-        v = Vocab(idx2str, str2freq=dict(zip(idx2str, freq.tolist())), unk_token=unk,
-                  specials=[t for t in idx2str if t.startswith("[") and t.endswith("]")])
+        v = Vocab(
+            idx2str,
+            str2freq=dict(zip(idx2str, freq.tolist())),
+            unk_token=unk,
+            specials=[t for t in idx2str if t.startswith("[") and t.endswith("]")],
+        )
         return _finish(ids, offsets, v, level, meta, hf, out)
     if level == "char":
         cps, offsets = _char_ids(lines)
-        v, ids = _encode_codes(cps, vocab, min_freq=min_freq, max_size=max_size, reserved_tokens=reserved_tokens,
-                               unk_token=unk_token)
+        v, ids = _encode_codes(
+            cps,
+            vocab,
+            min_freq=min_freq,
+            max_size=max_size,
+            reserved_tokens=reserved_tokens,
+            unk_token=unk_token,
+        )
     else:
         mf = _check_vocab_args(min_freq, max_size)
         specials = _specials(reserved_tokens, unk_token)
         words, dic = _word_dictionary(lines)
         offsets = words.offsets.to_numpy().astype(np.int64)
-        v, ids = _encode_dictionary(dic, vocab, min_freq=mf, max_size=max_size, specials=specials,
-                                    unk_token=unk_token)
+        v, ids = _encode_dictionary(
+            dic, vocab, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token
+        )
         offsets = offsets - offsets[0]
     return _finish(ids, offsets, v, level, meta, None, out)
 
 
-def _encode_dictionary(dic: pa.DictionaryArray, vocab: Vocab | None, *, min_freq: int, max_size: int | None,
-                       specials: list[str], unk_token: str) -> tuple[Vocab, NDArray[Any]]:
+def _encode_dictionary(
+    dic: pa.DictionaryArray,
+    vocab: Vocab | None,
+    *,
+    min_freq: int,
+    max_size: int | None,
+    specials: list[str],
+    unk_token: str,
+) -> tuple[Vocab, NDArray[Any]]:
     """Vocabulary (unless given) and ids of dictionary-encoded words: counts by bincount, ids by a table."""
     indices = dic.indices.to_numpy()
     counts = TokenCounts(dic.dictionary, np.bincount(indices, minlength=len(dic.dictionary)))
-    v = vocab or Vocab.from_counts(counts, min_freq=min_freq, max_size=max_size, specials=specials, unk_token=unk_token)
+    v = vocab or Vocab.from_counts(
+        counts, min_freq=min_freq, max_size=max_size, specials=specials, unk_token=unk_token
+    )
     lut = v.encode(dic.dictionary, dtype=_smallest_dtype(len(v)))
     return v, lut[indices]
 
 
-def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, max_size: int | None,
-                  reserved_tokens: Sequence[str] | str, unk_token: str,
-                  canon: NDArray[np.uint8] | None = None) -> tuple[Vocab, NDArray[Any]]:
+def _encode_codes(
+    codes: NDArray[Any],
+    vocab: Vocab | None,
+    *,
+    min_freq: int,
+    max_size: int | None,
+    reserved_tokens: Sequence[str] | str,
+    unk_token: str,
+    canon: NDArray[np.uint8] | None = None,
+) -> tuple[Vocab, NDArray[Any]]:
     """Vocabulary (unless given) and ids of an array of character codes, through a code -> id table.
 
     ``canon`` maps raw byte codes to normalised ones; counts and ids are folded through it.
@@ -462,34 +591,62 @@ def _encode_codes(codes: NDArray[Any], vocab: Vocab | None, *, min_freq: int, ma
     mf = _check_vocab_args(min_freq, max_size)
     if canon is not None:
         raw = np.zeros(256, np.int64)
-        for i in range(0, len(codes), 1 << 20):  # per 1 MB block: bincount's int64 copy stays in cache
-            raw += np.bincount(codes[i:i + (1 << 20)], minlength=256)
+        for i in range(
+            0, len(codes), 1 << 20
+        ):  # per 1 MB block: bincount's int64 copy stays in cache
+            raw += np.bincount(codes[i : i + (1 << 20)], minlength=256)
         folded = np.bincount(canon, weights=raw, minlength=256).astype(np.int64)
         uniq = np.flatnonzero(folded)
         counts = TokenCounts(pa.array([chr(c) for c in uniq.tolist()], pa.string()), folded[uniq])
     else:
         counts, uniq = _counts_from_codepoints(codes)
-    v = vocab or Vocab.from_counts(counts, min_freq=mf, max_size=max_size,
-                                   specials=_specials(reserved_tokens, unk_token), unk_token=unk_token)
-    lut = np.zeros(max(int(uniq[-1]) + 1 if len(uniq) else 1, 256 if canon is not None else 0),
-                   _smallest_dtype(len(v)))
+    v = vocab or Vocab.from_counts(
+        counts,
+        min_freq=mf,
+        max_size=max_size,
+        specials=_specials(reserved_tokens, unk_token),
+        unk_token=unk_token,
+    )
+    lut = np.zeros(
+        max(int(uniq[-1]) + 1 if len(uniq) else 1, 256 if canon is not None else 0),
+        _smallest_dtype(len(v)),
+    )
     lut[uniq] = v.encode(counts.tokens)
     if canon is not None:
         lut = lut[canon]
     return v, lut[codes]
 
 
-def _finish(ids: NDArray[Any], offsets: NDArray[np.int64], vocab: Vocab, level: str, meta: dict[str, Any],
-            hf: HFTokenizer | None, out: PathLike | None) -> Corpus:
+def _finish(
+    ids: NDArray[Any],
+    offsets: NDArray[np.int64],
+    vocab: Vocab,
+    level: str,
+    meta: dict[str, Any],
+    hf: HFTokenizer | None,
+    out: PathLike | None,
+) -> Corpus:
     if len(ids) == 0:
-        raise DataFileError(f"no tokens at level {level!r}; expected text with at least one token",
-                            path=str(meta["source"]))
-    corpus = Corpus(ids.astype(_smallest_dtype(len(vocab)), copy=False), offsets=offsets, vocab=vocab,
-                    level=level, meta=meta, tokenizer=hf)
+        raise DataFileError(
+            f"no tokens at level {level!r}; expected text with at least one token",
+            path=str(meta["source"]),
+        )
+    corpus = Corpus(
+        ids.astype(_smallest_dtype(len(vocab)), copy=False),
+        offsets=offsets,
+        vocab=vocab,
+        level=level,
+        meta=meta,
+        tokenizer=hf,
+    )
     unk = vocab.unk_index
     if unk is not None and len(ids) and not np.any(ids != unk):
-        warnings.warn(f"{meta['source']}: every token maps to {vocab.unk_token!r} (min_freq/max_size leave "
-                      "no regular token); lower min_freq or raise max_size", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{meta['source']}: every token maps to {vocab.unk_token!r} (min_freq/max_size leave "
+            "no regular token); lower min_freq or raise max_size",
+            UserWarning,
+            stacklevel=3,
+        )
     if out is not None:
         corpus.save(out, overwrite=True)  # checked (with the inputs) by build_corpus
     return corpus

@@ -38,18 +38,30 @@ class CorpusSource:
         ([1, 1], {'x': [[5, 6, 7, 8, 9]], 'y': [[6, 7, 8, 9, 10]]})
     """
 
-    def __init__(self, dir_or_corpus: str | os.PathLike[str] | Corpus, *, num_steps: int = 35,
-                 shard_size: int = 8192) -> None:
+    def __init__(
+        self,
+        dir_or_corpus: str | os.PathLike[str] | Corpus,
+        *,
+        num_steps: int = 35,
+        shard_size: int = 8192,
+    ) -> None:
         if num_steps < 1 or shard_size < 1:
-            raise ConfigError(f"num_steps and shard_size must be >= 1, got {num_steps} and {shard_size}")
-        self.corpus = dir_or_corpus if isinstance(dir_or_corpus, Corpus) else Corpus.load(dir_or_corpus)
+            raise ConfigError(
+                f"num_steps and shard_size must be >= 1, got {num_steps} and {shard_size}"
+            )
+        self.corpus = (
+            dir_or_corpus if isinstance(dir_or_corpus, Corpus) else Corpus.load(dir_or_corpus)
+        )
         self.num_steps, self.shard_size = int(num_steps), int(shard_size)
         self.num_examples = (len(self.corpus) - 1) // self.num_steps if len(self.corpus) else 0
         self._shards = FixedShards(self.num_examples, self.shard_size)
         self.uid_column: str | None = None
         if self.num_examples < 1:
-            raise DataFileError(f"corpus has {len(self.corpus):,} tokens; expected at least num_steps + 1 = "
-                                f"{self.num_steps + 1}", path=self.corpus.name)
+            raise DataFileError(
+                f"corpus has {len(self.corpus):,} tokens; expected at least num_steps + 1 = "
+                f"{self.num_steps + 1}",
+                path=self.corpus.name,
+            )
 
     @property
     def columns(self) -> list[str]:
@@ -69,17 +81,27 @@ class CorpusSource:
         data = {}
         for c in cols:
             shift = 1 if c == "y" else 0
-            flat = np.ascontiguousarray(toks[lo * ns + shift:hi * ns + shift], dtype=np.int32)
+            flat = np.ascontiguousarray(toks[lo * ns + shift : hi * ns + shift], dtype=np.int32)
             data[c] = pa.FixedSizeListArray.from_arrays(pa.array(flat), ns)
         return pa.table(data) if data else pa.table({}).slice(0, 0)
 
     def fingerprint(self) -> str:
-        return fingerprint_obj(["datamill.text.CorpusSource@1", self.corpus.fingerprint(), self.num_steps,
-                                self.shard_size])
+        return fingerprint_obj(
+            [
+                "datamill.text.CorpusSource@1",
+                self.corpus.fingerprint(),
+                self.num_steps,
+                self.shard_size,
+            ]
+        )
 
     def __repr__(self) -> str:
         return f"CorpusSource({self.corpus.name!r}, num_steps={self.num_steps}, examples={self.num_examples:,})"
 
 
-register_source("corpus", marker=lambda p: p.is_dir() and (p / CORPUS_FILE).is_file(), opener=CorpusSource,
-                priority=10)
+register_source(
+    "corpus",
+    marker=lambda p: p.is_dir() and (p / CORPUS_FILE).is_file(),
+    opener=CorpusSource,
+    priority=10,
+)

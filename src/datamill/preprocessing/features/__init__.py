@@ -19,8 +19,15 @@ from datamill.preprocessing.features.base import (
     FeatureHandler,
 )
 
-__all__ = ["CSR", "FEATURE_TYPES", "FeatureContext", "FeatureHandler", "get_handler", "handler_class",
-           "handler_classes"]
+__all__ = [
+    "CSR",
+    "FEATURE_TYPES",
+    "FeatureContext",
+    "FeatureHandler",
+    "get_handler",
+    "handler_class",
+    "handler_classes",
+]
 
 FEATURE_TYPES: dict[str, str] = {
     "bag": "datamill.preprocessing.features.bag",
@@ -41,9 +48,13 @@ def _check(type_name: str, cls: type[FeatureHandler]) -> None:
     concrete = [k for k in cls.__mro__ if issubclass(k, FeatureHandler) and k is not FeatureHandler]
     missing = [a for a in REQUIRED_ATTRIBUTES if not any(a in vars(k) for k in concrete)]
     if missing:
-        raise TypeError(f"feature type {type_name!r}: {cls.__module__}.Handler does not define {', '.join(missing)}")
+        raise TypeError(
+            f"feature type {type_name!r}: {cls.__module__}.Handler does not define {', '.join(missing)}"
+        )
     if cls.type_name != type_name:
-        raise TypeError(f"feature type {type_name!r}: {cls.__module__}.Handler.type_name is {cls.type_name!r}")
+        raise TypeError(
+            f"feature type {type_name!r}: {cls.__module__}.Handler.type_name is {cls.type_name!r}"
+        )
 
 
 @cache
@@ -59,7 +70,9 @@ def handler_class(type_name: str) -> type[FeatureHandler]:
         ('float64', 'fill_with_false')
     """
     if type_name not in FEATURE_TYPES:
-        raise ConfigError(f"unknown feature type {type_name!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}")
+        raise ConfigError(
+            f"unknown feature type {type_name!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}"
+        )
     modname = FEATURE_TYPES[type_name]
     try:
         module = importlib.import_module(modname)
@@ -69,7 +82,9 @@ def handler_class(type_name: str) -> type[FeatureHandler]:
         raise ConfigError(f"feature type {type_name!r} is not implemented yet") from exc
     cls = getattr(module, "Handler", None)
     if cls is None:
-        raise ConfigError(f"feature type {type_name!r} is not implemented yet ({modname} has no Handler)")
+        raise ConfigError(
+            f"feature type {type_name!r} is not implemented yet ({modname} has no Handler)"
+        )
     _check(type_name, cls)
     return cls  # type: ignore[no-any-return]  # module attribute
 

@@ -43,7 +43,9 @@ class HFIds:
         lengths = ends - starts
         offsets = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        flat = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+        flat = np.repeat(starts - offsets[:-1], lengths) + np.arange(
+            int(offsets[-1]), dtype=np.int64
+        )
         return HFIds(self.ids[flat], offsets)
 
 
@@ -59,10 +61,13 @@ def tokenizer_path(name: str, ctx: FeatureContext) -> Path:
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():
-        raise ConfigError(f"feature {ctx.name!r}: pretrained_model_name_or_path {name!r} is not a local "
-                          "tokenizer.json (or a folder holding one); datamill downloads nothing",
-                          path=str(path), hint="save the tokenizer locally (tokenizer.save_pretrained(DIR)) and "
-                                               "point to that folder")
+        raise ConfigError(
+            f"feature {ctx.name!r}: pretrained_model_name_or_path {name!r} is not a local "
+            "tokenizer.json (or a folder holding one); datamill downloads nothing",
+            path=str(path),
+            hint="save the tokenizer locally (tokenizer.save_pretrained(DIR)) and "
+            "point to that folder",
+        )
     return path
 
 
@@ -76,12 +81,19 @@ def _load(path: str) -> Any:
 def hf_tokens(column: pa.Array, name: str, ctx: FeatureContext) -> HFIds:
     """One block's token ids (with the tokenizer's special tokens)."""
     tok = _load(str(tokenizer_path(name, ctx)))
-    ids, offsets = encodings_to_csr(tok.encode_batch_fast(column.to_pylist(), add_special_tokens=True))
+    ids, offsets = encodings_to_csr(
+        tok.encode_batch_fast(column.to_pylist(), add_special_tokens=True)
+    )
     return HFIds(np.asarray(ids, np.int32), np.asarray(offsets, np.int64))
 
 
-def hf_finalize(longest: int, name: str, sequence_length: int | None, max_sequence_length: int,
-                ctx: FeatureContext) -> dict[str, Any]:
+def hf_finalize(
+    longest: int,
+    name: str,
+    sequence_length: int | None,
+    max_sequence_length: int,
+    ctx: FeatureContext,
+) -> dict[str, Any]:
     """The metadata: the tokenizer's vocabulary (``idx2str``), its pad id and the padded width."""
     path = tokenizer_path(name, ctx)
     tok = _load(str(path))
@@ -90,13 +102,25 @@ def hf_finalize(longest: int, name: str, sequence_length: int | None, max_sequen
     for token, i in vocab.items():
         idx2str[i] = token
     pad_id = next((vocab[p] for p in _PAD_NAMES if p in vocab), 0)
-    return {"idx2str": idx2str, "vocab_size": len(idx2str), "pad_id": pad_id, "tokenizer_file": str(path),
-            "max_sequence_length": sequence_length or max(1, min(longest, max_sequence_length))}
+    return {
+        "idx2str": idx2str,
+        "vocab_size": len(idx2str),
+        "pad_id": pad_id,
+        "tokenizer_file": str(path),
+        "max_sequence_length": sequence_length or max(1, min(longest, max_sequence_length)),
+    }
 
 
-def hf_transform(ids: HFIds, meta: dict[str, Any], padding: str, ctx: FeatureContext) -> NDArray[Any]:
+def hf_transform(
+    ids: HFIds, meta: dict[str, Any], padding: str, ctx: FeatureContext
+) -> NDArray[Any]:
     """The padded id matrix of one block."""
-    out: NDArray[Any] = pad(ids.ids, ids.offsets, int(meta["max_sequence_length"]), fill=int(meta["pad_id"]),
-                            side="left" if padding == "left" else "right",
-                            dtype=int_type(int(meta["vocab_size"])))[0]
+    out: NDArray[Any] = pad(
+        ids.ids,
+        ids.offsets,
+        int(meta["max_sequence_length"]),
+        fill=int(meta["pad_id"]),
+        side="left" if padding == "left" else "right",
+        dtype=int_type(int(meta["vocab_size"])),
+    )[0]
     return out

@@ -26,14 +26,150 @@ from datamill.core.ragged import offsets_from_lengths
 from datamill.preprocessing.features.base import int_type
 from datamill.vocab import TokenCounts, Vocab, count_tokens
 
-__all__ = ["DictRagged", "Ragged", "STOPWORDS", "TOKENIZERS", "codepoints", "compact",  # noqa: RUF022 - Python sorted() order (house rule)
-           "lower_except", "row_selection", "split_tokens", "to_string_array"]
+__all__ = [
+    "STOPWORDS",
+    "TOKENIZERS",
+    "DictRagged",
+    "Ragged",
+    "codepoints",
+    "compact",
+    "lower_except",
+    "row_selection",
+    "split_tokens",
+    "to_string_array",
+]
 
 TOKENIZERS = ("characters", "comma", "regex", "space", "space_punct")
 
 #: a small built-in English stop-word list (for ``remove_stopwords``)
 STOPWORDS = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "you", "your", "yours", "yourself", "yourselves"]
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+    ]
 )
 
 
@@ -48,8 +184,13 @@ class Ragged:
 
     __slots__ = ("canon", "codes", "offsets", "values")
 
-    def __init__(self, values: pa.Array | None, offsets: NDArray[np.int64],
-                 codes: NDArray[Any] | None = None, canon: NDArray[np.uint8] | None = None) -> None:
+    def __init__(
+        self,
+        values: pa.Array | None,
+        offsets: NDArray[np.int64],
+        codes: NDArray[Any] | None = None,
+        canon: NDArray[np.uint8] | None = None,
+    ) -> None:
         self.values = values
         self.offsets = offsets
         self.codes = codes
@@ -60,7 +201,11 @@ class Ragged:
         """From a pyarrow list array (sliced or chunked arrays handled)."""
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        lengths = (
+            pc.fill_null(pc.list_value_length(arr), 0)
+            .to_numpy(zero_copy_only=False)
+            .astype(np.int64)
+        )
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return cls(pc.list_flatten(arr), offsets)
@@ -105,22 +250,35 @@ class Ragged:
             return count_tokens(self.values)
         bins = np.bincount(self.codes) if len(self.codes) else np.zeros(0, np.int64)
         if self.canon is not None:  # counts of raw bytes folded onto their lower-cased byte
-            bins = np.bincount(self.canon[:len(bins)], weights=bins, minlength=len(bins)).astype(np.int64)
+            bins = np.bincount(self.canon[: len(bins)], weights=bins, minlength=len(bins)).astype(
+                np.int64
+            )
         present = np.flatnonzero(bins)
-        return TokenCounts(pa.array([chr(c) for c in present.tolist()], pa.string()),  # per distinct char
-                           bins[present].astype(np.int64))
+        return TokenCounts(
+            pa.array([chr(c) for c in present.tolist()], pa.string()),  # per distinct char
+            bins[present].astype(np.int64),
+        )
 
     def encode(self, vocab: Vocab) -> NDArray[np.signedinteger[Any]]:
         """Token ids (unknown → the vocabulary's unk id); from codes, in the smallest int dtype."""
         if self.codes is None:
             return vocab.encode(self.values)
-        singles = [(ord(t), i) for i, t in enumerate(vocab.idx2str) if len(t) == 1]  # per vocab entry
-        size = max([int(self.codes.max()) + 1 if len(self.codes) else 0, *(c + 1 for c, _ in singles),
-                    len(self.canon) if self.canon is not None else 0])
+        singles = [
+            (ord(t), i) for i, t in enumerate(vocab.idx2str) if len(t) == 1
+        ]  # per vocab entry
+        size = max(
+            [
+                int(self.codes.max()) + 1 if len(self.codes) else 0,
+                *(c + 1 for c, _ in singles),
+                len(self.canon) if self.canon is not None else 0,
+            ]
+        )
         unk = vocab.unk_index
         if unk is None:
             raise ConfigError("character vocabulary without an unknown token")
-        lut = np.full(size, unk, int_type(len(vocab)))  # ids in the smallest dtype: 4x less memory than int32
+        lut = np.full(
+            size, unk, int_type(len(vocab))
+        )  # ids in the smallest dtype: 4x less memory than int32
         if singles:
             chars, ids = np.array(singles, np.int64).T
             lut[chars] = ids
@@ -130,7 +288,9 @@ class Ragged:
         return encoded
 
 
-def row_selection(offsets: NDArray[np.int64], mask: NDArray[np.bool_]) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+def row_selection(
+    offsets: NDArray[np.int64], mask: NDArray[np.bool_]
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
     """(token mask, new row offsets) keeping the rows where ``mask`` is true."""
     lengths = np.diff(offsets)
     kept = np.zeros(int(mask.sum()) + 1, np.int64)
@@ -146,9 +306,14 @@ def codepoints(column: pa.Array, *, lowercase: bool = False) -> Ragged:
     """
     large = pa.types.is_large_string(column.type)
     bufs = column.buffers()
-    off = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[column.offset:column.offset + len(column) + 1]
-    data = (np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]] if bufs[2] is not None and len(column)
-            else np.zeros(0, np.uint8))
+    off = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[
+        column.offset : column.offset + len(column) + 1
+    ]
+    data = (
+        np.frombuffer(bufs[2], np.uint8)[off[0] : off[-1]]
+        if bufs[2] is not None and len(column)
+        else np.zeros(0, np.uint8)
+    )
     rel = (off - off[0]).astype(np.int64) if len(column) else np.zeros(1, np.int64)
     if len(data) == 0 or int(data.max()) < 0x80:  # ASCII: one byte, one character
         return Ragged(None, rel, data, ASCII_LOWER if lowercase else None)
@@ -168,7 +333,9 @@ class DictRagged(Ragged):
 
     __slots__ = ("dictionary", "indices")
 
-    def __init__(self, dictionary: pa.Array, indices: NDArray[Any], offsets: NDArray[np.int64]) -> None:
+    def __init__(
+        self, dictionary: pa.Array, indices: NDArray[Any], offsets: NDArray[np.int64]
+    ) -> None:
         self.offsets = offsets
         self.codes = None
         self.dictionary = dictionary
@@ -193,8 +360,11 @@ class DictRagged(Ragged):
         return DictRagged(self.dictionary, self.indices[tok], offsets)
 
     def count(self) -> TokenCounts:
-        bins = np.bincount(self.indices, minlength=len(self.dictionary)) if len(self.indices) else \
-            np.zeros(len(self.dictionary), np.int64)
+        bins = (
+            np.bincount(self.indices, minlength=len(self.dictionary))
+            if len(self.indices)
+            else np.zeros(len(self.dictionary), np.int64)
+        )
         present = np.flatnonzero(bins)
         return TokenCounts(self.dictionary.take(pa.array(present)), bins[present].astype(np.int64))
 
@@ -260,8 +430,14 @@ def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
     if tokenizer not in ("space", "space_punct") or not pa.types.is_string(column.type):
         return None
     bufs = column.buffers()
-    off = np.frombuffer(bufs[1], np.int32)[column.offset:column.offset + len(column) + 1].astype(np.int64)
-    data = np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]] if bufs[2] is not None else np.zeros(0, np.uint8)
+    off = np.frombuffer(bufs[1], np.int32)[column.offset : column.offset + len(column) + 1].astype(
+        np.int64
+    )
+    data = (
+        np.frombuffer(bufs[2], np.uint8)[off[0] : off[-1]]
+        if bufs[2] is not None
+        else np.zeros(0, np.uint8)
+    )
     rel = off - off[0]
     if len(data) == 0 or int(data.max()) >= 0x80:
         return None
@@ -271,9 +447,14 @@ def _ascii_split(column: pa.Array, tokenizer: str) -> Ragged | None:
         return DictRagged(keyed[0], keyed[1], row_offsets)
     token_offsets = offsets_from_lengths(lengths)
     packed = data[~ASCII_WHITESPACE[data]]  # the tokens cover every other byte, in order
-    string_type, off_type = (pa.string(), np.int32) if len(packed) < 2**31 else (pa.large_string(), np.int64)
-    values = pa.Array.from_buffers(string_type, len(starts), [
-        None, pa.py_buffer(token_offsets.astype(off_type)), pa.py_buffer(packed)])
+    string_type, off_type = (
+        (pa.string(), np.int32) if len(packed) < 2**31 else (pa.large_string(), np.int64)
+    )
+    values = pa.Array.from_buffers(
+        string_type,
+        len(starts),
+        [None, pa.py_buffer(token_offsets.astype(off_type)), pa.py_buffer(packed)],
+    )
     return Ragged(values, row_offsets)
 
 
@@ -282,7 +463,9 @@ def _split(column: pa.Array, tokenizer: str, regex: str | None) -> pa.Array:
     from datamill.tokenize import get_tokenizer
 
     if tokenizer not in TOKENIZERS or tokenizer == "characters":
-        raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
+        raise ConfigError(
+            f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}"
+        )
     if tokenizer == "regex":
         if not regex:
             raise ConfigError("tokenizer 'regex' needs the `regex` parameter (the split pattern)")
@@ -313,12 +496,18 @@ def split_tokens(
     col = to_string_array(column)
     if tokenizer == "characters":
         return codepoints(col, lowercase=lowercase)
-    if lowercase:  # a whole value equal to one of keep_case (the missing-value fill) is not lower-cased
+    if (
+        lowercase
+    ):  # a whole value equal to one of keep_case (the missing-value fill) is not lower-cased
         col = lower_except(col, keep_case)
     if tokenizer not in TOKENIZERS:
-        raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}")
+        raise ConfigError(
+            f"unknown tokenizer {tokenizer!r}; valid tokenizers: {', '.join(TOKENIZERS)}"
+        )
     fast_tokens = _ascii_split(col, tokenizer) if fast else None
-    if isinstance(fast_tokens, DictRagged):  # no empty tokens, nothing to strip; stop words looked up per distinct token
+    if isinstance(
+        fast_tokens, DictRagged
+    ):  # no empty tokens, nothing to strip; stop words looked up per distinct token
         if not stopwords:
             return fast_tokens
         stop = pc.is_in(fast_tokens.dictionary, value_set=pa.array(sorted(stopwords), pa.string()))
@@ -338,5 +527,7 @@ def split_tokens(
             rag = Ragged(values, rag.offsets)
         mask = pc.greater(pc.binary_length(values), 0)
     if stopwords:
-        mask = pc.and_(mask, pc.invert(pc.is_in(values, value_set=pa.array(sorted(stopwords), pa.string()))))
+        mask = pc.and_(
+            mask, pc.invert(pc.is_in(values, value_set=pa.array(sorted(stopwords), pa.string())))
+        )
     return rag.keep(mask.to_numpy(zero_copy_only=False))

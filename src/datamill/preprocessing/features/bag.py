@@ -51,11 +51,20 @@ class Handler(set_.Handler):
 
     def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
         """Ludwig 0.17's bag vocabulary: ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at 0-3, then the most frequent."""
-        plain = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                  specials=(), unk_token=None)
+        plain = Vocab.from_counts(
+            stats.counts,
+            min_freq=params.min_frequency,
+            max_size=params.most_common,
+            specials=(),
+            unk_token=None,
+        )
         tokens = [t for t in plain.idx2str if t not in LUDWIG_SPECIALS]
-        return Vocab([*LUDWIG_SPECIALS, *tokens], str2freq=stats.counts.as_dict(), unk_token=UNK,
-                     specials=list(LUDWIG_SPECIALS))
+        return Vocab(
+            [*LUDWIG_SPECIALS, *tokens],
+            str2freq=stats.counts.as_dict(),
+            unk_token=UNK,
+            specials=list(LUDWIG_SPECIALS),
+        )
 
     def _dense(self, key: NDArray[np.int64], n: int, size: int) -> NDArray[Any]:
         counts = np.bincount(key, minlength=n * size).astype(np.float32)

@@ -34,12 +34,26 @@ from datamill.core.errors import ConfigError
 from datamill.core.ragged import smallest_int_dtype
 from datamill.preprocessing.missing import MissingStats
 
-__all__ = ["COMMON_STRATEGIES", "CSR", "FeatureContext", "FeatureHandler", "Params",  # noqa: RUF022 - Python sorted() order (house rule)
-           "REQUIRED_ATTRIBUTES", "int_type"]
+__all__ = [
+    "COMMON_STRATEGIES",
+    "CSR",
+    "REQUIRED_ATTRIBUTES",
+    "FeatureContext",
+    "FeatureHandler",
+    "Params",
+    "int_type",
+]
 
 #: class attributes every registered handler class must define itself (or inherit from a concrete parent)
-REQUIRED_ATTRIBUTES = ("Params", "defaults_key", "fill_value", "input_type", "missing_value_strategy",
-                       "strategies", "type_name")
+REQUIRED_ATTRIBUTES = (
+    "Params",
+    "defaults_key",
+    "fill_value",
+    "input_type",
+    "missing_value_strategy",
+    "strategies",
+    "type_name",
+)
 
 #: the strategies every type accepts (a handler class may add its own, e.g. number's fill_with_mean)
 COMMON_STRATEGIES = ("fill_with_const", "fill_with_mode", "bfill", "ffill", "drop_row")
@@ -52,7 +66,9 @@ def int_type(vocab_size: int) -> type[np.signedinteger[Any]]:
         >>> int_type(128).__name__, int_type(129).__name__, int_type(40_000).__name__
         ('int8', 'int16', 'int32')
     """
-    return smallest_int_dtype(max(vocab_size - 1, 0)).type  # the signed ladder (int8, int16, int32, int64)
+    return smallest_int_dtype(
+        max(vocab_size - 1, 0)
+    ).type  # the signed ladder (int8, int16, int32, int64)
 
 
 class Params(BaseModel):
@@ -147,7 +163,9 @@ class FeatureHandler(ABC):
         """
         value = fill_value if fill_value is not None else cls.fill_value
         if value is None:
-            raise ConfigError(f"missing_value_strategy fill_with_const of a {cls.type_name} feature needs fill_value")
+            raise ConfigError(
+                f"missing_value_strategy fill_with_const of a {cls.type_name} feature needs fill_value"
+            )
         return float(value) if cls.input_type == "float64" else str(value)
 
     @classmethod
@@ -157,7 +175,9 @@ class FeatureHandler(ABC):
             return 0.0
         return "" if cls.fill_value is None else cls.fill_value
 
-    def finalize_missing(self, stats: MissingStats, strategy: str, fill_value: Any, params: Any) -> Any:
+    def finalize_missing(
+        self, stats: MissingStats, strategy: str, fill_value: Any, params: Any
+    ) -> Any:
         """The fill value stored in the metadata (``computed_fill_value``) from the merged fit statistics.
 
         ``None`` for ``bfill``/``ffill``/``drop_row`` (filled from neighbours or dropped).

@@ -54,10 +54,16 @@ class Handler(FeatureHandler):
     input_type: ClassVar[str] = "string"
     missing_value_strategy: ClassVar[str] = "fill_with_false"
     fill_value: ClassVar[Any] = None
-    strategies: ClassVar[tuple[str, ...]] = (*COMMON_STRATEGIES, "fill_with_false", "fill_with_true")
+    strategies: ClassVar[tuple[str, ...]] = (
+        *COMMON_STRATEGIES,
+        "fill_with_false",
+        "fill_with_true",
+    )
     defaults_key: ClassVar[str] = "binary"
 
-    def finalize_missing(self, stats: MissingStats, strategy: str, fill_value: Any, params: BinaryParams) -> Any:
+    def finalize_missing(
+        self, stats: MissingStats, strategy: str, fill_value: Any, params: BinaryParams
+    ) -> Any:
         """``fill_with_false``/``fill_with_true``: the column's own label of that truth (Ludwig's choice).
 
         Ludwig scans the distinct fit values in reverse sorted order and takes the first that reads as
@@ -67,9 +73,14 @@ class Handler(FeatureHandler):
         if strategy not in ("fill_with_false", "fill_with_true"):
             return super().finalize_missing(stats, strategy, fill_value, params)
         wanted = strategy == "fill_with_true"
-        values = [] if stats.values is None else [v for v in stats.values.to_pylist() if v is not None]
-        fallback = params.fallback_true_label if params.fallback_true_label is not None else \
-            self._auto_label(values, params)
+        values = (
+            [] if stats.values is None else [v for v in stats.values.to_pylist() if v is not None]
+        )
+        fallback = (
+            params.fallback_true_label
+            if params.fallback_true_label is not None
+            else self._auto_label(values, params)
+        )
         for v in sorted(values, reverse=True):
             if self._read(v, params, fallback) is wanted:
                 return v
@@ -94,7 +105,11 @@ class Handler(FeatureHandler):
         (Ludwig also picks one when only one of two values is unconventional, which can read both as
         false, e.g. ``N``/``maybe``; datamill refuses that column with a located error instead.)
         """
-        if not values or len(values) > 2 or any(cls._read(v, params, None) is not None for v in values):
+        if (
+            not values
+            or len(values) > 2
+            or any(cls._read(v, params, None) is not None for v in values)
+        ):
             return None
         return min(values)
 
@@ -104,18 +119,27 @@ class Handler(FeatureHandler):
     def merge(self, a: TokenCounts, b: TokenCounts) -> TokenCounts:
         return a.merge(b)
 
-    def finalize(self, stats: TokenCounts, params: BinaryParams, ctx: FeatureContext) -> dict[str, Any]:
+    def finalize(
+        self, stats: TokenCounts, params: BinaryParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
         counts = stats.as_dict()
         fallback = params.fallback_true_label
         if fallback is None:
             fallback = self._auto_label(list(counts), params)
         str2bool = {v: self._read(v, params, fallback) for v in counts}
         if fallback is not None and params.fallback_true_label is None:
-            warnings.warn(f'{ctx.path or "<table>"}, column "{ctx.column}": binary values {sorted(counts)} are not all '
-                          f"conventional true/false strings; read as {dict(sorted(str2bool.items()))} (Ludwig's "
-                          f"automatic fallback_true_label {fallback!r}); set preprocessing.fallback_true_label "
-                          "to choose", UserWarning, stacklevel=2)
-        labels: dict[bool, str | None] = {True: None, False: None}  # most frequent raw string (ties: smallest)
+            warnings.warn(
+                f'{ctx.path or "<table>"}, column "{ctx.column}": binary values {sorted(counts)} are not all '
+                f"conventional true/false strings; read as {dict(sorted(str2bool.items()))} (Ludwig's "
+                f"automatic fallback_true_label {fallback!r}); set preprocessing.fallback_true_label "
+                "to choose",
+                UserWarning,
+                stacklevel=2,
+            )
+        labels: dict[bool, str | None] = {
+            True: None,
+            False: None,
+        }  # most frequent raw string (ties: smallest)
         for value, n in counts.items():
             t = str2bool[value]
             if t is None:
@@ -123,9 +147,13 @@ class Handler(FeatureHandler):
             best = labels[t]
             if best is None or (-n, value) < (-counts[best], best):
                 labels[t] = value
-        return {"str2freq": counts, "str2bool": {v: t for v, t in str2bool.items() if t is not None},
-                "bool2str": [labels[False] or "false", labels[True] or "true"], "fallback_true_label": fallback,
-                "vocab_size": 2}
+        return {
+            "str2freq": counts,
+            "str2bool": {v: t for v, t in str2bool.items() if t is not None},
+            "bool2str": [labels[False] or "false", labels[True] or "true"],
+            "fallback_true_label": fallback,
+            "vocab_size": 2,
+        }
 
     @classmethod
     def edge_fill(cls, params: Any = None) -> Any:
@@ -133,11 +161,17 @@ class Handler(FeatureHandler):
         return params.false_strings[0] if isinstance(params, BinaryParams) else "false"
 
     @staticmethod
-    def _truth(column: pa.Array, params: BinaryParams, ctx: FeatureContext, *, fallback: str | None) -> pa.Array:
+    def _truth(
+        column: pa.Array, params: BinaryParams, ctx: FeatureContext, *, fallback: str | None
+    ) -> pa.Array:
         trimmed = pc.utf8_trim_whitespace(column)
         norm = pc.utf8_lower(trimmed)
-        is_true = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.true_strings], pa.string()))
-        is_false = pc.is_in(norm, value_set=pa.array([s.lower() for s in params.false_strings], pa.string()))
+        is_true = pc.is_in(
+            norm, value_set=pa.array([s.lower() for s in params.true_strings], pa.string())
+        )
+        is_false = pc.is_in(
+            norm, value_set=pa.array([s.lower() for s in params.false_strings], pa.string())
+        )
         known = pc.or_(is_true, is_false)
         if fallback is not None:
             return pc.if_else(known, is_true, pc.equal(trimmed, fallback))
@@ -146,12 +180,16 @@ class Handler(FeatureHandler):
             raise DataFileError(
                 f"expected a binary value ({'/'.join(params.true_strings[:4])} or "
                 f"{'/'.join(params.false_strings[:4])}), got {column[bad].as_py()!r}",
-                path=ctx.path, column=ctx.column, **ctx.location(bad),
-                hint="set preprocessing.true_strings/false_strings or fallback_true_label")
+                path=ctx.path,
+                column=ctx.column,
+                **ctx.location(bad),
+                hint="set preprocessing.true_strings/false_strings or fallback_true_label",
+            )
         return is_true
 
-    def transform(self, column: pa.Array, meta: dict[str, Any], params: BinaryParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: pa.Array, meta: dict[str, Any], params: BinaryParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         fallback = meta.get("fallback_true_label", params.fallback_true_label)
         truth = self._truth(column, params, ctx, fallback=fallback)
         return {ctx.name: truth.to_numpy(zero_copy_only=False).astype(np.bool_)}

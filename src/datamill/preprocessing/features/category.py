@@ -65,12 +65,20 @@ class Handler(FeatureHandler):
     def merge(self, a: TokenCounts, b: TokenCounts) -> TokenCounts:
         return a.merge(b)
 
-    def finalize(self, stats: TokenCounts, params: CategoryParams, ctx: FeatureContext) -> dict[str, Any]:
-        vocab = Vocab.from_counts(stats, min_freq=params.min_frequency, max_size=params.most_common,
-                                  specials=[UNK], unk_token=UNK)
+    def finalize(
+        self, stats: TokenCounts, params: CategoryParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
+        vocab = Vocab.from_counts(
+            stats,
+            min_freq=params.min_frequency,
+            max_size=params.most_common,
+            specials=[UNK],
+            unk_token=UNK,
+        )
         return vocab.to_dict()
 
-    def transform(self, column: pa.Array, meta: dict[str, Any], params: CategoryParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: pa.Array, meta: dict[str, Any], params: CategoryParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         ids: NDArray[np.int32] = Vocab.from_dict(meta).encode(self._prep(column, params))
         return {ctx.name: ids.astype(int_type(int(meta["vocab_size"])), copy=False)}

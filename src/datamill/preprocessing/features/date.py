@@ -33,7 +33,17 @@ from datamill.preprocessing.features.base import Params as BaseParams
 
 __all__ = ["DATE_COMPONENTS", "DateParams", "Handler"]
 
-DATE_COMPONENTS = ("year", "month", "day", "weekday", "yearday", "hour", "minute", "second", "second_of_day")
+DATE_COMPONENTS = (
+    "year",
+    "month",
+    "day",
+    "weekday",
+    "yearday",
+    "hour",
+    "minute",
+    "second",
+    "second_of_day",
+)
 
 
 class DateParams(BaseParams):
@@ -60,22 +70,39 @@ class Handler(FeatureHandler):
         return a + b
 
     def finalize(self, stats: int, params: DateParams, ctx: FeatureContext) -> dict[str, Any]:
-        return {"datetime_format": params.datetime_format, "vector_size": len(DATE_COMPONENTS),
-                "components": list(DATE_COMPONENTS)}
+        return {
+            "datetime_format": params.datetime_format,
+            "vector_size": len(DATE_COMPONENTS),
+            "components": list(DATE_COMPONENTS),
+        }
 
-    def transform(self, column: pa.Array, meta: dict[str, Any], params: DateParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: pa.Array, meta: dict[str, Any], params: DateParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         try:
             t = parse_datetimes(column, params.datetime_format, errors="raise")
         except ValueError as exc:
-            raise DataFileError(str(exc.args[0]), path=ctx.path, column=ctx.column, **ctx.location(exc.args[1]),
-                                hint="set preprocessing.datetime_format (a strptime format) for this column") from exc
+            raise DataFileError(
+                str(exc.args[0]),
+                path=ctx.path,
+                column=ctx.column,
+                **ctx.location(exc.args[1]),
+                hint="set preprocessing.datetime_format (a strptime format) for this column",
+            ) from exc
         out = np.zeros((len(column), len(DATE_COMPONENTS)), np.int32)
         valid = np.asarray(t.is_valid().to_numpy(zero_copy_only=False), bool)
         if not valid.any():
             return {ctx.name: out}
-        comps = [pc.year(t), pc.month(t), pc.day(t), pc.day_of_week(t), pc.day_of_year(t), pc.hour(t),
-                 pc.minute(t), pc.second(t)]
+        comps = [
+            pc.year(t),
+            pc.month(t),
+            pc.day(t),
+            pc.day_of_week(t),
+            pc.day_of_year(t),
+            pc.hour(t),
+            pc.minute(t),
+            pc.second(t),
+        ]
         for j, c in enumerate(comps):
             out[valid, j] = np.asarray(c.to_numpy(zero_copy_only=False))[valid]
         out[:, 8] = out[:, 5] * 3600 + out[:, 6] * 60 + out[:, 7]

@@ -76,7 +76,7 @@ class ImageStats:
 
     def merge(self, other: ImageStats) -> ImageStats:
         """The first ``limit`` images of this block, then of the next."""
-        return ImageStats((self.sample + other.sample)[:self.limit], self.limit)
+        return ImageStats((self.sample + other.sample)[: self.limit], self.limit)
 
 
 def _resolve(value: str, ctx: FeatureContext) -> Path:
@@ -91,16 +91,30 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
         with Image.open(path) as img:  # leaving the block closes the file, the loaded pixels stay
             img.load()
     except FileNotFoundError as exc:
-        raise DataFileError(f"image file not found: {path}", path=ctx.path, column=ctx.column,
-                            **ctx.location(index), hint="image paths are relative to the dataset file") from exc
+        raise DataFileError(
+            f"image file not found: {path}",
+            path=ctx.path,
+            column=ctx.column,
+            **ctx.location(index),
+            hint="image paths are relative to the dataset file",
+        ) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise DataFileError(f"image {path} is too large to decode safely: {exc}", path=ctx.path, column=ctx.column,
-                            **ctx.location(index),
-                            hint="if the image is genuine, raise the limit: `datamill preprocess --max-image-pixels N` "
-                                 "(in Python: PIL.Image.MAX_IMAGE_PIXELS = N)") from exc
+        raise DataFileError(
+            f"image {path} is too large to decode safely: {exc}",
+            path=ctx.path,
+            column=ctx.column,
+            **ctx.location(index),
+            hint="if the image is genuine, raise the limit: `datamill preprocess --max-image-pixels N` "
+            "(in Python: PIL.Image.MAX_IMAGE_PIXELS = N)",
+        ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise DataFileError(f"cannot decode image {path}: {exc}", path=ctx.path, column=ctx.column,
-                            **ctx.location(index), hint="replace or remove the corrupt image") from exc
+        raise DataFileError(
+            f"cannot decode image {path}: {exc}",
+            path=ctx.path,
+            column=ctx.column,
+            **ctx.location(index),
+            hint="replace or remove the corrupt image",
+        ) from exc
     return img
 
 
@@ -108,7 +122,9 @@ def _channels(img: PILImage) -> int:
     return {"1": 1, "L": 1, "P": 3, "RGB": 3, "RGBA": 4, "LA": 4, "CMYK": 3}.get(img.mode, 3)
 
 
-def _load(path: Path, index: int, ctx: FeatureContext, h: int, w: int, c: int, method: str) -> NDArray[np.uint8]:
+def _load(
+    path: Path, index: int, ctx: FeatureContext, h: int, w: int, c: int, method: str
+) -> NDArray[np.uint8]:
     from PIL import Image
 
     img = _open(path, index, ctx)
@@ -153,11 +169,17 @@ class Handler(FeatureHandler):
 
     def fit(self, column: pa.Array, params: ImageParams, ctx: FeatureContext) -> ImageStats:
         n = params.infer_image_sample_size
-        if params.height is not None and params.width is not None and params.num_channels is not None:
+        if (
+            params.height is not None
+            and params.width is not None
+            and params.num_channels is not None
+        ):
             return ImageStats((), n)  # nothing to infer
         sample = []
         values = to_string_array(column).to_pylist()
-        for i in [i for i, v in enumerate(values) if v and v.strip()][:n]:  # no image left after the fill: skipped
+        for i in [i for i, v in enumerate(values) if v and v.strip()][
+            :n
+        ]:  # no image left after the fill: skipped
             img = _open(_resolve(values[i], ctx), i, ctx)
             sample.append((img.height, img.width, _channels(img)))
         return ImageStats(tuple(sample), n)
@@ -165,13 +187,21 @@ class Handler(FeatureHandler):
     def merge(self, a: ImageStats, b: ImageStats) -> ImageStats:
         return a.merge(b)
 
-    def finalize(self, stats: ImageStats, params: ImageParams, ctx: FeatureContext) -> dict[str, Any]:
+    def finalize(
+        self, stats: ImageStats, params: ImageParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
         sample = np.array(stats.sample, np.int64).reshape(-1, 3)
-        if (params.height is None or params.width is None or params.num_channels is None) and not len(sample):
-            raise ConfigError(f"feature {ctx.name!r}: no image to infer the size from; set height, width "
-                              "and num_channels")
+        if (
+            params.height is None or params.width is None or params.num_channels is None
+        ) and not len(sample):
+            raise ConfigError(
+                f"feature {ctx.name!r}: no image to infer the size from; set height, width "
+                "and num_channels"
+            )
         if (params.height is None or params.width is None) and not params.infer_image_dimensions:
-            raise ConfigError(f"feature {ctx.name!r}: set height and width, or infer_image_dimensions: true")
+            raise ConfigError(
+                f"feature {ctx.name!r}: set height and width, or infer_image_dimensions: true"
+            )
         h = params.height or min(round(float(sample[:, 0].mean())), params.infer_image_max_height)
         w = params.width or min(round(float(sample[:, 1].mean())), params.infer_image_max_width)
         c: int
@@ -181,18 +211,24 @@ class Handler(FeatureHandler):
             counts = {k: int((sample[:, 2] == k).sum()) for k in (1, 4)}
             c = next((k for k, v in counts.items() if v > len(sample) / 2), 3)
         if params.standardize_image is not None and c != 3:
-            raise ConfigError(f"feature {ctx.name!r}: standardize_image {params.standardize_image} needs 3 "
-                              f"channels, the images have {c}", hint="set num_channels: 3")
+            raise ConfigError(
+                f"feature {ctx.name!r}: standardize_image {params.standardize_image} needs 3 "
+                f"channels, the images have {c}",
+                hint="set num_channels: 3",
+            )
         return {"height": int(h), "width": int(w), "num_channels": int(c)}
 
-    def transform(self, column: pa.Array, meta: dict[str, Any], params: ImageParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: pa.Array, meta: dict[str, Any], params: ImageParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         h, w, c = int(meta["height"]), int(meta["width"]), int(meta["num_channels"])
         paths = to_string_array(column).to_pylist()
         out = np.empty((len(paths), h, w, c), np.uint8)
 
         def work(i: int) -> None:
-            if not paths[i] or not paths[i].strip():  # no image left after the missing-value strategy: black
+            if (
+                not paths[i] or not paths[i].strip()
+            ):  # no image left after the missing-value strategy: black
                 out[i] = 0
                 return
             out[i] = _load(_resolve(paths[i], ctx), i, ctx, h, w, c, params.resize_method)

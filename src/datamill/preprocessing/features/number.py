@@ -101,35 +101,57 @@ class Handler(FeatureHandler):
         x = _as_float(column)
         x = x[np.isfinite(x)]
         if len(x) == 0:
-            return NumberStats(0, 0.0, 0.0, float("inf"), float("-inf"),
-                               np.zeros(0) if params.normalization == "iq" else None)
+            return NumberStats(
+                0,
+                0.0,
+                0.0,
+                float("inf"),
+                float("-inf"),
+                np.zeros(0) if params.normalization == "iq" else None,
+            )
         mean = float(x.mean())
-        return NumberStats(len(x), mean, float(((x - mean) ** 2).sum()), float(x.min()), float(x.max()),
-                           x.copy() if params.normalization == "iq" else None)
+        return NumberStats(
+            len(x),
+            mean,
+            float(((x - mean) ** 2).sum()),
+            float(x.min()),
+            float(x.max()),
+            x.copy() if params.normalization == "iq" else None,
+        )
 
     def merge(self, a: NumberStats, b: NumberStats) -> NumberStats:
         return a.merge(b)
 
-    def finalize(self, stats: NumberStats, params: NumberParams, ctx: FeatureContext) -> dict[str, Any]:
+    def finalize(
+        self, stats: NumberStats, params: NumberParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
         n = stats.count
         meta: dict[str, Any] = {
             "count": n,
             "mean": stats.mean if n else 0.0,
-            "std": float(np.sqrt(stats.m2 / (n - 1))) if n > 1 else 0.0,  # sample std, as pandas/Ludwig
+            "std": float(np.sqrt(stats.m2 / (n - 1)))
+            if n > 1
+            else 0.0,  # sample std, as pandas/Ludwig
             "min": stats.min if n else 0.0,
             "max": stats.max if n else 0.0,
             "normalization": params.normalization or "none",
         }
         if params.outlier_strategy is not None:
-            meta["computed_outlier_fill_value"] = meta["mean"] if params.outlier_strategy == "fill_with_mean" \
+            meta["computed_outlier_fill_value"] = (
+                meta["mean"]
+                if params.outlier_strategy == "fill_with_mean"
                 else float(params.fill_value if params.fill_value is not None else self.fill_value)
+            )
         if stats.values is not None:
-            q1, median, q3 = (np.quantile(stats.values, [0.25, 0.5, 0.75]).tolist() if n else [0.0] * 3)
+            q1, median, q3 = (
+                np.quantile(stats.values, [0.25, 0.5, 0.75]).tolist() if n else [0.0] * 3
+            )
             meta.update(q1=q1, median=median, q3=q3)
         return meta
 
-    def transform(self, column: pa.Array, meta: dict[str, Any], params: NumberParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: pa.Array, meta: dict[str, Any], params: NumberParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         x = _as_float(column)
         if meta.get("computed_outlier_fill_value") is not None:
             outlier = np.abs(x - meta["mean"]) > params.outlier_threshold * (meta["std"] or np.inf)
@@ -144,8 +166,12 @@ class Handler(FeatureHandler):
         elif norm == "log1p":
             bad = np.flatnonzero(x <= -1)
             if len(bad):
-                raise DataFileError(f"log1p normalization needs values > -1, got {x[bad[0]]!r}",
-                                    path=ctx.path, column=ctx.column, **ctx.location(int(bad[0])),
-                                    hint="use another normalization or shift the column")
+                raise DataFileError(
+                    f"log1p normalization needs values > -1, got {x[bad[0]]!r}",
+                    path=ctx.path,
+                    column=ctx.column,
+                    **ctx.location(int(bad[0])),
+                    hint="use another normalization or shift the column",
+                )
             x = np.log1p(x)
         return {ctx.name: x.astype(np.float32)}

@@ -79,8 +79,11 @@ class SequenceParams(BaseParams):
         Ludwig 0.17's stop, start, padding, unknown with ``layout: ludwig017``)."""
         if self.layout == "ludwig017":
             return [self.stop_symbol, self.start_symbol, self.padding_symbol, self.unknown_symbol]
-        return [self.padding_symbol, self.unknown_symbol,
-                *([self.start_symbol, self.stop_symbol] if self.start_stop else [])]
+        return [
+            self.padding_symbol,
+            self.unknown_symbol,
+            *([self.start_symbol, self.stop_symbol] if self.start_stop else []),
+        ]
 
     def special_ids(self) -> dict[str, int]:
         """Ids of the ``pad``, ``unk``, ``start`` and ``stop`` symbols (start/stop only when wrapped)."""
@@ -89,8 +92,9 @@ class SequenceParams(BaseParams):
         return {"pad": 0, "unk": 1, **({"start": 2, "stop": 3} if self.start_stop else {})}
 
 
-def add_start_stop(ids: NDArray[Any], offsets: NDArray[np.int64], start: int,
-                   stop: int) -> tuple[NDArray[Any], NDArray[np.int64]]:
+def add_start_stop(
+    ids: NDArray[Any], offsets: NDArray[np.int64], start: int, stop: int
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
     """Every CSR row wrapped in ``start`` .. ``stop`` (vectorised).
 
     Examples:
@@ -107,12 +111,13 @@ def add_start_stop(ids: NDArray[Any], offsets: NDArray[np.int64], start: int,
     body = np.ones(len(out), bool)
     body[new_offsets[:-1]] = False
     body[new_offsets[1:] - 1] = False
-    out[body] = ids[offsets[0]:offsets[-1]]
+    out[body] = ids[offsets[0] : offsets[-1]]
     return out, new_offsets
 
 
-def vocab_from_file(path: str, ctx: FeatureContext, specials: list[str] | None = None,
-                    unk_token: str | None = None) -> Vocab:
+def vocab_from_file(
+    path: str, ctx: FeatureContext, specials: list[str] | None = None, unk_token: str | None = None
+) -> Vocab:
     """The specials (``<PAD>``, ``<UNK>``) then the file's tokens (one per line, first occurrence kept)."""
     specials = specials or [PAD, UNK]
     unk_token = unk_token or specials[1]
@@ -122,8 +127,14 @@ def vocab_from_file(path: str, ctx: FeatureContext, specials: list[str] | None =
     try:
         text = read_text(full)
     except FileNotFoundError as exc:
-        raise ConfigError(f"feature {ctx.name!r}: vocab_file not found: {full}", path=str(full)) from exc
-    tokens = [t for t in dict.fromkeys(line.strip() for line in text.splitlines()) if t and t not in specials]
+        raise ConfigError(
+            f"feature {ctx.name!r}: vocab_file not found: {full}", path=str(full)
+        ) from exc
+    tokens = [
+        t
+        for t in dict.fromkeys(line.strip() for line in text.splitlines())
+        if t and t not in specials
+    ]
     return Vocab([*specials, *tokens], unk_token=unk_token, specials=specials)
 
 
@@ -159,7 +170,9 @@ class Handler(FeatureHandler):
         # a missing value (filled with the unknown symbol) stays unknown under lowercase; Ludwig 0.17
         # lower-cases it into a token of its own, which layout: ludwig017 keeps
         keep = (params.unknown_symbol,) if params.layout == "datamill" else ()
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep)
+        return split_tokens(
+            column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep
+        )
 
     def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
         return tokens.take_rows(mask)
@@ -167,35 +180,60 @@ class Handler(FeatureHandler):
     def compact_tokens(self, tokens: Ragged) -> Ragged:
         return compact(tokens)
 
-    def _tokens(self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext) -> Ragged:
+    def _tokens(
+        self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext
+    ) -> Ragged:
         return column if isinstance(column, Ragged) else self.tokens(column, params, ctx)
 
-    def fit(self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext) -> RaggedStats:
+    def fit(
+        self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext
+    ) -> RaggedStats:
         return fit_tokens(self._tokens(column, params, ctx))
 
     def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
         return a.merge(b)
 
-    def finalize(self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext) -> dict[str, Any]:
+    def finalize(
+        self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
         specials = params.specials()
         if params.vocab_file is not None:
             vocab = vocab_from_file(params.vocab_file, ctx, specials, params.unknown_symbol)
             freq = stats.counts.as_dict()
-            vocab = Vocab(vocab.idx2str, str2freq=freq, unk_token=params.unknown_symbol, specials=specials)
+            vocab = Vocab(
+                vocab.idx2str, str2freq=freq, unk_token=params.unknown_symbol, specials=specials
+            )
         else:
-            vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                      specials=specials, unk_token=params.unknown_symbol)
+            vocab = Vocab.from_counts(
+                stats.counts,
+                min_freq=params.min_frequency,
+                max_size=params.most_common,
+                specials=specials,
+                unk_token=params.unknown_symbol,
+            )
         longest = stats.max_length + (2 if params.wrapped else 0)
         width = params.sequence_length or max(1, min(longest, params.max_sequence_length))
         return {**vocab.to_dict(), "max_sequence_length": width}
 
-    def transform(self, column: pa.Array | Ragged, meta: dict[str, Any], params: SequenceParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self,
+        column: pa.Array | Ragged,
+        meta: dict[str, Any],
+        params: SequenceParams,
+        ctx: FeatureContext,
+    ) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params, ctx)
         ids, offsets = rag.encode(Vocab.from_dict(meta)), rag.offsets
         special = params.special_ids()
         if params.wrapped:
             ids, offsets = add_start_stop(ids, offsets, special["start"], special["stop"])
-        return {ctx.name: pad(ids, offsets, int(meta["max_sequence_length"]), side=params.padding,
-                              fill=special["pad"], dtype=int_type(int(meta["vocab_size"])))[0]}
-
+        return {
+            ctx.name: pad(
+                ids,
+                offsets,
+                int(meta["max_sequence_length"]),
+                side=params.padding,
+                fill=special["pad"],
+                dtype=int_type(int(meta["vocab_size"])),
+            )[0]
+        }

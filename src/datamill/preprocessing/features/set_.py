@@ -73,8 +73,11 @@ class RaggedStats:
 
     def merge(self, other: RaggedStats) -> RaggedStats:
         """Sum counts and rows; keep the longest row."""
-        return RaggedStats(self.counts.merge(other.counts), max(self.max_length, other.max_length),
-                           self.rows + other.rows)
+        return RaggedStats(
+            self.counts.merge(other.counts),
+            max(self.max_length, other.max_length),
+            self.rows + other.rows,
+        )
 
 
 def fit_tokens(rag: Ragged) -> RaggedStats:
@@ -110,8 +113,13 @@ class Handler(FeatureHandler):
     size_key: ClassVar[str] = "max_set_size"
 
     def tokens(self, column: pa.Array, params: SetParams, ctx: FeatureContext) -> Ragged:
-        return split_tokens(column, params.tokenizer, lowercase=params.lowercase, regex=params.regex,
-                            keep_case=(UNK,))
+        return split_tokens(
+            column,
+            params.tokenizer,
+            lowercase=params.lowercase,
+            regex=params.regex,
+            keep_case=(UNK,),
+        )
 
     def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
         return tokens.take_rows(mask)
@@ -130,18 +138,35 @@ class Handler(FeatureHandler):
 
     def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
         """Ludwig 0.17's set vocabulary: the most frequent tokens, ``<UNK>`` moved to id 3."""
-        plain = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                  specials=(), unk_token=None)
+        plain = Vocab.from_counts(
+            stats.counts,
+            min_freq=params.min_frequency,
+            max_size=params.most_common,
+            specials=(),
+            unk_token=None,
+        )
         tokens = [t for t in plain.idx2str if t != UNK]
-        return Vocab([*tokens[:3], UNK, *tokens[3:]], str2freq=stats.counts.as_dict(), unk_token=UNK, specials=[UNK])
+        return Vocab(
+            [*tokens[:3], UNK, *tokens[3:]],
+            str2freq=stats.counts.as_dict(),
+            unk_token=UNK,
+            specials=[UNK],
+        )
 
-    def finalize(self, stats: RaggedStats, params: SetParams, ctx: FeatureContext) -> dict[str, Any]:
+    def finalize(
+        self, stats: RaggedStats, params: SetParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
         if params.layout == "ludwig017":
             vocab = self._ludwig_vocab(stats, params)
             longest = stats.max_length + 2  # as Ludwig stores it (room for start and stop symbols)
         else:
-            vocab = Vocab.from_counts(stats.counts, min_freq=params.min_frequency, max_size=params.most_common,
-                                      specials=[PAD, UNK], unk_token=UNK)
+            vocab = Vocab.from_counts(
+                stats.counts,
+                min_freq=params.min_frequency,
+                max_size=params.most_common,
+                specials=[PAD, UNK],
+                unk_token=UNK,
+            )
             longest = stats.max_length
         dense_bytes = stats.rows * len(vocab) * np.dtype(self._dtype(params)).itemsize
         layout = "dense" if dense_bytes <= params.max_dense_bytes else "csr"
@@ -150,8 +175,13 @@ class Handler(FeatureHandler):
     def _dtype(self, params: SetParams) -> builtins.type[np.generic]:
         return np.bool_ if params.layout == "ludwig017" and self.dtype == np.int8 else self.dtype
 
-    def transform(self, column: pa.Array | Ragged, meta: dict[str, Any], params: SetParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self,
+        column: pa.Array | Ragged,
+        meta: dict[str, Any],
+        params: SetParams,
+        ctx: FeatureContext,
+    ) -> dict[str, NDArray[Any] | CSR]:
         rag = self._tokens(column, params, ctx)
         vocab = Vocab.from_dict(meta)
         size = len(vocab)

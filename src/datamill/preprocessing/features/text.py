@@ -74,8 +74,16 @@ LEVELS: tuple[Literal["char", "word"], ...] = ("char", "word")
 MODEL_ONLY_KEYS: dict[str, str] = {
     "cache_encoder_embeddings": "Ludwig caches a pretrained encoder's outputs; needs the model",
 }
-_LEVEL_KEYS = ("char_tokenizer", "char_most_common", "char_sequence_length_limit", "word_tokenizer", "word_regex",
-               "word_most_common", "word_sequence_length_limit", "remove_stopwords")
+_LEVEL_KEYS = (
+    "char_tokenizer",
+    "char_most_common",
+    "char_sequence_length_limit",
+    "word_tokenizer",
+    "word_regex",
+    "word_most_common",
+    "word_sequence_length_limit",
+    "remove_stopwords",
+)
 _VOCAB_KEYS = ("most_common", "vocab_file", "padding_symbol", "unknown_symbol")
 
 
@@ -110,23 +118,35 @@ class TextParams(BaseParams):
     @model_validator(mode="after")
     def _keys_that_apply(self) -> TextParams:
         if self.ngram_size != 2:
-            raise ValueError("ngram_size is only read by Ludwig's `ngram` tokenizer, which datamill does not have; "
-                             "remove it")
+            raise ValueError(
+                "ngram_size is only read by Ludwig's `ngram` tokenizer, which datamill does not have; "
+                "remove it"
+            )
         if self.compute_idf:
-            raise ValueError("compute_idf (TF-IDF weights for an encoder) is not computed by datamill; remove it")
+            raise ValueError(
+                "compute_idf (TF-IDF weights for an encoder) is not computed by datamill; remove it"
+            )
         if self.padding_symbol == self.unknown_symbol:
             raise ValueError("padding_symbol and unknown_symbol must differ")
         given = self.model_fields_set
         if self.layout == "ludwig017" or self.hf:
             wrong = sorted(k for k in _LEVEL_KEYS if k in given)
             if wrong:
-                what = "layout: ludwig017" if self.layout == "ludwig017" else "a Hugging Face tokenizer"
-                raise ValueError(f"{', '.join(wrong)} apply to the char/word layout, not to {what}; remove them")
+                what = (
+                    "layout: ludwig017"
+                    if self.layout == "ludwig017"
+                    else "a Hugging Face tokenizer"
+                )
+                raise ValueError(
+                    f"{', '.join(wrong)} apply to the char/word layout, not to {what}; remove them"
+                )
         if self.hf:
             wrong = sorted(k for k in (*_VOCAB_KEYS, "lowercase") if k in given)
             if wrong:
-                raise ValueError(f"{', '.join(wrong)} do not apply to a Hugging Face tokenizer (its own vocabulary); "
-                                 "remove them")
+                raise ValueError(
+                    f"{', '.join(wrong)} do not apply to a Hugging Face tokenizer (its own vocabulary); "
+                    "remove them"
+                )
         return self
 
     @property
@@ -139,7 +159,10 @@ class TextParams(BaseParams):
     @property
     def word_limit(self) -> int:
         """The word level's width limit: ``word_sequence_length_limit`` capped by ``max_sequence_length``."""
-        return min(self.word_sequence_length_limit, self.max_sequence_length or self.word_sequence_length_limit)
+        return min(
+            self.word_sequence_length_limit,
+            self.max_sequence_length or self.word_sequence_length_limit,
+        )
 
     @property
     def word_most(self) -> int:
@@ -148,12 +171,19 @@ class TextParams(BaseParams):
 
     def as_sequence(self) -> SequenceParams:
         """The sequence parameters of ``layout: ludwig017`` (Ludwig 0.17's text defaults)."""
-        return SequenceParams(tokenizer=self.tokenizer or "space_punct", regex=self.word_regex, lowercase=self.lower,
-                              most_common=self.most_common or 20000,
-                              max_sequence_length=self.max_sequence_length or 256, padding=self.padding,
-                              vocab_file=self.vocab_file, sequence_length=self.sequence_length,
-                              padding_symbol=self.padding_symbol, unknown_symbol=self.unknown_symbol,
-                              layout="ludwig017")
+        return SequenceParams(
+            tokenizer=self.tokenizer or "space_punct",
+            regex=self.word_regex,
+            lowercase=self.lower,
+            most_common=self.most_common or 20000,
+            max_sequence_length=self.max_sequence_length or 256,
+            padding=self.padding,
+            vocab_file=self.vocab_file,
+            sequence_length=self.sequence_length,
+            padding_symbol=self.padding_symbol,
+            unknown_symbol=self.unknown_symbol,
+            layout="ludwig017",
+        )
 
     @property
     def hf(self) -> bool:
@@ -167,7 +197,9 @@ class TextParams(BaseParams):
             ConfigError: ``tokenizer: hf_tokenizer`` without it.
         """
         if self.pretrained_model_name_or_path is None:
-            raise ConfigError("tokenizer: hf_tokenizer needs pretrained_model_name_or_path (a local tokenizer.json)")
+            raise ConfigError(
+                "tokenizer: hf_tokenizer needs pretrained_model_name_or_path (a local tokenizer.json)"
+            )
         return self.pretrained_model_name_or_path
 
 
@@ -222,8 +254,13 @@ class Handler(FeatureHandler):
             return self._sequence.tokens(col, params.as_sequence(), ctx)
         word_tokenizer = params.tokenizer or params.word_tokenizer
         chars = split_tokens(col, params.char_tokenizer, lowercase=params.lower)
-        words = split_tokens(col, word_tokenizer, lowercase=params.lower, regex=params.word_regex,
-                             stopwords=STOPWORDS if params.remove_stopwords else None)
+        words = split_tokens(
+            col,
+            word_tokenizer,
+            lowercase=params.lower,
+            regex=params.word_regex,
+            stopwords=STOPWORDS if params.remove_stopwords else None,
+        )
         return chars, words
 
     def take_rows(self, tokens: Any, mask: NDArray[np.bool_]) -> Any:
@@ -244,9 +281,15 @@ class Handler(FeatureHandler):
         return [f"{name}_{level}" for level in LEVELS]
 
     def _tokens(self, column: Any, params: TextParams, ctx: FeatureContext) -> Any:
-        return column if isinstance(column, (tuple, HFIds, Ragged)) else self.tokens(column, params, ctx)
+        return (
+            column
+            if isinstance(column, (tuple, HFIds, Ragged))
+            else self.tokens(column, params, ctx)
+        )
 
-    def fit(self, column: Any, params: TextParams, ctx: FeatureContext) -> TextStats | RaggedStats | int:
+    def fit(
+        self, column: Any, params: TextParams, ctx: FeatureContext
+    ) -> TextStats | RaggedStats | int:
         tokens = self._tokens(column, params, ctx)
         if isinstance(tokens, HFIds):
             return int(np.diff(tokens.offsets).max()) if len(tokens.offsets) > 1 else 0
@@ -255,7 +298,9 @@ class Handler(FeatureHandler):
         chars, words = tokens
         return TextStats(fit_tokens(chars), fit_tokens(words))
 
-    def merge(self, a: TextStats | RaggedStats | int, b: TextStats | RaggedStats | int) -> TextStats | RaggedStats | int:
+    def merge(
+        self, a: TextStats | RaggedStats | int, b: TextStats | RaggedStats | int
+    ) -> TextStats | RaggedStats | int:
         if isinstance(a, int) and isinstance(b, int):
             return max(a, b)
         if isinstance(a, RaggedStats) and isinstance(b, RaggedStats):
@@ -263,34 +308,61 @@ class Handler(FeatureHandler):
         assert isinstance(a, TextStats) and isinstance(b, TextStats)
         return a.merge(b)
 
-    def finalize(self, stats: TextStats | RaggedStats | int, params: TextParams, ctx: FeatureContext) -> dict[str, Any]:
+    def finalize(
+        self, stats: TextStats | RaggedStats | int, params: TextParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
         if isinstance(stats, int):
-            return hf_finalize(stats, params.hf_name(), params.sequence_length, params.max_sequence_length or 256, ctx)
+            return hf_finalize(
+                stats,
+                params.hf_name(),
+                params.sequence_length,
+                params.max_sequence_length or 256,
+                ctx,
+            )
         if isinstance(stats, RaggedStats):
             meta = self._sequence.finalize(stats, params.as_sequence(), ctx)
-            return {**meta, "layout": "ludwig017", "padding_symbol": params.padding_symbol,
-                    "unknown_symbol": params.unknown_symbol, "pad_idx": 2}
+            return {
+                **meta,
+                "layout": "ludwig017",
+                "padding_symbol": params.padding_symbol,
+                "unknown_symbol": params.unknown_symbol,
+                "pad_idx": 2,
+            }
         meta = {}
-        char = Vocab.from_counts(stats.char.counts, max_size=params.char_most_common, specials=[PAD, UNK],
-                                 unk_token=UNK)
+        char = Vocab.from_counts(
+            stats.char.counts, max_size=params.char_most_common, specials=[PAD, UNK], unk_token=UNK
+        )
         word_specials = [params.padding_symbol, params.unknown_symbol]
         if params.vocab_file is not None:
             listed = vocab_from_file(params.vocab_file, ctx, word_specials, params.unknown_symbol)
-            word = Vocab(listed.idx2str, str2freq=stats.word.counts.as_dict(), unk_token=params.unknown_symbol,
-                         specials=word_specials)
+            word = Vocab(
+                listed.idx2str,
+                str2freq=stats.word.counts.as_dict(),
+                unk_token=params.unknown_symbol,
+                specials=word_specials,
+            )
         else:
-            word = Vocab.from_counts(stats.word.counts, max_size=params.word_most, specials=word_specials,
-                                     unk_token=params.unknown_symbol)
-        for level, vocab, st, limit in (("char", char, stats.char, params.char_sequence_length_limit),
-                                        ("word", word, stats.word, params.word_limit)):
+            word = Vocab.from_counts(
+                stats.word.counts,
+                max_size=params.word_most,
+                specials=word_specials,
+                unk_token=params.unknown_symbol,
+            )
+        for level, vocab, st, limit in (
+            ("char", char, stats.char, params.char_sequence_length_limit),
+            ("word", word, stats.word, params.word_limit),
+        ):
             meta.update({f"{level}_{k}": v for k, v in vocab.to_dict().items()})
-            meta[f"{level}_max_sequence_length"] = max(1, min(st.max_length, limit))  # never zero-width
+            meta[f"{level}_max_sequence_length"] = max(
+                1, min(st.max_length, limit)
+            )  # never zero-width
         if params.sequence_length is not None:
             meta["word_max_sequence_length"] = params.sequence_length
         return meta
 
-    def transform(self, column: Any, meta: dict[str, Any], params: TextParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: Any, meta: dict[str, Any], params: TextParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         tokens = self._tokens(column, params, ctx)
         if isinstance(tokens, HFIds):
             return {ctx.name: hf_transform(tokens, meta, params.padding, ctx)}
@@ -299,11 +371,18 @@ class Handler(FeatureHandler):
         out: dict[str, NDArray[Any] | CSR] = {}
         for level, rag in zip(LEVELS, tokens):
             ids = rag.encode(self.vocab(meta, level))
-            out[f"{ctx.name}_{level}"] = pad(ids, rag.offsets, int(meta[f"{level}_max_sequence_length"]),
-                                             side=params.padding, dtype=int_type(int(meta[f"{level}_vocab_size"])))[0]
+            out[f"{ctx.name}_{level}"] = pad(
+                ids,
+                rag.offsets,
+                int(meta[f"{level}_max_sequence_length"]),
+                side=params.padding,
+                dtype=int_type(int(meta[f"{level}_vocab_size"])),
+            )[0]
         return out
 
     @staticmethod
     def vocab(meta: dict[str, Any], level: Literal["char", "word"]) -> Vocab:
         """The ``char`` or ``word`` vocabulary stored in a text feature's metadata."""
-        return Vocab.from_dict({k[len(level) + 1:]: v for k, v in meta.items() if k.startswith(f"{level}_")})
+        return Vocab.from_dict(
+            {k[len(level) + 1 :]: v for k, v in meta.items() if k.startswith(f"{level}_")}
+        )

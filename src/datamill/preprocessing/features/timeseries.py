@@ -55,7 +55,9 @@ class TimeseriesStats:
         return TimeseriesStats(max(self.max_length, other.max_length))
 
 
-def parse_numbers(column: pa.Array, params: TimeseriesParams, ctx: FeatureContext) -> tuple[NDArray[np.float32], Ragged]:
+def parse_numbers(
+    column: pa.Array, params: TimeseriesParams, ctx: FeatureContext
+) -> tuple[NDArray[np.float32], Ragged]:
     """Flat float32 values and their row offsets; DataFileError at the first bad token."""
     rag = split_tokens(column, params.tokenizer, strip=True)
     tokens = rag.values
@@ -68,7 +70,9 @@ def parse_numbers(column: pa.Array, params: TimeseriesParams, ctx: FeatureContex
         row = int(np.searchsorted(rag.offsets, bad, side="right") - 1)
         raise DataFileError(
             f"expected a {params.tokenizer}-separated list of numbers, got {tokens[bad].as_py()!r}",
-            path=ctx.path, column=ctx.column, **ctx.location(row),
+            path=ctx.path,
+            column=ctx.column,
+            **ctx.location(row),
             hint="fix the value, or set preprocessing.tokenizer (space/comma) to match the separator",
         ) from exc
     return values.astype(np.float32), rag
@@ -95,33 +99,60 @@ class Handler(FeatureHandler):
     strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "timeseries"
 
-    def tokens(self, column: pa.Array, params: TimeseriesParams,
-               ctx: FeatureContext) -> tuple[NDArray[np.float32], Ragged]:
+    def tokens(
+        self, column: pa.Array, params: TimeseriesParams, ctx: FeatureContext
+    ) -> tuple[NDArray[np.float32], Ragged]:
         return parse_numbers(column, params, ctx)
 
-    def take_rows(self, tokens: tuple[NDArray[np.float32], Ragged],
-                  mask: NDArray[np.bool_]) -> tuple[NDArray[np.float32], Ragged]:
+    def take_rows(
+        self, tokens: tuple[NDArray[np.float32], Ragged], mask: NDArray[np.bool_]
+    ) -> tuple[NDArray[np.float32], Ragged]:
         values, rag = tokens
         keep, offsets = row_selection(rag.offsets, mask)
         return values[keep], Ragged(None, offsets)
 
-    def _tokens(self, column: pa.Array | tuple[NDArray[np.float32], Ragged], params: TimeseriesParams,
-                ctx: FeatureContext) -> tuple[NDArray[np.float32], Ragged]:
+    def _tokens(
+        self,
+        column: pa.Array | tuple[NDArray[np.float32], Ragged],
+        params: TimeseriesParams,
+        ctx: FeatureContext,
+    ) -> tuple[NDArray[np.float32], Ragged]:
         return column if isinstance(column, tuple) else self.tokens(column, params, ctx)
 
-    def fit(self, column: pa.Array | tuple[NDArray[np.float32], Ragged], params: TimeseriesParams,
-            ctx: FeatureContext) -> TimeseriesStats:
+    def fit(
+        self,
+        column: pa.Array | tuple[NDArray[np.float32], Ragged],
+        params: TimeseriesParams,
+        ctx: FeatureContext,
+    ) -> TimeseriesStats:
         _, rag = self._tokens(column, params, ctx)
         return TimeseriesStats(int(rag.lengths.max()) if len(rag) else 0)
 
     def merge(self, a: TimeseriesStats, b: TimeseriesStats) -> TimeseriesStats:
         return a.merge(b)
 
-    def finalize(self, stats: TimeseriesStats, params: TimeseriesParams, ctx: FeatureContext) -> dict[str, Any]:
-        return {"max_timeseries_length": max(1, min(stats.max_length, params.timeseries_length_limit))}
+    def finalize(
+        self, stats: TimeseriesStats, params: TimeseriesParams, ctx: FeatureContext
+    ) -> dict[str, Any]:
+        return {
+            "max_timeseries_length": max(1, min(stats.max_length, params.timeseries_length_limit))
+        }
 
-    def transform(self, column: pa.Array | tuple[NDArray[np.float32], Ragged], meta: dict[str, Any],
-                  params: TimeseriesParams, ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self,
+        column: pa.Array | tuple[NDArray[np.float32], Ragged],
+        meta: dict[str, Any],
+        params: TimeseriesParams,
+        ctx: FeatureContext,
+    ) -> dict[str, NDArray[Any] | CSR]:
         values, rag = self._tokens(column, params, ctx)
-        return {ctx.name: pad(values, rag.offsets, int(meta["max_timeseries_length"]), side=params.padding,
-                              fill=params.padding_value, dtype=np.float32)[0]}
+        return {
+            ctx.name: pad(
+                values,
+                rag.offsets,
+                int(meta["max_timeseries_length"]),
+                side=params.padding,
+                fill=params.padding_value,
+                dtype=np.float32,
+            )[0]
+        }

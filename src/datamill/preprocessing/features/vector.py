@@ -39,19 +39,27 @@ def _split(column: pa.Array, ctx: FeatureContext) -> tuple[pa.Array, NDArray[np.
     """(flat float64 values, values per row); an empty string is an empty row."""
     strings = pc.utf8_trim_whitespace(column)
     lists = pc.utf8_split_whitespace(strings)
-    lengths = np.array(pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False), np.int64)
+    lengths = np.array(
+        pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False), np.int64
+    )
     lengths[np.asarray(pc.equal(strings, "").to_numpy(zero_copy_only=False), bool)] = 0
     flat = pc.list_flatten(lists)
     flat = flat.filter(pc.not_equal(flat, ""))
     try:
         values = pc.cast(flat, pa.float64())
     except pa.ArrowInvalid as exc:
-        ok = pc.match_substring_regex(flat, r"^[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)$",
-                                      ignore_case=True)
+        ok = pc.match_substring_regex(
+            flat, r"^[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)$", ignore_case=True
+        )
         bad = int(np.flatnonzero(~ok.to_numpy(zero_copy_only=False))[0])
         row = int(np.searchsorted(np.cumsum(lengths), bad, side="right"))
-        raise DataFileError(f"expected whitespace-separated numbers, got {flat[bad].as_py()!r}", path=ctx.path,
-                            column=ctx.column, **ctx.location(row), hint="a vector is numbers separated by spaces") from exc
+        raise DataFileError(
+            f"expected whitespace-separated numbers, got {flat[bad].as_py()!r}",
+            path=ctx.path,
+            column=ctx.column,
+            **ctx.location(row),
+            hint="a vector is numbers separated by spaces",
+        ) from exc
     return values, lengths
 
 
@@ -75,19 +83,28 @@ class Handler(FeatureHandler):
 
     def finalize(self, stats: int, params: VectorParams, ctx: FeatureContext) -> dict[str, Any]:
         if params.vector_size is not None and stats and stats != params.vector_size:
-            raise DataFileError(f"vector_size is {params.vector_size} but rows have {stats} values", path=ctx.path,
-                                column=ctx.column, hint="fix vector_size or the data")
+            raise DataFileError(
+                f"vector_size is {params.vector_size} but rows have {stats} values",
+                path=ctx.path,
+                column=ctx.column,
+                hint="fix vector_size or the data",
+            )
         return {"vector_size": params.vector_size or max(stats, 1)}
 
-    def transform(self, column: pa.Array, meta: dict[str, Any], params: VectorParams,
-                  ctx: FeatureContext) -> dict[str, NDArray[Any] | CSR]:
+    def transform(
+        self, column: pa.Array, meta: dict[str, Any], params: VectorParams, ctx: FeatureContext
+    ) -> dict[str, NDArray[Any] | CSR]:
         size = int(meta["vector_size"])
         values, lengths = _split(column, ctx)
         bad = np.flatnonzero((lengths != size) & (lengths != 0))
         if len(bad):
-            raise DataFileError(f"expected {size} values (vector_size), got {int(lengths[bad[0]])}", path=ctx.path,
-                                column=ctx.column, **ctx.location(int(bad[0])),
-                                hint="every row of a vector feature has the same number of values")
+            raise DataFileError(
+                f"expected {size} values (vector_size), got {int(lengths[bad[0]])}",
+                path=ctx.path,
+                column=ctx.column,
+                **ctx.location(int(bad[0])),
+                hint="every row of a vector feature has the same number of values",
+            )
         out = np.zeros((len(column), size), np.float32)
         full = lengths == size
         out[full] = np.asarray(values.to_numpy(zero_copy_only=False), np.float64).reshape(-1, size)

@@ -24,6 +24,15 @@ from datamill.pretrain.bert._build import (
     read_metadata,
 )
 
-__all__ = ["BERT_SPECIALS", "BertConfig", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "is_bert_parquet", "load_tokenizer", "read_metadata"]
+__all__ = [
+    "BERT_SPECIALS",
+    "BertConfig",
+    "BertParquetSource",
+    "BertSamples",
+    "build_bert_samples",
+    "collate_bert",
+    "is_bert_parquet",
+    "load_tokenizer",
+    "read_metadata",
+]
 assert sorted(__all__) == __all__

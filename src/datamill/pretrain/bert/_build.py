@@ -90,8 +90,17 @@ from datamill.pretrain.bert._tok import (
 )
 from datamill.pretrain.bert.config import BertConfig, BertSamples
 
-__all__ = ["BERT_SPECIALS", "BertConfig", "BertParquetSource", "BertSamples", "build_bert_samples", "collate_bert",
-           "is_bert_parquet", "load_tokenizer", "read_metadata"]
+__all__ = [
+    "BERT_SPECIALS",
+    "BertConfig",
+    "BertParquetSource",
+    "BertSamples",
+    "build_bert_samples",
+    "collate_bert",
+    "is_bert_parquet",
+    "load_tokenizer",
+    "read_metadata",
+]
 
 if TYPE_CHECKING:  # third-party types only (tokenizers is imported when a tokenizer is loaded)
     from tokenizers import Tokenizer
@@ -149,80 +158,146 @@ def build_bert_samples(
     check_engine(conf.engine)
     if conf.engine != LOCAL:  # the optional Ray engine, found through the engine registry
         result: BertSamples = engine_job(conf.engine, "build_bert_samples")(
-            source, out=out, config=conf.model_copy(update={"engine": LOCAL, "engine_options": None}),
-            **(conf.engine_options or {}))
+            source,
+            out=out,
+            config=conf.model_copy(update={"engine": LOCAL, "engine_options": None}),
+            **(conf.engine_options or {}),
+        )
         return result
     if conf.engine_options:
         raise ConfigError("engine_options apply to engine='ray' only")
     if is_remote(out):  # built into a local scratch file, then uploaded (the Parquet object last)
-        uploaded: BertSamples = build_to_s3(build_bert_samples, source, out=os.fspath(out),
-                                            options=conf.build_options())
+        uploaded: BertSamples = build_to_s3(
+            build_bert_samples, source, out=os.fspath(out), options=conf.build_options()
+        )
         return uploaded
     return _build_local(source, out=local_path(out), conf=conf)
 
 
-def _build_local(source: PathLike | Sequence[PathLike], /, *, out: PathLike, conf: BertConfig) -> BertSamples:
+# long (114 lines): the local engine's steps in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
+def _build_local(
+    source: PathLike | Sequence[PathLike], /, *, out: PathLike, conf: BertConfig
+) -> BertSamples:
     """The local engine: read, tokenise, pair and mask in tasks, write Parquet (then the tokenizer copy)."""
     tokenizer, vocab_size, max_seq_length = conf.tokenizer, conf.vocab_size, conf.max_seq_length
-    dupe_factor, mask_prob, short_seq_prob, seed = conf.dupe_factor, conf.mask_prob, conf.short_seq_prob, conf.seed
-    max_predictions_per_seq, workers, layout = conf.max_predictions_per_seq, conf.workers, conf.layout
+    dupe_factor, mask_prob, short_seq_prob, seed = (
+        conf.dupe_factor,
+        conf.mask_prob,
+        conf.short_seq_prob,
+        conf.seed,
+    )
+    max_predictions_per_seq, workers, layout = (
+        conf.max_predictions_per_seq,
+        conf.workers,
+        conf.layout,
+    )
     sentence_split, pairing, overwrite = conf.sentence_split, conf.pairing, conf.overwrite
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
     out_path, tok_path = _check_outputs(out, paths, tokenizer, overwrite=overwrite)
     start = time.perf_counter()
-    tok, corpus, n_sentences, timings = _read_and_tokenize(paths, tokenizer, vocab_size=vocab_size,
-                                                           sentence_split=sentence_split)
-    where = display_name(paths[0]) if len(paths) == 1 else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
+    tok, corpus, n_sentences, timings = _read_and_tokenize(
+        paths, tokenizer, vocab_size=vocab_size, sentence_split=sentence_split
+    )
+    where = (
+        display_name(paths[0])
+        if len(paths) == 1
+        else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
+    )
     if corpus.num_documents < 2:
         raise DataFileError(
             f"found {corpus.num_documents} document(s); next-sentence pairs need at least two "
-            "(B is drawn from another document half of the time)", path=where,
-            hint="separate documents with blank lines or '= Title =' lines, or add more text")
-    cfg = TaskConfig(seed=seed, max_num_tokens=max_seq_length - 3, short_seq_prob=short_seq_prob,
-                     mask=MaskConfig(max_seq_length=max_seq_length, mask_prob=mask_prob,
-                                     max_predictions=max_predictions_per_seq, pad=tok.pad, cls=tok.cls,
-                                     sep=tok.sep, mask=tok.mask, special_ids=tok.special_ids,
-                                     vocab_size=tok.vocab_size, layout=layout), pairing=pairing)
+            "(B is drawn from another document half of the time)",
+            path=where,
+            hint="separate documents with blank lines or '= Title =' lines, or add more text",
+        )
+    cfg = TaskConfig(
+        seed=seed,
+        max_num_tokens=max_seq_length - 3,
+        short_seq_prob=short_seq_prob,
+        mask=MaskConfig(
+            max_seq_length=max_seq_length,
+            mask_prob=mask_prob,
+            max_predictions=max_predictions_per_seq,
+            pad=tok.pad,
+            cls=tok.cls,
+            sep=tok.sep,
+            mask=tok.mask,
+            special_ids=tok.special_ids,
+            vocab_size=tok.vocab_size,
+            layout=layout,
+        ),
+        pairing=pairing,
+    )
     if workers is None:  # the parent's Parquet writer is the limit; processes pay off on many cores
         cores = os.cpu_count() or 1
         big = len(corpus.ids) * dupe_factor >= _MIN_POOL_TOKENS
         workers = min(cores - 1, 8) if big and cores > 4 else 1
     tokenizer_json = tok.to_json()
     meta: dict[str, Any] = {
-        "format": BERT_FORMAT, "layout": layout, "max_seq_length": max_seq_length,
-        "mask_prob": mask_prob, "max_predictions_per_seq": max_predictions_per_seq,
-        "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor, "seed": seed,
-        "sentence_split": sentence_split, "pairing": pairing,
-        "special_ids": {"pad": tok.pad, "cls": tok.cls, "sep": tok.sep, "mask": tok.mask, "unk": tok.unk},
-        "vocab_size": tok.vocab_size, "tokenizer_file": tok_path.name,
+        "format": BERT_FORMAT,
+        "layout": layout,
+        "max_seq_length": max_seq_length,
+        "mask_prob": mask_prob,
+        "max_predictions_per_seq": max_predictions_per_seq,
+        "short_seq_prob": short_seq_prob,
+        "dupe_factor": dupe_factor,
+        "seed": seed,
+        "sentence_split": sentence_split,
+        "pairing": pairing,
+        "special_ids": {
+            "pad": tok.pad,
+            "cls": tok.cls,
+            "sep": tok.sep,
+            "mask": tok.mask,
+            "unk": tok.unk,
+        },
+        "vocab_size": tok.vocab_size,
+        "tokenizer_file": tok_path.name,
         "tokenizer_fingerprint": fingerprint_obj(tokenizer_json),
         "sources": [{"path": display_name(p), "fingerprint": fingerprint_file(p)} for p in paths]
-        if all(Path(os.fspath(p)).exists() for p in paths) else [display_name(p) for p in paths],
-        "documents": corpus.num_documents, "sentences": n_sentences,
+        if all(Path(os.fspath(p)).exists() for p in paths)
+        else [display_name(p) for p in paths],
+        "documents": corpus.num_documents,
+        "sentences": n_sentences,
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for stale in find_litter(out_path.parent):  # scratch folders of killed runs
         if stale.name.startswith(".bert-scratch-"):
             shutil.rmtree(stale, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=f".bert-scratch-{os.getpid()}-", dir=out_path.parent) as scratch:
+    with tempfile.TemporaryDirectory(
+        prefix=f".bert-scratch-{os.getpid()}-", dir=out_path.parent
+    ) as scratch:
         tasks = plan_tasks(corpus, dupe_factor)
-        with closing(run_tasks(corpus, cfg, tasks, workers=workers, scratch=Path(scratch))) as results:
+        with closing(
+            run_tasks(corpus, cfg, tasks, workers=workers, scratch=Path(scratch))
+        ) as results:
             bar = progress(results, desc="bert samples", unit="shard", total=len(tasks))
             # the tokenizer also travels inside the file (key "datamill.tokenizer"), atomically
-            stats = write_batches(bar, out_path, layout=layout, meta=meta, tokenizer_json=tokenizer_json)
+            stats = write_batches(
+                bar, out_path, layout=layout, meta=meta, tokenizer_json=tokenizer_json
+            )
     with atomic_write(tok_path) as f:  # a convenience copy beside the file
         f.write(tokenizer_json)
     timings.update(stats.timings)
     seconds = time.perf_counter() - start
-    return BertSamples(path=out_path, tokenizer_path=tok_path, layout=layout,
-                       documents=corpus.num_documents, sentences=n_sentences, samples=stats.samples,
-                       tokens=stats.tokens, seconds=seconds, timings=timings)
+    return BertSamples(
+        path=out_path,
+        tokenizer_path=tok_path,
+        layout=layout,
+        documents=corpus.num_documents,
+        sentences=n_sentences,
+        samples=stats.samples,
+        tokens=stats.tokens,
+        seconds=seconds,
+        timings=timings,
+    )
 
 
-def _read_and_tokenize(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
-                       ) -> tuple[BertTokenizer, TokenizedDocuments, int, dict[str, float]]:
+def _read_and_tokenize(
+    paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
+) -> tuple[BertTokenizer, TokenizedDocuments, int, dict[str, float]]:
     """:func:`read_documents` then :func:`tokenize_documents`, the text cut once for both training
     and encoding when the tokenizer has the vectorised path (the same tokenizer and ids)."""
     start = time.perf_counter()
@@ -250,21 +325,33 @@ def _read_and_tokenize(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size:
     return tok, corpus, n_sentences, timings
 
 
-def _check_outputs(out: PathLike, paths: list[PathLike], tokenizer: Any, *,
-                   overwrite: bool) -> tuple[Path, Path]:
+def _check_outputs(
+    out: PathLike, paths: list[PathLike], tokenizer: Any, *, overwrite: bool
+) -> tuple[Path, Path]:
     """The Parquet path and its tokenizer copy, refused when they would replace an input or a user's file."""
     out_path = Path(out)
     tok_path = out_path.with_suffix(".tokenizer.json")
     inputs = [*paths, *([tokenizer] if isinstance(tokenizer, (str, os.PathLike)) else [])]
-    check_output(out_path, is_own=is_bert_parquet, inputs=inputs, what="BERT Parquet file", overwrite=overwrite)
+    check_output(
+        out_path,
+        is_own=is_bert_parquet,
+        inputs=inputs,
+        what="BERT Parquet file",
+        overwrite=overwrite,
+    )
 
     def own_tokenizer(p: Path) -> bool:  # the copy an earlier run wrote beside its Parquet file
         try:
-            return is_bert_parquet(out_path) and read_metadata(out_path).get("tokenizer_file") == p.name
+            return (
+                is_bert_parquet(out_path)
+                and read_metadata(out_path).get("tokenizer_file") == p.name
+            )
         except DatamillError:
             return False
 
-    check_output(tok_path, is_own=own_tokenizer, inputs=inputs, what="tokenizer copy of a BERT Parquet file")
+    check_output(
+        tok_path, is_own=own_tokenizer, inputs=inputs, what="tokenizer copy of a BERT Parquet file"
+    )
     return out_path, tok_path
 
 
@@ -285,6 +372,8 @@ def load_tokenizer(path: PathLike) -> Tokenizer:
     try:
         return Tokenizer.from_str(text)
     except Exception as exc:  # tokenizers raises a bare Exception for a damaged JSON
-        raise DataFileError(f"the tokenizer stored in the file cannot be loaded: {' '.join(str(exc).split())}",
-                            path=os.fspath(path), hint="rebuild the file with `datamill bert`") from exc
-
+        raise DataFileError(
+            f"the tokenizer stored in the file cannot be loaded: {' '.join(str(exc).split())}",
+            path=os.fspath(path),
+            hint="rebuild the file with `datamill bert`",
+        ) from exc

@@ -26,7 +26,15 @@ from datamill.core.io import PathLike, check_utf8, display_name, open_bytes
 from datamill.core.parallel import ordered_map
 from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
 
-__all__ = ["TokenizedDocuments", "check_file", "corpus_from_ids", "read_documents", "split_block", "split_documents", "tokenize_documents"]
+__all__ = [
+    "TokenizedDocuments",
+    "check_file",
+    "corpus_from_ids",
+    "read_documents",
+    "split_block",
+    "split_documents",
+    "tokenize_documents",
+]
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,12 @@ class TokenizedDocuments:
     def document(self, d: int) -> NDArray[np.int32]:
         """All token ids of document ``d`` (its sentences concatenated)."""
         s0, s1 = int(self.doc_offsets[d]), int(self.doc_offsets[d + 1])
-        return self.ids[int(self.sent_offsets[s0]):int(self.sent_offsets[s1])]
+        return self.ids[int(self.sent_offsets[s0]) : int(self.sent_offsets[s1])]
 
 
-_BLOCK_BYTES = 4 << 20  # text read and split per step: bounds the temporaries (32 MB blocks took 2-3x longer, fresh memory)
+_BLOCK_BYTES = (
+    4 << 20
+)  # text read and split per step: bounds the temporaries (32 MB blocks took 2-3x longer, fresh memory)
 _THREADS = 2  # blocks split at once
 
 
@@ -81,14 +91,20 @@ def _lines(block: bytes, first_line: int, path: PathLike) -> pa.Array:
     try:
         # from buffers, not pa.array([block]): a list makes pyarrow import pandas (0.5 s)
         whole = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), 1, [None, pa.py_buffer(np.array([0, len(block)], dtype=np.int64)),
-                                   pa.py_buffer(block)]).cast(pa.large_string())
+            pa.large_binary(),
+            1,
+            [None, pa.py_buffer(np.array([0, len(block)], dtype=np.int64)), pa.py_buffer(block)],
+        ).cast(pa.large_string())
     except pa.ArrowInvalid as exc:
         try:
             check_utf8(block, path=display_name(path))
         except DataFileError as err:
-            raise DataFileError(err.msg, path=display_name(path), line=(err.line or 1) + first_line - 1,
-                                hint=err.hint) from exc
+            raise DataFileError(
+                err.msg,
+                path=display_name(path),
+                line=(err.line or 1) + first_line - 1,
+                hint=err.hint,
+            ) from exc
         raise  # pragma: no cover - arrow and Python disagree on UTF-8
     parts = pc.split_pattern(whole, "\n")
     lines = pc.list_flatten(parts)
@@ -97,8 +113,9 @@ def _lines(block: bytes, first_line: int, path: PathLike) -> pa.Array:
     return pc.utf8_trim_whitespace(lines)
 
 
-def split_block(block: bytes, first_line: int, path: PathLike, *, sentence_split: str = "line"
-                ) -> tuple[pa.Array, NDArray[np.int64], int]:
+def split_block(
+    block: bytes, first_line: int, path: PathLike, *, sentence_split: str = "line"
+) -> tuple[pa.Array, NDArray[np.int64], int]:
     """Split one block of whole lines -> (sentences, document id of each, breaks in the block).
 
     The document id of a sentence is the number of breaks (blank or ``=`` title lines) before it in
@@ -112,7 +129,9 @@ def split_block(block: bytes, first_line: int, path: PathLike, *, sentence_split
         (['a b', 'c .', 'd .', 'e'], [0, 2, 2, 2], 2)
     """
     lines = _lines(block, first_line, path)
-    brk = (to_numpy(pc.utf8_length(lines)) == 0) | to_numpy(pc.starts_with(lines, "="))  # (no pandas import)
+    brk = (to_numpy(pc.utf8_length(lines)) == 0) | to_numpy(
+        pc.starts_with(lines, "=")
+    )  # (no pandas import)
     doc = np.cumsum(brk, dtype=np.int64)
     keep = ~brk
     kept = lines.filter(from_numpy(keep))
@@ -127,7 +146,9 @@ def split_block(block: bytes, first_line: int, path: PathLike, *, sentence_split
     return kept, kept_doc, int(doc[-1]) if len(doc) else 0
 
 
-def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") -> tuple[pa.Array, NDArray[np.int64]]:
+def split_documents(
+    paths: Sequence[PathLike], *, sentence_split: str = "line"
+) -> tuple[pa.Array, NDArray[np.int64]]:
     """Read the files -> (sentences, document ids per sentence, non-decreasing).
 
     Vectorised with pyarrow, block by block (:func:`split_block`): strip every line, mark blank and
@@ -146,14 +167,21 @@ def split_documents(paths: Sequence[PathLike], *, sentence_split: str = "line") 
             for block, first_line in _blocks(path):
                 yield i, block, first_line
 
-    def split(item: tuple[int, bytes, int]) -> tuple[int, bool, tuple[pa.Array, NDArray[np.int64], int]]:
+    def split(
+        item: tuple[int, bytes, int],
+    ) -> tuple[int, bool, tuple[pa.Array, NDArray[np.int64], int]]:
         i, block, first_line = item
-        return i, block.isspace(), split_block(block, first_line, paths[i], sentence_split=sentence_split)
+        return (
+            i,
+            block.isspace(),
+            split_block(block, first_line, paths[i], sentence_split=sentence_split),
+        )
 
     # blocks split in threads (pyarrow kernels release the GIL), in file order; at most
     # _THREADS + 1 blocks of text in flight
-    for i, is_space, (kept, kept_doc, breaks) in ordered_map(split, blocks(), threads=_THREADS,
-                                                              window=_THREADS + 1):
+    for i, is_space, (kept, kept_doc, breaks) in ordered_map(
+        split, blocks(), threads=_THREADS, window=_THREADS + 1
+    ):
         while current < i:  # the files before this block's are complete (a file may have no block)
             check_file(paths[current], empty=empty, found=found)
             doc_base += 1  # a file end ends a document
@@ -178,19 +206,24 @@ def check_file(path: PathLike, *, empty: bool, found: int) -> None:
     if empty:
         raise DataFileError("the file is empty; expected text", path=display_name(path))
     if not found:
-        raise DataFileError("no text lines: every line is blank or a '=' title line",
-                            path=display_name(path), hint="BERT needs documents with sentences")
+        raise DataFileError(
+            "no text lines: every line is blank or a '=' title line",
+            path=display_name(path),
+            hint="BERT needs documents with sentences",
+        )
 
 
-def tokenize_documents(sentences: pa.Array | Sequence[str], sent_doc: NDArray[np.int64],
-                       tokenizer: BertTokenizer) -> TokenizedDocuments:
+def tokenize_documents(
+    sentences: pa.Array | Sequence[str], sent_doc: NDArray[np.int64], tokenizer: BertTokenizer
+) -> TokenizedDocuments:
     """Encode the sentences in batches; drop empty sentences and renumber documents densely."""
     flat, offsets = tokenizer.encode(sentences)
     return corpus_from_ids(flat, offsets, sent_doc)
 
 
-def corpus_from_ids(flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_doc: NDArray[np.int64]
-                    ) -> TokenizedDocuments:
+def corpus_from_ids(
+    flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_doc: NDArray[np.int64]
+) -> TokenizedDocuments:
     """:func:`tokenize_documents` from the sentences' ids (CSR): drop empty sentences, renumber documents."""
     lengths = np.diff(offsets)
     keep = lengths > 0
@@ -204,8 +237,9 @@ def corpus_from_ids(flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_do
     return TokenizedDocuments(ids=flat, sent_offsets=sent_offsets, doc_offsets=doc_offsets)
 
 
-def read_documents(paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
-                   ) -> tuple[BertTokenizer, pa.Array, NDArray[np.int64], dict[str, float]]:
+def read_documents(
+    paths: Sequence[PathLike], tokenizer: Any, *, vocab_size: int, sentence_split: str
+) -> tuple[BertTokenizer, pa.Array, NDArray[np.int64], dict[str, float]]:
     """Read and split the raw files into sentences and their documents, and get the tokenizer
     (``tokenizer`` loaded, else WordPiece trained on the sentences); with the seconds of each step.
     Every engine starts here, so the same text gives the same documents and tokenizer."""

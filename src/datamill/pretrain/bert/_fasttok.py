@@ -38,12 +38,23 @@ from datamill.core.arrow import from_numpy, large_strings, to_numpy
 from datamill.core.parallel import ordered_map
 from datamill.core.ragged import concat_csr, encodings_to_csr, ranges
 
-__all__ = ["ChunkBlock", "ChunkedText", "added_pattern", "byte_slices", "cut_text", "encode_chunked",
-           "fast_path_config"]
+__all__ = [
+    "ChunkBlock",
+    "ChunkedText",
+    "added_pattern",
+    "byte_slices",
+    "cut_text",
+    "encode_chunked",
+    "fast_path_config",
+]
 
 _CONTROL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # removed by BertNormalizer(clean_text=True)
-_PUNCT = r"([\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])"  # ASCII punctuation, isolated by BertPreTokenizer
-_LIBRARY_BATCH = 65536  # distinct chunks per library call (bounds the Encoding objects alive at once)
+_PUNCT = (
+    r"([\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])"  # ASCII punctuation, isolated by BertPreTokenizer
+)
+_LIBRARY_BATCH = (
+    65536  # distinct chunks per library call (bounds the Encoding objects alive at once)
+)
 _THREADS = 2  # blocks cut / encoded at once (pyarrow kernels and numpy release the GIL)
 
 
@@ -53,12 +64,22 @@ def fast_path_config(inner: Any) -> dict[str, Any] | None:
         cfg = json.loads(inner.to_str())
     except (ValueError, AttributeError):
         return None
-    norm, pre, model = cfg.get("normalizer") or {}, cfg.get("pre_tokenizer") or {}, cfg.get("model") or {}
-    if (norm.get("type") != "BertNormalizer" or not norm.get("clean_text", True)
-            or pre.get("type") != "BertPreTokenizer" or model.get("type") != "WordPiece"):
+    norm, pre, model = (
+        cfg.get("normalizer") or {},
+        cfg.get("pre_tokenizer") or {},
+        cfg.get("model") or {},
+    )
+    if (
+        norm.get("type") != "BertNormalizer"
+        or not norm.get("clean_text", True)
+        or pre.get("type") != "BertPreTokenizer"
+        or model.get("type") != "WordPiece"
+    ):
         return None
-    return {"lowercase": bool(norm.get("lowercase", True)),
-            "added": [t["content"] for t in cfg.get("added_tokens") or [] if t.get("content")]}
+    return {
+        "lowercase": bool(norm.get("lowercase", True)),
+        "added": [t["content"] for t in cfg.get("added_tokens") or [] if t.get("content")],
+    }
 
 
 def byte_slices(texts: Sequence[str] | pa.Array, nbytes: int) -> Iterator[pa.Array]:
@@ -79,7 +100,9 @@ class ChunkBlock:
 
     lines: pa.Array
     indices: NDArray[np.int32]  # per chunk occurrence, in line order
-    line_offsets: NDArray[np.int64]  # occurrences of line i: indices[line_offsets[i]:line_offsets[i + 1]]
+    line_offsets: NDArray[
+        np.int64
+    ]  # occurrences of line i: indices[line_offsets[i]:line_offsets[i + 1]]
 
 
 @dataclass(frozen=True)
@@ -98,7 +121,9 @@ class ChunkedText:
         return total
 
 
-def _cut_block(lines: pa.Array, *, lowercase: bool) -> tuple[pa.Array, NDArray[np.int32], NDArray[np.int64]]:
+def _cut_block(
+    lines: pa.Array, *, lowercase: bool
+) -> tuple[pa.Array, NDArray[np.int32], NDArray[np.int64]]:
     """(distinct chunks of the block, index per occurrence, occurrence offsets per line)."""
     text = pc.replace_substring_regex(lines, _CONTROL, "")
     if lowercase:
@@ -113,14 +138,19 @@ def _cut_block(lines: pa.Array, *, lowercase: bool) -> tuple[pa.Array, NDArray[n
     enc = pc.dictionary_encode(flat.filter(from_numpy(nonempty)))
     line_offsets = np.zeros(len(lines) + 1, dtype=np.int64)
     np.cumsum(np.bincount(word_line, minlength=len(lines)), out=line_offsets[1:])
-    return (enc.dictionary.cast(pa.large_string()), to_numpy(enc.indices).astype(np.int32, copy=False),
-            line_offsets)
+    return (
+        enc.dictionary.cast(pa.large_string()),
+        to_numpy(enc.indices).astype(np.int32, copy=False),
+        line_offsets,
+    )
 
 
 def cut_text(texts: Sequence[str] | pa.Array, *, lowercase: bool, block_bytes: int) -> ChunkedText:
     """Cut every line into chunks (see the module docstring), blocks of ``block_bytes`` in two threads."""
     slices = list(byte_slices(texts, block_bytes))
-    parts = list(ordered_map(functools.partial(_cut_block, lowercase=lowercase), slices, threads=_THREADS))
+    parts = list(
+        ordered_map(functools.partial(_cut_block, lowercase=lowercase), slices, threads=_THREADS)
+    )
     if not parts:
         return ChunkedText(chunks=large_strings([]), blocks=[], lowercase=lowercase)
     # one set of distinct chunks for all blocks: dictionary-encode the blocks' dictionaries
@@ -129,10 +159,16 @@ def cut_text(texts: Sequence[str] | pa.Array, *, lowercase: bool, block_bytes: i
     blocks: list[ChunkBlock] = []
     lo = 0
     for s, (uniq, idx, line_offsets) in zip(slices, parts, strict=True):
-        blocks.append(ChunkBlock(lines=s, indices=to_global[lo:lo + len(uniq)][idx], line_offsets=line_offsets))
+        blocks.append(
+            ChunkBlock(
+                lines=s, indices=to_global[lo : lo + len(uniq)][idx], line_offsets=line_offsets
+            )
+        )
         lo += len(uniq)
     pa.default_memory_pool().release_unused()
-    return ChunkedText(chunks=enc.dictionary.cast(pa.large_string()), blocks=blocks, lowercase=lowercase)
+    return ChunkedText(
+        chunks=enc.dictionary.cast(pa.large_string()), blocks=blocks, lowercase=lowercase
+    )
 
 
 def _library(inner: Any, texts: list[str]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
@@ -145,14 +181,25 @@ def _library_words(inner: Any, words: pa.Array) -> tuple[NDArray[np.int32], NDAr
     parts = []
     for lo in range(0, len(words), _LIBRARY_BATCH):
         batch = words.slice(lo, _LIBRARY_BATCH).to_pylist()
-        parts.append(encodings_to_csr(inner.encode_batch_fast([[w] for w in batch], is_pretokenized=True,
-                                                              add_special_tokens=False)))
-    return concat_csr(parts, dtype=np.int32) if parts else (np.zeros(0, np.int32), np.zeros(1, np.int64))
+        parts.append(
+            encodings_to_csr(
+                inner.encode_batch_fast(
+                    [[w] for w in batch], is_pretokenized=True, add_special_tokens=False
+                )
+            )
+        )
+    return (
+        concat_csr(parts, dtype=np.int32)
+        if parts
+        else (np.zeros(0, np.int32), np.zeros(1, np.int64))
+    )
 
 
 @functools.lru_cache(maxsize=8)
 def _added_pattern(added: tuple[str, ...]) -> str:
-    return "|".join("".join(c if c.isalnum() else f"\\x{{{ord(c):x}}}" for c in text) for text in added)
+    return "|".join(
+        "".join(c if c.isalnum() else f"\\x{{{ord(c):x}}}" for c in text) for text in added
+    )
 
 
 def added_pattern(added: Sequence[str]) -> str:
@@ -166,8 +213,13 @@ def added_pattern(added: Sequence[str]) -> str:
     return _added_pattern(tuple(added))
 
 
-def _encode_block(inner: Any, block: ChunkBlock, added: list[str], c_flat: NDArray[np.int32],
-                  c_off: NDArray[np.int64]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+def _encode_block(
+    inner: Any,
+    block: ChunkBlock,
+    added: list[str],
+    c_flat: NDArray[np.int32],
+    c_off: NDArray[np.int64],
+) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
     arr = block.lines
     n = len(arr)
     lengths = (c_off[1:] - c_off[:-1])[block.indices]
@@ -177,7 +229,11 @@ def _encode_block(inner: Any, block: ChunkBlock, added: list[str], c_flat: NDArr
     offsets = cum[block.line_offsets]
     # lines holding an added token's text go through the library whole; one regular expression
     # finds them (5 substring scans cost 30x more)
-    slow = to_numpy(pc.match_substring_regex(arr, added_pattern(added))) if added else np.zeros(n, np.bool_)
+    slow = (
+        to_numpy(pc.match_substring_regex(arr, added_pattern(added)))
+        if added
+        else np.zeros(n, np.bool_)
+    )
     if not slow.any():
         return ids, offsets
     s_idx = np.flatnonzero(slow)
@@ -191,13 +247,19 @@ def _encode_block(inner: Any, block: ChunkBlock, added: list[str], c_flat: NDArr
     return flat, offsets
 
 
-def encode_chunked(inner: Any, text: ChunkedText, config: dict[str, Any]) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+def encode_chunked(
+    inner: Any, text: ChunkedText, config: dict[str, Any]
+) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
     """Encode every line of ``text`` without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
     if text.lowercase != config["lowercase"]:
         raise ValueError("the text was cut with another lowercase setting than the tokenizer's")
     c_flat, c_off = _library_words(inner, text.chunks)
-    encode = functools.partial(_encode_block, inner, added=config["added"], c_flat=c_flat, c_off=c_off)
-    parts = list(ordered_map(encode, text.blocks, threads=_THREADS))  # numpy and pyarrow release the GIL
+    encode = functools.partial(
+        _encode_block, inner, added=config["added"], c_flat=c_flat, c_off=c_off
+    )
+    parts = list(
+        ordered_map(encode, text.blocks, threads=_THREADS)
+    )  # numpy and pyarrow release the GIL
     if not parts:
         return np.zeros(0, np.int32), np.zeros(1, np.int64)
     flat, offsets = concat_csr(parts, dtype=np.int32)

@@ -32,8 +32,15 @@ from datamill.core.ragged import csr_from_arrow, pad
 from datamill.pretrain.bert._mask import bert_schema
 from datamill.pretrain.bert._run import TaskResult
 
-__all__ = ["BertParquetSource", "WriteStats", "collate_bert", "is_bert_parquet",
-           "read_bert_metadata", "read_bert_tokenizer_json", "write_batches"]
+__all__ = [
+    "BertParquetSource",
+    "WriteStats",
+    "collate_bert",
+    "is_bert_parquet",
+    "read_bert_metadata",
+    "read_bert_tokenizer_json",
+    "write_batches",
+]
 
 META_KEY = "datamill"
 TOKENIZER_KEY = "datamill.tokenizer"  # file metadata only (not in the Arrow schema read back)
@@ -48,8 +55,14 @@ class WriteStats:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
-                  meta: dict[str, Any], tokenizer_json: str | None = None) -> WriteStats:
+def write_batches(
+    results: Iterable[TaskResult],
+    out: PathLike,
+    *,
+    layout: str,
+    meta: dict[str, Any],
+    tokenizer_json: str | None = None,
+) -> WriteStats:
     """Write every task's batches as row groups of ``out`` (atomically); metadata completed at the end."""
     stats = WriteStats()
     worker: dict[str, float] = {}
@@ -59,8 +72,13 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
     with atomic_path(out) as tmp:
         # statistics of list columns are useless (min/max token id) and cost ~7% of the write;
         # dictionary pages of token ids cost ~20% of the write and make the file larger, not smaller
-        writer = pq.ParquetWriter(tmp, schema, compression=COMPRESSION, write_statistics=["is_random_next"],
-                                  use_dictionary=False)
+        writer = pq.ParquetWriter(
+            tmp,
+            schema,
+            compression=COMPRESSION,
+            write_statistics=["is_random_next"],
+            use_dictionary=False,
+        )
         try:
             t = time.perf_counter()
             for res in results:
@@ -76,7 +94,9 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
                     worker[k] = worker.get(k, 0.0) + v
                 t = time.perf_counter()
                 write_s += t - t1
-            final = dict(meta, samples=stats.samples, tokens=stats.tokens, row_groups=stats.row_groups)
+            final = dict(
+                meta, samples=stats.samples, tokens=stats.tokens, row_groups=stats.row_groups
+            )
             kv = {META_KEY: json.dumps(final, sort_keys=True)}
             if tokenizer_json is not None:
                 kv[TOKENIZER_KEY] = tokenizer_json
@@ -86,8 +106,11 @@ def write_batches(results: Iterable[TaskResult], out: PathLike, *, layout: str,
             writer.close()
             write_s += time.perf_counter() - t2
         fault_point("bert.before_switch")
-    stats.timings = {"write_parquet": write_s, "wait_for_samples": wait_s,
-                     **{f"workers_{k}": v for k, v in worker.items()}}
+    stats.timings = {
+        "write_parquet": write_s,
+        "wait_for_samples": wait_s,
+        **{f"workers_{k}": v for k, v in worker.items()},
+    }
     return stats
 
 
@@ -98,7 +121,7 @@ def is_bert_parquet(path: PathLike) -> bool:
         >>> is_bert_parquet("no-such-file.parquet")
         False
     """
-    p = Path(path)
+    p = Path(check_path(path))
     if not (p.is_file() and p.suffix in (".parquet", ".pq")):
         return False
     try:
@@ -123,8 +146,11 @@ def read_bert_metadata(path: PathLike) -> dict[str, Any]:
         raise DataFileError("the 'datamill' metadata is not valid JSON", path=p) from exc
     if not isinstance(meta, dict) or meta.get("format") != BERT_FORMAT:
         found = None if not isinstance(meta, dict) else meta.get("format")
-        raise DataFileError(f"expected BERT samples (metadata format {BERT_FORMAT!r}), found {found!r}",
-                            path=p, hint="write it with datamill.build_bert_samples / `datamill bert`")
+        raise DataFileError(
+            f"expected BERT samples (metadata format {BERT_FORMAT!r}), found {found!r}",
+            path=p,
+            hint="write it with datamill.build_bert_samples / `datamill bert`",
+        )
     return meta
 
 
@@ -133,12 +159,17 @@ def read_bert_tokenizer_json(path: PathLike) -> str:
     read_bert_metadata(path)
     raw = (pq.read_metadata(path).metadata or {}).get(TOKENIZER_KEY.encode())
     if raw is None:
-        raise DataFileError("no tokenizer stored in the file metadata", path=Path(path),
-                            hint="use the <stem>.tokenizer.json beside it, or rebuild the file")
+        raise DataFileError(
+            "no tokenizer stored in the file metadata",
+            path=Path(path),
+            hint="use the <stem>.tokenizer.json beside it, or rebuild the file",
+        )
     return bytes(raw).decode("utf-8")
 
 
-def _pad_rows(col: pa.ChunkedArray | pa.Array, width: int, fill: int, dtype: Any) -> tuple[NDArray[Any], NDArray[np.int64]]:
+def _pad_rows(
+    col: pa.ChunkedArray | pa.Array, width: int, fill: int, dtype: Any
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
     """A list column padded to ``(n, width)`` with ``fill``, and its row offsets."""
     values, offsets = csr_from_arrow(col)
     return pad(values, offsets, width, fill=fill, dtype=dtype)[0], offsets
@@ -174,11 +205,17 @@ class BertBatchCollate:
         positions, po = _pad_rows(table.column("masked_positions"), self.P, 0, np.int32)
         labels, _ = _pad_rows(table.column("masked_labels"), self.P, 0, np.int32)
         out = {
-            "tokens": tokens, "segment_ids": seg.astype(np.int8), "attention_mask": attention,
-            "is_random_next": table.column("is_random_next").to_numpy(zero_copy_only=False).astype(np.bool_),
+            "tokens": tokens,
+            "segment_ids": seg.astype(np.int8),
+            "attention_mask": attention,
+            "is_random_next": table.column("is_random_next")
+            .to_numpy(zero_copy_only=False)
+            .astype(np.bool_),
             "masked_positions": positions,
             "masked_labels": labels,
-            "masked_weights": (np.arange(self.P)[None, :] < np.diff(po)[:, None]).astype(np.float32),
+            "masked_weights": (np.arange(self.P)[None, :] < np.diff(po)[:, None]).astype(
+                np.float32
+            ),
         }
         assert out["tokens"].shape == (n, self.L)
         if self.as_torch:
@@ -189,7 +226,9 @@ class BertBatchCollate:
         return out
 
 
-def collate_bert(path_or_meta: PathLike | dict[str, Any], *, as_torch: bool = False) -> BertBatchCollate:
+def collate_bert(
+    path_or_meta: PathLike | dict[str, Any], *, as_torch: bool = False
+) -> BertBatchCollate:
     """The collate function for a BERT Parquet file (its metadata gives ``L`` and ``P``)."""
     meta = path_or_meta if isinstance(path_or_meta, dict) else read_bert_metadata(path_or_meta)
     return BertBatchCollate(meta, as_torch=as_torch)

@@ -52,21 +52,34 @@ def bert_schema(layout: str) -> pa.Schema:
         pa.field("masked_labels", pa.list_(pa.int32())),
     ]
     if layout == "padded":
-        return pa.schema([pa.field("tokens", pa.list_(pa.int32())),
-                          pa.field("segment_ids", pa.list_(pa.int8())), *common])
-    return pa.schema([pa.field("tokens", pa.list_(pa.int32())),
-                      pa.field("segment_a_length", pa.int32()), *common])
+        return pa.schema(
+            [
+                pa.field("tokens", pa.list_(pa.int32())),
+                pa.field("segment_ids", pa.list_(pa.int8())),
+                *common,
+            ]
+        )
+    return pa.schema(
+        [
+            pa.field("tokens", pa.list_(pa.int32())),
+            pa.field("segment_a_length", pa.int32()),
+            *common,
+        ]
+    )
 
 
-def _floyd_sample(c: NDArray[np.int64], k: NDArray[np.int64], kmax: int,
-                  rng: np.random.Generator) -> NDArray[np.int64]:
+def _floyd_sample(
+    c: NDArray[np.int64], k: NDArray[np.int64], kmax: int, rng: np.random.Generator
+) -> NDArray[np.int64]:
     """Row ``i`` gets ``k[i]`` distinct uniform integers in ``[0, c[i])`` (Floyd), ``-1`` after them."""
     n = len(c)
     out = np.full((n, max(kmax, 1)), -1, dtype=np.int64)
     u = rng.random((kmax, n))
     for s in range(kmax):
         active = s < k
-        j = c - k + s  # Floyd: for j in range(c - k, c): t = randint(0, j); take j if t taken else t
+        j = (
+            c - k + s
+        )  # Floyd: for j in range(c - k, c): t = randint(0, j); take j if t taken else t
         t = (u[s] * (j + 1)).astype(np.int64)
         taken = (out[:, :s] == t[:, None]).any(axis=1)
         out[:, s] = np.where(active, np.where(taken, j, t), -1)
@@ -74,8 +87,14 @@ def _floyd_sample(c: NDArray[np.int64], k: NDArray[np.int64], kmax: int,
 
 
 # long (82 lines, 5 of docstring): one vectorised assembly (ids, segments, masking, padding) over all samples of a task, kept in one place so the array shapes can be followed
-def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.random.Generator, *,
-             specials_in_ids: bool = True) -> pa.RecordBatch:
+def assemble(
+    ids: NDArray[np.int32],
+    spans: Spans,
+    cfg: MaskConfig,
+    rng: np.random.Generator,
+    *,
+    specials_in_ids: bool = True,
+) -> pa.RecordBatch:
     """Build, mask and lay out the samples of ``spans`` (already truncated) as one record batch.
 
     ``specials_in_ids=False`` promises that ``ids`` holds no special id (the caller checked the
@@ -99,24 +118,32 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     flat[row_start + la + 1] = cfg.sep
     flat[row_start + length - 1] = cfg.sep
     # 2. candidates = content positions whose token is not special (e.g. [UNK] in the text)
-    special_tab = np.zeros(max(cfg.vocab_size, int(values.max(initial=0)) + 1 if specials_in_ids else 0),
-                           dtype=np.bool_)
+    special_tab = np.zeros(
+        max(cfg.vocab_size, int(values.max(initial=0)) + 1 if specials_in_ids else 0),
+        dtype=np.bool_,
+    )
     special_tab[list(cfg.special_ids)] = True
     is_sp = special_tab[values] if specials_in_ids else None
     c = la + lb
-    content: NDArray[np.int64] | None = None  # flat position of every candidate (only with specials)
+    content: NDArray[np.int64] | None = (
+        None  # flat position of every candidate (only with specials)
+    )
     if is_sp is not None and is_sp.any():
         content = np.flatnonzero(slot)
         sp_rows = np.searchsorted(row_start, content[is_sp], side="right") - 1
         c = c - np.bincount(sp_rows, minlength=n)
         content = content[~is_sp]
     cand_start = np.cumsum(c) - c
-    wanted = np.maximum(1, np.rint((la + lb) * cfg.mask_prob).astype(np.int64))  # round half even, as Python
+    wanted = np.maximum(
+        1, np.rint((la + lb) * cfg.mask_prob).astype(np.int64)
+    )  # round half even, as Python
     k = np.minimum(np.minimum(wanted, cfg.max_predictions), c)
     kmax = int(k.max(initial=0))
     picks = _floyd_sample(c, k, kmax, rng)
     valid = picks >= 0
-    if content is None:  # no special token inside: candidate j of a row sits at 1 + j, after [SEP] at 2 + j
+    if (
+        content is None
+    ):  # no special token inside: candidate j of a row sits at 1 + j, after [SEP] at 2 + j
         chosen = np.where(valid, row_start[:, None] + 1 + picks + (picks >= la[:, None]), total)
     elif len(content):
         chosen = np.where(valid, content[np.where(valid, cand_start[:, None] + picks, 0)], total)
@@ -131,7 +158,7 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     u = rng.random(len(mflat))
     flat[mflat[u < 0.8]] = cfg.mask
     rand = mflat[u >= 0.9]
-    non_special = np.flatnonzero(~special_tab[:cfg.vocab_size]).astype(np.int32)
+    non_special = np.flatnonzero(~special_tab[: cfg.vocab_size]).astype(np.int32)
     flat[rand] = non_special[rng.integers(0, len(non_special), size=len(rand))]
     m_off = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(k, out=m_off[1:])
@@ -143,8 +170,13 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     if cfg.layout == "compact":
         off = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(length, out=off[1:])
-        arrays = [list_array(off, flat), from_numpy((la + 2).astype(np.int32)), is_random, masked_positions,
-                  masked_labels]
+        arrays = [
+            list_array(off, flat),
+            from_numpy((la + 2).astype(np.int32)),
+            is_random,
+            masked_positions,
+            masked_labels,
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("compact"))
     pos = np.arange(L, dtype=np.int32)[None, :]
     attention = pos < length.astype(np.int32)[:, None]
@@ -153,6 +185,11 @@ def assemble(ids: NDArray[np.int32], spans: Spans, cfg: MaskConfig, rng: np.rand
     seg = (pos >= (la + 2).astype(np.int32)[:, None]).view(np.int8)
     seg -= 2 * (~attention).view(np.int8)
     off = np.arange(0, (n + 1) * L, L, dtype=np.int32)
-    arrays = [list_array(off, padded.ravel()), list_array(off, seg.ravel()),
-              is_random, masked_positions, masked_labels]
+    arrays = [
+        list_array(off, padded.ravel()),
+        list_array(off, seg.ravel()),
+        is_random,
+        masked_positions,
+        masked_labels,
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=bert_schema("padded"))

@@ -26,8 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PAIRINGS", "PAIRING_ALIASES", "Spans", "UniformStream", "build_pairs", "build_pairs_seed", "pair_builder",
-           "truncate_lengths", "truncate_spans"]
+__all__ = [
+    "PAIRINGS",
+    "PAIRING_ALIASES",
+    "Spans",
+    "UniformStream",
+    "build_pairs",
+    "build_pairs_seed",
+    "pair_builder",
+    "truncate_lengths",
+    "truncate_spans",
+]
 
 PAIRINGS = ("chunk_past_target", "google")
 """The pairing rules: a chunk grows one sentence past the target (the default), and Google BERT's."""
@@ -71,18 +80,32 @@ class Spans:
     doc: NDArray[np.int64]
     forced: NDArray[np.bool_]  # the chunk had one sentence, so B had to be random
 
-
     def __len__(self) -> int:
         return len(self.a_lo)
 
     def slice(self, lo: int, hi: int) -> Spans:
-        return Spans(self.a_lo[lo:hi], self.la[lo:hi], self.b_lo[lo:hi], self.lb[lo:hi],
-                     self.is_random_next[lo:hi], self.doc[lo:hi], self.forced[lo:hi])
+        return Spans(
+            self.a_lo[lo:hi],
+            self.la[lo:hi],
+            self.b_lo[lo:hi],
+            self.lb[lo:hi],
+            self.is_random_next[lo:hi],
+            self.doc[lo:hi],
+            self.forced[lo:hi],
+        )
 
 
 # long (72 lines, 11 of docstring): Google's create_instances_from_document transcribed statement by statement (the test compares it with the reference draw for draw)
-def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
-                max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
+def build_pairs(
+    sent_offsets: list[int],
+    doc_offsets: list[int],
+    doc_lo: int,
+    doc_hi: int,
+    *,
+    max_num_tokens: int,
+    short_seq_prob: float,
+    rng: np.random.Generator,
+) -> Spans:
     """Pairs for documents ``doc_lo..doc_hi-1`` with Google's rules (``pairing="google"``).
 
     ``sent_offsets`` / ``doc_offsets`` are the corpus offsets (see :mod:`._docs`) as lists.
@@ -149,15 +172,28 @@ def build_pairs(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, do
                 chunk_start = i + 1
                 cur = 0
             i += 1
-    return Spans(np.asarray(a_lo, dtype=np.int64), np.asarray(la, dtype=np.int64),
-                 np.asarray(b_lo, dtype=np.int64), np.asarray(lb, dtype=np.int64),
-                 np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64),
-                 np.asarray(forced, dtype=np.bool_))
+    return Spans(
+        np.asarray(a_lo, dtype=np.int64),
+        np.asarray(la, dtype=np.int64),
+        np.asarray(b_lo, dtype=np.int64),
+        np.asarray(lb, dtype=np.int64),
+        np.asarray(rnd, dtype=np.bool_),
+        np.asarray(dd, dtype=np.int64),
+        np.asarray(forced, dtype=np.bool_),
+    )
 
 
 # long (63 lines, 11 of docstring): the article's pair loop transcribed statement by statement (the test compares it with the reference draw for draw)
-def build_pairs_seed(sent_offsets: list[int], doc_offsets: list[int], doc_lo: int, doc_hi: int, *,
-                     max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> Spans:
+def build_pairs_seed(
+    sent_offsets: list[int],
+    doc_offsets: list[int],
+    doc_lo: int,
+    doc_hi: int,
+    *,
+    max_num_tokens: int,
+    short_seq_prob: float,
+    rng: np.random.Generator,
+) -> Spans:
     """Pairs for documents ``doc_lo..doc_hi-1`` with the seed article's loop (``pairing="chunk_past_target"``).
 
     Per document: target length as in :func:`build_pairs`; then, while sentences remain
@@ -215,10 +251,15 @@ def build_pairs_seed(sent_offsets: list[int], doc_offsets: list[int], doc_lo: in
             lb.append(b1 - b0)
             dd.append(d)
             forced.append(sep == end)
-    return Spans(np.asarray(a_lo, dtype=np.int64), np.asarray(la, dtype=np.int64),
-                 np.asarray(b_lo, dtype=np.int64), np.asarray(lb, dtype=np.int64),
-                 np.asarray(rnd, dtype=np.bool_), np.asarray(dd, dtype=np.int64),
-                 np.asarray(forced, dtype=np.bool_))
+    return Spans(
+        np.asarray(a_lo, dtype=np.int64),
+        np.asarray(la, dtype=np.int64),
+        np.asarray(b_lo, dtype=np.int64),
+        np.asarray(lb, dtype=np.int64),
+        np.asarray(rnd, dtype=np.bool_),
+        np.asarray(dd, dtype=np.int64),
+        np.asarray(forced, dtype=np.bool_),
+    )
 
 
 def pair_builder(pairing: str) -> Callable[..., Spans]:
@@ -226,8 +267,9 @@ def pair_builder(pairing: str) -> Callable[..., Spans]:
     return build_pairs if pairing == "google" else build_pairs_seed
 
 
-def truncate_lengths(la: NDArray[np.int64], lb: NDArray[np.int64],
-                     max_num_tokens: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def truncate_lengths(
+    la: NDArray[np.int64], lb: NDArray[np.int64], max_num_tokens: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """How many tokens ``truncate_seq_pair`` removes from A and from B, in closed form.
 
     The seed removes one token at a time from the longer side (from B on a tie) until
@@ -256,5 +298,12 @@ def truncate_spans(spans: Spans, max_num_tokens: int, rng: np.random.Generator) 
     rem_a, rem_b = truncate_lengths(spans.la, spans.lb, max_num_tokens)
     front_a = rng.binomial(rem_a, 0.5)
     front_b = rng.binomial(rem_b, 0.5)
-    return Spans(spans.a_lo + front_a, spans.la - rem_a, spans.b_lo + front_b, spans.lb - rem_b,
-                 spans.is_random_next, spans.doc, spans.forced)
+    return Spans(
+        spans.a_lo + front_a,
+        spans.la - rem_a,
+        spans.b_lo + front_b,
+        spans.lb - rem_b,
+        spans.is_random_next,
+        spans.doc,
+        spans.forced,
+    )

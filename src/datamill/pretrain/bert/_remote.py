@@ -34,20 +34,29 @@ def _earlier_bert(fs: pafs.FileSystem, key: str, url: str) -> dict[bytes, bytes]
     if info.type == pafs.FileType.NotFound:
         return None
     if info.type != pafs.FileType.File:
-        raise DataFileError("a prefix (folder) of objects is there, not a BERT Parquet file", path=url,
-                            hint="choose another --out (datamill never writes over objects of yours)")
+        raise DataFileError(
+            "a prefix (folder) of objects is there, not a BERT Parquet file",
+            path=url,
+            hint="choose another --out (datamill never writes over objects of yours)",
+        )
     try:
         with fs.open_input_file(key) as f:
             meta = pq.ParquetFile(f).metadata.metadata or {}
     except pa.ArrowException:
         meta = {}
     if META_KEY not in meta:
-        raise DataFileError("the object there is not a BERT Parquet file written by datamill; refusing to replace "
-                            "it", path=url, hint="choose another --out (datamill never writes over objects of yours)")
+        raise DataFileError(
+            "the object there is not a BERT Parquet file written by datamill; refusing to replace "
+            "it",
+            path=url,
+            hint="choose another --out (datamill never writes over objects of yours)",
+        )
     return dict(meta)
 
 
-def build_to_s3(build: Callable[..., Any], source: Any, *, out: str, options: dict[str, Any]) -> Any:
+def build_to_s3(
+    build: Callable[..., Any], source: Any, *, out: str, options: dict[str, Any]
+) -> Any:
     """Run ``build(source, out=<local scratch file>, **options)`` and upload its two files to ``out``."""
     fs, key = filesystem_for(out)
     prefix = scheme_of(out).prefix
@@ -60,15 +69,23 @@ def build_to_s3(build: Callable[..., Any], source: Any, *, out: str, options: di
         if fs.get_file_info(tok_key).type != pafs.FileType.NotFound:
             import json
 
-            named = json.loads(earlier.get(META_KEY, b"{}")).get("tokenizer_file") if earlier else None
+            named = (
+                json.loads(earlier.get(META_KEY, b"{}")).get("tokenizer_file") if earlier else None
+            )
             if named != PurePosixPath(tok_key).name:
-                raise DataFileError("an object that is not the tokenizer copy of an earlier BERT Parquet file is "
-                                    "there; refusing to replace it", path=tok_url,
-                                    hint="choose another --out (datamill never writes over objects of yours)")
+                raise DataFileError(
+                    "an object that is not the tokenizer copy of an earlier BERT Parquet file is "
+                    "there; refusing to replace it",
+                    path=tok_url,
+                    hint="choose another --out (datamill never writes over objects of yours)",
+                )
         with tempfile.TemporaryDirectory(prefix="datamill-bert-upload-") as scratch:
             local = Path(scratch) / PurePosixPath(key).name
             result = build(source, out=local, **options)
-            for path, target in ((result.tokenizer_path, tok_key), (result.path, key)):  # the Parquet file last
+            for path, target in (
+                (result.tokenizer_path, tok_key),
+                (result.path, key),
+            ):  # the Parquet file last
                 upload(path, fs, target)
     except DatamillError:
         raise

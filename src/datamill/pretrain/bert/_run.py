@@ -32,7 +32,9 @@ from datamill.pretrain.bert._pairs import pair_builder, truncate_spans
 
 __all__ = ["SHARD_TOKENS", "TaskConfig", "TaskResult", "plan_shards", "plan_tasks", "run_tasks"]
 
-SHARD_TOKENS = 1 << 20  # corpus tokens per document shard (a task); fixed, so output ignores workers
+SHARD_TOKENS = (
+    1 << 20
+)  # corpus tokens per document shard (a task); fixed, so output ignores workers
 BATCH_SAMPLES = 4096  # samples per record batch / Parquet row group
 
 
@@ -57,7 +59,9 @@ class TaskResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def plan_shards(corpus: TokenizedDocuments, shard_tokens: int | None = None) -> list[tuple[int, int]]:
+def plan_shards(
+    corpus: TokenizedDocuments, shard_tokens: int | None = None
+) -> list[tuple[int, int]]:
     """Cut the documents into consecutive ranges of about ``shard_tokens`` tokens each."""
     shard_tokens = SHARD_TOKENS if shard_tokens is None else shard_tokens
     doc_tok = corpus.sent_offsets[corpus.doc_offsets]  # token offset of each document start (+ end)
@@ -73,7 +77,9 @@ class _State:
     ids: NDArray[np.int32]
     sent_offsets: list[int]
     doc_offsets: list[int]
-    specials_in_ids: dict[tuple[int, ...], bool]  # per set of special ids: does the corpus hold one?
+    specials_in_ids: dict[
+        tuple[int, ...], bool
+    ]  # per set of special ids: does the corpus hold one?
 
     def has_specials(self, special_ids: tuple[int, ...]) -> bool:
         """Whether any corpus id is special (checked once per set of ids, in slices)."""
@@ -81,7 +87,9 @@ class _State:
             wanted = np.asarray(special_ids, dtype=np.int64)
             step = 1 << 24
             # the Ray engine's ids are per-block arrays (``arrays``); here: slices (views) of one array
-            parts = getattr(self.ids, "arrays", None) or [self.ids[lo:lo + step] for lo in range(0, len(self.ids), step)]
+            parts = getattr(self.ids, "arrays", None) or [
+                self.ids[lo : lo + step] for lo in range(0, len(self.ids), step)
+            ]
             self.specials_in_ids[special_ids] = any(bool(np.isin(a, wanted).any()) for a in parts)
         return self.specials_in_ids[special_ids]
 
@@ -89,8 +97,9 @@ class _State:
 _STATE: _State | None = None
 
 
-def _init_state(ids: NDArray[np.int32], sent_offsets: NDArray[np.int64],
-                doc_offsets: NDArray[np.int64]) -> _State:
+def _init_state(
+    ids: NDArray[np.int32], sent_offsets: NDArray[np.int64], doc_offsets: NDArray[np.int64]
+) -> _State:
     st = _State()
     st.ids = ids
     st.sent_offsets = sent_offsets.tolist()
@@ -103,23 +112,43 @@ def _worker_init(folder: str) -> None:
     global _STATE
     die_with_parent()  # a kill -9 of `datamill bert` must not leave workers running
     d = Path(folder)
-    _STATE = _init_state(np.load(d / "ids.npy", mmap_mode="r"), np.load(d / "sent_offsets.npy"),
-                         np.load(d / "doc_offsets.npy"))
+    _STATE = _init_state(
+        np.load(d / "ids.npy", mmap_mode="r"),
+        np.load(d / "sent_offsets.npy"),
+        np.load(d / "doc_offsets.npy"),
+    )
 
 
-def _run_task(st: _State, cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int) -> TaskResult:
+def _run_task(
+    st: _State, cfg: TaskConfig, dupe: int, shard: int, doc_lo: int, doc_hi: int
+) -> TaskResult:
     t0 = time.perf_counter()
-    spans = pair_builder(cfg.pairing)(st.sent_offsets, st.doc_offsets, doc_lo, doc_hi,
-                                      max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob,
-                                      rng=rng_for(cfg.seed, "bert-pairs", dupe, shard))
+    spans = pair_builder(cfg.pairing)(
+        st.sent_offsets,
+        st.doc_offsets,
+        doc_lo,
+        doc_hi,
+        max_num_tokens=cfg.max_num_tokens,
+        short_seq_prob=cfg.short_seq_prob,
+        rng=rng_for(cfg.seed, "bert-pairs", dupe, shard),
+    )
     t1 = time.perf_counter()
-    spans = truncate_spans(spans, cfg.max_num_tokens, rng_for(cfg.seed, "bert-truncate", dupe, shard))
+    spans = truncate_spans(
+        spans, cfg.max_num_tokens, rng_for(cfg.seed, "bert-truncate", dupe, shard)
+    )
     res = TaskResult(batches=[], samples=len(spans), tokens=int((spans.la + spans.lb + 3).sum()))
     specials = st.has_specials(cfg.mask.special_ids)
     for b, lo in enumerate(range(0, len(spans), BATCH_SAMPLES)):
         part = spans.slice(lo, lo + BATCH_SAMPLES)
-        res.batches.append(assemble(st.ids, part, cfg.mask, rng_for(cfg.seed, "bert-mask", dupe, shard, b),
-                                    specials_in_ids=specials))
+        res.batches.append(
+            assemble(
+                st.ids,
+                part,
+                cfg.mask,
+                rng_for(cfg.seed, "bert-mask", dupe, shard, b),
+                specials_in_ids=specials,
+            )
+        )
     t2 = time.perf_counter()
     res.timings = {"pairs": t1 - t0, "mask_pad_arrow": t2 - t1}
     return res
@@ -141,8 +170,15 @@ def plan_tasks(corpus: TokenizedDocuments, dupe_factor: int) -> list[tuple[int, 
     return [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(shards)]
 
 
-def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int, int, int, int]], *, workers: int,
-              scratch: Path, backend: str | None = None) -> Generator[TaskResult, None, None]:
+def run_tasks(
+    corpus: TokenizedDocuments,
+    cfg: TaskConfig,
+    tasks: list[tuple[int, int, int, int]],
+    *,
+    workers: int,
+    scratch: Path,
+    backend: str | None = None,
+) -> Generator[TaskResult, None, None]:
     """Yield the results of ``tasks`` in order.
 
     ``workers == 1``: one background thread builds samples while the caller writes (numpy and the
@@ -152,7 +188,9 @@ def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int
     if backend == "thread" or len(tasks) <= 1:
         st = _init_state(corpus.ids, corpus.sent_offsets, corpus.doc_offsets)
         with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bert") as tpool:
-            yield from ordered_map(lambda t: _run_task(st, cfg, *t), tasks, pool=tpool, window=2 * max(1, workers))
+            yield from ordered_map(
+                lambda t: _run_task(st, cfg, *t), tasks, pool=tpool, window=2 * max(1, workers)
+            )
         return
     scratch.mkdir(parents=True, exist_ok=True)
     np.save(scratch / "ids.npy", corpus.ids)
@@ -165,10 +203,16 @@ def run_tasks(corpus: TokenizedDocuments, cfg: TaskConfig, tasks: list[tuple[int
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     gc.freeze()
     try:
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
-                                   initializer=_worker_init, initargs=(os.fspath(scratch),))
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(tasks)),
+            mp_context=ctx,
+            initializer=_worker_init,
+            initargs=(os.fspath(scratch),),
+        )
         try:
-            yield from ordered_map(functools.partial(_pool_task_of, cfg), tasks, pool=pool, window=2 * workers)
+            yield from ordered_map(
+                functools.partial(_pool_task_of, cfg), tasks, pool=pool, window=2 * workers
+            )
         except BaseException:  # an error, a full disk, Ctrl-C or close(): pending tasks are dropped
             pool.shutdown(wait=True, cancel_futures=True)
             raise

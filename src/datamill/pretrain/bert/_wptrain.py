@@ -53,7 +53,9 @@ def word_counts(text: ChunkedText, inner: Any) -> tuple[list[str], NDArray[np.in
     if other:  # each distinct non-ASCII chunk through the library once
         extra: dict[str, int] = {}
         for chunk, c in zip(other, counts[~ascii_].tolist(), strict=True):
-            normalized = inner.normalizer.normalize_str(chunk) if inner.normalizer is not None else chunk
+            normalized = (
+                inner.normalizer.normalize_str(chunk) if inner.normalizer is not None else chunk
+            )
             for w, _ in inner.pre_tokenizer.pre_tokenize_str(normalized):
                 extra[w] = extra.get(w, 0) + c
         # merge with the ASCII words (a word may come from both: "café" -> "cafe"); no group_by:
@@ -63,7 +65,9 @@ def word_counts(text: ChunkedText, inner: Any) -> tuple[list[str], NDArray[np.in
         at = pc.index_in(new, value_set=words)
         found = ~to_numpy(pc.is_null(at))
         wcounts = wcounts.copy()
-        np.add.at(wcounts, to_numpy(at.filter(from_numpy(found))).astype(np.int64), new_counts[found])
+        np.add.at(
+            wcounts, to_numpy(at.filter(from_numpy(found))).astype(np.int64), new_counts[found]
+        )
         words = pa.concat_arrays([words, new.filter(from_numpy(~found))])
         wcounts = np.concatenate([wcounts, new_counts[~found]])
     return words.to_pylist(), np.asarray(wcounts, dtype=np.int64)
@@ -100,8 +104,14 @@ def initial_tokens(words: list[str], prefix: str = "##") -> list[str]:
     return alphabet + [prefix + c for c in inner]
 
 
-def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int, special_tokens: list[str],
-                      timings: dict[str, float] | None = None) -> Any:
+def train_from_chunks(
+    text: ChunkedText,
+    *,
+    vocab_size: int,
+    min_frequency: int,
+    special_tokens: list[str],
+    timings: dict[str, float] | None = None,
+) -> Any:
     """A WordPiece ``tokenizers.Tokenizer`` (BERT normaliser and pre-tokeniser) trained on ``text``.
 
     ``timings`` (if given) receives ``train_merges``: the seconds after the last word was fed (the
@@ -114,10 +124,16 @@ def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int,
     bert.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     words, counts = word_counts(text, bert)
     inner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # words hold no whitespace: runs split back exactly
+    inner.pre_tokenizer = (
+        pre_tokenizers.WhitespaceSplit()
+    )  # words hold no whitespace: runs split back exactly
     fixed = [t for t in initial_tokens(words) if t not in special_tokens]
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=[*special_tokens, *fixed], show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[*special_tokens, *fixed],
+        show_progress=False,
+    )
     fed = [0.0]
 
     def runs() -> Iterator[list[str]]:
@@ -131,6 +147,8 @@ def train_from_chunks(text: ChunkedText, *, vocab_size: int, min_frequency: int,
     inner.pre_tokenizer = bert.pre_tokenizer
     inner.decoder = decoders.WordPiece()
     cfg = json.loads(inner.to_str())  # rebuilt from JSON: nothing left of the training set-up, and
-    wanted = set(special_tokens)  # the fixed initial tokens are vocabulary entries, not added tokens
+    wanted = set(
+        special_tokens
+    )  # the fixed initial tokens are vocabulary entries, not added tokens
     cfg["added_tokens"] = [t for t in cfg["added_tokens"] if t["content"] in wanted]
     return Tokenizer.from_str(json.dumps(cfg, ensure_ascii=False))

@@ -97,8 +97,12 @@ class BertConfig(BaseModel):
         pairing = options.get("pairing")
         if isinstance(pairing, str) and pairing in PAIRING_ALIASES:
             new = PAIRING_ALIASES[pairing]
-            warnings.warn(f'pairing="{pairing}" is deprecated: it is the loop now named "{new}"; '
-                          f'use pairing="{new}"', DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                f'pairing="{pairing}" is deprecated: it is the loop now named "{new}"; '
+                f'use pairing="{new}"',
+                DeprecationWarning,
+                stacklevel=3,
+            )
             options["pairing"] = new
         try:
             super().__init__(**options)
@@ -109,19 +113,32 @@ class BertConfig(BaseModel):
                 raise original from None
             name = ".".join(str(x) for x in err["loc"]) or "options"
             if err["type"] == "extra_forbidden":
-                raise ConfigError(f"unknown BERT option {name!r}",
-                                  hint=f"valid options: {', '.join(type(self).model_fields)}") from None
+                raise ConfigError(
+                    f"unknown BERT option {name!r}",
+                    hint=f"valid options: {', '.join(type(self).model_fields)}",
+                ) from None
             raise ConfigError(f"{name}: {err['msg']}, got {err.get('input')!r}") from None
 
     def model_post_init(self, context: Any, /) -> None:
-        check_params(self.max_seq_length, self.dupe_factor, self.mask_prob, self.max_predictions_per_seq,
-                     self.short_seq_prob, self.vocab_size, self.layout, self.workers, self.sentence_split,
-                     self.pairing)
+        check_params(
+            self.max_seq_length,
+            self.dupe_factor,
+            self.mask_prob,
+            self.max_predictions_per_seq,
+            self.short_seq_prob,
+            self.vocab_size,
+            self.layout,
+            self.workers,
+            self.sentence_split,
+            self.pairing,
+        )
 
     @classmethod
     def of(cls, config: BertConfig | None = None, /, **options: Any) -> BertConfig:
         """``config`` (or the defaults) with ``options`` replacing its fields, validated again."""
-        if config is not None and not isinstance(config, BertConfig):  # (found by tests/fuzz: an AttributeError)
+        if config is not None and not isinstance(
+            config, BertConfig
+        ):  # (found by tests/fuzz: an AttributeError)
             raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
         base = config.model_dump(exclude_unset=True) if config is not None else {}
         return cls(**{**base, **options})
@@ -156,9 +173,18 @@ class BertSamples:
         return self.samples / self.seconds if self.seconds > 0 else float("inf")
 
 
-def check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_predictions_per_seq: int,
-                  short_seq_prob: float, vocab_size: int, layout: str, workers: int | None,
-                  sentence_split: str, pairing: str) -> None:
+def check_params(
+    max_seq_length: int,
+    dupe_factor: int,
+    mask_prob: float,
+    max_predictions_per_seq: int,
+    short_seq_prob: float,
+    vocab_size: int,
+    layout: str,
+    workers: int | None,
+    sentence_split: str,
+    pairing: str,
+) -> None:
     MAX_SEQ_LENGTH(max_seq_length)
     DUPE_FACTOR(dupe_factor)
     MASK_PROB(mask_prob)
@@ -169,7 +195,10 @@ def check_params(max_seq_length: int, dupe_factor: int, mask_prob: float, max_pr
         WORKERS(workers)
     checks = [
         (layout in LAYOUTS, f"layout must be one of {list(LAYOUTS)}, got {layout!r}"),
-        (sentence_split in ("line", "period"), f"sentence_split must be 'line' or 'period', got {sentence_split!r}"),
+        (
+            sentence_split in ("line", "period"),
+            f"sentence_split must be 'line' or 'period', got {sentence_split!r}",
+        ),
         (pairing in PAIRINGS, f"pairing must be one of {list(PAIRINGS)}, got {pairing!r}"),
     ]
     for ok, msg in checks:

@@ -29,10 +29,28 @@ from datamill.pretrain.bert._run import _run_task as run_task
 from datamill.pretrain.bert._tok import BertTokenizer, resolve_tokenizer, train_wordpiece
 from datamill.pretrain.bert.config import BertConfig, BertSamples, check_params
 
-__all__ = ["BertConfig", "BertSamples", "BertTokenizer", "MaskConfig", "TaskConfig", "TaskResult", "TokenizedDocuments",
-           "bert_schema", "check_file", "check_params", "init_state", "plan_tasks", "read_documents",
-           "resolve_tokenizer", "run_task", "shard_tokens", "split_block", "split_documents", "tokenize_documents",
-           "train_wordpiece"]
+__all__ = [
+    "BertConfig",
+    "BertSamples",
+    "BertTokenizer",
+    "MaskConfig",
+    "TaskConfig",
+    "TaskResult",
+    "TokenizedDocuments",
+    "bert_schema",
+    "check_file",
+    "check_params",
+    "init_state",
+    "plan_tasks",
+    "read_documents",
+    "resolve_tokenizer",
+    "run_task",
+    "shard_tokens",
+    "split_block",
+    "split_documents",
+    "tokenize_documents",
+    "train_wordpiece",
+]
 assert sorted(__all__) == __all__
 
 

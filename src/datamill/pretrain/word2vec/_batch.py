@@ -24,8 +24,13 @@ def _lengths_values(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[np.int64],
     return np.diff(offsets), values
 
 
-def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArray[Any],
-                    n_neg: NDArray[np.int64], neg: NDArray[Any]) -> dict[str, NDArray[np.int64]]:
+def batchify_arrays(
+    centers: NDArray[Any],
+    n_ctx: NDArray[np.int64],
+    ctx: NDArray[Any],
+    n_neg: NDArray[np.int64],
+    neg: NDArray[Any],
+) -> dict[str, NDArray[np.int64]]:
     """The seed's ``batchify`` on CSR parts, without a per-row loop.
 
     The contexts are padded to the batch width with :func:`datamill.core.ragged.pad` (its mask is
@@ -44,8 +49,12 @@ def batchify_arrays(centers: NDArray[Any], n_ctx: NDArray[np.int64], ctx: NDArra
     out, is_ctx = pad(np.asarray(ctx), offsets_from_lengths(n_ctx), width, dtype=np.int64)
     is_real = np.arange(width) < total[:, None]
     out[is_real & ~is_ctx] = neg
-    return {"centers": np.asarray(centers, dtype=np.int64).reshape(-1, 1), "contexts_negatives": out,
-            "masks": is_real.astype(np.int64), "labels": is_ctx.astype(np.int64)}
+    return {
+        "centers": np.asarray(centers, dtype=np.int64).reshape(-1, 1),
+        "contexts_negatives": out,
+        "masks": is_real.astype(np.int64),
+        "labels": is_ctx.astype(np.int64),
+    }
 
 
 class Batchify:
@@ -74,10 +83,24 @@ class SkipGramSource:
     Shards are consecutive runs of ``shard_size`` examples, built zero-copy over the (memory-mapped) arrays.
     """
 
-    def __init__(self, centers: NDArray[np.int32], ctx_off: NDArray[np.int64], ctx: NDArray[np.int32],
-                 neg_off: NDArray[np.int64], neg: NDArray[np.int32], *, fingerprint: str,
-                 shard_size: int = 16384) -> None:
-        self._centers, self._ctx_off, self._ctx, self._neg_off, self._neg = centers, ctx_off, ctx, neg_off, neg
+    def __init__(
+        self,
+        centers: NDArray[np.int32],
+        ctx_off: NDArray[np.int64],
+        ctx: NDArray[np.int32],
+        neg_off: NDArray[np.int64],
+        neg: NDArray[np.int32],
+        *,
+        fingerprint: str,
+        shard_size: int = 16384,
+    ) -> None:
+        self._centers, self._ctx_off, self._ctx, self._neg_off, self._neg = (
+            centers,
+            ctx_off,
+            ctx,
+            neg_off,
+            neg,
+        )
         self._shards = FixedShards(len(centers), shard_size)
         self._fp, self.shard_size = fingerprint, self._shards.shard_size
         self.uid_column: str | None = None
@@ -103,8 +126,12 @@ class SkipGramSource:
             if c == "center":
                 data[c] = pa.array(np.asarray(self._centers[a:b]))
             else:
-                off, vals = (self._ctx_off, self._ctx_arr) if c == "contexts" else (self._neg_off, self._neg_arr)
-                data[c] = pa.LargeListArray.from_arrays(pa.array(np.asarray(off[a:b + 1])), vals)
+                off, vals = (
+                    (self._ctx_off, self._ctx_arr)
+                    if c == "contexts"
+                    else (self._neg_off, self._neg_arr)
+                )
+                data[c] = pa.LargeListArray.from_arrays(pa.array(np.asarray(off[a : b + 1])), vals)
         return pa.table(data)
 
     def padded_collate(self, *, as_torch: bool = False) -> Batchify:

@@ -98,23 +98,42 @@ class SkipGramSamples:
         (True, True)
     """
 
-    def __init__(self, *, centers: NDArray[np.int32], context_offsets: NDArray[np.int64],
-                 contexts: NDArray[np.int32], negative_offsets: NDArray[np.int64], negatives: NDArray[np.int32],
-                 vocab: Vocab, info: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        *,
+        centers: NDArray[np.int32],
+        context_offsets: NDArray[np.int64],
+        contexts: NDArray[np.int32],
+        negative_offsets: NDArray[np.int64],
+        negatives: NDArray[np.int32],
+        vocab: Vocab,
+        info: dict[str, Any],
+    ) -> None:
         self.centers, self.context_offsets, self.contexts = centers, context_offsets, contexts
-        self.negative_offsets, self.negatives, self.vocab, self.info = negative_offsets, negatives, vocab, info
+        self.negative_offsets, self.negatives, self.vocab, self.info = (
+            negative_offsets,
+            negatives,
+            vocab,
+            info,
+        )
 
     def __len__(self) -> int:
         return len(self.centers)
 
     def __repr__(self) -> str:
-        return (f"SkipGramSamples(examples={len(self):,}, pairs={len(self.contexts):,}, "
-                f"negatives={len(self.negatives):,}, vocab_size={len(self.vocab):,})")
+        return (
+            f"SkipGramSamples(examples={len(self):,}, pairs={len(self.contexts):,}, "
+            f"negatives={len(self.negatives):,}, vocab_size={len(self.vocab):,})"
+        )
 
     def example(self, i: int) -> tuple[int, list[int], list[int]]:
         """``(center, contexts, negatives)`` of example ``i``, as the seed's lists."""
         c, n = self.context_offsets, self.negative_offsets
-        return (int(self.centers[i]), self.contexts[c[i]:c[i + 1]].tolist(), self.negatives[n[i]:n[i + 1]].tolist())
+        return (
+            int(self.centers[i]),
+            self.contexts[c[i] : c[i + 1]].tolist(),
+            self.negatives[n[i] : n[i + 1]].tolist(),
+        )
 
     def fingerprint(self) -> str:
         """Identity of these examples (from the input's fingerprint and the parameters)."""
@@ -122,11 +141,20 @@ class SkipGramSamples:
 
     def source(self, *, shard_size: int = 16384) -> SkipGramSource:
         """The examples as a :class:`~datamill.core.source.Source` (``center``, ``contexts``, ``negatives``)."""
-        return SkipGramSource(self.centers, self.context_offsets, self.contexts, self.negative_offsets,
-                              self.negatives, fingerprint=self.fingerprint(), shard_size=shard_size)
+        return SkipGramSource(
+            self.centers,
+            self.context_offsets,
+            self.contexts,
+            self.negative_offsets,
+            self.negatives,
+            fingerprint=self.fingerprint(),
+            shard_size=shard_size,
+        )
 
     # ---------------------------------------------------------------- persistence
-    def save(self, directory: PathLike, *, overwrite: bool = False, inputs: Sequence[PathLike] = ()) -> Path:
+    def save(
+        self, directory: PathLike, *, overwrite: bool = False, inputs: Sequence[PathLike] = ()
+    ) -> Path:
         """Write the folder beside the old one (``.npy`` arrays, ``vocab.json``, ``skipgram.json`` last), then switch.
 
         Args:
@@ -139,8 +167,13 @@ class SkipGramSamples:
             DataFileError: ``directory`` is an input or is not a skip-gram folder.
             OutputError: the disk is full (the previous folder is kept).
         """
-        out = check_output(directory, is_own=is_skipgram_folder, inputs=inputs, what="word2vec folder",
-                           overwrite=overwrite)
+        out = check_output(
+            directory,
+            is_own=is_skipgram_folder,
+            inputs=inputs,
+            what="word2vec folder",
+            overwrite=overwrite,
+        )
         with atomic_dir(out) as tmp:
             for name in _ARRAYS:
                 np.save(tmp / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
@@ -168,8 +201,11 @@ class SkipGramSamples:
         try:
             info = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise CacheError(f"not a finished skip-gram folder ({MANIFEST} unreadable: {exc})", path=d,
-                             hint="rebuild it with `datamill word2vec ... --out DIR`") from exc
+            raise CacheError(
+                f"not a finished skip-gram folder ({MANIFEST} unreadable: {exc})",
+                path=d,
+                hint="rebuild it with `datamill word2vec ... --out DIR`",
+            ) from exc
         if info.pop("format", None) != WORD2VEC_FORMAT:
             raise CacheError(f"expected format {WORD2VEC_FORMAT!r} in {MANIFEST}", path=d)
         try:
@@ -200,7 +236,9 @@ def _check_params(window: int, num_negatives: int, min_freq: int, subsample_t: f
     SUBSAMPLE_T(subsample_t)
 
 
-def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray[np.int64], str, str]:
+def _read(
+    source: PathLike | Sequence[Sequence[str]],
+) -> tuple[pa.Array, NDArray[np.int64], str, str]:
     """(flat tokens, sentence offsets, display name, input fingerprint)."""
     if isinstance(source, (str, os.PathLike)):
         name = display_name(source)
@@ -212,14 +250,18 @@ def _read(source: PathLike | Sequence[Sequence[str]]) -> tuple[pa.Array, NDArray
         tokens, offsets = split_lines(data)
         return tokens, offsets, name, fingerprint_bytes(data)
     if any(isinstance(s, (str, bytes)) for s in source):
-        raise ConfigError("expected a path or a list of token lists (sentences), got a list of strings",
-                          hint="wrap it: [tokens], or split each sentence: [line.split() for line in lines]")
+        raise ConfigError(
+            "expected a path or a list of token lists (sentences), got a list of strings",
+            hint="wrap it: [tokens], or split each sentence: [line.split() for line in lines]",
+        )
     sentences = [list(s) for s in source]
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
     try:
         tokens = pa.array([t for s in sentences for t in s], pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise ConfigError(f"tokens must be strings: {exc}", hint="map ids to strings first") from exc
+        raise ConfigError(
+            f"tokens must be strings: {exc}", hint="map ids to strings first"
+        ) from exc
     return tokens, np.concatenate([[0], np.cumsum(lengths)]), "<tokens>", fingerprint_obj(sentences)
 
 
@@ -230,16 +272,22 @@ def _vocab_and_ids(tokens: pa.Array, min_freq: int) -> tuple[Vocab, NDArray[np.i
         enc = enc.combine_chunks()
     codes = enc.indices.to_numpy(zero_copy_only=False)
     counts = np.bincount(codes, minlength=len(enc.dictionary)).astype(np.int64)
-    vocab = Vocab.from_counts(TokenCounts(enc.dictionary, counts), min_freq=min_freq, specials=[UNK_TOKEN],
-                              unk_token=UNK_TOKEN)
+    vocab = Vocab.from_counts(
+        TokenCounts(enc.dictionary, counts),
+        min_freq=min_freq,
+        specials=[UNK_TOKEN],
+        unk_token=UNK_TOKEN,
+    )
     return vocab, vocab.encode(enc.dictionary, dtype=np.int32)[codes]
 
 
 def _negative_table(counts: NDArray[np.int64], *, drop_unk: bool) -> AliasTable:
     """``count ** 0.75`` over the candidate ids: ``1..V-1`` with ``drop_unk``, else ``0..V-1``."""
     first = 1 if drop_unk else 0
-    return AliasTable(counts[first:].astype(np.float64) ** 0.75,
-                      values=np.arange(first, len(counts), dtype=np.int64))
+    return AliasTable(
+        counts[first:].astype(np.float64) ** 0.75,
+        values=np.arange(first, len(counts), dtype=np.int64),
+    )
 
 
 # long (108 lines, 35 of docstring): one pipeline in order (read, vocabulary, subsample, contexts, negatives, metadata), each step a call
@@ -293,11 +341,17 @@ def build_skipgram(
     """
     _check_params(window, num_negatives, min_freq, subsample_t)
     if negative_counts == "seed":
-        warnings.warn('negative_counts="seed" is deprecated: it means the counts before subsampling; '
-                      'use negative_counts="before_subsampling"', DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            'negative_counts="seed" is deprecated: it means the counts before subsampling; '
+            'use negative_counts="before_subsampling"',
+            DeprecationWarning,
+            stacklevel=2,
+        )
         negative_counts = "before_subsampling"
     if negative_counts not in ("subsampled", "before_subsampling"):
-        raise ConfigError(f"negative_counts must be 'subsampled' or 'before_subsampling', got {negative_counts!r}")
+        raise ConfigError(
+            f"negative_counts must be 'subsampled' or 'before_subsampling', got {negative_counts!r}"
+        )
     times: dict[str, float] = {}
     bar = progress_bar(total=5, desc="word2vec", unit="stage", disable=None if progress else True)
     t0 = time.perf_counter()
@@ -310,10 +364,16 @@ def build_skipgram(
     t0 = time.perf_counter()
     vocab, ids = _vocab_and_ids(tokens, min_freq)
     raw = Sentences(ids, offsets)
-    known = Sentences(raw.ids[raw.ids != 0], np.concatenate([[0], np.cumsum(raw.ids != 0)])[offsets])
+    known = Sentences(
+        raw.ids[raw.ids != 0], np.concatenate([[0], np.cumsum(raw.ids != 0)])[offsets]
+    )
     if known.num_tokens == 0:
-        raise DataFileError(f"no word occurs min_freq={min_freq} times (all {len(tokens):,} tokens are rare or "
-                            f"{UNK_TOKEN})", path=name, hint="lower min_freq")
+        raise DataFileError(
+            f"no word occurs min_freq={min_freq} times (all {len(tokens):,} tokens are rare or "
+            f"{UNK_TOKEN})",
+            path=name,
+            hint="lower min_freq",
+        )
     corpus = known if drop_unk else raw
     counts = np.bincount(corpus.ids, minlength=len(vocab)).astype(np.int64)
     times["vocab"] = time.perf_counter() - t0
@@ -325,10 +385,16 @@ def build_skipgram(
     bar.update(1)
 
     t0 = time.perf_counter()
-    centers, ctx_off, ctx = centers_and_contexts(kept, max_window=window, rng=rng_for(seed, "word2vec.windows"))
+    centers, ctx_off, ctx = centers_and_contexts(
+        kept, max_window=window, rng=rng_for(seed, "word2vec.windows")
+    )
     if len(centers) == 0:
-        raise DataFileError(f"no sentence has at least 2 tokens after subsampling ({kept.num_tokens:,} tokens "
-                            "kept)", path=name, hint="use a larger corpus or a larger subsample_t")
+        raise DataFileError(
+            f"no sentence has at least 2 tokens after subsampling ({kept.num_tokens:,} tokens "
+            "kept)",
+            path=name,
+            hint="use a larger corpus or a larger subsample_t",
+        )
     times["contexts"] = time.perf_counter() - t0
     bar.update(1)
 
@@ -336,18 +402,41 @@ def build_skipgram(
     if negative_counts == "subsampled":
         counts = np.bincount(kept.ids, minlength=len(vocab)).astype(np.int64)
     table = _negative_table(counts, drop_unk=drop_unk)
-    neg_off, neg = draw_negatives(ctx_off, ctx, k=num_negatives, table=table,
-                                  rng=rng_for(seed, "word2vec.negatives"))
+    neg_off, neg = draw_negatives(
+        ctx_off, ctx, k=num_negatives, table=table, rng=rng_for(seed, "word2vec.negatives")
+    )
     times["negatives"] = time.perf_counter() - t0
     bar.update(1)
     bar.close()
 
-    params = {"window": window, "num_negatives": num_negatives, "min_freq": min_freq,
-              "subsample_t": subsample_t, "seed": seed, "negative_counts": negative_counts, "drop_unk": drop_unk}
-    info = {**params, "source": name, "vocab_size": len(vocab), "tokens": len(tokens),
-            "tokens_known": known.num_tokens, "tokens_after_subsampling": kept.num_tokens,
-            "examples": len(centers), "pairs": len(ctx), "num_negative_ids": len(neg),
-            "fingerprint": fingerprint_obj([input_fp, "datamill.word2vec@1", params]),
-            "seconds": {k: round(v, 4) for k, v in times.items()}}
-    return SkipGramSamples(centers=centers, context_offsets=ctx_off, contexts=ctx, negative_offsets=neg_off,
-                           negatives=neg, vocab=vocab, info=info)
+    params = {
+        "window": window,
+        "num_negatives": num_negatives,
+        "min_freq": min_freq,
+        "subsample_t": subsample_t,
+        "seed": seed,
+        "negative_counts": negative_counts,
+        "drop_unk": drop_unk,
+    }
+    info = {
+        **params,
+        "source": name,
+        "vocab_size": len(vocab),
+        "tokens": len(tokens),
+        "tokens_known": known.num_tokens,
+        "tokens_after_subsampling": kept.num_tokens,
+        "examples": len(centers),
+        "pairs": len(ctx),
+        "num_negative_ids": len(neg),
+        "fingerprint": fingerprint_obj([input_fp, "datamill.word2vec@1", params]),
+        "seconds": {k: round(v, 4) for k, v in times.items()},
+    }
+    return SkipGramSamples(
+        centers=centers,
+        context_offsets=ctx_off,
+        contexts=ctx,
+        negative_offsets=neg_off,
+        negatives=neg,
+        vocab=vocab,
+        info=info,
+    )

@@ -70,7 +70,9 @@ def _split_unicode(text: str) -> tuple[pa.Array, NDArray[np.int64]]:
     parts = pc.utf8_split_whitespace(lines)
     flat = pc.list_flatten(parts)
     parent = pc.list_parent_indices(parts).to_numpy()
-    keep = pc.not_equal(flat, "")  # arrow keeps empty strings at leading/trailing blanks; str.split() does not
+    keep = pc.not_equal(
+        flat, ""
+    )  # arrow keeps empty strings at leading/trailing blanks; str.split() does not
     tokens = pc.filter(flat, keep)
     parent = parent[keep.to_numpy(zero_copy_only=False)]
     offsets = np.searchsorted(parent, np.arange(len(lines) + 1)).astype(np.int64)
@@ -83,8 +85,9 @@ def drop_ids(sent: Sentences, keep: NDArray[np.bool_]) -> Sentences:
     return Sentences(sent.ids[keep], cs[sent.offsets])
 
 
-def subsample(sent: Sentences, counts: NDArray[np.int64], *, t: float,
-              rng: np.random.Generator) -> Sentences:
+def subsample(
+    sent: Sentences, counts: NDArray[np.int64], *, t: float, rng: np.random.Generator
+) -> Sentences:
     """Keep each token with probability ``min(1, sqrt(t / f(w)))``, ``f = counts[w] / counts.sum()``.
 
     One uniform draw per token, compared like the seed: ``u < sqrt(t / count * total)``.
@@ -96,8 +99,12 @@ def subsample(sent: Sentences, counts: NDArray[np.int64], *, t: float,
     return drop_ids(sent, u < thresh[sent.ids])
 
 
-def centers_and_contexts(sent: Sentences, *, max_window: int, rng: np.random.Generator,
-                         ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+def centers_and_contexts(
+    sent: Sentences,
+    *,
+    max_window: int,
+    rng: np.random.Generator,
+) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
     """(centers, context offsets, context ids): every token of a sentence of >= 2 tokens is a center.
 
     Window ``w ~ U{1..max_window}`` per center; contexts are the sentence's tokens at positions
@@ -105,13 +112,13 @@ def centers_and_contexts(sent: Sentences, *, max_window: int, rng: np.random.Gen
     """
     lengths = np.diff(sent.offsets)
     long_enough = np.repeat(lengths >= 2, lengths)
-    pos = np.flatnonzero(long_enough)                       # token positions of the centers
-    start = np.repeat(sent.offsets[:-1], lengths)[pos]      # their sentence's bounds
+    pos = np.flatnonzero(long_enough)  # token positions of the centers
+    start = np.repeat(sent.offsets[:-1], lengths)[pos]  # their sentence's bounds
     end = np.repeat(sent.offsets[1:], lengths)[pos]
     w = rng.integers(1, max_window + 1, size=len(pos))
     lo = np.maximum(start, pos - w)
     hi = np.minimum(end, pos + w + 1)
-    span = hi - lo                                          # includes the center
+    span = hi - lo  # includes the center
     span_off = np.concatenate([[0], np.cumsum(span)])
     idx = np.repeat(lo - span_off[:-1], span) + np.arange(span_off[-1])
     idx = idx[idx != np.repeat(pos, span)]
@@ -154,15 +161,23 @@ class AliasTable:
         against ``prob`` scaled to 32 bits."""
         shape = (size,) if isinstance(size, int) else tuple(size)
         raw = rng.bit_generator.random_raw(int(np.prod(shape)))
-        col = (((raw >> np.uint64(32)) * np.uint64(len(self.prob))) >> np.uint64(32)).astype(np.intp)
+        col = (((raw >> np.uint64(32)) * np.uint64(len(self.prob))) >> np.uint64(32)).astype(
+            np.intp
+        )
         raw &= np.uint64(0xFFFFFFFF)
         col = np.where(raw >= self._threshold[col], self.alias[col], col)
         out: NDArray[np.int32] = self.values[col].reshape(shape)
         return out
 
 
-def draw_negatives(ctx_off: NDArray[np.int64], ctx: NDArray[np.int32], *, k: int, table: AliasTable,
-                   rng: np.random.Generator) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+def draw_negatives(
+    ctx_off: NDArray[np.int64],
+    ctx: NDArray[np.int32],
+    *,
+    k: int,
+    table: AliasTable,
+    rng: np.random.Generator,
+) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
     """``k`` negatives per context word, never one of the example's contexts: (offsets, ids).
 
     Draws everything in bulk, then redraws only the collisions until none is left: the same
@@ -179,21 +194,24 @@ def draw_negatives(ctx_off: NDArray[np.int64], ctx: NDArray[np.int32], *, k: int
         if c == 0:
             continue
         ex = np.flatnonzero(counts == c)
-        step = max(1, _CHUNK // (k * c))                                        # bounded temporaries
+        step = max(1, _CHUNK // (k * c))  # bounded temporaries
         for a in range(0, len(ex), step):
-            part = ex[a:a + step]
-            contexts = ctx[ctx_off[part][:, None] + np.arange(c)]               # (n, c)
-            neg[neg_off[part][:, None] + np.arange(k * c)] = _draw_group(contexts, k * c, table, rng)
+            part = ex[a : a + step]
+            contexts = ctx[ctx_off[part][:, None] + np.arange(c)]  # (n, c)
+            neg[neg_off[part][:, None] + np.arange(k * c)] = _draw_group(
+                contexts, k * c, table, rng
+            )
     return neg_off, neg
 
 
-def _draw_group(contexts: NDArray[np.int32], m: int, table: AliasTable,
-                rng: np.random.Generator) -> NDArray[np.int32]:
+def _draw_group(
+    contexts: NDArray[np.int32], m: int, table: AliasTable, rng: np.random.Generator
+) -> NDArray[np.int32]:
     """``m`` draws per row of ``contexts``, none equal to a value of its row."""
     draws = table.draw(rng, (len(contexts), m))
     hit = draws == contexts[:, :1]
     for j in range(1, contexts.shape[1]):
-        hit |= draws == contexts[:, j:j + 1]
+        hit |= draws == contexts[:, j : j + 1]
     rows, cols = np.nonzero(hit)
     rounds = 0
     while len(rows):
@@ -201,7 +219,8 @@ def _draw_group(contexts: NDArray[np.int32], m: int, table: AliasTable,
         if rounds > _MAX_REDRAW_ROUNDS:
             raise ConfigError(
                 f"negative sampling did not finish: {len(rows)} negatives still equal a context word "
-                f"after {_MAX_REDRAW_ROUNDS} redraws (the vocabulary is too small for its contexts)")
+                f"after {_MAX_REDRAW_ROUNDS} redraws (the vocabulary is too small for its contexts)"
+            )
         new = table.draw(rng, len(rows))
         draws[rows, cols] = new
         bad = (new[:, None] == contexts[rows]).any(axis=1)

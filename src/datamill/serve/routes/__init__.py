@@ -25,5 +25,15 @@ def routers() -> list[APIRouter]:
     from datamill.serve.ui.pages import root, router
     from datamill.serve.views import router as views
 
-    return [health.router, datasets.router, views, keys.router, iterations.router, leases.router,
-            trace.router, lineage.router, router, root]
+    return [
+        health.router,
+        datasets.router,
+        views,
+        keys.router,
+        iterations.router,
+        leases.router,
+        trace.router,
+        lineage.router,
+        router,
+        root,
+    ]

@@ -40,11 +40,16 @@ def check_iteration(state: ServeState, ds: Mapping[str, Any], body: IterationIn)
     """Refuse an iteration whose shape does not fit its dataset."""
     n = num_samples(ds)
     if body.world_size > max(1, n):
-        raise ConfigError(f"world_size must be at most the dataset's {n:,} samples, got {body.world_size:,}",
-                          hint="use fewer ranks (each rank needs at least one sample)")
+        raise ConfigError(
+            f"world_size must be at most the dataset's {n:,} samples, got {body.world_size:,}",
+            hint="use fewer ranks (each rank needs at least one sample)",
+        )
     if body.batch_size * body.lease_size > MAX_LEASE_SAMPLES:
-        raise ConfigError(f"batch_size * lease_size must be at most {MAX_LEASE_SAMPLES:,} samples per lease, got "
-                          f"{body.batch_size:,} * {body.lease_size:,}", hint="lower lease_size")
+        raise ConfigError(
+            f"batch_size * lease_size must be at most {MAX_LEASE_SAMPLES:,} samples per lease, got "
+            f"{body.batch_size:,} * {body.lease_size:,}",
+            hint="lower lease_size",
+        )
 
 
 def check_rewind(it: Iteration, body: RewindIn) -> None:
@@ -52,11 +57,19 @@ def check_rewind(it: Iteration, body: RewindIn) -> None:
     if body.done is not None:
         bad = next(((a, b) for a, b in body.done if not 0 <= a <= b <= it.total), None)
         if bad is not None:
-            raise ConfigError(f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's units), "
-                              f"got [{bad[0]:,}, {bad[1]:,}]")
+            raise ConfigError(
+                f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's units), "
+                f"got [{bad[0]:,}, {bad[1]:,}]"
+            )
         return
     if body.rank is None or body.consumed is None:
         raise ConfigError("a rewind needs {rank, consumed} or {done: [[start, stop], ...]}")
-    if it.mode != "static" or not 0 <= body.rank < len(it.queues) or body.consumed > len(it.queues[body.rank]):
-        raise ConfigError(f"rewind of rank {body.rank} to {body.consumed:,} batches does not fit this {it.mode} "
-                          f"iteration ({[len(q) for q in it.queues][:16]} batches per rank)")
+    if (
+        it.mode != "static"
+        or not 0 <= body.rank < len(it.queues)
+        or body.consumed > len(it.queues[body.rank])
+    ):
+        raise ConfigError(
+            f"rewind of rank {body.rank} to {body.consumed:,} batches does not fit this {it.mode} "
+            f"iteration ({[len(q) for q in it.queues][:16]} batches per rank)"
+        )

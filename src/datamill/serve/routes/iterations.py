@@ -38,17 +38,22 @@ def create_iteration(who: Reader, body: IterationIn, state: State) -> dict[str, 
 
 
 @router.get("")
-def iterations(who: Reader, state: State,
-               status: Annotated[Literal["running", "finished", "cancelled", "stale"] | None, Query()] = None,
-               dataset: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
-               limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-               after: Annotated[str | None, Query(pattern=ID_PATTERN)] = None) -> dict[str, Any]:
+def iterations(
+    who: Reader,
+    state: State,
+    status: Annotated[Literal["running", "finished", "cancelled", "stale"] | None, Query()] = None,
+    dataset: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    after: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+) -> dict[str, Any]:
     """A page of journaled iterations (of the datasets the caller's key may use), oldest first, with
     status, start, end, duration and clients seen: ``{"iterations": [...], "next": id or null}``."""
     allowed = [ds["id"] for ds in state.journal.datasets() if may_use(who, ds)]
     if dataset is not None:
         allowed = [check_dataset(who, state, dataset)["id"]]
-    rows, nxt = lifecycle.page(state.journal, status=status, datasets=allowed, limit=limit, after=after)
+    rows, nxt = lifecycle.page(
+        state.journal, status=status, datasets=allowed, limit=limit, after=after
+    )
     return {"iterations": rows, "next": nxt}
 
 
@@ -95,7 +100,11 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
     """
     owner = state.journal.owner(it.id)
     if not who.admin and owner is not None and owner != (who.key_id or ""):
-        raise HTTPException(403, "only the key that created this iteration (or an admin key) may resume it")
+        raise HTTPException(
+            403, "only the key that created this iteration (or an admin key) may resume it"
+        )
     check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
-    event("resume iteration", iteration=it.id, key=who.key_id, rank=body.rank, consumed=body.consumed)
+    event(
+        "resume iteration", iteration=it.id, key=who.key_id, rank=body.rank, consumed=body.consumed
+    )
     return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})

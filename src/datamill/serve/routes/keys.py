@@ -26,15 +26,23 @@ def keys(who: Admin, state: State) -> list[dict[str, Any]]:
 def new_key(who: Admin, body: KeyIn, state: State) -> dict[str, Any]:
     """Create a key; the answer holds the full key, shown this once."""
     expires_in = parse_duration(body.expires) if body.expires else None
-    key_id, key = create_key(state.journal, role=body.role, note=body.note, datasets=body.datasets,
-                             expires_in=expires_in)
+    key_id, key = create_key(
+        state.journal, role=body.role, note=body.note, datasets=body.datasets, expires_in=expires_in
+    )
     state.keys.reload()
-    audit(state, who, "create key", f"{key_id} role={body.role} datasets={body.datasets} expires={body.expires}")
+    audit(
+        state,
+        who,
+        "create key",
+        f"{key_id} role={body.role} datasets={body.datasets} expires={body.expires}",
+    )
     return {"id": key_id, "key": key, "role": body.role}
 
 
 @router.delete("/{key_id}")
-def revoke(who: Admin, key_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9]{1,32}$")], state: State) -> dict[str, Any]:
+def revoke(
+    who: Admin, key_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9]{1,32}$")], state: State
+) -> dict[str, Any]:
     """Revoke a key and its UI sessions (refused from the next request on)."""
     if not state.journal.revoke_key(key_id):
         raise NotFoundError(f"no live key {key_id!r}")

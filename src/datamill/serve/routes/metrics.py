@@ -16,7 +16,11 @@ def metrics_router(*, public: bool = False) -> APIRouter:
     """The router of ``GET /metrics``; ``public`` (``--metrics-no-auth``, loopback only) drops the key check."""
     router = APIRouter()
 
-    @router.get("/metrics", dependencies=[requires("public" if public else "metrics")], include_in_schema=False)
+    @router.get(
+        "/metrics",
+        dependencies=[requires("public" if public else "metrics")],
+        include_in_schema=False,
+    )
     def metrics(state: State) -> Response:
         """Every ``datamill_*`` metric, computed now (see :mod:`datamill.serve.metrics`)."""
         return Response(generate_latest(registry_for(state)), media_type=CONTENT_TYPE_LATEST)

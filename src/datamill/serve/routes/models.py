@@ -83,7 +83,9 @@ class IterationIn(_Body):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     epoch: int = Field(0, ge=0, le=1 << 30)
     shuffle: bool = True
-    columns: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(None, max_length=10_000)
+    columns: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(
+        None, max_length=10_000
+    )
     drop_last: bool = False
     window: int | None = Field(None, ge=1, le=1 << 16)
     mode: Literal["static", "dynamic"] = "static"
@@ -141,6 +143,8 @@ def one_line(errors: Any) -> str:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         got = repr(err.get("input"))
         got = got if len(got) <= 60 else got[:57] + "..."
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}" + (f" (got {got})" if "input" in err else ""))
+        parts.append(
+            f"{loc}: {err.get('msg', 'invalid')}" + (f" (got {got})" if "input" in err else "")
+        )
     more = len(list(errors)) - 3
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

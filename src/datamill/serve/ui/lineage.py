@@ -31,8 +31,12 @@ from datamill.serve.ui.session import CSRF_FIELD
 __all__ = ["router"]
 
 HERE = Path(__file__).resolve().parent
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                          trim_blocks=True, lstrip_blocks=True)
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 _ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
 MAX_SHOWN_COLUMNS = 6
 MAX_CELL = 80
@@ -43,14 +47,20 @@ _tracers: dict[tuple[str, int], Tracer] = {}
 _lock = threading.Lock()
 
 
-def _render(request: Request, name: str, who: Any, *, status: int = 200, **ctx: Any) -> HTMLResponse:
-    html = _ENV.get_template(name).render(who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx)
+def _render(
+    request: Request, name: str, who: Any, *, status: int = 200, **ctx: Any
+) -> HTMLResponse:
+    html = _ENV.get_template(name).render(
+        who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx
+    )
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 def _error(request: Request, who: Any, exc: DatamillError) -> HTMLResponse:
     code = 404 if isinstance(exc, NotFoundError) else 400
-    return _render(request, "error.html", who, status=code, error=exc.one_line(), kind=type(exc).__name__)
+    return _render(
+        request, "error.html", who, status=code, error=exc.one_line(), kind=type(exc).__name__
+    )
 
 
 def _tracer(state: ServeState, it: Iteration) -> Tracer:
@@ -74,13 +84,19 @@ def _tracer(state: ServeState, it: Iteration) -> Tracer:
 
 def _cell(v: Any) -> str:
     text = v.hex() if isinstance(v, bytes) else str(v)
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
 @router.get("/iterations/{it_id}/steps")
-def step_page(request: Request, who: Reader, it: ScopedIteration, state: State,
-              step: Annotated[int | None, Query(ge=0)] = None, rank: Annotated[int, Query(ge=0)] = 0,
-              client: str | None = None) -> HTMLResponse:
+def step_page(
+    request: Request,
+    who: Reader,
+    it: ScopedIteration,
+    state: State,
+    step: Annotated[int | None, Query(ge=0)] = None,
+    rank: Annotated[int, Query(ge=0)] = 0,
+    client: str | None = None,
+) -> HTMLResponse:
     """A step of a served iteration: its samples (a form asks for the step)."""
     try:
         tracer = _tracer(state, it)
@@ -90,23 +106,48 @@ def step_page(request: Request, who: Reader, it: ScopedIteration, state: State,
         if step is not None:
             if dynamic and not client:
                 raise ConfigError("a dynamic iteration's steps are per client: choose a client")
-            batch = tracer.batch(rank=rank, step=step, epoch=None if tracer.remapped else int(it.config["epoch"]),
-                                 client=client if dynamic else None)
+            batch = tracer.batch(
+                rank=rank,
+                step=step,
+                epoch=None if tracer.remapped else int(it.config["epoch"]),
+                client=client if dynamic else None,
+            )
             table = tracer.rows(batch.samples)
             columns = table.column_names[:MAX_SHOWN_COLUMNS]
             values = table.select(columns).to_pylist()
-            rows = [{"sample": s, "uid": u, "cells": [_cell(r[c]) for c in columns]}
-                    for s, u, r in zip(batch.samples, batch.uids, values)]
+            rows = [
+                {"sample": s, "uid": u, "cells": [_cell(r[c]) for c in columns]}
+                for s, u, r in zip(batch.samples, batch.uids, values)
+            ]
     except DatamillError as exc:
         return _error(request, who, exc)
-    return _render(request, "lineage_step.html", who, it=it, mode=it.mode, clients=clients, step=step, rank=rank,
-                   client=client, batch=batch, rows=rows, columns=columns, dataset=str(it.config["dataset"]),
-                   ranks=it.world_size)
+    return _render(
+        request,
+        "lineage_step.html",
+        who,
+        it=it,
+        mode=it.mode,
+        clients=clients,
+        step=step,
+        rank=rank,
+        client=client,
+        batch=batch,
+        rows=rows,
+        columns=columns,
+        dataset=str(it.config["dataset"]),
+        ranks=it.world_size,
+    )
 
 
 @router.get("/datasets/{ref}/lineage")
-def sample_page(request: Request, who: Reader, ref: str, state: State, uid: str | None = None,
-                sample: Annotated[int | None, Query(ge=0)] = None) -> HTMLResponse:
+def sample_page(
+    request: Request,
+    who: Reader,
+    ref: str,
+    state: State,
+    uid: str | None = None,
+    sample: Annotated[int | None, Query(ge=0)] = None,
+) -> HTMLResponse:
     """The served iterations and steps that read one sample of a dataset."""
     try:
         ds = check_dataset(who, state, ref)
@@ -125,7 +166,9 @@ def sample_page(request: Request, who: Reader, ref: str, state: State, uid: str 
                         try:
                             key = int(str(uid))
                         except ValueError as exc:
-                            raise ConfigError(f"this dataset's UIDs are integers, got {uid!r}") from exc
+                            raise ConfigError(
+                                f"this dataset's UIDs are integers, got {uid!r}"
+                            ) from exc
                     s = int(tracer.samples_of([key])[0])
                     if s < 0:
                         raise NotFoundError(f"no sample with UID {uid!r} in dataset {ds['name']!r}")
@@ -134,7 +177,11 @@ def sample_page(request: Request, who: Reader, ref: str, state: State, uid: str 
                     raise ConfigError(f"sample {sample} is outside the dataset's [0, {tracer.n})")
                 label = tracer.uids_of(np.asarray([sample], dtype=np.int64))[0]
                 for h in tracer.find([sample]):
-                    found.append({"iteration": it.id, "name": row["key"], "mode": it.mode, **h.as_dict()})
+                    found.append(
+                        {"iteration": it.id, "name": row["key"], "mode": it.mode, **h.as_dict()}
+                    )
     except DatamillError as exc:
         return _error(request, who, exc)
-    return _render(request, "lineage_sample.html", who, d=ds, uid=uid, sample=sample, label=label, hits=found)
+    return _render(
+        request, "lineage_sample.html", who, d=ds, uid=uid, sample=sample, label=label, hits=found
+    )

@@ -50,14 +50,24 @@ from datamill.serve.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
 
 __all__ = ["access_page", "root", "router"]
 
+
 def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     """The page for a refused request: the login form (401) or an error page (403)."""
     if status == 401:
-        msg = "your key is invalid or was revoked: enter a valid key" if request.cookies.get(COOKIE) else None
+        msg = (
+            "your key is invalid or was revoked: enter a valid key"
+            if request.cookies.get(COOKIE)
+            else None
+        )
         return _login_page(request, None, status=401, error=msg, next=request.url.path)
-    return _render(request, "error.html", authenticate(request), status=status, error=detail,
-                   kind=f"HTTP {status}")
-
+    return _render(
+        request,
+        "error.html",
+        authenticate(request),
+        status=status,
+        error=detail,
+        kind=f"HTTP {status}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- session
@@ -74,14 +84,25 @@ def static(name: str) -> Response:
     """The CSS and JS files (nothing else is served from the package)."""
     if name not in STATIC:
         raise HTTPException(404, "no such static file")
-    return Response((HERE / "static" / name).read_bytes(), media_type=STATIC[name],
-                    headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
+    return Response(
+        (HERE / "static" / name).read_bytes(),
+        media_type=STATIC[name],
+        headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"},
+    )
 
 
-def _login_page(request: Request, who: Viewer | None, *, status: int = 200, error: str | None = None,
-                next: str = "/ui/datasets") -> HTMLResponse:
+def _login_page(
+    request: Request,
+    who: Viewer | None,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    next: str = "/ui/datasets",
+) -> HTMLResponse:
     seed, token = login_form_token(request)
-    res = _render(request, "login.html", who, status=status, error=error, next=next, login_csrf=token)
+    res = _render(
+        request, "login.html", who, status=status, error=error, next=next, login_csrf=token
+    )
     set_login_cookie(request, res, seed)
     return res
 
@@ -106,7 +127,9 @@ async def login(request: Request, state: State) -> Response:
     check_login_csrf(request, form)
     res = _see(nxt)
     if not key or not start_session(request, res, state, key):
-        return _login_page(request, None, status=401, error="that key is invalid, expired or revoked", next=nxt)
+        return _login_page(
+            request, None, status=401, error="that key is invalid, expired or revoked", next=nxt
+        )
     return res
 
 
@@ -158,8 +181,13 @@ def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
     """Shardsets, columns, statistics, metadata and check results of one dataset."""
     check_dataset(who, serve_state(request), ref)
     detail = inspector(request).detail(ref)
-    return _render(request, "dataset.html", who, d=detail,
-                   runs=ledger.runs_of_dataset(serve_state(request).journal, detail["id"]))
+    return _render(
+        request,
+        "dataset.html",
+        who,
+        d=detail,
+        runs=ledger.runs_of_dataset(serve_state(request).journal, detail["id"]),
+    )
 
 
 @router.get("/datasets/{ref}/values/{column}", dependencies=[requires("read")])
@@ -175,8 +203,11 @@ def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     svg = bars = None
     res = view["result"]
     if res is not None and res["histogram"] is not None:
-        svg = histogram_svg(res["histogram"]["counts"], res["histogram"]["edges"],
-                            label=f"{column} ({res['of']})" if res["of"] != "value" else column)
+        svg = histogram_svg(
+            res["histogram"]["counts"],
+            res["histogram"]["edges"],
+            label=f"{column} ({res['of']})" if res["of"] != "value" else column,
+        )
     if res is not None and res["top"]:
         bars = bars_svg([(str(t["value"]), int(t["count"])) for t in res["top"]], label=column)
     return _render(request, "_values.html", None, v=view, column=column, svg=svg, bars=bars)
@@ -184,13 +215,18 @@ def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
 
 @router.get("/datasets/{ref}/samples")
 @_page
-def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
-                 limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
-                 col: Annotated[list[str] | None, Query(max_length=1000)] = None,
-                 find: Annotated[str, Query(max_length=MAX_FILTER)] = "",
-                 where: Annotated[str, Query(max_length=256)] = "",
-                 equals: Annotated[str, Query(max_length=MAX_FILTER)] = "",
-                 page_no: Annotated[int | None, Query(alias="page", ge=1, le=1 << 40)] = None) -> Response:
+def samples_page(
+    request: Request,
+    who: Reader,
+    ref: str,
+    offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    col: Annotated[list[str] | None, Query(max_length=1000)] = None,
+    find: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+    where: Annotated[str, Query(max_length=256)] = "",
+    equals: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+    page_no: Annotated[int | None, Query(alias="page", ge=1, le=1 << 40)] = None,
+) -> Response:
     """A page of the joined dataset: selectable columns, paging, a sample by UID or row, a column filter."""
     check_dataset(who, serve_state(request), ref)
     insp = inspector(request)
@@ -202,26 +238,49 @@ def samples_page(request: Request, who: Reader, ref: str, offset: Annotated[int,
     keep = urllib.parse.urlencode(params)
     if find.strip():
         row = insp.locate(ref, find)
-        return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}")
+        return _see(
+            f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}"
+        )
     if page_no is not None:
         return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={(page_no - 1) * limit}")
-    page = insp.samples(ref, offset=offset, limit=limit, columns=col or None,
-                        where=(where, equals) if where else None)
+    page = insp.samples(
+        ref,
+        offset=offset,
+        limit=limit,
+        columns=col or None,
+        where=(where, equals) if where else None,
+    )
     pages = max(1, -(-page["total"] // limit))
     mark = request.query_params.get("mark", "")
-    return _render(request, "samples.html", who, d=insp.summary(ref), page=page, keep=keep, pages=pages,
-                   current=offset // limit + 1, last=(pages - 1) * limit, where=where, equals=equals,
-                   mark=int(mark) if mark.isdigit() else None)
+    return _render(
+        request,
+        "samples.html",
+        who,
+        d=insp.summary(ref),
+        page=page,
+        keep=keep,
+        pages=pages,
+        current=offset // limit + 1,
+        last=(pages - 1) * limit,
+        where=where,
+        equals=equals,
+        mark=int(mark) if mark.isdigit() else None,
+    )
 
 
 @router.get("/datasets/{ref}/file", dependencies=[requires("read")])
 @_page
-def cell_file(request: Request, ref: str, row: Annotated[int, Query(ge=0)], column: str) -> Response:
+def cell_file(
+    request: Request, ref: str, row: Annotated[int, Query(ge=0)], column: str
+) -> Response:
     """The image a cell names by path (inside the server's roots only)."""
     check_dataset(authenticate(request), serve_state(request), ref)
     data, mime = inspector(request).cell_file(ref, row=row, column=column)
-    return Response(data, media_type=mime, headers={"Cache-Control": "private, max-age=60",
-                                                    "X-Content-Type-Options": "nosniff"})
+    return Response(
+        data,
+        media_type=mime,
+        headers={"Cache-Control": "private, max-age=60", "X-Content-Type-Options": "nosniff"},
+    )
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -243,8 +302,13 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
         raise HTTPException(400, f"unknown role {role!r}")
     datasets = [d.strip() for d in form.get("datasets", "").split(",") if d.strip()] or None
     expires = form.get("expires", "").strip() or None
-    key_id, key = create_key(state.journal, role=role, note=form.get("note", "")[:200], datasets=datasets,
-                             expires_in=parse_duration(expires) if expires else None)
+    key_id, key = create_key(
+        state.journal,
+        role=role,
+        note=form.get("note", "")[:200],
+        datasets=datasets,
+        expires_in=parse_duration(expires) if expires else None,
+    )
     audit(state, who, "create key", f"{key_id} role={role} datasets={datasets} expires={expires}")
     state.keys.reload()
     created = {"id": key_id, "key": key, "role": role}
@@ -264,15 +328,31 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
     own = key_id == who.key_id
     step = form.get("confirm", "")
     if step != ("twice" if own else "yes"):
-        lost = [(f"every client and session using key {key_id} ({row['role']}"
-                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; this cannot be undone")]
+        lost = [
+            (
+                f"every client and session using key {key_id} ({row['role']}"
+                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; this cannot be undone"
+            )
+        ]
         if own:
-            lost.insert(0, "this is the key of YOUR OWN session: you are logged out and cannot log in with it again")
+            lost.insert(
+                0,
+                "this is the key of YOUR OWN session: you are logged out and cannot log in with it again",
+            )
             if step == "yes":
                 lost.insert(0, "second confirmation: are you sure?")
-        return _render(request, "confirm.html", who, title=f"Revoke key {key_id}?", action=f"/ui/keys/{key_id}/revoke",
-                       fields={}, back="/ui/keys", lost=lost, confirm="Revoke my own key" if own else "Revoke key",
-                       confirm_value="twice" if own and step == "yes" else "yes")
+        return _render(
+            request,
+            "confirm.html",
+            who,
+            title=f"Revoke key {key_id}?",
+            action=f"/ui/keys/{key_id}/revoke",
+            fields={},
+            back="/ui/keys",
+            lost=lost,
+            confirm="Revoke my own key" if own else "Revoke key",
+            confirm_value="twice" if own and step == "yes" else "yes",
+        )
     if not state.journal.revoke_key(key_id):
         raise NotFoundError(f"no live key {key_id!r}")
     state.keys.reload()

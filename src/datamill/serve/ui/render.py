@@ -24,17 +24,40 @@ from datamill.serve.ui.session import CSRF_FIELD
 __all__ = ["HERE", "STATIC", "form", "page", "render", "root", "router", "see"]
 
 HERE = Path(__file__).resolve().parent
-STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8",
-          "favicon.svg": "image/svg+xml"}
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                          trim_blocks=True, lstrip_blocks=True)
+STATIC = {
+    "ui.css": "text/css; charset=utf-8",
+    "ui.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 _ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
-_ENV.filters["bytes"] = lambda n: next(f"{n / 1024 ** i:,.1f} {u}" for i, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
-                                       if n < 1024 ** (i + 1) or u == "TiB")
-_ENV.filters["when"] = lambda t: "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-_ENV.filters["whenshort"] = lambda t: "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
-_ENV.filters["dur"] = lambda s: "-" if s is None else (f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {int(s % 60):02d} s"
-                                                        if s < 3600 else f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min")
+_ENV.filters["bytes"] = lambda n: next(
+    f"{n / 1024**i:,.1f} {u}"
+    for i, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
+    if n < 1024 ** (i + 1) or u == "TiB"
+)
+_ENV.filters["when"] = lambda t: (
+    "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+)
+_ENV.filters["whenshort"] = lambda t: (
+    "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+)
+_ENV.filters["dur"] = lambda s: (
+    "-"
+    if s is None
+    else (
+        f"{s:.1f} s"
+        if s < 60
+        else f"{int(s // 60)} min {int(s % 60):02d} s"
+        if s < 3600
+        else f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+    )
+)
 _ENV.filters["rate"] = lambda r: "-" if r is None else f"{r:,.1f}" if r < 1000 else f"{r:,.0f}"
 _ENV.filters["label"] = lambda k: str(k).replace("_", " ")
 _ENV.filters["pct"] = lambda p: f"{100 * p['done'] / p['total']:.0f}%" if p["total"] else "100%"
@@ -43,9 +66,15 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 root = APIRouter(include_in_schema=False)
 
 
-def render(request: Request, name: str, who: Viewer | None, *, status: int = 200, **ctx: Any) -> HTMLResponse:
-    html = _ENV.get_template(name).render(who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx)
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})  # + guard.SECURITY_HEADERS
+def render(
+    request: Request, name: str, who: Viewer | None, *, status: int = 200, **ctx: Any
+) -> HTMLResponse:
+    html = _ENV.get_template(name).render(
+        who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx
+    )
+    return HTMLResponse(
+        html, status_code=status, headers={"Cache-Control": "no-store"}
+    )  # + guard.SECURITY_HEADERS
 
 
 def page(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,21 +85,36 @@ def page(fn: Callable[..., Any]) -> Callable[..., Any]:
             return await call()
         except DatamillError as exc:
             code = 404 if isinstance(exc, NotFoundError) else 400
-            return render(request, "error.html", authenticate(request), status=code, error=exc.one_line(),
-                           kind=type(exc).__name__)
+            return render(
+                request,
+                "error.html",
+                authenticate(request),
+                status=code,
+                error=exc.one_line(),
+                kind=type(exc).__name__,
+            )
         except HTTPException as exc:
-            return render(request, "error.html", authenticate(request), status=exc.status_code, error=str(exc.detail),
-                           kind=f"HTTP {exc.status_code}")
+            return render(
+                request,
+                "error.html",
+                authenticate(request),
+                status=exc.status_code,
+                error=str(exc.detail),
+                kind=f"HTTP {exc.status_code}",
+            )
 
     if inspect.iscoroutinefunction(fn):
+
         @functools.wraps(fn)
         async def wrapper_async(request: Request, *args: Any, **kwargs: Any) -> Any:
             return await handle(request, lambda: fn(request, *args, **kwargs))
+
         return wrapper_async
 
     @functools.wraps(fn)
     async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Any:
         return await handle(request, lambda: run_in_threadpool(fn, request, *args, **kwargs))
+
     return wrapper
 
 
@@ -81,5 +125,3 @@ async def form(request: Request) -> dict[str, str]:
 
 def see(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
-
-

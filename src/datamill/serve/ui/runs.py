@@ -63,11 +63,17 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     start, end = life.get("started"), life.get("ended")
     marks = [(t, "rewind") for t in rewind_times(state.journal.path, it.id)]
     # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second record
-    acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(state.journal.path, it.id)
+    acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(
+        state.journal.path, it.id
+    )
     if end is not None and life.get("status") == "cancelled":
         marks.append((end, "cancelled"))
-    svg = throughput_svg(acks, start=start,
-                         end=end if end is not None else (time.time() if start is not None else None), marks=marks)
+    svg = throughput_svg(
+        acks,
+        start=start,
+        end=end if end is not None else (time.time() if start is not None else None),
+        marks=marks,
+    )
     # counters from the journal (they survive a restart), not from this process's memory
     p["expired_leases"] = max(p["expired_leases"], _counter(state, it.id, "leases_expired"))
     p["reissued_leases"] = max(p["reissued_leases"], _counter(state, it.id, "leases_reissued"))
@@ -76,71 +82,123 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     clients = {}
     for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items():
         now = live.get(cid, {})
-        clients[cid] = {**c, "slot": now.get("slot", "-"), "leases": now.get("leases", 0),
-                        "batches_per_s": now.get("batches_per_s", 0), "idle_s": now.get("idle_s")}
+        clients[cid] = {
+            **c,
+            "slot": now.get("slot", "-"),
+            "leases": now.get("leases", 0),
+            "batches_per_s": now.get("batches_per_s", 0),
+            "idle_s": now.get("idle_s"),
+        }
     p["clients"] = clients
     names = {d["id"]: d["name"] for d in state.datasets()}
     ds_id = desc["config"]["dataset"]
     name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
-    return {"id": it.id, "config": desc["config"], "dataset": names.get(ds_id, "?"), "dataset_id": ds_id,
-            "name": name,
-            "p": p, "svg": svg, "status": life.get("status", "running"), "life": life,
-            "rewind": _last_rewind(state, it.id)}
+    return {
+        "id": it.id,
+        "config": desc["config"],
+        "dataset": names.get(ds_id, "?"),
+        "dataset_id": ds_id,
+        "name": name,
+        "p": p,
+        "svg": svg,
+        "status": life.get("status", "running"),
+        "life": life,
+        "rewind": _last_rewind(state, it.id),
+    }
 
 
 def _last_rewind(state: Any, it_id: str) -> dict[str, Any] | None:
     for row in reversed(state.journal.audit()):
         if row["action"] == "rewind iteration" and row["detail"].startswith(it_id + " {"):
             try:
-                change = json.loads(row["detail"][len(it_id) + 1:])
+                change = json.loads(row["detail"][len(it_id) + 1 :])
             except ValueError:
                 continue
-            return {**change, "at": row["at"], "key": row["key"]} if isinstance(change, dict) else None
+            return (
+                {**change, "at": row["at"], "key": row["key"]} if isinstance(change, dict) else None
+            )
     return None
 
 
 # ---------------------------------------------------------------------------------------------- list
 @router.get("/iterations")
 @_page
-def iterations_page(request: Request, state: State, who: Reader,
-                    dataset: Annotated[str, Query(max_length=MAX_FILTER)] = "",
-                    status: Annotated[str, Query(max_length=16)] = "",
-                    name: Annotated[str, Query(max_length=MAX_FILTER)] = "",
-                    after: Annotated[str, Query(max_length=MAX_FILTER)] = "",
-                    limit: Annotated[int, Query(ge=1, le=100)] = 25) -> HTMLResponse:
+def iterations_page(
+    request: Request,
+    state: State,
+    who: Reader,
+    dataset: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+    status: Annotated[str, Query(max_length=16)] = "",
+    name: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+    after: Annotated[str, Query(max_length=MAX_FILTER)] = "",
+    limit: Annotated[int, Query(ge=1, le=100)] = 25,
+) -> HTMLResponse:
     """Iterations, oldest first, a page at a time, filtered by dataset, status and name."""
     if status and status not in lifecycle.STATUSES:
-        raise HTTPException(400, f"unknown status {status!r}; expected one of {', '.join(lifecycle.STATUSES)}")
+        raise HTTPException(
+            400, f"unknown status {status!r}; expected one of {', '.join(lifecycle.STATUSES)}"
+        )
     names = {d["id"]: d["name"] for d in state.datasets()}
     allowed = [d["id"] for d in state.journal.datasets() if may_use(who, d)]
     if dataset:
         allowed = [d for d in allowed if dataset in (d, names.get(d))]
-    rows, nxt = _matching(state, datasets=allowed, status=status or None, name=name.strip(), after=after or None,
-                          limit=limit)
+    rows, nxt = _matching(
+        state,
+        datasets=allowed,
+        status=status or None,
+        name=name.strip(),
+        after=after or None,
+        limit=limit,
+    )
     out = []
     for r in rows:
         live = state._iterations.get(r["id"])
-        p = live.progress() if live is not None else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
-        out.append({**r, "name": r["key"], "dataset": names.get(r["dataset"], "?"), "p": p,
-                    "elapsed": (r["ended"] if r["ended"] is not None else time.time()) - r["started"]})
+        p = (
+            live.progress()
+            if live is not None
+            else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
+        )
+        out.append(
+            {
+                **r,
+                "name": r["key"],
+                "dataset": names.get(r["dataset"], "?"),
+                "p": p,
+                "elapsed": (r["ended"] if r["ended"] is not None else time.time()) - r["started"],
+            }
+        )
     query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
     keep = urllib.parse.urlencode({k: v for k, v in query.items() if v})
-    return _render(request, "iterations.html", who, iterations=out, datasets=state.datasets(), statuses=lifecycle.STATUSES,
-                   f={**query, "after": after}, next=nxt, keep=keep, page_sizes=PAGE_SIZES)
+    return _render(
+        request,
+        "iterations.html",
+        who,
+        iterations=out,
+        datasets=state.datasets(),
+        statuses=lifecycle.STATUSES,
+        f={**query, "after": after},
+        next=nxt,
+        keep=keep,
+        page_sizes=PAGE_SIZES,
+    )
 
 
-def _matching(state: Any, *, datasets: list[str], status: str | None, name: str, after: str | None,
-              limit: int) -> tuple[list[dict[str, Any]], str | None]:
+def _matching(
+    state: Any, *, datasets: list[str], status: str | None, name: str, after: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
     """One page of iterations whose name contains ``name`` (pages through the journal: bounded by its size)."""
     if not datasets:
         return [], None
     if not name:
-        return lifecycle.page(state.journal, status=status, datasets=datasets, after=after, limit=limit)
+        return lifecycle.page(
+            state.journal, status=status, datasets=datasets, after=after, limit=limit
+        )
     out: list[dict[str, Any]] = []
     cursor = after
     while True:
-        rows, cursor = lifecycle.page(state.journal, status=status, datasets=datasets, after=cursor,
-                                      limit=lifecycle.MAX_PAGE)
+        rows, cursor = lifecycle.page(
+            state.journal, status=status, datasets=datasets, after=cursor, limit=lifecycle.MAX_PAGE
+        )
         for r in rows:
             if name.lower() in str(r["key"]).lower():
                 out.append(r)
@@ -216,13 +274,24 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
         before = next(q["done"] for q in it.progress()["queues"] if q["rank"] == body["rank"])
     if held and form.get("confirm") != "yes":
         holders = sorted({x.client for x in held})
-        return _render(request, "confirm.html", who, title=f"Rewind rank {body['rank']} of {it.id}?",
-                       action=f"/ui/iterations/{it.id}/rewind", fields=body, back=f"/ui/iterations/{it.id}",
-                       lost=[(f"{len(held)} lease{'s' if len(held) != 1 else ''} held now by "
-                             f"{len(holders)} client{'s' if len(holders) != 1 else ''} ({', '.join(holders[:5])}) "
-                             "will be revoked: their batches are served again and late acks are refused"),
-                             f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches"],
-                       confirm="Rewind anyway")
+        return _render(
+            request,
+            "confirm.html",
+            who,
+            title=f"Rewind rank {body['rank']} of {it.id}?",
+            action=f"/ui/iterations/{it.id}/rewind",
+            fields=body,
+            back=f"/ui/iterations/{it.id}",
+            lost=[
+                (
+                    f"{len(held)} lease{'s' if len(held) != 1 else ''} held now by "
+                    f"{len(holders)} client{'s' if len(holders) != 1 else ''} ({', '.join(holders[:5])}) "
+                    "will be revoked: their batches are served again and late acks are refused"
+                ),
+                f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches",
+            ],
+            confirm="Rewind anyway",
+        )
     await run_in_threadpool(state.rewind, it, body)
     change = {**body, "before": before, "revoked": len(held)}
     audit(state, who, "rewind iteration", f"{it.id} {json.dumps(change, sort_keys=True)}")
@@ -242,14 +311,27 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
     if form.get("confirm") != "yes":
         p = it.progress()
         live = [c for c, v in p["clients"].items() if v["leases"]]
-        return _render(request, "confirm.html", who, title=f"Cancel iteration {it.id}?",
-                       action=f"/ui/iterations/{it.id}/cancel", fields={}, back=f"/ui/iterations/{it.id}",
-                       lost=[(f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will never be "
-                             f"served ({p['leased']:,} leased now, {p['pending']:,} pending)"),
-                             (f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose them; every "
-                             "client asking for more gets an error"),
-                             "this cannot be undone: a new iteration (another name or config) starts over"],
-                       confirm="Cancel iteration")
+        return _render(
+            request,
+            "confirm.html",
+            who,
+            title=f"Cancel iteration {it.id}?",
+            action=f"/ui/iterations/{it.id}/cancel",
+            fields={},
+            back=f"/ui/iterations/{it.id}",
+            lost=[
+                (
+                    f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will never be "
+                    f"served ({p['leased']:,} leased now, {p['pending']:,} pending)"
+                ),
+                (
+                    f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose them; every "
+                    "client asking for more gets an error"
+                ),
+                "this cannot be undone: a new iteration (another name or config) starts over",
+            ],
+            confirm="Cancel iteration",
+        )
     await run_in_threadpool(state.cancel, it)
     audit(state, who, "cancel iteration", it.id)
     return _see(f"/ui/iterations/{it.id}")
@@ -261,7 +343,9 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
 def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResponse:
     """A named run across epochs: per epoch its status, duration, throughput and each client's stall."""
     check_name(name, what="run name")
-    rows = state.journal._exec("SELECT id FROM iterations WHERE key = ? ORDER BY epoch, rowid", (name,))
+    rows = state.journal._exec(
+        "SELECT id FROM iterations WHERE key = ? ORDER BY epoch, rowid", (name,)
+    )
     if not rows:
         raise NotFoundError(f"no run named {name!r}")
     epochs = []
@@ -271,19 +355,38 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         if life is None or not _named_ok(state, who, life):
             continue
         ds_id = life["dataset"]
-        hist = ledger.throughput(state.journal, str(it_id)) or ack_history(state.journal.path, str(it_id))
+        hist = ledger.throughput(state.journal, str(it_id)) or ack_history(
+            state.journal.path, str(it_id)
+        )
         acked = sum(n for _, n in hist)
-        end = life["ended"] if life["ended"] is not None else (hist[-1][0] if hist else life["started"])
+        end = (
+            life["ended"]
+            if life["ended"] is not None
+            else (hist[-1][0] if hist else life["started"])
+        )
         dur = max(end - life["started"], 0.0)
         live = state._iterations.get(str(it_id))
         memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
-        epochs.append({**life, "duration": dur, "acked": acked, "rate": acked / dur if dur > 0 else None,
-                       "clients": ledger.clients(state.journal, str(it_id), live=live, memo=memo)})
+        epochs.append(
+            {
+                **life,
+                "duration": dur,
+                "acked": acked,
+                "rate": acked / dur if dur > 0 else None,
+                "clients": ledger.clients(state.journal, str(it_id), live=live, memo=memo),
+            }
+        )
     if not epochs:
         raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
     names = {d["id"]: d["name"] for d in state.datasets()}
-    return _render(request, "run.html", who, run=name, epochs=epochs,
-                   dataset={"id": ds_id, "name": names.get(ds_id or "", "?")})
+    return _render(
+        request,
+        "run.html",
+        who,
+        run=name,
+        epochs=epochs,
+        dataset={"id": ds_id, "name": names.get(ds_id or "", "?")},
+    )
 
 
 def _named_ok(state: Any, who: Any, life: dict[str, Any]) -> bool:

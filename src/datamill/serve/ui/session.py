@@ -25,9 +25,20 @@ from fastapi import HTTPException, Request, Response
 
 from datamill.serve.viewer import Viewer
 
-__all__ = ["COOKIE", "CSRF_FIELD", "LOGIN_COOKIE", "SESSION_TTL", "check_csrf", "check_login_csrf", "csrf_token",
-           "end_session", "login_form_token", "session_viewer", "set_login_cookie",
-           "start_session"]
+__all__ = [
+    "COOKIE",
+    "CSRF_FIELD",
+    "LOGIN_COOKIE",
+    "SESSION_TTL",
+    "check_csrf",
+    "check_login_csrf",
+    "csrf_token",
+    "end_session",
+    "login_form_token",
+    "session_viewer",
+    "set_login_cookie",
+    "start_session",
+]
 
 COOKIE = "datamill_session"
 LOGIN_COOKIE = "datamill_login"
@@ -52,9 +63,18 @@ def csrf_token(secret: str | bytes, purpose: str = "csrf") -> str:
     return hmac.new(raw, purpose.encode(), hashlib.sha256).hexdigest()[:40]
 
 
-def _cookie(res: Response, request: Request, name: str, value: str, *, max_age: int, path: str = "/") -> None:
-    res.set_cookie(name, value, max_age=max_age, httponly=True, samesite="strict", path=path,
-                   secure=request.url.scheme == "https")
+def _cookie(
+    res: Response, request: Request, name: str, value: str, *, max_age: int, path: str = "/"
+) -> None:
+    res.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        path=path,
+        secure=request.url.scheme == "https",
+    )
 
 
 def session_viewer(request: Request, state: Any) -> Viewer | None:
@@ -79,7 +99,11 @@ def start_session(request: Request, res: Response, state: Any, key: str) -> bool
     info = state.keys.check(key)
     if info is None:
         return False
-    ttl = SESSION_TTL if info.expires is None else max(1.0, min(SESSION_TTL, info.expires - time.time()))
+    ttl = (
+        SESSION_TTL
+        if info.expires is None
+        else max(1.0, min(SESSION_TTL, info.expires - time.time()))
+    )
     sid = secrets.token_urlsafe(32)
     state.journal.add_session(_digest(sid), info.id, expires=time.time() + ttl)
     _cookie(res, request, COOKIE, sid, max_age=int(ttl))
@@ -113,7 +137,10 @@ def check_login_csrf(request: Request, form: dict[str, str]) -> None:
     seed = request.cookies.get(LOGIN_COOKIE, "")
     sent = form.get(CSRF_FIELD, "")
     if not seed or not sent or not hmac.compare_digest(sent, csrf_token(seed, "login")):
-        raise HTTPException(403, "missing or wrong CSRF token on the login form: reload the login page and try again")
+        raise HTTPException(
+            403,
+            "missing or wrong CSRF token on the login form: reload the login page and try again",
+        )
 
 
 def check_csrf(who: Viewer, form: dict[str, str]) -> None:
@@ -130,4 +157,6 @@ def check_csrf(who: Viewer, form: dict[str, str]) -> None:
         return
     sent = form.get(CSRF_FIELD, "")
     if not sent or not hmac.compare_digest(sent, who.csrf):
-        raise HTTPException(403, "missing or wrong CSRF token: reload the page and submit the form again")
+        raise HTTPException(
+            403, "missing or wrong CSRF token: reload the page and submit the form again"
+        )

@@ -42,8 +42,17 @@ def _merge(acc: dict[str, Any], md: pq.FileMetaData) -> None:
         for ci in range(group.num_columns):
             col = group.column(ci)
             name = col.path_in_schema.split(".")[0]
-            entry = acc.setdefault(name, {"nulls": 0, "min": None, "max": None, "values": 0, "exact": True,
-                                          "float32": col.physical_type == "FLOAT"})
+            entry = acc.setdefault(
+                name,
+                {
+                    "nulls": 0,
+                    "min": None,
+                    "max": None,
+                    "values": 0,
+                    "exact": True,
+                    "float32": col.physical_type == "FLOAT",
+                },
+            )
             st = col.statistics
             entry["values"] += int(group.num_rows)
             if st is None or not st.has_null_count:
@@ -73,8 +82,11 @@ def number_text(value: Any, *, float32: bool = False) -> str:
 
 def _texts(entry: dict[str, Any]) -> dict[str, Any]:
     f32 = bool(entry.pop("float32", False))
-    return {**entry, "min_text": number_text(entry["min"], float32=f32),
-            "max_text": number_text(entry["max"], float32=f32)}
+    return {
+        **entry,
+        "min_text": number_text(entry["min"], float32=f32),
+        "max_text": number_text(entry["max"], float32=f32),
+    }
 
 
 def footer_stats(source: Source) -> dict[str, dict[str, Any]] | None:
@@ -131,29 +143,51 @@ def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     t = arr.type
-    out: dict[str, Any] = {"count": len(arr), "nulls": arr.null_count, "top": [], "histogram": None,
-                           "of": "value"}
+    out: dict[str, Any] = {
+        "count": len(arr),
+        "nulls": arr.null_count,
+        "top": [],
+        "histogram": None,
+        "of": "value",
+    }
     valid = arr.drop_null()
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) \
-            or pa.types.is_dictionary(t):
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_dictionary(t)
+    ):
         vc = pc.value_counts(valid)
         if len(vc):
             counts = vc.field("counts").to_numpy()
             order = np.argsort(-counts, kind="stable")[:TOP]
             values = vc.field("values").take(pa.array(order)).to_pylist()
-            out["top"] = [{"value": _plain(v), "count": int(counts[i])} for v, i in zip(values, order)]
+            out["top"] = [
+                {"value": _plain(v), "count": int(counts[i])} for v, i in zip(values, order)
+            ]
     data: np.ndarray[Any, Any] | None = None
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
         data = np.asarray(valid.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
-        data = np.asarray(pc.binary_length(valid) if not (pa.types.is_list(t) or pa.types.is_large_list(t))
-                          else pc.list_value_length(valid)).astype(np.float64)
+    elif (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+    ):
+        data = np.asarray(
+            pc.binary_length(valid)
+            if not (pa.types.is_list(t) or pa.types.is_large_list(t))
+            else pc.list_value_length(valid)
+        ).astype(np.float64)
         out["of"] = "length"
     if data is not None and len(data):
         data = data[np.isfinite(data)]
     if data is not None and len(data):
         lo, hi = float(data.min()), float(data.max())
-        counts, edges = np.histogram(data, bins=BINS if hi > lo else 1, range=(lo, hi if hi > lo else lo + 1))
+        counts, edges = np.histogram(
+            data, bins=BINS if hi > lo else 1, range=(lo, hi if hi > lo else lo + 1)
+        )
         out["histogram"] = {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]}
     return out
 
@@ -171,8 +205,13 @@ class ValueJob:
     def view(self) -> dict[str, Any]:
         """``{"status": "running"|"done"|"error", "done", "total", ...}`` as JSON."""
         status = "error" if self.error else "done" if self.result is not None else "running"
-        return {"status": status, "done": self.done, "total": self.total, "error": self.error,
-                "result": self.result}
+        return {
+            "status": status,
+            "done": self.done,
+            "total": self.total,
+            "error": self.error,
+            "result": self.result,
+        }
 
 
 class ValueStats:
@@ -201,8 +240,12 @@ class ValueStats:
             source = open_source()
             job = self._jobs[key] = ValueJob(total=int(source.num_shards))
             event = self._events[key] = threading.Event()
-        threading.Thread(target=self._run, args=(job, source, column, event), daemon=True,
-                         name=f"datamill-ui-stats-{column}").start()
+        threading.Thread(
+            target=self._run,
+            args=(job, source, column, event),
+            daemon=True,
+            name=f"datamill-ui-stats-{column}",
+        ).start()
         return job
 
     def wait(self, fingerprint: str, column: str, *, timeout: float) -> ValueJob:

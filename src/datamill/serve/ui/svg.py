@@ -37,8 +37,9 @@ def _done_rows(db: str | Path, iteration: str) -> list[tuple[float, int, str]]:
     uri = f"file:{Path(db).resolve()}?mode=ro"
     con = sqlite3.connect(uri, uri=True, timeout=5)
     try:
-        rows = con.execute("SELECT at, stop - start, lease FROM done WHERE iteration = ? ORDER BY at",
-                           (iteration,)).fetchall()
+        rows = con.execute(
+            "SELECT at, stop - start, lease FROM done WHERE iteration = ? ORDER BY at", (iteration,)
+        ).fetchall()
     finally:
         con.close()
     return [(float(a), int(n), str(lease)) for a, n, lease in rows]
@@ -52,22 +53,41 @@ def _seconds(v: float) -> str:
     return f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
 
 
-def _frame(title: str, xlabel: str, ylabel: str, ymax: float, body: str, *,
-           xticks: Sequence[tuple[float, str]] = ()) -> str:
+def _frame(
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    ymax: float,
+    body: str,
+    *,
+    xticks: Sequence[tuple[float, str]] = (),
+) -> str:
     ticks = "".join(
         f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
         f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(ymax * f)}</text>'
-        for f in (0.0, 0.5, 1.0) for y in [H - PAD_B - f * (H - PAD_B - PAD_T)])
-    ticks += "".join(f'<text x="{x:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">{escape(t)}</text>'
-                     for x, t in xticks)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-            f'class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{ticks}{body}'
-            f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 3}" text-anchor="middle" class="axis">{escape(xlabel)}</text>'
-            f'<text x="4" y="13" class="axis">{escape(ylabel)}</text></svg>')
+        for f in (0.0, 0.5, 1.0)
+        for y in [H - PAD_B - f * (H - PAD_B - PAD_T)]
+    )
+    ticks += "".join(
+        f'<text x="{x:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">{escape(t)}</text>'
+        for x, t in xticks
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+        f'class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{ticks}{body}'
+        f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 3}" text-anchor="middle" class="axis">{escape(xlabel)}</text>'
+        f'<text x="4" y="13" class="axis">{escape(ylabel)}</text></svg>'
+    )
 
 
-def throughput_svg(history: Sequence[tuple[float, int]], *, bins: int = 40, start: float | None = None,
-                   end: float | None = None, marks: Sequence[tuple[float, str]] = ()) -> str:
+def throughput_svg(
+    history: Sequence[tuple[float, int]],
+    *,
+    bins: int = 40,
+    start: float | None = None,
+    end: float | None = None,
+    marks: Sequence[tuple[float, str]] = (),
+) -> str:
     """Batches/s over time as an SVG line: equal time slices from ``start`` to ``end``.
 
     ``start`` defaults to the first ack, ``end`` to the last; the span is at least one second, so a
@@ -103,11 +123,20 @@ def throughput_svg(history: Sequence[tuple[float, int]], *, bins: int = 40, star
     lines = "".join(
         f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="mark"/>'
         f'<text x="{x + 3:.1f}" y="{PAD_T + 10}" class="mark">{escape(label)}</text>'
-        for when, label in marks if t0 <= when <= t1 for x in [PAD_L + (when - t0) / (t1 - t0) * span])
+        for when, label in marks
+        if t0 <= when <= t1
+        for x in [PAD_L + (when - t0) / (t1 - t0) * span]
+    )
     xticks = [(PAD_L + f * span, _seconds(f * (t1 - t0))) for f in (0.0, 0.5, 1.0)]
     title = f"Throughput: {int(n.sum()):,} batches acknowledged in {t1 - t0:,.1f} s, peak {_fmt(ymax)} batches/s"
-    return _frame(title, "time since start (s)", "batches/s", ymax,
-                  f'<polyline points="{pts}" class="line"/>{lines}', xticks=xticks)
+    return _frame(
+        title,
+        "time since start (s)",
+        "batches/s",
+        ymax,
+        f'<polyline points="{pts}" class="line"/>{lines}',
+        xticks=xticks,
+    )
 
 
 def histogram_svg(counts: Sequence[int], edges: Sequence[float], *, label: str) -> str:
@@ -123,9 +152,16 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float], *, label: str) 
         f'<rect x="{PAD_L + i * bw + 1:.1f}" y="{H - PAD_B - c / ymax * (H - PAD_B - PAD_T):.1f}" '
         f'width="{max(bw - 2, 1):.1f}" height="{c / ymax * (H - PAD_B - PAD_T):.1f}" class="bar">'
         f"<title>{_fmt(edges[i])} to {_fmt(edges[i + 1])}: {c:,}</title></rect>"
-        for i, c in enumerate(counts))
-    xticks = [(PAD_L + f * (W - PAD_L - PAD_R), _fmt(edges[0] + f * (edges[-1] - edges[0])))
-              for f in (0.0, 0.5, 1.0)] if len(edges) else []
+        for i, c in enumerate(counts)
+    )
+    xticks = (
+        [
+            (PAD_L + f * (W - PAD_L - PAD_R), _fmt(edges[0] + f * (edges[-1] - edges[0])))
+            for f in (0.0, 0.5, 1.0)
+        ]
+        if len(edges)
+        else []
+    )
     return _frame(f"Histogram of {label}", label, "count (rows)", ymax, bars, xticks=xticks)
 
 
@@ -146,12 +182,15 @@ def bars_svg(top: Sequence[tuple[str, int]], *, label: str) -> str:
         f'<rect x="{left}" y="{top_pad + i * row + 3}" width="{max(c / cmax * span, 1):.1f}" height="{row - 6}" '
         f'class="bar"><title>{escape(v)}: {c:,}</title></rect>'
         f'<text x="{left + max(c / cmax * span, 1) + 4:.1f}" y="{top_pad + i * row + 15}">{c:,}</text>'
-        for i, (v, c) in enumerate(top))
+        for i, (v, c) in enumerate(top)
+    )
     title = f"Most common values of {label}"
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
-            f'role="img" class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{body}'
-            f'<text x="{left + span / 2:.0f}" y="{height - 6}" text-anchor="middle" class="axis">count (rows)'
-            f'</text></svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
+        f'role="img" class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{body}'
+        f'<text x="{left + span / 2:.0f}" y="{height - 6}" text-anchor="middle" class="axis">count (rows)'
+        f"</text></svg>"
+    )
 
 
 def _clip(text: str, n: int = 22) -> str:
