@@ -123,6 +123,7 @@ def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
         "name": "ddups",
         "sleep": 0.04,
         "transport": "direct",
+        "lease_size": 16,  # several leases per client (direct mode's default is 64 batches)
     }
     if mode == "static":
         opts["world_size"] = 2

@@ -13,14 +13,15 @@ own journal table, ``client_locations`` (dataset id -> location).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.types as pat
 
 from datamill.core.errors import ConfigError
-from datamill.loader import BatchService
+from datamill.loader import BatchResult, BatchService
 
 if TYPE_CHECKING:
     from datamill.serve.journal import Journal
@@ -28,9 +29,13 @@ if TYPE_CHECKING:
 __all__ = [
     "TRANSPORTS",
     "ClientLocations",
+    "RunStream",
+    "as_batch",
     "as_batches",
+    "as_table",
     "build_runs",
     "check_location",
+    "close_iterator",
     "format_runs",
     "parse_runs",
     "service_for",
@@ -147,22 +152,75 @@ def parse_runs(value: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def _sliced_children(typ: pa.DataType) -> bool:
+    """Whether an array of ``typ`` holds a child array its slices share (a list's values): how such a
+    slice is written to Arrow IPC depends on where it was cut from, not only on its values."""
+    if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_map(typ):
+        return True
+    if pat.is_struct(typ) or pat.is_fixed_size_list(typ):
+        return any(_sliced_children(typ.field(i).type) for i in range(typ.num_fields))
+    return False
+
+
+def _column(col: pa.ChunkedArray) -> pa.Array:
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return pa.concat_arrays([arr]) if _sliced_children(arr.type) else arr
+
+
+def as_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    """A table as one contiguous record batch of ``schema`` (cast when it differs).
+
+    Columns with list values are copied into their own buffers, so that the batch's Arrow IPC bytes
+    are the same however it was sliced (a direct client's builds are cut from other blocks than the
+    server's).
+
+    Examples:
+        >>> from datamill.serve.server import to_ipc
+        >>> t = pa.table({"ids": [[1], [2, 3], [4, 5, 6], [7]]})
+        >>> to_ipc([t.slice(0, 2)]) == to_ipc([pa.table({"ids": [[1], [2, 3]]})])
+        True
+    """
+    t = table.cast(schema) if table.schema != schema else table
+    return pa.RecordBatch.from_arrays([_column(c) for c in t.columns], schema=schema)
+
+
+def as_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table of one chunk per column and ``schema``: what :func:`as_batch` gives, as a table (the
+    table itself when it already is one).
+
+    Examples:
+        >>> t = pa.table({"x": [1, 2]})
+        >>> as_table(t, t.schema) is t
+        True
+        >>> as_table(pa.concat_tables([t, t]), t.schema).column(0).num_chunks
+        1
+    """
+    if table.schema == schema and all(
+        c.num_chunks == 1 and not _sliced_children(c.type) for c in table.columns
+    ):
+        return table
+    return pa.Table.from_batches([as_batch(table, schema)])
+
+
 def as_batches(tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
     """Tables as record batches of the first one's schema, one contiguous batch per table (what goes
     into a lease's Arrow IPC stream, so that direct and server-built batches are the same)."""
     schema = tables[0].schema
-    out = []
-    for t in tables:
-        t = t.cast(schema) if t.schema != schema else t
-        cols = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in t.columns]
-        out.append(pa.RecordBatch.from_arrays(cols, schema=schema))
-    return out
+    return [as_batch(t, schema) for t in tables]
 
 
 def service_for(
-    source: Any, cfg: Mapping[str, Any], *, cache_shards: int | None = None
+    source: Any,
+    cfg: Mapping[str, Any],
+    *,
+    cache_shards: int | None = None,
+    ranks: int | None = None,
 ) -> BatchService:
-    """The batch service of an iteration's config (the one the server builds with, ``collate="arrow"``)."""
+    """The batch service of an iteration's config (the one the server builds with, ``collate="arrow"``).
+
+    ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
+    (defaults to the plan's world size; a direct client serves one).
+    """
     svc = BatchService(
         source,
         batch_size=int(cfg["batch_size"]),
@@ -174,8 +232,9 @@ def service_for(
         collate="arrow",
         cache_shards=cache_shards,
     )
-    if cache_shards is None:  # two shuffle windows of released shards per rank being served
-        svc = svc.replace(cache_shards=2 * svc.window * max(1, int(cfg.get("plan_world", 1))))
+    if cache_shards is None:
+        served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
+        svc = svc.replace(cache_shards=2 * svc.window * served)
     return svc
 
 
@@ -192,3 +251,85 @@ def build_runs(
             )
         )
     return tables
+
+
+class RunStream:
+    """A direct client's builds: one continuous build per plan rank, as the in-process Loader's.
+
+    Building each lease on its own starts a build per lease: its shards are read when it starts
+    (nothing was read ahead) and released when it ends. A client of a static iteration receives its
+    rank's batches in order, lease after lease, so this keeps **one** build of the plan rank running
+    from the first batch leased to the rank's end and takes each lease's batches from it, one at a
+    time as the training loop asks: shards are read ahead across leases, exactly as the in-process
+    Loader reads them (the same :meth:`BatchService.build <datamill.loader.BatchService.build>`, the
+    same bytes, built in the consuming thread or the service's ``num_workers`` threads). A lease
+    that does not continue the stream (a re-issued lease, a resumed rank, another slot's turn)
+    restarts it there. In dynamic mode (``follow=False``) a client's leases are not consecutive: each
+    is built alone, without the epoch's plan (as :func:`build_runs`).
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> svc = service_for(TableSource(pa.table({"x": list(range(20))}), shard_size=5),
+        ...                   {"batch_size": 4, "seed": 1, "shuffle": True, "window": None,
+        ...                    "drop_last": False, "columns": None})
+        >>> cfg = {"epoch": 0, "plan_world": 2}
+        >>> stream = RunStream(svc, cfg)
+        >>> got = [*stream.batches([(1, 0, 2)]), *stream.batches([(1, 2, 3)])]
+        >>> want = build_runs(svc, cfg, [(1, 0, 3)])
+        >>> [t["x"].to_pylist() for t in got] == [t["x"].to_pylist() for t in want]
+        True
+        >>> stream.restarts
+        1
+        >>> stream.close()
+    """
+
+    def __init__(self, svc: BatchService, cfg: Mapping[str, Any], *, follow: bool = True) -> None:
+        self.svc, self.cfg, self.follow = svc, cfg, follow
+        self.epoch, self.world = int(cfg["epoch"]), int(cfg["plan_world"])
+        self._streams: dict[int, tuple[int, Iterator[BatchResult]]] = {}
+        self.restarts = 0  # builds started (the first one included)
+
+    def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[pa.Table]:
+        """The batches of a lease's runs, in order, each built when it is asked for."""
+        for r, a, b in runs:
+            if not self.follow:
+                alone = self.svc.build_samples(self.epoch, r, range(a, b), world_size=self.world)
+                try:
+                    yield from (res.output for res in alone)
+                finally:
+                    alone.close()
+                continue
+            for batch in range(a, b):
+                results = self._at(r, batch)
+                res = next(results)
+                assert res.batch == batch, (res.batch, batch)  # the build yields batches in order
+                self._streams[r] = (batch + 1, results)
+                yield res.output
+
+    def _at(self, rank: int, batch: int) -> Iterator[BatchResult]:
+        """The build of plan rank ``rank`` whose next batch is ``batch`` (started there if need be)."""
+        current = self._streams.get(rank)
+        if current is not None and current[0] == batch:
+            return current[1]
+        if current is not None:
+            close_iterator(self._streams.pop(rank)[1])
+        while len(self._streams) >= 2:  # at most two plan ranks' builds open (an elastic queue)
+            close_iterator(self._streams.pop(next(iter(self._streams)))[1])
+        total = self.svc.num_batches(self.epoch, rank, self.world)
+        results = self.svc.build(self.epoch, rank, range(batch, total), world_size=self.world)
+        self._streams[rank] = (batch, results)
+        self.restarts += 1
+        return results
+
+    def close(self) -> None:
+        """Stop the open builds (their shards are released)."""
+        for _, results in self._streams.values():
+            close_iterator(results)
+        self._streams.clear()
+
+
+def close_iterator(results: Iterator[Any]) -> None:
+    """Close a generator (releasing what it holds); other iterators have nothing to close."""
+    close = getattr(results, "close", None)
+    if close is not None:
+        close()

@@ -19,44 +19,56 @@ without being yielded again. See ``docs/serving-delivery.md`` for the delivery c
 from __future__ import annotations
 
 import os
-import queue
 import re
 import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.collate import resolve_collate
-from datamill.serve.client import Client, Http, RemoteError
-from datamill.serve.direct import TRANSPORTS
+from datamill.serve.client import Client, Http
+from datamill.serve.direct import TRANSPORTS, RunStream, close_iterator
+from datamill.serve.feed import (
+    ACK_FLUSH_S,
+    END,
+    SESSION_HEADER,
+    HeldLease,
+    LeaseFeed,
+    ack_ranges,
+)
 
-__all__ = ["ACK_FLUSH_S", "DIRECT_CACHE_LIMIT", "SERVE_STATE_FORMAT", "RemoteLoader"]
+__all__ = [
+    "ACK_FLUSH_S",
+    "DIRECT_CACHE_LIMIT",
+    "DIRECT_LEASE_SIZE",
+    "SERVE_STATE_FORMAT",
+    "RemoteLoader",
+    "default_lease_size",
+]
 
 DIRECT_CACHE_LIMIT = 8 << 30
 """Bytes of ``s3://`` shards a direct-mode client keeps in its local cache at most (8 GiB)."""
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
-ACK_FLUSH_S = 0.02
-"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at most 0.1 s)."""
-SESSION_HEADER = "X-Datamill-Session"
-_END = object()
+DIRECT_LEASE_SIZE = 64
+"""Batches per lease by default in direct mode (server-built: 16). A lease round trip (two journal
+commits on the server) costs about what building 10-20k samples does; the client builds one lease
+while it asks for the next, so a lease must carry more work than a round trip."""
 
 
-@dataclass
-class _Lease:
-    id: str
-    fence: str
-    queue: int
-    start: int
-    units: list[int]
-    tables: list[pa.Table]
-    done_before: int = 0  # the queue's done prefix (static) or done batches (dynamic) at take time
+def default_lease_size(transport: str) -> int:
+    """Batches per lease when the loader creates the iteration and ``lease_size`` is not given.
+
+    Examples:
+        >>> default_lease_size("built"), default_lease_size("direct")
+        (16, 64)
+    """
+    return DIRECT_LEASE_SIZE if transport == "direct" else 16
 
 
 def _client_id() -> str:
@@ -86,7 +98,9 @@ class RemoteLoader:
             Defaults to ``"numpy"``.
         prefetch: leases fetched ahead (1 or 2 is plenty). Defaults to ``2``.
         shuffle: as for the Loader. Defaults to ``True``.
-        lease_size: batches per lease when this call creates the iteration. Defaults to ``16``.
+        lease_size: batches per lease when this call creates the iteration. Defaults to ``None``:
+            ``16``, or :data:`DIRECT_LEASE_SIZE` (``64``) in direct mode, so that building a lease
+            takes longer than the round trip for the next one.
         lease_timeout: lease lifetime without heartbeat, seconds (server default when ``None``).
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
@@ -125,7 +139,7 @@ class RemoteLoader:
         collate: str | Callable[[pa.Table], Any] = "numpy",
         prefetch: int = 2,
         shuffle: bool = True,
-        lease_size: int = 16,
+        lease_size: int | None = None,
         lease_timeout: float | None = None,
         slot: int = 0,
         slots: int = 1,
@@ -157,7 +171,7 @@ class RemoteLoader:
             "mode": mode,
             "world_size": world_size,
             "name": name,
-            "lease_size": lease_size,
+            "lease_size": default_lease_size(transport) if lease_size is None else lease_size,
             "lease_timeout": lease_timeout,
         }
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
@@ -166,6 +180,7 @@ class RemoteLoader:
         self.on_commit = on_commit
         self.transport, self.cache_dir, self.cache_limit = transport, cache_dir, int(cache_limit)
         self._direct: tuple[str, Any] | None = None  # (service key, BatchService) of direct mode
+        self._stream: RunStream | None = None  # direct mode: this epoch's builds
         self._cfg: dict[str, Any] = {}
         self.client_id = _client_id()
         self.session = secrets.token_hex(16)
@@ -187,6 +202,7 @@ class RemoteLoader:
             "skipped_duplicates": 0,
             "dropped_lost": 0,
             "acks": {},
+            "build_s": 0.0,  # seconds the loop waited for a batch of a lease it held (direct: built)
         }
 
     # ------------------------------------------------------------------ state
@@ -306,7 +322,7 @@ class RemoteLoader:
                             ok=(200, 409, 410),
                             body={
                                 "client": self.client_id,
-                                "acks": _ranges(tuple(x) for x in resume["unflushed"]),
+                                "acks": ack_ranges(tuple(x) for x in resume["unflushed"]),
                             },
                         )
                     finally:
@@ -366,255 +382,99 @@ class RemoteLoader:
                 source = open_source(location)
             if self._direct is not None:
                 self._direct[1].close()
-            self._direct = (key, service_for(source, cfg))
+            self._direct = (key, service_for(source, cfg, ranks=1))
         return self._direct[1]
 
-    def _build_direct(self, runs_header: str) -> list[pa.Table]:
-        """A direct lease's batches, built here exactly as the server builds them."""
-        from datamill.serve.direct import as_batches, build_runs, parse_runs
+    def _direct_tables(self, lease: HeldLease) -> Iterator[pa.Table]:
+        """A direct lease's batches, built here as the loop asks for them, as the server builds them
+        (one contiguous record batch each, of the lease's first batch's schema)."""
+        from datamill.serve.direct import as_table, parse_runs
 
-        assert self._direct is not None
-        tables = build_runs(self._direct[1], self._cfg, parse_runs(runs_header))
-        return [pa.Table.from_batches([b]) for b in as_batches(tables)]
+        assert self._stream is not None
+        schema = None
+        for table in self._stream.batches(parse_runs(lease.runs)):
+            schema = table.schema if schema is None else schema
+            yield as_table(table, schema)
 
     def _run(self, it_id: str, lease_timeout: float) -> Iterator[Any]:
-        buf: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
-        held: dict[
-            str, _Lease
-        ] = {}  # leases received whose batches are not all consumed and flushed
-        lost: set[str] = set()
-        stop = threading.Event()
-        errors: list[BaseException] = []
-        path = f"/api/v1/iterations/{it_id}"
-
-        def http(retry_s: float) -> Http:
-            h = Http(self.url, self.key, retry_s=retry_s, verify=self.verify)
-            h.headers[SESSION_HEADER] = self.session
-            return h
-
-        direct = self.transport == "direct"
-        # direct mode: a builder thread builds one lease while the fetch thread asks for the next one
-        builds: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch) if direct else buf
-
-        def put(q: queue.Queue[Any], item: Any) -> None:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
-
-        def builder() -> None:
-            try:
-                while not stop.is_set():
-                    try:
-                        item = builds.get(timeout=0.1)
-                    except queue.Empty:
-                        continue
-                    if item is not _END:
-                        lease, runs = item
-                        lease.tables = self._build_direct(runs)
-                        item = lease
-                    put(buf, item)
-                    if item is _END:
-                        return
-            except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-                errors.append(exc)
-                buf.put(_END)
-
-        def fetch() -> None:
-            conn = http(self.reconnect_s)
-            base = [
-                ("client", self.client_id),
-                ("rank", self.rank),
-                ("slot", self.slot),
-                ("slots", self.slots),
-            ]
-            if self.transport == "direct":
-                base.append(("transport", "direct"))
-            deadline_503 = time.monotonic() + self.reconnect_s
-            try:
-                while not stop.is_set():
-                    sent = self._pending()[:64]
-                    try:
-                        res = conn.request(
-                            "GET",
-                            f"{path}/next",
-                            ok=(200, 204, 409),
-                            query=base
-                            + [
-                                ("ack", f"{lid}:{fence}:{a}-{b}")
-                                for lid, fence, a, b in _ranges(sent)
-                            ][:64],
-                        )
-                    except RemoteError as exc:
-                        if exc.status != 503 or time.monotonic() > deadline_503:
-                            raise
-                        stop.wait(
-                            1.0
-                        )  # the journal cannot be written now (a full disk): wait and retry
-                        continue
-                    deadline_503 = time.monotonic() + self.reconnect_s
-                    self._record_acks(res.headers.get("x-datamill-acks", ""), sent, held, lost)
-                    if res.status == 204:
-                        put(builds, _END)
-                        return
-                    if res.status == 409:
-                        stop.wait(0.02)
-                        continue
-                    h = res.headers
-                    tables = (
-                        []
-                        if direct
-                        else [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
-                    )
-                    q, _, span = h["x-datamill-positions"].partition(":")
-                    lease = _Lease(
-                        h["x-datamill-lease"],
-                        h["x-datamill-fence"],
-                        int(q),
-                        int(span.split("-")[0]),
-                        [int(u) for u in h["x-datamill-units"].split(",")],
-                        tables,
-                        int(h.get("x-datamill-done", "0")),
-                    )
-                    with self._state_lock:
-                        held[lease.id] = lease  # heartbeats keep it while it is built (direct mode)
-                    put(builds, (lease, h["x-datamill-runs"]) if direct else lease)
-            except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-                errors.append(exc)
-                put(builds, _END)
-            finally:
-                conn.close()
-
-        def heartbeat() -> None:
-            conn = http(0.0)
-            every = max(0.1, min(1.0, lease_timeout / 4))
-            last = time.monotonic()
-            try:
-                while not stop.wait(ACK_FLUSH_S):
-                    try:
-                        self._flush_once(conn, path, held, lost)
-                        if time.monotonic() - last >= every:
-                            last = time.monotonic()
-                            with self._state_lock:
-                                ids = [[x.id, x.fence] for x in held.values()]
-                            res = conn.request(
-                                "POST",
-                                f"{path}/heartbeat",
-                                ok=(200, 409, 410),
-                                body={
-                                    "client": self.client_id,
-                                    "leases": ids,
-                                    "stall_s": self.stall_s,
-                                    "batches": self.stats["batches"],
-                                },
-                            )
-                            with self._state_lock:
-                                lost.update(res.json().get("lost", []))
-                                lost.update(res.json().get("refused", []))
-                    except RemoteError:
-                        continue  # the server may be restarting (or out of disk): try again next round
-            finally:
-                conn.close()
-
-        threads = (
-            [threading.Thread(target=builder, name="datamill-serve-build", daemon=True)]
-            if direct
-            else []
-        )
-        threads += [
-            threading.Thread(target=fetch, name="datamill-serve-fetch", daemon=True),
-            threading.Thread(target=heartbeat, name="datamill-serve-heartbeat", daemon=True),
-        ]
-        for t in threads:
-            t.start()
+        """The epoch's batches, from the leases the background threads fetch."""
+        if self.transport == "direct":
+            assert self._direct is not None
+            self._stream = RunStream(self._direct[1], self._cfg, follow=self.mode == "static")
+        feed = LeaseFeed(self, it_id, lease_timeout, direct=self._stream is not None)
+        feed.start()
         try:
             while True:
                 t0 = time.perf_counter()
-                item = buf.get()
+                lease = feed.ready.get()
                 self.stall_s += time.perf_counter() - t0
-                if item is _END:
-                    if errors:
-                        raise errors[0]
+                if lease is END:
+                    feed.raise_error()
                     return
-                lease: _Lease = item
-                self.stats["leases"] += 1
-                with self._state_lock:
-                    if self.mode == "static" and lease.done_before > self._consumed:
-                        self._yielded.update(range(self._consumed, lease.done_before))
-                    self._consumed = max(self._consumed, lease.done_before)
-                for i, table in enumerate(lease.tables):
-                    pos = lease.start + i
-                    with self._state_lock:
-                        is_lost = lease.id in lost
-                    if (
-                        is_lost and self.mode == "dynamic"
-                    ):  # the server gives the rest to someone else
-                        self.stats["dropped_lost"] += len(lease.tables) - i
-                        with self._state_lock:
-                            held.pop(lease.id, None)
-                        break
-                    if self.mode == "static" and pos in self._yielded:
-                        self.stats["skipped_duplicates"] += 1
-                    else:
-                        with self._state_lock:
-                            self._current = (lease.id, lease.fence, pos)
-                            if self.mode == "static":
-                                self._yielded.add(pos)
-                                while self._consumed in self._yielded:
-                                    self._consumed += 1
-                            else:
-                                self._consumed += 1
-                        self.stats["batches"] += 1
-                        yield self.collate_fn(table)
-                    with self._state_lock:  # the loop came back: the batch is consumed
-                        self._current = None
-                        self._unflushed.append((lease.id, lease.fence, pos))
-                with self._state_lock:
-                    if not any(x[0] == lease.id for x in self._unflushed):
-                        held.pop(lease.id, None)
+                yield from self._yield_lease(lease, feed)
         finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=5)
-            if not errors and self._pending():
-                conn = http(min(self.reconnect_s, 10.0))
-                try:
-                    deadline = time.monotonic() + min(self.reconnect_s, 10.0)
-                    while self._pending() and time.monotonic() < deadline:
-                        try:
-                            self._flush_once(conn, path, held, lost)
-                        except RemoteError:
-                            time.sleep(
-                                0.2
-                            )  # unflushed batches are re-issued: at-least-once, never lost
-                finally:
-                    conn.close()
+            feed.close()
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
+
+    def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
+        """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
+        (queued for the next flush) when the loop comes back for the next one."""
+        self.stats["leases"] += 1
+        with self._state_lock:
+            if self.mode == "static" and lease.done_before > self._consumed:
+                self._yielded.update(range(self._consumed, lease.done_before))
+            self._consumed = max(self._consumed, lease.done_before)
+        tables = self._direct_tables(lease) if self._stream is not None else iter(lease.tables)
+        try:
+            for i in range(len(lease.units)):
+                pos = lease.start + i
+                with self._state_lock:
+                    is_lost = lease.id in feed.lost
+                if is_lost and self.mode == "dynamic":  # the server gives the rest to someone else
+                    self.stats["dropped_lost"] += len(lease.units) - i
+                    with self._state_lock:
+                        feed.held.pop(lease.id, None)
+                    break
+                t0 = time.perf_counter()
+                table = next(tables)
+                self.stats["build_s"] += time.perf_counter() - t0
+                if self.mode == "static" and pos in self._yielded:
+                    self.stats["skipped_duplicates"] += 1
+                else:
+                    self._take(lease, pos)
+                    yield self.collate_fn(table)
+                with self._state_lock:  # the loop came back: the batch is consumed
+                    self._current = None
+                    self._unflushed.append((lease.id, lease.fence, pos))
+        finally:
+            close_iterator(tables)
+        with self._state_lock:
+            if not any(x[0] == lease.id for x in self._unflushed):
+                feed.held.pop(lease.id, None)
+
+    def _take(self, lease: HeldLease, pos: int) -> None:
+        """Position ``pos`` of ``lease`` is handed to the loop now."""
+        with self._state_lock:
+            self._current = (lease.id, lease.fence, pos)
+            if self.mode == "static":
+                self._yielded.add(pos)
+                while self._consumed in self._yielded:
+                    self._consumed += 1
+            else:
+                self._consumed += 1
+        self.stats["batches"] += 1
 
     def _pending(self) -> list[tuple[str, str, int]]:
         with self._state_lock:
             return list(self._unflushed)
 
-    def _flush_once(self, conn: Http, path: str, held: dict[str, _Lease], lost: set[str]) -> None:
-        """Send the consumed batches not yet journaled (one request, one journal transaction)."""
-        sent = self._pending()
-        if not sent:
-            return
-        res = conn.request(
-            "POST",
-            f"{path}/ack",
-            ok=(200, 409, 410),
-            body={"client": self.client_id, "acks": _ranges(sent)},
-        )
-        acks = res.json().get("acks", {})
-        self._record_acks(",".join(f"{k}={v}" for k, v in acks.items()), sent, held, lost)
-
     def _record_acks(
         self,
         header: str,
         sent: Sequence[tuple[str, str, int]],
-        held: dict[str, _Lease],
+        held: dict[str, HeldLease],
         lost: set[str],
     ) -> None:
         """Forget the acks the server answered; note lost leases; report commits to ``on_commit``."""
@@ -638,21 +498,10 @@ class RemoteLoader:
                 if (
                     lease is not None
                     and lid not in left
-                    and lease.start + len(lease.tables) - 1 in {p for x, _, p in done if x == lid}
+                    and lease.start + len(lease.units) - 1 in {p for x, _, p in done if x == lid}
                 ):
                     held.pop(lid, None)
         if self.on_commit is not None:
             for lid, lease in leases.items():
                 if statuses[lid] == "ok" and lease is not None:
                     self.on_commit([lease.units[p - lease.start] for x, _, p in done if x == lid])
-
-
-def _ranges(acks: Any) -> list[list[Any]]:
-    """Consumed ``(lease, fence, position)`` as ``[lease, fence, start, stop]`` runs."""
-    out: list[list[Any]] = []
-    for lid, fence, pos in sorted(set(acks), key=lambda x: (x[0], x[2])):
-        if out and out[-1][0] == lid and out[-1][3] == pos:
-            out[-1][3] = pos + 1
-        else:
-            out.append([lid, fence, pos, pos + 1])
-    return out
