@@ -1,4 +1,5 @@
-"""lavender-data's side of ``bench_loader.py``: run with the Python of a venv holding ``lavender-data``.
+"""lavender-data's side of ``bench_loader.py``: run with the Python of a venv holding
+``lavender-data``.
 
 lavender-data pins numpy 2.1.2 and pyarrow 19.0.1, so it cannot share datamill's venv. Install it in
 its own venv: ``python3 -m venv /work/lvenv && /work/lvenv/bin/pip install lavender-data tqdm``.

@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Regenerate the web UI screenshots in docs/ (docs/ui-*.png) from a real server and Debian's Chromium.
+"""Regenerate the web UI screenshots in docs/ (docs/ui-*.png) from a real server and Debian's
+Chromium.
 
     python scripts/screenshots.py [--out docs] [--data $DATAMILL_DATA]
 
-Builds a shardset dataset from cifar10_tiny in a temporary folder, starts ``datamill serve`` on a free
-loopback port, iterates it once from a RemoteLoader, then opens each page in headless Chromium
+Builds a shardset dataset from cifar10_tiny in a temporary folder, starts ``datamill serve`` on a
+free loopback port, iterates it once from a RemoteLoader, then opens each page in headless Chromium
 (/usr/bin/chromium through playwright; never ``playwright install``) and saves a screenshot. The
 server is stopped by its pid at the end, whatever happens.
 """
