@@ -101,8 +101,7 @@ def _timed(cmd: list[str]) -> tuple[float, float, str]:
 def _datamill_cmd() -> list[str]:
     """``datamill`` as the console script runs it (its entry point calls ``datamill.cli.main``); not
     the script file itself, which the shared venv may have generated for another version of the
-    entry
-    point."""
+    entry point."""
     return [sys.executable, "-c", "import sys; from datamill.cli import main; sys.exit(main())"]
 
 

@@ -72,8 +72,7 @@ PENGUINS_CSV = ROOT / "tests/fixtures/ludwig/penguins.csv"
 def make_penguins(path: Path, rows: int = 344, seed: int = 7) -> None:
     """A generated penguin-like table with every feature type: categories with missing values,
     padding and mixed case, sets, bags, text, sequences, dates, vectors, time series; a few rows
-    without a
-    species."""
+    without a species."""
     import csv
 
     rng = np.random.default_rng(seed)

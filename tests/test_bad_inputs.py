@@ -64,8 +64,7 @@ def _run(args: list[str]) -> int:
             return int(exc.code or 0)
 
 
-# ------------------------------------------------------------------------------------------------
-# workspace
+# ---------------------------------------------------------------------------------------- workspace
 _NESTED = [
     ("color", "category"),
     ("size", "number"),
@@ -277,8 +276,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Pat
         os.chdir(old)
 
 
-# ------------------------------------------------------------------------------------------------
-# the cases
+# ---------------------------------------------------------------------------------------- the cases
 def _output_guard_cases() -> Iterator[Case]:
     writers = {
         "corpus": (

@@ -146,8 +146,7 @@ def test_training_is_deterministic_with_sorted_initial_ids(data_dir: Path) -> No
     """The library's own trainer gives the ``##c`` tokens ids in hash-map order and breaks merge
     ties by them (huggingface/tokenizers#1794: its runs on this file differ by 8-20 tokens);
     datamill fixes the initial ids (alphabet, then ``##c``, each sorted), so every run gives the
-    same
-    tokenizer."""
+    same tokenizer."""
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
     runs = [train_wordpiece(sentences, vocab_size=30000).to_json() for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]

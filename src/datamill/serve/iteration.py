@@ -80,8 +80,7 @@ class Lease:
 class AckResult:
     """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
     lease or a wrong fence: 409) or ``"expired"`` (not live: 410); ``units``: the unit runs done by
-    this
-    ack."""
+    this ack."""
 
     status: str
     units: list[tuple[int, int]] = field(default_factory=list)

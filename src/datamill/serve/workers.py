@@ -110,8 +110,7 @@ class BuildPool:
     def warm(self) -> list[int]:
         """Start every worker (imports done) and wait for it: a server starts serving with warm
         workers, so a restart's grace period is not spent starting processes. Returns the workers'
-        process
-        ids."""
+        process ids."""
         return [int(f.result()) for f in [ex.submit(_ping) for ex in self.executors]]
 
     def _worker(self, client: str) -> int:

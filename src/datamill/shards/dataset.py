@@ -298,8 +298,7 @@ class ShardsetDataset:
     def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         """Shard ``k`` of ``shardset``, checked against the manifest's row count (its UIDs are
         checked against the mapping by the caller: :meth:`read_shard` while joining, :meth:`_open`
-        for
-        ``get``)."""
+        for ``get``)."""
         t = self._read_file(shardset, k, columns)
         expected = self._sets[shardset]["shard_rows"][k]
         if t.num_rows != expected:

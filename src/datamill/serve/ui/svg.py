@@ -23,8 +23,7 @@ def ack_history(db: str | Path, iteration: str) -> list[tuple[float, int]]:
     """``(commit time, batches)`` of every acknowledged run of ``iteration``, oldest first.
 
     A rewind's rows (the done set it wrote, all at one instant) are not acknowledgements and are
-    left
-    out: see :func:`rewind_times`.
+    left out: see :func:`rewind_times`.
     """
     return [(a, n) for a, n, lease in _done_rows(db, iteration) if not lease.startswith("rewind.")]
 
