@@ -112,7 +112,7 @@ def pandas_compare(a: BuildSummary, b: BuildSummary) -> dict[str, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--scale", type=int, default=100)
     ap.add_argument(

@@ -180,7 +180,7 @@ def _version() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "root", type=Path, help="the folder bench_loader.py wrote (features/, label/, extra/)"
     )

@@ -62,7 +62,7 @@ def synthetic_sizes(total: int, *, seed: int = 0) -> NDArray[np.int64]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=100_000_000)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--queries", type=int, default=20)

@@ -304,7 +304,7 @@ def run_lavender(python: Path, root: Path, batches: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100k samples instead of 1M")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument(

@@ -314,7 +314,7 @@ def _datamill(config: dict[str, Any], csv: Path, repeat: int) -> tuple[Any, dict
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--ludwig-python",
         type=Path,

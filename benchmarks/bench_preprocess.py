@@ -261,7 +261,7 @@ def house_prices(tmp: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100,000 rows instead of 1,000,000")
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--skip-reference", action="store_true")

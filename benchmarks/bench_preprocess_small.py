@@ -118,7 +118,7 @@ def import_time() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="x10 instead of x100")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()

@@ -216,7 +216,7 @@ def report(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--address", default=None)
     ap.add_argument("--only", default="pre,big,bert")

@@ -439,7 +439,7 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick",
         action="store_true",

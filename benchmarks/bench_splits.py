@@ -173,7 +173,7 @@ def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=100)
     ap.add_argument("--text-scale", type=int, default=10)
     ap.add_argument("--ds-rows", type=int, default=3000)

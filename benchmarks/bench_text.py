@@ -163,7 +163,7 @@ def drain(it: Any) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 MB instead of 50 MB")
     ap.add_argument("--mb", type=float, default=50.0, help="text size per level in MB (default 50)")
     ap.add_argument(

@@ -260,7 +260,7 @@ def run_datamill(src: str, batch_size: int) -> tuple[dict[str, float], dict[str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="first 10%% of the lines")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--batch-size", type=int, default=512)

@@ -91,7 +91,7 @@ def build(data: Path, root: Path) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument(
         "--data", default=os.environ.get("DATAMILL_DATA", str(ROOT.parent / "shared" / "data"))
