@@ -1,32 +1,40 @@
-"""``datamill serve`` throughput: 1, 2 and 4 client processes over loopback vs the in-process Loader.
+"""``datamill serve`` throughput: 1, 2 and 4 client processes over loopback vs the in-process
+Loader, measured in A/B pairs.
 
 Data: ``bench_loader.py``'s dataset (3 shardsets x 100 shards, 10% of samples missing from one),
-batch 256, shuffle on. The server runs as ``datamill serve ROOT --no-auth`` in its own process
-(uvicorn with uvloop + httptools when installed); each client process iterates its rank of one static
-iteration with :class:`datamill.serve.RemoteLoader` (``collate="numpy"``, the Loader's default).
+batch 256, shuffle on. Each server runs as ``datamill serve ROOT --no-auth`` in its own process and
+its own session, as a service does (so that with Linux's autogroup scheduling its CPU does not come
+out of the share of the benchmark's session, where the in-process Loader and the clients run);
+uvicorn with uvloop + httptools when installed. Each client process iterates its rank of one static
+iteration with :class:`datamill.serve.RemoteLoader` (``collate="numpy"``, the Loader's default) for
+two epochs: the first is **cold** (the process joins, opens the dataset, plans), the second
+**warm**, like the in-process Loader, whose source is open and warm; the goals use the warm epoch.
 
-Measured in one run: the in-process Loader; server-built (``--build-workers 1`` and ``2``) and direct
-mode (``transport="direct"``: the clients build their batches from the dataset's client location), each
-with 1, 2 and 4 client processes; then a **coordination test**: 32 direct-mode client processes that
-acknowledge each lease with their next request without reading anything (lease round trips/s the server
-sustains, p50/p99 lease latency, server RSS). The goals are printed with met / NOT met; the load
-average before and after is printed, since the machine may be shared.
+Measured in one run, in A/B pairs: every configuration (server-built with ``--build-workers 1``
+and ``2``, and direct mode, ``transport="direct"``, each with 1, 2 and 4 client processes) runs
+right after an in-process Loader run, ``--reps`` times (default 3); each pair gives a ratio taken
+at the same moment of the machine's load, and the medians are reported with the load of each pair.
+Then a **coordination test**: 32 direct-mode client processes that acknowledge each lease with their
+next request without reading anything (lease round trips/s the server sustains, p50/p99 lease
+latency, server RSS). The goals are printed with met / NOT met; the load average before and after
+is printed, since the machine may be shared.
 
-Reported per client count: aggregate samples/s (all samples / wall time from the first client's start
-to the last client's end), p50/p99 of the time each batch took to arrive as seen by the training loop,
+Reported per configuration: aggregate samples/s (all samples / wall time from the first client's
+start to the last client's end), the time to the first batch, p50/p99 of the time each batch took
+to arrive as seen by the training loop, the clients' stall (waiting for a lease) and CPU seconds,
 and the server's peak RSS (``VmHWM``). lavender-data is measured on the same files when its own venv
 exists (``.lvenv``, see ``bench_lavender_side.py``); otherwise it is skipped with a note.
 
 Scale (``--scale``, also run by default after the throughput table): an epoch of **100M samples in
-10k shards** (synthetic shard sizes; planning needs no data, batches are built from a synthetic source
-of one int64 column) served by a :class:`~datamill.serve.server.ServeState` in a fresh process. It
-prints the RSS growth over the process's baseline (VmRSS/VmHWM after ``clear_refs``) and the epoch
-start (creating the iteration plus the first lease of the last rank), for two epochs, with the first
-epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per sample, as
-the server held each epoch before) at 10M samples, with the ratio.
+10k shards** (synthetic shard sizes; planning needs no data, batches are built from a synthetic
+source of one int64 column) served by a :class:`~datamill.serve.server.ServeState` in a fresh
+process. It prints the RSS growth over the process's baseline (VmRSS/VmHWM after ``clear_refs``) and
+the epoch start (creating the iteration plus the first lease of the last rank), for two epochs, with
+the first epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per
+sample, as the server held each epoch before) at 10M samples, with the ratio.
 
-Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--coord-clients 32]
-[--lavender-python PATH] [--scale | --no-scale]``
+Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
+[--coord-clients 32] [--lavender-python PATH] [--scale | --no-scale]``
 """
 
 from __future__ import annotations
@@ -55,12 +63,12 @@ CLIENT = """
 import json, sys, time
 import numpy as np
 from datamill.serve import RemoteLoader
-url, rank, world, name, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-transport, epochs = sys.argv[6], int(sys.argv[7])
-loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world, name=name,
-                      transport=transport)
+url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world,
+                      name=name, transport=transport)
 out = []
-for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then warm, as a training run's epochs
+for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then warm
     waits, n = [], 0
     stall0, build0 = loader.stall_s, loader.stats["build_s"]
     start, cpu = time.time(), time.process_time()
@@ -74,7 +82,8 @@ for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then wa
     out.append({"samples": n, "batches": len(waits), "start": start, "end": end,
                 "cpu_s": time.process_time() - cpu,
                 "first_s": waits[0], "p50_ms": float(np.percentile(waits, 50) * 1000),
-                "p99_ms": float(np.percentile(waits, 99) * 1000), "stall_s": loader.stall_s - stall0,
+                "p99_ms": float(np.percentile(waits, 99) * 1000),
+                "stall_s": loader.stall_s - stall0,
                 "build_s": loader.stats["build_s"] - build0})
 print(json.dumps(out))
 """
@@ -215,12 +224,14 @@ end = time.monotonic() + seconds
 while time.monotonic() < end:
     q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
     t = time.perf_counter()
-    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)), headers=headers)
+    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)),
+                 headers=headers)
     res = conn.getresponse()
     res.read()
     lat.append(time.perf_counter() - t)
     ack = None
-    if res.status == 200:  # acknowledged (whole lease) with the next request, without reading a batch
+    # acknowledged (whole lease) with the next request, without reading a batch
+    if res.status == 200:
         leases += 1
         ack = "%s:%s" % (res.getheader("X-Datamill-Lease"), res.getheader("X-Datamill-Fence"))
     elif res.status == 204:
@@ -237,7 +248,8 @@ print(json.dumps({"leases": leases, "waits": waits, "lat": [float(np.percentile(
 def _server(
     root: Path, build_workers: int, *, location: str | None = None
 ) -> Iterator[tuple[str, int]]:
-    """A ``datamill serve`` process with ``build_workers``; the bench dataset registered; a warm-up run."""
+    """A ``datamill serve`` process with ``build_workers``; the bench dataset registered; a warm-up
+    run."""
     port = _free_port()
     state = root / f"state-{build_workers}-{time.time_ns()}"
     server = _start_server(root, state, port, build_workers=build_workers)
@@ -265,8 +277,9 @@ def _rss_mib(pid: int) -> tuple[float, float]:
 
 
 def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` processes take direct-mode leases (16 batches of 1 sample) and acknowledge each whole
-    lease with the next request, reading nothing: the server's lease round trips per second."""
+    """``clients`` processes take direct-mode leases (16 batches of 1 sample) and acknowledge each
+    whole lease with the next request, reading nothing: the server's lease round trips per
+    second."""
     import numpy as np
 
     from datamill.serve import Client
@@ -353,18 +366,23 @@ class State(ServeState):
 st = State(tempfile.mkdtemp(), auth=False)
 st.journal.add_dataset("ds-synthetic", "synthetic", "/synthetic")
 # warm-up on another dataset: the process's one-time imports and threads are not an epoch's cost
-warm = st.create_iteration({"dataset": "synthetic", "batch_size": 7, "epoch": 0, "name": "warm-up", "seed": 1})
+warm = st.create_iteration({"dataset": "synthetic", "batch_size": 7, "epoch": 0, "name": "warm-up",
+                           "seed": 1})
 st.next_lease(st.iteration(warm["id"]), "w")
-if full:  # the earlier way: the epoch's order and a rank's plan (an int64 per sample, and more), then 16 batches
+# the earlier way: the epoch's order and a rank's plan (an int64 per sample, and more), then 16
+# batches
+if full:
     from datamill.loader import BatchService
     svc = BatchService(Synthetic(), batch_size=batch, collate="arrow")
-    list(BatchService(Synthetic(), batch_size=7, seed=1, collate="arrow").build(0, 0, [0]))  # the same warm-up
+    # the same warm-up
+    list(BatchService(Synthetic(), batch_size=7, seed=1, collate="arrow").build(0, 0, [0]))
     base = rss()["VmRSS"]
     open("/proc/self/clear_refs", "w").write("5")
     t = time.perf_counter()
     svc.plan(0, world - 1, world)
     list(svc.build(0, world - 1, range(16), world_size=world))
-    print(json.dumps({"full": True, "epoch_start_s": time.perf_counter() - t, "rss_growth_mib": rss()["VmRSS"] - base,
+    print(json.dumps({"full": True, "epoch_start_s": time.perf_counter() - t,
+                      "rss_growth_mib": rss()["VmRSS"] - base,
                       "peak_growth_mib": rss()["VmHWM"] - base}))
     sys.exit(0)
 base = rss()["VmRSS"]
@@ -372,17 +390,19 @@ open("/proc/self/clear_refs", "w").write("5")
 out = {"full": False, "epochs": []}
 for epoch in range(2):
     t = time.perf_counter()
-    info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch, "world_size": world,
-                                "name": "scale", "lease_size": 16})
+    info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch,
+                                "world_size": world, "name": "scale", "lease_size": 16})
     it = st.iteration(info["id"])
     first = st.next_lease(it, "c%d" % (world - 1), rank=world - 1)
     start_s = time.perf_counter() - t
-    row = {"epoch": epoch, "epoch_start_s": start_s, "units": it.total, "first_lease_batches": len(first.units),
+    row = {"epoch": epoch, "epoch_start_s": start_s, "units": it.total,
+           "first_lease_batches": len(first.units),
            "rss_after_start_mib": rss()["VmRSS"] - base}
-    if epoch == 0:  # an iteration of the epoch driven to its end (bookkeeping and journal, no batch built)
+    # an iteration of the epoch driven to its end (bookkeeping and journal, no batch built)
+    if epoch == 0:
         t = time.perf_counter()
-        info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch, "world_size": world,
-                                    "name": "drain", "lease_size": 4096})
+        info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch,
+                                    "world_size": world, "name": "drain", "lease_size": 4096})
         it = st.iteration(info["id"])
         for r in range(world):
             while True:
@@ -433,21 +453,27 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
     ref = run_scale(ref_n, shards, full=True)
     e0, e1 = lazy["epochs"]
     print(
-        f"scale: {samples:,} samples in {shards:,} shards, world 8, batch 256 ({e0['units']:,} batches per epoch)"
+        f"scale: {samples:,} samples in {shards:,} shards, world 8, batch 256 ({e0['units']:,} "
+        "batches per epoch)"
     )
     print(
-        f"  epoch start (create + first lease of the last rank): epoch 0 {e0['epoch_start_s']:.3f} s, "
+        "  epoch start (create + first lease of the last rank): epoch 0 "
+        f"{e0['epoch_start_s']:.3f} s, "
         f"epoch 1 {e1['epoch_start_s']:.3f} s  (goal < 0.5 s)"
     )
     print(
-        f"  server RSS growth {lazy['rss_growth_mib']:.1f} MiB, peak {lazy['peak_growth_mib']:.1f} MiB over the "
-        f"baseline (goal < 100 MiB); an epoch-0 iteration driven to its end in {e0['finish_s']:.1f} s "
+        f"  server RSS growth {lazy['rss_growth_mib']:.1f} MiB, peak "
+        f"{lazy['peak_growth_mib']:.1f} MiB over the "
+        "baseline (goal < 100 MiB); an epoch-0 iteration driven to its end in "
+        f"{e0['finish_s']:.1f} s "
         f"and evicted from memory: {e0['evicted']}"
     )
     print(
-        f"  at {ref_n:,} samples (epoch start = plan + first 16 batches): held per shard {small['epochs'][0]['epoch_start_s']:.3f} s, peak "
+        f"  at {ref_n:,} samples (epoch start = plan + first 16 batches): held per shard "
+        f"{small['epochs'][0]['epoch_start_s']:.3f} s, peak "
         f"{small['peak_growth_mib']:.1f} MiB; full order (one int64 per sample, the earlier way) "
-        f"{ref['epoch_start_s']:.3f} s, peak {ref['peak_growth_mib']:.1f} MiB; ratio full / per shard: "
+        f"{ref['epoch_start_s']:.3f} s, peak {ref['peak_growth_mib']:.1f} MiB; ratio full / per "
+        "shard: "
         f"time {ref['epoch_start_s'] / max(1e-9, small['epochs'][0]['epoch_start_s']):,.0f}x, "
         f"peak memory {ref['peak_growth_mib'] / max(0.1, small['peak_growth_mib']):,.1f}x"
     )
@@ -523,13 +549,15 @@ def report(
             f"{r['loads']}"
         )
     print(
-        f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not counting them)"
+        f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not "
+        "counting them)"
     )
     print(
-        f"coordination: {coord['clients']} direct-mode client processes acknowledging without reading: "
-        f"{coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in {coord['seconds']:.1f} s; "
-        f"latency p50 {coord['p50_ms']:.2f} ms, p99 {coord['p99_ms']:.2f} ms; {coord['waits']} waits); "
-        f"server RSS {coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB); "
+        f"coordination: {coord['clients']} direct-mode client processes acknowledging without "
+        f"reading: {coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in "
+        f"{coord['seconds']:.1f} s; latency p50 {coord['p50_ms']:.2f} ms, p99 "
+        f"{coord['p99_ms']:.2f} ms; {coord['waits']} waits); server RSS "
+        f"{coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB); "
         f"load {coord['load']:.1f}"
     )
     goals: list[tuple[str, float, float]] = []
@@ -565,7 +593,7 @@ def report(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -611,7 +639,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}"
     )
     print(
-        f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), batch {bl.BATCH}, "
+        f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), "
+        f"batch {bl.BATCH}, "
         f"shuffle on; {reps} A/B repetition(s)"
     )
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp, contextlib.ExitStack() as stack:
@@ -651,7 +680,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(
             f"lavender-data {lav['lavender_version']}: {lav['samples_per_s']:,.0f} samples/s "
-            f"({lav['batches']} batches); ratio datamill serve / lavender: {best / lav['samples_per_s']:,.0f}x"
+            f"({lav['batches']} batches); ratio datamill serve / lavender: "
+            f"{best / lav['samples_per_s']:,.0f}x"
         )
     scale = scale_report() if args.scale is None and not args.quick else None
     print(

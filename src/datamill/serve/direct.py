@@ -43,9 +43,13 @@ __all__ = [
 ]
 
 TRANSPORTS = ("built", "direct")
-"""``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds them."""
+"""``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds
+them."""
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT NULL);"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT "
+    "NULL);"
+)
 _MAX_LOCATION = 4096
 
 
@@ -55,10 +59,11 @@ def check_location(location: str) -> str:
     Examples:
         >>> check_location("s3://bucket/data")
         's3://bucket/data'
-        >>> check_location("relative/path")
+        >>> check_location("relative/path")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: client_location must be an absolute path or s3://bucket/prefix, got 'relative/path'
+        datamill.core.errors.ConfigError: client_location must be an absolute path or
+        s3://bucket/prefix, got 'relative/path'
     """
     if (
         not isinstance(location, str)
@@ -69,7 +74,8 @@ def check_location(location: str) -> str:
         )
     ):
         raise ConfigError(
-            f"client_location must be an absolute path or s3://bucket/prefix, got {str(location)[:80]!r}"
+            "client_location must be an absolute path or s3://bucket/prefix, got "
+            f"{str(location)[:80]!r}"
         )
     return location
 
@@ -153,8 +159,9 @@ def parse_runs(value: str) -> list[tuple[int, int, int]]:
 
 
 def _sliced_children(typ: pa.DataType) -> bool:
-    """Whether an array of ``typ`` holds a child array its slices share (a list's values): how such a
-    slice is written to Arrow IPC depends on where it was cut from, not only on its values."""
+    """Whether an array of ``typ`` holds a child array its slices share (a list's values): how
+    such a slice is written to Arrow IPC depends on where it was cut from, not only on its
+    values."""
     if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_map(typ):
         return True
     if pat.is_struct(typ) or pat.is_fixed_size_list(typ):
@@ -216,7 +223,8 @@ def service_for(
     cache_shards: int | None = None,
     ranks: int | None = None,
 ) -> BatchService:
-    """The batch service of an iteration's config (the one the server builds with, ``collate="arrow"``).
+    """The batch service of an iteration's config (the one the server builds with,
+    ``collate="arrow"``).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
     (defaults to the plan's world size; a direct client serves one).
@@ -264,8 +272,8 @@ class RunStream:
     Loader reads them (the same :meth:`BatchService.build <datamill.loader.BatchService.build>`, the
     same bytes, built in the consuming thread or the service's ``num_workers`` threads). A lease
     that does not continue the stream (a re-issued lease, a resumed rank, another slot's turn)
-    restarts it there. In dynamic mode (``follow=False``) a client's leases are not consecutive: each
-    is built alone, without the epoch's plan (as :func:`build_runs`).
+    restarts it there. In dynamic mode (``follow=False``) a client's leases are not consecutive:
+    each is built alone, without the epoch's plan (as :func:`build_runs`).
 
     Examples:
         >>> from datamill.core.source import TableSource
@@ -307,7 +315,8 @@ class RunStream:
                 yield res.output
 
     def _at(self, rank: int, batch: int) -> Iterator[BatchResult]:
-        """The build of plan rank ``rank`` whose next batch is ``batch`` (started there if need be)."""
+        """The build of plan rank ``rank`` whose next batch is ``batch`` (started there if need
+        be)."""
         current = self._streams.get(rank)
         if current is not None and current[0] == batch:
             return current[1]

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["ACK_FLUSH_S", "END", "SESSION_HEADER", "HeldLease", "LeaseFeed", "ack_ranges"]
 
 ACK_FLUSH_S = 0.05
-"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at most 0.1 s)."""
+"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at
+most 0.1 s)."""
 SESSION_HEADER = "X-Datamill-Session"
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
@@ -40,7 +41,7 @@ _MAX_ACKS = 64  # ack runs carried by one lease request (the server's bound)
 
 @dataclass
 class HeldLease:
-    """A lease received: its positions in its queue, its units and (once built or received) its batches."""
+    """A lease received: its positions in its queue, its units and (server-built) its batches."""
 
     id: str
     fence: str

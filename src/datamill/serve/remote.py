@@ -1,11 +1,12 @@
 """``RemoteLoader``: the in-process Loader's batches, served by ``datamill serve``.
 
-A background thread keeps ``prefetch`` leases (each ``lease_size`` batches in one Arrow IPC response)
-ahead of the training loop. Every batch is **acknowledged on its own** once the loop comes back for
-the next one (it was consumed): the acks ride on the next request for a lease and are flushed at
-least every :data:`ACK_FLUSH_S` seconds by the heartbeat thread (one journal transaction per flush).
-The heartbeat thread also extends the leases held (reporting the **stall time**, how long the loop
-waited for data) and, after a server restart, reclaims them with their fences within the grace period.
+A background thread keeps ``prefetch`` leases (each ``lease_size`` batches in one Arrow IPC
+response) ahead of the training loop. Every batch is **acknowledged on its own** once the loop comes
+back for the next one (it was consumed): the acks ride on the next request for a lease and are
+flushed at least every :data:`ACK_FLUSH_S` seconds by the heartbeat thread (one journal transaction
+per flush). The heartbeat thread also extends the leases held (reporting the **stall time**, how
+long the loop waited for data) and, after a server restart, reclaims them with their fences within
+the grace period.
 
 Each loader has a random **session** secret (sent as ``X-Datamill-Session``); its leases can be
 acknowledged or extended by no other session. A lease the server reports lost (expired, or not
@@ -105,17 +106,20 @@ class RemoteLoader:
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
         reconnect_s: how long to keep retrying an unreachable server. Defaults to ``120.0``.
-        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the system's.
-        on_commit: called with the unit ids of each lease the server confirmed committed. Defaults to ``None``.
-        transport: ``"built"`` (the server builds each lease's batches and sends them) or ``"direct"``
-            (leases carry only batch numbers and fences; this process builds the batches itself with the
-            same :class:`~datamill.loader.BatchService` settings, from the location the server gives for a
-            dataset registered with ``client_location``: the same batches, and the server's work per lease
-            does not depend on the data). Defaults to ``"built"``.
+        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the
+            system's.
+        on_commit: called with the unit ids of each lease the server confirmed committed. Defaults
+            to ``None``.
+        transport: ``"built"`` (the server builds each lease's batches and sends them) or
+            ``"direct"`` (leases carry only batch numbers and fences; this process builds the
+            batches itself with the same :class:`~datamill.loader.BatchService` settings, from the
+            location the server gives for a dataset registered with ``client_location``: the same
+            batches, and the server's work per lease does not depend on the data). Defaults to
+            ``"built"``.
         cache_dir: direct mode over ``s3://``: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
-        cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults to
-            :data:`DIRECT_CACHE_LIMIT`.
+        cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults
+            to :data:`DIRECT_CACHE_LIMIT`.
 
     Raises:
         ConfigError: invalid arguments. RemoteError: the server refused or is unreachable.
@@ -202,18 +206,18 @@ class RemoteLoader:
             "skipped_duplicates": 0,
             "dropped_lost": 0,
             "acks": {},
-            "build_s": 0.0,  # seconds the loop waited for a batch of a lease it held (direct: built)
+            "build_s": 0.0,  # seconds the loop waited for a batch of a lease held (direct: built)
         }
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Tiny JSON resume state.
 
-        ``consumed`` counts the **rank's** progress (static: the prefix of the rank's batches done by
-        any process, a replacement's predecessors included; dynamic: the iteration's batches done as
-        last seen). At the end of an epoch the state is the start of the next one. A dynamic state
-        carries the session and the batches consumed but not yet flushed, so that resuming from it
-        acknowledges them instead of receiving them again.
+        ``consumed`` counts the **rank's** progress (static: the prefix of the rank's batches done
+        by any process, a replacement's predecessors included; dynamic: the iteration's batches done
+        as last seen). At the end of an epoch the state is the start of the next one. A dynamic
+        state carries the session and the batches consumed but not yet flushed, so that resuming
+        from it acknowledges them instead of receiving them again.
         """
         with self._state_lock:
             unflushed = [list(x) for x in self._unflushed] + (
@@ -253,8 +257,8 @@ class RemoteLoader:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: static mode rewinds the rank to it; dynamic mode rejoins the
-        iteration and acknowledges the batches the state consumed but had not flushed.
+        """Resume from :meth:`state_dict`: static mode rewinds the rank to it; dynamic mode rejoins
+        the iteration and acknowledges the batches the state consumed but had not flushed.
 
         Raises:
             ResumeStateError: another format, mode or rank.
@@ -350,7 +354,8 @@ class RemoteLoader:
         self._consumed = 0
 
     def _direct_service(self, client: Client) -> Any:
-        """The batch service this loader builds with in direct mode (opened once per dataset and order)."""
+        """The batch service this loader builds with in direct mode (opened once per dataset and
+        order)."""
         from datamill.core.fingerprint import fingerprint_obj
         from datamill.core.objstore import is_remote
         from datamill.serve.direct import service_for
@@ -477,7 +482,8 @@ class RemoteLoader:
         held: dict[str, HeldLease],
         lost: set[str],
     ) -> None:
-        """Forget the acks the server answered; note lost leases; report commits to ``on_commit``."""
+        """Forget the acks the server answered; note lost leases; report commits to
+        ``on_commit``."""
         statuses = dict(item.rpartition("=")[::2] for item in filter(None, header.split(",")))
         if not statuses:
             return
