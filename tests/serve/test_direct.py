@@ -323,3 +323,28 @@ def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Pat
         assert list(st.pool.executors[0]._processes) != pids
     finally:
         st.close()
+
+
+def test_iterate_cli_transport_direct(
+    direct: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`datamill iterate DATASET --url URL --transport direct` (and `datamill serve iterate`): the
+    process builds the batches; a dataset without a client location is refused in one line."""
+    from datamill.cli import main
+
+    url, key = direct["url"], direct["read"]
+    for i, cmd in enumerate((["iterate"], ["serve", "iterate"])):
+        args = [*cmd, "dsd", "--url", url, "--key", key, "--batch-size", "500"]
+        assert main([*args, "--name", f"cli-direct-{i}", "--transport", "direct"]) == 0
+        out = capsys.readouterr().out
+        assert "12 batches, 6,000 samples" in out and "transport direct" in out
+        with Client(url, key) as client:  # every batch acknowledged
+            progress = client.progress(f"cli-direct-{i}")
+        assert progress["done"] == progress["total"] == 12
+        # the same dataset registered without a client location: direct mode is refused
+        bad = [*cmd, "ds", "--url", url, "--key", key, "--transport", "direct", "--name", "nope"]
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "no client_location" in err and err.count("\n") == 1
+    assert main(["iterate", str(direct["root"] / "ds"), "--transport", "direct"]) == 2
+    assert "needs --url" in capsys.readouterr().err

@@ -71,14 +71,23 @@ def _remote(args: argparse.Namespace) -> int:
             name=args.name,
             limit=args.limit,
             save_state=args.save_state,
+            transport=args.transport,
         )
     )
 
 
-# long (66 lines): the iterate command's three runs (served, record, in-process) and their option
+# long (77 lines): the iterate command's three runs (served, record, in-process) and their option
 # checks side by side
 def _cmd(args: argparse.Namespace) -> int:
+    if args.transport is not None and not args.url:
+        from datamill.core.errors import ConfigError
+
+        raise ConfigError(
+            "--transport chooses who builds a served dataset's batches; it needs --url",
+            hint="add --url http://HOST:PORT, or drop --transport",
+        )
     if args.url:
+        args.transport = args.transport or "built"
         if args.save_record:
             from datamill.core.errors import ConfigError
 
@@ -312,7 +321,7 @@ def _resume(loader: Any, path: str) -> None:
         ) from exc
 
 
-# long (122 lines): argparse declarations, one add_argument call per option
+# long (129 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill iterate`` and ``datamill plan``."""
     p = sub.add_parser(
@@ -335,6 +344,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--name", help="with --url: iteration name (processes with one name share an iteration)"
+    )
+    p.add_argument(
+        "--transport",
+        choices=["built", "direct"],
+        default=None,
+        help="with --url: built (the server builds the batches) or direct (this process builds "
+        "them from the dataset's client location; see docs/serving-scale.md) (default built)",
     )
     p.add_argument(
         "--cache-dir",

@@ -11,7 +11,7 @@ it.
 * ``datamill serve gc --state DIR --older-than 30d`` (iterations that ended before, from the
   journal)
 * ``datamill serve iterate DATASET --url URL [--key K] [--batch-size 256] [--rank R --world-size W]
-  ...``
+  [--transport built|direct] ...``
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "add_iterate_options",
+    "add_transport_option",
     "count",
     "host_list",
     "port_number",
@@ -275,11 +276,13 @@ def run_iterate(
     limit: int = 0,
     save_state: str | None = None,
     reconnect_timeout: float = 3.0,
+    transport: str = "built",
 ) -> int:
     """Iterate a served dataset once and print throughput (``datamill serve iterate``, ``datamill
     iterate --url``).
 
-    ``key`` defaults to ``$DATAMILL_KEY``.
+    ``key`` defaults to ``$DATAMILL_KEY``. ``transport``: ``"built"`` (the server builds the
+    batches) or ``"direct"`` (this process builds them from the dataset's client location).
 
     Raises:
         RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a
@@ -302,6 +305,7 @@ def run_iterate(
         name=name,
         collate="arrow",
         reconnect_s=reconnect_timeout,
+        transport=transport,
     )
     start = time.perf_counter()
     rows = batches = 0
@@ -313,7 +317,8 @@ def run_iterate(
     dt = time.perf_counter() - start
     print(
         f"iteration {loader.iteration_id}: {batches:,} batches, {rows:,} samples in {dt:.2f} s "
-        f"({rows / max(dt, 1e-9):,.0f} samples/s; waited {loader.stall_s:.2f} s for data)"
+        f"({rows / max(dt, 1e-9):,.0f} samples/s; waited {loader.stall_s:.2f} s for data; "
+        f"transport {transport})"
     )
     if save_state:
         from datamill.core.io import atomic_write
@@ -339,6 +344,7 @@ def _iterate(args: argparse.Namespace) -> int:
         limit=args.limit,
         save_state=args.save_state,
         reconnect_timeout=args.reconnect_timeout,
+        transport=args.transport,
     )
 
 
@@ -400,6 +406,18 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
         type=seconds(0, 3600),
         default=3.0,
         help="seconds to keep retrying an unreachable server before failing (default 3)",
+    )
+    add_transport_option(p)
+
+
+def add_transport_option(p: argparse.ArgumentParser) -> None:
+    """``--transport built|direct``: who builds the served batches."""
+    p.add_argument(
+        "--transport",
+        choices=["built", "direct"],
+        default="built",
+        help="built: the server builds the batches; direct: this process builds them from the "
+        "dataset's client location (default built)",
     )
 
 
