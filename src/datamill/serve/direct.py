@@ -159,27 +159,44 @@ def parse_runs(value: str) -> list[tuple[int, int, int]]:
 
 
 def _sliced_children(typ: pa.DataType) -> bool:
-    """Whether an array of ``typ`` holds a child array its slices share (a list's values): how
-    such a slice is written to Arrow IPC depends on where it was cut from, not only on its
-    values."""
-    if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_map(typ):
+    """Whether an array of ``typ`` shares a variable-size buffer or child with its slices (strings,
+    binaries, lists): how such a slice is written to Arrow IPC depends on where it was cut from,
+    not only on its values."""
+    if (
+        pat.is_list(typ)
+        or pat.is_large_list(typ)
+        or pat.is_map(typ)
+        or pat.is_string(typ)
+        or pat.is_large_string(typ)
+        or pat.is_binary(typ)
+        or pat.is_large_binary(typ)
+        or pat.is_dictionary(typ)
+    ):
         return True
     if pat.is_struct(typ) or pat.is_fixed_size_list(typ):
         return any(_sliced_children(typ.field(i).type) for i in range(typ.num_fields))
     return False
 
 
+def _canonical(arr: pa.Array) -> bool:
+    """Whether ``arr``'s Arrow IPC bytes depend only on its values: a fixed-width array of a
+    multiple of 64 rows (a slice of another length is written with its neighbours' bytes as
+    padding)."""
+    return len(arr) % 64 == 0 and not _sliced_children(arr.type)
+
+
 def _column(col: pa.ChunkedArray) -> pa.Array:
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    return pa.concat_arrays([arr]) if _sliced_children(arr.type) else arr
+    return arr if _canonical(arr) else pa.concat_arrays([arr])
 
 
 def as_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     """A table as one contiguous record batch of ``schema`` (cast when it differs).
 
-    Columns with list values are copied into their own buffers, so that the batch's Arrow IPC bytes
-    are the same however it was sliced (a direct client's builds are cut from other blocks than the
-    server's).
+    Columns of strings, binaries or lists, and columns whose length is not a multiple of 64, are
+    copied into their own buffers, so that the batch's Arrow IPC bytes are the same however it was
+    sliced (a direct client's or a build worker's builds are cut from other blocks than a build per
+    lease).
 
     Examples:
         >>> from datamill.serve.server import to_ipc
@@ -196,14 +213,14 @@ def as_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
     table itself when it already is one).
 
     Examples:
-        >>> t = pa.table({"x": [1, 2]})
+        >>> t = pa.table({"x": list(range(128))})
         >>> as_table(t, t.schema) is t
         True
         >>> as_table(pa.concat_tables([t, t]), t.schema).column(0).num_chunks
         1
     """
     if table.schema == schema and all(
-        c.num_chunks == 1 and not _sliced_children(c.type) for c in table.columns
+        c.num_chunks == 1 and _canonical(c.chunk(0)) for c in table.columns
     ):
         return table
     return pa.Table.from_batches([as_batch(table, schema)])
@@ -275,6 +292,10 @@ class RunStream:
     restarts it there. In dynamic mode (``follow=False``) a client's leases are not consecutive:
     each is built alone, without the epoch's plan (as :func:`build_runs`).
 
+    A server's build worker follows the ranks it serves with ``horizon`` (a build covers the next
+    ``horizon`` batches, without the rank's plan, so memory stays O(shards + horizon)) and at most
+    ``streams`` builds open.
+
     Examples:
         >>> from datamill.core.source import TableSource
         >>> svc = service_for(TableSource(pa.table({"x": list(range(20))}), shard_size=5),
@@ -288,13 +309,27 @@ class RunStream:
         True
         >>> stream.restarts
         1
-        >>> stream.close()
+        >>> ahead = RunStream(svc, cfg, horizon=2)
+        >>> got = [*ahead.batches([(1, 0, 2)]), *ahead.batches([(1, 2, 3)])]
+        >>> [t["x"].to_pylist() for t in got] == [t["x"].to_pylist() for t in want], ahead.restarts
+        (True, 2)
+        >>> stream.close(); ahead.close()
     """
 
-    def __init__(self, svc: BatchService, cfg: Mapping[str, Any], *, follow: bool = True) -> None:
+    def __init__(
+        self,
+        svc: BatchService,
+        cfg: Mapping[str, Any],
+        *,
+        follow: bool = True,
+        horizon: int | None = None,
+        streams: int = 2,
+    ) -> None:
         self.svc, self.cfg, self.follow = svc, cfg, follow
+        self.horizon, self.max_streams = horizon, max(1, int(streams))
         self.epoch, self.world = int(cfg["epoch"]), int(cfg["plan_world"])
-        self._streams: dict[int, tuple[int, Iterator[BatchResult]]] = {}
+        # plan rank -> (next batch, stop batch, its build's results)
+        self._streams: dict[int, tuple[int, int, Iterator[BatchResult]]] = {}
         self.restarts = 0  # builds started (the first one included)
 
     def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[pa.Table]:
@@ -308,31 +343,39 @@ class RunStream:
                     alone.close()
                 continue
             for batch in range(a, b):
-                results = self._at(r, batch)
+                stop, results = self._at(r, batch)
                 res = next(results)
-                assert res.batch == batch, (res.batch, batch)  # the build yields batches in order
-                self._streams[r] = (batch + 1, results)
+                self._streams[r] = (batch + 1, stop, results)
                 yield res.output
 
-    def _at(self, rank: int, batch: int) -> Iterator[BatchResult]:
+    def _at(self, rank: int, batch: int) -> tuple[int, Iterator[BatchResult]]:
         """The build of plan rank ``rank`` whose next batch is ``batch`` (started there if need
-        be)."""
-        current = self._streams.get(rank)
-        if current is not None and current[0] == batch:
-            return current[1]
+        be), with the batch it stops at."""
+        current = self._streams.pop(rank, None)
+        if current is not None and current[0] == batch < current[1]:
+            self._streams[rank] = current
+            return current[1], current[2]
         if current is not None:
-            close_iterator(self._streams.pop(rank)[1])
-        while len(self._streams) >= 2:  # at most two plan ranks' builds open (an elastic queue)
-            close_iterator(self._streams.pop(next(iter(self._streams)))[1])
+            close_iterator(current[2])
+        while len(self._streams) >= self.max_streams:  # the least recently used build stops
+            close_iterator(self._streams.pop(next(iter(self._streams)))[2])
         total = self.svc.num_batches(self.epoch, rank, self.world)
-        results = self.svc.build(self.epoch, rank, range(batch, total), world_size=self.world)
-        self._streams[rank] = (batch, results)
+        results: Iterator[BatchResult]
+        if self.horizon is None:  # to the rank's end, with the rank's plan (the Loader's way)
+            stop = total
+            results = self.svc.build(self.epoch, rank, range(batch, stop), world_size=self.world)
+        else:  # the next ``horizon`` batches, without the rank's plan (memory O(horizon))
+            stop = min(total, batch + self.horizon)
+            results = self.svc.build_samples(
+                self.epoch, rank, range(batch, stop), world_size=self.world
+            )  # its results count from 0 (the build releases shards by that count: never renumber)
+        self._streams[rank] = (batch, stop, results)
         self.restarts += 1
-        return results
+        return stop, results
 
     def close(self) -> None:
         """Stop the open builds (their shards are released)."""
-        for _, results in self._streams.values():
+        for *_, results in self._streams.values():
             close_iterator(results)
         self._streams.clear()
 

@@ -7,7 +7,9 @@ and order config; a lease is sent as ``(dataset path, iteration config, runs)`` 
 the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The leases of
 a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is
 pinned to one worker (round robin on first sight), so consecutive leases, which read the same
-shuffle window, hit the same worker's cache. The HTTP process only routes and journals.
+shuffle window, hit the same worker's cache. A worker follows each static rank it serves with one
+build over its next leases (:class:`~datamill.serve.direct.RunStream` with a horizon of 4 leases),
+so shards are read ahead across leases. The HTTP process only routes and journals.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ _SERVICES: dict[str, Any] = {}  # in a worker: service key -> BatchService
 _CACHE_SHARDS: int | None = None
 _ORDER = ("dataset", "batch_size", "seed", "shuffle", "columns", "drop_last", "window")
 _MAX_CLIENTS = 4096
+_STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> RunStream
+_MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
+_STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iteration
+_HORIZON_LEASES = 4  # leases one build of a followed rank covers
 
 
 def default_build_workers() -> int:
@@ -62,14 +68,30 @@ def _ping() -> int:
 
 def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
     """In a worker: the Arrow IPC stream of a lease's batches."""
-    from datamill.serve.direct import as_batches, build_runs, service_for
+    from datamill.serve.direct import RunStream, as_batches, service_for
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
     svc = _SERVICES.get(key)
     if svc is None:
         svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
-    batches = as_batches(build_runs(svc, cfg, runs))
+    # a static iteration's leases of one rank come to this worker in order: follow each rank with
+    # one build over the next leases (shards read ahead across leases) instead of a build per lease
+    skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
+    stream = _STREAMS.pop(skey, None)
+    if stream is None:
+        stream = RunStream(
+            svc,
+            cfg,
+            follow=cfg.get("mode", "static") == "static",
+            horizon=_HORIZON_LEASES * int(cfg.get("lease_size", 16)),
+            streams=_STREAMS_PER_ITERATION,
+        )
+    _STREAMS[skey] = stream  # most recently used last
+    while len(_STREAMS) > _MAX_ITERATIONS:
+        _STREAMS.pop(next(iter(_STREAMS))).close()
+    tables = list(stream.batches(runs))
+    batches = as_batches(tables)
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for b in batches:
@@ -135,6 +157,7 @@ class BuildPool:
         """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it);
         an int ``client`` (a static iteration's rank) is worker ``client % workers``."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
+        small.update(mode=cfg.get("mode", "static"), lease_size=cfg.get("lease_size", 16))
         args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
         w = client % len(self.executors) if isinstance(client, int) else self._worker(client)
         ex = self.executors[w]
