@@ -60,7 +60,7 @@ BENCHES: dict[str, tuple[list[str], dict[str, tuple[str, str]]]] = {
         },
     ),
     "text": (
-        ["bench_text.py", "--quick"],
+        ["bench_text.py", "--quick", "--data", "{data}"],
         {
             "char vocab+encode s": (
                 r"\| vocab build \+ encode, char \| [\d.]+ \| ([\d.]+) \|",
@@ -94,6 +94,8 @@ BENCHES: dict[str, tuple[list[str], dict[str, tuple[str, str]]]] = {
 def run_once(tree: Path, bench: str) -> tuple[dict[str, float], float, float]:
     """Run one benchmark from ``tree``: its figures, the 1-minute load before it, its wall time."""
     args, figures = BENCHES[bench]
+    data = os.environ.get("DATAMILL_DATA", str(Path(__file__).resolve().parents[2] / "shared/data"))
+    args = [a.replace("{data}", data) for a in args]
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
