@@ -65,8 +65,12 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 
 
 # ---------------------------------------------------------------- the fast lane: pytest -m "not slow"
-SLOW_MARKERS = ("ray", "browser", "faults")
-"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed mid-write."""
+SLOW_MARKERS = ("ray", "browser", "faults", "fuzz")
+"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed mid-write,
+generated command lines and API calls."""
+
+collect_ignore_glob = ["fixtures/*"]
+"""``tests/fixtures`` holds data and the scripts that made it (run by hand with a peer's venv), no tests."""
 
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 """Test functions measured slow (listed by file::function; see the file's header)."""

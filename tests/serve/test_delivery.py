@@ -44,7 +44,7 @@ def _one_line_json(res: Any) -> dict[str, Any]:
 def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> None:
     with Client(server["url"], server["read"]) as client:
         it = client.iteration(
-            "ds", batch_size=100, name="fences", lease_size=4, lease_timeout=2.0, mode="dynamic"
+            "ds", batch_size=100, name="fences", lease_size=4, lease_timeout=4.0, mode="dynamic"
         )["id"]
     path = f"/api/v1/iterations/{it}"
     holder, thief = _http(server, S1), _http(server, S2)
