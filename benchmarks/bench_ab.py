@@ -38,7 +38,10 @@ BENCHES: dict[str, tuple[list[str], dict[str, tuple[str, str]]]] = {
         ],
         {
             "Loader samples/s": (
-                r"datamill Loader \(num_workers=0\)\s+[\d,]+ samples\s+[\d.]+ s\s+([\d,]+) samples/s",
+                (
+                    r"datamill Loader \(num_workers=0\)\s+[\d,]+ samples\s+[\d.]+ s\s+"
+                    r"([\d,]+) samples/s"
+                ),
                 "/s",
             ),
             "ratio to torch+pandas": (r"ratio \(samples/s, datamill / reference\): ([\d.]+)x", "x"),

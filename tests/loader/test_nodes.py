@@ -1,4 +1,5 @@
-"""The Loader's batch stream as composed stages (datamill.loader.nodes): flat state, exact resume."""
+"""The Loader's batch stream as composed stages (datamill.loader.nodes): one flat state, exact
+resume."""
 
 from __future__ import annotations
 
@@ -27,15 +28,49 @@ def _keep(t: pa.Table) -> Any:
 # batches that followed it: they must still load and give the same tail.
 OLD_STATES = {
     "plain": (
-        json.loads(
-            '{"batches_seen": 3, "config": {"batch_size": 5, "columns": null, "drop_last": false, "rank": 0, "shuffle": true, "window": 10923, "world_size": 1}, "config_fingerprint": "e8d028f3e409089a4fd128dfff3bbd86", "counts": {"failed": 0, "filtered": 3, "read": 15, "yielded": 12}, "dataset_fingerprint": "fd6120bfcc8a8f47999fb4e084e8d9a1", "epoch": 0, "format": "datamill.loader/1", "samples_seen": 15, "seed": 11}'
-        ),
+        {
+            "batches_seen": 3,
+            "config": {
+                "batch_size": 5,
+                "columns": None,
+                "drop_last": False,
+                "rank": 0,
+                "shuffle": True,
+                "window": 10923,
+                "world_size": 1,
+            },
+            "config_fingerprint": "e8d028f3e409089a4fd128dfff3bbd86",
+            "counts": {"failed": 0, "filtered": 3, "read": 15, "yielded": 12},
+            "dataset_fingerprint": "fd6120bfcc8a8f47999fb4e084e8d9a1",
+            "epoch": 0,
+            "format": "datamill.loader/1",
+            "samples_seen": 15,
+            "seed": 11,
+        },
         [[11, 26, 31], [17, 1], [10, 4, 37, 2], [16, 32, 7, 38], [29]],
     ),
     "refill": (
-        json.loads(
-            '{"batches_seen": 2, "config": {"batch_size": 5, "columns": null, "drop_last": false, "rank": 0, "refill": true, "shuffle": true, "window": 10923, "world_size": 1}, "config_fingerprint": "e8d028f3e409089a4fd128dfff3bbd86", "counts": {"failed": 0, "filtered": 2, "read": 10, "yielded": 8}, "dataset_fingerprint": "fd6120bfcc8a8f47999fb4e084e8d9a1", "epoch": 0, "format": "datamill.loader/1", "samples_seen": 10, "seed": 11, "skip": 2}'
-        ),
+        {
+            "batches_seen": 2,
+            "config": {
+                "batch_size": 5,
+                "columns": None,
+                "drop_last": False,
+                "rank": 0,
+                "refill": True,
+                "shuffle": True,
+                "window": 10923,
+                "world_size": 1,
+            },
+            "config_fingerprint": "e8d028f3e409089a4fd128dfff3bbd86",
+            "counts": {"failed": 0, "filtered": 2, "read": 10, "yielded": 8},
+            "dataset_fingerprint": "fd6120bfcc8a8f47999fb4e084e8d9a1",
+            "epoch": 0,
+            "format": "datamill.loader/1",
+            "samples_seen": 10,
+            "seed": 11,
+            "skip": 2,
+        },
         [[28, 5, 11, 26, 31], [17, 1, 10, 4, 37], [2, 16, 32, 7, 38], [29]],
     ),
 }

@@ -1,11 +1,11 @@
 """The Loader's batch stream as small stateful stages, composed (``torchdata.nodes`` style).
 
-Each stage wraps the one before it (its ``source``), has :meth:`Stage.next`, and owns some fields of
-the Loader's one flat resume state: :meth:`Stage.state_dict` returns its source's fields updated with
-its own, :meth:`Stage.load_state_dict` takes its fields and passes the state on, and
-:meth:`Stage.check` compares the saved settings it owns with its own. A stage's fields sit in the same
-JSON object as the others' (``{"batches_seen": 3, "skip": 2, "counts": {...}}``), so composing stages
-never nests the format: a state saved before the stages existed loads unchanged.
+Each stage wraps the one before it (its ``source``), has :meth:`Stage.next`, and owns some fields
+of the Loader's one flat resume state: :meth:`Stage.state_dict` returns its source's fields updated
+with its own, :meth:`Stage.load_state_dict` takes its fields and passes the state on, and
+:meth:`Stage.check` compares the saved settings it owns with its own. A stage's fields sit in the
+same JSON object as the others' (``{"batches_seen": 3, "skip": 2, "counts": {...}}``), so composing
+stages never nests the format: a state saved before the stages existed loads unchanged.
 
 A :class:`~datamill.loader.Loader` is one of these chains::
 
@@ -82,7 +82,8 @@ class Stage:
             self.source.load_state_dict(state)
 
     def check(self, state: Mapping[str, Any], *, allow_mismatch: Sequence[str] = ()) -> None:
-        """Raise :class:`ResumeStateError` if ``state`` was saved with other settings of this stage."""
+        """Raise :class:`ResumeStateError` if ``state`` was saved with other settings of this
+        stage."""
         if self.source is not None:
             self.source.check(state, allow_mismatch=allow_mismatch)
 
@@ -97,7 +98,8 @@ class Positions(Stage):
         build: builds the given batch numbers of the current epoch, in order
             (:meth:`Loader.iter_batches <datamill.loader.Loader.iter_batches>`).
         accounting: a fresh :class:`~datamill.loader.accounting.Accounting`.
-        observe: called with every batch result as it arrives (progress, timing). Defaults to ``None``.
+        observe: called with every batch result as it arrives (progress, timing).
+            Defaults to ``None``.
     """
 
     def __init__(
@@ -225,7 +227,9 @@ class DropEmpty(Stage):
 
 
 class Refilled(Stage):
-    """The passing samples cut into tables of exactly ``batch_size`` rows (:mod:`datamill.loader.refill`).
+    """The passing samples cut into tables of exactly ``batch_size`` rows.
+
+    :mod:`datamill.loader.refill` holds the rows not yet emitted.
 
     Owns ``skip`` (rows of position batch ``batches_seen`` already emitted) and moves
     ``batches_seen``/``counts`` back to where the rows not yet emitted start, so a resumed loader
