@@ -42,7 +42,13 @@ from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.buckets import bucket_arrange, bucket_boundaries, sample_lengths
 from datamill.loader.cache import BuildReader, ShardCache
 from datamill.loader.collate import resolve_collate
-from datamill.loader.elastic import ResumePoint, norm_elastic, resume_point
+from datamill.loader.elastic import (
+    ResumePoint,
+    carried_state,
+    norm_elastic,
+    resume_point,
+    same_world,
+)
 from datamill.loader.order import (
     Elastic,
     EpochOrder,
@@ -626,52 +632,17 @@ class BatchService:
     ) -> tuple[ResumePoint, Mapping[str, Any] | None]:
         """Where rank ``rank`` resumes, and the saved state whose per-rank fields carry over.
 
-        A state of this rank in the same world (same rank, world size, replication and batch size,
-        no elastic history) is checked with :meth:`check_state`; anything else (every rank's
-        states, another world size, a lockstep state of another rank, an elastic history) goes
-        through :meth:`resume_point`. The second value is the one saved state whose plan goes on
-        unchanged (its ``counts`` and ``skip`` still apply), or ``None`` when the rest of the epoch
-        is re-split (the epoch's counts start again).
-
-        Raises:
-            ResumeStateError: as :meth:`check_state` and :meth:`resume_point`; or a re-split of a
-                state part-way through a position batch (``skip``: rows of the filter's output
-                already emitted by refill, which name no positions).
+        This rank's own state in the same world is checked with :meth:`check_state`; anything else
+        goes through :meth:`resume_point`. The second value is ``None`` when the rest of the epoch
+        is re-split (:func:`datamill.loader.elastic.carried_state`).
         """
-        cfg = state.get("config") if isinstance(state, Mapping) else None
-        if (
-            isinstance(state, Mapping)
-            and isinstance(cfg, Mapping)
-            and "elastic" not in state
-            and cfg.get("rank") == rank
-            and cfg.get("world_size") == world_size
-            and cfg.get("replication", 1) == replication
-            and (cfg.get("batch_size") == self.batch_size or "batch_size" not in allow_mismatch)
-        ):
-            epoch, seen = self.check_state(
-                state,
-                rank=rank,
-                world_size=world_size,
-                allow_mismatch=allow_mismatch,
-                replication=replication,
-            )
+        where = {"rank": rank, "world_size": world_size, "replication": replication}
+        if same_world(state, batch_size=self.batch_size, allow_mismatch=allow_mismatch, **where):
+            assert isinstance(state, Mapping)
+            epoch, seen = self.check_state(state, allow_mismatch=allow_mismatch, **where)
             return ResumePoint(epoch, seen), state
-        point = self.resume_point(
-            state,
-            rank=rank,
-            world_size=world_size,
-            replication=replication,
-            allow_mismatch=allow_mismatch,
-        )
-        states = [state] if isinstance(state, Mapping) else list(state)
-        if len(states) == 1 and point.elastic == norm_elastic(states[0].get("elastic")):
-            return point, states[0]  # the same plan continues (lockstep, same world size)
-        if any(int(st.get("skip", 0)) for st in states):
-            raise ResumeStateError(
-                "a refill state part-way through a batch cannot be re-split elastically",
-                hint="resume with the saved world size and batch size",
-            )
-        return point, None
+        point = self.resume_point(state, allow_mismatch=allow_mismatch, **where)
+        return point, carried_state(state, point)
 
     # ----------------------------------------------------------------- accounting
     def accounting(self) -> Accounting:
