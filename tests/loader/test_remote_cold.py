@@ -199,3 +199,48 @@ def test_a_state_saved_without_warmup_resumes_its_own_order(
         Loader(src, BATCH, seed=9, collate="arrow").load_state_dict(state)
     assert "Loader.from_state" in str(info.value)
     assert_same_items(list(Loader.from_state(src, state, collate="arrow")), tail, "resumed tail")
+
+
+def test_a_second_open_lists_only_until_an_object_changes(
+    s3: tuple[pafs.S3FileSystem, Path, dict[int, bytes]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fs, local, _ = s3
+    calls: list[str] = []
+    real = RemoteParquetSource._footer
+
+    def counted(self: RemoteParquetSource, info: pafs.FileInfo) -> Any:
+        calls.append(info.path)
+        return real(self, info)
+
+    monkeypatch.setattr(RemoteParquetSource, "_footer", counted)
+    first = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
+    assert len(calls) == FILES
+    again = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
+    assert len(calls) == FILES  # the footers recorded by the first open
+    assert again.shard_sizes().tolist() == first.shard_sizes().tolist()
+    assert again.schema.equals(first.schema) and again.fingerprint() == first.fingerprint()
+    # a rewritten object (another size and time) is not trusted: every footer is read again
+    pq.write_table(
+        pq.read_table(local / "part-003.parquet").slice(0, 50),
+        "cold/img2/part-003.parquet",
+        filesystem=fs,
+    )
+    pq.write_table(
+        pq.read_table(local / "part-004.parquet"), "cold/img2/part-004.parquet", filesystem=fs
+    )
+    before = RemoteParquetSource("s3://cold/img2", cache_dir=tmp_path, filesystem=fs)
+    assert before.shard_sizes().tolist() == [50, PER]
+    pq.write_table(
+        pq.read_table(local / "part-003.parquet"), "cold/img2/part-003.parquet", filesystem=fs
+    )
+    calls.clear()
+    after = RemoteParquetSource("s3://cold/img2", cache_dir=tmp_path, filesystem=fs)
+    assert len(calls) == 2 and after.shard_sizes().tolist() == [PER, PER]
+    # a torn record is read again, not trusted
+    record = first._footers_path()
+    record.write_text(record.read_text()[:20])
+    calls.clear()
+    torn = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
+    assert len(calls) == FILES and torn.shard_sizes().tolist() == first.shard_sizes().tolist()

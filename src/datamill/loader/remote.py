@@ -2,7 +2,8 @@
 
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
-footers, read with small range requests, 16 at a time, when the source opens). Reading a shard downloads the whole
+footers, read with small range requests, 16 at a time, when the source opens, and recorded in
+``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them). Reading a shard downloads the whole
 file into a :class:`ShardFileCache`, so the Loader's shard cache, which loads shards in the order of
 the epoch's plan and ``prefetch`` ahead, is also what prefetches downloads.
 
@@ -24,16 +25,20 @@ Credentials and endpoint come from the usual variables (``AWS_ACCESS_KEY_ID``,
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import xxhash
 from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError, SchemaError
@@ -57,6 +62,9 @@ __all__ = [
     "s3_filesystem",
     "split_url",
 ]
+
+FOOTERS_FORMAT = "datamill.parquet-footers/1"
+"""The row counts and schema of a prefix's objects, kept in ``cache_dir`` beside the copies."""
 
 FOOTER_THREADS = 16
 """Parquet footers read at once when a source opens (the row counts; a HEAD and a small ranged GET each)."""
@@ -136,11 +144,21 @@ class RemoteParquetSource:
             cache_dir if cache_dir is not None else default_cache_dir(),
             cache_limit=cache_limit,
         )
-        sizes, schema = [], None
         _preload_in_background()  # while the footers download
-        with ThreadPoolExecutor(
-            max_workers=min(FOOTER_THREADS, len(infos))
-        ) as pool:  # footers: parallel GETs
+        listing = [[i.path, int(i.size), i.mtime_ns] for i in infos]
+        known = self._known_footers(listing)
+        if known is None:
+            sizes, schema = self._read_footers(infos)
+            self._remember_footers(listing, sizes, schema)
+        else:
+            sizes, schema = known
+        self.schema = schema
+        self._sizes = np.asarray(sizes, dtype=np.int64)
+
+    def _read_footers(self, infos: list[pafs.FileInfo]) -> tuple[list[int], pa.Schema]:
+        """Row counts and the common schema from every file's footer (parallel GETs)."""
+        sizes, schema = [], None
+        with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(infos))) as pool:
             footers = list(pool.map(self._footer, infos))
         for info, md in zip(infos, footers):
             s = md.schema.to_arrow_schema().remove_metadata()
@@ -153,8 +171,50 @@ class RemoteParquetSource:
                 )
             sizes.append(md.num_rows)
         assert schema is not None
-        self.schema = schema
-        self._sizes = np.asarray(sizes, dtype=np.int64)
+        return sizes, schema
+
+    def _footers_path(self) -> Path:
+        return self.cache.dir / f"{xxhash.xxh3_64_hexdigest(self.url.encode('utf-8'))}.footers"
+
+    def _known_footers(self, listing: list[list[Any]]) -> tuple[list[int], pa.Schema] | None:
+        """The row counts and schema a previous open recorded for exactly this listing, or None.
+
+        Trusted only when every object's key, size and modification time are the ones recorded
+        (what :meth:`fingerprint` hashes too); anything unreadable or different is read again.
+        """
+        if any(m is None for _, _, m in listing):
+            return None
+        try:
+            raw = json.loads(self._footers_path().read_text(encoding="utf-8"))
+            if raw.get("format") != FOOTERS_FORMAT or raw.get("listing") != listing:
+                return None
+            rows = [int(r) for r in raw["rows"]]
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["schema"])))
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return None
+        return (rows, schema) if len(rows) == len(listing) else None
+
+    def _remember_footers(
+        self, listing: list[list[Any]], rows: list[int], schema: pa.Schema
+    ) -> None:
+        """Record the footers beside the cached copies (a later open of the same objects lists only)."""
+        if any(m is None for _, _, m in listing):
+            return
+        data = json.dumps(
+            {
+                "format": FOOTERS_FORMAT,
+                "listing": listing,
+                "rows": [int(r) for r in rows],
+                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+            }
+        )
+        path = self._footers_path()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        try:  # written beside and renamed; a torn file does not parse and is read again
+            tmp.write_text(data, encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:  # a read-only cache folder: the footers are read again next time
+            tmp.unlink(missing_ok=True)
 
     def _footer(self, info: pafs.FileInfo) -> pq.FileMetaData:
         try:
