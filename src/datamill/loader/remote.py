@@ -3,9 +3,10 @@
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
 footers, read with small range requests, 16 at a time, when the source opens, and recorded in
-``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them). Reading a shard downloads the whole
-file into a :class:`ShardFileCache`, so the Loader's shard cache, which loads shards in the order of
-the epoch's plan and ``prefetch`` ahead, is also what prefetches downloads.
+``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them).
+Reading a shard downloads the whole file into a :class:`ShardFileCache`, so the Loader's shard
+cache, which loads shards in the order of the epoch's plan and ``prefetch`` ahead (with warm-up,
+the default here: the next window while one is consumed), is also what prefetches downloads.
 
 The local cache (:class:`~datamill.core.objstore.ShardFileCache`, re-exported here with
 :func:`s3_filesystem`, :func:`is_remote` and :func:`split_url`) never trusts what it has not checked:
@@ -67,7 +68,7 @@ FOOTERS_FORMAT = "datamill.parquet-footers/1"
 """The row counts and schema of a prefix's objects, kept in ``cache_dir`` beside the copies."""
 
 FOOTER_THREADS = 16
-"""Parquet footers read at once when a source opens (the row counts; a HEAD and a small ranged GET each)."""
+"""Parquet footers read at once when a source opens (row counts; a HEAD and a ranged GET each)."""
 
 
 _PRELOADED = threading.Event()
@@ -197,7 +198,7 @@ class RemoteParquetSource:
     def _remember_footers(
         self, listing: list[list[Any]], rows: list[int], schema: pa.Schema
     ) -> None:
-        """Record the footers beside the cached copies (a later open of the same objects lists only)."""
+        """Record the footers beside the cached copies (a later open of the same objects lists)."""
         if any(m is None for _, _, m in listing):
             return
         data = json.dumps(

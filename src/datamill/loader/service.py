@@ -75,7 +75,8 @@ def reads_remotely(source: object) -> bool:
     """Whether ``source`` reads from object storage (its ``remote`` attribute is set).
 
     :class:`~datamill.loader.remote.RemoteParquetSource` and a
-    :class:`~datamill.shards.ShardsetDataset` on ``s3://`` do; a service warms up by default over them.
+    :class:`~datamill.shards.ShardsetDataset` on ``s3://`` do; a Loader warms up by default over
+    them.
 
     Examples:
         >>> from datamill.core.source import TableSource
