@@ -37,7 +37,7 @@ BATCH = 64
 def s3(
     tmp_path_factory: pytest.TempPathFactory, seaweed: tuple[str, str, str]
 ) -> Iterator[tuple[pafs.S3FileSystem, Path, dict[int, bytes]]]:
-    """Bucket ``cold`` holding ``img/part-*.parquet`` (uid + random bytes); the same files locally."""
+    """Bucket ``cold`` holding ``img/part-*.parquet`` (uid + random bytes); the files locally."""
     endpoint, key, secret = seaweed
     fs = s3_filesystem(
         endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
