@@ -244,3 +244,32 @@ def test_a_second_open_lists_only_until_an_object_changes(
     calls.clear()
     torn = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
     assert len(calls) == FILES and torn.shard_sizes().tolist() == first.shard_sizes().tolist()
+
+
+def _second_epoch_hits(
+    fs: pafs.S3FileSystem, folder: Path, limit: int, *, plan_order: bool
+) -> tuple[int, int]:
+    """(copies held after a cold epoch, cache hits of the next epoch) with a bounded cache."""
+    src = RemoteParquetSource("s3://cold/img", cache_dir=folder, cache_limit=limit, filesystem=fs)
+    if not plan_order:  # what the cache did before: least recently used first, plan or not
+        src.cache.expect = lambda remotes: None  # type: ignore[method-assign]
+    loader = Loader(src, BATCH, seed=11, collate="arrow")
+    _epoch(loader)
+    held = len(list(folder.glob("*.parquet")))
+    before = src.cache.stats()["hits"]
+    loader.set_epoch(1)
+    _epoch(loader)
+    return held, src.cache.stats()["hits"] - before
+
+
+def test_a_bounded_cache_evicts_in_the_plans_order(
+    s3: tuple[pafs.S3FileSystem, Path, dict[int, bytes]], tmp_path: Path
+) -> None:
+    fs, _, _ = s3
+    sizes = [fs.get_file_info(f"cold/img/part-{i:03d}.parquet").size for i in range(FILES)]
+    limit = 4 * max(sizes)  # 4 of the 16 files
+    held, hits = _second_epoch_hits(fs, tmp_path / "plan", limit, plan_order=True)
+    # every copy held when the epoch starts is read before it is evicted (new copies go first)
+    assert held == 4 and hits == held
+    _, lru_hits = _second_epoch_hits(fs, tmp_path / "lru", limit, plan_order=False)
+    assert lru_hits < hits  # least recently used first evicted what the next epoch needed (1 of 4)

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,7 @@ class ShardFileCache:
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
+        self._next_use: dict[str, int] = {}  # local name -> position in the plan (see expect)
         self._lru: OrderedDict[str, int] = OrderedDict()  # local name -> bytes, least recent first
         now = time.time()
         for tmp in self.dir.glob(f".*{TMP_SUFFIX}"):  # another process may be writing a new one
@@ -115,12 +117,15 @@ class ShardFileCache:
     def __getstate__(self) -> dict[str, Any]:
         # locks stay in this process (spawned DataLoader workers pickle the source); counters restart
         return {
-            k: v for k, v in self.__dict__.items() if k not in ("_lock", "_key_locks", "_in_use")
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ("_lock", "_key_locks", "_in_use", "_next_use")
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock, self._key_locks, self._in_use = threading.Lock(), {}, {}
+        self._next_use = {}
 
     def stats(self) -> dict[str, int]:
         """Downloads, cache hits, evictions, bytes fetched, copies rejected, bytes held now."""
@@ -173,6 +178,7 @@ class ShardFileCache:
                 with self._lock:
                     self._lru[name] = len(data)
                     self._lru.move_to_end(name)
+                    self._next_use.pop(name, None)  # read: its next use is past the plan given
             return data
         finally:
             with self._lock:
@@ -254,13 +260,30 @@ class ShardFileCache:
             except FileNotFoundError:
                 pass
 
+    def expect(self, remotes: Sequence[str]) -> None:
+        """The order in which ``remotes`` will be read next (a plan's shards, first needed first).
+
+        Eviction then follows the plan (Belady's rule with the plan as the future): copies not in
+        it, or already read since, go first (least recently used first), then the copies needed
+        last. A bounded cache thus keeps, at the start of an epoch, the copies that epoch reads
+        before it evicts them, instead of the ones read last. Only the order of eviction changes.
+        """
+        order = {self.local_name(r): i for i, r in enumerate(remotes)}
+        with self._lock:
+            self._next_use = order
+
     def _evict(self) -> None:
         if self.limit is None:
             return
         victims = []
         with self._lock:
             total = sum(self._lru.values())
-            for name in list(self._lru):
+            later = self._next_use
+            # not needed by the plan (least recently used first), then needed last first
+            ranked = [n for n in self._lru if n not in later] + sorted(
+                (n for n in self._lru if n in later), key=lambda n: -later[n]
+            )
+            for name in ranked:
                 if total <= self.limit:
                     break
                 if name in self._in_use:

@@ -278,6 +278,10 @@ class RemoteParquetSource:
         # import (pandas included) took 0.4-0.7 s of a cold first batch, holding every reader thread
         return pq.ParquetFile(pa.BufferReader(data)).read(columns=cols)
 
+    def expect_reads(self, shards: Sequence[int]) -> None:
+        """The shards a build reads next, in order: a bounded cache evicts in that plan's order."""
+        self.cache.expect([self.infos[int(k)].path for k in shards])
+
     def fingerprint(self) -> str:
         """Hash of the objects' keys, sizes and modification times (no content read)."""
         return fingerprint_obj(

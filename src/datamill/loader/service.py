@@ -841,6 +841,9 @@ class BatchService:
             prefetch=self.prefetch,
             ahead_window=self.window if self.warmup else 0,
         )
+        expect = getattr(self.source, "expect_reads", None)
+        if callable(expect):  # a bounded local cache of remote files then evicts in plan order
+            expect(reader.by_first.tolist())
         try:
             for res in self._results(reader, batches):
                 res.epoch, res.rank, res.shards_read = epoch, rank, reader.shards_read
