@@ -1294,6 +1294,33 @@ def test_unreachable_ray_address_is_one_line_within_30_s(
     )
 
 
+@pytest.mark.ray
+def test_a_ray_address_of_another_service_is_one_line_within_30_s(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--address` naming a port where an HTTP server answers: Ray retried it for minutes (> 200 s)."""
+    import http.server
+    import threading
+    import time
+
+    pytest.importorskip("ray")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    worker = threading.Thread(target=httpd.serve_forever, daemon=True)
+    worker.start()
+    try:
+        address = f"127.0.0.1:{httpd.server_address[1]}"
+        s = os.fspath(small)
+        args = ["bert", f"{s}/r.txt", "--out", f"{s}/never.parquet", "--engine", "ray"]
+        start = time.perf_counter()
+        line = _one_line([*args, "--address", address], capsys)
+        assert time.perf_counter() - start <= 30, line
+        assert address in line and "not as a Ray cluster" in line, line
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        worker.join(timeout=10)
+
+
 @pytest.mark.parametrize(
     "args",
     [
