@@ -137,10 +137,10 @@ class BatchService:
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
         warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards
-            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard, not a
-            whole window (from object storage: one download), and the next window is read while one
-            is consumed. ``None``: on for a source on object storage (:func:`reads_remotely`), off
-            otherwise. Defaults to ``False``.
+            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard,
+            not a whole window (from object storage: one download), and the next window is read
+            while one is consumed. ``None``: on for a source on object storage
+            (:func:`reads_remotely`), off otherwise. Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
