@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.rng import rng_for
+from datamill.lineage.exact import Columns, duplicate_groups, leaks, row_keys
 from datamill.lineage.rowhash import column_hash, mix64
 
 __all__ = [
@@ -335,48 +336,6 @@ def _inputs(path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
     return inputs, texts
 
 
-def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
-    """One uint64 per row, equal for rows with equal ``columns`` (within this table only).
-
-    Strings go through ``dictionary_encode`` (their ids in this table), numbers through their bits,
-    anything else through :func:`~datamill.lineage.rowhash.column_hash`; cheaper than content hashes
-    that must agree across builds, which an exact check within one table does not need.
-
-    Examples:
-        >>> k = row_keys(pa.table({"a": ["x", "y", "x"], "b": [1, 2, 1]}), ["a", "b"])
-        >>> bool(k[0] == k[2]), bool(k[0] == k[1])
-        (True, False)
-    """
-    h = np.zeros(table.num_rows, dtype=np.uint64)
-    for i, name in enumerate(columns):
-        col = table.column(name).combine_chunks()
-        typ = col.type
-        if (
-            pat.is_string(typ)
-            or pat.is_large_string(typ)
-            or pat.is_binary(typ)
-            or pat.is_large_binary(typ)
-        ):
-            enc = pc.dictionary_encode(col)
-            ids = np.asarray(
-                enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64
-            )
-            part = ids.astype(np.uint64)
-        elif (pat.is_integer(typ) or pat.is_floating(typ)) and not col.null_count:
-            part = (
-                np.asarray(col.to_numpy(zero_copy_only=False))
-                .view(f"u{typ.bit_width // 8}")
-                .astype(np.uint64)
-            )
-        else:
-            part = column_hash(col)
-        h *= np.uint64(0x100000001B3)
-        h += part
-        if i % 4 == 3:  # mix every few columns (a plain polynomial of small ids could collide)
-            h = mix64(h)
-    return mix64(h)
-
-
 def check_splits(
     table_or_path: pa.Table | str | os.PathLike[str],
     /,
@@ -464,20 +423,15 @@ def check_splits(
         cols,
         settings={"threshold": threshold, "num_perm": num_perm, "shingle": shingle, "seed": seed},
     )
-    h = row_keys(table, cols)
-    order = np.argsort(h[train], kind="stable")
-    sorted_train = h[train][order]
+    prepared = Columns.of(table, cols)
+    keys = prepared.keys()
     for s in (1, 2):
         rows_s = np.flatnonzero(split == s)
         if not len(rows_s) and s not in split:
             continue
-        i = np.searchsorted(sorted_train, h[rows_s]).clip(max=max(0, len(train) - 1))
-        hit = (sorted_train[i] == h[rows_s]) if len(train) else np.zeros(len(rows_s), dtype=bool)
-        ex = [
-            (int(r), int(train[order[j]]))
-            for r, j in zip(rows_s[hit][:EXAMPLES], i[hit][:EXAMPLES])
-        ]
-        report.exact[SPLIT_NAMES[s]] = {"rows": int(hit.sum()), "examples": ex}
+        hit_r, hit_t = leaks(prepared, keys, train, rows_s)
+        ex = [(int(r), int(t)) for r, t in zip(hit_r[:EXAMPLES], hit_t[:EXAMPLES])]
+        report.exact[SPLIT_NAMES[s]] = {"rows": len(hit_r), "examples": ex}
     for c in texts:
         values, offsets = token_ids(table.column(c))
         sig = minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
@@ -519,25 +473,20 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
         raise ConfigError(
             f"unknown column(s) {unknown}; the data has {table.column_names}", column=unknown[0]
         )
-    h = row_keys(table, cols)
-    order = np.argsort(h, kind="stable")
-    hs = h[order]
-    starts = (
-        np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]]))
-        if len(hs)
-        else np.zeros(0, np.int64)
-    )
-    sizes = np.diff(np.append(starts, len(hs)))
-    dup, dup_sizes = starts[sizes > 1], sizes[sizes > 1]
-    first = np.argsort(order[dup], kind="stable")  # groups in the order of their first row
+    prepared = Columns.of(table, cols)
+    groups = duplicate_groups(prepared, prepared.keys())
+    sizes = np.bincount(groups, minlength=len(groups))
+    dup = np.flatnonzero(sizes > 1)  # the first row of each group of several (row order)
     uids = table.column(uid)
+    in_dup = sizes[groups] > 1
+    members = np.flatnonzero(in_dup)
     examples = [
-        uids.take(pa.array(np.sort(order[a : a + n]))).to_pylist()
-        for a, n in zip(dup[first][:EXAMPLES].tolist(), dup_sizes[first][:EXAMPLES].tolist())
+        uids.take(pa.array(members[groups[members] == g])).to_pylist()
+        for g in dup[:EXAMPLES].tolist()
     ]
     return {
         "groups": len(dup),
-        "rows": int(sizes[sizes > 1].sum()),
+        "rows": int(in_dup.sum()),
         "examples": examples,
         "columns": cols,
     }
