@@ -154,7 +154,11 @@ def _key(col: _Col) -> U64:
                 h[~col.valid] = np.uint64(0xFF << 56)  # no string has 255 bytes here
             col.code = h
             return h
-        elif top <= _WORDS_MAX:
+        code = _dictionary_code(col.arr)
+        if code is not None:  # longer strings: their ids in this column (Arrow's hash table)
+            col.code = code
+            return code
+        if top <= _WORDS_MAX:
             h = col.lengths.astype(np.uint64)
             for k in range((top + 7) // 8):
                 h *= _K1
@@ -171,6 +175,19 @@ def _key(col: _Col) -> U64:
     if col.valid is not None:
         h = np.where(col.valid, h, _NULL)
     return h
+
+
+def _dictionary_code(arr: pa.Array) -> U64 | None:
+    """Exact codes of a column's values: ids of ``dictionary_encode``, nulls ``2**63``."""
+    try:
+        idx = pc.dictionary_encode(arr).indices
+    except pa.ArrowNotImplementedError:
+        return None
+    ids = np.asarray(idx.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    code = ids.astype(np.uint64)
+    if idx.null_count:
+        code[ids < 0] = np.uint64(1 << 63)
+    return code
 
 
 def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
