@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +30,7 @@ from datamill.core.errors import ConfigError
 from datamill.core.rng import rng_for
 from datamill.lineage.rowhash import column_hash, mix64
 
-__all__ = ["minhash", "near_duplicates", "token_hashes", "token_ids"]
+__all__ = ["minhash", "near_duplicates", "signatures", "token_hashes", "token_ids"]
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
@@ -108,6 +110,20 @@ _UNICODE_SPACES = "[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u300
 split on (Unicode Zs and bidi classes WS, B, S)."""
 
 
+_LEAD = np.zeros(256, dtype=bool)
+_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True  # first bytes of the Unicode spaces in UTF-8
+
+
+def _may_hold_unicode_space(col: pa.Array) -> bool:
+    """Does the text hold a Unicode space? (numpy: the few lead bytes, then a regex to be sure)."""
+    buf = col.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
+    high = data[data >= 0xC2]
+    if not len(high) or not _LEAD[high].any():
+        return False
+    return bool(pc.any(pc.match_substring_regex(col, _UNICODE_SPACES)).as_py())
+
+
 def _byte_spans(col: pa.Array) -> tuple[NDArray[np.uint8], I64, I64, I64]:
     """``(lower-cased bytes, word starts, word lengths, word offsets per row)`` of text.
 
@@ -116,13 +132,9 @@ def _byte_spans(col: pa.Array) -> tuple[NDArray[np.uint8], I64, I64, I64]:
     uses a byte below 0x80 inside a multi-byte character, so the bytes then split exactly on ASCII
     whitespace.
     """
-    col = col.fill_null("") if col.null_count else col
-    if pc.all(pc.string_is_ascii(col)).as_py() is False:
-        col = pc.utf8_lower(col)
-        if pc.any(pc.match_substring_regex(col, _UNICODE_SPACES)).as_py():
-            col = pc.replace_substring_regex(col, _UNICODE_SPACES, " ")
-    else:
-        col = pc.ascii_lower(col)
+    col = pc.utf8_lower(col.fill_null("") if col.null_count else col)
+    if _may_hold_unicode_space(col):
+        col = pc.replace_substring_regex(col, _UNICODE_SPACES, " ")
     large = pat.is_large_string(col.type)
     off = np.frombuffer(
         col.buffers()[1], dtype=np.int64 if large else np.int32, count=col.offset + len(col) + 1
@@ -196,6 +208,47 @@ def minhash(
     hs >>= np.uint64(bits)  # the value: the bits below the bin's (top means "empty")
     np.minimum.at(sig.reshape(-1), key, hs)
     return _densify(sig)
+
+
+def signatures(
+    column: pa.Array | pa.ChunkedArray,
+    /,
+    *,
+    num_perm: int = 64,
+    shingle: int = 3,
+    seed: int = 0,
+    threads: int | None = None,
+) -> U64:
+    """:func:`minhash` of :func:`token_hashes` of a column, in row blocks on ``threads`` threads.
+
+    Token hashes depend only on the word (no dictionary shared between blocks), so the blocks are
+    independent and the result is the same for any ``threads``.
+
+    Args:
+        column: a text or token-id column.
+        num_perm: MinHash values per row. Defaults to ``64``.
+        shingle: tokens per shingle. Defaults to ``3``.
+        seed: seeds the hash functions. Defaults to ``0``.
+        threads: worker threads. Defaults to ``None`` (the machine's cores, at most 4).
+
+    Examples:
+        >>> col = pa.array(["the cat sat on the mat", "a dog", "the cat sat on the mat"] * 3)
+        >>> bool((signatures(col, threads=1) == signatures(col, threads=3)).all())
+        True
+    """
+    from datamill.core.parallel import ordered_map
+
+    col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    workers = min(4, os.cpu_count() or 1) if threads is None else max(1, threads)
+    blocks = max(1, min(workers, len(col) // 2_000))
+    bounds = np.linspace(0, len(col), blocks + 1).astype(np.int64).tolist()
+
+    def one(k: int) -> U64:
+        values, offsets = token_hashes(col.slice(bounds[k], bounds[k + 1] - bounds[k]))
+        return minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
+
+    parts = list(ordered_map(one, range(blocks), threads=blocks))
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 def _densify(sig: U64) -> U64:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.lineage.exact import Columns, duplicate_groups, leaks, row_keys
-from datamill.lineage.near import minhash, near_duplicates, token_hashes, token_ids
+from datamill.lineage.near import minhash, near_duplicates, signatures, token_ids
 
 __all__ = [
     "SplitReport",
@@ -218,8 +218,7 @@ def check_splits(
         ex = [(int(r), int(t)) for r, t in zip(hit_r[:EXAMPLES], hit_t[:EXAMPLES])]
         report.exact[SPLIT_NAMES[s]] = {"rows": len(hit_r), "examples": ex}
     for c in texts:
-        values, offsets = token_hashes(table.column(c))
-        sig = minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
+        sig = signatures(table.column(c), num_perm=num_perm, shingle=shingle, seed=seed)
         per = {}
         for s in (1, 2):
             rows_s = np.flatnonzero(split == s)
