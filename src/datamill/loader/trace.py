@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -335,6 +335,8 @@ class Hit:
     segment: int
     rejected: bool | None = None
     client: str | None = None
+    iteration: str | None = None
+    """Which record of several (:class:`~datamill.loader.trace_join.RunTracer`) the batch is in."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -355,6 +357,7 @@ class BatchTrace:
     uids: list[Any]
     rejected: list[bool] | None = None
     client: str | None = None
+    iteration: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -936,7 +939,7 @@ class Tracer:
 
 
 def trace(
-    record: Mapping[str, Any] | str | os.PathLike[str],
+    record: Mapping[str, Any] | str | os.PathLike[str] | Sequence[Any],
     /,
     *,
     uids: Sequence[Any] | Any = None,
@@ -950,7 +953,8 @@ def trace(
     """Trace samples to batches and batches to samples from a run record.
 
     Args:
-        record: the run record (dict or JSON path).
+        record: the run record (dict or JSON path), or a list of records of one run (one per served
+            iteration or restart: :class:`~datamill.loader.trace_join.RunTracer`).
         uids: UID(s) to trace (values of the dataset's ``uid`` column, else sample numbers).
             Defaults to ``None``.
         samples: sample number(s) (rows of the dataset in shard order) to trace. Defaults to ``None``.
@@ -974,7 +978,14 @@ def trace(
         >>> (h.epoch, h.rank, h.step, h.position), out["batches"][0].samples == seen[2]
         ((0, 0, 1, 2), True)
     """
-    tracer = Tracer(record, source=source, index_dir=index_dir)
+    tracer: Any
+    if isinstance(record, (list, tuple)):
+        from datamill.loader.trace_join import RunTracer
+
+        tracer = RunTracer(record, source=source)
+    else:
+        one = cast("Mapping[str, Any] | str | os.PathLike[str]", record)  # (not a list: one record)
+        tracer = Tracer(one, source=source, index_dir=index_dir)
     hits: list[Hit] = []
     if uids is not None:
         ulist = list(uids) if isinstance(uids, (list, tuple, np.ndarray)) else [uids]
