@@ -1392,7 +1392,7 @@ def test_fuzzer_finds_are_one_line(
 def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -> None:
     """Shrunk failures of tests/fuzz/test_api_fuzz.py: each call raised something else (ValueError, AttributeError,
     a bare Exception from tokenizers, NotADirectoryError)."""
-    from datamill import build_bert_samples
+    from datamill import Vocab, build_bert_samples, load, preprocess
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
     from datamill.loader import (
@@ -1402,7 +1402,7 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         read_batches,
         split_for_rank,
     )
-    from datamill.pretrain.bert import load_tokenizer
+    from datamill.pretrain.bert import is_bert_parquet, load_tokenizer
     from datamill.shards import ShardsetWriter
     from datamill.sources import ParquetSource, open_source
     from datamill.tokenize import HFTokenizer
@@ -1424,6 +1424,14 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         (open_source, ("a\x00b",), {}),
         (read_batches, ("x" * 10_000, 2), {}),  # (read_bert_batches before it moved to the loader)
         (build_bert_samples, (0,), {"out": 0, "config": 0}),  # an AttributeError from BertConfig.of
+        # found after the tree's reformat reseeded the fuzzer (2026-11-26):
+        (Vocab, (["a"],), {"str2freq": -1}),  # AttributeError: 'int' object has no attribute 'get'
+        (Vocab, ("ab",), {}),  # a string taken as its characters
+        (load, ("",), {}),  # ValueError: PosixPath('.') has an empty name
+        (build_bert_samples, ("",), {"out": ""}),
+        (is_bert_parquet, ("x" * 10_002,), {}),  # ENAMETOOLONG from Path.is_file()
+        (ParquetSource, ("x" * 10_002,), {}),
+        (preprocess, (0,), {"config": 0, "engine_options": np.array([1.0, np.nan])}),
     ]
     for fn, args, kwargs in calls:
         with pytest.raises((DatamillError, TypeError)):
