@@ -73,6 +73,7 @@ def builds(
         hashes,
         {},
         column_hash(ua) if string_uids else None,
+        np.argsort(column_hash(ua), kind="stable") if string_uids else None,
     )
     b = BuildSummary(
         "synthetic",
@@ -84,6 +85,7 @@ def builds(
         b_hashes,
         {},
         column_hash(ub) if string_uids else None,
+        np.argsort(column_hash(ub), kind="stable") if string_uids else None,
     )
     return a, b, {"added": k, "removed": k, "changed": k}
 

@@ -66,6 +66,8 @@ class BuildSummary:
     hashes: dict[str, NDArray[np.uint64]]
     stats: dict[str, dict[str, Any]]
     uid_hash: NDArray[np.uint64] | None = None
+    uid_order: NDArray[np.int64] | None = None
+    """The rows by ``uid_hash`` (an argsort, cached too): two builds' UIDs match by one merge."""
     """:func:`column_hash` of non-integer UIDs (cached with the summary): UIDs are matched by it, then checked."""
 
 
@@ -111,7 +113,7 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
 
 def _read_cache(
     path: Path, key: str
-) -> tuple[dict[str, Any], dict[str, NDArray[np.uint64]], NDArray[np.uint64] | None] | None:
+) -> tuple[dict[str, Any], dict[str, NDArray[np.uint64]], tuple[Any, Any]] | None:
     """The cached summary at ``path`` if it is for ``key`` (this build, as it is now), else ``None``."""
     if not path.is_file():
         return None
@@ -122,9 +124,10 @@ def _read_cache(
                 return None  # stale: the build changed since (or another build's file)
             hashes = {c: z[f"h{i}"] for i, c in enumerate(meta["hashed"])}
             uid_hash = z["uid_hash"] if "uid_hash" in z.files else None
+            uid_order = z["uid_order"] if "uid_order" in z.files else None
     except (OSError, ValueError, KeyError, EOFError):
         return None  # a damaged cache entry: recompute
-    return meta, hashes, uid_hash
+    return meta, hashes, (uid_hash, uid_order)
 
 
 def _write_cache(path: Path, meta: dict[str, Any], arrays: dict[str, Any]) -> bool:
@@ -202,14 +205,23 @@ def summarize(
         found = _read_cache(path, key)
         if found is None:
             continue
-        meta, hashes, uid_hash = found
+        meta, hashes, (uid_hash, uid_order) = found
         uids = None
         if uid is not None:
             uids = pa.chunked_array(
                 [source.read_shard(k, columns=[uid]).column(0) for k in range(source.num_shards)]
             ).combine_chunks()
         return BuildSummary(
-            kind, fp, meta["rows"], meta["schema"], uid, uids, hashes, meta["stats"], uid_hash
+            kind,
+            fp,
+            meta["rows"],
+            meta["schema"],
+            uid,
+            uids,
+            hashes,
+            meta["stats"],
+            uid_hash,
+            uid_order,
         )
     parts: dict[str, list[NDArray[np.uint64]]] = {}
     numbers: dict[str, list[NDArray[Any]]] = {}
@@ -261,7 +273,8 @@ def summarize(
         }
     uids = pa.chunked_array(uid_parts).combine_chunks() if uid is not None and uid_parts else None
     uid_hash = column_hash(uids) if uids is not None and not pat.is_integer(uids.type) else None
-    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash)
+    uid_order = np.argsort(uid_hash, kind="stable") if uid_hash is not None else None
+    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash, uid_order)
     if cache:
         meta = {
             "format": SIDECAR_FORMAT,
@@ -275,6 +288,7 @@ def summarize(
         arrays: dict[str, Any] = {f"h{i}": h for i, h in enumerate(hashes.values())}
         if uid_hash is not None:
             arrays["uid_hash"] = uid_hash
+            arrays["uid_order"] = uid_order
         for path in places:  # beside the build when it may be written there, else the temp cache
             if _write_cache(path, meta, arrays):
                 break
@@ -384,7 +398,7 @@ def _examples(values: pa.Array | NDArray[Any], mask: NDArray[np.bool_]) -> list[
 
 def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, dict[str, Any]]:
     if a.uids is not None and b.uids is not None and a.uid_column == b.uid_column:
-        in_a, pos = _match(a.uids, b.uids, a.uid_hash, b.uid_hash)
+        in_a, pos = _match(a.uids, b.uids, a.uid_hash, b.uid_hash, a.uid_order, b.uid_order)
         in_b = np.zeros(len(a.uids), dtype=bool)
         in_b[pos[in_a]] = True  # UIDs are unique within a build
         matched = np.flatnonzero(in_a)
@@ -438,12 +452,15 @@ def _match(
     b: pa.Array,
     ha: NDArray[np.uint64] | None = None,
     hb: NDArray[np.uint64] | None = None,
+    oa: NDArray[np.int64] | None = None,
+    ob: NDArray[np.int64] | None = None,
 ) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
     """For each UID of ``b``: whether ``a`` has it, and its row in ``a`` (0 when not).
 
-    With the UIDs' cached hashes (``ha``, ``hb``) the lookup runs on ``uint64`` and every match is
-    then checked on the UIDs themselves; a UID whose match fails the check (a 64-bit collision) is
-    looked up again by value, so the answer is exact.
+    With the UIDs' cached hashes (``ha``, ``hb``) and their sorted orders (``oa``, ``ob``) the
+    lookup is one merge of two sorted ``uint64`` arrays, and every match is then checked on the
+    UIDs themselves; a UID whose match fails the check (a 64-bit collision) is looked up again by
+    value, so the answer is exact.
     """
     if (
         ha is not None
@@ -452,12 +469,19 @@ def _match(
         and len(hb) == len(b)
         and not pat.is_integer(a.type)
     ):
-        where = pc.index_in(pa.array(hb), value_set=pa.array(ha))
-        found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        pos = np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        cand = np.flatnonzero(found)
-        same = pc.equal(b.take(pa.array(cand)), a.take(pa.array(pos[cand])))
-        bad = cand[~np.asarray(same.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)]
+        oa = np.argsort(ha, kind="stable") if oa is None or len(oa) != len(a) else oa
+        ob = np.argsort(hb, kind="stable") if ob is None or len(ob) != len(b) else ob
+        sa, sb = ha[oa], hb[ob]
+        i = np.searchsorted(sa, sb).clip(max=max(len(sa) - 1, 0))  # sorted keys: a merge
+        hit = np.flatnonzero(sa[i] == sb) if len(sa) else np.zeros(0, np.int64)
+        cand, at = ob[hit], oa[i[hit]]
+        found = np.zeros(len(b), dtype=bool)
+        pos = np.zeros(len(b), dtype=np.int64)
+        found[cand], pos[cand] = True, at
+        rows_b = np.flatnonzero(found)  # checked in b's order: only a's side is gathered at random
+        left = b if len(rows_b) == len(b) else b.take(pa.array(rows_b))
+        same = pc.equal(left, a.take(pa.array(pos[rows_b]))).fill_null(False)
+        bad = rows_b[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
         if len(bad):
             again = pc.index_in(b.take(pa.array(bad)), value_set=a)
             found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
