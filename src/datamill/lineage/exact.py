@@ -1,8 +1,8 @@
 """Exact row equality over Arrow columns, vectorised: cheap 64-bit row keys, then exact checks.
 
 :func:`row_keys` gives one ``uint64`` per row from the columns' buffers (numbers by their bits,
-short strings by their bytes read as 8-byte words, longer ones by a polynomial over their bytes),
-mixed column by column (multiply, xor-shift). Equal rows get equal keys; unequal rows almost
+strings by their ``dictionary_encode`` ids in the column; nested values by a content hash), mixed
+column by column (xor, multiply, an occasional shift). Equal rows get equal keys; unequal rows almost
 always differ, and :func:`rows_equal` decides every candidate pair exactly (lengths and bytes of
 strings, bits of numbers, elements of lists, fields of structs, nulls), so a key collision never
 becomes a reported duplicate. :func:`leaks` and :func:`duplicate_groups` build on both.
@@ -33,7 +33,8 @@ _K2 = np.uint64(0xBF58476D1CE4E5B9)
 _NULL = np.uint64(0xA0761D6478BD642F)
 _MASK = np.array([(1 << (8 * m)) - 1 for m in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 _WORDS_MAX = 24
-"""Strings up to this many bytes are keyed by their words; longer ones by a polynomial."""
+"""Strings Arrow cannot dictionary-encode (a list's values): up to this many bytes keyed by their
+8-byte words, longer ones by a polynomial over their bytes."""
 
 
 @dataclass
@@ -113,19 +114,29 @@ def _word_view(data: NDArray[np.uint8]) -> U64:
 
 
 def _bytes_col(arr: pa.Array, valid: BOOL | None) -> _Col:
-    large = pat.is_large_string(arr.type) or pat.is_large_binary(arr.type)
-    odt = np.int64 if large else np.int32
-    off = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)
-    off = off[arr.offset :]
-    data = arr.buffers()[2]
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(off).astype(np.int64)
-    starts = cast(IDX, off[:-1])
-    return _Col("bytes", arr, valid, starts=starts, lengths=lengths, words=_word_view(raw), raw=raw)
+    """A string/binary column; its byte views are made when first needed (:func:`_parts`)."""
+    return _Col("bytes", arr, valid)
+
+
+def _parts(col: _Col) -> _Col:
+    """Fill in a string column's starts, lengths and word view (once)."""
+    if col.words is None:
+        arr = col.arr
+        large = pat.is_large_string(arr.type) or pat.is_large_binary(arr.type)
+        odt = np.int64 if large else np.int32
+        off = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)
+        off = off[arr.offset :]
+        data = arr.buffers()[2]
+        raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        col.lengths = np.diff(off).astype(np.int64)
+        col.starts = cast(IDX, off[:-1])
+        col.words, col.raw = _word_view(raw), raw
+    return col
 
 
 def _word(col: _Col, rows: I64 | None, k: int) -> U64:
     """Bytes ``8k .. 8k + 7`` of each row's string (zero past its end)."""
+    _parts(col)
     assert col.words is not None and col.starts is not None and col.lengths is not None
     starts = col.starts if rows is None else col.starts[rows]
     lengths = col.lengths if rows is None else col.lengths[rows]
@@ -143,21 +154,15 @@ def _key(col: _Col) -> U64:
     n = len(col.arr)
     if col.kind == "fixed":
         assert col.values is not None
-        h = col.values.astype(np.uint64)  # (a copy: the caller may change it in place)
+        h = col.values.astype(np.uint64, copy=False)  # (read only by the callers)
     elif col.kind == "bytes":
-        assert col.lengths is not None and col.starts is not None and col.words is not None
-        top = int(col.lengths.max()) if n else 0
-        if top <= 7:  # the bytes and the length fit one word: an exact code, kept
-            h = _word(col, None, 0)
-            h |= col.lengths.view(np.uint64) << np.uint64(56)
-            if col.valid is not None:
-                h[~col.valid] = np.uint64(0xFF << 56)  # no string has 255 bytes here
-            col.code = h
-            return h
         code = _dictionary_code(col.arr)
-        if code is not None:  # longer strings: their ids in this column (Arrow's hash table)
+        if code is not None:  # strings: their ids in this column (Arrow's hash table), exact
             col.code = code
             return code
+        _parts(col)
+        assert col.lengths is not None and col.starts is not None and col.words is not None
+        top = int(col.lengths.max()) if n else 0
         if top <= _WORDS_MAX:
             h = col.lengths.astype(np.uint64)
             for k in range((top + 7) // 8):
@@ -194,7 +199,8 @@ def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
     """One uint64 per row, equal for rows with equal ``columns`` (within this table only).
 
     Not a content hash to compare across builds (see :mod:`datamill.lineage.rowhash`): short
-    strings are keyed by their bytes, numbers by their bits, and the columns mixed cheaply.
+    strings are keyed by their ids in the column, numbers by their bits, and the columns mixed
+    cheaply.
 
     Examples:
         >>> k = row_keys(pa.table({"a": ["x", "y", "x"], "b": [1, 2, 1]}), ["a", "b"])
@@ -229,6 +235,8 @@ def _equal(col: _Col, a: I64, b: I64) -> BOOL:
         for child in col.children:
             eq &= _equal(child, a, b)
     else:
+        if col.kind == "bytes":
+            _parts(col)
         assert col.lengths is not None and col.starts is not None
         eq = col.lengths[a] == col.lengths[b]
         if col.kind == "bytes":

@@ -210,11 +210,12 @@ def check_splits(
     )
     prepared = Columns.of(table, cols)
     keys = prepared.keys()
+    found_r, found_t = leaks(prepared, keys, train, np.flatnonzero(split != 0))  # one sort
     for s in (1, 2):
-        rows_s = np.flatnonzero(split == s)
-        if not len(rows_s) and s not in split:
+        if s not in split:
             continue
-        hit_r, hit_t = leaks(prepared, keys, train, rows_s)
+        mine = split[found_r] == s
+        hit_r, hit_t = found_r[mine], found_t[mine]
         ex = [(int(r), int(t)) for r, t in zip(hit_r[:EXAMPLES], hit_t[:EXAMPLES])]
         report.exact[SPLIT_NAMES[s]] = {"rows": len(hit_r), "examples": ex}
     for c in texts:
