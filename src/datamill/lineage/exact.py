@@ -59,6 +59,10 @@ def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
     if isinstance(arr, pa.ChunkedArray):  # an empty chunked array
         arr = pa.array([], type=arr.type)
     typ = arr.type
+    if pat.is_string(typ) or pat.is_binary(typ) or pat.is_large_string(typ):
+        return _bytes_col(arr, None)  # (nulls: in the codes, or :func:`_parts`)
+    if pat.is_large_binary(typ):
+        return _bytes_col(arr, None)
     valid = _validity(arr) if arr.null_count else None
     if pat.is_boolean(typ):
         arr = pc.cast(arr, pa.uint8())
@@ -83,10 +87,6 @@ def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
         return _Col(
             "list", arr, valid, starts=starts, lengths=lengths, children=[_prepare(arr.values)]
         )
-    if pat.is_string(typ) or pat.is_binary(typ) or pat.is_large_string(typ):
-        return _bytes_col(arr, valid)
-    if pat.is_large_binary(typ):
-        return _bytes_col(arr, valid)
     width = typ.bit_width // 8 if typ.bit_width and typ.bit_width % 8 == 0 else 0
     if not width:
         raise TypeError(f"no exact comparison for Arrow type {typ}")
@@ -131,6 +131,7 @@ def _parts(col: _Col) -> _Col:
         col.lengths = np.diff(off).astype(np.int64)
         col.starts = cast(IDX, off[:-1])
         col.words, col.raw = _word_view(raw), raw
+        col.valid = _validity(arr) if arr.null_count else None
     return col
 
 
