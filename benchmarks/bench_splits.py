@@ -1,4 +1,5 @@
-"""``datamill check-splits`` beside pandas (exact leaks) and datasketch MinHash LSH (near-duplicate text).
+"""``datamill check-splits`` beside pandas (exact leaks) and datasketch MinHash LSH (near-duplicate
+text).
 
 1. Exact: house prices repeated ``--scale`` times (so many rows repeat across splits), a random
    80/10/10 split, every column an input. datamill: ``check_splits``; references: pandas (an inner
@@ -189,7 +190,8 @@ def near(text_scale: int, ds_rows: int, reps: int, *, sentences: bool) -> None:
         secs, _, theirs = _timed(datasketch)
         t_ds.append(secs)
         print(
-            f"  round {r + 1} on {sub:,} rows: datamill {t_sub[-1]:.3f} s, datasketch {secs:.2f} s ({_load()})"
+            f"  round {r + 1} on {sub:,} rows: datamill {t_sub[-1]:.3f} s, datasketch "
+            f"{secs:.2f} s ({_load()})"
         )
     ms, md = float(np.median(t_sub)), float(np.median(t_ds))
     true = {p for p in mine | theirs if jaccard(rows[p[0]], rows[p[1]]) >= 0.8}
@@ -206,7 +208,7 @@ def near(text_scale: int, ds_rows: int, reps: int, *, sentences: bool) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=100)
     ap.add_argument("--text-scale", type=int, default=10)
     ap.add_argument("--ds-rows", type=int, default=3000)

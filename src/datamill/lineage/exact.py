@@ -2,10 +2,11 @@
 
 :func:`row_keys` gives one ``uint64`` per row from the columns' buffers (numbers by their bits,
 strings by their ``dictionary_encode`` ids in the column; nested values by a content hash), mixed
-column by column (xor, multiply, an occasional shift). Equal rows get equal keys; unequal rows almost
-always differ, and :func:`rows_equal` decides every candidate pair exactly (lengths and bytes of
-strings, bits of numbers, elements of lists, fields of structs, nulls), so a key collision never
-becomes a reported duplicate. :func:`leaks` and :func:`duplicate_groups` build on both.
+column by column (xor, multiply, an occasional shift). Equal rows get equal keys; unequal rows
+almost always differ, and :func:`rows_equal` decides every candidate pair exactly (string ids or
+lengths and bytes, bits of numbers, elements of lists, fields of structs, nulls), so a key
+collision never becomes a reported duplicate. :func:`leaks` and :func:`duplicate_groups` build on
+both.
 """
 
 from __future__ import annotations

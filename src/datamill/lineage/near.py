@@ -35,7 +35,8 @@ __all__ = ["minhash", "near_duplicates", "signatures", "token_hashes", "token_id
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 MAX_PAIRS = 64
-"""Candidate training rows kept per validation/test row and LSH band (a bucket of many equal rows)."""
+"""Candidate training rows kept per validation/test row and LSH band (a bucket of many equal
+rows)."""
 _MUL = np.uint64(0x100000001B3)
 _ROTATE = np.uint64(0x9E3779B97F4A7C15)
 _MASK = np.array([(1 << (8 * m)) - 1 for m in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
@@ -188,7 +189,8 @@ def minhash(
         ConfigError: ``num_perm`` is not a power of two >= 2.
 
     Examples:
-        >>> v, o = token_ids(pa.array(["the cat sat on the mat", "the cat sat on the mat", "a dog"]))
+        >>> text = ["the cat sat on the mat", "the cat sat on the mat", "a dog"]
+        >>> v, o = token_ids(pa.array(text))
         >>> sig = minhash(v, o, num_perm=16)
         >>> bool((sig[0] == sig[1]).all()), bool((sig[0] == sig[2]).mean() < 0.5)
         (True, True)
@@ -319,7 +321,8 @@ def near_duplicates(
 
 
 def _bands_for(num_perm: int, threshold: float) -> int:
-    """The band count whose LSH S-curve threshold ``(1/b)**(1/r)`` is closest below ``threshold``."""
+    """The band count whose LSH S-curve threshold ``(1/b)**(1/r)`` is closest below
+    ``threshold``."""
     best, err = 1, 9.0
     for b in range(1, num_perm + 1):
         if num_perm % b:

@@ -82,7 +82,8 @@ class SplitReport:
         for feat, per in self.near.items():
             for split, v in per.items():
                 out.append(
-                    f"{split}: {v['rows']:,} rows have a near-duplicate {feat!r} in training (Jaccard >= "
+                    f"{split}: {v['rows']:,} rows have a near-duplicate {feat!r} in training "
+                    "(Jaccard >= "
                     f"{self.settings['threshold']})"
                     + (
                         f", e.g. (row, training row, similarity) {v['examples']}"
@@ -138,9 +139,10 @@ def check_splits(
     Args:
         table_or_path: a preprocessed ``.hdf5`` (its ``meta.json`` names the input features) or a
             table with a split column (0 train, 1 validation, 2 test).
-        columns: the input columns compared exactly. Defaults to ``None`` (the inputs of ``meta.json``,
-            else every column but the split).
-        text_columns: columns checked for near-duplicates. Defaults to ``None`` (text/sequence inputs).
+        columns: the input columns compared exactly. Defaults to ``None`` (the inputs of
+            ``meta.json``, else every column but the split).
+        text_columns: columns checked for near-duplicates. Defaults to ``None`` (text/sequence
+            inputs).
         split_column: the split column. Defaults to ``"split"``.
         threshold: estimated Jaccard similarity of shingle sets that counts as near-duplicate.
             Defaults to ``0.8``.
@@ -152,9 +154,15 @@ def check_splits(
         ConfigError: no split column, or unknown columns.
 
     Examples:
-        >>> t = pa.table({"x": [1, 2, 3, 1], "s": ["a b c d", "e f", "a b c d", "z"], "split": [0, 0, 1, 2]})
+        >>> t = pa.table(
+        ...     {"x": [1, 2, 3, 1], "s": ["a b c d", "e f", "a b c d", "z"], "split": [0, 0, 1, 2]}
+        ... )
         >>> r = check_splits(t, text_columns=["s"])
-        >>> r.exact["validation"]["rows"], r.exact["test"]["rows"], r.near["s"]["validation"]["rows"]
+        >>> (
+        ...     r.exact["validation"]["rows"],
+        ...     r.exact["test"]["rows"],
+        ...     r.near["s"]["validation"]["rows"],
+        ... )
         (0, 0, 1)
     """
     path = "<table>"
@@ -241,7 +249,9 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
 
     Examples:
         >>> from datamill.core.source import TableSource
-        >>> src = TableSource(pa.table({"u": [1, 2, 3, 4], "x": ["a", "b", "a", "a"]}), uid_column="u")
+        >>> src = TableSource(
+        ...     pa.table({"u": [1, 2, 3, 4], "x": ["a", "b", "a", "a"]}), uid_column="u"
+        ... )
         >>> duplicate_uids(src)["groups"], duplicate_uids(src)["examples"]
         (1, [[1, 3, 4]])
     """
