@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -950,7 +950,7 @@ class Tracer:
 
 
 def trace(
-    record: Mapping[str, Any] | str | os.PathLike[str] | Sequence[Any],
+    record: Mapping[str, Any] | str | os.PathLike[str],
     /,
     *,
     uids: Sequence[Any] | Any = None,
@@ -964,8 +964,8 @@ def trace(
     """Trace samples to batches and batches to samples from a run record.
 
     Args:
-        record: the run record (dict or JSON path), or a list of records of one run (one per served
-            iteration or restart: :class:`~datamill.loader.trace_join.RunTracer`).
+        record: the run record (dict or JSON path); several records of one run (one per served
+            iteration or restart): :class:`~datamill.loader.trace_join.RunTracer`.
         uids: UID(s) to trace (values of the dataset's ``uid`` column, else sample numbers).
             Defaults to ``None``.
         samples: sample number(s) (rows of the dataset in shard order) to trace. Defaults to
@@ -991,14 +991,7 @@ def trace(
         >>> (h.epoch, h.rank, h.step, h.position), out["batches"][0].samples == seen[2]
         ((0, 0, 1, 2), True)
     """
-    tracer: Any
-    if isinstance(record, (list, tuple)):
-        from datamill.loader.trace_join import RunTracer
-
-        tracer = RunTracer(record, source=source)
-    else:
-        one = cast("Mapping[str, Any] | str | os.PathLike[str]", record)  # (not a list: one record)
-        tracer = Tracer(one, source=source, index_dir=index_dir)
+    tracer = Tracer(record, source=source, index_dir=index_dir)
     hits: list[Hit] = []
     if uids is not None:
         ulist = list(uids) if isinstance(uids, (list, tuple, np.ndarray)) else [uids]
