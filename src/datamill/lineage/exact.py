@@ -309,6 +309,13 @@ def leaks(columns: Columns, keys: U64, train: I64, rows: I64, /) -> tuple[I64, I
     Rows are matched by key (one sort of the training keys), and each match is checked with
     :func:`rows_equal`; a row whose key matched an unequal training row (a key collision) is
     compared with every training row of that key.
+
+    Examples:
+        >>> t = pa.table({"x": [1, 2, 1, 3], "s": ["a", "b", "a", "b"]})
+        >>> c = Columns.of(t, ["x", "s"])
+        >>> r, tr = leaks(c, c.keys(), np.array([0, 1]), np.array([2, 3]))
+        >>> r.tolist(), tr.tolist()
+        ([2], [0])
     """
     order = np.argsort(keys[train], kind="stable")
     sorted_keys = keys[train][order]
@@ -340,6 +347,11 @@ def duplicate_groups(columns: Columns, keys: U64, /) -> I64:
 
     Groups are numbered by their first row (group ``g`` starts at row ``g``'s first appearance),
     so ``ids[i] == i`` for the first row of each group.
+
+    Examples:
+        >>> c = Columns.of(pa.table({"s": ["a", "b", "a", None, None]}), ["s"])
+        >>> duplicate_groups(c, c.keys()).tolist()
+        [0, 1, 0, 3, 3]
     """
     n = len(keys)
     order = np.argsort(keys, kind="stable")
