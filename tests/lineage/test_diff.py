@@ -99,7 +99,10 @@ def test_identical_builds_report_no_difference_and_the_cache_is_used(
     assert not r.changed and r.samples["unchanged"] == houses.num_rows
     assert "no differences" in r.as_text()
     # the row hashes are kept beside each build (not in the temp cache)
-    assert (tmp_path / "a" / "rowhash.npz").is_file() and (tmp_path / "b" / "rowhash.npz").is_file()
+    assert (tmp_path / "a" / ".rowhash.npz").is_file() and (
+        tmp_path / "b" / ".rowhash.npz"
+    ).is_file()
+    assert main(["shards", "check", str(tmp_path / "a")]) == 0  # (a hidden file: not a stray)
     assert not (tmp_path / "cache").exists()
     again = diff(tmp_path / "a", tmp_path / "b")
     assert again.as_dict() == r.as_dict()
@@ -114,7 +117,7 @@ def test_row_hash_sidecar_is_reused_goes_stale_with_the_build_and_spares_a_users
     ShardsetDataset.create(tmp_path / "a", houses, uid="Id", shardset="raw", shard_size=300)
     ShardsetDataset.create(tmp_path / "b", houses, uid="Id", shardset="raw", shard_size=300)
     diff(tmp_path / "a", tmp_path / "b")
-    side = tmp_path / "b" / "rowhash.npz"
+    side = tmp_path / "b" / ".rowhash.npz"
     first = side.stat().st_mtime_ns
     reads: list[int] = []
     real = DS.read_shard

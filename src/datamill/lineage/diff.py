@@ -3,7 +3,7 @@
 Both builds are opened as :class:`~datamill.core.source.Source` objects (a shardset dataset, a
 preprocessed HDF5, a BERT/word2vec output...). One pass over each build's shards computes a content
 hash per row and column (:mod:`datamill.lineage.rowhash`) and the statistics of its number and
-category columns; both are cached beside the build (``rowhash.npz`` in a folder build,
+category columns; both are cached beside the build (``.rowhash.npz`` in a folder build,
 ``X.rowhash.npz`` beside a file ``X.hdf5``; :func:`sidecar_path`), stamped with the build's
 fingerprint, so the second diff against the same build reads no data and a rebuilt build is
 hashed again. The report:
@@ -73,8 +73,9 @@ class BuildSummary:
 
 
 SIDECAR_FORMAT = "datamill.rowhash/1"
-SIDECAR_NAME = "rowhash.npz"
-"""Inside a folder build (beside its manifest); a file build ``X.ext`` gets ``X.rowhash.npz``."""
+SIDECAR_NAME = ".rowhash.npz"
+"""Inside a folder build (beside its manifest; hidden, as ``shards check`` expects of files the
+manifest does not list); a file build ``X.ext`` gets ``X.rowhash.npz``."""
 
 
 def _cache_dir() -> Path:
