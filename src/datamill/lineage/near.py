@@ -292,11 +292,13 @@ def near_duplicates(
     for j in range(r):  # every band's key at once: a polynomial of its r values
         keys = keys * _MUL + block[:, j::r][:, :bands]
     keys = mix64(keys)
+    keys &= ~np.uint64(1)  # the lowest bit says the side: one sort puts a bucket's left rows first
+    keys |= side.astype(np.uint64)[:, None]
     found_r, found_l = [], []
     for b in range(bands):
         key = keys[:, b]
-        order = np.lexsort((side, key))  # by band key, the left rows of a bucket first
-        k, sd = key[order], side[order]
+        order = np.argsort(key)
+        k, sd = key[order] >> np.uint64(1), side[order]
         new = np.concatenate([[True], k[1:] != k[:-1]])
         group = np.cumsum(new) - 1
         gstart = np.flatnonzero(new)
