@@ -3,15 +3,15 @@
 Systems: datamill (this tree, the project's venv), litData 0.2.76, mosaicml-streaming 0.13.0,
 Hugging Face ``datasets`` 5.2.0 and a torch ``DataLoader`` over a map-style pyarrow table. Each
 peer runs in its own venv under ``--cache`` (default ``~/.cache/datamill-bench/<peer>``), created
-when absent (``pip install torch==2.13.0`` first where torch is needed: the local CPU wheel; litData's
-venv has ``obstore`` removed so that it downloads through boto3, which honours an ``http://``
-endpoint).
+when absent (``pip install torch==2.13.0`` first where torch is needed: the local CPU wheel;
+litData's venv has ``obstore`` removed so that it downloads through boto3, which honours an
+``http://`` endpoint).
 
 Data (fixed seed, written once under ``--work``): ``tab`` = uid, 3 float32, an int64 label and 8-64
-int32 token ids; ``img`` = uid, a label and a 3 KB binary ``image``. 100 Parquet files each; the same
-data converted to each peer's format (conversion time reported): litData ``optimize`` chunks, MDS
-shards (``compression=None``), an HF Arrow dataset (``save_to_disk``); torch map-style and datamill
-read the Parquet files.
+int32 token ids; ``img`` = uid, a label and a 3 KB binary ``image``. 100 Parquet files each; the
+same data converted to each peer's format (conversion time reported): litData ``optimize`` chunks,
+MDS shards (``compression=None``), an HF Arrow dataset (``save_to_disk``); torch map-style and
+datamill read the Parquet files.
 
 Every epoch: batch 256, shuffled (seed 0), one process, ``num_workers=0``; time starts after the
 imports, so "first" is building the dataset/loader objects plus the first batch. The consumer
@@ -26,8 +26,9 @@ beside the speed. S3 (SeaweedFS on loopback, started as ``tests/loader/seaweed.p
 systems that stream from object storage (datamill, litData, mosaic): ``cold`` (empty cache),
 ``warm`` (the second epoch in the same process, cache kept) and ``cold10`` (empty cache bounded to
 10% of the data; mosaic with ``shuffle_block_size = N/40`` there, as a mosaic user sizes it to the
-cache). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2 worker processes; datamill
-through ``datamill.loader.torch``, litData's ``StreamingDataLoader``, mosaic and torch map-style; not
+cache). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2 worker processes;
+datamill through ``datamill.loader.torch``, litData's ``StreamingDataLoader``, mosaic and torch
+map-style; not
 HF) and ``ranks2`` (2 rank processes at once, each with its rank's part: datamill ``rank=``, litData
 ``WORLD_SIZE``/``GLOBAL_RANK``, mosaic ``RANK``/``WORLD_SIZE``, torch ``DistributedSampler``, HF
 ``split_dataset_by_node``; samples/s = both ranks' samples / the slower rank's time). Systems
@@ -98,8 +99,8 @@ def ensure_venv(cache: Path, peer: str) -> Path:
     print(f"[setup] creating {venv} ...", flush=True)
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # torch first (the local CPU wheel), then the rest constrained to it: litData's torchvision would
-    # otherwise replace torch with a CUDA build (GBs of nvidia-* wheels)
+    # torch first (the local CPU wheel), then the rest constrained to it: litData's torchvision
+    # would otherwise replace torch with a CUDA build (GBs of nvidia-* wheels)
     constraints = cache / "constraints.txt"
     constraints.write_text("torch==2.13.0+cpu\n", encoding="utf-8")
     for step in VENV_PACKAGES[peer]:
@@ -116,8 +117,12 @@ def ensure_venv(cache: Path, peer: str) -> Path:
 
 
 TORCHVISION_STUB = {
-    "__init__.py": '"""A stub: mosaic streaming imports torchvision for its vision datasets only."""\n',
-    "datasets/__init__.py": "from torch.utils.data import Dataset as VisionDataset\nCIFAR10 = None\n",
+    "__init__.py": (
+        '"""A stub: mosaic streaming imports torchvision for its vision datasets only."""\n'
+    ),
+    "datasets/__init__.py": (
+        "from torch.utils.data import Dataset as VisionDataset\nCIFAR10 = None\n"
+    ),
     "transforms/__init__.py": "",
     "transforms/functional.py": "def to_tensor(x):\n    raise NotImplementedError\n",
 }
@@ -144,7 +149,8 @@ def _stub_torchvision(python: Path) -> None:
 
 
 def pad_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A list of sample dicts -> numpy batch: ragged ``tokens`` padded with a mask, ``image`` an object array."""
+    """A list of sample dicts -> numpy batch: ragged ``tokens`` padded with a mask, ``image`` an
+    object array."""
     import numpy as np
 
     out: dict[str, Any] = {}
@@ -176,7 +182,8 @@ def pad_ragged(vals: list[Any]) -> tuple[Any, Any]:
 
 # ---------------------------------------------------------------------------------------- data
 def make_data(work: Path, ds: str, n: int) -> Path:
-    """``n`` samples of ``ds`` in ``FILES`` Parquet files (one row group each) under ``work/ds/parquet``."""
+    """``n`` samples of ``ds`` in ``FILES`` Parquet files (one row group each) under
+    ``work/ds/parquet``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -220,7 +227,8 @@ def make_data(work: Path, ds: str, n: int) -> Path:
 
 
 def convert(system: str, ds: str, parquet: Path, out: Path, n: int) -> None:
-    """Write ``parquet``'s samples in ``system``'s format under ``out`` (runs in the peer's venv)."""
+    """Write ``parquet``'s samples in ``system``'s format under ``out`` (runs in the peer's
+    venv)."""
     import pyarrow.parquet as pq
 
     files = sorted(str(p) for p in parquet.glob("*.parquet"))
@@ -286,7 +294,8 @@ def _litdata_rows(path: str) -> Iterator[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------- workers
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """One timed epoch of one system (runs in that system's venv); uids saved to ``spec["uids"]``."""
+    """One timed epoch of one system (runs in that system's venv); uids saved to
+    ``spec["uids"]``."""
     import numpy as np
 
     system, storage, mode = spec["system"], spec["storage"], spec["mode"]
@@ -326,8 +335,9 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def touch(batch: Any) -> tuple[Any, int, int]:
-    """What the consumer does with every batch: its uids, and on ``img`` each sample's length and first
-    byte (summed); on ``tab`` the number of real tokens. The same for every system, in its own idiom.
+    """What the consumer does with every batch: its uids, and on ``img`` each sample's length and
+    first byte (summed); on ``tab`` the number of real tokens. The same for every system, in its own
+    idiom.
     """
     import numpy as np
 
@@ -550,7 +560,7 @@ def _workers(spec: dict[str, Any]) -> int:
 
 
 def rank_env(system: str, rank: int, world: int, port: int) -> dict[str, str]:
-    """The environment a peer reads its rank from (datamill and torch map-style take it as arguments)."""
+    """The environment a peer reads its rank from (datamill, torch map-style: arguments)."""
     if system == "litdata":
         return {"WORLD_SIZE": str(world), "GLOBAL_RANK": str(rank)}
     if system == "streaming":  # mosaic also rendezvous through torch.distributed's env://
@@ -594,7 +604,7 @@ def run_worker(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, 
 
 
 def run_ranks(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Rank 0 and rank 1 of 2 at once (two processes); their samples together, the slower one's time."""
+    """Ranks 0 and 1 of 2 at once (two processes): their samples together, the slower one's time."""
     import numpy as np
 
     procs, files, port = [], [], _free_port()
@@ -638,7 +648,7 @@ def run_ranks(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, A
 
 
 def expected_touch(path: Path, ds: str) -> tuple[int, int]:
-    """What :func:`touch` sums over one epoch of ``ds`` when every sample arrives once with its bytes."""
+    """What :func:`touch` sums over an epoch of ``ds`` when every sample arrives once, intact."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -896,7 +906,8 @@ def _upload(
                 )
             nbytes[(s, ds)] = sum(p.stat().st_size for p in files)
             print(
-                f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB uploaded in "
+                f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB "
+                "uploaded in "
                 f"{time.perf_counter() - t0:.1f} s",
                 flush=True,
             )
@@ -908,8 +919,9 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
         return
     rate = res["samples"] / res["seconds"]
     print(
-        f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch {res['first']:.2f} s, "
-        f"once={res['once']}, bytes ok={res.get('bytes_ok')}, median distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
+        f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch "
+        f"{res['first']:.2f} s, once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
+        f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,
     )
 
@@ -942,18 +954,20 @@ def _table(
         f"### bench_peers: `{cmd}`",
         "",
         (
-            f"samples/s of one shuffled epoch (batch {BATCH}; one process unless the mode says workers2 / "
-            f"ranks2), median of {reps} interleaved repetition(s) [range], first batch (s); mixing = "
-            f"neighbour distance median / p10 and same-file share of the delivered order. The consumer "
-            f"keeps every batch's uids and, on img, reads each sample's length and first byte (peers: a "
-            f"Python loop over their bytes objects; datamill: numpy over its bytes + offsets), on tab sums "
-            f"the token mask; `once` = every uid exactly once and those sums equal the data's. Load average "
-            f"(1/5/15 min) over the runs: {loads[0] if loads else '-'} ... {loads[-1] if loads else '-'}."
+            f"samples/s of one shuffled epoch (batch {BATCH}; one process unless the mode says "
+            f"workers2 / ranks2), median of {reps} interleaved repetition(s) [range], first batch "
+            "(s); mixing = neighbour distance median / p10 and same-file share of the delivered "
+            "order. The consumer keeps every batch's uids and, on img, reads each sample's length "
+            "and first byte (peers: a Python loop over their bytes objects; datamill: numpy over "
+            "its bytes + offsets), on tab sums the token mask; `once` = every uid exactly once and "
+            "those sums equal the data's. Load average (1/5/15 min) over the runs: "
+            f"{loads[0] if loads else '-'} ... {loads[-1] if loads else '-'}."
         ),
         "",
     ]
     out.append(
-        "| data | storage/mode | system | samples/s | range | first batch s | once | mixing: median / p10 dist, same file |"
+        "| data | storage/mode | system | samples/s | range | first batch s | once | mixing: "
+        "median / p10 dist, same file |"
     )
     out.append("|---|---|---|---|---|---|---|---|")
     med: dict[tuple[str, str, str], float] = {}
@@ -964,7 +978,8 @@ def _table(
         stt = _stats(runs)
         if stt is None:
             out.append(
-                f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | error: {runs[-1]['error'][:80]} | | | | |"
+                f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | error: "
+                f"{runs[-1]['error'][:80]} | | | | |"
             )
             continue
         m, lo, hi, first = stt
@@ -973,7 +988,8 @@ def _table(
         q = ok[-1]["mix"]
         once = all(r["once"] and r.get("bytes_ok", True) for r in ok)
         out.append(
-            f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | {first:.2f} | "
+            f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} "
+            f"| {first:.2f} | "
             f"{'yes' if once else 'NO'} | {q['median_distance']:,.0f} / {q['p10_distance']:,.0f}, "
             f"{q['same_shard']:.0%} |"
         )
@@ -991,7 +1007,8 @@ def _table(
     def goal(name: str, value: str, target: float) -> None:
         ok = value != "n/a" and float(value.rstrip("x")) >= target
         out.append(
-            f"- {name}: {value} (goal >= {target}x) {'MET' if ok else 'NOT MET' if value != 'n/a' else ''}"
+            f"- {name}: {value} (goal >= {target}x) "
+            f"{'MET' if ok else 'NOT MET' if value != 'n/a' else ''}"
         )
 
     for dm in [d for d in DATAMILLS if d in systems]:

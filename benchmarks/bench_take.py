@@ -6,7 +6,8 @@ something imports it), one epoch at the default settings, batch 256, the numpy c
 consumer of ``bench_peers.py`` (uids, and every image's length and first byte). Prints samples/s per
 run, the median per tree, the ratio and the load average beside every figure.
 
-    python benchmarks/bench_take.py --data ~/.cache/datamill-bench/data/img/parquet --other /work/main/src
+    python benchmarks/bench_take.py --data ~/.cache/datamill-bench/data/img/parquet \
+        --other /work/main/src
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def fuzz_ws(
 
 @pytest.fixture(autouse=True)
 def _fuzz_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """While a fuzz test runs: DATAMILL_DATA is the workspace's fake data folder (``demo`` must not run the
-    real tour) and TMPDIR is inside the workspace; both are restored after each test."""
+    """While a fuzz test runs: DATAMILL_DATA is the workspace's fake data folder (``demo`` must not
+    run the real tour) and TMPDIR is inside the workspace; both are restored after each test."""
     if "fuzz_ws" not in request.fixturenames:
         yield
         return
@@ -66,9 +66,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for k, v in sorted(cmds.items()):
         tr.write_line(f"  {k}: {v:,}")
     tr.write_line(f"subprocess commands: {COUNTS['subprocess commands']:,}")
+    tr.write_line(
+        f"serve start lines (subprocess): {COUNTS['serve start lines (subprocess)']:,}, "
+        f"{COUNTS['serve started']:,} started and stopped, the others refused"
+    )
     api = {k[4:]: v for k, v in COUNTS.items() if k.startswith("api ")}
     tr.write_line(f"API calls: {COUNTS['api calls']:,} over {len(api)} callables")
     tr.write_line(f"failures found: {COUNTS['failures']:,}")
     for key, value in sorted(COUNTS.items()):
         if key.startswith("known"):
             tr.write_line(f"{key}: {value:,} times (tolerated)")
+        elif key.startswith("expected"):
+            tr.write_line(f"{key}: {value:,} times")

@@ -42,7 +42,7 @@ __all__ = [
 
 MASK_SUFFIX = "_mask"
 OFFSETS_SUFFIX = "_offsets"
-"""``<col>_offsets``: where each sample of binary column ``<col>`` starts in ``<col>`` (rows + 1)."""
+"""``<col>_offsets``: where each sample of binary column ``<col>`` starts (rows + 1, int64)."""
 
 BinaryOutput: TypeAlias = Literal["offsets", "bytes"]
 """How a binary column is handed out: ``"offsets"`` (values + ``<col>_offsets``) or ``"bytes"``."""
@@ -180,9 +180,9 @@ def collate_torch(
     """Like :func:`collate_numpy` but numeric arrays become torch tensors (strings stay lists).
 
     Signed integer columns (category/sequence ids: int8/int16/int32) become int64, what
-    ``nn.Embedding`` and the losses take; floats, bools and unsigned bytes (images) keep their dtype.
-    A binary column is a uint8 tensor of its bytes plus an int64 ``<col>_offsets`` tensor (sample
-    ``i`` is ``t[o[i]:o[i + 1]]``, e.g. for ``torchvision.io.decode_image``), or with
+    ``nn.Embedding`` and the losses take; floats, bools and unsigned bytes (images) keep their
+    dtype. A binary column is a uint8 tensor of its bytes plus an int64 ``<col>_offsets`` tensor
+    (sample ``i`` is ``t[o[i]:o[i + 1]]``, e.g. for ``torchvision.io.decode_image``), or with
     ``binary="bytes"`` a list of ``bytes``.
 
     ``pin_memory`` pins tensors in page-locked memory when CUDA is available (a no-op on CPU-only).
@@ -224,7 +224,8 @@ def _identity(batch: pa.Table) -> pa.Table:
 def resolve_collate(
     collate: str | Callable[[pa.Table], Any], *, pin_memory: bool = False
 ) -> Callable[[pa.Table], Any]:
-    """``"numpy"`` / ``"torch"`` / ``"arrow"`` (the table itself) / a callable -> the collate function.
+    """``"numpy"`` / ``"torch"`` / ``"arrow"`` (the table itself) / a callable -> the collate
+    function.
 
     Binary columns as ``bytes`` objects (the former default):
     ``functools.partial(collate_numpy, binary="bytes")`` (or ``collate_torch``) as the callable.

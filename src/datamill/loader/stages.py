@@ -3,9 +3,10 @@
 * :class:`EpochPlan` - the rank's sample sequence for one epoch as index arrays (which shard and row
   each position reads, which batches need which shard): pure numpy, no per-sample Python.
 * (reading shards ahead and sharing them between builds is :mod:`datamill.loader.cache`'s job)
-* :func:`assemble` - the rows of several batches gathered with :func:`take_rows` (each shard gives its
-  own rows, the small pieces are put in order with one take), then sliced per batch (zero-copy).
-* :func:`process_batch` - filter and transform one batch with failures isolated per sample and counted.
+* :func:`assemble` - the rows of several batches gathered with :func:`take_rows` (each shard gives
+  its own rows, the small pieces are put in order with one take), then sliced per batch (zero-copy).
+* :func:`process_batch` - filter and transform one batch with failures isolated per sample and
+  counted.
 """
 
 from __future__ import annotations
@@ -60,8 +61,17 @@ class EpochPlan:
         """Compute the plan (about 50 ms per million samples).
 
         Examples:
-            >>> plan = EpochPlan.make(np.array([3, 2]), seed=0, epoch=0, shuffle=False, window=None, rank=0,
-            ...                       world_size=1, drop_last=False, batch_size=2)
+            >>> plan = EpochPlan.make(
+            ...     np.array([3, 2]),
+            ...     seed=0,
+            ...     epoch=0,
+            ...     shuffle=False,
+            ...     window=None,
+            ...     rank=0,
+            ...     world_size=1,
+            ...     drop_last=False,
+            ...     batch_size=2,
+            ... )
             >>> plan.total_batches, plan.shard.tolist(), plan.row.tolist(), plan.last_batch.tolist()
             (3, [0, 0, 0, 1, 1], [0, 1, 2, 0, 1], [1, 2])
         """
@@ -270,7 +280,7 @@ def _view_take(
     table_of: NDArray[np.int64],
     typ: pa.DataType,
 ) -> pa.Array:
-    """Gather the views of the rows taken, point them at the joined buffer list, cast back to ``typ``."""
+    """The views of the rows taken, pointed at the joined buffer list, cast back to ``typ``."""
     got = np.empty((len(table_of), 4), dtype=np.int32)
     base = np.zeros(len(cols), dtype=np.int32)
     buffers: list[pa.Buffer] = []
@@ -292,7 +302,8 @@ def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
 def _grouped_take(
     tables: Sequence[pa.Table], table_of: NDArray[np.int64], row: NDArray[np.int64]
 ) -> pa.Table:
-    """Each table's rows taken from that table (ascending output position), the pieces joined, reordered once."""
+    """Each table's rows taken from that table (ascending output position), the pieces joined,
+    reordered once."""
     by_table = np.argsort(table_of, kind="stable")
     counts = np.bincount(table_of, minlength=len(tables))
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -311,7 +322,8 @@ def _grouped_take(
 def assemble(
     plan: EpochPlan, get: Callable[[int], pa.Table], batches: Sequence[int]
 ) -> list[pa.Table]:
-    """The tables of ``batches`` (consecutive or not), gathered with :func:`take_rows` from the shards ``get(k)`` returns."""
+    """The tables of ``batches`` (consecutive or not), gathered with :func:`take_rows` from the
+    shards ``get(k)`` returns."""
     parts = [plan.positions(b) for b in batches]
     shard = np.concatenate([plan.shard[p] for p in parts])
     row = np.concatenate([plan.row[p] for p in parts])
@@ -354,7 +366,8 @@ def process_batch(
     transform: Callable[[pa.Table], pa.Table] | None,
     collate: Callable[[pa.Table], Any],
 ) -> BatchResult:
-    """Filter, transform and collate one batch; a failing sample is isolated, skipped and recorded."""
+    """Filter, transform and collate one batch; a failing sample is isolated, skipped and
+    recorded."""
     read = table.num_rows
     failed: list[tuple[Any, int, BaseException]] = []
     filtered = 0

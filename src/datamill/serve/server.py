@@ -1,4 +1,5 @@
-"""The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the journal.
+"""The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the
+journal.
 
 :class:`ServeState` is what :func:`datamill.serve.app.create_app` exposes over HTTP; it can be used
 (and is tested) directly. Batch contents are rebuilt on demand through the batch service (one per
@@ -111,10 +112,12 @@ class ServeState:
         roots: folders datasets may be registered from (resolved; symlinks out of them refused).
         auth: require API keys. Defaults to ``True``.
         lease_timeout: default seconds a lease lives without a heartbeat. Defaults to ``60.0``.
-        cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
-            (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
-        build_workers: worker processes building server-built leases (each with its own shard cache), so
-            builds run past this process's GIL; ``0`` builds in the request's thread. Defaults to ``0``.
+        cache_shards: released shards each batch service keeps for later leases. Defaults to
+            ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
+            instead of rereading them).
+        build_workers: worker processes building server-built leases (each with its own shard
+            cache), so builds run past this process's GIL; ``0`` builds in the request's thread.
+            Defaults to ``0``.
     """
 
     def __init__(
@@ -181,10 +184,12 @@ class ServeState:
     def register(
         self, path: str, *, name: str, client_location: str | None = None
     ) -> dict[str, Any]:
-        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same path.
+        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same
+        path.
 
-        ``client_location`` (a path every client node sees, or ``s3://...``) allows direct mode: clients
-        are told it and build their batches themselves. Registering again may add or change it.
+        ``client_location`` (a path every client node sees, or ``s3://...``) allows direct mode:
+        clients are told it and build their batches themselves. Registering again may add or change
+        it.
         """
         from datamill.serve.direct import check_location
         from datamill.sources import open_source
@@ -240,7 +245,8 @@ class ServeState:
         )
 
     def open_source(self, path: str) -> Any:
-        """The Source of a registered dataset's path (a benchmark may plan synthetic shard sizes instead)."""
+        """The Source of a registered dataset's path (a benchmark may plan synthetic shard sizes
+        instead)."""
         from datamill.sources import open_source
 
         return open_source(path)
@@ -392,8 +398,8 @@ class ServeState:
     def create_iteration(self, req: Mapping[str, Any]) -> dict[str, Any]:
         """Create an iteration, or join the existing one of the same name (or config) and epoch.
 
-        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``; any other
-        difference from the existing iteration's settings is a :class:`ConflictError`.
+        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``;
+        any other difference from the existing iteration's settings is a :class:`ConflictError`.
         """
         cfg = self._config(req)
         joined = {k: v for k, v in cfg.items() if k not in _CREATOR_ONLY}
@@ -448,7 +454,8 @@ class ServeState:
         return it
 
     def iteration(self, ref: str) -> Iteration:
-        """An iteration by id or name (rebuilt from the journal after a restart: pending = all - done)."""
+        """An iteration by id or name (rebuilt from the journal after a restart: pending = all -
+        done)."""
         check_name(ref, what="iteration")
         with self._lock:
             it = self._iterations.get(ref)
@@ -506,11 +513,12 @@ class ServeState:
         session: str | None = None,
         client: str | None = None,
     ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
-        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the whole lease)
-        of one session (its secret; ``client`` when ``None``): ``(status per lease, unit runs done)``.
+        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the whole
+        lease) of one session (its secret; ``client`` when ``None``): ``(status per lease, unit runs
+        done)``.
 
-        The units are journaled in **one transaction** before memory changes, so ``"already"`` is only
-        ever answered for journaled acks.
+        The units are journaled in **one transaction** before memory changes, so ``"already"`` is
+        only ever answered for journaled acks.
 
         Raises:
             UnavailableError: the journal could not be written (nothing changed; retry later).
@@ -543,7 +551,8 @@ class ServeState:
         stall_s: float | None = None,
         batches: int | None = None,
     ) -> dict[str, list[str]]:
-        """Extend (or reclaim after a restart) a client's leases: ``{"lost": [...], "refused": [...]}``."""
+        """Extend (or reclaim after a restart) a client's leases: ``{"lost": [...], "refused":
+        [...]}``."""
         return it.heartbeat(
             client, leases=leases, session=session, stall_s=stall_s, batches=batches
         )
@@ -576,8 +585,8 @@ class ServeState:
     ) -> LeasePayload | None:
         """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`).
 
-        ``transport="direct"``: the lease carries only its runs (the client builds the batches); refused
-        (:class:`ConfigError`) when the dataset has no client location.
+        ``transport="direct"``: the lease carries only its runs (the client builds the batches);
+        refused (:class:`ConfigError`) when the dataset has no client location.
         """
         if transport == "direct":
             self.client_location(str(it.config["dataset"]))
@@ -621,7 +630,8 @@ class ServeState:
             self.telemetry.leased(it, reissued=reissued, nbytes=0, seconds=0.0)
             return LeasePayload(lease, units, b"", int(it.config["epoch"]), runs)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
-        # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4 clients
+        # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4
+        # clients
         t0 = time.perf_counter()
         if self.pool is not None:  # in a build worker: this thread only waits (without the GIL)
             ds = self.dataset(str(it.config["dataset"]))
@@ -653,12 +663,14 @@ class ServeState:
         return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
 
     def client_location(self, ref: str) -> str:
-        """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has none)."""
+        """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has
+        none)."""
         ds = self.dataset(ref)
         return self.locations.require(ds["id"], ds["name"])
 
     def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
-        """The Arrow IPC stream of some units' batches (one build per run of one plan rank's batches)."""
+        """The Arrow IPC stream of some units' batches (one build per run of one plan rank's
+        batches)."""
         cfg = it.config
         svc = self.service(cfg)
         tables: list[pa.Table] = []
@@ -682,7 +694,8 @@ class ServeState:
         return to_ipc(tables)
 
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b], ...]}``)."""
+        """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
+        ...]}``)."""
         if body.get("done") is not None:
             units = [u for a, b in body["done"] for u in range(int(a), int(b)) if 0 <= u < it.total]
             it.rewind(done=units)
