@@ -58,14 +58,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming", "hf", "torchmap")
-S3_SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming")
+S3_SYSTEMS = ("datamill", "datamill-warmup", "datamill-full-window", "litdata", "streaming")
 WORKER_SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming", "torchmap")
 LOCAL_MODES = ("local", "workers2", "ranks2")
 S3_MODES = ("cold", "warm", "cold10")
-DATAMILLS = ("datamill", "datamill-warmup")
+DATAMILLS = ("datamill", "datamill-warmup", "datamill-full-window")
+S3_ONLY = ("datamill-full-window",)  # on local files the default already has full windows
 LABELS = {
     "datamill": "datamill",
     "datamill-warmup": "datamill warmup=True",
+    "datamill-full-window": "datamill warmup=False",
     "litdata": "litData 0.2.76",
     "streaming": "mosaic streaming 0.13.0",
     "hf": "HF datasets 5.2.0",
@@ -302,6 +304,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     make = {
         "datamill": _datamill,
         "datamill-warmup": _datamill,
+        "datamill-full-window": _datamill,
         "litdata": _litdata,
         "streaming": _streaming,
         "hf": _hf,
@@ -372,7 +375,7 @@ def _s3_env(spec: dict[str, Any]) -> None:
 def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     sys.path.insert(0, str(ROOT / "src"))
     from datamill.core.parquet import ParquetSource
-    from datamill.loader import Batching, Loader
+    from datamill.loader import Loader
     from datamill.loader.remote import RemoteParquetSource
 
     def epochs(epoch: int) -> Iterator[Any]:
@@ -387,7 +390,6 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             src = state["source"]
         else:
             src = ParquetSource(spec["path"])
-        warm = Batching(warmup=spec["system"] == "datamill-warmup")
         rank, world = spec.get("rank", 0), spec.get("world", 1)
         loader = Loader(
             src,
@@ -395,7 +397,7 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             shuffle=True,
             seed=0,
             epoch=epoch,
-            batching=warm,
+            batching=_batching(spec["system"]),
             rank=rank,
             world_size=world,
         )
@@ -409,6 +411,19 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
 
     state: dict[str, Any] = {}
     return epochs
+
+
+def _batching(system: str) -> Any:
+    """datamill's defaults (warm-up windows on object storage, full windows on local files), or
+    warm-up forced on (``datamill-warmup``) or off (``datamill-full-window``: the default before
+    issue 31, for comparison)."""
+    from datamill.loader import Batching
+
+    if system == "datamill-warmup":
+        return Batching(warmup=True)
+    if system == "datamill-full-window":
+        return Batching(warmup=False)
+    return Batching()
 
 
 def _litdata(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
@@ -794,7 +809,7 @@ def main() -> None:
         for rep in range(reps):
             for ds, st, mode in cases:
                 for s in systems:
-                    if st == "s3" and s not in S3_SYSTEMS:
+                    if st == "s3" and s not in S3_SYSTEMS or st == "local" and s in S3_ONLY:
                         continue
                     if mode == "workers2" and s not in WORKER_SYSTEMS:
                         continue
@@ -826,9 +841,44 @@ def main() -> None:
                     results.setdefault((ds, st, mode, s), []).append(res)
                     _print_one(rep, ds, st, mode, s, res)
     report = _table(results, systems, datas, storages, sizes, conv_times, reps, cmd, loads)
+    report += _s3_cold_summary(results, systems, datas)
     print(report)
     if args.out:
         Path(args.out).write_text(report, encoding="utf-8")
+
+
+def _s3_cold_summary(
+    results: dict[tuple[str, str, str, str], list[dict[str, Any]]],
+    systems: list[str],
+    datas: list[str],
+) -> str:
+    """Issue 31 point 3 for every S3 system side by side: cold and cold-with-cache-at-10% epochs
+    as a share of the warm one (medians of the same run), and the worst cold first batch."""
+
+    def med(ds: str, mode: str, s: str) -> float | None:
+        stt = _stats(results.get((ds, "s3", mode, s), []))
+        return None if stt is None else stt[0]
+
+    out = [
+        "",
+        "S3 cold path (cold / warm and cold with cache at 10% / warm, same run; goal >= 0.9x;",
+    ]
+    out.append("first batch from cold S3, worst run; goal <= 0.5 s):")
+    for ds in datas:
+        for s in [s for s in systems if s in S3_SYSTEMS]:
+            warm = med(ds, "warm", s)
+            if warm is None:
+                continue
+            ratios = [
+                f"{mode} {v / warm:.2f}x" if (v := med(ds, mode, s)) is not None else f"{mode} n/a"
+                for mode in ("cold", "cold10")
+            ]
+            firsts = [
+                r["first"] for r in results.get((ds, "s3", "cold", s), []) if "error" not in r
+            ]
+            worst = f"{max(firsts):.2f} s" if firsts else "n/a"
+            out.append(f"- {ds} {LABELS[s]}: {', '.join(ratios)}; first batch {worst}")
+    return "\n".join(out) + "\n"
 
 
 def _check(path: Path, n: int) -> dict[str, Any]:
@@ -886,14 +936,16 @@ def _upload(
     names = {
         "datamill": "parquet",
         "datamill-warmup": "parquet",
+        "datamill-full-window": "parquet",
         "litdata": "litdata",
         "streaming": "mds",
     }
     for ds in datas:
         for s in systems:
-            if s not in S3_SYSTEMS or s == "datamill-warmup" and "datamill" in systems:
-                if s == "datamill-warmup":
-                    nbytes[(s, ds)] = nbytes[("datamill", ds)]
+            if s not in S3_SYSTEMS or s in DATAMILLS and any((d, ds) in nbytes for d in DATAMILLS):
+                if s in DATAMILLS:
+                    first = next(d for d in DATAMILLS if (d, ds) in nbytes)
+                    nbytes[(s, ds)] = nbytes[(first, ds)]
                 continue
             local = paths[(s, ds)]
             files = [p for p in local.rglob("*") if p.is_file() and not p.name.startswith("_")]

@@ -27,8 +27,9 @@ from datamill.core.io import read_table
 from datamill.preprocessing.api import preprocess
 from datamill.serve import Client, RemoteLoader
 from datamill.shards.dataset import ShardsetDataset
+from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._proc import free_port, make_key, start_server, stop
-from tests.serve.test_ui_browser import ARGS, CHROMIUM, DATA, build_cifar
+from tests.serve.test_ui_browser import DATA, build_cifar
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
@@ -69,10 +70,7 @@ def _build(root: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    import os
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    need_chromium()
     base = tmp_path_factory.mktemp("uipages")
     paths = _build(base / "root")
     state = base / "state"
@@ -99,23 +97,12 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def browser(srv: dict[str, Any]) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _login(browser: Any, srv: dict[str, Any], key: str | None = None, *, width: int = 1280) -> Any:
-    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
-    page.set_default_timeout(15_000)
-    page.goto(srv["url"] + "/ui/login")
-    page.fill("#key", key or srv["admin"])
-    page.click("form[action='/ui/login'] button[type=submit]")
-    page.wait_for_selector("nav[aria-label=Main]")
-    return page
+    return login(browser, srv["url"], key or srv["admin"], width=width, path="/ui/login")
 
 
 def _iterate(
