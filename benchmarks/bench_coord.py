@@ -1,0 +1,230 @@
+"""The server's cost of one lease round trip (#25): direct-mode clients that acknowledge without reading.
+
+Each client process loops ``GET /next?transport=direct&ack=<previous lease>``: the server journals the
+previous lease's acknowledgement and the new lease (both durable before the reply) and answers the
+lease's runs; the client reads nothing. This is the coordination test of ``bench_serve.py`` alone, run
+for several client counts in one run, with the CPU split between the server process and the clients
+(the clients share this machine's cores with the server: when their own CPU bounds the figure, the
+run with fewer, busier clients shows the server's capacity). The load average is printed beside each
+figure.
+
+Usage: ``python benchmarks/bench_coord.py [--clients 32,8,4] [--seconds 8] [--repeat 1] [--auth]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+CLIENT = """
+import http.client, json, os, secrets, sys, time, urllib.parse
+port, it_id, start, seconds, key = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+headers = {"X-Datamill-Session": secrets.token_hex(16)}
+if key:
+    headers["Authorization"] = "Bearer " + key
+client = "coord-%d" % os.getpid()
+lat, leases, waits, ack = [], 0, 0, None
+time.sleep(max(0.0, start - time.time()))
+cpu0 = time.process_time()
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
+    t = time.perf_counter()
+    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)), headers=headers)
+    res = conn.getresponse()
+    res.read()
+    lat.append(time.perf_counter() - t)
+    ack = None
+    if res.status == 200:
+        leases += 1
+        ack = "%s:%s" % (res.getheader("X-Datamill-Lease"), res.getheader("X-Datamill-Fence"))
+    elif res.status == 204:
+        break
+    else:
+        waits += 1
+        time.sleep(0.005)
+print(json.dumps({"leases": leases, "waits": waits, "lat": lat, "cpu_s": time.process_time() - cpu0}))
+"""
+
+
+def _bench_serve() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_serve", HERE / "bench_serve.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (and its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def make_dataset(root: Path, n: int) -> Path:
+    """A one-column shardset dataset of ``n`` samples (batch 1: one unit per sample)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from datamill.shards import ShardsetDataset
+
+    table = pa.table({"uid": np.arange(n, dtype=np.int64)})
+    ShardsetDataset.create(root / "dataset", table, uid="uid", shardset="base", shard_size=n // 8)
+    return root / "dataset"
+
+
+def run(
+    url: str, pid: int, *, clients: int, seconds: float, key: str, bs: Any, spy: str = ""
+) -> dict[str, Any]:
+    """One timed run of ``clients`` processes against a fresh dynamic iteration."""
+    import numpy as np
+
+    from datamill.serve import Client
+
+    with Client(url, key or None) as client:
+        info = client.iteration(
+            "bench",
+            batch_size=1,
+            mode="dynamic",
+            lease_size=16,
+            name=f"coord-{time.time_ns()}",
+            transport="direct",
+        )
+    port = int(url.rsplit(":", 1)[1])
+    start = time.time() + 1.5 + 0.05 * clients
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLIENT, str(port), info["id"], str(start), str(seconds), key],
+            env=bs._env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(clients)
+    ]
+    time.sleep(max(0.0, start - time.time()))
+    load0, cpu0 = _load(), _cpu_s(pid)
+    prof = None
+    if spy:  # py-spy (if installed): samples of the server's threads holding the GIL
+        cmd = [os.environ.get("PY_SPY", "py-spy"), "record", "-p", str(pid), "-d", str(int(seconds))]
+        cmd += ["-r", "200", "-f", "raw", "--gil", "--nonblocking", "-o", spy]
+        prof = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(seconds)
+    cpu1, load1 = _cpu_s(pid), _load()
+    if prof is not None:
+        prof.wait(timeout=60)
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"coordination client exited with {p.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    lat = np.concatenate([np.asarray(r["lat"]) for r in results]) * 1000
+    leases = sum(r["leases"] for r in results)
+    return {
+        "clients": clients,
+        "leases": leases,
+        "seconds": seconds,
+        "leases_per_s": leases / seconds,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "waits": sum(r["waits"] for r in results),
+        "server_cpu_s": cpu1 - cpu0,
+        "clients_cpu_s": sum(r["cpu_s"] for r in results),
+        "server_cpu_ms_per_trip": 1000 * (cpu1 - cpu0) / max(1, leases),
+        "load": f"{load0} -> {load1}",
+        "server_rss_mib": bs._rss_mib(pid)[0],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--clients", default="32,8,4", help="client counts, comma-separated")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds over the client counts")
+    ap.add_argument("--samples", type=int, default=2_000_000)
+    ap.add_argument("--auth", action="store_true", help="with API keys (a read key per client)")
+    ap.add_argument("--py-spy", default="", help="record the server's first run with py-spy here")
+    args = ap.parse_args(argv)
+    bs = _bench_serve()
+    counts = [int(c) for c in args.clients.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-coord-") as tmp:
+        root = Path(tmp)
+        location = str(make_dataset(root, args.samples).resolve())
+        state = root / "state"
+        key = ""
+        if args.auth:
+            from datamill.serve.auth import create_key
+            from datamill.serve.journal import Journal
+
+            journal = Journal(state)
+            key = create_key(journal, role="admin")[1]
+            journal.close()
+        port = bs._free_port()
+        server = _start(bs, root, state, port, auth=args.auth)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            from datamill.serve import Client
+
+            with Client(url, key or None) as client:
+                client.register("dataset", name="bench", client_location=location)
+            rows = []
+            for _ in range(args.repeat):
+                for c in counts:
+                    spy, args.py_spy = args.py_spy, ""
+                    r = run(url, server.pid, clients=c, seconds=args.seconds, key=key, bs=bs, spy=spy)
+                    rows.append(r)
+                    print(
+                        f"{c:>3} clients: {r['leases_per_s']:>7,.0f} round trips/s  "
+                        f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:7.2f} ms  waits {r['waits']}  "
+                        f"CPU server {r['server_cpu_s']:.2f} s ({r['server_cpu_ms_per_trip']:.3f} ms "
+                        f"per trip), clients {r['clients_cpu_s']:.2f} s of {r['seconds']:.0f} s x 2 "
+                        f"cores  RSS {r['server_rss_mib']:.0f} MiB  load {r['load']}",
+                        flush=True,
+                    )
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    print(json.dumps(rows))
+
+
+def _start(bs: Any, root: Path, state: Path, port: int, *, auth: bool) -> Any:
+    if not auth:
+        return bs._start_server(root, state, port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "datamill.cli", "serve", str(root), "--port", str(port)]
+        + ["--state", str(state), "--build-workers", "0", "--log-level", "warning"],
+        env=bs._env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import urllib.request
+
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+if __name__ == "__main__":
+    main()
