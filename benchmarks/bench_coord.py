@@ -122,7 +122,14 @@ def run(
     load0, cpu0 = _load(), _cpu_s(pid)
     prof = None
     if spy:  # py-spy (if installed): samples of the server's threads holding the GIL
-        cmd = [os.environ.get("PY_SPY", "py-spy"), "record", "-p", str(pid), "-d", str(int(seconds))]
+        cmd = [
+            os.environ.get("PY_SPY", "py-spy"),
+            "record",
+            "-p",
+            str(pid),
+            "-d",
+            str(int(seconds)),
+        ]
         cmd += ["-r", "200", "-f", "raw", "--gil", "--nonblocking", "-o", spy]
         prof = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(seconds)
@@ -188,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             for _ in range(args.repeat):
                 for c in counts:
                     spy, args.py_spy = args.py_spy, ""
-                    r = run(url, server.pid, clients=c, seconds=args.seconds, key=key, bs=bs, spy=spy)
+                    r = run(
+                        url, server.pid, clients=c, seconds=args.seconds, key=key, bs=bs, spy=spy
+                    )
                     rows.append(r)
                     print(
                         f"{c:>3} clients: {r['leases_per_s']:>7,.0f} round trips/s  "
