@@ -1294,6 +1294,33 @@ def test_unreachable_ray_address_is_one_line_within_30_s(
     )
 
 
+@pytest.mark.ray
+def test_a_ray_address_of_another_service_is_one_line_within_30_s(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--address` naming a port where an HTTP server answers: Ray retried it for minutes (> 200 s)."""
+    import http.server
+    import threading
+    import time
+
+    pytest.importorskip("ray")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    worker = threading.Thread(target=httpd.serve_forever, daemon=True)
+    worker.start()
+    try:
+        address = f"127.0.0.1:{httpd.server_address[1]}"
+        s = os.fspath(small)
+        args = ["bert", f"{s}/r.txt", "--out", f"{s}/never.parquet", "--engine", "ray"]
+        start = time.perf_counter()
+        line = _one_line([*args, "--address", address], capsys)
+        assert time.perf_counter() - start <= 30, line
+        assert address in line and "not as a Ray cluster" in line, line
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        worker.join(timeout=10)
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -1392,7 +1419,7 @@ def test_fuzzer_finds_are_one_line(
 def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -> None:
     """Shrunk failures of tests/fuzz/test_api_fuzz.py: each call raised something else (ValueError, AttributeError,
     a bare Exception from tokenizers, NotADirectoryError)."""
-    from datamill import build_bert_samples
+    from datamill import Vocab, build_bert_samples, load, preprocess
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
     from datamill.loader import (
@@ -1402,7 +1429,7 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         read_batches,
         split_for_rank,
     )
-    from datamill.pretrain.bert import load_tokenizer
+    from datamill.pretrain.bert import is_bert_parquet, load_tokenizer
     from datamill.shards import ShardsetWriter
     from datamill.sources import ParquetSource, open_source
     from datamill.tokenize import HFTokenizer
@@ -1424,6 +1451,14 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
         (open_source, ("a\x00b",), {}),
         (read_batches, ("x" * 10_000, 2), {}),  # (read_bert_batches before it moved to the loader)
         (build_bert_samples, (0,), {"out": 0, "config": 0}),  # an AttributeError from BertConfig.of
+        # found after the tree's reformat reseeded the fuzzer (2026-11-26):
+        (Vocab, (["a"],), {"str2freq": -1}),  # AttributeError: 'int' object has no attribute 'get'
+        (Vocab, ("ab",), {}),  # a string taken as its characters
+        (load, ("",), {}),  # ValueError: PosixPath('.') has an empty name
+        (build_bert_samples, ("",), {"out": ""}),
+        (is_bert_parquet, ("x" * 10_002,), {}),  # ENAMETOOLONG from Path.is_file()
+        (ParquetSource, ("x" * 10_002,), {}),
+        (preprocess, (0,), {"config": 0, "engine_options": np.array([1.0, np.nan])}),
     ]
     for fn, args, kwargs in calls:
         with pytest.raises((DatamillError, TypeError)):

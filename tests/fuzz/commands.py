@@ -22,7 +22,8 @@ __all__ = ["EXCLUDED", "command_lines", "leaf_commands", "seeds"]
 
 EXCLUDED: dict[tuple[str, ...], str] = {}
 """Leaf commands not fuzzed, with the reason. ``datamill serve ROOT`` (the server itself) is not a leaf of the
-walk: it would block; its sub-commands (keys, audit, backup, iterate) are fuzzed."""
+walk: it would block; it is fuzzed in child processes by tests/fuzz/test_serve_fuzz.py, its sub-commands
+(keys, audit, backup, gc, iterate) here."""
 
 WAITS = {"reconnect_timeout": "0"}
 """Options that ask the command to wait (seconds): always this value, or a run would take as long as asked."""

@@ -66,9 +66,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for k, v in sorted(cmds.items()):
         tr.write_line(f"  {k}: {v:,}")
     tr.write_line(f"subprocess commands: {COUNTS['subprocess commands']:,}")
+    tr.write_line(
+        f"serve start lines (subprocess): {COUNTS['serve start lines (subprocess)']:,}, "
+        f"{COUNTS['serve started']:,} started and stopped, the others refused"
+    )
     api = {k[4:]: v for k, v in COUNTS.items() if k.startswith("api ")}
     tr.write_line(f"API calls: {COUNTS['api calls']:,} over {len(api)} callables")
     tr.write_line(f"failures found: {COUNTS['failures']:,}")
     for key, value in sorted(COUNTS.items()):
         if key.startswith("known"):
             tr.write_line(f"{key}: {value:,} times (tolerated)")
+        elif key.startswith("expected"):
+            tr.write_line(f"{key}: {value:,} times")

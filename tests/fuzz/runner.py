@@ -151,12 +151,6 @@ def _restore(ws: Workspace, before: Snapshot, pristine: Path, o: Outcome) -> Non
         ) in named:  # --overwrite of one file of a damaged output (its HDF5 beside its meta.json)
             if overwrite and n.startswith(rel + os.sep) and n not in slots:
                 slots[n] = os.fspath(ws.root / n)
-    if (
-        o.argv[:2] == ["shards", "export"] and overwrite
-    ):  # documented: a CSV (no marker) is replaced only with
-        for n in named:  # --overwrite naming it (shards.convert.export)
-            if n.lower().endswith(".csv") and n not in slots:
-                slots[n] = os.fspath(ws.root / n)
     for slot_rel, slot_abs in slots.items():
         touched = [p for p in changed | created if p == slot_rel or p.startswith(slot_rel + os.sep)]
         if not touched:
@@ -228,12 +222,11 @@ def _named_paths(ws: Workspace, argv: list[str]) -> set[str]:
     return out
 
 
-KNOWN_SERVE_STATE_CHMOD = (
-    "known (serve, reported): `serve keys|audit|backup --state DIR` chmods an existing DIR to 0700"
-)
-"""A finding in ``datamill serve`` (another change's area, not fixed here): any existing folder given as
-``--state`` is turned into a journal folder (mode 0700, a database created in it). Tolerated and counted so
-the rest of the serve commands are fuzzed; tests/test_bad_inputs.py holds it as a strict xfail."""
+KNOWN_SERVE_STATE_CHMOD = "expected (serve, documented): `serve ... --state DIR` of an empty folder makes it a journal folder (0700)"
+"""Not a finding: ``--state`` naming an existing EMPTY folder makes it the journal folder (mode 0700, the
+journal's database in it), as docs/serving.md says; a folder holding other files is refused (one StateError
+line; tests/test_bad_inputs.py). Counted, and the mode restored so the workspace stays the same for the
+next command."""
 
 
 def _serve_state_dirs(ws: Workspace, argv: list[str]) -> set[str]:

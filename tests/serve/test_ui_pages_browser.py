@@ -612,6 +612,14 @@ def test_favicon_tab_order_contrast_and_no_overflow_at_400px(
             if _contrast(fg, bg) < 4.5
         ]
         assert low == [], (name, low[:5])
+    # the confirmation page (cancelling the running iteration), at 400 px too; then kept running
+    page.goto(srv["url"] + pages["iteration"])
+    page.click("#cancel-form button")
+    page.locator("#confirm-what").wait_for()
+    over = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert over <= 0, ("confirmation", over)
+    page.click("#keep")
+    assert page.locator("#status").inner_text() != "cancelled"
     # the badges: each status's colours
     page.goto(srv["url"] + "/ui/iterations")
     seen = set()

@@ -333,3 +333,37 @@ def test_loader_iterates_a_shardset_dataset(seed_ds: ShardsetDataset) -> None:
         seen += batch.column("uid").to_pylist()
         nulls += batch.column("b").null_count
     assert sorted(seen) == list(range(10_000)) and nulls == 1_000
+
+
+def test_a_csv_export_replaces_its_own_file_and_never_a_users_csv(tmp_path: Path) -> None:
+    """A CSV export leaves a marker with its SHA-256: a second export replaces it; a user's CSV, or
+    the export after the user edited it, is refused even with overwrite=True, and a killed switch
+    (marker listing both files) still recognises whichever file is there."""
+    import json
+
+    from datamill.core.errors import DataFileError
+    from datamill.shards.convert import CSV_MARKER_SUFFIX, export
+
+    ds = ShardsetDataset.create(
+        tmp_path / "ds", pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2
+    )
+    out = tmp_path / "all.csv"
+    export(ds, out)
+    marker = tmp_path / ("all.csv" + CSV_MARKER_SUFFIX)
+    assert json.loads(marker.read_text())["sha256"]
+    assert export(ds, out, columns=["uid"]).num_rows == 3  # its own export: replaced
+    mine = tmp_path / "mine.csv"
+    mine.write_text("uid\n9\n")
+    for overwrite in (False, True):
+        with pytest.raises(DataFileError, match="refusing"):
+            export(ds, mine, overwrite=overwrite)
+    assert mine.read_text() == "uid\n9\n"
+    out.write_text(out.read_text() + "4\n")  # the user edited the export
+    with pytest.raises(DataFileError, match="refusing"):
+        export(ds, out, overwrite=True)
+    assert out.read_text().endswith("4\n")
+    fake = tmp_path / "other.csv"
+    (tmp_path / ("other.csv" + CSV_MARKER_SUFFIX)).write_text("my notes")
+    with pytest.raises(DataFileError, match="not a datamill export marker"):
+        export(ds, fake)
+    assert not fake.exists()

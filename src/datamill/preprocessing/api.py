@@ -146,6 +146,12 @@ def preprocess(
         >>> out.metadata.decode("color", out.data["color"]).tolist()
         ['red', 'blue', 'red', '<UNK>']
     """
+    if engine_options is not None and not isinstance(engine_options, dict):
+        raise ConfigError(
+            f"engine_options must be a dict of the engine's keyword arguments, "
+            f"got {type(engine_options).__name__}",
+            hint="e.g. engine='ray', engine_options={'address': 'auto'}",
+        )
     if engine != "local" or engine_options:  # (Ray reads s3:// URIs on its nodes itself)
         return _on_engine(
             engine,

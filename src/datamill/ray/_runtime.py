@@ -11,6 +11,7 @@ a lost node) after Ray's retries.
 from __future__ import annotations
 
 import os
+import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
@@ -63,8 +64,6 @@ CONNECT_TIMEOUT_S = 10.0
 
 def _probe(address: str) -> None:
     """Fail within :data:`CONNECT_TIMEOUT_S` when ``HOST:PORT`` (or ``ray://HOST:PORT``) does not answer."""
-    import socket
-
     hostport = address.removeprefix("ray://").rsplit("/", 1)[0] if address != "auto" else ""
     host, sep, port = hostport.rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -76,8 +75,10 @@ def _probe(address: str) -> None:
             hint="pass the address `ray start --head` printed, e.g. --address 10.0.0.5:6379",
         )
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
-            pass
+        with socket.create_connection(
+            (host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S
+        ) as sock:
+            speaks = _speaks_grpc(sock)
     except (OSError, ValueError, OverflowError) as exc:
         raise DatamillError(
             f"cannot connect to Ray: nothing answers at {host}:{port} ({exc})",
@@ -85,6 +86,33 @@ def _probe(address: str) -> None:
             hint="start the cluster (`ray start --head`) and pass its address with "
             "--address HOST:PORT, or leave --address out for a local instance",
         ) from exc
+    if not speaks:  # Ray would retry a port of another program for minutes
+        raise DatamillError(
+            f"cannot connect to Ray: {host}:{port} answers, but not as a Ray cluster "
+            "(no gRPC answer)",
+            path=address,
+            hint="pass the address `ray start --head` printed (the GCS port, 6379 by default), "
+            "not another service's port",
+        )
+
+
+def _speaks_grpc(sock: socket.socket) -> bool:
+    """Whether the peer answers an HTTP/2 connection preface with a SETTINGS frame, as Ray's GCS
+    and Ray Client servers (gRPC) do; an HTTP/1 server, a database or a silent port does not."""
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    empty_settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # length 0, type 4, flags 0, stream 0
+    sock.sendall(preface + empty_settings)
+    head = b""
+    while len(head) < 9:
+        try:
+            chunk = sock.recv(9 - len(head))
+        except TimeoutError:  # a port that takes the connection and says nothing
+            return False
+        if not chunk:
+            return False
+        head += chunk
+    return head[3] == 0x04
 
 
 def connect(address: str | None = None) -> ModuleType:

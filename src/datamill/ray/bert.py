@@ -31,20 +31,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datamill.core.constants import BERT_FORMAT, DATASET_MANIFEST
-from datamill.core.errors import ConfigError, DataFileError, DatamillError
+from datamill.core.constants import DATASET_MANIFEST
+from datamill.core.errors import ConfigError, DatamillError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.io import PathLike, atomic_dir, atomic_write, check_output, display_name
 from datamill.pretrain.bert.engine import (
     BertConfig,
     BertSamples,
     BertTokenizer,
-    MaskConfig,
     TaskConfig,
     bert_schema,
+    build_metadata,
+    check_documents,
     read_documents,
     resolve_tokenizer,
     run_task,
+    task_config,
 )
 from datamill.ray._bert_docs import build_index, corpus_state, plan_text_blocks, tokenize_blocks
 from datamill.ray._runtime import MAX_RETRIES, Spread, connect, ordered_results, unwrap
@@ -144,24 +146,12 @@ def build_bert_samples(
         datamill.core.errors.ConfigError: dupe_factor must be an int in [1, 10,000], got 0
     """
     conf = BertConfig.of(config, **options)
-    tokenizer, vocab_size, max_seq_length, seed = (
-        conf.tokenizer,
-        conf.vocab_size,
-        conf.max_seq_length,
-        conf.seed,
-    )
-    dupe_factor, mask_prob, short_seq_prob = conf.dupe_factor, conf.mask_prob, conf.short_seq_prob
-    max_predictions_per_seq, layout, sentence_split = (
-        conf.max_predictions_per_seq,
-        conf.layout,
-        conf.sentence_split,
-    )
-    pairing, overwrite = conf.pairing, conf.overwrite
+    tokenizer, vocab_size, sentence_split = conf.tokenizer, conf.vocab_size, conf.sentence_split
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
     root = Path(out)
-    tok_path = _check_outputs(root, paths, tokenizer, overwrite=overwrite)
+    tok_path = _check_outputs(root, paths, tokenizer, overwrite=conf.overwrite)
     start = time.perf_counter()
     tok = resolve_tokenizer(tokenizer)
     timings: dict[str, float] = {}
@@ -180,15 +170,7 @@ def build_bert_samples(
             tok,
             timings,
             start,
-            seed=seed,
-            max_seq_length=max_seq_length,
-            dupe_factor=dupe_factor,
-            mask_prob=mask_prob,
-            max_predictions_per_seq=max_predictions_per_seq,
-            short_seq_prob=short_seq_prob,
-            layout=layout,
-            sentence_split=sentence_split,
-            pairing=pairing,
+            conf,
         )
     except DatamillError:
         raise
@@ -196,7 +178,7 @@ def build_bert_samples(
         raise unwrap(exc, what="building BERT samples") from exc
 
 
-# long (104 lines): the Ray engine's stages in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
+# long (62 lines): the Ray engine's stages in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
 def _build(
     ray: Any,
     paths: list[PathLike],
@@ -205,17 +187,9 @@ def _build(
     tok: BertTokenizer,
     timings: dict[str, float],
     start: float,
-    *,
-    seed: int,
-    max_seq_length: int,
-    dupe_factor: int,
-    mask_prob: float,
-    max_predictions_per_seq: int,
-    short_seq_prob: float,
-    layout: str,
-    sentence_split: str,
-    pairing: str,
+    conf: BertConfig,
 ) -> BertSamples:
+    layout, dupe_factor, sentence_split = conf.layout, conf.dupe_factor, conf.sentence_split
     t = time.perf_counter()
     tok_json = tok.to_json()
     tokenized = tokenize_blocks(
@@ -223,60 +197,17 @@ def _build(
     )
     index = build_index(tokenized, paths)
     timings["read_split_tokenize"] = time.perf_counter() - t
-    where = (
-        display_name(paths[0])
-        if len(paths) == 1
-        else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
+    check_documents(index.documents, paths)
+    cfg = task_config(conf, tok)
+    meta = build_metadata(
+        conf,
+        tok,
+        tokenizer_file=tok_path.name,
+        tokenizer_fingerprint=fingerprint_obj(tok_json),
+        sources=[display_name(p) for p in paths],
+        documents=index.documents,
+        sentences=index.sentences,
     )
-    if index.documents < 2:
-        raise DataFileError(
-            f"found {index.documents} document(s); next-sentence pairs need at least two",
-            path=where,
-            hint="separate documents with blank lines or '= Title =' lines",
-        )
-    cfg = TaskConfig(
-        seed=seed,
-        max_num_tokens=max_seq_length - 3,
-        short_seq_prob=short_seq_prob,
-        mask=MaskConfig(
-            max_seq_length=max_seq_length,
-            mask_prob=mask_prob,
-            max_predictions=max_predictions_per_seq,
-            pad=tok.pad,
-            cls=tok.cls,
-            sep=tok.sep,
-            mask=tok.mask,
-            special_ids=tok.special_ids,
-            vocab_size=tok.vocab_size,
-            layout=layout,
-        ),
-        pairing=pairing,
-    )
-    meta = {
-        "format": BERT_FORMAT,
-        "layout": layout,
-        "max_seq_length": max_seq_length,
-        "mask_prob": mask_prob,
-        "max_predictions_per_seq": max_predictions_per_seq,
-        "short_seq_prob": short_seq_prob,
-        "dupe_factor": dupe_factor,
-        "seed": seed,
-        "sentence_split": sentence_split,
-        "pairing": pairing,
-        "special_ids": {
-            "pad": tok.pad,
-            "cls": tok.cls,
-            "sep": tok.sep,
-            "mask": tok.mask,
-            "unk": tok.unk,
-        },
-        "vocab_size": tok.vocab_size,
-        "tokenizer_file": tok_path.name,
-        "tokenizer_fingerprint": fingerprint_obj(tok_json),
-        "sources": [display_name(p) for p in paths],
-        "documents": index.documents,
-        "sentences": index.sentences,
-    }
     # the local engine's plan_tasks: every (dupe, document block) in output order
     tasks = [(d, s, lo, hi) for d in range(dupe_factor) for s, (lo, hi) in enumerate(index.shards)]
     refs = tokenized.to_arrow_refs()

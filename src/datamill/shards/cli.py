@@ -217,6 +217,7 @@ def register(sub: Any) -> None:
     e.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an existing CSV (or other datamill output) at OUT; never a file inside the dataset",
+        help="also replace another kind of datamill output at OUT (an earlier export is replaced "
+        "anyway); never a user's file or a file inside the dataset",
     )
     e.set_defaults(func=_export)

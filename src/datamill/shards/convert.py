@@ -8,6 +8,8 @@ a list column, a multi-dimensional array as a nested ``fixed_size_list`` column)
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,8 +17,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from datamill.core.errors import DataFileError
 from datamill.core.faults import fault_point
-from datamill.core.io import atomic_path, check_output
+from datamill.core.io import atomic_path, atomic_write, check_output
 from datamill.shards._tables import hdf5_to_table
 from datamill.shards.create import create
 from datamill.shards.dataset import ShardsetDataset
@@ -24,6 +27,11 @@ from datamill.shards.dataset import ShardsetDataset
 __all__ = ["EXPORT_KEY", "export", "from_bert_parquet", "from_hdf5", "hdf5_to_table"]
 
 EXPORT_KEY = b"datamill.export"
+CSV_MARKER_SUFFIX = ".datamill-export.json"
+"""A CSV export's marker beside it (``all.csv`` -> ``all.csv.datamill-export.json``): the SHA-256 of
+the file datamill wrote, so a later export replaces that file and never a CSV of the user's (or one
+the user edited since)."""
+_CSV_MARKER_FORMAT = "datamill.export/csv-1"
 """Parquet schema metadata key marking a file written by :func:`export` (its value: the dataset)."""
 
 
@@ -83,8 +91,10 @@ def export(
 ) -> pa.Table:
     """Write the joined dataset to one Parquet or CSV file (atomically); returns the table.
 
-    An earlier Parquet export at ``out`` is replaced; a CSV file (which carries no marker) only
-    with ``overwrite=True``. A path inside the dataset, or any other file, is refused.
+    An earlier export at ``out`` is replaced: a Parquet export carries a key in its metadata, a CSV
+    export a marker file beside it (:data:`CSV_MARKER_SUFFIX`) with the file's SHA-256, so a CSV
+    the user wrote or edited since is never replaced (not even with ``overwrite=True``). A path
+    inside the dataset, or any other file, is refused.
 
     Raises:
         DataFileError: ``out`` is inside the dataset folder or holds something else.
@@ -109,18 +119,62 @@ def export(
     inputs = [ds.loc.path] if isinstance(ds.loc.fs, pafs.LocalFileSystem) else []
 
     def own(p: Path) -> bool:
-        return p.is_file() and (overwrite if csv else _is_export(p))
+        return p.is_file() and (_is_csv_export(p) if csv else _is_export(p))
 
     check_output(target, is_own=own, inputs=inputs, what="export file", overwrite=overwrite)
+    if csv:
+        _check_marker_slot(Path(target))
     table = ds.to_table(columns=columns, join=join)
     with atomic_path(target) as tmp:
         if csv:
             pcsv.write_csv(table, tmp)
+            new = _sha256(tmp)
+            old = [_sha256(Path(target))] if Path(target).is_file() else []
+            _write_marker(Path(target), [*old, new])  # either file matches while we switch
         else:
             meta = {**(table.schema.metadata or {}), EXPORT_KEY: ds.loc.display.encode()}
             pq.write_table(table.replace_schema_metadata(meta), tmp)
         fault_point("shards.export_written")
+    if csv:
+        _write_marker(Path(target), [new])
     return table
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _marker_hashes(path: Path) -> list[str] | None:
+    """The hashes a CSV export's marker lists, or ``None`` when there is no marker of ours."""
+    try:
+        raw = json.loads(path.with_name(path.name + CSV_MARKER_SUFFIX).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != _CSV_MARKER_FORMAT:
+        return None
+    hashes = raw.get("sha256")
+    return [h for h in hashes if isinstance(h, str)] if isinstance(hashes, list) else None
+
+
+def _is_csv_export(path: Path) -> bool:
+    hashes = _marker_hashes(path)
+    return bool(hashes) and _sha256(path) in (hashes or [])
+
+
+def _check_marker_slot(path: Path) -> None:
+    marker = path.with_name(path.name + CSV_MARKER_SUFFIX)
+    if (marker.exists() or marker.is_symlink()) and _marker_hashes(path) is None:
+        raise DataFileError(
+            "refusing to replace it: it is not a datamill export marker",
+            path=marker,
+            hint="move that file away, or export to another path",
+        )
+
+
+def _write_marker(path: Path, hashes: list[str]) -> None:
+    with atomic_write(path.with_name(path.name + CSV_MARKER_SUFFIX)) as f:
+        json.dump({"format": _CSV_MARKER_FORMAT, "sha256": hashes}, f)
 
 
 def _is_export(path: Path) -> bool:

@@ -59,7 +59,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datamill.core.constants import BERT_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.fingerprint import fingerprint_file, fingerprint_obj
 from datamill.core.io import PathLike, atomic_write, check_output, display_name, find_litter
@@ -78,9 +77,8 @@ from datamill.pretrain.bert._io import (
     is_bert_parquet,
     write_batches,
 )
-from datamill.pretrain.bert._mask import MaskConfig
 from datamill.pretrain.bert._remote import build_to_s3
-from datamill.pretrain.bert._run import TaskConfig, plan_tasks, run_tasks
+from datamill.pretrain.bert._run import plan_tasks, run_tasks
 from datamill.pretrain.bert._tok import (
     BERT_SPECIALS,
     BertTokenizer,
@@ -89,6 +87,7 @@ from datamill.pretrain.bert._tok import (
     train_wordpiece_chunked,
 )
 from datamill.pretrain.bert.config import BertConfig, BertSamples
+from datamill.pretrain.bert.engine import build_metadata, check_documents, task_config
 
 __all__ = [
     "BERT_SPECIALS",
@@ -174,24 +173,18 @@ def build_bert_samples(
     return _build_local(source, out=local_path(out), conf=conf)
 
 
-# long (114 lines): the local engine's steps in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
+# long (64 lines): the local engine's steps in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
 def _build_local(
     source: PathLike | Sequence[PathLike], /, *, out: PathLike, conf: BertConfig
 ) -> BertSamples:
     """The local engine: read, tokenise, pair and mask in tasks, write Parquet (then the tokenizer copy)."""
-    tokenizer, vocab_size, max_seq_length = conf.tokenizer, conf.vocab_size, conf.max_seq_length
-    dupe_factor, mask_prob, short_seq_prob, seed = (
+    tokenizer, vocab_size, sentence_split = conf.tokenizer, conf.vocab_size, conf.sentence_split
+    dupe_factor, workers, layout, overwrite = (
         conf.dupe_factor,
-        conf.mask_prob,
-        conf.short_seq_prob,
-        conf.seed,
-    )
-    max_predictions_per_seq, workers, layout = (
-        conf.max_predictions_per_seq,
         conf.workers,
         conf.layout,
+        conf.overwrite,
     )
-    sentence_split, pairing, overwrite = conf.sentence_split, conf.pairing, conf.overwrite
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("source must name at least one text file")
@@ -200,68 +193,24 @@ def _build_local(
     tok, corpus, n_sentences, timings = _read_and_tokenize(
         paths, tokenizer, vocab_size=vocab_size, sentence_split=sentence_split
     )
-    where = (
-        display_name(paths[0])
-        if len(paths) == 1
-        else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
-    )
-    if corpus.num_documents < 2:
-        raise DataFileError(
-            f"found {corpus.num_documents} document(s); next-sentence pairs need at least two "
-            "(B is drawn from another document half of the time)",
-            path=where,
-            hint="separate documents with blank lines or '= Title =' lines, or add more text",
-        )
-    cfg = TaskConfig(
-        seed=seed,
-        max_num_tokens=max_seq_length - 3,
-        short_seq_prob=short_seq_prob,
-        mask=MaskConfig(
-            max_seq_length=max_seq_length,
-            mask_prob=mask_prob,
-            max_predictions=max_predictions_per_seq,
-            pad=tok.pad,
-            cls=tok.cls,
-            sep=tok.sep,
-            mask=tok.mask,
-            special_ids=tok.special_ids,
-            vocab_size=tok.vocab_size,
-            layout=layout,
-        ),
-        pairing=pairing,
-    )
+    check_documents(corpus.num_documents, paths)
+    cfg = task_config(conf, tok)
     if workers is None:  # the parent's Parquet writer is the limit; processes pay off on many cores
         cores = os.cpu_count() or 1
         big = len(corpus.ids) * dupe_factor >= _MIN_POOL_TOKENS
         workers = min(cores - 1, 8) if big and cores > 4 else 1
     tokenizer_json = tok.to_json()
-    meta: dict[str, Any] = {
-        "format": BERT_FORMAT,
-        "layout": layout,
-        "max_seq_length": max_seq_length,
-        "mask_prob": mask_prob,
-        "max_predictions_per_seq": max_predictions_per_seq,
-        "short_seq_prob": short_seq_prob,
-        "dupe_factor": dupe_factor,
-        "seed": seed,
-        "sentence_split": sentence_split,
-        "pairing": pairing,
-        "special_ids": {
-            "pad": tok.pad,
-            "cls": tok.cls,
-            "sep": tok.sep,
-            "mask": tok.mask,
-            "unk": tok.unk,
-        },
-        "vocab_size": tok.vocab_size,
-        "tokenizer_file": tok_path.name,
-        "tokenizer_fingerprint": fingerprint_obj(tokenizer_json),
-        "sources": [{"path": display_name(p), "fingerprint": fingerprint_file(p)} for p in paths]
+    meta = build_metadata(
+        conf,
+        tok,
+        tokenizer_file=tok_path.name,
+        tokenizer_fingerprint=fingerprint_obj(tokenizer_json),
+        sources=[{"path": display_name(p), "fingerprint": fingerprint_file(p)} for p in paths]
         if all(Path(os.fspath(p)).exists() for p in paths)
         else [display_name(p) for p in paths],
-        "documents": corpus.num_documents,
-        "sentences": n_sentences,
-    }
+        documents=corpus.num_documents,
+        sentences=n_sentences,
+    )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for stale in find_litter(out_path.parent):  # scratch folders of killed runs
         if stale.name.startswith(".bert-scratch-"):

@@ -13,6 +13,12 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from datamill.core.constants import BERT_FORMAT
+from datamill.core.errors import DataFileError
+from datamill.core.io import PathLike, display_name
 from datamill.pretrain.bert import _run
 from datamill.pretrain.bert._docs import (
     TokenizedDocuments,
@@ -38,6 +44,8 @@ __all__ = [
     "TaskResult",
     "TokenizedDocuments",
     "bert_schema",
+    "build_metadata",
+    "check_documents",
     "check_file",
     "check_params",
     "init_state",
@@ -48,6 +56,7 @@ __all__ = [
     "shard_tokens",
     "split_block",
     "split_documents",
+    "task_config",
     "tokenize_documents",
     "train_wordpiece",
 ]
@@ -62,3 +71,68 @@ def shard_tokens() -> int:
         True
     """
     return _run.SHARD_TOKENS
+
+
+def task_config(conf: BertConfig, tok: BertTokenizer) -> TaskConfig:
+    """The tasks' parameters (pairing and masking) of a build with ``conf`` and tokenizer ``tok``."""
+    return TaskConfig(
+        seed=conf.seed,
+        max_num_tokens=conf.max_seq_length - 3,
+        short_seq_prob=conf.short_seq_prob,
+        mask=MaskConfig(
+            max_seq_length=conf.max_seq_length,
+            mask_prob=conf.mask_prob,
+            max_predictions=conf.max_predictions_per_seq,
+            pad=tok.pad,
+            cls=tok.cls,
+            sep=tok.sep,
+            mask=tok.mask,
+            special_ids=tok.special_ids,
+            vocab_size=tok.vocab_size,
+            layout=conf.layout,
+        ),
+        pairing=conf.pairing,
+    )
+
+
+def build_metadata(conf: BertConfig, tok: BertTokenizer, **more: Any) -> dict[str, Any]:
+    """The output's metadata: the format, the build's parameters and the tokenizer's special ids,
+    then ``more`` (tokenizer file and fingerprint, sources, counts) as the engine knows them."""
+    return {
+        "format": BERT_FORMAT,
+        "layout": conf.layout,
+        "max_seq_length": conf.max_seq_length,
+        "mask_prob": conf.mask_prob,
+        "max_predictions_per_seq": conf.max_predictions_per_seq,
+        "short_seq_prob": conf.short_seq_prob,
+        "dupe_factor": conf.dupe_factor,
+        "seed": conf.seed,
+        "sentence_split": conf.sentence_split,
+        "pairing": conf.pairing,
+        "special_ids": {
+            "pad": tok.pad,
+            "cls": tok.cls,
+            "sep": tok.sep,
+            "mask": tok.mask,
+            "unk": tok.unk,
+        },
+        "vocab_size": tok.vocab_size,
+        **more,
+    }
+
+
+def check_documents(count: int, paths: Sequence[PathLike]) -> None:
+    """Next-sentence pairs need two documents or more: a located error naming the input(s)."""
+    if count >= 2:
+        return
+    where = (
+        display_name(paths[0])
+        if len(paths) == 1
+        else f"{display_name(paths[0])} (+{len(paths) - 1} files)"
+    )
+    raise DataFileError(
+        f"found {count} document(s); next-sentence pairs need at least two "
+        "(B is drawn from another document half of the time)",
+        path=where,
+        hint="separate documents with blank lines or '= Title =' lines, or add more text",
+    )
