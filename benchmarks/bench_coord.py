@@ -8,7 +8,9 @@ for several client counts in one run, with the CPU split between the server proc
 run with fewer, busier clients shows the server's capacity). The load average is printed beside each
 figure.
 
-Usage: ``python benchmarks/bench_coord.py [--clients 32,8,4] [--seconds 8] [--repeat 1] [--auth]``
+Usage: ``python benchmarks/bench_coord.py [--clients 32,8,4] [--seconds 8] [--repeat 1] [--auth]
+[--reference OTHER/src]`` (``--reference``: the same runs against another datamill's server,
+interleaved, e.g. a ``git worktree`` of the commit before).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
 
 CLIENT = """
 import http.client, json, os, secrets, sys, time, urllib.parse
@@ -166,65 +169,78 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the client counts")
     ap.add_argument("--samples", type=int, default=2_000_000)
-    ap.add_argument("--auth", action="store_true", help="with API keys (a read key per client)")
+    ap.add_argument("--auth", action="store_true", help="with API keys (an admin key)")
     ap.add_argument("--py-spy", default="", help="record the server's first run with py-spy here")
+    ap.add_argument(
+        "--reference",
+        default="",
+        help="the src folder of another datamill (e.g. a checkout of the previous commit): its "
+        "server runs the same clients, interleaved with this one's (A/B/A/B)",
+    )
     args = ap.parse_args(argv)
     bs = _bench_serve()
     counts = [int(c) for c in args.clients.split(",")]
+    sides = [("datamill", str(SRC))] + ([("reference", args.reference)] if args.reference else [])
     with tempfile.TemporaryDirectory(prefix="bench-coord-") as tmp:
         root = Path(tmp)
         location = str(make_dataset(root, args.samples).resolve())
-        state = root / "state"
-        key = ""
-        if args.auth:
-            from datamill.serve.auth import create_key
-            from datamill.serve.journal import Journal
-
-            journal = Journal(state)
-            key = create_key(journal, role="admin")[1]
-            journal.close()
-        port = bs._free_port()
-        server = _start(bs, root, state, port, auth=args.auth)
-        url = f"http://127.0.0.1:{port}"
+        servers: dict[str, tuple[str, Any, str]] = {}
         try:
-            from datamill.serve import Client
+            for name, src in sides:
+                state, key = root / f"state-{name}", ""
+                if args.auth:
+                    from datamill.serve.auth import create_key
+                    from datamill.serve.journal import Journal
 
-            with Client(url, key or None) as client:
-                client.register("dataset", name="bench", client_location=location)
+                    journal = Journal(state)
+                    key = create_key(journal, role="admin")[1]
+                    journal.close()
+                port = bs._free_port()
+                proc = _start(root, state, port, auth=args.auth, src=src)
+                url = f"http://127.0.0.1:{port}"
+                servers[name] = (url, proc, key)
+                from datamill.serve import Client
+
+                with Client(url, key or None) as client:
+                    client.register("dataset", name="bench", client_location=location)
             rows = []
             for _ in range(args.repeat):
                 for c in counts:
-                    spy, args.py_spy = args.py_spy, ""
-                    r = run(
-                        url, server.pid, clients=c, seconds=args.seconds, key=key, bs=bs, spy=spy
-                    )
-                    rows.append(r)
-                    print(
-                        f"{c:>3} clients: {r['leases_per_s']:>7,.0f} round trips/s  "
-                        f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:7.2f} ms  waits {r['waits']}  "
-                        f"CPU server {r['server_cpu_s']:.2f} s ({r['server_cpu_ms_per_trip']:.3f} ms "
-                        f"per trip), clients {r['clients_cpu_s']:.2f} s of {r['seconds']:.0f} s x 2 "
-                        f"cores  RSS {r['server_rss_mib']:.0f} MiB  load {r['load']}",
-                        flush=True,
-                    )
+                    for name, (url, proc, key) in servers.items():  # A/B/A/B
+                        spy, args.py_spy = args.py_spy, ""
+                        r = run(
+                            url, proc.pid, clients=c, seconds=args.seconds, key=key, bs=bs, spy=spy
+                        )
+                        rows.append({"server": name, **r})
+                        print(
+                            f"{name:<9} {c:>3} clients: {r['leases_per_s']:>7,.0f} round trips/s  "
+                            f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:7.2f} ms  waits {r['waits']}  "
+                            f"CPU server {r['server_cpu_s']:.2f} s ({r['server_cpu_ms_per_trip']:.3f} "
+                            f"ms per trip), clients {r['clients_cpu_s']:.2f} s, of {r['seconds']:.0f} s "
+                            f"x {os.cpu_count()} cores  RSS {r['server_rss_mib']:.0f} MiB  "
+                            f"load {r['load']}",
+                            flush=True,
+                        )
         finally:
-            server.terminate()
-            server.wait(timeout=60)
+            for _, proc, _ in servers.values():
+                proc.terminate()
+                proc.wait(timeout=60)
     print(json.dumps(rows))
 
 
-def _start(bs: Any, root: Path, state: Path, port: int, *, auth: bool) -> Any:
-    if not auth:
-        return bs._start_server(root, state, port)
+def _start(root: Path, state: Path, port: int, *, auth: bool, src: str) -> Any:
+    """A ``datamill serve`` process of the datamill in ``src`` (uvicorn log level warning)."""
+    import urllib.request
+
+    cmd = [sys.executable, "-m", "datamill.cli", "serve", str(root), "--port", str(port)]
+    cmd += ["--state", str(state), "--build-workers", "0", "--log-level", "warning"]
+    env = {**os.environ, "PYTHONPATH": src}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "datamill.cli", "serve", str(root), "--port", str(port)]
-        + ["--state", str(state), "--build-workers", "0", "--log-level", "warning"],
-        env=bs._env(),
+        cmd + ([] if auth else ["--no-auth"]),
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    import urllib.request
-
     for _ in range(300):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2):

@@ -126,6 +126,11 @@ class GroupCommit:
                 self._cv.notify_all()
         return w
 
+    def queued(self) -> int:
+        """Writes waiting for the next transaction."""
+        with self._cv:
+            return len(self._queue)
+
     def wait(self, w: Write) -> None:
         """Block until ``w`` is committed.
 
