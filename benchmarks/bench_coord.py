@@ -163,6 +163,87 @@ def run(
     }
 
 
+def in_process(samples: int, *, clients: int, trips: int) -> dict[str, Any]:
+    """The server's own CPU per round trip: its ASGI app driven in this process (no sockets, no
+    client processes), ``clients`` concurrent tasks of ``trips`` round trips each."""
+    import asyncio
+    import secrets
+    from urllib.parse import urlencode
+
+    from datamill.serve.app import create_app
+
+    root = Path(tempfile.mkdtemp(prefix="bench-coord-asgi-"))
+    loc = str(make_dataset(root, samples).resolve())
+    app = create_app(root / "state", roots=[root], auth=False)
+    st = app.state.serve
+    st.register("dataset", name="bench", client_location=loc)
+    it_id = st.create_iteration(
+        {"dataset": "bench", "batch_size": 1, "mode": "dynamic", "lease_size": 16}
+    )["id"]
+
+    async def call(query: str, session: bytes) -> dict[bytes, bytes]:
+        path = f"/api/v1/iterations/{it_id}/next"
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": query.encode(),
+            "root_path": "",
+            "headers": [(b"host", b"127.0.0.1:8000"), (b"x-datamill-session", session)],
+            "client": ("127.0.0.1", 5000),
+            "server": ("127.0.0.1", 8000),
+        }
+        out: dict[bytes, bytes] = {}
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(msg: Any) -> None:
+            if msg["type"] == "http.response.start":
+                assert msg["status"] == 200, msg
+                out.update(dict(msg["headers"]))
+
+        await app(scope, receive, send)
+        return out
+
+    async def client(k: int, n: int) -> int:
+        session, ack = secrets.token_hex(16).encode(), None
+        for _ in range(n):
+            q = [("client", f"c{k}"), ("transport", "direct")] + ([("ack", ack)] if ack else [])
+            h = await call(urlencode(q), session)
+            ack = f"{h[b'x-datamill-lease'].decode()}:{h[b'x-datamill-fence'].decode()}"
+        return n
+
+    async def measure() -> dict[str, Any]:
+        await asyncio.gather(*(client(k, 50) for k in range(4)))  # warm-up
+        w0, c0, t0, tt0 = (
+            st.writes.commits,
+            time.process_time(),
+            time.perf_counter(),
+            time.thread_time(),
+        )
+        n = sum(await asyncio.gather(*(client(k, trips) for k in range(clients))))
+        c1, t1, tt1 = time.process_time(), time.perf_counter(), time.thread_time()
+        return {
+            "clients": clients,
+            "round_trips": n,
+            "round_trips_per_s": n / (t1 - t0),
+            "cpu_ms_per_trip": 1000 * (c1 - c0) / n,
+            "loop_cpu_ms_per_trip": 1000 * (tt1 - tt0) / n,
+            "writes_per_commit": n / max(1, st.writes.commits - w0),
+            "load": _load(),
+        }
+
+    try:
+        return asyncio.run(measure())
+    finally:
+        st.close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", default="32,8,4", help="client counts, comma-separated")
@@ -171,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=2_000_000)
     ap.add_argument("--auth", action="store_true", help="with API keys (an admin key)")
     ap.add_argument("--py-spy", default="", help="record the server's first run with py-spy here")
+    ap.add_argument(
+        "--in-process",
+        type=int,
+        default=0,
+        metavar="TRIPS",
+        help="also drive the server's ASGI app in this process (no sockets, no client processes): "
+        "TRIPS round trips per client, its CPU per round trip",
+    )
     ap.add_argument(
         "--reference",
         default="",
@@ -225,6 +314,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             for _, proc, _ in servers.values():
                 proc.terminate()
                 proc.wait(timeout=60)
+    if args.in_process:
+        for c in counts:
+            r = in_process(args.samples, clients=c, trips=args.in_process)
+            rows.append({"server": "in-process", **r})
+            print(
+                f"in-process {c:>3} clients: {r['round_trips_per_s']:>7,.0f} round trips/s, server "
+                f"CPU {r['cpu_ms_per_trip']:.3f} ms per trip (event loop {r['loop_cpu_ms_per_trip']:.3f} "
+                f"ms), {r['writes_per_commit']:.1f} writes per commit  load {r['load']}",
+                flush=True,
+            )
     print(json.dumps(rows))
 
 

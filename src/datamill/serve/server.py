@@ -8,6 +8,7 @@ and acknowledged unit runs.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -546,8 +547,17 @@ class ServeState:
         """:meth:`ack_batches` in an event loop (it waits for the journal without a thread)."""
         secret = session if session is not None else client if client is not None else ""
         p = await plan_async(it, self.writes, items, session=digest(secret))
-        self._settled(it, p, await settle_async(it, self.writes, p))
+        await self._settle_async(it, p)
         return p.statuses, p.units
+
+    async def _settle_async(self, it: Iteration, p: Planned) -> None:
+        """Wait for a planned round trip's write and apply it; shielded: a request cancelled
+        meanwhile (a client gone) still leaves memory as the journal (applied or undone)."""
+
+        async def settle_then_count() -> None:
+            self._settled(it, p, await settle_async(it, self.writes, p))
+
+        await asyncio.shield(settle_then_count())
 
     def _settled(self, it: Iteration, p: Planned, latencies: list[float]) -> None:
         """A round trip's write was applied: count the leases finished, evict a finished iteration."""
@@ -659,7 +669,7 @@ class ServeState:
         trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
         refusal, take, secret = self._trip(it, client, "direct", trip)
         p = await plan_async(it, self.writes, acks, session=secret, take=take)
-        self._settled(it, p, await settle_async(it, self.writes, p))
+        await self._settle_async(it, p)
         if refusal is not None:
             raise refusal
         if p.lease is None:
