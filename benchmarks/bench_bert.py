@@ -1,14 +1,14 @@
-"""BERT pretraining data from raw text, whole processes side by side: ``datamill bert`` (the CLI) vs the
-seed's pure-Python script vs the seed's Hugging Face ``datasets`` path.
+"""BERT pretraining data from raw text, whole processes side by side: ``datamill bert`` (the CLI) vs
+the seed's pure-Python script vs the seed's Hugging Face ``datasets`` path.
 
-    .venv/bin/python benchmarks/bench_bert.py            # full: 10 MB and 100 MB inputs (~8 min quiet)
-    .venv/bin/python benchmarks/bench_bert.py --quick    # smoke run: 1.3 MB and 2.6 MB (~1 min)
+    .venv/bin/python benchmarks/bench_bert.py          # full: 10 and 100 MB inputs (~8 min quiet)
+    .venv/bin/python benchmarks/bench_bert.py --quick  # smoke run: 1.3 MB and 2.6 MB (~1 min)
 
 Each side is one subprocess timed by the wall clock, interpreter start, imports, tokenizer training,
 reading, tokenising, sampling and writing included:
 
-(a) ``datamill bert RAW --out X.parquet`` (the CLI's entry point in a fresh interpreter, as the console
-    script runs it; trains its WordPiece tokenizer);
+(a) ``datamill bert RAW --out X.parquet`` (the CLI's entry point in a fresh interpreter, as the
+    console script runs it; trains its WordPiece tokenizer);
 (b) ``benchmarks/bert_seed_script.py RAW``: the seed's script in pure Python with ``random.Random``
     (tokenizer trained with ``tokenizers``' ``Tokenizer.train(files=...)``, each line encoded on its
     own, the seed article's pair loop, ``truncate_seq_pair``, Google's masking, padding); writes
@@ -99,8 +99,9 @@ def _timed(cmd: list[str]) -> tuple[float, float, str]:
 
 
 def _datamill_cmd() -> list[str]:
-    """``datamill`` as the console script runs it (its entry point calls ``datamill.cli.main``); not the
-    script file itself, which the shared venv may have generated for another version of the entry point."""
+    """``datamill`` as the console script runs it (its entry point calls ``datamill.cli.main``); not
+    the script file itself, which the shared venv may have generated for another version of the
+    entry point."""
     return [sys.executable, "-c", "import sys; from datamill.cli import main; sys.exit(main())"]
 
 
@@ -178,7 +179,8 @@ def build_input(src: Path, copies: int, dst: Path) -> Path:
 
 
 def build_unrepeated(data_dir: Path, dst: Path) -> Path:
-    """All shared text files, concatenated once (PTB train+valid+test, The Time Machine, WikiText-2 test)."""
+    """All shared text files, concatenated once (PTB train+valid+test, The Time Machine, WikiText-2
+    test)."""
     parts = []
     with zipfile.ZipFile(data_dir / "ptb.zip") as z:
         for name in ("ptb/ptb.train.txt", "ptb/ptb.valid.txt", "ptb/ptb.test.txt"):
@@ -195,7 +197,8 @@ def _row(r: Run, ref: float | None = None) -> str:
     ratio = f"{r.wall / ref:6.1f}x" if ref else "     - "
     stages = ", ".join(f"{k} {v:.2f}" for k, v in r.stages.items() if v >= 0.005)
     return (
-        f"  {r.name:44} {r.wall:8.2f} {r.samples:>9,} {r.samples / r.wall:>9,.0f} {r.peak_mb:>8.0f} "
+        f"  {r.name:44} {r.wall:8.2f} {r.samples:>9,} {r.samples / r.wall:>9,.0f} "
+        f"{r.peak_mb:>8.0f} "
         f"{r.out_mb:>7.1f}  {ratio}\n      in-process seconds: {stages}"
     )
 
@@ -222,7 +225,8 @@ def main() -> None:
     wiki = data_dir / "wikitext2_test.raw"
     sizes = [1.0, 2.0] if args.quick else [float(x) for x in (args.sizes_mb or "10,100").split(",")]
     print(
-        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}; "
+        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python "
+        f"{platform.python_version()}; "
         f"load average at start {os.getloadavg()[0]:.2f}"
     )
     print(
@@ -236,7 +240,8 @@ def main() -> None:
             copies = max(1, round(mb * 1e6 / wiki.stat().st_size))
             raw = build_input(wiki, copies, tmp / f"wiki_x{copies}.raw")
             print(
-                f"\ninput: wikitext2_test.raw repeated {copies} times = {raw.stat().st_size / 1e6:.1f} MB "
+                f"\ninput: wikitext2_test.raw repeated {copies} times = "
+                f"{raw.stat().st_size / 1e6:.1f} MB "
                 "(a repeated corpus)",
                 flush=True,
             )
@@ -268,14 +273,16 @@ def _report(mb: float, runs: list[Run]) -> None:
     dm = [r for r in runs if r.name.startswith("datamill")]
     dm_wall = sum(r.wall for r in dm) / len(dm)
     print(
-        f"  {'side':44} {'wall s':>8} {'samples':>9} {'samples/s':>9} {'peak MB':>8} {'out MB':>7}  vs datamill"
+        f"  {'side':44} {'wall s':>8} {'samples':>9} {'samples/s':>9} {'peak MB':>8} "
+        f"{'out MB':>7}  vs datamill"
     )
     for r in runs:
         print(_row(r, None if r.name.startswith("datamill") else dm_wall))
     py = next(r for r in runs if "pure Python" in r.name)
     goal = " (goal >= 10x at 100 MB)" if mb >= 100 else ""
     print(
-        f"  datamill (mean of {len(dm)} runs, {dm_wall:.2f} s) is {py.wall / dm_wall:.1f}x the seed's pure-Python "
+        f"  datamill (mean of {len(dm)} runs, {dm_wall:.2f} s) is {py.wall / dm_wall:.1f}x the "
+        "seed's pure-Python "
         f"whole process{goal}",
         end="",
     )
@@ -301,18 +308,23 @@ def _project(runs: list[Run], text_run: Run, text_bytes: int) -> None:
     t_samples = per_sample * WIKITEXT103_SAMPLES
     total = start + t_text + t_samples
     print(
-        f"\nprojected WikiText-103 ({WIKITEXT103_SAMPLES / 1e6:.2f}M samples, ~{WIKITEXT103_BYTES / 1e6:.0f} MB): "
+        f"\nprojected WikiText-103 ({WIKITEXT103_SAMPLES / 1e6:.2f}M samples, "
+        f"~{WIKITEXT103_BYTES / 1e6:.0f} MB): "
         f"process start {start:.1f} s + text stages {t_text:.1f} s (read, cut, train, tokenise at "
-        f"{text_bytes / text_s / 1e6:.1f} MB/s on unrepeated text, every stage charged per byte) + sample stage "
-        f"{t_samples:.1f} s (pairs, masking, padding, Parquet at {1 / per_sample:,.0f} samples/s) = {total:.0f} s = "
+        f"{text_bytes / text_s / 1e6:.1f} MB/s on unrepeated text, every stage charged per "
+        "byte) + sample stage "
+        f"{t_samples:.1f} s (pairs, masking, padding, Parquet at {1 / per_sample:,.0f} "
+        f"samples/s) = {total:.0f} s = "
         f"{total / 60:.2f} min (goal < 2 min{': met' if total < 120 else ': NOT met'})"
     )
     if merges:
         # the merge phase follows the distinct words, not the bytes: Heaps' law V ~ N^0.5
         refined = total - merges * scale + merges * scale**0.5
         print(
-            f"  charging the tokenizer's merge phase ({merges:.2f} s here) by the number of distinct words "
-            f"(Heaps' law, x{scale**0.5:.1f} for {scale:.0f}x the text) instead of per byte: {refined:.0f} s = "
+            f"  charging the tokenizer's merge phase ({merges:.2f} s here) by the number of "
+            "distinct words "
+            f"(Heaps' law, x{scale**0.5:.1f} for {scale:.0f}x the text) instead of per byte: "
+            f"{refined:.0f} s = "
             f"{refined / 60:.2f} min (an estimate)"
         )
 

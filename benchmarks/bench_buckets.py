@@ -70,7 +70,8 @@ def main() -> None:
                     saved = 1 - (t1_ / t0_)
                     lines.append(
                         f"| {max_len} | {len(lengths):,} | {bs} | {nb} | {p0:,} of {t0_:,} "
-                        f"({p0 / t0_:.1%}) | {p1:,} of {t1_:,} ({p1 / t1_:.1%}) | {saved:.1%} of all cells "
+                        f"({p0 / t0_:.1%}) | {p1:,} of {t1_:,} ({p1 / t1_:.1%}) | {saved:.1%} "
+                        "of all cells "
                         f"| {timings[0]:.2f} / {timings[1]:.2f} |"
                     )
     text = "\n".join(lines)

@@ -1,16 +1,18 @@
-"""The server's cost of one lease round trip (#25): direct-mode clients that acknowledge without reading.
+"""The server's cost of one lease round trip (#25): direct-mode clients that acknowledge
+without reading.
 
-Each client process loops ``GET /next?transport=direct&ack=<previous lease>``: the server journals the
-previous lease's acknowledgement and the new lease (both durable before the reply) and answers the
-lease's runs; the client reads nothing. This is the coordination test of ``bench_serve.py`` alone, run
-for several client counts in one run, with the CPU split between the server process and the clients
-(the clients share this machine's cores with the server: when their own CPU bounds the figure, the
-run with fewer, busier clients shows the server's capacity). The load average is printed beside each
-figure.
+Each client process loops ``GET /next?transport=direct&ack=<previous lease>``: the server journals
+the previous lease's acknowledgement and the new lease (both durable before the reply) and answers
+the lease's runs; the client reads nothing. This is the coordination test of ``bench_serve.py``
+alone, run for several client counts in one run, with the CPU split between the server process and
+the clients (the clients share this machine's cores with the server: when their own CPU bounds the
+figure, the run with fewer, busier clients shows the server's capacity). The load average is
+printed beside each figure.
 
 Usage: ``python benchmarks/bench_coord.py [--clients 32,8,4] [--seconds 8] [--repeat 1] [--auth]
-[--reference OTHER/src]`` (``--reference``: the same runs against another datamill's server,
-interleaved, e.g. a ``git worktree`` of the commit before).
+[--reference OTHER/src] [--in-process TRIPS]`` (``--reference``: the same runs against another
+datamill's server, interleaved, e.g. an export of the commit before; ``--in-process``: the server's
+ASGI app driven without sockets, its CPU per round trip).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ SRC = HERE.parent / "src"
 
 CLIENT = """
 import http.client, json, os, secrets, sys, time, urllib.parse
-port, it_id, start, seconds, key = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+port, it_id, start, seconds, key = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]),
+float(sys.argv[4]), sys.argv[5]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 headers = {"X-Datamill-Session": secrets.token_hex(16)}
 if key:
@@ -45,7 +48,8 @@ end = time.monotonic() + seconds
 while time.monotonic() < end:
     q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
     t = time.perf_counter()
-    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)), headers=headers)
+    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)),
+    headers=headers)
     res = conn.getresponse()
     res.read()
     lat.append(time.perf_counter() - t)
@@ -58,7 +62,8 @@ while time.monotonic() < end:
     else:
         waits += 1
         time.sleep(0.005)
-print(json.dumps({"leases": leases, "waits": waits, "lat": lat, "cpu_s": time.process_time() - cpu0}))
+print(json.dumps({"leases": leases, "waits": waits, "lat": lat, "cpu_s": time.process_time() -
+cpu0}))
 """
 
 
@@ -245,7 +250,7 @@ def in_process(samples: int, *, clients: int, trips: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default="32,8,4", help="client counts, comma-separated")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=1, help="rounds over the client counts")
@@ -302,12 +307,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                         )
                         rows.append({"server": name, **r})
                         print(
-                            f"{name:<9} {c:>3} clients: {r['leases_per_s']:>7,.0f} round trips/s  "
-                            f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:7.2f} ms  waits {r['waits']}  "
-                            f"CPU server {r['server_cpu_s']:.2f} s ({r['server_cpu_ms_per_trip']:.3f} "
-                            f"ms per trip), clients {r['clients_cpu_s']:.2f} s, of {r['seconds']:.0f} s "
-                            f"x {os.cpu_count()} cores  RSS {r['server_rss_mib']:.0f} MiB  "
-                            f"load {r['load']}",
+                            f"{name:<9} {c:>3} clients: {r['leases_per_s']:>7,.0f} round trips/s"
+                            f"  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:7.2f} ms"
+                            f"  waits {r['waits']}  CPU server {r['server_cpu_s']:.2f} s"
+                            f" ({r['server_cpu_ms_per_trip']:.3f} ms per trip), clients"
+                            f" {r['clients_cpu_s']:.2f} s, of {r['seconds']:.0f} s"
+                            f" x {os.cpu_count()} cores  RSS {r['server_rss_mib']:.0f} MiB"
+                            f"  load {r['load']}",
                             flush=True,
                         )
         finally:
@@ -319,9 +325,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             r = in_process(args.samples, clients=c, trips=args.in_process)
             rows.append({"server": "in-process", **r})
             print(
-                f"in-process {c:>3} clients: {r['round_trips_per_s']:>7,.0f} round trips/s, server "
-                f"CPU {r['cpu_ms_per_trip']:.3f} ms per trip (event loop {r['loop_cpu_ms_per_trip']:.3f} "
-                f"ms), {r['writes_per_commit']:.1f} writes per commit  load {r['load']}",
+                f"in-process {c:>3} clients: {r['round_trips_per_s']:>7,.0f} round trips/s,"
+                f" server CPU {r['cpu_ms_per_trip']:.3f} ms per trip (event loop"
+                f" {r['loop_cpu_ms_per_trip']:.3f} ms), {r['writes_per_commit']:.1f} writes per"
+                f" commit  load {r['load']}",
                 flush=True,
             )
     print(json.dumps(rows))

@@ -1,11 +1,13 @@
-"""``datamill diff``: the row-hash comparison (goal >= 5M rows/s on 2 cores) beside pandas, and the hashing.
+"""``datamill diff``: the row-hash comparison (goal >= 5M rows/s on 2 cores) beside pandas, and the
+hashing.
 
 1. Comparison: two builds of ``--rows`` samples (int64 UIDs, 3 hashed columns) where the second has
    1% of the samples removed, 1% added and 1% changed in one column, compared from their cached
    per-row hashes (``datamill.lineage.diff._samples``), and the same question answered with pandas
-   (an inner merge on the UID, column comparisons, ``isin`` for added/removed). The counts must be equal.
-   With ``--string-uids`` the UIDs' hashes are cached with each build's summary (as ``summarize`` does)
-   and not timed, like the row hashes; every match is checked on the strings (timed).
+   (an inner merge on the UID, column comparisons, ``isin`` for added/removed). The counts must be
+   equal. With ``--string-uids`` the UIDs' hashes are cached with each build's summary (as
+   ``summarize`` does) and not timed, like the row hashes; every match is checked on the strings
+   (timed).
 2. Hashing (the one-time pass that is cached): ``column_hash`` over the house-prices table repeated
    ``--scale`` times (81 columns of numbers and strings), rows/s.
 
@@ -62,7 +64,8 @@ def builds(
         )
 
     ua, ub = arr(uids), arr(b_uids)
-    # string UIDs: their hashes are part of the cached summary (summarize computes them once), as the row hashes
+    # string UIDs: their hashes are part of the cached summary (summarize computes them once), as
+    # the row hashes
     a = BuildSummary(
         "synthetic",
         "a",
@@ -109,7 +112,7 @@ def pandas_compare(a: BuildSummary, b: BuildSummary) -> dict[str, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--scale", type=int, default=100)
     ap.add_argument(
@@ -129,19 +132,23 @@ def main() -> None:
     assert got == ref == planted, (got, ref, planted)
     rate = (a.rows + b.rows) / t_ours
     print(
-        f"comparison of two builds of {args.rows:,} samples (1% removed, 1% added, 1% changed; 3 hashed columns; "
+        f"comparison of two builds of {args.rows:,} samples (1% removed, 1% added, 1% changed; "
+        "3 hashed columns; "
         f"{'string' if args.string_uids else 'dense int'} UIDs)"
     )
     print(f"{'':<22}{'seconds':>9}{'rows/s':>14}")
     print(
-        f"{'datamill diff':<22}{t_ours:>9.2f}{rate:>14,.0f}   goal >= 5,000,000: {'ok' if rate >= 5e6 else 'MISSED'}"
+        f"{'datamill diff':<22}{t_ours:>9.2f}{rate:>14,.0f}   goal >= 5,000,000: "
+        f"{'ok' if rate >= 5e6 else 'MISSED'}"
     )
     print(
-        f"{'pandas merge + isin':<22}{t_pd:>9.2f}{(a.rows + b.rows) / t_pd:>14,.0f}   ratio {t_pd / t_ours:.1f}x"
+        f"{'pandas merge + isin':<22}{t_pd:>9.2f}{(a.rows + b.rows) / t_pd:>14,.0f}   ratio "
+        f"{t_pd / t_ours:.1f}x"
     )
     print(f"counts equal to pandas and to what was planted: {got}")
     print(
-        f"datamill diff CPU time {c_ours:.2f} s ({(a.rows + b.rows) / c_ours:,.0f} rows/s: wall time minus waiting "
+        f"datamill diff CPU time {c_ours:.2f} s ({(a.rows + b.rows) / c_ours:,.0f} rows/s: wall "
+        "time minus waiting "
         f"for a core on a loaded machine); load average {os.getloadavg()[0]:.1f}"
     )
     data = Path(os.environ.get("DATAMILL_DATA", "../shared/data")) / "house_prices_train.csv"
@@ -155,8 +162,10 @@ def main() -> None:
     pd.util.hash_pandas_object(big.to_pandas(), index=False)
     t_pdh = time.perf_counter() - t0
     print(
-        f"hashing (one-time, cached): house prices x{args.scale} ({big.num_rows:,} rows x {big.num_columns} columns): "
-        f"{big.num_rows / t_hash:,.0f} rows/s ({t_hash:.2f} s); pandas hash_pandas_object (to_pandas included) "
+        f"hashing (one-time, cached): house prices x{args.scale} ({big.num_rows:,} rows x "
+        f"{big.num_columns} columns): "
+        f"{big.num_rows / t_hash:,.0f} rows/s ({t_hash:.2f} s); pandas hash_pandas_object "
+        "(to_pandas included) "
         f"{t_pdh:.2f} s, ratio {t_pdh / t_hash:.1f}x"
     )
 

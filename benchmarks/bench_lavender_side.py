@@ -1,4 +1,5 @@
-"""lavender-data's side of ``bench_loader.py``: run with the Python of a venv holding ``lavender-data``.
+"""lavender-data's side of ``bench_loader.py``: run with the Python of a venv holding
+``lavender-data``.
 
 lavender-data pins numpy 2.1.2 and pyarrow 19.0.1, so it cannot share datamill's venv. Install it in
 its own venv: ``python3 -m venv /work/lvenv && /work/lvenv/bin/pip install lavender-data tqdm``.
@@ -179,7 +180,7 @@ def _version() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "root", type=Path, help="the folder bench_loader.py wrote (features/, label/, extra/)"
     )

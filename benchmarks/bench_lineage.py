@@ -1,8 +1,8 @@
 """Trace speed on a 100M-sample dataset (synthetic shard sizes), beside the straightforward way.
 
-The record comes from a real ``Loader`` (8 ranks, batch 256, default shuffle window) over a source that
-has only shard sizes; its ``until`` is set to the end of epoch 9, as a run that trained 10 epochs
-would write (running 10 epochs over 100M samples is not what is measured here). Measured:
+The record comes from a real ``Loader`` (8 ranks, batch 256, default shuffle window) over a source
+that has only shard sizes; its ``until`` is set to the end of epoch 9, as a run that trained 10
+epochs would write (running 10 epochs over 100M samples is not what is measured here). Measured:
 
 * the one-time index: per epoch, the shard permutation and the generator state before each window's
   shuffle (``O(shards)`` numbers), written beside the record;
@@ -62,7 +62,7 @@ def synthetic_sizes(total: int, *, seed: int = 0) -> NDArray[np.int64]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=100_000_000)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--queries", type=int, default=20)
@@ -74,7 +74,8 @@ def main() -> None:
     record = loader.run_record()
     record["until"] = {"epoch": args.epochs, "batches_seen": 0}
     print(
-        f"{args.samples:,} samples in {len(sizes):,} shards (8k..12k each); window {loader.window} shards; "
+        f"{args.samples:,} samples in {len(sizes):,} shards (8k..12k each); window "
+        f"{loader.window} shards; "
         f"world {args.world_size}, batch {args.batch_size}; record {len(json.dumps(record))} bytes"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,7 +86,8 @@ def main() -> None:
         build = time.perf_counter() - t0
         index_bytes = sum(p.stat().st_size for p in (Path(tmp) / "run.json.index").iterdir())
         print(
-            f"one-time index, {args.epochs} epochs: {build:.1f} s, {index_bytes / 1024:.0f} KiB on disk "
+            f"one-time index, {args.epochs} epochs: {build:.1f} s, {index_bytes / 1024:.0f} KiB "
+            "on disk "
             f"({index_bytes / args.epochs / 1024:.0f} KiB per epoch)"
         )
         rng = np.random.default_rng(1)
@@ -138,21 +140,27 @@ def main() -> None:
     ref_uid = materialise + search
     print(f"{'query':<34}{'trace ms':>10}{'reference ms':>14}{'ratio':>9}{'goal':>9}")
     print(
-        f"{'one UID, ' + str(args.epochs) + ' epochs (median)':<34}{uid_ms:>10.1f}{ref_uid * args.epochs * 1000:>14.0f}"
-        f"{ref_uid * args.epochs * 1000 / uid_ms:>8.0f}x{'< 100':>9}  {'ok' if uid_ms < 100 else 'MISSED'}"
+        f"{'one UID, ' + str(args.epochs) + ' epochs (median)':<34}{uid_ms:>10.1f}"
+        f"{ref_uid * args.epochs * 1000:>14.0f}"
+        f"{ref_uid * args.epochs * 1000 / uid_ms:>8.0f}x{'< 100':>9}  "
+        f"{'ok' if uid_ms < 100 else 'MISSED'}"
     )
     print(
         f"{'one step -> UIDs (median)':<34}{step_ms:>10.2f}{materialise * 1000:>14.0f}"
         f"{materialise * 1000 / step_ms:>8.0f}x{'< 10':>9}  {'ok' if step_ms < 10 else 'MISSED'}"
     )
     print(
-        f"reference: materialise one epoch's order {materialise:.2f} s ({order.nbytes / 2**20:.0f} MiB) + search "
-        f"{search * 1000:.0f} ms, x{args.epochs} epochs for the UID; trace results equal to it (3 UIDs, 3 steps of epoch 0)"
+        f"reference: materialise one epoch's order {materialise:.2f} s "
+        f"({order.nbytes / 2**20:.0f} MiB) + search "
+        f"{search * 1000:.0f} ms, x{args.epochs} epochs for the UID; trace results equal to it "
+        "(3 UIDs, 3 steps of epoch 0)"
     )
     print(
-        f"p90: UID {np.quantile(uid_times, 0.9) * 1000:.1f} ms, step {np.quantile(step_times, 0.9) * 1000:.2f} ms; "
+        f"p90: UID {np.quantile(uid_times, 0.9) * 1000:.1f} ms, step "
+        f"{np.quantile(step_times, 0.9) * 1000:.2f} ms; "
         f"CPU time (median; wall time minus waiting for a core on a loaded machine): UID "
-        f"{statistics.median(uid_cpu) * 1000:.1f} ms, step {statistics.median(step_cpu) * 1000:.2f} ms"
+        f"{statistics.median(uid_cpu) * 1000:.1f} ms, step "
+        f"{statistics.median(step_cpu) * 1000:.2f} ms"
     )
 
 

@@ -8,19 +8,20 @@ tag: int32) with 10% of the samples missing. Batch 256, shuffle on, one epoch, n
   minimal in-benchmark shardset Source (per-shard left join with pyarrow ``index_in``/``take``; said
   in the output) -> ``Loader(source, 256, shuffle=True)``.
 * reference: pandas reads every shardset, merges them on ``uid`` (left join), a map-style
-  ``Dataset`` returns one sample dict from numpy columns, ``torch.utils.data.DataLoader(batch_size=256,
-  shuffle=True)`` with the default collate.
+  ``Dataset`` returns one sample dict from numpy columns,
+  ``torch.utils.data.DataLoader(batch_size=256, shuffle=True)`` with the default collate.
 
-Both run in this process, one after the other, after a warm-up (imports, one datamill batch on another
-seed). Time to first batch includes building the Loader / the pandas join. Peak memory = peak RSS increase over the RSS before
-the side starts (sampled every 5 ms from /proc/self/statm by a thread).
+Both run in this process, one after the other, after a warm-up (imports, one datamill batch on
+another seed). Time to first batch includes building the Loader / the pandas join. Peak memory =
+peak RSS increase over the RSS before the side starts (sampled every 5 ms from /proc/self/statm by a
+thread).
 
 ``lavender-data`` pins numpy 2.1.2 / pyarrow 19.0.1, so it lives in its own venv
 (``python3 -m venv .lvenv && .lvenv/bin/pip install lavender-data tqdm``). When that venv exists
-(or ``--lavender-python`` names one), ``bench_lavender_side.py`` runs in it on the same files: a local
-lavender server, the three shardsets registered, ``LavenderDataLoader(shuffle=True, batch_size=256)``
-timed over ``--lavender-batches`` batches (it serves a few hundred samples/s here, so a whole epoch
-would take most of an hour).
+(or ``--lavender-python`` names one), ``bench_lavender_side.py`` runs in it on the same files: a
+local lavender server, the three shardsets registered, ``LavenderDataLoader(shuffle=True,
+batch_size=256)`` timed over ``--lavender-batches`` batches (it serves a few hundred samples/s here,
+so a whole epoch would take most of an hour).
 
 Usage: .venv/bin/python benchmarks/bench_loader.py [--quick] [--samples N] [--workers W]
        [--lavender-python PATH] [--lavender-batches N]
@@ -167,7 +168,8 @@ class MiniShardset:
 
 
 def shards_source(root: Path, files: dict[str, list[Path]]) -> tuple[Any, str]:
-    """datamill.shards.ShardsetDataset over the files, when that package is available; else MiniShardset."""
+    """datamill.shards.ShardsetDataset over the files, when that package is available; else
+    MiniShardset."""
     try:
         from datamill.shards import ShardsetDataset
     except ImportError:
@@ -188,7 +190,8 @@ def shards_source(root: Path, files: dict[str, list[Path]]) -> tuple[Any, str]:
 
 
 def warm_up(source: Any) -> None:
-    """Import both sides' modules and run one datamill batch, so neither side pays one-time costs."""
+    """Import both sides' modules and run one datamill batch, so neither side pays one-time
+    costs."""
     import pandas  # noqa: F401
     import torch
     import torch.utils.data  # noqa: F401
@@ -301,7 +304,7 @@ def run_lavender(python: Path, root: Path, batches: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100k samples instead of 1M")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument(
@@ -328,12 +331,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}"
     )
     print(
-        f"data: {n:,} samples, 3 shardsets x {SHARDS} shards (extra: 10% missing), batch {BATCH}, shuffle on"
+        f"data: {n:,} samples, 3 shardsets x {SHARDS} shards (extra: 10% missing), batch "
+        f"{BATCH}, shuffle on"
     )
     lavender = args.lavender_python if args.lavender_python.exists() else None
     if lavender is None:
         print(
-            f"lavender-data: no venv at {args.lavender_python} (it needs its own: it pins numpy 2.1.2 / "
+            f"lavender-data: no venv at {args.lavender_python} (it needs its own: it pins numpy "
+            "2.1.2 / "
             "pyarrow 19.0.1); not measured"
         )
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
@@ -349,7 +354,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         window = default_window(source.shard_sizes())
         print(
             f"datamill shuffle window: {window} shards = {window * n // SHARDS:,} samples; "
-            f"shards read {ours['shards_read']:.0f}, at most {ours['peak_shards']:.0f} shards in memory at once"
+            f"shards read {ours['shards_read']:.0f}, at most {ours['peak_shards']:.0f} shards "
+            "in memory at once"
         )
         ref = run_reference(files, args.reference_batches)
         lav = (
@@ -360,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     def line(name: str, r: dict[str, float]) -> str:
         return (
-            f"{name:<34} {r['samples']:>9,.0f} samples {r['seconds']:>7.2f} s {r['samples'] / r['seconds']:>12,.0f} samples/s"
+            f"{name:<34} {r['samples']:>9,.0f} samples {r['seconds']:>7.2f} s "
+            f"{r['samples'] / r['seconds']:>12,.0f} samples/s"
             f"  first batch {r['first_batch_s'] * 1000:>8.1f} ms  peak +{r['peak_mb']:,.0f} MiB"
         )
 
@@ -368,7 +375,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(line("torch DataLoader + pandas merge", ref))
     ratio = (ours["samples"] / ours["seconds"]) / (ref["samples"] / ref["seconds"])
     print(
-        f"ratio (samples/s, datamill / reference): {ratio:.1f}x   goals: >= 10x and >= 500,000 samples/s"
+        f"ratio (samples/s, datamill / reference): {ratio:.1f}x   goals: >= 10x and >= 500,000 "
+        "samples/s"
     )
     if lav is not None and "error" in lav:
         print(f"lavender-data: failed: {lav['error']}")
@@ -380,8 +388,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         )
         print(
-            f"  lavender: server + client peak RSS (absolute), setup (server start, register, sync) "
-            f"{lav['setup_s']:.1f} s not counted; batches are Python lists; samples missing from a shardset "
+            "  lavender: server + client peak RSS (absolute), setup (server start, register, "
+            "sync) "
+            f"{lav['setup_s']:.1f} s not counted; batches are Python lists; samples missing "
+            "from a shardset "
             "are left out of its iteration"
         )
         print(

@@ -2,40 +2,41 @@
 
 Ludwig lives in its own venv (it pins torch/transformers versions and declares Python >= 3.12); it
 runs ``bench_ludwig_side.py`` there, which writes Ludwig's metadata, its preprocessed tensors (per
-split) and its times. This script then preprocesses the same file with datamill and compares, feature
-by feature: vocabularies (as decoded strings), fill values, statistics and every tensor row (rows
-matched through the ``Id`` feature, since Ludwig shuffles its splits), and prints the differences and
-the time ratios (import, cold, cached, CLI end to end).
+split) and its times. This script then preprocesses the same file with datamill and compares,
+feature by feature: vocabularies (as decoded strings), fill values, statistics and every tensor row
+(rows matched through the ``Id`` feature, since Ludwig shuffles its splits), and prints the
+differences and the time ratios (import, cold, cached, CLI end to end).
 
 The comparison fits datamill on every row (``split: {type: none}``), as Ludwig does (it fits
 before it splits); datamill's default fits on the training rows only (a deliberate difference, see
 the README's "Typed preprocessing"). The split sizes are compared on the default run.
 
 Set-up of Ludwig's venv (about 4 minutes; ``torch==2.13.0`` first: the CPU wheel is the local one, a
-plain torch requirement would pull GBs of CUDA). ``pip install ludwig==0.17.10`` alone fails on Python
-3.11 ("Requires-Python >=3.12"), hence ``--no-deps --ignore-requires-python`` and the light dependencies::
+plain torch requirement would pull GBs of CUDA). ``pip install ludwig==0.17.10`` alone fails on
+Python 3.11 ("Requires-Python >=3.12"), hence ``--no-deps --ignore-requires-python`` and the light
+dependencies::
 
     python3 -m venv /work/.cache/ludwig-venv && P=/work/.cache/ludwig-venv/bin/pip
     $P install torch==2.13.0
     $P install --no-deps --ignore-requires-python ludwig==0.17.10
     $P install --no-deps torchvision==0.28.0 torchaudio
-    $P install absl-py dataclasses-json datasets filelock "fsspec[http]" jsonschema lxml numpy pandas \\
-        "protobuf>=4" psutil py-cpuinfo pyarrow pyyaml requests retry rich safetensors scikit-learn scipy \\
-        sentencepiece tabulate torchinfo torchmetrics tqdm "transformers>=5" xlrd openpyxl Pillow h5py \\
-        gpustat sacremoses
+    $P install absl-py dataclasses-json datasets filelock "fsspec[http]" jsonschema lxml numpy \\
+        pandas "protobuf>=4" psutil py-cpuinfo pyarrow pyyaml requests retry rich safetensors \\
+        scikit-learn scipy sentencepiece tabulate torchinfo torchmetrics tqdm "transformers>=5" \\
+        xlrd openpyxl Pillow h5py gpustat sacremoses
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_ludwig.py [--ludwig-python /work/.cache/ludwig-venv/bin/python]
-        [--scale 100] [--write-fixture]
+    .venv/bin/python benchmarks/bench_ludwig.py
+        [--ludwig-python /work/.cache/ludwig-venv/bin/python] [--scale 100] [--write-fixture]
 
 ``--write-fixture`` stores Ludwig's output on house_prices_train.csv in ``tests/fixtures/ludwig/``
 (what ``tests/preprocessing/test_ludwig_fixture.py`` checks datamill against).
 
-``--dataset penguins``: the second dataset, generated (:func:`make_penguins`: categories with missing
-values, padding and mixed case, sets, bags, text, sequences, dates, vectors, time series, a few rows
-without a target) with its Ludwig user config ``tests/fixtures/ludwig/penguins.yaml`` (stratified
-split, ``drop_row``, text with Ludwig 0.17's keys, ``lowercase``). datamill runs it with
+``--dataset penguins``: the second dataset, generated (:func:`make_penguins`: categories with
+missing values, padding and mixed case, sets, bags, text, sequences, dates, vectors, time series, a
+few rows without a target) with its Ludwig user config ``tests/fixtures/ludwig/penguins.yaml``
+(stratified split, ``drop_row``, text with Ludwig 0.17's keys, ``lowercase``). datamill runs it with
 ``preprocessing.layout: ludwig017`` and ``split: none`` and every feature is compared as decoded
 tokens/values; ``--write-fixture`` regenerates ``penguins.csv`` and stores Ludwig's output as
 ``penguins_ludwig_{meta.json,tensors.npz}`` (``tests/preprocessing/test_ludwig_penguins.py``).
@@ -69,8 +70,9 @@ PENGUINS_CSV = ROOT / "tests/fixtures/ludwig/penguins.csv"
 
 
 def make_penguins(path: Path, rows: int = 344, seed: int = 7) -> None:
-    """A generated penguin-like table with every feature type: categories with missing values, padding
-    and mixed case, sets, bags, text, sequences, dates, vectors, time series; a few rows without a species."""
+    """A generated penguin-like table with every feature type: categories with missing values,
+    padding and mixed case, sets, bags, text, sequences, dates, vectors, time series; a few rows
+    without a species."""
     import csv
 
     rng = np.random.default_rng(seed)
@@ -167,7 +169,8 @@ def _data_dir() -> Path:
 def compare(
     ludwig_meta: dict[str, Any], tensors: Any, data: dict[str, Any], meta: Any
 ) -> list[str]:
-    """Every difference between Ludwig's output and datamill's (fitted on the same rows), as lines."""
+    """Every difference between Ludwig's output and datamill's (fitted on the same rows), as
+    lines."""
     diffs: list[str] = []
     pos = {int(v): i for i, v in enumerate(np.asarray(data["Id"]))}
     for name, lm in ludwig_meta.items():
@@ -219,7 +222,8 @@ def compare(
 def compare_decoded(
     ludwig_meta: dict[str, Any], tensors: Any, data: dict[str, Any], meta: Any
 ) -> list[str]:
-    """Per feature of any type: ``name: equal`` or what differs, Ludwig's rows matched through ``Id``."""
+    """Per feature of any type: ``name: equal`` or what differs, Ludwig's rows matched through
+    ``Id``."""
     pos = {int(v): i for i, v in enumerate(np.asarray(data["Id"]))}
     lines = []
     for name, lm in ludwig_meta.items():
@@ -232,7 +236,8 @@ def compare_decoded(
         ours = np.asarray(data[name])[rows]
         if theirs.shape != ours.shape or theirs.dtype != ours.dtype:
             lines.append(
-                f"{name}: shape/dtype Ludwig {theirs.shape} {theirs.dtype}, datamill {ours.shape} {ours.dtype}"
+                f"{name}: shape/dtype Ludwig {theirs.shape} {theirs.dtype}, datamill "
+                f"{ours.shape} {ours.dtype}"
             )
             continue
         if "idx2str" in lm:
@@ -309,7 +314,7 @@ def _datamill(config: dict[str, Any], csv: Path, repeat: int) -> tuple[Any, dict
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--ludwig-python",
         type=Path,
@@ -436,11 +441,14 @@ def _penguins(args: argparse.Namespace) -> None:
         default, _ = _datamill(raw, csv, 1)
     sizes = [len(tensors[f"{s}/Id"]) for s in SPLITS]
     print(
-        f"stratified split sizes: Ludwig {sizes} datamill {list(default.metadata.header['split'].values())}"
+        f"stratified split sizes: Ludwig {sizes} datamill "
+        f"{list(default.metadata.header['split'].values())}"
     )
     print(
-        "per feature (datamill with layout: ludwig017, fitted on every row as Ludwig; a difference is a row of"
-        " docs/ludwig-differences.md: statistics fitted before drop_row, category lowercase, bag lowercase):"
+        "per feature (datamill with layout: ludwig017, fitted on every row as Ludwig; a "
+        "difference is a row of"
+        " docs/ludwig-differences.md: statistics fitted before drop_row, category lowercase, "
+        "bag lowercase):"
     )
     for line in compare_decoded(ludwig_meta, tensors, same_rows.data, same_rows.metadata):
         print("  " + line)

@@ -1,6 +1,7 @@
 """Ludwig's side of ``bench_ludwig.py``: run in Ludwig's own venv, never in datamill's.
 
-Usage: <ludwig-venv>/bin/python benchmarks/bench_ludwig_side.py CONFIG.yaml DATA.csv OUT_DIR [--repeat N]
+Usage: <ludwig-venv>/bin/python benchmarks/bench_ludwig_side.py CONFIG.yaml DATA.csv OUT_DIR
+[--repeat N]
 
 Preprocesses DATA.csv with Ludwig's ``preprocess_for_training`` (seed 42) in a scratch copy of the
 file (Ludwig writes its cache beside the input), then writes to OUT_DIR:
@@ -70,8 +71,9 @@ def main() -> None:
     raw = yaml.safe_load(config_path.read_text())
     config_obj = ModelConfig.from_dict(raw)
     config = config_obj.to_dict()  # what LudwigModel does with a user's config
-    # LudwigModel passes the config's global preprocessing (split, ...) itself, as get_preprocessing_params
-    # makes it; preprocess_for_training's own default is Ludwig's default (a random 0.7/0.1/0.2 split)
+    # LudwigModel passes the config's global preprocessing (split, ...) itself, as
+    # get_preprocessing_params makes it; preprocess_for_training's own default is Ludwig's default
+    # (a random 0.7/0.1/0.2 split)
     params = get_preprocessing_params(config_obj)
     scratch = Path(tempfile.mkdtemp(prefix="ludwig_side_"))
     data = scratch / data_path.name

@@ -3,15 +3,15 @@
 Systems: datamill (this tree, the project's venv), litData 0.2.76, mosaicml-streaming 0.13.0,
 Hugging Face ``datasets`` 5.2.0 and a torch ``DataLoader`` over a map-style pyarrow table. Each
 peer runs in its own venv under ``--cache`` (default ``~/.cache/datamill-bench/<peer>``), created
-when absent (``pip install torch==2.13.0`` first where torch is needed: the local CPU wheel; litData's
-venv has ``obstore`` removed so that it downloads through boto3, which honours an ``http://``
-endpoint).
+when absent (``pip install torch==2.13.0`` first where torch is needed: the local CPU wheel;
+litData's venv has ``obstore`` removed so that it downloads through boto3, which honours an
+``http://`` endpoint).
 
 Data (fixed seed, written once under ``--work``): ``tab`` = uid, 3 float32, an int64 label and 8-64
-int32 token ids; ``img`` = uid, a label and a 3 KB binary ``image``. 100 Parquet files each; the same
-data converted to each peer's format (conversion time reported): litData ``optimize`` chunks, MDS
-shards (``compression=None``), an HF Arrow dataset (``save_to_disk``); torch map-style and datamill
-read the Parquet files.
+int32 token ids; ``img`` = uid, a label and a 3 KB binary ``image``. 100 Parquet files each; the
+same data converted to each peer's format (conversion time reported): litData ``optimize`` chunks,
+MDS shards (``compression=None``), an HF Arrow dataset (``save_to_disk``); torch map-style and
+datamill read the Parquet files.
 
 Every epoch: batch 256, shuffled (seed 0), one process, ``num_workers=0``; time starts after the
 imports, so "first" is building the dataset/loader objects plus the first batch. The uids of every
@@ -86,8 +86,8 @@ def ensure_venv(cache: Path, peer: str) -> Path:
     print(f"[setup] creating {venv} ...", flush=True)
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # torch first (the local CPU wheel), then the rest constrained to it: litData's torchvision would
-    # otherwise replace torch with a CUDA build (GBs of nvidia-* wheels)
+    # torch first (the local CPU wheel), then the rest constrained to it: litData's torchvision
+    # would otherwise replace torch with a CUDA build (GBs of nvidia-* wheels)
     constraints = cache / "constraints.txt"
     constraints.write_text("torch==2.13.0+cpu\n", encoding="utf-8")
     for step in VENV_PACKAGES[peer]:
@@ -104,8 +104,12 @@ def ensure_venv(cache: Path, peer: str) -> Path:
 
 
 TORCHVISION_STUB = {
-    "__init__.py": '"""A stub: mosaic streaming imports torchvision for its vision datasets only."""\n',
-    "datasets/__init__.py": "from torch.utils.data import Dataset as VisionDataset\nCIFAR10 = None\n",
+    "__init__.py": (
+        '"""A stub: mosaic streaming imports torchvision for its vision datasets only."""\n'
+    ),
+    "datasets/__init__.py": (
+        "from torch.utils.data import Dataset as VisionDataset\nCIFAR10 = None\n"
+    ),
     "transforms/__init__.py": "",
     "transforms/functional.py": "def to_tensor(x):\n    raise NotImplementedError\n",
 }
@@ -132,7 +136,8 @@ def _stub_torchvision(python: Path) -> None:
 
 
 def pad_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A list of sample dicts -> numpy batch: ragged ``tokens`` padded with a mask, ``image`` an object array."""
+    """A list of sample dicts -> numpy batch: ragged ``tokens`` padded with a mask, ``image`` an
+    object array."""
     import numpy as np
 
     out: dict[str, Any] = {}
@@ -164,7 +169,8 @@ def pad_ragged(vals: list[Any]) -> tuple[Any, Any]:
 
 # ---------------------------------------------------------------------------------------- data
 def make_data(work: Path, ds: str, n: int) -> Path:
-    """``n`` samples of ``ds`` in ``FILES`` Parquet files (one row group each) under ``work/ds/parquet``."""
+    """``n`` samples of ``ds`` in ``FILES`` Parquet files (one row group each) under
+    ``work/ds/parquet``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -208,7 +214,8 @@ def make_data(work: Path, ds: str, n: int) -> Path:
 
 
 def convert(system: str, ds: str, parquet: Path, out: Path, n: int) -> None:
-    """Write ``parquet``'s samples in ``system``'s format under ``out`` (runs in the peer's venv)."""
+    """Write ``parquet``'s samples in ``system``'s format under ``out`` (runs in the peer's
+    venv)."""
     import pyarrow.parquet as pq
 
     files = sorted(str(p) for p in parquet.glob("*.parquet"))
@@ -274,7 +281,8 @@ def _litdata_rows(path: str) -> Iterator[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------- workers
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """One timed epoch of one system (runs in that system's venv); uids saved to ``spec["uids"]``."""
+    """One timed epoch of one system (runs in that system's venv); uids saved to
+    ``spec["uids"]``."""
     import numpy as np
 
     system, storage, mode = spec["system"], spec["storage"], spec["mode"]
@@ -722,7 +730,8 @@ def _upload(
                 )
             nbytes[(s, ds)] = sum(p.stat().st_size for p in files)
             print(
-                f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB uploaded in "
+                f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB "
+                "uploaded in "
                 f"{time.perf_counter() - t0:.1f} s",
                 flush=True,
             )
@@ -734,8 +743,10 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
         return
     rate = res["samples"] / res["seconds"]
     print(
-        f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch {res['first']:.2f} s, "
-        f"once={res['once']}, median distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
+        f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch "
+        f"{res['first']:.2f} s, "
+        f"once={res['once']}, median distance {res['mix']['median_distance']:,.0f}, load "
+        f"{res['load']}",
         flush=True,
     )
 
@@ -768,15 +779,19 @@ def _table(
         f"### bench_peers: `{cmd}`",
         "",
         (
-            f"samples/s of one shuffled epoch (batch {BATCH}, one process), median of {reps} interleaved "
-            f"repetition(s) [range], first batch (s); mixing = neighbour distance median / p10 and same-file share "
-            f"of the delivered order; `once` = every uid exactly once. Load average (1/5/15 min) over the runs: "
+            f"samples/s of one shuffled epoch (batch {BATCH}, one process), median of {reps} "
+            "interleaved "
+            "repetition(s) [range], first batch (s); mixing = neighbour distance median / p10 "
+            "and same-file share "
+            "of the delivered order; `once` = every uid exactly once. Load average (1/5/15 "
+            "min) over the runs: "
             f"{loads[0] if loads else '-'} ... {loads[-1] if loads else '-'}."
         ),
         "",
     ]
     out.append(
-        "| data | storage/mode | system | samples/s | range | first batch s | once | mixing: median / p10 dist, same file |"
+        "| data | storage/mode | system | samples/s | range | first batch s | once | mixing: "
+        "median / p10 dist, same file |"
     )
     out.append("|---|---|---|---|---|---|---|---|")
     med: dict[tuple[str, str, str], float] = {}
@@ -787,7 +802,8 @@ def _table(
         stt = _stats(runs)
         if stt is None:
             out.append(
-                f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | error: {runs[-1]['error'][:80]} | | | | |"
+                f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | error: "
+                f"{runs[-1]['error'][:80]} | | | | |"
             )
             continue
         m, lo, hi, first = stt
@@ -796,7 +812,8 @@ def _table(
         q = ok[-1]["mix"]
         once = all(r["once"] for r in ok)
         out.append(
-            f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} | {first:.2f} | "
+            f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} "
+            f"| {first:.2f} | "
             f"{'yes' if once else 'NO'} | {q['median_distance']:,.0f} / {q['p10_distance']:,.0f}, "
             f"{q['same_shard']:.0%} |"
         )
@@ -814,7 +831,8 @@ def _table(
     def goal(name: str, value: str, target: float) -> None:
         ok = value != "n/a" and float(value.rstrip("x")) >= target
         out.append(
-            f"- {name}: {value} (goal >= {target}x) {'MET' if ok else 'NOT MET' if value != 'n/a' else ''}"
+            f"- {name}: {value} (goal >= {target}x) "
+            f"{'MET' if ok else 'NOT MET' if value != 'n/a' else ''}"
         )
 
     for dm in [d for d in DATAMILLS if d in systems]:

@@ -1,4 +1,5 @@
-"""Preprocessing benchmark: ``datamill.preprocess`` vs a straightforward pandas + Python-loop pipeline.
+"""Preprocessing benchmark: ``datamill.preprocess`` vs a straightforward pandas + Python-loop
+pipeline.
 
 Data: a seeded synthetic CSV (1,000,000 rows; 100,000 with ``--quick``) with four columns:
 ``cat`` (category, 50 Zipf-distributed values), ``tags`` (set, 1-5 tags of 100), ``seq`` (sequence,
@@ -51,8 +52,8 @@ CONFIG: dict[str, Any] = {
         {"name": "seq", "type": "sequence"},
         {"name": "review", "type": "text"},
     ],
-    # no split, as the reference: every row fits the vocabularies (without it datamill applies Ludwig's
-    # default 0.7/0.1/0.2 split and fits on the training rows only)
+    # no split, as the reference: every row fits the vocabularies (without it datamill applies
+    # Ludwig's default 0.7/0.1/0.2 split and fits on the training rows only)
     "preprocessing": {"split": {"type": "none"}},
 }
 # datamill defaults, mirrored by the reference
@@ -103,7 +104,7 @@ def make_csv(path: Path, rows: int) -> None:
     pacsv.write_csv(table, path)
 
 
-# -- the two sides ----------------------------------------------------------------------------------
+# -- the two sides ---------------------------------------------------------------------------------
 def run_datamill(csv: Path, out_dir: Path) -> dict[str, Any]:
     from datamill.preprocessing.api import preprocess
 
@@ -208,7 +209,7 @@ def compare(dm_path: str, ref_path: str) -> list[str]:
     return problems
 
 
-# -- house prices (issue 3's second figure) --------------------------------------------------------------
+# -- house prices (issue 3's second figure) --------------------------------------------------------
 HOUSE_CONFIG: dict[str, Any] = {
     "input_features": [
         {"name": "LotArea", "type": "number", "preprocessing": {"normalization": "zscore"}},
@@ -260,7 +261,7 @@ def house_prices(tmp: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100,000 rows instead of 1,000,000")
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--skip-reference", action="store_true")
@@ -278,7 +279,8 @@ def main() -> None:
     for name in ("category", "set", "sequence", "text"):
         handler_class(name)
     print(
-        f"machine: {platform.platform()}, python {platform.python_version()}, cpu_count={os.cpu_count()}"
+        f"machine: {platform.platform()}, python {platform.python_version()}, "
+        f"cpu_count={os.cpu_count()}"
     )
     with tempfile.TemporaryDirectory(prefix="bench_preprocess_") as d:
         tmp = Path(d)
@@ -287,26 +289,31 @@ def main() -> None:
         in_fork(lambda: (make_csv(csv, rows), {})[1])
         size = csv.stat().st_size
         print(
-            f"data: {rows:,} rows, {size / 2**20:.1f} MiB CSV (seed {SEED}, generated in {time.perf_counter() - t0:.1f} s)"
+            f"data: {rows:,} rows, {size / 2**20:.1f} MiB CSV (seed {SEED}, generated in "
+            f"{time.perf_counter() - t0:.1f} s)"
         )
         (tmp / "dm").mkdir()
         (tmp / "ref").mkdir()
         dm = in_fork(run_datamill, csv, tmp / "dm")
         print(
             f"datamill : {dm['seconds']:8.2f} s  {rows / dm['seconds']:>12,.0f} rows/s  "
-            f"peak +{dm['peak_added'] / 2**20:,.0f} MiB RSS ({dm['peak_added'] / size:.2f}x the CSV; "
+            f"peak +{dm['peak_added'] / 2**20:,.0f} MiB RSS ({dm['peak_added'] / size:.2f}x the "
+            "CSV; "
             f"absolute peak {dm['peak_abs'] / 2**20:,.0f} MiB)"
         )
         if not args.skip_reference:
             ref = in_fork(run_reference, csv, tmp / "ref")
             print(
                 f"reference: {ref['seconds']:8.2f} s  {rows / ref['seconds']:>12,.0f} rows/s  "
-                f"peak +{ref['peak_added'] / 2**20:,.0f} MiB RSS ({ref['peak_added'] / size:.2f}x the CSV; "
+                f"peak +{ref['peak_added'] / 2**20:,.0f} MiB RSS "
+                f"({ref['peak_added'] / size:.2f}x the CSV; "
                 f"absolute peak {ref['peak_abs'] / 2**20:,.0f} MiB)"
             )
             print(
-                f"ratio    : datamill is {ref['seconds'] / dm['seconds']:.1f}x faster (goal >= 10x); "
-                f"memory goal peak <= 3x CSV: {'met' if dm['peak_added'] <= 3 * size else 'NOT met'}"
+                f"ratio    : datamill is {ref['seconds'] / dm['seconds']:.1f}x faster (goal >= "
+                "10x); "
+                "memory goal peak <= 3x CSV: "
+                f"{'met' if dm['peak_added'] <= 3 * size else 'NOT met'}"
             )
             problems = compare(dm["hdf5"], ref["hdf5"])
             print(
@@ -316,7 +323,8 @@ def main() -> None:
             )
         hp = house_prices(tmp)
         print(
-            f"house_prices x100: {hp['rows']:,} rows, 8 features: preprocess {hp['first']:.3f} s (goal < 0.3), "
+            f"house_prices x100: {hp['rows']:,} rows, 8 features: preprocess {hp['first']:.3f} "
+            "s (goal < 0.3), "
             f"cache reuse {hp['cached'] * 1000:.1f} ms (hit={hp['hit']}, goal < 50 ms); "
             f"import datamill {hp['import']:.3f} s incl. interpreter start (goal < 0.5)"
         )

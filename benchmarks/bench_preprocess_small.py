@@ -99,7 +99,8 @@ def reference(path: Path, out: Path) -> None:
 
 
 def import_time() -> float:
-    """Seconds of ``import datamill`` in a fresh interpreter (best of 3, interpreter start excluded)."""
+    """Seconds of ``import datamill`` in a fresh interpreter (best of 3, interpreter start
+    excluded)."""
     code = "import time; t=time.perf_counter(); import datamill; print(time.perf_counter()-t)"
     runs = [
         float(
@@ -117,7 +118,7 @@ def import_time() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="x10 instead of x100")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
@@ -166,12 +167,15 @@ def main() -> None:
         n = 1460 * times
         med = statistics.median
         print(
-            f"datamill preprocess (read+fit+transform+HDF5+meta): median {med(full):.3f} s, best {min(full):.3f} s "
-            f"({n / med(full):,.0f} rows/s)  goal < 0.3 s: {'MET' if med(full) < 0.3 else 'NOT MET'}"
+            f"datamill preprocess (read+fit+transform+HDF5+meta): median {med(full):.3f} s, "
+            f"best {min(full):.3f} s "
+            f"({n / med(full):,.0f} rows/s)  goal < 0.3 s: "
+            f"{'MET' if med(full) < 0.3 else 'NOT MET'}"
         )
         print(f"datamill in memory (skip_save):                     median {med(mem_only):.3f} s")
         print(
-            f"datamill cache reuse:                               median {med(cached) * 1000:.1f} ms  "
+            "datamill cache reuse:                               median "
+            f"{med(cached) * 1000:.1f} ms  "
             f"goal < 50 ms: {'MET' if med(cached) < 0.05 else 'NOT MET'}"
         )
         print(
@@ -180,7 +184,8 @@ def main() -> None:
         )
         print(f"ratio pandas / datamill: {med(ref) / med(full):.2f}x")
         print(
-            f"peak RSS (ru_maxrss, cumulative): after datamill {rss_datamill:.0f} MB, after reference {rss_ref:.0f} MB"
+            f"peak RSS (ru_maxrss, cumulative): after datamill {rss_datamill:.0f} MB, after "
+            f"reference {rss_ref:.0f} MB"
         )
         it = import_time()
         print(

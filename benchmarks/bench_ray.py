@@ -1,4 +1,5 @@
-"""Ray engine vs local engine: preprocessing (1M-row synthetic CSV, 10M rows of Parquet in 10+ files) and BERT.
+"""Ray engine vs local engine: preprocessing (1M-row synthetic CSV, 10M rows of Parquet in 10+
+files) and BERT.
 
 Workloads (``--quick``: 50k rows, 300k rows in 10 files, wikitext2 x1):
 
@@ -11,14 +12,14 @@ Workloads (``--quick``: 50k rows, 300k rows in 10 files, wikitext2 x1):
   frequency ties differently from run to run).
 
 Each side runs in a fresh interpreter (``subprocess``): time = wall clock of the call, driver peak
-memory = that interpreter's peak RSS (``VmHWM``) (the Ray workers' memory is not the driver's). The Ray
-side starts a local Ray (``num_cpus`` = cores) unless ``--address`` is given; Ray's fixed costs
-(``ray.init``, ``import ray.data``, the first tiny task) are measured separately. Outputs are compared: metadata
-(header aside from paths and fingerprints) and every tensor, shard by shard against the HDF5 rows
-(every BERT column, sample by sample).
+memory = that interpreter's peak RSS (``VmHWM``) (the Ray workers' memory is not the driver's). The
+Ray side starts a local Ray (``num_cpus`` = cores) unless ``--address`` is given; Ray's fixed costs
+(``ray.init``, ``import ray.data``, the first tiny task) are measured separately. Outputs are
+compared: metadata (header aside from paths and fingerprints) and every tensor, shard by shard
+against the HDF5 rows (every BERT column, sample by sample).
 
-Usage: .venv/bin/python benchmarks/bench_ray.py [--quick] [--address HOST:PORT] [--only pre,big,bert]
-Don't run the full benchmark while others use the CPU; ``--quick`` is a smoke run.
+Usage: .venv/bin/python benchmarks/bench_ray.py [--quick] [--address HOST:PORT] [--only
+pre,big,bert] Don't run the full benchmark while others use the CPU; ``--quick`` is a smoke run.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ SKIP_HEADER = ("hdf5", "dataset", "source", "fingerprint", "input_fingerprint")
 
 
 def _peak_mb() -> float:
-    """This interpreter's peak RSS (VmHWM: reset by exec, unlike ru_maxrss which Linux keeps across it)."""
+    """This interpreter's peak RSS (VmHWM: reset by exec, unlike ru_maxrss which Linux keeps across
+    it)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -50,7 +52,7 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-# -- one side, in its own interpreter ---------------------------------------------------------------
+# -- one side, in its own interpreter --------------------------------------------------------------
 def side(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from bench_preprocess import CONFIG
@@ -136,7 +138,7 @@ def run_side(
     return result
 
 
-# -- comparing the outputs --------------------------------------------------------------------------
+# -- comparing the outputs -------------------------------------------------------------------------
 def same_preprocessed(local: dict[str, Any], ray_side: dict[str, Any]) -> bool:
     import h5py
     import numpy as np
@@ -193,7 +195,7 @@ def same_bert(local: dict[str, Any], ray_side: dict[str, Any]) -> bool:
     )
 
 
-# -- workloads --------------------------------------------------------------------------------------
+# -- workloads -------------------------------------------------------------------------------------
 def report(
     name: str, rows: int, local: dict[str, Any], ray_side: dict[str, Any], same: bool
 ) -> None:
@@ -202,17 +204,19 @@ def report(
     print(f"  {'engine':<8}{'seconds':>10}{'rows/s':>14}{'driver peak MB':>16}")
     for label, s in (("local", local), ("ray", ray_side)):
         print(
-            f"  {label:<8}{s['seconds']:>10.2f}{s['rows'] / s['seconds']:>14,.0f}{s['driver_peak_mb']:>16,.0f}"
+            f"  {label:<8}{s['seconds']:>10.2f}{s['rows'] / s['seconds']:>14,.0f}"
+            f"{s['driver_peak_mb']:>16,.0f}"
         )
     print(
-        f"  ray/local time ratio {ratio:.2f}; ray fixed costs: init {ray_side['ray_init_s']:.1f} s, "
+        f"  ray/local time ratio {ratio:.2f}; ray fixed costs: init "
+        f"{ray_side['ray_init_s']:.1f} s, "
         f"import ray.data {ray_side.get('ray_data_import_s', 0.0):.2f} s, "
         f"first task {ray_side['first_task_s']:.2f} s; outputs identical: {same}"
     )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--address", default=None)
     ap.add_argument("--only", default="pre,big,bert")

@@ -1,4 +1,5 @@
-"""Loader throughput from S3 on loopback (SeaweedFS), with a cold and a warm shard cache, vs local files.
+"""Loader throughput from S3 on loopback (SeaweedFS), with a cold and a warm shard cache, vs local
+files.
 
 Writes a synthetic Parquet dataset (fixed seed: ``--rows`` rows in ``--files`` files; an int64 id, a
 ragged int32 ``tokens`` list of 0-31 values and a float32[16] vector) both to a local folder and to
@@ -110,7 +111,8 @@ def main() -> None:
         results["shardset, S3 warm cache"] = min(epoch(warm_ds) for _ in range(args.repeat))
         assert warm_ds.remote is not None and warm_ds.remote.cache.stats()["downloads"] == 0
     title = (
-        f"{args.rows:,} rows in {args.files} Parquet files ({nbytes / 2**20:,.1f} MiB); Loader batch 256, "
+        f"{args.rows:,} rows in {args.files} Parquet files ({nbytes / 2**20:,.1f} MiB); Loader "
+        "batch 256, "
         f"numpy collate; best of {args.repeat}"
     )
     lines = [title, "", "| source | epoch s | samples/s | MiB/s |", "|---|---|---|---|"]

@@ -1,32 +1,35 @@
-"""``datamill serve`` throughput: 1, 2 and 4 client processes over loopback vs the in-process Loader.
+"""``datamill serve`` throughput: 1, 2 and 4 client processes over loopback vs the in-process
+Loader.
 
 Data: ``bench_loader.py``'s dataset (3 shardsets x 100 shards, 10% of samples missing from one),
 batch 256, shuffle on. The server runs as ``datamill serve ROOT --no-auth`` in its own process
-(uvicorn with uvloop + httptools when installed); each client process iterates its rank of one static
-iteration with :class:`datamill.serve.RemoteLoader` (``collate="numpy"``, the Loader's default).
+(uvicorn with uvloop + httptools when installed); each client process iterates its rank of one
+static iteration with :class:`datamill.serve.RemoteLoader` (``collate="numpy"``, the Loader's
+default).
 
-Measured in one run: the in-process Loader; server-built (``--build-workers 1`` and ``2``) and direct
-mode (``transport="direct"``: the clients build their batches from the dataset's client location), each
-with 1, 2 and 4 client processes; then a **coordination test**: 32 direct-mode client processes that
-acknowledge each lease with their next request without reading anything (lease round trips/s the server
-sustains, p50/p99 lease latency, server RSS). The goals are printed with met / NOT met; the load
-average before and after is printed, since the machine may be shared.
+Measured in one run: the in-process Loader; server-built (``--build-workers 1`` and ``2``) and
+direct mode (``transport="direct"``: the clients build their batches from the dataset's client
+location), each with 1, 2 and 4 client processes; then a **coordination test**: 32 direct-mode
+client processes that acknowledge each lease with their next request without reading anything (lease
+round trips/s the server sustains, p50/p99 lease latency, server RSS). The goals are printed with
+met / NOT met; the load average before and after is printed, since the machine may be shared.
 
-Reported per client count: aggregate samples/s (all samples / wall time from the first client's start
-to the last client's end), p50/p99 of the time each batch took to arrive as seen by the training loop,
-and the server's peak RSS (``VmHWM``). lavender-data is measured on the same files when its own venv
-exists (``.lvenv``, see ``bench_lavender_side.py``); otherwise it is skipped with a note.
+Reported per client count: aggregate samples/s (all samples / wall time from the first client's
+start to the last client's end), p50/p99 of the time each batch took to arrive as seen by the
+training loop, and the server's peak RSS (``VmHWM``). lavender-data is measured on the same files
+when its own venv exists (``.lvenv``, see ``bench_lavender_side.py``); otherwise it is skipped with
+a note.
 
 Scale (``--scale``, also run by default after the throughput table): an epoch of **100M samples in
-10k shards** (synthetic shard sizes; planning needs no data, batches are built from a synthetic source
-of one int64 column) served by a :class:`~datamill.serve.server.ServeState` in a fresh process. It
-prints the RSS growth over the process's baseline (VmRSS/VmHWM after ``clear_refs``) and the epoch
-start (creating the iteration plus the first lease of the last rank), for two epochs, with the first
-epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per sample, as
-the server held each epoch before) at 10M samples, with the ratio.
+10k shards** (synthetic shard sizes; planning needs no data, batches are built from a synthetic
+source of one int64 column) served by a :class:`~datamill.serve.server.ServeState` in a fresh
+process. It prints the RSS growth over the process's baseline (VmRSS/VmHWM after ``clear_refs``) and
+the epoch start (creating the iteration plus the first lease of the last rank), for two epochs, with
+the first epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per
+sample, as the server held each epoch before) at 10M samples, with the ratio.
 
-Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--coord-clients 32]
-[--lavender-python PATH] [--scale | --no-scale]``
+Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--coord-clients
+32] [--lavender-python PATH] [--scale | --no-scale]``
 """
 
 from __future__ import annotations
@@ -54,10 +57,11 @@ CLIENT = """
 import json, sys, time
 import numpy as np
 from datamill.serve import RemoteLoader
-url, rank, world, name, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name, batch = sys.argv[4], int(sys.argv[5])
 transport = sys.argv[6]
-loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world, name=name,
-                      transport=transport)
+loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world,
+                      name=name, transport=transport)
 waits, n = [], 0
 start = time.time()
 t = time.perf_counter()
@@ -68,7 +72,8 @@ for b in loader:
     t = time.perf_counter()
 end = time.time()
 print(json.dumps({"samples": n, "batches": len(waits), "start": start, "end": end,
-                  "p50_ms": float(np.percentile(waits, 50) * 1000), "p99_ms": float(np.percentile(waits, 99) * 1000),
+                  "p50_ms": float(np.percentile(waits, 50) * 1000),
+                  "p99_ms": float(np.percentile(waits, 99) * 1000),
                   "stall_s": loader.stall_s}))
 """
 
@@ -177,12 +182,14 @@ end = time.monotonic() + seconds
 while time.monotonic() < end:
     q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
     t = time.perf_counter()
-    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)), headers=headers)
+    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)),
+                 headers=headers)
     res = conn.getresponse()
     res.read()
     lat.append(time.perf_counter() - t)
     ack = None
-    if res.status == 200:  # acknowledged (whole lease) with the next request, without reading a batch
+    # acknowledged (whole lease) with the next request, without reading a batch
+    if res.status == 200:
         leases += 1
         ack = "%s:%s" % (res.getheader("X-Datamill-Lease"), res.getheader("X-Datamill-Fence"))
     elif res.status == 204:
@@ -199,7 +206,8 @@ print(json.dumps({"leases": leases, "waits": waits, "lat": [float(np.percentile(
 def _server(
     root: Path, build_workers: int, *, location: str | None = None
 ) -> Iterator[tuple[str, int]]:
-    """A ``datamill serve`` process with ``build_workers``; the bench dataset registered; a warm-up run."""
+    """A ``datamill serve`` process with ``build_workers``; the bench dataset registered; a warm-up
+    run."""
     port = _free_port()
     state = root / f"state-{build_workers}-{time.time_ns()}"
     server = _start_server(root, state, port, build_workers=build_workers)
@@ -228,8 +236,9 @@ def _rss_mib(pid: int) -> tuple[float, float]:
 
 
 def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` processes take direct-mode leases (16 batches of 1 sample) and acknowledge each whole
-    lease with the next request, reading nothing: the server's lease round trips per second."""
+    """``clients`` processes take direct-mode leases (16 batches of 1 sample) and acknowledge each
+    whole lease with the next request, reading nothing: the server's lease round trips per
+    second."""
     import numpy as np
 
     from datamill.serve import Client
@@ -315,18 +324,23 @@ class State(ServeState):
 st = State(tempfile.mkdtemp(), auth=False)
 st.journal.add_dataset("ds-synthetic", "synthetic", "/synthetic")
 # warm-up on another dataset: the process's one-time imports and threads are not an epoch's cost
-warm = st.create_iteration({"dataset": "synthetic", "batch_size": 7, "epoch": 0, "name": "warm-up", "seed": 1})
+warm = st.create_iteration({"dataset": "synthetic", "batch_size": 7, "epoch": 0, "name": "warm-up",
+                           "seed": 1})
 st.next_lease(st.iteration(warm["id"]), "w")
-if full:  # the earlier way: the epoch's order and a rank's plan (an int64 per sample, and more), then 16 batches
+# the earlier way: the epoch's order and a rank's plan (an int64 per sample, and more), then 16
+# batches
+if full:
     from datamill.loader import BatchService
     svc = BatchService(Synthetic(), batch_size=batch, collate="arrow")
-    list(BatchService(Synthetic(), batch_size=7, seed=1, collate="arrow").build(0, 0, [0]))  # the same warm-up
+    # the same warm-up
+    list(BatchService(Synthetic(), batch_size=7, seed=1, collate="arrow").build(0, 0, [0]))
     base = rss()["VmRSS"]
     open("/proc/self/clear_refs", "w").write("5")
     t = time.perf_counter()
     svc.plan(0, world - 1, world)
     list(svc.build(0, world - 1, range(16), world_size=world))
-    print(json.dumps({"full": True, "epoch_start_s": time.perf_counter() - t, "rss_growth_mib": rss()["VmRSS"] - base,
+    print(json.dumps({"full": True, "epoch_start_s": time.perf_counter() - t,
+                      "rss_growth_mib": rss()["VmRSS"] - base,
                       "peak_growth_mib": rss()["VmHWM"] - base}))
     sys.exit(0)
 base = rss()["VmRSS"]
@@ -334,17 +348,19 @@ open("/proc/self/clear_refs", "w").write("5")
 out = {"full": False, "epochs": []}
 for epoch in range(2):
     t = time.perf_counter()
-    info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch, "world_size": world,
-                                "name": "scale", "lease_size": 16})
+    info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch,
+                                "world_size": world, "name": "scale", "lease_size": 16})
     it = st.iteration(info["id"])
     first = st.next_lease(it, "c%d" % (world - 1), rank=world - 1)
     start_s = time.perf_counter() - t
-    row = {"epoch": epoch, "epoch_start_s": start_s, "units": it.total, "first_lease_batches": len(first.units),
+    row = {"epoch": epoch, "epoch_start_s": start_s, "units": it.total,
+           "first_lease_batches": len(first.units),
            "rss_after_start_mib": rss()["VmRSS"] - base}
-    if epoch == 0:  # an iteration of the epoch driven to its end (bookkeeping and journal, no batch built)
+    # an iteration of the epoch driven to its end (bookkeeping and journal, no batch built)
+    if epoch == 0:
         t = time.perf_counter()
-        info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch, "world_size": world,
-                                    "name": "drain", "lease_size": 4096})
+        info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch,
+                                    "world_size": world, "name": "drain", "lease_size": 4096})
         it = st.iteration(info["id"])
         for r in range(world):
             while True:
@@ -395,21 +411,27 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
     ref = run_scale(ref_n, shards, full=True)
     e0, e1 = lazy["epochs"]
     print(
-        f"scale: {samples:,} samples in {shards:,} shards, world 8, batch 256 ({e0['units']:,} batches per epoch)"
+        f"scale: {samples:,} samples in {shards:,} shards, world 8, batch 256 ({e0['units']:,} "
+        "batches per epoch)"
     )
     print(
-        f"  epoch start (create + first lease of the last rank): epoch 0 {e0['epoch_start_s']:.3f} s, "
+        "  epoch start (create + first lease of the last rank): epoch 0 "
+        f"{e0['epoch_start_s']:.3f} s, "
         f"epoch 1 {e1['epoch_start_s']:.3f} s  (goal < 0.5 s)"
     )
     print(
-        f"  server RSS growth {lazy['rss_growth_mib']:.1f} MiB, peak {lazy['peak_growth_mib']:.1f} MiB over the "
-        f"baseline (goal < 100 MiB); an epoch-0 iteration driven to its end in {e0['finish_s']:.1f} s "
+        f"  server RSS growth {lazy['rss_growth_mib']:.1f} MiB, peak "
+        f"{lazy['peak_growth_mib']:.1f} MiB over the "
+        "baseline (goal < 100 MiB); an epoch-0 iteration driven to its end in "
+        f"{e0['finish_s']:.1f} s "
         f"and evicted from memory: {e0['evicted']}"
     )
     print(
-        f"  at {ref_n:,} samples (epoch start = plan + first 16 batches): held per shard {small['epochs'][0]['epoch_start_s']:.3f} s, peak "
+        f"  at {ref_n:,} samples (epoch start = plan + first 16 batches): held per shard "
+        f"{small['epochs'][0]['epoch_start_s']:.3f} s, peak "
         f"{small['peak_growth_mib']:.1f} MiB; full order (one int64 per sample, the earlier way) "
-        f"{ref['epoch_start_s']:.3f} s, peak {ref['peak_growth_mib']:.1f} MiB; ratio full / per shard: "
+        f"{ref['epoch_start_s']:.3f} s, peak {ref['peak_growth_mib']:.1f} MiB; ratio full / per "
+        "shard: "
         f"time {ref['epoch_start_s'] / max(1e-9, small['epochs'][0]['epoch_start_s']):,.0f}x, "
         f"peak memory {ref['peak_growth_mib'] / max(0.1, small['peak_growth_mib']):,.1f}x"
     )
@@ -417,11 +439,12 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: 100k samples, clients 1,2, 8 coordination clients for 3 s, no scale figures",
+        help="smoke run: 100k samples, clients 1,2, 8 coordination clients for 3 s, no scale "
+        "figures",
     )
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--clients", default=None, help="comma-separated client counts (default 1,2,4)")
@@ -455,7 +478,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}"
     )
     print(
-        f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), batch {bl.BATCH}, shuffle on"
+        f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), batch "
+        f"{bl.BATCH}, shuffle on"
     )
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
@@ -491,8 +515,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     def line(label: str, r: dict[str, Any]) -> None:
         print(
-            f"{label:<36} {r['samples_per_s']:>12,.0f} samples/s  {r['samples_per_s'] / local_sps:5.2f}x  "
-            f"({r['samples']:,} samples in {r['seconds']:.2f} s; per batch p50 {r['p50_ms']:.2f} ms, "
+            f"{label:<36} {r['samples_per_s']:>12,.0f} samples/s  "
+            f"{r['samples_per_s'] / local_sps:5.2f}x  "
+            f"({r['samples']:,} samples in {r['seconds']:.2f} s; per batch p50 "
+            f"{r['p50_ms']:.2f} ms, "
             f"p99 {r['p99_ms']:.2f} ms; stall {r['stall_s']} s)"
         )
 
@@ -502,12 +528,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     for r in direct:
         line(f"direct, {r['clients']} client(s)", r)
     print(
-        f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not counting them)"
+        f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not "
+        "counting them)"
     )
     print(
-        f"coordination: {coord['clients']} direct-mode client processes acknowledging without reading: "
-        f"{coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in {coord['seconds']:.1f} s; "
-        f"latency p50 {coord['p50_ms']:.2f} ms, p99 {coord['p99_ms']:.2f} ms; {coord['waits']} waits); "
+        f"coordination: {coord['clients']} direct-mode client processes acknowledging without "
+        "reading: "
+        f"{coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in "
+        f"{coord['seconds']:.1f} s; "
+        f"latency p50 {coord['p50_ms']:.2f} ms, p99 {coord['p99_ms']:.2f} ms; {coord['waits']} "
+        "waits); "
         f"server RSS {coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB)"
     )
     one = {w: next((r for r in rows if r["clients"] == 1), None) for w, rows in built.items()}
@@ -537,7 +567,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     goals.append(("lease round trips/s >= 2,000", coord["leases_per_s"], 2000))
     for label, got, want in goals:
         print(
-            f"goal: {label}: {got:,.2f} -> {'met' if got >= want and (want != 1.0 or got > want) else 'NOT met'}"
+            f"goal: {label}: {got:,.2f} -> "
+            f"{'met' if got >= want and (want != 1.0 or got > want) else 'NOT met'}"
         )
     best = max(r["samples_per_s"] for r in direct + [x for rows in built.values() for x in rows])
     if lav is None:
@@ -547,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(
             f"lavender-data {lav['lavender_version']}: {lav['samples_per_s']:,.0f} samples/s "
-            f"({lav['batches']} batches); ratio datamill serve / lavender: {best / lav['samples_per_s']:,.0f}x"
+            f"({lav['batches']} batches); ratio datamill serve / lavender: "
+            f"{best / lav['samples_per_s']:,.0f}x"
         )
     rows = [x for rs in built.values() for x in rs]
     scale = scale_report() if args.scale is None and not args.quick else None

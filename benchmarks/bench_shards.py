@@ -90,7 +90,8 @@ def main() -> None:
     args = ap.parse_args()
     n, n_shards = (100_000, 100) if args.quick else (1_000_000, 100)
     print(
-        f"machine: {os.cpu_count()} CPUs, {platform.platform()}, python {platform.python_version()}, "
+        f"machine: {os.cpu_count()} CPUs, {platform.platform()}, python "
+        f"{platform.python_version()}, "
         f"pyarrow {pa.__version__}, pandas {pd.__version__}"
     )
     tmp = Path(tempfile.mkdtemp())
@@ -98,8 +99,10 @@ def main() -> None:
         t0 = time.perf_counter()
         ds = build(tmp / "ds", n, n_shards)
         print(
-            f"built {n:,} samples x 3 shardsets x {n_shards} shards in {time.perf_counter() - t0:.1f} s "
-            f"({sum(f.stat().st_size for f in (tmp / 'ds').rglob('*') if f.is_file()) / 1e6:.0f} MB)"
+            f"built {n:,} samples x 3 shardsets x {n_shards} shards in "
+            f"{time.perf_counter() - t0:.1f} s "
+            f"({sum(f.stat().st_size for f in (tmp / 'ds').rglob('*') if f.is_file()) / 1e6:.0f} "
+            "MB)"
         )
         t0 = time.perf_counter()
         problems = check_dataset(tmp / "ds")
@@ -143,7 +146,8 @@ def main() -> None:
         ms = np.array(lat) * 1e3
         print(f"get (first 200, mostly cold shards): {cold * 1e3:.2f} ms mean")
         print(
-            f"get warm ({len(ms)} random uids): mean {ms.mean():.3f} ms, p50 {np.median(ms):.3f} ms, "
+            f"get warm ({len(ms)} random uids): mean {ms.mean():.3f} ms, p50 "
+            f"{np.median(ms):.3f} ms, "
             f"p99 {np.percentile(ms, 99):.3f} ms"
         )
         pdf = pd.read_parquet(tmp / "ds" / "base").set_index("uid")
@@ -151,7 +155,8 @@ def main() -> None:
         for u in picks:
             pdf.loc[u]
         print(
-            f"(reference: pandas .loc on one in-memory shardset: {(time.perf_counter() - t0) / len(picks) * 1e3:.3f} ms)"
+            "(reference: pandas .loc on one in-memory shardset: "
+            f"{(time.perf_counter() - t0) / len(picks) * 1e3:.3f} ms)"
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

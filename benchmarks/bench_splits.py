@@ -1,4 +1,5 @@
-"""``datamill check-splits`` beside pandas (exact leaks) and datasketch MinHash LSH (near-duplicate text).
+"""``datamill check-splits`` beside pandas (exact leaks) and datasketch MinHash LSH (near-duplicate
+text).
 
 1. Exact: house prices repeated ``--scale`` times (so many rows repeat across splits), a random
    80/10/10 split, every column an input. datamill: ``check_splits``; references: pandas (an inner
@@ -56,7 +57,8 @@ def exact(scale: int) -> None:
     assert got == ref, (got, ref)
     n = table.num_rows
     print(
-        f"exact: house prices x{scale} = {n:,} rows x {len(cols)} input columns, random 80/10/10 split"
+        f"exact: house prices x{scale} = {n:,} rows x {len(cols)} input columns, random "
+        "80/10/10 split"
     )
     print(f"{'':<34}{'seconds':>9}{'rows/s':>13}")
     print(
@@ -64,14 +66,17 @@ def exact(scale: int) -> None:
         f"{'ok' if n / ours >= 1e6 else 'MISSED'}"
     )
     print(
-        f"{'pandas merge (leak reference)':<34}{t_merge:>9.3f}{n / t_merge:>13,.0f}   ratio {t_merge / ours:.1f}x"
+        f"{'pandas merge (leak reference)':<34}{t_merge:>9.3f}{n / t_merge:>13,.0f}   ratio "
+        f"{t_merge / ours:.1f}x"
     )
     print(
-        f"{'pandas duplicated (speed ref.)':<34}{t_dup:>9.3f}{n / t_dup:>13,.0f}   ratio {t_dup / ours:.1f}x "
+        f"{'pandas duplicated (speed ref.)':<34}{t_dup:>9.3f}{n / t_dup:>13,.0f}   ratio "
+        f"{t_dup / ours:.1f}x "
         f"({dups:,} duplicated rows)"
     )
     print(
-        f"leaking rows equal to pandas: {got}; datamill CPU time {ours_cpu:.3f} s ({n / ours_cpu:,.0f} rows/s: "
+        f"leaking rows equal to pandas: {got}; datamill CPU time {ours_cpu:.3f} s "
+        f"({n / ours_cpu:,.0f} rows/s: "
         "wall time minus waiting for a core on a loaded machine)"
     )
 
@@ -109,13 +114,16 @@ def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
     unit = "sentences" if sentences else "lines"
     words = sum(len(r.split()) for r in rows)
     print(
-        f"near-duplicate text: wikitext2 test {unit} x{text_scale} (one word changed per copy) = {n:,} rows, "
+        f"near-duplicate text: wikitext2 test {unit} x{text_scale} (one word changed per copy) "
+        f"= {n:,} rows, "
         f"{words / n:.0f} words per row"
     )
     print(
-        f"  datamill MinHash+LSH: {ours:.2f} s, {n / ours:,.0f} rows/s ({words / ours / 1e6:.1f}M words/s)   "
+        f"  datamill MinHash+LSH: {ours:.2f} s, {n / ours:,.0f} rows/s "
+        f"({words / ours / 1e6:.1f}M words/s)   "
         f"goal >= 100,000 rows/s: {'ok' if n / ours >= 1e5 else 'MISSED'}; "
-        f"{report.near['text']['test']['rows']:,} test rows with a near-duplicate in train; CPU time "
+        f"{report.near['text']['test']['rows']:,} test rows with a near-duplicate in train; CPU "
+        "time "
         f"{ours_cpu:.2f} s ({n / ours_cpu:,.0f} rows/s)"
     )
     try:
@@ -152,17 +160,20 @@ def near(text_scale: int, ds_rows: int, *, sentences: bool) -> None:
     mine = set(zip(r.tolist(), left.tolist()))
     true = {p for p in mine | theirs if jaccard(rows[p[0]], rows[p[1]]) >= 0.8}
     print(
-        f"  on the first {sub:,} rows: datamill {t_sub:.3f} s ({sub / t_sub:,.0f} rows/s), datasketch {t_ds:.2f} s "
+        f"  on the first {sub:,} rows: datamill {t_sub:.3f} s ({sub / t_sub:,.0f} rows/s), "
+        f"datasketch {t_ds:.2f} s "
         f"({sub / t_ds:,.0f} rows/s), ratio {t_ds / t_sub:.0f}x"
     )
     print(
-        f"  pairs with exact Jaccard >= 0.8 among both answers: {len(true):,}; datamill found {len(mine & true):,} "
-        f"(+{len(mine - true)} below 0.8), datasketch {len(theirs & true):,} (+{len(theirs - true)} below 0.8)"
+        f"  pairs with exact Jaccard >= 0.8 among both answers: {len(true):,}; datamill found "
+        f"{len(mine & true):,} "
+        f"(+{len(mine - true)} below 0.8), datasketch {len(theirs & true):,} "
+        f"(+{len(theirs - true)} below 0.8)"
     )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=100)
     ap.add_argument("--text-scale", type=int, default=10)
     ap.add_argument("--ds-rows", type=int, default=3000)

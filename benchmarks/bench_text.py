@@ -1,23 +1,26 @@
-"""Text corpora and LM batches: datamill vs the seed's pure-Python code, side by side in one process.
+"""Text corpora and LM batches: datamill vs the seed's pure-Python code, side by side in one
+process.
 
 Run: ``.venv/bin/python benchmarks/bench_text.py [--quick] [--data DIR] [--mb 50]``
 
 1. vocab build + encode, char level: The Time Machine repeated to >= ``--mb`` MB, with the seed's
    normalisation (``' '.join(' '.join(lines).lower().split())``). Seed: ``Counter`` over the
-   characters, d2l ``Vocab`` (sorted by frequency, ``token_to_idx`` dict), ``[vocab[t] for t in tokens]``.
+   characters, d2l ``Vocab`` (sorted by frequency, ``token_to_idx`` dict), ``[vocab[t] for t in
+   tokens]``.
    datamill: ``build_corpus(lines, level="char", lowercase=True, collapse_whitespace=True)``.
-2. vocab build + encode, word level: ptb.train.txt repeated to >= ``--mb`` MB. Seed: ``line.split()``
-   per line, ``Counter``, d2l ``Vocab``, nested list comprehension. datamill: ``build_corpus(level="word")``.
+2. vocab build + encode, word level: ptb.train.txt repeated to >= ``--mb`` MB. Seed:
+   ``line.split()`` per line, ``Counter``, d2l ``Vocab``, nested list comprehension. datamill:
+   ``build_corpus(level="word")``.
 3. LM batch iteration over the char corpus (d2l's batch_size=32, num_steps=35): the seed's
    ``seq_data_iter_random`` / ``seq_data_iter_sequential`` (torch, ``random``) over a Python list vs
    ``random_batches`` / ``sequential_batches`` (int32 numpy). Tokens/s counts the X tokens.
 
 The seed gets the lines already in memory (reading not timed); datamill reads the same text from a
-temporary file (reading, UTF-8 check and line splitting timed), as ``datamill corpus`` does. Memory: the process's
-peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) after each phase (monotonic, so it shows
-the largest phase so far) and, for datamill's build, the peak of Python-tracked + numpy allocations
-via ``tracemalloc`` (numpy reports its buffers to tracemalloc; pyarrow's pool does not, so
-``pyarrow.total_allocated_bytes`` peak is not included).
+temporary file (reading, UTF-8 check and line splitting timed), as ``datamill corpus`` does. Memory:
+the process's peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) after each phase (monotonic,
+so it shows the largest phase so far) and, for datamill's build, the peak of Python-tracked + numpy
+allocations via ``tracemalloc`` (numpy reports its buffers to tracemalloc; pyarrow's pool does not,
+so ``pyarrow.total_allocated_bytes`` peak is not included).
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ def drain(it: Any) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 MB instead of 50 MB")
     ap.add_argument("--mb", type=float, default=50.0, help="text size per level in MB (default 50)")
     ap.add_argument(
@@ -170,7 +173,8 @@ def main() -> int:
     mb = 5.0 if args.quick else args.mb
     data = Path(args.data)
     print(
-        f"machine: {platform.platform()}, python {sys.version.split()[0]}, cpu_count={os.cpu_count()}"
+        f"machine: {platform.platform()}, python {sys.version.split()[0]}, "
+        f"cpu_count={os.cpu_count()}"
     )
     print(f"text size per level: >= {mb:g} MB")
     results: list[tuple[str, float, float, int]] = []
@@ -202,7 +206,8 @@ def main() -> int:
         for _ in range(2)
     )
     print(
-        f"[char] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x); "
+        f"[char] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio "
+        f"{t_seed / t_best:.1f}x); "
         "the first run below also pays the page faults of fresh memory"
     )
     _, _, peak = traced(
@@ -210,7 +215,8 @@ def main() -> int:
     )
     print(
         f"[char] datamill: {len(corpus):,} tokens, vocab {len(corpus.vocab)}, {t_dm:.2f} s "
-        f"({len(corpus) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x"
+        f"({len(corpus) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio "
+        f"{t_seed / t_dm:.1f}x"
     )
     ok = len(corpus) == len(seed_ids) and sorted(corpus.vocab.idx2str) == sorted(
         seed_vocab.idx_to_token
@@ -239,12 +245,14 @@ def main() -> int:
     wc, t_dm = timed(build_corpus, ptb_file, level="word")
     t_best = min(timed(build_corpus, ptb_file, level="word")[1] for _ in range(2))
     print(
-        f"[word] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio {t_seed / t_best:.1f}x)"
+        f"[word] datamill repeated: best of 2 more runs {t_best:.2f} s (ratio "
+        f"{t_seed / t_best:.1f}x)"
     )
     _, _, peak = traced(build_corpus, ptb_file, level="word")
     print(
         f"[word] datamill: {len(wc):,} tokens, vocab {len(wc.vocab)}, {t_dm:.2f} s "
-        f"({len(wc) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio {t_seed / t_dm:.1f}x"
+        f"({len(wc) / t_dm / 1e6:.1f} M tokens/s); tracemalloc peak {peak:,.0f} MB; ratio "
+        f"{t_seed / t_dm:.1f}x"
     )
     print(f"[word] same counts as the seed: {len(wc) == n_w and len(wc.vocab) == len(seed_wv)}")
     results.append(("vocab build + encode, word", t_seed, t_dm, len(wc)))
@@ -260,8 +268,10 @@ def main() -> int:
         n_seed, t_seed = timed(drain, seed_fn(seed_list, bs, ns))
         n_dm, t_dm = timed(drain, dm_fn(corpus, bs, ns, seed=0))
         print(
-            f"[batches {name}] seed: {n_seed:,} X tokens in {t_seed:.2f} s ({n_seed / t_seed / 1e6:.1f} M/s); "
-            f"datamill: {n_dm:,} in {t_dm:.3f} s ({n_dm / t_dm / 1e6:.0f} M/s int32); ratio {t_seed / t_dm:.1f}x"
+            f"[batches {name}] seed: {n_seed:,} X tokens in {t_seed:.2f} s "
+            f"({n_seed / t_seed / 1e6:.1f} M/s); "
+            f"datamill: {n_dm:,} in {t_dm:.3f} s ({n_dm / t_dm / 1e6:.0f} M/s int32); ratio "
+            f"{t_seed / t_dm:.1f}x"
         )
         results.append((f"LM batches {name} ({bs}x{ns})", t_seed, t_dm, n_dm))
     n_dm, t_dm = timed(drain, random_batches(corpus, 256, 256, seed=0))

@@ -1,17 +1,19 @@
-"""word2vec skip-gram data: the d2l seed's pure-Python pipeline vs datamill, PTB train, zip -> ready batches.
+"""word2vec skip-gram data: the d2l seed's pure-Python pipeline vs datamill, PTB train, zip -> ready
+batches.
 
-    .venv/bin/python benchmarks/bench_word2vec.py [--quick] [--data ../shared/data] [--batch-size 512]
+    .venv/bin/python benchmarks/bench_word2vec.py [--quick] [--data ../shared/data]
+        [--batch-size 512]
 
 The reference is the seed's code as the chapter has it (read_ptb, the frequency-ordered d2l
 ``Vocab(min_freq=10)`` with ``<unk>`` at 0, subsample, get_centers_and_contexts, RandomGenerator +
 get_negatives, batchify), written below with ``random`` and lists; its batches are made like its
 DataLoader(shuffle=True, collate_fn=batchify) would (indices shuffled, batchify per batch -> torch
 tensors), without DataLoader's own overhead. datamill runs ``build_skipgram`` then iterates
-``datamill.loader.read_batches(samples.source(), ..., as_torch=True)`` (the Loader). Both are timed end to end, in this one process, on the
-same input. ``--quick`` uses the first 10% of the lines (written to a temp file both read).
-The reference drops every ``<unk>`` before subsampling (later d2l code), so datamill runs with
-``drop_unk=True`` here (its default subsamples ``<unk>`` like any word, as the seed
-article does; the cost is the same).
+``datamill.loader.read_batches(samples.source(), ..., as_torch=True)`` (the Loader). Both are timed
+end to end, in this one process, on the same input. ``--quick`` uses the first 10% of the lines
+(written to a temp file both read). The reference drops every ``<unk>`` before subsampling (later
+d2l code), so datamill runs with ``drop_unk=True`` here (its default subsamples ``<unk>`` like any
+word, as the seed article does; the cost is the same).
 
 Memory: peak resident set size (VmRSS from /proc/self/statm, polled every 5 ms in a thread) during
 each pipeline, minus the RSS just before it; the data both keep alive is included.
@@ -258,7 +260,7 @@ def run_datamill(src: str, batch_size: int) -> tuple[dict[str, float], dict[str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="first 10%% of the lines")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--batch-size", type=int, default=512)
@@ -297,7 +299,8 @@ def main() -> None:
     print(f"{'end to end':<18}{tot_s:>10.3f}{tot_d:>14.4f}{tot_s / tot_d:>8.1f}x")
     b_s, b_d = tot_s - ts["batches"], tot_d - td["batches"]
     print(
-        f"{'build only':<18}{b_s:>10.3f}{b_d:>14.4f}{b_s / b_d:>8.1f}x   (zip -> examples, no batches)"
+        f"{'build only':<18}{b_s:>10.3f}{b_d:>14.4f}{b_s / b_d:>8.1f}x   (zip -> examples, no "
+        "batches)"
     )
     print(f"\npeak RSS increase: seed {mem_s.mb:,.0f} MB, datamill {mem_d.mb:,.0f} MB")
     print(f"datamill save (5 .npy + vocab.json + skipgram.json, not in the total): {save:.3f} s")

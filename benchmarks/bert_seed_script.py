@@ -1,6 +1,8 @@
-"""The seed's BERT pretraining-data script as a whole process (the reference ``bench_bert.py`` runs).
+"""The seed's BERT pretraining-data script as a whole process (the reference ``bench_bert.py``
+runs).
 
-    python benchmarks/bert_seed_script.py RAW --dupe-factor 5 --max-seq-length 512 [--hf OUT.parquet]
+    python benchmarks/bert_seed_script.py RAW --dupe-factor 5 --max-seq-length 512
+        [--hf OUT.parquet]
 
 What the seed does, in pure Python with ``random.Random`` (nothing from datamill is imported):
 
@@ -215,7 +217,8 @@ def main() -> None:
         docs = read_documents(args.raw, tok)
         t2 = time.perf_counter()
         n = sum(1 for _ in samples(docs, tok, **kw))
-    else:  # the generator reads and tokenises itself: its arguments stay small (datasets hashes them)
+    else:
+        # the generator reads and tokenises itself: its arguments stay small (datasets hashes them)
         import tempfile
 
         import datasets

@@ -1,4 +1,5 @@
-"""Ludwig 0.17's stratified split sizes on many class mixes, stored as ``tests/fixtures/ludwig/stratify_sizes.json``.
+"""Ludwig 0.17's stratified split sizes on many class mixes, stored as
+``tests/fixtures/ludwig/stratify_sizes.json``.
 
 Runs in Ludwig's own venv (never datamill's; datamill does not depend on scikit-learn): each case
 builds a pandas DataFrame with the given rows per class and calls Ludwig's own

@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Regenerate the web UI screenshots in docs/ (docs/ui-*.png) from a real server and Debian's Chromium.
+"""Regenerate the web UI screenshots in docs/ (docs/ui-*.png) from a real server and Debian's
+Chromium.
 
     python scripts/screenshots.py [--out docs] [--data $DATAMILL_DATA]
 
-Builds a shardset dataset from cifar10_tiny in a temporary folder, starts ``datamill serve`` on a free
-loopback port, iterates it once from a RemoteLoader, then opens each page in headless Chromium
+Builds a shardset dataset from cifar10_tiny in a temporary folder, starts ``datamill serve`` on a
+free loopback port, iterates it once from a RemoteLoader, then opens each page in headless Chromium
 (/usr/bin/chromium through playwright; never ``playwright install``) and saves a screenshot. The
 server is stopped by its pid at the end, whatever happens.
 """
@@ -90,7 +91,7 @@ def build(data: Path, root: Path) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument(
         "--data", default=os.environ.get("DATAMILL_DATA", str(ROOT.parent / "shared" / "data"))

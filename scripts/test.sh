@@ -32,6 +32,7 @@ export DATAMILL_DATA="${DATAMILL_DATA:-$ROOT/../shared/data}"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "${DATAMILL_LINT:-1}" != "0" ]; then
   step "lint: ruff check src tests benchmarks" ruff check --no-cache src tests benchmarks
+  step "lint: ruff format --check src tests benchmarks scripts" ruff format --check --no-cache src tests benchmarks scripts
   step "lint: mypy --strict (pyproject's [tool.mypy])" python -m mypy
   SITE="$(mktemp -d)"
   # NO_MKDOCS_2_WARNING: the theme's banner about its successor, printed on every build.

@@ -36,7 +36,8 @@ def data_dir() -> Path:
 
 @pytest.fixture()
 def data_copy(data_dir: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Copy a shared data file (or folder) into tmp_path, since outputs are written beside inputs."""
+    """Copy a shared data file (or folder) into tmp_path, since outputs are written beside
+    inputs."""
 
     def copy(name: str) -> Path:
         src = data_dir / name
@@ -52,7 +53,8 @@ def data_copy(data_dir: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """One SeaweedFS S3 server on loopback for the whole session: ``(endpoint, access_key, secret_key)``.
+    """One SeaweedFS S3 server on loopback for the whole session: ``(endpoint, access_key,
+    secret_key)``.
 
     Started on first use only (tests/loader/seaweed.py); stopped by its process id at the end.
     """
@@ -64,16 +66,19 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
         yield server
 
 
-# ---------------------------------------------------------------- the fast lane: pytest -m "not slow"
+# ---------------------------------------------------------------- the fast lane: pytest -m "not
+# slow"
 SLOW_MARKERS = ("ray", "browser", "faults")
-"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed mid-write."""
+"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed
+mid-write."""
 
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 """Test functions measured slow (listed by file::function; see the file's header)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``slow`` the slow categories and the measured slow tests (``-m "not slow"`` is the fast lane)."""
+    """Mark ``slow`` the slow categories and the measured slow tests (``-m "not slow"`` is the fast
+    lane)."""
     listed = {
         line.split()[0]
         for line in SLOW_LIST.read_text(encoding="utf-8").splitlines()

@@ -1,8 +1,8 @@
 """Contract harnesses: resumption of every stateful thing, conformance of every Source (GUIDE §4.8).
 
 ``check_resume(make, midpoint)`` follows torchdata's ``run_test_save_load_state``: run to the
-midpoint, snapshot the state (through JSON, so it must be JSON-able), finish; restore the snapshot and
-check that the tail matches; then check that the next epoch matches and that the initial state
+midpoint, snapshot the state (through JSON, so it must be JSON-able), finish; restore the snapshot
+and check that the tail matches; then check that the next epoch matches and that the initial state
 reproduces the full run.
 
 ``make(state)`` returns a fresh object when ``state`` is ``None`` and an object restored from
@@ -56,14 +56,16 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def assert_same_items(got: Sequence[Any], want: Sequence[Any], what: str) -> None:
-    """Item-by-item deep equality (dicts of arrays, tensors, tables), naming the first difference."""
+    """Item-by-item deep equality (dicts of arrays, tensors, tables), naming the first
+    difference."""
     assert len(got) == len(want), f"{what}: {len(got)} items, expected {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         assert _same(g, w), f"{what}: item {i} differs:\n got  {g!r}\n want {w!r}"
 
 
 def check_resume(make: Callable[[dict[str, Any] | None], Resumable], midpoint: int) -> None:
-    """Resuming from the state taken after ``midpoint`` items continues exactly like the full run."""
+    """Resuming from the state taken after ``midpoint`` items continues exactly like the full
+    run."""
     full = make(None)
     it = iter(full)
     head = []

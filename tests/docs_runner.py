@@ -1,4 +1,5 @@
-"""Run the code blocks of a Markdown page, in order, the way a reader would (tests/test_docs_examples.py).
+"""Run the code blocks of a Markdown page, in order, the way a reader would
+(tests/test_docs_examples.py).
 
 Which blocks run, by the word after the opening fence:
 
@@ -61,7 +62,8 @@ class DocBlockError(AssertionError):
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block: its language, text, 1-based line of the opening fence and declared needs."""
+    """One fenced block: its language, text, 1-based line of the opening fence and declared
+    needs."""
 
     page: str
     line: int
@@ -76,7 +78,8 @@ class Block:
 
 
 def parse_blocks(text: str, *, page: str = "<page>") -> list[Block]:
-    """Every fenced block of ``text`` in order; raises :class:`DocBlockError` for an unknown language."""
+    """Every fenced block of ``text`` in order; raises :class:`DocBlockError` for an unknown
+    language."""
     lines = text.splitlines()
     blocks: list[Block] = []
     i = 0
@@ -117,7 +120,8 @@ def parse_blocks(text: str, *, page: str = "<page>") -> list[Block]:
                     )
         if lang not in RUN_LANGS | SHOW_LANGS:
             raise DocBlockError(
-                f"{page}, line {start + 1}: code block language {lang or '(none)'!r} is neither run "
+                f"{page}, line {start + 1}: code block language {lang or '(none)'!r} is neither "
+                "run "
                 f"({sorted(RUN_LANGS)}) nor shown ({sorted(SHOW_LANGS)}); write ```text for output"
             )
         blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n", frozenset(needs), file))
@@ -134,7 +138,8 @@ def page_markers(blocks: list[Block]) -> set[str]:
 
 @dataclass
 class PageRunner:
-    """Runs one page's blocks in order in ``work`` (a fresh folder); services are started on demand."""
+    """Runs one page's blocks in order in ``work`` (a fresh folder); services are started on
+    demand."""
 
     work: Path
     data: Path
@@ -208,7 +213,8 @@ class PageRunner:
         self.env.update(DATAMILL_URL=f"http://127.0.0.1:{port}", DATAMILL_KEY=key)
 
     def run(self, block: Block) -> None:
-        """Run (or write out) one block; raises :class:`DocBlockError` naming the page and line on failure."""
+        """Run (or write out) one block; raises :class:`DocBlockError` naming the page and line on
+        failure."""
         for need in sorted(block.needs):
             self._start(need)
         if block.file is not None:
@@ -264,7 +270,8 @@ class PageRunner:
 
 
 def run_page(blocks: list[Block], *, work: Path, data: Path, src: Path) -> int:
-    """Run every block of a page in order in ``work``; returns how many blocks ran (file blocks included)."""
+    """Run every block of a page in order in ``work``; returns how many blocks ran (file blocks
+    included)."""
     ran = 0
     with PageRunner(work, data, src) as runner:
         for block in blocks:

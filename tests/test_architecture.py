@@ -1,14 +1,16 @@
 """The import graph of ``src/datamill``, walked with ``ast`` (top-level and function-level imports).
 
-Asserts: no import cycles, ``datamill.core`` imports nothing else from datamill, and no module imports
-a private name (a ``_x`` module or a ``_x`` attribute) from another subpackage. Imports under
-``if TYPE_CHECKING:`` are for annotations only and never run, so they are left out of the graph.
+Asserts: no import cycles, ``datamill.core`` imports nothing else from datamill, and no module
+imports a private name (a ``_x`` module or a ``_x`` attribute) from another subpackage. Imports
+under ``if TYPE_CHECKING:`` are for annotations only and never run, so they are left out of the
+graph.
 
 String imports are edges too: every string literal that names a datamill module (a registry's
 ``name -> "datamill.x"`` entry, an ``importlib.import_module("datamill.x")`` argument, a module-name
 constant) is an edge from the module holding it, so a cycle through a string is still a cycle. Such
 strings may appear only in the registries (:data:`REGISTRIES`), and ``importlib.import_module`` /
-``__import__`` may be called only there (and, for third-party modules, in :data:`THIRD_PARTY_DYNAMIC`).
+``__import__`` may be called only there (and, for third-party modules, in
+:data:`THIRD_PARTY_DYNAMIC`).
 
 Violations that exist today (in modules being restructured elsewhere) are listed in ``KNOWN`` and
 checked exactly: a new violation fails, and so does a fixed one until it is removed from ``KNOWN``.
@@ -29,13 +31,16 @@ REGISTRIES = {
     "datamill.cli": "COMMAND_MODULES",  # CLI commands: module -> its register(subparsers)
     "datamill.demo": "DEMO_MODULES",  # the demo's sections (one per capability, beside its CLI)
     "datamill.engines": "ENGINE_MODULES",  # engine="ray" -> the module that registers its jobs
-    "datamill.loader.sources": "PROVIDERS",  # the loader's Source registry: modules that register a source
+    # the loader's Source registry: modules that register a source
+    "datamill.loader.sources": "PROVIDERS",
     "datamill.preprocessing.features": "FEATURE_TYPES",  # feature type -> its handler module
 }
 """Module -> the name of its registry table: the only places a string may name a datamill module."""
 
 THIRD_PARTY_DYNAMIC = {
-    "datamill.core.optional": "require(): the optional extras (torch, ray, fastapi...), never a datamill module",
+    "datamill.core.optional": (
+        "require(): the optional extras (torch, ray, fastapi...), never a datamill module"
+    ),
     "datamill.serve.run": "uvloop/httptools when installed",
     "datamill.lineage.cli": "the user's own --filter module:function, named on the command line",
 }
@@ -102,7 +107,8 @@ def imports_of(
 
 
 def string_imports(path: Path, known: dict[str, Path]) -> tuple[list[str], list[int]]:
-    """The datamill modules named by string literals in the file, and the lines calling ``import_module``/``__import__``."""
+    """The datamill modules named by string literals in the file, and the lines calling
+    ``import_module``/``__import__``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     run_as_main = {
         id(b)
@@ -143,11 +149,13 @@ def string_edges() -> tuple[dict[str, set[str]], list[str]]:
             edges[name] = set(named) - {name}
             if name not in REGISTRIES:
                 problems.append(
-                    f"string import: {name} names {', '.join(sorted(set(named)))} outside a registry"
+                    f"string import: {name} names {', '.join(sorted(set(named)))} outside a "
+                    "registry"
                 )
         if calls and name not in REGISTRIES and name not in THIRD_PARTY_DYNAMIC:
             problems.append(
-                f"dynamic import: {name} calls import_module/__import__ (lines {calls}) outside a registry"
+                f"dynamic import: {name} calls import_module/__import__ (lines {calls}) outside "
+                "a registry"
             )
     return edges, problems
 
@@ -279,7 +287,8 @@ def test_walker_sees_lazy_imports_and_skips_type_checking_blocks(tmp_path: Path)
     code = (
         "from typing import TYPE_CHECKING\nimport datamill.core.errors\n"
         "if TYPE_CHECKING:\n    from datamill.loader.torch import TorchLoaderDataset\n"
-        "def f():\n    from datamill.core import _hidden\n    from datamill.loader.order import _x\n"
+        "def f():\n    from datamill.core import _hidden\n    from datamill.loader.order import "
+        "_x\n"
     )
     path = tmp_path / "m.py"
     path.write_text(code)
@@ -325,7 +334,8 @@ def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def test_the_entry_points_stay_thin() -> None:
-    """preprocess() and Loader.iter_batches delegate to the pipeline / the batch service (< 60 lines of code each)."""
+    """preprocess() and Loader.iter_batches delegate to the pipeline / the batch service (< 60 lines
+    of code each)."""
     lengths = {}
     for rel, name in (
         ("datamill/preprocessing/api.py", "preprocess"),
@@ -338,7 +348,8 @@ def test_the_entry_points_stay_thin() -> None:
 
 
 def test_string_imports_are_edges_and_live_only_in_the_registries() -> None:
-    """Every registry entry is counted as an edge, and the registries are the only string imports."""
+    """Every registry entry is counted as an edge, and the registries are the only string
+    imports."""
     edges, problems = string_edges()
     assert not problems, "\n  ".join(problems)
     assert set(edges) <= set(REGISTRIES), sorted(set(edges) - set(REGISTRIES))
@@ -392,12 +403,13 @@ LONG_KNOWN = {
     "datamill.lineage.splits.check_splits",
     "datamill.loader.trace.run_record",
 }
-"""Long functions without the comment yet, in serve/ and the lineage modules (their owners split them
-or say why; remove an entry when done)."""
+"""Long functions without the comment yet, in serve/ and the lineage modules (their owners split
+them or say why; remove an entry when done)."""
 
 
 def test_long_functions_say_why() -> None:
-    """A function over 60 lines of code (signature and docstring not counted) carries a ``# long (...): why`` comment right above it."""
+    """A function over 60 lines of code (signature and docstring not counted) carries a ``# long
+    (...): why`` comment right above it."""
     bare = []
     for name, path in modules().items():
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -434,10 +446,10 @@ SLEEP_KNOWN = {
     ("tests/serve/test_ui_pages_browser.py", "time.sleep(1.5)"),
     ("tests/serve/test_ui_pages_browser.py", "time.sleep(3)"),
 }
-"""Sleeps that are not polls: a worker's jitter to shuffle completion order; letting a 2 s lease expire
-(serve's owners: poll the lease state instead, then remove the entry); the UI tests' waits for a chart's
-second of history, a 1 s lease's expiry and the server's 1 s upkeep tick (to be replaced by polls of
-the journal's counters)."""
+"""Sleeps that are not polls: a worker's jitter to shuffle completion order; letting a 2 s lease
+expire (serve's owners: poll the lease state instead, then remove the entry); the UI tests' waits
+for a chart's second of history, a 1 s lease's expiry and the server's 1 s upkeep tick (to be
+replaced by polls of the journal's counters)."""
 
 
 def test_tests_never_sleep_a_fixed_time() -> None:

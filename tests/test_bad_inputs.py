@@ -1,4 +1,5 @@
-"""Bad input to every command: exit status 2, one ``error:`` line naming where, no traceback, nothing lost.
+"""Bad input to every command: exit status 2, one ``error:`` line naming where, no traceback,
+nothing lost.
 
 The cases are generated from small templates (command x bad target / bad file / bad option) and run
 in-process through :func:`datamill.cli.main` in one prepared folder. A case that refuses an output
@@ -31,7 +32,8 @@ from datamill.cli import main
 
 @dataclass(frozen=True)
 class Case:
-    """``datamill ARGS`` must exit 2 with ``where`` in its one error line; ``keep`` must stay unchanged."""
+    """``datamill ARGS`` must exit 2 with ``where`` in its one error line; ``keep`` must stay
+    unchanged."""
 
     id: str
     args: tuple[str, ...]
@@ -62,7 +64,7 @@ def _run(args: list[str]) -> int:
             return int(exc.code or 0)
 
 
-# ------------------------------------------------------------------------------------------------ workspace
+# ---------------------------------------------------------------------------------------- workspace
 _NESTED = [
     ("color", "category"),
     ("size", "number"),
@@ -143,20 +145,27 @@ def _write_inputs(d: Path, data_dir: Path) -> None:
     configs = {
         "cfg_unknown_type": "input_features: [{name: color, type: colour}]\n",
         "cfg_unknown_key": "input_features: [{name: color, type: category, prepro: {}}]\n",
-        "cfg_slash": 'input_features: [{name: "a\\0b", type: category, column: color}]\n',  # '/' is fine now (#30)
+        # '/' is fine now (#30)
+        "cfg_slash": 'input_features: [{name: "a\\0b", type: category, column: color}]\n',
         "cfg_header": "input_features: [{name: datamill, type: category, column: color}]\n",
         "cfg_missing_col": "input_features: [{name: shade, type: category}]\n",
-        "cfg_probs": "input_features: [{name: color, type: category}]\npreprocessing: {split: {probabilities: [0.5, 0.5, 0.5]}}\n",
-        "cfg_most_common": "input_features: [{name: color, type: category, preprocessing: {most_common: -1}}]\n",
-        "cfg_fixed_nocol": "input_features: [{name: color, type: category}]\npreprocessing: {split: {type: fixed}}\n",
+        "cfg_probs": "input_features: [{name: color, type: category}]\npreprocessing: {split: "
+        "{probabilities: [0.5, 0.5, 0.5]}}\n",
+        "cfg_most_common": "input_features: [{name: color, type: category, preprocessing: "
+        "{most_common: -1}}]\n",
+        "cfg_fixed_nocol": "input_features: [{name: color, type: category}]\npreprocessing: "
+        "{split: {type: fixed}}\n",
         "cfg_yaml": "input_features: [{name: color, type: category\n",
         "cfg_list": "- a\n- b\n",
         "cfg_scalar": "42\n",
         "cfg_empty": "",
         "cfg_no_features": "output_features: []\n",
-        "cfg_norm": "input_features: [{name: size, type: number, preprocessing: {normalization: cubic}}]\n",
-        "cfg_mvs": "input_features: [{name: size, type: number, preprocessing: {missing_value_strategy: guess}}]\n",
-        "cfg_dup": "input_features: [{name: color, type: category}, {name: color, type: category}]\n",
+        "cfg_norm": "input_features: [{name: size, type: number, preprocessing: {normalization: "
+        "cubic}}]\n",
+        "cfg_mvs": "input_features: [{name: size, type: number, preprocessing: "
+        "{missing_value_strategy: guess}}]\n",
+        "cfg_dup": "input_features: [{name: color, type: category}, "
+        "{name: color, type: category}]\n",
         "cfg_bool_name": "input_features: [{name: 1, type: category}]\n",
         "cfg_features_map": "input_features: {color: category}\n",
     }
@@ -267,7 +276,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Pat
         os.chdir(old)
 
 
-# ------------------------------------------------------------------------------------------------ the cases
+# ---------------------------------------------------------------------------------------- the cases
 def _output_guard_cases() -> Iterator[Case]:
     writers = {
         "corpus": (
@@ -515,7 +524,8 @@ def _config_cases() -> Iterator[Case]:
         "cfg_features_map",
     ]
     for n in names:
-        # a fixed split's column defaults to `split` (as in Ludwig): good.csv lacks it, so the data is named
+        # a fixed split's column defaults to `split` (as in Ludwig): good.csv lacks it, so the data
+        # is named
         where = "good.csv" if n in ("cfg_missing_col", "cfg_fixed_nocol") else f"{n}.yaml"
         yield Case(
             f"config-{n}", ("preprocess", "good.csv", "-c", f"{n}.yaml", "--skip-save"), where
@@ -704,7 +714,8 @@ def test_bad_input_is_one_located_line(
         assert _digest(ws / case.keep) == before, f"{case.keep} was modified"
 
 
-# ------------------------------------------------------------------------------------------ API, warnings
+# ------------------------------------------------------------------------------------------ API,
+# warnings
 def test_api_bad_dataset_objects_are_located_errors() -> None:
     import pandas as pd
 
@@ -932,10 +943,12 @@ def test_weak_messages_fixed(tmp_path: Path) -> None:
     )
 
 
-# ------------------------------------------------------------------ issue 27: the examples and the fuzzer's finds
-# Each test names the command that found the problem (the issue's examples, or tests/fuzz shrunk to it).
+# ------------------------------------------------------------------ issue 27: the examples and the
+# fuzzer's finds Each test names the command that found the problem (the issue's examples, or
+# tests/fuzz shrunk to it).
 def _one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """Run ``datamill ARGS``; assert exit 2 with exactly one ``error:`` line and no traceback; return it."""
+    """Run ``datamill ARGS``; assert exit 2 with exactly one ``error:`` line and no traceback;
+    return it."""
     capsys.readouterr()
     status = _run(args)
     err = capsys.readouterr().err
@@ -946,7 +959,8 @@ def _one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.fixture()
 def unwritable(tmp_path: Path) -> Iterator[Path]:
-    """A folder even root cannot write into: ``chattr +i`` (the issue's case); skipped where chattr fails."""
+    """A folder even root cannot write into: ``chattr +i`` (the issue's case); skipped where chattr
+    fails."""
     import subprocess
 
     folder = tmp_path / "locked"
@@ -1021,7 +1035,8 @@ def small(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
 def test_unwritable_output_folder_is_one_output_error_line(
     command: str, small: Path, unwritable: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`datamill preprocess|corpus|bert|iterate --save-state` into a `chattr +i` folder gave a PermissionError traceback."""
+    """`datamill preprocess|corpus|bert|iterate --save-state` into a `chattr +i` folder gave a
+    PermissionError traceback."""
     s = os.fspath(small)
     args = {
         "preprocess": [
@@ -1082,7 +1097,8 @@ def test_output_error_names_the_final_path_not_the_temporary_one() -> None:
 def test_png_bomb_is_a_located_error_and_the_limit_is_an_option(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A PNG whose header declares 100000x100000 gave a raw PIL.DecompressionBombError (no row, no column)."""
+    """A PNG whose header declares 100000x100000 gave a raw PIL.DecompressionBombError (no row, no
+    column)."""
     from PIL import Image
 
     from tests.fuzz.workspace import bomb_png
@@ -1138,7 +1154,8 @@ def test_png_bomb_is_a_located_error_and_the_limit_is_an_option(
 def test_absurd_plan_options_are_errors_not_silent_runs(
     option: list[str], where: str, small: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`datamill plan --world-size 1000000` on 1,000 samples ran for minutes; --window 0 and friends were accepted."""
+    """`datamill plan --world-size 1000000` on 1,000 samples ran for minutes; --window 0 and friends
+    were accepted."""
     import time
 
     start = time.perf_counter()
@@ -1178,13 +1195,19 @@ def test_cache_dir_that_is_a_file_is_a_cache_error(tmp_path: Path) -> None:
     ("text", "key", "line"),
     [
         (
-            "input_features:\n  - {name: LotArea, type: number}\ninput_features:\n  - {name: Id, type: number}\n",
+            (
+                "input_features:\n  - {name: LotArea, type: number}\ninput_features:\n  - {name: "
+                "Id, type: number}\n"
+            ),
             "input_features",
             3,
         ),
         ("input_features:\n  - name: LotArea\n    type: number\n    type: category\n", "type", 4),
         (
-            "input_features: [{name: LotArea, type: number, preprocessing: {normalization: zscore, normalization: minmax}}]\n",
+            (
+                "input_features: [{name: LotArea, type: number, preprocessing: {normalization: "
+                "zscore, normalization: minmax}}]\n"
+            ),
             "normalization",
             1,
         ),
@@ -1193,7 +1216,8 @@ def test_cache_dir_that_is_a_file_is_a_cache_error(tmp_path: Path) -> None:
 def test_duplicate_yaml_keys_are_a_config_error_with_the_line(
     text: str, key: str, line: int, small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A config with `input_features:` twice exited 0 having dropped the first list (YAML's last key wins)."""
+    """A config with `input_features:` twice exited 0 having dropped the first list (YAML's last key
+    wins)."""
     from datamill.core.errors import ConfigError
     from datamill.preprocessing.api import preprocess
 
@@ -1298,7 +1322,8 @@ def test_unreachable_ray_address_is_one_line_within_30_s(
 def test_a_ray_address_of_another_service_is_one_line_within_30_s(
     small: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--address` naming a port where an HTTP server answers: Ray retried it for minutes (> 200 s)."""
+    """`--address` naming a port where an HTTP server answers: Ray retried it for minutes (> 200
+    s)."""
     import http.server
     import threading
     import time
@@ -1417,8 +1442,8 @@ def test_fuzzer_finds_are_one_line(
 
 
 def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -> None:
-    """Shrunk failures of tests/fuzz/test_api_fuzz.py: each call raised something else (ValueError, AttributeError,
-    a bare Exception from tokenizers, NotADirectoryError)."""
+    """Shrunk failures of tests/fuzz/test_api_fuzz.py: each call raised something else (ValueError,
+    AttributeError, a bare Exception from tokenizers, NotADirectoryError)."""
     from datamill import Vocab, build_bert_samples, load, preprocess
     from datamill.core.errors import DatamillError
     from datamill.core.source import TableSource
@@ -1466,7 +1491,8 @@ def test_api_fuzzer_finds_raise_datamill_errors_or_type_errors(tmp_path: Path) -
 
 
 def test_serve_state_folder_of_yours_is_left_alone(tmp_path: Path) -> None:
-    """`datamill serve keys revoke 0123456789ab --state USER_FOLDER` changed the folder's mode to 0700."""
+    """`datamill serve keys revoke 0123456789ab --state USER_FOLDER` changed the folder's mode to
+    0700."""
     pytest.importorskip("fastapi")
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -30,7 +30,10 @@ def test_error_is_one_line_no_traceback(tmp_path) -> None:  # type: ignore[no-un
 
 
 def test_import_is_fast_and_lazy() -> None:
-    code = "import time,sys; t=time.perf_counter(); import datamill; print(time.perf_counter()-t); print('torch' in sys.modules)"
+    code = (
+        "import time,sys; t=time.perf_counter(); import datamill; print(time.perf_counter()-t); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
@@ -49,7 +52,8 @@ def _commands() -> list[str]:
 
 
 def test_quiet_before_or_after_every_command(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Regression: `datamill word2vec ... --quiet` was a usage error while `preprocess ... --quiet` worked."""
+    """Regression: `datamill word2vec ... --quiet` was a usage error while `preprocess ... --quiet`
+    worked."""
     import pytest
 
     from datamill import cli
@@ -92,7 +96,8 @@ def test_console_script_keeps_python_shutdown_and_skips_native_teardown(tmp_path
         "import atexit, sys, threading, time\n"
         "from datamill import cli\n"
         "atexit.register(lambda: print('atexit ran', flush=True))\n"
-        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done', flush=True))).start()\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done', "
+        "flush=True))).start()\n"
         f"sys.argv = ['datamill', 'shards', 'info', {str(tmp_path / 'nope')!r}]\n"
         "cli.run()\n"
         "print('not reached')\n"

@@ -1,4 +1,5 @@
-"""Every code block of README.md and docs/*.md runs (tests/docs_runner.py says how), so no example can rot."""
+"""Every code block of README.md and docs/*.md runs (tests/docs_runner.py says how), so no example
+can rot."""
 
 from __future__ import annotations
 

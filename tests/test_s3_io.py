@@ -99,7 +99,8 @@ def test_preprocess_reads_csv_parquet_jsonl_from_s3_and_the_cache_follows_the_co
     assert "reused cache" in capsys.readouterr().out
     first = preprocess("s3://inout/in/data.csv", CONFIG, output_dir=out).data
 
-    # the same size (and likely the same mtime second), other content: the ETag tells, nothing stale is used
+    # the same size (and likely the same mtime second), other content: the ETag tells, nothing stale
+    # is used
     data = (local / "data.csv").read_bytes()
     changed = data.replace(b"red", b"rot")
     assert len(changed) == len(data) and changed != data

@@ -199,7 +199,8 @@ def mix(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
 
 def object_store(tmp: Path, data: Path) -> tuple[Opener, Opener]:
-    """RemoteParquetSource through its local shard cache (a local pyarrow filesystem stands in for S3)."""
+    """RemoteParquetSource through its local shard cache (a local pyarrow filesystem stands in for
+    S3)."""
     import pyarrow.fs as pafs
 
     from datamill.loader.remote import RemoteParquetSource
@@ -217,7 +218,8 @@ def object_store(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
 
 def object_store_shardset(tmp: Path, data: Path) -> tuple[Opener, Opener]:
-    """A shardset dataset read through the local shard cache (a local pyarrow filesystem stands in for S3)."""
+    """A shardset dataset read through the local shard cache (a local pyarrow filesystem stands in
+    for S3)."""
     import pyarrow.fs as pafs
 
     from datamill.shards import ShardsetDataset

@@ -45,7 +45,8 @@ assert sorted(__all__) == __all__
 
 
 def __getattr__(name: str) -> Any:
-    """The heavier public names, imported on first access (plain imports: the import graph sees them)."""
+    """The heavier public names, imported on first access (plain imports: the import graph sees
+    them)."""
     match name:
         case "Vocab":
             from datamill.vocab import Vocab

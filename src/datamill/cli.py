@@ -51,7 +51,8 @@ COMMAND_MODULES = (
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one ``error:`` line (exit 2), like every other error."""
+    """An ArgumentParser whose usage errors are one ``error:`` line (exit 2), like every other
+    error."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def split_quiet(argv: Sequence[str]) -> tuple[list[str], bool]:
-    """Remove ``-q``/``--quiet`` from anywhere before a ``--`` separator; return the rest and whether it was there.
+    """Remove ``-q``/``--quiet`` from anywhere before a ``--`` separator; return the rest and
+    whether it was there.
 
     Examples:
         >>> split_quiet(["word2vec", "c.txt", "--quiet", "--out", "o"])
@@ -173,14 +175,16 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 def _on_sigterm() -> Any:
-    """Turn SIGTERM into an exception while a command runs (main thread only); returns the old handler."""
+    """Turn SIGTERM into an exception while a command runs (main thread only); returns the old
+    handler."""
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def _closed_stdout() -> int:
-    """stdout was closed by the reader (``datamill ... | head``): stop quietly, like a killed ``cat``."""
+    """stdout was closed by the reader (``datamill ... | head``): stop quietly, like a killed
+    ``cat``."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
@@ -190,15 +194,17 @@ def _closed_stdout() -> int:
 
 
 def run() -> NoReturn:
-    """The ``datamill`` console script: :func:`main`, then the end of the process without native teardown.
+    """The ``datamill`` console script: :func:`main`, then the end of the process without native
+    teardown.
 
     pyarrow can abort in C++ static destructors at exit when one of its threads is still joinable
-    ("terminate called without an active exception", exit 134; apache/arrow#34314). It was seen about
-    once in a few hundred runs of ``datamill shards add``'s error path, after the error line had been
-    printed. Python's own shutdown still happens here, in the interpreter's order: non-daemon threads
-    are joined (which also drains ``concurrent.futures`` pools), ``atexit`` handlers run (temporary
-    folders, Ray, multiprocessing, S3 finalisation), streams are flushed; only the native library
-    teardown after that is skipped. An unexpected exception still ends with its traceback (status 1).
+    ("terminate called without an active exception", exit 134; apache/arrow#34314). It was seen
+    about once in a few hundred runs of ``datamill shards add``'s error path, after the error line
+    had been printed. Python's own shutdown still happens here, in the interpreter's order:
+    non-daemon threads are joined (which also drains ``concurrent.futures`` pools), ``atexit``
+    handlers run (temporary folders, Ray, multiprocessing, S3 finalisation), streams are flushed;
+    only the native library teardown after that is skipped. An unexpected exception still ends with
+    its traceback (status 1).
     """
     status = main()
     shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx runs first

@@ -69,7 +69,8 @@ def run_demo(
             start = time.perf_counter()
             module.run(data_dir, work)
             print(
-                f"  [{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} took {time.perf_counter() - start:.2f} s]"
+                f"  [{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} took "
+                f"{time.perf_counter() - start:.2f} s]"
             )
 
 

@@ -24,7 +24,8 @@ LOCAL = "local"
 ENGINE_MODULES = {
     "ray": "datamill.ray",
 }
-"""Engine name -> the module that registers its jobs (:func:`datamill.core.engine.register_engine`)."""
+"""Engine name -> the module that registers its jobs
+(:func:`datamill.core.engine.register_engine`)."""
 
 
 def check_engine(engine: str) -> None:

@@ -42,7 +42,8 @@ def _table(src: Source, columns: Sequence[str] | str | None) -> pa.Table:
 def to_dataset(
     data: Source | str | os.PathLike[str], /, *, columns: Sequence[str] | str | None = None
 ) -> Any:
-    """A datamill output (a path or a Source) as a ``datasets.Dataset`` (zero-copy from the Arrow shards).
+    """A datamill output (a path or a Source) as a ``datasets.Dataset`` (zero-copy from the Arrow
+    shards).
 
     Args:
         data: a path :func:`~datamill.sources.open_source` opens (local or ``s3://``), or a Source.
@@ -56,7 +57,9 @@ def to_dataset(
 
     Examples:
         >>> from datamill.core.source import TableSource
-        >>> ds = to_dataset(TableSource(pa.table({"uid": [0, 1, 2], "b": [b"x", b"yy", b"z"]}), shard_size=2))
+        >>> ds = to_dataset(
+        ...     TableSource(pa.table({"uid": [0, 1, 2], "b": [b"x", b"yy", b"z"]}), shard_size=2)
+        ... )
         >>> len(ds), ds[1]
         (3, {'uid': 1, 'b': b'yy'})
     """

@@ -1,6 +1,8 @@
-"""``datamill.sources``: the public path of the loader's Source registry, :mod:`datamill.loader.sources`.
+"""``datamill.sources``: the public path of the loader's Source registry,
+:mod:`datamill.loader.sources`.
 
-``open_source(path)`` and every Source class, re-exported from there (the classes load on first use).
+``open_source(path)`` and every Source class, re-exported from there (the classes load on first
+use).
 """
 
 from __future__ import annotations

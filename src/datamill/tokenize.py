@@ -1,10 +1,10 @@
 """Tokenizers behind one interface, vectorised over whole columns.
 
-Every tokenizer has a ``name`` and ``tokenize(texts) -> pa.ListArray`` (``list<string>``, one list per
-input text). The rule-based ones (``characters``, ``space``, ``space_punct``, ``regex``) run as a few
-``pyarrow.compute`` kernels over the whole column, never a Python loop per text or per token. The
-``bpe`` / ``wordpiece`` ones wrap Hugging Face ``tokenizers`` (:class:`HFTokenizer`), which encodes
-batches in parallel in Rust.
+Every tokenizer has a ``name`` and ``tokenize(texts) -> pa.ListArray`` (``list<string>``, one list
+per input text). The rule-based ones (``characters``, ``space``, ``space_punct``, ``regex``) run as
+a few ``pyarrow.compute`` kernels over the whole column, never a Python loop per text or per token.
+The ``bpe`` / ``wordpiece`` ones wrap Hugging Face ``tokenizers`` (:class:`HFTokenizer`), which
+encodes batches in parallel in Rust.
 
 Null texts tokenise to empty lists.
 
@@ -106,7 +106,9 @@ def normalize(
         a ``pa.string()`` array of the same length.
 
     Examples:
-        >>> normalize(["  The  Time\\tMachine \\n", None], lowercase=True, collapse_whitespace=True).to_pylist()
+        >>> normalize(
+        ...     ["  The  Time\\tMachine \\n", None], lowercase=True, collapse_whitespace=True
+        ... ).to_pylist()
         ['the time machine', '']
     """
     arr = as_string_array(texts)
@@ -320,7 +322,8 @@ class HFTokenizer:
             files_or_iterator: text files (``archive.zip:member`` allowed), or an iterable of texts.
             model: ``"bpe"`` or ``"wordpiece"``.
             vocab_size: the target vocabulary size (specials included).
-            special_tokens: added first, in this order. Defaults to ``("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")``.
+            special_tokens: added first, in this order. Defaults to ``("[PAD]", "[UNK]", "[CLS]",
+                "[SEP]", "[MASK]")``.
             lowercase: lower-case before splitting. Defaults to ``True``.
             min_frequency: merges/words rarer than this are not learnt. Defaults to ``2``.
 
@@ -487,10 +490,11 @@ def get_tokenizer(name: str, **params: Any) -> Tokenizer:
     Examples:
         >>> get_tokenizer("regex", pattern=r"\\|").tokenize(["a|b"]).to_pylist()
         [['a', 'b']]
-        >>> get_tokenizer("chars")
+        >>> get_tokenizer("chars")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: unknown tokenizer 'chars'; valid: bpe, characters, regex, space, space_punct, wordpiece
+        datamill.core.errors.ConfigError: unknown tokenizer 'chars'; valid: bpe, characters, regex,
+        space, space_punct, wordpiece
     """
     try:
         factory = TOKENIZERS[name]

@@ -110,7 +110,9 @@ class Vocab:
         specials: which of ``idx2str`` are special tokens. Defaults to ``()``.
 
     Examples:
-        >>> v = Vocab.build("the cat sat on the mat the end".split(), specials=["<unk>"], unk_token="<unk>")
+        >>> v = Vocab.build(
+        ...     "the cat sat on the mat the end".split(), specials=["<unk>"], unk_token="<unk>"
+        ... )
         >>> v.idx2str[:3], len(v)
         (['<unk>', 'the', 'cat'], 7)
         >>> v[["the", "dog"]]
@@ -177,11 +179,13 @@ class Vocab:
 
         Args:
             tokens: the token occurrences (pyarrow/numpy array or any iterable of strings).
-            min_freq: tokens seen fewer times are left out (they map to ``unk_token``). Defaults to ``1``.
+            min_freq: tokens seen fewer times are left out (they map to ``unk_token``). Defaults to
+                ``1``.
             max_size: keep at most this many regular tokens (specials not counted), the most
                 frequent. Defaults to ``None`` (no limit).
             specials: special tokens placed first. Defaults to ``("<PAD>", "<UNK>")``.
-            unk_token: the unknown token (must be among ``specials``), or ``None``. Defaults to ``"<UNK>"``.
+            unk_token: the unknown token (must be among ``specials``), or ``None``. Defaults to
+                ``"<UNK>"``.
         """
         if not isinstance(tokens, (pa.Array, pa.ChunkedArray, np.ndarray, list, tuple)):
             tokens = list(tokens)
@@ -203,7 +207,8 @@ class Vocab:
         specials: Sequence[str] = ("<PAD>", "<UNK>"),
         unk_token: str | None = "<UNK>",
     ) -> Vocab:
-        """Build from (possibly merged) :class:`TokenCounts`; see :meth:`build` for the arguments."""
+        """Build from (possibly merged) :class:`TokenCounts`; see :meth:`build` for the
+        arguments."""
         check_int(min_freq, name="min_freq", low=1)
         if max_size is not None:
             MAX_SIZE(max_size)
@@ -237,7 +242,10 @@ class Vocab:
 
     def __repr__(self) -> str:
         head = ", ".join(repr(t) for t in self.idx2str[:5])
-        return f"Vocab(size={len(self)}, unk={self.unk_token!r}, idx2str=[{head}{', ...' if len(self) > 5 else ''}])"
+        return (
+            f"Vocab(size={len(self)}, unk={self.unk_token!r}, "
+            f"idx2str=[{head}{', ...' if len(self) > 5 else ''}])"
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Vocab) and self.to_dict() == other.to_dict()
@@ -297,7 +305,8 @@ class Vocab:
 
     # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Ludwig-shaped JSON dict: ``idx2str``, ``str2idx``, ``str2freq``, ``vocab_size`` (+ specials)."""
+        """Ludwig-shaped JSON dict: ``idx2str``, ``str2idx``, ``str2freq``, ``vocab_size`` (+
+        specials)."""
         return {
             "idx2str": self.idx2str,
             "str2idx": self.str2idx,

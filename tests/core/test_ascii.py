@@ -1,4 +1,5 @@
-"""datamill.core.ascii: byte tables, the splitters and token_dictionary, each against plain Python."""
+"""datamill.core.ascii: byte tables, the splitters and token_dictionary, each against plain
+Python."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_shared_prefixes_and_the_end_of_the_buffer() -> None:
 
 
 def test_string_path_left_to_the_caller() -> None:
-    """Too-long tokens and NUL bytes (keys are zero-padded) give None; no tokens give an empty dictionary."""
+    """Too-long tokens and NUL bytes (keys are zero-padded) give None; no tokens give an empty
+    dictionary."""
     data, starts, lengths = _layout(["a" * (MAX_KEY_BYTES + 1)], b" ")
     assert token_dictionary(data, starts, lengths) is None
     data, starts, lengths = _layout(["a\x00", "a"], b" ")
@@ -96,7 +98,8 @@ def test_buffer_shorter_than_a_word(n: int) -> None:
     assert out is not None and out[0].to_pylist() == ["q" * n]
 
 
-# ---------------------------------------------------------------- the splitters (moved from text/_ascii)
+# ---------------------------------------------------------------- the splitters (moved from
+# text/_ascii)
 
 
 # ASCII text mixing words, every str.split() whitespace byte, punctuation and control bytes

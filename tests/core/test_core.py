@@ -138,7 +138,8 @@ def test_atomic_write_killed_process_leaves_old_file(tmp_path: Path) -> None:
     target.write_text("old")
     code = (
         "import os, sys\nfrom datamill.core.io import atomic_write\n"
-        f"with atomic_write({str(target)!r}) as f:\n    f.write('partial'); f.flush(); os._exit(9)\n"
+        f"with atomic_write({str(target)!r}) as f:\n    f.write('partial'); f.flush(); "
+        "os._exit(9)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], check=False)
     assert proc.returncode == 9

@@ -1,4 +1,5 @@
-"""Output guards and litter cleaning in core.io: nothing of the user's is replaced, nothing half-written stays."""
+"""Output guards and litter cleaning in core.io: nothing of the user's is replaced, nothing
+half-written stays."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""core.output: the atomic folder switch, its repair, litter, full disks, and check_output(overwrite=)."""
+"""core.output: the atomic folder switch, its repair, litter, full disks, and
+check_output(overwrite=)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""core.parallel.ordered_map: the one ordered, bounded parallel map (preprocessing, loader, BERT)."""
+"""core.parallel.ordered_map: the one ordered, bounded parallel map (preprocessing, loader,
+BERT)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,8 @@ def test_pad_keeps_trailing_dimensions_and_object_fill(rows: list[list[int]], di
 
 @given(rows=ragged_rows(), cut=st.integers(0, 12))
 def test_csr_builders_round_trip(rows: list[list[int]], cut: int) -> None:
-    """csr_from_arrays / encodings_to_csr / concat_csr / csr_from_arrow (slices, nulls) give back the rows."""
+    """csr_from_arrays / encodings_to_csr / concat_csr / csr_from_arrow (slices, nulls) give back
+    the rows."""
     values, offsets = csr_from_arrays(rows, dtype=np.int64)
     assert values.dtype == np.int64 and offsets.dtype == np.int64 and _rows(values, offsets) == rows
     ids, off = encodings_to_csr([SimpleNamespace(ids=r) for r in rows])

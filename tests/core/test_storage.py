@@ -4,8 +4,8 @@ Each scheme gets a fresh root URL (a local folder, the same folder as ``file://`
 bucket, a bucket on SeaweedFS on loopback) and must: give a filesystem and a path for it, publish
 with ``upload``, translate a missing object into a located ``DataFileNotFoundError``, and carry the
 real readers and writers: a shardset dataset created, added to and reopened, a Parquet object opened
-by ``open_source``, a BERT Parquet written there and read back, a preprocessing input read from there.
-A new scheme passes by adding its row to ``SCHEMES`` and a root below.
+by ``open_source``, a BERT Parquet written there and read back, a preprocessing input read from
+there. A new scheme passes by adding its row to ``SCHEMES`` and a root below.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Running datamill commands in a subprocess with a fault: SIGKILL at a named point, or a file-size limit."""
+"""Running datamill commands in a subprocess with a fault: SIGKILL at a named point, or a file-size
+limit."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def run(
     timeout: float = 120,
     signal_name: str = "KILL",
 ) -> Result:
-    """``datamill ARGS`` in a fresh interpreter; ``fault`` kills it at that point, ``fsize`` limits file sizes."""
+    """``datamill ARGS`` in a fresh interpreter; ``fault`` kills it at that point, ``fsize`` limits
+    file sizes."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", DATAMILL_THREADS="1")
     env.pop(FAULT_ENV, None)
     if fault is not None:
@@ -62,7 +64,8 @@ def run(
 
 
 def snapshot(root: Path, *, skip: Callable[[Path], bool] = lambda p: False) -> dict[str, str]:
-    """sha256 of every file under ``root`` (or of ``root`` itself), keyed by relative path; litter left out."""
+    """sha256 of every file under ``root`` (or of ``root`` itself), keyed by relative path; litter
+    left out."""
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     out: dict[str, str] = {}
     for p in files:

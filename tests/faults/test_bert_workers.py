@@ -1,4 +1,5 @@
-"""kill -9 of ``datamill bert`` with worker processes: the workers notice the dead parent and exit."""
+"""kill -9 of ``datamill bert`` with worker processes: the workers notice the dead parent and
+exit."""
 
 from __future__ import annotations
 

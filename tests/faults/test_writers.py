@@ -1,5 +1,6 @@
-"""kill -9 and a full disk during a run that replaces a previous output: the previous output survives
-byte-identical and loads, the rerun succeeds, and no temporary file or folder is left after it."""
+"""kill -9 and a full disk during a run that replaces a previous output: the previous output
+survives byte-identical and loads, the rerun succeeds, and no temporary file or folder is left after
+it."""
 
 from __future__ import annotations
 
@@ -204,9 +205,9 @@ def _prepare(name: str, d: Path, data_dir: Path) -> tuple[Writer, dict[str, dict
 
 
 def _assert_previous_intact(w: Writer, d: Path, before: dict[str, dict[str, str]]) -> None:
-    w.load(
-        d
-    )  # loading repairs a switch killed between its renames (preprocess), then the bytes are the old ones
+    # loading repairs a switch killed between its renames (preprocess), then the bytes are the old
+    # ones
+    w.load(d)
     assert {o: snapshot(d / o, skip=w.skip) for o in w.outputs} == before
 
 

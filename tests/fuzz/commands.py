@@ -1,12 +1,12 @@
 """Hypothesis strategies for ``datamill`` command lines, built from the real argparse parsers.
 
-:func:`leaf_commands` walks :func:`datamill.cli.build_parser` down through every sub-parser; for each
-leaf command :func:`command_lines` draws, per argparse action, whether to pass it, which of its option
-strings to use and its values. A value comes either from a *seed* (a working command line for that
-command, parsed by the same parser: so the fuzzer reaches past the first check) or from the hostile
-menus of :mod:`tests.fuzz.workspace`, chosen by what the action declares: ``type=int``/``float`` and
-:class:`~datamill.core.checks.Limit` types get numbers, ``choices`` get their choices plus junk,
-everything else gets paths and strings. No flag is listed here by hand.
+:func:`leaf_commands` walks :func:`datamill.cli.build_parser` down through every sub-parser; for
+each leaf command :func:`command_lines` draws, per argparse action, whether to pass it, which of its
+option strings to use and its values. A value comes either from a *seed* (a working command line for
+that command, parsed by the same parser: so the fuzzer reaches past the first check) or from the
+hostile menus of :mod:`tests.fuzz.workspace`, chosen by what the action declares:
+``type=int``/``float`` and :class:`~datamill.core.checks.Limit` types get numbers, ``choices`` get
+their choices plus junk, everything else gets paths and strings. No flag is listed here by hand.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from tests.fuzz.workspace import NUMBERS, STRINGS, Workspace
 __all__ = ["EXCLUDED", "command_lines", "leaf_commands", "seeds"]
 
 EXCLUDED: dict[tuple[str, ...], str] = {}
-"""Leaf commands not fuzzed, with the reason. ``datamill serve ROOT`` (the server itself) is not a leaf of the
-walk: it would block; it is fuzzed in child processes by tests/fuzz/test_serve_fuzz.py, its sub-commands
-(keys, audit, backup, gc, iterate) here."""
+"""Leaf commands not fuzzed, with the reason. ``datamill serve ROOT`` (the server itself) is not a
+leaf of the walk: it would block; it is fuzzed in child processes by tests/fuzz/test_serve_fuzz.py,
+its sub-commands (keys, audit, backup, gc, iterate) here."""
 
 WAITS = {"reconnect_timeout": "0"}
-"""Options that ask the command to wait (seconds): always this value, or a run would take as long as asked."""
+"""Options that ask the command to wait (seconds): always this value, or a run would take as long as
+asked."""
 
 NEVER_CHOSEN = {
     "ray": "starts or joins a Ray cluster (covered by tests/test_bad_inputs.py, marked ray)"
@@ -35,8 +36,8 @@ NEVER_CHOSEN = {
 
 
 HOSTILITY = (5, 10, 20, 40, 70)
-"""How hostile one command line is (percent of its values from the menus): most lines hold one or two bad
-values among good ones, so each check is reached with the others passing."""
+"""How hostile one command line is (percent of its values from the menus): most lines hold one or
+two bad values among good ones, so each check is reached with the others passing."""
 
 
 def leaf_commands(
@@ -65,7 +66,8 @@ def leaf_commands(
 
 
 def seeds(ws: Workspace) -> dict[tuple[str, ...], list[list[str]]]:
-    """Working command lines per leaf command (values only matter: flags are re-drawn from the parser)."""
+    """Working command lines per leaf command (values only matter: flags are re-drawn from the
+    parser)."""
     p = ws.p
     return {
         ("demo",): [
@@ -361,7 +363,8 @@ def seeds(ws: Workspace) -> dict[tuple[str, ...], list[list[str]]]:
 
 
 def _numeric(action: argparse.Action) -> bool:
-    """The option's ``type`` turns "1" (or "1.5") into a number: int, float, a Limit, serve's count()..."""
+    """The option's ``type`` turns "1" (or "1.5") into a number: int, float, a Limit, serve's
+    count()..."""
     t = action.type
     if t is None or t is str or not callable(t):
         return False

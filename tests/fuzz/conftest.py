@@ -38,8 +38,8 @@ def fuzz_ws(
 
 @pytest.fixture(autouse=True)
 def _fuzz_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """While a fuzz test runs: DATAMILL_DATA is the workspace's fake data folder (``demo`` must not run the
-    real tour) and TMPDIR is inside the workspace; both are restored after each test."""
+    """While a fuzz test runs: DATAMILL_DATA is the workspace's fake data folder (``demo`` must not
+    run the real tour) and TMPDIR is inside the workspace; both are restored after each test."""
     if "fuzz_ws" not in request.fixturenames:
         yield
         return

@@ -38,14 +38,16 @@ __all__ = [
 TIME_LIMIT_S = float(os.environ.get("DATAMILL_FUZZ_TIME_LIMIT", "20"))
 """Most CPU time a single fuzzed command may use (seconds, all its threads)."""
 WALL_LIMIT_S = float(os.environ.get("DATAMILL_FUZZ_WALL_LIMIT", "120"))
-"""Longest a single fuzzed command may take on the clock (seconds): a hang that sleeps uses no CPU."""
+"""Longest a single fuzzed command may take on the clock (seconds): a hang that sleeps uses no
+CPU."""
 
 COUNTS: Counter[str] = Counter()
 """Commands and calls run by the fuzzers, by kind (printed in the session summary)."""
 
 
 STATUS_1 = (["shards", "check"], ["serve", "keys", "revoke"])
-"""Commands whose documented exit status 1 means "found nothing wrong to fix"/"no such key", not a failure."""
+"""Commands whose documented exit status 1 means "found nothing wrong to fix"/"no such key", not a
+failure."""
 
 
 class CommandTimeout(BaseException):
@@ -96,8 +98,10 @@ def _alarm(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def time_limit(seconds: float, *, wall_seconds: float | None = None) -> Iterator[None]:
-    """Raise :class:`CommandTimeout` in the main thread after ``seconds`` of CPU time (``ITIMER_PROF``: a
-    runaway computation, whatever the machine's load) or ``wall_seconds`` of wall time (a sleeping hang)."""
+    """Raise :class:`CommandTimeout` in the main thread after ``seconds`` of CPU time
+    (``ITIMER_PROF``: a runaway computation, whatever the machine's load) or ``wall_seconds`` of
+    wall time (a sleeping
+    hang)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -222,11 +226,14 @@ def _named_paths(ws: Workspace, argv: list[str]) -> set[str]:
     return out
 
 
-KNOWN_SERVE_STATE_CHMOD = "expected (serve, documented): `serve ... --state DIR` of an empty folder makes it a journal folder (0700)"
-"""Not a finding: ``--state`` naming an existing EMPTY folder makes it the journal folder (mode 0700, the
-journal's database in it), as docs/serving.md says; a folder holding other files is refused (one StateError
-line; tests/test_bad_inputs.py). Counted, and the mode restored so the workspace stays the same for the
-next command."""
+KNOWN_SERVE_STATE_CHMOD = (
+    "expected (serve, documented): `serve ... --state DIR` of an empty folder makes it a "
+    "journal folder (0700)"
+)
+"""Not a finding: ``--state`` naming an existing EMPTY folder makes it the journal folder (mode
+0700, the journal's database in it), as docs/serving.md says; a folder holding other files is
+refused (one StateError line; tests/test_bad_inputs.py). Counted, and the mode restored so the
+workspace stays the same for the next command."""
 
 
 def _serve_state_dirs(ws: Workspace, argv: list[str]) -> set[str]:
@@ -271,7 +278,8 @@ def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) ->
     o = Outcome(argv, status, out.getvalue(), err.getvalue(), time.perf_counter() - start, escaped)
     if isinstance(escaped, CommandTimeout):
         o.problems.append(
-            f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time"
+            f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of "
+            "wall time"
         )
         o.escaped = None
     check_output_text(o)
@@ -282,7 +290,8 @@ def run_checked(ws: Workspace, pristine: Path, argv: list[str], *, kind: str) ->
 
 
 def run_subprocess_checked(ws: Workspace, pristine: Path, argv: list[str]) -> Outcome:
-    """The same checks with ``python -m datamill.cli ARGV`` in a child process (killed at the limit)."""
+    """The same checks with ``python -m datamill.cli ARGV`` in a child process (killed at the
+    limit)."""
     before = snapshot(ws.root)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     start = time.perf_counter()

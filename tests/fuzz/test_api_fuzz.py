@@ -1,9 +1,9 @@
-"""Generated calls of the public Python API: every constructor and function in ``datamill.__all__`` and the
-subpackages' ``__all__``, with hostile arguments drawn per parameter from its signature.
+"""Generated calls of the public Python API: every constructor and function in ``datamill.__all__``
+and the subpackages' ``__all__``, with hostile arguments drawn per parameter from its signature.
 
-Each call must return, or raise a :class:`~datamill.core.errors.DatamillError` (or ``TypeError`` for an
-argument of the wrong type), and nothing else; a returned generator is advanced twice under the same
-rule; nothing it did not name may change in the workspace (see tests/fuzz/runner.py).
+Each call must return, or raise a :class:`~datamill.core.errors.DatamillError` (or ``TypeError`` for
+an argument of the wrong type), and nothing else; a returned generator is advanced twice under the
+same rule; nothing it did not name may change in the workspace (see tests/fuzz/runner.py).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ API_MODULES = (
     "datamill.vocab",
     "datamill.tokenize",
 )
-"""The public modules fuzzed (``datamill.serve`` is being rewritten by another change; ``datamill.ray``
-starts a cluster)."""
+"""The public modules fuzzed (``datamill.serve`` is being rewritten by another change;
+``datamill.ray`` starts a cluster)."""
 
 SKIP = {
     "Executor",
@@ -72,7 +72,8 @@ SKIP = {
 
 
 def public_callables() -> dict[str, Callable[..., Any]]:
-    """``"module.name" -> object`` for every callable in the fuzzed modules' ``__all__`` (errors excluded)."""
+    """``"module.name" -> object`` for every callable in the fuzzed modules' ``__all__`` (errors
+    excluded)."""
     out: dict[str, Callable[..., Any]] = {}
     seen: set[int] = set()
     for mod_name in API_MODULES:
@@ -223,7 +224,8 @@ def test_fuzz_api(name: str, fuzz_ws: tuple[Workspace, Path]) -> None:
         before = snapshot(ws.root)
         cwd = os.getcwd()
         os.chdir(ws.cwd)
-        shown = f"{name}({', '.join([*map(_shown, args), *(f'{k}={_shown(v)}' for k, v in kwargs.items())])})"
+        shown_args = [*map(_shown, args), *(f"{k}={_shown(v)}" for k, v in kwargs.items())]
+        shown = f"{name}({', '.join(shown_args)})"
         argv = [
             os.fspath(v)
             for v in [*args, *kwargs.values()]
@@ -243,7 +245,8 @@ def test_fuzz_api(name: str, fuzz_ws: tuple[Workspace, Path]) -> None:
                 o.problems.append(f"raised {type(exc).__name__}: {exc}"[:1500])
         except CommandTimeout:
             o.problems.append(
-                f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of wall time"
+                f"did not finish within {TIME_LIMIT_S:g} s of CPU time or {WALL_LIMIT_S:g} s of "
+                "wall time"
             )
         finally:
             os.chdir(cwd)
@@ -258,7 +261,8 @@ def test_fuzz_api(name: str, fuzz_ws: tuple[Workspace, Path]) -> None:
 
 
 def test_api_fuzz_covers_every_public_module() -> None:
-    """The fuzzed callables come from ``__all__``: a new public function is fuzzed without listing it."""
+    """The fuzzed callables come from ``__all__``: a new public function is fuzzed without listing
+    it."""
     modules = {name.rsplit(".", 1)[0] for name in CALLABLES}
     assert set(API_MODULES) - {"datamill.pretrain"} <= modules | {"datamill"}
     assert {

@@ -1,5 +1,6 @@
-"""Generated command lines for every ``datamill`` subcommand, run in process: exit 0 or 2, one error line,
-no traceback, no hang, nothing changed outside the command's own output (see tests/fuzz/runner.py)."""
+"""Generated command lines for every ``datamill`` subcommand, run in process: exit 0 or 2, one error
+line, no traceback, no hang, nothing changed outside the command's own output (see
+tests/fuzz/runner.py)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ FUZZ = settings(
 
 LEAVES = [path for path, _ in leaf_commands() if path not in EXCLUDED]
 SLOW = {("serve", "iterate"): 2}
-"""Leaves run with fewer examples (divided by this): each of their runs waits ~0.6 s for a refused connection."""
+"""Leaves run with fewer examples (divided by this): each of their runs waits ~0.6 s for a refused
+connection."""
 
 
 def test_every_leaf_command_is_fuzzed_and_seeded(fuzz_ws: tuple[Workspace, Path]) -> None:
-    """A new subcommand is picked up from the parser; it needs a seed to get past its first check."""
+    """A new subcommand is picked up from the parser; it needs a seed to get past its first
+    check."""
     ws, _ = fuzz_ws
     names = {path for path, _ in leaf_commands()}
     assert {("preprocess",), ("shards", "create"), ("plan",)} <= names
@@ -69,7 +72,8 @@ SUBPROCESS_SAMPLE = 1 if not LONG else 10
 def test_fuzz_command_subprocess_sample(
     path: tuple[str, ...], fuzz_ws: tuple[Workspace, Path]
 ) -> None:
-    """A few generated commands per subcommand through a real process (signals, exit, stdout flushing)."""
+    """A few generated commands per subcommand through a real process (signals, exit, stdout
+    flushing)."""
     ws, pristine = fuzz_ws
     parser = dict(leaf_commands())[path]
 

@@ -1,12 +1,15 @@
-"""The fuzzer's folder: small real inputs, good outputs made by datamill itself, their damaged copies,
-a user's files, an unwritable folder, and the menu of hostile values built from them.
+"""The fuzzer's folder: small real inputs, good outputs made by datamill itself, their damaged
+copies, a user's files, an unwritable folder, and the menu of hostile values built from them.
 
-Layout of the workspace ``W`` (every path the fuzzer passes is inside it; the current folder is ``W/cwd``)::
+Layout of the workspace ``W`` (every path the fuzzer passes is inside it; the current folder is
+``W/cwd``)::
 
-    inputs/   small real inputs (CSV, Parquet, text, zip, PNG, tokenizer, configs) and damaged copies
-    outputs/  good outputs of every kind (corpus, word2vec, BERT Parquet, shardset, HDF5 + meta.json,
-              loader state); after each command each one must still load
-    bad/      truncated and corrupted copies of outputs (meta.json, dataset.json, states, HDF5, shards)
+    inputs/   small real inputs (CSV, Parquet, text, zip, PNG, tokenizer, configs) and damaged
+              copies
+    outputs/  good outputs of every kind (corpus, word2vec, BERT Parquet, shardset, HDF5 +
+              meta.json, loader state); after each command each one must still load
+    bad/      truncated and corrupted copies of outputs (meta.json, dataset.json, states, HDF5,
+              shards)
     user/     a user's file and folder (never to be changed)
     ro/       an unwritable folder (``chattr +i``; see :func:`make_unwritable`)
     cwd/      the current folder while a command runs; emptied after each command
@@ -84,7 +87,8 @@ STRINGS = [
     "[]",
     "../../../../etc/passwd-not",
 ]
-"""Hostile strings (the last one resolves outside nothing: it is relative to ``W/cwd`` and absent)."""
+"""Hostile strings (the last one resolves outside nothing: it is relative to ``W/cwd`` and
+absent)."""
 
 
 @dataclass
@@ -124,7 +128,8 @@ def _corrupt(src: Path, dst: Path) -> None:
 
 
 def _png_header(width: int, height: int) -> bytes:
-    """A PNG whose IHDR declares ``width`` x ``height`` (RGB) with one tiny IDAT: a decompression bomb."""
+    """A PNG whose IHDR declares ``width`` x ``height`` (RGB) with one tiny IDAT: a decompression
+    bomb."""
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return (
@@ -149,8 +154,8 @@ def bomb_png() -> bytes:
 
 
 def make_unwritable(folder: Path) -> str:
-    """Make ``folder`` unwritable even for root: ``chattr +i`` when it works, else say so (the fuzzer then
-    relies on paths under a file, which fail for everyone). Returns the method used."""
+    """Make ``folder`` unwritable even for root: ``chattr +i`` when it works, else say so (the
+    fuzzer then relies on paths under a file, which fail for everyone). Returns the method used."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "inside.txt").write_text("already here\n")
     if shutil.which("chattr"):

@@ -1,4 +1,5 @@
-"""datamill diff on real shared data modified in known ways: each kind of change is found, none invented."""
+"""datamill diff on real shared data modified in known ways: each kind of change is found, none
+invented."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``datamill iterate --save-record`` and ``datamill trace``: both directions from the command line, errors in one line."""
+"""``datamill iterate --save-record`` and ``datamill trace``: both directions from the command line,
+errors in one line."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 ``seaweed_s3(folder)`` starts ``weed server -s3`` on free loopback ports with an admin identity (so
 buckets can be created; ``-volume.max=100``: each bucket is a collection that takes about 7 volumes,
-so 20 ran out at the third bucket of a session), waits until the S3 port answers, yields ``(endpoint, access_key,
-secret_key)`` and stops the server by its process id (SIGTERM, then SIGKILL after a few seconds).
+so 20 ran out at the third bucket of a session), waits until the S3 port answers, yields
+``(endpoint, access_key, secret_key)`` and stops the server by its process id (SIGTERM, then SIGKILL
+after a few seconds).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _free_ports(n: int) -> list[int]:
 
 @contextlib.contextmanager
 def seaweed_s3(folder: Path, *, timeout: float = 60.0) -> Iterator[tuple[str, str, str]]:
-    """Run an S3 server on loopback while the block runs; yields ``(endpoint, access_key, secret_key)``."""
+    """Run an S3 server on loopback while the block runs; yields ``(endpoint, access_key,
+    secret_key)``."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError(

@@ -1,4 +1,5 @@
-"""Length-bucketed batches: every sample once per epoch, same-bucket batches, deterministic, resumable."""
+"""Length-bucketed batches: every sample once per epoch, same-bucket batches, deterministic,
+resumable."""
 
 from __future__ import annotations
 

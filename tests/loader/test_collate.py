@@ -1,4 +1,5 @@
-"""Collation rules: zero-copy fixed-size tensors, ragged padding with masks, nulls, slices, strings."""
+"""Collation rules: zero-copy fixed-size tensors, ragged padding with masks, nulls, slices,
+strings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Elastic resumption: states saved with W ranks resume on any W' ranks, every sample exactly once."""
+"""Elastic resumption: states saved with W ranks resume on any W' ranks, every sample exactly
+once."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes, world_
 
 
 def run(loader: Loader, limit: int | None = None) -> list[int]:
-    """Samples of up to ``limit`` batches of the loader's current epoch (the iterator is left open)."""
+    """Samples of up to ``limit`` batches of the loader's current epoch (the iterator is left
+    open)."""
     out: list[int] = []
     it = iter(loader)
     for i, b in enumerate(it):

@@ -1,4 +1,5 @@
-"""Filters with exact resumption: counts carried in the state; refill=True full batches resume exactly."""
+"""Filters with exact resumption: counts carried in the state; refill=True full batches resume
+exactly."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes
 
 
 def keep_some(modulus: int) -> Any:
-    """A deterministic filter dropping about 1 in ``modulus`` samples (scattered by a multiplicative hash)."""
+    """A deterministic filter dropping about 1 in ``modulus`` samples (scattered by a multiplicative
+    hash)."""
 
     def fn(t: pa.Table) -> Any:
         return t.column("x").to_numpy() * 7919 % 13 % modulus != 0

@@ -1,4 +1,5 @@
-"""The pure order functions: permutations, windows, rank/worker splits, determinism across processes."""
+"""The pure order functions: permutations, windows, rank/worker splits, determinism across
+processes."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def test_shard_order_is_permutation_and_windows_hold_their_shards(
     np.testing.assert_array_equal(np.sort(order), np.arange(n))
     np.testing.assert_array_equal(order, shard_order(sizes, seed=seed, epoch=epoch, window=window))
     # every window of the order covers whole shards: the samples of one shard are never split across
-    # windows (checked without empty shards, which take a window slot but leave no trace in the order)
+    # windows (checked without empty shards, which take a window slot but leave no trace in the
+    # order)
     nonempty = [s for s in sizes if s > 0]
     offsets = np.concatenate([[0], np.cumsum(nonempty)])
     shard_of = (
@@ -64,7 +66,8 @@ def test_shard_order_is_permutation_and_windows_hold_their_shards(
         )
         - 1
     )
-    # reconstruct window boundaries: consecutive runs of `window` distinct shards (in first-appearance order)
+    # reconstruct window boundaries: consecutive runs of `window` distinct shards (in
+    # first-appearance order)
     first_pos = {int(s): i for i, s in reversed(list(enumerate(shard_of)))}
     ordered = sorted(first_pos, key=first_pos.__getitem__)
     for w0 in range(0, len(ordered), window):

@@ -81,8 +81,8 @@ def test_planned_reads_and_peak_equal_a_real_run(
         for _ in loader:
             pass
         planned = plan.ranks[rank]
-        # reads run in a small thread pool: the same shards, each once, and in the planned order up to
-        # the few reads in flight at once
+        # reads run in a small thread pool: the same shards, each once, and in the planned order up
+        # to the few reads in flight at once
         assert sorted(src.calls) == sorted(planned["reads"])
         threads = min(8, max(2, prefetch))
         assert all(abs(planned["reads"].index(k) - i) < threads for i, k in enumerate(src.calls))

@@ -1,5 +1,5 @@
-"""The Loader over other capabilities' real outputs: a cifar10_tiny shardset dataset (with a PNG-decoding
-transform), a preprocessed HDF5 of house prices, an LM corpus."""
+"""The Loader over other capabilities' real outputs: a cifar10_tiny shardset dataset (with a
+PNG-decoding transform), a preprocessed HDF5 of house prices, an LM corpus."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from tests.contracts import check_resume
 
 
 def decode_png(table: pa.Table) -> pa.Table:
-    """Transform: PNG bytes -> a (32, 32, 3) uint8 image column (a per-sample PIL loop, as users write)."""
+    """Transform: PNG bytes -> a (32, 32, 3) uint8 image column (a per-sample PIL loop, as users
+    write)."""
     from PIL import Image
 
     images = np.stack(

@@ -35,7 +35,8 @@ FILES = 6
 def s3(
     tmp_path_factory: pytest.TempPathFactory, seaweed: tuple[str, str, str]
 ) -> Iterator[tuple[pafs.S3FileSystem, Path, str]]:
-    """The session's server with bucket ``data`` holding ``ds/part-*.parquet``; also the same files locally."""
+    """The session's server with bucket ``data`` holding ``ds/part-*.parquet``; also the same files
+    locally."""
     root = tmp_path_factory.mktemp("s3")
     endpoint, key, secret = seaweed
     fs = s3_filesystem(

@@ -86,7 +86,8 @@ def test_build_any_rank_and_any_batches_equals_the_loader() -> None:
 
 
 def test_server_style_one_batch_per_request_in_any_order() -> None:
-    """A server builds batch k of any rank per request; cache_shards keeps shards between requests."""
+    """A server builds batch k of any rank per request; cache_shards keeps shards between
+    requests."""
     src = FakeSource([40] * 12)
     world = 3
     want = {
@@ -317,8 +318,8 @@ def test_torch_adapter_leaves_the_users_loader_alone() -> None:
 def test_rank_samples_of_every_rank_are_the_rank_split_sizes(
     sizes: list[int], world: int, drop_last: bool
 ) -> None:
-    # regression: each rank's count used to build the whole split list (O(world) per rank, O(world^2) per
-    # served iteration: minutes for 65,536 ranks); each count is now computed alone
+    # regression: each rank's count used to build the whole split list (O(world) per rank,
+    # O(world^2) per served iteration: minutes for 65,536 ranks); each count is now computed alone
     svc = BatchService(FakeSource(sizes), batch_size=1, seed=0, drop_last=drop_last)
     want = split_sizes(svc.epoch_samples(), world_size=world, drop_last=drop_last)
     assert [svc.rank_samples(r, world) for r in range(world)] == want

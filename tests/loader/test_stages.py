@@ -1,4 +1,5 @@
-"""take_rows equals the straightforward ``concat_tables(...).take(rows)``; warm-up windows keep the order pure."""
+"""take_rows equals the straightforward ``concat_tables(...).take(rows)``; warm-up windows keep the
+order pure."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ SCHEMA = pa.schema(
 
 @st.composite
 def shard_tables(draw: st.DrawFn) -> list[pa.Table]:
-    """Shards (some in several chunks, some empty) of binary, list, string, fixed-width and null-bearing columns."""
+    """Shards (some in several chunks, some empty) of binary, list, string, fixed-width and
+    null-bearing columns."""
     tables, uid = [], 0
     for _ in range(draw(st.integers(1, 5))):
         chunks = []
@@ -102,7 +104,8 @@ def test_take_rows_keeps_every_shard_order_and_duplicates() -> None:
 
 
 def test_cache_hands_out_shards_with_one_chunk_per_column() -> None:
-    # a take from a column of many binary chunks combines the whole column first: read once, combine once
+    # a take from a column of many binary chunks combines the whole column first: read once, combine
+    # once
     chunked = pa.concat_tables([pa.table({"b": pa.array([b"x" * 5] * 3)}) for _ in range(4)])
     assert chunked.column("b").num_chunks == 4
     cache = ShardCache(lambda k: chunked)
@@ -184,7 +187,8 @@ def test_warmup_first_batch_needs_one_shard_not_a_window() -> None:
 def test_take_rows_of_null_free_binary_and_strings_equals_concat_then_take(
     tables: list[pa.Table], data: st.DataObject
 ) -> None:
-    # the view gather: null-free binary/string columns, values inline (<= 12 bytes) and in data buffers
+    # the view gather: null-free binary/string columns, values inline (<= 12 bytes) and in data
+    # buffers
     def fill(t: pa.Table) -> pa.Table:
         blobs = [(b or b"") * 3 for b in t.column("blob").to_pylist()]
         return t.set_column(2, "blob", pa.array(blobs, pa.binary())).set_column(

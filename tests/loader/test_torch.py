@@ -1,4 +1,5 @@
-"""The torch side: collate="torch" and the IterableDataset adapter under DataLoader worker processes."""
+"""The torch side: collate="torch" and the IterableDataset adapter under DataLoader worker
+processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""trace agrees with ground truth: every batch of real in-process runs is recorded, then traced both ways."""
+"""trace agrees with ground truth: every batch of real in-process runs is recorded, then traced both
+ways."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def drive(
     stop_after: int | None = None,
     sample_of: Callable[[pa.Table], list[int]],
 ) -> None:
-    """Step every rank in lockstep through the rest of its epoch (or ``stop_after`` batches), recording."""
+    """Step every rank in lockstep through the rest of its epoch (or ``stop_after`` batches),
+    recording."""
     its = [iter(ld) for ld in loaders]
     taken = [0] * len(loaders)
     live = [True] * len(loaders)
@@ -135,7 +137,8 @@ def check(
         got_by[h.sample].add((h.epoch, h.rank, h.step, h.position))
     if filtered is None:
         assert dict(got_by) == dict(by_sample)
-    else:  # positions shift when earlier rows of the batch were filtered: compare (epoch, rank, step)
+    else:
+        # positions shift when earlier rows of the batch were filtered: compare (epoch, rank, step)
         assert {k: {v[:3] for v in vs} for k, vs in got_by.items()} == {
             k: {v[:3] for v in vs} for k, vs in by_sample.items()
         }
@@ -207,7 +210,8 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
     drive(old, truth, offset=0, stop_after=m, sample_of=idx_of)
     rec = old[0].run_record()
     check(rec, truth, n, source=src)
-    # run 2: elastic resize to w1 ranks (and another batch size), to the end of epoch 0, then epoch 1 part-way
+    # run 2: elastic resize to w1 ranks (and another batch size), to the end of epoch 0, then epoch
+    # 1 part-way
     states = [ld.state_dict() for ld in old]
     new = [
         Loader(src, bs2, rank=r, world_size=w1, batching=Batching(window=window), **kw)
@@ -401,7 +405,8 @@ def test_bad_records_raise_config_errors(tmp_path: Any) -> None:
 
 
 def test_trace_across_an_elastic_resize_names_steps_after_the_resize() -> None:
-    """4 ranks stop after 3 batches of 5; 3 ranks resume with batches of 7: their batch b is step 3 + b."""
+    """4 ranks stop after 3 batches of 5; 3 ranks resume with batches of 7: their batch b is step 3
+    + b."""
     sizes = [37, 0, 51, 29, 44]
     table, n = table_of(sizes)
     src = Source(table, sizes)

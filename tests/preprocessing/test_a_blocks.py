@@ -1,4 +1,5 @@
-"""Block-wise fit/merge and chunked HDF5 writing give exactly the one-block result, for every type."""
+"""Block-wise fit/merge and chunked HDF5 writing give exactly the one-block result, for every
+type."""
 
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def test_blocks_equal_one_block(seed: int, block: int, threads: int) -> None:
 
 
 def _approx_equal(a: object, b: object, where: str) -> None:
-    """Equal JSON documents, floats up to rounding (merged means/variances differ in the last bits)."""
+    """Equal JSON documents, floats up to rounding (merged means/variances differ in the last
+    bits)."""
     if isinstance(a, float) or isinstance(b, float):
         assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
     elif isinstance(a, dict) and isinstance(b, dict):

@@ -1,4 +1,5 @@
-"""End to end: real files, every feature type, HDF5 layout, split without leakage, unseen data, load, CLI, demo."""
+"""End to end: real files, every feature type, HDF5 layout, split without leakage, unseen data,
+load, CLI, demo."""
 
 from __future__ import annotations
 

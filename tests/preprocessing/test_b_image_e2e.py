@@ -1,4 +1,5 @@
-"""image handler (direct) and image/set/sequence/text/timeseries features end to end through preprocess()."""
+"""image handler (direct) and image/set/sequence/text/timeseries features end to end through
+preprocess()."""
 
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ def test_ragged_types_end_to_end(tmp_path: Path) -> None:
 
 
 def test_all_empty_ragged_columns_are_one_wide_not_zero_wide(tmp_path: Path) -> None:
-    """Regression: an all-empty sequence/text/timeseries column gave a zero-width tensor HDF5 cannot chunk."""
+    """Regression: an all-empty sequence/text/timeseries column gave a zero-width tensor HDF5 cannot
+    chunk."""
     table = pa.table({"s": pa.array(["", ""], pa.string()), "t": pa.array(["", ""], pa.string())})
     pq_path = tmp_path / "e.parquet"
     import pyarrow.parquet as pq

@@ -1,4 +1,5 @@
-"""set / bag / sequence / text / timeseries handlers, driven directly: fit → merge → finalize → transform."""
+"""set / bag / sequence / text / timeseries handlers, driven directly: fit → merge → finalize →
+transform."""
 
 from __future__ import annotations
 
@@ -144,8 +145,8 @@ def test_codepoints_match_python_characters(
     most=st.integers(1, 40),
 )
 def test_lowercase_folded_into_ascii_char_tables(texts: list[str], seen: str, most: int) -> None:
-    """ASCII chars keep their raw bytes; lower-casing folded into count/encode equals lower-casing first,
-    also with a vocabulary from other text that lacks some letters (unseen data)."""
+    """ASCII chars keep their raw bytes; lower-casing folded into count/encode equals lower-casing
+    first, also with a vocabulary from other text that lacks some letters (unseen data)."""
     folded = split_tokens(pa.array(texts), "characters", lowercase=True)
     lowered = split_tokens(pa.array([t.lower() for t in texts]), "characters")
     assert folded.canon is not None and folded.offsets.tolist() == lowered.offsets.tolist()
@@ -170,7 +171,8 @@ def test_lowercase_characters_of_non_ascii_text() -> None:
     left=st.booleans(),
 )
 def test_pad_truncates_and_pads(rows: list[list[int]], length: int, left: bool) -> None:
-    """Sequence/text/timeseries padding (core.ragged.pad): keeps each row's start, pads left or right."""
+    """Sequence/text/timeseries padding (core.ragged.pad): keeps each row's start, pads left or
+    right."""
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     flat = np.array([v for r in rows for v in r], np.int64)
     out = pad(flat, offsets, length, side="left" if left else "right", dtype=np.int32)[0]
@@ -377,7 +379,8 @@ def test_timeseries_bad_value_names_line_and_column() -> None:
 
 @pytest.mark.parametrize("type_name", ["set", "sequence", "text"])
 def test_token_cache_reuses_only_the_same_block(type_name: str) -> None:
-    """Regression: the removed fit→transform token cache served another column of the same length; handlers are stateless now."""
+    """Regression: the removed fit→transform token cache served another column of the same length;
+    handlers are stateless now."""
     h = get_handler(type_name)
     p = h.Params()
     a, b = pa.array(["x y", "y"]), pa.array(["y z", "z"])

@@ -1,4 +1,5 @@
-"""Bad input: each error has its type and names file, line/row and column; the CLI prints one line."""
+"""Bad input: each error has its type and names file, line/row and column; the CLI prints one
+line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Regression tests of issue 30's two bugs: missing values under ``lowercase`` and stratified split sizes."""
+"""Regression tests of issue 30's two bugs: missing values under ``lowercase`` and stratified split
+sizes."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _run(table: pa.Table, feature: dict) -> api.Preprocessed:  # type: ignore[ty
 
 
 def test_missing_category_stays_unknown_under_lowercase() -> None:
-    # broke: the fill <UNK> was lowercased to <unk> and became a real class (the missing row got id 3)
+    # broke: the fill <UNK> was lowercased to <unk> and became a real class (the missing row got id
+    # 3)
     t = pa.table({"c": ["Blue", "red", None, "RED", "green", "blue"]})
     out = _run(t, {"name": "c", "type": "category", "preprocessing": {"lowercase": True}})
     idx2str = out.metadata["c"]["idx2str"]
@@ -47,7 +49,8 @@ def test_missing_set_and_bag_values_stay_unknown_under_lowercase() -> None:
 
 
 def test_missing_sequence_value_stays_unknown_under_lowercase_and_custom_unknown_symbol() -> None:
-    # same root: the fill <UNK> became the token <unk>; with unknown_symbol <U> the fill was a real token
+    # same root: the fill <UNK> became the token <unk>; with unknown_symbol <U> the fill was a real
+    # token
     t = pa.table({"s": ["A b", None, "a C"]})
     for pp, unk in (({"lowercase": True}, "<UNK>"), ({"unknown_symbol": "<U>"}, "<U>")):
         out = _run(t, {"name": "s", "type": "sequence", "preprocessing": pp})
@@ -93,7 +96,8 @@ def _stratified(
 
 
 def test_stratified_split_sizes_are_ludwigs_on_a_178_row_three_class_target() -> None:
-    # broke: datamill gave 108/34/36 where Ludwig 0.17 (scikit-learn's train_test_split twice) gives 106/36/36
+    # broke: datamill gave 108/34/36 where Ludwig 0.17 (scikit-learn's train_test_split twice) gives
+    # 106/36/36
     per_class = _stratified([59, 71, 48], (0.6, 0.2, 0.2))
     assert np.sum(list(per_class.values()), axis=0).tolist() == [106, 36, 36]
     ludwig = _stored_case([59, 71, 48], [0.6, 0.2, 0.2], 42)  # real Ludwig 0.17.10 output
@@ -111,7 +115,8 @@ def _stored_case(counts: list[int], probabilities: list[float], seed: int) -> li
 def _check_totals(
     counts: list[int], probabilities: tuple[float, float, float], sizes: np.ndarray
 ) -> None:
-    """scikit-learn's rule, n_test = ceil(test_size * n), in both rounds; a class of one row stays on the first side."""
+    """scikit-learn's rule, n_test = ceil(test_size * n), in both rounds; a class of one row stays
+    on the first side."""
     n = sum(counts)
     rest = math.ceil((1.0 - probabilities[0]) * n)
     assert sizes[:, 0].sum() == n - rest  # no class of one row in round one (counts >= 2)
@@ -167,7 +172,8 @@ def test_stratified_split_of_a_table_has_the_rules_sizes_per_class(
 
 
 def test_stratify_sizes_equal_scikit_learns_on_stored_cases() -> None:
-    """Cases whose sizes were computed by real scikit-learn (``benchmarks/make_stratify_fixture.py``)."""
+    """Cases whose sizes were computed by real scikit-learn
+    (``benchmarks/make_stratify_fixture.py``)."""
     cases = [
         c
         for c in json.loads((FIXTURE / "stratify_sizes.json").read_text())["cases"]

@@ -1,7 +1,9 @@
-"""Acceptance (issue 19): the house-prices config written as a Ludwig user writes it gives Ludwig's tensors.
+"""Acceptance (issue 19): the house-prices config written as a Ludwig user writes it gives Ludwig's
+tensors.
 
-The reference is real Ludwig 0.17.10 output stored in ``tests/fixtures/ludwig/`` (``ludwig_meta.json``,
-``ludwig_tensors.npz``: every feature's tensor per split), produced once with::
+The reference is real Ludwig 0.17.10 output stored in ``tests/fixtures/ludwig/``
+(``ludwig_meta.json``, ``ludwig_tensors.npz``: every feature's tensor per split), produced once
+with::
 
     python benchmarks/bench_ludwig.py --ludwig-python /work/.ludwig-venv/bin/python --write-fixture
 

@@ -1,9 +1,10 @@
-"""Every accepted ``preprocessing:`` key of every feature type is honoured (issue 30): changing it from its
-default changes the output (tensors or fitted metadata), or the key is listed in :data:`NO_OUTPUT_EFFECT`
-with the reason (model-only or execution-only), and that list is what ``docs/ludwig-differences.md`` states.
+"""Every accepted ``preprocessing:`` key of every feature type is honoured (issue 30): changing it
+from its default changes the output (tensors or fitted metadata), or the key is listed in
+:data:`NO_OUTPUT_EFFECT` with the reason (model-only or execution-only), and that list is what
+``docs/ludwig-differences.md`` states.
 
-A new key without an entry in :data:`ALTERNATIVES` or :data:`NO_OUTPUT_EFFECT` fails the walk, so no key
-can be accepted and silently ignored.
+A new key without an entry in :data:`ALTERNATIVES` or :data:`NO_OUTPUT_EFFECT` fails the walk, so no
+key can be accepted and silently ignored.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ COLUMNS: dict[str, list[Any]] = {
 
 
 def _alternatives(tmp: Path) -> dict[str, dict[str, Any]]:
-    """A value other than the default for every accepted key (chosen so the walk's column shows it)."""
+    """A value other than the default for every accepted key (chosen so the walk's column shows
+    it)."""
     (tmp / "vocab.txt").write_text("you\nthere\nz\n")
     return {
         "binary": {
@@ -177,7 +179,8 @@ def _alternatives(tmp: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-#: keys whose default is the only accepted value (anything else refused); the walk checks the refusal
+#: keys whose default is the only accepted value (anything else refused); the walk checks the
+# refusal
 REFUSED_OFF_DEFAULT = {("text", "ngram_size"): 3, ("text", "compute_idf"): True}
 
 #: keys that only make sense with another key set (the walk sets both)
@@ -215,7 +218,8 @@ def _hf(tmp: Path) -> str:
 
 
 def _output(kind: str, preprocessing: dict[str, Any], tmp: Path) -> Any:
-    """(tensors, fitted metadata) of the walk's column, or the error class when the data is refused."""
+    """(tensors, fitted metadata) of the walk's column, or the error class when the data is
+    refused."""
     from datamill.core.errors import DatamillError
 
     try:

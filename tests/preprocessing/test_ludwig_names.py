@@ -1,4 +1,5 @@
-"""Feature names Ludwig accepts (``/``, spaces, dots, ``%``) are accepted; the HDF5 file escapes ``/`` and ``%``."""
+"""Feature names Ludwig accepts (``/``, spaces, dots, ``%``) are accepted; the HDF5 file escapes
+``/`` and ``%``."""
 
 from __future__ import annotations
 

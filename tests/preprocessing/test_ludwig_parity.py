@@ -166,7 +166,8 @@ def test_stratify_split_has_exact_sizes_within_each_class_over_blocks(
     monkeypatch.setattr(pipeline, "BLOCK_ROWS", 64)
     many = api.preprocess(t, cfg).data["split"]
     np.testing.assert_array_equal(one, many)
-    # Ludwig's sizes (scikit-learn's rule, 1 - 0.7 = 0.30000000000000004: ceil gives 301 rows beside train)
+    # Ludwig's sizes (scikit-learn's rule, 1 - 0.7 = 0.30000000000000004: ceil gives 301 rows beside
+    # train)
     assert np.bincount(one[:700]).tolist() == [489, 70, 141] and np.bincount(
         one[700:]
     ).tolist() == [210, 30, 60]

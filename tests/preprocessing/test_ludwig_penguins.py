@@ -1,14 +1,15 @@
-"""Acceptance (issue 30): a Ludwig 0.17 user's config with every feature type runs as written and gives
-Ludwig's tensors, feature type by feature type.
+"""Acceptance (issue 30): a Ludwig 0.17 user's config with every feature type runs as written and
+gives Ludwig's tensors, feature type by feature type.
 
 Reference: real Ludwig 0.17.10 output on a generated penguin-like table, stored in
 ``tests/fixtures/ludwig/penguins_ludwig_{meta.json,tensors.npz}`` by::
 
     python benchmarks/bench_ludwig.py --dataset penguins --write-fixture
 
-The config (``penguins.yaml``) is used verbatim: text with Ludwig 0.17's keys, set, bag, category with
-``lowercase``, a stratified split and ``drop_row`` on the target. The row-by-row comparison fits on
-every row (``split: {type: none}``, as Ludwig fits before it splits) with ``preprocessing.layout:
+The config (``penguins.yaml``) is used verbatim: text with Ludwig 0.17's keys, set, bag, category
+with ``lowercase``, a stratified split and ``drop_row`` on the target. The row-by-row comparison
+fits on every row (``split: {type: none}``, as Ludwig fits before it splits) with
+``preprocessing.layout:
 ludwig017``; what still differs is exactly a row of ``docs/ludwig-differences.md`` and is asserted
 as such here (vocabulary tie order: ids are compared as decoded tokens; Ludwig ignores category
 ``lowercase``; Ludwig's bag encodes rows without lower-casing them).
@@ -101,7 +102,8 @@ def test_the_config_runs_as_written_with_ludwigs_stratified_sizes(
 
 
 def _raw_values(meta: dict[str, Any], values: np.ndarray) -> np.ndarray:
-    """Number tensor -> the values before normalization (zscore or minmax), from the feature's statistics."""
+    """Number tensor -> the values before normalization (zscore or minmax), from the feature's
+    statistics."""
     norm = meta.get("normalization") or meta.get("preprocessing", {}).get("normalization")
     v = values.astype(np.float64)
     if norm == "zscore":
@@ -226,7 +228,8 @@ def test_sets_and_bags_equal_ludwigs(
         if not upper:
             assert a == b, text
             continue
-        # Ludwig lowercases the vocabulary but not the rows it encodes: "Krill" is <UNK> (a documented difference)
+        # Ludwig lowercases the vocabulary but not the rows it encodes: "Krill" is <UNK> (a
+        # documented difference)
         differing += 1
         assert a["<UNK>"] == len(upper) and b == Counter(t.lower() for t in text.split()), text
     assert differing > 0
@@ -246,7 +249,8 @@ def test_text_and_sequence_equal_ludwigs_single_tensor(
             name
         )  # <EOS> <SOS> <PAD> <UNK>
         assert set(same_rows.metadata[name]["idx2str"]) == set(meta[name]["idx2str"]), name
-        # ids differ only where tie order does (datamill: by token; Ludwig: first seen): decoded rows are equal
+        # ids differ only where tie order does (datamill: by token; Ludwig: first seen): decoded
+        # rows are equal
         lv = np.asarray(meta[name]["idx2str"])[theirs.astype(np.int64)]
         np.testing.assert_array_equal(same_rows.metadata.decode(name, ours), lv, err_msg=name)
     theirs, _ = _aligned(same_rows, tensors, "notes")

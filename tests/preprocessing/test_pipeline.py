@@ -1,4 +1,5 @@
-"""The pipeline seams: handler registry attributes, block-wise fills and split, executors, sinks, picklable stages."""
+"""The pipeline seams: handler registry attributes, block-wise fills and split, executors, sinks,
+picklable stages."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-# -- registry ---------------------------------------------------------------------------------------
+# -- registry --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("type_name", sorted(FEATURE_TYPES))
 def test_every_registered_type_declares_every_required_attribute(type_name: str) -> None:
     cls = handler_class(type_name)
@@ -109,7 +110,7 @@ def test_datamill_preprocess_is_only_the_function() -> None:
     assert datamill.load is api.load
 
 
-# -- split ------------------------------------------------------------------------------------------
+# -- split -----------------------------------------------------------------------------------------
 @given(seed=st.integers(0, 2**63 - 1), cuts=st.lists(st.integers(0, 500), max_size=4))
 def test_random_split_is_a_pure_function_of_the_row_index(seed: int, cuts: list[int]) -> None:
     cfg = SplitConfig(probabilities=(0.6, 0.3, 0.1))
@@ -140,7 +141,7 @@ def test_random_split_same_for_any_block_size() -> None:
     assert sum(one.metadata.header["split"].values()) == 3000
 
 
-# -- fills across blocks -----------------------------------------------------------------------------
+# -- fills across blocks ---------------------------------------------------------------------------
 def _nullable(draw: Any, values: list[Any], n: int) -> list[Any]:
     return [None if draw(st.booleans()) else values[i % len(values)] for i in range(n)]
 
@@ -156,7 +157,8 @@ def _nullable(draw: Any, values: list[Any], n: int) -> list[Any]:
 def test_fills_across_blocks_equal_one_block(
     data: Any, block: int, threads: int, strategy: str, split: bool
 ) -> None:
-    """ffill/bfill carry values across block boundaries, mode merges counts: the output equals one block's."""
+    """ffill/bfill carry values across block boundaries, mode merges counts: the output equals one
+    block's."""
     n = data.draw(st.integers(1, 30))
     table = pa.table(
         {
@@ -200,7 +202,8 @@ def test_fills_across_blocks_equal_one_block(
 
 
 def _approx_equal(a: object, b: object, where: str) -> None:
-    """Equal JSON documents, floats up to rounding (merged means/variances differ in the last bits)."""
+    """Equal JSON documents, floats up to rounding (merged means/variances differ in the last
+    bits)."""
     if isinstance(a, float) or isinstance(b, float):
         assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
     elif isinstance(a, dict) and isinstance(b, dict):
@@ -236,7 +239,7 @@ def test_ffill_bfill_carry_over_many_empty_blocks() -> None:
             assert api.preprocess(t, cfg).data["n"].tolist() == expect  # type: ignore[union-attr]
 
 
-# -- executors and the kernel ---------------------------------------------------------------------------
+# -- executors and the kernel ----------------------------------------------------------------------
 def test_ordered_map_keeps_order_bounds_in_flight_and_propagates_errors() -> None:
     running = 0
     peak = 0
@@ -278,7 +281,8 @@ class PicklingExecutor:
 
 
 def test_stages_are_picklable_and_give_the_local_result(tmp_path: Path) -> None:
-    """plan → prepare → fit → finalize → transform through pickles, tokenising again in transform."""
+    """plan → prepare → fit → finalize → transform through pickles, tokenising again in
+    transform."""
     t = pa.table(
         {
             "c": ["a", None, "b", "a", "c"],

@@ -107,7 +107,8 @@ def test_samples_layout_masks_and_document_continuity(
         if rnd:
             assert any(_find(doc, b) >= 0 for doc in docs)  # B is a run of some document
             continue
-        # a non-random B continues A inside the same document (after truncation at A's end/B's start)
+        # a non-random B continues A inside the same document (after truncation at A's end/B's
+        # start)
         found = False
         for doc in docs:
             start = _find(doc, a)

@@ -244,7 +244,8 @@ def test_cli_pairing_and_api_flag_names(raw: Path, tmp_path: Path) -> None:
 def test_pairing_seed_is_a_deprecated_alias_and_bert_config_is_the_keyword_call(
     raw: Path, tmp_path: Path
 ) -> None:
-    """pairing="seed" (the old name: read as a random seed) warns and builds the chunk_past_target samples."""
+    """pairing="seed" (the old name: read as a random seed) warns and builds the chunk_past_target
+    samples."""
     from datamill.pretrain.bert import BertConfig
 
     kw = {"vocab_size": 200, "max_seq_length": 32, "dupe_factor": 1}

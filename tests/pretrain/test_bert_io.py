@@ -1,4 +1,5 @@
-"""Reading BERT Parquet back: pyarrow, Hugging Face datasets, the compact layout, the batch reader."""
+"""Reading BERT Parquet back: pyarrow, Hugging Face datasets, the compact layout, the batch
+reader."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Assembly, masking and padding (vectorised) against per-sample expectations written out in Python."""
+"""Assembly, masking and padding (vectorised) against per-sample expectations written out in
+Python."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Pair building and truncation against pure-Python transcriptions (the oracles): the seed article's
-loop (``pairing="chunk_past_target"``) and Google's create_pretraining_data.py (``pairing="google"``)."""
+loop (``pairing="chunk_past_target"``) and Google's create_pretraining_data.py
+(``pairing="google"``)."""
 
 from __future__ import annotations
 

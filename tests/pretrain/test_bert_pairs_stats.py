@@ -95,7 +95,8 @@ def test_pair_statistics_match_the_transcription(
 def test_seed_and_google_pairings_differ_on_wikitext(
     wiki: tuple[TokenizedDocuments, list[list[list[int]]]],
 ) -> None:
-    """The issue's observation: at 128 tokens the two rules give very different NSP rates and counts."""
+    """The issue's observation: at 128 tokens the two rules give very different NSP rates and
+    counts."""
     corpus, _ = wiki
     seed_counts, seed_rnd, _ = _ours(corpus, "chunk_past_target", 128)
     google_counts, google_rnd, _ = _ours(corpus, "google", 128)

@@ -132,7 +132,8 @@ def test_the_bert_command_does_not_import_pandas(tmp_path: Path, data_dir: Path)
 
     code = (
         "import sys; from datamill.cli import main; "
-        f"main(['bert', {str(data_dir / 'wikitext2_test.raw')!r}, '--out', {str(tmp_path / 'b.parquet')!r}, "
+        f"main(['bert', {str(data_dir / 'wikitext2_test.raw')!r}, '--out', "
+        f"{str(tmp_path / 'b.parquet')!r}, "
         "'--dupe-factor', '1', '--vocab-size', '2000', '--quiet']); print('pandas' in sys.modules)"
     )
     out = subprocess.run(
@@ -142,9 +143,10 @@ def test_the_bert_command_does_not_import_pandas(tmp_path: Path, data_dir: Path)
 
 
 def test_training_is_deterministic_with_sorted_initial_ids(data_dir: Path) -> None:
-    """The library's own trainer gives the ``##c`` tokens ids in hash-map order and breaks merge ties
-    by them (huggingface/tokenizers#1794: its runs on this file differ by 8-20 tokens); datamill fixes
-    the initial ids (alphabet, then ``##c``, each sorted), so every run gives the same tokenizer."""
+    """The library's own trainer gives the ``##c`` tokens ids in hash-map order and breaks merge
+    ties by them (huggingface/tokenizers#1794: its runs on this file differ by 8-20 tokens);
+    datamill fixes the initial ids (alphabet, then ``##c``, each sorted), so every run gives the
+    same tokenizer."""
     sentences, _ = split_documents([data_dir / "wikitext2_test.raw"])
     runs = [train_wordpiece(sentences, vocab_size=30000).to_json() for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]

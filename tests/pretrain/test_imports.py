@@ -12,7 +12,8 @@ CONSUMERS = ("datamill.loader", "datamill.serve")
 
 
 def _imports(path: Path) -> list[str]:
-    """Every module an ``import`` / ``from ... import`` statement names, at any depth (lazy ones too)."""
+    """Every module an ``import`` / ``from ... import`` statement names, at any depth (lazy ones
+    too)."""
     names: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -33,7 +34,8 @@ def test_pretrain_and_text_have_no_import_edge_to_the_loader() -> None:
 
 
 def test_no_private_module_of_another_subpackage_is_imported() -> None:
-    """pretrain.* imports pretrain.bert._x only from inside pretrain.bert (and likewise for word2vec)."""
+    """pretrain.* imports pretrain.bert._x only from inside pretrain.bert (and likewise for
+    word2vec)."""
     for f in sorted((SRC / "pretrain").rglob("*.py")):
         here = ".".join(("datamill", *f.relative_to(SRC).with_suffix("").parts))
         for name in _imports(f):

@@ -44,7 +44,8 @@ def _kept_mean_sd(counts: np.ndarray, t: float) -> tuple[float, float]:
 def test_ptb_seed_subsampling_keeps_unk_and_matches_the_formula(
     ptb_seed: SkipGramSamples, data_dir: Path
 ) -> None:
-    """The seed: rare words -> <unk>, then <unk> subsampled like any word, f(w) over all 887,521 tokens."""
+    """The seed: rare words -> <unk>, then <unk> subsampled like any word, f(w) over all 887,521
+    tokens."""
     text = _ptb_text(data_dir)
     counts = np.bincount(
         np.array(ptb_seed.vocab.encode(np.array(text.split()))), minlength=len(ptb_seed.vocab)
@@ -56,7 +57,8 @@ def test_ptb_seed_subsampling_keeps_unk_and_matches_the_formula(
     assert abs(kept - mean) <= 4.5 * sd, (kept, mean, sd)  # binomial tolerance (sd ~ 330)
     # the seed's own runs kept 354,363 / 354,140 / 353,932: all inside the same band
     assert all(abs(x - mean) <= 4.5 * sd for x in (354_363, 354_140, 353_932))
-    # <unk> (id 0) appears as a center, a context and a negative; negatives cover range(len(counter))
+    # <unk> (id 0) appears as a center, a context and a negative; negatives cover
+    # range(len(counter))
     assert 0 in set(np.unique(ptb_seed.centers).tolist()) and (ptb_seed.contexts == 0).any()
     assert ptb_seed.negatives.min() == 0 and ptb_seed.negatives.max() < len(ptb_seed.vocab)
     unk_kept = int((ptb_seed.centers == 0).sum())
@@ -305,7 +307,8 @@ def test_cli_prints_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_negative_weights_come_from_the_chosen_counts(
     mode: str, total_key: str, drop_unk: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Negatives are drawn from count**0.75: counts after subsampling by default, before on request."""
+    """Negatives are drawn from count**0.75: counts after subsampling by default, before on
+    request."""
     from datamill.pretrain.word2vec import _build as w2v
 
     seen: list[np.ndarray] = []

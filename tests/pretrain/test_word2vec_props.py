@@ -1,4 +1,5 @@
-"""word2vec invariants on random corpora (hypothesis): tokenizer = str.split(), windows = the seed's."""
+"""word2vec invariants on random corpora (hypothesis): tokenizer = str.split(), windows = the
+seed's."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def test_split_lines_equals_python_split(text: str) -> None:
 def test_centers_and_contexts_are_the_seeds(
     sentences: list[list[int]], window: int, seed: int
 ) -> None:
-    """With t large nothing is dropped: centers are every token of the >= 2-token sentences, in order,
-    and each context list is the sentence window of some w in 1..window around its center."""
+    """With t large nothing is dropped: centers are every token of the >= 2-token sentences, in
+    order, and each context list is the sentence window of some w in 1..window around its center."""
     words = [[f"w{x}" for x in s] for s in sentences]
     if not any(len(s) >= 2 for s in words):
         with pytest.raises(DataFileError):

@@ -26,7 +26,8 @@ ALPHA = 1e-4
 
 
 def chi2_sf(x: float, df: int) -> float:
-    """P(X >= x) for X ~ chi-square(df): 1 - P(df/2, x/2), P by its power series (converges for all x)."""
+    """P(X >= x) for X ~ chi-square(df): 1 - P(df/2, x/2), P by its power series (converges for all
+    x)."""
     a, z = df / 2.0, x / 2.0
     if z <= 0:
         return 1.0

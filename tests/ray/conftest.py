@@ -1,4 +1,5 @@
-"""One Ray cluster for every ``ray`` test: two nodes of one CPU each (``ray.cluster_utils.Cluster``).
+"""One Ray cluster for every ``ray`` test: two nodes of one CPU each
+(``ray.cluster_utils.Cluster``).
 
 Started once per session (Ray's start costs seconds) and shut down by the fixture that started it;
 ``ray stop`` is never run. ``RAY_AUTH_MODE=disabled`` keeps ray 2.60 from writing an auth token.

@@ -70,7 +70,8 @@ def test_bert_on_ray_equals_local_per_block_streams(
 
 
 def _text(rng: np.random.Generator, docs: int) -> str:
-    """Documents of 1-5 lines (some lines with `` . `` sentences), ended by blank or ``= title =`` lines."""
+    """Documents of 1-5 lines (some lines with `` . `` sentences), ended by blank or ``= title =``
+    lines."""
     words = [
         "alpha",
         "beta",
@@ -136,7 +137,8 @@ def test_documents_split_across_text_blocks_and_files_equal_local(
     for name in want.column_names:
         assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
-    # a bad byte in a later block is named by its line in the whole file, as the local engine names it
+    # a bad byte in a later block is named by its line in the whole file, as the local engine names
+    # it
     lines = files[1].read_bytes().split(b"\n")
     lines[40] = b"caf\xe9 " + lines[40]
     files[1].write_bytes(b"\n".join(lines))

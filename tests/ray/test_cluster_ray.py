@@ -1,4 +1,5 @@
-"""Two nodes, the command line with --address, and failures: a killed worker is retried, or the run fails cleanly."""
+"""Two nodes, the command line with --address, and failures: a killed worker is retried, or the run
+fails cleanly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Ray engine keeps the previous output through a failed or killed run, and guards its output paths."""
+"""The Ray engine keeps the previous output through a failed or killed run, and guards its output
+paths."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 def _parts(
     folder: Path, data_dir: Path, *, missing_at: int | None = None, relabel: bool = False
 ) -> Path:
-    """Two CSV files of 50 rows each (absolute paths of image copies); the row ``missing_at`` names an absent image."""
+    """Two CSV files of 50 rows each (absolute paths of image copies); the row ``missing_at`` names
+    an absent image."""
     src = pacsv.read_csv(data_dir / "cifar10_tiny" / "labels.csv")
     (folder.parent / "images").mkdir(exist_ok=True)  # copies: a test changes one
     images = [
@@ -89,7 +91,8 @@ def test_a_failed_or_killed_run_keeps_the_previous_output_and_the_next_run_remov
         ]
     )
 
-    # killed (kill -9) after the new dataset was switched in, before meta.json: old meta.json, new dataset
+    # killed (kill -9) after the new dataset was switched in, before meta.json: old meta.json, new
+    # dataset
     _parts(parts, data_dir, relabel=True)
     env = {
         **os.environ,
@@ -137,8 +140,9 @@ def test_a_failed_or_killed_run_keeps_the_previous_output_and_the_next_run_remov
         ".parts.shards.old",
     ]
 
-    # a run that fails on a worker (an image file is missing in the 2nd file, block 1) first repairs the
-    # killed run's switch, then leaves the previous output byte for byte, and cleans up after itself
+    # a run that fails on a worker (an image file is missing in the 2nd file, block 1) first repairs
+    # the killed run's switch, then leaves the previous output byte for byte, and cleans up after
+    # itself
     _parts(parts, data_dir, missing_at=90)
     with pytest.raises(DataFileError) as info:
         preprocess(parts, CFG, output_dir=out, engine="ray", engine_options={"fmt": "hdf5"})

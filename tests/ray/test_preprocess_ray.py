@@ -1,4 +1,5 @@
-"""The Ray engine gives the local engine's output: metadata and every tensor, feature type by feature type."""
+"""The Ray engine gives the local engine's output: metadata and every tensor, feature type by
+feature type."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""datamill.ray.read_dataset: shards as Ray Data blocks; streaming_split(2) consumers get every sample once."""
+"""datamill.ray.read_dataset: shards as Ray Data blocks; streaming_split(2) consumers get every
+sample once."""
 
 from __future__ import annotations
 

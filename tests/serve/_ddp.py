@@ -1,4 +1,5 @@
-"""Run by ``torchrun --nproc-per-node 2``: one epoch of a tiny model from the server or the in-process loader."""
+"""Run by ``torchrun --nproc-per-node 2``: one epoch of a tiny model from the server or the
+in-process loader."""
 
 from __future__ import annotations
 

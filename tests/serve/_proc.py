@@ -1,4 +1,5 @@
-"""Helpers for the server tests: a free loopback port, a server subprocess, a client worker subprocess."""
+"""Helpers for the server tests: a free loopback port, a server subprocess, a client worker
+subprocess."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A training-process stand-in: iterate a RemoteLoader, log each batch's uids (one JSON line, flushed)."""
+"""A training-process stand-in: iterate a RemoteLoader, log each batch's uids (one JSON line,
+flushed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Authorization as data: every route declares exactly one role, and each role is enforced (in-process app)."""
+"""Authorization as data: every route declares exactly one role, and each role is enforced
+(in-process app)."""
 
 from __future__ import annotations
 

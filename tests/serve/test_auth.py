@@ -1,4 +1,5 @@
-"""Auth and hostile input against a running server: every case a 4xx JSON error, the server stays up."""
+"""Auth and hostile input against a running server: every case a 4xx JSON error, the server stays
+up."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def _raw(
 
 
 def _send_big(url: str, path: str, key: str, size: int) -> tuple[int, Any]:
-    """POST ``size`` bytes; the server may answer 413 and close before the body is sent (as it should)."""
+    """POST ``size`` bytes; the server may answer 413 and close before the body is sent (as it
+    should)."""
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
@@ -72,14 +74,16 @@ import http.client, json, sys, threading
 url, read, admin = sys.argv[1:4]
 host, port = url.removeprefix("http://").split(":")
 bad = [("GET", "/api/v1/datasets", None, None), ("GET", "/api/v1/keys", None, read),
-       ("POST", "/api/v1/iterations", b"{bad", read), ("GET", "/api/v1/iterations/..%2Fetc/next?client=c", None, read),
+       ("POST", "/api/v1/iterations", b"{bad", read),
+       ("GET", "/api/v1/iterations/..%2Fetc/next?client=c", None, read),
        ("POST", "/api/v1/datasets", b'{"path": "../outside/secret", "name": "e"}', admin)]
 statuses, lock = [], threading.Lock()
 def attack(i):
     for j in range(10):
         method, path, body, key = bad[(i + j) % len(bad)]
         conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        h = {"Content-Type": "application/json", **({"Authorization": "Bearer " + key} if key else {})}
+        h = {"Content-Type": "application/json",
+             **({"Authorization": "Bearer " + key} if key else {})}
         conn.request(method, path, body=body, headers=h)
         res = conn.getresponse(); res.read(); conn.close()
         with lock:
@@ -255,7 +259,8 @@ def test_200_concurrent_bad_requests_keep_a_client_within_2x(server: dict[str, A
 
     run("warm")
     before = run("base1")
-    # the attack runs in its own process (threads in this one would compete with the client for the GIL)
+    # the attack runs in its own process (threads in this one would compete with the client for the
+    # GIL)
     attack = subprocess.Popen(
         [sys.executable, "-c", ATTACK, server["url"], server["read"], server["admin"]],
         env=env(),

@@ -1,4 +1,5 @@
-"""Every request is bounded before work: each absurd request is a 4xx JSON with one line, while /health answers."""
+"""Every request is bounded before work: each absurd request is a 4xx JSON with one line, while
+/health answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``datamill serve`` on the command line: keys, the one-time admin key, --no-auth only on loopback, iterate."""
+"""``datamill serve`` on the command line: keys, the one-time admin key, --no-auth only on loopback,
+iterate."""
 
 from __future__ import annotations
 
@@ -74,7 +75,10 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(
         ).stdout
         assert "admin\tactive\t" in out and key.split(".")[1] not in out
         url = f"http://127.0.0.1:{port}"
-        code = "import sys; from datamill.serve import Client; Client(sys.argv[1], sys.argv[2]).register('ds', name='ds')"
+        code = (
+            "import sys; from datamill.serve import Client; Client(sys.argv[1], "
+            "sys.argv[2]).register('ds', name='ds')"
+        )
         reg = subprocess.run(
             [sys.executable, "-c", code, url, key],
             env=env(),
@@ -141,7 +145,8 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(
 def test_demo_section_serves_cifar10_tiny_to_two_clients(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`datamill demo` starts a loopback server, two client processes share the epoch, the server stops."""
+    """`datamill demo` starts a loopback server, two client processes share the epoch, the server
+    stops."""
     from datamill.serve import demo
 
     demo.run(data_dir, tmp_path)

@@ -1,4 +1,5 @@
-"""Leases that cannot be forged or stolen, resume states that always resume, a full disk at ack time."""
+"""Leases that cannot be forged or stolen, resume states that always resume, a full disk at ack
+time."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> N
                 "x-datamill-lease"
             ]
         )
-        # another session with the right fence (a stolen lease), and the holder with a forged fence: 409
+        # another session with the right fence (a stolen lease), and the holder with a forged fence:
+        # 409
         stolen = thief.request(
             "POST",
             f"{path}/ack",
@@ -234,8 +236,9 @@ def test_a_replacement_process_state_counts_the_ranks_progress(
 def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(
     server: dict[str, Any], tmp_path: Path
 ) -> None:
-    """The contract's exception: a killed client's unflushed batches are not served again when the job
-    resumes from that client's ``state_dict()`` (here written after every batch the worker logs)."""
+    """The contract's exception: a killed client's unflushed batches are not served again when the
+    job resumes from that client's ``state_dict()`` (here written after every batch the worker
+    logs)."""
     name = "resume-dynamic"
     opts: dict[str, Any] = {
         "batch_size": 50,
@@ -271,7 +274,8 @@ def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(
         -N // 50
     )  # nothing lost
     twice = [b for b, n in every.items() if n > 1]
-    # only a batch logged after the state was written (the worker died between the two) may come again
+    # only a batch logged after the state was written (the worker died between the two) may come
+    # again
     assert set(twice) <= set(logged[covered:]), (len(twice), len(logged), covered)
 
 

@@ -51,7 +51,8 @@ def _certs(d: Path) -> dict[str, Path]:
 
 
 def _nginx_conf(prefix: Path, *, port: int, upstream: int, certs: dict[str, Path]) -> Path:
-    """deploy/nginx.conf's server block with this test's ports and files, inside a minimal nginx.conf."""
+    """deploy/nginx.conf's server block with this test's ports and files, inside a minimal
+    nginx.conf."""
     block = (REPO / "deploy" / "nginx.conf").read_text()
     for old, new in (
         ("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;"),

@@ -1,4 +1,5 @@
-"""Direct mode (the client builds its batches) and build workers (the server builds in worker processes)."""
+"""Direct mode (the client builds its batches) and build workers (the server builds in worker
+processes)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def _ipc(tables: list[pa.Table]) -> bytes:
 
 @pytest.fixture(scope="module")
 def direct(server: dict[str, Any]) -> dict[str, Any]:
-    """The shared server with ``dsd``: the same files as ``ds``, registered with a client location."""
+    """The shared server with ``dsd``: the same files as ``ds``, registered with a client
+    location."""
     if not (server["root"] / "dsd").exists():  # one path, one dataset id: a copy of ds
         shutil.copytree(server["root"] / "ds", server["root"] / "dsd")
     with Client(server["url"], server["admin"]) as c:
@@ -112,7 +114,8 @@ def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
 def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
     direct: dict[str, Any], tmp_path: Path, mode: str
 ) -> None:
-    """As test_restart's: a client killed -9 and replaced, the server killed -9 and restarted; in direct mode."""
+    """As test_restart's: a client killed -9 and replaced, the server killed -9 and restarted; in
+    direct mode."""
     state, port = tmp_path / "state", free_port()
     shutil.copytree(direct["state"], state)
     url = f"http://127.0.0.1:{port}"
@@ -185,7 +188,8 @@ def test_direct_mode_reads_s3_through_the_client_cache(
     seaweed: tuple[str, str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The server registers a local copy with client_location s3://...; the client reads SeaweedFS."""
+    """The server registers a local copy with client_location s3://...; the client reads
+    SeaweedFS."""
     from datamill.core.objstore import s3_filesystem
 
     endpoint, key, secret = seaweed
@@ -227,7 +231,8 @@ def test_direct_mode_reads_s3_through_the_client_cache(
 def test_build_workers_give_the_same_bytes_as_one_process(
     direct: dict[str, Any], tmp_path: Path
 ) -> None:
-    """ServeState with 2 build workers vs in-process builds: the same lease bodies, lease for lease."""
+    """ServeState with 2 build workers vs in-process builds: the same lease bodies, lease for
+    lease."""
     bodies: dict[int, list[bytes]] = {}
     for workers in (0, 2):
         st = ServeState(

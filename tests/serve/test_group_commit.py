@@ -1,4 +1,5 @@
-"""Group commit of the lease journal: many requests' writes in one transaction, and still durable."""
+"""Group commit of the lease journal: many requests' writes in one transaction, and still
+durable."""
 
 from __future__ import annotations
 

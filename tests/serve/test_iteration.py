@@ -1,4 +1,5 @@
-"""The lease bookkeeping alone (no HTTP): exactly once under any interleaving of takes, acks, deaths, expiries."""
+"""The lease bookkeeping alone (no HTTP): exactly once under any interleaving of takes, acks,
+deaths, expiries."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(
             lease_id, fence = held[client][0]
             assert it.ack(lease_id, "0" * 32, client=client).status in ("refused", "expired")
             assert it.ack(lease_id, fence, client="thief").status in ("refused", "expired")
-    # the clients still alive acknowledge what they hold (a stale one is refused), then finish the epoch
+    # the clients still alive acknowledge what they hold (a stale one is refused), then finish the
+    # epoch
     for client, leases in held.items():
         for lease_id, fence in leases:
             res = it.ack(lease_id, fence, client=client)
@@ -184,7 +186,8 @@ def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_
     a = it.take("c0", session="s" * 32)
     assert a is not None
     it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1)
-    # a restarted server: the same lease (without its fence, only its hash) restored from the journal
+    # a restarted server: the same lease (without its fence, only its hash) restored from the
+    # journal
     fresh = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="c")
     fresh.mark_done([0])
     fresh.restore(

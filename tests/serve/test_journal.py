@@ -1,4 +1,5 @@
-"""A journal you can trust: private permissions, checked at start, one error line for bad state, backup/restore."""
+"""A journal you can trust: private permissions, checked at start, one error line for bad state,
+backup/restore."""
 
 from __future__ import annotations
 
@@ -196,7 +197,8 @@ def test_a_journal_of_the_previous_release_is_migrated(tmp_path: Path) -> None:
     state.mkdir()
     db = sqlite3.connect(state / DB_NAME)
     db.execute(
-        "CREATE TABLE keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL, created REAL NOT NULL,"
+        "CREATE TABLE keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL, "
+        "created REAL NOT NULL,"
         " revoked REAL, note TEXT NOT NULL DEFAULT '')"
     )
     db.execute("INSERT INTO keys VALUES ('abc', 'h', 'read', 1.0, NULL, 'old')")

@@ -1,5 +1,5 @@
-"""Iteration lifecycle: status (running, finished, cancelled, stale), start/end/duration/clients seen,
-paging of GET /api/v1/iterations, ended iterations leaving memory, and `datamill serve gc`."""
+"""Iteration lifecycle: status (running, finished, cancelled, stale), start/end/duration/clients
+seen, paging of GET /api/v1/iterations, ended iterations leaving memory, and `datamill serve gc`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Metrics, logs and shutdown of a real `datamill serve` process: a real Prometheus scraping it, counters
-rebuilt from the journal after a restart, JSON event logs, SIGTERM drain.
+"""Metrics, logs and shutdown of a real `datamill serve` process: a real Prometheus scraping it,
+counters rebuilt from the journal after a restart, JSON event logs, SIGTERM drain.
 
 Prometheus is Debian's package (scripts/test.sh installs it when absent); every process started here
 binds 127.0.0.1 on a free port and is stopped by pid in a finally.

@@ -1,4 +1,5 @@
-"""kill -9 of the server mid-epoch, restart on the same state folder: the epoch completes exactly once."""
+"""kill -9 of the server mid-epoch, restart on the same state folder: the epoch completes exactly
+once."""
 
 from __future__ import annotations
 
@@ -93,9 +94,9 @@ def _wait_for(cond: Any, *, timeout: float, what: str) -> None:
 def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kill(
     server: dict[str, Any], tmp_path: Path, mode: str
 ) -> None:
-    """Two clients (40 ms per batch, default prefetch and lease size), one killed -9 and replaced, and the
-    server killed -9 and restarted, all in one epoch: the received-batch logs hold every batch, and the
-    only batches received twice are the killed client's last ones (at most 3)."""
+    """Two clients (40 ms per batch, default prefetch and lease size), one killed -9 and replaced,
+    and the server killed -9 and restarted, all in one epoch: the received-batch logs hold every
+    batch, and the only batches received twice are the killed client's last ones (at most 3)."""
     state, port = tmp_path / "state", free_port()
     shutil.copytree(server["state"], state)
     url = f"http://127.0.0.1:{port}"
@@ -167,7 +168,8 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
         [received["a"].index(b) for b in twice if b in received["a"]],
     )
     print(
-        f"received twice: {len(twice)} of {total} batches (killed client yielded {len(received['a'])})"
+        f"received twice: {len(twice)} of {total} batches (killed client yielded "
+        f"{len(received['a'])})"
     )
     assert len(twice) <= 3
 

@@ -1,4 +1,5 @@
-"""Browser security: session cookies, CSRF on login and forms, Host and Origin checks, headers on every response."""
+"""Browser security: session cookies, CSRF on login and forms, Host and Origin checks, headers on
+every response."""
 
 from __future__ import annotations
 

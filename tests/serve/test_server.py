@@ -1,4 +1,5 @@
-"""End-to-end tests of ``datamill serve``: a real server subprocess on a loopback port, real clients.
+"""End-to-end tests of ``datamill serve``: a real server subprocess on a loopback port, real
+clients.
 
 Every loop is bounded in count and time; every process started here is stopped by pid in a finally.
 """

@@ -1,4 +1,5 @@
-"""A real training client: torchrun with 2 ranks (gloo, CPU) sees per rank the same samples from the server."""
+"""A real training client: torchrun with 2 ranks (gloo, CPU) sees per rank the same samples from the
+server."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""``GET /api/v1/iterations/{id}/trace``: a served iteration's run record traces exactly what clients received.
+"""``GET /api/v1/iterations/{id}/trace``: a served iteration's run record traces exactly what
+clients received.
 
 Ground truth: every batch a RemoteLoader yields is recorded (its ``uid`` column); trace must agree
-in both directions (UID -> rank/client and step; rank/client and step -> UIDs) for every UID and step.
+in both directions (UID -> rank/client and step; rank/client and step -> UIDs) for every UID and
+step.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""The web UI in a real headless Chromium (Debian's, driven by playwright) against a real ``datamill serve``.
+"""The web UI in a real headless Chromium (Debian's, driven by playwright) against a real ``datamill
+serve``.
 
 One server subprocess and one browser for the module; every loop is bounded in count and time; every
-process started here is stopped by pid in a finally. Screenshots of each page go to the tests' tmp folders.
+process started here is stopped by pid in a finally. Screenshots of each page go to the tests' tmp
+folders.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ WIDTHS = (1280, 400)
 
 
 def build_cifar(root: Path) -> Path:
-    """cifar10_tiny as a shardset dataset (as ``datamill.shards.demo`` builds it), images also as paths."""
+    """cifar10_tiny as a shardset dataset (as ``datamill.shards.demo`` builds it), images also as
+    paths."""
     src = DATA / "cifar10_tiny"
     labels = read_table(src / "labels.csv").rename_columns(
         ["uid", "image_path", "label"]
@@ -337,7 +340,8 @@ def test_accessibility_basics_at_two_widths(
             page.wait_for_load_state("load")
             unlabeled = page.eval_on_selector_all(
                 "input:not([type=hidden]), select, textarea",
-                "els => els.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))"
+                "els => els.filter(e => !(e.labels && e.labels.length) && "
+                "!e.getAttribute('aria-label'))"
                 ".map(e => e.outerHTML)",
             )
             assert unlabeled == [], (name, width, unlabeled)

@@ -1,11 +1,11 @@
 """The UI points of issue #26 in Debian's Chromium (playwright) against a real ``datamill serve``.
 
-Run status, lifecycle and filters; confirmations (cancel, rewind with leases held, revoking a key, your
-own twice); a run's history across epochs; the throughput chart after a rewind and a cancel; counters
-after a server restart; statistics (rows vs samples, top-values bars, float32 precision, the HDF5 page);
-samples (UID and row lookup, filter, paging, typed cells, bounds); favicon and config labels; and
-accessibility (labels, tab order, contrast, no overflow at 400 px). One server for the module (restarted
-once, by pid, on the same state); every loop is bounded.
+Run status, lifecycle and filters; confirmations (cancel, rewind with leases held, revoking a key,
+your own twice); a run's history across epochs; the throughput chart after a rewind and a cancel;
+counters after a server restart; statistics (rows vs samples, top-values bars, float32 precision,
+the HDF5 page); samples (UID and row lookup, filter, paging, typed cells, bounds); favicon and
+config labels; and accessibility (labels, tab order, contrast, no overflow at 400 px). One server
+for the module (restarted once, by pid, on the same state); every loop is bounded.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _svg_title(page: Any, scope: str) -> str:
     return str(page.locator(f"{scope} svg.chart title").first.text_content())
 
 
-# ---------------------------------------------------------------------------------------------- iterations
+# --------------------------------------------------------------------------------------- iterations
 def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str, Any]) -> None:
     assert _iterate(srv, "hist", epoch=0) == 10
     assert _iterate(srv, "hist", epoch=1) == 10
@@ -327,7 +327,8 @@ def test_rewind_confirms_while_leases_are_held_and_shows_what_changed(
         sizes = page.eval_on_selector_all(
             "#live svg text",
             """els => els.map(e => {
-            const svg = e.ownerSVGElement; const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+            const svg = e.ownerSVGElement;
+            const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
             return parseFloat(getComputedStyle(e).fontSize) * scale; })""",
         )
         assert sizes and min(sizes) >= 11, (width, min(sizes))
@@ -390,7 +391,7 @@ def test_counters_survive_a_server_restart(browser: Any, srv: dict[str, Any]) ->
     page.context.close()
 
 
-# ---------------------------------------------------------------------------------------------- keys
+# --------------------------------------------------------------------------------------------- keys
 def test_revoking_a_key_asks_and_your_own_key_asks_twice(browser: Any, srv: dict[str, Any]) -> None:
     with Client(srv["url"], srv["admin"]) as c:
         other = c.create_key(role="read", note="to revoke")
@@ -425,7 +426,7 @@ def test_revoking_a_key_asks_and_your_own_key_asks_twice(browser: Any, srv: dict
     page.context.close()
 
 
-# ---------------------------------------------------------------------------------------------- statistics
+# --------------------------------------------------------------------------------------- statistics
 def test_statistics_rows_vs_samples_top_values_precision_and_sources(
     browser: Any, srv: dict[str, Any]
 ) -> None:
@@ -465,7 +466,7 @@ def test_statistics_rows_vs_samples_top_values_precision_and_sources(
     page.context.close()
 
 
-# ---------------------------------------------------------------------------------------------- samples
+# ------------------------------------------------------------------------------------------ samples
 def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[str, Any]) -> None:
     ds = ShardsetDataset(srv["path"])
     uids = ds.uids.to_pylist()
@@ -505,7 +506,8 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     page.fill("#page-no", "3")
     page.click("#jump-form button")
     assert page.locator("#range").inner_text() == "Rows 61 to 90 of 100."
-    # cells by type: images inline, floats rounded, vectors truncated with "show all", missing as missing
+    # cells by type: images inline, floats rounded, vectors truncated with "show all", missing as
+    # missing
     page.goto(base + "?limit=5&col=png&col=score&col=emb&col=caption")
     assert page.locator("#samples td[data-column=png] img").count() == 5
     s0 = page.locator("#samples td[data-column=score]").first.inner_text().strip()
@@ -520,7 +522,8 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     assert (
         page.locator("#samples td[data-column=caption] .missing").count() == 1
     )  # row 4 of the first 5
-    # HDF5 and Parquet: a sample by row; category ids decoded through the vocabulary; large floats grouped
+    # HDF5 and Parquet: a sample by row; category ids decoded through the vocabulary; large floats
+    # grouped
     page.goto(srv["url"] + f"/ui/datasets/{srv['pre']}/samples")
     assert "Sample by row (0 to 299)" in page.locator("#find-form").inner_text()
     page.fill("#find", "123")
@@ -550,7 +553,7 @@ def test_samples_lookup_filter_paging_and_typed_cells(browser: Any, srv: dict[st
     page.context.close()
 
 
-# ---------------------------------------------------------------------------------------------- small, a11y
+# -------------------------------------------------------------------------------------- small, a11y
 def _luminance(rgb: tuple[float, ...]) -> float:
     c = [x / 255 for x in rgb[:3]]
     lin = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
@@ -565,7 +568,8 @@ def _contrast(fg: str, bg: str) -> float:
 
 _COLOURS = """els => els.filter(e => e.offsetParent !== null && e.textContent.trim()).map(e => {
     let bg = 'rgba(0, 0, 0, 0)', n = e;
-    while (n && (bg === 'rgba(0, 0, 0, 0)' || bg === 'transparent')) { bg = getComputedStyle(n).backgroundColor; n = n.parentElement; }
+    while (n && (bg === 'rgba(0, 0, 0, 0)' || bg === 'transparent')) {
+        bg = getComputedStyle(n).backgroundColor; n = n.parentElement; }
     if (bg === 'rgba(0, 0, 0, 0)') bg = 'rgb(255, 255, 255)';
     return [e.tagName + '.' + e.className, getComputedStyle(e).color, bg]; })"""
 
@@ -597,7 +601,8 @@ def test_favicon_tab_order_contrast_and_no_overflow_at_400px(
         assert over <= 0, (name, over)
         unlabeled = page.eval_on_selector_all(
             "input:not([type=hidden]), select, textarea",
-            "els => els.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.outerHTML)",
+            "els => els.filter(e => !(e.labels && e.labels.length) && "
+            "!e.getAttribute('aria-label')).map(e => e.outerHTML)",
         )
         assert unlabeled == [], (name, unlabeled)
         assert (

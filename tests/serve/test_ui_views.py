@@ -1,4 +1,5 @@
-"""The web UI's pages and JSON views in process (FastAPI TestClient): kinds, metadata, errors, auth, CSRF."""
+"""The web UI's pages and JSON views in process (FastAPI TestClient): kinds, metadata, errors, auth,
+CSRF."""
 
 from __future__ import annotations
 

@@ -312,7 +312,8 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_stale_object_add_keeps_other_shardsets(seed_ds: ShardsetDataset) -> None:
-    """Regression: an add through an old ShardsetDataset object must not drop a shardset added since."""
+    """Regression: an add through an old ShardsetDataset object must not drop a shardset added
+    since."""
     stale = ShardsetDataset(seed_ds.loc)
     seed_ds.add("s3", pa.table({"uid": [5], "c": [1]}), route=True)
     ds = stale.add("s4", pa.table({"uid": [6], "d": [2]}), route=True)

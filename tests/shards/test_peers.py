@@ -1,4 +1,5 @@
-"""Import from the peers' formats (fixtures written by the peers' own libraries): every sample once, equal bytes."""
+"""Import from the peers' formats (fixtures written by the peers' own libraries): every sample once,
+equal bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shardset datasets on S3 (the session's SeaweedFS on loopback): write, read through the cache, CLI, errors."""
+"""Shardset datasets on S3 (the session's SeaweedFS on loopback): write, read through the cache,
+CLI, errors."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _labels() -> pa.Table:
 def store(
     seaweed: tuple[str, str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[pafs.S3FileSystem, ShardsetDataset]]:
-    """Bucket ``shards`` on the server (keys in the AWS_* variables); a local twin dataset to compare with."""
+    """Bucket ``shards`` on the server (keys in the AWS_* variables); a local twin dataset to
+    compare with."""
     endpoint, key, secret = seaweed
     fs = s3_filesystem(
         endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
@@ -147,7 +149,8 @@ def test_cache_bound_and_no_corrupt_copy_is_used(
         and ds.remote.cache.stats()["rejected"] == 1
     )
 
-    # an object replaced behind the manifest's back (same rows, other bytes): the checksum refuses it
+    # an object replaced behind the manifest's back (same rows, other bytes): the checksum refuses
+    # it
     bad = ShardsetDataset.create(
         "s3://shards/tampered", _table(), uid="uid", shardset="base", shard_size=80
     )
@@ -373,8 +376,8 @@ def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """S3 has no rename: an overwrite uploads the new dataset whole to a fresh ``.gen-<hex>`` folder,
-    switches with one PUT of ``dataset.json`` and then deletes the old objects."""
+    """S3 has no rename: an overwrite uploads the new dataset whole to a fresh ``.gen-<hex>``
+    folder, switches with one PUT of ``dataset.json`` and then deletes the old objects."""
     from datamill.shards.check import check_dataset
 
     fs, _ = store
@@ -481,9 +484,9 @@ def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_
 def test_kill_9_between_upload_and_switch_keeps_the_previous_dataset(
     store: tuple[pafs.S3FileSystem, ShardsetDataset], tmp_path: Path
 ) -> None:
-    """``datamill shards create --overwrite`` killed (SIGKILL) after the new generation is uploaded and
-    before ``dataset.json`` switches: the previous dataset is intact; the next overwrite succeeds and
-    leaves only the new dataset."""
+    """``datamill shards create --overwrite`` killed (SIGKILL) after the new generation is uploaded
+    and before ``dataset.json`` switches: the previous dataset is intact; the next overwrite
+    succeeds and leaves only the new dataset."""
     import os
     import signal
     import subprocess

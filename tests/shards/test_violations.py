@@ -1,4 +1,5 @@
-"""Every constraint violation is caught by ``add`` (raised) and by ``check`` (listed), with location."""
+"""Every constraint violation is caught by ``add`` (raised) and by ``check`` (listed), with
+location."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ShardsetWriter (worker processes, commit, discard), describe(), check_report(), read_shard arguments."""
+"""ShardsetWriter (worker processes, commit, discard), describe(), check_report(), read_shard
+arguments."""
 
 from __future__ import annotations
 
@@ -230,7 +231,8 @@ def test_read_shard_checks_its_arguments_like_every_source(tmp_path: Path) -> No
 
 
 def _imports(path: Path) -> set[str]:
-    """Every module a file imports, top-level or inside functions (``from a import b`` counts a and a.b)."""
+    """Every module a file imports, top-level or inside functions (``from a import b`` counts a and
+    a.b)."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):

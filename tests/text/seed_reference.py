@@ -1,4 +1,5 @@
-"""The seed's pure-Python LM batch functions (d2l), with the random draws injected so they can be compared."""
+"""The seed's pure-Python LM batch functions (d2l), with the random draws injected so they can be
+compared."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Iterator, Sequence
 def seq_data_iter_random(
     corpus: Sequence[int], batch_size: int, num_steps: int, *, offset: int, order: Sequence[int]
 ) -> Iterator[tuple[list[list[int]], list[list[int]]]]:
-    """d2l ``seq_data_iter_random`` with ``random.randint`` -> ``offset`` and ``random.shuffle`` -> ``order``."""
+    """d2l ``seq_data_iter_random`` with ``random.randint`` -> ``offset`` and ``random.shuffle`` ->
+    ``order``."""
     corpus = list(corpus)[offset:]
     num_subseqs = (len(corpus) - 1) // num_steps
     initial_indices = list(range(0, num_subseqs * num_steps, num_steps))

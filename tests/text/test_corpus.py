@@ -1,4 +1,5 @@
-"""Corpora: the seed's Time Machine figures, PTB, vocab options, round trips, files, CLI, Source, errors."""
+"""Corpora: the seed's Time Machine figures, PTB, vocab options, round trips, files, CLI, Source,
+errors."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_timemachine_seed_normalisation_178605_chars_44_distinct(data_dir: Path)
 
 
 def test_timemachine_d2l_letters_only_gives_28(data_dir: Path) -> None:
-    # the other d2l version: re.sub('[^A-Za-z]+', ' ', line).strip().lower() -> 26 letters + space (+ <unk>)
+    # the other d2l version: re.sub('[^A-Za-z]+', ' ', line).strip().lower() -> 26 letters + space
+    # (+ <unk>)
     lines = [
         re.sub("[^A-Za-z]+", " ", x).strip().lower()
         for x in (data_dir / "timemachine.txt").read_text(encoding="utf-8").splitlines()

@@ -42,7 +42,8 @@ def test_space_punct_matches_ludwig_regex_on_ascii(xs: list[str]) -> None:
 
 
 # Arrow lower-cases with utf8proc's Unicode tables, which differ from Python's for some recent
-# characters (e.g. U+1DF68) and has no special casing (U+0130, final sigma U+03A3 in Python); compare on Latin/Greek/Cyrillic plus every whitespace character
+# characters (e.g. U+1DF68) and has no special casing (U+0130, final sigma U+03A3 in Python);
+# compare on Latin/Greek/Cyrillic plus every whitespace character
 bmp_texts = st.lists(
     st.one_of(
         st.none(),

@@ -1,9 +1,9 @@
 """numpy <-> Arrow without ``pa.array`` or ``to_numpy``: what a hot path needs, from buffers.
 
 ``pa.array`` (and ``pa.scalar``) check their argument against pandas types, which imports pandas
-(about 0.5 s) the first time in a process, even for a numpy array (``Array.to_numpy`` too); a command that never touches
-pandas (``datamill bert``) should not pay for it. These build the same arrays from buffers,
-zero-copy for contiguous numpy arrays (booleans are bit-packed).
+(about 0.5 s) the first time in a process, even for a numpy array (``Array.to_numpy`` too); a
+command that never touches pandas (``datamill bert``) should not pay for it. These build the same
+arrays from buffers, zero-copy for contiguous numpy arrays (booleans are bit-packed).
 
 Examples:
     >>> import numpy as np

@@ -1,5 +1,5 @@
-r"""ASCII text kernels, written once: byte tables, the ``str.split()`` splitter, byte-class token spans,
-and distinct tokens of a byte buffer without building strings.
+r"""ASCII text kernels, written once: byte tables, the ``str.split()`` splitter, byte-class token
+spans, and distinct tokens of a byte buffer without building strings.
 
 Byte tables (256 entries, indexed by byte): :data:`ASCII_LOWER` (byte -> lower-cased byte),
 :data:`ASCII_WHITESPACE` (exactly the ASCII bytes ``str.split()`` and ``utf8_split_whitespace``
@@ -50,7 +50,8 @@ ASCII_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 ASCII_WHITESPACE.flags.writeable = False
 
 ASCII_WORD = np.zeros(256, dtype=bool)
-r"""Word bytes ``[0-9A-Za-z_]`` (regex ``\w`` on ASCII): the runs the ``space_punct`` tokenizer keeps whole."""
+r"""Word bytes ``[0-9A-Za-z_]`` (regex ``\w`` on ASCII): the runs the ``space_punct`` tokenizer
+keeps whole."""
 ASCII_WORD[[ord(c) for c in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"]] = (
     True
 )
@@ -65,7 +66,9 @@ _U64 = np.dtype("<u8")
 _SHIFT = np.array([64 - 8 * r for r in range(9)] + [64], np.uint8)
 
 
-# long (69 lines, 19 of docstring): one vectorised kernel: tokens keyed by their bytes as uint64 words, the short (<= 8 bytes) and then the long ones dictionary-encoded; the intermediate arrays feed each other and are freed as it goes
+# long (69 lines, 19 of docstring): one vectorised kernel: tokens keyed by their bytes as uint64
+# words, the short (<= 8 bytes) and then the long ones dictionary-encoded; the intermediate arrays
+# feed each other and are freed as it goes
 def token_dictionary(
     data: NDArray[np.uint8], starts: NDArray[np.int64], lengths: NDArray[np.int64]
 ) -> tuple[pa.Array, NDArray[np.int32]] | None:
@@ -173,8 +176,8 @@ def ascii_char_codes(
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.uint8]]:
     """Raw character codes + line offsets of ASCII text, and the code -> normalised code table.
 
-    The normalisation (lower-casing; whitespace -> ``" "``) is not applied to the codes: it is folded
-    into the count and id tables (256 entries), which saves two passes over the text.
+    The normalisation (lower-casing; whitespace -> ``" "``) is not applied to the codes: it is
+    folded into the count and id tables (256 entries), which saves two passes over the text.
     ``one_document=True``: the seed's ``' '.join(' '.join(lines).split())``; otherwise one line per
     document without its ``\n`` (and one ``\r``), whitespace kept.
     """
@@ -208,7 +211,8 @@ def ascii_char_codes(
 
 
 def ascii_words(data: bytes, *, lowercase: bool) -> tuple[pa.DictionaryArray, NDArray[np.int64]]:
-    """``str.split()`` words of every line of ASCII text, dictionary-encoded, and the line offsets (numpy)."""
+    """``str.split()`` words of every line of ASCII text, dictionary-encoded, and the line offsets
+    (numpy)."""
     b = np.frombuffer(data, np.uint8)
     if lowercase:
         b = ASCII_LOWER[b]

@@ -3,9 +3,9 @@
 Every constructor and CLI option that takes a count, a size or a probability checks it here, so a
 limit and its message are written in one place. :func:`check_int` and :func:`check_float` raise
 :class:`~datamill.core.errors.ConfigError` (a ``ValueError``) naming the parameter, the range and
-the value given. A :class:`Limit` holds one parameter's range and serves both sides: ``limit(value)``
-checks an argument of the Python API, ``limit.arg`` is the argparse ``type=`` of the matching CLI
-option (a bad value is argparse's one ``error:`` line, exit 2).
+the value given. A :class:`Limit` holds one parameter's range and serves both sides:
+``limit(value)`` checks an argument of the Python API, ``limit.arg`` is the argparse ``type=`` of
+the matching CLI option (a bad value is argparse's one ``error:`` line, exit 2).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def check_int(
         low: the smallest allowed value. Defaults to ``None`` (no bound).
         high: the largest allowed value. Defaults to :data:`MAX_COUNT`.
         hint: how to fix it. Defaults to ``None``.
-        error: the class raised. Defaults to :class:`ConfigError` (a resume state's field: ``ResumeStateError``).
+        error: the class raised. Defaults to :class:`ConfigError` (a resume state's field:
+            ``ResumeStateError``).
 
     Raises:
         ConfigError: not an integer, or out of range.
@@ -107,7 +108,8 @@ def check_float(
     high_open: bool = False,
     hint: str | None = None,
 ) -> float:
-    """Return ``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``low_open``).
+    """Return ``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with
+    ``low_open``).
 
     NaN and infinities are refused whatever the bounds.
 
@@ -122,7 +124,10 @@ def check_float(
         ...
         datamill.core.errors.ConfigError: weight must be a finite number >= 0, got nan
     """
-    what = f"{name} must be a finite number {_range_text(low, high, low_open=low_open, high_open=high_open)}, got {value!r}"
+    what = (
+        f"{name} must be a finite number "
+        f"{_range_text(low, high, low_open=low_open, high_open=high_open)}, got {value!r}"
+    )
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(what, hint=hint)
     v = float(value)
@@ -241,16 +246,18 @@ SHARD_SIZE = Limit("shard_size", low=1)
 
 
 def check_path(path: Any, *, name: str = "path") -> str:
-    """Return ``path`` as a string when the operating system can take it: no NUL byte, names and whole
-    path within the system's limits (so a command fails here with the path named, not deep in a library).
+    """Return ``path`` as a string when the operating system can take it: no NUL byte, names and
+    whole path within the system's limits (so a command fails here with the path named, not deep in
+    a library).
 
     Examples:
         >>> check_path("out/data.parquet")
         'out/data.parquet'
-        >>> check_path("a" * 300)
+        >>> check_path("a" * 300)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...(300 characters): a name in the path is longer than 255 bytes
+        datamill.core.errors.ConfigError: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...(300 characters): a name
+        in the path is longer than 255 bytes
     """
     import os
 

@@ -1,8 +1,9 @@
-"""Handlers one CLI command lends another (``datamill iterate --url`` runs the serve extra's ``iterate``).
+"""Handlers one CLI command lends another (``datamill iterate --url`` runs the serve extra's
+``iterate``).
 
 A command module registers a handler while it registers its subcommands (``datamill.cli`` imports
-every module of its ``COMMAND_MODULES`` registry before dispatching), and another command calls it by
-name, so no command module imports another one.
+every module of its ``COMMAND_MODULES`` registry before dispatching), and another command calls it
+by name, so no command module imports another one.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ def command_handler(name: str, *, hint: str) -> Callable[..., Any]:
         ConfigError: none is (its command module is not installed), with ``hint``.
 
     Examples:
-        >>> command_handler("nothing-here", hint="install it")
+        >>> command_handler("nothing-here", hint="install it")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: no handler for 'nothing-here' (its command is not available)
+        datamill.core.errors.ConfigError: no handler for 'nothing-here' (its command is not
+        available)
           Fix: install it
     """
     if name not in _HANDLERS:

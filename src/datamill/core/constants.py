@@ -22,7 +22,8 @@ __all__ = [
 ]
 
 VERSION = "0.1.0"
-"""datamill's version (``datamill.__version__``; modules import it from here, not from the package)."""
+"""datamill's version (``datamill.__version__``; modules import it from here, not from the
+package)."""
 
 PAD = "<PAD>"
 UNK = "<UNK>"

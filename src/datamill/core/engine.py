@@ -1,4 +1,5 @@
-"""Where the scale-out engines register the jobs they run (``register_engine("ray", preprocess=...)``).
+"""Where the scale-out engines register the jobs they run (``register_engine("ray",
+preprocess=...)``).
 
 An engine package registers its jobs when imported; :mod:`datamill.engines` maps an engine name to
 the module that registers it and imports that module on first use, so the packages that offer an

@@ -69,7 +69,9 @@ class DatamillError(Exception):
         hint: how to fix it; printed on a second line. Defaults to ``None``.
 
     Examples:
-        >>> err = DataFileError("expected a number, got 'n/a'", path="train.csv", line=3, column="age")
+        >>> err = DataFileError(
+        ...     "expected a number, got 'n/a'", path="train.csv", line=3, column="age"
+        ... )
         >>> str(err)
         'train.csv, line 3, column "age": expected a number, got \\'n/a\\''
         >>> isinstance(err, ValueError), err.line

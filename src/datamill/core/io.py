@@ -181,7 +181,8 @@ def detect_format(source: PathLike, fmt: str | None = None) -> str:
     suffix = Path(member or path.name).suffix.lower()
     if suffix not in _FORMATS:
         raise DataFileError(
-            f"cannot tell the format from the suffix {suffix!r}; expected one of {sorted(_FORMATS)}",
+            f"cannot tell the format from the suffix {suffix!r}; expected one of "
+            f"{sorted(_FORMATS)}",
             path=display_name(source),
         )
     return _FORMATS[suffix]
@@ -189,7 +190,8 @@ def detect_format(source: PathLike, fmt: str | None = None) -> str:
 
 _ROW_RE = re.compile(r"Row #(\d+)")
 _MISSING_COLUMN_RE = re.compile(
-    r"Column '(?P<a>[^']*)' in include_columns does not exist|No match for FieldRef\.Name\((?P<b>[^)]*)\)"
+    r"Column '(?P<a>[^']*)' in include_columns does not exist|No match for "
+    r"FieldRef\.Name\((?P<b>[^)]*)\)"
 )
 _JSON_CHANGED_RE = re.compile(
     r"Column\(/(?P<column>[^)]*)\) changed from (?P<was>\w+) to (?P<now>\w+) in row (?P<row>\d+)"
@@ -238,7 +240,8 @@ def csv_options(
 
 
 def _bad_field_count_line(data: bytes, fmt: str) -> int | None:
-    """Line (1-based) of the first CSV record whose field count differs from the header's (error path only)."""
+    """Line (1-based) of the first CSV record whose field count differs from the header's (error
+    path only)."""
     import csv
 
     reader = csv.reader(
@@ -271,7 +274,8 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
             path=name,
             line=line,
             column=column,
-            hint="give the column one type in every line (quote numbers as strings, or fix the value)",
+            hint="give the column one type in every line (quote numbers as strings, or fix the "
+            "value)",
         )
     if m:
         line = int(m.group(1))
@@ -290,7 +294,8 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
     return DataFileError(f"cannot parse as {fmt.upper()}: {msg}", path=name, line=line)
 
 
-# long (65 lines, 22 of docstring): one read with its error translation: the format dispatch (CSV/TSV, Parquet, JSON lines) and the located errors of each
+# long (65 lines, 22 of docstring): one read with its error translation: the format dispatch
+# (CSV/TSV, Parquet, JSON lines) and the located errors of each
 def read_table(
     source: PathLike,
     *,

@@ -1,4 +1,5 @@
-"""The ``memory://`` scheme of :mod:`datamill.core.storage`, for tests: one in-memory filesystem per process.
+"""The ``memory://`` scheme of :mod:`datamill.core.storage`, for tests: one in-memory filesystem per
+process.
 
 It behaves as an object store (no local paths: readers download through the shard cache, writers
 stage locally and upload), so the storage contract tests run every remote code path without a
@@ -16,7 +17,8 @@ __all__ = ["memory_filesystem", "recognises", "reset_memory"]
 
 
 class _ObjectStoreLike(pafs._MockFileSystem):  # type: ignore[misc]  # pyarrow's in-memory FS has no public name or stubs
-    """Writing ``a/b/c`` makes ``a/b`` as an object store would (pyarrow's mock filesystem wants it first)."""
+    """Writing ``a/b/c`` makes ``a/b`` as an object store would (pyarrow's mock filesystem wants it
+    first)."""
 
     def open_output_stream(self, path: str, *args: Any, **kwargs: Any) -> Any:
         parent = path.rpartition("/")[0]
@@ -50,5 +52,6 @@ def reset_memory() -> None:
 
 
 def recognises(exc: BaseException) -> bool:
-    """The in-memory filesystem raises plain ``FileNotFoundError``/``OSError``: nothing to recognise."""
+    """The in-memory filesystem raises plain ``FileNotFoundError``/``OSError``: nothing to
+    recognise."""
     return False

@@ -66,8 +66,14 @@ class ShardFileCache:
         >>> import tempfile
         >>> remote = Path(tempfile.mkdtemp()); (remote / "a.bin").write_bytes(b"x" * 10)
         10
-        >>> cache = ShardFileCache(pafs.LocalFileSystem(), Path(tempfile.mkdtemp()) / "c", cache_limit=15)
-        >>> len(cache.read(str(remote / "a.bin"))), cache.stats()["downloads"], cache.stats()["hits"]
+        >>> cache = ShardFileCache(
+        ...     pafs.LocalFileSystem(), Path(tempfile.mkdtemp()) / "c", cache_limit=15
+        ... )
+        >>> (
+        ...     len(cache.read(str(remote / "a.bin"))),
+        ...     cache.stats()["downloads"],
+        ...     cache.stats()["hits"],
+        ... )
         (10, 1, 0)
         >>> _ = cache.read(str(remote / "a.bin")); cache.stats()["hits"]
         1
@@ -102,7 +108,8 @@ class ShardFileCache:
         self.downloads = self.hits = self.evictions = self.bytes_fetched = self.rejected = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        # locks stay in this process (spawned DataLoader workers pickle the source); counters restart
+        # locks stay in this process (spawned DataLoader workers pickle the source); counters
+        # restart
         return {
             k: v for k, v in self.__dict__.items() if k not in ("_lock", "_key_locks", "_in_use")
         }
@@ -250,11 +257,14 @@ class ShardFileCache:
 
 
 def default_cache_dir() -> Path:
-    """The shard cache folder used when none is given: ``$DATAMILL_CACHE_DIR`` or ``<tmp>/datamill-shard-cache``.
+    """The shard cache folder used when none is given: ``$DATAMILL_CACHE_DIR`` or
+    ``<tmp>/datamill-shard-cache``.
 
     Examples:
-        >>> default_cache_dir() == Path(os.environ.get("DATAMILL_CACHE_DIR") or tempfile.gettempdir()
-        ...                             + "/datamill-shard-cache")
+        >>> default_cache_dir() == Path(
+        ...     os.environ.get("DATAMILL_CACHE_DIR")
+        ...     or tempfile.gettempdir() + "/datamill-shard-cache"
+        ... )
         True
     """
     env = os.environ.get("DATAMILL_CACHE_DIR")
@@ -262,11 +272,13 @@ def default_cache_dir() -> Path:
 
 
 store_error = storage_error
-"""The located error of a storage failure (:func:`datamill.core.storage.storage_error`; the old name)."""
+"""The located error of a storage failure (:func:`datamill.core.storage.storage_error`; the old
+name)."""
 
 
 class _NamedCache(ShardFileCache):
-    """A cache whose copies keep the remote base name (one folder per remote path) and record the ETag."""
+    """A cache whose copies keep the remote base name (one folder per remote path) and record the
+    ETag."""
 
     def __init__(self, filesystem: pafs.FileSystem, cache_dir: Path, *, etag: str | None) -> None:
         super().__init__(filesystem, cache_dir)
@@ -286,7 +298,8 @@ def fetch_input(
     cache_dir: str | os.PathLike[str] | None = None,
     filesystem: pafs.FileSystem | None = None,
 ) -> Path:
-    """A checked local copy of the object ``url`` (downloaded once; reused while its size, mtime and ETag hold).
+    """A checked local copy of the object ``url`` (downloaded once; reused while its size, mtime and
+    ETag hold).
 
     The copy keeps the object's base name (so outputs named after the input keep the name) and
     lives in ``<cache_dir>/inputs/<hash of the URL>/``.
@@ -294,7 +307,8 @@ def fetch_input(
     Args:
         url: ``s3://bucket/key``.
         cache_dir: the cache folder. Defaults to ``None`` (:func:`default_cache_dir`).
-        filesystem: the filesystem. Defaults to ``None`` (the URL scheme's, :func:`~datamill.core.storage.filesystem_for`).
+        filesystem: the filesystem. Defaults to ``None`` (the URL scheme's,
+            :func:`~datamill.core.storage.filesystem_for`).
 
     Raises:
         DataFileNotFoundError: no such bucket or object. DataFileError: bad credentials, an

@@ -75,7 +75,8 @@ _NO_WRITE = {
     errno.EROFS: "the file system is read-only",
 }
 _NO_WRITE_HINT = (
-    "make the folder writable (check `ls -ld` for permissions, `lsattr -d` for chattr +i, `mount` for "
+    "make the folder writable (check `ls -ld` for permissions, `lsattr -d` for chattr +i, "
+    "`mount` for "
     "a read-only file system), or choose another output path"
 )
 _PATH_ERRORS = {
@@ -115,7 +116,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def as_output_error(exc: BaseException, path: PathLike) -> OutputError | None:
-    """An :class:`OutputError` naming ``path`` when ``exc`` is a full disk / file-size limit, else None.
+    """An :class:`OutputError` naming ``path`` when ``exc`` is a full disk / file-size limit, else
+    None.
 
     Recognises ``ENOSPC``, ``EFBIG`` and ``EDQUOT`` whether they come as an ``OSError`` errno or
     inside an h5py/pyarrow message.
@@ -178,7 +180,9 @@ def as_path_error(exc: BaseException) -> DataFileError | None:
     Examples:
         >>> import errno
         >>> as_path_error(OSError(errno.ENOTDIR, "Not a directory", "notes.txt/out")).one_line()
-        'notes.txt/out: a part of the path is a file, not a folder Fix: choose a path whose folders are folders'
+        ... # doctest: +NORMALIZE_WHITESPACE
+        'notes.txt/out: a part of the path is a file, not a folder Fix: choose a path whose folders
+        are folders'
         >>> as_path_error(ValueError("nope")) is None
         True
     """
@@ -315,8 +319,8 @@ def check_output(
 ) -> Path:
     """Refuse an output path that would destroy something that is not this command's own output.
 
-    Allowed: an absent path, an empty folder, or ``is_own(path)`` (a datamill output of the same kind,
-    recognised by its marker); with ``overwrite=True`` also any other datamill output
+    Allowed: an absent path, an empty folder, or ``is_own(path)`` (a datamill output of the same
+    kind, recognised by its marker); with ``overwrite=True`` also any other datamill output
     (:func:`is_datamill_output`). Refused: an input of the same command (or a folder holding one;
     ``overwrite`` does not change that), a folder holding a shardset dataset's parts, and anything
     else that exists. Returns the path.
@@ -331,13 +335,17 @@ def check_output(
         >>> check_output(d / "new", is_own=lambda p: False) == d / "new"
         True
         >>> check_output(d / "notes.txt", is_own=lambda p: False, what="corpus folder")
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.DataFileError: .../notes.txt: refusing to replace it: it exists and is not a datamill corpus folder...
+        datamill.core.errors.DataFileError: .../notes.txt: refusing to replace it: it exists and is
+        not a datamill corpus folder...
         >>> check_output(d / "notes.txt", is_own=lambda p: True, inputs=[d / "notes.txt"])
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.DataFileError: .../notes.txt: the output would overwrite an input of this command...
+        datamill.core.errors.DataFileError: .../notes.txt: the output would overwrite an input of
+        this command...
     """
     out = Path(path)
     target = out.resolve()
@@ -389,7 +397,8 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed to ``path``.
 
     For writers that need a filename (h5py, pyarrow). On an exception the temporary file is
-    removed and ``path`` is left as it was; a full disk becomes an :class:`OutputError` naming ``path``.
+    removed and ``path`` is left as it was; a full disk becomes an :class:`OutputError` naming
+    ``path``.
     """
     final = Path(path)
     if final.is_dir():
@@ -447,7 +456,8 @@ _renameat2: Any = None
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False when unsupported."""
+    """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False when
+    unsupported."""
     global _renameat2  # a cached libc symbol, not state
     if _renameat2 is None:
         try:
@@ -475,7 +485,8 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _switch_dir(tmp: Path, final: Path) -> None:
-    """Put the finished folder ``tmp`` at ``final``, replacing the old one with no moment without either."""
+    """Put the finished folder ``tmp`` at ``final``, replacing the old one with no moment without
+    either."""
     if not final.exists():
         os.replace(tmp, final)
         return

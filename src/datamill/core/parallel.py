@@ -39,8 +39,8 @@ def ordered_map(
 
     At most ``window`` calls are pending at a time (the consumer drives the pace, so memory stays
     bounded). Items are taken from ``items`` only when they are submitted, so a generator may do
-    per-item preparation (e.g. schedule reads) just in time. An exception raised by ``fn`` propagates
-    at its item's turn; the items after it are not started.
+    per-item preparation (e.g. schedule reads) just in time. An exception raised by ``fn``
+    propagates at its item's turn; the items after it are not started.
 
     Args:
         fn: the function; thread-safe (or picklable, with a process pool).
@@ -50,7 +50,8 @@ def ordered_map(
         pool: an existing executor (threads or processes) to submit to. Defaults to ``None``.
         window: most calls in flight. Defaults to ``None`` (``threads``, or the pool's workers).
         trim_memory: give freed memory back to the OS after each result (worker threads' glibc
-            arenas keep freed blocks otherwise: +15% peak RSS on preprocessing). Defaults to ``False``.
+            arenas keep freed blocks otherwise: +15% peak RSS on preprocessing). Defaults to
+            ``False``.
 
     Returns:
         An iterator over ``fn(item)`` in the order of ``items``.
@@ -69,8 +70,8 @@ def ordered_map(
                 fn, items, pool=own, window=window or threads, trim_memory=trim_memory
             )
         except GeneratorExit:
-            # An abandoned iterator is closed by the garbage collector, in whatever thread it runs in
-            # (even one that is starting and holds threading's locks): joining the workers there
+            # An abandoned iterator is closed by the garbage collector, in whatever thread it runs
+            # in (even one that is starting and holds threading's locks): joining the workers there
             # deadlocks, so they are only told to stop; the call in flight finishes on its own.
             own.shutdown(wait=False, cancel_futures=True)
             raise
@@ -107,7 +108,10 @@ def die_with_parent(*, poll_seconds: float = 1.0) -> None:
 
     Examples:
         >>> import multiprocessing as mp
-        >>> p = mp.get_context("fork").Process(target=die_with_parent); p.start(); p.join(); p.exitcode
+        >>> p = mp.get_context("fork").Process(target=die_with_parent)
+        >>> p.start()
+        >>> p.join()
+        >>> p.exitcode
         0
     """
     parent = os.getppid()

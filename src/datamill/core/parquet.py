@@ -1,4 +1,5 @@
-"""``ParquetSource``: a Parquet file, or a folder of them, as a :class:`~datamill.core.source.Source`.
+"""``ParquetSource``: a Parquet file, or a folder of them, as a
+:class:`~datamill.core.source.Source`.
 
 Shards are row groups (default) or whole files. BERT and word2vec samples and shardset shards are
 Parquet; any table written with pyarrow reads through it.
@@ -41,7 +42,8 @@ class ParquetSource:
 
     Args:
         path: a ``.parquet`` file or a folder.
-        shard_by: ``"row_group"`` (each row group a shard) or ``"file"``. Defaults to ``"row_group"``.
+        shard_by: ``"row_group"`` (each row group a shard) or ``"file"``. Defaults to
+            ``"row_group"``.
 
     Raises:
         DataFileNotFoundError: the path (or any Parquet file in the folder) does not exist.
@@ -129,7 +131,10 @@ class ParquetSource:
         )
 
     def __repr__(self) -> str:
-        return f"ParquetSource({os.fspath(self.path)!r}, shards={self.num_shards}, rows={int(self.shard_sizes().sum())})"
+        return (
+            f"ParquetSource({os.fspath(self.path)!r}, shards={self.num_shards}, "
+            f"rows={int(self.shard_sizes().sum())})"
+        )
 
 
 register_source(

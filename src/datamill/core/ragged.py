@@ -73,7 +73,8 @@ def ranges(
 def csr_from_arrays(
     rows: Sequence[NDArray[Any]] | Sequence[Sequence[Any]], *, dtype: DTypeLike = np.int32
 ) -> tuple[NDArray[Any], NDArray[np.int64]]:
-    """Per-row arrays (or lists) -> ``(values, offsets)``: one concatenation, ``values`` in ``dtype``.
+    """Per-row arrays (or lists) -> ``(values, offsets)``: one concatenation, ``values`` in
+    ``dtype``.
 
     Examples:
         >>> v, o = csr_from_arrays([[4, 5], [], [6]])
@@ -89,7 +90,8 @@ def csr_from_arrays(
 def encodings_to_csr(
     encodings: Sequence[Any], *, dtype: DTypeLike = np.int32
 ) -> tuple[NDArray[Any], NDArray[np.int64]]:
-    """Tokenizer encodings (objects with ``.ids``, e.g. ``tokenizers.Encoding``) -> ``(ids, offsets)``.
+    """Tokenizer encodings (objects with ``.ids``, e.g. ``tokenizers.Encoding``) -> ``(ids,
+    offsets)``.
 
     One C conversion per encoding (``np.asarray(e.ids)``), then one concatenation.
 
@@ -108,7 +110,9 @@ def concat_csr(
     """Consecutive CSR parts (each with offsets from 0) -> one ``(values, offsets)``.
 
     Examples:
-        >>> v, o = concat_csr([(np.array([1, 2]), np.array([0, 2])), (np.array([3]), np.array([0, 0, 1]))])
+        >>> v, o = concat_csr(
+        ...     [(np.array([1, 2]), np.array([0, 2])), (np.array([3]), np.array([0, 0, 1]))]
+        ... )
         >>> v.tolist(), o.tolist()
         ([1, 2, 3], [0, 2, 2, 3])
     """
@@ -120,7 +124,8 @@ def concat_csr(
 
 
 def csr_from_arrow(arr: pa.Array | pa.ChunkedArray) -> tuple[NDArray[Any], NDArray[np.int64]]:
-    """A pyarrow list (or large list) array -> ``(values, offsets from 0)``, zero-copy where arrow allows.
+    """A pyarrow list (or large list) array -> ``(values, offsets from 0)``, zero-copy where arrow
+    allows.
 
     Slices are honoured; a null row is an empty row.
 
@@ -151,7 +156,8 @@ def pad(
     dtype: DTypeLike | None = None,
     side: Literal["right", "left"] = "right",
 ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
-    """CSR rows -> a ``(rows, width, *values.shape[1:])`` array padded with ``fill``, and the mask of real cells.
+    """CSR rows -> a ``(rows, width, *values.shape[1:])`` array padded with ``fill``, and the mask
+    of real cells.
 
     Args:
         values: the flat values (1-D, or N-D: each row holds sub-arrays of ``values.shape[1:]``).
@@ -206,7 +212,11 @@ def smallest_int_dtype(
         ValueError: ``max_value`` does not fit the last dtype of the ladder, or is negative.
 
     Examples:
-        >>> smallest_int_dtype(127).name, smallest_int_dtype(128).name, smallest_int_dtype(255, signed=False).name
+        >>> (
+        ...     smallest_int_dtype(127).name,
+        ...     smallest_int_dtype(128).name,
+        ...     smallest_int_dtype(255, signed=False).name,
+        ... )
         ('int8', 'int16', 'uint8')
         >>> smallest_int_dtype(70_000, dtypes=(np.uint16, np.int32)).name
         'int32'

@@ -30,7 +30,9 @@ def rng_for(seed: int, *keys: int | str) -> np.random.Generator:
         A fresh :class:`numpy.random.Generator`; the same arguments give the same stream.
 
     Examples:
-        >>> int(rng_for(0, "shuffle", 3).integers(1000)) == int(rng_for(0, "shuffle", 3).integers(1000))
+        >>> int(rng_for(0, "shuffle", 3).integers(1000)) == int(
+        ...     rng_for(0, "shuffle", 3).integers(1000)
+        ... )
         True
     """
     check_int(seed, name="seed", low=None, high=None)

@@ -1,4 +1,5 @@
-"""The ``s3://`` scheme of :mod:`datamill.core.storage`: pyarrow's S3 filesystem and its error hints.
+"""The ``s3://`` scheme of :mod:`datamill.core.storage`: pyarrow's S3 filesystem and its error
+hints.
 
 Everything datamill knows about S3 is here: how the filesystem is built (arguments or the usual
 ``AWS_*`` variables), which of its failures mean what, and how to fix each.
@@ -81,5 +82,6 @@ HINTS = (
 
 
 def recognises(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failure of pyarrow's S3 client (its messages start with ``AWS Error``)."""
+    """Whether ``exc`` is a failure of pyarrow's S3 client (its messages start with ``AWS
+    Error``)."""
     return isinstance(exc, OSError) and "AWS Error" in str(exc)

@@ -68,7 +68,8 @@ class Source(Protocol):
         ...
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-        """Shard ``index`` with the chosen columns (all when ``None``), exactly ``shard_sizes()[index]`` rows."""
+        """Shard ``index`` with the chosen columns (all when ``None``), exactly
+        ``shard_sizes()[index]`` rows."""
         ...
 
     def fingerprint(self) -> str:
@@ -128,7 +129,8 @@ def check_read_args(
 
 
 class FixedShards:
-    """Fixed-size shard arithmetic: ``num_rows`` rows cut into shards of ``shard_size`` (the last shorter).
+    """Fixed-size shard arithmetic: ``num_rows`` rows cut into shards of ``shard_size`` (the last
+    shorter).
 
     Examples:
         >>> fs = FixedShards(5, 2)
@@ -222,7 +224,8 @@ class TableSource:
 
 @dataclass(frozen=True)
 class SourceEntry:
-    """How one format is recognised (``marker(path) -> bool``) and opened (``opener(path) -> Source``)."""
+    """How one format is recognised (``marker(path) -> bool``) and opened (``opener(path) ->
+    Source``)."""
 
     name: str
     marker: Callable[[Path], bool]
@@ -245,7 +248,9 @@ def register_source(
     Re-registering a name replaces the entry (modules may be reloaded).
 
     Examples:
-        >>> register_source("doc-example", marker=lambda p: p.suffix == ".never", opener=lambda p: None)
+        >>> register_source(
+        ...     "doc-example", marker=lambda p: p.suffix == ".never", opener=lambda p: None
+        ... )
         >>> "doc-example" in registered_sources()
         True
         >>> _ = _REGISTRY.pop("doc-example")

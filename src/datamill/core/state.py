@@ -61,14 +61,17 @@ def validate_state(state: Any, spec: StateSpec, /) -> dict[str, Any]:
 
     Examples:
         >>> spec = StateSpec("demo/1", fields=("format", "epoch"), counters=("epoch",))
-        >>> validate_state({"format": "demo/2", "epoch": 0}, spec)
+        >>> validate_state({"format": "demo/2", "epoch": 0}, spec)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ResumeStateError: resume state has format 'demo/2', expected 'demo/1'...
+        datamill.core.errors.ResumeStateError: resume state has format 'demo/2', expected
+        'demo/1'...
         >>> validate_state({"format": "demo/1", "epoch": -1}, spec)
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ResumeStateError: resume state field 'epoch' must be an int >= 0, got -1
+        datamill.core.errors.ResumeStateError: resume state field 'epoch' must be an int >= 0, got
+        -1
     """
     if not isinstance(state, Mapping):
         if spec.producer is not None:
@@ -99,7 +102,8 @@ def check_resume_compat(
     fields: Sequence[str],
     allow_mismatch: Iterable[str] = (),
     what: str = "this loader",
-    hint: str = "resume with the same dataset and order settings, or pass allow_mismatch=[...] to accept them",
+    hint: str = "resume with the same dataset and order settings, or pass allow_mismatch=[...] to "
+    "accept them",
 ) -> None:
     """Compare ``saved[f]`` with ``current[f]`` for every field; one error listing every mismatch.
 
@@ -118,9 +122,11 @@ def check_resume_compat(
     Examples:
         >>> check_resume_compat({"a": 1, "b": 2}, {"a": 1, "b": 2}, fields=["a", "b"])
         >>> check_resume_compat({"a": 1, "b": 2}, {"a": 3, "b": 4}, fields=["a", "b"])
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ResumeStateError: resume state does not fit this loader: a: saved 1, now 3; b: saved 2, now 4...
+        datamill.core.errors.ResumeStateError: resume state does not fit this loader: a: saved 1,
+        now 3; b: saved 2, now 4...
         >>> check_resume_compat({"a": 1}, {"a": 3}, fields=["a"], allow_mismatch=["a"])
     """
     for side, value in (("saved", saved), ("current", current)):

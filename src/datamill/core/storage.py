@@ -112,10 +112,11 @@ def scheme_of(url: str | os.PathLike[str]) -> Scheme:
     Examples:
         >>> scheme_of("s3://b/k").name, scheme_of("/tmp/x").name, scheme_of("file:///tmp/x").name
         ('s3', 'file', 'file')
-        >>> scheme_of("gs://b/k")
+        >>> scheme_of("gs://b/k")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: unknown storage scheme 'gs://' in 'gs://b/k'; datamill reads file://, s3://, memory://
+        datamill.core.errors.ConfigError: unknown storage scheme 'gs://' in 'gs://b/k'; datamill
+        reads file://, s3://, memory://
     """
     text = os.fspath(url)
     if isinstance(text, bytes):  # pragma: no cover - datamill never passes bytes paths
@@ -148,7 +149,8 @@ def is_remote(url: str | os.PathLike[str]) -> bool:
 def filesystem_for(
     url: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
 ) -> tuple[pafs.FileSystem, str]:
-    """The filesystem of ``url`` and the path on it (``s3://bucket/key`` -> ``(S3FileSystem, "bucket/key")``).
+    """The filesystem of ``url`` and the path on it (``s3://bucket/key`` -> ``(S3FileSystem,
+    "bucket/key")``).
 
     Args:
         url: a local path, ``file://``, ``s3://`` or ``memory://`` URL.
@@ -238,12 +240,14 @@ def storage_error(exc: BaseException, url: str) -> DatamillError:
 
 
 def recognised_error(exc: BaseException) -> Scheme | None:
-    """The scheme whose library raised ``exc`` (for an error that reached the CLI without a location)."""
+    """The scheme whose library raised ``exc`` (for an error that reached the CLI without a
+    location)."""
     return next((s for s in SCHEMES.values() if s.recognises(exc)), None)
 
 
 def upload(source: str | os.PathLike[str] | bytes, fs: pafs.FileSystem, path: str) -> None:
-    """Write a local file (or bytes) to ``path`` on ``fs``: how every writer publishes a staged output.
+    """Write a local file (or bytes) to ``path`` on ``fs``: how every writer publishes a staged
+    output.
 
     Object stores have no rename, so writers build their output in a local scratch folder and call
     this for each object, the commit marker (``dataset.json``, the Parquet file) last.

@@ -39,7 +39,8 @@ def _construct_mapping(
         line = key_node.start_mark.line + 1
         if first is not None:
             raise ConfigError(
-                f"duplicate key {key!r} on line {line} (first on line {first}); YAML would keep only "
+                f"duplicate key {key!r} on line {line} (first on line {first}); YAML would keep "
+                "only "
                 "the last one",
                 line=line,
                 column=str(key),
@@ -54,15 +55,17 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def load_yaml(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
-    """Parse YAML text; a duplicate key or a syntax error is a :class:`ConfigError` naming file and line.
+    """Parse YAML text; a duplicate key or a syntax error is a :class:`ConfigError` naming file and
+    line.
 
     Examples:
         >>> load_yaml("a: 1\\nb: [2, 3]\\n")
         {'a': 1, 'b': [2, 3]}
-        >>> load_yaml("x:\\n  a: 1\\n  a: 2\\n", path="c.yaml")
+        >>> load_yaml("x:\\n  a: 1\\n  a: 2\\n", path="c.yaml")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: c.yaml, line 3, column "a": duplicate key 'a' on line 3 (first on line 2); ...
+        datamill.core.errors.ConfigError: c.yaml, line 3, column "a": duplicate key 'a' on line 3
+        (first on line 2); ...
     """
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
@@ -83,10 +86,11 @@ def load_json(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
     """Parse JSON text; a key given twice in one object is a :class:`ConfigError`.
 
     Examples:
-        >>> load_json('{"a": 1, "a": 2}', path="c.json")
+        >>> load_json('{"a": 1, "a": 2}', path="c.json")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: c.json, column "a": duplicate key 'a' in one JSON object; ...
+        datamill.core.errors.ConfigError: c.json, column "a": duplicate key 'a' in one JSON object;
+        ...
     """
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:

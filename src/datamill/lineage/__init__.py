@@ -1,4 +1,5 @@
-"""Lineage: trace a run's samples and steps (``datamill trace``; the API is :func:`datamill.loader.trace.trace`)."""
+"""Lineage: trace a run's samples and steps (``datamill trace``; the API is
+:func:`datamill.loader.trace.trace`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``datamill trace RECORD``: which steps read a sample, and which samples a step read (from a run record)."""
+"""``datamill trace RECORD``: which steps read a sample, and which samples a step read (from a run
+record)."""
 
 from __future__ import annotations
 
@@ -118,19 +119,22 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         out["hits"] += [h.as_dict() for h in hits]
         if not args.json:
             print(
-                f"uid {uid!r} (sample {sample}): {len(hits)} batch{'es' if len(hits) != 1 else ''} in epochs "
+                f"uid {uid!r} (sample {sample}): {len(hits)} "
+                f"batch{'es' if len(hits) != 1 else ''} in epochs "
                 f"{tracer.epochs().start}..{tracer.epochs().stop - 1}"
                 if epochs is None
-                else f"uid {uid!r} (sample {sample}): {len(hits)} batch{'es' if len(hits) != 1 else ''} in epoch {args.epoch}"
+                else f"uid {uid!r} (sample {sample}): {len(hits)} "
+                f"batch{'es' if len(hits) != 1 else ''} in epoch {args.epoch}"
             )
             if hits:
                 print(
-                    f"{'epoch':>6} {'rank':>5} {'step':>7} {'global':>8} {'batch':>7} {'position':>8}"
-                    + ("  filter" if filt is not None else "")
+                    f"{'epoch':>6} {'rank':>5} {'step':>7} {'global':>8} {'batch':>7} "
+                    f"{'position':>8}" + ("  filter" if filt is not None else "")
                 )
             for h in hits:
                 print(
-                    f"{h.epoch:>6} {h.rank:>5} {h.step:>7} {h.global_step:>8} {h.batch:>7} {h.position:>8}"
+                    f"{h.epoch:>6} {h.rank:>5} {h.step:>7} {h.global_step:>8} {h.batch:>7} "
+                    f"{h.position:>8}"
                     + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else "")
                     + (f"  client {h.client}" if h.client is not None else "")
                 )
@@ -150,7 +154,8 @@ def _trace_cmd(args: argparse.Namespace) -> int:
             if b.client is not None:
                 print(f"client {b.client}:")
             print(
-                f"epoch {b.epoch}, rank {b.rank}, step {b.step} (global step {b.global_step}; segment {b.segment}, "
+                f"epoch {b.epoch}, rank {b.rank}, step {b.step} (global step {b.global_step}; "
+                f"segment {b.segment}, "
                 f"batch {b.batch}): {len(b.samples)} samples"
                 + (
                     f", {sum(rejected)} rejected by the filter (would have been in the batch)"
@@ -296,7 +301,8 @@ def register_diff(sub: Any) -> None:
         "--tvd",
         type=float,
         default=0.05,
-        help="a category column drifts when the total variation distance exceeds this (default 0.05)",
+        help="a category column drifts when the total variation distance exceeds this (default "
+        "0.05)",
     )
     p.add_argument(
         "--all-stats", action="store_true", help="list every compared column, not only drifted ones"
@@ -313,7 +319,8 @@ def register_diff(sub: Any) -> None:
 
 
 def report_splits(path: Any, *, fail: bool, json_out: bool = False, **options: Any) -> int:
-    """Print the split check of ``path``; with ``fail``, leaking rows raise a DataFileError (exit 2)."""
+    """Print the split check of ``path``; with ``fail``, leaking rows raise a DataFileError (exit
+    2)."""
     from datamill.core.errors import DataFileError
     from datamill.lineage.splits import check_splits
 
@@ -350,7 +357,8 @@ def _check_splits_cmd(args: argparse.Namespace) -> int:
             print(json.dumps(found, indent=2, sort_keys=True, default=str))
         else:
             print(
-                f"{args.path}: {found['groups']:,} groups of UIDs with identical content ({found['rows']:,} samples)"
+                f"{args.path}: {found['groups']:,} groups of UIDs with identical content "
+                f"({found['rows']:,} samples)"
                 + (f", e.g. {found['examples']}" if found["examples"] else "")
             )
         if args.fail and found["groups"]:

@@ -65,7 +65,8 @@ class BuildSummary:
     hashes: dict[str, NDArray[np.uint64]]
     stats: dict[str, dict[str, Any]]
     uid_hash: NDArray[np.uint64] | None = None
-    """:func:`column_hash` of non-integer UIDs (cached with the summary): UIDs are matched by it, then checked."""
+    """:func:`column_hash` of non-integer UIDs (cached with the summary): UIDs are matched by it,
+    then checked."""
 
 
 def _cache_dir() -> Path:
@@ -105,7 +106,9 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
 
     Examples:
         >>> from datamill.core.source import TableSource
-        >>> s = summarize(TableSource(pa.table({"x": [1.0, 2.0, 3.0], "c": ["a", "b", "a"]})), cache=False)
+        >>> s = summarize(
+        ...     TableSource(pa.table({"x": [1.0, 2.0, 3.0], "c": ["a", "b", "a"]})), cache=False
+        ... )
         >>> s.rows, s.stats["x"]["mean"], s.stats["c"]["top"][0]
         (3, 2.0, ['a', 2])
     """
@@ -234,7 +237,8 @@ class DiffReport:
         s, c = self.samples, self.columns
         out = [
             (
-                f"{self.kind}: {self.a} ({self.rows[0]:,} rows) -> {self.b} ({self.rows[1]:,} rows); samples keyed by "
+                f"{self.kind}: {self.a} ({self.rows[0]:,} rows) -> {self.b} ({self.rows[1]:,} "
+                "rows); samples keyed by "
                 f"{self.keyed_by}"
             )
         ]
@@ -257,7 +261,8 @@ class DiffReport:
                 out.append(f"  e.g. {what}: {s['examples'][what]}")
         for name, v in self.vocab.items():
             out.append(
-                f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; +{v['added']:,} -{v['removed']:,} "
+                f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; "
+                f"+{v['added']:,} -{v['removed']:,} "
                 f"ids moved {v['moved']:,}"
                 + "".join(
                     f"; e.g. {k} {v['examples'][k]}"
@@ -268,7 +273,8 @@ class DiffReport:
         drifted = [d for d in self.drift if d["drifted"]]
         out.append(
             f"statistics: {len(self.drift)} columns compared, {len(drifted)} drifted "
-            f"(thresholds: mean {self.thresholds.mean_shift} std, median {self.thresholds.quantile_shift} of "
+            f"(thresholds: mean {self.thresholds.mean_shift} std, median "
+            f"{self.thresholds.quantile_shift} of "
             f"the 5-95% range, total variation {self.thresholds.tvd})"
         )
         for d in self.drift if all_stats else drifted:
@@ -276,12 +282,14 @@ class DiffReport:
             if d["type"] == "number":
                 out.append(
                     f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
-                    f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> {d['b']['std']:.4g}, median "
+                    f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> "
+                    f"{d['b']['std']:.4g}, median "
                     f"{d['a']['q50']:.4g} -> {d['b']['q50']:.4g}"
                 )
             else:
                 out.append(
-                    f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top {d['a']['top'][:3]} -> "
+                    f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top "
+                    f"{d['a']['top'][:3]} -> "
                     f"{d['b']['top'][:3]}"
                 )
         out.append("no differences" if not self.changed else "differences found")
@@ -410,7 +418,8 @@ def _row_hashes(s: BuildSummary, columns: list[str]) -> NDArray[np.uint64]:
 
 
 def _vocab_files(path: Path) -> dict[str, dict[str, Any]]:
-    """Vocabularies found with a build: ``meta.json`` features with ``idx2str`` and ``vocab.json`` files."""
+    """Vocabularies found with a build: ``meta.json`` features with ``idx2str`` and ``vocab.json``
+    files."""
     out: dict[str, dict[str, Any]] = {}
     cands = [
         path.with_suffix(".meta.json"),
@@ -524,7 +533,8 @@ def diff(
     sa_src, sb_src = open_source(a), open_source(b)
     if type(sa_src) is not type(sb_src):
         raise ConfigError(
-            f"{a} is a {type(sa_src).__name__} and {b} a {type(sb_src).__name__}; diff compares two "
+            f"{a} is a {type(sa_src).__name__} and {b} a {type(sb_src).__name__}; diff compares "
+            "two "
             "builds of the same kind",
             path=os.fspath(b),
         )

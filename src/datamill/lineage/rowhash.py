@@ -56,7 +56,8 @@ _LOW_INV = _table(pow(0x100000001B3, -1, 1 << 64), _BLOCK)
 
 
 def _pow_at(k: NDArray[np.int64], *, inverse: bool = False) -> U64:
-    """``M ** k`` (or ``M ** -k``) mod ``2**64`` for each ``k``: two small tables, ``k = q * 4096 + r``."""
+    """``M ** k`` (or ``M ** -k``) mod ``2**64`` for each ``k``: two small tables, ``k = q * 4096 +
+    r``."""
     low = _LOW_INV if inverse else _LOW
     high = _table(
         int(low[-1]) * int(low[1]) % (1 << 64), int(k.max()) // _BLOCK + 1 if len(k) else 1

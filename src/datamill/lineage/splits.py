@@ -46,7 +46,8 @@ __all__ = [
 SPLIT_NAMES = {0: "train", 1: "validation", 2: "test"}
 EXAMPLES = 5
 MAX_PAIRS = 64
-"""Candidate training rows kept per validation/test row and LSH band (a bucket of many equal rows)."""
+"""Candidate training rows kept per validation/test row and LSH band (a bucket of many equal
+rows)."""
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
@@ -94,7 +95,8 @@ def token_ids(column: pa.Array | pa.ChunkedArray, /) -> tuple[I64, I64]:
 
 
 def _shingles(values: I64, offsets: I64, k: int) -> tuple[U64, I64]:
-    """``(hash, row)`` of every ``k`` consecutive tokens of each row (a shorter row: one shingle of all its tokens)."""
+    """``(hash, row)`` of every ``k`` consecutive tokens of each row (a shorter row: one shingle of
+    all its tokens)."""
     n = len(offsets) - 1
     lengths = np.diff(offsets)
     v = values.astype(np.uint64)
@@ -125,7 +127,8 @@ def _shingles(values: I64, offsets: I64, k: int) -> tuple[U64, I64]:
 
 @functools.cache
 def _probes(num_perm: int) -> I64:
-    """Bins probed by an empty bin, attempt after attempt: ``probes[bin, attempt]`` (the same for every row)."""
+    """Bins probed by an empty bin, attempt after attempt: ``probes[bin, attempt]`` (the same for
+    every row)."""
     attempts = 8 * num_perm
     j = np.repeat(np.arange(num_perm, dtype=np.uint64), attempts) * np.uint64(0x9E3779B97F4A7C15)
     a = np.tile(np.arange(1, attempts + 1, dtype=np.uint64), num_perm)
@@ -140,8 +143,8 @@ def minhash(
 
     Each shingle is hashed once (with a salt from ``seed``); the top bits pick one of ``num_perm``
     bins and each row keeps the minimum per bin (``np.minimum.at``: one pass, not one per
-    permutation). An empty bin borrows the value of a bin chosen by a hash of (bin, attempt), the same
-    probes for every row (optimal densification, Shrivastava 2017), so
+    permutation). An empty bin borrows the value of a bin chosen by a hash of (bin, attempt), the
+    same probes for every row (optimal densification, Shrivastava 2017), so
     the share of equal bins of two rows estimates the Jaccard similarity of their shingle sets.
     Empty rows get all-max signatures.
 
@@ -149,7 +152,9 @@ def minhash(
         ConfigError: ``num_perm`` is not a power of two >= 2.
 
     Examples:
-        >>> v, o = token_ids(pa.array(["the cat sat on the mat", "the cat sat on the mat", "a dog"]))
+        >>> v, o = token_ids(
+        ...     pa.array(["the cat sat on the mat", "the cat sat on the mat", "a dog"])
+        ... )
         >>> sig = minhash(v, o, num_perm=16)
         >>> bool((sig[0] == sig[1]).all()), bool((sig[0] == sig[2]).mean() < 0.5)
         (True, True)
@@ -246,7 +251,8 @@ def near_duplicates(
 
 
 def _bands_for(num_perm: int, threshold: float) -> int:
-    """The band count whose LSH S-curve threshold ``(1/b)**(1/r)`` is closest below ``threshold``."""
+    """The band count whose LSH S-curve threshold ``(1/b)**(1/r)`` is closest below
+    ``threshold``."""
     best, err = 1, 9.0
     for b in range(1, num_perm + 1):
         if num_perm % b:
@@ -296,7 +302,8 @@ class SplitReport:
         for feat, per in self.near.items():
             for split, v in per.items():
                 out.append(
-                    f"{split}: {v['rows']:,} rows have a near-duplicate {feat!r} in training (Jaccard >= "
+                    f"{split}: {v['rows']:,} rows have a near-duplicate {feat!r} in training "
+                    "(Jaccard >= "
                     f"{self.settings['threshold']})"
                     + (
                         f", e.g. (row, training row, similarity) {v['examples']}"
@@ -394,9 +401,10 @@ def check_splits(
     Args:
         table_or_path: a preprocessed ``.hdf5`` (its ``meta.json`` names the input features) or a
             table with a split column (0 train, 1 validation, 2 test).
-        columns: the input columns compared exactly. Defaults to ``None`` (the inputs of ``meta.json``,
-            else every column but the split).
-        text_columns: columns checked for near-duplicates. Defaults to ``None`` (text/sequence inputs).
+        columns: the input columns compared exactly. Defaults to ``None`` (the inputs of
+            ``meta.json``, else every column but the split).
+        text_columns: columns checked for near-duplicates. Defaults to ``None`` (text/sequence
+            inputs).
         split_column: the split column. Defaults to ``"split"``.
         threshold: estimated Jaccard similarity of shingle sets that counts as near-duplicate.
             Defaults to ``0.8``.
@@ -408,9 +416,15 @@ def check_splits(
         ConfigError: no split column, or unknown columns.
 
     Examples:
-        >>> t = pa.table({"x": [1, 2, 3, 1], "s": ["a b c d", "e f", "a b c d", "z"], "split": [0, 0, 1, 2]})
+        >>> t = pa.table(
+        ...     {"x": [1, 2, 3, 1], "s": ["a b c d", "e f", "a b c d", "z"], "split": [0, 0, 1, 2]}
+        ... )
         >>> r = check_splits(t, text_columns=["s"])
-        >>> r.exact["validation"]["rows"], r.exact["test"]["rows"], r.near["s"]["validation"]["rows"]
+        >>> (
+        ...     r.exact["validation"]["rows"],
+        ...     r.exact["test"]["rows"],
+        ...     r.near["s"]["validation"]["rows"],
+        ... )
         (0, 0, 1)
     """
     path = "<table>"
@@ -502,7 +516,9 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
 
     Examples:
         >>> from datamill.core.source import TableSource
-        >>> src = TableSource(pa.table({"u": [1, 2, 3, 4], "x": ["a", "b", "a", "a"]}), uid_column="u")
+        >>> src = TableSource(
+        ...     pa.table({"u": [1, 2, 3, 4], "x": ["a", "b", "a", "a"]}), uid_column="u"
+        ... )
         >>> duplicate_uids(src)["groups"], duplicate_uids(src)["examples"]
         (1, [[1, 3, 4]])
     """

@@ -26,7 +26,9 @@ from datamill.loader.order import epoch_order, split_for_rank
 from datamill.loader.service import BatchService
 from datamill.loader.sources import open_source, read_batches
 from datamill.loader.stages import EpochPlan
-from datamill.loader.trace import (  # the function; the module stays datamill.loader.trace in sys.modules
+
+# the function; the module stays datamill.loader.trace in sys.modules
+from datamill.loader.trace import (
     Tracer,
     trace,
 )

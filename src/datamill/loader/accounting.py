@@ -27,7 +27,8 @@ class BatchResult:
     Attributes:
         batch: the batch number within the rank's epoch.
         output: the collated batch, or ``None`` when every sample was dropped.
-        empty: the (empty) batch table when ``output`` is ``None`` (collate it to yield an empty batch).
+        empty: the (empty) batch table when ``output`` is ``None`` (collate it to yield an empty
+            batch).
         read: samples read for the batch (its positions).
         filtered: samples dropped by the filter.
         failed: ``(uid, global index, error)`` of every sample whose filter or transform raised.
@@ -67,17 +68,39 @@ class Accounting:
 
     Examples:
         >>> acc = Accounting(max_errors=1)
-        >>> acc.add(BatchResult(0, None, None, read=4, filtered=1, failed=[("u1", 1, ValueError("x"))], yielded=2))
+        >>> acc.add(
+        ...     BatchResult(
+        ...         0,
+        ...         None,
+        ...         None,
+        ...         read=4,
+        ...         filtered=1,
+        ...         failed=[("u1", 1, ValueError("x"))],
+        ...         yielded=2,
+        ...     )
+        ... )
         >>> acc.as_dict()["read"], acc.failed
         (4, 1)
-        >>> acc.add(BatchResult(1, None, None, read=4, filtered=0, failed=[("u5", 5, ValueError("y"))], yielded=3))
+        >>> acc.add(
+        ...     BatchResult(
+        ...         1,
+        ...         None,
+        ...         None,
+        ...         read=4,
+        ...         filtered=0,
+        ...         failed=[("u5", 5, ValueError("y"))],
+        ...         yielded=3,
+        ...     )
+        ... )  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.DataFileError: uid 'u5': sample 5 failed in filter/transform (ValueError: y); 2 failures ...
+        datamill.core.errors.DataFileError: uid 'u5': sample 5 failed in filter/transform
+        (ValueError: y); 2 failures ...
     """
 
     ERRORS_KEPT: ClassVar[int] = 100
-    """Failures :attr:`errors` describes (``(uid, global index, "Type: message")``); later ones are only counted."""
+    """Failures :attr:`errors` describes (``(uid, global index, "Type: message")``); later ones are
+    only counted."""
 
     max_errors: int | None = 0
     read: int = 0
@@ -98,7 +121,8 @@ class Accounting:
         """Count ``res``.
 
         Raises:
-            DataFileError: a failure beyond ``max_errors`` (``uid`` set, the sample's error chained).
+            DataFileError: a failure beyond ``max_errors`` (``uid`` set, the sample's error
+                chained).
         """
         self.read += res.read
         self.filtered += res.filtered
@@ -119,7 +143,8 @@ class Accounting:
                 ) from exc
 
     def as_dict(self) -> dict[str, int]:
-        """The counts (``read``, ``filtered``, ``failed``, ``yielded``, ``batches``, shard figures)."""
+        """The counts (``read``, ``filtered``, ``failed``, ``yielded``, ``batches``, shard
+        figures)."""
         return {
             "read": self.read,
             "filtered": self.filtered,

@@ -7,8 +7,8 @@ one shuffle window of positions rounded up to whole batches (so memory stays bou
 1. samples of the chunk are grouped by bucket (stable, so the shuffled order within a bucket stays);
 2. each bucket gives ``count // batch_size`` full batches; the rest of every bucket (fewer than a
    batch each) is gathered, by bucket, into mixed batches;
-3. the chunk's batches are shuffled (a generator of ``(seed, epoch, ...)``); the last chunk's partial
-   batch stays last (``drop_last`` drops it, as before).
+3. the chunk's batches are shuffled (a generator of ``(seed, epoch, ...)``); the last chunk's
+   partial batch stays last (``drop_last`` drops it, as before).
 
 It is a permutation of the rank's positions, so every sample is still seen exactly once per epoch,
 and a pure function of (the sequence, the lengths, the settings), so resumption stays exact.
@@ -39,7 +39,9 @@ def sample_lengths(source: Source, column: str, /) -> NDArray[np.int64]:
     Examples:
         >>> import pyarrow as pa
         >>> from datamill.core.source import TableSource
-        >>> sample_lengths(TableSource(pa.table({"t": [[1], [], [2, 3]]}), shard_size=2), "t").tolist()
+        >>> sample_lengths(
+        ...     TableSource(pa.table({"t": [[1], [], [2, 3]]}), shard_size=2), "t"
+        ... ).tolist()
         [1, 0, 2]
     """
     if column not in source.columns:
@@ -77,10 +79,14 @@ def sample_lengths(source: Source, column: str, /) -> NDArray[np.int64]:
 def bucket_boundaries(
     lengths: NDArray[np.int64], /, buckets: int | Sequence[int]
 ) -> NDArray[np.int64]:
-    """Upper-exclusive bucket boundaries: given ones (sorted), or ``buckets`` quantiles of ``lengths``.
+    """Upper-exclusive bucket boundaries: given ones (sorted), or ``buckets`` quantiles of
+    ``lengths``.
 
     Examples:
-        >>> bucket_boundaries(np.arange(100), 4).tolist(), bucket_boundaries(np.arange(9), [64, 8]).tolist()
+        >>> (
+        ...     bucket_boundaries(np.arange(100), 4).tolist(),
+        ...     bucket_boundaries(np.arange(9), [64, 8]).tolist(),
+        ... )
         ([25, 50, 75], [8, 64])
     """
     if isinstance(buckets, bool):
@@ -118,12 +124,18 @@ def bucket_arrange(
         lengths: the length of the sample at each position of the sequence.
         batch_size: samples per batch.
         chunk: positions arranged together (rounded up to whole batches).
-        boundaries: sorted bucket boundaries (bucket of ``x``: ``searchsorted(boundaries, x, "right")``).
+        boundaries: sorted bucket boundaries (bucket of ``x``: ``searchsorted(boundaries, x,
+            "right")``).
         rng: shuffles the batch order within each chunk.
 
     Examples:
-        >>> perm = bucket_arrange(np.array([1, 9, 2, 8, 3, 7]), batch_size=3, chunk=6, boundaries=np.array([5]),
-        ...                       rng=np.random.default_rng(0))
+        >>> perm = bucket_arrange(
+        ...     np.array([1, 9, 2, 8, 3, 7]),
+        ...     batch_size=3,
+        ...     chunk=6,
+        ...     boundaries=np.array([5]),
+        ...     rng=np.random.default_rng(0),
+        ... )
         >>> sorted(sorted(np.array([1, 9, 2, 8, 3, 7])[perm[i:i + 3]].tolist()) for i in (0, 3))
         [[1, 2, 3], [7, 8, 9]]
     """

@@ -1,4 +1,5 @@
-"""The shard cache a :class:`~datamill.loader.service.BatchService` shares between concurrent builds.
+"""The shard cache a :class:`~datamill.loader.service.BatchService` shares between concurrent
+builds.
 
 * :class:`ShardCache` - shards read in a background thread pool, reference-counted by the builds
   that need them. A build *claims* every shard its batches read when it starts, *loads* each one a
@@ -149,7 +150,8 @@ class ShardCache:
                 fut.cancel()
 
     def close(self) -> None:
-        """Drop the kept shards; the pool stops now unless a build is active (it stops with the last one)."""
+        """Drop the kept shards; the pool stops now unless a build is active (it stops with the last
+        one)."""
         with self._lock:
             self._kept.clear()
             pool = self._pool if self._active == 0 else None

@@ -1,5 +1,6 @@
-"""``datamill iterate SOURCE`` (iterate with the Loader, print throughput) and ``datamill plan SOURCE``
-(plan a run without reading data: shard reads, memory, cache traffic, first batch, shuffle quality)."""
+"""``datamill iterate SOURCE`` (iterate with the Loader, print throughput) and ``datamill plan
+SOURCE`` (plan a run without reading data: shard reads, memory, cache traffic, first batch, shuffle
+quality)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _remote(args: argparse.Namespace) -> int:
-    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate`` (its registered handler)."""
+    """``datamill iterate DATASET --url URL``: the same as ``datamill serve iterate`` (its
+    registered handler)."""
     from datamill.core.commands import command_handler
 
     run_iterate = command_handler(
@@ -73,14 +75,16 @@ def _remote(args: argparse.Namespace) -> int:
     )
 
 
-# long (66 lines): the iterate command's three runs (served, record, in-process) and their option checks side by side
+# long (66 lines): the iterate command's three runs (served, record, in-process) and their option
+# checks side by side
 def _cmd(args: argparse.Namespace) -> int:
     if args.url:
         if args.save_record:
             from datamill.core.errors import ConfigError
 
             raise ConfigError(
-                "--save-record works for in-process runs; a served iteration's record is on the server"
+                "--save-record works for in-process runs; a served iteration's record is on the "
+                "server"
             )
         return _remote(args)
     from datamill.core.io import check_output
@@ -125,8 +129,10 @@ def _cmd(args: argparse.Namespace) -> int:
                 break
         s = loader.stats()
         print(
-            f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed {s['failed']:,}, "
-            f"yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s ({s['samples_per_s']:,.0f} samples/s; "
+            f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed "
+            f"{s['failed']:,}, "
+            f"yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s ({s['samples_per_s']:,.0f} "
+            "samples/s; "
             f"first batch after {(s['first_batch_s'] or 0) * 1000:.1f} ms)"
         )
     if shapes:
@@ -165,7 +171,8 @@ def _check_record_output(args: argparse.Namespace) -> None:
 
 
 def _save_record(loader: Any, path: str) -> None:
-    """Write the run record; an existing record (the run this one resumed) is extended, then replaced."""
+    """Write the run record; an existing record (the run this one resumed) is extended, then
+    replaced."""
     from datamill.core.io import atomic_write
 
     previous = json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else None

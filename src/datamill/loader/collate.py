@@ -106,7 +106,8 @@ def collate_torch(batch: pa.Table, *, pin_memory: bool = False) -> dict[str, Any
     """Like :func:`collate_numpy` but numeric arrays become torch tensors (strings stay lists).
 
     Signed integer columns (category/sequence ids: int8/int16/int32) become int64, what
-    ``nn.Embedding`` and the losses take; floats, bools and unsigned bytes (images) keep their dtype.
+    ``nn.Embedding`` and the losses take; floats, bools and unsigned bytes (images) keep their
+    dtype.
 
     ``pin_memory`` pins tensors in page-locked memory when CUDA is available (a no-op on CPU-only).
     """
@@ -133,7 +134,8 @@ def _identity(batch: pa.Table) -> pa.Table:
 def resolve_collate(
     collate: str | Callable[[pa.Table], Any], *, pin_memory: bool = False
 ) -> Callable[[pa.Table], Any]:
-    """``"numpy"`` / ``"torch"`` / ``"arrow"`` (the table itself) / a callable -> the collate function."""
+    """``"numpy"`` / ``"torch"`` / ``"arrow"`` (the table itself) / a callable -> the collate
+    function."""
     if callable(collate):
         return collate
     if collate == "numpy":

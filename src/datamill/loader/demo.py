@@ -47,7 +47,8 @@ def _cifar_parquet(data_dir: Path, work_dir: Path) -> ParquetSource:
 
 
 def _cifar_shardset(data_dir: Path, work_dir: Path) -> ShardsetDataset:
-    """cifar10_tiny as a shardset dataset: ``image`` (PNG bytes), ``label``, ``caption`` (20% missing)."""
+    """cifar10_tiny as a shardset dataset: ``image`` (PNG bytes), ``label``, ``caption`` (20%
+    missing)."""
     import shutil
 
     from datamill.core.io import read_table
@@ -117,7 +118,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     source, kind, transform = _source(Path(data_dir), Path(work_dir))
     n = int(source.shard_sizes().sum())
     print(
-        f"loader: cifar10_tiny as a {kind}: {n} samples, {source.num_shards} shards, columns {source.columns}"
+        f"loader: cifar10_tiny as a {kind}: {n} samples, {source.num_shards} shards, columns "
+        f"{source.columns}"
     )
     seen: list[Any] = []
     for rank in range(2):
@@ -138,7 +140,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
         s = loader.stats()
         print(f"  rank {rank}: {len(batches)} batches; first: {shapes}")
         print(
-            f"    stats: read {s['read']}, filtered {s['filtered']}, failed {s['failed']}, yielded {s['yielded']}, "
+            f"    stats: read {s['read']}, filtered {s['filtered']}, failed {s['failed']}, "
+            f"yielded {s['yielded']}, "
             f"{s['samples_per_s']:,.0f} samples/s"
         )
         seen += [u for b in batches for u in b[source.columns[0]].tolist()]
@@ -153,5 +156,6 @@ def run(data_dir: Path, work_dir: Path) -> None:
     tail = [b[uid].tolist() for b in Loader.from_state(source, state, workers=Workers(threads=0))]
     print(
         f"  resume after 5 batches (2 workers -> 0): state {state['batches_seen']} batches/"
-        f"{state['samples_seen']} samples; rest identical to the uninterrupted run: {head + tail == full}"
+        f"{state['samples_seen']} samples; rest identical to the uninterrupted run: "
+        f"{head + tail == full}"
     )

@@ -1,4 +1,5 @@
-"""Elastic resumption: resume rank ``r'`` of any world size ``W'`` from states saved with ``W`` ranks.
+"""Elastic resumption: resume rank ``r'`` of any world size ``W'`` from states saved with ``W``
+ranks.
 
 The global order of an epoch does not depend on the world size, and a rank's batch ``b`` is always
 positions ``[b * B, (b + 1) * B)`` of its slice, so a set of resume states says *exactly* which
@@ -7,9 +8,9 @@ rank's slice. What is left (:func:`~datamill.loader.order.remaining_positions`) 
 new ranks with the usual rule. One state is enough when the ranks stepped in lockstep (as under DDP,
 where every rank has seen the same number of batches); otherwise pass every rank's state.
 
-The epoch's history of such re-splits, ``((W, consumed per rank), ...)``, travels in the resume state
-(``"elastic"``), so a resumed run may itself be stopped and resumed elastically again. The next epoch
-starts plain.
+The epoch's history of such re-splits, ``((W, consumed per rank), ...)``, travels in the resume
+state (``"elastic"``), so a resumed run may itself be stopped and resumed elastically again. The
+next epoch starts plain.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from datamill.loader.state import GLOBAL_FIELDS, check_resume_compat, validate_s
 
 
 class OrderSettings(Protocol):
-    """What :func:`resume_point` reads of a service (a :class:`~datamill.loader.service.BatchService`)."""
+    """What :func:`resume_point` reads of a service (a
+    :class:`~datamill.loader.service.BatchService`)."""
 
     seed: int
     batch_size: int
@@ -45,7 +47,8 @@ __all__ = ["ResumePoint", "norm_elastic", "resume_point"]
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where a resumed rank starts: ``epoch``, ``batches_seen`` of its plan, the epoch's ``elastic`` history.
+    """Where a resumed rank starts: ``epoch``, ``batches_seen`` of its plan, the epoch's ``elastic``
+    history.
 
     Examples:
         >>> ResumePoint(2, 0, ((2, (4, 4)),)).elastic
@@ -101,7 +104,9 @@ def _same(states: list[dict[str, Any]], what: str, get: Any) -> Any:
     return values[0]
 
 
-# long (70 lines, 20 of docstring): checks of the saved states in order (compatibility, one epoch and history, replicas in step, every data rank present), then the new split: one sequence of guards, each raising a ResumeStateError
+# long (70 lines, 20 of docstring): checks of the saved states in order (compatibility, one epoch
+# and history, replicas in step, every data rank present), then the new split: one sequence of
+# guards, each raising a ResumeStateError
 def resume_point(
     service: OrderSettings,
     states: Mapping[str, Any] | Sequence[Mapping[str, Any]],
@@ -111,7 +116,8 @@ def resume_point(
     replication: int = 1,
     allow_mismatch: Sequence[str] = (),
 ) -> ResumePoint:
-    """Where rank ``rank`` of ``world_size`` (groups of ``replication``) resumes ``service`` from ``states``.
+    """Where rank ``rank`` of ``world_size`` (groups of ``replication``) resumes ``service`` from
+    ``states``.
 
     Args:
         service: the resuming service (its global settings must match the states').

@@ -39,15 +39,15 @@ class Loader:
 
     The order is a pure function of ``(seed, epoch, shard sizes, window)`` (see
     :mod:`datamill.loader.order`); ``rank``/``world_size`` take a contiguous slice of it and batch
-    ``b`` is always positions ``[b * batch_size, (b + 1) * batch_size)`` of the rank's slice, whatever
-    ``num_workers``. Iterating yields the rest of the current epoch; when an epoch is exhausted the
-    loader moves on to the next one (``set_epoch`` also works, torch style).
+    ``b`` is always positions ``[b * batch_size, (b + 1) * batch_size)`` of the rank's slice,
+    whatever ``num_workers``. Iterating yields the rest of the current epoch; when an epoch is
+    exhausted the loader moves on to the next one (``set_epoch`` also works, torch style).
 
-    Samples dropped by ``Batching(filter=...)`` (or failing ``transform``) leave their batch smaller than
-    ``batch_size`` (positions, not outputs, define batches: that keeps order and resumption pure);
-    a batch left empty is skipped (``Batching(refill=True)`` cuts the passing samples into full batches
-    instead). ``stats()`` counts the whole current epoch; the resume state carries the counts, so a
-    resumed loader continues them and the epoch's ``max_errors`` budget.
+    Samples dropped by ``Batching(filter=...)`` (or failing ``transform``) leave their batch smaller
+    than ``batch_size`` (positions, not outputs, define batches: that keeps order and resumption
+    pure); a batch left empty is skipped (``Batching(refill=True)`` cuts the passing samples into
+    full batches instead). ``stats()`` counts the whole current epoch; the resume state carries the
+    counts, so a resumed loader continues them and the epoch's ``max_errors`` budget.
 
     Args:
         source: what to read (any object with the Source protocol).
@@ -57,18 +57,19 @@ class Loader:
         epoch: the first epoch. Defaults to ``0``.
         columns: column(s) to read (all when ``None``). Defaults to ``None``.
         drop_last: give every rank ``n // world_size`` samples and drop the incomplete last batch;
-            otherwise every sample is used exactly once and the first ``n % world_size`` ranks get one
-            sample more. Defaults to ``False``.
+            otherwise every sample is used exactly once and the first ``n % world_size`` ranks get
+            one sample more. Defaults to ``False``.
         collate: ``"numpy"`` (dict of arrays, ragged lists padded with ``<col>_mask``), ``"torch"``,
             ``"arrow"`` (the ``pa.Table``) or a callable receiving the batch ``pa.Table``.
             Defaults to ``"numpy"``.
         rank: this process's rank. Defaults to ``0``.
         world_size: number of ranks. Defaults to ``1``.
         batching: how batches are formed: shuffle window, length buckets, filter, transform,
-            ``max_errors``, refill, replication, warmup (:class:`~datamill.loader.options.Batching`).
-            Defaults to ``Batching()``.
+            ``max_errors``, refill, replication, warmup
+            (:class:`~datamill.loader.options.Batching`). Defaults to ``Batching()``.
         workers: how batches are built: threads, prefetch, pinned memory, progress bar; never
-            changes the batches (:class:`~datamill.loader.options.Workers`). Defaults to ``Workers()``.
+            changes the batches (:class:`~datamill.loader.options.Workers`). Defaults to
+            ``Workers()``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -122,7 +123,8 @@ class Loader:
             and world_size % replication
         ):
             raise ConfigError(
-                f"replication must be an int >= 1 dividing world_size={world_size}, got {replication!r}"
+                f"replication must be an int >= 1 dividing world_size={world_size}, got "
+                f"{replication!r}"
             )
         if shuffle_buffer is not None:
             check_int(shuffle_buffer, name="Batching(window=) (shards)", low=1)
@@ -244,7 +246,8 @@ class Loader:
         )
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
-        """The rank's :class:`~datamill.loader.stages.EpochPlan` for ``epoch`` (current by default)."""
+        """The rank's :class:`~datamill.loader.stages.EpochPlan` for ``epoch`` (current by
+        default)."""
         if epoch is None or epoch == self.epoch:
             return self.service.plan(
                 self.epoch,
@@ -266,7 +269,8 @@ class Loader:
         )
 
     def run_record(self, *, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The run's tiny JSON record for ``datamill trace`` (:func:`datamill.loader.trace.run_record`)."""
+        """The run's tiny JSON record for ``datamill trace``
+        (:func:`datamill.loader.trace.run_record`)."""
         return _run_record(self, previous=previous)
 
     def dataset_fingerprint(self) -> str:
@@ -312,10 +316,11 @@ class Loader:
 
         ``state`` is this rank's state, or (an *elastic* resume) one rank's state of a run whose
         ranks stepped in lockstep, or the list of every rank's states, saved with any world size,
-        replication or (with ``allow_mismatch=["batch_size"]``) batch size: the samples consumed are known exactly from the pure order and
-        the rest of the epoch is re-split over this run's ranks, so every sample is still seen
-        exactly once in that epoch (:mod:`datamill.loader.elastic`). The dataset, seed, columns,
-        shuffle, window and ``drop_last`` must match.
+        replication or (with ``allow_mismatch=["batch_size"]``) batch size: the samples consumed are
+        known exactly from the pure order and the rest of the epoch is re-split over this run's
+        ranks, so every sample is still seen exactly once in that epoch
+        (:mod:`datamill.loader.elastic`). The dataset, seed, columns, shuffle, window and
+        ``drop_last`` must match.
 
         Examples:
             >>> from datamill.core.source import TableSource
@@ -426,7 +431,8 @@ class Loader:
         allow_mismatch: Sequence[str] = (),
         **kwargs: Any,
     ) -> Loader:
-        """A loader resuming ``state`` (or every rank's states); order settings default to the saved ones.
+        """A loader resuming ``state`` (or every rank's states); order settings default to the saved
+        ones.
 
         The fields of a given ``batching=`` left at their defaults (window, buckets, refill,
         replication, warmup) take the saved values too.
@@ -486,7 +492,8 @@ class Loader:
         self._last: BatchResult | None = None
 
     def stats(self) -> dict[str, Any]:
-        """Counts of the current (or just finished) epoch: read, filtered, failed, yielded, samples/s, position.
+        """Counts of the current (or just finished) epoch: read, filtered, failed, yielded,
+        samples/s, position.
 
         The counts cover the whole epoch, also when the loader resumed part-way (the state carries
         them); ``elapsed_s`` and ``samples_per_s`` cover this loader's own iteration.

@@ -1,11 +1,12 @@
 """Weighted mixing of several sources with exact per-epoch proportions: :class:`Mix`.
 
-``Mix([(src_a, 0.7), (src_b, 0.3)], epoch_size=N)`` is itself a :class:`~datamill.core.source.Source`
-(its shards are the sources' shards one after the other, its columns the union of theirs plus a
-``source`` column naming each row's source, missing columns null) that also carries its own epoch
-schedule. A :class:`~datamill.loader.service.BatchService` (so the Loader, the torch adapter and a
-server) iterates :meth:`Mix.epoch_sequence` instead of a permutation of the shards, so rank split,
-workers, resumption (plain and elastic) and replication work unchanged.
+``Mix([(src_a, 0.7), (src_b, 0.3)], epoch_size=N)`` is itself a
+:class:`~datamill.core.source.Source` (its shards are the sources' shards one after the other, its
+columns the union of theirs plus a ``source`` column naming each row's source, missing columns null)
+that also carries its own epoch schedule. A :class:`~datamill.loader.service.BatchService` (so the
+Loader, the torch adapter and a server) iterates :meth:`Mix.epoch_sequence` instead of a permutation
+of the shards, so rank split, workers, resumption (plain and elastic) and replication work
+unchanged.
 
 The schedule is a pure function of ``(seed, epoch)`` and the sources' shard sizes:
 
@@ -19,9 +20,9 @@ The schedule is a pure function of ``(seed, epoch)`` and the sources' shard size
    (:func:`~datamill.loader.order.global_order`) of that source under its own key. Within an epoch
    no sample of a source repeats until every one of its samples has been used (each is used ``q``
    or ``q + 1`` times); reading stays local to a window of shards per source.
-3. **Interleaving**: sample ``j`` of source ``i`` gets the key ``(j + u_i) / n_i`` (``u_i`` drawn per
-   epoch) and the epoch is the stable sort by key: every stretch of the epoch holds each source in
-   about its proportion, not just the whole epoch.
+3. **Interleaving**: sample ``j`` of source ``i`` gets the key ``(j + u_i) / n_i`` (``u_i`` drawn
+   per epoch) and the epoch is the stable sort by key: every stretch of the epoch holds each source
+   in about its proportion, not just the whole epoch.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ Stopping = Literal["first_exhausted", "all_exhausted"]
 
 
 def quotas(weights: Sequence[float], /, *, total: int) -> list[int]:
-    """Largest-remainder split of ``total`` in proportion to ``weights`` (exact, ties to the earlier one).
+    """Largest-remainder split of ``total`` in proportion to ``weights`` (exact, ties to the earlier
+    one).
 
     Examples:
         >>> quotas([0.7, 0.3], total=10), quotas([1, 1, 1], total=10), quotas([2, 1], total=0)
@@ -94,8 +96,13 @@ class Mix:
         >>> mix.columns, mix.quotas()
         (['x', 'y', 'source'], [7, 3])
         >>> from datamill.loader import Loader
-        >>> rows = [r for batch in Loader(mix, 5, seed=1, collate="arrow") for r in batch.to_pylist()]
-        >>> sorted(r["source"] for r in rows).count("b"), [r for r in rows if r["source"] == "a"][0]["y"]
+        >>> rows = [
+        ...     r for batch in Loader(mix, 5, seed=1, collate="arrow") for r in batch.to_pylist()
+        ... ]
+        >>> (
+        ...     sorted(r["source"] for r in rows).count("b"),
+        ...     [r for r in rows if r["source"] == "a"][0]["y"],
+        ... )
         (3, None)
     """
 
@@ -182,8 +189,13 @@ class Mix:
 
         Examples:
             >>> from datamill.core.source import TableSource
-            >>> a, b = TableSource(pa.table({"x": [0, 1, 2, 3]})), TableSource(pa.table({"x": [4, 5]}))
-            >>> Mix([(a, 1), (b, 1)], epoch_size=6).epoch_sequence(seed=0, epoch=0, shuffle=False).tolist()
+            >>> a, b = (
+            ...     TableSource(pa.table({"x": [0, 1, 2, 3]})),
+            ...     TableSource(pa.table({"x": [4, 5]})),
+            ... )
+            >>> Mix([(a, 1), (b, 1)], epoch_size=6).epoch_sequence(
+            ...     seed=0, epoch=0, shuffle=False
+            ... ).tolist()
             [0, 4, 1, 5, 2, 4]
         """
         parts, keys = [], []
@@ -274,7 +286,8 @@ class Mix:
         return self._schema
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-        """Shard ``index`` (of source ``i``) with the union's columns: null where source ``i`` lacks one."""
+        """Shard ``index`` (of source ``i``) with the union's columns: null where source ``i`` lacks
+        one."""
         cols = check_read_args(self, index, columns)
         i = int(np.searchsorted(self._shard_base, int(index), side="right") - 1)
         src, local = self.sources[i], int(index) - int(self._shard_base[i])

@@ -1,4 +1,5 @@
-"""The Loader's two option groups: :class:`Batching` (what a batch holds) and :class:`Workers` (how it runs).
+"""The Loader's two option groups: :class:`Batching` (what a batch holds) and :class:`Workers` (how
+it runs).
 
 The common options stay keywords of :class:`~datamill.loader.Loader` (``shuffle``, ``seed``,
 ``epoch``, ``columns``, ``drop_last``, ``collate``, ``rank``, ``world_size``). The rest fall in two
@@ -41,7 +42,8 @@ class Batching:
         refill: cut the samples passing ``filter`` into batches of exactly ``batch_size`` (the
             last one shorter, or dropped with ``drop_last``) instead of leaving filtered batches
             smaller; the state records where the rows not yet emitted start, so resuming stays exact
-            (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to ``False``.
+            (:mod:`datamill.loader.refill`). ``len()`` then counts position batches. Defaults to
+            ``False``.
         replication: ranks per replication group (tensor/context parallelism): the ``replication``
             consecutive ranks of a group get the same batches, groups split the data. Must divide
             ``world_size``. Defaults to ``1``.
@@ -76,7 +78,8 @@ class Workers:
             worker processes. ``filter``/``transform`` must then be thread-safe. Defaults to ``0``.
         prefetch: shards read ahead in a background thread pool (and batches in flight per
             thread). Defaults to ``2``.
-        pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to ``False``.
+        pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to
+            ``False``.
         progress: show a tqdm bar. Defaults to ``False``.
 
     Examples:

@@ -10,22 +10,23 @@ of workers; those only slice it:
 1. **Shard-aware shuffle** (:func:`shard_order`): the shard order is permuted per ``(seed, epoch)``,
    then consecutive shards of that permuted order are grouped into windows of ``window`` shards and
    the samples of each window are shuffled together (each window by its own generator, so any
-   window, and so any batch, can be computed alone: :class:`EpochOrder`). A reader therefore needs at
-   most one window of shards in memory, while samples from different shards are mixed within each batch.
-   The epoch may warm up (``warmup=True``, :func:`window_bounds`): its first windows hold 1, 2, 4, ...
-   shards, so the first batch waits for one shard rather than a whole window.
+   window, and so any batch, can be computed alone: :class:`EpochOrder`). A reader therefore needs
+   at most one window of shards in memory, while samples from different shards are mixed within each
+   batch. The epoch may warm up (``warmup=True``, :func:`window_bounds`): its first windows hold 1,
+   2, 4,
+   ... shards, so the first batch waits for one shard rather than a whole window.
 2. **Rank split** (:func:`split_for_rank`): rank ``r`` takes the ``r``-th contiguous slice of the
-   global order (contiguous, so a rank reads only the shards of its part). Without ``drop_last`` every
-   sample is used exactly once per epoch over all ranks and, when ``world_size`` does not divide the
-   number of samples, the *first* ``n % world_size`` ranks get one sample more than the others (no
-   padding, no repetition). With ``drop_last`` every rank gets ``n // world_size`` samples and the
-   last ``n % world_size`` samples of the global order are skipped this epoch (a different set each
-   epoch) so that all ranks see the same number of batches, as DDP requires.
+   global order (contiguous, so a rank reads only the shards of its part). Without ``drop_last``
+   every sample is used exactly once per epoch over all ranks and, when ``world_size`` does not
+   divide the number of samples, the *first* ``n % world_size`` ranks get one sample more than the
+   others (no padding, no repetition). With ``drop_last`` every rank gets ``n // world_size``
+   samples and the last ``n % world_size`` samples of the global order are skipped this epoch (a
+   different set each epoch) so that all ranks see the same number of batches, as DDP requires.
 3. **Elastic resumption** (:func:`remaining_positions`): a run that stopped part-way through an
    epoch with ``W`` ranks, rank ``r`` having consumed the first ``c_r`` samples of its slice, leaves
-   exactly the positions ``concat(slice_r[c_r:] for r in range(W))`` (in global order); a resumed run
-   with any ``W'`` ranks splits *those* with the same rule. Chained resumptions apply the rule once
-   per segment of the epoch's :data:`Elastic` history; the next epoch is plain again.
+   exactly the positions ``concat(slice_r[c_r:] for r in range(W))`` (in global order); a resumed
+   run with any ``W'`` ranks splits *those* with the same rule. Chained resumptions apply the rule
+   once per segment of the epoch's :data:`Elastic` history; the next epoch is plain again.
 4. **Replication** (:func:`replica_group`): with ``replication=k`` the ``k`` consecutive ranks of a
    group share one slice (rank ``r`` reads data rank ``r // k`` of ``world_size // k``).
 5. **Batches and workers** (:func:`num_batches`, :func:`worker_batches`): a rank's batch ``b`` holds
@@ -127,14 +128,16 @@ def shard_order(
     window: int | None = None,
     warmup: bool = False,
 ) -> NDArray[np.int64]:
-    """Shard-aware shuffle: permute shards, then shuffle samples within windows of ``window`` shards.
+    """Shard-aware shuffle: permute shards, then shuffle samples within windows of ``window``
+    shards.
 
     Args:
         shard_sizes: rows per shard; sample ``i`` is row ``i - offsets[k]`` of shard ``k``.
         seed: the run's seed.
         epoch: the epoch number.
         window: shards shuffled together. Defaults to ``None`` (:func:`default_window`).
-        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to ``False``.
+        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to
+            ``False``.
 
     Returns:
         An int64 permutation of ``range(sum(shard_sizes))``.
@@ -144,7 +147,11 @@ def shard_order(
         >>> sorted(order.tolist()) == list(range(9))
         True
         >>> # with window=1 each shard's samples stay together (shuffled among themselves)
-        >>> [sorted(order[a:b].tolist()) for a, b in [(0, 3), (3, 5), (5, 9)]][0] in ([0, 1, 2], [3, 4], [5, 6, 7, 8])
+        >>> [sorted(order[a:b].tolist()) for a, b in [(0, 3), (3, 5), (5, 9)]][0] in (
+        ...     [0, 1, 2],
+        ...     [3, 4],
+        ...     [5, 6, 7, 8],
+        ... )
         True
     """
     eo = EpochOrder(
@@ -159,10 +166,10 @@ def window_bounds(
     """``(first, stop)`` positions in the permuted shard order of each shuffle window of an epoch.
 
     Every window holds ``window`` shards (the last one what is left). With ``warmup`` the epoch
-    *warms up*: its first windows hold 1, 2, 4, ... shards (doubling while below ``window``). The first
-    batch therefore waits for one shard, not a whole window (from object storage: one download),
-    and while a window is consumed the next one, at most twice as large, is read; the samples of
-    the warm-up windows mix over fewer shards than the later ones.
+    *warms up*: its first windows hold 1, 2, 4, ... shards (doubling while below ``window``). The
+    first batch therefore waits for one shard, not a whole window (from object storage: one
+    download), and while a window is consumed the next one, at most twice as large, is read; the
+    samples of the warm-up windows mix over fewer shards than the later ones.
 
     Examples:
         >>> window_bounds(10, window=4)
@@ -194,12 +201,18 @@ class EpochOrder:
         epoch: the epoch number.
         shuffle: ``False`` keeps source order. Defaults to ``True``.
         window: shards per shuffle window. Defaults to ``None`` (:func:`default_window`).
-        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to ``False``.
+        warmup: the first windows hold 1, 2, 4, ... shards (:func:`window_bounds`). Defaults to
+            ``False``.
         cache_windows: shuffled windows kept for later calls. Defaults to ``4``.
 
     Examples:
         >>> eo = EpochOrder([3, 2, 4], seed=1, epoch=0, window=2)
-        >>> bool((eo.take(2, 7) == shard_order([3, 2, 4], seed=1, epoch=0, window=2)[2:7]).all()), len(eo)
+        >>> (
+        ...     bool(
+        ...         (eo.take(2, 7) == shard_order([3, 2, 4], seed=1, epoch=0, window=2)[2:7]).all()
+        ...     ),
+        ...     len(eo),
+        ... )
         (True, 9)
     """
 
@@ -304,8 +317,9 @@ def split_for_rank(
 ) -> NDArray[np.int64]:
     """Rank ``rank``'s contiguous part of ``order`` (a view, no copy).
 
-    Without ``drop_last`` the parts cover ``order`` exactly once; the first ``len(order) % world_size``
-    ranks get one sample more. With ``drop_last`` every rank gets ``len(order) // world_size``.
+    Without ``drop_last`` the parts cover ``order`` exactly once; the first ``len(order) %
+    world_size`` ranks get one sample more. With ``drop_last`` every rank gets ``len(order) //
+    world_size``.
 
     Examples:
         >>> o = np.arange(7)
@@ -361,10 +375,14 @@ def num_batches(num_samples: int, /, *, batch_size: int, drop_last: bool = False
 
 
 def worker_batches(total: int, /, *, worker: int, num_workers: int, start: int = 0) -> range:
-    """Batch numbers worker ``worker`` of ``num_workers`` builds: ``start + worker``, every ``num_workers``.
+    """Batch numbers worker ``worker`` of ``num_workers`` builds: ``start + worker``, every
+    ``num_workers``.
 
     Examples:
-        >>> list(worker_batches(7, worker=1, num_workers=3)), list(worker_batches(7, worker=0, num_workers=2, start=3))
+        >>> (
+        ...     list(worker_batches(7, worker=1, num_workers=3)),
+        ...     list(worker_batches(7, worker=0, num_workers=2, start=3)),
+        ... )
         ([1, 4], [3, 5])
     """
     if num_workers < 1 or not 0 <= worker < num_workers:
@@ -388,7 +406,8 @@ def split_sizes(num_samples: int, /, *, world_size: int, drop_last: bool = False
 
 
 def replica_group(rank: int, /, *, world_size: int, replication: int = 1) -> tuple[int, int]:
-    """``(data_rank, data_world_size)`` of ``rank``: groups of ``replication`` ranks read the same batches.
+    """``(data_rank, data_world_size)`` of ``rank``: groups of ``replication`` ranks read the same
+    batches.
 
     Raises:
         ValueError: ``replication`` does not divide ``world_size``, or ``rank`` is out of range.
@@ -433,10 +452,10 @@ def remaining_positions(
 ) -> NDArray[np.int64]:
     """Positions of an epoch's global order not consumed after the segments of ``history``.
 
-    Segment ``(W, consumed)`` split the positions left by the segments before it (all of them for the
-    first) over ``W`` ranks with :func:`split_for_rank`; rank ``r`` consumed the first
-    ``consumed[r]`` of its part. What is left is every part's tail, concatenated in rank order (so in
-    global order). Without ``drop_last`` the consumed positions and the returned ones partition
+    Segment ``(W, consumed)`` split the positions left by the segments before it (all of them for
+    the first) over ``W`` ranks with :func:`split_for_rank`; rank ``r`` consumed the first
+    ``consumed[r]`` of its part. What is left is every part's tail, concatenated in rank order (so
+    in global order). Without ``drop_last`` the consumed positions and the returned ones partition
     ``range(num_samples)``; with it, each segment also leaves out its ``len % W`` last positions.
 
     Args:
@@ -461,7 +480,8 @@ def remaining_positions(
     for world, consumed in history:
         if len(consumed) != world:
             raise ValueError(
-                f"a segment with world_size={world} needs {world} consumed counts, got {len(consumed)}"
+                f"a segment with world_size={world} needs {world} consumed counts, got "
+                f"{len(consumed)}"
             )
         parts = [
             split_for_rank(pos, rank=r, world_size=world, drop_last=drop_last) for r in range(world)

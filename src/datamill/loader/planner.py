@@ -1,12 +1,15 @@
-"""Plan a run without reading data: shard reads, memory, cache traffic, first batch, shuffle quality.
+"""Plan a run without reading data: shard reads, memory, cache traffic, first batch, shuffle
+quality.
 
 The order, the rank split and the loading schedule are pure functions (:mod:`datamill.loader.order`,
 :class:`~datamill.loader.stages.EpochPlan`, :class:`~datamill.loader.cache.BuildReader`), so
-:func:`plan_run` computes *exactly* what a :class:`~datamill.loader.Loader` with ``Workers(threads=0)``
-will do, from shard sizes alone:
+:func:`plan_run` computes *exactly* what a :class:`~datamill.loader.Loader` with
+``Workers(threads=0)`` will do, from shard sizes alone:
 
-* **shard reads** per rank, in order (a build loads a shard a little before its first batch needs it);
-* **peak shards in memory** per rank (loaded ahead by ``prefetch``, released after their last batch);
+* **shard reads** per rank, in order (a build loads a shard a little before its first batch needs
+  it);
+* **peak shards in memory** per rank (loaded ahead by ``prefetch``, released after their last
+  batch);
 * **bytes fetched** per epoch from remote storage through a node-local shard cache of
   ``cache_limit`` bytes shared by the ranks of a node (least recently used evicted first);
 * **time to first batch** from a read speed (measured by the CLI on one shard);
@@ -55,8 +58,17 @@ def build_schedule(
     ``num_workers * prefetch - 1`` tasks behind.
 
     Examples:
-        >>> plan = EpochPlan.make(np.array([4, 4, 4]), seed=0, epoch=0, shuffle=False, window=None, rank=0,
-        ...                       world_size=1, drop_last=False, batch_size=4)
+        >>> plan = EpochPlan.make(
+        ...     np.array([4, 4, 4]),
+        ...     seed=0,
+        ...     epoch=0,
+        ...     shuffle=False,
+        ...     window=None,
+        ...     rank=0,
+        ...     world_size=1,
+        ...     drop_last=False,
+        ...     batch_size=4,
+        ... )
         >>> build_schedule(plan, np.array([4, 4, 4]), prefetch=1)
         ([0, 1, 2], 2)
     """
@@ -127,7 +139,8 @@ class RunPlan:
         head = (
             f"{s['samples']:,} samples in {s['shards']} shards ({s['bytes'] / 2**20:,.1f} MiB); "
             f"batch {s['batch_size']}, world {s['world_size']} ({s['ranks_per_node']} per node), "
-            f"window {s['window']} shards, prefetch {s['prefetch']}, cache limit {s['cache_limit'] / 2**20:,.1f} MiB"
+            f"window {s['window']} shards, prefetch {s['prefetch']}, cache limit "
+            f"{s['cache_limit'] / 2**20:,.1f} MiB"
         )
         out = [head]
         for r in self.ranks:
@@ -135,15 +148,20 @@ class RunPlan:
             more = f" ... (+{len(reads) - show})" if len(reads) > show else ""
             out.append(
                 f"rank {r['rank']}: {r['batches']} batches, {len(reads)} shard reads "
-                f"[{' '.join(map(str, reads[:show]))}{more}], peak {r['peak_shards']} shards in memory "
-                f"({r['peak_bytes'] / 2**20:,.1f} MiB), first batch after {r['first_batch_s'] * 1000:,.1f} ms"
+                f"[{' '.join(map(str, reads[:show]))}{more}], peak {r['peak_shards']} shards in "
+                "memory "
+                f"({r['peak_bytes'] / 2**20:,.1f} MiB), first batch after "
+                f"{r['first_batch_s'] * 1000:,.1f} ms"
             )
         for e in self.epochs:
             q = e["quality"]
             out.append(
-                f"epoch {e['epoch']}: fetched {e['fetched_bytes'] / 2**20:,.1f} MiB ({e['fetches']} shard "
-                f"downloads, {e['hits']} cache hits); neighbours: median distance {q['median_distance']:,.0f}, "
-                f"p10 {q['p10_distance']:,.0f}, p90 {q['p90_distance']:,.0f}, entropy {q['entropy_bits']:.2f} bits, "
+                f"epoch {e['epoch']}: fetched {e['fetched_bytes'] / 2**20:,.1f} MiB "
+                f"({e['fetches']} shard "
+                f"downloads, {e['hits']} cache hits); neighbours: median distance "
+                f"{q['median_distance']:,.0f}, "
+                f"p10 {q['p10_distance']:,.0f}, p90 {q['p90_distance']:,.0f}, entropy "
+                f"{q['entropy_bits']:.2f} bits, "
                 f"same shard {q['same_shard']:.1%}"
             )
         return "\n".join(out)
@@ -169,7 +187,8 @@ def _check_plan(
     read_bytes_per_s: float,
     reader_threads: int | None,
 ) -> None:
-    """Every argument of :func:`plan_run` in its range; a world larger than the samples is refused."""
+    """Every argument of :func:`plan_run` in its range; a world larger than the samples is
+    refused."""
     BATCH_SIZE(batch_size)
     WORLD_SIZE(world_size)
     SEED(seed)
@@ -194,7 +213,8 @@ def _check_plan(
         )
 
 
-# long (81 lines, 27 of docstring): a simulation of one run (per epoch: every rank's read schedule, then the node caches replaying those reads in lockstep); its counters and caches live in the loop
+# long (81 lines, 27 of docstring): a simulation of one run (per epoch: every rank's read schedule,
+# then the node caches replaying those reads in lockstep); its counters and caches live in the loop
 def plan_run(
     shard_sizes: Sequence[int] | NDArray[np.int64],
     /,
@@ -225,13 +245,15 @@ def plan_run(
         window: shards per shuffle window. Defaults to ``None`` (the Loader's default).
         drop_last: as the Loader's. Defaults to ``False``.
         prefetch: shards loaded ahead. Defaults to ``2``.
-        num_workers: the Loader's batch-building threads (they hold shards longer). Defaults to ``0``.
+        num_workers: the Loader's batch-building threads (they hold shards longer). Defaults to
+            ``0``.
         epochs: epochs planned (the shard cache persists across them). Defaults to ``1``.
         shard_bytes: bytes per shard (to fetch and hold). Defaults to ``None`` (1 byte per row).
         cache_limit: node-local shard cache size in bytes. Defaults to ``None`` (unbounded).
         ranks_per_node: ranks sharing one cache. Defaults to ``None`` (all of them).
         read_bytes_per_s: read speed for the time to first batch. Defaults to ``200e6``.
-        reader_threads: shards read at once. Defaults to ``None`` (the Loader's: ``min(8, max(2, prefetch))``).
+        reader_threads: shards read at once. Defaults to ``None`` (the Loader's: ``min(8, max(2,
+            prefetch))``).
 
     Returns:
         The :class:`RunPlan`.

@@ -4,10 +4,10 @@ Without ``refill`` a batch is a fixed range of positions and a filter only makes
 resuming at ``batches_seen`` is exact. With ``refill=True`` the Loader cuts the filtered rows into
 batches of exactly ``batch_size`` (the last one shorter, or dropped with ``drop_last``): which rows
 form a batch then depends on the filter's decisions. :class:`Refill` keeps the rows not yet emitted
-and knows where they start: position batch ``b`` of the rank's plan, after its first ``skip`` passing
-rows. The resume state records ``(b, skip)`` and the filter counts before ``b``; a resumed Loader
-rebuilds batch ``b`` (the filter decides the same), drops ``skip`` rows and continues, so it yields
-exactly what the uninterrupted run would, counts included.
+and knows where they start: position batch ``b`` of the rank's plan, after its first ``skip``
+passing rows. The resume state records ``(b, skip)`` and the filter counts before ``b``; a resumed
+Loader rebuilds batch ``b`` (the filter decides the same), drops ``skip`` rows and continues, so it
+yields exactly what the uninterrupted run would, counts included.
 """
 
 from __future__ import annotations
@@ -33,13 +33,15 @@ class Refill:
 
     Args:
         batch_size: rows per emitted table.
-        skip: passing rows of the first pushed batch to drop (emitted before a resume). Defaults to ``0``.
+        skip: passing rows of the first pushed batch to drop (emitted before a resume). Defaults to
+            ``0``.
 
     Examples:
         >>> r = Refill(3)
         >>> r.push(0, pa.table({"x": [1, 2]}), {}); r.ready()
         False
-        >>> r.push(1, pa.table({"x": [3, 4]}), {}); r.pop().column("x").to_pylist(), r.resume_point(2)
+        >>> r.push(1, pa.table({"x": [3, 4]}), {})
+        >>> r.pop().column("x").to_pylist(), r.resume_point(2)
         ([1, 2, 3], (1, 1))
         >>> r.flush().column("x").to_pylist(), r.resume_point(2)
         ([4], (2, 0))
@@ -51,7 +53,8 @@ class Refill:
         self._rows = 0
 
     def push(self, batch: int, table: pa.Table, counts: dict[str, int]) -> None:
-        """Add position batch ``batch``'s passing rows (``counts``: the epoch's counts before it)."""
+        """Add position batch ``batch``'s passing rows (``counts``: the epoch's counts before
+        it)."""
         emitted = 0
         if self._skip:
             emitted, self._skip = min(self._skip, table.num_rows), 0
@@ -79,7 +82,8 @@ class Refill:
             self._rows -= take
             if not part.table.num_rows:
                 self._parts.popleft()
-        # drop parts with no rows left (batches the filter emptied) so the resume point moves past them
+        # drop parts with no rows left (batches the filter emptied) so the resume point moves past
+        # them
         while self._parts and not self._parts[0].table.num_rows:
             self._parts.popleft()
         return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
@@ -94,7 +98,8 @@ class Refill:
         return out
 
     def resume_point(self, next_batch: int) -> tuple[int, int]:
-        """``(position batch, rows to skip)`` where the rows not emitted start (``next_batch`` when none are kept)."""
+        """``(position batch, rows to skip)`` where the rows not emitted start (``next_batch`` when
+        none are kept)."""
         if self._parts:
             return self._parts[0].batch, self._parts[0].emitted
         return next_batch, 0

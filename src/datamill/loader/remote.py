@@ -2,12 +2,13 @@
 
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
-footers, read with small range requests, 16 at a time, when the source opens). Reading a shard downloads the whole
-file into a :class:`ShardFileCache`, so the Loader's shard cache, which loads shards in the order of
-the epoch's plan and ``prefetch`` ahead, is also what prefetches downloads.
+footers, read with small range requests, 16 at a time, when the source opens). Reading a shard
+downloads the whole file into a :class:`ShardFileCache`, so the Loader's shard cache, which loads
+shards in the order of the epoch's plan and ``prefetch`` ahead, is also what prefetches downloads.
 
 The local cache (:class:`~datamill.core.objstore.ShardFileCache`, re-exported here with
-:func:`s3_filesystem`, :func:`is_remote` and :func:`split_url`) never trusts what it has not checked:
+:func:`s3_filesystem`, :func:`is_remote` and :func:`split_url`) never trusts what it has not
+checked:
 
 * a download goes to a temporary file beside its final name; its size must equal the object's and
   its Parquet footer must hold the expected rows; only then is it renamed, and its sidecar JSON
@@ -58,18 +59,21 @@ __all__ = [
 ]
 
 FOOTER_THREADS = 16
-"""Parquet footers read at once when a source opens (the row counts; one small ranged GET pair each)."""
+"""Parquet footers read at once when a source opens (the row counts; one small ranged GET pair
+each)."""
 
 
 class RemoteParquetSource:
-    """The ``*.parquet`` files under an ``s3://`` prefix (sorted by key, one file = one shard), cached locally.
+    """The ``*.parquet`` files under an ``s3://`` prefix (sorted by key, one file = one shard),
+    cached locally.
 
     Args:
         url: ``s3://bucket/prefix`` (a folder of Parquet files) or ``s3://bucket/key.parquet``.
         cache_dir: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: bytes the local cache keeps at most. Defaults to ``None`` (no limit).
-        filesystem: the filesystem to use. Defaults to ``None`` (the URL scheme's: :func:`~datamill.core.storage.filesystem_for`).
+        filesystem: the filesystem to use. Defaults to ``None`` (the URL scheme's:
+            :func:`~datamill.core.storage.filesystem_for`).
 
     Raises:
         DataFileNotFoundError: nothing at ``url``. DataFileError: a file is not Parquet.

@@ -2,8 +2,8 @@
 
 A :class:`BatchService` holds what a run's batches depend on (source, batch size, seed, shuffle
 window, ``drop_last``, columns) and what they go through (filter, transform, collate). It builds
-any rank's batches on request: :meth:`~BatchService.plan` is the rank's epoch as index arrays (a pure
-function of ``(shard sizes, seed, epoch, settings, rank, world_size)``), and
+any rank's batches on request: :meth:`~BatchService.plan` is the rank's epoch as index arrays (a
+pure function of ``(shard sizes, seed, epoch, settings, rank, world_size)``), and
 :meth:`~BatchService.build` yields :class:`~datamill.loader.accounting.BatchResult` objects for
 ascending batch numbers. Builds may run at the same time from many threads (one per rank, say):
 shards go through one :class:`~datamill.loader.cache.ShardCache`, so a shard read for one rank is
@@ -104,7 +104,8 @@ class BatchService:
         transform: ``fn(batch: pa.Table) -> pa.Table``. Defaults to ``None``.
         max_errors: the failure budget :meth:`accounting` gives (the service itself only records
             failures on each :class:`BatchResult`). Defaults to ``0``.
-        prefetch: shards loaded ahead per build (and task blocks in flight per worker). Defaults to ``2``.
+        prefetch: shards loaded ahead per build (and task blocks in flight per worker). Defaults to
+            ``2``.
         num_workers: threads per build assembling/filtering/transforming/collating (``0``: in the
             consuming thread). Defaults to ``0``.
         cache_shards: shards kept in memory after no active build needs them, for later builds
@@ -118,16 +119,21 @@ class BatchService:
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
         warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards
-            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard, not a
-            whole window (from object storage: one download). Defaults to ``False``.
+            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard, not
+            a whole window (from object storage: one download). Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
 
     Examples:
         >>> from datamill.core.source import TableSource
-        >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))}), shard_size=4), batch_size=4, seed=1)
-        >>> svc.num_batches(0, rank=0, world_size=2), svc.plan(0, 1, 2).seq.tolist() == svc.plan(0, 1, 2).seq.tolist()
+        >>> svc = BatchService(
+        ...     TableSource(pa.table({"x": list(range(10))}), shard_size=4), batch_size=4, seed=1
+        ... )
+        >>> (
+        ...     svc.num_batches(0, rank=0, world_size=2),
+        ...     svc.plan(0, 1, 2).seq.tolist() == svc.plan(0, 1, 2).seq.tolist(),
+        ... )
         (2, True)
         >>> [r.output["x"].tolist() for r in svc.build(0, 1, [1], world_size=2)] == \\
         ...     [svc.plan(0, 1, 2).seq[4:].tolist()]
@@ -167,7 +173,8 @@ class BatchService:
             ]
             raise ConfigError(
                 f"source must follow the Source protocol; {type(source).__name__} lacks {missing}",
-                hint="wrap the data in a datamill source (TableSource, ParquetSource, HDF5Source, ...)",
+                hint="wrap the data in a datamill source (TableSource, ParquetSource, "
+                "HDF5Source, ...)",
             )
         self.batch_size, self.seed = (
             _check_int("batch_size", batch_size, 1),
@@ -232,7 +239,8 @@ class BatchService:
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle us)
+        # threads, locks and cached arrays stay in this process (spawned DataLoader workers pickle
+        # us)
         keep = (
             "_lock",
             "_orders",
@@ -368,11 +376,12 @@ class BatchService:
             rank: the rank. Defaults to ``0``.
             world_size: the number of ranks. Defaults to ``1``.
             elastic: the epoch's elastic history (from :meth:`resume_point`): the rank splits only
-                the positions those segments left (:func:`~datamill.loader.order.remaining_positions`).
-                Defaults to ``None`` (the whole epoch).
-            replication: ranks per replication group; the ``replication`` consecutive ranks of a group
-                get the same plan (data rank ``rank // replication`` of ``world_size // replication``).
-                Defaults to ``1``.
+                the positions those segments left
+                (:func:`~datamill.loader.order.remaining_positions`). Defaults to ``None`` (the
+                whole epoch).
+            replication: ranks per replication group; the ``replication`` consecutive ranks of a
+                group get the same plan (data rank ``rank // replication`` of ``world_size //
+                replication``). Defaults to ``1``.
 
         Raises:
             ConfigError: a negative epoch, a rank outside ``[0, world_size)``, a replication not
@@ -380,7 +389,9 @@ class BatchService:
 
         Examples:
             >>> from datamill.core.source import TableSource
-            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False)
+            >>> svc = BatchService(
+            ...     TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False
+            ... )
             >>> svc.plan(0, 1, 2).seq.tolist(), svc.plan(0, 3, 4, replication=2).seq.tolist()
             ([5, 6, 7, 8, 9], [5, 6, 7, 8, 9])
             >>> # 2 ranks consumed 2 and 1 samples; what is left is re-split over 3 ranks
@@ -462,7 +473,8 @@ class BatchService:
         elastic: Elastic | None = None,
         replication: int = 1,
     ) -> int:
-        """Batches of rank ``rank`` in ``epoch`` (some may be empty if a filter drops every sample)."""
+        """Batches of rank ``rank`` in ``epoch`` (some may be empty if a filter drops every
+        sample)."""
         _check_rank(epoch, rank, world_size, replication)
         if elastic:
             return self.plan(
@@ -569,7 +581,8 @@ class BatchService:
         replication: int = 1,
         allow_mismatch: Sequence[str] = (),
     ) -> ResumePoint:
-        """Where rank ``rank`` of ``world_size`` resumes from one rank's state or every rank's states.
+        """Where rank ``rank`` of ``world_size`` resumes from one rank's state or every rank's
+        states.
 
         The states may come from another world size, replication or batch size (an *elastic*
         resume): the samples they consumed are known exactly from the pure order, and the rest of
@@ -582,8 +595,13 @@ class BatchService:
 
         Examples:
             >>> from datamill.core.source import TableSource
-            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False)
-            >>> states = [svc.resume_state(epoch=0, batches_seen=1, rank=r, world_size=2) for r in range(2)]
+            >>> svc = BatchService(
+            ...     TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False
+            ... )
+            >>> states = [
+            ...     svc.resume_state(epoch=0, batches_seen=1, rank=r, world_size=2)
+            ...     for r in range(2)
+            ... ]
             >>> point = svc.resume_point(states, rank=0, world_size=3)
             >>> point.elastic, svc.plan(0, 0, 3, elastic=point.elastic).seq.tolist()
             (((2, (2, 2)),), [2, 3])
@@ -599,11 +617,13 @@ class BatchService:
 
     # ----------------------------------------------------------------- accounting
     def accounting(self) -> Accounting:
-        """A fresh :class:`Accounting` with this service's ``max_errors`` (one per epoch and rank)."""
+        """A fresh :class:`Accounting` with this service's ``max_errors`` (one per epoch and
+        rank)."""
         return Accounting(max_errors=self.max_errors)
 
     def stats(self) -> dict[str, Any]:
-        """Totals over every build so far: samples, shards read and reused, shards in memory now and at peak."""
+        """Totals over every build so far: samples, shards read and reused, shards in memory now and
+        at peak."""
         with self._lock:
             out: dict[str, Any] = self._totals.as_dict()
             out.update(
@@ -653,7 +673,8 @@ class BatchService:
         recorded on each result; apply the ``max_errors`` policy with :meth:`accounting`.
 
         Raises:
-            ConfigError: a bad epoch/rank, or batch numbers not ascending within ``[0, num_batches)``.
+            ConfigError: a bad epoch/rank, or batch numbers not ascending within ``[0,
+                num_batches)``.
         """
         plan = self.plan(epoch, rank, world_size, elastic=elastic, replication=replication)
         batches = np.asarray(batch_numbers, dtype=np.int64).reshape(-1)
@@ -667,8 +688,8 @@ class BatchService:
         return self._build(plan, int(epoch), int(rank), batches)
 
     def epoch_order(self, epoch: int) -> EpochOrder | None:
-        """``epoch``'s order held per shard (O(shards), cached), or ``None`` when batches need the full
-        order (a source with its own ``epoch_sequence``, or ``bucket_by``)."""
+        """``epoch``'s order held per shard (O(shards), cached), or ``None`` when batches need the
+        full order (a source with its own ``epoch_sequence``, or ``bucket_by``)."""
         if callable(getattr(self.source, "epoch_sequence", None)) or self.bucket_by is not None:
             return None
         with self._lock:
@@ -689,16 +710,23 @@ class BatchService:
     def batch_samples(
         self, epoch: int, rank: int, batch_numbers: Sequence[int], *, world_size: int = 1
     ) -> NDArray[np.int64]:
-        """Global sample indices of rank ``rank``'s batches ``batch_numbers`` (ascending), concatenated.
+        """Global sample indices of rank ``rank``'s batches ``batch_numbers`` (ascending),
+        concatenated.
 
         Computed from :meth:`epoch_order` without the epoch's full order: equal to
         ``plan(epoch, rank, world_size).seq`` at those batches' positions.
 
         Examples:
             >>> from datamill.core.source import TableSource
-            >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))}), shard_size=3), batch_size=2, seed=4)
+            >>> svc = BatchService(
+            ...     TableSource(pa.table({"x": list(range(10))}), shard_size=3),
+            ...     batch_size=2,
+            ...     seed=4,
+            ... )
             >>> plan = svc.plan(0, 1, 2)
-            >>> svc.batch_samples(0, 1, [0, 2], world_size=2).tolist() == plan.seq[[0, 1, 4]].tolist()
+            >>> svc.batch_samples(0, 1, [0, 2], world_size=2).tolist() == plan.seq[
+            ...     [0, 1, 4]
+            ... ].tolist()
             True
         """
         data_rank, data_world = _check_rank(epoch, rank, world_size)
@@ -827,7 +855,8 @@ class BatchService:
                 self._active -= 1
 
     def close(self) -> None:
-        """Drop the cached plans, orders and kept shards (builds still running keep what they need)."""
+        """Drop the cached plans, orders and kept shards (builds still running keep what they
+        need)."""
         self._cache.close()
         with self._lock:
             self._orders.clear()

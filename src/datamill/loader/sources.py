@@ -1,4 +1,5 @@
-"""The loader's Source registry: ``open_source(path)``, the right :class:`~datamill.core.source.Source` for any output.
+"""The loader's Source registry: ``open_source(path)``, the right
+:class:`~datamill.core.source.Source` for any output.
 
 Each capability registers how its output is recognised and opened
 (:func:`datamill.core.source.register_source`) in its public source module; :data:`PROVIDERS` lists
@@ -64,9 +65,9 @@ def open_source(
 
     Shardset dataset folders (``dataset.json``), LM corpus folders (``corpus.json``), ``.hdf5``
     files, BERT/word2vec outputs and Parquet files or folders. On object storage (``s3://``): a
-    prefix holding ``dataset.json`` is a :class:`ShardsetDataset`, any other prefix or object is read
-    as Parquet (:class:`~datamill.loader.remote.RemoteParquetSource`); both download shard files
-    into a checked local cache.
+    prefix holding ``dataset.json`` is a :class:`ShardsetDataset`, any other prefix or object is
+    read as Parquet (:class:`~datamill.loader.remote.RemoteParquetSource`); both download shard
+    files into a checked local cache.
 
     Args:
         path: a local path, ``file://`` or a remote URL (``s3://bucket/prefix``; any remote scheme
@@ -103,7 +104,8 @@ def open_source(
     raise DataFileError(
         "not a source datamill reads",
         path=p,
-        hint="pass a shardset dataset folder, a corpus folder, a .hdf5 file or a Parquet file/folder; "
+        hint="pass a shardset dataset folder, a corpus folder, a .hdf5 file or a Parquet "
+        "file/folder; "
         f"registered formats: {', '.join(registered_sources())}",
     )
 
@@ -148,14 +150,18 @@ def read_batches(
     ``source`` is a Source or a path (opened with :func:`open_source`). A source with a
     ``padded_collate(as_torch=...)`` method (BERT Parquet: ``tokens``, ``segment_ids``,
     ``attention_mask``...; word2vec skip-gram: ``centers``, ``contexts_negatives``, ``masks``,
-    ``labels``) gives its padded arrays; any other gets the loader's ``"numpy"``/``"torch"`` collate.
-    Other keyword arguments (``seed``, ``epoch``, ``rank``, ``world_size``, ``shuffle``...) go to the Loader.
+    ``labels``) gives its padded arrays; any other gets the loader's ``"numpy"``/``"torch"``
+    collate. Other keyword arguments (``seed``, ``epoch``, ``rank``, ``world_size``, ``shuffle``...)
+    go to the Loader.
 
     Examples:
         >>> from datamill.pretrain.word2vec import build_skipgram
         >>> s = build_skipgram([["a", "b", "c"]] * 20, min_freq=1, subsample_t=1.0, progress=False)
         >>> b = next(iter(read_batches(s.source(), 4, seed=0)))
-        >>> b["centers"].shape, b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape
+        >>> (
+        ...     b["centers"].shape,
+        ...     b["contexts_negatives"].shape == b["masks"].shape == b["labels"].shape,
+        ... )
         ((4, 1), True)
     """
     from datamill.loader.loader import Loader

@@ -3,9 +3,10 @@
 * :class:`EpochPlan` - the rank's sample sequence for one epoch as index arrays (which shard and row
   each position reads, which batches need which shard): pure numpy, no per-sample Python.
 * (reading shards ahead and sharing them between builds is :mod:`datamill.loader.cache`'s job)
-* :func:`assemble` - the rows of several batches gathered with :func:`take_rows` (each shard gives its
-  own rows, the small pieces are put in order with one take), then sliced per batch (zero-copy).
-* :func:`process_batch` - filter and transform one batch with failures isolated per sample and counted.
+* :func:`assemble` - the rows of several batches gathered with :func:`take_rows` (each shard gives
+  its own rows, the small pieces are put in order with one take), then sliced per batch (zero-copy).
+* :func:`process_batch` - filter and transform one batch with failures isolated per sample and
+  counted.
 """
 
 from __future__ import annotations
@@ -58,8 +59,17 @@ class EpochPlan:
         """Compute the plan (about 50 ms per million samples).
 
         Examples:
-            >>> plan = EpochPlan.make(np.array([3, 2]), seed=0, epoch=0, shuffle=False, window=None, rank=0,
-            ...                       world_size=1, drop_last=False, batch_size=2)
+            >>> plan = EpochPlan.make(
+            ...     np.array([3, 2]),
+            ...     seed=0,
+            ...     epoch=0,
+            ...     shuffle=False,
+            ...     window=None,
+            ...     rank=0,
+            ...     world_size=1,
+            ...     drop_last=False,
+            ...     batch_size=2,
+            ... )
             >>> plan.total_batches, plan.shard.tolist(), plan.row.tolist(), plan.last_batch.tolist()
             (3, [0, 0, 0, 1, 1], [0, 1, 2, 0, 1], [1, 2])
         """
@@ -140,7 +150,8 @@ def take_rows(
         return pa.concat_tables(tables).slice(0, 0)
     schema = tables[0].schema
     # binary/string columns without nulls: gathered as 16-byte views over the shards' own data
-    # buffers, then cast back (one copy of the bytes taken); the rest: per-shard pieces, reordered once
+    # buffers, then cast back (one copy of the bytes taken); the rest: per-shard pieces, reordered
+    # once
     viewed = {
         i
         for i, f in enumerate(schema)
@@ -172,7 +183,8 @@ def _view_take(
     row: NDArray[np.int64],
     typ: pa.DataType,
 ) -> pa.Array:
-    """Rows ``(table_of, row)`` of binary/string arrays without nulls: a numpy gather of their views.
+    """Rows ``(table_of, row)`` of binary/string arrays without nulls: a numpy gather of their
+    views.
 
     A view is 4 int32: the length, then either the bytes inline (length <= 12) or a 4-byte prefix,
     the index of the data buffer and the offset in it. The views of every array are gathered at once
@@ -201,7 +213,8 @@ def _view_take(
 def _grouped_take(
     tables: Sequence[pa.Table], table_of: NDArray[np.int64], row: NDArray[np.int64]
 ) -> pa.Table:
-    """Each table's rows taken from that table (ascending output position), the pieces joined, reordered once."""
+    """Each table's rows taken from that table (ascending output position), the pieces joined,
+    reordered once."""
     by_table = np.argsort(table_of, kind="stable")
     counts = np.bincount(table_of, minlength=len(tables))
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -220,7 +233,8 @@ def _grouped_take(
 def assemble(
     plan: EpochPlan, get: Callable[[int], pa.Table], batches: Sequence[int]
 ) -> list[pa.Table]:
-    """The tables of ``batches`` (consecutive or not), gathered with :func:`take_rows` from the shards ``get(k)`` returns."""
+    """The tables of ``batches`` (consecutive or not), gathered with :func:`take_rows` from the
+    shards ``get(k)`` returns."""
     parts = [plan.positions(b) for b in batches]
     shard = np.concatenate([plan.shard[p] for p in parts])
     row = np.concatenate([plan.row[p] for p in parts])
@@ -263,7 +277,8 @@ def process_batch(
     transform: Callable[[pa.Table], pa.Table] | None,
     collate: Callable[[pa.Table], Any],
 ) -> BatchResult:
-    """Filter, transform and collate one batch; a failing sample is isolated, skipped and recorded."""
+    """Filter, transform and collate one batch; a failing sample is isolated, skipped and
+    recorded."""
     read = table.num_rows
     failed: list[tuple[Any, int, BaseException]] = []
     filtered = 0

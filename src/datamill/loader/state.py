@@ -63,8 +63,8 @@ GLOBAL_FIELDS = (
     "warmup",
     "window",
 )
-"""Fields the epoch's *global* order depends on: an elastic resume (another world size, rank or batch
-size) needs only these to match."""
+"""Fields the epoch's *global* order depends on: an elastic resume (another world size, rank or
+batch size) needs only these to match."""
 
 STATE_FIELDS = (
     "format",
@@ -106,9 +106,10 @@ def validate_state(state: Any) -> dict[str, Any]:
         ResumeStateError: not a dict, unknown format, missing fields, negative counters.
 
     Examples:
-        >>> validate_state({"format": "other/9"})
+        >>> validate_state({"format": "other/9"})  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ResumeStateError: resume state has format 'other/9', expected 'datamill.loader/1'...
+        datamill.core.errors.ResumeStateError: resume state has format 'other/9', expected
+        'datamill.loader/1'...
     """
     return validate_spec(state, LOADER_STATE)

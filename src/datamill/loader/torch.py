@@ -17,7 +17,8 @@ for any ``N``; worker *processes* help when a transform is GIL-bound Python.
   in the main process. It also follows torchdata's ``Stateful`` protocol: ``state_dict()`` without
   arguments is the calling worker's position (the batches it has yielded), so a torchdata
   ``StatefulDataLoader(dataset, batch_size=None, num_workers=N)`` checkpoint taken mid-epoch resumes
-  exactly: each worker restarts after its last batch the main process consumed. ``max_errors`` applies per worker process and iteration
+  exactly: each worker restarts after its last batch the main process consumed. ``max_errors``
+      applies per worker process and iteration
   (:meth:`~datamill.loader.service.BatchService.accounting`).
 """
 
@@ -51,7 +52,9 @@ class TorchLoaderDataset(IterableDataset[Any]):
     Examples:
         >>> import pyarrow as pa
         >>> from datamill.core.source import TableSource
-        >>> ds = TorchLoaderDataset(Loader(TableSource(pa.table({"x": list(range(6))})), 4, collate="torch"))
+        >>> ds = TorchLoaderDataset(
+        ...     Loader(TableSource(pa.table({"x": list(range(6))})), 4, collate="torch")
+        ... )
         >>> [len(b["x"]) for b in torch.utils.data.DataLoader(ds, batch_size=None)]
         [4, 2]
     """
@@ -60,7 +63,8 @@ class TorchLoaderDataset(IterableDataset[Any]):
         super().__init__()
         if loader.refill:
             raise ConfigError(
-                "the torch adapter does not support Batching(refill=True) (its workers build position batches)",
+                "the torch adapter does not support Batching(refill=True) (its workers build "
+                "position batches)",
                 hint="iterate the Loader itself, or filter without refill",
             )
         service = loader.service
@@ -92,10 +96,12 @@ class TorchLoaderDataset(IterableDataset[Any]):
         self._skip = 0
 
     def state_dict(self, batches_consumed: int | None = None) -> dict[str, Any]:
-        """The resume state after the main process consumed ``batches_consumed`` batches of this iteration.
+        """The resume state after the main process consumed ``batches_consumed`` batches of this
+        iteration.
 
         Without ``batches_consumed`` (torchdata's ``Stateful`` protocol, called in each worker by a
-        ``StatefulDataLoader``): this worker's position, ``{"format", "start", "elastic", "yielded"}``.
+        ``StatefulDataLoader``): this worker's position, ``{"format", "start", "elastic",
+        "yielded"}``.
         """
         epoch, start = self._start
         if batches_consumed is None:
@@ -114,9 +120,11 @@ class TorchLoaderDataset(IterableDataset[Any]):
         )
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
-        """Resume at ``state`` (one rank's or every rank's, checked and re-split like :meth:`Loader.load_state_dict`).
+        """Resume at ``state`` (one rank's or every rank's, checked and re-split like
+        :meth:`Loader.load_state_dict`).
 
-        A worker state (from ``state_dict()`` in a worker) makes this worker skip the batches it had yielded.
+        A worker state (from ``state_dict()`` in a worker) makes this worker skip the batches it had
+        yielded.
         """
         if isinstance(state, Mapping) and state.get("format") == WORKER_STATE_FORMAT:
             epoch, start = (int(v) for v in state["start"])

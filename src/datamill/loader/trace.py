@@ -21,9 +21,9 @@ says which of them the filter rejected (``rejected``). ``refill=True`` runs re-c
 filtering and are not traceable by position (:class:`~datamill.core.errors.ConfigError`).
 
 A served iteration's record (``GET /api/v1/iterations/{id}/trace``, :func:`plan_record` plus a
-``served`` section) is traced the same way; in dynamic mode (or static mode resumed over another world
-size) its steps are the journaled ones: ``Hit.client`` names the client, and :meth:`Tracer.batch`
-takes ``client=`` (see :mod:`datamill.serve.trace`).
+``served`` section) is traced the same way; in dynamic mode (or static mode resumed over another
+world size) its steps are the journaled ones: ``Hit.client`` names the client, and
+:meth:`Tracer.batch` takes ``client=`` (see :mod:`datamill.serve.trace`).
 
 The per-epoch index (:mod:`datamill.loader.trace_index`, ``O(shards)`` numbers) is built on first
 use and stored beside the record (``RECORD.index/``), so later queries replay one shuffle window.
@@ -78,8 +78,8 @@ I64 = NDArray[np.int64]
 
 
 def _rle(sizes: I64) -> list[list[int]] | dict[str, str]:
-    """Run-length encoding ``[[size, count], ...]`` (equal shards: one pair); many different sizes are
-    stored as ``{"int64_zlib_b64": ...}`` instead (a short string, fast to read)."""
+    """Run-length encoding ``[[size, count], ...]`` (equal shards: one pair); many different sizes
+    are stored as ``{"int64_zlib_b64": ...}`` instead (a short string, fast to read)."""
     arr = np.asarray(sizes, dtype=np.int64)
     starts = np.flatnonzero(np.diff(arr, prepend=-1)) if len(arr) else np.zeros(0, np.int64)
     if len(starts) > RLE_PAIRS:
@@ -211,11 +211,13 @@ def plan_record(
     batches_seen: int,
     served: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run record of one epoch's plan of a :class:`~datamill.loader.BatchService` (``world_size`` ranks
-    of ``svc.batch_size``, no elastic history): what a served iteration's trace route answers.
+    """The run record of one epoch's plan of a :class:`~datamill.loader.BatchService`
+    (``world_size`` ranks of ``svc.batch_size``, no elastic history): what a served iteration's
+    trace route answers.
 
-    ``served`` (the iteration, its mode and journaled units; see :mod:`datamill.serve.trace`) is kept
-    under ``"served"``; :class:`Tracer` maps the plan's batches to the served ranks or clients with it.
+    ``served`` (the iteration, its mode and journaled units; see :mod:`datamill.serve.trace`) is
+    kept under ``"served"``; :class:`Tracer` maps the plan's batches to the served ranks or clients
+    with it.
     """
     source = svc.source
     order = {
@@ -254,7 +256,8 @@ def plan_record(
 
 
 def _history_sizes(runs: list[dict[str, Any]], run: dict[str, Any]) -> tuple[list[int], list[int]]:
-    """Batch size and replication of each segment of ``run``'s elastic history, from the runs before."""
+    """Batch size and replication of each segment of ``run``'s elastic history, from the runs
+    before."""
     hist = run["elastic"]
     if not hist:
         return [], []
@@ -373,11 +376,12 @@ class _Shapes:
 
 
 class _UnitMap:
-    """A served iteration's units (``offsets[r] + b``: batch ``b`` of plan rank ``r``) -> who read them, when.
+    """A served iteration's units (``offsets[r] + b``: batch ``b`` of plan rank ``r``) -> who read
+    them, when.
 
     Static mode resumed over another world size: ``who`` is the queue (served rank) and ``step`` the
-    position in it. Dynamic mode: ``who`` indexes ``clients`` (the client that acknowledged the unit)
-    and ``step`` counts that client's acknowledged batches in the order it received them.
+    position in it. Dynamic mode: ``who`` indexes ``clients`` (the client that acknowledged the
+    unit) and ``step`` counts that client's acknowledged batches in the order it received them.
     """
 
     def __init__(self, served: Mapping[str, Any]) -> None:
@@ -411,12 +415,13 @@ class _UnitMap:
 
 
 class Tracer:
-    """Answers trace queries for one run record (indexes per epoch are cached in memory and on disk).
+    """Answers trace queries for one run record (indexes per epoch are cached in memory and on
+    disk).
 
     Args:
         record: a run record (dict) or the path of its JSON file.
-        source: the dataset the run read (for UIDs from a ``uid`` column, length buckets, filters and
-            rows); must have the record's fingerprint. Defaults to ``None``.
+        source: the dataset the run read (for UIDs from a ``uid`` column, length buckets, filters
+            and rows); must have the record's fingerprint. Defaults to ``None``.
         index_dir: where the per-epoch indexes are kept. Defaults to ``None`` (``RECORD.index``
             beside a record file; in memory only for a dict).
     """
@@ -526,7 +531,8 @@ class Tracer:
         return act[-1] if act else None
 
     def layout(self, epoch: int) -> tuple[Layout, int | None]:
-        """The epoch's :class:`Layout` and the final segment's batch cut-off (``until``), or ``None``."""
+        """The epoch's :class:`Layout` and the final segment's batch cut-off (``until``), or
+        ``None``."""
         hit = self._layouts.get(epoch)
         if hit is not None:
             return hit
@@ -556,7 +562,8 @@ class Tracer:
         return out
 
     def _eras(self, epoch: int, last: dict[str, Any]) -> tuple[tuple[int, int], ...]:
-        """``(first batch, replication)`` of the runs that read the epoch's final plan, oldest first.
+        """``(first batch, replication)`` of the runs that read the epoch's final plan, oldest
+        first.
 
         A resume with the same data world size and batch size continues the plan (no elastic
         segment), possibly with another replication: its first batches were read by the run before.
@@ -688,7 +695,8 @@ class Tracer:
         return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
     def uids_of(self, samples: I64) -> list[Any]:
-        """UIDs of sample numbers (``None`` each when the UIDs are a column not indexed yet and no source is given)."""
+        """UIDs of sample numbers (``None`` each when the UIDs are a column not indexed yet and no
+        source is given)."""
         if (
             self.record.get("uid_column") is not None
             and self._uids is None
@@ -767,11 +775,11 @@ class Tracer:
         epoch: int | None = None,
         client: str | None = None,
     ) -> BatchTrace:
-        """The samples of rank ``rank``'s batch at ``step`` of ``epoch`` (``None``: ``step`` counts from the
-        record's first epoch).
+        """The samples of rank ``rank``'s batch at ``step`` of ``epoch`` (``None``: ``step`` counts
+        from the record's first epoch).
 
-        A served dynamic iteration's steps are per client: give ``client`` (its ``k``-th acknowledged
-        batch is its step ``k``) instead of ``rank``.
+        A served dynamic iteration's steps are per client: give ``client`` (its ``k``-th
+        acknowledged batch is its step ``k``) instead of ``rank``.
 
         Raises:
             ConfigError: the step is past the record's end, or the rank is not in the step's world.
@@ -788,7 +796,8 @@ class Tracer:
             step = left
         if epoch not in self.epochs() or not 0 <= step < self.steps_in_epoch(epoch):
             raise ConfigError(
-                f"step {step} of epoch {epoch} is not in this record (epochs {self.epochs().start}.."
+                f"step {step} of epoch {epoch} is not in this record (epochs "
+                f"{self.epochs().start}.."
                 f"{self.epochs().stop - 1})",
                 hint="check --epoch/--step against the run",
             )
@@ -829,8 +838,9 @@ class Tracer:
     # ----------------------------------------------------------------- served iterations
     @property
     def remapped(self) -> bool:
-        """Whether the record is a served iteration whose ranks and steps are not the plan's (dynamic mode,
-        or static mode resumed with another world size): steps come from the journaled units."""
+        """Whether the record is a served iteration whose ranks and steps are not the plan's
+        (dynamic mode, or static mode resumed with another world size): steps come from the
+        journaled units."""
         sv = self.served
         return sv is not None and (sv.get("mode") == "dynamic" or sv.get("queues") is not None)
 
@@ -927,7 +937,8 @@ class Tracer:
         return (tables[0] if len(tables) == 1 else pa.concat_tables(tables)).take(pa.array(where))
 
     def rejected(self, batch: BatchTrace, filter: Callable[[pa.Table], Any]) -> list[bool]:
-        """Which samples of ``batch`` the filter rejected (evaluated on the batch, as the loader does)."""
+        """Which samples of ``batch`` the filter rejected (evaluated on the batch, as the loader
+        does)."""
         table = self.rows(batch.samples)
         keep = filter(table) if table.num_rows else np.zeros(0, dtype=bool)
         if isinstance(keep, (pa.Array, pa.ChunkedArray)):
@@ -953,12 +964,14 @@ def trace(
         record: the run record (dict or JSON path).
         uids: UID(s) to trace (values of the dataset's ``uid`` column, else sample numbers).
             Defaults to ``None``.
-        samples: sample number(s) (rows of the dataset in shard order) to trace. Defaults to ``None``.
+        samples: sample number(s) (rows of the dataset in shard order) to trace. Defaults to
+            ``None``.
         steps: ``(epoch, rank, step)`` tuple(s); ``epoch=None`` counts ``step`` from the record's
             first epoch. Defaults to ``None``.
         epochs: epochs searched for ``uids``/``samples``. Defaults to ``None`` (the record's).
         source: the dataset the run read (UID columns, buckets, filters). Defaults to ``None``.
-        filter: the run's filter, to mark the samples it rejected (needs ``source``). Defaults to ``None``.
+        filter: the run's filter, to mark the samples it rejected (needs ``source``). Defaults to
+            ``None``.
         index_dir: where per-epoch indexes are kept. Defaults to ``None`` (beside a record file).
 
     Returns:

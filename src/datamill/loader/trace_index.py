@@ -43,7 +43,8 @@ class EpochIndex:
         raise NotImplementedError
 
     def where(self, samples: I64) -> tuple[I64, I64]:
-        """``(positions, which)``: every position holding ``samples[which[i]]``, grouped by query."""
+        """``(positions, which)``: every position holding ``samples[which[i]]``, grouped by
+        query."""
         raise NotImplementedError
 
 
@@ -103,14 +104,18 @@ class ShardOrderIndex(EpochIndex):
     The index is the shard permutation; each window's shuffle has its own generator
     (``rng_for(seed, "shard_order.window", epoch, w)``, as
     :class:`~datamill.loader.order.EpochOrder` draws it), so a query replays only the one or two
-    windows it touches (cached). :meth:`build` draws the permutation; :meth:`save`/:meth:`load` keep it.
+    windows it touches (cached). :meth:`build` draws the permutation; :meth:`save`/:meth:`load` keep
+    it.
 
     Examples:
         >>> from datamill.loader.order import shard_order
         >>> sizes = np.array([3, 5, 0, 4, 2])
         >>> order = shard_order(sizes, seed=7, epoch=2, window=2)
         >>> idx = ShardOrderIndex.build(sizes, seed=7, epoch=2, window=2)
-        >>> bool((idx.at(np.arange(14)) == order).all()), bool((order[idx.where(order)[0]] == order).all())
+        >>> (
+        ...     bool((idx.at(np.arange(14)) == order).all()),
+        ...     bool((order[idx.where(order)[0]] == order).all()),
+        ... )
         (True, True)
     """
 
@@ -139,7 +144,8 @@ class ShardOrderIndex(EpochIndex):
     def build(
         cls, sizes: I64 | Sequence[int], *, seed: int, epoch: int, window: int
     ) -> ShardOrderIndex:
-        """The index of ``shard_order(sizes, seed=seed, epoch=epoch, window=window)`` (draws the shard permutation)."""
+        """The index of ``shard_order(sizes, seed=seed, epoch=epoch, window=window)`` (draws the
+        shard permutation)."""
         sz = np.asarray(sizes, dtype=np.int64)
         perm = rng_for(seed, "shard_order", epoch).permutation(len(sz))
         return cls(sz, perm, window, seed=seed, epoch=epoch)
@@ -164,7 +170,8 @@ class ShardOrderIndex(EpochIndex):
             )
 
     def _window(self, w: int) -> I64:
-        """The shuffled ``arange`` of window ``w`` (the same draws as the window's shuffle of sample ids)."""
+        """The shuffled ``arange`` of window ``w`` (the same draws as the window's shuffle of sample
+        ids)."""
         hit = self._cache.get(w)
         if hit is not None:
             self._cache.move_to_end(w)
@@ -220,7 +227,8 @@ class ShardOrderIndex(EpochIndex):
 
 @dataclass(frozen=True)
 class Segment:
-    """A part of an epoch run with one data world size: ``consumed`` per data rank (``None``: to the end)."""
+    """A part of an epoch run with one data world size: ``consumed`` per data rank (``None``: to the
+    end)."""
 
     data_world: int
     consumed: tuple[int, ...] | None
@@ -303,7 +311,8 @@ class Layout:
         return int(self._parts[seg][1][data_rank])
 
     def part(self, seg: int, data_rank: int, js: I64 | None = None) -> I64:
-        """Global positions of indices ``js`` (all by default) of the rank's part in segment ``seg``."""
+        """Global positions of indices ``js`` (all by default) of the rank's part in segment
+        ``seg``."""
         starts, cum = self._ivals[seg]
         pst, pln = self._parts[seg]
         j = (
@@ -317,7 +326,8 @@ class Layout:
         return out
 
     def locate(self, positions: I64) -> tuple[I64, I64, I64]:
-        """``(segment, data rank, j)`` of each position; segment ``-1``: not visited (``drop_last``)."""
+        """``(segment, data rank, j)`` of each position; segment ``-1``: not visited
+        (``drop_last``)."""
         pos = np.asarray(positions, dtype=np.int64)
         seg_of = np.full(len(pos), -1, dtype=np.int64)
         rank_of = np.full(len(pos), -1, dtype=np.int64)

@@ -26,7 +26,8 @@ assert sorted(__all__) == __all__
 
 
 def __getattr__(name: str) -> Any:
-    """The package's public names, imported on first access (plain imports: the import graph sees them)."""
+    """The package's public names, imported on first access (plain imports: the import graph sees
+    them)."""
     match name:
         case "Executor":
             from datamill.preprocessing.executors import Executor

@@ -45,8 +45,8 @@ __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
 
 
 def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool) -> Plan:
-    """Refuse output paths that hold a user's file or an input, repair an interrupted switch, and key
-    the cache on the image files too."""
+    """Refuse output paths that hold a user's file or an input, repair an interrupted switch, and
+    key the cache on the image files too."""
     if p.hdf5_path is None or p.meta_path is None:
         return p
     paths = [x for x in inputs if isinstance(x, (str, os.PathLike))]
@@ -79,7 +79,8 @@ def _on_engine(
     overwrite: bool,
     options: dict[str, Any],
 ) -> Preprocessed:
-    """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, found through :mod:`datamill.engines`)."""
+    """Dispatch to another engine (``"ray"``: the optional :mod:`datamill.ray`, found through
+    :mod:`datamill.engines`)."""
     check_engine(engine)
     if engine == LOCAL:
         raise ConfigError("engine_options apply to engine='ray' only")
@@ -96,7 +97,8 @@ def _on_engine(
 def _local_input(dataset: Any, output_dir: str | os.PathLike[str] | None) -> tuple[Any, Any]:
     """An ``s3://`` input becomes a checked local copy (:func:`~datamill.core.objstore.fetch_input`:
     downloaded once, reused while the object's size, mtime and ETag hold; the preprocessing cache
-    key hashes the content), written by default to the current folder; anything else is unchanged."""
+    key hashes the content), written by default to the current folder; anything else is
+    unchanged."""
     if isinstance(dataset, (str, os.PathLike)) and is_remote(dataset):
         return fetch_input(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
     return dataset, output_dir
@@ -116,30 +118,45 @@ def preprocess(
     """Preprocess ``dataset`` with a Ludwig-shaped ``config`` into tensors + metadata.
 
     Args:
-        dataset: a CSV/TSV/Parquet/JSONL path (``archive.zip:member``, ``s3://…``), a DataFrame or an Arrow Table.
+        dataset: a CSV/TSV/Parquet/JSONL path (``archive.zip:member``, ``s3://…``), a DataFrame or
+            an Arrow Table.
         config: config model, dict, or YAML/JSON path. Defaults to ``None`` (``metadata``'s config).
-        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside the input).
+        output_dir: where ``<stem>.hdf5`` / ``<stem>.meta.json`` go. Defaults to ``None`` (beside
+            the input).
         skip_save: compute in memory only, write nothing. Defaults to ``False``.
         metadata: a ``meta.json`` (path, :class:`Metadata` or dict) applied to unseen data (nothing
             refitted, no split). Defaults to ``None``.
         engine: ``"local"`` or ``"ray"`` (:func:`datamill.ray.preprocess`). Defaults to ``"local"``.
-        engine_options: the engine's keyword arguments (Ray: ``address``, ``fmt``...). Defaults to ``None``.
-        overwrite: also replace another kind of datamill output (never a user's file). Defaults to ``False``.
+        engine_options: the engine's keyword arguments (Ray: ``address``, ``fmt``...). Defaults to
+            ``None``.
+        overwrite: also replace another kind of datamill output (never a user's file). Defaults to
+            ``False``.
 
     Returns:
         :class:`Preprocessed` (``.data`` tensors, ``.metadata``, paths, ``.cached``).
 
     Raises:
-        ConfigError: invalid config. SchemaError: a configured column is missing. OutputError: a full disk.
+        ConfigError: invalid config. SchemaError: a configured column is missing. OutputError: a
+            full disk.
         DataFileError: unreadable input or value (located), or an output path holding a user's file.
 
     Examples:
         >>> import pyarrow as pa
         >>> t = pa.table({"color": ["red", "blue", "red", None], "size": [1.0, 2.0, 3.0, None]})
-        >>> cfg = {"input_features": [{"name": "color", "type": "category"},
-        ...        {"name": "size", "type": "number",
-        ...         "preprocessing": {"normalization": "minmax", "missing_value_strategy": "fill_with_mean"}}],
-        ...        "preprocessing": {"split": {"type": "none"}}}  # default: Ludwig's random 0.7/0.1/0.2
+        >>> cfg = {
+        ...     "input_features": [
+        ...         {"name": "color", "type": "category"},
+        ...         {
+        ...             "name": "size",
+        ...             "type": "number",
+        ...             "preprocessing": {
+        ...                 "normalization": "minmax",
+        ...                 "missing_value_strategy": "fill_with_mean",
+        ...             },
+        ...         },
+        ...     ],
+        ...     "preprocessing": {"split": {"type": "none"}},
+        ... }  # default: Ludwig's random 0.7/0.1/0.2
         >>> out = preprocess(t, cfg)
         >>> out.data["color"].tolist(), out.data["size"].tolist()
         ([1, 2, 1, 0], [0.0, 0.5, 1.0, 0.5])

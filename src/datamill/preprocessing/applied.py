@@ -27,7 +27,8 @@ def _is_number(v: Any) -> bool:
 def check_applied(
     applied: dict[str, Any], features: Sequence[ResolvedFeature], *, path: str
 ) -> None:
-    """Raise unless every configured feature is in ``applied`` with the same type and well-formed values.
+    """Raise unless every configured feature is in ``applied`` with the same type and well-formed
+    values.
 
     Raises:
         ConfigError: a feature is missing or has another type (``path`` and ``column`` set).
@@ -37,9 +38,11 @@ def check_applied(
         >>> from datamill.preprocessing.config import load_config, resolve_features
         >>> cfg, _ = load_config({"input_features": [{"name": "x", "type": "number"}]})
         >>> check_applied({"x": {"type": "category"}}, resolve_features(cfg), path="m.meta.json")
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: m.meta.json, column "x": the config says type number, the metadata says category...
+        datamill.core.errors.ConfigError: m.meta.json, column "x": the config says type number, the
+        metadata says category...
     """
     for f in features:
         if f.name not in applied:

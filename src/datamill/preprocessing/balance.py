@@ -1,13 +1,14 @@
-"""Class balancing of the training rows: Ludwig's ``oversample_minority`` / ``undersample_majority``.
+"""Class balancing of the training rows: Ludwig's ``oversample_minority`` /
+``undersample_majority``.
 
 As Ludwig's ``balance_data``: the target is the first output feature's column; its most frequent
 value among the training rows is the majority class, its least frequent the minority class (ties:
 the smallest value); only training rows change, validation and test rows stay as they are.
 
 * ``oversample_minority: r``: the minority class gets ``round(r * majority)`` rows. Ludwig draws
-  them with replacement; datamill repeats every minority row ``t // m`` times and gives one more copy
-  to the ``t % m`` rows with the smallest seeded uniforms (the same count, each row used as evenly as
-  possible). Copies sit next to their row, in file order.
+  them with replacement; datamill repeats every minority row ``t // m`` times and gives one more
+  copy to the ``t % m`` rows with the smallest seeded uniforms (the same count, each row used as
+  evenly as possible). Copies sit next to their row, in file order.
 * ``undersample_majority: r``: the majority class keeps ``int(minority / r)`` rows, those with the
   smallest seeded uniforms (Ludwig: ``df.sample`` without replacement).
 
@@ -62,7 +63,8 @@ def fit_balance(
     oversample_minority: float | None,
     undersample_majority: float | None,
 ) -> Balance | None:
-    """The first pass: class counts among the training rows (``train``: per input row) → :class:`Balance`.
+    """The first pass: class counts among the training rows (``train``: per input row) →
+    :class:`Balance`.
 
     None when the training rows hold fewer than two classes.
 
@@ -70,7 +72,10 @@ def fit_balance(
         >>> col = pa.array(["a"] * 8 + ["b"] * 2)
         >>> b = fit_balance(col, np.ones(10, bool), name="y", seed=0, oversample_minority=1.0,
         ...                 undersample_majority=None)
-        >>> (b.minority, b.majority), int(balance_copies(b, col, np.zeros(10, np.int8), seed=0, lo=0).sum())
+        >>> (
+        ...     (b.minority, b.majority),
+        ...     int(balance_copies(b, col, np.zeros(10, np.int8), seed=0, lo=0).sum()),
+        ... )
         (('b', 'a'), 16)
     """
     values = _strings(column)
@@ -122,7 +127,8 @@ def balance_copies(
     seed: int,
     lo: int,
 ) -> NDArray[np.int64]:
-    """How many times each row of a block (global rows ``lo ..``) appears after balancing (0: dropped)."""
+    """How many times each row of a block (global rows ``lo ..``) appears after balancing (0:
+    dropped)."""
     values = _strings(column)
     n = len(values)
     train = np.ones(n, bool) if split is None else split == 0

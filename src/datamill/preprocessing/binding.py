@@ -1,4 +1,5 @@
-"""Binding a :class:`~datamill.preprocessing.plans.Plan` to its input: the first passes before the blocks.
+"""Binding a :class:`~datamill.preprocessing.plans.Plan` to its input: the first passes before the
+blocks.
 
 :func:`bind` needs the row count and at most a few whole columns (:func:`pre_columns`): it drops
 the absent optional output columns (applying metadata to inference data), fixes the sample
@@ -39,7 +40,9 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
 
     Examples:
         >>> from datamill.preprocessing.pipeline import plan
-        >>> p = bind(plan({"input_features": [{"name": "x", "type": "number"}]}, pa.table({})), 10, {})
+        >>> p = bind(
+        ...     plan({"input_features": [{"name": "x", "type": "number"}]}, pa.table({})), 10, {}
+        ... )
         >>> p.split_state.num_rows, p.split_state.cuts is not None
         (10, True)
     """
@@ -73,7 +76,8 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
             and column is not None
             and any(f.column == col and f.missing_value_strategy == "drop_row" for f in p.features)
         ):
-            # Ludwig splits after drop_row: a row without a stratify value is not counted in the sizes
+            # Ludwig splits after drop_row: a row without a stratify value is not counted in the
+            # sizes
             present = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
             split_keep = present if keep is None else keep & present
         state = fit_split(p.split, seed=p.seed, num_rows=num_rows, column=column, keep=split_keep)
@@ -116,7 +120,8 @@ def _fit_balance(
 
 
 def pre_columns(p: Plan) -> list[str]:
-    """The columns :func:`bind` needs from the whole input (optional outputs present, split's first pass)."""
+    """The columns :func:`bind` needs from the whole input (optional outputs present, split's first
+    pass)."""
     cols = list(p.optional)
     glob = p.config.preprocessing
     balancing = p.applied is None and bool(glob.oversample_minority or glob.undersample_majority)
@@ -132,8 +137,9 @@ def pre_columns(p: Plan) -> list[str]:
 
 
 def with_image_files(p: Plan, dataset: Any) -> Plan:
-    """Chain the size and mtime of every image file an image feature reads into the plan's fingerprint
-    (so replacing or deleting an image invalidates a cached output; every engine records the same)."""
+    """Chain the size and mtime of every image file an image feature reads into the plan's
+    fingerprint (so replacing or deleting an image invalidates a cached output; every engine records
+    the same)."""
     columns = sorted({f.column for f in p.features if f.type == "image"})
     if not columns:
         return p

@@ -116,13 +116,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--format",
         choices=["shards", "hdf5"],
         default="shards",
-        help="with --engine ray: shards (<stem>.shards/ + meta.json, default) or hdf5 (also <stem>.hdf5)",
+        help="with --engine ray: shards (<stem>.shards/ + meta.json, default) or hdf5 (also "
+        "<stem>.hdf5)",
     )
     p.add_argument(
         "--max-image-pixels",
         type=MAX_IMAGE_PIXELS.arg,
         default=None,
-        help="image features: Pillow's decompression-bomb limit in pixels (default 89,478,485; images "
+        help="image features: Pillow's decompression-bomb limit in pixels (default 89,478,485; "
+        "images "
         "above twice it are refused with the row that names them)",
     )
     p.add_argument(

@@ -98,11 +98,19 @@ class LudwigKeysIgnored(UserWarning):
 
 
 def strip_model_keys(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``data`` without the keys of :data:`LUDWIG_MODEL_KEYS`, and the YAML paths of the keys removed.
+    """``data`` without the keys of :data:`LUDWIG_MODEL_KEYS`, and the YAML paths of the keys
+    removed.
 
     Examples:
-        >>> strip_model_keys({"input_features": [{"name": "x", "type": "number", "encoder": {"type": "dense"}}],
-        ...                   "trainer": {"epochs": 3}, "defaults": {"number": {"encoder": {}}}})[1]
+        >>> strip_model_keys(
+        ...     {
+        ...         "input_features": [
+        ...             {"name": "x", "type": "number", "encoder": {"type": "dense"}}
+        ...         ],
+        ...         "trainer": {"epochs": 3},
+        ...         "defaults": {"number": {"encoder": {}}},
+        ...     }
+        ... )[1]
         ['trainer', 'input_features[0].encoder', 'defaults.number.encoder']
     """
     ignored = [k for k in data if k in LUDWIG_MODEL_KEYS["top"]]
@@ -143,7 +151,8 @@ class FeatureConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _storable_name(cls, v: str) -> str:
-        # a key of meta.json beside the "datamill" header; in the HDF5 file '/' and '%' are escaped (hdf5_name)
+        # a key of meta.json beside the "datamill" header; in the HDF5 file '/' and '%' are escaped
+        # (hdf5_name)
         if "\0" in v or v == "datamill":
             raise ValueError(
                 f"feature name {v!r} cannot be stored: names may not contain a NUL character or be "
@@ -166,10 +175,11 @@ class SplitConfig(BaseModel):
     """Train/validation/test split (Ludwig's split types; see :mod:`datamill.preprocessing.split`).
 
     ``random`` (the default, also when the config has no ``split``): seeded, exact sizes;
-    ``fixed``: from a column (``column`` defaults to ``split``) holding 0/1/2 or train/validation/test;
-    ``stratify``: random with exact sizes within each value of ``column``; ``hash``: from a stable
-    hash of ``column`` (a row keeps its split as the data grows); ``datetime``: the earliest rows of
-    ``column`` train, the latest test; ``none``: no split (every row is fitted on).
+    ``fixed``: from a column (``column`` defaults to ``split``) holding 0/1/2 or
+    train/validation/test; ``stratify``: random with exact sizes within each value of ``column``;
+    ``hash``: from a stable hash of ``column`` (a row keeps its split as the data grows);
+    ``datetime``: the earliest rows of ``column`` train, the latest test; ``none``: no split (every
+    row is fitted on).
     """
 
     model_config = _Strict
@@ -193,14 +203,16 @@ class SplitConfig(BaseModel):
 
     @property
     def split_column(self) -> str | None:
-        """The input column this split reads (``fixed`` defaults to ``split``), None for random/none."""
+        """The input column this split reads (``fixed`` defaults to ``split``), None for
+        random/none."""
         if self.type == "fixed":
             return self.column or "split"
         return self.column if self.type in ("stratify", "hash", "datetime") else None
 
 
 def defaults_keys() -> dict[str, str]:
-    """Global-defaults key (``preprocessing.<key>``) → feature type, as the handler classes declare them."""
+    """Global-defaults key (``preprocessing.<key>``) → feature type, as the handler classes declare
+    them."""
     return {cls.defaults_key: name for name, cls in handler_classes().items()}
 
 
@@ -215,17 +227,21 @@ class GlobalPreprocessing(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     split: SplitConfig | None = None
     seed: int = 42
-    #: keep this fraction of the rows (Ludwig's ``sample_ratio``; exact count ``round(ratio * n)``, seeded)
+    #: keep this fraction of the rows (Ludwig's ``sample_ratio``; exact count ``round(ratio * n)``,
+    # seeded)
     sample_ratio: float = Field(default=1.0, gt=0, le=1)
     #: keep exactly this many rows (Ludwig's ``sample_size``); not with ``sample_ratio``
     sample_size: int | None = Field(default=None, ge=1)
-    #: training rows of the first output feature's minority class: ``r`` times the majority's (Ludwig's)
+    #: training rows of the first output feature's minority class: ``r`` times the majority's
+    # (Ludwig's)
     oversample_minority: float | None = Field(default=None, gt=0)
     #: training rows of its majority class: the minority's divided by ``r`` (Ludwig's)
     undersample_majority: float | None = Field(default=None, gt=0, le=1)
-    #: caps ``max_sequence_length`` of every feature that has one (Ludwig's ``global_max_sequence_length``)
+    #: caps ``max_sequence_length`` of every feature that has one (Ludwig's
+    # ``global_max_sequence_length``)
     global_max_sequence_length: int | None = Field(default=None, ge=1)
-    #: ``ludwig017``: every feature type with a ``layout`` option writes Ludwig 0.17's layout (unless it sets its own)
+    #: ``ludwig017``: every feature type with a ``layout`` option writes Ludwig 0.17's layout
+    # (unless it sets its own)
     layout: Literal["ludwig017"] | None = None
 
     @model_validator(mode="after")
@@ -239,12 +255,14 @@ class GlobalPreprocessing(BaseModel):
             if key not in keys:
                 raise ValueError(
                     f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
-                    f"oversample_minority, undersample_majority, global_max_sequence_length, layout, "
+                    "oversample_minority, undersample_majority, global_max_sequence_length, "
+                    "layout, "
                     f"{', '.join(sorted(keys))}"
                 )
             if not isinstance(value, dict):
                 raise ValueError(  # noqa: TRY004 - pydantic turns ValueError (not TypeError) into a located error
-                    f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got {type(value).__name__}"
+                    f"{key}: expected a mapping of {keys[key]} preprocessing parameters, got "
+                    f"{type(value).__name__}"
                 )
         return self
 
@@ -278,7 +296,8 @@ class PreprocessConfig(BaseModel):
         for name in v:
             if name not in FEATURE_TYPES:
                 raise ValueError(
-                    f"unknown feature type {name!r}; valid types: {', '.join(sorted(FEATURE_TYPES))}"
+                    f"unknown feature type {name!r}; valid types: "
+                    f"{', '.join(sorted(FEATURE_TYPES))}"
                 )
         return v
 
@@ -379,7 +398,8 @@ def load_config(
         raise _from_validation(exc, source) from exc
 
 
-# long (68 lines): one pass over the features, its checks in the order a user's config is read, each raising a located error
+# long (68 lines): one pass over the features, its checks in the order a user's config is read, each
+# raising a located error
 def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[ResolvedFeature]:
     """Validate every feature's ``preprocessing`` against its type's Params model."""
     out: list[ResolvedFeature] = []

@@ -1,4 +1,5 @@
-"""Parsing date/time strings to timestamps, column at a time (the ``date`` type and the ``datetime`` split).
+"""Parsing date/time strings to timestamps, column at a time (the ``date`` type and the ``datetime``
+split).
 
 With ``datetime_format`` (a ``strptime`` format, Ludwig's option) values are parsed with it; without
 one, ISO 8601 values are parsed by Arrow's cast and the rest by ``pandas.to_datetime`` (format
@@ -32,10 +33,12 @@ def parse_datetimes(
     *,
     errors: Literal["null", "raise"] = "null",
 ) -> pa.Array:
-    """Timestamps (ns) of a string column; missing values stay null, unparsable ones too (``errors="null"``).
+    """Timestamps (ns) of a string column; missing values stay null, unparsable ones too
+    (``errors="null"``).
 
     Raises:
-        ValueError: with ``errors="raise"``, the first value that does not parse (the caller locates it).
+        ValueError: with ``errors="raise"``, the first value that does not parse (the caller locates
+            it).
 
     Examples:
         >>> parse_datetimes(pa.array(["2020-01-02", "03/04/2021", None])).to_pylist()[1].isoformat()

@@ -1,5 +1,6 @@
 """``datamill demo`` section: house prices (numbers, categories with NA, a binary) and CIFAR-10 tiny
-(images + category label) → HDF5, then a cache rerun and the house prices metadata applied to rows."""
+(images + category label) → HDF5, then a cache rerun and the house prices metadata applied to
+rows."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def _show(title: str, out: Any, seconds: float) -> None:
     from datamill.preprocessing.summary import tensor_rows
 
     print(
-        f"  {title}: {out.num_rows:,} rows in {seconds * 1000:.0f} ms{' (cache)' if out.cached else ''}"
+        f"  {title}: {out.num_rows:,} rows in {seconds * 1000:.0f} "
+        f"ms{' (cache)' if out.cached else ''}"
     )
     for key, shape, dtype, vocab in tensor_rows(out.data, out.metadata):
         print(f"    {key:<12} {shape:<18} {dtype:<8} vocab {vocab}")
@@ -69,7 +71,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     t = time.perf_counter()
     again = preprocess(house, HOUSE_CONFIG)
     print(
-        f"  rerun, same input + config: cache reused={again.cached} in {(time.perf_counter() - t) * 1000:.1f} ms"
+        f"  rerun, same input + config: cache reused={again.cached} in "
+        f"{(time.perf_counter() - t) * 1000:.1f} ms"
     )
 
     cifar = work / "cifar10_tiny"

@@ -1,4 +1,5 @@
-"""Executors run the pipeline's per-block functions: the :class:`Executor` protocol and :class:`LocalExecutor`.
+"""Executors run the pipeline's per-block functions: the :class:`Executor` protocol and
+:class:`LocalExecutor`.
 
 The pipeline (:mod:`datamill.preprocessing.pipeline`) hands an executor picklable per-block
 functions (``functools.partial`` of module-level functions over the plan) and merges what comes
@@ -57,7 +58,8 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """The in-process executor: an ordered, bounded thread pool (:func:`datamill.core.parallel.ordered_map`).
+    """The in-process executor: an ordered, bounded thread pool
+    (:func:`datamill.core.parallel.ordered_map`).
 
     Args:
         threads: worker threads. Defaults to ``None``: :func:`thread_count` at each call.
@@ -73,7 +75,8 @@ class LocalExecutor:
         self.threads = threads
 
     def map_ordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        """``fn(item)`` for every item in worker threads, yielded in order (at most ``threads`` ahead)."""
+        """``fn(item)`` for every item in worker threads, yielded in order (at most ``threads``
+        ahead)."""
         return ordered_map(
             fn,
             items,

@@ -41,7 +41,8 @@ _ESCAPED = re.compile(r"%(25|2F)")
 
 
 def hdf5_name(key: str) -> str:
-    """The HDF5 dataset name of an output key: ``%`` and ``/`` percent-encoded, ``.``/``..`` as ``%2E``.
+    """The HDF5 dataset name of an output key: ``%`` and ``/`` percent-encoded, ``.``/``..`` as
+    ``%2E``.
 
     Ludwig accepts any feature name; HDF5 reads ``/`` as a group separator and refuses ``.``, so
     those are escaped in the file only (the metadata and every API use the name as written).
@@ -150,7 +151,8 @@ def _open(path: Path) -> h5py.File:
 
 
 def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
-    """(column → rows, CSR columns) of an open file: root datasets and ``layout="csr"`` groups, sorted."""
+    """(column → rows, CSR columns) of an open file: root datasets and ``layout="csr"`` groups,
+    sorted."""
     import h5py
 
     lengths: dict[str, int] = {}
@@ -170,7 +172,8 @@ def _layout(f: h5py.File) -> tuple[dict[str, int], set[str]]:
 def _read_column(
     f: h5py.File, name: str, lo: int | None, hi: int | None, *, csr: bool
 ) -> NDArray[Any] | CSR:
-    """Rows ``lo:hi`` of a column (``None, None``: all of it, scalars included); CSR offsets rebased to 0."""
+    """Rows ``lo:hi`` of a column (``None, None``: all of it, scalars included); CSR offsets rebased
+    to 0."""
     obj = f[hdf5_name(name)]
     if csr:
         offs = np.asarray(obj["offsets"][lo : None if hi is None else hi + 1], dtype=np.int64)
@@ -260,13 +263,15 @@ class HDF5Source:
 
     Raises:
         DataFileNotFoundError: no such file. DataFileError: not HDF5, columns of different lengths,
-        or ``split`` given for a file without a ``split`` dataset. ConfigError: an unknown split name.
+        or ``split`` given for a file without a ``split`` dataset. ConfigError: an unknown split
+        name.
 
     Examples:
         >>> import tempfile, h5py
         >>> p = Path(tempfile.mkdtemp()) / "d.hdf5"
         >>> with h5py.File(p, "w") as f:
-        ...     _ = f.create_dataset("x", data=np.arange(5)); _ = f.create_dataset("img", data=np.zeros((5, 2, 3)))
+        ...     _ = f.create_dataset("x", data=np.arange(5))
+        ...     _ = f.create_dataset("img", data=np.zeros((5, 2, 3)))
         >>> src = HDF5Source(p, shard_size=2)
         >>> src.columns, src.shard_sizes().tolist(), str(src.read_shard(2).schema.field("img").type)
         (['img', 'x'], [2, 2, 1], 'fixed_size_list<item: fixed_size_list<item: double>[3]>[2]')
@@ -387,7 +392,10 @@ class HDF5Source:
         split = (
             "" if self.split is None else f", split={('train', 'validation', 'test')[self.split]!r}"
         )
-        return f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, shards={self.num_shards}{split})"
+        return (
+            f"HDF5Source({os.fspath(self.path)!r}, rows={self.num_rows}, "
+            f"shards={self.num_shards}{split})"
+        )
 
 
 register_source(

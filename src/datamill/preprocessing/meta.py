@@ -1,13 +1,16 @@
-"""The ``<stem>.meta.json`` document and the :class:`Metadata` object that decodes ids back to strings.
+"""The ``<stem>.meta.json`` document and the :class:`Metadata` object that decodes ids back to
+strings.
 
 Shape (Ludwig-like: one entry per feature at the top level, plus a ``datamill`` header)::
 
     {"datamill": {"format": "datamill.preprocess/1", "version": ..., "fingerprint": ...,
                   "input_fingerprint": ..., "config_fingerprint": ..., "config": {...},
-                  "num_rows": n, "hdf5": {"size": ..., "mtime_ns": ..., "run_id": ...}, "split": {...}},
+                  "num_rows": n, "hdf5": {"size": ..., "mtime_ns": ..., "run_id": ...},
+                  "split": {...}},
      "MSZoning": {"type": "category", "column": "MSZoning", "hdf5_keys": ["MSZoning"],
                   "idx2str": [...], "str2idx": {...}, "str2freq": {...}, "vocab_size": 6,
-                  "preprocessing": {"most_common": 10000, "missing_value_strategy": "fill_with_const",
+                  "preprocessing": {"most_common": 10000,
+                                    "missing_value_strategy": "fill_with_const",
                                     "computed_fill_value": "<UNK>", ...}},
      "LotArea": {"type": "number", "mean": ..., "std": ..., "normalization": "zscore", ...}}
 """
@@ -100,7 +103,8 @@ class Metadata(Mapping[str, dict[str, Any]]):
         raise KeyError(f"no feature or HDF5 key {key!r}; features: {self.features}")
 
     def vocab(self, key: str) -> Vocab:
-        """The :class:`~datamill.vocab.Vocab` of a feature (or of a text key like ``review_word``)."""
+        """The :class:`~datamill.vocab.Vocab` of a feature (or of a text key like
+        ``review_word``)."""
         name, sub = self._locate(key)
         if (name, sub) not in self._vocabs:
             m = self.data[name]

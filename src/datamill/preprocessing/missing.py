@@ -1,9 +1,10 @@
-"""Missing values, block by block: mergeable statistics, fill values, and ``bfill``/``ffill`` carries.
+"""Missing values, block by block: mergeable statistics, fill values, and ``bfill``/``ffill``
+carries.
 
 Strategies (Ludwig's): ``fill_with_const`` (``fill_value``), ``fill_with_mode``, ``fill_with_mean``
-(numbers), ``fill_with_false`` and ``fill_with_true`` (binary), ``bfill``, ``ffill`` (from the neighbouring rows of the same
-dataset; leftover edge nulls fall back to the type's constant), ``drop_row``. Which strategies a type
-accepts and its defaults are declared by its handler class
+(numbers), ``fill_with_false`` and ``fill_with_true`` (binary), ``bfill``, ``ffill`` (from the
+neighbouring rows of the same dataset; leftover edge nulls fall back to the type's constant),
+``drop_row``. Which strategies a type accepts and its defaults are declared by its handler class
 (:class:`~datamill.preprocessing.features.base.FeatureHandler`).
 
 Everything here is decomposable into blocks: :func:`fit_missing` gives one block's
@@ -45,7 +46,8 @@ NEIGHBOURS = ("bfill", "ffill")
 
 @dataclass(frozen=True)
 class Carry:
-    """What ``ffill`` carries into a block (the last non-null value before it) and ``bfill`` (the first after)."""
+    """What ``ffill`` carries into a block (the last non-null value before it) and ``bfill`` (the
+    first after)."""
 
     before: Any = None
     after: Any = None
@@ -55,7 +57,8 @@ class Carry:
 class MissingStats:
     """Mergeable missing-value statistics of one block of a column.
 
-    ``count``/``total``: non-null fit rows and their sum (``fill_with_mean``); ``values``/``counts``:
+    ``count``/``total``: non-null fit rows and their sum (``fill_with_mean``);
+    ``values``/``counts``:
     distinct non-null fit values and their counts (``fill_with_mode``); ``first``/``last``: the
     block's first and last non-null values over all rows (``bfill``/``ffill``).
     """
@@ -107,7 +110,8 @@ class MissingStats:
 def fit_missing(
     column: pa.Array, strategy: str, fit_mask: NDArray[np.bool_] | None
 ) -> MissingStats:
-    """One block's :class:`MissingStats` for ``strategy`` (only what that strategy needs is computed).
+    """One block's :class:`MissingStats` for ``strategy`` (only what that strategy needs is
+    computed).
 
     ``fit_mask`` selects the fit (train) rows for the fitted strategies; ``None``: every row.
 
@@ -139,7 +143,8 @@ def fit_missing(
 
 
 def carries(blocks: list[MissingStats]) -> list[Carry]:
-    """Per block, the last non-null value of the blocks before it and the first of the blocks after it.
+    """Per block, the last non-null value of the blocks before it and the first of the blocks after
+    it.
 
     Examples:
         >>> s = [MissingStats(first=1, last=2), MissingStats(), MissingStats(first=5, last=6)]
@@ -173,7 +178,9 @@ def apply_fill(
     the neighbouring rows, then from ``carry`` (the neighbouring blocks), then ``edge_fill``.
 
     Examples:
-        >>> apply_fill(pa.array([None, 1.0, None]), "ffill", None, carry=Carry(before=7.0), edge_fill=0.0).to_pylist()
+        >>> apply_fill(
+        ...     pa.array([None, 1.0, None]), "ffill", None, carry=Carry(before=7.0), edge_fill=0.0
+        ... ).to_pylist()
         [7.0, 1.0, 1.0]
     """
     if isinstance(column, pa.ChunkedArray):

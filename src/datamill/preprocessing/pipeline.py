@@ -1,20 +1,26 @@
-"""Preprocessing as a pipeline: ``plan`` → ``prepare`` → ``fit`` → ``finalize`` → ``transform`` → sink.
+"""Preprocessing as a pipeline: ``plan`` → ``prepare`` → ``fit`` → ``finalize`` → ``transform`` →
+sink.
 
 * :func:`plan` resolves the config (features, columns and input types wanted, split, seed), the
   applied metadata, the cache fingerprint and the output paths: everything decided before reading.
 * :func:`prepare` turns one block of the input table (and its global row offset) into a
   :class:`Block`: split ids, ``drop_row`` rows removed, each feature's column cast.
-* :func:`fit` runs two passes over the blocks through an :class:`~datamill.preprocessing.executors.Executor`:
+* :func:`fit` runs two passes over the blocks through an
+  :class:`~datamill.preprocessing.executors.Executor`:
   the missing-value statistics (mean, mode, the ``bfill``/``ffill`` edge values), then with the
-  blocks filled, every handler's mergeable ``fit``; results are merged in block order → :class:`Stats`.
-* :func:`finalize` turns the statistics into the :class:`~datamill.preprocessing.meta.Metadata` document.
-* :func:`transform` maps one block to its output arrays; a :class:`~datamill.preprocessing.sinks.Sink`
-  receives them in order (:func:`run` drives the whole for one machine).
+  blocks filled, every handler's mergeable ``fit``; results are merged in block order →
+  :class:`Stats`.
+* :func:`finalize` turns the statistics into the :class:`~datamill.preprocessing.meta.Metadata`
+  document.
+* :func:`transform` maps one block to its output arrays; a
+  :class:`~datamill.preprocessing.sinks.Sink` receives them in order (:func:`run` drives the whole
+  for one machine).
 
 Every per-block function is a picklable pure function of (plan, block, explicit carried state), so
 a distributed executor runs the same code on blocks held elsewhere. The carried state is explicit:
-the fill values, the values ``ffill``/``bfill`` carry across block boundaries (:class:`~datamill.preprocessing.missing.Carry`),
-and, when the executor keeps them, each block's tokens from ``fit`` for its ``transform``.
+the fill values, the values ``ffill``/``bfill`` carry across block boundaries
+(:class:`~datamill.preprocessing.missing.Carry`), and, when the executor keeps them, each block's
+tokens from ``fit`` for its ``transform``.
 """
 
 from __future__ import annotations
@@ -86,8 +92,9 @@ __all__ = [
     "transform",
 ]  # Block, Origin, Plan, Stats: from plans
 
-#: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random split;
-#: @3: Ludwig's defaults: a default split with exact sizes, zscore inputs, drop_row outputs, stripped tokens)
+#: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random
+# split; : @3: Ludwig's defaults: a default split with exact sizes, zscore inputs, drop_row outputs,
+# stripped tokens)
 TRANSFORM_VERSION = "datamill.preprocess@3"
 #: rows per block (fit statistics are merged across blocks)
 BLOCK_ROWS = (
@@ -117,7 +124,8 @@ def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
     return (name.rsplit(".", 1)[0] if "." in name else name), path.parent
 
 
-# long (61 lines, 13 of docstring): the docstring documents the plan; the code resolves the config and outputs in order
+# long (61 lines, 13 of docstring): the docstring documents the plan; the code resolves the config
+# and outputs in order
 def plan(
     config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None,
     dataset: Any,
@@ -135,7 +143,9 @@ def plan(
         ConfigError: invalid or missing config, or a feature the applied metadata lacks.
 
     Examples:
-        >>> p = plan({"input_features": [{"name": "x", "type": "number"}]}, "data.csv", skip_save=True)
+        >>> p = plan(
+        ...     {"input_features": [{"name": "x", "type": "number"}]}, "data.csv", skip_save=True
+        ... )
         >>> p.wanted, p.hdf5_path, p.block_ranges(70_000)
         ({'x': 'float64'}, None, [(0, 65536), (65536, 70000)])
     """
@@ -230,7 +240,8 @@ def plan(
 
 
 def cached(p: Plan) -> Metadata | None:
-    """The metadata of a saved output that matches ``p`` exactly (fingerprint, HDF5 size and mtime), else None."""
+    """The metadata of a saved output that matches ``p`` exactly (fingerprint, HDF5 size and mtime),
+    else None."""
     if p.hdf5_path is None or p.meta_path is None:
         return None
     try:
@@ -249,7 +260,8 @@ def cached(p: Plan) -> Metadata | None:
 
 
 def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
-    """Block ``index`` of the input (``table``: its rows, ``lo``: the global row of the first) → :class:`Block`.
+    """Block ``index`` of the input (``table``: its rows, ``lo``: the global row of the first) →
+    :class:`Block`.
 
     Raises:
         DataFileError: a bad split value or an unparsable number (file, line/row, column named).
@@ -316,7 +328,8 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
 
 
 def _missing_features(p: Plan) -> list[ResolvedFeature]:
-    """The features whose fill needs statistics of the blocks (fitted fills; bfill/ffill carries)."""
+    """The features whose fill needs statistics of the blocks (fitted fills; bfill/ffill
+    carries)."""
     fitted = FITTED if p.applied is None else ()
     return [f for f in p.features if f.missing_value_strategy in (*fitted, *NEIGHBOURS)]
 
@@ -343,7 +356,8 @@ def _filled(
 def _fit_block(
     p: Plan, fills: dict[str, Any], keep_tokens: bool, item: tuple[Block, dict[str, Carry]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One block's handler statistics (on its fit rows) and, when ``keep_tokens``, its tokens (all rows)."""
+    """One block's handler statistics (on its fit rows) and, when ``keep_tokens``, its tokens (all
+    rows)."""
     block, carry = item
     mask = block.fit_mask
     subset = mask is not None and not mask.all()
@@ -369,7 +383,8 @@ def _fit_block(
 
 
 def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool = True) -> Stats:
-    """Fit every feature on the blocks' fit rows (nothing but the missing-value pass when metadata is applied).
+    """Fit every feature on the blocks' fit rows (nothing but the missing-value pass when metadata
+    is applied).
 
     ``keep_tokens``: keep each block's tokens for its :func:`transform` (the local executor does;
     an executor whose blocks live elsewhere passes ``False`` and ``transform`` tokenises again).
@@ -448,7 +463,8 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
 
 
 def finalize(p: Plan, stats: Stats) -> Metadata:
-    """The metadata document: every feature's finalized metadata (or the applied one) and the header.
+    """The metadata document: every feature's finalized metadata (or the applied one) and the
+    header.
 
     Raises:
         ConfigError: two features write the same output key.
@@ -489,7 +505,8 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
         for key in meta["hdf5_keys"]:
             if key in owners:
                 raise ConfigError(
-                    f"features {owners[key]!r} and {f.name!r} both write the HDF5 key {key!r}; rename one"
+                    f"features {owners[key]!r} and {f.name!r} both write the HDF5 key {key!r}; "
+                    "rename one"
                 )
             owners[key] = f.name
         metas[f.name] = meta
@@ -533,7 +550,9 @@ def transform(
         >>> blocks = [prepare(p, Origin(None, None, None), (0, 0, pa.table({"c": ["a", "b"]}))),
         ...           prepare(p, Origin(None, None, None), (1, 2, pa.table({"c": [None, "b"]})))]
         >>> st = fit(p, blocks, executor=LocalExecutor(threads=1), keep_tokens=False)
-        >>> transform(p, blocks[1], finalize(p, st), carry=st.carries[1])["c"].tolist()  # "b" carried in
+        >>> transform(p, blocks[1], finalize(p, st), carry=st.carries[1])[
+        ...     "c"
+        ... ].tolist()  # "b" carried in
         [1, 1]
     """
     out: dict[str, NDArray[Any] | CSR] = {}
@@ -558,7 +577,8 @@ def _transform_item(
 
 
 def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | None) -> None:
-    """Warn (once each) when ``drop_row`` removed every row, the split gave no training rows, or zscore meets inf."""
+    """Warn (once each) when ``drop_row`` removed every row, the split gave no training rows, or
+    zscore meets inf."""
     name = name or "<table>"
     for f in p.features:
         if f.type == "number" and getattr(f.params, "normalization", None) == "zscore":
@@ -569,7 +589,8 @@ def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | N
             )
             if infs:
                 warnings.warn(
-                    f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
+                    f'{name}, column "{f.column}": {infs:,} inf values under zscore '
+                    "normalization stay "
                     "inf (the statistics skip them); clip them or mark them missing",
                     UserWarning,
                     stacklevel=3,
@@ -578,7 +599,8 @@ def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | N
     if kept == 0:
         cols = sorted({f.column for f in p.features if f.missing_value_strategy == "drop_row"})
         warnings.warn(
-            f"{name}: missing_value_strategy drop_row removed all {num_rows:,} rows (columns {cols} are "
+            f"{name}: missing_value_strategy drop_row removed all {num_rows:,} rows (columns "
+            f"{cols} are "
             "empty in every row); the output is empty",
             UserWarning,
             stacklevel=3,
@@ -596,10 +618,12 @@ def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | N
 
 
 def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
-    """Read ``dataset`` and run the whole pipeline on this machine, writing to ``sink`` (committed last).
+    """Read ``dataset`` and run the whole pipeline on this machine, writing to ``sink`` (committed
+    last).
 
     Raises:
-        DataFileError: unreadable input, no rows, a value that does not parse. SchemaError: a column is missing.
+        DataFileError: unreadable input, no rows, a value that does not parse. SchemaError: a column
+            is missing.
     """
     ds = read_dataset(dataset, p.wanted, optional=p.optional)
     num_rows = ds.table.num_rows

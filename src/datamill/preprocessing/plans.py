@@ -45,9 +45,11 @@ class Plan:
     hdf5_path: Path | None = None
     meta_path: Path | None = None
     block_rows: int = 1 << 16
-    #: what the split fitted over the whole input (:func:`~datamill.preprocessing.pipeline.bind`), None before
+    #: what the split fitted over the whole input (:func:`~datamill.preprocessing.pipeline.bind`),
+    # None before
     split_state: SplitState | None = None
-    #: output columns that may be absent from the input (applying metadata: inference data has no targets)
+    #: output columns that may be absent from the input (applying metadata: inference data has no
+    # targets)
     optional: tuple[str, ...] = ()
     #: rows kept by sampling: those whose sample uniform is below this (None: every row)
     sample_cut: float | None = None
@@ -75,7 +77,8 @@ class Origin:
 
 @dataclass(frozen=True, eq=False)
 class Block:
-    """One block of prepared rows: per-feature cast columns (``drop_row`` rows removed) and split ids."""
+    """One block of prepared rows: per-feature cast columns (``drop_row`` rows removed) and split
+    ids."""
 
     index: int
     lo: int  # global input row of the block's first row

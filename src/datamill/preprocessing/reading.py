@@ -34,7 +34,8 @@ from datamill.core.io import (
 
 __all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset"]  # noqa: RUF022 - Python sorted() order (house rule)
 
-#: the CSV/TSV cells read as missing: pandas' ``read_csv`` default list (what Ludwig reads CSVs with)
+#: the CSV/TSV cells read as missing: pandas' ``read_csv`` default list (what Ludwig reads CSVs
+# with)
 PANDAS_NA_VALUES = (
     "",
     "#N/A",
@@ -113,7 +114,8 @@ def cast_column(
 ) -> pa.Array:
     """Cast a column to ``"string"`` or ``"float64"``; unparsable numbers raise with their location.
 
-    The location of local row ``i`` is ``rows[i]`` when given (rows were dropped), else ``row_offset + i``.
+    The location of local row ``i`` is ``rows[i]`` when given (rows were dropped), else ``row_offset
+    + i``.
     """
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -168,7 +170,8 @@ def cast_column(
     if pa.types.is_boolean(col.type):
         return pc.if_else(col, "true", "false")
     if pa.types.is_floating(col.type):
-        # pandas turns an int column with NaN into float: 4.0 -> "4" (pyarrow's cast), keeping identity
+        # pandas turns an int column with NaN into float: 4.0 -> "4" (pyarrow's cast), keeping
+        # identity
         return col.cast(pa.string())
     return col.cast(pa.string())
 
@@ -176,7 +179,8 @@ def cast_column(
 def _fast_csv(
     path: Path, member: str | None, kind: str, columns: list[str], types: dict[str, pa.DataType]
 ) -> pa.Table | None:
-    """Read a plain CSV file straight from disk (no extra copy); ``None`` when the careful path is needed."""
+    """Read a plain CSV file straight from disk (no extra copy); ``None`` when the careful path is
+    needed."""
     import pyarrow.csv as pcsv
 
     if member is not None or path.suffix.lower() == ".gz" or path.stat().st_size < 16:
@@ -211,10 +215,11 @@ def as_table(dataset: Any) -> pa.Table:
         ConfigError: ``dataset`` is not a path, a DataFrame or a Table.
 
     Examples:
-        >>> as_table(42)
+        >>> as_table(42)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: dataset must be a file path, a pandas DataFrame or a pyarrow Table, got int
+        datamill.core.errors.ConfigError: dataset must be a file path, a pandas DataFrame or a
+        pyarrow Table, got int
     """
     if isinstance(dataset, pa.Table):
         return dataset
@@ -230,7 +235,8 @@ def as_table(dataset: Any) -> pa.Table:
                 hint="give the column one type (e.g. df[col].astype(str)) or drop it",
             ) from exc
     raise ConfigError(
-        f"dataset must be a file path, a pandas DataFrame or a pyarrow Table, got {type(dataset).__name__}"
+        "dataset must be a file path, a pandas DataFrame or a pyarrow Table, got "
+        f"{type(dataset).__name__}"
     )
 
 

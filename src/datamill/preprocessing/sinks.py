@@ -1,10 +1,12 @@
-"""Where transformed blocks go: the :class:`Sink` protocol, :class:`HDF5Sink` and :class:`MemorySink`.
+"""Where transformed blocks go: the :class:`Sink` protocol, :class:`HDF5Sink` and
+:class:`MemorySink`.
 
 The pipeline calls ``open(plan, num_rows)`` once, ``write(block_index, lo, hi, arrays)`` for every
 block in block order (``lo:hi``: the block's output rows), then ``commit(document)`` with the
 ``meta.json`` document, or ``abort()`` on any error. A sink must leave nothing trusted behind
 after ``abort()`` or a crash, and must keep the previous output: :class:`HDF5Sink` writes both new
-files beside the old ones and switches them with renames, ``meta.json`` last. A shardset-dataset sink implements the same four methods.
+files beside the old ones and switches them with renames, ``meta.json`` last. A shardset-dataset
+sink implements the same four methods.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class Sink(Protocol):
         ...
 
     def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
-        """Finish: make the output trusted with ``document`` (the metadata); return (data path, metadata path)."""
+        """Finish: make the output trusted with ``document`` (the metadata); return (data path,
+        metadata path)."""
         ...
 
     def abort(self) -> None:
@@ -54,15 +57,17 @@ class Sink(Protocol):
 
 
 class HDF5Sink:
-    """``<stem>.hdf5`` + ``<stem>.meta.json``, both written beside the old pair, then switched by renames.
+    """``<stem>.hdf5`` + ``<stem>.meta.json``, both written beside the old pair, then switched by
+    renames.
 
     The new HDF5 and ``meta.json`` are complete temporary files before anything is switched, so a
     kill, a Ctrl-C or a full disk before the switch leaves the previous pair as it was (and its
     temporary files are removed by the next run). The switch renames the HDF5 first and
     ``meta.json`` last; the old HDF5 is hard-linked aside meanwhile, so a kill between the two
     renames is undone by :func:`recover_interrupted_switch` (called by ``load`` and ``preprocess``)
-    and an error or SIGTERM there puts it back at once. The HDF5 file attribute ``run_id`` (also in the metadata) ties the two files
-    together, and the metadata records the HDF5's size, mtime and content hash.
+    and an error or SIGTERM there puts it back at once. The HDF5 file attribute ``run_id`` (also in
+    the metadata) ties the two files together, and the metadata records the HDF5's size, mtime and
+    content hash.
 
     Args:
         hdf5_path: the HDF5 file to write.
@@ -90,7 +95,8 @@ class HDF5Sink:
         self._next = 0
 
     def open(self, plan: Plan | None, num_rows: int) -> None:
-        """Open a temporary HDF5 file beside the output for ``num_rows`` rows (the old pair stays)."""
+        """Open a temporary HDF5 file beside the output for ``num_rows`` rows (the old pair
+        stays)."""
         import h5py
 
         self._stack = ExitStack()
@@ -123,7 +129,8 @@ class HDF5Sink:
         fault_point("preprocess.block_written")
 
     def commit(self, document: dict[str, Any]) -> tuple[Path | None, Path | None]:
-        """Finish the temporary HDF5 and ``meta.json``, then rename the HDF5 and ``meta.json`` (last) into place."""
+        """Finish the temporary HDF5 and ``meta.json``, then rename the HDF5 and ``meta.json``
+        (last) into place."""
         assert self._stack is not None and self._tmp is not None and self._raw is not None, (
             "commit() before open()"
         )
@@ -169,7 +176,8 @@ class HDF5Sink:
         return self.hdf5_path, self.meta_path
 
     def _keep_old_hdf5(self) -> Path | None:
-        """Hard-link the old HDF5 as ``.<name>.old-<pid>-<hex>`` so a kill between the two renames can be repaired."""
+        """Hard-link the old HDF5 as ``.<name>.old-<pid>-<hex>`` so a kill between the two renames
+        can be repaired."""
         if not self.hdf5_path.is_file():
             return None
         backup = self.hdf5_path.with_name(
@@ -186,7 +194,8 @@ class HDF5Sink:
             raise self._raw.error
 
     def _fail(self, exc: BaseException) -> None:
-        """Discard the temporary file and re-raise ``exc`` (a full disk as a located OutputError)."""
+        """Discard the temporary file and re-raise ``exc`` (a full disk as a located
+        OutputError)."""
         self.abort()
         err = as_output_error(exc, self.hdf5_path)
         if err is not None and err is not exc:
@@ -214,7 +223,8 @@ class HDF5Sink:
 
 
 def recover_interrupted_switch(hdf5_path: Path, meta_path: Path) -> bool:
-    """Undo a switch killed between its two renames (new HDF5, old ``meta.json``); True when repaired.
+    """Undo a switch killed between its two renames (new HDF5, old ``meta.json``); True when
+    repaired.
 
     The old HDF5 was hard-linked as ``.<name>.old-<pid>-<hex>`` before the switch; when the
     ``meta.json`` in place belongs to it (same ``run_id``) and not to the HDF5 in place, it is moved
@@ -250,7 +260,8 @@ def recover_interrupted_switch(hdf5_path: Path, meta_path: Path) -> bool:
 
 
 class _GuardedFile:
-    """The file h5py writes through: a failed write (full disk, file-size limit) is recorded, not reported.
+    """The file h5py writes through: a failed write (full disk, file-size limit) is recorded, not
+    reported.
 
     The HDF5 library does not recover from a failed write: its objects then fail to close and the
     interpreter can crash at exit. So a failure is kept in :attr:`error` (the sink raises it as an

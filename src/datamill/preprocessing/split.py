@@ -61,7 +61,8 @@ __all__ = [
 ]
 
 SPLIT_NAMES = ("train", "validation", "test")
-#: a nonempty validation or test split gets at least this many rows (Ludwig's MIN_DATASET_SPLIT_ROWS)
+#: a nonempty validation or test split gets at least this many rows (Ludwig's
+# MIN_DATASET_SPLIT_ROWS)
 MIN_SPLIT_ROWS = 3
 _ALIASES = {
     "0": 0,
@@ -113,7 +114,8 @@ def _mix(z: NDArray[np.uint64]) -> NDArray[np.float64]:
 def uniform_at(
     seed: int, lo: int, hi: int, *, stream: str = "preprocess.split"
 ) -> NDArray[np.float64]:
-    """Uniform numbers in ``[0, 1)`` for the global row indices ``lo .. hi - 1`` (a pure function of them).
+    """Uniform numbers in ``[0, 1)`` for the global row indices ``lo .. hi - 1`` (a pure function of
+    them).
 
     Examples:
         >>> bool((uniform_at(7, 0, 10)[4:6] == uniform_at(7, 4, 6)).all())
@@ -127,7 +129,8 @@ def uniform_at(
 
 
 def divisions(n: int, probabilities: tuple[float, float, float]) -> tuple[int, int]:
-    """Ludwig's exact split sizes as division points ``(d1, d2)``: train ``[0, d1)``, validation ``[d1, d2)``.
+    """Ludwig's exact split sizes as division points ``(d1, d2)``: train ``[0, d1)``, validation
+    ``[d1, d2)``.
 
     Examples:
         >>> divisions(1460, (0.7, 0.1, 0.2)), divisions(10, (0.7, 0.1, 0.2))
@@ -148,7 +151,8 @@ def divisions(n: int, probabilities: tuple[float, float, float]) -> tuple[int, i
 def _approximate_mode(
     class_counts: NDArray[np.int64], n_draws: int, rng: np.random.RandomState
 ) -> NDArray[np.int64]:
-    """scikit-learn's ``_approximate_mode``: ``n_draws`` shared out in proportion, ties broken by ``rng``."""
+    """scikit-learn's ``_approximate_mode``: ``n_draws`` shared out in proportion, ties broken by
+    ``rng``."""
     continuous = (
         class_counts / class_counts.sum() * n_draws
     )  # the same float operations, in the same order
@@ -173,11 +177,12 @@ def _approximate_mode(
 def _stratified_round(
     counts: NDArray[np.int64], test_size: float, seed: int
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """One ``train_test_split(stratify=...)`` of Ludwig's ``_safe_stratify``: per class (kept, rest).
+    """One ``train_test_split(stratify=...)`` of Ludwig's ``_safe_stratify``: per class (kept,
+    rest).
 
     A class of one row stays on the kept side (Ludwig moves it there before splitting); the rest is
-    scikit-learn's: ``n_test = ceil(test_size * n)``, ``n_train = n - n_test``, classes shared out by
-    ``_approximate_mode`` with ``RandomState(seed)``. Where scikit-learn would refuse (fewer rows
+    scikit-learn's: ``n_test = ceil(test_size * n)``, ``n_train = n - n_test``, classes shared out
+    by ``_approximate_mode`` with ``RandomState(seed)``. Where scikit-learn would refuse (fewer rows
     than classes on one side, ``test_size`` 0 or 1), the same rule is applied without refusing.
     """
     kept = np.where(counts == 1, counts, 0).astype(np.int64)
@@ -200,7 +205,8 @@ def _stratified_round(
 def stratify_sizes(
     counts: NDArray[np.int64] | list[int], probabilities: tuple[float, float, float], seed: int
 ) -> NDArray[np.int64]:
-    """Ludwig 0.17's stratified split sizes: ``(classes, 3)`` rows of (train, validation, test) per class.
+    """Ludwig 0.17's stratified split sizes: ``(classes, 3)`` rows of (train, validation, test) per
+    class.
 
     ``counts``: rows per class, the classes in scikit-learn's order (values sorted as strings).
     Ludwig's ``stratify_split_dataframe`` splits twice with scikit-learn's ``train_test_split``
@@ -245,7 +251,8 @@ SAMPLE_STREAM = "preprocess.sample"
 
 
 def sample_cut(seed: int, num_rows: int, size: int) -> float:
-    """The cut value keeping exactly ``size`` of ``num_rows`` rows: row ``i`` is kept when its sample uniform is below it.
+    """The cut value keeping exactly ``size`` of ``num_rows`` rows: row ``i`` is kept when its
+    sample uniform is below it.
 
     Examples:
         >>> cut = sample_cut(3, 100, 30)
@@ -264,7 +271,8 @@ def sample_mask(seed: int, lo: int, hi: int, cut: float) -> NDArray[np.bool_]:
 
 
 def hash_uniform(values: pa.Array | pa.ChunkedArray) -> NDArray[np.float64]:
-    """A stable uniform in ``[0, 1)`` per value (FNV-1a of its UTF-8 bytes, then SplitMix64; null = ``""``).
+    """A stable uniform in ``[0, 1)`` per value (FNV-1a of its UTF-8 bytes, then SplitMix64; null =
+    ``""``).
 
     Examples:
         >>> u = hash_uniform(pa.array(["a", "b", "a", None]))
@@ -306,7 +314,8 @@ def fit_split(
     column: pa.Array | pa.ChunkedArray | None = None,
     keep: NDArray[np.bool_] | None = None,
 ) -> SplitState:
-    """The split's first pass over the whole dataset (``column``: the whole split column, when it has one).
+    """The split's first pass over the whole dataset (``column``: the whole split column, when it
+    has one).
 
     ``keep``: the rows a sample keeps (``sample_ratio``/``sample_size``); the exact sizes are then
     those of the kept rows.
@@ -368,7 +377,8 @@ def assign_split(
     path: str | None = None,
     line_offset: int | None = None,
 ) -> NDArray[np.int8]:
-    """The split of the global rows ``lo .. hi - 1`` (``column``: their split column values, when it has one).
+    """The split of the global rows ``lo .. hi - 1`` (``column``: their split column values, when it
+    has one).
 
     Raises:
         DataFileError: a ``fixed`` split value that is not 0/1/2 or a split name.
@@ -414,8 +424,17 @@ def random_split(
     Examples:
         >>> cfg = SplitConfig(probabilities=(0.5, 0.25, 0.25))
         >>> whole = random_split(cfg, seed=1, lo=0, hi=1000, num_rows=1000)
-        >>> bool((np.concatenate([random_split(cfg, seed=1, lo=0, hi=300, num_rows=1000),
-        ...                        random_split(cfg, seed=1, lo=300, hi=1000, num_rows=1000)]) == whole).all())
+        >>> bool(
+        ...     (
+        ...         np.concatenate(
+        ...             [
+        ...                 random_split(cfg, seed=1, lo=0, hi=300, num_rows=1000),
+        ...                 random_split(cfg, seed=1, lo=300, hi=1000, num_rows=1000),
+        ...             ]
+        ...         )
+        ...         == whole
+        ...     ).all()
+        ... )
         True
         >>> np.bincount(whole).tolist()
         [500, 250, 250]
@@ -432,13 +451,16 @@ def fixed_split(
     line_offset: int | None = None,
     row_offset: int = 0,
 ) -> NDArray[np.int8]:
-    """The split of each row from its value: 0/1/2 or train/validation/test (also val/valid/dev/test).
+    """The split of each row from its value: 0/1/2 or train/validation/test (also
+    val/valid/dev/test).
 
     Raises:
         DataFileError: another value (file, line/row and column named).
 
     Examples:
-        >>> fixed_split(pa.array(["train", " Test", "1"]), SplitConfig(type="fixed", column="s")).tolist()
+        >>> fixed_split(
+        ...     pa.array(["train", " Test", "1"]), SplitConfig(type="fixed", column="s")
+        ... ).tolist()
         [0, 2, 1]
     """
     values = pc.utf8_lower(pc.utf8_trim_whitespace(pc.cast(column, pa.string())))

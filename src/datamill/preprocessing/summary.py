@@ -1,4 +1,5 @@
-"""A short table of a preprocessing result: key, shape, dtype, vocab size (used by the CLI and demo)."""
+"""A short table of a preprocessing result: key, shape, dtype, vocab size (used by the CLI and
+demo)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Register the pretraining outputs as sources: BERT Parquet files and word2vec skip-gram folders."""
+"""Register the pretraining outputs as sources: BERT Parquet files and word2vec skip-gram
+folders."""
 
 from __future__ import annotations
 

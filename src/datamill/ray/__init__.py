@@ -1,10 +1,11 @@
-"""Scale-out on Ray Data: ``preprocess`` and ``build_bert_samples`` on a Ray cluster, same output as one machine;
-``read_dataset`` reads any datamill output as a ``ray.data.Dataset`` (blocks = shards).
+"""Scale-out on Ray Data: ``preprocess`` and ``build_bert_samples`` on a Ray cluster, same output as
+one machine; ``read_dataset`` reads any datamill output as a ``ray.data.Dataset`` (blocks = shards).
 
-Chosen with ``engine="ray"`` in :func:`datamill.preprocess` / :func:`datamill.pretrain.bert.build_bert_samples`
-(or ``--engine ray [--address HOST:PORT]`` on the command line); importing this package registers
-both jobs (:func:`datamill.core.engine.register_engine`), the engine registry
-(:mod:`datamill.engines`) imports it on first use, and ``ray`` itself is imported when a run starts.
+Chosen with ``engine="ray"`` in :func:`datamill.preprocess` /
+:func:`datamill.pretrain.bert.build_bert_samples` (or ``--engine ray [--address HOST:PORT]`` on the
+command line); importing this package registers both jobs
+(:func:`datamill.core.engine.register_engine`), the engine registry (:mod:`datamill.engines`)
+imports it on first use, and ``ray`` itself is imported when a run starts.
 
 Examples:
     >>> from datamill.ray import preprocess

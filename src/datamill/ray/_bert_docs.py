@@ -1,4 +1,5 @@
-"""BERT documents on Ray: raw text split and tokenised in ``map_batches``, the document index built from per-block counts.
+"""BERT documents on Ray: raw text split and tokenised in ``map_batches``, the document index built
+from per-block counts.
 
 1. :func:`plan_text_blocks` cuts every file into byte ranges of about :data:`TEXT_BLOCK_BYTES`
    (a zip member is one range). A line belongs to the range holding its first byte, so a worker
@@ -14,9 +15,9 @@
    block's document token counts at a time. The driver never holds the tokens, nor an array per
    sentence or per document.
 4. :func:`corpus_state` (on a worker, once per process and run) assembles the global sentence and
-   document offsets from every block's counts, and reads token ids across blocks (:class:`BlockedIds`),
-   zero-copy from the object store: the random "other document" of a pair is drawn from the global
-   document index exactly as the local engine draws it.
+   document offsets from every block's counts, and reads token ids across blocks
+   (:class:`BlockedIds`), zero-copy from the object store: the random "other document" of a pair is
+   drawn from the global document index exactly as the local engine draws it.
 """
 
 from __future__ import annotations
@@ -341,7 +342,9 @@ class BlockedIds:
     """The corpus token ids as per-block arrays (zero-copy from the object store), indexed globally.
 
     Examples:
-        >>> ids = BlockedIds([np.array([1, 2], np.int32), np.zeros(0, np.int32), np.array([3], np.int32)])
+        >>> ids = BlockedIds(
+        ...     [np.array([1, 2], np.int32), np.zeros(0, np.int32), np.array([3], np.int32)]
+        ... )
         >>> len(ids), ids[np.array([2, 0, 1])].tolist()
         (3, [3, 1, 2])
     """
@@ -387,7 +390,8 @@ def _row_arrays(tables: list[pa.Table], name: str, dtype: Any) -> list[NDArray[A
 
 
 def corpus_state(key: str, refs: list[Any], merge: list[bool]) -> Any:
-    """The pair tasks' corpus (``engine.init_state``) from every tokenised block, once per worker process."""
+    """The pair tasks' corpus (``engine.init_state``) from every tokenised block, once per worker
+    process."""
     if key not in _STATES:
         import ray
 

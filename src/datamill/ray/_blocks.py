@@ -1,13 +1,15 @@
-"""Global blocks held in Ray's object store, and the executor that runs the pipeline's per-block functions on them.
+"""Global blocks held in Ray's object store, and the executor that runs the pipeline's per-block
+functions on them.
 
 The driver cuts the input into the local engine's global blocks (``Plan.block_ranges``: the same
 ``BLOCK_ROWS`` rows), whatever blocks Ray Data read: one :func:`_prepare_task` per global block
 slices the Ray blocks it overlaps, concatenates them and calls
-:func:`~datamill.preprocessing.pipeline.prepare`. The prepared :class:`~datamill.preprocessing.plans.Block`
-stays in the object store; the driver keeps a :class:`BlockHandle` (index, rows, split ids and
-the object ref). :class:`RayExecutor` implements the pipeline's ``Executor`` seam: it resolves the
-handles inside each item on the worker, so :func:`~datamill.preprocessing.pipeline.fit` runs
-unchanged (its merges on the driver, in block order: bit-identical statistics).
+:func:`~datamill.preprocessing.pipeline.prepare`. The prepared
+:class:`~datamill.preprocessing.plans.Block` stays in the object store; the driver keeps a
+:class:`BlockHandle` (index, rows, split ids and the object ref). :class:`RayExecutor` implements
+the pipeline's ``Executor`` seam: it resolves the handles inside each item on the worker, so
+:func:`~datamill.preprocessing.pipeline.fit` runs unchanged (its merges on the driver, in block
+order: bit-identical statistics).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, eq=False)
 class BlockHandle:
-    """A prepared block in the object store, with what the driver's merges read (rows, split ids)."""
+    """A prepared block in the object store, with what the driver's merges read (rows, split
+    ids)."""
 
     index: int
     lo: int

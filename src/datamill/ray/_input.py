@@ -1,4 +1,5 @@
-"""The Ray engine's input: a file, a folder of files, a glob, a URI or an in-memory table, read with Ray Data.
+"""The Ray engine's input: a file, a folder of files, a glob, a URI or an in-memory table, read with
+Ray Data.
 
 Columns are read as the local engine reads them (CSV/TSV with :func:`datamill.core.io.csv_options`
 and the same column types; Parquet and JSONL as stored, cast per block by ``prepare``), so every
@@ -136,9 +137,11 @@ def _check_columns(inp: Input, wanted: list[str], optional: tuple[str, ...] = ()
 def read(
     inp: Input, wanted: dict[str, str], *, extra: list[str], optional: tuple[str, ...] = ()
 ) -> Any:
-    """The Ray Dataset of the ``wanted`` columns (plus ``extra`` raw columns), materialized in order.
+    """The Ray Dataset of the ``wanted`` columns (plus ``extra`` raw columns), materialized in
+    order.
 
-    Columns in ``optional`` (output columns when metadata is applied) may be absent: they are left out.
+    Columns in ``optional`` (output columns when metadata is applied) may be absent: they are left
+    out.
     """
     ray = ray_module()
     columns = list(dict.fromkeys([*wanted, *extra]))
@@ -160,10 +163,11 @@ def read(
             if t != "raw" and c in columns
         }
         try:
-            # one task per file with pyarrow's whole-file reader (on one thread in a Ray worker): a CSV
-            # cannot be cut at byte offsets (quoted newlines), so Ray Data's read_csv also reads a file in
-            # one task, but streaming it into ~300 small blocks that slow every later task (1M rows: read
-            # 4.9 s and the run 15-17 s there; 1.4 s and 6 s here)
+            # one task per file with pyarrow's whole-file reader (on one thread in a Ray worker): a
+            # CSV cannot be cut at byte offsets (quoted newlines), so Ray Data's read_csv also reads
+            # a file in one task, but streaming it into ~300 small blocks that slow every later task
+            # (1M rows:
+            # read 4.9 s and the run 15-17 s there; 1.4 s and 6 s here)
             task = ray.remote(max_retries=MAX_RETRIES)(_read_csv)
             return ray.data.from_arrow_refs(
                 [task.remote(f, inp.kind, columns, types) for f in inp.files]
@@ -172,8 +176,9 @@ def read(
             raise _locate_csv_error(inp, wanted, columns, exc) from exc
     try:
         if inp.kind == "parquet":
-            # one task per file (pyarrow reads local paths and URIs): ray 2.60's read_parquet fails where
-            # fsspec is installed without aiohttp (its HTTP filesystem probe raises ImportError)
+            # one task per file (pyarrow reads local paths and URIs): ray 2.60's read_parquet fails
+            # where fsspec is installed without aiohttp (its HTTP filesystem probe raises
+            # ImportError)
             task = ray.remote(_read_parquet)
             ds = ray.data.from_arrow_refs([task.remote(f, columns) for f in inp.files])
         elif inp.kind == "jsonl":

@@ -1,8 +1,10 @@
-"""The Ray preprocessing output: guards, the cache check, and a switch that keeps the previous output.
+"""The Ray preprocessing output: guards, the cache check, and a switch that keeps the previous
+output.
 
-The output is ``<stem>.shards/`` (a shardset dataset), ``<stem>.meta.json`` and, with ``fmt="hdf5"``,
-``<stem>.hdf5``. As with the local engine (:class:`~datamill.preprocessing.sinks.HDF5Sink`), a run
-writes everything new *beside* the old output and switches with renames, ``meta.json`` last:
+The output is ``<stem>.shards/`` (a shardset dataset), ``<stem>.meta.json`` and, with
+``fmt="hdf5"``, ``<stem>.hdf5``. As with the local engine
+(:class:`~datamill.preprocessing.sinks.HDF5Sink`), a run writes everything new *beside* the old
+output and switches with renames, ``meta.json`` last:
 
 1. the new dataset is written and committed in a hidden ``.<stem>.shards.tmp-<pid>-<hex>`` folder
    (its shards by the Ray tasks, ``dataset.json`` by the driver);
@@ -13,10 +15,11 @@ writes everything new *beside* the old output and switches with renames, ``meta.
 4. the old dataset is removed.
 
 An error or SIGTERM after step 2 puts the old dataset back (:func:`switch_back`); a kill -9 before
-step 2 leaves the old output as it was plus temporaries of a dead process, and a kill between steps 2
-and 3 leaves the new dataset beside the old ``meta.json``: :func:`prepare_outputs` (run first by the
-next run) moves the old dataset back when ``meta.json`` names it, then removes the temporaries.
-A ``meta.json`` whose stamp does not match the dataset in place is never trusted (:func:`cached_output`).
+step 2 leaves the old output as it was plus temporaries of a dead process, and a kill between steps
+2 and 3 leaves the new dataset beside the old ``meta.json``: :func:`prepare_outputs` (run first by
+the next run) moves the old dataset back when ``meta.json`` names it, then removes the temporaries.
+A ``meta.json`` whose stamp does not match the dataset in place is never trusted
+(:func:`cached_output`).
 """
 
 from __future__ import annotations
@@ -115,7 +118,8 @@ def _recorded_stamp(meta_path: Path) -> str | None:
 
 
 def _recover_dataset(root: Path, meta_path: Path) -> bool:
-    """Put back the old dataset when a run died after switching the dataset but before ``meta.json``."""
+    """Put back the old dataset when a run died after switching the dataset but before
+    ``meta.json``."""
     backups = [b for b in find_litter(root.parent) if b.name.startswith(f".{root.name}.old-")]
     wanted = _recorded_stamp(meta_path)
     if not backups or wanted is None or dataset_stamp(root) == wanted:
@@ -128,7 +132,8 @@ def _recover_dataset(root: Path, meta_path: Path) -> bool:
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
-    """Put the folder ``src`` at ``dst``, removing what is there (moved aside first, so a kill leaves litter only)."""
+    """Put the folder ``src`` at ``dst``, removing what is there (moved aside first, so a kill
+    leaves litter only)."""
     if dst.exists():
         aside = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         os.replace(dst, aside)
@@ -141,7 +146,8 @@ def _replace_dir(src: Path, dst: Path) -> None:
 def prepare_outputs(
     p: Plan, root: Path, *, fmt: str, inputs: Sequence[Any], overwrite: bool
 ) -> None:
-    """Refuse output paths holding a user's file or an input; repair an interrupted switch; remove temporaries.
+    """Refuse output paths holding a user's file or an input; repair an interrupted switch; remove
+    temporaries.
 
     Raises:
         DataFileError: an output path holds something that is not this engine's output (or is an
@@ -187,13 +193,14 @@ def prepare_outputs(
 
 
 def tmp_root(root: Path) -> Path:
-    """A new hidden folder name beside ``root`` for the next dataset (litter once this process is gone)."""
+    """A new hidden folder name beside ``root`` for the next dataset (litter once this process is
+    gone)."""
     return root.with_name(f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def switch_in(new_root: Path, root: Path) -> Path | None:
-    """Rename the committed dataset ``new_root`` to ``root``; the old one is kept aside (returned) until
-    ``meta.json`` is in place."""
+    """Rename the committed dataset ``new_root`` to ``root``; the old one is kept aside (returned)
+    until ``meta.json`` is in place."""
     old: Path | None = None
     if root.exists():
         old = root.with_name(f".{root.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -211,7 +218,8 @@ def switch_in(new_root: Path, root: Path) -> Path | None:
 
 
 def switch_back(root: Path, old: Path | None) -> None:
-    """Undo :func:`switch_in` (an error before ``meta.json`` was switched): the old dataset goes back."""
+    """Undo :func:`switch_in` (an error before ``meta.json`` was switched): the old dataset goes
+    back."""
     if old is not None:
         _replace_dir(old, root)
     else:

@@ -1,4 +1,5 @@
-"""Connecting to Ray, configuring Ray Data, running tasks in order, and turning Ray failures into datamill errors.
+"""Connecting to Ray, configuring Ray Data, running tasks in order, and turning Ray failures into
+datamill errors.
 
 Ray is imported lazily (the ``ray`` extra); :func:`connect` joins a running cluster (``address``)
 or starts a local instance once per process, and leaves an instance it did not start alone.
@@ -63,7 +64,8 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def _probe(address: str) -> None:
-    """Fail within :data:`CONNECT_TIMEOUT_S` when ``HOST:PORT`` (or ``ray://HOST:PORT``) does not answer."""
+    """Fail within :data:`CONNECT_TIMEOUT_S` when ``HOST:PORT`` (or ``ray://HOST:PORT``) does not
+    answer."""
     hostport = address.removeprefix("ray://").rsplit("/", 1)[0] if address != "auto" else ""
     host, sep, port = hostport.rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -116,16 +118,18 @@ def _speaks_grpc(sock: socket.socket) -> bool:
 
 
 def connect(address: str | None = None) -> ModuleType:
-    """The ``ray`` module, connected: to ``address`` (``"auto"``, ``HOST:PORT``, ``ray://...``) or a local instance.
+    """The ``ray`` module, connected: to ``address`` (``"auto"``, ``HOST:PORT``, ``ray://...``) or a
+    local instance.
 
     A running connection (``ray.init`` called by the user or an earlier run) is reused as it is.
     Without ``address`` a new local instance is started (a cluster already running on the machine
-    is joined only when asked, e.g. ``address="auto"``). A local instance gets ``num_cpus`` = the cores, no dashboard, and the environment's
-    ``RAY_AUTH_MODE`` (``disabled`` unless set). Ray Data keeps block order and shows its progress
-    bars unless datamill is quiet (``--quiet``).
+    is joined only when asked, e.g. ``address="auto"``). A local instance gets ``num_cpus`` = the
+    cores, no dashboard, and the environment's ``RAY_AUTH_MODE`` (``disabled`` unless set). Ray Data
+    keeps block order and shows its progress bars unless datamill is quiet (``--quiet``).
 
     Raises:
-        MissingExtraError: ray is not installed. ConfigError-like DatamillError: the cluster is unreachable.
+        MissingExtraError: ray is not installed. ConfigError-like DatamillError: the cluster is
+            unreachable.
     """
     ray = ray_module()
     if address is not None and ray.is_initialized():
@@ -158,7 +162,8 @@ def connect(address: str | None = None) -> ModuleType:
 
 
 def unwrap(exc: BaseException, *, what: str) -> BaseException:
-    """The error to raise for a failed Ray call: the task's own DatamillError, or one DatamillError line."""
+    """The error to raise for a failed Ray call: the task's own DatamillError, or one DatamillError
+    line."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while (
@@ -180,7 +185,8 @@ def unwrap(exc: BaseException, *, what: str) -> BaseException:
 def ordered_results(
     submit: Callable[[T], Any], items: Iterable[T], *, window: int
 ) -> Iterator[Any]:
-    """``ray.get(submit(item))`` for every item, in order, with at most ``window`` tasks in flight."""
+    """``ray.get(submit(item))`` for every item, in order, with at most ``window`` tasks in
+    flight."""
     ray = ray_module()
     pending: deque[Any] = deque()
     it = iter(items)

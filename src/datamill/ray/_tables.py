@@ -40,7 +40,9 @@ def arrays_to_table(
         ...                      "s": CSR(np.array([3, 1], np.int32), np.array([0, 2, 2]), 5)},
         ...                     uid="uid", uids=np.array([7, 8]))
         >>> t.column_names, str(t.schema.field("img").type), t["s"].to_pylist()
-        (['uid', 'x', 'img', 's'], 'fixed_size_list<item: fixed_size_list<item: uint8>[2]>[1]', [[3, 1], []])
+        ... # doctest: +NORMALIZE_WHITESPACE
+        (['uid', 'x', 'img', 's'], 'fixed_size_list<item: fixed_size_list<item: uint8>[2]>[1]', [[3,
+        1], []])
         >>> back = table_to_arrays(t, uid="uid")
         >>> back["s"].vocab_size, back["img"].shape, back["x"].tolist()
         (5, (2, 1, 2), [0.0, 1.0])

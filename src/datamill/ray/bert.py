@@ -1,4 +1,5 @@
-"""``build_bert_samples(..., engine="ray")``: BERT samples on Ray, the local engine's samples as a shardset dataset.
+"""``build_bert_samples(..., engine="ray")``: BERT samples on Ray, the local engine's samples as a
+shardset dataset.
 
 1. The driver trains the WordPiece tokenizer once (reading the text like the local engine), or
    loads the given one; it reads nothing else.
@@ -11,7 +12,8 @@
    truncation and masking with generators derived from ``(seed, dupe, block)``, the random "other
    document" drawn from the global document index (each worker assembles it once from the blocks'
    counts and reads token ids across blocks zero-copy), so the samples do not depend on the
-   number of workers, and writes shard ``task`` of a shardset dataset (UID ``sample`` = ``task << 32 | row``).
+   number of workers, and writes shard ``task`` of a shardset dataset (UID ``sample`` = ``task << 32
+   | row``).
 
 The samples, in shard order, equal the rows of the local engine's Parquet file for the same seed,
 block size and tokenizer. The dataset is written beside an earlier one and switched in when
@@ -93,7 +95,8 @@ def _is_own(root: Path) -> bool:
 
 
 def _check_outputs(root: Path, paths: list[PathLike], tokenizer: Any, *, overwrite: bool) -> Path:
-    """Refuse output paths holding a user's file, an input or (without ``overwrite``) another datamill output."""
+    """Refuse output paths holding a user's file, an input or (without ``overwrite``) another
+    datamill output."""
     tok_path = root.with_name(root.name + ".tokenizer.json")
     inputs = [*paths, *([tokenizer] if isinstance(tokenizer, (str, os.PathLike)) else [])]
     check_output(
@@ -127,7 +130,8 @@ def build_bert_samples(
     address: str | None = None,
     **options: Any,
 ) -> BertSamples:
-    """:func:`datamill.pretrain.bert.build_bert_samples` on Ray; ``out`` is the shardset dataset folder.
+    """:func:`datamill.pretrain.bert.build_bert_samples` on Ray; ``out`` is the shardset dataset
+    folder.
 
     Arguments are those of the local builder (the same :class:`BertConfig`; ``workers`` aside: Ray
     schedules; ``engine`` is ignored: this is the engine), plus ``address``
@@ -138,7 +142,8 @@ def build_bert_samples(
     Raises:
         ConfigError, DataFileError: as the local builder; DataFileError also for an output path
             holding a file of yours or an input.
-        DatamillError: a Ray failure after Ray's retries (nothing is committed; an earlier output stays).
+        DatamillError: a Ray failure after Ray's retries (nothing is committed; an earlier output
+            stays).
 
     Examples:
         >>> build_bert_samples("raw.txt", out="bert", dupe_factor=0)
@@ -178,7 +183,8 @@ def build_bert_samples(
         raise unwrap(exc, what="building BERT samples") from exc
 
 
-# long (62 lines): the Ray engine's stages in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
+# long (62 lines): the Ray engine's stages in order (read, tokenise, pair, mask, write); split, they
+# would pass the same dozen values around
 def _build(
     ray: Any,
     paths: list[PathLike],

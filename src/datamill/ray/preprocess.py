@@ -1,4 +1,5 @@
-"""``preprocess(..., engine="ray")``: the preprocessing pipeline on a Ray cluster, same output as one machine.
+"""``preprocess(..., engine="ray")``: the preprocessing pipeline on a Ray cluster, same output as
+one machine.
 
 Steps (driver ↔ workers):
 
@@ -6,7 +7,8 @@ Steps (driver ↔ workers):
    fingerprint) and read the input into a Ray Dataset (a task per CSV/Parquet file, ``read_json``);
 2. one task per *global* block (the local engine's ``BLOCK_ROWS`` rows) prepares it from the Ray
    blocks it overlaps (:mod:`datamill.ray._blocks`); prepared blocks stay in the object store;
-3. :func:`~datamill.preprocessing.pipeline.fit` runs unchanged through :class:`~datamill.ray._blocks.RayExecutor`:
+3. :func:`~datamill.preprocessing.pipeline.fit` runs unchanged through
+   :class:`~datamill.ray._blocks.RayExecutor`:
    per-block statistics on the workers, merged on the driver in block order, so vocabularies, fill
    values and normalisation are bit-identical to the local engine's; then ``finalize``;
 4. one task per block transforms it (images are read there) and writes shard ``k`` of a shardset
@@ -81,7 +83,8 @@ SHARDS_SUFFIX = ".shards"
 
 @dataclass
 class RayPreprocessed(Preprocessed):
-    """What the Ray engine returns: :class:`~datamill.preprocessing.api.Preprocessed` plus the shardset dataset."""
+    """What the Ray engine returns: :class:`~datamill.preprocessing.api.Preprocessed` plus the
+    shardset dataset."""
 
     dataset_path: Path | None = None
     uid_column: str = "uid"
@@ -171,7 +174,8 @@ def _transform_task(
     )
 
 
-# long (69 lines, 32 of docstring): the public entry: argument checks, the cache check, then _run; the docstring documents every Ray option
+# long (69 lines, 32 of docstring): the public entry: argument checks, the cache check, then _run;
+# the docstring documents every Ray option
 def preprocess(
     dataset: Any,
     config: Any = None,
@@ -183,12 +187,14 @@ def preprocess(
     uid_column: str | None = None,
     overwrite: bool = False,
 ) -> RayPreprocessed:
-    """Preprocess ``dataset`` on Ray: the same metadata and tensors as the local engine, as a shardset dataset.
+    """Preprocess ``dataset`` on Ray: the same metadata and tensors as the local engine, as a
+    shardset dataset.
 
     Args:
         dataset: a CSV/TSV/Parquet/JSONL file, a folder of such files, a glob, a URI pyarrow reads,
             or an in-memory table / DataFrame (then ``output_dir`` is required).
-        config: as :func:`datamill.preprocess`. Defaults to ``None`` (the one recorded in ``metadata``).
+        config: as :func:`datamill.preprocess`. Defaults to ``None`` (the one recorded in
+            ``metadata``).
         output_dir: the output folder. Defaults to ``None``: beside the input.
         metadata: a ``meta.json`` to apply (nothing refitted, no split). Defaults to ``None``.
         address: the Ray cluster (``auto``, ``HOST:PORT``). Defaults to ``None``: a running
@@ -204,11 +210,13 @@ def preprocess(
         :class:`RayPreprocessed` (``dataset_path``, ``meta_path``, ``hdf5_path``, ``data``...).
 
     Raises:
-        ConfigError, SchemaError, DataFileError: as the local engine (raised by the task that found them).
+        ConfigError, SchemaError, DataFileError: as the local engine (raised by the task that found
+        them).
         ShardsetError: duplicate ``uid_column`` values.
         DataFileError: an output path holds a file of yours or an input (or, without ``overwrite``,
             another kind of datamill output).
-        DatamillError: a Ray failure (a worker or node lost more often than Ray retries, no cluster).
+        DatamillError: a Ray failure (a worker or node lost more often than Ray retries, no
+            cluster).
 
     Examples:
         >>> preprocess("x.csv", {"input_features": [{"name": "x", "type": "number"}]}, fmt="zip")
@@ -271,8 +279,8 @@ def preprocess(
 
 
 def _bind(ray: Any, p: Plan, ds: Any) -> Plan:
-    """The local engine's :func:`~datamill.preprocessing.pipeline.bind` on the driver: the row count and
-    only the few whole columns the split / sampling first pass needs (``pre_columns``)."""
+    """The local engine's :func:`~datamill.preprocessing.pipeline.bind` on the driver: the row count
+    and only the few whole columns the split / sampling first pass needs (``pre_columns``)."""
     names = ds.schema().names
     needed = [c for c in pre_columns(p) if c in names]
     columns: dict[str, Any] = {}
@@ -282,7 +290,9 @@ def _bind(ray: Any, p: Plan, ds: Any) -> Plan:
     return bind(p, int(ds.count()), columns)
 
 
-# long (65 lines, 0 of docstring): the Ray stages in order (prepare blocks, fit, finalize, transform tasks into the shardset writer and the HDF5, switch, meta.json last) with their fault points; the ordering is the point
+# long (65 lines, 0 of docstring): the Ray stages in order (prepare blocks, fit, finalize, transform
+# tasks into the shardset writer and the HDF5, switch, meta.json last) with their fault points; the
+# ordering is the point
 def _run(
     ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None, start: float
 ) -> RayPreprocessed:

@@ -104,7 +104,8 @@ def read_dataset(
     Args:
         path_or_url: a path or ``s3://`` URL :func:`~datamill.sources.open_source` opens.
         columns: column(s) to read. Defaults to ``None`` (all).
-        cache_dir: the local shard cache of an ``s3://`` source (on each worker). Defaults to ``None``.
+        cache_dir: the local shard cache of an ``s3://`` source (on each worker). Defaults to
+            ``None``.
         cache_limit: bytes that cache keeps at most. Defaults to ``None`` (no limit).
 
     Returns:
@@ -123,5 +124,6 @@ def read_dataset(
     source, shards = _datasource(
         path, None if cache_dir is None else os.fspath(cache_dir), cache_limit, cols
     )
-    # as many blocks as shards: Ray would otherwise split each shard's block to reach its parallelism
+    # as many blocks as shards: Ray would otherwise split each shard's block to reach its
+    # parallelism
     return ray.data.read_datasource(source, override_num_blocks=max(1, shards))

@@ -2,10 +2,10 @@
 
 A route states its role with a dependency from :func:`requires` (``public``, ``read``, ``admin`` or
 ``metrics``: ``GET /metrics`` only, for a scraper's key, which may call nothing else);
-:func:`route_roles` reads it back, so a test walks ``app.routes`` and fails on any route without exactly
-one. The dependency authenticates the caller once per request, from an ``Authorization: Bearer`` header
-or the UI's session cookie (:mod:`datamill.serve.ui.session`), and answers 401 (no valid key) or 403
-(a key without the role) before the route does any work.
+:func:`route_roles` reads it back, so a test walks ``app.routes`` and fails on any route without
+exactly one. The dependency authenticates the caller once per request, from an ``Authorization:
+Bearer`` header or the UI's session cookie (:mod:`datamill.serve.ui.session`), and answers 401 (no
+valid key) or 403 (a key without the role) before the route does any work.
 
 Examples:
     >>> rank("admin") > rank("read") > rank("public")
@@ -48,8 +48,8 @@ __all__ = [
 ]
 
 ROLES = ("public", "read", "admin", "metrics")
-"""Route roles: an ``admin`` key may call every route, a ``read`` key the ``read`` and ``public`` ones,
-a ``metrics`` key the ``metrics`` and ``public`` ones (see :func:`may_call`)."""
+"""Route roles: an ``admin`` key may call every route, a ``read`` key the ``read`` and ``public``
+ones, a ``metrics`` key the ``metrics`` and ``public`` ones (see :func:`may_call`)."""
 _ROLE_ATTR = "datamill_role"
 
 
@@ -79,7 +79,8 @@ State = Annotated[ServeState, Depends(_state)]
 
 
 def authenticate(request: Request) -> Viewer | None:
-    """The caller of ``request``, or ``None`` without a valid, unrevoked key (cached on the request)."""
+    """The caller of ``request``, or ``None`` without a valid, unrevoked key (cached on the
+    request)."""
     cached = request.scope.get("datamill.viewer", False)
     if cached is not False:
         return cached  # type: ignore[no-any-return]
@@ -95,7 +96,9 @@ def authenticate(request: Request) -> Viewer | None:
         who = None if info is None else Viewer(info.role, "bearer", "", info.id, info.datasets)
     elif request.method in ("GET", "HEAD") or request.url.path.startswith("/ui/"):
         who = session_viewer(request, state)
-    else:  # a state-changing API call needs the Bearer header: a session cookie alone (and no CSRF token) is not enough
+    else:
+        # a state-changing API call needs the Bearer header: a session cookie alone (and no CSRF
+        # token) is not enough
         who = None
     request.scope["datamill.viewer"] = who
     return who
@@ -116,7 +119,8 @@ def _denied(request: Request, status: int, who: Viewer | None) -> None:
 
 
 async def _authenticate(request: Request) -> Viewer | None:
-    """:func:`authenticate` inline for a Bearer key (in memory), in a worker thread for a session (a journal read)."""
+    """:func:`authenticate` inline for a Bearer key (in memory), in a worker thread for a session (a
+    journal read)."""
     if (
         "datamill.viewer" in request.scope
         or request.headers.get("authorization", "").startswith("Bearer ")
@@ -141,7 +145,8 @@ def _checker(role: str) -> Callable[..., Any]:
                 _denied(request, 401, None)
                 raise HTTPException(
                     401,
-                    "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`",
+                    "missing, invalid, expired or revoked API key: send `Authorization: Bearer "
+                    "dmk_...`",
                 )
             if not may_call(who.role, role):
                 _denied(request, 403, who)
@@ -158,7 +163,8 @@ _CHECKS = {role: _checker(role) for role in ROLES}
 
 
 def requires(role: str) -> Any:
-    """The dependency that declares (and enforces) a route's role: ``dependencies=[requires("admin")]``.
+    """The dependency that declares (and enforces) a route's role:
+    ``dependencies=[requires("admin")]``.
 
     Raises:
         ValueError: an unknown role (a programming error, at import time).
@@ -214,7 +220,8 @@ def may_use(who: Viewer | None, ds: Mapping[str, Any]) -> bool:
 
 
 def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, Any]:
-    """The dataset ``ref`` (id or name), or 403 when the caller's key is limited to other datasets."""
+    """The dataset ``ref`` (id or name), or 403 when the caller's key is limited to other
+    datasets."""
     ds = state.dataset(ref)
     if not may_use(who, ds):
         assert who is not None and who.datasets is not None
@@ -239,7 +246,8 @@ async def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
 
 
 ScopedIteration = Annotated[Iteration, Depends(scoped_iteration)]
-"""A route parameter ``it: ScopedIteration`` receives the path's iteration, checked against the key's datasets."""
+"""A route parameter ``it: ScopedIteration`` receives the path's iteration, checked against the
+key's datasets."""
 
 
 def audit(state: ServeState, who: Viewer | None, action: str, detail: str = "") -> None:

@@ -130,7 +130,8 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
         exc.status_code == 400 and detail == "There was an error parsing the body"
     ):  # fastapi's words for a ValueError
         detail = (
-            f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at most 4,300 "
+            f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at "
+            "most 4,300 "
             "digits), could not parse it"
         )
     return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
@@ -179,17 +180,20 @@ def create_app(
         roots: folders datasets may be registered from. Defaults to ``()``.
         auth: require API keys (``Authorization: Bearer dmk_...``). Defaults to ``True``.
         lease_timeout: default lease lifetime without heartbeats, seconds. Defaults to ``60.0``.
-        cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
-            (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
+        cache_shards: released shards each batch service keeps for later leases. Defaults to
+            ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
+            instead of rereading them).
         max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
-        allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to the loopback names.
-        build_workers: processes building server-built leases (``0``: in the request's thread). Defaults to ``0``.
+        allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to
+            the loopback names.
+        build_workers: processes building server-built leases (``0``: in the request's thread).
+            Defaults to ``0``.
         metrics_no_auth: ``GET /metrics`` without a key (the caller checks the address is loopback).
             Defaults to ``False`` (a ``metrics`` or ``admin`` key).
 
     Returns:
-        The app: ``app.state.serve`` is the :class:`ServeState`; ``app.state.initial_admin_key`` is the
-        one-time admin key created on a first start with auth and no key, else ``None``.
+        The app: ``app.state.serve`` is the :class:`ServeState`; ``app.state.initial_admin_key`` is
+        the one-time admin key created on a first start with auth and no key, else ``None``.
 
     Examples:
         >>> import tempfile

@@ -1,4 +1,5 @@
-"""API keys: ``dmk_<id>.<secret>``, the secret from ``secrets.token_urlsafe(32)``; only its sha256 is stored.
+"""API keys: ``dmk_<id>.<secret>``, the secret from ``secrets.token_urlsafe(32)``; only its sha256
+is stored.
 
 Keys are checked against an in-memory table (compared with :func:`hmac.compare_digest`); nothing is
 written per request but a key's first use of each UTC day (an audit row). The table is reloaded when
@@ -78,7 +79,8 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True)
 class KeyInfo:
-    """A valid key: its id, role, the dataset ids/names it may use (``None``: all) and its expiry."""
+    """A valid key: its id, role, the dataset ids/names it may use (``None``: all) and its
+    expiry."""
 
     id: str
     role: str
@@ -98,7 +100,8 @@ def create_key(
 
     Args:
         journal: the server's journal.
-        role: ``"read"``, ``"admin"`` or ``"metrics"`` (``GET /metrics`` only). Defaults to ``"read"``.
+        role: ``"read"``, ``"admin"`` or ``"metrics"`` (``GET /metrics`` only). Defaults to
+            ``"read"``.
         note: a note shown in listings. Defaults to ``""``.
         datasets: dataset names (or ids) the key may use. Defaults to ``None`` (all).
         expires_in: seconds until the key expires. Defaults to ``None`` (never).

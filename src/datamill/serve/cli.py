@@ -1,12 +1,17 @@
-"""``datamill serve``: run the server, manage its keys, read its audit log, back it up, iterate from it.
+"""``datamill serve``: run the server, manage its keys, read its audit log, back it up, iterate from
+it.
 
-* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth] [--allowed-hosts H,...]
-  [--log-format text|json] [--log-level info] [--ssl-certfile F --ssl-keyfile F] [--forwarded-allow-ips IPS]
-  [--drain-timeout 30] [--metrics-no-auth]`` (docs/running.md)
-* ``datamill serve keys create|list|revoke --state DIR ...`` (``create --role admin --datasets a,b --expires 30d``)
+* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth]
+  [--allowed-hosts H,...] [--log-format text|json] [--log-level info] [--ssl-certfile F
+  --ssl-keyfile F] [--forwarded-allow-ips IPS] [--drain-timeout 30] [--metrics-no-auth]``
+  (docs/running.md)
+* ``datamill serve keys create|list|revoke --state DIR ...`` (``create --role admin --datasets a,b
+  --expires 30d``)
 * ``datamill serve audit --state DIR`` | ``datamill serve backup --state DIR OUT``
-* ``datamill serve gc --state DIR --older-than 30d`` (iterations that ended before, from the journal)
-* ``datamill serve iterate DATASET --url URL [--key K] [--batch-size 256] [--rank R --world-size W] ...``
+* ``datamill serve gc --state DIR --older-than 30d`` (iterations that ended before, from the
+  journal)
+* ``datamill serve iterate DATASET --url URL [--key K] [--batch-size 256] [--rank R --world-size W]
+  ...``
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ def seconds(low: float, high: float) -> Callable[[str], float]:
 
 
 def host_list(text: str) -> list[str]:
-    """An argparse type: comma-separated host names (``name``, ``name:port``, ``[::1]:port`` or ``*``).
+    """An argparse type: comma-separated host names (``name``, ``name:port``, ``[::1]:port`` or
+    ``*``).
 
     Examples:
         >>> host_list("example.org, 10.0.0.5:8470")
@@ -117,7 +123,7 @@ def _workers(text: str) -> int:
     return n
 
 
-# ---------------------------------------------------------------------------------------------- commands
+# ----------------------------------------------------------------------------------------- commands
 def _server(args: argparse.Namespace) -> int:
     from datamill.serve.run import serve
 
@@ -208,7 +214,8 @@ def _keys_list(args: argparse.Namespace) -> int:
             status = "revoked" if k["revoked"] else "expired" if expired else "active"
             scope = ",".join(k["datasets"]) if k["datasets"] else "*"
             print(
-                f"{k['id']}\t{k['role']}\t{status}\t{_when(k['created'])}\texpires {_when(k['expires'])}\t"
+                f"{k['id']}\t{k['role']}\t{status}\t{_when(k['created'])}\texpires "
+                f"{_when(k['expires'])}\t"
                 f"datasets {scope}\t{k['note']}"
             )
     finally:
@@ -269,12 +276,14 @@ def run_iterate(
     save_state: str | None = None,
     reconnect_timeout: float = 3.0,
 ) -> int:
-    """Iterate a served dataset once and print throughput (``datamill serve iterate``, ``datamill iterate --url``).
+    """Iterate a served dataset once and print throughput (``datamill serve iterate``, ``datamill
+    iterate --url``).
 
     ``key`` defaults to ``$DATAMILL_KEY``.
 
     Raises:
-        RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a request.
+        RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a
+            request.
     """
     from datamill.serve.remote import RemoteLoader
 
@@ -333,9 +342,10 @@ def _iterate(args: argparse.Namespace) -> int:
     )
 
 
-# ---------------------------------------------------------------------------------------------- parsers
+# ------------------------------------------------------------------------------------------ parsers
 class _TargetOrCommand(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """``datamill serve ROOT [options]`` runs the server; ``datamill serve COMMAND ...`` runs a command."""
+    """``datamill serve ROOT [options]`` runs the server; ``datamill serve COMMAND ...`` runs a
+    command."""
 
     def __call__(
         self,
@@ -393,7 +403,8 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-# long (66 lines, 2 of docstring): the argparse tree of `datamill serve` and its commands, one add_argument per option with its help
+# long (66 lines, 2 of docstring): the argparse tree of `datamill serve` and its commands, one
+# add_argument per option with its help
 def register(sub: Any) -> None:
     """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
     from datamill.core.commands import register_handler

@@ -1,8 +1,8 @@
 """The client side of ``datamill serve``: stdlib ``http.client`` keep-alive, JSON control plane.
 
 :class:`Client` manages datasets, iterations and keys; :class:`~datamill.serve.remote.RemoteLoader`
-iterates. Measured on loopback, ``http.client`` costs about a third of httpx's CPU per request, which
-is why neither imports a third-party HTTP library.
+iterates. Measured on loopback, ``http.client`` costs about a third of httpx's CPU per request,
+which is why neither imports a third-party HTTP library.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 class RemoteError(DatamillError, RuntimeError):
-    """The server answered with an error status (``status``) or could not be reached (``status=0``)."""
+    """The server answered with an error status (``status``) or could not be reached
+    (``status=0``)."""
 
     def __init__(self, msg: str, *, status: int = 0, hint: str | None = None) -> None:
         self.status = status
@@ -66,8 +67,10 @@ class Http:
         url: ``http://host:port``.
         key: the API key (``None`` for a ``--no-auth`` server).
         timeout: socket timeout in seconds. Defaults to ``60.0``.
-        retry_s: how long to keep reconnecting when the server is unreachable. Defaults to ``0`` (no retry).
-        verify: for ``https://``, a PEM file of the CA certificates to trust. Defaults to the system's.
+        retry_s: how long to keep reconnecting when the server is unreachable. Defaults to ``0`` (no
+            retry).
+        verify: for ``https://``, a PEM file of the CA certificates to trust. Defaults to the
+            system's.
     """
 
     def __init__(
@@ -115,7 +118,8 @@ class Http:
         query: Sequence[tuple[str, Any]] = (),
         ok: Sequence[int] = (200,),
     ) -> Response:
-        """Send one request (retrying connection failures for ``retry_s``); raise :class:`RemoteError` if not ``ok``."""
+        """Send one request (retrying connection failures for ``retry_s``); raise
+        :class:`RemoteError` if not ``ok``."""
         target = self.base + path + ("?" + urllib.parse.urlencode(list(query)) if query else "")
         payload = None if body is None else json.dumps(body).encode()
         headers = dict(self.headers)
@@ -162,10 +166,12 @@ class Client:
 
     Args:
         url: the server, ``http://host:port``.
-        key: an API key ``dmk_<id>.<secret>`` (``None`` for a ``--no-auth`` server). Defaults to ``None``.
+        key: an API key ``dmk_<id>.<secret>`` (``None`` for a ``--no-auth`` server). Defaults to
+            ``None``.
         timeout: socket timeout in seconds. Defaults to ``60.0``.
-        verify: for an ``https://`` url, a PEM file of the CA certificates to trust (a private CA, or
-            the proxy's self-signed certificate). Defaults to ``None`` (the system's trust store).
+        verify: for an ``https://`` url, a PEM file of the CA certificates to trust (a private CA,
+            or the proxy's self-signed certificate). Defaults to ``None`` (the system's trust
+            store).
 
     Examples:
         >>> Client("ftp://nowhere")
@@ -202,9 +208,11 @@ class Client:
     def register(
         self, path: str, *, name: str, client_location: str | None = None
     ) -> dict[str, Any]:
-        """Register the dataset at ``path`` (under one of the server's roots) as ``name`` (admin key).
+        """Register the dataset at ``path`` (under one of the server's roots) as ``name`` (admin
+        key).
 
-        ``client_location`` (a path every client node sees, or ``s3://bucket/prefix``) allows direct mode:
+        ``client_location`` (a path every client node sees, or ``s3://bucket/prefix``) allows direct
+        mode:
         the server tells clients this location and they build their batches themselves.
         """
         body = {"path": str(path), "name": name}
@@ -213,7 +221,8 @@ class Client:
         return dict(self.http.request("POST", "/api/v1/datasets", body=body).json())
 
     def location(self, dataset: str) -> str:
-        """Where clients read ``dataset`` in direct mode (:class:`RemoteError` 400 when it has no client location)."""
+        """Where clients read ``dataset`` in direct mode (:class:`RemoteError` 400 when it has no
+        client location)."""
         return str(
             self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json()[
                 "location"
@@ -243,14 +252,16 @@ class Client:
         loader_states: Sequence[Mapping[str, Any]] | None = None,
         transport: str = "built",
     ) -> dict[str, Any]:
-        """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its description.
+        """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its
+        description.
 
-        ``transport="direct"`` first asks for the dataset's client location (refused, HTTP 400, when it
-        was registered without one) and adds it to the description as ``location``; the iteration is
-        the same for both transports (server-built and direct clients may share it).
+        ``transport="direct"`` first asks for the dataset's client location (refused, HTTP 400, when
+        it was registered without one) and adds it to the description as ``location``; the iteration
+        is the same for both transports (server-built and direct clients may share it).
 
-        ``resume_from`` (an iteration id) or ``loader_states`` (every rank's ``Loader.state_dict()``)
-        resume an epoch with any ``world_size``: the batches not done are split over the new ranks.
+        ``resume_from`` (an iteration id) or ``loader_states`` (every rank's
+        ``Loader.state_dict()``) resume an epoch with any ``world_size``: the batches not done are
+        split over the new ranks.
         """
         body: dict[str, Any] = {
             "dataset": dataset,
@@ -290,8 +301,9 @@ class Client:
         limit: int = 100,
         after: str | None = None,
     ) -> dict[str, Any]:
-        """A page of iterations, oldest first: ``{"iterations": [...], "next": id or None}`` (pass ``next``
-        as ``after`` for the following page). ``status``: running, finished, cancelled or stale."""
+        """A page of iterations, oldest first: ``{"iterations": [...], "next": id or None}`` (pass
+        ``next`` as ``after`` for the following page). ``status``: running, finished, cancelled or
+        stale."""
         query = [
             (k, v)
             for k, v in (
@@ -305,7 +317,8 @@ class Client:
         return dict(self.http.request("GET", "/api/v1/iterations", query=query).json())
 
     def progress(self, iteration: str) -> dict[str, Any]:
-        """``total``, ``done``, ``leased``, ``pending`` batches, ``batches_per_s`` and per-client stall times."""
+        """``total``, ``done``, ``leased``, ``pending`` batches, ``batches_per_s`` and per-client
+        stall times."""
         return dict(
             self.http.request("GET", f"/api/v1/iterations/{_quote(iteration)}/progress").json()
         )
@@ -325,7 +338,8 @@ class Client:
         consumed: int | None = None,
         done: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
-        """Set the done set (admin key needed): rank ``rank`` consumed ``consumed`` batches, or ``done`` unit runs."""
+        """Set the done set (admin key needed): rank ``rank`` consumed ``consumed`` batches, or
+        ``done`` unit runs."""
         body: dict[str, Any] = {}
         if done is not None:
             body["done"] = [list(r) for r in done]
@@ -338,7 +352,8 @@ class Client:
         )
 
     def resume(self, iteration: str, *, rank: int, consumed: int) -> dict[str, Any]:
-        """Resume rank ``rank`` of a static iteration from a checkpoint that consumed ``consumed`` batches.
+        """Resume rank ``rank`` of a static iteration from a checkpoint that consumed ``consumed``
+        batches.
 
         A read key may resume only the iterations it created; an admin key any.
         """
@@ -350,7 +365,8 @@ class Client:
         )
 
     def cancel(self, iteration: str) -> dict[str, Any]:
-        """Cancel an iteration for good (admin key needed): clients asking for a lease get HTTP 410."""
+        """Cancel an iteration for good (admin key needed): clients asking for a lease get HTTP
+        410."""
         return dict(
             self.http.request("POST", f"/api/v1/iterations/{_quote(iteration)}/cancel").json()
         )

@@ -1,18 +1,20 @@
 """The lease routes' request and reply handling (imports fastapi): next, ack, heartbeat.
 
-The routes (in :mod:`datamill.serve.routes.leases`) only declare paths and roles and call these functions.
+The routes (in :mod:`datamill.serve.routes.leases`) only declare paths and roles and call these
+functions.
 
-* ``GET .../next?client=&rank=&slot=&slots=&ack=<lease>:<fence>:<start>-<stop>`` (``ack`` repeated, at most
-  64; ``:<start>-<stop>`` are positions of the lease, all of it when left out) -> ``200`` Arrow IPC
-  stream with headers ``X-Datamill-Lease``, ``-Fence``, ``-Units``, ``-Positions``, ``-Epoch``, ``-Done``
-  (the queue's done prefix in static mode, its done batches in dynamic mode) and ``-Acks``
-  (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the batches of the lease);
-  with ``transport=direct`` the body is empty (the client builds the batches, see
-  :mod:`datamill.serve.direct`); ``204`` nothing left for this client; ``409`` wait (others hold the rest).
-* ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases": [[lease,
-  fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack is ``ok`` or
-  ``already``, ``409`` when one is refused (another session's lease, a wrong fence), else ``410``
-  when one lease is no longer live.
+* ``GET .../next?client=&rank=&slot=&slots=&ack=<lease>:<fence>:<start>-<stop>`` (``ack`` repeated,
+  at most 64; ``:<start>-<stop>`` are positions of the lease, all of it when left out) -> ``200``
+  Arrow IPC stream with headers ``X-Datamill-Lease``, ``-Fence``, ``-Units``, ``-Positions``,
+  ``-Epoch``, ``-Done`` (the queue's done prefix in static mode, its done batches in dynamic mode)
+  and ``-Acks`` (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the
+  batches of the lease); with ``transport=direct`` the body is empty (the client builds the batches,
+  see :mod:`datamill.serve.direct`); ``204`` nothing left for this client; ``409`` wait (others hold
+  the rest).
+* ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases":
+  [[lease, fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack
+  is ``ok`` or ``already``, ``409`` when one is refused (another session's lease, a wrong fence),
+  else ``410`` when one lease is no longer live.
 * ``POST .../heartbeat`` ``{"client", "leases": [[lease, fence], ...], "stall_s", "batches"}`` ->
   ``{"lost": [...], "refused": [...]}`` with the same status rule.
 

@@ -1,4 +1,5 @@
-"""Demo section: ``datamill serve`` on loopback feeding two client processes the cifar10_tiny shardsets."""
+"""Demo section: ``datamill serve`` on loopback feeding two client processes the cifar10_tiny
+shardsets."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ _CLIENT = """
 import sys
 from datamill.serve import RemoteLoader
 url, key, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
-loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=16, seed=0, rank=rank, world_size=2, name="demo",
-                      columns=["id", "label"], lease_size=2)
+loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=16, seed=0, rank=rank, world_size=2,
+                      name="demo", columns=["id", "label"], lease_size=2)
 n = sum(len(b["id"]) for b in loader)
 print(f"  client rank {rank}: {n} samples")
 """
@@ -59,7 +60,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 # long (68 lines): the demo's steps in the order it prints them
 def run(data_dir: Path, work_dir: Path) -> None:
-    """Start a server on a free loopback port, register cifar10_tiny, iterate it from 2 processes, stop."""
+    """Start a server on a free loopback port, register cifar10_tiny, iterate it from 2 processes,
+    stop."""
     import pyarrow as pa
 
     from datamill.core.io import read_table

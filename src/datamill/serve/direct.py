@@ -38,9 +38,13 @@ __all__ = [
 ]
 
 TRANSPORTS = ("built", "direct")
-"""``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds them."""
+"""``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds
+them."""
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT NULL);"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT "
+    "NULL);"
+)
 _MAX_LOCATION = 4096
 
 
@@ -50,10 +54,11 @@ def check_location(location: str) -> str:
     Examples:
         >>> check_location("s3://bucket/data")
         's3://bucket/data'
-        >>> check_location("relative/path")
+        >>> check_location("relative/path")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: client_location must be an absolute path or s3://bucket/prefix, got 'relative/path'
+        datamill.core.errors.ConfigError: client_location must be an absolute path or
+        s3://bucket/prefix, got 'relative/path'
     """
     if (
         not isinstance(location, str)
@@ -64,7 +69,8 @@ def check_location(location: str) -> str:
         )
     ):
         raise ConfigError(
-            f"client_location must be an absolute path or s3://bucket/prefix, got {str(location)[:80]!r}"
+            "client_location must be an absolute path or s3://bucket/prefix, got "
+            f"{str(location)[:80]!r}"
         )
     return location
 
@@ -162,7 +168,8 @@ def as_batches(tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
 def service_for(
     source: Any, cfg: Mapping[str, Any], *, cache_shards: int | None = None
 ) -> BatchService:
-    """The batch service of an iteration's config (the one the server builds with, ``collate="arrow"``)."""
+    """The batch service of an iteration's config (the one the server builds with,
+    ``collate="arrow"``)."""
     svc = BatchService(
         source,
         batch_size=int(cfg["batch_size"]),

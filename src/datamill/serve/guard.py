@@ -1,16 +1,23 @@
-"""Browser-facing checks every request passes before routing: ``Host``, ``Origin``, security headers.
+"""Browser-facing checks every request passes before routing: ``Host``, ``Origin``, security
+headers.
 
 * ``Host`` must be one of the server's names (``--allowed-hosts``; by default the loopback names
-  ``127.0.0.1``, ``localhost`` and ``[::1]`` with the bound port): a web page that rebinds its own DNS
-  name to 127.0.0.1 reaches the server under that name and is refused (400), even with ``--no-auth``.
-* A state-changing request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that carries an ``Origin`` header
-  must come from one of those names (403): a form or script of another site cannot change anything.
-* Every response carries ``Content-Security-Policy`` (``default-src 'self'``), ``X-Frame-Options: DENY``,
-  ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy``.
+  ``127.0.0.1``, ``localhost`` and ``[::1]`` with the bound port): a web page that rebinds its own
+  DNS name to 127.0.0.1 reaches the server under that name and is refused (400), even with
+  ``--no-auth``.
+* A state-changing request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that carries an ``Origin``
+  header must come from one of those names (403): a form or script of another site cannot change
+  anything.
+* Every response carries ``Content-Security-Policy`` (``default-src 'self'``), ``X-Frame-Options:
+  DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy``.
 
 Examples:
     >>> hosts = AllowedHosts(["127.0.0.1:8470", "localhost"])
-    >>> hosts.allows("127.0.0.1:8470"), hosts.allows("localhost:9"), hosts.allows("evil.example:8470")
+    >>> (
+    ...     hosts.allows("127.0.0.1:8470"),
+    ...     hosts.allows("localhost:9"),
+    ...     hosts.allows("evil.example:8470"),
+    ... )
     (True, True, False)
     >>> hosts.allows_origin("http://localhost:8470"), hosts.allows_origin("null")
     (True, False)
@@ -27,7 +34,8 @@ __all__ = ["DEFAULT_HOSTS", "SECURITY_HEADERS", "AllowedHosts", "Guard", "defaul
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; "
     "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
@@ -42,7 +50,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 def default_hosts(host: str, port: int) -> list[str]:
-    """The names a server bound to ``host:port`` accepts by default: the loopback names and ``host``."""
+    """The names a server bound to ``host:port`` accepts by default: the loopback names and
+    ``host``."""
     names = [f"{h}:{port}" for h in DEFAULT_HOSTS]
     bound = f"[{host}]" if ":" in host and not host.startswith("[") else host
     if bound not in DEFAULT_HOSTS and bound not in ("0.0.0.0", "[::]"):
@@ -71,13 +80,15 @@ class AllowedHosts:
         return host in self.names or name in self.names
 
     def allows_origin(self, origin: str) -> bool:
-        """Whether an ``Origin`` header names one of the hosts (``null`` and other schemes never do)."""
+        """Whether an ``Origin`` header names one of the hosts (``null`` and other schemes never
+        do)."""
         parsed = urllib.parse.urlsplit(origin.strip())
         return parsed.scheme in ("http", "https") and self.allows(parsed.netloc)
 
 
 class Guard:
-    """ASGI middleware: the ``Host`` and ``Origin`` checks and the security headers (module docstring)."""
+    """ASGI middleware: the ``Host`` and ``Origin`` checks and the security headers (module
+    docstring)."""
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, hosts: AllowedHosts

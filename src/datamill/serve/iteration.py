@@ -1,12 +1,14 @@
-"""One iteration's work and its leases: pure bookkeeping, no HTTP, no SQLite (see :mod:`datamill.serve.app`).
+"""One iteration's work and its leases: pure bookkeeping, no HTTP, no SQLite (see
+:mod:`datamill.serve.app`).
 
-The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the order
-with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of the
-iteration's config. Units are dealt into **queues**:
+The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the
+order with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of
+the iteration's config. Units are dealt into **queues**:
 
-* static mode: queue ``q`` serves rank ``q``. Without a resume base (``plan_world == world_size`` and
-  nothing done) queue ``q`` is exactly plan rank ``q``'s batches, in the Loader's order. Resumed with
-  a different world size (elastic), the units not done are split contiguously over the new ranks.
+* static mode: queue ``q`` serves rank ``q``. Without a resume base (``plan_world == world_size``
+  and nothing done) queue ``q`` is exactly plan rank ``q``'s batches, in the Loader's order. Resumed
+  with a different world size (elastic), the units not done are split contiguously over the new
+  ranks.
 * dynamic mode: one queue of every unit; any client takes the next lease.
 
 A **lease** is a run of pending positions of one queue, never crossing a ``lease_size`` boundary. It
@@ -52,13 +54,15 @@ _MAX_CURSORS = (
 
 
 def digest(secret: str) -> str:
-    """The hash of a fence or session secret kept in memory and in the journal (never the secret)."""
+    """The hash of a fence or session secret kept in memory and in the journal (never the
+    secret)."""
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 @dataclass
 class Lease:
-    """Positions ``[start, stop)`` of queue ``queue``, held by ``client`` (of session ``session``) until ``deadline``.
+    """Positions ``[start, stop)`` of queue ``queue``, held by ``client`` (of session ``session``)
+    until ``deadline``.
 
     ``fence`` is the secret given to the holder (empty for a lease restored from the journal);
     ``fence_hash`` and ``session`` are hashes (:func:`digest`).
@@ -81,8 +85,9 @@ class Lease:
 
 @dataclass
 class AckResult:
-    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's lease or a
-    wrong fence: 409) or ``"expired"`` (not live: 410); ``units``: the unit runs done by this ack."""
+    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
+    lease or a wrong fence: 409) or ``"expired"`` (not live: 410); ``units``: the unit runs done by
+    this ack."""
 
     status: str
     units: list[tuple[int, int]] = field(default_factory=list)
@@ -154,9 +159,15 @@ class Iteration:
         >>> lease = it.take("c0", rank=0)
         >>> (lease.start, lease.stop), it.units_of(lease)
         ((0, 2), [0, 1])
-        >>> it.ack(lease.id, "forged", client="c0").status, it.ack(lease.id, lease.fence, client="c1").status
+        >>> (
+        ...     it.ack(lease.id, "forged", client="c0").status,
+        ...     it.ack(lease.id, lease.fence, client="c1").status,
+        ... )
         ('refused', 'refused')
-        >>> it.ack(lease.id, lease.fence, client="c0").status, it.ack(lease.id, lease.fence, client="c0").status
+        >>> (
+        ...     it.ack(lease.id, lease.fence, client="c0").status,
+        ...     it.ack(lease.id, lease.fence, client="c0").status,
+        ... )
         ('ok', 'already')
     """
 
@@ -360,8 +371,8 @@ class Iteration:
         session: str | None = None,
         owner: str = "",
     ) -> Lease | None:
-        """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``), or
-        ``None`` when nothing is pending (see :meth:`finished`).
+        """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``),
+        or ``None`` when nothing is pending (see :meth:`finished`).
 
         In static mode a client that is new for ``(rank, slot)`` takes over the leases other clients
         of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
@@ -449,8 +460,9 @@ class Iteration:
     def plan_acks(
         self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str
     ) -> tuple[dict[str, str], list[tuple[Lease, int, int]]]:
-        """Check acks ``(lease, fence, start, stop)`` (positions of the lease; ``None``: all of it) of
-        session ``session`` (a hash) without changing anything: ``(status per lease, ranges to mark)``.
+        """Check acks ``(lease, fence, start, stop)`` (positions of the lease; ``None``: all of it)
+        of session ``session`` (a hash) without changing anything: ``(status per lease, ranges to
+        mark)``.
 
         Call under :attr:`lock`; unless :meth:`in_flight` (then wait on :attr:`settled` and plan
         again), :meth:`begin_acks`, journal the units of the ranges, then :meth:`apply_acks` (or
@@ -497,7 +509,8 @@ class Iteration:
         return out
 
     def in_flight(self, marks: Sequence[tuple[Lease, int, int]]) -> bool:
-        """Whether another request's acknowledgement of some of these ranges awaits its journal write."""
+        """Whether another request's acknowledgement of some of these ranges awaits its journal
+        write."""
         return any((self.state[x.queue][lo:hi] == ACKING).any() for x, lo, hi in marks)
 
     def begin_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
@@ -553,7 +566,8 @@ class Iteration:
         stop: int | None = None,
         client: str | None = None,
     ) -> AckResult:
-        """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a journal.
+        """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a
+        journal.
 
         ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
         """
@@ -585,7 +599,8 @@ class Iteration:
     ) -> dict[str, list[str]]:
         """Extend (and reclaim, after a restart) ``client``'s leases ``(id, fence)``.
 
-        Returns ``{"lost": ids no longer live, "refused": ids of another session or with a wrong fence}``.
+        Returns ``{"lost": ids no longer live, "refused": ids of another session or with a wrong
+        fence}``.
         """
         with self.lock:
             now = time.monotonic()
@@ -616,10 +631,11 @@ class Iteration:
         consumed: int | None = None,
         done: Iterable[int] | None = None,
     ) -> None:
-        """Set the done set from a client checkpoint; every live lease of the affected queues is revoked.
+        """Set the done set from a client checkpoint; every live lease of the affected queues is
+        revoked.
 
-        ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest pending.
-        ``done``: the whole iteration's done units.
+        ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest
+        pending. ``done``: the whole iteration's done units.
         """
         with self.lock:
             if done is not None:
@@ -637,7 +653,7 @@ class Iteration:
             st[:] = PENDING
             st[:consumed] = DONE
             self._recount()
-            self.settled.notify_all()  # an ack in flight over these positions keeps the rewind's state
+            self.settled.notify_all()  # an ack in flight over these keeps the rewind's state
 
     # ------------------------------------------------------------------ views
     def done_units(self) -> list[int]:

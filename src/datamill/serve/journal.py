@@ -3,13 +3,13 @@
 Tables: ``keys`` (API key id, sha256 of the secret, role, revoked, the datasets it may use, when it
 expires), ``datasets`` (id, name, resolved path), ``iterations`` (id, idempotency key, epoch, config
 JSON), ``owners`` (the key that created an iteration), ``done`` (acknowledged unit runs, one row per
-ack, with the lease id so a repeated ack after a restart stays idempotent), ``sessions`` (the sha256 of
-each UI session id, its key, expiry), ``audit`` (admin actions and each key's first use per day) and
-``key_use`` (which days a key was seen). Every write commits before the server replies.
+ack, with the lease id so a repeated ack after a restart stays idempotent), ``sessions`` (the sha256
+of each UI session id, its key, expiry), ``audit`` (admin actions and each key's first use per day)
+and ``key_use`` (which days a key was seen). Every write commits before the server replies.
 
 The folder is created ``0700`` and the database ``0600``; opening runs ``PRAGMA quick_check``, so a
-corrupt, truncated or empty journal, a folder where the file should be or a state path that is a file is a
-:class:`StateError` naming the path, never a server that starts on bad state.
+corrupt, truncated or empty journal, a folder where the file should be or a state path that is a
+file is a :class:`StateError` naming the path, never a server that starts on bad state.
 """
 
 from __future__ import annotations
@@ -32,29 +32,35 @@ DB_NAME = "datamill-serve.sqlite3"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL,
     created REAL NOT NULL, revoked REAL, note TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
-    created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS iterations (id TEXT PRIMARY KEY, key TEXT NOT NULL, epoch INTEGER NOT NULL,
-    config TEXT NOT NULL, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS done (iteration TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
-    lease TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    path TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS iterations (id TEXT PRIMARY KEY, key TEXT NOT NULL,
+    epoch INTEGER NOT NULL, config TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS done (iteration TEXT NOT NULL, start INTEGER NOT NULL,
+    stop INTEGER NOT NULL, lease TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS done_iteration ON done(iteration);
 CREATE TABLE IF NOT EXISTS cancelled (iteration TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS owners (iteration TEXT PRIMARY KEY, key TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (hash TEXT PRIMARY KEY, key TEXT NOT NULL, created REAL NOT NULL,
-    expires REAL NOT NULL, revoked REAL);
-CREATE TABLE IF NOT EXISTS audit (at REAL NOT NULL, key TEXT, action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS key_use (key TEXT NOT NULL, day INTEGER NOT NULL, PRIMARY KEY (key, day));
+CREATE TABLE IF NOT EXISTS sessions (hash TEXT PRIMARY KEY, key TEXT NOT NULL,
+    created REAL NOT NULL, expires REAL NOT NULL, revoked REAL);
+CREATE TABLE IF NOT EXISTS audit (at REAL NOT NULL, key TEXT, action TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS key_use (key TEXT NOT NULL, day INTEGER NOT NULL, PRIMARY KEY (key,
+    day));
 """
 _KEY_COLUMNS = {
     "datasets": "TEXT",
     "expires": "REAL",
 }  # added after the first release: migrated on open
-_FIX = "restore the state folder from a backup (`datamill serve backup`), or start with a new --state folder"
+_FIX = (
+    "restore the state folder from a backup (`datamill serve backup`), or start with a new "
+    "--state folder"
+)
 
 
 class StateError(DatamillError, OSError):
-    """The server's state folder or journal cannot be used (a file, corrupt, truncated, not writable)."""
+    """The server's state folder or journal cannot be used (a file, corrupt, truncated, not
+    writable)."""
 
 
 def _check_dir(state_dir: Path) -> Path:
@@ -104,7 +110,8 @@ def _check_dir(state_dir: Path) -> Path:
 
 
 def _open(db: Path) -> sqlite3.Connection:
-    """A checked connection: the header, ``quick_check`` and the schema, or a :class:`StateError`."""
+    """A checked connection: the header, ``quick_check`` and the schema, or a
+    :class:`StateError`."""
     conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None, timeout=30)
     try:
         size = db.stat().st_size
@@ -215,9 +222,11 @@ class Journal:
         datasets: list[str] | None = None,
         expires: float | None = None,
     ) -> None:
-        """Store a new key's id, secret digest, role, the datasets it may use (``None``: all) and expiry."""
+        """Store a new key's id, secret digest, role, the datasets it may use (``None``: all) and
+        expiry."""
         self._exec(
-            "INSERT INTO keys (id, hash, role, created, note, datasets, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO keys (id, hash, role, created, note, datasets, expires) VALUES (?, ?, "
+            "?, ?, ?, ?, ?)",
             (
                 key_id,
                 digest,
@@ -232,7 +241,8 @@ class Journal:
     def list_keys(self) -> list[dict[str, Any]]:
         """Every key (revoked ones too), without secrets."""
         rows = self._exec(
-            "SELECT id, hash, role, created, revoked, note, datasets, expires FROM keys ORDER BY created"
+            "SELECT id, hash, role, created, revoked, note, datasets, expires FROM keys ORDER "
+            "BY created"
         )
         return [
             {

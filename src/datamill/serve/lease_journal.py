@@ -38,17 +38,22 @@ RETRY_AFTER_S = 5
 """Seconds a client is told to wait after a 503 (the journal could not be written)."""
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL, fence TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL,
+    fence TEXT NOT NULL,
     session TEXT NOT NULL, client TEXT NOT NULL, queue INTEGER NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL, owner TEXT NOT NULL DEFAULT '');
+    stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL,
+    owner TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS leases_iteration ON leases(iteration);
-CREATE TABLE IF NOT EXISTS lease_holders (lease TEXT PRIMARY KEY, iteration TEXT NOT NULL, client TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS lease_holders (lease TEXT PRIMARY KEY, iteration TEXT NOT NULL,
+    client TEXT NOT NULL);
 """
-# lease_holders: which client took each lease, kept after the lease ends (lineage: datamill.serve.trace)
+# lease_holders: which client took each lease, kept after the lease ends (lineage:
+# datamill.serve.trace)
 
 
 class UnavailableError(DatamillError, OSError):
-    """The journal cannot be written now (disk full, file size limit): HTTP 503 with ``Retry-After``."""
+    """The journal cannot be written now (disk full, file size limit): HTTP 503 with
+    ``Retry-After``."""
 
 
 def ensure_tables(journal: Journal) -> None:
@@ -135,7 +140,8 @@ class GroupCommit:
         """Block until ``w`` is committed.
 
         Raises:
-            UnavailableError: the disk is full or a file size limit was reached (nothing was written).
+            UnavailableError: the disk is full or a file size limit was reached (nothing was
+            written).
         """
         with self._cv:
             while not w.done:
@@ -310,11 +316,12 @@ def done_write(
 
 
 def journaled_leases(journal: Journal, it_id: str) -> list[Lease]:
-    """The leases of ``it_id`` live when the journal was last written (to restore after a restart)."""
+    """The leases of ``it_id`` live when the journal was last written (to restore after a
+    restart)."""
     with journal._lock:
         rows = journal._db.execute(
-            "SELECT id, fence, session, client, queue, start, stop, slot, owner FROM leases WHERE iteration = ? "
-            "ORDER BY rowid",
+            "SELECT id, fence, session, client, queue, start, stop, slot, owner FROM leases "
+            "WHERE iteration = ? ORDER BY rowid",
             (it_id,),
         ).fetchall()
     return [

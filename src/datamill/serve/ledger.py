@@ -1,22 +1,27 @@
 """Per-client counters of every iteration, journaled so the UI shows them after a restart.
 
-Table ``ui_clients`` holds, per ``(iteration, client)``, the client's rank, the batches it acknowledged
-and the seconds it stalled waiting for data; table ``ui_acks`` the batches acknowledged per upkeep tick
-(the throughput chart: unlike the ``done`` rows, a rewind does not replace them). :func:`record` adds what changed in memory since its last
-call (it runs in the server's upkeep tick, once a second), so a restart loses at most the last second;
-:func:`clients` reads the journaled rows plus what is not journaled yet.
+Table ``ui_clients`` holds, per ``(iteration, client)``, the client's rank, the batches it
+acknowledged and the seconds it stalled waiting for data; table ``ui_acks`` the batches acknowledged
+per upkeep tick (the throughput chart: unlike the ``done`` rows, a rewind does not replace them).
+:func:`record` adds what changed in memory since its last call (it runs in the server's upkeep tick,
+once a second), so a restart loses at most the last second; :func:`clients` reads the journaled rows
+plus what is not journaled yet.
 
 Examples:
     >>> import tempfile
     >>> from types import SimpleNamespace
     >>> from datamill.serve.journal import Journal
     >>> j = Journal(tempfile.mkdtemp()); memo: dict = {}
-    >>> info = SimpleNamespace(rank=0, acked=[(1.0, 2), (2.0, 1)], stall_s=0.5)  # acks: (monotonic time, batches)
+    >>> info = SimpleNamespace(
+    ...     rank=0, acked=[(1.0, 2), (2.0, 1)], stall_s=0.5
+    ... )  # acks: (monotonic time, batches)
     >>> it = SimpleNamespace(id="it-1", clients={"c1": info})
     >>> record(j, [it], memo); info.acked.append((3.0, 2)); record(j, [it], memo)
     >>> clients(j, "it-1")
     {'c1': {'rank': 0, 'batches': 5, 'stall_s': 0.5}}
-    >>> clients(j, "it-1", live=it, memo={})["c1"]["batches"]  # not journaled yet: journal + all in memory
+    >>> clients(j, "it-1", live=it, memo={})["c1"][
+    ...     "batches"
+    ... ]  # not journaled yet: journal + all in memory
     10
     >>> [n for _, n in throughput(j, "it-1")]
     [3, 2]
@@ -36,15 +41,18 @@ from datamill.serve.journal import Journal
 __all__ = ["clients", "ensure_tables", "record", "runs_of", "runs_of_dataset", "throughput"]
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS ui_clients (iteration TEXT NOT NULL, client TEXT NOT NULL, rank INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS ui_clients (iteration TEXT NOT NULL, client TEXT NOT NULL,
+    rank INTEGER NOT NULL,
     batches INTEGER NOT NULL, stall_s REAL NOT NULL, PRIMARY KEY (iteration, client));
-CREATE TABLE IF NOT EXISTS ui_acks (iteration TEXT NOT NULL, at REAL NOT NULL, batches INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ui_acks (iteration TEXT NOT NULL, at REAL NOT NULL,
+    batches INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS ui_acks_iteration ON ui_acks(iteration);
 """
 
 _READY: weakref.WeakSet[Journal] = weakref.WeakSet()
 Memo = MutableMapping[tuple[str, str], tuple[int, float, float]]
-"""``(iteration, client) -> (id of the in-memory record, newest ack time, stall seconds)`` last journaled."""
+"""``(iteration, client) -> (id of the in-memory record, newest ack time, stall seconds)`` last
+journaled."""
 
 
 def ensure_tables(journal: Journal) -> None:
@@ -57,7 +65,8 @@ def ensure_tables(journal: Journal) -> None:
 
 
 def _deltas(it: Any, memo: Memo) -> list[tuple[str, str, int, int, float, float]]:
-    """``(iteration, client, rank, batches, stall seconds, newest ack time)`` added since ``memo``."""
+    """``(iteration, client, rank, batches, stall seconds, newest ack time)`` added since
+    ``memo``."""
     out = []
     with getattr(it, "lock", contextlib.nullcontext()):
         infos = [(cid, info, list(info.acked)) for cid, info in it.clients.items()]
@@ -98,7 +107,8 @@ def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
                 [(i, now, n) for i, n in per_it.items() if n > 0],
             )
             db.executemany(
-                "INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES (?, "
+                "?, ?, ?, ?) "
                 "ON CONFLICT (iteration, client) DO UPDATE SET rank = excluded.rank, "
                 "batches = batches + excluded.batches, stall_s = stall_s + excluded.stall_s",
                 rows,
@@ -117,7 +127,8 @@ def clients(
     out = {
         str(c): {"rank": int(r), "batches": int(b), "stall_s": round(float(s), 3)}
         for c, r, b, s in journal._exec(
-            "SELECT client, rank, batches, stall_s FROM ui_clients WHERE iteration = ? ORDER BY client",
+            "SELECT client, rank, batches, stall_s FROM ui_clients WHERE iteration = ? ORDER BY "
+            "client",
             (it_id,),
         )
     }
@@ -149,7 +160,8 @@ def runs_of_dataset(journal: Journal, ds_id: str) -> list[dict[str, Any]]:
     """The runs (iteration names) that read a dataset: name, epochs, last status."""
     rows = journal._exec(
         "SELECT key, COUNT(*), MIN(epoch), MAX(epoch), MAX(rowid) FROM iterations "
-        "WHERE json_extract(config, '$.dataset') = ? GROUP BY key ORDER BY MAX(rowid) DESC LIMIT 50",
+        "WHERE json_extract(config, '$.dataset') = ? GROUP BY key ORDER BY MAX(rowid) DESC "
+        "LIMIT 50",
         (ds_id,),
     )
     return [

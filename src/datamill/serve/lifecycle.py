@@ -10,7 +10,9 @@ Examples:
     >>> import tempfile
     >>> from datamill.serve.journal import Journal
     >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j)
-    >>> j.add_iteration("it-1", "k", 0, {"dataset": "ds-1", "lease_timeout": 60.0, "mode": "static"})
+    >>> j.add_iteration(
+    ...     "it-1", "k", 0, {"dataset": "ds-1", "lease_timeout": 60.0, "mode": "static"}
+    ... )
     >>> started(j, "it-1", total=10, base_done=0); ended(j, "it-1", "finished")
     True
     >>> [(r["id"], r["status"], r["done"]) for r in page(j)[0]]
@@ -56,11 +58,13 @@ CREATE TABLE IF NOT EXISTS lifecycle_clients (iteration TEXT NOT NULL, client TE
     PRIMARY KEY (iteration, client));
 """
 
-# status as read: cancelled (journaled) > finished > stale (no client for N lease timeouts) > running
+# status as read: cancelled (journaled) > finished > stale (no client for N lease timeouts) >
+# running
 _STATUS_SQL = """CASE
     WHEN EXISTS (SELECT 1 FROM cancelled c WHERE c.iteration = i.id) THEN 'cancelled'
     WHEN l.status = 'finished' THEN 'finished'
-    WHEN COALESCE(l.last_seen, i.created) < :now - :stale * json_extract(i.config, '$.lease_timeout') THEN 'stale'
+    WHEN COALESCE(l.last_seen, i.created)
+        < :now - :stale * json_extract(i.config, '$.lease_timeout') THEN 'stale'
     ELSE 'running' END"""
 
 
@@ -81,8 +85,8 @@ def started(journal: Journal, it_id: str, *, total: int, base_done: int) -> None
 
 
 def ended(journal: Journal, it_id: str, status: str) -> bool:
-    """Record that a running iteration finished or was cancelled; whether this call ended it (the first
-    end is kept)."""
+    """Record that a running iteration finished or was cancelled; whether this call ended it (the
+    first end is kept)."""
     if status not in ("finished", "cancelled"):
         raise ValueError(f"an iteration ends finished or cancelled, not {status!r}")
     with journal._lock:
@@ -134,7 +138,8 @@ def page(
     now: float | None = None,
     _only: str | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of iterations, oldest first: ``(rows, the id to pass as after= for the next page or None)``.
+    """One page of iterations, oldest first: ``(rows, the id to pass as after= for the next page or
+    None)``.
 
     Args:
         journal: the server's journal.
@@ -174,18 +179,22 @@ def page(
     if datasets is not None:
         names = sorted(datasets)
         where.append(
-            f"json_extract(i.config, '$.dataset') IN ({', '.join(f':d{k}' for k in range(len(names)))})"
+            "json_extract(i.config, '$.dataset') IN "
+            f"({', '.join(f':d{k}' for k in range(len(names)))})"
         )
         args.update({f"d{k}": d for k, d in enumerate(names)})
     if status is not None:
         where.append(f"({_STATUS_SQL}) = :status")
         args["status"] = status
     sql = (
-        f"SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, ({_STATUS_SQL}), l.started, "
-        "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = i.id), "
+        "SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, "
+        f"({_STATUS_SQL}), l.started, "
+        "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = "
+        "i.id), "
         "(SELECT COALESCE(SUM(d.stop - d.start), 0) FROM done d WHERE d.iteration = i.id), "
         "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "
-        f"FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id WHERE {' AND '.join(where)} "
+        "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id WHERE "
+        f"{' AND '.join(where)} "
         "ORDER BY i.rowid LIMIT :limit"
     )
     with journal._lock:
@@ -217,8 +226,8 @@ def page(
 
 
 def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list[str]:
-    """Delete the iterations that ended (finished or cancelled) more than ``older_than`` seconds ago,
-    with their acks, leases, lifecycle and counters; the ids removed.
+    """Delete the iterations that ended (finished or cancelled) more than ``older_than`` seconds
+    ago, with their acks, leases, lifecycle and counters; the ids removed.
 
     Stale and running iterations are kept: cancel a stale one first to let it be collected.
     """

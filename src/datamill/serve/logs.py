@@ -1,13 +1,16 @@
 """The server's structured log: one line per event, as ``text`` or ``json`` (``--log-format``).
 
 Events go to the ``datamill.serve`` logger through :func:`event`; each carries a name and fields.
-A text line reads ``2026-11-25T22:00:00Z INFO lease expired iteration=it-1 lease=ab12``; a JSON line is
-``{"time": ..., "level": "INFO", "event": "lease expired", "iteration": "it-1", "lease": "ab12"}``.
-uvicorn's own lines (start, errors, and the access log at ``--log-level info``) use the same format.
+A text line reads ``2026-11-25T22:00:00Z INFO lease expired iteration=it-1 lease=ab12``; a JSON line
+is ``{"time": ..., "level": "INFO", "event": "lease expired", "iteration": "it-1", "lease":
+"ab12"}``. uvicorn's own lines (start, errors, and the access log at ``--log-level info``) use the
+same format.
 
 Examples:
     >>> import logging
-    >>> rec = logging.LogRecord("datamill.serve.events", logging.INFO, __file__, 1, "client gone", None, None)
+    >>> rec = logging.LogRecord(
+    ...     "datamill.serve.events", logging.INFO, __file__, 1, "client gone", None, None
+    ... )
     >>> rec.fields = {"client": "c1"}
     >>> JsonFormatter().format(rec).endswith('"event": "client gone", "client": "c1"}')
     True
@@ -95,7 +98,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_config(*, fmt: str = "text", level: str = "info") -> dict[str, Any]:
-    """A :func:`logging.config.dictConfig` for the server and uvicorn (pass it as uvicorn's ``log_config``).
+    """A :func:`logging.config.dictConfig` for the server and uvicorn (pass it as uvicorn's
+    ``log_config``).
 
     Raises:
         ValueError: an unknown format or level.

@@ -1,16 +1,17 @@
 """The server's telemetry: Prometheus metrics read at scrape time, lifecycle upkeep, event logs.
 
-:class:`Telemetry` is fed by :class:`~datamill.serve.server.ServeState` (a lease taken, acknowledged,
-expired; an iteration created or ended). Its counters per iteration (leases issued, re-issued,
-expired, acknowledged; bytes sent) live in memory and in the journal table ``counters``, written at
-most once a second and at shutdown, so a restart goes on from the journaled values (a ``kill -9``
-loses at most the last second of them). ``datamill_units_acknowledged_total`` is read from the
-journal's ``done`` rows themselves, so it is exact across any restart.
+:class:`Telemetry` is fed by :class:`~datamill.serve.server.ServeState` (a lease taken,
+acknowledged, expired; an iteration created or ended). Its counters per iteration (leases issued,
+re-issued, expired, acknowledged; bytes sent) live in memory and in the journal table ``counters``,
+written at most once a second and at shutdown, so a restart goes on from the journaled values (a
+``kill -9`` loses at most the last second of them). ``datamill_units_acknowledged_total`` is read
+from the journal's ``done`` rows themselves, so it is exact across any restart.
 
 :class:`JournalCollector` builds every metric when Prometheus scrapes ``GET /metrics``; the latency
 histograms and the request counts are process-local (they start at zero after a restart, which
 Prometheus handles as a counter reset). Labels are bounded: ``iteration`` only for the iterations in
-memory and the :data:`MAX_ITERATION_SERIES` most recent ones, ``route`` is the route's path template.
+memory and the :data:`MAX_ITERATION_SERIES` most recent ones, ``route`` is the route's path
+template.
 
 Examples:
     >>> import tempfile
@@ -53,12 +54,17 @@ __all__ = [
 
 COUNTERS = {
     "leases_issued": "Leases handed out.",
-    "leases_reissued": "Leases handing out batches that an earlier lease held (after an expiry or a takeover).",
-    "leases_expired": "Leases that timed out without their holder's heartbeat (their batches went back).",
+    "leases_reissued": (
+        "Leases handing out batches that an earlier lease held (after an expiry or a takeover)."
+    ),
+    "leases_expired": (
+        "Leases that timed out without their holder's heartbeat (their batches went back)."
+    ),
     "leases_acknowledged": "Leases whose every batch was acknowledged.",
     "bytes_sent": "Bytes of lease payloads (Arrow IPC) sent.",
 }
-"""The counters kept per iteration in the journal, by name (Prometheus adds ``datamill_`` and ``_total``)."""
+"""The counters kept per iteration in the journal, by name (Prometheus adds ``datamill_`` and
+``_total``)."""
 MAX_ITERATION_SERIES = 50
 """Iterations not in memory that still get per-iteration series: the most recent ones."""
 FLUSH_S = 1.0
@@ -87,7 +93,8 @@ _LATENCY_BUCKETS = (
 
 
 class Telemetry:
-    """Counters (journaled), latency histograms, request counts and client activity of one server."""
+    """Counters (journaled), latency histograms, request counts and client activity of one
+    server."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
@@ -189,7 +196,8 @@ class Telemetry:
         self.build_seconds.observe(seconds)
 
     def acked(self, it: Iteration, latencies: Sequence[float]) -> None:
-        """Leases were finished (every batch acknowledged), ``latencies`` seconds after their issue."""
+        """Leases were finished (every batch acknowledged), ``latencies`` seconds after their
+        issue."""
         if latencies:
             self.add(it.id, "leases_acknowledged", len(latencies))
             for s in latencies:
@@ -216,7 +224,8 @@ class Telemetry:
 
     # ------------------------------------------------------------------ upkeep
     def tick(self, state: ServeState) -> None:
-        """Expire leases, log clients gone, record activity, forget idle ended iterations, flush counters."""
+        """Expire leases, log clients gone, record activity, forget idle ended iterations, flush
+        counters."""
         now, wall = time.monotonic(), time.time()
         with state._lock:
             live = list(state._iterations.values())
@@ -277,12 +286,13 @@ class JournalCollector(Collector):
         self.state = state
 
     def _recent(self) -> list[tuple[str, str, int, int]]:
-        """``(iteration, dataset name, total, base_done)`` of the iterations that get series: those in
-        memory and the :data:`MAX_ITERATION_SERIES` most recent ones."""
+        """``(iteration, dataset name, total, base_done)`` of the iterations that get series: those
+        in memory and the :data:`MAX_ITERATION_SERIES` most recent ones."""
         with self.state._lock:
             live = sorted(self.state._iterations)
         cols = (
-            "SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), COALESCE(l.base_done, 0) "
+            "SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), "
+            "COALESCE(l.base_done, 0) "
             "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id "
         )
         rows = self.state.journal._exec(
@@ -300,7 +310,8 @@ class JournalCollector(Collector):
             for it_id, ds, total, base in rows
         ]
 
-    # long (86 lines): one metric family after another, each a few lines, read from one snapshot of the state
+    # long (86 lines): one metric family after another, each a few lines, read from one snapshot of
+    # the state
     def collect(self) -> Iterator[Metric]:
         """The metrics (see the module docstring)."""
         state, tel = self.state, self.state.telemetry
@@ -368,7 +379,8 @@ class JournalCollector(Collector):
         )
         by = dict(
             state.journal._exec(
-                f"SELECT st, COUNT(*) FROM (SELECT ({lifecycle._STATUS_SQL}) AS st FROM iterations i "
+                f"SELECT st, COUNT(*) FROM (SELECT ({lifecycle._STATUS_SQL}) AS st FROM "
+                "iterations i "
                 "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
                 {"now": time.time(), "stale": lifecycle.STALE_AFTER},
             )
@@ -392,7 +404,8 @@ class JournalCollector(Collector):
 
 
 def registry_for(state: ServeState) -> CollectorRegistry:
-    """The registry ``GET /metrics`` serves: the state's histograms and request counts plus the collector."""
+    """The registry ``GET /metrics`` serves: the state's histograms and request counts plus the
+    collector."""
     reg = state.telemetry.registry
     if not getattr(reg, "_datamill_collector", False):
         reg.register(JournalCollector(state))
@@ -407,8 +420,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class RequestMetrics:
-    """ASGI middleware: a request id (``X-Request-Id``), requests counted by route template and status,
-    and one log line for each 5xx answer (with the request id)."""
+    """ASGI middleware: a request id (``X-Request-Id``), requests counted by route template and
+    status, and one log line for each 5xx answer (with the request id)."""
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, telemetry: Telemetry

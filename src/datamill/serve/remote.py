@@ -1,11 +1,12 @@
 """``RemoteLoader``: the in-process Loader's batches, served by ``datamill serve``.
 
-A background thread keeps ``prefetch`` leases (each ``lease_size`` batches in one Arrow IPC response)
-ahead of the training loop. Every batch is **acknowledged on its own** once the loop comes back for
-the next one (it was consumed): the acks ride on the next request for a lease and are flushed at
-least every :data:`ACK_FLUSH_S` seconds by the heartbeat thread (one journal transaction per flush).
-The heartbeat thread also extends the leases held (reporting the **stall time**, how long the loop
-waited for data) and, after a server restart, reclaims them with their fences within the grace period.
+A background thread keeps ``prefetch`` leases (each ``lease_size`` batches in one Arrow IPC
+response) ahead of the training loop. Every batch is **acknowledged on its own** once the loop comes
+back for the next one (it was consumed): the acks ride on the next request for a lease and are
+flushed at least every :data:`ACK_FLUSH_S` seconds by the heartbeat thread (one journal transaction
+per flush). The heartbeat thread also extends the leases held (reporting the **stall time**, how
+long the loop waited for data) and, after a server restart, reclaims them with their fences within
+the grace period.
 
 Each loader has a random **session** secret (sent as ``X-Datamill-Session``); its leases can be
 acknowledged or extended by no other session. A lease the server reports lost (expired, or not
@@ -43,7 +44,8 @@ DIRECT_CACHE_LIMIT = 8 << 30
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
 ACK_FLUSH_S = 0.02
-"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at most 0.1 s)."""
+"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at most
+0.1 s)."""
 SESSION_HEADER = "X-Datamill-Session"
 _END = object()
 
@@ -91,17 +93,20 @@ class RemoteLoader:
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
         reconnect_s: how long to keep retrying an unreachable server. Defaults to ``120.0``.
-        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the system's.
-        on_commit: called with the unit ids of each lease the server confirmed committed. Defaults to ``None``.
-        transport: ``"built"`` (the server builds each lease's batches and sends them) or ``"direct"``
-            (leases carry only batch numbers and fences; this process builds the batches itself with the
-            same :class:`~datamill.loader.BatchService` settings, from the location the server gives for a
-            dataset registered with ``client_location``: the same batches, and the server's work per lease
-            does not depend on the data). Defaults to ``"built"``.
+        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the
+            system's.
+        on_commit: called with the unit ids of each lease the server confirmed committed. Defaults
+            to ``None``.
+        transport: ``"built"`` (the server builds each lease's batches and sends them) or
+            ``"direct"`` (leases carry only batch numbers and fences; this process builds the
+            batches itself with the same :class:`~datamill.loader.BatchService` settings, from the
+            location the server gives for a dataset registered with ``client_location``: the same
+            batches, and the server's work per lease does not depend on the data). Defaults to
+            ``"built"``.
         cache_dir: direct mode over ``s3://``: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
-        cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults to
-            :data:`DIRECT_CACHE_LIMIT`.
+        cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults
+            to :data:`DIRECT_CACHE_LIMIT`.
 
     Raises:
         ConfigError: invalid arguments. RemoteError: the server refused or is unreachable.
@@ -193,11 +198,11 @@ class RemoteLoader:
     def state_dict(self) -> dict[str, Any]:
         """Tiny JSON resume state.
 
-        ``consumed`` counts the **rank's** progress (static: the prefix of the rank's batches done by
-        any process, a replacement's predecessors included; dynamic: the iteration's batches done as
-        last seen). At the end of an epoch the state is the start of the next one. A dynamic state
-        carries the session and the batches consumed but not yet flushed, so that resuming from it
-        acknowledges them instead of receiving them again.
+        ``consumed`` counts the **rank's** progress (static: the prefix of the rank's batches done
+        by any process, a replacement's predecessors included; dynamic: the iteration's batches done
+        as last seen). At the end of an epoch the state is the start of the next one. A dynamic
+        state carries the session and the batches consumed but not yet flushed, so that resuming
+        from it acknowledges them instead of receiving them again.
         """
         with self._state_lock:
             unflushed = [list(x) for x in self._unflushed] + (
@@ -237,8 +242,8 @@ class RemoteLoader:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: static mode rewinds the rank to it; dynamic mode rejoins the
-        iteration and acknowledges the batches the state consumed but had not flushed.
+        """Resume from :meth:`state_dict`: static mode rewinds the rank to it; dynamic mode rejoins
+        the iteration and acknowledges the batches the state consumed but had not flushed.
 
         Raises:
             ResumeStateError: another format, mode or rank.
@@ -334,7 +339,8 @@ class RemoteLoader:
         self._consumed = 0
 
     def _direct_service(self, client: Client) -> Any:
-        """The batch service this loader builds with in direct mode (opened once per dataset and order)."""
+        """The batch service this loader builds with in direct mode (opened once per dataset and
+        order)."""
         from datamill.core.fingerprint import fingerprint_obj
         from datamill.core.objstore import is_remote
         from datamill.serve.direct import service_for
@@ -393,7 +399,8 @@ class RemoteLoader:
             return h
 
         direct = self.transport == "direct"
-        # direct mode: a builder thread builds one lease while the fetch thread asks for the next one
+        # direct mode: a builder thread builds one lease while the fetch thread asks for the next
+        # one
         builds: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch) if direct else buf
 
         def put(q: queue.Queue[Any], item: Any) -> None:
@@ -514,7 +521,8 @@ class RemoteLoader:
                                 lost.update(res.json().get("lost", []))
                                 lost.update(res.json().get("refused", []))
                     except RemoteError:
-                        continue  # the server may be restarting (or out of disk): try again next round
+                        # the server may be restarting (or out of disk): try again next round
+                        continue
             finally:
                 conn.close()
 
@@ -617,7 +625,8 @@ class RemoteLoader:
         held: dict[str, _Lease],
         lost: set[str],
     ) -> None:
-        """Forget the acks the server answered; note lost leases; report commits to ``on_commit``."""
+        """Forget the acks the server answered; note lost leases; report commits to
+        ``on_commit``."""
         statuses = dict(item.rpartition("=")[::2] for item in filter(None, header.split(",")))
         if not statuses:
             return

@@ -1,4 +1,5 @@
-"""One lease round trip without HTTP: acknowledge, take, journal, apply; the lock held only for memory.
+"""One lease round trip without HTTP: acknowledge, take, journal, apply; the lock held only for
+memory.
 
 A ``/next`` (or ``/ack``) request runs in three steps:
 
@@ -13,10 +14,10 @@ A ``/next`` (or ``/ack``) request runs in three steps:
    full disk: HTTP 503), **undo**: the positions are leased again and the taken lease is forgotten,
    so nothing the client was not told is kept, in the journal or in memory.
 
-A unit is answered ``"ok"`` only once its ``done`` row is durable, and a lease is handed out only once
-its row is durable (so after a server kill -9 its holder reclaims it). A second request acknowledging
-positions whose first acknowledgement is still in flight waits for it, then answers from the
-outcome: ``"already"`` is only ever answered for journaled acks.
+A unit is answered ``"ok"`` only once its ``done`` row is durable, and a lease is handed out only
+once its row is durable (so after a server kill -9 its holder reclaims it). A second request
+acknowledging positions whose first acknowledgement is still in flight waits for it, then answers
+from the outcome: ``"already"`` is only ever answered for journaled acks.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ __all__ = [
 ]
 
 AckItem = tuple[str, str, int | None, int | None]
-"""An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of it)."""
+"""An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of
+it)."""
 
 _WAIT_S = 1.0  # a planner waiting for another request's ack in flight re-checks at least this often
 _POLL_S = 0.002  # how often an event loop's planner re-checks

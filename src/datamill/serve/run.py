@@ -39,8 +39,8 @@ _HOST_RE = r"^(\*|[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)$"
 
 
 class ServeConfig(BaseModel):
-    """A server config file (YAML or JSON): every setting of ``datamill serve``; a command-line option
-    given overrides the file's value. ``docs/running.md`` has an example with every key.
+    """A server config file (YAML or JSON): every setting of ``datamill serve``; a command-line
+    option given overrides the file's value. ``docs/running.md`` has an example with every key.
 
     Attributes:
         roots: folders datasets may be registered from (relative to the file). At least one.
@@ -49,20 +49,24 @@ class ServeConfig(BaseModel):
         host: address to bind. Defaults to ``"127.0.0.1"``.
         port: port to bind. Defaults to ``8470``.
         auth: require API keys (``false`` only on a loopback address). Defaults to ``true``.
-        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``; ``*`` any). Defaults to the
-            loopback names with the port and the bound address.
+        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``; ``*`` any). Defaults to
+            the loopback names with the port and the bound address.
         lease_timeout: seconds a lease lives without a heartbeat. Defaults to ``60``.
-        cache_shards: released shards each batch service keeps. Defaults to two shuffle windows per rank.
+        cache_shards: released shards each batch service keeps. Defaults to two shuffle windows per
+            rank.
         log_format: ``text`` or ``json`` (one line per event). Defaults to ``text``.
-        log_level: ``debug``, ``info`` (with the access log), ``warning`` or ``error``. Defaults to ``info``.
+        log_level: ``debug``, ``info`` (with the access log), ``warning`` or ``error``. Defaults to
+            ``info``.
         ssl_certfile: PEM certificate (chain) to serve HTTPS directly. Defaults to none (HTTP).
         ssl_keyfile: its PEM private key. Defaults to none.
         forwarded_allow_ips: proxy addresses whose ``X-Forwarded-For``/``-Proto`` are trusted (``*``
             any). Defaults to none (headers ignored).
-        drain_timeout: seconds SIGTERM waits for leases in flight to be acknowledged. Defaults to ``30``.
-        metrics_no_auth: ``GET /metrics`` without a key (loopback addresses only). Defaults to ``false``.
-        build_workers: processes building server-built leases (``0``: in the HTTP process). Defaults to
-            the usable cores, at most 4.
+        drain_timeout: seconds SIGTERM waits for leases in flight to be acknowledged. Defaults to
+            ``30``.
+        metrics_no_auth: ``GET /metrics`` without a key (loopback addresses only). Defaults to
+            ``false``.
+        build_workers: processes building server-built leases (``0``: in the HTTP process). Defaults
+            to the usable cores, at most 4.
 
     Examples:
         >>> ServeConfig(roots=["/data"], datasets={"cifar": "cifar10_shards"}).datasets
@@ -152,7 +156,8 @@ def _field(loc: Sequence[int | str]) -> str:
 def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     """A folder is one root; a ``.yaml``/``.yml``/``.json`` file is a :class:`ServeConfig`.
 
-    Relative ``roots``, ``state``, ``ssl_certfile`` and ``ssl_keyfile`` are taken from the file's folder.
+    Relative ``roots``, ``state``, ``ssl_certfile`` and ``ssl_keyfile`` are taken from the file's
+    folder.
 
     Raises:
         ConfigError: a missing path or an invalid config, naming the file, the line and the field.
@@ -161,10 +166,11 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         >>> import tempfile, pathlib
         >>> f = pathlib.Path(tempfile.mkdtemp()) / "serve.yaml"
         >>> _ = f.write_text("roots: [data]\\nlease_timeout: 0\\n")
-        >>> load_config(f)
+        >>> load_config(f)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        datamill.core.errors.ConfigError: ...serve.yaml, line 2, column "lease_timeout": ... greater than or equal to 1...
+        datamill.core.errors.ConfigError: ...serve.yaml, line 2, column "lease_timeout": ... greater
+        than or equal to 1...
     """
     p = Path(root_or_config)
     if p.is_dir():
@@ -215,7 +221,8 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
-# long (90 lines, 26 of docstring): the public entry: config merge and checks, logging, the app, uvicorn with TLS/proxy options, the drain; the docstring documents every option
+# long (90 lines, 26 of docstring): the public entry: config merge and checks, logging, the app,
+# uvicorn with TLS/proxy options, the drain; the docstring documents every option
 def serve(
     root_or_config: str | os.PathLike[str],
     *,
@@ -228,7 +235,8 @@ def serve(
     echo: Callable[[str], Any] = print,
     **options: Any,
 ) -> None:
-    """Serve the datasets under a root (or a config's roots) until interrupted or drained by SIGTERM.
+    """Serve the datasets under a root (or a config's roots) until interrupted or drained by
+    SIGTERM.
 
     Every argument left ``None`` takes the config file's value (see :class:`ServeConfig`).
 
@@ -237,17 +245,20 @@ def serve(
         host: address to bind. Defaults to the config's (``"127.0.0.1"``).
         port: port to bind. Defaults to the config's (``8470``).
         state: state folder (journal). Defaults to the config's, else ``.datamill-serve`` here.
-        auth: require API keys; ``False`` only on a loopback address. Defaults to the config's (``True``).
+        auth: require API keys; ``False`` only on a loopback address. Defaults to the config's
+            (``True``).
         lease_timeout: lease lifetime without heartbeats. Defaults to the config's (``60`` s).
-        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``, ``*`` any). Defaults to the loopback
-            names with ``port``, the bound address, and this machine's names when bound to all interfaces.
+        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``, ``*`` any). Defaults to
+            the loopback names with ``port``, the bound address, and this machine's names when bound
+            to all interfaces.
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
-        **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``, ``ssl_certfile``,
-            ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``, ``metrics_no_auth``, ``cache_shards``,
-            ``build_workers``).
+        **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``,
+            ``ssl_certfile``, ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``,
+            ``metrics_no_auth``, ``cache_shards``, ``build_workers``).
 
     Raises:
-        ConfigError: ``auth=False`` or ``metrics_no_auth`` on a non-loopback address, a bad root/config/option.
+        ConfigError: ``auth=False`` or ``metrics_no_auth`` on a non-loopback address, a bad
+            root/config/option.
 
     Examples:
         >>> serve("/nonexistent-root")
@@ -321,7 +332,8 @@ def serve(
     key = app.state.initial_admin_key
     scheme = "https" if cfg.ssl_certfile else "http"
     echo(
-        f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots {', '.join(cfg.roots)}, "
+        f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots "
+        f"{', '.join(cfg.roots)}, "
         f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
     )
     if key:
@@ -357,7 +369,8 @@ def serve(
 
 
 def _recovery_summary(st: Any, *, url: str) -> None:
-    """Log the start line with what the journal holds (iterations by status, leases held for their holders)."""
+    """Log the start line with what the journal holds (iterations by status, leases held for their
+    holders)."""
     from datamill.serve import lifecycle
     from datamill.serve.logs import event
 
@@ -385,9 +398,9 @@ def _recovery_summary(st: Any, *, url: str) -> None:
 
 
 class _DrainingServer:
-    """uvicorn's server whose SIGTERM drains first: no new leases (503), acks and heartbeats answered
-    until every live lease is acknowledged or ``drain_timeout`` passes; then a normal shutdown (exit 0).
-    A second SIGTERM, or SIGINT, stops at once."""
+    """uvicorn's server whose SIGTERM drains first: no new leases (503), acks and heartbeats
+    answered until every live lease is acknowledged or ``drain_timeout`` passes; then a normal
+    shutdown (exit 0). A second SIGTERM, or SIGINT, stops at once."""
 
     def __init__(self, config: Any, *, state: Any, drain_timeout: float) -> None:
         import uvicorn

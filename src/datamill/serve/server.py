@@ -1,4 +1,5 @@
-"""The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the journal.
+"""The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the
+journal.
 
 :class:`ServeState` is what :func:`datamill.serve.app.create_app` exposes over HTTP; it can be used
 (and is tested) directly. Batch contents are rebuilt on demand through the batch service (one per
@@ -124,10 +125,12 @@ class ServeState:
         roots: folders datasets may be registered from (resolved; symlinks out of them refused).
         auth: require API keys. Defaults to ``True``.
         lease_timeout: default seconds a lease lives without a heartbeat. Defaults to ``60.0``.
-        cache_shards: released shards each batch service keeps for later leases. Defaults to ``None``
-            (two shuffle windows per rank: a lease built after another reuses its shards instead of rereading them).
-        build_workers: worker processes building server-built leases (each with its own shard cache), so
-            builds run past this process's GIL; ``0`` builds in the request's thread. Defaults to ``0``.
+        cache_shards: released shards each batch service keeps for later leases. Defaults to
+            ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
+            instead of rereading them).
+        build_workers: worker processes building server-built leases (each with its own shard
+            cache), so builds run past this process's GIL; ``0`` builds in the request's thread.
+            Defaults to ``0``.
     """
 
     def __init__(
@@ -198,10 +201,12 @@ class ServeState:
     def register(
         self, path: str, *, name: str, client_location: str | None = None
     ) -> dict[str, Any]:
-        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same path.
+        """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same
+        path.
 
-        ``client_location`` (a path every client node sees, or ``s3://...``) allows direct mode: clients
-        are told it and build their batches themselves. Registering again may add or change it.
+        ``client_location`` (a path every client node sees, or ``s3://...``) allows direct mode:
+        clients are told it and build their batches themselves. Registering again may add or change
+        it.
         """
         from datamill.serve.direct import check_location
         from datamill.sources import open_source
@@ -265,7 +270,8 @@ class ServeState:
         raise NotFoundError(f"no dataset {ref!r}; registered: {[d['name'] for d in self._rows()]}")
 
     def open_source(self, path: str) -> Any:
-        """The Source of a registered dataset's path (a benchmark may plan synthetic shard sizes instead)."""
+        """The Source of a registered dataset's path (a benchmark may plan synthetic shard sizes
+        instead)."""
         from datamill.sources import open_source
 
         return open_source(path)
@@ -403,8 +409,8 @@ class ServeState:
     def create_iteration(self, req: Mapping[str, Any]) -> dict[str, Any]:
         """Create an iteration, or join the existing one of the same name (or config) and epoch.
 
-        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``; any other
-        difference from the existing iteration's settings is a :class:`ConflictError`.
+        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``;
+        any other difference from the existing iteration's settings is a :class:`ConflictError`.
         """
         cfg = self._config(req)
         joined = {k: v for k, v in cfg.items() if k not in _CREATOR_ONLY}
@@ -463,7 +469,8 @@ class ServeState:
         return self._iterations.get(ref)
 
     def iteration(self, ref: str) -> Iteration:
-        """An iteration by id or name (rebuilt from the journal after a restart: pending = all - done)."""
+        """An iteration by id or name (rebuilt from the journal after a restart: pending = all -
+        done)."""
         check_name(ref, what="iteration")
         with self._lock:
             it = self._iterations.get(ref)
@@ -521,8 +528,9 @@ class ServeState:
         session: str | None = None,
         client: str | None = None,
     ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
-        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the whole lease)
-        of one session (its secret; ``client`` when ``None``): ``(status per lease, unit runs done)``.
+        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the
+        whole lease) of one session (its secret; ``client`` when ``None``): ``(status per lease,
+        unit runs done)``.
 
         The units are journaled in **one transaction** (group-committed, see
         :mod:`datamill.serve.round_trip`) before memory changes, so ``"already"`` is only ever
@@ -560,7 +568,8 @@ class ServeState:
         await asyncio.shield(settle_then_count())
 
     def _settled(self, it: Iteration, p: Planned, latencies: list[float]) -> None:
-        """A round trip's write was applied: count the leases finished, evict a finished iteration."""
+        """A round trip's write was applied: count the leases finished, evict a finished
+        iteration."""
         if latencies:
             self.telemetry.acked(it, latencies)
         if p.marks and it.finished_all():
@@ -576,7 +585,8 @@ class ServeState:
         stall_s: float | None = None,
         batches: int | None = None,
     ) -> dict[str, list[str]]:
-        """Extend (or reclaim after a restart) a client's leases: ``{"lost": [...], "refused": [...]}``."""
+        """Extend (or reclaim after a restart) a client's leases: ``{"lost": [...], "refused":
+        [...]}``."""
         return it.heartbeat(
             client, leases=leases, session=session, stall_s=stall_s, batches=batches
         )
@@ -609,8 +619,8 @@ class ServeState:
     ) -> LeasePayload | None:
         """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`).
 
-        ``transport="direct"``: the lease carries only its runs (the client builds the batches); refused
-        (:class:`ConfigError`) when the dataset has no client location.
+        ``transport="direct"``: the lease carries only its runs (the client builds the batches);
+        refused (:class:`ConfigError`) when the dataset has no client location.
         """
         return self.round_trip(
             it,
@@ -736,7 +746,8 @@ class ServeState:
             self.telemetry.leased(it, reissued=p.reissued, nbytes=0, seconds=0.0)
             return LeasePayload(lease, units, b"", int(it.config["epoch"]), runs)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
-        # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4 clients
+        # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4
+        # clients
         t0 = time.perf_counter()
         if self.pool is not None:  # in a build worker: this thread only waits (without the GIL)
             ds = self.dataset(str(it.config["dataset"]))
@@ -757,7 +768,8 @@ class ServeState:
         return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
 
     def client_location(self, ref: str) -> str:
-        """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has none)."""
+        """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has
+        none)."""
         ds = self.dataset(ref)
         loc = self._located.get(ds["id"])
         if loc is None:
@@ -765,7 +777,8 @@ class ServeState:
         return loc
 
     def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
-        """The Arrow IPC stream of some units' batches (one build per run of one plan rank's batches)."""
+        """The Arrow IPC stream of some units' batches (one build per run of one plan rank's
+        batches)."""
         cfg = it.config
         svc = self.service(cfg)
         tables: list[pa.Table] = []
@@ -789,7 +802,8 @@ class ServeState:
         return to_ipc(tables)
 
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b], ...]}``).
+        """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
+        ...]}``).
 
         Its journal write is queued under the iteration's lock, after the writes of the acks already
         planned (an ack in flight lands before the rewind, in the journal as in memory).

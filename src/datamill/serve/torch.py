@@ -21,7 +21,8 @@ __all__ = ["RemoteTorchDataset"]
 
 
 class RemoteTorchDataset(IterableDataset[Any]):
-    """Served batches for a ``DataLoader(..., batch_size=None)`` (arguments as :class:`RemoteLoader`).
+    """Served batches for a ``DataLoader(..., batch_size=None)`` (arguments as
+    :class:`RemoteLoader`).
 
     Examples:
         >>> ds = RemoteTorchDataset("http://127.0.0.1:8470", None, "cifar", batch_size=32)

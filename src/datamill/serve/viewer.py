@@ -1,4 +1,5 @@
-"""The authenticated caller of a request (:class:`Viewer`), shared by the API's access checks and the UI's sessions."""
+"""The authenticated caller of a request (:class:`Viewer`), shared by the API's access checks and
+the UI's sessions."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ class Viewer:
     """An authenticated caller.
 
     ``role`` is ``"read"`` or ``"admin"``; ``via`` is ``"bearer"``, ``"cookie"`` or ``"none"`` (a
-    ``--no-auth`` server); ``key_id`` names the key (``None`` without auth); ``datasets`` the dataset
-    ids and names it may use (``None``: all); ``csrf`` the token its forms carry (empty for bearer).
+    ``--no-auth`` server); ``key_id`` names the key (``None`` without auth); ``datasets`` the
+    dataset ids and names it may use (``None``: all); ``csrf`` the token its forms carry (empty for
+    bearer).
     """
 
     role: str

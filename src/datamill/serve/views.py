@@ -1,4 +1,5 @@
-"""Read-only views of registered datasets (for the web UI and scripts): kind, statistics, checks, samples.
+"""Read-only views of registered datasets (for the web UI and scripts): kind, statistics, checks,
+samples.
 
 :class:`Inspector` does the work without HTTP; :data:`router` exposes it as JSON under ``/api/v1``
 (``read`` keys, sent as a Bearer header or the UI's cookie):
@@ -92,8 +93,13 @@ class Inspector:
         >>> from datamill.serve.server import ServeState
         >>> from datamill.shards.dataset import ShardsetDataset
         >>> root = Path(tempfile.mkdtemp())
-        >>> ds = ShardsetDataset.create(root / "d", pa.table({"uid": [1, 2], "x": [3, 4]}), uid="uid", shardset="a",
-        ...                             shard_size=2)
+        >>> ds = ShardsetDataset.create(
+        ...     root / "d",
+        ...     pa.table({"uid": [1, 2], "x": [3, 4]}),
+        ...     uid="uid",
+        ...     shardset="a",
+        ...     shard_size=2,
+        ... )
         >>> _ = ds.add("b", pa.table({"uid": [2], "y": ["z"]}), route=True)
         >>> state = ServeState(root / ".state", roots=[root], auth=False)
         >>> insp = Inspector(state)
@@ -136,7 +142,8 @@ class Inspector:
         return src
 
     def summary(self, ref: str) -> dict[str, Any]:
-        """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error`` if unreadable)."""
+        """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
+        if unreadable)."""
         row = self.row(ref)
         real = Path(row["path"])
         rel = next(
@@ -160,7 +167,8 @@ class Inspector:
         return out
 
     def detail(self, ref: str) -> dict[str, Any]:
-        """:meth:`summary` plus ``describe`` (shardsets), ``footer`` statistics, ``meta``, ``check``."""
+        """:meth:`summary` plus ``describe`` (shardsets), ``footer`` statistics, ``meta``,
+        ``check``."""
         out = self.summary(ref)
         if "error" in out:
             return out
@@ -222,7 +230,8 @@ class Inspector:
             out.update(x=corpus.vocab, y=corpus.vocab)
         return out
 
-    # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then the rows
+    # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then
+    # the rows
     def samples(
         self,
         ref: str,
@@ -232,12 +241,12 @@ class Inspector:
         columns: list[str] | None = None,
         where: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Rows ``[offset, offset + limit)`` of the joined dataset (or of the rows where column ``where[0]``
-        shows as ``where[1]``) as typed cells.
+        """Rows ``[offset, offset + limit)`` of the joined dataset (or of the rows where column
+        ``where[0]`` shows as ``where[1]``) as typed cells.
 
-        Each cell is ``{"t": "missing"}``, ``{"t": "image", "src", "mime"}``, ``{"t": "tokens", "text",
-        "ids"}``, ``{"t": "list", "head", "all", "n"}`` or ``{"t": "value", "v"}``. A filter scans at most
-        :data:`MAX_SCAN` rows (``complete`` says whether it saw them all).
+        Each cell is ``{"t": "missing"}``, ``{"t": "image", "src", "mime"}``, ``{"t": "tokens",
+        "text", "ids"}``, ``{"t": "list", "head", "all", "n"}`` or ``{"t": "value", "v"}``. A filter
+        scans at most :data:`MAX_SCAN` rows (``complete`` says whether it saw them all).
         """
         src = self.source(ref)
         if not 1 <= limit <= MAX_LIMIT or offset < 0:
@@ -331,7 +340,8 @@ class Inspector:
         return row
 
     def cell_file(self, ref: str, *, row: int, column: str) -> tuple[bytes, str]:
-        """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's roots."""
+        """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's
+        roots."""
         src = self.source(ref)
         if column not in src.columns:
             raise SchemaError(
@@ -375,7 +385,8 @@ def _as_type(value: str, t: pa.DataType) -> Any:
 def _matching_rows(
     src: Source, column: str, value: str, sizes: NDArray[np.int64]
 ) -> tuple[NDArray[np.int64], bool]:
-    """Rows whose ``column`` shows as ``value`` (compared as text), scanning at most :data:`MAX_SCAN` rows."""
+    """Rows whose ``column`` shows as ``value`` (compared as text), scanning at most
+    :data:`MAX_SCAN` rows."""
     found: list[NDArray[np.int64]] = []
     start = 0
     for k, n in enumerate(sizes.tolist()):
@@ -479,7 +490,11 @@ def _float(v: float, *, float32: bool) -> str:
     """A float rounded for reading; the full value is in the cell's tooltip.
 
     Examples:
-        >>> _float(208500.0, float32=False), _float(0.123456789, float32=True), _float(1.5e-7, float32=False)
+        >>> (
+        ...     _float(208500.0, float32=False),
+        ...     _float(0.123456789, float32=True),
+        ...     _float(1.5e-7, float32=False),
+        ... )
         ('208,500', '0.1235', '1.500e-07')
     """
     if not np.isfinite(v):

@@ -4,10 +4,10 @@
 method, so a worker never inherits the server's threads or sockets). A worker opens each dataset
 once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache) per dataset
 and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and comes back as
-the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The leases of a
-static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is pinned
-to one worker (round robin on first sight), so consecutive leases, which read the same shuffle window,
-hit the same worker's cache. The HTTP process only routes and journals.
+the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The leases of
+a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is
+pinned to one worker (round robin on first sight), so consecutive leases, which read the same
+shuffle window, hit the same worker's cache. The HTTP process only routes and journals.
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ class BuildPool:
         )
 
     def warm(self) -> list[int]:
-        """Start every worker (imports done) and wait for it: a server starts serving with warm workers, so
-        a restart's grace period is not spent starting processes. Returns the workers' process ids."""
+        """Start every worker (imports done) and wait for it: a server starts serving with warm
+        workers, so a restart's grace period is not spent starting processes. Returns the workers'
+        process ids."""
         return [int(f.result()) for f in [ex.submit(_ping) for ex in self.executors]]
 
     def _worker(self, client: str) -> int:
@@ -131,8 +132,8 @@ class BuildPool:
         cfg: Mapping[str, Any],
         runs: Sequence[tuple[int, int, int]],
     ) -> bytes:
-        """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it); an int
-        ``client`` (a static iteration's rank) is worker ``client % workers``."""
+        """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it);
+        an int ``client`` (a static iteration's rank) is worker ``client % workers``."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
         args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
         w = client % len(self.executors) if isinstance(client, int) else self._worker(client)

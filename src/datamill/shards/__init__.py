@@ -1,4 +1,5 @@
-"""UID-keyed shardset datasets: create, add features as new shardsets, validate, describe, read by UID.
+"""UID-keyed shardset datasets: create, add features as new shardsets, validate, describe, read by
+UID.
 
 A dataset is a folder with ``dataset.json`` (the manifest, written last), ``samples.parquet``
 (UID → shard index, shared by every shardset) and one folder per shardset of
@@ -6,8 +7,8 @@ A dataset is a folder with ``dataset.json`` (the manifest, written last), ``samp
 
 * :class:`ShardsetDataset` reads (``read_shard(k, columns=..., join="left"|"inner")``, ``get(uid)``,
   ``info()``, ``describe()``); it never writes.
-* :class:`ShardsetWriter` writes one shardset: ``with ShardsetWriter(root, uid=..., shardset=...) as w``,
-  then ``w.write_shard(k, table)`` here or ``w.sink.write_shard(k, table)`` in worker processes
+* :class:`ShardsetWriter` writes one shardset: ``with ShardsetWriter(root, uid=..., shardset=...) as
+  w``, then ``w.write_shard(k, table)`` here or ``w.sink.write_shard(k, table)`` in worker processes
   (the sink pickles); leaving the block commits (validate, rename, manifest last), an exception
   discards. The first shardset of a new dataset fixes the mapping; later ones must follow it.
 * ``ShardsetDataset.create(root, files_or_table, uid=..., shardset=..., shard_size=...)`` and

@@ -122,7 +122,8 @@ def resolve(root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None 
     """A local path or a URI (``file://``, ``s3://`` …) → :class:`Location`.
 
     A remote URL (``s3://``, ``memory://``) uses ``filesystem`` or its scheme's
-    (:func:`~datamill.core.storage.filesystem_for`; S3: endpoint and keys from the ``AWS_*`` variables).
+    (:func:`~datamill.core.storage.filesystem_for`; S3: endpoint and keys from the ``AWS_*``
+    variables).
     """
     text = os.fspath(root)
     if is_remote(text):
@@ -161,7 +162,8 @@ def read_any(
     schema: pa.Schema | None = None,
     data: bytes | None = None,
 ) -> pa.Table:
-    """Read a Parquet or CSV file (or its content ``data``, already fetched); CSV columns get the types of ``schema``."""
+    """Read a Parquet or CSV file (or its content ``data``, already fetched); CSV columns get the
+    types of ``schema``."""
     fmt = file_format(path)
     try:
         if fmt == "parquet":

@@ -1,4 +1,5 @@
-"""``dataset.json`` validated with pydantic: every problem is a :class:`ShardsetError` naming its field.
+"""``dataset.json`` validated with pydantic: every problem is a :class:`ShardsetError` naming its
+field.
 
 :func:`manifest_problems` returns the problems (``check`` lists them all); :func:`validate_manifest`
 raises the first one (opening a dataset). Structure problems (not an object, a missing key, a wrong
@@ -28,7 +29,10 @@ from datamill.shards._mapping import schema_from_b64
 
 __all__ = ["Manifest", "ShardsetEntry", "is_generation", "manifest_problems", "validate_manifest"]
 
-_HINT = "restore dataset.json from a backup, or rebuild the dataset; run `datamill shards check` for every problem"
+_HINT = (
+    "restore dataset.json from a backup, or rebuild the dataset; run `datamill shards check` "
+    "for every problem"
+)
 Count = Annotated[StrictInt, Field(ge=0)]
 
 
@@ -78,7 +82,8 @@ class Manifest(BaseModel):
     num_samples: Count | None = None
     shardsets: Annotated[list[ShardsetEntry], Field(min_length=1)]
     data_dir: StrictStr | None = None
-    """Where the mapping and the shardset folders are, relative to ``dataset.json``'s folder (absent:
+    """Where the mapping and the shardset folders are, relative to ``dataset.json``'s folder
+    (absent:
     beside it). Only an overwrite on an object store writes one: the new dataset goes to a fresh
     ``.gen-<hex>`` prefix beside the old, and the manifest, put last, switches to it."""
 
@@ -117,7 +122,9 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
     """``(manifest, problems)``; ``manifest`` is ``None`` when the structure is invalid.
 
     Examples:
-        >>> m, problems = manifest_problems({"format": "datamill.shards/1", "num_shards": "five"}, path="d.json")
+        >>> m, problems = manifest_problems(
+        ...     {"format": "datamill.shards/1", "num_shards": "five"}, path="d.json"
+        ... )
         >>> m is None
         True
         >>> for p in problems:
@@ -197,7 +204,8 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
 
 
 def validate_manifest(raw: Any, *, path: str) -> Manifest:
-    """The validated manifest, or the first problem raised (a :class:`ShardsetError` naming the field)."""
+    """The validated manifest, or the first problem raised (a :class:`ShardsetError` naming the
+    field)."""
     m, problems = manifest_problems(raw, path=path)
     if problems:
         if len(problems) > 1:

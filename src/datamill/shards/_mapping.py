@@ -80,7 +80,8 @@ class Mapping:
     def cast_uids(
         self, uids: pa.Array | pa.ChunkedArray, *, display: str
     ) -> pa.Array | pa.ChunkedArray:
-        """``uids`` cast to the mapping's UID type (SchemaError naming ``display`` when impossible)."""
+        """``uids`` cast to the mapping's UID type (SchemaError naming ``display`` when
+        impossible)."""
         if uids.type == self.uids.type:
             return uids
         try:
@@ -99,8 +100,8 @@ class Mapping:
     def positions_near(
         self, uids: pa.Array | pa.ChunkedArray, k: int, *, display: str = "<table>"
     ) -> pa.Array:
-        """Like :meth:`positions`, looking in shard ``k`` first (a small hash table) and in the whole
-        mapping only for the UIDs not found there."""
+        """Like :meth:`positions`, looking in shard ``k`` first (a small hash table) and in the
+        whole mapping only for the UIDs not found there."""
         uids = self.cast_uids(uids, display=display)
         if isinstance(uids, pa.ChunkedArray):
             uids = uids.combine_chunks()

@@ -1,22 +1,23 @@
-"""Shardset datasets on object storage (``s3://``): reading through the local shard cache, staged writes.
+"""Shardset datasets on object storage (``s3://``): reading through the local shard cache, staged
+writes.
 
 Reading (:class:`RemoteShards`): a shard file is downloaded whole into a
-:class:`~datamill.core.objstore.ShardFileCache` (``cache_dir``, ``cache_limit``, LRU eviction), so the
-Loader, which reads shards in the order of the epoch's plan and ``prefetch`` ahead, also prefetches
-the downloads. A download is used only when its size equals the object's and, when the manifest
-records them (``shard_bytes`` / ``shard_xxh3`` of a shardset uploaded by datamill), the size and the
-xxh3-128 of the content equal the manifest's; a cached copy is re-hashed against its sidecar on
-every use.
+:class:`~datamill.core.objstore.ShardFileCache` (``cache_dir``, ``cache_limit``, LRU eviction), so
+the Loader, which reads shards in the order of the epoch's plan and ``prefetch`` ahead, also
+prefetches the downloads. A download is used only when its size equals the object's and, when the
+manifest records them (``shard_bytes`` / ``shard_xxh3`` of a shardset uploaded by datamill), the
+size and the xxh3-128 of the content equal the manifest's; a cached copy is re-hashed against its
+sidecar on every use.
 
-Writing (:func:`stage` / :func:`upload`): :class:`~datamill.shards.writer.ShardsetWriter` writes to a
-local scratch folder holding a copy of the remote ``dataset.json`` and ``samples.parquet``, commits
-there with the usual checks, and then uploads: an upload marker first (new datasets), the new
-shardset's files, the mapping (new datasets), and ``dataset.json`` **last**; each PUT is atomic, so a
-reader sees the previous manifest (and the previous dataset, whose files are untouched) until the
-new one lands. A failed upload removes what it uploaded and leaves the previous dataset readable.
-An overwrite (:func:`switch_remote`) cannot reuse the keys of the dataset it replaces: it uploads the
-new dataset whole under a fresh ``.gen-<hex>`` folder, puts the root ``dataset.json`` (naming that
-folder as ``data_dir``) and only then deletes the previous objects.
+Writing (:func:`stage` / :func:`upload`): :class:`~datamill.shards.writer.ShardsetWriter` writes to
+a local scratch folder holding a copy of the remote ``dataset.json`` and ``samples.parquet``,
+commits there with the usual checks, and then uploads: an upload marker first (new datasets), the
+new shardset's files, the mapping (new datasets), and ``dataset.json`` **last**; each PUT is atomic,
+so a reader sees the previous manifest (and the previous dataset, whose files are untouched) until
+the new one lands. A failed upload removes what it uploaded and leaves the previous dataset
+readable. An overwrite (:func:`switch_remote`) cannot reuse the keys of the dataset it replaces: it
+uploads the new dataset whole under a fresh ``.gen-<hex>`` folder, puts the root ``dataset.json``
+(naming that folder as ``data_dir``) and only then deletes the previous objects.
 A prefix that holds objects but no ``dataset.json`` (and no upload marker of an interrupted datamill
 upload) is not datamill's and is refused.
 """
@@ -87,7 +88,8 @@ class RemoteShards:
         self._lock = threading.Lock()
 
     def listing(self, folder: str) -> dict[str, pafs.FileInfo]:
-        """The files of one shardset folder (relative to the root) by base name (one LIST request, then kept)."""
+        """The files of one shardset folder (relative to the root) by base name (one LIST request,
+        then kept)."""
         with self._lock:
             known = self._listings.get(folder)
         if known is not None:
@@ -106,7 +108,8 @@ class RemoteShards:
         return found
 
     def fetch(self, entry: dict[str, Any], rel: str, k: int) -> bytes:
-        """The content of shard file ``rel`` (shard ``k`` of the manifest entry ``entry``), checked."""
+        """The content of shard file ``rel`` (shard ``k`` of the manifest entry ``entry``),
+        checked."""
         folder, name = rel.rsplit("/", 1)
         info = self.listing(folder).get(name)
         display = self.loc.show(rel)
@@ -150,7 +153,8 @@ def stage(remote: Location) -> Location:
     """A local scratch copy of the remote dataset's metadata (manifest and mapping), to write into.
 
     Raises:
-        DataFileError: the prefix holds objects but is not a datamill dataset (nor an interrupted upload).
+        DataFileError: the prefix holds objects but is not a datamill dataset (nor an interrupted
+            upload).
     """
     try:
         has_manifest = remote.exists(DATASET_MANIFEST)
@@ -191,7 +195,8 @@ def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
 def upload(
     scratch: Location, remote: Location, shardset: str, *, base: dict[str, Any] | None
 ) -> None:
-    """Upload a shardset committed in ``scratch`` to ``remote``; ``dataset.json`` last (see the module doc).
+    """Upload a shardset committed in ``scratch`` to ``remote``; ``dataset.json`` last (see the
+    module doc).
 
     ``base`` is the remote manifest the write started from (``None`` for a new dataset); when the
     remote manifest changed meanwhile (a concurrent add), nothing is committed.

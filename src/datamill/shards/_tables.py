@@ -1,4 +1,5 @@
-"""Input tables for shardset writes: a pa.Table, or a Parquet/CSV/HDF5 file (local or URI) read into one."""
+"""Input tables for shardset writes: a pa.Table, or a Parquet/CSV/HDF5 file (local or URI) read into
+one."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ _HDF5_READ_ROWS = 1 << 20  # rows per HDF5 read (one shard of the HDF5Source)
 
 
 def hdf5_to_table(path: str | os.PathLike[str], *, uid: str = "uid") -> pa.Table:
-    """Read a preprocessed HDF5 file into one table through :class:`~datamill.preprocessing.hdf5.HDF5Source`.
+    """Read a preprocessed HDF5 file into one table through
+    :class:`~datamill.preprocessing.hdf5.HDF5Source`.
 
     A CSR group becomes a list column, a multi-dimensional dataset a (nested) ``fixed_size_list``
     column; ``uid`` (the row number) is added when the file has no such column.
@@ -55,7 +57,8 @@ def hdf5_to_table(path: str | os.PathLike[str], *, uid: str = "uid") -> pa.Table
 
 
 def load_table(source: TableInput, *, uid: str | None = None, add_uid: bool = False) -> pa.Table:
-    """A pa.Table, or a Parquet/CSV/HDF5 file (local or URI) read into one; ``add_uid`` adds row numbers."""
+    """A pa.Table, or a Parquet/CSV/HDF5 file (local or URI) read into one; ``add_uid`` adds row
+    numbers."""
     if isinstance(source, pa.Table):
         table = source
     else:
@@ -65,7 +68,9 @@ def load_table(source: TableInput, *, uid: str | None = None, add_uid: bool = Fa
         if "://" in text:
             loc = resolve(text)
             table = read_any(loc.fs, loc.path, display=text)
-        else:  # local: the core reader names the line of a bad CSV row, checks UTF-8, reads zip members
+        else:
+            # local: the core reader names the line of a bad CSV row, checks UTF-8, reads zip
+            # members
             file_format(text.rsplit(":", 1)[-1] if ".zip:" in text else text)
             table = read_table(text)
     if add_uid and uid is not None and uid not in table.column_names:

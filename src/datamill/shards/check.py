@@ -54,7 +54,8 @@ def shard_problems(
     columns: list[str] | None,
     reference: tuple[str, str],
 ) -> Iterator[DatamillError]:
-    """Violations of shard ``k`` of one shardset: UID column, column set, unknown/misplaced/duplicate UIDs.
+    """Violations of shard ``k`` of one shardset: UID column, column set,
+    unknown/misplaced/duplicate UIDs.
 
     ``reference`` is ``(first shardset name, its format)``, named in "belongs to shard m" messages.
     """
@@ -135,7 +136,9 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         >>> import tempfile, pyarrow as pa
         >>> from datamill.shards import ShardsetDataset
         >>> root = tempfile.mkdtemp() + "/ds"
-        >>> _ = ShardsetDataset.create(root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2)
+        >>> _ = ShardsetDataset.create(
+        ...     root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2
+        ... )
         >>> check_dataset(root)
         []
     """
@@ -290,7 +293,9 @@ def violation_dict(err: DatamillError) -> dict[str, Any]:
     ``path``/``shard``/``uid``/``column``/``row``), ``hint`` how to fix it (or ``None``).
 
     Examples:
-        >>> violation_dict(ShardsetError("a UID is null", path="a/shard.00000.parquet", row=3, shard=0))
+        >>> violation_dict(
+        ...     ShardsetError("a UID is null", path="a/shard.00000.parquet", row=3, shard=0)
+        ... )
         {'kind': 'ShardsetError', 'message': 'a UID is null', 'path': 'a/shard.00000.parquet', \
 'shard': 0, 'uid': None, 'column': None, 'row': 3, 'hint': None}
     """
@@ -315,7 +320,9 @@ def check_report(root: str | os.PathLike[str] | Location) -> list[dict[str, Any]
         >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
         >>> from datamill.shards import ShardsetDataset
         >>> root = tempfile.mkdtemp() + "/ds"
-        >>> ds = ShardsetDataset.create(root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2)
+        >>> ds = ShardsetDataset.create(
+        ...     root, pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2
+        ... )
         >>> check_report(root)
         []
         >>> pq.write_table(pa.table({"uid": [3, 2]}), root + "/a/shard.00001.parquet")

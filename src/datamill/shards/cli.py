@@ -25,7 +25,8 @@ def _create(args: argparse.Namespace) -> int:
         if len(args.files) != 1 or args.shard_size is None:
             raise ConfigError(
                 "--from FORMAT PATH takes one PATH (no shard files) and needs --shard-size N",
-                hint="datamill shards create ROOT --uid U --shardset S --from mds PATH --shard-size N",
+                hint="datamill shards create ROOT --uid U --shardset S --from mds PATH "
+                "--shard-size N",
             )
         ds = from_peer(
             args.from_peer,
@@ -150,8 +151,9 @@ def register(sub: Any) -> None:
     c.add_argument("root")
     c.add_argument("--uid", required=True, help="the UID column")
     c.add_argument("--shardset", required=True)
-    # files is "+" (not "*"): with "*" argparse gives ROOT's chunk an empty list and then refuses the files
-    # after --uid/--shardset; --from's PATH is therefore the one FILES argument (`--from mds PATH` reads the same)
+    # files is "+" (not "*"): with "*" argparse gives ROOT's chunk an empty list and then refuses
+    # the files after --uid/--shardset; --from's PATH is therefore the one FILES argument (`--from
+    # mds PATH` reads the same)
     c.add_argument(
         "files",
         nargs="+",

@@ -1,4 +1,5 @@
-"""Conversions: a preprocessed HDF5 or a BERT Parquet into a shardset dataset, and back to one table.
+"""Conversions: a preprocessed HDF5 or a BERT Parquet into a shardset dataset, and back to one
+table.
 
 A preprocessed HDF5 is read by its one reader,
 :class:`~datamill.preprocessing.hdf5.HDF5Source` (one column per root dataset, a CSR group as
@@ -44,7 +45,8 @@ def from_hdf5(
     shardset: str = "features",
     uid: str = "uid",
 ) -> ShardsetDataset:
-    """A preprocessed HDF5 → a new shardset dataset with one shardset (``uid`` = row number if absent).
+    """A preprocessed HDF5 → a new shardset dataset with one shardset (``uid`` = row number if
+    absent).
 
     Examples:
         >>> import tempfile, h5py, numpy as np
@@ -103,8 +105,9 @@ def export(
     Examples:
         >>> import tempfile, pyarrow as pa
         >>> d = tempfile.mkdtemp()
-        >>> ds = ShardsetDataset.create(d + "/ds", pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a",
-        ...                             shard_size=2)
+        >>> ds = ShardsetDataset.create(
+        ...     d + "/ds", pa.table({"uid": [1, 2, 3]}), uid="uid", shardset="a", shard_size=2
+        ... )
         >>> ds = ds.add("b", pa.table({"uid": [2], "y": [7]}), route=True)
         >>> export(ds, d + "/all.csv").to_pydict()
         {'uid': [1, 2, 3], 'y': [None, 7, None]}

@@ -80,7 +80,8 @@ def _pieces(
         yield os.fspath(f), load_table(f, uid=uid, add_uid=add_uid)
 
 
-# long (62 lines, 30 of docstring): the docstring documents every option; the code is the local/remote/overwrite dispatch
+# long (62 lines, 30 of docstring): the docstring documents every option; the code is the
+# local/remote/overwrite dispatch
 def create(
     root: str | os.PathLike[str],
     source: ShardInput,
@@ -105,7 +106,8 @@ def create(
         shard_size: rows per shard when ``source`` is one table. Defaults to ``None``.
         fmt: ``"parquet"`` or ``"csv"`` shard files. Defaults to ``"parquet"``.
         name: the dataset name in the manifest. Defaults to ``None`` (the folder name).
-        add_uid: add ``uid`` = row number when the column is absent (BERT Parquet). Defaults to ``False``.
+        add_uid: add ``uid`` = row number when the column is absent (BERT Parquet). Defaults to
+            ``False``.
         overwrite: replace an existing dataset (or another datamill output) at ``root``: the new
             dataset is built beside it and switched in as a whole, so an interrupted run keeps the
             old one. On ``s3://`` the new dataset is uploaded whole to a fresh ``.gen-<hex>`` folder
@@ -119,8 +121,13 @@ def create(
 
     Examples:
         >>> import tempfile, pyarrow as pa
-        >>> ds = create(tempfile.mkdtemp() + "/ds", pa.table({"id": [5, 6, 7]}), uid="id", shardset="a",
-        ...             shard_size=2)
+        >>> ds = create(
+        ...     tempfile.mkdtemp() + "/ds",
+        ...     pa.table({"id": [5, 6, 7]}),
+        ...     uid="id",
+        ...     shardset="a",
+        ...     shard_size=2,
+        ... )
         >>> ds.shard_sizes().tolist()
         [2, 1]
     """
@@ -207,7 +214,8 @@ def _create_remote(
     add_uid: bool,
     overwrite: bool,
 ) -> ShardsetDataset:
-    """``create`` on an object store (the writer stages locally and uploads, ``dataset.json`` last)."""
+    """``create`` on an object store (the writer stages locally and uploads, ``dataset.json``
+    last)."""
     name = name or PurePosixPath(loc.path).name
     if loc.exists(DATASET_MANIFEST):
         if not overwrite:
@@ -216,9 +224,9 @@ def _create_remote(
                 path=loc.show(DATASET_MANIFEST),
                 hint="use `add` to add a shardset, or --overwrite to replace the dataset",
             )
-        # the new dataset goes whole to a fresh folder beside the old one, then one PUT of dataset.json
-        # switches readers to it and the old objects are deleted: the previous dataset stays readable
-        # until the new one is complete (an object store has no rename)
+        # the new dataset goes whole to a fresh folder beside the old one, then one PUT of
+        # dataset.json switches readers to it and the old objects are deleted: the previous dataset
+        # stays readable until the new one is complete (an object store has no rename)
         generation = new_generation()
         _write_new(
             loc.child(generation),
@@ -265,7 +273,8 @@ def _write_new(
 
 
 def _leftovers_only(path: Path) -> bool:
-    """A folder holding nothing but what an interrupted ``create`` leaves (mapping, marked shardsets, temporaries)."""
+    """A folder holding nothing but what an interrupted ``create`` leaves (mapping, marked
+    shardsets, temporaries)."""
     litter = set(find_litter(path))
     return all(
         e.name == SAMPLES_FILE or (e / UNCOMMITTED).is_file() or e in litter for e in path.iterdir()
@@ -287,12 +296,14 @@ def _route(ds: ShardsetDataset, table: pa.Table, display: str) -> Iterator[tuple
         bad = np.flatnonzero(np.asarray(pos.is_null()))
         names = [u[int(i)].as_py() for i in bad[:10]]
         raise ShardsetError(
-            f"{len(bad)} UIDs are not in the sample mapping: {names}{' …' if len(bad) > 10 else ''}",
+            f"{len(bad)} UIDs are not in the sample mapping: "
+            f"{names}{' …' if len(bad) > 10 else ''}",
             path=display,
             uid=names[0],
             row=int(bad[0]),
             column=uid,
-            hint="a shardset may only hold samples of the dataset; create a new dataset for new samples",
+            hint="a shardset may only hold samples of the dataset; create a new dataset for new "
+            "samples",
         )
     p = np.asarray(pos.to_numpy(), dtype=np.int64)
     order = np.argsort(p, kind="stable")
@@ -349,9 +360,16 @@ def add(
 
     Examples:
         >>> import tempfile, pyarrow as pa
-        >>> ds = create(tempfile.mkdtemp() + "/ds", pa.table({"id": [5, 6, 7]}), uid="id", shardset="a",
-        ...             shard_size=2)
-        >>> add(ds, "b", pa.table({"id": [7, 5], "y": [1, 2]}), route=True).read_shard(1).to_pydict()
+        >>> ds = create(
+        ...     tempfile.mkdtemp() + "/ds",
+        ...     pa.table({"id": [5, 6, 7]}),
+        ...     uid="id",
+        ...     shardset="a",
+        ...     shard_size=2,
+        ... )
+        >>> add(ds, "b", pa.table({"id": [7, 5], "y": [1, 2]}), route=True).read_shard(
+        ...     1
+        ... ).to_pydict()
         {'id': [7], 'y': [1]}
     """
     if fmt not in ("parquet", "csv"):

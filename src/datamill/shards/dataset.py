@@ -14,8 +14,8 @@ plan-ordered shard reads also prefetch the downloads.
 This module only reads. Writing lives in :mod:`datamill.shards.writer` (:class:`ShardsetWriter`) and
 :mod:`datamill.shards.create` (``create``/``add``), which import this module; the conveniences
 :meth:`ShardsetDataset.create` and :meth:`ShardsetDataset.add` find them in a registry
-(:mod:`datamill.shards._verbs`) that :mod:`datamill.shards.create` fills when the package is imported,
-so the reader never imports the writer that opens and returns readers.
+(:mod:`datamill.shards._verbs`) that :mod:`datamill.shards.create` fills when the package is
+imported, so the reader never imports the writer that opens and returns readers.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
 
 def _read_pool() -> ThreadPoolExecutor:
-    """Threads reading shard files, shared by every dataset of this process (made anew after a fork)."""
+    """Threads reading shard files, shared by every dataset of this process (made anew after a
+    fork)."""
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
         _POOL = (
@@ -80,7 +81,8 @@ class ShardsetDataset:
     """A shardset dataset opened for reading (:meth:`create` and :meth:`add` call the writer).
 
     Args:
-        root: the dataset folder, a local path or a pyarrow filesystem URI (``file://``, ``s3://`` …).
+        root: the dataset folder, a local path or a pyarrow filesystem URI (``file://``, ``s3://``
+            …).
         cache_shards: how many opened shard files :meth:`get` keeps (LRU). Defaults to ``16``.
         cache_dir: on an object store (``s3://``), the local folder shard files are downloaded to
             (checked, see :mod:`datamill.shards._remote`). Defaults to ``None``
@@ -88,12 +90,13 @@ class ShardsetDataset:
         cache_limit: bytes that folder keeps at most (least recently used evicted). Defaults to
             ``None`` (no limit).
         filesystem: the filesystem of an ``s3://`` root. Defaults to ``None``
-            (:func:`~datamill.core.objstore.s3_filesystem`: endpoint and keys from ``AWS_*`` variables).
+            (:func:`~datamill.core.objstore.s3_filesystem`: endpoint and keys from ``AWS_*``
+            variables).
 
     Raises:
         DataFileNotFoundError: there is no ``dataset.json``.
-        ShardsetError: the manifest has another format version or is malformed (the message names the
-            field, e.g. ``shardsets[1].num_shards``).
+        ShardsetError: the manifest has another format version or is malformed (the message names
+            the field, e.g. ``shardsets[1].num_shards``).
 
     Examples:
         >>> import tempfile, pyarrow as pa
@@ -153,8 +156,10 @@ class ShardsetDataset:
             ) from exc
         self._cache: OrderedDict[tuple[str, int], tuple[pa.Table, UidIndex]] = OrderedDict()
         self._cache_size = cache_shards
-        # parsed Parquet footers by file (the dataset is read as it was when opened, like the manifest):
-        # a second pass over a shard skips parsing the footer (a quarter of a small shard's read time)
+        # parsed Parquet footers by file (the dataset is read as it was when opened, like the
+        # manifest):
+        # a second pass over a shard skips parsing the footer (a quarter of a small shard's read
+        # time)
         self._footers: dict[str, tuple[int, pq.FileMetaData]] = {}
         self.last_dropped: dict[str, int] = {}
 
@@ -213,7 +218,8 @@ class ShardsetDataset:
         return self.mapping.num_shards
 
     def shard_sizes(self) -> NDArray[np.int64]:
-        """Samples per shard (the mapping's counts: what ``read_shard(k)`` returns with ``join="left"``)."""
+        """Samples per shard (the mapping's counts: what ``read_shard(k)`` returns with
+        ``join="left"``)."""
         return self.mapping.sizes.copy()
 
     def shard_nbytes(self) -> NDArray[np.int64]:
@@ -290,8 +296,9 @@ class ShardsetDataset:
         )
 
     def _read(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
-        """Shard ``k`` of ``shardset``, checked against the manifest's row count (its UIDs are checked
-        against the mapping by the caller: :meth:`read_shard` while joining, :meth:`_open` for ``get``)."""
+        """Shard ``k`` of ``shardset``, checked against the manifest's row count (its UIDs are
+        checked against the mapping by the caller: :meth:`read_shard` while joining, :meth:`_open`
+        for ``get``)."""
         t = self._read_file(shardset, k, columns)
         expected = self._sets[shardset]["shard_rows"][k]
         if t.num_rows != expected:
@@ -305,7 +312,8 @@ class ShardsetDataset:
         return t
 
     def _check_uids(self, shardset: str, k: int, t: pa.Table) -> None:
-        """Every UID of the shard file is mapped to shard ``k`` (a swapped or edited file is an error)."""
+        """Every UID of the shard file is mapped to shard ``k`` (a swapped or edited file is an
+        error)."""
         su = t.column(self.uid_column).combine_chunks()
         uids = self.mapping.shard_uids(k)
         if (
@@ -354,7 +362,8 @@ class ShardsetDataset:
             schema=self._schemas[shardset],
         )
 
-    # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached footers and dropped counts: one read path
+    # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached
+    # footers and dropped counts: one read path
     def read_shard(
         self, index: int, *, columns: Sequence[str] | str | None = None, join: str = "left"
     ) -> pa.Table:
@@ -401,7 +410,8 @@ class ShardsetDataset:
                 idx = pc.index_in(uids, value_set=su)
                 if len(idx) - idx.null_count != t.num_rows:
                     raise ShardsetError(
-                        f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not mapped to shard "
+                        f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not "
+                        "mapped to shard "
                         f"{index} (or are duplicated)",
                         path=self.loc.show(self.shard_path(ss, index)),
                         shard=index,
@@ -491,7 +501,8 @@ class ShardsetDataset:
         return "\n".join(lines)
 
     def describe(self) -> dict[str, Any]:
-        """The dataset as plain JSON-able data (for the web UI): shardsets, typed columns, counts, sizes.
+        """The dataset as plain JSON-able data (for the web UI): shardsets, typed columns, counts,
+        sizes.
 
         Counts come from the manifest (each shard's row count, checked against the files when
         written) and sizes from a folder listing: no shard file is read.
@@ -504,11 +515,20 @@ class ShardsetDataset:
 
         Examples:
             >>> import tempfile, pyarrow as pa
-            >>> ds = ShardsetDataset.create(tempfile.mkdtemp() + "/ds", pa.table({"id": [1, 2, 3]}), uid="id",
-            ...                             shardset="a", shard_size=2)
+            >>> ds = ShardsetDataset.create(
+            ...     tempfile.mkdtemp() + "/ds",
+            ...     pa.table({"id": [1, 2, 3]}),
+            ...     uid="id",
+            ...     shardset="a",
+            ...     shard_size=2,
+            ... )
             >>> ds = ds.add("b", pa.table({"id": [2], "y": [0.5]}), route=True)
             >>> d = ds.describe()
-            >>> d["num_samples"], d["num_shards"], [(s["name"], s["rows"], s["missing"]) for s in d["shardsets"]]
+            >>> (
+            ...     d["num_samples"],
+            ...     d["num_shards"],
+            ...     [(s["name"], s["rows"], s["missing"]) for s in d["shardsets"]],
+            ... )
             (3, 2, [('a', 3, 0), ('b', 1, 2)])
             >>> d["shardsets"][1]["columns"]
             [{'name': 'y', 'type': 'double'}]
@@ -558,7 +578,8 @@ class ShardsetDataset:
         return pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
 
     def to_hf(self, *, columns: Sequence[str] | str | None = None, join: str = "left") -> Any:
-        """The dataset as a Hugging Face ``datasets.Dataset`` over :meth:`to_table` (no per-row conversion).
+        """The dataset as a Hugging Face ``datasets.Dataset`` over :meth:`to_table` (no per-row
+        conversion).
 
         See also :func:`datamill.hf.to_dataset` (any datamill output) and
         :func:`datamill.hf.to_iterable_dataset`.

@@ -50,6 +50,7 @@ def run(data_dir: Path, work_dir: Path) -> None:
     print(f"get({uid!r}) = {row}")
     inner = ds.read_shard(0, join="inner")
     print(
-        f"read_shard(0, join='inner'): {inner.num_rows} rows, dropped per shardset {ds.last_dropped}"
+        f"read_shard(0, join='inner'): {inner.num_rows} rows, dropped per shardset "
+        f"{ds.last_dropped}"
     )
     print(f"check: {len(check_dataset(root))} violations")

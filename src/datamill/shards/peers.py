@@ -1,26 +1,28 @@
-"""Import from the formats of the loaders users switch from: MDS, litData chunks, WebDataset, HF datasets.
+"""Import from the formats of the loaders users switch from: MDS, litData chunks, WebDataset, HF
+datasets.
 
 Each reader follows the format as its project documents and writes it (no peer library needed):
 
 * ``mds`` - mosaicml-streaming: ``index.json`` lists shards (``column_names``, ``column_encodings``,
-  ``column_sizes``, ``raw_data.basename``, no compression); a shard is ``uint32 n``, ``uint32[n + 1]``
-  sample offsets from the file start, then the samples: a ``uint32`` size per variable-size column,
-  then each column's bytes. Encodings read: the numeric ones, ``int``, ``bytes``, ``str``, ``json``,
-  ``str_int``/``str_float``, ``ndarray:<dtype>[:<shape>]`` (a list column; with a fixed shape a
-  ``fixed_size_list``), ``jpeg``/``png`` (kept as their encoded bytes). ``pkl`` is refused (unpickling
-  runs code).
+  ``column_sizes``, ``raw_data.basename``, no compression); a shard is ``uint32 n``, ``uint32[n +
+  1]`` sample offsets from the file start, then the samples: a ``uint32`` size per variable-size
+  column, then each column's bytes. Encodings read: the numeric ones, ``int``, ``bytes``, ``str``,
+  ``json``, ``str_int``/``str_float``, ``ndarray:<dtype>[:<shape>]`` (a list column; with a fixed
+  shape a ``fixed_size_list``), ``jpeg``/``png`` (kept as their encoded bytes). ``pkl`` is refused
+  (unpickling runs code).
 * ``litdata`` - litData ``optimize`` output: ``index.json`` (``config.data_format``, the column
   names in ``config.data_spec``'s dict context, ``chunks[].filename``); a chunk is ``uint32 n``,
   ``uint32[n + 1]`` item offsets, then the items: a ``uint32`` size per element, then each element.
   Formats read: ``int``, ``float``, ``bool``, ``str``, ``bytes``, ``no_header_numpy:<k>`` and
   ``numpy`` (its own dtype/shape header).
 * ``webdataset`` - ``*.tar`` files (sorted by name); members ``<key>.<ext>`` grouped by key in tar
-  order: a ``key`` column, one binary column per extension (``json``/``txt``/``cls`` stay bytes too).
-* ``hf`` - a ``datasets`` ``save_to_disk`` folder: ``state.json``'s ``_data_files``, each an Arrow IPC
-  stream, read as they are (zero-copy Arrow).
+  order: a ``key`` column, one binary column per extension (``json``/``txt``/``cls`` stay bytes
+      too).
+* ``hf`` - a ``datasets`` ``save_to_disk`` folder: ``state.json``'s ``_data_files``, each an Arrow
+  IPC stream, read as they are (zero-copy Arrow).
 
-:func:`read_peer` gives one Arrow table (samples in the peer's order); :func:`from_peer` writes it as
-a new shardset dataset (``datamill shards create ROOT --from FORMAT PATH``).
+:func:`read_peer` gives one Arrow table (samples in the peer's order); :func:`from_peer` writes it
+as a new shardset dataset (``datamill shards create ROOT --from FORMAT PATH``).
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def _load_json(path: Path, fmt: str) -> Any:
 
 
 def _records(blob: bytes, path: Path) -> list[memoryview]:
-    """The items of an MDS shard / litData chunk: ``uint32 n``, ``uint32[n + 1]`` offsets, then the items."""
+    """The items of an MDS shard / litData chunk: ``uint32 n``, ``uint32[n + 1]`` offsets, then the
+    items."""
     mv = memoryview(blob)
     if len(blob) < 4:
         raise DataFileError("truncated file (no item count)", path=path)
@@ -258,7 +261,8 @@ def _litdata_decoder(fmt: str, path: Path, name: str) -> Callable[[memoryview], 
 
 
 def read_litdata(path: str | os.PathLike[str]) -> pa.Table:
-    """Every item of a litData ``optimize`` output folder (``index.json`` + chunks), in chunk order."""
+    """Every item of a litData ``optimize`` output folder (``index.json`` + chunks), in chunk
+    order."""
     root = Path(path)
     index = _load_json(root / "index.json", "litData")
     cfg = index.get("config") or {}
@@ -285,7 +289,8 @@ def read_litdata(path: str | os.PathLike[str]) -> pa.Table:
 
 
 def _litdata_names(spec: Any, count: int, root: Path) -> list[str]:
-    """The column names: the dict keys of litData's pytree spec (``[version, {"type": "builtins.dict", ...}]``)."""
+    """The column names: the dict keys of litData's pytree spec (``[version, {"type":
+    "builtins.dict", ...}]``)."""
     try:
         tree = json.loads(spec)[1]
         if tree.get("type") == "builtins.dict":
@@ -378,8 +383,15 @@ def read_peer(fmt: str, path: str | os.PathLike[str], /) -> pa.Table:
         >>> import tempfile, tarfile, io
         >>> d = tempfile.mkdtemp()
         >>> with tarfile.open(d + "/a.tar", "w") as tf:
-        ...     for name, data in (("s1.txt", b"hi"), ("s1.cls", b"3"), ("s2.txt", b"yo"), ("s2.cls", b"1")):
-        ...         info = tarfile.TarInfo(name); info.size = len(data); tf.addfile(info, io.BytesIO(data))
+        ...     for name, data in (
+        ...         ("s1.txt", b"hi"),
+        ...         ("s1.cls", b"3"),
+        ...         ("s2.txt", b"yo"),
+        ...         ("s2.cls", b"1"),
+        ...     ):
+        ...         info = tarfile.TarInfo(name)
+        ...         info.size = len(data)
+        ...         tf.addfile(info, io.BytesIO(data))
         >>> read_peer("webdataset", d).to_pydict()
         {'key': ['s1', 's2'], 'cls': [b'3', b'1'], 'txt': [b'hi', b'yo']}
     """

@@ -14,13 +14,13 @@ The writer is the one place a shardset dataset is written; :func:`datamill.shard
   must be mapped to the shard it is written to (checked in :meth:`ShardSink.write_shard`, before
   anything is written; rows are stored in mapping order).
 
-Each :meth:`ShardSink.write_shard` writes ``shard.{k:05d}.{fmt}`` into a hidden ``.tmp-…`` folder of the
-dataset (temp name + rename, so a retried task simply replaces it) and then a small hidden receipt
-(row count, schema, source name). :meth:`ShardsetWriter.commit` checks that every shard has a receipt,
-that row counts match the files and schemas match across shards, validates the UIDs of shards written
-by other processes (read from their UID column only), builds the mapping for a new dataset, renames
-the folder to the shardset name and writes ``dataset.json`` last. Nothing is visible to readers
-before that last write.
+Each :meth:`ShardSink.write_shard` writes ``shard.{k:05d}.{fmt}`` into a hidden ``.tmp-…`` folder of
+the dataset (temp name + rename, so a retried task simply replaces it) and then a small hidden
+receipt (row count, schema, source name). :meth:`ShardsetWriter.commit` checks that every shard has
+a receipt, that row counts match the files and schemas match across shards, validates the UIDs of
+shards written by other processes (read from their UID column only), builds the mapping for a new
+dataset, renames the folder to the shardset name and writes ``dataset.json`` last. Nothing is
+visible to readers before that last write.
 """
 
 from __future__ import annotations
@@ -52,11 +52,13 @@ from datamill.shards.dataset import ShardsetDataset
 __all__ = ["KEEP_META", "ShardSink", "ShardsetWriter", "UNCOMMITTED", "remove_interrupted"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 KEEP_META = b"datamill"
-"""Schema metadata key of shard 0 kept in the manifest (``source_metadata``), e.g. a BERT Parquet's vocab."""
+"""Schema metadata key of shard 0 kept in the manifest (``source_metadata``), e.g. a BERT Parquet's
+vocab."""
 
 _RESERVED = {DATASET_MANIFEST, SAMPLES_FILE}
 UNCOMMITTED = ".uncommitted"
-"""Marker inside a shardset folder between its rename and the manifest write (a kill there leaves it)."""
+"""Marker inside a shardset folder between its rename and the manifest write (a kill there leaves
+it)."""
 _FORMATS = ("parquet", "csv")
 
 
@@ -174,7 +176,8 @@ class ShardSink:
         return table
 
     def write_shard(self, k: int, table: pa.Table, /, *, source: str | None = None) -> int:
-        """Validate ``table`` as shard ``k`` and write it atomically into the temp folder; returns its rows.
+        """Validate ``table`` as shard ``k`` and write it atomically into the temp folder; returns
+        its rows.
 
         Args:
             k: the shard index (``0 <= k < num_shards`` when adding to a dataset).
@@ -185,8 +188,8 @@ class ShardSink:
             ConfigError: a bad shard index.
             SchemaError: a missing UID column, a column the dataset already has, columns or types
                 differing from the first shard this process wrote.
-            ShardsetError: a null UID; when adding, a UID unknown to the mapping, in another shard or
-                duplicated.
+            ShardsetError: a null UID; when adding, a UID unknown to the mapping, in another shard
+                or duplicated.
         """
         if (
             isinstance(k, bool)
@@ -228,7 +231,8 @@ class ShardSink:
 
 
 def _check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
-    """Refuse an invalid shardset name, an existing one, or a folder left by an interrupted write."""
+    """Refuse an invalid shardset name, an existing one, or a folder left by an interrupted
+    write."""
     if not name or "/" in name or "\\" in name or name.startswith(".") or name in _RESERVED:
         raise ConfigError(
             f"invalid shardset name {name!r}", path=loc.display, hint="use a plain folder name"
@@ -248,14 +252,15 @@ class ShardsetWriter:
     """Write one shardset (the first of a new dataset, or one more) and commit it atomically.
 
     Args:
-        root: the dataset folder (path or pyarrow filesystem URI; on ``s3://`` the shardset is written
-            to a local stage and uploaded on commit, ``dataset.json`` last). Without ``dataset.json`` a new
-            dataset is created and this shardset fixes its UID → shard mapping; with one, a shardset
-            is added and must follow the mapping.
+        root: the dataset folder (path or pyarrow filesystem URI; on ``s3://`` the shardset is
+            written to a local stage and uploaded on commit, ``dataset.json`` last). Without
+            ``dataset.json`` a new dataset is created and this shardset fixes its UID → shard
+            mapping; with one, a shardset is added and must follow the mapping.
         uid: the UID column (for an existing dataset it must be the dataset's).
         shardset: the shardset's name (a plain folder name, new in the dataset).
         fmt: ``"parquet"`` or ``"csv"`` shard files. Defaults to ``"parquet"``.
-        name: the dataset name in the manifest of a new dataset. Defaults to ``None`` (the folder name).
+        name: the dataset name in the manifest of a new dataset. Defaults to ``None`` (the folder
+            name).
 
     Raises:
         ConfigError: a bad ``fmt``, shardset name or ``uid``; ``name`` for an existing dataset.
@@ -270,13 +275,18 @@ class ShardsetWriter:
         1
         2
         >>> with ShardsetWriter(root, uid="id", shardset="b") as w:
-        ...     _ = [w.write_shard(k, t) for k, t in enumerate([pa.table({"id": [2], "y": ["b"]}),
-        ...                                                      pa.table({"id": [3], "y": ["c"]})])]
+        ...     _ = [
+        ...         w.write_shard(k, t)
+        ...         for k, t in enumerate(
+        ...             [pa.table({"id": [2], "y": ["b"]}), pa.table({"id": [3], "y": ["c"]})]
+        ...         )
+        ...     ]
         >>> w.dataset.read_shard(0).to_pydict()
         {'id': [1, 2], 'x': [10, 20], 'y': [None, 'b']}
     """
 
-    # long (61 lines): the writer's option checks, each raising a located error, before any file is touched
+    # long (61 lines): the writer's option checks, each raising a located error, before any file is
+    # touched
     def __init__(
         self,
         root: str | os.PathLike[str] | Location,
@@ -324,10 +334,12 @@ class ShardsetWriter:
                     "data_dir"
                 ):  # (the stage of a remote add maps it)
                     raise ShardsetError(
-                        f"this dataset keeps its files in {self.base.manifest['data_dir']}/ (an overwrite on "
+                        f"this dataset keeps its files in {self.base.manifest['data_dir']}/ (an "
+                        "overwrite on "
                         "object storage wrote it), which a local add does not write to",
                         path=self.loc.display,
-                        hint="add the shardset where the dataset was written (s3://...), or recreate it here "
+                        hint="add the shardset where the dataset was written (s3://...), or "
+                        "recreate it here "
                         "with `datamill shards create`",
                     )
             self._made_root = not self.loc.exists()
@@ -374,7 +386,8 @@ class ShardsetWriter:
         return self.sink.write_shard(k, table, source=source)
 
     def discard(self) -> None:
-        """Remove the temp folder (and the dataset folder if this writer made it and it is empty)."""
+        """Remove the temp folder (and the dataset folder if this writer made it and it is
+        empty)."""
         self._open = False
         self.loc.remove_tree(self.tmp)
         if self.remote is not None:
@@ -483,7 +496,8 @@ class ShardsetWriter:
         return self._commit_added(entry)
 
     def _unmove(self) -> None:
-        """Remove the shardset folder renamed into place when the manifest was not written (not listed)."""
+        """Remove the shardset folder renamed into place when the manifest was not written (not
+        listed)."""
         listed = self.loc.exists(DATASET_MANIFEST) and any(
             ss.get("name") == self.shardset
             for ss in self.loc.read_json(DATASET_MANIFEST).get("shardsets", [])
@@ -498,7 +512,8 @@ class ShardsetWriter:
                 self.loc.fs.delete_file(self.loc.join(SAMPLES_FILE))
 
     def _shard_uids(self, k: int, receipt: dict[str, Any], schema: pa.Schema) -> pa.Array:
-        """Shard ``k``'s UIDs; shards written by another process are re-validated from their file."""
+        """Shard ``k``'s UIDs; shards written by another process are re-validated from their
+        file."""
         known = self.sink.written.get(k)
         if known is not None and known.token == receipt["token"]:
             return known.uids

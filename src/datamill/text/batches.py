@@ -66,7 +66,8 @@ def _as_ids(corpus: Corpus | Any) -> tuple[NDArray[Any], str]:
     arr = np.asarray(corpus)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise ConfigError(
-            f"expected a Corpus or a 1-D integer array of ids, got shape {arr.shape} dtype {arr.dtype}"
+            f"expected a Corpus or a 1-D integer array of ids, got shape {arr.shape} dtype "
+            f"{arr.dtype}"
         )
     return arr, "<ids>"
 
@@ -160,7 +161,8 @@ class LMBatches:
             ys = self.tokens[offset + 1 : offset + 1 + total].reshape(strips, -1)[mine]
         else:
             n_ex = (len(self.tokens) - offset - 1) // ns
-            # example i with its target token: a (num_steps + 1)-window view; X and Y are views of one gather
+            # example i with its target token: a (num_steps + 1)-window view; X and Y are views of
+            # one gather
             windows = np.lib.stride_tricks.sliding_window_view(
                 self.tokens[offset : offset + n_ex * ns + 1], ns + 1
             )[::ns]
@@ -230,7 +232,8 @@ class LMBatches:
         self.epoch, self.batches_seen = state["epoch"], state["batches_seen"]
         if self.batches_seen > len(self):
             raise ResumeStateError(
-                f"resume state is at batch {self.batches_seen}, past the epoch's {len(self)} batches"
+                f"resume state is at batch {self.batches_seen}, past the epoch's {len(self)} "
+                "batches"
             )
 
 
@@ -296,7 +299,8 @@ def sequential_batches(
 ) -> LMBatches:
     """Sequential-partitioning LM minibatches (d2l's ``seq_data_iter_sequential``).
 
-    Arguments as :func:`random_batches`. Row ``i`` of batch ``k + 1`` continues row ``i`` of batch ``k``.
+    Arguments as :func:`random_batches`. Row ``i`` of batch ``k + 1`` continues row ``i`` of batch
+    ``k``.
 
     Examples:
         >>> b = list(sequential_batches(list(range(30)), 2, 6, seed=0))

@@ -62,7 +62,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--collapse-whitespace",
         action="store_true",
-        help="collapse whitespace runs to one space (char level: the whole file becomes one document)",
+        help="collapse whitespace runs to one space (char level: the whole file becomes one "
+        "document)",
     )
     p.add_argument(
         "--min-freq",
@@ -100,11 +101,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--out",
         required=True,
-        help="output corpus folder (an earlier corpus there is replaced atomically; anything else is refused)",
+        help="output corpus folder (an earlier corpus there is replaced atomically; anything "
+        "else is refused)",
     )
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of yours)",
+        help="also replace another kind of datamill output at --out (never an input or a file of "
+        "yours)",
     )
     p.set_defaults(func=_cmd)

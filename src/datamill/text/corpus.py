@@ -155,10 +155,12 @@ def build_vocab(
     Args:
         source: a text file path, ``archive.zip:member``, a list/array of texts, or a
             ``list<string>`` array of already tokenised texts.
-        level: ``"char"`` or ``"word"`` (whitespace). Ignored for tokenised input. Defaults to ``"word"``.
+        level: ``"char"`` or ``"word"`` (whitespace). Ignored for tokenised input. Defaults to
+            ``"word"``.
         lowercase: lower-case first. Defaults to ``False``.
         collapse_whitespace: collapse whitespace runs to one space. Defaults to ``False``.
-        min_freq: rarer tokens are left out (they map to ``unk_token``). Defaults to ``0`` (keep all).
+        min_freq: rarer tokens are left out (they map to ``unk_token``). Defaults to ``0`` (keep
+            all).
         max_size: keep at most this many regular tokens. Defaults to ``None``.
         reserved_tokens: special tokens placed after ``unk_token``. Defaults to ``()``.
         unk_token: the unknown token, id 0. Defaults to ``"<unk>"``.
@@ -247,7 +249,8 @@ class Corpus:
         arr = np.asarray(tokens)
         if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
             raise ConfigError(
-                f"corpus tokens must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}"
+                f"corpus tokens must be a 1-D integer array, got shape {arr.shape} dtype "
+                f"{arr.dtype}"
             )
         if arr.dtype.kind not in "iu":
             arr = arr.astype(np.int32)
@@ -268,7 +271,10 @@ class Corpus:
 
     def __repr__(self) -> str:
         v = len(self.vocab) if self.vocab is not None else None
-        return f"Corpus(level={self.level!r}, tokens={len(self):,}, lines={self.num_lines:,}, vocab_size={v})"
+        return (
+            f"Corpus(level={self.level!r}, tokens={len(self):,}, lines={self.num_lines:,}, "
+            f"vocab_size={v})"
+        )
 
     @property
     def num_lines(self) -> int:
@@ -301,7 +307,8 @@ class Corpus:
         return str(self.meta["fingerprint"])
 
     def decode(self, ids: Any) -> str:
-        """Text of a 1-D run of ids (chars joined with ``""``, words with ``" "``, sub-words by the tokenizer).
+        """Text of a 1-D run of ids (chars joined with ``""``, words with ``" "``, sub-words by the
+        tokenizer).
 
         Examples:
             >>> c = build_corpus(["the time machine"], level="word")
@@ -404,7 +411,8 @@ class Corpus:
         )
 
 
-# long (104 lines, 32 of docstring): one pass in order (read, tokenise, vocabulary, ids, write); each step is a call on whole arrays
+# long (104 lines, 32 of docstring): one pass in order (read, tokenise, vocabulary, ids, write);
+# each step is a call on whole arrays
 def build_corpus(
     source: PathLike | Sequence[str] | pa.Array,
     /,
@@ -564,7 +572,8 @@ def _encode_dictionary(
     specials: list[str],
     unk_token: str,
 ) -> tuple[Vocab, NDArray[Any]]:
-    """Vocabulary (unless given) and ids of dictionary-encoded words: counts by bincount, ids by a table."""
+    """Vocabulary (unless given) and ids of dictionary-encoded words: counts by bincount, ids by a
+    table."""
     indices = dic.indices.to_numpy()
     counts = TokenCounts(dic.dictionary, np.bincount(indices, minlength=len(dic.dictionary)))
     v = vocab or Vocab.from_counts(

@@ -33,7 +33,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     )
     ptb = Corpus.load(work_dir / "ptb_word")
     print(
-        f"ptb.train.txt (word): {len(ptb):,} tokens in {ptb.num_lines:,} lines, vocab {len(ptb.vocab or []):,}, "
+        f"ptb.train.txt (word): {len(ptb):,} tokens in {ptb.num_lines:,} lines, vocab "
+        f"{len(ptb.vocab or []):,}, "
         f"{time.perf_counter() - t:.2f} s"
     )
     for name, corpus, steps in (("timemachine", tm, 24), ("ptb", ptb, 8)):

@@ -96,7 +96,10 @@ class CorpusSource:
         )
 
     def __repr__(self) -> str:
-        return f"CorpusSource({self.corpus.name!r}, num_steps={self.num_steps}, examples={self.num_examples:,})"
+        return (
+            f"CorpusSource({self.corpus.name!r}, num_steps={self.num_steps}, "
+            f"examples={self.num_examples:,})"
+        )
 
 
 register_source(

@@ -49,7 +49,8 @@ def _check(type_name: str, cls: type[FeatureHandler]) -> None:
     missing = [a for a in REQUIRED_ATTRIBUTES if not any(a in vars(k) for k in concrete)]
     if missing:
         raise TypeError(
-            f"feature type {type_name!r}: {cls.__module__}.Handler does not define {', '.join(missing)}"
+            f"feature type {type_name!r}: {cls.__module__}.Handler does not define "
+            f"{', '.join(missing)}"
         )
     if cls.type_name != type_name:
         raise TypeError(

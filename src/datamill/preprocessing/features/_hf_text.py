@@ -4,9 +4,9 @@ Used by the text type when ``pretrained_model_name_or_path`` (or ``tokenizer: hf
 set. The tokenizer comes from a **local** file: a ``tokenizer.json`` or a folder holding one (as
 ``save_pretrained`` writes it); nothing is downloaded, a hub name is refused. Rows are encoded with
 the tokenizer's own special tokens (its post-processor: ``[CLS] ... [SEP]`` for BERT), as Ludwig's
-``HFTokenizer`` does, padded with the tokenizer's ``padding_symbol`` id (``[PAD]``/``<pad>`` found in
-its vocabulary, else 0) to ``sequence_length`` or ``min(longest row, max_sequence_length)``; longer
-rows keep their first tokens. Output: ``<name>`` ids in the smallest signed int dtype.
+``HFTokenizer`` does, padded with the tokenizer's ``padding_symbol`` id (``[PAD]``/``<pad>`` found
+in its vocabulary, else 0) to ``sequence_length`` or ``min(longest row, max_sequence_length)``;
+longer rows keep their first tokens. Output: ``<name>`` ids in the smallest signed int dtype.
 """
 
 from __future__ import annotations

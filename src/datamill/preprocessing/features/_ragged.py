@@ -177,9 +177,10 @@ class Ragged:
     """Ragged tokens: flat ``values`` (pyarrow strings) + ``offsets`` (int64, len = rows + 1).
 
     Character tokens are held as Unicode code points in ``codes`` instead of strings (``values`` is
-    then ``None``): counting is one ``np.bincount`` and encoding one table lookup. ASCII columns keep
-    their bytes as ``codes`` (a uint8 view of the column, no copy); lower-casing is then not applied
-    to them but folded into counting and encoding through ``canon`` (byte -> lower-cased byte).
+    then ``None``): counting is one ``np.bincount`` and encoding one table lookup. ASCII columns
+    keep their bytes as ``codes`` (a uint8 view of the column, no copy); lower-casing is then not
+    applied to them but folded into counting and encoding through ``canon`` (byte -> lower-cased
+    byte).
     """
 
     __slots__ = ("canon", "codes", "offsets", "values")
@@ -299,7 +300,8 @@ def row_selection(
 
 
 def codepoints(column: pa.Array, *, lowercase: bool = False) -> Ragged:
-    """Characters of a string column as code points: ASCII bytes directly, else ``datamill.tokenize``.
+    """Characters of a string column as code points: ASCII bytes directly, else
+    ``datamill.tokenize``.
 
     ``lowercase``: ASCII bytes stay as they are, with lower-casing folded into the tables
     (``canon``); other text is lower-cased first.
@@ -326,7 +328,8 @@ def codepoints(column: pa.Array, *, lowercase: bool = False) -> Ragged:
 
 
 class DictRagged(Ragged):
-    """String tokens as a block-local ``dictionary`` + small int ``indices`` (``values`` made on demand).
+    """String tokens as a block-local ``dictionary`` + small int ``indices`` (``values`` made on
+    demand).
 
     Counting is one ``np.bincount``; encoding maps the (small) dictionary once and takes.
     """
@@ -375,7 +378,8 @@ class DictRagged(Ragged):
 
 
 def compact(rag: Ragged) -> Ragged:
-    """The same tokens in a smaller form (dictionary indices / uint8 code points), to hold between fit and transform."""
+    """The same tokens in a smaller form (dictionary indices / uint8 code points), to hold between
+    fit and transform."""
     if isinstance(rag, DictRagged):
         if len(rag.dictionary) < 65536 and rag.indices.dtype != np.uint16:
             return DictRagged(rag.dictionary, rag.indices.astype(np.uint16), rag.offsets)
@@ -399,7 +403,8 @@ def compact(rag: Ragged) -> Ragged:
 
 
 def lower_except(column: pa.Array, keep: tuple[str, ...]) -> pa.Array:
-    """``column`` lower-cased, except values equal to one of ``keep`` (the fill ``<UNK>`` stays the unknown token).
+    """``column`` lower-cased, except values equal to one of ``keep`` (the fill ``<UNK>`` stays the
+    unknown token).
 
     Examples:
         >>> lower_except(pa.array(["A", "<UNK>", "<Unk> B"]), ("<UNK>",)).to_pylist()
@@ -522,7 +527,8 @@ def split_tokens(
         values = rag.values
         assert values is not None
         if strip is None or strip:  # also guards against stray whitespace seen in pyarrow 26
-            # utf8_split_whitespace output (a last token keeping its trailing space; see the fast-path test)
+            # utf8_split_whitespace output (a last token keeping its trailing space; see the
+            # fast-path test)
             values = pc.utf8_trim_whitespace(values)
             rag = Ragged(values, rag.offsets)
         mask = pc.greater(pc.binary_length(values), 0)

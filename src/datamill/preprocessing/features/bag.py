@@ -50,7 +50,8 @@ class Handler(set_.Handler):
     dtype: ClassVar[builtins.type[np.generic]] = np.float32
 
     def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
-        """Ludwig 0.17's bag vocabulary: ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at 0-3, then the most frequent."""
+        """Ludwig 0.17's bag vocabulary: ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at 0-3, then the
+        most frequent."""
         plain = Vocab.from_counts(
             stats.counts,
             min_freq=params.min_frequency,

@@ -44,7 +44,8 @@ __all__ = [
     "int_type",
 ]
 
-#: class attributes every registered handler class must define itself (or inherit from a concrete parent)
+#: class attributes every registered handler class must define itself (or inherit from a concrete
+# parent)
 REQUIRED_ATTRIBUTES = (
     "Params",
     "defaults_key",
@@ -60,7 +61,8 @@ COMMON_STRATEGIES = ("fill_with_const", "fill_with_mode", "bfill", "ffill", "dro
 
 
 def int_type(vocab_size: int) -> type[np.signedinteger[Any]]:
-    """The smallest signed integer dtype holding ids ``0 .. vocab_size - 1`` (Ludwig's ``int_type``).
+    """The smallest signed integer dtype holding ids ``0 .. vocab_size - 1`` (Ludwig's
+    ``int_type``).
 
     Examples:
         >>> int_type(128).__name__, int_type(129).__name__, int_type(40_000).__name__
@@ -94,11 +96,13 @@ class FeatureContext:
     base_dir: Path | None
     row_offset: int = 0
     line_offset: int | None = None  # 1-based line of row 0 for text formats (CSV: 2), else None
-    #: input row of each block-local row when rows were dropped (``drop_row``); None: ``row_offset + index``
+    #: input row of each block-local row when rows were dropped (``drop_row``); None: ``row_offset +
+    # index``
     rows: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
 
     def location(self, index: int) -> dict[str, int]:
-        """``{"line": ...}`` (text formats) or ``{"row": ...}`` for the block-local row ``index``."""
+        """``{"line": ...}`` (text formats) or ``{"row": ...}`` for the block-local row
+        ``index``."""
         row = int(self.rows[int(index)]) if self.rows is not None else self.row_offset + int(index)
         if self.line_offset is not None:
             return {"line": self.line_offset + row}
@@ -134,29 +138,34 @@ class FeatureHandler(ABC):
     input_type: ClassVar[str]
     #: Ludwig's default missing-value strategy of this type
     missing_value_strategy: ClassVar[str]
-    #: default ``fill_value`` of ``fill_with_const`` (and of edge nulls ``bfill``/``ffill`` cannot fill)
+    #: default ``fill_value`` of ``fill_with_const`` (and of edge nulls ``bfill``/``ffill`` cannot
+    # fill)
     fill_value: ClassVar[Any]
     #: missing-value strategies this type accepts
     strategies: ClassVar[tuple[str, ...]]
     #: key of this type's defaults in the config's global ``preprocessing:`` section
     defaults_key: ClassVar[str]
-    #: the missing-value strategy of this type's *output* features (Ludwig's: a row without a target is dropped)
+    #: the missing-value strategy of this type's *output* features (Ludwig's: a row without a target
+    # is dropped)
     output_missing_value_strategy: ClassVar[str] = "drop_row"
 
     @classmethod
     def role_defaults(cls, role: str) -> dict[str, Any]:
-        """Params defaults that depend on the role ("input"/"output"), under every configured value."""
+        """Params defaults that depend on the role ("input"/"output"), under every configured
+        value."""
         return {}
 
     @classmethod
     def default_fill(cls, params: dict[str, Any]) -> Any:
-        """The ``fill_value`` when the config sets none (``params``: the merged ``preprocessing:`` keys)."""
+        """The ``fill_value`` when the config sets none (``params``: the merged ``preprocessing:``
+        keys)."""
         return cls.fill_value
 
     # -- missing values ------------------------------------------------------------------------
     @classmethod
     def const_fill(cls, fill_value: Any) -> Any:
-        """The value ``fill_with_const`` fills with (``None``: the type's default), as the column's type.
+        """The value ``fill_with_const`` fills with (``None``: the type's default), as the column's
+        type.
 
         Raises:
             ConfigError: neither the feature nor the type has a fill value.
@@ -164,7 +173,8 @@ class FeatureHandler(ABC):
         value = fill_value if fill_value is not None else cls.fill_value
         if value is None:
             raise ConfigError(
-                f"missing_value_strategy fill_with_const of a {cls.type_name} feature needs fill_value"
+                f"missing_value_strategy fill_with_const of a {cls.type_name} feature needs "
+                "fill_value"
             )
         return float(value) if cls.input_type == "float64" else str(value)
 
@@ -178,7 +188,8 @@ class FeatureHandler(ABC):
     def finalize_missing(
         self, stats: MissingStats, strategy: str, fill_value: Any, params: Any
     ) -> Any:
-        """The fill value stored in the metadata (``computed_fill_value``) from the merged fit statistics.
+        """The fill value stored in the metadata (``computed_fill_value``) from the merged fit
+        statistics.
 
         ``None`` for ``bfill``/``ffill``/``drop_row`` (filled from neighbours or dropped).
         """
@@ -196,7 +207,8 @@ class FeatureHandler(ABC):
 
     # -- the feature itself ----------------------------------------------------------------------
     def tokens(self, column: pa.Array, params: Any, ctx: FeatureContext) -> Any:
-        """The per-block intermediate ``fit`` and ``transform`` share (tokens); default: the column."""
+        """The per-block intermediate ``fit`` and ``transform`` share (tokens); default: the
+        column."""
         return column
 
     def take_rows(self, tokens: Any, mask: NDArray[np.bool_]) -> Any:
@@ -204,7 +216,8 @@ class FeatureHandler(ABC):
         return tokens.filter(pa.array(mask))
 
     def compact_tokens(self, tokens: Any) -> Any:
-        """``tokens`` in the form held between a block's fit and its transform (smaller; default: as is)."""
+        """``tokens`` in the form held between a block's fit and its transform (smaller; default: as
+        is)."""
         return tokens
 
     def keys(self, name: str, params: Any = None) -> list[str]:
@@ -213,7 +226,8 @@ class FeatureHandler(ABC):
 
     @abstractmethod
     def fit(self, column: Any, params: Any, ctx: FeatureContext) -> Any:
-        """Mergeable statistics of one block (never the final metadata); ``column`` or its :meth:`tokens`."""
+        """Mergeable statistics of one block (never the final metadata); ``column`` or its
+        :meth:`tokens`."""
 
     @abstractmethod
     def merge(self, a: Any, b: Any) -> Any:
@@ -227,4 +241,5 @@ class FeatureHandler(ABC):
     def transform(
         self, column: Any, meta: dict[str, Any], params: Any, ctx: FeatureContext
     ) -> dict[str, NDArray[Any] | CSR]:
-        """Output key → array (first dimension = rows) or :class:`CSR`; ``column`` or its :meth:`tokens`."""
+        """Output key → array (first dimension = rows) or :class:`CSR`; ``column`` or its
+        :meth:`tokens`."""

@@ -6,8 +6,8 @@ Ludwig's rules: values are compared case-insensitively after stripping against `
 conventional (``human``/``bot``), gets one automatically as Ludwig does: the first sorted value is
 true, the other false (with a warning naming them and the option to set). Any other unconventional
 value is an error naming the file, line and column.
-``fill_with_false``/``fill_with_true`` store the column's own label (``"N"`` for a Y/N column, Ludwig's
-``computed_fill_value``). Statistics: distinct value counts (mergeable).
+``fill_with_false``/``fill_with_true`` store the column's own label (``"N"`` for a Y/N column,
+Ludwig's ``computed_fill_value``). Statistics: distinct value counts (mergeable).
 """
 
 from __future__ import annotations
@@ -64,11 +64,12 @@ class Handler(FeatureHandler):
     def finalize_missing(
         self, stats: MissingStats, strategy: str, fill_value: Any, params: BinaryParams
     ) -> Any:
-        """``fill_with_false``/``fill_with_true``: the column's own label of that truth (Ludwig's choice).
+        """``fill_with_false``/``fill_with_true``: the column's own label of that truth (Ludwig's
+        choice).
 
-        Ludwig scans the distinct fit values in reverse sorted order and takes the first that reads as
-        the wanted truth; with none, the first of ``false_strings``/``true_strings``. Other strategies
-        as every type.
+        Ludwig scans the distinct fit values in reverse sorted order and takes the first that reads
+        as the wanted truth; with none, the first of ``false_strings``/``true_strings``. Other
+        strategies as every type.
         """
         if strategy not in ("fill_with_false", "fill_with_true"):
             return super().finalize_missing(stats, strategy, fill_value, params)
@@ -90,7 +91,8 @@ class Handler(FeatureHandler):
 
     @staticmethod
     def _read(value: str, params: BinaryParams, fallback: str | None) -> bool | None:
-        """One value's truth under Ludwig's ``str2bool`` (``None``: unknown and no fallback label)."""
+        """One value's truth under Ludwig's ``str2bool`` (``None``: unknown and no fallback
+        label)."""
         norm = value.strip().lower()
         if norm in {s.lower() for s in params.true_strings}:
             return True
@@ -100,7 +102,8 @@ class Handler(FeatureHandler):
 
     @classmethod
     def _auto_label(cls, values: list[str], params: BinaryParams) -> str | None:
-        """Ludwig's automatic ``fallback_true_label`` for a column of at most two values, none conventional.
+        """Ludwig's automatic ``fallback_true_label`` for a column of at most two values, none
+        conventional.
 
         (Ludwig also picks one when only one of two values is unconventional, which can read both as
         false, e.g. ``N``/``maybe``; datamill refuses that column with a located error instead.)
@@ -129,9 +132,12 @@ class Handler(FeatureHandler):
         str2bool = {v: self._read(v, params, fallback) for v in counts}
         if fallback is not None and params.fallback_true_label is None:
             warnings.warn(
-                f'{ctx.path or "<table>"}, column "{ctx.column}": binary values {sorted(counts)} are not all '
-                f"conventional true/false strings; read as {dict(sorted(str2bool.items()))} (Ludwig's "
-                f"automatic fallback_true_label {fallback!r}); set preprocessing.fallback_true_label "
+                f'{ctx.path or "<table>"}, column "{ctx.column}": binary values '
+                f"{sorted(counts)} are not all "
+                f"conventional true/false strings; read as {dict(sorted(str2bool.items()))} "
+                "(Ludwig's "
+                f"automatic fallback_true_label {fallback!r}); set "
+                "preprocessing.fallback_true_label "
                 "to choose",
                 UserWarning,
                 stacklevel=2,

@@ -69,7 +69,8 @@ IMAGENET1K_STD = (0.229, 0.224, 0.225)
 
 @dataclass(frozen=True)
 class ImageStats:
-    """Mergeable statistics: (height, width, channels) of the first ``limit`` images seen, in order."""
+    """Mergeable statistics: (height, width, channels) of the first ``limit`` images seen, in
+    order."""
 
     sample: tuple[tuple[int, int, int], ...]
     limit: int = 100
@@ -104,7 +105,8 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
             path=ctx.path,
             column=ctx.column,
             **ctx.location(index),
-            hint="if the image is genuine, raise the limit: `datamill preprocess --max-image-pixels N` "
+            hint="if the image is genuine, raise the limit: `datamill preprocess "
+            "--max-image-pixels N` "
             "(in Python: PIL.Image.MAX_IMAGE_PIXELS = N)",
         ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:

@@ -2,9 +2,9 @@
 
 Normalizations (Ludwig's): ``zscore`` is the default of input features and no normalization the
 default of output features, as Ludwig's ``NumberPreprocessingConfig`` and
-``NumberOutputPreprocessingConfig`` have it; ``none`` (or ``null``); ``zscore`` ``(x - mean) / std``; ``minmax``
-``(x - min) / (max - min)``; ``iq`` ``(x - median) / (q3 - q1)``; ``log1p`` ``log(1 + x)`` (values
-must be > -1). A zero spread (std, max - min or q3 - q1) is replaced by 1.
+``NumberOutputPreprocessingConfig`` have it; ``none`` (or ``null``); ``zscore`` ``(x - mean) /
+std``; ``minmax`` ``(x - min) / (max - min)``; ``iq`` ``(x - median) / (q3 - q1)``; ``log1p``
+``log(1 + x)`` (values must be > -1). A zero spread (std, max - min or q3 - q1) is replaced by 1.
 
 Outliers (Ludwig's ``outlier_strategy``/``outlier_threshold``): a value farther than ``threshold``
 standard deviations from the mean of the fit rows is replaced, before normalization, by that mean
@@ -46,8 +46,9 @@ class NumberParams(BaseParams):
     """``preprocessing:`` of a number feature."""
 
     normalization: Literal["none", "zscore", "minmax", "iq", "log1p"] | None = None
-    #: Ludwig's outlier replacement: a value more than ``outlier_threshold`` (sample) standard deviations
-    #: from the mean is replaced by the mean (``fill_with_mean``) or ``fill_value`` (``fill_with_const``)
+    #: Ludwig's outlier replacement: a value more than ``outlier_threshold`` (sample) standard
+    # deviations : from the mean is replaced by the mean (``fill_with_mean``) or ``fill_value``
+    # (``fill_with_const``)
     outlier_strategy: Literal["fill_with_const", "fill_with_mean"] | None = None
     outlier_threshold: float = Field(default=3.0, gt=0)
 

@@ -4,19 +4,19 @@ The ids' dtype is the smallest signed integer holding the vocabulary (Ludwig's `
 
 Each value is tokenised (``tokenizer``, default ``space``), tokens mapped through a vocabulary
 (``<PAD>``, ``<UNK>``, then the ``most_common`` most frequent, ties by token ascending; or the
-tokens of ``vocab_file``, one per line, in that order). ``l = min(longest row, max_sequence_length)``
-is fixed at fit time (at least 1, so the matrix is never zero-width) and stored in the metadata as
-``max_sequence_length``; longer rows keep their
+tokens of ``vocab_file``, one per line, in that order). ``l = min(longest row,
+max_sequence_length)`` is fixed at fit time (at least 1, so the matrix is never zero-width) and
+stored in the metadata as ``max_sequence_length``; longer rows keep their
 first ``l`` tokens; ``padding: right`` (default) or ``left``.
 
 Ludwig's options: ``sequence_length`` fixes ``l`` whatever the data; ``padding_symbol`` and
 ``unknown_symbol`` name ids 0 and 1; ``start_stop: true`` wraps every row in ``start_symbol``
 (``<SOS>``) and ``stop_symbol`` (``<EOS>``), ids 2 and 3, counted in ``l`` (what seq2seq outputs
-need). datamill keeps padding at id 0 (Ludwig 0.5+ puts ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at
-0-3): the ids differ, the tokens do not. ``layout: ludwig017`` gives Ludwig 0.17's ids: ``<EOS>``,
-``<SOS>``, ``<PAD>``, ``<UNK>`` (stop, start, padding and unknown symbols) at 0-3, every row wrapped
-in start .. stop (the stop symbol cut with the rest of a row longer than the width), the width
-``min(longest + 2, max_sequence_length)``.
+need). datamill keeps padding at id 0 (Ludwig 0.5+ puts ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>``
+at 0-3): the ids differ, the tokens do not. ``layout: ludwig017`` gives Ludwig 0.17's ids:
+``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` (stop, start, padding and unknown symbols) at 0-3, every
+row wrapped in start .. stop (the stop symbol cut with the rest of a row longer than the width), the
+width ``min(longest + 2, max_sequence_length)``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class SequenceParams(BaseParams):
     start_stop: bool = False
     start_symbol: str = "<SOS>"
     stop_symbol: str = "<EOS>"
-    #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1) or ``ludwig017`` (Ludwig 0.17's ids and start/stop wrapping)
+    #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1) or ``ludwig017`` (Ludwig 0.17's ids and start/stop
+    # wrapping)
     layout: Literal["datamill", "ludwig017"] = "datamill"
 
     @property
@@ -86,7 +87,8 @@ class SequenceParams(BaseParams):
         ]
 
     def special_ids(self) -> dict[str, int]:
-        """Ids of the ``pad``, ``unk``, ``start`` and ``stop`` symbols (start/stop only when wrapped)."""
+        """Ids of the ``pad``, ``unk``, ``start`` and ``stop`` symbols (start/stop only when
+        wrapped)."""
         if self.layout == "ludwig017":
             return {"stop": 0, "start": 1, "pad": 2, "unk": 3}
         return {"pad": 0, "unk": 1, **({"start": 2, "stop": 3} if self.start_stop else {})}
@@ -118,7 +120,8 @@ def add_start_stop(
 def vocab_from_file(
     path: str, ctx: FeatureContext, specials: list[str] | None = None, unk_token: str | None = None
 ) -> Vocab:
-    """The specials (``<PAD>``, ``<UNK>``) then the file's tokens (one per line, first occurrence kept)."""
+    """The specials (``<PAD>``, ``<UNK>``) then the file's tokens (one per line, first occurrence
+    kept)."""
     specials = specials or [PAD, UNK]
     unk_token = unk_token or specials[1]
     full = Path(path)
@@ -167,8 +170,8 @@ class Handler(FeatureHandler):
         return params.get("unknown_symbol") or cls.fill_value
 
     def tokens(self, column: pa.Array, params: SequenceParams, ctx: FeatureContext) -> Ragged:
-        # a missing value (filled with the unknown symbol) stays unknown under lowercase; Ludwig 0.17
-        # lower-cases it into a token of its own, which layout: ludwig017 keeps
+        # a missing value (filled with the unknown symbol) stays unknown under lowercase; Ludwig
+        # 0.17 lower-cases it into a token of its own, which layout: ludwig017 keeps
         keep = (params.unknown_symbol,) if params.layout == "datamill" else ()
         return split_tokens(
             column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep

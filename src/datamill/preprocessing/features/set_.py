@@ -16,8 +16,9 @@ Metadata: the vocabulary (``idx2str``/``str2idx``/``str2freq``/``vocab_size``), 
 (most tokens in one row) and ``layout``.
 
 ``layout: ludwig017`` gives Ludwig 0.17's rows: a set is bool over a vocabulary without ``<PAD>``,
-``<UNK>`` moved to id 3 (Ludwig's ``add_or_move_symbol``); a bag has ``<EOS>``, ``<SOS>``, ``<PAD>``,
-``<UNK>`` at 0-3; ``max_set_size`` is the most tokens in one row + 2, as Ludwig stores it.
+``<UNK>`` moved to id 3 (Ludwig's ``add_or_move_symbol``); a bag has ``<EOS>``, ``<SOS>``,
+``<PAD>``, ``<UNK>`` at 0-3; ``max_set_size`` is the most tokens in one row + 2, as Ludwig stores
+it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class SetParams(BaseParams):
     most_common: int = Field(default=10000, ge=1)
     min_frequency: int = Field(default=1, ge=1)
     max_dense_bytes: int = Field(default=DEFAULT_MAX_DENSE_BYTES, ge=0)
-    #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1, int8/float32) or ``ludwig017`` (Ludwig 0.17's vocabulary and dtype)
+    #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1, int8/float32) or ``ludwig017`` (Ludwig 0.17's
+    # vocabulary and dtype)
     layout: Literal["datamill", "ludwig017"] = "datamill"
 
 

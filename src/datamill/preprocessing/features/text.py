@@ -105,7 +105,8 @@ class TextParams(BaseParams):
     pretrained_model_name_or_path: str | None = None
     sequence_length: int | None = Field(default=None, ge=1)
     max_sequence_length: int | None = Field(default=None, ge=1)
-    #: ``char_word`` (``<name>_char`` + ``<name>_word``) or ``ludwig017`` (Ludwig 0.17's one ``<name>`` tensor)
+    #: ``char_word`` (``<name>_char`` + ``<name>_word``) or ``ludwig017`` (Ludwig 0.17's one
+    # ``<name>`` tensor)
     layout: Literal["char_word", "ludwig017"] = "char_word"
     most_common: int | None = Field(default=None, ge=1)
     vocab_file: str | None = None
@@ -119,7 +120,8 @@ class TextParams(BaseParams):
     def _keys_that_apply(self) -> TextParams:
         if self.ngram_size != 2:
             raise ValueError(
-                "ngram_size is only read by Ludwig's `ngram` tokenizer, which datamill does not have; "
+                "ngram_size is only read by Ludwig's `ngram` tokenizer, which datamill does not "
+                "have; "
                 "remove it"
             )
         if self.compute_idf:
@@ -144,7 +146,8 @@ class TextParams(BaseParams):
             wrong = sorted(k for k in (*_VOCAB_KEYS, "lowercase") if k in given)
             if wrong:
                 raise ValueError(
-                    f"{', '.join(wrong)} do not apply to a Hugging Face tokenizer (its own vocabulary); "
+                    f"{', '.join(wrong)} do not apply to a Hugging Face tokenizer (its own "
+                    "vocabulary); "
                     "remove them"
                 )
         return self
@@ -158,7 +161,8 @@ class TextParams(BaseParams):
 
     @property
     def word_limit(self) -> int:
-        """The word level's width limit: ``word_sequence_length_limit`` capped by ``max_sequence_length``."""
+        """The word level's width limit: ``word_sequence_length_limit`` capped by
+        ``max_sequence_length``."""
         return min(
             self.word_sequence_length_limit,
             self.max_sequence_length or self.word_sequence_length_limit,
@@ -198,7 +202,8 @@ class TextParams(BaseParams):
         """
         if self.pretrained_model_name_or_path is None:
             raise ConfigError(
-                "tokenizer: hf_tokenizer needs pretrained_model_name_or_path (a local tokenizer.json)"
+                "tokenizer: hf_tokenizer needs pretrained_model_name_or_path (a local "
+                "tokenizer.json)"
             )
         return self.pretrained_model_name_or_path
 
@@ -241,7 +246,8 @@ class Handler(FeatureHandler):
 
     @classmethod
     def default_fill(cls, params: dict[str, Any]) -> Any:
-        """``<UNK>`` with ``layout: ludwig017`` (Ludwig fills a missing text with it before tokenising), else ``""``."""
+        """``<UNK>`` with ``layout: ludwig017`` (Ludwig fills a missing text with it before
+        tokenising), else ``""``."""
         return UNK if params.get("layout") == "ludwig017" else cls.fill_value
 
     _sequence = sequence.Handler()

@@ -2,9 +2,10 @@
 
 A value is a string of numbers, e.g. ``"1.0 2.5 3"`` (``tokenizer: space``, default) or
 ``"1.0,2.5,3"`` (``tokenizer: comma``). ``l = min(longest row, timeseries_length_limit)`` (at
-least 1) is fixed at fit time (metadata ``max_timeseries_length``); longer rows keep their first ``l`` values;
-``padding`` right (default) or left with ``padding_value`` (default 0). A token that is not a
-number is a :class:`~datamill.core.errors.DataFileError` naming the file, line/row and column.
+least 1) is fixed at fit time (metadata ``max_timeseries_length``); longer rows keep their first
+``l`` values; ``padding`` right (default) or left with ``padding_value`` (default 0). A token that
+is not a number is a :class:`~datamill.core.errors.DataFileError` naming the file, line/row and
+column.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def parse_numbers(
             path=ctx.path,
             column=ctx.column,
             **ctx.location(row),
-            hint="fix the value, or set preprocessing.tokenizer (space/comma) to match the separator",
+            hint="fix the value, or set preprocessing.tokenizer (space/comma) to match the "
+            "separator",
         ) from exc
     return values.astype(np.float32), rag
 

@@ -1,4 +1,5 @@
-"""vector → fixed-size float vectors: ``(n, vector_size)`` float32 from whitespace-separated numbers.
+"""vector → fixed-size float vectors: ``(n, vector_size)`` float32 from whitespace-separated
+numbers.
 
 ``vector_size`` is taken from the data (the largest row, fitted as a mergeable maximum) unless set;
 every row must have exactly that many values (an error names the row otherwise), as Ludwig checks.

@@ -2,7 +2,8 @@
 
 The builder is :func:`build_bert_samples` (pairing rules, truncation and masking are described in
 :mod:`datamill.pretrain.bert._build`); :func:`datamill.loader.read_batches` reads a file back as
-padded batches (``BertParquetSource.padded_collate``); ``datamill bert`` is :mod:`datamill.pretrain.bert.cli`.
+padded batches (``BertParquetSource.padded_collate``); ``datamill bert`` is
+:mod:`datamill.pretrain.bert.cli`.
 
 Examples:
     >>> from datamill.pretrain.bert import build_bert_samples

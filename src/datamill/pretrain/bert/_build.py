@@ -173,11 +173,13 @@ def build_bert_samples(
     return _build_local(source, out=local_path(out), conf=conf)
 
 
-# long (64 lines): the local engine's steps in order (read, tokenise, pair, mask, write); split, they would pass the same dozen values around
+# long (64 lines): the local engine's steps in order (read, tokenise, pair, mask, write); split,
+# they would pass the same dozen values around
 def _build_local(
     source: PathLike | Sequence[PathLike], /, *, out: PathLike, conf: BertConfig
 ) -> BertSamples:
-    """The local engine: read, tokenise, pair and mask in tasks, write Parquet (then the tokenizer copy)."""
+    """The local engine: read, tokenise, pair and mask in tasks, write Parquet (then the tokenizer
+    copy)."""
     tokenizer, vocab_size, sentence_split = conf.tokenizer, conf.vocab_size, conf.sentence_split
     dupe_factor, workers, layout, overwrite = (
         conf.dupe_factor,
@@ -277,7 +279,8 @@ def _read_and_tokenize(
 def _check_outputs(
     out: PathLike, paths: list[PathLike], tokenizer: Any, *, overwrite: bool
 ) -> tuple[Path, Path]:
-    """The Parquet path and its tokenizer copy, refused when they would replace an input or a user's file."""
+    """The Parquet path and its tokenizer copy, refused when they would replace an input or a user's
+    file."""
     out_path = Path(out)
     tok_path = out_path.with_suffix(".tokenizer.json")
     inputs = [*paths, *([tokenizer] if isinstance(tokenizer, (str, os.PathLike)) else [])]
@@ -305,7 +308,8 @@ def _check_outputs(
 
 
 def read_metadata(path: PathLike) -> dict[str, Any]:
-    """The ``datamill`` JSON stored in a BERT Parquet file's metadata (format, counts, special ids...)."""
+    """The ``datamill`` JSON stored in a BERT Parquet file's metadata (format, counts, special
+    ids...)."""
     from datamill.pretrain.bert._io import read_bert_metadata
 
     return read_bert_metadata(path)

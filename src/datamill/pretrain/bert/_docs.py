@@ -59,14 +59,14 @@ class TokenizedDocuments:
         return self.ids[int(self.sent_offsets[s0]) : int(self.sent_offsets[s1])]
 
 
-_BLOCK_BYTES = (
-    4 << 20
-)  # text read and split per step: bounds the temporaries (32 MB blocks took 2-3x longer, fresh memory)
+# text read and split per step: bounds the temporaries (32 MB blocks took 2-3x longer, fresh memory)
+_BLOCK_BYTES = 4 << 20
 _THREADS = 2  # blocks split at once
 
 
 def _blocks(path: PathLike) -> Iterator[tuple[bytes, int]]:
-    """Blocks of whole lines (about ``_BLOCK_BYTES`` each) and the 1-based line number they start at."""
+    """Blocks of whole lines (about ``_BLOCK_BYTES`` each) and the 1-based line number they start
+    at."""
     line = 1
     rest = b""
     with open_bytes(path) as f:
@@ -124,7 +124,9 @@ def split_block(
     ``first_line`` is the 1-based line the block starts at (named in a UTF-8 error).
 
     Examples:
-        >>> s, d, n = split_block(b"a b\\n\\n = T = \\nc . d . e\\n", 1, "x.txt", sentence_split="period")
+        >>> s, d, n = split_block(
+        ...     b"a b\\n\\n = T = \\nc . d . e\\n", 1, "x.txt", sentence_split="period"
+        ... )
         >>> s.to_pylist(), d.tolist(), n
         (['a b', 'c .', 'd .', 'e'], [0, 2, 2, 2], 2)
     """
@@ -154,8 +156,9 @@ def split_documents(
     Vectorised with pyarrow, block by block (:func:`split_block`): strip every line, mark blank and
     ``=`` title lines as breaks, give each line the number of breaks before it as its document id.
     A file end also ends a document. ``sentence_split="period"`` further cuts each line after every
-    `` . `` (WikiText's tokenised full stop, as d2l.ai does), keeping the period. Lines end at ``\n``
-    (as the seed's ``readline``); the sentences stay in Arrow (``large_string``), never as Python strings.
+    `` . `` (WikiText's tokenised full stop, as d2l.ai does), keeping the period. Lines end at
+    ``\n`` (as the seed's ``readline``); the sentences stay in Arrow (``large_string``), never as
+    Python strings.
     """
     sentences: list[pa.Array] = []
     doc_ids: list[NDArray[np.int64]] = []
@@ -224,7 +227,8 @@ def tokenize_documents(
 def corpus_from_ids(
     flat: NDArray[np.int32], offsets: NDArray[np.int64], sent_doc: NDArray[np.int64]
 ) -> TokenizedDocuments:
-    """:func:`tokenize_documents` from the sentences' ids (CSR): drop empty sentences, renumber documents."""
+    """:func:`tokenize_documents` from the sentences' ids (CSR): drop empty sentences, renumber
+    documents."""
     lengths = np.diff(offsets)
     keep = lengths > 0
     sent_offsets = np.concatenate([offsets[:-1][keep], offsets[-1:]]).astype(np.int64)

@@ -1,4 +1,5 @@
-"""Vectorised WordPiece: the text is cut into chunks once, and each distinct chunk meets the library once.
+"""Vectorised WordPiece: the text is cut into chunks once, and each distinct chunk meets the library
+once.
 
 For a tokenizer made of ``BertNormalizer`` + ``BertPreTokenizer`` + ``WordPiece`` (what
 :func:`datamill.pretrain.bert._tok.train_wordpiece` builds, and Google's BERT vocabularies), every
@@ -59,7 +60,8 @@ _THREADS = 2  # blocks cut / encoded at once (pyarrow kernels and numpy release 
 
 
 def fast_path_config(inner: Any) -> dict[str, Any] | None:
-    """``{"lowercase": bool, "added": [texts]}`` when the fast path is exact for ``inner``, else ``None``."""
+    """``{"lowercase": bool, "added": [texts]}`` when the fast path is exact for ``inner``, else
+    ``None``."""
     try:
         cfg = json.loads(inner.to_str())
     except (ValueError, AttributeError):
@@ -146,7 +148,8 @@ def _cut_block(
 
 
 def cut_text(texts: Sequence[str] | pa.Array, *, lowercase: bool, block_bytes: int) -> ChunkedText:
-    """Cut every line into chunks (see the module docstring), blocks of ``block_bytes`` in two threads."""
+    """Cut every line into chunks (see the module docstring), blocks of ``block_bytes`` in two
+    threads."""
     slices = list(byte_slices(texts, block_bytes))
     parts = list(
         ordered_map(functools.partial(_cut_block, lowercase=lowercase), slices, threads=_THREADS)
@@ -250,7 +253,8 @@ def _encode_block(
 def encode_chunked(
     inner: Any, text: ChunkedText, config: dict[str, Any]
 ) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    """Encode every line of ``text`` without special tokens -> (flat int32 ids, int64 offsets, len n+1)."""
+    """Encode every line of ``text`` without special tokens -> (flat int32 ids, int64 offsets, len
+    n+1)."""
     if text.lowercase != config["lowercase"]:
         raise ValueError("the text was cut with another lowercase setting than the tokenizer's")
     c_flat, c_off = _library_words(inner, text.chunks)

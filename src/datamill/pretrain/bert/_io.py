@@ -1,11 +1,12 @@
 """BERT Parquet: writing row groups as they are produced, and reading them back as padded batches.
 
 The file metadata key ``datamill`` holds a JSON object (format, layout, max_seq_length, special
-ids, tokenizer file, counts). :class:`BertParquetSource` is a :class:`~datamill.core.parquet.ParquetSource`
-(row groups are shards) that checks that JSON; :func:`collate_bert` turns a batch table of either
-layout into fixed-shape padded arrays (``BertParquetSource.padded_collate``), which
-:func:`datamill.loader.read_batches` uses (seeded shuffle, rank split, resumable state). This producer
-never imports the loader: the loader's Source registry finds the file.
+ids, tokenizer file, counts). :class:`BertParquetSource` is a
+:class:`~datamill.core.parquet.ParquetSource` (row groups are shards) that checks that JSON;
+:func:`collate_bert` turns a batch table of either layout into fixed-shape padded arrays
+(``BertParquetSource.padded_collate``), which :func:`datamill.loader.read_batches` uses (seeded
+shuffle, rank split, resumable state). This producer never imports the loader: the loader's Source
+registry finds the file.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def write_batches(
     meta: dict[str, Any],
     tokenizer_json: str | None = None,
 ) -> WriteStats:
-    """Write every task's batches as row groups of ``out`` (atomically); metadata completed at the end."""
+    """Write every task's batches as row groups of ``out`` (atomically); metadata completed at the
+    end."""
     stats = WriteStats()
     worker: dict[str, float] = {}
     write_s = 0.0
@@ -115,7 +117,8 @@ def write_batches(
 
 
 def is_bert_parquet(path: PathLike) -> bool:
-    """Whether ``path`` is a Parquet file whose metadata carries datamill's BERT key (a cheap check).
+    """Whether ``path`` is a Parquet file whose metadata carries datamill's BERT key (a cheap
+    check).
 
     Examples:
         >>> is_bert_parquet("no-such-file.parquet")
@@ -181,7 +184,8 @@ class BertBatchCollate:
     Keys: ``tokens`` (int32, ``(B, L)``), ``segment_ids`` (int8, -1 on padding), ``attention_mask``
     (bool), ``is_random_next`` (bool), ``masked_positions`` / ``masked_labels`` (int32, ``(B, P)``,
     0 after the sample's predictions) and ``masked_weights`` (float32, 1 for real predictions),
-    with ``L = max_seq_length`` and ``P = max_predictions_per_seq``; torch tensors with ``as_torch``.
+    with ``L = max_seq_length`` and ``P = max_predictions_per_seq``; torch tensors with
+    ``as_torch``.
     """
 
     def __init__(self, meta: dict[str, Any], *, as_torch: bool = False) -> None:

@@ -4,10 +4,10 @@ Everything here is numpy over all the samples of a batch (no loop per sample or 
 
 * the token sequences are one gather from the corpus ids into a flat, unpadded buffer
   (values + offsets), with the three special tokens written by fancy indexing;
-* masking draws, per sample, ``k = min(max_predictions, max(1, round((len(A)+len(B)) * mask_prob)))``
-  distinct positions uniformly among the non-special tokens with Floyd's algorithm run for all rows
-  at once (``max_predictions`` vector steps), sorts them, and replaces 80% by ``[MASK]``, 10% by a
-  random non-special id, keeps 10%;
+* masking draws, per sample, ``k = min(max_predictions, max(1, round((len(A)+len(B)) *
+  mask_prob)))`` distinct positions uniformly among the non-special tokens with Floyd's algorithm
+  run for all rows at once (``max_predictions`` vector steps), sorts them, and replaces 80% by
+  ``[MASK]``, 10% by a random non-special id, keeps 10%;
 * padding is one scatter into a ``(n, max_seq_length)`` array filled with ``[PAD]``.
 """
 
@@ -71,7 +71,8 @@ def bert_schema(layout: str) -> pa.Schema:
 def _floyd_sample(
     c: NDArray[np.int64], k: NDArray[np.int64], kmax: int, rng: np.random.Generator
 ) -> NDArray[np.int64]:
-    """Row ``i`` gets ``k[i]`` distinct uniform integers in ``[0, c[i])`` (Floyd), ``-1`` after them."""
+    """Row ``i`` gets ``k[i]`` distinct uniform integers in ``[0, c[i])`` (Floyd), ``-1`` after
+    them."""
     n = len(c)
     out = np.full((n, max(kmax, 1)), -1, dtype=np.int64)
     u = rng.random((kmax, n))
@@ -86,7 +87,8 @@ def _floyd_sample(
     return out
 
 
-# long (82 lines, 5 of docstring): one vectorised assembly (ids, segments, masking, padding) over all samples of a task, kept in one place so the array shapes can be followed
+# long (82 lines, 5 of docstring): one vectorised assembly (ids, segments, masking, padding) over
+# all samples of a task, kept in one place so the array shapes can be followed
 def assemble(
     ids: NDArray[np.int32],
     spans: Spans,

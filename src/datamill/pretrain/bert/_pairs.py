@@ -39,7 +39,8 @@ __all__ = [
 ]
 
 PAIRINGS = ("chunk_past_target", "google")
-"""The pairing rules: a chunk grows one sentence past the target (the default), and Google BERT's."""
+"""The pairing rules: a chunk grows one sentence past the target (the default), and Google
+BERT's."""
 
 PAIRING_ALIASES = {"seed": "chunk_past_target"}
 """Deprecated pairing names -> the current ones (accepted with a ``DeprecationWarning``)."""
@@ -48,7 +49,8 @@ _BLOCK = 4096
 
 
 class UniformStream:
-    """Scalar uniforms in [0, 1) drawn from a Generator in blocks (cheap per draw in a Python loop)."""
+    """Scalar uniforms in [0, 1) drawn from a Generator in blocks (cheap per draw in a Python
+    loop)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
@@ -95,7 +97,8 @@ class Spans:
         )
 
 
-# long (72 lines, 11 of docstring): Google's create_instances_from_document transcribed statement by statement (the test compares it with the reference draw for draw)
+# long (72 lines, 11 of docstring): Google's create_instances_from_document transcribed statement by
+# statement (the test compares it with the reference draw for draw)
 def build_pairs(
     sent_offsets: list[int],
     doc_offsets: list[int],
@@ -183,7 +186,8 @@ def build_pairs(
     )
 
 
-# long (63 lines, 11 of docstring): the article's pair loop transcribed statement by statement (the test compares it with the reference draw for draw)
+# long (63 lines, 11 of docstring): the article's pair loop transcribed statement by statement (the
+# test compares it with the reference draw for draw)
 def build_pairs_seed(
     sent_offsets: list[int],
     doc_offsets: list[int],
@@ -194,7 +198,8 @@ def build_pairs_seed(
     short_seq_prob: float,
     rng: np.random.Generator,
 ) -> Spans:
-    """Pairs for documents ``doc_lo..doc_hi-1`` with the seed article's loop (``pairing="chunk_past_target"``).
+    """Pairs for documents ``doc_lo..doc_hi-1`` with the seed article's loop
+    (``pairing="chunk_past_target"``).
 
     Per document: target length as in :func:`build_pairs`; then, while sentences remain
     (``chunks``): ``end = 1``; while ``end < len(chunks)`` and the tokens of ``chunks[:end-1]`` are
@@ -293,8 +298,8 @@ def truncate_lengths(
 
 
 def truncate_spans(spans: Spans, max_num_tokens: int, rng: np.random.Generator) -> Spans:
-    """Apply ``truncate_seq_pair`` to every pair: each removed token comes from the front or the back
-    with probability 1/2, so the number taken from the front is Binomial(removed, 1/2)."""
+    """Apply ``truncate_seq_pair`` to every pair: each removed token comes from the front or the
+    back with probability 1/2, so the number taken from the front is Binomial(removed, 1/2)."""
     rem_a, rem_b = truncate_lengths(spans.la, spans.lb, max_num_tokens)
     front_a = rng.binomial(rem_a, 0.5)
     front_b = rng.binomial(rem_b, 0.5)

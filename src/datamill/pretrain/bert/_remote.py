@@ -57,7 +57,8 @@ def _earlier_bert(fs: pafs.FileSystem, key: str, url: str) -> dict[bytes, bytes]
 def build_to_s3(
     build: Callable[..., Any], source: Any, *, out: str, options: dict[str, Any]
 ) -> Any:
-    """Run ``build(source, out=<local scratch file>, **options)`` and upload its two files to ``out``."""
+    """Run ``build(source, out=<local scratch file>, **options)`` and upload its two files to
+    ``out``."""
     fs, key = filesystem_for(out)
     prefix = scheme_of(out).prefix
     if not key.endswith((".parquet", ".pq")) or "/" not in key:

@@ -86,7 +86,8 @@ class _State:
         if special_ids not in self.specials_in_ids:
             wanted = np.asarray(special_ids, dtype=np.int64)
             step = 1 << 24
-            # the Ray engine's ids are per-block arrays (``arrays``); here: slices (views) of one array
+            # the Ray engine's ids are per-block arrays (``arrays``); here: slices (views) of one
+            # array
             parts = getattr(self.ids, "arrays", None) or [
                 self.ids[lo : lo + step] for lo in range(0, len(self.ids), step)
             ]

@@ -4,8 +4,9 @@ Trains with the ``tokenizers`` library directly, with BERT's normalizer and pre-
 :class:`datamill.tokenize.HFTokenizer` does not use); encoding goes through
 ``HFTokenizer.encode_batch`` or the exact vectorised path of ``_fasttok``; training goes through
 word counts (``_wptrain``), both from one vectorised cut of the text (:func:`cut`). An HFTokenizer
-*object* is accepted as ``tokenizer=`` through its ``.inner``. The rest of the BERT builder only sees
-:class:`BertTokenizer` (ids of the special tokens, non-special ids, ``encode`` -> values + offsets).
+*object* is accepted as ``tokenizer=`` through its ``.inner``. The rest of the BERT builder only
+sees :class:`BertTokenizer` (ids of the special tokens, non-special ids, ``encode`` -> values +
+offsets).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def _concat(
 
 @dataclass(frozen=True)
 class BertTokenizer:
-    """A ``tokenizers.Tokenizer`` plus the ids BERT needs (``pad``, ``cls``, ``sep``, ``mask``, ``unk``)."""
+    """A ``tokenizers.Tokenizer`` plus the ids BERT needs (``pad``, ``cls``, ``sep``, ``mask``,
+    ``unk``)."""
 
     inner: Any
     pad: int
@@ -94,7 +96,8 @@ class BertTokenizer:
     def encode_library(
         self, texts: Sequence[str] | pa.Array
     ) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-        """:meth:`encode` through the library's batch encoder only (``HFTokenizer.encode_batch``, in chunks)."""
+        """:meth:`encode` through the library's batch encoder only (``HFTokenizer.encode_batch``, in
+        chunks)."""
         from datamill.tokenize import HFTokenizer
 
         hf = HFTokenizer(self.inner)
@@ -118,7 +121,10 @@ class BertTokenizer:
                 f"the tokenizer lacks the BERT special tokens {missing}; expected all of "
                 f"{list(BERT_SPECIALS)}"
             )
-            hint = "train it with special_tokens=[PAD] [CLS] [SEP] [MASK] [UNK], or omit --tokenizer to train one"
+            hint = (
+                "train it with special_tokens=[PAD] [CLS] [SEP] [MASK] [UNK], or omit "
+                "--tokenizer to train one"
+            )
             if path is not None:
                 raise DataFileError(msg, path=path, hint=hint)
             raise ConfigError(msg, hint=hint)
@@ -137,7 +143,8 @@ class BertTokenizer:
 
 
 def cut(texts: Sequence[str] | pa.Array, *, lowercase: bool) -> ChunkedText:
-    """Cut lines once for both :func:`train_wordpiece_chunked` and :meth:`BertTokenizer.encode_chunked`."""
+    """Cut lines once for both :func:`train_wordpiece_chunked` and
+    :meth:`BertTokenizer.encode_chunked`."""
     return cut_text(texts, lowercase=lowercase, block_bytes=_FAST_CHUNK_BYTES)
 
 
@@ -213,7 +220,8 @@ def train_wordpiece_library(
 
 
 def resolve_tokenizer(tokenizer: Any) -> BertTokenizer | None:
-    """``None`` (train later), a path to a tokenizer JSON, an HFTokenizer or a ``tokenizers.Tokenizer``."""
+    """``None`` (train later), a path to a tokenizer JSON, an HFTokenizer or a
+    ``tokenizers.Tokenizer``."""
     if tokenizer is None:
         return None
     if isinstance(tokenizer, BertTokenizer):

@@ -44,7 +44,8 @@ _FEED_BATCH = 1024  # sequences per item of the iterator
 
 
 def word_counts(text: ChunkedText, inner: Any) -> tuple[list[str], NDArray[np.int64]]:
-    """The words ``inner``'s normaliser and pre-tokeniser make of the text, and how often each occurs."""
+    """The words ``inner``'s normaliser and pre-tokeniser make of the text, and how often each
+    occurs."""
     counts = text.counts()
     ascii_ = to_numpy(pc.string_is_ascii(text.chunks))
     words = text.chunks.filter(from_numpy(ascii_))
@@ -93,7 +94,8 @@ def _runs(words: list[str], counts: NDArray[np.int64]) -> Iterator[list[str]]:
 
 def initial_tokens(words: list[str], prefix: str = "##") -> list[str]:
     """The tokens the trainer starts from, in a fixed order: every character of ``words`` (sorted by
-    code point) and then ``prefix + c`` for every character that occurs after a word's first (sorted).
+    code point) and then ``prefix + c`` for every character that occurs after a word's first
+    (sorted).
 
     Examples:
         >>> initial_tokens(["ab", "ba", "c"])

@@ -51,13 +51,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--out",
         required=True,
-        help="the Parquet file to write (an earlier BERT Parquet file is replaced atomically; anything "
+        help="the Parquet file to write (an earlier BERT Parquet file is replaced atomically; "
+        "anything "
         "else is refused; --engine ray: the shardset dataset folder)",
     )
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of yours)",
+        help="also replace another kind of datamill output at --out (never an input or a file of "
+        "yours)",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tokenizer", help="a tokenizers JSON file with [PAD] [CLS] [SEP] [MASK] [UNK]")
@@ -102,7 +104,8 @@ def register(sub: Any) -> None:
         "--pairing",
         choices=["chunk_past_target", "google", "seed"],
         default="chunk_past_target",
-        help="chunk_past_target: a chunk grows one sentence past the target length, so it holds two "
+        help="chunk_past_target: a chunk grows one sentence past the target length, so it holds "
+        "two "
         "sentences or more (default; 'seed' is its deprecated old name); google: Google BERT's "
         "create_instances_from_document (the chunk stops at the target)",
     )

@@ -31,40 +31,46 @@ __all__ = ["BertConfig", "BertSamples", "check_params"]
 
 
 class BertConfig(BaseModel):
-    """The options of :func:`~datamill.pretrain.bert.build_bert_samples` (frozen; unknown keys are refused).
+    """The options of :func:`~datamill.pretrain.bert.build_bert_samples` (frozen; unknown keys are
+    refused).
 
     Attributes:
         tokenizer: a tokenizers JSON path, a :class:`datamill.tokenize.HFTokenizer` or a
             ``tokenizers.Tokenizer`` holding ``[PAD] [CLS] [SEP] [MASK] [UNK]``; ``None`` trains a
             WordPiece tokenizer on the text. Defaults to ``None``.
         vocab_size: vocabulary size when training. Defaults to ``30000``.
-        max_seq_length: tokens per sample including ``[CLS]`` and two ``[SEP]``. Defaults to ``512``.
+        max_seq_length: tokens per sample including ``[CLS]`` and two ``[SEP]``. Defaults to
+            ``512``.
         dupe_factor: passes over the documents (each with fresh randomness). Defaults to ``10``.
         mask_prob: share of A+B tokens to predict. Defaults to ``0.15``.
         max_predictions_per_seq: cap on masked positions per sample. Defaults to ``20``.
         short_seq_prob: probability of a shorter random target length. Defaults to ``0.1``.
         seed: the root of every random choice. Defaults to ``0``.
         workers: ``1``: one background thread builds samples while the calling thread writes
-            Parquet; ``N > 1``: ``N`` worker processes; ``None``: 1 on machines with up to 4 cores or
-            for small inputs, else ``cores - 1``. The output does not depend on it. Defaults to ``None``.
+            Parquet; ``N > 1``: ``N`` worker processes; ``None``: 1 on machines with up to 4 cores
+            or for small inputs, else ``cores - 1``. The output does not depend on it. Defaults to
+            ``None``.
         layout: ``"padded"`` (``tokens`` padded with ``[PAD]``, ``segment_ids`` with -1) or
             ``"compact"`` (unpadded ``tokens`` + ``segment_a_length``; padded at load time).
             Defaults to ``"padded"``.
         sentence_split: ``"line"`` (each line is a sentence) or ``"period"`` (also cut lines after
-            each `` . ``, as d2l.ai does for WikiText, whose lines are paragraphs). Defaults to ``"line"``.
+            each `` . ``, as d2l.ai does for WikiText, whose lines are paragraphs). Defaults to
+            ``"line"``.
         pairing: how sentence pairs are cut from a document. ``"chunk_past_target"``: a chunk grows
             one sentence past the one that reaches the target length, so it holds at least two
             sentences when the document has them, and B is random only when the chunk left none or
             with probability 0.5 (the loop of the article this project started from, transcribed in
-            ``benchmarks/bert_seed_script.py``; ``"seed"`` is its deprecated old name). ``"google"``: Google BERT's ``create_instances_from_document``
-            (create_pretraining_data.py): the chunk stops at the sentence that reaches the target, so
-            a long WikiText paragraph is a one-sentence chunk with a random B. Defaults to
+            ``benchmarks/bert_seed_script.py``; ``"seed"`` is its deprecated old name).
+            ``"google"``: Google BERT's ``create_instances_from_document``
+            (create_pretraining_data.py): the chunk stops at the sentence that reaches the target,
+            so a long WikiText paragraph is a one-sentence chunk with a random B. Defaults to
             ``"chunk_past_target"``.
-        engine: ``"local"`` or ``"ray"`` (the same samples built on a Ray cluster; the output is then
-            a shardset dataset folder). Defaults to ``"local"``.
+        engine: ``"local"`` or ``"ray"`` (the same samples built on a Ray cluster; the output is
+            then a shardset dataset folder). Defaults to ``"local"``.
         engine_options: the engine's keyword arguments (Ray: ``address``). Defaults to ``None``.
         overwrite: also replace another kind of datamill output at the output path (an earlier BERT
-            output is always replaced atomically; an input or a file of yours never). Defaults to ``False``.
+            output is always replaced atomically; an input or a file of yours never). Defaults to
+            ``False``.
 
     Examples:
         >>> BertConfig(max_seq_length=128).to_dict()
@@ -148,7 +154,8 @@ class BertConfig(BaseModel):
         return dict(sorted(self.model_dump(exclude_defaults=True).items()))
 
     def build_options(self) -> dict[str, Any]:
-        """What one engine needs to build (``engine``, ``engine_options`` and ``overwrite`` left out)."""
+        """What one engine needs to build (``engine``, ``engine_options`` and ``overwrite`` left
+        out)."""
         return self.model_dump(exclude={"engine", "engine_options", "overwrite"})
 
 
@@ -166,7 +173,8 @@ class BertSamples:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     url: str | None = None
-    """The ``s3://`` URL written when ``out`` was on object storage (``path`` is then its bucket/key)."""
+    """The ``s3://`` URL written when ``out`` was on object storage (``path`` is then its
+    bucket/key)."""
 
     @property
     def samples_per_s(self) -> float:

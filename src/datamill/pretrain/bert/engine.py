@@ -74,7 +74,8 @@ def shard_tokens() -> int:
 
 
 def task_config(conf: BertConfig, tok: BertTokenizer) -> TaskConfig:
-    """The tasks' parameters (pairing and masking) of a build with ``conf`` and tokenizer ``tok``."""
+    """The tasks' parameters (pairing and masking) of a build with ``conf`` and tokenizer
+    ``tok``."""
     return TaskConfig(
         seed=conf.seed,
         max_num_tokens=conf.max_seq_length - 3,

@@ -1,4 +1,5 @@
-"""The ranges of ``build_bert_samples``'s numeric parameters, shared with ``datamill bert``'s options.
+"""The ranges of ``build_bert_samples``'s numeric parameters, shared with ``datamill bert``'s
+options.
 
 Kept apart from the builder so the CLI states them without importing it (and its dependencies).
 """

@@ -1,4 +1,5 @@
-"""The BERT output as a loader Source (:class:`BertParquetSource`), importable without the builder."""
+"""The BERT output as a loader Source (:class:`BertParquetSource`), importable without the
+builder."""
 
 from __future__ import annotations
 

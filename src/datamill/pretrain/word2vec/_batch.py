@@ -1,4 +1,5 @@
-"""Skip-gram examples as a :class:`~datamill.core.source.Source` and the seed's ``batchify`` (private)."""
+"""Skip-gram examples as a :class:`~datamill.core.source.Source` and the seed's ``batchify``
+(private)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def batchify_arrays(
 
 
 class Batchify:
-    """Loader ``collate``: a batch ``pa.Table`` of examples -> the seed's padded batch (numpy or torch).
+    """Loader ``collate``: a batch ``pa.Table`` of examples -> the seed's padded batch (numpy or
+    torch).
 
     A class (not a closure) so torch DataLoader worker processes can pickle it.
     """
@@ -78,9 +80,11 @@ class Batchify:
 
 
 class SkipGramSource:
-    """The examples as a Source: columns ``center`` (int32), ``contexts``, ``negatives`` (list<int32>).
+    """The examples as a Source: columns ``center`` (int32), ``contexts``, ``negatives``
+    (list<int32>).
 
-    Shards are consecutive runs of ``shard_size`` examples, built zero-copy over the (memory-mapped) arrays.
+    Shards are consecutive runs of ``shard_size`` examples, built zero-copy over the (memory-mapped)
+    arrays.
     """
 
     def __init__(

@@ -84,8 +84,10 @@ class SkipGramSamples:
 
     Attributes:
         centers: int32 ``(N,)`` center ids. context_offsets / negative_offsets: int64 ``(N + 1,)``.
-        contexts / negatives: int32 ids; example ``i`` has ``contexts[context_offsets[i]:context_offsets[i + 1]]``.
-        vocab: the :class:`~datamill.vocab.Vocab` (``<unk>`` = 0). info: counts, parameters, timings.
+        contexts / negatives: int32 ids; example ``i`` has
+        ``contexts[context_offsets[i]:context_offsets[i + 1]]``.
+        vocab: the :class:`~datamill.vocab.Vocab` (``<unk>`` = 0). info: counts, parameters,
+            timings.
 
     Examples:
         >>> import tempfile
@@ -140,7 +142,8 @@ class SkipGramSamples:
         return str(self.info["fingerprint"])
 
     def source(self, *, shard_size: int = 16384) -> SkipGramSource:
-        """The examples as a :class:`~datamill.core.source.Source` (``center``, ``contexts``, ``negatives``)."""
+        """The examples as a :class:`~datamill.core.source.Source` (``center``, ``contexts``,
+        ``negatives``)."""
         return SkipGramSource(
             self.centers,
             self.context_offsets,
@@ -155,13 +158,15 @@ class SkipGramSamples:
     def save(
         self, directory: PathLike, *, overwrite: bool = False, inputs: Sequence[PathLike] = ()
     ) -> Path:
-        """Write the folder beside the old one (``.npy`` arrays, ``vocab.json``, ``skipgram.json`` last), then switch.
+        """Write the folder beside the old one (``.npy`` arrays, ``vocab.json``, ``skipgram.json``
+        last), then switch.
 
         Args:
             directory: the output folder. An earlier skip-gram folder there is replaced as a whole
                 (an interrupted save keeps it); anything else is refused.
             overwrite: also replace another kind of datamill output. Defaults to ``False``.
-            inputs: paths the folder must not be (nor hold), e.g. the corpus file. Defaults to ``()``.
+            inputs: paths the folder must not be (nor hold), e.g. the corpus file. Defaults to
+                ``()``.
 
         Raises:
             DataFileError: ``directory`` is an input or is not a skip-gram folder.
@@ -195,7 +200,8 @@ class SkipGramSamples:
         """Memory-map a folder written by :meth:`save`.
 
         Raises:
-            CacheError: no ``skipgram.json`` (unfinished or foreign folder), wrong format, or bad arrays.
+            CacheError: no ``skipgram.json`` (unfinished or foreign folder), wrong format, or bad
+                arrays.
         """
         d = Path(directory)
         try:
@@ -266,7 +272,8 @@ def _read(
 
 
 def _vocab_and_ids(tokens: pa.Array, min_freq: int) -> tuple[Vocab, NDArray[np.int32]]:
-    """One ``dictionary_encode`` pass gives both the counts and the ids (the vocab maps the distinct tokens)."""
+    """One ``dictionary_encode`` pass gives both the counts and the ids (the vocab maps the distinct
+    tokens)."""
     enc = pc.dictionary_encode(tokens)
     if isinstance(enc, pa.ChunkedArray):
         enc = enc.combine_chunks()
@@ -290,7 +297,8 @@ def _negative_table(counts: NDArray[np.int64], *, drop_unk: bool) -> AliasTable:
     )
 
 
-# long (108 lines, 35 of docstring): one pipeline in order (read, vocabulary, subsample, contexts, negatives, metadata), each step a call
+# long (108 lines, 35 of docstring): one pipeline in order (read, vocabulary, subsample, contexts,
+# negatives, metadata), each step a call
 def build_skipgram(
     source: PathLike | Sequence[Sequence[str]],
     /,
@@ -316,17 +324,19 @@ def build_skipgram(
         seed: seed of every random stage. Defaults to ``0``.
         negative_counts: the counts raised to 0.75 for negatives: ``"subsampled"`` (the corpus after
             subsampling, as the seed does) or ``"before_subsampling"`` (as later d2l code does).
-            ``"seed"`` is a deprecated alias of ``"before_subsampling"``. Defaults to ``"subsampled"``.
+            ``"seed"`` is a deprecated alias of ``"before_subsampling"``. Defaults to
+            ``"subsampled"``.
         drop_unk: drop every ``<unk>`` token before subsampling (later d2l code) instead of
             subsampling it like any word (the seed). Defaults to ``False``.
         progress: show a progress bar over the stages. Defaults to ``True``.
 
     Returns:
-        The :class:`SkipGramSamples` (``.save(dir)``, ``.source()``: padded batches with :func:`datamill.loader.read_batches`).
+        The :class:`SkipGramSamples` (``.save(dir)``, ``.source()``: padded batches with
+        :func:`datamill.loader.read_batches`).
 
     Raises:
-        ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1``, ``subsample_t <= 0`` or an
-            unknown ``negative_counts``.
+        ConfigError: ``window < 1``, ``num_negatives < 0``, ``min_freq < 1``, ``subsample_t <= 0``
+            or an unknown ``negative_counts``.
 
     Warns:
         DeprecationWarning: ``negative_counts="seed"`` (use ``"before_subsampling"``).
@@ -334,8 +344,14 @@ def build_skipgram(
             at least 2 tokens after subsampling (``path`` names the input).
 
     Examples:
-        >>> s = build_skipgram([["a", "b", "c", "d"], ["e", "f"]], window=2, num_negatives=1, min_freq=1,
-        ...                    subsample_t=1.0, progress=False)
+        >>> s = build_skipgram(
+        ...     [["a", "b", "c", "d"], ["e", "f"]],
+        ...     window=2,
+        ...     num_negatives=1,
+        ...     min_freq=1,
+        ...     subsample_t=1.0,
+        ...     progress=False,
+        ... )
         >>> len(s), s.info["tokens_after_subsampling"], s.vocab.idx2str[0]
         (6, 6, '<unk>')
     """

@@ -1,4 +1,5 @@
-"""The word2vec sampling stages, vectorised with numpy (private; see :mod:`datamill.pretrain.word2vec`).
+"""The word2vec sampling stages, vectorised with numpy (private; see
+:mod:`datamill.pretrain.word2vec`).
 
 Each stage is the d2l seed's procedure with the per-token Python loop replaced by whole-array
 operations; the random *distribution* of every output is the seed's, the random *stream* is
@@ -46,7 +47,8 @@ def split_lines(data: bytes | str) -> tuple[pa.Array, NDArray[np.int64]]:
     r"""``[line.split() for line in text.split('\n')]`` as (flat tokens, line offsets).
 
     ASCII input is cut with numpy on the bytes (:func:`datamill.core.ascii.ascii_words`: tokens
-    come dictionary-encoded); other UTF-8 text goes through ``pyarrow.compute.utf8_split_whitespace``.
+    come dictionary-encoded); other UTF-8 text goes through
+    ``pyarrow.compute.utf8_split_whitespace``.
 
     Examples:
         >>> toks, off = split_lines(b" a bb\n\nccc \t d \n")
@@ -88,7 +90,8 @@ def drop_ids(sent: Sentences, keep: NDArray[np.bool_]) -> Sentences:
 def subsample(
     sent: Sentences, counts: NDArray[np.int64], *, t: float, rng: np.random.Generator
 ) -> Sentences:
-    """Keep each token with probability ``min(1, sqrt(t / f(w)))``, ``f = counts[w] / counts.sum()``.
+    """Keep each token with probability ``min(1, sqrt(t / f(w)))``, ``f = counts[w] /
+    counts.sum()``.
 
     One uniform draw per token, compared like the seed: ``u < sqrt(t / count * total)``.
     """
@@ -105,7 +108,8 @@ def centers_and_contexts(
     max_window: int,
     rng: np.random.Generator,
 ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
-    """(centers, context offsets, context ids): every token of a sentence of >= 2 tokens is a center.
+    """(centers, context offsets, context ids): every token of a sentence of >= 2 tokens is a
+    center.
 
     Window ``w ~ U{1..max_window}`` per center; contexts are the sentence's tokens at positions
     ``[max(start, i - w), min(end, i + w + 1))`` except ``i`` itself, in position order.
@@ -131,7 +135,8 @@ class AliasTable:
 
     Examples:
         >>> t = AliasTable(np.array([1.0, 3.0]), values=np.array([7, 8]))
-        >>> d = t.draw(np.random.default_rng(0), 10_000); sorted(set(d.tolist())), bool(0.72 < (d == 8).mean() < 0.78)
+        >>> d = t.draw(np.random.default_rng(0), 10_000)
+        >>> sorted(set(d.tolist())), bool(0.72 < (d == 8).mean() < 0.78)
         ([7, 8], True)
     """
 
@@ -156,9 +161,9 @@ class AliasTable:
         self.values = np.asarray(values, dtype=np.int32)
 
     def draw(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> NDArray[np.int32]:
-        """Independent draws of shape ``size`` from one raw 64-bit word each: the high 32 bits pick the
-        column (multiply-shift, relative bias <= n / 2**32), the low 32 bits decide column vs alias
-        against ``prob`` scaled to 32 bits."""
+        """Independent draws of shape ``size`` from one raw 64-bit word each: the high 32 bits pick
+        the column (multiply-shift, relative bias <= n / 2**32), the low 32 bits decide column vs
+        alias against ``prob`` scaled to 32 bits."""
         shape = (size,) if isinstance(size, int) else tuple(size)
         raw = rng.bit_generator.random_raw(int(np.prod(shape)))
         col = (((raw >> np.uint64(32)) * np.uint64(len(self.prob))) >> np.uint64(32)).astype(
@@ -218,7 +223,8 @@ def _draw_group(
         rounds += 1
         if rounds > _MAX_REDRAW_ROUNDS:
             raise ConfigError(
-                f"negative sampling did not finish: {len(rows)} negatives still equal a context word "
+                f"negative sampling did not finish: {len(rows)} negatives still equal a context "
+                "word "
                 f"after {_MAX_REDRAW_ROUNDS} redraws (the vocabulary is too small for its contexts)"
             )
         new = table.draw(rng, len(rows))

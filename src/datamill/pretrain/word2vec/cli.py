@@ -1,4 +1,5 @@
-"""``datamill word2vec CORPUS --out DIR``: skip-gram examples (subsampling, windows, negatives) to a folder."""
+"""``datamill word2vec CORPUS --out DIR``: skip-gram examples (subsampling, windows, negatives) to a
+folder."""
 
 from __future__ import annotations
 
@@ -61,12 +62,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--out",
         required=True,
-        help="output folder (an earlier word2vec folder there is replaced atomically; anything else is refused)",
+        help="output folder (an earlier word2vec folder there is replaced atomically; anything "
+        "else is refused)",
     )
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of yours)",
+        help="also replace another kind of datamill output at --out (never an input or a file of "
+        "yours)",
     )
     p.add_argument(
         "--window", type=W2V_WINDOW.arg, default=5, help="largest context window (default 5)"
@@ -98,7 +101,8 @@ def register(sub: Any) -> None:
         "--negative-counts",
         choices=("subsampled", "before_subsampling", "seed"),
         default="subsampled",
-        help="negatives ~ count**0.75 of the subsampled corpus (default, the seed's) or of the corpus "
+        help="negatives ~ count**0.75 of the subsampled corpus (default, the seed's) or of the "
+        "corpus "
         "before subsampling (later d2l code); 'seed' is a deprecated alias of before_subsampling",
     )
     p.add_argument(

@@ -18,7 +18,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
     info = s.info
     print(
         f"PTB train: vocab {info['vocab_size']:,}, tokens {info['tokens']:,} -> "
-        f"{info['tokens_after_subsampling']:,} after subsampling, {info['pairs']:,} center/context pairs "
+        f"{info['tokens_after_subsampling']:,} after subsampling, {info['pairs']:,} "
+        "center/context pairs "
         f"({time.perf_counter() - t0:.2f} s, saved to {work_dir / 'word2vec_ptb'})"
     )
     src = s.source()  # shuffled, resumable batches: datamill.loader.read_batches(src, 512, seed=0)
@@ -32,5 +33,6 @@ def run(data_dir: Path, work_dir: Path) -> None:
     print(f"  example: center {s.vocab.to_tokens(int(batch['centers'][row, 0]))!r}")
     print(f"    contexts  {s.vocab.to_tokens(ids[:n_ctx])}")
     print(
-        f"    negatives {s.vocab.to_tokens(ids[n_ctx:n_all])[:10]}{' ...' if n_all - n_ctx > 10 else ''}"
+        "    negatives "
+        f"{s.vocab.to_tokens(ids[n_ctx:n_all])[:10]}{' ...' if n_all - n_ctx > 10 else ''}"
     )

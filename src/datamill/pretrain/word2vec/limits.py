@@ -1,4 +1,5 @@
-"""The ranges of ``build_skipgram``'s numeric parameters, shared with ``datamill word2vec``'s options."""
+"""The ranges of ``build_skipgram``'s numeric parameters, shared with ``datamill word2vec``'s
+options."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Limits checked before a request does any work (a 400 JSON error that says what was expected).
 
 The request models (:mod:`datamill.serve.routes.models`) bound each field alone; these checks bound
-fields against the data: a world size against the dataset's samples, a lease against a sample budget,
-a rewind range against the iteration's units.
+fields against the data: a world size against the dataset's samples, a lease against a sample
+budget, a rewind range against the iteration's units.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def check_rewind(it: Iteration, body: RewindIn) -> None:
         bad = next(((a, b) for a, b in body.done if not 0 <= a <= b <= it.total), None)
         if bad is not None:
             raise ConfigError(
-                f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's units), "
+                f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's "
+                "units), "
                 f"got [{bad[0]:,}, {bad[1]:,}]"
             )
         return

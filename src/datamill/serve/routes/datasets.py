@@ -35,7 +35,8 @@ def register(who: Admin, body: DatasetIn, state: State) -> dict[str, Any]:
 
 @router.get("/{ref}/location")
 def location(who: Reader, ref: str, state: State) -> dict[str, Any]:
-    """Where clients read the dataset in direct mode (``400`` when registered without a client location)."""
+    """Where clients read the dataset in direct mode (``400`` when registered without a client
+    location)."""
     ds = state.dataset(ref)
     if not may_use(who, ds):
         raise HTTPException(403, f"this key may not use dataset {ref!r}")

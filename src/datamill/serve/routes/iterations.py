@@ -85,7 +85,8 @@ def cancel(who: Admin, it: ScopedIteration, state: State) -> dict[str, Any]:
 
 @router.post("/{it_id}/rewind")
 def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dict[str, Any]:
-    """Set the done set: ``{rank, consumed}`` (static mode) or ``{done: [[start, stop], ...]}`` (admin)."""
+    """Set the done set: ``{rank, consumed}`` (static mode) or ``{done: [[start, stop], ...]}``
+    (admin)."""
     check_rewind(it, body)
     out = state.rewind(it, body.model_dump(exclude_none=True))
     audit(state, who, "rewind iteration", f"{it.id} {body.model_dump(exclude_none=True)}"[:500])
@@ -96,7 +97,8 @@ def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dic
 def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> dict[str, Any]:
     """Resume one rank of a static iteration from a checkpoint (``RemoteLoader.load_state_dict``).
 
-    Only the key that created the iteration (or an admin key) may: another job's key cannot reset it.
+    Only the key that created the iteration (or an admin key) may: another job's key cannot reset
+    it.
     """
     owner = state.journal.owner(it.id)
     if not who.admin and owner is not None and owner != (who.key_id or ""):

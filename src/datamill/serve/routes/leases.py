@@ -25,7 +25,8 @@ router = APIRouter(prefix="/api/v1/iterations")
 
 
 class NextQuery(BaseModel):
-    """The query of ``GET .../next``, bounded (validated in one pydantic call, see :func:`next_lease`)."""
+    """The query of ``GET .../next``, bounded (validated in one pydantic call, see
+    :func:`next_lease`)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -1,4 +1,5 @@
-"""``GET /metrics``: Prometheus text format (a ``metrics`` or ``admin`` key; public with ``--metrics-no-auth``)."""
+"""``GET /metrics``: Prometheus text format (a ``metrics`` or ``admin`` key; public with
+``--metrics-no-auth``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ __all__ = ["metrics_router"]
 
 
 def metrics_router(*, public: bool = False) -> APIRouter:
-    """The router of ``GET /metrics``; ``public`` (``--metrics-no-auth``, loopback only) drops the key check."""
+    """The router of ``GET /metrics``; ``public`` (``--metrics-no-auth``, loopback only) drops the
+    key check."""
     router = APIRouter()
 
     @router.get(

@@ -1,4 +1,5 @@
-"""The request bodies of the JSON API: pydantic models that forbid unknown fields and bound every value."""
+"""The request bodies of the JSON API: pydantic models that forbid unknown fields and bound every
+value."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ Id = Annotated[str, Field(pattern=ID_PATTERN)]
 Unit = Annotated[int, Field(ge=0, le=MAX_UNITS)]
 LeaseId = Annotated[str, Field(pattern=ID_PATTERN)]
 Fence = Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
-"""A lease's fence: 128 random bits as 32 hex digits (longer or other text is refused before any work)."""
+"""A lease's fence: 128 random bits as 32 hex digits (longer or other text is refused before any
+work)."""
 Seconds = Annotated[float, Field(ge=1, le=86_400, allow_inf_nan=False)]
 
 
@@ -98,8 +100,9 @@ class IterationIn(_Body):
 
 
 class AckIn(_Body):
-    """``POST /iterations/{id}/ack``: consumed batches ``[lease, fence, start, stop]`` (queue positions) of a
-    client, or whole leases ``[lease, fence]`` (see :mod:`datamill.serve.delivery`)."""
+    """``POST /iterations/{id}/ack``: consumed batches ``[lease, fence, start, stop]`` (queue
+    positions) of a client, or whole leases ``[lease, fence]`` (see
+    :mod:`datamill.serve.delivery`)."""
 
     client: str = Field(pattern=ID_PATTERN)
     leases: list[tuple[LeaseId, Fence]] = Field(default_factory=list, max_length=1024)
@@ -117,7 +120,8 @@ class HeartbeatIn(_Body):
 
 
 class RewindIn(_Body):
-    """``POST /iterations/{id}/rewind``: ``{rank, consumed}`` or ``{done: [[start, stop], ...]}``."""
+    """``POST /iterations/{id}/rewind``: ``{rank, consumed}`` or ``{done: [[start, stop],
+    ...]}``."""
 
     rank: int | None = Field(None, ge=0, le=1 << 16)
     consumed: Unit | None = None
@@ -135,7 +139,15 @@ def one_line(errors: Any) -> str:
     """Validation errors (pydantic's ``errors()``) as one line: where, what was expected, what came.
 
     Examples:
-        >>> one_line([{"loc": ("body", "lease_timeout"), "msg": "Input should be a finite number", "input": "NaN"}])
+        >>> one_line(
+        ...     [
+        ...         {
+        ...             "loc": ("body", "lease_timeout"),
+        ...             "msg": "Input should be a finite number",
+        ...             "input": "NaN",
+        ...         }
+        ...     ]
+        ... )
         "body.lease_timeout: Input should be a finite number (got 'NaN')"
     """
     parts = []

@@ -1,4 +1,5 @@
-"""``GET /api/v1/iterations/{id}/trace`` (read): the iteration's run record, for ``datamill trace``."""
+"""``GET /api/v1/iterations/{id}/trace`` (read): the iteration's run record, for ``datamill
+trace``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The web UI's pages under ``/ui``: Jinja2 templates rendered on the server, one CSS file, a little JS.
+"""The web UI's pages under ``/ui``: Jinja2 templates rendered on the server, one CSS file, a little
+JS.
 
 Every page reads the same server state as the JSON API (:class:`~datamill.serve.server.ServeState`
 and :class:`~datamill.serve.views.Inspector`). Without a valid key a page shows only the login form
-(401); state-changing forms are POSTs that carry a CSRF token (see :mod:`datamill.serve.ui.session`).
+(401); state-changing forms are POSTs that carry a CSRF token (see
+:mod:`datamill.serve.ui.session`).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     )
 
 
-# ---------------------------------------------------------------------------------------------- session
+# ------------------------------------------------------------------------------------------ session
 @root.get("/", dependencies=[requires("public")])
 @router.get("", dependencies=[requires("public")])
 @router.get("/", dependencies=[requires("public")])
@@ -117,7 +119,8 @@ def login_form(request: Request) -> HTMLResponse:
 @router.post("/login", dependencies=[requires("public")])
 @_page
 async def login(request: Request, state: State) -> Response:
-    """Check the key (and the form's CSRF token) and start a session: a random id in an HttpOnly cookie."""
+    """Check the key (and the form's CSRF token) and start a session: a random id in an HttpOnly
+    cookie."""
     form = await _form(request)
     key = form.get("key", "").strip()
     nxt = form.get("next", "/ui/datasets")
@@ -143,7 +146,7 @@ async def logout(request: Request, state: State, who: Reader) -> Response:
     return res
 
 
-# ---------------------------------------------------------------------------------------------- datasets
+# ----------------------------------------------------------------------------------------- datasets
 def _summaries(request: Request) -> list[dict[str, Any]]:
     insp = inspector(request)
     who = authenticate(request)
@@ -227,7 +230,8 @@ def samples_page(
     equals: Annotated[str, Query(max_length=MAX_FILTER)] = "",
     page_no: Annotated[int | None, Query(alias="page", ge=1, le=1 << 40)] = None,
 ) -> Response:
-    """A page of the joined dataset: selectable columns, paging, a sample by UID or row, a column filter."""
+    """A page of the joined dataset: selectable columns, paging, a sample by UID or row, a column
+    filter."""
     check_dataset(who, serve_state(request), ref)
     insp = inspector(request)
     if col and len(col) > 200:
@@ -283,7 +287,7 @@ def cell_file(
     )
 
 
-# ---------------------------------------------------------------------------------------------- keys
+# --------------------------------------------------------------------------------------------- keys
 @router.get("/keys")
 @_page
 def keys_page(request: Request, state: State, who: Admin) -> HTMLResponse:
@@ -331,13 +335,15 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
         lost = [
             (
                 f"every client and session using key {key_id} ({row['role']}"
-                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; this cannot be undone"
+                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; "
+                "this cannot be undone"
             )
         ]
         if own:
             lost.insert(
                 0,
-                "this is the key of YOUR OWN session: you are logged out and cannot log in with it again",
+                "this is the key of YOUR OWN session: you are logged out and cannot log in with "
+                "it again",
             )
             if step == "yes":
                 lost.insert(0, "second confirmation: are you sure?")

@@ -1,5 +1,5 @@
-"""What every UI page module shares: the Jinja2 environment and its filters, the ``/ui`` router, rendering,
-the error-page wrapper, form parsing and the post/redirect/get answer."""
+"""What every UI page module shares: the Jinja2 environment and its filters, the ``/ui`` router,
+rendering, the error-page wrapper, form parsing and the post/redirect/get answer."""
 
 from __future__ import annotations
 

@@ -53,7 +53,8 @@ def _counter(state: Any, it_id: str, name: str) -> int:
 
 
 def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
-    """Everything the iteration page shows (live progress plus the journaled lifecycle and counters)."""
+    """Everything the iteration page shows (live progress plus the journaled lifecycle and
+    counters)."""
     state = serve_state(request)
     it = state.iteration(it_id)
     check_dataset(authenticate(request), state, str(it.config["dataset"]))
@@ -62,7 +63,8 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     life = lifecycle.one(state.journal, it.id) or {}
     start, end = life.get("started"), life.get("ended")
     marks = [(t, "rewind") for t in rewind_times(state.journal.path, it.id)]
-    # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second record
+    # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second
+    # record
     acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(
         state.journal.path, it.id
     )
@@ -120,7 +122,7 @@ def _last_rewind(state: Any, it_id: str) -> dict[str, Any] | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------- list
+# --------------------------------------------------------------------------------------------- list
 @router.get("/iterations")
 @_page
 def iterations_page(
@@ -186,7 +188,8 @@ def iterations_page(
 def _matching(
     state: Any, *, datasets: list[str], status: str | None, name: str, after: str | None, limit: int
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of iterations whose name contains ``name`` (pages through the journal: bounded by its size)."""
+    """One page of iterations whose name contains ``name`` (pages through the journal: bounded by
+    its size)."""
     if not datasets:
         return [], None
     if not name:
@@ -245,7 +248,8 @@ async def start_iteration(request: Request, state: State, who: Reader) -> Respon
 @router.get("/iterations/{it_id}")
 @_page
 def iteration_page(request: Request, who: Reader, it_id: str) -> HTMLResponse:
-    """One iteration: status, config, live progress per rank and client, throughput, rewind, cancel."""
+    """One iteration: status, config, live progress per rank and client, throughput, rewind,
+    cancel."""
     return _render(request, "iteration.html", who, it=iteration_view(request, it_id))
 
 
@@ -259,7 +263,8 @@ def iteration_live(request: Request, who: Reader, it_id: str) -> HTMLResponse:
 @router.post("/iterations/{it_id}/rewind")
 @_page
 async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Response:
-    """Rewind a rank to a checkpoint's consumed batch count (admin); confirmed first while clients hold leases."""
+    """Rewind a rank to a checkpoint's consumed batch count (admin); confirmed first while clients
+    hold leases."""
     form = await _form(request)
     check_csrf(who, form)
     try:
@@ -285,7 +290,8 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
             lost=[
                 (
                     f"{len(held)} lease{'s' if len(held) != 1 else ''} held now by "
-                    f"{len(holders)} client{'s' if len(holders) != 1 else ''} ({', '.join(holders[:5])}) "
+                    f"{len(holders)} client{'s' if len(holders) != 1 else ''} "
+                    f"({', '.join(holders[:5])}) "
                     "will be revoked: their batches are served again and late acks are refused"
                 ),
                 f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches",
@@ -321,11 +327,13 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
             back=f"/ui/iterations/{it.id}",
             lost=[
                 (
-                    f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will never be "
+                    f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered "
+                    "will never be "
                     f"served ({p['leased']:,} leased now, {p['pending']:,} pending)"
                 ),
                 (
-                    f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose them; every "
+                    f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose "
+                    "them; every "
                     "client asking for more gets an error"
                 ),
                 "this cannot be undone: a new iteration (another name or config) starts over",
@@ -337,11 +345,12 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
     return _see(f"/ui/iterations/{it.id}")
 
 
-# ---------------------------------------------------------------------------------------------- runs
+# --------------------------------------------------------------------------------------------- runs
 @router.get("/runs/{name}")
 @_page
 def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResponse:
-    """A named run across epochs: per epoch its status, duration, throughput and each client's stall."""
+    """A named run across epochs: per epoch its status, duration, throughput and each client's
+    stall."""
     check_name(name, what="run name")
     rows = state.journal._exec(
         "SELECT id FROM iterations WHERE key = ? ORDER BY epoch, rowid", (name,)

@@ -1,16 +1,16 @@
 """Browser sessions of the web UI: a random session id in a cookie, CSRF tokens on every form.
 
-Logging in (``POST /ui/login`` with a key) creates a session: a random id (``secrets.token_urlsafe``)
-in the ``datamill_session`` cookie (HttpOnly, SameSite=Strict, ``Secure`` over https); the journal
-keeps only its sha256, the key it stands for and when it expires (:data:`SESSION_TTL`, or the key's
-expiry if sooner). Logging out and revoking the key end it. The key itself never reaches the browser
-after the login form.
+Logging in (``POST /ui/login`` with a key) creates a session: a random id
+(``secrets.token_urlsafe``) in the ``datamill_session`` cookie (HttpOnly, SameSite=Strict,
+``Secure`` over https); the journal keeps only its sha256, the key it stands for and when it expires
+(:data:`SESSION_TTL`, or the key's expiry if sooner). Logging out and revoking the key end it. The
+key itself never reaches the browser after the login form.
 
 Every state-changing form carries a CSRF token derived from the session id (a page of another site
 can neither read the cookie nor compute the token), and the login form carries one bound to a
 short-lived ``datamill_login`` cookie (a forged login form from elsewhere is refused). A request
-authenticated by an ``Authorization: Bearer`` header needs no token: a browser never adds that header
-on its own.
+authenticated by an ``Authorization: Bearer`` header needs no token: a browser never adds that
+header on its own.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def end_session(request: Request, res: Response, state: Any) -> None:
 
 
 def login_form_token(request: Request) -> tuple[str, str]:
-    """``(cookie value, form token)`` of a login form: the current ``datamill_login`` cookie or a new one."""
+    """``(cookie value, form token)`` of a login form: the current ``datamill_login`` cookie or a
+    new one."""
     seed = request.cookies.get(LOGIN_COOKIE)
     if not seed or len(seed) > 128:
         seed = secrets.token_urlsafe(24)
@@ -148,10 +149,11 @@ def check_csrf(who: Viewer, form: dict[str, str]) -> None:
 
     Examples:
         >>> check_csrf(Viewer("admin", "cookie", "t0k"), {"csrf": "t0k"})
-        >>> check_csrf(Viewer("admin", "cookie", "t0k"), {})
+        >>> check_csrf(Viewer("admin", "cookie", "t0k"), {})  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        fastapi.exceptions.HTTPException: 403: missing or wrong CSRF token: reload the page and submit the form again
+        fastapi.exceptions.HTTPException: 403: missing or wrong CSRF token: reload the page and
+        submit the form again
     """
     if who.via == "bearer":
         return

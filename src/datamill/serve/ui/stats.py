@@ -68,7 +68,11 @@ def number_text(value: Any, *, float32: bool = False) -> str:
     """A value as the UI shows it: integers with thousands separators, floats at their precision.
 
     Examples:
-        >>> number_text(1460), number_text(0.10000000149011612, float32=True), number_text(0.1 + 0.2)
+        >>> (
+        ...     number_text(1460),
+        ...     number_text(0.10000000149011612, float32=True),
+        ...     number_text(0.1 + 0.2),
+        ... )
         ('1,460', '0.1', '0.30000000000000004')
     """
     if isinstance(value, bool) or value is None:
@@ -98,8 +102,13 @@ def footer_stats(source: Source) -> dict[str, dict[str, Any]] | None:
     Examples:
         >>> import tempfile, pyarrow as pa
         >>> from datamill.shards.dataset import ShardsetDataset
-        >>> ds = ShardsetDataset.create(tempfile.mkdtemp() + "/d", pa.table({"id": [1, 2, 3], "x": [5, None, 2]}),
-        ...                             uid="id", shardset="a", shard_size=2)
+        >>> ds = ShardsetDataset.create(
+        ...     tempfile.mkdtemp() + "/d",
+        ...     pa.table({"id": [1, 2, 3], "x": [5, None, 2]}),
+        ...     uid="id",
+        ...     shardset="a",
+        ...     shard_size=2,
+        ... )
         >>> s = footer_stats(ds)["a/x"]
         >>> s["nulls"], s["min"], s["max"], s["values"]
         (1, 2, 5, 3)

@@ -22,8 +22,8 @@ W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 230, 64, 40, 24, 16
 def ack_history(db: str | Path, iteration: str) -> list[tuple[float, int]]:
     """``(commit time, batches)`` of every acknowledged run of ``iteration``, oldest first.
 
-    A rewind's rows (the done set it wrote, all at one instant) are not acknowledgements and are left
-    out: see :func:`rewind_times`.
+    A rewind's rows (the done set it wrote, all at one instant) are not acknowledgements and are
+    left out: see :func:`rewind_times`.
     """
     return [(a, n) for a, n, lease in _done_rows(db, iteration) if not lease.startswith("rewind.")]
 
@@ -73,9 +73,11 @@ def _frame(
         for x, t in xticks
     )
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" '
+        f'height="{H}" role="img" '
         f'class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{ticks}{body}'
-        f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 3}" text-anchor="middle" class="axis">{escape(xlabel)}</text>'
+        f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 3}" text-anchor="middle" '
+        f'class="axis">{escape(xlabel)}</text>'
         f'<text x="4" y="13" class="axis">{escape(ylabel)}</text></svg>'
     )
 
@@ -91,16 +93,21 @@ def throughput_svg(
     """Batches/s over time as an SVG line: equal time slices from ``start`` to ``end``.
 
     ``start`` defaults to the first ack, ``end`` to the last; the span is at least one second, so a
-    burst of acks at one instant is not drawn as an absurd rate. At most ``bins`` slices, each at least
-    one second long. ``marks`` are ``(time, label)`` drawn as vertical lines (a rewind, a cancel).
+    burst of acks at one instant is not drawn as an absurd rate. At most ``bins`` slices, each at
+    least one second long. ``marks`` are ``(time, label)`` drawn as vertical lines (a rewind, a
+    cancel).
 
     Examples:
         >>> svg = throughput_svg([(0.0, 16), (1.0, 16), (2.0, 16)])
-        >>> svg.startswith("<svg") and "polyline" in svg and "batches/s" in svg and "(s)</text>" in svg
+        >>> svg.startswith(
+        ...     "<svg"
+        ... ) and "polyline" in svg and "batches/s" in svg and "(s)</text>" in svg
         True
         >>> "no batch acknowledged yet" in throughput_svg([])
         True
-        >>> "peak 3,000 batches/s" in throughput_svg([(5.0, 1000)] * 3)  # all at one instant: over 1 s
+        >>> "peak 3,000 batches/s" in throughput_svg(
+        ...     [(5.0, 1000)] * 3
+        ... )  # all at one instant: over 1 s
         True
     """
     if not history:
@@ -128,7 +135,10 @@ def throughput_svg(
         for x in [PAD_L + (when - t0) / (t1 - t0) * span]
     )
     xticks = [(PAD_L + f * span, _seconds(f * (t1 - t0))) for f in (0.0, 0.5, 1.0)]
-    title = f"Throughput: {int(n.sum()):,} batches acknowledged in {t1 - t0:,.1f} s, peak {_fmt(ymax)} batches/s"
+    title = (
+        f"Throughput: {int(n.sum()):,} batches acknowledged in {t1 - t0:,.1f} s, peak "
+        f"{_fmt(ymax)} batches/s"
+    )
     return _frame(
         title,
         "time since start (s)",
@@ -178,17 +188,23 @@ def bars_svg(top: Sequence[tuple[str, int]], *, label: str) -> str:
     cmax = float(max((c for _, c in top), default=1) or 1)
     span = W - left - 70
     body = "".join(
-        f'<text x="{left - 6}" y="{top_pad + i * row + 15}" text-anchor="end">{escape(_clip(v))}</text>'
-        f'<rect x="{left}" y="{top_pad + i * row + 3}" width="{max(c / cmax * span, 1):.1f}" height="{row - 6}" '
+        f'<text x="{left - 6}" y="{top_pad + i * row + 15}" '
+        f'text-anchor="end">{escape(_clip(v))}</text>'
+        f'<rect x="{left}" y="{top_pad + i * row + 3}" width="{max(c / cmax * span, 1):.1f}" '
+        f'height="{row - 6}" '
         f'class="bar"><title>{escape(v)}: {c:,}</title></rect>'
-        f'<text x="{left + max(c / cmax * span, 1) + 4:.1f}" y="{top_pad + i * row + 15}">{c:,}</text>'
+        f'<text x="{left + max(c / cmax * span, 1) + 4:.1f}" '
+        f'y="{top_pad + i * row + 15}">{c:,}</text>'
         for i, (v, c) in enumerate(top)
     )
     title = f"Most common values of {label}"
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
-        f'role="img" class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{body}'
-        f'<text x="{left + span / 2:.0f}" y="{height - 6}" text-anchor="middle" class="axis">count (rows)'
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" '
+        f'height="{height}" '
+        'role="img" class="chart" '
+        f'aria-label="{escape(title)}"><title>{escape(title)}</title>{body}'
+        f'<text x="{left + span / 2:.0f}" y="{height - 6}" text-anchor="middle" '
+        'class="axis">count (rows)'
         f"</text></svg>"
     )
 
