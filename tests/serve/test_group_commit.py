@@ -92,12 +92,14 @@ def test_a_second_ack_of_positions_in_flight_waits_and_answers_already(
             ]
             for t in threads:
                 t.start()
-            for _ in range(200):
-                if state.writes.queued() or len(out):
+            whole = [(p.lease, p.lease.start, p.lease.stop)]
+            for _ in range(500):  # the first ack's write is in flight (its positions reserved)
+                if it.in_flight(whole):
                     break
                 time.sleep(0.01)
-            time.sleep(0.2)  # the second ack had time to answer early: it must not
-            assert out == []
+            for _ in range(20):  # meanwhile nobody is answered, the second ack included
+                assert out == []
+                time.sleep(0.01)
         for t in threads:
             t.join(timeout=60)
         assert sorted(s[p.lease.id] for s in out) == ["already", "ok"]
