@@ -11,7 +11,8 @@ hashing.
 2. Hashing (the one-time pass that is cached): ``column_hash`` over the house-prices table repeated
    ``--scale`` times (81 columns of numbers and strings), rows/s.
 
-Usage: ``python benchmarks/bench_diff.py [--rows 10000000] [--scale 100]``
+Usage: ``python benchmarks/bench_diff.py [--rows 10000000] [--scale 100] [--string-uids]
+[--reps 3] [--pandas-reps 1]`` (medians; the load average printed per round).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def builds(
         hashes,
         {},
         column_hash(ua) if string_uids else None,
+        np.argsort(column_hash(ua), kind="stable") if string_uids else None,
     )
     b = BuildSummary(
         "synthetic",
@@ -87,17 +89,19 @@ def builds(
         b_hashes,
         {},
         column_hash(ub) if string_uids else None,
+        np.argsort(column_hash(ub), kind="stable") if string_uids else None,
     )
     return a, b, {"added": k, "removed": k, "changed": k}
 
 
 def pandas_compare(a: BuildSummary, b: BuildSummary) -> dict[str, int]:
+    assert a.uids is not None and b.uids is not None  # (builds() sets them)
     da = pd.DataFrame(
         {"uid": a.uids.to_numpy(zero_copy_only=False), **{c: a.hashes[c] for c in COLS}}
-    )  # type: ignore[union-attr]  # uids set
+    )
     db = pd.DataFrame(
         {"uid": b.uids.to_numpy(zero_copy_only=False), **{c: b.hashes[c] for c in COLS}}
-    )  # type: ignore[union-attr]  # uids set
+    )
     both = da.merge(
         db, on="uid", how="inner", suffixes=("_a", "_b")
     )  # an outer merge would turn uint64 into float
@@ -120,25 +124,41 @@ def main() -> None:
         action="store_true",
         help="string UIDs (hashed lookups) instead of dense ints",
     )
+    ap.add_argument("--reps", type=int, default=3, help="rounds (median)")
+    ap.add_argument(
+        "--pandas-reps", type=int, default=1, help="rounds that also run pandas (slow; >= 1)"
+    )
     args = ap.parse_args()
     a, b, planted = builds(args.rows, string_uids=args.string_uids)
-    t0, c0 = time.perf_counter(), time.process_time()
-    _, ours = _samples(a, b, COLS)
-    t_ours, c_ours = time.perf_counter() - t0, time.process_time() - c0
-    t0 = time.perf_counter()
-    ref = pandas_compare(a, b)
-    t_pd = time.perf_counter() - t0
-    got = {k: ours[k] for k in ("added", "removed", "changed")}
-    assert got == ref == planted, (got, ref, planted)
-    rate = (a.rows + b.rows) / t_ours
     print(
         f"comparison of two builds of {args.rows:,} samples (1% removed, 1% added, 1% changed; "
-        "3 hashed columns; "
-        f"{'string' if args.string_uids else 'dense int'} UIDs)"
+        f"3 hashed columns; {'string' if args.string_uids else 'dense int'} UIDs); {args.reps} "
+        "rounds, datamill and pandas interleaved"
     )
-    print(f"{'':<22}{'seconds':>9}{'rows/s':>14}")
+    ours, cpus, pds = [], [], []
+    ref: dict[str, int] = {}
+    for r in range(args.reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        _, found = _samples(a, b, COLS)
+        ours.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        if r < max(1, args.pandas_reps):
+            t0 = time.perf_counter()
+            ref = pandas_compare(a, b)
+            pds.append(time.perf_counter() - t0)
+        got = {k: found[k] for k in ("added", "removed", "changed")}
+        assert got == ref == planted, (got, ref, planted)
+        load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+        print(
+            f"  round {r + 1}: datamill {ours[-1]:.3f} s (CPU {cpus[-1]:.3f} s)"
+            + (f", pandas {pds[-1]:.2f} s" if r < max(1, args.pandas_reps) else "")
+            + f" (load {load})"
+        )
+    t_ours, c_ours, t_pd = (float(np.median(x)) for x in (ours, cpus, pds))
+    rate = (a.rows + b.rows) / t_ours
+    print(f"{'median':<22}{'seconds':>9}{'rows/s':>14}")
     print(
-        f"{'datamill diff':<22}{t_ours:>9.2f}{rate:>14,.0f}   goal >= 5,000,000: "
+        f"{'datamill diff':<22}{t_ours:>9.3f}{rate:>14,.0f}   goal >= 5,000,000: "
         f"{'ok' if rate >= 5e6 else 'MISSED'}"
     )
     print(
@@ -147,9 +167,8 @@ def main() -> None:
     )
     print(f"counts equal to pandas and to what was planted: {got}")
     print(
-        f"datamill diff CPU time {c_ours:.2f} s ({(a.rows + b.rows) / c_ours:,.0f} rows/s: wall "
-        "time minus waiting "
-        f"for a core on a loaded machine); load average {os.getloadavg()[0]:.1f}"
+        f"datamill diff CPU time {c_ours:.3f} s ({(a.rows + b.rows) / c_ours:,.0f} rows/s: wall "
+        "time minus waiting for a core on a loaded machine)"
     )
     data = Path(os.environ.get("DATAMILL_DATA", "../shared/data")) / "house_prices_train.csv"
     table = pacsv.read_csv(data)

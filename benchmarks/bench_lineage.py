@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -70,7 +71,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     args = ap.parse_args()
     sizes = synthetic_sizes(args.samples)
-    loader = Loader(SizesOnly(sizes), args.batch_size, seed=17, world_size=args.world_size)  # type: ignore[arg-type]  # a sizes-only source
+    loader = Loader(SizesOnly(sizes), args.batch_size, seed=17, world_size=args.world_size)
     record = loader.run_record()
     record["until"] = {"epoch": args.epochs, "batches_seen": 0}
     print(
@@ -103,7 +104,7 @@ def main() -> None:
             if q < 3:
                 first.append((uid, hits[0]))
         steps_per_epoch = -(-args.samples // args.world_size // args.batch_size)
-        batches = []
+        batches: list[Any] = []
         for q in range(args.queries):
             e, r, s = (
                 int(rng.integers(args.epochs)),
@@ -162,6 +163,7 @@ def main() -> None:
         f"{statistics.median(uid_cpu) * 1000:.1f} ms, step "
         f"{statistics.median(step_cpu) * 1000:.2f} ms"
     )
+    print("load average " + "/".join(f"{x:.1f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -14,15 +14,25 @@ MDS shards (``compression=None``), an HF Arrow dataset (``save_to_disk``); torch
 datamill read the Parquet files.
 
 Every epoch: batch 256, shuffled (seed 0), one process, ``num_workers=0``; time starts after the
-imports, so "first" is building the dataset/loader objects plus the first batch. The uids of every
-batch are kept and checked after the clock stops (each uid exactly once), and the delivered order's
+imports, so "first" is building the dataset/loader objects plus the first batch. The consumer
+(:func:`touch`) does the same with every system's batches: it keeps the uids and, on ``img``, reads
+every sample's length and first byte (a Python loop over the ``bytes`` objects the peers hand out;
+numpy over datamill's bytes + ``image_offsets``), on ``tab`` it sums the token mask. The uids are
+checked after the clock stops (each uid exactly once), so are the image bytes (their total and the
+sum of the first bytes equal the data's), and the delivered order's
 neighbour statistics (:func:`datamill.loader.planner.shuffle_quality`, what ``datamill plan``
 prints; distance between the original positions of consecutive samples, same-file share) are printed
 beside the speed. S3 (SeaweedFS on loopback, started as ``tests/loader/seaweed.py`` does) for the
 systems that stream from object storage (datamill, litData, mosaic): ``cold`` (empty cache),
 ``warm`` (the second epoch in the same process, cache kept) and ``cold10`` (empty cache bounded to
 10% of the data; mosaic with ``shuffle_block_size = N/40`` there, as a mosaic user sizes it to the
-cache). Systems interleave within each repetition; median and range of ``--reps`` repetitions.
+cache). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2 worker processes;
+datamill through ``datamill.loader.torch``, litData's ``StreamingDataLoader``, mosaic and torch
+map-style; not
+HF) and ``ranks2`` (2 rank processes at once, each with its rank's part: datamill ``rank=``, litData
+``WORLD_SIZE``/``GLOBAL_RANK``, mosaic ``RANK``/``WORLD_SIZE``, torch ``DistributedSampler``, HF
+``split_dataset_by_node``; samples/s = both ranks' samples / the slower rank's time). Systems
+interleave within each repetition; median and range of ``--reps`` repetitions.
 
     python benchmarks/bench_peers.py                 # 1M tabular + 200k binary, local + S3, 3 reps
     python benchmarks/bench_peers.py --quick         # 100k / 20k, 1 rep: a smoke run
@@ -48,11 +58,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming", "hf", "torchmap")
-S3_SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming")
-DATAMILLS = ("datamill", "datamill-warmup")
+S3_SYSTEMS = ("datamill", "datamill-warmup", "datamill-full-window", "litdata", "streaming")
+WORKER_SYSTEMS = ("datamill", "datamill-warmup", "litdata", "streaming", "torchmap")
+LOCAL_MODES = ("local", "workers2", "ranks2")
+S3_MODES = ("cold", "warm", "cold10")
+DATAMILLS = ("datamill", "datamill-warmup", "datamill-full-window")
+S3_ONLY = ("datamill-full-window",)  # on local files the default already has full windows
 LABELS = {
     "datamill": "datamill",
     "datamill-warmup": "datamill warmup=True",
+    "datamill-full-window": "datamill warmup=False",
     "litdata": "litData 0.2.76",
     "streaming": "mosaic streaming 0.13.0",
     "hf": "HF datasets 5.2.0",
@@ -289,14 +304,16 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     make = {
         "datamill": _datamill,
         "datamill-warmup": _datamill,
+        "datamill-full-window": _datamill,
         "litdata": _litdata,
         "streaming": _streaming,
         "hf": _hf,
         "torchmap": _torchmap,
     }[system]
+    os.environ.update(spec.get("env", {}))  # ranks2: the rank's environment, before any import
     epochs = make(spec)  # imports done; returns a callable epoch(e) -> iterator of batches
     start = time.perf_counter()
-    first, uids = None, []
+    first, uids, nbytes, firsts = None, [], 0, 0
     if storage == "s3" and mode == "warm":  # the cold epoch first, untimed: the cache stays
         for batch in epochs(0):
             pass
@@ -304,11 +321,41 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     for batch in epochs(1 if mode == "warm" else 0):
         if first is None:
             first = time.perf_counter() - start
-        uids.append(np.asarray(batch["uid"]))
+        uid, size, head = touch(batch)
+        uids.append(uid)
+        nbytes += size
+        firsts += head
     seconds = time.perf_counter() - start
     seq = np.concatenate(uids).astype(np.int64) if uids else np.zeros(0, dtype=np.int64)
     np.save(spec["uids"], seq)
-    return {"seconds": seconds, "first": first or seconds, "samples": len(seq)}
+    return {
+        "seconds": seconds,
+        "first": first or seconds,
+        "samples": len(seq),
+        "bytes": nbytes,
+        "first_bytes": firsts,
+    }
+
+
+def touch(batch: Any) -> tuple[Any, int, int]:
+    """What the consumer does with every batch: its uids, and on ``img`` each sample's length and
+    first byte (summed); on ``tab`` the number of real tokens. The same for every system, in its own
+    idiom.
+    """
+    import numpy as np
+
+    uid = np.asarray(batch["uid"])
+    if "image_offsets" in batch:  # datamill: the batch's bytes + offsets (numpy views or tensors)
+        offs, values = np.asarray(batch["image_offsets"]), np.asarray(batch["image"])
+        return uid, int(offs[-1] - offs[0]), int(values[offs[:-1]].sum(dtype=np.int64))
+    images = batch.get("image")
+    if isinstance(images, np.ndarray) and images.dtype.kind == "S":  # HF's numpy format: |S3072
+        # (fixed width: a len() of an element drops trailing zero bytes, so read the raw rows)
+        raw = images.view(np.uint8).reshape(len(images), images.dtype.itemsize)
+        return uid, raw.size, int(raw[:, 0].sum(dtype=np.int64))
+    if images is not None:  # one bytes object per sample
+        return uid, sum(len(b) for b in images), sum(b[0] for b in images)
+    return uid, int(np.asarray(batch["tokens_mask"]).sum()), 0
 
 
 def _s3_env(spec: dict[str, Any]) -> None:
@@ -328,7 +375,7 @@ def _s3_env(spec: dict[str, Any]) -> None:
 def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     sys.path.insert(0, str(ROOT / "src"))
     from datamill.core.parquet import ParquetSource
-    from datamill.loader import Batching, Loader
+    from datamill.loader import Loader
     from datamill.loader.remote import RemoteParquetSource
 
     def epochs(epoch: int) -> Iterator[Any]:
@@ -343,12 +390,40 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             src = state["source"]
         else:
             src = ParquetSource(spec["path"])
-        warm = Batching(warmup=spec["system"] == "datamill-warmup")
-        loader = Loader(src, BATCH, shuffle=True, seed=0, epoch=epoch, batching=warm)
+        rank, world = spec.get("rank", 0), spec.get("world", 1)
+        loader = Loader(
+            src,
+            BATCH,
+            shuffle=True,
+            seed=0,
+            epoch=epoch,
+            batching=_batching(spec["system"]),
+            rank=rank,
+            world_size=world,
+        )
+        if spec["mode"] == "workers2":
+            from torch.utils.data import DataLoader
+
+            from datamill.loader.torch import TorchLoaderDataset
+
+            return iter(DataLoader(TorchLoaderDataset(loader), batch_size=None, num_workers=2))
         return iter(loader)
 
     state: dict[str, Any] = {}
     return epochs
+
+
+def _batching(system: str) -> Any:
+    """datamill's defaults (warm-up windows on object storage, full windows on local files), or
+    warm-up forced on (``datamill-warmup``) or off (``datamill-full-window``: the default before
+    issue 31, for comparison)."""
+    from datamill.loader import Batching
+
+    if system == "datamill-warmup":
+        return Batching(warmup=True)
+    if system == "datamill-full-window":
+        return Batching(warmup=False)
+    return Batching()
 
 
 def _litdata(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
@@ -374,7 +449,7 @@ def _litdata(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
             else:
                 ds = StreamingDataset(spec["path"], shuffle=True, seed=0)
             state["loader"] = StreamingDataLoader(
-                ds, batch_size=BATCH, num_workers=0, collate_fn=pad_rows
+                ds, batch_size=BATCH, num_workers=_workers(spec), collate_fn=pad_rows
             )
         return iter(state["loader"])  # a new iter is the next epoch
 
@@ -411,7 +486,9 @@ def _streaming(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
                 ds = StreamingDataset(
                     local=spec["path"], shuffle=True, shuffle_seed=0, batch_size=BATCH
                 )
-            state["loader"] = DataLoader(ds, batch_size=BATCH, num_workers=0, collate_fn=pad_rows)
+            state["loader"] = DataLoader(
+                ds, batch_size=BATCH, num_workers=_workers(spec), collate_fn=pad_rows
+            )
         return iter(state["loader"])
 
     return epochs
@@ -423,7 +500,12 @@ def _hf(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     datasets.disable_progress_bars()
 
     def epochs(epoch: int) -> Iterator[Any]:
-        ds = datasets.load_from_disk(spec["path"]).with_format("numpy").shuffle(seed=epoch)
+        ds = datasets.load_from_disk(spec["path"])
+        if spec.get("world", 1) > 1:
+            from datasets.distributed import split_dataset_by_node
+
+            ds = split_dataset_by_node(ds, rank=spec["rank"], world_size=spec["world"])
+        ds = ds.with_format("numpy").shuffle(seed=epoch)
         for batch in ds.iter(batch_size=BATCH):
             if "tokens" in batch:
                 batch["tokens"], batch["tokens_mask"] = pad_ragged(list(batch["tokens"]))
@@ -470,18 +552,50 @@ def _torchmap(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
     def epochs(epoch: int) -> Iterator[Any]:
         gen = torch.Generator()
         gen.manual_seed(epoch)
+        ds = TableDataset(spec["path"])
+        kwargs: dict[str, Any] = {"shuffle": True, "generator": gen}
+        if spec.get("world", 1) > 1:
+            from torch.utils.data import DistributedSampler
+
+            sampler = DistributedSampler(
+                ds, num_replicas=spec["world"], rank=spec["rank"], shuffle=True, seed=epoch
+            )
+            kwargs = {"sampler": sampler}
         loader = DataLoader(
-            TableDataset(spec["path"]),
-            batch_size=BATCH,
-            shuffle=True,
-            generator=gen,
-            num_workers=0,
-            collate_fn=pad_rows,
+            ds, batch_size=BATCH, num_workers=_workers(spec), collate_fn=pad_rows, **kwargs
         )
         return iter(loader)
 
     _ = np
     return epochs
+
+
+def _workers(spec: dict[str, Any]) -> int:
+    return 2 if spec["mode"] == "workers2" else 0
+
+
+def rank_env(system: str, rank: int, world: int, port: int) -> dict[str, str]:
+    """The environment a peer reads its rank from (datamill, torch map-style: arguments)."""
+    if system == "litdata":
+        return {"WORLD_SIZE": str(world), "GLOBAL_RANK": str(rank)}
+    if system == "streaming":  # mosaic also rendezvous through torch.distributed's env://
+        return {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    return {}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------------------- driver
@@ -502,6 +616,69 @@ def run_worker(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, 
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
     return dict(json.loads(lines[-1][7:]))
+
+
+def run_ranks(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Ranks 0 and 1 of 2 at once (two processes): their samples together, the slower one's time."""
+    import numpy as np
+
+    procs, files, port = [], [], _free_port()
+    for rank in range(2):
+        env = rank_env(spec["system"], rank, 2, port)
+        one = {**spec, "rank": rank, "world": 2, "env": env}
+        one["uids"] = spec["uids"].replace(".npy", f"-rank{rank}.npy")
+        files.append(one["uids"])
+        procs.append(
+            subprocess.Popen(
+                [str(python), __file__, "--worker", json.dumps(one)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+            )
+        )
+    outs = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            return {"error": f"timeout after {timeout:.0f} s"}
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            tail = (stderr or stdout).strip().splitlines()[-3:]
+            return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+        outs.append(json.loads(lines[-1][7:]))
+    np.save(spec["uids"], np.concatenate([np.load(f) for f in files]))
+    for f in files:
+        Path(f).unlink()
+    return {
+        "seconds": max(o["seconds"] for o in outs),
+        "first": max(o["first"] for o in outs),
+        "samples": sum(o["samples"] for o in outs),
+        "bytes": sum(o["bytes"] for o in outs),
+        "first_bytes": sum(o["first_bytes"] for o in outs),
+    }
+
+
+def expected_touch(path: Path, ds: str) -> tuple[int, int]:
+    """What :func:`touch` sums over an epoch of ``ds`` when every sample arrives once, intact."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    total = first = 0
+    for f in sorted(Path(path).glob("*.parquet")) if Path(path).is_dir() else []:
+        col = pq.ParquetFile(f).read(columns=["image" if ds == "img" else "tokens"]).column(0)
+        for chunk in col.chunks:
+            offs = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[
+                chunk.offset : chunk.offset + len(chunk) + 1
+            ]
+            total += int(offs[-1] - offs[0])
+            if ds == "img":
+                data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)
+                first += int(data[offs[:-1]].sum(dtype=np.int64))
+    return total, first
 
 
 def mixing(seq: Any, rows_per_file: int) -> dict[str, float]:
@@ -534,6 +711,11 @@ def main() -> None:
     ap.add_argument("--data", default="tab,img")
     ap.add_argument("--storage", default="local,s3")
     ap.add_argument(
+        "--modes",
+        default=",".join(LOCAL_MODES + S3_MODES),
+        help="local: local, workers2, ranks2; s3: cold, warm, cold10",
+    )
+    ap.add_argument(
         "--cache", default=str(Path.home() / ".cache" / "datamill-bench"), help="peer venvs"
     )
     ap.add_argument("--work", default=None, help="data folder (default <cache>/data)")
@@ -558,6 +740,7 @@ def main() -> None:
     systems = [s for s in args.systems.split(",") if s]
     datas = [d for d in args.data.split(",") if d]
     storages = [s for s in args.storage.split(",") if s]
+    modes = [m for m in args.modes.split(",") if m]
     cache = Path(args.cache).expanduser()
     work = Path(args.work) if args.work else cache / "data"
     work.mkdir(parents=True, exist_ok=True)
@@ -619,12 +802,16 @@ def main() -> None:
             (ds, st, mode)
             for ds in datas
             for st in storages
-            for mode in (("local",) if st == "local" else ("cold", "warm", "cold10"))
+            for mode in (LOCAL_MODES if st == "local" else S3_MODES)
+            if mode in modes
         ]
+        expected = {ds: expected_touch(work / ds / "parquet", ds) for ds in datas}
         for rep in range(reps):
             for ds, st, mode in cases:
                 for s in systems:
-                    if st == "s3" and s not in S3_SYSTEMS:
+                    if st == "s3" and s not in S3_SYSTEMS or st == "local" and s in S3_ONLY:
+                        continue
+                    if mode == "workers2" and s not in WORKER_SYSTEMS:
                         continue
                     spec: dict[str, Any] = {
                         "system": s,
@@ -642,17 +829,56 @@ def main() -> None:
                         spec.update(s3=list(s3), url=f"s3://{BUCKET}/{ds}", cache_dir=str(cdir))
                         if mode == "cold10":
                             spec["cache_limit"] = max(1, nbytes[(s, ds)] // 10)
-                    res = run_worker(pythons[s], spec, args.timeout)
+                    if mode == "ranks2":
+                        res = run_ranks(pythons[s], spec, args.timeout)
+                    else:
+                        res = run_worker(pythons[s], spec, args.timeout)
                     res["load"] = load()
                     loads.append(res["load"])
                     if "error" not in res:
                         res.update(_check(Path(spec["uids"]), sizes[ds]))
+                        res["bytes_ok"] = (res["bytes"], res["first_bytes"]) == expected[ds]
                     results.setdefault((ds, st, mode, s), []).append(res)
                     _print_one(rep, ds, st, mode, s, res)
     report = _table(results, systems, datas, storages, sizes, conv_times, reps, cmd, loads)
+    report += _s3_cold_summary(results, systems, datas)
     print(report)
     if args.out:
         Path(args.out).write_text(report, encoding="utf-8")
+
+
+def _s3_cold_summary(
+    results: dict[tuple[str, str, str, str], list[dict[str, Any]]],
+    systems: list[str],
+    datas: list[str],
+) -> str:
+    """Issue 31 point 3 for every S3 system side by side: cold and cold-with-cache-at-10% epochs
+    as a share of the warm one (medians of the same run), and the worst cold first batch."""
+
+    def med(ds: str, mode: str, s: str) -> float | None:
+        stt = _stats(results.get((ds, "s3", mode, s), []))
+        return None if stt is None else stt[0]
+
+    out = [
+        "",
+        "S3 cold path (cold / warm and cold with cache at 10% / warm, same run; goal >= 0.9x;",
+    ]
+    out.append("first batch from cold S3, worst run; goal <= 0.5 s):")
+    for ds in datas:
+        for s in [s for s in systems if s in S3_SYSTEMS]:
+            warm = med(ds, "warm", s)
+            if warm is None:
+                continue
+            ratios = [
+                f"{mode} {v / warm:.2f}x" if (v := med(ds, mode, s)) is not None else f"{mode} n/a"
+                for mode in ("cold", "cold10")
+            ]
+            firsts = [
+                r["first"] for r in results.get((ds, "s3", "cold", s), []) if "error" not in r
+            ]
+            worst = f"{max(firsts):.2f} s" if firsts else "n/a"
+            out.append(f"- {ds} {LABELS[s]}: {', '.join(ratios)}; first batch {worst}")
+    return "\n".join(out) + "\n"
 
 
 def _check(path: Path, n: int) -> dict[str, Any]:
@@ -710,14 +936,16 @@ def _upload(
     names = {
         "datamill": "parquet",
         "datamill-warmup": "parquet",
+        "datamill-full-window": "parquet",
         "litdata": "litdata",
         "streaming": "mds",
     }
     for ds in datas:
         for s in systems:
-            if s not in S3_SYSTEMS or s == "datamill-warmup" and "datamill" in systems:
-                if s == "datamill-warmup":
-                    nbytes[(s, ds)] = nbytes[("datamill", ds)]
+            if s not in S3_SYSTEMS or s in DATAMILLS and any((d, ds) in nbytes for d in DATAMILLS):
+                if s in DATAMILLS:
+                    first = next(d for d in DATAMILLS if (d, ds) in nbytes)
+                    nbytes[(s, ds)] = nbytes[(first, ds)]
                 continue
             local = paths[(s, ds)]
             files = [p for p in local.rglob("*") if p.is_file() and not p.name.startswith("_")]
@@ -744,9 +972,8 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
     rate = res["samples"] / res["seconds"]
     print(
         f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch "
-        f"{res['first']:.2f} s, "
-        f"once={res['once']}, median distance {res['mix']['median_distance']:,.0f}, load "
-        f"{res['load']}",
+        f"{res['first']:.2f} s, once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
+        f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,
     )
 
@@ -779,12 +1006,13 @@ def _table(
         f"### bench_peers: `{cmd}`",
         "",
         (
-            f"samples/s of one shuffled epoch (batch {BATCH}, one process), median of {reps} "
-            "interleaved "
-            "repetition(s) [range], first batch (s); mixing = neighbour distance median / p10 "
-            "and same-file share "
-            "of the delivered order; `once` = every uid exactly once. Load average (1/5/15 "
-            "min) over the runs: "
+            f"samples/s of one shuffled epoch (batch {BATCH}; one process unless the mode says "
+            f"workers2 / ranks2), median of {reps} interleaved repetition(s) [range], first batch "
+            "(s); mixing = neighbour distance median / p10 and same-file share of the delivered "
+            "order. The consumer keeps every batch's uids and, on img, reads each sample's length "
+            "and first byte (peers: a Python loop over their bytes objects; datamill: numpy over "
+            "its bytes + offsets), on tab sums the token mask; `once` = every uid exactly once and "
+            "those sums equal the data's. Load average (1/5/15 min) over the runs: "
             f"{loads[0] if loads else '-'} ... {loads[-1] if loads else '-'}."
         ),
         "",
@@ -810,7 +1038,7 @@ def _table(
         med[(ds, mode, s)] = m
         ok = [r for r in runs if "error" not in r]
         q = ok[-1]["mix"]
-        once = all(r["once"] for r in ok)
+        once = all(r["once"] and r.get("bytes_ok", True) for r in ok)
         out.append(
             f"| {ds} {sizes[ds]:,} | {st} {mode} | {LABELS[s]} | {m:,.0f} | {lo:,.0f}-{hi:,.0f} "
             f"| {first:.2f} | "
@@ -854,6 +1082,10 @@ def _table(
                 ratio((ds, "cold10", dm), (ds, "warm", dm)),
                 0.9,
             )
+        for mode in ("workers2", "ranks2"):
+            value = ratio(("img", mode, dm), ("img", mode, "litdata"))
+            if value != "n/a":
+                out.append(f"- 3 KB binary, {mode}: {tag} / litData: {value} (no goal set)")
         peers = [s for s in systems if s not in DATAMILLS and ("tab", "local", s) in med]
         if peers and ("tab", "local", dm) in med:
             best = max(peers, key=lambda s: med[("tab", "local", s)])

@@ -66,11 +66,13 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
         yield server
 
 
-# ---------------------------------------------------------------- the fast lane: pytest -m "not
-# slow"
-SLOW_MARKERS = ("ray", "browser", "faults")
-"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed
-mid-write."""
+# ---------------------------------------------------------------- the fast lane: -m "not slow"
+SLOW_MARKERS = ("ray", "browser", "faults", "fuzz")
+"""Whole categories that are slow by nature: a Ray cluster, a browser, processes killed mid-write,
+generated command lines and API calls."""
+
+collect_ignore_glob = ["fixtures/*"]
+"""``tests/fixtures`` holds data and the scripts that made it (run by hand in a peer's venv)."""
 
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 """Test functions measured slow (listed by file::function; see the file's header)."""

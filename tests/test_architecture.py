@@ -440,16 +440,8 @@ def test_long_functions_say_why() -> None:
     )
 
 
-SLEEP_KNOWN = {
-    ("tests/preprocessing/test_pipeline.py", "time.sleep(0.002 * (i % 3))"),
-    ("tests/serve/test_delivery.py", "time.sleep(2.5)"),
-    ("tests/serve/test_ui_pages_browser.py", "time.sleep(1.5)"),
-    ("tests/serve/test_ui_pages_browser.py", "time.sleep(3)"),
-}
-"""Sleeps that are not polls: a worker's jitter to shuffle completion order; letting a 2 s lease
-expire (serve's owners: poll the lease state instead, then remove the entry); the UI tests' waits
-for a chart's second of history, a 1 s lease's expiry and the server's 1 s upkeep tick (to be
-replaced by polls of the journal's counters)."""
+SLEEP_KNOWN: set[tuple[str, str]] = set()
+"""Sleeps that are not polls (none: a test waits for an observable state, with a deadline)."""
 
 
 def test_tests_never_sleep_a_fixed_time() -> None:

@@ -98,10 +98,71 @@ def test_identical_builds_report_no_difference_and_the_cache_is_used(
     r = diff(tmp_path / "a", tmp_path / "b")
     assert not r.changed and r.samples["unchanged"] == houses.num_rows
     assert "no differences" in r.as_text()
-    cached = sorted((tmp_path / "cache" / "datamill-rowhash").iterdir())
-    assert len(cached) == 2
+    # the row hashes are kept beside each build (not in the temp cache)
+    assert (tmp_path / "a" / ".rowhash.npz").is_file() and (
+        tmp_path / "b" / ".rowhash.npz"
+    ).is_file()
+    assert main(["shards", "check", str(tmp_path / "a")]) == 0  # (a hidden file: not a stray)
+    assert not (tmp_path / "cache").exists()
     again = diff(tmp_path / "a", tmp_path / "b")
     assert again.as_dict() == r.as_dict()
+
+
+def test_row_hash_sidecar_is_reused_goes_stale_with_the_build_and_spares_a_users_file(
+    houses: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datamill.lineage import diff as diff_module
+    from datamill.shards.dataset import ShardsetDataset as DS
+
+    ShardsetDataset.create(tmp_path / "a", houses, uid="Id", shardset="raw", shard_size=300)
+    ShardsetDataset.create(tmp_path / "b", houses, uid="Id", shardset="raw", shard_size=300)
+    diff(tmp_path / "a", tmp_path / "b")
+    side = tmp_path / "b" / ".rowhash.npz"
+    first = side.stat().st_mtime_ns
+    reads: list[int] = []
+    real = DS.read_shard
+
+    def counting(self: DS, k: int, **kw: object) -> pa.Table:
+        reads.append(len(kw.get("columns") or []))  # type: ignore[arg-type]  # (a count only)
+        return real(self, k, **kw)  # type: ignore[arg-type]  # (passes the keywords through)
+
+    monkeypatch.setattr(DS, "read_shard", counting)
+    diff(tmp_path / "a", tmp_path / "b")
+    assert reads and all(n == 1 for n in reads)  # only the UID column is read: hashes reused
+    assert side.stat().st_mtime_ns == first
+    # rebuilt with a change: the sidecar is stale, so b is hashed again and the change is seen
+    changed = houses.set_column(
+        houses.schema.get_field_index("LotArea"), "LotArea", pc.add(houses.column("LotArea"), 1)
+    )
+    ShardsetDataset.create(
+        tmp_path / "b", changed, uid="Id", shardset="raw", shard_size=300, overwrite=True
+    )
+    r = diff(tmp_path / "a", tmp_path / "b")
+    assert r.samples["changed_by_column"] == {"LotArea": houses.num_rows}
+    # a file build X.hdf5 keeps X.rowhash.npz beside it; rebuilt in place, the sidecar is stale
+    for name, table in (("x", houses), ("y", houses)):
+        (tmp_path / name).mkdir()
+        pacsv.write_csv(table, tmp_path / name / "hp.csv")
+        preprocess(tmp_path / name / "hp.csv", CONFIG)
+    assert not diff(tmp_path / "x" / "hp.hdf5", tmp_path / "y" / "hp.hdf5").changed
+    y_side = tmp_path / "y" / "hp.rowhash.npz"
+    assert diff_module._read_meta(y_side)["format"] == "datamill.rowhash/1"  # type: ignore[index]
+    area = houses.column("LotArea").to_numpy().copy()
+    area[:20] += 1000  # (not a shift of every row: the number feature is z-scored)
+    pacsv.write_csv(
+        houses.set_column(houses.schema.get_field_index("LotArea"), "LotArea", pa.array(area)),
+        tmp_path / "y" / "hp.csv",
+    )
+    preprocess(tmp_path / "y" / "hp.csv", CONFIG)
+    assert y_side.is_file()  # (still there: the new build's fingerprint no longer matches it)
+    r = diff(tmp_path / "x" / "hp.hdf5", tmp_path / "y" / "hp.hdf5")
+    assert r.changed and r.samples["added"] == r.samples["removed"] > 0
+    # a user's file of the sidecar's name is never replaced: the temp cache is used instead
+    mine = tmp_path / "x" / "hp.rowhash.npz"
+    mine.write_text("my notes")
+    diff(tmp_path / "x" / "hp.hdf5", tmp_path / "y" / "hp.hdf5")
+    assert mine.read_text() == "my notes"
+    assert len(list((tmp_path / "cache" / "datamill-rowhash").iterdir())) == 1  # the fallback
 
 
 def test_hdf5_diff_reports_vocabulary_changes(houses: pa.Table, tmp_path: Path) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError
-from datamill.loader.collate import collate_numpy, resolve_collate, to_numpy
+from datamill.loader.collate import OFFSETS_SUFFIX, collate_numpy, resolve_collate, to_numpy
 
 
 def _tensor(data: np.ndarray) -> pa.Array:
@@ -76,3 +78,36 @@ def test_multi_chunk_columns() -> None:
 def test_unknown_collate_lists_choices() -> None:
     with pytest.raises(ConfigError, match="'arrow', 'numpy', 'torch'"):
         resolve_collate("jax")
+
+
+@given(
+    blobs=st.lists(st.one_of(st.none(), st.binary(max_size=30)), max_size=20),
+    start=st.integers(0, 5),
+    large=st.booleans(),
+)
+def test_binary_columns_are_their_bytes_and_offsets(
+    blobs: list[bytes | None], start: int, large: bool
+) -> None:
+    col = pa.array(blobs, pa.large_binary() if large else pa.binary()).slice(start)
+    out = collate_numpy(pa.table({"img": col}))
+    values, offsets = out["img"], out["img" + OFFSETS_SUFFIX]
+    assert values.dtype == np.uint8 and offsets.dtype == np.int64
+    assert len(offsets) == len(col) + 1 and offsets[0] == 0 and offsets[-1] == len(values)
+    got = [values[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(col))]
+    assert got == [b or b"" for b in blobs[start:]]  # a null is empty
+    as_bytes = collate_numpy(pa.table({"img": col}), binary="bytes")
+    assert list(as_bytes) == ["img"] and as_bytes["img"].dtype == object
+    assert as_bytes["img"].tolist() == blobs[start:]
+
+
+def test_binary_bytes_are_a_view_of_the_arrow_buffer_not_python_objects() -> None:
+    col = pa.array([b"a" * 3000, b"b" * 3000, b"c" * 10]).slice(1)
+    values = collate_numpy(pa.table({"img": col}))["img"]
+    assert not values.flags.owndata  # no copy: the bytes stay in Arrow's buffer
+    data = col.buffers()[2]
+    assert values.ctypes.data == data.address + 3000  # starts at the slice's first sample
+
+
+def test_binary_output_option_is_checked() -> None:
+    with pytest.raises(ConfigError, match="'offsets' or 'bytes'"):
+        collate_numpy(pa.table({"img": [b"x"]}), binary="objects")  # type: ignore[arg-type]

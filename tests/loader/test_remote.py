@@ -16,7 +16,7 @@ import pytest
 from datamill.cli import main
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.parquet import ParquetSource
-from datamill.loader import Loader, Workers
+from datamill.loader import Batching, Loader, Workers
 from datamill.loader.remote import RemoteParquetSource, ShardFileCache, s3_filesystem
 from tests.contracts import assert_same_items, check_source
 from tests.loader.seaweed import ACCESS_KEY, SECRET_KEY, weed_binary
@@ -73,16 +73,17 @@ def test_remote_source_keeps_the_contract_and_equals_local_files(
     here = ParquetSource(local, shard_by="file")
     assert src.shard_sizes().tolist() == here.shard_sizes().tolist() and src.columns == here.columns
     got = list(Loader(src, 64, seed=3, world_size=2, rank=1))
-    assert_same_items(
-        got, list(Loader(here, 64, seed=3, world_size=2, rank=1)), "remote vs local batches"
-    )
+    # an object-storage source warms up by default; with that setting the local files give the same
+    local_loader = Loader(here, 64, seed=3, world_size=2, rank=1, batching=Batching(warmup=True))
+    assert_same_items(got, list(local_loader), "remote vs local batches")
     cold = src.cache.stats()
     warm_src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path / "c", filesystem=fs)
     assert_same_items(
         list(Loader(warm_src, 64, seed=3, world_size=2, rank=1)), got, "warm cache batches"
     )
     warm = warm_src.cache.stats()
-    assert cold["downloads"] >= 3 and warm["downloads"] == 0 and warm["hits"] == cold["downloads"]
+    # (the warm loader reads rank 1's shards only; the cold source also read all 6 for the contract)
+    assert cold["downloads"] == FILES and warm["downloads"] == 0 and 0 < warm["hits"] <= FILES
 
 
 def test_cache_limit_evicts_least_recently_used(
@@ -143,9 +144,8 @@ def test_partial_or_corrupt_copies_are_never_used(
     with pytest.raises(DataFileError, match="downloaded 100 bytes") as info:
         fresh.read_shard(0)
     assert info.value.path == "data/ds/part-0.parquet"
-    assert not [
-        p for p in (tmp_path / "fresh").iterdir()
-    ]  # nothing half-written is left or trusted
+    # nothing half-written is left or trusted (only the footers the source read when it opened)
+    assert [p.suffix for p in (tmp_path / "fresh").iterdir()] == [".footers"]
     monkeypatch.undo()
     assert fresh.read_shard(0).num_rows == 300
 

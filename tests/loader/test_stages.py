@@ -3,8 +3,14 @@ order pure."""
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -191,8 +197,63 @@ def test_take_rows_of_null_free_binary_and_strings_equals_concat_then_take(
     # buffers
     def fill(t: pa.Table) -> pa.Table:
         blobs = [(b or b"") * 3 for b in t.column("blob").to_pylist()]
-        return t.set_column(2, "blob", pa.array(blobs, pa.binary())).set_column(
-            4, "s", pa.array([b.hex() for b in blobs], pa.string())
+        opt = [i or 0 for i in t.column("opt").to_pylist()]
+        return (
+            t.set_column(2, "blob", pa.array(blobs, pa.binary()))
+            .set_column(3, "big", pa.array(blobs, pa.large_binary()))
+            .set_column(4, "s", pa.array([b.hex() for b in blobs], pa.string()))
+            .set_column(7, "opt", pa.array(opt, pa.int32()))
         )
 
     test_take_rows_equals_concat_then_take.hypothesis.inner_test([fill(t) for t in tables], data)  # type: ignore[attr-defined]
+
+
+def test_take_rows_never_reuses_the_views_of_a_table_gone() -> None:
+    # the per-table views are kept by the table's id while it lives: a new table (which may get a
+    # freed table's id) must be gathered from its own buffers
+    for i in range(30):
+        tables = [
+            pa.table({"b": pa.array([bytes([i, k]) * (8 + r) for r in range(4)]), "x": [i] * 4})
+            for k in range(3)
+        ]
+        got = take_rows(tables, np.array([2, 0, 1]), np.array([3, 0, 2]))
+        assert got.column("b").to_pylist() == [
+            bytes([i, 2]) * 11,
+            bytes([i, 0]) * 8,
+            bytes([i, 1]) * 10,
+        ]
+        assert got.column("x").to_pylist() == [i] * 3
+        del tables
+        gc.collect()
+
+
+def test_an_epoch_over_parquet_never_imports_pandas(tmp_path: Path) -> None:
+    # pa.array and Array.to_numpy import pandas on their first call (0.4-2 s of a first batch)
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        n = 40
+        lengths = rng.integers(1, 9, n)
+        table = pa.table(
+            {
+                "uid": np.arange(k * n, (k + 1) * n),
+                "x": rng.random(n, dtype=np.float32),
+                "flag": rng.random(n) < 0.5,
+                "image": [rng.bytes(int(m) * 100) for m in lengths],
+                "ids": [list(range(int(m))) for m in lengths],
+                "name": [f"s{i}" for i in range(n)],
+            }
+        )
+        pq.write_table(table, tmp_path / f"part-{k}.parquet")
+    code = (
+        "import sys\n"
+        "from datamill.core.parquet import ParquetSource\n"
+        "from datamill.loader import Loader\n"
+        f"src = ParquetSource({str(tmp_path)!r})\n"
+        "n = sum(len(b['uid']) for b in Loader(src, 16, seed=1))\n"
+        "assert n == 120, n\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False"

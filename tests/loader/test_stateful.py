@@ -44,9 +44,11 @@ def _loader(num_workers: int) -> object:
 
 def _rows(batches: list[dict[str, object]]) -> list[tuple[int, bytes, float]]:
     out = []
-    for b in batches:
-        uid, blob, y = b["uid"], b["blob"], b["y"]
-        out += list(zip(uid.tolist(), blob, y.tolist()))  # type: ignore[attr-defined]
+    for b in batches:  # a binary column: its bytes (uint8 tensor) + "<col>_offsets"
+        uid, values, offs, y = b["uid"], b["blob"], b["blob_offsets"], b["y"]
+        o = offs.tolist()  # type: ignore[attr-defined]
+        blobs = [values[o[i] : o[i + 1]].numpy().tobytes() for i in range(len(o) - 1)]  # type: ignore[index]
+        out += list(zip(uid.tolist(), blobs, y.tolist()))  # type: ignore[attr-defined]
     return out
 
 

@@ -9,7 +9,6 @@ import itertools
 import pickle
 import sys
 import threading
-import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -244,15 +243,18 @@ def test_ordered_map_keeps_order_bounds_in_flight_and_propagates_errors() -> Non
     running = 0
     peak = 0
     lock = threading.Lock()
+    finished = [threading.Event() for _ in range(21)]
 
     def work(i: int) -> int:
         nonlocal running, peak
         with lock:
             running += 1
             peak = max(peak, running)
-        time.sleep(0.002 * (i % 3))
+        if i % 3 == 0:  # finish after the next item: completion order is not input order
+            finished[i + 1].wait(timeout=10)
         with lock:
             running -= 1
+        finished[i].set()
         return i * 10
 
     assert list(ordered_map(work, range(20), threads=3)) == [i * 10 for i in range(20)]

@@ -45,7 +45,7 @@ def _one_line_json(res: Any) -> dict[str, Any]:
 def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> None:
     with Client(server["url"], server["read"]) as client:
         it = client.iteration(
-            "ds", batch_size=100, name="fences", lease_size=4, lease_timeout=2.0, mode="dynamic"
+            "ds", batch_size=100, name="fences", lease_size=4, lease_timeout=4.0, mode="dynamic"
         )["id"]
     path = f"/api/v1/iterations/{it}"
     holder, thief = _http(server, S1), _http(server, S2)
@@ -109,8 +109,12 @@ def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> N
                 ok=(422,),
                 body={"client": "holder", "acks": [[lease, bad, 0, 1]]},
             )
-        # no heartbeat for longer than the lease timeout: expired, 410
-        time.sleep(2.5)
+        # no heartbeat for longer than the lease timeout: expired, 410 (poll until the server
+        # expired the holder's leases: reading the progress expires what is due)
+        deadline = time.monotonic() + 30
+        while client_progress(server, it)["clients"]["holder"]["leases"]:
+            assert time.monotonic() < deadline, "the holder's leases did not expire within 30 s"
+            time.sleep(0.1)
         res = holder.request(
             "POST",
             f"{path}/ack",

@@ -6,7 +6,6 @@ a sample's page must list the iterations, ranks/clients and steps that received 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,42 +13,19 @@ from typing import Any
 import pytest
 
 from datamill.serve import RemoteLoader
+from tests.serve._browser import chromium, login
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _login(browser: Any, server: dict[str, Any]) -> Any:
-    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-    page.set_default_timeout(15_000)
-    page.goto(server["url"] + "/ui/datasets")
-    page.fill("#key", server["read"])
-    page.click("form[action='/ui/login'] button[type=submit]")
-    page.wait_for_selector("nav[aria-label=Main]")
-    return page
+    return login(browser, server["url"], server["read"])
 
 
 def _uids(page: Any) -> list[int]:

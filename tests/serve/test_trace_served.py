@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from datamill.core.errors import ConfigError
 from datamill.loader import Loader
 from datamill.loader.trace import Tracer
 from datamill.serve import Client, RemoteLoader
@@ -253,3 +254,69 @@ def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(
         _uid_hits(tracer) == want
     )  # the samples done before the resume: not read by this iteration
     assert len(want) + sum(len(b) for bs in first.values() for b in bs) == N
+
+
+def test_a_run_served_as_one_iteration_per_epoch_is_traced_as_one(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    """Several iterations' records (one per epoch) joined: every UID's batches in both epochs, and
+    steps counted across them, as the client received them."""
+    seen: list[list[int]] = []  # every batch of the run, epoch 0 then epoch 1
+    ids = []
+    for epoch in (0, 1):
+        loader = RemoteLoader(
+            server["url"],
+            server["read"],
+            "ds",
+            collate="arrow",
+            batch_size=128,
+            seed=5,
+            epoch=epoch,
+            name="trace-run",
+            lease_size=4,
+        )
+        seen += [b.column("uid").to_pylist() for b in loader]
+        ids.append(loader.iteration_id)
+    assert len(set(ids)) == 2
+    per_epoch = len(seen) // 2
+    records = [_record(server, str(i)) for i in reversed(ids)]  # any order
+    from datamill.loader.trace_join import RunTracer
+
+    run = RunTracer(records, source=open_source(server["root"] / "ds"))
+    assert list(run.epochs()) == [0, 1]
+    want: dict[int, list[tuple[int, int, int, str]]] = {}
+    for g, uids in enumerate(seen):
+        for pos, u in enumerate(uids):
+            want.setdefault(u, []).append((g // per_epoch, g, pos, str(ids[g // per_epoch])))
+    got: dict[int, list[tuple[int, int, int, str]]] = {}
+    for h in run.find(list(range(run.n))):
+        got.setdefault(int(h.uid), []).append((h.epoch, h.global_step, h.position, h.iteration))
+    assert got == want and all(len(v) == 2 for v in got.values())
+    for g in (0, per_epoch - 1, per_epoch, len(seen) - 1):
+        b = run.batch(rank=0, step=g)
+        assert b.uids == seen[g] and b.iteration == str(ids[g // per_epoch])
+    assert run.batch(rank=0, step=2, epoch=1).uids == seen[per_epoch + 2]
+    # the CLI takes the iterations' URLs together
+    urls = [f"{server['url']}/api/v1/iterations/{i}/trace" for i in ids]
+    uid = seen[per_epoch + 1][3]
+    out = subprocess.run(
+        [sys.executable, "-m", "datamill.cli", "trace", *urls, "--key", server["read"]]
+        + ["--source", str(server["root"] / "ds"), "--uid", str(uid), "--json"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    hits = json.loads(out.stdout)["hits"]
+    assert [(h["epoch"], h["global_step"], h["iteration"]) for h in hits] == [
+        (e, g, i) for e, g, _, i in want[uid]
+    ]
+    # records of another run are refused
+    other = RemoteLoader(
+        server["url"], server["read"], "ds", collate="arrow", batch_size=128, seed=6, name="other"
+    )
+    for _ in other:
+        pass
+    with pytest.raises(ConfigError, match="not of the same run"):
+        RunTracer([records[0], _record(server, str(other.iteration_id))])

@@ -22,20 +22,11 @@ import pytest
 from datamill.core.io import read_table
 from datamill.serve import Client
 from datamill.shards.dataset import ShardsetDataset
+from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 DATA = Path(
     os.environ.get("DATAMILL_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")
 )
@@ -71,8 +62,7 @@ def build_cifar(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    need_chromium()
     base = tmp_path_factory.mktemp("ui")
     path = build_cifar(base / "root")
     state = base / "state"
@@ -90,23 +80,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def browser(server: dict[str, Any]) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _login(browser: Any, server: dict[str, Any], key: str, *, width: int = 1280) -> Any:
-    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
-    page.set_default_timeout(15_000)
-    page.goto(server["url"] + "/ui/datasets")
-    page.fill("#key", key)
-    page.click("form[action='/ui/login'] button[type=submit]")
-    page.wait_for_selector("nav[aria-label=Main]")
-    return page
+    return login(browser, server["url"], key, width=width)
 
 
 def test_login_then_datasets(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:

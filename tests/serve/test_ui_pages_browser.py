@@ -10,11 +10,13 @@ for the module (restarted once, by pid, on the same state); every loop is bounde
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
+import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,11 @@ import pytest
 from datamill.core.io import read_table
 from datamill.preprocessing.api import preprocess
 from datamill.serve import Client, RemoteLoader
+from datamill.serve.journal import DB_NAME
 from datamill.shards.dataset import ShardsetDataset
+from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._proc import free_port, make_key, start_server, stop
-from tests.serve.test_ui_browser import ARGS, CHROMIUM, DATA, build_cifar
+from tests.serve.test_ui_browser import DATA, build_cifar
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
@@ -69,10 +73,7 @@ def _build(root: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    import os
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    need_chromium()
     base = tmp_path_factory.mktemp("uipages")
     paths = _build(base / "root")
     state = base / "state"
@@ -99,23 +100,12 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def browser(srv: dict[str, Any]) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _login(browser: Any, srv: dict[str, Any], key: str | None = None, *, width: int = 1280) -> Any:
-    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
-    page.set_default_timeout(15_000)
-    page.goto(srv["url"] + "/ui/login")
-    page.fill("#key", key or srv["admin"])
-    page.click("form[action='/ui/login'] button[type=submit]")
-    page.wait_for_selector("nav[aria-label=Main]")
-    return page
+    return login(browser, srv["url"], key or srv["admin"], width=width, path="/ui/login")
 
 
 def _iterate(
@@ -157,6 +147,39 @@ def _take_lease(srv: dict[str, Any], it_id: str, client: str, rank: int = 0) -> 
 
 def _svg_title(page: Any, scope: str) -> str:
     return str(page.locator(f"{scope} svg.chart title").first.text_content())
+
+
+def _journal(srv: dict[str, Any], sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of a query on the server's journal (read-only: what the server has written so far)."""
+    db = srv["state"] / DB_NAME
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        try:
+            return list(conn.execute(sql, args))
+        except sqlite3.OperationalError as exc:  # the table is made by the first upkeep tick
+            if "no such table" in str(exc):
+                return []
+            raise
+
+
+def _wait_for(what: str, ready: Callable[[], bool], *, timeout: float = 30.0) -> None:
+    """Poll ``ready()`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
+        time.sleep(0.05)
+
+
+def _acks_journaled(srv: dict[str, Any], it_id: str, *, at_least: int) -> None:
+    """Wait until the client's acks reached the server (``done``) and an upkeep tick journaled them
+    all for the throughput chart (``ui_acks``)."""
+
+    def ready() -> bool:
+        with Client(srv["url"], srv["admin"]) as c:
+            done = int(c.progress(it_id)["done"])
+        rows = _journal(srv, "SELECT SUM(batches) FROM ui_acks WHERE iteration = ?", it_id)
+        return done >= at_least and rows[0][0] == done
+
+    _wait_for(f"{at_least} acks of {it_id} journaled by an upkeep tick", ready)
 
 
 # --------------------------------------------------------------------------------------- iterations
@@ -239,7 +262,7 @@ def test_cancel_asks_first_and_names_what_is_lost(browser: Any, srv: dict[str, A
     for _ in range(10):  # half of the 20 batches, over about a second
         next(stream)
         time.sleep(0.1)
-    time.sleep(1.5)
+    _acks_journaled(srv, it["id"], at_least=9)
     _take_lease(srv, it["id"], "holder")
     page = _login(browser, srv)
     page.goto(srv["url"] + f"/ui/iterations/{it['id']}")
@@ -293,7 +316,7 @@ def test_rewind_confirms_while_leases_are_held_and_shows_what_changed(
     for _ in range(20):
         next(stream)
         time.sleep(0.05)
-    time.sleep(1.5)  # acks flushed, at least one second of history
+    _acks_journaled(srv, it["id"], at_least=19)  # acks flushed, a second of chart history
     with Client(srv["url"], srv["admin"]) as c:
         if c.progress(it["id"])["pending"]:
             _take_lease(srv, it["id"], "holder")
@@ -367,9 +390,27 @@ def test_counters_survive_a_server_restart(browser: Any, srv: dict[str, Any]) ->
     with Client(srv["url"], srv["admin"]) as c:
         it = c.iteration("cifar", batch_size=10, name="restart", lease_size=1, lease_timeout=1.0)
     _take_lease(srv, it["id"], "ghost")  # never acknowledged: expires, its batch is re-issued
-    time.sleep(3)
+
+    def ghost_expired() -> bool:  # reading the progress expires the leases past their deadline
+        with Client(srv["url"], srv["admin"]) as c:
+            return int(c.progress(it["id"])["leased"]) == 0
+
+    _wait_for("the ghost's 1 s lease expired", ghost_expired)
     assert _iterate(srv, "restart", batch_size=10, lease_size=1, lease_timeout=1.0) >= 9
-    time.sleep(1.5)  # one upkeep tick: counters journaled
+
+    def journaled() -> bool:  # an upkeep tick wrote the counters and the clients' batches
+        counters = dict(
+            _journal(srv, "SELECT name, value FROM counters WHERE iteration = ?", it["id"])
+        )
+        batches = _journal(srv, "SELECT SUM(batches) FROM ui_clients WHERE iteration = ?", it["id"])
+        return (
+            counters.get("leases_expired", 0) >= 1
+            and counters.get("leases_reissued", 0) >= 1
+            and bool(batches)
+            and batches[0][0] == 10
+        )
+
+    _wait_for("counters and client batches journaled", journaled)
     page = _login(browser, srv)
     page.goto(srv["url"] + f"/ui/iterations/{it['id']}")
     before = {k: page.locator(f"#{k}").inner_text() for k in ("expired", "reissued")}

@@ -22,7 +22,9 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,6 @@ from datamill.core.errors import (
     DataFileNotFoundError,
     DatamillError,
 )
-from datamill.core.io import atomic_write
 from datamill.core.s3 import s3_filesystem
 from datamill.core.storage import filesystem_for, is_remote, split_url, storage_error
 
@@ -51,6 +52,10 @@ __all__ = [
 ]
 
 CHUNK = 8 << 20
+TMP_SUFFIX = ".partial"
+"""A copy or sidecar being written (``.<name>.<random>.partial``), renamed when complete."""
+STALE_TMP_S = 3600
+"""Partial files older than this are a crashed writer's, removed when a cache opens."""
 
 
 class ShardFileCache:
@@ -100,7 +105,15 @@ class ShardFileCache:
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
+        self._next_use: dict[str, int] = {}  # local name -> position in the plan (see expect)
         self._lru: OrderedDict[str, int] = OrderedDict()  # local name -> bytes, least recent first
+        now = time.time()
+        for tmp in self.dir.glob(f".*{TMP_SUFFIX}"):  # another process may be writing a new one
+            try:
+                if now - tmp.stat().st_mtime > STALE_TMP_S:
+                    tmp.unlink()
+            except OSError:
+                pass
         for meta in sorted(self.dir.glob("*.json"), key=lambda p: p.stat().st_mtime_ns):
             data = self.dir / meta.stem
             if data.is_file():
@@ -111,12 +124,15 @@ class ShardFileCache:
         # locks stay in this process (spawned DataLoader workers pickle the source); counters
         # restart
         return {
-            k: v for k, v in self.__dict__.items() if k not in ("_lock", "_key_locks", "_in_use")
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ("_lock", "_key_locks", "_in_use", "_next_use")
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock, self._key_locks, self._in_use = threading.Lock(), {}, {}
+        self._next_use = {}
 
     def stats(self) -> dict[str, int]:
         """Downloads, cache hits, evictions, bytes fetched, copies rejected, bytes held now."""
@@ -169,6 +185,7 @@ class ShardFileCache:
                 with self._lock:
                     self._lru[name] = len(data)
                     self._lru.move_to_end(name)
+                    self._next_use.pop(name, None)  # read: its next use is past the plan given
             return data
         finally:
             with self._lock:
@@ -197,14 +214,15 @@ class ShardFileCache:
         return data
 
     def _download(self, remote: str, name: str, info: pafs.FileInfo, check: Any) -> bytes:
-        chunks = []
+        chunks, digest = [], xxhash.xxh3_128()
         try:
             with self.fs.open_input_stream(remote) as f:
                 while chunk := f.read(CHUNK):
                     chunks.append(chunk)
+                    digest.update(chunk)  # hashed while the next chunk downloads
         except OSError as exc:
             raise DataFileError(f"download failed: {exc}", path=remote) from exc
-        data = b"".join(chunks)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if len(data) != info.size:
             raise DataFileError(
                 f"downloaded {len(data)} bytes, the object has {info.size}",
@@ -214,22 +232,33 @@ class ShardFileCache:
         if check is not None:
             check(data)
         try:
-            with atomic_write(self.dir / name, "wb") as f:
-                f.write(data)
-            with atomic_write(
-                self.dir / f"{name}.json"
-            ) as f:  # the sidecar last: the commit marker
-                json.dump(
-                    {**self._sidecar(info), "xxh3": xxhash.xxh3_128_hexdigest(data)},
-                    f,
-                    sort_keys=True,
-                )
+            self._commit(name, data, {**self._sidecar(info), "xxh3": digest.hexdigest()})
         except OSError as exc:
             raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         with self._lock:
             self.downloads += 1
             self.bytes_fetched += len(data)
         return data
+
+    def _commit(self, name: str, data: bytes, meta: dict[str, Any]) -> None:
+        """The copy, then its sidecar (the commit marker), each written beside and renamed.
+
+        Not fsynced: a copy is trusted only when its content hashes to the sidecar's ``xxh3`` when
+        it is read, so a copy torn by a crash is downloaded again, and an fsync per file (two per
+        shard) cost more than the download of a small shard on a busy disk.
+        """
+        for final, payload in (
+            (self.dir / name, data),
+            (self.dir / f"{name}.json", json.dumps(meta, sort_keys=True).encode("utf-8")),
+        ):
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{final.name}.", suffix=TMP_SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(payload)
+                os.replace(tmp, final)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
     def _remove(self, name: str) -> None:
         for p in (self.dir / f"{name}.json", self.dir / name):  # the marker first
@@ -238,13 +267,30 @@ class ShardFileCache:
             except FileNotFoundError:
                 pass
 
+    def expect(self, remotes: Sequence[str]) -> None:
+        """The order in which ``remotes`` will be read next (a plan's shards, first needed first).
+
+        Eviction then follows the plan (Belady's rule with the plan as the future): copies not in
+        it, or already read since, go first (least recently used first), then the copies needed
+        last. A bounded cache thus keeps, at the start of an epoch, the copies that epoch reads
+        before it evicts them, instead of the ones read last. Only the order of eviction changes.
+        """
+        order = {self.local_name(r): i for i, r in enumerate(remotes)}
+        with self._lock:
+            self._next_use = order
+
     def _evict(self) -> None:
         if self.limit is None:
             return
         victims = []
         with self._lock:
             total = sum(self._lru.values())
-            for name in list(self._lru):
+            later = self._next_use
+            # not needed by the plan (least recently used first), then needed last first
+            ranked = [n for n in self._lru if n not in later] + sorted(
+                (n for n in self._lru if n in later), key=lambda n: -later[n]
+            )
+            for name in ranked:
                 if total <= self.limit:
                     break
                 if name in self._in_use:

@@ -44,9 +44,11 @@ def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
     from datamill.loader.trace import BatchTrace, Tracer, load_record
 
-    record_arg: Any = args.record
-    if str(args.record).startswith(("http://", "https://")):
-        record_arg = _fetch_record(str(args.record), args.key)
+    record_args: list[Any] = [
+        _fetch_record(str(r), args.key) if str(r).startswith(("http://", "https://")) else r
+        for r in args.record
+    ]
+    record_arg = record_args[0]
     record = load_record(record_arg)
     source = None
     if args.source:
@@ -72,7 +74,13 @@ def _trace_cmd(args: argparse.Namespace) -> int:
             "--show reads the rows and needs the dataset",
             hint="add --source PATH (what the run read)",
         )
-    tracer = Tracer(record_arg, source=source)
+    from datamill.loader.trace_join import RunTracer
+
+    tracer: Tracer | RunTracer
+    if len(record_args) > 1:
+        tracer = RunTracer(record_args, source=source)
+    else:
+        tracer = Tracer(record_arg, source=source)
     filt = _filter(args.filter) if args.filter else None
     if filt is not None and source is None:
         raise ConfigError(
@@ -137,6 +145,7 @@ def _trace_cmd(args: argparse.Namespace) -> int:
                     f"{h.position:>8}"
                     + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else "")
                     + (f"  client {h.client}" if h.client is not None else "")
+                    + (f"  iteration {h.iteration}" if h.iteration is not None else "")
                 )
     if args.step is not None:
         b: BatchTrace = tracer.batch(
@@ -151,6 +160,8 @@ def _trace_cmd(args: argparse.Namespace) -> int:
             d["rows"] = row_dicts
         out["batches"].append(d)
         if not args.json:
+            if b.iteration is not None:
+                print(f"iteration {b.iteration}:")
             if b.client is not None:
                 print(f"client {b.client}:")
             print(
@@ -213,7 +224,10 @@ def register_trace(sub: Any) -> None:
         "first use and kept beside the record (RECORD.index/).",
     )
     p.add_argument(
-        "record", help="the run record JSON, or a server's URL .../api/v1/iterations/ID/trace"
+        "record",
+        nargs="+",
+        help="the run record JSON, or a server's URL .../api/v1/iterations/ID/trace; several "
+        "records of one run (e.g. one served iteration per epoch) are traced together",
     )
     p.add_argument("--key", help="API key for a URL record (default $DATAMILL_KEY)")
     p.add_argument(

@@ -3,9 +3,10 @@
 Both builds are opened as :class:`~datamill.core.source.Source` objects (a shardset dataset, a
 preprocessed HDF5, a BERT/word2vec output...). One pass over each build's shards computes a content
 hash per row and column (:mod:`datamill.lineage.rowhash`) and the statistics of its number and
-category columns; both are cached under the build's fingerprint (``$DATAMILL_CACHE_DIR`` or the
-temp folder, ``datamill-rowhash/``), never inside the build, so the second diff against the same
-build reads no data. The report:
+category columns; both are cached beside the build (``.rowhash.npz`` in a folder build,
+``X.rowhash.npz`` beside a file ``X.hdf5``; :func:`sidecar_path`), stamped with the build's
+fingerprint, so the second diff against the same build reads no data and a rebuilt build is
+hashed again. The report:
 
 * **columns** added, removed and retyped;
 * **samples** added, removed and changed (per column) by UID when the builds have a UID column,
@@ -37,7 +38,7 @@ from datamill.core.io import atomic_write
 from datamill.core.source import Source, uid_column_of
 from datamill.lineage.rowhash import HASH_VERSION, column_hash
 
-__all__ = ["BuildSummary", "DiffReport", "Thresholds", "diff", "summarize"]
+__all__ = ["BuildSummary", "DiffReport", "Thresholds", "diff", "sidecar_path", "summarize"]
 
 EXAMPLES = 5
 TOP = 10
@@ -67,10 +68,82 @@ class BuildSummary:
     uid_hash: NDArray[np.uint64] | None = None
     """:func:`column_hash` of non-integer UIDs (cached with the summary): UIDs are matched by it,
     then checked."""
+    uid_order: NDArray[np.int64] | None = None
+    """The rows by ``uid_hash`` (an argsort, cached too): two builds' UIDs match by one merge."""
+
+
+SIDECAR_FORMAT = "datamill.rowhash/1"
+SIDECAR_NAME = ".rowhash.npz"
+"""Inside a folder build (beside its manifest; hidden, as ``shards check`` expects of files the
+manifest does not list); a file build ``X.ext`` gets ``X.rowhash.npz``."""
 
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("DATAMILL_CACHE_DIR") or tempfile.gettempdir()) / "datamill-rowhash"
+
+
+def sidecar_path(location: str | os.PathLike[str], /) -> Path | None:
+    """Where the row hashes of the build at ``location`` are kept beside it (``None``: remote).
+
+    Examples:
+        >>> sidecar_path("out/train.hdf5").as_posix(), sidecar_path("s3://bucket/ds")
+        ('out/train.rowhash.npz', None)
+    """
+    text = os.fspath(location)
+    if "://" in text:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        return path / SIDECAR_NAME
+    return path.with_suffix(".rowhash.npz")
+
+
+def _cache_places(location: str | os.PathLike[str] | None, key: str) -> list[Path]:
+    side = sidecar_path(location) if location is not None else None
+    return ([side] if side is not None else []) + [_cache_dir() / f"{key}.npz"]
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    """The JSON header of a row-hash file, or ``None`` (absent, unreadable, or not ours)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _read_cache(
+    path: Path, key: str
+) -> tuple[dict[str, Any], dict[str, NDArray[np.uint64]], tuple[Any, Any]] | None:
+    """The cached summary at ``path`` if it is for ``key`` (this build as it is now), else
+    ``None``."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if not isinstance(meta, dict) or meta.get("key") != key:
+                return None  # stale: the build changed since (or another build's file)
+            hashes = {c: z[f"h{i}"] for i, c in enumerate(meta["hashed"])}
+            uid_hash = z["uid_hash"] if "uid_hash" in z.files else None
+            uid_order = z["uid_order"] if "uid_order" in z.files else None
+    except (OSError, ValueError, KeyError, EOFError):
+        return None  # a damaged cache entry: recompute
+    return meta, hashes, (uid_hash, uid_order)
+
+
+def _write_cache(path: Path, meta: dict[str, Any], arrays: dict[str, Any]) -> bool:
+    """Write atomically; never replace a file that is not a row-hash file of ours."""
+    if path.exists() and (_read_meta(path) or {}).get("format") != SIDECAR_FORMAT:
+        return False  # a user's file (or something else) has the name: leave it alone
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+    except OSError:
+        return False  # a read-only build: the temp cache instead
+    return True
 
 
 def _number_stats(values: NDArray[Any]) -> dict[str, Any]:
@@ -101,8 +174,24 @@ def _is_category(t: pa.DataType) -> bool:
     )
 
 
-def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
+def summarize(
+    source: Source,
+    /,
+    *,
+    cache: bool = True,
+    location: str | os.PathLike[str] | None = None,
+) -> BuildSummary:
     """Read ``source`` once (or its cached summary): row hashes per column and column statistics.
+
+    The summary is cached beside the build at ``location`` (:func:`sidecar_path`, written
+    atomically; a file of that name that is not a row-hash file is never replaced) or, when there
+    is no ``location`` or it cannot be written, in ``$DATAMILL_CACHE_DIR`` (else the temp folder).
+    A cached summary records the build's fingerprint and is ignored once the build changes.
+
+    Args:
+        source: the build, opened.
+        cache: read and write the cached summary. Defaults to ``True``.
+        location: the build's path, where the sidecar goes. Defaults to ``None``.
 
     Examples:
         >>> from datamill.core.source import TableSource
@@ -115,27 +204,30 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
     fp = source.fingerprint()
     uid = uid_column_of(source)
     key = fingerprint_obj([HASH_VERSION, fp, uid, list(source.columns)])
-    path = _cache_dir() / f"{key}.npz"
+    places = _cache_places(location, key)
     kind = type(source).__name__
-    if cache and path.exists():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                meta = json.loads(str(z["meta"]))
-                hashes = {c: z[f"h{i}"] for i, c in enumerate(meta["hashed"])}
-                uid_hash = z["uid_hash"] if "uid_hash" in z.files else None
-            uids = None
-            if uid is not None:
-                uids = pa.chunked_array(
-                    [
-                        source.read_shard(k, columns=[uid]).column(0)
-                        for k in range(source.num_shards)
-                    ]
-                ).combine_chunks()
-            return BuildSummary(
-                kind, fp, meta["rows"], meta["schema"], uid, uids, hashes, meta["stats"], uid_hash
-            )
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache entry: recompute
+    for path in places if cache else []:
+        found = _read_cache(path, key)
+        if found is None:
+            continue
+        meta, hashes, (uid_hash, uid_order) = found
+        uids = None
+        if uid is not None:
+            uids = pa.chunked_array(
+                [source.read_shard(k, columns=[uid]).column(0) for k in range(source.num_shards)]
+            ).combine_chunks()
+        return BuildSummary(
+            kind,
+            fp,
+            meta["rows"],
+            meta["schema"],
+            uid,
+            uids,
+            hashes,
+            meta["stats"],
+            uid_hash,
+            uid_order,
+        )
     parts: dict[str, list[NDArray[np.uint64]]] = {}
     numbers: dict[str, list[NDArray[Any]]] = {}
     counts: dict[str, pa.Table] = {}
@@ -186,15 +278,25 @@ def summarize(source: Source, /, *, cache: bool = True) -> BuildSummary:
         }
     uids = pa.chunked_array(uid_parts).combine_chunks() if uid is not None and uid_parts else None
     uid_hash = column_hash(uids) if uids is not None and not pat.is_integer(uids.type) else None
-    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash)
+    uid_order = np.argsort(uid_hash, kind="stable") if uid_hash is not None else None
+    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash, uid_order)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"rows": rows, "schema": schema, "stats": stats, "hashed": list(hashes)}
+        meta = {
+            "format": SIDECAR_FORMAT,
+            "key": key,
+            "build": fp,
+            "rows": rows,
+            "schema": schema,
+            "stats": stats,
+            "hashed": list(hashes),
+        }
         arrays: dict[str, Any] = {f"h{i}": h for i, h in enumerate(hashes.values())}
         if uid_hash is not None:
             arrays["uid_hash"] = uid_hash
-        with atomic_write(path, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+            arrays["uid_order"] = uid_order
+        for path in places:  # beside the build when it may be written there, else the temp cache
+            if _write_cache(path, meta, arrays):
+                break
     return summary
 
 
@@ -306,7 +408,7 @@ def _examples(values: pa.Array | NDArray[Any], mask: NDArray[np.bool_]) -> list[
 
 def _samples(a: BuildSummary, b: BuildSummary, common: list[str]) -> tuple[str, dict[str, Any]]:
     if a.uids is not None and b.uids is not None and a.uid_column == b.uid_column:
-        in_a, pos = _match(a.uids, b.uids, a.uid_hash, b.uid_hash)
+        in_a, pos = _match(a.uids, b.uids, a.uid_hash, b.uid_hash, a.uid_order, b.uid_order)
         in_b = np.zeros(len(a.uids), dtype=bool)
         in_b[pos[in_a]] = True  # UIDs are unique within a build
         matched = np.flatnonzero(in_a)
@@ -360,12 +462,15 @@ def _match(
     b: pa.Array,
     ha: NDArray[np.uint64] | None = None,
     hb: NDArray[np.uint64] | None = None,
+    oa: NDArray[np.int64] | None = None,
+    ob: NDArray[np.int64] | None = None,
 ) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
     """For each UID of ``b``: whether ``a`` has it, and its row in ``a`` (0 when not).
 
-    With the UIDs' cached hashes (``ha``, ``hb``) the lookup runs on ``uint64`` and every match is
-    then checked on the UIDs themselves; a UID whose match fails the check (a 64-bit collision) is
-    looked up again by value, so the answer is exact.
+    With the UIDs' cached hashes (``ha``, ``hb``) and their sorted orders (``oa``, ``ob``) the
+    lookup is one merge of two sorted ``uint64`` arrays, and every match is then checked on the
+    UIDs themselves; a UID whose match fails the check (a 64-bit collision) is looked up again by
+    value, so the answer is exact.
     """
     if (
         ha is not None
@@ -374,12 +479,19 @@ def _match(
         and len(hb) == len(b)
         and not pat.is_integer(a.type)
     ):
-        where = pc.index_in(pa.array(hb), value_set=pa.array(ha))
-        found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        pos = np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        cand = np.flatnonzero(found)
-        same = pc.equal(b.take(pa.array(cand)), a.take(pa.array(pos[cand])))
-        bad = cand[~np.asarray(same.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)]
+        oa = np.argsort(ha, kind="stable") if oa is None or len(oa) != len(a) else oa
+        ob = np.argsort(hb, kind="stable") if ob is None or len(ob) != len(b) else ob
+        sa, sb = ha[oa], hb[ob]
+        i = np.searchsorted(sa, sb).clip(max=max(len(sa) - 1, 0))  # sorted keys: a merge
+        hit = np.flatnonzero(sa[i] == sb) if len(sa) else np.zeros(0, np.int64)
+        cand, at = ob[hit], oa[i[hit]]
+        found = np.zeros(len(b), dtype=bool)
+        pos = np.zeros(len(b), dtype=np.int64)
+        found[cand], pos[cand] = True, at
+        rows_b = np.flatnonzero(found)  # checked in b's order: only a's side is gathered at random
+        left = b if len(rows_b) == len(b) else b.take(pa.array(rows_b))
+        same = pc.equal(left, a.take(pa.array(pos[rows_b]))).fill_null(False)
+        bad = rows_b[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
         if len(bad):
             again = pc.index_in(b.take(pa.array(bad)), value_set=a)
             found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
@@ -538,7 +650,8 @@ def diff(
             "builds of the same kind",
             path=os.fspath(b),
         )
-    sa, sb = summarize(sa_src, cache=cache), summarize(sb_src, cache=cache)
+    sa = summarize(sa_src, cache=cache, location=a)
+    sb = summarize(sb_src, cache=cache, location=b)
     th = thresholds or Thresholds()
     cols_a, cols_b = (
         [c for c in sa.schema if c != sa.uid_column],

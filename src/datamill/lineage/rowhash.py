@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
-__all__ = ["HASH_VERSION", "column_hash", "mix64", "row_hash"]
+__all__ = ["HASH_VERSION", "column_hash", "mix64", "row_hash", "segment_hash"]
 
 HASH_VERSION = "datamill.rowhash@1"
 """Bumped whenever the hashes change."""
@@ -65,7 +65,7 @@ def _pow_at(k: NDArray[np.int64], *, inverse: bool = False) -> U64:
     return high[k // _BLOCK] * low[k % _BLOCK]
 
 
-def _segments(values: U64, offsets: NDArray[np.int64]) -> U64:
+def segment_hash(values: U64, offsets: NDArray[np.int64]) -> U64:
     """Polynomial hash of each segment ``values[offsets[i]:offsets[i + 1]]``, mixed with its length.
 
     ``sum((v_k + 1) * M**(k - start))`` for the segment's ``k``, from one prefix sum over the whole
@@ -92,7 +92,7 @@ def _fixed_bits(arr: pa.Array) -> U64:
     if width in (1, 2, 4, 8):
         return raw.view(f"<u{width}").astype(np.uint64)
     words = raw.reshape(len(arr), width)  # decimals and other wide types: hash the row's bytes
-    return _segments(
+    return segment_hash(
         words.reshape(-1).astype(np.uint64), np.arange(len(arr) + 1, dtype=np.int64) * width
     )
 
@@ -138,7 +138,7 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
         ]
         data = arr.buffers()[2]
         values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-        h = _segments(values.astype(np.uint64), raw.astype(np.int64))
+        h = segment_hash(values.astype(np.uint64), raw.astype(np.int64))
     elif pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
         child = arr.values
         offsets = (
@@ -146,7 +146,7 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
             if pat.is_fixed_size_list(typ)
             else np.asarray(arr.offsets, dtype=np.int64)
         )
-        h = _segments(column_hash(child), offsets.astype(np.int64))
+        h = segment_hash(column_hash(child), offsets.astype(np.int64))
     elif pat.is_struct(typ):
         h = np.zeros(len(arr), dtype=np.uint64)
         for i in range(typ.num_fields):

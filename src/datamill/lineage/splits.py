@@ -15,7 +15,6 @@ on any table with a split column; :func:`duplicate_uids` on a shardset dataset.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Sequence
@@ -25,13 +24,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.types as pat
-from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError
-from datamill.core.rng import rng_for
-from datamill.lineage.rowhash import column_hash, mix64
+from datamill.lineage.exact import Columns, duplicate_groups, leaks, row_keys
+from datamill.lineage.near import minhash, near_duplicates, signatures, token_ids
 
 __all__ = [
     "SplitReport",
@@ -45,222 +41,6 @@ __all__ = [
 
 SPLIT_NAMES = {0: "train", 1: "validation", 2: "test"}
 EXAMPLES = 5
-MAX_PAIRS = 64
-"""Candidate training rows kept per validation/test row and LSH band (a bucket of many equal
-rows)."""
-U64 = NDArray[np.uint64]
-I64 = NDArray[np.int64]
-
-
-def token_ids(column: pa.Array | pa.ChunkedArray, /) -> tuple[I64, I64]:
-    """``(values, offsets)`` of each row's tokens as int64 ids: words of a string column (split on
-    whitespace, lower-cased), or the ids of an integer list column as they are.
-
-    Examples:
-        >>> v, o = token_ids(pa.array(["a b a", "", "B c"]))
-        >>> o.tolist(), v.tolist()
-        ([0, 3, 3, 5], [0, 1, 0, 1, 2])
-    """
-    col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if pat.is_string(col.type) or pat.is_large_string(col.type):
-        words = pc.utf8_split_whitespace(pc.utf8_lower(col.fill_null("")))
-        flat = words.flatten()
-        offsets = np.asarray(words.offsets, dtype=np.int64)
-        nonempty = np.asarray(pc.binary_length(flat).to_numpy(zero_copy_only=False)) > 0
-        if not nonempty.all():  # "" splits into one empty word: drop those
-            flat = flat.filter(pa.array(nonempty))
-            offsets = np.concatenate([[0], np.cumsum(nonempty)]).astype(np.int64)[
-                offsets - offsets[0]
-            ]
-        ids = (
-            np.asarray(
-                pc.dictionary_encode(flat).indices.to_numpy(zero_copy_only=False), dtype=np.int64
-            )
-            if len(flat)
-            else np.zeros(0, dtype=np.int64)
-        )  # ids of this call (first seen first): all a check needs
-        return ids, offsets - offsets[0]
-    if pat.is_list(col.type) or pat.is_large_list(col.type):
-        col = col.fill_null([])
-        offsets = np.asarray(col.offsets, dtype=np.int64)
-        values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.int64)[
-            offsets[0] : offsets[-1]
-        ]
-        return values, offsets - offsets[0]
-    if pat.is_fixed_size_list(col.type):
-        size = col.type.list_size
-        values = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
-        return values, np.arange(len(col) + 1, dtype=np.int64) * size
-    raise ConfigError(f"near-duplicate checks need a text or token-id column, got {col.type}")
-
-
-def _shingles(values: I64, offsets: I64, k: int) -> tuple[U64, I64]:
-    """``(hash, row)`` of every ``k`` consecutive tokens of each row (a shorter row: one shingle of
-    all its tokens)."""
-    n = len(offsets) - 1
-    lengths = np.diff(offsets)
-    v = values.astype(np.uint64)
-    h = np.zeros(len(v), dtype=np.uint64)
-    for j in range(k):  # h[i] = sum(token[i + j] * M**j): a polynomial of the k tokens from i
-        h[: len(v) - j] += v[j:] * np.uint64(pow(0x100000001B3, j, 1 << 64))
-    row = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    end = np.repeat(offsets[1:], lengths)
-    first = np.zeros(len(v), dtype=bool)
-    first[offsets[:-1][lengths > 0]] = True
-    keep = (np.arange(len(v), dtype=np.int64) + k <= end) | (
-        first & (np.repeat(lengths, lengths) < k)
-    )
-    short = keep & (
-        np.arange(len(v), dtype=np.int64) + k > end
-    )  # the first token of a row shorter than k
-    out = h[keep]
-    if short.any():  # those rows: the hash of their tokens only
-        rows_short = row[short]
-        whole = column_hash(
-            pa.LargeListArray.from_arrays(pa.array(offsets.astype(np.int64)), pa.array(v)).take(
-                pa.array(rows_short)
-            )
-        )
-        out[np.flatnonzero(short[keep])] = whole
-    return out, row[keep]
-
-
-@functools.cache
-def _probes(num_perm: int) -> I64:
-    """Bins probed by an empty bin, attempt after attempt: ``probes[bin, attempt]`` (the same for
-    every row)."""
-    attempts = 8 * num_perm
-    j = np.repeat(np.arange(num_perm, dtype=np.uint64), attempts) * np.uint64(0x9E3779B97F4A7C15)
-    a = np.tile(np.arange(1, attempts + 1, dtype=np.uint64), num_perm)
-    bits = num_perm.bit_length() - 1
-    return (mix64(j + a) >> np.uint64(64 - bits)).astype(np.int64).reshape(num_perm, attempts)
-
-
-def minhash(
-    values: I64, offsets: I64, /, *, num_perm: int = 64, shingle: int = 3, seed: int = 0
-) -> U64:
-    """MinHash signatures ``(rows, num_perm)`` over word shingles (one-permutation hashing).
-
-    Each shingle is hashed once (with a salt from ``seed``); the top bits pick one of ``num_perm``
-    bins and each row keeps the minimum per bin (``np.minimum.at``: one pass, not one per
-    permutation). An empty bin borrows the value of a bin chosen by a hash of (bin, attempt), the
-    same probes for every row (optimal densification, Shrivastava 2017), so
-    the share of equal bins of two rows estimates the Jaccard similarity of their shingle sets.
-    Empty rows get all-max signatures.
-
-    Raises:
-        ConfigError: ``num_perm`` is not a power of two >= 2.
-
-    Examples:
-        >>> v, o = token_ids(
-        ...     pa.array(["the cat sat on the mat", "the cat sat on the mat", "a dog"])
-        ... )
-        >>> sig = minhash(v, o, num_perm=16)
-        >>> bool((sig[0] == sig[1]).all()), bool((sig[0] == sig[2]).mean() < 0.5)
-        (True, True)
-    """
-    if num_perm < 2 or num_perm & (num_perm - 1):
-        raise ConfigError(f"num_perm must be a power of two >= 2, got {num_perm}")
-    sh, row = _shingles(values, offsets, shingle)
-    n = len(offsets) - 1
-    top = np.iinfo(np.uint64).max
-    sig = np.full((n, num_perm), top, dtype=np.uint64)
-    if not len(sh):
-        return sig
-    salt = np.uint64(int(rng_for(seed, "lineage.minhash").integers(0, 2**63)))
-    hs = mix64(sh ^ salt)
-    bits = num_perm.bit_length() - 1
-    key = row * num_perm + (hs >> np.uint64(64 - bits)).astype(np.int64)
-    np.minimum.at(sig.reshape(-1), key, hs)
-    empty = sig == top
-    r, j = np.nonzero(empty & ~empty.all(axis=1)[:, None])
-    if not len(r):
-        return sig
-    full_bits = np.zeros(n, dtype=np.uint64)  # bit b set: bin b of the row holds a shingle
-    for b in range(num_perm):
-        full_bits |= (~empty[:, b]).astype(np.uint64) << np.uint64(b)
-    probes = _probes(num_perm)
-    found = np.zeros(len(r), dtype=np.int64)
-    todo = np.arange(len(r), dtype=np.int64)
-    for attempt in range(
-        probes.shape[1]
-    ):  # optimal densification: every row probes the same bins per attempt
-        p = probes[j[todo], attempt]
-        ok = ((full_bits[r[todo]] >> p.astype(np.uint64)) & np.uint64(1)).astype(bool)
-        found[todo[ok]] = p[ok]
-        todo = todo[~ok]
-        if not len(todo):
-            break
-    for attempt in range(
-        len(todo) and num_perm
-    ):  # a row that missed every probe: the next full bin to the right
-        nxt = (j[todo] + attempt + 1) % num_perm
-        ok = ((full_bits[r[todo]] >> nxt.astype(np.uint64)) & np.uint64(1)).astype(bool)
-        found[todo[ok]] = nxt[ok]
-        todo = todo[~ok]
-    sig[r, j] = sig[r, found]
-    return sig
-
-
-def near_duplicates(
-    sig: U64, left: I64, right: I64, /, *, threshold: float = 0.8, bands: int | None = None
-) -> tuple[I64, I64, NDArray[np.float64]]:
-    """Pairs ``(row of right, row of left, estimated Jaccard)`` with similarity >= ``threshold``.
-
-    Banded LSH over the signature columns finds candidates (rows agreeing on a whole band), then the
-    share of equal signature values decides. ``bands`` defaults to a split suited to ``threshold``.
-    """
-    num_perm = sig.shape[1]
-    if bands is None:
-        bands = _bands_for(num_perm, threshold)
-    r = num_perm // bands
-    rows = np.concatenate([left, right])
-    side = np.concatenate([np.zeros(len(left), bool), np.ones(len(right), bool)])
-    empty = (sig[rows] == np.iinfo(np.uint64).max).all(axis=1)
-    found_r, found_l = [], []
-    for b in range(bands):
-        key = np.zeros(len(rows), dtype=np.uint64)
-        for j in range(b * r, (b + 1) * r):
-            key = mix64(key * np.uint64(0x100000001B3) + sig[rows, j])
-        order = np.lexsort((side, key))  # by band key, the left rows of a bucket first
-        k, sd = key[order], side[order]
-        live = ~empty[order]
-        new = np.concatenate([[True], k[1:] != k[:-1]])
-        group = np.cumsum(new) - 1
-        gstart = np.flatnonzero(new)
-        nleft = np.bincount(group, weights=~sd, minlength=len(gstart)).astype(np.int64)
-        right = np.flatnonzero(sd & live & (nleft[group] > 0))
-        if not len(right):
-            continue
-        per = np.minimum(
-            nleft[group[right]], MAX_PAIRS
-        )  # pairs per right row in this band (capped)
-        first = np.repeat(gstart[group[right]], per)
-        step = np.arange(int(per.sum()), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
-        found_r.append(rows[order[np.repeat(right, per)]])
-        found_l.append(rows[order[first + step]])
-    if not found_r:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z, np.zeros(0)
-    both = np.unique(np.stack([np.concatenate(found_r), np.concatenate(found_l)], axis=1), axis=0)
-    cand_r, cand_l = both[:, 0], both[:, 1]
-    cr, cl = np.asarray(cand_r, dtype=np.int64), np.asarray(cand_l, dtype=np.int64)
-    sim = (sig[cr] == sig[cl]).mean(axis=1)
-    keep = sim >= threshold
-    return cr[keep], cl[keep], sim[keep]
-
-
-def _bands_for(num_perm: int, threshold: float) -> int:
-    """The band count whose LSH S-curve threshold ``(1/b)**(1/r)`` is closest below
-    ``threshold``."""
-    best, err = 1, 9.0
-    for b in range(1, num_perm + 1):
-        if num_perm % b:
-            continue
-        t = (1 / b) ** (1 / (num_perm // b))
-        if t <= threshold and threshold - t < err:
-            best, err = b, threshold - t
-    return best
 
 
 @dataclass
@@ -340,48 +120,6 @@ def _inputs(path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
     ]
     texts = [n for n in inputs if meta[n].get("type") in ("text", "sequence")]
     return inputs, texts
-
-
-def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
-    """One uint64 per row, equal for rows with equal ``columns`` (within this table only).
-
-    Strings go through ``dictionary_encode`` (their ids in this table), numbers through their bits,
-    anything else through :func:`~datamill.lineage.rowhash.column_hash`; cheaper than content hashes
-    that must agree across builds, which an exact check within one table does not need.
-
-    Examples:
-        >>> k = row_keys(pa.table({"a": ["x", "y", "x"], "b": [1, 2, 1]}), ["a", "b"])
-        >>> bool(k[0] == k[2]), bool(k[0] == k[1])
-        (True, False)
-    """
-    h = np.zeros(table.num_rows, dtype=np.uint64)
-    for i, name in enumerate(columns):
-        col = table.column(name).combine_chunks()
-        typ = col.type
-        if (
-            pat.is_string(typ)
-            or pat.is_large_string(typ)
-            or pat.is_binary(typ)
-            or pat.is_large_binary(typ)
-        ):
-            enc = pc.dictionary_encode(col)
-            ids = np.asarray(
-                enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64
-            )
-            part = ids.astype(np.uint64)
-        elif (pat.is_integer(typ) or pat.is_floating(typ)) and not col.null_count:
-            part = (
-                np.asarray(col.to_numpy(zero_copy_only=False))
-                .view(f"u{typ.bit_width // 8}")
-                .astype(np.uint64)
-            )
-        else:
-            part = column_hash(col)
-        h *= np.uint64(0x100000001B3)
-        h += part
-        if i % 4 == 3:  # mix every few columns (a plain polynomial of small ids could collide)
-            h = mix64(h)
-    return mix64(h)
 
 
 def check_splits(
@@ -478,23 +216,18 @@ def check_splits(
         cols,
         settings={"threshold": threshold, "num_perm": num_perm, "shingle": shingle, "seed": seed},
     )
-    h = row_keys(table, cols)
-    order = np.argsort(h[train], kind="stable")
-    sorted_train = h[train][order]
+    prepared = Columns.of(table, cols)
+    keys = prepared.keys()
+    found_r, found_t = leaks(prepared, keys, train, np.flatnonzero(split != 0))  # one sort
     for s in (1, 2):
-        rows_s = np.flatnonzero(split == s)
-        if not len(rows_s) and s not in split:
+        if s not in split:
             continue
-        i = np.searchsorted(sorted_train, h[rows_s]).clip(max=max(0, len(train) - 1))
-        hit = (sorted_train[i] == h[rows_s]) if len(train) else np.zeros(len(rows_s), dtype=bool)
-        ex = [
-            (int(r), int(train[order[j]]))
-            for r, j in zip(rows_s[hit][:EXAMPLES], i[hit][:EXAMPLES])
-        ]
-        report.exact[SPLIT_NAMES[s]] = {"rows": int(hit.sum()), "examples": ex}
+        mine = split[found_r] == s
+        hit_r, hit_t = found_r[mine], found_t[mine]
+        ex = [(int(r), int(t)) for r, t in zip(hit_r[:EXAMPLES], hit_t[:EXAMPLES])]
+        report.exact[SPLIT_NAMES[s]] = {"rows": len(hit_r), "examples": ex}
     for c in texts:
-        values, offsets = token_ids(table.column(c))
-        sig = minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
+        sig = signatures(table.column(c), num_perm=num_perm, shingle=shingle, seed=seed)
         per = {}
         for s in (1, 2):
             rows_s = np.flatnonzero(split == s)
@@ -535,25 +268,20 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
         raise ConfigError(
             f"unknown column(s) {unknown}; the data has {table.column_names}", column=unknown[0]
         )
-    h = row_keys(table, cols)
-    order = np.argsort(h, kind="stable")
-    hs = h[order]
-    starts = (
-        np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]]))
-        if len(hs)
-        else np.zeros(0, np.int64)
-    )
-    sizes = np.diff(np.append(starts, len(hs)))
-    dup, dup_sizes = starts[sizes > 1], sizes[sizes > 1]
-    first = np.argsort(order[dup], kind="stable")  # groups in the order of their first row
+    prepared = Columns.of(table, cols)
+    groups = duplicate_groups(prepared, prepared.keys())
+    sizes = np.bincount(groups, minlength=len(groups))
+    dup = np.flatnonzero(sizes > 1)  # the first row of each group of several (row order)
     uids = table.column(uid)
+    in_dup = sizes[groups] > 1
+    members = np.flatnonzero(in_dup)
     examples = [
-        uids.take(pa.array(np.sort(order[a : a + n]))).to_pylist()
-        for a, n in zip(dup[first][:EXAMPLES].tolist(), dup_sizes[first][:EXAMPLES].tolist())
+        uids.take(pa.array(members[groups[members] == g])).to_pylist()
+        for g in dup[:EXAMPLES].tolist()
     ]
     return {
         "groups": len(dup),
-        "rows": int(sizes[sizes > 1].sum()),
+        "rows": int(in_dup.sum()),
         "examples": examples,
         "columns": cols,
     }

@@ -211,16 +211,21 @@ class BuildReader:
 
         With ``ahead_window`` (a warming-up order, :func:`~datamill.loader.order.window_bounds`)
         it loads up to twice the shards in use ahead, at most ``ahead_window``: while one window is
-        consumed the next one (at most twice as large) is read, so reading overlaps iteration.
+        consumed the next one (at most twice as large) is read, so reading overlaps iteration; the
+        build then holds at most ``2 * ahead_window`` shards (or what its batches need at once).
         """
         by_first, first = self.by_first, self.first
         with self._lock:
             while self._needed < len(by_first) and first[by_first[self._needed]] <= batch:
                 self._needed += 1
             ahead = self.prefetch
+            target = min(len(by_first), self._needed + ahead)
             if self.ahead_window:
                 ahead = max(ahead, min(self.ahead_window, 2 * (self._needed - self._next_last)))
-            target = min(len(by_first), self._needed + ahead)
+                # at most two windows held (loaded, not yet released), even while a batch
+                # straddles two windows: never a third one read ahead
+                cap = max(self._needed, self._next_last + 2 * self.ahead_window)
+                target = min(len(by_first), self._needed + ahead, cap)
             while self._next_first < target:
                 self.cache.load(int(by_first[self._next_first]))
                 self._next_first += 1

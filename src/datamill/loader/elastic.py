@@ -42,7 +42,7 @@ class OrderSettings(Protocol):
     ) -> dict[str, Any]: ...
 
 
-__all__ = ["ResumePoint", "norm_elastic", "resume_point"]
+__all__ = ["ResumePoint", "carried_state", "norm_elastic", "resume_point", "same_world"]
 
 
 @dataclass(frozen=True)
@@ -207,3 +207,56 @@ def resume_point(
     if any(consumed):
         history = (*history, (data_world, consumed))
     return ResumePoint(int(epoch), 0, history)
+
+
+def same_world(
+    state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    rank: int,
+    world_size: int,
+    replication: int,
+    batch_size: int,
+    allow_mismatch: Sequence[str] = (),
+) -> bool:
+    """Whether ``state`` is one state of this rank in the same world: same rank, world size,
+    replication and batch size (unless ``batch_size`` may differ), no elastic history.
+
+    Examples:
+        >>> cfg = {"rank": 0, "world_size": 2, "batch_size": 4}
+        >>> same_world({"config": cfg}, rank=0, world_size=2, replication=1, batch_size=4)
+        True
+        >>> same_world({"config": cfg}, rank=0, world_size=3, replication=1, batch_size=4)
+        False
+    """
+    cfg = state.get("config") if isinstance(state, Mapping) else None
+    return (
+        isinstance(state, Mapping)
+        and isinstance(cfg, Mapping)
+        and "elastic" not in state
+        and cfg.get("rank") == rank
+        and cfg.get("world_size") == world_size
+        and cfg.get("replication", 1) == replication
+        and (cfg.get("batch_size") == batch_size or "batch_size" not in allow_mismatch)
+    )
+
+
+def carried_state(
+    states: Mapping[str, Any] | Sequence[Mapping[str, Any]], point: ResumePoint
+) -> Mapping[str, Any] | None:
+    """The saved state whose per-rank fields (``counts``, ``skip``) still apply at ``point``: the
+    one state whose plan goes on unchanged (lockstep, same world size); ``None`` when the rest of
+    the epoch is re-split, and its counts start again.
+
+    Raises:
+        ResumeStateError: a re-split of a state part-way through a position batch (``skip``: rows
+            of the filter's output already emitted by refill, which name no positions).
+    """
+    saved = [states] if isinstance(states, Mapping) else list(states)
+    if len(saved) == 1 and point.elastic == norm_elastic(saved[0].get("elastic")):
+        return saved[0]
+    if any(int(st.get("skip", 0)) for st in saved):
+        raise ResumeStateError(
+            "a refill state part-way through a batch cannot be re-split elastically",
+            hint="resume with the saved world size and batch size",
+        )
+    return None

@@ -13,25 +13,20 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.checks import WORLD_SIZE, check_int, check_rank
-from datamill.core.errors import ConfigError, ResumeStateError
+from datamill.core.errors import ConfigError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
-from datamill.core.state import check_resume_compat
-from datamill.loader.accounting import BatchResult
+from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.collate import resolve_collate
-from datamill.loader.elastic import norm_elastic
+from datamill.loader.nodes import COUNTED, Positions, compose
 from datamill.loader.options import Batching, Workers
 from datamill.loader.order import Elastic
-from datamill.loader.refill import Refill
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
 from datamill.loader.trace import run_record as _run_record
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
-
-COUNTED = ("read", "filtered", "failed", "yielded")
-"""The epoch's counts a resume state carries."""
 
 
 class Loader:
@@ -101,33 +96,13 @@ class Loader:
         batching: Batching | None = None,
         workers: Workers | None = None,
     ) -> None:
-        b = batching if batching is not None else Batching()
-        w = workers if workers is not None else Workers()
-        if not isinstance(b, Batching) or not isinstance(w, Workers):
-            raise ConfigError(
-                f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
-                f"{type(w).__name__}",
-                hint="from datamill.loader import Batching, Workers",
-            )
+        b, w = _checked_options(batching, workers, epoch=epoch, rank=rank, world_size=world_size)
         replication, shuffle_buffer, refill, pin_memory = (
             b.replication,
             b.window,
             b.refill,
             w.pin_memory,
         )
-        check_int(epoch, name="epoch", low=0, high=None)
-        WORLD_SIZE(world_size)
-        check_rank(rank, world_size=world_size)
-        if (
-            check_int(replication, name="replication", low=1, high=world_size)
-            and world_size % replication
-        ):
-            raise ConfigError(
-                f"replication must be an int >= 1 dividing world_size={world_size}, got "
-                f"{replication!r}"
-            )
-        if shuffle_buffer is not None:
-            check_int(shuffle_buffer, name="Batching(window=) (shards)", low=1)
         self.batching, self.workers = b, w
         self.service = BatchService(
             source,
@@ -150,10 +125,17 @@ class Loader:
         )
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(w.progress)
         self.epoch, self.replication = int(epoch), int(replication)
-        self._batches_seen = self._skip = 0
         self._elastic: Elastic = ()
         self.refill = bool(refill)
         self._final_collate = resolve_collate(collate, pin_memory=pin_memory)
+        self._positions = Positions(self.iter_batches, self.service.accounting)
+        self._stream = compose(
+            self._positions,
+            refill=self.refill,
+            batch_size=self.service.batch_size,
+            drop_last=drop_last,
+            collate=self._final_collate,
+        )
         self._new_epoch_stats()
         self._trace_start: tuple[int, int, Elastic] = (
             self.epoch,
@@ -228,6 +210,15 @@ class Loader:
         return self.service.transform
 
     @property
+    def _batches_seen(self) -> int:
+        """Position batches of the epoch consumed (refill: where the rows not emitted start)."""
+        return int(self._stream.state_dict()["batches_seen"])
+
+    @property
+    def _acc(self) -> Accounting:
+        return self._positions.acc
+
+    @property
     def collate_fn(self) -> Callable[[pa.Table], Any]:
         """The collate function."""
         return self._final_collate if self.refill else self.service.collate_fn
@@ -281,7 +272,8 @@ class Loader:
         """Start epoch ``epoch`` from its beginning on the next iteration."""
         if epoch < 0:
             raise ConfigError(f"epoch must be >= 0, got {epoch}")
-        self.epoch, self._batches_seen, self._elastic, self._skip = int(epoch), 0, (), 0
+        self.epoch, self._elastic = int(epoch), ()
+        self._stream.rewind()
 
     def state_dict(self) -> dict[str, Any]:
         """Tiny JSON-able resume state (see :mod:`datamill.loader.state`).
@@ -290,20 +282,17 @@ class Loader:
         yielded: a resumed loader keeps counting the epoch and its ``max_errors`` budget), and with
         ``refill`` the ``skip`` of rows already emitted from batch ``batches_seen``.
         """
+        position = self._stream.state_dict()  # batches_seen, counts and each stage's own fields
         state = self.service.resume_state(
             epoch=self.epoch,
-            batches_seen=self._batches_seen,
+            batches_seen=position.pop("batches_seen"),
             rank=self.rank,
             world_size=self.world_size,
             elastic=self._elastic,
             replication=self.replication,
         )
-        current = self._stats["epoch"] == self.epoch and (self._batches_seen > 0 or self._skip > 0)
-        counts = self._counts if self._counts is not None else self._acc.as_dict()
-        state["counts"] = {k: int(counts[k]) if current else 0 for k in COUNTED}
-        if self.refill:
-            state["config"]["refill"] = True
-            state["skip"] = self._skip
+        state["config"].update(position.pop("config", {}))
+        state.update(position)
         return state
 
     def load_state_dict(
@@ -334,92 +323,24 @@ class Loader:
             >>> sorted(sum(seen, []) + rest) == list(range(12))
             True
         """
-        cfg = state.get("config") if isinstance(state, Mapping) else None
         for st in [state] if isinstance(state, Mapping) else list(state):
-            saved_refill = (
-                bool(st.get("config", {}).get("refill", False))
-                if isinstance(st, Mapping)
-                else False
-            )
-            check_resume_compat(
-                {"refill": saved_refill},
-                {"refill": self.refill},
-                fields=("refill",),
-                allow_mismatch=allow_mismatch,
-                hint="resume with the same refill setting",
-            )
-        if (
-            isinstance(state, Mapping)
-            and isinstance(cfg, Mapping)
-            and "elastic" not in state
-            and cfg.get("rank") == self.rank
-            and cfg.get("world_size") == self.world_size
-            and cfg.get("replication", 1) == self.replication
-            and (cfg.get("batch_size") == self.batch_size or "batch_size" not in allow_mismatch)
-        ):
-            self.epoch, self._batches_seen = self.service.check_state(
-                state,
-                rank=self.rank,
-                world_size=self.world_size,
-                allow_mismatch=allow_mismatch,
-                replication=self.replication,
-            )
-            self._elastic = ()
-            self._restore_counts(state)
-            self._trace_start = (self.epoch, self._batches_seen, ())
-            return
-        point = self.service.resume_point(
+            self._stream.check(st, allow_mismatch=allow_mismatch)  # each stage's own settings
+        point, carried = self.service.resume(
             state,
             rank=self.rank,
             world_size=self.world_size,
             replication=self.replication,
             allow_mismatch=allow_mismatch,
         )
-        self.epoch, self._batches_seen, self._elastic = (
-            point.epoch,
-            point.batches_seen,
-            point.elastic,
+        self.epoch, self._elastic = point.epoch, point.elastic
+        self._trace_start = (point.epoch, point.batches_seen, point.elastic)
+        # the saved rank's position fields when its plan goes on; a re-split starts counting again
+        self._stream.load_state_dict(
+            {**carried, "batches_seen": point.batches_seen}
+            if carried is not None
+            else {"batches_seen": point.batches_seen}
         )
-        self._trace_start = (self.epoch, self._batches_seen, self._elastic)
-        states = [state] if isinstance(state, Mapping) else list(state)
-        if len(states) == 1 and point.elastic == norm_elastic(states[0].get("elastic")):
-            self._restore_counts(states[0])  # the same plan continues (lockstep, same world size)
-        else:
-            if any(int(st.get("skip", 0)) for st in states):
-                raise ResumeStateError(
-                    "a refill state part-way through a batch cannot be re-split elastically",
-                    hint="resume with the saved world size and batch size",
-                )
-            self._skip = 0
-            self._new_epoch_stats()
-
-    def _restore_counts(self, state: Mapping[str, Any]) -> None:
-        skip = check_int(
-            state.get("skip", 0),
-            name="resume state field 'skip'",
-            low=0,
-            high=None,
-            error=ResumeStateError,
-        )
-        if skip and not self.refill:
-            raise ResumeStateError(
-                f"resume state field 'skip' must be 0 without refill, got {skip!r}"
-            )
-        self._skip = skip
-        counts = state.get("counts") or {}
-        if not isinstance(counts, Mapping):
-            raise ResumeStateError(
-                f"resume state field 'counts' must map names to ints >= 0, got {counts!r}"
-            )
-        for v in counts.values():
-            check_int(
-                v,
-                name="a count of resume state field 'counts'",
-                low=0,
-                high=None,
-                error=ResumeStateError,
-            )
-        self._new_epoch_stats(counts)
+        self._new_epoch_stats(keep_counts=True)
 
     @classmethod
     def from_state(
@@ -478,11 +399,9 @@ class Loader:
         return loader
 
     # ----------------------------------------------------------------- accounting
-    def _new_epoch_stats(self, counts: Mapping[str, int] | None = None) -> None:
-        self._acc = self.service.accounting()
-        for k in COUNTED:
-            setattr(self._acc, k, int((counts or {}).get(k, 0)))
-        self._counts: dict[str, int] | None = None
+    def _new_epoch_stats(self, *, keep_counts: bool = False) -> None:
+        if not keep_counts:
+            self._positions.new_counts()
         self._stats: dict[str, Any] = {
             "epoch": self.epoch,
             "elapsed_s": 0.0,
@@ -539,52 +458,63 @@ class Loader:
     def __iter__(self) -> Generator[Any, None, None]:
         # a state saved after the epoch's last batch resumes with an empty rest of that epoch,
         # exactly like the uninterrupted run (whose loop ended there), then moves on
-        start, total = self._batches_seen, len(self)
-        if (start == 0 and not self._skip) or self._stats["epoch"] != self.epoch:
+        position, total = self._stream.state_dict(), len(self)
+        if (position["batches_seen"] == 0 and not position.get("skip")) or self._stats[
+            "epoch"
+        ] != self.epoch:
             self._new_epoch_stats()
         t0 = time.perf_counter() - self._stats["elapsed_s"]
         bar = progress_bar(
             total=total,
-            initial=start,
+            initial=position["batches_seen"],
             desc=f"epoch {self.epoch}",
             unit="batch",
             disable=not self.progress or None,
         )
-        refill = Refill(self.batch_size, skip=self._skip) if self.refill else None
-        with bar, contextlib.closing(self.iter_batches(range(start, total))) as results:
-            for res in results:
-                before = self._acc.as_dict()
-                self._acc.add(res)
-                self._last = res
-                self._stats["elapsed_s"] = time.perf_counter() - t0
-                bar.update(1)
-                if refill is None:
-                    self._batches_seen, self._counts = res.batch + 1, None
-                    if res.output is not None:
-                        yield self._emit(res.output)
-                    continue
-                refill.push(res.batch, res.output if res.output is not None else res.empty, before)
-                self._refill_point(refill, res.batch + 1)
-                while refill.ready():
-                    out = refill.pop()
-                    self._refill_point(refill, res.batch + 1)
-                    yield self._emit(out)
-        if refill is not None:
-            rest = refill.flush()
-            self._batches_seen, self._skip, self._counts = total, 0, None
-            if rest is not None and not self.drop_last:
-                yield self._emit(rest)
+
+        def observe(res: BatchResult) -> None:
+            self._last = res
+            self._stats["elapsed_s"] = time.perf_counter() - t0
+            bar.update(1)
+
+        self._positions.observe = observe
+        self._stream.begin(total)
+        with bar, contextlib.closing(self._stream):
+            for out in self._stream:
+                if self._stats["first_batch_s"] is None:
+                    self._stats["first_batch_s"] = self._stats["elapsed_s"]
+                yield out
         self._stats["elapsed_s"] = time.perf_counter() - t0
-        self.epoch, self._batches_seen, self._elastic, self._skip = self.epoch + 1, 0, (), 0
+        self.epoch, self._elastic = self.epoch + 1, ()
+        self._stream.rewind()
 
-    def _refill_point(self, refill: Refill, next_batch: int) -> None:
-        self._batches_seen, self._skip = refill.resume_point(next_batch)
-        self._counts = refill.counts_at(self._acc.as_dict())
 
-    def _emit(self, output: Any) -> Any:
-        if self._stats["first_batch_s"] is None:
-            self._stats["first_batch_s"] = self._stats["elapsed_s"]
-        return self._final_collate(output) if self.refill else output
+def _checked_options(
+    batching: Batching | None, workers: Workers | None, *, epoch: int, rank: int, world_size: int
+) -> tuple[Batching, Workers]:
+    """The option groups (defaults for ``None``), checked with the position options."""
+    b = batching if batching is not None else Batching()
+    w = workers if workers is not None else Workers()
+    if not isinstance(b, Batching) or not isinstance(w, Workers):
+        raise ConfigError(
+            f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
+            f"{type(w).__name__}",
+            hint="from datamill.loader import Batching, Workers",
+        )
+    check_int(epoch, name="epoch", low=0, high=None)
+    WORLD_SIZE(world_size)
+    check_rank(rank, world_size=world_size)
+    if (
+        check_int(b.replication, name="replication", low=1, high=world_size)
+        and world_size % b.replication
+    ):
+        raise ConfigError(
+            f"replication must be an int >= 1 dividing world_size={world_size}, "
+            f"got {b.replication!r}"
+        )
+    if b.window is not None:
+        check_int(b.window, name="Batching(window=) (shards)", low=1)
+    return b, w
 
 
 def per_sample(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[pa.Table], np.ndarray]:

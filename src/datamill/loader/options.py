@@ -48,8 +48,9 @@ class Batching:
             consecutive ranks of a group get the same batches, groups split the data. Must divide
             ``world_size``. Defaults to ``1``.
         warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
-            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`).
-            Defaults to ``False``.
+            for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`),
+            and the next window is read while one is consumed. ``None``: on for a source on object
+            storage (``s3://``), off for local files. Defaults to ``None``.
 
     Examples:
         >>> Batching(window=4, bucket_by="tokens").buckets
@@ -64,7 +65,7 @@ class Batching:
     max_errors: int = 0
     refill: bool = False
     replication: int = 1
-    warmup: bool = False
+    warmup: bool | None = None
 
 
 @dataclass(frozen=True)

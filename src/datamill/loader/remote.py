@@ -2,9 +2,11 @@
 
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
-footers, read with small range requests, 16 at a time, when the source opens). Reading a shard
-downloads the whole file into a :class:`ShardFileCache`, so the Loader's shard cache, which loads
-shards in the order of the epoch's plan and ``prefetch`` ahead, is also what prefetches downloads.
+footers, read with small range requests, 16 at a time, when the source opens, and recorded in
+``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them).
+Reading a shard downloads the whole file into a :class:`ShardFileCache`, so the Loader's shard
+cache, which loads shards in the order of the epoch's plan and ``prefetch`` ahead (with warm-up,
+the default here: the next window while one is consumed), is also what prefetches downloads.
 
 The local cache (:class:`~datamill.core.objstore.ShardFileCache`, re-exported here with
 :func:`s3_filesystem`, :func:`is_remote` and :func:`split_url`) never trusts what it has not
@@ -25,15 +27,20 @@ Credentials and endpoint come from the usual variables (``AWS_ACCESS_KEY_ID``,
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import xxhash
 from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError, SchemaError
@@ -58,9 +65,30 @@ __all__ = [
     "split_url",
 ]
 
+FOOTERS_FORMAT = "datamill.parquet-footers/1"
+"""The row counts and schema of a prefix's objects, kept in ``cache_dir`` beside the copies."""
+
 FOOTER_THREADS = 16
-"""Parquet footers read at once when a source opens (the row counts; one small ranged GET pair
-each)."""
+"""Parquet footers read at once when a source opens (row counts; a HEAD and a ranged GET each)."""
+
+
+_PRELOADED = threading.Event()
+
+
+def _preload() -> None:
+    """Import what the first batch's gather imports: ``pyarrow.compute``, and pandas, which
+    ``pa.array(numpy array)`` imports on its first call (pyarrow checks for pandas categoricals)."""
+    import pyarrow.compute  # noqa: F401
+
+    pa.array(np.zeros(1, dtype=np.int64))
+
+
+def _preload_in_background() -> None:
+    """Run :func:`_preload` in a thread once per process, so its CPU time (0.5-0.8 s, most of a
+    cold first batch) overlaps the footer downloads instead of following them."""
+    if not _PRELOADED.is_set():
+        _PRELOADED.set()
+        threading.Thread(target=_preload, name="datamill-preload", daemon=True).start()
 
 
 class RemoteParquetSource:
@@ -79,6 +107,10 @@ class RemoteParquetSource:
         DataFileNotFoundError: nothing at ``url``. DataFileError: a file is not Parquet.
         SchemaError: the files disagree on the schema.
     """
+
+    remote = True
+    """Reads cost a round trip to object storage: a Loader warms up by default
+    (:class:`~datamill.loader.options.Batching` ``warmup=None``)."""
 
     def __init__(
         self,
@@ -116,10 +148,21 @@ class RemoteParquetSource:
             cache_dir if cache_dir is not None else default_cache_dir(),
             cache_limit=cache_limit,
         )
+        _preload_in_background()  # while the footers download
+        listing = [[i.path, int(i.size), i.mtime_ns] for i in infos]
+        known = self._known_footers(listing)
+        if known is None:
+            sizes, schema = self._read_footers(infos)
+            self._remember_footers(listing, sizes, schema)
+        else:
+            sizes, schema = known
+        self.schema = schema
+        self._sizes = np.asarray(sizes, dtype=np.int64)
+
+    def _read_footers(self, infos: list[pafs.FileInfo]) -> tuple[list[int], pa.Schema]:
+        """Row counts and the common schema from every file's footer (parallel GETs)."""
         sizes, schema = [], None
-        with ThreadPoolExecutor(
-            max_workers=min(FOOTER_THREADS, len(infos))
-        ) as pool:  # footers: parallel GETs
+        with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(infos))) as pool:
             footers = list(pool.map(self._footer, infos))
         for info, md in zip(infos, footers):
             s = md.schema.to_arrow_schema().remove_metadata()
@@ -132,8 +175,50 @@ class RemoteParquetSource:
                 )
             sizes.append(md.num_rows)
         assert schema is not None
-        self.schema = schema
-        self._sizes = np.asarray(sizes, dtype=np.int64)
+        return sizes, schema
+
+    def _footers_path(self) -> Path:
+        return self.cache.dir / f"{xxhash.xxh3_64_hexdigest(self.url.encode('utf-8'))}.footers"
+
+    def _known_footers(self, listing: list[list[Any]]) -> tuple[list[int], pa.Schema] | None:
+        """The row counts and schema a previous open recorded for exactly this listing, or None.
+
+        Trusted only when every object's key, size and modification time are the ones recorded
+        (what :meth:`fingerprint` hashes too); anything unreadable or different is read again.
+        """
+        if any(m is None for _, _, m in listing):
+            return None
+        try:
+            raw = json.loads(self._footers_path().read_text(encoding="utf-8"))
+            if raw.get("format") != FOOTERS_FORMAT or raw.get("listing") != listing:
+                return None
+            rows = [int(r) for r in raw["rows"]]
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["schema"])))
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return None
+        return (rows, schema) if len(rows) == len(listing) else None
+
+    def _remember_footers(
+        self, listing: list[list[Any]], rows: list[int], schema: pa.Schema
+    ) -> None:
+        """Record the footers beside the cached copies (a later open of the same objects lists)."""
+        if any(m is None for _, _, m in listing):
+            return
+        data = json.dumps(
+            {
+                "format": FOOTERS_FORMAT,
+                "listing": listing,
+                "rows": [int(r) for r in rows],
+                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+            }
+        )
+        path = self._footers_path()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        try:  # written beside and renamed; a torn file does not parse and is read again
+            tmp.write_text(data, encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:  # a read-only cache folder: the footers are read again next time
+            tmp.unlink(missing_ok=True)
 
     def _footer(self, info: pafs.FileInfo) -> pq.FileMetaData:
         try:
@@ -192,7 +277,13 @@ class RemoteParquetSource:
                 )
 
         data = self.cache.read(info.path, info=info, check=check)
-        return pq.read_table(pa.BufferReader(data), columns=cols)
+        # ParquetFile.read, not pq.read_table: the latter goes through pyarrow.dataset, whose first
+        # import (pandas included) took 0.4-0.7 s of a cold first batch, holding every reader thread
+        return pq.ParquetFile(pa.BufferReader(data)).read(columns=cols)
+
+    def expect_reads(self, shards: Sequence[int]) -> None:
+        """The shards a build reads next, in order: a bounded cache evicts in that plan's order."""
+        self.cache.expect([self.infos[int(k)].path for k in shards])
 
     def fingerprint(self) -> str:
         """Hash of the objects' keys, sizes and modification times (no content read)."""

@@ -42,7 +42,13 @@ from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.buckets import bucket_arrange, bucket_boundaries, sample_lengths
 from datamill.loader.cache import BuildReader, ShardCache
 from datamill.loader.collate import resolve_collate
-from datamill.loader.elastic import ResumePoint, norm_elastic, resume_point
+from datamill.loader.elastic import (
+    ResumePoint,
+    carried_state,
+    norm_elastic,
+    resume_point,
+    same_world,
+)
 from datamill.loader.order import (
     Elastic,
     EpochOrder,
@@ -62,10 +68,28 @@ from datamill.loader.state import (
     validate_state,
 )
 
-__all__ = ["BLOCK_ROWS", "BatchService"]
+__all__ = ["BLOCK_ROWS", "REMOTE_READS", "BatchService", "reads_remotely"]
 
 BLOCK_ROWS = 8192
 """Rows gathered per ``take`` (at most a mean shard's worth), then sliced per batch (zero-copy)."""
+
+REMOTE_READS = 4
+"""Shards read at once by a warming-up service (downloads in flight, each decoded in its thread)."""
+
+
+def reads_remotely(source: object) -> bool:
+    """Whether ``source`` reads from object storage (its ``remote`` attribute is set).
+
+    :class:`~datamill.loader.remote.RemoteParquetSource` and a
+    :class:`~datamill.shards.ShardsetDataset` on ``s3://`` do; a Loader warms up by default over
+    them.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> reads_remotely(TableSource(pa.table({"x": [1]})))
+        False
+    """
+    return bool(getattr(source, "remote", False))
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -119,8 +143,10 @@ class BatchService:
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
         warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards
-            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard, not
-            a whole window (from object storage: one download). Defaults to ``False``.
+            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard,
+            not a whole window (from object storage: one download), and the next window is read
+            while one is consumed. ``None``: on for a source on object storage
+            (:func:`reads_remotely`), off otherwise. Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -163,7 +189,7 @@ class BatchService:
         plan_epochs: int = 2,
         bucket_by: str | None = None,
         buckets: int | Sequence[int] = 8,
-        warmup: bool = False,
+        warmup: bool | None = False,
     ) -> None:
         if not isinstance(source, Source):
             missing = [
@@ -205,7 +231,7 @@ class BatchService:
             bool(drop_last),
             cols,
         )
-        self.warmup = bool(warmup)
+        self.warmup = reads_remotely(source) if warmup is None else bool(warmup)
         self.collate_fn = resolve_collate(collate)
         self.filter, self.transform = filter, transform
         self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
@@ -230,7 +256,7 @@ class BatchService:
         self._lazy: OrderedDict[int, EpochOrder] = OrderedDict()
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
-        threads = min(8, max(4 if self.warmup else 2, self.prefetch))
+        threads = min(8, max(REMOTE_READS if self.warmup else 2, self.prefetch))
         self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
@@ -554,11 +580,20 @@ class BatchService:
             "dataset_fingerprint": st["dataset_fingerprint"],
             **dict(st["config"]),
         }
+        extra = {}
+        if bool(saved.get("warmup")) != bool(current.get("warmup")):
+            extra["hint"] = (
+                "a Loader over object storage now warms up by default (Batching(warmup=None)); "
+                "a state saved before that change has no warmup: resume it with "
+                "Loader.from_state(source, state), or pass Batching(warmup="
+                f"{bool(saved.get('warmup'))})"
+            )
         check_resume_compat(
             saved,
             current,
             fields=("dataset_fingerprint", "seed", *ORDER_FIELDS),
             allow_mismatch=allow_mismatch,
+            **extra,
         )
         epoch, seen = int(st["epoch"]), int(st["batches_seen"])
         if seen and "batch_size" not in allow_mismatch:
@@ -614,6 +649,29 @@ class BatchService:
             replication=replication,
             allow_mismatch=allow_mismatch,
         )
+
+    def resume(
+        self,
+        state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        replication: int = 1,
+        allow_mismatch: Sequence[str] = (),
+    ) -> tuple[ResumePoint, Mapping[str, Any] | None]:
+        """Where rank ``rank`` resumes, and the saved state whose per-rank fields carry over.
+
+        This rank's own state in the same world is checked with :meth:`check_state`; anything else
+        goes through :meth:`resume_point`. The second value is ``None`` when the rest of the epoch
+        is re-split (:func:`datamill.loader.elastic.carried_state`).
+        """
+        where = {"rank": rank, "world_size": world_size, "replication": replication}
+        if same_world(state, batch_size=self.batch_size, allow_mismatch=allow_mismatch, **where):
+            assert isinstance(state, Mapping)
+            epoch, seen = self.check_state(state, allow_mismatch=allow_mismatch, **where)
+            return ResumePoint(epoch, seen), state
+        point = self.resume_point(state, allow_mismatch=allow_mismatch, **where)
+        return point, carried_state(state, point)
 
     # ----------------------------------------------------------------- accounting
     def accounting(self) -> Accounting:
@@ -840,6 +898,9 @@ class BatchService:
             prefetch=self.prefetch,
             ahead_window=self.window if self.warmup else 0,
         )
+        expect = getattr(self.source, "expect_reads", None)
+        if callable(expect):  # a bounded local cache of remote files then evicts in plan order
+            expect(reader.by_first.tolist())
         try:
             for res in self._results(reader, batches):
                 res.epoch, res.rank, res.shards_read = epoch, rank, reader.shards_read

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +25,7 @@ from datamill.core.errors import ConfigError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.order import num_batches, rank_sequence
 
-__all__ = ["EpochPlan", "assemble", "process_batch", "take_rows"]
+__all__ = ["EpochPlan", "assemble", "indices", "process_batch", "take_rows"]
 
 UID_COLUMN = "uid"
 
@@ -118,6 +120,17 @@ class EpochPlan:
         return slice(batch * self.batch_size, min((batch + 1) * self.batch_size, len(self.seq)))
 
 
+def indices(values: NDArray[np.int64]) -> pa.Array:
+    """An int64 Arrow array viewing ``values`` (no copy; ``pa.array`` would import pandas).
+
+    Examples:
+        >>> indices(np.array([2, 0])).to_pylist()
+        [2, 0]
+    """
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 def take_rows(
     tables: Sequence[pa.Table], table_of: NDArray[np.int64], row: NDArray[np.int64]
 ) -> pa.Table:
@@ -125,12 +138,18 @@ def take_rows(
 
     For binary, string and list columns pyarrow combines every chunk of a column before a gather
     (apache/arrow GH-39565 fixed that for fixed-width types only), so a take over a shuffle window
-    would copy the whole window per call. Here each table gives its own rows (one small take per
-    table, in ascending position order), the pieces are concatenated (only the rows taken) and
-    one take of that small table puts them in the requested order. The result equals the
-    straightforward take: same schema, values, validity and (one) chunk per column. Binary and
-    string columns without nulls skip the pieces: their 16-byte views are gathered with numpy over
-    the tables' own data buffers and cast back, so their bytes are copied once.
+    would copy the whole window per call. Here, per column:
+
+    * binary and string columns without nulls: each table's column is cast to 16-byte views once
+      (:func:`_prepared`: the views point into the table's own data buffers); a take gathers the
+      views of the rows taken with numpy and casts them back, which copies the bytes taken, once;
+    * numbers without nulls: a numpy gather from each table into one new buffer;
+    * the rest (lists, booleans, nulls, ...): each table gives its own rows (one small take per
+      table, in ascending position order), the pieces are concatenated (only the rows taken) and
+      one take of that small table puts them in the requested order.
+
+    The result equals the straightforward take: same schema, values, validity and (one) chunk per
+    column. A loop runs per table and column, never per row.
 
     Args:
         tables: the tables (same schema).
@@ -145,69 +164,139 @@ def take_rows(
     table_of = np.asarray(table_of, dtype=np.int64)
     row = np.asarray(row, dtype=np.int64)
     if len(tables) == 1:
-        return tables[0].take(pa.array(row))
+        return tables[0].take(indices(row))
     if not len(row):  # no rows at all: the empty take keeps the schema
         return pa.concat_tables(tables).slice(0, 0)
     schema = tables[0].schema
-    # binary/string columns without nulls: gathered as 16-byte views over the shards' own data
-    # buffers, then cast back (one copy of the bytes taken); the rest: per-shard pieces, reordered
-    # once
-    viewed = {
-        i
-        for i, f in enumerate(schema)
-        if f.type in _VIEW_OF and all(t.column(i).null_count == 0 for t in tables)
-    }
-    columns: list[pa.Array | pa.ChunkedArray] = [pa.array([])] * len(schema)
-    for i in viewed:
-        columns[i] = _view_take(
-            [_one_chunk(t.column(i)) for t in tables], table_of, row, schema.field(i).type
-        )
-    rest = [i for i in range(len(schema)) if i not in viewed]
-    if rest or not viewed:
+    prepared = [_prepared(t) for t in tables]
+    order = np.argsort(table_of, kind="stable")
+    cuts = np.searchsorted(table_of[order], np.arange(len(tables) + 1)).tolist()
+    mine = [order[cuts[k] : cuts[k + 1]] for k in range(len(tables))]
+    rows = [row[m] for m in mine]
+    columns: list[pa.Array | pa.ChunkedArray | None] = [None] * len(schema)
+    for i, f in enumerate(schema):
+        cols = [p[i] for p in prepared]
+        if any(c is None for c in cols):
+            continue
+        if f.type in _VIEW_OF:
+            columns[i] = _view_take(cast("list[_Views]", cols), mine, rows, table_of, f.type)
+        else:
+            got = np.empty(len(row), dtype=_NUMPY_OF[f.type])
+            for k, values in enumerate(cast("list[NDArray[Any]]", cols)):
+                if len(mine[k]):
+                    got[mine[k]] = values[rows[k]]
+            columns[i] = pa.Array.from_buffers(f.type, len(got), [None, pa.py_buffer(got)])
+    rest = [i for i, c in enumerate(columns) if c is None]
+    if rest:
         taken = _grouped_take([t.select(rest) for t in tables], table_of, row)
         for j, i in enumerate(rest):
             columns[i] = taken.column(j)
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-_VIEW_OF = {pa.binary(): pa.binary_view(), pa.string(): pa.string_view()}
+_VIEW_OF = {
+    pa.binary(): pa.binary_view(),
+    pa.string(): pa.string_view(),
+    pa.large_binary(): pa.binary_view(),
+    pa.large_string(): pa.string_view(),
+}
+_NUMPY_OF: dict[pa.DataType, np.dtype[Any]] = {
+    pa.int8(): np.dtype(np.int8),
+    pa.int16(): np.dtype(np.int16),
+    pa.int32(): np.dtype(np.int32),
+    pa.int64(): np.dtype(np.int64),
+    pa.uint8(): np.dtype(np.uint8),
+    pa.uint16(): np.dtype(np.uint16),
+    pa.uint32(): np.dtype(np.uint32),
+    pa.uint64(): np.dtype(np.uint64),
+    pa.float16(): np.dtype(np.float16),
+    pa.float32(): np.dtype(np.float32),
+    pa.float64(): np.dtype(np.float64),
+}
+_INLINE = 12  # a binary view holds up to 12 bytes inline; a longer one points into a data buffer
+
+
+@dataclass(frozen=True)
+class _Views:
+    """A binary/string column as views: ``(rows, 4)`` int32 and the data buffers they point into."""
+
+    views: NDArray[np.int32]
+    buffers: list[pa.Buffer]
+
+
+_Prepared: TypeAlias = "list[_Views | NDArray[Any] | None]"
+_PREPARED: dict[int, tuple[weakref.ref[pa.Table], _Prepared]] = {}
+_PREPARED_LOCK = threading.Lock()
+
+
+def _prepared(table: pa.Table) -> _Prepared:
+    """Per column of ``table``: its views, its numpy values or ``None`` (piecewise take); made once.
+
+    Kept while the table lives (shards stay the same objects in the shard cache while a window is
+    consumed), so a take costs a few numpy calls per table and column, not a cast of each table.
+    """
+    key = id(table)
+    with _PREPARED_LOCK:
+        entry = _PREPARED.get(key)
+    if entry is not None and entry[0]() is table:
+        return entry[1]
+    out: _Prepared = [
+        _prepare(table.schema.field(i).type, table.column(i)) for i in range(table.num_columns)
+    ]
+
+    def forget(ref: weakref.ref[pa.Table], key: int = key) -> None:
+        with _PREPARED_LOCK:
+            if key in _PREPARED and _PREPARED[key][0] is ref:
+                del _PREPARED[key]
+
+    with _PREPARED_LOCK:
+        _PREPARED[key] = (weakref.ref(table, forget), out)
+    return out
+
+
+def _prepare(typ: pa.DataType, col: pa.ChunkedArray) -> _Views | NDArray[Any] | None:
+    if col.null_count or (typ not in _VIEW_OF and typ not in _NUMPY_OF):
+        return None
+    arr = _one_chunk(col)
+    if typ in _NUMPY_OF:
+        return np.frombuffer(arr.buffers()[1], dtype=_NUMPY_OF[typ])[
+            arr.offset : arr.offset + len(arr)
+        ]
+    try:
+        viewed = arr.cast(_VIEW_OF[typ])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # e.g. past 2 GiB: piecewise
+        return None
+    bufs = viewed.buffers()
+    views = np.frombuffer(bufs[1], dtype=np.int32).reshape(-1, 4)[
+        viewed.offset : viewed.offset + len(viewed)
+    ]
+    return _Views(views, [b for b in bufs[2:] if b is not None])
+
+
+def _view_take(
+    cols: Sequence[_Views],
+    mine: Sequence[NDArray[np.int64]],
+    rows: Sequence[NDArray[np.int64]],
+    table_of: NDArray[np.int64],
+    typ: pa.DataType,
+) -> pa.Array:
+    """The views of the rows taken, pointed at the joined buffer list, cast back to ``typ``."""
+    got = np.empty((len(table_of), 4), dtype=np.int32)
+    base = np.zeros(len(cols), dtype=np.int32)
+    buffers: list[pa.Buffer] = []
+    for k, c in enumerate(cols):
+        base[k] = len(buffers)
+        buffers.extend(c.buffers)
+        if len(mine[k]):
+            got[mine[k]] = c.views[rows[k]]
+    long = got[:, 0] > _INLINE
+    got[long, 2] += base[table_of[long]]
+    out = pa.Array.from_buffers(_VIEW_OF[typ], len(got), [None, pa.py_buffer(got), *buffers])
+    return out.cast(typ)
 
 
 def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
-def _view_take(
-    arrays: Sequence[pa.Array],
-    table_of: NDArray[np.int64],
-    row: NDArray[np.int64],
-    typ: pa.DataType,
-) -> pa.Array:
-    """Rows ``(table_of, row)`` of binary/string arrays without nulls: a numpy gather of their
-    views.
-
-    A view is 4 int32: the length, then either the bytes inline (length <= 12) or a 4-byte prefix,
-    the index of the data buffer and the offset in it. The views of every array are gathered at once
-    and the buffer index of a non-inline view is shifted to where that array's data buffers are
-    appended; the cast back to ``typ`` copies only the bytes of the rows taken.
-    """
-    views: list[NDArray[np.int32]] = []
-    buffers: list[pa.Buffer | None] = []
-    base: list[int] = []
-    for arr in arrays:
-        v = arr.cast(_VIEW_OF[typ])
-        bufs = v.buffers()
-        views.append(
-            np.frombuffer(bufs[1], dtype=np.int32).reshape(-1, 4)[v.offset : v.offset + len(v)]
-        )
-        base.append(len(buffers))
-        buffers.extend(bufs[2:])
-    start = np.concatenate([[0], np.cumsum([len(v) for v in views])]).astype(np.int64)
-    got = np.concatenate(views)[start[table_of] + row]
-    long = got[:, 0] > 12
-    got[long, 2] += np.asarray(base, dtype=np.int32)[table_of[long]]
-    out = pa.Array.from_buffers(_VIEW_OF[typ], len(got), [None, pa.py_buffer(got), *buffers])
-    return out.cast(typ)
 
 
 def _grouped_take(
@@ -220,14 +309,14 @@ def _grouped_take(
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     sorted_rows = row[by_table]
     pieces = [
-        tables[k].take(pa.array(sorted_rows[bounds[k] : bounds[k + 1]]))
+        tables[k].take(indices(sorted_rows[bounds[k] : bounds[k + 1]]))
         for k in range(len(tables))
         if counts[k]
     ]
     grouped = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
     inverse = np.empty_like(by_table)
     inverse[by_table] = np.arange(len(by_table), dtype=np.int64)
-    return grouped.take(pa.array(inverse))
+    return grouped.take(indices(inverse))
 
 
 def assemble(
@@ -303,7 +392,7 @@ def process_batch(
             filtered = int((~keep).sum())
         if not keep.all():
             sel = np.flatnonzero(keep)
-            table, index = table.take(pa.array(sel)), index[sel]
+            table, index = table.take(indices(sel)), index[sel]
     if transform is not None and table.num_rows:
         try:
             table = transform(table)

@@ -338,6 +338,8 @@ class Hit:
     segment: int
     rejected: bool | None = None
     client: str | None = None
+    iteration: str | None = None
+    """Which record of several (:class:`~datamill.loader.trace_join.RunTracer`) the batch is in."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -358,6 +360,7 @@ class BatchTrace:
     uids: list[Any]
     rejected: list[bool] | None = None
     client: str | None = None
+    iteration: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -961,7 +964,8 @@ def trace(
     """Trace samples to batches and batches to samples from a run record.
 
     Args:
-        record: the run record (dict or JSON path).
+        record: the run record (dict or JSON path); several records of one run (one per served
+            iteration or restart): :class:`~datamill.loader.trace_join.RunTracer`.
         uids: UID(s) to trace (values of the dataset's ``uid`` column, else sample numbers).
             Defaults to ``None``.
         samples: sample number(s) (rows of the dataset in shard order) to trace. Defaults to

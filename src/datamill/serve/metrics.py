@@ -1,11 +1,11 @@
 """The server's telemetry: Prometheus metrics read at scrape time, lifecycle upkeep, event logs.
 
-:class:`Telemetry` is fed by :class:`~datamill.serve.server.ServeState` (a lease taken,
-acknowledged, expired; an iteration created or ended). Its counters per iteration (leases issued,
-re-issued, expired, acknowledged; bytes sent) live in memory and in the journal table ``counters``,
-written at most once a second and at shutdown, so a restart goes on from the journaled values (a
-``kill -9`` loses at most the last second of them). ``datamill_units_acknowledged_total`` is read
-from the journal's ``done`` rows themselves, so it is exact across any restart.
+:class:`Telemetry` is fed by the server's state (a lease taken, acknowledged, expired; an
+iteration created or ended). Its counters per iteration (leases issued, re-issued,
+expired, acknowledged; bytes sent) live in memory and in the journal table ``counters``, written at
+most once a second and at shutdown, so a restart goes on from the journaled values (a ``kill -9``
+loses at most the last second of them). ``datamill_units_acknowledged_total`` is read from the
+journal's ``done`` rows themselves, so it is exact across any restart.
 
 :class:`JournalCollector` builds every metric when Prometheus scrapes ``GET /metrics``; the latency
 histograms and the request counts are process-local (they start at zero after a restart, which
@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -41,13 +41,13 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from datamill.serve.iteration import Iteration, Lease
-    from datamill.serve.server import ServeState
 
 __all__ = [
     "COUNTERS",
     "MAX_ITERATION_SERIES",
     "JournalCollector",
     "RequestMetrics",
+    "ServedState",
     "Telemetry",
     "registry_for",
 ]
@@ -90,6 +90,19 @@ _LATENCY_BUCKETS = (
     60.0,
     300.0,
 )
+
+
+class ServedState(Protocol):
+    """What the telemetry reads of the server's state (the server's ``ServeState`` has it).
+
+    A protocol, so this module does not import the server (which imports it).
+    """
+
+    journal: Journal
+    telemetry: Telemetry
+    draining: bool
+    _lock: threading.RLock
+    _iterations: dict[str, Iteration]
 
 
 class Telemetry:
@@ -223,7 +236,7 @@ class Telemetry:
             event(f"iteration {status}", iteration=it.id)
 
     # ------------------------------------------------------------------ upkeep
-    def tick(self, state: ServeState) -> None:
+    def tick(self, state: ServedState) -> None:
         """Expire leases, log clients gone, record activity, forget idle ended iterations, flush
         counters."""
         now, wall = time.monotonic(), time.time()
@@ -257,7 +270,7 @@ class Telemetry:
         self.client_memo = {k: v for k, v in self.client_memo.items() if k[0] in live_ids}
         self.flush_counters()
 
-    def start(self, state: ServeState, *, every: float = FLUSH_S) -> None:
+    def start(self, state: ServedState, *, every: float = FLUSH_S) -> None:
         """Run :meth:`tick` every ``every`` seconds in a daemon thread until :meth:`stop`."""
 
         def loop() -> None:
@@ -271,7 +284,7 @@ class Telemetry:
             self._thread = threading.Thread(target=loop, name="datamill-telemetry", daemon=True)
             self._thread.start()
 
-    def stop(self, state: ServeState) -> None:
+    def stop(self, state: ServedState) -> None:
         """Stop the upkeep thread and write everything one last time."""
         self._stop.set()
         if self._thread is not None:
@@ -282,7 +295,7 @@ class Telemetry:
 class JournalCollector(Collector):
     """Every ``datamill_*`` metric, computed from the journal and the state when scraped."""
 
-    def __init__(self, state: ServeState) -> None:
+    def __init__(self, state: ServedState) -> None:
         self.state = state
 
     def _recent(self) -> list[tuple[str, str, int, int]]:
@@ -403,7 +416,7 @@ class JournalCollector(Collector):
         yield start
 
 
-def registry_for(state: ServeState) -> CollectorRegistry:
+def registry_for(state: ServedState) -> CollectorRegistry:
     """The registry ``GET /metrics`` serves: the state's histograms and request counts plus the
     collector."""
     reg = state.telemetry.registry

@@ -177,8 +177,8 @@ def sample_page(
                     raise ConfigError(f"sample {sample} is outside the dataset's [0, {tracer.n})")
                 label = tracer.uids_of(np.asarray([sample], dtype=np.int64))[0]
                 for h in tracer.find([sample]):
-                    found.append(
-                        {"iteration": it.id, "name": row["key"], "mode": it.mode, **h.as_dict()}
+                    found.append(  # the hit's own `iteration` names a record of several: None here
+                        {**h.as_dict(), "iteration": it.id, "name": row["key"], "mode": it.mode}
                     )
     except DatamillError as exc:
         return _error(request, who, exc)

@@ -1,0 +1,374 @@
+"""Exact row equality over Arrow columns, vectorised: cheap 64-bit row keys, then exact checks.
+
+:func:`row_keys` gives one ``uint64`` per row from the columns' buffers (numbers by their bits,
+strings by their ``dictionary_encode`` ids in the column; nested values by a content hash), mixed
+column by column (xor, multiply, an occasional shift). Equal rows get equal keys; unequal rows
+almost always differ, and :func:`rows_equal` decides every candidate pair exactly (string ids or
+lengths and bytes, bits of numbers, elements of lists, fields of structs, nulls), so a key
+collision never becomes a reported duplicate. :func:`leaks` and :func:`duplicate_groups` build on
+both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+from numpy.typing import NDArray
+
+from datamill.lineage.rowhash import column_hash, mix64, segment_hash
+
+__all__ = ["Columns", "duplicate_groups", "leaks", "row_keys", "rows_equal"]
+
+U64 = NDArray[np.uint64]
+I64 = NDArray[np.int64]
+BOOL = NDArray[np.bool_]
+IDX = NDArray[np.integer[Any]]
+_K1 = np.uint64(0x9E3779B97F4A7C15)
+_K2 = np.uint64(0xBF58476D1CE4E5B9)
+_NULL = np.uint64(0xA0761D6478BD642F)
+_MASK = np.array([(1 << (8 * m)) - 1 for m in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+_WORDS_MAX = 24
+"""Strings Arrow cannot dictionary-encode (a list's values): up to this many bytes keyed by their
+8-byte words, longer ones by a polynomial over their bytes."""
+
+
+@dataclass
+class _Col:
+    """One column prepared for keys and comparisons (numpy views of its Arrow buffers)."""
+
+    kind: str  # "fixed", "bytes", "list", "struct", "dict"
+    arr: pa.Array
+    valid: BOOL | None = None
+    values: NDArray[np.generic] | None = None  # fixed: the values
+    indices: I64 | None = None  # dict: the indices
+    starts: IDX | None = None  # bytes / list: each row's first byte / element
+    lengths: I64 | None = None
+    words: U64 | None = None  # bytes: a uint64 view with a stride of one byte
+    raw: NDArray[np.uint8] | None = None  # bytes: the data buffer
+    code: U64 | None = None  # strings of <= 7 bytes: bytes, length and null in one exact word
+    children: list[_Col] = field(default_factory=list)
+
+
+def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(arr, pa.ChunkedArray):  # an empty chunked array
+        arr = pa.array([], type=arr.type)
+    typ = arr.type
+    if pat.is_string(typ) or pat.is_binary(typ) or pat.is_large_string(typ):
+        return _bytes_col(arr, None)  # (nulls: in the codes, or :func:`_parts`)
+    if pat.is_large_binary(typ):
+        return _bytes_col(arr, None)
+    valid = _validity(arr) if arr.null_count else None
+    if pat.is_boolean(typ):
+        arr = pc.cast(arr, pa.uint8())
+        typ = arr.type
+    if pat.is_dictionary(typ) and len(arr.dictionary) == 0:  # every entry is null
+        return _Col("fixed", arr, np.zeros(len(arr), dtype=bool), values=np.zeros(len(arr), "u1"))
+    if pat.is_dictionary(typ):
+        idx = np.asarray(arr.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return _Col("dict", arr, valid, indices=idx, children=[_prepare(arr.dictionary)])
+    if pat.is_null(typ):
+        return _Col("fixed", arr, np.zeros(len(arr), dtype=bool), values=np.zeros(len(arr), "u1"))
+    if pat.is_struct(typ):
+        return _Col("struct", arr, valid, children=[_prepare(f) for f in arr.flatten()])
+    if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
+        if pat.is_fixed_size_list(typ):
+            size = typ.list_size
+            starts = (np.arange(len(arr), dtype=np.int64) + arr.offset) * size
+            lengths = np.full(len(arr), size, dtype=np.int64)
+        else:
+            off = np.asarray(arr.offsets, dtype=np.int64)
+            starts, lengths = off[:-1], np.diff(off)
+        return _Col(
+            "list", arr, valid, starts=starts, lengths=lengths, children=[_prepare(arr.values)]
+        )
+    width = typ.bit_width // 8 if typ.bit_width and typ.bit_width % 8 == 0 else 0
+    if not width:
+        raise TypeError(f"no exact comparison for Arrow type {typ}")
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=(arr.offset + len(arr)) * width)
+    raw = raw[arr.offset * width :]
+    if width in (1, 2, 4, 8):
+        return _Col("fixed", arr, valid, values=raw.view(f"<u{width}"))
+    starts = np.arange(len(arr), dtype=np.int64) * width  # decimals, fixed-size binary: bytes
+    lengths = np.full(len(arr), width, dtype=np.int64)
+    return _Col("bytes", arr, valid, starts=starts, lengths=lengths, words=_word_view(raw), raw=raw)
+
+
+def _validity(arr: pa.Array) -> BOOL:
+    """The validity bitmap as bools (one ``unpackbits``)."""
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    unpacked = np.unpackbits(bits, count=arr.offset + len(arr), bitorder="little")
+    return unpacked[arr.offset :].view(bool)
+
+
+def _word_view(data: NDArray[np.uint8]) -> U64:
+    """``view[i]`` = the 8 bytes from byte ``i`` as a little-endian uint64 (zero-padded)."""
+    padded = np.zeros(len(data) + 8, dtype=np.uint8)
+    padded[: len(data)] = data
+    return np.ndarray(shape=(len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+
+
+def _bytes_col(arr: pa.Array, valid: BOOL | None) -> _Col:
+    """A string/binary column; its byte views are made when first needed (:func:`_parts`)."""
+    return _Col("bytes", arr, valid)
+
+
+def _parts(col: _Col) -> _Col:
+    """Fill in a string column's starts, lengths and word view (once)."""
+    if col.words is None:
+        arr = col.arr
+        large = pat.is_large_string(arr.type) or pat.is_large_binary(arr.type)
+        odt = np.int64 if large else np.int32
+        off = np.frombuffer(arr.buffers()[1], dtype=odt, count=arr.offset + len(arr) + 1)
+        off = off[arr.offset :]
+        data = arr.buffers()[2]
+        raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        col.lengths = np.diff(off).astype(np.int64)
+        col.starts = cast(IDX, off[:-1])
+        col.words, col.raw = _word_view(raw), raw
+        col.valid = _validity(arr) if arr.null_count else None
+    return col
+
+
+def _word(col: _Col, rows: I64 | None, k: int) -> U64:
+    """Bytes ``8k .. 8k + 7`` of each row's string (zero past its end)."""
+    _parts(col)
+    assert col.words is not None and col.starts is not None and col.lengths is not None
+    starts = col.starts if rows is None else col.starts[rows]
+    lengths = col.lengths if rows is None else col.lengths[rows]
+    if k == 0:
+        w = col.words[starts]
+        w &= _MASK[np.minimum(lengths, 8)]
+    else:
+        w = col.words[np.minimum(starts + 8 * k, len(col.words) - 1)]  # (masked past the end)
+        w &= _MASK[np.clip(lengths - 8 * k, 0, 8)]
+    return w
+
+
+def _key(col: _Col) -> U64:
+    """A uint64 per row: equal values give equal keys."""
+    n = len(col.arr)
+    if col.kind == "fixed":
+        assert col.values is not None
+        h = col.values.astype(np.uint64, copy=False)  # (read only by the callers)
+    elif col.kind == "bytes":
+        code = _dictionary_code(col.arr)
+        if code is not None:  # strings: their ids in this column (Arrow's hash table), exact
+            col.code = code
+            return code
+        _parts(col)
+        assert col.lengths is not None and col.starts is not None and col.words is not None
+        top = int(col.lengths.max()) if n else 0
+        if top <= _WORDS_MAX:
+            h = col.lengths.astype(np.uint64)
+            for k in range((top + 7) // 8):
+                h *= _K1
+                h ^= _word(col, None, k)
+        else:  # long strings: a polynomial over the bytes (one prefix sum)
+            assert col.raw is not None
+            offsets = np.append(col.starts, col.starts[-1] + col.lengths[-1]).astype(np.int64)
+            h = segment_hash(col.raw.astype(np.uint64), offsets)
+    elif col.kind == "dict":
+        assert col.indices is not None
+        h = _key(col.children[0])[col.indices]
+    else:
+        h = column_hash(col.arr)
+    if col.valid is not None:
+        h = np.where(col.valid, h, _NULL)
+    return h
+
+
+def _dictionary_code(arr: pa.Array) -> U64 | None:
+    """Exact codes of a column's values: ids of ``dictionary_encode``, nulls ``2**63``."""
+    try:
+        idx = pc.dictionary_encode(arr).indices
+    except pa.ArrowNotImplementedError:
+        return None
+    ids = np.asarray(idx.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    code = ids.astype(np.uint64)
+    if idx.null_count:
+        code[ids < 0] = np.uint64(1 << 63)
+    return code
+
+
+def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
+    """One uint64 per row, equal for rows with equal ``columns`` (within this table only).
+
+    Not a content hash to compare across builds (see :mod:`datamill.lineage.rowhash`): short
+    strings are keyed by their ids in the column, numbers by their bits, and the columns mixed
+    cheaply.
+
+    Examples:
+        >>> k = row_keys(pa.table({"a": ["x", "y", "x"], "b": [1, 2, 1]}), ["a", "b"])
+        >>> bool(k[0] == k[2]), bool(k[0] == k[1])
+        (True, False)
+    """
+    return _keys([_prepare(table.column(c)) for c in columns], table.num_rows)
+
+
+def _keys(cols: list[_Col], n: int) -> U64:
+    h = np.zeros(n, dtype=np.uint64)
+    for i, col in enumerate(cols):  # (h ^ key) * odd: a bijection of h per column
+        h ^= _key(col)
+        h *= _K2
+        if i % 8 == 7:
+            h ^= h >> np.uint64(29)
+    return mix64(h)
+
+
+def _equal(col: _Col, a: I64, b: I64) -> BOOL:
+    """``col[a[i]] == col[b[i]]`` exactly (two nulls are equal)."""
+    if col.code is not None:
+        return np.asarray(col.code[a] == col.code[b], dtype=bool)
+    if col.kind == "fixed":
+        assert col.values is not None
+        eq = col.values[a] == col.values[b]
+    elif col.kind == "dict":
+        assert col.indices is not None
+        eq = _equal(col.children[0], col.indices[a], col.indices[b])
+    elif col.kind == "struct":
+        eq = np.ones(len(a), dtype=bool)
+        for child in col.children:
+            eq &= _equal(child, a, b)
+    else:
+        if col.kind == "bytes":
+            _parts(col)
+        assert col.lengths is not None and col.starts is not None
+        eq = col.lengths[a] == col.lengths[b]
+        if col.kind == "bytes":
+            for k in range((int(col.lengths.max()) + 7) // 8 if len(col.lengths) else 0):
+                todo = np.flatnonzero(eq & (col.lengths[a] > 8 * k))
+                if not len(todo):
+                    break
+                eq[todo] = _word(col, a[todo], k) == _word(col, b[todo], k)
+        else:
+            eq &= _elements_equal(col, a, b, eq)
+    if col.valid is not None:
+        va, vb = col.valid[a], col.valid[b]
+        eq = np.where(va & vb, eq, va == vb)
+    return np.asarray(eq, dtype=bool)
+
+
+def _elements_equal(col: _Col, a: I64, b: I64, same_length: BOOL) -> BOOL:
+    """For list rows of equal length: are all their elements equal?"""
+    assert col.lengths is not None and col.starts is not None
+    out = same_length.copy()
+    todo = np.flatnonzero(same_length & (col.lengths[a] > 0))
+    if not len(todo):
+        return out
+    lengths = col.lengths[a[todo]]
+    total = int(lengths.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    ea = np.repeat(col.starts[a[todo]], lengths) + within
+    eb = np.repeat(col.starts[b[todo]], lengths) + within
+    child = _equal(col.children[0], ea, eb)
+    out[todo] = np.logical_and.reduceat(child, np.cumsum(lengths) - lengths)
+    return out
+
+
+@dataclass
+class Columns:
+    """Columns of a table prepared once for :func:`rows_equal` (and their row keys)."""
+
+    cols: list[_Col]
+    num_rows: int
+
+    @classmethod
+    def of(cls, table: pa.Table, columns: Sequence[str], /) -> Columns:
+        """Prepare ``columns`` of ``table`` (views of its buffers; strings are copied once)."""
+        return cls([_prepare(table.column(c)) for c in columns], table.num_rows)
+
+    def keys(self) -> U64:
+        """:func:`row_keys` of the prepared columns."""
+        return _keys(self.cols, self.num_rows)
+
+
+def rows_equal(columns: Columns, a: I64, b: I64, /) -> BOOL:
+    """``row a[i] == row b[i]`` over every prepared column, exactly.
+
+    Examples:
+        >>> c = Columns.of(pa.table({"s": ["ab", "ab", None], "x": [[1], [1], None]}), ["s", "x"])
+        >>> rows_equal(c, np.array([0, 0, 2]), np.array([1, 2, 2])).tolist()
+        [True, False, True]
+    """
+    eq = np.ones(len(a), dtype=bool)
+    for col in columns.cols:  # (most candidates are equal: no point narrowing them down)
+        eq &= _equal(col, a, b)
+    return eq
+
+
+def leaks(columns: Columns, keys: U64, train: I64, rows: I64, /) -> tuple[I64, I64]:
+    """``(row, training row)`` for each of ``rows`` that equals a ``train`` row exactly.
+
+    Rows are matched by key (one sort of the training keys), and each match is checked with
+    :func:`rows_equal`; a row whose key matched an unequal training row (a key collision) is
+    compared with every training row of that key.
+
+    Examples:
+        >>> t = pa.table({"x": [1, 2, 1, 3], "s": ["a", "b", "a", "b"]})
+        >>> c = Columns.of(t, ["x", "s"])
+        >>> r, tr = leaks(c, c.keys(), np.array([0, 1]), np.array([2, 3]))
+        >>> r.tolist(), tr.tolist()
+        ([2], [0])
+    """
+    order = np.argsort(keys[train], kind="stable")
+    sorted_keys = keys[train][order]
+    if not len(train) or not len(rows):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    i = np.searchsorted(sorted_keys, keys[rows]).clip(max=len(train) - 1)
+    hit = np.flatnonzero(sorted_keys[i] == keys[rows])
+    cand_r, cand_t = rows[hit], train[order[i[hit]]]
+    ok = rows_equal(columns, cand_r, cand_t)
+    out_r, out_t = [cand_r[ok]], [cand_t[ok]]
+    for j in np.flatnonzero(~ok).tolist():  # key collisions: rare, so one row at a time
+        lo, hi = (
+            np.searchsorted(sorted_keys, keys[cand_r[j]], side="left"),
+            np.searchsorted(sorted_keys, keys[cand_r[j]], side="right"),
+        )
+        others = train[order[lo:hi]]
+        same = rows_equal(columns, np.full(len(others), cand_r[j]), others)
+        if same.any():
+            out_r.append(cand_r[j : j + 1])
+            out_t.append(others[np.argmax(same) : np.argmax(same) + 1])
+    r, t = np.concatenate(out_r), np.concatenate(out_t)
+    by_row = np.argsort(r, kind="stable")
+    return r[by_row], t[by_row]
+
+
+def duplicate_groups(columns: Columns, keys: U64, /) -> I64:
+    """A group id per row: rows are in one group exactly when they are equal.
+
+    Groups are numbered by their first row (group ``g`` starts at row ``g``'s first appearance),
+    so ``ids[i] == i`` for the first row of each group.
+
+    Examples:
+        >>> c = Columns.of(pa.table({"s": ["a", "b", "a", None, None]}), ["s"])
+        >>> duplicate_groups(c, c.keys()).tolist()
+        [0, 1, 0, 3, 3]
+    """
+    n = len(keys)
+    order = np.argsort(keys, kind="stable")
+    ks = order.astype(np.int64)
+    sk = keys[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = sk[1:] != sk[:-1]
+    head = ks[np.flatnonzero(new)[np.cumsum(new) - 1]] if n else ks  # first row of each key
+    ids = head.copy()
+    multi = np.flatnonzero(ks != head)
+    ok = rows_equal(columns, ks[multi], head[multi])
+    for j in multi[~ok].tolist():  # key collisions: rare; compare with earlier rows of the key
+        row = int(ks[j])
+        lo = int(np.searchsorted(sk, sk[j], side="left"))
+        earlier = ks[lo:j]
+        same = rows_equal(columns, np.full(len(earlier), row), earlier)
+        ids[j] = int(ids[lo + int(np.argmax(same))]) if same.any() else row
+    out = np.empty(n, dtype=np.int64)
+    out[ks] = ids
+    return out
