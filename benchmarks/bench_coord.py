@@ -34,8 +34,8 @@ SRC = HERE.parent / "src"
 
 CLIENT = """
 import http.client, json, os, secrets, sys, time, urllib.parse
-port, it_id, start, seconds, key = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]),
-float(sys.argv[4]), sys.argv[5]
+port, it_id, key = int(sys.argv[1]), sys.argv[2], sys.argv[5]
+start, seconds = float(sys.argv[3]), float(sys.argv[4])
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 headers = {"X-Datamill-Session": secrets.token_hex(16)}
 if key:
@@ -48,8 +48,8 @@ end = time.monotonic() + seconds
 while time.monotonic() < end:
     q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
     t = time.perf_counter()
-    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)),
-    headers=headers)
+    path = "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q))
+    conn.request("GET", path, headers=headers)
     res = conn.getresponse()
     res.read()
     lat.append(time.perf_counter() - t)
@@ -62,8 +62,8 @@ while time.monotonic() < end:
     else:
         waits += 1
         time.sleep(0.005)
-print(json.dumps({"leases": leases, "waits": waits, "lat": lat, "cpu_s": time.process_time() -
-cpu0}))
+cpu = time.process_time() - cpu0
+print(json.dumps({"leases": leases, "waits": waits, "lat": lat, "cpu_s": cpu}))
 """
 
 
