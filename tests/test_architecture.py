@@ -397,8 +397,6 @@ def test_producers_never_import_the_consumers() -> None:
 
 LONG_KNOWN = {
     "datamill.serve.remote.fetch",
-    "datamill.serve.server._resume_base",
-    "datamill.serve.server.next_lease",
     "datamill.serve.remote._run",
     "datamill.lineage.cli._trace_cmd",
     "datamill.lineage.diff.summarize",
