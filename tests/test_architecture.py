@@ -396,8 +396,6 @@ def test_producers_never_import_the_consumers() -> None:
 
 
 LONG_KNOWN = {
-    "datamill.serve.server._resume_base",
-    "datamill.serve.server.next_lease",
     "datamill.lineage.cli._trace_cmd",
     "datamill.lineage.diff.summarize",
     "datamill.lineage.splits.check_splits",

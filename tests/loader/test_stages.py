@@ -32,6 +32,8 @@ SCHEMA = pa.schema(
         ("vec", pa.list_(pa.int16(), 2)),
         ("opt", pa.int32()),
         ("flag", pa.bool_()),
+        ("toks", pa.list_(pa.int32())),  # lists without nulls: the vectorised path
+        ("emb", pa.large_list(pa.float32())),
     ]
 )
 
@@ -68,6 +70,14 @@ def shard_tables(draw: st.DrawFn) -> list[pa.Table]:
                         "vec": pa.array([[i, -i] for i in range(n)], pa.list_(pa.int16(), 2)),
                         "opt": pa.array(opt, pa.int32()),
                         "flag": pa.array([i % 3 == 0 for i in range(n)]),
+                        "toks": pa.array(
+                            [list(range(uid + i, uid + i + (i * 7 + uid) % 5)) for i in range(n)],
+                            pa.list_(pa.int32()),
+                        ),
+                        "emb": pa.array(
+                            [[float(uid + i)] * (i % 3) for i in range(n)],
+                            pa.large_list(pa.float32()),
+                        ),
                     },
                     schema=SCHEMA,
                 )

@@ -137,7 +137,8 @@ def test_cache_bound_and_no_corrupt_copy_is_used(
             held = sum(
                 p.stat().st_size for p in (tmp_path / "c").iterdir() if not p.name.endswith(".json")
             )
-            assert held <= 6_000 + biggest
+            # the bound, plus the copies read at the moment (up to 4 with the warm-up's reads)
+            assert held <= 6_000 + 4 * biggest
     stats = ds.remote.cache.stats()
     assert stats["bytes_cached"] <= 6_000 and stats["evictions"] > 0
 

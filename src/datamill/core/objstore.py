@@ -4,7 +4,8 @@ URLs, filesystems and error translation live in :mod:`datamill.core.storage` (th
 ``is_remote``, ``split_url``, ``s3_filesystem`` and ``store_error`` are re-exported here under their
 old names.
 * :class:`ShardFileCache` keeps checked local copies of remote files in ``cache_dir``, at most
-  ``cache_limit`` bytes (least recently used evicted first). A download goes to a temporary file;
+  ``cache_limit`` bytes plus the copies being read at the moment (never evicted mid-read; least
+  recently used, or last needed by the plan, evicted first). A download goes to a temporary file;
   its size must equal the object's and an optional ``check`` must pass; only then is it renamed,
   and its sidecar JSON (remote path, size, modification time, xxh3 of the content) is written last.
   A cached copy counts only when its sidecar matches the object and its content hashes to the

@@ -233,9 +233,11 @@ def check_dataset(who: Viewer | None, state: ServeState, ref: str) -> dict[str, 
     return ds
 
 
-def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
+async def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
     """The iteration of the path, or 403 when its dataset is outside the caller's key's datasets."""
-    it = state.iteration(it_id)
+    it = state.live_iteration(it_id)  # in memory: no thread hop on the lease path
+    if it is None:  # rebuilt from the journal (reads): in a worker thread
+        it = await run_in_threadpool(state.iteration, it_id)
     if (
         who is not None and who.datasets is not None
     ):  # only a limited key pays for the lookup (the lease path)

@@ -25,14 +25,15 @@ be written answers ``503`` with ``Retry-After`` (see :mod:`datamill.serve.lease_
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
-import numpy as np
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from datamill.serve.direct import format_runs
-from datamill.serve.iteration import DONE, Iteration
+from datamill.serve.iteration import Iteration
 from datamill.serve.lease_journal import RETRY_AFTER_S, UnavailableError
 from datamill.serve.routes.models import AckIn, HeartbeatIn
 from datamill.serve.server import ARROW_STREAM, ServeState
@@ -87,7 +88,7 @@ def unavailable_reply(exc: UnavailableError) -> JSONResponse:
     )
 
 
-def next_reply(
+async def next_reply(
     state: ServeState,
     it: Iteration,
     *,
@@ -100,7 +101,11 @@ def next_reply(
     owner: str = "",
     transport: str = "built",
 ) -> Response:
-    """Acknowledge the piggy-backed acks, then hand out the client's next lease."""
+    """Acknowledge the piggy-backed acks, then hand out the client's next lease (one journal write).
+
+    Direct mode runs in the event loop (nothing to build; the journal is awaited without a thread);
+    a server-built lease runs in a worker thread (its build takes the GIL for milliseconds).
+    """
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
     for raw in ack or ():
@@ -113,20 +118,16 @@ def next_reply(
             (m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4]))
         )
     _check_items(items)
-    statuses, _ = state.ack_batches(it, items, session=secret) if items else ({}, {})
+    if transport == "direct":
+        statuses, payload = await state.round_trip_async(
+            it, client, items, rank=rank, slot=slot, slots=slots, session=secret, owner=owner
+        )
+    else:
+        call = partial(state.round_trip, rank=rank, slot=slot, slots=slots, session=secret)
+        statuses, payload = await run_in_threadpool(
+            call, it, client, items, owner=owner, transport=transport
+        )
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
-    if items:
-        it = state.iteration(it.id)  # an ack may have finished (and evicted) it
-    payload = state.next_lease(
-        it,
-        client,
-        rank=rank,
-        slot=slot,
-        slots=slots,
-        session=secret,
-        owner=owner,
-        transport=transport,
-    )
     if payload is None:
         if it.finished(rank=rank):
             return Response(status_code=204, headers=acks)
@@ -136,13 +137,10 @@ def next_reply(
             headers={**acks, "Retry-After": "0.05"},
         )
     lease = payload.lease
-    with it.lock:
-        st = it.state[lease.queue]
-        if it.mode == "static":
-            not_done = np.flatnonzero(st != DONE)
-            done = int(not_done[0]) if len(not_done) else len(st)
-        else:
-            done = int((st == DONE).sum()) + it.base_done
+    if it.mode == "static":
+        done = it.done_prefix(lease.queue)
+    else:
+        done = it.done_count(lease.queue) + it.base_done
     return Response(
         payload.body,
         media_type=ARROW_STREAM,
@@ -159,7 +157,7 @@ def next_reply(
     )
 
 
-def ack_reply(
+async def ack_reply(
     state: ServeState, it: Iteration, body: AckIn, *, session: str | None
 ) -> JSONResponse:
     """Acknowledge batches (one journal transaction); the status rule is in the module docstring."""
@@ -168,7 +166,7 @@ def ack_reply(
     ]
     items += [(a, f, s, e) for a, f, s, e in body.acks]
     _check_items(items)
-    statuses, _ = state.ack_batches(it, items, session=_session(session, body.client))
+    statuses, _ = await state.ack_batches_async(it, items, session=_session(session, body.client))
     code = _code(statuses.values())
     out: dict[str, Any] = {"acks": statuses}
     if code != 200:

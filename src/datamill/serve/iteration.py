@@ -26,6 +26,7 @@ them (a heartbeat or ack with the fence) or the grace period ends.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import hmac
 import itertools
@@ -40,10 +41,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PENDING", "AckResult", "Iteration", "Lease", "digest", "runs"]
+__all__ = ["ACKING", "PENDING", "AckResult", "Iteration", "Lease", "digest", "runs"]
 
-PENDING, LEASED, DONE = 0, 1, 2
+PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
+"""A position's state; ``ACKING``: acknowledged by its lease's holder, the journal write in flight
+(neither handed out again nor done until the write commits, see :meth:`Iteration.begin_acks`)."""
 RATE_WINDOW_S = 10.0
+_SCAN = 1024  # positions a take first scans for a pending one (doubling up to 1 << 20)
+_MAX_CURSORS = (
+    4096  # pending-position cursors kept (one per (queue, slots, slot)); hints, reset when over
+)
 
 
 def digest(secret: str) -> str:
@@ -115,7 +122,9 @@ def runs(units: Iterable[int]) -> list[tuple[int, int]]:
 
 
 def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
-    """:func:`runs` of an int array, vectorised."""
+    """:func:`runs` of an int array, vectorised (a lease's few units: a plain loop is faster)."""
+    if len(units) <= 256:
+        return runs(units.tolist())
     u = np.unique(units)
     if not len(u):
         return []
@@ -181,6 +190,7 @@ class Iteration:
             [[0], np.cumsum(np.asarray(rank_batches, dtype=np.int64))]
         ).astype(np.int64)
         self.total = int(self.offsets[-1])
+        self._offsets: list[int] = self.offsets.tolist()  # unit_location: bisect, no numpy call
         base = np.zeros(self.total, dtype=bool)
         base_list = list(base_done)
         if base_list:
@@ -217,6 +227,14 @@ class Iteration:
         self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
         self._rate: deque[tuple[float, int]] = deque()
         self.lock = threading.RLock()
+        self.settled = threading.Condition(self.lock)  # notified when acks in flight end
+        # what a round trip reads without a pass over the queues (O(1) amortised, not O(positions)):
+        self._low: dict[tuple[int, int, int], int] = {}  # (queue, slots, slot) -> no pending before
+        self._done_n = [0] * len(self.queues)  # DONE positions per queue
+        self._prefix = [0] * len(self.queues)  # every position before it is DONE
+        # no live lease's deadline is before it (deadlines only grow; a new lease lowers it): a take
+        # passes over the leases only from then on (expire() always does)
+        self._earliest = float("inf")
 
     # ------------------------------------------------------------------ bookkeeping
     def mark_done(self, units: Iterable[int]) -> None:
@@ -226,6 +244,59 @@ class Iteration:
                 q = int(self.queue_of[u])
                 if q >= 0:
                     self.state[q][self.pos_of[u]] = DONE
+            self._recount()
+
+    def _recount(self) -> None:
+        """Recompute the done counts and forget the cursors (after a bulk change: O(positions))."""
+        self._done_n = [int((st == DONE).sum()) for st in self.state]
+        self._prefix = [0] * len(self.state)
+        self._low.clear()
+
+    def _pending_again(self, q: int, pos: int) -> None:
+        """Position ``pos`` of queue ``q`` is pending again: no cursor of ``q`` may skip it."""
+        for key, low in self._low.items():
+            if key[0] == q and low > pos:
+                self._low[key] = pos
+
+    def _first_pending(self, q: int, slot: int, slots: int) -> int | None:
+        """The smallest pending position of queue ``q`` in ``slot`` of ``slots``, from a cursor."""
+        st, key = self.state[q], (q, slots, slot)
+        if key not in self._low and len(self._low) >= _MAX_CURSORS:
+            self._low.clear()
+        lo, step = self._low.get(key, 0), _SCAN
+        while lo < len(st):
+            hi = min(len(st), lo + step)
+            if slots == 1:  # PENDING is the smallest state: its first position is the argmin
+                i = int(st[lo:hi].argmin())
+                if st[lo + i] == PENDING:
+                    self._low[key] = lo + i
+                    return lo + i
+            else:
+                idx = np.flatnonzero(st[lo:hi] == PENDING) + lo
+                idx = idx[(idx // self.lease_size) % slots == slot]
+                if len(idx):
+                    self._low[key] = int(idx[0])
+                    return int(idx[0])
+            lo, step = hi, min(step * 2, 1 << 20)
+        self._low[key] = len(st)
+        return None
+
+    def done_prefix(self, q: int) -> int:
+        """How many positions at the head of queue ``q`` are done (amortised O(1))."""
+        with self.lock:
+            st, p, step = self.state[q], self._prefix[q], _SCAN
+            while p < len(st):
+                not_done = np.flatnonzero(st[p : p + step] != DONE)
+                if len(not_done):
+                    p += int(not_done[0])
+                    break
+                p, step = min(len(st), p + step), min(step * 2, 1 << 20)
+            self._prefix[q] = p
+            return p
+
+    def done_count(self, q: int) -> int:
+        """Done positions of queue ``q``."""
+        return self._done_n[q]
 
     def units_of(self, lease: Lease) -> list[int]:
         """The unit ids of a lease, in order."""
@@ -233,15 +304,24 @@ class Iteration:
 
     def unit_location(self, unit: int) -> tuple[int, int]:
         """``(plan rank, batch)`` of a unit."""
-        r = int(np.searchsorted(self.offsets, unit, side="right") - 1)
-        return r, int(unit - self.offsets[r])
+        r = bisect.bisect_right(self._offsets, unit) - 1
+        return r, int(unit) - self._offsets[r]
 
     def _revoke(self, lease: Lease) -> None:
         st = self.state[lease.queue]
         seg = st[lease.start : lease.stop]
         seg[seg == LEASED] = PENDING
+        self._pending_again(lease.queue, lease.start)
         self.leases.pop(lease.id, None)
         self.dropped.append(lease.id)
+
+    def untake(self, lease: Lease) -> None:
+        """Undo :meth:`take` of a lease whose journal write failed (its positions pending again)."""
+        with self.lock:
+            if self.leases.pop(lease.id, None) is not None:
+                seg = self.state[lease.queue][lease.start : lease.stop]
+                seg[seg == LEASED] = PENDING
+                self._pending_again(lease.queue, lease.start)
 
     def expire(self, now: float | None = None) -> int:
         """Return expired leases' positions to their queue; the number of leases expired."""
@@ -250,6 +330,8 @@ class Iteration:
             dead = [lease for lease in self.leases.values() if lease.deadline < now]
             for lease in dead:
                 self._revoke(lease)
+            live = [lease.deadline for lease in self.leases.values()]
+            self._earliest = min(live, default=float("inf"))
             self.expired += len(dead)
             if dead and self.on_expired is not None:
                 self.on_expired(dead)
@@ -300,7 +382,8 @@ class Iteration:
             if self.cancelled:
                 return None
             now = time.monotonic()
-            self.expire(now)
+            if now >= self._earliest:  # else no deadline can have passed: no pass over the leases
+                self.expire(now)
             q = 0 if self.mode == "dynamic" else rank
             info = self.touch(client, rank=rank, slot=slot)
             if self.mode == "static":
@@ -314,17 +397,15 @@ class Iteration:
                     ):
                         self._revoke(lease)
             st = self.state[q]
-            pending = np.flatnonzero(st == PENDING)
-            if slots > 1 and len(pending):
-                pending = pending[(pending // self.lease_size) % slots == slot]
-            if not len(pending):
+            first = self._first_pending(q, slot, slots)
+            if first is None:
                 return None
-            start = int(pending[0])
+            start = first
             limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
-            stop = start + 1
-            while stop < limit and st[stop] == PENDING:
-                stop += 1
+            taken = np.flatnonzero(st[start:limit] != PENDING)
+            stop = start + (int(taken[0]) if len(taken) else limit - start)
             st[start:stop] = LEASED
+            self._low[(q, slots, slot)] = stop
             if self._ever[q][start:stop].any():
                 self.reissued += 1
             self._ever[q][start:stop] = True
@@ -344,6 +425,7 @@ class Iteration:
                 owner=owner,
             )
             self.leases[lease.id] = lease
+            self._earliest = min(self._earliest, lease.deadline)
             info.last_seen = now
             return lease
 
@@ -361,6 +443,7 @@ class Iteration:
             lease.deadline = time.monotonic() + (self.lease_timeout if grace is None else grace)
             lease.reclaimed = False
             self.leases[lease.id] = lease
+            self._earliest = min(self._earliest, lease.deadline)
 
     def _check(self, lease_id: str, fence: str, session: str) -> tuple[str, Lease | None]:
         lease = self.leases.get(lease_id)
@@ -381,7 +464,9 @@ class Iteration:
         of session ``session`` (a hash) without changing anything: ``(status per lease, ranges to
         mark)``.
 
-        Call under :attr:`lock`, journal the units of the ranges, then :meth:`apply_acks`.
+        Call under :attr:`lock`; unless :meth:`in_flight` (then wait on :attr:`settled` and plan
+        again), :meth:`begin_acks`, journal the units of the ranges, then :meth:`apply_acks` (or
+        :meth:`undo_acks` when the journal write failed).
         """
         statuses: dict[str, str] = {}
         marks: list[tuple[Lease, int, int]] = []
@@ -423,13 +508,43 @@ class Iteration:
                 out.append(lease.id)
         return out
 
+    def in_flight(self, marks: Sequence[tuple[Lease, int, int]]) -> bool:
+        """Whether another request's acknowledgement of some of these ranges awaits its journal
+        write."""
+        return any((self.state[x.queue][lo:hi] == ACKING).any() for x, lo, hi in marks)
+
+    def begin_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+        """Reserve the planned ranges while their journal write is in flight (``ACKING``: no expiry,
+        revocation or take hands them out again); the holder's ack keeps its leases alive."""
+        now = time.monotonic()
+        for lease, lo, hi in marks:
+            seg = self.state[lease.queue][lo:hi]
+            seg[seg == LEASED] = ACKING
+            lease.deadline = max(lease.deadline, now + self.lease_timeout)
+
+    def undo_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+        """The journal write of :meth:`begin_acks`'s ranges failed: leased again (pending when their
+        lease was revoked meanwhile)."""
+        with self.lock:
+            for lease, lo, hi in marks:
+                seg = self.state[lease.queue][lo:hi]
+                live = self.leases.get(lease.id) is lease
+                seg[seg == ACKING] = LEASED if live else PENDING
+                if not live:
+                    self._pending_again(lease.queue, lo)
+            self.settled.notify_all()
+
     def apply_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
-        """Mark journaled ranges done; a lease with every position done is finished."""
+        """Mark journaled ranges (reserved by :meth:`begin_acks`) done; a lease with every position
+        done is finished. A range a rewind changed meanwhile keeps the rewind's state."""
         now = time.monotonic()
         for lease, lo, hi in marks:
             st = self.state[lease.queue]
-            n = int((st[lo:hi] != DONE).sum())
-            st[lo:hi] = DONE
+            seg = st[lo:hi]
+            hit = seg == ACKING
+            n = int(hit.sum())
+            seg[hit] = DONE
+            self._done_n[lease.queue] += n
             lease.deadline = max(lease.deadline, now + self.lease_timeout)
             lease.reclaimed = True
             self._rate.append((now, n))
@@ -439,6 +554,7 @@ class Iteration:
             if (st[lease.start : lease.stop] == DONE).all():
                 self.leases.pop(lease.id, None)
                 self.acked.add(lease.id)
+        self.settled.notify_all()
 
     def ack(
         self,
@@ -468,6 +584,7 @@ class Iteration:
                 [(lease_id, fence, start, stop)], session=digest(secret)
             )
             units = self.units_of_marks(marks).get(lease_id, [])
+            self.begin_acks(marks)
             self.apply_acks(marks)
             return AckResult(statuses[lease_id], units)
 
@@ -499,7 +616,8 @@ class Iteration:
             for lid, fence in leases:
                 status, lease = self._check(lid, fence, sess)
                 if lease is not None:
-                    lease.deadline, lease.reclaimed = now + self.lease_timeout, True
+                    lease.deadline = max(lease.deadline, now + self.lease_timeout)
+                    lease.reclaimed = True
                 elif status == "refused":
                     out["refused"].append(lid)
                 elif status == "expired":
@@ -526,6 +644,7 @@ class Iteration:
                 for st in self.state:
                     st[:] = PENDING
                 self.mark_done(done)
+                self.settled.notify_all()
                 return
             assert rank is not None and consumed is not None
             for lease in [x for x in self.leases.values() if x.queue == rank]:
@@ -533,6 +652,8 @@ class Iteration:
             st = self.state[rank]
             st[:] = PENDING
             st[:consumed] = DONE
+            self._recount()
+            self.settled.notify_all()  # an ack in flight over these keeps the rewind's state
 
     # ------------------------------------------------------------------ views
     def done_units(self) -> list[int]:
@@ -548,12 +669,12 @@ class Iteration:
         """Whether the client's queue (static) or the whole iteration (dynamic) is done."""
         with self.lock:
             q = 0 if self.mode == "dynamic" else rank
-            return bool((self.state[q] == DONE).all())
+            return self._done_n[q] == len(self.state[q])
 
     def finished_all(self) -> bool:
         """Whether every queue is done (the iteration can be evicted from memory)."""
         with self.lock:
-            return all(bool((st == DONE).all()) for st in self.state)
+            return all(n == len(st) for n, st in zip(self._done_n, self.state))
 
     def progress(self) -> dict[str, Any]:
         """Counts in batches, rates over the last 10 s, per client stall time."""
@@ -562,9 +683,10 @@ class Iteration:
             self.expire(now)
             while self._rate and self._rate[0][0] < now - RATE_WINDOW_S:
                 self._rate.popleft()
-            counts = np.zeros(3, dtype=np.int64)
+            counts = np.zeros(4, dtype=np.int64)
             for st in self.state:
-                counts += np.bincount(st, minlength=3)[:3]
+                counts += np.bincount(st, minlength=4)[:4]
+            counts[LEASED] += counts[ACKING]  # acknowledged, not journaled yet: still leased
             span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in self._rate), default=now)))
             clients = {}
             for cid, info in self.clients.items():

@@ -9,13 +9,14 @@ and acknowledged unit runs.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,18 +25,28 @@ import pyarrow as pa
 
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.state import check_resume_compat
 from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
 from datamill.serve.direct import ClientLocations, as_batches, service_for, unit_runs
 from datamill.serve.iteration import AckResult, Iteration, Lease, digest, runs
 from datamill.serve.journal import Journal
 from datamill.serve.lease_journal import (
+    GroupCommit,
     UnavailableError,
+    done_write,
     ensure_tables,
     journaled_leases,
-    write_leases,
 )
 from datamill.serve.metrics import Telemetry
+from datamill.serve.round_trip import (
+    AckItem,
+    Planned,
+    plan_async,
+    plan_wait,
+    settle,
+    settle_async,
+)
 
 __all__ = [
     "ARROW_STREAM",
@@ -51,6 +62,8 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MODES = ("dynamic", "static")
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
+_ORDER = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
+"""An iteration's config fields its order depends on (a resumed iteration keeps them)."""
 
 
 class NotFoundError(DatamillError, LookupError):
@@ -132,6 +145,9 @@ class ServeState:
     ) -> None:
         self.journal = Journal(state_dir)
         ensure_tables(self.journal)
+        self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
+        self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
+        self._located: dict[str, str] = {}  # dataset id -> client location (direct mode)
         self.keys = KeyStore(self.journal)
         self.auth, self.lease_timeout = auth, float(lease_timeout)
         self.cache_shards = None if cache_shards is None else int(cache_shards)
@@ -156,6 +172,7 @@ class ServeState:
     def close(self) -> None:
         """Write the telemetry one last time, close the services and the journal."""
         self.telemetry.stop(self)
+        self.writes.close()
         if self.pool is not None:
             self.pool.close()
         for svc in self._services.values():
@@ -198,7 +215,7 @@ class ServeState:
         if client_location is not None:
             check_location(client_location)
         real = self.resolve(path)
-        for ds in self.journal.datasets():
+        for ds in self._rows():
             if ds["name"] == name:
                 if ds["path"] != str(real):
                     raise ConflictError(
@@ -206,12 +223,15 @@ class ServeState:
                     )
                 if client_location is not None:
                     self.locations.set(ds["id"], client_location)
+                    self._located.pop(ds["id"], None)
                 return self._public(ds)
         source = open_source(real)  # fails now (DataFileError) if it is not a datamill output
         ds_id = "ds-" + fingerprint_obj(str(real))[:12]
         self.journal.add_dataset(ds_id, name, str(real))
+        self._datasets = None
         if client_location is not None:
             self.locations.set(ds_id, client_location)
+            self._located.pop(ds_id, None)
         return self._public(
             {
                 "id": ds_id,
@@ -230,19 +250,24 @@ class ServeState:
         )
         return {k: v for k, v in {**ds, "path": rel}.items() if k != "created"}
 
+    def _rows(self) -> list[dict[str, Any]]:
+        """The journal's dataset rows (read once: only :meth:`register` adds one)."""
+        rows = self._datasets
+        if rows is None:
+            rows = self._datasets = self.journal.datasets()
+        return rows
+
     def datasets(self) -> list[dict[str, Any]]:
         """Registered datasets (``id``, ``name``, path relative to its root)."""
-        return [self._public(ds) for ds in self.journal.datasets()]
+        return [self._public(ds) for ds in self._rows()]
 
     def dataset(self, ref: str) -> dict[str, Any]:
         """A dataset by id or name."""
         check_name(ref, what="dataset")
-        for ds in self.journal.datasets():
+        for ds in self._rows():
             if ref in (ds["id"], ds["name"]):
-                return ds
-        raise NotFoundError(
-            f"no dataset {ref!r}; registered: {[d['name'] for d in self.journal.datasets()]}"
-        )
+                return dict(ds)
+        raise NotFoundError(f"no dataset {ref!r}; registered: {[d['name'] for d in self._rows()]}")
 
     def open_source(self, path: str) -> Any:
         """The Source of a registered dataset's path (a benchmark may plan synthetic shard sizes
@@ -329,71 +354,57 @@ class ServeState:
 
     def _resume_base(self, cfg: dict[str, Any], req: Mapping[str, Any]) -> tuple[int, list[int]]:
         """``(plan world size, units already done)`` of a resumed iteration."""
-        order = (
-            "dataset",
-            "batch_size",
-            "seed",
-            "epoch",
-            "shuffle",
-            "columns",
-            "drop_last",
-            "window",
-        )
         if req.get("resume_from"):
-            old = self.iteration(str(req["resume_from"]))
-            diffs = [
-                f"{f}: saved {old.config[f]!r}, now {cfg[f]!r}"
-                for f in order
-                if old.config[f] != cfg[f]
-            ]
-            if diffs:
-                raise ResumeStateError(
-                    "cannot resume iteration with another order: " + "; ".join(diffs)
-                )
-            return int(old.config["plan_world"]), old.done_units()
-        states = req.get("loader_states")
-        if states:
-            from datamill.loader.state import validate_state
-
-            sts = [validate_state(s) for s in states]
-            world = len(sts)
-            svc = self.service(cfg)
-            ranks = sorted(int(s["config"]["rank"]) for s in sts)
-            problems = (
-                [] if ranks == list(range(world)) else [f"ranks {ranks}, expected 0..{world - 1}"]
-            )
-            for s in sts:
-                c = s["config"]
-                for f, want in (
-                    ("world_size", world),
-                    ("batch_size", cfg["batch_size"]),
-                    ("shuffle", cfg["shuffle"]),
-                    ("drop_last", cfg["drop_last"]),
-                ):
-                    if c.get(f) != want:
-                        problems.append(
-                            f"rank {c.get('rank')}: {f} saved {c.get(f)!r}, now {want!r}"
-                        )
-                if s["seed"] != cfg["seed"] or s["epoch"] != cfg["epoch"]:
-                    problems.append(
-                        f"rank {c.get('rank')}: seed/epoch saved {s['seed']}/{s['epoch']}, "
-                        f"now {cfg['seed']}/{cfg['epoch']}"
-                    )
-                if s["dataset_fingerprint"] != svc.fingerprint():
-                    problems.append(f"rank {c.get('rank')}: the dataset changed")
-            if problems:
-                raise ResumeStateError(
-                    "loader states do not fit this iteration: " + "; ".join(problems)
-                )
-            done: list[int] = []
-            base = 0
-            for r in range(world):
-                n = svc.num_batches(cfg["epoch"], r, world)
-                seen = next(int(s["batches_seen"]) for s in sts if int(s["config"]["rank"]) == r)
-                done.extend(range(base, base + min(seen, n)))
-                base += n
-            return world, done
+            return self._iteration_base(cfg, str(req["resume_from"]))
+        if req.get("loader_states"):
+            return self._states_base(cfg, req["loader_states"])
         return (cfg["world_size"] if cfg["mode"] == "static" else 1), []
+
+    def _iteration_base(self, cfg: Mapping[str, Any], ref: str) -> tuple[int, list[int]]:
+        """Resume from iteration ``ref``: the same order, its done units."""
+        old = self.iteration(ref)
+        check_resume_compat(
+            old.config,
+            cfg,
+            fields=_ORDER,
+            what=f"a resume of iteration {old.id}",
+            hint="resume with the saved iteration's dataset and order settings",
+        )
+        return int(old.config["plan_world"]), old.done_units()
+
+    def _states_base(
+        self, cfg: Mapping[str, Any], states: Sequence[Mapping[str, Any]]
+    ) -> tuple[int, list[int]]:
+        """Resume from every rank's loader state (checked by the loader's own rule)."""
+        from datamill.loader.state import validate_state
+
+        sts = [validate_state(s) for s in states]
+        world = len(sts)
+        ranks = sorted(int(s["config"]["rank"]) for s in sts)
+        if ranks != list(range(world)):
+            raise ResumeStateError(
+                f"loader states of ranks {ranks}, expected one of each rank 0..{world - 1}",
+                hint="pass the states of every rank of the saved run",
+            )
+        svc = self.service(cfg)
+        seen: dict[int, int] = {}
+        for s in sts:
+            r = int(s["config"]["rank"])
+            epoch, seen[r] = svc.check_state(s, rank=r, world_size=world)
+            check_resume_compat(
+                {"epoch": epoch},
+                cfg,
+                fields=["epoch"],
+                what=f"this iteration (rank {r}'s loader state)",
+                hint="create the iteration for the epoch the states were saved in",
+            )
+        done: list[int] = []
+        base = 0
+        for r in range(world):
+            n = svc.num_batches(cfg["epoch"], r, world)
+            done.extend(range(base, base + min(seen[r], n)))
+            base += n
+        return world, done
 
     def create_iteration(self, req: Mapping[str, Any]) -> dict[str, Any]:
         """Create an iteration, or join the existing one of the same name (or config) and epoch.
@@ -453,6 +464,10 @@ class ServeState:
         it.on_expired = lambda leases: self.telemetry.expired(it, leases)
         return it
 
+    def live_iteration(self, ref: str) -> Iteration | None:
+        """The iteration of id ``ref`` when it is in memory (no journal read), else ``None``."""
+        return self._iterations.get(ref)
+
     def iteration(self, ref: str) -> Iteration:
         """An iteration by id or name (rebuilt from the journal after a restart: pending = all -
         done)."""
@@ -508,38 +523,57 @@ class ServeState:
     def ack_batches(
         self,
         it: Iteration,
-        items: Sequence[tuple[str, str, int | None, int | None]],
+        items: Sequence[AckItem],
         *,
         session: str | None = None,
         client: str | None = None,
     ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
-        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the whole
-        lease) of one session (its secret; ``client`` when ``None``): ``(status per lease, unit runs
-        done)``.
+        """Acknowledge batches ``(lease, fence, start, stop)`` (queue positions; ``None``: the
+        whole lease) of one session (its secret; ``client`` when ``None``): ``(status per lease,
+        unit runs done)``.
 
-        The units are journaled in **one transaction** before memory changes, so ``"already"`` is
-        only ever answered for journaled acks.
+        The units are journaled in **one transaction** (group-committed, see
+        :mod:`datamill.serve.round_trip`) before memory changes, so ``"already"`` is only ever
+        answered for journaled acks.
 
         Raises:
             UnavailableError: the journal could not be written (nothing changed; retry later).
         """
         secret = session if session is not None else client if client is not None else ""
-        with it.lock:
-            statuses, marks = it.plan_acks(items, session=digest(secret))
-            if marks:
-                units = it.units_of_marks(marks)
-                finished = it.finishing(marks)
-                write_leases(self.journal, it.id, done=units, drop=finished)
-                now = time.monotonic()
-                self.telemetry.acked(
-                    it, [now - it.leases[x].issued for x in finished if x in it.leases]
-                )
-                it.apply_acks(marks)
-            else:
-                units = {}
-        if it.finished_all():
+        p = plan_wait(it, self.writes, items, session=digest(secret))
+        self._settled(it, p, settle(it, self.writes, p))
+        return p.statuses, p.units
+
+    async def ack_batches_async(
+        self,
+        it: Iteration,
+        items: Sequence[AckItem],
+        *,
+        session: str | None = None,
+        client: str | None = None,
+    ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
+        """:meth:`ack_batches` in an event loop (it waits for the journal without a thread)."""
+        secret = session if session is not None else client if client is not None else ""
+        p = await plan_async(it, self.writes, items, session=digest(secret))
+        await self._settle_async(it, p)
+        return p.statuses, p.units
+
+    async def _settle_async(self, it: Iteration, p: Planned) -> None:
+        """Wait for a planned round trip's write and apply it; shielded: a request cancelled
+        meanwhile (a client gone) still leaves memory as the journal (applied or undone)."""
+
+        async def settle_then_count() -> None:
+            self._settled(it, p, await settle_async(it, self.writes, p))
+
+        await asyncio.shield(settle_then_count())
+
+    def _settled(self, it: Iteration, p: Planned, latencies: list[float]) -> None:
+        """A round trip's write was applied: count the leases finished, evict a finished
+        iteration."""
+        if latencies:
+            self.telemetry.acked(it, latencies)
+        if p.marks and it.finished_all():
             self._evict(it)
-        return statuses, units
 
     def heartbeat(
         self,
@@ -588,46 +622,128 @@ class ServeState:
         ``transport="direct"``: the lease carries only its runs (the client builds the batches);
         refused (:class:`ConfigError`) when the dataset has no client location.
         """
+        return self.round_trip(
+            it,
+            client,
+            (),
+            rank=rank,
+            slot=slot,
+            slots=slots,
+            session=session,
+            owner=owner,
+            transport=transport,
+        )[1]
+
+    def round_trip(
+        self,
+        it: Iteration,
+        client: str,
+        acks: Sequence[AckItem],
+        *,
+        rank: int = 0,
+        slot: int = 0,
+        slots: int = 1,
+        session: str | None = None,
+        owner: str = "",
+        transport: str = "built",
+    ) -> tuple[dict[str, str], LeasePayload | None]:
+        """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
+        :mod:`datamill.serve.round_trip`): ``(status per acknowledged lease, the lease or None)``.
+
+        A take refused (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
+        """
+        trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
+        refusal, take, secret = self._trip(it, client, transport, trip)
+        p = plan_wait(it, self.writes, acks, session=secret, take=take)
+        self._settled(it, p, settle(it, self.writes, p))
+        if refusal is not None:
+            raise refusal
+        if p.lease is None:
+            return p.statuses, None
+        return p.statuses, self._payload(it, p, client, {**trip, "transport": transport})
+
+    async def round_trip_async(
+        self,
+        it: Iteration,
+        client: str,
+        acks: Sequence[AckItem],
+        *,
+        rank: int = 0,
+        slot: int = 0,
+        slots: int = 1,
+        session: str | None = None,
+        owner: str = "",
+    ) -> tuple[dict[str, str], LeasePayload | None]:
+        """:meth:`round_trip` of a direct-mode client in an event loop: nothing to build, and the
+        journal is waited for without a thread (the coordination path of many clients)."""
+        trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
+        refusal, take, secret = self._trip(it, client, "direct", trip)
+        p = await plan_async(it, self.writes, acks, session=secret, take=take)
+        await self._settle_async(it, p)
+        if refusal is not None:
+            raise refusal
+        if p.lease is None:
+            return p.statuses, None
+        return p.statuses, self._payload(it, p, client, {**trip, "transport": "direct"})
+
+    def _trip(
+        self, it: Iteration, client: str, transport: str, trip: dict[str, Any]
+    ) -> tuple[DatamillError | None, Callable[[], Lease | None] | None, str]:
+        """``(why no lease may be taken, the take, the session's hash)`` of a round trip."""
+        refusal = self._refusal(
+            it, transport, rank=trip["rank"], slot=trip["slot"], slots=trip["slots"]
+        )
+        secret = client if trip["session"] is None else trip["session"]
+
+        def take() -> Lease | None:
+            return it.take(
+                client,
+                rank=trip["rank"],
+                slot=trip["slot"],
+                slots=trip["slots"],
+                session=secret,
+                owner=trip["owner"],
+            )
+
+        return refusal, None if refusal is not None else take, digest(secret)
+
+    def _refusal(
+        self, it: Iteration, transport: str, *, rank: int, slot: int, slots: int
+    ) -> DatamillError | None:
+        """Why no lease may be taken now (raised after the request's acks), or ``None``."""
         if transport == "direct":
-            self.client_location(str(it.config["dataset"]))
+            try:
+                self.client_location(str(it.config["dataset"]))
+            except DatamillError as exc:
+                return exc
         elif transport != "built":
-            raise ConfigError(f"unknown transport {transport!r}; expected one of built, direct")
+            return ConfigError(f"unknown transport {transport!r}; expected one of built, direct")
         if it.cancelled:
-            raise CancelledError(
+            return CancelledError(
                 f"iteration {it.id} was cancelled by an admin",
                 hint="start a new iteration (another name or config)",
             )
         if self.draining:
-            raise UnavailableError(
+            return UnavailableError(
                 "the server is shutting down (draining): no new leases",
                 hint="retry: the server that replaces this one hands out the rest",
             )
         if it.mode == "static" and not 0 <= rank < it.world_size:
-            raise ConfigError(f"rank must be in [0, {it.world_size}), got {rank}")
+            return ConfigError(f"rank must be in [0, {it.world_size}), got {rank}")
         if not 0 <= slot < max(1, slots):
-            raise ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
-        with it.lock:
-            reissued = it.reissued
-            lease = it.take(client, rank=rank, slot=slot, slots=slots, session=session, owner=owner)
-            reissued = it.reissued > reissued
-            dropped = it.take_dropped()
-            if lease is not None or dropped:
-                try:  # journaled before the reply: after a restart its holder can reclaim it
-                    write_leases(
-                        self.journal, it.id, add=[lease] if lease is not None else [], drop=dropped
-                    )
-                except UnavailableError:
-                    it.dropped.extend(dropped)
-                    if lease is not None:
-                        it.leases.pop(lease.id, None)
-                        it.state[lease.queue][lease.start : lease.stop] = 0  # PENDING again
-                    raise
-        if lease is None:
-            return None
+            return ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
+        return None
+
+    def _payload(
+        self, it: Iteration, p: Planned, client: str, again: dict[str, Any]
+    ) -> LeasePayload | None:
+        """The journaled lease ``p.lease`` with its runs, and its batches unless it is direct."""
+        lease = p.lease
+        assert lease is not None
         units = it.units_of(lease)
         runs = unit_runs(units, it.unit_location)
-        if transport == "direct":
-            self.telemetry.leased(it, reissued=reissued, nbytes=0, seconds=0.0)
+        if again["transport"] == "direct":
+            self.telemetry.leased(it, reissued=p.reissued, nbytes=0, seconds=0.0)
             return LeasePayload(lease, units, b"", int(it.config["epoch"]), runs)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
         # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4
@@ -644,21 +760,10 @@ class ServeState:
             live = it.leases.get(lease.id) is lease
             if live:
                 lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout)
-        if (
-            not live
-        ):  # it expired while being built (a loaded machine) and went back to the queue: take again
-            return self.next_lease(
-                it,
-                client,
-                rank=rank,
-                slot=slot,
-                slots=slots,
-                session=session,
-                owner=owner,
-                transport=transport,
-            )
+        if not live:  # it expired while being built (a loaded machine), back in the queue: again
+            return self.next_lease(it, client, **again)
         self.telemetry.leased(
-            it, reissued=reissued, nbytes=len(body), seconds=time.perf_counter() - t0
+            it, reissued=p.reissued, nbytes=len(body), seconds=time.perf_counter() - t0
         )
         return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
 
@@ -666,7 +771,10 @@ class ServeState:
         """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has
         none)."""
         ds = self.dataset(ref)
-        return self.locations.require(ds["id"], ds["name"])
+        loc = self._located.get(ds["id"])
+        if loc is None:
+            loc = self._located[ds["id"]] = self.locations.require(ds["id"], ds["name"])
+        return loc
 
     def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
         """The Arrow IPC stream of some units' batches (one build per run of one plan rank's
@@ -695,11 +803,12 @@ class ServeState:
 
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
         """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
-        ...]}``)."""
-        if body.get("done") is not None:
-            units = [u for a, b in body["done"] for u in range(int(a), int(b)) if 0 <= u < it.total]
-            it.rewind(done=units)
-        else:
+        ...]}``).
+
+        Its journal write is queued under the iteration's lock, after the writes of the acks already
+        planned (an ack in flight lands before the rewind, in the journal as in memory).
+        """
+        if body.get("done") is None:
             rank, consumed = int(body["rank"]), int(body["consumed"])
             if (
                 it.mode != "static"
@@ -710,9 +819,20 @@ class ServeState:
                     f"rewind of rank {rank} to {consumed} batches does not fit this "
                     f"{it.mode} iteration ({[len(q) for q in it.queues]} batches per rank)"
                 )
-            it.rewind(rank=rank, consumed=consumed)
         base = {u for a, b in it.config["base_done"] for u in range(a, b)}
-        self.journal.set_done(
-            it.id, runs(u for u in it.done_units() if u not in base), lease=f"rewind.{self.boot}"
-        )
+        with it.lock:
+            if body.get("done") is not None:
+                it.rewind(
+                    done=[
+                        u
+                        for a, b in body["done"]
+                        for u in range(int(a), int(b))
+                        if 0 <= u < it.total
+                    ]
+                )
+            else:
+                it.rewind(rank=int(body["rank"]), consumed=int(body["consumed"]))
+            done = runs(u for u in it.done_units() if u not in base)
+            w = self.writes.submit(done_write(it.id, done, lease=f"rewind.{self.boot}"))
+        self.writes.wait(w)
         return it.progress()

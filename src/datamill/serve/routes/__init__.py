@@ -29,12 +29,12 @@ def routers() -> list[APIRouter]:
     from datamill.serve.views import router as views
 
     return [
+        leases.router,  # first: the lease round trip is most requests (routes are matched in order)
         health.router,
         datasets.router,
         views,
         keys.router,
         iterations.router,
-        leases.router,
         trace.router,
         lineage.router,
         router,
