@@ -153,6 +153,17 @@ def file_format(path: str) -> str:
     )
 
 
+def _read_parquet(source: Any, columns: list[str] | None, display: str) -> pa.Table:
+    pf = pq.ParquetFile(source)
+    names = pf.schema_arrow.names
+    missing = [c for c in columns or [] if c not in names]
+    if missing:  # (ParquetFile.read would leave them out without a word)
+        raise DataFileError(
+            f"missing column {missing[0]!r}; the file has {', '.join(names)}", path=display
+        )
+    return pf.read(columns=columns)
+
+
 def read_any(
     fs: pafs.FileSystem,
     path: str,
@@ -166,10 +177,11 @@ def read_any(
     types of ``schema``."""
     fmt = file_format(path)
     try:
-        if fmt == "parquet":
+        if fmt == "parquet":  # ParquetFile.read: pq.read_table's pyarrow.dataset imports pandas
             if data is not None:
-                return pq.read_table(pa.BufferReader(data), columns=columns)
-            return pq.read_table(path, filesystem=fs, columns=columns)
+                return _read_parquet(pa.BufferReader(data), columns, display)
+            with fs.open_input_file(path) as f:
+                return _read_parquet(f, columns, display)
         types = {f.name: f.type for f in schema} if schema is not None else None
         if data is not None:
             return pcsv.read_csv(
@@ -177,6 +189,8 @@ def read_any(
             )
         with fs.open_input_stream(path) as f:
             return pcsv.read_csv(f, **csv_options("csv", columns=columns, column_types=types))
+    except DataFileError:
+        raise
     except FileNotFoundError as exc:
         raise DataFileNotFoundError("no such shard file", path=display) from exc
     except (pa.ArrowException, OSError, ValueError) as exc:
