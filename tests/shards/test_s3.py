@@ -3,6 +3,7 @@ CLI, errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 from collections.abc import Iterator
@@ -134,9 +135,11 @@ def test_cache_bound_and_no_corrupt_copy_is_used(
     biggest = int(ds.shard_nbytes().max())
     for _ in range(2):
         for _batch in Loader(ds, 100, seed=2, columns=["uid", "x"], workers=Workers(prefetch=1)):
-            held = sum(
-                p.stat().st_size for p in (tmp_path / "c").iterdir() if not p.name.endswith(".json")
-            )
+            held = 0
+            for p in (tmp_path / "c").iterdir():  # copies (a download in flight may vanish)
+                if not p.name.endswith(".json"):
+                    with contextlib.suppress(FileNotFoundError):
+                        held += p.stat().st_size
             # the bound, plus the copies read at the moment (up to 4 with the warm-up's reads)
             assert held <= 6_000 + 4 * biggest
     stats = ds.remote.cache.stats()
