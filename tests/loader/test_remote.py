@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +87,16 @@ def test_remote_source_keeps_the_contract_and_equals_local_files(
     assert cold["downloads"] == FILES and warm["downloads"] == 0 and 0 < warm["hits"] <= FILES
 
 
+def held_bytes(folder: Path) -> int:
+    """Bytes of the committed copies in a cache folder (a download's hidden temporary file is not
+    one, and a copy may be evicted, or a temporary file renamed, while we look)."""
+    total = 0
+    for p in folder.glob("*.parquet"):
+        with contextlib.suppress(FileNotFoundError):
+            total += p.stat().st_size
+    return total
+
+
 def test_cache_limit_evicts_least_recently_used(
     s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path
 ) -> None:
@@ -95,8 +106,9 @@ def test_cache_limit_evicts_least_recently_used(
     src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path, cache_limit=limit, filesystem=fs)
     for _ in range(2):
         for _batch in Loader(src, 100, seed=1, workers=Workers(prefetch=1)):
-            held = sum(p.stat().st_size for p in tmp_path.iterdir() if not p.name.endswith(".json"))
-            assert held <= limit + max(sizes)  # the one being added may briefly exceed it
+            held = held_bytes(tmp_path)
+            # the copies being read are never evicted: up to 4 with the warm-up's reads in flight
+            assert held <= limit + 4 * max(sizes)
     stats = src.cache.stats()
     assert stats["bytes_cached"] <= limit and stats["evictions"] > 0
     assert stats["downloads"] > FILES  # the second epoch had to fetch evicted files again

@@ -21,6 +21,7 @@ from datamill.loader.remote import RemoteParquetSource, s3_filesystem
 from datamill.loader.service import REMOTE_READS
 from tests.contracts import assert_same_items
 from tests.loader.seaweed import weed_binary
+from tests.loader.test_remote import held_bytes
 
 pytestmark = [
     pytest.mark.server,
@@ -102,17 +103,6 @@ def test_cold_epoch_warms_up_by_default_and_equals_the_warm_one(
     assert_same_items(_epoch(here), cold, "local files, warmup=True, vs S3")
 
 
-def _held(folder: Path) -> int:
-    """Bytes of the cached copies now (a reader thread may evict one while we look)."""
-    total = 0
-    for p in folder.glob("*.parquet"):
-        try:
-            total += p.stat().st_size
-        except FileNotFoundError:
-            pass
-    return total
-
-
 def test_cache_at_10_percent_stays_bounded_in_bytes_and_shards(
     s3: tuple[pafs.S3FileSystem, Path, dict[int, bytes]], tmp_path: Path
 ) -> None:
@@ -125,7 +115,7 @@ def test_cache_at_10_percent_stays_bounded_in_bytes_and_shards(
         batches = []
         for batch in loader:
             batches.append(batch)
-            held = _held(tmp_path)
+            held = held_bytes(tmp_path)
             # downloads in flight may each add one file before they evict
             assert held <= limit + REMOTE_READS * max(sizes)
         _check_once_same_bytes(batches, want)
