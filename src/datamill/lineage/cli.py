@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datamill.loader.trace import Tracer
+    from datamill.loader.trace_join import RunTracer
 
 __all__ = ["register"]
 
@@ -42,7 +46,7 @@ def _short(value: Any, width: int = 60) -> str:
 
 def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
-    from datamill.loader.trace import BatchTrace, Tracer, load_record
+    from datamill.loader.trace import Tracer, load_record
 
     record_args: list[Any] = [
         _fetch_record(str(r), args.key) if str(r).startswith(("http://", "https://")) else r
@@ -55,6 +59,82 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         from datamill.sources import open_source
 
         source = open_source(args.source)
+    _check_trace_args(args, record, source)
+    from datamill.loader.trace_join import RunTracer
+
+    tracer: Tracer | RunTracer
+    if len(record_args) > 1:
+        tracer = RunTracer(record_args, source=source)
+    else:
+        tracer = Tracer(record_arg, source=source)
+    filt = _filter(args.filter) if args.filter else None
+    if filt is not None and source is None:
+        raise ConfigError(
+            "--filter evaluates the filter on the rows and needs the dataset",
+            hint="add --source PATH",
+        )
+    epochs = [args.epoch] if args.epoch is not None else None
+    out: dict[str, Any] = {"hits": [], "batches": []}
+    for uid, sample in _queries(args, record, tracer):
+        out["hits"] += _trace_uid(args, tracer, filt, uid, sample, epochs)
+    if args.step is not None:
+        out["batches"].append(_trace_step(args, tracer, filt))
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _trace_uid(
+    args: argparse.Namespace,
+    tracer: Tracer | RunTracer,
+    filt: Any,
+    uid: Any,
+    sample: int,
+    epochs: list[int] | None,
+) -> list[dict[str, Any]]:
+    """Every batch that held ``sample`` (printed unless --json), with the filter's verdict."""
+    hits = tracer.find([sample], epochs=epochs, uids=[uid])
+    if filt is not None:
+        hits = [
+            type(h)(
+                **{
+                    **h.as_dict(),
+                    "rejected": tracer.rejected(
+                        tracer.batch(rank=h.rank, step=h.step, epoch=h.epoch), filt
+                    )[h.position],
+                }
+            )
+            for h in hits
+        ]
+    if not args.json:
+        print(
+            f"uid {uid!r} (sample {sample}): {len(hits)} "
+            f"batch{'es' if len(hits) != 1 else ''} in epochs "
+            f"{tracer.epochs().start}..{tracer.epochs().stop - 1}"
+            if epochs is None
+            else f"uid {uid!r} (sample {sample}): {len(hits)} "
+            f"batch{'es' if len(hits) != 1 else ''} in epoch {args.epoch}"
+        )
+        if hits:
+            print(
+                f"{'epoch':>6} {'rank':>5} {'step':>7} {'global':>8} {'batch':>7} "
+                f"{'position':>8}" + ("  filter" if filt is not None else "")
+            )
+        for h in hits:
+            print(
+                f"{h.epoch:>6} {h.rank:>5} {h.step:>7} {h.global_step:>8} {h.batch:>7} "
+                f"{h.position:>8}"
+                + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else "")
+                + (f"  client {h.client}" if h.client is not None else "")
+                + (f"  iteration {h.iteration}" if h.iteration is not None else "")
+            )
+    return [h.as_dict() for h in hits]
+
+
+def _check_trace_args(args: argparse.Namespace, record: dict[str, Any], source: Any) -> None:
+    """The option combinations `datamill trace` refuses, each with what to give instead."""
+    from datamill.core.errors import ConfigError
+
     if not args.uid and args.sample is None and args.step is None:
         raise ConfigError(
             "nothing to trace", hint="give --uid X, --sample N, or --step S --rank R [--epoch E]"
@@ -74,21 +154,14 @@ def _trace_cmd(args: argparse.Namespace) -> int:
             "--show reads the rows and needs the dataset",
             hint="add --source PATH (what the run read)",
         )
-    from datamill.loader.trace_join import RunTracer
 
-    tracer: Tracer | RunTracer
-    if len(record_args) > 1:
-        tracer = RunTracer(record_args, source=source)
-    else:
-        tracer = Tracer(record_arg, source=source)
-    filt = _filter(args.filter) if args.filter else None
-    if filt is not None and source is None:
-        raise ConfigError(
-            "--filter evaluates the filter on the rows and needs the dataset",
-            hint="add --source PATH",
-        )
-    epochs = [args.epoch] if args.epoch is not None else None
-    out: dict[str, Any] = {"hits": [], "batches": []}
+
+def _queries(
+    args: argparse.Namespace, record: dict[str, Any], tracer: Tracer | RunTracer
+) -> list[tuple[Any, int]]:
+    """``(uid, sample)`` of each --uid and --sample, checked against the dataset."""
+    from datamill.core.errors import ConfigError
+
     queries: list[tuple[Any, int]] = []
     if args.uid:
         numeric = record.get("uid_column") is None
@@ -110,81 +183,47 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         if not 0 <= args.sample < tracer.n:
             raise ConfigError(f"--sample {args.sample} is outside the dataset's [0, {tracer.n})")
         queries.append((tracer.uids_of([args.sample])[0], args.sample))  # type: ignore[arg-type]  # a list is fine
-    for uid, sample in queries:
-        hits = tracer.find([sample], epochs=epochs, uids=[uid])
-        if filt is not None:
-            hits = [
-                type(h)(
-                    **{
-                        **h.as_dict(),
-                        "rejected": tracer.rejected(
-                            tracer.batch(rank=h.rank, step=h.step, epoch=h.epoch), filt
-                        )[h.position],
-                    }
-                )
-                for h in hits
-            ]
-        out["hits"] += [h.as_dict() for h in hits]
-        if not args.json:
-            print(
-                f"uid {uid!r} (sample {sample}): {len(hits)} "
-                f"batch{'es' if len(hits) != 1 else ''} in epochs "
-                f"{tracer.epochs().start}..{tracer.epochs().stop - 1}"
-                if epochs is None
-                else f"uid {uid!r} (sample {sample}): {len(hits)} "
-                f"batch{'es' if len(hits) != 1 else ''} in epoch {args.epoch}"
+    return queries
+
+
+def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any) -> dict[str, Any]:
+    """The batch of --step (and --rank/--client/--epoch): printed unless --json; its dict."""
+    from datamill.loader.trace import BatchTrace
+
+    b: BatchTrace = tracer.batch(
+        rank=args.rank, step=args.step, epoch=args.epoch, client=args.client
+    )
+    rejected = tracer.rejected(b, filt) if filt is not None else None
+    b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
+    cols = args.columns.split(",") if args.columns else None
+    row_dicts = tracer.rows(b.samples, columns=cols).to_pylist() if args.show else None
+    d = b.as_dict()
+    if row_dicts is not None:
+        d["rows"] = row_dicts
+    if not args.json:
+        if b.iteration is not None:
+            print(f"iteration {b.iteration}:")
+        if b.client is not None:
+            print(f"client {b.client}:")
+        print(
+            f"epoch {b.epoch}, rank {b.rank}, step {b.step} (global step {b.global_step}; "
+            f"segment {b.segment}, "
+            f"batch {b.batch}): {len(b.samples)} samples"
+            + (
+                f", {sum(rejected)} rejected by the filter (would have been in the batch)"
+                if rejected
+                else ""
             )
-            if hits:
-                print(
-                    f"{'epoch':>6} {'rank':>5} {'step':>7} {'global':>8} {'batch':>7} "
-                    f"{'position':>8}" + ("  filter" if filt is not None else "")
-                )
-            for h in hits:
-                print(
-                    f"{h.epoch:>6} {h.rank:>5} {h.step:>7} {h.global_step:>8} {h.batch:>7} "
-                    f"{h.position:>8}"
-                    + (f"  {'rejected' if h.rejected else 'passed'}" if filt is not None else "")
-                    + (f"  client {h.client}" if h.client is not None else "")
-                    + (f"  iteration {h.iteration}" if h.iteration is not None else "")
-                )
-    if args.step is not None:
-        b: BatchTrace = tracer.batch(
-            rank=args.rank, step=args.step, epoch=args.epoch, client=args.client
         )
-        rejected = tracer.rejected(b, filt) if filt is not None else None
-        b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
-        cols = args.columns.split(",") if args.columns else None
-        row_dicts = tracer.rows(b.samples, columns=cols).to_pylist() if args.show else None
-        d = b.as_dict()
-        if row_dicts is not None:
-            d["rows"] = row_dicts
-        out["batches"].append(d)
-        if not args.json:
-            if b.iteration is not None:
-                print(f"iteration {b.iteration}:")
-            if b.client is not None:
-                print(f"client {b.client}:")
-            print(
-                f"epoch {b.epoch}, rank {b.rank}, step {b.step} (global step {b.global_step}; "
-                f"segment {b.segment}, "
-                f"batch {b.batch}): {len(b.samples)} samples"
-                + (
-                    f", {sum(rejected)} rejected by the filter (would have been in the batch)"
-                    if rejected
-                    else ""
+        for i, (s, u) in enumerate(zip(b.samples, b.uids)):
+            flag = "  rejected" if rejected and rejected[i] else ""
+            line = f"{i:>5}  sample {s:>10}  uid {u!r}{flag}"
+            if row_dicts is not None:
+                line += "  " + " ".join(
+                    f"{k}={_short(v, args.width)}" for k, v in row_dicts[i].items()
                 )
-            )
-            for i, (s, u) in enumerate(zip(b.samples, b.uids)):
-                flag = "  rejected" if rejected and rejected[i] else ""
-                line = f"{i:>5}  sample {s:>10}  uid {u!r}{flag}"
-                if row_dicts is not None:
-                    line += "  " + " ".join(
-                        f"{k}={_short(v, args.width)}" for k, v in row_dicts[i].items()
-                    )
-                print(line)
-    if args.json:
-        print(json.dumps(out, indent=2, sort_keys=True, default=str))
-    return 0
+            print(line)
+    return d
 
 
 def _fetch_record(url: str, key: str | None) -> dict[str, Any]:

@@ -174,6 +174,8 @@ def _is_category(t: pa.DataType) -> bool:
     )
 
 
+# long (97 lines): one pass over the shards gathers hashes, numbers and counts together; the
+# statistics and the cache are written from what that pass kept
 def summarize(
     source: Source,
     /,
