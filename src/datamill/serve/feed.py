@@ -15,18 +15,17 @@ epoch is done or a thread failed: :meth:`LeaseFeed.raise_error` re-raises its er
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from datamill.serve.client import Http, RemoteError, Response
-
-if TYPE_CHECKING:
-    from datamill.serve.remote import RemoteLoader
 
 __all__ = ["ACK_FLUSH_S", "END", "SESSION_HEADER", "HeldLease", "LeaseFeed", "ack_ranges"]
 
@@ -37,6 +36,35 @@ SESSION_HEADER = "X-Datamill-Session"
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
 _MAX_ACKS = 64  # ack runs carried by one lease request (the server's bound)
+
+
+class FeedOwner(Protocol):
+    """What a :class:`LeaseFeed` uses of its :class:`~datamill.serve.remote.RemoteLoader` (a
+    Protocol, so this module does not import the loader that imports it)."""
+
+    url: str
+    key: str | None
+    verify: str | os.PathLike[str] | None
+    session: str
+    client_id: str
+    rank: int
+    slot: int
+    slots: int
+    prefetch: int
+    reconnect_s: float
+    stall_s: float
+    stats: dict[str, Any]
+    _state_lock: threading.Lock
+
+    def _pending(self) -> list[tuple[str, str, int]]: ...
+
+    def _record_acks(
+        self,
+        header: str,
+        sent: Sequence[tuple[str, str, int]],
+        held: dict[str, HeldLease],
+        lost: set[str],
+    ) -> None: ...
 
 
 @dataclass
@@ -81,7 +109,7 @@ class LeaseFeed:
 
     def __init__(
         self,
-        loader: RemoteLoader,
+        loader: FeedOwner,
         it_id: str,
         lease_timeout: float,
         *,
