@@ -56,6 +56,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench_coord import CLIENT as COORD  # the coordination client (one copy, both benchmarks)
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 
@@ -211,39 +213,6 @@ def run_clients(
     return {"clients": clients, "transport": transport, "cold": agg(0), "warm": agg(epochs - 1)}
 
 
-COORD = """
-import http.client, json, os, secrets, sys, time, urllib.parse
-import numpy as np
-port, it_id, start, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-headers = {"X-Datamill-Session": secrets.token_hex(16)}
-client = "coord-%d" % os.getpid()
-lat, leases, waits, ack = [], 0, 0, None
-time.sleep(max(0.0, start - time.time()))
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    q = [("client", client), ("transport", "direct")] + ([("ack", ack)] if ack else [])
-    t = time.perf_counter()
-    conn.request("GET", "/api/v1/iterations/%s/next?%s" % (it_id, urllib.parse.urlencode(q)),
-                 headers=headers)
-    res = conn.getresponse()
-    res.read()
-    lat.append(time.perf_counter() - t)
-    ack = None
-    # acknowledged (whole lease) with the next request, without reading a batch
-    if res.status == 200:
-        leases += 1
-        ack = "%s:%s" % (res.getheader("X-Datamill-Lease"), res.getheader("X-Datamill-Fence"))
-    elif res.status == 204:
-        break
-    else:
-        waits += 1
-        time.sleep(0.005)
-print(json.dumps({"leases": leases, "waits": waits, "lat": [float(np.percentile(lat, 50)),
-                  float(np.percentile(lat, 99))], "n": len(lat), "all": lat}))
-"""
-
-
 @contextlib.contextmanager
 def _server(
     root: Path, build_workers: int, *, location: str | None = None
@@ -299,7 +268,7 @@ def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dic
     )  # every process started and connected before the clock runs
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", COORD, str(port), info["id"], str(start), str(seconds)],
+            [sys.executable, "-c", COORD, str(port), info["id"], str(start), str(seconds), ""],
             env=_env(),
             stdout=subprocess.PIPE,
             text=True,
@@ -312,7 +281,7 @@ def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dic
         if p.returncode != 0:
             raise RuntimeError(f"coordination client exited with {p.returncode}")
         results.append(json.loads(out.strip().splitlines()[-1]))
-    lat = np.concatenate([np.asarray(r["all"]) for r in results]) * 1000
+    lat = np.concatenate([np.asarray(r["lat"]) for r in results]) * 1000
     leases = sum(r["leases"] for r in results)
     now, peak = _rss_mib(pid)
     return {
