@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 WORKER = str(Path(__file__).with_name("_worker.py"))
@@ -116,3 +117,42 @@ def read_log(log: Path) -> list[list[int]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().splitlines() if line.endswith("]")]
+
+
+def assert_once_after_kills(
+    progress: dict[str, Any],
+    done: list[Any],
+    logs: dict[str, Path],
+    *,
+    samples: int,
+    total: int,
+    killed: str = "a",
+) -> None:
+    """The orchestration tests' verdict: the journal holds every unit once, the clients' logs hold
+    every sample (0 lost), and the only batches received twice (at most 3) are among the killed
+    client's last 3 (none from a server restart)."""
+    from collections import Counter
+
+    import numpy as np
+
+    assert progress["done"] == progress["total"] == total
+    count = np.zeros(total, dtype=np.int64)
+    for a, b, _ in done:
+        count[a:b] += 1
+    assert (count == 1).all()  # the committed record: exactly once
+    received = {k: [tuple(b) for b in read_log(v)] for k, v in logs.items()}
+    every = Counter(b for batches in received.values() for b in batches)
+    assert {u for b in every for u in b} == set(range(samples)) and len(every) == total  # 0 lost
+    twice = [b for b, n in every.items() if n > 1]
+    assert max(every.values()) <= 2
+    # every duplicate is one of the killed client's last batches: none comes from the server restart
+    assert all(b in received[killed][-3:] for b in twice), (
+        len(twice),
+        len(received[killed]),
+        [received[killed].index(b) for b in twice if b in received[killed]],
+    )
+    print(
+        f"received twice: {len(twice)} of {total} batches (killed client yielded "
+        f"{len(received[killed])})"
+    )
+    assert len(twice) <= 3

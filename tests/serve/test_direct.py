@@ -6,11 +6,9 @@ from __future__ import annotations
 import io
 import shutil
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
@@ -20,7 +18,14 @@ from datamill.serve import Client, RemoteLoader
 from datamill.serve.client import RemoteError
 from datamill.serve.server import ServeState
 from datamill.sources import open_source
-from tests.serve._proc import free_port, read_log, start_server, start_worker, stop
+from tests.serve._proc import (
+    assert_once_after_kills,
+    free_port,
+    read_log,
+    start_server,
+    start_worker,
+    stop,
+)
 from tests.serve.conftest import N
 
 pytestmark = pytest.mark.server
@@ -169,18 +174,7 @@ def test_direct_exactly_once_with_a_client_kill_and_a_server_kill(
         for w in workers.values():
             stop(w, kill=True)
         stop(proc)
-    total = N // 20
-    assert progress["done"] == progress["total"] == total
-    count = np.zeros(total, dtype=np.int64)
-    for a, b, _ in done:
-        count[a:b] += 1
-    assert (count == 1).all()  # the committed record: exactly once
-    received = {k: [tuple(b) for b in read_log(v)] for k, v in logs.items()}
-    every = Counter(b for batches in received.values() for b in batches)
-    assert {u for b in every for u in b} == set(range(N)) and len(every) == total  # 0 lost
-    twice = [b for b, n in every.items() if n > 1]
-    assert max(every.values()) <= 2 and len(twice) <= 3
-    assert all(b in received["a"][-3:] for b in twice)  # none from the server restart
+    assert_once_after_kills(progress, done, logs, samples=N, total=N // 20)
 
 
 def test_direct_mode_reads_s3_through_the_client_cache(

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from datamill.serve import Client
-from tests.serve._proc import free_port, read_log, start_server, start_worker, stop
+from tests.serve._proc import (
+    assert_once_after_kills,
+    free_port,
+    read_log,
+    start_server,
+    start_worker,
+    stop,
+)
 from tests.serve.conftest import N
 
 pytestmark = pytest.mark.server
@@ -150,28 +157,7 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
         for w in workers.values():
             stop(w, kill=True)
         stop(proc)
-    total = N // 20
-    assert progress["done"] == progress["total"] == total
-    count = np.zeros(total, dtype=np.int64)
-    for a, b, _ in done:
-        count[a:b] += 1
-    assert (count == 1).all()  # the committed record is exactly once
-    received = {k: [tuple(b) for b in read_log(v)] for k, v in logs.items()}
-    every = Counter(b for batches in received.values() for b in batches)
-    assert {u for b in every for u in b} == set(range(N)) and len(every) == total  # 0 lost
-    twice = [b for b, n in every.items() if n > 1]
-    assert max(every.values()) <= 2
-    # every duplicate is one of the killed client's last batches: none comes from the server restart
-    assert all(b in received["a"][-3:] for b in twice), (
-        len(twice),
-        len(received["a"]),
-        [received["a"].index(b) for b in twice if b in received["a"]],
-    )
-    print(
-        f"received twice: {len(twice)} of {total} batches (killed client yielded "
-        f"{len(received['a'])})"
-    )
-    assert len(twice) <= 3
+    assert_once_after_kills(progress, done, logs, samples=N, total=N // 20)
 
 
 def _accepts(port: int) -> bool:
