@@ -3,6 +3,8 @@ gives the batches, and the Arrow IPC bytes, of building each lease alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 from hypothesis import given
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from datamill.core.source import TableSource
 from datamill.serve.direct import RunStream, build_runs, service_for
 from datamill.serve.server import to_ipc
+from datamill.sources import open_source
 
 
 def _source(n: int, shard: int) -> TableSource:
@@ -63,3 +66,30 @@ def test_run_stream_equals_a_build_per_lease(
     finally:
         stream.close()
         svc.close()
+
+
+def test_a_build_worker_builds_the_next_lease_ahead(tmp_path: Path) -> None:
+    """A build worker's leases of a static rank, asked in order, come from its build ahead (all but
+    the first); a lease asked out of order (re-issued) is built again; every body is the bytes of a
+    build per lease."""
+    from datamill.serve import workers
+    from datamill.shards.dataset import ShardsetDataset
+
+    table = _source(900, 90).table
+    ShardsetDataset.create(tmp_path / "ds", table, uid="uid", shardset="main", shard_size=90)
+    cfg = {"dataset": "d", "batch_size": 32, "seed": 3, "shuffle": True, "window": None}
+    cfg.update(drop_last=False, columns=None, plan_world=2, epoch=0, mode="static", lease_size=3)
+    svc = service_for(open_source(tmp_path / "ds"), cfg)
+    workers._init(None)
+    before = dict(workers.AHEAD_STATS)
+    path = str(tmp_path / "ds")
+    total = svc.num_batches(0, 1, 2)
+    leases = [(1, a, min(total, a + 3)) for a in range(0, total, 3)]
+    order = [*leases[:3], leases[1], *leases[3:]]  # the second lease re-issued once
+    for run in order:
+        assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
+    workers._settle()
+    built = workers.AHEAD_STATS["built"] - before["built"]
+    used = workers.AHEAD_STATS["used"] - before["used"]
+    assert used == len(leases) - 1  # each lease after the first came built (not the re-issue)
+    assert built == len(order) - 1  # one ahead after each lease but the last

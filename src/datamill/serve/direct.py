@@ -158,10 +158,23 @@ def parse_runs(value: str) -> list[tuple[int, int, int]]:
     return out
 
 
+_SLICED: dict[pa.DataType, bool] = {}  # type -> _sliced_children(type), asked once per type
+_MAX_SLICED = 1024
+
+
 def _sliced_children(typ: pa.DataType) -> bool:
     """Whether an array of ``typ`` shares a variable-size buffer or child with its slices (strings,
     binaries, lists): how such a slice is written to Arrow IPC depends on where it was cut from,
-    not only on its values."""
+    not only on its values. Remembered per type (asked for every column of every batch)."""
+    known = _SLICED.get(typ)
+    if known is None:
+        if len(_SLICED) >= _MAX_SLICED:
+            _SLICED.clear()
+        known = _SLICED[typ] = _sliced_type(typ)
+    return known
+
+
+def _sliced_type(typ: pa.DataType) -> bool:
     if (
         pat.is_list(typ)
         or pat.is_large_list(typ)
@@ -174,7 +187,7 @@ def _sliced_children(typ: pa.DataType) -> bool:
     ):
         return True
     if pat.is_struct(typ) or pat.is_fixed_size_list(typ):
-        return any(_sliced_children(typ.field(i).type) for i in range(typ.num_fields))
+        return any(_sliced_type(typ.field(i).type) for i in range(typ.num_fields))
     return False
 
 
@@ -183,6 +196,32 @@ def _canonical(arr: pa.Array) -> bool:
     multiple of 64 rows (a slice of another length is written with its neighbours' bytes as
     padding)."""
     return len(arr) % 64 == 0 and not _sliced_children(arr.type)
+
+
+_LAST_SCHEMA: list[tuple[pa.Schema | None, bool]] = [(None, True)]  # [(schema, its answer)]
+
+
+def _sliced_schema(schema: pa.Schema) -> bool:
+    """Whether a column of ``schema`` has a type of :func:`_sliced_children` (the last schema asked
+    about is remembered: a lease's batches share theirs)."""
+    last = _LAST_SCHEMA[0]
+    if last[0] is not schema:
+        last = _LAST_SCHEMA[0] = (schema, any(_sliced_children(t) for t in schema.types))
+    return last[1]
+
+
+def _whole(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch | None:
+    """The table's one record batch when it is already what :func:`as_batch` makes (``schema``,
+    one chunk per column, each :func:`_canonical`), else ``None``: checked per table, not per
+    column (a direct client asks for every batch)."""
+    if (
+        table.num_rows % 64
+        or not table.schema.equals(schema, check_metadata=True)
+        or _sliced_schema(schema)
+    ):
+        return None
+    batches = table.to_batches()
+    return batches[0] if len(batches) == 1 else None
 
 
 def _column(col: pa.ChunkedArray) -> pa.Array:
@@ -204,25 +243,23 @@ def as_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
         >>> to_ipc([t.slice(0, 2)]) == to_ipc([pa.table({"ids": [[1], [2, 3]]})])
         True
     """
+    whole = _whole(table, schema)
+    if whole is not None:
+        return whole
     t = table.cast(schema) if table.schema != schema else table
     return pa.RecordBatch.from_arrays([_column(c) for c in t.columns], schema=schema)
 
 
 def as_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A table of one chunk per column and ``schema``: what :func:`as_batch` gives, as a table (the
-    table itself when it already is one).
+    """A table of one chunk per column and ``schema``: what :func:`as_batch` gives, as a table.
 
     Examples:
         >>> t = pa.table({"x": list(range(128))})
-        >>> as_table(t, t.schema) is t
+        >>> as_table(t, t.schema).equals(t)
         True
         >>> as_table(pa.concat_tables([t, t]), t.schema).column(0).num_chunks
         1
     """
-    if table.schema == schema and all(
-        c.num_chunks == 1 and _canonical(c.chunk(0)) for c in table.columns
-    ):
-        return table
     return pa.Table.from_batches([as_batch(table, schema)])
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "ACK_FLUSH_S",
     "DIRECT_CACHE_LIMIT",
     "DIRECT_LEASE_SIZE",
+    "LEASE_SIZE",
     "SERVE_STATE_FORMAT",
     "RemoteLoader",
     "default_lease_size",
@@ -56,10 +57,15 @@ DIRECT_CACHE_LIMIT = 8 << 30
 """Bytes of ``s3://`` shards a direct-mode client keeps in its local cache at most (8 GiB)."""
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
-DIRECT_LEASE_SIZE = 64
-"""Batches per lease by default in direct mode (server-built: 16). A lease round trip (two journal
-commits on the server) costs about what building 10-20k samples does; the client builds one lease
-while it asks for the next, so a lease must carry more work than a round trip."""
+LEASE_SIZE = 64
+"""Batches per lease by default, both transports. A lease round trip (a journal commit on the
+server, and in server-built mode the lease's bytes moved from a build worker to the client) costs
+about what building 10-20k samples does; the next lease is built (by the client in direct mode,
+ahead by the build worker in server-built mode) while this one is consumed, so a lease must carry
+more work than a round trip. Each lease's batches are held in memory (``prefetch`` + 1 leases):
+lower it for large samples."""
+DIRECT_LEASE_SIZE = LEASE_SIZE
+"""The direct-mode default, :data:`LEASE_SIZE` (kept for code that imports it)."""
 
 
 def default_lease_size(transport: str) -> int:
@@ -67,9 +73,13 @@ def default_lease_size(transport: str) -> int:
 
     Examples:
         >>> default_lease_size("built"), default_lease_size("direct")
-        (16, 64)
+        (64, 64)
     """
-    return DIRECT_LEASE_SIZE if transport == "direct" else 16
+    if transport not in TRANSPORTS:
+        raise ConfigError(
+            f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
+        )
+    return LEASE_SIZE
 
 
 def _client_id() -> str:
@@ -100,8 +110,8 @@ class RemoteLoader:
         prefetch: leases fetched ahead (1 or 2 is plenty). Defaults to ``2``.
         shuffle: as for the Loader. Defaults to ``True``.
         lease_size: batches per lease when this call creates the iteration. Defaults to ``None``:
-            ``16``, or :data:`DIRECT_LEASE_SIZE` (``64``) in direct mode, so that building a lease
-            takes longer than the round trip for the next one.
+            :data:`LEASE_SIZE` (``64``), so that building a lease takes longer than the round trip
+            for the next one (lower it for large samples: ``prefetch`` + 1 leases are held).
         lease_timeout: lease lifetime without heartbeat, seconds (server default when ``None``).
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.

@@ -9,18 +9,20 @@ a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dyn
 pinned to one worker (round robin on first sight), so consecutive leases, which read the same
 shuffle window, hit the same worker's cache. A worker follows each static rank it serves with one
 build over its next leases (:class:`~datamill.serve.direct.RunStream` with a horizon of 4 leases),
-so shards are read ahead across leases. The HTTP process only routes and journals.
+so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a thread of
+the worker) while the lease it just built is sent: a client's next request finds its lease built
+(a guess that does not come costs one build; the bytes are the same either way). The HTTP process
+only routes and journals.
 """
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -39,6 +41,14 @@ _STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> Ru
 _MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
 _STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iteration
 _HORIZON_LEASES = 4  # leases one build of a followed rank covers
+# in a worker: the lease being built ahead ((stream key, runs), its future), the leases built ahead
+# not asked for yet (bounded), and the thread that builds them
+_AHEAD: tuple[tuple[str, tuple[tuple[int, int, int], ...]], Future[bytes]] | None = None
+_READY: dict[tuple[str, tuple[tuple[int, int, int], ...]], bytes] = {}
+_READY_LEASES = 16
+_READY_BYTES = 256 << 20
+_AHEAD_POOL: ThreadPoolExecutor | None = None
+AHEAD_STATS = {"built": 0, "used": 0}  # in a worker: leases built ahead, and those asked for
 
 
 def default_build_workers() -> int:
@@ -66,9 +76,55 @@ def _ping() -> int:
     return os.getpid()
 
 
+def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> bytes:
+    """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
+    from datamill.serve.direct import as_batches
+
+    batches = as_batches(list(stream.batches(runs)))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _next_runs(
+    stream: Any, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
+) -> tuple[tuple[int, int, int], ...] | None:
+    """The runs of the lease that follows ``runs`` in a static iteration's rank (``None``: none, or
+    not predictable): a rank's leases come in order, ``lease_size`` batches each."""
+    if not stream.follow or len(runs) != 1:
+        return None
+    r, _, b = runs[0]
+    total = stream.svc.num_batches(stream.epoch, r, stream.world)
+    return ((r, b, min(total, b + int(cfg["lease_size"]))),) if b < total else None
+
+
+def _settle() -> None:
+    """Wait for the lease being built ahead; keep its bytes in :data:`_READY` (a failed build is
+    dropped with its stream: the request for that lease builds it again and raises its error)."""
+    global _AHEAD
+    if _AHEAD is None:
+        return
+    (skey, runs), fut = _AHEAD
+    _AHEAD = None
+    try:
+        _READY[(skey, runs)] = fut.result()
+    except Exception:  # noqa: BLE001 - raised again by the lease's own request
+        stream = _STREAMS.pop(skey, None)
+        if stream is not None:
+            stream.close()
+        return
+    while sum(len(v) for v in _READY.values()) > _READY_BYTES or len(_READY) > _READY_LEASES:
+        _READY.pop(next(iter(_READY)))
+
+
 def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
-    """In a worker: the Arrow IPC stream of a lease's batches."""
-    from datamill.serve.direct import RunStream, as_batches, service_for
+    """In a worker: the Arrow IPC stream of a lease's batches; then the rank's next lease is built
+    ahead in a thread of the worker, while this one is sent (a static rank's leases come in
+    order)."""
+    global _AHEAD
+    from datamill.serve.direct import RunStream, service_for
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
@@ -78,6 +134,10 @@ def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> 
     # a static iteration's leases of one rank come to this worker in order: follow each rank with
     # one build over the next leases (shards read ahead across leases) instead of a build per lease
     skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
+    _settle()  # the stream is used by one thread at a time
+    want = tuple((int(r), int(a), int(b)) for r, a, b in runs)
+    body = _READY.pop((skey, want), None)
+    AHEAD_STATS["used"] += body is not None
     stream = _STREAMS.pop(skey, None)
     if stream is None:
         stream = RunStream(
@@ -90,13 +150,20 @@ def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> 
     _STREAMS[skey] = stream  # most recently used last
     while len(_STREAMS) > _MAX_ITERATIONS:
         _STREAMS.pop(next(iter(_STREAMS))).close()
-    tables = list(stream.batches(runs))
-    batches = as_batches(tables)
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
-        for b in batches:
-            writer.write_batch(b)
-    return sink.getvalue()
+    if body is None:
+        body = _lease_bytes(stream, want)
+    ahead = _next_runs(stream, cfg, want)
+    if ahead is not None and (skey, ahead) not in _READY:
+        _AHEAD = ((skey, ahead), _ahead_thread().submit(_lease_bytes, stream, ahead))
+        AHEAD_STATS["built"] += 1
+    return body
+
+
+def _ahead_thread() -> ThreadPoolExecutor:
+    global _AHEAD_POOL
+    if _AHEAD_POOL is None:
+        _AHEAD_POOL = ThreadPoolExecutor(1, thread_name_prefix="datamill-build-ahead")
+    return _AHEAD_POOL
 
 
 class BuildPool:
