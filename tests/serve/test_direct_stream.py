@@ -4,9 +4,11 @@ gives the batches, and the Arrow IPC bytes, of building each lease alone."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -69,7 +71,7 @@ def test_run_stream_equals_a_build_per_lease(
 
 
 def test_a_build_worker_builds_the_next_lease_ahead(tmp_path: Path) -> None:
-    """A build worker's leases of a static rank, asked in order, come from its build ahead (all but
+    """A build worker's leases of a static rank, asked in order, come from its builds ahead (all but
     the first); a lease asked out of order (re-issued) is built again; every body is the bytes of a
     build per lease."""
     from datamill.serve import workers
@@ -88,8 +90,41 @@ def test_a_build_worker_builds_the_next_lease_ahead(tmp_path: Path) -> None:
     order = [*leases[:3], leases[1], *leases[3:]]  # the second lease re-issued once
     for run in order:
         assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
-    workers._settle()
+    workers._drain()
     built = workers.AHEAD_STATS["built"] - before["built"]
     used = workers.AHEAD_STATS["used"] - before["used"]
     assert used == len(leases) - 1  # each lease after the first came built (not the re-issue)
-    assert built == len(order) - 1  # one ahead after each lease but the last
+    # each lease but the first once, and the one after the re-issue once more (its restart)
+    assert built == len(leases)
+
+
+def test_a_failed_build_ahead_is_built_again_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build ahead that fails (a read error in the worker's thread) is not an answer: the request
+    for that lease builds it again, in a fresh stream, and gets the right bytes."""
+    from datamill.serve import workers
+    from datamill.shards.dataset import ShardsetDataset
+
+    ShardsetDataset.create(
+        tmp_path / "ds", _source(600, 60).table, uid="uid", shardset="main", shard_size=60
+    )
+    cfg = {"dataset": "f", "batch_size": 20, "seed": 4, "shuffle": True, "window": None}
+    cfg.update(drop_last=False, columns=None, plan_world=1, epoch=0, mode="static", lease_size=4)
+    svc = service_for(open_source(tmp_path / "ds"), cfg)
+    real, failed = workers._lease_bytes, list[Any]()
+
+    def flaky(stream: Any, runs: Any) -> bytes:
+        if tuple(runs) == ((0, 8, 12),) and not failed:
+            failed.append(runs)
+            raise OSError("a read failed")
+        return real(stream, runs)
+
+    monkeypatch.setattr(workers, "_lease_bytes", flaky)
+    workers._init(None)
+    path = str(tmp_path / "ds")
+    for a in range(0, svc.num_batches(0, 0, 1), 4):
+        run = (0, a, min(svc.num_batches(0, 0, 1), a + 4))
+        assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
+    workers._drain()
+    assert failed  # the build ahead of lease (0, 8, 12) did fail

@@ -121,6 +121,7 @@ class LeaseFeed:
         self.held: dict[str, HeldLease] = {}  # received, not all consumed and flushed
         self.lost: set[str] = set()
         self.stop = threading.Event()
+        self.acked = threading.Event()  # set when the loop finished a lease (wakes a waiting fetch)
         self.errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)
@@ -136,6 +137,7 @@ class LeaseFeed:
     def close(self) -> None:
         """Stop the threads; then flush the acks still pending (for up to 10 s)."""
         self.stop.set()
+        self.acked.set()
         for t in self._threads:
             t.join(timeout=5)
         if self.errors or not self.loader._pending():
@@ -218,8 +220,9 @@ class LeaseFeed:
             return None
         self._deadline_503 = None
         loader._record_acks(res.headers.get("x-datamill-acks", ""), sent, self.held, self.lost)
-        if res.status == 409:
-            self.stop.wait(0.02)
+        if res.status == 409:  # others hold the rest: ask again in 20 ms, or when the loop acks
+            self.acked.wait(0.02)  # (the epoch's last lease done: its acks end the epoch now)
+            self.acked.clear()
             return None
         return res
 

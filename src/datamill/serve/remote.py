@@ -191,6 +191,9 @@ class RemoteLoader:
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
         self.mode, self.prefetch, self.reconnect_s = mode, int(prefetch), float(reconnect_s)
         self.collate_fn = resolve_collate(collate)
+        # numpy/torch arrays are the same however a batch's columns were cut: a direct client hands
+        # the built table to them as it is (a callable or "arrow" gets the server-built form)
+        self._values_only = isinstance(collate, str) and collate in ("numpy", "torch")
         self.on_commit = on_commit
         self.transport, self.cache_dir, self.cache_limit = transport, cache_dir, int(cache_limit)
         self._direct: tuple[str, Any] | None = None  # (service key, BatchService) of direct mode
@@ -402,14 +405,17 @@ class RemoteLoader:
 
     def _direct_tables(self, lease: HeldLease) -> Iterator[pa.Table]:
         """A direct lease's batches, built here as the loop asks for them, as the server builds them
-        (one contiguous record batch each, of the lease's first batch's schema)."""
+        (one contiguous record batch each, of the lease's first batch's schema; for a numpy or torch
+        collate only the schema matters)."""
         from datamill.serve.direct import as_table, parse_runs
 
         assert self._stream is not None
         schema = None
         for table in self._stream.batches(parse_runs(lease.runs)):
             schema = table.schema if schema is None else schema
-            yield as_table(table, schema)
+            if not self._values_only or not table.schema.equals(schema):
+                table = as_table(table, schema)
+            yield table
 
     def _run(self, it_id: str, lease_timeout: float) -> Iterator[Any]:
         """The epoch's batches, from the leases the background threads fetch."""
@@ -418,6 +424,7 @@ class RemoteLoader:
             self._stream = RunStream(self._direct[1], self._cfg, follow=self.mode == "static")
         feed = LeaseFeed(self, it_id, lease_timeout, direct=self._stream is not None)
         feed.start()
+        planned = self._stream is None
         try:
             while True:
                 t0 = time.perf_counter()
@@ -427,11 +434,32 @@ class RemoteLoader:
                     feed.raise_error()
                     return
                 yield from self._yield_lease(lease, feed)
+                if not planned:  # after the first lease: the epoch's own start has priority
+                    planned = True
+                    self._plan_next_epoch()
         finally:
             feed.close()
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
+
+    def _plan_next_epoch(self) -> None:
+        """Direct static mode: this rank's plan of the next epoch, computed by a background thread
+        while this epoch runs (the batch service keeps two epochs' plans), so that the next epoch's
+        first batch does not wait for it (the in-process Loader plans when its epoch starts)."""
+        assert self._direct is not None
+        svc, world = self._direct[1], int(self._cfg["plan_world"])
+        if self.mode != "static" or world != int(self.iter_args["world_size"]):
+            return
+        epoch, rank = int(self._cfg["epoch"]) + 1, self.rank
+
+        def plan() -> None:
+            try:
+                svc.plan(epoch, rank, world)
+            except Exception:  # noqa: BLE001 - the next epoch plans again, and raises there
+                return
+
+        threading.Thread(target=plan, name="datamill-plan-ahead", daemon=True).start()
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
@@ -445,9 +473,8 @@ class RemoteLoader:
         try:
             for i in range(len(lease.units)):
                 pos = lease.start + i
-                with self._state_lock:
-                    is_lost = lease.id in feed.lost
-                if is_lost and self.mode == "dynamic":  # the server gives the rest to someone else
+                # dynamic mode: a lost lease's rest goes to someone else (a set's `in` is atomic)
+                if self.mode == "dynamic" and lease.id in feed.lost:
                     self.stats["dropped_lost"] += len(lease.units) - i
                     with self._state_lock:
                         feed.held.pop(lease.id, None)
@@ -468,6 +495,7 @@ class RemoteLoader:
         with self._state_lock:
             if not any(x[0] == lease.id for x in self._unflushed):
                 feed.held.pop(lease.id, None)
+        feed.acked.set()  # a fetch waiting for the others' leases (409) asks again with these acks
 
     def _take(self, lease: HeldLease, pos: int) -> None:
         """Position ``pos`` of ``lease`` is handed to the loop now."""

@@ -41,10 +41,13 @@ _STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> Ru
 _MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
 _STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iteration
 _HORIZON_LEASES = 4  # leases one build of a followed rank covers
-# in a worker: the lease being built ahead ((stream key, runs), its future), the leases built ahead
-# not asked for yet (bounded), and the thread that builds them
-_AHEAD: tuple[tuple[str, tuple[tuple[int, int, int], ...]], Future[bytes]] | None = None
-_READY: dict[tuple[str, tuple[tuple[int, int, int], ...]], bytes] = {}
+# in a worker: the leases being built ahead, in order ((stream key, runs) -> future), those built
+# ahead and not asked for yet (bounded), and the one thread that builds them
+_Key = tuple[str, tuple[tuple[int, int, int], ...]]
+_AHEAD: OrderedDict[_Key, Future[bytes]] = OrderedDict()
+_AHEAD_DEPTH = 2  # leases of a rank built ahead of the one asked for
+_READY: dict[_Key, bytes] = {}
+_BROKEN: set[str] = set()  # streams a build ahead failed in
 _READY_LEASES = 16
 _READY_BYTES = 256 << 20
 _AHEAD_POOL: ThreadPoolExecutor | None = None
@@ -100,45 +103,37 @@ def _next_runs(
     return ((r, b, min(total, b + int(cfg["lease_size"]))),) if b < total else None
 
 
-def _settle() -> None:
-    """Wait for the lease being built ahead; keep its bytes in :data:`_READY` (a failed build is
-    dropped with its stream: the request for that lease builds it again and raises its error)."""
-    global _AHEAD
-    if _AHEAD is None:
-        return
-    (skey, runs), fut = _AHEAD
-    _AHEAD = None
+def _ahead_result(key: _Key, fut: Future[bytes]) -> bytes | None:
+    """A build ahead's bytes; ``None`` when it failed (its stream is then replaced before its next
+    use: the request for that lease builds it again and raises its error)."""
     try:
-        _READY[(skey, runs)] = fut.result()
+        return fut.result()
     except Exception:  # noqa: BLE001 - raised again by the lease's own request
-        stream = _STREAMS.pop(skey, None)
-        if stream is not None:
-            stream.close()
-        return
+        _BROKEN.add(key[0])
+        return None
+
+
+def _drain() -> None:
+    """Wait for every build ahead (the main thread then uses the streams); keep their bytes."""
+    while _AHEAD:
+        key, fut = _AHEAD.popitem(last=False)
+        body = _ahead_result(key, fut)
+        if body is not None:
+            _READY[key] = body
     while sum(len(v) for v in _READY.values()) > _READY_BYTES or len(_READY) > _READY_LEASES:
         _READY.pop(next(iter(_READY)))
 
 
-def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
-    """In a worker: the Arrow IPC stream of a lease's batches; then the rank's next lease is built
-    ahead in a thread of the worker, while this one is sent (a static rank's leases come in
-    order)."""
-    global _AHEAD
-    from datamill.serve.direct import RunStream, service_for
-    from datamill.sources import open_source
+def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
+    """The RunStream of ``skey`` (created when new; the least recently used beyond
+    :data:`_MAX_ITERATIONS` closed); call with no build ahead running."""
+    from datamill.serve.direct import RunStream
 
-    key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
-    svc = _SERVICES.get(key)
-    if svc is None:
-        svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
-    # a static iteration's leases of one rank come to this worker in order: follow each rank with
-    # one build over the next leases (shards read ahead across leases) instead of a build per lease
-    skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
-    _settle()  # the stream is used by one thread at a time
-    want = tuple((int(r), int(a), int(b)) for r, a, b in runs)
-    body = _READY.pop((skey, want), None)
-    AHEAD_STATS["used"] += body is not None
     stream = _STREAMS.pop(skey, None)
+    if stream is not None and skey in _BROKEN:  # a build ahead failed in it
+        stream.close()
+        stream = None
+    _BROKEN.discard(skey)
     if stream is None:
         stream = RunStream(
             svc,
@@ -150,12 +145,50 @@ def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> 
     _STREAMS[skey] = stream  # most recently used last
     while len(_STREAMS) > _MAX_ITERATIONS:
         _STREAMS.pop(next(iter(_STREAMS))).close()
+    return stream
+
+
+def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
+    """In a worker: the Arrow IPC stream of a lease's batches. The rank's next
+    :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while this one is
+    sent (a static rank's leases come in order); one thread at a time uses a stream."""
+    from datamill.serve.direct import service_for
+    from datamill.sources import open_source
+
+    key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
+    svc = _SERVICES.get(key)
+    if svc is None:
+        svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
+    # a static iteration's leases of one rank come to this worker in order: follow each rank with
+    # one build over the next leases (shards read ahead across leases) instead of a build per lease
+    skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
+    want: _Key = (skey, tuple((int(r), int(a), int(b)) for r, a, b in runs))
+    body = _READY.pop(want, None)
+    fut = _AHEAD.pop(want, None) if body is None else None
+    if fut is not None:  # built (or being built) ahead: wait for it only
+        for k in list(_AHEAD):  # the builds queued before it are done too: keep their bytes
+            if not _AHEAD[k].done():
+                break
+            done = _ahead_result(k, _AHEAD.pop(k))
+            if done is not None:
+                _READY[k] = done
+        body = _ahead_result(want, fut)
+    AHEAD_STATS["used"] += body is not None
     if body is None:
-        body = _lease_bytes(stream, want)
-    ahead = _next_runs(stream, cfg, want)
-    if ahead is not None and (skey, ahead) not in _READY:
-        _AHEAD = ((skey, ahead), _ahead_thread().submit(_lease_bytes, stream, ahead))
-        AHEAD_STATS["built"] += 1
+        _drain()
+        body = _lease_bytes(_stream_for(skey, svc, cfg), want[1])
+    stream = _STREAMS.pop(skey, None)
+    if stream is not None:
+        _STREAMS[skey] = stream  # most recently used last
+    nxt = want[1]
+    for _ in range(_AHEAD_DEPTH):
+        ahead = None if stream is None else _next_runs(stream, cfg, nxt)
+        if ahead is None:
+            break
+        if (skey, ahead) not in _READY and (skey, ahead) not in _AHEAD:
+            _AHEAD[(skey, ahead)] = _ahead_thread().submit(_lease_bytes, stream, ahead)
+            AHEAD_STATS["built"] += 1
+        nxt = ahead
     return body
 
 
