@@ -97,6 +97,28 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
         assert client.location("dsd") == str((direct["root"] / "dsd").resolve())
 
 
+def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, Any]) -> None:
+    """Direct mode with the default numpy collate (the built tables handed over as they are) and the
+    next epoch planned ahead: the in-process Loader's arrays, epoch after epoch."""
+    import numpy as np
+
+    kw: dict[str, Any] = {"batch_size": 96, "seed": 21, "name": "d-numpy", "lease_size": 4}
+    loader = RemoteLoader(direct["url"], direct["read"], "dsd", transport="direct", **kw)
+    ref = Loader(open_source(direct["root"] / "ds"), 96, seed=21)
+    for epoch in (0, 1):
+        got, want = list(loader), list(ref)
+        assert len(got) == len(want) > 10
+        for a, b in zip(got, want):
+            assert list(a) == list(b)
+            for k in a:
+                assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
+        if epoch == 0:  # epoch 1's plan was made in the background during epoch 0
+            assert loader._planner is not None
+            loader._planner.join(30)
+            assert loader._direct is not None
+            assert any(k[0] == 1 for k in loader._direct[1]._plans)
+
+
 def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
     """A dataset registered without client_location: direct mode is refused with a one-line 400."""
     loader = RemoteLoader(

@@ -198,6 +198,7 @@ class RemoteLoader:
         self.transport, self.cache_dir, self.cache_limit = transport, cache_dir, int(cache_limit)
         self._direct: tuple[str, Any] | None = None  # (service key, BatchService) of direct mode
         self._stream: RunStream | None = None  # direct mode: this epoch's builds
+        self._planner: threading.Thread | None = None  # direct mode: plans the next epoch
         self._cfg: dict[str, Any] = {}
         self.client_id = _client_id()
         self.session = secrets.token_hex(16)
@@ -459,7 +460,8 @@ class RemoteLoader:
             except Exception:  # noqa: BLE001 - the next epoch plans again, and raises there
                 return
 
-        threading.Thread(target=plan, name="datamill-plan-ahead", daemon=True).start()
+        self._planner = threading.Thread(target=plan, name="datamill-plan-ahead", daemon=True)
+        self._planner.start()
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
