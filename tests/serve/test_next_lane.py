@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 from datamill.serve.app import create_app
 from datamill.serve.auth import create_key
@@ -140,3 +142,14 @@ def test_the_lane_serves_next_itself(
             headers={"Authorization": f"Bearer {keys['read']}"},
         )
     assert calls == ["/api/v1/iterations/nope/next"]  # the app with the lane only
+
+
+@given(st.text(alphabet="ab=&%+;c2F\u00e9 ", max_size=40))
+def test_the_lanes_query_reading_is_starlettes(query: str) -> None:
+    from starlette.datastructures import QueryParams
+
+    from datamill.serve.routes.leases import _params
+
+    raw = query.encode("utf-8")
+    params = QueryParams(raw)
+    assert _params(raw) == {k: params.getlist(k) for k in params}
