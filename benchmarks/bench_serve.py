@@ -34,7 +34,9 @@ the first epoch driven to its end (so it is evicted); and beside it the full-ord
 sample, as the server held each epoch before) at 10M samples, with the ratio.
 
 Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
-[--coord-clients 32] [--lavender-python PATH] [--scale | --no-scale]``
+[--modes built1,built2,direct] [--coord-clients 32] [--lavender-python PATH] [--scale |
+--no-scale]``; e.g. the data-path goals alone: ``--clients 1,2 --reps 3 --no-scale
+--coord-clients 0``.
 """
 
 from __future__ import annotations
@@ -449,10 +451,15 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
     return {"scale": lazy, "scale_small": small, "full_order_small": ref}
 
 
-def _configs(counts: Sequence[int]) -> list[tuple[str, int, int]]:
+MODES = ("built1", "built2", "direct")
+"""The served configurations ``--modes`` chooses from: server-built with 1 or 2 build workers, and
+direct mode."""
+
+
+def _configs(counts: Sequence[int], modes: Sequence[str] = MODES) -> list[tuple[str, int, int]]:
     """(transport, build workers, clients) of every served measurement."""
-    out = [("built", w, c) for w in (1, 2) for c in counts]
-    return out + [("direct", 0, c) for c in counts]
+    out = [("built", w, c) for w in (1, 2) if f"built{w}" in modes for c in counts]
+    return out + [("direct", 0, c) for c in counts if "direct" in modes]
 
 
 def _label(transport: str, workers: int, clients: int) -> str:
@@ -462,14 +469,20 @@ def _label(transport: str, workers: int, clients: int) -> str:
 
 
 def measure(
-    source: Any, servers: dict[tuple[str, int], str], counts: Sequence[int], *, reps: int
+    source: Any,
+    servers: dict[tuple[str, int], str],
+    counts: Sequence[int],
+    *,
+    reps: int,
+    modes: Sequence[str] = MODES,
 ) -> dict[str, Any]:
     """Every configuration ``reps`` times, each right after an in-process Loader run (A/B/A/B): the
     ratio of each pair, measured at the same moment of the machine's load, and their medians."""
     bl = _bench_loader()
-    pairs: dict[tuple[str, int, int], list[dict[str, Any]]] = {k: [] for k in _configs(counts)}
+    configs = _configs(counts, modes)
+    pairs: dict[tuple[str, int, int], list[dict[str, Any]]] = {k: [] for k in configs}
     for rep in range(reps):
-        for transport, workers, clients in _configs(counts):
+        for transport, workers, clients in configs:
             local = bl.run_datamill(source, 0)
             local_sps = local["samples"] / local["seconds"]
             r = run_clients(servers[(transport, workers)], clients, bl.BATCH, transport=transport)
@@ -479,11 +492,14 @@ def measure(
             pairs[(transport, workers, clients)].append(
                 {**r, "local_samples_per_s": local_sps, "load": load}
             )
+            warm = r["warm"]
             print(
                 f"  rep {rep}: {_label(transport, workers, clients):<44} in-process "
-                f"{local_sps:>9,.0f}/s, served warm {r['warm']['samples_per_s']:>9,.0f}/s "
-                f"({r['warm']['ratio']:.2f}x), cold {r['cold']['samples_per_s']:>9,.0f}/s "
-                f"({r['cold']['ratio']:.2f}x); load {load:.1f}",
+                f"{local_sps:>9,.0f}/s, served warm {warm['samples_per_s']:>9,.0f}/s "
+                f"({warm['ratio']:.2f}x), cold {r['cold']['samples_per_s']:>9,.0f}/s "
+                f"({r['cold']['ratio']:.2f}x); warm first batch {warm['first_batch_s']:.3f} s "
+                f"(in-process {local['first_batch_s']:.3f} s), client stall {warm['stall_s']} s, "
+                f"CPU {warm['cpu_s']} s; load {load:.1f}",
                 flush=True,
             )
     return {
@@ -503,7 +519,7 @@ def measure(
 
 
 def report(
-    results: dict[str, Any], coord: dict[str, Any], rss: float
+    results: dict[str, Any], coord: dict[str, Any] | None, rss: float
 ) -> list[tuple[str, float, float]]:
     """Print the table and the goals; returns ``(goal, got, want)``."""
     print(
@@ -521,14 +537,15 @@ def report(
         f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not "
         "counting them)"
     )
-    print(
-        f"coordination: {coord['clients']} direct-mode client processes acknowledging without "
-        f"reading: {coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in "
-        f"{coord['seconds']:.1f} s; latency p50 {coord['p50_ms']:.2f} ms, p99 "
-        f"{coord['p99_ms']:.2f} ms; {coord['waits']} waits); server RSS "
-        f"{coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB); "
-        f"load {coord['load']:.1f}"
-    )
+    if coord is not None:
+        print(
+            f"coordination: {coord['clients']} direct-mode client processes acknowledging without "
+            f"reading: {coord['leases_per_s']:,.0f} lease round trips/s ({coord['leases']:,} in "
+            f"{coord['seconds']:.1f} s; latency p50 {coord['p50_ms']:.2f} ms, p99 "
+            f"{coord['p99_ms']:.2f} ms; {coord['waits']} waits); server RSS "
+            f"{coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB); "
+            f"load {coord['load']:.1f}"
+        )
     goals: list[tuple[str, float, float]] = []
     d1 = results.get(_label("direct", 0, 1))
     if d1 is not None:
@@ -554,7 +571,8 @@ def report(
                 1.0,
             )
         )
-    goals.append(("lease round trips/s >= 2,000", coord["leases_per_s"], 2000))
+    if coord is not None:
+        goals.append(("lease round trips/s >= 2,000", coord["leases_per_s"], 2000))
     for label, got, want in goals:
         met = got > want if want == 1.0 else got >= want
         print(f"goal: {label}: {got:,.2f} -> {'met' if met else 'NOT met'}")
@@ -588,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--coord-clients",
         type=int,
         default=None,
-        help="client processes of the coordination test (default 32; --quick: 8)",
+        help="client processes of the coordination test (default 32; --quick: 8; 0: skip it)",
     )
     ap.add_argument(
         "--scale",
@@ -596,7 +614,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="only the 100M-sample scale figures (--no-scale: only throughput; default: both)",
     )
+    ap.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="served configurations to measure, comma-separated from "
+        f"{', '.join(MODES)} (default: all; the coordination test needs direct)",
+    )
     args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        ap.error(f"unknown --modes {unknown}; expected some of {', '.join(MODES)}")
+    print("command: python " + " ".join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]))
     if args.scale:
         print(json.dumps(scale_report()))
         return
@@ -623,14 +652,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         servers: dict[tuple[str, int], str] = {}
         pids: dict[tuple[str, int], int] = {}
         for key, loc in ((("built", 1), None), (("built", 2), None), (("direct", 0), location)):
-            servers[key], pids[key] = stack.enter_context(_server(root, key[1], location=loc))
-        results = measure(source, servers, counts, reps=reps)
-        rss = _peak_rss_mib(pids[("built", 2)])
-        coord = run_coordination(
-            servers[("direct", 0)],
-            pids[("direct", 0)],
-            clients=args.coord_clients or (8 if args.quick else 32),
-            seconds=3.0 if args.quick else 10.0,
+            if f"{key[0]}{key[1] or ''}" in modes:
+                servers[key], pids[key] = stack.enter_context(_server(root, key[1], location=loc))
+        results = measure(source, servers, counts, reps=reps, modes=modes)
+        rss = _peak_rss_mib(pids[("built", 2)]) if ("built", 2) in pids else float("nan")
+        coord = (
+            run_coordination(
+                servers[("direct", 0)],
+                pids[("direct", 0)],
+                clients=args.coord_clients or (8 if args.quick else 32),
+                seconds=3.0 if args.quick else 10.0,
+            )
+            if args.coord_clients != 0 and "direct" in modes
+            else None
         )
         stack.close()
         lav = None

@@ -101,9 +101,10 @@ def _wait_for(cond: Any, *, timeout: float, what: str) -> None:
 def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kill(
     server: dict[str, Any], tmp_path: Path, mode: str
 ) -> None:
-    """Two clients (40 ms per batch, default prefetch and lease size), one killed -9 and replaced,
-    and the server killed -9 and restarted, all in one epoch: the received-batch logs hold every
-    batch, and the only batches received twice are the killed client's last ones (at most 3)."""
+    """Two clients (40 ms per batch, default prefetch, leases of 16 batches: enough leases in the
+    epoch's 300 batches for the replacement to get some), one killed -9 and replaced, and the server
+    killed -9 and restarted, all in one epoch: the received-batch logs hold every batch, and the
+    only batches received twice are the killed client's last ones (at most 3)."""
     state, port = tmp_path / "state", free_port()
     shutil.copytree(server["state"], state)
     url = f"http://127.0.0.1:{port}"
@@ -113,6 +114,7 @@ def test_no_duplicates_from_a_server_restart_and_at_most_three_from_a_client_kil
         "mode": mode,
         "name": "dups",
         "sleep": 0.04,
+        "lease_size": 16,
     }
     if mode == "static":
         opts["world_size"] = 2

@@ -281,7 +281,9 @@ def service_for(
     ``collate="arrow"``).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
-    (defaults to the plan's world size; a direct client serves one).
+    (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
+    window ahead (``prefetch``: the window's shard count), so that a direct client's or a build
+    worker's gathers seldom wait for a read; the batches are the same.
     """
     svc = BatchService(
         source,
@@ -294,10 +296,14 @@ def service_for(
         collate="arrow",
         cache_shards=cache_shards,
     )
+    # read a shuffle window of shards ahead (the in-process Loader's default is 2): the next
+    # window's shards are read while this one is gathered from, instead of when its first batch
+    # needs them all
+    changes: dict[str, Any] = {"prefetch": max(svc.prefetch, svc.window)}
     if cache_shards is None:
         served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
-        svc = svc.replace(cache_shards=2 * svc.window * served)
-    return svc
+        changes["cache_shards"] = 2 * svc.window * served
+    return svc.replace(**changes)
 
 
 def build_runs(

@@ -438,11 +438,22 @@ class RemoteLoader:
                 if not planned:  # after the first lease: the epoch's own start has priority
                     planned = True
                     self._plan_next_epoch()
+                if self._rank_done():  # its last acks are flushed by feed.close(), as at the end
+                    return
         finally:
             feed.close()
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
+
+    def _rank_done(self) -> bool:
+        """Static mode: every batch of the rank was yielded (here or by a predecessor) and the loop
+        came back, so the epoch ends without waiting for the server's 204 (one round trip more, and
+        a wait while the last acks are journaled). With slots, the others' batches are not counted
+        here: the 204 ends it."""
+        with self._state_lock:
+            total, consumed = self._queue_total, self._consumed
+        return self.mode == "static" and total is not None and consumed >= total
 
     def _plan_next_epoch(self) -> None:
         """Direct static mode: this rank's plan of the next epoch, computed by a background thread
