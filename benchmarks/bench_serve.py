@@ -9,6 +9,9 @@ uvicorn with uvloop + httptools when installed. Each client process iterates its
 iteration with :class:`datamill.serve.RemoteLoader` (``collate="numpy"``, the Loader's default) for
 two epochs: the first is **cold** (the process joins, opens the dataset, plans), the second
 **warm**, like the in-process Loader, whose source is open and warm; the goals use the warm epoch.
+Every client starts an epoch at the same moment (a barrier through the clients' stdin, as DDP ranks
+start an epoch together), so the aggregate's wall time is the epoch's own, not stretched by how much
+later one client finished its cold epoch than another.
 
 Measured in one run, in A/B pairs: every configuration (server-built with ``--build-workers 1``
 and ``2``, and direct mode, ``transport="direct"``, each with 1, 2 and 4 client processes) runs
@@ -73,6 +76,8 @@ loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, w
                       name=name, transport=transport)
 out = []
 for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then warm
+    print("ready", flush=True)  # every client starts the epoch at once, as DDP ranks do
+    sys.stdin.readline()
     waits, n = [], 0
     stall0, build0 = loader.stall_s, loader.stats["build_s"]
     start, cpu = time.time(), time.process_time()
@@ -184,11 +189,23 @@ def run_clients(
                 str(epochs),
             ],
             env=_env(),
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for r in range(clients)
     ]
+    for _ in range(epochs):  # a barrier: the epoch starts when every client is ready for it
+        for p in procs:
+            assert p.stdout is not None
+            while (line := p.stdout.readline()) and line.strip() != "ready":
+                pass
+            if not line:
+                raise RuntimeError(f"client exited with {p.wait()}")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=1800)
