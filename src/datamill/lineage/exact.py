@@ -310,11 +310,12 @@ class Columns:
         """
         workers = _threads(threads)
 
-        def prepare(name: str) -> tuple[pa.Array, list[Code] | None]:
-            arr = _array(table.column(name))
-            return arr, column_codes(arr)
+        def prepare(k: int) -> list[tuple[pa.Array, list[Code] | None]]:
+            arrays = [_array(table.column(c)) for c in columns[k::workers]]
+            return [(a, column_codes(a)) for a in arrays]
 
-        done = list(ordered_map(prepare, columns, threads=workers))
+        parts = list(ordered_map(prepare, range(workers), threads=workers))  # (one task a thread)
+        done = [parts[i % workers][i // workers] for i in range(len(columns))]
         others = [_prepare(a) for a, code in done if code is None]
         exact = [c for _, code in done if code is not None for c in code]
         return cls(others, table.num_rows, pack(exact, threads=workers), workers)

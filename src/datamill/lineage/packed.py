@@ -200,7 +200,9 @@ def pack(codes: list[Code], /, *, threads: int = 1) -> list[U64]:
         else:
             bins.append([code])
             used.append(code.bits)
-    return list(ordered_map(_one_word, bins, threads=threads))
+    groups = [bins[k::threads] for k in range(max(1, threads))]  # (one task a thread)
+    parts = list(ordered_map(lambda g: [_one_word(b) for b in g], groups, threads=threads))
+    return [parts[i % len(groups)][i // len(groups)] for i in range(len(bins))]
 
 
 def _one_word(codes: list[Code]) -> U64:
