@@ -293,7 +293,11 @@ def signatures(
         part = minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
         sig[bounds[k] : bounds[k + 1]] = part
 
-    for _ in ordered_map(one, range(blocks), threads=min(workers, blocks)):
+    def share(w: int) -> None:  # one task a thread: every workers-th block
+        for k in range(w, blocks, workers):
+            one(k)
+
+    for _ in ordered_map(share, range(min(workers, blocks)), threads=min(workers, blocks)):
         pass
     return sig
 
