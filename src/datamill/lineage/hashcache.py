@@ -204,8 +204,8 @@ class HashCache:
 
     def _point_at(self, sidecar: Path) -> None:
         path = self.record_file
-        if path is None or self.opened is None:
-            return
+        if path is None or self.opened is None or path.is_symlink():
+            return  # (a linked manifest is not replaced by a file)
         now = _read_json(path)
         if now is None or _without_record(now, path) != _without_record(self.opened, path):
             return  # rebuilt or edited since it was opened: not ours to touch now
