@@ -119,6 +119,31 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
             assert any(k[0] == 1 for k in loader._direct[1]._plans)
 
 
+@pytest.mark.parametrize("acks_go_through", [True, False])
+def test_a_static_epoch_ends_when_its_last_acks_are_journaled(
+    direct: dict[str, Any], monkeypatch: pytest.MonkeyPatch, acks_go_through: bool
+) -> None:
+    """A static client whose loop took the rank's last batch ends the epoch as soon as one request
+    has journaled its last acks; when that request fails, it waits for the server's end of epoch as
+    before. Either way the server records every batch done, once."""
+    from datamill.serve.feed import LeaseFeed
+
+    if not acks_go_through:
+        monkeypatch.setattr(LeaseFeed, "flush_all", lambda self: False)
+    name = f"end-{acks_go_through}"
+    loader = RemoteLoader(
+        direct["url"], direct["read"], "dsd", batch_size=128, seed=2, name=name, lease_size=8
+    )
+    got = list(loader)
+    assert loader.stats["ended_by_acks"] == (1 if acks_go_through else 0)
+    assert sum(b["uid"].shape[0] for b in got) == N
+    with Client(direct["url"], direct["read"]) as client:
+        progress, done = client.progress(name), client.done(name)
+    assert progress["done"] == progress["total"] == len(got) and progress["leased"] == 0
+    units = sorted(u for a, b, _ in done for u in range(a, b))
+    assert units == list(range(len(got)))  # the committed record: every batch exactly once
+
+
 def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
     """A dataset registered without client_location: direct mode is refused with a one-line 400."""
     loader = RemoteLoader(

@@ -281,6 +281,32 @@ class LeaseFeed:
             self.lost.update(answer.get("lost", []))
             self.lost.update(answer.get("refused", []))
 
+    def flush_all(self) -> bool:
+        """Send every pending ack now, in one request on a new connection, without retrying: whether
+        all of them were journaled (``False``: the caller waits for the epoch's end as usual, while
+        the threads retry and, after a server restart, reclaim the leases)."""
+        loader = self.loader
+        sent = loader._pending()
+        if not sent:
+            return True
+        conn = self.http(0.0)
+        try:
+            res = conn.request(
+                "POST",
+                f"{self.path}/ack",
+                ok=(200, 409, 410),
+                body={"client": loader.client_id, "acks": ack_ranges(sent)},
+            )
+        except RemoteError:
+            return False
+        finally:
+            conn.close()
+        acks = res.json().get("acks", {})
+        loader._record_acks(
+            ",".join(f"{k}={v}" for k, v in acks.items()), sent, self.held, self.lost
+        )
+        return res.status == 200 and not loader._pending()
+
     def flush(self, conn: Http) -> None:
         """Send the consumed batches not yet journaled (one request, one journal transaction)."""
         loader = self.loader

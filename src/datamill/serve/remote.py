@@ -221,6 +221,7 @@ class RemoteLoader:
             "dropped_lost": 0,
             "acks": {},
             "build_s": 0.0,  # seconds the loop waited for a batch of a lease held (direct: built)
+            "ended_by_acks": 0,  # static epochs ended once their last acks were journaled (no 204)
         }
 
     # ------------------------------------------------------------------ state
@@ -438,7 +439,8 @@ class RemoteLoader:
                 if not planned:  # after the first lease: the epoch's own start has priority
                     planned = True
                     self._plan_next_epoch()
-                if self._rank_done():  # its last acks are flushed by feed.close(), as at the end
+                if self._rank_done() and not feed.errors and feed.flush_all():
+                    self.stats["ended_by_acks"] += 1  # the rank's batches taken and journaled
                     return
         finally:
             feed.close()
@@ -448,9 +450,9 @@ class RemoteLoader:
 
     def _rank_done(self) -> bool:
         """Static mode: every batch of the rank was yielded (here or by a predecessor) and the loop
-        came back, so the epoch ends without waiting for the server's 204 (one round trip more, and
-        a wait while the last acks are journaled). With slots, the others' batches are not counted
-        here: the 204 ends it."""
+        came back, so once its acks are journaled the epoch ends without waiting for the server's
+        204 (a request more, after a 409 and a wait). With slots, the others' batches are not
+        counted here: the 204 ends it."""
         with self._state_lock:
             total, consumed = self._queue_total, self._consumed
         return self.mode == "static" and total is not None and consumed >= total
