@@ -147,6 +147,9 @@ def test_partial_or_corrupt_copies_are_never_used(
             self.sent = True
             return bytes(self.inner.read(100))
 
+        def read_buffer(self, n: int) -> pa.Buffer:  # what the cache reads with
+            return pa.py_buffer(self.read(n))
+
     real_open = fresh.cache.fs.open_input_stream
     monkeypatch.setattr(
         fresh.cache,

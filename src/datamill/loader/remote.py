@@ -263,7 +263,7 @@ class RemoteParquetSource:
         cols = check_read_args(self, index, columns, path=self.url)
         info, rows = self.infos[int(index)], int(self._sizes[int(index)])
 
-        def check(data: bytes) -> None:
+        def check(data: pa.Buffer) -> None:
             try:
                 got = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
             except (OSError, pa.ArrowException) as exc:
@@ -276,7 +276,7 @@ class RemoteParquetSource:
                     path=f"{self.prefix}{info.path}",
                 )
 
-        data = self.cache.read(info.path, info=info, check=check)
+        data = self.cache.read_buffer(info.path, info=info, check=check)
         # ParquetFile.read, not pq.read_table: the latter goes through pyarrow.dataset, whose first
         # import (pandas included) took 0.4-0.7 s of a cold first batch, holding every reader thread
         return pq.ParquetFile(pa.BufferReader(data)).read(columns=cols)
