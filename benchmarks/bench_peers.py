@@ -332,11 +332,17 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "seconds": seconds,
         "cpu": cpu,  # this process's CPU seconds (every thread; not DataLoader workers')
+        "child_cpu": _children_cpu(),  # DataLoader worker processes (once they have exited)
         "first": first or seconds,
         "samples": len(seq),
         "bytes": nbytes,
         "first_bytes": firsts,
     }
+
+
+def _children_cpu() -> float:
+    t = os.times()
+    return float(t.children_user + t.children_system)
 
 
 def touch(batch: Any) -> tuple[Any, int, int]:
@@ -659,6 +665,8 @@ def run_ranks(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, A
         "seconds": max(o["seconds"] for o in outs),
         "first": max(o["first"] for o in outs),
         "samples": sum(o["samples"] for o in outs),
+        "cpu": sum(o.get("cpu", 0.0) for o in outs),
+        "child_cpu": sum(o.get("child_cpu", 0.0) for o in outs),
         "bytes": sum(o["bytes"] for o in outs),
         "first_bytes": sum(o["first_bytes"] for o in outs),
     }
@@ -1049,6 +1057,7 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
         f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch "
         f"{res['first']:.2f} s, CPU {res.get('cpu', 0):.2f} s"
         + (f" + store {res['store_cpu']:.2f} s" if "store_cpu" in res else "")
+        + (f" + workers {res['child_cpu']:.2f} s" if res.get("child_cpu") else "")
         + f", once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
         f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,

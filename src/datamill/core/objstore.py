@@ -170,7 +170,8 @@ class ShardFileCache:
             DataFileNotFoundError: no such remote file. DataFileError: the download fails ``check``
             or has the wrong size. CacheError: the cache folder cannot be written.
         """
-        return self.read_buffer(remote, info=info, check=check).to_pybytes()
+        data: bytes = self.read_buffer(remote, info=info, check=check).to_pybytes()
+        return data
 
     def read_buffer(
         self, remote: str, *, info: pafs.FileInfo | None = None, check: Any = None
