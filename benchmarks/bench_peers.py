@@ -352,7 +352,7 @@ def touch(batch: Any) -> tuple[Any, int, int]:
     """
     import numpy as np
 
-    uid = np.asarray(batch["uid"])
+    uid = np.array(batch["uid"])  # a copy: a kept view would keep the whole batch alive
     if "image_offsets" in batch:  # datamill: the batch's bytes + offsets (numpy views or tensors)
         offs, values = np.asarray(batch["image_offsets"]), np.asarray(batch["image"])
         return uid, int(offs[-1] - offs[0]), int(values[offs[:-1]].sum(dtype=np.int64))
