@@ -218,3 +218,20 @@ def test_errors_and_cli(
         main(["-q", "iterate", "s3://data/ds", "--cache-dir", str(tmp_path / "c")]) == 2
     )  # one-line error
     assert "s3://data/ds" in capsys.readouterr().err
+
+
+def test_decoded_shards_live_in_the_jemalloc_pool_not_the_default_one() -> None:
+    # the default pool (mimalloc) gave each decoded shard fresh pages the kernel zeroed first
+    import io
+
+    from datamill.loader.remote import decode_parquet
+
+    want = pa.table({"x": list(range(50_000)), "b": [b"z" * 40] * 50_000})
+    sink = io.BytesIO()
+    pq.write_table(want, sink)
+    jemalloc = pa.jemalloc_memory_pool()
+    before = jemalloc.bytes_allocated()
+    got = decode_parquet(pa.py_buffer(sink.getvalue()), None)
+    assert got.equals(want)
+    assert jemalloc.bytes_allocated() - before >= want.nbytes
+    assert decode_parquet(pa.py_buffer(sink.getvalue()), ["b"]).equals(want.select(["b"]))
