@@ -14,7 +14,7 @@ for any ``N``; worker *processes* help when a transform is GIL-bound Python.
   of it, same dtype, shape and values) before they are sent: torch sends every storage through its
   own shared-memory segment and file descriptor, so one storage per batch instead of one per column
   cut the workers' and the main process's CPU for a 3 KB-binary batch by about a third.
-* A worker process uses jemalloc as Arrow's memory pool (:func:`worker_memory_pool`).
+* A worker process uses jemalloc as Arrow's memory pool (:func:`_worker_memory_pool`).
 * A batch emptied by the filter is yielded as an empty batch here (skipping it would shift the
   round-robin between workers).
 * The adapter keeps its own position: call :meth:`TorchLoaderDataset.set_epoch` before each epoch,
@@ -42,7 +42,7 @@ from datamill.loader.order import Elastic, worker_batches
 torch = require("torch", extra="torch")
 from torch.utils.data import IterableDataset, get_worker_info
 
-__all__ = ["WORKER_STATE_FORMAT", "TorchLoaderDataset", "pack_tensors", "worker_memory_pool"]
+__all__ = ["WORKER_STATE_FORMAT", "TorchLoaderDataset", "pack_tensors"]
 
 WORKER_STATE_FORMAT = "datamill.torch_worker/1"
 """The format of a worker's ``state_dict()`` (torchdata's ``Stateful`` protocol)."""
@@ -154,7 +154,7 @@ class TorchLoaderDataset(IterableDataset[Any]):
         self._yielded, self._skip = self._skip, 0
         pack = info is not None  # a worker process: the batch crosses to the main process
         if pack:
-            worker_memory_pool()
+            _worker_memory_pool()
         for res in self.service.build(
             epoch, self.rank, mine, world_size=self.world_size, **self._where()
         ):
@@ -167,7 +167,7 @@ class TorchLoaderDataset(IterableDataset[Any]):
 _POOL_SET = False
 
 
-def worker_memory_pool() -> None:
+def _worker_memory_pool() -> None:
     """In a DataLoader worker process, make jemalloc Arrow's default memory pool (once).
 
     A worker decodes and gathers every shard its batches need into new Arrow buffers; with the
