@@ -16,7 +16,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
@@ -42,6 +42,7 @@ __all__ = [
     "may_use",
     "rank",
     "requires",
+    "role_check",
     "route_roles",
     "routes",
     "serve_state",
@@ -160,6 +161,13 @@ def _checker(role: str) -> Callable[..., Any]:
 
 
 _CHECKS = {role: _checker(role) for role in ROLES}
+
+
+def role_check(role: str) -> Callable[[Request], Awaitable[Viewer | None]]:
+    """The check behind :func:`requires` (for a layer that dispatches a declared route itself, see
+    :class:`datamill.serve.routes.leases.NextLane`): authenticates, then 401/403 as the route
+    would."""
+    return _CHECKS[role]
 
 
 def requires(role: str) -> Any:

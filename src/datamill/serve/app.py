@@ -26,6 +26,7 @@ from datamill.serve.guard import DEFAULT_HOSTS, AllowedHosts, Guard
 from datamill.serve.lease_journal import UnavailableError
 from datamill.serve.metrics import RequestMetrics
 from datamill.serve.routes import routers
+from datamill.serve.routes.leases import NextLane
 from datamill.serve.routes.metrics import metrics_router
 from datamill.serve.routes.models import one_line
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
@@ -226,6 +227,7 @@ def create_app(
     for router in routers():
         app.include_router(router)
     app.include_router(metrics_router(public=metrics_no_auth))
+    app.add_middleware(NextLane)  # innermost: the lease route past the router (see its docstring)
     app.add_middleware(_BodyLimit, limit=max_body)
     app.add_middleware(Guard, hosts=AllowedHosts(allowed_hosts))
     app.add_middleware(RequestMetrics, telemetry=state.telemetry)

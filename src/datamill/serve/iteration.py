@@ -53,6 +53,22 @@ _MAX_CURSORS = (
 )
 
 
+# lease ids: unique, not secret (the fence is): a random prefix per server process and a counter
+_LEASE_PREFIX, _LEASE_NUMBERS = secrets.token_hex(6), itertools.count(1)
+_BYTE = {v: bytes([v]) for v in (PENDING, LEASED, DONE, ACKING)}
+
+
+def _has(seg: NDArray[np.int8], value: int) -> bool:
+    """Whether a lease's few positions hold ``value`` (bytes: no numpy call on the lease path)."""
+    return _BYTE[value] in seg.tobytes()
+
+
+def _every(seg: NDArray[np.int8], value: int) -> bool:
+    """Whether every position of a lease's few holds ``value``."""
+    raw = seg.tobytes()
+    return raw.count(_BYTE[value]) == len(raw)
+
+
 def digest(secret: str) -> str:
     """The hash of a fence or session secret kept in memory and in the journal (never the
     secret)."""
@@ -207,8 +223,10 @@ class Iteration:
         else:
             self.queues = [remaining[a:b] for a, b in _split(len(remaining), self.world_size)]
         self.state = [np.zeros(len(q), dtype=np.int8) for q in self.queues]
-        self.pos_of = np.full(self.total, -1, dtype=np.int64)
-        self.queue_of = np.full(self.total, -1, dtype=np.int64)
+        # int32 below 2**31 units: 8 bytes a unit instead of 16 for an iteration held in memory
+        index = np.int32 if self.total < 1 << 31 else np.int64
+        self.pos_of = np.full(self.total, -1, dtype=index)
+        self.queue_of = np.full(self.total, -1, dtype=index)
         for qi, q in enumerate(self.queues):
             self.pos_of[q] = np.arange(len(q))
             self.queue_of[q] = qi
@@ -264,6 +282,8 @@ class Iteration:
         if key not in self._low and len(self._low) >= _MAX_CURSORS:
             self._low.clear()
         lo, step = self._low.get(key, 0), _SCAN
+        if slots == 1 and lo < len(st) and st[lo] == PENDING:
+            return lo  # the cursor's position (the common case: no scan, which releases the GIL)
         while lo < len(st):
             hi = min(len(st), lo + step)
             if slots == 1:  # PENDING is the smallest state: its first position is the argmin
@@ -402,16 +422,16 @@ class Iteration:
                 return None
             start = first
             limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
-            taken = np.flatnonzero(st[start:limit] != PENDING)
-            stop = start + (int(taken[0]) if len(taken) else limit - start)
+            raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
+            stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
             st[start:stop] = LEASED
             self._low[(q, slots, slot)] = stop
-            if self._ever[q][start:stop].any():
+            if _has(self._ever[q][start:stop].view(np.int8), 1):
                 self.reissued += 1
             self._ever[q][start:stop] = True
             fence = secrets.token_hex(16)
             lease = Lease(
-                secrets.token_hex(8),
+                f"{_LEASE_PREFIX}{next(_LEASE_NUMBERS):x}",
                 fence,
                 q,
                 start,
@@ -475,7 +495,7 @@ class Iteration:
             if lease is not None:
                 lo = lease.start if a is None else max(lease.start, int(a))
                 hi = lease.stop if b is None else min(lease.stop, int(b))
-                if hi > lo and (self.state[lease.queue][lo:hi] != DONE).any():
+                if hi > lo and not _every(self.state[lease.queue][lo:hi], DONE):
                     marks.append((lease, lo, hi))
                 else:
                     status = "already"
@@ -504,14 +524,14 @@ class Iteration:
             for x, lo, hi in marks:
                 if x.id == lease.id:
                     seg[lo - lease.start : hi - lease.start] = DONE
-            if (seg == DONE).all():
+            if _every(seg, DONE):
                 out.append(lease.id)
         return out
 
     def in_flight(self, marks: Sequence[tuple[Lease, int, int]]) -> bool:
         """Whether another request's acknowledgement of some of these ranges awaits its journal
         write."""
-        return any((self.state[x.queue][lo:hi] == ACKING).any() for x, lo, hi in marks)
+        return any(_has(self.state[x.queue][lo:hi], ACKING) for x, lo, hi in marks)
 
     def begin_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
         """Reserve the planned ranges while their journal write is in flight (``ACKING``: no expiry,
@@ -551,7 +571,7 @@ class Iteration:
             info = self.clients.get(lease.client)
             if info is not None:
                 info.acked.append((now, n))
-            if (st[lease.start : lease.stop] == DONE).all():
+            if _every(st[lease.start : lease.stop], DONE):
                 self.leases.pop(lease.id, None)
                 self.acked.add(lease.id)
         self.settled.notify_all()

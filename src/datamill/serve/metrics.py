@@ -23,6 +23,7 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 import time
@@ -440,12 +441,14 @@ class RequestMetrics:
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, telemetry: Telemetry
     ) -> None:
         self.app, self.telemetry = app, telemetry
+        # request ids: unique, not secret (a random prefix per server process and a counter)
+        self._ids, self._prefix = itertools.count(1), secrets.token_hex(4)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = secrets.token_hex(8)
+        rid = f"{self._prefix}{next(self._ids):08x}"
         scope["datamill.request_id"] = rid
         status = 500
 

@@ -82,8 +82,12 @@ def session_viewer(request: Request, state: Any) -> Viewer | None:
 
     ``state`` is the :class:`~datamill.serve.server.ServeState`, ``None`` on a ``--no-auth`` server.
     """
-    if state is None:
-        return Viewer("admin", "none", csrf_token(request.app.state.ui_secret + _NO_AUTH))
+    if state is None:  # the same viewer for every request (computed once: the lease path's cost)
+        viewer: Viewer | None = getattr(request.app.state, "no_auth_viewer", None)
+        if viewer is None:
+            viewer = Viewer("admin", "none", csrf_token(request.app.state.ui_secret + _NO_AUTH))
+            request.app.state.no_auth_viewer = viewer
+        return viewer
     sid = request.cookies.get(COOKIE)
     if not sid or len(sid) > 128:
         return None
