@@ -26,7 +26,10 @@ beside the speed. S3 (SeaweedFS on loopback, started as ``tests/loader/seaweed.p
 systems that stream from object storage (datamill, litData, mosaic): ``cold`` (empty cache),
 ``warm`` (the second epoch in the same process, cache kept) and ``cold10`` (empty cache bounded to
 10% of the data; mosaic with ``shuffle_block_size = N/40`` there, as a mosaic user sizes it to the
-cache). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2 worker processes;
+cache). Before each repetition's cold epochs, ``bench_s3_ceiling.py`` measures the store itself
+(every object fetched with 1, 4, 8 connections, bytes discarded: samples/s if reading were free) and
+the summary prints each cold epoch beside it, with the CPU seconds of the reader and of the store
+(``--ceiling ''`` skips it). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2 worker processes;
 datamill through ``datamill.loader.torch``, litData's ``StreamingDataLoader``, mosaic and torch
 map-style; not
 HF) and ``ranks2`` (2 rank processes at once, each with its rank's part: datamill ``rank=``, litData
