@@ -31,10 +31,11 @@ cache). Before each repetition's cold epochs, ``bench_s3_ceiling.py`` measures t
 the summary prints each cold epoch beside it, with the CPU seconds of the reader and of the store
 (``--ceiling ''`` skips it). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2
 worker processes; datamill through ``datamill.loader.torch``, litData's ``StreamingDataLoader``,
-mosaic and torch map-style; not HF) and ``ranks2`` (2 rank processes at once, each with its
-rank's part: datamill ``rank=``, litData ``WORLD_SIZE``/``GLOBAL_RANK``, mosaic ``RANK``/``WORLD_SIZE``, torch ``DistributedSampler``, HF
-``split_dataset_by_node``; samples/s = both ranks' samples / the slower rank's time). Systems
-interleave within each repetition; median and range of ``--reps`` repetitions.
+mosaic and torch map-style; not HF) and ``ranks2`` (2 rank processes at once, each with its rank's
+part: datamill ``rank=``, litData ``WORLD_SIZE``/``GLOBAL_RANK``, mosaic ``RANK``/``WORLD_SIZE``,
+torch ``DistributedSampler``, HF ``split_dataset_by_node``; samples/s = both ranks' samples / the
+slower rank's time). Systems interleave within each repetition; median and range of ``--reps``
+repetitions.
 
     python benchmarks/bench_peers.py                 # 1M tabular + 200k binary, local + S3, 3 reps
     python benchmarks/bench_peers.py --quick         # 100k / 20k, 1 rep: a smoke run
