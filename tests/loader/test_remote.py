@@ -235,3 +235,21 @@ def test_decoded_shards_live_in_the_jemalloc_pool_not_the_default_one() -> None:
     assert got.equals(want)
     assert jemalloc.bytes_allocated() - before >= want.nbytes
     assert decode_parquet(pa.py_buffer(sink.getvalue()), ["b"]).equals(want.select(["b"]))
+
+
+def test_cache_reads_where_files_cannot_be_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the cache maps its copies; a file system without mmap must still give the bytes
+    import mmap
+
+    (tmp_path / "a.bin").write_bytes(b"0123456789" * 100)
+    cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c")
+
+    def no_mmap(*args: object, **kwargs: object) -> None:
+        raise OSError("mmap not supported")
+
+    monkeypatch.setattr(mmap, "mmap", no_mmap)
+    for _ in range(2):  # a download, then a cached copy
+        assert cache.read(str(tmp_path / "a.bin")) == b"0123456789" * 100
+    assert cache.stats()["downloads"] == 1 and cache.stats()["hits"] == 1

@@ -351,15 +351,22 @@ class ShardFileCache:
 
 
 def _mapped(f: Any, size: int) -> pa.Buffer:
-    """The first ``size`` bytes of the open file ``f``, mapped read-only (pages faulted in at once
-    where the platform can: ``MAP_POPULATE``), as a zero-copy ``pyarrow.Buffer``."""
+    """The first ``size`` bytes of the open file ``f`` (readable: a download's file comes from
+    ``mkstemp``, opened read-write), mapped read-only (pages faulted in at once where the platform
+    can: ``MAP_POPULATE``), as a zero-copy ``pyarrow.Buffer``; read into memory where the file
+    system cannot map files."""
     if size <= 0:
         return pa.py_buffer(b"")
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    if populate:
-        mapped = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
-    else:
-        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    try:
+        populate = getattr(mmap, "MAP_POPULATE", 0)
+        if populate:
+            mapped = mmap.mmap(
+                f.fileno(), size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ
+            )
+        else:
+            mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # a file system without mmap
+        return pa.py_buffer(os.pread(f.fileno(), size, 0))
     return pa.py_buffer(mapped)
 
 
