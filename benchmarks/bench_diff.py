@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -129,6 +130,10 @@ def main() -> None:
         "--pandas-reps", type=int, default=1, help="rounds that also run pandas (slow; >= 1)"
     )
     args = ap.parse_args()
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        "$ " + " ".join(["python", "benchmarks/bench_diff.py", *sys.argv[1:]]) + f"   (load {load})"
+    )
     a, b, planted = builds(args.rows, string_uids=args.string_uids)
     print(
         f"comparison of two builds of {args.rows:,} samples (1% removed, 1% added, 1% changed; "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -215,6 +216,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="rounds per measurement (median)")
     ap.add_argument("--only", choices=["exact", "near"], help="run one part")
     args = ap.parse_args()
+    print(
+        "$ " + " ".join(["python", "benchmarks/bench_splits.py", *sys.argv[1:]]) + f"   ({_load()})"
+    )
     if args.only != "near":
         exact(args.scale, args.reps)
     if args.only != "exact":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from datamill.cli import main
 from datamill.core.errors import ConfigError
 from datamill.lineage.diff import diff
+from datamill.lineage.hashcache import read_sidecar_header
 from datamill.lineage.rowhash import column_hash, row_hash
 from datamill.preprocessing.api import preprocess
 from datamill.shards.dataset import ShardsetDataset
@@ -111,7 +113,6 @@ def test_identical_builds_report_no_difference_and_the_cache_is_used(
 def test_row_hash_sidecar_is_reused_goes_stale_with_the_build_and_spares_a_users_file(
     houses: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from datamill.lineage import diff as diff_module
     from datamill.shards.dataset import ShardsetDataset as DS
 
     ShardsetDataset.create(tmp_path / "a", houses, uid="Id", shardset="raw", shard_size=300)
@@ -146,7 +147,7 @@ def test_row_hash_sidecar_is_reused_goes_stale_with_the_build_and_spares_a_users
         preprocess(tmp_path / name / "hp.csv", CONFIG)
     assert not diff(tmp_path / "x" / "hp.hdf5", tmp_path / "y" / "hp.hdf5").changed
     y_side = tmp_path / "y" / "hp.rowhash.npz"
-    assert diff_module._read_meta(y_side)["format"] == "datamill.rowhash/1"  # type: ignore[index]
+    assert read_sidecar_header(y_side)["format"] == "datamill.rowhash/1"  # type: ignore[index]
     area = houses.column("LotArea").to_numpy().copy()
     area[:20] += 1000  # (not a shift of every row: the number feature is z-scored)
     pacsv.write_csv(
@@ -269,3 +270,70 @@ def test_uid_matching_by_cached_hashes_is_exact_even_when_hashes_collide(
     index = {u: i for i, u in enumerate(a)}
     assert found.tolist() == [u in index for u in b]
     assert [int(p) for p, f in zip(pos, found) if f] == [index[u] for u in b if u in index]
+
+
+def test_the_build_points_at_its_row_hashes_and_a_second_diff_hashes_nothing(
+    houses: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dataset.json / meta.json record the sidecar (name + the key it was computed for): the next
+    diff reads it without hashing a row; a rebuilt build's record is stale and is rewritten."""
+    from datamill.lineage import diff as diff_module
+
+    calls: list[int] = []
+    real = diff_module.column_hash
+
+    def counting(col: Any) -> Any:
+        calls.append(len(col))
+        return real(col)
+
+    monkeypatch.setattr(diff_module, "column_hash", counting)
+    ShardsetDataset.create(tmp_path / "a", houses, uid="Id", shardset="raw", shard_size=300)
+    fp = ShardsetDataset(tmp_path / "a").fingerprint()
+    for name in ("x", "y"):
+        (tmp_path / name).mkdir()
+        pacsv.write_csv(houses, tmp_path / name / "hp.csv")
+        preprocess(tmp_path / name / "hp.csv", CONFIG)
+    builds = [tmp_path / "a", tmp_path / "x" / "hp.hdf5"]
+    diff(builds[0], builds[0])
+    diff(builds[1], tmp_path / "y" / "hp.hdf5")
+    assert calls
+    manifest = json.loads((tmp_path / "a" / "dataset.json").read_text())
+    record = manifest["row_hashes"]
+    assert record["file"] == ".rowhash.npz" and record["format"] == "datamill.rowhash/1"
+    assert read_sidecar_header(tmp_path / "a" / record["file"])["key"] == record["key"]  # type: ignore[index]
+    meta = json.loads((tmp_path / "x" / "hp.meta.json").read_text())
+    assert meta["datamill"]["row_hashes"]["file"] == "hp.rowhash.npz"
+    assert ShardsetDataset(tmp_path / "a").fingerprint() == fp  # (the pointer is not the data)
+    assert main(["shards", "check", str(tmp_path / "a")]) == 0
+    # the second diff: every summary comes from where the records point, no row is hashed
+    calls.clear()
+    before = (tmp_path / "a" / ".rowhash.npz").stat().st_mtime_ns
+    assert not diff(builds[0], builds[0]).changed
+    assert not diff(builds[1], tmp_path / "y" / "hp.hdf5").changed
+    assert calls == [] and (tmp_path / "a" / ".rowhash.npz").stat().st_mtime_ns == before
+    # a record pointing at another file is followed (the name comes from the record)
+    (tmp_path / "a" / ".rowhash.npz").rename(tmp_path / "a" / ".moved.npz")
+    manifest["row_hashes"]["file"] = ".moved.npz"
+    (tmp_path / "a" / "dataset.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    diff(builds[0], builds[0])
+    assert calls == []
+    # rebuilt with a change, its new manifest given the old record: the record's key is stale, so
+    # the build is hashed again (the change is seen) and the record is rewritten
+    changed = houses.set_column(
+        houses.schema.get_field_index("LotArea"), "LotArea", pc.add(houses.column("LotArea"), 1)
+    )
+    ShardsetDataset.create(tmp_path / "b", houses, uid="Id", shardset="raw", shard_size=300)
+    ShardsetDataset.create(
+        tmp_path / "a", changed, uid="Id", shardset="raw", shard_size=300, overwrite=True
+    )
+    rebuilt = json.loads((tmp_path / "a" / "dataset.json").read_text())
+    assert "row_hashes" not in rebuilt
+    rebuilt["row_hashes"] = {**record, "key": "an earlier build"}
+    (tmp_path / "a" / "dataset.json").write_text(json.dumps(rebuilt, indent=2, sort_keys=True))
+    np.savez(tmp_path / "a" / ".rowhash.npz", meta=np.array(json.dumps(rebuilt["row_hashes"])))
+    calls.clear()
+    r = diff(builds[0], tmp_path / "b")
+    assert calls and r.samples["changed_by_column"] == {"LotArea": houses.num_rows}
+    again = json.loads((tmp_path / "a" / "dataset.json").read_text())["row_hashes"]
+    assert again["key"] == read_sidecar_header(tmp_path / "a" / ".rowhash.npz")["key"]  # type: ignore[index]
+    assert again["key"] != "an earlier build" and again["file"] == ".rowhash.npz"

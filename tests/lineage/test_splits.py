@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from datamill.cli import main
 from datamill.core.errors import ConfigError
 from datamill.core.source import TableSource
-from datamill.lineage.near import token_hashes
+from datamill.lineage import near
+from datamill.lineage.near import signatures, token_hashes
 from datamill.lineage.splits import check_splits, duplicate_uids, minhash, token_ids
 from datamill.preprocessing.api import load, preprocess
 from datamill.shards.dataset import ShardsetDataset
@@ -199,6 +200,7 @@ def test_identical_token_rows_have_identical_signatures(rows: list[list[str]], s
             st.lists(
                 st.sampled_from(
                     ["a", "B", "É", "é", " ", "\t", "\u00a0", "\u3000", "ü", "LongWord9"]
+                    + ["\x01", "\x1f", "\x0b", "\u2028", "\u0085", "\u2013", "\u1680", "\u205f"]
                 )
             ).map("".join),
         ),
@@ -210,7 +212,8 @@ def test_tokens_are_python_lower_split_words(texts: list[str | None]) -> None:
     """Words split and lower-cased as ``str.lower().split()`` (ASCII, UTF-8, Unicode spaces).
 
     (Found here: pyarrow 26's ``utf8_split_whitespace`` sometimes returned a word of a trailing
-    no-break space, run to run; the byte path does not use it.)
+    no-break space, run to run; the byte path does not use it.) Control bytes that are not
+    whitespace belong to words; rows without spaces at their ends do not run together.
     """
     arr = pa.array(texts, pa.string())
     words = [w for t in texts for w in (t or "").lower().split()]
@@ -221,3 +224,30 @@ def test_tokens_are_python_lower_split_words(texts: list[str | None]) -> None:
     first: dict[str, int] = {}
     assert ids.tolist() == [first.setdefault(w, len(first)) for w in words]
     np.testing.assert_array_equal(hashes[:, None] == hashes[None, :], ids[:, None] == ids[None, :])
+
+
+def test_each_unicode_space_alone_splits_words() -> None:
+    """Each of str.split()'s non-ASCII spaces, alone in the text, splits (and nothing like it)."""
+    spaces = [chr(c) for c in range(0x80, 0x3001) if chr(c).isspace()]
+    assert len(spaces) == 19
+    for ch in spaces + ["\u2013", "\u200b", "\u00e9", "\u3001"]:
+        text = f"x{ch}y é"
+        _, offsets = token_hashes(pa.array([text]))
+        assert offsets.tolist() == [0, len(text.split())], repr(ch)
+
+
+def test_a_long_word_hashes_alike_whatever_else_the_text_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: a word over 8 bytes was mixed once more per 8 bytes of the longest word in
+    the same block, so signature blocks (threads) disagreed on it."""
+    alone, _ = token_hashes(pa.array(["television"]))
+    beside, _ = token_hashes(pa.array(["television", "a" * 40]))
+    assert alone[0] == beside[0]
+    texts = pa.array(
+        [f"the television set number {i % 7} was a" + " b" * (i % 3) for i in range(400)]
+        + ["x" * 50 + " television set number"] * 10
+    )
+    whole = signatures(texts, threads=1)
+    monkeypatch.setattr(near, "BLOCK_BYTES", 512)  # blocks of a few rows each
+    np.testing.assert_array_equal(signatures(texts, threads=2), whole)

@@ -40,6 +40,7 @@ EXPECTED = {
     ("GET", "/api/v1/iterations/{it_id}/progress"): "read",
     ("GET", "/api/v1/iterations/{it_id}/done"): "read",
     ("GET", "/api/v1/iterations/{it_id}/trace"): "read",
+    ("GET", "/api/v1/runs/{name}/trace"): "read",
     ("POST", "/api/v1/iterations/{it_id}/cancel"): "admin",
     ("POST", "/api/v1/iterations/{it_id}/rewind"): "admin",
     ("POST", "/api/v1/iterations/{it_id}/resume"): "read",

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from datamill.core.errors import ConfigError
@@ -22,6 +23,7 @@ from datamill.loader import Loader
 from datamill.loader.trace import Tracer
 from datamill.serve import Client, RemoteLoader
 from datamill.serve.client import Http, RemoteError
+from datamill.shards.dataset import ShardsetDataset
 from datamill.sources import open_source
 from tests.serve._proc import env, read_log, start_worker, stop
 from tests.serve.conftest import N
@@ -320,3 +322,109 @@ def test_a_run_served_as_one_iteration_per_epoch_is_traced_as_one(
         pass
     with pytest.raises(ConfigError, match="not of the same run"):
         RunTracer([records[0], _record(server, str(other.iteration_id))])
+
+
+def test_the_runs_route_joins_a_named_runs_iterations_within_the_keys_datasets(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    """``GET /api/v1/runs/{name}/trace``: the records of the run's iterations in epoch order (a
+    page at a time), traced as the clients received them; only datasets the key may use; bounded."""
+    name = "route-run"
+    seen: list[list[int]] = []
+    ids = []
+    for epoch in (0, 1, 2):
+        loader = RemoteLoader(
+            server["url"], server["read"], "ds", collate="arrow", batch_size=200, seed=8,
+            epoch=epoch, name=name, lease_size=8,
+        )  # fmt: skip
+        seen += [b.column("uid").to_pylist() for b in loader]
+        ids.append(str(loader.iteration_id))
+    per_epoch = len(seen) // 3
+    h = Http(server["url"], server["read"])
+    try:
+        doc = h.request("GET", f"/api/v1/runs/{name}/trace").json()
+        assert doc["format"] == "datamill.run-records/1" and doc["run"] == name
+        assert doc["iterations"] == ids and doc["next_epoch"] is None
+        assert [r["served"]["iteration"] for r in doc["records"]] == ids
+        page = h.request("GET", f"/api/v1/runs/{name}/trace?limit=2").json()
+        assert page["iterations"] == ids[:2] and page["next_epoch"] == 2
+        rest = h.request("GET", f"/api/v1/runs/{name}/trace?from_epoch=2").json()
+        assert rest["iterations"] == ids[2:] and rest["next_epoch"] is None
+        for bad, status in (
+            (f"/api/v1/runs/{name}/trace?limit=65", 422),  # at most 64 records a request
+            ("/api/v1/runs/no-such-run/trace", 404),
+            (f"/api/v1/runs/{name}/trace?from_epoch=3", 404),
+        ):
+            with pytest.raises(RemoteError) as err:
+                h.request("GET", bad)
+            assert err.value.status == status, bad
+        anonymous = Http(server["url"], "")
+        try:
+            with pytest.raises(RemoteError) as err:
+                anonymous.request("GET", f"/api/v1/runs/{name}/trace")
+            assert err.value.status == 401
+        finally:
+            anonymous.close()
+    finally:
+        h.close()
+    from datamill.loader.trace_join import RunTracer
+
+    run = RunTracer(doc["records"], source=open_source(server["root"] / "ds"))
+    want: dict[int, list[tuple[int, int, int, str]]] = {}
+    for g, uids in enumerate(seen):
+        for pos, u in enumerate(uids):
+            want.setdefault(u, []).append((g // per_epoch, g, pos, ids[g // per_epoch]))
+    got: dict[int, list[tuple[int, int, int, str]]] = {}
+    for hit in run.find(list(range(run.n))):
+        got.setdefault(int(hit.uid), []).append(
+            (hit.epoch, hit.global_step, hit.position, str(hit.iteration))
+        )
+    assert got == want and all(len(v) == 3 for v in got.values())
+    # the CLI takes the run's URL and follows its pages
+    uid = seen[2 * per_epoch + 4][1]
+    out = subprocess.run(
+        [sys.executable, "-m", "datamill.cli", "trace"]
+        + [f"{server['url']}/api/v1/runs/{name}/trace?limit=1", "--key", server["read"]]
+        + ["--source", str(server["root"] / "ds"), "--uid", str(uid), "--json"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    hits = json.loads(out.stdout)["hits"]
+    assert [(x["epoch"], x["global_step"], x["iteration"]) for x in hits] == [
+        (e, g, i) for e, g, _, i in want[uid]
+    ]
+    # a key limited to another dataset sees none of the run; a name on two datasets needs dataset=
+    ShardsetDataset.create(
+        server["root"] / "ds-runs",
+        pa.table({"uid": list(range(300))}),
+        uid="uid",
+        shardset="main",
+        shard_size=100,
+    )
+    with Client(server["url"], server["admin"]) as admin:
+        admin.register("ds-runs", name="ds-runs")
+        other_key = admin.http.request(
+            "POST", "/api/v1/keys", body={"role": "read", "datasets": ["ds-runs"]}
+        ).json()["key"]
+    elsewhere = RemoteLoader(
+        server["url"], other_key, "ds-runs", collate="arrow", batch_size=100, epoch=3, name=name
+    )
+    for _ in elsewhere:
+        pass
+    h = Http(server["url"], other_key)
+    try:
+        mine = h.request("GET", f"/api/v1/runs/{name}/trace").json()
+        assert mine["iterations"] == [str(elsewhere.iteration_id)]  # not the ds epochs
+    finally:
+        h.close()
+    h = Http(server["url"], server["read"])
+    try:
+        with pytest.raises(RemoteError) as err:
+            h.request("GET", f"/api/v1/runs/{name}/trace")
+        assert err.value.status == 400 and "dataset=" in str(err.value)
+        assert h.request("GET", f"/api/v1/runs/{name}/trace?dataset=ds").json()["iterations"] == ids
+    finally:
+        h.close()

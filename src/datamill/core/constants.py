@@ -12,6 +12,7 @@ __all__ = [
     "META_SUFFIX",
     "OUTPUT_MARKERS",
     "PAD",
+    "ROW_HASHES_KEY",
     "SAMPLES_FILE",
     "SHARDS_FORMAT",
     "SHARD_PATTERN",
@@ -41,6 +42,10 @@ DATASET_MANIFEST = "dataset.json"
 SAMPLES_FILE = "samples.parquet"
 SHARD_PATTERN = "shard.{index:05d}.{ext}"
 SHARDS_FORMAT = "datamill.shards/1"
+
+ROW_HASHES_KEY = "row_hashes"
+"""The key of ``dataset.json`` (and of ``meta.json``'s ``datamill`` header) that points at the
+build's cached row hashes (``datamill diff``); not part of the build's fingerprint."""
 
 OUTPUT_MARKERS = ("corpus.json", "skipgram.json", DATASET_MANIFEST)
 """Files whose presence makes a folder a datamill output (corpus, word2vec, shardset dataset)."""

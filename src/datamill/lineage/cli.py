@@ -48,10 +48,12 @@ def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
     from datamill.loader.trace import Tracer, load_record
 
-    record_args: list[Any] = [
-        _fetch_record(str(r), args.key) if str(r).startswith(("http://", "https://")) else r
-        for r in args.record
-    ]
+    record_args: list[Any] = []
+    for r in args.record:
+        if str(r).startswith(("http://", "https://")):
+            record_args += _fetch_records(str(r), args.key)
+        else:
+            record_args.append(r)
     record_arg = record_args[0]
     record = load_record(record_arg)
     source = None
@@ -226,8 +228,9 @@ def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any)
     return d
 
 
-def _fetch_record(url: str, key: str | None) -> dict[str, Any]:
-    """``GET URL`` (a server's ``/api/v1/iterations/{id}/trace``) -> the run record."""
+def _fetch_records(url: str, key: str | None) -> list[dict[str, Any]]:
+    """``GET URL`` -> run records: a server's ``/api/v1/iterations/{id}/trace`` gives one, its
+    ``/api/v1/runs/{name}/trace`` the records of the run's iterations (every page of them)."""
     import os
     import urllib.parse
 
@@ -238,11 +241,20 @@ def _fetch_record(url: str, key: str | None) -> dict[str, Any]:
         f"{parts.scheme}://{parts.netloc}",
         key if key is not None else os.environ.get("DATAMILL_KEY"),
     )
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    out: list[dict[str, Any]] = []
     try:
-        out: dict[str, Any] = http.request("GET", parts.path).json()
+        while True:
+            path = parts.path + ("?" + urllib.parse.urlencode(query) if query else "")
+            doc: dict[str, Any] = http.request("GET", path).json()
+            if doc.get("format") != "datamill.run-records/1":
+                return [doc]
+            out += doc["records"]
+            if doc.get("next_epoch") is None:
+                return out
+            query["from_epoch"] = str(doc["next_epoch"])
     finally:
         http.close()
-    return out
 
 
 def register(sub: Any) -> None:
@@ -265,7 +277,8 @@ def register_trace(sub: Any) -> None:
     p.add_argument(
         "record",
         nargs="+",
-        help="the run record JSON, or a server's URL .../api/v1/iterations/ID/trace; several "
+        help="the run record JSON, or a server's URL .../api/v1/iterations/ID/trace (one "
+        "iteration) or .../api/v1/runs/NAME/trace (every iteration of a named run); several "
         "records of one run (e.g. one served iteration per epoch) are traced together",
     )
     p.add_argument("--key", help="API key for a URL record (default $DATAMILL_KEY)")

@@ -5,8 +5,9 @@ preprocessed HDF5, a BERT/word2vec output...). One pass over each build's shards
 hash per row and column (:mod:`datamill.lineage.rowhash`) and the statistics of its number and
 category columns; both are cached beside the build (``.rowhash.npz`` in a folder build,
 ``X.rowhash.npz`` beside a file ``X.hdf5``; :func:`sidecar_path`), stamped with the build's
-fingerprint, so the second diff against the same build reads no data and a rebuilt build is
-hashed again. The report:
+fingerprint and pointed at from the build's ``dataset.json`` or ``meta.json``
+(:mod:`datamill.lineage.hashcache`), so the second diff against the same build reads no data and a
+rebuilt build is hashed again. The report:
 
 * **columns** added, removed and retyped;
 * **samples** added, removed and changed (per column) by UID when the builds have a UID column,
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,8 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.io import atomic_write
 from datamill.core.source import Source, uid_column_of
+from datamill.lineage.hashcache import SIDECAR_FORMAT, HashCache, sidecar_path
 from datamill.lineage.rowhash import HASH_VERSION, column_hash
 
 __all__ = ["BuildSummary", "DiffReport", "Thresholds", "diff", "sidecar_path", "summarize"]
@@ -70,80 +70,6 @@ class BuildSummary:
     then checked."""
     uid_order: NDArray[np.int64] | None = None
     """The rows by ``uid_hash`` (an argsort, cached too): two builds' UIDs match by one merge."""
-
-
-SIDECAR_FORMAT = "datamill.rowhash/1"
-SIDECAR_NAME = ".rowhash.npz"
-"""Inside a folder build (beside its manifest; hidden, as ``shards check`` expects of files the
-manifest does not list); a file build ``X.ext`` gets ``X.rowhash.npz``."""
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("DATAMILL_CACHE_DIR") or tempfile.gettempdir()) / "datamill-rowhash"
-
-
-def sidecar_path(location: str | os.PathLike[str], /) -> Path | None:
-    """Where the row hashes of the build at ``location`` are kept beside it (``None``: remote).
-
-    Examples:
-        >>> sidecar_path("out/train.hdf5").as_posix(), sidecar_path("s3://bucket/ds")
-        ('out/train.rowhash.npz', None)
-    """
-    text = os.fspath(location)
-    if "://" in text:
-        return None
-    path = Path(text)
-    if path.is_dir():
-        return path / SIDECAR_NAME
-    return path.with_suffix(".rowhash.npz")
-
-
-def _cache_places(location: str | os.PathLike[str] | None, key: str) -> list[Path]:
-    side = sidecar_path(location) if location is not None else None
-    return ([side] if side is not None else []) + [_cache_dir() / f"{key}.npz"]
-
-
-def _read_meta(path: Path) -> dict[str, Any] | None:
-    """The JSON header of a row-hash file, or ``None`` (absent, unreadable, or not ours)."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-    except (OSError, ValueError, KeyError, EOFError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def _read_cache(
-    path: Path, key: str
-) -> tuple[dict[str, Any], dict[str, NDArray[np.uint64]], tuple[Any, Any]] | None:
-    """The cached summary at ``path`` if it is for ``key`` (this build as it is now), else
-    ``None``."""
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            if not isinstance(meta, dict) or meta.get("key") != key:
-                return None  # stale: the build changed since (or another build's file)
-            hashes = {c: z[f"h{i}"] for i, c in enumerate(meta["hashed"])}
-            uid_hash = z["uid_hash"] if "uid_hash" in z.files else None
-            uid_order = z["uid_order"] if "uid_order" in z.files else None
-    except (OSError, ValueError, KeyError, EOFError):
-        return None  # a damaged cache entry: recompute
-    return meta, hashes, (uid_hash, uid_order)
-
-
-def _write_cache(path: Path, meta: dict[str, Any], arrays: dict[str, Any]) -> bool:
-    """Write atomically; never replace a file that is not a row-hash file of ours."""
-    if path.exists() and (_read_meta(path) or {}).get("format") != SIDECAR_FORMAT:
-        return False  # a user's file (or something else) has the name: leave it alone
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
-    except OSError:
-        return False  # a read-only build: the temp cache instead
-    return True
 
 
 def _number_stats(values: NDArray[Any]) -> dict[str, Any]:
@@ -186,9 +112,11 @@ def summarize(
     """Read ``source`` once (or its cached summary): row hashes per column and column statistics.
 
     The summary is cached beside the build at ``location`` (:func:`sidecar_path`, written
-    atomically; a file of that name that is not a row-hash file is never replaced) or, when there
-    is no ``location`` or it cannot be written, in ``$DATAMILL_CACHE_DIR`` (else the temp folder).
-    A cached summary records the build's fingerprint and is ignored once the build changes.
+    atomically; a file of that name that is not a row-hash file is never replaced) and the build's
+    ``dataset.json`` / ``meta.json`` points at it (:class:`~datamill.lineage.hashcache.HashCache`),
+    or, when there is no ``location`` or it cannot be written, in ``$DATAMILL_CACHE_DIR`` (else
+    the temp folder). A cached summary records the build's fingerprint and is ignored once the
+    build changes.
 
     Args:
         source: the build, opened.
@@ -206,12 +134,10 @@ def summarize(
     fp = source.fingerprint()
     uid = uid_column_of(source)
     key = fingerprint_obj([HASH_VERSION, fp, uid, list(source.columns)])
-    places = _cache_places(location, key)
+    store = HashCache(location, key)
     kind = type(source).__name__
-    for path in places if cache else []:
-        found = _read_cache(path, key)
-        if found is None:
-            continue
+    found = store.get() if cache else None
+    if found is not None:
         meta, hashes, (uid_hash, uid_order) = found
         uids = None
         if uid is not None:
@@ -296,9 +222,7 @@ def summarize(
         if uid_hash is not None:
             arrays["uid_hash"] = uid_hash
             arrays["uid_order"] = uid_order
-        for path in places:  # beside the build when it may be written there, else the temp cache
-            if _write_cache(path, meta, arrays):
-                break
+        store.put(meta, arrays)
     return summary
 
 

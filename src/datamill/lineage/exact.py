@@ -1,16 +1,18 @@
 """Exact row equality over Arrow columns, vectorised: cheap 64-bit row keys, then exact checks.
 
-:func:`row_keys` gives one ``uint64`` per row from the columns' buffers (numbers by their bits,
-strings by their ``dictionary_encode`` ids in the column; nested values by a content hash), mixed
-column by column (xor, multiply, an occasional shift). Equal rows get equal keys; unequal rows
-almost always differ, and :func:`rows_equal` decides every candidate pair exactly (string ids or
-lengths and bytes, bits of numbers, elements of lists, fields of structs, nulls), so a key
-collision never becomes a reported duplicate. :func:`leaks` and :func:`duplicate_groups` build on
-both.
+Most columns have exact codes (:mod:`datamill.lineage.packed`: numbers by their range, short
+strings by their inline bytes, ...), packed side by side into a few ``uint64`` words per row, so
+rows are equal exactly when their words are. The other columns (lists, long strings) are kept as
+views of their buffers and compared element by element. :func:`row_keys` mixes the words (and the
+other columns' hashes) into one ``uint64`` per row: equal rows get equal keys, unequal rows almost
+always differ, and :func:`rows_equal` decides every candidate pair exactly, so a key collision
+never becomes a reported duplicate. :func:`leaks` and :func:`duplicate_groups` build on both.
+The work is split by column over ``threads`` threads (numpy and Arrow release the GIL).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -21,6 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
+from datamill.core.parallel import ordered_map
+from datamill.lineage.packed import Code, column_codes, mix_words, pack
 from datamill.lineage.rowhash import column_hash, mix64, segment_hash
 
 __all__ = ["Columns", "duplicate_groups", "leaks", "row_keys", "rows_equal"]
@@ -51,7 +55,7 @@ class _Col:
     lengths: I64 | None = None
     words: U64 | None = None  # bytes: a uint64 view with a stride of one byte
     raw: NDArray[np.uint8] | None = None  # bytes: the data buffer
-    code: U64 | None = None  # strings of <= 7 bytes: bytes, length and null in one exact word
+    code: U64 | None = None  # strings: their ids in the column (dictionary_encode), exact
     children: list[_Col] = field(default_factory=list)
 
 
@@ -200,26 +204,27 @@ def _dictionary_code(arr: pa.Array) -> U64 | None:
 def row_keys(table: pa.Table, columns: Sequence[str], /) -> U64:
     """One uint64 per row, equal for rows with equal ``columns`` (within this table only).
 
-    Not a content hash to compare across builds (see :mod:`datamill.lineage.rowhash`): short
-    strings are keyed by their ids in the column, numbers by their bits, and the columns mixed
-    cheaply.
+    Not a content hash to compare across builds (see :mod:`datamill.lineage.rowhash`): numbers
+    are keyed by their offset from the column's minimum, short strings by their bytes, and the
+    columns mixed cheaply.
 
     Examples:
         >>> k = row_keys(pa.table({"a": ["x", "y", "x"], "b": [1, 2, 1]}), ["a", "b"])
         >>> bool(k[0] == k[2]), bool(k[0] == k[1])
         (True, False)
     """
-    return _keys([_prepare(table.column(c)) for c in columns], table.num_rows)
+    return Columns.of(table, columns).keys()
 
 
 def _keys(cols: list[_Col], n: int) -> U64:
+    """The fallback columns' keys, mixed (xor, multiply, a shift every 8 columns)."""
     h = np.zeros(n, dtype=np.uint64)
     for i, col in enumerate(cols):  # (h ^ key) * odd: a bijection of h per column
         h ^= _key(col)
         h *= _K2
         if i % 8 == 7:
             h ^= h >> np.uint64(29)
-    return mix64(h)
+    return h
 
 
 def _equal(col: _Col, a: I64, b: I64) -> BOOL:
@@ -272,21 +277,60 @@ def _elements_equal(col: _Col, a: I64, b: I64, same_length: BOOL) -> BOOL:
     return out
 
 
+def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(arr, pa.ChunkedArray):  # an empty chunked array
+        arr = pa.array([], type=arr.type)
+    return arr
+
+
+def _threads(threads: int | None) -> int:
+    return min(4, os.cpu_count() or 1) if threads is None else max(1, threads)
+
+
 @dataclass
 class Columns:
-    """Columns of a table prepared once for :func:`rows_equal` (and their row keys)."""
+    """Columns of a table prepared once for :func:`rows_equal` (and their row keys).
+
+    ``words`` hold the packed exact codes of the columns that have them; ``cols`` the others.
+    """
 
     cols: list[_Col]
     num_rows: int
+    words: list[U64] = field(default_factory=list)
+    threads: int = 1
 
     @classmethod
-    def of(cls, table: pa.Table, columns: Sequence[str], /) -> Columns:
-        """Prepare ``columns`` of ``table`` (views of its buffers; strings are copied once)."""
-        return cls([_prepare(table.column(c)) for c in columns], table.num_rows)
+    def of(
+        cls, table: pa.Table, columns: Sequence[str], /, *, threads: int | None = None
+    ) -> Columns:
+        """Prepare ``columns`` of ``table`` on ``threads`` threads (default: the cores, at most 4).
+
+        The result (keys, equality) does not depend on ``threads``.
+        """
+        workers = _threads(threads)
+
+        def prepare(k: int) -> list[tuple[pa.Array, list[Code] | None]]:
+            arrays = [_array(table.column(c)) for c in columns[k::workers]]
+            return [(a, column_codes(a)) for a in arrays]
+
+        parts = list(ordered_map(prepare, range(workers), threads=workers))  # (one task a thread)
+        done = [parts[i % workers][i // workers] for i in range(len(columns))]
+        others = [_prepare(a) for a, code in done if code is None]
+        exact = [c for _, code in done if code is not None for c in code]
+        return cls(others, table.num_rows, pack(exact, threads=workers), workers)
 
     def keys(self) -> U64:
         """:func:`row_keys` of the prepared columns."""
-        return _keys(self.cols, self.num_rows)
+        n = self.num_rows
+        halves = [self.words[0::2], self.words[1::2]]  # (two chains, whatever the threads)
+        a, b = ordered_map(lambda w: mix_words(w, n), halves, threads=min(2, self.threads))
+        h = mix64(a)
+        h ^= b
+        if self.cols:
+            h = mix64(h)
+            h ^= _keys(self.cols, n)
+        return mix64(h)
 
 
 def rows_equal(columns: Columns, a: I64, b: I64, /) -> BOOL:
@@ -297,10 +341,19 @@ def rows_equal(columns: Columns, a: I64, b: I64, /) -> BOOL:
         >>> rows_equal(c, np.array([0, 0, 2]), np.array([1, 2, 2])).tolist()
         [True, False, True]
     """
-    eq = np.ones(len(a), dtype=bool)
-    for col in columns.cols:  # (most candidates are equal: no point narrowing them down)
-        eq &= _equal(col, a, b)
-    return eq
+
+    def words_equal(words: list[U64]) -> BOOL:
+        eq = np.ones(len(a), dtype=bool)
+        for w in words:  # (most candidates are equal: no point narrowing them down)
+            eq &= w[a] == w[b]
+        return eq
+
+    halves = [columns.words[0::2], columns.words[1::2]]
+    x, y = ordered_map(words_equal, halves, threads=min(2, columns.threads))
+    x &= y
+    for col in columns.cols:
+        x &= _equal(col, a, b)
+    return x
 
 
 def leaks(columns: Columns, keys: U64, train: I64, rows: I64, /) -> tuple[I64, I64]:
@@ -317,29 +370,33 @@ def leaks(columns: Columns, keys: U64, train: I64, rows: I64, /) -> tuple[I64, I
         >>> r.tolist(), tr.tolist()
         ([2], [0])
     """
-    order = np.argsort(keys[train], kind="stable")
-    sorted_keys = keys[train][order]
     if not len(train) or not len(rows):
         z = np.zeros(0, dtype=np.int64)
         return z, z
-    i = np.searchsorted(sorted_keys, keys[rows]).clip(max=len(train) - 1)
-    hit = np.flatnonzero(sorted_keys[i] == keys[rows])
-    cand_r, cand_t = rows[hit], train[order[i[hit]]]
+    order = np.argsort(keys[train])  # (not stable: each key's smallest training row is below)
+    sorted_keys = keys[train][order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+    unique = sorted_keys[starts]
+    first = np.minimum.reduceat(train[order], starts)  # the smallest training row of each key
+    rk = keys[rows]
+    i = np.searchsorted(unique, rk).clip(max=len(unique) - 1)
+    hit = np.flatnonzero(unique[i] == rk)
+    cand_r, cand_t = rows[hit], first[i[hit]]
     ok = rows_equal(columns, cand_r, cand_t)
     out_r, out_t = [cand_r[ok]], [cand_t[ok]]
+    ends = np.append(starts[1:], len(sorted_keys))
     for j in np.flatnonzero(~ok).tolist():  # key collisions: rare, so one row at a time
-        lo, hi = (
-            np.searchsorted(sorted_keys, keys[cand_r[j]], side="left"),
-            np.searchsorted(sorted_keys, keys[cand_r[j]], side="right"),
-        )
-        others = train[order[lo:hi]]
+        g = int(i[hit[j]])
+        others = train[order[starts[g] : ends[g]]]
         same = rows_equal(columns, np.full(len(others), cand_r[j]), others)
         if same.any():
             out_r.append(cand_r[j : j + 1])
-            out_t.append(others[np.argmax(same) : np.argmax(same) + 1])
+            out_t.append(np.array([others[same].min()], dtype=np.int64))
     r, t = np.concatenate(out_r), np.concatenate(out_t)
-    by_row = np.argsort(r, kind="stable")
-    return r[by_row], t[by_row]
+    if len(out_r) > 1 or (len(r) > 1 and bool((r[1:] < r[:-1]).any())):
+        by_row = np.argsort(r, kind="stable")
+        r, t = r[by_row], t[by_row]
+    return r, t
 
 
 def duplicate_groups(columns: Columns, keys: U64, /) -> I64:

@@ -1,9 +1,8 @@
 """Near-duplicate text: MinHash signatures over word shingles, banded LSH, all vectorised.
 
 * **Tokens**: words split on whitespace and lower-cased (``utf8_lower``). The lower-cased bytes
-  are split on ASCII whitespace (:func:`datamill.core.ascii.ascii_token_spans`, after a regex
-  turns Unicode spaces into ASCII ones) and each word is hashed from its bytes read as 8-byte
-  words, with no string per word.
+  are split on ASCII whitespace (after a regex turns Unicode spaces into ASCII ones, when there
+  are any) and each word is hashed from its bytes read as 8-byte words, with no string per word.
 * **Shingles**: ``shingle`` consecutive tokens of a row, as one ``uint64`` polynomial of the token
   hashes; a row shorter than that gives one shingle of all its tokens.
 * **MinHash**: one-permutation hashing. Each shingle is hashed once with a salt from ``seed``; the
@@ -25,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
-from datamill.core.ascii import ascii_token_spans
+from datamill.core.ascii import ASCII_WHITESPACE
 from datamill.core.errors import ConfigError
 from datamill.core.rng import rng_for
 from datamill.lineage.rowhash import column_hash, mix64
@@ -34,6 +33,8 @@ __all__ = ["minhash", "near_duplicates", "signatures", "token_hashes", "token_id
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
+BLOCK_BYTES = 1 << 19
+"""Text per block of :func:`signatures` (about half a MiB: its token arrays stay in cache)."""
 MAX_PAIRS = 64
 """Candidate training rows kept per validation/test row and LSH band (a bucket of many equal
 rows)."""
@@ -89,21 +90,35 @@ def token_hashes(column: pa.Array | pa.ChunkedArray, /) -> tuple[U64, I64]:
         values, offsets = token_ids(col)
         return values.astype(np.uint64), offsets
     data, starts, lengths, offsets = _byte_spans(col)
-    padded = np.zeros(len(data) + 8, dtype=np.uint8)
-    padded[: len(data)] = data
-    words = np.ndarray(shape=(len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    h: U64 = words[starts]
+    h = _eight_bytes(data, starts)
     h &= _MASK[np.minimum(lengths, 8)]
-    longest = int(lengths.max()) if len(lengths) else 0
-    if longest > 8:
-        long_ = np.flatnonzero(lengths > 8)
+    long_ = np.flatnonzero(lengths > 8)
+    if len(long_):  # each word's further 8-byte pieces, as many as it has (so: its bytes only)
         hl = mix64(h[long_] ^ lengths[long_].astype(np.uint64))
-        for k in range(1, (longest + 7) // 8):
-            w = words[np.minimum(starts[long_] + 8 * k, len(data))]
-            w &= _MASK[np.clip(lengths[long_] - 8 * k, 0, 8)]
-            hl = mix64(hl * _MUL + w)
+        at, pos, rest = np.arange(len(long_)), starts[long_] + 8, lengths[long_] - 8
+        while len(at):
+            w = _eight_bytes(data, pos)
+            w &= _MASK[np.minimum(rest, 8)]
+            hl[at] = mix64(hl[at] * _MUL + w)
+            more = rest > 8
+            at, pos, rest = at[more], pos[more] + 8, rest[more] - 8
         h[long_] = hl | np.uint64(1 << 63)  # apart from most short words (ASCII: top bit 0)
     return h, offsets
+
+
+def _eight_bytes(data: NDArray[np.uint8], at: I64) -> U64:
+    """The 8 bytes from each of the sorted positions ``at`` as a little-endian uint64 (zeros past
+    the end): a strided view of the bytes; the last few positions read the last 8 bytes, shifted.
+    """
+    n = len(data)
+    if n < 8:
+        data = np.concatenate([data, np.zeros(8 - n, dtype=np.uint8)])
+    last = len(data) - 8
+    view = np.ndarray(shape=(last + 1,), dtype="<u8", buffer=data, strides=(1,))
+    out: U64 = view[np.minimum(at, last)]
+    over = int(np.searchsorted(at, last, side="right"))
+    out[over:] >>= ((at[over:] - last) * 8).astype(np.uint64)  # (a shift of 64 or more gives 0)
+    return out
 
 
 _UNICODE_SPACES = "[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
@@ -111,31 +126,36 @@ _UNICODE_SPACES = "[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u300
 split on (Unicode Zs and bidi classes WS, B, S)."""
 
 
-_LEAD = np.zeros(256, dtype=bool)
-_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True  # first bytes of the Unicode spaces in UTF-8
-
-
-def _may_hold_unicode_space(col: pa.Array) -> bool:
-    """Does the text hold a Unicode space? (numpy: the few lead bytes, then a regex to be sure)."""
-    buf = col.buffers()[2]
-    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
-    high = data[data >= 0xC2]
-    if not len(high) or not _LEAD[high].any():
+def _unicode_space_at(data: NDArray[np.uint8]) -> bool:
+    """Does UTF-8 ``data`` hold one of :data:`_UNICODE_SPACES`? (Their byte sequences, checked at
+    the few bytes >= 0xC2.)"""
+    if not len(data) or int(data.max()) < 0xC2:
         return False
-    return bool(pc.any(pc.match_substring_regex(col, _UNICODE_SPACES)).as_py())
+    at = np.flatnonzero(data >= 0xC2)
+    padded = np.concatenate([data[at[0] :], np.zeros(3, np.uint8)])  # (bytes after the last)
+    at -= at[0]
+    b0, b1, b2 = padded[at], padded[at + 1], padded[at + 2]
+    found = (b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0))
+    found |= (b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80)
+    found |= (b0 == 0xE2) & (b1 == 0x80) & (((b2 >= 0x80) & (b2 <= 0x8A)) | np.isin(b2, _E280))
+    found |= (b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F)
+    found |= (b0 == 0xE3) & (b1 == 0x80) & (b2 == 0x80)
+    return bool(found.any())
+
+
+_E280 = np.array([0xA8, 0xA9, 0xAF], dtype=np.uint8)  # U+2028, U+2029, U+202F after E2 80
 
 
 def _byte_spans(col: pa.Array) -> tuple[NDArray[np.uint8], I64, I64, I64]:
     """``(lower-cased bytes, word starts, word lengths, word offsets per row)`` of text.
 
-    Unicode spaces become ASCII spaces first (a regex replace; ``utf8_split_whitespace`` is not
-    used: pyarrow 26 sometimes returns a word of a trailing no-break space, run to run). UTF-8 never
-    uses a byte below 0x80 inside a multi-byte character, so the bytes then split exactly on ASCII
-    whitespace.
+    Unicode spaces become ASCII spaces first (a regex replace, only when there is one;
+    ``utf8_split_whitespace`` is not used: pyarrow 26 sometimes returns a word of a trailing
+    no-break space, run to run). UTF-8 never uses a byte below 0x80 inside a multi-byte character,
+    so the bytes then split exactly on ASCII whitespace: words are the runs of bytes above 32 (and
+    of the few control bytes that are not whitespace), cut at the ends of rows.
     """
     col = pc.utf8_lower(col.fill_null("") if col.null_count else col)
-    if _may_hold_unicode_space(col):
-        col = pc.replace_substring_regex(col, _UNICODE_SPACES, " ")
     large = pat.is_large_string(col.type)
     off = np.frombuffer(
         col.buffers()[1], dtype=np.int64 if large else np.int32, count=col.offset + len(col) + 1
@@ -143,8 +163,24 @@ def _byte_spans(col: pa.Array) -> tuple[NDArray[np.uint8], I64, I64, I64]:
     buf = col.buffers()[2]
     data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
     data = data[int(off[0]) : int(off[-1])]
-    starts, lengths, offsets = ascii_token_spans(data, off - off[0])
-    return data, starts, lengths, offsets
+    if _unicode_space_at(data):
+        return _byte_spans(pc.replace_substring_regex(col, _UNICODE_SPACES, " "))
+    rel = (off - off[0]).astype(np.int64)
+    n = len(data)
+    word = np.greater(data, 32)  # a byte of a word
+    if n and int(data.min()) < 32:  # control bytes: whitespace or not, by the table
+        low = np.flatnonzero(data < 32)
+        word[low] = ~ASCII_WHITESPACE[data[low]]
+    first = np.empty(n, dtype=bool)  # a word starts at byte i
+    np.greater(word[1:], word[:-1], out=first[1:])
+    last = np.empty(n + 1, dtype=bool)  # a word ends before byte i
+    np.greater(word[:-1], word[1:], out=last[1:n])
+    if n:
+        first[0], last[0], last[n] = word[0], False, word[-1]
+    cuts = rel[1:-1][(rel[1:-1] > 0) & (rel[1:-1] < n)]  # row ends: a word never runs over one
+    first[cuts], last[cuts] = word[cuts], word[cuts - 1]
+    starts, ends = np.flatnonzero(first), np.flatnonzero(last)
+    return data, starts, ends - starts, np.searchsorted(starts, rel).astype(np.int64)
 
 
 def _shingles(values: U64, offsets: I64, k: int) -> tuple[U64, I64]:
@@ -158,9 +194,12 @@ def _shingles(values: U64, offsets: I64, k: int) -> tuple[U64, I64]:
         h[: len(v) - j] += v[j:] * np.uint64(pow(0x100000001B3, j, 1 << 64))
     count = np.maximum(lengths - k + 1, np.minimum(lengths, 1))  # shingles per row
     row = np.repeat(np.arange(n, dtype=np.int64), count)
-    first = np.repeat(offsets[:-1] - (np.cumsum(count) - count), count)
-    pos = np.arange(len(row), dtype=np.int64) + first  # each shingle's first token
-    out = h[pos]
+    starts = np.zeros(len(v), dtype=bool)  # the tokens that start a shingle, in row order
+    starts[offsets[0] : offsets[-1]] = True
+    for j in range(1, k):  # not the last k - 1 of a row; of a shorter row, only its first
+        starts[offsets[1:][lengths >= k] - j] = False
+        starts[offsets[:-1][(lengths < k) & (lengths > j)] + j] = False
+    out = h[starts]
     short = np.flatnonzero((lengths < k) & (lengths > 0))
     if len(short):  # those rows: the hash of their tokens only
         whole = column_hash(
@@ -224,7 +263,8 @@ def signatures(
     """:func:`minhash` of :func:`token_hashes` of a column, in row blocks on ``threads`` threads.
 
     Token hashes depend only on the word (no dictionary shared between blocks), so the blocks are
-    independent and the result is the same for any ``threads``.
+    independent and the result is the same for any ``threads``. Blocks hold about
+    :data:`BLOCK_BYTES` of text each, so their arrays stay in the CPU's cache.
 
     Args:
         column: a text or token-id column.
@@ -242,15 +282,24 @@ def signatures(
 
     col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     workers = min(4, os.cpu_count() or 1) if threads is None else max(1, threads)
-    blocks = max(1, min(workers, len(col) // 2_000))
+    size = col.nbytes if pat.is_string(col.type) or pat.is_large_string(col.type) else 0
+    blocks = max(1, min(len(col) // 200, size // BLOCK_BYTES))  # (the arrays of a block in cache)
+    blocks = max(blocks, min(workers, len(col) // 2_000))
     bounds = np.linspace(0, len(col), blocks + 1).astype(np.int64).tolist()
+    sig = np.empty((len(col), num_perm), dtype=np.uint64)
 
-    def one(k: int) -> U64:
+    def one(k: int) -> None:
         values, offsets = token_hashes(col.slice(bounds[k], bounds[k + 1] - bounds[k]))
-        return minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
+        part = minhash(values, offsets, num_perm=num_perm, shingle=shingle, seed=seed)
+        sig[bounds[k] : bounds[k + 1]] = part
 
-    parts = list(ordered_map(one, range(blocks), threads=blocks))
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+    def share(w: int) -> None:  # one task a thread: every workers-th block
+        for k in range(w, blocks, workers):
+            one(k)
+
+    for _ in ordered_map(share, range(min(workers, blocks)), threads=min(workers, blocks)):
+        pass
+    return sig
 
 
 def _densify(sig: U64) -> U64:
@@ -315,9 +364,13 @@ def near_duplicates(
         z = np.zeros(0, dtype=np.int64)
         return z, z, np.zeros(0)
     n = np.int64(sig.shape[0])
-    pairs = np.unique(np.concatenate(found_r) * n + np.concatenate(found_l))
+    pairs = np.sort(np.concatenate(found_r) * n + np.concatenate(found_l))
+    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]  # (np.unique hashes: slower)
     cr, cl = pairs // n, pairs % n
-    sim = (sig[cr] == sig[cl]).mean(axis=1)
+    sim = np.empty(len(pairs))
+    for s in range(0, len(pairs), 4096):  # the share of equal values, a block of pairs at a time
+        equal = sig[cr[s : s + 4096]] == sig[cl[s : s + 4096]]
+        sim[s : s + 4096] = np.count_nonzero(equal, axis=1) / num_perm
     keep = sim >= threshold
     return cr[keep], cl[keep], sim[keep]
 

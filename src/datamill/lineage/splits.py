@@ -236,12 +236,14 @@ def check_splits(
             if not len(rows_s) and s not in split:
                 continue
             r, l, sim = near_duplicates(sig, train, rows_s, threshold=threshold)
-            best: dict[int, tuple[int, float]] = {}
-            for x, y, z in zip(r.tolist(), l.tolist(), sim.tolist()):
-                if x not in best or z > best[x][1]:
-                    best[x] = (y, z)
-            near = [(x, y, round(z, 3)) for x, (y, z) in sorted(best.items())[:EXAMPLES]]
-            per[SPLIT_NAMES[s]] = {"rows": len(best), "examples": near}
+            o = np.lexsort((l, -sim, r))  # each row's most similar training row (ties: the first)
+            first = np.concatenate([[True], r[o][1:] != r[o][:-1]])[: len(r)]
+            br, bl, bs = r[o][first], l[o][first], sim[o][first]
+            near = [
+                (int(x), int(y), round(float(z), 3))
+                for x, y, z in zip(br[:EXAMPLES], bl[:EXAMPLES], bs[:EXAMPLES])
+            ]
+            per[SPLIT_NAMES[s]] = {"rows": len(br), "examples": near}
         report.near[c] = per
     return report
 

@@ -27,6 +27,7 @@ them (a heartbeat or ack with the fence) or the grace period ends.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import hmac
 import itertools
@@ -73,6 +74,11 @@ def digest(secret: str) -> str:
     """The hash of a fence or session secret kept in memory and in the journal (never the
     secret)."""
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+session_digest = functools.lru_cache(maxsize=4096)(digest)
+""":func:`digest` of a client's session, remembered for the last 4,096 sessions (each round trip
+hashes its session; fences are not remembered)."""
 
 
 @dataclass
@@ -440,7 +446,7 @@ class Iteration:
                 now + self.lease_timeout,
                 now,
                 fence_hash=digest(fence),
-                session=digest(client if session is None else session),
+                session=session_digest(client if session is None else session),
                 slot=slot,
                 owner=owner,
             )
@@ -511,9 +517,9 @@ class Iteration:
         """The unit runs each lease's ranges newly complete (what the journal records)."""
         out: dict[str, list[NDArray[np.int64]]] = {}
         for lease, lo, hi in marks:
-            q, st = self.queues[lease.queue], self.state[lease.queue]
-            out.setdefault(lease.id, []).append(q[lo:hi][st[lo:hi] != DONE])
-        return {k: _array_runs(np.concatenate(v)) for k, v in out.items()}
+            q, seg = self.queues[lease.queue][lo:hi], self.state[lease.queue][lo:hi]
+            out.setdefault(lease.id, []).append(q[seg != DONE] if _has(seg, DONE) else q)
+        return {k: _array_runs(v[0] if len(v) == 1 else np.concatenate(v)) for k, v in out.items()}
 
     def finishing(self, marks: Sequence[tuple[Lease, int, int]]) -> list[str]:
         """Ids of the leases whose every position is done once ``marks`` are applied."""
@@ -601,7 +607,7 @@ class Iteration:
                 else (lease.client if lease is not None else "")
             )
             statuses, marks = self.plan_acks(
-                [(lease_id, fence, start, stop)], session=digest(secret)
+                [(lease_id, fence, start, stop)], session=session_digest(secret)
             )
             units = self.units_of_marks(marks).get(lease_id, [])
             self.begin_acks(marks)

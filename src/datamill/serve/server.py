@@ -29,7 +29,7 @@ from datamill.core.state import check_resume_compat
 from datamill.loader import BatchService
 from datamill.serve.auth import KeyStore
 from datamill.serve.direct import ClientLocations, as_batches, service_for, unit_runs
-from datamill.serve.iteration import AckResult, Iteration, Lease, digest, runs
+from datamill.serve.iteration import AckResult, Iteration, Lease, runs, session_digest
 from datamill.serve.journal import Journal
 from datamill.serve.lease_journal import (
     GroupCommit,
@@ -540,7 +540,7 @@ class ServeState:
             UnavailableError: the journal could not be written (nothing changed; retry later).
         """
         secret = session if session is not None else client if client is not None else ""
-        p = plan_wait(it, self.writes, items, session=digest(secret))
+        p = plan_wait(it, self.writes, items, session=session_digest(secret))
         self._settled(it, p, settle(it, self.writes, p))
         return p.statuses, p.units
 
@@ -554,7 +554,7 @@ class ServeState:
     ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
         """:meth:`ack_batches` in an event loop (it waits for the journal without a thread)."""
         secret = session if session is not None else client if client is not None else ""
-        p = await plan_async(it, self.writes, items, session=digest(secret))
+        p = await plan_async(it, self.writes, items, session=session_digest(secret))
         await self._settle_async(it, p)
         return p.statuses, p.units
 
@@ -705,7 +705,7 @@ class ServeState:
                 owner=trip["owner"],
             )
 
-        return refusal, None if refusal is not None else take, digest(secret)
+        return refusal, None if refusal is not None else take, session_digest(secret)
 
     def _refusal(
         self, it: Iteration, transport: str, *, rank: int, slot: int, slots: int

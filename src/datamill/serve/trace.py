@@ -14,19 +14,38 @@ A unit of an iteration is batch ``b`` of plan rank ``r`` of the order with ``pla
   lease is handed out), then by unit: a client consumes its leases in that order, so in dynamic mode
   a client's ``k``-th acknowledged batch is its step ``k``;
 * ``rewinds``: how many times an admin or a resume reset the done set.
+
+A run served as one iteration per epoch (the iterations of one ``name``) is traced as one:
+``GET /api/v1/runs/{name}/trace`` answers the records of its iterations (:func:`run_records`, by
+epoch, a page of at most :data:`MAX_RUN_RECORDS`), which ``datamill trace`` and
+:class:`~datamill.loader.trace_join.RunTracer` join.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from datamill.core.errors import ConfigError
 from datamill.loader.trace import plan_record
 from datamill.serve.iteration import Iteration, runs
-from datamill.serve.server import ServeState
+from datamill.serve.server import NotFoundError, ServeState, check_name
 
-__all__ = ["iteration_record", "lease_clients"]
+__all__ = [
+    "MAX_RUN_RECORDS",
+    "RUN_RECORDS_FORMAT",
+    "iteration_record",
+    "lease_clients",
+    "run_records",
+]
+
+MAX_RUN_RECORDS = 64
+"""Most iteration records one ``GET /api/v1/runs/{name}/trace`` answers (a page)."""
+RUN_RECORDS_FORMAT = "datamill.run-records/1"
+_SCAN = 4096  # most iterations of one name looked at per request (epochs from ``from_epoch`` on)
 
 
 def lease_clients(state: ServeState, it_id: str) -> dict[str, tuple[str, int]]:
@@ -76,3 +95,61 @@ def iteration_record(state: ServeState, it: Iteration) -> dict[str, Any]:
         batches_seen=max(rank_batches, default=0),
         served=served,
     )
+
+
+def run_records(
+    state: ServeState,
+    name: str,
+    /,
+    *,
+    may_use: Callable[[str], bool],
+    dataset: str | None = None,
+    from_epoch: int = 0,
+    limit: int = MAX_RUN_RECORDS,
+) -> dict[str, Any]:
+    """The run records of the iterations named ``name`` (one per epoch), from ``from_epoch`` on.
+
+    Only iterations of datasets the caller may use (``may_use(dataset id)``) count; their records
+    come in epoch order, at most ``limit``, with ``next_epoch`` the epoch to ask from for the
+    rest (``None``: no more).
+
+    Raises:
+        NotFoundError: no iteration of that name the caller may see (of ``dataset``, if given).
+        ConfigError: a bad name or limit, or iterations of the name on several datasets and no
+            ``dataset`` to choose.
+    """
+    check_name(name, what="run name")
+    if not 1 <= limit <= MAX_RUN_RECORDS:
+        raise ConfigError(f"limit must be in 1..{MAX_RUN_RECORDS}, got {limit}")
+    want = state.dataset(dataset)["id"] if dataset is not None else None
+    rows = state.journal._exec(
+        "SELECT id, epoch, config FROM iterations WHERE key = ? AND epoch >= ? "
+        "ORDER BY epoch, rowid LIMIT ?",
+        (name, int(from_epoch), _SCAN),
+    )
+    found = []
+    for it_id, epoch, config in rows:
+        ds = str(json.loads(config).get("dataset"))
+        if may_use(ds) and want in (None, ds):
+            found.append((str(it_id), int(epoch), ds))
+    if not found:
+        raise NotFoundError(
+            f"no iteration of a run named {name!r} from epoch {from_epoch} on"
+            + (f" of dataset {dataset!r}" if dataset is not None else "")
+            + " on a dataset this key may use"
+        )
+    datasets = sorted({ds for _, _, ds in found})
+    if len(datasets) > 1:
+        raise ConfigError(
+            f"the iterations named {name!r} read {len(datasets)} datasets ({', '.join(datasets)})",
+            hint="choose one with dataset=",
+        )
+    page = found[:limit]
+    return {
+        "format": RUN_RECORDS_FORMAT,
+        "run": name,
+        "dataset": datasets[0],
+        "iterations": [i for i, _, _ in page],
+        "records": [iteration_record(state, state.iteration(i)) for i, _, _ in page],
+        "next_epoch": found[limit][1] if len(found) > limit else None,
+    }

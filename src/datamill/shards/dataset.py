@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
+from datamill.core.constants import DATASET_MANIFEST, ROW_HASHES_KEY, SAMPLES_FILE, SHARD_PATTERN
 from datamill.core.errors import (
     ConfigError,
     DataFileError,
@@ -248,7 +248,8 @@ class ShardsetDataset:
         return out
 
     def fingerprint(self) -> str:
-        return fingerprint_obj(self.manifest)
+        # (the pointer to cached row hashes, added by `datamill diff`, is not the data)
+        return fingerprint_obj({k: v for k, v in self.manifest.items() if k != ROW_HASHES_KEY})
 
     def __len__(self) -> int:
         return len(self.mapping.uids)

@@ -9,7 +9,8 @@ Routes (under ``/api/v1``; every route declares its role with
   | ``.../done``
 * ``GET /iterations/{id}/next``, ``POST .../ack``, ``POST .../heartbeat``: leases, per-batch acks
   and reclaims, bound to the client's session (:mod:`datamill.serve.delivery` has the protocol)
-* ``GET /iterations/{id}/trace``: the iteration's run record (``datamill trace``)
+* ``GET /iterations/{id}/trace``: the iteration's run record (``datamill trace``); ``GET
+  /runs/{name}/trace``: the records of a run's iterations (one per epoch)
 * ``POST /iterations/{id}/rewind`` | ``POST /iterations/{id}/cancel``
   (admin; afterwards ``next`` answers ``410``)
 """
@@ -36,6 +37,7 @@ def routers() -> list[APIRouter]:
         keys.router,
         iterations.router,
         trace.router,
+        trace.runs_router,
         lineage.router,
         router,
         root,
