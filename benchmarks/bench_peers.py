@@ -26,13 +26,16 @@ beside the speed. S3 (SeaweedFS on loopback, started as ``tests/loader/seaweed.p
 systems that stream from object storage (datamill, litData, mosaic): ``cold`` (empty cache),
 ``warm`` (the second epoch in the same process, cache kept) and ``cold10`` (empty cache bounded to
 10% of the data; mosaic with ``shuffle_block_size = N/40`` there, as a mosaic user sizes it to the
-cache). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2 worker processes;
-datamill through ``datamill.loader.torch``, litData's ``StreamingDataLoader``, mosaic and torch
-map-style; not
-HF) and ``ranks2`` (2 rank processes at once, each with its rank's part: datamill ``rank=``, litData
-``WORLD_SIZE``/``GLOBAL_RANK``, mosaic ``RANK``/``WORLD_SIZE``, torch ``DistributedSampler``, HF
-``split_dataset_by_node``; samples/s = both ranks' samples / the slower rank's time). Systems
-interleave within each repetition; median and range of ``--reps`` repetitions.
+cache). Before each repetition's cold epochs, ``bench_s3_ceiling.py`` measures the store itself
+(every object fetched with 1, 4, 8 connections, bytes discarded: samples/s if reading were free) and
+the summary prints each cold epoch beside it, with the CPU seconds of the reader and of the store
+(``--ceiling ''`` skips it). Locally two more modes: ``workers2`` (a torch ``DataLoader`` with 2
+worker processes; datamill through ``datamill.loader.torch``, litData's ``StreamingDataLoader``,
+mosaic and torch map-style; not HF) and ``ranks2`` (2 rank processes at once, each with its rank's
+part: datamill ``rank=``, litData ``WORLD_SIZE``/``GLOBAL_RANK``, mosaic ``RANK``/``WORLD_SIZE``,
+torch ``DistributedSampler``, HF ``split_dataset_by_node``; samples/s = both ranks' samples / the
+slower rank's time). Systems interleave within each repetition; median and range of ``--reps``
+repetitions.
 
     python benchmarks/bench_peers.py                 # 1M tabular + 200k binary, local + S3, 3 reps
     python benchmarks/bench_peers.py --quick         # 100k / 20k, 1 rep: a smoke run
@@ -318,6 +321,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         for batch in epochs(0):
             pass
         start = time.perf_counter()
+    cpu = time.process_time()
     for batch in epochs(1 if mode == "warm" else 0):
         if first is None:
             first = time.perf_counter() - start
@@ -325,16 +329,23 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         uids.append(uid)
         nbytes += size
         firsts += head
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     seq = np.concatenate(uids).astype(np.int64) if uids else np.zeros(0, dtype=np.int64)
     np.save(spec["uids"], seq)
     return {
         "seconds": seconds,
+        "cpu": cpu,  # this process's CPU seconds (every thread; not DataLoader workers')
+        "child_cpu": _children_cpu(),  # DataLoader worker processes (once they have exited)
         "first": first or seconds,
         "samples": len(seq),
         "bytes": nbytes,
         "first_bytes": firsts,
     }
+
+
+def _children_cpu() -> float:
+    t = os.times()
+    return float(t.children_user + t.children_system)
 
 
 def touch(batch: Any) -> tuple[Any, int, int]:
@@ -344,7 +355,7 @@ def touch(batch: Any) -> tuple[Any, int, int]:
     """
     import numpy as np
 
-    uid = np.asarray(batch["uid"])
+    uid = np.array(batch["uid"])  # a copy: a kept view would keep the whole batch alive
     if "image_offsets" in batch:  # datamill: the batch's bytes + offsets (numpy views or tensors)
         offs, values = np.asarray(batch["image_offsets"]), np.asarray(batch["image"])
         return uid, int(offs[-1] - offs[0]), int(values[offs[:-1]].sum(dtype=np.int64))
@@ -657,6 +668,8 @@ def run_ranks(python: Path, spec: dict[str, Any], timeout: float) -> dict[str, A
         "seconds": max(o["seconds"] for o in outs),
         "first": max(o["first"] for o in outs),
         "samples": sum(o["samples"] for o in outs),
+        "cpu": sum(o.get("cpu", 0.0) for o in outs),
+        "child_cpu": sum(o.get("child_cpu", 0.0) for o in outs),
         "bytes": sum(o["bytes"] for o in outs),
         "first_bytes": sum(o["first_bytes"] for o in outs),
     }
@@ -720,6 +733,12 @@ def main() -> None:
     )
     ap.add_argument("--work", default=None, help="data folder (default <cache>/data)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per epoch run")
+    ap.add_argument(
+        "--ceiling",
+        default="1,4,8",
+        help="S3 cold: also GET every object with this many connections at once, bytes discarded "
+        "(benchmarks/bench_s3_ceiling.py), before the cold epochs of each repetition; '' skips",
+    )
     ap.add_argument("--out", default=None, help="also write the markdown table here")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--convert", default=None, help=argparse.SUPPRESS)
@@ -795,6 +814,7 @@ def main() -> None:
     results: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     loads: list[str] = []
     with _maybe_s3(on="s3" in storages, work=work) as s3:
+        s3_cpu = _store_cpu(work) if s3 is not None else (lambda: 0.0)
         nbytes: dict[tuple[str, str], int] = {}
         if s3 is not None:
             _upload(s3, paths, systems, datas, nbytes)
@@ -806,8 +826,17 @@ def main() -> None:
             if mode in modes
         ]
         expected = {ds: expected_touch(work / ds / "parquet", ds) for ds in datas}
+        ceilings: dict[str, list[dict[str, Any]]] = {}
+        conns = tuple(int(c) for c in args.ceiling.split(",") if c)
         for rep in range(reps):
             for ds, st, mode in cases:
+                if st == "s3" and mode == "cold" and conns and set(systems) & set(DATAMILLS):
+                    assert s3 is not None
+                    ceilings.setdefault(ds, []).extend(
+                        _ceiling(
+                            s3, ds, sizes[ds], conns[:: 1 if rep % 2 == 0 else -1], rep, s3_cpu
+                        )
+                    )
                 for s in systems:
                     if st == "s3" and s not in S3_SYSTEMS or st == "local" and s in S3_ONLY:
                         continue
@@ -829,10 +858,13 @@ def main() -> None:
                         spec.update(s3=list(s3), url=f"s3://{BUCKET}/{ds}", cache_dir=str(cdir))
                         if mode == "cold10":
                             spec["cache_limit"] = max(1, nbytes[(s, ds)] // 10)
+                    store_before = s3_cpu() if st == "s3" else None
                     if mode == "ranks2":
                         res = run_ranks(pythons[s], spec, args.timeout)
                     else:
                         res = run_worker(pythons[s], spec, args.timeout)
+                    if store_before is not None and mode == "cold":
+                        res["store_cpu"] = s3_cpu() - store_before
                     res["load"] = load()
                     loads.append(res["load"])
                     if "error" not in res:
@@ -842,9 +874,63 @@ def main() -> None:
                     _print_one(rep, ds, st, mode, s, res)
     report = _table(results, systems, datas, storages, sizes, conv_times, reps, cmd, loads)
     report += _s3_cold_summary(results, systems, datas)
+    if ceilings:
+        from bench_s3_ceiling import summary
+
+        def median(ds: str, mode: str, s: str) -> float | None:
+            stt = _stats(results.get((ds, "s3", mode, s), []))
+            return None if stt is None else stt[0]
+
+        report += summary(
+            ceilings,
+            median,
+            [s for s in systems if s in S3_SYSTEMS],
+            LABELS,
+            lambda ds, s: results.get((ds, "s3", "cold", s), []),
+        )
     print(report)
     if args.out:
         Path(args.out).write_text(report, encoding="utf-8")
+
+
+def _store_cpu(work: Path) -> Callable[[], float]:
+    """The S3 server's CPU seconds so far (0 when its process cannot be found)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_s3_ceiling import find_pid, process_cpu
+
+    pid = find_pid(f"-dir={work / 'seaweed' / 'data'}")
+    return (lambda: 0.0) if pid is None else (lambda: process_cpu(pid))
+
+
+def _ceiling(
+    s3: tuple[str, str, str],
+    ds: str,
+    n: int,
+    conns: tuple[int, ...],
+    rep: int,
+    store_cpu: Callable[[], float],
+) -> list[dict[str, Any]]:
+    """The store's ceiling for ``ds`` (bench_s3_ceiling: every Parquet object fetched, bytes
+    discarded), one fresh process per connection count; printed like a run."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_s3_ceiling import measure
+
+    runs = measure(s3, f"{BUCKET}/{ds}/parquet", samples=n, connections=conns, store_cpu=store_cpu)
+    for r in runs:
+        if "error" in r:
+            print(
+                f"[run {rep}] {ds} ceiling {r['connections']} GETs ERROR {r['error']}", flush=True
+            )
+        else:
+            print(
+                f"[run {rep}] {ds} ceiling {r['connections']} GET(s) at once: "
+                f"{r['samples_s']:>11,.0f} samples/s if reading were free ({r['mb_s']:,.0f} MB/s, "
+                f"{r['seconds']:.2f} s; CPU {r['cpu']:.2f} s + store "
+                f"{r.get('store_cpu', 0):.2f} s), "
+                f"load {r['load']}",
+                flush=True,
+            )
+    return runs
 
 
 def _s3_cold_summary(
@@ -972,7 +1058,10 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
     rate = res["samples"] / res["seconds"]
     print(
         f"[run {rep}] {ds} {mode:6s} {s:10s} {rate:>11,.0f} samples/s, first batch "
-        f"{res['first']:.2f} s, once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
+        f"{res['first']:.2f} s, CPU {res.get('cpu', 0):.2f} s"
+        + (f" + store {res['store_cpu']:.2f} s" if "store_cpu" in res else "")
+        + (f" + workers {res['child_cpu']:.2f} s" if res.get("child_cpu") else "")
+        + f", once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
         f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,
     )

@@ -147,6 +147,9 @@ def test_partial_or_corrupt_copies_are_never_used(
             self.sent = True
             return bytes(self.inner.read(100))
 
+        def read_buffer(self, n: int) -> pa.Buffer:  # what the cache reads with
+            return pa.py_buffer(self.read(n))
+
     real_open = fresh.cache.fs.open_input_stream
     monkeypatch.setattr(
         fresh.cache,
@@ -215,3 +218,38 @@ def test_errors_and_cli(
         main(["-q", "iterate", "s3://data/ds", "--cache-dir", str(tmp_path / "c")]) == 2
     )  # one-line error
     assert "s3://data/ds" in capsys.readouterr().err
+
+
+def test_decoded_shards_live_in_the_jemalloc_pool_not_the_default_one() -> None:
+    # the default pool (mimalloc) gave each decoded shard fresh pages the kernel zeroed first
+    import io
+
+    from datamill.loader.remote import decode_parquet
+
+    want = pa.table({"x": list(range(50_000)), "b": [b"z" * 40] * 50_000})
+    sink = io.BytesIO()
+    pq.write_table(want, sink)
+    jemalloc = pa.jemalloc_memory_pool()
+    before = jemalloc.bytes_allocated()
+    got = decode_parquet(pa.py_buffer(sink.getvalue()), None)
+    assert got.equals(want)
+    assert jemalloc.bytes_allocated() - before >= want.nbytes
+    assert decode_parquet(pa.py_buffer(sink.getvalue()), ["b"]).equals(want.select(["b"]))
+
+
+def test_cache_reads_where_files_cannot_be_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the cache maps its copies; a file system without mmap must still give the bytes
+    import mmap
+
+    (tmp_path / "a.bin").write_bytes(b"0123456789" * 100)
+    cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c")
+
+    def no_mmap(*args: object, **kwargs: object) -> None:
+        raise OSError("mmap not supported")
+
+    monkeypatch.setattr(mmap, "mmap", no_mmap)
+    for _ in range(2):  # a download, then a cached copy
+        assert cache.read(str(tmp_path / "a.bin")) == b"0123456789" * 100
+    assert cache.stats()["downloads"] == 1 and cache.stats()["hits"] == 1

@@ -40,6 +40,40 @@ def test_dataloader_two_workers_yields_every_sample_once_in_loader_order() -> No
     assert got[0]["ids_mask"].dtype == torch.bool
 
 
+def test_worker_batches_arrive_in_one_storage_with_the_loaders_values() -> None:
+    # a worker's batch crosses to the main process as one shared-memory storage, not one per column
+    src = FakeSource([37, 0, 55, 21, 64])
+    loader = Loader(src, 16, seed=4, columns=["x", "vec", "ids"], batching=Batching(window=2))
+    want = list(TorchLoaderDataset(loader))  # no worker: nothing packed
+    dl = torch.utils.data.DataLoader(TorchLoaderDataset(loader), batch_size=None, num_workers=2)
+    got = list(dl)
+    assert len(got) == len(want) == 12
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for k in w:
+            assert g[k].dtype == w[k].dtype and g[k].shape == w[k].shape
+            assert torch.equal(g[k], w[k])
+        assert len({t.untyped_storage().data_ptr() for t in g.values()}) == 1
+        assert len({t.untyped_storage().data_ptr() for t in w.values()}) > 1
+
+
+def _pool_name(t: pa.Table) -> pa.Table:
+    return t.append_column("pool", pa.array([pa.default_memory_pool().backend_name] * t.num_rows))
+
+
+def test_worker_processes_use_jemalloc_and_the_main_process_keeps_its_pool() -> None:
+    # the default pool (mimalloc) zeroes fresh pages for most of a worker's buffers
+    main_pool = pa.default_memory_pool().backend_name
+    loader = Loader(
+        FakeSource([20]), 10, seed=0, columns=["x"], batching=Batching(transform=_pool_name)
+    )
+    got = list(
+        torch.utils.data.DataLoader(TorchLoaderDataset(loader), batch_size=None, num_workers=1)
+    )
+    assert [list(set(b["pool"])) for b in got] == [["jemalloc"], ["jemalloc"]]
+    assert pa.default_memory_pool().backend_name == main_pool
+
+
 def test_adapter_resume_with_other_worker_count() -> None:
     src = FakeSource([40] * 5)
     make = lambda: Loader(src, 8, seed=1, columns=["x"], batching=Batching(filter=_drop_odd))

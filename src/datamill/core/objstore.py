@@ -20,6 +20,7 @@ The loader's :class:`~datamill.loader.remote.RemoteParquetSource` and the shards
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import tempfile
 import threading
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import xxhash
 
@@ -161,11 +163,26 @@ class ShardFileCache:
         Args:
             remote: the path on ``filesystem``.
             info: its ``FileInfo`` (looked up when ``None``).
-            check: ``check(data: bytes)`` raising on a bad download (e.g. a Parquet footer check).
+            check: ``check(data)`` raising on a bad download (e.g. a Parquet footer check);
+                ``data`` is a bytes-like object (a ``pyarrow.Buffer``).
 
         Raises:
             DataFileNotFoundError: no such remote file. DataFileError: the download fails ``check``
             or has the wrong size. CacheError: the cache folder cannot be written.
+        """
+        data: bytes = self.read_buffer(remote, info=info, check=check).to_pybytes()
+        return data
+
+    def read_buffer(
+        self, remote: str, *, info: pafs.FileInfo | None = None, check: Any = None
+    ) -> pa.Buffer:
+        """:meth:`read` without a copy: the cached file mapped into memory (read-only).
+
+        A download streams into the cache file (hashed on the way) and the mapping of that file is
+        returned, so the bytes are copied once, from the network into the page cache, instead of
+        into a new buffer and then into the file; a warm read maps the file instead of copying it.
+        The mapping stays valid when the copy is evicted or replaced later (both unlink or rename,
+        never write in place).
         """
         if info is None:
             info = self.fs.get_file_info(remote)
@@ -195,11 +212,12 @@ class ShardFileCache:
                     del self._in_use[name]
             self._evict()
 
-    def _cached(self, name: str, info: pafs.FileInfo) -> bytes | None:
+    def _cached(self, name: str, info: pafs.FileInfo) -> pa.Buffer | None:
         path, meta_path = self.dir / name, self.dir / f"{name}.json"
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                data = _mapped(f, os.fstat(f.fileno()).st_size)
         except (OSError, ValueError):
             return None
         want = self._sidecar(info)
@@ -214,52 +232,81 @@ class ShardFileCache:
             return None
         return data
 
-    def _download(self, remote: str, name: str, info: pafs.FileInfo, check: Any) -> bytes:
-        chunks, digest = [], xxhash.xxh3_128()
-        try:
-            with self.fs.open_input_stream(remote) as f:
-                while chunk := f.read(CHUNK):
-                    chunks.append(chunk)
-                    digest.update(chunk)  # hashed while the next chunk downloads
-        except OSError as exc:
-            raise DataFileError(f"download failed: {exc}", path=remote) from exc
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if len(data) != info.size:
-            raise DataFileError(
-                f"downloaded {len(data)} bytes, the object has {info.size}",
-                path=remote,
-                hint="the object changed or the transfer broke; retry",
-            )
-        if check is not None:
-            check(data)
-        try:
-            self._commit(name, data, {**self._sidecar(info), "xxh3": digest.hexdigest()})
-        except OSError as exc:
-            raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
-        with self._lock:
-            self.downloads += 1
-            self.bytes_fetched += len(data)
-        return data
-
-    def _commit(self, name: str, data: bytes, meta: dict[str, Any]) -> None:
-        """The copy, then its sidecar (the commit marker), each written beside and renamed.
+    def _download(self, remote: str, name: str, info: pafs.FileInfo, check: Any) -> pa.Buffer:
+        """Stream ``remote`` into a temporary file beside the copy (hashed on the way), check it,
+        rename it, then write the sidecar (the commit marker); the file's mapping is returned.
 
         Not fsynced: a copy is trusted only when its content hashes to the sidecar's ``xxh3`` when
         it is read, so a copy torn by a crash is downloaded again, and an fsync per file (two per
         shard) cost more than the download of a small shard on a busy disk.
         """
-        for final, payload in (
-            (self.dir / name, data),
-            (self.dir / f"{name}.json", json.dumps(meta, sort_keys=True).encode("utf-8")),
-        ):
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{final.name}.", suffix=TMP_SUFFIX)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=TMP_SUFFIX)
+        except OSError as exc:
+            raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+        try:
+            with os.fdopen(fd, "wb") as out:
+                got, digest = self._stream(remote, out)
+                data = _mapped(out, got)
+            if got != info.size:
+                raise DataFileError(
+                    f"downloaded {got} bytes, the object has {info.size}",
+                    path=remote,
+                    hint="the object changed or the transfer broke; retry",
+                )
+            if check is not None:
+                check(data)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(payload)
-                os.replace(tmp, final)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+                os.replace(tmp, self.dir / name)
+                self._write_sidecar(name, {**self._sidecar(info), "xxh3": digest})
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        with self._lock:
+            self.downloads += 1
+            self.bytes_fetched += got
+        return data
+
+    def _stream(self, remote: str, out: Any) -> tuple[int, str]:
+        """GET ``remote`` into the open file ``out`` in ``CHUNK`` pieces: (bytes, xxh3 hex)."""
+        got, digest = 0, xxhash.xxh3_128()
+        try:
+            f = self.fs.open_input_stream(remote)
+        except OSError as exc:
+            raise DataFileError(f"download failed: {exc}", path=remote) from exc
+        with f:
+            while True:
+                try:
+                    chunk = f.read_buffer(CHUNK)  # Arrow's memory, no new bytes object per chunk
+                except OSError as exc:
+                    raise DataFileError(f"download failed: {exc}", path=remote) from exc
+                if not chunk.size:
+                    break
+                try:
+                    out.write(chunk)
+                except OSError as exc:
+                    raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+                digest.update(chunk)
+                got += chunk.size
+        try:
+            out.flush()
+        except OSError as exc:
+            raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+        return got, digest.hexdigest()
+
+    def _write_sidecar(self, name: str, meta: dict[str, Any]) -> None:
+        """The sidecar (the commit marker), written beside and renamed."""
+        final = self.dir / f"{name}.json"
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{final.name}.", suffix=TMP_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(json.dumps(meta, sort_keys=True).encode("utf-8"))
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def _remove(self, name: str) -> None:
         for p in (self.dir / f"{name}.json", self.dir / name):  # the marker first
@@ -301,6 +348,26 @@ class ShardFileCache:
                 self.evictions += 1
         for name in victims:
             self._remove(name)
+
+
+def _mapped(f: Any, size: int) -> pa.Buffer:
+    """The first ``size`` bytes of the open file ``f`` (readable: a download's file comes from
+    ``mkstemp``, opened read-write), mapped read-only (pages faulted in at once where the platform
+    can: ``MAP_POPULATE``), as a zero-copy ``pyarrow.Buffer``; read into memory where the file
+    system cannot map files."""
+    if size <= 0:
+        return pa.py_buffer(b"")
+    try:
+        populate = getattr(mmap, "MAP_POPULATE", 0)
+        if populate:
+            mapped = mmap.mmap(
+                f.fileno(), size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ
+            )
+        else:
+            mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # a file system without mmap
+        return pa.py_buffer(os.pread(f.fileno(), size, 0))
+    return pa.py_buffer(mapped)
 
 
 def default_cache_dir() -> Path:
@@ -390,7 +457,7 @@ def fetch_input(
         cache = _NamedCache(
             fs, folder, etag=None if etag is None else etag.decode("utf-8", "replace")
         )
-        cache.read(remote, info=info)
+        cache.read_buffer(remote, info=info)
     except DatamillError:
         raise
     except OSError as exc:

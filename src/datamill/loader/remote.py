@@ -60,6 +60,7 @@ __all__ = [
     "FOOTER_THREADS",
     "RemoteParquetSource",
     "ShardFileCache",
+    "decode_parquet",
     "is_remote",
     "s3_filesystem",
     "split_url",
@@ -89,6 +90,49 @@ def _preload_in_background() -> None:
     if not _PRELOADED.is_set():
         _PRELOADED.set()
         threading.Thread(target=_preload, name="datamill-preload", daemon=True).start()
+
+
+_DECODE_POOL: list[pa.MemoryPool | None] = []
+
+
+def _decode_pool() -> pa.MemoryPool | None:
+    """jemalloc, when this pyarrow has it (else ``None``: the default pool)."""
+    if not _DECODE_POOL:
+        try:
+            _DECODE_POOL.append(pa.jemalloc_memory_pool())
+        except (NotImplementedError, pa.ArrowNotImplementedError):
+            _DECODE_POOL.append(None)
+    return _DECODE_POOL[0]
+
+
+def decode_parquet(data: pa.Buffer, columns: Sequence[str] | None) -> pa.Table:
+    """The Parquet file in ``data`` decoded into buffers of the jemalloc pool (when available).
+
+    A shard's decoded columns are the largest buffers a cold epoch allocates, one set per shard; the
+    default pool (mimalloc) returns freed memory to the system within milliseconds, so each shard
+    landed on fresh pages the kernel had to zero first. jemalloc keeps freed pages for the next
+    shard. Only this decode uses it (the process's default pool is not changed).
+    ``ParquetFile.read``, not ``pq.read_table``: the latter goes through ``pyarrow.dataset``, whose
+    first import (pandas included) took 0.4-0.7 s of a cold first batch.
+
+    Examples:
+        >>> import io
+        >>> sink = io.BytesIO(); pq.write_table(pa.table({"x": [1, 2], "y": ["a", "b"]}), sink)
+        >>> decode_parquet(pa.py_buffer(sink.getvalue()), ["y"]).to_pydict()
+        {'y': ['a', 'b']}
+    """
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    pool = _decode_pool()
+    if pool is not None:
+        try:  # ParquetFile takes no memory pool; its reader does (pyarrow's own class)
+            from pyarrow._parquet import ParquetReader
+
+            reader = ParquetReader(memory_pool=pool)
+            reader.open(pa.BufferReader(data), metadata=pf.metadata)
+            pf.reader = reader
+        except (ImportError, TypeError, AttributeError):  # another pyarrow: the default pool
+            pass
+    return pf.read(columns=columns)
 
 
 class RemoteParquetSource:
@@ -263,7 +307,7 @@ class RemoteParquetSource:
         cols = check_read_args(self, index, columns, path=self.url)
         info, rows = self.infos[int(index)], int(self._sizes[int(index)])
 
-        def check(data: bytes) -> None:
+        def check(data: pa.Buffer) -> None:
             try:
                 got = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
             except (OSError, pa.ArrowException) as exc:
@@ -276,10 +320,8 @@ class RemoteParquetSource:
                     path=f"{self.prefix}{info.path}",
                 )
 
-        data = self.cache.read(info.path, info=info, check=check)
-        # ParquetFile.read, not pq.read_table: the latter goes through pyarrow.dataset, whose first
-        # import (pandas included) took 0.4-0.7 s of a cold first batch, holding every reader thread
-        return pq.ParquetFile(pa.BufferReader(data)).read(columns=cols)
+        data = self.cache.read_buffer(info.path, info=info, check=check)
+        return decode_parquet(data, cols)
 
     def expect_reads(self, shards: Sequence[int]) -> None:
         """The shards a build reads next, in order: a bounded cache evicts in that plan's order."""

@@ -10,6 +10,11 @@ for any ``N``; worker *processes* help when a transform is GIL-bound Python.
 
 * ``collate="numpy"`` batches are made torch tensors (what DataLoader would do anyway), by a copy of
   the service with the torch collate; the user's Loader is never changed.
+* In a DataLoader worker process the tensors of a batch are packed into one storage (each a view
+  of it, same dtype, shape and values) before they are sent: torch sends every storage through its
+  own shared-memory segment and file descriptor, so one storage per batch instead of one per column
+  cut the workers' and the main process's CPU for a 3 KB-binary batch by about a third.
+* A worker process uses jemalloc as Arrow's memory pool (:func:`_worker_memory_pool`).
 * A batch emptied by the filter is yielded as an empty batch here (skipping it would shift the
   round-robin between workers).
 * The adapter keeps its own position: call :meth:`TorchLoaderDataset.set_epoch` before each epoch,
@@ -37,7 +42,7 @@ from datamill.loader.order import Elastic, worker_batches
 torch = require("torch", extra="torch")
 from torch.utils.data import IterableDataset, get_worker_info
 
-__all__ = ["WORKER_STATE_FORMAT", "TorchLoaderDataset"]
+__all__ = ["WORKER_STATE_FORMAT", "TorchLoaderDataset", "pack_tensors"]
 
 WORKER_STATE_FORMAT = "datamill.torch_worker/1"
 """The format of a worker's ``state_dict()`` (torchdata's ``Stateful`` protocol)."""
@@ -147,9 +152,81 @@ class TorchLoaderDataset(IterableDataset[Any]):
             self._skip :
         ]
         self._yielded, self._skip = self._skip, 0
+        pack = info is not None  # a worker process: the batch crosses to the main process
+        if pack:
+            _worker_memory_pool()
         for res in self.service.build(
             epoch, self.rank, mine, world_size=self.world_size, **self._where()
         ):
             accounting.add(res)
             self._yielded += 1
-            yield res.output if res.output is not None else self.service.collate_fn(res.empty)
+            out = res.output if res.output is not None else self.service.collate_fn(res.empty)
+            yield pack_tensors(out) if pack else out
+
+
+_POOL_SET = False
+
+
+def _worker_memory_pool() -> None:
+    """In a DataLoader worker process, make jemalloc Arrow's default memory pool (once).
+
+    A worker decodes and gathers every shard its batches need into new Arrow buffers; with the
+    default mimalloc pool, which hands freed memory back to the system within milliseconds, most
+    of those buffers landed on fresh pages the kernel had to zero first (40% of a worker's CPU in a
+    profile of 3 KB binary samples). jemalloc keeps freed pages for reuse: worker CPU fell by about
+    a third. The worker process is the loader's own, so the user's main process keeps its pool;
+    a pyarrow built without jemalloc keeps its default.
+    """
+    global _POOL_SET
+    if _POOL_SET:
+        return
+    _POOL_SET = True
+    import pyarrow as pa
+
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except (NotImplementedError, pa.ArrowNotImplementedError):  # a build without jemalloc
+        pass
+
+
+ALIGN = 64
+"""Byte alignment of each tensor packed into a batch's storage (any dtype's itemsize divides it)."""
+
+
+def pack_tensors(batch: Any) -> Any:
+    """``batch`` (a dict) with its CPU tensors copied into views of one new storage.
+
+    Values, dtypes and shapes are unchanged; other entries are kept as they are. Pinned tensors,
+    tensors needing gradients, and batches with fewer than two tensors are returned unchanged.
+
+    Examples:
+        >>> b = pack_tensors({"x": torch.arange(3), "m": torch.ones(2, 2, dtype=torch.bool)})
+        >>> b["x"].tolist(), b["m"].shape, b["x"].untyped_storage().data_ptr() == b[
+        ...     "m"
+        ... ].untyped_storage().data_ptr()
+        ([0, 1, 2], torch.Size([2, 2]), True)
+    """
+    if not isinstance(batch, dict):
+        return batch
+    tensors = {
+        k: v
+        for k, v in batch.items()
+        if isinstance(v, torch.Tensor)
+        and v.device.type == "cpu"
+        and not v.requires_grad
+        and not v.is_pinned()
+    }
+    if len(tensors) < 2:
+        return batch
+    starts, total = {}, 0
+    for k, t in tensors.items():
+        starts[k] = total
+        total += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+    buf = torch.empty(total, dtype=torch.uint8)
+    out = dict(batch)
+    for k, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        view = buf[starts[k] : starts[k] + nbytes].view(t.dtype).view(t.shape)
+        view.copy_(t)
+        out[k] = view
+    return out
