@@ -366,6 +366,48 @@ def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Pat
         st.close()
 
 
+def test_build_workers_exit_when_their_server_is_killed(tmp_path: Path) -> None:
+    """A server process killed -9 (or by the out-of-memory killer) leaves no build worker behind:
+    each worker watches its server and exits within about a second of it (they used to wait on
+    their queue for ever, with their forkserver)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from datamill.serve.workers import BuildPool\n"
+        "pool = BuildPool(2)\n"
+        "print(*pool.warm(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert len(workers) == 2
+        assert all(_running(p) for p in workers)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    deadline = time.monotonic() + 15
+    while any(_running(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(p) for p in workers)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_iterate_cli_transport_direct(
     direct: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -68,9 +70,46 @@ def default_build_workers() -> int:
     return max(1, min(4, cores))
 
 
-def _init(cache_shards: int | None) -> None:
+_WATCH_S = 1.0  # how often a worker checks that its server still runs
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (``/proc/PID/stat`` field 22: a pid reused later has another), ``""``
+    where ``/proc`` is absent and the process exists, ``None`` when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return stat.rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        if Path("/proc/self").is_dir():
+            return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return ""
+
+
+def _watch(server: int, started: str | None) -> None:
+    """Exit this worker once its server is gone. A worker waits for leases on a queue it also holds
+    the writing end of, so a server killed with SIGKILL (or by the out-of-memory killer) would
+    otherwise leave it, and its forkserver, running for ever."""
+    while _start_time(server) == started:
+        time.sleep(_WATCH_S)
+    os._exit(0)
+
+
+def _init(cache_shards: int | None, server: int | None = None, started: str | None = None) -> None:
+    """A worker's start: its cache bound, the watch of its server ``server`` (a pid; ``None``: not
+    watched), the imports of a lease's build."""
     global _CACHE_SHARDS
     _CACHE_SHARDS = cache_shards
+    if server is not None:
+        watch = threading.Thread(target=_watch, args=(server, started), daemon=True)
+        watch.start()
     import datamill.serve.direct
     import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
 
@@ -225,8 +264,12 @@ class BuildPool:
         self._next = 0
 
     def _executor(self) -> ProcessPoolExecutor:
+        server = os.getpid()
         return ProcessPoolExecutor(
-            1, mp_context=self._ctx, initializer=_init, initargs=(self._cache_shards,)
+            1,
+            mp_context=self._ctx,
+            initializer=_init,
+            initargs=(self._cache_shards, server, _start_time(server)),
         )
 
     def warm(self) -> list[int]:
