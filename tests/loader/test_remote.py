@@ -237,6 +237,23 @@ def test_decoded_shards_live_in_the_jemalloc_pool_not_the_default_one() -> None:
     assert decode_parquet(pa.py_buffer(sink.getvalue()), ["b"]).equals(want.select(["b"]))
 
 
+def test_local_parquet_shards_are_decoded_into_the_jemalloc_pool_too(tmp_path: Path) -> None:
+    # the same decode pool for a local folder of Parquet files (row groups and whole files)
+    from datamill.core.parquet import ParquetSource
+
+    want = pa.table({"x": list(range(50_000)), "b": [b"z" * 40] * 50_000})
+    pq.write_table(want, tmp_path / "a.parquet", row_group_size=25_000)
+    jemalloc, default = pa.jemalloc_memory_pool(), pa.default_memory_pool()
+    for shard_by in ("row_group", "file"):
+        src = ParquetSource(tmp_path, shard_by=shard_by)
+        before, before_default = jemalloc.bytes_allocated(), default.bytes_allocated()
+        got = pa.concat_tables(src.read_shard(k) for k in range(src.num_shards))
+        assert got.equals(want)
+        assert jemalloc.bytes_allocated() - before >= want.nbytes
+        assert default.bytes_allocated() - before_default < want.nbytes // 2
+        del got
+
+
 def test_cache_reads_where_files_cannot_be_mapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

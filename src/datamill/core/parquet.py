@@ -22,9 +22,66 @@ from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundErr
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.source import check_read_args, register_source
 
-__all__ = ["ParquetSource", "tail_hash"]
+__all__ = ["ParquetSource", "decode_pool", "open_parquet", "tail_hash"]
 
 _TAIL = 1 << 16
+
+
+_DECODE_POOL: list[pa.MemoryPool | None] = []
+
+
+def decode_pool() -> pa.MemoryPool | None:
+    """The memory pool shards are decoded into: jemalloc when this pyarrow has it, else ``None``
+    (the default pool)."""
+    if not _DECODE_POOL:
+        try:
+            _DECODE_POOL.append(pa.jemalloc_memory_pool())
+        except (NotImplementedError, pa.ArrowNotImplementedError):
+            _DECODE_POOL.append(None)
+    return _DECODE_POOL[0]
+
+
+def open_parquet(
+    source: str | os.PathLike[str] | pa.NativeFile,
+    *,
+    metadata: pq.FileMetaData | None = None,
+    memory_map: bool = False,
+) -> pq.ParquetFile:
+    """``pq.ParquetFile(source)`` whose reads decode into :func:`decode_pool`.
+
+    A shard's decoded columns are the largest buffers an epoch allocates, one set per shard; the
+    default pool (mimalloc) returns freed memory to the system within milliseconds, so each shard
+    landed on fresh pages the kernel had to zero first (up to 40% of a binary epoch's CPU, and the
+    spread between runs: ``benchmarks/RESULTS.md``). jemalloc keeps freed pages for the next shard.
+    Only these reads use it (the process's default pool is not changed). ``ParquetFile`` takes no
+    memory pool and its reader does, so the reader is pyarrow's own class, opened as ``ParquetFile``
+    opens it; another pyarrow without it reads into the default pool.
+
+    Examples:
+        >>> import io
+        >>> sink = io.BytesIO(); pq.write_table(pa.table({"x": [1, 2], "y": ["a", "b"]}), sink)
+        >>> open_parquet(pa.BufferReader(sink.getvalue())).read(columns=["y"]).to_pydict()
+        {'y': ['a', 'b']}
+    """
+    pf = pq.ParquetFile(source, metadata=metadata, memory_map=memory_map)
+    pool = decode_pool()
+    if pool is not None:
+        try:
+            from pyarrow._parquet import ParquetReader
+
+            reader = ParquetReader(memory_pool=pool)
+            if isinstance(source, pa.BufferReader):
+                source.seek(0)
+            reader.open(
+                source,
+                use_memory_map=memory_map,
+                metadata=pf.metadata,
+                arrow_extensions_enabled=True,  # as ParquetFile opens it
+            )
+            pf.reader = reader
+        except (ImportError, TypeError, AttributeError):  # another pyarrow: the default pool
+            pass
+    return pf
 
 
 def tail_hash(path: Path) -> str:
@@ -109,7 +166,7 @@ class ParquetSource:
         cols = check_read_args(self, index, columns, path=self.path)
         i, group, _ = self._shards[index]
         try:
-            pf = pq.ParquetFile(self.files[i], metadata=self._meta[i], memory_map=True)
+            pf = open_parquet(self.files[i], metadata=self._meta[i], memory_map=True)
             table = (
                 pf.read(columns=cols) if group is None else pf.read_row_group(group, columns=cols)
             )

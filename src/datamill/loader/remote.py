@@ -53,6 +53,7 @@ from datamill.core.objstore import (
     split_url,
     store_error,
 )
+from datamill.core.parquet import open_parquet
 from datamill.core.source import check_read_args
 from datamill.core.storage import filesystem_for, scheme_of
 
@@ -92,26 +93,10 @@ def _preload_in_background() -> None:
         threading.Thread(target=_preload, name="datamill-preload", daemon=True).start()
 
 
-_DECODE_POOL: list[pa.MemoryPool | None] = []
-
-
-def _decode_pool() -> pa.MemoryPool | None:
-    """jemalloc, when this pyarrow has it (else ``None``: the default pool)."""
-    if not _DECODE_POOL:
-        try:
-            _DECODE_POOL.append(pa.jemalloc_memory_pool())
-        except (NotImplementedError, pa.ArrowNotImplementedError):
-            _DECODE_POOL.append(None)
-    return _DECODE_POOL[0]
-
-
 def decode_parquet(data: pa.Buffer, columns: Sequence[str] | None) -> pa.Table:
     """The Parquet file in ``data`` decoded into buffers of the jemalloc pool (when available).
 
-    A shard's decoded columns are the largest buffers a cold epoch allocates, one set per shard; the
-    default pool (mimalloc) returns freed memory to the system within milliseconds, so each shard
-    landed on fresh pages the kernel had to zero first. jemalloc keeps freed pages for the next
-    shard. Only this decode uses it (the process's default pool is not changed).
+    Through :func:`~datamill.core.parquet.open_parquet` (the decode pool: jemalloc).
     ``ParquetFile.read``, not ``pq.read_table``: the latter goes through ``pyarrow.dataset``, whose
     first import (pandas included) took 0.4-0.7 s of a cold first batch.
 
@@ -121,18 +106,7 @@ def decode_parquet(data: pa.Buffer, columns: Sequence[str] | None) -> pa.Table:
         >>> decode_parquet(pa.py_buffer(sink.getvalue()), ["y"]).to_pydict()
         {'y': ['a', 'b']}
     """
-    pf = pq.ParquetFile(pa.BufferReader(data))
-    pool = _decode_pool()
-    if pool is not None:
-        try:  # ParquetFile takes no memory pool; its reader does (pyarrow's own class)
-            from pyarrow._parquet import ParquetReader
-
-            reader = ParquetReader(memory_pool=pool)
-            reader.open(pa.BufferReader(data), metadata=pf.metadata)
-            pf.reader = reader
-        except (ImportError, TypeError, AttributeError):  # another pyarrow: the default pool
-            pass
-    return pf.read(columns=columns)
+    return open_parquet(pa.BufferReader(data)).read(columns=columns)
 
 
 class RemoteParquetSource:

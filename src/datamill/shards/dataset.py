@@ -45,6 +45,7 @@ from datamill.core.errors import (
 )
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.objstore import store_error
+from datamill.core.parquet import open_parquet
 from datamill.core.source import check_read_args, register_source
 from datamill.shards._fs import Location, read_any, resolve
 from datamill.shards._manifest import validate_manifest
@@ -347,7 +348,7 @@ class ShardsetDataset:
                 with self.loc.fs.open_input_file(path) as f:
                     size = f.size()
                     known = self._footers.get(path)
-                    pf = pq.ParquetFile(
+                    pf = open_parquet(
                         f, metadata=known[1] if known is not None and known[0] == size else None
                     )
                     if known is None or known[0] != size:
