@@ -61,7 +61,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench_coord import CLIENT as COORD  # the coordination client (one copy, both benchmarks)
+import bench_coord  # the coordination test (one copy, both benchmarks)
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -267,54 +267,12 @@ def _rss_mib(pid: int) -> tuple[float, float]:
 def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dict[str, Any]:
     """``clients`` processes take direct-mode leases (16 batches of 1 sample) and acknowledge each
     whole lease with the next request, reading nothing: the server's lease round trips per
-    second."""
-    import numpy as np
-
-    from datamill.serve import Client
-
-    with Client(url) as client:
-        info = client.iteration(
-            "bench",
-            batch_size=1,
-            mode="dynamic",
-            lease_size=16,
-            name=f"coord-{time.time_ns()}",
-            transport="direct",
-        )
-    port = int(url.rsplit(":", 1)[1])
-    start = (
-        time.time() + 2.0 + 0.1 * clients
-    )  # every process started and connected before the clock runs
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", COORD, str(port), info["id"], str(start), str(seconds), ""],
-            env=_env(),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(clients)
-    ]
-    results = []
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise RuntimeError(f"coordination client exited with {p.returncode}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    lat = np.concatenate([np.asarray(r["lat"]) for r in results]) * 1000
-    leases = sum(r["leases"] for r in results)
+    second (:func:`bench_coord.run`, plus the server's peak RSS)."""
+    r = bench_coord.run(
+        url, pid, clients=clients, seconds=seconds, key="", bs=sys.modules[__name__]
+    )
     now, peak = _rss_mib(pid)
-    return {
-        "clients": clients,
-        "leases": leases,
-        "seconds": seconds,
-        "leases_per_s": leases / seconds,
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p99_ms": float(np.percentile(lat, 99)),
-        "waits": sum(r["waits"] for r in results),
-        "server_rss_mib": now,
-        "server_peak_mib": peak,
-        "load": os.getloadavg()[0],
-    }
+    return {**r, "server_rss_mib": now, "server_peak_mib": peak, "load": os.getloadavg()[0]}
 
 
 SCALE = """
