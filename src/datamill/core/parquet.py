@@ -70,8 +70,6 @@ def open_parquet(
             from pyarrow._parquet import ParquetReader
 
             reader = ParquetReader(memory_pool=pool)
-            if isinstance(source, pa.BufferReader):
-                source.seek(0)
             reader.open(
                 source,
                 use_memory_map=memory_map,
