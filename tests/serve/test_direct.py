@@ -308,6 +308,39 @@ def test_build_workers_give_the_same_bytes_as_one_process(
     assert n == N
 
 
+def test_build_workers_hand_leases_over_in_shared_memory_or_the_pipe(
+    direct: dict[str, Any], tmp_path: Path
+) -> None:
+    """A worker hands a lease over in one of its shared-memory slots, reused once the HTTP process
+    copied it out (more leases than slots, all of them shared); without shared memory, through the
+    pipe: the same bytes either way."""
+    bodies: dict[bool, list[bytes]] = {}
+    for shared in (True, False):
+        st = ServeState(
+            tmp_path / f"state{shared}", roots=[direct["root"]], auth=False, build_workers=1
+        )
+        try:
+            assert st.pool.shared  # memfd + /proc/PID/fd on Linux
+            st.pool.shared = shared
+            st.register("ds", name="ds")
+            cfg = {"dataset": "ds", "batch_size": 50, "seed": 1, "lease_size": 2}
+            it = st.iteration(st.create_iteration(cfg)["id"])
+            out = []
+            while (p := st.next_lease(it, "c", session="c")) is not None:
+                out.append(bytes(p.body))
+                st.ack(it, p.lease.id, p.lease.fence, session="c")
+            bodies[shared] = out
+            assert len(out) > 8
+            assert st.pool.handed == (
+                {"shared": len(out), "pipe": 0} if shared else {"shared": 0, "pipe": len(out)}
+            )
+        finally:
+            st.close()
+    assert bodies[True] == bodies[False]
+    n = sum(pa.ipc.open_stream(io.BytesIO(b)).read_all().num_rows for b in bodies[True])
+    assert n == N
+
+
 def test_a_server_with_build_workers_serves_the_loader_batches(
     direct: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -4,7 +4,11 @@
 method, so a worker never inherits the server's threads or sockets). A worker opens each dataset
 once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache) per dataset
 and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and comes back as
-the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The leases of
+the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The bytes
+are handed over in one of the worker's shared-memory slots (a ``memfd``, mapped by the HTTP process
+through ``/proc/PID/fd``; copied out once, the slot is reused by the worker's next lease), or
+pickled through the executor's pipe where that is not possible (not Linux, a lease over 256 MiB,
+every slot in use): the pipe cost the HTTP process three copies of every lease and the worker two. The leases of
 a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is
 pinned to one worker (round robin on first sight), so consecutive leases, which read the same
 shuffle window, hit the same worker's cache. A worker follows each static rank it serves with one
@@ -17,6 +21,7 @@ only routes and journals.
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import threading
@@ -46,9 +51,9 @@ _HORIZON_LEASES = 4  # leases one build of a followed rank covers
 # in a worker: the leases being built ahead, in order ((stream key, runs) -> future), those built
 # ahead and not asked for yet (bounded), and the one thread that builds them
 _Key = tuple[str, tuple[tuple[int, int, int], ...]]
-_AHEAD: OrderedDict[_Key, Future[bytes]] = OrderedDict()
+_AHEAD: OrderedDict[_Key, Future[pa.Buffer]] = OrderedDict()
 _AHEAD_DEPTH = 2  # leases of a rank built ahead of the one asked for
-_READY: dict[_Key, bytes] = {}
+_READY: dict[_Key, pa.Buffer] = {}
 _BROKEN: set[str] = set()  # streams a build ahead failed in
 _READY_LEASES = 16
 _READY_BYTES = 256 << 20
@@ -118,7 +123,18 @@ def _ping() -> int:
     return os.getpid()
 
 
-def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> bytes:
+def _probe() -> tuple[int, int] | None:
+    """``(pid, fd)`` of a shared-memory slot of this worker (created now), for the HTTP process to
+    check that it can map it; ``None`` without ``memfd_create``."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    if not _SLOTS:
+        _SLOTS.append(_Slot())
+        _FREE.add(0)
+    return os.getpid(), _SLOTS[0].fd
+
+
+def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
     """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
     from datamill.serve.direct import as_batches
 
@@ -127,7 +143,54 @@ def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> bytes:
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for b in batches:
             writer.write_batch(b)
-    return bytes(sink.getvalue().to_pybytes())
+    return sink.getvalue()
+
+
+class _Slot:
+    """In a worker: one shared-memory file (``memfd``) a lease's bytes are handed over in."""
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("datamill-lease", os.MFD_CLOEXEC)
+        self.size = 0
+        self.map: mmap.mmap | None = None
+
+    def put(self, body: pa.Buffer) -> int:
+        """Copy ``body`` in (growing the file when it is too small); returns the file's size."""
+        n = body.size
+        if n > self.size:
+            size = max(n, 2 * self.size, 1 << 20)
+            os.ftruncate(self.fd, size)
+            if self.map is not None:
+                self.map.close()
+            self.map, self.size = mmap.mmap(self.fd, size), size
+        assert self.map is not None
+        self.map[:n] = memoryview(body)
+        return self.size
+
+
+_SLOT_COUNT = 4  # shared-memory slots of a worker (leases the HTTP process sends at once)
+_SLOT_MAX = 256 << 20  # larger leases go through the pipe
+_SLOTS: list[_Slot] = []  # in a worker: its shared-memory slots ...
+_FREE: set[int] = set()  # ... and those the HTTP process does not hold
+
+
+def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
+    """A lease's bytes as the HTTP process takes them: ``(pid, fd, slot, length, file size)`` of a
+    shared-memory slot (``shared``, a slot free and the bytes at most :data:`_SLOT_MAX`), else
+    ``bytes`` (through the executor's pipe). ``released``: ``(pid, slots)``, the slots the HTTP
+    process is done with, meant for the worker of that pid (not a replacement of it)."""
+    if released[0] == os.getpid():
+        _FREE.update(released[1])
+    if not shared or body.size > _SLOT_MAX or not hasattr(os, "memfd_create"):
+        return body.to_pybytes()
+    if not _FREE:
+        if len(_SLOTS) >= _SLOT_COUNT:
+            return body.to_pybytes()
+        _SLOTS.append(_Slot())
+        _FREE.add(len(_SLOTS) - 1)
+    k = _FREE.pop()
+    size = _SLOTS[k].put(body)
+    return os.getpid(), _SLOTS[k].fd, k, body.size, size
 
 
 def _next_runs(
@@ -142,7 +205,7 @@ def _next_runs(
     return ((r, b, min(total, b + int(cfg["lease_size"]))),) if b < total else None
 
 
-def _ahead_result(key: _Key, fut: Future[bytes]) -> bytes | None:
+def _ahead_result(key: _Key, fut: Future[pa.Buffer]) -> pa.Buffer | None:
     """A build ahead's bytes; ``None`` when it failed (its stream is then replaced before its next
     use: the request for that lease builds it again and raises its error)."""
     try:
@@ -159,7 +222,7 @@ def _drain() -> None:
         body = _ahead_result(key, fut)
         if body is not None:
             _READY[key] = body
-    while sum(len(v) for v in _READY.values()) > _READY_BYTES or len(_READY) > _READY_LEASES:
+    while sum(v.size for v in _READY.values()) > _READY_BYTES or len(_READY) > _READY_LEASES:
         _READY.pop(next(iter(_READY)))
 
 
@@ -187,10 +250,17 @@ def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
     return stream
 
 
-def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> bytes:
-    """In a worker: the Arrow IPC stream of a lease's batches. The rank's next
-    :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while this one is
-    sent (a static rank's leases come in order); one thread at a time uses a stream."""
+def _build(
+    path: str,
+    cfg: dict[str, Any],
+    runs: list[tuple[int, int, int]],
+    released: tuple[int, Sequence[int]] = (0, ()),
+    *,
+    shared: bool = False,
+) -> Any:
+    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it. The
+    rank's next :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while
+    this one is sent (a static rank's leases come in order); one thread at a time uses a stream."""
     from datamill.serve.direct import service_for
     from datamill.sources import open_source
 
@@ -228,7 +298,7 @@ def _build(path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]]) -> 
             _AHEAD[(skey, ahead)] = _ahead_thread().submit(_lease_bytes, stream, ahead)
             AHEAD_STATS["built"] += 1
         nxt = ahead
-    return body
+    return _handed(body, released, shared=shared)
 
 
 def _ahead_thread() -> ThreadPoolExecutor:
@@ -262,6 +332,13 @@ class BuildPool:
         self._lock = threading.Lock()
         self._pinned: OrderedDict[str, int] = OrderedDict()
         self._next = 0
+        # shared memory of the workers: their pids by worker index, the mapped slots by (pid, fd),
+        # the slots released since each pid's last build
+        self._pids: dict[int, int] = {}
+        self._maps: dict[tuple[int, int], mmap.mmap] = {}
+        self._released: dict[int, list[int]] = {}
+        self.shared = self._check_shared()
+        self.handed = {"shared": 0, "pipe": 0}  # leases handed over each way
 
     def _executor(self) -> ProcessPoolExecutor:
         server = os.getpid()
@@ -298,14 +375,17 @@ class BuildPool:
         runs: Sequence[tuple[int, int, int]],
     ) -> bytes:
         """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it);
-        an int ``client`` (a static iteration's rank) is worker ``client % workers``."""
+        an int ``client`` (a static iteration's rank) is worker ``client % workers``.
+
+        The worker hands the bytes over in a shared-memory slot of its own when it can (one copy
+        out here), else through the executor's pipe (pickled: several copies on both sides)."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
         small.update(mode=cfg.get("mode", "static"), lease_size=cfg.get("lease_size", 16))
         args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
         w = client % len(self.executors) if isinstance(client, int) else self._worker(client)
         ex = self.executors[w]
         try:
-            return bytes(ex.submit(_build, *args).result())
+            out = ex.submit(_build, *args, self._released_for(w), shared=self.shared).result()
         except (
             BrokenProcessPool
         ):  # the worker died (killed, out of memory): replace it and build once more
@@ -313,10 +393,60 @@ class BuildPool:
                 if self.executors[w] is ex:
                     self.executors[w] = self._executor()
                     self.executors[w].submit(_ping).result()
+                    gone = self._pids.pop(w, 0)  # its slots die with it (a pid may be reused)
+                    self._released.pop(gone, None)
+                    for key in [k for k in self._maps if k[0] == gone]:
+                        del self._maps[key]
                 ex = self.executors[w]
-            return bytes(ex.submit(_build, *args).result())
+            out = ex.submit(_build, *args, self._released_for(w), shared=self.shared).result()
+        if isinstance(out, bytes):
+            self.handed["pipe"] += 1
+            return out
+        self.handed["shared"] += 1
+        pid, fd, slot, n, size = out
+        with memoryview(self._mapping(pid, fd, size)) as view:
+            body = bytes(view[:n])
+        with self._lock:
+            self._pids[w] = pid
+            self._released.setdefault(pid, []).append(slot)
+        return body
+
+    def _released_for(self, w: int) -> tuple[int, list[int]]:
+        """The slots of worker ``w``'s process that were released since its last build."""
+        with self._lock:
+            pid = self._pids.get(w, 0)
+            return pid, self._released.pop(pid, [])
+
+    def _mapping(self, pid: int, fd: int, size: int) -> mmap.mmap:
+        """A read-only mapping of a worker's slot (kept; mapped again once the slot grew)."""
+        key = (pid, fd)
+        with self._lock:
+            m = self._maps.get(key)
+        if m is None or len(m) < size:
+            with open(f"/proc/{pid}/fd/{fd}", "rb") as f:
+                m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+            with self._lock:
+                self._maps[key] = m
+        return m
+
+    def _check_shared(self) -> bool:
+        """Whether this process can map its workers' shared memory (``/proc/PID/fd`` of a
+        ``memfd``); without it every lease goes through the pipe."""
+        try:
+            for pid_fd in [ex.submit(_probe).result() for ex in self.executors]:
+                if pid_fd is None:
+                    return False
+                with open(f"/proc/{pid_fd[0]}/fd/{pid_fd[1]}", "rb"):
+                    pass
+        except OSError:
+            return False
+        return True
 
     def close(self) -> None:
         """Stop the workers."""
         for ex in self.executors:
             ex.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            maps, self._maps = list(self._maps.values()), {}
+        for m in maps:
+            m.close()
