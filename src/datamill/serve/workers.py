@@ -7,16 +7,18 @@ and order config; a lease is sent as ``(dataset path, iteration config, runs)`` 
 the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The bytes
 are handed over in one of the worker's shared-memory slots (a ``memfd``, mapped by the HTTP process
 through ``/proc/PID/fd``; copied out once, the slot is reused by the worker's next lease), or
-pickled through the executor's pipe where that is not possible (not Linux, a lease over 256 MiB,
-every slot in use): the pipe cost the HTTP process three copies of every lease and the worker two. The leases of
-a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic iteration is
-pinned to one worker (round robin on first sight), so consecutive leases, which read the same
-shuffle window, hit the same worker's cache. A worker follows each static rank it serves with one
-build over its next leases (:class:`~datamill.serve.direct.RunStream` with a horizon of 4 leases),
-so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a thread of
-the worker) while the lease it just built is sent: a client's next request finds its lease built
-(a guess that does not come costs one build; the bytes are the same either way). The HTTP process
-only routes and journals.
+pickled through the executor's pipe where that is not possible (not Linux, a lease over 64 MiB,
+every slot in use, no memory for a slot): the pipe cost the HTTP process three copies of every
+lease and the worker two.
+
+The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
+iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
+the same shuffle window, hit the same worker's cache. A worker follows each static rank it serves
+with one build over its next leases (:class:`~datamill.serve.direct.RunStream` with a horizon of 4
+leases), so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a
+thread of the worker) while the lease it just built is sent: a client's next request finds its lease
+built (a guess that does not come costs one build; the bytes are the same either way). The HTTP
+process only routes and journals.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class _Slot:
         """Copy ``body`` in (growing the file when it is too small); returns the file's size."""
         n = body.size
         if n > self.size:
-            size = max(n, 2 * self.size, 1 << 20)
+            size = max(n, min(2 * self.size, _SLOT_MAX), 1 << 20)
             os.ftruncate(self.fd, size)
             if self.map is not None:
                 self.map.close()
@@ -169,7 +171,7 @@ class _Slot:
 
 
 _SLOT_COUNT = 4  # shared-memory slots of a worker (leases the HTTP process sends at once)
-_SLOT_MAX = 256 << 20  # larger leases go through the pipe
+_SLOT_MAX = 64 << 20  # larger leases go through the pipe
 _SLOTS: list[_Slot] = []  # in a worker: its shared-memory slots ...
 _FREE: set[int] = set()  # ... and those the HTTP process does not hold
 
@@ -183,13 +185,17 @@ def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: boo
         _FREE.update(released[1])
     if not shared or body.size > _SLOT_MAX or not hasattr(os, "memfd_create"):
         return body.to_pybytes()
-    if not _FREE:
-        if len(_SLOTS) >= _SLOT_COUNT:
-            return body.to_pybytes()
-        _SLOTS.append(_Slot())
-        _FREE.add(len(_SLOTS) - 1)
-    k = _FREE.pop()
-    size = _SLOTS[k].put(body)
+    try:
+        if not _FREE:
+            if len(_SLOTS) >= _SLOT_COUNT:
+                return body.to_pybytes()
+            _SLOTS.append(_Slot())
+            _FREE.add(len(_SLOTS) - 1)
+        k = min(_FREE)
+        size = _SLOTS[k].put(body)
+    except OSError:  # no memory for it (or a file size limit): through the pipe
+        return body.to_pybytes()
+    _FREE.discard(k)
     return os.getpid(), _SLOTS[k].fd, k, body.size, size
 
 
