@@ -23,7 +23,7 @@ arrays of a lease may be views of one buffer, which stays alive while any of the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,14 +52,24 @@ _Column = list[tuple[str, list[np.ndarray]]]
 
 class _Bounds:
     """Where each batch's rows start and stop in the lease (as arrays and as Python ints), and how
-    an array over the lease is cut into the batches' arrays."""
+    an array over the lease is cut into the batches' arrays (for numpy, or ``for_torch``)."""
 
-    def __init__(self, rows: np.ndarray, prepare: Callable[[np.ndarray], np.ndarray]) -> None:
+    def __init__(self, rows: np.ndarray, *, for_torch: bool) -> None:
         self.edges = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(rows, out=self.edges[1:])
         self.starts: list[int] = self.edges[:-1].tolist()
         self.stops: list[int] = self.edges[1:].tolist()
-        self.prepare = prepare
+        self.prepare = _for_torch if for_torch else _same
+        self.for_torch = for_torch
+
+    def ipc_view(self, values: np.ndarray) -> np.ndarray:
+        """Numbers without nulls as collate_numpy gives those of a batch read from an IPC stream:
+        a read-only view (for torch: as they are; ``prepare`` copies them only if read-only)."""
+        if self.for_torch:
+            return values
+        view = values.view()
+        view.flags.writeable = False
+        return view
 
     def cut(
         self,
@@ -104,9 +114,7 @@ def _numbers(
     (``scale`` values per row): the values, and (nulls) what ``to_numpy`` makes of them."""
     if not arr.null_count:
         values = arrow.to_numpy(arr)
-        if values.dtype != np.bool_:
-            values.flags.writeable = False  # as the view of a batch read from an IPC stream
-        return [values], None
+        return [values if values.dtype == np.bool_ else bounds.ipc_view(values)], None
     nulls = np.flatnonzero(~_valid(arr))
     raw = _raw(arr)
     if raw.dtype == np.bool_:
@@ -116,8 +124,7 @@ def _numbers(
     else:  # pyarrow's to_numpy: integers -> float64, floats keep their dtype; NaN for a null
         filled = raw.astype(np.float64 if raw.dtype.kind in "iu" else raw.dtype)
         filled[nulls] = np.nan
-    plain = raw.view()
-    plain.flags.writeable = raw.dtype == np.bool_  # numbers: as a view of an IPC batch
+    plain = raw if raw.dtype == np.bool_ else bounds.ipc_view(raw)
     return [plain, filled], bounds.with_nulls(nulls, scale)
 
 
@@ -146,10 +153,8 @@ def _binary(name: str, arr: pa.Array, bounds: _Bounds) -> _Column:
     offs = _offsets(arr).astype(np.int64)
     data = arr.buffers()[2]
     values = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8)
-    readonly = values.view()  # a batch without nulls: as the view of a batch read from IPC
-    readonly.flags.writeable = False
     starts, stops = offs[bounds.edges[:-1]].tolist(), offs[bounds.edges[1:]].tolist()
-    cut = bounds.cut([readonly, values], pick, starts, stops)
+    cut = bounds.cut([bounds.ipc_view(values), values], pick, starts, stops)
     # every batch's offsets from 0 (rows + 1 each) in one array, cut per batch
     lens = np.diff(bounds.edges) + 1
     ends = np.cumsum(lens)
@@ -245,16 +250,17 @@ def collate_numpy_batches(
         >>> [(d["x"].dtype.name, d["x"].tolist(), d["s"].tolist()) for d in out]
         [('int64', [1, 2], ['a', 'b']), ('float64', [nan], ['c'])]
     """
-    return _collate(batches, binary, _same)
+    return _collate(batches, binary, for_torch=False)
 
 
 def _collate(
     batches: Sequence[pa.RecordBatch],
     binary: BinaryOutput,
-    prepare: Callable[[np.ndarray], np.ndarray],
+    *,
+    for_torch: bool,
 ) -> list[dict[str, np.ndarray]]:
-    """:func:`collate_numpy_batches`, each array over the lease passed through ``prepare`` before
-    it is cut."""
+    """:func:`collate_numpy_batches`; ``for_torch``: each array over the lease made ready for
+    :func:`~datamill.loader.collate.to_torch` before it is cut (see :func:`_for_torch`)."""
     if binary not in ("offsets", "bytes"):
         raise ConfigError(f"binary must be 'offsets' or 'bytes', got {binary!r}")
     if not all(isinstance(b, pa.RecordBatch) for b in batches):
@@ -267,7 +273,8 @@ def _collate(
             f"the batches of a lease must share one schema; the first is {schema}, others differ"
         )
     table = pa.Table.from_batches(batches, schema=schema)  # zero-copy: a chunk per batch
-    bounds = _Bounds(np.fromiter((b.num_rows for b in batches), np.int64, len(batches)), prepare)
+    rows = np.fromiter((b.num_rows for b in batches), np.int64, len(batches))
+    bounds = _Bounds(rows, for_torch=for_torch)
     fast = [i for i, field in enumerate(schema) if _fast(field.type)]
     combined = dict(zip(fast, _combined(table, fast)))
     keys: list[str] = []
@@ -310,5 +317,6 @@ def collate_torch_batches(
         [[1, 2], [3]]
     """
     return [
-        to_torch(arrays, pin_memory=pin_memory) for arrays in _collate(batches, binary, _for_torch)
+        to_torch(arrays, pin_memory=pin_memory)
+        for arrays in _collate(batches, binary, for_torch=True)
     ]
