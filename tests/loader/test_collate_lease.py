@@ -191,3 +191,29 @@ def test_errors() -> None:
         collate_numpy_batches([pa.table({"x": [1]})])  # type: ignore[list-item]
     assert collate_numpy_batches([]) == []
     assert collate_numpy_batches([pa.record_batch([], names=[])]) == [{}]
+
+
+@pytest.mark.torch
+@given(lease=leases(), binary=st.sampled_from(["offsets", "bytes"]))
+def test_lease_torch_collation_equals_collate_torch(
+    lease: tuple[list[pa.Array], list[int]], binary: Any
+) -> None:
+    torch = pytest.importorskip("torch")
+    batches = _ipc_batches(*lease)
+    try:
+        want = [collate_torch(pa.Table.from_batches([b]), binary=binary) for b in batches]
+    except Exception as exc:  # noqa: BLE001 - the lease-level function must raise it too
+        with pytest.raises(type(exc)):
+            collate_torch_batches(batches, binary=binary)
+        return
+    for got, w in zip(collate_torch_batches(batches, binary=binary), want, strict=True):
+        assert list(got) == list(w)
+        for key, value in w.items():
+            g = got[key]
+            if isinstance(value, list):
+                assert len(g) == len(value)
+                assert all(_same_object(a, b) for a, b in zip(g, value)), key
+                continue
+            assert isinstance(g, torch.Tensor) and (g.dtype, g.shape) == (value.dtype, value.shape)
+            a, b = g.numpy(), value.numpy()
+            assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), key
