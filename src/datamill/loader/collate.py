@@ -36,8 +36,10 @@ __all__ = [
     "BinaryOutput",
     "collate_numpy",
     "collate_torch",
+    "column_arrays",
     "resolve_collate",
     "to_numpy",
+    "to_torch",
 ]
 
 MASK_SUFFIX = "_mask"
@@ -164,14 +166,29 @@ def collate_numpy(batch: pa.Table, *, binary: BinaryOutput = "offsets") -> dict[
         raise ConfigError(f"binary must be 'offsets' or 'bytes', got {binary!r}")
     out: dict[str, np.ndarray] = {}
     for name, col in zip(batch.column_names, batch.columns):
-        typ = col.type
-        if pat.is_list(typ) or pat.is_large_list(typ):
-            out[name], out[name + MASK_SUFFIX] = _padded(_single(col))
-        elif binary == "offsets" and (pat.is_binary(typ) or pat.is_large_binary(typ)):
-            out[name], out[name + OFFSETS_SUFFIX] = _binary(_single(col))
-        else:
-            out[name] = to_numpy(col)
+        for key, values in column_arrays(name, _single(col), binary=binary):
+            out[key] = values
     return out
+
+
+def column_arrays(
+    name: str, arr: pa.Array, *, binary: BinaryOutput = "offsets"
+) -> list[tuple[str, np.ndarray]]:
+    """What :func:`collate_numpy` makes of one column: ``(key, array)`` pairs (a list or binary
+    column gives two: ``<name>`` and ``<name>_mask`` / ``<name>_offsets``).
+
+    Examples:
+        >>> [(k, v.tolist()) for k, v in column_arrays("ids", pa.array([[1], [2, 3]]))]
+        [('ids', [[1, 0], [2, 3]]), ('ids_mask', [[True, False], [True, True]])]
+    """
+    typ = arr.type
+    if pat.is_list(typ) or pat.is_large_list(typ):
+        padded, mask = _padded(arr)
+        return [(name, padded), (name + MASK_SUFFIX, mask)]
+    if binary == "offsets" and (pat.is_binary(typ) or pat.is_large_binary(typ)):
+        values, offsets = _binary(arr)
+        return [(name, values), (name + OFFSETS_SUFFIX, offsets)]
+    return [(name, to_numpy(arr))]
 
 
 def collate_torch(
@@ -187,10 +204,16 @@ def collate_torch(
 
     ``pin_memory`` pins tensors in page-locked memory when CUDA is available (a no-op on CPU-only).
     """
+    return to_torch(collate_numpy(batch, binary=binary), pin_memory=pin_memory)
+
+
+def to_torch(arrays: dict[str, np.ndarray], *, pin_memory: bool = False) -> dict[str, Any]:
+    """:func:`collate_numpy`'s arrays as :func:`collate_torch` hands them out: object arrays as
+    lists, signed ids as int64, the rest as tensors of their dtype (read-only arrays copied)."""
     torch = require("torch", extra="torch")
     pin = pin_memory and bool(torch.cuda.is_available())
     out: dict[str, Any] = {}
-    for name, arr in collate_numpy(batch, binary=binary).items():
+    for name, arr in arrays.items():
         if arr.dtype == object:
             out[name] = arr.tolist()
             continue

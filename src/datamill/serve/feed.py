@@ -2,9 +2,10 @@
 
 * **fetch**: asks for the next lease (the consumed batches' acks ride on the request) and keeps
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
-  server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying),
-  in direct mode with its runs only (the loader builds them as the loop asks, see
-  :class:`~datamill.serve.direct.RunStream`).
+  server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying;
+  for a numpy or torch collate, collated here for the whole lease at once, column by column, while
+  the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
+  as the loop asks, see :class:`~datamill.serve.direct.RunStream`).
 * **heartbeat**: flushes the consumed batches' acks every :data:`ACK_FLUSH_S` seconds while some are
   pending, extends the leases held (reporting the stall time) and, after a server restart, reclaims
   them with their fences within the grace period.
@@ -19,7 +20,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +55,7 @@ class FeedOwner(Protocol):
     reconnect_s: float
     stall_s: float
     stats: dict[str, Any]
+    lease_collate: Callable[[list[pa.RecordBatch]], list[Any]] | None
     _state_lock: threading.Lock
 
     def _pending(self) -> list[tuple[str, str, int]]: ...
@@ -76,9 +78,12 @@ class HeldLease:
     queue: int
     start: int
     units: list[int]
-    tables: list[pa.Table]  # server-built mode; direct mode: empty, the loader builds ``runs``
+    # server-built mode: a pa.Table per batch, or (``collated``) what the loader's lease_collate
+    # made of them; direct mode: empty, the loader builds ``runs``
+    batches: list[Any]
     done_before: int = 0  # the queue's done prefix (static) or done batches (dynamic) at take time
     runs: str = ""  # direct mode: the X-Datamill-Runs header
+    collated: bool = False
 
 
 def ack_ranges(acks: Any) -> list[list[Any]]:
@@ -228,11 +233,14 @@ class LeaseFeed:
 
     def _lease(self, res: Response) -> HeldLease:
         h = res.headers
-        tables = (
-            []
-            if self.direct
-            else [pa.Table.from_batches([b]) for b in pa.ipc.open_stream(res.body)]
-        )
+        batches: list[Any] = []
+        collate = self.loader.lease_collate
+        if not self.direct:
+            records = list(pa.ipc.open_stream(res.body))
+            if collate is None:
+                batches = [pa.Table.from_batches([b]) for b in records]
+            else:
+                batches = collate(records)
         q, _, span = h["x-datamill-positions"].partition(":")
         return HeldLease(
             h["x-datamill-lease"],
@@ -240,9 +248,10 @@ class LeaseFeed:
             int(q),
             int(span.split("-")[0]),
             [int(u) for u in h["x-datamill-units"].split(",")],
-            tables,
+            batches,
             int(h.get("x-datamill-done", "0")),
             h.get("x-datamill-runs", ""),
+            collated=not self.direct and collate is not None,
         )
 
     def _heartbeat(self) -> None:

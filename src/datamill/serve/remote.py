@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.collate import resolve_collate
+from datamill.loader.collate_lease import collate_numpy_batches, collate_torch_batches
 from datamill.serve.client import Client, Http
 from datamill.serve.direct import TRANSPORTS, RunStream, close_iterator
 from datamill.serve.feed import (
@@ -80,6 +81,18 @@ def default_lease_size(transport: str) -> int:
             f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
         )
     return LEASE_SIZE
+
+
+_LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
+    "numpy": collate_numpy_batches,
+    "torch": collate_torch_batches,
+}
+"""Server-built mode: the collates a lease is collated with as a whole, in the fetch thread (each
+column converted once per lease; the same arrays as the collate per batch)."""
+
+
+def _same(batch: Any) -> Any:
+    return batch
 
 
 def _client_id() -> str:
@@ -194,6 +207,7 @@ class RemoteLoader:
         # numpy/torch arrays are the same however a batch's columns were cut: a direct client hands
         # the built table to them as it is (a callable or "arrow" gets the server-built form)
         self._values_only = isinstance(collate, str) and collate in ("numpy", "torch")
+        self.lease_collate = _LEASE_COLLATE.get(collate) if isinstance(collate, str) else None
         self.on_commit = on_commit
         self.transport, self.cache_dir, self.cache_limit = transport, cache_dir, int(cache_limit)
         self._direct: tuple[str, Any] | None = None  # (service key, BatchService) of direct mode
@@ -484,7 +498,10 @@ class RemoteLoader:
             if self.mode == "static" and lease.done_before > self._consumed:
                 self._yielded.update(range(self._consumed, lease.done_before))
             self._consumed = max(self._consumed, lease.done_before)
-        tables = self._direct_tables(lease) if self._stream is not None else iter(lease.tables)
+        if self._stream is not None:
+            tables, collate = self._direct_tables(lease), self.collate_fn
+        else:  # server-built: per-batch tables, or batches collated with the lease
+            tables, collate = iter(lease.batches), _same if lease.collated else self.collate_fn
         try:
             for i in range(len(lease.units)):
                 pos = lease.start + i
@@ -501,7 +518,7 @@ class RemoteLoader:
                     self.stats["skipped_duplicates"] += 1
                 else:
                     self._take(lease, pos)
-                    yield self.collate_fn(table)
+                    yield collate(table)
                 with self._state_lock:  # the loop came back: the batch is consumed
                     self._current = None
                     self._unflushed.append((lease.id, lease.fence, pos))
