@@ -308,6 +308,20 @@ def test_build_workers_give_the_same_bytes_as_one_process(
     assert n == N
 
 
+def test_build_workers_decode_with_their_share_of_the_cores(tmp_path: Path) -> None:
+    """Each build worker's Arrow thread pool is its share of the cores, not one thread per core
+    (N workers would run N times as many decoding threads as cores)."""
+    from datamill.serve.workers import BuildPool, _cores
+
+    pool = BuildPool(2)
+    try:
+        share = max(1, _cores() // 2)
+        assert pool.arrow_threads == share
+        assert [ex.submit(pa.cpu_count).result() for ex in pool.executors] == [share, share]
+    finally:
+        pool.close()
+
+
 def test_build_workers_hand_leases_over_in_shared_memory_or_the_pipe(
     direct: dict[str, Any], tmp_path: Path
 ) -> None:

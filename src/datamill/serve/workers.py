@@ -63,6 +63,14 @@ _AHEAD_POOL: ThreadPoolExecutor | None = None
 AHEAD_STATS = {"built": 0, "used": 0}  # in a worker: leases built ahead, and those asked for
 
 
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def default_build_workers() -> int:
     """The default ``--build-workers``: the usable cores, at most 4.
 
@@ -70,11 +78,7 @@ def default_build_workers() -> int:
         >>> 1 <= default_build_workers() <= 4
         True
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores))
+    return max(1, min(4, _cores()))
 
 
 _WATCH_S = 1.0  # how often a worker checks that its server still runs
@@ -109,11 +113,19 @@ def _watch(server: int, started: str | None) -> None:
     os._exit(0)
 
 
-def _init(cache_shards: int | None, server: int | None = None, started: str | None = None) -> None:
+def _init(
+    cache_shards: int | None,
+    server: int | None = None,
+    started: str | None = None,
+    arrow_threads: int | None = None,
+) -> None:
     """A worker's start: its cache bound, the watch of its server ``server`` (a pid; ``None``: not
-    watched), the imports of a lease's build."""
+    watched), its share of the cores for Arrow's decoding threads (``None``: Arrow's default, every
+    core), the imports of a lease's build."""
     global _CACHE_SHARDS
     _CACHE_SHARDS = cache_shards
+    if arrow_threads is not None:
+        pa.set_cpu_count(arrow_threads)
     if server is not None:
         watch = threading.Thread(target=_watch, args=(server, started), daemon=True)
         watch.start()
@@ -315,7 +327,8 @@ def _ahead_thread() -> ThreadPoolExecutor:
 
 
 class BuildPool:
-    """``workers`` build processes (see the module docstring).
+    """``workers`` build processes (see the module docstring). Each decodes with its share of the
+    cores (Arrow's thread pool of ``cores // workers`` threads, at least 1).
 
     Args:
         workers: processes (>= 1).
@@ -333,6 +346,10 @@ class BuildPool:
             "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         )
         self._cache_shards = cache_shards
+        # each worker decodes with its share of the cores: N workers each with Arrow's default
+        # (a thread per core) ran N times as many decoding threads as cores (measured with 2
+        # workers on 2 cores: 2 clients together 1.58-1.67M samples/s, 1.69-1.78M with one each)
+        self.arrow_threads = max(1, _cores() // workers)
         self.executors = [self._executor() for _ in range(workers)]
         self.warm()
         self._lock = threading.Lock()
@@ -352,7 +369,7 @@ class BuildPool:
             1,
             mp_context=self._ctx,
             initializer=_init,
-            initargs=(self._cache_shards, server, _start_time(server)),
+            initargs=(self._cache_shards, server, _start_time(server), self.arrow_threads),
         )
 
     def warm(self) -> list[int]:
