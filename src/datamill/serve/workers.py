@@ -60,6 +60,7 @@ _BROKEN: set[str] = set()  # streams a build ahead failed in
 _READY_LEASES = 16
 _READY_BYTES = 256 << 20
 _AHEAD_POOL: ThreadPoolExecutor | None = None
+_TOTALS: dict[tuple[str, int], int] = {}  # in a worker: (stream key, rank) -> the rank's batches
 AHEAD_STATS = {"built": 0, "used": 0}  # in a worker: leases built ahead, and those asked for
 
 
@@ -178,7 +179,7 @@ class _Slot:
                 self.map.close()
             self.map, self.size = mmap.mmap(self.fd, size), size
         assert self.map is not None
-        self.map[:n] = memoryview(body)
+        pa.FixedSizeBufferWriter(pa.py_buffer(self.map)).write(body)  # without the GIL
         return self.size
 
 
@@ -212,14 +213,19 @@ def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: boo
 
 
 def _next_runs(
-    stream: Any, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
+    stream: Any, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]], skey: str
 ) -> tuple[tuple[int, int, int], ...] | None:
     """The runs of the lease that follows ``runs`` in a static iteration's rank (``None``: none, or
     not predictable): a rank's leases come in order, ``lease_size`` batches each."""
     if not stream.follow or len(runs) != 1:
         return None
     r, _, b = runs[0]
-    total = stream.svc.num_batches(stream.epoch, r, stream.world)
+    key = (skey, r)
+    total = _TOTALS.get(key)
+    if total is None:
+        if len(_TOTALS) > _MAX_CLIENTS:
+            _TOTALS.clear()
+        total = _TOTALS[key] = stream.svc.num_batches(stream.epoch, r, stream.world)
     return ((r, b, min(total, b + int(cfg["lease_size"]))),) if b < total else None
 
 
@@ -309,7 +315,7 @@ def _build(
         _STREAMS[skey] = stream  # most recently used last
     nxt = want[1]
     for _ in range(_AHEAD_DEPTH):
-        ahead = None if stream is None else _next_runs(stream, cfg, nxt)
+        ahead = None if stream is None else _next_runs(stream, cfg, nxt, skey)
         if ahead is None:
             break
         if (skey, ahead) not in _READY and (skey, ahead) not in _AHEAD:
