@@ -47,6 +47,9 @@ def _absurd(it: str) -> list[tuple[str, str, str, bytes | None]]:
             b'{"dataset": "ds", "batch_size": 1, "world_size": 60000}',
         ),  # > 6,000 samples
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 1048576, "lease_size": 4096}'),
+        ("read", "POST", create, b'{"dataset": "ds", "batch_size": 1048576, "lease_bytes": 1024}'),
+        ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_bytes": 1e18}'),
+        ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_bytes": 0}'),
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_timeout": NaN}'),
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_timeout": Infinity}'),
         ("read", "POST", create, b'{"dataset": "ds", "batch_size": 4, "lease_timeout": 0.001}'),

@@ -246,11 +246,12 @@ class Client:
         mode: str = "static",
         world_size: int = 1,
         name: str | None = None,
-        lease_size: int = 16,
+        lease_size: int | None = None,
         lease_timeout: float | None = None,
         resume_from: str | None = None,
         loader_states: Sequence[Mapping[str, Any]] | None = None,
         transport: str = "built",
+        lease_bytes: int | None = None,
     ) -> dict[str, Any]:
         """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its
         description.
@@ -262,6 +263,10 @@ class Client:
         ``resume_from`` (an iteration id) or ``loader_states`` (every rank's
         ``Loader.state_dict()``) resume an epoch with any ``world_size``: the batches not done are
         split over the new ranks.
+
+        ``lease_size``: batches per lease; without it, ``lease_bytes`` asks the server for leases
+        of about that many bytes of the dataset's rows (16 to 256 batches, from its stored bytes
+        per sample); with neither, 16 batches.
         """
         body: dict[str, Any] = {
             "dataset": dataset,
@@ -272,12 +277,13 @@ class Client:
             "drop_last": drop_last,
             "mode": mode,
             "world_size": world_size,
-            "lease_size": lease_size,
         }
         if columns is not None:
             body["columns"] = [columns] if isinstance(columns, str) else list(columns)
         for k, v in (
             ("name", name),
+            ("lease_size", lease_size),
+            ("lease_bytes", lease_bytes),
             ("lease_timeout", lease_timeout),
             ("resume_from", resume_from),
         ):

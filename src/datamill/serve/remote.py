@@ -48,6 +48,7 @@ __all__ = [
     "ACK_FLUSH_S",
     "DIRECT_CACHE_LIMIT",
     "DIRECT_LEASE_SIZE",
+    "LEASE_BYTES",
     "LEASE_SIZE",
     "SERVE_STATE_FORMAT",
     "RemoteLoader",
@@ -59,28 +60,35 @@ DIRECT_CACHE_LIMIT = 8 << 30
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
 LEASE_SIZE = 64
-"""Batches per lease by default, both transports. A lease round trip (a journal commit on the
-server, and in server-built mode the lease's bytes moved from a build worker to the client) costs
-about what building 10-20k samples does; the next lease is built (by the client in direct mode,
-ahead by the build worker in server-built mode) while this one is consumed, so a lease must carry
-more work than a round trip. Each lease's batches are held in memory (``prefetch`` + 1 leases):
-lower it for large samples."""
+"""Batches per lease of a direct-mode iteration by default. A lease round trip (a journal commit on
+the server) costs about what building 10-20k samples does; the next lease is built by the client
+while this one is consumed, so a lease must carry more work than a round trip. Each lease's batches
+are held in memory (``prefetch`` + 1 leases): lower it for large samples."""
 DIRECT_LEASE_SIZE = LEASE_SIZE
 """The direct-mode default, :data:`LEASE_SIZE` (kept for code that imports it)."""
+LEASE_BYTES = 8 << 20
+"""Bytes per lease a server-built iteration is sized for by default (8 MiB): the server picks
+16-256 batches from the dataset's stored bytes per sample (64 when it cannot tell). A server-built
+lease's round trip (the journal commit, the lease's bytes handed from a build worker to the HTTP
+process and sent) costs the server and the client per lease, whatever the lease holds: small rows
+take 256 batches a lease, large ones (images) 16, so a client holds ``prefetch`` + 1 leases of
+about 8 MiB either way."""
 
 
-def default_lease_size(transport: str) -> int:
-    """Batches per lease when the loader creates the iteration and ``lease_size`` is not given.
+def default_lease_size(transport: str) -> int | None:
+    """Batches per lease when the loader creates the iteration and ``lease_size`` is not given:
+    :data:`LEASE_SIZE` in direct mode; ``None`` in server-built mode (the server sizes leases to
+    :data:`LEASE_BYTES`).
 
     Examples:
         >>> default_lease_size("built"), default_lease_size("direct")
-        (64, 64)
+        (None, 64)
     """
     if transport not in TRANSPORTS:
         raise ConfigError(
             f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
         )
-    return LEASE_SIZE
+    return LEASE_SIZE if transport == "direct" else None
 
 
 _LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
@@ -123,8 +131,10 @@ class RemoteLoader:
         prefetch: leases fetched ahead (1 or 2 is plenty). Defaults to ``2``.
         shuffle: as for the Loader. Defaults to ``True``.
         lease_size: batches per lease when this call creates the iteration. Defaults to ``None``:
-            :data:`LEASE_SIZE` (``64``), so that building a lease takes longer than the round trip
-            for the next one (lower it for large samples: ``prefetch`` + 1 leases are held).
+            in server-built mode leases of about :data:`LEASE_BYTES` (8 MiB: 16 to 256 batches,
+            from the dataset's bytes per sample), in direct mode :data:`LEASE_SIZE` (``64``), so
+            that a lease carries more work than the round trip for the next one (``prefetch`` + 1
+            leases are held).
         lease_timeout: lease lifetime without heartbeat, seconds (server default when ``None``).
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
@@ -199,6 +209,7 @@ class RemoteLoader:
             "world_size": world_size,
             "name": name,
             "lease_size": default_lease_size(transport) if lease_size is None else lease_size,
+            "lease_bytes": LEASE_BYTES if lease_size is None and transport == "built" else None,
             "lease_timeout": lease_timeout,
         }
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datamill.core.checks import check_int
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
@@ -117,6 +118,40 @@ def to_ipc(tables: Sequence[pa.Table]) -> bytes:
     return sink.getvalue()
 
 
+LEASE_SIZES = (16, 256)
+"""The smallest and largest lease :func:`auto_lease_size` picks, in batches."""
+MAX_LEASE_SAMPLES = 1 << 22
+"""Samples one lease may hold at most (``batch_size * lease_size``): a request's work is bounded."""
+
+
+def row_bytes(source: Any) -> float | None:
+    """A dataset's stored bytes per sample (its shards' files over its samples: one listing per
+    shardset, no file read); ``None`` when its Source does not say."""
+    nbytes = getattr(source, "shard_nbytes", None)
+    if nbytes is None:
+        return None
+    rows = int(sum(source.shard_sizes()))
+    total = int(sum(nbytes()))
+    return total / rows if rows and total else None
+
+
+def auto_lease_size(lease_bytes: int, batch_size: int, row: float | None) -> int:
+    """Batches per lease for about ``lease_bytes`` of rows of ``row`` bytes each, within
+    :data:`LEASE_SIZES` and :data:`MAX_LEASE_SAMPLES` (64 when the row size is unknown).
+
+    Examples:
+        >>> auto_lease_size(8 << 20, 256, 90.0), auto_lease_size(8 << 20, 256, 3000.0)
+        (256, 16)
+        >>> auto_lease_size(8 << 20, 256, 500.0), auto_lease_size(8 << 20, 256, None)
+        (65, 64)
+    """
+    low, high = LEASE_SIZES
+    high = max(low, min(high, MAX_LEASE_SAMPLES // max(1, batch_size)))
+    if row is None:
+        return min(64, high)
+    return max(low, min(high, int(lease_bytes // max(1.0, batch_size * row))))
+
+
 class ServeState:
     """Datasets, iterations and keys of one server (see the module docstring).
 
@@ -148,6 +183,7 @@ class ServeState:
         self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
         self._located: dict[str, str] = {}  # dataset id -> client location (direct mode)
+        self._row_bytes: dict[str, float | None] = {}  # dataset id -> stored bytes per sample
         self.keys = KeyStore(self.journal)
         self.auth, self.lease_timeout = auth, float(lease_timeout)
         self.cache_shards = None if cache_shards is None else int(cache_shards)
@@ -315,6 +351,7 @@ class ServeState:
             "world_size",
             "name",
             "lease_size",
+            "lease_bytes",
             "lease_timeout",
             "resume_from",
             "loader_states",
@@ -336,7 +373,7 @@ class ServeState:
             "window": req.get("window"),
             "mode": req.get("mode", "static"),
             "world_size": int(req.get("world_size", 1)),
-            "lease_size": int(req.get("lease_size", 16)),
+            "lease_size": self._lease_size(req),
             "lease_timeout": float(req.get("lease_timeout") or self.lease_timeout),
         }
         for f, low in (
@@ -351,6 +388,20 @@ class ServeState:
         if cfg["mode"] not in MODES:
             raise ConfigError(f"unknown mode {cfg['mode']!r}; expected one of {', '.join(MODES)}")
         return cfg
+
+    def _lease_size(self, req: Mapping[str, Any]) -> int:
+        """Batches per lease: ``lease_size`` when given; else, with ``lease_bytes``, about that
+        many bytes of the dataset's rows per lease (:func:`auto_lease_size`); else 16."""
+        if req.get("lease_size") is not None:
+            return int(req["lease_size"])
+        if req.get("lease_bytes") is None:
+            return 16
+        target = check_int(req["lease_bytes"], name="lease_bytes", low=1)
+        ds = self.dataset(str(req["dataset"]))
+        row = self._row_bytes.get(ds["id"])
+        if ds["id"] not in self._row_bytes:
+            row = self._row_bytes[ds["id"]] = row_bytes(self.open_source(ds["path"]))
+        return auto_lease_size(target, int(req["batch_size"]), row)
 
     def _resume_base(self, cfg: dict[str, Any], req: Mapping[str, Any]) -> tuple[int, list[int]]:
         """``(plan world size, units already done)`` of a resumed iteration."""

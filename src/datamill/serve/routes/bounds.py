@@ -15,11 +15,10 @@ from typing import Any
 from datamill.core.errors import ConfigError
 from datamill.serve.iteration import Iteration
 from datamill.serve.routes.models import IterationIn, RewindIn
-from datamill.serve.server import ServeState
+from datamill.serve.server import LEASE_SIZES, MAX_LEASE_SAMPLES, ServeState
 
 __all__ = ["MAX_LEASE_SAMPLES", "check_iteration", "check_rewind"]
 
-MAX_LEASE_SAMPLES = 1 << 22
 """Most samples one lease may hold (``batch_size * lease_size``): one request builds one lease."""
 
 
@@ -44,10 +43,12 @@ def check_iteration(state: ServeState, ds: Mapping[str, Any], body: IterationIn)
             f"world_size must be at most the dataset's {n:,} samples, got {body.world_size:,}",
             hint="use fewer ranks (each rank needs at least one sample)",
         )
-    if body.batch_size * body.lease_size > MAX_LEASE_SAMPLES:
+    # sized by bytes, a lease is 16 batches or more (and at most what this bound allows)
+    size = body.lease_size or (16 if body.lease_bytes is None else LEASE_SIZES[0])
+    if body.batch_size * size > MAX_LEASE_SAMPLES:
         raise ConfigError(
             f"batch_size * lease_size must be at most {MAX_LEASE_SAMPLES:,} samples per lease, got "
-            f"{body.batch_size:,} * {body.lease_size:,}",
+            f"{body.batch_size:,} * {size:,}",
             hint="lower lease_size",
         )
 

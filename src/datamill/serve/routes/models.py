@@ -93,7 +93,8 @@ class IterationIn(_Body):
     mode: Literal["static", "dynamic"] = "static"
     world_size: int = Field(1, ge=1, le=1 << 16)
     name: str | None = Field(None, pattern=ID_PATTERN)
-    lease_size: int = Field(16, ge=1, le=4096)
+    lease_size: int | None = Field(None, ge=1, le=4096)
+    lease_bytes: int | None = Field(None, ge=1 << 10, le=1 << 30)
     lease_timeout: Seconds | None = None
     resume_from: str | None = Field(None, pattern=ID_PATTERN)
     loader_states: list[dict[str, Any]] | None = Field(None, max_length=1 << 16)
