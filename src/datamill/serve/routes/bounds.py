@@ -19,8 +19,6 @@ from datamill.serve.server import LEASE_SIZES, MAX_LEASE_SAMPLES, ServeState
 
 __all__ = ["MAX_LEASE_SAMPLES", "check_iteration", "check_rewind"]
 
-"""Most samples one lease may hold (``batch_size * lease_size``): one request builds one lease."""
-
 
 @functools.lru_cache(maxsize=256)
 def _num_samples(path: str, stamp: int) -> int:
