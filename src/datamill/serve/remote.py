@@ -91,6 +91,15 @@ def default_lease_size(transport: str) -> int | None:
     return LEASE_SIZE if transport == "direct" else None
 
 
+def _lease_args(transport: str, lease_size: int | None) -> dict[str, int | None]:
+    """The iteration's ``lease_size`` and ``lease_bytes`` when the loader creates it: the size
+    given, else :func:`default_lease_size` (server-built: leases of :data:`LEASE_BYTES`)."""
+    if lease_size is not None:
+        return {"lease_size": lease_size, "lease_bytes": None}
+    size = default_lease_size(transport)
+    return {"lease_size": size, "lease_bytes": LEASE_BYTES if size is None else None}
+
+
 _LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
     "numpy": collate_numpy_batches,
     "torch": collate_torch_batches,
@@ -208,8 +217,7 @@ class RemoteLoader:
             "mode": mode,
             "world_size": world_size,
             "name": name,
-            "lease_size": default_lease_size(transport) if lease_size is None else lease_size,
-            "lease_bytes": LEASE_BYTES if lease_size is None and transport == "built" else None,
+            **_lease_args(transport, lease_size),
             "lease_timeout": lease_timeout,
         }
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
@@ -230,9 +238,8 @@ class RemoteLoader:
         self.iteration_id: str | None = None
         self._queue_total: int | None = None
         self._in_epoch = False
-        self._unflushed: list[
-            tuple[str, str, int]
-        ] = []  # (lease, fence, position) consumed, not yet journaled
+        # (lease, fence, position) consumed, not yet journaled
+        self._unflushed: list[tuple[str, str, int]] = []
         self._resume: dict[str, Any] | None = None
         self._yielded: set[int] = set()  # positions of the rank's queue already yielded (static)
         self._consumed = 0
