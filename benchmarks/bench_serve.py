@@ -166,42 +166,27 @@ def _start_server(
     raise RuntimeError("server did not start")
 
 
-def run_clients(
-    url: str, clients: int, batch: int, *, transport: str = "built", epochs: int = 2
-) -> dict[str, Any]:
-    """``clients`` processes iterate their ranks of one static iteration for ``epochs`` epochs; the
-    aggregate figures of the first epoch (``cold``: the processes join, open the dataset and plan)
-    and of the last one (``warm``, the figure compared with the in-process Loader, whose source is
-    open and warm too)."""
-    name = f"bench-{clients}-{time.time_ns()}"
+def run_together(script: str, argvs: Sequence[Sequence[str]], epochs: int) -> list[Any]:
+    """One process of ``python -c script`` per argv, every epoch started in all of them at once (a
+    barrier through their stdin: each prints ``ready`` and waits for a line, as DDP ranks start an
+    epoch together); the JSON of each one's last line of output."""
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                CLIENT,
-                url,
-                str(r),
-                str(clients),
-                name,
-                str(batch),
-                transport,
-                str(epochs),
-            ],
+            [sys.executable, "-c", script, *argv],
             env=_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        for r in range(clients)
+        for argv in argvs
     ]
-    for _ in range(epochs):  # a barrier: the epoch starts when every client is ready for it
+    for _ in range(epochs):  # a barrier: the epoch starts when every process is ready for it
         for p in procs:
             assert p.stdout is not None
             while (line := p.stdout.readline()) and line.strip() != "ready":
                 pass
             if not line:
-                raise RuntimeError(f"client exited with {p.wait()}")
+                raise RuntimeError(f"benchmark process exited with {p.wait()}")
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
@@ -210,8 +195,27 @@ def run_clients(
     for p in procs:
         out, _ = p.communicate(timeout=1800)
         if p.returncode != 0:
-            raise RuntimeError(f"client exited with {p.returncode}")
+            raise RuntimeError(f"benchmark process exited with {p.returncode}")
         results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def run_clients(
+    url: str, clients: int, batch: int, *, transport: str = "built", epochs: int = 2
+) -> dict[str, Any]:
+    """``clients`` processes iterate their ranks of one static iteration for ``epochs`` epochs; the
+    aggregate figures of the first epoch (``cold``: the processes join, open the dataset and plan)
+    and of the last one (``warm``, the figure compared with the in-process Loader, whose source is
+    open and warm too)."""
+    name = f"bench-{clients}-{time.time_ns()}"
+    results = run_together(
+        CLIENT,
+        [
+            [url, str(r), str(clients), name, str(batch), transport, str(epochs)]
+            for r in range(clients)
+        ],
+        epochs,
+    )
 
     def agg(epoch: int) -> dict[str, Any]:
         rows = [r[epoch] for r in results]

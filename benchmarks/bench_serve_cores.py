@@ -18,10 +18,8 @@ Usage: ``python benchmarks/bench_serve_cores.py [--samples 1000000] [--reps 3]``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -79,26 +77,7 @@ def _cpu_s(pid: int) -> float:
 def ranks(dataset: Path, world: int) -> tuple[float, list[float]]:
     """``world`` in-process rank processes started together: samples/s of the measured epoch (all
     samples / the time from the first start to the last end) and each one's CPU seconds."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK, str(dataset), str(r), str(world)],
-            env=bs._env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    for _ in range(2):
-        for p in procs:
-            assert p.stdout is not None
-            while (line := p.stdout.readline()) and line.strip() != "ready":
-                pass
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-    rows = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    rows = bs.run_together(RANK, [[str(dataset), str(r), str(world)] for r in range(world)], 2)
     wall = max(r["end"] for r in rows) - min(r["start"] for r in rows)
     return sum(r["samples"] for r in rows) / wall, [round(r["cpu_s"], 2) for r in rows]
 

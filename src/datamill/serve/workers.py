@@ -144,8 +144,7 @@ def _probe() -> tuple[int, int] | None:
     if not hasattr(os, "memfd_create"):
         return None
     if not _SLOTS:
-        _SLOTS.append(_Slot())
-        _FREE.add(0)
+        _new_slot()
     return os.getpid(), _SLOTS[0].fd
 
 
@@ -189,6 +188,12 @@ _SLOTS: list[_Slot] = []  # in a worker: its shared-memory slots ...
 _FREE: set[int] = set()  # ... and those the HTTP process does not hold
 
 
+def _new_slot() -> None:
+    """One more slot of this worker, free."""
+    _SLOTS.append(_Slot())
+    _FREE.add(len(_SLOTS) - 1)
+
+
 def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
     """A lease's bytes as the HTTP process takes them: ``(pid, fd, slot, length, file size)`` of a
     shared-memory slot (``shared``, a slot free and the bytes at most :data:`_SLOT_MAX`), else
@@ -202,8 +207,7 @@ def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: boo
         if not _FREE:
             if len(_SLOTS) >= _SLOT_COUNT:
                 return body.to_pybytes()
-            _SLOTS.append(_Slot())
-            _FREE.add(len(_SLOTS) - 1)
+            _new_slot()
         k = min(_FREE)
         size = _SLOTS[k].put(body)
     except OSError:  # no memory for it (or a file size limit): through the pipe
