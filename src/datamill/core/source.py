@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -44,8 +44,10 @@ __all__ = [
     "TableSource",
     "check_read_args",
     "register_source",
+    "register_url_source",
     "registered_sources",
     "uid_column_of",
+    "url_source",
 ]
 
 
@@ -261,3 +263,28 @@ def register_source(
 def registered_sources() -> dict[str, SourceEntry]:
     """Registered formats, in the order they are tried."""
     return {e.name: e for e in sorted(_REGISTRY.values(), key=lambda e: (-e.priority, e.name))}
+
+
+_URL_REGISTRY: dict[str, Callable[..., Source]] = {}
+
+
+def register_url_source(scheme: str, *, opener: Callable[..., Source]) -> None:
+    """Register the opener of source URLs ``<scheme>://...`` and ``<scheme>+<storage>://...``
+    (table formats: ``delta://``, ``iceberg+s3://``); ``opener(url, *, cache_dir, cache_limit,
+    filesystem)`` returns the Source.
+
+    Examples:
+        >>> register_url_source("doc-example", opener=lambda url, **kw: None)
+        >>> url_source("doc-example+s3://b/t") is not None, url_source("s3://b/t")
+        (True, None)
+        >>> _ = _URL_REGISTRY.pop("doc-example")
+    """
+    _URL_REGISTRY[scheme] = opener
+
+
+def url_source(url: Any) -> Callable[..., Source] | None:
+    """The opener registered for ``url``'s scheme (:func:`register_url_source`), or ``None``."""
+    text = os.fspath(url) if isinstance(url, (str, os.PathLike)) else None
+    if not isinstance(text, str) or "://" not in text:
+        return None
+    return _URL_REGISTRY.get(text.partition("://")[0].partition("+")[0])

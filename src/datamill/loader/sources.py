@@ -20,8 +20,8 @@ import pyarrow.fs as pafs
 from datamill.core.checks import check_path
 from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import DataFileError, DataFileNotFoundError
-from datamill.core.source import Source, registered_sources
-from datamill.core.storage import filesystem_for, is_remote, local_path, storage_error
+from datamill.core.source import Source, registered_sources, url_source
+from datamill.core.storage import SCHEMES, filesystem_for, is_remote, local_path, storage_error
 
 if TYPE_CHECKING:
     from datamill.core.parquet import ParquetSource
@@ -49,6 +49,7 @@ PROVIDERS = (
     "datamill.preprocessing.hdf5",
     "datamill.pretrain.sources",
     "datamill.shards.dataset",
+    "datamill.tables.registry",
     "datamill.text.source",
 )
 """Modules that register a source opener when imported."""
@@ -89,6 +90,12 @@ def open_source(
         >>> type(open_source(p)).__name__
         'ParquetSource'
     """
+    for_url = _url_opener(path)
+    if for_url is not None:
+        opened: Source = for_url(
+            path, cache_dir=cache_dir, cache_limit=cache_limit, filesystem=filesystem
+        )
+        return opened
     if is_remote(path):
         return _open_remote(
             os.fspath(path), cache_dir=cache_dir, cache_limit=cache_limit, filesystem=filesystem
@@ -108,6 +115,17 @@ def open_source(
         "file/folder; "
         f"registered formats: {', '.join(registered_sources())}",
     )
+
+
+def _url_opener(path: str | os.PathLike[str]) -> Any:
+    """The registered opener of a source URL that is not a storage URL (``delta://...``), or
+    ``None``."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or text.partition("://")[0] in SCHEMES or "://" not in text:
+        return None
+    for module in PROVIDERS:
+        importlib.import_module(module)
+    return url_source(text)
 
 
 def _open_remote(

@@ -1,0 +1,400 @@
+"""What the table sources share: a table snapshot as a list of Parquet data files read as shards.
+
+An Iceberg or Delta snapshot is an immutable list of Parquet files plus deletes: the same thing as a
+datamill shardset manifest. :class:`ParquetFilesSource` reads such a list as a
+:class:`~datamill.core.source.Source`:
+
+* each data file is a shard (``shard_by="file"``), or each of its row groups (``"row_group"``);
+* columns are matched to the snapshot's schema by Iceberg field id (when the format has them) or
+  by name; a column added after a file was written reads as nulls (schema evolution by snapshot),
+  a partition column as its constant value;
+* deleted rows (a keep mask per file: Delta deletion vectors, Iceberg positional deletes) are
+  dropped, and ``shard_sizes()`` counts the rows kept;
+* on object storage (``s3://``) files are read through the checked local shard cache
+  (:class:`~datamill.core.objstore.ShardFileCache`): table data files never change in place, so a
+  cached copy stays valid for every snapshot that lists it.
+
+The snapshot is resolved once, when the source opens; its identity is in the fingerprint
+(``"delta@v3-<hash>"``), which the loader's resume state, the run record and a served iteration's
+record keep: :func:`pinned_version` reads it back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from datamill.core.errors import (
+    ConfigError,
+    DataFileError,
+    DataFileNotFoundError,
+    DatamillError,
+    ResumeStateError,
+)
+from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.objstore import ShardFileCache, default_cache_dir
+from datamill.core.parquet import open_parquet
+from datamill.core.source import check_read_args
+from datamill.core.storage import SCHEMES, filesystem_for, scheme_of, storage_error
+
+__all__ = [
+    "TABLE_KINDS",
+    "ParquetFilesSource",
+    "TableFile",
+    "TableURL",
+    "parse_table_url",
+    "pinned_version",
+]
+
+TABLE_KINDS = ("delta", "iceberg", "lance")
+"""The table formats, each a URL scheme: ``delta:///path``, ``delta+s3://bucket/path``..."""
+
+FIELD_ID = b"PARQUET:field_id"
+ShardBy = Literal["file", "row_group"]
+_FINGERPRINT = re.compile(r"^(delta|iceberg|lance)@v?(-?\d+)-[0-9a-f]+$")
+_FOOTER_THREADS = 16
+
+
+@dataclass(frozen=True)
+class TableURL:
+    """A parsed table URL: its format, where the table is (a local path or a storage URL) and the
+    pinned version (``None``: the latest)."""
+
+    kind: str
+    location: str
+    version: int | None
+
+
+def parse_table_url(url: str) -> TableURL:
+    """``delta:///abs/path?version=3``, ``iceberg+s3://bucket/wh/db/t?snapshot_id=5``,
+    ``lance://rel/path.lance`` -> :class:`TableURL`.
+
+    After ``<format>://`` comes a local path; ``<format>+<scheme>://`` names a storage scheme
+    (``s3``). ``?version=N`` (Delta, Lance) or ``?snapshot_id=N`` (Iceberg) pins a version.
+
+    Raises:
+        ConfigError: not a table URL, an unknown storage scheme or a bad query.
+
+    Examples:
+        >>> parse_table_url("delta:///data/t?version=3")
+        TableURL(kind='delta', location='/data/t', version=3)
+        >>> parse_table_url("iceberg+s3://bucket/wh/db/t").location
+        's3://bucket/wh/db/t'
+    """
+    head, sep, rest = url.partition("://")
+    kind, _, store = head.partition("+")
+    if not sep or kind not in TABLE_KINDS:
+        raise ConfigError(
+            f"not a table URL: {url!r}",
+            hint="write delta:///path, iceberg+s3://bucket/path, lance://relative/path...",
+        )
+    if store and store not in SCHEMES:
+        raise ConfigError(
+            f"unknown storage scheme {store!r} in {url!r}; datamill reads " + ", ".join(SCHEMES)
+        )
+    path, _, query = rest.partition("?")
+    params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    want = "snapshot_id" if kind == "iceberg" else "version"
+    extra = sorted(set(params) - {want})
+    if extra or any(len(v) != 1 for v in params.values()):
+        raise ConfigError(f"{url!r}: a {kind} URL takes only ?{want}=N, got {query!r}")
+    version = None
+    if want in params:
+        try:
+            version = int(params[want][0])
+        except ValueError as exc:
+            raise ConfigError(f"{url!r}: {want} must be an integer") from exc
+    if not path:
+        raise ConfigError(f"{url!r} names no table")
+    location = f"{store}://{path}" if store and store != "file" else path
+    return TableURL(kind, location, version)
+
+
+def pinned_version(state: Mapping[str, Any] | str, /) -> tuple[str, int]:
+    """The table format and version a resume state, run record or fingerprint was taken on.
+
+    Args:
+        state: a loader state (``Loader.state_dict()``), a run record, or a table source's
+            fingerprint.
+
+    Raises:
+        ResumeStateError: the state is not of a table source.
+
+    Examples:
+        >>> pinned_version({"dataset_fingerprint": "delta@v3-9f2c"})
+        ('delta', 3)
+    """
+    fp = state if isinstance(state, str) else state.get("dataset_fingerprint")
+    m = _FINGERPRINT.match(fp) if isinstance(fp, str) else None
+    if m is None:
+        raise ResumeStateError(
+            f"the dataset fingerprint {fp!r} is not a table source's",
+            hint="pass the state of a Loader over a DeltaSource, IcebergSource or LanceSource",
+        )
+    return m.group(1), int(m.group(2))
+
+
+def table_fingerprint(kind: str, version: int, content: Any) -> str:
+    """``"<kind>@v<version>-<hash of content>"``: readable in a resume state, stable across
+    opens."""
+    return f"{kind}@v{version}-{fingerprint_obj(['datamill.tables@1', kind, version, content])}"
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One data file of a snapshot."""
+
+    path: str
+    """On the table's filesystem (a local absolute path, or ``bucket/key``)."""
+    size: int
+    rows: int
+    """Rows in the file (before deletes)."""
+    keep: NDArray[np.bool_] | None = None
+    """The rows kept (``None``: every row)."""
+    constants: tuple[tuple[str, Any], ...] = ()
+    """Partition values: columns stored in the metadata, not in the file."""
+    deletes: str = field(default="")
+    """What the deletes are (for the fingerprint): a delete file name or a descriptor."""
+
+    @property
+    def kept(self) -> int:
+        """Rows left after deletes."""
+        return self.rows if self.keep is None else int(np.count_nonzero(self.keep))
+
+
+def _nulls_or_constant(value: Any, n: int, typ: pa.DataType, *, constant: bool) -> pa.Array:
+    if not constant or value is None:
+        return pa.nulls(n, typ)
+    one = pa.array([value]).cast(typ)
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), one).cast(typ)
+
+
+class ParquetFilesSource:
+    """A snapshot's Parquet data files as shards (see the module docstring); the base of
+    :class:`~datamill.tables.DeltaSource` and :class:`~datamill.tables.IcebergSource`.
+
+    Args:
+        location: the table's location (messages name it).
+        files: the data files, in shard order.
+        schema: the snapshot's schema (what ``columns`` lists, and the types read).
+        fs: the filesystem the files are on.
+        fingerprint: the source's fingerprint (:func:`table_fingerprint`).
+        field_ids: column name -> Iceberg field id (files' columns matched by id), or ``None``
+            (by name).
+        shard_by: ``"file"`` or ``"row_group"``.
+        cache_dir: remote only: the local shard cache. Defaults to ``None``
+            (:func:`~datamill.core.objstore.default_cache_dir`).
+        cache_limit: remote only: bytes the cache keeps at most. Defaults to ``None``.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        files: Sequence[TableFile],
+        schema: pa.Schema,
+        *,
+        fs: pafs.FileSystem,
+        fingerprint: str,
+        field_ids: Mapping[str, int] | None = None,
+        shard_by: ShardBy = "file",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+    ) -> None:
+        if shard_by not in ("file", "row_group"):
+            raise ConfigError(f"shard_by must be 'file' or 'row_group', got {shard_by!r}")
+        self.location, self.files, self.schema = location, list(files), schema
+        self.fs, self._fingerprint, self.shard_by = fs, fingerprint, shard_by
+        self.field_ids = dict(field_ids) if field_ids is not None else None
+        self.remote = scheme_of(location).remote
+        self.cache = (
+            ShardFileCache(
+                fs,
+                cache_dir if cache_dir is not None else default_cache_dir(),
+                cache_limit=cache_limit,
+            )
+            if self.remote
+            else None
+        )
+        self._shards = self._cut(shard_by)
+
+    def _cut(self, shard_by: ShardBy) -> list[tuple[int, int | None, int, int]]:
+        """``(file, row group or None, first row in the file, rows kept)`` per shard."""
+        if shard_by == "file":
+            return [(i, None, 0, f.kept) for i, f in enumerate(self.files)]
+        with ThreadPoolExecutor(max_workers=max(1, min(_FOOTER_THREADS, len(self.files)))) as ex:
+            metas = list(ex.map(self._footer, self.files))
+        shards: list[tuple[int, int | None, int, int]] = []
+        for i, (f, md) in enumerate(zip(self.files, metas)):
+            start = 0
+            for g in range(md.num_row_groups):
+                n = md.row_group(g).num_rows
+                kept = n if f.keep is None else int(np.count_nonzero(f.keep[start : start + n]))
+                shards.append((i, g, start, kept))
+                start += n
+        return shards
+
+    def _footer(self, f: TableFile) -> pq.FileMetaData:
+        try:
+            with self.fs.open_input_file(f.path) as h:
+                return pq.ParquetFile(h).metadata
+        except (OSError, pa.ArrowException) as exc:
+            raise DataFileError(f"not a readable Parquet file ({exc})", path=f.path) from exc
+
+    # ------------------------------------------------------------------ the Source protocol
+    @property
+    def columns(self) -> list[str]:
+        """The snapshot's columns."""
+        return list(self.schema.names)
+
+    @property
+    def num_shards(self) -> int:
+        """Data files (or row groups)."""
+        return len(self._shards)
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        """Rows per shard, deleted rows not counted."""
+        return np.array([s[3] for s in self._shards], dtype=np.int64)
+
+    def shard_nbytes(self) -> NDArray[np.int64]:
+        """Bytes of each shard's file (what it costs to fetch and cache)."""
+        return np.array([self.files[s[0]].size for s in self._shards], dtype=np.int64)
+
+    def fingerprint(self) -> str:
+        """``"<format>@v<version>-<hash>"``: the pinned version and the files it lists."""
+        return self._fingerprint
+
+    def expect_reads(self, shards: Sequence[int]) -> None:
+        """The shards a build reads next: a bounded cache evicts in that plan's order."""
+        if self.cache is not None:
+            self.cache.expect([self.files[self._shards[int(k)][0]].path for k in shards])
+
+    def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
+        """Shard ``index`` with the chosen columns, deleted rows dropped."""
+        cols = check_read_args(self, index, columns, path=self.location)
+        i, group, start, _ = self._shards[index]
+        f = self.files[i]
+        try:
+            pf = self._open(f)
+            names = self._physical(pf.schema_arrow, cols)
+            want = sorted({n for n in names.values() if n is not None})
+            raw = pf.read(columns=want) if group is None else pf.read_row_group(group, columns=want)
+        except DatamillError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            raise DataFileError(
+                f"cannot read data file ({exc})", path=self._url(f), shard=index
+            ) from exc
+        return self._conform(raw, cols, names, f, start, index)
+
+    # ------------------------------------------------------------------ reading
+    def _url(self, f: TableFile) -> str:
+        return f"{scheme_of(self.location).prefix}{f.path}" if self.remote else f.path
+
+    def _open(self, f: TableFile) -> pq.ParquetFile:
+        if self.cache is None:
+            return open_parquet(f.path, memory_map=True)
+        info = pafs.FileInfo(f.path, pafs.FileType.File, size=f.size)
+        try:
+            data = self.cache.read_buffer(f.path, info=info)
+        except DatamillError as exc:
+            exc.add_note(f"a data file of the table at {self.location}")
+            raise
+        except OSError as exc:
+            raise storage_error(exc, self._url(f)) from exc
+        return open_parquet(pa.BufferReader(data))
+
+    def _physical(self, file_schema: pa.Schema, cols: list[str]) -> dict[str, str | None]:
+        """Column -> the file's column holding it (``None``: not in the file)."""
+        if self.field_ids is None:
+            have = set(file_schema.names)
+            return {c: c if c in have else None for c in cols}
+        by_id = {}
+        for fld in file_schema:
+            meta = fld.metadata or {}
+            if FIELD_ID in meta:
+                by_id[int(meta[FIELD_ID])] = fld.name
+        return {c: by_id.get(self.field_ids[c]) for c in cols}
+
+    def _conform(
+        self,
+        raw: pa.Table,
+        cols: list[str],
+        names: Mapping[str, str | None],
+        f: TableFile,
+        start: int,
+        index: int,
+    ) -> pa.Table:
+        """The file's columns as the snapshot's schema, deleted rows dropped."""
+        n, constants = raw.num_rows, dict(f.constants)
+        arrays = []
+        for c in cols:
+            typ = self.schema.field(c).type
+            phys = names[c]
+            if phys is None:
+                arrays.append(_nulls_or_constant(constants.get(c), n, typ, constant=c in constants))
+                continue
+            col = raw.column(phys)
+            if col.type != typ:
+                try:
+                    col = col.cast(typ)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise DataFileError(
+                        f"column has type {col.type} in this file, the snapshot says {typ}",
+                        path=self._url(f),
+                        column=c,
+                        shard=index,
+                    ) from exc
+            arrays.append(col)
+        table = pa.Table.from_arrays(arrays, schema=pa.schema([self.schema.field(c) for c in cols]))
+        if f.keep is not None:
+            table = table.filter(pa.array(f.keep[start : start + n]))
+        return table
+
+
+def missing_files(fs: pafs.FileSystem, root: str, paths: Sequence[str]) -> list[str]:
+    """The ``paths`` that do not exist: one recursive listing of ``root`` for those under it (a
+    single request on object storage), a lookup each for the others."""
+    under = [p for p in paths if p.startswith(root.rstrip("/") + "/")]
+    other = [p for p in paths if p not in set(under)]
+    present: set[str] = set()
+    if under:
+        sel = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        present = {i.path for i in fs.get_file_info(sel) if i.type == pafs.FileType.File}
+    gone = [p for p in under if p not in present]
+    if other:
+        gone += [i.path for i in fs.get_file_info(other) if i.type != pafs.FileType.File]
+    return gone
+
+
+def vacuumed_error(
+    kind: str, what: str, location: str, gone: Sequence[str]
+) -> DataFileNotFoundError:
+    """The located error of a version whose data files were removed (vacuumed, expired)."""
+    return DataFileNotFoundError(
+        f"{kind} {what} needs {len(gone)} data file(s) that no longer exist (first: "
+        f"{Path(gone[0]).name}): it was vacuumed or expired",
+        path=location,
+        shard=what,
+        hint="resume from a version whose files still exist, or keep versions longer "
+        "(vacuum/expire with a longer retention)",
+    )
+
+
+def location_fs(
+    location: str, filesystem: pafs.FileSystem | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and root path of a table location (a local path or a storage URL)."""
+    fs, root = filesystem_for(location, filesystem=filesystem)
+    return fs, root.rstrip("/") or "/"

@@ -1,0 +1,184 @@
+"""``LanceSource``: a Lance dataset, pinned to one version, as a Source.
+
+Each fragment of the version is a shard (its rows counted after deletions, when the source opens);
+a shard is read with ``pylance`` (``fragment.to_table(columns=...)``), which applies the fragment's
+deletion file. Lance reads object storage itself: on ``s3://`` it is given the ``AWS_*``
+variables datamill's own S3 filesystem reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+from datamill.core.optional import require
+from datamill.core.source import check_read_args
+from datamill.core.storage import scheme_of
+from datamill.tables.common import table_fingerprint
+
+__all__ = ["LanceSource", "lance_storage_options"]
+
+
+def lance_storage_options(location: str) -> dict[str, str]:
+    """Lance storage options for ``location``: on ``s3://``, from the ``AWS_*`` variables.
+
+    Examples:
+        >>> lance_storage_options("/tmp/t.lance")
+        {}
+    """
+    if scheme_of(location).name != "s3":
+        return {}
+    env = os.environ
+    opts = {"region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        opts["endpoint"] = endpoint
+        if endpoint.startswith("http://"):
+            opts["allow_http"] = "true"
+    if env.get("AWS_ACCESS_KEY_ID"):
+        opts["access_key_id"] = env["AWS_ACCESS_KEY_ID"]
+    if env.get("AWS_SECRET_ACCESS_KEY"):
+        opts["secret_access_key"] = env["AWS_SECRET_ACCESS_KEY"]
+    return opts
+
+
+def _open(location: str, version: int | None) -> Any:
+    lance = require("lance", extra="tables")
+    uri = location if scheme_of(location).remote else os.path.abspath(location)
+    try:
+        return lance.dataset(uri, version=version, storage_options=lance_storage_options(location))
+    except (ValueError, OSError) as exc:
+        text = " ".join(str(exc).split()).split(", /")[0]
+        if "not found" in text.lower() or "does not exist" in text.lower():
+            if version is not None:
+                raise DataFileNotFoundError(
+                    f"Lance version {version} is not there ({text}): it was cleaned up "
+                    "(cleanup_old_versions) or never existed",
+                    path=location,
+                    shard=f"version {version}",
+                    hint="resume from a version that still exists",
+                ) from exc
+            raise DataFileNotFoundError(f"no Lance dataset here ({text})", path=location) from exc
+        raise DataFileError(f"cannot open the Lance dataset ({text})", path=location) from exc
+
+
+class LanceSource:
+    """A Lance dataset at one version (the latest when not given), one shard per fragment.
+
+    Args:
+        path: the dataset's folder (``x.lance``) or URL (``s3://bucket/x.lance``).
+        version: the version to read. Defaults to ``None`` (the latest, resolved once now).
+        cache_dir: unused (Lance reads object storage itself). Defaults to ``None``.
+        cache_limit: unused. Defaults to ``None``.
+
+    Raises:
+        DataFileNotFoundError: no dataset there, or the version was cleaned up (named).
+
+    Examples:
+        >>> import tempfile, lance
+        >>> path = tempfile.mkdtemp() + "/t.lance"
+        >>> _ = lance.write_dataset(pa.table({"x": [1, 2, 3]}), path)
+        >>> _ = lance.write_dataset(pa.table({"x": [4]}), path, mode="append")
+        >>> src = LanceSource(path, version=1)
+        >>> src.version, src.shard_sizes().tolist(), src.read_shard(0).to_pydict()
+        (1, [3], {'x': [1, 2, 3]})
+        >>> LanceSource(path).shard_sizes().tolist()
+        [3, 1]
+    """
+
+    kind = "lance"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        version: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+    ) -> None:
+        self.location = os.fspath(path).rstrip("/")
+        if version is not None and (isinstance(version, bool) or int(version) < 1):
+            raise ConfigError(f"version must be an integer >= 1, got {version!r}")
+        ds = _open(self.location, None if version is None else int(version))
+        self.version: int = int(ds.version)
+        self._ds: Any = ds
+        self.schema: pa.Schema = ds.schema
+        frags = sorted(ds.get_fragments(), key=lambda f: f.fragment_id)
+        self._ids = [int(f.fragment_id) for f in frags]
+        self._sizes = np.array([f.count_rows() for f in frags], dtype=np.int64)
+        content = [
+            self.schema.remove_metadata().to_string(),
+            [
+                [i, [d.path for d in f.data_files()], _deletion_path(f), int(n)]
+                for i, f, n in zip(self._ids, frags, self._sizes)
+            ],
+        ]
+        self._fingerprint = table_fingerprint("lance", self.version, content)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ds": None}  # reopened (same version) where it is unpickled
+
+    def _dataset(self) -> Any:
+        if self._ds is None:
+            self._ds = _open(self.location, self.version)
+        return self._ds
+
+    @property
+    def columns(self) -> list[str]:
+        """The version's columns."""
+        return list(self.schema.names)
+
+    @property
+    def num_shards(self) -> int:
+        """Fragments."""
+        return len(self._ids)
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        """Rows per fragment, deleted rows not counted."""
+        return self._sizes.copy()
+
+    def fingerprint(self) -> str:
+        """``"lance@v<version>-<hash>"``: the pinned version and its fragments."""
+        return self._fingerprint
+
+    def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
+        """Fragment ``index`` with the chosen columns, deleted rows dropped."""
+        cols = check_read_args(self, index, columns, path=self.location)
+        try:
+            frag = self._dataset().get_fragment(self._ids[index])
+            table = frag.to_table(columns=cols)
+        except (ValueError, OSError) as exc:
+            raise DataFileError(
+                f"cannot read fragment {self._ids[index]} ({' '.join(str(exc).split())})",
+                path=self.location,
+                shard=index,
+            ) from exc
+        return table.select(cols).replace_schema_metadata(None)
+
+    @property
+    def pinned_url(self) -> str:
+        """A URL that opens this version again (``lance:///path?version=N``)."""
+        scheme = scheme_of(self.location)
+        where = (
+            f"lance+{scheme.name}://{self.location.removeprefix(scheme.prefix)}"
+            if scheme.remote
+            else f"lance://{os.path.abspath(self.location)}"
+        )
+        return f"{where}?version={self.version}"
+
+    def __repr__(self) -> str:
+        return (
+            f"LanceSource({self.location!r}, version={self.version}, shards={self.num_shards}, "
+            f"rows={int(self._sizes.sum())})"
+        )
+
+
+def _deletion_path(fragment: Any) -> str | None:
+    d = fragment.deletion_file()
+    return None if d is None else str(d)
