@@ -1,0 +1,207 @@
+"""Delta, Iceberg and Lance sources: the Source contract, exact resume of a pinned version across an
+append and a compaction, elastic resume, deletes, schema evolution and vacuumed versions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datamill.core.errors import DataFileError, DataFileNotFoundError, ResumeStateError
+from datamill.loader import Loader
+from datamill.sources import open_source
+from datamill.tables import pinned_version
+from tests.contracts import assert_same_items, check_source
+from tests.tables.formats import FORMATS, add_deletion_vector, build, rows
+
+KINDS = list(FORMATS)
+
+
+def _uids(batches: list[dict[str, Any]]) -> list[int]:
+    return [int(u) for b in batches for u in b["uid"]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_source_contract(kind: str, tmp_path: Path) -> None:
+    t = build(kind, tmp_path / "a")
+    other = build(kind, tmp_path / "b", parts=2)
+    src = t.open()
+    assert src.num_shards == 3 and src.shard_sizes().tolist() == [20, 20, 20]
+    check_source(src, reopen=lambda: t.open(src.version), different=other.open())
+    assert src.fingerprint().startswith(f"{kind}@v{src.version}-")
+    # the same version through the registry: its folder, its pinned URL
+    assert open_source(src.pinned_url).fingerprint() == src.fingerprint()
+    assert open_source(t.path).fingerprint() == src.fingerprint()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_exact_resume_mid_epoch_after_an_append_and_a_compaction(kind: str, tmp_path: Path) -> None:
+    t = build(kind, tmp_path)
+    src = t.open()
+    loader = Loader(src, 7, seed=5)
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    record = loader.run_record()
+    tail = list(it)
+    assert sorted(_uids(head + tail)) == list(range(60))
+
+    t.write(rows(60, 75))  # the table moves on: an append, then a compaction
+    t.compact()
+    latest = t.open()
+    assert latest.version != src.version and int(latest.shard_sizes().sum()) == 75
+    with pytest.raises(ResumeStateError, match="dataset_fingerprint"):
+        Loader(latest, 7, seed=5).load_state_dict(state)
+
+    assert pinned_version(state) == pinned_version(record) == (kind, src.version)
+    resumed = Loader(t.open(pinned_version(state)[1]), 7, seed=5)
+    resumed.load_state_dict(state)
+    assert_same_items(list(resumed), tail, "tail after resuming the pinned version")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_elastic_resume_over_another_world_size(kind: str, tmp_path: Path) -> None:
+    src = build(kind, tmp_path).open()
+    old = [Loader(src, 4, seed=2, rank=r, world_size=2) for r in range(2)]
+    seen = [u for ld in old for u in _uids([next(iter(ld))])]
+    states = [json.loads(json.dumps(ld.state_dict())) for ld in old]
+    new = [Loader(src, 4, seed=2, rank=r, world_size=3) for r in range(3)]
+    rest = []
+    for ld in new:
+        ld.load_state_dict(states)
+        rest += _uids(list(ld))
+    assert sorted(seen + rest) == list(range(60))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_vacuumed_version_is_refused_naming_it(kind: str, tmp_path: Path) -> None:
+    t = build(kind, tmp_path)
+    old = t.open().version
+    t.compact()
+    t.vacuum()
+    what = "snapshot" if kind == "iceberg" else "version"
+    with pytest.raises(DataFileNotFoundError, match=f"{what} {old}") as info:
+        t.open(old)
+    assert info.value.shard == f"{what} {old}" and info.value.path is not None
+    assert int(t.open().shard_sizes().sum()) == 60  # the current version still reads
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_deletes_are_honoured_and_earlier_versions_keep_the_rows(kind: str, tmp_path: Path) -> None:
+    t = build(kind, tmp_path)
+    before = t.open()
+    t.delete("uid < 5 or uid = 33")
+    after = t.open()
+    assert int(after.shard_sizes().sum()) == 54
+    got = sorted(
+        int(u) for k in range(after.num_shards) for u in after.read_shard(k)["uid"].to_pylist()
+    )
+    assert got == [u for u in range(60) if not (u < 5 or u == 33)]
+    assert int(before.shard_sizes().sum()) == 60  # the version opened before still has them
+    assert sorted(_uids(list(Loader(after, 8, seed=1)))) == got
+
+
+def test_delta_deletion_vectors_are_applied(tmp_path: Path) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    path = tmp_path / "dv"
+    config = {"delta.enableDeletionVectors": "true"}
+    write_deltalake(str(path), rows(0, 20), configuration=config)
+    write_deltalake(str(path), rows(20, 30), mode="append")
+    adds = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+    first = next(a["path"] for a in adds if a["num_records"] == 20)
+    add_deletion_vector(path, {first: [0, 3, 7]})
+    src = open_source(path)
+    assert sorted(src.shard_sizes().tolist()) == [10, 17]
+    uids = sorted(u for k in range(src.num_shards) for u in src.read_shard(k)["uid"].to_pylist())
+    assert uids == [u for u in range(30) if u not in (0, 3, 7)]
+    assert src.read_shard(0, columns=["label"]).num_rows == src.shard_sizes()[0]
+    old = open_source(f"delta://{path}?version=1")
+    assert int(old.shard_sizes().sum()) == 30 and old.fingerprint() != src.fingerprint()
+
+
+def test_iceberg_positional_deletes_are_applied_and_equality_deletes_refused(
+    tmp_path: Path,
+) -> None:
+    """The delete-file reader on its own (pyiceberg writes copy-on-write deletes only)."""
+    import pyarrow.fs as pafs
+
+    from datamill.tables.iceberg import _positional_keep
+
+    class Delete:
+        def __init__(self, path: str, content: str) -> None:
+            self.file_path, self.file_format = path, "FileFormat.PARQUET"
+            self.content = type("C", (), {"name": content})()
+
+    data = str(tmp_path / "data.parquet")
+    pq.write_table(
+        pa.table(
+            {"file_path": [f"file://{data}", f"file://{data}", "file:///other"], "pos": [1, 4, 0]}
+        ),
+        tmp_path / "pos.parquet",
+    )
+    fs = pafs.LocalFileSystem()
+    keep, names = _positional_keep(
+        fs, data, 6, [Delete(str(tmp_path / "pos.parquet"), "POSITION_DELETES")], "t"
+    )
+    assert keep is not None and keep.tolist() == [True, False, True, True, False, True]
+    assert names == "pos.parquet"
+    with pytest.raises(DataFileError, match="equality deletes") as info:
+        _positional_keep(fs, data, 6, [Delete("eq.parquet", "EQUALITY_DELETES")], "t")
+    assert info.value.path == "t"
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_an_added_column_reads_as_nulls_in_older_files_and_is_absent_before(
+    kind: str, tmp_path: Path
+) -> None:
+    t = build(kind, tmp_path, parts=2)
+    before = t.open()
+    t.add_column(rows(40, 45, extra=True))
+    after = t.open()
+    assert "extra" not in before.columns and after.columns[-1] == "extra"
+    table = pa.concat_tables(after.read_shard(k) for k in range(after.num_shards))
+    extra = dict(zip(table["uid"].to_pylist(), table["extra"].to_pylist()))
+    assert [extra[u] for u in range(40, 45)] == [u * 10 for u in range(40, 45)]
+    assert all(extra[u] is None for u in range(40))
+    assert after.read_shard(0, columns=["extra", "uid"]).column_names == ["extra", "uid"]
+
+
+def test_row_group_shards_and_partition_columns(tmp_path: Path) -> None:
+    from datamill.tables import DeltaSource
+    from tests.tables.formats import Delta
+
+    t = Delta(tmp_path)
+    t.write(rows(0, 30), partition_by=["label"])
+    src = DeltaSource(t.path, shard_by="row_group")
+    table = pa.concat_tables(src.read_shard(k) for k in range(src.num_shards))
+    assert src.num_shards == 4 and sorted(table["uid"].to_pylist()) == list(range(30))
+    assert all(
+        lab == f"c{u % 4}" for u, lab in zip(table["uid"].to_pylist(), table["label"].to_pylist())
+    )
+    assert np.array_equal(src.shard_sizes(), [8, 8, 7, 7])
+
+
+def test_table_urls_and_their_errors(tmp_path: Path) -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.tables import parse_table_url
+
+    t = build("delta", tmp_path, parts=2)
+    assert open_source(f"delta://{t.path}?version=0").shard_sizes().tolist() == [20]
+    version_file = Path(t.path) / "_delta_log" / f"{0:020d}.json"
+    assert (
+        open_source(version_file).fingerprint()
+        == open_source(f"delta://{t.path}?version=0").fingerprint()
+    )
+    for bad in ("delta://x?snapshot_id=3", "iceberg://x?version=1", "delta+gs://b/t", "delta://"):
+        with pytest.raises(ConfigError):
+            parse_table_url(bad)
+    with pytest.raises(DataFileNotFoundError, match="version 9"):
+        open_source(f"delta://{t.path}?version=9")
+    with pytest.raises(DataFileNotFoundError):
+        open_source(f"lance://{tmp_path}/nothing.lance")
