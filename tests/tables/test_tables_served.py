@@ -1,0 +1,80 @@
+"""A pinned table version served by ``datamill serve`` (a subprocess on loopback), registered by its
+version file, read with both transports: the in-process Loader's batches, and the version in the
+served iteration's record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from datamill.loader import Loader
+from datamill.serve import Client, RemoteLoader
+from datamill.sources import open_source
+from datamill.tables import pinned_version
+from tests.serve._proc import free_port, make_key, start_server, stop
+from tests.tables.formats import build, rows
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def _version_file(kind: str, t: Any) -> Path:
+    """The file that pins the table's current version (what the server registers)."""
+    if kind == "delta":
+        return max((Path(t.path) / "_delta_log").glob("*.json"))
+    if kind == "iceberg":
+        return Path(t.table.metadata_location.removeprefix("file://"))
+    import lance
+
+    version = lance.dataset(t.path).version
+    from datamill.tables.registry import lance_version_of
+
+    return next(
+        p for p in (Path(t.path) / "_versions").glob("*.manifest") if lance_version_of(p) == version
+    )
+
+
+def _same(a: dict[str, np.ndarray[Any, Any]], b: dict[str, np.ndarray[Any, Any]]) -> None:
+    assert list(a) == list(b)
+    for k, v in a.items():
+        assert v.dtype == b[k].dtype and v.tolist() == b[k].tolist()
+
+
+def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    pinned = {}
+    for kind in ("delta", "iceberg", "lance"):
+        t = build(kind, root / kind)
+        pinned[kind] = _version_file(kind, t)
+        t.write(rows(60, 70))  # appended after the pin: not served
+    state = tmp_path / "state"
+    admin, read = make_key(state, "admin"), make_key(state, "read")
+    port = free_port()
+    proc = start_server(root, state, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with Client(url, admin) as c:
+            for kind, path in pinned.items():
+                c.register(str(path.relative_to(root)), name=kind, client_location=str(path))
+        for kind, path in pinned.items():
+            src = open_source(path)
+            assert int(src.shard_sizes().sum()) == 60
+            want = list(Loader(src, 16, seed=4))
+            for transport in ("built", "direct"):
+                loader = RemoteLoader(
+                    url, read, kind, batch_size=16, seed=4, name=f"{kind}-{transport}",
+                    transport=transport,
+                )  # fmt: skip
+                got = list(loader)
+                assert len(got) == len(want) == 4
+                for a, b in zip(got, want):
+                    _same(a, b)
+                with Client(url, read) as c:
+                    record = c.http.request(
+                        "GET", f"/api/v1/iterations/{loader.iteration_id}/trace"
+                    )
+                assert pinned_version(record.json()) == (kind, src.version)
+    finally:
+        stop(proc)
