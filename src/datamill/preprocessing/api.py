@@ -40,6 +40,7 @@ from datamill.preprocessing.pipeline import cached, plan, run
 from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.sinks import HDF5Sink, MemorySink, recover_interrupted_switch
+from datamill.tables.read import is_table_url, local_copy
 
 __all__ = ["Metadata", "Preprocessed", "load", "preprocess"]
 
@@ -101,6 +102,8 @@ def _local_input(dataset: Any, output_dir: str | os.PathLike[str] | None) -> tup
     unchanged."""
     if isinstance(dataset, (str, os.PathLike)) and is_remote(dataset):
         return fetch_input(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
+    if is_table_url(dataset):  # delta:// iceberg:// lance://: the version as one local Parquet
+        return local_copy(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
     return dataset, output_dir
 
 

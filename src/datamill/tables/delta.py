@@ -77,7 +77,8 @@ def _open_table(location: str, version: int | None) -> Any:
                 shard=f"version {version}",
                 hint="resume from a version whose log and files still exist",
             ) from exc
-        if "not a Delta table" in text or "No files in log" in text or "not found" in text:
+        gone = ("not a Delta table", "No files in log", "not found", "does not exist", "NotFound")
+        if any(g in text for g in gone):
             raise DataFileNotFoundError(f"no Delta table here ({text})", path=location) from exc
         raise DataFileError(f"cannot open the Delta table ({text})", path=location) from exc
 
