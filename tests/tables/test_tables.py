@@ -205,3 +205,17 @@ def test_table_urls_and_their_errors(tmp_path: Path) -> None:
         open_source(f"delta://{t.path}?version=9")
     with pytest.raises(DataFileNotFoundError):
         open_source(f"lance://{tmp_path}/nothing.lance")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_diff_compares_two_versions_of_a_table(kind: str, tmp_path: Path) -> None:
+    from datamill.lineage.diff import diff
+
+    t = build(kind, tmp_path, parts=2)
+    v0 = t.open().version
+    t.write(rows(40, 45))
+    t.delete("uid < 3")
+    query = "snapshot_id" if kind == "iceberg" else "version"
+    report = diff(f"{kind}://{t.path}?{query}={v0}&uid=uid", f"{kind}://{t.path}?uid=uid")
+    assert report.rows == (40, 42) and "uid" in report.keyed_by
+    assert report.samples["added"] == 5 and report.samples["removed"] == 3

@@ -42,6 +42,7 @@ from datamill.core.errors import (
     DataFileNotFoundError,
     DatamillError,
     ResumeStateError,
+    SchemaError,
 )
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.objstore import ShardFileCache, default_cache_dir
@@ -75,6 +76,7 @@ class TableURL:
     kind: str
     location: str
     version: int | None
+    uid_column: str | None = None
 
 
 def parse_table_url(url: str) -> TableURL:
@@ -82,14 +84,15 @@ def parse_table_url(url: str) -> TableURL:
     ``lance://rel/path.lance`` -> :class:`TableURL`.
 
     After ``<format>://`` comes a local path; ``<format>+<scheme>://`` names a storage scheme
-    (``s3``). ``?version=N`` (Delta, Lance) or ``?snapshot_id=N`` (Iceberg) pins a version.
+    (``s3``). ``?version=N`` (Delta, Lance) or ``?snapshot_id=N`` (Iceberg) pins a version;
+    ``?uid=COLUMN`` names the column identifying a sample.
 
     Raises:
         ConfigError: not a table URL, an unknown storage scheme or a bad query.
 
     Examples:
         >>> parse_table_url("delta:///data/t?version=3")
-        TableURL(kind='delta', location='/data/t', version=3)
+        TableURL(kind='delta', location='/data/t', version=3, uid_column=None)
         >>> parse_table_url("iceberg+s3://bucket/wh/db/t").location
         's3://bucket/wh/db/t'
     """
@@ -107,9 +110,9 @@ def parse_table_url(url: str) -> TableURL:
     path, _, query = rest.partition("?")
     params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
     want = "snapshot_id" if kind == "iceberg" else "version"
-    extra = sorted(set(params) - {want})
+    extra = sorted(set(params) - {want, "uid"})
     if extra or any(len(v) != 1 for v in params.values()):
-        raise ConfigError(f"{url!r}: a {kind} URL takes only ?{want}=N, got {query!r}")
+        raise ConfigError(f"{url!r}: a {kind} URL takes ?{want}=N and ?uid=COLUMN, got {query!r}")
     version = None
     if want in params:
         try:
@@ -119,7 +122,7 @@ def parse_table_url(url: str) -> TableURL:
     if not path:
         raise ConfigError(f"{url!r} names no table")
     location = f"{store}://{path}" if store and store != "file" else path
-    return TableURL(kind, location, version)
+    return TableURL(kind, location, version, params["uid"][0] if "uid" in params else None)
 
 
 def pinned_version(state: Mapping[str, Any] | str, /) -> tuple[str, int]:
@@ -197,6 +200,8 @@ class ParquetFilesSource:
         cache_dir: remote only: the local shard cache. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: remote only: bytes the cache keeps at most. Defaults to ``None``.
+        uid_column: the column identifying a sample (``datamill diff`` and ``trace`` key by it).
+            Defaults to ``None``.
     """
 
     def __init__(
@@ -211,12 +216,14 @@ class ParquetFilesSource:
         shard_by: ShardBy = "file",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        uid_column: str | None = None,
     ) -> None:
         if shard_by not in ("file", "row_group"):
             raise ConfigError(f"shard_by must be 'file' or 'row_group', got {shard_by!r}")
         self.location, self.files, self.schema = location, list(files), schema
         self.fs, self._fingerprint, self.shard_by = fs, fingerprint, shard_by
         self.field_ids = dict(field_ids) if field_ids is not None else None
+        self.uid_column = check_uid_column(uid_column, schema, location)
         self.remote = scheme_of(location).remote
         self.cache = (
             ShardFileCache(
@@ -361,6 +368,17 @@ class ParquetFilesSource:
         if f.keep is not None:
             table = table.filter(pa.array(f.keep[start : start + n]))
         return table
+
+
+def check_uid_column(uid_column: str | None, schema: pa.Schema, location: str) -> str | None:
+    """``uid_column`` when the schema has it (``None`` stays ``None``)."""
+    if uid_column is not None and uid_column not in schema.names:
+        raise SchemaError(
+            f"uid_column {uid_column!r} is not a column of the table (it has {schema.names})",
+            path=location,
+            column=uid_column,
+        )
+    return uid_column
 
 
 def missing_files(fs: pafs.FileSystem, root: str, paths: Sequence[str]) -> list[str]:

@@ -156,6 +156,7 @@ class DeltaSource(ParquetFilesSource):
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: on object storage: bytes the cache keeps at most. Defaults to ``None``.
         filesystem: the filesystem to read data files with. Defaults to ``None`` (the location's).
+        uid_column: the column identifying a sample. Defaults to ``None``.
 
     Raises:
         DataFileNotFoundError: no table there, or the version (its log, or data files it lists)
@@ -186,6 +187,7 @@ class DeltaSource(ParquetFilesSource):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         filesystem: pafs.FileSystem | None = None,
+        uid_column: str | None = None,
     ) -> None:
         location = os.fspath(path).rstrip("/")
         if version is not None and (isinstance(version, bool) or int(version) < 0):
@@ -218,6 +220,7 @@ class DeltaSource(ParquetFilesSource):
             shard_by=shard_by,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
+            uid_column=uid_column,
         )
 
     @property

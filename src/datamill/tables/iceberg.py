@@ -189,6 +189,7 @@ class IcebergSource(ParquetFilesSource):
         cache_dir: on object storage: the local shard cache. Defaults to ``None``.
         cache_limit: on object storage: bytes the cache keeps at most. Defaults to ``None``.
         filesystem: the filesystem to read data files with. Defaults to ``None`` (the location's).
+        uid_column: the column identifying a sample. Defaults to ``None``.
 
     Raises:
         DataFileNotFoundError: no table there, or the snapshot was expired or its data files were
@@ -225,6 +226,7 @@ class IcebergSource(ParquetFilesSource):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         filesystem: pafs.FileSystem | None = None,
+        uid_column: str | None = None,
     ) -> None:
         location = os.fspath(table).rstrip("/") if isinstance(table, (str, os.PathLike)) else None
         tbl = _load(os.fspath(table) if location else table, location, catalog)
@@ -278,6 +280,7 @@ class IcebergSource(ParquetFilesSource):
             shard_by=shard_by,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
+            uid_column=uid_column,
         )
 
     @property

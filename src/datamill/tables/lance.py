@@ -20,7 +20,7 @@ from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundErr
 from datamill.core.optional import require
 from datamill.core.source import check_read_args
 from datamill.core.storage import scheme_of
-from datamill.tables.common import table_fingerprint
+from datamill.tables.common import check_uid_column, table_fingerprint
 
 __all__ = ["LanceSource", "lance_storage_options"]
 
@@ -76,6 +76,7 @@ class LanceSource:
         version: the version to read. Defaults to ``None`` (the latest, resolved once now).
         cache_dir: unused (Lance reads object storage itself). Defaults to ``None``.
         cache_limit: unused. Defaults to ``None``.
+        uid_column: the column identifying a sample. Defaults to ``None``.
 
     Raises:
         DataFileNotFoundError: no dataset there, or the version was cleaned up (named).
@@ -101,6 +102,7 @@ class LanceSource:
         version: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        uid_column: str | None = None,
     ) -> None:
         self.location = os.fspath(path).rstrip("/")
         if version is not None and (isinstance(version, bool) or int(version) < 1):
@@ -109,6 +111,7 @@ class LanceSource:
         self.version: int = int(ds.version)
         self._ds: Any = ds
         self.schema: pa.Schema = ds.schema
+        self.uid_column = check_uid_column(uid_column, self.schema, self.location)
         frags = sorted(ds.get_fragments(), key=lambda f: f.fragment_id)
         self._ids = [int(f.fragment_id) for f in frags]
         self._sizes = np.array([f.count_rows() for f in frags], dtype=np.int64)

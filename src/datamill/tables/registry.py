@@ -80,7 +80,11 @@ def open_table_url(
         DeltaSource('...', version=0, shards=1, rows=3)
     """
     t = parse_table_url(os.fspath(url))
-    kw: dict[str, Any] = {"cache_dir": cache_dir, "cache_limit": cache_limit}
+    kw: dict[str, Any] = {
+        "cache_dir": cache_dir,
+        "cache_limit": cache_limit,
+        "uid_column": t.uid_column,
+    }
     if t.kind == "delta":
         from datamill.tables.delta import DeltaSource
 
