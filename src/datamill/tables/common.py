@@ -177,6 +177,50 @@ class TableFile:
         return self.rows if self.keep is None else int(np.count_nonzero(self.keep))
 
 
+def _plain(t: pa.DataType) -> pa.DataType:
+    """``t`` with 32-bit offsets and unnamed list items (what two spellings of one type share)."""
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(_plain(t.value_type))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_plain(t.value_type), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type), f.nullable) for f in t])
+    return t
+
+
+def adopt_file_types(
+    schema: pa.Schema, file_schema: pa.Schema, names: Mapping[str, str | None]
+) -> pa.Schema:
+    """``schema`` with each column typed as the data file stores it when the two are spellings of
+    the same type (``large_string`` for ``string``, a list's item named ``element`` or ``item``):
+    reads then need no cast. Types that hold other values (a fixed-size list where the table says
+    list) and view types keep the table's type.
+
+    Examples:
+        >>> element = pa.list_(pa.field("element", pa.int32()))
+        >>> table = pa.schema([("s", pa.large_string()), ("l", element)])
+        >>> stored = pa.schema([("s", pa.string()), ("l", pa.list_(pa.int32()))])
+        >>> adopt_file_types(table, stored, {"s": "s", "l": "l"}) == stored
+        True
+    """
+    fields = []
+    for f in schema:
+        phys = names.get(f.name)
+        stored = file_schema.field(phys).type if phys in file_schema.names else None
+        same = (
+            stored is not None
+            and stored != f.type
+            and _plain(stored) == _plain(f.type)
+            and "_view" not in str(stored)  # view types: not every kernel takes them
+        )
+        fields.append(pa.field(f.name, stored, f.nullable) if same else f.remove_metadata())
+    return pa.schema(fields)
+
+
 def _nulls_or_constant(value: Any, n: int, typ: pa.DataType, *, constant: bool) -> pa.Array:
     if not constant or value is None:
         return pa.nulls(n, typ)
@@ -223,6 +267,9 @@ class ParquetFilesSource:
         self.location, self.files, self.schema = location, list(files), schema
         self.fs, self._fingerprint, self.shard_by = fs, fingerprint, shard_by
         self.field_ids = dict(field_ids) if field_ids is not None else None
+        if self.files:  # the stored spelling of each type (the first file's footer): no casts
+            stored = self._footer(self.files[0]).schema.to_arrow_schema()
+            self.schema = adopt_file_types(schema, stored, self._physical(stored, schema.names))
         self.uid_column = check_uid_column(uid_column, schema, location)
         self.remote = scheme_of(location).remote
         self.cache = (
