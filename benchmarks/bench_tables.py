@@ -9,7 +9,7 @@ snappy), a Lance dataset (one fragment per file). Then one epoch of
 ``Loader(batch_size=256, collate="numpy")`` over each source:
 
 * local, warm: best of ``--repeat`` epochs after one unmeasured epoch (the page cache holds the
-  files);
+  files), the sources taking turns (forwards, then backwards) so a changing load hits each alike;
 * S3, cold: the shard cache emptied before each epoch (every file downloaded, checked, cached);
 * S3, warm: the cache full.
 
@@ -167,20 +167,27 @@ def sources(
 
 
 def measure(opens: dict[str, Any], cache: Path, repeat: int) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name, (open_local, open_s3) in opens.items():
-        src = open_local()
-        epoch(src)  # unmeasured: the page cache
-        row = {"local, warm": best([epoch(src) for _ in range(repeat)])}
+    """Local, warm: the sources in turn, ``repeat`` rounds (a load that drifts hits each alike);
+    then each source's S3 runs."""
+    out: dict[str, dict[str, Any]] = {name: {} for name in opens}
+    local = {name: open_local() for name, (open_local, _) in opens.items()}
+    for src in local.values():
+        epoch(src)  # unmeasured: imports and the page cache
+    runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in opens}
+    for r in range(repeat):
+        names = list(opens) if r % 2 == 0 else list(opens)[::-1]
+        for name in names:
+            runs[name].append(epoch(local[name]))
+    for name, (_, open_s3) in opens.items():
+        out[name]["local, warm"] = best(runs[name])
         cold = []
         for _ in range(repeat):
             shutil.rmtree(cache, ignore_errors=True)
             cold.append(epoch(open_s3(cache)))
-        row["S3, cold"] = best(cold)
+        out[name]["S3, cold"] = best(cold)
         warm = open_s3(cache)
-        row["S3, warm"] = best([epoch(warm) for _ in range(repeat)])
-        out[name] = row
-        print(name, {k: f"{v[0]:.2f}s load {v[2]:.2f}" for k, v in row.items()}, flush=True)
+        out[name]["S3, warm"] = best([epoch(warm) for _ in range(repeat)])
+        print(name, {k: f"{v[0]:.2f}s load {v[2]:.2f}" for k, v in out[name].items()}, flush=True)
     return out
 
 
