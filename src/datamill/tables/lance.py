@@ -2,24 +2,34 @@
 
 Each fragment of the version is a shard (its rows counted after deletions, when the source opens);
 a shard is read with ``pylance`` (``fragment.to_table(columns=...)``), which applies the fragment's
-deletion file. Lance reads object storage itself: on ``s3://`` it is given the ``AWS_*``
-variables datamill's own S3 filesystem reads.
+deletion file.
+
+On object storage (``s3://``, opened by Lance with the ``AWS_*`` variables datamill's own S3
+filesystem reads) a shard is read from a local *mirror* of the version in the shard cache folder:
+the version's manifest and each fragment's data and deletion files, downloaded when the fragment is
+first read (checked copies, :func:`~datamill.core.objstore.fetch_input`) and linked into the
+dataset's layout (``<cache>/lance/<hash of the URL>/``). Lance files are never rewritten in place
+(new names for new data), so a warm mirror is read with no request to the store.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
+import xxhash
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
+from datamill.core.objstore import default_cache_dir, fetch_input
 from datamill.core.optional import require
 from datamill.core.source import check_read_args
-from datamill.core.storage import scheme_of
+from datamill.core.storage import filesystem_for, scheme_of, storage_error
 from datamill.tables.common import check_uid_column, table_fingerprint
 
 __all__ = ["LanceSource", "lance_storage_options"]
@@ -74,8 +84,9 @@ class LanceSource:
     Args:
         path: the dataset's folder (``x.lance``) or URL (``s3://bucket/x.lance``).
         version: the version to read. Defaults to ``None`` (the latest, resolved once now).
-        cache_dir: unused (Lance reads object storage itself). Defaults to ``None``.
-        cache_limit: unused. Defaults to ``None``.
+        cache_dir: on object storage: where the local mirror of the version goes. Defaults to
+            ``None`` (:func:`~datamill.core.objstore.default_cache_dir`).
+        cache_limit: unused (the mirror keeps what it fetched). Defaults to ``None``.
         uid_column: the column identifying a sample. Defaults to ``None``.
 
     Raises:
@@ -114,6 +125,21 @@ class LanceSource:
         self.uid_column = check_uid_column(uid_column, self.schema, self.location)
         frags = sorted(ds.get_fragments(), key=lambda f: f.fragment_id)
         self._ids = [int(f.fragment_id) for f in frags]
+        self._files = [
+            [f"data/{d.path}" for d in f.data_files()]
+            + ([str(f.deletion_file())] if f.deletion_file() else [])
+            for f in frags
+        ]
+        self.remote = scheme_of(self.location).remote
+        self.fetched = 0
+        self._mirror: Path | None = None
+        self._manifest = ""
+        if self.remote:
+            base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            key = xxhash.xxh3_64_hexdigest(self.location.encode("utf-8"))
+            self._mirror = base / "lance" / key
+            self._manifest = self._manifest_name()
+            self._ds = None  # shards are read from the local mirror
         self._sizes = np.array([f.count_rows() for f in frags], dtype=np.int64)
         content = [
             self.schema.remove_metadata().to_string(),
@@ -129,8 +155,45 @@ class LanceSource:
 
     def _dataset(self) -> Any:
         if self._ds is None:
-            self._ds = _open(self.location, self.version)
+            where = self.location if self._mirror is None else str(self._mirror)
+            self._ds = _open(where, self.version)
         return self._ds
+
+    def _manifest_name(self) -> str:
+        """``_versions/<name>.manifest`` of this version on the store (one listing)."""
+        from datamill.tables.registry import lance_version_of
+
+        fs, root = filesystem_for(self.location)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(f"{root}/_versions"))
+        except OSError as exc:
+            raise storage_error(exc, self.location) from exc
+        for info in infos:
+            name = info.path.rpartition("/")[2]
+            ok = name.endswith(".manifest") and name[:-9].isdigit()
+            if ok and lance_version_of(Path(name)) == self.version:
+                return f"_versions/{name}"
+        raise DataFileNotFoundError(
+            f"Lance version {self.version} has no manifest on the store",
+            path=self.location,
+            shard=f"version {self.version}",
+        )
+
+    def _fetch(self, index: int) -> None:
+        """The manifest and fragment ``index``'s files into the local mirror (checked copies,
+        linked under their names in the dataset's layout; present ones are not fetched again)."""
+        assert self._mirror is not None
+        for rel in [self._manifest, *self._files[index]]:
+            link = self._mirror / rel
+            if link.exists():
+                continue
+            copy = fetch_input(f"{self.location}/{rel}", cache_dir=self._mirror.parent / "files")
+            self.fetched += 1
+            link.parent.mkdir(parents=True, exist_ok=True)
+            tmp = link.with_name(f".{link.name}.{os.getpid()}.partial")
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(copy)
+            os.replace(tmp, link)
 
     @property
     def columns(self) -> list[str]:
@@ -153,6 +216,8 @@ class LanceSource:
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
         """Fragment ``index`` with the chosen columns, deleted rows dropped."""
         cols = check_read_args(self, index, columns, path=self.location)
+        if self._mirror is not None:
+            self._fetch(index)
         try:
             frag = self._dataset().get_fragment(self._ids[index])
             table = frag.to_table(columns=cols)
