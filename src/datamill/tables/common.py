@@ -55,6 +55,7 @@ __all__ = [
     "ParquetFilesSource",
     "TableFile",
     "TableURL",
+    "lance_version_of",
     "parse_table_url",
     "pinned_version",
 ]
@@ -123,6 +124,20 @@ def parse_table_url(url: str) -> TableURL:
         raise ConfigError(f"{url!r} names no table")
     location = f"{store}://{path}" if store and store != "file" else path
     return TableURL(kind, location, version, params["uid"][0] if "uid" in params else None)
+
+
+def lance_version_of(manifest: Path) -> int:
+    """The version a Lance manifest file holds (``3.manifest``; the V2 naming scheme stores
+    ``u64::MAX - version``).
+
+    Examples:
+        >>> lance_version_of(Path("_versions/3.manifest"))
+        3
+        >>> lance_version_of(Path(f"{2**64 - 4}.manifest"))
+        3
+    """
+    n = int(manifest.stem)
+    return 2**64 - 1 - n if n > 2**63 else n
 
 
 def pinned_version(state: Mapping[str, Any] | str, /) -> tuple[str, int]:

@@ -30,7 +30,7 @@ from datamill.core.objstore import default_cache_dir, fetch_input
 from datamill.core.optional import require
 from datamill.core.source import check_read_args
 from datamill.core.storage import filesystem_for, scheme_of, storage_error
-from datamill.tables.common import check_uid_column, table_fingerprint
+from datamill.tables.common import check_uid_column, lance_version_of, table_fingerprint
 
 __all__ = ["LanceSource", "lance_storage_options"]
 
@@ -161,8 +161,6 @@ class LanceSource:
 
     def _manifest_name(self) -> str:
         """``_versions/<name>.manifest`` of this version on the store (one listing)."""
-        from datamill.tables.registry import lance_version_of
-
         fs, root = filesystem_for(self.location)
         try:
             infos = fs.get_file_info(pafs.FileSelector(f"{root}/_versions"))

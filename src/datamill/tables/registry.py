@@ -17,25 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.source import Source, register_source, register_url_source
-from datamill.tables.common import TABLE_KINDS, parse_table_url
+from datamill.tables.common import TABLE_KINDS, lance_version_of, parse_table_url
 
 __all__ = ["lance_version_of", "open_table", "open_table_url"]
-
-_U64 = 2**64 - 1
-
-
-def lance_version_of(manifest: Path) -> int:
-    """The version a Lance manifest file holds (``3.manifest``; the V2 naming scheme stores
-    ``u64::MAX - version``).
-
-    Examples:
-        >>> lance_version_of(Path("_versions/3.manifest"))
-        3
-        >>> lance_version_of(Path(f"{2**64 - 4}.manifest"))
-        3
-    """
-    n = int(manifest.stem)
-    return _U64 - n if n > 2**63 else n
 
 
 def _is_delta_version(p: Path) -> bool:
