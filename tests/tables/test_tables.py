@@ -4,6 +4,7 @@ append and a compaction, elastic resume, deletes, schema evolution and vacuumed 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ def test_source_contract(kind: str, tmp_path: Path) -> None:
     # the same version through the registry: its folder, its pinned URL
     assert open_source(src.pinned_url).fingerprint() == src.fingerprint()
     assert open_source(t.path).fingerprint() == src.fingerprint()
+    # spawned DataLoader workers and Ray tasks get the source pickled
+    copy = pickle.loads(pickle.dumps(src))
+    assert copy.read_shard(2).equals(src.read_shard(2)) and copy.fingerprint() == src.fingerprint()
 
 
 @pytest.mark.parametrize("kind", KINDS)
