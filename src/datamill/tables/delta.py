@@ -102,7 +102,10 @@ def _check_protocol(dt: Any, location: str) -> None:
 
 
 def _keep_masks(dt: Any, *, remote: bool) -> dict[str, np.ndarray[Any, Any]]:
-    """Deletion vectors as keep masks, by the file's path on its filesystem."""
+    """Deletion vectors as keep masks, by the file's path on its filesystem (none to read when the
+    table's protocol has no deletion vectors)."""
+    if "deletionVectors" not in (dt.protocol().reader_features or ()):
+        return {}
     reader = pa.RecordBatchReader.from_stream(dt.deletion_vectors())
     table = reader.read_all()
     out: dict[str, np.ndarray[Any, Any]] = {}
