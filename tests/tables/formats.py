@@ -225,3 +225,36 @@ def add_deletion_vector(table: Path, deleted: dict[str, list[int]]) -> None:
         }
         actions.append({"add": add})
     (log / f"{last + 1:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+
+
+def add_iceberg_deletes(
+    table: Any, data_path: str, positions: list[int], *, equality: bool = False
+) -> None:
+    """Commit a positional (or equality) delete file by hand: pyiceberg reads them but writes
+    copy-on-write deletes only (its fast append takes any content of data file)."""
+    import os
+
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    local = data_path.removeprefix("file://")
+    out = f"{os.path.dirname(local)}/delete-{uuid.uuid4()}.parquet"
+    if equality:
+        pq.write_table(pa.table({"uid": pa.array(positions, pa.int64())}), out)
+        content, extra = DataFileContent.EQUALITY_DELETES, {"equality_ids": [1]}
+    else:
+        pos = pa.array(positions, pa.int64())
+        pq.write_table(pa.table({"file_path": [data_path] * len(positions), "pos": pos}), out)
+        content, extra = DataFileContent.POSITION_DELETES, {}
+    df = DataFile.from_args(
+        content=content,
+        file_path="file://" + out,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=len(positions),
+        file_size_in_bytes=os.path.getsize(out),
+        **extra,
+    )
+    with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        append.append_data_file(df)

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, ResumeStateError
@@ -18,7 +17,7 @@ from datamill.loader import Loader
 from datamill.sources import open_source
 from datamill.tables import pinned_version
 from tests.contracts import assert_same_items, check_source
-from tests.tables.formats import FORMATS, add_deletion_vector, build, rows
+from tests.tables.formats import FORMATS, add_deletion_vector, add_iceberg_deletes, build, rows
 
 KINDS = list(FORMATS)
 
@@ -132,32 +131,19 @@ def test_delta_deletion_vectors_are_applied(tmp_path: Path) -> None:
 def test_iceberg_positional_deletes_are_applied_and_equality_deletes_refused(
     tmp_path: Path,
 ) -> None:
-    """The delete-file reader on its own (pyiceberg writes copy-on-write deletes only)."""
-    import pyarrow.fs as pafs
-
-    from datamill.tables.iceberg import _positional_keep
-
-    class Delete:
-        def __init__(self, path: str, content: str) -> None:
-            self.file_path, self.file_format = path, "FileFormat.PARQUET"
-            self.content = type("C", (), {"name": content})()
-
-    data = str(tmp_path / "data.parquet")
-    pq.write_table(
-        pa.table(
-            {"file_path": [f"file://{data}", f"file://{data}", "file:///other"], "pos": [1, 4, 0]}
-        ),
-        tmp_path / "pos.parquet",
-    )
-    fs = pafs.LocalFileSystem()
-    keep, names = _positional_keep(
-        fs, data, 6, [Delete(str(tmp_path / "pos.parquet"), "POSITION_DELETES")], "t"
-    )
-    assert keep is not None and keep.tolist() == [True, False, True, True, False, True]
-    assert names == "pos.parquet"
+    t = build("iceberg", tmp_path)
+    first = min(task.file.file_path for task in t.table.scan().plan_files())
+    add_iceberg_deletes(t.table, first, [1, 4, 19])
+    src = t.open()
+    want = sorted(t.table.scan().to_arrow()["uid"].to_pylist())  # pyiceberg's own reading
+    got = sorted(u for k in range(src.num_shards) for u in src.read_shard(k)["uid"].to_pylist())
+    assert got == want and len(got) == 57 and int(src.shard_sizes().sum()) == 57
+    assert sorted(_uids(list(Loader(src, 8, seed=1)))) == want
+    add_iceberg_deletes(t.table, first, [30], equality=True)
     with pytest.raises(DataFileError, match="equality deletes") as info:
-        _positional_keep(fs, data, 6, [Delete("eq.parquet", "EQUALITY_DELETES")], "t")
-    assert info.value.path == "t"
+        t.open()
+    assert info.value.path == t.path
+    assert int(t.open(src.snapshot_id).shard_sizes().sum()) == 57  # the snapshot before them
 
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])

@@ -161,7 +161,18 @@ def _uri_of(deletes: pa.Table, data_path: str) -> str:
 
 def _plan(tbl: Any, snapshot_id: int, fs: pafs.FileSystem, location: str) -> list[TableFile]:
     files = []
-    tasks = list(tbl.scan(snapshot_id=snapshot_id).plan_files())
+    try:
+        tasks = list(tbl.scan(snapshot_id=snapshot_id).plan_files())
+    except ValueError as exc:  # pyiceberg refuses equality deletes while planning
+        if "equality delete" not in str(exc).lower():
+            raise
+        raise DataFileError(
+            f"snapshot {snapshot_id} has equality deletes, which datamill does not apply",
+            path=location,
+            shard=f"snapshot {snapshot_id}",
+            hint="rewrite the table's data files (compaction) so it has no equality deletes, or "
+            "read a snapshot before them; positional deletes are applied",
+        ) from exc
     for task in sorted(tasks, key=lambda t: t.file.file_path):
         path = _fs_path(task.file.file_path)
         if str(task.file.file_format).upper().rpartition(".")[2] != "PARQUET":
