@@ -177,6 +177,28 @@ def test_row_group_shards_and_partition_columns(tmp_path: Path) -> None:
     assert np.array_equal(src.shard_sizes(), [8, 8, 7, 7])
 
 
+def test_auto_cuts_only_large_files_into_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+    from deltalake import WriterProperties
+
+    from datamill.tables import DeltaSource, common
+    from tests.tables.formats import Delta
+
+    t = Delta(tmp_path)
+    t.write(rows(0, 10))
+    t.write(rows(10, 2010), writer_properties=WriterProperties(max_row_group_size=500))
+    sizes = {Path(f.path).stat().st_size: f for f in DeltaSource(t.path).files}
+    big = max(sizes)
+    groups = pq.read_metadata(sizes[big].path).num_row_groups
+    assert groups > 1
+    assert DeltaSource(t.path).num_shards == 2  # every file under the threshold: one shard each
+    monkeypatch.setattr(common, "LARGE_FILE_BYTES", big - 1)
+    src = DeltaSource(t.path)
+    assert src.num_shards == 1 + groups and int(src.shard_sizes().sum()) == 2010
+
+
 def test_table_urls_and_their_errors(tmp_path: Path) -> None:
     from datamill.core.errors import ConfigError
     from datamill.tables import parse_table_url

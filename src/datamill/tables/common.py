@@ -4,7 +4,9 @@ An Iceberg or Delta snapshot is an immutable list of Parquet files plus deletes:
 datamill shardset manifest. :class:`ParquetFilesSource` reads such a list as a
 :class:`~datamill.core.source.Source`:
 
-* each data file is a shard (``shard_by="file"``), or each of its row groups (``"row_group"``);
+* each data file is a shard, or each of its row groups: ``shard_by="auto"`` (the default) splits
+  files over :data:`LARGE_FILE_BYTES` by row group, ``"file"`` and ``"row_group"`` do one or the
+  other for every file;
 * columns are matched to the snapshot's schema by Iceberg field id (when the format has them) or
   by name; a column added after a file was written reads as nulls (schema evolution by snapshot),
   a partition column as its constant value;
@@ -51,6 +53,7 @@ from datamill.core.source import check_read_args
 from datamill.core.storage import SCHEMES, filesystem_for, scheme_of, storage_error
 
 __all__ = [
+    "LARGE_FILE_BYTES",
     "TABLE_KINDS",
     "ParquetFilesSource",
     "TableFile",
@@ -64,7 +67,9 @@ TABLE_KINDS = ("delta", "iceberg", "lance")
 """The table formats, each a URL scheme: ``delta:///path``, ``delta+s3://bucket/path``..."""
 
 FIELD_ID = b"PARQUET:field_id"
-ShardBy = Literal["file", "row_group"]
+ShardBy = Literal["auto", "file", "row_group"]
+LARGE_FILE_BYTES = 256 << 20
+"""``shard_by="auto"``: a data file larger than this is cut into its row groups (one shard each)."""
 _FINGERPRINT = re.compile(r"^(delta|iceberg|lance)@v?(-?\d+)-[0-9a-f]+$")
 _FOOTER_THREADS = 16
 
@@ -255,7 +260,7 @@ class ParquetFilesSource:
         fingerprint: the source's fingerprint (:func:`table_fingerprint`).
         field_ids: column name -> Iceberg field id (files' columns matched by id), or ``None``
             (by name).
-        shard_by: ``"file"`` or ``"row_group"``.
+        shard_by: ``"auto"``, ``"file"`` or ``"row_group"``.
         cache_dir: remote only: the local shard cache. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: remote only: bytes the cache keeps at most. Defaults to ``None``.
@@ -272,13 +277,13 @@ class ParquetFilesSource:
         fs: pafs.FileSystem,
         fingerprint: str,
         field_ids: Mapping[str, int] | None = None,
-        shard_by: ShardBy = "file",
+        shard_by: ShardBy = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         uid_column: str | None = None,
     ) -> None:
-        if shard_by not in ("file", "row_group"):
-            raise ConfigError(f"shard_by must be 'file' or 'row_group', got {shard_by!r}")
+        if shard_by not in ("auto", "file", "row_group"):
+            raise ConfigError(f"shard_by must be 'auto', 'file' or 'row_group', got {shard_by!r}")
         self.location, self.files, self.schema = location, list(files), schema
         self.fs, self._fingerprint, self.shard_by = fs, fingerprint, shard_by
         self.field_ids = dict(field_ids) if field_ids is not None else None
@@ -300,13 +305,19 @@ class ParquetFilesSource:
 
     def _cut(self, shard_by: ShardBy) -> list[tuple[int, int | None, int, int]]:
         """``(file, row group or None, first row in the file, rows kept)`` per shard."""
-        if shard_by == "file":
-            return [(i, None, 0, f.kept) for i, f in enumerate(self.files)]
-        with ThreadPoolExecutor(max_workers=max(1, min(_FOOTER_THREADS, len(self.files)))) as ex:
-            metas = list(ex.map(self._footer, self.files))
+        split = [
+            shard_by == "row_group" or (shard_by == "auto" and f.size > LARGE_FILE_BYTES)
+            for f in self.files
+        ]
+        cut = [f for f, s in zip(self.files, split) if s]
+        with ThreadPoolExecutor(max_workers=max(1, min(_FOOTER_THREADS, len(cut)))) as ex:
+            footers = iter(list(ex.map(self._footer, cut)))
         shards: list[tuple[int, int | None, int, int]] = []
-        for i, (f, md) in enumerate(zip(self.files, metas)):
-            start = 0
+        for i, (f, s) in enumerate(zip(self.files, split)):
+            if not s:
+                shards.append((i, None, 0, f.kept))
+                continue
+            md, start = next(footers), 0
             for g in range(md.num_row_groups):
                 n = md.row_group(g).num_rows
                 kept = n if f.keep is None else int(np.count_nonzero(f.keep[start : start + n]))

@@ -154,7 +154,9 @@ class DeltaSource(ParquetFilesSource):
     Args:
         path: the table's folder (local) or URL (``s3://bucket/table``).
         version: the version to read. Defaults to ``None`` (the latest, resolved once now).
-        shard_by: ``"file"`` (each data file a shard) or ``"row_group"``. Defaults to ``"file"``.
+        shard_by: ``"auto"`` (each data file a shard, its row groups for a file over
+            :data:`~datamill.tables.common.LARGE_FILE_BYTES`), ``"file"`` or ``"row_group"``.
+            Defaults to ``"auto"``.
         cache_dir: on object storage: the local shard cache. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: on object storage: bytes the cache keeps at most. Defaults to ``None``.
@@ -186,7 +188,7 @@ class DeltaSource(ParquetFilesSource):
         path: str | os.PathLike[str],
         *,
         version: int | None = None,
-        shard_by: ShardBy = "file",
+        shard_by: ShardBy = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         filesystem: pafs.FileSystem | None = None,

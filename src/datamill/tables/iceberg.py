@@ -196,7 +196,9 @@ class IcebergSource(ParquetFilesSource):
             ``metadata/*.metadata.json`` is read) or one metadata file.
         snapshot_id: the snapshot to read. Defaults to ``None`` (the current snapshot).
         catalog: the pyiceberg catalog ``table`` is named in. Defaults to ``None``.
-        shard_by: ``"file"`` or ``"row_group"``. Defaults to ``"file"``.
+        shard_by: ``"auto"`` (each data file a shard, its row groups for a file over
+            :data:`~datamill.tables.common.LARGE_FILE_BYTES`), ``"file"`` or ``"row_group"``.
+            Defaults to ``"auto"``.
         cache_dir: on object storage: the local shard cache. Defaults to ``None``.
         cache_limit: on object storage: bytes the cache keeps at most. Defaults to ``None``.
         filesystem: the filesystem to read data files with. Defaults to ``None`` (the location's).
@@ -233,7 +235,7 @@ class IcebergSource(ParquetFilesSource):
         *,
         snapshot_id: int | None = None,
         catalog: Any = None,
-        shard_by: ShardBy = "file",
+        shard_by: ShardBy = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         filesystem: pafs.FileSystem | None = None,
