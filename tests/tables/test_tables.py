@@ -16,7 +16,7 @@ from datamill.core.errors import DataFileError, DataFileNotFoundError, ResumeSta
 from datamill.loader import Loader
 from datamill.sources import open_source
 from datamill.tables import pinned_version
-from tests.contracts import assert_same_items, check_source
+from tests.contracts import assert_same_items, check_resume, check_source
 from tests.tables.formats import FORMATS, add_deletion_vector, add_iceberg_deletes, build, rows
 
 KINDS = list(FORMATS)
@@ -231,3 +231,20 @@ def test_diff_compares_two_versions_of_a_table(kind: str, tmp_path: Path) -> Non
     report = diff(f"{kind}://{t.path}?{query}={v0}&uid=uid", f"{kind}://{t.path}?uid=uid")
     assert report.rows == (40, 42) and "uid" in report.keyed_by
     assert report.samples["added"] == 5 and report.samples["removed"] == 3
+
+
+def test_a_mix_of_a_delta_and_a_lance_version_resumes_exactly(tmp_path: Path) -> None:
+    from datamill.loader import Mix
+
+    delta, lance = build("delta", tmp_path / "d"), build("lance", tmp_path / "l", parts=2)
+
+    def make(state: dict[str, Any] | None) -> Loader:
+        mix = Mix([(delta.open(0), 0.5), (lance.open(1), 0.5)], epoch_size=40, names=["d", "l"])
+        loader = Loader(mix, 8, seed=3)
+        if state is not None:
+            loader.load_state_dict(state)
+        return loader
+
+    delta.write(rows(60, 80))  # both tables move on; the mix reads the versions it names
+    lance.write(rows(40, 50))
+    check_resume(make, 2)
