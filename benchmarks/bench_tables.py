@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -82,8 +83,14 @@ def epoch(source: Any) -> tuple[float, int, float, float]:
     return time.perf_counter() - t0, n, os.getloadavg()[0], first or 0.0
 
 
-def best(runs: list[tuple[float, int, float, float]]) -> tuple[float, int, float, float]:
-    return min(runs, key=lambda r: r[0])
+Run = tuple[float, int, float, float, float]
+"""``(best seconds, samples, load average, first batch seconds, median seconds)``."""
+
+
+def best(runs: list[tuple[float, int, float, float]]) -> Run:
+    """The fastest run, with the median time of all of them (a loaded machine's spread)."""
+    secs, n, load, first = min(runs, key=lambda r: r[0])
+    return secs, n, load, first, statistics.median(r[0] for r in runs)
 
 
 def write_all(parts: list[pa.Table], local: Path, s3: dict[str, str], fs: Any) -> dict[str, Any]:
@@ -205,14 +212,15 @@ def report(results: dict[str, dict[str, Any]], title: str) -> str:
     lines = [
         title,
         "",
-        "| source | where | epoch s | samples/s | vs Parquet local warm | first batch s | load |",
-        "|---|---|---|---|---|---|---|",
+        "| source | where | epoch s | median s | samples/s | vs Parquet local warm | first batch s "
+        + "| load |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, row in results.items():
-        for where, (secs, n, load, first) in row.items():
+        for where, (secs, n, load, first, median) in row.items():
             lines.append(
-                f"| {name} | {where} | {secs:.2f} | {n / secs:,.0f} | {base / secs:.2f}x | "
-                f"{first:.3f} | {load:.2f} |"
+                f"| {name} | {where} | {secs:.2f} | {median:.2f} | {n / secs:,.0f} | "
+                f"{base / secs:.2f}x | {first:.3f} | {load:.2f} |"
             )
     return "\n".join(lines)
 
