@@ -17,7 +17,8 @@ snappy), a Lance dataset (one fragment per file). Then one epoch of
 On S3 a Lance version is read from a local mirror in the cache folder (its manifest and fragment
 files, fetched on first read).
 Each figure is printed with the load average at the time (the machine may be shared), and the ratio
-to plain Parquet, local, warm (the goal for the table sources: >= 0.9x).
+to plain Parquet, local, warm (the goal for the table sources: >= 0.9x). "local, shard reads only"
+times every shard's ``read_shard`` with no Loader (its ratio is to plain Parquet's reads).
 
     python benchmarks/bench_tables.py [--rows 200000] [--files 8] [--repeat 3] [--out FILE]
 """
@@ -91,6 +92,13 @@ def best(runs: list[tuple[float, int, float, float]]) -> Run:
     """The fastest run, with the median time of all of them (a loaded machine's spread)."""
     secs, n, load, first = min(runs, key=lambda r: r[0])
     return secs, n, load, first, statistics.median(r[0] for r in runs)
+
+
+def read_all(source: Any) -> tuple[float, int, float, float]:
+    """Every shard read once, in order, no Loader: the reader's own cost."""
+    t0 = time.perf_counter()
+    n = sum(source.read_shard(k).num_rows for k in range(source.num_shards))
+    return time.perf_counter() - t0, n, os.getloadavg()[0], 0.0
 
 
 def write_all(parts: list[pa.Table], local: Path, s3: dict[str, str], fs: Any) -> dict[str, Any]:
@@ -190,12 +198,15 @@ def measure(opens: dict[str, Any], cache: Path, repeat: int) -> dict[str, dict[s
     for src in local.values():
         epoch(src)  # unmeasured: imports and the page cache
     runs: dict[str, list[tuple[float, int, float, float]]] = {name: [] for name in opens}
+    reads: dict[str, list[tuple[float, int, float, float]]] = {name: [] for name in opens}
     for r in range(repeat):
         names = list(opens) if r % 2 == 0 else list(opens)[::-1]
         for name in names:
+            reads[name].append(read_all(local[name]))
             runs[name].append(epoch(local[name]))
     for name, (_, open_s3) in opens.items():
         out[name]["local, warm"] = best(runs[name])
+        out[name]["local, shard reads only"] = best(reads[name])
         cold = []
         for _ in range(repeat):
             shutil.rmtree(cache, ignore_errors=True)
@@ -208,7 +219,10 @@ def measure(opens: dict[str, Any], cache: Path, repeat: int) -> dict[str, dict[s
 
 
 def report(results: dict[str, dict[str, Any]], title: str) -> str:
-    base = results["plain Parquet"]["local, warm"][0]
+    bases = {
+        where: results["plain Parquet"][where][0]
+        for where in ("local, warm", "local, shard reads only")
+    }
     lines = [
         title,
         "",
@@ -220,7 +234,7 @@ def report(results: dict[str, dict[str, Any]], title: str) -> str:
         for where, (secs, n, load, first, median) in row.items():
             lines.append(
                 f"| {name} | {where} | {secs:.2f} | {median:.2f} | {n / secs:,.0f} | "
-                f"{base / secs:.2f}x | {first:.3f} | {load:.2f} |"
+                f"{bases.get(where, bases['local, warm']) / secs:.2f}x | {first:.3f} | {load:.2f} |"
             )
     return "\n".join(lines)
 
