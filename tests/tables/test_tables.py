@@ -43,7 +43,9 @@ def test_source_contract(kind: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_exact_resume_mid_epoch_after_an_append_and_a_compaction(kind: str, tmp_path: Path) -> None:
+def test_exact_resume_mid_epoch_after_an_append_an_overwrite_and_a_compaction(
+    kind: str, tmp_path: Path
+) -> None:
     t = build(kind, tmp_path)
     src = t.open()
     loader = Loader(src, 7, seed=5)
@@ -54,10 +56,12 @@ def test_exact_resume_mid_epoch_after_an_append_and_a_compaction(kind: str, tmp_
     tail = list(it)
     assert sorted(_uids(head + tail)) == list(range(60))
 
-    t.write(rows(60, 75))  # the table moves on: an append, then a compaction
+    t.write(rows(60, 75))  # the table moves on: an append, an overwrite, then a compaction
+    t.write(rows(100, 130), mode="overwrite")
+    t.write(rows(130, 140))
     t.compact()
     latest = t.open()
-    assert latest.version != src.version and int(latest.shard_sizes().sum()) == 75
+    assert latest.version != src.version and int(latest.shard_sizes().sum()) == 40
     with pytest.raises(ResumeStateError, match="dataset_fingerprint"):
         Loader(latest, 7, seed=5).load_state_dict(state)
 
