@@ -63,7 +63,7 @@ def _alternatives(tmp: Path) -> dict[str, dict[str, Any]]:
             "fill_value": "pos",
             "true_strings": ["pos", "neg"],
             "false_strings": ["pos", "neg"],
-            "fallback_true_label": "neg",
+            "fallback_true_label": "pos",  # (neg, the first sorted value, is the automatic one)
         },
         "number": {
             "missing_value_strategy": "fill_with_mean",

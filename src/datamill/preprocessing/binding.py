@@ -61,8 +61,8 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
             else round(glob.sample_ratio * num_rows)
         )
         cut = sample_cut(p.seed, num_rows, size)
-        p = replace(p, sample_cut=cut)
-        keep = sample_mask(p.seed, 0, num_rows, cut) if cut != np.inf else None
+        p = replace(p, sample_cut=cut, sample_rows=num_rows)
+        keep = sample_mask(p.seed, 0, num_rows, cut, num_rows=num_rows) if cut != np.inf else None
     if p.split is not None:
         col = p.split.split_column
         column = (

@@ -191,7 +191,8 @@ class FeatureHandler(ABC):
         """The fill value stored in the metadata (``computed_fill_value``) from the merged fit
         statistics.
 
-        ``None`` for ``bfill``/``ffill``/``drop_row`` (filled from neighbours or dropped).
+        ``bfill``/``ffill``/``drop_row`` (filled from neighbours or dropped) compute nothing and
+        store :meth:`unfitted_fill`, the value Ludwig's schema stores then.
         """
         if strategy == "fill_with_const":
             return self.const_fill(fill_value)
@@ -203,7 +204,13 @@ class FeatureHandler(ABC):
             if mode is None:
                 return 0.0 if self.input_type == "float64" else self.fill_value
             return mode
-        return None
+        return self.unfitted_fill()
+
+    @classmethod
+    def unfitted_fill(cls) -> Any:
+        """The ``computed_fill_value`` stored when none is computed: Ludwig's schema default (the
+        type's ``fill_value``; ``<UNK>`` for a category, ``0.0`` for a number)."""
+        return cls.fill_value
 
     # -- the feature itself ----------------------------------------------------------------------
     def tokens(self, column: pa.Array, params: Any, ctx: FeatureContext) -> Any:
