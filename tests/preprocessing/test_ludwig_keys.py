@@ -50,6 +50,14 @@ COLUMNS: dict[str, list[Any]] = {
         "7 8",
         "9 1",
     ],  # a change that makes a key refuse the data counts too
+    "h3": [
+        "622236723497533439",
+        "599686042433355775",
+        None,
+        "622236723497533439",
+        "599686042433355775",
+        "599686042433355775",
+    ],
 }
 
 
@@ -158,6 +166,7 @@ def _alternatives(tmp: Path) -> dict[str, dict[str, Any]]:
             "fill_value": "2000-01-01",
             "datetime_format": "%m/%d/%Y",
         },
+        "h3": {"missing_value_strategy": "fill_with_mode", "fill_value": 599686042433355775},
         "vector": {
             "missing_value_strategy": "fill_with_mode",
             "fill_value": "5 5",

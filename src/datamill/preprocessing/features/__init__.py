@@ -34,6 +34,7 @@ FEATURE_TYPES: dict[str, str] = {
     "binary": "datamill.preprocessing.features.binary",
     "category": "datamill.preprocessing.features.category",
     "date": "datamill.preprocessing.features.date",
+    "h3": "datamill.preprocessing.features.h3",
     "image": "datamill.preprocessing.features.image",
     "number": "datamill.preprocessing.features.number",
     "sequence": "datamill.preprocessing.features.sequence",
