@@ -1,4 +1,4 @@
-"""h3 features: Ludwig's 19 components, checked against the ``h3`` library and Ludwig's own output."""
+"""h3 features: Ludwig's 19 components, checked against the ``h3`` library."""
 
 from __future__ import annotations
 
