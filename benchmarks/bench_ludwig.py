@@ -23,7 +23,7 @@ dependencies::
     $P install absl-py dataclasses-json datasets filelock "fsspec[http]" jsonschema lxml numpy \\
         pandas "protobuf>=4" psutil py-cpuinfo pyarrow pyyaml requests retry rich safetensors \\
         scikit-learn scipy sentencepiece tabulate torchinfo torchmetrics tqdm "transformers>=5" \\
-        xlrd openpyxl Pillow h5py gpustat sacremoses
+        xlrd openpyxl Pillow h5py gpustat sacremoses soundfile
 
 Usage::
 

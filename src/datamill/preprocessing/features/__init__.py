@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 FEATURE_TYPES: dict[str, str] = {
+    "audio": "datamill.preprocessing.features.audio",
     "bag": "datamill.preprocessing.features.bag",
     "binary": "datamill.preprocessing.features.binary",
     "category": "datamill.preprocessing.features.category",
