@@ -152,3 +152,17 @@ def test_limits_checked_before_the_samples_are_read(tmp_path: Path) -> None:
     assert info.value.line == 3
     with pytest.raises(ConfigError, match="whole number of samples"):
         _run(_table(tmp_path, ["a.wav"]), {"audio_file_length_limit_in_s": 0.00001})
+
+
+def test_a_replaced_audio_file_invalidates_the_cache(tmp_path: Path) -> None:
+    _tone(tmp_path / "a.wav", 440, 0.5)
+    table = _table(tmp_path, ["a.wav"])
+    cfg = {
+        "input_features": [{"name": "a", "type": "audio", "column": "audio"}],
+        "preprocessing": NO_SPLIT,
+    }
+    with quiet():
+        first = datamill.preprocess(table, cfg, output_dir=tmp_path / "out").data["a"].copy()
+        _tone(tmp_path / "a.wav", 3000, 0.7)
+        second = datamill.preprocess(table, cfg, output_dir=tmp_path / "out").data["a"]
+    assert not np.array_equal(first, second)

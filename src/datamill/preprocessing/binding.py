@@ -137,10 +137,10 @@ def pre_columns(p: Plan) -> list[str]:
 
 
 def with_image_files(p: Plan, dataset: Any) -> Plan:
-    """Chain the size and mtime of every image file an image feature reads into the plan's
+    """Chain the size and mtime of every image (and audio) file a feature reads into the plan's
     fingerprint (so replacing or deleting an image invalidates a cached output; every engine records
     the same)."""
-    columns = sorted({f.column for f in p.features if f.type == "image"})
+    columns = sorted({f.column for f in p.features if f.type in ("image", "audio")})
     if not columns:
         return p
     base: Path | None = None
