@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.fingerprint import chain, fingerprint_obj
-from datamill.core.io import read_table, split_member
+from datamill.core.io import split_member
 from datamill.preprocessing.balance import Balance, fit_balance
+from datamill.preprocessing.formats import read_any
 from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.reading import as_table
 from datamill.preprocessing.split import assign_split, fit_split, sample_cut, sample_mask
@@ -145,7 +146,7 @@ def with_image_files(p: Plan, dataset: Any) -> Plan:
         return p
     base: Path | None = None
     if isinstance(dataset, (str, os.PathLike)):
-        table = read_table(dataset, columns=columns)
+        table = read_any(dataset, fmt=p.config.preprocessing.format, columns=columns)
         base = split_member(dataset)[0].parent
     else:
         table = as_table(dataset)

@@ -626,7 +626,7 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
         DataFileError: unreadable input, no rows, a value that does not parse. SchemaError: a column
             is missing.
     """
-    ds = read_dataset(dataset, p.wanted, optional=p.optional)
+    ds = read_dataset(dataset, p.wanted, optional=p.optional, fmt=p.config.preprocessing.format)
     num_rows = ds.table.num_rows
     if num_rows == 0:
         raise DataFileError("the dataset has a header but no rows", path=ds.name)

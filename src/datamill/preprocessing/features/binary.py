@@ -37,7 +37,7 @@ from datamill.preprocessing.features.base import (
     FeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
-from datamill.preprocessing.missing import MissingStats
+from datamill.preprocessing.missing import NEIGHBOURS, MissingStats
 from datamill.vocab import TokenCounts, count_tokens
 
 __all__ = ["BinaryParams", "Handler"]
@@ -150,7 +150,15 @@ class Handler(FeatureHandler):
         """The ``fallback_true_label`` Ludwig stores; refuses an object column of > 2 values."""
         if not values or not cls._pandas_object(values):
             return params.fallback_true_label
-        if len(values) > 2:
+        edge = cls.edge_fill(
+            params
+        )  # bfill/ffill's fill at the dataset's ends (Ludwig: a neighbour)
+        seen = (
+            [v for v in values if v != edge]
+            if params.missing_value_strategy in NEIGHBOURS
+            else values
+        )
+        if len(seen) > 2:
             raise DataFileError(
                 f"a binary feature expects 2 distinct values, found {sorted(values)[:10]} "
                 f"({len(values)} values)",
