@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import datamill
 from datamill.core.errors import ConfigError, DataFileError
-from datamill.preprocessing.ludwig_rows import hash_split, sample_ranks
+from datamill.preprocessing.ludwig_rows import _json_strings, hash_split, sample_ranks
 from datamill.preprocessing.result import Preprocessed
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/ludwig"
@@ -155,3 +155,10 @@ def test_hash_split_is_a_function_of_the_value(values: list[str]) -> None:
     whole = hash_split(col, (0.7, 0.1, 0.2), csv=False)
     rev = hash_split(pa.array(values[::-1]), (0.7, 0.1, 0.2), csv=False)
     np.testing.assert_array_equal(whole, rev[::-1])
+
+
+@given(st.lists(st.text(max_size=6), min_size=1, max_size=20))
+def test_json_strings_are_json_dumps(values: list[str]) -> None:
+    import json
+
+    assert _json_strings(pa.array(values)).to_pylist() == [json.dumps(v) for v in values]

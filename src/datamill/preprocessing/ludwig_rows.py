@@ -76,7 +76,7 @@ def pandas_json(column: pa.Array | pa.ChunkedArray, *, csv: bool) -> pa.Array:
             json.dumps(str(int(v)) if float(v).is_integer() else repr(float(v))) for v in values
         ]
     elif csv or pa.types.is_string(t):
-        texts = [json.dumps(str(v)) for v in values]  # ensure_ascii, as Ludwig's hash_dict
+        return pc.fill_null(pc.take(_json_strings(encoded.dictionary), encoded.indices), "NaN")
     elif pa.types.is_integer(t) and not col.null_count:
         texts = [str(int(v)) for v in values]
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
@@ -89,9 +89,31 @@ def pandas_json(column: pa.Array | pa.ChunkedArray, *, csv: bool) -> pa.Array:
     return pc.fill_null(out, "NaN")
 
 
-def _crc_of_md5(text: str) -> int:
-    digest = hashlib.md5(f'{{"value": {text}}}'.encode(), usedforsecurity=False).digest()
-    return zlib.crc32(base64.b64encode(digest, altchars=b"__"))
+def _json_strings(values: pa.Array) -> pa.Array:
+    """``json.dumps(v)`` of each string (``ensure_ascii``): plain printable ASCII is quoted in
+    Arrow, the rest (escapes, non-ASCII) by the ``json`` module."""
+    strings = values.cast(pa.string())
+    plain = pc.fill_null(pc.match_substring_regex(strings, r"^[ !#-\[\]-~]*$"), False)
+    quoted = pc.binary_join_element_wise('"', strings, '"', "")
+    if pc.all(plain).as_py() or not len(strings):
+        return quoted
+    rest = np.flatnonzero(~np.asarray(plain.to_numpy(zero_copy_only=False), bool))
+    escaped = [json.dumps(v) for v in strings.take(pa.array(rest)).to_pylist()]
+    out = quoted.to_pylist()
+    for i, text in zip(rest.tolist(), escaped):  # the few values needing escapes
+        out[i] = text
+    return pa.array(out, pa.string())
+
+
+def _crcs(texts: pa.Array) -> NDArray[np.float64]:
+    """Ludwig's hash of each JSON text: one ``hashlib``/``zlib`` call chain per value."""
+    docs = pc.binary_join_element_wise('{"value": ', texts, "}", "").cast(pa.binary())
+    md5, b64, crc32 = hashlib.md5, base64.b64encode, zlib.crc32
+    return np.fromiter(
+        (crc32(b64(md5(d, usedforsecurity=False).digest(), b"__")) for d in docs.to_pylist()),
+        np.float64,
+        count=len(docs),
+    )
 
 
 def hash_split(
@@ -104,7 +126,7 @@ def hash_split(
         array([2, 0, 0], dtype=int8)
     """
     texts = pc.dictionary_encode(pandas_json(column, csv=csv))
-    crc = np.array([_crc_of_md5(t) for t in texts.dictionary.to_pylist()], np.float64)
+    crc = _crcs(texts.dictionary)
     lo = probabilities[0] * 2**32
     hi = lo + probabilities[1] * 2**32
     per_value = np.where(crc < lo, 0, np.where(crc < hi, 1, 2)).astype(np.int8)
