@@ -166,3 +166,38 @@ def test_a_replaced_audio_file_invalidates_the_cache(tmp_path: Path) -> None:
         _tone(tmp_path / "a.wav", 3000, 0.7)
         second = datamill.preprocess(table, cfg, output_dir=tmp_path / "out").data["a"]
     assert not np.array_equal(first, second)
+
+
+def test_audio_bytes_in_a_binary_column(tmp_path: Path) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    clips = []
+    for freq in (1000, 2000):
+        buf = io.BytesIO()
+        t = np.arange(8000) / 16_000
+        sf.write(buf, 0.5 * np.sin(2 * np.pi * freq * t), 16_000, format="WAV")
+        clips.append(buf.getvalue())
+    table = pa.table({"audio": pa.array([clips[0], None, clips[1]], pa.binary())})
+    pq.write_table(table, tmp_path / "clips.parquet")
+    cfg = {
+        "input_features": [
+            {
+                "name": "a",
+                "column": "audio",
+                "type": "audio",
+                "preprocessing": {"type": "stft", "audio_file_length_limit_in_s": 0.5},
+            }
+        ],
+        "preprocessing": NO_SPLIT,
+    }
+    with quiet():
+        for data in (table, tmp_path / "clips.parquet"):
+            x = datamill.preprocess(data, cfg, skip_save=True).data["a"]
+            assert x[:, 5].argmax(axis=1).tolist() == [40, 80, 80]  # the missing row: bfill
+    table = pa.table({"audio": pa.array([clips[0], b"not audio"], pa.binary())})
+    with pytest.raises(DataFileError, match="cannot read audio") as info, quiet():
+        datamill.preprocess(table, cfg, skip_save=True)
+    assert info.value.row == 1 and info.value.column == "audio"

@@ -114,12 +114,16 @@ def cast_column(
 ) -> pa.Array:
     """Cast a column to ``"string"`` or ``"float64"``; unparsable numbers raise with their location.
 
+    ``"binary"`` (audio: file paths or the files' bytes) keeps a binary or string column as it is.
     The location of local row ``i`` is ``rows[i]`` when given (rows were dropped), else ``row_offset
     + i``.
     """
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     t = col.type
+    if target == "binary" and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        return col.cast(pa.binary())
+    target = "string" if target == "binary" else target
     if (
         pa.types.is_nested(t)
         or pa.types.is_binary(t)

@@ -1,7 +1,8 @@
 """audio → float32 ``n × frames × bins``: Ludwig 0.17's audio feature, read with ``soundfile``.
 
 Values are paths of audio files (WAV, FLAC, OGG and the other formats libsndfile reads), relative
-to the dataset file's folder unless absolute. Ludwig 0.17's ``preprocessing:`` keys and defaults:
+to the dataset file's folder unless absolute, or the files' bytes (a binary column: Parquet, Arrow,
+a DataFrame of ``bytes``). Ludwig 0.17's ``preprocessing:`` keys and defaults:
 ``type`` (``fbank``; or ``raw``, ``stft``, ``stft_phase``, ``group_delay``), ``window_length_in_s``
 (0.04), ``window_shift_in_s`` (0.02), ``num_fft_points`` (the window length in samples),
 ``window_type`` (``hamming``; ``hann``, ``blackman``, ``bartlett``), ``num_filter_bands`` (80),
@@ -26,6 +27,7 @@ unreadable or corrupt file is a DataFileError naming the file, the dataset's row
 from __future__ import annotations
 
 import builtins
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,25 +78,46 @@ class AudioParams(BaseParams):
     max_audio_file_length_in_s: float = Field(default=3600.0, gt=0)
 
 
-def _resolve(value: str, ctx: FeatureContext) -> Path:
+def _resolve(value: str | bytes, ctx: FeatureContext) -> Path | bytes:
+    """A path relative to the dataset's folder, or the file's bytes as they are."""
+    if isinstance(value, bytes):
+        return value
     p = Path(value)
     return p if p.is_absolute() or ctx.base_dir is None else ctx.base_dir / p
+
+
+def _values(column: pa.Array) -> list[Any]:
+    """Each row's path (str) or bytes; empty or missing: ``""``."""
+    if pa.types.is_binary(column.type):
+        return [v or b"" for v in column.to_pylist()]
+    return list(to_string_array(column).to_pylist())
+
+
+def _opened(src: Path | bytes) -> Any:
+    return io.BytesIO(src) if isinstance(src, bytes) else str(src)
+
+
+def _label(src: Path | bytes) -> str:
+    return f"<{len(src)} bytes>" if isinstance(src, bytes) else str(src)
 
 
 def _error(msg: str, ctx: FeatureContext, index: int, hint: str) -> DataFileError:
     return DataFileError(msg, path=ctx.path, column=ctx.column, hint=hint, **ctx.location(index))
 
 
-def _info(path: Path, index: int, ctx: FeatureContext, params: AudioParams) -> tuple[int, int]:
+def _info(
+    src: Path | bytes, index: int, ctx: FeatureContext, params: AudioParams
+) -> tuple[int, int]:
     """(frames, sample rate) from the file's header, checked before any sample is read."""
     import soundfile as sf
 
-    if not path.is_file():
+    path = _label(src)
+    if not isinstance(src, bytes) and not src.is_file():
         raise _error(
             f"audio file not found: {path}", ctx, index, "audio paths are relative to the dataset"
         )
     try:
-        info = sf.info(str(path))
+        info = sf.info(_opened(src))
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise _error(
             f"cannot read audio file {path}: {exc}", ctx, index, "replace or remove the file"
@@ -114,18 +137,19 @@ def _info(path: Path, index: int, ctx: FeatureContext, params: AudioParams) -> t
 
 
 def _read(
-    path: Path, index: int, ctx: FeatureContext, params: AudioParams, limit_s: float | None
+    src: Path | bytes, index: int, ctx: FeatureContext, params: AudioParams, limit_s: float | None
 ) -> tuple[NDArray[np.float32], int]:
     """The first channel (float32 in [-1, 1], as torchaudio) and the rate; ``limit_s``: enough
     samples for that many seconds of output (None: all)."""
     import soundfile as sf
 
-    frames, rate = _info(path, index, ctx, params)
+    frames, rate = _info(src, index, ctx, params)
+    path = _label(src)
     want = frames
     if limit_s is not None:  # the samples of the kept frames, plus margin
         want = min(frames, int(limit_s * rate) + 2 * int(params.window_length_in_s * rate) + 2)
     try:
-        data, rate = sf.read(str(path), frames=want, dtype="float32", always_2d=True)
+        data, rate = sf.read(_opened(src), frames=want, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise _error(
             f"cannot decode audio file {path}: {exc}", ctx, index, "replace or remove the file"
@@ -186,7 +210,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "audio"
     Params: ClassVar[builtins.type[AudioParams]] = AudioParams
-    input_type: ClassVar[str] = "string"
+    input_type: ClassVar[str] = "binary"  # paths, or the files' bytes (a binary column)
     missing_value_strategy: ClassVar[str] = "bfill"
     fill_value: ClassVar[Any] = None
     strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
@@ -194,7 +218,7 @@ class Handler(FeatureHandler):
 
     def fit(self, column: pa.Array, params: AudioParams, ctx: FeatureContext) -> int | None:
         """The sample rate of the block's first file (Ludwig's comes from the first file)."""
-        values = to_string_array(column).to_pylist()
+        values = _values(column)
         for i, v in enumerate(values):
             if v and v.strip():
                 return _info(_resolve(v, ctx), i, ctx, params)[1]
@@ -232,7 +256,7 @@ class Handler(FeatureHandler):
         self, column: pa.Array, meta: dict[str, Any], params: AudioParams, ctx: FeatureContext
     ) -> dict[str, NDArray[Any] | CSR]:
         length, dim = int(meta["max_length"]), int(meta["feature_dim"])
-        paths = to_string_array(column).to_pylist()
+        paths = _values(column)
         out = np.full((len(paths), length, dim), params.padding_value, np.float32)
         limit = None if params.norm else params.audio_file_length_limit_in_s
 
@@ -252,8 +276,9 @@ class Handler(FeatureHandler):
             )
             if feat.shape[1] != dim:
                 raise _error(
-                    f"audio file {paths[i]} at {rate} Hz gives {feat.shape[1]} values a frame, "
-                    f"the feature has {dim} (sample rate {meta['sampling_rate_in_hz']} Hz)",
+                    f"audio file {_label(_resolve(paths[i], ctx))} at {rate} Hz gives "
+                    f"{feat.shape[1]} values a frame, the feature has {dim} (sample rate "
+                    f"{meta['sampling_rate_in_hz']} Hz)",
                     ctx,
                     i,
                     "resample the files to one rate",

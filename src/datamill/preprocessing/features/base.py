@@ -134,7 +134,8 @@ class FeatureHandler(ABC):
     #: the ``type:`` of the config
     type_name: ClassVar[str]
     Params: ClassVar[builtins.type[BaseModel]]
-    #: arrow type the column is cast to before fit/transform ("string", "float64")
+    #: arrow type the column is cast to before fit/transform ("string", "float64"; "binary": a
+    # binary column kept as bytes, anything else as strings)
     input_type: ClassVar[str]
     #: Ludwig's default missing-value strategy of this type
     missing_value_strategy: ClassVar[str]
