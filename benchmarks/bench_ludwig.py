@@ -23,12 +23,16 @@ dependencies::
     $P install absl-py dataclasses-json datasets filelock "fsspec[http]" jsonschema lxml numpy \\
         pandas "protobuf>=4" psutil py-cpuinfo pyarrow pyyaml requests retry rich safetensors \\
         scikit-learn scipy sentencepiece tabulate torchinfo torchmetrics tqdm "transformers>=5" \\
-        xlrd openpyxl Pillow h5py gpustat sacremoses
+        xlrd openpyxl Pillow h5py gpustat sacremoses soundfile
 
 Usage::
 
     .venv/bin/python benchmarks/bench_ludwig.py
         [--ludwig-python /work/.cache/ludwig-venv/bin/python] [--scale 100] [--write-fixture]
+
+Two companions use the same venv and ``bench_ludwig_side.py``: ``bench_ludwig_rows.py`` (the rows of
+a hash split and of ``sample_ratio``, binary labels, fill values, Ludwig's refusals) and
+``bench_ludwig_types.py`` (every audio ``type`` and h3, with times).
 
 ``--write-fixture`` stores Ludwig's output on house_prices_train.csv in ``tests/fixtures/ludwig/``
 (what ``tests/preprocessing/test_ludwig_fixture.py`` checks datamill against).

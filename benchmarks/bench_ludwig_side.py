@@ -11,8 +11,9 @@ cached seconds). Nothing else from datamill is imported.
 
 Shims, because the PyPI torchvision/torchaudio wheels link CUDA libraries this CPU machine lacks and
 Ludwig 0.17 declares Python >= 3.12 (installed with ``--ignore-requires-python``): torchvision's
-fake-kernel registrations that fail are skipped, and ``torchaudio`` is a stub module (audio features
-are not used).
+fake-kernel registrations that fail are skipped, and ``torchaudio`` is a stub module whose ``load``
+reads with ``soundfile`` and whose ``functional.lfilter`` is ``scipy.signal.lfilter`` (the two
+torchaudio calls Ludwig's audio features make; everything else is Ludwig's own code).
 """
 
 from __future__ import annotations
@@ -49,7 +50,32 @@ def _shims() -> None:
     stub = types.ModuleType("torchaudio")
     stub.__version__ = "0"  # type: ignore[attr-defined]
     stub.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
+    stub.load = _load  # type: ignore[attr-defined]
+    functional = types.ModuleType("torchaudio.functional")
+    functional.lfilter = _lfilter  # type: ignore[attr-defined]
+    stub.functional = functional  # type: ignore[attr-defined]
     sys.modules["torchaudio"] = stub
+    sys.modules["torchaudio.functional"] = functional
+
+
+def _load(path):  # type: ignore[no-untyped-def]
+    """torchaudio.load's result (channels × frames float32 in [-1, 1], rate) read by soundfile:
+    torchaudio 2.11 cannot load here (its C library) and delegates reading to torchcodec anyway."""
+    import soundfile
+    import torch
+
+    data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    return torch.from_numpy(data.T.copy()), int(rate)
+
+
+def _lfilter(waveform, a_coeffs, b_coeffs, clamp=True):  # type: ignore[no-untyped-def]  # noqa: FBT002 - torchaudio's signature
+    """torchaudio.functional.lfilter by scipy.signal.lfilter (Ludwig's own comment: "parity with
+    scipy.signal.lfilter"), in float64 as Ludwig calls it."""
+    import scipy.signal
+    import torch
+
+    y = scipy.signal.lfilter(b_coeffs.numpy(), a_coeffs.numpy(), waveform.numpy(), axis=-1)
+    return torch.from_numpy(y)
 
 
 def main() -> None:

@@ -29,6 +29,12 @@ NO_OUTPUT_EFFECT: dict[tuple[str, str], str] = {  # the docs page names each of 
         "cache_encoder_embeddings",
     ): "model-only: Ludwig caches a pretrained encoder's outputs",
     ("image", "num_processes"): "execution-only: worker processes, the same output by design",
+    ("audio", "num_processes"): "execution-only: decoding threads, the same output by design",
+    ("audio", "in_memory"): "training-only: where Ludwig keeps the tensors while training",
+    ("audio", "mode"): "training-only: when Ludwig decodes (eager or per batch)",
+    ("audio", "prefetch_size"): "training-only: batches Ludwig prefetches",
+    ("audio", "lazy_cache_dir"): "training-only: where Ludwig caches in-memory audio",
+    ("audio", "max_audio_file_length_in_s"): "a bound: longer files are refused",
 }
 
 #: the column of each type the walk preprocesses (every one has a missing value)
@@ -50,6 +56,14 @@ COLUMNS: dict[str, list[Any]] = {
         "7 8",
         "9 1",
     ],  # a change that makes a key refuse the data counts too
+    "h3": [
+        "622236723497533439",
+        "599686042433355775",
+        None,
+        "622236723497533439",
+        "599686042433355775",
+        "599686042433355775",
+    ],
 }
 
 
@@ -63,7 +77,7 @@ def _alternatives(tmp: Path) -> dict[str, dict[str, Any]]:
             "fill_value": "pos",
             "true_strings": ["pos", "neg"],
             "false_strings": ["pos", "neg"],
-            "fallback_true_label": "neg",
+            "fallback_true_label": "pos",  # (neg, the first sorted value, is the automatic one)
         },
         "number": {
             "missing_value_strategy": "fill_with_mean",
@@ -158,10 +172,24 @@ def _alternatives(tmp: Path) -> dict[str, dict[str, Any]]:
             "fill_value": "2000-01-01",
             "datetime_format": "%m/%d/%Y",
         },
+        "h3": {"missing_value_strategy": "fill_with_mode", "fill_value": 599686042433355775},
         "vector": {
             "missing_value_strategy": "fill_with_mode",
             "fill_value": "5 5",
             "vector_size": 3,
+        },
+        "audio": {
+            "missing_value_strategy": "fill_with_const",
+            "fill_value": str(tmp / "clip1.wav"),
+            "audio_file_length_limit_in_s": 0.25,
+            "padding_value": -1.0,
+            "norm": "per_file",
+            "type": "stft",
+            "window_length_in_s": 0.02,
+            "window_shift_in_s": 0.01,
+            "num_fft_points": 512,
+            "window_type": "hann",
+            "num_filter_bands": 20,
         },
         "image": {
             "missing_value_strategy": "fill_with_const",
@@ -201,6 +229,10 @@ COMPANIONS = {
         "fill_value": str(Path("/nonexistent.png")),
     },
     ("binary", "fill_value"): {"missing_value_strategy": "fill_with_const", "fill_value": "neg"},
+    ("audio", "fill_value"): {
+        "missing_value_strategy": "fill_with_const",
+        "fill_value": str(Path("/nonexistent.wav")),
+    },
     ("binary", "false_strings"): {"true_strings": ["yes"]},
     ("sequence", "start_symbol"): {"start_stop": True},
     ("sequence", "stop_symbol"): {"start_stop": True},
@@ -233,7 +265,13 @@ def _output(kind: str, preprocessing: dict[str, Any], tmp: Path) -> Any:
 def _run(
     kind: str, preprocessing: dict[str, Any], tmp: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    column = _images(tmp.parent) if kind == "image" else COLUMNS[kind]
+    column = (
+        _images(tmp.parent)
+        if kind == "image"
+        else _clips(tmp.parent)
+        if kind == "audio"
+        else COLUMNS[kind]
+    )
     if kind == "date" and preprocessing.get("datetime_format"):
         column = ["03/04/2021", "12/31/2020", None, "07/01/2021", "04/05/2021", "01/01/2019"]
     table = pa.table({"f": pa.array(column, pa.float64() if kind == "number" else pa.string())})
@@ -270,6 +308,17 @@ def _images(tmp: Path) -> list[str | None]:
         )
         img.save(tmp / f"img{i}.png")
     return [str(tmp / "img0.png"), str(tmp / "img1.png"), None, str(tmp / "img2.png")]
+
+
+def _clips(tmp: Path) -> list[str | None]:
+    """Three short WAV files of different tones and lengths (and a missing one), absolute paths."""
+    import soundfile as sf
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    for i, (freq, seconds) in enumerate([(440, 0.3), (1500, 0.2), (3000, 0.5)]):
+        t = np.arange(int(seconds * 8000)) / 8000
+        sf.write(tmp / f"clip{i}.wav", 0.4 * np.sin(2 * np.pi * freq * t) + 0.01 * t, 8000)
+    return [str(tmp / "clip0.wav"), str(tmp / "clip1.wav"), None, str(tmp / "clip2.wav")]
 
 
 KEYS = [

@@ -42,7 +42,7 @@ def test_every_registered_type_declares_every_required_attribute(type_name: str)
     cls = handler_class(type_name)
     for attr in REQUIRED_ATTRIBUTES:
         assert hasattr(cls, attr), attr
-    assert cls.type_name == type_name and cls.input_type in ("string", "float64")
+    assert cls.type_name == type_name and cls.input_type in ("string", "float64", "binary")
     assert cls.missing_value_strategy in cls.strategies and set(cls.strategies) <= set(STRATEGIES)
     assert defaults_keys()[cls.defaults_key] == type_name
 

@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from datamill.core.fingerprint import chain, fingerprint_obj
-from datamill.core.io import read_table, split_member
+from datamill.core.io import split_member
 from datamill.preprocessing.balance import Balance, fit_balance
+from datamill.preprocessing.formats import read_any
 from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.reading import as_table
 from datamill.preprocessing.split import assign_split, fit_split, sample_cut, sample_mask
@@ -61,8 +62,8 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
             else round(glob.sample_ratio * num_rows)
         )
         cut = sample_cut(p.seed, num_rows, size)
-        p = replace(p, sample_cut=cut)
-        keep = sample_mask(p.seed, 0, num_rows, cut) if cut != np.inf else None
+        p = replace(p, sample_cut=cut, sample_rows=num_rows)
+        keep = sample_mask(p.seed, 0, num_rows, cut, num_rows=num_rows) if cut != np.inf else None
     if p.split is not None:
         col = p.split.split_column
         column = (
@@ -137,15 +138,15 @@ def pre_columns(p: Plan) -> list[str]:
 
 
 def with_image_files(p: Plan, dataset: Any) -> Plan:
-    """Chain the size and mtime of every image file an image feature reads into the plan's
+    """Chain the size and mtime of every image (and audio) file a feature reads into the plan's
     fingerprint (so replacing or deleting an image invalidates a cached output; every engine records
     the same)."""
-    columns = sorted({f.column for f in p.features if f.type == "image"})
+    columns = sorted({f.column for f in p.features if f.type in ("image", "audio")})
     if not columns:
         return p
     base: Path | None = None
     if isinstance(dataset, (str, os.PathLike)):
-        table = read_table(dataset, columns=columns)
+        table = read_any(dataset, fmt=p.config.preprocessing.format, columns=columns)
         base = split_member(dataset)[0].parent
     else:
         table = as_table(dataset)

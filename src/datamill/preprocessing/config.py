@@ -243,6 +243,12 @@ class GlobalPreprocessing(BaseModel):
     #: ``ludwig017``: every feature type with a ``layout`` option writes Ludwig 0.17's layout
     # (unless it sets its own)
     layout: Literal["ludwig017"] | None = None
+    #: the input file's format (see :mod:`datamill.preprocessing.formats`); None: from its
+    # extension
+    format: (
+        Literal["csv", "excel", "feather", "fwf", "hdf5", "json", "jsonl", "orc", "parquet", "tsv"]
+        | None
+    ) = None
 
     @model_validator(mode="after")
     def _type_defaults(self) -> GlobalPreprocessing:
@@ -256,7 +262,7 @@ class GlobalPreprocessing(BaseModel):
                 raise ValueError(
                     f"unknown key {key!r}; valid keys: split, seed, sample_ratio, sample_size, "
                     "oversample_minority, undersample_majority, global_max_sequence_length, "
-                    "layout, "
+                    "layout, format, "
                     f"{', '.join(sorted(keys))}"
                 )
             if not isinstance(value, dict):

@@ -94,8 +94,8 @@ __all__ = [
 
 #: the version of what preprocessing outputs, part of the cache fingerprint (@2: block-wise random
 # split; : @3: Ludwig's defaults: a default split with exact sizes, zscore inputs, drop_row outputs,
-# stripped tokens)
-TRANSFORM_VERSION = "datamill.preprocess@3"
+# stripped tokens; @4: Ludwig's hash split and sample rows)
+TRANSFORM_VERSION = "datamill.preprocess@4"
 #: rows per block (fit statistics are merged across blocks)
 BLOCK_ROWS = (
     1 << 16
@@ -302,7 +302,7 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     )
     cut = p.sample_cut if p.sample_cut is not None else np.inf
     if drop or cut != np.inf or p.balance is not None:
-        keep = sample_mask(p.seed, lo, lo + n, cut) if cut != np.inf else np.ones(n, dtype=bool)
+        keep = sample_mask(p.seed, lo, lo + n, cut, num_rows=p.sample_rows)
         for column in drop:
             keep &= ~np.asarray(table[column].is_null().to_numpy(zero_copy_only=False), dtype=bool)
         copies = keep.astype(np.int64)
@@ -498,6 +498,7 @@ def finalize(p: Plan, stats: Stats) -> Metadata:
             }
             meta["preprocessing"] = {
                 **f.params.model_dump(mode="json"),
+                **meta.get("preprocessing", {}),  # what the handler stores as Ludwig does
                 "missing_value_strategy": f.missing_value_strategy,
                 "computed_fill_value": stats.fills[f.name],
             }
@@ -625,7 +626,7 @@ def run(p: Plan, dataset: Any, *, executor: Executor, sink: Sink) -> Metadata:
         DataFileError: unreadable input, no rows, a value that does not parse. SchemaError: a column
             is missing.
     """
-    ds = read_dataset(dataset, p.wanted, optional=p.optional)
+    ds = read_dataset(dataset, p.wanted, optional=p.optional, fmt=p.config.preprocessing.format)
     num_rows = ds.table.num_rows
     if num_rows == 0:
         raise DataFileError("the dataset has a header but no rows", path=ds.name)

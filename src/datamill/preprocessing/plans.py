@@ -51,8 +51,11 @@ class Plan:
     #: output columns that may be absent from the input (applying metadata: inference data has no
     # targets)
     optional: tuple[str, ...] = ()
-    #: rows kept by sampling: those whose sample uniform is below this (None: every row)
+    #: rows kept by sampling: those whose rank in the sampling permutation is below this (None:
+    # every row)
     sample_cut: float | None = None
+    #: the input rows the sample is drawn from (the permutation's length)
+    sample_rows: int = 0
     #: class balancing of the training rows (fitted by ``bind``), None: none
     balance: Balance | None = None
 

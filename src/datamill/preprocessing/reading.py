@@ -114,12 +114,16 @@ def cast_column(
 ) -> pa.Array:
     """Cast a column to ``"string"`` or ``"float64"``; unparsable numbers raise with their location.
 
+    ``"binary"`` (audio: file paths or the files' bytes) keeps a binary or string column as it is.
     The location of local row ``i`` is ``rows[i]`` when given (rows were dropped), else ``row_offset
     + i``.
     """
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     t = col.type
+    if target == "binary" and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        return col.cast(pa.binary())
+    target = "string" if target == "binary" else target
     if (
         pa.types.is_nested(t)
         or pa.types.is_binary(t)
@@ -241,14 +245,19 @@ def as_table(dataset: Any) -> pa.Table:
 
 
 def read_dataset(
-    dataset: Any, wanted: dict[str, str], *, optional: tuple[str, ...] = ()
+    dataset: Any,
+    wanted: dict[str, str],
+    *,
+    optional: tuple[str, ...] = (),
+    fmt: str | None = None,
 ) -> Dataset:
     """Read ``wanted`` (column → "string"/"float64"/"raw") from a path, DataFrame or Table.
 
-    Columns in ``optional`` may be absent (they are then left out of the table).
+    Columns in ``optional`` may be absent (they are then left out of the table). ``fmt``: the
+    file's format (:data:`~datamill.preprocessing.formats.FORMATS`), None: from its extension.
     """
     if isinstance(dataset, (str, os.PathLike)):
-        return _read_file(dataset, wanted, optional)
+        return _read_file(dataset, wanted, optional, fmt)
     table = as_table(dataset)
     name, base, line0, stem = None, None, None, None
     wanted = _present(wanted, optional, table.column_names)
@@ -277,13 +286,23 @@ def _present(
     return {c: t for c, t in wanted.items() if c not in optional or c in available}
 
 
-def _read_file(source: Any, wanted: dict[str, str], optional: tuple[str, ...] = ()) -> Dataset:
+def _read_file(
+    source: Any, wanted: dict[str, str], optional: tuple[str, ...] = (), fmt: str | None = None
+) -> Dataset:
+    from datamill.preprocessing.formats import extra_format, read_extra
+
     path, member = split_member(source)
-    kind = detect_format(source)
+    extra = extra_format(source, fmt)
+    kind = extra or detect_format(source, "jsonl" if fmt == "json" else fmt)
     name = display_name(source)
     base = path.parent
     stem = Path(member).name if member else path.name
-    stem = re.sub(r"\.(csv|tsv|parquet|jsonl|json|txt)(\.gz)?$", "", stem, flags=re.IGNORECASE)
+    stem = re.sub(
+        r"\.(csv|tsv|parquet|jsonl|json|txt|feather|arrow|ipc|orc|xlsx|xls|h5|hdf5|fwf)(\.gz)?$",
+        "",
+        stem,
+        flags=re.IGNORECASE,
+    )
     if kind in ("csv", "tsv"):
         header = _header(source, kind)
         wanted = _present(wanted, optional, header)
@@ -308,7 +327,7 @@ def _read_file(source: Any, wanted: dict[str, str], optional: tuple[str, ...] = 
                 table
             )  # number columns are cast (with located errors) block by block
         return Dataset(table, name, base, 2, stem)
-    table = read_table(source, fmt=kind)
+    table = read_extra(source, kind) if extra else read_table(source, fmt=kind)
     wanted = _present(wanted, optional, table.column_names)
     for c in wanted:
         if c not in table.column_names:

@@ -16,16 +16,17 @@ a cheap first pass (:func:`fit_split`: the row count, or one column):
 * ``stratify``: ``random`` within each distinct value of ``column``, with Ludwig 0.17's sizes per
   value (:func:`stratify_sizes`: two rounds of scikit-learn's ``train_test_split`` rule, train
   against the rest, then validation against test); the state holds the cut values per value.
-* ``hash``: from a stable 64-bit hash (FNV-1a over the UTF-8 bytes, then SplitMix64) of the value of
-  ``column``, compared with the cumulative probabilities: a row keeps its split when rows are
-  added, and no state is needed. Sizes are proportional in expectation, not exact.
+* ``hash``: Ludwig's own hash of the value of ``column`` (MD5 of its JSON, then CRC-32, see
+  :mod:`datamill.preprocessing.ludwig_rows`), compared with the cumulative probabilities: the same
+  rows as Ludwig, a row keeps its split when rows are added, and no state is needed. Sizes are
+  proportional in expectation, not exact.
 * ``datetime``: the rows sorted by the date in ``column`` (ties by row index): the first
   ``ceil(p_train * n)`` train, the next ``int(p_val * n)`` validation, the rest test (the state
   holds the two cut points as ``(time, row)``; missing or unparsable dates sort last).
 
 The exact sizes are over the input rows; ``drop_row`` and sampling then remove rows from each split.
 Ludwig shuffles the rows with pandas; datamill draws its own uniforms, so the *same* sizes hold
-but not the same rows.
+but not the same rows (``hash`` and the sample, :func:`sample_mask`, give Ludwig's rows).
 """
 
 from __future__ import annotations
@@ -251,22 +252,30 @@ SAMPLE_STREAM = "preprocess.sample"
 
 
 def sample_cut(seed: int, num_rows: int, size: int) -> float:
-    """The cut value keeping exactly ``size`` of ``num_rows`` rows: row ``i`` is kept when its
-    sample uniform is below it.
+    """The cut keeping exactly ``size`` of ``num_rows`` rows: row ``i`` is kept when its rank in
+    pandas' sampling permutation is below it (Ludwig's rows, see :func:`sample_mask`).
 
     Examples:
         >>> cut = sample_cut(3, 100, 30)
-        >>> int((uniform_at(3, 0, 100, stream=SAMPLE_STREAM) < cut).sum())
+        >>> int(sample_mask(3, 0, 100, cut, num_rows=100).sum())
         30
     """
+    del seed  # the rows depend on it through sample_mask; the cut is the count
     if size >= num_rows:
         return math.inf
-    return float(np.sort(uniform_at(seed, 0, num_rows, stream=SAMPLE_STREAM))[size])
+    return float(size)
 
 
-def sample_mask(seed: int, lo: int, hi: int, cut: float) -> NDArray[np.bool_]:
-    """Which of the global rows ``lo .. hi - 1`` the sample keeps (see :func:`sample_cut`)."""
-    out: NDArray[np.bool_] = uniform_at(seed, lo, hi, stream=SAMPLE_STREAM) < cut
+def sample_mask(seed: int, lo: int, hi: int, cut: float, *, num_rows: int) -> NDArray[np.bool_]:
+    """Which of the global rows ``lo .. hi - 1`` (of ``num_rows``) the sample keeps: Ludwig's rows,
+    those ``df.sample(frac, random_state=seed)`` keeps (see :func:`sample_cut`); every row when
+    ``cut`` is infinite."""
+    from datamill.preprocessing.ludwig_rows import sample_ranks
+
+    if cut == math.inf:
+        return np.ones(hi - lo, dtype=bool)
+
+    out: NDArray[np.bool_] = sample_ranks(seed, num_rows)[lo:hi] < cut
     return out
 
 
@@ -388,8 +397,10 @@ def assign_split(
         return fixed_split(column, cfg, path=path, line_offset=line_offset, row_offset=lo)
     if cfg.type == "hash":
         assert column is not None
-        p = np.cumsum(cfg.probabilities)
-        return np.searchsorted(p[:2], hash_uniform(column), side="right").astype(np.int8)
+        from datamill.preprocessing.ludwig_rows import hash_split
+
+        # line_offset 2: read from CSV/TSV as strings, typed as pandas would type them
+        return hash_split(column, cfg.probabilities, csv=line_offset == 2)
     if cfg.type == "datetime":
         assert column is not None and state.time_cuts is not None
         t, rows = _datetimes(column, cfg.datetime_format), np.arange(lo, hi)

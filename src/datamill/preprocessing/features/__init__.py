@@ -30,10 +30,12 @@ __all__ = [
 ]
 
 FEATURE_TYPES: dict[str, str] = {
+    "audio": "datamill.preprocessing.features.audio",
     "bag": "datamill.preprocessing.features.bag",
     "binary": "datamill.preprocessing.features.binary",
     "category": "datamill.preprocessing.features.category",
     "date": "datamill.preprocessing.features.date",
+    "h3": "datamill.preprocessing.features.h3",
     "image": "datamill.preprocessing.features.image",
     "number": "datamill.preprocessing.features.number",
     "sequence": "datamill.preprocessing.features.sequence",

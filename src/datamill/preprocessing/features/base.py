@@ -134,7 +134,8 @@ class FeatureHandler(ABC):
     #: the ``type:`` of the config
     type_name: ClassVar[str]
     Params: ClassVar[builtins.type[BaseModel]]
-    #: arrow type the column is cast to before fit/transform ("string", "float64")
+    #: arrow type the column is cast to before fit/transform ("string", "float64"; "binary": a
+    # binary column kept as bytes, anything else as strings)
     input_type: ClassVar[str]
     #: Ludwig's default missing-value strategy of this type
     missing_value_strategy: ClassVar[str]
@@ -191,7 +192,8 @@ class FeatureHandler(ABC):
         """The fill value stored in the metadata (``computed_fill_value``) from the merged fit
         statistics.
 
-        ``None`` for ``bfill``/``ffill``/``drop_row`` (filled from neighbours or dropped).
+        ``bfill``/``ffill``/``drop_row`` (filled from neighbours or dropped) compute nothing and
+        store :meth:`unfitted_fill`, the value Ludwig's schema stores then.
         """
         if strategy == "fill_with_const":
             return self.const_fill(fill_value)
@@ -203,7 +205,13 @@ class FeatureHandler(ABC):
             if mode is None:
                 return 0.0 if self.input_type == "float64" else self.fill_value
             return mode
-        return None
+        return self.unfitted_fill()
+
+    @classmethod
+    def unfitted_fill(cls) -> Any:
+        """The ``computed_fill_value`` stored when none is computed: Ludwig's schema default (the
+        type's ``fill_value``; ``<UNK>`` for a category, ``0.0`` for a number)."""
+        return cls.fill_value
 
     # -- the feature itself ----------------------------------------------------------------------
     def tokens(self, column: pa.Array, params: Any, ctx: FeatureContext) -> Any:

@@ -8,6 +8,14 @@ true, the other false (with a warning naming them and the option to set). Any ot
 value is an error naming the file, line and column.
 ``fill_with_false``/``fill_with_true`` store the column's own label (``"N"`` for a Y/N column,
 Ludwig's ``computed_fill_value``). Statistics: distinct value counts (mergeable).
+
+As Ludwig 0.17 (``precompute_fill_value`` and ``BinaryFeatureMixin.get_feature_meta``): a column
+holding more than two distinct raw values is refused ("expects 2 distinct values") when its
+missing values are filled with ``fill_with_false``/``fill_with_true`` (the default) or its values
+are not all numbers and not all ``true``/``false`` (what pandas reads as an object column); and
+its metadata's ``fallback_true_label`` is the configured label or else the first sorted value, as
+Ludwig stores it (for a Y/N column ``"N"``, unused since both are conventional). The rows are
+still read with the rules above.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.errors import DataFileError
+from datamill.core.errors import ConfigError, DataFileError
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
     CSR,
@@ -29,7 +37,7 @@ from datamill.preprocessing.features.base import (
     FeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
-from datamill.preprocessing.missing import MissingStats
+from datamill.preprocessing.missing import NEIGHBOURS, MissingStats
 from datamill.vocab import TokenCounts, count_tokens
 
 __all__ = ["BinaryParams", "Handler"]
@@ -77,6 +85,13 @@ class Handler(FeatureHandler):
         values = (
             [] if stats.values is None else [v for v in stats.values.to_pylist() if v is not None]
         )
+        if len(values) > 2:  # Ludwig's precompute_fill_value refuses the column
+            raise ConfigError(
+                f"missing_value_strategy {strategy} expects 2 distinct values, found "
+                f"{len(values)}: {sorted(values)[:10]}",
+                hint="declare the feature as category, or map the values to two labels first "
+                "(Ludwig 0.17 refuses this column too)",
+            )
         fallback = (
             params.fallback_true_label
             if params.fallback_true_label is not None
@@ -116,6 +131,44 @@ class Handler(FeatureHandler):
             return None
         return min(values)
 
+    @staticmethod
+    def _pandas_object(values: list[str]) -> bool:
+        """Ludwig's test: the values are neither all numbers nor all ``true``/``false``."""
+        if all(v.strip().lower() in ("true", "false") for v in values):
+            return False
+        try:
+            for v in values:
+                float(v)
+        except ValueError:
+            return True
+        return False
+
+    @classmethod
+    def _ludwig_label(
+        cls, values: list[str], params: BinaryParams, ctx: FeatureContext
+    ) -> str | None:
+        """The ``fallback_true_label`` Ludwig stores; refuses an object column of > 2 values."""
+        if not values or not cls._pandas_object(values):
+            return params.fallback_true_label
+        edge = cls.edge_fill(
+            params
+        )  # bfill/ffill's fill at the dataset's ends (Ludwig: a neighbour)
+        seen = (
+            [v for v in values if v != edge]
+            if params.missing_value_strategy in NEIGHBOURS
+            else values
+        )
+        if len(seen) > 2:
+            raise DataFileError(
+                f"a binary feature expects 2 distinct values, found {sorted(values)[:10]} "
+                f"({len(values)} values)",
+                path=ctx.path,
+                column=ctx.column,
+                hint="declare the feature as category, or map the values to two labels first "
+                "(Ludwig 0.17 refuses this column too)",
+            )
+        return params.fallback_true_label or min(values)
+
     def fit(self, column: pa.Array, params: BinaryParams, ctx: FeatureContext) -> TokenCounts:
         return count_tokens(column)
 
@@ -126,6 +179,7 @@ class Handler(FeatureHandler):
         self, stats: TokenCounts, params: BinaryParams, ctx: FeatureContext
     ) -> dict[str, Any]:
         counts = stats.as_dict()
+        stored = self._ludwig_label(list(counts), params, ctx)
         fallback = params.fallback_true_label
         if fallback is None:
             fallback = self._auto_label(list(counts), params)
@@ -157,7 +211,8 @@ class Handler(FeatureHandler):
             "str2freq": counts,
             "str2bool": {v: t for v, t in str2bool.items() if t is not None},
             "bool2str": [labels[False] or "false", labels[True] or "true"],
-            "fallback_true_label": fallback,
+            "fallback_true_label": stored,
+            "preprocessing": {"fallback_true_label": stored},
             "vocab_size": 2,
         }
 
@@ -196,6 +251,10 @@ class Handler(FeatureHandler):
     def transform(
         self, column: pa.Array, meta: dict[str, Any], params: BinaryParams, ctx: FeatureContext
     ) -> dict[str, NDArray[Any] | CSR]:
-        fallback = meta.get("fallback_true_label", params.fallback_true_label)
+        fallback = params.fallback_true_label
+        if fallback is None and "str2freq" in meta:  # the label the fit values were read with
+            fallback = self._auto_label(list(meta["str2freq"]), params)
+        elif fallback is None:  # metadata written before str2freq was stored
+            fallback = meta.get("fallback_true_label")
         truth = self._truth(column, params, ctx, fallback=fallback)
         return {ctx.name: truth.to_numpy(zero_copy_only=False).astype(np.bool_)}

@@ -4,7 +4,8 @@ Normalizations (Ludwig's): ``zscore`` is the default of input features and no no
 default of output features, as Ludwig's ``NumberPreprocessingConfig`` and
 ``NumberOutputPreprocessingConfig`` have it; ``none`` (or ``null``); ``zscore`` ``(x - mean) /
 std``; ``minmax`` ``(x - min) / (max - min)``; ``iq`` ``(x - median) / (q3 - q1)``; ``log1p``
-``log(1 + x)`` (values must be > -1). A zero spread (std, max - min or q3 - q1) is replaced by 1.
+``log(1 + x)`` (values must be > -1). A zero spread (std or max - min) is replaced by 1; ``iq`` on a
+column whose interquartile range is 0 is refused, as Ludwig refuses it.
 
 Outliers (Ludwig's ``outlier_strategy``/``outlier_threshold``): a value farther than ``threshold``
 standard deviations from the mean of the fit rows is replaced, before normalization, by that mean
@@ -147,6 +148,15 @@ class Handler(FeatureHandler):
             q1, median, q3 = (
                 np.quantile(stats.values, [0.25, 0.5, 0.75]).tolist() if n else [0.0] * 3
             )
+            if n and q3 == q1:
+                raise DataFileError(
+                    "cannot apply iq normalization: the interquartile range is 0 "
+                    f"(q1 = q3 = {q1:g}), so every value would be divided by zero",
+                    path=ctx.path,
+                    column=ctx.column,
+                    hint="use normalization zscore or minmax for this column "
+                    "(Ludwig 0.17 refuses it too)",
+                )
             meta.update(q1=q1, median=median, q3=q3)
         return meta
 

@@ -245,6 +245,11 @@ class Handler(FeatureHandler):
     defaults_key: ClassVar[str] = "text"
 
     @classmethod
+    def unfitted_fill(cls) -> Any:
+        """Ludwig's schema default ``computed_fill_value`` of text: ``<UNK>``."""
+        return "<UNK>"
+
+    @classmethod
     def default_fill(cls, params: dict[str, Any]) -> Any:
         """``<UNK>`` with ``layout: ludwig017`` (Ludwig fills a missing text with it before
         tokenising), else ``""``."""
