@@ -23,6 +23,8 @@ from datamill.loader.loader import Loader, per_sample
 from datamill.loader.mix import Mix
 from datamill.loader.options import Batching, Workers
 from datamill.loader.order import epoch_order, split_for_rank
+from datamill.loader.packing import Packing
+from datamill.loader.schedule import Schedule
 from datamill.loader.service import BatchService
 from datamill.loader.sources import open_source, read_batches
 from datamill.loader.stages import EpochPlan
@@ -41,6 +43,8 @@ __all__ = [
     "EpochPlan",
     "Loader",
     "Mix",
+    "Packing",
+    "Schedule",
     "Tracer",
     "Workers",
     "check_resume_compat",

@@ -162,6 +162,8 @@ def imbalance(costs: F64, ranks: I64, /, *, world_size: int) -> float:
         >>> imbalance(np.array([3.0, 1.0]), np.array([0, 1]), world_size=2)
         1.5
     """
-    load = np.bincount(np.asarray(ranks).ravel(), weights=np.asarray(costs).ravel(), minlength=world_size)
+    load = np.bincount(
+        np.asarray(ranks).ravel(), weights=np.asarray(costs).ravel(), minlength=world_size
+    )
     mean = float(load.mean())
     return float(load.max() / mean) if mean > 0 else 1.0

@@ -21,6 +21,7 @@ document-masked attention).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -36,6 +37,7 @@ __all__ = [
     "Packing",
     "Units",
     "best_fit",
+    "collate_segments",
     "collate_units",
     "cut_stream",
     "pack_window",
@@ -123,12 +125,15 @@ class Units(NamedTuple):
         units = np.asarray(units, dtype=np.int64)
         counts = self.unit_ptr[units + 1] - self.unit_ptr[units]
         idx = ranges(self.unit_ptr[units], counts)
-        return Units(offsets_from_lengths(counts), self.seg_doc[idx], self.seg_start[idx], self.seg_len[idx])
+        return Units(
+            offsets_from_lengths(counts), self.seg_doc[idx], self.seg_start[idx], self.seg_len[idx]
+        )
 
     def tokens(self) -> I64:
         """Tokens (not padding) per unit."""
-        cum = np.concatenate([[0], np.cumsum(self.seg_len)])
-        return (cum[self.unit_ptr[1:]] - cum[self.unit_ptr[:-1]]).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(self.seg_len)]).astype(np.int64)
+        out: I64 = cum[self.unit_ptr[1:]] - cum[self.unit_ptr[:-1]]
+        return out
 
 
 def best_fit(lengths: I64, /, *, capacity: int) -> tuple[I64, int]:
@@ -180,7 +185,7 @@ def best_fit(lengths: I64, /, *, capacity: int) -> tuple[I64, int]:
 
 
 def _pieces(lengths: I64, seq_len: int, split_long: SplitLong) -> tuple[I64, I64, I64]:
-    """``(doc, start, length)`` of each piece: documents cut into ``seq_len`` chunks (or dropped)."""
+    """``(doc, start, length)`` per piece: documents cut into ``seq_len`` chunks (or dropped)."""
     if split_long == "drop":
         keep = np.flatnonzero((lengths > 0) & (lengths <= seq_len))
         return keep, np.zeros(len(keep), np.int64), lengths[keep]
@@ -269,11 +274,10 @@ def collate_units(
     mask_boundaries: bool = True,
     pad_id: int = 0,
 ) -> dict[str, NDArray[Any]]:
-    """Rows of ``width`` slots: ``input_ids``, ``labels``, ``position_ids``, ``segment_ids``.
+    """Rows of ``width`` slots for ``units`` over one buffer of documents
+    (:func:`collate_segments`).
 
-    ``values[doc_offsets[d]:doc_offsets[d + 1]]`` are document ``d``'s tokens. One gather builds
-    every array. A row's last slot, padding and (with ``mask_boundaries``) each segment's last token
-    are labelled ``-100``.
+    ``values[doc_offsets[d]:doc_offsets[d + 1]]`` are document ``d``'s tokens.
 
     Examples:
         >>> u = Units(np.array([0, 2]), np.array([0, 1]), np.array([0, 0]), np.array([2, 1]))
@@ -283,34 +287,71 @@ def collate_units(
         >>> out["position_ids"].tolist(), out["segment_ids"].tolist()
         ([[0, 1, 0, 0]], [[1, 1, 2, 0]])
     """
-    n = len(units)
     counts = np.diff(units.unit_ptr)
-    seg_row = np.repeat(np.arange(n, dtype=np.int64), counts)
-    seg_pos = np.cumsum(units.seg_len) - units.seg_len  # start of each segment in its row
-    seg_pos -= np.repeat(seg_pos[units.unit_ptr[:-1]] if len(seg_pos) else seg_pos[:0], counts)
-    total = int(units.seg_len.sum())
-    within = np.arange(total, dtype=np.int64) - np.repeat(
-        np.cumsum(units.seg_len) - units.seg_len, units.seg_len
+    return collate_segments(
+        np.repeat(np.arange(len(units), dtype=np.int64), counts),
+        doc_offsets[units.seg_doc] + units.seg_start,
+        units.seg_len,
+        np.zeros(len(units.seg_len), dtype=np.int64),
+        [values],
+        rows=len(units),
+        width=width,
+        mask_boundaries=mask_boundaries,
+        pad_id=pad_id,
     )
-    src = np.repeat(doc_offsets[units.seg_doc] + units.seg_start, units.seg_len) + within
-    dst = np.repeat(seg_row * width + seg_pos, units.seg_len) + within
-    dtype = np.int64 if values.dtype.itemsize > 4 or values.dtype == np.uint32 else np.int32
-    ids = np.full(n * width, pad_id, dtype=dtype)
-    ids[dst] = values[src]
-    pos = np.zeros(n * width, dtype=np.int32)
+
+
+def collate_segments(
+    seg_row: I64,
+    seg_src: I64,
+    seg_len: I64,
+    seg_buf: I64,
+    buffers: Sequence[NDArray[Any]],
+    /,
+    *,
+    rows: int,
+    width: int,
+    mask_boundaries: bool = True,
+    pad_id: int = 0,
+) -> dict[str, NDArray[Any]]:
+    """Rows of ``width`` slots: ``input_ids``, ``labels``, ``position_ids``, ``segment_ids``.
+
+    Segment ``s`` (sorted by row, in row order) is ``buffers[seg_buf[s]][seg_src[s]:][:seg_len[s]]``
+    and fills its row ``seg_row[s]`` after the segments before it. One gather per buffer builds
+    ``input_ids``; the rest is arithmetic on the segment arrays. A row's last slot, padding and
+    (with ``mask_boundaries``) each segment's last token are labelled ``-100``.
+    """
+    seg_len = np.asarray(seg_len, dtype=np.int64)
+    row_start = np.searchsorted(seg_row, np.arange(rows), side="left")
+    seg_end = np.cumsum(seg_len)
+    seg_pos = seg_end - seg_len
+    first = seg_pos[row_start[seg_row]] if len(seg_row) else seg_pos
+    seg_pos = seg_pos - first  # start of each segment in its row
+    total = int(seg_end[-1]) if len(seg_end) else 0
+    within = np.arange(total, dtype=np.int64) - np.repeat(seg_end - seg_len, seg_len)
+    dst = np.repeat(seg_row * width + seg_pos, seg_len) + within
+    wide = any(b.dtype.itemsize > 4 or b.dtype == np.uint32 for b in buffers)
+    dtype = np.dtype(np.int64 if wide else np.int32)
+    ids = np.full(rows * width, pad_id, dtype=dtype)
+    tok_buf = np.repeat(seg_buf, seg_len)
+    src = np.repeat(seg_src, seg_len) + within
+    for b, values in enumerate(buffers):
+        mine = tok_buf == b
+        ids[dst[mine]] = values[src[mine]]
+    pos = np.zeros(rows * width, dtype=np.int32)
     pos[dst] = within
-    seg = np.zeros(n * width, dtype=np.int32)
-    seg_num = np.arange(len(seg_row), dtype=np.int64) - np.repeat(units.unit_ptr[:-1], counts)
-    seg[dst] = np.repeat(seg_num + 1, units.seg_len)
-    labels = np.full(n * width, IGNORE_INDEX, dtype=dtype)
+    seg = np.zeros(rows * width, dtype=np.int32)
+    seg_num = np.arange(len(seg_row), dtype=np.int64) - row_start[seg_row]
+    seg[dst] = np.repeat(seg_num + 1, seg_len)
+    labels = np.full(rows * width, IGNORE_INDEX, dtype=dtype)
     nxt = dst + 1
     ok = (nxt % width) != 0  # not the row's last slot
     ok[ok] = seg[nxt[ok]] != 0  # nor before padding
     if mask_boundaries:
-        ok &= within != np.repeat(units.seg_len - 1, units.seg_len)
+        ok &= within != np.repeat(seg_len - 1, seg_len)
     ok_dst = dst[ok]
     labels[ok_dst] = ids[ok_dst + 1]
-    shape = (n, width)
+    shape = (rows, width)
     return {
         "input_ids": ids.reshape(shape),
         "labels": labels.reshape(shape),

@@ -29,7 +29,7 @@ from datamill.core.checks import check_float, check_int
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 
-__all__ = ["Schedule"]
+__all__ = ["Schedule", "wants_lm"]
 
 Interpolation = Literal["constant", "linear"]
 
@@ -57,7 +57,8 @@ class Schedule:
         ([Fraction(4, 5), Fraction(1, 5)], [Fraction(1, 5), Fraction(4, 5)])
         >>> s.quotas(0, [0, 0], global_batch=8), s.quotas(10, [64, 16], global_batch=8)
         ([6, 2], [2, 6])
-        >>> Schedule([(0, {"a": 1, "b": 0}), (4, {"a": 0, "b": 1})], interpolation="linear").weights(1)
+        >>> lin = Schedule([(0, {"a": 1, "b": 0}), (4, {"a": 0, "b": 1})], interpolation="linear")
+        >>> lin.weights(1)
         [Fraction(3, 4), Fraction(1, 4)]
     """
 
@@ -81,7 +82,9 @@ class Schedule:
         self._w: list[list[Fraction]] = []
         for k, item in enumerate(pts):
             if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[1], Mapping):
-                raise ConfigError(f"Schedule point {k} must be (step, {{name: weight}}), got {item!r}")
+                raise ConfigError(
+                    f"Schedule point {k} must be (step, {{name: weight}}), got {item!r}"
+                )
             step = check_int(item[0], name=f"Schedule point {k}'s step", low=0, high=None)
             if (k == 0 and step != 0) or (self.steps and step <= self.steps[-1]):
                 raise ConfigError(
@@ -173,3 +176,14 @@ class Schedule:
         for i in behind[:extra]:
             out[i] += 1
         return out
+
+
+def wants_lm(source: object, packing: object, balance: object) -> bool:
+    """Whether ``Loader(...)`` makes language-model batches: packing, balancing or a scheduled Mix.
+
+    Examples:
+        >>> wants_lm(None, None, "tokens"), wants_lm(None, None, None)
+        (True, False)
+    """
+    scheduled = getattr(source, "schedule", None) is not None
+    return packing is not None or balance is not None or scheduled
