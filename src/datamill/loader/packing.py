@@ -317,44 +317,56 @@ def collate_segments(
     """Rows of ``width`` slots: ``input_ids``, ``labels``, ``position_ids``, ``segment_ids``.
 
     Segment ``s`` (sorted by row, in row order) is ``buffers[seg_buf[s]][seg_src[s]:][:seg_len[s]]``
-    and fills its row ``seg_row[s]`` after the segments before it. One gather per buffer builds
-    ``input_ids``; the rest is arithmetic on the segment arrays. A row's last slot, padding and
-    (with ``mask_boundaries``) each segment's last token are labelled ``-100``.
+    and fills its row ``seg_row[s]`` after the segments before it; the rest of a row is padding.
+    Every slot is covered by exactly one segment or one padding run per row, in order, so each
+    array is a ``repeat`` over those runs (no scatter) and ``input_ids`` one gather per buffer.
+    A row's last slot, padding and (with ``mask_boundaries``) each segment's last token are
+    labelled ``-100``.
     """
+    seg_row = np.asarray(seg_row, dtype=np.int64)
     seg_len = np.asarray(seg_len, dtype=np.int64)
-    row_start = np.searchsorted(seg_row, np.arange(rows), side="left")
-    seg_end = np.cumsum(seg_len)
-    seg_pos = seg_end - seg_len
-    first = seg_pos[row_start[seg_row]] if len(seg_row) else seg_pos
-    seg_pos = seg_pos - first  # start of each segment in its row
-    total = int(seg_end[-1]) if len(seg_end) else 0
-    within = np.arange(total, dtype=np.int64) - np.repeat(seg_end - seg_len, seg_len)
-    dst = np.repeat(seg_row * width + seg_pos, seg_len) + within
+    n_seg = len(seg_row)
+    row_end = np.searchsorted(seg_row, np.arange(rows), side="right")  # segments in rows <= r
+    row_start = np.concatenate([[0], row_end[:-1]]).astype(np.int64)
+    used = np.bincount(seg_row, weights=seg_len, minlength=rows).astype(np.int64)
+    if (used > width).any():
+        raise ValueError(f"a row holds {int(used.max())} tokens, more than width={width}")
+    at_seg = np.arange(n_seg, dtype=np.int64) + seg_row  # runs: each row's segments, then its pad
+    at_pad = row_end + np.arange(rows, dtype=np.int64)
+    runs = n_seg + rows
+    lens = np.empty(runs, dtype=np.int64)
+    lens[at_seg], lens[at_pad] = seg_len, width - used
+    seg_id = np.zeros(runs, dtype=np.int32)
+    seg_id[at_seg] = np.arange(n_seg) - row_start[seg_row] + 1
+    start = np.zeros(runs, dtype=np.int64)
+    start[at_seg] = seg_src
+    run_begin = np.cumsum(lens) - lens
+    seg = np.repeat(seg_id, lens)
+    within = np.arange(rows * width, dtype=np.int64) - np.repeat(run_begin, lens)
+    src = np.repeat(start, lens) + within
     wide = any(b.dtype.itemsize > 4 or b.dtype == np.uint32 for b in buffers)
     dtype = np.dtype(np.int64 if wide else np.int32)
-    ids = np.full(rows * width, pad_id, dtype=dtype)
-    tok_buf = np.repeat(seg_buf, seg_len)
-    src = np.repeat(seg_src, seg_len) + within
-    for b, values in enumerate(buffers):
-        mine = tok_buf == b
-        ids[dst[mine]] = values[src[mine]]
-    pos = np.zeros(rows * width, dtype=np.int32)
-    pos[dst] = within
-    seg = np.zeros(rows * width, dtype=np.int32)
-    seg_num = np.arange(len(seg_row), dtype=np.int64) - row_start[seg_row]
-    seg[dst] = np.repeat(seg_num + 1, seg_len)
+    real = seg > 0
+    if len(buffers) == 1 and len(buffers[0]):
+        ids = np.where(real, np.take(buffers[0], src, mode="clip"), pad_id).astype(dtype)
+    else:
+        ids = np.full(rows * width, pad_id, dtype=dtype)
+        which = np.full(runs, -1, dtype=np.int64)
+        which[at_seg] = seg_buf
+        tok_buf = np.repeat(which, lens)
+        for b, values in enumerate(buffers):
+            mine = tok_buf == b
+            ids[mine] = values[src[mine]]
+    pos = np.where(real, within, 0).astype(np.int32)
     labels = np.full(rows * width, IGNORE_INDEX, dtype=dtype)
-    nxt = dst + 1
-    ok = (nxt % width) != 0  # not the row's last slot
-    ok[ok] = seg[nxt[ok]] != 0  # nor before padding
-    if mask_boundaries:
-        ok &= within != np.repeat(seg_len - 1, seg_len)
-    ok_dst = dst[ok]
-    labels[ok_dst] = ids[ok_dst + 1]
+    ok = real[:-1] & ((seg[1:] == seg[:-1]) if mask_boundaries else (seg[1:] > 0))
+    labels[:-1] = np.where(ok, ids[1:], IGNORE_INDEX)
     shape = (rows, width)
-    return {
+    out = {
         "input_ids": ids.reshape(shape),
         "labels": labels.reshape(shape),
         "position_ids": pos.reshape(shape),
         "segment_ids": seg.reshape(shape),
     }
+    out["labels"][:, -1] = IGNORE_INDEX
+    return out
