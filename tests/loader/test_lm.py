@@ -504,3 +504,19 @@ def test_trace_cli_lists_a_steps_sequences(tmp_path: Any, capsys: Any) -> None:
     assert len(out["sequences"]) == 2 and first[1].shape == (2, 16)
     doc = out["sequences"][0]["documents"][0]
     assert first[1][0][0] == doc["sample"] * SPAN + doc["start"]
+
+
+def test_lm_loader_pickles_mid_run() -> None:
+    import pickle
+
+    ld = make(lm_mix(), world=2, rank=1, global_batch=8)
+    it = iter(ld)
+    next(it)
+    clone = pickle.loads(pickle.dumps(ld))  # what a spawned worker process does
+    for a, b in zip(itertools.islice(iter(clone), 2), itertools.islice(it, 2)):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_explicit_none_keeps_the_plain_loader() -> None:
+    src = TableSource(token_table(np.ones(4, int)))
+    assert type(Loader(src, 2, packing=None, balance=None)).__name__ == "Loader"

@@ -35,6 +35,30 @@ SWAPS = 8
 """Swap passes after the greedy deal."""
 
 
+def _tokens(n: I64) -> F64:
+    return np.asarray(n, dtype=np.float64)
+
+
+def _tokens_squared(n: I64) -> F64:
+    return np.asarray(n, dtype=np.float64) ** 2
+
+
+class _Custom:
+    """A user's cost callable, checked (a class, not a closure, so a loader pickles)."""
+
+    def __init__(self, fn: Callable[[I64], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, n: I64) -> F64:
+        out = np.asarray(self.fn(n), dtype=np.float64)
+        if out.shape != np.shape(n):
+            raise ConfigError(
+                f"the balance callable must return one cost per length, got shape "
+                f"{out.shape} for {np.shape(n)}"
+            )
+        return out
+
+
 def cost_function(balance: Balance, /) -> Callable[[I64], F64]:
     """The per-segment cost of a ``balance`` setting.
 
@@ -43,22 +67,11 @@ def cost_function(balance: Balance, /) -> Callable[[I64], F64]:
         [4.0, 9.0]
     """
     if balance == "tokens":
-        return lambda n: np.asarray(n, dtype=np.float64)
+        return _tokens
     if balance == "tokens_squared":
-        return lambda n: np.asarray(n, dtype=np.float64) ** 2
+        return _tokens_squared
     if callable(balance):
-        fn = balance
-
-        def custom(n: I64) -> F64:
-            out = np.asarray(fn(n), dtype=np.float64)
-            if out.shape != np.shape(n):
-                raise ConfigError(
-                    f"the balance callable must return one cost per length, got shape "
-                    f"{out.shape} for {np.shape(n)}"
-                )
-            return out
-
-        return custom
+        return _Custom(balance)
     raise ConfigError(
         f"balance must be 'tokens', 'tokens_squared' or a callable of the lengths, got {balance!r}"
     )

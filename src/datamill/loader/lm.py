@@ -118,6 +118,9 @@ class LMLoader:
     a dict of ``input_ids``, ``labels``, ``position_ids``, ``segment_ids`` (``(batch_size,
     width)``; width ``seq_len`` with packing, else the longest document of the batch),
     ``global_index`` and ``source`` (``(batch_size,)``). ``collate="torch"`` gives tensors.
+    ``Batching(filter=)`` receives each source's rows (a window of documents, its own columns);
+    ``Workers(threads=)`` gathers batches in threads while the next steps are planned (never
+    changing them); ``drop_last`` and the other ``Batching`` fields do not apply.
 
     Examples:
         >>> import pyarrow as pa

@@ -117,7 +117,8 @@ class Loader:
         packing: Packing | None = None,
         balance: Balance | None = None,
     ) -> None:
-        assert packing is None and balance is None  # those make an LMLoader (__new__)
+        if packing is not None or balance is not None:  # Loader(...) made an LMLoader instead
+            raise ConfigError(f"{type(self).__name__} does not pack or balance; use Loader(...)")
         b, w = _checked_options(batching, workers, epoch=epoch, rank=rank, world_size=world_size)
         replication, shuffle_buffer, refill, pin_memory = (
             b.replication,
