@@ -520,3 +520,25 @@ def test_lm_loader_pickles_mid_run() -> None:
 def test_explicit_none_keeps_the_plain_loader() -> None:
     src = TableSource(token_table(np.ones(4, int)))
     assert type(Loader(src, 2, packing=None, balance=None)).__name__ == "Loader"
+
+
+@given(
+    ws=st.lists(st.integers(0, 9), min_size=3, max_size=5).filter(lambda w: sum(w) > 0),
+    batch=st.integers(1, 40),
+)
+def test_more_sources_stay_within_two(ws: list[int], batch: int) -> None:
+    """Three or more sources: every global batch within one unit of its target, every window of
+    steps within two (one is not reachable for every set of weights)."""
+    names = [f"s{i}" for i in range(len(ws))]
+    sched = Schedule([(0, dict(zip(names, [w + 0.5 for w in ws])))])
+    counts = [0] * len(ws)
+    got = [list(counts)]
+    for step in range(40):
+        q = sched.quotas(step, counts, global_batch=batch)
+        x = [batch * w for w in sched.weights(step)]
+        assert sum(q) == batch and all(abs(a - b) < 1 for a, b in zip(q, x))
+        counts = [c + v for c, v in zip(counts, q)]
+        got.append(list(counts))
+    for i in range(len(ws)):
+        dev = [Fraction(got[s][i]) - batch * sched.cumulative(s)[i] for s in range(41)]
+        assert max(dev) - min(dev) < 2
