@@ -116,6 +116,19 @@ def trace_lm(
 
     Raises:
         ConfigError: a step before the record's start, or another dataset.
+
+    Examples:
+        >>> import pyarrow as pa
+        >>> from datamill.core.source import TableSource
+        >>> from datamill.loader import Loader, Packing
+        >>> src = TableSource(pa.table({"tokens": [[1, 2, 3], [4, 5], [6]] * 4}))
+        >>> ld = Loader(src, 2, packing=Packing(seq_len=4, window=6), seed=1)
+        >>> first = next(iter(ld))
+        >>> rows = trace_lm(ld.run_record(), src, step=0)
+        >>> seg = first["segment_ids"][0]
+        >>> lengths = [int((seg == s).sum()) for s in range(1, seg.max() + 1)]
+        >>> [d["length"] for d in rows[0]["documents"]] == lengths
+        True
     """
     loader = _loader_for(record, source, filter=filter, balance=balance)
     start = record["start"]
