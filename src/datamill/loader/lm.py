@@ -290,7 +290,7 @@ class LMLoader:
         wins = [plan.pieces[int(k)].window for k in used]
         for j, win in enumerate(wins):
             at = buf == j
-            src[at] = win.doc_offsets[seg_doc[at]] + seg_start[at]
+            src[at] = win.doc_start[seg_doc[at]] + seg_start[at]
         p = self.packing
         width = p.seq_len if p is not None else int(np.bincount(seg_row, seg_len).max(initial=0))
         out = collate_segments(

@@ -48,11 +48,12 @@ class Position(NamedTuple):
 
 @dataclass
 class Window:
-    """One window's documents: tokens (CSR), sample ids, kept lengths and units."""
+    """One window's documents: their tokens (document ``d`` is ``values[doc_start[d]:]
+    [:lengths[d]]``), sample ids, kept lengths (0: filtered out) and units."""
 
     key: tuple[int, int]
     values: NDArray[Any]
-    doc_offsets: I64
+    doc_start: I64
     samples: I64
     lengths: I64  # 0 for a document the filter dropped
     units: Units
@@ -157,32 +158,38 @@ class SourceStream:
             self._shards.popitem(last=False)
         return got
 
-    def _read(self, samples: I64) -> tuple[NDArray[Any], I64, pa.Table | None]:
-        """The tokens (CSR, in ``samples`` order) and, with a filter, the rows as a table."""
+    def _read(self, samples: I64) -> tuple[NDArray[Any], I64, I64, pa.Table | None]:
+        """The documents' tokens: one buffer (grouped by shard, one gather per shard), each
+        document's start in it and length, in ``samples`` order; with a filter, the rows as a
+        table."""
         shard = np.searchsorted(self.starts, samples, side="right") - 1
         rows = samples - self.starts[shard]
+        order = np.argsort(shard, kind="stable")
+        ks, first = np.unique(shard[order], return_index=True)
+        bounds = np.append(first, len(order))
         lengths = np.zeros(len(samples), dtype=np.int64)
-        parts: list[tuple[I64, NDArray[Any]]] = []
+        doc_start = np.zeros(len(samples), dtype=np.int64)
+        pieces: list[NDArray[Any]] = []
         tables, where = [], []
-        for k in np.unique(shard).tolist():
-            at = np.flatnonzero(shard == k)
+        base = 0
+        for i, k in enumerate(ks.tolist()):
+            at = order[bounds[i] : bounds[i + 1]]
             table, values, offsets = self._shard(int(k))
             r = rows[at]
-            lengths[at] = offsets[r + 1] - offsets[r]
-            parts.append((at, values[ranges(offsets[r], lengths[at])]))
+            ln = offsets[r + 1] - offsets[r]
+            lengths[at] = ln
+            doc_start[at] = base + np.cumsum(ln) - ln
+            pieces.append(values[ranges(offsets[r], ln)])
+            base += int(ln.sum())
             if self.filter is not None:
                 tables.append(table.take(pa.array(r)))
                 where.append(at)
-        doc_offsets = offsets_from_lengths(lengths)
-        dtype = parts[0][1].dtype if parts else np.int32
-        out = np.empty(int(doc_offsets[-1]), dtype=dtype)
-        for at, vals in parts:
-            out[ranges(doc_offsets[at], lengths[at])] = vals
+        out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
         table_out = None
         if tables:
             perm = np.argsort(np.concatenate(where), kind="stable")
             table_out = pa.concat_tables(tables).take(pa.array(perm))
-        return out, doc_offsets, table_out
+        return out, doc_start, lengths, table_out
 
     def _kept(self, table: pa.Table | None, key: tuple[int, int]) -> NDArray[np.bool_]:
         assert self.filter is not None and table is not None
@@ -207,16 +214,13 @@ class SourceStream:
         if got is not None:
             return got
         samples = self._order(key[0]).take(w * self.window_docs, (w + 1) * self.window_docs)
-        values, doc_offsets, table = self._read(samples)
-        lengths = np.diff(doc_offsets)
+        values, doc_start, lengths, table = self._read(samples)
         filtered = 0
         if self.filter is not None:
             keep = self._kept(table, key)
             filtered = int((~keep).sum())
             lengths = np.where(keep, lengths, 0)
-        got = Window(
-            key, values, doc_offsets, samples, lengths, self._units(lengths, key), filtered
-        )
+        got = Window(key, values, doc_start, samples, lengths, self._units(lengths, key), filtered)
         self._windows[key] = got
         while len(self._windows) > KEEP_WINDOWS:
             self._windows.popitem(last=False)

@@ -340,15 +340,18 @@ def collate_segments(
     seg_id[at_seg] = np.arange(n_seg) - row_start[seg_row] + 1
     start = np.zeros(runs, dtype=np.int64)
     start[at_seg] = seg_src
-    run_begin = np.cumsum(lens) - lens
+    small = rows * width < 2**31 and max((len(b) for b in buffers), default=0) + width < 2**31
+    idx = np.dtype(np.int32 if small else np.int64)  # half the bytes per token pass when it fits
+    run_begin = (np.cumsum(lens) - lens).astype(idx)
     seg = np.repeat(seg_id, lens)
-    within = np.arange(rows * width, dtype=np.int64) - np.repeat(run_begin, lens)
-    src = np.repeat(start, lens) + within
+    within = np.arange(rows * width, dtype=idx) - np.repeat(run_begin, lens)
+    src = np.repeat(start.astype(idx), lens) + within
     wide = any(b.dtype.itemsize > 4 or b.dtype == np.uint32 for b in buffers)
     dtype = np.dtype(np.int64 if wide else np.int32)
     real = seg > 0
     if len(buffers) == 1 and len(buffers[0]):
-        ids = np.where(real, np.take(buffers[0], src, mode="clip"), pad_id).astype(dtype)
+        ids = np.take(buffers[0], src, mode="clip").astype(dtype, copy=False)
+        ids[~real] = pad_id
     else:
         ids = np.full(rows * width, pad_id, dtype=dtype)
         which = np.full(runs, -1, dtype=np.int64)
