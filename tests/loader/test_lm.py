@@ -388,28 +388,50 @@ def test_schedule_change_neither_repeats_nor_skips_a_source_sample() -> None:
         assert len(keys) == len(set(keys)), f"source {src} repeated a document piece"
 
 
-def test_epoch_covers_every_kept_token_once() -> None:
-    """One source, best_fit with chunking and a filter: each epoch's packed sequences hold every
-    token of every kept document exactly once (and none of the filtered ones)."""
-    lengths = long_tail(300, 5)
+@given(
+    seed=st.integers(0, 2**16),
+    seq_len=st.integers(2, 40),
+    window=st.integers(4, 120),
+    strategy=st.sampled_from(["best_fit", "concat"]),
+    split=st.sampled_from(["chunk", "drop"]),
+    world=st.integers(1, 4),
+)
+@settings(max_examples=15)
+def test_epoch_covers_every_kept_token_once(
+    seed: int, seq_len: int, window: int, strategy: str, split: str, world: int
+) -> None:
+    """One source, a filter, balanced: each epoch's sequences hold every token of every kept
+    document exactly once (none of the filtered ones; with split_long="drop" none of the longer
+    ones under best_fit), and the rows' tokens are those pieces, in order."""
+    lengths = long_tail(150, seed)
     table = token_table(lengths)
     ld = Loader(
-        TableSource(table, shard_size=70),
-        3,
-        world_size=2,
-        seed=4,
-        packing=Packing(seq_len=10, window=64),
+        TableSource(table, shard_size=40),
+        2,
+        world_size=world,
+        seed=seed,
+        packing=Packing(seq_len=seq_len, window=window, strategy=strategy, split_long=split),  # type: ignore[arg-type]
         balance="tokens",
         batching=Batching(filter=keep_lang),
     )
     keep = keep_lang(table)
+    if strategy == "best_fit" and split == "drop":
+        keep &= lengths <= seq_len
     want = {int(v) for d in np.flatnonzero(keep) for v in d * SPAN + np.arange(lengths[d])}
     pos, taken, got = ld.positions, ld.taken, []
     while True:
         plan = ld.plan_step(ld.step, pos, taken)
         ld.step += 1
-        for u in range(6):
+        for u in range(2 * world):
             got += [(e, s * SPAN + a + k) for _, e, s, a, n in plan.segments(u) for k in range(n)]
+        rows = ld.build(plan)  # rank 0's rows: the tokens of their units' pieces, in order
+        for i, g in enumerate(rows["global_index"]):
+            real = rows["segment_ids"][i] > 0
+            pieces = [s * SPAN + a + k for _, _, s, a, n in plan.segments(int(g)) for k in range(n)]
+            assert rows["input_ids"][i][real].tolist() == pieces
+            inner = real[:-1] & (rows["segment_ids"][i][1:] == rows["segment_ids"][i][:-1])
+            assert (rows["labels"][i][:-1][inner] == rows["input_ids"][i][1:][inner]).all()
+            assert (rows["labels"][i][:-1][~inner] == IGNORE_INDEX).all()
         pos, taken = [tuple(p) for p in plan.after["sources"]], plan.after["taken"]  # type: ignore[misc]
         if pos[0][0] >= 1:
             break
