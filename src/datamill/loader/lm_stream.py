@@ -268,46 +268,55 @@ class SourceStream:
                 pos = self._next(pos)
         return out, pos
 
+    def _stream_from(
+        self, pos: Position, tokens: int
+    ) -> tuple[list[tuple[Window, I64, I64, I64]], Position]:
+        """The next ``tokens`` tokens of the concatenated stream from ``pos``, as pieces
+        ``(window, document, start, length)`` per window (only the documents they touch)."""
+        out, p, off, left, empty = [], pos, pos.offset, tokens, 0
+        while left > 0:
+            win = self.window(p.epoch, p.window)
+            docs, lens = win.units.seg_doc, win.units.seg_len
+            cum = np.cumsum(lens)
+            total = int(cum[-1]) if len(cum) else 0
+            if off >= total:
+                empty += 1
+                if empty > self.num_windows + 1:
+                    raise ConfigError(f"source {self.index} has no tokens left after the filter")
+                p, off = self._next(p), 0
+                continue
+            empty = 0
+            d0 = int(np.searchsorted(cum, off, side="right"))
+            end = min(total, off + left)
+            d1 = int(np.searchsorted(cum, end, side="left")) + 1
+            start = np.zeros(d1 - d0, dtype=np.int64)
+            length = lens[d0:d1].astype(np.int64, copy=True)
+            start[0] = off - (int(cum[d0]) - int(lens[d0]))
+            length[0] -= start[0]
+            length[-1] -= int(cum[d1 - 1]) - end
+            out.append((win, docs[d0:d1], start, length))
+            left -= end - off
+            p, off = (self._next(p), 0) if end == total else (p, end)
+        return out, Position(p.epoch, p.window, off)
+
     def _take_concat(self, pos: Position, n: int) -> tuple[list[Piece], Position]:
         assert self.packing is not None
         if n == 0:
             return [], pos
         seq_len = self.packing.seq_len
-        wins: list[Window] = []
-        need, have, p = n * seq_len + pos.offset, 0, pos
-        while have < need or not wins:
-            win = self.window(p.epoch, p.window)
-            wins.append(win)
-            have += int(win.lengths.sum())
-            p = self._next(p)
-            if len(wins) > self.num_windows + 1 and have == 0:
-                raise ConfigError(f"source {self.index} has no tokens left after the filter")
-        docs = [w.units for w in wins]
-        which = np.repeat(np.arange(len(wins)), [len(d) for d in docs])
-        seg_doc = np.concatenate([d.seg_doc for d in docs])
-        seg_len = np.concatenate([d.seg_len for d in docs])
-        cut = cut_stream(
-            np.arange(len(seg_doc)),
-            np.zeros(len(seg_doc), np.int64),
-            seg_len,
-            seq_len=seq_len,
-            first=pos.offset,
-        )
-        cut = cut.take(np.arange(n))
-        src = cut.seg_doc  # index into the concatenated segments
+        parts, after = self._stream_from(pos, n * seq_len)
+        which = np.repeat(np.arange(len(parts)), [len(d) for _, d, _, _ in parts])
+        seg_doc = np.concatenate([d for _, d, _, _ in parts])
+        seg_start = np.concatenate([s for _, _, s, _ in parts])
+        seg_len = np.concatenate([ln for _, _, _, ln in parts])
+        cut = cut_stream(np.arange(len(seg_doc)), seg_start, seg_len, seq_len=seq_len)
+        src = cut.seg_doc  # index into the concatenated pieces
         out = []
-        for i, win in enumerate(wins):  # a unit's segments may come from two windows
+        for i, (win, _, _, _) in enumerate(parts):  # a unit's segments may come from two windows
             mine = which[src] == i
             if mine.any():
                 out.append(Piece(win, _Masked.of(cut, mine, seg_doc[src]), 0))
-        used = pos.offset + n * seq_len
-        totals = np.cumsum([int(w.lengths.sum()) for w in wins])
-        k = int(np.searchsorted(totals, used, side="right"))
-        if k >= len(wins):
-            return out, p
-        start = int(totals[k - 1]) if k else 0
-        last = wins[k].key
-        return out, Position(last[0], last[1], used - start)
+        return out, after
 
 
 class _Identity:
