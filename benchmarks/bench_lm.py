@@ -257,7 +257,7 @@ def bench_balance(values_offsets: tuple[np.ndarray, np.ndarray], *, seq_len: int
             rate = many.size / (time.process_time() - t) / 1e6
             print(
                 f"balance {kind:<14} {world:>2} ranks x {per:>2}: max/mean worst {ours.max():.4f} "
-                f"mean {ours.mean():.4f} (over the equal-count lower bound: worst {gap.max():.4f}; "
+                f"mean {ours.mean():.4f} (worst / equal-count lower bound {gap.max():.4f}; "
                 f"round-robin worst {max(rr):.3f} mean {np.mean(rr):.3f}); {steps} steps; planned "
                 f"at {rate:.2f}M units per CPU-s  load {load():.1f}  goal <= 1.02, >= 1M/s"
             )
