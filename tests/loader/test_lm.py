@@ -564,3 +564,33 @@ def test_more_sources_stay_within_two(ws: list[int], batch: int) -> None:
     for i in range(len(ws)):
         dev = [Fraction(got[s][i]) - batch * sched.cumulative(s)[i] for s in range(41)]
         assert max(dev) - min(dev) < 2
+
+
+class StepsOf:
+    """An LMLoader seen in "epochs" of ``steps`` global steps, for the shared resume harness."""
+
+    def __init__(self, loader: LMLoader, steps: int) -> None:
+        self.loader, self.steps = loader, steps
+
+    def __iter__(self) -> Any:
+        it = iter(self.loader)
+        while True:
+            yield next(it)
+            if self.loader.state_dict()["step"] % self.steps == 0:
+                return
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+
+@pytest.mark.parametrize("strategy", ["best_fit", "concat"])
+def test_check_resume_contract(strategy: str) -> None:
+    from tests.contracts import check_resume
+
+    def fresh(state: dict[str, Any] | None) -> StepsOf:
+        ld = make(lm_mix(), world=2, rank=1, global_batch=8, strategy=strategy)
+        if state is not None:
+            ld.load_state_dict(state)
+        return StepsOf(ld, 4)
+
+    check_resume(fresh, 2)
