@@ -583,12 +583,12 @@ class StepsOf:
         return self.loader.state_dict()
 
 
-@pytest.mark.parametrize("strategy", ["best_fit", "concat"])
-def test_check_resume_contract(strategy: str) -> None:
+@pytest.mark.parametrize(("strategy", "threads"), [("best_fit", 0), ("concat", 0), ("best_fit", 2)])
+def test_check_resume_contract(strategy: str, threads: int) -> None:
     from tests.contracts import check_resume
 
     def fresh(state: dict[str, Any] | None) -> StepsOf:
-        ld = make(lm_mix(), world=2, rank=1, global_batch=8, strategy=strategy)
+        ld = make(lm_mix(), world=2, rank=1, global_batch=8, strategy=strategy, threads=threads)
         if state is not None:
             ld.load_state_dict(state)
         return StepsOf(ld, 4)
