@@ -55,12 +55,16 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         else:
             record_args.append(r)
     record_arg = record_args[0]
-    record = load_record(record_arg)
     source = None
     if args.source:
         from datamill.sources import open_source
 
         source = open_source(args.source)
+    from datamill.loader.lm_trace import is_lm_record, trace_command
+
+    if is_lm_record(record_arg):  # a language-model run: its packed sequences, by step
+        return trace_command(args, source, _filter(args.filter) if args.filter else None)
+    record = load_record(record_arg)
     _check_trace_args(args, record, source)
     from datamill.loader.trace_join import RunTracer
 

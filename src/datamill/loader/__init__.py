@@ -10,7 +10,9 @@ builds and yields :class:`BatchResult` objects; :class:`Accounting` adds them up
 ``max_errors`` policy (the Loader, the torch adapter and the server all use it). The pure order
 functions live in :mod:`datamill.loader.order`; the torch adapter in :mod:`datamill.loader.torch`
 (:class:`~datamill.loader.torch.TorchLoaderDataset`). :class:`Mix` mixes
-several sources with exact per-epoch proportions and is itself a source. :func:`trace` answers which
+several sources with exact per-epoch proportions and is itself a source. ``Loader(...,
+packing=Packing(...), balance=...)`` (or a Mix with a :class:`Schedule`) yields language-model
+global steps instead (:mod:`datamill.loader.lm`). :func:`trace` answers which
 steps read a sample and which samples a step read, from ``Loader.run_record()``.
 """
 
@@ -23,6 +25,8 @@ from datamill.loader.loader import Loader, per_sample
 from datamill.loader.mix import Mix
 from datamill.loader.options import Batching, Workers
 from datamill.loader.order import epoch_order, split_for_rank
+from datamill.loader.packing import Packing
+from datamill.loader.schedule import Schedule
 from datamill.loader.service import BatchService
 from datamill.loader.sources import open_source, read_batches
 from datamill.loader.stages import EpochPlan
@@ -41,6 +45,8 @@ __all__ = [
     "EpochPlan",
     "Loader",
     "Mix",
+    "Packing",
+    "Schedule",
     "Tracer",
     "Workers",
     "check_resume_compat",

@@ -17,10 +17,13 @@ from datamill.core.errors import ConfigError
 from datamill.core.progress import progress as progress_bar
 from datamill.core.source import Source
 from datamill.loader.accounting import Accounting, BatchResult
+from datamill.loader.balance import Balance
 from datamill.loader.collate import resolve_collate
 from datamill.loader.nodes import COUNTED, Positions, compose
 from datamill.loader.options import Batching, Workers
 from datamill.loader.order import Elastic
+from datamill.loader.packing import Packing
+from datamill.loader.schedule import wants_lm
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
@@ -65,6 +68,12 @@ class Loader:
         workers: how batches are built: threads, prefetch, pinned memory, progress bar; never
             changes the batches (:class:`~datamill.loader.options.Workers`). Defaults to
             ``Workers()``.
+        packing: pack documents into sequences (:class:`~datamill.loader.packing.Packing`); the
+            loader is then an :class:`~datamill.loader.lm.LMLoader` of global steps. Defaults to
+            ``None``.
+        balance: deal each global step's units to ranks by cost (``"tokens"``,
+            ``"tokens_squared"`` or a callable of lengths; :mod:`datamill.loader.balance`); also
+            makes an :class:`~datamill.loader.lm.LMLoader`. Defaults to ``None``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -79,6 +88,16 @@ class Loader:
         >>> loader.stats()["yielded"], loader.state_dict()["epoch"]
         (10, 1)
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``packing=``/``balance=`` or a Mix with a schedule: an
+        :class:`~datamill.loader.lm.LMLoader` (language-model batches) instead."""
+        source = args[0] if args else kwargs.get("source")
+        if cls is Loader and wants_lm(source, kwargs.get("packing"), kwargs.get("balance")):
+            from datamill.loader.lm import LMLoader
+
+            return LMLoader(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -95,7 +114,11 @@ class Loader:
         world_size: int = 1,
         batching: Batching | None = None,
         workers: Workers | None = None,
+        packing: Packing | None = None,
+        balance: Balance | None = None,
     ) -> None:
+        if packing is not None or balance is not None:  # Loader(...) made an LMLoader instead
+            raise ConfigError(f"{type(self).__name__} does not pack or balance; use Loader(...)")
         b, w = _checked_options(batching, workers, epoch=epoch, rank=rank, world_size=world_size)
         replication, shuffle_buffer, refill, pin_memory = (
             b.replication,

@@ -41,6 +41,7 @@ from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.rng import rng_for
 from datamill.core.source import Source, check_read_args
 from datamill.loader.order import global_order
+from datamill.loader.schedule import Schedule
 
 __all__ = ["Mix", "quotas"]
 
@@ -81,6 +82,10 @@ class Mix:
         names: a name per source, the values of the ``source`` column. Defaults to
             ``["source0", "source1", ...]``.
         source_column: the column naming each row's source. Defaults to ``"source"``.
+        schedule: weights changing with the global step
+            (:class:`~datamill.loader.schedule.Schedule`, naming the sources by ``names``); a Loader
+            over the mix then yields language-model global steps (:mod:`datamill.loader.lm`).
+            Defaults to ``None`` (``weights``, exact per epoch).
 
     Raises:
         ConfigError: no sources, a negative or all-zero weight, both or neither of ``epoch_size``
@@ -115,6 +120,7 @@ class Mix:
         stopping: Stopping | None = None,
         names: Sequence[str] | None = None,
         source_column: str = "source",
+        schedule: Schedule | None = None,
     ) -> None:
         items = list(sources)
         if not items or any(not isinstance(it, tuple) or len(it) != 2 for it in items):
@@ -136,6 +142,9 @@ class Mix:
                 f"stopping must be 'first_exhausted' or 'all_exhausted', got {stopping!r}"
             )
         self.source_column = source_column
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise ConfigError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+        self.schedule = schedule.reorder(self.names) if schedule is not None else None
         self._sizes = [np.asarray(s.shard_sizes(), dtype=np.int64) for s in self.sources]
         self._totals = [int(s.sum()) for s in self._sizes]
         self.stopping: Stopping | None = None
