@@ -46,7 +46,6 @@ TTL_HEADER = "x-datamill-ttl"
 SESSION_HEADER = "X-Datamill-Session"
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
-_MAX_ACKS = 64  # ack runs carried by one lease request (the server's bound)
 
 
 class FeedOwner(Protocol):
@@ -292,7 +291,8 @@ class LeaseFeed:
             conn.close()
 
     def _next(self, conn: Http) -> Response | None:
-        """One lease request carrying the pending acks: the reply, or ``None`` to ask again."""
+        """One lease request: the reply, or ``None`` to ask again (acknowledgements go by the ack
+        thread alone: a second sender's ``already`` would read as a lease finished by another)."""
         loader = self.loader
         query: list[tuple[str, Any]] = [
             ("client", loader.client_id),
@@ -302,9 +302,6 @@ class LeaseFeed:
         ]
         if self.direct:
             query.append(("transport", "direct"))
-        sent = loader._pending()[:_MAX_ACKS]
-        query += [("ack", f"{lid}:{f}:{a}-{b}") for lid, f, a, b in ack_ranges(sent)][:_MAX_ACKS]
-        sent_at = time.monotonic()
         try:
             res = conn.request("GET", f"{self.path}/next", ok=(200, 204, 409), query=query)
         except RemoteError as exc:
@@ -316,7 +313,6 @@ class LeaseFeed:
             self.stop.wait(1.0)  # the journal cannot be written now (a full disk): wait and retry
             return None
         self._deadline_503 = None
-        self._answered(res.headers.get("x-datamill-acks", ""), sent, sent_at)
         if res.status == 409:  # others hold the rest: ask again in 20 ms, or when the loop acks
             self.acked.wait(0.02)  # (the epoch's last lease done: its acks end the epoch now)
             self.acked.clear()
@@ -329,7 +325,7 @@ class LeaseFeed:
         self.loader._record_acks(header, sent, self.held, self.lost)
         statuses = dict(item.rpartition("=")[::2] for item in filter(None, header.split(",")))
         with self.answered:
-            self._extend([lid for lid, st in statuses.items() if st in ("ok", "already")], sent_at)
+            self._extend([lid for lid, st in statuses.items() if st == "ok"], sent_at)
 
     def _lease(self, res: Response) -> HeldLease:
         h = res.headers

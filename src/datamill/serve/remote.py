@@ -610,7 +610,11 @@ class RemoteLoader:
             for lease_id, status in statuses.items():
                 counts = self.stats["acks"]
                 counts[status] = counts.get(status, 0) + 1
-                if status in ("expired", "refused"):
+                # dynamic mode: "already" answers a batch sent once, so the lease may have been
+                # finished by another client (after an expiry): its rest is not this client's
+                if status in ("expired", "refused") or (
+                    status == "already" and self.mode == "dynamic"
+                ):
                     lost.add(lease_id)
             leases = {lid: held.get(lid) for lid in statuses}
             left = {x[0] for x in self._unflushed}
