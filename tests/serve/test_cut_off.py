@@ -113,3 +113,11 @@ def test_a_client_cut_off_for_three_lease_timeouts_repeats_at_most_one_batch(
     assert during <= 1  # the batch in doubt: yielded, its ack never answered
     assert twice <= BATCH, (twice, batches)
     assert all(log.read_text().endswith("END\n") for log in logs.values())
+
+
+def test_ack_window_below_one_is_refused() -> None:
+    from datamill.core.errors import ConfigError
+    from datamill.serve import RemoteLoader
+
+    with pytest.raises(ConfigError, match="ack_window >= 1"):
+        RemoteLoader("http://127.0.0.1:1", None, "ds", batch_size=8, ack_window=0)

@@ -109,6 +109,23 @@ _LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
 column converted once per lease; the same arrays as the collate per batch)."""
 
 
+def _check_args(
+    transport: str, rank: int, world: int, prefetch: int, window: int, slot: int, slots: int
+) -> None:
+    """Refuse a ``RemoteLoader``'s invalid arguments with a :class:`ConfigError`."""
+    if transport not in TRANSPORTS:
+        raise ConfigError(
+            f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
+        )
+    if not 0 <= rank < world:
+        raise ConfigError(f"rank must be in [0, world_size={world}), got {rank}")
+    if prefetch < 1 or window < 1 or not 0 <= slot < slots:
+        raise ConfigError(
+            "need prefetch >= 1, ack_window >= 1 and 0 <= slot < slots, got "
+            f"{prefetch}, {window}, {slot}, {slots}"
+        )
+
+
 def _same(batch: Any) -> Any:
     return batch
 
@@ -203,17 +220,7 @@ class RemoteLoader:
         cache_limit: int = DIRECT_CACHE_LIMIT,
         ack_window: int = 1,
     ) -> None:
-        if transport not in TRANSPORTS:
-            raise ConfigError(
-                f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
-            )
-        if not 0 <= rank < world_size:
-            raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        if prefetch < 1 or ack_window < 1 or not 0 <= slot < slots:
-            raise ConfigError(
-                "need prefetch >= 1, ack_window >= 1 and 0 <= slot < slots, got "
-                f"{prefetch}, {ack_window}, {slot}, {slots}"
-            )
+        _check_args(transport, rank, world_size, prefetch, ack_window, slot, slots)
         self.url, self.key, self.dataset = url, key, dataset
         self.verify = verify
         self.iter_args: dict[str, Any] = {
