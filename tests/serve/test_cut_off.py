@@ -121,3 +121,36 @@ def test_ack_window_below_one_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="ack_window >= 1"):
         RemoteLoader("http://127.0.0.1:1", None, "ds", batch_size=8, ack_window=0)
+
+
+def test_a_client_cut_off_past_reconnect_s_raises_instead_of_yielding(
+    proxied: dict[str, Any],
+) -> None:
+    from datamill.serve import RemoteLoader
+    from datamill.serve.client import RemoteError
+
+    with black_hole_proxy(proxied["port"]) as proxy:
+        loader = RemoteLoader(
+            proxy.url,
+            proxied["key"],
+            "ds",
+            batch_size=BATCH,
+            name="cut-off-raise",
+            mode="dynamic",
+            lease_size=4,
+            lease_timeout=TTL,
+            reconnect_s=2.0,
+            collate="arrow",
+        )
+        it = iter(loader)
+        next(it)
+        proxy.holed.set()
+        t0 = time.monotonic()
+        with pytest.raises(RemoteError, match="no answer from"):
+            for _ in range(N):  # at most the batch in doubt, then the error
+                next(it)
+        assert (
+            time.monotonic() - t0 < 15
+        )  # reconnect_s, then closing: threads joined, a flush tried
+        assert loader.stats["batches"] <= 2
+        it.close()

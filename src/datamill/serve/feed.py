@@ -173,12 +173,13 @@ class LeaseFeed:
         self.stop.set()
         self.acked.set()
         self.to_ack.set()
+        joined = time.monotonic() + 5  # a thread stuck on a dead connection is a daemon
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, joined - time.monotonic()))
         if self.errors or not self.loader._pending():
             return
         wait = min(self.loader.reconnect_s, 10.0)
-        conn = self.http(wait)
+        conn = self.http(0.0, timeout=min(wait, self._short_timeout()))
         try:
             deadline = time.monotonic() + wait
             while self.loader._pending() and time.monotonic() < deadline:
@@ -283,10 +284,7 @@ class LeaseFeed:
                     self._extend([lease.id], sent_at)
                 self._put(self.ready, lease)
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-            self.errors.append(exc)
-            with self.answered:
-                self.answered.notify_all()
-            self._put(self.ready, END)
+            self._fail(exc)
         finally:
             conn.close()
 
@@ -367,8 +365,17 @@ class LeaseFeed:
                 except RemoteError as exc:
                     self._last_error = exc
                     self.stop.wait(ACK_FLUSH_S)  # the server is unreachable or restarting: again
+        except BaseException as exc:  # noqa: BLE001 - a bug here: the waiting loop raises it
+            self._fail(exc)
         finally:
             conn.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        """A thread failed: the loop raises ``exc`` (waiting for a batch or an answer)."""
+        self.errors.append(exc)
+        with self.answered:
+            self.answered.notify_all()
+        self._put(self.ready, END)
 
     def _heartbeat(self) -> None:
         conn = self.http(0.0, timeout=self._short_timeout())
@@ -379,6 +386,8 @@ class LeaseFeed:
                     self._beat(conn)
                 except RemoteError as exc:
                     self._last_error = exc  # the server may be restarting (or out of disk): again
+        except BaseException as exc:  # noqa: BLE001 - a bug here: the waiting loop raises it
+            self._fail(exc)
         finally:
             conn.close()
 
