@@ -31,6 +31,19 @@ def unavailable() -> str | None:
     return None
 
 
+def cannot_create() -> str | None:
+    """Why a namespace cannot be created (root without CAP_SYS_ADMIN, in an unprivileged
+    container), found by creating and deleting one; ``None`` when it can."""
+    probe = f"dmprobe{os.getpid() % 100000}"
+    made = subprocess.run(
+        ["ip", "netns", "add", probe], check=False, capture_output=True, text=True
+    )
+    if made.returncode != 0:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], check=False, capture_output=True)
+    return None
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
