@@ -35,7 +35,7 @@ from tests.serve._proc import env, make_key, read_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.server]
 
-SAMPLES, BATCH, TTL = 24_000, 16, 1.5
+SAMPLES, BATCH, TTL = 16_000, 16, 1.5
 FAULT_S = 2 * TTL  # each fault lasts past the lease timeout
 STEP_S = 0.02  # the training step of every client
 TOOL = str(Path(__file__).with_name("_netns_tool.py"))
