@@ -203,7 +203,8 @@ def warm_up(source: Any) -> None:
     it.close()
 
 
-def run_datamill(source: Any, workers: int) -> dict[str, float]:
+def run_datamill(source: Any, workers: int, *, step_s: float = 0.0) -> dict[str, float]:
+    """One epoch of the in-process Loader (``step_s``: a training step after each batch)."""
     from datamill.loader import Loader
 
     with PeakRSS() as mem:
@@ -215,6 +216,8 @@ def run_datamill(source: Any, workers: int) -> dict[str, float]:
         n = len(first["uid"])
         for batch in it:
             n += len(batch["uid"])
+            if step_s:
+                time.sleep(step_s)
         total = time.perf_counter() - t0
     st = loader.stats()
     return {

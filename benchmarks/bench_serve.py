@@ -37,8 +37,9 @@ the first epoch driven to its end (so it is evicted); and beside it the full-ord
 sample, as the server held each epoch before) at 10M samples, with the ratio.
 
 Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
-[--modes built1,built2,direct] [--coord-clients 32] [--lavender-python PATH] [--scale |
---no-scale]``; e.g. the data-path goals alone: ``--clients 1,2 --reps 3 --no-scale
+[--modes built1,built2,direct] [--ack-window N] [--step-ms MS] [--coord-clients 32]
+[--lavender-python PATH]
+[--scale | --no-scale]``; e.g. the data-path goals alone: ``--clients 1,2 --reps 3 --no-scale
 --coord-clients 0``.
 """
 
@@ -67,13 +68,16 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 
 CLIENT = """
-import json, sys, time
+import json, os, sys, time
 import numpy as np
 from datamill.serve import RemoteLoader
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
+step = float(os.environ.get("BENCH_STEP_S", "0"))  # --step-ms: the training step, a sleep
 loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world,
-                      name=name, transport=transport)
+                      name=name, transport=transport,
+                      **({"ack_window": int(window)} if window else {}))
 out = []
 for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then warm
     print("ready", flush=True)  # every client starts the epoch at once, as DDP ranks do
@@ -86,6 +90,8 @@ for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then wa
         now = time.perf_counter()
         waits.append(now - t)
         n += len(b["uid"])
+        if step:
+            time.sleep(step)
         t = time.perf_counter()
     end = time.time()
     out.append({"samples": n, "batches": len(waits), "start": start, "end": end,
@@ -462,7 +468,7 @@ def measure(
     pairs: dict[tuple[str, int, int], list[dict[str, Any]]] = {k: [] for k in configs}
     for rep in range(reps):
         for transport, workers, clients in configs:
-            local = bl.run_datamill(source, 0)
+            local = bl.run_datamill(source, 0, step_s=float(os.environ.get("BENCH_STEP_S", "0")))
             local_sps = local["samples"] / local["seconds"]
             r = run_clients(servers[(transport, workers)], clients, bl.BATCH, transport=transport)
             load = os.getloadavg()[0]
@@ -599,7 +605,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="served configurations to measure, comma-separated from "
         f"{', '.join(MODES)} (default: all; the coordination test needs direct)",
     )
+    ap.add_argument(
+        "--ack-window",
+        type=int,
+        default=None,
+        help="RemoteLoader(ack_window=N) of the served clients (default: the loader's, 1)",
+    )
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="a training step after each batch (a sleep), in-process and served alike (default 0)",
+    )
     args = ap.parse_args(argv)
+    os.environ["BENCH_STEP_S"] = str(args.step_ms / 1000)
+    if args.ack_window is not None:
+        os.environ["BENCH_ACK_WINDOW"] = str(args.ack_window)
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:

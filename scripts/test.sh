@@ -28,6 +28,15 @@ install_prometheus_nginx() {
 if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/sbin/nginx ]; then
   step "install Debian's prometheus and nginx (for the metrics and TLS proxy tests)" install_prometheus_nginx
 fi
+# The multi-host test (tests/faults/test_netns.py) puts the server, the store and the clients in
+# Linux network namespaces with `ip` (iproute2); as root it runs, elsewhere it skips.
+install_iproute2() {
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
+}
+if [ "$(id -u)" -eq 0 ] && ! command -v ip >/dev/null 2>&1; then
+  step "install Debian's iproute2 (for the network-namespace test)" install_iproute2
+fi
 export DATAMILL_DATA="${DATAMILL_DATA:-$ROOT/../shared/data}"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "${DATAMILL_LINT:-1}" != "0" ]; then

@@ -6,12 +6,19 @@
   for a numpy or torch collate, collated here for the whole lease at once, column by column, while
   the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
   as the loop asks, see :class:`~datamill.serve.direct.RunStream`).
-* **heartbeat**: flushes the consumed batches' acks every :data:`ACK_FLUSH_S` seconds while some are
-  pending, extends the leases held (reporting the stall time) and, after a server restart, reclaims
-  them with their fences within the grace period.
+* **ack**: sends each batch's acknowledgement as soon as the loop is handed the batch (one request,
+  one journal transaction, for whatever is pending), so that it is in flight while the loop trains
+  on the batch; retried every :data:`ACK_FLUSH_S` seconds until the server answers.
+* **heartbeat**: extends the leases held (reporting the stall time) and, after a server restart,
+  reclaims them with their fences within the grace period.
 
 The training loop takes :class:`HeldLease` objects from :attr:`LeaseFeed.ready` (``END`` when the
-epoch is done or a thread failed: :meth:`LeaseFeed.raise_error` re-raises its error there).
+epoch is done or a thread failed: :meth:`LeaseFeed.raise_error` re-raises its error there) and
+calls :meth:`LeaseFeed.wait_yieldable` before it hands out each batch: it returns once fewer than
+``ack_window`` acknowledgements are unanswered and the lease's **deadline** (by this process's
+monotonic clock: the send time of the last request the server answered for the lease, plus the
+lease's TTL) has not passed, so a client cut off from the server stops yielding after one batch
+(see ``docs/serving-delivery.md``).
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ from datamill.serve.client import Http, RemoteError, Response
 __all__ = ["ACK_FLUSH_S", "END", "SESSION_HEADER", "HeldLease", "LeaseFeed", "ack_ranges"]
 
 ACK_FLUSH_S = 0.05
-"""Seconds between ack flushes of the heartbeat thread while acks are pending (the contract: at
-most 0.1 s)."""
+"""Seconds between two tries of the ack thread while acknowledgements are pending and unanswered
+(each is sent at once when the loop is handed its batch)."""
+TTL_HEADER = "x-datamill-ttl"
+"""A lease reply's lifetime in seconds, when the server sends it (else the iteration's
+``lease_timeout``)."""
 SESSION_HEADER = "X-Datamill-Session"
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
-_MAX_ACKS = 64  # ack runs carried by one lease request (the server's bound)
 
 
 class FeedOwner(Protocol):
@@ -59,6 +68,8 @@ class FeedOwner(Protocol):
     _state_lock: threading.Lock
 
     def _pending(self) -> list[tuple[str, str, int]]: ...
+
+    def _unanswered(self) -> int: ...
 
     def _record_acks(
         self,
@@ -84,6 +95,7 @@ class HeldLease:
     done_before: int = 0  # the queue's done prefix (static) or done batches (dynamic) at take time
     runs: str = ""  # direct mode: the X-Datamill-Runs header
     collated: bool = False
+    ttl: float | None = None  # the reply's X-Datamill-TTL, when the server sends one
 
 
 def ack_ranges(acks: Any) -> list[list[Any]]:
@@ -103,13 +115,16 @@ def ack_ranges(acks: Any) -> list[list[Any]]:
 
 
 class LeaseFeed:
-    """The fetch, build (direct mode) and heartbeat threads of one epoch of ``loader``.
+    """The fetch, ack and heartbeat threads of one epoch of ``loader``.
 
     Args:
         loader: the loader (its connection settings, ack bookkeeping and stats).
         it_id: the iteration.
-        lease_timeout: the iteration's lease lifetime (heartbeats come at a quarter of it, 0.1-1 s).
+        lease_timeout: the iteration's lease lifetime (heartbeats come at a quarter of it, 0.1-1 s),
+            the TTL of a lease whose reply carries none.
         direct: ask for direct leases (their runs, no batches).
+        ack_window: batches the loop may hold whose acknowledgements are unanswered (``1``: the
+            next batch is yielded only once the previous one's acknowledgement is journaled).
     """
 
     def __init__(
@@ -119,22 +134,36 @@ class LeaseFeed:
         lease_timeout: float,
         *,
         direct: bool = False,
+        ack_window: int = 1,
     ) -> None:
         self.loader, self.lease_timeout, self.direct = loader, float(lease_timeout), direct
+        self.ack_window = int(ack_window)
         self.path = f"/api/v1/iterations/{it_id}"
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.prefetch)
         self.held: dict[str, HeldLease] = {}  # received, not all consumed and flushed
         self.lost: set[str] = set()
+        # lease id -> monotonic time until which the server keeps it for this client at least
+        self.deadlines: dict[str, float] = {}
+        self.ttls: dict[str, float] = {}
+        self.answered = threading.Condition(loader._state_lock)  # acks answered, deadlines moved
         self.stop = threading.Event()
         self.acked = threading.Event()  # set when the loop finished a lease (wakes a waiting fetch)
+        self.to_ack = (
+            threading.Event()
+        )  # set when the loop was handed a batch (wakes the ack thread)
         self.errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)
+        self._last_error: BaseException | None = None  # of the ack or heartbeat thread
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
         """Start the threads."""
-        for name, target in (("fetch", self._fetch), ("heartbeat", self._heartbeat)):
+        for name, target in (
+            ("fetch", self._fetch),
+            ("ack", self._acker),
+            ("heartbeat", self._heartbeat),
+        ):
             t = threading.Thread(target=target, name=f"datamill-serve-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -143,12 +172,14 @@ class LeaseFeed:
         """Stop the threads; then flush the acks still pending (for up to 10 s)."""
         self.stop.set()
         self.acked.set()
+        self.to_ack.set()
+        joined = time.monotonic() + 5  # a thread stuck on a dead connection is a daemon
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, joined - time.monotonic()))
         if self.errors or not self.loader._pending():
             return
         wait = min(self.loader.reconnect_s, 10.0)
-        conn = self.http(wait)
+        conn = self.http(0.0, timeout=min(wait, self._short_timeout()))
         try:
             deadline = time.monotonic() + wait
             while self.loader._pending() and time.monotonic() < deadline:
@@ -164,10 +195,10 @@ class LeaseFeed:
         if self.errors:
             raise self.errors[0]
 
-    def http(self, retry_s: float) -> Http:
+    def http(self, retry_s: float, *, timeout: float = 60.0) -> Http:
         """A new connection of this loader's session."""
         loader = self.loader
-        h = Http(loader.url, loader.key, retry_s=retry_s, verify=loader.verify)
+        h = Http(loader.url, loader.key, retry_s=retry_s, verify=loader.verify, timeout=timeout)
         h.headers[SESSION_HEADER] = loader.session
         return h
 
@@ -179,11 +210,66 @@ class LeaseFeed:
             except queue.Full:
                 continue
 
+    # ------------------------------------------------------------------ the delivery window
+    def ttl(self, lease_id: str) -> float:
+        """The lease's lifetime after a request the server answered (its reply's, else the
+        iteration's ``lease_timeout``)."""
+        return self.ttls.get(lease_id, self.lease_timeout)
+
+    def _extend(self, lease_ids: Any, sent_at: float) -> None:
+        """The server answered, for these leases, a request sent at ``sent_at``: each lives at least
+        until ``sent_at`` + its TTL (call under the loader's lock)."""
+        for lid in lease_ids:
+            if lid not in self.lost:
+                when = sent_at + self.ttl(lid)
+                self.deadlines[lid] = max(self.deadlines.get(lid, 0.0), when)
+        self.answered.notify_all()
+
+    def wait_yieldable(self, lease: HeldLease) -> float:
+        """Block until a batch of ``lease`` may be handed to the loop: fewer than ``ack_window``
+        acknowledgements are unanswered, and the lease is lost (the caller drops it) or its deadline
+        is ahead. Returns the seconds waited.
+
+        Raises:
+            RemoteError: the server answered nothing for ``reconnect_s`` seconds.
+        """
+        loader = self.loader
+        t0 = time.monotonic()
+        give_up = t0 + loader.reconnect_s
+        with self.answered:
+            while True:
+                now = time.monotonic()
+                live = lease.id in self.lost or now < self.deadlines.get(lease.id, 0.0)
+                if live and loader._unanswered() < self.ack_window:
+                    return now - t0
+                if self.errors:
+                    raise self.errors[0]
+                if now >= give_up:
+                    raise self._cut_off(lease, live=live)
+                self.answered.wait(0.05)
+
+    def _cut_off(self, lease: HeldLease, *, live: bool) -> RemoteError:
+        what = (
+            "acknowledgement of the batch yielded last"
+            if live
+            else f"extension of lease {lease.id} (its deadline passed)"
+        )
+        cause = f": {self._last_error}" if self._last_error is not None else ""
+        return RemoteError(
+            f"no answer from {self.loader.url} for {self.loader.reconnect_s:g} s to the {what}"
+            f"{cause}",
+            hint="the batch yielded last may be delivered again (to another client, or after a "
+            "resume); raise reconnect_s to wait longer for the server",
+        )
+
     # ------------------------------------------------------------------ threads
     def _fetch(self) -> None:
-        conn = self.http(self.loader.reconnect_s)
+        conn = self.http(
+            self.loader.reconnect_s, timeout=max(10.0, min(60.0, 4 * self.lease_timeout))
+        )
         try:
             while not self.stop.is_set():
+                sent_at = time.monotonic()
                 res = self._next(conn)
                 if res is None:
                     continue
@@ -193,15 +279,18 @@ class LeaseFeed:
                 lease = self._lease(res)
                 with self.loader._state_lock:
                     self.held[lease.id] = lease  # heartbeats keep it from now on
+                    if lease.ttl is not None:
+                        self.ttls[lease.id] = lease.ttl
+                    self._extend([lease.id], sent_at)
                 self._put(self.ready, lease)
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-            self.errors.append(exc)
-            self._put(self.ready, END)
+            self._fail(exc)
         finally:
             conn.close()
 
     def _next(self, conn: Http) -> Response | None:
-        """One lease request carrying the pending acks: the reply, or ``None`` to ask again."""
+        """One lease request: the reply, or ``None`` to ask again (acknowledgements go by the ack
+        thread alone: a second sender's ``already`` would read as a lease finished by another)."""
         loader = self.loader
         query: list[tuple[str, Any]] = [
             ("client", loader.client_id),
@@ -211,8 +300,6 @@ class LeaseFeed:
         ]
         if self.direct:
             query.append(("transport", "direct"))
-        sent = loader._pending()[:_MAX_ACKS]
-        query += [("ack", f"{lid}:{f}:{a}-{b}") for lid, f, a, b in ack_ranges(sent)][:_MAX_ACKS]
         try:
             res = conn.request("GET", f"{self.path}/next", ok=(200, 204, 409), query=query)
         except RemoteError as exc:
@@ -224,12 +311,19 @@ class LeaseFeed:
             self.stop.wait(1.0)  # the journal cannot be written now (a full disk): wait and retry
             return None
         self._deadline_503 = None
-        loader._record_acks(res.headers.get("x-datamill-acks", ""), sent, self.held, self.lost)
         if res.status == 409:  # others hold the rest: ask again in 20 ms, or when the loop acks
             self.acked.wait(0.02)  # (the epoch's last lease done: its acks end the epoch now)
             self.acked.clear()
             return None
         return res
+
+    def _answered(self, header: str, sent: Sequence[tuple[str, str, int]], sent_at: float) -> None:
+        """Record the server's answer to acks ``sent`` (a request sent at ``sent_at``): forget them,
+        note lost leases, move the deadlines of the live ones."""
+        self.loader._record_acks(header, sent, self.held, self.lost)
+        statuses = dict(item.rpartition("=")[::2] for item in filter(None, header.split(",")))
+        with self.answered:
+            self._extend([lid for lid, st in statuses.items() if st == "ok"], sent_at)
 
     def _lease(self, res: Response) -> HeldLease:
         h = res.headers
@@ -252,21 +346,48 @@ class LeaseFeed:
             int(h.get("x-datamill-done", "0")),
             h.get("x-datamill-runs", ""),
             collated=not self.direct and collate is not None,
+            ttl=float(h[TTL_HEADER]) if TTL_HEADER in h else None,
         )
 
-    def _heartbeat(self) -> None:
-        conn = self.http(0.0)
-        every = max(0.1, min(1.0, self.lease_timeout / 4))
-        last = time.monotonic()
+    def _short_timeout(self) -> float:
+        """The socket timeout of the ack and heartbeat connections: a request the server (or the
+        network) does not answer within it is sent again on a new connection."""
+        return max(2.0, min(30.0, self.lease_timeout))
+
+    def _acker(self) -> None:
+        conn = self.http(0.0, timeout=self._short_timeout())
         try:
-            while not self.stop.wait(ACK_FLUSH_S):
+            while not self.stop.is_set():
+                self.to_ack.wait(ACK_FLUSH_S)
+                self.to_ack.clear()
                 try:
                     self.flush(conn)
-                    if time.monotonic() - last >= every:
-                        last = time.monotonic()
-                        self._beat(conn)
-                except RemoteError:
-                    continue  # the server may be restarting (or out of disk): try again next round
+                except RemoteError as exc:
+                    self._last_error = exc
+                    self.stop.wait(ACK_FLUSH_S)  # the server is unreachable or restarting: again
+        except BaseException as exc:  # noqa: BLE001 - a bug here: the waiting loop raises it
+            self._fail(exc)
+        finally:
+            conn.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        """A thread failed: the loop raises ``exc`` (waiting for a batch or an answer)."""
+        self.errors.append(exc)
+        with self.answered:
+            self.answered.notify_all()
+        self._put(self.ready, END)
+
+    def _heartbeat(self) -> None:
+        conn = self.http(0.0, timeout=self._short_timeout())
+        every = max(0.1, min(1.0, self.lease_timeout / 4))
+        try:
+            while not self.stop.wait(every):
+                try:
+                    self._beat(conn)
+                except RemoteError as exc:
+                    self._last_error = exc  # the server may be restarting (or out of disk): again
+        except BaseException as exc:  # noqa: BLE001 - a bug here: the waiting loop raises it
+            self._fail(exc)
         finally:
             conn.close()
 
@@ -274,6 +395,7 @@ class LeaseFeed:
         loader = self.loader
         with loader._state_lock:
             ids = [[x.id, x.fence] for x in self.held.values()]
+        sent_at = time.monotonic()
         res = conn.request(
             "POST",
             f"{self.path}/heartbeat",
@@ -286,42 +408,34 @@ class LeaseFeed:
             },
         )
         answer = res.json()
-        with loader._state_lock:
+        with self.answered:
             self.lost.update(answer.get("lost", []))
             self.lost.update(answer.get("refused", []))
+            self._extend([lid for lid, _ in ids], sent_at)
 
     def flush_all(self) -> bool:
         """Send every pending ack now, in one request on a new connection, without retrying: whether
         all of them were journaled (``False``: the caller waits for the epoch's end as usual, while
         the threads retry and, after a server restart, reclaim the leases)."""
-        loader = self.loader
-        sent = loader._pending()
-        if not sent:
+        if not self.loader._pending():
             return True
-        conn = self.http(0.0)
+        conn = self.http(0.0, timeout=self._short_timeout())
         try:
-            res = conn.request(
-                "POST",
-                f"{self.path}/ack",
-                ok=(200, 409, 410),
-                body={"client": loader.client_id, "acks": ack_ranges(sent)},
-            )
+            ok = self.flush(conn)
         except RemoteError:
             return False
         finally:
             conn.close()
-        acks = res.json().get("acks", {})
-        loader._record_acks(
-            ",".join(f"{k}={v}" for k, v in acks.items()), sent, self.held, self.lost
-        )
-        return res.status == 200 and not loader._pending()
+        return ok and not self.loader._pending()
 
-    def flush(self, conn: Http) -> None:
-        """Send the consumed batches not yet journaled (one request, one journal transaction)."""
+    def flush(self, conn: Http) -> bool:
+        """Send the consumed batches not yet journaled (one request, one journal transaction):
+        whether the server answered 200."""
         loader = self.loader
         sent = loader._pending()
         if not sent:
-            return
+            return True
+        sent_at = time.monotonic()
         res = conn.request(
             "POST",
             f"{self.path}/ack",
@@ -329,6 +443,5 @@ class LeaseFeed:
             body={"client": loader.client_id, "acks": ack_ranges(sent)},
         )
         acks = res.json().get("acks", {})
-        loader._record_acks(
-            ",".join(f"{k}={v}" for k, v in acks.items()), sent, self.held, self.lost
-        )
+        self._answered(",".join(f"{k}={v}" for k, v in acks.items()), sent, sent_at)
+        return res.status == 200

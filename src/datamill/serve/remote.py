@@ -1,12 +1,13 @@
 """``RemoteLoader``: the in-process Loader's batches, served by ``datamill serve``.
 
 A background thread keeps ``prefetch`` leases (each ``lease_size`` batches in one Arrow IPC
-response) ahead of the training loop. Every batch is **acknowledged on its own** once the loop comes
-back for the next one (it was consumed): the acks ride on the next request for a lease and are
-flushed at least every :data:`ACK_FLUSH_S` seconds by the heartbeat thread (one journal transaction
-per flush). The heartbeat thread also extends the leases held (reporting the **stall time**, how
-long the loop waited for data) and, after a server restart, reclaims them with their fences within
-the grace period.
+response) ahead of the training loop. Every batch is **acknowledged on its own** as it is handed to
+the loop (the ack is in flight while the loop trains on the batch), and the next batch is handed out
+only once that acknowledgement is journaled (``ack_window`` batches in doubt, default 1) and only
+before the lease's deadline by this process's clock: a client cut off from the server, paused or
+killed repeats or loses at most the one batch in doubt. A heartbeat thread extends the leases held
+(reporting the **stall time**, how long the loop waited for data) and, after a server restart,
+reclaims them with their fences within the grace period.
 
 Each loader has a random **session** secret (sent as ``X-Datamill-Session``); its leases can be
 acknowledged or extended by no other session. A lease the server reports lost (expired, or not
@@ -108,6 +109,23 @@ _LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
 column converted once per lease; the same arrays as the collate per batch)."""
 
 
+def _check_args(
+    transport: str, rank: int, world: int, prefetch: int, window: int, slot: int, slots: int
+) -> None:
+    """Refuse a ``RemoteLoader``'s invalid arguments with a :class:`ConfigError`."""
+    if transport not in TRANSPORTS:
+        raise ConfigError(
+            f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
+        )
+    if not 0 <= rank < world:
+        raise ConfigError(f"rank must be in [0, world_size={world}), got {rank}")
+    if prefetch < 1 or window < 1 or not 0 <= slot < slots:
+        raise ConfigError(
+            "need prefetch >= 1, ack_window >= 1 and 0 <= slot < slots, got "
+            f"{prefetch}, {window}, {slot}, {slots}"
+        )
+
+
 def _same(batch: Any) -> Any:
     return batch
 
@@ -162,6 +180,11 @@ class RemoteLoader:
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults
             to :data:`DIRECT_CACHE_LIMIT`.
+        ack_window: batches handed to the loop whose acknowledgements may be unanswered at once:
+            the batches a client cut off from the server may have trained on that the server
+            hands to another client (see ``docs/serving-delivery.md``). Defaults to ``1`` (the
+            next batch waits for the previous one's acknowledgement, which is sent as the batch
+            is handed out: free when a training step is longer than a round trip).
 
     Raises:
         ConfigError: invalid arguments. RemoteError: the server refused or is unreachable.
@@ -195,17 +218,9 @@ class RemoteLoader:
         transport: str = "built",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int = DIRECT_CACHE_LIMIT,
+        ack_window: int = 1,
     ) -> None:
-        if transport not in TRANSPORTS:
-            raise ConfigError(
-                f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
-            )
-        if not 0 <= rank < world_size:
-            raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        if prefetch < 1 or not 0 <= slot < slots:
-            raise ConfigError(
-                f"need prefetch >= 1 and 0 <= slot < slots, got {prefetch}, {slot}, {slots}"
-            )
+        _check_args(transport, rank, world_size, prefetch, ack_window, slot, slots)
         self.url, self.key, self.dataset = url, key, dataset
         self.verify = verify
         self.iter_args: dict[str, Any] = {
@@ -222,6 +237,7 @@ class RemoteLoader:
         }
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
         self.mode, self.prefetch, self.reconnect_s = mode, int(prefetch), float(reconnect_s)
+        self.ack_window = int(ack_window)
         self.collate_fn = resolve_collate(collate)
         # numpy/torch arrays are the same however a batch's columns were cut: a direct client hands
         # the built table to them as it is (a callable or "arrow" gets the server-built form)
@@ -238,12 +254,11 @@ class RemoteLoader:
         self.iteration_id: str | None = None
         self._queue_total: int | None = None
         self._in_epoch = False
-        # (lease, fence, position) consumed, not yet journaled
+        # (lease, fence, position) handed to the loop (or skipped), acknowledgement unanswered
         self._unflushed: list[tuple[str, str, int]] = []
         self._resume: dict[str, Any] | None = None
         self._yielded: set[int] = set()  # positions of the rank's queue already yielded (static)
         self._consumed = 0
-        self._current: tuple[str, str, int] | None = None  # the batch the loop holds now
         self._state_lock = threading.Lock()
         self.stall_s = 0.0
         self.stats: dict[str, Any] = {
@@ -254,6 +269,7 @@ class RemoteLoader:
             "acks": {},
             "build_s": 0.0,  # seconds the loop waited for a batch of a lease held (direct: built)
             "ended_by_acks": 0,  # static epochs ended once their last acks were journaled (no 204)
+            "ack_wait_s": 0.0,  # seconds the loop waited for an ack (or a lease's extension)
         }
 
     # ------------------------------------------------------------------ state
@@ -267,9 +283,7 @@ class RemoteLoader:
         from it acknowledges them instead of receiving them again.
         """
         with self._state_lock:
-            unflushed = [list(x) for x in self._unflushed] + (
-                [list(self._current)] if self._current else []
-            )
+            unflushed = [list(x) for x in self._unflushed]
             consumed = self._consumed
         done = (
             self._queue_total is not None
@@ -456,7 +470,9 @@ class RemoteLoader:
         if self.transport == "direct":
             assert self._direct is not None
             self._stream = RunStream(self._direct[1], self._cfg, follow=self.mode == "static")
-        feed = LeaseFeed(self, it_id, lease_timeout, direct=self._stream is not None)
+        feed = LeaseFeed(
+            self, it_id, lease_timeout, direct=self._stream is not None, ack_window=self.ack_window
+        )
         feed.start()
         planned = self._stream is None
         try:
@@ -510,7 +526,8 @@ class RemoteLoader:
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
-        (queued for the next flush) when the loop comes back for the next one."""
+        as it is handed out, and handed out only once the previous one's acknowledgement was
+        answered and before the lease's deadline (:meth:`LeaseFeed.wait_yieldable`)."""
         self.stats["leases"] += 1
         with self._state_lock:
             if self.mode == "static" and lease.done_before > self._consumed:
@@ -523,23 +540,26 @@ class RemoteLoader:
         try:
             for i in range(len(lease.units)):
                 pos = lease.start + i
-                # dynamic mode: a lost lease's rest goes to someone else (a set's `in` is atomic)
-                if self.mode == "dynamic" and lease.id in feed.lost:
-                    self.stats["dropped_lost"] += len(lease.units) - i
-                    with self._state_lock:
-                        feed.held.pop(lease.id, None)
+                if self._dropped(lease, feed, i):
                     break
                 t0 = time.perf_counter()
                 table = next(tables)
                 self.stats["build_s"] += time.perf_counter() - t0
                 if self.mode == "static" and pos in self._yielded:
                     self.stats["skipped_duplicates"] += 1
-                else:
-                    self._take(lease, pos)
-                    yield collate(table)
-                with self._state_lock:  # the loop came back: the batch is consumed
-                    self._current = None
-                    self._unflushed.append((lease.id, lease.fence, pos))
+                    with self._state_lock:
+                        self._unflushed.append((lease.id, lease.fence, pos))
+                    feed.to_ack.set()
+                    continue
+                batch = collate(table)  # built and collated while the previous ack is in flight
+                waited = feed.wait_yieldable(lease)
+                self.stats["ack_wait_s"] += waited
+                self.stall_s += waited
+                if self._dropped(lease, feed, i):
+                    break
+                self._take(lease, pos)
+                feed.to_ack.set()
+                yield batch
         finally:
             close_iterator(tables)
         with self._state_lock:
@@ -547,10 +567,21 @@ class RemoteLoader:
                 feed.held.pop(lease.id, None)
         feed.acked.set()  # a fetch waiting for the others' leases (409) asks again with these acks
 
-    def _take(self, lease: HeldLease, pos: int) -> None:
-        """Position ``pos`` of ``lease`` is handed to the loop now."""
+    def _dropped(self, lease: HeldLease, feed: LeaseFeed, i: int) -> bool:
+        """Dynamic mode: whether ``lease`` was lost (its rest, from batch ``i``, goes to someone
+        else; a set's ``in`` is atomic)."""
+        if self.mode != "dynamic" or lease.id not in feed.lost:
+            return False
+        self.stats["dropped_lost"] += len(lease.units) - i
         with self._state_lock:
-            self._current = (lease.id, lease.fence, pos)
+            feed.held.pop(lease.id, None)
+        return True
+
+    def _take(self, lease: HeldLease, pos: int) -> None:
+        """Position ``pos`` of ``lease`` is handed to the loop now: its acknowledgement is
+        pending from now on."""
+        with self._state_lock:
+            self._unflushed.append((lease.id, lease.fence, pos))
             if self.mode == "static":
                 self._yielded.add(pos)
                 while self._consumed in self._yielded:
@@ -562,6 +593,10 @@ class RemoteLoader:
     def _pending(self) -> list[tuple[str, str, int]]:
         with self._state_lock:
             return list(self._unflushed)
+
+    def _unanswered(self) -> int:
+        """Acknowledgements sent or to send, not answered yet (call under ``_state_lock``)."""
+        return len(self._unflushed)
 
     def _record_acks(
         self,
@@ -582,12 +617,14 @@ class RemoteLoader:
             for lease_id, status in statuses.items():
                 counts = self.stats["acks"]
                 counts[status] = counts.get(status, 0) + 1
-                if status in ("expired", "refused"):
+                # dynamic mode: "already" answers a batch sent once, so the lease may have been
+                # finished by another client (after an expiry): its rest is not this client's
+                if status in ("expired", "refused") or (
+                    status == "already" and self.mode == "dynamic"
+                ):
                     lost.add(lease_id)
             leases = {lid: held.get(lid) for lid in statuses}
-            left = {x[0] for x in self._unflushed} | (
-                {self._current[0]} if self._current else set()
-            )
+            left = {x[0] for x in self._unflushed}
             for lid, lease in leases.items():
                 if (
                     lease is not None
