@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,12 +47,15 @@ def _short(value: Any, width: int = 60) -> str:
 
 def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
+    from datamill.lineage.fetch import fetch_records
     from datamill.loader.trace import Tracer, load_record
 
     record_args: list[Any] = []
     for r in args.record:
         if str(r).startswith(("http://", "https://")):
-            record_args += _fetch_records(str(r), args.key)
+            record_args += fetch_records(
+                str(r), key=args.key if args.key is not None else os.environ.get("DATAMILL_KEY")
+            )
         else:
             record_args.append(r)
     record_arg = record_args[0]
@@ -228,40 +232,15 @@ def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any)
     return d
 
 
-def _fetch_records(url: str, key: str | None) -> list[dict[str, Any]]:
-    """``GET URL`` -> run records: a server's ``/api/v1/iterations/{id}/trace`` gives one, its
-    ``/api/v1/runs/{name}/trace`` the records of the run's iterations (every page of them)."""
-    import os
-    import urllib.parse
-
-    from datamill.serve.client import Http
-
-    parts = urllib.parse.urlsplit(url)
-    http = Http(
-        f"{parts.scheme}://{parts.netloc}",
-        key if key is not None else os.environ.get("DATAMILL_KEY"),
-    )
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    out: list[dict[str, Any]] = []
-    try:
-        while True:
-            path = parts.path + ("?" + urllib.parse.urlencode(query) if query else "")
-            doc: dict[str, Any] = http.request("GET", path).json()
-            if doc.get("format") != "datamill.run-records/1":
-                return [doc]
-            out += doc["records"]
-            if doc.get("next_epoch") is None:
-                return out
-            query["from_epoch"] = str(doc["next_epoch"])
-    finally:
-        http.close()
-
-
 def register(sub: Any) -> None:
     """Add ``datamill trace``, ``datamill diff`` and ``datamill check-splits``."""
+    from datamill.core.commands import register_handler
+    from datamill.lineage.splits import report_splits
+
     register_trace(sub)
     register_diff(sub)
     register_check_splits(sub)
+    register_handler("report-splits", report_splits)  # `datamill preprocess --check-splits`
 
 
 def register_trace(sub: Any) -> None:
@@ -384,23 +363,6 @@ def register_diff(sub: Any) -> None:
     p.set_defaults(func=_diff_cmd)
 
 
-def report_splits(path: Any, *, fail: bool, json_out: bool = False, **options: Any) -> int:
-    """Print the split check of ``path``; with ``fail``, leaking rows raise a DataFileError (exit
-    2)."""
-    from datamill.core.errors import DataFileError
-    from datamill.lineage.splits import check_splits
-
-    report = check_splits(path, **options)
-    print(json.dumps(report.as_dict(), indent=2, sort_keys=True) if json_out else report.as_text())
-    if fail and report.leaks:
-        raise DataFileError(
-            f"{report.leaks:,} validation/test rows duplicate training rows",
-            path=str(path),
-            hint="deduplicate the input, split by a group column, or pass --check-splits warn",
-        )
-    return 0
-
-
 def _check_splits_cmd(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -434,7 +396,9 @@ def _check_splits_cmd(args: argparse.Namespace) -> int:
                 f"{found['groups']:,} groups of UIDs share their content", path=args.path
             )
         return 0
-    return report_splits(
+    from datamill.lineage.splits import report_splits
+
+    report_splits(
         args.path,
         fail=args.fail,
         json_out=args.json,
@@ -446,6 +410,7 @@ def _check_splits_cmd(args: argparse.Namespace) -> int:
         shingle=args.shingle,
         seed=args.seed,
     )
+    return 0
 
 
 def register_check_splits(sub: Any) -> None:

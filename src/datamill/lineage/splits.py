@@ -35,6 +35,7 @@ __all__ = [
     "duplicate_uids",
     "minhash",
     "near_duplicates",
+    "report_splits",
     "row_keys",
     "token_ids",
 ]
@@ -289,3 +290,40 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
         "examples": examples,
         "columns": cols,
     }
+
+
+def report_splits(
+    path: str | os.PathLike[str], /, *, fail: bool, json_out: bool = False, **options: Any
+) -> SplitReport:
+    """Print the split check of ``path`` (:func:`check_splits` with ``options``) and return it.
+
+    ``datamill preprocess --check-splits`` calls it through the command handler ``"report-splits"``
+    (:mod:`datamill.core.commands`), so preprocessing never imports lineage.
+
+    Args:
+        path: a preprocessed ``.hdf5`` or a table with a split column.
+        fail: raise when validation/test rows duplicate training rows.
+        json_out: print the report as JSON instead of text. Defaults to ``False``.
+        **options: passed to :func:`check_splits`.
+
+    Returns:
+        The report that was printed.
+
+    Raises:
+        DataFileError: ``fail`` and rows leak.
+
+    Examples:
+        >>> report_splits("missing.hdf5", fail=True)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.DataFileNotFoundError: missing.hdf5: no such file or folder
+    """
+    report = check_splits(path, **options)
+    print(json.dumps(report.as_dict(), indent=2, sort_keys=True) if json_out else report.as_text())
+    if fail and report.leaks:
+        raise DataFileError(
+            f"{report.leaks:,} validation/test rows duplicate training rows",
+            path=str(path),
+            hint="deduplicate the input, split by a group column, or pass --check-splits warn",
+        )
+    return report

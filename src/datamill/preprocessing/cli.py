@@ -59,8 +59,11 @@ def _cmd(args: argparse.Namespace) -> int:
             else f"output: {out.hdf5_path}"
         )
     if args.check_splits != "off" and out.hdf5_path is not None:
-        from datamill.lineage.cli import report_splits
+        from datamill.core.commands import command_handler
 
+        report_splits = command_handler(
+            "report-splits", hint="the split check is datamill.lineage's (`datamill check-splits`)"
+        )
         report_splits(out.hdf5_path, fail=args.check_splits == "error")
     return 0
 
