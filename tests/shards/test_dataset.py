@@ -323,8 +323,6 @@ def test_stale_object_add_keeps_other_shardsets(seed_ds: ShardsetDataset) -> Non
 
 def test_loader_iterates_a_shardset_dataset(seed_ds: ShardsetDataset) -> None:
     import datamill
-
-    pytest.importorskip("datamill.loader")
     from datamill.loader import Loader
 
     assert datamill.ShardsetDataset is ShardsetDataset
