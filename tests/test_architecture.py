@@ -284,7 +284,7 @@ def test_import_graph_has_no_new_violations_and_known_ones_are_current() -> None
 
 
 def _package(module: str) -> str | None:
-    """The subpackage a module belongs to (``datamill.loader.trace`` -> ``datamill.loader``), or
+    """The subpackage a module belongs to (``datamill.lineage.trace`` -> ``datamill.loader``), or
     ``None`` for the root's own modules (the façade ``datamill``, the CLI, the registries
     ``engines``/``sources``...: they sit above the ladder and dispatch into it)."""
     parts = module.split(".")

@@ -10,8 +10,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from datamill.loader.trace import Tracer
-    from datamill.loader.trace_join import RunTracer
+    from datamill.lineage.join import RunTracer
+    from datamill.lineage.trace import Tracer
 
 __all__ = ["register"]
 
@@ -48,7 +48,7 @@ def _short(value: Any, width: int = 60) -> str:
 def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
     from datamill.lineage.fetch import fetch_records
-    from datamill.loader.trace import Tracer, load_record
+    from datamill.lineage.trace import Tracer, load_record
 
     record_args: list[Any] = []
     for r in args.record:
@@ -66,7 +66,7 @@ def _trace_cmd(args: argparse.Namespace) -> int:
 
         source = open_source(args.source)
     _check_trace_args(args, record, source)
-    from datamill.loader.trace_join import RunTracer
+    from datamill.lineage.join import RunTracer
 
     tracer: Tracer | RunTracer
     if len(record_args) > 1:
@@ -194,7 +194,7 @@ def _queries(
 
 def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any) -> dict[str, Any]:
     """The batch of --step (and --rank/--client/--epoch): printed unless --json; its dict."""
-    from datamill.loader.trace import BatchTrace
+    from datamill.lineage.trace import BatchTrace
 
     b: BatchTrace = tracer.batch(
         rank=args.rank, step=args.step, epoch=args.epoch, client=args.client
