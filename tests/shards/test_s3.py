@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-import datamill.shards._remote as remote_mod
+import datamill.core.storage as storage_mod
 from datamill.cli import main
 from datamill.core.errors import DataFileError, DataFileNotFoundError, ShardsetError
 from datamill.core.objstore import s3_filesystem
@@ -183,14 +183,14 @@ def test_writes_never_leave_a_half_dataset_and_never_touch_foreign_objects(
     ds = ShardsetDataset.create(
         "s3://shards/atomic", _table(), uid="uid", shardset="base", shard_size=100
     )
-    real_put = remote_mod._put
+    real_put = storage_mod.upload
 
-    def failing_put(f: pafs.FileSystem, path: str, data: bytes) -> None:
+    def failing_put(data: storage_mod.Staged, f: pafs.FileSystem, path: str) -> None:
         if path.endswith("dataset.json"):
             raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curlCode: 7")
-        real_put(f, path, data)
+        real_put(data, f, path)
 
-    monkeypatch.setattr(remote_mod, "_put", failing_put)
+    monkeypatch.setattr(storage_mod, "upload", failing_put)
     with pytest.raises(DataFileError, match="unreachable") as info:
         ds.add("labels", _labels(), route=True)
     assert info.value.path == "s3://shards/atomic"
@@ -388,16 +388,16 @@ def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_
     )
     old = old.add("labels", _labels(), route=True)
     before = old.read_shard(2)
-    real_put = remote_mod._put
+    real_put = storage_mod.upload
 
-    def failing_switch(f: pafs.FileSystem, path: str, data: bytes) -> None:
+    def failing_switch(data: storage_mod.Staged, f: pafs.FileSystem, path: str) -> None:
         if (
             path == "shards/gen/dataset.json"
         ):  # the switch (the generation's own manifest goes through)
             raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curlCode: 7")
-        real_put(f, path, data)
+        real_put(data, f, path)
 
-    monkeypatch.setattr(remote_mod, "_put", failing_switch)
+    monkeypatch.setattr(storage_mod, "upload", failing_switch)
     with pytest.raises(DataFileError, match="unreachable"):
         ShardsetDataset.create(
             "s3://shards/gen",

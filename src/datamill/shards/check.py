@@ -206,11 +206,9 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
 
 def _litter(loc: Location) -> Iterator[DatamillError]:
     """Temporary files/folders of killed writers (local datasets; the next ``add`` removes them)."""
-    import pyarrow.fs as pafs
-
     from datamill.core.io import find_litter
 
-    if not isinstance(loc.fs, pafs.LocalFileSystem):
+    if loc.remote:
         return
     for entry in find_litter(loc.path):
         yield ShardsetError(

@@ -28,7 +28,6 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from datamill.core.checks import SHARD_SIZE
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
@@ -134,7 +133,7 @@ def create(
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
     loc = resolve(root)
-    local = isinstance(loc.fs, pafs.LocalFileSystem)
+    local = not loc.remote
     if not local:
         try:
             return _create_remote(

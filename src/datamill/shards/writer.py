@@ -35,7 +35,6 @@ from typing import Any, Self
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
@@ -209,7 +208,9 @@ class ShardSink:
             self._schema = table.schema
         token = os.urandom(8).hex()
         part = self.loc.tmp_name(self.shard_name(k))
-        write_any(self.loc.fs, self.loc.join(self.tmp, part), table, self.fmt)
+        write_any(
+            self.loc.fs, self.loc.join(self.tmp, part), table, self.fmt, local=not self.loc.remote
+        )
         self.loc.fs.move(self.loc.join(self.tmp, part), self.loc.join(self.tmp, self.shard_name(k)))
         receipt = {
             "shard": k,
@@ -300,7 +301,7 @@ class ShardsetWriter:
             raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
         self.loc = root if isinstance(root, Location) else resolve(root)
         if (
-            isinstance(self.loc.fs, pafs.LocalFileSystem)
+            not self.loc.remote
             and Path(self.loc.path).exists()
             and not Path(self.loc.path).is_dir()
         ):
@@ -344,7 +345,7 @@ class ShardsetWriter:
                     )
             self._made_root = not self.loc.exists()
             listed = self.base.shardsets if self.base is not None else []
-            if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
+            if not self.loc.remote and self.loc.exists():
                 remove_interrupted(self.loc, listed)
             _check_shardset_name(self.loc, shardset, listed)
             self.loc.fs.create_dir(self.loc.path, recursive=True)
