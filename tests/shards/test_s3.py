@@ -554,3 +554,28 @@ def test_a_generation_dataset_copied_to_disk_reads_there_and_refuses_a_local_add
         local.add("labels", _labels(), route=True)
     assert info.value.path == str(tmp_path / "ds")
     assert ShardsetDataset(tmp_path / "ds").shardsets == ["base"]  # nothing changed
+
+
+@pytest.mark.parametrize(("fmt", "folder"), [("mds", "mds"), ("webdataset", "wds")])
+def test_shards_create_from_a_peer_folder_on_s3(
+    store: tuple[pafs.S3FileSystem, ShardsetDataset], tmp_path: Path, fmt: str, folder: str
+) -> None:
+    """``datamill shards create --from mds s3://...``: peer imports read through the seam."""
+    from datamill.shards.peers import read_peer
+
+    fs, _ = store
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "peers" / folder
+    for f in sorted(fixture.iterdir()):
+        with fs.open_output_stream(f"shards/peer-{fmt}/{f.name}") as out:
+            out.write(f.read_bytes())
+    out_root = tmp_path / "ds"
+    args = ["-q", "shards", "create", str(out_root), "--uid", "uid", "--shardset", "s"]
+    args += ["--shard-size", "5", "--from", fmt, f"s3://shards/peer-{fmt}"]
+    assert main(args + (["--add-uid"] if fmt == "webdataset" else [])) == 0
+    got = ShardsetDataset(out_root).to_table()
+    want = read_peer(fmt, fixture)
+    assert got.drop_columns(["uid"] if fmt == "webdataset" else []).equals(
+        want.select([c for c in got.column_names if c != "uid" or fmt != "webdataset"])
+    )
+    with pytest.raises(DataFileNotFoundError, match="index.json"):
+        read_peer("mds", "s3://shards/no-such-peer")
