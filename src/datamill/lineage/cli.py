@@ -9,6 +9,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from datamill.core.cliargs import add_columns, add_seed, columns_of
+
 if TYPE_CHECKING:
     from datamill.lineage.join import RunTracer
     from datamill.lineage.trace import Tracer
@@ -201,7 +203,7 @@ def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any)
     )
     rejected = tracer.rejected(b, filt) if filt is not None else None
     b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
-    cols = args.columns.split(",") if args.columns else None
+    cols = columns_of(args.columns)
     row_dicts = tracer.rows(b.samples, columns=cols).to_pylist() if args.show else None
     d = b.as_dict()
     if row_dicts is not None:
@@ -286,9 +288,8 @@ def register_trace(sub: Any) -> None:
     p.add_argument(
         "--show", action="store_true", help="with --step: print the rows too (needs --source)"
     )
-    p.add_argument(
-        "--columns",
-        help="with --show: comma-separated columns to print (default: those the run read)",
+    add_columns(
+        p, help="with --show: comma-separated columns to print (default: those the run read)"
     )
     p.add_argument(
         "--filter", help="the run's filter as module:function: mark the samples it rejected"
@@ -368,7 +369,7 @@ def _check_splits_cmd(args: argparse.Namespace) -> int:
 
     from datamill.core.constants import DATASET_MANIFEST
 
-    cols = args.columns.split(",") if args.columns else None
+    cols = columns_of(args.columns)
     texts = args.text_columns.split(",") if args.text_columns is not None else None
     source = None
     if (Path(args.path) / DATASET_MANIFEST).exists():
@@ -423,9 +424,7 @@ def register_check_splits(sub: Any) -> None:
     p.add_argument(
         "path", help="a preprocessed .hdf5 (with its meta.json), or a shardset dataset folder"
     )
-    p.add_argument(
-        "--columns", help="comma-separated columns compared exactly (default: the input features)"
-    )
+    add_columns(p, help="comma-separated columns compared exactly (default: the input features)")
     p.add_argument(
         "--text-columns",
         help="comma-separated columns checked for near-duplicates (default: the text "
@@ -448,7 +447,7 @@ def register_check_splits(sub: Any) -> None:
         help="MinHash values per row, a power of two (default 64)",
     )
     p.add_argument("--shingle", type=int, default=3, help="words per shingle (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the MinHash functions (default 0)")
+    add_seed(p, what="seeds the MinHash functions")
     p.add_argument(
         "--fail", action="store_true", help="exit with status 2 when leaks or duplicates are found"
     )

@@ -11,22 +11,26 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.checks import (
-    BATCH_SIZE,
-    CACHE_MIB,
     EPOCHS,
     NUM_WORKERS,
     PREFETCH,
-    SEED,
     WINDOW,
-    WORLD_SIZE,
     Limit,
+)
+from datamill.core.cliargs import (
+    add_batch_size,
+    add_cache,
+    add_columns,
+    add_order,
+    add_ranks,
+    cache_bytes,
+    columns_of,
 )
 from datamill.loader.options import Workers
 from datamill.loader.planner import RANKS_PER_NODE
 
 __all__ = ["register"]
 
-RANK = Limit("rank", low=0, high=WORLD_SIZE.high)
 LIMIT = Limit("limit", low=0)
 SHOW = Limit("show", low=0, high=100_000)
 READ_SPEED_MIB = Limit("read_speed", low=0, low_open=True, high=1e9, kind="float")
@@ -44,7 +48,7 @@ def _open(args: argparse.Namespace) -> Any:
     if is_remote(
         args.source
     ):  # a shardset dataset or Parquet objects, through the local shard cache
-        limit = None if args.cache_limit is None else int(args.cache_limit * 2**20)
+        limit = cache_bytes(args.cache_limit)
         return open_source(args.source, cache_dir=args.cache_dir, cache_limit=limit)
     return open_source(args.source)
 
@@ -106,7 +110,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.save_record:
         _check_record_output(args)
     source = _open(args)
-    cols = args.columns.split(",") if args.columns else None
+    cols = columns_of(args.columns)
     loader = Loader(
         source,
         args.batch_size,
@@ -245,7 +249,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         num_workers=args.num_workers,
         epochs=args.epochs,
         shard_bytes=shard_bytes,
-        cache_limit=None if args.cache_limit is None else int(args.cache_limit * 2**20),
+        cache_limit=cache_bytes(args.cache_limit),
         ranks_per_node=args.ranks_per_node,
         read_bytes_per_s=speed or 200e6,
     )
@@ -352,35 +356,17 @@ def register(sub: Any) -> None:
         help="with --url: built (the server builds the batches) or direct (this process builds "
         "them from the dataset's client location; see docs/serving-scale.md) (default built)",
     )
-    p.add_argument(
-        "--cache-dir",
-        help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)",
-    )
-    p.add_argument(
-        "--cache-limit",
-        type=CACHE_MIB.arg,
-        default=None,
-        help="shard cache size in MiB (default unbounded)",
-    )
-    p.add_argument(
-        "--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)"
-    )
+    add_cache(p)
+    add_batch_size(p)
     p.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to run (default 1)")
-    p.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
-    p.add_argument("--no-shuffle", action="store_true", help="keep the source order")
-    p.add_argument("--columns", help="comma-separated columns to read (default all)")
+    add_order(p, drop_last=True)
+    add_columns(p)
     p.add_argument(
         "--split", help="read one split of a preprocessed .hdf5: train, validation or test"
     )
-    p.add_argument("--rank", type=RANK.arg, default=0)
-    p.add_argument("--world-size", type=WORLD_SIZE.arg, default=1)
+    add_ranks(p)
     p.add_argument(
         "--num-workers", type=NUM_WORKERS.arg, default=0, help="batch-building threads (default 0)"
-    )
-    p.add_argument(
-        "--drop-last",
-        action="store_true",
-        help="equal batches on every rank; drop the partial batch",
     )
     p.add_argument(
         "--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches"
@@ -404,13 +390,9 @@ def register(sub: Any) -> None:
         help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
         "or s3://bucket/prefix of Parquet files",
     )
-    q.add_argument(
-        "--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)"
-    )
-    q.add_argument(
-        "--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)"
-    )
-    q.add_argument("--world-size", type=WORLD_SIZE.arg, default=1, help="ranks (default 1)")
+    add_cache(q)
+    add_batch_size(q)
+    add_ranks(q, rank=False)
     q.add_argument(
         "--ranks-per-node",
         type=RANKS_PER_NODE.arg,
@@ -432,16 +414,8 @@ def register(sub: Any) -> None:
         default=None,
         help="shards per shuffle window (default: the loader's)",
     )
-    q.add_argument(
-        "--cache-limit",
-        type=CACHE_MIB.arg,
-        default=None,
-        help="node-local shard cache in MiB (default unbounded)",
-    )
     q.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to plan (default 1)")
-    q.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
-    q.add_argument("--no-shuffle", action="store_true", help="keep the source order")
-    q.add_argument("--drop-last", action="store_true", help="equal batches on every rank")
+    add_order(q, drop_last=True)
     q.add_argument(
         "--read-speed",
         type=READ_SPEED_MIB.arg,
