@@ -11,8 +11,9 @@ Two counts, measured here with the standard library only and held against
   :data:`WINDOW` lines of the same shape. A line's shape is its tokens with strings and numbers
   folded to one symbol and names numbered in order of appearance within the run (so a run copied
   with other names, strings or numbers still matches, and one that merely has the same punctuation
-  does not). Blank lines, comments, imports, lone punctuation and lone strings (docstrings) are
-  passed over; a run found in more than :data:`MOST_PLACES` places is a pattern, not a copy, and
+  does not). Blank lines, comments, imports, lone punctuation, lone strings (docstrings) and lines
+  that only forward one argument (``name,``, ``name=name,``: a call formatted one argument per
+  line) are passed over; a run found in more than :data:`MOST_PLACES` places is a pattern, not a copy, and
   is not counted. The ``duplicates`` command on the development machine measures the same idea.
 
 When a count rises the test fails and names what is new; when it falls the test passes and prints
@@ -113,8 +114,18 @@ def line_shapes(text: str) -> list[tuple[int, list[str]]]:
             continue
         if not any(t.startswith("$") or t == "N" for t in row):  # punctuation, lone strings
             continue
+        if _thin(row):  # a lone name or a forwarded keyword (`x=x,`): one argument per line
+            continue
         out.append((number, row))
     return out
+
+
+def _thin(row: list[str]) -> bool:
+    """``name`` / ``name,`` / ``name=name,``: a line that only forwards one argument."""
+    body = row[:-1] if row[-1] == "," else row
+    return (len(body) == 1 and body[0].startswith("$")) or (
+        len(body) == 3 and body[1] == "=" and body[0] == body[2] and body[0].startswith("$")
+    )
 
 
 def _run_key(rows: list[list[str]]) -> tuple[str, ...]:
