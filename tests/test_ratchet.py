@@ -13,8 +13,9 @@ Two counts, measured here with the standard library only and held against
   with other names, strings or numbers still matches, and one that merely has the same punctuation
   does not). Blank lines, comments, imports, lone punctuation, lone strings (docstrings) and lines
   that only forward one argument (``name,``, ``name=name,``: a call formatted one argument per
-  line) are passed over; a run found in more than :data:`MOST_PLACES` places is a pattern, not a copy, and
-  is not counted. The ``duplicates`` command on the development machine measures the same idea.
+  line) are passed over; a run found in more than :data:`MOST_PLACES` places is a pattern, not a
+  copy, and is not counted. The ``duplicates`` command on the development machine measures the
+  same idea (it counts forwarding lines too, so its numbers are higher).
 
 When a count rises the test fails and names what is new; when it falls the test passes and prints
 the lower count to write into the baseline (then it can never rise back).
