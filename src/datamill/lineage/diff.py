@@ -100,8 +100,6 @@ def _is_category(t: pa.DataType) -> bool:
     )
 
 
-# long (97 lines): one pass over the shards gathers hashes, numbers and counts together; the
-# statistics and the cache are written from what that pass kept
 def summarize(
     source: Source,
     /,
@@ -139,11 +137,7 @@ def summarize(
     found = store.get() if cache else None
     if found is not None:
         meta, hashes, (uid_hash, uid_order) = found
-        uids = None
-        if uid is not None:
-            uids = pa.chunked_array(
-                [source.read_shard(k, columns=[uid]).column(0) for k in range(source.num_shards)]
-            ).combine_chunks()
+        uids = _uids(source, uid) if uid is not None else None
         return BuildSummary(
             kind,
             fp,
@@ -156,74 +150,103 @@ def summarize(
             uid_hash,
             uid_order,
         )
-    parts: dict[str, list[NDArray[np.uint64]]] = {}
-    numbers: dict[str, list[NDArray[Any]]] = {}
-    counts: dict[str, pa.Table] = {}
-    uid_parts: list[pa.Array] = []
-    schema: dict[str, str] = {}
-    rows = 0
+    scan = _Scan(uid)
     for k in range(source.num_shards):
-        table = source.read_shard(k)
-        rows += table.num_rows
-        for name in table.column_names:
-            col = table.column(name)
-            schema.setdefault(name, str(col.type))
-            if name == uid:
-                uid_parts.extend(col.chunks)
-                continue
-            parts.setdefault(name, []).append(column_hash(col))
-            if _is_number(col.type):
-                arr = col.to_numpy() if not col.null_count else pc.drop_null(col).to_numpy()
-                numbers.setdefault(name, []).append(np.asarray(arr))
-            elif _is_category(col.type):
-                vc = pc.value_counts(
-                    col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-                )
-                t = pa.table(
-                    {"value": pc.cast(vc.field("values"), pa.string()), "n": vc.field("counts")}
-                )
-                counts[name] = t if name not in counts else pa.concat_tables([counts[name], t])
-    hashes = {c: np.concatenate(p) if p else np.zeros(0, np.uint64) for c, p in parts.items()}
+        scan.add(source.read_shard(k))
+    hashes = {c: np.concatenate(p) if p else np.zeros(0, np.uint64) for c, p in scan.parts.items()}
     stats: dict[str, dict[str, Any]] = {
-        c: _number_stats(np.concatenate(v)) for c, v in numbers.items()
+        c: _number_stats(np.concatenate(v)) for c, v in scan.numbers.items()
     }
-    for name, t in counts.items():
-        g = (
-            t.group_by("value")
-            .aggregate([("n", "sum")])
-            .sort_by([("n_sum", "descending"), ("value", "ascending")])
-        )
-        values, ns = g.column("value").to_pylist(), g.column("n_sum").to_pylist()
-        total = int(sum(ns))
-        stats[name] = {
-            "type": "category",
-            "count": total,
-            "distinct": len(values),
-            "top": [[v, int(n)] for v, n in zip(values[:TOP], ns[:TOP])],
-            "shares": {str(v): n / total for v, n in zip(values, ns)}
-            if len(values) <= 1000
-            else None,
-        }
-    uids = pa.chunked_array(uid_parts).combine_chunks() if uid is not None and uid_parts else None
+    stats.update({name: _category_stats(t) for name, t in scan.counts.items()})
+    uids = (
+        pa.chunked_array(scan.uid_parts).combine_chunks()
+        if uid is not None and scan.uid_parts
+        else None
+    )
     uid_hash = column_hash(uids) if uids is not None and not pat.is_integer(uids.type) else None
     uid_order = np.argsort(uid_hash, kind="stable") if uid_hash is not None else None
-    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash, uid_order)
+    summary = BuildSummary(
+        kind, fp, scan.rows, scan.schema, uid, uids, hashes, stats, uid_hash, uid_order
+    )
     if cache:
-        meta = {
-            "format": SIDECAR_FORMAT,
-            "key": key,
-            "build": fp,
-            "rows": rows,
-            "schema": schema,
-            "stats": stats,
-            "hashed": list(hashes),
-        }
-        arrays: dict[str, Any] = {f"h{i}": h for i, h in enumerate(hashes.values())}
-        if uid_hash is not None:
-            arrays["uid_hash"] = uid_hash
-            arrays["uid_order"] = uid_order
-        store.put(meta, arrays)
+        _remember(store, summary, key)
     return summary
+
+
+def _uids(source: Source, uid: str) -> pa.Array:
+    return pa.chunked_array(
+        [source.read_shard(k, columns=[uid]).column(0) for k in range(source.num_shards)]
+    ).combine_chunks()
+
+
+class _Scan:
+    """What one pass over the shards keeps: hashes per column, numbers, category counts, UIDs."""
+
+    def __init__(self, uid: str | None) -> None:
+        self.uid = uid
+        self.parts: dict[str, list[NDArray[np.uint64]]] = {}
+        self.numbers: dict[str, list[NDArray[Any]]] = {}
+        self.counts: dict[str, pa.Table] = {}
+        self.uid_parts: list[pa.Array] = []
+        self.schema: dict[str, str] = {}
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        for name in table.column_names:
+            col = table.column(name)
+            self.schema.setdefault(name, str(col.type))
+            if name == self.uid:
+                self.uid_parts.extend(col.chunks)
+                continue
+            self.parts.setdefault(name, []).append(column_hash(col))
+            if _is_number(col.type):
+                arr = col.to_numpy() if not col.null_count else pc.drop_null(col).to_numpy()
+                self.numbers.setdefault(name, []).append(np.asarray(arr))
+            elif _is_category(col.type):
+                self._count(name, col)
+
+    def _count(self, name: str, col: Any) -> None:
+        vc = pc.value_counts(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        t = pa.table({"value": pc.cast(vc.field("values"), pa.string()), "n": vc.field("counts")})
+        self.counts[name] = (
+            t if name not in self.counts else pa.concat_tables([self.counts[name], t])
+        )
+
+
+def _category_stats(t: pa.Table) -> dict[str, Any]:
+    g = (
+        t.group_by("value")
+        .aggregate([("n", "sum")])
+        .sort_by([("n_sum", "descending"), ("value", "ascending")])
+    )
+    values, ns = g.column("value").to_pylist(), g.column("n_sum").to_pylist()
+    total = int(sum(ns))
+    return {
+        "type": "category",
+        "count": total,
+        "distinct": len(values),
+        "top": [[v, int(n)] for v, n in zip(values[:TOP], ns[:TOP])],
+        "shares": {str(v): n / total for v, n in zip(values, ns)} if len(values) <= 1000 else None,
+    }
+
+
+def _remember(store: HashCache, summary: BuildSummary, key: str) -> None:
+    """Write the summary's sidecar (its statistics, then the hashes as arrays)."""
+    meta = {
+        "format": SIDECAR_FORMAT,
+        "key": key,
+        "build": summary.fingerprint,
+        "rows": summary.rows,
+        "schema": summary.schema,
+        "stats": summary.stats,
+        "hashed": list(summary.hashes),
+    }
+    arrays: dict[str, Any] = {f"h{i}": h for i, h in enumerate(summary.hashes.values())}
+    if summary.uid_hash is not None:
+        arrays["uid_hash"] = summary.uid_hash
+        arrays["uid_order"] = summary.uid_order
+    store.put(meta, arrays)
 
 
 @dataclass
