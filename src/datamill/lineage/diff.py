@@ -570,6 +570,39 @@ def _drift(
     return out
 
 
+def _column_changes(sa: BuildSummary, sb: BuildSummary) -> tuple[list[str], dict[str, Any]]:
+    """The columns both builds have with one type, and the added, removed and retyped ones."""
+    cols_a = [c for c in sa.schema if c != sa.uid_column]
+    cols_b = [c for c in sb.schema if c != sb.uid_column]
+    common = [c for c in cols_a if c in cols_b and sa.schema[c] == sb.schema[c]]
+    return common, {
+        "added": [c for c in cols_b if c not in sa.schema],
+        "removed": [c for c in cols_a if c not in sb.schema],
+        "retyped": [
+            [c, sa.schema[c], sb.schema[c]]
+            for c in cols_a
+            if c in sb.schema and sa.schema[c] != sb.schema[c]
+        ],
+    }
+
+
+def _vocab_changes(va: dict[str, Any], vb: dict[str, Any]) -> dict[str, Any]:
+    """Per vocabulary file: the diff when both builds have it, else its whole size added or
+    removed."""
+    vocab = {n: _vocab_diff(va[n], vb[n]) for n in va if n in vb}
+    for n in set(va) ^ set(vb):
+        size_a = len(va[n]["idx2str"]) if n in va else 0
+        size_b = len(vb[n]["idx2str"]) if n in vb else 0
+        vocab[n] = {
+            "size": [size_a, size_b],
+            "added": size_b,
+            "removed": size_a,
+            "moved": 0,
+            "examples": {"added": [], "removed": [], "moved": []},
+        }
+    return vocab
+
+
 def diff(
     a: str | os.PathLike[str],
     b: str | os.PathLike[str],
@@ -602,34 +635,9 @@ def diff(
     sa = summarize(sa_src, cache=cache, location=a)
     sb = summarize(sb_src, cache=cache, location=b)
     th = thresholds or Thresholds()
-    cols_a, cols_b = (
-        [c for c in sa.schema if c != sa.uid_column],
-        [c for c in sb.schema if c != sb.uid_column],
-    )
-    common = [c for c in cols_a if c in cols_b and sa.schema[c] == sb.schema[c]]
-    columns = {
-        "added": [c for c in cols_b if c not in sa.schema],
-        "removed": [c for c in cols_a if c not in sb.schema],
-        "retyped": [
-            [c, sa.schema[c], sb.schema[c]]
-            for c in cols_a
-            if c in sb.schema and sa.schema[c] != sb.schema[c]
-        ],
-    }
+    common, columns = _column_changes(sa, sb)
     keyed, samples = _samples(sa, sb, common)
-    va, vb = _vocab_files(Path(a)), _vocab_files(Path(b))
-    vocab = {n: _vocab_diff(va[n], vb[n]) for n in va if n in vb}
-    for n in set(va) ^ set(vb):
-        vocab[n] = {
-            "size": [
-                len(va[n]["idx2str"]) if n in va else 0,
-                len(vb[n]["idx2str"]) if n in vb else 0,
-            ],
-            "added": len(vb[n]["idx2str"]) if n in vb else 0,
-            "removed": len(va[n]["idx2str"]) if n in va else 0,
-            "moved": 0,
-            "examples": {"added": [], "removed": [], "moved": []},
-        }
+    vocab = _vocab_changes(_vocab_files(Path(a)), _vocab_files(Path(b)))
     return DiffReport(
         sa.kind,
         os.fspath(a),
