@@ -428,45 +428,59 @@ def _match(
         and len(hb) == len(b)
         and not pat.is_integer(a.type)
     ):
-        oa = np.argsort(ha, kind="stable") if oa is None or len(oa) != len(a) else oa
-        ob = np.argsort(hb, kind="stable") if ob is None or len(ob) != len(b) else ob
-        sa, sb = ha[oa], hb[ob]
-        i = np.searchsorted(sa, sb).clip(max=max(len(sa) - 1, 0))  # sorted keys: a merge
-        hit = np.flatnonzero(sa[i] == sb) if len(sa) else np.zeros(0, np.int64)
-        cand, at = ob[hit], oa[i[hit]]
-        found = np.zeros(len(b), dtype=bool)
-        pos = np.zeros(len(b), dtype=np.int64)
-        found[cand], pos[cand] = True, at
-        rows_b = np.flatnonzero(found)  # checked in b's order: only a's side is gathered at random
-        left = b if len(rows_b) == len(b) else b.take(pa.array(rows_b))
-        same = pc.equal(left, a.take(pa.array(pos[rows_b]))).fill_null(False)
-        bad = rows_b[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
-        if len(bad):
-            again = pc.index_in(b.take(pa.array(bad)), value_set=a)
-            found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            pos[bad] = np.asarray(again.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        pos[~found] = 0
-        return found, pos
-    if (
-        pat.is_integer(a.type)
-        and pat.is_integer(b.type)
-        and len(a)
-        and len(b)
-        and not a.null_count
-        and not b.null_count
-    ):
-        ua, ub = a.to_numpy(), b.to_numpy()
-        lo, hi = min(int(ua.min()), int(ub.min())), max(int(ua.max()), int(ub.max()))
-        if (
-            hi - lo <= 4 * (len(ua) + len(ub)) + 1024
-        ):  # dense integer UIDs: a direct table, no hashing
-            table = np.full(hi - lo + 1, -1, dtype=np.int64)
-            table[ua - lo] = np.arange(len(ua), dtype=np.int64)
-            pos = table[ub - lo]
-            return pos >= 0, np.maximum(pos, 0)
+        return _match_hashed(a, b, ha, hb, oa, ob)
+    dense = _match_dense(a, b)
+    if dense is not None:
+        return dense
     where = pc.index_in(b, value_set=a)
     found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     return found, np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _match_hashed(
+    a: pa.Array,
+    b: pa.Array,
+    ha: NDArray[np.uint64],
+    hb: NDArray[np.uint64],
+    oa: NDArray[np.int64] | None,
+    ob: NDArray[np.int64] | None,
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """:func:`_match` by one merge of the sorted hashes, every match checked on the UIDs."""
+    oa = np.argsort(ha, kind="stable") if oa is None or len(oa) != len(a) else oa
+    ob = np.argsort(hb, kind="stable") if ob is None or len(ob) != len(b) else ob
+    sa, sb = ha[oa], hb[ob]
+    i = np.searchsorted(sa, sb).clip(max=max(len(sa) - 1, 0))  # sorted keys: a merge
+    hit = np.flatnonzero(sa[i] == sb) if len(sa) else np.zeros(0, np.int64)
+    cand, at = ob[hit], oa[i[hit]]
+    found = np.zeros(len(b), dtype=bool)
+    pos = np.zeros(len(b), dtype=np.int64)
+    found[cand], pos[cand] = True, at
+    rows_b = np.flatnonzero(found)  # checked in b's order: only a's side is gathered at random
+    left = b if len(rows_b) == len(b) else b.take(pa.array(rows_b))
+    same = pc.equal(left, a.take(pa.array(pos[rows_b]))).fill_null(False)
+    bad = rows_b[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
+    if len(bad):
+        again = pc.index_in(b.take(pa.array(bad)), value_set=a)
+        found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        pos[bad] = np.asarray(again.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    pos[~found] = 0
+    return found, pos
+
+
+def _match_dense(a: pa.Array, b: pa.Array) -> tuple[NDArray[np.bool_], NDArray[np.int64]] | None:
+    """:func:`_match` of dense integer UIDs by a direct table (no hashing), or ``None``."""
+    if not (pat.is_integer(a.type) and pat.is_integer(b.type) and len(a) and len(b)):
+        return None
+    if a.null_count or b.null_count:
+        return None
+    ua, ub = a.to_numpy(), b.to_numpy()
+    lo, hi = min(int(ua.min()), int(ub.min())), max(int(ua.max()), int(ub.max()))
+    if hi - lo > 4 * (len(ua) + len(ub)) + 1024:
+        return None
+    table = np.full(hi - lo + 1, -1, dtype=np.int64)
+    table[ua - lo] = np.arange(len(ua), dtype=np.int64)
+    pos = table[ub - lo]
+    return pos >= 0, np.maximum(pos, 0)
 
 
 def _row_hashes(s: BuildSummary, columns: list[str]) -> NDArray[np.uint64]:
