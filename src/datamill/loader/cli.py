@@ -82,23 +82,24 @@ def _remote(args: argparse.Namespace) -> int:
 
 # long (77 lines): the iterate command's three runs (served, record, in-process) and their option
 # checks side by side
-def _cmd(args: argparse.Namespace) -> int:
-    if args.transport is not None and not args.url:
-        from datamill.core.errors import ConfigError
+def _check_transport(args: argparse.Namespace) -> None:
+    from datamill.core.errors import ConfigError
 
+    if args.transport is not None and not args.url:
         raise ConfigError(
             "--transport chooses who builds a served dataset's batches; it needs --url",
             hint="add --url http://HOST:PORT, or drop --transport",
         )
+    if args.url and args.save_record:
+        raise ConfigError(
+            "--save-record works for in-process runs; a served iteration's record is on the server"
+        )
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    _check_transport(args)
     if args.url:
         args.transport = args.transport or "built"
-        if args.save_record:
-            from datamill.core.errors import ConfigError
-
-            raise ConfigError(
-                "--save-record works for in-process runs; a served iteration's record is on the "
-                "server"
-            )
         return _remote(args)
     from datamill.core.io import check_output
     from datamill.loader.loader import Loader
@@ -135,19 +136,8 @@ def _cmd(args: argparse.Namespace) -> int:
     for e in range(args.epochs):
         if e:
             loader.set_epoch(first_epoch + e)  # also after an epoch cut short by --limit
-        for i, batch in enumerate(loader):
-            if not shapes and isinstance(batch, dict):
-                shapes = {k: tuple(getattr(v, "shape", (len(v),))) for k, v in batch.items()}
-            if args.limit and i + 1 >= args.limit:
-                break
-        s = loader.stats()
-        print(
-            f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed "
-            f"{s['failed']:,}, "
-            f"yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s ({s['samples_per_s']:,.0f} "
-            "samples/s; "
-            f"first batch after {(s['first_batch_s'] or 0) * 1000:.1f} ms)"
-        )
+        got = _run_epoch(loader, args.limit)
+        shapes = shapes or got
     if shapes:
         print("batch: " + ", ".join(f"{k} {v}" for k, v in shapes.items()))
     print(f"total {time.perf_counter() - start:.2f} s")
@@ -160,6 +150,25 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.save_record:
         _save_record(loader, args.save_record)
     return 0
+
+
+def _run_epoch(loader: Any, limit: int) -> dict[str, Any]:
+    """Iterate one epoch (at most ``limit`` batches, 0: all), print its statistics; the first
+    batch's shapes."""
+    shapes: dict[str, Any] = {}
+    for i, batch in enumerate(loader):
+        if not shapes and isinstance(batch, dict):
+            shapes = {k: tuple(getattr(v, "shape", (len(v),))) for k, v in batch.items()}
+        if limit and i + 1 >= limit:
+            break
+    s = loader.stats()
+    print(
+        f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed "
+        f"{s['failed']:,}, yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s "
+        f"({s['samples_per_s']:,.0f} samples/s; first batch after "
+        f"{(s['first_batch_s'] or 0) * 1000:.1f} ms)"
+    )
+    return shapes
 
 
 def _is_record_file(path: Path) -> bool:
