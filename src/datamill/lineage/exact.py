@@ -25,7 +25,13 @@ from numpy.typing import NDArray
 
 from datamill.core.parallel import ordered_map
 from datamill.lineage.packed import Code, column_codes, mix_words, pack
-from datamill.lineage.rowhash import column_hash, mix64, segment_hash
+from datamill.lineage.rowhash import (
+    column_hash,
+    is_bytes_type,
+    is_list_type,
+    mix64,
+    segment_hash,
+)
 
 __all__ = ["Columns", "duplicate_groups", "leaks", "row_keys", "rows_equal"]
 
@@ -64,12 +70,7 @@ def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
     if isinstance(arr, pa.ChunkedArray):  # an empty chunked array
         arr = pa.array([], type=arr.type)
     typ = arr.type
-    if (
-        pat.is_string(typ)
-        or pat.is_binary(typ)
-        or pat.is_large_string(typ)
-        or pat.is_large_binary(typ)
-    ):
+    if is_bytes_type(typ):
         return _bytes_col(arr, None)  # (nulls: in the codes, or :func:`_parts`)
     valid = _validity(arr) if arr.null_count else None
     if pat.is_boolean(typ):
@@ -82,7 +83,7 @@ def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
         return _Col("dict", arr, valid, indices=idx, children=[_prepare(arr.dictionary)])
     if pat.is_struct(typ):
         return _Col("struct", arr, valid, children=[_prepare(f) for f in arr.flatten()])
-    if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
+    if is_list_type(typ):
         return _list_col(arr, valid)
     return _fixed_col(arr, valid)
 

@@ -16,7 +16,15 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
-__all__ = ["HASH_VERSION", "column_hash", "mix64", "row_hash", "segment_hash"]
+__all__ = [
+    "HASH_VERSION",
+    "column_hash",
+    "is_bytes_type",
+    "is_list_type",
+    "mix64",
+    "row_hash",
+    "segment_hash",
+]
 
 HASH_VERSION = "datamill.rowhash@1"
 """Bumped whenever the hashes change."""
@@ -133,6 +141,18 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
     return h
 
 
+def is_bytes_type(typ: pa.DataType) -> bool:
+    """String or binary, large or not (values + offsets)."""
+    return any(
+        f(typ) for f in (pat.is_string, pat.is_binary, pat.is_large_string, pat.is_large_binary)
+    )
+
+
+def is_list_type(typ: pa.DataType) -> bool:
+    """A list, large list or fixed-size list."""
+    return any(f(typ) for f in (pat.is_list, pat.is_large_list, pat.is_fixed_size_list))
+
+
 def _values_hash(arr: pa.Array, tag: np.uint64) -> U64:
     """:func:`column_hash` of a non-empty array's values, by type family (nulls not yet marked)."""
     typ = arr.type
@@ -149,7 +169,7 @@ def _values_hash(arr: pa.Array, tag: np.uint64) -> U64:
         data = arr.buffers()[2]
         values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         return segment_hash(values.astype(np.uint64), raw.astype(np.int64))
-    if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
+    if is_list_type(typ):
         offsets = (
             (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * typ.list_size
             if pat.is_fixed_size_list(typ)
