@@ -199,19 +199,7 @@ class Tracer(RecordPlan):
             return self._served_batch(rank=rank, step=step, client=client)
         if rank is None:
             raise ConfigError("a step needs its rank", hint="give rank= (CLI: --rank R)")
-        if epoch is None:
-            epoch, left = int(self.runs[0]["epoch"]), int(step)
-            while epoch in self.epochs() and left >= self.steps_in_epoch(epoch):
-                left -= self.steps_in_epoch(epoch)
-                epoch += 1
-            step = left
-        if epoch not in self.epochs() or not 0 <= step < self.steps_in_epoch(epoch):
-            raise ConfigError(
-                f"step {step} of epoch {epoch} is not in this record (epochs "
-                f"{self.epochs().start}.."
-                f"{self.epochs().stop - 1})",
-                hint="check --epoch/--step against the run",
-            )
+        epoch, step = self._epoch_step(epoch, step)
         lay, cut = self.layout(epoch)
         k = max(i for i, sg in enumerate(lay.segments) if sg.step_offset <= step)
         seg = lay.segments[k]
@@ -245,6 +233,23 @@ class Tracer(RecordPlan):
             samples.tolist(),
             self.uids_of(samples),
         )
+
+    def _epoch_step(self, epoch: int | None, step: int) -> tuple[int, int]:
+        """``(epoch, step in it)`` of a step (counted from the record's first epoch when ``epoch``
+        is ``None``), checked to be in the record."""
+        if epoch is None:
+            epoch, left = int(self.runs[0]["epoch"]), int(step)
+            while epoch in self.epochs() and left >= self.steps_in_epoch(epoch):
+                left -= self.steps_in_epoch(epoch)
+                epoch += 1
+            step = left
+        if epoch not in self.epochs() or not 0 <= step < self.steps_in_epoch(epoch):
+            raise ConfigError(
+                f"step {step} of epoch {epoch} is not in this record (epochs "
+                f"{self.epochs().start}..{self.epochs().stop - 1})",
+                hint="check --epoch/--step against the run",
+            )
+        return epoch, step
 
     # ----------------------------------------------------------------- served iterations
     @property

@@ -87,6 +87,7 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
         ConfigError: ``previous`` is of another dataset or order settings.
 
     Examples:
+        >>> import pyarrow as pa
         >>> from datamill.core.source import TableSource
         >>> from datamill.loader import Loader
         >>> loader = Loader(TableSource(pa.table({"x": list(range(10))}), shard_size=4), 4, seed=3)
@@ -97,32 +98,13 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
     """
     svc = loader.service
     source = svc.source
-    order = {
-        "shuffle": svc.shuffle,
-        "window": svc.window,
-        "drop_last": svc.drop_last,
-        "columns": svc.columns,
-        "num_samples": svc.epoch_samples(),
-        "shard_sizes": rle_sizes(svc.sizes),
-    }
-    mix = None
-    if isinstance(source, Mix):
-        mix = {
-            "names": source.names,
-            "weights": source.weights,
-            "epoch_size": source.epoch_size,
-            "source_column": source.source_column,
-            "shard_sizes": [
-                rle_sizes(np.asarray(s.shard_sizes(), dtype=np.int64)) for s in source.sources
-            ],
-        }
     rec: dict[str, Any] = {
         "format": RUN_RECORD_FORMAT,
         "dataset_fingerprint": svc.fingerprint(),
         "seed": svc.seed,
-        "order": order,
+        "order": _order(svc),
         "uid_column": uid_column_of(source),
-        "mix": mix,
+        "mix": _mix(source) if isinstance(source, Mix) else None,
         "buckets": None
         if svc.bucket_by is None
         else {"bucket_by": svc.bucket_by, "buckets": svc.buckets},
@@ -139,26 +121,10 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
         "replication": loader.replication,
         "batch_size": svc.batch_size,
     }
-    runs: list[dict[str, Any]] = []
-    if previous is not None:
-        prev = load_record(previous)
-        for key in ("dataset_fingerprint", "seed", "order", "mix", "buckets"):
-            if prev[key] != rec[key]:
-                raise ConfigError(
-                    f"the previous run record differs in {key!r}: {prev[key]!r} != {rec[key]!r}",
-                    hint="pass the record saved by the run this loader resumed",
-                )
-        runs = [dict(r) for r in prev["runs"]]
+    runs = _previous_runs(previous, rec) if previous is not None else []
     sizes, repls = _history_sizes(runs, run)
     run["elastic_batch_size"], run["elastic_replication"] = sizes, repls
-    if (
-        runs
-        and all(runs[-1].get(k) == run[k] for k in ("world_size", "replication", "batch_size"))
-        and (runs[-1]["epoch"], runs[-1]["elastic"]) == (run["epoch"], run["elastic"])
-        and runs[-1]["batches_seen"] <= run["batches_seen"]
-    ):
-        pass  # the same run continues (a record written again, or a plain resume of the same plan)
-    elif not runs or runs[-1] != run:
+    if not _continues(runs, run) and (not runs or runs[-1] != run):
         runs.append(run)
     rec["runs"] = runs
     rec["until"] = {"epoch": int(loader.epoch), "batches_seen": int(loader._batches_seen)}
@@ -182,14 +148,7 @@ def plan_record(
     with it.
     """
     source = svc.source
-    order = {
-        "shuffle": svc.shuffle,
-        "window": svc.window,
-        "drop_last": svc.drop_last,
-        "columns": svc.columns,
-        "num_samples": svc.epoch_samples(),
-        "shard_sizes": rle_sizes(svc.sizes),
-    }
+    order = _order(svc)
     run = {
         "epoch": int(epoch),
         "batches_seen": 0,
@@ -215,6 +174,56 @@ def plan_record(
         "until": {"epoch": int(epoch), "batches_seen": int(batches_seen)},
         **({"served": dict(served)} if served is not None else {}),
     }
+
+
+def _order(svc: Any) -> dict[str, Any]:
+    """The record's ``order`` section: what the pure order of a service depends on."""
+    return {
+        "shuffle": svc.shuffle,
+        "window": svc.window,
+        "drop_last": svc.drop_last,
+        "columns": svc.columns,
+        "num_samples": svc.epoch_samples(),
+        "shard_sizes": rle_sizes(svc.sizes),
+    }
+
+
+def _mix(source: Mix) -> dict[str, Any]:
+    """The record's ``mix`` section (a Mix's schedule is rebuilt from it)."""
+    return {
+        "names": source.names,
+        "weights": source.weights,
+        "epoch_size": source.epoch_size,
+        "source_column": source.source_column,
+        "shard_sizes": [
+            rle_sizes(np.asarray(s.shard_sizes(), dtype=np.int64)) for s in source.sources
+        ],
+    }
+
+
+def _previous_runs(previous: Mapping[str, Any], rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of the record this one extends, which must be of the same dataset and order."""
+    prev = load_record(previous)
+    for key in ("dataset_fingerprint", "seed", "order", "mix", "buckets"):
+        if prev[key] != rec[key]:
+            raise ConfigError(
+                f"the previous run record differs in {key!r}: {prev[key]!r} != {rec[key]!r}",
+                hint="pass the record saved by the run this loader resumed",
+            )
+    return [dict(r) for r in prev["runs"]]
+
+
+def _continues(runs: list[dict[str, Any]], run: dict[str, Any]) -> bool:
+    """Whether ``run`` continues the last run (a record written again, or a plain resume of the
+    same plan)."""
+    if not runs:
+        return False
+    last = runs[-1]
+    return (
+        all(last.get(k) == run[k] for k in ("world_size", "replication", "batch_size"))
+        and (last["epoch"], last["elastic"]) == (run["epoch"], run["elastic"])
+        and last["batches_seen"] <= run["batches_seen"]
+    )
 
 
 def _history_sizes(runs: list[dict[str, Any]], run: dict[str, Any]) -> tuple[list[int], list[int]]:
