@@ -155,18 +155,16 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         return list(problems)
     out.extend(problems)
     uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
-    top = loc
     if manifest.get("data_dir"):  # the generation an object-store overwrite wrote (validated above)
-        loc = top.child(manifest["data_dir"])
-        for entry in top.listdir():
-            if not entry.startswith(".") and entry != DATASET_MANIFEST:
-                out.append(
-                    ShardsetError(
-                        "not listed in the manifest (left by an interrupted overwrite?)",
-                        path=top.show(entry),
-                        hint="remove it; the next overwrite removes it too",
-                    )
-                )
+        out.extend(
+            _unlisted(
+                loc,
+                {DATASET_MANIFEST},
+                "not listed in the manifest (left by an interrupted overwrite?)",
+                "remove it; the next overwrite removes it too",
+            )
+        )
+        loc = loc.child(manifest["data_dir"])
     try:
         mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
         mapping = Mapping.from_table(mt, uid_col, n)
@@ -180,27 +178,41 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
                 path=loc.show(SAMPLES_FILE),
             ),
         ]
-    if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
-        out.append(ShardsetError(f"shard indices must be in [0, {n})", path=loc.show(SAMPLES_FILE)))
-    if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
-        out.append(ShardsetError("the mapping is not sorted by shard", path=loc.show(SAMPLES_FILE)))
-    if pc.count_distinct(mapping.uids).as_py() != len(mapping.uids):
-        out.append(ShardsetError("duplicate UIDs in the mapping", path=loc.show(SAMPLES_FILE)))
+    out.extend(_mapping_problems(mapping, n, loc.show(SAMPLES_FILE)))
     sets = manifest.get("shardsets", [])
-    known = {ss["name"] for ss in sets} | {DATASET_MANIFEST, SAMPLES_FILE}
-    for entry in loc.listdir():
-        if not entry.startswith(".") and entry not in known:
-            out.append(
-                ShardsetError(
-                    "not listed in the manifest (left by an interrupted add?)",
-                    path=loc.show(entry),
-                    hint="remove it, or add it again with `datamill shards add`",
-                )
-            )
+    out.extend(
+        _unlisted(
+            loc,
+            {ss["name"] for ss in sets} | {DATASET_MANIFEST, SAMPLES_FILE},
+            "not listed in the manifest (left by an interrupted add?)",
+            "remove it, or add it again with `datamill shards add`",
+        )
+    )
     out.extend(_litter(loc))
     ref = (sets[0]["name"], sets[0]["format"]) if sets else ("?", "parquet")
     for ss in sets:
         out.extend(_check_shardset(loc, ss, uid_col=uid_col, n=n, mapping=mapping, ref=ref))
+    return out
+
+
+def _unlisted(loc: Location, known: set[str], what: str, hint: str) -> list[DatamillError]:
+    """An error per entry of ``loc`` (but hidden ones) the manifest does not list."""
+    return [
+        ShardsetError(what, path=loc.show(entry), hint=hint)
+        for entry in loc.listdir()
+        if not entry.startswith(".") and entry not in known
+    ]
+
+
+def _mapping_problems(mapping: Mapping, n: int, where: str) -> list[DatamillError]:
+    """Shard indices out of range or unsorted, duplicate UIDs."""
+    out: list[DatamillError] = []
+    if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
+        out.append(ShardsetError(f"shard indices must be in [0, {n})", path=where))
+    if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
+        out.append(ShardsetError("the mapping is not sorted by shard", path=where))
+    if pc.count_distinct(mapping.uids).as_py() != len(mapping.uids):
+        out.append(ShardsetError("duplicate UIDs in the mapping", path=where))
     return out
 
 
