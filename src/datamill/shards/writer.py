@@ -300,11 +300,7 @@ class ShardsetWriter:
         if fmt not in _FORMATS:
             raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
         self.loc = root if isinstance(root, Location) else resolve(root)
-        if (
-            not self.loc.remote
-            and Path(self.loc.path).exists()
-            and not Path(self.loc.path).is_dir()
-        ):
+        if not self.loc.remote and Path(self.loc.path).is_file():
             raise DataFileError(
                 "the dataset root is a file, not a folder",
                 path=self.loc.display,
@@ -321,28 +317,7 @@ class ShardsetWriter:
             self.shardset, self.fmt, self.name = shardset, fmt, name
             self.base: ShardsetDataset | None = None
             if self.loc.exists(DATASET_MANIFEST):
-                self.base = ShardsetDataset(self.loc)
-                if uid != self.base.uid_column:
-                    raise ConfigError(
-                        f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
-                        path=self.loc.show(DATASET_MANIFEST),
-                    )
-                if name is not None:
-                    raise ConfigError(
-                        "name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST)
-                    )
-                if self.remote is None and self.base.manifest.get(
-                    "data_dir"
-                ):  # (the stage of a remote add maps it)
-                    raise ShardsetError(
-                        f"this dataset keeps its files in {self.base.manifest['data_dir']}/ (an "
-                        "overwrite on "
-                        "object storage wrote it), which a local add does not write to",
-                        path=self.loc.display,
-                        hint="add the shardset where the dataset was written (s3://...), or "
-                        "recreate it here "
-                        "with `datamill shards create`",
-                    )
+                self.base = self._base(uid, name)
             self._made_root = not self.loc.exists()
             listed = self.base.shardsets if self.base is not None else []
             if not self.loc.remote and self.loc.exists():
@@ -360,6 +335,29 @@ class ShardsetWriter:
             raise
         self.dataset: ShardsetDataset | None = None
         self._open = True
+
+    def _base(self, uid: str, name: str | None) -> ShardsetDataset:
+        """The dataset a shardset is added to, which must fit the writer's ``uid`` (and no
+        ``name``)."""
+        base = ShardsetDataset(self.loc)
+        if uid != base.uid_column:
+            raise ConfigError(
+                f"the dataset's UID column is {base.uid_column!r}, got uid={uid!r}",
+                path=self.loc.show(DATASET_MANIFEST),
+            )
+        if name is not None:
+            raise ConfigError(
+                "name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST)
+            )
+        if self.remote is None and base.manifest.get("data_dir"):  # (a remote add's stage maps it)
+            raise ShardsetError(
+                f"this dataset keeps its files in {base.manifest['data_dir']}/ (an overwrite on "
+                "object storage wrote it), which a local add does not write to",
+                path=self.loc.display,
+                hint="add the shardset where the dataset was written (s3://...), or recreate it "
+                "here with `datamill shards create`",
+            )
+        return base
 
     def __enter__(self) -> Self:
         return self
@@ -455,24 +453,7 @@ class ShardsetWriter:
             )
         schema = schema_from_b64(receipts[0]["schema"])
         for k in range(n):
-            r = receipts[k]
-            if not schema_from_b64(r["schema"]).equals(schema):
-                raise SchemaError(
-                    f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
-                    path=r["source"],
-                    shard=k,
-                    hint="cast every shard to the same schema",
-                )
-            path = loc.join(self.tmp, sink.shard_name(k))
-            got = (
-                pq.read_metadata(path, filesystem=loc.fs).num_rows
-                if fmt == "parquet"
-                else read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
-            )
-            if got != int(r["rows"]):
-                raise ShardsetError(
-                    f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k
-                )
+            self._check_written(k, receipts[k], schema)
         uids = [self._shard_uids(k, receipts[k], schema) for k in range(n)]
         rows = [int(receipts[k]["rows"]) for k in range(n)]
         entry = {
@@ -495,6 +476,27 @@ class ShardsetWriter:
         if self.base is None:
             return self._commit_new(uids, rows, entry, receipts)
         return self._commit_added(entry)
+
+    def _check_written(self, k: int, r: dict[str, Any], schema: pa.Schema) -> None:
+        """Shard ``k`` as written: shard 0's schema, and the rows its receipt says."""
+        if not schema_from_b64(r["schema"]).equals(schema):
+            raise SchemaError(
+                f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
+                path=r["source"],
+                shard=k,
+                hint="cast every shard to the same schema",
+            )
+        loc = self.loc
+        path = loc.join(self.tmp, self.sink.shard_name(k))
+        got = (
+            pq.read_metadata(path, filesystem=loc.fs).num_rows
+            if self.fmt == "parquet"
+            else read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
+        )
+        if got != int(r["rows"]):
+            raise ShardsetError(
+                f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k
+            )
 
     def _unmove(self) -> None:
         """Remove the shardset folder renamed into place when the manifest was not written (not
