@@ -100,6 +100,48 @@ def _is_category(t: pa.DataType) -> bool:
     )
 
 
+def _samples_text(s: dict[str, Any]) -> list[str]:
+    line = f"samples: +{s['added']:,} -{s['removed']:,}"
+    if "changed" in s:
+        line += f" changed {s['changed']:,} unchanged {s['unchanged']:,}"
+        if s["changed_by_column"]:
+            line += " (" + ", ".join(f"{k}: {v:,}" for k, v in s["changed_by_column"].items()) + ")"
+    if "moved_rows" in s:
+        line += f"; rows changed at the same position {s['moved_rows']:,}"
+    examples = [
+        f"  e.g. {what}: {s['examples'][what]}"
+        for what in ("added", "removed", "changed")
+        if s["examples"].get(what)
+    ]
+    return [line, *examples]
+
+
+def _vocab_text(name: str, v: dict[str, Any]) -> str:
+    return (
+        f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; "
+        f"+{v['added']:,} -{v['removed']:,} ids moved {v['moved']:,}"
+        + "".join(
+            f"; e.g. {k} {v['examples'][k]}"
+            for k in ("added", "removed", "moved")
+            if v["examples"][k]
+        )
+    )
+
+
+def _drift_text(d: dict[str, Any]) -> str:
+    flag = "DRIFT" if d["drifted"] else "ok"
+    if d["type"] == "number":
+        return (
+            f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
+            f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> {d['b']['std']:.4g}, "
+            f"median {d['a']['q50']:.4g} -> {d['b']['q50']:.4g}"
+        )
+    return (
+        f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top {d['a']['top'][:3]} -> "
+        f"{d['b']['top'][:3]}"
+    )
+
+
 def summarize(
     source: Source,
     /,
@@ -297,30 +339,8 @@ class DiffReport:
             f"columns: +{len(c['added'])} {c['added']}  -{len(c['removed'])} {c['removed']}  "
             f"retyped {len(c['retyped'])} {[f'{n}: {x} -> {y}' for n, x, y in c['retyped']]}"
         )
-        line = f"samples: +{s['added']:,} -{s['removed']:,}"
-        if "changed" in s:
-            line += f" changed {s['changed']:,} unchanged {s['unchanged']:,}"
-            if s["changed_by_column"]:
-                line += (
-                    " (" + ", ".join(f"{k}: {v:,}" for k, v in s["changed_by_column"].items()) + ")"
-                )
-        if "moved_rows" in s:
-            line += f"; rows changed at the same position {s['moved_rows']:,}"
-        out.append(line)
-        for what in ("added", "removed", "changed"):
-            if s["examples"].get(what):
-                out.append(f"  e.g. {what}: {s['examples'][what]}")
-        for name, v in self.vocab.items():
-            out.append(
-                f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; "
-                f"+{v['added']:,} -{v['removed']:,} "
-                f"ids moved {v['moved']:,}"
-                + "".join(
-                    f"; e.g. {k} {v['examples'][k]}"
-                    for k in ("added", "removed", "moved")
-                    if v["examples"][k]
-                )
-            )
+        out += _samples_text(s)
+        out += [_vocab_text(name, v) for name, v in self.vocab.items()]
         drifted = [d for d in self.drift if d["drifted"]]
         out.append(
             f"statistics: {len(self.drift)} columns compared, {len(drifted)} drifted "
@@ -328,21 +348,7 @@ class DiffReport:
             f"{self.thresholds.quantile_shift} of "
             f"the 5-95% range, total variation {self.thresholds.tvd})"
         )
-        for d in self.drift if all_stats else drifted:
-            flag = "DRIFT" if d["drifted"] else "ok"
-            if d["type"] == "number":
-                out.append(
-                    f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
-                    f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> "
-                    f"{d['b']['std']:.4g}, median "
-                    f"{d['a']['q50']:.4g} -> {d['b']['q50']:.4g}"
-                )
-            else:
-                out.append(
-                    f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top "
-                    f"{d['a']['top'][:3]} -> "
-                    f"{d['b']['top'][:3]}"
-                )
+        out += [_drift_text(d) for d in (self.drift if all_stats else drifted)]
         out.append("no differences" if not self.changed else "differences found")
         return "\n".join(out)
 
