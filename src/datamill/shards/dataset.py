@@ -366,6 +366,25 @@ class ShardsetDataset:
 
     # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached
     # footers and dropped counts: one read path
+    def _aligned(
+        self, ss: str, index: int, t: pa.Table, uids: pa.Array, cols: list[str], *, inner: bool
+    ) -> tuple[pa.Table, pa.Array | None]:
+        """A shardset's table in the mapping's row order, and (``inner``) which rows it has."""
+        su = t.column(self.uid_column).combine_chunks()
+        if su.equals(uids):
+            return t, None
+        idx = pc.index_in(uids, value_set=su)
+        if len(idx) - idx.null_count != t.num_rows:
+            raise ShardsetError(
+                f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not mapped to "
+                f"shard {index} (or are duplicated)",
+                path=self.loc.show(self.shard_path(ss, index)),
+                shard=index,
+                hint="run `datamill shards check` for the list",
+            )
+        # (not the UID column: the mapping's is used)
+        return t.select(cols).take(idx), idx.is_valid() if inner else None
+
     def read_shard(
         self, index: int, *, columns: Sequence[str] | str | None = None, join: str = "left"
     ) -> pa.Table:
@@ -405,22 +424,7 @@ class ShardsetDataset:
         else:
             tables = [self._read(ss, index, cols) for ss, cols in groups]
         for (ss, cols), t in zip(groups, tables):
-            su = t.column(self.uid_column).combine_chunks()
-            if su.equals(uids):
-                present[ss] = None
-            else:
-                idx = pc.index_in(uids, value_set=su)
-                if len(idx) - idx.null_count != t.num_rows:
-                    raise ShardsetError(
-                        f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not "
-                        "mapped to shard "
-                        f"{index} (or are duplicated)",
-                        path=self.loc.show(self.shard_path(ss, index)),
-                        shard=index,
-                        hint="run `datamill shards check` for the list",
-                    )
-                t = t.select(cols).take(idx)  # (not the UID column: the mapping's is used)
-                present[ss] = idx.is_valid() if join == "inner" else None
+            t, present[ss] = self._aligned(ss, index, t, uids, cols, inner=join == "inner")
             for c in cols:
                 names.append(c)
                 arrays.append(t.column(c))

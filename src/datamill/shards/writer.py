@@ -441,16 +441,7 @@ class ShardsetWriter:
         loc, fmt, uid, sink = self.loc, self.fmt, self.sink.uid, self.sink
         receipts = self._receipts()
         n = self.base.num_shards if self.base is not None else len(receipts)
-        if not receipts:
-            raise ConfigError("no shards were written", path=loc.show(self.tmp))
-        missing = sorted(set(range(n)) - set(receipts))
-        if missing or len(receipts) != n:
-            raise ShardsetError(
-                f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
-                f"expected shards 0..{n - 1}",
-                path=loc.show(self.tmp),
-                hint="write every shard index once (an empty table for an empty shard)",
-            )
+        self._check_complete(receipts, n)
         schema = schema_from_b64(receipts[0]["schema"])
         for k in range(n):
             self._check_written(k, receipts[k], schema)
@@ -476,6 +467,19 @@ class ShardsetWriter:
         if self.base is None:
             return self._commit_new(uids, rows, entry, receipts)
         return self._commit_added(entry)
+
+    def _check_complete(self, receipts: dict[int, Any], n: int) -> None:
+        """Every shard index 0..n-1 written once."""
+        if not receipts:
+            raise ConfigError("no shards were written", path=self.loc.show(self.tmp))
+        missing = sorted(set(range(n)) - set(receipts))
+        if missing or len(receipts) != n:
+            raise ShardsetError(
+                f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
+                f"expected shards 0..{n - 1}",
+                path=self.loc.show(self.tmp),
+                hint="write every shard index once (an empty table for an empty shard)",
+            )
 
     def _check_written(self, k: int, r: dict[str, Any], schema: pa.Schema) -> None:
         """Shard ``k`` as written: shard 0's schema, and the rows its receipt says."""
