@@ -366,6 +366,12 @@ class ShardsetDataset:
 
     # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached
     # footers and dropped counts: one read path
+    def _read_groups(self, index: int, groups: list[tuple[str, list[str]]]) -> list[pa.Table]:
+        """Each shardset's file of shard ``index`` (side by side: Arrow releases the GIL)."""
+        if len(groups) > 1:
+            return list(_read_pool().map(lambda g: self._read(g[0], index, g[1]), groups))
+        return [self._read(ss, index, cols) for ss, cols in groups]
+
     def _aligned(
         self, ss: str, index: int, t: pa.Table, uids: pa.Array, cols: list[str], *, inner: bool
     ) -> tuple[pa.Table, pa.Array | None]:
@@ -419,11 +425,7 @@ class ShardsetDataset:
         arrays: list[Any] = [uids]
         present: dict[str, pa.Array | None] = {}
         groups = list(self._groups(columns))
-        if len(groups) > 1:  # the shardsets' files are read side by side (Arrow releases the GIL)
-            tables = list(_read_pool().map(lambda g: self._read(g[0], index, g[1]), groups))
-        else:
-            tables = [self._read(ss, index, cols) for ss, cols in groups]
-        for (ss, cols), t in zip(groups, tables):
+        for (ss, cols), t in zip(groups, self._read_groups(index, groups)):
             t, present[ss] = self._aligned(ss, index, t, uids, cols, inner=join == "inner")
             for c in cols:
                 names.append(c)
