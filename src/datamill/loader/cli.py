@@ -230,16 +230,16 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         else (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
     )
     window = args.window or default_window(sizes)
-    probe = plan_run(
-        sizes,
-        batch_size=args.batch_size,
-        world_size=args.world_size,
-        seed=args.seed,
-        window=window,
-        shuffle=not args.no_shuffle,
-        drop_last=args.drop_last,
-        prefetch=args.prefetch,
-    )
+    order: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "world_size": args.world_size,
+        "seed": args.seed,
+        "window": window,
+        "shuffle": not args.no_shuffle,
+        "drop_last": args.drop_last,
+        "prefetch": args.prefetch,
+    }
+    probe = plan_run(sizes, **order)
     first = probe.ranks[0]["reads"][0] if probe.ranks and probe.ranks[0]["reads"] else None
     speed = args.read_speed * 2**20 if args.read_speed else None
     if speed is None and first is not None:  # measure: read the first shard rank 0 needs
@@ -248,13 +248,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         speed = max(1.0, float(shard_bytes[first])) / max(1e-6, time.perf_counter() - t0)
     plan = plan_run(
         sizes,
-        batch_size=args.batch_size,
-        world_size=args.world_size,
-        seed=args.seed,
-        window=window,
-        shuffle=not args.no_shuffle,
-        drop_last=args.drop_last,
-        prefetch=args.prefetch,
+        **order,
         num_workers=args.num_workers,
         epochs=args.epochs,
         shard_bytes=shard_bytes,

@@ -11,12 +11,13 @@ dicts (for the web UI).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
 from datamill.core.errors import DatamillError, SchemaError, ShardsetError
@@ -88,38 +89,39 @@ def shard_problems(
     valid = np.asarray(pos.is_valid())
     p = np.asarray(pos.fill_null(0).to_numpy(), dtype=np.int64)
     unknown = np.flatnonzero(~valid)
-    for row in unknown[:MAX_PER_FILE]:
-        yield ShardsetError(
-            "uid is not in the sample mapping (samples.parquet)",
-            path=display,
-            uid=uids[int(row)].as_py(),
-            row=int(row),
-            shard=k,
-            hint="new samples need a new dataset (the mapping is fixed by the first shardset)",
-        )
+
+    def errors(
+        rows: NDArray[np.int64], why: Callable[[int], str], hint: str
+    ) -> list[ShardsetError]:
+        return [
+            ShardsetError(
+                why(int(r)), path=display, uid=uids[int(r)].as_py(), row=int(r), shard=k, hint=hint
+            )
+            for r in rows[:MAX_PER_FILE]
+        ]
+
+    yield from errors(
+        unknown,
+        lambda r: "uid is not in the sample mapping (samples.parquet)",
+        "new samples need a new dataset (the mapping is fixed by the first shardset)",
+    )
     owner = mapping.shard[p] if len(p) else np.empty(0, np.int64)
     wrong = np.flatnonzero(valid & (owner != k))
-    for row in wrong[:MAX_PER_FILE]:
-        m = int(owner[row])
-        yield ShardsetError(
-            f"uid belongs to shard {m} (as in {shard_file(reference[0], m, reference[1])})",
-            path=display,
-            uid=uids[int(row)].as_py(),
-            row=int(row),
-            shard=k,
-            hint="a sample lives in the same shard index in every shardset; use `add --route`",
-        )
+    yield from errors(
+        wrong,
+        lambda r: (
+            f"uid belongs to shard {int(owner[r])} (as in "
+            f"{shard_file(reference[0], int(owner[r]), reference[1])})"
+        ),
+        "a sample lives in the same shard index in every shardset; use `add --route`",
+    )
     _, first, counts = np.unique(p[valid], return_index=True, return_counts=True)
     dup_rows = np.flatnonzero(valid)[first[counts > 1]]
-    for row in dup_rows[:MAX_PER_FILE]:
-        yield ShardsetError(
-            "duplicate uid within the shardset",
-            path=display,
-            uid=uids[int(row)].as_py(),
-            row=int(row),
-            shard=k,
-            hint="UIDs must be unique within a shardset",
-        )
+    yield from errors(
+        dup_rows,
+        lambda r: "duplicate uid within the shardset",
+        "UIDs must be unique within a shardset",
+    )
     more = (
         max(0, len(unknown) - MAX_PER_FILE)
         + max(0, len(wrong) - MAX_PER_FILE)
