@@ -148,7 +148,7 @@ def test_adding_shardset_3_leaves_old_files_byte_identical(seed_ds: ShardsetData
 def test_failed_add_leaves_dataset_unchanged(
     seed_ds: ShardsetDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import datamill.shards.writer as w
+    import datamill.shards.sink as w
 
     root = Path(seed_ds.loc.path)
     before = hashes(root)
