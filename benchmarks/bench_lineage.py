@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from datamill.lineage.trace import Tracer
 from datamill.loader import Loader
 from datamill.loader.order import shard_order, split_for_rank
-from datamill.loader.trace import Tracer
 
 
 class SizesOnly:

@@ -283,6 +283,66 @@ def test_import_graph_has_no_new_violations_and_known_ones_are_current() -> None
     )
 
 
+def _package(module: str) -> str | None:
+    """The subpackage a module belongs to (``datamill.lineage.trace`` -> ``datamill.loader``), or
+    ``None`` for the root's own modules (the façade ``datamill``, the CLI, the registries
+    ``engines``/``sources``...: they sit above the ladder and dispatch into it)."""
+    parts = module.split(".")
+    if len(parts) < 2 or not (SRC / ROOT / parts[1]).is_dir():
+        return None
+    return ".".join(parts[:2])
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between subpackages: an edge wherever a module of one imports (or names, in a
+    registry) a module of another; ``TYPE_CHECKING`` imports are already left out of ``edges``."""
+    out: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        a = _package(name)
+        if a is None:
+            continue
+        out.setdefault(a, set())
+        for t in targets:
+            b = _package(t)
+            if b is not None and b != a:
+                out[a].add(b)
+                out.setdefault(b, set())
+    return out
+
+
+def test_packages_form_a_ladder() -> None:
+    """No cycle between subpackages (string imports counted, ``TYPE_CHECKING`` left out)."""
+    edges, _ = graph()
+    packages = package_graph(edges)
+    assert {"datamill.core", "datamill.loader", "datamill.lineage"} <= set(packages)
+    found = cycles(packages)
+    detail = []
+    for comp in found:
+        members = set(comp)
+        links = sorted(
+            f"{m} -> {t}"
+            for m, ts in edges.items()
+            for t in ts
+            if _package(m) in members and _package(t) in members and _package(m) != _package(t)
+        )
+        detail.append(_cycle_path(comp, packages) + "\n    " + "\n    ".join(links))
+    assert not found, "cycles between packages:\n  " + "\n  ".join(detail)
+
+
+def test_package_graph_sees_cycles_through_strings() -> None:
+    edges = {
+        "datamill.core.a": set(),
+        "datamill.loader.sources": {"datamill.shards.dataset"},  # a registry's string
+        "datamill.shards.dataset": {"datamill.core.a"},
+        "datamill.shards.cli": {"datamill.loader.cli"},
+        "datamill.loader.cli": set(),
+        "datamill.engines": {"datamill.loader.cli"},
+    }
+    packages = package_graph(edges)
+    assert packages["datamill.loader"] == {"datamill.shards"}
+    assert cycles(packages) == [["datamill.loader", "datamill.shards"]]
+
+
 def test_walker_sees_lazy_imports_and_skips_type_checking_blocks(tmp_path: Path) -> None:
     code = (
         "from typing import TYPE_CHECKING\nimport datamill.core.errors\n"

@@ -12,7 +12,7 @@ same vocabulary as one pass.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, overload
 
@@ -99,6 +99,39 @@ def count_tokens(values: ArrayLike) -> TokenCounts:
     )
 
 
+def _tokens(value: Any) -> bool:
+    return not isinstance(value, (str, bytes)) and isinstance(value, Sequence)
+
+
+_ARGUMENTS: tuple[tuple[str, Callable[[Any], bool], str, str | None], ...] = (
+    (
+        "idx2str",
+        _tokens,
+        "idx2str must be a list of tokens, got {type}",
+        "pass the tokens in id order, e.g. Vocab(['<PAD>', '<UNK>', 'a'])",
+    ),
+    (
+        "str2freq",
+        lambda v: v is None or isinstance(v, Mapping),
+        "str2freq must map tokens to counts, got {type}",
+        "pass a dict such as {'a': 3}, or leave it out (all counts 0)",
+    ),
+    (
+        "unk_token",
+        lambda v: v is None or isinstance(v, str),
+        "unk_token must be a token (str), got {value!r:.60}",
+        None,
+    ),
+    (
+        "specials",
+        lambda v: _tokens(v) and all(isinstance(t, str) for t in v),
+        "specials must be a list of tokens (str), got {value!r:.60}",
+        None,
+    ),
+)
+"""The declared rules of :class:`Vocab`'s arguments: ``(name, valid?, message, hint)``."""
+
+
 class Vocab:
     """A frequency-ordered vocabulary with special tokens.
 
@@ -129,24 +162,11 @@ class Vocab:
         unk_token: str | None = None,
         specials: Sequence[str] = (),
     ) -> None:
-        if isinstance(idx2str, (str, bytes)) or not isinstance(idx2str, Sequence):
-            raise ConfigError(
-                f"idx2str must be a list of tokens, got {type(idx2str).__name__}",
-                hint="pass the tokens in id order, e.g. Vocab(['<PAD>', '<UNK>', 'a'])",
-            )
-        if str2freq is not None and not isinstance(str2freq, Mapping):
-            raise ConfigError(
-                f"str2freq must map tokens to counts, got {type(str2freq).__name__}",
-                hint="pass a dict such as {'a': 3}, or leave it out (all counts 0)",
-            )
-        if unk_token is not None and not isinstance(unk_token, str):
-            raise ConfigError(f"unk_token must be a token (str), got {unk_token!r:.60}")
-        if (
-            isinstance(specials, (str, bytes))
-            or not isinstance(specials, Sequence)
-            or not all(isinstance(t, str) for t in specials)
-        ):
-            raise ConfigError(f"specials must be a list of tokens (str), got {specials!r:.60}")
+        given = {"idx2str": idx2str, "str2freq": str2freq, "unk_token": unk_token}
+        for name, ok, message, hint in _ARGUMENTS:
+            value = specials if name == "specials" else given[name]
+            if not ok(value):
+                raise ConfigError(message.format(type=type(value).__name__, value=value), hint=hint)
         self.idx2str: list[str] = [str(t) for t in idx2str]
         self.str2idx: dict[str, int] = {t: i for i, t in enumerate(self.idx2str)}
         if len(self.str2idx) != len(self.idx2str):

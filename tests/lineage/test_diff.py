@@ -277,7 +277,7 @@ def test_the_build_points_at_its_row_hashes_and_a_second_diff_hashes_nothing(
 ) -> None:
     """dataset.json / meta.json record the sidecar (name + the key it was computed for): the next
     diff reads it without hashing a row; a rebuilt build's record is stale and is rewritten."""
-    from datamill.lineage import diff as diff_module
+    from datamill.lineage import summary as diff_module
 
     calls: list[int] = []
     real = diff_module.column_hash

@@ -35,7 +35,7 @@ def decode_png(table: pa.Table) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def cifar_root(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    shards = pytest.importorskip("datamill.shards")
+    from datamill import shards
     from datamill.core.io import read_table
 
     src = data_dir / "cifar10_tiny"
@@ -138,7 +138,8 @@ def test_cifar10_tiny_shardset_resume(cifar_root: Path) -> None:
 
 
 def test_preprocessed_hdf5_house_prices(data_copy: Any) -> None:
-    pre = pytest.importorskip("datamill.preprocessing.api")
+    import datamill.preprocessing.api as pre
+
     csv = data_copy("house_prices_train.csv")
     cfg = {
         "input_features": [
@@ -167,7 +168,8 @@ def test_preprocessed_hdf5_house_prices(data_copy: Any) -> None:
 
 
 def test_lm_corpus_source(data_dir: Path, tmp_path: Path) -> None:
-    text = pytest.importorskip("datamill.text")
+    from datamill import text
+
     text.build_corpus(data_dir / "timemachine.txt", level="char", out=tmp_path / "corpus")
     src = open_source(tmp_path / "corpus")
     from datamill.loader.sources import CorpusSource

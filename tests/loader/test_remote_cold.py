@@ -3,6 +3,7 @@ once with its bytes, the same order cold and warm, the cache bound kept, a faile
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,6 +235,26 @@ def test_a_second_open_lists_only_until_an_object_changes(
     calls.clear()
     torn = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
     assert len(calls) == FILES and torn.shard_sizes().tolist() == first.shard_sizes().tolist()
+
+
+def test_a_stale_footer_record_is_named_removed_and_read_again(
+    s3: tuple[pafs.S3FileSystem, Path, dict[int, bytes]], tmp_path: Path
+) -> None:
+    """Regression: a record whose listing still matched but whose rows did not (an object
+    rewritten with the same key, size and time) failed every later run the same way."""
+    fs, _, _ = s3
+    first = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
+    record = first._footers_path()
+    raw = json.loads(record.read_text())
+    raw["rows"][0] += 1  # what the record says no longer matches the object
+    record.write_text(json.dumps(raw))
+    stale = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
+    with pytest.raises(DataFileError, match="footer record") as info:
+        stale.read_shard(0)
+    assert str(record) in str(info.value) and not record.exists()
+    again = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
+    assert again.shard_sizes().tolist() == first.shard_sizes().tolist()
+    assert again.read_shard(0).num_rows == first.shard_sizes()[0]
 
 
 def _second_epoch_hits(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from datamill.core.errors import ResumeStateError
 from datamill.core.source import TableSource
 from datamill.loader import Loader
 
@@ -69,3 +72,73 @@ def test_checkpoint_mid_epoch_resumes_exactly(num_workers: int, stop: int) -> No
     resumed.load_state_dict(state)  # type: ignore[attr-defined]
     tail = list(resumed)  # type: ignore[call-overload]
     assert _rows(head) + _rows(tail) == full
+
+
+def _worker_states(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``datamill.torch_worker/1`` states inside a StatefulDataLoader state (0 or N workers)."""
+    if "dataset_state" in state:
+        return [state["dataset_state"]]
+    snaps = state["_snapshot"]["_worker_snapshots"]
+    return [snaps[w]["dataset_state"] for w in sorted(snaps)]
+
+
+def _stateful(loader: Loader, num_workers: int) -> Any:
+    return stateful.StatefulDataLoader(
+        TorchLoaderDataset(loader), batch_size=None, num_workers=num_workers
+    )
+
+
+def _saved(num_workers: int, stop: int = 3) -> dict[str, Any]:
+    dl = _loader(num_workers)
+    it = iter(dl)  # type: ignore[call-overload]
+    for _ in range(stop):
+        next(it)
+    state: dict[str, Any] = dl.state_dict()  # type: ignore[attr-defined]
+    del it
+    return state
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("other", "field"),
+    [
+        (
+            lambda: Loader(TableSource(_source().table.slice(1), shard_size=30), 8, seed=3),
+            "dataset",
+        ),
+        (lambda: Loader(_source(), 8, seed=4), "seed"),
+        (lambda: Loader(_source(), 16, seed=3), "batch_size"),
+    ],
+)
+def test_a_worker_state_of_another_dataset_seed_or_batch_size_is_refused(
+    num_workers: int, other: Any, field: str
+) -> None:
+    """Regression: these states were accepted and resumed somewhere else (exit 0)."""
+    state = _saved(num_workers)
+    assert all("dataset_fingerprint" in w["loader"] for w in _worker_states(state))
+    dl = _stateful(other(), num_workers)
+    with pytest.raises(ResumeStateError, match=field if field != "dataset" else "fingerprint"):
+        dl.load_state_dict(state)
+        list(dl)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("yielded", 10_000, "yielded"),
+        ("yielded", -1, "yielded"),
+        ("start", [0, 2], "starts at"),
+        ("loader", None, "without its Loader state"),
+    ],
+)
+def test_a_tampered_worker_state_is_refused(
+    num_workers: int, key: str, value: Any, match: str
+) -> None:
+    state = _saved(num_workers)
+    for w in _worker_states(state):
+        w[key] = value
+    dl = _loader(num_workers)
+    with pytest.raises(ResumeStateError, match=match):
+        dl.load_state_dict(state)  # type: ignore[attr-defined]
+        list(dl)  # type: ignore[call-overload]

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.loader import Batching, read_batches
-from datamill.loader.torch import TorchLoaderDataset
 from datamill.pretrain.word2vec import SkipGramSamples, build_skipgram
 from datamill.pretrain.word2vec._batch import Batchify, batchify_arrays
 from tests.contracts import check_resume
@@ -154,7 +153,11 @@ def test_saved_folder_memory_maps_and_gives_the_same_batches() -> None:
 
 @pytest.mark.torch
 def test_torch_tensors_and_dataloader_workers() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip(
+        "torch", reason="needs the torch extra: pip install 'datamill[torch]'"
+    )
+    from datamill.loader.torch import TorchLoaderDataset
+
     b = next(iter(read_batches(SAMPLES.source(), 8, seed=0, as_torch=True)))
     assert b["centers"].dtype == torch.int64 and tuple(b["centers"].shape) == (8, 1)
     ds = TorchLoaderDataset(read_batches(SAMPLES.source(), 8, seed=0, as_torch=True))

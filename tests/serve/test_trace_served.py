@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from datamill.core.errors import ConfigError
+from datamill.lineage.trace import Tracer
 from datamill.loader import Loader
-from datamill.loader.trace import Tracer
 from datamill.serve import Client, RemoteLoader
 from datamill.serve.client import Http, RemoteError
 from datamill.shards.dataset import ShardsetDataset
@@ -282,7 +282,7 @@ def test_a_run_served_as_one_iteration_per_epoch_is_traced_as_one(
     assert len(set(ids)) == 2
     per_epoch = len(seen) // 2
     records = [_record(server, str(i)) for i in reversed(ids)]  # any order
-    from datamill.loader.trace_join import RunTracer
+    from datamill.lineage.join import RunTracer
 
     run = RunTracer(records, source=open_source(server["root"] / "ds"))
     assert list(run.epochs()) == [0, 1]
@@ -367,7 +367,7 @@ def test_the_runs_route_joins_a_named_runs_iterations_within_the_keys_datasets(
             anonymous.close()
     finally:
         h.close()
-    from datamill.loader.trace_join import RunTracer
+    from datamill.lineage.join import RunTracer
 
     run = RunTracer(doc["records"], source=open_source(server["root"] / "ds"))
     want: dict[int, list[tuple[int, int, int, str]]] = {}

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-import datamill.shards._remote as remote_mod
+import datamill.core.storage as storage_mod
 from datamill.cli import main
 from datamill.core.errors import DataFileError, DataFileNotFoundError, ShardsetError
 from datamill.core.objstore import s3_filesystem
@@ -183,14 +183,14 @@ def test_writes_never_leave_a_half_dataset_and_never_touch_foreign_objects(
     ds = ShardsetDataset.create(
         "s3://shards/atomic", _table(), uid="uid", shardset="base", shard_size=100
     )
-    real_put = remote_mod._put
+    real_put = storage_mod.upload
 
-    def failing_put(f: pafs.FileSystem, path: str, data: bytes) -> None:
+    def failing_put(data: storage_mod.Staged, f: pafs.FileSystem, path: str) -> None:
         if path.endswith("dataset.json"):
             raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curlCode: 7")
-        real_put(f, path, data)
+        real_put(data, f, path)
 
-    monkeypatch.setattr(remote_mod, "_put", failing_put)
+    monkeypatch.setattr(storage_mod, "upload", failing_put)
     with pytest.raises(DataFileError, match="unreachable") as info:
         ds.add("labels", _labels(), route=True)
     assert info.value.path == "s3://shards/atomic"
@@ -388,16 +388,16 @@ def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_
     )
     old = old.add("labels", _labels(), route=True)
     before = old.read_shard(2)
-    real_put = remote_mod._put
+    real_put = storage_mod.upload
 
-    def failing_switch(f: pafs.FileSystem, path: str, data: bytes) -> None:
+    def failing_switch(data: storage_mod.Staged, f: pafs.FileSystem, path: str) -> None:
         if (
             path == "shards/gen/dataset.json"
         ):  # the switch (the generation's own manifest goes through)
             raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curlCode: 7")
-        real_put(f, path, data)
+        real_put(data, f, path)
 
-    monkeypatch.setattr(remote_mod, "_put", failing_switch)
+    monkeypatch.setattr(storage_mod, "upload", failing_switch)
     with pytest.raises(DataFileError, match="unreachable"):
         ShardsetDataset.create(
             "s3://shards/gen",
@@ -554,3 +554,28 @@ def test_a_generation_dataset_copied_to_disk_reads_there_and_refuses_a_local_add
         local.add("labels", _labels(), route=True)
     assert info.value.path == str(tmp_path / "ds")
     assert ShardsetDataset(tmp_path / "ds").shardsets == ["base"]  # nothing changed
+
+
+@pytest.mark.parametrize(("fmt", "folder"), [("mds", "mds"), ("webdataset", "wds")])
+def test_shards_create_from_a_peer_folder_on_s3(
+    store: tuple[pafs.S3FileSystem, ShardsetDataset], tmp_path: Path, fmt: str, folder: str
+) -> None:
+    """``datamill shards create --from mds s3://...``: peer imports read through the seam."""
+    from datamill.shards.peers import read_peer
+
+    fs, _ = store
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "peers" / folder
+    for f in sorted(fixture.iterdir()):
+        with fs.open_output_stream(f"shards/peer-{fmt}/{f.name}") as out:
+            out.write(f.read_bytes())
+    out_root = tmp_path / "ds"
+    args = ["-q", "shards", "create", str(out_root), "--uid", "uid", "--shardset", "s"]
+    args += ["--shard-size", "5", "--from", fmt, f"s3://shards/peer-{fmt}"]
+    assert main(args + (["--add-uid"] if fmt == "webdataset" else [])) == 0
+    got = ShardsetDataset(out_root).to_table()
+    want = read_peer(fmt, fixture)
+    assert got.drop_columns(["uid"] if fmt == "webdataset" else []).equals(
+        want.select([c for c in got.column_names if c != "uid" or fmt != "webdataset"])
+    )
+    with pytest.raises(DataFileNotFoundError, match="index.json"):
+        read_peer("mds", "s3://shards/no-such-peer")

@@ -348,6 +348,20 @@ def check_output(
         this command...
     """
     out = Path(path)
+    _check_not_an_input(out, inputs)
+    if not out.exists() and not out.is_symlink():
+        if not out.parent.exists() and out.parent.is_symlink():
+            raise DataFileError("the folder of the output is a broken link", path=out)
+        return out
+    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+        return out
+    if is_own(out) or (overwrite and is_datamill_output(out)):
+        return out
+    raise _refusal(out, what)
+
+
+def _check_not_an_input(out: Path, inputs: Sequence[PathLike]) -> None:
+    """Refuse an output that is (or holds) an input, or lies inside a shardset dataset."""
     target = out.resolve()
     for source in inputs:
         src = _source_path(source).resolve()
@@ -364,27 +378,22 @@ def check_output(
                 path=out,
                 hint="write the output outside the dataset folder",
             )
-    if not out.exists() and not out.is_symlink():
-        if not out.parent.exists() and out.parent.is_symlink():
-            raise DataFileError("the folder of the output is a broken link", path=out)
-        return out
-    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
-        return out
-    if is_own(out) or (overwrite and is_datamill_output(out)):
-        return out
+
+
+def _refusal(out: Path, what: str) -> DataFileError:
+    """Why an existing ``out`` is not replaced: another datamill output, or a user's."""
+    if is_datamill_output(out):
+        return DataFileError(
+            f"refusing to replace it: it is another kind of datamill output, not a {what}",
+            path=out,
+            hint="pass --overwrite (overwrite=True) to replace it, or choose another output path",
+        )
     kind = "folder" if out.is_dir() else "file"
-    other = is_datamill_output(out)
-    msg = (
-        f"refusing to replace it: it is another kind of datamill output, not a {what}"
-        if other
-        else f"refusing to replace it: it exists and is not a datamill {what} (a {kind} of yours?)"
+    return DataFileError(
+        f"refusing to replace it: it exists and is not a datamill {what} (a {kind} of yours?)",
+        path=out,
+        hint="choose another output path, or move it away yourself",
     )
-    hint = (
-        "pass --overwrite (overwrite=True) to replace it, or choose another output path"
-        if other
-        else "choose another output path, or move it away yourself"
-    )
-    raise DataFileError(msg, path=out, hint=hint)
 
 
 def _fsync_path(path: Path) -> None:

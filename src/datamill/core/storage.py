@@ -21,7 +21,8 @@ storage contract against every row.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +35,12 @@ from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundErr
 __all__ = [
     "SCHEMES",
     "Scheme",
+    "Staged",
     "filesystem_for",
     "is_remote",
     "local_path",
+    "new_generation",
+    "publish",
     "recognised_error",
     "scheme_of",
     "split_url",
@@ -265,3 +269,76 @@ def upload(source: str | os.PathLike[str] | bytes, fs: pafs.FileSystem, path: st
         with Path(source).open("rb") as data:
             while chunk := data.read(_CHUNK):
                 out.write(chunk)
+
+
+Staged = str | os.PathLike[str] | bytes
+"""What :func:`publish` uploads: a local file (its path) or the bytes themselves."""
+
+
+def publish(
+    fs: pafs.FileSystem,
+    objects: Sequence[tuple[Staged, str]],
+    commit: tuple[Staged, str],
+    *,
+    url: str,
+    before_commit: Callable[[], None] | None = None,
+    keep: Sequence[str] = (),
+) -> None:
+    """Publish a staged output: every object in order, then the commit marker **last**.
+
+    Every writer to object storage stages its output locally, then calls this: each PUT is atomic,
+    so a reader sees the previous commit marker (and the previous output, untouched) until the new
+    one lands. An overwrite that cannot reuse the keys it replaces uploads to a fresh generation
+    folder and commits a marker naming it (:func:`new_generation`). On any failure (of an upload,
+    or raised by ``before_commit``, which runs just before the marker: e.g. a check that nobody
+    else committed meanwhile) the objects uploaded so far are removed, except those in ``keep``,
+    and the marker is not written.
+
+    Args:
+        fs: the filesystem written to.
+        objects: ``(local file or bytes, path on fs)`` pairs, uploaded in order.
+        commit: the commit marker, uploaded last.
+        url: what error messages name.
+        before_commit: called after the objects, before the marker. Defaults to ``None``.
+        keep: paths left in place on failure (an upload marker). Defaults to ``()``.
+
+    Raises:
+        DatamillError: the storage's failure, located at ``url`` (or what ``before_commit`` raised).
+
+    Examples:
+        >>> fs, root = filesystem_for("memory://bucket/out")
+        >>> publish(fs, [(b"x", root + "/a.bin")], (b"{}", root + "/done.json"), url="memory://b")
+        >>> fs.get_file_info(root + "/done.json").size
+        2
+    """
+    done: list[str] = []
+    try:
+        for source, path in objects:
+            upload(source, fs, path)
+            done.append(path)
+        if before_commit is not None:
+            before_commit()
+        upload(commit[0], fs, commit[1])
+    except BaseException as exc:
+        for path in done:  # best effort: no committed marker lists them
+            if path in keep:
+                continue
+            try:
+                fs.delete_file(path)
+            except OSError:
+                pass
+        if isinstance(exc, OSError) and not isinstance(exc, DatamillError):
+            raise storage_error(exc, url) from exc
+        raise
+
+
+def new_generation() -> str:
+    """A fresh folder name for an overwrite published beside what it replaces (``.gen-`` and 12
+    hex digits).
+
+    Examples:
+        >>> name = new_generation()
+        >>> name.startswith(".gen-") and len(name) == 17
+        True
+    """
+    return f".gen-{secrets.token_hex(6)}"

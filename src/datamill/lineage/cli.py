@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
+from datamill.core.cliargs import add_columns, add_seed, columns_of
+
 if TYPE_CHECKING:
-    from datamill.loader.trace import Tracer
-    from datamill.loader.trace_join import RunTracer
+    from datamill.lineage.join import RunTracer
+    from datamill.lineage.trace import Tracer
 
 __all__ = ["register"]
 
@@ -46,12 +49,15 @@ def _short(value: Any, width: int = 60) -> str:
 
 def _trace_cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
-    from datamill.loader.trace import Tracer, load_record
+    from datamill.lineage.fetch import fetch_records
+    from datamill.lineage.trace import Tracer, load_record
 
     record_args: list[Any] = []
     for r in args.record:
         if str(r).startswith(("http://", "https://")):
-            record_args += _fetch_records(str(r), args.key)
+            record_args += fetch_records(
+                str(r), key=args.key if args.key is not None else os.environ.get("DATAMILL_KEY")
+            )
         else:
             record_args.append(r)
     record_arg = record_args[0]
@@ -66,7 +72,7 @@ def _trace_cmd(args: argparse.Namespace) -> int:
         return trace_command(args, source, _filter(args.filter) if args.filter else None)
     record = load_record(record_arg)
     _check_trace_args(args, record, source)
-    from datamill.loader.trace_join import RunTracer
+    from datamill.lineage.join import RunTracer
 
     tracer: Tracer | RunTracer
     if len(record_args) > 1:
@@ -194,14 +200,14 @@ def _queries(
 
 def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any) -> dict[str, Any]:
     """The batch of --step (and --rank/--client/--epoch): printed unless --json; its dict."""
-    from datamill.loader.trace import BatchTrace
+    from datamill.lineage.trace import BatchTrace
 
     b: BatchTrace = tracer.batch(
         rank=args.rank, step=args.step, epoch=args.epoch, client=args.client
     )
     rejected = tracer.rejected(b, filt) if filt is not None else None
     b = BatchTrace(**{**b.as_dict(), "rejected": rejected})
-    cols = args.columns.split(",") if args.columns else None
+    cols = columns_of(args.columns)
     row_dicts = tracer.rows(b.samples, columns=cols).to_pylist() if args.show else None
     d = b.as_dict()
     if row_dicts is not None:
@@ -232,40 +238,15 @@ def _trace_step(args: argparse.Namespace, tracer: Tracer | RunTracer, filt: Any)
     return d
 
 
-def _fetch_records(url: str, key: str | None) -> list[dict[str, Any]]:
-    """``GET URL`` -> run records: a server's ``/api/v1/iterations/{id}/trace`` gives one, its
-    ``/api/v1/runs/{name}/trace`` the records of the run's iterations (every page of them)."""
-    import os
-    import urllib.parse
-
-    from datamill.serve.client import Http
-
-    parts = urllib.parse.urlsplit(url)
-    http = Http(
-        f"{parts.scheme}://{parts.netloc}",
-        key if key is not None else os.environ.get("DATAMILL_KEY"),
-    )
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    out: list[dict[str, Any]] = []
-    try:
-        while True:
-            path = parts.path + ("?" + urllib.parse.urlencode(query) if query else "")
-            doc: dict[str, Any] = http.request("GET", path).json()
-            if doc.get("format") != "datamill.run-records/1":
-                return [doc]
-            out += doc["records"]
-            if doc.get("next_epoch") is None:
-                return out
-            query["from_epoch"] = str(doc["next_epoch"])
-    finally:
-        http.close()
-
-
 def register(sub: Any) -> None:
     """Add ``datamill trace``, ``datamill diff`` and ``datamill check-splits``."""
+    from datamill.core.commands import register_handler
+    from datamill.lineage.splits import report_splits
+
     register_trace(sub)
     register_diff(sub)
     register_check_splits(sub)
+    register_handler("report-splits", report_splits)  # `datamill preprocess --check-splits`
 
 
 def register_trace(sub: Any) -> None:
@@ -311,9 +292,8 @@ def register_trace(sub: Any) -> None:
     p.add_argument(
         "--show", action="store_true", help="with --step: print the rows too (needs --source)"
     )
-    p.add_argument(
-        "--columns",
-        help="with --show: comma-separated columns to print (default: those the run read)",
+    add_columns(
+        p, help="with --show: comma-separated columns to print (default: those the run read)"
     )
     p.add_argument(
         "--filter", help="the run's filter as module:function: mark the samples it rejected"
@@ -388,29 +368,12 @@ def register_diff(sub: Any) -> None:
     p.set_defaults(func=_diff_cmd)
 
 
-def report_splits(path: Any, *, fail: bool, json_out: bool = False, **options: Any) -> int:
-    """Print the split check of ``path``; with ``fail``, leaking rows raise a DataFileError (exit
-    2)."""
-    from datamill.core.errors import DataFileError
-    from datamill.lineage.splits import check_splits
-
-    report = check_splits(path, **options)
-    print(json.dumps(report.as_dict(), indent=2, sort_keys=True) if json_out else report.as_text())
-    if fail and report.leaks:
-        raise DataFileError(
-            f"{report.leaks:,} validation/test rows duplicate training rows",
-            path=str(path),
-            hint="deduplicate the input, split by a group column, or pass --check-splits warn",
-        )
-    return 0
-
-
 def _check_splits_cmd(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from datamill.core.constants import DATASET_MANIFEST
 
-    cols = args.columns.split(",") if args.columns else None
+    cols = columns_of(args.columns)
     texts = args.text_columns.split(",") if args.text_columns is not None else None
     source = None
     if (Path(args.path) / DATASET_MANIFEST).exists():
@@ -438,7 +401,9 @@ def _check_splits_cmd(args: argparse.Namespace) -> int:
                 f"{found['groups']:,} groups of UIDs share their content", path=args.path
             )
         return 0
-    return report_splits(
+    from datamill.lineage.splits import report_splits
+
+    report_splits(
         args.path,
         fail=args.fail,
         json_out=args.json,
@@ -450,6 +415,7 @@ def _check_splits_cmd(args: argparse.Namespace) -> int:
         shingle=args.shingle,
         seed=args.seed,
     )
+    return 0
 
 
 def register_check_splits(sub: Any) -> None:
@@ -462,9 +428,7 @@ def register_check_splits(sub: Any) -> None:
     p.add_argument(
         "path", help="a preprocessed .hdf5 (with its meta.json), or a shardset dataset folder"
     )
-    p.add_argument(
-        "--columns", help="comma-separated columns compared exactly (default: the input features)"
-    )
+    add_columns(p, help="comma-separated columns compared exactly (default: the input features)")
     p.add_argument(
         "--text-columns",
         help="comma-separated columns checked for near-duplicates (default: the text "
@@ -487,7 +451,7 @@ def register_check_splits(sub: Any) -> None:
         help="MinHash values per row, a power of two (default 64)",
     )
     p.add_argument("--shingle", type=int, default=3, help="words per shingle (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the MinHash functions (default 0)")
+    add_seed(p, what="seeds the MinHash functions")
     p.add_argument(
         "--fail", action="store_true", help="exit with status 2 when leaks or duplicates are found"
     )

@@ -33,15 +33,12 @@ import pyarrow.types as pat
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
-from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.source import Source, uid_column_of
-from datamill.lineage.hashcache import SIDECAR_FORMAT, HashCache, sidecar_path
-from datamill.lineage.rowhash import HASH_VERSION, column_hash
+from datamill.lineage.hashcache import sidecar_path
+from datamill.lineage.summary import BuildSummary, summarize
 
 __all__ = ["BuildSummary", "DiffReport", "Thresholds", "diff", "sidecar_path", "summarize"]
 
 EXAMPLES = 5
-TOP = 10
 
 
 @dataclass(frozen=True)
@@ -53,177 +50,46 @@ class Thresholds:
     tvd: float = 0.05
 
 
-@dataclass
-class BuildSummary:
-    """One pass over a build: schema, UIDs, per-column row hashes and column statistics."""
-
-    kind: str
-    fingerprint: str
-    rows: int
-    schema: dict[str, str]
-    uid_column: str | None
-    uids: pa.Array | None
-    hashes: dict[str, NDArray[np.uint64]]
-    stats: dict[str, dict[str, Any]]
-    uid_hash: NDArray[np.uint64] | None = None
-    """:func:`column_hash` of non-integer UIDs (cached with the summary): UIDs are matched by it,
-    then checked."""
-    uid_order: NDArray[np.int64] | None = None
-    """The rows by ``uid_hash`` (an argsort, cached too): two builds' UIDs match by one merge."""
+def _samples_text(s: dict[str, Any]) -> list[str]:
+    line = f"samples: +{s['added']:,} -{s['removed']:,}"
+    if "changed" in s:
+        line += f" changed {s['changed']:,} unchanged {s['unchanged']:,}"
+        if s["changed_by_column"]:
+            line += " (" + ", ".join(f"{k}: {v:,}" for k, v in s["changed_by_column"].items()) + ")"
+    if "moved_rows" in s:
+        line += f"; rows changed at the same position {s['moved_rows']:,}"
+    examples = [
+        f"  e.g. {what}: {s['examples'][what]}"
+        for what in ("added", "removed", "changed")
+        if s["examples"].get(what)
+    ]
+    return [line, *examples]
 
 
-def _number_stats(values: NDArray[Any]) -> dict[str, Any]:
-    v = values[np.isfinite(values)] if values.dtype.kind == "f" else values
-    if not len(v):
-        return {"type": "number", "count": 0}
-    q = np.quantile(v.astype(np.float64), [0.05, 0.25, 0.5, 0.75, 0.95])
-    return {
-        "type": "number",
-        "count": len(v),
-        "mean": float(v.mean()),
-        "std": float(v.std()),
-        "q05": float(q[0]),
-        "q25": float(q[1]),
-        "q50": float(q[2]),
-        "q75": float(q[3]),
-        "q95": float(q[4]),
-    }
-
-
-def _is_number(t: pa.DataType) -> bool:
-    return bool(pat.is_integer(t) or pat.is_floating(t))
-
-
-def _is_category(t: pa.DataType) -> bool:
-    return bool(
-        pat.is_string(t) or pat.is_large_string(t) or pat.is_dictionary(t) or pat.is_boolean(t)
+def _vocab_text(name: str, v: dict[str, Any]) -> str:
+    return (
+        f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; "
+        f"+{v['added']:,} -{v['removed']:,} ids moved {v['moved']:,}"
+        + "".join(
+            f"; e.g. {k} {v['examples'][k]}"
+            for k in ("added", "removed", "moved")
+            if v["examples"][k]
+        )
     )
 
 
-# long (97 lines): one pass over the shards gathers hashes, numbers and counts together; the
-# statistics and the cache are written from what that pass kept
-def summarize(
-    source: Source,
-    /,
-    *,
-    cache: bool = True,
-    location: str | os.PathLike[str] | None = None,
-) -> BuildSummary:
-    """Read ``source`` once (or its cached summary): row hashes per column and column statistics.
-
-    The summary is cached beside the build at ``location`` (:func:`sidecar_path`, written
-    atomically; a file of that name that is not a row-hash file is never replaced) and the build's
-    ``dataset.json`` / ``meta.json`` points at it (:class:`~datamill.lineage.hashcache.HashCache`),
-    or, when there is no ``location`` or it cannot be written, in ``$DATAMILL_CACHE_DIR`` (else
-    the temp folder). A cached summary records the build's fingerprint and is ignored once the
-    build changes.
-
-    Args:
-        source: the build, opened.
-        cache: read and write the cached summary. Defaults to ``True``.
-        location: the build's path, where the sidecar goes. Defaults to ``None``.
-
-    Examples:
-        >>> from datamill.core.source import TableSource
-        >>> s = summarize(
-        ...     TableSource(pa.table({"x": [1.0, 2.0, 3.0], "c": ["a", "b", "a"]})), cache=False
-        ... )
-        >>> s.rows, s.stats["x"]["mean"], s.stats["c"]["top"][0]
-        (3, 2.0, ['a', 2])
-    """
-    fp = source.fingerprint()
-    uid = uid_column_of(source)
-    key = fingerprint_obj([HASH_VERSION, fp, uid, list(source.columns)])
-    store = HashCache(location, key)
-    kind = type(source).__name__
-    found = store.get() if cache else None
-    if found is not None:
-        meta, hashes, (uid_hash, uid_order) = found
-        uids = None
-        if uid is not None:
-            uids = pa.chunked_array(
-                [source.read_shard(k, columns=[uid]).column(0) for k in range(source.num_shards)]
-            ).combine_chunks()
-        return BuildSummary(
-            kind,
-            fp,
-            meta["rows"],
-            meta["schema"],
-            uid,
-            uids,
-            hashes,
-            meta["stats"],
-            uid_hash,
-            uid_order,
+def _drift_text(d: dict[str, Any]) -> str:
+    flag = "DRIFT" if d["drifted"] else "ok"
+    if d["type"] == "number":
+        return (
+            f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
+            f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> {d['b']['std']:.4g}, "
+            f"median {d['a']['q50']:.4g} -> {d['b']['q50']:.4g}"
         )
-    parts: dict[str, list[NDArray[np.uint64]]] = {}
-    numbers: dict[str, list[NDArray[Any]]] = {}
-    counts: dict[str, pa.Table] = {}
-    uid_parts: list[pa.Array] = []
-    schema: dict[str, str] = {}
-    rows = 0
-    for k in range(source.num_shards):
-        table = source.read_shard(k)
-        rows += table.num_rows
-        for name in table.column_names:
-            col = table.column(name)
-            schema.setdefault(name, str(col.type))
-            if name == uid:
-                uid_parts.extend(col.chunks)
-                continue
-            parts.setdefault(name, []).append(column_hash(col))
-            if _is_number(col.type):
-                arr = col.to_numpy() if not col.null_count else pc.drop_null(col).to_numpy()
-                numbers.setdefault(name, []).append(np.asarray(arr))
-            elif _is_category(col.type):
-                vc = pc.value_counts(
-                    col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-                )
-                t = pa.table(
-                    {"value": pc.cast(vc.field("values"), pa.string()), "n": vc.field("counts")}
-                )
-                counts[name] = t if name not in counts else pa.concat_tables([counts[name], t])
-    hashes = {c: np.concatenate(p) if p else np.zeros(0, np.uint64) for c, p in parts.items()}
-    stats: dict[str, dict[str, Any]] = {
-        c: _number_stats(np.concatenate(v)) for c, v in numbers.items()
-    }
-    for name, t in counts.items():
-        g = (
-            t.group_by("value")
-            .aggregate([("n", "sum")])
-            .sort_by([("n_sum", "descending"), ("value", "ascending")])
-        )
-        values, ns = g.column("value").to_pylist(), g.column("n_sum").to_pylist()
-        total = int(sum(ns))
-        stats[name] = {
-            "type": "category",
-            "count": total,
-            "distinct": len(values),
-            "top": [[v, int(n)] for v, n in zip(values[:TOP], ns[:TOP])],
-            "shares": {str(v): n / total for v, n in zip(values, ns)}
-            if len(values) <= 1000
-            else None,
-        }
-    uids = pa.chunked_array(uid_parts).combine_chunks() if uid is not None and uid_parts else None
-    uid_hash = column_hash(uids) if uids is not None and not pat.is_integer(uids.type) else None
-    uid_order = np.argsort(uid_hash, kind="stable") if uid_hash is not None else None
-    summary = BuildSummary(kind, fp, rows, schema, uid, uids, hashes, stats, uid_hash, uid_order)
-    if cache:
-        meta = {
-            "format": SIDECAR_FORMAT,
-            "key": key,
-            "build": fp,
-            "rows": rows,
-            "schema": schema,
-            "stats": stats,
-            "hashed": list(hashes),
-        }
-        arrays: dict[str, Any] = {f"h{i}": h for i, h in enumerate(hashes.values())}
-        if uid_hash is not None:
-            arrays["uid_hash"] = uid_hash
-            arrays["uid_order"] = uid_order
-        store.put(meta, arrays)
-    return summary
+    return (
+        f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top {d['a']['top'][:3]} -> "
+        f"{d['b']['top'][:3]}"
+    )
 
 
 @dataclass
@@ -274,30 +140,8 @@ class DiffReport:
             f"columns: +{len(c['added'])} {c['added']}  -{len(c['removed'])} {c['removed']}  "
             f"retyped {len(c['retyped'])} {[f'{n}: {x} -> {y}' for n, x, y in c['retyped']]}"
         )
-        line = f"samples: +{s['added']:,} -{s['removed']:,}"
-        if "changed" in s:
-            line += f" changed {s['changed']:,} unchanged {s['unchanged']:,}"
-            if s["changed_by_column"]:
-                line += (
-                    " (" + ", ".join(f"{k}: {v:,}" for k, v in s["changed_by_column"].items()) + ")"
-                )
-        if "moved_rows" in s:
-            line += f"; rows changed at the same position {s['moved_rows']:,}"
-        out.append(line)
-        for what in ("added", "removed", "changed"):
-            if s["examples"].get(what):
-                out.append(f"  e.g. {what}: {s['examples'][what]}")
-        for name, v in self.vocab.items():
-            out.append(
-                f"vocabulary {name}: {v['size'][0]:,} -> {v['size'][1]:,} tokens; "
-                f"+{v['added']:,} -{v['removed']:,} "
-                f"ids moved {v['moved']:,}"
-                + "".join(
-                    f"; e.g. {k} {v['examples'][k]}"
-                    for k in ("added", "removed", "moved")
-                    if v["examples"][k]
-                )
-            )
+        out += _samples_text(s)
+        out += [_vocab_text(name, v) for name, v in self.vocab.items()]
         drifted = [d for d in self.drift if d["drifted"]]
         out.append(
             f"statistics: {len(self.drift)} columns compared, {len(drifted)} drifted "
@@ -305,21 +149,7 @@ class DiffReport:
             f"{self.thresholds.quantile_shift} of "
             f"the 5-95% range, total variation {self.thresholds.tvd})"
         )
-        for d in self.drift if all_stats else drifted:
-            flag = "DRIFT" if d["drifted"] else "ok"
-            if d["type"] == "number":
-                out.append(
-                    f"{flag:>5} {d['column']}: mean {d['a']['mean']:.4g} -> {d['b']['mean']:.4g} "
-                    f"({d['mean_shift']:+.3f} std), std {d['a']['std']:.4g} -> "
-                    f"{d['b']['std']:.4g}, median "
-                    f"{d['a']['q50']:.4g} -> {d['b']['q50']:.4g}"
-                )
-            else:
-                out.append(
-                    f"{flag:>5} {d['column']}: total variation {d['tvd']:.3f}; top "
-                    f"{d['a']['top'][:3]} -> "
-                    f"{d['b']['top'][:3]}"
-                )
+        out += [_drift_text(d) for d in (self.drift if all_stats else drifted)]
         out.append("no differences" if not self.changed else "differences found")
         return "\n".join(out)
 
@@ -405,45 +235,59 @@ def _match(
         and len(hb) == len(b)
         and not pat.is_integer(a.type)
     ):
-        oa = np.argsort(ha, kind="stable") if oa is None or len(oa) != len(a) else oa
-        ob = np.argsort(hb, kind="stable") if ob is None or len(ob) != len(b) else ob
-        sa, sb = ha[oa], hb[ob]
-        i = np.searchsorted(sa, sb).clip(max=max(len(sa) - 1, 0))  # sorted keys: a merge
-        hit = np.flatnonzero(sa[i] == sb) if len(sa) else np.zeros(0, np.int64)
-        cand, at = ob[hit], oa[i[hit]]
-        found = np.zeros(len(b), dtype=bool)
-        pos = np.zeros(len(b), dtype=np.int64)
-        found[cand], pos[cand] = True, at
-        rows_b = np.flatnonzero(found)  # checked in b's order: only a's side is gathered at random
-        left = b if len(rows_b) == len(b) else b.take(pa.array(rows_b))
-        same = pc.equal(left, a.take(pa.array(pos[rows_b]))).fill_null(False)
-        bad = rows_b[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
-        if len(bad):
-            again = pc.index_in(b.take(pa.array(bad)), value_set=a)
-            found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            pos[bad] = np.asarray(again.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        pos[~found] = 0
-        return found, pos
-    if (
-        pat.is_integer(a.type)
-        and pat.is_integer(b.type)
-        and len(a)
-        and len(b)
-        and not a.null_count
-        and not b.null_count
-    ):
-        ua, ub = a.to_numpy(), b.to_numpy()
-        lo, hi = min(int(ua.min()), int(ub.min())), max(int(ua.max()), int(ub.max()))
-        if (
-            hi - lo <= 4 * (len(ua) + len(ub)) + 1024
-        ):  # dense integer UIDs: a direct table, no hashing
-            table = np.full(hi - lo + 1, -1, dtype=np.int64)
-            table[ua - lo] = np.arange(len(ua), dtype=np.int64)
-            pos = table[ub - lo]
-            return pos >= 0, np.maximum(pos, 0)
+        return _match_hashed(a, b, ha, hb, oa, ob)
+    dense = _match_dense(a, b)
+    if dense is not None:
+        return dense
     where = pc.index_in(b, value_set=a)
     found = np.asarray(where.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     return found, np.asarray(where.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _match_hashed(
+    a: pa.Array,
+    b: pa.Array,
+    ha: NDArray[np.uint64],
+    hb: NDArray[np.uint64],
+    oa: NDArray[np.int64] | None,
+    ob: NDArray[np.int64] | None,
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """:func:`_match` by one merge of the sorted hashes, every match checked on the UIDs."""
+    oa = np.argsort(ha, kind="stable") if oa is None or len(oa) != len(a) else oa
+    ob = np.argsort(hb, kind="stable") if ob is None or len(ob) != len(b) else ob
+    sa, sb = ha[oa], hb[ob]
+    i = np.searchsorted(sa, sb).clip(max=max(len(sa) - 1, 0))  # sorted keys: a merge
+    hit = np.flatnonzero(sa[i] == sb) if len(sa) else np.zeros(0, np.int64)
+    cand, at = ob[hit], oa[i[hit]]
+    found = np.zeros(len(b), dtype=bool)
+    pos = np.zeros(len(b), dtype=np.int64)
+    found[cand], pos[cand] = True, at
+    rows_b = np.flatnonzero(found)  # checked in b's order: only a's side is gathered at random
+    left = b if len(rows_b) == len(b) else b.take(pa.array(rows_b))
+    same = pc.equal(left, a.take(pa.array(pos[rows_b]))).fill_null(False)
+    bad = rows_b[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
+    if len(bad):
+        again = pc.index_in(b.take(pa.array(bad)), value_set=a)
+        found[bad] = np.asarray(again.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        pos[bad] = np.asarray(again.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    pos[~found] = 0
+    return found, pos
+
+
+def _match_dense(a: pa.Array, b: pa.Array) -> tuple[NDArray[np.bool_], NDArray[np.int64]] | None:
+    """:func:`_match` of dense integer UIDs by a direct table (no hashing), or ``None``."""
+    if not (pat.is_integer(a.type) and pat.is_integer(b.type) and len(a) and len(b)):
+        return None
+    if a.null_count or b.null_count:
+        return None
+    ua, ub = a.to_numpy(), b.to_numpy()
+    lo, hi = min(int(ua.min()), int(ub.min())), max(int(ua.max()), int(ub.max()))
+    if hi - lo > 4 * (len(ua) + len(ub)) + 1024:
+        return None
+    table = np.full(hi - lo + 1, -1, dtype=np.int64)
+    table[ua - lo] = np.arange(len(ua), dtype=np.int64)
+    pos = table[ub - lo]
+    return pos >= 0, np.maximum(pos, 0)
 
 
 def _row_hashes(s: BuildSummary, columns: list[str]) -> NDArray[np.uint64]:
@@ -547,6 +391,39 @@ def _drift(
     return out
 
 
+def _column_changes(sa: BuildSummary, sb: BuildSummary) -> tuple[list[str], dict[str, Any]]:
+    """The columns both builds have with one type, and the added, removed and retyped ones."""
+    cols_a = [c for c in sa.schema if c != sa.uid_column]
+    cols_b = [c for c in sb.schema if c != sb.uid_column]
+    common = [c for c in cols_a if c in cols_b and sa.schema[c] == sb.schema[c]]
+    return common, {
+        "added": [c for c in cols_b if c not in sa.schema],
+        "removed": [c for c in cols_a if c not in sb.schema],
+        "retyped": [
+            [c, sa.schema[c], sb.schema[c]]
+            for c in cols_a
+            if c in sb.schema and sa.schema[c] != sb.schema[c]
+        ],
+    }
+
+
+def _vocab_changes(va: dict[str, Any], vb: dict[str, Any]) -> dict[str, Any]:
+    """Per vocabulary file: the diff when both builds have it, else its whole size added or
+    removed."""
+    vocab = {n: _vocab_diff(va[n], vb[n]) for n in va if n in vb}
+    for n in set(va) ^ set(vb):
+        size_a = len(va[n]["idx2str"]) if n in va else 0
+        size_b = len(vb[n]["idx2str"]) if n in vb else 0
+        vocab[n] = {
+            "size": [size_a, size_b],
+            "added": size_b,
+            "removed": size_a,
+            "moved": 0,
+            "examples": {"added": [], "removed": [], "moved": []},
+        }
+    return vocab
+
+
 def diff(
     a: str | os.PathLike[str],
     b: str | os.PathLike[str],
@@ -579,34 +456,9 @@ def diff(
     sa = summarize(sa_src, cache=cache, location=a)
     sb = summarize(sb_src, cache=cache, location=b)
     th = thresholds or Thresholds()
-    cols_a, cols_b = (
-        [c for c in sa.schema if c != sa.uid_column],
-        [c for c in sb.schema if c != sb.uid_column],
-    )
-    common = [c for c in cols_a if c in cols_b and sa.schema[c] == sb.schema[c]]
-    columns = {
-        "added": [c for c in cols_b if c not in sa.schema],
-        "removed": [c for c in cols_a if c not in sb.schema],
-        "retyped": [
-            [c, sa.schema[c], sb.schema[c]]
-            for c in cols_a
-            if c in sb.schema and sa.schema[c] != sb.schema[c]
-        ],
-    }
+    common, columns = _column_changes(sa, sb)
     keyed, samples = _samples(sa, sb, common)
-    va, vb = _vocab_files(Path(a)), _vocab_files(Path(b))
-    vocab = {n: _vocab_diff(va[n], vb[n]) for n in va if n in vb}
-    for n in set(va) ^ set(vb):
-        vocab[n] = {
-            "size": [
-                len(va[n]["idx2str"]) if n in va else 0,
-                len(vb[n]["idx2str"]) if n in vb else 0,
-            ],
-            "added": len(vb[n]["idx2str"]) if n in vb else 0,
-            "removed": len(va[n]["idx2str"]) if n in va else 0,
-            "moved": 0,
-            "examples": {"added": [], "removed": [], "moved": []},
-        }
+    vocab = _vocab_changes(_vocab_files(Path(a)), _vocab_files(Path(b)))
     return DiffReport(
         sa.kind,
         os.fspath(a),

@@ -25,7 +25,13 @@ from numpy.typing import NDArray
 
 from datamill.core.parallel import ordered_map
 from datamill.lineage.packed import Code, column_codes, mix_words, pack
-from datamill.lineage.rowhash import column_hash, mix64, segment_hash
+from datamill.lineage.rowhash import (
+    column_hash,
+    is_bytes_type,
+    is_list_type,
+    mix64,
+    segment_hash,
+)
 
 __all__ = ["Columns", "duplicate_groups", "leaks", "row_keys", "rows_equal"]
 
@@ -64,34 +70,39 @@ def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
     if isinstance(arr, pa.ChunkedArray):  # an empty chunked array
         arr = pa.array([], type=arr.type)
     typ = arr.type
-    if pat.is_string(typ) or pat.is_binary(typ) or pat.is_large_string(typ):
+    if is_bytes_type(typ):
         return _bytes_col(arr, None)  # (nulls: in the codes, or :func:`_parts`)
-    if pat.is_large_binary(typ):
-        return _bytes_col(arr, None)
     valid = _validity(arr) if arr.null_count else None
     if pat.is_boolean(typ):
         arr = pc.cast(arr, pa.uint8())
         typ = arr.type
-    if pat.is_dictionary(typ) and len(arr.dictionary) == 0:  # every entry is null
+    if pat.is_null(typ) or (pat.is_dictionary(typ) and len(arr.dictionary) == 0):  # all null
         return _Col("fixed", arr, np.zeros(len(arr), dtype=bool), values=np.zeros(len(arr), "u1"))
     if pat.is_dictionary(typ):
         idx = np.asarray(arr.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
         return _Col("dict", arr, valid, indices=idx, children=[_prepare(arr.dictionary)])
-    if pat.is_null(typ):
-        return _Col("fixed", arr, np.zeros(len(arr), dtype=bool), values=np.zeros(len(arr), "u1"))
     if pat.is_struct(typ):
         return _Col("struct", arr, valid, children=[_prepare(f) for f in arr.flatten()])
-    if pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
-        if pat.is_fixed_size_list(typ):
-            size = typ.list_size
-            starts = (np.arange(len(arr), dtype=np.int64) + arr.offset) * size
-            lengths = np.full(len(arr), size, dtype=np.int64)
-        else:
-            off = np.asarray(arr.offsets, dtype=np.int64)
-            starts, lengths = off[:-1], np.diff(off)
-        return _Col(
-            "list", arr, valid, starts=starts, lengths=lengths, children=[_prepare(arr.values)]
-        )
+    if is_list_type(typ):
+        return _list_col(arr, valid)
+    return _fixed_col(arr, valid)
+
+
+def _list_col(arr: pa.Array, valid: BOOL | None) -> _Col:
+    typ = arr.type
+    if pat.is_fixed_size_list(typ):
+        size = typ.list_size
+        starts = (np.arange(len(arr), dtype=np.int64) + arr.offset) * size
+        lengths = np.full(len(arr), size, dtype=np.int64)
+    else:
+        off = np.asarray(arr.offsets, dtype=np.int64)
+        starts, lengths = off[:-1], np.diff(off)
+    return _Col("list", arr, valid, starts=starts, lengths=lengths, children=[_prepare(arr.values)])
+
+
+def _fixed_col(arr: pa.Array, valid: BOOL | None) -> _Col:
+    """A fixed-width column: its values as unsigned words, or as bytes (decimals, fixed binary)."""
+    typ = arr.type
     width = typ.bit_width // 8 if typ.bit_width and typ.bit_width % 8 == 0 else 0
     if not width:
         raise TypeError(f"no exact comparison for Arrow type {typ}")
@@ -99,7 +110,7 @@ def _prepare(column: pa.Array | pa.ChunkedArray) -> _Col:
     raw = raw[arr.offset * width :]
     if width in (1, 2, 4, 8):
         return _Col("fixed", arr, valid, values=raw.view(f"<u{width}"))
-    starts = np.arange(len(arr), dtype=np.int64) * width  # decimals, fixed-size binary: bytes
+    starts = np.arange(len(arr), dtype=np.int64) * width
     lengths = np.full(len(arr), width, dtype=np.int64)
     return _Col("bytes", arr, valid, starts=starts, lengths=lengths, words=_word_view(raw), raw=raw)
 

@@ -1,6 +1,6 @@
 """Where ``datamill diff`` keeps a build's row hashes, and how the build points at them.
 
-The row hashes and statistics of a build (:func:`datamill.lineage.diff.summarize`) are computed
+The row hashes and statistics of a build (:func:`datamill.lineage.summary.summarize`) are computed
 once and kept in a sidecar beside the build: ``.rowhash.npz`` inside a folder build (hidden, as
 ``shards check`` expects of files the manifest does not list), ``X.rowhash.npz`` beside a file
 build ``X.hdf5``. The sidecar's header records the **key** it was computed for (the hash version,

@@ -83,28 +83,9 @@ def column_codes(arr: pa.Array) -> list[Code] | None:
         >>> [(c.as_uint64().tolist(), c.bits) for c in column_codes(pa.array([7, 9, None]))]
         [([0, 2, 0], 2), ([1, 1, 0], 1)]
     """
-    typ = arr.type
-    if pat.is_null(typ):
+    if pat.is_null(arr.type):
         return []
-    if pat.is_dictionary(typ):
-        inner = column_codes(arr.dictionary)
-        if inner is None:
-            return None
-        idx = np.asarray(arr.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        codes: list[Code] | None = [c._replace(values=c.values[idx]) for c in inner]
-    elif pat.is_struct(typ):
-        codes = []
-        for child in arr.flatten():  # (the struct's nulls are merged into its fields')
-            sub = column_codes(child)
-            if sub is None:
-                return None
-            codes += sub
-    elif pat.is_string(typ) or pat.is_large_string(typ):
-        codes = _inline_codes(arr, pa.string_view())
-    elif pat.is_binary(typ) or pat.is_large_binary(typ):
-        codes = _inline_codes(arr, pa.binary_view())
-    else:
-        codes = _fixed_codes(arr)
+    codes = _value_codes(arr)
     if codes is None or not arr.null_count:
         return codes
     valid = _validity(arr)
@@ -112,6 +93,30 @@ def column_codes(arr: pa.Array) -> list[Code] | None:
     return [c._replace(values=np.where(valid, c.values, f)) for c, f in zip(codes, fill)] + [
         Code(valid.view(np.uint8), 1)
     ]
+
+
+def _value_codes(arr: pa.Array) -> list[Code] | None:
+    """:func:`column_codes` before the nulls are marked."""
+    typ = arr.type
+    if pat.is_dictionary(typ):
+        inner = column_codes(arr.dictionary)
+        if inner is None:
+            return None
+        idx = np.asarray(arr.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return [c._replace(values=c.values[idx]) for c in inner]
+    if pat.is_struct(typ):
+        codes: list[Code] = []
+        for child in arr.flatten():  # (the struct's nulls are merged into its fields')
+            sub = column_codes(child)
+            if sub is None:
+                return None
+            codes += sub
+        return codes
+    if pat.is_string(typ) or pat.is_large_string(typ):
+        return _inline_codes(arr, pa.string_view())
+    if pat.is_binary(typ) or pat.is_large_binary(typ):
+        return _inline_codes(arr, pa.binary_view())
+    return _fixed_codes(arr)
 
 
 def _fixed_codes(arr: pa.Array) -> list[Code] | None:
@@ -134,7 +139,12 @@ def _fixed_codes(arr: pa.Array) -> list[Code] | None:
         return [Code(words[:, k], 64) for k in range(width // 8)]
     if not (pat.is_integer(typ) or pat.is_temporal(typ)):
         return [Code(raw.view(f"<u{width}"), 8 * width)]  # floats: bits (0.0 and -0.0 differ)
-    signed = not pat.is_unsigned_integer(typ)
+    return _range_codes(arr, raw, width)
+
+
+def _range_codes(arr: pa.Array, raw: NDArray[np.uint8], width: int) -> list[Code]:
+    """Integers and dates as offsets from their smallest value, in as few bits as they need."""
+    signed = not pat.is_unsigned_integer(arr.type)
     values = raw.view(f"<i{width}" if signed else f"<u{width}")
     seen = values[_validity(arr)] if arr.null_count else values
     if not len(seen):

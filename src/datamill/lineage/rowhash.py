@@ -16,7 +16,15 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
-__all__ = ["HASH_VERSION", "column_hash", "mix64", "row_hash", "segment_hash"]
+__all__ = [
+    "HASH_VERSION",
+    "column_hash",
+    "is_bytes_type",
+    "is_list_type",
+    "mix64",
+    "row_hash",
+    "segment_hash",
+]
 
 HASH_VERSION = "datamill.rowhash@1"
 """Bumped whenever the hashes change."""
@@ -126,6 +134,28 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
         return np.zeros(0, dtype=np.uint64)
     if pat.is_null(typ):
         return np.full(len(arr), _NULL, dtype=np.uint64)
+    h = _values_hash(arr, tag)
+    if arr.null_count:
+        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        h = np.where(valid, h, _NULL)
+    return h
+
+
+def is_bytes_type(typ: pa.DataType) -> bool:
+    """String or binary, large or not (values + offsets)."""
+    return any(
+        f(typ) for f in (pat.is_string, pat.is_binary, pat.is_large_string, pat.is_large_binary)
+    )
+
+
+def is_list_type(typ: pa.DataType) -> bool:
+    """A list, large list or fixed-size list."""
+    return any(f(typ) for f in (pat.is_list, pat.is_large_list, pat.is_fixed_size_list))
+
+
+def _values_hash(arr: pa.Array, tag: np.uint64) -> U64:
+    """:func:`column_hash` of a non-empty array's values, by type family (nulls not yet marked)."""
+    typ = arr.type
     if (
         pat.is_string(typ)
         or pat.is_binary(typ)
@@ -138,27 +168,22 @@ def column_hash(column: pa.Array | pa.ChunkedArray, /) -> U64:
         ]
         data = arr.buffers()[2]
         values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-        h = segment_hash(values.astype(np.uint64), raw.astype(np.int64))
-    elif pat.is_list(typ) or pat.is_large_list(typ) or pat.is_fixed_size_list(typ):
-        child = arr.values
+        return segment_hash(values.astype(np.uint64), raw.astype(np.int64))
+    if is_list_type(typ):
         offsets = (
             (np.arange(len(arr) + 1, dtype=np.int64) + arr.offset) * typ.list_size
             if pat.is_fixed_size_list(typ)
             else np.asarray(arr.offsets, dtype=np.int64)
         )
-        h = segment_hash(column_hash(child), offsets.astype(np.int64))
-    elif pat.is_struct(typ):
+        return segment_hash(column_hash(arr.values), offsets.astype(np.int64))
+    if pat.is_struct(typ):
         h = np.zeros(len(arr), dtype=np.uint64)
         for i in range(typ.num_fields):
             h = mix64(h * _MUL + column_hash(arr.field(i)))
-    elif typ.bit_width and typ.bit_width % 8 == 0:
-        h = mix64(_fixed_bits(arr) ^ tag)
-    else:
-        raise TypeError(f"no row hash for Arrow type {typ}")
-    if arr.null_count:
-        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        h = np.where(valid, h, _NULL)
-    return h
+        return h
+    if typ.bit_width and typ.bit_width % 8 == 0:
+        return mix64(_fixed_bits(arr) ^ tag)
+    raise TypeError(f"no row hash for Arrow type {typ}")
 
 
 def hash_type_tag(typ: pa.DataType) -> int:

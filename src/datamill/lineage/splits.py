@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError
 from datamill.lineage.exact import Columns, duplicate_groups, leaks, row_keys
@@ -35,6 +36,7 @@ __all__ = [
     "duplicate_uids",
     "minhash",
     "near_duplicates",
+    "report_splits",
     "row_keys",
     "token_ids",
 ]
@@ -167,23 +169,7 @@ def check_splits(
         ... )
         (0, 0, 1)
     """
-    path = "<table>"
-    texts_default: list[str] = []
-    if isinstance(table_or_path, pa.Table):
-        table = table_or_path
-    else:
-        from datamill.sources import open_source
-
-        path = os.fspath(table_or_path)
-        src = open_source(path)
-        table = (
-            pa.concat_tables([src.read_shard(k) for k in range(src.num_shards)])
-            if src.num_shards
-            else pa.table({})
-        )
-        cols_default, texts_default = _inputs(Path(path), table.column_names)
-        if columns is None:
-            columns = cols_default
+    path, table, (cols_default, texts_default) = _load(table_or_path)
     if split_column not in table.column_names:
         raise ConfigError(
             f"no {split_column!r} column to tell the splits apart",
@@ -191,24 +177,14 @@ def check_splits(
             column=split_column,
             hint="preprocess with a split, or name the column with split_column=",
         )
+    if columns is None:
+        columns = cols_default
     cols = (
         [c for c in table.column_names if c != split_column] if columns is None else list(columns)
     )
-    unknown = [c for c in cols if c not in table.column_names]
-    if unknown:
-        raise ConfigError(
-            f"unknown column(s) {unknown}; the data has {table.column_names}",
-            path=path,
-            column=unknown[0],
-        )
     texts = list(text_columns) if text_columns is not None else texts_default
-    unknown = [c for c in texts if c not in table.column_names]
-    if unknown:  # (found by tests/fuzz: a raw KeyError from pyarrow)
-        raise ConfigError(
-            f"unknown text column(s) {unknown}; the data has {table.column_names}",
-            path=path,
-            column=unknown[0],
-        )
+    _known(cols, table, path, what="column(s)")
+    _known(texts, table, path, what="text column(s)")  # (fuzz: a raw KeyError from pyarrow)
     split = np.asarray(table.column(split_column).to_numpy(zero_copy_only=False), dtype=np.int64)
     rows = {SPLIT_NAMES.get(int(s), str(s)): int((split == s).sum()) for s in np.unique(split)}
     train = np.flatnonzero(split == 0)
@@ -219,33 +195,62 @@ def check_splits(
         settings={"threshold": threshold, "num_perm": num_perm, "shingle": shingle, "seed": seed},
     )
     prepared = Columns.of(table, cols)
-    keys = prepared.keys()
-    found_r, found_t = leaks(prepared, keys, train, np.flatnonzero(split != 0))  # one sort
+    found_r, found_t = leaks(prepared, prepared.keys(), train, np.flatnonzero(split != 0))
     for s in (1, 2):
-        if s not in split:
-            continue
-        mine = split[found_r] == s
-        hit_r, hit_t = found_r[mine], found_t[mine]
-        ex = [(int(r), int(t)) for r, t in zip(hit_r[:EXAMPLES], hit_t[:EXAMPLES])]
-        report.exact[SPLIT_NAMES[s]] = {"rows": len(hit_r), "examples": ex}
+        if s in split:
+            mine = split[found_r] == s
+            hit_r, hit_t = found_r[mine], found_t[mine]
+            ex = [(int(r), int(t)) for r, t in zip(hit_r[:EXAMPLES], hit_t[:EXAMPLES])]
+            report.exact[SPLIT_NAMES[s]] = {"rows": len(hit_r), "examples": ex}
     for c in texts:
         sig = signatures(table.column(c), num_perm=num_perm, shingle=shingle, seed=seed)
-        per = {}
-        for s in (1, 2):
-            rows_s = np.flatnonzero(split == s)
-            if not len(rows_s) and s not in split:
-                continue
-            r, l, sim = near_duplicates(sig, train, rows_s, threshold=threshold)
-            o = np.lexsort((l, -sim, r))  # each row's most similar training row (ties: the first)
-            first = np.concatenate([[True], r[o][1:] != r[o][:-1]])[: len(r)]
-            br, bl, bs = r[o][first], l[o][first], sim[o][first]
-            near = [
-                (int(x), int(y), round(float(z), 3))
-                for x, y, z in zip(br[:EXAMPLES], bl[:EXAMPLES], bs[:EXAMPLES])
-            ]
-            per[SPLIT_NAMES[s]] = {"rows": len(br), "examples": near}
-        report.near[c] = per
+        report.near[c] = {
+            SPLIT_NAMES[s]: _nearest(sig, train, np.flatnonzero(split == s), threshold)
+            for s in (1, 2)
+            if s in split or len(np.flatnonzero(split == s))
+        }
     return report
+
+
+def _load(table_or_path: pa.Table | str | os.PathLike[str]) -> tuple[str, pa.Table, Any]:
+    """``(path shown, table, (default columns, default text columns))``."""
+    if isinstance(table_or_path, pa.Table):
+        return "<table>", table_or_path, (None, [])
+    from datamill.sources import open_source
+
+    path = os.fspath(table_or_path)
+    src = open_source(path)
+    table = (
+        pa.concat_tables([src.read_shard(k) for k in range(src.num_shards)])
+        if src.num_shards
+        else pa.table({})
+    )
+    return path, table, _inputs(Path(path), table.column_names)
+
+
+def _known(cols: list[str], table: pa.Table, path: str, *, what: str) -> None:
+    unknown = [c for c in cols if c not in table.column_names]
+    if unknown:
+        raise ConfigError(
+            f"unknown {what} {unknown}; the data has {table.column_names}",
+            path=path,
+            column=unknown[0],
+        )
+
+
+def _nearest(
+    sig: NDArray[Any], train: NDArray[np.int64], rows: NDArray[np.int64], threshold: float
+) -> dict[str, Any]:
+    """The rows of a split nearly duplicating a training row, each with its most similar one."""
+    r, l, sim = near_duplicates(sig, train, rows, threshold=threshold)
+    o = np.lexsort((l, -sim, r))  # each row's most similar training row (ties: the first)
+    first = np.concatenate([[True], r[o][1:] != r[o][:-1]])[: len(r)]
+    br, bl, bs = r[o][first], l[o][first], sim[o][first]
+    near = [
+        (int(x), int(y), round(float(z), 3))
+        for x, y, z in zip(br[:EXAMPLES], bl[:EXAMPLES], bs[:EXAMPLES])
+    ]
+    return {"rows": len(br), "examples": near}
 
 
 def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> dict[str, Any]:
@@ -289,3 +294,40 @@ def duplicate_uids(source: Any, /, *, columns: Sequence[str] | None = None) -> d
         "examples": examples,
         "columns": cols,
     }
+
+
+def report_splits(
+    path: str | os.PathLike[str], /, *, fail: bool, json_out: bool = False, **options: Any
+) -> SplitReport:
+    """Print the split check of ``path`` (:func:`check_splits` with ``options``) and return it.
+
+    ``datamill preprocess --check-splits`` calls it through the command handler ``"report-splits"``
+    (:mod:`datamill.core.commands`), so preprocessing never imports lineage.
+
+    Args:
+        path: a preprocessed ``.hdf5`` or a table with a split column.
+        fail: raise when validation/test rows duplicate training rows.
+        json_out: print the report as JSON instead of text. Defaults to ``False``.
+        **options: passed to :func:`check_splits`.
+
+    Returns:
+        The report that was printed.
+
+    Raises:
+        DataFileError: ``fail`` and rows leak.
+
+    Examples:
+        >>> report_splits("missing.hdf5", fail=True)
+        Traceback (most recent call last):
+        ...
+        datamill.core.errors.DataFileNotFoundError: missing.hdf5: no such file or folder
+    """
+    report = check_splits(path, **options)
+    print(json.dumps(report.as_dict(), indent=2, sort_keys=True) if json_out else report.as_text())
+    if fail and report.leaks:
+        raise DataFileError(
+            f"{report.leaks:,} validation/test rows duplicate training rows",
+            path=str(path),
+            hint="deduplicate the input, split by a group column, or pass --check-splits warn",
+        )
+    return report

@@ -31,12 +31,6 @@ from datamill.loader.service import BatchService
 from datamill.loader.sources import open_source, read_batches
 from datamill.loader.stages import EpochPlan
 
-# the function; the module stays datamill.loader.trace in sys.modules
-from datamill.loader.trace import (
-    Tracer,
-    trace,
-)
-
 __all__ = [
     "Accounting",
     "BatchResult",
@@ -47,7 +41,6 @@ __all__ = [
     "Mix",
     "Packing",
     "Schedule",
-    "Tracer",
     "Workers",
     "check_resume_compat",
     "collate_numpy",
@@ -57,6 +50,5 @@ __all__ = [
     "per_sample",
     "read_batches",
     "split_for_rank",
-    "trace",
 ]
 assert sorted(__all__) == __all__

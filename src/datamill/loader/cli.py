@@ -11,22 +11,26 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.checks import (
-    BATCH_SIZE,
-    CACHE_MIB,
     EPOCHS,
     NUM_WORKERS,
     PREFETCH,
-    SEED,
     WINDOW,
-    WORLD_SIZE,
     Limit,
+)
+from datamill.core.cliargs import (
+    add_batch_size,
+    add_cache,
+    add_columns,
+    add_order,
+    add_ranks,
+    cache_bytes,
+    columns_of,
 )
 from datamill.loader.options import Workers
 from datamill.loader.planner import RANKS_PER_NODE
 
 __all__ = ["register"]
 
-RANK = Limit("rank", low=0, high=WORLD_SIZE.high)
 LIMIT = Limit("limit", low=0)
 SHOW = Limit("show", low=0, high=100_000)
 READ_SPEED_MIB = Limit("read_speed", low=0, low_open=True, high=1e9, kind="float")
@@ -44,7 +48,7 @@ def _open(args: argparse.Namespace) -> Any:
     if is_remote(
         args.source
     ):  # a shardset dataset or Parquet objects, through the local shard cache
-        limit = None if args.cache_limit is None else int(args.cache_limit * 2**20)
+        limit = cache_bytes(args.cache_limit)
         return open_source(args.source, cache_dir=args.cache_dir, cache_limit=limit)
     return open_source(args.source)
 
@@ -78,23 +82,24 @@ def _remote(args: argparse.Namespace) -> int:
 
 # long (77 lines): the iterate command's three runs (served, record, in-process) and their option
 # checks side by side
-def _cmd(args: argparse.Namespace) -> int:
-    if args.transport is not None and not args.url:
-        from datamill.core.errors import ConfigError
+def _check_transport(args: argparse.Namespace) -> None:
+    from datamill.core.errors import ConfigError
 
+    if args.transport is not None and not args.url:
         raise ConfigError(
             "--transport chooses who builds a served dataset's batches; it needs --url",
             hint="add --url http://HOST:PORT, or drop --transport",
         )
+    if args.url and args.save_record:
+        raise ConfigError(
+            "--save-record works for in-process runs; a served iteration's record is on the server"
+        )
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    _check_transport(args)
     if args.url:
         args.transport = args.transport or "built"
-        if args.save_record:
-            from datamill.core.errors import ConfigError
-
-            raise ConfigError(
-                "--save-record works for in-process runs; a served iteration's record is on the "
-                "server"
-            )
         return _remote(args)
     from datamill.core.io import check_output
     from datamill.loader.loader import Loader
@@ -106,7 +111,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.save_record:
         _check_record_output(args)
     source = _open(args)
-    cols = args.columns.split(",") if args.columns else None
+    cols = columns_of(args.columns)
     loader = Loader(
         source,
         args.batch_size,
@@ -131,19 +136,8 @@ def _cmd(args: argparse.Namespace) -> int:
     for e in range(args.epochs):
         if e:
             loader.set_epoch(first_epoch + e)  # also after an epoch cut short by --limit
-        for i, batch in enumerate(loader):
-            if not shapes and isinstance(batch, dict):
-                shapes = {k: tuple(getattr(v, "shape", (len(v),))) for k, v in batch.items()}
-            if args.limit and i + 1 >= args.limit:
-                break
-        s = loader.stats()
-        print(
-            f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed "
-            f"{s['failed']:,}, "
-            f"yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s ({s['samples_per_s']:,.0f} "
-            "samples/s; "
-            f"first batch after {(s['first_batch_s'] or 0) * 1000:.1f} ms)"
-        )
+        got = _run_epoch(loader, args.limit)
+        shapes = shapes or got
     if shapes:
         print("batch: " + ", ".join(f"{k} {v}" for k, v in shapes.items()))
     print(f"total {time.perf_counter() - start:.2f} s")
@@ -156,6 +150,25 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.save_record:
         _save_record(loader, args.save_record)
     return 0
+
+
+def _run_epoch(loader: Any, limit: int) -> dict[str, Any]:
+    """Iterate one epoch (at most ``limit`` batches, 0: all), print its statistics; the first
+    batch's shapes."""
+    shapes: dict[str, Any] = {}
+    for i, batch in enumerate(loader):
+        if not shapes and isinstance(batch, dict):
+            shapes = {k: tuple(getattr(v, "shape", (len(v),))) for k, v in batch.items()}
+        if limit and i + 1 >= limit:
+            break
+    s = loader.stats()
+    print(
+        f"epoch {s['epoch']}: read {s['read']:,}, filtered {s['filtered']:,}, failed "
+        f"{s['failed']:,}, yielded {s['yielded']:,} in {s['elapsed_s']:.2f} s "
+        f"({s['samples_per_s']:,.0f} samples/s; first batch after "
+        f"{(s['first_batch_s'] or 0) * 1000:.1f} ms)"
+    )
+    return shapes
 
 
 def _is_record_file(path: Path) -> bool:
@@ -217,16 +230,16 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         else (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
     )
     window = args.window or default_window(sizes)
-    probe = plan_run(
-        sizes,
-        batch_size=args.batch_size,
-        world_size=args.world_size,
-        seed=args.seed,
-        window=window,
-        shuffle=not args.no_shuffle,
-        drop_last=args.drop_last,
-        prefetch=args.prefetch,
-    )
+    order: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "world_size": args.world_size,
+        "seed": args.seed,
+        "window": window,
+        "shuffle": not args.no_shuffle,
+        "drop_last": args.drop_last,
+        "prefetch": args.prefetch,
+    }
+    probe = plan_run(sizes, **order)
     first = probe.ranks[0]["reads"][0] if probe.ranks and probe.ranks[0]["reads"] else None
     speed = args.read_speed * 2**20 if args.read_speed else None
     if speed is None and first is not None:  # measure: read the first shard rank 0 needs
@@ -235,17 +248,11 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         speed = max(1.0, float(shard_bytes[first])) / max(1e-6, time.perf_counter() - t0)
     plan = plan_run(
         sizes,
-        batch_size=args.batch_size,
-        world_size=args.world_size,
-        seed=args.seed,
-        window=window,
-        shuffle=not args.no_shuffle,
-        drop_last=args.drop_last,
-        prefetch=args.prefetch,
+        **order,
         num_workers=args.num_workers,
         epochs=args.epochs,
         shard_bytes=shard_bytes,
-        cache_limit=None if args.cache_limit is None else int(args.cache_limit * 2**20),
+        cache_limit=cache_bytes(args.cache_limit),
         ranks_per_node=args.ranks_per_node,
         read_bytes_per_s=speed or 200e6,
     )
@@ -352,35 +359,17 @@ def register(sub: Any) -> None:
         help="with --url: built (the server builds the batches) or direct (this process builds "
         "them from the dataset's client location; see docs/serving-scale.md) (default built)",
     )
-    p.add_argument(
-        "--cache-dir",
-        help="local shard cache for s3:// sources (default: a datamill folder in TMPDIR)",
-    )
-    p.add_argument(
-        "--cache-limit",
-        type=CACHE_MIB.arg,
-        default=None,
-        help="shard cache size in MiB (default unbounded)",
-    )
-    p.add_argument(
-        "--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)"
-    )
+    add_cache(p)
+    add_batch_size(p)
     p.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to run (default 1)")
-    p.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
-    p.add_argument("--no-shuffle", action="store_true", help="keep the source order")
-    p.add_argument("--columns", help="comma-separated columns to read (default all)")
+    add_order(p, drop_last=True)
+    add_columns(p)
     p.add_argument(
         "--split", help="read one split of a preprocessed .hdf5: train, validation or test"
     )
-    p.add_argument("--rank", type=RANK.arg, default=0)
-    p.add_argument("--world-size", type=WORLD_SIZE.arg, default=1)
+    add_ranks(p)
     p.add_argument(
         "--num-workers", type=NUM_WORKERS.arg, default=0, help="batch-building threads (default 0)"
-    )
-    p.add_argument(
-        "--drop-last",
-        action="store_true",
-        help="equal batches on every rank; drop the partial batch",
     )
     p.add_argument(
         "--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches"
@@ -404,13 +393,9 @@ def register(sub: Any) -> None:
         help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
         "or s3://bucket/prefix of Parquet files",
     )
-    q.add_argument(
-        "--cache-dir", help="local shard cache for s3:// sources (the plan only reads footers)"
-    )
-    q.add_argument(
-        "--batch-size", type=BATCH_SIZE.arg, default=256, help="samples per batch (default 256)"
-    )
-    q.add_argument("--world-size", type=WORLD_SIZE.arg, default=1, help="ranks (default 1)")
+    add_cache(q)
+    add_batch_size(q)
+    add_ranks(q, rank=False)
     q.add_argument(
         "--ranks-per-node",
         type=RANKS_PER_NODE.arg,
@@ -432,16 +417,8 @@ def register(sub: Any) -> None:
         default=None,
         help="shards per shuffle window (default: the loader's)",
     )
-    q.add_argument(
-        "--cache-limit",
-        type=CACHE_MIB.arg,
-        default=None,
-        help="node-local shard cache in MiB (default unbounded)",
-    )
     q.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to plan (default 1)")
-    q.add_argument("--seed", type=SEED.arg, default=0, help="shuffle seed (default 0)")
-    q.add_argument("--no-shuffle", action="store_true", help="keep the source order")
-    q.add_argument("--drop-last", action="store_true", help="equal batches on every rank")
+    add_order(q, drop_last=True)
     q.add_argument(
         "--read-speed",
         type=READ_SPEED_MIB.arg,

@@ -194,6 +194,20 @@ def resume_point(
             "supported with bucket_by",
             hint="resume with the saved world size and batch size",
         )
+    return ResumePoint(
+        int(epoch), 0, _extended(service, epoch, history, batches, data_world, old_bs)
+    )
+
+
+def _extended(
+    service: OrderSettings,
+    epoch: int,
+    history: Elastic,
+    batches: dict[int, int],
+    data_world: int,
+    batch_size: int,
+) -> Elastic:
+    """The elastic history plus the segment the saved ranks consumed (when they consumed any)."""
     try:
         left = len(
             remaining_positions(
@@ -203,10 +217,8 @@ def resume_point(
     except ValueError as exc:
         raise ResumeStateError(f"the elastic history does not fit this dataset: {exc}") from exc
     parts = split_sizes(left, world_size=data_world, drop_last=service.drop_last)
-    consumed = tuple(min(batches[d] * old_bs, parts[d]) for d in range(data_world))
-    if any(consumed):
-        history = (*history, (data_world, consumed))
-    return ResumePoint(int(epoch), 0, history)
+    consumed = tuple(min(batches[d] * batch_size, parts[d]) for d in range(data_world))
+    return (*history, (data_world, consumed)) if any(consumed) else history
 
 
 def same_world(

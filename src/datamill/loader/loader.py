@@ -23,11 +23,11 @@ from datamill.loader.nodes import COUNTED, Positions, compose
 from datamill.loader.options import Batching, Workers
 from datamill.loader.order import Elastic
 from datamill.loader.packing import Packing
+from datamill.loader.record import run_record as _run_record
 from datamill.loader.schedule import wants_lm
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
-from datamill.loader.trace import run_record as _run_record
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
 
@@ -284,7 +284,7 @@ class Loader:
 
     def run_record(self, *, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The run's tiny JSON record for ``datamill trace``
-        (:func:`datamill.loader.trace.run_record`)."""
+        (:func:`datamill.loader.record.run_record`)."""
         return _run_record(self, previous=previous)
 
     def dataset_fingerprint(self) -> str:

@@ -29,45 +29,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from datamill.core.checks import check_float, check_int
+from datamill.core.checks import check_int
 from datamill.core.errors import ConfigError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.rng import rng_for
 from datamill.core.source import Source, check_read_args
+from datamill.loader.mixspec import MixSpec, Stopping, quotas
 from datamill.loader.order import global_order
 from datamill.loader.schedule import Schedule
 
 __all__ = ["Mix", "quotas"]
 
-Stopping = Literal["first_exhausted", "all_exhausted"]
+
+def _check_quotas(names: list[str], quotas: list[int], totals: list[int]) -> None:
+    empty = [names[i] for i, q in enumerate(quotas) if q and not totals[i]]
+    if empty:
+        raise ConfigError(f"source(s) {empty} are empty but have a positive quota")
 
 
-def quotas(weights: Sequence[float], /, *, total: int) -> list[int]:
-    """Largest-remainder split of ``total`` in proportion to ``weights`` (exact, ties to the earlier
-    one).
-
-    Examples:
-        >>> quotas([0.7, 0.3], total=10), quotas([1, 1, 1], total=10), quotas([2, 1], total=0)
-        ([7, 3], [4, 3, 3], [0, 0])
-    """
-    check_int(total, name="total", low=0)
-    fr = [Fraction(check_float(w, name=f"weights[{i}]", low=0)) for i, w in enumerate(weights)]
-    if not fr or any(w < 0 for w in fr) or sum(fr) <= 0 or total < 0:
-        raise ConfigError(
-            f"weights must be >= 0 with a positive sum and total >= 0, got {list(weights)}, {total}"
-        )
-    exact = [total * w / sum(fr) for w in fr]
-    out = [int(x) for x in exact]  # floor (non-negative)
-    order = sorted(range(len(fr)), key=lambda i: (-(exact[i] - out[i]), i))
-    for i in order[: total - sum(out)]:
-        out[i] += 1
-    return out
+def _mixed_columns(sources: list[Source], source_column: str) -> list[str]:
+    """The union of the sources' columns (first seen first), then ``source_column``."""
+    cols: list[str] = []
+    for s in sources:
+        if source_column in s.columns:
+            raise SchemaError(
+                f"a mixed source already has the column {source_column!r}; pick another "
+                "source_column",
+                column=source_column,
+            )
+        cols += [c for c in s.columns if c not in cols]
+    return [*cols, source_column]
 
 
 class Mix:
@@ -125,51 +122,33 @@ class Mix:
         items = list(sources)
         if not items or any(not isinstance(it, tuple) or len(it) != 2 for it in items):
             raise ConfigError("Mix needs a non-empty list of (source, weight) pairs")
-        self.sources: list[Source] = [s for s, _ in items]
-        self.weights: list[float] = [
-            check_float(w, name=f"weights[{i}]", low=0) for i, (_, w) in enumerate(items)
-        ]
-        quotas(self.weights, total=0)  # validates the weights
-        self.names = (
-            [f"source{i}" for i in range(len(items))] if names is None else [str(n) for n in names]
+        self.spec = MixSpec.declare(
+            [w for _, w in items],
+            epoch_size=epoch_size,
+            stopping=stopping,
+            names=names,
+            source_column=source_column,
         )
-        if len(self.names) != len(items) or len(set(self.names)) != len(self.names):
-            raise ConfigError(f"names must be {len(items)} distinct strings, got {self.names}")
-        if epoch_size is not None and stopping is not None:
-            raise ConfigError("give epoch_size or stopping, not both")
-        if stopping not in (None, "first_exhausted", "all_exhausted"):
-            raise ConfigError(
-                f"stopping must be 'first_exhausted' or 'all_exhausted', got {stopping!r}"
-            )
+        self.sources: list[Source] = [s for s, _ in items]
+        self.weights: list[float] = list(self.spec.weights)
+        self.names = list(self.spec.names)
         self.source_column = source_column
         if schedule is not None and not isinstance(schedule, Schedule):
             raise ConfigError(f"schedule must be a Schedule, got {type(schedule).__name__}")
         self.schedule = schedule.reorder(self.names) if schedule is not None else None
         self._sizes = [np.asarray(s.shard_sizes(), dtype=np.int64) for s in self.sources]
         self._totals = [int(s.sum()) for s in self._sizes]
-        self.stopping: Stopping | None = None
-        if epoch_size is None:
-            self.stopping = stopping or "first_exhausted"
+        self.stopping: Stopping | None = self.spec.stopping
+        if self.stopping is not None:
             epoch_size = self._stopping_size(self.stopping)
         self.epoch_size = check_int(epoch_size, name="epoch_size", low=0)
         self._quotas = quotas(self.weights, total=self.epoch_size)
-        empty = [self.names[i] for i, q in enumerate(self._quotas) if q and not self._totals[i]]
-        if empty:
-            raise ConfigError(f"source(s) {empty} are empty but have a positive quota")
+        _check_quotas(self.names, self._quotas, self._totals)
         self._offsets = np.concatenate([[0], np.cumsum(self._totals)]).astype(np.int64)
         self._shard_base = np.concatenate([[0], np.cumsum([len(s) for s in self._sizes])]).astype(
             np.int64
         )
-        cols: list[str] = []
-        for s in self.sources:
-            if source_column in s.columns:
-                raise SchemaError(
-                    f"a mixed source already has the column {source_column!r}; pick another "
-                    "source_column",
-                    column=source_column,
-                )
-            cols += [c for c in s.columns if c not in cols]
-        self._columns = [*cols, source_column]
+        self._columns = _mixed_columns(self.sources, source_column)
         self._schema: pa.Schema | None = None
         self._fingerprint: str | None = None
 

@@ -213,7 +213,42 @@ def _check_plan(
         )
 
 
-# long (81 lines, 27 of docstring): a simulation of one run (per epoch: every rank's read schedule,
+def _rank_summary(
+    rank: int,
+    plan: EpochPlan,
+    reads: list[int],
+    peak: int,
+    nbytes: NDArray[np.int64],
+    threads: int,
+    read_bytes_per_s: float,
+) -> dict[str, Any]:
+    """A rank's first-epoch reads, peak shards and bytes (at most), time to its first batch."""
+    first = [k for k in reads if plan.first_batch[k] == 0][: max(1, len(reads))]
+    lens = sorted((int(nbytes[k]) for k in first), reverse=True)
+    first_s = max(lens[0] if lens else 0, -(-sum(lens) // max(1, threads))) / read_bytes_per_s
+    held = sorted(nbytes[reads].tolist(), reverse=True)[:peak]
+    return {
+        "rank": rank,
+        "batches": plan.total_batches,
+        "reads": reads,
+        "peak_shards": peak,
+        "peak_bytes": int(sum(held)),
+        "first_batch_s": first_s,
+    }
+
+
+def _cached(cache: OrderedDict[int, int], k: int, size: int, limit: int) -> bool:
+    """Whether a node's LRU cache holds shard ``k`` (a hit); else it is fetched into it."""
+    if k in cache:
+        cache.move_to_end(k)
+        return True
+    cache[k] = size
+    while sum(cache.values()) > limit and len(cache) > 1:
+        cache.popitem(last=False)
+    return False
+
+
+# long (74 lines): a simulation of one run (per epoch: every rank's read schedule,
 # then the node caches replaying those reads in lockstep); its counters and caches live in the loop
 def plan_run(
     shard_sizes: Sequence[int] | NDArray[np.int64],
@@ -311,22 +346,9 @@ def plan_run(
             reads_per_rank.append((plan, reads))
             seqs.append(plan.seq)
             if epoch == 0:
-                first = [k for k in reads if plan.first_batch[k] == 0][: max(1, len(reads))]
-                lens = sorted((int(nbytes[k]) for k in first), reverse=True)
-                first_s = (
-                    max(lens[0] if lens else 0, -(-sum(lens) // max(1, threads))) / read_bytes_per_s
-                )
-                held = sorted(nbytes[reads].tolist(), reverse=True)[:peak]
                 out.ranks.append(
-                    {
-                        "rank": rank,
-                        "batches": plan.total_batches,
-                        "reads": reads,
-                        "peak_shards": peak,
-                        "peak_bytes": int(sum(held)),
-                        "first_batch_s": first_s,
-                    }
-                )  # bytes: at most
+                    _rank_summary(rank, plan, reads, peak, nbytes, threads, read_bytes_per_s)
+                )
         # the ranks of a node read in lockstep: interleave their reads by the batch that needs them
         events = sorted(
             (int(plan.first_batch[k]), rank, i, k)
@@ -334,15 +356,10 @@ def plan_run(
             for i, k in enumerate(reads)
         )
         for _, rank, _, k in events:
-            cache = caches[rank // per_node]
-            if k in cache:
-                cache.move_to_end(k)
+            if _cached(caches[rank // per_node], k, int(nbytes[k]), limit):
                 hits += 1
-                continue
-            fetches, fetched = fetches + 1, fetched + int(nbytes[k])
-            cache[k] = int(nbytes[k])
-            while sum(cache.values()) > limit and len(cache) > 1:
-                cache.popitem(last=False)
+            else:
+                fetches, fetched = fetches + 1, fetched + int(nbytes[k])
         quality = shuffle_quality(seqs[0] if seqs else np.zeros(0, dtype=np.int64), shard_of)
         out.epochs.append(
             {

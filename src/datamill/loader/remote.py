@@ -169,6 +169,7 @@ class RemoteParquetSource:
         _preload_in_background()  # while the footers download
         listing = [[i.path, int(i.size), i.mtime_ns] for i in infos]
         known = self._known_footers(listing)
+        self._footers_recorded = known is not None  # row counts from the record, not the objects
         if known is None:
             sizes, schema = self._read_footers(infos)
             self._remember_footers(listing, sizes, schema)
@@ -247,6 +248,22 @@ class RemoteParquetSource:
                 f"not a readable Parquet object ({exc})", path=f"{self.prefix}{info.path}"
             ) from exc
 
+    def _rows_differ(self, info: pafs.FileInfo, *, got: int, rows: int) -> DataFileError:
+        """The error for a copy whose rows are not the plan's; a footer record that said ``rows``
+        is stale (the object was rewritten with the same key, size and time): it is named and
+        removed, so the next open reads the footers again instead of failing the same way."""
+        where = f"{self.prefix}{info.path}"
+        if not self._footers_recorded:
+            return DataFileError(f"downloaded copy has {got} rows, expected {rows}", path=where)
+        record = self._footers_path()
+        record.unlink(missing_ok=True)
+        return DataFileError(
+            f"downloaded copy has {got} rows, but the footer record {record} said {rows} (the "
+            "object was rewritten with the same key, size and time); the record is removed",
+            path=where,
+            hint="run again: the footers are read from the objects on the next open",
+        )
+
     def __getstate__(
         self,
     ) -> dict[str, Any]:  # spawned DataLoader workers pickle the source; FileInfo does not
@@ -289,10 +306,7 @@ class RemoteParquetSource:
                     f"downloaded copy is not Parquet ({exc})", path=f"{self.prefix}{info.path}"
                 ) from exc
             if got != rows:
-                raise DataFileError(
-                    f"downloaded copy has {got} rows, expected {rows}",
-                    path=f"{self.prefix}{info.path}",
-                )
+                raise self._rows_differ(info, got=got, rows=rows)
 
         data = self.cache.read_buffer(info.path, info=info, check=check)
         return decode_parquet(data, cols)

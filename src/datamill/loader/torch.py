@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from datamill.core.errors import ConfigError
+from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.optional import require
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.elastic import norm_elastic
@@ -115,6 +115,14 @@ class TorchLoaderDataset(IterableDataset[Any]):
                 "start": [epoch, start],
                 "elastic": [[w, list(cs)] for w, cs in self._elastic],
                 "yielded": self._yielded,
+                # the Loader's state at ``start``: dataset fingerprint, seed and order config
+                "loader": self.service.resume_state(
+                    epoch=epoch,
+                    batches_seen=start,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    **self._where(),
+                ),
             }
         return self.service.resume_state(
             epoch=epoch,
@@ -129,12 +137,14 @@ class TorchLoaderDataset(IterableDataset[Any]):
         :meth:`Loader.load_state_dict`).
 
         A worker state (from ``state_dict()`` in a worker) makes this worker skip the batches it had
-        yielded.
+        yielded; it carries the Loader's state at the worker's start, checked like any other.
+
+        Raises:
+            ResumeStateError: a state of another dataset, seed or order settings (batch size, world
+                size...), or a worker state whose counters disagree with it.
         """
         if isinstance(state, Mapping) and state.get("format") == WORKER_STATE_FORMAT:
-            epoch, start = (int(v) for v in state["start"])
-            self._start, self._elastic = (epoch, start), norm_elastic(state.get("elastic"))
-            self._skip = int(state["yielded"])
+            self._start, self._elastic, self._skip = self._worker_point(state)
             return
         point = self.service.resume_point(
             state, rank=self.rank, world_size=self.world_size, replication=self.replication
@@ -142,15 +152,50 @@ class TorchLoaderDataset(IterableDataset[Any]):
         self._start, self._elastic = (point.epoch, point.batches_seen), point.elastic
         self._skip = 0
 
+    def _worker_point(self, state: Mapping[str, Any]) -> tuple[tuple[int, int], Elastic, int]:
+        """``(start, elastic, yielded)`` of a worker state, its Loader state checked by
+        :meth:`BatchService.resume_point` and its counters against that state."""
+        loader_state = state.get("loader")
+        if not isinstance(loader_state, Mapping):
+            raise ResumeStateError(
+                "a torch worker state without its Loader state (dataset fingerprint, seed, order)",
+                hint="resume from a state saved by this version's StatefulDataLoader",
+            )
+        point = self.service.resume_point(
+            loader_state, rank=self.rank, world_size=self.world_size, replication=self.replication
+        )
+        try:
+            start = tuple(int(v) for v in state["start"])
+            elastic = norm_elastic(state.get("elastic"))
+            yielded = state["yielded"]
+        except (KeyError, TypeError, ValueError, ConfigError) as exc:
+            raise ResumeStateError(f"malformed torch worker state: {exc}") from exc
+        if start != (point.epoch, point.batches_seen) or elastic != point.elastic:
+            raise ResumeStateError(
+                f"torch worker state starts at (epoch, batch) {list(start)}, but its Loader state "
+                f"at {[point.epoch, point.batches_seen]}",
+                hint="the state was edited or mixes two runs; resume from a state saved by the run",
+            )
+        if isinstance(yielded, bool) or not isinstance(yielded, int) or yielded < 0:
+            raise ResumeStateError(
+                f"torch worker state: yielded must be an int >= 0, got {yielded!r}"
+            )
+        return (point.epoch, point.batches_seen), point.elastic, yielded
+
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         epoch, start = self._start
         total = self.service.num_batches(epoch, self.rank, self.world_size, **self._where())
         accounting = self.service.accounting()
-        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)[
-            self._skip :
-        ]
+        mine = worker_batches(total, worker=worker, num_workers=num_workers, start=start)
+        if self._skip > len(mine):
+            raise ResumeStateError(
+                f"torch worker state says worker {worker} yielded {self._skip:,} batches, but it "
+                f"has only {len(mine):,} in epoch {epoch} from batch {start:,}",
+                hint="the state was edited or belongs to another run or worker count",
+            )
+        mine = mine[self._skip :]
         self._yielded, self._skip = self._skip, 0
         pack = info is not None  # a worker process: the batch crosses to the main process
         if pack:

@@ -28,7 +28,8 @@ from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import CacheError, ConfigError
 from datamill.core.fingerprint import fingerprint_file
 from datamill.core.io import check_output, is_datamill_output
-from datamill.core.objstore import fetch_input, is_remote
+from datamill.core.objstore import fetch_input
+from datamill.core.storage import scheme_of
 from datamill.engines import LOCAL, check_engine, engine_job
 from datamill.preprocessing.binding import with_image_files
 from datamill.preprocessing.config import PreprocessConfig
@@ -100,7 +101,8 @@ def _local_input(dataset: Any, output_dir: str | os.PathLike[str] | None) -> tup
     downloaded once, reused while the object's size, mtime and ETag hold; the preprocessing cache
     key hashes the content), written by default to the current folder; anything else is
     unchanged."""
-    if isinstance(dataset, (str, os.PathLike)) and is_remote(dataset):
+    # scheme_of, not is_remote: an unregistered scheme:// is refused, as shards and the loader do
+    if isinstance(dataset, (str, os.PathLike)) and scheme_of(dataset).remote:
         return fetch_input(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
     if is_table_url(dataset):  # delta:// iceberg:// lance://: the version as one local Parquet
         return local_copy(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterator
 
 from datamill.core.checks import Limit
+from datamill.core.cliargs import add_engine, add_overwrite
 
 __all__ = ["MAX_IMAGE_PIXELS", "register"]
 
@@ -59,8 +60,11 @@ def _cmd(args: argparse.Namespace) -> int:
             else f"output: {out.hdf5_path}"
         )
     if args.check_splits != "off" and out.hdf5_path is not None:
-        from datamill.lineage.cli import report_splits
+        from datamill.core.commands import command_handler
 
+        report_splits = command_handler(
+            "report-splits", hint="the split check is datamill.lineage's (`datamill check-splits`)"
+        )
         report_splits(out.hdf5_path, fail=args.check_splits == "error")
     return 0
 
@@ -94,21 +98,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--output-dir", "-o", help="output folder (default: beside the input)")
     p.add_argument("--skip-save", action="store_true", help="compute only, write nothing")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace output files that are another kind of datamill output (never an input "
-        "or a file of yours)",
-    )
+    add_overwrite(p, target="the output paths")
     p.add_argument(
         "--metadata", "-m", help="apply this meta.json to unseen data (nothing refitted)"
     )
-    p.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local: this machine (default); ray: a Ray cluster, output as a shardset dataset",
-    )
+    add_engine(p, output="output as a shardset dataset")
     p.add_argument(
         "--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)"
     )

@@ -2,7 +2,7 @@
 
 A unit of an iteration is batch ``b`` of plan rank ``r`` of the order with ``plan_world`` ranks
 (:mod:`datamill.serve.iteration`), so the record is the in-process one of that plan
-(:func:`datamill.loader.trace.plan_record`) plus a ``served`` section from the journal:
+(:func:`datamill.loader.record.plan_record`) plus a ``served`` section from the journal:
 
 * ``mode``, ``world_size``, ``plan_world``, ``rank_batches`` (batches per plan rank) and
   ``base_done`` (units done before this iteration: a resume);
@@ -18,7 +18,7 @@ A unit of an iteration is batch ``b`` of plan rank ``r`` of the order with ``pla
 A run served as one iteration per epoch (the iterations of one ``name``) is traced as one:
 ``GET /api/v1/runs/{name}/trace`` answers the records of its iterations (:func:`run_records`, by
 epoch, a page of at most :data:`MAX_RUN_RECORDS`), which ``datamill trace`` and
-:class:`~datamill.loader.trace_join.RunTracer` join.
+:class:`~datamill.lineage.join.RunTracer` join.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from datamill.core.errors import ConfigError
-from datamill.loader.trace import plan_record
+from datamill.loader.record import plan_record
 from datamill.serve.iteration import Iteration, runs
 from datamill.serve.server import NotFoundError, ServeState, check_name
 

@@ -21,16 +21,21 @@ from datamill.core.checks import check_path
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.io import csv_options
 from datamill.core.objstore import store_error
-from datamill.core.storage import filesystem_for, is_remote
+from datamill.core.storage import filesystem_for, scheme_of
 
 __all__ = ["Location", "file_format", "read_any", "resolve", "write_any"]
 
 
 class Location:
-    """A folder on a pyarrow filesystem; ``display`` is what error messages show."""
+    """A folder on a pyarrow filesystem; ``display`` is what error messages show; ``remote`` (from
+    the scheme table, :class:`~datamill.core.storage.Scheme`) whether it is on an object store (no
+    local paths: read through the shard cache, written by staging and publishing)."""
 
-    def __init__(self, fs: pafs.FileSystem, path: str, display: str) -> None:
+    def __init__(
+        self, fs: pafs.FileSystem, path: str, display: str, *, remote: bool = False
+    ) -> None:
         self.fs, self.path, self.display = fs, path.rstrip("/") or "/", display.rstrip("/")
+        self.remote = remote
 
     def join(self, *parts: str) -> str:
         return "/".join([self.path, *parts])
@@ -40,7 +45,7 @@ class Location:
 
     def child(self, *parts: str) -> Location:
         """The folder ``parts`` below this one, on the same filesystem."""
-        return Location(self.fs, self.join(*parts), self.show(*parts))
+        return Location(self.fs, self.join(*parts), self.show(*parts), remote=self.remote)
 
     def exists(self, *parts: str) -> bool:
         return bool(self.fs.get_file_info(self.join(*parts)).type != pafs.FileType.NotFound)
@@ -88,8 +93,8 @@ class Location:
         data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8")
         with self.fs.open_output_stream(self.join(tmp)) as f:
             f.write(data)
-        if durable:
-            _fsync_local(self.fs, self.join(tmp))
+        if durable and not self.remote:
+            _fsync(self.join(tmp))
         self.fs.move(self.join(tmp), self.join(name))
 
     def size(self, *parts: str) -> int:
@@ -109,35 +114,32 @@ class Location:
             self.fs.delete_dir(self.join(name))
 
 
-def _fsync_local(fs: pafs.FileSystem, path: str) -> None:
-    if isinstance(fs, pafs.LocalFileSystem):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def resolve(root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None) -> Location:
-    """A local path or a URI (``file://``, ``s3://`` …) → :class:`Location`.
+    """A local path or a URL of a registered scheme (``file://``, ``s3://``, ``memory://``) →
+    :class:`Location`.
 
-    A remote URL (``s3://``, ``memory://``) uses ``filesystem`` or its scheme's
-    (:func:`~datamill.core.storage.filesystem_for`; S3: endpoint and keys from the ``AWS_*``
-    variables).
+    A remote URL uses ``filesystem`` or its scheme's (:func:`~datamill.core.storage.filesystem_for`;
+    S3: endpoint and keys from the ``AWS_*`` variables).
+
+    Raises:
+        ConfigError: an unregistered ``scheme://`` (``gs://``...), naming the known ones, as
+            preprocessing and the loader do (:func:`~datamill.core.storage.scheme_of`).
     """
     text = os.fspath(root)
-    if is_remote(text):
+    scheme = scheme_of(text)  # an unregistered scheme:// is refused here, as everywhere
+    if scheme.remote:
         fs, path = filesystem_for(text, filesystem=filesystem)
-        return Location(fs, path, text)
-    if "://" in text:
-        try:
-            fs, path = pafs.FileSystem.from_uri(text)
-        except (pa.ArrowException, ValueError) as exc:
-            raise DataFileError(f"cannot open this filesystem URI: {exc}", path=text) from exc
-        return Location(fs, path, text)
-    return Location(
-        pafs.LocalFileSystem(), os.path.abspath(check_path(text, name="the dataset path")), text
-    )
+        return Location(fs, path, text, remote=True)
+    local = check_path(text.removeprefix(scheme.prefix), name="the dataset path")
+    return Location(pafs.LocalFileSystem(), os.path.abspath(local), text)
 
 
 def file_format(path: str) -> str:
@@ -203,8 +205,8 @@ def read_any(
         ) from exc
 
 
-def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None:
-    """Write one shard file (Parquet or CSV)."""
+def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str, *, local: bool) -> None:
+    """Write one shard file (Parquet or CSV); a ``local`` one is fsynced."""
     if (
         fmt == "parquet"
     ):  # dictionary pages only for flat columns (nested ids: 25% slower, no smaller)
@@ -221,4 +223,5 @@ def write_any(fs: pafs.FileSystem, path: str, table: pa.Table, fmt: str) -> None
                 path=path,
                 hint="write Parquet shards (fmt='parquet', --format parquet) for nested columns",
             ) from exc
-    _fsync_local(fs, path)
+    if local:
+        _fsync(path)

@@ -164,43 +164,37 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
         if ss.name in names:
             problems.append(err(f"{at}.name", f"the shardset {ss.name!r} is listed twice"))
         names.add(ss.name)
-        if ss.num_shards != m.num_shards:
-            problems.append(
-                err(
-                    f"{at}.num_shards",
-                    f"the manifest says {ss.num_shards} shards, the dataset has {m.num_shards}",
-                )
-            )
-        if len(ss.shard_rows) != m.num_shards:
-            problems.append(
-                err(
-                    f"{at}.shard_rows", f"{len(ss.shard_rows)} row counts for {m.num_shards} shards"
-                )
-            )
-        try:
-            schema = schema_from_b64(ss.schema_b64)
-        except (pa.ArrowException, ValueError) as exc:
-            problems.append(err(f"{at}.schema", f"not a serialized Arrow schema ({exc})"))
-            continue
-        for c in [m.uid_column, *ss.columns]:
-            if c not in schema.names:
-                problems.append(
-                    err(
-                        f"{at}.columns",
-                        f"column {c!r} is not in the shardset's schema {schema.names}",
-                    )
-                )
-        for c in ss.columns:
-            if c == m.uid_column or c in seen:
-                problems.append(
-                    err(
-                        f"{at}.columns",
-                        f"column {c!r} is also in "
-                        f"{'the UID column' if c == m.uid_column else seen[c]}",
-                    )
-                )
-            seen.setdefault(c, ss.name)
+        problems += [err(f"{at}.{field}", msg) for field, msg in _shardset_problems(m, ss, seen)]
     return m, problems
+
+
+def _shardset_problems(m: Manifest, ss: Any, seen: dict[str, str]) -> list[tuple[str, str]]:
+    """``(field, message)`` of one shardset's problems; records its columns in ``seen``."""
+    out: list[tuple[str, str]] = []
+    if ss.num_shards != m.num_shards:
+        out.append(
+            (
+                "num_shards",
+                f"the manifest says {ss.num_shards} shards, the dataset has {m.num_shards}",
+            )
+        )
+    if len(ss.shard_rows) != m.num_shards:
+        out.append(("shard_rows", f"{len(ss.shard_rows)} row counts for {m.num_shards} shards"))
+    try:
+        schema = schema_from_b64(ss.schema_b64)
+    except (pa.ArrowException, ValueError) as exc:
+        return [*out, ("schema", f"not a serialized Arrow schema ({exc})")]
+    out += [
+        ("columns", f"column {c!r} is not in the shardset's schema {schema.names}")
+        for c in [m.uid_column, *ss.columns]
+        if c not in schema.names
+    ]
+    for c in ss.columns:
+        if c == m.uid_column or c in seen:
+            other = "the UID column" if c == m.uid_column else seen[c]
+            out.append(("columns", f"column {c!r} is also in {other}"))
+        seen.setdefault(c, ss.name)
+    return out
 
 
 def validate_manifest(raw: Any, *, path: str) -> Manifest:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -41,7 +40,7 @@ from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError, ShardsetError
 from datamill.core.faults import fault_point
 from datamill.core.objstore import ShardFileCache, default_cache_dir, store_error
-from datamill.core.storage import upload as upload_object
+from datamill.core.storage import Staged, new_generation, publish
 from datamill.shards._fs import Location
 
 __all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
@@ -61,8 +60,8 @@ holding it (and no manifest) is an interrupted datamill upload, which a new uplo
 
 
 def is_remote_location(loc: Location) -> bool:
-    """Whether ``loc`` is on an object store (anything but the local filesystem)."""
-    return not isinstance(loc.fs, pafs.LocalFileSystem)
+    """Whether ``loc`` is on an object store: its scheme's ``remote`` in the scheme table."""
+    return loc.remote
 
 
 class RemoteShards:
@@ -188,8 +187,8 @@ def discard_stage(scratch: Location) -> None:
     shutil.rmtree(scratch.path, ignore_errors=True)
 
 
-def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    upload_object(data, fs, path)
+def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
 
 
 def upload(
@@ -219,36 +218,28 @@ def upload(
         sums.append(xxhash.xxh3_128_hexdigest(data))
     entry["shard_bytes"], entry["shard_xxh3"] = sizes, sums
     fs = remote.fs
-    done: list[str] = []
-    try:
-        if base is None:
-            _put(fs, remote.join(UPLOAD_MARKER), b"")
-        for f in files:
-            target = remote.join(_data_rel(manifest, shardset, f.name))
-            _put(fs, target, f.read_bytes())
-            done.append(target)
-        if base is None:
-            _put(fs, remote.join(SAMPLES_FILE), (local / SAMPLES_FILE).read_bytes())
-        elif remote.read_json(DATASET_MANIFEST) != base:
+    marker = remote.join(UPLOAD_MARKER)
+    objects: list[tuple[Staged, str]] = [(b"", marker)] if base is None else []
+    objects += [(f, remote.join(_data_rel(manifest, shardset, f.name))) for f in files]
+    if base is None:
+        objects.append((local / SAMPLES_FILE, remote.join(SAMPLES_FILE)))
+
+    def unchanged() -> None:
+        if base is not None and remote.read_json(DATASET_MANIFEST) != base:
             raise ShardsetError(
                 "the manifest changed while this shardset was written (a concurrent add?)",
                 path=remote.show(DATASET_MANIFEST),
                 hint="add again",
             )
-        _put(
-            fs,
-            remote.join(DATASET_MANIFEST),
-            json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"),
-        )
-    except BaseException as exc:
-        for target in done:  # best effort: the previous manifest never listed them
-            try:
-                fs.delete_file(target)
-            except OSError:
-                pass
-        if isinstance(exc, OSError) and not isinstance(exc, DatamillError):
-            raise store_error(exc, remote.display) from exc
-        raise
+
+    publish(
+        fs,
+        objects,
+        (_manifest_bytes(manifest), remote.join(DATASET_MANIFEST)),
+        url=remote.display,
+        before_commit=unchanged,
+        keep=[marker],
+    )
     if base is None:
         try:
             fs.delete_file(remote.join(UPLOAD_MARKER))
@@ -260,11 +251,6 @@ def _data_rel(manifest: dict[str, Any], *parts: str) -> str:
     """``parts`` inside the manifest's data folder, relative to the root."""
     d = manifest.get("data_dir")
     return "/".join([d, *parts] if d else parts)
-
-
-def new_generation() -> str:
-    """A fresh data folder name for an overwrite (``.gen-`` and 12 hex digits)."""
-    return f".gen-{secrets.token_hex(6)}"
 
 
 def switch_remote(remote: Location, generation: str) -> None:
@@ -280,10 +266,11 @@ def switch_remote(remote: Location, generation: str) -> None:
         manifest = remote.child(generation).read_json(DATASET_MANIFEST)
         manifest["data_dir"] = generation
         fault_point("shards.remote_before_switch")
-        _put(
+        publish(
             remote.fs,
-            remote.join(DATASET_MANIFEST),
-            json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"),
+            [],
+            (_manifest_bytes(manifest), remote.join(DATASET_MANIFEST)),
+            url=remote.display,
         )
         fs = remote.fs
         keep = remote.join(generation) + "/"

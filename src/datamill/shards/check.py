@@ -11,12 +11,13 @@ dicts (for the web UI).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN
 from datamill.core.errors import DatamillError, SchemaError, ShardsetError
@@ -88,38 +89,39 @@ def shard_problems(
     valid = np.asarray(pos.is_valid())
     p = np.asarray(pos.fill_null(0).to_numpy(), dtype=np.int64)
     unknown = np.flatnonzero(~valid)
-    for row in unknown[:MAX_PER_FILE]:
-        yield ShardsetError(
-            "uid is not in the sample mapping (samples.parquet)",
-            path=display,
-            uid=uids[int(row)].as_py(),
-            row=int(row),
-            shard=k,
-            hint="new samples need a new dataset (the mapping is fixed by the first shardset)",
-        )
+
+    def errors(
+        rows: NDArray[np.int64], why: Callable[[int], str], hint: str
+    ) -> list[ShardsetError]:
+        return [
+            ShardsetError(
+                why(int(r)), path=display, uid=uids[int(r)].as_py(), row=int(r), shard=k, hint=hint
+            )
+            for r in rows[:MAX_PER_FILE]
+        ]
+
+    yield from errors(
+        unknown,
+        lambda r: "uid is not in the sample mapping (samples.parquet)",
+        "new samples need a new dataset (the mapping is fixed by the first shardset)",
+    )
     owner = mapping.shard[p] if len(p) else np.empty(0, np.int64)
     wrong = np.flatnonzero(valid & (owner != k))
-    for row in wrong[:MAX_PER_FILE]:
-        m = int(owner[row])
-        yield ShardsetError(
-            f"uid belongs to shard {m} (as in {shard_file(reference[0], m, reference[1])})",
-            path=display,
-            uid=uids[int(row)].as_py(),
-            row=int(row),
-            shard=k,
-            hint="a sample lives in the same shard index in every shardset; use `add --route`",
-        )
+    yield from errors(
+        wrong,
+        lambda r: (
+            f"uid belongs to shard {int(owner[r])} (as in "
+            f"{shard_file(reference[0], int(owner[r]), reference[1])})"
+        ),
+        "a sample lives in the same shard index in every shardset; use `add --route`",
+    )
     _, first, counts = np.unique(p[valid], return_index=True, return_counts=True)
     dup_rows = np.flatnonzero(valid)[first[counts > 1]]
-    for row in dup_rows[:MAX_PER_FILE]:
-        yield ShardsetError(
-            "duplicate uid within the shardset",
-            path=display,
-            uid=uids[int(row)].as_py(),
-            row=int(row),
-            shard=k,
-            hint="UIDs must be unique within a shardset",
-        )
+    yield from errors(
+        dup_rows,
+        lambda r: "duplicate uid within the shardset",
+        "UIDs must be unique within a shardset",
+    )
     more = (
         max(0, len(unknown) - MAX_PER_FILE)
         + max(0, len(wrong) - MAX_PER_FILE)
@@ -155,18 +157,16 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
         return list(problems)
     out.extend(problems)
     uid_col, n = manifest["uid_column"], int(manifest["num_shards"])
-    top = loc
     if manifest.get("data_dir"):  # the generation an object-store overwrite wrote (validated above)
-        loc = top.child(manifest["data_dir"])
-        for entry in top.listdir():
-            if not entry.startswith(".") and entry != DATASET_MANIFEST:
-                out.append(
-                    ShardsetError(
-                        "not listed in the manifest (left by an interrupted overwrite?)",
-                        path=top.show(entry),
-                        hint="remove it; the next overwrite removes it too",
-                    )
-                )
+        out.extend(
+            _unlisted(
+                loc,
+                {DATASET_MANIFEST},
+                "not listed in the manifest (left by an interrupted overwrite?)",
+                "remove it; the next overwrite removes it too",
+            )
+        )
+        loc = loc.child(manifest["data_dir"])
     try:
         mt = read_any(loc.fs, loc.join(SAMPLES_FILE), display=loc.show(SAMPLES_FILE))
         mapping = Mapping.from_table(mt, uid_col, n)
@@ -180,23 +180,16 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
                 path=loc.show(SAMPLES_FILE),
             ),
         ]
-    if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
-        out.append(ShardsetError(f"shard indices must be in [0, {n})", path=loc.show(SAMPLES_FILE)))
-    if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
-        out.append(ShardsetError("the mapping is not sorted by shard", path=loc.show(SAMPLES_FILE)))
-    if pc.count_distinct(mapping.uids).as_py() != len(mapping.uids):
-        out.append(ShardsetError("duplicate UIDs in the mapping", path=loc.show(SAMPLES_FILE)))
+    out.extend(_mapping_problems(mapping, n, loc.show(SAMPLES_FILE)))
     sets = manifest.get("shardsets", [])
-    known = {ss["name"] for ss in sets} | {DATASET_MANIFEST, SAMPLES_FILE}
-    for entry in loc.listdir():
-        if not entry.startswith(".") and entry not in known:
-            out.append(
-                ShardsetError(
-                    "not listed in the manifest (left by an interrupted add?)",
-                    path=loc.show(entry),
-                    hint="remove it, or add it again with `datamill shards add`",
-                )
-            )
+    out.extend(
+        _unlisted(
+            loc,
+            {ss["name"] for ss in sets} | {DATASET_MANIFEST, SAMPLES_FILE},
+            "not listed in the manifest (left by an interrupted add?)",
+            "remove it, or add it again with `datamill shards add`",
+        )
+    )
     out.extend(_litter(loc))
     ref = (sets[0]["name"], sets[0]["format"]) if sets else ("?", "parquet")
     for ss in sets:
@@ -204,13 +197,32 @@ def check_dataset(root: str | os.PathLike[str] | Location) -> list[DatamillError
     return out
 
 
+def _unlisted(loc: Location, known: set[str], what: str, hint: str) -> list[DatamillError]:
+    """An error per entry of ``loc`` (but hidden ones) the manifest does not list."""
+    return [
+        ShardsetError(what, path=loc.show(entry), hint=hint)
+        for entry in loc.listdir()
+        if not entry.startswith(".") and entry not in known
+    ]
+
+
+def _mapping_problems(mapping: Mapping, n: int, where: str) -> list[DatamillError]:
+    """Shard indices out of range or unsorted, duplicate UIDs."""
+    out: list[DatamillError] = []
+    if len(mapping.shard) and (mapping.shard.min() < 0 or mapping.shard.max() >= n):
+        out.append(ShardsetError(f"shard indices must be in [0, {n})", path=where))
+    if len(mapping.shard) and np.any(np.diff(mapping.shard) < 0):
+        out.append(ShardsetError("the mapping is not sorted by shard", path=where))
+    if pc.count_distinct(mapping.uids).as_py() != len(mapping.uids):
+        out.append(ShardsetError("duplicate UIDs in the mapping", path=where))
+    return out
+
+
 def _litter(loc: Location) -> Iterator[DatamillError]:
     """Temporary files/folders of killed writers (local datasets; the next ``add`` removes them)."""
-    import pyarrow.fs as pafs
-
     from datamill.core.io import find_litter
 
-    if not isinstance(loc.fs, pafs.LocalFileSystem):
+    if loc.remote:
         return
     for entry in find_litter(loc.path):
         yield ShardsetError(

@@ -7,13 +7,10 @@ import json
 from typing import Any
 
 from datamill.core.checks import SHARD_SIZE
+from datamill.core.cliargs import add_columns, columns_of
 from datamill.core.errors import ConfigError
 
 __all__ = ["register"]
-
-
-def _cols(text: str | None) -> list[str] | None:
-    return [c for c in text.split(",") if c] if text else None
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -115,7 +112,7 @@ def _get(args: argparse.Namespace) -> int:
             uid = int(uid)
         except ValueError:
             pass
-    row = ds.get(uid, columns=_cols(args.columns))
+    row = ds.get(uid, columns=columns_of(args.columns))
     print(
         json.dumps(
             {k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in row.items()},
@@ -132,7 +129,7 @@ def _export(args: argparse.Namespace) -> int:
     table = export(
         ShardsetDataset(args.root),
         args.out,
-        columns=_cols(args.columns),
+        columns=columns_of(args.columns),
         join=args.join,
         overwrite=args.overwrite,
     )
@@ -209,12 +206,12 @@ def register(sub: Any) -> None:
     g = s.add_parser("get", help="print one joined sample")
     g.add_argument("root")
     g.add_argument("uid")
-    g.add_argument("--columns", default=None, help="comma-separated")
+    add_columns(g)
     g.set_defaults(func=_get)
     e = s.add_parser("export", help="write the joined dataset to one Parquet/CSV file")
     e.add_argument("root")
     e.add_argument("out")
-    e.add_argument("--columns", default=None, help="comma-separated")
+    add_columns(e)
     e.add_argument("--join", choices=["left", "inner"], default="left")
     e.add_argument(
         "--overwrite",

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from datamill.core.errors import DataFileError
 from datamill.core.faults import fault_point
@@ -119,7 +118,7 @@ def export(
 
     target = os.fspath(out)
     csv = target.lower().endswith(".csv")
-    inputs = [ds.loc.path] if isinstance(ds.loc.fs, pafs.LocalFileSystem) else []
+    inputs = [] if ds.loc.remote else [ds.loc.path]
 
     def own(p: Path) -> bool:
         return p.is_file() and (_is_csv_export(p) if csv else _is_export(p))

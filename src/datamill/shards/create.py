@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from datamill.core.checks import SHARD_SIZE
 from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE
@@ -41,8 +42,9 @@ from datamill.core.errors import (
 )
 from datamill.core.io import atomic_dir, check_output, find_litter, is_datamill_output
 from datamill.core.objstore import store_error
+from datamill.core.storage import new_generation
 from datamill.shards._fs import Location, resolve
-from datamill.shards._remote import new_generation, switch_remote
+from datamill.shards._remote import switch_remote
 from datamill.shards._tables import ShardInput, TableInput, load_table
 from datamill.shards._verbs import register_verbs
 from datamill.shards.dataset import ShardsetDataset
@@ -134,139 +136,89 @@ def create(
     if fmt not in ("parquet", "csv"):
         raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
     loc = resolve(root)
-    local = isinstance(loc.fs, pafs.LocalFileSystem)
-    if not local:
+    spec = _NewDataset(uid, shardset, shard_size, fmt, name, add_uid)
+    if loc.remote:
         try:
-            return _create_remote(
-                loc,
-                source,
-                uid=uid,
-                shardset=shardset,
-                shard_size=shard_size,
-                fmt=fmt,
-                name=name,
-                add_uid=add_uid,
-                overwrite=overwrite,
-            )
+            return _create_remote(loc, source, spec, overwrite=overwrite)
         except DatamillError:
             raise
         except OSError as exc:
             raise store_error(exc, loc.display) from exc
-    if local:
-        inputs = (
-            [source]
-            if isinstance(source, (str, os.PathLike))
-            else [f for f in source if isinstance(f, (str, os.PathLike))]
-            if not isinstance(source, pa.Table)
-            else []
-        )
-        check_output(
-            loc.path,
-            is_own=lambda p: (
-                p.is_dir() and (_leftovers_only(p) or (p / DATASET_MANIFEST).is_file())
-            ),
-            inputs=inputs,
-            what="shardset dataset",
-            overwrite=overwrite,
-        )
-    if loc.exists(DATASET_MANIFEST) or (overwrite and local and is_datamill_output(loc.path)):
-        if not overwrite:
-            raise ShardsetError(
-                "a dataset already exists here",
-                path=loc.show(DATASET_MANIFEST),
-                hint="use `add` to add a shardset, or --overwrite to replace the dataset",
-            )
-        with atomic_dir(loc.path) as tmp:
-            _write_new(
-                resolve(tmp),
-                source,
-                uid=uid,
-                shardset=shardset,
-                shard_size=shard_size,
-                fmt=fmt,
-                name=name or PurePosixPath(loc.path).name,
-                add_uid=add_uid,
-            )
-        return ShardsetDataset(loc)
-    if local and loc.exists():
-        remove_interrupted(loc, [])
-    return _write_new(
-        loc,
-        source,
-        uid=uid,
-        shardset=shardset,
-        shard_size=shard_size,
-        fmt=fmt,
-        name=name,
-        add_uid=add_uid,
+    check_output(
+        loc.path,
+        is_own=lambda p: p.is_dir() and (_leftovers_only(p) or (p / DATASET_MANIFEST).is_file()),
+        inputs=_local_inputs(source),
+        what="shardset dataset",
+        overwrite=overwrite,
     )
+    if loc.exists(DATASET_MANIFEST) or (overwrite and is_datamill_output(loc.path)):
+        _refuse_existing(loc, overwrite=overwrite)
+        with atomic_dir(loc.path) as tmp:
+            _write_new(resolve(tmp), source, spec.named(PurePosixPath(loc.path).name))
+        return ShardsetDataset(loc)
+    if loc.exists():
+        remove_interrupted(loc, [])
+    return _write_new(loc, source, spec)
+
+
+@dataclass(frozen=True)
+class _NewDataset:
+    """What :func:`create` writes (its options, passed whole)."""
+
+    uid: str
+    shardset: str
+    shard_size: int | None
+    fmt: str
+    name: str | None
+    add_uid: bool
+
+    def named(self, default: str) -> _NewDataset:
+        """The same, named ``default`` unless a name was given."""
+        return replace(self, name=self.name or default)
+
+
+def _local_inputs(source: ShardInput) -> list[Any]:
+    """The input files of ``source`` (an output may not replace them)."""
+    if isinstance(source, (str, os.PathLike)):
+        return [source]
+    if isinstance(source, pa.Table):
+        return []
+    return [f for f in source if isinstance(f, (str, os.PathLike))]
+
+
+def _refuse_existing(loc: Location, *, overwrite: bool) -> None:
+    if not overwrite:
+        raise ShardsetError(
+            "a dataset already exists here",
+            path=loc.show(DATASET_MANIFEST),
+            hint="use `add` to add a shardset, or --overwrite to replace the dataset",
+        )
 
 
 def _create_remote(
-    loc: Location,
-    source: ShardInput,
-    *,
-    uid: str,
-    shardset: str,
-    shard_size: int | None,
-    fmt: str,
-    name: str | None,
-    add_uid: bool,
-    overwrite: bool,
+    loc: Location, source: ShardInput, spec: _NewDataset, *, overwrite: bool
 ) -> ShardsetDataset:
     """``create`` on an object store (the writer stages locally and uploads, ``dataset.json``
     last)."""
-    name = name or PurePosixPath(loc.path).name
-    if loc.exists(DATASET_MANIFEST):
-        if not overwrite:
-            raise ShardsetError(
-                "a dataset already exists here",
-                path=loc.show(DATASET_MANIFEST),
-                hint="use `add` to add a shardset, or --overwrite to replace the dataset",
-            )
-        # the new dataset goes whole to a fresh folder beside the old one, then one PUT of
-        # dataset.json switches readers to it and the old objects are deleted: the previous dataset
-        # stays readable until the new one is complete (an object store has no rename)
-        generation = new_generation()
-        _write_new(
-            loc.child(generation),
-            source,
-            uid=uid,
-            shardset=shardset,
-            shard_size=shard_size,
-            fmt=fmt,
-            name=name,
-            add_uid=add_uid,
-        )
-        switch_remote(loc, generation)
-        return ShardsetDataset(loc)
-    return _write_new(
-        loc,
-        source,
-        uid=uid,
-        shardset=shardset,
-        shard_size=shard_size,
-        fmt=fmt,
-        name=name,
-        add_uid=add_uid,
-    )
+    spec = spec.named(PurePosixPath(loc.path).name)
+    if not loc.exists(DATASET_MANIFEST):
+        return _write_new(loc, source, spec)
+    _refuse_existing(loc, overwrite=overwrite)
+    # the new dataset goes whole to a fresh folder beside the old one, then one PUT of dataset.json
+    # switches readers to it and the old objects are deleted: the previous dataset stays readable
+    # until the new one is complete (an object store has no rename)
+    generation = new_generation()
+    _write_new(loc.child(generation), source, spec)
+    switch_remote(loc, generation)
+    return ShardsetDataset(loc)
 
 
-def _write_new(
-    loc: Location,
-    source: ShardInput,
-    *,
-    uid: str,
-    shardset: str,
-    shard_size: int | None,
-    fmt: str,
-    name: str | None,
-    add_uid: bool,
-) -> ShardsetDataset:
-    with ShardsetWriter(loc, uid=uid, shardset=shardset, fmt=fmt, name=name) as w:
-        for k, (display, t) in enumerate(
-            _pieces(source, uid=uid, shard_size=shard_size, add_uid=add_uid)
-        ):
+def _write_new(loc: Location, source: ShardInput, spec: _NewDataset) -> ShardsetDataset:
+    with ShardsetWriter(
+        loc, uid=spec.uid, shardset=spec.shardset, fmt=spec.fmt, name=spec.name
+    ) as w:
+        pieces = _pieces(source, uid=spec.uid, shard_size=spec.shard_size, add_uid=spec.add_uid)
+        for k, (display, t) in enumerate(pieces):
             w.write_shard(k, t, source=display)
     assert w.dataset is not None
     return w.dataset

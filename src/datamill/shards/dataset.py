@@ -366,6 +366,31 @@ class ShardsetDataset:
 
     # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached
     # footers and dropped counts: one read path
+    def _read_groups(self, index: int, groups: list[tuple[str, list[str]]]) -> list[pa.Table]:
+        """Each shardset's file of shard ``index`` (side by side: Arrow releases the GIL)."""
+        if len(groups) > 1:
+            return list(_read_pool().map(lambda g: self._read(g[0], index, g[1]), groups))
+        return [self._read(ss, index, cols) for ss, cols in groups]
+
+    def _aligned(
+        self, ss: str, index: int, t: pa.Table, uids: pa.Array, cols: list[str], *, inner: bool
+    ) -> tuple[pa.Table, pa.Array | None]:
+        """A shardset's table in the mapping's row order, and (``inner``) which rows it has."""
+        su = t.column(self.uid_column).combine_chunks()
+        if su.equals(uids):
+            return t, None
+        idx = pc.index_in(uids, value_set=su)
+        if len(idx) - idx.null_count != t.num_rows:
+            raise ShardsetError(
+                f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not mapped to "
+                f"shard {index} (or are duplicated)",
+                path=self.loc.show(self.shard_path(ss, index)),
+                shard=index,
+                hint="run `datamill shards check` for the list",
+            )
+        # (not the UID column: the mapping's is used)
+        return t.select(cols).take(idx), idx.is_valid() if inner else None
+
     def read_shard(
         self, index: int, *, columns: Sequence[str] | str | None = None, join: str = "left"
     ) -> pa.Table:
@@ -400,27 +425,8 @@ class ShardsetDataset:
         arrays: list[Any] = [uids]
         present: dict[str, pa.Array | None] = {}
         groups = list(self._groups(columns))
-        if len(groups) > 1:  # the shardsets' files are read side by side (Arrow releases the GIL)
-            tables = list(_read_pool().map(lambda g: self._read(g[0], index, g[1]), groups))
-        else:
-            tables = [self._read(ss, index, cols) for ss, cols in groups]
-        for (ss, cols), t in zip(groups, tables):
-            su = t.column(self.uid_column).combine_chunks()
-            if su.equals(uids):
-                present[ss] = None
-            else:
-                idx = pc.index_in(uids, value_set=su)
-                if len(idx) - idx.null_count != t.num_rows:
-                    raise ShardsetError(
-                        f"{t.num_rows - (len(idx) - idx.null_count)} UIDs of this file are not "
-                        "mapped to shard "
-                        f"{index} (or are duplicated)",
-                        path=self.loc.show(self.shard_path(ss, index)),
-                        shard=index,
-                        hint="run `datamill shards check` for the list",
-                    )
-                t = t.select(cols).take(idx)  # (not the UID column: the mapping's is used)
-                present[ss] = idx.is_valid() if join == "inner" else None
+        for (ss, cols), t in zip(groups, self._read_groups(index, groups)):
+            t, present[ss] = self._aligned(ss, index, t, uids, cols, inner=join == "inner")
             for c in cols:
                 names.append(c)
                 arrays.append(t.column(c))

@@ -27,18 +27,20 @@ as a new shardset dataset (``datamill shards create ROOT --from FORMAT PATH``).
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
 import tarfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
+from datamill.core.storage import filesystem_for, scheme_of, storage_error
 
 __all__ = ["PEER_FORMATS", "from_peer", "read_peer"]
 
@@ -89,16 +91,64 @@ _LITDATA_DTYPES = {
 }
 
 
-def _load_json(path: Path, fmt: str) -> Any:
-    if not path.is_file():
-        raise DataFileNotFoundError(f"no {path.name} here: not a {fmt} dataset folder", path=path)
+class _Folder:
+    """A peer's dataset folder (or one file) on any registered storage scheme (a local path,
+    ``s3://``...: :func:`~datamill.core.storage.filesystem_for`); names are relative to it."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        text = os.fspath(path)
+        self.display = text.rstrip("/") or text
+        self.fs, self.path = filesystem_for(text)
+        self.remote = scheme_of(text).remote
+
+    def show(self, name: str = "") -> str:
+        return f"{self.display}/{name}" if name else self.display
+
+    def _join(self, name: str) -> str:
+        return f"{self.path}/{name}" if name else self.path
+
+    def kind(self, name: str = "") -> pafs.FileType:
+        try:
+            return self.fs.get_file_info(self._join(name)).type
+        except OSError as exc:
+            raise storage_error(exc, self.show(name)) from exc
+
+    def read(self, name: str = "", *, missing: str) -> bytes:
+        """The whole file; ``missing`` is the message when it is not there."""
+        try:
+            with self.fs.open_input_stream(self._join(name)) as f:
+                return bytes(f.read())
+        except FileNotFoundError as exc:
+            raise DataFileNotFoundError(missing, path=self.show(name)) from exc
+        except OSError as exc:
+            raise storage_error(exc, self.show(name)) from exc
+
+    def names(self, suffix: str) -> list[str]:
+        """The files of the folder ending with ``suffix``, sorted."""
+        sel = pafs.FileSelector(self.path, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(sel)
+        except OSError as exc:
+            raise storage_error(exc, self.display) from exc
+        return sorted(
+            i.base_name
+            for i in infos
+            if i.type == pafs.FileType.File and i.base_name.endswith(suffix)
+        )
+
+
+def _load_json(root: _Folder, name: str, fmt: str) -> Any:
+    if root.kind(name) != pafs.FileType.File:
+        raise DataFileNotFoundError(
+            f"no {name} here: not a {fmt} dataset folder", path=root.show(name)
+        )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DataFileError(f"cannot read this {fmt} index ({exc})", path=path) from exc
+        return json.loads(root.read(name, missing=f"no {name}").decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DataFileError(f"cannot read this {fmt} index ({exc})", path=root.show(name)) from exc
 
 
-def _records(blob: bytes, path: Path) -> list[memoryview]:
+def _records(blob: bytes, path: str) -> list[memoryview]:
     """The items of an MDS shard / litData chunk: ``uint32 n``, ``uint32[n + 1]`` offsets, then the
     items."""
     mv = memoryview(blob)
@@ -115,7 +165,7 @@ def _records(blob: bytes, path: Path) -> list[memoryview]:
     return [mv[int(a) : int(b)] for a, b in itertools.pairwise(offsets.tolist())]
 
 
-def _split(item: memoryview, sizes: list[int | None], path: Path, row: int) -> list[memoryview]:
+def _split(item: memoryview, sizes: list[int | None], path: str, row: int) -> list[memoryview]:
     """An item's fields: a uint32 size per variable field first, then the fields' bytes."""
     nvar = sum(s is None for s in sizes)
     var = np.frombuffer(item[: 4 * nvar], np.uint32).tolist() if nvar else []
@@ -133,7 +183,7 @@ def _split(item: memoryview, sizes: list[int | None], path: Path, row: int) -> l
     return out
 
 
-def _column(values: list[Any], name: str, path: Path) -> pa.Array:
+def _column(values: list[Any], name: str, path: str) -> pa.Array:
     try:
         return pa.array(values)
     except (pa.ArrowException, ValueError, TypeError) as exc:
@@ -142,7 +192,7 @@ def _column(values: list[Any], name: str, path: Path) -> pa.Array:
         ) from exc
 
 
-def _mds_decoder(enc: str, path: Path, name: str) -> Callable[[memoryview], Any]:
+def _mds_decoder(enc: str, path: str, name: str) -> Callable[[memoryview], Any]:
     if enc in _MDS_SCALARS:
         dtype = np.dtype(_MDS_SCALARS[enc][0])
         return lambda b: np.frombuffer(b, dtype)[0].item()
@@ -188,36 +238,34 @@ def _mds_decoder(enc: str, path: Path, name: str) -> Callable[[memoryview], Any]
 
 def read_mds(path: str | os.PathLike[str]) -> pa.Table:
     """Every sample of an MDS dataset folder (``index.json`` + shards), in shard order."""
-    root = Path(path)
-    index = _load_json(root / "index.json", "MDS")
+    root = _Folder(path)
+    index = _load_json(root, "index.json", "MDS")
     tables = []
     for shard in index.get("shards", []):
         if shard.get("compression") or shard.get("format") != "mds":
             raise DataFileError(
                 f"shard {shard.get('raw_data', {}).get('basename')} is "
                 f"{shard.get('format')!r} with compression {shard.get('compression')!r}",
-                path=root / "index.json",
+                path=root.show("index.json"),
                 hint="write the MDS dataset with compression=None",
             )
-        file = root / shard["raw_data"]["basename"]
+        name = shard["raw_data"]["basename"]
+        file = root.show(name)
         names, encs, sizes = shard["column_names"], shard["column_encodings"], shard["column_sizes"]
         decoders = [_mds_decoder(e, file, n) for n, e in zip(names, encs)]
         cols: list[list[Any]] = [[] for _ in names]
-        for row, item in enumerate(_records(_read(file), file)):
+        for row, item in enumerate(_records(_read(root, name), file)):
             for c, (dec, field) in enumerate(zip(decoders, _split(item, sizes, file, row))):
                 cols[c].append(dec(field))
         tables.append(pa.table({n: _column(v, n, file) for n, v in zip(names, cols)}))
-    return _concat(tables, root)
+    return _concat(tables, root.display)
 
 
-def _read(file: Path) -> bytes:
-    try:
-        return file.read_bytes()
-    except FileNotFoundError as exc:
-        raise DataFileNotFoundError("a shard the index lists is missing", path=file) from exc
+def _read(root: _Folder, name: str) -> bytes:
+    return root.read(name, missing="a shard the index lists is missing")
 
 
-def _concat(tables: list[pa.Table], root: Path) -> pa.Table:
+def _concat(tables: list[pa.Table], root: str) -> pa.Table:
     if not tables:
         raise DataFileError("the index lists no shards", path=root)
     try:
@@ -226,7 +274,7 @@ def _concat(tables: list[pa.Table], root: Path) -> pa.Table:
         raise SchemaError(f"shards disagree on their columns ({exc})", path=root) from exc
 
 
-def _litdata_decoder(fmt: str, path: Path, name: str) -> Callable[[memoryview], Any]:
+def _litdata_decoder(fmt: str, path: str, name: str) -> Callable[[memoryview], Any]:
     fixed = {
         "int": "<i8",
         "float": "<f8",
@@ -263,32 +311,32 @@ def _litdata_decoder(fmt: str, path: Path, name: str) -> Callable[[memoryview], 
 def read_litdata(path: str | os.PathLike[str]) -> pa.Table:
     """Every item of a litData ``optimize`` output folder (``index.json`` + chunks), in chunk
     order."""
-    root = Path(path)
-    index = _load_json(root / "index.json", "litData")
+    root = _Folder(path)
+    index = _load_json(root, "index.json", "litData")
     cfg = index.get("config") or {}
     if cfg.get("compression") or cfg.get("encryption"):
         raise DataFileError(
             "compressed or encrypted litData chunks are not imported",
-            path=root / "index.json",
+            path=root.show("index.json"),
             hint="optimize() again with compression=None",
         )
     formats = cfg.get("data_format") or []
-    names = _litdata_names(cfg.get("data_spec"), len(formats), root)
-    decoders = [_litdata_decoder(f, root, n) for f, n in zip(formats, names)]
+    names = _litdata_names(cfg.get("data_spec"), len(formats))
+    decoders = [_litdata_decoder(f, root.display, n) for f, n in zip(formats, names)]
     tables = []
     for chunk in index.get("chunks", []):
-        file = root / chunk["filename"]
+        file = root.show(chunk["filename"])
         cols: list[list[Any]] = [[] for _ in names]
-        for row, item in enumerate(_records(_read(file), file)):
+        for row, item in enumerate(_records(_read(root, chunk["filename"]), file)):
             for c, (dec, field) in enumerate(
                 zip(decoders, _split(item, [None] * len(formats), file, row))
             ):
                 cols[c].append(dec(field))
         tables.append(pa.table({n: _column(v, n, file) for n, v in zip(names, cols)}))
-    return _concat(tables, root)
+    return _concat(tables, root.display)
 
 
-def _litdata_names(spec: Any, count: int, root: Path) -> list[str]:
+def _litdata_names(spec: Any, count: int) -> list[str]:
     """The column names: the dict keys of litData's pytree spec (``[version, {"type":
     "builtins.dict", ...}]``)."""
     try:
@@ -304,15 +352,16 @@ def _litdata_names(spec: Any, count: int, root: Path) -> list[str]:
 
 def read_webdataset(path: str | os.PathLike[str]) -> pa.Table:
     """The samples of WebDataset ``*.tar`` files (a file, or a folder's files sorted by name)."""
-    root = Path(path)
-    files = [root] if root.is_file() else sorted(root.glob("*.tar"))
+    root = _Folder(path)
+    files = [""] if root.kind() == pafs.FileType.File else root.names(".tar")
     if not files:
-        raise DataFileNotFoundError("no *.tar here", path=root)
+        raise DataFileNotFoundError("no *.tar here", path=root.display)
     keys: list[str] = []
     fields: dict[str, dict[int, bytes]] = {}
     for file in files:
+        data = root.read(file, missing="no such tar file")
         try:
-            with tarfile.open(file) as tf:
+            with tarfile.open(fileobj=io.BytesIO(data)) as tf:
                 for m in tf:
                     if not m.isfile():
                         continue
@@ -326,7 +375,7 @@ def read_webdataset(path: str | os.PathLike[str]) -> pa.Table:
                     f = tf.extractfile(m)
                     fields.setdefault(ext, {})[len(keys) - 1] = f.read() if f is not None else b""
         except (tarfile.TarError, OSError) as exc:
-            raise DataFileError(f"not a readable tar file ({exc})", path=file) from exc
+            raise DataFileError(f"not a readable tar file ({exc})", path=root.show(file)) from exc
     cols = {"key": pa.array(keys, pa.string())}
     for ext in sorted(fields):
         got = fields[ext]
@@ -336,13 +385,17 @@ def read_webdataset(path: str | os.PathLike[str]) -> pa.Table:
 
 def read_hf(path: str | os.PathLike[str]) -> pa.Table:
     """A Hugging Face ``save_to_disk`` folder's Arrow files (``state.json``), zero-copy."""
-    root = Path(path)
-    state = _load_json(root / "state.json", "Hugging Face datasets")
+    root = _Folder(path)
+    state = _load_json(root, "state.json", "Hugging Face datasets")
     tables = []
     for entry in state.get("_data_files", []):
-        file = root / entry["filename"]
+        name, file = entry["filename"], root.show(entry["filename"])
         try:
-            with pa.memory_map(str(file)) as src:
+            if root.remote:
+                data = root.read(name, missing="an Arrow file state.json lists is missing")
+                tables.append(pa.ipc.open_stream(pa.BufferReader(data)).read_all())
+                continue
+            with pa.memory_map(f"{root.path}/{name}") as src:  # local: zero-copy
                 tables.append(pa.ipc.open_stream(src).read_all())
         except FileNotFoundError as exc:
             raise DataFileNotFoundError(
@@ -350,11 +403,11 @@ def read_hf(path: str | os.PathLike[str]) -> pa.Table:
             ) from exc
         except pa.ArrowException as exc:
             raise DataFileError(f"not an Arrow IPC stream ({exc})", path=file) from exc
-    table = _concat(tables, root)
+    table = _concat(tables, root.display)
     if state.get("_indices_data_files"):
         raise DataFileError(
             "this saved dataset has an indices mapping (a shuffle or select not flattened)",
-            path=root,
+            path=root.display,
             hint="save it after `.flatten_indices()`",
         )
     return table.replace_schema_metadata(None)
@@ -373,7 +426,8 @@ def read_peer(fmt: str, path: str | os.PathLike[str], /) -> pa.Table:
 
     Args:
         fmt: ``"hf"``, ``"litdata"``, ``"mds"`` or ``"webdataset"``.
-        path: the peer's dataset folder (or one ``.tar``).
+        path: the peer's dataset folder (or one ``.tar``): a local path or a URL of a registered
+            scheme (``s3://bucket/prefix``), read through :mod:`datamill.core.storage`.
 
     Raises:
         ConfigError: an unknown format. DataFileNotFoundError: no index or a missing shard.

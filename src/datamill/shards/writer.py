@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any, Self
@@ -35,199 +34,26 @@ from typing import Any, Self
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARD_PATTERN, SHARDS_FORMAT
+from datamill.core.constants import DATASET_MANIFEST, SAMPLES_FILE, SHARDS_FORMAT
 from datamill.core.errors import ConfigError, DataFileError, SchemaError, ShardsetError
 from datamill.core.faults import fault_point
 from datamill.core.io import as_output_error, find_litter
-from datamill.shards._fs import Location, read_any, resolve, write_any
+from datamill.shards._fs import Location, read_any, resolve
 from datamill.shards._mapping import Mapping, schema_from_b64, schema_to_b64
 from datamill.shards._remote import discard_stage, is_remote_location, stage, upload
-from datamill.shards._tables import conform
 from datamill.shards.check import shard_problems
 from datamill.shards.dataset import ShardsetDataset
+from datamill.shards.sink import KEEP_META, ShardSink
 
 __all__ = ["KEEP_META", "ShardSink", "ShardsetWriter", "UNCOMMITTED", "remove_interrupted"]  # noqa: RUF022 - Python sorted() order (house rule)
-
-KEEP_META = b"datamill"
-"""Schema metadata key of shard 0 kept in the manifest (``source_metadata``), e.g. a BERT Parquet's
-vocab."""
 
 _RESERVED = {DATASET_MANIFEST, SAMPLES_FILE}
 UNCOMMITTED = ".uncommitted"
 """Marker inside a shardset folder between its rename and the manifest write (a kill there leaves
 it)."""
 _FORMATS = ("parquet", "csv")
-
-
-def _receipt_name(k: int, fmt: str) -> str:
-    return "." + SHARD_PATTERN.format(index=k, ext=fmt) + ".json"
-
-
-@dataclass
-class _Written:
-    """What the writing process knows about a shard it wrote (saves commit re-reading it)."""
-
-    token: str
-    uids: pa.Array
-
-
-class ShardSink:
-    """The picklable part of a :class:`ShardsetWriter`: writes shards into its hidden temp folder.
-
-    Get it from :attr:`ShardsetWriter.sink`; send it to worker processes (``multiprocessing``, Ray
-    tasks) and call :meth:`write_shard` there. Shards written through a pickled copy are validated
-    again by :meth:`ShardsetWriter.commit`.
-    """
-
-    def __init__(
-        self,
-        loc: Location,
-        tmp: str,
-        *,
-        uid: str,
-        shardset: str,
-        fmt: str,
-        mapping_of: ShardsetDataset | None,
-    ) -> None:
-        if not isinstance(loc, Location):
-            raise TypeError(
-                f"ShardSink writes to a Location (see ShardsetWriter), got {type(loc).__name__}"
-            )
-        self.loc, self.tmp, self.uid, self.shardset, self.fmt = loc, tmp, uid, shardset, fmt
-        self.adding = mapping_of is not None
-        self.num_shards = mapping_of.num_shards if mapping_of is not None else None
-        self.existing = (
-            [c for c in mapping_of.columns if c != uid] if mapping_of is not None else []
-        )
-        first = mapping_of.manifest["shardsets"][0] if mapping_of is not None else None
-        self.reference = (first["name"], first["format"]) if first is not None else ("", fmt)
-        self._mapping = mapping_of.mapping if mapping_of is not None else None
-        self._schema: pa.Schema | None = None
-        self.written: dict[int, _Written] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_mapping=None, _schema=None, written={})  # a worker reloads the mapping once
-        return state
-
-    @property
-    def mapping(self) -> Mapping:
-        """The dataset's mapping (add mode), read from ``samples.parquet`` once per process."""
-        if self._mapping is None:
-            self._mapping = ShardsetDataset(self.loc).mapping
-        return self._mapping
-
-    def shard_name(self, k: int) -> str:
-        return SHARD_PATTERN.format(index=k, ext=self.fmt)
-
-    def _prepare(self, k: int, table: pa.Table, display: str) -> pa.Table:
-        uid = self.uid
-        if uid not in table.column_names:
-            raise SchemaError(
-                f"the UID column {uid!r} is missing (columns: {table.column_names})",
-                path=display,
-                column=uid,
-                shard=k,
-                hint="every shard file needs the UID column",
-            )
-        if self.adding:
-            clash = [c for c in table.column_names if c != uid and c in self.existing]
-            if clash:
-                raise SchemaError(
-                    f"columns {clash} already exist in the dataset",
-                    path=display,
-                    column=clash[0],
-                    hint="rename them; a column lives in exactly one shardset",
-                )
-            problems = list(
-                shard_problems(
-                    table,
-                    display=display,
-                    k=k,
-                    uid_column=uid,
-                    mapping=self.mapping,
-                    columns=None,
-                    reference=self.reference,
-                )
-            )
-            if problems:
-                if len(problems) > 1:
-                    problems[0].add_note(f"{len(problems) - 1} more violations in this file")
-                raise problems[0]
-            table = table.set_column(
-                table.column_names.index(uid),
-                uid,
-                self.mapping.cast_uids(table.column(uid), display=display),
-            )
-            pos = np.asarray(
-                self.mapping.positions_near(table.column(uid), k).to_numpy(), dtype=np.int64
-            )
-            if len(pos) > 1 and np.any(np.diff(pos) < 0):  # store rows in mapping order
-                table = table.take(pa.array(np.argsort(pos, kind="stable")))
-        table = conform(table, self._schema, display=display, k=k)
-        if not self.adding:
-            u = table.column(uid)
-            if u.null_count:
-                row = int(np.flatnonzero(np.asarray(u.is_null()))[0])
-                raise ShardsetError("a UID is null", path=display, row=row, column=uid, shard=k)
-        return table
-
-    def write_shard(self, k: int, table: pa.Table, /, *, source: str | None = None) -> int:
-        """Validate ``table`` as shard ``k`` and write it atomically into the temp folder; returns
-        its rows.
-
-        Args:
-            k: the shard index (``0 <= k < num_shards`` when adding to a dataset).
-            table: the shard's rows, with the UID column.
-            source: the name shown in errors (an input file). Defaults to ``None`` (the shard file).
-
-        Raises:
-            ConfigError: a bad shard index.
-            SchemaError: a missing UID column, a column the dataset already has, columns or types
-                differing from the first shard this process wrote.
-            ShardsetError: a null UID; when adding, a UID unknown to the mapping, in another shard
-                or duplicated.
-        """
-        if (
-            isinstance(k, bool)
-            or not isinstance(k, (int, np.integer))
-            or k < 0
-            or (self.num_shards is not None and k >= self.num_shards)
-        ):
-            bound = f"[0, {self.num_shards})" if self.num_shards is not None else ">= 0"
-            raise ConfigError(
-                f"shard index must be in {bound}, got {k!r}", path=self.loc.display, shard=str(k)
-            )
-        k = int(k)
-        display = source if source is not None else self.loc.show(self.shardset, self.shard_name(k))
-        meta = table.schema.metadata or {}
-        table = self._prepare(k, table, display)
-        if self._schema is None:
-            self._schema = table.schema
-        token = os.urandom(8).hex()
-        part = self.loc.tmp_name(self.shard_name(k))
-        write_any(self.loc.fs, self.loc.join(self.tmp, part), table, self.fmt)
-        self.loc.fs.move(self.loc.join(self.tmp, part), self.loc.join(self.tmp, self.shard_name(k)))
-        receipt = {
-            "shard": k,
-            "rows": table.num_rows,
-            "schema": schema_to_b64(table.schema),
-            "source": display,
-            "token": token,
-            "source_metadata": meta[KEEP_META].decode("utf-8", "replace")
-            if KEEP_META in meta
-            else None,
-        }
-        tmp_loc = self.loc.child(self.tmp)
-        tmp_loc.write_json_atomic(
-            _receipt_name(k, self.fmt), receipt, durable=False
-        )  # scratch: no fsync
-        fault_point("shards.shard_written")
-        self.written[k] = _Written(token, table.column(self.uid).combine_chunks())
-        return int(table.num_rows)
 
 
 def _check_shardset_name(loc: Location, name: str, existing: Sequence[str]) -> None:
@@ -299,11 +125,7 @@ class ShardsetWriter:
         if fmt not in _FORMATS:
             raise ConfigError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
         self.loc = root if isinstance(root, Location) else resolve(root)
-        if (
-            isinstance(self.loc.fs, pafs.LocalFileSystem)
-            and Path(self.loc.path).exists()
-            and not Path(self.loc.path).is_dir()
-        ):
+        if not self.loc.remote and Path(self.loc.path).is_file():
             raise DataFileError(
                 "the dataset root is a file, not a folder",
                 path=self.loc.display,
@@ -320,31 +142,10 @@ class ShardsetWriter:
             self.shardset, self.fmt, self.name = shardset, fmt, name
             self.base: ShardsetDataset | None = None
             if self.loc.exists(DATASET_MANIFEST):
-                self.base = ShardsetDataset(self.loc)
-                if uid != self.base.uid_column:
-                    raise ConfigError(
-                        f"the dataset's UID column is {self.base.uid_column!r}, got uid={uid!r}",
-                        path=self.loc.show(DATASET_MANIFEST),
-                    )
-                if name is not None:
-                    raise ConfigError(
-                        "name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST)
-                    )
-                if self.remote is None and self.base.manifest.get(
-                    "data_dir"
-                ):  # (the stage of a remote add maps it)
-                    raise ShardsetError(
-                        f"this dataset keeps its files in {self.base.manifest['data_dir']}/ (an "
-                        "overwrite on "
-                        "object storage wrote it), which a local add does not write to",
-                        path=self.loc.display,
-                        hint="add the shardset where the dataset was written (s3://...), or "
-                        "recreate it here "
-                        "with `datamill shards create`",
-                    )
+                self.base = self._base(uid, name)
             self._made_root = not self.loc.exists()
             listed = self.base.shardsets if self.base is not None else []
-            if isinstance(self.loc.fs, pafs.LocalFileSystem) and self.loc.exists():
+            if not self.loc.remote and self.loc.exists():
                 remove_interrupted(self.loc, listed)
             _check_shardset_name(self.loc, shardset, listed)
             self.loc.fs.create_dir(self.loc.path, recursive=True)
@@ -359,6 +160,29 @@ class ShardsetWriter:
             raise
         self.dataset: ShardsetDataset | None = None
         self._open = True
+
+    def _base(self, uid: str, name: str | None) -> ShardsetDataset:
+        """The dataset a shardset is added to, which must fit the writer's ``uid`` (and no
+        ``name``)."""
+        base = ShardsetDataset(self.loc)
+        if uid != base.uid_column:
+            raise ConfigError(
+                f"the dataset's UID column is {base.uid_column!r}, got uid={uid!r}",
+                path=self.loc.show(DATASET_MANIFEST),
+            )
+        if name is not None:
+            raise ConfigError(
+                "name applies to a new dataset only", path=self.loc.show(DATASET_MANIFEST)
+            )
+        if self.remote is None and base.manifest.get("data_dir"):  # (a remote add's stage maps it)
+            raise ShardsetError(
+                f"this dataset keeps its files in {base.manifest['data_dir']}/ (an overwrite on "
+                "object storage wrote it), which a local add does not write to",
+                path=self.loc.display,
+                hint="add the shardset where the dataset was written (s3://...), or recreate it "
+                "here with `datamill shards create`",
+            )
+        return base
 
     def __enter__(self) -> Self:
         return self
@@ -442,36 +266,10 @@ class ShardsetWriter:
         loc, fmt, uid, sink = self.loc, self.fmt, self.sink.uid, self.sink
         receipts = self._receipts()
         n = self.base.num_shards if self.base is not None else len(receipts)
-        if not receipts:
-            raise ConfigError("no shards were written", path=loc.show(self.tmp))
-        missing = sorted(set(range(n)) - set(receipts))
-        if missing or len(receipts) != n:
-            raise ShardsetError(
-                f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
-                f"expected shards 0..{n - 1}",
-                path=loc.show(self.tmp),
-                hint="write every shard index once (an empty table for an empty shard)",
-            )
+        self._check_complete(receipts, n)
         schema = schema_from_b64(receipts[0]["schema"])
         for k in range(n):
-            r = receipts[k]
-            if not schema_from_b64(r["schema"]).equals(schema):
-                raise SchemaError(
-                    f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
-                    path=r["source"],
-                    shard=k,
-                    hint="cast every shard to the same schema",
-                )
-            path = loc.join(self.tmp, sink.shard_name(k))
-            got = (
-                pq.read_metadata(path, filesystem=loc.fs).num_rows
-                if fmt == "parquet"
-                else read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
-            )
-            if got != int(r["rows"]):
-                raise ShardsetError(
-                    f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k
-                )
+            self._check_written(k, receipts[k], schema)
         uids = [self._shard_uids(k, receipts[k], schema) for k in range(n)]
         rows = [int(receipts[k]["rows"]) for k in range(n)]
         entry = {
@@ -494,6 +292,40 @@ class ShardsetWriter:
         if self.base is None:
             return self._commit_new(uids, rows, entry, receipts)
         return self._commit_added(entry)
+
+    def _check_complete(self, receipts: dict[int, Any], n: int) -> None:
+        """Every shard index 0..n-1 written once."""
+        if not receipts:
+            raise ConfigError("no shards were written", path=self.loc.show(self.tmp))
+        missing = sorted(set(range(n)) - set(receipts))
+        if missing or len(receipts) != n:
+            raise ShardsetError(
+                f"shards {missing or sorted(set(receipts) - set(range(n)))} were not written; "
+                f"expected shards 0..{n - 1}",
+                path=self.loc.show(self.tmp),
+                hint="write every shard index once (an empty table for an empty shard)",
+            )
+
+    def _check_written(self, k: int, r: dict[str, Any], schema: pa.Schema) -> None:
+        """Shard ``k`` as written: shard 0's schema, and the rows its receipt says."""
+        if not schema_from_b64(r["schema"]).equals(schema):
+            raise SchemaError(
+                f"columns/types {schema_from_b64(r['schema'])} differ from shard 0's {schema}",
+                path=r["source"],
+                shard=k,
+                hint="cast every shard to the same schema",
+            )
+        loc = self.loc
+        path = loc.join(self.tmp, self.sink.shard_name(k))
+        got = (
+            pq.read_metadata(path, filesystem=loc.fs).num_rows
+            if self.fmt == "parquet"
+            else read_any(loc.fs, path, display=r["source"], schema=schema).num_rows
+        )
+        if got != int(r["rows"]):
+            raise ShardsetError(
+                f"written shard has {got} rows, expected {r['rows']}", path=r["source"], shard=k
+            )
 
     def _unmove(self) -> None:
         """Remove the shardset folder renamed into place when the manifest was not written (not

@@ -32,6 +32,7 @@ import json
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -411,8 +412,6 @@ class Corpus:
         )
 
 
-# long (104 lines, 32 of docstring): one pass in order (read, tokenise, vocabulary, ids, write);
-# each step is a call on whole arrays
 def build_corpus(
     source: PathLike | Sequence[str] | pa.Array,
     /,
@@ -475,72 +474,22 @@ def build_corpus(
         "lowercase": lowercase,
         "collapse_whitespace": collapse_whitespace,
     }
-    if level == "char" and isinstance(source, (str, os.PathLike)):
-        data = read_bytes(source)
-        if (
-            data and data.isascii() and not data.isspace()
-        ):  # numpy fast path (same result as the Arrow path)
-            codes, offsets, canon = ascii_char_codes(
-                data, lowercase=lowercase, one_document=collapse_whitespace
-            )
-            v, ids = _encode_codes(
-                codes,
-                vocab,
-                min_freq=min_freq,
-                max_size=max_size,
-                reserved_tokens=reserved_tokens,
-                unk_token=unk_token,
-                canon=canon,
-            )
-            return _finish(ids, offsets, v, level, meta, None, out)
-    if level == "word" and isinstance(source, (str, os.PathLike)):
-        data = read_bytes(source)
-        if (
-            data and data.isascii() and not data.isspace()
-        ):  # numpy fast path (same result as the Arrow path)
-            dic, offsets = ascii_words(data, lowercase=lowercase)
-            v, ids = _encode_dictionary(
-                dic,
-                vocab,
-                min_freq=_check_vocab_args(min_freq, max_size),
-                max_size=max_size,
-                specials=_specials(reserved_tokens, unk_token),
-                unk_token=unk_token,
-            )
-            return _finish(ids, offsets, v, level, meta, None, out)
+    va = _VocabArgs(vocab, min_freq, max_size, reserved_tokens, unk_token)
+    fast = _ascii_fast_path(
+        source, level, va, lowercase=lowercase, one_document=collapse_whitespace
+    )
+    if fast is not None:
+        return _finish(*fast, level, meta, None, out)
     lines = read_lines(
         source,
         lowercase=lowercase,
         collapse_whitespace=collapse_whitespace,
         one_document=collapse_whitespace and level == "char",
     )
-    hf: HFTokenizer | None = None
-    if level in ("bpe", "wordpiece"):
-        if min_freq > 1 or max_size is not None or reserved_tokens:
-            raise ConfigError(
-                f"min_freq/max_size/reserved_tokens do not apply to level {level!r}; "
-                "set vocab_size or pass a trained tokenizer"
-            )
-        if tokenizer is None:
-            hf = HFTokenizer.train(
-                lines.to_pylist(), model=level, vocab_size=vocab_size, lowercase=lowercase
-            )
-        else:
-            hf = tokenizer if isinstance(tokenizer, HFTokenizer) else HFTokenizer.load(tokenizer)
+    if level == "bpe" or level == "wordpiece":
+        hf = _subword_tokenizer(lines, level, va, tokenizer, vocab_size, lowercase=lowercase)
         ids, offsets = hf.encode_batch(lines)
-        hv = hf.get_vocab()
-        idx2str = [""] * (max(hv.values()) + 1)
-        for t, i in hv.items():
-            idx2str[i] = t
-        freq = np.bincount(ids, minlength=len(idx2str))
-        unk = "[UNK]" if "[UNK]" in hv else None
-        v = Vocab(
-            idx2str,
-            str2freq=dict(zip(idx2str, freq.tolist())),
-            unk_token=unk,
-            specials=[t for t in idx2str if t.startswith("[") and t.endswith("]")],
-        )
-        return _finish(ids, offsets, v, level, meta, hf, out)
+        return _finish(ids, offsets, _subword_vocab(hf, ids), level, meta, hf, out)
     if level == "char":
         cps, offsets = _char_ids(lines)
         v, ids = _encode_codes(
@@ -551,16 +500,97 @@ def build_corpus(
             reserved_tokens=reserved_tokens,
             unk_token=unk_token,
         )
-    else:
-        mf = _check_vocab_args(min_freq, max_size)
-        specials = _specials(reserved_tokens, unk_token)
-        words, dic = _word_dictionary(lines)
-        offsets = words.offsets.to_numpy().astype(np.int64)
-        v, ids = _encode_dictionary(
-            dic, vocab, min_freq=mf, max_size=max_size, specials=specials, unk_token=unk_token
+        return _finish(ids, offsets, v, level, meta, None, out)
+    words, dic = _word_dictionary(lines)
+    offsets = words.offsets.to_numpy().astype(np.int64)
+    v, ids = _encode_words(dic, va)
+    return _finish(ids, offsets - offsets[0], v, level, meta, None, out)
+
+
+@dataclass(frozen=True)
+class _VocabArgs:
+    """The vocabulary options of :func:`build_corpus` (char/word levels), passed whole."""
+
+    vocab: Vocab | None
+    min_freq: int
+    max_size: int | None
+    reserved_tokens: Sequence[str] | str
+    unk_token: str
+
+
+def _encode_words(dic: pa.DictionaryArray, va: _VocabArgs) -> tuple[Vocab, NDArray[Any]]:
+    return _encode_dictionary(
+        dic,
+        va.vocab,
+        min_freq=_check_vocab_args(va.min_freq, va.max_size),
+        max_size=va.max_size,
+        specials=_specials(va.reserved_tokens, va.unk_token),
+        unk_token=va.unk_token,
+    )
+
+
+def _ascii_fast_path(
+    source: Any, level: Level, va: _VocabArgs, *, lowercase: bool, one_document: bool
+) -> tuple[NDArray[Any], NDArray[np.int64], Vocab] | None:
+    """``(ids, offsets, vocab)`` of an ASCII file at char/word level by the numpy kernels (the
+    same result as the Arrow path), or ``None`` when they do not apply."""
+    if level not in ("char", "word") or not isinstance(source, (str, os.PathLike)):
+        return None
+    data = read_bytes(source)
+    if not data or not data.isascii() or data.isspace():
+        return None
+    if level == "word":
+        dic, offsets = ascii_words(data, lowercase=lowercase)
+        v, ids = _encode_words(dic, va)
+        return ids, offsets, v
+    codes, offsets, canon = ascii_char_codes(data, lowercase=lowercase, one_document=one_document)
+    v, ids = _encode_codes(
+        codes,
+        va.vocab,
+        min_freq=va.min_freq,
+        max_size=va.max_size,
+        reserved_tokens=va.reserved_tokens,
+        unk_token=va.unk_token,
+        canon=canon,
+    )
+    return ids, offsets, v
+
+
+def _subword_tokenizer(
+    lines: pa.Array,
+    level: Literal["bpe", "wordpiece"],
+    va: _VocabArgs,
+    tokenizer: HFTokenizer | PathLike | None,
+    vocab_size: int,
+    *,
+    lowercase: bool,
+) -> HFTokenizer:
+    """The bpe/wordpiece tokenizer given, or trained on ``lines``."""
+    if va.min_freq > 1 or va.max_size is not None or va.reserved_tokens:
+        raise ConfigError(
+            f"min_freq/max_size/reserved_tokens do not apply to level {level!r}; "
+            "set vocab_size or pass a trained tokenizer"
         )
-        offsets = offsets - offsets[0]
-    return _finish(ids, offsets, v, level, meta, None, out)
+    if tokenizer is None:
+        return HFTokenizer.train(
+            lines.to_pylist(), model=level, vocab_size=vocab_size, lowercase=lowercase
+        )
+    return tokenizer if isinstance(tokenizer, HFTokenizer) else HFTokenizer.load(tokenizer)
+
+
+def _subword_vocab(hf: HFTokenizer, ids: NDArray[Any]) -> Vocab:
+    """The tokenizer's vocabulary as a :class:`Vocab` (counts from ``ids``)."""
+    hv = hf.get_vocab()
+    idx2str = [""] * (max(hv.values()) + 1)
+    for t, i in hv.items():
+        idx2str[i] = t
+    freq = np.bincount(ids, minlength=len(idx2str))
+    return Vocab(
+        idx2str,
+        str2freq=dict(zip(idx2str, freq.tolist())),
+        unk_token="[UNK]" if "[UNK]" in hv else None,
+        specials=[t for t in idx2str if t.startswith("[") and t.endswith("]")],
+    )
 
 
 def _encode_dictionary(

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datamill.core.errors import DataFileError, DatamillError
-from datamill.core.storage import filesystem_for, scheme_of, storage_error, upload
+from datamill.core.storage import filesystem_for, publish, scheme_of, storage_error
 
 __all__ = ["build_to_s3"]
 
@@ -83,11 +83,11 @@ def build_to_s3(
         with tempfile.TemporaryDirectory(prefix="datamill-bert-upload-") as scratch:
             local = Path(scratch) / PurePosixPath(key).name
             result = build(source, out=local, **options)
-            for path, target in (
-                (result.tokenizer_path, tok_key),
-                (result.path, key),
-            ):  # the Parquet file last
-                upload(path, fs, target)
+            # the Parquet file is the commit marker, published last; the tokenizer copy is kept on
+            # failure (it replaced the copy an earlier Parquet file there names)
+            publish(
+                fs, [(result.tokenizer_path, tok_key)], (result.path, key), url=out, keep=[tok_key]
+            )
     except DatamillError:
         raise
     except OSError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from datamill.core.checks import SEED
+from datamill.core.cliargs import add_engine, add_overwrite, add_seed
 from datamill.pretrain.bert.limits import (
     DUPE_FACTOR,
     MASK_PROB,
@@ -55,12 +55,7 @@ def register(sub: Any) -> None:
         "anything "
         "else is refused; --engine ray: the shardset dataset folder)",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of "
-        "yours)",
-    )
+    add_overwrite(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tokenizer", help="a tokenizers JSON file with [PAD] [CLS] [SEP] [MASK] [UNK]")
     g.add_argument(
@@ -81,7 +76,7 @@ def register(sub: Any) -> None:
         help="max masked positions per sample (default 20; --max-predictions is an alias)",
     )
     p.add_argument("--short-seq-prob", type=SHORT_SEQ_PROB.arg, default=0.1, help="default 0.1")
-    p.add_argument("--seed", type=SEED.arg, default=0, help="default 0")
+    add_seed(p, what="seeds the pairs and masks")
     p.add_argument(
         "--workers",
         type=WORKERS.arg,
@@ -109,12 +104,7 @@ def register(sub: Any) -> None:
         "sentences or more (default; 'seed' is its deprecated old name); google: Google BERT's "
         "create_instances_from_document (the chunk stops at the target)",
     )
-    p.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local: this machine (default); ray: a Ray cluster, samples as a shardset dataset",
-    )
+    add_engine(p, output="samples as a shardset dataset")
     p.add_argument(
         "--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)"
     )

@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from datamill.core.checks import SEED
+from datamill.core.cliargs import add_overwrite, add_seed
 from datamill.pretrain.word2vec.limits import NUM_NEGATIVES, SUBSAMPLE_T, W2V_MIN_FREQ, W2V_WINDOW
 
 __all__ = ["register"]
@@ -65,12 +65,7 @@ def register(sub: Any) -> None:
         help="output folder (an earlier word2vec folder there is replaced atomically; anything "
         "else is refused)",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of "
-        "yours)",
-    )
+    add_overwrite(p)
     p.add_argument(
         "--window", type=W2V_WINDOW.arg, default=5, help="largest context window (default 5)"
     )
@@ -96,7 +91,7 @@ def register(sub: Any) -> None:
         default=1e-4,
         help="subsampling threshold t (default 1e-4; --t is an alias)",
     )
-    p.add_argument("--seed", type=SEED.arg, default=0, help="default 0")
+    add_seed(p, what="seeds the subsampling and negatives")
     p.add_argument(
         "--negative-counts",
         choices=("subsampled", "before_subsampling", "seed"),

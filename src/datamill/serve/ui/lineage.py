@@ -6,7 +6,7 @@
   that step, with their UIDs and first columns.
 
 Both answer from the iteration's run record (:mod:`datamill.serve.trace`) through
-:class:`datamill.loader.trace.Tracer`: no per-sample log.
+:class:`datamill.lineage.trace.Tracer`: no per-sample log.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from datamill.core.errors import ConfigError, DatamillError
-from datamill.loader.trace import Tracer
+from datamill.lineage.trace import Tracer
 from datamill.serve.access import Reader, ScopedIteration, State, check_dataset
 from datamill.serve.iteration import Iteration
 from datamill.serve.server import NotFoundError, ServeState

@@ -2,7 +2,7 @@
 
 A run served as one iteration per epoch has one record per iteration (``GET
 /api/v1/iterations/{id}/trace``); a trainer that saved ``Loader.run_record()`` at each restart has
-several files too. :class:`RunTracer` answers the :class:`~datamill.loader.trace.Tracer` queries
+several files too. :class:`RunTracer` answers the :class:`~datamill.lineage.trace.Tracer` queries
 over all of them: a UID's batches in every record (each hit names its ``iteration``), a step
 counted across the records (``global_step`` runs on from one record's epochs to the next's), and a
 step of a given epoch from the record that covers that epoch.
@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
 from datamill.core.source import Source
-from datamill.loader.trace import BatchTrace, Hit, Tracer
+from datamill.lineage.trace import BatchTrace, Hit, Tracer
 
 __all__ = ["RunTracer"]
 

@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError
 from datamill.core.source import TableSource
+from datamill.lineage.index import ShardOrderIndex
+from datamill.lineage.trace import Tracer, trace
 from datamill.loader import Batching, Loader, Mix
 from datamill.loader.order import shard_order
-from datamill.loader.trace import Tracer, run_record, trace
-from datamill.loader.trace_index import ShardOrderIndex
+from datamill.loader.record import run_record
 from tests.strategies import seeds
 
 Truth = dict[tuple[int, int, int], list[int]]  # (epoch, rank, step) -> samples (in batch order)
@@ -430,11 +431,11 @@ def test_trace_across_an_elastic_resize_names_steps_after_the_resize() -> None:
 
 
 def test_the_package_exports_trace_as_a_function() -> None:
-    import datamill.loader
+    import datamill.lineage
 
     loader = Loader(
         TableSource(pa.table({"x": list(range(9))}), shard_size=4), 3, seed=2, collate="arrow"
     )
     first = next(iter(loader)).column("x").to_pylist()
-    out = datamill.loader.trace(loader.run_record(), samples=first, steps=[(0, 0, 0)])
+    out = datamill.lineage.trace(loader.run_record(), samples=first, steps=[(0, 0, 0)])
     assert [h.step for h in out["hits"]] == [0, 0, 0] and out["batches"][0].samples == first
