@@ -101,11 +101,11 @@ def _local_input(dataset: Any, output_dir: str | os.PathLike[str] | None) -> tup
     downloaded once, reused while the object's size, mtime and ETag hold; the preprocessing cache
     key hashes the content), written by default to the current folder; anything else is
     unchanged."""
+    if is_table_url(dataset):  # delta:// iceberg:// lance://: the version as one local Parquet
+        return local_copy(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
     # scheme_of, not is_remote: an unregistered scheme:// is refused, as shards and the loader do
     if isinstance(dataset, (str, os.PathLike)) and scheme_of(dataset).remote:
         return fetch_input(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
-    if is_table_url(dataset):  # delta:// iceberg:// lance://: the version as one local Parquet
-        return local_copy(os.fspath(dataset)), Path.cwd() if output_dir is None else output_dir
     return dataset, output_dir
 
 
