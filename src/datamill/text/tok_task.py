@@ -171,7 +171,7 @@ def run_task(cfg: TaskConfig, task: Task, progress: Progress | None = None) -> d
         "file": task.file,
         "documents": docs,
         "tokens": tokens,
-        "bytes": task.weight,
+        "work": task.weight,
         "bad": bad.count,
         "bad_examples": bad.examples,
     }
