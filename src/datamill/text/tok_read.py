@@ -253,13 +253,20 @@ def _decode_check(ctx: _Context, offset: int, chunk: bytes) -> bool:
 
 
 def _line_starts(chunk: bytes) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Starts and ends of the non-blank lines of ``chunk`` (whitespace-only lines are blank)."""
+    """Starts and ends of the non-blank lines of ``chunk`` (whitespace-only lines are blank).
+
+    Only lines that are empty or start with whitespace are looked at one by one (a JSON line starts
+    with ``{``, so there are few).
+    """
     buf = np.frombuffer(chunk, np.uint8)
     nl = np.flatnonzero(buf == 10)
     ends = np.concatenate([nl, [len(buf)]]) if not len(nl) or nl[-1] != len(buf) - 1 else nl
     starts = np.concatenate([[0], nl + 1])[: len(ends)]
-    solid = np.concatenate([[0], np.cumsum(~np.isin(buf, _WS), dtype=np.int64)])
-    keep = solid[ends] > solid[starts]
+    keep = ends > starts
+    first = buf[np.minimum(starts, max(len(buf) - 1, 0))] if len(buf) else starts
+    maybe = np.flatnonzero(keep & np.isin(first, _WS))
+    for i in maybe.tolist():
+        keep[i] = bool(chunk[starts[i] : ends[i]].strip())
     return starts[keep].astype(np.int64), ends[keep].astype(np.int64)
 
 
