@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 
 from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import ConfigError
-from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.io import atomic_dir, check_output
+from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
+from datamill.core.io import atomic_dir, atomic_write, check_output
 from datamill.core.storage import filesystem_for, is_remote, storage_error
 from datamill.shards import ShardsetDataset, ShardsetWriter
 from datamill.shards.writer import KEEP_META
@@ -45,11 +45,23 @@ from datamill.text.tok_run import run_local
 from datamill.text.tok_task import UID_SHIFT, TaskConfig, done_tasks, shard_name, token_type
 from datamill.text.tok_vocab import resolve_tokenizer
 
-__all__ = ["FORMAT", "TOKENIZER_FILE", "Tokenized", "tokenize"]
+__all__ = ["FORMAT", "Tokenized", "tokenize", "tokenizer_path"]
 
 FORMAT = "datamill.tokenize/1"
 """The ``kind`` in the dataset's metadata (``source_metadata`` of its shardset)."""
-TOKENIZER_FILE = "tokenizer.json"
+
+
+def tokenizer_path(out: str | os.PathLike[str]) -> Path:
+    """Where the tokenizer of the output ``out`` is saved: beside it, ``NAME.tokenizer.json``.
+
+    Examples:
+        >>> tokenizer_path("runs/wiki-tokens/").name
+        'wiki-tokens.tokenizer.json'
+    """
+    p = Path(out)
+    return p.with_name(p.name + ".tokenizer.json")
+
+
 SHARDSET = "tokens"
 
 
@@ -109,9 +121,22 @@ def _check_out(
     local_inputs = [f.url for f in files if not is_remote(f.url)]
     if tokenizer is not None and not is_remote(tokenizer):
         local_inputs.append(os.fspath(tokenizer))
-    return check_output(
+    out = check_output(
         Path(out), is_own=_is_own, inputs=local_inputs, what="tokenize output", overwrite=overwrite
     )
+
+    def own_tokenizer(p: Path) -> bool:  # the copy an earlier run wrote beside its dataset
+        try:
+            manifest = json.loads((out / DATASET_MANIFEST).read_text(encoding="utf-8"))
+            meta = json.loads(manifest["shardsets"][0]["source_metadata"])
+            return _is_own(out) and meta.get("tokenizer_file") == p.name
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return False
+
+    check_output(
+        tokenizer_path(out), is_own=own_tokenizer, inputs=local_inputs, what="tokenizer copy"
+    )
+    return out
 
 
 def _work_folder(out: Path, fp: str) -> Path:
@@ -145,7 +170,7 @@ def _metadata(
         "tokens": sum(f["tokens"] for f in per_file),
         "files": per_file,
         "bad": {"count": sum(f["bad"] for f in per_file), "examples": examples[:MAX_EXAMPLES]},
-        "tokenizer_file": TOKENIZER_FILE,
+        "tokenizer_fingerprint": fingerprint_bytes(cfg.tokenizer_json.encode("utf-8")),
         "vocab_size": cfg.vocab_size,
         "token_type": str(token_type(cfg.vocab_size)),
         "bos": cfg.bos,
@@ -173,7 +198,6 @@ def _publish(
                 table = table.replace_schema_metadata({KEEP_META: text.encode("utf-8")})
             w.write_shard(t.index, table, source=cfg.files[t.file].url)
         w.commit()
-        (tmp / TOKENIZER_FILE).write_text(cfg.tokenizer_json, encoding="utf-8")
 
 
 def tokenize(
@@ -272,7 +296,9 @@ def tokenize(
     receipts.update(
         _run(cfg, todo, tasks, receipts, workers=workers, engine=engine, address=address)
     )
-    meta = _metadata(cfg, receipts, tasks, {})
+    meta = _metadata(cfg, receipts, tasks, {"tokenizer_file": tokenizer_path(out).name})
+    with atomic_write(tokenizer_path(out)) as f:  # first: its fingerprint is in the metadata
+        f.write(cfg.tokenizer_json)
     _publish(out, work, cfg, tasks, meta)
     shutil.rmtree(work, ignore_errors=True)
     return Tokenized(
