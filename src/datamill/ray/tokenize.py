@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from datamill.core.errors import DatamillError
@@ -29,9 +30,16 @@ def _task(cfg: TaskConfig, task: Task) -> dict[str, Any]:
 
 
 def run_tasks(
-    cfg: TaskConfig, todo: list[Task], *, address: str | None, total: int, done: int
+    cfg: TaskConfig,
+    todo: list[Task],
+    *,
+    address: str | None,
+    total: int,
+    done: int,
+    on_done: Callable[[dict[str, Any]], None],
 ) -> dict[int, dict[str, Any]]:
-    """Run ``todo`` on Ray (``address``, or a local instance); returns the tasks' receipts.
+    """Run ``todo`` on Ray (``address``, or a local instance); each receipt goes to ``on_done`` as
+    it comes back; returns the tasks' receipts.
 
     Raises:
         DatamillError: a task's own error (a bad record, located), or a Ray failure after retries.
@@ -52,6 +60,7 @@ def run_tasks(
         for r in ordered_results(submit, list(enumerate(todo)), window=window):
             out[int(r["task"])] = r
             bar.update(weights[int(r["task"])], int(r["documents"]), int(r["tokens"]))
+            on_done(r)
     except DatamillError:
         raise
     except Exception as exc:

@@ -23,15 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
 from datamill.core.io import atomic_dir, atomic_write, check_output
 from datamill.core.storage import filesystem_for, is_remote, storage_error
 from datamill.shards import ShardsetDataset, ShardsetWriter
-from datamill.shards.writer import KEEP_META
 from datamill.text.tok_inputs import (
     InputFile,
     Task,
@@ -40,9 +37,10 @@ from datamill.text.tok_inputs import (
     plan_tasks,
     schedule,
 )
+from datamill.text.tok_publish import ShardCopier
 from datamill.text.tok_read import MAX_EXAMPLES, ReadOptions
 from datamill.text.tok_run import run_local
-from datamill.text.tok_task import UID_SHIFT, TaskConfig, done_tasks, shard_name, token_type
+from datamill.text.tok_task import UID_SHIFT, TaskConfig, done_tasks, token_type
 from datamill.text.tok_vocab import resolve_tokenizer
 
 __all__ = ["FORMAT", "Tokenized", "tokenize", "tokenizer_path"]
@@ -183,21 +181,42 @@ def _metadata(
     }
 
 
-def _publish(
-    out: Path, work: Path, cfg: TaskConfig, tasks: Sequence[Task], meta: dict[str, Any]
-) -> None:
-    """Write the shards as one dataset beside ``out`` and switch it in (``dataset.json`` last)."""
-    text = json.dumps(meta, sort_keys=True)
+def _run_and_publish(
+    out: Path,
+    work: Path,
+    cfg: TaskConfig,
+    tasks: list[Task],
+    receipts: dict[int, dict[str, Any]],
+    workers: int | None,
+    engine: str,
+    address: str | None,
+) -> dict[str, Any]:
+    """Run the unfinished tasks, their shards copied into a new dataset beside ``out`` as they end;
+    then shard 0 with the counts, the commit (``dataset.json`` last), the tokenizer beside ``out``,
+    and the switch. Returns the metadata."""
+    todo = schedule([t for t in tasks if t.index not in receipts])
     with (
         atomic_dir(out) as tmp,
-        ShardsetWriter(tmp, uid="uid", shardset=SHARDSET, name=out.name) as w,
+        ShardsetWriter(tmp, uid="uid", shardset=SHARDSET, name=out.name) as writer,
     ):
-        for t in tasks:
-            table = pq.read_table(work / shard_name(t.index))
-            if t.index == 0:
-                table = table.replace_schema_metadata({KEEP_META: text.encode("utf-8")})
-            w.write_shard(t.index, table, source=cfg.files[t.file].url)
-        w.commit()
+        copier = ShardCopier(writer, work, cfg)
+        try:
+            for r in list(receipts.values()):
+                copier.done(r)
+            new = _run(
+                cfg, todo, tasks, receipts, copier, workers=workers, engine=engine, address=address
+            )
+        except BaseException:
+            copier.close(check=False)
+            raise
+        copier.close()
+        receipts.update(new)
+        meta = _metadata(cfg, receipts, tasks, {"tokenizer_file": tokenizer_path(out).name})
+        copier.copy(0, tasks[0].file, json.dumps(meta, sort_keys=True).encode("utf-8"))
+        writer.commit()
+        with atomic_write(tokenizer_path(out)) as f:  # then the dataset is switched in
+            f.write(cfg.tokenizer_json)
+    return meta
 
 
 def tokenize(
@@ -292,14 +311,7 @@ def tokenize(
     cfg = TaskConfig(tuple(files), opts, tok_json, ids[0], ids[1], vocab_size, os.fspath(work))
     receipts = done_tasks(work)
     resumed = len(receipts)
-    todo = schedule([t for t in tasks if t.index not in receipts])
-    receipts.update(
-        _run(cfg, todo, tasks, receipts, workers=workers, engine=engine, address=address)
-    )
-    meta = _metadata(cfg, receipts, tasks, {"tokenizer_file": tokenizer_path(out).name})
-    with atomic_write(tokenizer_path(out)) as f:  # first: its fingerprint is in the metadata
-        f.write(cfg.tokenizer_json)
-    _publish(out, work, cfg, tasks, meta)
+    meta = _run_and_publish(out, work, cfg, tasks, receipts, workers, engine, address)
     shutil.rmtree(work, ignore_errors=True)
     return Tokenized(
         out,
@@ -325,19 +337,30 @@ def _run(
     todo: list[Task],
     tasks: list[Task],
     receipts: dict[int, dict[str, Any]],
+    copier: ShardCopier,
     *,
     workers: int | None,
     engine: str,
     address: str | None,
 ) -> dict[int, dict[str, Any]]:
-    """Run ``todo`` on the engine; returns the new receipts."""
+    """Run ``todo`` on the engine (each receipt to ``copier`` as it comes); returns the new
+    receipts."""
     from datamill.engines import LOCAL, check_engine, engine_job
 
     check_engine(engine)
     total = sum(t.weight for t in tasks)
     done = sum(t.weight for t in tasks if t.index in receipts)
     if engine == LOCAL:
-        return run_local(cfg, todo, workers=workers or os.cpu_count() or 1, total=total, done=done)
+        return run_local(
+            cfg,
+            todo,
+            workers=workers or os.cpu_count() or 1,
+            total=total,
+            done=done,
+            on_done=copier.done,
+        )
     job = engine_job(engine, "tokenize")
-    out: dict[int, dict[str, Any]] = job(cfg, todo, address=address, total=total, done=done)
+    out: dict[int, dict[str, Any]] = job(
+        cfg, todo, address=address, total=total, done=done, on_done=copier.done
+    )
     return out

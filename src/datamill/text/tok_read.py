@@ -47,7 +47,7 @@ class ReadOptions:
     text_unit: str = "block"
     """``"block"`` (blank-line-separated) or ``"file"`` for plain text."""
     skip_bad: bool = False
-    batch_bytes: int = 4 << 20
+    batch_bytes: int = 1 << 20
 
 
 @dataclass

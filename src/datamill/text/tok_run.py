@@ -9,10 +9,12 @@ every worker is busy with work of the same kind until the end.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -95,27 +97,46 @@ def _pool_task(task: Task) -> dict[str, Any]:
     return run_task(_CFG, task, _report)
 
 
+def _report_done(on_done: Callable[[dict[str, Any]], None], fut: Future[dict[str, Any]]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        on_done(fut.result())
+
+
 def _drain(queue: Any, bar: TokenizeProgress) -> None:
     while (msg := queue.get()) is not None:
         bar.update(*msg)
 
 
 def run_local(
-    cfg: TaskConfig, todo: list[Task], *, workers: int, total: int, done: int
+    cfg: TaskConfig,
+    todo: list[Task],
+    *,
+    workers: int,
+    total: int,
+    done: int,
+    on_done: Callable[[dict[str, Any]], None],
 ) -> dict[int, dict[str, Any]]:
-    """Run ``todo`` (in this order) in ``workers`` processes (in-process for one); returns the
-    receipts."""
+    """Run ``todo`` (in this order) in ``workers`` processes (in-process for one); each receipt
+    goes to ``on_done`` as its task ends; returns the receipts."""
     bar = TokenizeProgress(total, done)
     try:
         if workers <= 1 or len(todo) <= 1:
-            return {t.index: run_task(cfg, t, bar.update) for t in todo}
-        return _in_pool(cfg, todo, workers, bar)
+            out = {}
+            for t in todo:
+                out[t.index] = r = run_task(cfg, t, bar.update)
+                on_done(r)
+            return out
+        return _in_pool(cfg, todo, workers, bar, on_done)
     finally:
         bar.close()
 
 
 def _in_pool(
-    cfg: TaskConfig, todo: list[Task], workers: int, bar: TokenizeProgress
+    cfg: TaskConfig,
+    todo: list[Task],
+    workers: int,
+    bar: TokenizeProgress,
+    on_done: Callable[[dict[str, Any]], None],
 ) -> dict[int, dict[str, Any]]:
     # fork: spawn would re-import the caller's __main__; TOKENIZERS_PARALLELISM=false while the
     # workers are forked, so each uses one core (no warning about parallelism used before a fork)
@@ -134,6 +155,8 @@ def _in_pool(
             initargs=(cfg, queue),
         ) as pool:
             futures: list[Future[dict[str, Any]]] = [pool.submit(_pool_task, t) for t in todo]
+            for fut in futures:
+                fut.add_done_callback(functools.partial(_report_done, on_done))
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in finished if f.exception() is not None]
             if failed:
