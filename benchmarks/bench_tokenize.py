@@ -176,6 +176,7 @@ def measure(kind: str, path: Path, tok: Path, work: Path, workers: int) -> dict[
     res["rss_mb"] = res["rss_self_mb"] + procs * res["rss_child_mb"]
     res["load"] = (load, os.getloadavg()[0])
     shutil.rmtree(out, ignore_errors=True)
+    out.with_name(out.name + ".tokenizer.json").unlink(missing_ok=True)  # datamill's copy
     return res
 
 
