@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "datamill.demo",
     "datamill.preprocessing.cli",
     "datamill.text.cli",
+    "datamill.text.tok_cli",
     "datamill.pretrain.word2vec.cli",
     "datamill.pretrain.bert.cli",
     "datamill.shards.cli",

@@ -19,8 +19,14 @@ from datamill.core.engine import register_engine
 from datamill.ray.bert import build_bert_samples
 from datamill.ray.preprocess import RayPreprocessed, preprocess
 from datamill.ray.read import read_dataset
+from datamill.ray.tokenize import run_tasks as tokenize_tasks
 
 __all__ = ["RayPreprocessed", "build_bert_samples", "preprocess", "read_dataset"]
 assert sorted(__all__) == __all__
 
-register_engine("ray", preprocess=preprocess, build_bert_samples=build_bert_samples)
+register_engine(
+    "ray",
+    preprocess=preprocess,
+    build_bert_samples=build_bert_samples,
+    tokenize=tokenize_tasks,
+)

@@ -13,15 +13,18 @@ from __future__ import annotations
 from datamill.text.batches import LMBatches, random_batches, sequential_batches
 from datamill.text.corpus import Corpus, build_corpus, build_vocab
 from datamill.text.source import CorpusSource
+from datamill.text.tok_build import Tokenized, tokenize
 
 __all__ = [
     "Corpus",
     "CorpusSource",
     "LMBatches",
+    "Tokenized",
     "build_corpus",
     "build_vocab",
     "random_batches",
     "sequential_batches",
+    "tokenize",
 ]
 
 assert sorted(__all__) == __all__
