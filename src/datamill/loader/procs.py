@@ -233,10 +233,11 @@ def _main() -> None:
     fd, parent, started, threads = sys.argv[1:5]
     pa.set_cpu_count(int(threads))
     threading.Thread(target=_watch, args=(int(parent), started or None), daemon=True).start()
-    import datamill.sources  # noqa: F401 - sources register their openers
-
     conn = Connection(int(fd))
-    _Worker(conn, pickle.loads(conn.recv_bytes())).run()
+    try:
+        _Worker(conn, pickle.loads(conn.recv_bytes())).run()
+    except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
+        os._exit(0)
 
 
 class _Handle:
