@@ -140,3 +140,16 @@ def test_no_worker_outlives_a_trainer_killed_minus_9() -> None:
             trainer.kill()  # SIGKILL: nothing of the trainer runs after it
             trainer.wait(timeout=30)
     _wait_for(lambda: all(_gone(p) for p in pids), timeout=20, what="the workers to exit")
+
+
+def test_torch_dataloader_through_the_worker_processes() -> None:
+    torch = pytest.importorskip("torch")
+    from datamill.loader.torch import TorchLoaderDataset
+
+    src = _source()
+    here = Loader(src, 64, seed=2, collate="torch")
+    ds = TorchLoaderDataset(Loader(src, 64, seed=2, collate="torch", workers=Workers(processes=2)))
+    assert ds._procs is not None
+    got = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0))
+    assert all(_same(x, y) for x, y in zip(list(here), got, strict=True))
+    ds._procs.close()

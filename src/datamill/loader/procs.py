@@ -256,8 +256,17 @@ class _Handle:
         self.conn = Connection(mine.detach())
         self.conn.send_bytes(blob)
         self.pid: int = self.proc.pid
-        self.fds: list[int] = []
+        self.files: list[Any] = []
         self.maps: dict[int, mmap.mmap] = {}
+
+    def open_slots(self, fds: list[int]) -> bool:
+        """Open the worker's slots through ``/proc/PID/fd`` (kept open: a batch handed over stays
+        readable after the worker died); ``False`` when they cannot be opened."""
+        try:
+            self.files = [open(f"/proc/{self.pid}/fd/{fd}", "rb") for fd in fds]  # noqa: SIM115
+        except OSError:
+            self.files = []
+        return bool(self.files)
 
     def mapping(self, slot: int, size: int) -> mmap.mmap:
         """A read-only mapping of slot ``slot`` (kept; mapped again once the slot grew)."""
@@ -265,8 +274,7 @@ class _Handle:
         if m is None or len(m) < size:
             if m is not None:
                 m.close()
-            with open(f"/proc/{self.pid}/fd/{self.fds[slot]}", "rb") as f:
-                m = self.maps[slot] = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+            m = self.maps[slot] = mmap.mmap(self.files[slot].fileno(), size, prot=mmap.PROT_READ)
         return m
 
     def close(self) -> None:
@@ -283,6 +291,9 @@ class _Handle:
         for m in self.maps.values():
             m.close()
         self.maps.clear()
+        for f in self.files:
+            f.close()
+        self.files = []
 
 
 def _shutdown(handles: list[_Handle]) -> None:
@@ -343,14 +354,7 @@ class ProcessBuilds:
         self._handles.extend(_Handle(w, self._blob, threads) for w in range(self.processes))
         for h in self._handles:
             msg = self._recv(h, None, None)
-            h.fds = list(msg[2])
-            try:
-                if h.fds:
-                    with open(f"/proc/{h.pid}/fd/{h.fds[0]}", "rb"):
-                        pass
-            except OSError:
-                h.fds = []
-            if not h.fds:
+            if not h.open_slots(list(msg[2])):
                 h.conn.send(("pipe",))
 
     def _recv(self, h: _Handle, batch: int | None, epoch: int | None) -> tuple[Any, ...]:
