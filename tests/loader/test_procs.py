@@ -70,6 +70,20 @@ def test_same_batches_as_in_process_over_two_epochs(collate: str, processes: int
     assert there.state_dict() == here.state_dict()
 
 
+def test_workers_started_as_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start where fork is not available (not Linux): the same batches."""
+    from datamill.loader import procs
+
+    monkeypatch.setattr(procs, "_START", "exec")
+    src = _source(1000)
+    there = Loader(src, 100, seed=5, workers=Workers(processes=1))
+    assert [b["uid"].tolist() for b in there] == [
+        b["uid"].tolist() for b in Loader(src, 100, seed=5)
+    ]
+    assert there._procs is not None
+    there._procs.close()
+
+
 def test_resume_mid_epoch_and_a_loop_left_early() -> None:
     src = _source()
     here = [b["uid"].tolist() for b in Loader(src, 100, seed=3)]

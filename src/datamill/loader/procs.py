@@ -47,6 +47,9 @@ __all__ = ["ProcessBuilds", "WorkerError"]
 
 _SLOTS = 4  # shared-memory slots of a worker: batches in flight between it and the trainer
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
+# how a worker starts: forked from the trainer (milliseconds; Linux, like torch's DataLoader), or a
+# fresh interpreter (seconds: imports)
+_START = "fork" if sys.platform.startswith("linux") else "exec"
 
 
 class WorkerError(DatamillError, RuntimeError):
@@ -227,34 +230,94 @@ class _Worker:
         return True
 
 
-def _main() -> None:
-    """A worker process's body: ``python -c ... FD PARENT STARTED THREADS`` (a fresh interpreter:
-    a trainer's ``__main__`` is never imported again, unlike multiprocessing's spawn)."""
-    fd, parent, started, threads = sys.argv[1:5]
-    pa.set_cpu_count(int(threads))
-    threading.Thread(target=_watch, args=(int(parent), started or None), daemon=True).start()
-    conn = Connection(int(fd))
+def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
+    """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
+    (the service's pickle is ``blob``, or the first message)."""
+    pa.set_cpu_count(threads)
+    threading.Thread(target=_watch, args=(parent, started), daemon=True).start()
+    conn = Connection(fd)
     try:
-        _Worker(conn, pickle.loads(conn.recv_bytes())).run()
+        _Worker(conn, pickle.loads(blob if blob is not None else conn.recv_bytes())).run()
     except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
         os._exit(0)
+
+
+def _main() -> None:
+    """A started worker: ``python -c ... FD PARENT STARTED THREADS`` (a fresh interpreter: a
+    trainer's ``__main__`` is never imported again, unlike multiprocessing's spawn)."""
+    fd, parent, started, threads = sys.argv[1:5]
+    _serve(int(fd), int(parent), started or None, int(threads), None)
+
+
+class _Forked:
+    """A forked worker process, with the part of ``subprocess.Popen`` the trainer uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, 9)
+
+
+def _fork(
+    theirs: socket.socket, mine: socket.socket, others: list[int], args: tuple[Any, ...]
+) -> int:
+    """Fork a worker serving ``theirs`` (closing the trainer's ends it inherited: ``mine`` and
+    ``others``); returns its pid. The service is unpickled in the child, fresh: no thread, lock or
+    cache of the trainer's copy is used there."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:  # the child: never returns into the trainer's code
+        mine.close()
+        for fd in others:
+            os.close(fd)
+        _serve(theirs.detach(), *args)
+    except BaseException:  # noqa: BLE001 - a child must not run the trainer's code
+        code = 1
+    os._exit(code)
 
 
 class _Handle:
     """In the trainer: one worker process, its pipe and its mapped slots."""
 
-    def __init__(self, index: int, blob: bytes, arrow_threads: int) -> None:
+    def __init__(self, index: int, blob: bytes, arrow_threads: int, others: list[int]) -> None:
         self.index = index
         mine, theirs = socket.socketpair()
         me = os.getpid()
-        code = "from datamill.loader.procs import _main; _main()"
-        args = [str(theirs.fileno()), str(me), _start_time(me) or "", str(arrow_threads)]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *args], pass_fds=[theirs.fileno()], close_fds=True
-        )
+        self.proc: Any
+        if _START == "fork":
+            args = (me, _start_time(me), arrow_threads, blob)
+            self.proc = _Forked(_fork(theirs, mine, others, args))
+        else:
+            code = "from datamill.loader.procs import _main; _main()"
+            argv = [str(theirs.fileno()), str(me), _start_time(me) or "", str(arrow_threads)]
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, *argv], pass_fds=[theirs.fileno()], close_fds=True
+            )
         theirs.close()  # the worker holds the only other end: its death is an EOF here
         self.conn = Connection(mine.detach())
-        self.conn.send_bytes(blob)
+        if _START != "fork":
+            self.conn.send_bytes(blob)
         self.pid: int = self.proc.pid
         self.files: list[Any] = []
         self.maps: dict[int, mmap.mmap] = {}
@@ -351,7 +414,9 @@ class ProcessBuilds:
 
     def _start(self) -> None:
         threads = max(1, _cores() // self.processes)
-        self._handles.extend(_Handle(w, self._blob, threads) for w in range(self.processes))
+        for w in range(self.processes):
+            others = [h.conn.fileno() for h in self._handles]
+            self._handles.append(_Handle(w, self._blob, threads, others))
         for h in self._handles:
             msg = self._recv(h, None, None)
             if not h.open_slots(list(msg[2])):
