@@ -25,8 +25,14 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 def _source(n: int = 3000) -> TableSource:
     rng = np.random.default_rng(0)
     blobs = [rng.bytes(int(k)) for k in rng.integers(0, 64, n)]
+    tokens = [list(range(int(k))) for k in rng.integers(0, 9, n)]
     table = pa.table(
-        {"uid": np.arange(n), "x": rng.random(n), "blob": pa.array(blobs, pa.binary())}
+        {
+            "uid": np.arange(n),
+            "x": rng.random(n).astype(np.float32),
+            "blob": pa.array(blobs, pa.binary()),
+            "tokens": pa.array(tokens, pa.list_(pa.int32())),
+        }
     )
     return TableSource(table, shard_size=250)
 
@@ -35,6 +41,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, pa.Table):
         return bool(a.equals(b))
     assert a.keys() == b.keys()
+    assert all(type(a[k]) is type(b[k]) and a[k].dtype == b[k].dtype for k in a)
     return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
 
 

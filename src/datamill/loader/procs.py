@@ -23,6 +23,7 @@ the batch and epoch, instead of hanging.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import pickle
@@ -37,15 +38,17 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from datamill.core.errors import ConfigError, DatamillError
 from datamill.loader.accounting import BatchResult
+from datamill.loader.collate import collate_numpy, collate_torch, to_torch
 from datamill.loader.order import Elastic
 
 __all__ = ["ProcessBuilds", "WorkerError"]
 
-_SLOTS = 4  # shared-memory slots of a worker: batches in flight between it and the trainer
+_SLOTS = 16  # shared-memory slots of a worker: batches in flight between it and the trainer
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
 # how a worker starts: forked from the trainer (milliseconds; Linux, like torch's DataLoader), or a
 # fresh interpreter (seconds: imports)
@@ -147,8 +150,8 @@ def _meta(res: BatchResult) -> tuple[Any, ...]:
 class _Worker:
     """In a worker process: builds the batches asked for and hands them over (see the module)."""
 
-    def __init__(self, conn: Any, svc: Any) -> None:
-        self.conn, self.svc = conn, svc
+    def __init__(self, conn: Any, svc: Any, mode: str | None) -> None:
+        self.conn, self.svc, self.mode = conn, svc, mode
         self.slots = [_Slot() for _ in range(_SLOTS)] if hasattr(os, "memfd_create") else []
         self.free = set(range(len(self.slots)))
         self.cancelled = 0  # builds up to this generation are abandoned by the trainer
@@ -209,25 +212,83 @@ class _Worker:
             it.close()
 
     def hand(self, gen: int, res: BatchResult) -> bool:
-        """Send ``res`` (its table in a free slot); ``False`` when the build was abandoned."""
+        """Send ``res`` (its arrays, or its table as Arrow IPC, in a free slot); ``False`` when the
+        build was abandoned."""
         table = res.output if res.output is not None else res.empty
-        n = _ipc_size(table)
+        arrays = _collated(table, self.mode) if res.output is not None else None
+        layout = None if arrays is None else _layout(arrays)
+        n = _ipc_size(table) if layout is None else layout[1]
         if not self.slots or n > (1 << 31):
-            sink = pa.BufferOutputStream()
-            _write_ipc(sink, table)
-            self.conn.send(
-                ("batch", gen, res.batch, None, sink.getvalue().to_pybytes(), _meta(res))
-            )
+            out = np.zeros(n, dtype=np.uint8)
+            _write(out, table, arrays, layout)
+            msg = ("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout)
+            self.conn.send(msg)
             return True
         while not self.free:
             self.handle(self.conn.recv())
             if self.stale(gen):
                 return False
         k = min(self.free)
-        _write_ipc(self.slots[k].writer(n), table)
+        slot = self.slots[k]
+        slot.writer(n)  # grown when too small
+        assert slot.map is not None
+        _write(np.frombuffer(slot.map, dtype=np.uint8, count=n), table, arrays, layout)
         self.free.discard(k)
-        self.conn.send(("batch", gen, res.batch, k, (n, self.slots[k].size), _meta(res)))
+        self.conn.send(("batch", gen, res.batch, k, (n, slot.size), _meta(res), layout))
         return True
+
+
+_Layout = tuple[list[tuple[str, str, tuple[int, ...], int]], int]
+
+
+def _collated(table: pa.Table, mode: str | None) -> dict[str, np.ndarray] | None:
+    """In the worker: the batch's numpy arrays (``mode`` ``"numpy"``, or ``"torch"`` with signed
+    ids already int64 as :func:`~datamill.loader.collate.to_torch` makes them); ``None``: the
+    trainer collates the table (another collate, or an object array such as strings)."""
+    if mode is None:
+        return None
+    arrays = collate_numpy(table)
+    if any(a.dtype == object for a in arrays.values()):
+        return None
+    if mode == "torch":
+        arrays = {
+            k: a.astype(np.int64) if a.dtype.kind == "i" and a.dtype.itemsize < 8 else a
+            for k, a in arrays.items()
+        }
+    return arrays
+
+
+def _layout(arrays: dict[str, np.ndarray]) -> _Layout:
+    """Where each array goes in a slot (64-byte aligned): ``([(name, dtype, shape, offset)],
+    bytes)``."""
+    out, at = [], 0
+    for name, a in arrays.items():
+        out.append((name, a.dtype.str, tuple(a.shape), at))
+        at += -(-a.nbytes // 64) * 64
+    return out, at
+
+
+def _write(
+    dst: np.ndarray, table: pa.Table, arrays: dict[str, np.ndarray] | None, layout: _Layout | None
+) -> None:
+    """Write the arrays (or the table as Arrow IPC) into ``dst`` (uint8)."""
+    if arrays is None or layout is None:
+        _write_ipc(pa.FixedSizeBufferWriter(pa.py_buffer(dst)), table)
+        return
+    for name, _, _, at in layout[0]:
+        a = np.ascontiguousarray(arrays[name])
+        dst[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
+
+
+def _unpack(buf: pa.Buffer, layout: _Layout) -> dict[str, np.ndarray]:
+    """In the trainer: the arrays written by :func:`_write` (views of ``buf``)."""
+    whole = np.frombuffer(buf, dtype=np.uint8)
+    out = {}
+    for name, dtype, shape, at in layout[0]:
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = whole[at : at + count * dt.itemsize].view(dt).reshape(shape)
+    return out
 
 
 def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
@@ -237,7 +298,8 @@ def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes 
     threading.Thread(target=_watch, args=(parent, started), daemon=True).start()
     conn = Connection(fd)
     try:
-        _Worker(conn, pickle.loads(blob if blob is not None else conn.recv_bytes())).run()
+        svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
+        _Worker(conn, svc, mode).run()
     except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
         os._exit(0)
 
@@ -365,6 +427,21 @@ def _shutdown(handles: list[_Handle]) -> None:
     handles.clear()
 
 
+def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
+    """Whether the workers collate (``"numpy"``/``"torch"``: the built-in collates, whose arrays
+    cross as they are) or the trainer does (``None``), and whether to pin."""
+    if collate is collate_numpy:
+        return "numpy", False
+    if (
+        isinstance(collate, functools.partial)
+        and collate.func is collate_torch
+        and not collate.args
+        and set(collate.keywords) <= {"pin_memory"}
+    ):
+        return "torch", bool(collate.keywords.get("pin_memory", False))
+    return None, False
+
+
 class ProcessBuilds:
     """``processes`` worker processes building ``service``'s batches (see the module docstring).
 
@@ -392,8 +469,9 @@ class ProcessBuilds:
     def __init__(self, service: Any, processes: int) -> None:
         self.processes = int(processes)
         self.collate: Callable[[pa.Table], Any] = service.collate_fn
+        self.mode, self.pin = _mode(self.collate)
         try:
-            self._blob = pickle.dumps(service.replace(collate="arrow"))
+            self._blob = pickle.dumps((service.replace(collate="arrow"), self.mode))
         except Exception as exc:
             raise ConfigError(
                 f"Workers(processes={processes}) sends the source, filter and transform to its "
@@ -482,7 +560,7 @@ class ProcessBuilds:
             if msg[0] == "error":
                 raise msg[2]
             break
-        _, _, got, slot, data, meta = msg
+        _, _, got, slot, data, meta, layout = msg
         if slot is None:
             buf = pa.py_buffer(data)
         else:
@@ -490,11 +568,17 @@ class ProcessBuilds:
             buf = pa.allocate_buffer(n)
             pa.FixedSizeBufferWriter(buf).write(pa.py_buffer(h.mapping(slot, size))[:n])
             h.conn.send(("free", slot))
-        table = pa.ipc.open_stream(buf).read_all()
         has_output, read, filtered, failed, yielded, shards, in_memory, peak = meta
+        table = None if layout is not None else pa.ipc.open_stream(buf).read_all()
+        output: Any
+        if layout is not None:  # collated in the worker
+            arrays = _unpack(buf, layout)
+            output = arrays if self.mode == "numpy" else to_torch(arrays, pin_memory=self.pin)
+        else:
+            output = self.collate(table) if has_output else None
         return BatchResult(
             got,
-            self.collate(table) if has_output else None,
+            output,
             None if has_output else table,
             read,
             filtered,
