@@ -443,6 +443,10 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
         return iter(loader)
 
     state: dict[str, Any] = {}
+    if spec["mode"] == "workers2":  # imported before the clock starts, as the peers' are
+        import torch.utils.data  # noqa: F401
+
+        import datamill.loader.torch  # noqa: F401
     return epochs
 
 

@@ -427,11 +427,19 @@ def _shutdown(handles: list[_Handle]) -> None:
     handles.clear()
 
 
+def _assemblers(service: Any) -> int:
+    """A worker's assembling threads: at least one, so the next batch is assembled while the worker
+    collates and hands over this one."""
+    return max(1, int(service.num_workers))
+
+
 def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
     """Whether the workers collate (``"numpy"``/``"torch"``: the built-in collates, whose arrays
     cross as they are) or the trainer does (``None``), and whether to pin."""
     if collate is collate_numpy:
         return "numpy", False
+    if collate is collate_torch:
+        return "torch", False
     if (
         isinstance(collate, functools.partial)
         and collate.func is collate_torch
@@ -471,7 +479,9 @@ class ProcessBuilds:
         self.collate: Callable[[pa.Table], Any] = service.collate_fn
         self.mode, self.pin = _mode(self.collate)
         try:
-            self._blob = pickle.dumps((service.replace(collate="arrow"), self.mode))
+            self._blob = pickle.dumps(
+                (service.replace(collate="arrow", num_workers=_assemblers(service)), self.mode)
+            )
         except Exception as exc:
             raise ConfigError(
                 f"Workers(processes={processes}) sends the source, filter and transform to its "
