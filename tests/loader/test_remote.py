@@ -6,7 +6,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -147,14 +147,16 @@ def test_partial_or_corrupt_copies_are_never_used(
             self.sent = True
             return bytes(self.inner.read(100))
 
-        def read_buffer(self, n: int) -> pa.Buffer:  # what the cache reads with
-            return pa.py_buffer(self.read(n))
+        def readinto(self, buf: Any) -> int:  # what the cache reads with: one ranged GET
+            part = self.read(len(buf))
+            memoryview(buf)[: len(part)] = part
+            return len(part)
 
-    real_open = fresh.cache.fs.open_input_stream
+    real_open = fresh.cache.fs.open_input_file
     monkeypatch.setattr(
         fresh.cache,
         "fs",
-        type("FS", (), {"open_input_stream": lambda self, p: Broken(real_open(p))})(),
+        type("FS", (), {"open_input_file": lambda self, p: Broken(real_open(p))})(),
     )
     with pytest.raises(DataFileError, match="downloaded 100 bytes") as info:
         fresh.read_shard(0)

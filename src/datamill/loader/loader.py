@@ -23,6 +23,7 @@ from datamill.loader.nodes import COUNTED, Positions, compose
 from datamill.loader.options import Batching, Workers
 from datamill.loader.order import Elastic
 from datamill.loader.packing import Packing
+from datamill.loader.procs import ProcessBuilds
 from datamill.loader.record import run_record as _run_record
 from datamill.loader.schedule import wants_lm
 from datamill.loader.service import BLOCK_ROWS, BatchService
@@ -159,6 +160,7 @@ class Loader:
             drop_last=drop_last,
             collate=self._final_collate,
         )
+        self._procs = ProcessBuilds(self.service, w.processes) if w.processes else None
         self._new_epoch_stats()
         self._trace_start: tuple[int, int, Elastic] = (
             self.epoch,
@@ -169,6 +171,7 @@ class Loader:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_last"] = None  # the latest batch stays here (spawned workers pickle the loader)
+        state["_procs"] = None  # so do worker processes: a copy builds in its own process
         return state
 
     # ----------------------------------------------------------------- the service's settings
@@ -467,9 +470,11 @@ class Loader:
         """Build the given batch numbers of the current epoch (ascending), in order.
 
         :meth:`BatchService.build <datamill.loader.service.BatchService.build>` for this rank;
-        does not touch the position or stats.
+        does not touch the position or stats. With ``Workers(processes=N)`` the batches are built
+        in worker processes (:mod:`datamill.loader.procs`).
         """
-        return self.service.build(
+        build = self.service.build if self._procs is None else self._procs.build
+        return build(
             self.epoch,
             self.rank,
             batches,
@@ -525,6 +530,7 @@ def _checked_options(
             hint="from datamill.loader import Batching, Workers",
         )
     check_int(epoch, name="epoch", low=0, high=None)
+    check_int(w.processes, name="Workers(processes=)", low=0, high=256)
     WORLD_SIZE(world_size)
     check_rank(rank, world_size=world_size)
     if (

@@ -82,6 +82,10 @@ class Workers:
         pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to
             ``False``.
         progress: show a tqdm bar. Defaults to ``False``.
+        processes: worker processes building the batches (``0``: in this process), each with its
+            own shard cache and Arrow pool; batches come back through shared memory, the same bytes
+            in the same order (:mod:`datamill.loader.procs`). The source, ``filter`` and
+            ``transform`` must then pickle. Defaults to ``0``.
 
     Examples:
         >>> Workers(2).prefetch
@@ -92,3 +96,4 @@ class Workers:
     prefetch: int = 2
     pin_memory: bool = False
     progress: bool = False
+    processes: int = 0

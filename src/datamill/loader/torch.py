@@ -2,7 +2,10 @@
 
 :class:`TorchLoaderDataset` is the entry point (the loader module never imports this adapter: there
 is no ``Loader.to_torch()``, which would be an import cycle). Use it with
-``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches.
+``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches. A Loader with
+``Workers(processes=N)`` under ``DataLoader(dataset, batch_size=None, num_workers=0)`` has its
+batches built in its own worker processes and handed over in shared memory
+(:mod:`datamill.loader.procs`: nothing pickled, the trainer's CPU per batch a copy and a collate).
 Worker ``w`` of ``N`` (from ``torch.utils.data.get_worker_info()``) builds the rank's batches
 ``w, w + N, ...`` through the loader's :class:`~datamill.loader.service.BatchService` and the
 DataLoader takes one batch from each worker in turn, so the batch sequence is exactly the Loader's,
@@ -38,6 +41,7 @@ from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.elastic import norm_elastic
 from datamill.loader.loader import Loader
 from datamill.loader.order import Elastic, worker_batches
+from datamill.loader.procs import ProcessBuilds
 
 torch = require("torch", extra="torch")
 from torch.utils.data import IterableDataset, get_worker_info
@@ -85,6 +89,16 @@ class TorchLoaderDataset(IterableDataset[Any]):
         self._skip = self._yielded = (
             0  # this worker's batches skipped on resume / yielded in this iteration
         )
+        # the loader's Workers(processes=N): batches built in worker processes and handed over in
+        # shared memory when iterated in this process (DataLoader(num_workers=0))
+        self._procs = (
+            ProcessBuilds(service, loader.workers.processes) if loader.workers.processes else None
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_procs"] = None  # a DataLoader worker process builds in process
+        return state
 
     def _where(self) -> dict[str, Any]:
         return {"elastic": self._elastic, "replication": self.replication}
@@ -200,9 +214,8 @@ class TorchLoaderDataset(IterableDataset[Any]):
         pack = info is not None  # a worker process: the batch crosses to the main process
         if pack:
             _worker_memory_pool()
-        for res in self.service.build(
-            epoch, self.rank, mine, world_size=self.world_size, **self._where()
-        ):
+        build = self.service.build if pack or self._procs is None else self._procs.build
+        for res in build(epoch, self.rank, mine, world_size=self.world_size, **self._where()):
             accounting.add(res)
             self._yielded += 1
             out = res.output if res.output is not None else self.service.collate_fn(res.empty)

@@ -1,0 +1,606 @@
+"""Batches built in worker processes and handed to the trainer through shared memory.
+
+``Loader(..., workers=Workers(processes=N))`` builds its batches in ``N`` worker processes instead
+of the trainer's own threads, so the trainer spends almost no CPU on loading (SPDL measured threads
+inside a trainer halving its training speed). Each worker holds a copy of the loader's
+:class:`~datamill.loader.service.BatchService` (its own shard cache, plans and Arrow pool, Arrow
+decoding with its share of the cores) and builds batch ``k`` of an iteration when
+``k ≡ w (mod N)`` (counted from the iteration's first batch), exactly as the server builds any
+rank's batch independently; the trainer takes them back in order, so the batches are the same
+bytes, in the same order, as in process, and the resume state keeps its meaning.
+
+The hand-off follows ``datamill serve``'s build workers: a worker writes each batch as an Arrow IPC
+stream straight into one of its shared-memory slots (a ``memfd``, mapped by the trainer through
+``/proc/PID/fd``), sends ``(batch, slot, length, counts)`` through its pipe, and the trainer copies
+the bytes out once (Arrow's pool, without the GIL), frees the slot and collates. Where a slot cannot
+be mapped (not Linux), the bytes go through the pipe.
+
+Workers never outlive the trainer: each watches the trainer's pid (and its start time, so a reused
+pid does not count) and exits when it is gone, also after ``kill -9``; a worker that dies (killed,
+out of memory) makes the trainer raise :class:`WorkerError` naming the worker, its pid, exit code,
+the batch and epoch, instead of hanging.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datamill.core.errors import ConfigError, DatamillError
+from datamill.loader.accounting import BatchResult
+from datamill.loader.collate import collate_numpy, collate_torch, to_torch
+from datamill.loader.order import Elastic
+
+__all__ = ["ProcessBuilds", "WorkerError"]
+
+_SLOTS = 16  # shared-memory slots of a worker: batches in flight between it and the trainer
+_WATCH_S = 0.2  # how often a worker checks that its trainer still runs
+# how a worker starts: forked from the trainer (milliseconds; Linux, like torch's DataLoader), or a
+# fresh interpreter (seconds: imports)
+_START = "fork" if sys.platform.startswith("linux") else "exec"
+
+
+class WorkerError(DatamillError, RuntimeError):
+    """A loader worker process died (killed, out of memory) or could not start."""
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (``/proc/PID/stat`` field 22), ``""`` where ``/proc`` is absent and
+    the process exists, ``None`` when it is gone (a pid reused later has another start time)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return stat.rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        if Path("/proc/self").is_dir():
+            return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return ""
+
+
+def _watch(parent: int, started: str | None) -> None:
+    """Exit this worker once the trainer is gone (a worker busy building never reads its pipe)."""
+    while _start_time(parent) == started:
+        time.sleep(_WATCH_S)
+    os._exit(0)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class _Slot:
+    """In a worker: one shared-memory file (``memfd``) a batch is written into."""
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("datamill-batch", os.MFD_CLOEXEC)
+        self.size = 0
+        self.map: mmap.mmap | None = None
+
+    def writer(self, n: int) -> pa.FixedSizeBufferWriter:
+        """A writer of ``n`` bytes at the slot's start (the file grown when too small)."""
+        if n > self.size:
+            size = max(n + (n >> 2), 1 << 20)
+            os.ftruncate(self.fd, size)
+            if self.map is not None:
+                self.map.close()
+            self.map, self.size = mmap.mmap(self.fd, size), size
+        assert self.map is not None
+        return pa.FixedSizeBufferWriter(pa.py_buffer(self.map))
+
+
+def _ipc_size(table: pa.Table) -> int:
+    sink = pa.MockOutputStream()
+    _write_ipc(sink, table)
+    return int(sink.size())
+
+
+def _write_ipc(sink: Any, table: pa.Table) -> None:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` itself when it pickles, else a RuntimeError carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any failure to pickle
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _meta(res: BatchResult) -> tuple[Any, ...]:
+    failed = [(uid, int(i), _picklable(e)) for uid, i, e in res.failed]
+    return (
+        res.output is not None,
+        res.read,
+        res.filtered,
+        failed,
+        res.yielded,
+        res.shards_read,
+        res.shards_in_memory,
+        res.peak_shards_in_memory,
+    )
+
+
+class _Worker:
+    """In a worker process: builds the batches asked for and hands them over (see the module)."""
+
+    def __init__(self, conn: Any, svc: Any, mode: str | None) -> None:
+        self.conn, self.svc, self.mode = conn, svc, mode
+        self.slots = [_Slot() for _ in range(_SLOTS)] if hasattr(os, "memfd_create") else []
+        self.free = set(range(len(self.slots)))
+        self.cancelled = 0  # builds up to this generation are abandoned by the trainer
+        self.pending: tuple[Any, ...] | None = None  # a build or stop that came during a build
+
+    def run(self) -> None:
+        self.conn.send(("ready", os.getpid(), [s.fd for s in self.slots]))
+        while True:
+            try:
+                msg = self.pending or self.conn.recv()
+            except (EOFError, OSError):  # the trainer closed its end (or exited)
+                return
+            self.pending = None
+            if msg[0] == "stop":
+                return
+            if msg[0] == "build":
+                self.build(*msg[1:])
+            else:
+                self.handle(msg)
+
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "free":
+            self.free.add(msg[1])
+        elif msg[0] == "cancel":
+            self.cancelled = max(self.cancelled, msg[1])
+        elif msg[0] == "pipe":  # the trainer cannot map the slots
+            self.slots, self.free = [], set()
+        else:  # a new build, or stop: after this one
+            self.pending = msg
+
+    def stale(self, gen: int) -> bool:
+        return self.cancelled >= gen or self.pending is not None
+
+    def build(
+        self,
+        gen: int,
+        epoch: int,
+        rank: int,
+        batches: list[int],
+        world_size: int,
+        elastic: Elastic,
+        replication: int,
+    ) -> None:
+        if not batches:
+            return
+        it = self.svc.build(
+            epoch, rank, batches, world_size=world_size, elastic=elastic, replication=replication
+        )
+        try:
+            for res in it:
+                while self.conn.poll():
+                    self.handle(self.conn.recv())
+                if self.stale(gen) or not self.hand(gen, res):
+                    return
+        except Exception as exc:  # noqa: BLE001 - raised again in the trainer
+            self.conn.send(("error", gen, _picklable(exc)))
+        finally:
+            it.close()
+
+    def hand(self, gen: int, res: BatchResult) -> bool:
+        """Send ``res`` (its arrays, or its table as Arrow IPC, in a free slot); ``False`` when the
+        build was abandoned."""
+        table = res.output if res.output is not None else res.empty
+        arrays = _collated(table, self.mode) if res.output is not None else None
+        layout = None if arrays is None else _layout(arrays)
+        n = _ipc_size(table) if layout is None else layout[1]
+        if not self.slots or n > (1 << 31):
+            out = np.zeros(n, dtype=np.uint8)
+            _write(out, table, arrays, layout)
+            msg = ("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout)
+            self.conn.send(msg)
+            return True
+        while not self.free:
+            self.handle(self.conn.recv())
+            if self.stale(gen):
+                return False
+        k = min(self.free)
+        slot = self.slots[k]
+        slot.writer(n)  # grown when too small
+        assert slot.map is not None
+        _write(np.frombuffer(slot.map, dtype=np.uint8, count=n), table, arrays, layout)
+        self.free.discard(k)
+        self.conn.send(("batch", gen, res.batch, k, (n, slot.size), _meta(res), layout))
+        return True
+
+
+_Layout = tuple[list[tuple[str, str, tuple[int, ...], int]], int]
+
+
+def _collated(table: pa.Table, mode: str | None) -> dict[str, np.ndarray] | None:
+    """In the worker: the batch's numpy arrays (``mode`` ``"numpy"``, or ``"torch"`` with signed
+    ids already int64 as :func:`~datamill.loader.collate.to_torch` makes them); ``None``: the
+    trainer collates the table (another collate, or an object array such as strings)."""
+    if mode is None:
+        return None
+    arrays = collate_numpy(table)
+    if any(a.dtype == object for a in arrays.values()):
+        return None
+    if mode == "torch":
+        arrays = {
+            k: a.astype(np.int64) if a.dtype.kind == "i" and a.dtype.itemsize < 8 else a
+            for k, a in arrays.items()
+        }
+    return arrays
+
+
+def _layout(arrays: dict[str, np.ndarray]) -> _Layout:
+    """Where each array goes in a slot (64-byte aligned): ``([(name, dtype, shape, offset)],
+    bytes)``."""
+    out, at = [], 0
+    for name, a in arrays.items():
+        out.append((name, a.dtype.str, tuple(a.shape), at))
+        at += -(-a.nbytes // 64) * 64
+    return out, at
+
+
+def _write(
+    dst: np.ndarray, table: pa.Table, arrays: dict[str, np.ndarray] | None, layout: _Layout | None
+) -> None:
+    """Write the arrays (or the table as Arrow IPC) into ``dst`` (uint8)."""
+    if arrays is None or layout is None:
+        _write_ipc(pa.FixedSizeBufferWriter(pa.py_buffer(dst)), table)
+        return
+    for name, _, _, at in layout[0]:
+        a = np.ascontiguousarray(arrays[name])
+        dst[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
+
+
+def _unpack(buf: pa.Buffer, layout: _Layout) -> dict[str, np.ndarray]:
+    """In the trainer: the arrays written by :func:`_write` (views of ``buf``)."""
+    whole = np.frombuffer(buf, dtype=np.uint8)
+    out = {}
+    for name, dtype, shape, at in layout[0]:
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = whole[at : at + count * dt.itemsize].view(dt).reshape(shape)
+    return out
+
+
+def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
+    """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
+    (the service's pickle is ``blob``, or the first message)."""
+    pa.set_cpu_count(threads)
+    threading.Thread(target=_watch, args=(parent, started), daemon=True).start()
+    conn = Connection(fd)
+    try:
+        svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
+        _Worker(conn, svc, mode).run()
+    except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
+        os._exit(0)
+
+
+def _main() -> None:
+    """A started worker: ``python -c ... FD PARENT STARTED THREADS`` (a fresh interpreter: a
+    trainer's ``__main__`` is never imported again, unlike multiprocessing's spawn)."""
+    fd, parent, started, threads = sys.argv[1:5]
+    _serve(int(fd), int(parent), started or None, int(threads), None)
+
+
+class _Forked:
+    """A forked worker process, with the part of ``subprocess.Popen`` the trainer uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, 9)
+
+
+def _fork(
+    theirs: socket.socket, mine: socket.socket, others: list[int], args: tuple[Any, ...]
+) -> int:
+    """Fork a worker serving ``theirs`` (closing the trainer's ends it inherited: ``mine`` and
+    ``others``); returns its pid. The service is unpickled in the child, fresh: no thread, lock or
+    cache of the trainer's copy is used there."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:  # the child: never returns into the trainer's code
+        mine.close()
+        for fd in others:
+            os.close(fd)
+        _serve(theirs.detach(), *args)
+    except BaseException:  # noqa: BLE001 - a child must not run the trainer's code
+        code = 1
+    os._exit(code)
+
+
+class _Handle:
+    """In the trainer: one worker process, its pipe and its mapped slots."""
+
+    def __init__(self, index: int, blob: bytes, arrow_threads: int, others: list[int]) -> None:
+        self.index = index
+        mine, theirs = socket.socketpair()
+        me = os.getpid()
+        self.proc: Any
+        if _START == "fork":
+            args = (me, _start_time(me), arrow_threads, blob)
+            self.proc = _Forked(_fork(theirs, mine, others, args))
+        else:
+            code = "from datamill.loader.procs import _main; _main()"
+            argv = [str(theirs.fileno()), str(me), _start_time(me) or "", str(arrow_threads)]
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, *argv], pass_fds=[theirs.fileno()], close_fds=True
+            )
+        theirs.close()  # the worker holds the only other end: its death is an EOF here
+        self.conn = Connection(mine.detach())
+        if _START != "fork":
+            self.conn.send_bytes(blob)
+        self.pid: int = self.proc.pid
+        self.files: list[Any] = []
+        self.maps: dict[int, mmap.mmap] = {}
+
+    def open_slots(self, fds: list[int]) -> bool:
+        """Open the worker's slots through ``/proc/PID/fd`` (kept open: a batch handed over stays
+        readable after the worker died); ``False`` when they cannot be opened."""
+        try:
+            self.files = [open(f"/proc/{self.pid}/fd/{fd}", "rb") for fd in fds]  # noqa: SIM115
+        except OSError:
+            self.files = []
+        return bool(self.files)
+
+    def mapping(self, slot: int, size: int) -> mmap.mmap:
+        """A read-only mapping of slot ``slot`` (kept; mapped again once the slot grew)."""
+        m = self.maps.get(slot)
+        if m is None or len(m) < size:
+            if m is not None:
+                m.close()
+            m = self.maps[slot] = mmap.mmap(self.files[slot].fileno(), size, prot=mmap.PROT_READ)
+        return m
+
+    def close(self) -> None:
+        try:
+            self.conn.send(("stop",))
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=2.0)
+        self.conn.close()
+        for m in self.maps.values():
+            m.close()
+        self.maps.clear()
+        for f in self.files:
+            f.close()
+        self.files = []
+
+
+def _shutdown(handles: list[_Handle]) -> None:
+    for h in handles:
+        h.close()
+    handles.clear()
+
+
+def _assemblers(service: Any) -> int:
+    """A worker's assembling threads: at least one, so the next batch is assembled while the worker
+    collates and hands over this one."""
+    return max(1, int(service.num_workers))
+
+
+def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
+    """Whether the workers collate (``"numpy"``/``"torch"``: the built-in collates, whose arrays
+    cross as they are) or the trainer does (``None``), and whether to pin."""
+    if collate is collate_numpy:
+        return "numpy", False
+    if collate is collate_torch:
+        return "torch", False
+    if (
+        isinstance(collate, functools.partial)
+        and collate.func is collate_torch
+        and not collate.args
+        and set(collate.keywords) <= {"pin_memory"}
+    ):
+        return "torch", bool(collate.keywords.get("pin_memory", False))
+    return None, False
+
+
+class ProcessBuilds:
+    """``processes`` worker processes building ``service``'s batches (see the module docstring).
+
+    The workers start on the first :meth:`build` and stop with :meth:`close` (or when this object
+    is collected, or the trainer exits).
+
+    Args:
+        service: the loader's service; the workers build with a copy collating to Arrow, the
+            trainer applies ``service.collate_fn`` to each batch (``filter``, ``transform`` and the
+            source must pickle).
+        processes: worker processes (>= 1).
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> from datamill.loader.service import BatchService
+        >>> svc = BatchService(TableSource(pa.table({"x": list(range(10))}), shard_size=3),
+        ...                    batch_size=4, seed=1)
+        >>> builds = ProcessBuilds(svc, 2)
+        >>> [r.output["x"].tolist() for r in builds.build(0, 0, [0, 1, 2])] == [
+        ...     r.output["x"].tolist() for r in svc.build(0, 0, [0, 1, 2])]
+        True
+        >>> builds.close()
+    """
+
+    def __init__(self, service: Any, processes: int) -> None:
+        self.processes = int(processes)
+        self.collate: Callable[[pa.Table], Any] = service.collate_fn
+        self.mode, self.pin = _mode(self.collate)
+        try:
+            self._blob = pickle.dumps(
+                (service.replace(collate="arrow", num_workers=_assemblers(service)), self.mode)
+            )
+        except Exception as exc:
+            raise ConfigError(
+                f"Workers(processes={processes}) sends the source, filter and transform to its "
+                f"worker processes, but they do not pickle: {type(exc).__name__}: {exc}",
+                hint="use module-level functions for filter/transform, or Workers(threads=N)",
+            ) from exc
+        self._handles: list[_Handle] = []
+        self._gen = 0
+        self._finalizer = weakref.finalize(self, _shutdown, self._handles)
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("ProcessBuilds does not pickle (its worker processes stay here)")
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids (empty before the first build)."""
+        return [h.pid for h in self._handles]
+
+    def _start(self) -> None:
+        threads = max(1, _cores() // self.processes)
+        for w in range(self.processes):
+            others = [h.conn.fileno() for h in self._handles]
+            self._handles.append(_Handle(w, self._blob, threads, others))
+        for h in self._handles:
+            msg = self._recv(h, None, None)
+            if not h.open_slots(list(msg[2])):
+                h.conn.send(("pipe",))
+
+    def _recv(self, h: _Handle, batch: int | None, epoch: int | None) -> tuple[Any, ...]:
+        try:
+            return tuple(h.conn.recv())
+        except (EOFError, OSError):
+            try:
+                h.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            what = "starting" if batch is None else f"building batch {batch} of epoch {epoch}"
+            raise WorkerError(
+                f"loader worker process {h.index} of {self.processes} (pid {h.pid}) exited with "
+                f"code {h.proc.returncode} while {what}",
+                hint="a worker was killed (kill -9, out of memory?): create the Loader again and "
+                "resume from its last state_dict()",
+            ) from None
+
+    def build(
+        self,
+        epoch: int,
+        rank: int,
+        batches: Sequence[int],
+        *,
+        world_size: int = 1,
+        elastic: Elastic = (),
+        replication: int = 1,
+    ) -> Generator[BatchResult, None, None]:
+        """:meth:`BatchService.build <datamill.loader.service.BatchService.build>` in the workers:
+        the same results, in order, collated here."""
+        if not self._handles:
+            self._start()
+        self._gen += 1
+        gen, todo, n = self._gen, [int(b) for b in batches], len(self._handles)
+        for w, h in enumerate(self._handles):
+            h.conn.send(
+                ("build", gen, int(epoch), int(rank), todo[w::n], world_size, elastic, replication)
+            )
+        done = False
+        try:
+            for i, b in enumerate(todo):
+                yield self._take(self._handles[i % n], gen, b, int(epoch), int(rank))
+            done = True
+        finally:
+            if not done:
+                for h in self._handles:
+                    try:
+                        h.conn.send(("cancel", gen))
+                    except OSError:
+                        pass
+
+    def _take(self, h: _Handle, gen: int, batch: int, epoch: int, rank: int) -> BatchResult:
+        """Worker ``h``'s next batch of build ``gen`` (older builds' batches are dropped)."""
+        while True:
+            msg = self._recv(h, batch, epoch)
+            if msg[1] != gen:  # an abandoned build's: free its slot
+                if msg[0] == "batch" and msg[3] is not None:
+                    h.conn.send(("free", msg[3]))
+                continue
+            if msg[0] == "error":
+                raise msg[2]
+            break
+        _, _, got, slot, data, meta, layout = msg
+        if slot is None:
+            buf = pa.py_buffer(data)
+        else:
+            n, size = data
+            buf = pa.allocate_buffer(n)
+            pa.FixedSizeBufferWriter(buf).write(pa.py_buffer(h.mapping(slot, size))[:n])
+            h.conn.send(("free", slot))
+        has_output, read, filtered, failed, yielded, shards, in_memory, peak = meta
+        table = None if layout is not None else pa.ipc.open_stream(buf).read_all()
+        output: Any
+        if layout is not None:  # collated in the worker
+            arrays = _unpack(buf, layout)
+            output = arrays if self.mode == "numpy" else to_torch(arrays, pin_memory=self.pin)
+        else:
+            output = self.collate(table) if has_output else None
+        return BatchResult(
+            got,
+            output,
+            None if has_output else table,
+            read,
+            filtered,
+            failed,
+            yielded,
+            epoch=epoch,
+            rank=rank,
+            shards_read=shards,
+            shards_in_memory=in_memory,
+            peak_shards_in_memory=peak,
+        )
+
+    def close(self) -> None:
+        """Stop the workers (they start again on the next build)."""
+        _shutdown(self._handles)

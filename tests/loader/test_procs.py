@@ -1,0 +1,176 @@
+"""``Workers(processes=N)``: the same batches as in process, resumable, and no process left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from datamill.core.errors import ConfigError
+from datamill.core.source import TableSource
+from datamill.loader import Batching, Loader, Workers
+from datamill.loader.procs import WorkerError
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _source(n: int = 3000) -> TableSource:
+    rng = np.random.default_rng(0)
+    blobs = [rng.bytes(int(k)) for k in rng.integers(0, 64, n)]
+    tokens = [list(range(int(k))) for k in rng.integers(0, 9, n)]
+    table = pa.table(
+        {
+            "uid": np.arange(n),
+            "x": rng.random(n).astype(np.float32),
+            "blob": pa.array(blobs, pa.binary()),
+            "tokens": pa.array(tokens, pa.list_(pa.int32())),
+        }
+    )
+    return TableSource(table, shard_size=250)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, pa.Table):
+        return bool(a.equals(b))
+    assert a.keys() == b.keys()
+    assert all(type(a[k]) is type(b[k]) and a[k].dtype == b[k].dtype for k in a)
+    return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie left to an init that does not reap counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def _wait_for(cond: Any, *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("collate", "processes"), [("numpy", 2), ("arrow", 1), ("torch", 2)])
+def test_same_batches_as_in_process_over_two_epochs(collate: str, processes: int) -> None:
+    if collate == "torch":
+        pytest.importorskip("torch")
+    src = _source()
+    kw: dict[str, Any] = {"seed": 7, "collate": collate, "batching": Batching(window=3)}
+    here = Loader(src, 64, **kw)
+    there = Loader(src, 64, **kw, workers=Workers(processes=processes, threads=1))
+    for _ in range(2):
+        a, b = list(here), list(there)
+        assert len(a) == len(b) == 47
+        assert all(_same(x, y) for x, y in zip(a, b, strict=True))
+    assert there.stats()["yielded"] == here.stats()["yielded"] == 3000
+    assert there.state_dict() == here.state_dict()
+
+
+def test_workers_started_as_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start where fork is not available (not Linux): the same batches."""
+    from datamill.loader import procs
+
+    monkeypatch.setattr(procs, "_START", "exec")
+    src = _source(1000)
+    there = Loader(src, 100, seed=5, workers=Workers(processes=1))
+    assert [b["uid"].tolist() for b in there] == [
+        b["uid"].tolist() for b in Loader(src, 100, seed=5)
+    ]
+    assert there._procs is not None
+    there._procs.close()
+
+
+def test_resume_mid_epoch_and_a_loop_left_early() -> None:
+    src = _source()
+    here = [b["uid"].tolist() for b in Loader(src, 100, seed=3)]
+    loader = Loader(src, 100, seed=3, workers=Workers(processes=2))
+    it = iter(loader)
+    got = [next(it)["uid"].tolist() for _ in range(5)]
+    state = loader.state_dict()
+    it.close()  # the workers' abandoned batches are dropped by the next iteration
+    got += [b["uid"].tolist() for b in loader]
+    assert got == here
+    resumed = Loader.from_state(src, state, workers=Workers(processes=2))
+    assert [b["uid"].tolist() for b in resumed] == here[5:]
+    assert resumed.state_dict()["epoch"] == 1
+
+
+def test_a_worker_killed_is_a_located_error_not_a_hang() -> None:
+    loader = Loader(_source(20000), 50, seed=1, workers=Workers(processes=2))
+    it = iter(loader)
+    next(it)
+    assert loader._procs is not None
+    victim = loader._procs.pids[1]
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(WorkerError, match=f"worker process 1 of 2 \\(pid {victim}\\).*-9"):
+        for _ in it:
+            pass
+    loader._procs.close()
+
+
+def test_unpicklable_filter_is_refused_up_front() -> None:
+    with pytest.raises(ConfigError, match="do not pickle"):
+        Loader(
+            _source(100),
+            10,
+            batching=Batching(filter=lambda t: t["x"]),  # a lambda does not pickle
+            workers=Workers(processes=1),
+        )
+
+
+_TRAINER = """
+import sys
+import numpy as np, pyarrow as pa
+from datamill.core.source import TableSource
+from datamill.loader import Loader, Workers
+src = TableSource(pa.table({"x": np.arange(100000)}), shard_size=1000)
+loader = Loader(src, 10, workers=Workers(processes=2))
+it = iter(loader)
+next(it)
+print(*loader._procs.pids, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+def test_no_worker_outlives_a_trainer_killed_minus_9() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    with subprocess.Popen(
+        [sys.executable, "-c", _TRAINER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as trainer:
+        try:
+            assert trainer.stdout is not None
+            pids = [int(p) for p in trainer.stdout.readline().split()]
+            assert len(pids) == 2 and not any(_gone(p) for p in pids)
+        finally:
+            trainer.kill()  # SIGKILL: nothing of the trainer runs after it
+            trainer.wait(timeout=30)
+    _wait_for(lambda: all(_gone(p) for p in pids), timeout=20, what="the workers to exit")
+
+
+def test_torch_dataloader_through_the_worker_processes() -> None:
+    torch = pytest.importorskip("torch")
+    from datamill.loader.torch import TorchLoaderDataset
+
+    src = _source()
+    here = Loader(src, 64, seed=2, collate="torch")
+    ds = TorchLoaderDataset(Loader(src, 64, seed=2, collate="torch", workers=Workers(processes=2)))
+    assert ds._procs is not None
+    got = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0))
+    assert all(_same(x, y) for x, y in zip(list(here), got, strict=True))
+    ds._procs.close()
