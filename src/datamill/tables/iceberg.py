@@ -30,6 +30,8 @@ from datamill.tables.common import (
     TableFile,
     location_fs,
     missing_files,
+    pinned_table_url,
+    s3_env_options,
     table_fingerprint,
     vacuumed_error,
 )
@@ -37,6 +39,12 @@ from datamill.tables.common import (
 __all__ = ["IcebergSource", "iceberg_io_properties", "latest_metadata"]
 
 _SEQ = re.compile(r"^v?(\d+)[-.]")
+_ICEBERG_S3 = {
+    "region": "s3.region",
+    "endpoint": "s3.endpoint",
+    "AWS_ACCESS_KEY_ID": "s3.access-key-id",
+    "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
+}
 
 
 def iceberg_io_properties(location: str) -> dict[str, str]:
@@ -46,18 +54,7 @@ def iceberg_io_properties(location: str) -> dict[str, str]:
         >>> iceberg_io_properties("/tmp/wh/db/t")
         {}
     """
-    if scheme_of(location).name != "s3":
-        return {}
-    env = os.environ
-    props = {"s3.region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        props["s3.endpoint"] = endpoint
-    if env.get("AWS_ACCESS_KEY_ID"):
-        props["s3.access-key-id"] = env["AWS_ACCESS_KEY_ID"]
-    if env.get("AWS_SECRET_ACCESS_KEY"):
-        props["s3.secret-access-key"] = env["AWS_SECRET_ACCESS_KEY"]
-    return props
+    return s3_env_options(location, _ICEBERG_S3)
 
 
 def latest_metadata(location: str, fs: pafs.FileSystem, root: str) -> str:
@@ -299,13 +296,7 @@ class IcebergSource(ParquetFilesSource):
     @property
     def pinned_url(self) -> str:
         """A URL that opens this snapshot again (``iceberg:///path?snapshot_id=N``)."""
-        scheme = scheme_of(self.location)
-        where = (
-            f"iceberg+{scheme.name}://{self.location.removeprefix(scheme.prefix)}"
-            if scheme.remote
-            else f"iceberg://{os.path.abspath(self.location)}"
-        )
-        return f"{where}?snapshot_id={self.snapshot_id}"
+        return pinned_table_url("iceberg", self.location, f"snapshot_id={self.snapshot_id}")
 
     def __repr__(self) -> str:
         return (
