@@ -39,6 +39,7 @@ from datamill.core.errors import ConfigError, SchemaError
 
 __all__ = [
     "FixedShards",
+    "SchemaColumns",
     "Source",
     "SourceEntry",
     "TableSource",
@@ -164,6 +165,17 @@ class FixedShards:
         """Rows ``[lo, hi)`` of shard ``index``."""
         lo = int(index) * self.shard_size
         return lo, min(self.num_rows, lo + self.shard_size)
+
+
+class SchemaColumns:
+    """Mixin of a source that keeps its ``schema``: its ``columns`` are the schema's names."""
+
+    schema: pa.Schema
+
+    @property
+    def columns(self) -> list[str]:
+        """The source's columns (its schema's names)."""
+        return list(self.schema.names)
 
 
 class TableSource:

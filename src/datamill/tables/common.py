@@ -49,7 +49,7 @@ from datamill.core.errors import (
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.objstore import ShardFileCache, default_cache_dir
 from datamill.core.parquet import open_parquet
-from datamill.core.source import check_read_args
+from datamill.core.source import SchemaColumns, check_read_args
 from datamill.core.storage import SCHEMES, filesystem_for, scheme_of, storage_error
 
 __all__ = [
@@ -293,7 +293,7 @@ def _nulls_or_constant(value: Any, n: int, typ: pa.DataType, *, constant: bool) 
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), one).cast(typ)
 
 
-class ParquetFilesSource:
+class ParquetFilesSource(SchemaColumns):
     """A snapshot's Parquet data files as shards (see the module docstring); the base of
     :class:`~datamill.tables.DeltaSource` and :class:`~datamill.tables.IcebergSource`.
 
@@ -378,11 +378,6 @@ class ParquetFilesSource:
             raise DataFileError(f"not a readable Parquet file ({exc})", path=f.path) from exc
 
     # ------------------------------------------------------------------ the Source protocol
-    @property
-    def columns(self) -> list[str]:
-        """The snapshot's columns."""
-        return list(self.schema.names)
-
     @property
     def num_shards(self) -> int:
         """Data files (or row groups)."""

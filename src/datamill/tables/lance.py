@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.objstore import default_cache_dir, fetch_input
 from datamill.core.optional import require
-from datamill.core.source import check_read_args
+from datamill.core.source import SchemaColumns, check_read_args
 from datamill.core.storage import filesystem_for, scheme_of, storage_error
 from datamill.tables.common import (
     check_uid_column,
@@ -79,7 +79,7 @@ def _open(location: str, version: int | None) -> Any:
         raise DataFileError(f"cannot open the Lance dataset ({text})", path=location) from exc
 
 
-class LanceSource:
+class LanceSource(SchemaColumns):
     """A Lance dataset at one version (the latest when not given), one shard per fragment.
 
     Args:
@@ -193,11 +193,6 @@ class LanceSource:
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(copy)
             os.replace(tmp, link)
-
-    @property
-    def columns(self) -> list[str]:
-        """The version's columns."""
-        return list(self.schema.names)
 
     @property
     def num_shards(self) -> int:
