@@ -124,8 +124,6 @@ def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
     return (name.rsplit(".", 1)[0] if "." in name else name), path.parent
 
 
-# long (61 lines, 13 of docstring): the docstring documents the plan; the code resolves the config
-# and outputs in order
 def plan(
     config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None,
     dataset: Any,
@@ -149,64 +147,25 @@ def plan(
         >>> p.wanted, p.hdf5_path, p.block_ranges(70_000)
         ({'x': 'float64'}, None, [(0, 65536), (65536, 70000)])
     """
-    applied: dict[str, Any] | None = None
-    if metadata is not None:
-        applied = (
-            metadata.to_dict()
-            if isinstance(metadata, Metadata)
-            else metadata
-            if isinstance(metadata, dict)
-            else read_meta(metadata)
-        )
-        if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
-            raise ConfigError(
-                "the metadata records no config; pass --config",
-                path=display_name(metadata)
-                if isinstance(metadata, (str, os.PathLike))
-                else "<metadata>",
-            )
-        config = applied[HEADER]["config"] if config is None else config
+    config, applied, applied_name = _recorded_config(config, metadata)
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
-
     features = tuple(resolve_features(cfg, cfg_source))
-    if applied is not None:
-        check_applied(
-            applied,
-            features,
-            path=display_name(metadata)
-            if isinstance(metadata, (str, os.PathLike))
-            else "<metadata>",
-        )
     split = None
-    if applied is None:
+    if applied is not None:
+        check_applied(applied, features, path=applied_name)
+    else:
+        _check_balancing(cfg, features, cfg_source)
         split = cfg.preprocessing.split or SplitConfig()  # Ludwig's default: random 0.7/0.1/0.2
         split = None if split.type == "none" else split
-    wanted: dict[str, str] = {}
-    for f in features:
-        t = handler_class(f.type).input_type
-        wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
-    glob = cfg.preprocessing
-    if (
-        applied is None
-        and (glob.oversample_minority or glob.undersample_majority)
-        and not any(f.role == "output" for f in features)
-    ):
-        raise ConfigError(
-            "preprocessing: oversample_minority/undersample_majority balance the classes of the "
-            "first output feature; the config has none",
-            path=cfg_source,
-        )
-    if split is not None and split.split_column is not None:
-        wanted.setdefault(split.split_column, "string")
     optional = tuple(f.column for f in features if applied is not None and f.role == "output")
     in_memory = not isinstance(dataset, (str, os.PathLike))
     p = Plan(
         cfg,
         cfg_source,
         features,
-        wanted,
+        _wanted(features, split),
         split,
         cfg.preprocessing.seed,
         applied,
@@ -216,18 +175,76 @@ def plan(
     )
     if skip_save or (in_memory and output_dir is None):
         return p
+    return _with_outputs(p, dataset, output_dir)
+
+
+def _recorded_config(
+    config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None,
+    metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None,
+) -> tuple[Any, dict[str, Any] | None, str]:
+    """``(config, applied metadata, its name)``: the config is the one ``metadata`` records when
+    ``config`` is None.
+
+    Raises:
+        ConfigError: neither ``config`` nor ``metadata`` holds a config.
+    """
+    name = display_name(metadata) if isinstance(metadata, (str, os.PathLike)) else "<metadata>"
+    if metadata is None:
+        return config, None, name
+    applied = (
+        metadata.to_dict()
+        if isinstance(metadata, Metadata)
+        else metadata
+        if isinstance(metadata, dict)
+        else read_meta(metadata)
+    )
+    if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
+        raise ConfigError("the metadata records no config; pass --config", path=name)
+    return (applied[HEADER]["config"] if config is None else config), applied, name
+
+
+def _wanted(features: tuple[Any, ...], split: SplitConfig | None) -> dict[str, str]:
+    """Input column → the type it is read as (``"raw"``: features of two input types share it)."""
+    wanted: dict[str, str] = {}
+    for f in features:
+        t = handler_class(f.type).input_type
+        wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
+    if split is not None and split.split_column is not None:
+        wanted.setdefault(split.split_column, "string")
+    return wanted
+
+
+def _check_balancing(
+    cfg: PreprocessConfig, features: tuple[Any, ...], cfg_source: str | None
+) -> None:
+    """Class balancing needs an output feature (its classes are balanced)."""
+    glob = cfg.preprocessing
+    if (glob.oversample_minority or glob.undersample_majority) and not any(
+        f.role == "output" for f in features
+    ):
+        raise ConfigError(
+            "preprocessing: oversample_minority/undersample_majority balance the classes of the "
+            "first output feature; the config has none",
+            path=cfg_source,
+        )
+
+
+def _with_outputs(p: Plan, dataset: Any, output_dir: str | os.PathLike[str] | None) -> Plan:
+    """``p`` with its fingerprint and output paths (beside the input, or in ``output_dir``)."""
     fp_input = _input_fingerprint(dataset)
+    applied = p.applied
     fp = chain(
         fp_input,
         TRANSFORM_VERSION,
         {
-            "config": cfg.to_dict(),
+            "config": p.config.to_dict(),
             "version": _version(),
             "metadata": fingerprint_obj({k: v for k, v in applied.items() if k != HEADER})
             if applied
             else None,
         },
     )
+    in_memory = not isinstance(dataset, (str, os.PathLike))
     stem, base = _stem_and_dir(dataset) if not in_memory else ("dataset", Path())
     out_dir = Path(output_dir) if output_dir is not None else base
     return replace(
