@@ -30,7 +30,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
-from functools import partial
+from functools import partial, reduce
 from pathlib import Path
 from typing import Any
 
@@ -285,34 +285,8 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     """
     index, lo, table = item
     n = table.num_rows
-    for column in sorted(
-        {f.column for f in p.features if f.type == "image"}
-    ):  # an empty path is a missing image
-        c = table[column]
-        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
-            blank = pc.equal(pc.utf8_trim_whitespace(c), "")
-            table = table.set_column(
-                table.column_names.index(column),
-                column,
-                pc.if_else(blank, pa.scalar(None, c.type), c),
-            )
-    split = None
-    if p.split is not None:
-        if p.split_state is None:
-            raise ConfigError(
-                "internal: the plan's split is not bound to the input (call pipeline.bind first)"
-            )
-        col = table[p.split.split_column] if p.split.split_column is not None else None
-        split = assign_split(
-            p.split,
-            p.split_state,
-            seed=p.seed,
-            lo=lo,
-            hi=lo + n,
-            column=col,
-            path=origin.path,
-            line_offset=origin.line_offset,
-        )
+    table = _blank_images_missing(p, table)
+    split = _block_split(p, origin, lo, table)
     rows = None
     drop = list(
         dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row")
@@ -342,6 +316,41 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
         for f in p.features
     }
     return Block(index, lo, table.num_rows, columns, split, rows, origin)
+
+
+def _blank_images_missing(p: Plan, table: pa.Table) -> pa.Table:
+    """``table`` with its blank image paths null: an empty path is a missing image."""
+    for column in sorted({f.column for f in p.features if f.type == "image"}):
+        c = table[column]
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            blank = pc.equal(pc.utf8_trim_whitespace(c), "")
+            table = table.set_column(
+                table.column_names.index(column),
+                column,
+                pc.if_else(blank, pa.scalar(None, c.type), c),
+            )
+    return table
+
+
+def _block_split(p: Plan, origin: Origin, lo: int, table: pa.Table) -> NDArray[np.int8] | None:
+    """The split of each row of the block whose first row is ``lo`` (None: no split)."""
+    if p.split is None:
+        return None
+    if p.split_state is None:
+        raise ConfigError(
+            "internal: the plan's split is not bound to the input (call pipeline.bind first)"
+        )
+    col = table[p.split.split_column] if p.split.split_column is not None else None
+    return assign_split(
+        p.split,
+        p.split_state,
+        seed=p.seed,
+        lo=lo,
+        hi=lo + table.num_rows,
+        column=col,
+        path=origin.path,
+        line_offset=origin.line_offset,
+    )
 
 
 def _missing_features(p: Plan) -> list[ResolvedFeature]:
@@ -399,6 +408,35 @@ def _fit_block(
     return stats, tokens
 
 
+def _fill_value(p: Plan, f: ResolvedFeature, h: FeatureHandler, merged: MissingStats) -> Any:
+    """The fill of ``f``'s missing values: the applied metadata's, else fitted (``merged``).
+
+    Raises:
+        ConfigError: the strategy cannot fill (the feature named).
+    """
+    if p.applied is not None:
+        return p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
+    try:
+        return h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+    except ConfigError as exc:
+        if exc.column is not None:
+            raise
+        raise ConfigError(
+            f"{f.where}: {exc.msg}",
+            path=p.config_source,
+            column=f.name,
+            hint=exc.hint or f"set {f.where}.preprocessing.fill_value",
+        ) from exc
+
+
+def _split_counts(blocks: list[Block]) -> NDArray[np.int64]:
+    """Rows of each split in the blocks."""
+    counts = np.zeros(len(SPLIT_NAMES), np.int64)
+    for b in blocks:
+        counts += np.bincount(b.split, minlength=len(SPLIT_NAMES))[: len(SPLIT_NAMES)]  # type: ignore[arg-type]
+    return counts
+
+
 def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool = True) -> Stats:
     """Fit every feature on the blocks' fit rows (nothing but the missing-value pass when metadata
     is applied).
@@ -427,33 +465,11 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
     for f in p.features:
         h = handler_class(f.type)()
         parts = [b.get(f.name, MissingStats()) for b in per_block]
-        merged = parts[0]
-        for s in parts[1:]:
-            merged = merged.merge(s)
-        if p.applied is not None:
-            fills[f.name] = p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
-        else:
-            try:
-                fills[f.name] = h.finalize_missing(
-                    merged, f.missing_value_strategy, f.fill_value, f.params
-                )
-            except ConfigError as exc:
-                if exc.column is not None:
-                    raise
-                raise ConfigError(
-                    f"{f.where}: {exc.msg}",
-                    path=p.config_source,
-                    column=f.name,
-                    hint=exc.hint or f"set {f.where}.preprocessing.fill_value",
-                ) from exc
+        fills[f.name] = _fill_value(p, f, h, reduce(MissingStats.merge, parts))
         if f.missing_value_strategy in ("bfill", "ffill"):
             for i, c in enumerate(carries(parts)):
                 block_carries[i][f.name] = c
-    counts = None
-    if p.split is not None:
-        counts = np.zeros(len(SPLIT_NAMES), np.int64)
-        for b in blocks:
-            counts += np.bincount(b.split, minlength=len(SPLIT_NAMES))[: len(SPLIT_NAMES)]  # type: ignore[arg-type]
+    counts = _split_counts(blocks) if p.split is not None else None
     stats = Stats(
         sum(b.num_rows for b in blocks),
         blocks[0].origin,

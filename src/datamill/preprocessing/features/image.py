@@ -143,6 +143,12 @@ def _load(
     return arr.reshape(h, w, c)
 
 
+def _usual_channels(sample: NDArray[np.int64]) -> int:
+    """The channels most of the sampled images have: 1 or 4 when more than half do, else 3."""
+    counts = {k: int((sample[:, 2] == k).sum()) for k in (1, 4)}
+    return next((k for k, v in counts.items() if v > len(sample) / 2), 3)
+
+
 class Handler(FeatureHandler):
     """Image feature handler.
 
@@ -206,12 +212,7 @@ class Handler(FeatureHandler):
             )
         h = params.height or min(round(float(sample[:, 0].mean())), params.infer_image_max_height)
         w = params.width or min(round(float(sample[:, 1].mean())), params.infer_image_max_width)
-        c: int
-        if params.num_channels is not None:
-            c = params.num_channels
-        else:
-            counts = {k: int((sample[:, 2] == k).sum()) for k in (1, 4)}
-            c = next((k for k, v in counts.items() if v > len(sample) / 2), 3)
+        c = params.num_channels if params.num_channels is not None else _usual_channels(sample)
         if params.standardize_image is not None and c != 3:
             raise ConfigError(
                 f"feature {ctx.name!r}: standardize_image {params.standardize_image} needs 3 "
