@@ -16,7 +16,6 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import UNK
 from datamill.preprocessing.features import set_
-from datamill.preprocessing.features.base import COMMON_STRATEGIES
 from datamill.preprocessing.features.set_ import LUDWIG_SPECIALS, RaggedStats, SetParams
 from datamill.vocab import Vocab
 
@@ -42,10 +41,6 @@ class Handler(set_.Handler):
 
     type_name: ClassVar[str] = "bag"
     Params: ClassVar[builtins.type[BagParams]] = BagParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
-    fill_value: ClassVar[Any] = UNK
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "bag"
     dtype: ClassVar[builtins.type[np.generic]] = np.float32
 

@@ -41,6 +41,7 @@ __all__ = [
     "FeatureContext",
     "FeatureHandler",
     "Params",
+    "StringFeatureHandler",
     "int_type",
 ]
 
@@ -251,3 +252,13 @@ class FeatureHandler(ABC):
     ) -> dict[str, NDArray[Any] | CSR]:
         """Output key → array (first dimension = rows) or :class:`CSR`; ``column`` or its
         :meth:`tokens`."""
+
+
+class StringFeatureHandler(FeatureHandler):
+    """A type read as strings whose missing values Ludwig fills with a constant by default, and
+    that accepts the :data:`COMMON_STRATEGIES` (what most types are); a subclass declares the rest.
+    """
+
+    input_type: ClassVar[str] = "string"
+    missing_value_strategy: ClassVar[str] = "fill_with_const"
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES

@@ -24,10 +24,9 @@ from numpy.typing import NDArray
 from datamill.core.errors import DataFileError
 from datamill.preprocessing.dates import parse_datetimes
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -52,15 +51,12 @@ class DateParams(BaseParams):
     datetime_format: str | None = None
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Date feature handler."""
 
     type_name: ClassVar[str] = "date"
     Params: ClassVar[builtins.type[DateParams]] = DateParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "date"
 
     def fit(self, column: pa.Array, params: DateParams, ctx: FeatureContext) -> int:

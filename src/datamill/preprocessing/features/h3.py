@@ -25,10 +25,9 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DataFileError
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -122,7 +121,7 @@ def _as_uint64(column: pa.Array, ctx: FeatureContext) -> NDArray[np.uint64]:
     return np.asarray(ints.to_numpy(zero_copy_only=False)).astype(np.uint64)
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):  # read as strings: a 64-bit index does not survive float64
     """H3 feature handler.
 
     Examples:
@@ -134,10 +133,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "h3"
     Params: ClassVar[builtins.type[H3Params]] = H3Params
-    input_type: ClassVar[str] = "string"  # a 64-bit index does not survive float64
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = DEFAULT_FILL
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "h3"
 
     def fit(self, column: pa.Array, params: H3Params, ctx: FeatureContext) -> None:

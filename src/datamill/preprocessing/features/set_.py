@@ -38,10 +38,9 @@ from datamill.core.constants import PAD, UNK
 LUDWIG_SPECIALS = ("<EOS>", "<SOS>", PAD, UNK)
 from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab
@@ -88,7 +87,7 @@ def fit_tokens(rag: Ragged) -> RaggedStats:
     return RaggedStats(rag.count(), longest, len(rag))
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Set feature handler (bag subclasses it with float32 frequencies).
 
     Examples:
@@ -106,10 +105,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "set"
     Params: ClassVar[builtins.type[SetParams]] = SetParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = UNK
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "set"
     dtype: ClassVar[builtins.type[np.generic]] = np.int8
     size_key: ClassVar[str] = "max_set_size"

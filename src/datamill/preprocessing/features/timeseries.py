@@ -24,10 +24,9 @@ from datamill.core.errors import DataFileError
 from datamill.core.ragged import pad
 from datamill.preprocessing.features._ragged import Ragged, row_selection, split_tokens
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -80,7 +79,7 @@ def parse_numbers(
     return values.astype(np.float32), rag
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Timeseries feature handler.
 
     Examples:
@@ -95,10 +94,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "timeseries"
     Params: ClassVar[builtins.type[TimeseriesParams]] = TimeseriesParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "timeseries"
 
     def tokens(

@@ -20,10 +20,9 @@ from pydantic import Field
 
 from datamill.core.errors import DataFileError
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -64,15 +63,12 @@ def _split(column: pa.Array, ctx: FeatureContext) -> tuple[pa.Array, NDArray[np.
     return values, lengths
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Vector feature handler."""
 
     type_name: ClassVar[str] = "vector"
     Params: ClassVar[builtins.type[VectorParams]] = VectorParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "vector"
 
     def fit(self, column: pa.Array, params: VectorParams, ctx: FeatureContext) -> int:
