@@ -30,7 +30,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from datamill.core.errors import ConfigError
+from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.ragged import smallest_int_dtype
 from datamill.preprocessing.missing import MissingStats
 
@@ -108,6 +108,14 @@ class FeatureContext:
         if self.line_offset is not None:
             return {"line": self.line_offset + row}
         return {"row": row}
+
+    def error(
+        self, msg: str, *, index: int | None = None, hint: str | None = None
+    ) -> DataFileError:
+        """A :class:`~datamill.core.errors.DataFileError` naming the column's file, the column and
+        (``index`` given) the location of block-local row ``index``."""
+        where = self.location(index) if index is not None else {}
+        return DataFileError(msg, path=self.path, column=self.column, hint=hint, **where)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.errors import DataFileError
 from datamill.preprocessing.dates import parse_datetimes
 from datamill.preprocessing.features.base import (
     CSR,
@@ -78,11 +77,9 @@ class Handler(StringFeatureHandler):
         try:
             t = parse_datetimes(column, params.datetime_format, errors="raise")
         except ValueError as exc:
-            raise DataFileError(
+            raise ctx.error(
                 str(exc.args[0]),
-                path=ctx.path,
-                column=ctx.column,
-                **ctx.location(exc.args[1]),
+                index=exc.args[1],
                 hint="set preprocessing.datetime_format (a strptime format) for this column",
             ) from exc
         out = np.zeros((len(column), len(DATE_COMPONENTS)), np.int32)

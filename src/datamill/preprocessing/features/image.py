@@ -29,7 +29,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from pydantic import Field
 
-from datamill.core.errors import ConfigError, DataFileError
+from datamill.core.errors import ConfigError
 from datamill.preprocessing.features._ragged import to_string_array
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
@@ -92,29 +92,23 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
         with Image.open(path) as img:  # leaving the block closes the file, the loaded pixels stay
             img.load()
     except FileNotFoundError as exc:
-        raise DataFileError(
+        raise ctx.error(
             f"image file not found: {path}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(index),
+            index=index,
             hint="image paths are relative to the dataset file",
         ) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise DataFileError(
+        raise ctx.error(
             f"image {path} is too large to decode safely: {exc}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(index),
+            index=index,
             hint="if the image is genuine, raise the limit: `datamill preprocess "
             "--max-image-pixels N` "
             "(in Python: PIL.Image.MAX_IMAGE_PIXELS = N)",
         ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise DataFileError(
+        raise ctx.error(
             f"cannot decode image {path}: {exc}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(index),
+            index=index,
             hint="replace or remove the corrupt image",
         ) from exc
     return img
