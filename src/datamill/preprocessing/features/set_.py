@@ -135,7 +135,7 @@ class Handler(StringFeatureHandler):
         return a.merge(b)
 
     def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
-        """Ludwig 0.17's set vocabulary: the most frequent tokens, ``<UNK>`` moved to id 3."""
+        """Ludwig 0.17's vocabulary: the most frequent tokens laid out by :meth:`_ludwig_layout`."""
         plain = Vocab.from_counts(
             stats.counts,
             min_freq=params.min_frequency,
@@ -143,13 +143,14 @@ class Handler(StringFeatureHandler):
             specials=(),
             unk_token=None,
         )
-        tokens = [t for t in plain.idx2str if t != UNK]
-        return Vocab(
-            [*tokens[:3], UNK, *tokens[3:]],
-            str2freq=stats.counts.as_dict(),
-            unk_token=UNK,
-            specials=[UNK],
-        )
+        tokens, specials = self._ludwig_layout(list(plain.idx2str))
+        return Vocab(tokens, str2freq=stats.counts.as_dict(), unk_token=UNK, specials=specials)
+
+    def _ludwig_layout(self, frequent: list[str]) -> tuple[list[str], list[str]]:
+        """Ludwig 0.17's set vocabulary (and its specials): the most frequent tokens, ``<UNK>``
+        moved to id 3."""
+        tokens = [t for t in frequent if t != UNK]
+        return [*tokens[:3], UNK, *tokens[3:]], [UNK]
 
     def finalize(
         self, stats: RaggedStats, params: SetParams, ctx: FeatureContext
