@@ -183,6 +183,31 @@ def _plan(tbl: Any, snapshot_id: int, fs: pafs.FileSystem, location: str) -> lis
     return files
 
 
+def _snapshot(tbl: Any, snapshot_id: int | None, location: str) -> Any:
+    """Snapshot ``snapshot_id`` of the table (None: the current one).
+
+    Raises:
+        DataFileError: the table has no snapshot yet.
+        DataFileNotFoundError: the snapshot was expired (or never existed).
+    """
+    if snapshot_id is None:
+        snap = tbl.current_snapshot()
+        if snap is None:
+            raise DataFileError("the Iceberg table has no snapshot yet (empty)", path=location)
+    else:
+        snap = tbl.snapshot_by_id(int(snapshot_id))
+        if snap is None:
+            raise DataFileNotFoundError(
+                f"Iceberg snapshot {snapshot_id} is not in the table's metadata: it was "
+                "expired or never existed",
+                path=location,
+                shard=f"snapshot {snapshot_id}",
+                hint="resume from a snapshot that was not expired "
+                f"(present: {[s.snapshot_id for s in tbl.snapshots()][-5:]})",
+            )
+    return snap
+
+
 class IcebergSource(ParquetFilesSource):
     """An Apache Iceberg table at one snapshot (the current one when not given), one shard per
     data file.
@@ -244,21 +269,7 @@ class IcebergSource(ParquetFilesSource):
             location = tbl.metadata.location
             location = _fs_path(location) if location.startswith("file:") else location
         assert location is not None
-        if snapshot_id is None:
-            snap = tbl.current_snapshot()
-            if snap is None:
-                raise DataFileError("the Iceberg table has no snapshot yet (empty)", path=location)
-        else:
-            snap = tbl.snapshot_by_id(int(snapshot_id))
-            if snap is None:
-                raise DataFileNotFoundError(
-                    f"Iceberg snapshot {snapshot_id} is not in the table's metadata: it was "
-                    "expired or never existed",
-                    path=location,
-                    shard=f"snapshot {snapshot_id}",
-                    hint="resume from a snapshot that was not expired "
-                    f"(present: {[s.snapshot_id for s in tbl.snapshots()][-5:]})",
-                )
+        snap = _snapshot(tbl, snapshot_id, location)
         self.snapshot_id: int = int(snap.snapshot_id)
         self.version = self.snapshot_id
         schema_id = snap.schema_id if snap.schema_id is not None else tbl.metadata.current_schema_id
