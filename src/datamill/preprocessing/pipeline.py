@@ -610,25 +610,30 @@ def _transform_item(
     return transform(p, block, meta, carry=carry, tokens=tokens)
 
 
+def _warn_inf(f: ResolvedFeature, blocks: list[Block], name: str) -> None:
+    """Warn when the zscore-normalized number feature ``f`` meets inf (for
+    :func:`warn_dubious_rows`'s caller)."""
+    infs = sum(
+        int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0)
+        for b in blocks
+        if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type)
+    )
+    if infs:
+        warnings.warn(
+            f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
+            "inf (the statistics skip them); clip them or mark them missing",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | None) -> None:
     """Warn (once each) when ``drop_row`` removed every row, the split gave no training rows, or
     zscore meets inf."""
     name = name or "<table>"
     for f in p.features:
         if f.type == "number" and getattr(f.params, "normalization", None) == "zscore":
-            infs = sum(
-                int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0)
-                for b in blocks
-                if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type)
-            )
-            if infs:
-                warnings.warn(
-                    f'{name}, column "{f.column}": {infs:,} inf values under zscore '
-                    "normalization stay "
-                    "inf (the statistics skip them); clip them or mark them missing",
-                    UserWarning,
-                    stacklevel=3,
-                )
+            _warn_inf(f, blocks, name)
     kept = sum(b.num_rows for b in blocks)
     if kept == 0:
         cols = sorted({f.column for f in p.features if f.missing_value_strategy == "drop_row"})
