@@ -300,6 +300,39 @@ def _present(
     return {c: t for c, t in wanted.items() if c not in optional or c in available}
 
 
+def _read_csv(
+    source: Any, kind: str, wanted: dict[str, str], optional: tuple[str, ...]
+) -> pa.Table:
+    """The wanted columns of a CSV/TSV file: numbers as float64 on the fast path, else strings.
+
+    Raises:
+        SchemaError: a wanted column is not in the header.
+    """
+    path, member = split_member(source)
+    name = display_name(source)
+    header = _header(source, kind)
+    wanted = _present(wanted, optional, header)
+    if header and any(h.strip() for h in header):
+        for c in wanted:
+            if c not in header:
+                raise _missing(c, header, name)
+    types = {
+        c: (pa.float64() if t == "float64" else pa.string())
+        for c, t in wanted.items()
+        if t != "raw"
+    }
+    table = _fast_csv(path, member, kind, list(wanted), types)
+    if table is None:  # anything unusual: the foundation reader raises the located error
+        table = read_table(
+            source,
+            fmt=kind,
+            columns=list(wanted),
+            column_types={c: pa.string() for c, t in wanted.items() if t != "raw"},
+        )
+        table = _pandas_nulls(table)  # number columns are cast (with located errors) block by block
+    return table
+
+
 def _read_file(
     source: Any, wanted: dict[str, str], optional: tuple[str, ...] = (), fmt: str | None = None
 ) -> Dataset:
@@ -318,29 +351,7 @@ def _read_file(
         flags=re.IGNORECASE,
     )
     if kind in ("csv", "tsv"):
-        header = _header(source, kind)
-        wanted = _present(wanted, optional, header)
-        if header and any(h.strip() for h in header):
-            for c in wanted:
-                if c not in header:
-                    raise _missing(c, header, name)
-        types = {
-            c: (pa.float64() if t == "float64" else pa.string())
-            for c, t in wanted.items()
-            if t != "raw"
-        }
-        table = _fast_csv(path, member, kind, list(wanted), types)
-        if table is None:  # anything unusual: the foundation reader raises the located error
-            table = read_table(
-                source,
-                fmt=kind,
-                columns=list(wanted),
-                column_types={c: pa.string() for c, t in wanted.items() if t != "raw"},
-            )
-            table = _pandas_nulls(
-                table
-            )  # number columns are cast (with located errors) block by block
-        return Dataset(table, name, base, 2, stem)
+        return Dataset(_read_csv(source, kind, wanted, optional), name, base, 2, stem)
     table = read_extra(source, kind) if extra else read_table(source, fmt=kind)
     wanted = _present(wanted, optional, table.column_names)
     for c in wanted:
