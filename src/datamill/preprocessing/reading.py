@@ -34,7 +34,7 @@ from datamill.core.io import (
     split_member,
 )
 
-__all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset"]  # noqa: RUF022 - Python sorted() order (house rule)
+__all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset", "read_types"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 #: the CSV/TSV cells read as missing: pandas' ``read_csv`` default list (what Ludwig reads CSVs
 # with)
@@ -300,6 +300,18 @@ def _present(
     return {c: t for c, t in wanted.items() if c not in optional or c in available}
 
 
+def read_types(wanted: dict[str, str]) -> dict[str, pa.DataType]:
+    """The Arrow type a CSV column is read as: float64 or string (a ``"raw"`` one is inferred).
+
+    Examples:
+        >>> read_types({"x": "float64", "s": "string", "r": "raw"})
+        {'x': DataType(double), 's': DataType(string)}
+    """
+    return {
+        c: pa.float64() if t == "float64" else pa.string() for c, t in wanted.items() if t != "raw"
+    }
+
+
 def _read_csv(
     source: Any, kind: str, wanted: dict[str, str], optional: tuple[str, ...]
 ) -> pa.Table:
@@ -316,12 +328,7 @@ def _read_csv(
         for c in wanted:
             if c not in header:
                 raise _missing(c, header, name)
-    types = {
-        c: (pa.float64() if t == "float64" else pa.string())
-        for c, t in wanted.items()
-        if t != "raw"
-    }
-    table = _fast_csv(path, member, kind, list(wanted), types)
+    table = _fast_csv(path, member, kind, list(wanted), read_types(wanted))
     if table is None:  # anything unusual: the foundation reader raises the located error
         table = read_table(
             source,
