@@ -108,17 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
     argv, quiet = split_quiet(sys.argv[1:] if argv is None else argv)
-    try:
-        bad = next((a for a in argv if "\x00" in a), None)
-        if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
-            parser.error(f"argument {bad[:40]!r} contains a NUL byte")
-        args = parser.parse_args(argv)
-    except (
-        SystemExit
-    ) as exc:  # a usage error (its one error line is printed) is a status; --help still exits
-        if exc.code == 2:
-            return 2
-        raise
+    args = _parse(parser, argv)
+    if args is None:
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
@@ -146,17 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (
         OSError
     ) as exc:  # a full disk, an unwritable folder or an unusable path met outside the writers
-        from datamill.core.io import as_output_error
-        from datamill.core.output import as_path_error
-
-        err: DatamillError | None = as_output_error(exc, exc.filename or "output") or as_path_error(
-            exc
-        )
-        if err is None:  # an object store's failure not located further in
-            from datamill.core.storage import recognised_error, storage_error
-
-            scheme = recognised_error(exc)
-            err = None if scheme is None else storage_error(exc, exc.filename or scheme.prefix)
+        err = _located_os_error(exc)
         if err is None:
             raise
         print(f"error: {err.one_line()}", file=sys.stderr)
@@ -165,6 +147,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return int(status or 0)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | None:
+    """The parsed arguments; None after a usage error (its one error line is printed)."""
+    try:
+        bad = next((a for a in argv if "\x00" in a), None)
+        if bad is not None:  # only possible in-process (a process argument cannot hold NUL)
+            parser.error(f"argument {bad[:40]!r} contains a NUL byte")
+        return parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error is a status; --help still exits
+        if exc.code == 2:
+            return None
+        raise
+
+
+def _located_os_error(exc: OSError) -> DatamillError | None:
+    """A full disk, an unwritable folder, an unusable path or an object store's failure met
+    outside the writers, as a located error (None: not one of those)."""
+    from datamill.core.io import as_output_error
+    from datamill.core.output import as_path_error
+
+    err: DatamillError | None = as_output_error(exc, exc.filename or "output") or as_path_error(exc)
+    if err is None:  # an object store's failure not located further in
+        from datamill.core.storage import recognised_error, storage_error
+
+        scheme = recognised_error(exc)
+        err = None if scheme is None else storage_error(exc, exc.filename or scheme.prefix)
+    return err
 
 
 class _Terminated(BaseException):

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from datamill.core.checks import check_path
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.source import check_read_args, register_source
+from datamill.core.source import SchemaColumns, check_read_args, register_source
 
 __all__ = ["ParquetSource", "decode_pool", "open_parquet", "tail_hash"]
 
@@ -92,7 +92,7 @@ def tail_hash(path: Path) -> str:
         return xxhash.xxh3_128_hexdigest(f.read())
 
 
-class ParquetSource:
+class ParquetSource(SchemaColumns):
     """A Parquet file, or every ``*.parquet`` file of a folder (sorted by name), as shards.
 
     Args:
@@ -148,10 +148,6 @@ class ParquetSource:
         assert schema is not None
         self.schema = schema
         self._shards = shards
-
-    @property
-    def columns(self) -> list[str]:
-        return list(self.schema.names)
 
     @property
     def num_shards(self) -> int:

@@ -39,6 +39,8 @@ from datamill.core.errors import ConfigError, SchemaError
 
 __all__ = [
     "FixedShards",
+    "FixedShardsSource",
+    "SchemaColumns",
     "Source",
     "SourceEntry",
     "TableSource",
@@ -166,7 +168,34 @@ class FixedShards:
         return lo, min(self.num_rows, lo + self.shard_size)
 
 
-class TableSource:
+class FixedShardsSource:
+    """Mixin of a source cut into :class:`FixedShards` (``self._shards``): its shard count and
+    sizes."""
+
+    _shards: FixedShards
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shards."""
+        return self._shards.num_shards
+
+    def shard_sizes(self) -> NDArray[np.int64]:
+        """Rows per shard (the last may be shorter)."""
+        return self._shards.sizes()
+
+
+class SchemaColumns:
+    """Mixin of a source that keeps its ``schema``: its ``columns`` are the schema's names."""
+
+    schema: pa.Schema
+
+    @property
+    def columns(self) -> list[str]:
+        """The source's columns (its schema's names)."""
+        return list(self.schema.names)
+
+
+class TableSource(FixedShardsSource):
     """An in-memory pyarrow Table cut into shards of ``shard_size`` rows: the simplest Source.
 
     Examples:
@@ -195,13 +224,6 @@ class TableSource:
     @property
     def columns(self) -> list[str]:
         return list(self.table.column_names)
-
-    @property
-    def num_shards(self) -> int:
-        return self._shards.num_shards
-
-    def shard_sizes(self) -> NDArray[np.int64]:
-        return self._shards.sizes()
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
         cols = check_read_args(self, index, columns)

@@ -261,17 +261,9 @@ def _collate(
 ) -> list[dict[str, np.ndarray]]:
     """:func:`collate_numpy_batches`; ``for_torch``: each array over the lease made ready for
     :func:`~datamill.loader.collate.to_torch` before it is cut (see :func:`_for_torch`)."""
-    if binary not in ("offsets", "bytes"):
-        raise ConfigError(f"binary must be 'offsets' or 'bytes', got {binary!r}")
-    if not all(isinstance(b, pa.RecordBatch) for b in batches):
-        raise TypeError("collate_numpy_batches takes pyarrow RecordBatches")
-    if not batches:
+    schema = _lease_schema(batches, binary)
+    if schema is None:
         return []
-    schema = batches[0].schema
-    if not all(b.schema.equals(schema) for b in batches):
-        raise SchemaError(
-            f"the batches of a lease must share one schema; the first is {schema}, others differ"
-        )
     table = pa.Table.from_batches(batches, schema=schema)  # zero-copy: a chunk per batch
     rows = np.fromiter((b.num_rows for b in batches), np.int64, len(batches))
     bounds = _Bounds(rows, for_torch=for_torch)
@@ -287,6 +279,27 @@ def _collate(
     if not cols:
         return [{} for _ in batches]
     return [dict(zip(keys, arrays)) for arrays in zip(*cols)]
+
+
+def _lease_schema(batches: Sequence[pa.RecordBatch], binary: BinaryOutput) -> pa.Schema | None:
+    """The one schema of a lease's record batches (None: no batch).
+
+    Raises:
+        ConfigError: an unknown ``binary``. TypeError: not record batches. SchemaError: the
+            batches' schemas differ.
+    """
+    if binary not in ("offsets", "bytes"):
+        raise ConfigError(f"binary must be 'offsets' or 'bytes', got {binary!r}")
+    if not all(isinstance(b, pa.RecordBatch) for b in batches):
+        raise TypeError("collate_numpy_batches takes pyarrow RecordBatches")
+    if not batches:
+        return None
+    schema = batches[0].schema
+    if not all(b.schema.equals(schema) for b in batches):
+        raise SchemaError(
+            f"the batches of a lease must share one schema; the first is {schema}, others differ"
+        )
+    return schema
 
 
 def collate_torch_batches(

@@ -54,7 +54,7 @@ from datamill.core.objstore import (
     store_error,
 )
 from datamill.core.parquet import open_parquet
-from datamill.core.source import check_read_args
+from datamill.core.source import SchemaColumns, check_read_args
 from datamill.core.storage import filesystem_for, scheme_of
 
 __all__ = [
@@ -109,7 +109,7 @@ def decode_parquet(data: pa.Buffer, columns: Sequence[str] | None) -> pa.Table:
     return open_parquet(pa.BufferReader(data)).read(columns=columns)
 
 
-class RemoteParquetSource:
+class RemoteParquetSource(SchemaColumns):
     """The ``*.parquet`` files under an ``s3://`` prefix (sorted by key, one file = one shard),
     cached locally.
 
@@ -274,11 +274,6 @@ class RemoteParquetSource:
             pafs.FileInfo(p, pafs.FileType.File, mtime_ns=m, size=s) for p, s, m in state["infos"]
         ]
         self.__dict__.update({**state, "infos": infos})
-
-    @property
-    def columns(self) -> list[str]:
-        """The files' columns."""
-        return list(self.schema.names)
 
     @property
     def num_shards(self) -> int:

@@ -82,25 +82,36 @@ class Schedule:
         self.steps: list[int] = []
         self._w: list[list[Fraction]] = []
         for k, item in enumerate(pts):
-            if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[1], Mapping):
-                raise ConfigError(
-                    f"Schedule point {k} must be (step, {{name: weight}}), got {item!r}"
-                )
-            step = check_int(item[0], name=f"Schedule point {k}'s step", low=0, high=None)
-            if (k == 0 and step != 0) or (self.steps and step <= self.steps[-1]):
-                raise ConfigError(
-                    f"Schedule steps must start at 0 and increase, got {[p[0] for p in pts]}"
-                )
-            if sorted(map(str, item[1])) != sorted(self.names):
-                raise ConfigError(
-                    f"Schedule point {k} names {sorted(map(str, item[1]))}, the first names "
-                    f"{sorted(self.names)}; every point must name the same sources"
-                )
-            w = [_frac(item[1][n], f"Schedule point {k}'s weight of {n!r}") for n in self.names]
-            if sum(w) <= 0:
-                raise ConfigError(f"Schedule point {k} has no positive weight")
+            step, w = self._point(k, item, pts)
             self.steps.append(step)
             self._w.append([x / sum(w) for x in w])
+
+    def _point(
+        self, k: int, item: Any, pts: list[tuple[int, Mapping[str, float]]]
+    ) -> tuple[int, list[Fraction]]:
+        """Point ``k``'s step and weights (in :attr:`names` order), checked against the points
+        before it.
+
+        Raises:
+            ConfigError: not ``(step, {name: weight})``, a step out of order, other names, or no
+                positive weight.
+        """
+        if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[1], Mapping):
+            raise ConfigError(f"Schedule point {k} must be (step, {{name: weight}}), got {item!r}")
+        step = check_int(item[0], name=f"Schedule point {k}'s step", low=0, high=None)
+        if (k == 0 and step != 0) or (self.steps and step <= self.steps[-1]):
+            raise ConfigError(
+                f"Schedule steps must start at 0 and increase, got {[p[0] for p in pts]}"
+            )
+        if sorted(map(str, item[1])) != sorted(self.names):
+            raise ConfigError(
+                f"Schedule point {k} names {sorted(map(str, item[1]))}, the first names "
+                f"{sorted(self.names)}; every point must name the same sources"
+            )
+        w = [_frac(item[1][n], f"Schedule point {k}'s weight of {n!r}") for n in self.names]
+        if sum(w) <= 0:
+            raise ConfigError(f"Schedule point {k} has no positive weight")
+        return step, w
 
     def as_dict(self) -> dict[str, Any]:
         """The schedule as JSON (normalised weights as ``"p/q"`` strings)."""

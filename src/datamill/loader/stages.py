@@ -177,21 +177,31 @@ def take_rows(
     rows = [row[m] for m in mine]
     columns: list[pa.Array | pa.ChunkedArray | None] = [None] * len(schema)
     for i, f in enumerate(schema):
-        cols = [p[i] for p in prepared]
-        if any(c is None for c in cols):
-            continue
-        if f.type in _VIEW_OF:
-            columns[i] = _view_take(cast("list[_Views]", cols), mine, rows, table_of, f.type)
-        elif isinstance(cols[0], _Ragged):
-            columns[i] = _ragged_take(cast("list[_Ragged]", cols), mine, rows, len(row), f.type)
-        else:
-            columns[i] = _dense_take(cast("list[_Dense]", cols), mine, rows, len(row), f.type)
+        columns[i] = _gathered([p[i] for p in prepared], mine, rows, table_of, f.type)
     rest = [i for i, c in enumerate(columns) if c is None]
     if rest:
         taken = _grouped_take([t.select(rest) for t in tables], table_of, row)
         for j, i in enumerate(rest):
             columns[i] = taken.column(j)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _gathered(
+    cols: list[Any],
+    mine: list[NDArray[np.int64]],
+    rows: list[NDArray[np.int64]],
+    table_of: NDArray[np.int64],
+    typ: pa.DataType,
+) -> pa.Array | None:
+    """One column of :func:`take_rows` by the gather of its kind (views, ragged lists, numbers),
+    from each table's :func:`_prepared` column; None when a table's column has none."""
+    if any(c is None for c in cols):
+        return None
+    if typ in _VIEW_OF:
+        return _view_take(cast("list[_Views]", cols), mine, rows, table_of, typ)
+    if isinstance(cols[0], _Ragged):
+        return _ragged_take(cast("list[_Ragged]", cols), mine, rows, len(table_of), typ)
+    return _dense_take(cast("list[_Dense]", cols), mine, rows, len(table_of), typ)
 
 
 _VIEW_OF = {
@@ -487,40 +497,69 @@ def process_batch(
     failed: list[tuple[Any, int, BaseException]] = []
     filtered = 0
     if filter is not None:
-        try:
-            keep = _mask_of(filter, table)
-        except ConfigError:
-            raise
-        except Exception:  # noqa: BLE001 - user code: isolate by evaluating each sample alone
-            keep = np.zeros(read, dtype=bool)
-            bad = np.zeros(read, dtype=bool)
-            for i in range(read):
-                try:
-                    keep[i] = bool(_mask_of(filter, table.slice(i, 1))[0])
-                except ConfigError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - recorded, counted against max_errors
-                    bad[i] = True
-                    failed.append((_uid(table, i, int(index[i])), int(index[i]), exc))
-            filtered = int((~keep & ~bad).sum())
-        else:
-            filtered = int((~keep).sum())
-        if not keep.all():
-            sel = np.flatnonzero(keep)
-            table, index = table.take(indices(sel)), index[sel]
+        table, index, filtered = _apply_filter(filter, table, index, failed)
     if transform is not None and table.num_rows:
-        try:
-            table = transform(table)
-        except Exception:  # noqa: BLE001 - user code: isolate by re-running each sample alone
-            good = []
-            for i in range(table.num_rows):
-                try:
-                    good.append(transform(table.slice(i, 1)))
-                except Exception as exc:  # noqa: BLE001 - recorded, counted against max_errors
-                    failed.append((_uid(table, i, int(index[i])), int(index[i]), exc))
-            table = pa.concat_tables(good) if good else table.slice(0, 0)
-        if not isinstance(table, pa.Table):
-            raise ConfigError(f"transform must return a pyarrow Table, got {type(table).__name__}")
+        table = _apply_transform(transform, table, index, failed)
     yielded = table.num_rows
     output = collate(table) if yielded else None
     return BatchResult(batch, output, None if yielded else table, read, filtered, failed, yielded)
+
+
+def _apply_filter(
+    filter: Callable[[pa.Table], Any],
+    table: pa.Table,
+    index: NDArray[np.int64],
+    failed: list[tuple[Any, int, BaseException]],
+) -> tuple[pa.Table, NDArray[np.int64], int]:
+    """The rows ``filter`` keeps, their sample indices and how many it dropped; when it fails on
+    the batch, each sample is evaluated alone and the failing ones are appended to ``failed``."""
+    read = table.num_rows
+    try:
+        keep = _mask_of(filter, table)
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - user code: isolate by evaluating each sample alone
+        keep = np.zeros(read, dtype=bool)
+        bad = np.zeros(read, dtype=bool)
+        for i in range(read):
+            try:
+                keep[i] = bool(_mask_of(filter, table.slice(i, 1))[0])
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - recorded, counted against max_errors
+                bad[i] = True
+                failed.append((_uid(table, i, int(index[i])), int(index[i]), exc))
+        filtered = int((~keep & ~bad).sum())
+    else:
+        filtered = int((~keep).sum())
+    if not keep.all():
+        sel = np.flatnonzero(keep)
+        table, index = table.take(indices(sel)), index[sel]
+    return table, index, filtered
+
+
+def _apply_transform(
+    transform: Callable[[pa.Table], pa.Table],
+    table: pa.Table,
+    index: NDArray[np.int64],
+    failed: list[tuple[Any, int, BaseException]],
+) -> pa.Table:
+    """``transform(table)``; when it fails on the batch, each sample is transformed alone and the
+    failing ones are appended to ``failed``.
+
+    Raises:
+        ConfigError: ``transform`` returned something else than a Table.
+    """
+    try:
+        table = transform(table)
+    except Exception:  # noqa: BLE001 - user code: isolate by re-running each sample alone
+        good = []
+        for i in range(table.num_rows):
+            try:
+                good.append(transform(table.slice(i, 1)))
+            except Exception as exc:  # noqa: BLE001 - recorded, counted against max_errors
+                failed.append((_uid(table, i, int(index[i])), int(index[i]), exc))
+        table = pa.concat_tables(good) if good else table.slice(0, 0)
+    if not isinstance(table, pa.Table):
+        raise ConfigError(f"transform must return a pyarrow Table, got {type(table).__name__}")
+    return table

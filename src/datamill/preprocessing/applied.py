@@ -9,7 +9,8 @@ a ``vocab_size`` that is not the vocabulary's length).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from datamill.core.errors import ConfigError, DataFileError
@@ -71,14 +72,7 @@ def check_applied(
 
 
 def _check_values(m: dict[str, Any], name: str, path: str) -> None:
-    def bad(what: str) -> DataFileError:
-        return DataFileError(
-            what,
-            path=path,
-            column=name,
-            hint="the metadata was edited or damaged; re-create it with `datamill preprocess`",
-        )
-
+    bad = partial(_damaged, path=path, name=name)
     for key in _NUMBER_STATS:
         if (
             key in m
@@ -88,19 +82,35 @@ def _check_values(m: dict[str, Any], name: str, path: str) -> None:
             raise bad(f"{key!r} must be a number, got {m[key]!r}")
     for key, value in m.items():
         if key.endswith("idx2str") and key != "str2idx":
-            if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-                raise bad(f"{key!r} must be a list of strings")
-            prefix = key[: -len("idx2str")]
-            size = m.get(prefix + "vocab_size")
-            if size is not None and (not _is_number(size) or int(size) != len(value)):
-                raise bad(f"{prefix}vocab_size is {size!r} but {key!r} has {len(value)} entries")
-            ids = m.get(prefix + "str2idx")
-            if ids is not None:
-                if not isinstance(ids, dict) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) for i in ids.values()
-                ):
-                    raise bad(f"{prefix}str2idx must map tokens to integer ids")
-                if any(not 0 <= i < len(value) or value[i] != t for t, i in ids.items()):
-                    raise bad(
-                        f"{prefix}str2idx does not match {key!r} (ids out of range or swapped)"
-                    )
+            _check_vocab(m, key, value, bad)
+
+
+def _damaged(what: str, *, path: str, name: str) -> DataFileError:
+    return DataFileError(
+        what,
+        path=path,
+        column=name,
+        hint="the metadata was edited or damaged; re-create it with `datamill preprocess`",
+    )
+
+
+def _check_vocab(
+    m: dict[str, Any], key: str, value: Any, bad: Callable[[str], DataFileError]
+) -> None:
+    """The vocabulary ``m[key]`` (an ``idx2str``) is a list of strings that agrees with its
+    ``vocab_size`` and ``str2idx``."""
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise bad(f"{key!r} must be a list of strings")
+    prefix = key[: -len("idx2str")]
+    size = m.get(prefix + "vocab_size")
+    if size is not None and (not _is_number(size) or int(size) != len(value)):
+        raise bad(f"{prefix}vocab_size is {size!r} but {key!r} has {len(value)} entries")
+    ids = m.get(prefix + "str2idx")
+    if ids is None:
+        return
+    if not isinstance(ids, dict) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in ids.values()
+    ):
+        raise bad(f"{prefix}str2idx must map tokens to integer ids")
+    if any(not 0 <= i < len(value) or value[i] != t for t, i in ids.items()):
+        raise bad(f"{prefix}str2idx does not match {key!r} (ids out of range or swapped)")

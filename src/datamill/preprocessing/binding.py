@@ -23,10 +23,17 @@ from numpy.typing import NDArray
 from datamill.core.fingerprint import chain, fingerprint_obj
 from datamill.core.io import split_member
 from datamill.preprocessing.balance import Balance, fit_balance
+from datamill.preprocessing.config import SplitConfig
 from datamill.preprocessing.formats import read_any
 from datamill.preprocessing.plans import Plan
 from datamill.preprocessing.reading import as_table
-from datamill.preprocessing.split import assign_split, fit_split, sample_cut, sample_mask
+from datamill.preprocessing.split import (
+    SplitState,
+    assign_split,
+    fit_split,
+    sample_cut,
+    sample_mask,
+)
 
 __all__ = ["bind", "pre_columns", "with_image_files"]
 
@@ -56,36 +63,47 @@ def bind(p: Plan, num_rows: int, columns: dict[str, pa.ChunkedArray | pa.Array])
     glob = p.config.preprocessing
     keep = None
     if p.applied is None and (glob.sample_size is not None or glob.sample_ratio < 1):
-        size = (
-            glob.sample_size
-            if glob.sample_size is not None
-            else round(glob.sample_ratio * num_rows)
-        )
-        cut = sample_cut(p.seed, num_rows, size)
-        p = replace(p, sample_cut=cut, sample_rows=num_rows)
-        keep = sample_mask(p.seed, 0, num_rows, cut, num_rows=num_rows) if cut != np.inf else None
+        p, keep = _sample(p, num_rows)
     if p.split is not None:
-        col = p.split.split_column
-        column = (
-            columns.get(col)
-            if col is not None and p.split.type in ("stratify", "datetime")
-            else None
-        )
-        split_keep = keep
-        if (
-            p.split.type == "stratify"
-            and column is not None
-            and any(f.column == col and f.missing_value_strategy == "drop_row" for f in p.features)
-        ):
-            # Ludwig splits after drop_row: a row without a stratify value is not counted in the
-            # sizes
-            present = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
-            split_keep = present if keep is None else keep & present
-        state = fit_split(p.split, seed=p.seed, num_rows=num_rows, column=column, keep=split_keep)
-        p = replace(p, split_state=state)
+        p = replace(p, split_state=_fit_split(p, p.split, num_rows, columns, keep))
     if p.applied is None and (glob.oversample_minority or glob.undersample_majority):
         p = replace(p, balance=_fit_balance(p, num_rows, columns, keep))
     return p
+
+
+def _sample(p: Plan, num_rows: int) -> tuple[Plan, NDArray[np.bool_] | None]:
+    """``p`` with its sample drawn (``sample_size`` or ``sample_ratio`` of the ``num_rows``), and
+    the rows the sample keeps (None: every row)."""
+    glob = p.config.preprocessing
+    size = glob.sample_size if glob.sample_size is not None else round(glob.sample_ratio * num_rows)
+    cut = sample_cut(p.seed, num_rows, size)
+    p = replace(p, sample_cut=cut, sample_rows=num_rows)
+    return p, sample_mask(p.seed, 0, num_rows, cut, num_rows=num_rows) if cut != np.inf else None
+
+
+def _fit_split(
+    p: Plan,
+    split: SplitConfig,
+    num_rows: int,
+    columns: dict[str, pa.ChunkedArray | pa.Array],
+    keep: NDArray[np.bool_] | None,
+) -> SplitState:
+    """The split's first pass over the whole input (``keep``: the sampled rows, None: all)."""
+    col = split.split_column
+    column = (
+        columns.get(col) if col is not None and split.type in ("stratify", "datetime") else None
+    )
+    split_keep = keep
+    if (
+        split.type == "stratify"
+        and column is not None
+        and any(f.column == col and f.missing_value_strategy == "drop_row" for f in p.features)
+    ):
+        # Ludwig splits after drop_row: a row without a stratify value is not counted in the
+        # sizes
+        present = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
+        split_keep = present if keep is None else keep & present
+    return fit_split(split, seed=p.seed, num_rows=num_rows, column=column, keep=split_keep)
 
 
 def _fit_balance(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from datamill.core.checks import Limit
 from datamill.core.cliargs import add_engine, add_overwrite
@@ -17,7 +18,6 @@ MAX_IMAGE_PIXELS = Limit("max_image_pixels", low=1)
 def _cmd(args: argparse.Namespace) -> int:
     from datamill.core.errors import ConfigError
     from datamill.preprocessing.api import preprocess
-    from datamill.preprocessing.summary import format_table, tensor_rows
 
     if args.config is None and args.metadata is None:
         raise ConfigError("--config is required (or --metadata of an earlier run to apply)")
@@ -35,6 +35,21 @@ def _cmd(args: argparse.Namespace) -> int:
             engine_options=options,
             overwrite=args.overwrite,
         )
+    _print_outcome(args, out)
+    if args.check_splits != "off" and out.hdf5_path is not None:
+        from datamill.core.commands import command_handler
+
+        report_splits = command_handler(
+            "report-splits", hint="the split check is datamill.lineage's (`datamill check-splits`)"
+        )
+        report_splits(out.hdf5_path, fail=args.check_splits == "error")
+    return 0
+
+
+def _print_outcome(args: argparse.Namespace, out: Any) -> None:
+    """What ``preprocess`` did: rows, features, fitted/applied/cached, the tensors and files."""
+    from datamill.preprocessing.summary import format_table, tensor_rows
+
     state = (
         "reused cache"
         if out.cached
@@ -59,14 +74,6 @@ def _cmd(args: argparse.Namespace) -> int:
             if not out.cached
             else f"output: {out.hdf5_path}"
         )
-    if args.check_splits != "off" and out.hdf5_path is not None:
-        from datamill.core.commands import command_handler
-
-        report_splits = command_handler(
-            "report-splits", hint="the split check is datamill.lineage's (`datamill check-splits`)"
-        )
-        report_splits(out.hdf5_path, fail=args.check_splits == "error")
-    return 0
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import typing
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from datamill.core.errors import ConfigError
-from datamill.preprocessing.features import FEATURE_TYPES, handler_class, handler_classes
+from datamill.preprocessing.features import (
+    FEATURE_TYPES,
+    FeatureHandler,
+    handler_class,
+    handler_classes,
+)
 from datamill.preprocessing.missing import STRATEGIES
 
 __all__ = [  # noqa: RUF022 - Python sorted() order (house rule)
@@ -118,25 +124,26 @@ def strip_model_keys(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     for section in ("input_features", "output_features"):
         feats = out.get(section)
         if isinstance(feats, list):
-            clean = []
-            for i, f in enumerate(feats):
-                if isinstance(f, dict):
-                    ignored += [
-                        f"{section}[{i}].{k}" for k in f if k in LUDWIG_MODEL_KEYS["feature"]
-                    ]
-                    f = {k: v for k, v in f.items() if k not in LUDWIG_MODEL_KEYS["feature"]}
-                clean.append(f)
-            out[section] = clean
+            out[section] = [
+                _without(f, LUDWIG_MODEL_KEYS["feature"], f"{section}[{i}]", ignored)
+                for i, f in enumerate(feats)
+            ]
     defaults = out.get("defaults")
     if isinstance(defaults, dict):
-        clean_defaults: dict[str, Any] = {}
-        for t, d in defaults.items():
-            if isinstance(d, dict):
-                ignored += [f"defaults.{t}.{k}" for k in d if k in LUDWIG_MODEL_KEYS["defaults"]]
-                d = {k: v for k, v in d.items() if k not in LUDWIG_MODEL_KEYS["defaults"]}
-            clean_defaults[t] = d
-        out["defaults"] = clean_defaults
+        out["defaults"] = {
+            t: _without(d, LUDWIG_MODEL_KEYS["defaults"], f"defaults.{t}", ignored)
+            for t, d in defaults.items()
+        }
     return out, ignored
+
+
+def _without(d: Any, keys: Collection[str], where: str, ignored: list[str]) -> Any:
+    """``d`` without ``keys`` (anything but a dict as it is); the paths ``where.<key>`` of the keys
+    removed are appended to ``ignored``."""
+    if not isinstance(d, dict):
+        return d
+    ignored += [f"{where}.{k}" for k in d if k in keys]
+    return {k: v for k, v in d.items() if k not in keys}
 
 
 class FeatureConfig(BaseModel):
@@ -404,8 +411,43 @@ def load_config(
         raise _from_validation(exc, source) from exc
 
 
-# long (68 lines): one pass over the features, its checks in the order a user's config is read, each
-# raising a located error
+def _missing_values(
+    cls: type[FeatureHandler], role: str, merged: dict[str, Any], where: str, source: str | None
+) -> tuple[str, Any]:
+    """A feature's missing-value strategy and fill value: the configured ones, else its type's
+    defaults for ``role``. A key the type's Params do not have is taken out of ``merged``.
+
+    Raises:
+        ConfigError: an unknown strategy, or one that does not apply to the type.
+    """
+    fields = cls.Params.model_fields
+    strategy = cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
+    fill = cls.default_fill(merged)
+    if "missing_value_strategy" in merged:
+        strategy = (
+            merged["missing_value_strategy"]
+            if "missing_value_strategy" in fields
+            else merged.pop("missing_value_strategy")
+        )
+    if "fill_value" in merged:
+        fill = merged["fill_value"] if "fill_value" in fields else merged.pop("fill_value")
+    if strategy not in STRATEGIES:
+        raise ConfigError(
+            f"{where}.preprocessing.missing_value_strategy: unknown strategy {strategy!r}; "
+            f"valid: {', '.join(STRATEGIES)}",
+            path=source,
+        )
+    if strategy not in cls.strategies:
+        raise ConfigError(
+            f"{where}.preprocessing.missing_value_strategy: {strategy} does not apply to "
+            f"{cls.type_name} features; valid: {', '.join(cls.strategies)}",
+            path=source,
+        )
+    return strategy, fill
+
+
+# one pass over the features, its checks in the order a user's config is read, each raising a
+# located error
 def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[ResolvedFeature]:
     """Validate every feature's ``preprocessing`` against its type's Params model."""
     out: list[ResolvedFeature] = []
@@ -425,9 +467,6 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
                 **(typed.preprocessing if typed else {}),
                 **f.preprocessing,
             }
-            strategy = (
-                cls.missing_value_strategy if role == "input" else cls.output_missing_value_strategy
-            )
             fields = cls.Params.model_fields
             if (
                 glob.layout is not None
@@ -436,27 +475,7 @@ def resolve_features(cfg: PreprocessConfig, source: str | None = None) -> list[R
                 and glob.layout in _layouts(fields["layout"].annotation)
             ):
                 merged["layout"] = glob.layout
-            fill = cls.default_fill(merged)
-            if "missing_value_strategy" in merged:
-                strategy = (
-                    merged["missing_value_strategy"]
-                    if "missing_value_strategy" in fields
-                    else merged.pop("missing_value_strategy")
-                )
-            if "fill_value" in merged:
-                fill = merged["fill_value"] if "fill_value" in fields else merged.pop("fill_value")
-            if strategy not in STRATEGIES:
-                raise ConfigError(
-                    f"{where}.preprocessing.missing_value_strategy: unknown strategy {strategy!r}; "
-                    f"valid: {', '.join(STRATEGIES)}",
-                    path=source,
-                )
-            if strategy not in cls.strategies:
-                raise ConfigError(
-                    f"{where}.preprocessing.missing_value_strategy: {strategy} does not apply to "
-                    f"{f.type} features; valid: {', '.join(cls.strategies)}",
-                    path=source,
-                )
+            strategy, fill = _missing_values(cls, role, merged, where, source)
             cap = glob.global_max_sequence_length
             if cap is not None and "max_sequence_length" in fields:
                 merged["max_sequence_length"] = min(

@@ -29,7 +29,7 @@ from datamill.core.constants import HDF5_SUFFIX
 from datamill.core.errors import DataFileError, DataFileNotFoundError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parquet import tail_hash
-from datamill.core.source import FixedShards, check_read_args, register_source
+from datamill.core.source import FixedShards, FixedShardsSource, check_read_args, register_source
 from datamill.preprocessing.features.base import CSR
 
 if TYPE_CHECKING:
@@ -251,7 +251,7 @@ def read_hdf5(path: str | Path) -> tuple[dict[str, NDArray[Any] | CSR], dict[str
     return out, attrs
 
 
-class HDF5Source:
+class HDF5Source(FixedShardsSource):
     """A preprocessed HDF5 file: each root dataset (or CSR group) a column, row ranges as shards.
 
     Args:
@@ -321,13 +321,6 @@ class HDF5Source:
     @property
     def columns(self) -> list[str]:
         return list(self._columns)
-
-    @property
-    def num_shards(self) -> int:
-        return self._shards.num_shards
-
-    def shard_sizes(self) -> NDArray[np.int64]:
-        return self._shards.sizes()
 
     @staticmethod
     def _to_arrow(data: NDArray[Any]) -> pa.Array:

@@ -69,24 +69,28 @@ def pandas_json(column: pa.Array | pa.ChunkedArray, *, csv: bool) -> pa.Array:
         col = col.cast(pa.string())
     t = col.type
     encoded = pc.dictionary_encode(col)
-    values = encoded.dictionary.to_pylist()
-    texts: list[str]
-    if csv and (pa.types.is_floating(t) or pa.types.is_integer(t)):
-        texts = [
+    numeric = pa.types.is_floating(t) or pa.types.is_integer(t)
+    if (csv or pa.types.is_string(t)) and not (csv and numeric):
+        return pc.fill_null(pc.take(_json_strings(encoded.dictionary), encoded.indices), "NaN")
+    texts = _value_texts(encoded.dictionary, t, csv=csv, nulls=bool(col.null_count))
+    return pc.fill_null(pc.take(pa.array(texts, pa.string()), encoded.indices), "NaN")
+
+
+def _value_texts(dictionary: pa.Array, t: pa.DataType, *, csv: bool, nulls: bool) -> list[str]:
+    """The JSON text of each distinct value of a column of type ``t`` that is not read as strings
+    (``csv``: a number column of a CSV, written back as text; ``nulls``: the column has some)."""
+    values = dictionary.to_pylist()
+    if csv:
+        return [
             json.dumps(str(int(v)) if float(v).is_integer() else repr(float(v))) for v in values
         ]
-    elif csv or pa.types.is_string(t):
-        return pc.fill_null(pc.take(_json_strings(encoded.dictionary), encoded.indices), "NaN")
-    elif pa.types.is_integer(t) and not col.null_count:
-        texts = [str(int(v)) for v in values]
-    elif pa.types.is_integer(t) or pa.types.is_floating(t):
-        texts = [json.dumps(float(v)) for v in values]
-    elif pa.types.is_boolean(t):
-        texts = ["true" if v else "false" for v in values]
-    else:
-        texts = [json.dumps(str(v)) for v in encoded.dictionary.cast(pa.string()).to_pylist()]
-    out = pc.take(pa.array(texts, pa.string()), encoded.indices)
-    return pc.fill_null(out, "NaN")
+    if pa.types.is_integer(t) and not nulls:
+        return [str(int(v)) for v in values]
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return [json.dumps(float(v)) for v in values]
+    if pa.types.is_boolean(t):
+        return ["true" if v else "false" for v in values]
+    return [json.dumps(str(v)) for v in dictionary.cast(pa.string()).to_pylist()]
 
 
 def _json_strings(values: pa.Array) -> pa.Array:

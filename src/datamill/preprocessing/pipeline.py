@@ -30,7 +30,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
-from functools import partial
+from functools import partial, reduce
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,6 @@ def _stem_and_dir(dataset: Any) -> tuple[str, Path]:
     return (name.rsplit(".", 1)[0] if "." in name else name), path.parent
 
 
-# long (61 lines, 13 of docstring): the docstring documents the plan; the code resolves the config
-# and outputs in order
 def plan(
     config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None,
     dataset: Any,
@@ -149,64 +147,25 @@ def plan(
         >>> p.wanted, p.hdf5_path, p.block_ranges(70_000)
         ({'x': 'float64'}, None, [(0, 65536), (65536, 70000)])
     """
-    applied: dict[str, Any] | None = None
-    if metadata is not None:
-        applied = (
-            metadata.to_dict()
-            if isinstance(metadata, Metadata)
-            else metadata
-            if isinstance(metadata, dict)
-            else read_meta(metadata)
-        )
-        if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
-            raise ConfigError(
-                "the metadata records no config; pass --config",
-                path=display_name(metadata)
-                if isinstance(metadata, (str, os.PathLike))
-                else "<metadata>",
-            )
-        config = applied[HEADER]["config"] if config is None else config
+    config, applied, applied_name = _recorded_config(config, metadata)
     if config is None:
         raise ConfigError("a config is required (or metadata= of an earlier run)")
     cfg, cfg_source = load_config(config)
-
     features = tuple(resolve_features(cfg, cfg_source))
-    if applied is not None:
-        check_applied(
-            applied,
-            features,
-            path=display_name(metadata)
-            if isinstance(metadata, (str, os.PathLike))
-            else "<metadata>",
-        )
     split = None
-    if applied is None:
+    if applied is not None:
+        check_applied(applied, features, path=applied_name)
+    else:
+        _check_balancing(cfg, features, cfg_source)
         split = cfg.preprocessing.split or SplitConfig()  # Ludwig's default: random 0.7/0.1/0.2
         split = None if split.type == "none" else split
-    wanted: dict[str, str] = {}
-    for f in features:
-        t = handler_class(f.type).input_type
-        wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
-    glob = cfg.preprocessing
-    if (
-        applied is None
-        and (glob.oversample_minority or glob.undersample_majority)
-        and not any(f.role == "output" for f in features)
-    ):
-        raise ConfigError(
-            "preprocessing: oversample_minority/undersample_majority balance the classes of the "
-            "first output feature; the config has none",
-            path=cfg_source,
-        )
-    if split is not None and split.split_column is not None:
-        wanted.setdefault(split.split_column, "string")
     optional = tuple(f.column for f in features if applied is not None and f.role == "output")
     in_memory = not isinstance(dataset, (str, os.PathLike))
     p = Plan(
         cfg,
         cfg_source,
         features,
-        wanted,
+        _wanted(features, split),
         split,
         cfg.preprocessing.seed,
         applied,
@@ -216,18 +175,76 @@ def plan(
     )
     if skip_save or (in_memory and output_dir is None):
         return p
+    return _with_outputs(p, dataset, output_dir)
+
+
+def _recorded_config(
+    config: PreprocessConfig | dict[str, Any] | str | os.PathLike[str] | None,
+    metadata: str | os.PathLike[str] | Metadata | dict[str, Any] | None,
+) -> tuple[Any, dict[str, Any] | None, str]:
+    """``(config, applied metadata, its name)``: the config is the one ``metadata`` records when
+    ``config`` is None.
+
+    Raises:
+        ConfigError: neither ``config`` nor ``metadata`` holds a config.
+    """
+    name = display_name(metadata) if isinstance(metadata, (str, os.PathLike)) else "<metadata>"
+    if metadata is None:
+        return config, None, name
+    applied = (
+        metadata.to_dict()
+        if isinstance(metadata, Metadata)
+        else metadata
+        if isinstance(metadata, dict)
+        else read_meta(metadata)
+    )
+    if config is None and not isinstance(applied.get(HEADER, {}).get("config"), dict):
+        raise ConfigError("the metadata records no config; pass --config", path=name)
+    return (applied[HEADER]["config"] if config is None else config), applied, name
+
+
+def _wanted(features: tuple[Any, ...], split: SplitConfig | None) -> dict[str, str]:
+    """Input column → the type it is read as (``"raw"``: features of two input types share it)."""
+    wanted: dict[str, str] = {}
+    for f in features:
+        t = handler_class(f.type).input_type
+        wanted[f.column] = t if wanted.get(f.column, t) == t else "raw"
+    if split is not None and split.split_column is not None:
+        wanted.setdefault(split.split_column, "string")
+    return wanted
+
+
+def _check_balancing(
+    cfg: PreprocessConfig, features: tuple[Any, ...], cfg_source: str | None
+) -> None:
+    """Class balancing needs an output feature (its classes are balanced)."""
+    glob = cfg.preprocessing
+    if (glob.oversample_minority or glob.undersample_majority) and not any(
+        f.role == "output" for f in features
+    ):
+        raise ConfigError(
+            "preprocessing: oversample_minority/undersample_majority balance the classes of the "
+            "first output feature; the config has none",
+            path=cfg_source,
+        )
+
+
+def _with_outputs(p: Plan, dataset: Any, output_dir: str | os.PathLike[str] | None) -> Plan:
+    """``p`` with its fingerprint and output paths (beside the input, or in ``output_dir``)."""
     fp_input = _input_fingerprint(dataset)
+    applied = p.applied
     fp = chain(
         fp_input,
         TRANSFORM_VERSION,
         {
-            "config": cfg.to_dict(),
+            "config": p.config.to_dict(),
             "version": _version(),
             "metadata": fingerprint_obj({k: v for k, v in applied.items() if k != HEADER})
             if applied
             else None,
         },
     )
+    in_memory = not isinstance(dataset, (str, os.PathLike))
     stem, base = _stem_and_dir(dataset) if not in_memory else ("dataset", Path())
     out_dir = Path(output_dir) if output_dir is not None else base
     return replace(
@@ -268,34 +285,8 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
     """
     index, lo, table = item
     n = table.num_rows
-    for column in sorted(
-        {f.column for f in p.features if f.type == "image"}
-    ):  # an empty path is a missing image
-        c = table[column]
-        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
-            blank = pc.equal(pc.utf8_trim_whitespace(c), "")
-            table = table.set_column(
-                table.column_names.index(column),
-                column,
-                pc.if_else(blank, pa.scalar(None, c.type), c),
-            )
-    split = None
-    if p.split is not None:
-        if p.split_state is None:
-            raise ConfigError(
-                "internal: the plan's split is not bound to the input (call pipeline.bind first)"
-            )
-        col = table[p.split.split_column] if p.split.split_column is not None else None
-        split = assign_split(
-            p.split,
-            p.split_state,
-            seed=p.seed,
-            lo=lo,
-            hi=lo + n,
-            column=col,
-            path=origin.path,
-            line_offset=origin.line_offset,
-        )
+    table = _blank_images_missing(p, table)
+    split = _block_split(p, origin, lo, table)
     rows = None
     drop = list(
         dict.fromkeys(f.column for f in p.features if f.missing_value_strategy == "drop_row")
@@ -325,6 +316,41 @@ def prepare(p: Plan, origin: Origin, item: tuple[int, int, pa.Table]) -> Block:
         for f in p.features
     }
     return Block(index, lo, table.num_rows, columns, split, rows, origin)
+
+
+def _blank_images_missing(p: Plan, table: pa.Table) -> pa.Table:
+    """``table`` with its blank image paths null: an empty path is a missing image."""
+    for column in sorted({f.column for f in p.features if f.type == "image"}):
+        c = table[column]
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            blank = pc.equal(pc.utf8_trim_whitespace(c), "")
+            table = table.set_column(
+                table.column_names.index(column),
+                column,
+                pc.if_else(blank, pa.scalar(None, c.type), c),
+            )
+    return table
+
+
+def _block_split(p: Plan, origin: Origin, lo: int, table: pa.Table) -> NDArray[np.int8] | None:
+    """The split of each row of the block whose first row is ``lo`` (None: no split)."""
+    if p.split is None:
+        return None
+    if p.split_state is None:
+        raise ConfigError(
+            "internal: the plan's split is not bound to the input (call pipeline.bind first)"
+        )
+    col = table[p.split.split_column] if p.split.split_column is not None else None
+    return assign_split(
+        p.split,
+        p.split_state,
+        seed=p.seed,
+        lo=lo,
+        hi=lo + table.num_rows,
+        column=col,
+        path=origin.path,
+        line_offset=origin.line_offset,
+    )
 
 
 def _missing_features(p: Plan) -> list[ResolvedFeature]:
@@ -382,6 +408,35 @@ def _fit_block(
     return stats, tokens
 
 
+def _fill_value(p: Plan, f: ResolvedFeature, h: FeatureHandler, merged: MissingStats) -> Any:
+    """The fill of ``f``'s missing values: the applied metadata's, else fitted (``merged``).
+
+    Raises:
+        ConfigError: the strategy cannot fill (the feature named).
+    """
+    if p.applied is not None:
+        return p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
+    try:
+        return h.finalize_missing(merged, f.missing_value_strategy, f.fill_value, f.params)
+    except ConfigError as exc:
+        if exc.column is not None:
+            raise
+        raise ConfigError(
+            f"{f.where}: {exc.msg}",
+            path=p.config_source,
+            column=f.name,
+            hint=exc.hint or f"set {f.where}.preprocessing.fill_value",
+        ) from exc
+
+
+def _split_counts(blocks: list[Block]) -> NDArray[np.int64]:
+    """Rows of each split in the blocks."""
+    counts = np.zeros(len(SPLIT_NAMES), np.int64)
+    for b in blocks:
+        counts += np.bincount(b.split, minlength=len(SPLIT_NAMES))[: len(SPLIT_NAMES)]  # type: ignore[arg-type]
+    return counts
+
+
 def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool = True) -> Stats:
     """Fit every feature on the blocks' fit rows (nothing but the missing-value pass when metadata
     is applied).
@@ -410,33 +465,11 @@ def fit(p: Plan, blocks: list[Block], *, executor: Executor, keep_tokens: bool =
     for f in p.features:
         h = handler_class(f.type)()
         parts = [b.get(f.name, MissingStats()) for b in per_block]
-        merged = parts[0]
-        for s in parts[1:]:
-            merged = merged.merge(s)
-        if p.applied is not None:
-            fills[f.name] = p.applied[f.name].get("preprocessing", {}).get("computed_fill_value")
-        else:
-            try:
-                fills[f.name] = h.finalize_missing(
-                    merged, f.missing_value_strategy, f.fill_value, f.params
-                )
-            except ConfigError as exc:
-                if exc.column is not None:
-                    raise
-                raise ConfigError(
-                    f"{f.where}: {exc.msg}",
-                    path=p.config_source,
-                    column=f.name,
-                    hint=exc.hint or f"set {f.where}.preprocessing.fill_value",
-                ) from exc
+        fills[f.name] = _fill_value(p, f, h, reduce(MissingStats.merge, parts))
         if f.missing_value_strategy in ("bfill", "ffill"):
             for i, c in enumerate(carries(parts)):
                 block_carries[i][f.name] = c
-    counts = None
-    if p.split is not None:
-        counts = np.zeros(len(SPLIT_NAMES), np.int64)
-        for b in blocks:
-            counts += np.bincount(b.split, minlength=len(SPLIT_NAMES))[: len(SPLIT_NAMES)]  # type: ignore[arg-type]
+    counts = _split_counts(blocks) if p.split is not None else None
     stats = Stats(
         sum(b.num_rows for b in blocks),
         blocks[0].origin,
@@ -577,25 +610,30 @@ def _transform_item(
     return transform(p, block, meta, carry=carry, tokens=tokens)
 
 
+def _warn_inf(f: ResolvedFeature, blocks: list[Block], name: str) -> None:
+    """Warn when the zscore-normalized number feature ``f`` meets inf (for
+    :func:`warn_dubious_rows`'s caller)."""
+    infs = sum(
+        int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0)
+        for b in blocks
+        if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type)
+    )
+    if infs:
+        warnings.warn(
+            f'{name}, column "{f.column}": {infs:,} inf values under zscore normalization stay '
+            "inf (the statistics skip them); clip them or mark them missing",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def warn_dubious_rows(p: Plan, blocks: list[Block], num_rows: int, name: str | None) -> None:
     """Warn (once each) when ``drop_row`` removed every row, the split gave no training rows, or
     zscore meets inf."""
     name = name or "<table>"
     for f in p.features:
         if f.type == "number" and getattr(f.params, "normalization", None) == "zscore":
-            infs = sum(
-                int(pc.sum(pc.is_inf(b.columns[f.name])).as_py() or 0)
-                for b in blocks
-                if f.name in b.columns and pa.types.is_floating(b.columns[f.name].type)
-            )
-            if infs:
-                warnings.warn(
-                    f'{name}, column "{f.column}": {infs:,} inf values under zscore '
-                    "normalization stay "
-                    "inf (the statistics skip them); clip them or mark them missing",
-                    UserWarning,
-                    stacklevel=3,
-                )
+            _warn_inf(f, blocks, name)
     kept = sum(b.num_rows for b in blocks)
     if kept == 0:
         cols = sorted({f.column for f in p.features if f.missing_value_strategy == "drop_row"})

@@ -10,9 +10,11 @@ value spanning several lines shifts the lines after it (the row is still right).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from datamill.core.io import (
     split_member,
 )
 
-__all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset"]  # noqa: RUF022 - Python sorted() order (house rule)
+__all__ = ["Dataset", "PANDAS_NA_VALUES", "cast_column", "read_dataset", "read_types"]  # noqa: RUF022 - Python sorted() order (house rule)
 
 #: the CSV/TSV cells read as missing: pandas' ``read_csv`` default list (what Ludwig reads CSVs
 # with)
@@ -124,16 +126,9 @@ def cast_column(
     if target == "binary" and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
         return col.cast(pa.binary())
     target = "string" if target == "binary" else target
-    if (
-        pa.types.is_nested(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
+    where = functools.partial(_where, rows=rows, row_offset=row_offset, line_offset=line_offset)
+    if any(unreadable(t) for unreadable in _UNREADABLE):
         valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
-        i = int(valid[0]) if len(valid) else 0
-        row = int(rows[i]) if rows is not None else row_offset + i
-        loc = {"line": line_offset + row} if line_offset is not None else {"row": row}
         want = "numbers" if target == "float64" else "strings"
         raise DataFileError(
             f"the column holds {t} values; this feature type reads {want}",
@@ -141,42 +136,61 @@ def cast_column(
             column=column,
             hint="choose a feature type for this column's values, or convert the "
             "column (e.g. to strings) first",
-            **loc,
+            **where(int(valid[0]) if len(valid) else 0),
         )
     if target == "float64":
-        if (
-            pa.types.is_floating(col.type)
-            or pa.types.is_integer(col.type)
-            or pa.types.is_boolean(col.type)
-        ):
-            return _nan_to_null(col.cast(pa.float64()))
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(pa.string())
-        strings = col.cast(pa.string())
-        ok = pc.match_substring_regex(strings, _NUMBER_RE, ignore_case=True)
-        bad = np.flatnonzero(~pc.fill_null(ok, True).to_numpy(zero_copy_only=False))
-        if len(bad):
-            i = int(bad[0])
-            row = int(rows[i]) if rows is not None else row_offset + i
-            loc = {"line": line_offset + row} if line_offset is not None else {"row": row}
-            raise DataFileError(
-                f"expected a number, got {strings[i].as_py()!r}",
-                path=name,
-                column=column,
-                hint="fix the value or declare the feature with another type",
-                **loc,
-            )
-        return _nan_to_null(pc.cast(pc.utf8_trim_whitespace(strings), pa.float64()))
+        return _to_float64(col, where, name=name, column=column)
+    return _to_string(col)
+
+
+#: types no feature reads (a column of them is refused, naming its first value's row)
+_UNREADABLE = (
+    pa.types.is_nested,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_fixed_size_binary,
+)
+#: types cast to float64 as they are
+_NUMERIC = (pa.types.is_floating, pa.types.is_integer, pa.types.is_boolean)
+
+
+def _where(
+    i: int, *, rows: NDArray[np.int64] | None, row_offset: int, line_offset: int | None
+) -> dict[str, int]:
+    """The location of local row ``i`` (``line`` in a text file, else ``row``)."""
+    row = int(rows[i]) if rows is not None else row_offset + i
+    return {"line": line_offset + row} if line_offset is not None else {"row": row}
+
+
+def _to_float64(
+    col: pa.Array, where: Callable[[int], dict[str, int]], *, name: str | None, column: str
+) -> pa.Array:
+    """Numbers as float64 (NaN as null); strings parsed, the first unparsable one raising."""
+    if any(numeric(col.type) for numeric in _NUMERIC):
+        return _nan_to_null(col.cast(pa.float64()))
+    strings = col.cast(pa.string())
+    ok = pc.match_substring_regex(strings, _NUMBER_RE, ignore_case=True)
+    bad = np.flatnonzero(~pc.fill_null(ok, True).to_numpy(zero_copy_only=False))
+    if len(bad):
+        i = int(bad[0])
+        raise DataFileError(
+            f"expected a number, got {strings[i].as_py()!r}",
+            path=name,
+            column=column,
+            hint="fix the value or declare the feature with another type",
+            **where(i),
+        )
+    return _nan_to_null(pc.cast(pc.utf8_trim_whitespace(strings), pa.float64()))
+
+
+def _to_string(col: pa.Array) -> pa.Array:
+    """Any readable column as strings; booleans as ``"true"``/``"false"``."""
     if pa.types.is_string(col.type):
         return col
-    if pa.types.is_dictionary(col.type) or pa.types.is_large_string(col.type):
-        return col.cast(pa.string())
     if pa.types.is_boolean(col.type):
         return pc.if_else(col, "true", "false")
-    if pa.types.is_floating(col.type):
-        # pandas turns an int column with NaN into float: 4.0 -> "4" (pyarrow's cast), keeping
-        # identity
-        return col.cast(pa.string())
+    # dictionaries, large strings, the rest; floats too: pandas turns an int column with NaN into
+    # float, and pyarrow's cast writes 4.0 as "4", keeping identity
     return col.cast(pa.string())
 
 
@@ -286,6 +300,46 @@ def _present(
     return {c: t for c, t in wanted.items() if c not in optional or c in available}
 
 
+def read_types(wanted: dict[str, str]) -> dict[str, pa.DataType]:
+    """The Arrow type a CSV column is read as: float64 or string (a ``"raw"`` one is inferred).
+
+    Examples:
+        >>> read_types({"x": "float64", "s": "string", "r": "raw"})
+        {'x': DataType(double), 's': DataType(string)}
+    """
+    return {
+        c: pa.float64() if t == "float64" else pa.string() for c, t in wanted.items() if t != "raw"
+    }
+
+
+def _read_csv(
+    source: Any, kind: str, wanted: dict[str, str], optional: tuple[str, ...]
+) -> pa.Table:
+    """The wanted columns of a CSV/TSV file: numbers as float64 on the fast path, else strings.
+
+    Raises:
+        SchemaError: a wanted column is not in the header.
+    """
+    path, member = split_member(source)
+    name = display_name(source)
+    header = _header(source, kind)
+    wanted = _present(wanted, optional, header)
+    if header and any(h.strip() for h in header):
+        for c in wanted:
+            if c not in header:
+                raise _missing(c, header, name)
+    table = _fast_csv(path, member, kind, list(wanted), read_types(wanted))
+    if table is None:  # anything unusual: the foundation reader raises the located error
+        table = read_table(
+            source,
+            fmt=kind,
+            columns=list(wanted),
+            column_types={c: pa.string() for c, t in wanted.items() if t != "raw"},
+        )
+        table = _pandas_nulls(table)  # number columns are cast (with located errors) block by block
+    return table
+
+
 def _read_file(
     source: Any, wanted: dict[str, str], optional: tuple[str, ...] = (), fmt: str | None = None
 ) -> Dataset:
@@ -304,29 +358,7 @@ def _read_file(
         flags=re.IGNORECASE,
     )
     if kind in ("csv", "tsv"):
-        header = _header(source, kind)
-        wanted = _present(wanted, optional, header)
-        if header and any(h.strip() for h in header):
-            for c in wanted:
-                if c not in header:
-                    raise _missing(c, header, name)
-        types = {
-            c: (pa.float64() if t == "float64" else pa.string())
-            for c, t in wanted.items()
-            if t != "raw"
-        }
-        table = _fast_csv(path, member, kind, list(wanted), types)
-        if table is None:  # anything unusual: the foundation reader raises the located error
-            table = read_table(
-                source,
-                fmt=kind,
-                columns=list(wanted),
-                column_types={c: pa.string() for c, t in wanted.items() if t != "raw"},
-            )
-            table = _pandas_nulls(
-                table
-            )  # number columns are cast (with located errors) block by block
-        return Dataset(table, name, base, 2, stem)
+        return Dataset(_read_csv(source, kind, wanted, optional), name, base, 2, stem)
     table = read_extra(source, kind) if extra else read_table(source, fmt=kind)
     wanted = _present(wanted, optional, table.column_names)
     for c in wanted:

@@ -333,9 +333,15 @@ def build_index(tokenized: Any, paths: list[PathLike]) -> DocumentIndex:
             raw_base += r["breaks"]
     if current[0] >= 0:
         check_file(paths[current[0]], empty=not current[1], found=current[2])
-    bounds = np.unique(np.asarray([0, *cuts, idx.documents], np.int64))
-    idx.shards = [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
+    idx.shards = _shard_ranges(cuts, idx.documents)
     return idx
+
+
+def _shard_ranges(cuts: list[int], documents: int) -> list[tuple[int, int]]:
+    """The ``(first, end)`` documents of each shard (the local engine's ``plan_shards``) from the
+    documents that start one (``cuts``); empty ranges left out."""
+    bounds = np.unique(np.asarray([0, *cuts, documents], np.int64))
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class BlockedIds:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError, SchemaError
 from datamill.core.io import csv_options, detect_format, display_name
 from datamill.preprocessing.plans import Origin
-from datamill.preprocessing.reading import cast_column
+from datamill.preprocessing.reading import cast_column, read_types
 from datamill.ray._runtime import MAX_RETRIES, ray_module, unwrap
 
 __all__ = ["Input", "read", "resolve_input"]
@@ -53,43 +53,61 @@ def resolve_input(dataset: Any) -> Input:
     Raises:
         DataFileNotFoundError: nothing matches. DataFileError: a folder mixes formats.
     """
-    if isinstance(dataset, pa.Table) or (
-        type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy")
-    ):
-        table = (
-            dataset
-            if isinstance(dataset, pa.Table)
-            else pa.Table.from_pandas(dataset, preserve_index=False)
-        )
+    if isinstance(dataset, pa.Table):
+        return Input([], "arrow", Origin(None, None, None), dataset)
+    if type(dataset).__name__ == "DataFrame" and hasattr(dataset, "to_numpy"):
+        table = pa.Table.from_pandas(dataset, preserve_index=False)
         return Input([], "arrow", Origin(None, None, None), table)
     text = os.fspath(dataset)
     if "://" in text:
         kind = detect_format(text)
-        return Input(
-            [text],
-            kind,
-            Origin(text, None, 2 if kind in ("csv", "tsv") else 1 if kind == "jsonl" else None),
-        )
+        return Input([text], kind, Origin(text, None, _first_line(kind)))
     path = Path(text)
+    if path.is_dir() or any(c in text for c in "*?["):
+        files, base = _listed(path, text)
+        origin = Origin(display_name(text), base.resolve(), None)
+        return Input(files, _one_format(files, text), origin)
+    if path.is_file():
+        kind = detect_format(path)
+        return Input([str(path)], kind, Origin(display_name(path), path.parent, _first_line(kind)))
+    raise DataFileNotFoundError("no such file or folder", path=text)
+
+
+def _listed(path: Path, text: str) -> tuple[list[str], Path]:
+    """The data files of a folder (hidden and ``_`` files left out) or a glob, and the folder they
+    are in.
+
+    Raises:
+        DataFileNotFoundError: no file.
+    """
     if path.is_dir():
         files = sorted(
             str(f) for f in path.iterdir() if f.is_file() and not f.name.startswith((".", "_"))
         )
         base = path
-    elif any(c in text for c in "*?["):
+    else:
         files = sorted(f for f in globlib.glob(text) if Path(f).is_file())
         base = Path(os.path.commonpath(files)) if files else path.parent
         base = base if base.is_dir() else base.parent
-    elif path.is_file():
-        kind = detect_format(path)
-        line0 = 2 if kind in ("csv", "tsv") else 1 if kind == "jsonl" else None
-        return Input([str(path)], kind, Origin(display_name(path), path.parent, line0))
-    else:
-        raise DataFileNotFoundError("no such file or folder", path=text)
     if not files:
         raise DataFileNotFoundError(
             "no data files here", path=text, hint="give a file, a folder of files or a glob"
         )
+    return files, base
+
+
+def _first_line(kind: str) -> int | None:
+    """The line of a file's first row: 2 in a CSV/TSV (after the header), 1 in JSONL, None in a
+    binary format (rows are counted instead)."""
+    return 2 if kind in ("csv", "tsv") else 1 if kind == "jsonl" else None
+
+
+def _one_format(files: list[str], text: str) -> str:
+    """The one format of ``files`` (matched by ``text``).
+
+    Raises:
+        DataFileError: the files have different formats.
+    """
     kinds = {detect_format(f) for f in files}
     if len(kinds) > 1:
         raise DataFileError(
@@ -97,7 +115,7 @@ def resolve_input(dataset: Any) -> Input:
             path=text,
             hint="put one format per folder, or select the files with a glob",
         )
-    return Input(files, kinds.pop(), Origin(display_name(text), base.resolve(), None))
+    return kinds.pop()
 
 
 def _check_columns(inp: Input, wanted: list[str], optional: tuple[str, ...] = ()) -> list[str]:
@@ -146,22 +164,10 @@ def read(
     ray = ray_module()
     columns = list(dict.fromkeys([*wanted, *extra]))
     if inp.table is not None:
-        columns = [c for c in columns if c not in optional or c in inp.table.column_names]
-        missing = [c for c in columns if c not in inp.table.column_names]
-        if missing:
-            raise SchemaError(
-                "the config names this column but the dataset has no such column",
-                column=missing[0],
-                hint=f"available columns: {', '.join(inp.table.column_names[:30])}",
-            )
-        return ray.data.from_arrow(inp.table.select(columns)).materialize()
+        return ray.data.from_arrow(_selected(inp.table, columns, optional)).materialize()
     columns = _check_columns(inp, columns, optional)
     if inp.kind in ("csv", "tsv"):
-        types = {
-            c: (pa.float64() if t == "float64" else pa.string())
-            for c, t in wanted.items()
-            if t != "raw" and c in columns
-        }
+        types = {c: t for c, t in read_types(wanted).items() if c in columns}
         try:
             # one task per file with pyarrow's whole-file reader (on one thread in a Ray worker): a
             # CSV cannot be cut at byte offsets (quoted newlines), so Ray Data's read_csv also reads
@@ -198,6 +204,23 @@ def read(
         if isinstance(err, DatamillError) and not type(err) is DatamillError:
             raise err from exc
         raise DataFileError(f"cannot read the input ({err})", path=inp.origin.path) from exc
+
+
+def _selected(table: pa.Table, columns: list[str], optional: tuple[str, ...]) -> pa.Table:
+    """The ``columns`` of an in-memory table, the absent ``optional`` ones left out.
+
+    Raises:
+        SchemaError: another column is absent.
+    """
+    columns = [c for c in columns if c not in optional or c in table.column_names]
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise SchemaError(
+            "the config names this column but the dataset has no such column",
+            column=missing[0],
+            hint=f"available columns: {', '.join(table.column_names[:30])}",
+        )
+    return table.select(columns)
 
 
 def _read_csv(path: str, kind: str, columns: list[str], types: dict[str, pa.DataType]) -> pa.Table:

@@ -174,8 +174,6 @@ def _transform_task(
     )
 
 
-# long (69 lines, 32 of docstring): the public entry: argument checks, the cache check, then _run;
-# the docstring documents every Ray option
 def preprocess(
     dataset: Any,
     config: Any = None,
@@ -229,27 +227,9 @@ def preprocess(
     inp = resolve_input(dataset)
     if inp.table is not None and output_dir is None:
         raise ConfigError("an in-memory dataset needs output_dir= with engine='ray'")
-    out = Path(output_dir) if output_dir is not None else None
-    if inp.single_file and "://" not in inp.files[0]:
-        p = plan(config, inp.files[0], metadata=metadata, output_dir=out)
-    elif inp.table is not None:
-        p = plan(config, inp.table, metadata=metadata, output_dir=out)
-    else:
-        p = _multi_file_plan(plan(config, dataset, metadata=metadata, skip_save=True), inp, out)
-    p = replace(p, source=p.source if inp.table is not None or inp.single_file else inp.origin.path)
-    for part in [inp.table] if inp.table is not None else [f for f in inp.files if "://" not in f]:
-        p = with_image_files(
-            p, part
-        )  # the image files' stats, as the local engine records (file by file)
+    p = _input_plan(config, dataset, inp, metadata, output_dir)
     assert p.meta_path is not None and p.hdf5_path is not None
-    name = uid_column or "uid"
-    if (
-        any(name in (f.name, f"{f.name}_char", f"{f.name}_word") for f in p.features)
-        or name == "split"
-    ):
-        raise ConfigError(
-            f"the UID column {name!r} clashes with an output key", hint="pass another uid_column"
-        )
+    name = _uid_name(p, uid_column)
     root = p.meta_path.with_name(p.meta_path.name.removesuffix(META_SUFFIX) + SHARDS_SUFFIX)
     prepare_outputs(
         p, root, fmt=fmt, inputs=[dataset, *inp.files, config, metadata], overwrite=overwrite
@@ -276,6 +256,39 @@ def preprocess(
         raise
     except Exception as exc:
         raise unwrap(exc, what="preprocessing") from exc
+
+
+def _input_plan(config: Any, dataset: Any, inp: Input, metadata: Any, output_dir: Any) -> Plan:
+    """The local engine's plan of ``dataset`` (a multi-file input: its outputs named after the
+    folder or glob), with the image files' statistics."""
+    out = Path(output_dir) if output_dir is not None else None
+    if inp.single_file and "://" not in inp.files[0]:
+        p = plan(config, inp.files[0], metadata=metadata, output_dir=out)
+    elif inp.table is not None:
+        p = plan(config, inp.table, metadata=metadata, output_dir=out)
+    else:
+        p = _multi_file_plan(plan(config, dataset, metadata=metadata, skip_save=True), inp, out)
+    p = replace(p, source=p.source if inp.table is not None or inp.single_file else inp.origin.path)
+    for part in [inp.table] if inp.table is not None else [f for f in inp.files if "://" not in f]:
+        p = with_image_files(p, part)  # as the local engine records (file by file)
+    return p
+
+
+def _uid_name(p: Plan, uid_column: str | None) -> str:
+    """The output's UID column (``uid_column`` or ``uid``).
+
+    Raises:
+        ConfigError: it clashes with an output key.
+    """
+    name = uid_column or "uid"
+    if (
+        any(name in (f.name, f"{f.name}_char", f"{f.name}_word") for f in p.features)
+        or name == "split"
+    ):
+        raise ConfigError(
+            f"the UID column {name!r} clashes with an output key", hint="pass another uid_column"
+        )
+    return name
 
 
 def _bind(ray: Any, p: Plan, ds: Any) -> Plan:

@@ -332,37 +332,35 @@ class ShardsetDataset:
     def _read_file(self, shardset: str, k: int, columns: list[str]) -> pa.Table:
         rel = self.shard_path(shardset, k)
         cols = [self.uid_column, *columns]
+        data = None
         if self.remote is not None:  # downloaded whole into the checked local cache
             data = self.remote.fetch(self._sets[shardset], rel, k)
-            return read_any(
-                self.loc.fs,
-                self.loc.join(rel),
-                display=self.loc.show(rel),
-                columns=cols,
-                schema=self._schemas[shardset],
-                data=data,
-            )
-        if self._sets[shardset]["format"] == "parquet":
-            try:
-                path = self.loc.join(rel)
-                with self.loc.fs.open_input_file(path) as f:
-                    size = f.size()
-                    known = self._footers.get(path)
-                    pf = open_parquet(
-                        f, metadata=known[1] if known is not None and known[0] == size else None
-                    )
-                    if known is None or known[0] != size:
-                        self._footers[path] = (size, pf.metadata)
-                    return pf.read(columns=cols)
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise read_error(self.loc.show(rel), k, exc) from exc
+        elif self._sets[shardset]["format"] == "parquet":
+            return self._read_parquet(rel, k, cols)
         return read_any(
             self.loc.fs,
             self.loc.join(rel),
             display=self.loc.show(rel),
             columns=cols,
             schema=self._schemas[shardset],
+            data=data,
         )
+
+    def _read_parquet(self, rel: str, k: int, cols: list[str]) -> pa.Table:
+        """A local Parquet shard, its footer parsed once per file size."""
+        try:
+            path = self.loc.join(rel)
+            with self.loc.fs.open_input_file(path) as f:
+                size = f.size()
+                known = self._footers.get(path)
+                pf = open_parquet(
+                    f, metadata=known[1] if known is not None and known[0] == size else None
+                )
+                if known is None or known[0] != size:
+                    self._footers[path] = (size, pf.metadata)
+                return pf.read(columns=cols)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise read_error(self.loc.show(rel), k, exc) from exc
 
     # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached
     # footers and dropped counts: one read path

@@ -49,7 +49,7 @@ from datamill.core.errors import (
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.objstore import ShardFileCache, default_cache_dir
 from datamill.core.parquet import open_parquet
-from datamill.core.source import check_read_args
+from datamill.core.source import SchemaColumns, check_read_args
 from datamill.core.storage import SCHEMES, filesystem_for, scheme_of, storage_error
 
 __all__ = [
@@ -60,7 +60,9 @@ __all__ = [
     "TableURL",
     "lance_version_of",
     "parse_table_url",
+    "pinned_table_url",
     "pinned_version",
+    "s3_env_options",
 ]
 
 TABLE_KINDS = ("delta", "iceberg", "lance")
@@ -169,6 +171,49 @@ def pinned_version(state: Mapping[str, Any] | str, /) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def s3_env_options(location: str, names: Mapping[str, str]) -> dict[str, str]:
+    """A table library's storage options for ``location``: on ``s3://``, from the ``AWS_*``
+    variables datamill's own S3 filesystem reads (:func:`~datamill.core.s3.s3_filesystem`).
+
+    ``names`` maps what the variables give (``region``; ``endpoint``; ``allow_http``, ``"true"``
+    for an ``http://`` endpoint; ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``) to the library's option names; what it does not name is left out.
+
+    Examples:
+        >>> s3_env_options("/tmp/table", {"region": "region"})
+        {}
+    """
+    if scheme_of(location).name != "s3":
+        return {}
+    env = os.environ
+    given = {"region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        given["endpoint"] = endpoint
+        if endpoint.startswith("http://"):
+            given["allow_http"] = "true"
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if env.get(key):
+            given[key] = env[key]
+    return {names[k]: v for k, v in given.items() if k in names}
+
+
+def pinned_table_url(kind: str, location: str, query: str) -> str:
+    """A URL of the ``kind`` table at ``location`` with ``query`` (the version it pins).
+
+    Examples:
+        >>> pinned_table_url("delta", "s3://bucket/t", "version=3")
+        'delta+s3://bucket/t?version=3'
+    """
+    scheme = scheme_of(location)
+    where = (
+        f"{kind}+{scheme.name}://{location.removeprefix(scheme.prefix)}"
+        if scheme.remote
+        else f"{kind}://{os.path.abspath(location)}"
+    )
+    return f"{where}?{query}"
+
+
 def table_fingerprint(kind: str, version: int, content: Any) -> str:
     """``"<kind>@v<version>-<hash of content>"``: readable in a resume state, stable across
     opens."""
@@ -248,7 +293,7 @@ def _nulls_or_constant(value: Any, n: int, typ: pa.DataType, *, constant: bool) 
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), one).cast(typ)
 
 
-class ParquetFilesSource:
+class ParquetFilesSource(SchemaColumns):
     """A snapshot's Parquet data files as shards (see the module docstring); the base of
     :class:`~datamill.tables.DeltaSource` and :class:`~datamill.tables.IcebergSource`.
 
@@ -333,11 +378,6 @@ class ParquetFilesSource:
             raise DataFileError(f"not a readable Parquet file ({exc})", path=f.path) from exc
 
     # ------------------------------------------------------------------ the Source protocol
-    @property
-    def columns(self) -> list[str]:
-        """The snapshot's columns."""
-        return list(self.schema.names)
-
     @property
     def num_shards(self) -> int:
         """Data files (or row groups)."""

@@ -25,6 +25,8 @@ from datamill.tables.common import (
     TableFile,
     location_fs,
     missing_files,
+    pinned_table_url,
+    s3_env_options,
     table_fingerprint,
     vacuumed_error,
 )
@@ -35,6 +37,13 @@ READER_FEATURES = frozenset(
     {"deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "variantType"}
 )
 """Delta reader features this source reads (others are refused, named)."""
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+_DELTA_S3 = {
+    "region": "AWS_REGION",
+    "endpoint": "AWS_ENDPOINT_URL",
+    "allow_http": "AWS_ALLOW_HTTP",
+    **{k: k for k in _CREDENTIALS},
+}
 
 
 def delta_storage_options(location: str) -> dict[str, str]:
@@ -45,19 +54,7 @@ def delta_storage_options(location: str) -> dict[str, str]:
         >>> delta_storage_options("/tmp/table")
         {}
     """
-    if scheme_of(location).name != "s3":
-        return {}
-    env = os.environ
-    opts = {"AWS_REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        opts["AWS_ENDPOINT_URL"] = endpoint
-        if endpoint.startswith("http://"):
-            opts["AWS_ALLOW_HTTP"] = "true"
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if env.get(key):
-            opts[key] = env[key]
-    return opts
+    return s3_env_options(location, _DELTA_S3)
 
 
 def _open_table(location: str, version: int | None) -> Any:
@@ -231,13 +228,7 @@ class DeltaSource(ParquetFilesSource):
     @property
     def pinned_url(self) -> str:
         """A URL that opens this version again (``delta:///path?version=3``)."""
-        scheme = scheme_of(self.location)
-        where = (
-            f"delta+{scheme.name}://{self.location.removeprefix(scheme.prefix)}"
-            if scheme.remote
-            else f"delta://{os.path.abspath(self.location)}"
-        )
-        return f"{where}?version={self.version}"
+        return pinned_table_url("delta", self.location, f"version={self.version}")
 
     def __repr__(self) -> str:
         return (

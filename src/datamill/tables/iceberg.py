@@ -30,6 +30,8 @@ from datamill.tables.common import (
     TableFile,
     location_fs,
     missing_files,
+    pinned_table_url,
+    s3_env_options,
     table_fingerprint,
     vacuumed_error,
 )
@@ -37,6 +39,12 @@ from datamill.tables.common import (
 __all__ = ["IcebergSource", "iceberg_io_properties", "latest_metadata"]
 
 _SEQ = re.compile(r"^v?(\d+)[-.]")
+_ICEBERG_S3 = {
+    "region": "s3.region",
+    "endpoint": "s3.endpoint",
+    "AWS_ACCESS_KEY_ID": "s3.access-key-id",
+    "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
+}
 
 
 def iceberg_io_properties(location: str) -> dict[str, str]:
@@ -46,18 +54,7 @@ def iceberg_io_properties(location: str) -> dict[str, str]:
         >>> iceberg_io_properties("/tmp/wh/db/t")
         {}
     """
-    if scheme_of(location).name != "s3":
-        return {}
-    env = os.environ
-    props = {"s3.region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        props["s3.endpoint"] = endpoint
-    if env.get("AWS_ACCESS_KEY_ID"):
-        props["s3.access-key-id"] = env["AWS_ACCESS_KEY_ID"]
-    if env.get("AWS_SECRET_ACCESS_KEY"):
-        props["s3.secret-access-key"] = env["AWS_SECRET_ACCESS_KEY"]
-    return props
+    return s3_env_options(location, _ICEBERG_S3)
 
 
 def latest_metadata(location: str, fs: pafs.FileSystem, root: str) -> str:
@@ -186,6 +183,31 @@ def _plan(tbl: Any, snapshot_id: int, fs: pafs.FileSystem, location: str) -> lis
     return files
 
 
+def _snapshot(tbl: Any, snapshot_id: int | None, location: str) -> Any:
+    """Snapshot ``snapshot_id`` of the table (None: the current one).
+
+    Raises:
+        DataFileError: the table has no snapshot yet.
+        DataFileNotFoundError: the snapshot was expired (or never existed).
+    """
+    if snapshot_id is None:
+        snap = tbl.current_snapshot()
+        if snap is None:
+            raise DataFileError("the Iceberg table has no snapshot yet (empty)", path=location)
+    else:
+        snap = tbl.snapshot_by_id(int(snapshot_id))
+        if snap is None:
+            raise DataFileNotFoundError(
+                f"Iceberg snapshot {snapshot_id} is not in the table's metadata: it was "
+                "expired or never existed",
+                path=location,
+                shard=f"snapshot {snapshot_id}",
+                hint="resume from a snapshot that was not expired "
+                f"(present: {[s.snapshot_id for s in tbl.snapshots()][-5:]})",
+            )
+    return snap
+
+
 class IcebergSource(ParquetFilesSource):
     """An Apache Iceberg table at one snapshot (the current one when not given), one shard per
     data file.
@@ -247,21 +269,7 @@ class IcebergSource(ParquetFilesSource):
             location = tbl.metadata.location
             location = _fs_path(location) if location.startswith("file:") else location
         assert location is not None
-        if snapshot_id is None:
-            snap = tbl.current_snapshot()
-            if snap is None:
-                raise DataFileError("the Iceberg table has no snapshot yet (empty)", path=location)
-        else:
-            snap = tbl.snapshot_by_id(int(snapshot_id))
-            if snap is None:
-                raise DataFileNotFoundError(
-                    f"Iceberg snapshot {snapshot_id} is not in the table's metadata: it was "
-                    "expired or never existed",
-                    path=location,
-                    shard=f"snapshot {snapshot_id}",
-                    hint="resume from a snapshot that was not expired "
-                    f"(present: {[s.snapshot_id for s in tbl.snapshots()][-5:]})",
-                )
+        snap = _snapshot(tbl, snapshot_id, location)
         self.snapshot_id: int = int(snap.snapshot_id)
         self.version = self.snapshot_id
         schema_id = snap.schema_id if snap.schema_id is not None else tbl.metadata.current_schema_id
@@ -299,13 +307,7 @@ class IcebergSource(ParquetFilesSource):
     @property
     def pinned_url(self) -> str:
         """A URL that opens this snapshot again (``iceberg:///path?snapshot_id=N``)."""
-        scheme = scheme_of(self.location)
-        where = (
-            f"iceberg+{scheme.name}://{self.location.removeprefix(scheme.prefix)}"
-            if scheme.remote
-            else f"iceberg://{os.path.abspath(self.location)}"
-        )
-        return f"{where}?snapshot_id={self.snapshot_id}"
+        return pinned_table_url("iceberg", self.location, f"snapshot_id={self.snapshot_id}")
 
     def __repr__(self) -> str:
         return (

@@ -28,11 +28,25 @@ from numpy.typing import NDArray
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.objstore import default_cache_dir, fetch_input
 from datamill.core.optional import require
-from datamill.core.source import check_read_args
+from datamill.core.source import SchemaColumns, check_read_args
 from datamill.core.storage import filesystem_for, scheme_of, storage_error
-from datamill.tables.common import check_uid_column, lance_version_of, table_fingerprint
+from datamill.tables.common import (
+    check_uid_column,
+    lance_version_of,
+    pinned_table_url,
+    s3_env_options,
+    table_fingerprint,
+)
 
 __all__ = ["LanceSource", "lance_storage_options"]
+
+_LANCE_S3 = {
+    "region": "region",
+    "endpoint": "endpoint",
+    "allow_http": "allow_http",
+    "AWS_ACCESS_KEY_ID": "access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
+}
 
 
 def lance_storage_options(location: str) -> dict[str, str]:
@@ -42,20 +56,7 @@ def lance_storage_options(location: str) -> dict[str, str]:
         >>> lance_storage_options("/tmp/t.lance")
         {}
     """
-    if scheme_of(location).name != "s3":
-        return {}
-    env = os.environ
-    opts = {"region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        opts["endpoint"] = endpoint
-        if endpoint.startswith("http://"):
-            opts["allow_http"] = "true"
-    if env.get("AWS_ACCESS_KEY_ID"):
-        opts["access_key_id"] = env["AWS_ACCESS_KEY_ID"]
-    if env.get("AWS_SECRET_ACCESS_KEY"):
-        opts["secret_access_key"] = env["AWS_SECRET_ACCESS_KEY"]
-    return opts
+    return s3_env_options(location, _LANCE_S3)
 
 
 def _open(location: str, version: int | None) -> Any:
@@ -78,7 +79,7 @@ def _open(location: str, version: int | None) -> Any:
         raise DataFileError(f"cannot open the Lance dataset ({text})", path=location) from exc
 
 
-class LanceSource:
+class LanceSource(SchemaColumns):
     """A Lance dataset at one version (the latest when not given), one shard per fragment.
 
     Args:
@@ -194,11 +195,6 @@ class LanceSource:
             os.replace(tmp, link)
 
     @property
-    def columns(self) -> list[str]:
-        """The version's columns."""
-        return list(self.schema.names)
-
-    @property
     def num_shards(self) -> int:
         """Fragments."""
         return len(self._ids)
@@ -230,13 +226,7 @@ class LanceSource:
     @property
     def pinned_url(self) -> str:
         """A URL that opens this version again (``lance:///path?version=N``)."""
-        scheme = scheme_of(self.location)
-        where = (
-            f"lance+{scheme.name}://{self.location.removeprefix(scheme.prefix)}"
-            if scheme.remote
-            else f"lance://{os.path.abspath(self.location)}"
-        )
-        return f"{where}?version={self.version}"
+        return pinned_table_url("lance", self.location, f"version={self.version}")
 
     def __repr__(self) -> str:
         return (

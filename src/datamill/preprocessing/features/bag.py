@@ -14,11 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from datamill.core.constants import UNK
 from datamill.preprocessing.features import set_
-from datamill.preprocessing.features.base import COMMON_STRATEGIES
-from datamill.preprocessing.features.set_ import LUDWIG_SPECIALS, RaggedStats, SetParams
-from datamill.vocab import Vocab
+from datamill.preprocessing.features.set_ import LUDWIG_SPECIALS, SetParams
 
 __all__ = ["BagParams", "Handler"]
 
@@ -42,30 +39,14 @@ class Handler(set_.Handler):
 
     type_name: ClassVar[str] = "bag"
     Params: ClassVar[builtins.type[BagParams]] = BagParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
-    fill_value: ClassVar[Any] = UNK
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "bag"
     dtype: ClassVar[builtins.type[np.generic]] = np.float32
 
-    def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
-        """Ludwig 0.17's bag vocabulary: ``<EOS>``, ``<SOS>``, ``<PAD>``, ``<UNK>`` at 0-3, then the
-        most frequent."""
-        plain = Vocab.from_counts(
-            stats.counts,
-            min_freq=params.min_frequency,
-            max_size=params.most_common,
-            specials=(),
-            unk_token=None,
-        )
-        tokens = [t for t in plain.idx2str if t not in LUDWIG_SPECIALS]
-        return Vocab(
-            [*LUDWIG_SPECIALS, *tokens],
-            str2freq=stats.counts.as_dict(),
-            unk_token=UNK,
-            specials=list(LUDWIG_SPECIALS),
-        )
+    def _ludwig_layout(self, frequent: list[str]) -> tuple[list[str], list[str]]:
+        """Ludwig 0.17's bag vocabulary (and its specials): ``<EOS>``, ``<SOS>``, ``<PAD>``,
+        ``<UNK>`` at 0-3, then the most frequent."""
+        tokens = [t for t in frequent if t not in LUDWIG_SPECIALS]
+        return [*LUDWIG_SPECIALS, *tokens], list(LUDWIG_SPECIALS)
 
     def _dense(self, key: NDArray[np.int64], n: int, size: int) -> NDArray[Any]:
         counts = np.bincount(key, minlength=n * size).astype(np.float32)

@@ -30,7 +30,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from datamill.core.errors import ConfigError
+from datamill.core.errors import ConfigError, DataFileError
 from datamill.core.ragged import smallest_int_dtype
 from datamill.preprocessing.missing import MissingStats
 
@@ -41,6 +41,7 @@ __all__ = [
     "FeatureContext",
     "FeatureHandler",
     "Params",
+    "StringFeatureHandler",
     "int_type",
 ]
 
@@ -107,6 +108,14 @@ class FeatureContext:
         if self.line_offset is not None:
             return {"line": self.line_offset + row}
         return {"row": row}
+
+    def error(
+        self, msg: str, *, index: int | None = None, hint: str | None = None
+    ) -> DataFileError:
+        """A :class:`~datamill.core.errors.DataFileError` naming the column's file, the column and
+        (``index`` given) the location of block-local row ``index``."""
+        where = self.location(index) if index is not None else {}
+        return DataFileError(msg, path=self.path, column=self.column, hint=hint, **where)
 
 
 @dataclass(frozen=True)
@@ -251,3 +260,13 @@ class FeatureHandler(ABC):
     ) -> dict[str, NDArray[Any] | CSR]:
         """Output key → array (first dimension = rows) or :class:`CSR`; ``column`` or its
         :meth:`tokens`."""
+
+
+class StringFeatureHandler(FeatureHandler):
+    """A type read as strings whose missing values Ludwig fills with a constant by default, and
+    that accepts the :data:`COMMON_STRATEGIES` (what most types are); a subclass declares the rest.
+    """
+
+    input_type: ClassVar[str] = "string"
+    missing_value_strategy: ClassVar[str] = "fill_with_const"
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.errors import ConfigError, DataFileError
+from datamill.core.errors import ConfigError
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
     CSR,
@@ -159,11 +159,9 @@ class Handler(FeatureHandler):
             else values
         )
         if len(seen) > 2:
-            raise DataFileError(
+            raise ctx.error(
                 f"a binary feature expects 2 distinct values, found {sorted(values)[:10]} "
                 f"({len(values)} values)",
-                path=ctx.path,
-                column=ctx.column,
                 hint="declare the feature as category, or map the values to two labels first "
                 "(Ludwig 0.17 refuses this column too)",
             )
@@ -238,12 +236,10 @@ class Handler(FeatureHandler):
             return pc.if_else(known, is_true, pc.equal(trimmed, fallback))
         if len(known) and not pc.all(known).as_py():  # (all() of nothing is null)
             bad = int(np.flatnonzero(~known.to_numpy(zero_copy_only=False))[0])
-            raise DataFileError(
+            raise ctx.error(
                 f"expected a binary value ({'/'.join(params.true_strings[:4])} or "
                 f"{'/'.join(params.false_strings[:4])}), got {column[bad].as_py()!r}",
-                path=ctx.path,
-                column=ctx.column,
-                **ctx.location(bad),
+                index=bad,
                 hint="set preprocessing.true_strings/false_strings or fallback_true_label",
             )
         return is_true

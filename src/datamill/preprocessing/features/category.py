@@ -22,10 +22,9 @@ from pydantic import Field
 from datamill.core.constants import UNK
 from datamill.preprocessing.features._ragged import lower_except
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
     int_type,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
@@ -42,15 +41,12 @@ class CategoryParams(BaseParams):
     min_frequency: int = Field(default=1, ge=1)
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Category feature handler."""
 
     type_name: ClassVar[str] = "category"
     Params: ClassVar[builtins.type[CategoryParams]] = CategoryParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = UNK
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "category"
 
     @staticmethod

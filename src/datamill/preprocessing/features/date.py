@@ -21,13 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.errors import DataFileError
 from datamill.preprocessing.dates import parse_datetimes
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -52,15 +50,12 @@ class DateParams(BaseParams):
     datetime_format: str | None = None
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Date feature handler."""
 
     type_name: ClassVar[str] = "date"
     Params: ClassVar[builtins.type[DateParams]] = DateParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "date"
 
     def fit(self, column: pa.Array, params: DateParams, ctx: FeatureContext) -> int:
@@ -82,11 +77,9 @@ class Handler(FeatureHandler):
         try:
             t = parse_datetimes(column, params.datetime_format, errors="raise")
         except ValueError as exc:
-            raise DataFileError(
+            raise ctx.error(
                 str(exc.args[0]),
-                path=ctx.path,
-                column=ctx.column,
-                **ctx.location(exc.args[1]),
+                index=exc.args[1],
                 hint="set preprocessing.datetime_format (a strptime format) for this column",
             ) from exc
         out = np.zeros((len(column), len(DATE_COMPONENTS)), np.int32)

@@ -23,12 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from datamill.core.errors import DataFileError
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -103,26 +101,22 @@ def _as_uint64(column: pa.Array, ctx: FeatureContext) -> NDArray[np.uint64]:
         ok = pc.fill_null(pc.match_substring_regex(text, r"^\+?\d{1,20}$"), False)
         if not pc.all(ok).as_py() and len(text):
             bad = int(np.flatnonzero(~np.asarray(ok.to_numpy(zero_copy_only=False), bool))[0])
-            raise DataFileError(
+            raise ctx.error(
                 f"expected an H3 index (a 64-bit integer), got {column[bad].as_py()!r}",
-                path=ctx.path,
-                column=ctx.column,
-                **ctx.location(bad),
+                index=bad,
                 hint="write H3 indexes as decimal integers (a hex string s: int(s, 16))",
             )
         try:
             ints = pc.cast(text, pa.uint64())
         except pa.ArrowInvalid as exc:  # past 2**64
-            raise DataFileError(
+            raise ctx.error(
                 f"an H3 index does not fit in 64 bits ({exc})",
-                path=ctx.path,
-                column=ctx.column,
                 hint="H3 indexes are 64-bit integers",
             ) from exc
     return np.asarray(ints.to_numpy(zero_copy_only=False)).astype(np.uint64)
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):  # read as strings: a 64-bit index does not survive float64
     """H3 feature handler.
 
     Examples:
@@ -134,10 +128,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "h3"
     Params: ClassVar[builtins.type[H3Params]] = H3Params
-    input_type: ClassVar[str] = "string"  # a 64-bit index does not survive float64
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = DEFAULT_FILL
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "h3"
 
     def fit(self, column: pa.Array, params: H3Params, ctx: FeatureContext) -> None:
@@ -156,11 +147,9 @@ class Handler(FeatureHandler):
         bad = np.flatnonzero(h3_invalid(h))
         if len(bad):
             i = int(bad[0])
-            raise DataFileError(
+            raise ctx.error(
                 f"not a valid H3 index: {int(h[i])} (hex {int(h[i]):x})",
-                path=ctx.path,
-                column=ctx.column,
-                **ctx.location(i),
+                index=i,
                 hint="H3 indexes come from the h3 library (h3.latlng_to_cell, as an integer: "
                 "h3.str_to_int)",
             )

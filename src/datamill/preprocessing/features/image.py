@@ -29,7 +29,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from pydantic import Field
 
-from datamill.core.errors import ConfigError, DataFileError
+from datamill.core.errors import ConfigError
 from datamill.preprocessing.features._ragged import to_string_array
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
@@ -92,29 +92,23 @@ def _open(path: Path, index: int, ctx: FeatureContext) -> PILImage:
         with Image.open(path) as img:  # leaving the block closes the file, the loaded pixels stay
             img.load()
     except FileNotFoundError as exc:
-        raise DataFileError(
+        raise ctx.error(
             f"image file not found: {path}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(index),
+            index=index,
             hint="image paths are relative to the dataset file",
         ) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise DataFileError(
+        raise ctx.error(
             f"image {path} is too large to decode safely: {exc}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(index),
+            index=index,
             hint="if the image is genuine, raise the limit: `datamill preprocess "
             "--max-image-pixels N` "
             "(in Python: PIL.Image.MAX_IMAGE_PIXELS = N)",
         ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise DataFileError(
+        raise ctx.error(
             f"cannot decode image {path}: {exc}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(index),
+            index=index,
             hint="replace or remove the corrupt image",
         ) from exc
     return img
@@ -141,6 +135,12 @@ def _load(
             img = img.crop((left, top, left + w, top + h))  # pads with zeros where out of bounds
     arr = np.asarray(img, dtype=np.uint8)
     return arr.reshape(h, w, c)
+
+
+def _usual_channels(sample: NDArray[np.int64]) -> int:
+    """The channels most of the sampled images have: 1 or 4 when more than half do, else 3."""
+    counts = {k: int((sample[:, 2] == k).sum()) for k in (1, 4)}
+    return next((k for k, v in counts.items() if v > len(sample) / 2), 3)
 
 
 class Handler(FeatureHandler):
@@ -206,12 +206,7 @@ class Handler(FeatureHandler):
             )
         h = params.height or min(round(float(sample[:, 0].mean())), params.infer_image_max_height)
         w = params.width or min(round(float(sample[:, 1].mean())), params.infer_image_max_width)
-        c: int
-        if params.num_channels is not None:
-            c = params.num_channels
-        else:
-            counts = {k: int((sample[:, 2] == k).sum()) for k in (1, 4)}
-            c = next((k for k, v in counts.items() if v > len(sample) / 2), 3)
+        c = params.num_channels if params.num_channels is not None else _usual_channels(sample)
         if params.standardize_image is not None and c != 3:
             raise ConfigError(
                 f"feature {ctx.name!r}: standardize_image {params.standardize_image} needs 3 "

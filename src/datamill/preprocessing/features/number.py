@@ -31,7 +31,6 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from pydantic import Field
 
-from datamill.core.errors import DataFileError
 from datamill.preprocessing.features.base import (
     COMMON_STRATEGIES,
     CSR,
@@ -149,11 +148,9 @@ class Handler(FeatureHandler):
                 np.quantile(stats.values, [0.25, 0.5, 0.75]).tolist() if n else [0.0] * 3
             )
             if n and q3 == q1:
-                raise DataFileError(
+                raise ctx.error(
                     "cannot apply iq normalization: the interquartile range is 0 "
                     f"(q1 = q3 = {q1:g}), so every value would be divided by zero",
-                    path=ctx.path,
-                    column=ctx.column,
                     hint="use normalization zscore or minmax for this column "
                     "(Ludwig 0.17 refuses it too)",
                 )
@@ -177,11 +174,9 @@ class Handler(FeatureHandler):
         elif norm == "log1p":
             bad = np.flatnonzero(x <= -1)
             if len(bad):
-                raise DataFileError(
+                raise ctx.error(
                     f"log1p normalization needs values > -1, got {x[bad[0]]!r}",
-                    path=ctx.path,
-                    column=ctx.column,
-                    **ctx.location(int(bad[0])),
+                    index=int(bad[0]),
                     hint="use another normalization or shift the column",
                 )
             x = np.log1p(x)

@@ -36,10 +36,9 @@ from datamill.core.io import read_text
 from datamill.core.ragged import pad
 from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
     int_type,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
@@ -141,7 +140,7 @@ def vocab_from_file(
     return Vocab([*specials, *tokens], unk_token=unk_token, specials=specials)
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Sequence feature handler.
 
     Examples:
@@ -158,10 +157,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "sequence"
     Params: ClassVar[builtins.type[SequenceParams]] = SequenceParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = UNK
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "sequence"
 
     @classmethod

@@ -38,10 +38,9 @@ from datamill.core.constants import PAD, UNK
 LUDWIG_SPECIALS = ("<EOS>", "<SOS>", PAD, UNK)
 from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab
@@ -88,7 +87,7 @@ def fit_tokens(rag: Ragged) -> RaggedStats:
     return RaggedStats(rag.count(), longest, len(rag))
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Set feature handler (bag subclasses it with float32 frequencies).
 
     Examples:
@@ -106,10 +105,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "set"
     Params: ClassVar[builtins.type[SetParams]] = SetParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = UNK
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "set"
     dtype: ClassVar[builtins.type[np.generic]] = np.int8
     size_key: ClassVar[str] = "max_set_size"
@@ -139,7 +135,7 @@ class Handler(FeatureHandler):
         return a.merge(b)
 
     def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
-        """Ludwig 0.17's set vocabulary: the most frequent tokens, ``<UNK>`` moved to id 3."""
+        """Ludwig 0.17's vocabulary: the most frequent tokens laid out by :meth:`_ludwig_layout`."""
         plain = Vocab.from_counts(
             stats.counts,
             min_freq=params.min_frequency,
@@ -147,13 +143,14 @@ class Handler(FeatureHandler):
             specials=(),
             unk_token=None,
         )
-        tokens = [t for t in plain.idx2str if t != UNK]
-        return Vocab(
-            [*tokens[:3], UNK, *tokens[3:]],
-            str2freq=stats.counts.as_dict(),
-            unk_token=UNK,
-            specials=[UNK],
-        )
+        tokens, specials = self._ludwig_layout(list(plain.idx2str))
+        return Vocab(tokens, str2freq=stats.counts.as_dict(), unk_token=UNK, specials=specials)
+
+    def _ludwig_layout(self, frequent: list[str]) -> tuple[list[str], list[str]]:
+        """Ludwig 0.17's set vocabulary (and its specials): the most frequent tokens, ``<UNK>``
+        moved to id 3."""
+        tokens = [t for t in frequent if t != UNK]
+        return [*tokens[:3], UNK, *tokens[3:]], [UNK]
 
     def finalize(
         self, stats: RaggedStats, params: SetParams, ctx: FeatureContext

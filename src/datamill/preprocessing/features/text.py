@@ -55,10 +55,9 @@ from datamill.preprocessing.features._ragged import (
     to_string_array,
 )
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
     int_type,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
@@ -220,7 +219,7 @@ class TextStats:
         return TextStats(self.char.merge(other.char), self.word.merge(other.word))
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Text feature handler.
 
     Examples:
@@ -238,10 +237,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "text"
     Params: ClassVar[builtins.type[TextParams]] = TextParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""  # "<UNK>" would be tokenised into "<", "unk", ">"
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "text"
 
     @classmethod

@@ -20,14 +20,12 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 from pydantic import Field
 
-from datamill.core.errors import DataFileError
 from datamill.core.ragged import pad
 from datamill.preprocessing.features._ragged import Ragged, row_selection, split_tokens
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -69,18 +67,16 @@ def parse_numbers(
         ok = pc.match_substring_regex(tokens, _NUMBER).to_numpy(zero_copy_only=False)
         bad = int(np.flatnonzero(~ok)[0]) if not ok.all() else 0
         row = int(np.searchsorted(rag.offsets, bad, side="right") - 1)
-        raise DataFileError(
+        raise ctx.error(
             f"expected a {params.tokenizer}-separated list of numbers, got {tokens[bad].as_py()!r}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(row),
+            index=row,
             hint="fix the value, or set preprocessing.tokenizer (space/comma) to match the "
             "separator",
         ) from exc
     return values.astype(np.float32), rag
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Timeseries feature handler.
 
     Examples:
@@ -95,10 +91,7 @@ class Handler(FeatureHandler):
 
     type_name: ClassVar[str] = "timeseries"
     Params: ClassVar[builtins.type[TimeseriesParams]] = TimeseriesParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "timeseries"
 
     def tokens(

@@ -18,12 +18,10 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 from pydantic import Field
 
-from datamill.core.errors import DataFileError
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    StringFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -54,25 +52,20 @@ def _split(column: pa.Array, ctx: FeatureContext) -> tuple[pa.Array, NDArray[np.
         )
         bad = int(np.flatnonzero(~ok.to_numpy(zero_copy_only=False))[0])
         row = int(np.searchsorted(np.cumsum(lengths), bad, side="right"))
-        raise DataFileError(
+        raise ctx.error(
             f"expected whitespace-separated numbers, got {flat[bad].as_py()!r}",
-            path=ctx.path,
-            column=ctx.column,
-            **ctx.location(row),
+            index=row,
             hint="a vector is numbers separated by spaces",
         ) from exc
     return values, lengths
 
 
-class Handler(FeatureHandler):
+class Handler(StringFeatureHandler):
     """Vector feature handler."""
 
     type_name: ClassVar[str] = "vector"
     Params: ClassVar[builtins.type[VectorParams]] = VectorParams
-    input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "fill_with_const"
     fill_value: ClassVar[Any] = ""
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "vector"
 
     def fit(self, column: pa.Array, params: VectorParams, ctx: FeatureContext) -> int:
@@ -84,10 +77,8 @@ class Handler(FeatureHandler):
 
     def finalize(self, stats: int, params: VectorParams, ctx: FeatureContext) -> dict[str, Any]:
         if params.vector_size is not None and stats and stats != params.vector_size:
-            raise DataFileError(
+            raise ctx.error(
                 f"vector_size is {params.vector_size} but rows have {stats} values",
-                path=ctx.path,
-                column=ctx.column,
                 hint="fix vector_size or the data",
             )
         return {"vector_size": params.vector_size or max(stats, 1)}
@@ -99,11 +90,9 @@ class Handler(FeatureHandler):
         values, lengths = _split(column, ctx)
         bad = np.flatnonzero((lengths != size) & (lengths != 0))
         if len(bad):
-            raise DataFileError(
+            raise ctx.error(
                 f"expected {size} values (vector_size), got {int(lengths[bad[0]])}",
-                path=ctx.path,
-                column=ctx.column,
-                **ctx.location(int(bad[0])),
+                index=int(bad[0]),
                 hint="every row of a vector feature has the same number of values",
             )
         out = np.zeros((len(column), size), np.float32)

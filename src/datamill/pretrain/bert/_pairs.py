@@ -97,8 +97,35 @@ class Spans:
         )
 
 
-# long (72 lines, 11 of docstring): Google's create_instances_from_document transcribed statement by
-# statement (the test compares it with the reference draw for draw)
+class _PairLog:
+    """The pairs a loop draws, one :meth:`add` each, as :class:`Spans` at the end."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, bool, int, bool]] = []
+
+    def add(
+        self, a: tuple[int, int], b: tuple[int, int], *, rnd: bool, doc: int, forced: bool
+    ) -> None:
+        """Pair A = tokens ``a[0]:a[1]``, B = ``b[0]:b[1]`` of document ``doc``."""
+        self.rows.append((a[0], a[1] - a[0], b[0], b[1] - b[0], rnd, doc, forced))
+
+    def spans(self) -> Spans:
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * 7
+        ints, bools = np.int64, np.bool_
+        dtypes = (ints, ints, ints, ints, bools, ints, bools)
+        return Spans(*(np.asarray(c, dtype=t) for c, t in zip(cols, dtypes, strict=True)))
+
+
+def _target_length(u: UniformStream, max_num_tokens: int, short_seq_prob: float) -> int:
+    """``max_num_tokens``, or with probability ``short_seq_prob`` uniform in ``[2, max]``."""
+    target = max_num_tokens
+    if u.random() < short_seq_prob:
+        target = u.randint(2, max_num_tokens)
+    return target
+
+
+# Google's create_instances_from_document transcribed statement by statement (the test compares
+# it with the reference draw for draw)
 def build_pairs(
     sent_offsets: list[int],
     doc_offsets: list[int],
@@ -123,18 +150,10 @@ def build_pairs(
     u = UniformStream(rng)
     so, do = sent_offsets, doc_offsets  # Python lists: scalar indexing is 5x cheaper than numpy's
     n_docs = len(do) - 1
-    a_lo: list[int] = []
-    la: list[int] = []
-    b_lo: list[int] = []
-    lb: list[int] = []
-    rnd: list[bool] = []
-    dd: list[int] = []
-    forced: list[bool] = []
+    log = _PairLog()
     for d in range(doc_lo, doc_hi):
         first, end = do[d], do[d + 1]
-        target = max_num_tokens
-        if u.random() < short_seq_prob:
-            target = u.randint(2, max_num_tokens)
+        target = _target_length(u, max_num_tokens, short_seq_prob)
         chunk_start = first
         cur = 0
         i = first
@@ -162,32 +181,19 @@ def build_pairs(
                         if b1 - b0 >= target_b:
                             break
                     i -= n_chunk - a_end  # put the unused sentences back
-                    rnd.append(True)
+                    rnd = True
                 else:
                     b0, b1 = a1, so[i + 1]
-                    rnd.append(False)
-                a_lo.append(a0)
-                la.append(a1 - a0)
-                b_lo.append(b0)
-                lb.append(b1 - b0)
-                dd.append(d)
-                forced.append(n_chunk == 1)
+                    rnd = False
+                log.add((a0, a1), (b0, b1), rnd=rnd, doc=d, forced=n_chunk == 1)
                 chunk_start = i + 1
                 cur = 0
             i += 1
-    return Spans(
-        np.asarray(a_lo, dtype=np.int64),
-        np.asarray(la, dtype=np.int64),
-        np.asarray(b_lo, dtype=np.int64),
-        np.asarray(lb, dtype=np.int64),
-        np.asarray(rnd, dtype=np.bool_),
-        np.asarray(dd, dtype=np.int64),
-        np.asarray(forced, dtype=np.bool_),
-    )
+    return log.spans()
 
 
-# long (63 lines, 11 of docstring): the article's pair loop transcribed statement by statement (the
-# test compares it with the reference draw for draw)
+# the article's pair loop transcribed statement by statement (the test compares it with the
+# reference draw for draw)
 def build_pairs_seed(
     sent_offsets: list[int],
     doc_offsets: list[int],
@@ -213,18 +219,10 @@ def build_pairs_seed(
     u = UniformStream(rng)
     so, do = sent_offsets, doc_offsets
     n_docs = len(do) - 1
-    a_lo: list[int] = []
-    la: list[int] = []
-    b_lo: list[int] = []
-    lb: list[int] = []
-    rnd: list[bool] = []
-    dd: list[int] = []
-    forced: list[bool] = []
+    log = _PairLog()
     for d in range(doc_lo, doc_hi):
         p, stop = do[d], do[d + 1]
-        target = max_num_tokens
-        if u.random() < short_seq_prob:
-            target = u.randint(2, max_num_tokens)
+        target = _target_length(u, max_num_tokens, short_seq_prob)
         while p < stop:
             n_left = stop - p
             end = 1
@@ -244,27 +242,14 @@ def build_pairs_seed(
                 while j < r_end and (a1 - a0) + (b1 - b0) < target:
                     b1 = so[j + 1]
                     j += 1
-                rnd.append(True)
+                rnd = True
                 p += sep
             else:
                 b0, b1 = a1, so[p + end]
-                rnd.append(False)
+                rnd = False
                 p += end
-            a_lo.append(a0)
-            la.append(a1 - a0)
-            b_lo.append(b0)
-            lb.append(b1 - b0)
-            dd.append(d)
-            forced.append(sep == end)
-    return Spans(
-        np.asarray(a_lo, dtype=np.int64),
-        np.asarray(la, dtype=np.int64),
-        np.asarray(b_lo, dtype=np.int64),
-        np.asarray(lb, dtype=np.int64),
-        np.asarray(rnd, dtype=np.bool_),
-        np.asarray(dd, dtype=np.int64),
-        np.asarray(forced, dtype=np.bool_),
-    )
+            log.add((a0, a1), (b0, b1), rnd=rnd, doc=d, forced=sep == end)
+    return log.spans()
 
 
 def pair_builder(pairing: str) -> Callable[..., Spans]:

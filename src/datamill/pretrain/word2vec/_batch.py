@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from datamill.core.optional import require
 from datamill.core.ragged import csr_from_arrow, offsets_from_lengths, pad
-from datamill.core.source import FixedShards, check_read_args
+from datamill.core.source import FixedShards, FixedShardsSource, check_read_args
 
 __all__ = ["COLUMNS", "Batchify", "SkipGramSource", "batchify_arrays"]
 
@@ -79,7 +79,7 @@ class Batchify:
         return batch
 
 
-class SkipGramSource:
+class SkipGramSource(FixedShardsSource):
     """The examples as a Source: columns ``center`` (int32), ``contexts``, ``negatives``
     (list<int32>).
 
@@ -114,13 +114,6 @@ class SkipGramSource:
     @property
     def columns(self) -> list[str]:
         return list(COLUMNS)
-
-    @property
-    def num_shards(self) -> int:
-        return self._shards.num_shards
-
-    def shard_sizes(self) -> NDArray[np.int64]:
-        return self._shards.sizes()
 
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
         cols = check_read_args(self, index, columns)
