@@ -339,13 +339,17 @@ def serve(
     if key:
         echo(f"admin key (shown once, store it now): {key}")
     _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
-    fast = {}
+    fast: dict[str, Any] = {}
     for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
         try:
             __import__(mod)
             fast[opt] = val
         except ImportError:
             pass
+    if "http" in fast:  # httptools behind the bounds of datamill.serve.limits
+        from datamill.serve.limits import guarded_http
+
+        fast["http"] = guarded_http(cfg.forwarded_allow_ips)
     proxy: dict[str, Any] = {"proxy_headers": False}
     if cfg.forwarded_allow_ips:
         proxy = {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
