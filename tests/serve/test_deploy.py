@@ -308,7 +308,8 @@ def test_the_documented_serve_yaml_sets_every_key_and_loads(tmp_path: Path) -> N
             "allowed_hosts[1]",
             "should match",
         ),
-        ("roots: [data\n", 2, None, "not valid YAML"),
+        ("roots: [data\n", 2, None, "cannot parse the YAML"),
+        ("auth: true\nroots: [data]\nauth: false\n", 3, "auth", "duplicate key 'auth' on line 3"),
     ],
 )
 def test_config_errors_name_the_file_line_and_key(

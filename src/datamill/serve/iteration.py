@@ -108,8 +108,8 @@ class Lease:
 @dataclass
 class AckResult:
     """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
-    lease or a wrong fence: 409) or ``"expired"`` (not live: 410); ``units``: the unit runs done by
-    this ack."""
+    lease or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all
+    in the lease: 422, nothing recorded); ``units``: the unit runs done by this ack."""
 
     status: str
     units: list[tuple[int, int]] = field(default_factory=list)
@@ -498,6 +498,10 @@ class Iteration:
         marks: list[tuple[Lease, int, int]] = []
         for lease_id, fence, a, b in items:
             status, lease = self._check(lease_id, fence, session)
+            if lease is not None and not (
+                (a is None or lease.start <= a) and (b is None or b <= lease.stop)
+            ):
+                status, lease = "outside", None  # positions of another lease: nothing recorded
             if lease is not None:
                 lo = lease.start if a is None else max(lease.start, int(a))
                 hi = lease.stop if b is None else min(lease.stop, int(b))
@@ -507,7 +511,9 @@ class Iteration:
                     status = "already"
             prev = statuses.get(lease_id)
             statuses[lease_id] = (
-                status if prev in (None, "already") or status in ("refused", "expired") else prev
+                status
+                if prev in (None, "already") or status in ("refused", "expired", "outside")
+                else prev
             )
         return statuses, marks
 

@@ -179,16 +179,10 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         raise ConfigError("no such dataset root or config file", path=p)
     import yaml
 
+    from datamill.core.yamlconfig import load_yaml
+
     text = p.read_text(encoding="utf-8")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
-            path=p,
-            line=mark.line + 1 if mark is not None else None,
-        ) from exc
+    raw = load_yaml(text, path=p)  # a duplicate key is refused with its line
     if not isinstance(raw, dict):
         raise ConfigError(
             f"expected a mapping of settings (roots: [...], ...), got {type(raw).__name__}",
@@ -299,6 +293,8 @@ def serve(
     for f in (cfg.ssl_certfile, cfg.ssl_keyfile):
         if f is not None and not Path(f).is_file():
             raise ConfigError("no such TLS certificate or key file", path=f)
+    if cfg.ssl_certfile is not None and cfg.ssl_keyfile is not None:
+        _check_tls(cfg.ssl_certfile, cfg.ssl_keyfile)  # before anything is printed or created
     uvicorn = require("uvicorn", extra="serve")
     import logging.config
 
@@ -370,6 +366,25 @@ def serve(
     server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
     server.run()
     event("stopped", drained=server.drained, leases_left=server.leases_left)
+
+
+def _check_tls(certfile: str, keyfile: str) -> None:
+    """Load the certificate and key as the server will; a bad or mismatched pair is a
+    :class:`ConfigError` (one line at the command line), never an ``ssl.SSLError`` traceback."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(certfile, keyfile, password=lambda: b"")
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        what = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        raise ConfigError(
+            f"cannot load the TLS certificate and key ({what}): expected a PEM certificate "
+            f"(chain) and the unencrypted PEM private key that matches it (key {keyfile})",
+            path=certfile,
+            hint="check --ssl-certfile/--ssl-keyfile (openssl x509 -in CERT -noout; openssl pkey "
+            "-in KEY -noout)",
+        ) from exc
 
 
 def _recovery_summary(st: Any, *, url: str) -> None:

@@ -261,6 +261,11 @@ class ServeState:
                     self.locations.set(ds["id"], client_location)
                     self._located.pop(ds["id"], None)
                 return self._public(ds)
+            if ds["path"] == str(real):  # one path, one dataset (its id comes from the path)
+                raise ConflictError(
+                    f"this path is already registered as dataset {ds['name']!r}; use that name "
+                    f"(a dataset has one name)"
+                )
         source = open_source(real)  # fails now (DataFileError) if it is not a datamill output
         ds_id = "ds-" + fingerprint_obj(str(real))[:12]
         self.journal.add_dataset(ds_id, name, str(real))
