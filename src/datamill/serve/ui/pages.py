@@ -241,11 +241,16 @@ def samples_page(
     if where:
         params += [("where", where), ("equals", equals)]
     keep = urllib.parse.urlencode(params)
+    notice = ""
     if find.strip():
-        row = insp.locate(ref, find)
-        return _see(
-            f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}"
-        )
+        try:
+            row = insp.locate(ref, find)
+        except NotFoundError as exc:  # said on the samples page itself, above its first rows
+            notice = exc.msg
+        else:
+            return _see(
+                f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}"
+            )
     if page_no is not None:
         return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={(page_no - 1) * limit}")
     page = insp.samples(
@@ -270,6 +275,9 @@ def samples_page(
         where=where,
         equals=equals,
         mark=int(mark) if mark.isdigit() else None,
+        notice=notice,
+        find=find.strip()[:MAX_FILTER],
+        status=404 if notice else 200,
     )
 
 
