@@ -28,6 +28,17 @@ install_prometheus_nginx() {
 if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/sbin/nginx ]; then
   step "install Debian's prometheus and nginx (for the metrics and TLS proxy tests)" install_prometheus_nginx
 fi
+# The systemd unit test runs `systemd-analyze verify --root=...` on deploy/datamill-serve.service as
+# shipped (no systemd needs to run: the package only provides the tool and the unit files it checks).
+install_systemd() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >/dev/null
+}
+if ! command -v systemd-analyze >/dev/null; then
+  step "install Debian's systemd (systemd-analyze, for the unit file test)" install_systemd
+fi
 export DATAMILL_DATA="${DATAMILL_DATA:-$ROOT/../shared/data}"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "${DATAMILL_LINT:-1}" != "0" ]; then

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from datamill.core.errors import ConfigError
 from datamill.core.optional import require
 from datamill.serve.guard import default_hosts
 
-__all__ = ["DEFAULT_PORT", "ServeConfig", "is_loopback", "load_config", "serve"]
+__all__ = ["DEFAULT_PORT", "INITIAL_KEY_FILE", "ServeConfig", "is_loopback", "load_config", "serve"]
 
 DEFAULT_PORT = 8470
 
@@ -333,7 +334,7 @@ def serve(
         f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
     )
     if key:
-        echo(f"admin key (shown once, store it now): {key}")
+        _show_initial_key(key, state_dir, echo)
     _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
     fast: dict[str, Any] = {}
     for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
@@ -366,6 +367,28 @@ def serve(
     server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
     server.run()
     event("stopped", drained=server.drained, leases_left=server.leases_left)
+
+
+INITIAL_KEY_FILE = "initial-admin-key"
+"""Where a first start not on a terminal (systemd, a log file) leaves its admin key, in the state
+folder (mode 0600), instead of printing it to a log that keeps it for good."""
+
+
+def _show_initial_key(key: str, state_dir: Path, echo: Callable[[str], Any]) -> None:
+    """The first start's admin key: printed on a terminal; otherwise written to
+    :data:`INITIAL_KEY_FILE` in the state folder and only that file's path printed."""
+    if sys.stdout.isatty():
+        echo(f"admin key (shown once, store it now): {key}")
+        return
+    path = state_dir / INITIAL_KEY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(key + "\n")
+    echo(
+        f"no key existed: an admin key was written to {path} (mode 0600, not to this log); "
+        "store it and delete the file, or create keys with `datamill serve keys create` before "
+        "the first start"
+    )
 
 
 def _check_tls(certfile: str, keyfile: str) -> None:
