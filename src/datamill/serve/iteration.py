@@ -42,7 +42,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ACKING", "PENDING", "AckResult", "Iteration", "Lease", "digest", "runs"]
+__all__ = [
+    "ACKING",
+    "DRAIN_FIRST_LEASE",
+    "PENDING",
+    "AckResult",
+    "Iteration",
+    "Lease",
+    "digest",
+    "drain_cap",
+    "runs",
+]
 
 PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
 """A position's state; ``ACKING``: acknowledged by its lease's holder, the journal write in flight
@@ -125,6 +135,28 @@ class ClientInfo:
     batches: int = 0
     stall_s: float = 0.0
     acked: deque[tuple[float, int]] = field(default_factory=deque)
+
+
+DRAIN_FIRST_LEASE = 16
+"""Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
+
+
+def drain_cap(acked: Iterable[tuple[float, int]], now: float, drain_s: float) -> int:
+    """Batches a client consumes in a third of ``drain_s`` at its rate over the last
+    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks); :data:`DRAIN_FIRST_LEASE` before any
+    ack. A third: a client may hold a lease per worker slot and one more in prefetch.
+
+    Examples:
+        >>> drain_cap([], 100.0, 30.0)
+        16
+        >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
+        45
+    """
+    recent = [(t, n) for t, n in acked if t >= now - RATE_WINDOW_S]
+    if not recent:
+        return DRAIN_FIRST_LEASE
+    rate = sum(n for _, n in recent) / max(1.0, min(RATE_WINDOW_S, now - recent[0][0]) + 1.0)
+    return max(1, int(rate * drain_s / 3))
 
 
 def runs(units: Iterable[int]) -> list[tuple[int, int]]:
@@ -396,9 +428,14 @@ class Iteration:
         slots: int = 1,
         session: str | None = None,
         owner: str = "",
+        drain_s: float | None = None,
     ) -> Lease | None:
         """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``),
         or ``None`` when nothing is pending (see :meth:`finished`).
+
+        ``drain_s``: size the lease for a drain of that many seconds (:func:`drain_cap`: at most
+        what the client consumes in a third of it at its recent rate), so that a SIGTERM's drain
+        ends with every lease acknowledged rather than in a timeout.
 
         In static mode a client that is new for ``(rank, slot)`` takes over the leases other clients
         of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
@@ -428,6 +465,8 @@ class Iteration:
                 return None
             start = first
             limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
+            if drain_s is not None:
+                limit = min(limit, start + drain_cap(info.acked, now, drain_s))
             raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
             stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
             st[start:stop] = LEASED

@@ -324,6 +324,7 @@ def serve(
         build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers,
     )
     st = app.state.serve
+    st.drain_timeout = float(cfg.drain_timeout)  # leases sized so that a SIGTERM's drain ends
     for name, path in cfg.datasets.items():
         st.register(path, name=name)
     key = app.state.initial_admin_key

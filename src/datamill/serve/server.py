@@ -196,6 +196,7 @@ class ServeState:
             self.journal
         )  # counters, lifecycle rows, event logs (datamill.serve.metrics)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
+        self.drain_timeout = 0.0  # > 0 (serve() sets it): leases sized so that a drain ends
         self.locations = ClientLocations(
             self.journal
         )  # direct mode: where clients read each dataset
@@ -759,6 +760,7 @@ class ServeState:
                 slots=trip["slots"],
                 session=secret,
                 owner=trip["owner"],
+                drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
             )
 
         return refusal, None if refusal is not None else take, session_digest(secret)
