@@ -141,10 +141,14 @@ DRAIN_FIRST_LEASE = 16
 """Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
 
 
-def drain_cap(acked: Iterable[tuple[float, int]], now: float, drain_s: float) -> int:
+def drain_cap(
+    acked: Sequence[tuple[float, int]], now: float, drain_s: float, need: int = 1 << 62
+) -> int:
     """Batches a client consumes in a third of ``drain_s`` at its rate over the last
-    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks); :data:`DRAIN_FIRST_LEASE` before any
-    ack. A third: a client may hold a lease per worker slot and one more in prefetch.
+    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks, oldest first); :data:`DRAIN_FIRST_LEASE`
+    before any ack; ``need`` as soon as the newest acks show the cap would not bind (a fast client
+    costs a few steps, not a pass over its window). A third: a client may hold a lease per worker
+    slot and one more in prefetch.
 
     Examples:
         >>> drain_cap([], 100.0, 30.0)
@@ -152,11 +156,18 @@ def drain_cap(acked: Iterable[tuple[float, int]], now: float, drain_s: float) ->
         >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
         45
     """
-    recent = [(t, n) for t, n in acked if t >= now - RATE_WINDOW_S]
-    if not recent:
+    enough = need * 3 * (RATE_WINDOW_S + 1.0) / max(drain_s, 1e-9)
+    total, first = 0, None
+    for t, n in reversed(acked):  # newest first
+        if t < now - RATE_WINDOW_S:
+            break
+        total, first = total + n, t
+        if total >= enough:
+            return need
+    if first is None:
         return DRAIN_FIRST_LEASE
-    rate = sum(n for _, n in recent) / max(1.0, min(RATE_WINDOW_S, now - recent[0][0]) + 1.0)
-    return max(1, int(rate * drain_s / 3))
+    rate = total / max(1.0, min(RATE_WINDOW_S, now - first) + 1.0)
+    return max(1, min(need, int(rate * drain_s / 3)))
 
 
 def runs(units: Iterable[int]) -> list[tuple[int, int]]:
@@ -466,7 +477,7 @@ class Iteration:
             start = first
             limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
             if drain_s is not None:
-                limit = min(limit, start + drain_cap(info.acked, now, drain_s))
+                limit = min(limit, start + drain_cap(info.acked, now, drain_s, limit - start))
             raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
             stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
             st[start:stop] = LEASED
