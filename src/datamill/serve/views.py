@@ -419,6 +419,7 @@ def _raw_value(src: Source, row: int, column: str) -> Any:
     return src.read_shard(k, columns=[column]).column(column)[row - int(starts[k])].as_py()
 
 
+# long (61 lines): one branch per kind of cell (image bytes, image path, tokens, float, list)
 def _cell(
     value: Any,
     column: str,
@@ -447,11 +448,8 @@ def _cell(
         target = Path(os.path.realpath(base / value))
         if not any(target == r or r in target.parents for r in roots) or not target.is_file():
             # a path column whose files are elsewhere (the demo's cifar): its text, not an error
-            return {
-                "t": "value",
-                "v": value,
-                "full": f"{value} (no image file there under the server's roots)",
-            }
+            note = f"{value} (no image file there under the server's roots)"
+            return {"t": "value", "v": value, "full": note}
         return {
             "t": "image",
             "mime": _IMAGE_EXT[Path(value).suffix.lower()],
@@ -464,8 +462,7 @@ def _cell(
     ):
         ids = value if isinstance(value, list) else [value]
         tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
-        pad = "<PAD>"
-        text = " ".join(t for t in tokens if t not in (pad, "[PAD]"))
+        text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
         return {"t": "tokens", "text": text, "ids": _short(ids)}
     if isinstance(value, float):
         return {"t": "value", "v": _float(value, float32=float32), "full": repr(value)}
