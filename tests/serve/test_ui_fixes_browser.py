@@ -65,7 +65,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     admin = make_key(state, "admin")
     port = free_port()
     env: dict[str, Any] = {"url": f"http://127.0.0.1:{port}", "admin": admin, "port": port}
-    env["proc"] = start_server(base / "root", state, port)
+    env["proc"] = start_server(base / "root", state, port, "--drain-timeout", "0")
     try:
         with Client(env["url"], admin) as c:
             for name, path in (
