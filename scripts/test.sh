@@ -37,6 +37,17 @@ install_iproute2() {
 if [ "$(id -u)" -eq 0 ] && ! command -v ip >/dev/null 2>&1; then
   step "install Debian's iproute2 (for the network-namespace test)" install_iproute2
 fi
+# The systemd unit test runs `systemd-analyze verify --root=...` on deploy/datamill-serve.service as
+# shipped (no systemd needs to run: the package only provides the tool and the unit files it checks).
+install_systemd() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >/dev/null
+}
+if ! command -v systemd-analyze >/dev/null; then
+  step "install Debian's systemd (systemd-analyze, for the unit file test)" install_systemd
+fi
 export DATAMILL_DATA="${DATAMILL_DATA:-$ROOT/../shared/data}"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "${DATAMILL_LINT:-1}" != "0" ]; then

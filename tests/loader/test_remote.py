@@ -272,3 +272,44 @@ def test_cache_reads_where_files_cannot_be_mapped(
     for _ in range(2):  # a download, then a cached copy
         assert cache.read(str(tmp_path / "a.bin")) == b"0123456789" * 100
     assert cache.stats()["downloads"] == 1 and cache.stats()["hits"] == 1
+
+
+def test_a_same_size_rewrite_is_never_read_under_the_opened_version(
+    s3: tuple[pafs.S3FileSystem, Path, str], tmp_path: Path
+) -> None:
+    """Each object's ETag is recorded when the source opens and every read is checked against it:
+    a cold node whose shard was rewritten (same size) since gets a located error, never the new
+    bytes; a warm node keeps the version it opened; a source opened after the rewrite reads the
+    new version on a warm and a cold node alike."""
+    fs, _, _ = s3
+    n = 200
+
+    def write(prefix: str, offset: int) -> None:
+        table = pa.table({"x": np.arange(n, dtype=np.int64) + offset})
+        for i in range(2):
+            pq.write_table(
+                table,
+                f"{prefix}/part-{i}.parquet",
+                filesystem=fs,
+                compression="none",
+                use_dictionary=False,
+                write_statistics=False,
+            )
+
+    write("data/rewrite", 0)
+    warm = RemoteParquetSource("s3://data/rewrite", cache_dir=tmp_path / "warm", filesystem=fs)
+    cold = RemoteParquetSource("s3://data/rewrite", cache_dir=tmp_path / "cold", filesystem=fs)
+    assert all(e is not None for e in warm.etags)
+    assert warm.read_shard(0).column("x")[0].as_py() == 0  # the warm node has shard 0
+    sizes = [fs.get_file_info(f"data/rewrite/part-{i}.parquet").size for i in range(2)]
+    write("data/rewrite", 1_000)  # the same size, other values
+    assert [fs.get_file_info(f"data/rewrite/part-{i}.parquet").size for i in range(2)] == sizes
+    assert warm.read_shard(0).column("x")[0].as_py() == 0  # the version it opened
+    with pytest.raises(DataFileError, match="changed since the source was opened") as err:
+        cold.read_shard(0)
+    assert "part-0.parquet" in str(err.value)
+    again = RemoteParquetSource("s3://data/rewrite", cache_dir=tmp_path / "warm", filesystem=fs)
+    fresh = RemoteParquetSource("s3://data/rewrite", cache_dir=tmp_path / "new", filesystem=fs)
+    assert again.etags == fresh.etags != warm.etags
+    assert again.read_shard(0).column("x")[0].as_py() == 1_000  # the old copy is not reused
+    assert fresh.read_shard(0).column("x")[0].as_py() == 1_000

@@ -14,7 +14,7 @@ import pytest
 from datamill.cli import main
 from datamill.core.errors import ConfigError
 from datamill.serve.journal import Journal
-from datamill.serve.run import serve
+from datamill.serve.run import INITIAL_KEY_FILE, serve
 from tests.serve._proc import env, free_port, start_server, stop
 
 
@@ -63,9 +63,10 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(
     log = tmp_path / "server.log"
     proc = start_server(server["root"], state, port, log=log)
     try:
-        key = next(
-            line.split(": ")[-1] for line in log.read_text().splitlines() if "admin key" in line
-        )
+        # not on a terminal: the key is in a 0600 file of the state folder, never in the log
+        assert "dmk_" not in log.read_text() and str(state / INITIAL_KEY_FILE) in log.read_text()
+        key = (state / INITIAL_KEY_FILE).read_text().strip()
+        assert key.startswith("dmk_") and (state / INITIAL_KEY_FILE).stat().st_mode & 0o777 == 0o600
         out = subprocess.run(
             [sys.executable, "-m", "datamill.cli", "serve", "keys", "list", "--state", str(state)],
             env=env(),
@@ -139,6 +140,7 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(
     proc = start_server(server["root"], state, port, log=tmp_path / "again.log")
     stop(proc)
     assert "admin key" not in (tmp_path / "again.log").read_text()
+    assert "dmk_" not in (tmp_path / "again.log").read_text()
 
 
 @pytest.mark.server

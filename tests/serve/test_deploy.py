@@ -308,7 +308,8 @@ def test_the_documented_serve_yaml_sets_every_key_and_loads(tmp_path: Path) -> N
             "allowed_hosts[1]",
             "should match",
         ),
-        ("roots: [data\n", 2, None, "not valid YAML"),
+        ("roots: [data\n", 2, None, "cannot parse the YAML"),
+        ("auth: true\nroots: [data]\nauth: false\n", 3, "auth", "duplicate key 'auth' on line 3"),
     ],
 )
 def test_config_errors_name_the_file_line_and_key(
@@ -335,10 +336,15 @@ def test_config_errors_name_the_file_line_and_key(
 
 
 @pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine"
+    shutil.which("systemd-analyze") is None,
+    reason="no systemd-analyze on this machine (scripts/test.sh installs Debian's systemd)",
 )
-def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
-    unit = (REPO / "deploy" / "datamill-serve.service").read_text()
+def test_the_systemd_unit_verifies_as_shipped(tmp_path: Path) -> None:
+    """The guide's install steps laid out under a temporary root, then `systemd-analyze verify
+    --root` on the unit file byte for byte as shipped (its ExecStart, config and dataset paths
+    must exist there)."""
+    shipped = (REPO / "deploy" / "datamill-serve.service").read_bytes()
+    unit = shipped.decode()
     for need in (
         "DynamicUser=yes",
         "StateDirectory=datamill-serve",
@@ -347,17 +353,49 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
         "KillSignal=SIGTERM",
     ):
         assert need in unit, need
-    exe = Path(sys.executable).with_name("datamill")
-    if not exe.exists():
-        pytest.skip("the datamill console script is not installed in this environment")
-    (tmp_path / "datamill-serve.service").write_text(
-        unit.replace("/opt/datamill/.venv/bin/datamill", str(exe))
+    guide = (REPO / "docs" / "running.md").read_text()
+    for path in ("/opt/datamill/.venv", "/etc/datamill/serve.yaml", "/srv/datasets"):
+        assert path in unit and f"`{path}`" in guide, path  # the guide makes what the unit uses
+    assert "systemd-run --pty" in guide and "keys create --state /var/lib/datamill-serve" in guide
+    root = tmp_path / "root"
+    system = next(
+        p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")) if p.is_dir()
     )
+    shutil.copytree(system, root / "usr/lib/systemd/system", symlinks=True)
+    exe = root / "opt/datamill/.venv/bin/datamill"
+    exe.parent.mkdir(parents=True)
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} -m datamill.cli "$@"\n')
+    exe.chmod(0o755)
+    (root / "etc/datamill").mkdir(parents=True)
+    (root / "etc/datamill/serve.yaml").write_text("roots: [/srv/datasets]\nhost: 127.0.0.1\n")
+    (root / "srv/datasets").mkdir(parents=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    (root / "etc/systemd/system/datamill-serve.service").write_bytes(shipped)
     out = subprocess.run(
-        ["systemd-analyze", "verify", str(tmp_path / "datamill-serve.service")],
+        [
+            "systemd-analyze",
+            "verify",
+            f"--root={root}",
+            "/etc/systemd/system/datamill-serve.service",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert out.returncode == 0, out.stderr
+    # and it does fail when the guide's paths are missing (the check is real)
+    exe.unlink()
+    out = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            f"--root={root}",
+            "/etc/systemd/system/datamill-serve.service",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode != 0 and "/opt/datamill/.venv/bin/datamill" in out.stderr

@@ -9,7 +9,10 @@ old names.
   its size must equal the object's and an optional ``check`` must pass; only then is it renamed,
   and its sidecar JSON (remote path, size, modification time, xxh3 of the content) is written last.
   A cached copy counts only when its sidecar matches the object and its content hashes to the
-  recorded value, so a truncated or corrupt copy is downloaded again.
+  recorded value, so a truncated or corrupt copy is downloaded again. A reader that recorded the
+  object's ETag when it opened (``etag=``) gets only that version: a cached copy of another
+  version is downloaded again, and a download whose ETag differs (the object was rewritten since,
+  even at the same size) is a located error, never other bytes under the same fingerprint.
 * :func:`fetch_input` gives a local copy of one remote input file (preprocessing inputs), cached
   under the same rules.
 
@@ -49,6 +52,7 @@ __all__ = [
     "default_cache_dir",
     "fetch_input",
     "is_remote",
+    "object_etag",
     "s3_filesystem",
     "split_url",
     "store_error",
@@ -157,7 +161,14 @@ class ShardFileCache:
     def _sidecar(self, info: pafs.FileInfo) -> dict[str, Any]:
         return {"remote": info.path, "size": int(info.size), "mtime_ns": info.mtime_ns}
 
-    def read(self, remote: str, *, info: pafs.FileInfo | None = None, check: Any = None) -> bytes:
+    def read(
+        self,
+        remote: str,
+        *,
+        info: pafs.FileInfo | None = None,
+        check: Any = None,
+        etag: str | None = None,
+    ) -> bytes:
         """The content of ``remote`` (from the cache, or downloaded and checked first).
 
         Args:
@@ -165,16 +176,24 @@ class ShardFileCache:
             info: its ``FileInfo`` (looked up when ``None``).
             check: ``check(data)`` raising on a bad download (e.g. a Parquet footer check);
                 ``data`` is a bytes-like object (a ``pyarrow.Buffer``).
+            etag: the object's ETag when the reader opened it: only that version is read.
+                Defaults to ``None`` (size and modification time only).
 
         Raises:
             DataFileNotFoundError: no such remote file. DataFileError: the download fails ``check``
-            or has the wrong size. CacheError: the cache folder cannot be written.
+            or has the wrong size, or another ETag than ``etag``. CacheError: the cache folder
+            cannot be written.
         """
-        data: bytes = self.read_buffer(remote, info=info, check=check).to_pybytes()
+        data: bytes = self.read_buffer(remote, info=info, check=check, etag=etag).to_pybytes()
         return data
 
     def read_buffer(
-        self, remote: str, *, info: pafs.FileInfo | None = None, check: Any = None
+        self,
+        remote: str,
+        *,
+        info: pafs.FileInfo | None = None,
+        check: Any = None,
+        etag: str | None = None,
     ) -> pa.Buffer:
         """:meth:`read` without a copy: the cached file mapped into memory (read-only).
 
@@ -194,9 +213,9 @@ class ShardFileCache:
             self._in_use[name] = self._in_use.get(name, 0) + 1
         try:
             with key_lock:
-                data = self._cached(name, info)
+                data = self._cached(name, info, etag)
                 if data is None:
-                    data = self._download(remote, name, info, check)
+                    data = self._download(remote, name, info, check, etag)
                 else:
                     with self._lock:
                         self.hits += 1
@@ -212,7 +231,7 @@ class ShardFileCache:
                     del self._in_use[name]
             self._evict()
 
-    def _cached(self, name: str, info: pafs.FileInfo) -> pa.Buffer | None:
+    def _cached(self, name: str, info: pafs.FileInfo, etag: str | None = None) -> pa.Buffer | None:
         path, meta_path = self.dir / name, self.dir / f"{name}.json"
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -221,6 +240,8 @@ class ShardFileCache:
         except (OSError, ValueError):
             return None
         want = self._sidecar(info)
+        if etag is not None:
+            want["etag"] = etag  # another version of the object: downloaded again
         if (
             any(meta.get(k) != v for k, v in want.items())
             or len(data) != want["size"]
@@ -232,7 +253,9 @@ class ShardFileCache:
             return None
         return data
 
-    def _download(self, remote: str, name: str, info: pafs.FileInfo, check: Any) -> pa.Buffer:
+    def _download(
+        self, remote: str, name: str, info: pafs.FileInfo, check: Any, etag: str | None = None
+    ) -> pa.Buffer:
         """Stream ``remote`` into a temporary file beside the copy (hashed on the way), check it,
         rename it, then write the sidecar (the commit marker); the file's mapping is returned.
 
@@ -246,8 +269,14 @@ class ShardFileCache:
             raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         try:
             with os.fdopen(fd, "wb") as out:
-                got, digest = self._stream(remote, out, info.size)
+                got, digest, now = self._stream(remote, out, info.size)
                 data = _mapped(out, got)
+            if etag is not None and now is not None and now != etag:
+                raise DataFileError(
+                    f"the object changed since the source was opened (ETag {now}, was {etag})",
+                    path=remote,
+                    hint="open the dataset again (a new Loader or Source) to read the new version",
+                )
             if got != info.size:
                 raise DataFileError(
                     f"downloaded {got} bytes, the object has {info.size}",
@@ -258,7 +287,10 @@ class ShardFileCache:
                 check(data)
             try:
                 os.replace(tmp, self.dir / name)
-                self._write_sidecar(name, {**self._sidecar(info), "xxh3": digest})
+                meta = {**self._sidecar(info), "xxh3": digest}
+                if etag is not None:
+                    meta["etag"] = etag
+                self._write_sidecar(name, meta)
             except OSError as exc:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         except BaseException:
@@ -269,9 +301,9 @@ class ShardFileCache:
             self.bytes_fetched += got
         return data
 
-    def _stream(self, remote: str, out: Any, size: int) -> tuple[int, str]:
+    def _stream(self, remote: str, out: Any, size: int) -> tuple[int, str, str | None]:
         """GET ``remote`` into the open file ``out`` (sized ``size`` bytes, mapped): (bytes, xxh3
-        hex).
+        hex, the object's ETag or ``None``).
 
         One ranged GET of the whole object lands straight in the file's pages (Arrow reads into the
         mapping without the GIL, no buffer between the download and the file). A stream read in
@@ -284,13 +316,14 @@ class ShardFileCache:
         except OSError as exc:
             raise DataFileError(f"download failed: {exc}", path=remote) from exc
         with f:
+            etag = object_etag(f)
             if size <= 0:
-                return 0, digest.hexdigest()
+                return 0, digest.hexdigest(), etag
             try:
                 out.truncate(size)
                 view = mmap.mmap(out.fileno(), size)
             except (OSError, ValueError):  # a file system without mmap: through a buffer
-                return self._buffered(remote, f, out, size)
+                return (*self._buffered(remote, f, out, size), etag)
             with view:
                 try:
                     got = int(f.readinto(view))
@@ -299,7 +332,7 @@ class ShardFileCache:
                 digest.update(view if got == size else view[:got])
         if got < size:
             out.truncate(got)
-        return got, digest.hexdigest()
+        return got, digest.hexdigest(), etag
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
         """:meth:`_stream` where the file cannot be mapped: the GET into a buffer, then written."""
@@ -368,6 +401,15 @@ class ShardFileCache:
                 self.evictions += 1
         for name in victims:
             self._remove(name)
+
+
+def object_etag(f: Any) -> str | None:
+    """The ETag of an open object (``None`` where the filesystem has none: local, memory)."""
+    try:
+        raw = f.metadata().get("ETag")
+    except (OSError, AttributeError, pa.ArrowException):
+        return None
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 def _mapped(f: Any, size: int) -> pa.Buffer:

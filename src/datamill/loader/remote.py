@@ -49,6 +49,7 @@ from datamill.core.objstore import (
     ShardFileCache,
     default_cache_dir,
     is_remote,
+    object_etag,
     s3_filesystem,
     split_url,
     store_error,
@@ -67,7 +68,7 @@ __all__ = [
     "split_url",
 ]
 
-FOOTERS_FORMAT = "datamill.parquet-footers/1"
+FOOTERS_FORMAT = "datamill.parquet-footers/2"  # 2: each object's ETag
 """The row counts and schema of a prefix's objects, kept in ``cache_dir`` beside the copies."""
 
 FOOTER_THREADS = 16
@@ -169,21 +170,28 @@ class RemoteParquetSource(SchemaColumns):
         _preload_in_background()  # while the footers download
         listing = [[i.path, int(i.size), i.mtime_ns] for i in infos]
         known = self._known_footers(listing)
+        if known is not None and known[2] != self._etags(infos):
+            known = None  # rewritten in the same second at the same size: read them again
         self._footers_recorded = known is not None  # row counts from the record, not the objects
         if known is None:
-            sizes, schema = self._read_footers(infos)
-            self._remember_footers(listing, sizes, schema)
+            sizes, schema, etags = self._read_footers(infos)
+            self._remember_footers(listing, sizes, schema, etags)
         else:
-            sizes, schema = known
+            sizes, schema, etags = known
+        self.etags = etags  # each object's version when opened: every download is checked
         self.schema = schema
         self._sizes = np.asarray(sizes, dtype=np.int64)
 
-    def _read_footers(self, infos: list[pafs.FileInfo]) -> tuple[list[int], pa.Schema]:
-        """Row counts and the common schema from every file's footer (parallel GETs)."""
-        sizes, schema = [], None
+    def _read_footers(
+        self, infos: list[pafs.FileInfo]
+    ) -> tuple[list[int], pa.Schema, list[str | None]]:
+        """Row counts, the common schema and the ETags from every file's footer (parallel
+        GETs)."""
+        sizes, schema, etags = [], None, []
         with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(infos))) as pool:
             footers = list(pool.map(self._footer, infos))
-        for info, md in zip(infos, footers):
+        for info, (md, etag) in zip(infos, footers):
+            etags.append(etag)
             s = md.schema.to_arrow_schema().remove_metadata()
             if schema is None:
                 schema = s
@@ -194,12 +202,27 @@ class RemoteParquetSource(SchemaColumns):
                 )
             sizes.append(md.num_rows)
         assert schema is not None
-        return sizes, schema
+        return sizes, schema, etags
+
+    def _etags(self, infos: list[pafs.FileInfo]) -> list[str | None]:
+        """Every object's ETag now (parallel HEAD requests; ``None`` where the store has none)."""
+
+        def head(info: pafs.FileInfo) -> str | None:
+            try:
+                with self.fs.open_input_file(info.path) as f:  # a HEAD; nothing is read
+                    return object_etag(f)
+            except OSError:
+                return None
+
+        with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(infos))) as pool:
+            return list(pool.map(head, infos))
 
     def _footers_path(self) -> Path:
         return self.cache.dir / f"{xxhash.xxh3_64_hexdigest(self.url.encode('utf-8'))}.footers"
 
-    def _known_footers(self, listing: list[list[Any]]) -> tuple[list[int], pa.Schema] | None:
+    def _known_footers(
+        self, listing: list[list[Any]]
+    ) -> tuple[list[int], pa.Schema, list[str | None]] | None:
         """The row counts and schema a previous open recorded for exactly this listing, or None.
 
         Trusted only when every object's key, size and modification time are the ones recorded
@@ -213,12 +236,13 @@ class RemoteParquetSource(SchemaColumns):
                 return None
             rows = [int(r) for r in raw["rows"]]
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["schema"])))
+            etags = [None if e is None else str(e) for e in raw["etags"]]
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return None
-        return (rows, schema) if len(rows) == len(listing) else None
+        return (rows, schema, etags) if len(rows) == len(listing) == len(etags) else None
 
     def _remember_footers(
-        self, listing: list[list[Any]], rows: list[int], schema: pa.Schema
+        self, listing: list[list[Any]], rows: list[int], schema: pa.Schema, etags: list[str | None]
     ) -> None:
         """Record the footers beside the cached copies (a later open of the same objects lists)."""
         if any(m is None for _, _, m in listing):
@@ -228,6 +252,7 @@ class RemoteParquetSource(SchemaColumns):
                 "format": FOOTERS_FORMAT,
                 "listing": listing,
                 "rows": [int(r) for r in rows],
+                "etags": etags,
                 "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
             }
         )
@@ -239,10 +264,10 @@ class RemoteParquetSource(SchemaColumns):
         except OSError:  # a read-only cache folder: the footers are read again next time
             tmp.unlink(missing_ok=True)
 
-    def _footer(self, info: pafs.FileInfo) -> pq.FileMetaData:
+    def _footer(self, info: pafs.FileInfo) -> tuple[pq.FileMetaData, str | None]:
         try:
             with self.fs.open_input_file(info.path) as f:
-                return pq.ParquetFile(f).metadata
+                return pq.ParquetFile(f).metadata, object_etag(f)
         except (OSError, pa.ArrowException) as exc:
             raise DataFileError(
                 f"not a readable Parquet object ({exc})", path=f"{self.prefix}{info.path}"
@@ -303,7 +328,9 @@ class RemoteParquetSource(SchemaColumns):
             if got != rows:
                 raise self._rows_differ(info, got=got, rows=rows)
 
-        data = self.cache.read_buffer(info.path, info=info, check=check)
+        data = self.cache.read_buffer(
+            info.path, info=info, check=check, etag=self.etags[int(index)]
+        )
         return decode_parquet(data, cols)
 
     def expect_reads(self, shards: Sequence[int]) -> None:

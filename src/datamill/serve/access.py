@@ -95,11 +95,13 @@ def authenticate(request: Request) -> Viewer | None:
     elif header.startswith("Bearer "):
         info = state.keys.check(header[len("Bearer ") :].strip())
         who = None if info is None else Viewer(info.role, "bearer", "", info.id, info.datasets)
-    elif request.method in ("GET", "HEAD") or request.url.path.startswith("/ui/"):
+    elif request.url.path.startswith("/ui/") or (
+        request.method in ("GET", "HEAD") and not request.url.path.endswith("/next")
+    ):
         who = session_viewer(request, state)
     else:
-        # a state-changing API call needs the Bearer header: a session cookie alone (and no CSRF
-        # token) is not enough
+        # a state-changing API call (and GET .../next, which takes leases and applies ?ack=) needs
+        # the Bearer header: a session cookie alone (and no CSRF token) is not enough
         who = None
     request.scope["datamill.viewer"] = who
     return who

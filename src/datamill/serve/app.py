@@ -126,6 +126,10 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
         from datamill.serve.ui.pages import access_page
 
         return access_page(request, exc.status_code, str(exc.detail))
+    if _ui(request):  # an unknown /ui/... path, a wrong method: the UI's own error page
+        from datamill.serve.ui.render import error_page
+
+        return error_page(request, exc.status_code, str(exc.detail))
     detail = exc.detail
     if (
         exc.status_code == 400 and detail == "There was an error parsing the body"
@@ -140,7 +144,16 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
 async def _on_invalid(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    if _ui(request):  # a bad query parameter of a page: the UI's own error page
+        from datamill.serve.ui.render import error_page
+
+        return error_page(request, 400, one_line(exc.errors()))
     return JSONResponse({"error": one_line(exc.errors())}, status_code=422)
+
+
+def _ui(request: Request) -> bool:
+    path = request.url.path
+    return (path == "/ui" or path.startswith("/ui/")) and not path.startswith("/ui/static/")
 
 
 async def _on_bug(request: Request, exc: Exception) -> Response:

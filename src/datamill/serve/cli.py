@@ -22,6 +22,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -156,12 +157,26 @@ def _server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _need_journal(state: str) -> None:
+    """Refuse a ``--state`` folder that holds no journal (a mistyped path) instead of creating one;
+    only ``keys create`` (the first step) and the server create a journal."""
+    from datamill.serve.journal import DB_NAME, StateError
+
+    if not (Path(state) / DB_NAME).is_file():
+        raise StateError(
+            f"no journal here ({DB_NAME} missing): nothing to read",
+            path=state,
+            hint="check --state: pass the state folder of an existing server",
+        )
+
+
 def _gc(args: argparse.Namespace) -> int:
     from datamill.serve.auth import parse_duration
     from datamill.serve.journal import Journal
     from datamill.serve.lifecycle import ensure_tables, gc
 
     older = parse_duration(args.older_than)
+    _need_journal(args.state)
     journal = Journal(args.state)
     try:
         ensure_tables(journal)
@@ -207,6 +222,7 @@ def _when(t: float | None) -> str:
 def _keys_list(args: argparse.Namespace) -> int:
     from datamill.serve.journal import Journal
 
+    _need_journal(args.state)
     journal = Journal(args.state)
     try:
         now = time.time()
@@ -227,6 +243,7 @@ def _keys_list(args: argparse.Namespace) -> int:
 def _keys_revoke(args: argparse.Namespace) -> int:
     from datamill.serve.journal import Journal
 
+    _need_journal(args.state)
     journal = Journal(args.state)
     try:
         if not journal.revoke_key(args.key_id):
@@ -242,6 +259,7 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from datamill.serve.journal import Journal
 
+    _need_journal(args.state)
     journal = Journal(args.state)
     try:
         for row in journal.audit():
@@ -255,6 +273,7 @@ def _audit(args: argparse.Namespace) -> int:
 def _backup(args: argparse.Namespace) -> int:
     from datamill.serve.journal import backup
 
+    _need_journal(args.state)
     out = backup(args.state, args.out)
     print(f"backed up the journal of {args.state} to {out}")
     return 0

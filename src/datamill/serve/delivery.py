@@ -13,8 +13,10 @@ functions.
   the rest).
 * ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases":
   [[lease, fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack
-  is ``ok`` or ``already``, ``409`` when one is refused (another session's lease, a wrong fence),
-  else ``410`` when one lease is no longer live.
+  is ``ok`` or ``already``, ``422`` when one names positions outside its lease (``outside``:
+  nothing recorded), ``409`` when one is refused (another session's lease, a wrong fence), else
+  ``410`` when one lease is no longer live. On ``/next`` the same statuses are in
+  ``X-Datamill-Acks``.
 * ``POST .../heartbeat`` ``{"client", "leases": [[lease, fence], ...], "stall_s", "batches"}`` ->
   ``{"lost": [...], "refused": [...]}`` with the same status rule.
 
@@ -69,6 +71,8 @@ def _check_items(items: list[tuple[str, str, int | None, int | None]]) -> None:
 
 def _code(statuses: Any) -> int:
     values = set(statuses)
+    if "outside" in values:
+        return 422
     return 409 if "refused" in values else 410 if values & {"expired"} else 200
 
 
@@ -76,6 +80,7 @@ def _error(code: int) -> str:
     return {
         409: "refused: a lease of another session, or a wrong fence",
         410: "expired: a lease that is no longer live (its batches go to another lease)",
+        422: "outside: positions [start, stop) not within the lease's X-Datamill-Positions",
     }.get(code, "")
 
 

@@ -42,7 +42,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ACKING", "PENDING", "AckResult", "Iteration", "Lease", "digest", "runs"]
+__all__ = [
+    "ACKING",
+    "DRAIN_FIRST_LEASE",
+    "PENDING",
+    "AckResult",
+    "Iteration",
+    "Lease",
+    "digest",
+    "drain_cap",
+    "runs",
+]
 
 PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
 """A position's state; ``ACKING``: acknowledged by its lease's holder, the journal write in flight
@@ -108,8 +118,8 @@ class Lease:
 @dataclass
 class AckResult:
     """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
-    lease or a wrong fence: 409) or ``"expired"`` (not live: 410); ``units``: the unit runs done by
-    this ack."""
+    lease or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all
+    in the lease: 422, nothing recorded); ``units``: the unit runs done by this ack."""
 
     status: str
     units: list[tuple[int, int]] = field(default_factory=list)
@@ -125,6 +135,39 @@ class ClientInfo:
     batches: int = 0
     stall_s: float = 0.0
     acked: deque[tuple[float, int]] = field(default_factory=deque)
+
+
+DRAIN_FIRST_LEASE = 16
+"""Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
+
+
+def drain_cap(
+    acked: Sequence[tuple[float, int]], now: float, drain_s: float, need: int = 1 << 62
+) -> int:
+    """Batches a client consumes in a third of ``drain_s`` at its rate over the last
+    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks, oldest first); :data:`DRAIN_FIRST_LEASE`
+    before any ack; ``need`` as soon as the newest acks show the cap would not bind (a fast client
+    costs a few steps, not a pass over its window). A third: a client may hold a lease per worker
+    slot and one more in prefetch.
+
+    Examples:
+        >>> drain_cap([], 100.0, 30.0)
+        16
+        >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
+        45
+    """
+    enough = need * 3 * (RATE_WINDOW_S + 1.0) / max(drain_s, 1e-9)
+    total, first = 0, None
+    for t, n in reversed(acked):  # newest first
+        if t < now - RATE_WINDOW_S:
+            break
+        total, first = total + n, t
+        if total >= enough:
+            return need
+    if first is None:
+        return DRAIN_FIRST_LEASE
+    rate = total / max(1.0, min(RATE_WINDOW_S, now - first) + 1.0)
+    return max(1, min(need, int(rate * drain_s / 3)))
 
 
 def runs(units: Iterable[int]) -> list[tuple[int, int]]:
@@ -396,9 +439,14 @@ class Iteration:
         slots: int = 1,
         session: str | None = None,
         owner: str = "",
+        drain_s: float | None = None,
     ) -> Lease | None:
         """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``),
         or ``None`` when nothing is pending (see :meth:`finished`).
+
+        ``drain_s``: size the lease for a drain of that many seconds (:func:`drain_cap`: at most
+        what the client consumes in a third of it at its recent rate), so that a SIGTERM's drain
+        ends with every lease acknowledged rather than in a timeout.
 
         In static mode a client that is new for ``(rank, slot)`` takes over the leases other clients
         of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
@@ -428,6 +476,8 @@ class Iteration:
                 return None
             start = first
             limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
+            if drain_s is not None:
+                limit = min(limit, start + drain_cap(info.acked, now, drain_s, limit - start))
             raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
             stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
             st[start:stop] = LEASED
@@ -498,6 +548,10 @@ class Iteration:
         marks: list[tuple[Lease, int, int]] = []
         for lease_id, fence, a, b in items:
             status, lease = self._check(lease_id, fence, session)
+            if lease is not None and not (
+                (a is None or lease.start <= a) and (b is None or b <= lease.stop)
+            ):
+                status, lease = "outside", None  # positions of another lease: nothing recorded
             if lease is not None:
                 lo = lease.start if a is None else max(lease.start, int(a))
                 hi = lease.stop if b is None else min(lease.stop, int(b))
@@ -507,7 +561,9 @@ class Iteration:
                     status = "already"
             prev = statuses.get(lease_id)
             statuses[lease_id] = (
-                status if prev in (None, "already") or status in ("refused", "expired") else prev
+                status
+                if prev in (None, "already") or status in ("refused", "expired", "outside")
+                else prev
             )
         return statuses, marks
 

@@ -136,10 +136,11 @@ def page(
     after: str | None = None,
     stale_after: float = STALE_AFTER,
     now: float | None = None,
+    newest_first: bool = False,
     _only: str | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of iterations, oldest first: ``(rows, the id to pass as after= for the next page or
-    None)``.
+    """One page of iterations, oldest first (``newest_first``: newest first): ``(rows, the id to
+    pass as after= for the next page or None)``.
 
     Args:
         journal: the server's journal.
@@ -149,6 +150,7 @@ def page(
         after: the id of the last iteration of the previous page. Defaults to the first page.
         stale_after: lease timeouts without a client after which a running iteration is ``stale``.
         now: the time to judge staleness at. Defaults to now.
+        newest_first: the newest iteration first (the UI's order). Defaults to ``False``.
 
     Raises:
         ConfigError: an unknown status, a limit out of range, or an unknown ``after`` id.
@@ -157,7 +159,7 @@ def page(
         raise ConfigError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
     if not 1 <= int(limit) <= MAX_PAGE:
         raise ConfigError(f"limit must be in 1..{MAX_PAGE}, got {limit}")
-    start = 0
+    start = (1 << 62) if newest_first else 0
     if after is not None:
         found = journal._exec("SELECT rowid FROM iterations WHERE id = ?", (after,))
         if not found:
@@ -166,7 +168,7 @@ def page(
                 hint="pass the `next` of the previous page",
             )
         start = int(found[0][0])
-    where = ["i.rowid > :start"]
+    where = ["i.rowid < :start" if newest_first else "i.rowid > :start"]
     args: dict[str, Any] = {
         "start": start,
         "now": time.time() if now is None else now,
@@ -195,7 +197,7 @@ def page(
         "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "
         "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id WHERE "
         f"{' AND '.join(where)} "
-        "ORDER BY i.rowid LIMIT :limit"
+        f"ORDER BY i.rowid{' DESC' if newest_first else ''} LIMIT :limit"
     )
     with journal._lock:
         raw = journal._db.execute(sql, args).fetchall()

@@ -26,6 +26,7 @@ from typing import Any
 __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "WAIT_NOTE",
     "JsonFormatter",
     "TextFormatter",
     "event",
@@ -39,6 +40,10 @@ logger = logging.getLogger(__name__.rpartition(".")[0])
 """The server's event logger, named after its package (``datamill.serve``)."""
 
 
+WAIT_NOTE = "wait: other clients hold the rest for now (normal; the client asks again)"
+"""What the access log adds to a ``409`` of ``GET .../next``."""
+
+
 def event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log one event ``name`` with ``fields`` (values made JSON-safe by ``str`` when needed)."""
     if logger.isEnabledFor(level):
@@ -50,6 +55,8 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
         client, method, path, http, status = record.args
         fields = {"client": client, "method": method, "path": path, "http": http, "status": status}
+        if status == 409 and str(path).split("?")[0].endswith("/next"):
+            fields["note"] = WAIT_NOTE  # the normal wait of a client, not an error
     return fields
 
 

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from datamill.core.errors import ConfigError
 from datamill.core.optional import require
 from datamill.serve.guard import default_hosts
 
-__all__ = ["DEFAULT_PORT", "ServeConfig", "is_loopback", "load_config", "serve"]
+__all__ = ["DEFAULT_PORT", "INITIAL_KEY_FILE", "ServeConfig", "is_loopback", "load_config", "serve"]
 
 DEFAULT_PORT = 8470
 
@@ -179,16 +180,10 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         raise ConfigError("no such dataset root or config file", path=p)
     import yaml
 
+    from datamill.core.yamlconfig import load_yaml
+
     text = p.read_text(encoding="utf-8")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
-            path=p,
-            line=mark.line + 1 if mark is not None else None,
-        ) from exc
+    raw = load_yaml(text, path=p)  # a duplicate key is refused with its line
     if not isinstance(raw, dict):
         raise ConfigError(
             f"expected a mapping of settings (roots: [...], ...), got {type(raw).__name__}",
@@ -299,6 +294,8 @@ def serve(
     for f in (cfg.ssl_certfile, cfg.ssl_keyfile):
         if f is not None and not Path(f).is_file():
             raise ConfigError("no such TLS certificate or key file", path=f)
+    if cfg.ssl_certfile is not None and cfg.ssl_keyfile is not None:
+        _check_tls(cfg.ssl_certfile, cfg.ssl_keyfile)  # before anything is printed or created
     uvicorn = require("uvicorn", extra="serve")
     import logging.config
 
@@ -327,6 +324,7 @@ def serve(
         build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers,
     )
     st = app.state.serve
+    st.drain_timeout = float(cfg.drain_timeout)  # leases sized so that a SIGTERM's drain ends
     for name, path in cfg.datasets.items():
         st.register(path, name=name)
     key = app.state.initial_admin_key
@@ -337,15 +335,19 @@ def serve(
         f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
     )
     if key:
-        echo(f"admin key (shown once, store it now): {key}")
+        _show_initial_key(key, state_dir, echo)
     _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
-    fast = {}
+    fast: dict[str, Any] = {}
     for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
         try:
             __import__(mod)
             fast[opt] = val
         except ImportError:
             pass
+    if "http" in fast:  # httptools behind the bounds of datamill.serve.limits
+        from datamill.serve.limits import guarded_http
+
+        fast["http"] = guarded_http(cfg.forwarded_allow_ips)
     proxy: dict[str, Any] = {"proxy_headers": False}
     if cfg.forwarded_allow_ips:
         proxy = {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
@@ -366,6 +368,47 @@ def serve(
     server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
     server.run()
     event("stopped", drained=server.drained, leases_left=server.leases_left)
+
+
+INITIAL_KEY_FILE = "initial-admin-key"
+"""Where a first start not on a terminal (systemd, a log file) leaves its admin key, in the state
+folder (mode 0600), instead of printing it to a log that keeps it for good."""
+
+
+def _show_initial_key(key: str, state_dir: Path, echo: Callable[[str], Any]) -> None:
+    """The first start's admin key: printed on a terminal; otherwise written to
+    :data:`INITIAL_KEY_FILE` in the state folder and only that file's path printed."""
+    if sys.stdout.isatty():
+        echo(f"admin key (shown once, store it now): {key}")
+        return
+    path = state_dir / INITIAL_KEY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(key + "\n")
+    echo(
+        f"no key existed: an admin key was written to {path} (mode 0600, not to this log); "
+        "store it and delete the file, or create keys with `datamill serve keys create` before "
+        "the first start"
+    )
+
+
+def _check_tls(certfile: str, keyfile: str) -> None:
+    """Load the certificate and key as the server will; a bad or mismatched pair is a
+    :class:`ConfigError` (one line at the command line), never an ``ssl.SSLError`` traceback."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(certfile, keyfile, password=lambda: b"")
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        what = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        raise ConfigError(
+            f"cannot load the TLS certificate and key ({what}): expected a PEM certificate "
+            f"(chain) and the unencrypted PEM private key that matches it (key {keyfile})",
+            path=certfile,
+            hint="check --ssl-certfile/--ssl-keyfile (openssl x509 -in CERT -noout; openssl pkey "
+            "-in KEY -noout)",
+        ) from exc
 
 
 def _recovery_summary(st: Any, *, url: str) -> None:

@@ -196,6 +196,7 @@ class ServeState:
             self.journal
         )  # counters, lifecycle rows, event logs (datamill.serve.metrics)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
+        self.drain_timeout = 0.0  # > 0 (serve() sets it): leases sized so that a drain ends
         self.locations = ClientLocations(
             self.journal
         )  # direct mode: where clients read each dataset
@@ -261,6 +262,11 @@ class ServeState:
                     self.locations.set(ds["id"], client_location)
                     self._located.pop(ds["id"], None)
                 return self._public(ds)
+            if ds["path"] == str(real):  # one path, one dataset (its id comes from the path)
+                raise ConflictError(
+                    f"this path is already registered as dataset {ds['name']!r}; use that name "
+                    f"(a dataset has one name)"
+                )
         source = open_source(real)  # fails now (DataFileError) if it is not a datamill output
         ds_id = "ds-" + fingerprint_obj(str(real))[:12]
         self.journal.add_dataset(ds_id, name, str(real))
@@ -754,6 +760,7 @@ class ServeState:
                 slots=trip["slots"],
                 session=secret,
                 owner=trip["owner"],
+                drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
             )
 
         return refusal, None if refusal is not None else take, session_digest(secret)

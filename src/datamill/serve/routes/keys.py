@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path
 
 from datamill.serve.access import Admin, State, audit
 from datamill.serve.auth import create_key, parse_duration
+from datamill.serve.key_scope import check_create, check_revoke, visible_keys
 from datamill.serve.routes.models import KeyIn
 from datamill.serve.server import NotFoundError
 
@@ -18,14 +19,15 @@ router = APIRouter(prefix="/api/v1/keys")
 
 @router.get("")
 def keys(who: Admin, state: State) -> list[dict[str, Any]]:
-    """Every key (revoked ones too), without secrets."""
-    return state.keys.listing()
+    """Every key (revoked ones too) within the caller's scope, without secrets."""
+    return visible_keys(state, who)
 
 
 @router.post("")
 def new_key(who: Admin, body: KeyIn, state: State) -> dict[str, Any]:
     """Create a key; the answer holds the full key, shown this once."""
     expires_in = parse_duration(body.expires) if body.expires else None
+    check_create(state, who, role=body.role, datasets=body.datasets, expires_in=expires_in)
     key_id, key = create_key(
         state.journal, role=body.role, note=body.note, datasets=body.datasets, expires_in=expires_in
     )
@@ -44,6 +46,7 @@ def revoke(
     who: Admin, key_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9]{1,32}$")], state: State
 ) -> dict[str, Any]:
     """Revoke a key and its UI sessions (refused from the next request on)."""
+    check_revoke(state, who, key_id)
     if not state.journal.revoke_key(key_id):
         raise NotFoundError(f"no live key {key_id!r}")
     state.keys.reload()

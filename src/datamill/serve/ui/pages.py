@@ -31,6 +31,7 @@ from datamill.serve.access import (
     serve_state,
 )
 from datamill.serve.auth import create_key, parse_duration
+from datamill.serve.key_scope import check_create, check_revoke, visible_keys
 from datamill.serve.routes.models import DatasetIn, one_line
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import HERE, STATIC, root, router
@@ -240,11 +241,16 @@ def samples_page(
     if where:
         params += [("where", where), ("equals", equals)]
     keep = urllib.parse.urlencode(params)
+    notice = ""
     if find.strip():
-        row = insp.locate(ref, find)
-        return _see(
-            f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}"
-        )
+        try:
+            row = insp.locate(ref, find)
+        except NotFoundError as exc:  # said on the samples page itself, above its first rows
+            notice = exc.msg
+        else:
+            return _see(
+                f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}"
+            )
     if page_no is not None:
         return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={(page_no - 1) * limit}")
     page = insp.samples(
@@ -269,6 +275,9 @@ def samples_page(
         where=where,
         equals=equals,
         mark=int(mark) if mark.isdigit() else None,
+        notice=notice,
+        find=find.strip()[:MAX_FILTER],
+        status=404 if notice else 200,
     )
 
 
@@ -292,7 +301,7 @@ def cell_file(
 @_page
 def keys_page(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Every API key (admin): create and revoke."""
-    return _render(request, "keys.html", who, keys=state.keys.listing(), created=None)
+    return _render(request, "keys.html", who, keys=visible_keys(state, who), created=None)
 
 
 @router.post("/keys")
@@ -306,17 +315,19 @@ async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
         raise HTTPException(400, f"unknown role {role!r}")
     datasets = [d.strip() for d in form.get("datasets", "").split(",") if d.strip()] or None
     expires = form.get("expires", "").strip() or None
+    expires_in = parse_duration(expires) if expires else None
+    check_create(state, who, role=role, datasets=datasets, expires_in=expires_in)
     key_id, key = create_key(
         state.journal,
         role=role,
         note=form.get("note", "")[:200],
         datasets=datasets,
-        expires_in=parse_duration(expires) if expires else None,
+        expires_in=expires_in,
     )
     audit(state, who, "create key", f"{key_id} role={role} datasets={datasets} expires={expires}")
     state.keys.reload()
     created = {"id": key_id, "key": key, "role": role}
-    return _render(request, "keys.html", who, keys=state.keys.listing(), created=created)
+    return _render(request, "keys.html", who, keys=visible_keys(state, who), created=created)
 
 
 @router.post("/keys/{key_id}/revoke")
@@ -326,9 +337,7 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
     form = await _form(request)
     check_csrf(who, form)
     key_id = key_id[:64]
-    row = next((k for k in state.keys.listing() if k["id"] == key_id and not k["revoked"]), None)
-    if row is None:
-        raise NotFoundError(f"no live key {key_id!r}")
+    row = check_revoke(state, who, key_id)
     own = key_id == who.key_id
     step = form.get("confirm", "")
     if step != ("twice" if own else "yes"):

@@ -21,7 +21,7 @@ from datamill.serve.access import Viewer, authenticate
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.session import CSRF_FIELD
 
-__all__ = ["HERE", "STATIC", "form", "page", "render", "root", "router", "see"]
+__all__ = ["HERE", "STATIC", "error_page", "form", "page", "render", "root", "router", "see"]
 
 HERE = Path(__file__).resolve().parent
 STATIC = {
@@ -51,7 +51,9 @@ _ENV.filters["dur"] = lambda s: (
     "-"
     if s is None
     else (
-        f"{s:.1f} s"
+        f"{s * 1000:.0f} ms"
+        if s < 1
+        else f"{s:.1f} s"
         if s < 60
         else f"{int(s // 60)} min {int(s % 60):02d} s"
         if s < 3600
@@ -77,6 +79,32 @@ def render(
     )  # + guard.SECURITY_HEADERS
 
 
+_KINDS = {
+    400: "Bad request",
+    401: "Not logged in",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not allowed",
+    409: "Conflict",
+    413: "Too large",
+    422: "Bad request",
+}
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """The UI's own error page (a heading for the status and the one-line message; never an
+    exception's class name), for the page routes and for unknown ``/ui/...`` paths and bad query
+    parameters."""
+    return render(
+        request,
+        "error.html",
+        authenticate(request),
+        status=status,
+        error=message,
+        kind=_KINDS.get(status, f"HTTP {status}"),
+    )
+
+
 def page(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Render an error page for located errors (4xx)."""
 
@@ -85,23 +113,9 @@ def page(fn: Callable[..., Any]) -> Callable[..., Any]:
             return await call()
         except DatamillError as exc:
             code = 404 if isinstance(exc, NotFoundError) else 400
-            return render(
-                request,
-                "error.html",
-                authenticate(request),
-                status=code,
-                error=exc.one_line(),
-                kind=type(exc).__name__,
-            )
+            return error_page(request, code, exc.one_line())
         except HTTPException as exc:
-            return render(
-                request,
-                "error.html",
-                authenticate(request),
-                status=exc.status_code,
-                error=str(exc.detail),
-                kind=f"HTTP {exc.status_code}",
-            )
+            return error_page(request, exc.status_code, str(exc.detail))
 
     if inspect.iscoroutinefunction(fn):
 

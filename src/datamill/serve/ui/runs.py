@@ -135,7 +135,7 @@ def iterations_page(
     after: Annotated[str, Query(max_length=MAX_FILTER)] = "",
     limit: Annotated[int, Query(ge=1, le=100)] = 25,
 ) -> HTMLResponse:
-    """Iterations, oldest first, a page at a time, filtered by dataset, status and name."""
+    """Iterations, newest first, a page at a time, filtered by dataset, status and name."""
     if status and status not in lifecycle.STATUSES:
         raise HTTPException(
             400, f"unknown status {status!r}; expected one of {', '.join(lifecycle.STATUSES)}"
@@ -194,13 +194,23 @@ def _matching(
         return [], None
     if not name:
         return lifecycle.page(
-            state.journal, status=status, datasets=datasets, after=after, limit=limit
+            state.journal,
+            status=status,
+            datasets=datasets,
+            after=after,
+            limit=limit,
+            newest_first=True,
         )
     out: list[dict[str, Any]] = []
     cursor = after
     while True:
         rows, cursor = lifecycle.page(
-            state.journal, status=status, datasets=datasets, after=cursor, limit=lifecycle.MAX_PAGE
+            state.journal,
+            status=status,
+            datasets=datasets,
+            after=cursor,
+            limit=lifecycle.MAX_PAGE,
+            newest_first=True,
         )
         for r in rows:
             if name.lower() in str(r["key"]).lower():
@@ -238,10 +248,27 @@ async def start_iteration(request: Request, state: State, who: Reader) -> Respon
     except ValidationError as exc:
         raise HTTPException(400, one_line(exc.errors())) from exc
     ds = check_dataset(who, state, body.dataset)
+    if body.name:
+        _refuse_ended_name(state, body.name, body.epoch)
     await run_in_threadpool(check_iteration, state, ds, body)
     desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
     state.journal.set_owner(desc["id"], who.key_id or "")
     return _see(f"/ui/iterations/{desc['id']}")
+
+
+def _refuse_ended_name(state: Any, name: str, epoch: int) -> None:
+    """409 when the form names an iteration of this epoch that was cancelled or has finished (the
+    API joins it; the form would silently open it)."""
+    for (it_id,) in state.journal._exec(
+        "SELECT id FROM iterations WHERE key = ? AND epoch = ?", (name, int(epoch))
+    ):
+        row = lifecycle.one(state.journal, it_id)
+        if row is not None and row["status"] in ("cancelled", "finished"):
+            raise HTTPException(
+                409,
+                f"an iteration named {name!r} of epoch {epoch} exists and is {row['status']}: "
+                "choose another name to start a new one (or another epoch)",
+            )
 
 
 # ---------------------------------------------------------------------------------------------- one

@@ -137,11 +137,16 @@ def set_login_cookie(request: Request, res: Response, seed: str) -> None:
     _cookie(res, request, LOGIN_COOKIE, seed, max_age=3600, path="/ui/login")
 
 
+def _same(sent: str, expected: str) -> bool:
+    # bytes: compare_digest refuses a non-ASCII str with a TypeError (a 500 before this)
+    return hmac.compare_digest(sent.encode("utf-8", "replace"), expected.encode("utf-8", "replace"))
+
+
 def check_login_csrf(request: Request, form: dict[str, str]) -> None:
     """Refuse (403) a login form that did not come from this server's login page."""
     seed = request.cookies.get(LOGIN_COOKIE, "")
     sent = form.get(CSRF_FIELD, "")
-    if not seed or not sent or not hmac.compare_digest(sent, csrf_token(seed, "login")):
+    if not seed or not sent or not _same(sent, csrf_token(seed, "login")):
         raise HTTPException(
             403,
             "missing or wrong CSRF token on the login form: reload the login page and try again",
@@ -162,7 +167,7 @@ def check_csrf(who: Viewer, form: dict[str, str]) -> None:
     if who.via == "bearer":
         return
     sent = form.get(CSRF_FIELD, "")
-    if not sent or not hmac.compare_digest(sent, who.csrf):
+    if not sent or not _same(sent, who.csrf):
         raise HTTPException(
             403, "missing or wrong CSRF token: reload the page and submit the form again"
         )

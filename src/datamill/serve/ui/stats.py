@@ -65,20 +65,22 @@ def _merge(acc: dict[str, Any], md: pq.FileMetaData) -> None:
 
 
 def number_text(value: Any, *, float32: bool = False) -> str:
-    """A value as the UI shows it: integers with thousands separators, floats at their precision.
+    """A value as the UI shows it: integers of five digits or more with thousands separators (a
+    year stays 1872), floats at their precision.
 
     Examples:
         >>> (
-        ...     number_text(1460),
+        ...     number_text(1872),
+        ...     number_text(215245),
         ...     number_text(0.10000000149011612, float32=True),
         ...     number_text(0.1 + 0.2),
         ... )
-        ('1,460', '0.1', '0.30000000000000004')
+        ('1872', '215,245', '0.1', '0.30000000000000004')
     """
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
         return str(np.float32(value)) if float32 else repr(value)
     return str(value)
