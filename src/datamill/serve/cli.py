@@ -162,7 +162,7 @@ def _gc(args: argparse.Namespace) -> int:
     from datamill.serve.lifecycle import ensure_tables, gc
 
     older = parse_duration(args.older_than)
-    journal = Journal(args.state)
+    journal = Journal(args.state, lock="gc")
     try:
         ensure_tables(journal)
         removed = gc(journal, older_than=older)
@@ -184,7 +184,7 @@ def _keys_create(args: argparse.Namespace) -> int:
 
     expires_in = parse_duration(args.expires) if args.expires else None
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets is not None else None
-    journal = Journal(args.state)
+    journal = Journal(args.state, lock="keys", beside=True)
     try:
         key_id, key = create_key(
             journal, role=args.role, note=args.note, datasets=datasets, expires_in=expires_in
@@ -227,7 +227,7 @@ def _keys_list(args: argparse.Namespace) -> int:
 def _keys_revoke(args: argparse.Namespace) -> int:
     from datamill.serve.journal import Journal
 
-    journal = Journal(args.state)
+    journal = Journal(args.state, lock="keys", beside=True)
     try:
         if not journal.revoke_key(args.key_id):
             print(f"no active key {args.key_id!r}")

@@ -14,6 +14,8 @@ file is a :class:`StateError` naming the path, never a server that starts on bad
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import sqlite3
@@ -25,9 +27,13 @@ from typing import Any
 
 from datamill.core.errors import DatamillError
 
-__all__ = ["DB_NAME", "Journal", "StateError", "backup"]
+__all__ = ["DB_NAME", "LOCK_NAME", "Journal", "StateError", "StateLockedError", "backup"]
 
 DB_NAME = "datamill-serve.sqlite3"
+LOCK_NAME = "datamill-serve.lock"
+"""The state folder's lock file: an exclusive ``flock`` held by the server for its life (and by
+``serve gc``, ``keys`` and ``backup`` while they run when no server holds it); it names its holder
+(``pid role``). The OS releases it when its holder dies, even by kill -9."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL,
@@ -63,6 +69,70 @@ class StateError(DatamillError, OSError):
     writable)."""
 
 
+class StateLockedError(StateError):
+    """Another process (a server, or ``serve gc``) holds the state folder's lock.
+
+    ``holder`` is its ``(pid, role)`` as the lock file names it (``(None, "")`` when unknown).
+    """
+
+    holder: tuple[int | None, str] = (None, "")
+
+
+def _holder(fd: int) -> tuple[int | None, str]:
+    """``(pid, role)`` written in an open lock file by its holder."""
+    try:
+        text = os.pread(fd, 200, 0).decode("ascii", "replace").split()
+        return int(text[0]), (text[1] if len(text) > 1 else "")
+    except (OSError, ValueError, IndexError):
+        return None, ""
+
+
+def lock_state(state_dir: Path, role: str) -> int:
+    """Take the state folder's exclusive lock (non-blocking) for ``role``: its open descriptor
+    (released by :func:`unlock_state`, or by the OS when this process dies).
+
+    Raises:
+        StateLockedError: another process holds it (its pid and role named).
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> fd = lock_state(d, "server")
+        >>> lock_state(d, "gc")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        datamill.serve.journal.StateLockedError: ...: the state folder is in use by a datamill server (pid ...)...
+        >>> unlock_state(fd)
+    """
+    path = state_dir / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StateError(f"cannot open the state folder's lock: {exc.strerror}", path=path) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pid, by = _holder(fd)
+        os.close(fd)
+        err = StateLockedError(
+            f"the state folder is in use by a datamill {by or 'process'} (pid {pid})",
+            path=state_dir,
+            hint="stop that process first, or pass another --state folder",
+        )
+        err.holder = (pid, by)
+        raise err from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {role}\n".encode("ascii"), 0)
+    return fd
+
+
+def unlock_state(fd: int | None) -> None:
+    """Release a lock taken by :func:`lock_state` (``None``: nothing to release)."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # closing the descriptor releases the flock
+
+
 def _check_dir(state_dir: Path) -> Path:
     if state_dir.exists() and not state_dir.is_dir():
         raise StateError(
@@ -70,7 +140,11 @@ def _check_dir(state_dir: Path) -> Path:
             path=state_dir,
             hint="pass --state a folder (it is created when missing)",
         )
-    if state_dir.is_dir() and not (state_dir / DB_NAME).exists() and any(state_dir.iterdir()):
+    if (
+        state_dir.is_dir()
+        and not (state_dir / DB_NAME).exists()
+        and any(p.name != LOCK_NAME for p in state_dir.iterdir())
+    ):
         raise StateError(
             f"not a datamill state folder: it holds other files and no {DB_NAME}",
             path=state_dir,
@@ -166,7 +240,7 @@ def backup(state_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Pa
             path=dst,
             hint="choose a new file name",
         )
-    journal = Journal(state_dir)
+    journal = Journal(state_dir, lock="backup", beside=True)
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
     try:
         target = sqlite3.connect(tmp)
@@ -196,16 +270,33 @@ class Journal:
         >>> j.close()
     """
 
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, state_dir: str | os.PathLike[str], *, lock: str | None = None, beside: bool = False
+    ) -> None:
         self.dir = Path(state_dir)
         self.path = _check_dir(self.dir)
-        self._db = _open(self.path)
+        self._held: int | None = None
+        if lock is not None:  # the folder's lock (see LOCK_NAME), taken before the journal opens
+            try:
+                self._held = lock_state(self.dir, lock)
+            except StateLockedError as exc:
+                # a key or a backup is written beside a running server through SQLite's own
+                # locking (the server reads keys from the journal); nothing else is
+                if not (beside and exc.holder[1] == "server"):
+                    raise
+        try:
+            self._db = _open(self.path)
+        except BaseException:
+            unlock_state(self._held)
+            raise
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and release the folder's lock when this journal holds it)."""
         with self._lock:
             self._db.close()
+        unlock_state(self._held)
+        self._held = None
 
     def _exec(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
