@@ -178,7 +178,7 @@ class ServeState:
         cache_shards: int | None = None,
         build_workers: int = 0,
     ) -> None:
-        self.journal = Journal(state_dir, lock="server")  # the folder's lock, for this server's life
+        self.journal = Journal(state_dir, lock="server")  # the folder locked for this server
         ensure_tables(self.journal)
         self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
