@@ -25,9 +25,24 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from datamill.core.errors import DatamillError
 
-__all__ = ["DB_NAME", "LOCK_NAME", "Journal", "StateError", "StateLockedError", "backup"]
+__all__ = [
+    "DB_NAME",
+    "LOCK_NAME",
+    "Journal",
+    "StateError",
+    "StateLockedError",
+    "backup",
+    "bool_runs",
+    "fold_done",
+    "lock_state",
+    "merge_runs",
+    "unlock_state",
+]
 
 DB_NAME = "datamill-serve.sqlite3"
 LOCK_NAME = "datamill-serve.lock"
@@ -43,7 +58,7 @@ CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, name TEXT NOT NULL UNI
 CREATE TABLE IF NOT EXISTS iterations (id TEXT PRIMARY KEY, key TEXT NOT NULL,
     epoch INTEGER NOT NULL, config TEXT NOT NULL, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS done (iteration TEXT NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, lease TEXT NOT NULL, at REAL NOT NULL);
+    stop INTEGER NOT NULL, lease TEXT NOT NULL, at REAL NOT NULL, sign INTEGER NOT NULL DEFAULT 1);
 CREATE INDEX IF NOT EXISTS done_iteration ON done(iteration);
 CREATE TABLE IF NOT EXISTS cancelled (iteration TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS owners (iteration TEXT PRIMARY KEY, key TEXT NOT NULL);
@@ -207,6 +222,8 @@ def _open(db: Path) -> sqlite3.Connection:
         for col, kind in _KEY_COLUMNS.items():
             if col not in have:
                 conn.execute(f"ALTER TABLE keys ADD COLUMN {col} {kind}")
+        if "sign" not in {r[1] for r in conn.execute("PRAGMA table_info(done)")}:
+            conn.execute("ALTER TABLE done ADD COLUMN sign INTEGER NOT NULL DEFAULT 1")
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StateError(
@@ -257,6 +274,49 @@ def backup(state_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Pa
     finally:
         journal.close()
     return dst
+
+
+def fold_done(db: sqlite3.Connection, it_id: str) -> list[tuple[int, int]]:
+    """The done set of an iteration as runs: its ``done`` rows folded in commit order (sign -1:
+    pending again). Without such rows (no rewind) the rows are the set."""
+    rows = db.execute(
+        "SELECT start, stop, sign FROM done WHERE iteration = ? ORDER BY rowid", (it_id,)
+    ).fetchall()
+    if not rows:
+        return []
+    if all(r[2] > 0 for r in rows):
+        return merge_runs([(int(a), int(b)) for a, b, _ in rows])
+    done = np.zeros(max(int(r[1]) for r in rows), dtype=bool)
+    for a, b, sign in rows:
+        done[int(a) : int(b)] = sign > 0
+    return bool_runs(done)
+
+
+def merge_runs(rs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, merged ``[start, stop)`` runs.
+
+    Examples:
+        >>> merge_runs([(5, 7), (0, 2), (2, 3), (6, 9)])
+        [(0, 3), (5, 9)]
+    """
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(rs):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        elif b > a:
+            out.append((a, b))
+    return out
+
+
+def bool_runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` runs of ``True`` in a mask (vectorised).
+
+    Examples:
+        >>> bool_runs(np.array([1, 1, 0, 0, 1, 0, 1], dtype=bool))
+        [(0, 2), (4, 5), (6, 7)]
+    """
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
 class Journal:
@@ -477,27 +537,29 @@ class Journal:
                 raise
             self._db.execute("COMMIT")
 
-    def set_done(self, it_id: str, units: Iterable[tuple[int, int]], *, lease: str) -> None:
-        """Replace an iteration's done record (a rewind) in one transaction."""
-        now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute("DELETE FROM done WHERE iteration = ?", (it_id,))
-                self._db.executemany(
-                    "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
-                    [(it_id, int(a), int(b), lease, now) for a, b in units],
-                )
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
     def done(self, it_id: str) -> list[tuple[int, int, str]]:
-        """The journaled ``(start, stop, lease)`` rows of an iteration, in commit order."""
+        """The journaled ``(start, stop, lease)`` rows that marked units of an iteration done, in
+        commit order (acknowledgements, and the units a rewind set done; see :meth:`done_runs`
+        for the done set itself)."""
         return [
             (int(a), int(b), str(c))
             for a, b, c in self._exec(
-                "SELECT start, stop, lease FROM done WHERE iteration = ? ORDER BY rowid", (it_id,)
+                "SELECT start, stop, lease FROM done WHERE iteration = ? AND sign > 0 "
+                "ORDER BY rowid",
+                (it_id,),
             )
         ]
+
+    def done_runs(self, it_id: str) -> list[tuple[int, int]]:
+        """The done set of an iteration: the fold of its rows in commit order (a row of sign -1,
+        appended by a rewind, sets its units pending again), as ``[start, stop)`` runs."""
+        with self._lock:
+            return fold_done(self._db, it_id)
+
+    def rewinds(self, it_id: str) -> int:
+        """How many rewinds an iteration's journal records."""
+        rows = self._exec(
+            "SELECT COUNT(DISTINCT lease) FROM done WHERE iteration = ? AND lease LIKE 'rewind.%'",
+            (it_id,),
+        )
+        return int(rows[0][0])

@@ -2,7 +2,8 @@
 
 Table ``leases``: every live lease of every iteration (id, hashes of its fence and session, holder,
 queue positions), so that after a restart the holders can reclaim them (the grace period). A take
-inserts its lease; an ack writes its ``done`` rows and deletes the leases it finishes; revoked and
+inserts its lease; an ack appends its ``done`` rows and deletes the leases it finishes; a rewind
+appends rows too (:func:`rewind_write`: ``done`` rows are never deleted or rewritten); revoked and
 expired leases are deleted with the next write; a ``/next`` that acknowledges and takes writes both
 in one write. Each write is atomic and committed before the reply, and the writes of concurrent
 requests share one transaction (:class:`GroupCommit`: one fsync for many round trips). A full disk
@@ -19,19 +20,22 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+from numpy.typing import NDArray
+
 from datamill.core.errors import DatamillError
 from datamill.serve.iteration import Lease
-from datamill.serve.journal import Journal
+from datamill.serve.journal import Journal, bool_runs, fold_done
 
 __all__ = [
     "RETRY_AFTER_S",
     "GroupCommit",
     "UnavailableError",
     "Write",
-    "done_write",
     "ensure_tables",
     "journaled_leases",
     "leases_write",
+    "rewind_write",
 ]
 
 RETRY_AFTER_S = 5
@@ -299,17 +303,34 @@ def leases_write(
     return fn
 
 
-def done_write(
-    it_id: str, units: Sequence[tuple[int, int]], *, lease: str
+def rewind_write(
+    it_id: str,
+    *,
+    total: int,
+    drop: NDArray[np.int64],
+    keep: NDArray[np.int64],
+    lease: str,
 ) -> Callable[[sqlite3.Connection], None]:
-    """The write that replaces an iteration's done record (a rewind)."""
+    """The write of a rewind: the done set becomes (done - ``drop``) | ``keep``, **appended** as
+    rows of sign -1 (units pending again) and +1 (units done), computed inside the transaction from
+    the journal's own done set, so the acknowledgements committed before it (other ranks' acks in
+    flight) are kept: nothing is ever rewritten from a memory snapshot."""
     now = time.time()
-    rows = [(it_id, int(a), int(b), lease, now) for a, b in units]
 
     def fn(db: sqlite3.Connection) -> None:
-        db.execute("DELETE FROM done WHERE iteration = ?", (it_id,))
+        done = np.zeros(total, dtype=bool)
+        for a, b in fold_done(db, it_id):
+            done[a:b] = True
+        new = done.copy()
+        new[drop] = False
+        new[keep] = True
+        rows = [(it_id, a, b, lease, now, -1) for a, b in bool_runs(done & ~new)]
+        rows += [(it_id, a, b, lease, now, 1) for a, b in bool_runs(new & ~done)]
+        if not rows:  # a rewind that changes nothing is still recorded (the rewinds' count)
+            rows = [(it_id, 0, 0, lease, now, 1)]
         db.executemany(
-            "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)", rows
+            "INSERT INTO done (iteration, start, stop, lease, at, sign) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
         )
 
     return fn

@@ -334,7 +334,7 @@ class JournalCollector(Collector):
         done = (
             dict(
                 state.journal._exec(
-                    "SELECT iteration, SUM(stop - start) FROM done WHERE iteration IN "
+                    "SELECT iteration, SUM((stop - start) * sign) FROM done WHERE iteration IN "
                     f"({', '.join('?' * len(ids))}) GROUP BY iteration",
                     ids,
                 )

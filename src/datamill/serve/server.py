@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from datamill.core.checks import check_int
@@ -35,9 +36,9 @@ from datamill.serve.journal import Journal
 from datamill.serve.lease_journal import (
     GroupCommit,
     UnavailableError,
-    done_write,
     ensure_tables,
     journaled_leases,
+    rewind_write,
 )
 from datamill.serve.metrics import Telemetry
 from datamill.serve.round_trip import (
@@ -195,6 +196,7 @@ class ServeState:
         self.telemetry = Telemetry(
             self.journal
         )  # counters, lifecycle rows, event logs (datamill.serve.metrics)
+        self._rewinds = 0  # rewinds of this server run (each has its own id in the journal)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
         self.locations = ClientLocations(
             self.journal
@@ -534,8 +536,8 @@ class ServeState:
             if row["id"] in self._iterations:
                 return self._iterations[row["id"]]
             it = self._build(row["id"], row["config"])
+            it.mark_done(u for a, b in self.journal.done_runs(row["id"]) for u in range(a, b))
             done = self.journal.done(row["id"])
-            it.mark_done(u for a, b, _ in done for u in range(a, b))
             if self.journal.is_cancelled(row["id"]):
                 it.cancel()
             else:  # the grace period: leases in flight wait one lease timeout for their holders
@@ -857,7 +859,10 @@ class ServeState:
         ...]}``).
 
         Its journal write is queued under the iteration's lock, after the writes of the acks already
-        planned (an ack in flight lands before the rewind, in the journal as in memory).
+        planned (an ack in flight lands before the rewind, in the journal as in memory), and it is
+        appended (:func:`~datamill.serve.lease_journal.rewind_write`): the done set is changed by
+        records computed from the journal's own, never rewritten from a memory snapshot (which
+        misses other ranks' acks in flight: issue #37's rewind race).
         """
         if body.get("done") is None:
             rank, consumed = int(body["rank"]), int(body["consumed"])
@@ -870,20 +875,31 @@ class ServeState:
                     f"rewind of rank {rank} to {consumed} batches does not fit this "
                     f"{it.mode} iteration ({[len(q) for q in it.queues]} batches per rank)"
                 )
-        base = {u for a, b in it.config["base_done"] for u in range(a, b)}
         with it.lock:
             if body.get("done") is not None:
-                it.rewind(
-                    done=[
+                keep = np.asarray(
+                    [
                         u
                         for a, b in body["done"]
                         for u in range(int(a), int(b))
                         if 0 <= u < it.total
-                    ]
+                    ],
+                    dtype=np.int64,
                 )
+                it.rewind(done=keep.tolist())
+                drop = np.arange(it.total, dtype=np.int64)
+                base = np.zeros(it.total, dtype=bool)
+                for a, b in it.config.get("base_done", []):
+                    base[a:b] = True
+                keep = keep[~base[keep]]  # the resume base is the config's, not the journal's
             else:
-                it.rewind(rank=int(body["rank"]), consumed=int(body["consumed"]))
-            done = runs(u for u in it.done_units() if u not in base)
-            w = self.writes.submit(done_write(it.id, done, lease=f"rewind.{self.boot}"))
+                rank, consumed = int(body["rank"]), int(body["consumed"])
+                it.rewind(rank=rank, consumed=consumed)
+                drop, keep = it.queues[rank], it.queues[rank][:consumed]
+            self._rewinds += 1
+            lease = f"rewind.{self.boot}.{self._rewinds}"
+            w = self.writes.submit(
+                rewind_write(it.id, total=it.total, drop=drop, keep=keep, lease=lease)
+            )
         self.writes.wait(w)
         return it.progress()

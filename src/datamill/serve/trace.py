@@ -83,7 +83,7 @@ def iteration_record(state: ServeState, it: Iteration) -> dict[str, Any]:
         "rank_batches": rank_batches,
         "base_done": [list(r) for r in cfg.get("base_done", [])],
         "acks": acks,
-        "rewinds": len({lease for _, _, lease in done if lease.startswith("rewind.")}),
+        "rewinds": state.journal.rewinds(it.id),
     }
     plain = it.mode == "static" and not it.base_done and int(cfg["plan_world"]) == it.world_size
     if it.mode == "static" and not plain:
