@@ -10,7 +10,9 @@ functions.
   and ``-Acks`` (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the
   batches of the lease); with ``transport=direct`` the body is empty (the client builds the batches,
   see :mod:`datamill.serve.direct`); ``204`` nothing left for this client; ``409`` wait (others hold
-  the rest).
+  the rest). ``-Lease-TTL`` is the lease's time to live in seconds: its holder yields none of its
+  batches past that long after the reply (or its last heartbeat's or ack's) by its own clock; the
+  server hands them out again only a grace later (:func:`~datamill.serve.iteration.lease_grace`).
 * ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases":
   [[lease, fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack
   is ``ok`` or ``already``, ``409`` when one is refused (another session's lease, a wrong fence),
@@ -153,6 +155,7 @@ async def next_reply(
             "X-Datamill-Epoch": str(payload.epoch),
             "X-Datamill-Done": str(done),
             "X-Datamill-Runs": format_runs(payload.runs or []),
+            "X-Datamill-Lease-TTL": f"{it.lease_timeout:g}",
         },
     )
 

@@ -42,12 +42,38 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ACKING", "PENDING", "AckResult", "Iteration", "Lease", "digest", "runs"]
+__all__ = [
+    "ACKING",
+    "GRACE_MAX_S",
+    "PENDING",
+    "AckResult",
+    "Iteration",
+    "Lease",
+    "digest",
+    "lease_grace",
+    "runs",
+]
 
 PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
 """A position's state; ``ACKING``: acknowledged by its lease's holder, the journal write in flight
 (neither handed out again nor done until the write commits, see :meth:`Iteration.begin_acks`)."""
 RATE_WINDOW_S = 10.0
+GRACE_MAX_S = 2.0
+"""The longest grace after a lease's TTL before its batches are handed out again (a quarter of the
+TTL when that is shorter)."""
+
+
+def lease_grace(ttl: float) -> float:
+    """Seconds the server waits past a lease's TTL (after its last heartbeat or ack) before it
+    hands the lease's batches out again: the holder stopped yielding at the TTL by its own clock.
+
+    Examples:
+        >>> lease_grace(2.0), lease_grace(60.0)
+        (0.5, 2.0)
+    """
+    return min(GRACE_MAX_S, 0.25 * float(ttl))
+
+
 _SCAN = 1024  # positions a take first scans for a pending one (doubling up to 1 << 20)
 _MAX_CURSORS = (
     4096  # pending-position cursors kept (one per (queue, slots, slot)); hints, reset when over
@@ -244,6 +270,10 @@ class Iteration:
         self.fenced = 0
         self.expired = 0  # leases that timed out (their batches went back to the queue)
         self.reissued = 0  # leases handing out batches an earlier lease held
+        self.redelivered = 0  # batches handed out again (an earlier lease held them)
+        # a lease's holder stops yielding at its TTL (by its own clock, from the reply); the server
+        # hands its batches out again only GRACE later (a reply's transit, a clock's drift)
+        self.grace = lease_grace(self.lease_timeout)
         self.cancelled = False
         self.on_expired: Callable[[list[Lease]], None] | None = (
             None  # told of leases that timed out
@@ -434,6 +464,7 @@ class Iteration:
             self._low[(q, slots, slot)] = stop
             if _has(self._ever[q][start:stop].view(np.int8), 1):
                 self.reissued += 1
+                self.redelivered += int(self._ever[q][start:stop].sum())
             self._ever[q][start:stop] = True
             fence = secrets.token_hex(16)
             lease = Lease(
@@ -443,7 +474,7 @@ class Iteration:
                 start,
                 stop,
                 client,
-                now + self.lease_timeout,
+                now + self.lease_timeout + self.grace,
                 now,
                 fence_hash=digest(fence),
                 session=session_digest(client if session is None else session),
@@ -466,7 +497,8 @@ class Iteration:
                 return
             seg[seg == PENDING] = LEASED
             self._ever[lease.queue][lease.start : lease.stop] = True
-            lease.deadline = time.monotonic() + (self.lease_timeout if grace is None else grace)
+            hold = self.lease_timeout + self.grace if grace is None else grace
+            lease.deadline = time.monotonic() + hold
             lease.reclaimed = False
             self.leases[lease.id] = lease
             self._earliest = min(self._earliest, lease.deadline)
@@ -546,7 +578,7 @@ class Iteration:
         for lease, lo, hi in marks:
             seg = self.state[lease.queue][lo:hi]
             seg[seg == LEASED] = ACKING
-            lease.deadline = max(lease.deadline, now + self.lease_timeout)
+            lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
 
     def undo_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
         """The journal write of :meth:`begin_acks`'s ranges failed: leased again (pending when their
@@ -571,7 +603,7 @@ class Iteration:
             n = int(hit.sum())
             seg[hit] = DONE
             self._done_n[lease.queue] += n
-            lease.deadline = max(lease.deadline, now + self.lease_timeout)
+            lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
             lease.reclaimed = True
             self._rate.append((now, n))
             info = self.clients.get(lease.client)
@@ -642,7 +674,7 @@ class Iteration:
             for lid, fence in leases:
                 status, lease = self._check(lid, fence, sess)
                 if lease is not None:
-                    lease.deadline = max(lease.deadline, now + self.lease_timeout)
+                    lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
                     lease.reclaimed = True
                 elif status == "refused":
                     out["refused"].append(lid)
@@ -740,6 +772,7 @@ class Iteration:
                 "fenced_acks": self.fenced,
                 "expired_leases": self.expired,
                 "reissued_leases": self.reissued,
+                "redelivered_batches": self.redelivered,
                 "cancelled": self.cancelled,
                 "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
                 "queues": [

@@ -62,6 +62,10 @@ COUNTERS = {
         "Leases that timed out without their holder's heartbeat (their batches went back)."
     ),
     "leases_acknowledged": "Leases whose every batch was acknowledged.",
+    "batches_redelivered": (
+        "Batches handed out again after an earlier lease held them (its holder lost, killed or "
+        "cut off past the lease's TTL and grace): at most one per client per fault was yielded."
+    ),
     "bytes_sent": "Bytes of lease payloads (Arrow IPC) sent.",
 }
 """The counters kept per iteration in the journal, by name (Prometheus adds ``datamill_`` and
@@ -201,11 +205,12 @@ class Telemetry:
             batches=it.total,
         )
 
-    def leased(self, it: Iteration, *, reissued: bool, nbytes: int, seconds: float) -> None:
-        """A lease was handed out (``reissued``: some of its batches were leased before)."""
+    def leased(self, it: Iteration, *, reissued: int, nbytes: int, seconds: float) -> None:
+        """A lease was handed out (``reissued``: how many of its batches were leased before)."""
         self.add(it.id, "leases_issued")
         if reissued:
             self.add(it.id, "leases_reissued")
+            self.add(it.id, "batches_redelivered", reissued)
         self.add(it.id, "bytes_sent", nbytes)
         self.build_seconds.observe(seconds)
 

@@ -59,7 +59,7 @@ class Planned:
     finishing: list[str] = field(default_factory=list)
     issued: list[float] = field(default_factory=list)  # issue times of the leases finishing
     lease: Lease | None = None
-    reissued: bool = False
+    reissued: int = 0  # batches of the lease an earlier lease held
     dropped: list[str] = field(default_factory=list)
     write: Write | None = None
 
@@ -89,9 +89,9 @@ def plan(
             p.issued = [it.leases[x].issued for x in p.finishing if x in it.leases]
             it.begin_acks(p.marks)
         if take is not None:
-            before = it.reissued
+            before = it.redelivered
             p.lease = take()
-            p.reissued = it.reissued > before
+            p.reissued = it.redelivered - before
             p.dropped = it.take_dropped()
         drop = p.finishing + p.dropped
         if p.marks or drop or p.lease is not None:

@@ -812,7 +812,7 @@ class ServeState:
         with it.lock:  # the lease's clock starts when its holder gets it, not before a (slow) build
             live = it.leases.get(lease.id) is lease
             if live:
-                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout)
+                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout + it.grace)
         if not live:  # it expired while being built (a loaded machine), back in the queue: again
             return self.next_lease(it, client, **again)
         self.telemetry.leased(
