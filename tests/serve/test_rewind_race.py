@@ -65,7 +65,10 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
                 target=lambda: answers.append(state.rewind(it, {"rank": 0, "consumed": 1}))
             )
             rewind.start()
-            _until(lambda: state.writes.queued() >= 1, "the rewind's write was never queued")
+            # the rewind's write is queued under the iteration's lock, right after its memory change
+            _until(lambda: it.progress()["done"] == 1, "the rewind never ran")
+            with it.lock:
+                pass
         ack.join(timeout=60)
         rewind.join(timeout=60)
         assert len(answers) == 2

@@ -21,6 +21,7 @@ import os
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from datamill.core.errors import DatamillError
 __all__ = [
     "DB_NAME",
     "LOCK_NAME",
+    "SCHEMA_VERSION",
+    "SEALED",
     "Journal",
     "StateError",
     "StateLockedError",
@@ -41,6 +44,8 @@ __all__ = [
     "fold_done",
     "lock_state",
     "merge_runs",
+    "seal",
+    "sealed",
     "unlock_state",
 ]
 
@@ -52,13 +57,21 @@ LOCK_NAME = "datamill-serve.lock"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL,
-    created REAL NOT NULL, revoked REAL, note TEXT NOT NULL DEFAULT '');
+    created REAL NOT NULL, revoked REAL, note TEXT NOT NULL DEFAULT '', crc INTEGER);
 CREATE TABLE IF NOT EXISTS datasets (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,
-    path TEXT NOT NULL, created REAL NOT NULL);
+    path TEXT NOT NULL, created REAL NOT NULL, crc INTEGER);
 CREATE TABLE IF NOT EXISTS iterations (id TEXT PRIMARY KEY, key TEXT NOT NULL,
-    epoch INTEGER NOT NULL, config TEXT NOT NULL, created REAL NOT NULL);
+    epoch INTEGER NOT NULL, config TEXT NOT NULL, created REAL NOT NULL, crc INTEGER);
 CREATE TABLE IF NOT EXISTS done (iteration TEXT NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, lease TEXT NOT NULL, at REAL NOT NULL, sign INTEGER NOT NULL DEFAULT 1);
+    stop INTEGER NOT NULL, lease TEXT NOT NULL, at REAL NOT NULL, sign INTEGER NOT NULL DEFAULT 1,
+    crc INTEGER);
+CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL,
+    fence TEXT NOT NULL, session TEXT NOT NULL, client TEXT NOT NULL, queue INTEGER NOT NULL,
+    start INTEGER NOT NULL, stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL,
+    owner TEXT NOT NULL DEFAULT '', crc INTEGER);
+CREATE INDEX IF NOT EXISTS leases_iteration ON leases(iteration);
+CREATE TABLE IF NOT EXISTS lease_holders (lease TEXT PRIMARY KEY, iteration TEXT NOT NULL,
+    client TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS done_iteration ON done(iteration);
 CREATE TABLE IF NOT EXISTS cancelled (iteration TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS owners (iteration TEXT PRIMARY KEY, key TEXT NOT NULL);
@@ -69,6 +82,30 @@ CREATE TABLE IF NOT EXISTS audit (at REAL NOT NULL, key TEXT, action TEXT NOT NU
 CREATE TABLE IF NOT EXISTS key_use (key TEXT NOT NULL, day INTEGER NOT NULL, PRIMARY KEY (key,
     day));
 """
+SCHEMA_VERSION = 2
+"""The journal's schema version (``PRAGMA user_version``): 0 is the release before it (no
+checksums, rewinds rewrote the done rows); 2 adds each record's checksum and signed done rows."""
+SEALED = {
+    "done": ("iteration", "start", "stop", "lease", "at", "sign"),
+    "leases": (
+        "id",
+        "iteration",
+        "fence",
+        "session",
+        "client",
+        "queue",
+        "start",
+        "stop",
+        "slot",
+        "issued",
+        "owner",
+    ),
+    "iterations": ("id", "key", "epoch", "config", "created"),
+    "datasets": ("id", "name", "path", "created"),
+    "keys": ("id", "hash", "role", "created"),
+}
+"""The records that carry a checksum (``crc``), and the columns it covers (those never updated):
+what a restart replays. A record whose bytes changed is refused at start, by table and row."""
 _KEY_COLUMNS = {
     "datasets": "TEXT",
     "expires": "REAL",
@@ -222,8 +259,7 @@ def _open(db: Path) -> sqlite3.Connection:
         for col, kind in _KEY_COLUMNS.items():
             if col not in have:
                 conn.execute(f"ALTER TABLE keys ADD COLUMN {col} {kind}")
-        if "sign" not in {r[1] for r in conn.execute("PRAGMA table_info(done)")}:
-            conn.execute("ALTER TABLE done ADD COLUMN sign INTEGER NOT NULL DEFAULT 1")
+        _migrate(conn, db)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StateError(
@@ -319,6 +355,68 @@ def bool_runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
+def seal(*values: Any) -> int:
+    """A record's checksum: CRC-32 of its covered values (numbers as 17 significant digits, so an
+    integer stored in a REAL column reads back the same).
+
+    Examples:
+        >>> seal("it", 0, 2, "l.1", 1.5, 1) == seal("it", 0.0, 2, "l.1", 1.5, 1)
+        True
+    """
+    text = "\x1f".join(
+        v if isinstance(v, str) else "\x00" if v is None else format(float(v), ".17g")
+        for v in values
+    )
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+
+
+def sealed(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` (the covered values, in :data:`SEALED`'s order) with its checksum appended."""
+    return (*row, seal(*row))
+
+
+def _migrate(conn: sqlite3.Connection, db: Path) -> None:
+    """Bring a journal of an earlier release to :data:`SCHEMA_VERSION` (columns added, every
+    existing record sealed, in one transaction), then verify every record's checksum."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise StateError(
+            f"the journal was written by a newer datamill (schema {version}, this one reads up "
+            f"to {SCHEMA_VERSION})",
+            path=db,
+            hint="run the datamill release that wrote it",
+        )
+    if version < SCHEMA_VERSION:
+        conn.execute("BEGIN IMMEDIATE")
+        for table, cols in SEALED.items():
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            if "sign" in cols and "sign" not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN sign INTEGER NOT NULL DEFAULT 1")
+            if "crc" not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
+            rows = conn.execute(
+                f"SELECT rowid, {', '.join(cols)} FROM {table} WHERE crc IS NULL"
+            ).fetchall()
+            conn.executemany(
+                f"UPDATE {table} SET crc = ? WHERE rowid = ?",
+                [(seal(*r[1:]), r[0]) for r in rows],
+            )
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    for table, cols in SEALED.items():
+        cur = conn.execute(
+            f"SELECT rowid, crc, {', '.join(cols)} FROM {table} WHERE crc IS NOT NULL"
+        )
+        for r in cur:
+            if seal(*r[2:]) != r[1]:
+                raise StateError(
+                    f"the journal's {table} record (rowid {r[0]}) fails its checksum: the file "
+                    "was damaged",
+                    path=db,
+                    hint=_FIX,
+                )
+
+
 class Journal:
     """Thread-safe access to the state database (one connection, WAL, ``synchronous=FULL``).
 
@@ -376,13 +474,10 @@ class Journal:
         """Store a new key's id, secret digest, role, the datasets it may use (``None``: all) and
         expiry."""
         self._exec(
-            "INSERT INTO keys (id, hash, role, created, note, datasets, expires) VALUES (?, ?, "
-            "?, ?, ?, ?, ?)",
+            "INSERT INTO keys (id, hash, role, created, crc, note, datasets, expires) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                key_id,
-                digest,
-                role,
-                time.time(),
+                *sealed((key_id, digest, role, time.time())),
                 note,
                 None if datasets is None else json.dumps(datasets),
                 expires,
@@ -487,8 +582,8 @@ class Journal:
     def add_dataset(self, ds_id: str, name: str, path: str) -> None:
         """Register a dataset (id and name unique)."""
         self._exec(
-            "INSERT INTO datasets (id, name, path, created) VALUES (?, ?, ?, ?)",
-            (ds_id, name, path, time.time()),
+            "INSERT INTO datasets (id, name, path, created, crc) VALUES (?, ?, ?, ?, ?)",
+            sealed((ds_id, name, path, time.time())),
         )
 
     def datasets(self) -> list[dict[str, Any]]:
@@ -500,8 +595,9 @@ class Journal:
     def add_iteration(self, it_id: str, key: str, epoch: int, config: dict[str, Any]) -> None:
         """Journal a new iteration (before the reply that names it)."""
         self._exec(
-            "INSERT INTO iterations (id, key, epoch, config, created) VALUES (?, ?, ?, ?, ?)",
-            (it_id, key, epoch, json.dumps(config, sort_keys=True), time.time()),
+            "INSERT INTO iterations (id, key, epoch, config, created, crc) VALUES (?, ?, ?, ?, ?, "
+            "?)",
+            sealed((it_id, key, int(epoch), json.dumps(config, sort_keys=True), time.time())),
         )
 
     def iterations(self) -> list[dict[str, Any]]:
@@ -529,8 +625,9 @@ class Journal:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany(
-                    "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)",
-                    [(it_id, int(a), int(b), lease, now) for a, b in units],
+                    "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, "
+                    "?, ?, ?, ?, ?)",
+                    [sealed((it_id, int(a), int(b), lease, now, 1)) for a, b in units],
                 )
             except BaseException:
                 self._db.execute("ROLLBACK")

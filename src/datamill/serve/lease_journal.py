@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
 from datamill.serve.iteration import Lease
-from datamill.serve.journal import Journal, bool_runs, fold_done
+from datamill.serve.journal import Journal, bool_runs, fold_done, sealed
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -41,19 +41,6 @@ __all__ = [
 RETRY_AFTER_S = 5
 """Seconds a client is told to wait after a 503 (the journal could not be written)."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL,
-    fence TEXT NOT NULL,
-    session TEXT NOT NULL, client TEXT NOT NULL, queue INTEGER NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, slot INTEGER NOT NULL, issued REAL NOT NULL,
-    owner TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS leases_iteration ON leases(iteration);
-CREATE TABLE IF NOT EXISTS lease_holders (lease TEXT PRIMARY KEY, iteration TEXT NOT NULL,
-    client TEXT NOT NULL);
-"""
-# lease_holders: which client took each lease, kept after the lease ends (lineage:
-# datamill.serve.trace)
-
 
 class UnavailableError(DatamillError, OSError):
     """The journal cannot be written now (disk full, file size limit): HTTP 503 with
@@ -61,9 +48,9 @@ class UnavailableError(DatamillError, OSError):
 
 
 def ensure_tables(journal: Journal) -> None:
-    """Create the ``leases`` table if missing."""
-    with journal._lock:
-        journal._db.executescript(_SCHEMA)
+    """The ``leases`` tables are declared by the journal's schema
+    (:mod:`datamill.serve.journal`): nothing left to create."""
+    del journal
 
 
 def _full(exc: BaseException) -> bool:
@@ -259,23 +246,25 @@ def leases_write(
     inserts ``add`` (for :meth:`GroupCommit.submit`; the rows are made now, not when it runs)."""
     now = time.time()
     rows = [
-        (it_id, int(a), int(b), lease_id, now)
+        sealed((it_id, int(a), int(b), lease_id, now, 1))
         for lease_id, rs in (done or {}).items()
         for a, b in rs
     ]
     added = [
-        (
-            x.id,
-            it_id,
-            x.fence_hash,
-            x.session,
-            x.client,
-            x.queue,
-            x.start,
-            x.stop,
-            x.slot,
-            now,
-            x.owner,
+        sealed(
+            (
+                x.id,
+                it_id,
+                x.fence_hash,
+                x.session,
+                x.client,
+                x.queue,
+                x.start,
+                x.stop,
+                x.slot,
+                now,
+                x.owner,
+            )
         )
         for x in add
     ]
@@ -287,12 +276,15 @@ def leases_write(
             db.executemany("DELETE FROM leases WHERE id = ?", dropped)
         if rows:
             db.executemany(
-                "INSERT INTO done (iteration, start, stop, lease, at) VALUES (?, ?, ?, ?, ?)", rows
+                "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
             )
         if added:
             db.executemany(
                 "INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
-                "start, stop, slot, issued, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "start, stop, slot, issued, owner, crc) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 added,
             )
             db.executemany(
@@ -324,12 +316,13 @@ def rewind_write(
         new = done.copy()
         new[drop] = False
         new[keep] = True
-        rows = [(it_id, a, b, lease, now, -1) for a, b in bool_runs(done & ~new)]
-        rows += [(it_id, a, b, lease, now, 1) for a, b in bool_runs(new & ~done)]
+        rows = [sealed((it_id, a, b, lease, now, -1)) for a, b in bool_runs(done & ~new)]
+        rows += [sealed((it_id, a, b, lease, now, 1)) for a, b in bool_runs(new & ~done)]
         if not rows:  # a rewind that changes nothing is still recorded (the rewinds' count)
-            rows = [(it_id, 0, 0, lease, now, 1)]
+            rows = [sealed((it_id, 0, 0, lease, now, 1))]
         db.executemany(
-            "INSERT INTO done (iteration, start, stop, lease, at, sign) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, "
+            "?, ?, ?)",
             rows,
         )
 
