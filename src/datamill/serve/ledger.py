@@ -1,8 +1,9 @@
 """Per-client counters of every iteration, journaled so the UI shows them after a restart.
 
-Table ``ui_clients`` holds, per ``(iteration, client)``, the client's rank, the batches it
-acknowledged and the seconds it stalled waiting for data; table ``ui_acks`` the batches acknowledged
-per upkeep tick (the throughput chart: unlike the ``done`` rows, a rewind does not replace them).
+Table ``ui_clients`` holds, per ``(iteration, client)``, the client's rank and the seconds it
+stalled waiting for data (its ``batches`` column is no longer read: a client's acknowledged batches
+are a fold of the journal's ack records, exact after a kill -9); table ``ui_acks`` the batches
+acknowledged per upkeep tick (the throughput chart).
 :func:`record` adds what changed in memory since its last call (it runs in the server's upkeep tick,
 once a second), so a restart loses at most the last second; :func:`clients` reads the journaled rows
 plus what is not journaled yet.
@@ -17,12 +18,10 @@ Examples:
     ... )  # acks: (monotonic time, batches)
     >>> it = SimpleNamespace(id="it-1", clients={"c1": info})
     >>> record(j, [it], memo); info.acked.append((3.0, 2)); record(j, [it], memo)
+    >>> _ = j._exec("INSERT INTO lease_holders VALUES ('l.1', 'it-1', 'c1')")
+    >>> j.add_done("it-1", [(0, 5)], lease="l.1")  # what lease l.1 (taken by c1) acknowledged
     >>> clients(j, "it-1")
     {'c1': {'rank': 0, 'batches': 5, 'stall_s': 0.5}}
-    >>> clients(j, "it-1", live=it, memo={})["c1"][
-    ...     "batches"
-    ... ]  # not journaled yet: journal + all in memory
-    10
     >>> [n for _, n in throughput(j, "it-1")]
     [3, 2]
     >>> j.close()
@@ -122,22 +121,34 @@ def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
 def clients(
     journal: Journal, it_id: str, *, live: Any = None, memo: Memo | None = None
 ) -> dict[str, dict[str, Any]]:
-    """``client -> {rank, batches, stall_s}``: the journaled counts plus what ``live`` did since."""
+    """``client -> {rank, batches, stall_s}``: ``batches`` is a fold of the journal's ack records
+    (each ``done`` row's lease and the client that took it: exact after any restart); rank and
+    stall seconds are the journaled ones plus what ``live`` did since."""
     ensure_tables(journal)
     out = {
-        str(c): {"rank": int(r), "batches": int(b), "stall_s": round(float(s), 3)}
-        for c, r, b, s in journal._exec(
-            "SELECT client, rank, batches, stall_s FROM ui_clients WHERE iteration = ? ORDER BY "
-            "client",
+        str(c): {"rank": int(r), "batches": 0, "stall_s": round(float(s), 3)}
+        for c, r, s in journal._exec(
+            "SELECT client, rank, stall_s FROM ui_clients WHERE iteration = ? ORDER BY client",
             (it_id,),
         )
     }
     if live is not None:
-        for _, cid, rank, db, ds, _ in _deltas(live, memo if memo is not None else {}):
+        for _, cid, rank, _, ds, _ in _deltas(live, memo if memo is not None else {}):
             row = out.setdefault(cid, {"rank": rank, "batches": 0, "stall_s": 0.0})
-            row["batches"] += db
             row["stall_s"] = round(row["stall_s"] + ds, 3)
-    return out
+    acked = journal._exec(
+        "SELECT h.client, SUM(d.stop - d.start) FROM done d JOIN lease_holders h ON h.lease = "
+        "d.lease WHERE d.iteration = ? AND d.sign > 0 GROUP BY h.client",
+        (it_id,),
+    )
+    infos = getattr(live, "clients", {})
+    for cid, n in acked:
+        info = infos.get(cid)
+        row = out.setdefault(
+            str(cid), {"rank": -1 if info is None else int(info.rank), "batches": 0, "stall_s": 0.0}
+        )
+        row["batches"] = int(n)
+    return dict(sorted(out.items()))
 
 
 def throughput(journal: Journal, it_id: str) -> list[tuple[float, int]]:
