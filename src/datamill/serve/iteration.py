@@ -713,6 +713,19 @@ class Iteration:
             self._recount()
             self.settled.notify_all()  # an ack in flight over these keeps the rewind's state
 
+    def rollback(self, session: str, units: Sequence[int]) -> None:
+        """A client of session hash ``session`` restored a checkpoint: ``units`` (done after it) are
+        pending again and the session's live leases are revoked; nobody else's lease changes."""
+        with self.lock:
+            for lease in [x for x in self.leases.values() if x.session == session]:
+                self._revoke(lease)
+            for u in units:
+                q = int(self.queue_of[u])
+                if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
+                    self.state[q][self.pos_of[u]] = PENDING
+            self._recount()
+            self.settled.notify_all()
+
     # ------------------------------------------------------------------ views
     def done_units(self) -> list[int]:
         """Every done unit (including the resume base)."""

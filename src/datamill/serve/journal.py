@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, iteration TEXT NOT NULL,
     owner TEXT NOT NULL DEFAULT '', crc INTEGER);
 CREATE INDEX IF NOT EXISTS leases_iteration ON leases(iteration);
 CREATE TABLE IF NOT EXISTS lease_holders (lease TEXT PRIMARY KEY, iteration TEXT NOT NULL,
-    client TEXT NOT NULL);
+    client TEXT NOT NULL, session TEXT);
 CREATE INDEX IF NOT EXISTS done_iteration ON done(iteration);
 CREATE TABLE IF NOT EXISTS cancelled (iteration TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS owners (iteration TEXT PRIMARY KEY, key TEXT NOT NULL);
@@ -388,6 +388,8 @@ def _migrate(conn: sqlite3.Connection, db: Path) -> None:
         )
     if version < SCHEMA_VERSION:
         conn.execute("BEGIN IMMEDIATE")
+        if "session" not in {r[1] for r in conn.execute("PRAGMA table_info(lease_holders)")}:
+            conn.execute("ALTER TABLE lease_holders ADD COLUMN session TEXT")
         for table, cols in SEALED.items():
             have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
             if "sign" in cols and "sign" not in have:
@@ -652,6 +654,23 @@ class Journal:
         appended by a rewind, sets its units pending again), as ``[start, stop)`` runs."""
         with self._lock:
             return fold_done(self._db, it_id)
+
+    def session_acks(self, it_id: str, session: str) -> list[int] | None:
+        """The units the leases of session hash ``session`` acknowledged, in journal order (the
+        order its client consumed them); ``None`` when the journal has no lease of that session."""
+        with self._lock:
+            held = self._db.execute(
+                "SELECT 1 FROM lease_holders WHERE iteration = ? AND session = ? LIMIT 1",
+                (it_id, session),
+            ).fetchone()
+            rows = self._db.execute(
+                "SELECT d.start, d.stop FROM done d JOIN lease_holders h ON h.lease = d.lease "
+                "WHERE d.iteration = ? AND h.session = ? AND d.sign > 0 ORDER BY d.rowid",
+                (it_id, session),
+            ).fetchall()
+        if held is None:
+            return None
+        return [u for a, b in rows for u in range(int(a), int(b))]
 
     def rewinds(self, it_id: str) -> int:
         """How many rewinds an iteration's journal records."""

@@ -268,7 +268,7 @@ def leases_write(
         )
         for x in add
     ]
-    holders = [(x.id, it_id, x.client) for x in add]
+    holders = [(x.id, it_id, x.client, x.session) for x in add]
     dropped = [(x,) for x in drop]
 
     def fn(db: sqlite3.Connection) -> None:
@@ -288,7 +288,8 @@ def leases_write(
                 added,
             )
             db.executemany(
-                "INSERT OR IGNORE INTO lease_holders (lease, iteration, client) VALUES (?, ?, ?)",
+                "INSERT OR IGNORE INTO lease_holders (lease, iteration, client, session) "
+                "VALUES (?, ?, ?, ?)",
                 holders,
             )
 

@@ -378,6 +378,13 @@ class RemoteLoader:
                         )
                     finally:
                         old.close()
+                if self.mode == "dynamic" and resume.get("session"):  # back to the checkpoint
+                    client.resume(
+                        it_id,
+                        rank=self.rank,
+                        consumed=int(resume["consumed"]),
+                        session=str(resume["session"]),
+                    )
                 if self._finished(client, it_id):  # an end-of-epoch state: on to the next epoch
                     self.epoch += 1
                     info = self._join(client)

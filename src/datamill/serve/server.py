@@ -854,6 +854,44 @@ class ServeState:
             i = j
         return to_ipc(tables)
 
+    def rollback(self, it: Iteration, *, session: str, consumed: int) -> dict[str, Any]:
+        """A dynamic-mode client restored a checkpoint of session ``session`` (its secret) that had
+        consumed ``consumed`` batches: the units that session acknowledged after its first
+        ``consumed`` are pending again (appended as a rewind record), so they are served again.
+
+        Raises:
+            ResumeStateError: not a dynamic iteration, or the journal has no lease of that session
+                (another server's journal, or one gc'd): the state cannot be honoured.
+        """
+        if it.mode != "dynamic":
+            raise ResumeStateError(
+                f"a session rollback is for dynamic iterations; {it.id} is {it.mode}",
+                hint="resume a static rank with {rank, consumed}",
+            )
+        sess = session_digest(session)
+        acked = self.journal.session_acks(it.id, sess)
+        if acked is None:
+            if consumed == 0:
+                return {**it.progress(), "rolled_back": 0}
+            raise ResumeStateError(
+                f"iteration {it.id} has no record of the saved session (it consumed {consumed} "
+                "batches): this server cannot replay what it consumed after the checkpoint",
+                hint="resume from a state saved against this server's journal, or start the epoch "
+                "again",
+            )
+        after = np.asarray(acked[consumed:], dtype=np.int64)
+        with it.lock:
+            it.rollback(sess, after.tolist())
+            self._rewinds += 1
+            lease = f"rewind.{self.boot}.{self._rewinds}"
+            w = self.writes.submit(
+                rewind_write(
+                    it.id, total=it.total, drop=after, keep=np.zeros(0, np.int64), lease=lease
+                )
+            )
+        self.writes.wait(w)
+        return {**it.progress(), "rolled_back": len(after)}
+
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
         """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
         ...]}``).

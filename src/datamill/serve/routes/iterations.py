@@ -105,8 +105,10 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
         raise HTTPException(
             403, "only the key that created this iteration (or an admin key) may resume it"
         )
-    check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
     event(
         "resume iteration", iteration=it.id, key=who.key_id, rank=body.rank, consumed=body.consumed
     )
+    if body.session is not None:
+        return state.rollback(it, session=body.session, consumed=body.consumed)
+    check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
     return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})

@@ -130,10 +130,13 @@ class RewindIn(_Body):
 
 
 class ResumeIn(_Body):
-    """``POST /iterations/{id}/resume``: one rank of a static iteration back to a checkpoint."""
+    """``POST /iterations/{id}/resume``: one rank of a static iteration back to a checkpoint; with
+    ``session`` (the saved state's), a dynamic client's checkpoint: what that session consumed after
+    its first ``consumed`` batches is served again."""
 
     rank: int = Field(ge=0, le=1 << 16)
     consumed: Unit
+    session: str | None = Field(None, pattern=r"^[0-9A-Za-z_-]{16,128}$")
 
 
 def one_line(errors: Any) -> str:
