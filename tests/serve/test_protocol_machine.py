@@ -10,6 +10,7 @@ before yielding the next, at most one batch per client per fault is yielded twic
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import tempfile
 import time
@@ -29,7 +30,7 @@ from hypothesis.stateful import (
 )
 
 from datamill.serve.iteration import Iteration, session_digest
-from datamill.serve.round_trip import plan, settle
+from datamill.serve.round_trip import plan, settle_async
 from datamill.serve.server import CancelledError, ServeState
 from datamill.shards.dataset import ShardsetDataset
 
@@ -222,7 +223,7 @@ class LeaseMachine(RuleBasedStateMachine):
         consumed = int(frac * len(it.queues[rank]))
         state.rewind(it, {"rank": rank, "consumed": consumed})
         if p is not None:
-            settle(it, state.writes, p)
+            asyncio.run(settle_async(it, state.writes, p))
             got = {u for rs in p.units.values() for a, b in rs for u in range(a, b)}
             assert not got & self.done
             self.done |= got

@@ -36,8 +36,6 @@ __all__ = [
     "finish",
     "plan",
     "plan_async",
-    "plan_wait",
-    "settle",
     "settle_async",
 ]
 
@@ -45,7 +43,6 @@ AckItem = tuple[str, str, int | None, int | None]
 """An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of
 it)."""
 
-_WAIT_S = 1.0  # a planner waiting for another request's ack in flight re-checks at least this often
 _POLL_S = 0.002  # how often an event loop's planner re-checks
 
 
@@ -76,7 +73,7 @@ def plan(
     take a lease with ``take`` (a call of :meth:`Iteration.take`), queue their journal write.
 
     ``None`` (nothing changed) when another request's acknowledgement of some of these positions is
-    in flight: plan again once it settled (:func:`plan_wait`, :func:`plan_async`).
+    in flight: plan again once it settled (:func:`plan_async`).
     """
     p = Planned()
     with it.lock:
@@ -106,23 +103,6 @@ def plan(
     return p
 
 
-def plan_wait(
-    it: Iteration,
-    writes: GroupCommit,
-    items: Sequence[AckItem],
-    *,
-    session: str,
-    take: Callable[[], Lease | None] | None = None,
-) -> Planned:
-    """:func:`plan`, waiting (in this thread) for the acks in flight it depends on."""
-    with it.lock:
-        while True:
-            p = plan(it, writes, items, session=session, take=take)
-            if p is not None:
-                return p
-            it.settled.wait(_WAIT_S)
-
-
 async def plan_async(
     it: Iteration,
     writes: GroupCommit,
@@ -139,19 +119,10 @@ async def plan_async(
         await asyncio.sleep(_POLL_S)
 
 
-def settle(it: Iteration, writes: GroupCommit, p: Planned) -> list[float]:
-    """Steps 2 and 3 in this thread: wait for the write, then :func:`finish`."""
-    error = None
-    if p.write is not None:
-        try:
-            writes.wait(p.write)
-        except BaseException as exc:  # noqa: BLE001 - undone, then raised by finish
-            error = exc
-    return finish(it, p, error)
-
-
 async def settle_async(it: Iteration, writes: GroupCommit, p: Planned) -> list[float]:
-    """:func:`settle` in an event loop."""
+    """Steps 2 and 3: wait for the write (in the event loop), then :func:`finish`. A request
+    served in a thread runs this in a loop of its own: there is one code path, not a twin per
+    caller."""
     error = None
     if p.write is not None:
         try:

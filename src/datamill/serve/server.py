@@ -41,14 +41,7 @@ from datamill.serve.lease_journal import (
     rewind_write,
 )
 from datamill.serve.metrics import Telemetry
-from datamill.serve.round_trip import (
-    AckItem,
-    Planned,
-    plan_async,
-    plan_wait,
-    settle,
-    settle_async,
-)
+from datamill.serve.round_trip import AckItem, Planned, plan_async, settle_async
 
 __all__ = [
     "ARROW_STREAM",
@@ -592,10 +585,7 @@ class ServeState:
         Raises:
             UnavailableError: the journal could not be written (nothing changed; retry later).
         """
-        secret = session if session is not None else client if client is not None else ""
-        p = plan_wait(it, self.writes, items, session=session_digest(secret))
-        self._settled(it, p, settle(it, self.writes, p))
-        return p.statuses, p.units
+        return asyncio.run(self.ack_batches_async(it, items, session=session, client=client))
 
     async def ack_batches_async(
         self,
@@ -605,7 +595,8 @@ class ServeState:
         session: str | None = None,
         client: str | None = None,
     ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
-        """:meth:`ack_batches` in an event loop (it waits for the journal without a thread)."""
+        """:meth:`ack_batches` in an event loop (it waits for the journal without a thread): the
+        one code path of an acknowledgement (:meth:`ack_batches` runs it in a loop of its own)."""
         secret = session if session is not None else client if client is not None else ""
         p = await plan_async(it, self.writes, items, session=session_digest(secret))
         await self._settle_async(it, p)
@@ -706,11 +697,7 @@ class ServeState:
         A take refused (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
         """
         trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        refusal, take, secret = self._trip(it, client, transport, trip)
-        p = plan_wait(it, self.writes, acks, session=secret, take=take)
-        self._settled(it, p, settle(it, self.writes, p))
-        if refusal is not None:
-            raise refusal
+        p = asyncio.run(self._decide(it, client, acks, trip, transport))
         if p.lease is None:
             return p.statuses, None
         return p.statuses, self._payload(it, p, client, {**trip, "transport": transport})
@@ -730,14 +717,28 @@ class ServeState:
         """:meth:`round_trip` of a direct-mode client in an event loop: nothing to build, and the
         journal is waited for without a thread (the coordination path of many clients)."""
         trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        refusal, take, secret = self._trip(it, client, "direct", trip)
+        p = await self._decide(it, client, acks, trip, "direct")
+        if p.lease is None:
+            return p.statuses, None
+        return p.statuses, self._payload(it, p, client, {**trip, "transport": "direct"})
+
+    async def _decide(
+        self,
+        it: Iteration,
+        client: str,
+        acks: Sequence[AckItem],
+        trip: dict[str, Any],
+        transport: str,
+    ) -> Planned:
+        """The one code path of a round trip: acknowledge ``acks`` and take a lease, journaled in
+        one write (:mod:`datamill.serve.round_trip`); a refused take still acknowledges, then
+        raises."""
+        refusal, take, secret = self._trip(it, client, transport, trip)
         p = await plan_async(it, self.writes, acks, session=secret, take=take)
         await self._settle_async(it, p)
         if refusal is not None:
             raise refusal
-        if p.lease is None:
-            return p.statuses, None
-        return p.statuses, self._payload(it, p, client, {**trip, "transport": "direct"})
+        return p
 
     def _trip(
         self, it: Iteration, client: str, transport: str, trip: dict[str, Any]
