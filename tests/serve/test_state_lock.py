@@ -52,8 +52,8 @@ def test_a_second_server_on_a_locked_state_exits_2_and_kill_9_releases_it(
             text=True,
             timeout=60,
             check=False,
-        )  # gc needs the folder to itself
-        assert gc.returncode == 2 and f"pid {first.pid}" in gc.stderr
+        )  # gc (like keys and backup) writes beside a running server
+        assert gc.returncode == 0, gc.stderr
     finally:
         stop(first, kill=True)  # kill -9: the OS releases the lock, no manual step
     again = start_server(server["root"], state, free_port())

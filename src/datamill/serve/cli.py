@@ -162,7 +162,7 @@ def _gc(args: argparse.Namespace) -> int:
     from datamill.serve.lifecycle import ensure_tables, gc
 
     older = parse_duration(args.older_than)
-    journal = Journal(args.state, lock="gc")
+    journal = Journal(args.state, lock="gc", beside=True)
     try:
         ensure_tables(journal)
         removed = gc(journal, older_than=older)

@@ -18,7 +18,7 @@ Examples:
     ... )  # acks: (monotonic time, batches)
     >>> it = SimpleNamespace(id="it-1", clients={"c1": info})
     >>> record(j, [it], memo); info.acked.append((3.0, 2)); record(j, [it], memo)
-    >>> _ = j._exec("INSERT INTO lease_holders VALUES ('l.1', 'it-1', 'c1')")
+    >>> _ = j._exec("INSERT INTO lease_holders VALUES ('l.1', 'it-1', 'c1', NULL)")
     >>> j.add_done("it-1", [(0, 5)], lease="l.1")  # what lease l.1 (taken by c1) acknowledged
     >>> clients(j, "it-1")
     {'c1': {'rank': 0, 'batches': 5, 'stall_s': 0.5}}
