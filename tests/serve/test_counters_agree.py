@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from datamill.serve import ledger
-from datamill.serve.journal import unlock_state
-from datamill.serve.metrics import JournalCollector
+from datamill.serve.journal.store import unlock_state
+from datamill.serve.observe import ledger
+from datamill.serve.observe.metrics import JournalCollector
 from datamill.serve.server import ServeState
 
 pytestmark = pytest.mark.server

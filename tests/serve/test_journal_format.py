@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from datamill.serve.journal import DB_NAME, SCHEMA_VERSION, SEALED, Journal, StateError
+from datamill.serve.journal.store import DB_NAME, SCHEMA_VERSION, SEALED, Journal, StateError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "serve"
 

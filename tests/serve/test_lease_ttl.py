@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from datamill.serve.iteration import Iteration, lease_grace
+from datamill.serve.protocol.iteration import Iteration, lease_grace
 from datamill.serve.server import ServeState
 
 pytestmark = pytest.mark.server

@@ -29,8 +29,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from datamill.serve.iteration import Iteration, session_digest
-from datamill.serve.round_trip import plan, settle_async
+from datamill.serve.protocol.iteration import Iteration, session_digest
+from datamill.serve.protocol.round_trip import plan, settle_async
 from datamill.serve.server import CancelledError, ServeState
 from datamill.shards.dataset import ShardsetDataset
 

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from datamill.serve.journal import LOCK_NAME, Journal, StateLockedError, lock_state, unlock_state
+from datamill.serve.journal.store import (
+    LOCK_NAME,
+    Journal,
+    StateLockedError,
+    lock_state,
+    unlock_state,
+)
 
 from ._proc import env, free_port, start_server, stop
 

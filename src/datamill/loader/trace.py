@@ -23,7 +23,7 @@ filtering and are not traceable by position (:class:`~datamill.core.errors.Confi
 A served iteration's record (``GET /api/v1/iterations/{id}/trace``, :func:`plan_record` plus a
 ``served`` section) is traced the same way; in dynamic mode (or static mode resumed over another
 world size) its steps are the journaled ones: ``Hit.client`` names the client, and
-:meth:`Tracer.batch` takes ``client=`` (see :mod:`datamill.serve.trace`).
+:meth:`Tracer.batch` takes ``client=`` (see :mod:`datamill.serve.data.trace`).
 
 The per-epoch index (:mod:`datamill.loader.trace_index`, ``O(shards)`` numbers) is built on first
 use and stored beside the record (``RECORD.index/``), so later queries replay one shuffle window.
@@ -217,7 +217,8 @@ def plan_record(
     (``world_size`` ranks of ``svc.batch_size``, no elastic history): what a served iteration's
     trace route answers.
 
-    ``served`` (the iteration, its mode and journaled units; see :mod:`datamill.serve.trace`) is
+    ``served`` (the iteration, its mode and journaled units; see :mod:`datamill.serve.data.trace`)
+    is
     kept under ``"served"``; :class:`Tracer` maps the plan's batches to the served ranks or clients
     with it.
     """

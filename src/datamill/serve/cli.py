@@ -126,7 +126,7 @@ def _workers(text: str) -> int:
 
 # ----------------------------------------------------------------------------------------- commands
 def _server(args: argparse.Namespace) -> int:
-    from datamill.serve.run import serve
+    from datamill.serve.http.run import serve
 
     if args.target is None:
         from datamill.core.errors import ConfigError
@@ -157,9 +157,9 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from datamill.serve.auth import parse_duration
-    from datamill.serve.journal import Journal
-    from datamill.serve.lifecycle import ensure_tables, gc
+    from datamill.serve.http.auth import parse_duration
+    from datamill.serve.journal.store import Journal
+    from datamill.serve.observe.lifecycle import ensure_tables, gc
 
     older = parse_duration(args.older_than)
     journal = Journal(args.state, lock="gc", beside=True)
@@ -179,8 +179,8 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    from datamill.serve.auth import create_key, parse_duration
-    from datamill.serve.journal import Journal
+    from datamill.serve.http.auth import create_key, parse_duration
+    from datamill.serve.journal.store import Journal
 
     expires_in = parse_duration(args.expires) if args.expires else None
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets is not None else None
@@ -205,7 +205,7 @@ def _when(t: float | None) -> str:
 
 
 def _keys_list(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
     journal = Journal(args.state)
     try:
@@ -225,7 +225,7 @@ def _keys_list(args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
     journal = Journal(args.state, lock="keys", beside=True)
     try:
@@ -240,7 +240,7 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
     journal = Journal(args.state)
     try:
@@ -253,7 +253,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import backup
+    from datamill.serve.journal.store import backup
 
     out = backup(args.state, args.out)
     print(f"backed up the journal of {args.state} to {out}")

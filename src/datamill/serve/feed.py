@@ -5,7 +5,7 @@
   server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying;
   for a numpy or torch collate, collated here for the whole lease at once, column by column, while
   the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
-  as the loop asks, see :class:`~datamill.serve.direct.RunStream`).
+  as the loop asks, see :class:`~datamill.serve.data.direct.RunStream`).
 * **heartbeat**: flushes the consumed batches' acks every :data:`ACK_FLUSH_S` seconds while some are
   pending, extends the leases held (reporting the stall time) and, after a server restart, reclaims
   them with their fences within the grace period.

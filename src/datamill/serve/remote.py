@@ -34,7 +34,7 @@ from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.collate import resolve_collate
 from datamill.loader.collate_lease import collate_numpy_batches, collate_torch_batches
 from datamill.serve.client import Client, Http
-from datamill.serve.direct import TRANSPORTS, RunStream, close_iterator
+from datamill.serve.data.direct import TRANSPORTS, RunStream, close_iterator
 from datamill.serve.feed import (
     ACK_FLUSH_S,
     END,
@@ -414,7 +414,7 @@ class RemoteLoader:
         order)."""
         from datamill.core.fingerprint import fingerprint_obj
         from datamill.core.objstore import is_remote
-        from datamill.serve.direct import service_for
+        from datamill.serve.data.direct import service_for
         from datamill.sources import open_source
 
         cfg = self._cfg
@@ -450,7 +450,7 @@ class RemoteLoader:
         """A direct lease's batches, built here as the loop asks for them, as the server builds them
         (one contiguous record batch each, of the lease's first batch's schema; for a numpy or torch
         collate only the schema matters)."""
-        from datamill.serve.direct import as_table, parse_runs
+        from datamill.serve.data.direct import as_table, parse_runs
 
         assert self._stream is not None
         schema = None

@@ -1,7 +1,8 @@
 """The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the
 journal.
 
-:class:`ServeState` is what :func:`datamill.serve.app.create_app` exposes over HTTP; it can be used
+:class:`ServeState` is what :func:`datamill.serve.http.app.create_app` exposes over HTTP; it can be
+used
 (and is tested) directly. Batch contents are rebuilt on demand through the batch service (one per
 dataset and order config, with one shard cache shared by every rank); the journal holds only configs
 and acknowledged unit runs.
@@ -29,19 +30,19 @@ from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
 from datamill.loader import BatchService
-from datamill.serve.auth import KeyStore
-from datamill.serve.direct import ClientLocations, as_batches, service_for, unit_runs
-from datamill.serve.iteration import AckResult, Iteration, Lease, runs, session_digest
-from datamill.serve.journal import Journal
-from datamill.serve.lease_journal import (
+from datamill.serve.data.direct import ClientLocations, as_batches, service_for, unit_runs
+from datamill.serve.http.auth import KeyStore
+from datamill.serve.journal.leases import (
     GroupCommit,
     UnavailableError,
     ensure_tables,
     journaled_leases,
     rewind_write,
 )
-from datamill.serve.metrics import Telemetry
-from datamill.serve.round_trip import AckItem, Planned, plan_async, settle_async
+from datamill.serve.journal.store import Journal
+from datamill.serve.observe.metrics import Telemetry
+from datamill.serve.protocol.iteration import AckResult, Iteration, Lease, runs, session_digest
+from datamill.serve.protocol.round_trip import AckItem, Planned, plan_async, settle_async
 
 __all__ = [
     "ARROW_STREAM",
@@ -188,7 +189,7 @@ class ServeState:
         self._iterations: dict[str, Iteration] = {}
         self.telemetry = Telemetry(
             self.journal
-        )  # counters, lifecycle rows, event logs (datamill.serve.metrics)
+        )  # counters, lifecycle rows, event logs (datamill.serve.observe.metrics)
         self._rewinds = 0  # rewinds of this server run (each has its own id in the journal)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
         self.locations = ClientLocations(
@@ -196,7 +197,7 @@ class ServeState:
         )  # direct mode: where clients read each dataset
         self.pool: Any = None
         if build_workers:
-            from datamill.serve.workers import BuildPool
+            from datamill.serve.data.workers import BuildPool
 
             self.pool = BuildPool(int(build_workers), cache_shards=self.cache_shards)
 
@@ -239,7 +240,7 @@ class ServeState:
         clients are told it and build their batches themselves. Registering again may add or change
         it.
         """
-        from datamill.serve.direct import check_location
+        from datamill.serve.data.direct import check_location
         from datamill.sources import open_source
 
         check_name(name, what="dataset name")
@@ -579,7 +580,8 @@ class ServeState:
         unit runs done)``.
 
         The units are journaled in **one transaction** (group-committed, see
-        :mod:`datamill.serve.round_trip`) before memory changes, so ``"already"`` is only ever
+        :mod:`datamill.serve.protocol.round_trip`) before memory changes, so ``"already"`` is only
+        ever
         answered for journaled acks.
 
         Raises:
@@ -692,7 +694,8 @@ class ServeState:
         transport: str = "built",
     ) -> tuple[dict[str, str], LeasePayload | None]:
         """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
-        :mod:`datamill.serve.round_trip`): ``(status per acknowledged lease, the lease or None)``.
+        :mod:`datamill.serve.protocol.round_trip`): ``(status per acknowledged lease, the lease or
+        None)``.
 
         A take refused (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
         """
@@ -731,7 +734,8 @@ class ServeState:
         transport: str,
     ) -> Planned:
         """The one code path of a round trip: acknowledge ``acks`` and take a lease, journaled in
-        one write (:mod:`datamill.serve.round_trip`); a refused take still acknowledges, then
+        one write (:mod:`datamill.serve.protocol.round_trip`); a refused take still acknowledges,
+        then
         raises."""
         refusal, take, secret = self._trip(it, client, transport, trip)
         p = await plan_async(it, self.writes, acks, session=secret, take=take)
@@ -899,7 +903,7 @@ class ServeState:
 
         Its journal write is queued under the iteration's lock, after the writes of the acks already
         planned (an ack in flight lands before the rewind, in the journal as in memory), and it is
-        appended (:func:`~datamill.serve.lease_journal.rewind_write`): the done set is changed by
+        appended (:func:`~datamill.serve.journal.leases.rewind_write`): the done set is changed by
         records computed from the journal's own, never rewritten from a memory snapshot (which
         misses other ranks' acks in flight: issue #37's rewind race).
         """

@@ -15,7 +15,7 @@ template.
 
 Examples:
     >>> import tempfile
-    >>> from datamill.serve.journal import Journal
+    >>> from datamill.serve.journal.store import Journal
     >>> t = Telemetry(Journal(tempfile.mkdtemp()))
     >>> t.add("it-1", "leases_issued", 2); t.flush_counters(); t.counter("it-1", "leases_issued")
     2.0
@@ -34,14 +34,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from datamill.serve import ledger, lifecycle
-from datamill.serve.journal import Journal
-from datamill.serve.logs import event
+from datamill.serve.journal.store import Journal
+from datamill.serve.observe import ledger, lifecycle
+from datamill.serve.observe.logs import event
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from datamill.serve.iteration import Iteration, Lease
+    from datamill.serve.protocol.iteration import Iteration, Lease
 
 __all__ = [
     "COUNTERS",
@@ -129,7 +129,7 @@ class Telemetry:
         self._gone: set[tuple[str, str]] = set()
         self.client_memo: dict[
             tuple[str, str], tuple[int, float, float]
-        ] = {}  # datamill.serve.ledger
+        ] = {}  # datamill.serve.observe.ledger
         self.registry = CollectorRegistry(auto_describe=True)
         self.build_seconds = Histogram(
             "datamill_lease_build_seconds",

@@ -1,6 +1,6 @@
 """The lease routes' request and reply handling (imports fastapi): next, ack, heartbeat.
 
-The routes (in :mod:`datamill.serve.routes.leases`) only declare paths and roles and call these
+The routes (in :mod:`datamill.serve.http.routes.leases`) only declare paths and roles and call these
 functions.
 
 * ``GET .../next?client=&rank=&slot=&slots=&ack=<lease>:<fence>:<start>-<stop>`` (``ack`` repeated,
@@ -9,10 +9,12 @@ functions.
   ``-Epoch``, ``-Done`` (the queue's done prefix in static mode, its done batches in dynamic mode)
   and ``-Acks`` (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the
   batches of the lease); with ``transport=direct`` the body is empty (the client builds the batches,
-  see :mod:`datamill.serve.direct`); ``204`` nothing left for this client; ``409`` wait (others hold
+  see :mod:`datamill.serve.data.direct`); ``204`` nothing left for this client; ``409`` wait
+  (others hold
   the rest). ``-Lease-TTL`` is the lease's time to live in seconds: its holder yields none of its
   batches past that long after the reply (or its last heartbeat's or ack's) by its own clock; the
-  server hands them out again only a grace later (:func:`~datamill.serve.iteration.lease_grace`).
+  server hands them out again only a grace later
+  (:func:`~datamill.serve.protocol.iteration.lease_grace`).
 * ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases":
   [[lease, fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack
   is ``ok`` or ``already``, ``409`` when one is refused (another session's lease, a wrong fence),
@@ -21,7 +23,7 @@ functions.
   ``{"lost": [...], "refused": [...]}`` with the same status rule.
 
 The session is the ``X-Datamill-Session`` header (the client id when absent). A journal that cannot
-be written answers ``503`` with ``Retry-After`` (see :mod:`datamill.serve.lease_journal`).
+be written answers ``503`` with ``Retry-After`` (see :mod:`datamill.serve.journal.leases`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.direct import format_runs
-from datamill.serve.iteration import Iteration
-from datamill.serve.lease_journal import RETRY_AFTER_S, UnavailableError
-from datamill.serve.routes.models import AckIn, HeartbeatIn
+from datamill.serve.data.direct import format_runs
+from datamill.serve.http.routes.models import AckIn, HeartbeatIn
+from datamill.serve.journal.leases import RETRY_AFTER_S, UnavailableError
+from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.server import ARROW_STREAM, ServeState
 
 __all__ = ["ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]

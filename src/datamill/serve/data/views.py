@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source
-from datamill.serve.access import Reader, check_dataset
+from datamill.serve.http.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
 

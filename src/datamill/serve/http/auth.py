@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamill.core.errors import ConfigError
-from datamill.serve.journal import Journal
+from datamill.serve.journal.store import Journal
 
 __all__ = [
     "KEY_PREFIX",

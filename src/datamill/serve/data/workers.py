@@ -14,7 +14,8 @@ lease and the worker two.
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
 the same shuffle window, hit the same worker's cache. A worker follows each static rank it serves
-with one build over its next leases (:class:`~datamill.serve.direct.RunStream` with a horizon of 4
+with one build over its next leases (:class:`~datamill.serve.data.direct.RunStream` with a horizon
+of 4
 leases), so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a
 thread of the worker) while the lease it just built is sent: a client's next request finds its lease
 built (a guess that does not come costs one build; the bytes are the same either way). The HTTP
@@ -130,7 +131,7 @@ def _init(
     if server is not None:
         watch = threading.Thread(target=_watch, args=(server, started), daemon=True)
         watch.start()
-    import datamill.serve.direct
+    import datamill.serve.data.direct
     import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
 
 
@@ -150,7 +151,7 @@ def _probe() -> tuple[int, int] | None:
 
 def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
     """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
-    from datamill.serve.direct import as_batches
+    from datamill.serve.data.direct import as_batches
 
     batches = as_batches(list(stream.batches(runs)))
     sink = pa.BufferOutputStream()
@@ -257,7 +258,7 @@ def _drain() -> None:
 def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
     """The RunStream of ``skey`` (created when new; the least recently used beyond
     :data:`_MAX_ITERATIONS` closed); call with no build ahead running."""
-    from datamill.serve.direct import RunStream
+    from datamill.serve.data.direct import RunStream
 
     stream = _STREAMS.pop(skey, None)
     if stream is not None and skey in _BROKEN:  # a build ahead failed in it
@@ -289,7 +290,7 @@ def _build(
     """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it. The
     rank's next :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while
     this one is sent (a static rank's leases come in order); one thread at a time uses a stream."""
-    from datamill.serve.direct import service_for
+    from datamill.serve.data.direct import service_for
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])

@@ -1,7 +1,7 @@
 """A served iteration's run record (``GET /api/v1/iterations/{id}/trace``), for ``datamill trace``.
 
 A unit of an iteration is batch ``b`` of plan rank ``r`` of the order with ``plan_world`` ranks
-(:mod:`datamill.serve.iteration`), so the record is the in-process one of that plan
+(:mod:`datamill.serve.protocol.iteration`), so the record is the in-process one of that plan
 (:func:`datamill.loader.trace.plan_record`) plus a ``served`` section from the journal:
 
 * ``mode``, ``world_size``, ``plan_world``, ``rank_batches`` (batches per plan rank) and
@@ -31,7 +31,7 @@ import numpy as np
 
 from datamill.core.errors import ConfigError
 from datamill.loader.trace import plan_record
-from datamill.serve.iteration import Iteration, runs
+from datamill.serve.protocol.iteration import Iteration, runs
 from datamill.serve.server import NotFoundError, ServeState, check_name
 
 __all__ = [

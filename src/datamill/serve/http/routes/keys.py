@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from datamill.serve.access import Admin, State, audit
-from datamill.serve.auth import create_key, parse_duration
-from datamill.serve.routes.models import KeyIn
+from datamill.serve.http.access import Admin, State, audit
+from datamill.serve.http.auth import create_key, parse_duration
+from datamill.serve.http.routes.models import KeyIn
 from datamill.serve.server import NotFoundError
 
 __all__ = ["router"]

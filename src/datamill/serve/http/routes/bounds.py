@@ -1,6 +1,7 @@
 """Limits checked before a request does any work (a 400 JSON error that says what was expected).
 
-The request models (:mod:`datamill.serve.routes.models`) bound each field alone; these checks bound
+The request models (:mod:`datamill.serve.http.routes.models`) bound each field alone; these checks
+bound
 fields against the data: a world size against the dataset's samples, a lease against a sample
 budget, a rewind range against the iteration's units.
 """
@@ -13,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from datamill.core.errors import ConfigError
-from datamill.serve.iteration import Iteration
-from datamill.serve.routes.models import IterationIn, RewindIn
+from datamill.serve.http.routes.models import IterationIn, RewindIn
+from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.server import LEASE_SIZES, MAX_LEASE_SAMPLES, ServeState
 
 __all__ = ["MAX_LEASE_SAMPLES", "check_iteration", "check_rewind"]

@@ -22,10 +22,10 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.iteration import Iteration
-from datamill.serve.routes.models import ItId
+from datamill.serve.http.routes.models import ItId
+from datamill.serve.http.viewer import Viewer
+from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.server import ServeState
-from datamill.serve.viewer import Viewer
 
 __all__ = [
     "ROLES",
@@ -106,7 +106,7 @@ def authenticate(request: Request) -> Viewer | None:
 
 
 def _denied(request: Request, status: int, who: Viewer | None) -> None:
-    from datamill.serve.logs import event
+    from datamill.serve.observe.logs import event
 
     event(
         "key denied",
@@ -165,7 +165,7 @@ _CHECKS = {role: _checker(role) for role in ROLES}
 
 def role_check(role: str) -> Callable[[Request], Awaitable[Viewer | None]]:
     """The check behind :func:`requires` (for a layer that dispatches a declared route itself, see
-    :class:`datamill.serve.routes.leases.NextLane`): authenticates, then 401/403 as the route
+    :class:`datamill.serve.http.routes.leases.NextLane`): authenticates, then 401/403 as the route
     would."""
     return _CHECKS[role]
 
@@ -260,7 +260,7 @@ key's datasets."""
 
 def audit(state: ServeState, who: Viewer | None, action: str, detail: str = "") -> None:
     """Record an admin action in the journal's audit table (and log it as an event)."""
-    from datamill.serve.logs import event
+    from datamill.serve.observe.logs import event
 
     state.journal.add_audit(who.key_id if who else None, action, detail[:500])
     event(action, key=who.key_id if who else None, detail=detail[:500])

@@ -11,7 +11,7 @@ plus what is not journaled yet.
 Examples:
     >>> import tempfile
     >>> from types import SimpleNamespace
-    >>> from datamill.serve.journal import Journal
+    >>> from datamill.serve.journal.store import Journal
     >>> j = Journal(tempfile.mkdtemp()); memo: dict = {}
     >>> info = SimpleNamespace(
     ...     rank=0, acked=[(1.0, 2), (2.0, 1)], stall_s=0.5
@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from datamill.serve.journal import Journal
+from datamill.serve.journal.store import Journal
 
 __all__ = ["clients", "ensure_tables", "record", "runs_of", "runs_of_dataset", "throughput"]
 

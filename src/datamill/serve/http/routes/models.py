@@ -103,7 +103,7 @@ class IterationIn(_Body):
 class AckIn(_Body):
     """``POST /iterations/{id}/ack``: consumed batches ``[lease, fence, start, stop]`` (queue
     positions) of a client, or whole leases ``[lease, fence]`` (see
-    :mod:`datamill.serve.delivery`)."""
+    :mod:`datamill.serve.http.delivery`)."""
 
     client: str = Field(pattern=ID_PATTERN)
     leases: list[tuple[LeaseId, Fence]] = Field(default_factory=list, max_length=1024)

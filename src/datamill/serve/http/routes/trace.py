@@ -3,7 +3,8 @@
 * ``GET /api/v1/iterations/{id}/trace``: the iteration's run record;
 * ``GET /api/v1/runs/{name}/trace``: the records of a run's iterations (one per epoch, the
   iterations created with that ``name``), a page of at most
-  :data:`~datamill.serve.trace.MAX_RUN_RECORDS` from ``from_epoch`` on, limited to the datasets the
+  :data:`~datamill.serve.data.trace.MAX_RUN_RECORDS` from ``from_epoch`` on, limited to the
+  datasets the
   caller's key may use.
 """
 
@@ -13,8 +14,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from datamill.serve.access import Reader, ScopedIteration, State, may_use
-from datamill.serve.routes.models import ID_PATTERN
+from datamill.serve.http.access import Reader, ScopedIteration, State, may_use
+from datamill.serve.http.routes.models import ID_PATTERN
 
 __all__ = ["router", "runs_router"]
 
@@ -24,8 +25,8 @@ runs_router = APIRouter(prefix="/api/v1/runs")
 
 @router.get("/{it_id}/trace")
 def trace(who: Reader, it: ScopedIteration, state: State) -> dict[str, Any]:
-    """The run record of the iteration (:func:`datamill.serve.trace.iteration_record`)."""
-    from datamill.serve.trace import iteration_record
+    """The run record of the iteration (:func:`datamill.serve.data.trace.iteration_record`)."""
+    from datamill.serve.data.trace import iteration_record
 
     return iteration_record(state, it)
 
@@ -40,8 +41,9 @@ def run_trace(
     limit: Annotated[int, Query(ge=1, le=64)] = 64,
 ) -> dict[str, Any]:
     """The run records of the iterations named ``name`` (one per epoch; at most 64, the
-    :data:`~datamill.serve.trace.MAX_RUN_RECORDS`; :func:`datamill.serve.trace.run_records`)."""
-    from datamill.serve.trace import run_records
+    :data:`~datamill.serve.data.trace.MAX_RUN_RECORDS`;
+    :func:`datamill.serve.data.trace.run_records`)."""
+    from datamill.serve.data.trace import run_records
 
     names = {d["id"]: d["name"] for d in state.journal.datasets()}
     return run_records(

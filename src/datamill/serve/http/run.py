@@ -1,7 +1,8 @@
 """``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted.
 
 The settings come from a config file (:class:`ServeConfig`, checked with located errors) with
-command-line overrides; logs are one line per event (:mod:`datamill.serve.logs`); SIGTERM drains
+command-line overrides; logs are one line per event (:mod:`datamill.serve.observe.logs`); SIGTERM
+drains
 (no new leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then exit 0).
 """
 
@@ -28,7 +29,7 @@ from pydantic import (
 
 from datamill.core.errors import ConfigError
 from datamill.core.optional import require
-from datamill.serve.guard import default_hosts
+from datamill.serve.http.guard import default_hosts
 
 __all__ = ["DEFAULT_PORT", "ServeConfig", "is_loopback", "load_config", "serve"]
 
@@ -302,9 +303,9 @@ def serve(
     uvicorn = require("uvicorn", extra="serve")
     import logging.config
 
-    from datamill.serve.app import create_app
-    from datamill.serve.logs import event, log_config
-    from datamill.serve.workers import default_build_workers
+    from datamill.serve.data.workers import default_build_workers
+    from datamill.serve.http.app import create_app
+    from datamill.serve.observe.logs import event, log_config
 
     logging_cfg = log_config(fmt=cfg.log_format, level=cfg.log_level)
     logging.config.dictConfig(logging_cfg)
@@ -371,8 +372,8 @@ def serve(
 def _recovery_summary(st: Any, *, url: str) -> None:
     """Log the start line with what the journal holds (iterations by status, leases held for their
     holders)."""
-    from datamill.serve import lifecycle
-    from datamill.serve.logs import event
+    from datamill.serve.observe import lifecycle
+    from datamill.serve.observe.logs import event
 
     rows, _ = lifecycle.page(st.journal, limit=lifecycle.MAX_PAGE)
     by: dict[str, int] = {}
@@ -429,7 +430,7 @@ class _DrainingServer:
         return sum(len(it.leases) for it in live)
 
     def _drain(self) -> None:
-        from datamill.serve.logs import event
+        from datamill.serve.observe.logs import event
 
         self.state.draining = True
         left = self._live()

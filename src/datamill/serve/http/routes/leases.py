@@ -1,8 +1,10 @@
 """``/api/v1/iterations/{id}/next|ack|heartbeat``: take, acknowledge and keep leases (read).
 
 The routes are ``async``: the lease round trip runs in the event loop and awaits the journal's group
-commit (:mod:`datamill.serve.round_trip`) instead of holding a worker thread per request; only a
-server-built lease's build goes to a worker thread (:func:`datamill.serve.delivery.next_reply`).
+commit (:mod:`datamill.serve.protocol.round_trip`) instead of holding a worker thread per request;
+only a
+server-built lease's build goes to a worker thread
+(:func:`datamill.serve.http.delivery.next_reply`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from datamill.serve.access import (
+from datamill.serve.http.access import (
     Reader,
     ScopedIteration,
     State,
@@ -26,8 +28,8 @@ from datamill.serve.access import (
     scoped_iteration,
     serve_state,
 )
-from datamill.serve.delivery import ack_reply, heartbeat_reply, next_reply
-from datamill.serve.routes.models import ID_PATTERN, AckIn, HeartbeatIn
+from datamill.serve.http.delivery import ack_reply, heartbeat_reply, next_reply
+from datamill.serve.http.routes.models import ID_PATTERN, AckIn, HeartbeatIn
 
 __all__ = ["NextLane", "NextQuery", "router"]
 

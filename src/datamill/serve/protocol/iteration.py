@@ -1,5 +1,5 @@
 """One iteration's work and its leases: pure bookkeeping, no HTTP, no SQLite (see
-:mod:`datamill.serve.app`).
+:mod:`datamill.serve.http.app`).
 
 The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the
 order with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of

@@ -8,7 +8,7 @@ seen. The status read back is ``stale`` for a running iteration that has seen no
 
 Examples:
     >>> import tempfile
-    >>> from datamill.serve.journal import Journal
+    >>> from datamill.serve.journal.store import Journal
     >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j)
     >>> j.add_iteration(
     ...     "it-1", "k", 0, {"dataset": "ds-1", "lease_timeout": 60.0, "mode": "static"}
@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from datamill.core.errors import ConfigError
-from datamill.serve.journal import Journal
+from datamill.serve.journal.store import Journal
 
 __all__ = [
     "MAX_PAGE",

@@ -4,9 +4,10 @@ memory.
 A ``/next`` (or ``/ack``) request runs in three steps:
 
 1. **Decide** under the iteration's lock (in memory, microseconds): check the acks and reserve their
-   positions (:meth:`~datamill.serve.iteration.Iteration.begin_acks`: ``ACKING``, so no expiry,
+   positions (:meth:`~datamill.serve.protocol.iteration.Iteration.begin_acks`: ``ACKING``, so no
+   expiry,
    revocation or take hands them out again), take the next lease, and queue **one** journal write
-   holding both (:class:`~datamill.serve.lease_journal.GroupCommit`; queued under the lock, so the
+   holding both (:class:`~datamill.serve.journal.leases.GroupCommit`; queued under the lock, so the
    journal applies writes in the order memory changed).
 2. **Wait** for the write's transaction to commit, *without* the lock: the writes of the requests
    that arrive meanwhile share the next transaction (one fsync for many round trips).
@@ -27,8 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from datamill.serve.iteration import Iteration, Lease
-from datamill.serve.lease_journal import GroupCommit, Write, leases_write
+from datamill.serve.journal.leases import GroupCommit, Write, leases_write
+from datamill.serve.protocol.iteration import Iteration, Lease
 
 __all__ = [
     "AckItem",

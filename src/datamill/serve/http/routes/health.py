@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from datamill.serve.access import State, requires
+from datamill.serve.http.access import State, requires
 
 __all__ = ["router"]
 

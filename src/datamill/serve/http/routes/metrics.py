@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from datamill.serve.access import State, requires
-from datamill.serve.metrics import registry_for
+from datamill.serve.http.access import State, requires
+from datamill.serve.observe.metrics import registry_for
 
 __all__ = ["metrics_router"]
 
@@ -24,7 +24,7 @@ def metrics_router(*, public: bool = False) -> APIRouter:
         include_in_schema=False,
     )
     def metrics(state: State) -> Response:
-        """Every ``datamill_*`` metric, computed now (see :mod:`datamill.serve.metrics`)."""
+        """Every ``datamill_*`` metric, computed now (see :mod:`datamill.serve.observe.metrics`)."""
         return Response(generate_latest(registry_for(state)), media_type=CONTENT_TYPE_LATEST)
 
     return router

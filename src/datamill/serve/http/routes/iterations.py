@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 
-from datamill.serve import lifecycle
-from datamill.serve.access import (
+from datamill.serve.http.access import (
     Admin,
     Reader,
     ScopedIteration,
@@ -17,10 +16,11 @@ from datamill.serve.access import (
     check_dataset,
     may_use,
 )
-from datamill.serve.lifecycle import MAX_PAGE
-from datamill.serve.logs import event
-from datamill.serve.routes.bounds import check_iteration, check_rewind
-from datamill.serve.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
+from datamill.serve.http.routes.bounds import check_iteration, check_rewind
+from datamill.serve.http.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
+from datamill.serve.observe import lifecycle
+from datamill.serve.observe.lifecycle import MAX_PAGE
+from datamill.serve.observe.logs import event
 
 __all__ = ["router"]
 

@@ -1,6 +1,6 @@
 """``/api/v1/datasets``: list (read) and register (admin) datasets.
 
-The dataset views (describe, column values, samples) are in :mod:`datamill.serve.views`.
+The dataset views (describe, column values, samples) are in :mod:`datamill.serve.data.views`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from datamill.serve.access import Admin, Reader, State, audit, may_use
-from datamill.serve.routes.models import DatasetIn
+from datamill.serve.http.access import Admin, Reader, State, audit, may_use
+from datamill.serve.http.routes.models import DatasetIn
 
 __all__ = ["router"]
 

@@ -1,7 +1,8 @@
 """The HTTP layer: a FastAPI app over :class:`~datamill.serve.server.ServeState` (imports fastapi).
 
-The routes are one router per resource (:mod:`datamill.serve.routes`, the UI's in
-:mod:`datamill.serve.ui`); each declares its role (:func:`datamill.serve.access.requires`), which is
+The routes are one router per resource (:mod:`datamill.serve.http.routes`, the UI's in
+:mod:`datamill.serve.ui`); each declares its role (:func:`datamill.serve.http.access.requires`),
+which is
 also the one place a caller is authenticated. Every error is a JSON body ``{"error": ...}`` with a
 4xx status (the UI's pages render it); oversized bodies get 413 before they are read.
 """
@@ -21,16 +22,16 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from datamill.core.errors import DataFileNotFoundError, DatamillError
-from datamill.serve.auth import create_key
-from datamill.serve.guard import DEFAULT_HOSTS, AllowedHosts, Guard
-from datamill.serve.lease_journal import UnavailableError
-from datamill.serve.metrics import RequestMetrics
-from datamill.serve.routes import routers
-from datamill.serve.routes.leases import NextLane
-from datamill.serve.routes.metrics import metrics_router
-from datamill.serve.routes.models import one_line
+from datamill.serve.data.views import Inspector
+from datamill.serve.http.auth import create_key
+from datamill.serve.http.guard import DEFAULT_HOSTS, AllowedHosts, Guard
+from datamill.serve.http.routes import routers
+from datamill.serve.http.routes.leases import NextLane
+from datamill.serve.http.routes.metrics import metrics_router
+from datamill.serve.http.routes.models import one_line
+from datamill.serve.journal.leases import UnavailableError
+from datamill.serve.observe.metrics import RequestMetrics
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
-from datamill.serve.views import Inspector
 
 __all__ = ["MAX_BODY", "create_app"]
 
@@ -114,7 +115,7 @@ async def _on_datamill_error(request: Request, exc: Exception) -> Response:
 
 
 async def _on_unavailable(request: Request, exc: Exception) -> Response:
-    from datamill.serve.delivery import unavailable_reply
+    from datamill.serve.http.delivery import unavailable_reply
 
     assert isinstance(exc, UnavailableError)
     return unavailable_reply(exc)

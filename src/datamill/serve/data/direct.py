@@ -24,7 +24,7 @@ from datamill.core.errors import ConfigError
 from datamill.loader import BatchResult, BatchService
 
 if TYPE_CHECKING:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
 __all__ = [
     "TRANSPORTS",

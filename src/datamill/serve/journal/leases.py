@@ -1,4 +1,5 @@
-"""The journal's lease and acknowledgement writes (kept apart from :mod:`datamill.serve.journal`).
+"""The journal's lease and acknowledgement writes (kept apart from
+:mod:`datamill.serve.journal.store`).
 
 Table ``leases``: every live lease of every iteration (id, hashes of its fence and session, holder,
 queue positions), so that after a restart the holders can reclaim them (the grace period). A take
@@ -24,8 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
-from datamill.serve.iteration import Lease
-from datamill.serve.journal import Journal, bool_runs, fold_done, sealed
+from datamill.serve.journal.store import Journal, bool_runs, fold_done, sealed
+from datamill.serve.protocol.iteration import Lease
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -49,7 +50,7 @@ class UnavailableError(DatamillError, OSError):
 
 def ensure_tables(journal: Journal) -> None:
     """The ``leases`` tables are declared by the journal's schema
-    (:mod:`datamill.serve.journal`): nothing left to create."""
+    (:mod:`datamill.serve.journal.store`): nothing left to create."""
     del journal
 
 
