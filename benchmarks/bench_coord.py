@@ -202,7 +202,7 @@ def in_process(samples: int, *, clients: int, trips: int) -> dict[str, Any]:
     import secrets
     from urllib.parse import urlencode
 
-    from datamill.serve.app import create_app
+    from datamill.serve.http.app import create_app
 
     root = Path(tempfile.mkdtemp(prefix="bench-coord-asgi-"))
     loc = str(make_dataset(root, samples).resolve())
@@ -310,8 +310,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             for name, src in sides:
                 state, key = root / f"state-{name}", ""
                 if args.auth:
-                    from datamill.serve.auth import create_key
-                    from datamill.serve.journal import Journal
+                    from datamill.serve.http.auth import create_key
+                    from datamill.serve.journal.store import Journal
 
                     journal = Journal(state)
                     key = create_key(journal, role="admin")[1]

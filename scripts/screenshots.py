@@ -100,8 +100,8 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     from datamill.serve import Client, RemoteLoader
-    from datamill.serve.auth import create_key
-    from datamill.serve.journal import Journal
+    from datamill.serve.http.auth import create_key
+    from datamill.serve.journal.store import Journal
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ THIRD_PARTY_DYNAMIC = {
     "datamill.core.optional": (
         "require(): the optional extras (torch, ray, fastapi...), never a datamill module"
     ),
-    "datamill.serve.run": "uvloop/httptools when installed",
+    "datamill.serve.http.run": "uvloop/httptools when installed",
     "datamill.lineage.cli": "the user's own --filter module:function, named on the command line",
 }
 """Modules that call ``import_module``/``__import__`` for third-party modules only, and why."""

@@ -14,9 +14,9 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from datamill.serve.access import ROLES, route_roles, routes
-from datamill.serve.app import create_app
-from datamill.serve.auth import create_key
+from datamill.serve.http.access import ROLES, route_roles, routes
+from datamill.serve.http.app import create_app
+from datamill.serve.http.auth import create_key
 from datamill.shards.dataset import ShardsetDataset
 
 pytestmark = pytest.mark.server

@@ -13,8 +13,8 @@ import pytest
 
 from datamill.cli import main
 from datamill.core.errors import ConfigError
-from datamill.serve.journal import Journal
-from datamill.serve.run import INITIAL_KEY_FILE, serve
+from datamill.serve.http.run import INITIAL_KEY_FILE, serve
+from datamill.serve.journal.store import Journal
 from tests.serve._proc import env, free_port, start_server, stop
 
 

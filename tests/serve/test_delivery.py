@@ -53,6 +53,7 @@ def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> N
         res = holder.request("GET", f"{path}/next", query=[("client", "holder")])
         lease, fence = res.headers["x-datamill-lease"], res.headers["x-datamill-fence"]
         assert len(fence) == 32 and int(fence, 16) >= 0  # 128 random bits
+        assert float(res.headers["x-datamill-lease-ttl"]) == 4.0  # the holder's deadline
         assert (
             res.headers["x-datamill-lease"]
             != holder.request("GET", f"{path}/next", query=[("client", "holder")]).headers[

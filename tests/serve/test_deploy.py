@@ -27,7 +27,7 @@ import pytest
 from datamill.core.errors import ConfigError
 from datamill.serve import Client, RemoteLoader
 from datamill.serve.client import RemoteError
-from datamill.serve.run import ServeConfig, load_config
+from datamill.serve.http.run import ServeConfig, load_config
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import env, free_port, make_key, start_server, stop
 

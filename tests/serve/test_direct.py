@@ -311,7 +311,7 @@ def test_build_workers_give_the_same_bytes_as_one_process(
 def test_build_workers_decode_with_their_share_of_the_cores(tmp_path: Path) -> None:
     """Each build worker's Arrow thread pool is its share of the cores, not one thread per core
     (N workers would run N times as many decoding threads as cores)."""
-    from datamill.serve.workers import BuildPool, _cores
+    from datamill.serve.data.workers import BuildPool, _cores
 
     pool = BuildPool(2)
     try:
@@ -424,7 +424,7 @@ def test_build_workers_exit_when_their_server_is_killed(tmp_path: Path) -> None:
 
     script = (
         "import sys, time\n"
-        "from datamill.serve.workers import BuildPool\n"
+        "from datamill.serve.data.workers import BuildPool\n"
         "pool = BuildPool(2)\n"
         "print(*pool.warm(), flush=True)\n"
         "time.sleep(120)\n"

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.source import TableSource
-from datamill.serve.direct import RunStream, build_runs, service_for
+from datamill.serve.data.direct import RunStream, build_runs, service_for
 from datamill.serve.server import to_ipc
 from datamill.sources import open_source
 
@@ -74,7 +74,7 @@ def test_a_build_worker_builds_the_next_lease_ahead(tmp_path: Path) -> None:
     """A build worker's leases of a static rank, asked in order, come from its builds ahead (all but
     the first); a lease asked out of order (re-issued) is built again; every body is the bytes of a
     build per lease."""
-    from datamill.serve import workers
+    from datamill.serve.data import workers
     from datamill.shards.dataset import ShardsetDataset
 
     table = _source(900, 90).table
@@ -103,7 +103,7 @@ def test_a_failed_build_ahead_is_built_again_when_asked(
 ) -> None:
     """A build ahead that fails (a read error in the worker's thread) is not an answer: the request
     for that lease builds it again, in a fresh stream, and gets the right bytes."""
-    from datamill.serve import workers
+    from datamill.serve.data import workers
     from datamill.shards.dataset import ShardsetDataset
 
     ShardsetDataset.create(

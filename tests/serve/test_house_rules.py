@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from datamill.serve.app import create_app
-from datamill.serve.auth import create_key
+from datamill.serve.http.app import create_app
+from datamill.serve.http.auth import create_key
 from datamill.serve.journal import DB_NAME
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import env

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from datamill.serve.auth import KeyStore, create_key
-from datamill.serve.journal import DB_NAME, Journal, StateError, backup
+from datamill.serve.http.auth import KeyStore, create_key
+from datamill.serve.journal.store import DB_NAME, Journal, StateError, backup
 from tests.serve._proc import env, free_port, start_server, stop
 
 pytestmark = pytest.mark.server

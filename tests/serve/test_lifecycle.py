@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from datamill.serve import lifecycle
-from datamill.serve.app import create_app
-from datamill.serve.auth import create_key
-from datamill.serve.journal import Journal
+from datamill.serve.http.app import create_app
+from datamill.serve.http.auth import create_key
+from datamill.serve.journal.store import Journal
+from datamill.serve.observe import lifecycle
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import env
 

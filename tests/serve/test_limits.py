@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.serve.limits import HEADER_TIMEOUT_S, MAX_HEADER_BYTES, MAX_HEADERS, default_caps
+from datamill.serve.http.limits import HEADER_TIMEOUT_S, MAX_HEADER_BYTES, MAX_HEADERS, default_caps
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import env, free_port, make_key, read_log, start_worker, stop
 

@@ -1,4 +1,5 @@
-"""The lease route's dispatch past FastAPI's router (:class:`datamill.serve.routes.leases.NextLane`)
+"""The lease route's dispatch past FastAPI's router
+(:class:`datamill.serve.http.routes.leases.NextLane`)
 answers every request as the router would: same status, same JSON, same headers but the random ids
 (in-process apps, one with the lane and one without)."""
 
@@ -15,9 +16,9 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datamill.serve.app import create_app
-from datamill.serve.auth import create_key
-from datamill.serve.routes.leases import NextLane
+from datamill.serve.http.app import create_app
+from datamill.serve.http.auth import create_key
+from datamill.serve.http.routes.leases import NextLane
 from datamill.shards.dataset import ShardsetDataset
 
 pytestmark = pytest.mark.server
@@ -125,7 +126,7 @@ def test_the_lane_counts_requests_under_the_routes_template(
 def test_the_lane_serves_next_itself(
     apps: list[tuple[Any, dict[str, str]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from datamill.serve.routes import leases
+    from datamill.serve.http.routes import leases
 
     calls: list[str] = []
     real = leases.next_lease
@@ -148,7 +149,7 @@ def test_the_lane_serves_next_itself(
 def test_the_lanes_query_reading_is_starlettes(query: str) -> None:
     from starlette.datastructures import QueryParams
 
-    from datamill.serve.routes.leases import _params
+    from datamill.serve.http.routes.leases import _params
 
     raw = query.encode("utf-8")
     params = QueryParams(raw)

@@ -30,9 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from datamill.core.errors import ConfigError
 from datamill.serve import Client, RemoteLoader
-from datamill.serve.app import create_app
 from datamill.serve.client import RemoteError
-from datamill.serve.run import serve
+from datamill.serve.http.app import create_app
+from datamill.serve.http.run import serve
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, make_key, start_server, stop
 
@@ -382,7 +382,7 @@ def test_metrics_no_auth_and_no_auth_only_on_loopback(tmp_path: Path) -> None:
 
 
 def test_per_iteration_series_are_bounded(app: Any) -> None:
-    from datamill.serve.metrics import MAX_ITERATION_SERIES
+    from datamill.serve.observe.metrics import MAX_ITERATION_SERIES
 
     journal = app.state.serve.journal
     for k in range(MAX_ITERATION_SERIES + 7):

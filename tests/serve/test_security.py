@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from datamill.serve.app import create_app
-from datamill.serve.auth import create_key
-from datamill.serve.guard import SECURITY_HEADERS
+from datamill.serve.http.app import create_app
+from datamill.serve.http.auth import create_key
+from datamill.serve.http.guard import SECURITY_HEADERS
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, start_server, stop
 

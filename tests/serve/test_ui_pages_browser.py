@@ -28,7 +28,7 @@ import pytest
 from datamill.core.io import read_table
 from datamill.preprocessing.api import preprocess
 from datamill.serve import Client, RemoteLoader
-from datamill.serve.journal import DB_NAME
+from datamill.serve.journal.store import DB_NAME
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._proc import free_port, make_key, start_server, stop

@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from datamill.preprocessing.api import preprocess
-from datamill.serve.app import create_app
+from datamill.serve.http.app import create_app
 from datamill.shards.dataset import ShardsetDataset
 
 PNG = bytes.fromhex(

@@ -127,7 +127,7 @@ def _workers(text: str) -> int:
 
 # ----------------------------------------------------------------------------------------- commands
 def _server(args: argparse.Namespace) -> int:
-    from datamill.serve.run import serve
+    from datamill.serve.http.run import serve
 
     if args.target is None:
         from datamill.core.errors import ConfigError
@@ -171,13 +171,13 @@ def _need_journal(state: str) -> None:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from datamill.serve.auth import parse_duration
-    from datamill.serve.journal import Journal
-    from datamill.serve.lifecycle import ensure_tables, gc
+    from datamill.serve.http.auth import parse_duration
+    from datamill.serve.journal.store import Journal
+    from datamill.serve.observe.lifecycle import ensure_tables, gc
 
     older = parse_duration(args.older_than)
     _need_journal(args.state)
-    journal = Journal(args.state)
+    journal = Journal(args.state, lock="gc", beside=True)
     try:
         ensure_tables(journal)
         removed = gc(journal, older_than=older)
@@ -194,12 +194,12 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    from datamill.serve.auth import create_key, parse_duration
-    from datamill.serve.journal import Journal
+    from datamill.serve.http.auth import create_key, parse_duration
+    from datamill.serve.journal.store import Journal
 
     expires_in = parse_duration(args.expires) if args.expires else None
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets is not None else None
-    journal = Journal(args.state)
+    journal = Journal(args.state, lock="keys", beside=True)
     try:
         key_id, key = create_key(
             journal, role=args.role, note=args.note, datasets=datasets, expires_in=expires_in
@@ -220,7 +220,7 @@ def _when(t: float | None) -> str:
 
 
 def _keys_list(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
     _need_journal(args.state)
     journal = Journal(args.state)
@@ -241,10 +241,10 @@ def _keys_list(args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
     _need_journal(args.state)
-    journal = Journal(args.state)
+    journal = Journal(args.state, lock="keys", beside=True)
     try:
         if not journal.revoke_key(args.key_id):
             print(f"no active key {args.key_id!r}")
@@ -257,7 +257,7 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import Journal
+    from datamill.serve.journal.store import Journal
 
     _need_journal(args.state)
     journal = Journal(args.state)
@@ -271,7 +271,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from datamill.serve.journal import backup
+    from datamill.serve.journal.store import backup
 
     _need_journal(args.state)
     out = backup(args.state, args.out)

@@ -357,13 +357,18 @@ class Client:
             ).json()
         )
 
-    def resume(self, iteration: str, *, rank: int, consumed: int) -> dict[str, Any]:
+    def resume(
+        self, iteration: str, *, rank: int, consumed: int, session: str | None = None
+    ) -> dict[str, Any]:
         """Resume rank ``rank`` of a static iteration from a checkpoint that consumed ``consumed``
-        batches.
+        batches; with ``session`` (a dynamic state's), the batches that session consumed after
+        its first ``consumed`` are served again.
 
         A read key may resume only the iterations it created; an admin key any.
         """
-        body = {"rank": rank, "consumed": consumed}
+        body: dict[str, Any] = {"rank": rank, "consumed": consumed}
+        if session is not None:
+            body["session"] = session
         return dict(
             self.http.request(
                 "POST", f"/api/v1/iterations/{_quote(iteration)}/resume", body=body

@@ -5,7 +5,7 @@
   server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying;
   for a numpy or torch collate, collated here for the whole lease at once, column by column, while
   the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
-  as the loop asks, see :class:`~datamill.serve.direct.RunStream`).
+  as the loop asks, see :class:`~datamill.serve.data.direct.RunStream`).
 * **ack**: sends each batch's acknowledgement as soon as the loop is handed the batch (one request,
   one journal transaction, for whatever is pending), so that it is in flight while the loop trains
   on the batch; retried every :data:`ACK_FLUSH_S` seconds until the server answers.

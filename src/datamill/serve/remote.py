@@ -35,7 +35,7 @@ from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.loader.collate import resolve_collate
 from datamill.loader.collate_lease import collate_numpy_batches, collate_torch_batches
 from datamill.serve.client import Client, Http
-from datamill.serve.direct import TRANSPORTS, RunStream, close_iterator
+from datamill.serve.data.direct import TRANSPORTS, RunStream, close_iterator
 from datamill.serve.feed import (
     ACK_FLUSH_S,
     END,
@@ -348,6 +348,35 @@ class RemoteLoader:
         args = {k: v for k, v in self.iter_args.items() if v is not None}
         return client.iteration(self.dataset, epoch=self.epoch, **args)
 
+    def _resume_at(self, client: Client, it_id: str, resume: Mapping[str, Any]) -> None:
+        """Put the iteration back where the saved state was: a static rank's prefix; a dynamic
+        state's unflushed batches acknowledged, then what its session consumed after it served
+        again."""
+        if self.mode == "static":
+            client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
+        elif resume.get("unflushed"):  # acknowledged in the saved session, as its flush would have
+            old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify)
+            old.headers[SESSION_HEADER] = str(resume.get("session", ""))
+            try:
+                old.request(
+                    "POST",
+                    f"/api/v1/iterations/{it_id}/ack",
+                    ok=(200, 409, 410),
+                    body={
+                        "client": self.client_id,
+                        "acks": ack_ranges(tuple(x) for x in resume["unflushed"]),
+                    },
+                )
+            finally:
+                old.close()
+        if self.mode == "dynamic" and resume.get("session"):  # back to the checkpoint
+            client.resume(
+                it_id,
+                rank=self.rank,
+                consumed=int(resume["consumed"]),
+                session=str(resume["session"]),
+            )
+
     def _finished(self, client: Client, it_id: str) -> bool:
         prog = client.progress(it_id)
         if self.mode == "dynamic":
@@ -371,27 +400,7 @@ class RemoteLoader:
                         f"state is of iteration {resume['iteration']}, the server "
                         f"gives {it_id} for these settings"
                     )
-                if self.mode == "static":
-                    client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
-                elif resume.get(
-                    "unflushed"
-                ):  # acknowledged in the saved session, as its flush would have
-                    old = Http(
-                        self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify
-                    )
-                    old.headers[SESSION_HEADER] = str(resume.get("session", ""))
-                    try:
-                        old.request(
-                            "POST",
-                            f"/api/v1/iterations/{it_id}/ack",
-                            ok=(200, 409, 410),
-                            body={
-                                "client": self.client_id,
-                                "acks": ack_ranges(tuple(x) for x in resume["unflushed"]),
-                            },
-                        )
-                    finally:
-                        old.close()
+                self._resume_at(client, it_id, resume)
                 if self._finished(client, it_id):  # an end-of-epoch state: on to the next epoch
                     self.epoch += 1
                     info = self._join(client)
@@ -419,7 +428,7 @@ class RemoteLoader:
         order)."""
         from datamill.core.fingerprint import fingerprint_obj
         from datamill.core.objstore import is_remote
-        from datamill.serve.direct import service_for
+        from datamill.serve.data.direct import service_for
         from datamill.sources import open_source
 
         cfg = self._cfg
@@ -455,7 +464,7 @@ class RemoteLoader:
         """A direct lease's batches, built here as the loop asks for them, as the server builds them
         (one contiguous record batch each, of the lease's first batch's schema; for a numpy or torch
         collate only the schema matters)."""
-        from datamill.serve.direct import as_table, parse_runs
+        from datamill.serve.data.direct import as_table, parse_runs
 
         assert self._stream is not None
         schema = None

@@ -1,7 +1,8 @@
 """The server's logic without HTTP: datasets under roots, iterations, leases as Arrow IPC, the
 journal.
 
-:class:`ServeState` is what :func:`datamill.serve.app.create_app` exposes over HTTP; it can be used
+:class:`ServeState` is what :func:`datamill.serve.http.app.create_app` exposes over HTTP; it can be
+used
 (and is tested) directly. Batch contents are rebuilt on demand through the batch service (one per
 dataset and order config, with one shard cache shared by every rank); the journal holds only configs
 and acknowledged unit runs.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from datamill.core.checks import check_int
@@ -28,26 +30,19 @@ from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
 from datamill.loader import BatchService
-from datamill.serve.auth import KeyStore
-from datamill.serve.direct import ClientLocations, as_batches, service_for, unit_runs
-from datamill.serve.iteration import AckResult, Iteration, Lease, runs, session_digest
-from datamill.serve.journal import Journal
-from datamill.serve.lease_journal import (
+from datamill.serve.data.direct import ClientLocations, as_batches, service_for, unit_runs
+from datamill.serve.http.auth import KeyStore
+from datamill.serve.journal.leases import (
     GroupCommit,
     UnavailableError,
-    done_write,
     ensure_tables,
     journaled_leases,
+    rewind_write,
 )
-from datamill.serve.metrics import Telemetry
-from datamill.serve.round_trip import (
-    AckItem,
-    Planned,
-    plan_async,
-    plan_wait,
-    settle,
-    settle_async,
-)
+from datamill.serve.journal.store import Journal
+from datamill.serve.observe.metrics import Telemetry
+from datamill.serve.protocol.iteration import AckResult, Iteration, Lease, runs, session_digest
+from datamill.serve.protocol.round_trip import AckItem, Planned, plan_async, settle_async
 
 __all__ = [
     "ARROW_STREAM",
@@ -178,7 +173,7 @@ class ServeState:
         cache_shards: int | None = None,
         build_workers: int = 0,
     ) -> None:
-        self.journal = Journal(state_dir)
+        self.journal = Journal(state_dir, lock="server")  # the folder locked for this server
         ensure_tables(self.journal)
         self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
@@ -194,7 +189,8 @@ class ServeState:
         self._iterations: dict[str, Iteration] = {}
         self.telemetry = Telemetry(
             self.journal
-        )  # counters, lifecycle rows, event logs (datamill.serve.metrics)
+        )  # counters, lifecycle rows, event logs (datamill.serve.observe.metrics)
+        self._rewinds = 0  # rewinds of this server run (each has its own id in the journal)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
         self.drain_timeout = 0.0  # > 0 (serve() sets it): leases sized so that a drain ends
         self.locations = ClientLocations(
@@ -202,7 +198,7 @@ class ServeState:
         )  # direct mode: where clients read each dataset
         self.pool: Any = None
         if build_workers:
-            from datamill.serve.workers import BuildPool
+            from datamill.serve.data.workers import BuildPool
 
             self.pool = BuildPool(int(build_workers), cache_shards=self.cache_shards)
 
@@ -245,7 +241,7 @@ class ServeState:
         clients are told it and build their batches themselves. Registering again may add or change
         it.
         """
-        from datamill.serve.direct import check_location
+        from datamill.serve.data.direct import check_location
         from datamill.sources import open_source
 
         check_name(name, what="dataset name")
@@ -540,8 +536,8 @@ class ServeState:
             if row["id"] in self._iterations:
                 return self._iterations[row["id"]]
             it = self._build(row["id"], row["config"])
+            it.mark_done(u for a, b in self.journal.done_runs(row["id"]) for u in range(a, b))
             done = self.journal.done(row["id"])
-            it.mark_done(u for a, b, _ in done for u in range(a, b))
             if self.journal.is_cancelled(row["id"]):
                 it.cancel()
             else:  # the grace period: leases in flight wait one lease timeout for their holders
@@ -590,16 +586,14 @@ class ServeState:
         unit runs done)``.
 
         The units are journaled in **one transaction** (group-committed, see
-        :mod:`datamill.serve.round_trip`) before memory changes, so ``"already"`` is only ever
+        :mod:`datamill.serve.protocol.round_trip`) before memory changes, so ``"already"`` is only
+        ever
         answered for journaled acks.
 
         Raises:
             UnavailableError: the journal could not be written (nothing changed; retry later).
         """
-        secret = session if session is not None else client if client is not None else ""
-        p = plan_wait(it, self.writes, items, session=session_digest(secret))
-        self._settled(it, p, settle(it, self.writes, p))
-        return p.statuses, p.units
+        return asyncio.run(self.ack_batches_async(it, items, session=session, client=client))
 
     async def ack_batches_async(
         self,
@@ -609,7 +603,8 @@ class ServeState:
         session: str | None = None,
         client: str | None = None,
     ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
-        """:meth:`ack_batches` in an event loop (it waits for the journal without a thread)."""
+        """:meth:`ack_batches` in an event loop (it waits for the journal without a thread): the
+        one code path of an acknowledgement (:meth:`ack_batches` runs it in a loop of its own)."""
         secret = session if session is not None else client if client is not None else ""
         p = await plan_async(it, self.writes, items, session=session_digest(secret))
         await self._settle_async(it, p)
@@ -705,16 +700,13 @@ class ServeState:
         transport: str = "built",
     ) -> tuple[dict[str, str], LeasePayload | None]:
         """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
-        :mod:`datamill.serve.round_trip`): ``(status per acknowledged lease, the lease or None)``.
+        :mod:`datamill.serve.protocol.round_trip`): ``(status per acknowledged lease, the lease or
+        None)``.
 
         A take refused (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
         """
         trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        refusal, take, secret = self._trip(it, client, transport, trip)
-        p = plan_wait(it, self.writes, acks, session=secret, take=take)
-        self._settled(it, p, settle(it, self.writes, p))
-        if refusal is not None:
-            raise refusal
+        p = asyncio.run(self._decide(it, client, acks, trip, transport))
         if p.lease is None:
             return p.statuses, None
         return p.statuses, self._payload(it, p, client, {**trip, "transport": transport})
@@ -734,14 +726,29 @@ class ServeState:
         """:meth:`round_trip` of a direct-mode client in an event loop: nothing to build, and the
         journal is waited for without a thread (the coordination path of many clients)."""
         trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        refusal, take, secret = self._trip(it, client, "direct", trip)
+        p = await self._decide(it, client, acks, trip, "direct")
+        if p.lease is None:
+            return p.statuses, None
+        return p.statuses, self._payload(it, p, client, {**trip, "transport": "direct"})
+
+    async def _decide(
+        self,
+        it: Iteration,
+        client: str,
+        acks: Sequence[AckItem],
+        trip: dict[str, Any],
+        transport: str,
+    ) -> Planned:
+        """The one code path of a round trip: acknowledge ``acks`` and take a lease, journaled in
+        one write (:mod:`datamill.serve.protocol.round_trip`); a refused take still acknowledges,
+        then
+        raises."""
+        refusal, take, secret = self._trip(it, client, transport, trip)
         p = await plan_async(it, self.writes, acks, session=secret, take=take)
         await self._settle_async(it, p)
         if refusal is not None:
             raise refusal
-        if p.lease is None:
-            return p.statuses, None
-        return p.statuses, self._payload(it, p, client, {**trip, "transport": "direct"})
+        return p
 
     def _trip(
         self, it: Iteration, client: str, transport: str, trip: dict[str, Any]
@@ -817,7 +824,7 @@ class ServeState:
         with it.lock:  # the lease's clock starts when its holder gets it, not before a (slow) build
             live = it.leases.get(lease.id) is lease
             if live:
-                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout)
+                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout + it.grace)
         if not live:  # it expired while being built (a loaded machine), back in the queue: again
             return self.next_lease(it, client, **again)
         self.telemetry.leased(
@@ -859,12 +866,53 @@ class ServeState:
             i = j
         return to_ipc(tables)
 
+    def rollback(self, it: Iteration, *, session: str, consumed: int) -> dict[str, Any]:
+        """A dynamic-mode client restored a checkpoint of session ``session`` (its secret) that had
+        consumed ``consumed`` batches: the units that session acknowledged after its first
+        ``consumed`` are pending again (appended as a rewind record), so they are served again.
+
+        Raises:
+            ResumeStateError: not a dynamic iteration, or the journal has no lease of that session
+                (another server's journal, or one gc'd): the state cannot be honoured.
+        """
+        if it.mode != "dynamic":
+            raise ResumeStateError(
+                f"a session rollback is for dynamic iterations; {it.id} is {it.mode}",
+                hint="resume a static rank with {rank, consumed}",
+            )
+        sess = session_digest(session)
+        acked = self.journal.session_acks(it.id, sess)
+        if acked is None:
+            if consumed == 0:
+                return {**it.progress(), "rolled_back": 0}
+            raise ResumeStateError(
+                f"iteration {it.id} has no record of the saved session (it consumed {consumed} "
+                "batches): this server cannot replay what it consumed after the checkpoint",
+                hint="resume from a state saved against this server's journal, or start the epoch "
+                "again",
+            )
+        after = np.asarray(acked[consumed:], dtype=np.int64)
+        with it.lock:
+            it.rollback(sess, after.tolist())
+            self._rewinds += 1
+            lease = f"rewind.{self.boot}.{self._rewinds}"
+            w = self.writes.submit(
+                rewind_write(
+                    it.id, total=it.total, drop=after, keep=np.zeros(0, np.int64), lease=lease
+                )
+            )
+        self.writes.wait(w)
+        return {**it.progress(), "rolled_back": len(after)}
+
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
         """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
         ...]}``).
 
         Its journal write is queued under the iteration's lock, after the writes of the acks already
-        planned (an ack in flight lands before the rewind, in the journal as in memory).
+        planned (an ack in flight lands before the rewind, in the journal as in memory), and it is
+        appended (:func:`~datamill.serve.journal.leases.rewind_write`): the done set is changed by
+        records computed from the journal's own, never rewritten from a memory snapshot (which
+        misses other ranks' acks in flight: issue #37's rewind race).
         """
         if body.get("done") is None:
             rank, consumed = int(body["rank"]), int(body["consumed"])
@@ -877,20 +925,31 @@ class ServeState:
                     f"rewind of rank {rank} to {consumed} batches does not fit this "
                     f"{it.mode} iteration ({[len(q) for q in it.queues]} batches per rank)"
                 )
-        base = {u for a, b in it.config["base_done"] for u in range(a, b)}
         with it.lock:
             if body.get("done") is not None:
-                it.rewind(
-                    done=[
+                keep = np.asarray(
+                    [
                         u
                         for a, b in body["done"]
                         for u in range(int(a), int(b))
                         if 0 <= u < it.total
-                    ]
+                    ],
+                    dtype=np.int64,
                 )
+                it.rewind(done=keep.tolist())
+                drop = np.arange(it.total, dtype=np.int64)
+                base = np.zeros(it.total, dtype=bool)
+                for a, b in it.config.get("base_done", []):
+                    base[a:b] = True
+                keep = keep[~base[keep]]  # the resume base is the config's, not the journal's
             else:
-                it.rewind(rank=int(body["rank"]), consumed=int(body["consumed"]))
-            done = runs(u for u in it.done_units() if u not in base)
-            w = self.writes.submit(done_write(it.id, done, lease=f"rewind.{self.boot}"))
+                rank, consumed = int(body["rank"]), int(body["consumed"])
+                it.rewind(rank=rank, consumed=consumed)
+                drop, keep = it.queues[rank], it.queues[rank][:consumed]
+            self._rewinds += 1
+            lease = f"rewind.{self.boot}.{self._rewinds}"
+            w = self.writes.submit(
+                rewind_write(it.id, total=it.total, drop=drop, keep=keep, lease=lease)
+            )
         self.writes.wait(w)
         return it.progress()

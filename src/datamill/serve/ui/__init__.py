@@ -3,9 +3,11 @@
 Server-rendered pages (:mod:`datamill.serve.ui.pages` for datasets, samples and keys,
 :mod:`datamill.serve.ui.runs` for iterations and runs, both rendered through
 :mod:`datamill.serve.ui.render`), charts as SVG (:mod:`datamill.serve.ui.svg`), per-client counters
-journaled for the UI (:mod:`datamill.serve.ledger`), one CSS file, a favicon and one small script
+journaled for the UI (:mod:`datamill.serve.observe.ledger`), one CSS file, a favicon and one small
+script
 of our own, all shipped as package data: nothing is built with node or npm and nothing is
-downloaded. :func:`install_ui` mounts the pages and the JSON views (:mod:`datamill.serve.views`) on
+downloaded. :func:`install_ui` mounts the pages and the JSON views
+(:mod:`datamill.serve.data.views`) on
 an app.
 """
 
@@ -22,7 +24,7 @@ def install_ui(api: Any) -> None:
     Examples:
         >>> import tempfile
         >>> from fastapi.testclient import TestClient
-        >>> from datamill.serve.app import create_app  # calls install_ui
+        >>> from datamill.serve.http.app import create_app  # calls install_ui
         >>> client = TestClient(
         ...     create_app(tempfile.mkdtemp(), auth=False), base_url="http://localhost"
         ... )
@@ -32,8 +34,8 @@ def install_ui(api: Any) -> None:
         ... )
         (200, 'text/css; charset=utf-8')
     """
+    from datamill.serve.data.views import router as views
     from datamill.serve.ui.pages import root, router
-    from datamill.serve.views import router as views
 
     api.include_router(views)
     api.include_router(router)

@@ -5,7 +5,7 @@
 * ``GET /ui/iterations/{it_id}/steps?step=S&rank=R`` (``&client=C`` in dynamic mode): the samples of
   that step, with their UIDs and first columns.
 
-Both answer from the iteration's run record (:mod:`datamill.serve.trace`) through
+Both answer from the iteration's run record (:mod:`datamill.serve.data.trace`) through
 :class:`datamill.lineage.trace.Tracer`: no per-sample log.
 """
 
@@ -22,10 +22,10 @@ from fastapi.responses import HTMLResponse
 
 from datamill.core.errors import ConfigError, DatamillError
 from datamill.lineage.trace import Tracer
-from datamill.serve.access import Reader, ScopedIteration, State, check_dataset
-from datamill.serve.iteration import Iteration
+from datamill.serve.data.trace import iteration_record
+from datamill.serve.http.access import Reader, ScopedIteration, State, check_dataset
+from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.server import NotFoundError, ServeState
-from datamill.serve.trace import iteration_record
 from datamill.serve.ui.session import CSRF_FIELD
 
 __all__ = ["router"]

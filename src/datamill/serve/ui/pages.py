@@ -2,7 +2,8 @@
 JS.
 
 Every page reads the same server state as the JSON API (:class:`~datamill.serve.server.ServeState`
-and :class:`~datamill.serve.views.Inspector`). Without a valid key a page shows only the login form
+and :class:`~datamill.serve.data.views.Inspector`). Without a valid key a page shows only the login
+form
 (401); state-changing forms are POSTs that carry a CSRF token (see
 :mod:`datamill.serve.ui.session`).
 """
@@ -17,8 +18,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve import ledger
-from datamill.serve.access import (
+from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
+from datamill.serve.http.access import (
     Admin,
     Reader,
     State,
@@ -30,9 +31,10 @@ from datamill.serve.access import (
     requires,
     serve_state,
 )
-from datamill.serve.auth import create_key, parse_duration
-from datamill.serve.key_scope import check_create, check_revoke, visible_keys
-from datamill.serve.routes.models import DatasetIn, one_line
+from datamill.serve.http.auth import create_key, parse_duration
+from datamill.serve.http.key_scope import check_create, check_revoke, visible_keys
+from datamill.serve.http.routes.models import DatasetIn, one_line
+from datamill.serve.observe import ledger
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import HERE, STATIC, root, router
 from datamill.serve.ui.render import form as _form
@@ -49,7 +51,6 @@ from datamill.serve.ui.session import (
     start_session,
 )
 from datamill.serve.ui.svg import bars_svg, histogram_svg
-from datamill.serve.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
 
 __all__ = ["access_page", "root", "router"]
 

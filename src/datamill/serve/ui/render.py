@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from datamill.core.errors import DatamillError
-from datamill.serve.access import Viewer, authenticate
+from datamill.serve.http.access import Viewer, authenticate
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.session import CSRF_FIELD
 

@@ -17,8 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve import ledger, lifecycle
-from datamill.serve.access import (
+from datamill.serve.http.access import (
     Admin,
     Reader,
     State,
@@ -28,8 +27,9 @@ from datamill.serve.access import (
     may_use,
     serve_state,
 )
-from datamill.serve.routes.bounds import check_iteration, check_rewind
-from datamill.serve.routes.models import IterationIn, RewindIn, one_line
+from datamill.serve.http.routes.bounds import check_iteration, check_rewind
+from datamill.serve.http.routes.models import IterationIn, RewindIn, one_line
+from datamill.serve.observe import ledger, lifecycle
 from datamill.serve.server import NotFoundError, check_name
 from datamill.serve.ui.render import form as _form
 from datamill.serve.ui.render import page as _page

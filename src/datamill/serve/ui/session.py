@@ -23,7 +23,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
-from datamill.serve.viewer import Viewer
+from datamill.serve.http.viewer import Viewer
 
 __all__ = [
     "COOKIE",

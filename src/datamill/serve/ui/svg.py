@@ -29,7 +29,7 @@ def ack_history(db: str | Path, iteration: str) -> list[tuple[float, int]]:
 
 
 def rewind_times(db: str | Path, iteration: str) -> list[float]:
-    """When ``iteration`` was rewound (the journal keeps the latest rewind's rows)."""
+    """When ``iteration`` was rewound (every rewind's rows are kept)."""
     return sorted({a for a, _, lease in _done_rows(db, iteration) if lease.startswith("rewind.")})
 
 

@@ -1,0 +1,573 @@
+"""Read-only views of registered datasets (for the web UI and scripts): kind, statistics, checks,
+samples.
+
+:class:`Inspector` does the work without HTTP; :data:`router` exposes it as JSON under ``/api/v1``
+(``read`` keys, sent as a Bearer header or the UI's cookie):
+
+* ``GET /api/v1/datasets/{id}/describe``: kind, counts, shardsets (``ShardsetDataset.describe()``),
+  Parquet footer statistics, a preprocessed dataset's metadata, ``check`` violations;
+* ``GET /api/v1/datasets/{id}/columns/{column}/values``: top values and a histogram, computed on
+  demand (``{"status": "running", "done", "total"}`` until ready) and cached;
+* ``GET /api/v1/datasets/{id}/samples?offset=&limit=&columns=``: a page of rows as typed cells.
+
+No request names a file: images stored as paths are served by ``(dataset, row, column)`` and only
+when the path resolves inside one of the server's roots.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from fastapi import APIRouter, Depends, Query, Request
+from numpy.typing import NDArray
+
+from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
+from datamill.core.errors import ConfigError, DatamillError, SchemaError
+from datamill.core.source import Source
+from datamill.serve.http.access import Reader, check_dataset
+from datamill.serve.server import NotFoundError
+from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
+
+__all__ = ["IMAGE_TYPES", "MAX_FILTER", "MAX_LIMIT", "MAX_SCAN", "Inspector", "inspector", "router"]
+
+MAX_LIMIT = 200
+MAX_FILTER = 200
+"""Longest filter or lookup value accepted."""
+MAX_SCAN = 2_000_000
+"""Rows a column-value filter scans at most."""
+LIST_SHOWN, LIST_ALL = 8, 4096
+MAX_INLINE = 256 * 1024
+IMAGE_TYPES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+    b"RIFF": "image/webp",
+}
+_IMAGE_EXT = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+_KINDS = {
+    "ShardsetDataset": "shardset dataset",
+    "HDF5Source": "preprocessed HDF5",
+    "ParquetSource": "Parquet",
+    "CorpusSource": "corpus",
+    "BertParquetSource": "BERT Parquet",
+}
+
+
+def sniff_image(data: bytes) -> str | None:
+    """The image MIME type of ``data`` from its magic bytes, else ``None``.
+
+    Examples:
+        >>> sniff_image(b"\\x89PNG\\r\\n\\x1a\\n...."), sniff_image(b"hello")
+        ('image/png', None)
+    """
+    for magic, mime in IMAGE_TYPES.items():
+        if data.startswith(magic) and (magic != b"RIFF" or data[8:12] == b"WEBP"):
+            return mime
+    return None
+
+
+class Inspector:
+    """Open registered datasets (cached by path and modification time) and describe them.
+
+    Args:
+        state: the server's :class:`~datamill.serve.server.ServeState`.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> from pathlib import Path
+        >>> from datamill.serve.server import ServeState
+        >>> from datamill.shards.dataset import ShardsetDataset
+        >>> root = Path(tempfile.mkdtemp())
+        >>> ds = ShardsetDataset.create(
+        ...     root / "d",
+        ...     pa.table({"uid": [1, 2], "x": [3, 4]}),
+        ...     uid="uid",
+        ...     shardset="a",
+        ...     shard_size=2,
+        ... )
+        >>> _ = ds.add("b", pa.table({"uid": [2], "y": ["z"]}), route=True)
+        >>> state = ServeState(root / ".state", roots=[root], auth=False)
+        >>> insp = Inspector(state)
+        >>> ds_id = state.register("d", name="d")["id"]
+        >>> insp.summary("d")["kind"], insp.detail("d")["describe"]["shardsets"][1]["missing"]
+        ('shardset dataset', 1)
+        >>> [[c["t"] for c in r["cells"]] for r in insp.samples("d", columns=["y"])["rows"]]
+        [['missing'], ['value']]
+        >>> state.close()
+    """
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.values = ValueStats()
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[int, Source]] = {}
+        self._checks: dict[str, list[dict[str, Any]]] = {}
+
+    def row(self, ref: str) -> dict[str, Any]:
+        """The journal row of a dataset (id or name)."""
+        row: dict[str, Any] = self.state.dataset(ref)
+        return row
+
+    def source(self, ref: str) -> Source:
+        """The opened source of a dataset (reopened when its folder or file changed)."""
+        from datamill.sources import open_source
+
+        path = Path(self.row(ref)["path"])
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            stamp = -1
+        with self._lock:
+            hit = self._open.get(str(path))
+            if hit is not None and hit[0] == stamp:
+                return hit[1]
+        src = open_source(path)
+        with self._lock:
+            self._open[str(path)] = (stamp, src)
+        return src
+
+    def summary(self, ref: str) -> dict[str, Any]:
+        """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
+        if unreadable)."""
+        row = self.row(ref)
+        real = Path(row["path"])
+        rel = next(
+            (str(real.relative_to(r)) for r in self.state.roots if real == r or r in real.parents),
+            real.name,
+        )
+        out: dict[str, Any] = {"id": row["id"], "name": row["name"], "path": rel}
+        try:
+            src = self.source(ref)
+        except DatamillError as exc:
+            return {**out, "kind": "unreadable", "error": exc.one_line()}
+        sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
+        out.update(
+            kind=_KINDS.get(type(src).__name__, type(src).__name__),
+            num_samples=int(sizes.sum()),
+            num_shards=int(src.num_shards),
+            columns=list(src.columns),
+            bytes=_size(Path(row["path"])),
+            shardsets=list(getattr(src, "shardsets", [])),
+        )
+        return out
+
+    def detail(self, ref: str) -> dict[str, Any]:
+        """:meth:`summary` plus ``describe`` (shardsets), ``footer`` statistics, ``meta``,
+        ``check``."""
+        out = self.summary(ref)
+        if "error" in out:
+            return out
+        src = self.source(ref)
+        from datamill.shards.dataset import ShardsetDataset
+
+        try:
+            out["footer"] = footer_stats(src)
+        except (DatamillError, OSError, pa.ArrowException) as exc:
+            out["footer_error"] = (
+                exc.one_line() if isinstance(exc, DatamillError) else f"{type(exc).__name__}: {exc}"
+            )
+        if isinstance(src, ShardsetDataset):
+            out["describe"] = src.describe()
+            out["check"] = self.check(ref, src)
+        else:
+            out["schema"] = [{"name": f.name, "type": str(f.type)} for f in _schema(src)]
+        meta = self.meta(ref)
+        if meta is not None:
+            out["meta"] = meta
+        return out
+
+    def check(self, ref: str, src: Any) -> list[dict[str, Any]]:
+        """``check_report`` of a shardset dataset, cached by its fingerprint."""
+        from datamill.shards.check import check_report
+
+        key = f"{self.row(ref)['path']}@{src.fingerprint()}"
+        if key not in self._checks:
+            self._checks[key] = check_report(src.loc)
+        return self._checks[key]
+
+    def meta(self, ref: str) -> dict[str, Any] | None:
+        """The ``meta.json`` of a preprocessed HDF5 dataset (``None`` for other kinds)."""
+        from datamill.preprocessing.meta import read_meta
+
+        path = Path(self.row(ref)["path"])
+        if path.suffix != HDF5_SUFFIX:
+            return None
+        meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
+        if not meta_path.is_file():
+            return None
+        return read_meta(meta_path)
+
+    def vocabs(self, ref: str, src: Source) -> dict[str, Any]:
+        """Column -> :class:`~datamill.vocab.Vocab` for columns holding token or category ids."""
+        out: dict[str, Any] = {}
+        meta = self.meta(ref)
+        if meta is not None:
+            from datamill.preprocessing.meta import Metadata
+
+            m = Metadata(meta)
+            for c in src.columns:
+                try:
+                    out[c] = m.vocab(c)
+                except (KeyError, ConfigError):
+                    pass
+        corpus = getattr(src, "corpus", None)
+        if corpus is not None and getattr(corpus, "vocab", None) is not None:
+            out.update(x=corpus.vocab, y=corpus.vocab)
+        from datamill.serve.ui.tokens import TOKEN_COLUMNS, tokenizer_vocab
+
+        tok = tokenizer_vocab(self.row(ref)["path"])  # BERT: the tokenizer beside the Parquet
+        if tok is not None:
+            out.update({c: tok for c in TOKEN_COLUMNS if c in src.columns})
+        return out
+
+    # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then
+    # the rows
+    def samples(
+        self,
+        ref: str,
+        *,
+        offset: int = 0,
+        limit: int = 20,
+        columns: list[str] | None = None,
+        where: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Rows ``[offset, offset + limit)`` of the joined dataset (or of the rows where column
+        ``where[0]`` shows as ``where[1]``) as typed cells.
+
+        Each cell is ``{"t": "missing"}``, ``{"t": "image", "src", "mime"}``, ``{"t": "tokens",
+        "text", "ids"}``, ``{"t": "list", "head", "all", "n"}`` or ``{"t": "value", "v"}``. A filter
+        scans at most :data:`MAX_SCAN` rows (``complete`` says whether it saw them all).
+        """
+        src = self.source(ref)
+        if not 1 <= limit <= MAX_LIMIT or offset < 0:
+            raise ConfigError(
+                f"need 0 <= offset and 1 <= limit <= {MAX_LIMIT}, got {offset}, {limit}"
+            )
+        cols = list(src.columns) if not columns else columns
+        unknown = [c for c in cols + ([where[0]] if where else []) if c not in src.columns]
+        if unknown:
+            raise SchemaError(
+                f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0]
+            )
+        sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        complete = True
+        if where is None:
+            total = int(sizes.sum())
+            wanted = np.arange(offset, min(total, offset + limit), dtype=np.int64)
+        else:
+            matches, complete = _matching_rows(src, where[0], where[1], sizes)
+            total = len(matches)
+            wanted = matches[offset : offset + limit]
+        parts: list[pa.Table] = []
+        for k in np.unique(np.searchsorted(starts, wanted, side="right") - 1):
+            local = wanted[(wanted >= starts[k]) & (wanted < starts[k + 1])] - starts[k]
+            t = src.read_shard(int(k), columns=cols).replace_schema_metadata(None)
+            parts.append(t.take(pa.array(local)))
+        table = (
+            pa.concat_tables(parts)
+            if parts
+            else pa.table({c: pa.array([], pa.null()) for c in cols})
+        )
+        vocabs = self.vocabs(ref, src)
+        ds_id, path = self.row(ref)["id"], Path(self.row(ref)["path"])
+        base = path if path.is_dir() else path.parent
+        uid_col = getattr(src, "uid_column", None)
+        rows = []
+        for i in range(table.num_rows):
+            row = int(wanted[i])
+            cells = [
+                _cell(
+                    table.column(c)[i].as_py(),
+                    c,
+                    row,
+                    ds_id,
+                    vocabs.get(c),
+                    base=base,
+                    roots=self.state.roots,
+                    float32=pa.types.is_float32(_value_type(table.column(c).type)),
+                )
+                for c in cols
+            ]
+            uid = table.column(uid_col)[i].as_py() if uid_col in cols else None
+            rows.append({"row": row, "uid": uid, "cells": cells})
+        return {
+            "offset": offset,
+            "limit": limit,
+            "total": total,
+            "columns": cols,
+            "all_columns": list(src.columns),
+            "rows": rows,
+            "complete": complete,
+            "uid_column": uid_col,
+        }
+
+    def locate(self, ref: str, value: str) -> int:
+        """The row of a sample: its UID (shardset datasets) or its row number.
+
+        Raises:
+            NotFoundError: no sample has that UID or row.
+        """
+        src = self.source(ref)
+        total = int(np.asarray(src.shard_sizes(), dtype=np.int64).sum())
+        uids = getattr(src, "uids", None)
+        value = value.strip()[:MAX_FILTER]
+        if uids is not None:
+            found = (
+                pc.index(uids, _as_type(value, uids.type))
+                if _as_type(value, uids.type) is not None
+                else None
+            )
+            if found is None or found.as_py() < 0:
+                raise NotFoundError(f"no sample with UID {value!r} in {self.row(ref)['name']}")
+            return int(found.as_py())
+        try:
+            row = int(value.replace(",", ""))
+        except ValueError:
+            raise NotFoundError(f"{value!r} is not a row number (0 to {total - 1:,})") from None
+        if not 0 <= row < total:
+            raise NotFoundError(f"no row {row:,}: rows are 0 to {total - 1:,}")
+        return row
+
+    def cell_file(self, ref: str, *, row: int, column: str) -> tuple[bytes, str]:
+        """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's
+        roots."""
+        src = self.source(ref)
+        if column not in src.columns:
+            raise SchemaError(
+                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
+            )
+        if not 0 <= row < int(np.asarray(src.shard_sizes()).sum()):
+            raise NotFoundError(f"no row {row}")
+        value = _raw_value(src, row, column)
+        if not isinstance(value, str):
+            raise NotFoundError(f"row {row} column {column!r} holds no file path")
+        base = Path(self.row(ref)["path"])
+        base = base if base.is_dir() else base.parent
+        target = Path(os.path.realpath(base / value))
+        if not any(target == r or r in target.parents for r in self.state.roots):
+            raise ConfigError(
+                f"row {row} column {column!r} points outside the server's roots", column=column
+            )
+        mime = _IMAGE_EXT.get(target.suffix.lower())
+        if mime is None or not target.is_file():
+            raise NotFoundError(
+                f"row {row} column {column!r}: no image file there", path=str(value)
+            )
+        return target.read_bytes(), mime
+
+
+def _value_type(t: pa.DataType) -> pa.DataType:
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return t
+
+
+def _as_type(value: str, t: pa.DataType) -> Any:
+    if pa.types.is_integer(t):
+        try:
+            return pa.scalar(int(value.replace(",", "")), t)
+        except (ValueError, OverflowError, pa.ArrowException):
+            return None
+    return pa.scalar(value, t) if pa.types.is_string(t) or pa.types.is_large_string(t) else None
+
+
+def _matching_rows(
+    src: Source, column: str, value: str, sizes: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], bool]:
+    """Rows whose ``column`` shows as ``value`` (compared as text), scanning at most
+    :data:`MAX_SCAN` rows."""
+    found: list[NDArray[np.int64]] = []
+    start = 0
+    for k, n in enumerate(sizes.tolist()):
+        if start >= MAX_SCAN:
+            return np.concatenate(found) if found else np.zeros(0, np.int64), False
+        col = src.read_shard(k, columns=[column]).column(column)
+        try:
+            text = pc.cast(col, pa.string())
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            raise SchemaError(
+                f"column {column!r} ({col.type}) cannot be filtered by value", column=column
+            ) from None
+        hits = np.flatnonzero(
+            pc.fill_null(pc.equal(text, value), False).to_numpy(zero_copy_only=False)
+        )
+        found.append(hits.astype(np.int64) + start)
+        start += int(n)
+    return np.concatenate(found) if found else np.zeros(0, np.int64), True
+
+
+def _raw_value(src: Source, row: int, column: str) -> Any:
+    sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    k = int(np.searchsorted(starts, row, side="right") - 1)
+    return src.read_shard(k, columns=[column]).column(column)[row - int(starts[k])].as_py()
+
+
+# long (61 lines): one branch per kind of cell (image bytes, image path, tokens, float, list)
+def _cell(
+    value: Any,
+    column: str,
+    row: int,
+    ds_id: str,
+    vocab: Any,
+    *,
+    base: Path | None,
+    roots: list[Path],
+    float32: bool = False,
+) -> dict[str, Any]:
+    if value is None:
+        return {"t": "missing"}
+    if isinstance(value, bytes):
+        mime = sniff_image(value)
+        if mime is not None and len(value) <= MAX_INLINE:
+            return {
+                "t": "image",
+                "mime": mime,
+                "src": f"data:{mime};base64,{base64.b64encode(value).decode()}",
+            }
+        return {"t": "value", "v": f"<{len(value):,} bytes>"}
+    if isinstance(value, str) and Path(value).suffix.lower() in _IMAGE_EXT:
+        if base is None:
+            return {"t": "value", "v": value}
+        target = Path(os.path.realpath(base / value))
+        if not any(target == r or r in target.parents for r in roots) or not target.is_file():
+            # a path column whose files are elsewhere (the demo's cifar): its text, not an error
+            note = f"{value} (no image file there under the server's roots)"
+            return {"t": "value", "v": value, "full": note}
+        return {
+            "t": "image",
+            "mime": _IMAGE_EXT[Path(value).suffix.lower()],
+            "path": value,
+            "src": f"/ui/datasets/{ds_id}/file?row={row}&column={urllib.parse.quote(column)}",
+        }
+    if vocab is not None and (
+        isinstance(value, int)
+        or (isinstance(value, list) and all(isinstance(v, int) for v in value))
+    ):
+        ids = value if isinstance(value, list) else [value]
+        tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
+        text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
+        return {"t": "tokens", "text": text, "ids": _short(ids)}
+    if isinstance(value, float):
+        return {"t": "value", "v": _float(value, float32=float32), "full": repr(value)}
+    if isinstance(value, list):
+        shown = [
+            _float(v, float32=float32)
+            if isinstance(v, float)
+            else repr(v)
+            if v is not None
+            else "missing"
+            for v in value[:LIST_SHOWN]
+        ]
+        if len(value) <= LIST_SHOWN:
+            return {"t": "value", "v": "[" + ", ".join(shown) + "]"}
+        every = [
+            number_text(v, float32=float32) if isinstance(v, float) else repr(v)
+            for v in value[:LIST_ALL]
+        ]
+        return {
+            "t": "list",
+            "head": "[" + ", ".join(shown) + ", …]",
+            "n": len(value),
+            "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]",
+        }
+    return {"t": "value", "v": _short(value)}
+
+
+def _float(v: float, *, float32: bool) -> str:
+    """A float rounded for reading; the full value is in the cell's tooltip.
+
+    Examples:
+        >>> (
+        ...     _float(208500.0, float32=False),
+        ...     _float(1872.0, float32=False),
+        ...     _float(0.123456789, float32=True),
+        ...     _float(1.5e-7, float32=False),
+        ... )
+        ('208,500', '1872', '0.1235', '1.500e-07')
+    """
+    if not np.isfinite(v):
+        return str(v)
+    x = float(np.float32(v)) if float32 else v
+    if abs(x) >= 1000:
+        sep = "," if abs(x) >= 10_000 else ""  # a year stays 1872
+        return f"{x:{sep}.0f}" if x == round(x) else f"{x:{sep}.1f}"
+    if x == 0 or abs(x) >= 1e-3:
+        return f"{x:.4g}"
+    return f"{x:.3e}"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _schema(src: Source) -> list[pa.Field]:
+    if src.num_shards == 0:
+        return []
+    return list(src.read_shard(0, columns=list(src.columns)).slice(0, 0).schema)
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def inspector(request: Request) -> Inspector:
+    """The app's :class:`Inspector` (a dependency)."""
+    insp: Inspector = request.app.state.inspector
+    return insp
+
+
+router = APIRouter(prefix="/api/v1/datasets")
+Insp = Annotated[Inspector, Depends(inspector)]
+
+
+@router.get("/{ref}/describe")
+def describe_route(who: Reader, ref: str, insp: Insp) -> dict[str, Any]:
+    """A dataset's :meth:`Inspector.detail`."""
+    check_dataset(who, insp.state, ref)
+    return insp.detail(ref)
+
+
+@router.get("/{ref}/columns/{column}/values")
+def values_route(who: Reader, ref: str, column: str, insp: Insp) -> dict[str, Any]:
+    """Top values and histogram of a column (``status`` ``running`` until computed)."""
+    check_dataset(who, insp.state, ref)
+    src = insp.source(ref)
+    if column not in src.columns:
+        raise SchemaError(f"unknown column {column!r}; columns: {list(src.columns)}", column=column)
+    return insp.values.get(src.fingerprint(), column, lambda: src).view()
+
+
+@router.get("/{ref}/samples")
+def samples_route(
+    who: Reader,
+    ref: str,
+    insp: Insp,
+    offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    columns: Annotated[str | None, Query(max_length=10_000)] = None,
+) -> dict[str, Any]:
+    """A page of samples (``columns`` comma-separated)."""
+    check_dataset(who, insp.state, ref)
+    return insp.samples(
+        ref, offset=offset, limit=limit, columns=columns.split(",") if columns else None
+    )

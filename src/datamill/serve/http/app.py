@@ -1,0 +1,254 @@
+"""The HTTP layer: a FastAPI app over :class:`~datamill.serve.server.ServeState` (imports fastapi).
+
+The routes are one router per resource (:mod:`datamill.serve.http.routes`, the UI's in
+:mod:`datamill.serve.ui`); each declares its role (:func:`datamill.serve.http.access.requires`),
+which is
+also the one place a caller is authenticated. Every error is a JSON body ``{"error": ...}`` with a
+4xx status (the UI's pages render it); oversized bodies get 413 before they are read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from datamill.core.errors import DataFileNotFoundError, DatamillError
+from datamill.serve.data.views import Inspector
+from datamill.serve.http.auth import create_key
+from datamill.serve.http.guard import DEFAULT_HOSTS, AllowedHosts, Guard
+from datamill.serve.http.routes import routers
+from datamill.serve.http.routes.leases import NextLane
+from datamill.serve.http.routes.metrics import metrics_router
+from datamill.serve.http.routes.models import one_line
+from datamill.serve.journal.leases import UnavailableError
+from datamill.serve.observe.metrics import RequestMetrics
+from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
+
+__all__ = ["MAX_BODY", "create_app"]
+
+MAX_BODY = 1 << 20
+"""Largest request body accepted (bytes); larger ones get 413."""
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+class _BodyLimit:
+    """Refuse bodies over ``limit`` bytes with a 413 JSON error (by header, or while streaming)."""
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app, self.limit = app, limit
+        body = json.dumps({"error": f"request body larger than {limit} bytes"}).encode()
+        self._413 = (
+            body,
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        )
+
+    async def _send_413(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 413, "headers": self._413[1]})
+        await send({"type": "http.response.body", "body": self._413[0]})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                await self._send_413(send)
+                return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.limit:
+                raise _TooLargeError
+            return msg
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal started
+            started = started or msg["type"] == "http.response.start"
+            await send(msg)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLargeError:
+            if not started:
+                await self._send_413(send)
+
+
+def _status(exc: DatamillError) -> int:
+    if isinstance(exc, (NotFoundError, DataFileNotFoundError)):
+        return 404
+    if isinstance(exc, CancelledError):
+        return 410
+    return 409 if isinstance(exc, ConflictError) else 400
+
+
+async def _on_datamill_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DatamillError)
+    return JSONResponse(
+        {"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc)
+    )
+
+
+async def _on_unavailable(request: Request, exc: Exception) -> Response:
+    from datamill.serve.http.delivery import unavailable_reply
+
+    assert isinstance(exc, UnavailableError)
+    return unavailable_reply(exc)
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if request.url.path.startswith("/ui/") and exc.status_code in (401, 403):
+        from datamill.serve.ui.pages import access_page
+
+        return access_page(request, exc.status_code, str(exc.detail))
+    if _ui(request):  # an unknown /ui/... path, a wrong method: the UI's own error page
+        from datamill.serve.ui.render import error_page
+
+        return error_page(request, exc.status_code, str(exc.detail))
+    detail = exc.detail
+    if (
+        exc.status_code == 400 and detail == "There was an error parsing the body"
+    ):  # fastapi's words for a ValueError
+        detail = (
+            f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at "
+            "most 4,300 "
+            "digits), could not parse it"
+        )
+    return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _on_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    if _ui(request):  # a bad query parameter of a page: the UI's own error page
+        from datamill.serve.ui.render import error_page
+
+        return error_page(request, 400, one_line(exc.errors()))
+    return JSONResponse({"error": one_line(exc.errors())}, status_code=422)
+
+
+def _ui(request: Request) -> bool:
+    path = request.url.path
+    return (path == "/ui" or path.startswith("/ui/")) and not path.startswith("/ui/static/")
+
+
+async def _on_bug(request: Request, exc: Exception) -> Response:
+    rid = request.scope.get("datamill.request_id", "")
+    return JSONResponse(
+        {
+            "error": f"internal error: {type(exc).__name__} (request id {rid}, in the server log)",
+            "request_id": rid,
+        },
+        status_code=500,
+        headers={"X-Request-Id": rid},
+    )
+
+
+@contextlib.asynccontextmanager
+async def _closing(app: FastAPI) -> AsyncIterator[None]:
+    app.state.serve.telemetry.start(app.state.serve)
+    yield
+    app.state.serve.close()
+
+
+def create_app(
+    state_dir: str | os.PathLike[str],
+    *,
+    roots: Sequence[str | os.PathLike[str]] = (),
+    auth: bool = True,
+    lease_timeout: float = 60.0,
+    cache_shards: int | None = None,
+    max_body: int = MAX_BODY,
+    allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
+    metrics_no_auth: bool = False,
+    build_workers: int = 0,
+) -> FastAPI:
+    """The FastAPI application of a server with its state in ``state_dir``.
+
+    Args:
+        state_dir: folder of the SQLite journal (created).
+        roots: folders datasets may be registered from. Defaults to ``()``.
+        auth: require API keys (``Authorization: Bearer dmk_...``). Defaults to ``True``.
+        lease_timeout: default lease lifetime without heartbeats, seconds. Defaults to ``60.0``.
+        cache_shards: released shards each batch service keeps for later leases. Defaults to
+            ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
+            instead of rereading them).
+        max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
+        allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to
+            the loopback names.
+        build_workers: processes building server-built leases (``0``: in the request's thread).
+            Defaults to ``0``.
+        metrics_no_auth: ``GET /metrics`` without a key (the caller checks the address is loopback).
+            Defaults to ``False`` (a ``metrics`` or ``admin`` key).
+
+    Returns:
+        The app: ``app.state.serve`` is the :class:`ServeState`; ``app.state.initial_admin_key`` is
+        the one-time admin key created on a first start with auth and no key, else ``None``.
+
+    Examples:
+        >>> import tempfile
+        >>> app = create_app(tempfile.mkdtemp(), auth=False)
+        >>> app.state.serve.datasets()
+        []
+    """
+    state = ServeState(
+        state_dir,
+        roots=roots,
+        auth=auth,
+        lease_timeout=lease_timeout,
+        cache_shards=cache_shards,
+        build_workers=build_workers,
+    )
+    app = FastAPI(
+        title="datamill serve",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=_closing,
+        exception_handlers={
+            DatamillError: _on_datamill_error,
+            UnavailableError: _on_unavailable,
+            StarletteHTTPException: _on_http_error,
+            RequestValidationError: _on_invalid,
+            Exception: _on_bug,
+        },
+    )
+    for router in routers():
+        app.include_router(router)
+    app.include_router(metrics_router(public=metrics_no_auth))
+    app.add_middleware(NextLane)  # innermost: the lease route past the router (see its docstring)
+    app.add_middleware(_BodyLimit, limit=max_body)
+    app.add_middleware(Guard, hosts=AllowedHosts(allowed_hosts))
+    app.add_middleware(RequestMetrics, telemetry=state.telemetry)
+    app.state.serve, app.state.ui_secret = state, secrets.token_bytes(32)
+    app.state.inspector = Inspector(state)
+    app.state.initial_admin_key = None
+    if auth and state.keys.count() == 0:
+        _, app.state.initial_admin_key = create_key(state.journal, role="admin", note="first start")
+        state.keys.reload()
+    return app

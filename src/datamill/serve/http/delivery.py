@@ -1,0 +1,204 @@
+"""The lease routes' request and reply handling (imports fastapi): next, ack, heartbeat.
+
+The routes (in :mod:`datamill.serve.http.routes.leases`) only declare paths and roles and call these
+functions.
+
+* ``GET .../next?client=&rank=&slot=&slots=&ack=<lease>:<fence>:<start>-<stop>`` (``ack`` repeated,
+  at most 64; ``:<start>-<stop>`` are positions of the lease, all of it when left out) -> ``200``
+  Arrow IPC stream with headers ``X-Datamill-Lease``, ``-Fence``, ``-Units``, ``-Positions``,
+  ``-Epoch``, ``-Done`` (the queue's done prefix in static mode, its done batches in dynamic mode)
+  and ``-Acks`` (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the
+  batches of the lease); with ``transport=direct`` the body is empty (the client builds the batches,
+  see :mod:`datamill.serve.data.direct`); ``204`` nothing left for this client; ``409`` wait
+  (others hold
+  the rest). ``-Lease-TTL`` is the lease's time to live in seconds: its holder yields none of its
+  batches past that long after the reply (or its last heartbeat's or ack's) by its own clock; the
+  server hands them out again only a grace later
+  (:func:`~datamill.serve.protocol.iteration.lease_grace`).
+* ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases":
+  [[lease, fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack
+  is ``ok`` or ``already``, ``422`` when one names positions outside its lease (``outside``:
+  nothing recorded), ``409`` when one is refused (another session's lease, a wrong fence), else
+  ``410`` when one lease is no longer live. On ``/next`` the same statuses are in
+  ``X-Datamill-Acks``.
+* ``POST .../heartbeat`` ``{"client", "leases": [[lease, fence], ...], "stall_s", "batches"}`` ->
+  ``{"lost": [...], "refused": [...]}`` with the same status rule.
+
+The session is the ``X-Datamill-Session`` header (the client id when absent). A journal that cannot
+be written answers ``503`` with ``Retry-After`` (see :mod:`datamill.serve.journal.leases`).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import Any
+
+from fastapi import HTTPException
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from datamill.serve.data.direct import format_runs
+from datamill.serve.http.routes.models import AckIn, HeartbeatIn
+from datamill.serve.journal.leases import RETRY_AFTER_S, UnavailableError
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.server import ARROW_STREAM, ServeState
+
+__all__ = ["ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_FENCE = r"^[0-9a-f]{1,64}$"
+_ACK_RE = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):([0-9a-f]{1,64})(?::(\d{1,12})-(\d{1,12}))?$"
+)
+
+
+def _session(session: str | None, client: str) -> str:
+    if session is not None and not re.fullmatch(r"[0-9A-Za-z_-]{16,128}", session):
+        raise HTTPException(422, "X-Datamill-Session must be 16-128 letters, digits, '_' or '-'")
+    return client if session is None else session
+
+
+def _check_items(items: list[tuple[str, str, int | None, int | None]]) -> None:
+    for lease_id, fence, a, b in items:
+        if (
+            not re.fullmatch(_ID, lease_id)
+            or not re.fullmatch(_FENCE, fence)
+            or (a is not None and b is not None and not 0 <= a < b <= 1 << 40)
+        ):
+            raise HTTPException(
+                422,
+                f"an ack is [lease, fence (hex), start, stop] with 0 <= start < stop, got "
+                f"{[lease_id[:70], fence[:70], a, b]!r}",
+            )
+
+
+def _code(statuses: Any) -> int:
+    values = set(statuses)
+    if "outside" in values:
+        return 422
+    return 409 if "refused" in values else 410 if values & {"expired"} else 200
+
+
+def _error(code: int) -> str:
+    return {
+        409: "refused: a lease of another session, or a wrong fence",
+        410: "expired: a lease that is no longer live (its batches go to another lease)",
+        422: "outside: positions [start, stop) not within the lease's X-Datamill-Positions",
+    }.get(code, "")
+
+
+def unavailable_reply(exc: UnavailableError) -> JSONResponse:
+    """``503`` with ``Retry-After``: the journal cannot be written now."""
+    return JSONResponse(
+        {"error": exc.one_line(), "type": type(exc).__name__},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+async def next_reply(
+    state: ServeState,
+    it: Iteration,
+    *,
+    client: str,
+    rank: int,
+    slot: int,
+    slots: int,
+    ack: list[str] | None,
+    session: str | None,
+    owner: str = "",
+    transport: str = "built",
+) -> Response:
+    """Acknowledge the piggy-backed acks, then hand out the client's next lease (one journal write).
+
+    Direct mode runs in the event loop (nothing to build; the journal is awaited without a thread);
+    a server-built lease runs in a worker thread (its build takes the GIL for milliseconds).
+    """
+    secret = _session(session, client)
+    items: list[tuple[str, str, int | None, int | None]] = []
+    for raw in ack or ():
+        m = _ACK_RE.match(raw)
+        if m is None:
+            raise HTTPException(
+                422, f"ack must be <lease>:<fence>[:<start>-<stop>], got {raw[:80]!r}"
+            )
+        items.append(
+            (m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4]))
+        )
+    _check_items(items)
+    if transport == "direct":
+        statuses, payload = await state.round_trip_async(
+            it, client, items, rank=rank, slot=slot, slots=slots, session=secret, owner=owner
+        )
+    else:
+        call = partial(state.round_trip, rank=rank, slot=slot, slots=slots, session=secret)
+        statuses, payload = await run_in_threadpool(
+            call, it, client, items, owner=owner, transport=transport
+        )
+    acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
+    if payload is None:
+        if it.finished(rank=rank):
+            return Response(status_code=204, headers=acks)
+        return JSONResponse(
+            {"error": "wait: other leases are in flight"},
+            status_code=409,
+            headers={**acks, "Retry-After": "0.05"},
+        )
+    lease = payload.lease
+    if it.mode == "static":
+        done = it.done_prefix(lease.queue)
+    else:
+        done = it.done_count(lease.queue) + it.base_done
+    return Response(
+        payload.body,
+        media_type=ARROW_STREAM,
+        headers={
+            **acks,
+            "X-Datamill-Lease": lease.id,
+            "X-Datamill-Fence": lease.fence,
+            "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
+            "X-Datamill-Units": ",".join(map(str, payload.units)),
+            "X-Datamill-Epoch": str(payload.epoch),
+            "X-Datamill-Done": str(done),
+            "X-Datamill-Runs": format_runs(payload.runs or []),
+            "X-Datamill-Lease-TTL": f"{it.lease_timeout:g}",
+        },
+    )
+
+
+async def ack_reply(
+    state: ServeState, it: Iteration, body: AckIn, *, session: str | None
+) -> JSONResponse:
+    """Acknowledge batches (one journal transaction); the status rule is in the module docstring."""
+    items: list[tuple[str, str, int | None, int | None]] = [
+        (a, f, None, None) for a, f in body.leases
+    ]
+    items += [(a, f, s, e) for a, f, s, e in body.acks]
+    _check_items(items)
+    statuses, _ = await state.ack_batches_async(it, items, session=_session(session, body.client))
+    code = _code(statuses.values())
+    out: dict[str, Any] = {"acks": statuses}
+    if code != 200:
+        out["error"] = _error(code)
+    return JSONResponse(out, status_code=code)
+
+
+def heartbeat_reply(
+    state: ServeState, it: Iteration, body: HeartbeatIn, *, session: str | None
+) -> JSONResponse:
+    """Extend (after a restart: reclaim) the client's leases."""
+    _check_items([(a, f, None, None) for a, f in body.leases])
+    res = state.heartbeat(
+        it,
+        body.client,
+        leases=body.leases,
+        session=_session(session, body.client),
+        stall_s=body.stall_s,
+        batches=body.batches,
+    )
+    code = 409 if res["refused"] else 410 if res["lost"] else 200
+    out: dict[str, Any] = dict(res)
+    if code != 200:
+        out["error"] = _error(code)
+    return JSONResponse(out, status_code=code)

@@ -1,0 +1,278 @@
+"""Connection bounds in front of the app: header size and count, a header deadline, a body-read
+deadline, and caps on concurrent connections (total and per client address).
+
+uvicorn bounds none of these with httptools (its parser has no header limit; ``timeout_keep_alive``
+only covers the idle time between requests and is reset by every byte; ``limit_concurrency``
+answers 503 only once a request's headers are complete, so connections that never finish them
+still hold a descriptor each: uvicorn issues #157, #1234, PRs #1684 and #2019). So the server runs
+uvicorn's own httptools protocol subclassed here (:func:`guarded_protocol`, passed as uvicorn's
+``http=``):
+
+- request line + headers over :data:`MAX_HEADER_BYTES` (64 KiB), or more than :data:`MAX_HEADERS`
+  (100) header fields: ``431`` and the connection closed, before the app sees anything; a header
+  block still growing past the bound is cut off as it arrives (memory stays bounded);
+- a connection that has not sent a request's headers within :data:`HEADER_TIMEOUT_S` (10 s) of
+  opening it (or of the request's first byte on a kept-alive connection) is closed (``408`` when
+  part of a request came);
+- a request body not complete :data:`BODY_TIMEOUT_S` (30 s) after its headers: the connection is
+  closed;
+- a new connection beyond the total cap, or beyond the per-address cap, gets ``503`` with
+  ``Retry-After`` and is closed at once. The total cap stays below the process's descriptor limit
+  (``RLIMIT_NOFILE``): see :func:`default_caps`. Trusted proxies (``forwarded_allow_ips``) have no
+  per-address cap: every client behind them shares their address.
+
+Examples:
+    >>> default_caps(1024)
+    (768, 192)
+    >>> default_caps(65536)
+    (16384, 4096)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "HEADER_TIMEOUT_S",
+    "MAX_HEADERS",
+    "MAX_HEADER_BYTES",
+    "ConnectionCaps",
+    "default_caps",
+    "guarded_http",
+    "guarded_protocol",
+]
+
+MAX_HEADER_BYTES = 64 * 1024
+"""The request line and header fields of one request, in bytes."""
+MAX_HEADERS = 100
+"""Header fields of one request."""
+HEADER_TIMEOUT_S = 10.0
+"""Seconds a request's headers may take to arrive."""
+BODY_TIMEOUT_S = 30.0
+"""Seconds a request's body may take to arrive after its headers."""
+_REFUSED_CLOSE_S = 1.0  # a refused connection waits this long for its request to be read (no RST)
+
+
+def default_caps(nofile: int | None = None) -> tuple[int, int]:
+    """``(total, per address)`` connection caps for a descriptor limit (``None``: this process's
+    soft ``RLIMIT_NOFILE``): three quarters of it (at most 16,384), a quarter of that per address;
+    the rest stays for the journal, shard files and build workers."""
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if nofile == resource.RLIM_INFINITY:
+            nofile = 1 << 20
+    total = max(16, min(16384, nofile - 128, nofile * 3 // 4))
+    return total, max(8, total // 4)
+
+
+@dataclass
+class ConnectionCaps:
+    """The live connection counts of one server (one event loop: no lock) and their caps."""
+
+    total: int
+    per_client: int
+    trusted: frozenset[str] = frozenset()
+    open: int = 0
+    by_client: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+    _logged: float = 0.0
+
+    def admit(self, host: str) -> bool:
+        """Count a new connection from ``host``, or ``False`` when a cap is reached."""
+        held = self.by_client.get(host, 0)
+        if self.open >= self.total or (host not in self.trusted and held >= self.per_client):
+            self.refused += 1
+            self._log(host)
+            return False
+        self.open += 1
+        self.by_client[host] = held + 1
+        return True
+
+    def release(self, host: str) -> None:
+        """Forget a closed connection of ``host``."""
+        self.open -= 1
+        left = self.by_client.get(host, 1) - 1
+        if left:
+            self.by_client[host] = left
+        else:
+            self.by_client.pop(host, None)
+
+    def _log(self, host: str) -> None:
+        now = time.monotonic()
+        if now - self._logged >= 10.0:  # at most one line per 10 s, with the count
+            self._logged = now
+            from datamill.serve.observe.logs import event
+
+            event(
+                "connections refused",
+                refused_total=self.refused,
+                open=self.open,
+                cap=self.total,
+                per_client_cap=self.per_client,
+                client=host,
+                client_open=self.by_client.get(host, 0),
+            )
+
+
+def _reply(transport: Any, status: str, msg: str, extra: bytes = b"") -> None:
+    body = msg.encode("ascii")
+    transport.write(
+        b"HTTP/1.1 " + status.encode("ascii") + b"\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode("ascii") + b"\r\n" + extra + b"connection: "
+        b"close\r\n\r\n" + body
+    )
+
+
+def _json_error(text: str) -> str:
+    import json
+
+    return json.dumps({"error": text})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+# long (class): uvicorn's protocol with the bounds, each hook a few lines
+def guarded_protocol(caps: ConnectionCaps) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with the bounds of this module, counting into ``caps``."""
+    import httptools
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        _host = ""
+        _refused = False
+        _in_headers = True
+        _raw = 0  # bytes received while in a request's headers (a coarse bound, per chunk)
+        _size = 0  # exact: request line + header fields
+        _count = 0
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            peer = transport.get_extra_info("peername")
+            self._host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            if not caps.admit(self._host):
+                self._refused = True
+                self.transport = transport
+                _reply(
+                    transport,
+                    "503 Service Unavailable",
+                    _json_error("too many connections: retry in a second"),
+                    b"retry-after: 1\r\n",
+                )
+                self._deadline = self.loop.call_later(_REFUSED_CLOSE_S, transport.close)
+                return
+            super().connection_made(transport)
+            self._arm(HEADER_TIMEOUT_S, self._header_timeout)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            if self._refused:
+                return
+            caps.release(self._host)
+            super().connection_lost(exc)
+
+        def _arm(self, seconds: float, fn: Any) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(seconds, fn)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _header_timeout(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing() or not self._in_headers:
+                return
+            if self._raw:
+                _reply(
+                    self.transport,
+                    "408 Request Timeout",
+                    _json_error(f"request headers not complete within {HEADER_TIMEOUT_S:.0f} s"),
+                )
+            self.transport.close()
+
+        def _body_timeout(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def _too_large(self) -> None:
+            _reply(
+                self.transport,
+                "431 Request Header Fields Too Large",
+                _json_error(
+                    f"request headers over {MAX_HEADER_BYTES} bytes or {MAX_HEADERS} fields"
+                ),
+            )
+            self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                self.transport.close()  # its request is read: closing sends no reset
+                return
+            if self._in_headers:
+                if not self._raw and self._deadline is None:  # a kept-alive connection's next
+                    self._arm(HEADER_TIMEOUT_S, self._header_timeout)
+                self._raw += len(data)
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _TooLarge):
+                    self._too_large()
+                    return
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+                return
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+                return
+            if self._in_headers and self._raw > 2 * MAX_HEADER_BYTES:
+                self._too_large()  # one endless header: cut off before it is complete
+
+        def on_message_begin(self) -> None:
+            self._size = self._count = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._size += len(url)
+            if self._size > MAX_HEADER_BYTES:
+                raise _TooLarge
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._size += len(name) + len(value) + 4
+            self._count += 1
+            if self._size > MAX_HEADER_BYTES or self._count > MAX_HEADERS:
+                raise _TooLarge
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            self._arm(BODY_TIMEOUT_S, self._body_timeout)
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._in_headers, self._raw = True, 0
+            self._disarm()  # the next request's deadline starts with its first byte
+            super().on_message_complete()
+
+    return GuardedHttpToolsProtocol
+
+
+def guarded_http(forwarded_allow_ips: Iterable[str] | None = None) -> type[asyncio.Protocol]:
+    """The protocol class for uvicorn's ``http=``, with :func:`default_caps`; the literal proxy
+    addresses of ``forwarded_allow_ips`` have no per-address cap."""
+    trusted = frozenset(a for a in forwarded_allow_ips or () if a != "*")
+    return guarded_protocol(ConnectionCaps(*default_caps(), trusted=trusted))

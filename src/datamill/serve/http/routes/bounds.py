@@ -1,0 +1,76 @@
+"""Limits checked before a request does any work (a 400 JSON error that says what was expected).
+
+The request models (:mod:`datamill.serve.http.routes.models`) bound each field alone; these checks
+bound
+fields against the data: a world size against the dataset's samples, a lease against a sample
+budget, a rewind range against the iteration's units.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from datamill.core.errors import ConfigError
+from datamill.serve.http.routes.models import IterationIn, RewindIn
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.server import LEASE_SIZES, MAX_LEASE_SAMPLES, ServeState
+
+__all__ = ["MAX_LEASE_SAMPLES", "check_iteration", "check_rewind"]
+
+
+@functools.lru_cache(maxsize=256)
+def _num_samples(path: str, stamp: int) -> int:
+    from datamill.sources import open_source
+
+    return int(sum(open_source(path).shard_sizes()))
+
+
+def num_samples(ds: Mapping[str, Any]) -> int:
+    """Samples of a registered dataset (cached until its folder or file changes)."""
+    path = str(ds["path"])
+    return _num_samples(path, os.stat(path).st_mtime_ns)
+
+
+def check_iteration(state: ServeState, ds: Mapping[str, Any], body: IterationIn) -> None:
+    """Refuse an iteration whose shape does not fit its dataset."""
+    n = num_samples(ds)
+    if body.world_size > max(1, n):
+        raise ConfigError(
+            f"world_size must be at most the dataset's {n:,} samples, got {body.world_size:,}",
+            hint="use fewer ranks (each rank needs at least one sample)",
+        )
+    # sized by bytes, a lease is 16 batches or more (and at most what this bound allows)
+    size = body.lease_size or (16 if body.lease_bytes is None else LEASE_SIZES[0])
+    if body.batch_size * size > MAX_LEASE_SAMPLES:
+        raise ConfigError(
+            f"batch_size * lease_size must be at most {MAX_LEASE_SAMPLES:,} samples per lease, got "
+            f"{body.batch_size:,} * {size:,}",
+            hint="lower lease_size",
+        )
+
+
+def check_rewind(it: Iteration, body: RewindIn) -> None:
+    """Refuse a rewind that names units, ranks or counts outside the iteration."""
+    if body.done is not None:
+        bad = next(((a, b) for a, b in body.done if not 0 <= a <= b <= it.total), None)
+        if bad is not None:
+            raise ConfigError(
+                f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's "
+                "units), "
+                f"got [{bad[0]:,}, {bad[1]:,}]"
+            )
+        return
+    if body.rank is None or body.consumed is None:
+        raise ConfigError("a rewind needs {rank, consumed} or {done: [[start, stop], ...]}")
+    if (
+        it.mode != "static"
+        or not 0 <= body.rank < len(it.queues)
+        or body.consumed > len(it.queues[body.rank])
+    ):
+        raise ConfigError(
+            f"rewind of rank {body.rank} to {body.consumed:,} batches does not fit this {it.mode} "
+            f"iteration ({[len(q) for q in it.queues][:16]} batches per rank)"
+        )

@@ -1,0 +1,9 @@
+"""The server's journal: the one SQLite file of the state folder, its schema, version, checksums and
+folder lock (:mod:`~datamill.serve.journal.store`), and the group-committed lease writes
+(:mod:`~datamill.serve.journal.leases`)."""
+
+from __future__ import annotations
+
+from datamill.serve.journal.store import DB_NAME, Journal, StateError, backup
+
+__all__ = ["DB_NAME", "Journal", "StateError", "backup"]

@@ -1,0 +1,359 @@
+"""The journal's lease and acknowledgement writes (kept apart from
+:mod:`datamill.serve.journal.store`).
+
+Table ``leases``: every live lease of every iteration (id, hashes of its fence and session, holder,
+queue positions), so that after a restart the holders can reclaim them (the grace period). A take
+inserts its lease; an ack appends its ``done`` rows and deletes the leases it finishes; a rewind
+appends rows too (:func:`rewind_write`: ``done`` rows are never deleted or rewritten); revoked and
+expired leases are deleted with the next write; a ``/next`` that acknowledges and takes writes both
+in one write. Each write is atomic and committed before the reply, and the writes of concurrent
+requests share one transaction (:class:`GroupCommit`: one fsync for many round trips). A full disk
+(or a file size limit) is :class:`UnavailableError` (HTTP 503), and nothing of that write is kept,
+in the journal or in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from datamill.core.errors import DatamillError
+from datamill.serve.journal.store import Journal, bool_runs, fold_done, sealed
+from datamill.serve.protocol.iteration import Lease
+
+__all__ = [
+    "RETRY_AFTER_S",
+    "GroupCommit",
+    "UnavailableError",
+    "Write",
+    "ensure_tables",
+    "journaled_leases",
+    "leases_write",
+    "rewind_write",
+]
+
+RETRY_AFTER_S = 5
+"""Seconds a client is told to wait after a 503 (the journal could not be written)."""
+
+
+class UnavailableError(DatamillError, OSError):
+    """The journal cannot be written now (disk full, file size limit): HTTP 503 with
+    ``Retry-After``."""
+
+
+def ensure_tables(journal: Journal) -> None:
+    """The ``leases`` tables are declared by the journal's schema
+    (:mod:`datamill.serve.journal.store`): nothing left to create."""
+    del journal
+
+
+def _full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.Error) and (
+        "full" in text or "disk i/o" in text or "too large" in text
+    )
+
+
+class Write:
+    """One request's journal write (a function of the connection, run inside a transaction) and,
+    once it is ``done``, its outcome (``error``); an async waiter's future is resolved then."""
+
+    __slots__ = ("done", "error", "fn", "future")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        self.fn = fn
+        self.done = False
+        self.error: BaseException | None = None
+        self.future: asyncio.Future[None] | None = None
+
+
+class GroupCommit:
+    """The journal's lease writes, **group-committed**: the writes of concurrent requests share one
+    transaction (one fsync), and each request returns only after the transaction holding its write
+    committed.
+
+    :meth:`submit` only queues (call it under the lock that ordered the in-memory change, so the
+    journal applies writes in that order); :meth:`wait` (a thread) or :meth:`wait_async` (an event
+    loop, no thread hop) until the write is durable. One committer thread takes every queued write,
+    commits them in one transaction and wakes their waiters; writes queued meanwhile go in the next
+    one. A batch that fails is retried one write per transaction, so one request's failure (a full
+    disk is :class:`UnavailableError`) is that request's alone and nothing of a failed write is
+    kept.
+
+    Examples:
+        >>> import tempfile
+        >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j); g = GroupCommit(j)
+        >>> w = g.submit(leases_write("it", done={"l.1": [(0, 2)]}))
+        >>> g.wait(w); j.done("it")
+        [(0, 2, 'l.1')]
+        >>> g.close(); j.close()
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._cv = threading.Condition(threading.Lock())
+        self._queue: list[Write] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.commits = 0  # transactions committed (a benchmark divides writes by it)
+        self.writes = 0
+
+    def submit(self, fn: Callable[[sqlite3.Connection], None]) -> Write:
+        """Queue a write (never blocks on I/O); wait for it before replying."""
+        w = Write(fn)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the journal's writer is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="datamill-journal-writer", daemon=True
+                )
+                self._thread.start()
+            self._queue.append(w)
+            if len(self._queue) == 1:
+                self._cv.notify_all()
+        return w
+
+    def queued(self) -> int:
+        """Writes waiting for the next transaction."""
+        with self._cv:
+            return len(self._queue)
+
+    def wait(self, w: Write) -> None:
+        """Block until ``w`` is committed.
+
+        Raises:
+            UnavailableError: the disk is full or a file size limit was reached (nothing was
+            written).
+        """
+        with self._cv:
+            while not w.done:
+                self._cv.wait()
+        if w.error is not None:
+            raise w.error
+
+    async def wait_async(self, w: Write) -> None:
+        """:meth:`wait` in an event loop (the committer thread resolves a future)."""
+        with self._cv:
+            if not w.done:
+                w.future = asyncio.get_running_loop().create_future()
+        if w.future is not None:
+            await asyncio.shield(w.future)  # a cancelled request still gets its write committed
+        if w.error is not None:
+            raise w.error
+
+    def write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        """:meth:`submit` and :meth:`wait`."""
+        self.wait(self.submit(fn))
+
+    def flush(self) -> None:
+        """Commit every write queued so far."""
+        self.write(lambda db: None)
+
+    def close(self) -> None:
+        """Commit what is queued and stop the committer thread."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            self._commit(batch)
+            futures: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            with self._cv:
+                for w in batch:
+                    w.done = True
+                    if w.future is not None:
+                        futures.setdefault(w.future.get_loop(), []).append(w.future)
+                self._cv.notify_all()
+            for loop, fs in futures.items():  # one wake-up per event loop and batch
+                try:
+                    loop.call_soon_threadsafe(_resolve, fs)
+                except RuntimeError:  # that loop is closed: nobody waits there any more
+                    pass
+
+    def _commit(self, batch: list[Write]) -> None:
+        try:
+            self._transaction(batch)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiters, raised in their thread
+            if len(batch) == 1:
+                batch[0].error = self._wrap(exc)
+                return
+            for w in batch:  # one write per transaction: a failure is its own request's
+                try:
+                    self._transaction([w])
+                except BaseException as one:  # noqa: BLE001 - as above
+                    w.error = self._wrap(one)
+
+    def _transaction(self, batch: list[Write]) -> None:
+        db = self.journal._db
+        with self.journal._lock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for w in batch:
+                    w.fn(db)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        self.commits += 1
+        self.writes += len(batch)
+
+    def _wrap(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, (sqlite3.Error, OSError)) and _full(exc):
+            err = UnavailableError(
+                f"{self.journal.path}: cannot write the journal ({exc})",
+                hint="free disk space on the state folder's file system; "
+                f"retry in {RETRY_AFTER_S} s",
+            )
+            err.__cause__ = exc
+            return err
+        return exc
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_result(None)
+
+
+def leases_write(
+    it_id: str,
+    *,
+    add: Sequence[Lease] = (),
+    drop: Sequence[str] = (),
+    done: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+) -> Callable[[sqlite3.Connection], None]:
+    """The write that forgets leases ``drop``, journals ``done`` unit runs (per lease id) and
+    inserts ``add`` (for :meth:`GroupCommit.submit`; the rows are made now, not when it runs)."""
+    now = time.time()
+    rows = [
+        sealed((it_id, int(a), int(b), lease_id, now, 1))
+        for lease_id, rs in (done or {}).items()
+        for a, b in rs
+    ]
+    added = [
+        sealed(
+            (
+                x.id,
+                it_id,
+                x.fence_hash,
+                x.session,
+                x.client,
+                x.queue,
+                x.start,
+                x.stop,
+                x.slot,
+                now,
+                x.owner,
+            )
+        )
+        for x in add
+    ]
+    holders = [(x.id, it_id, x.client, x.session) for x in add]
+    dropped = [(x,) for x in drop]
+
+    def fn(db: sqlite3.Connection) -> None:
+        if dropped:
+            db.executemany("DELETE FROM leases WHERE id = ?", dropped)
+        if rows:
+            db.executemany(
+                "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        if added:
+            db.executemany(
+                "INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
+                "start, stop, slot, issued, owner, crc) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                added,
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO lease_holders (lease, iteration, client, session) "
+                "VALUES (?, ?, ?, ?)",
+                holders,
+            )
+
+    return fn
+
+
+def rewind_write(
+    it_id: str,
+    *,
+    total: int,
+    drop: NDArray[np.int64],
+    keep: NDArray[np.int64],
+    lease: str,
+) -> Callable[[sqlite3.Connection], None]:
+    """The write of a rewind: the done set becomes (done - ``drop``) | ``keep``, **appended** as
+    rows of sign -1 (units pending again) and +1 (units done), computed inside the transaction from
+    the journal's own done set, so the acknowledgements committed before it (other ranks' acks in
+    flight) are kept: nothing is ever rewritten from a memory snapshot."""
+    now = time.time()
+
+    def fn(db: sqlite3.Connection) -> None:
+        done = np.zeros(total, dtype=bool)
+        for a, b in fold_done(db, it_id):
+            done[a:b] = True
+        new = done.copy()
+        new[drop] = False
+        new[keep] = True
+        rows = [sealed((it_id, a, b, lease, now, -1)) for a, b in bool_runs(done & ~new)]
+        rows += [sealed((it_id, a, b, lease, now, 1)) for a, b in bool_runs(new & ~done)]
+        if not rows:  # a rewind that changes nothing is still recorded (the rewinds' count)
+            rows = [sealed((it_id, 0, 0, lease, now, 1))]
+        db.executemany(
+            "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, "
+            "?, ?, ?)",
+            rows,
+        )
+
+    return fn
+
+
+def journaled_leases(journal: Journal, it_id: str) -> list[Lease]:
+    """The leases of ``it_id`` live when the journal was last written (to restore after a
+    restart)."""
+    with journal._lock:
+        rows = journal._db.execute(
+            "SELECT id, fence, session, client, queue, start, stop, slot, owner FROM leases "
+            "WHERE iteration = ? ORDER BY rowid",
+            (it_id,),
+        ).fetchall()
+    return [
+        Lease(
+            str(r[0]),
+            "",
+            int(r[4]),
+            int(r[5]),
+            int(r[6]),
+            str(r[3]),
+            0.0,
+            0.0,
+            fence_hash=str(r[1]),
+            session=str(r[2]),
+            slot=int(r[7]),
+            owner=str(r[8]),
+        )
+        for r in rows
+    ]

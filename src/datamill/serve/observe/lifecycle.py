@@ -1,0 +1,274 @@
+"""Iteration lifecycle in the journal: status, start, end, clients seen; paging; garbage collection.
+
+Table ``lifecycle`` holds one row per iteration (its unit count, ``running`` / ``finished`` /
+``cancelled``, when it started, ended and last saw a client); ``lifecycle_clients`` the client ids
+seen. The status read back is ``stale`` for a running iteration that has seen no client for
+``stale_after`` lease timeouts. Iterations journaled before this table existed read as ``running``
+(or ``cancelled``) from their creation time.
+
+Examples:
+    >>> import tempfile
+    >>> from datamill.serve.journal.store import Journal
+    >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j)
+    >>> j.add_iteration(
+    ...     "it-1", "k", 0, {"dataset": "ds-1", "lease_timeout": 60.0, "mode": "static"}
+    ... )
+    >>> started(j, "it-1", total=10, base_done=0); ended(j, "it-1", "finished")
+    True
+    >>> [(r["id"], r["status"], r["done"]) for r in page(j)[0]]
+    [('it-1', 'finished', 0)]
+    >>> j.close()
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from datamill.core.errors import ConfigError
+from datamill.serve.journal.store import Journal
+
+__all__ = [
+    "MAX_PAGE",
+    "STALE_AFTER",
+    "STATUSES",
+    "ended",
+    "ensure_tables",
+    "gc",
+    "one",
+    "page",
+    "seen",
+    "started",
+]
+
+STATUSES = ("running", "finished", "cancelled", "stale")
+"""Every status an iteration can have."""
+STALE_AFTER = 3.0
+"""Lease timeouts without any client after which a running iteration reads as ``stale``."""
+MAX_PAGE = 500
+"""The largest ``limit`` of one page of iterations."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lifecycle (iteration TEXT PRIMARY KEY, total INTEGER NOT NULL,
+    base_done INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, started REAL NOT NULL, ended REAL,
+    last_seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS lifecycle_clients (iteration TEXT NOT NULL, client TEXT NOT NULL,
+    PRIMARY KEY (iteration, client));
+"""
+
+# status as read: cancelled (journaled) > finished > stale (no client for N lease timeouts) >
+# running
+_STATUS_SQL = """CASE
+    WHEN EXISTS (SELECT 1 FROM cancelled c WHERE c.iteration = i.id) THEN 'cancelled'
+    WHEN l.status = 'finished' THEN 'finished'
+    WHEN COALESCE(l.last_seen, i.created)
+        < :now - :stale * json_extract(i.config, '$.lease_timeout') THEN 'stale'
+    ELSE 'running' END"""
+
+
+def ensure_tables(journal: Journal) -> None:
+    """Create the lifecycle tables if missing."""
+    with journal._lock:
+        journal._db.executescript(_SCHEMA)
+
+
+def started(journal: Journal, it_id: str, *, total: int, base_done: int) -> None:
+    """Record a new iteration as ``running`` (once; a later call keeps the first row)."""
+    now = time.time()
+    journal._exec(
+        "INSERT OR IGNORE INTO lifecycle (iteration, total, base_done, status, started, last_seen) "
+        "VALUES (?, ?, ?, 'running', ?, ?)",
+        (it_id, int(total), int(base_done), now, now),
+    )
+
+
+def ended(journal: Journal, it_id: str, status: str) -> bool:
+    """Record that a running iteration finished or was cancelled; whether this call ended it (the
+    first end is kept)."""
+    if status not in ("finished", "cancelled"):
+        raise ValueError(f"an iteration ends finished or cancelled, not {status!r}")
+    with journal._lock:
+        cur = journal._db.execute(
+            "UPDATE lifecycle SET status = ?, ended = ? WHERE iteration = ? AND ended IS NULL",
+            (status, time.time(), it_id),
+        )
+        return cur.rowcount > 0
+
+
+def seen(journal: Journal, activity: Iterable[tuple[str, float, Collection[str]]]) -> None:
+    """Record ``(iteration, last time a client was seen, client ids)`` in one transaction."""
+    rows = list(activity)
+    if not rows:
+        return
+    with journal._lock:
+        db = journal._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(
+                "UPDATE lifecycle SET last_seen = MAX(last_seen, ?) WHERE iteration = ?",
+                [(t, it) for it, t, _ in rows],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO lifecycle_clients (iteration, client) VALUES (?, ?)",
+                [(it, c) for it, _, clients in rows for c in clients],
+            )
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
+def one(journal: Journal, it_id: str, *, stale_after: float = STALE_AFTER) -> dict[str, Any] | None:
+    """The lifecycle row of one iteration (as :func:`page` gives it), or ``None``."""
+    rows, _ = page(journal, stale_after=stale_after, _only=it_id)
+    return rows[0] if rows else None
+
+
+# long (66 lines): one SQL query assembled from the filters, then its rows turned into dicts
+def page(
+    journal: Journal,
+    *,
+    status: str | None = None,
+    datasets: Collection[str] | None = None,
+    limit: int = 100,
+    after: str | None = None,
+    stale_after: float = STALE_AFTER,
+    now: float | None = None,
+    newest_first: bool = False,
+    _only: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of iterations, oldest first (``newest_first``: newest first): ``(rows, the id to
+    pass as after= for the next page or None)``.
+
+    Args:
+        journal: the server's journal.
+        status: only iterations of this status (one of :data:`STATUSES`). Defaults to all.
+        datasets: only iterations of these dataset ids. Defaults to all.
+        limit: rows per page, 1..:data:`MAX_PAGE`. Defaults to ``100``.
+        after: the id of the last iteration of the previous page. Defaults to the first page.
+        stale_after: lease timeouts without a client after which a running iteration is ``stale``.
+        now: the time to judge staleness at. Defaults to now.
+        newest_first: the newest iteration first (the UI's order). Defaults to ``False``.
+
+    Raises:
+        ConfigError: an unknown status, a limit out of range, or an unknown ``after`` id.
+    """
+    if status is not None and status not in STATUSES:
+        raise ConfigError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+    if not 1 <= int(limit) <= MAX_PAGE:
+        raise ConfigError(f"limit must be in 1..{MAX_PAGE}, got {limit}")
+    start = (1 << 62) if newest_first else 0
+    if after is not None:
+        found = journal._exec("SELECT rowid FROM iterations WHERE id = ?", (after,))
+        if not found:
+            raise ConfigError(
+                f"after={after!r} is not an iteration id",
+                hint="pass the `next` of the previous page",
+            )
+        start = int(found[0][0])
+    where = ["i.rowid < :start" if newest_first else "i.rowid > :start"]
+    args: dict[str, Any] = {
+        "start": start,
+        "now": time.time() if now is None else now,
+        "stale": float(stale_after),
+        "limit": int(limit) + 1,
+    }
+    if _only is not None:
+        where.append("i.id = :only")
+        args["only"] = _only
+    if datasets is not None:
+        names = sorted(datasets)
+        where.append(
+            "json_extract(i.config, '$.dataset') IN "
+            f"({', '.join(f':d{k}' for k in range(len(names)))})"
+        )
+        args.update({f"d{k}": d for k, d in enumerate(names)})
+    if status is not None:
+        where.append(f"({_STATUS_SQL}) = :status")
+        args["status"] = status
+    sql = (
+        "SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, "
+        f"({_STATUS_SQL}), l.started, "
+        "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = "
+        "i.id), "
+        "(SELECT COALESCE(SUM((d.stop - d.start) * d.sign), 0) FROM done d "
+        "WHERE d.iteration = i.id), "
+        "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "
+        "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id WHERE "
+        f"{' AND '.join(where)} "
+        f"ORDER BY i.rowid{' DESC' if newest_first else ''} LIMIT :limit"
+    )
+    with journal._lock:
+        raw = journal._db.execute(sql, args).fetchall()
+    rows = []
+    for r in raw[:limit]:
+        cfg = json.loads(r[3])
+        begin = r[8] if r[8] is not None else r[4]
+        end = r[9] if r[9] is not None else r[13]
+        rows.append(
+            {
+                "id": r[0],
+                "key": r[1],
+                "epoch": r[2],
+                "dataset": cfg["dataset"],
+                "mode": cfg.get("mode"),
+                "status": r[7],
+                "started": begin,
+                "ended": end,
+                "duration_s": None if end is None else round(end - begin, 3),
+                "last_seen": r[10] if r[10] is not None else r[4],
+                "clients_seen": int(r[11]),
+                "total": r[5],
+                "done": int(r[12]) + int(r[6] or 0),
+                "config": {k: v for k, v in cfg.items() if k != "base_done"},
+            }
+        )
+    return rows, (rows[-1]["id"] if len(raw) > limit else None)
+
+
+def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list[str]:
+    """Delete the iterations that ended (finished or cancelled) more than ``older_than`` seconds
+    ago, with their acks, leases, lifecycle and counters; the ids removed.
+
+    Stale and running iterations are kept: cancel a stale one first to let it be collected.
+    """
+    cutoff = (time.time() if now is None else now) - float(older_than)
+    with journal._lock:
+        db = journal._db
+        ids = [
+            str(r[0])
+            for r in db.execute(
+                "SELECT i.id FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id "
+                "LEFT JOIN cancelled c ON c.iteration = i.id "
+                "WHERE COALESCE(l.ended, c.at) IS NOT NULL AND COALESCE(l.ended, c.at) < ?",
+                (cutoff,),
+            ).fetchall()
+        ]
+        if not ids:
+            return []
+        tables = [
+            t
+            for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        ]
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for table, col in (
+                ("done", "iteration"),
+                ("cancelled", "iteration"),
+                ("owners", "iteration"),
+                ("leases", "iteration"),
+                ("lifecycle", "iteration"),
+                ("lifecycle_clients", "iteration"),
+                ("counters", "iteration"),
+                ("lease_holders", "iteration"),
+                ("iterations", "id"),
+            ):
+                if table in tables:
+                    db.executemany(f"DELETE FROM {table} WHERE {col} = ?", [(x,) for x in ids])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    return ids

@@ -1,0 +1,844 @@
+"""One iteration's work and its leases: pure bookkeeping, no HTTP, no SQLite (see
+:mod:`datamill.serve.http.app`).
+
+The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the
+order with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of
+the iteration's config. Units are dealt into **queues**:
+
+* static mode: queue ``q`` serves rank ``q``. Without a resume base (``plan_world == world_size``
+  and nothing done) queue ``q`` is exactly plan rank ``q``'s batches, in the Loader's order. Resumed
+  with a different world size (elastic), the units not done are split contiguously over the new
+  ranks.
+* dynamic mode: one queue of every unit; any client takes the next lease.
+
+A **lease** is a run of pending positions of one queue, never crossing a ``lease_size`` boundary. It
+carries a **fence** of 128 random bits and is bound to the **session** that took it (a random secret
+of the client process; only hashes are kept): an ack or heartbeat is accepted only from that session
+with that fence (else ``"refused"``, HTTP 409), and only while the lease lives (else ``"expired"``,
+HTTP 410). Acks are per batch (positions of the lease) and idempotent (``"already"``). An expired or
+revoked lease returns its positions not yet done to the pending set; a queue hands out its smallest
+pending position first, so re-issued work comes back at the head of the queue.
+
+After a server restart the journaled leases are **restored** (:meth:`Iteration.restore`) for a grace
+period of one lease timeout: their positions are not handed out again until their holder reclaims
+them (a heartbeat or ack with the fence) or the grace period ends.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import hmac
+import itertools
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "ACKING",
+    "DRAIN_FIRST_LEASE",
+    "GRACE_MAX_S",
+    "PENDING",
+    "AckResult",
+    "Iteration",
+    "Lease",
+    "digest",
+    "drain_cap",
+    "lease_grace",
+    "runs",
+]
+
+PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
+"""A position's state; ``ACKING``: acknowledged by its lease's holder, the journal write in flight
+(neither handed out again nor done until the write commits, see :meth:`Iteration.begin_acks`)."""
+RATE_WINDOW_S = 10.0
+GRACE_MAX_S = 2.0
+"""The longest grace after a lease's TTL before its batches are handed out again (a quarter of the
+TTL when that is shorter)."""
+
+
+def lease_grace(ttl: float) -> float:
+    """Seconds the server waits past a lease's TTL (after its last heartbeat or ack) before it
+    hands the lease's batches out again: the holder stopped yielding at the TTL by its own clock.
+
+    Examples:
+        >>> lease_grace(2.0), lease_grace(60.0)
+        (0.5, 2.0)
+    """
+    return min(GRACE_MAX_S, 0.25 * float(ttl))
+
+
+_SCAN = 1024  # positions a take first scans for a pending one (doubling up to 1 << 20)
+_MAX_CURSORS = (
+    4096  # pending-position cursors kept (one per (queue, slots, slot)); hints, reset when over
+)
+
+
+# lease ids: unique, not secret (the fence is): a random prefix per server process and a counter
+_LEASE_PREFIX, _LEASE_NUMBERS = secrets.token_hex(6), itertools.count(1)
+_BYTE = {v: bytes([v]) for v in (PENDING, LEASED, DONE, ACKING)}
+
+
+def _has(seg: NDArray[np.int8], value: int) -> bool:
+    """Whether a lease's few positions hold ``value`` (bytes: no numpy call on the lease path)."""
+    return _BYTE[value] in seg.tobytes()
+
+
+def _every(seg: NDArray[np.int8], value: int) -> bool:
+    """Whether every position of a lease's few holds ``value``."""
+    raw = seg.tobytes()
+    return raw.count(_BYTE[value]) == len(raw)
+
+
+def digest(secret: str) -> str:
+    """The hash of a fence or session secret kept in memory and in the journal (never the
+    secret)."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+session_digest = functools.lru_cache(maxsize=4096)(digest)
+""":func:`digest` of a client's session, remembered for the last 4,096 sessions (each round trip
+hashes its session; fences are not remembered)."""
+
+
+@dataclass
+class Lease:
+    """Positions ``[start, stop)`` of queue ``queue``, held by ``client`` (of session ``session``)
+    until ``deadline``.
+
+    ``fence`` is the secret given to the holder (empty for a lease restored from the journal);
+    ``fence_hash`` and ``session`` are hashes (:func:`digest`).
+    """
+
+    id: str
+    fence: str
+    queue: int
+    start: int
+    stop: int
+    client: str
+    deadline: float
+    issued: float
+    fence_hash: str = ""
+    session: str = ""
+    slot: int = 0
+    reclaimed: bool = True
+    owner: str = ""  # the API key id that took it ("" without auth)
+
+
+@dataclass
+class AckResult:
+    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
+    lease or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all
+    in the lease: 422, nothing recorded); ``units``: the unit runs done by this ack."""
+
+    status: str
+    units: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class ClientInfo:
+    """What the server knows of one client (for progress)."""
+
+    rank: int
+    slot: int
+    last_seen: float
+    batches: int = 0
+    stall_s: float = 0.0
+    acked: deque[tuple[float, int]] = field(default_factory=deque)
+
+
+DRAIN_FIRST_LEASE = 16
+"""Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
+
+
+def drain_cap(
+    acked: Sequence[tuple[float, int]], now: float, drain_s: float, need: int = 1 << 62
+) -> int:
+    """Batches a client consumes in a third of ``drain_s`` at its rate over the last
+    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks, oldest first); :data:`DRAIN_FIRST_LEASE`
+    before any ack; ``need`` as soon as the newest acks show the cap would not bind (a fast client
+    costs a few steps, not a pass over its window). A third: a client may hold a lease per worker
+    slot and one more in prefetch.
+
+    Examples:
+        >>> drain_cap([], 100.0, 30.0)
+        16
+        >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
+        45
+    """
+    enough = need * 3 * (RATE_WINDOW_S + 1.0) / max(drain_s, 1e-9)
+    total, first = 0, None
+    for t, n in reversed(acked):  # newest first
+        if t < now - RATE_WINDOW_S:
+            break
+        total, first = total + n, t
+        if total >= enough:
+            return need
+    if first is None:
+        return DRAIN_FIRST_LEASE
+    rate = total / max(1.0, min(RATE_WINDOW_S, now - first) + 1.0)
+    return max(1, min(need, int(rate * drain_s / 3)))
+
+
+def runs(units: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted unit ids as ``[start, stop)`` runs.
+
+    Examples:
+        >>> runs([0, 1, 2, 5, 6, 9])
+        [(0, 3), (5, 7), (9, 10)]
+    """
+    out: list[tuple[int, int]] = []
+    for u in sorted(int(x) for x in units):
+        if out and out[-1][1] == u:
+            out[-1] = (out[-1][0], u + 1)
+        else:
+            out.append((u, u + 1))
+    return out
+
+
+def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
+    """:func:`runs` of an int array, vectorised (a lease's few units: a plain loop is faster)."""
+    if len(units) <= 256:
+        return runs(units.tolist())
+    u = np.unique(units)
+    if not len(u):
+        return []
+    cut = np.flatnonzero(np.diff(u) != 1) + 1
+    starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
+    return [(int(a), int(b)) for a, b in zip(starts, stops)]
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    base, extra = divmod(n, parts)
+    bounds = [0]
+    for p in range(parts):
+        bounds.append(bounds[-1] + base + (1 if p < extra else 0))
+    return list(itertools.pairwise(bounds))
+
+
+class Iteration:
+    """Queues, leases and the done set of one iteration (thread-safe).
+
+    Args:
+        id: the iteration id.
+        rank_batches: batches of each plan rank (``len`` is the plan's world size).
+        mode: ``"static"`` or ``"dynamic"``.
+        world_size: ranks served (static mode).
+        base_done: units already done when the iteration was created (elastic resumption).
+        lease_size: batches per lease.
+        lease_timeout: seconds a lease lives without a heartbeat.
+        boot: this server run's id.
+
+    Examples:
+        >>> it = Iteration("i", [3, 3], mode="static", world_size=2, lease_size=2, boot="b")
+        >>> lease = it.take("c0", rank=0)
+        >>> (lease.start, lease.stop), it.units_of(lease)
+        ((0, 2), [0, 1])
+        >>> (
+        ...     it.ack(lease.id, "forged", client="c0").status,
+        ...     it.ack(lease.id, lease.fence, client="c1").status,
+        ... )
+        ('refused', 'refused')
+        >>> (
+        ...     it.ack(lease.id, lease.fence, client="c0").status,
+        ...     it.ack(lease.id, lease.fence, client="c0").status,
+        ... )
+        ('ok', 'already')
+    """
+
+    def __init__(
+        self,
+        id: str,
+        rank_batches: Sequence[int],
+        *,
+        mode: str = "static",
+        world_size: int = 1,
+        base_done: Iterable[int] = (),
+        lease_size: int = 16,
+        lease_timeout: float = 60.0,
+        boot: str = "0",
+    ) -> None:
+        self.id, self.mode, self.world_size = id, mode, int(world_size)
+        self.lease_size, self.lease_timeout, self.boot = int(lease_size), float(lease_timeout), boot
+        self.config: dict[str, Any] = {}  # the journaled config (set by the server)
+        self.offsets = np.concatenate(
+            [[0], np.cumsum(np.asarray(rank_batches, dtype=np.int64))]
+        ).astype(np.int64)
+        self.total = int(self.offsets[-1])
+        self._offsets: list[int] = self.offsets.tolist()  # unit_location: bisect, no numpy call
+        base = np.zeros(self.total, dtype=bool)
+        base_list = list(base_done)
+        if base_list:
+            base[np.asarray(base_list, dtype=np.int64)] = True
+        remaining = np.flatnonzero(~base).astype(np.int64)
+        self.queues: list[NDArray[np.int64]]
+        if mode == "dynamic":
+            self.queues = [remaining]
+        elif not base_list and len(rank_batches) == self.world_size:
+            self.queues = [
+                np.arange(self.offsets[r], self.offsets[r + 1], dtype=np.int64)
+                for r in range(self.world_size)
+            ]
+        else:
+            self.queues = [remaining[a:b] for a, b in _split(len(remaining), self.world_size)]
+        self.state = [np.zeros(len(q), dtype=np.int8) for q in self.queues]
+        # int32 below 2**31 units: 8 bytes a unit instead of 16 for an iteration held in memory
+        index = np.int32 if self.total < 1 << 31 else np.int64
+        self.pos_of = np.full(self.total, -1, dtype=index)
+        self.queue_of = np.full(self.total, -1, dtype=index)
+        for qi, q in enumerate(self.queues):
+            self.pos_of[q] = np.arange(len(q))
+            self.queue_of[q] = qi
+        self.base_done = int(base.sum())
+        self.leases: dict[str, Lease] = {}
+        self.dropped: list[str] = []  # leases revoked or expired, still in the journal
+        self.acked: set[str] = set()
+        self.clients: dict[str, ClientInfo] = {}
+        self.fenced = 0
+        self.expired = 0  # leases that timed out (their batches went back to the queue)
+        self.reissued = 0  # leases handing out batches an earlier lease held
+        self.redelivered = 0  # batches handed out again (an earlier lease held them)
+        # a lease's holder stops yielding at its TTL (by its own clock, from the reply); the server
+        # hands its batches out again only GRACE later (a reply's transit, a clock's drift)
+        self.grace = lease_grace(self.lease_timeout)
+        self.cancelled = False
+        self.on_expired: Callable[[list[Lease]], None] | None = (
+            None  # told of leases that timed out
+        )
+        self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
+        self._rate: deque[tuple[float, int]] = deque()
+        self.lock = threading.RLock()
+        self.settled = threading.Condition(self.lock)  # notified when acks in flight end
+        # what a round trip reads without a pass over the queues (O(1) amortised, not O(positions)):
+        self._low: dict[tuple[int, int, int], int] = {}  # (queue, slots, slot) -> no pending before
+        self._done_n = [0] * len(self.queues)  # DONE positions per queue
+        self._prefix = [0] * len(self.queues)  # every position before it is DONE
+        # no live lease's deadline is before it (deadlines only grow; a new lease lowers it): a take
+        # passes over the leases only from then on (expire() always does)
+        self._earliest = float("inf")
+
+    # ------------------------------------------------------------------ bookkeeping
+    def mark_done(self, units: Iterable[int]) -> None:
+        """Mark units done (journal replay at start-up, or a rewind)."""
+        with self.lock:
+            for u in units:
+                q = int(self.queue_of[u])
+                if q >= 0:
+                    self.state[q][self.pos_of[u]] = DONE
+            self._recount()
+
+    def _recount(self) -> None:
+        """Recompute the done counts and forget the cursors (after a bulk change: O(positions))."""
+        self._done_n = [int((st == DONE).sum()) for st in self.state]
+        self._prefix = [0] * len(self.state)
+        self._low.clear()
+
+    def _pending_again(self, q: int, pos: int) -> None:
+        """Position ``pos`` of queue ``q`` is pending again: no cursor of ``q`` may skip it."""
+        for key, low in self._low.items():
+            if key[0] == q and low > pos:
+                self._low[key] = pos
+
+    def _first_pending(self, q: int, slot: int, slots: int) -> int | None:
+        """The smallest pending position of queue ``q`` in ``slot`` of ``slots``, from a cursor."""
+        st, key = self.state[q], (q, slots, slot)
+        if key not in self._low and len(self._low) >= _MAX_CURSORS:
+            self._low.clear()
+        lo, step = self._low.get(key, 0), _SCAN
+        if slots == 1 and lo < len(st) and st[lo] == PENDING:
+            return lo  # the cursor's position (the common case: no scan, which releases the GIL)
+        while lo < len(st):
+            hi = min(len(st), lo + step)
+            if slots == 1:  # PENDING is the smallest state: its first position is the argmin
+                i = int(st[lo:hi].argmin())
+                if st[lo + i] == PENDING:
+                    self._low[key] = lo + i
+                    return lo + i
+            else:
+                idx = np.flatnonzero(st[lo:hi] == PENDING) + lo
+                idx = idx[(idx // self.lease_size) % slots == slot]
+                if len(idx):
+                    self._low[key] = int(idx[0])
+                    return int(idx[0])
+            lo, step = hi, min(step * 2, 1 << 20)
+        self._low[key] = len(st)
+        return None
+
+    def done_prefix(self, q: int) -> int:
+        """How many positions at the head of queue ``q`` are done (amortised O(1))."""
+        with self.lock:
+            st, p, step = self.state[q], self._prefix[q], _SCAN
+            while p < len(st):
+                not_done = np.flatnonzero(st[p : p + step] != DONE)
+                if len(not_done):
+                    p += int(not_done[0])
+                    break
+                p, step = min(len(st), p + step), min(step * 2, 1 << 20)
+            self._prefix[q] = p
+            return p
+
+    def done_count(self, q: int) -> int:
+        """Done positions of queue ``q``."""
+        return self._done_n[q]
+
+    def units_of(self, lease: Lease) -> list[int]:
+        """The unit ids of a lease, in order."""
+        return [int(u) for u in self.queues[lease.queue][lease.start : lease.stop]]
+
+    def unit_location(self, unit: int) -> tuple[int, int]:
+        """``(plan rank, batch)`` of a unit."""
+        r = bisect.bisect_right(self._offsets, unit) - 1
+        return r, int(unit) - self._offsets[r]
+
+    def _revoke(self, lease: Lease) -> None:
+        st = self.state[lease.queue]
+        seg = st[lease.start : lease.stop]
+        seg[seg == LEASED] = PENDING
+        self._pending_again(lease.queue, lease.start)
+        self.leases.pop(lease.id, None)
+        self.dropped.append(lease.id)
+
+    def untake(self, lease: Lease) -> None:
+        """Undo :meth:`take` of a lease whose journal write failed (its positions pending again)."""
+        with self.lock:
+            if self.leases.pop(lease.id, None) is not None:
+                seg = self.state[lease.queue][lease.start : lease.stop]
+                seg[seg == LEASED] = PENDING
+                self._pending_again(lease.queue, lease.start)
+
+    def expire(self, now: float | None = None) -> int:
+        """Return expired leases' positions to their queue; the number of leases expired."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            dead = [lease for lease in self.leases.values() if lease.deadline < now]
+            for lease in dead:
+                self._revoke(lease)
+            live = [lease.deadline for lease in self.leases.values()]
+            self._earliest = min(live, default=float("inf"))
+            self.expired += len(dead)
+            if dead and self.on_expired is not None:
+                self.on_expired(dead)
+            return len(dead)
+
+    def take_dropped(self) -> list[str]:
+        """Ids of the leases revoked or expired since the last call (the journal forgets them)."""
+        with self.lock:
+            out, self.dropped = self.dropped, []
+            return out
+
+    def cancel(self) -> None:
+        """Stop handing out leases (live ones are revoked; their acks are refused as expired)."""
+        with self.lock:
+            self.cancelled = True
+            for lease in list(self.leases.values()):
+                self._revoke(lease)
+
+    def touch(self, client: str, *, rank: int, slot: int = 0) -> ClientInfo:
+        """Register or refresh a client."""
+        info = self.clients.get(client)
+        if info is None:
+            info = self.clients[client] = ClientInfo(
+                rank=rank, slot=slot, last_seen=time.monotonic()
+            )
+        info.last_seen, info.rank, info.slot = time.monotonic(), rank, slot
+        return info
+
+    # ------------------------------------------------------------------ leases
+    def take(
+        self,
+        client: str,
+        *,
+        rank: int = 0,
+        slot: int = 0,
+        slots: int = 1,
+        session: str | None = None,
+        owner: str = "",
+        drain_s: float | None = None,
+    ) -> Lease | None:
+        """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``),
+        or ``None`` when nothing is pending (see :meth:`finished`).
+
+        ``drain_s``: size the lease for a drain of that many seconds (:func:`drain_cap`: at most
+        what the client consumes in a third of it at its recent rate), so that a SIGTERM's drain
+        ends with every lease acknowledged rather than in a timeout.
+
+        In static mode a client that is new for ``(rank, slot)`` takes over the leases other clients
+        of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
+        reclaimed): a replacement process first gets the dead one's batches not yet acknowledged.
+        """
+        with self.lock:
+            if self.cancelled:
+                return None
+            now = time.monotonic()
+            if now >= self._earliest:  # else no deadline can have passed: no pass over the leases
+                self.expire(now)
+            q = 0 if self.mode == "dynamic" else rank
+            info = self.touch(client, rank=rank, slot=slot)
+            if self.mode == "static":
+                for lease in list(self.leases.values()):
+                    if (
+                        lease.queue == q
+                        and lease.client != client
+                        and lease.slot == slot
+                        and lease.reclaimed
+                        and lease.owner == owner
+                    ):
+                        self._revoke(lease)
+            st = self.state[q]
+            first = self._first_pending(q, slot, slots)
+            if first is None:
+                return None
+            start = first
+            limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
+            if drain_s is not None:
+                limit = min(limit, start + drain_cap(info.acked, now, drain_s, limit - start))
+            raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
+            stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
+            st[start:stop] = LEASED
+            self._low[(q, slots, slot)] = stop
+            if _has(self._ever[q][start:stop].view(np.int8), 1):
+                self.reissued += 1
+                self.redelivered += int(self._ever[q][start:stop].sum())
+            self._ever[q][start:stop] = True
+            fence = secrets.token_hex(16)
+            lease = Lease(
+                f"{_LEASE_PREFIX}{next(_LEASE_NUMBERS):x}",
+                fence,
+                q,
+                start,
+                stop,
+                client,
+                now + self.lease_timeout + self.grace,
+                now,
+                fence_hash=digest(fence),
+                session=session_digest(client if session is None else session),
+                slot=slot,
+                owner=owner,
+            )
+            self.leases[lease.id] = lease
+            self._earliest = min(self._earliest, lease.deadline)
+            info.last_seen = now
+            return lease
+
+    def restore(self, lease: Lease, *, grace: float | None = None) -> None:
+        """Hold a journaled lease of an earlier server run for ``grace`` seconds (the lease timeout)
+        until its holder reclaims it; its positions already done stay done."""
+        with self.lock:
+            st = self.state[lease.queue]
+            seg = st[lease.start : lease.stop]
+            if not (seg == PENDING).any():
+                self.dropped.append(lease.id)  # nothing left to hold: forget it
+                return
+            seg[seg == PENDING] = LEASED
+            self._ever[lease.queue][lease.start : lease.stop] = True
+            hold = self.lease_timeout + self.grace if grace is None else grace
+            lease.deadline = time.monotonic() + hold
+            lease.reclaimed = False
+            self.leases[lease.id] = lease
+            self._earliest = min(self._earliest, lease.deadline)
+
+    def _check(self, lease_id: str, fence: str, session: str) -> tuple[str, Lease | None]:
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.deadline < time.monotonic():
+            return ("already" if lease_id in self.acked else "expired"), None
+        if not (
+            hmac.compare_digest(lease.session, session)
+            and hmac.compare_digest(lease.fence_hash, digest(str(fence)))
+        ):
+            self.fenced += 1
+            return "refused", None
+        return "ok", lease
+
+    def plan_acks(
+        self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str
+    ) -> tuple[dict[str, str], list[tuple[Lease, int, int]]]:
+        """Check acks ``(lease, fence, start, stop)`` (positions of the lease; ``None``: all of it)
+        of session ``session`` (a hash) without changing anything: ``(status per lease, ranges to
+        mark)``.
+
+        Call under :attr:`lock`; unless :meth:`in_flight` (then wait on :attr:`settled` and plan
+        again), :meth:`begin_acks`, journal the units of the ranges, then :meth:`apply_acks` (or
+        :meth:`undo_acks` when the journal write failed).
+        """
+        statuses: dict[str, str] = {}
+        marks: list[tuple[Lease, int, int]] = []
+        for lease_id, fence, a, b in items:
+            status, lease = self._check(lease_id, fence, session)
+            if lease is not None and not (
+                (a is None or lease.start <= a) and (b is None or b <= lease.stop)
+            ):
+                status, lease = "outside", None  # positions of another lease: nothing recorded
+            if lease is not None:
+                lo = lease.start if a is None else max(lease.start, int(a))
+                hi = lease.stop if b is None else min(lease.stop, int(b))
+                if hi > lo and not _every(self.state[lease.queue][lo:hi], DONE):
+                    marks.append((lease, lo, hi))
+                else:
+                    status = "already"
+            prev = statuses.get(lease_id)
+            statuses[lease_id] = (
+                status
+                if prev in (None, "already") or status in ("refused", "expired", "outside")
+                else prev
+            )
+        return statuses, marks
+
+    def units_of_marks(
+        self, marks: Sequence[tuple[Lease, int, int]]
+    ) -> dict[str, list[tuple[int, int]]]:
+        """The unit runs each lease's ranges newly complete (what the journal records)."""
+        out: dict[str, list[NDArray[np.int64]]] = {}
+        for lease, lo, hi in marks:
+            q, seg = self.queues[lease.queue][lo:hi], self.state[lease.queue][lo:hi]
+            out.setdefault(lease.id, []).append(q[seg != DONE] if _has(seg, DONE) else q)
+        return {k: _array_runs(v[0] if len(v) == 1 else np.concatenate(v)) for k, v in out.items()}
+
+    def finishing(self, marks: Sequence[tuple[Lease, int, int]]) -> list[str]:
+        """Ids of the leases whose every position is done once ``marks`` are applied."""
+        hit: dict[str, Lease] = {lease.id: lease for lease, _, _ in marks}
+        out = []
+        for lease in hit.values():
+            seg = self.state[lease.queue][lease.start : lease.stop].copy()
+            for x, lo, hi in marks:
+                if x.id == lease.id:
+                    seg[lo - lease.start : hi - lease.start] = DONE
+            if _every(seg, DONE):
+                out.append(lease.id)
+        return out
+
+    def in_flight(self, marks: Sequence[tuple[Lease, int, int]]) -> bool:
+        """Whether another request's acknowledgement of some of these ranges awaits its journal
+        write."""
+        return any(_has(self.state[x.queue][lo:hi], ACKING) for x, lo, hi in marks)
+
+    def begin_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+        """Reserve the planned ranges while their journal write is in flight (``ACKING``: no expiry,
+        revocation or take hands them out again); the holder's ack keeps its leases alive."""
+        now = time.monotonic()
+        for lease, lo, hi in marks:
+            seg = self.state[lease.queue][lo:hi]
+            seg[seg == LEASED] = ACKING
+            lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
+
+    def undo_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+        """The journal write of :meth:`begin_acks`'s ranges failed: leased again (pending when their
+        lease was revoked meanwhile)."""
+        with self.lock:
+            for lease, lo, hi in marks:
+                seg = self.state[lease.queue][lo:hi]
+                live = self.leases.get(lease.id) is lease
+                seg[seg == ACKING] = LEASED if live else PENDING
+                if not live:
+                    self._pending_again(lease.queue, lo)
+            self.settled.notify_all()
+
+    def apply_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+        """Mark journaled ranges (reserved by :meth:`begin_acks`) done; a lease with every position
+        done is finished. A range a rewind changed meanwhile keeps the rewind's state."""
+        now = time.monotonic()
+        for lease, lo, hi in marks:
+            st = self.state[lease.queue]
+            seg = st[lo:hi]
+            hit = seg == ACKING
+            n = int(hit.sum())
+            seg[hit] = DONE
+            self._done_n[lease.queue] += n
+            lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
+            lease.reclaimed = True
+            self._rate.append((now, n))
+            info = self.clients.get(lease.client)
+            if info is not None:
+                info.acked.append((now, n))
+            if _every(st[lease.start : lease.stop], DONE):
+                self.leases.pop(lease.id, None)
+                self.acked.add(lease.id)
+        self.settled.notify_all()
+
+    def ack(
+        self,
+        lease_id: str,
+        fence: str,
+        *,
+        session: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        client: str | None = None,
+    ) -> AckResult:
+        """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a
+        journal.
+
+        ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
+        """
+        with self.lock:
+            lease = self.leases.get(lease_id)
+            secret = (
+                session
+                if session is not None
+                else client
+                if client is not None
+                else (lease.client if lease is not None else "")
+            )
+            statuses, marks = self.plan_acks(
+                [(lease_id, fence, start, stop)], session=session_digest(secret)
+            )
+            units = self.units_of_marks(marks).get(lease_id, [])
+            self.begin_acks(marks)
+            self.apply_acks(marks)
+            return AckResult(statuses[lease_id], units)
+
+    def heartbeat(
+        self,
+        client: str,
+        *,
+        leases: Sequence[tuple[str, str]] = (),
+        session: str | None = None,
+        stall_s: float | None = None,
+        batches: int | None = None,
+    ) -> dict[str, list[str]]:
+        """Extend (and reclaim, after a restart) ``client``'s leases ``(id, fence)``.
+
+        Returns ``{"lost": ids no longer live, "refused": ids of another session or with a wrong
+        fence}``.
+        """
+        with self.lock:
+            now = time.monotonic()
+            info = self.clients.get(client)
+            if info is not None:
+                info.last_seen = now
+                if stall_s is not None:
+                    info.stall_s = float(stall_s)
+                if batches is not None:
+                    info.batches = int(batches)
+            sess = digest(client if session is None else session)
+            out: dict[str, list[str]] = {"lost": [], "refused": []}
+            for lid, fence in leases:
+                status, lease = self._check(lid, fence, sess)
+                if lease is not None:
+                    lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
+                    lease.reclaimed = True
+                elif status == "refused":
+                    out["refused"].append(lid)
+                elif status == "expired":
+                    out["lost"].append(lid)
+            return out
+
+    def rewind(
+        self,
+        *,
+        rank: int | None = None,
+        consumed: int | None = None,
+        done: Iterable[int] | None = None,
+    ) -> None:
+        """Set the done set from a client checkpoint; every live lease of the affected queues is
+        revoked.
+
+        ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest
+        pending. ``done``: the whole iteration's done units.
+        """
+        with self.lock:
+            if done is not None:
+                for lease in list(self.leases.values()):
+                    self._revoke(lease)
+                for st in self.state:
+                    st[:] = PENDING
+                self.mark_done(done)
+                self.settled.notify_all()
+                return
+            assert rank is not None and consumed is not None
+            for lease in [x for x in self.leases.values() if x.queue == rank]:
+                self._revoke(lease)
+            st = self.state[rank]
+            st[:] = PENDING
+            st[:consumed] = DONE
+            self._recount()
+            self.settled.notify_all()  # an ack in flight over these keeps the rewind's state
+
+    def rollback(self, session: str, units: Sequence[int]) -> None:
+        """A client of session hash ``session`` restored a checkpoint: ``units`` (done after it) are
+        pending again and the session's live leases are revoked; nobody else's lease changes."""
+        with self.lock:
+            for lease in [x for x in self.leases.values() if x.session == session]:
+                self._revoke(lease)
+            for u in units:
+                q = int(self.queue_of[u])
+                if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
+                    self.state[q][self.pos_of[u]] = PENDING
+            self._recount()
+            self.settled.notify_all()
+
+    # ------------------------------------------------------------------ views
+    def done_units(self) -> list[int]:
+        """Every done unit (including the resume base)."""
+        with self.lock:
+            out = [int(u) for qi, q in enumerate(self.queues) for u in q[self.state[qi] == DONE]]
+        in_queue = np.zeros(self.total, dtype=bool)
+        for q in self.queues:
+            in_queue[q] = True
+        return sorted(out + [int(u) for u in np.flatnonzero(~in_queue)])
+
+    def finished(self, *, rank: int = 0) -> bool:
+        """Whether the client's queue (static) or the whole iteration (dynamic) is done."""
+        with self.lock:
+            q = 0 if self.mode == "dynamic" else rank
+            return self._done_n[q] == len(self.state[q])
+
+    def finished_all(self) -> bool:
+        """Whether every queue is done (the iteration can be evicted from memory)."""
+        with self.lock:
+            return all(n == len(st) for n, st in zip(self._done_n, self.state))
+
+    def progress(self) -> dict[str, Any]:
+        """Counts in batches, rates over the last 10 s, per client stall time."""
+        with self.lock:
+            now = time.monotonic()
+            self.expire(now)
+            while self._rate and self._rate[0][0] < now - RATE_WINDOW_S:
+                self._rate.popleft()
+            counts = np.zeros(4, dtype=np.int64)
+            for st in self.state:
+                counts += np.bincount(st, minlength=4)[:4]
+            counts[LEASED] += counts[ACKING]  # acknowledged, not journaled yet: still leased
+            span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in self._rate), default=now)))
+            clients = {}
+            for cid, info in self.clients.items():
+                while info.acked and info.acked[0][0] < now - RATE_WINDOW_S:
+                    info.acked.popleft()
+                cspan = min(
+                    RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now))
+                )
+                clients[cid] = {
+                    "rank": info.rank,
+                    "slot": info.slot,
+                    "batches": info.batches,
+                    "stall_s": round(info.stall_s, 3),
+                    "idle_s": round(now - info.last_seen, 3),
+                    "leases": sum(1 for x in self.leases.values() if x.client == cid),
+                    "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2),
+                }
+            return {
+                "id": self.id,
+                "mode": self.mode,
+                "total": self.total,
+                "done": int(counts[DONE]) + self.base_done,
+                "leased": int(counts[LEASED]),
+                "pending": int(counts[PENDING]),
+                "fenced_acks": self.fenced,
+                "expired_leases": self.expired,
+                "reissued_leases": self.reissued,
+                "redelivered_batches": self.redelivered,
+                "cancelled": self.cancelled,
+                "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
+                "queues": [
+                    {"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
+                    for qi, q in enumerate(self.queues)
+                ],
+                "clients": clients,
+            }

@@ -1,0 +1,48 @@
+"""A lease's TTL and grace (issue #37): its holder stops yielding at the TTL, the server hands its
+batches out again only a grace later, and counts them in ``/metrics``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from datamill.serve.protocol.iteration import Iteration, lease_grace
+from datamill.serve.server import ServeState
+
+pytestmark = pytest.mark.server
+
+
+def test_batches_are_not_handed_out_again_before_ttl_plus_grace() -> None:
+    it = Iteration("i", [8], mode="dynamic", lease_size=4, lease_timeout=4.0, boot="b")
+    t0 = time.monotonic()
+    lease = it.take("holder")
+    assert lease is not None and it.grace == lease_grace(4.0) == 1.0
+    assert it.expire(t0 + 4.0 + 0.5) == 0  # past the TTL, within the grace: still the holder's
+    other = it.take("other")
+    assert other is not None and not set(it.units_of(other)) & set(it.units_of(lease))
+    assert it.expire(time.monotonic() + 4.0 + 1.0 + 0.01) == 2  # past TTL + grace: both back
+    again = it.take("other")
+    assert again is not None and it.units_of(again) == it.units_of(lease)
+    assert it.redelivered == len(it.units_of(lease)) and it.progress()["redelivered_batches"] == 4
+
+
+def test_redelivered_batches_are_counted_for_metrics(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    state = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
+    try:
+        state.register("ds", name="ds")
+        req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": 3}
+        it = state.iteration(state.create_iteration(req)["id"])
+        first = state.next_lease(it, "a")
+        assert first is not None
+        it.expire(time.monotonic() + it.lease_timeout + it.grace + 1)
+        second = state.next_lease(it, "b")
+        assert second is not None and second.units == first.units
+        assert state.telemetry.counter(it.id, "batches_redelivered") == 3
+        assert state.telemetry.counter(it.id, "leases_reissued") == 1
+    finally:
+        state.close()
