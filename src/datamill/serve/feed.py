@@ -40,7 +40,7 @@ __all__ = ["ACK_FLUSH_S", "END", "SESSION_HEADER", "HeldLease", "LeaseFeed", "ac
 ACK_FLUSH_S = 0.05
 """Seconds between two tries of the ack thread while acknowledgements are pending and unanswered
 (each is sent at once when the loop is handed its batch)."""
-TTL_HEADER = "x-datamill-ttl"
+TTL_HEADER = "x-datamill-lease-ttl"
 """A lease reply's lifetime in seconds, when the server sends it (else the iteration's
 ``lease_timeout``)."""
 SESSION_HEADER = "X-Datamill-Session"
@@ -95,7 +95,7 @@ class HeldLease:
     done_before: int = 0  # the queue's done prefix (static) or done batches (dynamic) at take time
     runs: str = ""  # direct mode: the X-Datamill-Runs header
     collated: bool = False
-    ttl: float | None = None  # the reply's X-Datamill-TTL, when the server sends one
+    ttl: float | None = None  # the reply's X-Datamill-Lease-TTL, when the server sends one
 
 
 def ack_ranges(acks: Any) -> list[list[Any]]:
