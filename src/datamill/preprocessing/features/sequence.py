@@ -41,21 +41,16 @@ from datamill.preprocessing.features.base import (
     StringFeatureHandler,
     int_type,
 )
-from datamill.preprocessing.features.base import Params as BaseParams
-from datamill.preprocessing.features.set_ import RaggedStats, fit_tokens
+from datamill.preprocessing.features.set_ import RaggedStats, TokenParams, fit_tokens
 from datamill.vocab import Vocab
 
 __all__ = ["Handler", "SequenceParams"]
 
 
-class SequenceParams(BaseParams):
+class SequenceParams(TokenParams):
     """``preprocessing:`` of a sequence feature."""
 
-    tokenizer: str = "space"
-    regex: str | None = None
-    lowercase: bool = False
     most_common: int = Field(default=20000, ge=1)
-    min_frequency: int = Field(default=1, ge=1)
     max_sequence_length: int = Field(default=256, ge=1)
     padding: Literal["right", "left"] = "right"
     vocab_file: str | None = None

@@ -45,19 +45,24 @@ from datamill.preprocessing.features.base import (
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab
 
-__all__ = ["Handler", "RaggedStats", "SetParams"]
+__all__ = ["Handler", "RaggedStats", "SetParams", "TokenParams"]
 
 DEFAULT_MAX_DENSE_BYTES = 256 * 2**20
 
 
-class SetParams(BaseParams):
-    """``preprocessing:`` of a set feature."""
+class TokenParams(BaseParams):
+    """The tokenising and vocabulary settings every tokenised feature (set, sequence) has."""
 
     tokenizer: str = "space"
     regex: str | None = None
     lowercase: bool = False
     most_common: int = Field(default=10000, ge=1)
     min_frequency: int = Field(default=1, ge=1)
+
+
+class SetParams(TokenParams):
+    """``preprocessing:`` of a set feature."""
+
     max_dense_bytes: int = Field(default=DEFAULT_MAX_DENSE_BYTES, ge=0)
     #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1, int8/float32) or ``ludwig017`` (Ludwig 0.17's
     # vocabulary and dtype)
