@@ -34,14 +34,13 @@ from datamill.core.constants import PAD, UNK
 from datamill.core.errors import ConfigError
 from datamill.core.io import read_text
 from datamill.core.ragged import pad
-from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
+from datamill.preprocessing.features._ragged import Ragged, split_tokens
 from datamill.preprocessing.features.base import (
     CSR,
     FeatureContext,
-    StringFeatureHandler,
     int_type,
 )
-from datamill.preprocessing.features.set_ import RaggedStats, TokenParams, fit_tokens
+from datamill.preprocessing.features.set_ import RaggedStats, TokenFeatureHandler, TokenParams
 from datamill.vocab import Vocab
 
 __all__ = ["Handler", "SequenceParams"]
@@ -135,7 +134,7 @@ def vocab_from_file(
     return Vocab([*specials, *tokens], unk_token=unk_token, specials=specials)
 
 
-class Handler(StringFeatureHandler):
+class Handler(TokenFeatureHandler):
     """Sequence feature handler.
 
     Examples:
@@ -152,7 +151,6 @@ class Handler(StringFeatureHandler):
 
     type_name: ClassVar[str] = "sequence"
     Params: ClassVar[builtins.type[SequenceParams]] = SequenceParams
-    fill_value: ClassVar[Any] = UNK
     defaults_key: ClassVar[str] = "sequence"
 
     @classmethod
@@ -167,25 +165,6 @@ class Handler(StringFeatureHandler):
         return split_tokens(
             column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep
         )
-
-    def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
-        return tokens.take_rows(mask)
-
-    def compact_tokens(self, tokens: Ragged) -> Ragged:
-        return compact(tokens)
-
-    def _tokens(
-        self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext
-    ) -> Ragged:
-        return column if isinstance(column, Ragged) else self.tokens(column, params, ctx)
-
-    def fit(
-        self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext
-    ) -> RaggedStats:
-        return fit_tokens(self._tokens(column, params, ctx))
-
-    def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
-        return a.merge(b)
 
     def finalize(
         self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext
