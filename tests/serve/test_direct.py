@@ -311,11 +311,12 @@ def test_build_workers_give_the_same_bytes_as_one_process(
 def test_build_workers_decode_with_their_share_of_the_cores(tmp_path: Path) -> None:
     """Each build worker's Arrow thread pool is its share of the cores, not one thread per core
     (N workers would run N times as many decoding threads as cores)."""
-    from datamill.serve.data.workers import BuildPool, _cores
+    from datamill.core.parallel import usable_cores
+    from datamill.serve.data.workers import BuildPool
 
     pool = BuildPool(2)
     try:
-        share = max(1, _cores() // 2)
+        share = max(1, usable_cores() // 2)
         assert pool.arrow_threads == share
         assert [ex.submit(pa.cpu_count).result() for ex in pool.executors] == [share, share]
     finally:

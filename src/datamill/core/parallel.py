@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from datamill.core.memory import release_memory
 
-__all__ = ["die_with_parent", "ordered_map"]
+__all__ = ["die_with_parent", "exit_when_gone", "ordered_map", "process_start_time", "usable_cores"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -129,3 +130,60 @@ def die_with_parent(*, poll_seconds: float = 1.0) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="datamill-parent-watch", daemon=True).start()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; every core where that is unknown).
+
+    Examples:
+        >>> usable_cores() >= 1
+        True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def process_start_time(pid: int) -> str | None:
+    """A process's start time (``/proc/PID/stat`` field 22: a pid reused later has another), ``""``
+    where ``/proc`` is absent and the process exists, ``None`` when it is gone.
+
+    Examples:
+        >>> process_start_time(os.getpid()) is not None
+        True
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return stat.rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        if Path("/proc/self").is_dir():
+            return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return ""
+
+
+def exit_when_gone(pid: int, started: str | None, *, poll_seconds: float) -> None:
+    """Exit this process (``os._exit(0)``) once process ``pid``, started at ``started`` (from
+    :func:`process_start_time`), is gone; checks every ``poll_seconds`` (run it in a daemon thread).
+
+    Examples:
+        >>> import multiprocessing as mp
+        >>> gone = mp.get_context("fork").Process(target=int)
+        >>> gone.start(); gone.join()
+        >>> p = mp.get_context("fork").Process(
+        ...     target=exit_when_gone, args=(gone.pid, "x"), kwargs={"poll_seconds": 0.01}
+        ... )
+        >>> p.start(); p.join(); p.exitcode
+        0
+    """
+    while process_start_time(pid) == started:
+        time.sleep(poll_seconds)
+    os._exit(0)

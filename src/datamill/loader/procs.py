@@ -35,13 +35,13 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from datamill.core.errors import ConfigError, DatamillError
+from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy, collate_torch, to_torch
 from datamill.loader.order import Elastic
@@ -57,40 +57,6 @@ _START = "fork" if sys.platform.startswith("linux") else "exec"
 
 class WorkerError(DatamillError, RuntimeError):
     """A loader worker process died (killed, out of memory) or could not start."""
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time (``/proc/PID/stat`` field 22), ``""`` where ``/proc`` is absent and
-    the process exists, ``None`` when it is gone (a pid reused later has another start time)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        return stat.rsplit(")", 1)[1].split()[19]
-    except FileNotFoundError:
-        if Path("/proc/self").is_dir():
-            return None
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return ""
-
-
-def _watch(parent: int, started: str | None) -> None:
-    """Exit this worker once the trainer is gone (a worker busy building never reads its pipe)."""
-    while _start_time(parent) == started:
-        time.sleep(_WATCH_S)
-    os._exit(0)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class _Slot:
@@ -295,7 +261,10 @@ def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes 
     """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
     (the service's pickle is ``blob``, or the first message)."""
     pa.set_cpu_count(threads)
-    threading.Thread(target=_watch, args=(parent, started), daemon=True).start()
+    watch = {"poll_seconds": _WATCH_S}
+    threading.Thread(
+        target=exit_when_gone, args=(parent, started), kwargs=watch, daemon=True
+    ).start()
     conn = Connection(fd)
     try:
         svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
@@ -368,11 +337,11 @@ class _Handle:
         me = os.getpid()
         self.proc: Any
         if _START == "fork":
-            args = (me, _start_time(me), arrow_threads, blob)
+            args = (me, process_start_time(me), arrow_threads, blob)
             self.proc = _Forked(_fork(theirs, mine, others, args))
         else:
             code = "from datamill.loader.procs import _main; _main()"
-            argv = [str(theirs.fileno()), str(me), _start_time(me) or "", str(arrow_threads)]
+            argv = [str(theirs.fileno()), str(me), process_start_time(me) or "", str(arrow_threads)]
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", code, *argv], pass_fds=[theirs.fileno()], close_fds=True
             )
@@ -501,7 +470,7 @@ class ProcessBuilds:
         return [h.pid for h in self._handles]
 
     def _start(self) -> None:
-        threads = max(1, _cores() // self.processes)
+        threads = max(1, usable_cores() // self.processes)
         for w in range(self.processes):
             others = [h.conn.fileno() for h in self._handles]
             self._handles.append(_Handle(w, self._blob, threads, others))

@@ -52,20 +52,13 @@ def _guarded(p: Plan, dataset: Any, *, inputs: tuple[Any, ...], overwrite: bool)
     if p.hdf5_path is None or p.meta_path is None:
         return p
     paths = [x for x in inputs if isinstance(x, (str, os.PathLike))]
-    check_output(
-        p.hdf5_path,
-        is_own=_is_preprocess_output,
-        inputs=paths,
-        what="preprocessed HDF5",
-        overwrite=overwrite,
-    )
-    check_output(
-        p.meta_path,
-        is_own=_is_preprocess_output,
-        inputs=paths,
-        what="preprocessing meta.json",
-        overwrite=overwrite,
-    )
+    for path, what in (
+        (p.hdf5_path, "preprocessed HDF5"),
+        (p.meta_path, "preprocessing meta.json"),
+    ):
+        check_output(
+            path, is_own=_is_preprocess_output, inputs=paths, what=what, overwrite=overwrite
+        )
     recover_interrupted_switch(p.hdf5_path, p.meta_path)
     return with_image_files(p, dataset)
 

@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,28 +163,14 @@ def prepare_outputs(
                 path=root,
                 hint="choose an --output-dir outside the input folder",
             )
-    check_output(
-        root,
-        is_own=is_own_dataset,
-        inputs=paths,
-        what="Ray preprocessing shardset dataset",
-        overwrite=overwrite,
-    )
-    check_output(
-        p.meta_path,
-        is_own=_is_preprocess_file,
-        inputs=paths,
-        what="preprocessing meta.json",
-        overwrite=overwrite,
-    )
+    outputs: list[tuple[Path, Callable[[Path], bool], str]] = [
+        (root, is_own_dataset, "Ray preprocessing shardset dataset"),
+        (p.meta_path, _is_preprocess_file, "preprocessing meta.json"),
+    ]
     if fmt == "hdf5":
-        check_output(
-            p.hdf5_path,
-            is_own=_is_preprocess_file,
-            inputs=paths,
-            what="preprocessed HDF5",
-            overwrite=overwrite,
-        )
+        outputs.append((p.hdf5_path, _is_preprocess_file, "preprocessed HDF5"))
+    for path, is_own, what in outputs:
+        check_output(path, is_own=is_own, inputs=paths, what=what, overwrite=overwrite)
     if root.parent.is_dir():
         _recover_dataset(root, p.meta_path)
         recover_interrupted_switch(p.hdf5_path, p.meta_path)

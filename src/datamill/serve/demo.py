@@ -62,21 +62,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def run(data_dir: Path, work_dir: Path) -> None:
     """Start a server on a free loopback port, register cifar10_tiny, iterate it from 2 processes,
     stop."""
-    import pyarrow as pa
-
-    from datamill.core.io import read_table
     from datamill.serve import Client
     from datamill.shards.dataset import ShardsetDataset
+    from datamill.shards.demo import cifar_tables
 
-    src = Path(data_dir) / "cifar10_tiny"
-    labels = read_table(src / "labels.csv")
-    paths = labels.column("image_path").to_pylist()
-    images = pa.table(
-        {
-            "id": labels.column("id"),
-            "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary()),
-        }
-    )
+    labels, images = cifar_tables(data_dir)
+    images = images.select(["id", "png"])
     root = Path(work_dir) / "serve_root"
     state = Path(work_dir) / "serve_state"
     ds = ShardsetDataset.create(

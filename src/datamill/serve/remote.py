@@ -290,30 +290,19 @@ class RemoteLoader:
             and self.mode == "static"
             and consumed >= self._queue_total
         )
-        if not self._in_epoch or done:
-            return {
-                "format": SERVE_STATE_FORMAT,
-                "iteration": None,
-                "epoch": self.epoch + (1 if done else 0),
-                "rank": self.rank,
-                "slot": self.slot,
-                "slots": self.slots,
-                "mode": self.mode,
-                "consumed": 0,
-                "world_size": self.iter_args["world_size"],
-            }
+        between = not self._in_epoch or done  # between epochs: no iteration, nothing consumed
         state: dict[str, Any] = {
             "format": SERVE_STATE_FORMAT,
-            "iteration": self.iteration_id,
-            "epoch": self.epoch,
+            "iteration": None if between else self.iteration_id,
+            "epoch": self.epoch + (1 if done else 0),
             "rank": self.rank,
             "slot": self.slot,
             "slots": self.slots,
             "mode": self.mode,
-            "consumed": consumed,
+            "consumed": 0 if between else consumed,
             "world_size": self.iter_args["world_size"],
         }
-        if self.mode == "dynamic":
+        if not between and self.mode == "dynamic":
             state.update(session=self.session, unflushed=unflushed)
         return state
 

@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["run"]
+__all__ = ["cifar_tables", "run"]
 
 
-def run(data_dir: Path, work_dir: Path) -> None:
-    """Build ``image`` / ``label`` / ``caption`` shardsets and print ``info`` and one sample."""
+def cifar_tables(data_dir: Path) -> tuple[pa.Table, pa.Table]:
+    """cifar10_tiny's ``labels.csv`` and its images (``id``, ``image_path``, ``png``: the file's
+    bytes), the tables the shards and serve demos build their datasets from."""
     from datamill.core.io import read_table
-    from datamill.shards.check import check_dataset
-    from datamill.shards.dataset import ShardsetDataset
 
     src = Path(data_dir) / "cifar10_tiny"
     labels = read_table(src / "labels.csv")
@@ -27,6 +26,15 @@ def run(data_dir: Path, work_dir: Path) -> None:
             "png": pa.array([(src / p).read_bytes() for p in paths], pa.binary()),
         }
     )
+    return labels, images
+
+
+def run(data_dir: Path, work_dir: Path) -> None:
+    """Build ``image`` / ``label`` / ``caption`` shardsets and print ``info`` and one sample."""
+    from datamill.shards.check import check_dataset
+    from datamill.shards.dataset import ShardsetDataset
+
+    labels, images = cifar_tables(data_dir)
     root = Path(work_dir) / "cifar_shards"
     shutil.rmtree(root, ignore_errors=True)
     ds = ShardsetDataset.create(root, images, uid="id", shardset="image", shard_size=25)

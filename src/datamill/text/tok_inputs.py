@@ -96,28 +96,34 @@ def _info(url: str) -> pafs.FileInfo:
         raise storage_error(exc, url) from exc
 
 
+def _expand_remote(spec: str) -> list[str]:
+    """:func:`_expand_one` for a URL: the object itself, the objects below a prefix that is a
+    folder, or a glob's matches (sorted, with the URL's scheme)."""
+    fs, path = filesystem_for(spec)
+    prefix = spec[: len(spec) - len(spec.split("://", 1)[1])]
+    if _GLOB & set(path):
+        base = path[: min(path.index(c) for c in _GLOB if c in path)].rsplit("/", 1)[0]
+        sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        try:
+            infos = fs.get_file_info(sel)
+        except OSError as exc:
+            raise storage_error(exc, spec) from exc
+        return sorted(
+            prefix + i.path
+            for i in infos
+            if i.type == pafs.FileType.File and fnmatch.fnmatchcase(i.path, path)
+        )
+    info = _info(spec)
+    if info.type == pafs.FileType.Directory:
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        return sorted(prefix + i.path for i in infos if i.type == pafs.FileType.File)
+    return [spec]
+
+
 def _expand_one(spec: str) -> list[str]:
     """The files ``spec`` names: itself, the files below a folder, or a glob's matches (sorted)."""
     if is_remote(spec):
-        fs, path = filesystem_for(spec)
-        prefix = spec[: len(spec) - len(spec.split("://", 1)[1])]
-        if _GLOB & set(path):
-            base = path[: min(path.index(c) for c in _GLOB if c in path)].rsplit("/", 1)[0]
-            sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-            try:
-                infos = fs.get_file_info(sel)
-            except OSError as exc:
-                raise storage_error(exc, spec) from exc
-            return sorted(
-                prefix + i.path
-                for i in infos
-                if i.type == pafs.FileType.File and fnmatch.fnmatchcase(i.path, path)
-            )
-        info = _info(spec)
-        if info.type == pafs.FileType.Directory:
-            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-            return sorted(prefix + i.path for i in infos if i.type == pafs.FileType.File)
-        return [spec]
+        return _expand_remote(spec)
     if _GLOB & set(spec):
         return sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())  # noqa: PTH207 - a glob of the user's, absolute or relative
     if Path(spec).is_dir():

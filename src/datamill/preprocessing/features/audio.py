@@ -43,10 +43,9 @@ from datamill.core.progress import progress
 from datamill.preprocessing.features._audio_dsp import feature_dim, file_feature, frame_count
 from datamill.preprocessing.features._ragged import to_string_array
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    FileFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -189,7 +188,7 @@ def _per_file(feat: NDArray[np.float32]) -> NDArray[np.float32]:
     return out
 
 
-class Handler(FeatureHandler):
+class Handler(FileFeatureHandler):
     """Audio feature handler.
 
     Examples:
@@ -211,9 +210,6 @@ class Handler(FeatureHandler):
     type_name: ClassVar[str] = "audio"
     Params: ClassVar[builtins.type[AudioParams]] = AudioParams
     input_type: ClassVar[str] = "binary"  # paths, or the files' bytes (a binary column)
-    missing_value_strategy: ClassVar[str] = "bfill"
-    fill_value: ClassVar[Any] = None
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "audio"
 
     def fit(self, column: pa.Array, params: AudioParams, ctx: FeatureContext) -> int | None:

@@ -40,6 +40,7 @@ __all__ = [
     "REQUIRED_ATTRIBUTES",
     "FeatureContext",
     "FeatureHandler",
+    "FileFeatureHandler",
     "Params",
     "StringFeatureHandler",
     "int_type",
@@ -269,4 +270,14 @@ class StringFeatureHandler(FeatureHandler):
 
     input_type: ClassVar[str] = "string"
     missing_value_strategy: ClassVar[str] = "fill_with_const"
+    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
+
+
+class FileFeatureHandler(FeatureHandler):
+    """A type whose values name files (or hold their bytes): Ludwig back-fills a missing one (no
+    constant makes a file), and it accepts the :data:`COMMON_STRATEGIES`; a subclass declares the
+    rest."""
+
+    missing_value_strategy: ClassVar[str] = "bfill"
+    fill_value: ClassVar[Any] = None
     strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES

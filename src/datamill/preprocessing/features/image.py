@@ -32,10 +32,9 @@ from pydantic import Field
 from datamill.core.errors import ConfigError
 from datamill.preprocessing.features._ragged import to_string_array
 from datamill.preprocessing.features.base import (
-    COMMON_STRATEGIES,
     CSR,
     FeatureContext,
-    FeatureHandler,
+    FileFeatureHandler,
 )
 from datamill.preprocessing.features.base import Params as BaseParams
 
@@ -143,7 +142,7 @@ def _usual_channels(sample: NDArray[np.int64]) -> int:
     return next((k for k, v in counts.items() if v > len(sample) / 2), 3)
 
 
-class Handler(FeatureHandler):
+class Handler(FileFeatureHandler):
     """Image feature handler.
 
     Examples:
@@ -164,9 +163,6 @@ class Handler(FeatureHandler):
     type_name: ClassVar[str] = "image"
     Params: ClassVar[builtins.type[ImageParams]] = ImageParams
     input_type: ClassVar[str] = "string"
-    missing_value_strategy: ClassVar[str] = "bfill"
-    fill_value: ClassVar[Any] = None
-    strategies: ClassVar[tuple[str, ...]] = COMMON_STRATEGIES
     defaults_key: ClassVar[str] = "image"
 
     def fit(self, column: pa.Array, params: ImageParams, ctx: FeatureContext) -> ImageStats:

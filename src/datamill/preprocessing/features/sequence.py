@@ -34,28 +34,22 @@ from datamill.core.constants import PAD, UNK
 from datamill.core.errors import ConfigError
 from datamill.core.io import read_text
 from datamill.core.ragged import pad
-from datamill.preprocessing.features._ragged import Ragged, compact, split_tokens
+from datamill.preprocessing.features._ragged import Ragged, split_tokens
 from datamill.preprocessing.features.base import (
     CSR,
     FeatureContext,
-    StringFeatureHandler,
     int_type,
 )
-from datamill.preprocessing.features.base import Params as BaseParams
-from datamill.preprocessing.features.set_ import RaggedStats, fit_tokens
+from datamill.preprocessing.features.set_ import RaggedStats, TokenFeatureHandler, TokenParams
 from datamill.vocab import Vocab
 
 __all__ = ["Handler", "SequenceParams"]
 
 
-class SequenceParams(BaseParams):
+class SequenceParams(TokenParams):
     """``preprocessing:`` of a sequence feature."""
 
-    tokenizer: str = "space"
-    regex: str | None = None
-    lowercase: bool = False
     most_common: int = Field(default=20000, ge=1)
-    min_frequency: int = Field(default=1, ge=1)
     max_sequence_length: int = Field(default=256, ge=1)
     padding: Literal["right", "left"] = "right"
     vocab_file: str | None = None
@@ -140,7 +134,7 @@ def vocab_from_file(
     return Vocab([*specials, *tokens], unk_token=unk_token, specials=specials)
 
 
-class Handler(StringFeatureHandler):
+class Handler(TokenFeatureHandler):
     """Sequence feature handler.
 
     Examples:
@@ -157,7 +151,6 @@ class Handler(StringFeatureHandler):
 
     type_name: ClassVar[str] = "sequence"
     Params: ClassVar[builtins.type[SequenceParams]] = SequenceParams
-    fill_value: ClassVar[Any] = UNK
     defaults_key: ClassVar[str] = "sequence"
 
     @classmethod
@@ -172,25 +165,6 @@ class Handler(StringFeatureHandler):
         return split_tokens(
             column, params.tokenizer, lowercase=params.lowercase, regex=params.regex, keep_case=keep
         )
-
-    def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
-        return tokens.take_rows(mask)
-
-    def compact_tokens(self, tokens: Ragged) -> Ragged:
-        return compact(tokens)
-
-    def _tokens(
-        self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext
-    ) -> Ragged:
-        return column if isinstance(column, Ragged) else self.tokens(column, params, ctx)
-
-    def fit(
-        self, column: pa.Array | Ragged, params: SequenceParams, ctx: FeatureContext
-    ) -> RaggedStats:
-        return fit_tokens(self._tokens(column, params, ctx))
-
-    def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
-        return a.merge(b)
 
     def finalize(
         self, stats: RaggedStats, params: SequenceParams, ctx: FeatureContext

@@ -45,19 +45,24 @@ from datamill.preprocessing.features.base import (
 from datamill.preprocessing.features.base import Params as BaseParams
 from datamill.vocab import TokenCounts, Vocab
 
-__all__ = ["Handler", "RaggedStats", "SetParams"]
+__all__ = ["Handler", "RaggedStats", "SetParams", "TokenFeatureHandler", "TokenParams"]
 
 DEFAULT_MAX_DENSE_BYTES = 256 * 2**20
 
 
-class SetParams(BaseParams):
-    """``preprocessing:`` of a set feature."""
+class TokenParams(BaseParams):
+    """The tokenising and vocabulary settings every tokenised feature (set, sequence) has."""
 
     tokenizer: str = "space"
     regex: str | None = None
     lowercase: bool = False
     most_common: int = Field(default=10000, ge=1)
     min_frequency: int = Field(default=1, ge=1)
+
+
+class SetParams(TokenParams):
+    """``preprocessing:`` of a set feature."""
+
     max_dense_bytes: int = Field(default=DEFAULT_MAX_DENSE_BYTES, ge=0)
     #: ``datamill`` (``<PAD>`` 0, ``<UNK>`` 1, int8/float32) or ``ludwig017`` (Ludwig 0.17's
     # vocabulary and dtype)
@@ -87,7 +92,34 @@ def fit_tokens(rag: Ragged) -> RaggedStats:
     return RaggedStats(rag.count(), longest, len(rag))
 
 
-class Handler(StringFeatureHandler):
+class TokenFeatureHandler(StringFeatureHandler):
+    """A type read as rows of tokens (set, bag, sequence): ``tokens`` splits a block once (a
+    :class:`Ragged`), ``fit`` counts the tokens (:class:`RaggedStats`), and a missing value is the
+    unknown token; a subclass declares ``tokens``, ``finalize`` and ``transform``."""
+
+    fill_value: ClassVar[Any] = UNK
+
+    def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
+        return tokens.take_rows(mask)
+
+    def compact_tokens(self, tokens: Ragged) -> Ragged:
+        return compact(tokens)
+
+    def _tokens(
+        self, column: pa.Array | Ragged, params: TokenParams, ctx: FeatureContext
+    ) -> Ragged:
+        return column if isinstance(column, Ragged) else self.tokens(column, params, ctx)
+
+    def fit(
+        self, column: pa.Array | Ragged, params: TokenParams, ctx: FeatureContext
+    ) -> RaggedStats:
+        return fit_tokens(self._tokens(column, params, ctx))
+
+    def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
+        return a.merge(b)
+
+
+class Handler(TokenFeatureHandler):
     """Set feature handler (bag subclasses it with float32 frequencies).
 
     Examples:
@@ -105,7 +137,6 @@ class Handler(StringFeatureHandler):
 
     type_name: ClassVar[str] = "set"
     Params: ClassVar[builtins.type[SetParams]] = SetParams
-    fill_value: ClassVar[Any] = UNK
     defaults_key: ClassVar[str] = "set"
     dtype: ClassVar[builtins.type[np.generic]] = np.int8
     size_key: ClassVar[str] = "max_set_size"
@@ -118,21 +149,6 @@ class Handler(StringFeatureHandler):
             regex=params.regex,
             keep_case=(UNK,),
         )
-
-    def take_rows(self, tokens: Ragged, mask: NDArray[np.bool_]) -> Ragged:
-        return tokens.take_rows(mask)
-
-    def compact_tokens(self, tokens: Ragged) -> Ragged:
-        return compact(tokens)
-
-    def _tokens(self, column: pa.Array | Ragged, params: SetParams, ctx: FeatureContext) -> Ragged:
-        return column if isinstance(column, Ragged) else self.tokens(column, params, ctx)
-
-    def fit(self, column: pa.Array | Ragged, params: SetParams, ctx: FeatureContext) -> RaggedStats:
-        return fit_tokens(self._tokens(column, params, ctx))
-
-    def merge(self, a: RaggedStats, b: RaggedStats) -> RaggedStats:
-        return a.merge(b)
 
     def _ludwig_vocab(self, stats: RaggedStats, params: SetParams) -> Vocab:
         """Ludwig 0.17's vocabulary: the most frequent tokens laid out by :meth:`_ludwig_layout`."""

@@ -96,27 +96,29 @@ def task_config(conf: BertConfig, tok: BertTokenizer) -> TaskConfig:
     )
 
 
+#: the build's parameters its metadata records (the :class:`BertConfig` fields, in this order)
+_META_PARAMS = (
+    "layout",
+    "max_seq_length",
+    "mask_prob",
+    "max_predictions_per_seq",
+    "short_seq_prob",
+    "dupe_factor",
+    "seed",
+    "sentence_split",
+    "pairing",
+)
+#: the tokenizer's special ids the metadata records (``special_ids``)
+_META_SPECIALS = ("pad", "cls", "sep", "mask", "unk")
+
+
 def build_metadata(conf: BertConfig, tok: BertTokenizer, **more: Any) -> dict[str, Any]:
     """The output's metadata: the format, the build's parameters and the tokenizer's special ids,
     then ``more`` (tokenizer file and fingerprint, sources, counts) as the engine knows them."""
     return {
         "format": BERT_FORMAT,
-        "layout": conf.layout,
-        "max_seq_length": conf.max_seq_length,
-        "mask_prob": conf.mask_prob,
-        "max_predictions_per_seq": conf.max_predictions_per_seq,
-        "short_seq_prob": conf.short_seq_prob,
-        "dupe_factor": conf.dupe_factor,
-        "seed": conf.seed,
-        "sentence_split": conf.sentence_split,
-        "pairing": conf.pairing,
-        "special_ids": {
-            "pad": tok.pad,
-            "cls": tok.cls,
-            "sep": tok.sep,
-            "mask": tok.mask,
-            "unk": tok.unk,
-        },
+        **{name: getattr(conf, name) for name in _META_PARAMS},
+        "special_ids": {name: getattr(tok, name) for name in _META_SPECIALS},
         "vocab_size": tok.vocab_size,
         **more,
     }

@@ -434,60 +434,82 @@ def _cell(
     if value is None:
         return {"t": "missing"}
     if isinstance(value, bytes):
-        mime = sniff_image(value)
-        if mime is not None and len(value) <= MAX_INLINE:
-            return {
-                "t": "image",
-                "mime": mime,
-                "src": f"data:{mime};base64,{base64.b64encode(value).decode()}",
-            }
-        return {"t": "value", "v": f"<{len(value):,} bytes>"}
+        return _bytes_cell(value)
     if isinstance(value, str) and Path(value).suffix.lower() in _IMAGE_EXT:
-        if base is None:
-            return {"t": "value", "v": value}
-        target = Path(os.path.realpath(base / value))
-        if not any(target == r or r in target.parents for r in roots) or not target.is_file():
-            # a path column whose files are elsewhere (the demo's cifar): its text, not an error
-            note = f"{value} (no image file there under the server's roots)"
-            return {"t": "value", "v": value, "full": note}
-        return {
-            "t": "image",
-            "mime": _IMAGE_EXT[Path(value).suffix.lower()],
-            "path": value,
-            "src": f"/ui/datasets/{ds_id}/file?row={row}&column={urllib.parse.quote(column)}",
-        }
+        return _image_path_cell(value, column, row, ds_id, base=base, roots=roots)
     if vocab is not None and (
         isinstance(value, int)
         or (isinstance(value, list) and all(isinstance(v, int) for v in value))
     ):
-        ids = value if isinstance(value, list) else [value]
-        tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
-        text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
-        return {"t": "tokens", "text": text, "ids": _short(ids)}
+        return _tokens_cell(value, vocab)
     if isinstance(value, float):
         return {"t": "value", "v": _float(value, float32=float32), "full": repr(value)}
     if isinstance(value, list):
-        shown = [
-            _float(v, float32=float32)
-            if isinstance(v, float)
-            else repr(v)
-            if v is not None
-            else "missing"
-            for v in value[:LIST_SHOWN]
-        ]
-        if len(value) <= LIST_SHOWN:
-            return {"t": "value", "v": "[" + ", ".join(shown) + "]"}
-        every = [
-            number_text(v, float32=float32) if isinstance(v, float) else repr(v)
-            for v in value[:LIST_ALL]
-        ]
-        return {
-            "t": "list",
-            "head": "[" + ", ".join(shown) + ", …]",
-            "n": len(value),
-            "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]",
-        }
+        return _list_cell(value, float32=float32)
     return {"t": "value", "v": _short(value)}
+
+
+def _bytes_cell(value: bytes) -> dict[str, Any]:
+    """An image's bytes inline (small enough), else the byte count."""
+    mime = sniff_image(value)
+    if mime is not None and len(value) <= MAX_INLINE:
+        return {
+            "t": "image",
+            "mime": mime,
+            "src": f"data:{mime};base64,{base64.b64encode(value).decode()}",
+        }
+    return {"t": "value", "v": f"<{len(value):,} bytes>"}
+
+
+def _image_path_cell(
+    value: str, column: str, row: int, ds_id: str, *, base: Path | None, roots: list[Path]
+) -> dict[str, Any]:
+    """An image file's path: the image (served by the file route) when it lies under a root."""
+    if base is None:
+        return {"t": "value", "v": value}
+    target = Path(os.path.realpath(base / value))
+    if not any(target == r or r in target.parents for r in roots) or not target.is_file():
+        # a path column whose files are elsewhere (the demo's cifar): its text, not an error
+        note = f"{value} (no image file there under the server's roots)"
+        return {"t": "value", "v": value, "full": note}
+    return {
+        "t": "image",
+        "mime": _IMAGE_EXT[Path(value).suffix.lower()],
+        "path": value,
+        "src": f"/ui/datasets/{ds_id}/file?row={row}&column={urllib.parse.quote(column)}",
+    }
+
+
+def _tokens_cell(value: int | list[int], vocab: Any) -> dict[str, Any]:
+    """Token ids decoded with the dataset's vocabulary (padding left out), and the ids."""
+    ids = value if isinstance(value, list) else [value]
+    tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
+    text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
+    return {"t": "tokens", "text": text, "ids": _short(ids)}
+
+
+def _list_cell(value: list[Any], *, float32: bool) -> dict[str, Any]:
+    """A list: whole when short, else its head, its length and its first :data:`LIST_ALL` items."""
+    shown = [
+        _float(v, float32=float32)
+        if isinstance(v, float)
+        else repr(v)
+        if v is not None
+        else "missing"
+        for v in value[:LIST_SHOWN]
+    ]
+    if len(value) <= LIST_SHOWN:
+        return {"t": "value", "v": "[" + ", ".join(shown) + "]"}
+    every = [
+        number_text(v, float32=float32) if isinstance(v, float) else repr(v)
+        for v in value[:LIST_ALL]
+    ]
+    return {
+        "t": "list",
+        "head": "[" + ", ".join(shown) + ", …]",
+        "n": len(value),
+        "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]",
+    }
 
 
 def _float(v: float, *, float32: bool) -> str:

@@ -28,18 +28,17 @@ import mmap
 import multiprocessing
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
 
 __all__ = ["BuildPool", "default_build_workers"]
 
@@ -65,14 +64,6 @@ _TOTALS: dict[tuple[str, int], int] = {}  # in a worker: (stream key, rank) -> t
 AHEAD_STATS = {"built": 0, "used": 0}  # in a worker: leases built ahead, and those asked for
 
 
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def default_build_workers() -> int:
     """The default ``--build-workers``: the usable cores, at most 4.
 
@@ -80,39 +71,10 @@ def default_build_workers() -> int:
         >>> 1 <= default_build_workers() <= 4
         True
     """
-    return max(1, min(4, _cores()))
+    return max(1, min(4, usable_cores()))
 
 
 _WATCH_S = 1.0  # how often a worker checks that its server still runs
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time (``/proc/PID/stat`` field 22: a pid reused later has another), ``""``
-    where ``/proc`` is absent and the process exists, ``None`` when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        return stat.rsplit(")", 1)[1].split()[19]
-    except FileNotFoundError:
-        if Path("/proc/self").is_dir():
-            return None
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return ""
-
-
-def _watch(server: int, started: str | None) -> None:
-    """Exit this worker once its server is gone. A worker waits for leases on a queue it also holds
-    the writing end of, so a server killed with SIGKILL (or by the out-of-memory killer) would
-    otherwise leave it, and its forkserver, running for ever."""
-    while _start_time(server) == started:
-        time.sleep(_WATCH_S)
-    os._exit(0)
 
 
 def _init(
@@ -129,7 +91,15 @@ def _init(
     if arrow_threads is not None:
         pa.set_cpu_count(arrow_threads)
     if server is not None:
-        watch = threading.Thread(target=_watch, args=(server, started), daemon=True)
+        # A worker waits for leases on a queue it also holds the writing end of, so a server killed
+        # with SIGKILL (or by the out-of-memory killer) would otherwise leave it, and its
+        # forkserver, running for ever.
+        watch = threading.Thread(
+            target=exit_when_gone,
+            args=(server, started),
+            kwargs={"poll_seconds": _WATCH_S},
+            daemon=True,
+        )
         watch.start()
     import datamill.serve.data.direct
     import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
@@ -360,7 +330,7 @@ class BuildPool:
         # each worker decodes with its share of the cores: N workers each with Arrow's default
         # (a thread per core) ran N times as many decoding threads as cores (measured with 2
         # workers on 2 cores: 2 clients together 1.58-1.67M samples/s, 1.69-1.78M with one each)
-        self.arrow_threads = max(1, _cores() // workers)
+        self.arrow_threads = max(1, usable_cores() // workers)
         self.executors = [self._executor() for _ in range(workers)]
         self.warm()
         self._lock = threading.Lock()
@@ -380,7 +350,7 @@ class BuildPool:
             1,
             mp_context=self._ctx,
             initializer=_init,
-            initargs=(self._cache_shards, server, _start_time(server), self.arrow_threads),
+            initargs=(self._cache_shards, server, process_start_time(server), self.arrow_threads),
         )
 
     def warm(self) -> list[int]:

@@ -217,8 +217,8 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
-# long (90 lines, 26 of docstring): the public entry: config merge and checks, logging, the app,
-# uvicorn with TLS/proxy options, the drain; the docstring documents every option
+# long (64 lines of code): the public entry: the checked config, logging, the app, uvicorn with
+# TLS/proxy options, the drain; the docstring documents every option
 def serve(
     root_or_config: str | os.PathLike[str],
     *,
@@ -272,6 +272,65 @@ def serve(
         "allowed_hosts": None if allowed_hosts is None else list(allowed_hosts),
         **options,
     }
+    cfg = _checked_config(base, given)
+    uvicorn = require("uvicorn", extra="serve")
+    import logging.config
+
+    from datamill.serve.data.workers import default_build_workers
+    from datamill.serve.http.app import create_app
+    from datamill.serve.observe.logs import event, log_config
+
+    logging_cfg = log_config(fmt=cfg.log_format, level=cfg.log_level)
+    logging.config.dictConfig(logging_cfg)
+    state_dir = Path(cfg.state or ".datamill-serve")
+    hosts = _allowed_hosts(cfg)
+    app = create_app(
+        state_dir,
+        roots=cfg.roots,
+        auth=cfg.auth,
+        lease_timeout=cfg.lease_timeout,
+        cache_shards=cfg.cache_shards,
+        allowed_hosts=hosts,
+        metrics_no_auth=cfg.metrics_no_auth,
+        build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers,
+    )
+    st = app.state.serve
+    st.drain_timeout = float(cfg.drain_timeout)  # leases sized so that a SIGTERM's drain ends
+    for name, path in cfg.datasets.items():
+        st.register(path, name=name)
+    key = app.state.initial_admin_key
+    scheme = "https" if cfg.ssl_certfile else "http"
+    echo(
+        f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots "
+        f"{', '.join(cfg.roots)}, "
+        f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
+    )
+    if key:
+        _show_initial_key(key, state_dir, echo)
+    _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
+    fast, proxy = _fast_parts(cfg), _proxy_options(cfg)
+    config = uvicorn.Config(
+        app,
+        host=cfg.host,
+        port=int(cfg.port),
+        log_config=logging_cfg,
+        log_level=cfg.log_level,
+        access_log=cfg.log_level in ("debug", "info"),
+        ssl_certfile=cfg.ssl_certfile,
+        ssl_keyfile=cfg.ssl_keyfile,
+        timeout_graceful_shutdown=5,
+        **proxy,
+        **fast,
+        timeout_keep_alive=75,
+    )  # above a proxy's or client's idle time: no close/send race
+    server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
+    server.run()
+    event("stopped", drained=server.drained, leases_left=server.leases_left)
+
+
+def _checked_config(base: ServeConfig, given: dict[str, Any]) -> ServeConfig:
+    """``base`` with the ``given`` options that are not ``None`` over it, validated and checked
+    (auth off or open metrics only on loopback, TLS files both given, present and a pair)."""
     try:
         cfg = ServeConfig.model_validate(
             {**base.model_dump(), **{k: v for k, v in given.items() if v is not None}}
@@ -297,47 +356,23 @@ def serve(
             raise ConfigError("no such TLS certificate or key file", path=f)
     if cfg.ssl_certfile is not None and cfg.ssl_keyfile is not None:
         _check_tls(cfg.ssl_certfile, cfg.ssl_keyfile)  # before anything is printed or created
-    uvicorn = require("uvicorn", extra="serve")
-    import logging.config
+    return cfg
 
-    from datamill.serve.data.workers import default_build_workers
-    from datamill.serve.http.app import create_app
-    from datamill.serve.observe.logs import event, log_config
 
-    logging_cfg = log_config(fmt=cfg.log_format, level=cfg.log_level)
-    logging.config.dictConfig(logging_cfg)
-    state_dir = Path(cfg.state or ".datamill-serve")
-    hosts = (
-        list(cfg.allowed_hosts)
-        if cfg.allowed_hosts is not None
-        else default_hosts(cfg.host, cfg.port)
-    )
-    if cfg.allowed_hosts is None and cfg.host in ("0.0.0.0", "::"):
+def _allowed_hosts(cfg: ServeConfig) -> list[str]:
+    """The ``Host`` names answered: the configured ones, else the loopback names and the bound
+    address (plus this machine's names when bound to all interfaces)."""
+    if cfg.allowed_hosts is not None:
+        return list(cfg.allowed_hosts)
+    hosts = default_hosts(cfg.host, cfg.port)
+    if cfg.host in ("0.0.0.0", "::"):
         hosts += [f"{n}:{cfg.port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
-    app = create_app(
-        state_dir,
-        roots=cfg.roots,
-        auth=cfg.auth,
-        lease_timeout=cfg.lease_timeout,
-        cache_shards=cfg.cache_shards,
-        allowed_hosts=hosts,
-        metrics_no_auth=cfg.metrics_no_auth,
-        build_workers=default_build_workers() if cfg.build_workers is None else cfg.build_workers,
-    )
-    st = app.state.serve
-    st.drain_timeout = float(cfg.drain_timeout)  # leases sized so that a SIGTERM's drain ends
-    for name, path in cfg.datasets.items():
-        st.register(path, name=name)
-    key = app.state.initial_admin_key
-    scheme = "https" if cfg.ssl_certfile else "http"
-    echo(
-        f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots "
-        f"{', '.join(cfg.roots)}, "
-        f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
-    )
-    if key:
-        _show_initial_key(key, state_dir, echo)
-    _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
+    return hosts
+
+
+def _fast_parts(cfg: ServeConfig) -> dict[str, Any]:
+    """uvicorn's ``loop``/``http`` options for uvloop and httptools where they are installed
+    (httptools behind the bounds of :mod:`datamill.serve.http.limits`)."""
     fast: dict[str, Any] = {}
     for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
         try:
@@ -345,30 +380,18 @@ def serve(
             fast[opt] = val
         except ImportError:
             pass
-    if "http" in fast:  # httptools behind the bounds of datamill.serve.http.limits
+    if "http" in fast:
         from datamill.serve.http.limits import guarded_http
 
         fast["http"] = guarded_http(cfg.forwarded_allow_ips)
-    proxy: dict[str, Any] = {"proxy_headers": False}
+    return fast
+
+
+def _proxy_options(cfg: ServeConfig) -> dict[str, Any]:
+    """uvicorn's proxy-header options: trusted only from ``forwarded_allow_ips``."""
     if cfg.forwarded_allow_ips:
-        proxy = {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
-    config = uvicorn.Config(
-        app,
-        host=cfg.host,
-        port=int(cfg.port),
-        log_config=logging_cfg,
-        log_level=cfg.log_level,
-        access_log=cfg.log_level in ("debug", "info"),
-        ssl_certfile=cfg.ssl_certfile,
-        ssl_keyfile=cfg.ssl_keyfile,
-        timeout_graceful_shutdown=5,
-        **proxy,
-        **fast,
-        timeout_keep_alive=75,
-    )  # above a proxy's or client's idle time: no close/send race
-    server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
-    server.run()
-    event("stopped", drained=server.drained, leases_left=server.leases_left)
+        return {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
+    return {"proxy_headers": False}
 
 
 INITIAL_KEY_FILE = "initial-admin-key"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from datamill.core.errors import ConfigError
@@ -126,7 +126,6 @@ def one(journal: Journal, it_id: str, *, stale_after: float = STALE_AFTER) -> di
     return rows[0] if rows else None
 
 
-# long (66 lines): one SQL query assembled from the filters, then its rows turned into dicts
 def page(
     journal: Journal,
     *,
@@ -159,15 +158,7 @@ def page(
         raise ConfigError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
     if not 1 <= int(limit) <= MAX_PAGE:
         raise ConfigError(f"limit must be in 1..{MAX_PAGE}, got {limit}")
-    start = (1 << 62) if newest_first else 0
-    if after is not None:
-        found = journal._exec("SELECT rowid FROM iterations WHERE id = ?", (after,))
-        if not found:
-            raise ConfigError(
-                f"after={after!r} is not an iteration id",
-                hint="pass the `next` of the previous page",
-            )
-        start = int(found[0][0])
+    start = _page_start(journal, after, newest_first=newest_first)
     where = ["i.rowid < :start" if newest_first else "i.rowid > :start"]
     args: dict[str, Any] = {
         "start": start,
@@ -202,30 +193,44 @@ def page(
     )
     with journal._lock:
         raw = journal._db.execute(sql, args).fetchall()
-    rows = []
-    for r in raw[:limit]:
-        cfg = json.loads(r[3])
-        begin = r[8] if r[8] is not None else r[4]
-        end = r[9] if r[9] is not None else r[13]
-        rows.append(
-            {
-                "id": r[0],
-                "key": r[1],
-                "epoch": r[2],
-                "dataset": cfg["dataset"],
-                "mode": cfg.get("mode"),
-                "status": r[7],
-                "started": begin,
-                "ended": end,
-                "duration_s": None if end is None else round(end - begin, 3),
-                "last_seen": r[10] if r[10] is not None else r[4],
-                "clients_seen": int(r[11]),
-                "total": r[5],
-                "done": int(r[12]) + int(r[6] or 0),
-                "config": {k: v for k, v in cfg.items() if k != "base_done"},
-            }
-        )
+    rows = [_page_row(r) for r in raw[:limit]]
     return rows, (rows[-1]["id"] if len(raw) > limit else None)
+
+
+def _page_start(journal: Journal, after: str | None, *, newest_first: bool) -> int:
+    """The rowid a page starts past: ``after``'s, else before the first (or after the last)."""
+    if after is None:
+        return (1 << 62) if newest_first else 0
+    found = journal._exec("SELECT rowid FROM iterations WHERE id = ?", (after,))
+    if not found:
+        raise ConfigError(
+            f"after={after!r} is not an iteration id",
+            hint="pass the `next` of the previous page",
+        )
+    return int(found[0][0])
+
+
+def _page_row(r: Sequence[Any]) -> dict[str, Any]:
+    """One row of :func:`page`'s query as the iteration's dict."""
+    cfg = json.loads(r[3])
+    begin = r[8] if r[8] is not None else r[4]
+    end = r[9] if r[9] is not None else r[13]
+    return {
+        "id": r[0],
+        "key": r[1],
+        "epoch": r[2],
+        "dataset": cfg["dataset"],
+        "mode": cfg.get("mode"),
+        "status": r[7],
+        "started": begin,
+        "ended": end,
+        "duration_s": None if end is None else round(end - begin, 3),
+        "last_seen": r[10] if r[10] is not None else r[4],
+        "clients_seen": int(r[11]),
+        "total": r[5],
+        "done": int(r[12]) + int(r[6] or 0),
+        "config": {k: v for k, v in cfg.items() if k != "base_done"},
+    }
 
 
 def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list[str]:

@@ -12,10 +12,8 @@ Both answer from the iteration's run record (:mod:`datamill.serve.data.trace`) t
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Annotated, Any
 
-import jinja2
 import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
@@ -26,18 +24,10 @@ from datamill.serve.data.trace import iteration_record
 from datamill.serve.http.access import Reader, ScopedIteration, State, check_dataset
 from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.server import NotFoundError, ServeState
-from datamill.serve.ui.session import CSRF_FIELD
+from datamill.serve.ui.render import render
 
 __all__ = ["router"]
 
-HERE = Path(__file__).resolve().parent
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(HERE / "templates"),
-    autoescape=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_ENV.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else ("" if v is None else str(v))
 MAX_SHOWN_COLUMNS = 6
 MAX_CELL = 80
 _CACHE_SIZE = 16
@@ -47,18 +37,9 @@ _tracers: dict[tuple[str, int], Tracer] = {}
 _lock = threading.Lock()
 
 
-def _render(
-    request: Request, name: str, who: Any, *, status: int = 200, **ctx: Any
-) -> HTMLResponse:
-    html = _ENV.get_template(name).render(
-        who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx
-    )
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
-
-
 def _error(request: Request, who: Any, exc: DatamillError) -> HTMLResponse:
     code = 404 if isinstance(exc, NotFoundError) else 400
-    return _render(
+    return render(
         request, "error.html", who, status=code, error=exc.one_line(), kind=type(exc).__name__
     )
 
@@ -121,7 +102,7 @@ def step_page(
             ]
     except DatamillError as exc:
         return _error(request, who, exc)
-    return _render(
+    return render(
         request,
         "lineage_step.html",
         who,
@@ -182,6 +163,6 @@ def sample_page(
                     )
     except DatamillError as exc:
         return _error(request, who, exc)
-    return _render(
+    return render(
         request, "lineage_sample.html", who, d=ds, uid=uid, sample=sample, label=label, hits=found
     )

@@ -152,23 +152,7 @@ def iterations_page(
         after=after or None,
         limit=limit,
     )
-    out = []
-    for r in rows:
-        live = state._iterations.get(r["id"])
-        p = (
-            live.progress()
-            if live is not None
-            else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
-        )
-        out.append(
-            {
-                **r,
-                "name": r["key"],
-                "dataset": names.get(r["dataset"], "?"),
-                "p": p,
-                "elapsed": (r["ended"] if r["ended"] is not None else time.time()) - r["started"],
-            }
-        )
+    out = [_listed(state, r, names) for r in rows]
     query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
     keep = urllib.parse.urlencode({k: v for k, v in query.items() if v})
     return _render(
@@ -183,6 +167,24 @@ def iterations_page(
         keep=keep,
         page_sizes=PAGE_SIZES,
     )
+
+
+def _listed(state: Any, r: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """An iteration's row of the list: its name, its dataset's name, its progress (live when it
+    runs in this server) and its elapsed time."""
+    live = state._iterations.get(r["id"])
+    p = (
+        live.progress()
+        if live is not None
+        else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
+    )
+    return {
+        **r,
+        "name": r["key"],
+        "dataset": names.get(r["dataset"], "?"),
+        "p": p,
+        "elapsed": (r["ended"] if r["ended"] is not None else time.time()) - r["started"],
+    }
 
 
 def _matching(

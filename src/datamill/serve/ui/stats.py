@@ -169,38 +169,46 @@ def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
         or pa.types.is_boolean(t)
         or pa.types.is_dictionary(t)
     ):
-        vc = pc.value_counts(valid)
-        if len(vc):
-            counts = vc.field("counts").to_numpy()
-            order = np.argsort(-counts, kind="stable")[:TOP]
-            values = vc.field("values").take(pa.array(order)).to_pylist()
-            out["top"] = [
-                {"value": _plain(v), "count": int(counts[i])} for v, i in zip(values, order)
-            ]
-    data: np.ndarray[Any, Any] | None = None
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        data = np.asarray(valid.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    elif (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-    ):
-        data = np.asarray(
-            pc.binary_length(valid)
-            if not (pa.types.is_list(t) or pa.types.is_large_list(t))
-            else pc.list_value_length(valid)
-        ).astype(np.float64)
-        out["of"] = "length"
+        out["top"] = _top_values(valid)
+    data, out["of"] = _histogram_data(valid)
     if data is not None and len(data):
         data = data[np.isfinite(data)]
     if data is not None and len(data):
-        lo, hi = float(data.min()), float(data.max())
-        counts, edges = np.histogram(
-            data, bins=BINS if hi > lo else 1, range=(lo, hi if hi > lo else lo + 1)
-        )
-        out["histogram"] = {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]}
+        out["histogram"] = _histogram(data)
     return out
+
+
+def _top_values(valid: pa.Array) -> list[dict[str, Any]]:
+    """The :data:`TOP` most common values with their counts (ties in first-seen order)."""
+    vc = pc.value_counts(valid)
+    if not len(vc):
+        return []
+    counts = vc.field("counts").to_numpy()
+    order = np.argsort(-counts, kind="stable")[:TOP]
+    values = vc.field("values").take(pa.array(order)).to_pylist()
+    return [{"value": _plain(v), "count": int(counts[i])} for v, i in zip(values, order)]
+
+
+def _histogram_data(valid: pa.Array) -> tuple[np.ndarray[Any, Any] | None, str]:
+    """What the histogram counts and of what: numbers their ``"value"``, binary values and lists
+    their ``"length"`` (``None``: no histogram)."""
+    t = valid.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return np.asarray(valid.cast(pa.float64()).to_numpy(zero_copy_only=False)), "value"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return np.asarray(pc.list_value_length(valid)).astype(np.float64), "length"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return np.asarray(pc.binary_length(valid)).astype(np.float64), "length"
+    return None, "value"
+
+
+def _histogram(data: np.ndarray[Any, Any]) -> dict[str, list[Any]]:
+    """:data:`BINS` equal bins over the values' range (one bin when they are all equal)."""
+    lo, hi = float(data.min()), float(data.max())
+    counts, edges = np.histogram(
+        data, bins=BINS if hi > lo else 1, range=(lo, hi if hi > lo else lo + 1)
+    )
+    return {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]}
 
 
 @dataclass
