@@ -331,6 +331,19 @@ def seeds(ws: Workspace) -> dict[tuple[str, ...], list[list[str]]]:
             ],
             [p("outputs/ds"), "--fail"],
         ],
+        ("tokenize",): [
+            [
+                p("inputs/raw.txt"),
+                "--train-vocab",
+                "300",
+                "--out",
+                p("fresh_dir"),
+                "--workers",
+                "1",
+                "--eos",
+                "</s>",
+            ],
+        ],
         ("plan",): [
             [
                 p("outputs/ds"),

@@ -135,12 +135,19 @@ class _FailingFS:
     def __init__(self, inner: pafs.FileSystem, bad: str) -> None:
         self.inner, self.bad = inner, bad
 
-    def open_input_stream(self, path: str) -> Any:
+    def _check(self, path: str) -> None:
         if path == self.bad:
             raise OSError(
                 f"When reading information for key '{path}': AWS Error NETWORK_CONNECTION"
             )
+
+    def open_input_stream(self, path: str) -> Any:
+        self._check(path)
         return self.inner.open_input_stream(path)
+
+    def open_input_file(self, path: str) -> Any:  # the shard cache's whole-object GET
+        self._check(path)
+        return self.inner.open_input_file(path)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

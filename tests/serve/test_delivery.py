@@ -289,13 +289,16 @@ def _start_limited(root: Path, state: Path, port: int, fsize: int) -> subprocess
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
+    # drain_timeout 0: leases as large as asked (a drain-sized first lease holds 16 batches)
+    config = state.parent / "serve-no-drain.yaml"
+    config.write_text(f"roots: [{json.dumps(str(root))}]\ndrain_timeout: 0\n", encoding="utf-8")
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "datamill.cli",
             "serve",
-            str(root),
+            str(config),
             "--port",
             str(port),
             "--state",

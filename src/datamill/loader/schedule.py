@@ -78,7 +78,7 @@ class Schedule:
                 f"interpolation must be 'constant' or 'linear', got {interpolation!r}"
             )
         self.interpolation: Interpolation = interpolation
-        self.names = [str(n) for n in pts[0][1]]
+        self.names: list[str] = []  # point 0's, once _point has checked its shape
         self.steps: list[int] = []
         self._w: list[list[Fraction]] = []
         for k, item in enumerate(pts):
@@ -98,6 +98,8 @@ class Schedule:
         """
         if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[1], Mapping):
             raise ConfigError(f"Schedule point {k} must be (step, {{name: weight}}), got {item!r}")
+        if k == 0:
+            self.names = [str(n) for n in item[1]]
         step = check_int(item[0], name=f"Schedule point {k}'s step", low=0, high=None)
         if (k == 0 and step != 0) or (self.steps and step <= self.steps[-1]):
             raise ConfigError(
