@@ -5,7 +5,9 @@ an append."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,23 @@ def test_a_table_on_s3_reads_through_the_cache_and_resumes_its_pinned_version(
     resumed = Loader(pinned, 8, seed=9)
     resumed.load_state_dict(state)
     assert_same_items(list(resumed), tail, "tail after resuming on S3")
+
+
+def test_lance_fragments_mirrored_from_s3_by_several_readers_at_once(
+    s3: dict[str, str], tmp_path: Path
+) -> None:
+    """Regression: the shard readers fetch fragments at once, and each first fetch links the
+    version's manifest too: two threads renamed one temporary name (FileNotFoundError)."""
+    t = _writer("lance", s3, tmp_path)
+    for i in range(6):
+        t.write(rows(i * 10, (i + 1) * 10))
+    src = open_source(f"lance+{t.path}", cache_dir=tmp_path / "cache")
+    barrier = threading.Barrier(6)
+
+    def read(k: int) -> pa.Table:
+        barrier.wait(timeout=30)
+        return src.read_shard(k)
+
+    with ThreadPoolExecutor(6) as pool:
+        tables = list(pool.map(read, range(6)))
+    assert sorted(pa.concat_tables(tables)["uid"].to_pylist()) == list(range(60))

@@ -78,3 +78,43 @@ def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
                 assert pinned_version(record.json()) == (kind, src.version)
     finally:
         stop(proc)
+
+
+def test_a_table_folder_is_registered_as_its_current_version(tmp_path: Path) -> None:
+    """Registering the folder pins the version it has then: rows appended later are not served,
+    by the server's own build or by a direct client, and the dataset's path names the version."""
+    root = tmp_path / "root"
+    pinned = {}
+    for kind in ("delta", "iceberg", "lance"):
+        t = build(kind, root / kind)
+        pinned[kind] = (t, _version_file(kind, t))
+    state = tmp_path / "state"
+    admin, read = make_key(state, "admin"), make_key(state, "read")
+    port = free_port()
+    proc = start_server(root, state, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with Client(url, admin) as c:
+            for kind in pinned:
+                folder = Path(pinned[kind][0].path)
+                ds = c.register(
+                    str(folder.relative_to(root)), name=kind, client_location=str(folder)
+                )
+                assert ds["path"] == str(pinned[kind][1].relative_to(root))
+                assert ds["num_samples"] == 60
+                again = c.register(str(folder.relative_to(root)), name=kind)
+                assert again["path"] == ds["path"]  # the same version again
+        for kind, (t, path) in pinned.items():
+            t.write(rows(60, 70))  # appended after the registration: not served
+            want = list(Loader(open_source(path), 16, seed=4))
+            for transport in ("built", "direct"):
+                loader = RemoteLoader(
+                    url, read, kind, batch_size=16, seed=4, name=f"{kind}-{transport}",
+                    transport=transport,
+                )  # fmt: skip
+                got = list(loader)
+                assert len(got) == len(want) == 4
+                for a, b in zip(got, want):
+                    _same(a, b)
+    finally:
+        stop(proc)

@@ -237,17 +237,28 @@ class ServeState:
         """Register the dataset at ``path`` (under a root) as ``name``; idempotent for the same
         path.
 
+        A Delta, Iceberg or Lance table folder is registered as the file of its current version
+        (:func:`~datamill.tables.registry.pin_table_folder`), so every process reads that version.
+
         ``client_location`` (a path every client node sees, or ``s3://...``) allows direct mode:
         clients are told it and build their batches themselves. Registering again may add or change
         it.
         """
+        from datamill.core.storage import scheme_of
         from datamill.serve.data.direct import check_location
         from datamill.sources import open_source
+        from datamill.tables.registry import pin_table_folder
 
         check_name(name, what="dataset name")
         if client_location is not None:
             check_location(client_location)
         real = self.resolve(path)
+        pinned = pin_table_folder(real)  # a table folder: the version it has now
+        if pinned is not None:
+            if client_location is not None and not scheme_of(client_location).remote:
+                # the same table seen from the clients: the same version file inside it
+                client_location = str(Path(client_location) / pinned.relative_to(real))
+            real = pinned
         for ds in self._rows():
             if ds["name"] == name:
                 if ds["path"] != str(real):

@@ -15,6 +15,7 @@ dataset's layout (``<cache>/lance/<hash of the URL>/``). Lance files are never r
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,8 @@ class LanceSource(SchemaColumns):
             copy = fetch_input(f"{self.location}/{rel}", cache_dir=self._mirror.parent / "files")
             self.fetched += 1
             link.parent.mkdir(parents=True, exist_ok=True)
-            tmp = link.with_name(f".{link.name}.{os.getpid()}.partial")
+            # one name per thread: the shard readers fetch fragments (and the manifest) at once
+            tmp = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}.partial")
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(copy)
             os.replace(tmp, link)

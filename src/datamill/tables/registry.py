@@ -19,7 +19,7 @@ from typing import Any
 from datamill.core.source import Source, register_source, register_url_source
 from datamill.tables.common import TABLE_KINDS, lance_version_of, parse_table_url
 
-__all__ = ["lance_version_of", "open_table", "open_table_url"]
+__all__ = ["lance_version_of", "open_table", "open_table_url", "pin_table_folder"]
 
 
 def _is_delta_version(p: Path) -> bool:
@@ -92,3 +92,37 @@ def _marker(p: Path) -> bool:
 register_source("table", marker=_marker, opener=open_table, priority=10)
 for _kind in TABLE_KINDS:
     register_url_source(_kind, opener=open_table_url)
+
+
+def pin_table_folder(path: Path) -> Path | None:
+    """The file that pins the current version of the local table folder ``path`` (Delta: its
+    newest ``_delta_log/N.json``; Lance: its newest ``_versions/*.manifest``; Iceberg: its newest
+    ``metadata/*.metadata.json``), or ``None`` when ``path`` is not a table folder (a version file
+    is pinned already). ``datamill serve`` registers this file, so the server, its build workers
+    and direct clients all read one version however the table changes after registration.
+
+    Examples:
+        >>> import tempfile, deltalake, pyarrow as pa
+        >>> path = Path(tempfile.mkdtemp())
+        >>> deltalake.write_deltalake(path, pa.table({"x": [1]}))
+        >>> deltalake.write_deltalake(path, pa.table({"x": [2]}), mode="append")
+        >>> pin_table_folder(path).name
+        '00000000000000000001.json'
+        >>> pin_table_folder(path / "_delta_log" / "00000000000000000001.json") is None
+        True
+    """
+    if not path.is_dir():
+        return None
+    if (path / "_delta_log").is_dir():
+        logs = [p for p in (path / "_delta_log").glob("*.json") if _is_delta_version(p)]
+        return max(logs, key=lambda p: int(p.stem)) if logs else None
+    if (path / "_versions").is_dir():
+        manifests = [p for p in (path / "_versions").glob("*.manifest") if _is_lance_version(p)]
+        return max(manifests, key=lance_version_of) if manifests else None
+    if _is_iceberg_table(path):
+        from datamill.core.storage import filesystem_for
+        from datamill.tables.iceberg import latest_metadata
+
+        fs, root = filesystem_for(os.fspath(path))
+        return Path(latest_metadata(os.fspath(path), fs, root))
+    return None
