@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.serve._proc import env, free_port
+from tests.serve._proc import env
 
 pytestmark = [pytest.mark.server, pytest.mark.torch]
 
@@ -25,10 +25,9 @@ def _torchrun(source: str, server: dict[str, Any], out: Path) -> None:
         "torch.distributed.run",
         "--nproc-per-node",
         "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
+        # torchrun picks a free loopback port itself (a port chosen here could be taken before
+        # torchrun binds it: EADDRINUSE seen once in CI)
+        "--standalone",
         DDP,
         source,
         server["url"],

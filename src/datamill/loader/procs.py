@@ -483,17 +483,28 @@ class ProcessBuilds:
         try:
             return tuple(h.conn.recv())
         except (EOFError, OSError):
-            try:
-                h.proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                pass
-            what = "starting" if batch is None else f"building batch {batch} of epoch {epoch}"
-            raise WorkerError(
-                f"loader worker process {h.index} of {self.processes} (pid {h.pid}) exited with "
-                f"code {h.proc.returncode} while {what}",
-                hint="a worker was killed (kill -9, out of memory?): create the Loader again and "
-                "resume from its last state_dict()",
-            ) from None
+            raise self._died(h, batch, epoch) from None
+
+    def _send(self, h: _Handle, msg: tuple[Any, ...], batch: int, epoch: int) -> None:
+        """``msg`` to worker ``h``; a worker gone (a broken pipe) is its :class:`WorkerError`."""
+        try:
+            h.conn.send(msg)
+        except OSError:
+            raise self._died(h, batch, epoch) from None
+
+    def _died(self, h: _Handle, batch: int | None, epoch: int | None) -> WorkerError:
+        """The located error of worker ``h``, which exited (its exit code waited for a second)."""
+        try:
+            h.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        what = "starting" if batch is None else f"building batch {batch} of epoch {epoch}"
+        return WorkerError(
+            f"loader worker process {h.index} of {self.processes} (pid {h.pid}) exited with "
+            f"code {h.proc.returncode} while {what}",
+            hint="a worker was killed (kill -9, out of memory?): create the Loader again and "
+            "resume from its last state_dict()",
+        )
 
     def build(
         self,
@@ -512,9 +523,17 @@ class ProcessBuilds:
         self._gen += 1
         gen, todo, n = self._gen, [int(b) for b in batches], len(self._handles)
         for w, h in enumerate(self._handles):
-            h.conn.send(
-                ("build", gen, int(epoch), int(rank), todo[w::n], world_size, elastic, replication)
+            msg = (
+                "build",
+                gen,
+                int(epoch),
+                int(rank),
+                todo[w::n],
+                world_size,
+                elastic,
+                replication,
             )
+            self._send(h, msg, todo[w] if w < len(todo) else -1, int(epoch))
         done = False
         try:
             for i, b in enumerate(todo):
@@ -534,7 +553,7 @@ class ProcessBuilds:
             msg = self._recv(h, batch, epoch)
             if msg[1] != gen:  # an abandoned build's: free its slot
                 if msg[0] == "batch" and msg[3] is not None:
-                    h.conn.send(("free", msg[3]))
+                    self._send(h, ("free", msg[3]), batch, epoch)
                 continue
             if msg[0] == "error":
                 raise msg[2]
@@ -546,7 +565,7 @@ class ProcessBuilds:
             n, size = data
             buf = pa.allocate_buffer(n)
             pa.FixedSizeBufferWriter(buf).write(pa.py_buffer(h.mapping(slot, size))[:n])
-            h.conn.send(("free", slot))
+            self._send(h, ("free", slot), batch, epoch)
         has_output, read, filtered, failed, yielded, shards, in_memory, peak = meta
         table = None if layout is not None else pa.ipc.open_stream(buf).read_all()
         output: Any
