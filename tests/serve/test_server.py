@@ -232,9 +232,10 @@ def _kill_clients_test(server: dict[str, Any], tmp_path: Path, mode: str) -> Non
     )
     assert _tiles(done, total)
     uids = Counter(u for log in logs for batch in read_log(log) for u in batch)
-    assert set(uids) == set(
-        range(N)
-    )  # everything delivered; repeats only from the killed processes' open leases
+    # everything delivered but the one batch in doubt per killed client: a batch is acknowledged
+    # as it is handed to the loop, and a process killed before it logged that batch loses it from
+    # its log (docs/serving-delivery.md); repeats only from the killed processes' open leases
+    assert len(set(range(N)) - set(uids)) <= 2 * 40 and set(uids) <= set(range(N))
     repeats = sum(c - 1 for c in uids.values())
     assert repeats <= 2 * (opts["lease_size"] * 3 + 1) * 40
 
