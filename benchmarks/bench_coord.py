@@ -131,7 +131,7 @@ def run(
     """One timed run of ``clients`` processes against a fresh dynamic iteration."""
     import numpy as np
 
-    from datamill.serve import Client
+    from datamill.client import Client
 
     with Client(url, key or None) as client:
         info = client.iteration(
@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 proc = _start(root, state, port, auth=args.auth, src=src)
                 url = f"http://127.0.0.1:{port}"
                 servers[name] = (url, proc, key)
-                from datamill.serve import Client
+                from datamill.client import Client
 
                 with Client(url, key or None) as client:
                     client.register("dataset", name="bench", client_location=location)

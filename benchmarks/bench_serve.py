@@ -70,7 +70,7 @@ SRC = HERE.parent / "src"
 CLIENT = """
 import json, os, sys, time
 import numpy as np
-from datamill.serve import RemoteLoader
+from datamill.client import RemoteLoader
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
@@ -252,7 +252,7 @@ def _server(
     state = root / f"state-{build_workers}-{time.time_ns()}"
     server = _start_server(root, state, port, build_workers=build_workers)
     try:
-        from datamill.serve import Client
+        from datamill.client import Client
 
         url = f"http://127.0.0.1:{port}"
         with Client(url) as client:

@@ -99,7 +99,7 @@ def main() -> int:
     args = p.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from datamill.serve import Client, RemoteLoader
+    from datamill.client import Client, RemoteLoader
     from datamill.serve.http.auth import create_key
     from datamill.serve.journal.store import Journal
 

@@ -44,7 +44,7 @@ def upload(root: str, bucket: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    from datamill.serve import Client
+    from datamill.client import Client
 
     cmd, *args = argv
     if cmd == "wait":

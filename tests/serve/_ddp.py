@@ -12,8 +12,8 @@ def main(argv: list[str]) -> None:
     import torch
     import torch.distributed as dist
 
+    from datamill.client.torch import RemoteTorchDataset
     from datamill.loader import Loader
-    from datamill.serve.torch import RemoteTorchDataset
     from datamill.sources import open_source
 
     source, url, key, root, out = argv

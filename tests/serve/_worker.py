@@ -10,7 +10,7 @@ import time
 
 
 def main(argv: list[str]) -> None:
-    from datamill.serve import RemoteLoader
+    from datamill.client import RemoteLoader
 
     url, key, dataset, log, raw = argv
     opts = json.loads(raw)

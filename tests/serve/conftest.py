@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.serve import Client
+from datamill.client import Client
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, make_key, start_server, stop
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from datamill.serve import Client, RemoteError, RemoteLoader
+from datamill.client import Client, RemoteError, RemoteLoader
 from tests.serve._proc import env, make_key
 
 pytestmark = pytest.mark.server

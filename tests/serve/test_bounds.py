@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from datamill.serve import Client
+from datamill.client import Client
 
 pytestmark = pytest.mark.server
 

@@ -77,7 +77,7 @@ def test_first_start_prints_a_one_time_admin_key_and_iterate_runs(
         assert "admin\tactive\t" in out and key.split(".")[1] not in out
         url = f"http://127.0.0.1:{port}"
         code = (
-            "import sys; from datamill.serve import Client; Client(sys.argv[1], "
+            "import sys; from datamill.client import Client; Client(sys.argv[1], "
             "sys.argv[2]).register('ds', name='ds')"
         )
         reg = subprocess.run(

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from datamill.serve.client import Http
+from datamill.client.http import Http
 
 pytestmark = pytest.mark.server
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from datamill.serve import Client
+from datamill.client import Client
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop
 from tests.serve._proxy import black_hole_proxy
@@ -116,8 +116,8 @@ def test_a_client_cut_off_for_three_lease_timeouts_repeats_at_most_one_batch(
 
 
 def test_ack_window_below_one_is_refused() -> None:
+    from datamill.client import RemoteLoader
     from datamill.core.errors import ConfigError
-    from datamill.serve import RemoteLoader
 
     with pytest.raises(ConfigError, match="ack_window >= 1"):
         RemoteLoader("http://127.0.0.1:1", None, "ds", batch_size=8, ack_window=0)
@@ -126,8 +126,8 @@ def test_ack_window_below_one_is_refused() -> None:
 def test_a_client_cut_off_past_reconnect_s_raises_instead_of_yielding(
     proxied: dict[str, Any],
 ) -> None:
-    from datamill.serve import RemoteLoader
-    from datamill.serve.client import RemoteError
+    from datamill.client import RemoteLoader
+    from datamill.client.http import RemoteError
 
     with black_hole_proxy(proxied["port"]) as proxy:
         loader = RemoteLoader(

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from datamill.client import Client, RemoteLoader
+from datamill.client.http import Http
 from datamill.loader import Loader
-from datamill.serve import Client, RemoteLoader
-from datamill.serve.client import Http
 from datamill.sources import open_source
 from tests.serve._proc import env, free_port, make_key, read_log, start_worker, stop
 from tests.serve.conftest import N

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from datamill.client import Client, RemoteLoader
+from datamill.client.http import RemoteError
 from datamill.core.errors import ConfigError
-from datamill.serve import Client, RemoteLoader
-from datamill.serve.client import RemoteError
 from datamill.serve.http.run import ServeConfig, load_config
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import env, free_port, make_key, start_server, stop

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+from datamill.client import Client, RemoteLoader
+from datamill.client.http import RemoteError
 from datamill.loader import Loader
-from datamill.serve import Client, RemoteLoader
-from datamill.serve.client import RemoteError
 from datamill.serve.server import ServeState
 from datamill.sources import open_source
 from tests.serve._proc import (
@@ -113,10 +113,10 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
             for k in a:
                 assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
         if epoch == 0:  # epoch 1's plan was made in the background during epoch 0
-            assert loader._planner is not None
-            loader._planner.join(30)
-            assert loader._direct is not None
-            assert any(k[0] == 1 for k in loader._direct[1]._plans)
+            assert loader._direct is not None and loader._direct._planner is not None
+            loader._direct._planner.join(30)
+            assert loader._direct._service is not None
+            assert any(k[0] == 1 for k in loader._direct._service[1]._plans)
 
 
 @pytest.mark.parametrize("acks_go_through", [True, False])
@@ -126,7 +126,7 @@ def test_a_static_epoch_ends_when_its_last_acks_are_journaled(
     """A static client whose loop took the rank's last batch ends the epoch as soon as one request
     has journaled its last acks; when that request fails, it waits for the server's end of epoch as
     before. Either way the server records every batch done, once."""
-    from datamill.serve.feed import LeaseFeed
+    from datamill.client.feed import LeaseFeed
 
     if not acks_go_through:
         monkeypatch.setattr(LeaseFeed, "flush_all", lambda self: False)

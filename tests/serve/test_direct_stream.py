@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.source import TableSource
-from datamill.serve.data.direct import RunStream, build_runs, service_for
+from datamill.loader.runs import RunStream, build_runs, service_for
 from datamill.serve.server import to_ipc
 from datamill.sources import open_source
 

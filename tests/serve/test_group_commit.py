@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from datamill.client import Client
 from datamill.core.errors import ResumeStateError
-from datamill.serve import Client
 from datamill.serve.server import ServeState
 from tests.serve._proc import free_port, start_server, stop
 

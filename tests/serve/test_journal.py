@@ -170,7 +170,7 @@ def test_backup_of_a_running_server_restores_keys_iterations_and_acks(tmp_path: 
 
 
 def test_a_restored_journal_serves(tmp_path: Path, server: dict[str, Any]) -> None:
-    from datamill.serve import Client
+    from datamill.client import Client
 
     with Client(server["url"], server["read"]) as c:
         live = [

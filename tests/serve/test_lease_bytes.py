@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.serve import Client, RemoteLoader
-from datamill.serve.remote import LEASE_BYTES
+from datamill.client import Client, RemoteLoader
+from datamill.client.options import LEASE_BYTES
 from datamill.serve.server import LEASE_SIZES, ServeState, auto_lease_size, row_bytes
 from datamill.shards import ShardsetDataset
 from datamill.sources import open_source

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from datamill.serve import RemoteLoader
+from datamill.client import RemoteLoader
 from tests.serve._browser import chromium, login
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]

@@ -28,9 +28,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from datamill.client import Client, RemoteLoader
+from datamill.client.http import RemoteError
 from datamill.core.errors import ConfigError
-from datamill.serve import Client, RemoteLoader
-from datamill.serve.client import RemoteError
 from datamill.serve.http.app import create_app
 from datamill.serve.http.run import serve
 from datamill.shards.dataset import ShardsetDataset

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.serve import Client
+from datamill.client import Client
 from datamill.serve.observe.logs import WAIT_NOTE, JsonFormatter, TextFormatter
 from datamill.serve.protocol.iteration import DRAIN_FIRST_LEASE, drain_cap
 from datamill.shards.dataset import ShardsetDataset

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from datamill.client import Client, RemoteLoader
 from datamill.loader import Loader
 from datamill.loader.collate import collate_numpy
-from datamill.serve import Client, RemoteLoader
 from datamill.shards.dataset import ShardsetDataset
 from datamill.sources import open_source
 

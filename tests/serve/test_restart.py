@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from datamill.serve import Client
+from datamill.client import Client
 from tests.serve._proc import (
     assert_once_after_kills,
     free_port,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from datamill.client import RemoteLoader
 from datamill.core.errors import ResumeStateError
-from datamill.serve import RemoteLoader
 from datamill.serve.server import ServeState
 
 from .conftest import N

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from datamill.client import Client, RemoteLoader
 from datamill.loader import Loader
-from datamill.serve import Client, RemoteLoader
 from datamill.sources import open_source
 from tests.serve._proc import read_log, start_worker, stop
 

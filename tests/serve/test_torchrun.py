@@ -60,7 +60,7 @@ def test_torchrun_two_ranks_get_the_in_process_loaders_samples_per_rank(
 
 def test_dataloader_workers_split_a_rank_by_slot_exactly_once(server: dict[str, Any]) -> None:
     torch = pytest.importorskip("torch")
-    from datamill.serve.torch import RemoteTorchDataset
+    from datamill.client.torch import RemoteTorchDataset
 
     uids: list[int] = []
     ds = RemoteTorchDataset(

@@ -18,11 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from datamill.client import Client, RemoteLoader
+from datamill.client.http import Http, RemoteError
 from datamill.core.errors import ConfigError
 from datamill.lineage.trace import Tracer
 from datamill.loader import Loader
-from datamill.serve import Client, RemoteLoader
-from datamill.serve.client import Http, RemoteError
 from datamill.shards.dataset import ShardsetDataset
 from datamill.sources import open_source
 from tests.serve._proc import env, read_log, start_worker, stop

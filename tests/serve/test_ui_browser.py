@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from datamill.client import Client
 from datamill.core.io import read_table
-from datamill.serve import Client
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datamill.client import Client, RemoteLoader
 from datamill.core.io import read_table
-from datamill.serve import Client, RemoteLoader
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._proc import free_port, make_key, start_server, stop

@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datamill.client import Client, RemoteLoader
 from datamill.core.io import read_table
 from datamill.preprocessing.api import preprocess
-from datamill.serve import Client, RemoteLoader
 from datamill.serve.journal.store import DB_NAME
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, login, need_chromium

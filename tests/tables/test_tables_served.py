@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from datamill.client import Client, RemoteLoader
 from datamill.loader import Loader
-from datamill.serve import Client, RemoteLoader
 from datamill.sources import open_source
 from datamill.tables import pinned_version
 from tests.serve._proc import free_port, make_key, start_server, stop

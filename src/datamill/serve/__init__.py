@@ -1,11 +1,12 @@
 """``datamill serve``: one server feeding many training processes over HTTP, exactly once.
 
-* the server: :func:`serve` (``datamill serve ROOT``), :func:`~datamill.serve.http.app.create_app`
-(the
-  FastAPI app; needs the ``serve`` extra), state in SQLite under its state folder;
-* the client side (stdlib only): :class:`Client` (datasets, iterations, progress, keys) and
-  :class:`RemoteLoader` (the Loader's batches over HTTP); the torch adapter is in
-  :mod:`datamill.serve.torch`.
+:func:`serve` (``datamill serve ROOT``) and :func:`~datamill.serve.http.app.create_app` (the
+FastAPI app; needs the ``serve`` extra), state in SQLite under its state folder, in folders by
+layer: ``protocol/`` (the lease state machine), ``journal/``, ``http/`` (routes, auth, bounds),
+``data/`` (build workers, direct mode), ``observe/`` and ``ui/``.
+
+The client side (:class:`~datamill.client.Client`, :class:`~datamill.client.RemoteLoader`, the
+torch adapter) is the package :mod:`datamill.client`.
 
 Importing this package imports neither fastapi nor torch.
 """
@@ -14,11 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from datamill.serve.client import Client, RemoteError
 from datamill.serve.http.run import serve
-from datamill.serve.remote import RemoteLoader
 
-__all__ = ["Client", "RemoteError", "RemoteLoader", "create_app", "serve"]
+__all__ = ["create_app", "serve"]
 assert sorted(__all__) == __all__
 
 

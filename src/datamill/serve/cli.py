@@ -307,7 +307,7 @@ def run_iterate(
         RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a
             request.
     """
-    from datamill.serve.remote import RemoteLoader
+    from datamill.client import RemoteLoader
 
     key = key if key is not None else os.environ.get("DATAMILL_KEY")
     loader = RemoteLoader(

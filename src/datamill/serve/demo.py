@@ -16,7 +16,7 @@ __all__ = ["run"]
 
 _CLIENT = """
 import sys
-from datamill.serve import RemoteLoader
+from datamill.client import RemoteLoader
 url, key, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
 loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=16, seed=0, rank=rank, world_size=2,
                       name="demo", columns=["id", "label"], lease_size=2)
@@ -62,7 +62,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def run(data_dir: Path, work_dir: Path) -> None:
     """Start a server on a free loopback port, register cifar10_tiny, iterate it from 2 processes,
     stop."""
-    from datamill.serve import Client
+    from datamill.client import Client
     from datamill.shards.dataset import ShardsetDataset
     from datamill.shards.demo import cifar_tables
 

@@ -30,7 +30,8 @@ from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
 from datamill.loader import BatchService
-from datamill.serve.data.direct import ClientLocations, as_batches, service_for, unit_runs
+from datamill.loader.runs import as_batches, service_for
+from datamill.serve.data.direct import ClientLocations, unit_runs
 from datamill.serve.http.auth import KeyStore
 from datamill.serve.journal.leases import (
     GroupCommit,

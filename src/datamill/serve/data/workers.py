@@ -14,7 +14,7 @@ lease and the worker two.
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
 the same shuffle window, hit the same worker's cache. A worker follows each static rank it serves
-with one build over its next leases (:class:`~datamill.serve.data.direct.RunStream` with a horizon
+with one build over its next leases (:class:`~datamill.loader.runs.RunStream` with a horizon
 of 4
 leases), so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a
 thread of the worker) while the lease it just built is sent: a client's next request finds its lease
@@ -101,7 +101,7 @@ def _init(
             daemon=True,
         )
         watch.start()
-    import datamill.serve.data.direct
+    import datamill.loader.runs
     import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
 
 
@@ -121,7 +121,7 @@ def _probe() -> tuple[int, int] | None:
 
 def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
     """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
-    from datamill.serve.data.direct import as_batches
+    from datamill.loader.runs import as_batches
 
     batches = as_batches(list(stream.batches(runs)))
     sink = pa.BufferOutputStream()
@@ -228,7 +228,7 @@ def _drain() -> None:
 def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
     """The RunStream of ``skey`` (created when new; the least recently used beyond
     :data:`_MAX_ITERATIONS` closed); call with no build ahead running."""
-    from datamill.serve.data.direct import RunStream
+    from datamill.loader.runs import RunStream
 
     stream = _STREAMS.pop(skey, None)
     if stream is not None and skey in _BROKEN:  # a build ahead failed in it
@@ -260,7 +260,7 @@ def _build(
     """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it. The
     rank's next :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while
     this one is sent (a static rank's leases come in order); one thread at a time uses a stream."""
-    from datamill.serve.data.direct import service_for
+    from datamill.loader.runs import service_for
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])

@@ -38,7 +38,7 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.data.direct import format_runs
+from datamill.core.wire import format_runs
 from datamill.serve.http.routes.models import AckIn, HeartbeatIn
 from datamill.serve.journal.leases import RETRY_AFTER_S, UnavailableError
 from datamill.serve.protocol.iteration import Iteration

@@ -31,75 +31,19 @@ from typing import Any
 
 import pyarrow as pa
 
+from datamill.client.direct import DirectBuilds
+from datamill.client.feed import END, HeldLease, LeaseFeed, ack_ranges
+from datamill.client.http import Client, Http
+from datamill.client.options import DIRECT_CACHE_LIMIT, check_transport, lease_args
 from datamill.core.errors import ConfigError, ResumeStateError
+from datamill.core.wire import SESSION_HEADER
 from datamill.loader.collate import resolve_collate
 from datamill.loader.collate_lease import collate_numpy_batches, collate_torch_batches
-from datamill.serve.client import Client, Http
-from datamill.serve.data.direct import TRANSPORTS, RunStream, close_iterator
-from datamill.serve.feed import (
-    ACK_FLUSH_S,
-    END,
-    SESSION_HEADER,
-    HeldLease,
-    LeaseFeed,
-    ack_ranges,
-)
+from datamill.loader.runs import close_iterator
 
-__all__ = [
-    "ACK_FLUSH_S",
-    "DIRECT_CACHE_LIMIT",
-    "DIRECT_LEASE_SIZE",
-    "LEASE_BYTES",
-    "LEASE_SIZE",
-    "SERVE_STATE_FORMAT",
-    "RemoteLoader",
-    "default_lease_size",
-]
-
-DIRECT_CACHE_LIMIT = 8 << 30
-"""Bytes of ``s3://`` shards a direct-mode client keeps in its local cache at most (8 GiB)."""
+__all__ = ["SERVE_STATE_FORMAT", "RemoteLoader"]
 
 SERVE_STATE_FORMAT = "datamill.serve/1"
-LEASE_SIZE = 64
-"""Batches per lease of a direct-mode iteration by default. A lease round trip (a journal commit on
-the server) costs about what building 10-20k samples does; the next lease is built by the client
-while this one is consumed, so a lease must carry more work than a round trip. Each lease's batches
-are held in memory (``prefetch`` + 1 leases): lower it for large samples."""
-DIRECT_LEASE_SIZE = LEASE_SIZE
-"""The direct-mode default, :data:`LEASE_SIZE` (kept for code that imports it)."""
-LEASE_BYTES = 8 << 20
-"""Bytes per lease a server-built iteration is sized for by default (8 MiB): the server picks
-16-256 batches from the dataset's stored bytes per sample (64 when it cannot tell). A server-built
-lease's round trip (the journal commit, the lease's bytes handed from a build worker to the HTTP
-process and sent) costs the server and the client per lease, whatever the lease holds: small rows
-take 256 batches a lease, large ones (images) 16, so a client holds ``prefetch`` + 1 leases of
-about 8 MiB either way."""
-
-
-def default_lease_size(transport: str) -> int | None:
-    """Batches per lease when the loader creates the iteration and ``lease_size`` is not given:
-    :data:`LEASE_SIZE` in direct mode; ``None`` in server-built mode (the server sizes leases to
-    :data:`LEASE_BYTES`).
-
-    Examples:
-        >>> default_lease_size("built"), default_lease_size("direct")
-        (None, 64)
-    """
-    if transport not in TRANSPORTS:
-        raise ConfigError(
-            f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
-        )
-    return LEASE_SIZE if transport == "direct" else None
-
-
-def _lease_args(transport: str, lease_size: int | None) -> dict[str, int | None]:
-    """The iteration's ``lease_size`` and ``lease_bytes`` when the loader creates it: the size
-    given, else :func:`default_lease_size` (server-built: leases of :data:`LEASE_BYTES`)."""
-    if lease_size is not None:
-        return {"lease_size": lease_size, "lease_bytes": None}
-    size = default_lease_size(transport)
-    return {"lease_size": size, "lease_bytes": LEASE_BYTES if size is None else None}
-
 
 _LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
     "numpy": collate_numpy_batches,
@@ -113,10 +57,7 @@ def _check_args(
     transport: str, rank: int, world: int, prefetch: int, window: int, slot: int, slots: int
 ) -> None:
     """Refuse a ``RemoteLoader``'s invalid arguments with a :class:`ConfigError`."""
-    if transport not in TRANSPORTS:
-        raise ConfigError(
-            f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}"
-        )
+    check_transport(transport)
     if not 0 <= rank < world:
         raise ConfigError(f"rank must be in [0, world_size={world}), got {rank}")
     if prefetch < 1 or window < 1 or not 0 <= slot < slots:
@@ -158,10 +99,11 @@ class RemoteLoader:
         prefetch: leases fetched ahead (1 or 2 is plenty). Defaults to ``2``.
         shuffle: as for the Loader. Defaults to ``True``.
         lease_size: batches per lease when this call creates the iteration. Defaults to ``None``:
-            in server-built mode leases of about :data:`LEASE_BYTES` (8 MiB: 16 to 256 batches,
-            from the dataset's bytes per sample), in direct mode :data:`LEASE_SIZE` (``64``), so
-            that a lease carries more work than the round trip for the next one (``prefetch`` + 1
-            leases are held).
+            in server-built mode leases of about
+            :data:`~datamill.client.options.LEASE_BYTES` (8 MiB: 16 to 256 batches, from the
+            dataset's bytes per sample), in direct mode :data:`~datamill.client.options.LEASE_SIZE`
+            (``64``), so that a lease carries more work than the round trip for the next one
+            (``prefetch`` + 1 leases are held).
         lease_timeout: lease lifetime without heartbeat, seconds (server default when ``None``).
         slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
         slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
@@ -179,7 +121,7 @@ class RemoteLoader:
         cache_dir: direct mode over ``s3://``: the local shard cache folder. Defaults to ``None``
             (:func:`~datamill.core.objstore.default_cache_dir`).
         cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults
-            to :data:`DIRECT_CACHE_LIMIT`.
+            to :data:`~datamill.client.options.DIRECT_CACHE_LIMIT`.
         ack_window: batches handed to the loop whose acknowledgements may be unanswered at once:
             the batches a client cut off from the server may have trained on that the server
             hands to another client (see ``docs/serving-delivery.md``). Defaults to ``1`` (the
@@ -232,7 +174,7 @@ class RemoteLoader:
             "mode": mode,
             "world_size": world_size,
             "name": name,
-            **_lease_args(transport, lease_size),
+            **lease_args(transport, lease_size),
             "lease_timeout": lease_timeout,
         }
         self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
@@ -244,10 +186,12 @@ class RemoteLoader:
         self._values_only = isinstance(collate, str) and collate in ("numpy", "torch")
         self.lease_collate = _LEASE_COLLATE.get(collate) if isinstance(collate, str) else None
         self.on_commit = on_commit
-        self.transport, self.cache_dir, self.cache_limit = transport, cache_dir, int(cache_limit)
-        self._direct: tuple[str, Any] | None = None  # (service key, BatchService) of direct mode
-        self._stream: RunStream | None = None  # direct mode: this epoch's builds
-        self._planner: threading.Thread | None = None  # direct mode: plans the next epoch
+        self.transport = transport
+        self._direct = (
+            DirectBuilds(cache_dir=cache_dir, cache_limit=cache_limit)
+            if transport == "direct"
+            else None
+        )
         self._cfg: dict[str, Any] = {}
         self.client_id = _client_id()
         self.session = secrets.token_hex(16)
@@ -402,8 +346,8 @@ class RemoteLoader:
             self._queue_total = int(info["queues"][0 if self.mode == "dynamic" else self.rank])
             timeout = float(info["config"]["lease_timeout"])
             self._cfg = dict(info["config"])
-            if self.transport == "direct":
-                self._direct_service(client)
+            if self._direct is not None:
+                self._direct.open(client, self._cfg)
         finally:
             client.close()
         self._in_epoch = True
@@ -412,67 +356,15 @@ class RemoteLoader:
         self.epoch += 1
         self._consumed = 0
 
-    def _direct_service(self, client: Client) -> Any:
-        """The batch service this loader builds with in direct mode (opened once per dataset and
-        order)."""
-        from datamill.core.fingerprint import fingerprint_obj
-        from datamill.core.objstore import is_remote
-        from datamill.serve.data.direct import service_for
-        from datamill.sources import open_source
-
-        cfg = self._cfg
-        key = fingerprint_obj(
-            [
-                cfg[k]
-                for k in (
-                    "dataset",
-                    "batch_size",
-                    "seed",
-                    "shuffle",
-                    "columns",
-                    "drop_last",
-                    "window",
-                    "plan_world",
-                )
-            ]
-        )
-        if self._direct is None or self._direct[0] != key:
-            location = client.location(str(cfg["dataset"]))
-            if is_remote(location):
-                source = open_source(
-                    location, cache_dir=self.cache_dir, cache_limit=self.cache_limit
-                )
-            else:
-                source = open_source(location)
-            if self._direct is not None:
-                self._direct[1].close()
-            self._direct = (key, service_for(source, cfg, ranks=1))
-        return self._direct[1]
-
-    def _direct_tables(self, lease: HeldLease) -> Iterator[pa.Table]:
-        """A direct lease's batches, built here as the loop asks for them, as the server builds them
-        (one contiguous record batch each, of the lease's first batch's schema; for a numpy or torch
-        collate only the schema matters)."""
-        from datamill.serve.data.direct import as_table, parse_runs
-
-        assert self._stream is not None
-        schema = None
-        for table in self._stream.batches(parse_runs(lease.runs)):
-            schema = table.schema if schema is None else schema
-            if not self._values_only or not table.schema.equals(schema):
-                table = as_table(table, schema)
-            yield table
-
     def _run(self, it_id: str, lease_timeout: float) -> Iterator[Any]:
         """The epoch's batches, from the leases the background threads fetch."""
-        if self.transport == "direct":
-            assert self._direct is not None
-            self._stream = RunStream(self._direct[1], self._cfg, follow=self.mode == "static")
+        if self._direct is not None:
+            self._direct.start_epoch(self._cfg, follow=self.mode == "static")
         feed = LeaseFeed(
-            self, it_id, lease_timeout, direct=self._stream is not None, ack_window=self.ack_window
+            self, it_id, lease_timeout, direct=self._direct is not None, ack_window=self.ack_window
         )
         feed.start()
-        planned = self._stream is None
+        planned = self._direct is None
         try:
             while True:
                 t0 = time.perf_counter()
@@ -490,9 +382,8 @@ class RemoteLoader:
                     return
         finally:
             feed.close()
-            if self._stream is not None:
-                self._stream.close()
-                self._stream = None
+            if self._direct is not None:
+                self._direct.end_epoch()
 
     def _rank_done(self) -> bool:
         """Static mode: every batch of the rank was yielded (here or by a predecessor) and the loop
@@ -504,23 +395,12 @@ class RemoteLoader:
         return self.mode == "static" and total is not None and consumed >= total
 
     def _plan_next_epoch(self) -> None:
-        """Direct static mode: this rank's plan of the next epoch, computed by a background thread
-        while this epoch runs (the batch service keeps two epochs' plans), so that the next epoch's
-        first batch does not wait for it (the in-process Loader plans when its epoch starts)."""
-        assert self._direct is not None
-        svc, world = self._direct[1], int(self._cfg["plan_world"])
-        if self.mode != "static" or world != int(self.iter_args["world_size"]):
+        """Direct static mode: this rank's plan of the next epoch, computed in the background while
+        this epoch runs."""
+        world = int(self._cfg["plan_world"])
+        if self._direct is None or self.mode != "static" or world != self.iter_args["world_size"]:
             return
-        epoch, rank = int(self._cfg["epoch"]) + 1, self.rank
-
-        def plan() -> None:
-            try:
-                svc.plan(epoch, rank, world)
-            except Exception:  # noqa: BLE001 - the next epoch plans again, and raises there
-                return
-
-        self._planner = threading.Thread(target=plan, name="datamill-plan-ahead", daemon=True)
-        self._planner.start()
+        self._direct.plan_ahead(int(self._cfg["epoch"]) + 1, self.rank, world)
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
@@ -531,8 +411,9 @@ class RemoteLoader:
             if self.mode == "static" and lease.done_before > self._consumed:
                 self._yielded.update(range(self._consumed, lease.done_before))
             self._consumed = max(self._consumed, lease.done_before)
-        if self._stream is not None:
-            tables, collate = self._direct_tables(lease), self.collate_fn
+        if self._direct is not None:
+            tables = self._direct.tables(lease.runs, values_only=self._values_only)
+            collate = self.collate_fn
         else:  # server-built: per-batch tables, or batches collated with the lease
             tables, collate = iter(lease.batches), _same if lease.collated else self.collate_fn
         try:

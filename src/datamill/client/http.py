@@ -1,6 +1,6 @@
 """The client side of ``datamill serve``: stdlib ``http.client`` keep-alive, JSON control plane.
 
-:class:`Client` manages datasets, iterations and keys; :class:`~datamill.serve.remote.RemoteLoader`
+:class:`Client` manages datasets, iterations and keys; :class:`~datamill.client.RemoteLoader`
 iterates. Measured on loopback, ``http.client`` costs about a third of httpx's CPU per request,
 which is why neither imports a third-party HTTP library.
 """

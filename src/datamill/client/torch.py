@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from datamill.client.loader import RemoteLoader
 from datamill.core.optional import require
-from datamill.serve.remote import RemoteLoader
 
 torch = require("torch", extra="torch")
 from torch.utils.data import IterableDataset, get_worker_info

@@ -1,11 +1,11 @@
-"""The background threads of one :class:`~datamill.serve.remote.RemoteLoader` epoch.
+"""The background threads of one :class:`~datamill.client.RemoteLoader` epoch.
 
 * **fetch**: asks for the next lease (the consumed batches' acks ride on the request) and keeps
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
   server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying;
   for a numpy or torch collate, collated here for the whole lease at once, column by column, while
   the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
-  as the loop asks, see :class:`~datamill.serve.data.direct.RunStream`).
+  as the loop asks, see :class:`~datamill.loader.runs.RunStream`).
 * **ack**: sends each batch's acknowledgement as soon as the loop is handed the batch (one request,
   one journal transaction, for whatever is pending), so that it is in flight while the loop trains
   on the batch; retried every :data:`ACK_FLUSH_S` seconds until the server answers.
@@ -33,23 +33,21 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from datamill.serve.client import Http, RemoteError, Response
+from datamill.client.http import Http, RemoteError, Response
+from datamill.core.wire import SESSION_HEADER, TTL_HEADER
 
-__all__ = ["ACK_FLUSH_S", "END", "SESSION_HEADER", "HeldLease", "LeaseFeed", "ack_ranges"]
+__all__ = ["ACK_FLUSH_S", "END", "HeldLease", "LeaseFeed", "ack_ranges"]
 
 ACK_FLUSH_S = 0.05
 """Seconds between two tries of the ack thread while acknowledgements are pending and unanswered
 (each is sent at once when the loop is handed its batch)."""
-TTL_HEADER = "x-datamill-lease-ttl"
-"""A lease reply's lifetime in seconds, when the server sends it (else the iteration's
-``lease_timeout``)."""
-SESSION_HEADER = "X-Datamill-Session"
+_TTL = TTL_HEADER.lower()  # a reply's headers are read lower-cased
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
 
 
 class FeedOwner(Protocol):
-    """What a :class:`LeaseFeed` uses of its :class:`~datamill.serve.remote.RemoteLoader` (a
+    """What a :class:`LeaseFeed` uses of its :class:`~datamill.client.RemoteLoader` (a
     Protocol, so this module does not import the loader that imports it)."""
 
     url: str
@@ -346,7 +344,7 @@ class LeaseFeed:
             int(h.get("x-datamill-done", "0")),
             h.get("x-datamill-runs", ""),
             collated=not self.direct and collate is not None,
-            ttl=float(h[TTL_HEADER]) if TTL_HEADER in h else None,
+            ttl=float(h[_TTL]) if _TTL in h else None,
         )
 
     def _short_timeout(self) -> float:

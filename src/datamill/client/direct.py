@@ -1,0 +1,111 @@
+"""Direct mode on the client: the batch service a :class:`~datamill.client.RemoteLoader` builds
+with, from the location the server gives for the dataset, and the epoch's builds.
+
+A direct lease carries only its runs (``X-Datamill-Runs``); this process builds the batches with
+the same :class:`~datamill.loader.BatchService` settings the server would use
+(:func:`~datamill.loader.runs.service_for`), one continuous build per plan rank
+(:class:`~datamill.loader.runs.RunStream`), so they are the server-built batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from datamill.client.http import Client
+from datamill.core.wire import parse_runs
+from datamill.loader.runs import RunStream, as_table, service_for
+
+__all__ = ["DirectBuilds"]
+
+_ORDER = (
+    "dataset",
+    "batch_size",
+    "seed",
+    "shuffle",
+    "columns",
+    "drop_last",
+    "window",
+    "plan_world",
+)
+"""The iteration config's keys that decide the batch service (one is opened per distinct value)."""
+
+
+class DirectBuilds:
+    """A direct client's batch service (opened once per dataset and order) and its epoch's builds.
+
+    Args:
+        cache_dir: ``s3://`` locations: the local shard cache folder (``None``: the default).
+        cache_limit: ``s3://`` locations: bytes the local shard cache keeps at most.
+    """
+
+    def __init__(self, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int) -> None:
+        self.cache_dir, self.cache_limit = cache_dir, int(cache_limit)
+        self._service: tuple[str, Any] | None = None  # (config key, BatchService)
+        self.stream: RunStream | None = None  # this epoch's builds
+        self._planner: threading.Thread | None = None  # plans the next epoch
+
+    def open(self, client: Client, cfg: Mapping[str, Any]) -> Any:
+        """The batch service of the iteration ``cfg`` (the dataset's location asked of ``client``
+        when the dataset or the order changed)."""
+        from datamill.core.fingerprint import fingerprint_obj
+        from datamill.core.objstore import is_remote
+        from datamill.sources import open_source
+
+        key = fingerprint_obj([cfg[k] for k in _ORDER])
+        if self._service is None or self._service[0] != key:
+            location = client.location(str(cfg["dataset"]))
+            if is_remote(location):
+                source = open_source(
+                    location, cache_dir=self.cache_dir, cache_limit=self.cache_limit
+                )
+            else:
+                source = open_source(location)
+            if self._service is not None:
+                self._service[1].close()
+            self._service = (key, service_for(source, cfg, ranks=1))
+        return self._service[1]
+
+    def start_epoch(self, cfg: Mapping[str, Any], *, follow: bool) -> None:
+        """Builds of the epoch of ``cfg`` start (``follow``: a static rank's leases continue one
+        build)."""
+        assert self._service is not None
+        self.stream = RunStream(self._service[1], cfg, follow=follow)
+
+    def end_epoch(self) -> None:
+        """Stop the epoch's builds (their shards are released)."""
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+
+    def tables(self, runs: str, *, values_only: bool) -> Iterator[pa.Table]:
+        """A direct lease's batches (its ``X-Datamill-Runs`` value), built here as the loop asks for
+        them, as the server builds them (one contiguous record batch each, of the lease's first
+        batch's schema; with ``values_only``, a numpy or torch collate, only the schema matters)."""
+        assert self.stream is not None
+        schema = None
+        for table in self.stream.batches(parse_runs(runs)):
+            schema = table.schema if schema is None else schema
+            if not values_only or not table.schema.equals(schema):
+                table = as_table(table, schema)
+            yield table
+
+    def plan_ahead(self, epoch: int, rank: int, world: int) -> None:
+        """Plan rank ``rank``'s epoch ``epoch`` in a background thread while this epoch runs (the
+        batch service keeps two epochs' plans), so that its first batch does not wait for it (the
+        in-process Loader plans when its epoch starts)."""
+        assert self._service is not None
+        svc = self._service[1]
+
+        def plan() -> None:
+            try:
+                svc.plan(epoch, rank, world)
+            except Exception:  # noqa: BLE001 - the next epoch plans again, and raises there
+                return
+
+        self._planner = threading.Thread(target=plan, name="datamill-plan-ahead", daemon=True)
+        self._planner.start()

@@ -1,0 +1,307 @@
+"""A lease's batches, built with a :class:`~datamill.loader.BatchService` the same way wherever
+they are built: by a server's build worker (``datamill serve``, server-built leases) or by a
+direct-mode client (:mod:`datamill.client`), so that both hand out byte-identical batches.
+
+A lease's units are runs ``(plan rank, first batch, stop batch)`` of one plan rank's batches
+(:func:`datamill.core.wire.parse_runs`); :func:`service_for` opens the batch service of an
+iteration's config, :class:`RunStream` keeps one continuous build per plan rank across leases, and
+:func:`as_batch` cuts every batch into one contiguous record batch whose Arrow IPC bytes do not
+depend on where it was sliced from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from datamill.loader.accounting import BatchResult
+from datamill.loader.service import BatchService
+
+__all__ = [
+    "RunStream",
+    "as_batch",
+    "as_batches",
+    "as_table",
+    "build_runs",
+    "close_iterator",
+    "service_for",
+]
+
+_SLICED: dict[pa.DataType, bool] = {}  # type -> _sliced_children(type), asked once per type
+_MAX_SLICED = 1024
+
+
+def _sliced_children(typ: pa.DataType) -> bool:
+    """Whether an array of ``typ`` shares a variable-size buffer or child with its slices (strings,
+    binaries, lists): how such a slice is written to Arrow IPC depends on where it was cut from,
+    not only on its values. Remembered per type (asked for every column of every batch)."""
+    known = _SLICED.get(typ)
+    if known is None:
+        if len(_SLICED) >= _MAX_SLICED:
+            _SLICED.clear()
+        known = _SLICED[typ] = _sliced_type(typ)
+    return known
+
+
+def _sliced_type(typ: pa.DataType) -> bool:
+    if (
+        pat.is_list(typ)
+        or pat.is_large_list(typ)
+        or pat.is_map(typ)
+        or pat.is_string(typ)
+        or pat.is_large_string(typ)
+        or pat.is_binary(typ)
+        or pat.is_large_binary(typ)
+        or pat.is_dictionary(typ)
+    ):
+        return True
+    if pat.is_struct(typ) or pat.is_fixed_size_list(typ):
+        return any(_sliced_type(typ.field(i).type) for i in range(typ.num_fields))
+    return False
+
+
+def _canonical(arr: pa.Array) -> bool:
+    """Whether ``arr``'s Arrow IPC bytes depend only on its values: a fixed-width array of a
+    multiple of 64 rows (a slice of another length is written with its neighbours' bytes as
+    padding)."""
+    return len(arr) % 64 == 0 and not _sliced_children(arr.type)
+
+
+_LAST_SCHEMA: list[tuple[pa.Schema | None, bool]] = [(None, True)]  # [(schema, its answer)]
+
+
+def _sliced_schema(schema: pa.Schema) -> bool:
+    """Whether a column of ``schema`` has a type of :func:`_sliced_children` (the last schema asked
+    about is remembered: a lease's batches share theirs)."""
+    last = _LAST_SCHEMA[0]
+    if last[0] is not schema:
+        last = _LAST_SCHEMA[0] = (schema, any(_sliced_children(t) for t in schema.types))
+    return last[1]
+
+
+def _whole(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch | None:
+    """The table's one record batch when it is already what :func:`as_batch` makes (``schema``,
+    one chunk per column, each :func:`_canonical`), else ``None``: checked per table, not per
+    column (a direct client asks for every batch)."""
+    if (
+        table.num_rows % 64
+        or not table.schema.equals(schema, check_metadata=True)
+        or _sliced_schema(schema)
+    ):
+        return None
+    batches = table.to_batches()
+    return batches[0] if len(batches) == 1 else None
+
+
+def _column(col: pa.ChunkedArray) -> pa.Array:
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return arr if _canonical(arr) else pa.concat_arrays([arr])
+
+
+def as_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    """A table as one contiguous record batch of ``schema`` (cast when it differs).
+
+    Columns of strings, binaries or lists, and columns whose length is not a multiple of 64, are
+    copied into their own buffers, so that the batch's Arrow IPC bytes are the same however it was
+    sliced (a direct client's or a build worker's builds are cut from other blocks than a build per
+    lease).
+
+    Examples:
+        >>> def ipc(batch: pa.RecordBatch) -> bytes:
+        ...     sink = pa.BufferOutputStream()
+        ...     with pa.ipc.new_stream(sink, batch.schema) as writer:
+        ...         writer.write_batch(batch)
+        ...     return sink.getvalue().to_pybytes()
+        >>> t = pa.table({"ids": [[1], [2, 3], [4, 5, 6], [7]]})
+        >>> small = pa.table({"ids": [[1], [2, 3]]})
+        >>> ipc(as_batch(t.slice(0, 2), t.schema)) == ipc(as_batch(small, t.schema))
+        True
+    """
+    whole = _whole(table, schema)
+    if whole is not None:
+        return whole
+    t = table.cast(schema) if table.schema != schema else table
+    return pa.RecordBatch.from_arrays([_column(c) for c in t.columns], schema=schema)
+
+
+def as_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table of one chunk per column and ``schema``: what :func:`as_batch` gives, as a table.
+
+    Examples:
+        >>> t = pa.table({"x": list(range(128))})
+        >>> as_table(t, t.schema).equals(t)
+        True
+        >>> as_table(pa.concat_tables([t, t]), t.schema).column(0).num_chunks
+        1
+    """
+    return pa.Table.from_batches([as_batch(table, schema)])
+
+
+def as_batches(tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
+    """Tables as record batches of the first one's schema, one contiguous batch per table (what goes
+    into a lease's Arrow IPC stream, so that direct and server-built batches are the same)."""
+    schema = tables[0].schema
+    return [as_batch(t, schema) for t in tables]
+
+
+def service_for(
+    source: Any,
+    cfg: Mapping[str, Any],
+    *,
+    cache_shards: int | None = None,
+    ranks: int | None = None,
+) -> BatchService:
+    """The batch service of an iteration's config (the one the server builds with,
+    ``collate="arrow"``).
+
+    ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
+    (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
+    window ahead (``prefetch``: the window's shard count), so that a direct client's or a build
+    worker's gathers seldom wait for a read; the batches are the same.
+    """
+    svc = BatchService(
+        source,
+        batch_size=int(cfg["batch_size"]),
+        seed=int(cfg["seed"]),
+        shuffle=bool(cfg["shuffle"]),
+        window=cfg["window"],
+        drop_last=bool(cfg["drop_last"]),
+        columns=cfg["columns"],
+        collate="arrow",
+        cache_shards=cache_shards,
+    )
+    # read a shuffle window of shards ahead (the in-process Loader's default is 2): the next
+    # window's shards are read while this one is gathered from, instead of when its first batch
+    # needs them all
+    changes: dict[str, Any] = {"prefetch": max(svc.prefetch, svc.window)}
+    if cache_shards is None:
+        served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
+        changes["cache_shards"] = 2 * svc.window * served
+    return svc.replace(**changes)
+
+
+def build_runs(
+    svc: BatchService, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]]
+) -> list[pa.Table]:
+    """The batches of a lease's runs, as the server builds them."""
+    tables: list[pa.Table] = []
+    for r, a, b in runs:
+        tables.extend(
+            res.output
+            for res in svc.build_samples(
+                int(cfg["epoch"]), r, list(range(a, b)), world_size=int(cfg["plan_world"])
+            )
+        )
+    return tables
+
+
+class RunStream:
+    """A direct client's builds: one continuous build per plan rank, as the in-process Loader's.
+
+    Building each lease on its own starts a build per lease: its shards are read when it starts
+    (nothing was read ahead) and released when it ends. A client of a static iteration receives its
+    rank's batches in order, lease after lease, so this keeps **one** build of the plan rank running
+    from the first batch leased to the rank's end and takes each lease's batches from it, one at a
+    time as the training loop asks: shards are read ahead across leases, exactly as the in-process
+    Loader reads them (the same :meth:`BatchService.build <datamill.loader.BatchService.build>`, the
+    same bytes, built in the consuming thread or the service's ``num_workers`` threads). A lease
+    that does not continue the stream (a re-issued lease, a resumed rank, another slot's turn)
+    restarts it there. In dynamic mode (``follow=False``) a client's leases are not consecutive:
+    each is built alone, without the epoch's plan (as :func:`build_runs`).
+
+    A server's build worker follows the ranks it serves with ``horizon`` (a build covers the next
+    ``horizon`` batches, without the rank's plan, so memory stays O(shards + horizon)) and at most
+    ``streams`` builds open.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> svc = service_for(TableSource(pa.table({"x": list(range(20))}), shard_size=5),
+        ...                   {"batch_size": 4, "seed": 1, "shuffle": True, "window": None,
+        ...                    "drop_last": False, "columns": None})
+        >>> cfg = {"epoch": 0, "plan_world": 2}
+        >>> stream = RunStream(svc, cfg)
+        >>> got = [*stream.batches([(1, 0, 2)]), *stream.batches([(1, 2, 3)])]
+        >>> want = build_runs(svc, cfg, [(1, 0, 3)])
+        >>> [t["x"].to_pylist() for t in got] == [t["x"].to_pylist() for t in want]
+        True
+        >>> stream.restarts
+        1
+        >>> ahead = RunStream(svc, cfg, horizon=2)
+        >>> got = [*ahead.batches([(1, 0, 2)]), *ahead.batches([(1, 2, 3)])]
+        >>> [t["x"].to_pylist() for t in got] == [t["x"].to_pylist() for t in want], ahead.restarts
+        (True, 2)
+        >>> stream.close(); ahead.close()
+    """
+
+    def __init__(
+        self,
+        svc: BatchService,
+        cfg: Mapping[str, Any],
+        *,
+        follow: bool = True,
+        horizon: int | None = None,
+        streams: int = 2,
+    ) -> None:
+        self.svc, self.cfg, self.follow = svc, cfg, follow
+        self.horizon, self.max_streams = horizon, max(1, int(streams))
+        self.epoch, self.world = int(cfg["epoch"]), int(cfg["plan_world"])
+        # plan rank -> (next batch, stop batch, its build's results)
+        self._streams: dict[int, tuple[int, int, Iterator[BatchResult]]] = {}
+        self.restarts = 0  # builds started (the first one included)
+
+    def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[pa.Table]:
+        """The batches of a lease's runs, in order, each built when it is asked for."""
+        for r, a, b in runs:
+            if not self.follow:
+                alone = self.svc.build_samples(self.epoch, r, range(a, b), world_size=self.world)
+                try:
+                    yield from (res.output for res in alone)
+                finally:
+                    alone.close()
+                continue
+            for batch in range(a, b):
+                stop, results = self._at(r, batch)
+                res = next(results)
+                self._streams[r] = (batch + 1, stop, results)
+                yield res.output
+
+    def _at(self, rank: int, batch: int) -> tuple[int, Iterator[BatchResult]]:
+        """The build of plan rank ``rank`` whose next batch is ``batch`` (started there if need
+        be), with the batch it stops at."""
+        current = self._streams.pop(rank, None)
+        if current is not None and current[0] == batch < current[1]:
+            self._streams[rank] = current
+            return current[1], current[2]
+        if current is not None:
+            close_iterator(current[2])
+        while len(self._streams) >= self.max_streams:  # the least recently used build stops
+            close_iterator(self._streams.pop(next(iter(self._streams)))[2])
+        total = self.svc.num_batches(self.epoch, rank, self.world)
+        results: Iterator[BatchResult]
+        if self.horizon is None:  # to the rank's end, with the rank's plan (the Loader's way)
+            stop = total
+            results = self.svc.build(self.epoch, rank, range(batch, stop), world_size=self.world)
+        else:  # the next ``horizon`` batches, without the rank's plan (memory O(horizon))
+            stop = min(total, batch + self.horizon)
+            results = self.svc.build_samples(
+                self.epoch, rank, range(batch, stop), world_size=self.world
+            )  # its results count from 0 (the build releases shards by that count: never renumber)
+        self._streams[rank] = (batch, stop, results)
+        self.restarts += 1
+        return stop, results
+
+    def close(self) -> None:
+        """Stop the open builds (their shards are released)."""
+        for *_, results in self._streams.values():
+            close_iterator(results)
+        self._streams.clear()
+
+
+def close_iterator(results: Iterator[Any]) -> None:
+    """Close a generator (releasing what it holds); other iterators have nothing to close."""
+    close = getattr(results, "close", None)
+    if close is not None:
+        close()
