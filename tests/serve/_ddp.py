@@ -12,7 +12,7 @@ def main(argv: list[str]) -> None:
     import torch
     import torch.distributed as dist
 
-    from datamill.loader import Loader
+    from datamill.loader import Batching, Loader
     from datamill.serve.torch import RemoteTorchDataset
     from datamill.sources import open_source
 
@@ -31,10 +31,12 @@ def main(argv: list[str]) -> None:
     else:
         data = Loader(
             open_source(os.path.join(root, "ds")),
+            kw["batch_size"],
+            seed=kw["seed"],
             rank=rank,
             world_size=world,
             collate="torch",
-            **kw,
+            batching=Batching(drop_last=True),
         )
     uids: list[int] = []
     for batch in data:  # type: ignore[attr-defined]

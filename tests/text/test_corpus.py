@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from datamill.cli import main
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.source import Source
+from datamill.loader import Batching
 from datamill.text import Corpus, CorpusSource, build_corpus, build_vocab
 
 
@@ -255,7 +256,7 @@ def test_loader_reads_corpus_source(tmp_path: Path) -> None:
 
     build_corpus([" ".join(f"w{i % 50}" for i in range(2000))], level="word", out=tmp_path / "c")
     src = CorpusSource(tmp_path / "c", num_steps=10, shard_size=64)
-    batches = list(Loader(src, 16, seed=1, drop_last=True))
+    batches = list(Loader(src, 16, seed=1, batching=Batching(drop_last=True)))
     assert len(batches) == 199 // 16
     for b in batches:
         x, y = np.asarray(b["x"]), np.asarray(b["y"])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from datamill.cli import main
 from datamill.core.errors import ConfigError, DataFileError, SchemaError
-from datamill.loader import Loader, Mix
+from datamill.loader import Batching, Loader, Mix
 from datamill.shards import ShardsetDataset
 from datamill.text import tokenize
 from datamill.text.tok_build import tokenizer_path
@@ -180,7 +180,9 @@ def test_loader_and_mix_read_the_output(tmp_path: Path, tok_file: Path) -> None:
     batch = next(iter(Loader(a.dataset(), 8, seed=0, collate="arrow")))
     assert batch.num_rows == 8 and set(batch.column_names) >= {"uid", "tokens", "length"}
     rows = [
-        r for bt in Loader(a.dataset(), 7, shuffle=False, collate="arrow") for r in bt.to_pylist()
+        r
+        for bt in Loader(a.dataset(), 7, collate="arrow", batching=Batching(shuffle=False))
+        for r in bt.to_pylist()
     ]
     assert [r["tokens"] for r in rows] == _reference(tok_file, DOCS)
     mix = Mix([(a.dataset(), 0.5), (b.dataset(), 0.5)], epoch_size=20, names=["a", "b"])

@@ -26,7 +26,7 @@ from datamill.core.cliargs import (
     cache_bytes,
     columns_of,
 )
-from datamill.loader.options import Workers
+from datamill.loader.options import Batching, Workers
 from datamill.loader.planner import RANKS_PER_NODE
 
 __all__ = ["register"]
@@ -115,12 +115,11 @@ def _cmd(args: argparse.Namespace) -> int:
     loader = Loader(
         source,
         args.batch_size,
-        shuffle=not args.no_shuffle,
         seed=args.seed,
         columns=cols,
         rank=args.rank,
         world_size=args.world_size,
-        drop_last=args.drop_last,
+        batching=Batching(shuffle=not args.no_shuffle, drop_last=args.drop_last),
         workers=Workers(threads=args.num_workers, progress=True),
     )
     if args.resume:
@@ -234,12 +233,9 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size,
         "world_size": args.world_size,
         "seed": args.seed,
-        "window": window,
-        "shuffle": not args.no_shuffle,
-        "drop_last": args.drop_last,
-        "prefetch": args.prefetch,
+        "batching": Batching(window=window, shuffle=not args.no_shuffle, drop_last=args.drop_last),
     }
-    probe = plan_run(sizes, **order)
+    probe = plan_run(sizes, **order, workers=Workers(prefetch=args.prefetch))
     first = probe.ranks[0]["reads"][0] if probe.ranks and probe.ranks[0]["reads"] else None
     speed = args.read_speed * 2**20 if args.read_speed else None
     if speed is None and first is not None:  # measure: read the first shard rank 0 needs
@@ -249,7 +245,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     plan = plan_run(
         sizes,
         **order,
-        num_workers=args.num_workers,
+        workers=Workers(threads=args.num_workers, prefetch=args.prefetch),
         epochs=args.epochs,
         shard_bytes=shard_bytes,
         cache_limit=cache_bytes(args.cache_limit),

@@ -13,6 +13,7 @@ own journal table, ``client_locations`` (dataset id -> location).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from datamill.core.errors import ConfigError
-from datamill.loader import BatchResult, BatchService
+from datamill.loader import Batching, BatchResult, BatchService
 
 if TYPE_CHECKING:
     from datamill.serve.journal.store import Journal
@@ -289,17 +290,22 @@ def service_for(
         source,
         batch_size=int(cfg["batch_size"]),
         seed=int(cfg["seed"]),
-        shuffle=bool(cfg["shuffle"]),
-        window=cfg["window"],
-        drop_last=bool(cfg["drop_last"]),
         columns=cfg["columns"],
         collate="arrow",
+        batching=Batching(
+            window=cfg["window"],
+            shuffle=bool(cfg["shuffle"]),
+            drop_last=bool(cfg["drop_last"]),
+            warmup=False,
+        ),
         cache_shards=cache_shards,
     )
     # read a shuffle window of shards ahead (the in-process Loader's default is 2): the next
     # window's shards are read while this one is gathered from, instead of when its first batch
     # needs them all
-    changes: dict[str, Any] = {"prefetch": max(svc.prefetch, svc.window)}
+    changes: dict[str, Any] = {
+        "workers": dataclasses.replace(svc.workers, prefetch=max(svc.workers.prefetch, svc.window))
+    }
     if cache_shards is None:
         served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
         changes["cache_shards"] = 2 * svc.window * served
