@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamill.loader import Batching, Workers
+from datamill.loader import Workers
 
 SHARDS = 100
 BATCH = 256
@@ -198,7 +198,7 @@ def warm_up(source: Any) -> None:
 
     from datamill.loader import Loader
 
-    it = iter(Loader(source, BATCH, seed=99, batching=Batching(shuffle=True)))
+    it = iter(Loader(source, BATCH, seed=99))
     next(it)
     it.close()
 
@@ -209,9 +209,7 @@ def run_datamill(source: Any, workers: int, *, step_s: float = 0.0) -> dict[str,
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        loader = Loader(
-            source, BATCH, seed=0, workers=Workers(threads=workers), batching=Batching(shuffle=True)
-        )
+        loader = Loader(source, BATCH, seed=0, workers=Workers(threads=workers))  # shuffled
         it = iter(loader)
         first = next(it)
         t_first = time.perf_counter() - t0

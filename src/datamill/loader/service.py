@@ -298,7 +298,15 @@ class BatchService:
             >>> svc.replace(workers=Workers(threads=2)).workers.threads
             2
         """
-        kept = ("batch_size", "seed", "columns", "batching", "workers", "cache_shards", "plan_epochs")
+        kept = (
+            "batch_size",
+            "seed",
+            "columns",
+            "batching",
+            "workers",
+            "cache_shards",
+            "plan_epochs",
+        )
         kwargs: dict[str, Any] = {k: getattr(self, k) for k in kept}
         kwargs.update({"collate": self.collate_fn, **changes})
         other = BatchService(kwargs.pop("source", self.source), **kwargs)

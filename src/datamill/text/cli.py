@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from datamill.text.corpus import build_corpus
+    from datamill.text.corpus import VocabLimits, build_corpus
 
     start = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -20,10 +20,12 @@ def _cmd(args: argparse.Namespace) -> int:
         extra = {"tokenizer": args.tokenizer, "vocab_size": args.vocab_size}
     else:
         extra = {
-            "min_freq": args.min_freq,
-            "max_size": args.max_size,
-            "reserved_tokens": args.reserved_tokens.split(",") if args.reserved_tokens else (),
-            "unk_token": args.unk_token,
+            "vocab": VocabLimits(
+                min_freq=args.min_freq,
+                max_size=args.max_size,
+                reserved_tokens=args.reserved_tokens.split(",") if args.reserved_tokens else (),
+                unk_token=args.unk_token,
+            )
         }
     corpus = build_corpus(
         args.textfile,

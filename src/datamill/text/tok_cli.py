@@ -11,21 +11,24 @@ __all__ = ["register"]
 
 def _cmd(args: argparse.Namespace) -> int:
     from datamill.text.tok_build import tokenize
+    from datamill.text.tok_read import ReadOptions
 
     res = tokenize(
         args.inputs,
         out=args.out,
         tokenizer=args.tokenizer,
         train_vocab=args.train_vocab,
-        text_field=args.text_field,
-        keep=[k for k in args.keep.split(",") if k] if args.keep else (),
-        text_unit=args.text_unit,
+        read=ReadOptions(
+            text_field=args.text_field,
+            keep=tuple(k for k in args.keep.split(",") if k) if args.keep else (),
+            text_unit=args.text_unit,
+            skip_bad=args.skip_bad,
+        ),
         bos=args.bos,
         eos=args.eos,
         workers=args.workers,
         engine=args.engine,
         address=args.address,
-        skip_bad=args.skip_bad,
         task_bytes=args.task_mb << 20 if args.task_mb else None,
         overwrite=args.overwrite,
     )
