@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from datamill.core.checks import MAX_SIZE, MIN_FREQ, TOKENIZER_VOCAB
+from datamill.core.cliargs import add_overwrite
 
 __all__ = ["register"]
 
@@ -106,10 +107,5 @@ def register(sub: Any) -> None:
         help="output corpus folder (an earlier corpus there is replaced atomically; anything "
         "else is refused)",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of "
-        "yours)",
-    )
+    add_overwrite(p)
     p.set_defaults(func=_cmd)

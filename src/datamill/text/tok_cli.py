@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from datamill.core.cliargs import add_engine, add_overwrite, add_processes
+
 __all__ = ["register"]
 
 
@@ -80,18 +82,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--bos", default=None, help="a token put before every document (e.g. <s>)")
     p.add_argument("--eos", default=None, help="a token put after every document (e.g. </s>)")
-    p.add_argument(
-        "--workers", type=int, default=None, help="worker processes (default: the cores)"
-    )
-    p.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local processes or a Ray cluster (same bytes)",
-    )
-    p.add_argument(
-        "--address", default=None, help="the Ray cluster (--engine ray; default a local instance)"
-    )
+    add_processes(p)
+    add_engine(p, output="the same bytes")
     p.add_argument(
         "--skip-bad",
         action="store_true",
@@ -103,9 +95,5 @@ def register(sub: Any) -> None:
         default=None,
         help="MiB of input per task (= shard); default 1/256 of the input within [0.25, 64]",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at --out",
-    )
+    add_overwrite(p)
     p.set_defaults(func=_cmd)
