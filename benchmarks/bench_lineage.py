@@ -76,7 +76,7 @@ def main() -> None:
     record["until"] = {"epoch": args.epochs, "batches_seen": 0}
     print(
         f"{args.samples:,} samples in {len(sizes):,} shards (8k..12k each); window "
-        f"{loader.window} shards; "
+        f"{loader.service.window} shards; "
         f"world {args.world_size}, batch {args.batch_size}; record {len(json.dumps(record))} bytes"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,7 +124,7 @@ def main() -> None:
     step_ms = statistics.median(step_times) * 1000
     # the reference: materialise epoch 0's order, search it
     t0 = time.perf_counter()
-    order = shard_order(sizes, seed=17, epoch=0, window=loader.window)
+    order = shard_order(sizes, seed=17, epoch=0, window=loader.service.window)
     materialise = time.perf_counter() - t0
     t0 = time.perf_counter()
     for uid, hit in first:

@@ -6,7 +6,7 @@ tag: int32) with 10% of the samples missing. Batch 256, shuffle on, one epoch, n
 
 * datamill: ``datamill.shards.ShardsetDataset`` when that package can build the dataset here, else a
   minimal in-benchmark shardset Source (per-shard left join with pyarrow ``index_in``/``take``; said
-  in the output) -> ``Loader(source, 256, shuffle=True)``.
+  in the output) -> ``Loader(source, 256)`` (shuffled).
 * reference: pandas reads every shardset, merges them on ``uid`` (left join), a map-style
   ``Dataset`` returns one sample dict from numpy columns,
   ``torch.utils.data.DataLoader(batch_size=256, shuffle=True)`` with the default collate.
@@ -198,7 +198,7 @@ def warm_up(source: Any) -> None:
 
     from datamill.loader import Loader
 
-    it = iter(Loader(source, BATCH, shuffle=True, seed=99))
+    it = iter(Loader(source, BATCH, seed=99))
     next(it)
     it.close()
 
@@ -209,7 +209,7 @@ def run_datamill(source: Any, workers: int, *, step_s: float = 0.0) -> dict[str,
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        loader = Loader(source, BATCH, shuffle=True, seed=0, workers=Workers(threads=workers))
+        loader = Loader(source, BATCH, seed=0, workers=Workers(threads=workers))  # shuffled
         it = iter(loader)
         first = next(it)
         t_first = time.perf_counter() - t0

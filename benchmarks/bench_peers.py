@@ -48,6 +48,7 @@ the standard library at the top.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -424,10 +425,9 @@ def _datamill(spec: dict[str, Any]) -> Callable[[int], Iterator[Any]]:
         loader = Loader(
             src,
             BATCH,
-            shuffle=True,
             seed=0,
             epoch=epoch,
-            batching=_batching(spec["system"]),
+            batching=dataclasses.replace(_batching(spec["system"]), shuffle=True),
             rank=rank,
             world_size=world,
             workers=Workers(processes=_workers(spec) or 1) if procs else None,

@@ -518,3 +518,72 @@ def test_tests_never_sleep_a_fixed_time() -> None:
             if not isinstance(up, (ast.While, ast.For)):
                 fixed.append((str(path.relative_to(tests.parent)), ast.unparse(node)))
     assert set(fixed) == SLEEP_KNOWN, sorted(set(fixed) ^ SLEEP_KNOWN)
+
+
+MAX_PARAMETERS = 12
+"""Most parameters of a public callable (issue #38): more options travel as option objects."""
+
+
+def _parameter_count(args: ast.arguments) -> int:
+    """Parameters but ``self``/``cls``; ``*args`` and ``**kwargs`` count one each."""
+    named = [
+        a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls")
+    ]
+    return len(named) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def wide_callables(root: Path) -> dict[str, int]:
+    """``module:qualname`` -> parameter count of every public function, method and ``__init__``
+    over :data:`MAX_PARAMETERS` under ``root`` (public: no ``_`` in the name or in an enclosing
+    class's name; nested functions are not API)."""
+    wide: dict[str, int] = {}
+
+    def visit(body: list[ast.stmt], prefix: str, module: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                visit(node.body, f"{prefix}{node.name}.", module)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.name.startswith("_") and node.name != "__init__":
+                    continue
+                n = _parameter_count(node.args)
+                if n > MAX_PARAMETERS:
+                    wide[f"{module}:{prefix}{node.name}"] = n
+
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        visit(tree.body, "", _module_name(path) if root == SRC else path.stem)
+    return wide
+
+
+def test_no_public_callable_takes_more_than_12_parameters() -> None:
+    """Issue #38: options pass whole (``Batching``, ``Workers``, ``Packing``...), so no public
+    function, method or class takes more than 12 parameters. No exceptions are listed: the
+    client's ``RemoteLoader``/``Client.iteration`` and ``serve.cli.run_iterate`` (which calls
+    ``RemoteLoader``) are being narrowed with the client package's move (datamill.client)."""
+    wide = wide_callables(SRC)
+    client = [
+        k for k in wide if "RemoteLoader" in k or "Client.iteration" in k or "run_iterate" in k
+    ]
+    assert not wide, (
+        f"over {MAX_PARAMETERS} parameters (pass an option object instead): "
+        + ", ".join(f"{k} ({v})" for k, v in sorted(wide.items()))
+        + (
+            f" [{len(client)} of them: the client's, narrowed with datamill.client]"
+            if client
+            else ""
+        )
+    )
+
+
+def test_parameter_count_sees_methods_inits_and_star_args(tmp_path: Path) -> None:
+    many = ", ".join(f"a{i}" for i in range(11))
+    (tmp_path / "m.py").write_text(
+        f"def ok(self, {many}, *, b=1): ...\n"
+        f"def wide({many}, *args, **kw): ...\n"
+        f"def _private({many}, b, c, d): ...\n"
+        f"class C:\n    def __init__(self, {many}, b, c): ...\n"
+        f"    def _helper(self, {many}, b, c): ...\n"
+        f"class _Hidden:\n    def run(self, {many}, b, c): ...\n",
+        encoding="utf-8",
+    )
+    assert wide_callables(tmp_path) == {"m:wide": 13, "m:C.__init__": 13}

@@ -734,7 +734,7 @@ def test_api_bad_dataset_objects_are_located_errors() -> None:
 
 def test_dubious_input_warns_once(tmp_path: Path) -> None:
     from datamill.preprocessing.api import preprocess
-    from datamill.text.corpus import build_corpus
+    from datamill.text.corpus import VocabLimits, build_corpus
 
     cases = [
         (
@@ -779,10 +779,13 @@ def test_dubious_input_warns_once(tmp_path: Path) -> None:
             "no training rows",
         ),
         (
-            lambda: build_corpus(["a b c", "b c"], level="word", min_freq=10),
+            lambda: build_corpus(["a b c", "b c"], level="word", vocab=VocabLimits(min_freq=10)),
             "every token maps to '<unk>'",
         ),
-        (lambda: build_corpus(["abc"], level="char", max_size=0), "every token maps to '<unk>'"),
+        (
+            lambda: build_corpus(["abc"], level="char", vocab=VocabLimits(max_size=0)),
+            "every token maps to '<unk>'",
+        ),
     ]
     for make, text in cases:
         with warnings.catch_warnings(record=True) as seen:

@@ -187,12 +187,8 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
 ) -> None:
     table, n = table_of(sizes)
     src = Source(table, sizes)
-    kw: dict[str, Any] = {
-        "seed": seed,
-        "drop_last": drop_last,
-        "shuffle": shuffle,
-        "collate": "arrow",
-    }
+    kw: dict[str, Any] = {"seed": seed, "collate": "arrow"}
+    order = {"drop_last": drop_last, "shuffle": shuffle}
     truth: Truth = {}
     # run 1: world w0 * repl, stopped part-way through epoch 0 (every rank still has batches left)
     old = [
@@ -201,7 +197,7 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
             bs,
             rank=r,
             world_size=w0 * repl,
-            batching=Batching(window=window, replication=repl),
+            batching=Batching(window=window, replication=repl, **order),
             **kw,
         )
         for r in range(w0 * repl)
@@ -215,7 +211,7 @@ def test_trace_matches_recorded_runs_with_elastic_resize_and_resume(
     # 1 part-way
     states = [ld.state_dict() for ld in old]
     new = [
-        Loader(src, bs2, rank=r, world_size=w1, batching=Batching(window=window), **kw)
+        Loader(src, bs2, rank=r, world_size=w1, batching=Batching(window=window, **order), **kw)
         for r in range(w1)
     ]
     for ld in new:
@@ -298,8 +294,7 @@ def test_trace_matches_length_buckets_and_a_resume(
     src = Source(table, sizes)
     kw: dict[str, Any] = {
         "seed": seed,
-        "drop_last": drop_last,
-        "batching": Batching(bucket_by="t", buckets=buckets),
+        "batching": Batching(bucket_by="t", buckets=buckets, drop_last=drop_last),
         "collate": "arrow",
     }
     truth: Truth = {}

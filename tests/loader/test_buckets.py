@@ -76,8 +76,7 @@ def test_bucketed_loader_sees_every_sample_once_per_epoch(
                 seed=seed,
                 rank=r,
                 world_size=world,
-                drop_last=drop_last,
-                batching=Batching(bucket_by="tokens", buckets=3, window=2),
+                batching=Batching(bucket_by="tokens", buckets=3, window=2, drop_last=drop_last),
             )
         ]
         for r in range(world)
@@ -94,8 +93,7 @@ def test_bucketed_loader_sees_every_sample_once_per_epoch(
             seed=seed,
             rank=0,
             world_size=world,
-            drop_last=drop_last,
-            batching=Batching(bucket_by="tokens", buckets=3, window=2),
+            batching=Batching(bucket_by="tokens", buckets=3, window=2, drop_last=drop_last),
         )
     ]
     assert again == runs[0]  # deterministic

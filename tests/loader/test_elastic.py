@@ -138,12 +138,13 @@ def test_elastic_resume_with_drop_last_has_no_duplicates_and_equal_batches(
 ) -> None:
     src = FakeSource(sizes)
     old = [
-        Loader(src, bs, seed=seed, rank=r, world_size=world, drop_last=True) for r in range(world)
+        Loader(src, bs, seed=seed, rank=r, world_size=world, batching=Batching(drop_last=True))
+        for r in range(world)
     ]
     k = data.draw(st.integers(0, len(old[0])), label="stop")
     seen = [x for ld in old for x in (run(ld, k) if k else [])]
     new = [
-        Loader(src, bs, seed=seed, rank=r, world_size=new_world, drop_last=True)
+        Loader(src, bs, seed=seed, rank=r, world_size=new_world, batching=Batching(drop_last=True))
         for r in range(new_world)
     ]
     for ld in new:

@@ -54,8 +54,7 @@ def test_union_over_ranks_is_a_permutation_for_any_workers(
                 seed=seed,
                 rank=r,
                 world_size=world,
-                drop_last=drop_last,
-                batching=Batching(window=window),
+                batching=Batching(window=window, drop_last=drop_last),
                 workers=Workers(threads=workers),
             )
         )
@@ -76,8 +75,7 @@ def test_union_over_ranks_is_a_permutation_for_any_workers(
             seed=seed,
             rank=0,
             world_size=world,
-            drop_last=drop_last,
-            batching=Batching(window=window),
+            batching=Batching(window=window, drop_last=drop_last),
             workers=Workers(threads=(workers + 1) % 4),
         )
     )
@@ -136,7 +134,7 @@ def test_reads_each_shard_once_per_epoch_and_skips_consumed_shards_on_resume() -
 
 
 def test_collate_numpy_layout() -> None:
-    batch = next(iter(Loader(FakeSource([5, 3]), 8, shuffle=False)))
+    batch = next(iter(Loader(FakeSource([5, 3]), 8, batching=Batching(shuffle=False))))
     assert batch["x"].dtype == np.int64 and batch["x"].tolist() == list(range(8))
     assert batch["vec"].shape == (8, 2) and batch["vec"][3].tolist() == [3, -3]
     assert batch["ids"].shape == (8, 3) and batch["ids_mask"].sum(axis=1).tolist() == [
@@ -148,9 +146,19 @@ def test_collate_numpy_layout() -> None:
 
 def test_columns_collate_callable_and_arrow() -> None:
     src = FakeSource([6])
-    b = next(iter(Loader(src, 4, shuffle=False, columns="x", collate=lambda t: t.num_rows)))
+    b = next(
+        iter(
+            Loader(
+                src, 4, columns="x", collate=lambda t: t.num_rows, batching=Batching(shuffle=False)
+            )
+        )
+    )
     assert b == 4
-    t = next(iter(Loader(src, 4, shuffle=False, columns=["uid", "x"], collate="arrow")))
+    t = next(
+        iter(
+            Loader(src, 4, columns=["uid", "x"], collate="arrow", batching=Batching(shuffle=False))
+        )
+    )
     assert isinstance(t, pa.Table) and t.column_names == ["uid", "x"]
 
 
@@ -177,9 +185,8 @@ def test_filter_and_transform_accounting() -> None:
     rows = Loader(
         src,
         10,
-        shuffle=False,
         columns=["x"],
-        batching=Batching(filter=per_sample(lambda r: r["x"] < 15)),
+        batching=Batching(filter=per_sample(lambda r: r["x"] < 15), shuffle=False),
     )
     assert [len(b["x"]) for b in rows] == [10, 5]  # batches emptied by the filter are skipped
 
@@ -207,7 +214,7 @@ def test_failing_samples_are_isolated_skipped_and_counted() -> None:
 
 def test_max_errors_exceeded_raises_with_uid_and_cause() -> None:
     loader = Loader(
-        FakeSource([30, 30]), 8, shuffle=False, batching=Batching(transform=_fragile, max_errors=2)
+        FakeSource([30, 30]), 8, batching=Batching(transform=_fragile, max_errors=2, shuffle=False)
     )
     with pytest.raises(DataFileError) as info:
         list(loader)
@@ -215,7 +222,7 @@ def test_max_errors_exceeded_raises_with_uid_and_cause() -> None:
     assert isinstance(info.value.__cause__, RuntimeError)
     # without a uid column the global index is the uid
     loader = Loader(
-        FakeSource([30]), 8, shuffle=False, columns=["x"], batching=Batching(filter=lambda t: 1 / 0)
+        FakeSource([30]), 8, columns=["x"], batching=Batching(filter=lambda t: 1 / 0, shuffle=False)
     )
     with pytest.raises(DataFileError) as info:
         list(loader)
@@ -284,7 +291,7 @@ class _Short(FakeSource):
 
 def test_source_failures_name_the_shard() -> None:
     with pytest.raises(DataFileError) as info:
-        list(Loader(_Broken([5, 5]), 2, shuffle=False))
+        list(Loader(_Broken([5, 5]), 2, batching=Batching(shuffle=False)))
     assert info.value.shard == 1 and isinstance(info.value.__cause__, OSError)
     with pytest.raises(DataFileError, match="expected 5 rows") as info2:
         list(Loader(_Short([5]), 2, workers=Workers(threads=2)))
@@ -343,11 +350,12 @@ def test_loader_pickles_after_iterating() -> None:
     assert xs(clone) == [b["x"].tolist() for b in it]
 
 
-def test_loader_init_takes_at_most_14_parameters() -> None:
+def test_loader_init_takes_at_most_12_parameters() -> None:
     # issue #28: the common options stay keywords; the rest are grouped in Batching and Workers
-    # (issue #40 added packing= and balance=, which make an LMLoader: 12 + 2)
+    # (issue #40's packing= and balance= stay findable; #38 moved shuffle/drop_last into Batching)
     params = [p for p in inspect.signature(Loader.__init__).parameters if p != "self"]
-    assert len(params) <= 14, params
+    assert len(params) <= 12, params
+    assert {"seed", "rank", "world_size", "packing", "balance"} <= set(params)
     with pytest.raises(ConfigError, match="batching must be a Batching"):
         Loader(FakeSource([4]), 2, batching={"refill": True})  # type: ignore[arg-type]
 
@@ -371,7 +379,7 @@ def test_from_state_keeps_the_saved_batching_and_takes_the_given_functions() -> 
     b = Loader.from_state(
         src, state.state_dict(), batching=Batching(filter=keep)
     )  # window=2, refill from the state
-    assert (b.window, b.refill) == (2, True)
+    assert (b.batching.window, b.refill) == (2, True)
     assert head and [x["x"].tolist() for x in b] == rest
     with pytest.raises(ResumeStateError, match="window"):
         Loader.from_state(src, state.state_dict(), batching=Batching(window=3, filter=keep))

@@ -97,7 +97,7 @@ def test_loader_over_a_mix_rank_split_and_resume(
         for s, x in zip(b["source"].tolist(), b["x"].tolist())
     )
     offsets = np.concatenate([[0], np.cumsum([sum(s) for s in sizes])])
-    seq = mix.epoch_sequence(seed=seed, epoch=0, window=Loader(mix, bs).window)
+    seq = mix.epoch_sequence(seed=seed, epoch=0, window=Loader(mix, bs).service.window)
     src = np.searchsorted(offsets, seq, side="right") - 1
     want = collections.Counter(
         (f"s{i}", int(g - offsets[i])) for i, g in zip(src.tolist(), seq.tolist())

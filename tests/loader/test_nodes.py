@@ -99,7 +99,9 @@ def _chain(svc: BatchService, *, refill: bool) -> tuple[Positions, Stage]:
 
 
 def test_each_stage_owns_its_fields_of_one_flat_state() -> None:
-    svc = BatchService(SOURCE, batch_size=4, shuffle=False, collate="arrow", filter=_keep)
+    svc = BatchService(
+        SOURCE, batch_size=4, collate="arrow", batching=Batching(shuffle=False, filter=_keep)
+    )
     total = svc.num_batches(0)
     pos, stream = _chain(svc, refill=True)
     assert isinstance(stream.source, Refilled) and stream.source.source is pos
@@ -129,7 +131,7 @@ def test_each_stage_owns_its_fields_of_one_flat_state() -> None:
 
 
 def test_each_stage_checks_its_own_fields() -> None:
-    svc = BatchService(SOURCE, batch_size=4, shuffle=False, collate="arrow")
+    svc = BatchService(SOURCE, batch_size=4, collate="arrow", batching=Batching(shuffle=False))
     _, plain = _chain(svc, refill=False)
     with pytest.raises(ResumeStateError, match="'skip' must be 0 without refill"):
         plain.load_state_dict({"batches_seen": 1, "skip": 2})
@@ -155,7 +157,11 @@ def test_the_composed_stream_resumes_exactly_from_any_point(
         return t["x"].to_numpy() % 5 >= threshold
 
     svc = BatchService(
-        SOURCE, batch_size=batch_size, seed=3, collate="arrow", filter=keep, window=2
+        SOURCE,
+        batch_size=batch_size,
+        seed=3,
+        collate="arrow",
+        batching=Batching(filter=keep, window=2),
     )
     total = svc.num_batches(0)
 

@@ -61,10 +61,8 @@ def test_planned_reads_and_peak_equal_a_real_run(
         batch_size=bs,
         world_size=world,
         seed=seed,
-        window=window,
-        prefetch=prefetch,
-        num_workers=workers,
-        drop_last=drop_last,
+        batching=Batching(window=window, drop_last=drop_last),
+        workers=Workers(prefetch=prefetch, threads=workers),
     )
     for rank in range(world):
         src = CountingSource(sizes)
@@ -74,8 +72,7 @@ def test_planned_reads_and_peak_equal_a_real_run(
             seed=seed,
             rank=rank,
             world_size=world,
-            drop_last=drop_last,
-            batching=Batching(window=window),
+            batching=Batching(window=window, drop_last=drop_last),
             workers=Workers(prefetch=prefetch, threads=workers),
         )
         for _ in loader:
@@ -91,11 +88,15 @@ def test_planned_reads_and_peak_equal_a_real_run(
 
 def test_cache_limit_and_epochs_change_the_bytes_fetched() -> None:
     sizes = [100] * 12
-    unbounded = plan_run(sizes, batch_size=10, world_size=2, window=2, epochs=2)
+    unbounded = plan_run(sizes, batch_size=10, world_size=2, epochs=2, batching=Batching(window=2))
     assert [e["fetches"] for e in unbounded.epochs] == [12, 0]  # the second epoch hits the cache
-    small = plan_run(sizes, batch_size=10, world_size=2, window=2, epochs=2, cache_limit=400)
+    small = plan_run(
+        sizes, batch_size=10, world_size=2, epochs=2, cache_limit=400, batching=Batching(window=2)
+    )
     assert small.epochs[1]["fetches"] > 0 and small.epochs[0]["fetched_bytes"] == 1200
-    per_rank = plan_run(sizes, batch_size=10, world_size=2, window=2, epochs=1, ranks_per_node=1)
+    per_rank = plan_run(
+        sizes, batch_size=10, world_size=2, epochs=1, ranks_per_node=1, batching=Batching(window=2)
+    )
     assert per_rank.epochs[0]["fetches"] == sum(len(r["reads"]) for r in per_rank.ranks)
 
 
@@ -103,8 +104,8 @@ def test_shuffle_quality_ranks_orders() -> None:
     sizes = np.array([1000] * 20)
     shard_of = np.repeat(np.arange(20), sizes)
     plain = shuffle_quality(np.arange(20_000), shard_of)
-    narrow = plan_run(sizes, batch_size=100, window=1).epochs[0]["quality"]
-    wide = plan_run(sizes, batch_size=100, window=20).epochs[0]["quality"]
+    narrow = plan_run(sizes, batch_size=100, batching=Batching(window=1)).epochs[0]["quality"]
+    wide = plan_run(sizes, batch_size=100, batching=Batching(window=20)).epochs[0]["quality"]
     assert plain["entropy_bits"] == 0 and plain["same_shard"] > 0.99
     assert narrow["same_shard"] > 0.99
     assert wide["same_shard"] < 0.1

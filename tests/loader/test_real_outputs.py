@@ -163,7 +163,7 @@ def test_preprocessed_hdf5_house_prices(data_copy: Any) -> None:
     s = train.stats()
     assert s["read"] == 1460 and rows == s["yielded"] == 1460 - s["filtered"] and 1000 < rows < 1300
     data, _ = pre.load(out.hdf5_path)
-    batch = next(iter(Loader(src, 1460, shuffle=False)))
+    batch = next(iter(Loader(src, 1460, batching=Batching(shuffle=False))))
     np.testing.assert_array_equal(batch["Neighborhood"], data["Neighborhood"])
 
 

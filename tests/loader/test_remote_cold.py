@@ -126,7 +126,7 @@ def test_cache_at_10_percent_stays_bounded_in_bytes_and_shards(
     assert stats["downloads"] > FILES
     # in memory: the window being consumed plus the next one read ahead, never the dataset
     peak = loader.service.stats()["peak_shards_in_memory"]
-    assert peak <= 2 * loader.window + loader.prefetch < FILES
+    assert peak <= 2 * loader.service.window + loader.workers.prefetch < FILES
 
 
 class _FailingFS:

@@ -39,8 +39,7 @@ def test_group_members_get_identical_batches_and_groups_partition(
                 seed=seed,
                 rank=r,
                 world_size=world,
-                drop_last=drop_last,
-                batching=Batching(replication=k),
+                batching=Batching(replication=k, drop_last=drop_last),
             )
         )
         for r in range(world)
@@ -50,7 +49,14 @@ def test_group_members_get_identical_batches_and_groups_partition(
         assert all(m == members[0] for m in members)
         # a group sees exactly what rank g of a run with `groups` ranks and no replication sees
         assert members[0] == xs(
-            Loader(src, bs, seed=seed, rank=g, world_size=groups, drop_last=drop_last)
+            Loader(
+                src,
+                bs,
+                seed=seed,
+                rank=g,
+                world_size=groups,
+                batching=Batching(drop_last=drop_last),
+            )
         )
     got = [x for g in range(groups) for b in per_rank[g * k] for x in b]
     assert len(got) == len(set(got))

@@ -48,7 +48,12 @@ def loader_xs(src: FakeSource, bs: int, **kw: Any) -> list[list[int]]:
 def test_plan_and_num_batches_match_the_pure_order(
     sizes: list[int], bs: int, world: int, seed: int, drop_last: bool, epoch: int
 ) -> None:
-    svc = BatchService(FakeSource(sizes), batch_size=bs, seed=seed, window=2, drop_last=drop_last)
+    svc = BatchService(
+        FakeSource(sizes),
+        batch_size=bs,
+        seed=seed,
+        batching=Batching(window=2, drop_last=drop_last),
+    )
     for rank in range(world):
         plan = svc.plan(epoch, rank, world)
         want = EpochPlan.make(
@@ -72,7 +77,9 @@ def test_plan_and_num_batches_match_the_pure_order(
 
 def test_build_any_rank_and_any_batches_equals_the_loader() -> None:
     src = FakeSource([37, 0, 55, 21, 64, 9])
-    svc = BatchService(src, batch_size=8, seed=3, window=2, num_workers=2)
+    svc = BatchService(
+        src, batch_size=8, seed=3, batching=Batching(window=2), workers=Workers(threads=2)
+    )
     for world in (1, 3):
         for rank in range(world):
             want = loader_xs(
@@ -96,14 +103,16 @@ def test_server_style_one_batch_per_request_in_any_order() -> None:
     }
     requests = [(r, k) for r in range(world) for k in range(len(want[r]))]
     random.Random(0).shuffle(requests)
-    with BatchService(src, batch_size=10, seed=5, window=3, cache_shards=3) as svc:
+    with BatchService(
+        src, batch_size=10, seed=5, cache_shards=3, batching=Batching(window=3)
+    ) as svc:
         for r, k in requests:
             (res,) = list(svc.build(0, r, [k], world_size=world))
             assert (res.batch, res.rank, res.epoch) == (k, r, 0)
             assert res.output["x"].tolist() == want[r][k]
         assert svc.stats()["shards_in_memory"] <= 3  # only the kept ones once no build is active
     src.reads[:] = 0
-    in_order = BatchService(src, batch_size=10, seed=5, window=3, cache_shards=3)
+    in_order = BatchService(src, batch_size=10, seed=5, cache_shards=3, batching=Batching(window=3))
     for r in range(world):
         for k in range(len(want[r])):
             list(in_order.build(0, r, [k], world_size=world))
@@ -115,7 +124,9 @@ def test_server_style_one_batch_per_request_in_any_order() -> None:
 def test_concurrent_ranks_share_a_shard_that_sequential_builds_read_twice() -> None:
     # 95 samples over 2 ranks: rank 0 is 0..47, rank 1 is 48..94, so both need shard 4 (40..49)
     src = FakeSource([10] * 9 + [5])
-    svc = BatchService(src, batch_size=5, shuffle=False, prefetch=1)
+    svc = BatchService(
+        src, batch_size=5, batching=Batching(shuffle=False), workers=Workers(prefetch=1)
+    )
     g0, g1 = svc.build(0, 0, range(10), world_size=2), svc.build(0, 1, range(10), world_size=2)
     got0, got1 = [], []
     for a, b in zip(g0, g1):  # both builds active at once (a lockstep, like DDP ranks)
@@ -136,7 +147,13 @@ def test_concurrent_ranks_share_a_shard_that_sequential_builds_read_twice() -> N
     list(svc.build(0, 1, range(10), world_size=2))
     assert src.reads[4] == 2  # dropped once no active build needed it
     src.reads[:] = 0
-    keep = BatchService(src, batch_size=5, shuffle=False, prefetch=1, cache_shards=1)
+    keep = BatchService(
+        src,
+        batch_size=5,
+        cache_shards=1,
+        batching=Batching(shuffle=False),
+        workers=Workers(prefetch=1),
+    )
     list(keep.build(0, 0, range(10), world_size=2))
     list(keep.build(0, 1, range(10), world_size=2))
     assert src.reads[4] == 1  # ...unless kept for later builds
@@ -145,7 +162,13 @@ def test_concurrent_ranks_share_a_shard_that_sequential_builds_read_twice() -> N
 def test_threads_building_every_rank_at_once_stay_correct_and_bounded() -> None:
     src = FakeSource([50] * 40)
     world, window, prefetch = 4, 4, 2
-    svc = BatchService(src, batch_size=8, seed=11, window=window, prefetch=prefetch, num_workers=2)
+    svc = BatchService(
+        src,
+        batch_size=8,
+        seed=11,
+        batching=Batching(window=window),
+        workers=Workers(prefetch=prefetch, threads=2),
+    )
     want = [
         loader_xs(src, 8, seed=11, batching=Batching(window=window), rank=r, world_size=world)
         for r in range(world)
@@ -207,11 +230,8 @@ def test_results_carry_public_accounting_and_accounting_applies_max_errors() -> 
     svc = BatchService(
         src,
         batch_size=8,
-        shuffle=False,
         columns="x",
-        filter=_drop_odd,
-        transform=_fragile,
-        max_errors=3,
+        batching=Batching(shuffle=False, filter=_drop_odd, transform=_fragile, max_errors=3),
     )
     results = list(svc.build(0, 0, range(svc.num_batches(0))))
     assert all(isinstance(r, BatchResult) for r in results)
@@ -259,7 +279,7 @@ def test_resume_state_round_trip_and_mismatches() -> None:
 
 def test_config_fingerprint_replace_and_pickle() -> None:
     src = FakeSource([10, 10, 3])
-    svc = BatchService(src, batch_size=4, seed=2, window=2, columns=["x"])
+    svc = BatchService(src, batch_size=4, seed=2, columns=["x"], batching=Batching(window=2))
     assert svc.config(rank=1, world_size=2) == {
         "batch_size": 4,
         "columns": ["x"],
@@ -320,6 +340,8 @@ def test_rank_samples_of_every_rank_are_the_rank_split_sizes(
 ) -> None:
     # regression: each rank's count used to build the whole split list (O(world) per rank,
     # O(world^2) per served iteration: minutes for 65,536 ranks); each count is now computed alone
-    svc = BatchService(FakeSource(sizes), batch_size=1, seed=0, drop_last=drop_last)
+    svc = BatchService(
+        FakeSource(sizes), batch_size=1, seed=0, batching=Batching(drop_last=drop_last)
+    )
     want = split_sizes(svc.epoch_samples(), world_size=world, drop_last=drop_last)
     assert [svc.rank_samples(r, world) for r in range(world)] == want

@@ -12,7 +12,7 @@ import pytest
 
 from datamill.core.errors import DataFileError, DataFileNotFoundError, SchemaError
 from datamill.core.source import Source
-from datamill.loader import Loader, Workers
+from datamill.loader import Batching, Loader, Workers
 from datamill.loader.sources import HDF5Source, ParquetSource
 
 
@@ -83,7 +83,7 @@ def test_hdf5_preprocessed_layout(tmp_path: Path) -> None:
         5,
         3,
     ]
-    batch = next(iter(Loader(src, 23, shuffle=False)))
+    batch = next(iter(Loader(src, 23, batching=Batching(shuffle=False))))
     assert batch["image"].shape == (n, 2, 3, 4) and batch["image"].dtype == np.uint8
     np.testing.assert_array_equal(batch["image"][7], np.arange(n * 24).reshape(n, 2, 3, 4)[7])
     assert batch["name"][4] == "n4" and batch["label"].tolist() == list(range(n))

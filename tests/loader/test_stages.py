@@ -178,7 +178,7 @@ def test_warmup_loader_visits_every_sample_once_and_matches_the_service(
         [b["x"] for b in Loader(src, 7, seed=seed, batching=Batching(warmup=True))]
     )
     np.testing.assert_array_equal(np.sort(got), np.arange(sum(sizes)))
-    with BatchService(src, batch_size=7, seed=seed, warmup=True) as svc:
+    with BatchService(src, batch_size=7, seed=seed, batching=Batching(warmup=True)) as svc:
         served = np.concatenate([r.output["x"] for r in svc.build(0, 0, range(svc.num_batches(0)))])
         np.testing.assert_array_equal(got, served)
         np.testing.assert_array_equal(got, svc.plan(0).seq)
@@ -192,8 +192,10 @@ def test_warmup_loader_visits_every_sample_once_and_matches_the_service(
 
 def test_warmup_first_batch_needs_one_shard_not_a_window() -> None:
     src = FakeSource([50] * 12)
-    plain = BatchService(src, batch_size=8, seed=3, window=12).plan(0)
-    warm = BatchService(src, batch_size=8, seed=3, window=12, warmup=True).plan(0)
+    plain = BatchService(src, batch_size=8, seed=3, batching=Batching(window=12)).plan(0)
+    warm = BatchService(src, batch_size=8, seed=3, batching=Batching(window=12, warmup=True)).plan(
+        0
+    )
     assert len(np.unique(plain.shard[:8])) > 1
     assert len(np.unique(warm.shard[:50])) == 1  # the first window is one shard
     assert len(np.unique(warm.shard[50:150])) == 2

@@ -101,7 +101,11 @@ def test_collate_torch_tensors() -> None:
     batch = next(
         iter(
             Loader(
-                FakeSource([6]), 6, shuffle=False, collate="torch", workers=Workers(pin_memory=True)
+                FakeSource([6]),
+                6,
+                collate="torch",
+                workers=Workers(pin_memory=True),
+                batching=Batching(shuffle=False),
             )
         )
     )

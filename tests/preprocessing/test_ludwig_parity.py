@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from datamill.loader import Batching
 from datamill.preprocessing import api, pipeline
 from datamill.preprocessing.config import SplitConfig
 from datamill.preprocessing.split import assign_split, divisions, fit_split, hash_uniform
@@ -331,9 +332,8 @@ def test_hdf5_source_reads_one_split_in_full_batches(tmp_path: Path) -> None:
         for b in Loader(
             HDF5Source(out.hdf5_path, split="train"),
             128,
-            shuffle=True,  # type: ignore[arg-type]
             seed=1,
-            drop_last=True,
+            batching=Batching(shuffle=True, drop_last=True),
         )
     ]
     assert batches == [128] * (700 // 128)  # full batches of one split, not a ragged filter

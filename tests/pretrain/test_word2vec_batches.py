@@ -99,7 +99,7 @@ def test_batches_cover_every_example_once_and_match_the_csr() -> None:
         )
     )
     assert sorted(full) == want
-    unshuffled = _rows(read_batches(SAMPLES.source(), 16, seed=0, shuffle=False))
+    unshuffled = _rows(read_batches(SAMPLES.source(), 16, seed=0, batching=Batching(shuffle=False)))
     assert unshuffled == [
         (c, tuple(x + n)) for c, x, n in (SAMPLES.example(i) for i in range(len(SAMPLES)))
     ]
@@ -170,6 +170,6 @@ def test_zero_negatives_gives_context_only_batches() -> None:
     s = build_skipgram(
         _SENTENCES, window=2, num_negatives=0, min_freq=1, subsample_t=1.0, progress=False
     )
-    b = next(iter(read_batches(s.source(), 64, seed=0, shuffle=False)))
+    b = next(iter(read_batches(s.source(), 64, seed=0, batching=Batching(shuffle=False))))
     np.testing.assert_array_equal(b["masks"], b["labels"])
     assert b["contexts_negatives"].shape[1] == np.diff(s.context_offsets)[:64].max()

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.errors import DataFileError
+from datamill.loader import Batching
 from datamill.pretrain.bert import _run, build_bert_samples
 from datamill.ray import _bert_docs
 from datamill.shards import ShardsetDataset
@@ -59,7 +60,9 @@ def test_bert_on_ray_equals_local_per_block_streams(
     # readers: datamill's Loader over the shardset, and Hugging Face datasets over the shard files
     from datamill.loader import Loader
 
-    batches = list(Loader(ds, 64, shuffle=False, columns=["tokens", "is_random_next"]))
+    batches = list(
+        Loader(ds, 64, columns=["tokens", "is_random_next"], batching=Batching(shuffle=False))
+    )
     assert sum(len(b["is_random_next"]) for b in batches) == local.samples
     datasets = pytest.importorskip("datasets")
     files = [

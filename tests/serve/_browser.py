@@ -51,3 +51,11 @@ def login(
     page.click("form[action='/ui/login'] button[type=submit]")
     page.wait_for_selector("nav[aria-label=Main]")
     return page
+
+
+def expect(target: Any) -> Any:
+    """Playwright's ``expect`` (imported when a browser test runs: playwright is an extra): waits
+    for a condition on a page or locator instead of sleeping."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(target)

@@ -13,7 +13,7 @@ def main(argv: list[str]) -> None:
     import torch.distributed as dist
 
     from datamill.client.torch import RemoteTorchDataset
-    from datamill.loader import Loader
+    from datamill.loader import Batching, Loader
     from datamill.sources import open_source
 
     source, url, key, root, out = argv
@@ -31,10 +31,12 @@ def main(argv: list[str]) -> None:
     else:
         data = Loader(
             open_source(os.path.join(root, "ds")),
+            kw["batch_size"],
+            seed=kw["seed"],
             rank=rank,
             world_size=world,
             collate="torch",
-            **kw,
+            batching=Batching(drop_last=True),
         )
     uids: list[int] = []
     for batch in data:  # type: ignore[attr-defined]

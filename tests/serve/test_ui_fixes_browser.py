@@ -9,6 +9,7 @@ tmp folder."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 from datamill.client import Client, RemoteLoader
 from datamill.core.io import read_table
 from datamill.shards.dataset import ShardsetDataset
-from tests.serve._browser import chromium, login, need_chromium
+from tests.serve._browser import chromium, expect, login, need_chromium
 from tests.serve._proc import free_port, make_key, start_server, stop
 from tests.serve.test_ui_browser import DATA
 
@@ -228,10 +229,11 @@ def test_years_durations_eta_lineage_link_and_bert_tokens(
     page.goto(srv["url"] + f"/ui/iterations/{loader.iteration_id}")
     eta = page.locator("#eta")
     deadline = time.monotonic() + 20
-    while "at this rate" not in eta.inner_text():
+    while "at this rate" not in eta.inner_text():  # the server's next upkeep tick has the rate
         assert time.monotonic() < deadline, eta.inner_text()
-        time.sleep(0.2)
         page.reload()
+        with contextlib.suppress(AssertionError):
+            expect(eta).to_contain_text("at this rate", timeout=500)
     getattr(it, "close", lambda: None)()  # the loader stops (its leases expire)
     # a run shorter than a second: its duration in ms, never "0.0 s"
     assert sum(1 for _ in _loader(srv, "quick")) == 10

@@ -449,7 +449,10 @@ def test_an_interrupted_overwrite_keeps_the_previous_dataset_and_a_finished_one_
     assert f"{gen}/labels/shard.00000.parquet" in _keys(fs, "shards/gen")
     fresh = ShardsetDataset("s3://shards/gen", cache_dir=tmp_path / "c2")
     assert fresh.read_shard(0).column("label").null_count == 5  # uids 0..27: 5 of 10 labelled
-    assert sum(b["uid"].shape[0] for b in Loader(fresh, 16, shuffle=True, seed=1)) == 50
+    assert (
+        sum(b["uid"].shape[0] for b in Loader(fresh, 16, seed=1, batching=Batching(shuffle=True)))
+        == 50
+    )
     assert check_dataset(fresh.loc) == []
     assert main(["-q", "shards", "check", "s3://shards/gen"]) == 0
     assert "OK" in capsys.readouterr().out

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from datamill.cli import main
 from datamill.core.errors import ConfigError, DataFileError, DataFileNotFoundError
 from datamill.core.source import Source
-from datamill.text import Corpus, CorpusSource, build_corpus, build_vocab
+from datamill.loader import Batching
+from datamill.text import Corpus, CorpusSource, VocabLimits, build_corpus, build_vocab
 
 
 def test_timemachine_seed_normalisation_178605_chars_44_distinct(data_dir: Path) -> None:
@@ -46,7 +47,9 @@ def test_timemachine_d2l_letters_only_gives_28(data_dir: Path) -> None:
 
 
 def test_ptb_word_corpus_from_zip_member(data_dir: Path) -> None:
-    c = build_corpus(f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", level="word", min_freq=10)
+    c = build_corpus(
+        f"{data_dir / 'ptb.zip'}:ptb/ptb.train.txt", level="word", vocab=VocabLimits(min_freq=10)
+    )
     assert (
         len(c) == 887_521 and c.num_lines == 42_068 and len(c.vocab) == 6_719
     )  # the word2vec chapter's figures
@@ -60,7 +63,7 @@ def test_vocab_options_like_seed() -> None:
     assert v[["a", "c", "zzz"]] == [3, 0, 0]
     assert build_vocab(texts, max_size=1).idx2str == ["<unk>", "a"]
     np.testing.assert_array_equal(v[np.array(["b", "d"])], [4, 0])
-    c = build_corpus(texts, level="word", min_freq=2)
+    c = build_corpus(texts, level="word", vocab=VocabLimits(min_freq=2))
     assert c.tokens.tolist() == [1, 1, 1, 2, 2, 0, 0] and c.offsets.tolist() == [0, 6, 7]
     with pytest.raises(ConfigError):
         build_vocab(texts, min_freq=-1)
@@ -255,7 +258,7 @@ def test_loader_reads_corpus_source(tmp_path: Path) -> None:
 
     build_corpus([" ".join(f"w{i % 50}" for i in range(2000))], level="word", out=tmp_path / "c")
     src = CorpusSource(tmp_path / "c", num_steps=10, shard_size=64)
-    batches = list(Loader(src, 16, seed=1, drop_last=True))
+    batches = list(Loader(src, 16, seed=1, batching=Batching(drop_last=True)))
     assert len(batches) == 199 // 16
     for b in batches:
         x, y = np.asarray(b["x"]), np.asarray(b["y"])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from datamill.cli import main
 from datamill.core.errors import ConfigError, DataFileError, SchemaError
-from datamill.loader import Loader, Mix
+from datamill.loader import Batching, Loader, Mix
 from datamill.shards import ShardsetDataset
 from datamill.text import tokenize
 from datamill.text.tok_build import tokenizer_path
@@ -77,9 +77,9 @@ def _files(tmp_path: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
         "jsonl": (j, {}),
         "gzip": (gz, {}),
         "zstd": (zst, {}),
-        "parquet": (pqf, {"text_field": "body"}),
+        "parquet": (pqf, {"read": ReadOptions(text_field="body")}),
         "text": (txt, {}),
-        "file": (one, {"text_unit": "file"}),
+        "file": (one, {"read": ReadOptions(text_unit="file")}),
     }
 
 
@@ -107,7 +107,7 @@ def test_bos_eos_kept_fields_metadata_and_stable_uids(tmp_path: Path, tok_file: 
     t2.write_text("first block\n\nsecond block\n", encoding="utf-8")
     res = tokenize(
         [j, t2], out=tmp_path / "out", tokenizer=tok_file, bos="<s>", eos="</s>",
-        keep="n", workers=1,
+        read=ReadOptions(keep=("n",)), workers=1,
     )  # fmt: skip
     ds = ShardsetDataset(tmp_path / "out")
     t = _tokens(tmp_path / "out")
@@ -180,7 +180,9 @@ def test_loader_and_mix_read_the_output(tmp_path: Path, tok_file: Path) -> None:
     batch = next(iter(Loader(a.dataset(), 8, seed=0, collate="arrow")))
     assert batch.num_rows == 8 and set(batch.column_names) >= {"uid", "tokens", "length"}
     rows = [
-        r for bt in Loader(a.dataset(), 7, shuffle=False, collate="arrow") for r in bt.to_pylist()
+        r
+        for bt in Loader(a.dataset(), 7, collate="arrow", batching=Batching(shuffle=False))
+        for r in bt.to_pylist()
     ]
     assert [r["tokens"] for r in rows] == _reference(tok_file, DOCS)
     mix = Mix([(a.dataset(), 0.5), (b.dataset(), 0.5)], epoch_size=20, names=["a", "b"])
@@ -233,7 +235,9 @@ def test_bad_records_are_located_or_skipped_and_counted(
     err = info.value
     assert (err.path, err.line, err.column) == (str(p), 50 + line, column)
     assert not (tmp_path / "out").exists()
-    res = tokenize(p, out=tmp_path / "out", tokenizer=tok_file, task_bytes=300, skip_bad=True)
+    res = tokenize(
+        p, out=tmp_path / "out", tokenizer=tok_file, task_bytes=300, read=ReadOptions(skip_bad=True)
+    )
     assert res.bad == 1 and res.documents == 50 + 2
     meta = json.loads(ShardsetDataset(res.path).manifest["shardsets"][0]["source_metadata"])
     assert meta["bad"]["count"] == 1 and meta["bad"]["examples"][0]["line"] == 50 + line
@@ -245,7 +249,7 @@ def test_bad_text_and_parquet_inputs_are_located(tmp_path: Path, tok_file: Path)
     with pytest.raises(DataFileError, match="invalid UTF-8") as info:
         tokenize(t, out=tmp_path / "o1", tokenizer=tok_file)
     assert info.value.line == 4
-    res = tokenize(t, out=tmp_path / "o1", tokenizer=tok_file, skip_bad=True)
+    res = tokenize(t, out=tmp_path / "o1", tokenizer=tok_file, read=ReadOptions(skip_bad=True))
     assert (res.documents, res.bad) == (2, 1)
     p = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"text": ["a", None, "b"]}), p)
@@ -253,7 +257,7 @@ def test_bad_text_and_parquet_inputs_are_located(tmp_path: Path, tok_file: Path)
         tokenize(p, out=tmp_path / "o2", tokenizer=tok_file)
     assert (info.value.row, info.value.column) == (1, "text")
     with pytest.raises(SchemaError, match="no column 'body'"):
-        tokenize(p, out=tmp_path / "o2", tokenizer=tok_file, text_field="body")
+        tokenize(p, out=tmp_path / "o2", tokenizer=tok_file, read=ReadOptions(text_field="body"))
 
 
 def test_cli_prints_a_summary_or_one_error_line(

@@ -145,12 +145,5 @@ class Accounting:
     def as_dict(self) -> dict[str, int]:
         """The counts (``read``, ``filtered``, ``failed``, ``yielded``, ``batches``, shard
         figures)."""
-        return {
-            "read": self.read,
-            "filtered": self.filtered,
-            "failed": self.failed,
-            "yielded": self.yielded,
-            "batches": self.batches,
-            "shards_read": self.shards_read,
-            "peak_shards_in_memory": self.peak_shards_in_memory,
-        }
+        names = ("read", "filtered", "failed", "yielded", "batches", "shards_read")
+        return {k: getattr(self, k) for k in (*names, "peak_shards_in_memory")}

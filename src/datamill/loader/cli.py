@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.checks import (
-    EPOCHS,
-    NUM_WORKERS,
     PREFETCH,
     WINDOW,
     Limit,
@@ -21,12 +19,15 @@ from datamill.core.cliargs import (
     add_batch_size,
     add_cache,
     add_columns,
+    add_epochs,
     add_order,
     add_ranks,
+    add_served,
+    add_threads,
     cache_bytes,
     columns_of,
 )
-from datamill.loader.options import Workers
+from datamill.loader.options import Batching, Workers
 from datamill.loader.planner import RANKS_PER_NODE
 
 __all__ = ["register"]
@@ -115,12 +116,11 @@ def _cmd(args: argparse.Namespace) -> int:
     loader = Loader(
         source,
         args.batch_size,
-        shuffle=not args.no_shuffle,
         seed=args.seed,
         columns=cols,
         rank=args.rank,
         world_size=args.world_size,
-        drop_last=args.drop_last,
+        batching=Batching(shuffle=not args.no_shuffle, drop_last=args.drop_last),
         workers=Workers(threads=args.num_workers, progress=True),
     )
     if args.resume:
@@ -234,12 +234,9 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size,
         "world_size": args.world_size,
         "seed": args.seed,
-        "window": window,
-        "shuffle": not args.no_shuffle,
-        "drop_last": args.drop_last,
-        "prefetch": args.prefetch,
+        "batching": Batching(window=window, shuffle=not args.no_shuffle, drop_last=args.drop_last),
     }
-    probe = plan_run(sizes, **order)
+    probe = plan_run(sizes, **order, workers=Workers(prefetch=args.prefetch))
     first = probe.ranks[0]["reads"][0] if probe.ranks and probe.ranks[0]["reads"] else None
     speed = args.read_speed * 2**20 if args.read_speed else None
     if speed is None and first is not None:  # measure: read the first shard rank 0 needs
@@ -249,7 +246,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     plan = plan_run(
         sizes,
         **order,
-        num_workers=args.num_workers,
+        workers=Workers(threads=args.num_workers, prefetch=args.prefetch),
         epochs=args.epochs,
         shard_bytes=shard_bytes,
         cache_limit=cache_bytes(args.cache_limit),
@@ -339,38 +336,19 @@ def register(sub: Any) -> None:
         help="shardset dataset folder, corpus folder, .hdf5 file, Parquet file or folder, "
         "or s3://bucket/prefix of Parquet files; with --url: a served dataset's id or name",
     )
-    p.add_argument(
-        "--url", help="iterate a dataset served by `datamill serve` at this URL (RemoteLoader)"
-    )
-    p.add_argument("--key", help="API key for --url (default $DATAMILL_KEY)")
-    p.add_argument(
-        "--mode",
-        choices=["static", "dynamic"],
-        default="static",
-        help="with --url (default static)",
-    )
-    p.add_argument(
-        "--name", help="with --url: iteration name (processes with one name share an iteration)"
-    )
-    p.add_argument(
-        "--transport",
-        choices=["built", "direct"],
-        default=None,
-        help="with --url: built (the server builds the batches) or direct (this process builds "
-        "them from the dataset's client location; see docs/serving-scale.md) (default built)",
+    add_served(
+        p, url_help="iterate a dataset served by `datamill serve` at this URL (RemoteLoader)"
     )
     add_cache(p)
     add_batch_size(p)
-    p.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to run (default 1)")
+    add_epochs(p)
     add_order(p, drop_last=True)
     add_columns(p)
     p.add_argument(
         "--split", help="read one split of a preprocessed .hdf5: train, validation or test"
     )
     add_ranks(p)
-    p.add_argument(
-        "--num-workers", type=NUM_WORKERS.arg, default=0, help="batch-building threads (default 0)"
-    )
+    add_threads(p)
     p.add_argument(
         "--limit", type=LIMIT.arg, default=0, help="stop each epoch after this many batches"
     )
@@ -402,12 +380,7 @@ def register(sub: Any) -> None:
         default=None,
         help="ranks sharing one shard cache (default all)",
     )
-    q.add_argument(
-        "--num-workers",
-        type=NUM_WORKERS.arg,
-        default=0,
-        help="the loader's batch-building threads (default 0)",
-    )
+    add_threads(q)
     q.add_argument(
         "--prefetch", type=PREFETCH.arg, default=2, help="shards loaded ahead (default 2)"
     )
@@ -417,7 +390,7 @@ def register(sub: Any) -> None:
         default=None,
         help="shards per shuffle window (default: the loader's)",
     )
-    q.add_argument("--epochs", type=EPOCHS.arg, default=1, help="epochs to plan (default 1)")
+    add_epochs(q, what="plan")
     add_order(q, drop_last=True)
     q.add_argument(
         "--read-speed",

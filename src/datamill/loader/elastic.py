@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from datamill.core.errors import ConfigError, ResumeStateError
+from datamill.loader.options import Batching
 from datamill.loader.order import Elastic, remaining_positions, replica_group, split_sizes
 from datamill.loader.state import GLOBAL_FIELDS, check_resume_compat, validate_state
 
@@ -30,8 +31,7 @@ class OrderSettings(Protocol):
 
     seed: int
     batch_size: int
-    drop_last: bool
-    bucket_by: str | None
+    batching: Batching
 
     def fingerprint(self) -> str: ...
 
@@ -188,7 +188,7 @@ def resume_point(
     steps = set(batches.values())
     if new_data_world == data_world and old_bs == service.batch_size and len(steps) == 1:
         return ResumePoint(int(epoch), steps.pop(), history)
-    if service.bucket_by is not None:
+    if service.batching.bucket_by is not None:
         raise ResumeStateError(
             "elastic resumption (another world size, batch size or uneven ranks) is not "
             "supported with bucket_by",
@@ -211,12 +211,12 @@ def _extended(
     try:
         left = len(
             remaining_positions(
-                service.epoch_samples(epoch), history=history, drop_last=service.drop_last
+                service.epoch_samples(epoch), history=history, drop_last=service.batching.drop_last
             )
         )
     except ValueError as exc:
         raise ResumeStateError(f"the elastic history does not fit this dataset: {exc}") from exc
-    parts = split_sizes(left, world_size=data_world, drop_last=service.drop_last)
+    parts = split_sizes(left, world_size=data_world, drop_last=service.batching.drop_last)
     consumed = tuple(min(batches[d] * batch_size, parts[d]) for d in range(data_world))
     return (*history, (data_world, consumed)) if any(consumed) else history
 

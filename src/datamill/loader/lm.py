@@ -120,7 +120,8 @@ class LMLoader:
     ``global_index`` and ``source`` (``(batch_size,)``). ``collate="torch"`` gives tensors.
     ``Batching(filter=)`` receives each source's rows (a window of documents, its own columns);
     ``Workers(threads=)`` gathers batches in threads while the next steps are planned (never
-    changing them); ``drop_last`` and the other ``Batching`` fields do not apply.
+    changing them); ``Batching(shuffle=False)`` keeps each step's units in order; ``drop_last``
+    and the other ``Batching`` fields do not apply.
 
     Examples:
         >>> import pyarrow as pa
@@ -140,11 +141,9 @@ class LMLoader:
         *,
         packing: Packing | None = None,
         balance: Balance | None = None,
-        shuffle: bool = True,
         seed: int = 0,
         epoch: int = 0,
         columns: Sequence[str] | str | None = None,
-        drop_last: bool = False,
         collate: str | Callable[[dict[str, Any]], Any] = "numpy",
         rank: int = 0,
         world_size: int = 1,
@@ -161,10 +160,10 @@ class LMLoader:
                 f"packing must be a Packing, got {type(packing).__name__}",
                 hint="from datamill.loader import Packing",
             )
-        self.packing, self.shuffle = packing, bool(shuffle)
+        b = batching if batching is not None else Batching()
+        self.packing, self.shuffle = packing, bool(b.shuffle)
         self.balance = balance
         self._cost = cost_function(balance) if balance is not None else None
-        b = batching if batching is not None else Batching()
         self.workers = workers if workers is not None else Workers()
         self.filter = b.filter
         if collate not in ("numpy", "torch") and not callable(collate):

@@ -77,10 +77,9 @@ def _loader_for(
         packing=packing,
         balance=balance,
         seed=int(record["seed"]),
-        shuffle=bool(cfg["shuffle"]),
         columns=cfg.get("columns") or None,
         world_size=int(record["world_size"]),
-        batching=Batching(filter=filter),
+        batching=Batching(filter=filter, shuffle=bool(cfg["shuffle"])),
     )
     if loader.dataset_fingerprint() != record["dataset_fingerprint"]:
         raise ConfigError(

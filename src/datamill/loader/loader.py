@@ -20,7 +20,7 @@ from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.balance import Balance
 from datamill.loader.collate import resolve_collate
 from datamill.loader.nodes import COUNTED, Positions, compose
-from datamill.loader.options import Batching, Workers
+from datamill.loader.options import Batching, Workers, checked_groups
 from datamill.loader.order import Elastic
 from datamill.loader.packing import Packing
 from datamill.loader.procs import ProcessBuilds
@@ -51,21 +51,18 @@ class Loader:
     Args:
         source: what to read (any object with the Source protocol).
         batch_size: samples per batch.
-        shuffle: shard-aware shuffle; ``False`` keeps source order. Defaults to ``True``.
         seed: the run's seed. Defaults to ``0``.
         epoch: the first epoch. Defaults to ``0``.
         columns: column(s) to read (all when ``None``). Defaults to ``None``.
-        drop_last: give every rank ``n // world_size`` samples and drop the incomplete last batch;
-            otherwise every sample is used exactly once and the first ``n % world_size`` ranks get
-            one sample more. Defaults to ``False``.
         collate: ``"numpy"`` (dict of arrays, ragged lists padded with ``<col>_mask``), ``"torch"``,
             ``"arrow"`` (the ``pa.Table``) or a callable receiving the batch ``pa.Table``.
             Defaults to ``"numpy"``.
         rank: this process's rank. Defaults to ``0``.
         world_size: number of ranks. Defaults to ``1``.
-        batching: how batches are formed: shuffle window, length buckets, filter, transform,
-            ``max_errors``, refill, replication, warmup
-            (:class:`~datamill.loader.options.Batching`). Defaults to ``Batching()``.
+        batching: how batches are formed: shuffle on/off and window, ``drop_last``, length
+            buckets, filter, transform, ``max_errors``, refill, replication, warmup
+            (:class:`~datamill.loader.options.Batching`; :attr:`batching` keeps it with the window
+            and warmup resolved). Defaults to ``Batching()``.
         workers: how batches are built: threads, prefetch, pinned memory, progress bar; never
             changes the batches (:class:`~datamill.loader.options.Workers`). Defaults to
             ``Workers()``.
@@ -105,11 +102,9 @@ class Loader:
         source: Source,
         batch_size: int,
         *,
-        shuffle: bool = True,
         seed: int = 0,
         epoch: int = 0,
         columns: Sequence[str] | str | None = None,
-        drop_last: bool = False,
         collate: str | Callable[[pa.Table], Any] = "numpy",
         rank: int = 0,
         world_size: int = 1,
@@ -121,43 +116,28 @@ class Loader:
         if packing is not None or balance is not None:  # Loader(...) made an LMLoader instead
             raise ConfigError(f"{type(self).__name__} does not pack or balance; use Loader(...)")
         b, w = _checked_options(batching, workers, epoch=epoch, rank=rank, world_size=world_size)
-        replication, shuffle_buffer, refill, pin_memory = (
-            b.replication,
-            b.window,
-            b.refill,
-            w.pin_memory,
-        )
-        self.batching, self.workers = b, w
         self.service = BatchService(
             source,
             batch_size=batch_size,
             seed=seed,
-            shuffle=shuffle,
-            window=shuffle_buffer,
-            drop_last=drop_last,
             columns=columns,
-            collate="arrow" if refill else resolve_collate(collate, pin_memory=pin_memory),
-            filter=b.filter,
-            transform=b.transform,
-            max_errors=b.max_errors,
-            prefetch=w.prefetch,
-            num_workers=w.threads,
+            collate="arrow" if b.refill else resolve_collate(collate, pin_memory=w.pin_memory),
+            batching=b,
+            workers=w,
             plan_epochs=1,
-            bucket_by=b.bucket_by,
-            buckets=b.buckets,
-            warmup=b.warmup,
         )
+        self.batching, self.workers = self.service.batching, w
         self.rank, self.world_size, self.progress = int(rank), int(world_size), bool(w.progress)
-        self.epoch, self.replication = int(epoch), int(replication)
+        self.epoch, self.replication = int(epoch), int(b.replication)
         self._elastic: Elastic = ()
-        self.refill = bool(refill)
-        self._final_collate = resolve_collate(collate, pin_memory=pin_memory)
+        self.refill = bool(b.refill)
+        self._final_collate = resolve_collate(collate, pin_memory=w.pin_memory)
         self._positions = Positions(self.iter_batches, self.service.accounting)
         self._stream = compose(
             self._positions,
             refill=self.refill,
             batch_size=self.service.batch_size,
-            drop_last=drop_last,
+            drop_last=b.drop_last,
             collate=self._final_collate,
         )
         self._procs = ProcessBuilds(self.service, w.processes) if w.processes else None
@@ -186,11 +166,6 @@ class Loader:
         return self.service.batch_size
 
     @property
-    def shuffle(self) -> bool:
-        """Whether the order is shuffled."""
-        return self.service.shuffle
-
-    @property
     def seed(self) -> int:
         """The run's seed."""
         return self.service.seed
@@ -199,41 +174,6 @@ class Loader:
     def columns(self) -> list[str] | None:
         """Columns read (``None``: all)."""
         return self.service.columns
-
-    @property
-    def drop_last(self) -> bool:
-        """Equal shares, no incomplete last batch."""
-        return self.service.drop_last
-
-    @property
-    def window(self) -> int:
-        """Shards per shuffle window."""
-        return self.service.window
-
-    @property
-    def num_workers(self) -> int:
-        """Threads building batches."""
-        return self.service.num_workers
-
-    @property
-    def prefetch(self) -> int:
-        """Shards read ahead."""
-        return self.service.prefetch
-
-    @property
-    def max_errors(self) -> int:
-        """Failing samples tolerated per epoch."""
-        return self.service.max_errors
-
-    @property
-    def filter(self) -> Callable[[pa.Table], Any] | None:
-        """The batch filter, or ``None``."""
-        return self.service.filter
-
-    @property
-    def transform(self) -> Callable[[pa.Table], pa.Table] | None:
-        """The batch transform, or ``None``."""
-        return self.service.transform
 
     @property
     def _batches_seen(self) -> int:
@@ -381,8 +321,8 @@ class Loader:
         """A loader resuming ``state`` (or every rank's states); order settings default to the saved
         ones.
 
-        The fields of a given ``batching=`` left at their defaults (window, buckets, refill,
-        replication, warmup) take the saved values too.
+        The fields of a given ``batching=`` left at their defaults (shuffle, window, drop_last,
+        buckets, refill, replication, warmup) take the saved values too.
 
         Examples:
             >>> from datamill.core.source import TableSource
@@ -402,6 +342,8 @@ class Loader:
             "buckets": cfg.get("buckets", 8),
             "refill": bool(cfg.get("refill", False)),
             "warmup": bool(cfg.get("warmup", False)),
+            "shuffle": cfg["shuffle"],
+            "drop_last": cfg["drop_last"],
         }
         given = kwargs.pop("batching", None) or Batching()
         default = Batching()
@@ -410,10 +352,8 @@ class Loader:
         )
         defaults = {
             "batch_size": cfg["batch_size"],
-            "shuffle": cfg["shuffle"],
             "seed": st["seed"],
             "columns": cfg["columns"],
-            "drop_last": cfg["drop_last"],
             "rank": cfg["rank"],
             "world_size": cfg["world_size"],
             "batching": batching,
@@ -521,14 +461,7 @@ def _checked_options(
     batching: Batching | None, workers: Workers | None, *, epoch: int, rank: int, world_size: int
 ) -> tuple[Batching, Workers]:
     """The option groups (defaults for ``None``), checked with the position options."""
-    b = batching if batching is not None else Batching()
-    w = workers if workers is not None else Workers()
-    if not isinstance(b, Batching) or not isinstance(w, Workers):
-        raise ConfigError(
-            f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
-            f"{type(w).__name__}",
-            hint="from datamill.loader import Batching, Workers",
-        )
+    b, w = checked_groups(batching, workers)
     check_int(epoch, name="epoch", low=0, high=None)
     check_int(w.processes, name="Workers(processes=)", low=0, high=256)
     WORLD_SIZE(world_size)

@@ -333,9 +333,10 @@ def compose(
 
     Examples:
         >>> from datamill.core.source import TableSource
+        >>> from datamill.loader.options import Batching
         >>> from datamill.loader.service import BatchService
         >>> src = TableSource(pa.table({"x": list(range(6))}), shard_size=3)
-        >>> svc = BatchService(src, batch_size=4, shuffle=False, collate="arrow")
+        >>> svc = BatchService(src, batch_size=4, batching=Batching(shuffle=False), collate="arrow")
         >>> pos = Positions(lambda r: svc.build(0, 0, r), svc.accounting)
         >>> rows = lambda t: t["x"].to_pylist()
         >>> stream = compose(pos, refill=True, batch_size=4, drop_last=False, collate=rows)

@@ -1,13 +1,14 @@
 """The Loader's two option groups: :class:`Batching` (what a batch holds) and :class:`Workers` (how
 it runs).
 
-The common options stay keywords of :class:`~datamill.loader.Loader` (``shuffle``, ``seed``,
-``epoch``, ``columns``, ``drop_last``, ``collate``, ``rank``, ``world_size``). The rest fall in two
-groups a user can tell apart by one question, *does it change the batches?*
+The common options stay keywords of :class:`~datamill.loader.Loader` (``seed``, ``epoch``,
+``columns``, ``collate``, ``rank``, ``world_size``, and for language-model batches ``packing``,
+``balance``). The rest fall in two groups a user can tell apart by one question, *does it change
+the batches?*
 
-- :class:`Batching` does: the shuffle window, length buckets, the filter and transform, the error
-  budget, refill, replication, warmup. Its order settings are recorded in the resume state and
-  the run record.
+- :class:`Batching` does: shuffle on or off, the shuffle window, ``drop_last``, length buckets, the
+  filter and transform, the error budget, refill, replication, warmup. Its order settings are
+  recorded in the resume state and the run record.
 - :class:`Workers` never does: threads, read-ahead, pinned memory and the progress bar only change
   speed and display, so two loaders differing only in ``Workers`` yield the same batches.
 """
@@ -20,7 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["Batching", "Workers"]
+from datamill.core.errors import ConfigError
+
+__all__ = ["Batching", "Workers", "checked_groups"]
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,16 @@ class Batching:
             for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`),
             and the next window is read while one is consumed. ``None``: on for a source on object
             storage (``s3://``), off for local files. Defaults to ``None``.
+        shuffle: shard-aware shuffle; ``False`` keeps source order. Defaults to ``True``.
+        drop_last: give every rank ``n // world_size`` samples and drop the incomplete last batch;
+            otherwise every sample is used exactly once and the first ``n % world_size`` ranks get
+            one sample more. Defaults to ``False``.
 
     Examples:
         >>> Batching(window=4, bucket_by="tokens").buckets
         8
+        >>> Batching(shuffle=False, drop_last=True).shuffle
+        False
     """
 
     window: int | None = None
@@ -66,6 +75,8 @@ class Batching:
     refill: bool = False
     replication: int = 1
     warmup: bool | None = None
+    shuffle: bool = True
+    drop_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,3 +108,22 @@ class Workers:
     pin_memory: bool = False
     progress: bool = False
     processes: int = 0
+
+
+def checked_groups(batching: Batching | None, workers: Workers | None) -> tuple[Batching, Workers]:
+    """The two option groups, defaults for ``None``; anything else than the two types is refused.
+
+    Examples:
+        >>> b, w = checked_groups(None, Workers(threads=2))
+        >>> b.shuffle, w.threads
+        (True, 2)
+    """
+    b = batching if batching is not None else Batching()
+    w = workers if workers is not None else Workers()
+    if not isinstance(b, Batching) or not isinstance(w, Workers):
+        raise ConfigError(
+            f"batching must be a Batching and workers a Workers, got {type(b).__name__} and "
+            f"{type(w).__name__}",
+            hint="from datamill.loader import Batching, Workers",
+        )
+    return b, w

@@ -39,6 +39,7 @@ from datamill.core.checks import (
     check_int,
 )
 from datamill.core.errors import ConfigError
+from datamill.loader.options import Batching, Workers, checked_groups
 from datamill.loader.order import default_window, global_order, split_for_rank
 from datamill.loader.stages import EpochPlan
 
@@ -257,11 +258,8 @@ def plan_run(
     batch_size: int,
     world_size: int = 1,
     seed: int = 0,
-    shuffle: bool = True,
-    window: int | None = None,
-    drop_last: bool = False,
-    prefetch: int = 2,
-    num_workers: int = 0,
+    batching: Batching | None = None,
+    workers: Workers | None = None,
     epochs: int = 1,
     shard_bytes: Sequence[int] | NDArray[np.int64] | None = None,
     cache_limit: int | None = None,
@@ -276,12 +274,12 @@ def plan_run(
         batch_size: samples per batch.
         world_size: ranks. Defaults to ``1``.
         seed: the run's seed. Defaults to ``0``.
-        shuffle: shard-aware shuffle. Defaults to ``True``.
-        window: shards per shuffle window. Defaults to ``None`` (the Loader's default).
-        drop_last: as the Loader's. Defaults to ``False``.
-        prefetch: shards loaded ahead. Defaults to ``2``.
-        num_workers: the Loader's batch-building threads (they hold shards longer). Defaults to
-            ``0``.
+        batching: the Loader's :class:`~datamill.loader.options.Batching`; its ``shuffle``,
+            ``window`` (``None``: the Loader's default) and ``drop_last`` are planned. Defaults to
+            ``Batching()``.
+        workers: the Loader's :class:`~datamill.loader.options.Workers`; its ``prefetch`` (shards
+            loaded ahead) and ``threads`` (batch-building threads hold shards longer) are
+            planned. Defaults to ``Workers()``.
         epochs: epochs planned (the shard cache persists across them). Defaults to ``1``.
         shard_bytes: bytes per shard (to fetch and hold). Defaults to ``None`` (1 byte per row).
         cache_limit: node-local shard cache size in bytes. Defaults to ``None`` (unbounded).
@@ -294,10 +292,15 @@ def plan_run(
         The :class:`RunPlan`.
 
     Examples:
-        >>> p = plan_run([100] * 8, batch_size=10, world_size=2, window=2, cache_limit=300)
+        >>> p = plan_run(
+        ...     [100] * 8, batch_size=10, world_size=2, batching=Batching(window=2), cache_limit=300
+        ... )
         >>> [len(r["reads"]) for r in p.ranks], p.epochs[0]["fetches"]
         ([4, 4], 8)
     """
+    b, w = checked_groups(batching, workers)
+    shuffle, window, drop_last = b.shuffle, b.window, b.drop_last
+    prefetch, num_workers = w.prefetch, w.threads
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     nbytes = sizes.copy() if shard_bytes is None else np.asarray(shard_bytes, dtype=np.int64)
     _check_plan(

@@ -23,6 +23,7 @@ the batch and epoch, instead of hanging.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import mmap
 import os
@@ -399,7 +400,7 @@ def _shutdown(handles: list[_Handle]) -> None:
 def _assemblers(service: Any) -> int:
     """A worker's assembling threads: at least one, so the next batch is assembled while the worker
     collates and hands over this one."""
-    return max(1, int(service.num_workers))
+    return max(1, int(service.workers.threads))
 
 
 def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
@@ -449,7 +450,13 @@ class ProcessBuilds:
         self.mode, self.pin = _mode(self.collate)
         try:
             self._blob = pickle.dumps(
-                (service.replace(collate="arrow", num_workers=_assemblers(service)), self.mode)
+                (
+                    service.replace(
+                        collate="arrow",
+                        workers=dataclasses.replace(service.workers, threads=_assemblers(service)),
+                    ),
+                    self.mode,
+                )
             )
         except Exception as exc:
             raise ConfigError(

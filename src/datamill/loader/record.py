@@ -106,10 +106,10 @@ def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> 
         "uid_column": uid_column_of(source),
         "mix": _mix(source) if isinstance(source, Mix) else None,
         "buckets": None
-        if svc.bucket_by is None
-        else {"bucket_by": svc.bucket_by, "buckets": svc.buckets},
-        "filter": _name(svc.filter),
-        "transform": _name(svc.transform),
+        if svc.batching.bucket_by is None
+        else {"bucket_by": svc.batching.bucket_by, "buckets": _buckets(svc.batching.buckets)},
+        "filter": _name(svc.batching.filter),
+        "transform": _name(svc.batching.transform),
         "refill": bool(loader.refill),
     }
     start_epoch, start_batch, hist = getattr(loader, "_trace_start", (loader.epoch, 0, ()))
@@ -167,8 +167,8 @@ def plan_record(
         "uid_column": uid_column_of(source),
         "mix": None,
         "buckets": None,
-        "filter": _name(svc.filter),
-        "transform": _name(svc.transform),
+        "filter": _name(svc.batching.filter),
+        "transform": _name(svc.batching.transform),
         "refill": False,
         "runs": [run],
         "until": {"epoch": int(epoch), "batches_seen": int(batches_seen)},
@@ -179,9 +179,9 @@ def plan_record(
 def _order(svc: Any) -> dict[str, Any]:
     """The record's ``order`` section: what the pure order of a service depends on."""
     return {
-        "shuffle": svc.shuffle,
+        "shuffle": svc.batching.shuffle,
         "window": svc.window,
-        "drop_last": svc.drop_last,
+        "drop_last": svc.batching.drop_last,
         "columns": svc.columns,
         "num_samples": svc.epoch_samples(),
         "shard_sizes": rle_sizes(svc.sizes),
@@ -287,3 +287,8 @@ def load_record(record: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str,
     if missing or not record["runs"]:
         raise ConfigError(f"run record lacks {missing or ['runs']}", path=path)
     return dict(record)
+
+
+def _buckets(buckets: Any) -> Any:
+    """The bucket count, or the boundaries as a JSON list."""
+    return buckets if isinstance(buckets, int) else [int(b) for b in buckets]

@@ -11,6 +11,7 @@ depend on where it was sliced from.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from datamill.loader.accounting import BatchResult
+from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
 
 __all__ = [
@@ -166,17 +168,22 @@ def service_for(
         source,
         batch_size=int(cfg["batch_size"]),
         seed=int(cfg["seed"]),
-        shuffle=bool(cfg["shuffle"]),
-        window=cfg["window"],
-        drop_last=bool(cfg["drop_last"]),
         columns=cfg["columns"],
         collate="arrow",
+        batching=Batching(
+            window=cfg["window"],
+            shuffle=bool(cfg["shuffle"]),
+            drop_last=bool(cfg["drop_last"]),
+            warmup=False,
+        ),
         cache_shards=cache_shards,
     )
     # read a shuffle window of shards ahead (the in-process Loader's default is 2): the next
     # window's shards are read while this one is gathered from, instead of when its first batch
     # needs them all
-    changes: dict[str, Any] = {"prefetch": max(svc.prefetch, svc.window)}
+    changes: dict[str, Any] = {
+        "workers": dataclasses.replace(svc.workers, prefetch=max(svc.workers.prefetch, svc.window))
+    }
     if cache_shards is None:
         served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
         changes["cache_shards"] = 2 * svc.window * served

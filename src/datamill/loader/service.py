@@ -15,6 +15,7 @@ and a server use the same service, and the same :class:`~datamill.loader.account
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections import OrderedDict
@@ -49,6 +50,7 @@ from datamill.loader.elastic import (
     resume_point,
     same_world,
 )
+from datamill.loader.options import Batching, Workers, checked_groups
 from datamill.loader.order import (
     Elastic,
     EpochOrder,
@@ -110,6 +112,32 @@ def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) ->
     return replica_group(int(rank), world_size=int(world_size), replication=int(replication))
 
 
+def _resolved(b: Batching, source: Source, sizes: NDArray[np.int64]) -> Batching:
+    """``b`` checked against ``source``, with its window and warmup resolved."""
+    if b.window is not None:
+        _check_int("window", b.window, 1)
+    if b.bucket_by is not None and b.bucket_by not in source.columns:
+        raise SchemaError(
+            f"bucket_by column {b.bucket_by!r} is not a column of the source ({source.columns})",
+            column=b.bucket_by,
+        )
+    buckets = b.buckets
+    if isinstance(buckets, (int, np.integer)):
+        if buckets < 1:
+            raise ConfigError(f"buckets must be >= 1, got {buckets}")
+        buckets = int(buckets)
+    else:
+        buckets = tuple(int(x) for x in buckets)
+    return dataclasses.replace(
+        b,
+        window=b.window if b.window is not None else default_window(sizes),
+        warmup=reads_remotely(source) if b.warmup is None else bool(b.warmup),
+        shuffle=bool(b.shuffle),
+        drop_last=bool(b.drop_last),
+        buckets=buckets,
+    )
+
+
 class BatchService:
     """Plans and builds the batches of every rank over one :class:`~datamill.core.source.Source`.
 
@@ -117,36 +145,26 @@ class BatchService:
         source: what to read (any object with the Source protocol).
         batch_size: samples per batch.
         seed: the run's seed. Defaults to ``0``.
-        shuffle: shard-aware shuffle; ``False`` keeps source order. Defaults to ``True``.
-        window: shards per shuffle window. Defaults to ``None``
-            (:func:`~datamill.loader.order.default_window`).
-        drop_last: equal shares per rank and no incomplete last batch. Defaults to ``False``.
         columns: column(s) to read (all when ``None``). Defaults to ``None``.
         collate: ``"numpy"``, ``"torch"``, ``"arrow"`` (the ``pa.Table``) or a callable receiving
             the batch table. Defaults to ``"numpy"``.
-        filter: ``fn(batch: pa.Table) -> bool mask``. Defaults to ``None``.
-        transform: ``fn(batch: pa.Table) -> pa.Table``. Defaults to ``None``.
-        max_errors: the failure budget :meth:`accounting` gives (the service itself only records
-            failures on each :class:`BatchResult`). Defaults to ``0``.
-        prefetch: shards loaded ahead per build (and task blocks in flight per worker). Defaults to
-            ``2``.
-        num_workers: threads per build assembling/filtering/transforming/collating (``0``: in the
-            consuming thread). Defaults to ``0``.
+        batching: what a batch holds, the Loader's :class:`~datamill.loader.options.Batching`:
+            ``shuffle``, ``window``, ``drop_last``, length buckets (``bucket_by``/``buckets``:
+            lengths are read once; not combined with elastic resumption), ``filter``,
+            ``transform``, ``max_errors`` (the budget :meth:`accounting` gives; the service itself
+            only records failures on each :class:`BatchResult`) and ``warmup`` (``None``: on for a
+            source on object storage, :func:`reads_remotely`). ``refill`` and ``replication`` are
+            the Loader's (a service builds any rank's position batches). Kept as :attr:`batching`
+            with ``window`` and ``warmup`` resolved. Defaults to ``Batching()``.
+        workers: how batches are built, the Loader's :class:`~datamill.loader.options.Workers`:
+            ``threads`` per build assembling/filtering/transforming/collating (``0``: in the
+            consuming thread) and ``prefetch`` (shards loaded ahead per build, task blocks in
+            flight per thread). Defaults to ``Workers()``.
         cache_shards: shards kept in memory after no active build needs them, for later builds
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
-        bucket_by: a list or string column: batches group samples of similar length, inside each
-            shuffle window (:mod:`datamill.loader.buckets`); lengths are read once. Not combined
-            with elastic resumption. Defaults to ``None``.
-        buckets: the number of length buckets (quantiles of the lengths) or the bucket boundaries.
-            Defaults to ``8``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
-        warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards
-            (:func:`~datamill.loader.order.window_bounds`): the first batch waits for one shard,
-            not a whole window (from object storage: one download), and the next window is read
-            while one is consumed. ``None``: on for a source on object storage
-            (:func:`reads_remotely`), off otherwise. Defaults to ``False``.
 
     Raises:
         ConfigError: invalid arguments. SchemaError: unknown columns.
@@ -156,6 +174,8 @@ class BatchService:
         >>> svc = BatchService(
         ...     TableSource(pa.table({"x": list(range(10))}), shard_size=4), batch_size=4, seed=1
         ... )
+        >>> svc.batching.window == svc.window, svc.workers.prefetch
+        (True, 2)
         >>> (
         ...     svc.num_batches(0, rank=0, world_size=2),
         ...     svc.plan(0, 1, 2).seq.tolist() == svc.plan(0, 1, 2).seq.tolist(),
@@ -175,21 +195,12 @@ class BatchService:
         *,
         batch_size: int,
         seed: int = 0,
-        shuffle: bool = True,
-        window: int | None = None,
-        drop_last: bool = False,
         columns: Sequence[str] | str | None = None,
         collate: str | Callable[[pa.Table], Any] = "numpy",
-        filter: Callable[[pa.Table], Any] | None = None,
-        transform: Callable[[pa.Table], pa.Table] | None = None,
-        max_errors: int = 0,
-        prefetch: int = 2,
-        num_workers: int = 0,
+        batching: Batching | None = None,
+        workers: Workers | None = None,
         cache_shards: int | None = None,
         plan_epochs: int = 2,
-        bucket_by: str | None = None,
-        buckets: int | Sequence[int] = 8,
-        warmup: bool | None = False,
     ) -> None:
         if not isinstance(source, Source):
             missing = [
@@ -202,21 +213,18 @@ class BatchService:
                 hint="wrap the data in a datamill source (TableSource, ParquetSource, "
                 "HDF5Source, ...)",
             )
+        b, w = checked_groups(batching, workers)
         self.batch_size, self.seed = (
             _check_int("batch_size", batch_size, 1),
             _check_int("seed", seed, 0),
         )
-        self.max_errors, self.prefetch = (
-            _check_int("max_errors", max_errors, 0),
-            _check_int("prefetch", prefetch, 1),
-        )
-        self.num_workers = _check_int("num_workers", num_workers, 0)
+        _check_int("max_errors", b.max_errors, 0)
+        _check_int("prefetch", w.prefetch, 1)
+        _check_int("threads", w.threads, 0)
         self.plan_epochs = _check_int("plan_epochs", plan_epochs, 1)
         self.cache_shards = (
             0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
         )
-        if window is not None:
-            window = _check_int("window", window, 1)
         cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
         if cols is not None:
             unknown = [c for c in cols if c not in source.columns]
@@ -225,28 +233,17 @@ class BatchService:
                     f"unknown column(s) {unknown}; the source has {source.columns}",
                     column=unknown[0],
                 )
-        self.source, self.shuffle, self.drop_last, self.columns = (
-            source,
-            bool(shuffle),
-            bool(drop_last),
-            cols,
-        )
-        self.warmup = reads_remotely(source) if warmup is None else bool(warmup)
+        self.source, self.columns = source, cols
         self.collate_fn = resolve_collate(collate)
-        self.filter, self.transform = filter, transform
         self.sizes: NDArray[np.int64] = np.asarray(source.shard_sizes(), dtype=np.int64)
-        self.window = window if window is not None else default_window(self.sizes)
-        if bucket_by is not None and bucket_by not in source.columns:
-            raise SchemaError(
-                f"bucket_by column {bucket_by!r} is not a column of the source ({source.columns})",
-                column=bucket_by,
-            )
-        self.bucket_by = bucket_by
-        self.buckets: int | list[int] = (
-            buckets if isinstance(buckets, (int, np.integer)) else [int(b) for b in buckets]
-        )
-        if isinstance(self.buckets, int) and self.buckets < 1:
-            raise ConfigError(f"buckets must be >= 1, got {buckets}")
+        self.batching = _resolved(b, source, self.sizes)
+        """The batching options, ``window`` and ``warmup`` resolved."""
+        self.window: int = self.batching.window or 1
+        """Shards per shuffle window (resolved: ``batching.window``)."""
+        self.warmup = bool(self.batching.warmup)
+        """Whether the epoch's first windows grow (resolved: ``batching.warmup``)."""
+        self.workers = w
+        """The worker options."""
         self._fingerprint: str | None = None
         self._init_runtime()
 
@@ -256,7 +253,7 @@ class BatchService:
         self._lazy: OrderedDict[int, EpochOrder] = OrderedDict()
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
-        threads = min(8, max(REMOTE_READS if self.warmup else 2, self.prefetch))
+        threads = min(8, max(REMOTE_READS if self.warmup else 2, self.workers.prefetch))
         self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
@@ -298,27 +295,20 @@ class BatchService:
             >>> svc = BatchService(TableSource(pa.table({"x": [1, 2, 3]})), batch_size=2)
             >>> svc.replace(collate="arrow").collate_fn(pa.table({"x": [1]})).num_rows
             1
+            >>> svc.replace(workers=Workers(threads=2)).workers.threads
+            2
         """
-        kwargs: dict[str, Any] = {
-            "batch_size": self.batch_size,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "window": self.window,
-            "drop_last": self.drop_last,
-            "columns": self.columns,
-            "collate": self.collate_fn,
-            "filter": self.filter,
-            "transform": self.transform,
-            "max_errors": self.max_errors,
-            "prefetch": self.prefetch,
-            "num_workers": self.num_workers,
-            "cache_shards": self.cache_shards,
-            "plan_epochs": self.plan_epochs,
-            "bucket_by": self.bucket_by,
-            "buckets": self.buckets,
-            "warmup": self.warmup,
-        }
-        kwargs.update(changes)
+        kept = (
+            "batch_size",
+            "seed",
+            "columns",
+            "batching",
+            "workers",
+            "cache_shards",
+            "plan_epochs",
+        )
+        kwargs: dict[str, Any] = {k: getattr(self, k) for k in kept}
+        kwargs.update({"collate": self.collate_fn, **changes})
         other = BatchService(kwargs.pop("source", self.source), **kwargs)
         if other.source is self.source:
             other._fingerprint = self._fingerprint
@@ -336,16 +326,18 @@ class BatchService:
         cfg: dict[str, Any] = {
             "batch_size": self.batch_size,
             "columns": self.columns,
-            "drop_last": self.drop_last,
+            "drop_last": self.batching.drop_last,
             "rank": int(rank),
-            "shuffle": self.shuffle,
+            "shuffle": self.batching.shuffle,
             "window": self.window,
             "world_size": int(world_size),
         }
         if replication != 1:
             cfg["replication"] = int(replication)
-        if self.bucket_by is not None:
-            cfg["bucket_by"], cfg["buckets"] = self.bucket_by, self.buckets
+        if self.batching.bucket_by is not None:
+            buckets = self.batching.buckets
+            cfg["bucket_by"] = self.batching.bucket_by
+            cfg["buckets"] = buckets if isinstance(buckets, int) else list(buckets)
         if self.warmup:
             cfg["warmup"] = True
         return cfg
@@ -367,14 +359,19 @@ class BatchService:
         custom = getattr(self.source, "epoch_sequence", None)  # e.g. a Mix: its own pure schedule
         if callable(custom):
             return np.asarray(
-                custom(seed=self.seed, epoch=epoch, shuffle=self.shuffle, window=self.window),
+                custom(
+                    seed=self.seed,
+                    epoch=epoch,
+                    shuffle=self.batching.shuffle,
+                    window=self.window,
+                ),
                 dtype=np.int64,
             )
         return global_order(
             self.sizes,
             seed=self.seed,
             epoch=epoch,
-            shuffle=self.shuffle,
+            shuffle=self.batching.shuffle,
             window=self.window,
             warmup=self.warmup,
         )
@@ -416,7 +413,9 @@ class BatchService:
         Examples:
             >>> from datamill.core.source import TableSource
             >>> svc = BatchService(
-            ...     TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False
+            ...     TableSource(pa.table({"x": list(range(10))})),
+            ...     batch_size=2,
+            ...     batching=Batching(shuffle=False),
             ... )
             >>> svc.plan(0, 1, 2).seq.tolist(), svc.plan(0, 3, 4, replication=2).seq.tolist()
             ([5, 6, 7, 8, 9], [5, 6, 7, 8, 9])
@@ -431,7 +430,7 @@ class BatchService:
             plan = self._plans.get(key)
         if plan is None:
             order = self._order(key[0])
-            if hist and self.bucket_by is not None:
+            if hist and self.batching.bucket_by is not None:
                 raise ConfigError(
                     "elastic resumption is not supported with bucket_by",
                     hint="resume with the saved world size, or without bucket_by",
@@ -439,17 +438,19 @@ class BatchService:
             if hist:
                 try:
                     order = order[
-                        remaining_positions(len(order), history=hist, drop_last=self.drop_last)
+                        remaining_positions(
+                            len(order), history=hist, drop_last=self.batching.drop_last
+                        )
                     ]
                 except ValueError as exc:
                     raise ConfigError(f"elastic history does not fit epoch {epoch}: {exc}") from exc
             seq = split_for_rank(
-                order, rank=data_rank, world_size=data_world, drop_last=self.drop_last
+                order, rank=data_rank, world_size=data_world, drop_last=self.batching.drop_last
             )
-            if self.bucket_by is not None:
+            if self.batching.bucket_by is not None:
                 seq = self._bucketed(seq, key)
             plan = EpochPlan.from_sequence(
-                seq, self.sizes, batch_size=self.batch_size, drop_last=self.drop_last
+                seq, self.sizes, batch_size=self.batch_size, drop_last=self.batching.drop_last
             )
             with self._lock:
                 if key[0] in self._orders:
@@ -458,11 +459,11 @@ class BatchService:
 
     def lengths(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """``(length of every sample, bucket boundaries)`` of ``bucket_by`` (read once)."""
-        if self.bucket_by is None:
+        if self.batching.bucket_by is None:
             raise ConfigError("this service has no bucket_by column")
         if self._bounds is None:
-            lengths = sample_lengths(self.source, self.bucket_by)
-            self._bounds = (lengths, bucket_boundaries(lengths, self.buckets))
+            lengths = sample_lengths(self.source, self.batching.bucket_by)
+            self._bounds = (lengths, bucket_boundaries(lengths, self.batching.buckets))
         return self._bounds
 
     def _bucketed(
@@ -483,10 +484,10 @@ class BatchService:
         base, extra = divmod(
             self.epoch_samples(), data_world
         )  # split_sizes(...)[data_rank], in O(1)
-        count = base if self.drop_last else base + (1 if data_rank < extra else 0)
+        count = base if self.batching.drop_last else base + (1 if data_rank < extra else 0)
         return min(
             count,
-            num_batches(count, batch_size=self.batch_size, drop_last=self.drop_last)
+            num_batches(count, batch_size=self.batch_size, drop_last=self.batching.drop_last)
             * self.batch_size,
         )
 
@@ -509,7 +510,7 @@ class BatchService:
         return num_batches(
             self.rank_samples(rank, world_size, replication=replication),
             batch_size=self.batch_size,
-            drop_last=self.drop_last,
+            drop_last=self.batching.drop_last,
         )
 
     def resume_state(
@@ -631,7 +632,9 @@ class BatchService:
         Examples:
             >>> from datamill.core.source import TableSource
             >>> svc = BatchService(
-            ...     TableSource(pa.table({"x": list(range(10))})), batch_size=2, shuffle=False
+            ...     TableSource(pa.table({"x": list(range(10))})),
+            ...     batch_size=2,
+            ...     batching=Batching(shuffle=False),
             ... )
             >>> states = [
             ...     svc.resume_state(epoch=0, batches_seen=1, rank=r, world_size=2)
@@ -677,7 +680,7 @@ class BatchService:
     def accounting(self) -> Accounting:
         """A fresh :class:`Accounting` with this service's ``max_errors`` (one per epoch and
         rank)."""
-        return Accounting(max_errors=self.max_errors)
+        return Accounting(max_errors=self.batching.max_errors)
 
     def stats(self) -> dict[str, Any]:
         """Totals over every build so far: samples, shards read and reused, shards in memory now and
@@ -748,7 +751,10 @@ class BatchService:
     def epoch_order(self, epoch: int) -> EpochOrder | None:
         """``epoch``'s order held per shard (O(shards), cached), or ``None`` when batches need the
         full order (a source with its own ``epoch_sequence``, or ``bucket_by``)."""
-        if callable(getattr(self.source, "epoch_sequence", None)) or self.bucket_by is not None:
+        if (
+            callable(getattr(self.source, "epoch_sequence", None))
+            or self.batching.bucket_by is not None
+        ):
             return None
         with self._lock:
             eo = self._lazy.get(int(epoch))
@@ -757,7 +763,7 @@ class BatchService:
                     self.sizes,
                     seed=self.seed,
                     epoch=int(epoch),
-                    shuffle=self.shuffle,
+                    shuffle=self.batching.shuffle,
                     window=self.window,
                     warmup=self.warmup,
                 )
@@ -797,10 +803,12 @@ class BatchService:
                 if len(batches)
                 else np.zeros(0, dtype=np.int64)
             )
-        parts = split_sizes(len(eo), world_size=data_world, drop_last=self.drop_last)
+        parts = split_sizes(len(eo), world_size=data_world, drop_last=self.batching.drop_last)
         start = int(sum(parts[:data_rank]))
         length = self.rank_samples(rank, world_size)
-        total = num_batches(parts[data_rank], batch_size=self.batch_size, drop_last=self.drop_last)
+        total = num_batches(
+            parts[data_rank], batch_size=self.batch_size, drop_last=self.batching.drop_last
+        )
         if len(batches) and (
             batches[0] < 0 or batches[-1] >= total or (np.diff(batches) <= 0).any()
         ):
@@ -848,8 +856,8 @@ class BatchService:
                 b,
                 t,
                 plan.seq[plan.positions(b)],
-                filter=self.filter,
-                transform=self.transform,
+                filter=self.batching.filter,
+                transform=self.batching.transform,
                 collate=self.collate_fn,
             )
             for b, t in zip(task, tables)
@@ -858,7 +866,7 @@ class BatchService:
     def _results(self, reader: BuildReader, batches: NDArray[np.int64]) -> Iterator[BatchResult]:
         """Results in batch order, built in this thread or ``num_workers`` threads ahead."""
         tasks = self._tasks(batches)
-        if not self.num_workers:
+        if not self.workers.threads:
             for task in tasks:
                 reader.schedule_upto(task[-1])
                 yield from self._run(reader, task)
@@ -872,13 +880,13 @@ class BatchService:
                 yield task
 
         with ThreadPoolExecutor(
-            max_workers=self.num_workers, thread_name_prefix="datamill-work"
+            max_workers=self.workers.threads, thread_name_prefix="datamill-work"
         ) as workers:
             for results in ordered_map(
                 functools.partial(self._run, reader),
                 scheduled(),
                 pool=workers,
-                window=self.num_workers * self.prefetch,
+                window=self.workers.threads * self.workers.prefetch,
             ):
                 yield from results
 
@@ -895,7 +903,7 @@ class BatchService:
             self._cache,
             plan,
             batches,
-            prefetch=self.prefetch,
+            prefetch=self.workers.prefetch,
             ahead_window=self.window if self.warmup else 0,
         )
         expect = getattr(self.source, "expect_reads", None)

@@ -169,7 +169,8 @@ def read_batches(
     ``padded_collate(as_torch=...)`` method (BERT Parquet: ``tokens``, ``segment_ids``,
     ``attention_mask``...; word2vec skip-gram: ``centers``, ``contexts_negatives``, ``masks``,
     ``labels``) gives its padded arrays; any other gets the loader's ``"numpy"``/``"torch"``
-    collate. Other keyword arguments (``seed``, ``epoch``, ``rank``, ``world_size``, ``shuffle``...)
+    collate. Other keyword arguments (``seed``, ``epoch``, ``rank``, ``world_size``,
+    ``batching``...)
     go to the Loader.
 
     Examples:

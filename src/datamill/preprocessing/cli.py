@@ -111,9 +111,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_engine(p, output="output as a shardset dataset")
     p.add_argument(
-        "--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)"
-    )
-    p.add_argument(
         "--format",
         choices=["shards", "hdf5"],
         default="shards",

@@ -25,9 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from datamill.core.cliargs import (
+    add_batch_size,
+    add_columns,
+    add_epoch,
+    add_ranks,
+    add_seed,
+    add_served,
+)
+
 __all__ = [
     "add_iterate_options",
-    "add_transport_option",
     "count",
     "host_list",
     "port_number",
@@ -393,27 +401,12 @@ def _state(p: argparse.ArgumentParser) -> None:
 def add_iterate_options(p: argparse.ArgumentParser) -> None:
     """The options of ``datamill serve iterate``."""
     p.add_argument("dataset", help="registered dataset id or name")
-    p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8470")
-    p.add_argument(
-        "--key", default=os.environ.get("DATAMILL_KEY"), help="API key (default $DATAMILL_KEY)"
-    )
-    p.add_argument(
-        "--batch-size", type=positive, default=256, help="samples per batch (default 256)"
-    )
-    p.add_argument("--seed", type=count, default=0, help="shuffle seed (default 0)")
-    p.add_argument("--epoch", type=count, default=0, help="epoch to iterate (default 0)")
-    p.add_argument("--columns", default=None, help="comma-separated columns (default all)")
-    p.add_argument("--rank", type=count, default=0, help="this process's rank (default 0)")
-    p.add_argument("--world-size", type=positive, default=1, help="ranks in the job (default 1)")
-    p.add_argument(
-        "--mode",
-        choices=["static", "dynamic"],
-        default="static",
-        help="static or dynamic (default static)",
-    )
-    p.add_argument(
-        "--name", default=None, help="iteration name (processes with one name share an iteration)"
-    )
+    add_served(p, url_required=True)
+    add_batch_size(p)
+    add_seed(p)
+    add_epoch(p)
+    add_columns(p)
+    add_ranks(p)
     p.add_argument(
         "--limit", type=count, default=0, help="stop after this many batches (default 0: all)"
     )
@@ -425,18 +418,6 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
         type=seconds(0, 3600),
         default=3.0,
         help="seconds to keep retrying an unreachable server before failing (default 3)",
-    )
-    add_transport_option(p)
-
-
-def add_transport_option(p: argparse.ArgumentParser) -> None:
-    """``--transport built|direct``: who builds the served batches."""
-    p.add_argument(
-        "--transport",
-        choices=["built", "direct"],
-        default="built",
-        help="built: the server builds the batches; direct: this process builds them from the "
-        "dataset's client location (default built)",
     )
 
 

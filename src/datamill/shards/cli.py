@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from datamill.core.checks import SHARD_SIZE
-from datamill.core.cliargs import add_columns, columns_of
+from datamill.core.cliargs import add_columns, add_overwrite, columns_of
 from datamill.core.errors import ConfigError
 
 __all__ = ["register"]
@@ -176,11 +176,7 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--add-uid", action="store_true", help="add the UID column as row numbers if absent"
     )
-    c.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing dataset at ROOT as a whole (never an input or a folder of yours)",
-    )
+    add_overwrite(c, target="ROOT", note=" (an existing dataset there is replaced as a whole)")
     c.set_defaults(func=_create)
     a = s.add_parser(
         "add", help="add a shardset (shard files respecting the mapping, or --route one table)"
@@ -213,10 +209,5 @@ def register(sub: Any) -> None:
     e.add_argument("out")
     add_columns(e)
     e.add_argument("--join", choices=["left", "inner"], default="left")
-    e.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at OUT (an earlier export is replaced "
-        "anyway); never a user's file or a file inside the dataset",
-    )
+    add_overwrite(e, target="OUT", note=" (an earlier export is replaced anyway)")
     e.set_defaults(func=_export)

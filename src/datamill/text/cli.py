@@ -7,12 +7,13 @@ import time
 from typing import Any
 
 from datamill.core.checks import MAX_SIZE, MIN_FREQ, TOKENIZER_VOCAB
+from datamill.core.cliargs import add_overwrite
 
 __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from datamill.text.corpus import build_corpus
+    from datamill.text.corpus import VocabLimits, build_corpus
 
     start = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -20,10 +21,12 @@ def _cmd(args: argparse.Namespace) -> int:
         extra = {"tokenizer": args.tokenizer, "vocab_size": args.vocab_size}
     else:
         extra = {
-            "min_freq": args.min_freq,
-            "max_size": args.max_size,
-            "reserved_tokens": args.reserved_tokens.split(",") if args.reserved_tokens else (),
-            "unk_token": args.unk_token,
+            "vocab": VocabLimits(
+                min_freq=args.min_freq,
+                max_size=args.max_size,
+                reserved_tokens=args.reserved_tokens.split(",") if args.reserved_tokens else (),
+                unk_token=args.unk_token,
+            )
         }
     corpus = build_corpus(
         args.textfile,
@@ -104,10 +107,5 @@ def register(sub: Any) -> None:
         help="output corpus folder (an earlier corpus there is replaced atomically; anything "
         "else is refused)",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at --out (never an input or a file of "
-        "yours)",
-    )
+    add_overwrite(p)
     p.set_defaults(func=_cmd)

@@ -59,6 +59,7 @@ __all__ = [
     "TOKENIZER_FILE",
     "TOKENS_FILE",
     "Corpus",
+    "VocabLimits",
     "build_corpus",
     "build_vocab",
     "is_corpus_folder",
@@ -419,13 +420,9 @@ def build_corpus(
     level: Level = "char",
     lowercase: bool = False,
     collapse_whitespace: bool = False,
-    min_freq: int = 0,
-    max_size: int | None = None,
-    reserved_tokens: Sequence[str] | str = (),
-    unk_token: str = "<unk>",
     tokenizer: HFTokenizer | PathLike | None = None,
     vocab_size: int = 8000,
-    vocab: Vocab | None = None,
+    vocab: Vocab | VocabLimits | None = None,
     out: PathLike | None = None,
     overwrite: bool = False,
 ) -> Corpus:
@@ -437,14 +434,13 @@ def build_corpus(
         lowercase: lower-case first. Defaults to ``False``.
         collapse_whitespace: collapse whitespace; at char level this also joins the file into one
             document (the seed). Defaults to ``False``.
-        min_freq: see :func:`build_vocab` (char/word). Defaults to ``0``.
-        max_size: see :func:`build_vocab` (char/word). Defaults to ``None``.
-        reserved_tokens: see :func:`build_vocab` (char/word). Defaults to ``()``.
-        unk_token: see :func:`build_vocab` (char/word). Defaults to ``"<unk>"``.
         tokenizer: bpe/wordpiece: an :class:`HFTokenizer` or its file; trained on ``source`` when
             ``None``. Defaults to ``None``.
         vocab_size: bpe/wordpiece vocabulary size when training. Defaults to ``8000``.
-        vocab: char/word: encode with this vocabulary instead of building one. Defaults to ``None``.
+        vocab: char/word: encode with this :class:`~datamill.vocab.Vocab` instead of building one,
+            or build one within these :class:`VocabLimits` (``min_freq``, ``max_size``,
+            ``reserved_tokens``, ``unk_token``: see :func:`build_vocab`). Defaults to ``None``
+            (``VocabLimits()``).
         out: also save the corpus folder here; an existing corpus folder there is replaced (the
             input, or anything else, is refused). Defaults to ``None``.
         overwrite: also replace another kind of datamill output at ``out``. Defaults to ``False``.
@@ -460,6 +456,8 @@ def build_corpus(
         >>> c = build_corpus(["abcab"], level="char")
         >>> c.tokens.tolist(), c.vocab.idx2str, c.tokens.dtype
         ([1, 2, 3, 1, 2], ['<unk>', 'a', 'b', 'c'], dtype('uint16'))
+        >>> build_corpus(["abcab"], level="char", vocab=VocabLimits(min_freq=2)).vocab.idx2str
+        ['<unk>', 'a', 'b']
     """
     if level not in LEVELS:
         raise ConfigError(f"unknown corpus level {level!r}; valid: {', '.join(LEVELS)}")
@@ -474,7 +472,7 @@ def build_corpus(
         "lowercase": lowercase,
         "collapse_whitespace": collapse_whitespace,
     }
-    va = _VocabArgs(vocab, min_freq, max_size, reserved_tokens, unk_token)
+    va = _VocabArgs.of(vocab)
     fast = _ascii_fast_path(
         source, level, va, lowercase=lowercase, one_document=collapse_whitespace
     )
@@ -494,17 +492,38 @@ def build_corpus(
         cps, offsets = _char_ids(lines)
         v, ids = _encode_codes(
             cps,
-            vocab,
-            min_freq=min_freq,
-            max_size=max_size,
-            reserved_tokens=reserved_tokens,
-            unk_token=unk_token,
+            va.vocab,
+            min_freq=va.min_freq,
+            max_size=va.max_size,
+            reserved_tokens=va.reserved_tokens,
+            unk_token=va.unk_token,
         )
         return _finish(ids, offsets, v, level, meta, None, out)
     words, dic = _word_dictionary(lines)
     offsets = words.offsets.to_numpy().astype(np.int64)
     v, ids = _encode_words(dic, va)
     return _finish(ids, offsets - offsets[0], v, level, meta, None, out)
+
+
+@dataclass(frozen=True)
+class VocabLimits:
+    """How :func:`build_corpus` builds a char/word vocabulary (see :func:`build_vocab`).
+
+    Args:
+        min_freq: tokens seen fewer times map to ``unk_token``. Defaults to ``0``.
+        max_size: keep the most frequent tokens only. Defaults to ``None``.
+        reserved_tokens: tokens placed first, after ``unk_token``. Defaults to ``()``.
+        unk_token: the unknown token (index 0). Defaults to ``"<unk>"``.
+
+    Examples:
+        >>> VocabLimits(min_freq=2).unk_token
+        '<unk>'
+    """
+
+    min_freq: int = 0
+    max_size: int | None = None
+    reserved_tokens: Sequence[str] | str = ()
+    unk_token: str = "<unk>"
 
 
 @dataclass(frozen=True)
@@ -516,6 +535,19 @@ class _VocabArgs:
     max_size: int | None
     reserved_tokens: Sequence[str] | str
     unk_token: str
+
+    @classmethod
+    def of(cls, vocab: Vocab | VocabLimits | None) -> _VocabArgs:
+        """A given vocabulary, or the limits to build one within."""
+        if vocab is None or isinstance(vocab, VocabLimits):
+            lim = vocab if vocab is not None else VocabLimits()
+            return cls(None, lim.min_freq, lim.max_size, lim.reserved_tokens, lim.unk_token)
+        if not isinstance(vocab, Vocab):
+            raise ConfigError(
+                f"vocab must be a Vocab or VocabLimits, got {type(vocab).__name__}",
+                hint="from datamill.text import VocabLimits",
+            )
+        return cls(vocab, 0, None, (), "<unk>")  # the limits of the defaults: not used
 
 
 def _encode_words(dic: pa.DictionaryArray, va: _VocabArgs) -> tuple[Vocab, NDArray[Any]]:

@@ -14,6 +14,7 @@ beside the output that replaces it in one switch, the tokenizer is saved inside 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -226,15 +227,12 @@ def tokenize(
     out: str | os.PathLike[str],
     tokenizer: str | os.PathLike[str] | None = None,
     train_vocab: int | None = None,
-    text_field: str = "text",
-    keep: str | Sequence[str] = (),
-    text_unit: str = "block",
+    read: ReadOptions | None = None,
     bos: str | None = None,
     eos: str | None = None,
     workers: int | None = None,
     engine: str = "local",
     address: str | None = None,
-    skip_bad: bool = False,
     task_bytes: int | None = None,
     overwrite: bool = False,
 ) -> Tokenized:
@@ -251,16 +249,17 @@ def tokenize(
             ``train_vocab``).
         train_vocab: train a BPE vocabulary of this size on a deterministic sample of the inputs.
             Defaults to ``None``.
-        text_field: the JSONL field / Parquet column of the text. Defaults to ``"text"``.
-        keep: other fields kept as metadata columns (strings). Defaults to ``()``.
-        text_unit: plain text: ``"block"`` (a document per blank-line-separated block) or
-            ``"file"``. Defaults to ``"block"``.
+        read: how documents are read (:class:`~datamill.text.tok_read.ReadOptions`):
+            ``text_field`` (the JSONL field / Parquet column of the text, ``"text"``), ``keep``
+            (other fields kept as metadata columns, strings), ``text_unit`` (plain text:
+            ``"block"``, a document per blank-line-separated block, or ``"file"``) and
+            ``skip_bad`` (skip and count bad records instead of failing). Defaults to
+            ``ReadOptions()``.
         bos: a token put before every document (it must be in the vocabulary). Defaults to ``None``.
         eos: a token put after every document. Defaults to ``None``.
         workers: worker processes. Defaults to ``None`` (the cores).
         engine: ``"local"`` or ``"ray"`` (same bytes). Defaults to ``"local"``.
         address: the Ray cluster (``engine="ray"``). Defaults to ``None`` (a local instance).
-        skip_bad: skip and count bad records instead of failing. Defaults to ``False``.
         task_bytes: stored bytes per task (= shard). Defaults to ``None`` (1/256 of the input,
             within [256 KiB, 64 MiB]).
         overwrite: also replace another kind of datamill output at ``out``. Defaults to ``False``.
@@ -270,7 +269,8 @@ def tokenize(
 
     Raises:
         ConfigError: bad options. DataFileError: a bad record (file, line, field) without
-            ``skip_bad``, an output that is not ours. DataFileNotFoundError: missing inputs.
+            ``ReadOptions(skip_bad=True)``, an output that is not ours. DataFileNotFoundError:
+            missing inputs.
 
     Examples:
         >>> import tempfile, pathlib, json
@@ -283,16 +283,11 @@ def tokenize(
     """
     start = time.perf_counter()
     out = _check_out(out, files := expand_inputs(inputs), tokenizer, overwrite=overwrite)
-    opts = ReadOptions(
-        text_field=text_field,
-        keep=(keep,) if isinstance(keep, str) else tuple(keep),
-        text_unit=_check_unit(text_unit),
-        skip_bad=skip_bad,
-    )
+    opts = _read_options(read)
     tasks = plan_tasks(
         files,
         task_bytes=task_bytes or auto_task_bytes(sum(f.size for f in files)),
-        whole_files=text_unit == "file",
+        whole_files=opts.text_unit == "file",
     )
     run_key = [opts.__dict__, [(t.file, t.start, t.end) for t in tasks], bos, eos, train_vocab]
     tok_stat = None if tokenizer is None else _stat(os.fspath(tokenizer))
@@ -326,10 +321,18 @@ def tokenize(
     )
 
 
-def _check_unit(unit: str) -> str:
-    if unit not in ("block", "file"):
-        raise ConfigError(f"text_unit must be 'block' or 'file', got {unit!r}")
-    return unit
+def _read_options(read: ReadOptions | None) -> ReadOptions:
+    """``read`` checked (``ReadOptions()`` for ``None``), a lone ``keep`` field as a tuple."""
+    opts = ReadOptions() if read is None else read
+    if not isinstance(opts, ReadOptions):
+        raise ConfigError(
+            f"read must be a ReadOptions, got {type(opts).__name__}",
+            hint="from datamill.text import ReadOptions",
+        )
+    if opts.text_unit not in ("block", "file"):
+        raise ConfigError(f"text_unit must be 'block' or 'file', got {opts.text_unit!r}")
+    keep = opts.keep
+    return dataclasses.replace(opts, keep=(keep,) if isinstance(keep, str) else tuple(keep))
 
 
 def _run(

@@ -6,26 +6,31 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from datamill.core.cliargs import add_engine, add_overwrite, add_processes
+
 __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
     from datamill.text.tok_build import tokenize
+    from datamill.text.tok_read import ReadOptions
 
     res = tokenize(
         args.inputs,
         out=args.out,
         tokenizer=args.tokenizer,
         train_vocab=args.train_vocab,
-        text_field=args.text_field,
-        keep=[k for k in args.keep.split(",") if k] if args.keep else (),
-        text_unit=args.text_unit,
+        read=ReadOptions(
+            text_field=args.text_field,
+            keep=tuple(k for k in args.keep.split(",") if k) if args.keep else (),
+            text_unit=args.text_unit,
+            skip_bad=args.skip_bad,
+        ),
         bos=args.bos,
         eos=args.eos,
         workers=args.workers,
         engine=args.engine,
         address=args.address,
-        skip_bad=args.skip_bad,
         task_bytes=args.task_mb << 20 if args.task_mb else None,
         overwrite=args.overwrite,
     )
@@ -77,18 +82,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--bos", default=None, help="a token put before every document (e.g. <s>)")
     p.add_argument("--eos", default=None, help="a token put after every document (e.g. </s>)")
-    p.add_argument(
-        "--workers", type=int, default=None, help="worker processes (default: the cores)"
-    )
-    p.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local processes or a Ray cluster (same bytes)",
-    )
-    p.add_argument(
-        "--address", default=None, help="the Ray cluster (--engine ray; default a local instance)"
-    )
+    add_processes(p)
+    add_engine(p, output="the same bytes")
     p.add_argument(
         "--skip-bad",
         action="store_true",
@@ -100,9 +95,5 @@ def register(sub: Any) -> None:
         default=None,
         help="MiB of input per task (= shard); default 1/256 of the input within [0.25, 64]",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="also replace another kind of datamill output at --out",
-    )
+    add_overwrite(p)
     p.set_defaults(func=_cmd)

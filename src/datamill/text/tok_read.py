@@ -40,12 +40,24 @@ _WS = np.frombuffer(b" \t\r\n\f\v", np.uint8)
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How documents are read: the text field/column, kept fields, text unit, bad-record policy."""
+    """How :func:`~datamill.text.tokenize` reads documents.
+
+    Args:
+        text_field: the JSONL field / Parquet column of the text. Defaults to ``"text"``.
+        keep: other fields kept as metadata columns (strings). Defaults to ``()``.
+        text_unit: plain text: ``"block"`` (a document per blank-line-separated block) or
+            ``"file"``. Defaults to ``"block"``.
+        skip_bad: skip and count bad records instead of failing. Defaults to ``False``.
+        batch_bytes: bytes of text read per batch. Defaults to ``1 << 20``.
+
+    Examples:
+        >>> ReadOptions(text_field="body", keep=("id",)).text_unit
+        'block'
+    """
 
     text_field: str = "text"
     keep: tuple[str, ...] = ()
     text_unit: str = "block"
-    """``"block"`` (blank-line-separated) or ``"file"`` for plain text."""
     skip_bad: bool = False
     batch_bytes: int = 1 << 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from datamill.core.cliargs import add_engine, add_overwrite, add_seed
+from datamill.core.cliargs import add_engine, add_overwrite, add_processes, add_seed
 from datamill.pretrain.bert.limits import (
     DUPE_FACTOR,
     MASK_PROB,
@@ -13,7 +13,6 @@ from datamill.pretrain.bert.limits import (
     MAX_SEQ_LENGTH,
     SHORT_SEQ_PROB,
     VOCAB_SIZE,
-    WORKERS,
 )
 
 __all__ = ["register"]
@@ -77,12 +76,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--short-seq-prob", type=SHORT_SEQ_PROB.arg, default=0.1, help="default 0.1")
     add_seed(p, what="seeds the pairs and masks")
-    p.add_argument(
-        "--workers",
-        type=WORKERS.arg,
-        default=None,
-        help="processes (default: one per core for large inputs)",
-    )
+    add_processes(p, default="one per core for large inputs")
     p.add_argument(
         "--layout",
         choices=["padded", "compact"],
@@ -105,9 +99,6 @@ def register(sub: Any) -> None:
         "create_instances_from_document (the chunk stops at the target)",
     )
     add_engine(p, output="samples as a shardset dataset")
-    p.add_argument(
-        "--address", help="with --engine ray: the cluster (auto or HOST:PORT; default: a local Ray)"
-    )
     p.add_argument(
         "--format",
         choices=["parquet"],
