@@ -46,10 +46,6 @@ TRANSPORTS = ("built", "direct")
 """``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds
 them."""
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT "
-    "NULL);"
-)
 _MAX_LOCATION = 4096
 
 
@@ -85,8 +81,6 @@ class ClientLocations:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
-        with journal._lock:
-            journal._db.executescript(_SCHEMA)
 
     def set(self, dataset: str, location: str) -> None:
         """Record (or replace) the client location of dataset id ``dataset``."""
