@@ -44,7 +44,7 @@ from datamill.serve.journal.leases import (
 from datamill.serve.journal.store import Journal
 from datamill.serve.observe.metrics import Telemetry
 from datamill.serve.protocol.iteration import AckResult, Iteration, Lease, runs, session_digest
-from datamill.serve.protocol.round_trip import AckItem, Planned, finish, plan
+from datamill.serve.protocol.round_trip import AckItem, Planned, Take, finish, plan
 
 __all__ = [
     "ARROW_STREAM",
@@ -687,7 +687,7 @@ class ServeState:
         it: Iteration,
         items: Sequence[AckItem],
         session: str,
-        take: Callable[[float], Lease | None] | None = None,
+        take: Take | None = None,
     ) -> Planned:
         """The one code path of every round trip (:mod:`datamill.serve.protocol.round_trip`): under
         the iteration's lock, read the clock, run the state machine's transition and queue its
@@ -716,14 +716,11 @@ class ServeState:
             except Exception as exc:  # noqa: BLE001 - undone, then raised
                 error = exc
         with self.lock(it):
-            latencies = finish(it, p, ok=error is None, now=self.clock())
-            ended = bool(p.marks) and it.finished_all()
-        self._timed_out(it)
+            settled = finish(it, p, ok=error is None, now=self.clock())
+        self.telemetry.settled(it, settled)
         if error is not None:
             raise error
-        if latencies:
-            self.telemetry.acked(it, latencies)
-        if ended:
+        if settled.ended:
             self._evict(it)
 
     def heartbeat(
@@ -826,25 +823,21 @@ class ServeState:
 
     def _trip(
         self, it: Iteration, client: str, transport: str, trip: dict[str, Any]
-    ) -> tuple[DatamillError | None, Callable[[float], Lease | None] | None, str]:
+    ) -> tuple[DatamillError | None, Take | None, str]:
         """``(why no lease may be taken, the take, the session's hash)`` of a round trip."""
         refusal = self._refusal(
             it, transport, rank=trip["rank"], slot=trip["slot"], slots=trip["slots"]
         )
         secret = client if trip["session"] is None else trip["session"]
-
-        def take(now: float) -> Lease | None:
-            return it.take(
-                client,
-                rank=trip["rank"],
-                slot=trip["slot"],
-                slots=trip["slots"],
-                session=secret,
-                owner=trip["owner"],
-                drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
-                now=now,
-            )
-
+        take = Take(
+            client,
+            rank=trip["rank"],
+            slot=trip["slot"],
+            slots=trip["slots"],
+            session=secret,
+            owner=trip["owner"],
+            drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
+        )
         return refusal, None if refusal is not None else take, session_digest(secret)
 
     def _refusal(

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from datamill.serve.protocol.iteration import Iteration, Lease
+    from datamill.serve.protocol.round_trip import Settled
 
 __all__ = [
     "COUNTERS",
@@ -219,6 +220,13 @@ class Telemetry:
             self.add(it.id, "leases_acknowledged", len(latencies))
             for s in latencies:
                 self.ack_latency.observe(s)
+
+    def settled(self, it: Iteration, s: Settled) -> None:
+        """A round trip was applied or undone (:func:`~datamill.serve.protocol.round_trip.finish`):
+        count its finished leases and the leases that timed out meanwhile."""
+        self.acked(it, s.latencies)
+        if s.timed_out:
+            self.expired(it, s.timed_out)
 
     def expired(self, it: Iteration, leases: Sequence[Lease]) -> None:
         """Leases timed out (logged one line each)."""

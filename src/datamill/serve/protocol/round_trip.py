@@ -25,24 +25,25 @@ journaled acks.
 Examples:
     >>> from datamill.serve.protocol.iteration import Iteration
     >>> it = Iteration("i", [4], lease_size=2, boot="b")
-    >>> p = plan(it, [], session="s", take=lambda now: it.take("c", session="s", now=now), now=0.0)
+    >>> p = plan(it, [], session="s", take=Take("c", session="s"), now=0.0)
     >>> p.records.add[0].id == p.lease.id, p.records.done
     (True, {})
-    >>> finish(it, p, ok=True, now=0.1)  # its write committed: the lease is handed out
+    >>> finish(it, p, ok=True, now=0.1).latencies  # its write committed: the lease is handed out
     []
     >>> q = plan(it, [(p.lease.id, p.lease.fence, None, None)], session=p.lease.session, now=1.0)
-    >>> q.statuses, q.records.done, finish(it, q, ok=True, now=1.5)
-    ({...: 'ok'}, {...: [(0, 2)]}, [1.5])
+    >>> s = finish(it, q, ok=True, now=1.5)
+    >>> q.statuses, q.records.done, s.latencies, s.ended
+    ({...: 'ok'}, {...: [(0, 2)]}, [1.5], False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from datamill.serve.protocol.iteration import Iteration, Lease
 
-__all__ = ["AckItem", "Planned", "Records", "finish", "plan"]
+__all__ = ["AckItem", "Planned", "Records", "Settled", "Take", "finish", "plan"]
 
 AckItem = tuple[str, str, int | None, int | None]
 """An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of
@@ -57,6 +58,29 @@ class Records:
     add: list[Lease] = field(default_factory=list)
     drop: list[str] = field(default_factory=list)
     done: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+
+@dataclass
+class Take:
+    """A take of the next lease (:meth:`Iteration.take`'s arguments, as data)."""
+
+    client: str
+    rank: int = 0
+    slot: int = 0
+    slots: int = 1
+    session: str | None = None
+    owner: str = ""
+    drain_s: float | None = None
+
+
+@dataclass
+class Settled:
+    """What applying (or undoing) a round trip did: the finished leases' ack latencies (seconds
+    since their issue), the leases that timed out meanwhile, whether the iteration ended."""
+
+    latencies: list[float] = field(default_factory=list)
+    timed_out: list[Lease] = field(default_factory=list)
+    ended: bool = False
 
 
 @dataclass
@@ -83,11 +107,11 @@ def plan(
     items: Sequence[AckItem],
     *,
     session: str,
-    take: Callable[[float], Lease | None] | None = None,
+    take: Take | None = None,
     now: float,
 ) -> Planned | None:
     """Step 1 at time ``now``: plan and reserve the acks of session hash ``session``, take a lease
-    with ``take`` (a call of :meth:`Iteration.take` at ``now``); the records to journal.
+    (``take``); the records to journal.
 
     ``None`` (nothing changed) when another request's acknowledgement of some of these positions is
     in flight: plan again once it settled.
@@ -104,7 +128,17 @@ def plan(
         it.begin_acks(p.marks, now=now)
     if take is not None:
         before = it.redelivered
-        p.lease = take(now)
+        t = take
+        p.lease = it.take(
+            t.client,
+            rank=t.rank,
+            slot=t.slot,
+            slots=t.slots,
+            session=t.session,
+            owner=t.owner,
+            drain_s=t.drain_s,
+            now=now,
+        )
         p.reissued = it.redelivered - before
         p.dropped = it.take_dropped()
     drop = p.finishing + p.dropped
@@ -113,17 +147,18 @@ def plan(
     return p
 
 
-def finish(it: Iteration, p: Planned, *, ok: bool, now: float) -> list[float]:
+def finish(it: Iteration, p: Planned, *, ok: bool, now: float) -> Settled:
     """Step 3 at time ``now``: apply the committed records (``ok``), or undo everything the plan
-    changed (the write failed). Returns the finished leases' ack latencies (seconds since their
-    issue)."""
+    changed (the write failed); what it did, for the driver's telemetry."""
+    s = Settled()
     if not ok:
         it.undo_acks(p.marks)
         it.dropped.extend(p.dropped)
         if p.lease is not None:
             it.untake(p.lease)
-        return []
-    if not p.marks:
-        return []
-    it.apply_acks(p.marks, now=now)
-    return [now - t for t in p.issued]
+    elif p.marks:
+        it.apply_acks(p.marks, now=now)
+        s.latencies = [now - t for t in p.issued]
+        s.ended = it.finished_all()
+    s.timed_out = it.take_timed_out()
+    return s
