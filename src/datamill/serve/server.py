@@ -341,20 +341,7 @@ class ServeState:
 
     def service(self, cfg: Mapping[str, Any]) -> BatchService:
         """The batch service of a dataset and order config (created once)."""
-        key = fingerprint_obj(
-            {
-                k: cfg[k]
-                for k in (
-                    "dataset",
-                    "batch_size",
-                    "seed",
-                    "shuffle",
-                    "columns",
-                    "drop_last",
-                    "window",
-                )
-            }
-        )
+        key = fingerprint_obj({k: cfg[k] for k in _ORDER if k != "epoch"})  # every epoch's
         with self._lock:
             svc = self._services.get(key)
             if svc is None:
@@ -365,24 +352,8 @@ class ServeState:
 
     # ------------------------------------------------------------------ iterations
     def _config(self, req: Mapping[str, Any]) -> dict[str, Any]:
-        known = {
-            "dataset",
-            "batch_size",
-            "seed",
-            "epoch",
-            "shuffle",
-            "columns",
-            "drop_last",
-            "window",
-            "mode",
-            "world_size",
-            "name",
-            "lease_size",
-            "lease_bytes",
-            "lease_timeout",
-            "resume_from",
-            "loader_states",
-        }
+        known = {*_ORDER, "mode", "world_size", "name", "lease_size", "lease_bytes"}
+        known |= {"lease_timeout", "resume_from", "loader_states"}
         unknown = sorted(set(req) - known)
         if unknown:
             raise ConfigError(

@@ -128,17 +128,7 @@ def plan(
         it.begin_acks(p.marks, now=now)
     if take is not None:
         before = it.redelivered
-        t = take
-        p.lease = it.take(
-            t.client,
-            rank=t.rank,
-            slot=t.slot,
-            slots=t.slots,
-            session=t.session,
-            owner=t.owner,
-            drain_s=t.drain_s,
-            now=now,
-        )
+        p.lease = it.take(**vars(take), now=now)  # its fields are take's keyword arguments
         p.reissued = it.redelivered - before
         p.dropped = it.take_dropped()
     drop = p.finishing + p.dropped
