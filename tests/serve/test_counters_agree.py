@@ -57,7 +57,7 @@ def test_ui_metrics_and_journal_agree_after_a_kill_and_replay(
         ui = ledger.clients(again.journal, it2.id, live=it2)
         assert journal == 4 + 4 + 1
         assert m["datamill_units_acknowledged_total"] == journal
-        assert m["datamill_iteration_units"] == it2.progress()["done"] == journal
+        assert m["datamill_iteration_units"] == again.progress(it2)["done"] == journal
         assert {c: v["batches"] for c, v in ui.items()} == {"c0": 4, "c1": 4, "c2": 1}
     finally:
         again.close()

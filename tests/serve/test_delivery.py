@@ -429,7 +429,7 @@ def test_the_server_holds_no_per_sample_order_and_evicts_finished_iterations(
         again = st.iteration(info["id"])  # rebuilt from the journal on demand
         assert (
             again is not it
-            and again.progress()["done"] == again.total == 6
+            and st.progress(again)["done"] == again.total == 6
             and again.finished_all()
         )
     finally:

@@ -66,7 +66,7 @@ def test_concurrent_acks_share_transactions_and_journal_each_unit_once(
             for u in range(a, b)
         )
         assert units == told and max(units.values()) == 1
-        assert it.progress()["done"] == sum(told.values())
+        assert state.progress(it)["done"] == sum(told.values())
     finally:
         state.close()
 

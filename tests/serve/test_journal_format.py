@@ -1,6 +1,8 @@
 """The journal's format (issue #37 point 2): a journal written by the release of 4f4bf47 is migrated
-(schema version, checksums); a record whose bytes were flipped refuses to start, by table and row,
-though SQLite's ``quick_check`` passes."""
+(schema version, checksums); one written by 7500b5a (whose metrics, lifecycle, ledger and direct
+modules created their own tables) opens with every record and the one schema's every table; a
+record whose bytes were flipped refuses to start, by table and row, though SQLite's
+``quick_check`` passes."""
 
 from __future__ import annotations
 
@@ -36,6 +38,40 @@ def test_a_journal_of_release_4f4bf47_is_migrated(tmp_path: Path) -> None:
     finally:
         j.close()
     Journal(state).close()  # and opens again, checked
+
+
+def _tables(j: Journal) -> dict[str, list[str]]:
+    names = [r[0] for r in j._exec("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: [r[1] for r in j._exec(f"PRAGMA table_info({t})")] for t in sorted(names)}
+
+
+def test_a_journal_of_release_7500b5a_opens_with_every_record(tmp_path: Path) -> None:
+    from datamill.serve.data.direct import ClientLocations
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    shutil.copyfile(FIXTURE / "journal-7500b5a.sqlite3", state / DB_NAME)
+    expected = json.loads((FIXTURE / "journal-7500b5a.json").read_text())
+    fresh = Journal(tmp_path / "fresh")
+    j = Journal(state)
+    try:
+        assert _tables(j) == _tables(fresh)  # one schema, whichever release created a table
+        assert [r["id"] for r in j.iterations()] == expected["iterations"]
+        for it_id, units in expected["done"].items():
+            assert [u for a, b in j.done_runs(it_id) for u in range(a, b)] == units
+        assert [k["id"] for k in j.list_keys()] == expected["keys"]
+        assert all(j.is_cancelled(i) for i in expected["cancelled"])
+        assert [r[0] for r in j._exec("SELECT id FROM leases ORDER BY rowid")] == expected["leases"]
+        for ds, loc in expected["client_locations"].items():
+            assert ClientLocations(j).get(ds) == loc
+        counters = j._exec("SELECT iteration, name, value FROM counters")
+        assert sorted(list(r) for r in counters) == expected["counters"]
+        lifecycle = j._exec("SELECT iteration, status FROM lifecycle")
+        assert sorted(list(r) for r in lifecycle) == expected["lifecycle"]
+        assert j._exec("PRAGMA user_version")[0][0] == SCHEMA_VERSION
+    finally:
+        j.close()
+        fresh.close()
 
 
 def test_a_flipped_byte_in_a_record_refuses_to_start_naming_it(tmp_path: Path) -> None:

@@ -17,16 +17,17 @@ pytestmark = pytest.mark.server
 
 def test_batches_are_not_handed_out_again_before_ttl_plus_grace() -> None:
     it = Iteration("i", [8], mode="dynamic", lease_size=4, lease_timeout=4.0, boot="b")
-    t0 = time.monotonic()
-    lease = it.take("holder")
+    t0 = 100.0
+    lease = it.take("holder", now=t0)
     assert lease is not None and it.grace == lease_grace(4.0) == 1.0
     assert it.expire(t0 + 4.0 + 0.5) == 0  # past the TTL, within the grace: still the holder's
-    other = it.take("other")
+    other = it.take("other", now=t0)
     assert other is not None and not set(it.units_of(other)) & set(it.units_of(lease))
-    assert it.expire(time.monotonic() + 4.0 + 1.0 + 0.01) == 2  # past TTL + grace: both back
-    again = it.take("other")
+    assert it.expire(t0 + 4.0 + 1.0 + 0.01) == 2  # past TTL + grace: both back
+    again = it.take("other", now=t0 + 5.02)
     assert again is not None and it.units_of(again) == it.units_of(lease)
-    assert it.redelivered == len(it.units_of(lease)) and it.progress()["redelivered_batches"] == 4
+    progress = it.progress(now=t0 + 5.02)
+    assert it.redelivered == len(it.units_of(lease)) and progress["redelivered_batches"] == 4
 
 
 def test_redelivered_batches_are_counted_for_metrics(

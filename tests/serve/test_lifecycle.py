@@ -169,7 +169,6 @@ def test_paging_filters_and_bounds(app: Any) -> None:
 
 def test_gc_removes_only_iterations_that_ended_long_ago(tmp_path: Path) -> None:
     j = Journal(tmp_path / "state")
-    lifecycle.ensure_tables(j)
     now = time.time()
     for it, status, ended in (
         ("old", "finished", now - 40 * 86400),

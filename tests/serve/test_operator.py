@@ -105,12 +105,6 @@ def test_sigterm_drain_ends_cleanly_with_default_leases(setup: dict[str, Any]) -
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a crashed client's leases are re-issued only when they time out (lease_timeout after "
-    "its last heartbeat or ack): ending them as soon as its session is known dead is a change to "
-    "the lease protocol (serve/protocol, issue #37's rewrite), not made here",
-)
 def test_no_end_of_epoch_stall_after_a_client_crash(setup: dict[str, Any]) -> None:
     """Two dynamic clients; one is killed (-9) while holding leases; the survivor finishes the
     epoch without waiting out the dead client's lease timeout (6 s here)."""

@@ -1,6 +1,8 @@
-"""The lease protocol and its journal, driven at random against a small reference model (issue #37
-point 5): next, ack (per batch, out of order, duplicated), heartbeat, expiry, a resume of one rank
-while another rank's ack is in flight, rewind, cancel, client crash, server crash + replay.
+"""The lease protocol's pure state machine and its journal, driven at random (through the
+driver, :class:`ServeState`, whose clock is the test's: time is data) against a small reference
+model (issue #37 point 5): next, ack (per batch, out of order, duplicated), heartbeat, expiry, a
+resume of one rank while another rank's ack is in flight, rewind, cancel, client crash (its
+connections seen closed or not), server crash + replay.
 
 Invariants, after every step: the journal's done set (the fold of its records) = memory's = the
 model's; no unit is acknowledged ``ok`` twice; no live lease is handed out to two holders; counters
@@ -13,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,9 @@ from hypothesis.stateful import (
     rule,
 )
 
+from datamill.serve.journal.leases import leases_write
 from datamill.serve.protocol.iteration import Iteration, session_digest
-from datamill.serve.protocol.round_trip import plan, settle_async
+from datamill.serve.protocol.round_trip import plan
 from datamill.serve.server import CancelledError, ServeState
 from datamill.shards.dataset import ShardsetDataset
 
@@ -83,11 +85,15 @@ class LeaseMachine(RuleBasedStateMachine):
         self.faults: Counter[str] = Counter()  # faults per client that could leave a batch in doubt
         self.clients: list[Client] = []
         self.cancelled = False
+        self.now = 1000.0  # the driver's clock: only the rules move it
+
+    def _clock(self) -> float:
+        return self.now
 
     # ------------------------------------------------------------------ set-up and helpers
     @initialize(mode=st.sampled_from(["static", "dynamic"]), lease_size=st.integers(1, 4))
     def start(self, mode: str, lease_size: int) -> None:
-        self.state = ServeState(self.dir, roots=[_root()], auth=False, lease_timeout=30.0)
+        self.state = self._server()
         self.state.register("ds", name="ds")
         world = 2 if mode == "static" else 1
         req = {
@@ -102,6 +108,11 @@ class LeaseMachine(RuleBasedStateMachine):
         self.it = self.state.iteration(self.state.create_iteration(req)["id"])
         n = 2 if mode == "static" else 3
         self.clients = [Client(f"c{k}", k % world) for k in range(n)]
+
+    def _server(self) -> ServeState:
+        return ServeState(
+            self.dir, roots=[_root()], auth=False, lease_timeout=30.0, clock=self._clock
+        )
 
     def teardown(self) -> None:
         if self.state is not None:
@@ -184,17 +195,21 @@ class LeaseMachine(RuleBasedStateMachine):
     @rule()
     def expiry(self) -> None:
         """Time passes beyond every lease's TTL + grace: every live lease goes back."""
-        _, it = self._st()
-        it.expire(time.monotonic() + it.lease_timeout + it.grace + 1)
+        state, it = self._st()
+        self.now += it.lease_timeout + it.grace + 1
+        state.progress(it)  # a reading expires them (as a take would)
         for c in self.clients:
             if any(h.yielded < len(h.units) for h in c.leases):
                 self.faults[c.id] += 1
             c.leases.clear()
 
-    @rule(k=st.integers(0, 2))
-    def client_crash(self, k: int) -> None:
-        """A client is killed (its leases held until they expire) and replaced by a new process."""
+    @rule(k=st.integers(0, 2), closed=st.booleans())
+    def client_crash(self, k: int, closed: bool) -> None:
+        """A client is killed (its leases held until they expire; with ``closed``, the server saw
+        its connections closed and ends them soon) and replaced by a new process."""
         c = self.clients[k % len(self.clients)]
+        if closed:
+            self._st()[0].session_closed(c.session)
         if c.leases:
             self.faults[c.id] += 1
         c.leases.clear()
@@ -213,17 +228,21 @@ class LeaseMachine(RuleBasedStateMachine):
             pos = h.start + h.yielded
             self.yielded[h.units[h.yielded]] += 1
             h.yielded += 1
-            p = plan(
-                it,
-                state.writes,
-                [(h.id, h.fence, pos, pos + 1)],
-                session=session_digest(h_s(other)),
-            )
+            with state.lock(it):  # the driver's first step: decided, its write queued
+                p = plan(
+                    it,
+                    [(h.id, h.fence, pos, pos + 1)],
+                    session=session_digest(h_s(other)),
+                    now=self.now,
+                )
+                assert p is not None and p.records is not None
+                r = p.records
+                w = state.writes.submit(leases_write(it.id, add=r.add, drop=r.drop, done=r.done))
         event(f"resume of a rank with an ack in flight: {p is not None}")
         consumed = int(frac * len(it.queues[rank]))
         state.rewind(it, {"rank": rank, "consumed": consumed})
         if p is not None:
-            asyncio.run(settle_async(it, state.writes, p))
+            asyncio.run(state._settle(it, p, w))
             got = {u for rs in p.units.values() for a, b in rs for u in range(a, b)}
             assert not got & self.done
             self.done |= got
@@ -267,7 +286,7 @@ class LeaseMachine(RuleBasedStateMachine):
         reclaim them by fence within the grace period)."""
         state, it = self._st()
         state.close()
-        self.state = ServeState(self.dir, roots=[_root()], auth=False, lease_timeout=30.0)
+        self.state = self._server()
         self.it = self.state.iteration(it.id)
         got = set(self.it.done_units())
         assert got == self.done, "the replayed done set differs from what was acknowledged"
@@ -284,7 +303,7 @@ class LeaseMachine(RuleBasedStateMachine):
             "SELECT COALESCE(SUM((stop - start) * sign), 0) FROM done WHERE iteration = ?",
             (it.id,),
         )[0][0]
-        assert it.progress()["done"] == summed == len(self.done)  # counters are folds of it
+        assert state.progress(it)["done"] == summed == len(self.done)  # counters are folds of it
 
     @invariant()
     def at_most_one_batch_in_doubt_per_client_per_fault(self) -> None:

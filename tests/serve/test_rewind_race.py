@@ -55,7 +55,7 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
             ack.start()
             _until(
                 lambda: (
-                    it.progress()["leased"] == len(p1.units)
+                    state.progress(it)["leased"] == len(p1.units)
                     and not it.leases.get(p1.lease.id) is None
                     and _acking(it)
                 ),
@@ -66,8 +66,8 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
             )
             rewind.start()
             # the rewind's write is queued under the iteration's lock, right after its memory change
-            _until(lambda: it.progress()["done"] == 1, "the rewind never ran")
-            with it.lock:
+            _until(lambda: state.progress(it)["done"] == 1, "the rewind never ran")
+            with state.lock(it):
                 pass
         ack.join(timeout=60)
         rewind.join(timeout=60)
@@ -75,13 +75,13 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
         rank1 = set(p1.units)
         journaled = {u for a, b, _ in state.journal.done(it.id) for u in range(a, b)}
         assert rank1 <= journaled, "the rewind erased rank 1's acknowledgement from the journal"
-        before = it.progress()
+        before = state.progress(it)
     finally:
         state.close()
     again = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)  # a restart
     try:
         replayed = again.iteration("r")
-        after = replayed.progress()
+        after = again.progress(replayed)
         assert after["done"] == before["done"] == 1 + len(rank1)
         assert [q["done"] for q in after["queues"]] == [q["done"] for q in before["queues"]]
         nxt = again.next_lease(replayed, "c1b", rank=1)  # rank 1 resumes after its ack

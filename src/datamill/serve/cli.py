@@ -181,13 +181,12 @@ def _need_journal(state: str) -> None:
 def _gc(args: argparse.Namespace) -> int:
     from datamill.serve.http.auth import parse_duration
     from datamill.serve.journal.store import Journal
-    from datamill.serve.observe.lifecycle import ensure_tables, gc
+    from datamill.serve.observe.lifecycle import gc
 
     older = parse_duration(args.older_than)
     _need_journal(args.state)
     journal = Journal(args.state, lock="gc", beside=True)
     try:
-        ensure_tables(journal)
         removed = gc(journal, older_than=older)
         if removed:
             journal.add_audit(

@@ -17,6 +17,7 @@ import re
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +37,15 @@ from datamill.serve.http.auth import KeyStore
 from datamill.serve.journal.leases import (
     GroupCommit,
     UnavailableError,
-    ensure_tables,
+    Write,
     journaled_leases,
+    leases_write,
     rewind_write,
 )
 from datamill.serve.journal.store import Journal
 from datamill.serve.observe.metrics import Telemetry
 from datamill.serve.protocol.iteration import AckResult, Iteration, Lease, runs, session_digest
-from datamill.serve.protocol.round_trip import AckItem, Planned, plan_async, settle_async
+from datamill.serve.protocol.round_trip import AckItem, Planned, Take, finish, plan
 
 __all__ = [
     "ARROW_STREAM",
@@ -58,6 +60,10 @@ __all__ = [
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MODES = ("dynamic", "static")
+_POLL_S = 0.002  # how often a round trip waiting for another's acks in flight plans again
+SESSION_CLOSED_S = 1.5
+"""Seconds a session's leases live after its every connection was closed by its peer (at most the
+lease timeout): a live client's next heartbeat (every second at most) reclaims them meanwhile."""
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 _ORDER = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
 """An iteration's config fields its order depends on (a resumed iteration keeps them)."""
@@ -162,6 +168,8 @@ class ServeState:
         build_workers: worker processes building server-built leases (each with its own shard
             cache), so builds run past this process's GIL; ``0`` builds in the request's thread.
             Defaults to ``0``.
+        clock: the monotonic clock the driver reads for each event (the state machine reads none).
+            Defaults to :func:`time.monotonic`.
     """
 
     def __init__(
@@ -173,9 +181,15 @@ class ServeState:
         lease_timeout: float = 60.0,
         cache_shards: int | None = None,
         build_workers: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = Journal(state_dir, lock="server")  # the folder locked for this server
-        ensure_tables(self.journal)
+        self.clock = clock
+        # the lock serialising each iteration's transitions (the state machine takes none)
+        self._locks: weakref.WeakKeyDictionary[Iteration, threading.RLock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._closed: set[str] = set()  # sessions whose connections their clients all closed
         self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
         self._located: dict[str, str] = {}  # dataset id -> client location (direct mode)
@@ -328,20 +342,7 @@ class ServeState:
 
     def service(self, cfg: Mapping[str, Any]) -> BatchService:
         """The batch service of a dataset and order config (created once)."""
-        key = fingerprint_obj(
-            {
-                k: cfg[k]
-                for k in (
-                    "dataset",
-                    "batch_size",
-                    "seed",
-                    "shuffle",
-                    "columns",
-                    "drop_last",
-                    "window",
-                )
-            }
-        )
+        key = fingerprint_obj({k: cfg[k] for k in _ORDER if k != "epoch"})  # every epoch's
         with self._lock:
             svc = self._services.get(key)
             if svc is None:
@@ -352,24 +353,8 @@ class ServeState:
 
     # ------------------------------------------------------------------ iterations
     def _config(self, req: Mapping[str, Any]) -> dict[str, Any]:
-        known = {
-            "dataset",
-            "batch_size",
-            "seed",
-            "epoch",
-            "shuffle",
-            "columns",
-            "drop_last",
-            "window",
-            "mode",
-            "world_size",
-            "name",
-            "lease_size",
-            "lease_bytes",
-            "lease_timeout",
-            "resume_from",
-            "loader_states",
-        }
+        known = {*_ORDER, "mode", "world_size", "name", "lease_size", "lease_bytes"}
+        known |= {"lease_timeout", "resume_from", "loader_states"}
         unknown = sorted(set(req) - known)
         if unknown:
             raise ConfigError(
@@ -526,8 +511,55 @@ class ServeState:
             boot=self.boot,
         )
         it.config = dict(cfg)
-        it.on_expired = lambda leases: self.telemetry.expired(it, leases)
+        with self._lock:
+            self._locks[it] = threading.RLock()
         return it
+
+    def lock(self, it: Iteration) -> threading.RLock:
+        """The lock serialising the transitions (and readings) of iteration ``it``."""
+        return self._locks[it]
+
+    def progress(self, it: Iteration) -> dict[str, Any]:
+        """An iteration's counts now (its leases past their deadline expired first)."""
+        with self.lock(it):
+            now = self.clock()
+            it.expire(now)
+            out = it.progress(now=now)
+        self._timed_out(it)
+        return out
+
+    def _timed_out(self, it: Iteration) -> None:
+        """Log and count the leases of ``it`` that timed out since the last call."""
+        with self.lock(it):
+            dead = it.take_timed_out()
+        if dead:
+            self.telemetry.expired(it, dead)
+
+    def session_closed(self, secret: str) -> None:
+        """Every connection of a client session was closed by the client (its process exited or
+        was killed): its leases of every live iteration end :data:`SESSION_CLOSED_S` from now
+        unless the session connects again meanwhile, so a crashed client's batches go to the
+        others at once instead of after a lease timeout."""
+        sess = session_digest(secret)
+        with self._lock:
+            live = list(self._iterations.values())
+            self._closed.add(sess)
+        for it in live:
+            with self.lock(it):
+                within = min(SESSION_CLOSED_S, it.lease_timeout)
+                it.session_closed(sess, now=self.clock(), within=within)
+
+    def session_opened(self, secret: str) -> None:
+        """A client session opened a connection (after :meth:`session_closed`: it is alive)."""
+        sess = session_digest(secret)
+        if sess not in self._closed:
+            return
+        with self._lock:
+            self._closed.discard(sess)
+            live = list(self._iterations.values())
+        for it in live:
+            with self.lock(it):
+                it.session_opened(sess)
 
     def live_iteration(self, ref: str) -> Iteration | None:
         """The iteration of id ``ref`` when it is in memory (no journal read), else ``None``."""
@@ -553,8 +585,9 @@ class ServeState:
             if self.journal.is_cancelled(row["id"]):
                 it.cancel()
             else:  # the grace period: leases in flight wait one lease timeout for their holders
+                now = self.clock()
                 for lease in journaled_leases(self.journal, row["id"]):
-                    it.restore(lease)
+                    it.restore(lease, now=now)
             it.acked.update(lease for _, _, lease in done if lease not in it.leases)
             self._iterations[row["id"]] = it
             return it
@@ -618,25 +651,48 @@ class ServeState:
         """:meth:`ack_batches` in an event loop (it waits for the journal without a thread): the
         one code path of an acknowledgement (:meth:`ack_batches` runs it in a loop of its own)."""
         secret = session if session is not None else client if client is not None else ""
-        p = await plan_async(it, self.writes, items, session=session_digest(secret))
-        await self._settle_async(it, p)
+        p = await self._transition(it, items, session_digest(secret))
         return p.statuses, p.units
 
-    async def _settle_async(self, it: Iteration, p: Planned) -> None:
-        """Wait for a planned round trip's write and apply it; shielded: a request cancelled
-        meanwhile (a client gone) still leaves memory as the journal (applied or undone)."""
+    async def _transition(
+        self,
+        it: Iteration,
+        items: Sequence[AckItem],
+        session: str,
+        take: Take | None = None,
+    ) -> Planned:
+        """The one code path of every round trip (:mod:`datamill.serve.protocol.round_trip`): under
+        the iteration's lock, read the clock, run the state machine's transition and queue its
+        records as one journal write; wait for the write without the lock; apply (or undo) it."""
+        lock = self.lock(it)
+        while True:
+            with lock:
+                p = plan(it, items, session=session, take=take, now=self.clock())
+                w = None
+                if p is not None and p.records is not None:
+                    r = p.records
+                    w = self.writes.submit(leases_write(it.id, add=r.add, drop=r.drop, done=r.done))
+            if p is not None:
+                break
+            await asyncio.sleep(_POLL_S)  # another request's acks of these are in flight
+        # shielded: a request cancelled meanwhile (a client gone) still leaves memory as the journal
+        await asyncio.shield(self._settle(it, p, w))
+        return p
 
-        async def settle_then_count() -> None:
-            self._settled(it, p, await settle_async(it, self.writes, p))
-
-        await asyncio.shield(settle_then_count())
-
-    def _settled(self, it: Iteration, p: Planned, latencies: list[float]) -> None:
-        """A round trip's write was applied: count the leases finished, evict a finished
-        iteration."""
-        if latencies:
-            self.telemetry.acked(it, latencies)
-        if p.marks and it.finished_all():
+    async def _settle(self, it: Iteration, p: Planned, w: Write | None) -> None:
+        """Steps 2 and 3 of a round trip: wait for its write, apply it (or undo it and raise)."""
+        error = None
+        if w is not None:
+            try:
+                await self.writes.wait_async(w)
+            except Exception as exc:  # noqa: BLE001 - undone, then raised
+                error = exc
+        with self.lock(it):
+            settled = finish(it, p, ok=error is None, now=self.clock())
+        self.telemetry.settled(it, settled)
+        if error is not None:
+            raise error
+        if settled.ended:
             self._evict(it)
 
     def heartbeat(
@@ -651,9 +707,15 @@ class ServeState:
     ) -> dict[str, list[str]]:
         """Extend (or reclaim after a restart) a client's leases: ``{"lost": [...], "refused":
         [...]}``."""
-        return it.heartbeat(
-            client, leases=leases, session=session, stall_s=stall_s, batches=batches
-        )
+        with self.lock(it):
+            return it.heartbeat(
+                client,
+                leases=leases,
+                session=session,
+                stall_s=stall_s,
+                batches=batches,
+                now=self.clock(),
+            )
 
     def _evict(self, it: Iteration) -> None:
         """Forget a finished iteration (the journal keeps it; a later request rebuilds it)."""
@@ -665,63 +727,23 @@ class ServeState:
     def cancel(self, it: Iteration) -> dict[str, Any]:
         """Cancel an iteration for good (journaled first): no more leases, live ones revoked."""
         self.journal.cancel(it.id)
-        it.cancel()
+        with self.lock(it):
+            it.cancel()
         self.telemetry.ended(it, "cancelled")
-        return it.progress()
+        return self.progress(it)
 
-    def next_lease(
-        self,
-        it: Iteration,
-        client: str,
-        *,
-        rank: int = 0,
-        slot: int = 0,
-        slots: int = 1,
-        session: str | None = None,
-        owner: str = "",
-        transport: str = "built",
-    ) -> LeasePayload | None:
-        """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`).
-
-        ``transport="direct"``: the lease carries only its runs (the client builds the batches);
-        refused (:class:`ConfigError`) when the dataset has no client location.
-        """
-        return self.round_trip(
-            it,
-            client,
-            (),
-            rank=rank,
-            slot=slot,
-            slots=slots,
-            session=session,
-            owner=owner,
-            transport=transport,
-        )[1]
+    def next_lease(self, it: Iteration, client: str, **trip: Any) -> LeasePayload | None:
+        """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`):
+        :meth:`round_trip` without acknowledgements (``trip``: its keyword arguments)."""
+        return self.round_trip(it, client, (), **trip)[1]
 
     def round_trip(
-        self,
-        it: Iteration,
-        client: str,
-        acks: Sequence[AckItem],
-        *,
-        rank: int = 0,
-        slot: int = 0,
-        slots: int = 1,
-        session: str | None = None,
-        owner: str = "",
-        transport: str = "built",
+        self, it: Iteration, client: str, acks: Sequence[AckItem], **trip: Any
     ) -> tuple[dict[str, str], LeasePayload | None]:
-        """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
-        :mod:`datamill.serve.protocol.round_trip`): ``(status per acknowledged lease, the lease or
-        None)``.
-
-        A take refused (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
-        """
-        trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        p = asyncio.run(self._decide(it, client, acks, trip, transport))
-        if p.lease is None:
-            return p.statuses, None
-        return p.statuses, self._payload(it, p, client, {**trip, "transport": transport})
+        """:meth:`round_trip_async` in a loop of its own (``transport="built"`` by default): for a
+        thread (a server-built lease's build holds the GIL for milliseconds)."""
+        trip.setdefault("transport", "built")
+        return asyncio.run(self.round_trip_async(it, client, acks, **trip))
 
     async def round_trip_async(
         self,
@@ -734,14 +756,26 @@ class ServeState:
         slots: int = 1,
         session: str | None = None,
         owner: str = "",
+        transport: str = "direct",
     ) -> tuple[dict[str, str], LeasePayload | None]:
-        """:meth:`round_trip` of a direct-mode client in an event loop: nothing to build, and the
-        journal is waited for without a thread (the coordination path of many clients)."""
+        """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
+        :mod:`datamill.serve.protocol.round_trip`): ``(status per acknowledged lease, the lease or
+        None)``. The one code path of a round trip.
+
+        ``transport="direct"``: the lease carries only its runs (the client builds the batches);
+        refused (:class:`ConfigError`) when the dataset has no client location. A take refused
+        (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
+        """
         trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        p = await self._decide(it, client, acks, trip, "direct")
-        if p.lease is None:
-            return p.statuses, None
-        return p.statuses, self._payload(it, p, client, {**trip, "transport": "direct"})
+        p = await self._decide(it, client, acks, trip, transport)
+        statuses = p.statuses
+        while p.lease is not None:
+            payload = self._payload(it, p, client, transport)
+            if payload is not None:
+                return statuses, payload
+            # it expired while being built (a loaded machine), back in the queue: take again
+            p = await self._decide(it, client, (), trip, transport)
+        return statuses, None
 
     async def _decide(
         self,
@@ -751,37 +785,31 @@ class ServeState:
         trip: dict[str, Any],
         transport: str,
     ) -> Planned:
-        """The one code path of a round trip: acknowledge ``acks`` and take a lease, journaled in
-        one write (:mod:`datamill.serve.protocol.round_trip`); a refused take still acknowledges,
-        then
-        raises."""
+        """Acknowledge ``acks`` and take a lease (:meth:`_transition`); a refused take still
+        acknowledges, then raises."""
         refusal, take, secret = self._trip(it, client, transport, trip)
-        p = await plan_async(it, self.writes, acks, session=secret, take=take)
-        await self._settle_async(it, p)
+        p = await self._transition(it, acks, secret, take)
         if refusal is not None:
             raise refusal
         return p
 
     def _trip(
         self, it: Iteration, client: str, transport: str, trip: dict[str, Any]
-    ) -> tuple[DatamillError | None, Callable[[], Lease | None] | None, str]:
+    ) -> tuple[DatamillError | None, Take | None, str]:
         """``(why no lease may be taken, the take, the session's hash)`` of a round trip."""
         refusal = self._refusal(
             it, transport, rank=trip["rank"], slot=trip["slot"], slots=trip["slots"]
         )
         secret = client if trip["session"] is None else trip["session"]
-
-        def take() -> Lease | None:
-            return it.take(
-                client,
-                rank=trip["rank"],
-                slot=trip["slot"],
-                slots=trip["slots"],
-                session=secret,
-                owner=trip["owner"],
-                drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
-            )
-
+        take = Take(
+            client,
+            rank=trip["rank"],
+            slot=trip["slot"],
+            slots=trip["slots"],
+            session=secret,
+            owner=trip["owner"],
+            drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
+        )
         return refusal, None if refusal is not None else take, session_digest(secret)
 
     def _refusal(
@@ -812,14 +840,15 @@ class ServeState:
         return None
 
     def _payload(
-        self, it: Iteration, p: Planned, client: str, again: dict[str, Any]
+        self, it: Iteration, p: Planned, client: str, transport: str
     ) -> LeasePayload | None:
-        """The journaled lease ``p.lease`` with its runs, and its batches unless it is direct."""
+        """The journaled lease ``p.lease`` with its runs, and its batches unless it is direct;
+        ``None`` when it expired while its batches were built."""
         lease = p.lease
         assert lease is not None
         units = it.units_of(lease)
         runs = unit_runs(units, it.unit_location)
-        if again["transport"] == "direct":
+        if transport == "direct":
             self.telemetry.leased(it, reissued=p.reissued, nbytes=0, seconds=0.0)
             return LeasePayload(lease, units, b"", int(it.config["epoch"]), runs)
         # built in the request's thread: building the next lease ahead in a pool (tried) made the
@@ -833,12 +862,10 @@ class ServeState:
             )
         else:
             body = self._body(it, units)
-        with it.lock:  # the lease's clock starts when its holder gets it, not before a (slow) build
-            live = it.leases.get(lease.id) is lease
-            if live:
-                lease.deadline = max(lease.deadline, time.monotonic() + it.lease_timeout + it.grace)
-        if not live:  # it expired while being built (a loaded machine), back in the queue: again
-            return self.next_lease(it, client, **again)
+        with self.lock(it):  # the lease's clock starts when its holder gets it, not before a build
+            live = it.delivered(lease, now=self.clock())
+        if not live:
+            return None
         self.telemetry.leased(
             it, reissued=p.reissued, nbytes=len(body), seconds=time.perf_counter() - t0
         )
@@ -896,7 +923,7 @@ class ServeState:
         acked = self.journal.session_acks(it.id, sess)
         if acked is None:
             if consumed == 0:
-                return {**it.progress(), "rolled_back": 0}
+                return {**self.progress(it), "rolled_back": 0}
             raise ResumeStateError(
                 f"iteration {it.id} has no record of the saved session (it consumed {consumed} "
                 "batches): this server cannot replay what it consumed after the checkpoint",
@@ -904,7 +931,7 @@ class ServeState:
                 "again",
             )
         after = np.asarray(acked[consumed:], dtype=np.int64)
-        with it.lock:
+        with self.lock(it):
             it.rollback(sess, after.tolist())
             self._rewinds += 1
             lease = f"rewind.{self.boot}.{self._rewinds}"
@@ -914,7 +941,7 @@ class ServeState:
                 )
             )
         self.writes.wait(w)
-        return {**it.progress(), "rolled_back": len(after)}
+        return {**self.progress(it), "rolled_back": len(after)}
 
     def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
         """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
@@ -937,7 +964,7 @@ class ServeState:
                     f"rewind of rank {rank} to {consumed} batches does not fit this "
                     f"{it.mode} iteration ({[len(q) for q in it.queues]} batches per rank)"
                 )
-        with it.lock:
+        with self.lock(it):
             if body.get("done") is not None:
                 keep = np.asarray(
                     [
@@ -964,4 +991,4 @@ class ServeState:
                 rewind_write(it.id, total=it.total, drop=drop, keep=keep, lease=lease)
             )
         self.writes.wait(w)
-        return it.progress()
+        return self.progress(it)

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientLocations", "check_location", "unit_runs"]
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT "
-    "NULL);"
-)
 _MAX_LOCATION = 4096
 
 
@@ -64,8 +60,6 @@ class ClientLocations:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
-        with journal._lock:
-            journal._db.executescript(_SCHEMA)
 
     def set(self, dataset: str, location: str) -> None:
         """Record (or replace) the client location of dataset id ``dataset``."""

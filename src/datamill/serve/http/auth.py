@@ -14,7 +14,6 @@ import hmac
 import json
 import re
 import secrets
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -149,11 +148,7 @@ class KeyStore:
     """
 
     def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-        # its own connection: checking for changes never waits behind a journal write (an fsync)
-        self._db = sqlite3.connect(
-            journal.path, check_same_thread=False, isolation_level=None, timeout=30
-        )
+        self.journal = journal  # read through its reading connection: never behind a write's fsync
         self._lock = threading.Lock()
         self._version = -1
         self._keys: dict[str, tuple[str, KeyInfo]] = {}
@@ -161,12 +156,12 @@ class KeyStore:
 
     def _refresh(self) -> None:
         with self._lock:
-            version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+            version = int(self.journal.read("PRAGMA data_version")[0][0])
             if version == self._version:
                 return
-            rows = self._db.execute(
+            rows = self.journal.read(
                 "SELECT id, hash, role, datasets, expires FROM keys WHERE revoked IS NULL"
-            ).fetchall()
+            )
             self._keys = {
                 r[0]: (
                     r[1],
@@ -179,9 +174,7 @@ class KeyStore:
             self._version = version
 
     def close(self) -> None:
-        """Close the store's connection."""
-        with self._lock:
-            self._db.close()
+        """Nothing to close: the journal owns the connections."""
 
     def reload(self) -> None:
         """Reload now (after this process changed the keys)."""

@@ -21,6 +21,12 @@ uvicorn's own httptools protocol subclassed here (:func:`guarded_protocol`, pass
   (``RLIMIT_NOFILE``): see :func:`default_caps`. Trusted proxies (``forwarded_allow_ips``) have no
   per-address cap: every client behind them shares their address.
 
+The protocol also tells the server when a client **session** (its ``X-Datamill-Session`` header)
+has no connection left that its peer did not close (:class:`SessionWatch`): a client process that
+exits or is killed closes its connections, so its leases go to the other clients at once
+(:meth:`datamill.serve.server.ServeState.session_closed`) instead of after a lease timeout.
+Connections the server closes itself (an idle keep-alive) do not count as the peer's.
+
 Examples:
     >>> default_caps(1024)
     (768, 192)
@@ -33,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +49,7 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_HEADER_BYTES",
     "ConnectionCaps",
+    "SessionWatch",
     "default_caps",
     "guarded_http",
     "guarded_protocol",
@@ -139,9 +146,55 @@ class _TooLarge(Exception):
     pass
 
 
+class SessionWatch:
+    """Open connections per client session; ``closed(session)`` is called when the last one is
+    closed by its peer, ``opened(session)`` when the session has a connection again (all calls
+    in the event loop's thread).
+
+    Examples:
+        >>> gone = []
+        >>> w = SessionWatch(gone.append)
+        >>> w.opened("s"); w.opened("s"); w.lost("s", by_peer=True); gone
+        []
+        >>> w.lost("s", by_peer=True); gone
+        ['s']
+        >>> w.opened("t"); w.lost("t", by_peer=False); gone  # closed by the server: not a death
+        ['s']
+    """
+
+    def __init__(
+        self, closed: Callable[[str], None], reopened: Callable[[str], None] | None = None
+    ) -> None:
+        self.closed, self.reopened = closed, reopened
+        self.open: dict[str, int] = {}
+
+    def opened(self, session: str) -> None:
+        """A connection carried ``session`` for the first time."""
+        n = self.open.get(session, 0)
+        self.open[session] = n + 1
+        if n == 0 and self.reopened is not None:
+            self.reopened(session)
+
+    def lost(self, session: str, *, by_peer: bool) -> None:
+        """A connection that carried ``session`` is gone (``by_peer``: the client closed it)."""
+        n = self.open.get(session, 0) - 1
+        if n > 0:
+            self.open[session] = n
+            return
+        self.open.pop(session, None)
+        if by_peer:
+            self.closed(session)
+
+
+_SESSION = b"x-datamill-session"
+
+
 # long (class): uvicorn's protocol with the bounds, each hook a few lines
-def guarded_protocol(caps: ConnectionCaps) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol with the bounds of this module, counting into ``caps``."""
+def guarded_protocol(
+    caps: ConnectionCaps, watch: SessionWatch | None = None
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with the bounds of this module, counting into ``caps`` (and
+    the client sessions of its connections into ``watch``)."""
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -153,6 +206,8 @@ def guarded_protocol(caps: ConnectionCaps) -> type[asyncio.Protocol]:
         _size = 0  # exact: request line + header fields
         _count = 0
         _deadline: asyncio.TimerHandle | None = None
+        _sessions: tuple[str, ...] = ()
+        _by_peer = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             peer = transport.get_extra_info("peername")
@@ -176,7 +231,14 @@ def guarded_protocol(caps: ConnectionCaps) -> type[asyncio.Protocol]:
             if self._refused:
                 return
             caps.release(self._host)
+            if watch is not None:
+                for s in self._sessions:
+                    watch.lost(s, by_peer=self._by_peer or exc is not None)
             super().connection_lost(exc)
+
+        def eof_received(self) -> None:
+            self._by_peer = True  # the client closed its side (it exited, or was killed)
+            super().eof_received()
 
         def _arm(self, seconds: float, fn: Any) -> None:
             self._disarm()
@@ -256,6 +318,11 @@ def guarded_protocol(caps: ConnectionCaps) -> type[asyncio.Protocol]:
             self._count += 1
             if self._size > MAX_HEADER_BYTES or self._count > MAX_HEADERS:
                 raise _TooLarge
+            if watch is not None and name.lower() == _SESSION:
+                s = value.decode("latin-1")
+                if s not in self._sessions:
+                    self._sessions += (s,)
+                    watch.opened(s)
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
@@ -271,8 +338,16 @@ def guarded_protocol(caps: ConnectionCaps) -> type[asyncio.Protocol]:
     return GuardedHttpToolsProtocol
 
 
-def guarded_http(forwarded_allow_ips: Iterable[str] | None = None) -> type[asyncio.Protocol]:
+def guarded_http(
+    forwarded_allow_ips: Iterable[str] | None = None,
+    *,
+    session_closed: Callable[[str], None] | None = None,
+    session_opened: Callable[[str], None] | None = None,
+) -> type[asyncio.Protocol]:
     """The protocol class for uvicorn's ``http=``, with :func:`default_caps`; the literal proxy
-    addresses of ``forwarded_allow_ips`` have no per-address cap."""
+    addresses of ``forwarded_allow_ips`` have no per-address cap; ``session_closed(secret)`` is
+    told of each client session whose connections its client all closed (:class:`SessionWatch`),
+    ``session_opened(secret)`` of each that has a connection again."""
     trusted = frozenset(a for a in forwarded_allow_ips or () if a != "*")
-    return guarded_protocol(ConnectionCaps(*default_caps(), trusted=trusted))
+    watch = None if session_closed is None else SessionWatch(session_closed, session_opened)
+    return guarded_protocol(ConnectionCaps(*default_caps(), trusted=trusted), watch)

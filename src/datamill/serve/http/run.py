@@ -308,7 +308,7 @@ def serve(
     if key:
         _show_initial_key(key, state_dir, echo)
     _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
-    fast, proxy = _fast_parts(cfg), _proxy_options(cfg)
+    fast, proxy = _fast_parts(cfg, st), _proxy_options(cfg)
     config = uvicorn.Config(
         app,
         host=cfg.host,
@@ -370,9 +370,10 @@ def _allowed_hosts(cfg: ServeConfig) -> list[str]:
     return hosts
 
 
-def _fast_parts(cfg: ServeConfig) -> dict[str, Any]:
+def _fast_parts(cfg: ServeConfig, st: Any) -> dict[str, Any]:
     """uvicorn's ``loop``/``http`` options for uvloop and httptools where they are installed
-    (httptools behind the bounds of :mod:`datamill.serve.http.limits`)."""
+    (httptools behind the bounds of :mod:`datamill.serve.http.limits`, telling ``st`` of client
+    sessions whose connections were all closed)."""
     fast: dict[str, Any] = {}
     for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
         try:
@@ -383,7 +384,11 @@ def _fast_parts(cfg: ServeConfig) -> dict[str, Any]:
     if "http" in fast:
         from datamill.serve.http.limits import guarded_http
 
-        fast["http"] = guarded_http(cfg.forwarded_allow_ips)
+        fast["http"] = guarded_http(
+            cfg.forwarded_allow_ips,
+            session_closed=st.session_closed,
+            session_opened=st.session_opened,
+        )
     return fast
 
 

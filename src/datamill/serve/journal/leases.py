@@ -33,7 +33,6 @@ __all__ = [
     "GroupCommit",
     "UnavailableError",
     "Write",
-    "ensure_tables",
     "journaled_leases",
     "leases_write",
     "rewind_write",
@@ -46,12 +45,6 @@ RETRY_AFTER_S = 5
 class UnavailableError(DatamillError, OSError):
     """The journal cannot be written now (disk full, file size limit): HTTP 503 with
     ``Retry-After``."""
-
-
-def ensure_tables(journal: Journal) -> None:
-    """The ``leases`` tables are declared by the journal's schema
-    (:mod:`datamill.serve.journal.store`): nothing left to create."""
-    del journal
 
 
 def _full(exc: BaseException) -> bool:
@@ -91,7 +84,7 @@ class GroupCommit:
 
     Examples:
         >>> import tempfile
-        >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j); g = GroupCommit(j)
+        >>> j = Journal(tempfile.mkdtemp()); g = GroupCommit(j)
         >>> w = g.submit(leases_write("it", done={"l.1": [(0, 2)]}))
         >>> g.wait(w); j.done("it")
         [(0, 2, 'l.1')]

@@ -33,6 +33,7 @@ from datamill.core.errors import DatamillError
 
 __all__ = [
     "DB_NAME",
+    "ITERATION_TABLES",
     "LOCK_NAME",
     "SCHEMA_VERSION",
     "SEALED",
@@ -52,8 +53,9 @@ __all__ = [
 DB_NAME = "datamill-serve.sqlite3"
 LOCK_NAME = "datamill-serve.lock"
 """The state folder's lock file: an exclusive ``flock`` held by the server for its life (and by
-``serve gc``, ``keys`` and ``backup`` while they run when no server holds it); it names its holder
-(``pid role``). The OS releases it when its holder dies, even by kill -9."""
+``serve gc``, ``keys`` and ``backup`` while they run when no server holds it; beside a running
+server their writes are SQLite transactions, serialised with the server's by SQLite's write lock);
+it names its holder (``pid role``). The OS releases it when its holder dies, even by kill -9."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL, role TEXT NOT NULL,
@@ -81,7 +83,45 @@ CREATE TABLE IF NOT EXISTS audit (at REAL NOT NULL, key TEXT, action TEXT NOT NU
     detail TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS key_use (key TEXT NOT NULL, day INTEGER NOT NULL, PRIMARY KEY (key,
     day));
+CREATE TABLE IF NOT EXISTS counters (iteration TEXT NOT NULL, name TEXT NOT NULL,
+    value REAL NOT NULL, PRIMARY KEY (iteration, name));
+CREATE TABLE IF NOT EXISTS lifecycle (iteration TEXT PRIMARY KEY, total INTEGER NOT NULL,
+    base_done INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, started REAL NOT NULL, ended REAL,
+    last_seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS lifecycle_clients (iteration TEXT NOT NULL, client TEXT NOT NULL,
+    PRIMARY KEY (iteration, client));
+CREATE TABLE IF NOT EXISTS ui_clients (iteration TEXT NOT NULL, client TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    batches INTEGER NOT NULL, stall_s REAL NOT NULL, PRIMARY KEY (iteration, client));
+CREATE TABLE IF NOT EXISTS ui_acks (iteration TEXT NOT NULL, at REAL NOT NULL,
+    batches INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS ui_acks_iteration ON ui_acks(iteration);
+CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT NULL);
 """
+"""The whole journal, declared here only (the one schema owner): the protocol's records (``done``,
+``leases``, ``lease_holders``, ``cancelled``), datasets and iterations, keys, UI sessions, audit and
+key use (:mod:`datamill.serve.http.auth`), metrics counters (:mod:`datamill.serve.observe.metrics`),
+lifecycle (:mod:`~datamill.serve.observe.lifecycle`), the UI's ledger
+(:mod:`~datamill.serve.observe.ledger`) and direct-mode client locations
+(:mod:`datamill.serve.data.direct`). Those modules read and write their tables through the
+:class:`Journal`'s connections; none creates a table or opens a connection of its own. Tables an
+earlier release created on first use are created here when a journal opens (``IF NOT EXISTS``: no
+version change)."""
+ITERATION_TABLES = (
+    ("done", "iteration"),
+    ("cancelled", "iteration"),
+    ("owners", "iteration"),
+    ("leases", "iteration"),
+    ("lifecycle", "iteration"),
+    ("lifecycle_clients", "iteration"),
+    ("counters", "iteration"),
+    ("lease_holders", "iteration"),
+    ("ui_clients", "iteration"),
+    ("ui_acks", "iteration"),
+    ("iterations", "id"),
+)
+"""Every table holding rows of one iteration, with its column naming it (the iteration's own row
+last): what ``serve gc`` deletes of an iteration."""
 SCHEMA_VERSION = 2
 """The journal's schema version (``PRAGMA user_version``): 0 is the release before it (no
 checksums, rewinds rewrote the done rows); 2 adds each record's checksum and signed done rows."""
@@ -450,17 +490,33 @@ class Journal:
             unlock_state(self._held)
             raise
         self._lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
 
     def close(self) -> None:
-        """Close the connection (and release the folder's lock when this journal holds it)."""
+        """Close the connections (and release the folder's lock when this journal holds it)."""
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         unlock_state(self._held)
         self._held = None
 
     def _exec(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return list(self._db.execute(sql, tuple(args)).fetchall())
+
+    def read(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        """A query on the journal's reading connection (opened on first use): it never waits
+        behind a write's transaction or fsync (WAL readers see the last commit)."""
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = sqlite3.connect(
+                    self.path, check_same_thread=False, isolation_level=None, timeout=30
+                )
+            return list(self._reader.execute(sql, tuple(args)).fetchall())
 
     # ------------------------------------------------------------------ keys
     def add_key(

@@ -31,36 +31,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-import weakref
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from datamill.serve.journal.store import Journal
 
-__all__ = ["clients", "ensure_tables", "record", "runs_of", "runs_of_dataset", "throughput"]
+__all__ = ["clients", "record", "runs_of", "runs_of_dataset", "throughput"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ui_clients (iteration TEXT NOT NULL, client TEXT NOT NULL,
-    rank INTEGER NOT NULL,
-    batches INTEGER NOT NULL, stall_s REAL NOT NULL, PRIMARY KEY (iteration, client));
-CREATE TABLE IF NOT EXISTS ui_acks (iteration TEXT NOT NULL, at REAL NOT NULL,
-    batches INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS ui_acks_iteration ON ui_acks(iteration);
-"""
-
-_READY: weakref.WeakSet[Journal] = weakref.WeakSet()
 Memo = MutableMapping[tuple[str, str], tuple[int, float, float]]
 """``(iteration, client) -> (id of the in-memory record, newest ack time, stall seconds)`` last
 journaled."""
-
-
-def ensure_tables(journal: Journal) -> None:
-    """Create the ``ui_clients`` and ``ui_acks`` tables if missing (once per journal object)."""
-    if journal in _READY:
-        return
-    with journal._lock:
-        journal._db.executescript(_SCHEMA)
-    _READY.add(journal)
 
 
 def _deltas(it: Any, memo: Memo) -> list[tuple[str, str, int, int, float, float]]:
@@ -84,7 +64,6 @@ def _deltas(it: Any, memo: Memo) -> list[tuple[str, str, int, int, float, float]
 
 def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
     """Journal what each live client did since the last call (one transaction)."""
-    ensure_tables(journal)
     rows = []
     for it in iterations:
         for it_id, cid, rank, nb, ds, newest in _deltas(it, memo):
@@ -124,7 +103,6 @@ def clients(
     """``client -> {rank, batches, stall_s}``: ``batches`` is a fold of the journal's ack records
     (each ``done`` row's lease and the client that took it: exact after any restart); rank and
     stall seconds are the journaled ones plus what ``live`` did since."""
-    ensure_tables(journal)
     out = {
         str(c): {"rank": int(r), "batches": 0, "stall_s": round(float(s), 3)}
         for c, r, s in journal._exec(
@@ -153,7 +131,6 @@ def clients(
 
 def throughput(journal: Journal, it_id: str) -> list[tuple[float, int]]:
     """``(time, batches acknowledged)`` per upkeep tick of an iteration, oldest first."""
-    ensure_tables(journal)
     return [
         (float(a), int(n))
         for a, n in journal._exec(

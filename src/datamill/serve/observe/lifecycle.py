@@ -9,7 +9,7 @@ seen. The status read back is ``stale`` for a running iteration that has seen no
 Examples:
     >>> import tempfile
     >>> from datamill.serve.journal.store import Journal
-    >>> j = Journal(tempfile.mkdtemp()); ensure_tables(j)
+    >>> j = Journal(tempfile.mkdtemp())
     >>> j.add_iteration(
     ...     "it-1", "k", 0, {"dataset": "ds-1", "lease_timeout": 60.0, "mode": "static"}
     ... )
@@ -28,14 +28,13 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from datamill.core.errors import ConfigError
-from datamill.serve.journal.store import Journal
+from datamill.serve.journal.store import ITERATION_TABLES, Journal
 
 __all__ = [
     "MAX_PAGE",
     "STALE_AFTER",
     "STATUSES",
     "ended",
-    "ensure_tables",
     "gc",
     "one",
     "page",
@@ -50,14 +49,6 @@ STALE_AFTER = 3.0
 MAX_PAGE = 500
 """The largest ``limit`` of one page of iterations."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS lifecycle (iteration TEXT PRIMARY KEY, total INTEGER NOT NULL,
-    base_done INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, started REAL NOT NULL, ended REAL,
-    last_seen REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS lifecycle_clients (iteration TEXT NOT NULL, client TEXT NOT NULL,
-    PRIMARY KEY (iteration, client));
-"""
-
 # status as read: cancelled (journaled) > finished > stale (no client for N lease timeouts) >
 # running
 _STATUS_SQL = """CASE
@@ -66,12 +57,6 @@ _STATUS_SQL = """CASE
     WHEN COALESCE(l.last_seen, i.created)
         < :now - :stale * json_extract(i.config, '$.lease_timeout') THEN 'stale'
     ELSE 'running' END"""
-
-
-def ensure_tables(journal: Journal) -> None:
-    """Create the lifecycle tables if missing."""
-    with journal._lock:
-        journal._db.executescript(_SCHEMA)
 
 
 def started(journal: Journal, it_id: str, *, total: int, base_done: int) -> None:
@@ -235,7 +220,8 @@ def _page_row(r: Sequence[Any]) -> dict[str, Any]:
 
 def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list[str]:
     """Delete the iterations that ended (finished or cancelled) more than ``older_than`` seconds
-    ago, with their acks, leases, lifecycle and counters; the ids removed.
+    ago, with their rows in every table of :data:`~datamill.serve.journal.store.ITERATION_TABLES`
+    (acks, leases, lifecycle, counters, the UI's ledger); the ids removed.
 
     Stale and running iterations are kept: cancel a stale one first to let it be collected.
     """
@@ -253,25 +239,10 @@ def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list
         ]
         if not ids:
             return []
-        tables = [
-            t
-            for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        ]
         db.execute("BEGIN IMMEDIATE")
         try:
-            for table, col in (
-                ("done", "iteration"),
-                ("cancelled", "iteration"),
-                ("owners", "iteration"),
-                ("leases", "iteration"),
-                ("lifecycle", "iteration"),
-                ("lifecycle_clients", "iteration"),
-                ("counters", "iteration"),
-                ("lease_holders", "iteration"),
-                ("iterations", "id"),
-            ):
-                if table in tables:
-                    db.executemany(f"DELETE FROM {table} WHERE {col} = ?", [(x,) for x in ids])
+            for table, col in ITERATION_TABLES:
+                db.executemany(f"DELETE FROM {table} WHERE {col} = ?", [(x,) for x in ids])
         except BaseException:
             db.execute("ROLLBACK")
             raise

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from datamill.serve.protocol.iteration import Iteration, Lease
+    from datamill.serve.protocol.round_trip import Settled
 
 __all__ = [
     "COUNTERS",
@@ -74,10 +75,6 @@ MAX_ITERATION_SERIES = 50
 """Iterations not in memory that still get per-iteration series: the most recent ones."""
 FLUSH_S = 1.0
 """Seconds between two writes of the counters and lifecycle to the journal."""
-_COUNTERS_SQL = (
-    "CREATE TABLE IF NOT EXISTS counters (iteration TEXT NOT NULL, name TEXT NOT NULL, "
-    "value REAL NOT NULL, PRIMARY KEY (iteration, name))"
-)
 _LATENCY_BUCKETS = (
     0.001,
     0.005,
@@ -108,6 +105,11 @@ class ServedState(Protocol):
     draining: bool
     _lock: threading.RLock
     _iterations: dict[str, Iteration]
+    clock: Callable[[], float]
+
+    def lock(self, it: Iteration) -> threading.RLock: ...
+
+    def progress(self, it: Iteration) -> dict[str, Any]: ...
 
 
 class Telemetry:
@@ -116,9 +118,6 @@ class Telemetry:
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
-        with journal._lock:
-            journal._db.execute(_COUNTERS_SQL)
-        lifecycle.ensure_tables(journal)
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str], float] = {
             (str(it), str(name)): float(v)
@@ -222,6 +221,13 @@ class Telemetry:
             for s in latencies:
                 self.ack_latency.observe(s)
 
+    def settled(self, it: Iteration, s: Settled) -> None:
+        """A round trip was applied or undone (:func:`~datamill.serve.protocol.round_trip.finish`):
+        count its finished leases and the leases that timed out meanwhile."""
+        self.acked(it, s.latencies)
+        if s.timed_out:
+            self.expired(it, s.timed_out)
+
     def expired(self, it: Iteration, leases: Sequence[Lease]) -> None:
         """Leases timed out (logged one line each)."""
         self.add(it.id, "leases_expired", len(leases))
@@ -245,25 +251,10 @@ class Telemetry:
     def tick(self, state: ServedState) -> None:
         """Expire leases, log clients gone, record activity, forget idle ended iterations, flush
         counters."""
-        now, wall = time.monotonic(), time.time()
+        now, wall = state.clock(), time.time()
         with state._lock:
             live = list(state._iterations.values())
-        activity = []
-        for it in live:
-            with it.lock:
-                it.expire(now)
-                clients = {cid: info.last_seen for cid, info in it.clients.items()}
-                idle_ended = (it.cancelled or it.finished_all()) and not it.leases
-            for cid, seen in clients.items():
-                if now - seen > it.lease_timeout and (it.id, cid) not in self._gone:
-                    self._gone.add((it.id, cid))
-                    event("client gone", iteration=it.id, client=cid, idle_s=round(now - seen, 1))
-            if clients:
-                activity.append((it.id, wall - (now - max(clients.values())), list(clients)))
-            if idle_ended:
-                with state._lock:  # an ended iteration leaves memory (the journal keeps it)
-                    if state._iterations.get(it.id) is it:
-                        del state._iterations[it.id]
+        activity = [a for it in live for a in self._upkeep(state, it, now, wall)]
         with state._lock:
             live_ids = set(state._iterations)
         self._gone = {
@@ -275,6 +266,30 @@ class Telemetry:
         )  # per-client batches and stall for the UI
         self.client_memo = {k: v for k, v in self.client_memo.items() if k[0] in live_ids}
         self.flush_counters()
+
+    def _upkeep(
+        self, state: ServedState, it: Iteration, now: float, wall: float
+    ) -> list[tuple[str, float, list[str]]]:
+        """One live iteration's upkeep: expire its leases, log its clients gone, forget it when it
+        ended and nothing is leased; its activity row (none without clients)."""
+        with state.lock(it):
+            it.expire(now)
+            dead = it.take_timed_out()
+            clients = {cid: info.last_seen for cid, info in it.clients.items()}
+            idle_ended = (it.cancelled or it.finished_all()) and not it.leases
+        if dead:
+            self.expired(it, dead)
+        for cid, seen in clients.items():
+            if now - seen > it.lease_timeout and (it.id, cid) not in self._gone:
+                self._gone.add((it.id, cid))
+                event("client gone", iteration=it.id, client=cid, idle_s=round(now - seen, 1))
+        if idle_ended:
+            with state._lock:  # an ended iteration leaves memory (the journal keeps it)
+                if state._iterations.get(it.id) is it:
+                    del state._iterations[it.id]
+        if not clients:
+            return []
+        return [(it.id, wall - (now - max(clients.values())), list(clients))]
 
     def start(self, state: ServedState, *, every: float = FLUSH_S) -> None:
         """Run :meth:`tick` every ``every`` seconds in a daemon thread until :meth:`stop`."""
@@ -372,7 +387,7 @@ class JournalCollector(Collector):
             units.add_metric([it_id, ds], float(acked))
             it = live.get(it_id)
             if it is not None:
-                p = it.progress()
+                p = state.progress(it)
                 gauge.add_metric([it_id, ds, "done"], p["done"])
                 gauge.add_metric([it_id, ds, "leased"], p["leased"])
                 gauge.add_metric([it_id, ds, "pending"], p["pending"])
@@ -389,7 +404,7 @@ class JournalCollector(Collector):
             labels=["iteration", "client", "rank"],
         )
         for it_id, it in live.items():
-            for cid, c in it.progress()["clients"].items():
+            for cid, c in state.progress(it)["clients"].items():
                 if c["idle_s"] <= it.lease_timeout:
                     stall.add_metric([it_id, cid, str(c["rank"])], float(c["stall_s"]))
         yield stall

@@ -1,5 +1,16 @@
-"""One iteration's work and its leases: pure bookkeeping, no HTTP, no SQLite (see
-:mod:`datamill.serve.http.app`).
+"""One iteration's work and its leases: the lease protocol's **pure state machine** (a reducer).
+
+Every transition (:meth:`Iteration.take`, :meth:`~Iteration.plan_acks` /
+:meth:`~Iteration.begin_acks` / :meth:`~Iteration.apply_acks`, :meth:`~Iteration.heartbeat`,
+:meth:`~Iteration.expire`, :meth:`~Iteration.restore`, :meth:`~Iteration.rewind`,
+:meth:`~Iteration.rollback`, :meth:`~Iteration.cancel`, :meth:`~Iteration.session_closed`) takes its
+event's time as data (``now``, seconds of the driver's monotonic clock) and changes the state in
+place; the journal records it implies are returned (:mod:`datamill.serve.protocol.round_trip`) or
+left in :attr:`Iteration.dropped` / :attr:`Iteration.timed_out` for the driver to take. Nothing here
+reads a clock, takes a lock, starts a thread, touches SQLite or knows HTTP: the driver
+(:class:`datamill.serve.server.ServeState`) serialises the events of one iteration under its lock,
+reads the clock, appends the records to the journal and serves the routes. (The one input not
+passed in is a new lease's fence: 128 random bits.)
 
 The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the
 order with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of
@@ -32,10 +43,8 @@ import hashlib
 import hmac
 import itertools
 import secrets
-import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,7 +234,8 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 class Iteration:
-    """Queues, leases and the done set of one iteration (thread-safe).
+    """Queues, leases and the done set of one iteration: the state the transitions change (not
+    thread-safe: the driver serialises them).
 
     Args:
         id: the iteration id.
@@ -239,17 +249,17 @@ class Iteration:
 
     Examples:
         >>> it = Iteration("i", [3, 3], mode="static", world_size=2, lease_size=2, boot="b")
-        >>> lease = it.take("c0", rank=0)
+        >>> lease = it.take("c0", rank=0, now=0.0)
         >>> (lease.start, lease.stop), it.units_of(lease)
         ((0, 2), [0, 1])
         >>> (
-        ...     it.ack(lease.id, "forged", client="c0").status,
-        ...     it.ack(lease.id, lease.fence, client="c1").status,
+        ...     it.ack(lease.id, "forged", client="c0", now=1.0).status,
+        ...     it.ack(lease.id, lease.fence, client="c1", now=1.0).status,
         ... )
         ('refused', 'refused')
         >>> (
-        ...     it.ack(lease.id, lease.fence, client="c0").status,
-        ...     it.ack(lease.id, lease.fence, client="c0").status,
+        ...     it.ack(lease.id, lease.fence, client="c0", now=2.0).status,
+        ...     it.ack(lease.id, lease.fence, client="c0", now=2.0).status,
         ... )
         ('ok', 'already')
     """
@@ -310,13 +320,12 @@ class Iteration:
         # hands its batches out again only GRACE later (a reply's transit, a clock's drift)
         self.grace = lease_grace(self.lease_timeout)
         self.cancelled = False
-        self.on_expired: Callable[[list[Lease]], None] | None = (
-            None  # told of leases that timed out
-        )
+        self.timed_out: list[Lease] = []  # leases that timed out, for the driver's telemetry
+        # session hash -> the latest deadline its leases may have: its connections were closed by
+        # its client (until the session opens a new one); a request in flight then extends no more
+        self.closed: dict[str, float] = {}
         self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
         self._rate: deque[tuple[float, int]] = deque()
-        self.lock = threading.RLock()
-        self.settled = threading.Condition(self.lock)  # notified when acks in flight end
         # what a round trip reads without a pass over the queues (O(1) amortised, not O(positions)):
         self._low: dict[tuple[int, int, int], int] = {}  # (queue, slots, slot) -> no pending before
         self._done_n = [0] * len(self.queues)  # DONE positions per queue
@@ -328,12 +337,11 @@ class Iteration:
     # ------------------------------------------------------------------ bookkeeping
     def mark_done(self, units: Iterable[int]) -> None:
         """Mark units done (journal replay at start-up, or a rewind)."""
-        with self.lock:
-            for u in units:
-                q = int(self.queue_of[u])
-                if q >= 0:
-                    self.state[q][self.pos_of[u]] = DONE
-            self._recount()
+        for u in units:
+            q = int(self.queue_of[u])
+            if q >= 0:
+                self.state[q][self.pos_of[u]] = DONE
+        self._recount()
 
     def _recount(self) -> None:
         """Recompute the done counts and forget the cursors (after a bulk change: O(positions))."""
@@ -374,16 +382,15 @@ class Iteration:
 
     def done_prefix(self, q: int) -> int:
         """How many positions at the head of queue ``q`` are done (amortised O(1))."""
-        with self.lock:
-            st, p, step = self.state[q], self._prefix[q], _SCAN
-            while p < len(st):
-                not_done = np.flatnonzero(st[p : p + step] != DONE)
-                if len(not_done):
-                    p += int(not_done[0])
-                    break
-                p, step = min(len(st), p + step), min(step * 2, 1 << 20)
-            self._prefix[q] = p
-            return p
+        st, p, step = self.state[q], self._prefix[q], _SCAN
+        while p < len(st):
+            not_done = np.flatnonzero(st[p : p + step] != DONE)
+            if len(not_done):
+                p += int(not_done[0])
+                break
+            p, step = min(len(st), p + step), min(step * 2, 1 << 20)
+        self._prefix[q] = p
+        return p
 
     def done_count(self, q: int) -> int:
         """Done positions of queue ``q``."""
@@ -408,48 +415,87 @@ class Iteration:
 
     def untake(self, lease: Lease) -> None:
         """Undo :meth:`take` of a lease whose journal write failed (its positions pending again)."""
-        with self.lock:
-            if self.leases.pop(lease.id, None) is not None:
-                seg = self.state[lease.queue][lease.start : lease.stop]
-                seg[seg == LEASED] = PENDING
-                self._pending_again(lease.queue, lease.start)
+        if self.leases.pop(lease.id, None) is not None:
+            seg = self.state[lease.queue][lease.start : lease.stop]
+            seg[seg == LEASED] = PENDING
+            self._pending_again(lease.queue, lease.start)
 
-    def expire(self, now: float | None = None) -> int:
-        """Return expired leases' positions to their queue; the number of leases expired."""
-        now = time.monotonic() if now is None else now
-        with self.lock:
-            dead = [lease for lease in self.leases.values() if lease.deadline < now]
-            for lease in dead:
-                self._revoke(lease)
-            live = [lease.deadline for lease in self.leases.values()]
-            self._earliest = min(live, default=float("inf"))
-            self.expired += len(dead)
-            if dead and self.on_expired is not None:
-                self.on_expired(dead)
-            return len(dead)
+    def expire(self, now: float) -> int:
+        """Return expired leases' positions to their queue (they join :attr:`timed_out`); the
+        number of leases expired."""
+        dead = [lease for lease in self.leases.values() if lease.deadline < now]
+        for lease in dead:
+            self._revoke(lease)
+        live = [lease.deadline for lease in self.leases.values()]
+        self._earliest = min(live, default=float("inf"))
+        self.expired += len(dead)
+        self.timed_out.extend(dead)
+        return len(dead)
+
+    def session_closed(self, session: str, *, now: float, within: float) -> int:
+        """Every connection of session hash ``session`` was closed by its peer (a process that
+        exits or is killed closes them): its leases end ``within`` seconds from ``now``, and no
+        request already in flight extends them past that, unless the session opens a connection
+        again meanwhile (:meth:`session_opened`: it is alive). The number of leases shortened.
+
+        Safe for delivery: the holder yields a batch only once the previous one's acknowledgement
+        was answered, so a live holder wrongly thought dead repeats at most the batch in doubt.
+        """
+        self.closed[session] = now + within
+        n = 0
+        for lease in self.leases.values():
+            if lease.session == session and lease.deadline > now + within:
+                lease.deadline = now + within
+                self._earliest = min(self._earliest, lease.deadline)
+                n += 1
+        return n
+
+    def session_opened(self, session: str) -> None:
+        """Session hash ``session`` opened a connection after :meth:`session_closed`: its requests
+        extend its leases again."""
+        self.closed.pop(session, None)
+
+    def _extend(self, lease: Lease, now: float) -> None:
+        """A request of the lease's holder at ``now`` (an ack, a heartbeat, its delivery) keeps it
+        a TTL + grace longer (no later than its closed session's end)."""
+        until = now + self.lease_timeout + self.grace
+        cap = self.closed.get(lease.session)
+        if cap is not None:
+            until = min(until, cap)
+        lease.deadline = max(lease.deadline, until)
 
     def take_dropped(self) -> list[str]:
         """Ids of the leases revoked or expired since the last call (the journal forgets them)."""
-        with self.lock:
-            out, self.dropped = self.dropped, []
-            return out
+        out, self.dropped = self.dropped, []
+        return out
+
+    def take_timed_out(self) -> list[Lease]:
+        """The leases that timed out since the last call (the driver's telemetry logs them)."""
+        out, self.timed_out = self.timed_out, []
+        return out
 
     def cancel(self) -> None:
         """Stop handing out leases (live ones are revoked; their acks are refused as expired)."""
-        with self.lock:
-            self.cancelled = True
-            for lease in list(self.leases.values()):
-                self._revoke(lease)
+        self.cancelled = True
+        for lease in list(self.leases.values()):
+            self._revoke(lease)
 
-    def touch(self, client: str, *, rank: int, slot: int = 0) -> ClientInfo:
+    def touch(self, client: str, *, rank: int, slot: int = 0, now: float) -> ClientInfo:
         """Register or refresh a client."""
         info = self.clients.get(client)
         if info is None:
-            info = self.clients[client] = ClientInfo(
-                rank=rank, slot=slot, last_seen=time.monotonic()
-            )
-        info.last_seen, info.rank, info.slot = time.monotonic(), rank, slot
+            info = self.clients[client] = ClientInfo(rank=rank, slot=slot, last_seen=now)
+        info.last_seen, info.rank, info.slot = now, rank, slot
         return info
+
+    def delivered(self, lease: Lease, *, now: float) -> bool:
+        """A lease built for its holder was handed over at ``now``: its clock starts then, not
+        before a (slow) build. ``False`` when it expired meanwhile (its batches are back in the
+        queue)."""
+        live = self.leases.get(lease.id) is lease
+        if live:
+            self._extend(lease, now)
+        return live
 
     # ------------------------------------------------------------------ leases
     def take(
@@ -462,6 +508,7 @@ class Iteration:
         session: str | None = None,
         owner: str = "",
         drain_s: float | None = None,
+        now: float,
     ) -> Lease | None:
         """The next lease for ``client`` of session ``session`` (a secret; defaults to ``client``),
         or ``None`` when nothing is pending (see :meth:`finished`).
@@ -474,80 +521,79 @@ class Iteration:
         of the same ``owner`` (API key) hold there (not those restored after a restart and not yet
         reclaimed): a replacement process first gets the dead one's batches not yet acknowledged.
         """
-        with self.lock:
-            if self.cancelled:
-                return None
-            now = time.monotonic()
-            if now >= self._earliest:  # else no deadline can have passed: no pass over the leases
-                self.expire(now)
-            q = 0 if self.mode == "dynamic" else rank
-            info = self.touch(client, rank=rank, slot=slot)
-            if self.mode == "static":
-                for lease in list(self.leases.values()):
-                    if (
-                        lease.queue == q
-                        and lease.client != client
-                        and lease.slot == slot
-                        and lease.reclaimed
-                        and lease.owner == owner
-                    ):
-                        self._revoke(lease)
-            st = self.state[q]
-            first = self._first_pending(q, slot, slots)
-            if first is None:
-                return None
-            start = first
-            limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
-            if drain_s is not None:
-                limit = min(limit, start + drain_cap(info.acked, now, drain_s, limit - start))
-            raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
-            stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
-            st[start:stop] = LEASED
-            self._low[(q, slots, slot)] = stop
-            if _has(self._ever[q][start:stop].view(np.int8), 1):
-                self.reissued += 1
-                self.redelivered += int(self._ever[q][start:stop].sum())
-            self._ever[q][start:stop] = True
-            fence = secrets.token_hex(16)
-            lease = Lease(
-                f"{_LEASE_PREFIX}{next(_LEASE_NUMBERS):x}",
-                fence,
-                q,
-                start,
-                stop,
-                client,
-                now + self.lease_timeout + self.grace,
-                now,
-                fence_hash=digest(fence),
-                session=session_digest(client if session is None else session),
-                slot=slot,
-                owner=owner,
-            )
-            self.leases[lease.id] = lease
-            self._earliest = min(self._earliest, lease.deadline)
-            info.last_seen = now
-            return lease
+        if self.cancelled:
+            return None
+        if now >= self._earliest:  # else no deadline can have passed: no pass over the leases
+            self.expire(now)
+        q = 0 if self.mode == "dynamic" else rank
+        info = self.touch(client, rank=rank, slot=slot, now=now)
+        if self.mode == "static":
+            for lease in list(self.leases.values()):
+                if (
+                    lease.queue == q
+                    and lease.client != client
+                    and lease.slot == slot
+                    and lease.reclaimed
+                    and lease.owner == owner
+                ):
+                    self._revoke(lease)
+        st = self.state[q]
+        first = self._first_pending(q, slot, slots)
+        if first is None:
+            return None
+        start = first
+        limit = min((start // self.lease_size + 1) * self.lease_size, len(st))
+        if drain_s is not None:
+            limit = min(limit, start + drain_cap(info.acked, now, drain_s, limit - start))
+        raw = st[start:limit].tobytes()  # PENDING is 0: the lease stops at the first other
+        stop = start + len(raw) - len(raw.lstrip(_BYTE[PENDING]))
+        st[start:stop] = LEASED
+        self._low[(q, slots, slot)] = stop
+        if _has(self._ever[q][start:stop].view(np.int8), 1):
+            self.reissued += 1
+            self.redelivered += int(self._ever[q][start:stop].sum())
+        self._ever[q][start:stop] = True
+        fence = secrets.token_hex(16)
+        lease = Lease(
+            f"{_LEASE_PREFIX}{next(_LEASE_NUMBERS):x}",
+            fence,
+            q,
+            start,
+            stop,
+            client,
+            now + self.lease_timeout + self.grace,
+            now,
+            fence_hash=digest(fence),
+            session=session_digest(client if session is None else session),
+            slot=slot,
+            owner=owner,
+        )
+        self.leases[lease.id] = lease
+        self._earliest = min(self._earliest, lease.deadline)
+        info.last_seen = now
+        return lease
 
-    def restore(self, lease: Lease, *, grace: float | None = None) -> None:
+    def restore(self, lease: Lease, *, now: float, grace: float | None = None) -> None:
         """Hold a journaled lease of an earlier server run for ``grace`` seconds (the lease timeout)
-        until its holder reclaims it; its positions already done stay done."""
-        with self.lock:
-            st = self.state[lease.queue]
-            seg = st[lease.start : lease.stop]
-            if not (seg == PENDING).any():
-                self.dropped.append(lease.id)  # nothing left to hold: forget it
-                return
-            seg[seg == PENDING] = LEASED
-            self._ever[lease.queue][lease.start : lease.stop] = True
-            hold = self.lease_timeout + self.grace if grace is None else grace
-            lease.deadline = time.monotonic() + hold
-            lease.reclaimed = False
-            self.leases[lease.id] = lease
-            self._earliest = min(self._earliest, lease.deadline)
+        from ``now`` until its holder reclaims it; its positions already done stay done."""
+        st = self.state[lease.queue]
+        seg = st[lease.start : lease.stop]
+        if not (seg == PENDING).any():
+            self.dropped.append(lease.id)  # nothing left to hold: forget it
+            return
+        seg[seg == PENDING] = LEASED
+        self._ever[lease.queue][lease.start : lease.stop] = True
+        hold = self.lease_timeout + self.grace if grace is None else grace
+        lease.deadline = now + hold
+        lease.reclaimed = False
+        self.leases[lease.id] = lease
+        self._earliest = min(self._earliest, lease.deadline)
 
-    def _check(self, lease_id: str, fence: str, session: str) -> tuple[str, Lease | None]:
+    def _check(
+        self, lease_id: str, fence: str, session: str, now: float
+    ) -> tuple[str, Lease | None]:
         lease = self.leases.get(lease_id)
-        if lease is None or lease.deadline < time.monotonic():
+        if lease is None or lease.deadline < now:
             return ("already" if lease_id in self.acked else "expired"), None
         if not (
             hmac.compare_digest(lease.session, session)
@@ -558,20 +604,20 @@ class Iteration:
         return "ok", lease
 
     def plan_acks(
-        self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str
+        self, items: Sequence[tuple[str, str, int | None, int | None]], *, session: str, now: float
     ) -> tuple[dict[str, str], list[tuple[Lease, int, int]]]:
         """Check acks ``(lease, fence, start, stop)`` (positions of the lease; ``None``: all of it)
         of session ``session`` (a hash) without changing anything: ``(status per lease, ranges to
         mark)``.
 
-        Call under :attr:`lock`; unless :meth:`in_flight` (then wait on :attr:`settled` and plan
-        again), :meth:`begin_acks`, journal the units of the ranges, then :meth:`apply_acks` (or
+        Unless :meth:`in_flight` (then the driver plans again once the other request settled),
+        :meth:`begin_acks`, journal the units of the ranges, then :meth:`apply_acks` (or
         :meth:`undo_acks` when the journal write failed).
         """
         statuses: dict[str, str] = {}
         marks: list[tuple[Lease, int, int]] = []
         for lease_id, fence, a, b in items:
-            status, lease = self._check(lease_id, fence, session)
+            status, lease = self._check(lease_id, fence, session, now)
             if lease is not None and not (
                 (a is None or lease.start <= a) and (b is None or b <= lease.stop)
             ):
@@ -619,31 +665,27 @@ class Iteration:
         write."""
         return any(_has(self.state[x.queue][lo:hi], ACKING) for x, lo, hi in marks)
 
-    def begin_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+    def begin_acks(self, marks: Sequence[tuple[Lease, int, int]], *, now: float) -> None:
         """Reserve the planned ranges while their journal write is in flight (``ACKING``: no expiry,
         revocation or take hands them out again); the holder's ack keeps its leases alive."""
-        now = time.monotonic()
         for lease, lo, hi in marks:
             seg = self.state[lease.queue][lo:hi]
             seg[seg == LEASED] = ACKING
-            lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
+            self._extend(lease, now)
 
     def undo_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
         """The journal write of :meth:`begin_acks`'s ranges failed: leased again (pending when their
         lease was revoked meanwhile)."""
-        with self.lock:
-            for lease, lo, hi in marks:
-                seg = self.state[lease.queue][lo:hi]
-                live = self.leases.get(lease.id) is lease
-                seg[seg == ACKING] = LEASED if live else PENDING
-                if not live:
-                    self._pending_again(lease.queue, lo)
-            self.settled.notify_all()
+        for lease, lo, hi in marks:
+            seg = self.state[lease.queue][lo:hi]
+            live = self.leases.get(lease.id) is lease
+            seg[seg == ACKING] = LEASED if live else PENDING
+            if not live:
+                self._pending_again(lease.queue, lo)
 
-    def apply_acks(self, marks: Sequence[tuple[Lease, int, int]]) -> None:
+    def apply_acks(self, marks: Sequence[tuple[Lease, int, int]], *, now: float) -> None:
         """Mark journaled ranges (reserved by :meth:`begin_acks`) done; a lease with every position
         done is finished. A range a rewind changed meanwhile keeps the rewind's state."""
-        now = time.monotonic()
         for lease, lo, hi in marks:
             st = self.state[lease.queue]
             seg = st[lo:hi]
@@ -651,7 +693,7 @@ class Iteration:
             n = int(hit.sum())
             seg[hit] = DONE
             self._done_n[lease.queue] += n
-            lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
+            self._extend(lease, now)
             lease.reclaimed = True
             self._rate.append((now, n))
             info = self.clients.get(lease.client)
@@ -660,7 +702,6 @@ class Iteration:
             if _every(st[lease.start : lease.stop], DONE):
                 self.leases.pop(lease.id, None)
                 self.acked.add(lease.id)
-        self.settled.notify_all()
 
     def ack(
         self,
@@ -671,28 +712,28 @@ class Iteration:
         start: int | None = None,
         stop: int | None = None,
         client: str | None = None,
+        now: float,
     ) -> AckResult:
         """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a
         journal.
 
         ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
         """
-        with self.lock:
-            lease = self.leases.get(lease_id)
-            secret = (
-                session
-                if session is not None
-                else client
-                if client is not None
-                else (lease.client if lease is not None else "")
-            )
-            statuses, marks = self.plan_acks(
-                [(lease_id, fence, start, stop)], session=session_digest(secret)
-            )
-            units = self.units_of_marks(marks).get(lease_id, [])
-            self.begin_acks(marks)
-            self.apply_acks(marks)
-            return AckResult(statuses[lease_id], units)
+        lease = self.leases.get(lease_id)
+        secret = (
+            session
+            if session is not None
+            else client
+            if client is not None
+            else (lease.client if lease is not None else "")
+        )
+        statuses, marks = self.plan_acks(
+            [(lease_id, fence, start, stop)], session=session_digest(secret), now=now
+        )
+        units = self.units_of_marks(marks).get(lease_id, [])
+        self.begin_acks(marks, now=now)
+        self.apply_acks(marks, now=now)
+        return AckResult(statuses[lease_id], units)
 
     def heartbeat(
         self,
@@ -702,33 +743,32 @@ class Iteration:
         session: str | None = None,
         stall_s: float | None = None,
         batches: int | None = None,
+        now: float,
     ) -> dict[str, list[str]]:
         """Extend (and reclaim, after a restart) ``client``'s leases ``(id, fence)``.
 
         Returns ``{"lost": ids no longer live, "refused": ids of another session or with a wrong
         fence}``.
         """
-        with self.lock:
-            now = time.monotonic()
-            info = self.clients.get(client)
-            if info is not None:
-                info.last_seen = now
-                if stall_s is not None:
-                    info.stall_s = float(stall_s)
-                if batches is not None:
-                    info.batches = int(batches)
-            sess = digest(client if session is None else session)
-            out: dict[str, list[str]] = {"lost": [], "refused": []}
-            for lid, fence in leases:
-                status, lease = self._check(lid, fence, sess)
-                if lease is not None:
-                    lease.deadline = max(lease.deadline, now + self.lease_timeout + self.grace)
-                    lease.reclaimed = True
-                elif status == "refused":
-                    out["refused"].append(lid)
-                elif status == "expired":
-                    out["lost"].append(lid)
-            return out
+        info = self.clients.get(client)
+        if info is not None:
+            info.last_seen = now
+            if stall_s is not None:
+                info.stall_s = float(stall_s)
+            if batches is not None:
+                info.batches = int(batches)
+        sess = digest(client if session is None else session)
+        out: dict[str, list[str]] = {"lost": [], "refused": []}
+        for lid, fence in leases:
+            status, lease = self._check(lid, fence, sess, now)
+            if lease is not None:
+                self._extend(lease, now)
+                lease.reclaimed = True
+            elif status == "refused":
+                out["refused"].append(lid)
+            elif status == "expired":
+                out["lost"].append(lid)
+        return out
 
     def rewind(
         self,
@@ -743,42 +783,36 @@ class Iteration:
         ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest
         pending. ``done``: the whole iteration's done units.
         """
-        with self.lock:
-            if done is not None:
-                for lease in list(self.leases.values()):
-                    self._revoke(lease)
-                for st in self.state:
-                    st[:] = PENDING
-                self.mark_done(done)
-                self.settled.notify_all()
-                return
-            assert rank is not None and consumed is not None
-            for lease in [x for x in self.leases.values() if x.queue == rank]:
+        if done is not None:
+            for lease in list(self.leases.values()):
                 self._revoke(lease)
-            st = self.state[rank]
-            st[:] = PENDING
-            st[:consumed] = DONE
-            self._recount()
-            self.settled.notify_all()  # an ack in flight over these keeps the rewind's state
+            for st in self.state:
+                st[:] = PENDING
+            self.mark_done(done)
+            return
+        assert rank is not None and consumed is not None
+        for lease in [x for x in self.leases.values() if x.queue == rank]:
+            self._revoke(lease)
+        st = self.state[rank]
+        st[:] = PENDING
+        st[:consumed] = DONE
+        self._recount()  # an ack in flight over these keeps the rewind's state
 
     def rollback(self, session: str, units: Sequence[int]) -> None:
         """A client of session hash ``session`` restored a checkpoint: ``units`` (done after it) are
         pending again and the session's live leases are revoked; nobody else's lease changes."""
-        with self.lock:
-            for lease in [x for x in self.leases.values() if x.session == session]:
-                self._revoke(lease)
-            for u in units:
-                q = int(self.queue_of[u])
-                if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
-                    self.state[q][self.pos_of[u]] = PENDING
-            self._recount()
-            self.settled.notify_all()
+        for lease in [x for x in self.leases.values() if x.session == session]:
+            self._revoke(lease)
+        for u in units:
+            q = int(self.queue_of[u])
+            if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
+                self.state[q][self.pos_of[u]] = PENDING
+        self._recount()
 
     # ------------------------------------------------------------------ views
     def done_units(self) -> list[int]:
         """Every done unit (including the resume base)."""
-        with self.lock:
-            out = [int(u) for qi, q in enumerate(self.queues) for u in q[self.state[qi] == DONE]]
+        out = [int(u) for qi, q in enumerate(self.queues) for u in q[self.state[qi] == DONE]]
         in_queue = np.zeros(self.total, dtype=bool)
         for q in self.queues:
             in_queue[q] = True
@@ -786,59 +820,54 @@ class Iteration:
 
     def finished(self, *, rank: int = 0) -> bool:
         """Whether the client's queue (static) or the whole iteration (dynamic) is done."""
-        with self.lock:
-            q = 0 if self.mode == "dynamic" else rank
-            return self._done_n[q] == len(self.state[q])
+        q = 0 if self.mode == "dynamic" else rank
+        return self._done_n[q] == len(self.state[q])
 
     def finished_all(self) -> bool:
         """Whether every queue is done (the iteration can be evicted from memory)."""
-        with self.lock:
-            return all(n == len(st) for n, st in zip(self._done_n, self.state))
+        return all(n == len(st) for n, st in zip(self._done_n, self.state))
 
-    def progress(self) -> dict[str, Any]:
-        """Counts in batches, rates over the last 10 s, per client stall time."""
-        with self.lock:
-            now = time.monotonic()
-            self.expire(now)
-            while self._rate and self._rate[0][0] < now - RATE_WINDOW_S:
-                self._rate.popleft()
-            counts = np.zeros(4, dtype=np.int64)
-            for st in self.state:
-                counts += np.bincount(st, minlength=4)[:4]
-            counts[LEASED] += counts[ACKING]  # acknowledged, not journaled yet: still leased
-            span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in self._rate), default=now)))
-            clients = {}
-            for cid, info in self.clients.items():
-                while info.acked and info.acked[0][0] < now - RATE_WINDOW_S:
-                    info.acked.popleft()
-                cspan = min(
-                    RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now))
-                )
-                clients[cid] = {
-                    "rank": info.rank,
-                    "slot": info.slot,
-                    "batches": info.batches,
-                    "stall_s": round(info.stall_s, 3),
-                    "idle_s": round(now - info.last_seen, 3),
-                    "leases": sum(1 for x in self.leases.values() if x.client == cid),
-                    "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2),
-                }
-            return {
-                "id": self.id,
-                "mode": self.mode,
-                "total": self.total,
-                "done": int(counts[DONE]) + self.base_done,
-                "leased": int(counts[LEASED]),
-                "pending": int(counts[PENDING]),
-                "fenced_acks": self.fenced,
-                "expired_leases": self.expired,
-                "reissued_leases": self.reissued,
-                "redelivered_batches": self.redelivered,
-                "cancelled": self.cancelled,
-                "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
-                "queues": [
-                    {"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
-                    for qi, q in enumerate(self.queues)
-                ],
-                "clients": clients,
+    def progress(self, *, now: float) -> dict[str, Any]:
+        """Counts in batches, rates over the last 10 s before ``now``, per client stall time."""
+        while self._rate and self._rate[0][0] < now - RATE_WINDOW_S:
+            self._rate.popleft()
+        counts = np.zeros(4, dtype=np.int64)
+        for st in self.state:
+            counts += np.bincount(st, minlength=4)[:4]
+        counts[LEASED] += counts[ACKING]  # acknowledged, not journaled yet: still leased
+        span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in self._rate), default=now)))
+        clients = {}
+        for cid, info in self.clients.items():
+            while info.acked and info.acked[0][0] < now - RATE_WINDOW_S:
+                info.acked.popleft()
+            cspan = min(
+                RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now))
+            )
+            clients[cid] = {
+                "rank": info.rank,
+                "slot": info.slot,
+                "batches": info.batches,
+                "stall_s": round(info.stall_s, 3),
+                "idle_s": round(now - info.last_seen, 3),
+                "leases": sum(1 for x in self.leases.values() if x.client == cid),
+                "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2),
             }
+        return {
+            "id": self.id,
+            "mode": self.mode,
+            "total": self.total,
+            "done": int(counts[DONE]) + self.base_done,
+            "leased": int(counts[LEASED]),
+            "pending": int(counts[PENDING]),
+            "fenced_acks": self.fenced,
+            "expired_leases": self.expired,
+            "reissued_leases": self.reissued,
+            "redelivered_batches": self.redelivered,
+            "cancelled": self.cancelled,
+            "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
+            "queues": [
+                {"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
+                for qi, q in enumerate(self.queues)
+            ],
+            "clients": clients,
+        }

@@ -59,14 +59,14 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     it = state.iteration(it_id)
     check_dataset(authenticate(request), state, str(it.config["dataset"]))
     desc = state.describe(it)
-    p = it.progress()
+    p = state.progress(it)
     life = lifecycle.one(state.journal, it.id) or {}
     start, end = life.get("started"), life.get("ended")
-    marks = [(t, "rewind") for t in rewind_times(state.journal.path, it.id)]
+    marks = [(t, "rewind") for t in rewind_times(state.journal, it.id)]
     # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second
     # record
     acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(
-        state.journal.path, it.id
+        state.journal, it.id
     )
     if end is not None and life.get("status") == "cancelled":
         marks.append((end, "cancelled"))
@@ -174,7 +174,7 @@ def _listed(state: Any, r: dict[str, Any], names: dict[str, str]) -> dict[str, A
     runs in this server) and its elapsed time."""
     live = state._iterations.get(r["id"])
     p = (
-        live.progress()
+        state.progress(live)
         if live is not None
         else {"total": r["total"] or 0, "done": r["done"], "batches_per_s": 0}
     )
@@ -303,9 +303,9 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     it = state.iteration(it_id)
     check_dataset(who, state, str(it.config["dataset"]))
     check_rewind(it, RewindIn.model_validate(body))
-    with it.lock:
+    with state.lock(it):
         held = [x for x in it.leases.values() if x.queue == body["rank"]]
-        before = next(q["done"] for q in it.progress()["queues"] if q["rank"] == body["rank"])
+    before = next(q["done"] for q in state.progress(it)["queues"] if q["rank"] == body["rank"])
     if held and form.get("confirm") != "yes":
         holders = sorted({x.client for x in held})
         return _render(
@@ -344,7 +344,7 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
     if it.cancelled:
         return _see(f"/ui/iterations/{it.id}")
     if form.get("confirm") != "yes":
-        p = it.progress()
+        p = state.progress(it)
         live = [c for c, v in p["clients"].items() if v["leases"]]
         return _render(
             request,
@@ -394,7 +394,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
             continue
         ds_id = life["dataset"]
         hist = ledger.throughput(state.journal, str(it_id)) or ack_history(
-            state.journal.path, str(it_id)
+            state.journal, str(it_id)
         )
         acked = sum(n for _, n in hist)
         end = (

@@ -1,47 +1,46 @@
 """Charts as SVG strings rendered on the server: an iteration's throughput over time, a histogram.
 
 The throughput comes from the journal's durable record (each acknowledged run of batches with its
-commit time), read through a separate read-only SQLite connection, so it survives restarts and
-needs nothing from the running iteration.
+commit time), read through the journal's reading connection, so it survives restarts and needs
+nothing from the running iteration.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from html import escape
-from pathlib import Path
 
 import numpy as np
+
+from datamill.serve.journal.store import Journal
 
 __all__ = ["ack_history", "bars_svg", "histogram_svg", "rewind_times", "throughput_svg"]
 
 W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 230, 64, 40, 24, 16
 
 
-def ack_history(db: str | Path, iteration: str) -> list[tuple[float, int]]:
+def ack_history(journal: Journal, iteration: str) -> list[tuple[float, int]]:
     """``(commit time, batches)`` of every acknowledged run of ``iteration``, oldest first.
 
     A rewind's rows (the done set it wrote, all at one instant) are not acknowledgements and are
     left out: see :func:`rewind_times`.
     """
-    return [(a, n) for a, n, lease in _done_rows(db, iteration) if not lease.startswith("rewind.")]
+    return [
+        (a, n) for a, n, lease in _done_rows(journal, iteration) if not lease.startswith("rewind.")
+    ]
 
 
-def rewind_times(db: str | Path, iteration: str) -> list[float]:
+def rewind_times(journal: Journal, iteration: str) -> list[float]:
     """When ``iteration`` was rewound (every rewind's rows are kept)."""
-    return sorted({a for a, _, lease in _done_rows(db, iteration) if lease.startswith("rewind.")})
+    return sorted(
+        {a for a, _, lease in _done_rows(journal, iteration) if lease.startswith("rewind.")}
+    )
 
 
-def _done_rows(db: str | Path, iteration: str) -> list[tuple[float, int, str]]:
-    uri = f"file:{Path(db).resolve()}?mode=ro"
-    con = sqlite3.connect(uri, uri=True, timeout=5)
-    try:
-        rows = con.execute(
-            "SELECT at, stop - start, lease FROM done WHERE iteration = ? ORDER BY at", (iteration,)
-        ).fetchall()
-    finally:
-        con.close()
+def _done_rows(journal: Journal, iteration: str) -> list[tuple[float, int, str]]:
+    rows = journal.read(
+        "SELECT at, stop - start, lease FROM done WHERE iteration = ? ORDER BY at", (iteration,)
+    )
     return [(float(a), int(n), str(lease)) for a, n, lease in rows]
 
 

@@ -64,9 +64,9 @@ def iteration(who: Reader, it: ScopedIteration, state: State) -> dict[str, Any]:
 
 
 @router.get("/{it_id}/progress")
-def progress(who: Reader, it: ScopedIteration) -> dict[str, Any]:
+def progress(who: Reader, it: ScopedIteration, state: State) -> dict[str, Any]:
     """Done, leased and pending batches per rank and client."""
-    return it.progress()
+    return state.progress(it)
 
 
 @router.get("/{it_id}/done")
