@@ -36,7 +36,16 @@ the epoch start (creating the iteration plus the first lease of the last rank), 
 the first epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per
 sample, as the server held each epoch before) at 10M samples, with the ratio.
 
+Datasets (``--datasets``, default both): ``loader`` above, and ``many``: **one shardset of 40
+Parquet shards**, 2M samples (``--many-samples``; uid, 16 float32, a label), the dataset issue #41
+measured direct mode on. Every run is ``--epochs`` epochs (default 3) in-process and served, and
+**every epoch** is reported with its ratio (epoch 0 of both opens the dataset: the in-process
+Loader's epoch 0 counts ``ShardsetDataset(path)``, as a client's first epoch counts its join and
+open); the direct-mode goal (>= 0.9x) is checked on each epoch of each dataset. CI-sized:
+``--quick`` (100k and 200k samples, 1 repetition) or ``--samples``/``--many-samples``.
+
 Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
+[--datasets loader,many] [--many-samples N] [--epochs 3]
 [--modes built1,built2,direct] [--ack-window N] [--step-ms MS] [--coord-clients 32]
 [--lavender-python PATH]
 [--scale | --no-scale]``; e.g. the data-path goals alone: ``--clients 1,2 --reps 3 --no-scale
@@ -71,6 +80,7 @@ CLIENT = """
 import json, os, sys, time
 import numpy as np
 from datamill.client import RemoteLoader
+import datamill.loader, datamill.shards  # imported before the clock, as in the in-process run
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
@@ -239,7 +249,13 @@ def run_clients(
             "build_s": [round(r["build_s"], 2) for r in rows],
         }
 
-    return {"clients": clients, "transport": transport, "cold": agg(0), "warm": agg(epochs - 1)}
+    return {
+        "clients": clients,
+        "transport": transport,
+        "cold": agg(0),
+        "warm": agg(epochs - 1),
+        "epochs": [agg(e) for e in range(epochs)],
+    }
 
 
 @contextlib.contextmanager
@@ -436,6 +452,71 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
     return {"scale": lazy, "scale_small": small, "full_order_small": ref}
 
 
+MANY_SHARDS = 40
+"""Shards of the one-shardset dataset (``--datasets many``)."""
+DATASETS = ("loader", "many")
+"""``loader``: bench_loader.py's dataset (3 shardsets x 100 shards, a left join per shard);
+``many``: one shardset of :data:`MANY_SHARDS` Parquet shards (uid, 16 float32, a label), the
+dataset issue #41 measured direct mode on."""
+
+
+def make_many(root: Path, n: int, *, shards: int = MANY_SHARDS, seed: int = 0) -> Path:
+    """Write ``n`` samples as one shardset of ``shards`` Parquet shards and create its
+    ShardsetDataset at ``root / "dataset"``; returns that folder."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datamill.shards import ShardsetDataset
+
+    rng = np.random.default_rng(seed)
+    uid = rng.permutation(n).astype(np.int64) + 10_000_000
+    x = rng.standard_normal((n, 16), dtype=np.float32)
+    label = rng.integers(0, 10, n)
+    bounds = np.linspace(0, n, shards + 1).astype(np.int64)
+    (root / "features").mkdir(parents=True, exist_ok=True)
+    files = []
+    for k in range(shards):
+        a, b = bounds[k], bounds[k + 1]
+        xs = pa.FixedSizeListArray.from_arrays(pa.array(x[a:b].reshape(-1)), 16)
+        path = root / "features" / f"shard.{k:05d}.parquet"
+        pq.write_table(pa.table({"uid": uid[a:b], "x": xs, "label": label[a:b]}), path)
+        files.append(str(path))
+    ShardsetDataset.create(root / "dataset", files, uid="uid", shardset="features")
+    return root / "dataset"
+
+
+def run_inprocess(location: Path, epochs: int, *, step_s: float = 0.0) -> list[dict[str, float]]:
+    """``epochs`` epochs of one in-process Loader over the ShardsetDataset at ``location`` (batch
+    256, shuffle, seed 0: the served clients' batches); epoch 0 counts opening the dataset, as a
+    direct client's first epoch does."""
+    from datamill.loader import Loader
+    from datamill.shards import ShardsetDataset
+
+    out = []
+    t0 = time.perf_counter()
+    loader = Loader(ShardsetDataset(location), 256, shuffle=True, seed=0)
+    for _ in range(epochs):
+        n, first = 0, None
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            n += len(batch["uid"])
+            if step_s:
+                time.sleep(step_s)
+        seconds = time.perf_counter() - t0
+        out.append(
+            {
+                "samples": n,
+                "seconds": seconds,
+                "samples_per_s": n / seconds,
+                "first_batch_s": first or 0.0,
+            }
+        )
+        t0 = time.perf_counter()
+    return out
+
+
 MODES = ("built1", "built2", "direct")
 """The served configurations ``--modes`` chooses from: server-built with 1 or 2 build workers, and
 direct mode."""
@@ -454,37 +535,49 @@ def _label(transport: str, workers: int, clients: int) -> str:
 
 
 def measure(
-    source: Any,
+    location: Path,
     servers: dict[tuple[str, int], str],
     counts: Sequence[int],
     *,
     reps: int,
     modes: Sequence[str] = MODES,
+    epochs: int = 3,
 ) -> dict[str, Any]:
-    """Every configuration ``reps`` times, each right after an in-process Loader run (A/B/A/B): the
-    ratio of each pair, measured at the same moment of the machine's load, and their medians."""
-    bl = _bench_loader()
+    """Every configuration ``reps`` times, each right after ``epochs`` epochs of the in-process
+    Loader (A/B/A/B): the ratio of each epoch of each pair, measured at the same moment of the
+    machine's load, and their medians."""
     configs = _configs(counts, modes)
     pairs: dict[tuple[str, int, int], list[dict[str, Any]]] = {k: [] for k in configs}
+    step = float(os.environ.get("BENCH_STEP_S", "0"))
     for rep in range(reps):
         for transport, workers, clients in configs:
-            local = bl.run_datamill(source, 0, step_s=float(os.environ.get("BENCH_STEP_S", "0")))
-            local_sps = local["samples"] / local["seconds"]
-            r = run_clients(servers[(transport, workers)], clients, bl.BATCH, transport=transport)
+            local = run_inprocess(location, epochs, step_s=step)
+            r = run_clients(
+                servers[(transport, workers)], clients, 256, transport=transport, epochs=epochs
+            )
             load = os.getloadavg()[0]
-            for phase in ("cold", "warm"):
-                r[phase]["ratio"] = r[phase]["samples_per_s"] / local_sps
+            for e, row in enumerate(r["epochs"]):
+                row["ratio"] = row["samples_per_s"] / local[e]["samples_per_s"]
+            r["cold"], r["warm"] = r["epochs"][0], r["epochs"][-1]
             pairs[(transport, workers, clients)].append(
-                {**r, "local_samples_per_s": local_sps, "load": load}
+                {
+                    **r,
+                    "local": local,
+                    "local_samples_per_s": local[-1]["samples_per_s"],
+                    "load": load,
+                }
+            )
+            per = ", ".join(
+                f"e{e} {loc['samples_per_s']:,.0f} / {row['samples_per_s']:,.0f} "
+                f"({row['ratio']:.2f}x)"
+                for e, (loc, row) in enumerate(zip(local, r["epochs"], strict=True))
             )
             warm = r["warm"]
             print(
-                f"  rep {rep}: {_label(transport, workers, clients):<44} in-process "
-                f"{local_sps:>9,.0f}/s, served warm {warm['samples_per_s']:>9,.0f}/s "
-                f"({warm['ratio']:.2f}x), cold {r['cold']['samples_per_s']:>9,.0f}/s "
-                f"({r['cold']['ratio']:.2f}x); warm first batch {warm['first_batch_s']:.3f} s "
-                f"(in-process {local['first_batch_s']:.3f} s), client stall {warm['stall_s']} s, "
-                f"CPU {warm['cpu_s']} s; load {load:.1f}",
+                f"  rep {rep}: {_label(transport, workers, clients):<44} in-process / served "
+                f"samples/s: {per}; warm first batch {warm['first_batch_s']:.3f} s "
+                f"(in-process {local[-1]['first_batch_s']:.3f} s), client stall "
+                f"{warm['stall_s']} s, CPU {warm['cpu_s']} s; load {load:.1f}",
                 flush=True,
             )
     return {
@@ -494,6 +587,17 @@ def measure(
             "clients": k[2],
             "warm_ratio": statistics.median(p["warm"]["ratio"] for p in rows),
             "cold_ratio": statistics.median(p["cold"]["ratio"] for p in rows),
+            "epoch_ratios": [
+                statistics.median(p["epochs"][e]["ratio"] for p in rows) for e in range(epochs)
+            ],
+            "epoch_samples_per_s": [
+                statistics.median(p["epochs"][e]["samples_per_s"] for p in rows)
+                for e in range(epochs)
+            ],
+            "local_epoch_samples_per_s": [
+                statistics.median(p["local"][e]["samples_per_s"] for p in rows)
+                for e in range(epochs)
+            ],
             "warm_samples_per_s": statistics.median(p["warm"]["samples_per_s"] for p in rows),
             "local_samples_per_s": statistics.median(p["local_samples_per_s"] for p in rows),
             "loads": [round(p["load"], 1) for p in rows],
@@ -504,20 +608,57 @@ def measure(
 
 
 def report(
-    results: dict[str, Any], coord: dict[str, Any] | None, rss: float
+    results: dict[str, dict[str, Any]], coord: dict[str, Any] | None, rss: float
 ) -> list[tuple[str, float, float]]:
-    """Print the table and the goals; returns ``(goal, got, want)``."""
-    print(
-        f"{'(medians of the A/B pairs)':<44} {'in-process':>11} {'served warm':>12} {'ratio':>6}"
-        f"  {'cold ratio':>10}  first batch  loads"
-    )
-    for label, r in results.items():
-        warm = r["runs"][len(r["runs"]) // 2]["warm"]
-        print(
-            f"{label:<44} {r['local_samples_per_s']:>11,.0f} {r['warm_samples_per_s']:>12,.0f} "
-            f"{r['warm_ratio']:>5.2f}x  {r['cold_ratio']:>9.2f}x  {warm['first_batch_s']:>9.3f} s  "
-            f"{r['loads']}"
-        )
+    """Print the tables (one per dataset, every epoch) and the goals; returns ``(goal, got,
+    want)``."""
+    goals: list[tuple[str, float, float]] = []
+    for dataset, res in results.items():
+        epochs = len(next(iter(res.values()))["epoch_ratios"]) if res else 0
+        print(f"dataset {dataset}: medians of the A/B pairs, samples/s in-process / served (ratio)")
+        for label, r in res.items():
+            cells = "  ".join(
+                f"e{e} {a:>9,.0f} / {b:>9,.0f} ({x:.2f}x)"
+                for e, (a, b, x) in enumerate(
+                    zip(
+                        r["local_epoch_samples_per_s"],
+                        r["epoch_samples_per_s"],
+                        r["epoch_ratios"],
+                        strict=True,
+                    )
+                )
+            )
+            warm = r["runs"][len(r["runs"]) // 2]["warm"]
+            print(
+                f"  {label:<44} {cells}  warm first batch {warm['first_batch_s']:.3f} s  "
+                f"loads {r['loads']}"
+            )
+        d1 = res.get(_label("direct", 0, 1))
+        if d1 is not None:
+            goals += [
+                (f"{dataset}: direct, 1 client >= 0.9x in-process (epoch {e})", x, 0.9)
+                for e, x in enumerate(d1["epoch_ratios"])
+            ]
+        for w in (1, 2):
+            r1 = res.get(_label("built", w, 1))
+            if r1 is not None:
+                goals.append(
+                    (
+                        f"{dataset}: server-built ({w} worker(s)), 1 client >= 0.7x in-process"
+                        + f" (epoch {epochs - 1})",
+                        r1["warm_ratio"],
+                        0.7,
+                    )
+                )
+        one, two = res.get(_label("built", 2, 1)), res.get(_label("built", 2, 2))
+        if one is not None and two is not None:  # each as a ratio to its in-process run
+            goals.append(
+                (
+                    f"{dataset}: server-built (2 workers): 2 clients / 1 client > 1",
+                    two["warm_ratio"] / one["warm_ratio"],
+                    1.0,
+                )
+            )
     print(
         f"server peak RSS {rss:,.0f} MiB (VmHWM of the HTTP process, 2 build workers, not "
         "counting them)"
@@ -531,32 +672,6 @@ def report(
             f"{coord['server_rss_mib']:,.0f} MiB (peak {coord['server_peak_mib']:,.0f} MiB); "
             f"load {coord['load']:.1f}"
         )
-    goals: list[tuple[str, float, float]] = []
-    d1 = results.get(_label("direct", 0, 1))
-    if d1 is not None:
-        goals.append(("direct, 1 client >= 0.9x in-process (warm epoch)", d1["warm_ratio"], 0.9))
-    for w in (1, 2):
-        r1 = results.get(_label("built", w, 1))
-        if r1 is not None:
-            goals.append(
-                (
-                    f"server-built ({w} worker(s)), 1 client >= 0.7x in-process (warm epoch)",
-                    r1["warm_ratio"],
-                    0.7,
-                )
-            )
-    one, two = results.get(_label("built", 2, 1)), results.get(_label("built", 2, 2))
-    if (
-        one is not None and two is not None
-    ):  # each as a ratio to its own in-process run: load cancels
-        goals.append(
-            (
-                "server-built (2 workers): 2 clients / 1 client > 1",
-                two["warm_ratio"] / one["warm_ratio"],
-                1.0,
-            )
-        )
-    if coord is not None:
         goals.append(("lease round trips/s >= 2,000", coord["leases_per_s"], 2000))
     for label, got, want in goals:
         met = got > want if want == 1.0 else got >= want
@@ -617,6 +732,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=0.0,
         help="a training step after each batch (a sleep), in-process and served alike (default 0)",
     )
+    ap.add_argument(
+        "--datasets",
+        default=",".join(DATASETS),
+        help="datasets to measure, comma-separated from loader (3 shardsets x 100 shards) and "
+        f"many (one shardset of {MANY_SHARDS} shards) (default: both)",
+    )
+    ap.add_argument(
+        "--many-samples",
+        type=int,
+        default=None,
+        help="samples of the many-shard dataset (default 2,000,000; --quick: 200,000)",
+    )
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=3,
+        help="epochs per run, each reported (epoch 0 opens the dataset; default 3)",
+    )
     args = ap.parse_args(argv)
     os.environ["BENCH_STEP_S"] = str(args.step_ms / 1000)
     if args.ack_window is not None:
@@ -629,53 +762,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.scale:
         print(json.dumps(scale_report()))
         return
-    bl = _bench_loader()
     n = args.samples or (100_000 if args.quick else 1_000_000)
+    n_many = args.many_samples or (200_000 if args.quick else 2_000_000)
     counts = [int(c) for c in (args.clients or ("1,2" if args.quick else "1,2,4")).split(",")]
     reps = args.reps or (1 if args.quick else 3)
+    datasets = [d for d in args.datasets.split(",") if d]
+    if sorted(set(datasets) - set(DATASETS)):
+        ap.error(f"unknown --datasets {datasets}; expected some of {', '.join(DATASETS)}")
     print(
         f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}"
     )
     print(
-        f"data: {n:,} samples, 3 shardsets x {bl.SHARDS} shards (extra: 10% missing), "
-        f"batch {bl.BATCH}, "
-        f"shuffle on; {reps} A/B repetition(s)"
+        f"data: loader = {n:,} samples, 3 shardsets x 100 shards (extra: 10% missing); many = "
+        f"{n_many:,} samples, one shardset of {MANY_SHARDS} shards; batch 256, shuffle on, "
+        f"{args.epochs} epochs per run (epoch 0 opens the dataset, in-process and served); "
+        f"{reps} A/B repetition(s); ack_window {args.ack_window or 'the loader default (1)'}, "
+        f"step {args.step_ms} ms"
     )
-    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp, contextlib.ExitStack() as stack:
-        root = Path(tmp)
-        files = bl.make_data(root, n)
-        source, kind = bl.shards_source(root, files)
-        print(f"source: {kind}", flush=True)
-        bl.warm_up(source)
-        load = os.getloadavg()
-        location = str((root / "dataset").resolve())
-        servers: dict[tuple[str, int], str] = {}
-        pids: dict[tuple[str, int], int] = {}
-        for key, loc in ((("built", 1), None), (("built", 2), None), (("direct", 0), location)):
-            if f"{key[0]}{key[1] or ''}" in modes:
-                servers[key], pids[key] = stack.enter_context(_server(root, key[1], location=loc))
-        results = measure(source, servers, counts, reps=reps, modes=modes)
-        rss = _peak_rss_mib(pids[("built", 2)]) if ("built", 2) in pids else float("nan")
-        coord = (
-            run_coordination(
-                servers[("direct", 0)],
-                pids[("direct", 0)],
-                clients=args.coord_clients or (8 if args.quick else 32),
-                seconds=3.0 if args.quick else 10.0,
-            )
-            if args.coord_clients != 0 and "direct" in modes
-            else None
-        )
-        stack.close()
-        lav = None
-        if args.lavender_python.exists():
-            lav = bl.run_lavender(args.lavender_python, root, args.lavender_batches)
+    load = os.getloadavg()
+    results: dict[str, dict[str, Any]] = {}
+    coord, rss, lav = None, float("nan"), None
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        for dataset in datasets:
+            r = _measure_dataset(Path(tmp) / dataset, dataset, n, n_many, counts, reps, modes, args)
+            results[dataset] = r["results"]
+            rss = r["rss"] if r["rss"] == r["rss"] else rss
+            coord = coord or r["coord"]
+            lav = lav or r["lav"]
     print(
         f"load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (other jobs share this machine)"
     )
     goals = report(results, coord, rss)
-    best = max(r["warm_samples_per_s"] for r in results.values())
+    best = max(
+        (r["warm_samples_per_s"] for res in results.values() for r in res.values()),
+        default=float("nan"),
+    )
     if lav is None:
         print(f"lavender-data: no venv at {args.lavender_python}; not measured in this run")
     elif "error" in lav:
@@ -691,11 +813,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         json.dumps(
             {
                 "samples": n,
+                "many_samples": n_many,
                 "reps": reps,
                 "results": {
-                    k: {x: y for x, y in v.items() if x != "runs"} for k, v in results.items()
+                    d: {k: {x: y for x, y in v.items() if x != "runs"} for k, v in res.items()}
+                    for d, res in results.items()
                 },
-                "runs": {k: v["runs"] for k, v in results.items()},
+                "runs": {d: {k: v["runs"] for k, v in res.items()} for d, res in results.items()},
                 "goals": goals,
                 "coordination": coord,
                 "load_before": load,
@@ -706,6 +830,57 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
         )
     )
+
+
+def _measure_dataset(
+    root: Path,
+    dataset: str,
+    n: int,
+    n_many: int,
+    counts: Sequence[int],
+    reps: int,
+    modes: Sequence[str],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One dataset's data written under ``root``, its servers started, every configuration
+    measured (the coordination test and lavender-data on bench_loader's dataset only)."""
+    bl = _bench_loader()
+    root.mkdir(parents=True)
+    if dataset == "many":
+        make_many(root, n_many)
+        run_inprocess(root / "dataset", 1)  # warm-up: imports and the page cache
+    else:
+        files = bl.make_data(root, n)
+        source, kind = bl.shards_source(root, files)
+        print(f"source: {kind}", flush=True)
+        bl.warm_up(source)
+    location = (root / "dataset").resolve()
+    out: dict[str, Any] = {"rss": float("nan"), "coord": None, "lav": None}
+    with contextlib.ExitStack() as stack:
+        servers: dict[tuple[str, int], str] = {}
+        pids: dict[tuple[str, int], int] = {}
+        for key, loc in (
+            (("built", 1), None),
+            (("built", 2), None),
+            (("direct", 0), str(location)),
+        ):
+            if f"{key[0]}{key[1] or ''}" in modes:
+                servers[key], pids[key] = stack.enter_context(_server(root, key[1], location=loc))
+        out["results"] = measure(
+            location, servers, counts, reps=reps, modes=modes, epochs=args.epochs
+        )
+        if ("built", 2) in pids:
+            out["rss"] = _peak_rss_mib(pids[("built", 2)])
+        if dataset == "loader" and args.coord_clients != 0 and "direct" in modes:
+            out["coord"] = run_coordination(
+                servers[("direct", 0)],
+                pids[("direct", 0)],
+                clients=args.coord_clients or (8 if args.quick else 32),
+                seconds=3.0 if args.quick else 10.0,
+            )
+    if dataset == "loader" and args.lavender_python.exists():
+        out["lav"] = bl.run_lavender(args.lavender_python, root, args.lavender_batches)
+    return out
 
 
 if __name__ == "__main__":
