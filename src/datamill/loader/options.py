@@ -51,10 +51,16 @@ class Batching:
             for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`),
             and the next window is read while one is consumed. ``None``: on for a source on object
             storage (``s3://``), off for local files. Defaults to ``None``.
+        shuffle: shard-aware shuffle; ``False`` keeps source order. Defaults to ``True``.
+        drop_last: give every rank ``n // world_size`` samples and drop the incomplete last batch;
+            otherwise every sample is used exactly once and the first ``n % world_size`` ranks get
+            one sample more. Defaults to ``False``.
 
     Examples:
         >>> Batching(window=4, bucket_by="tokens").buckets
         8
+        >>> Batching(shuffle=False, drop_last=True).shuffle
+        False
     """
 
     window: int | None = None
@@ -66,6 +72,8 @@ class Batching:
     refill: bool = False
     replication: int = 1
     warmup: bool | None = None
+    shuffle: bool = True
+    drop_last: bool = False
 
 
 @dataclass(frozen=True)
