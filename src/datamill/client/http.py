@@ -225,11 +225,14 @@ class Client:
     def location(self, dataset: str) -> str:
         """Where clients read ``dataset`` in direct mode (:class:`RemoteError` 400 when it has no
         client location)."""
-        return str(
-            self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json()[
-                "location"
-            ]
-        )
+        return str(self.location_info(dataset)["location"])
+
+    def location_info(self, dataset: str) -> dict[str, Any]:
+        """``{"dataset", "location", "identity"}``: where clients read ``dataset`` in direct mode
+        and the content identity of the data the server registered
+        (:func:`~datamill.core.identity.content_identity`; absent from an earlier release's
+        server), which a direct client checks its copy against."""
+        return dict(self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json())
 
     def datasets(self) -> list[dict[str, Any]]:
         """Registered datasets, each with ``id`` and ``name``."""

@@ -315,7 +315,7 @@ class RemoteLoader:
             timeout = float(info["config"]["lease_timeout"])
             self._cfg = dict(info["config"])
             if self._direct is not None:
-                self._direct.open(client, self._cfg)
+                self._direct.open(client, self._cfg, name=self.dataset)
         finally:
             client.close()
         self._in_epoch = True
