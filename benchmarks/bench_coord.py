@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from datamill.client import Leases
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 
@@ -137,10 +139,8 @@ def run(
         info = client.iteration(
             "bench",
             batch_size=1,
-            mode="dynamic",
-            lease_size=16,
-            name=f"coord-{time.time_ns()}",
             transport="direct",
+            leases=Leases(mode="dynamic", size=16, name=f"coord-{time.time_ns()}"),
         )
     port = int(url.rsplit(":", 1)[1])
     start = time.time() + 1.5 + 0.05 * clients

@@ -79,15 +79,15 @@ SRC = HERE.parent / "src"
 CLIENT = """
 import json, os, sys, time
 import numpy as np
-from datamill.client import RemoteLoader
+from datamill.client import Leases, RemoteLoader, Transport
 import datamill.loader, datamill.shards  # imported before the clock, as in the in-process run
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
 step = float(os.environ.get("BENCH_STEP_S", "0"))  # --step-ms: the training step, a sleep
-loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank, world_size=world,
-                      name=name, transport=transport,
-                      **({"ack_window": int(window)} if window else {}))
+loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank,
+                      leases=Leases(world_size=world, name=name),
+                      transport=Transport(transport, ack_window=int(window) if window else 1))
 out = []
 for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then warm
     print("ready", flush=True)  # every client starts the epoch at once, as DDP ranks do
@@ -724,7 +724,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--ack-window",
         type=int,
         default=None,
-        help="RemoteLoader(ack_window=N) of the served clients (default: the loader's, 1)",
+        help="Transport(ack_window=N) of the served clients (default: the loader's, 1)",
     )
     ap.add_argument(
         "--step-ms",

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from datamill.client import Leases
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -149,17 +151,20 @@ def main() -> int:
                     key,
                     "cifar10_tiny",
                     batch_size=4,
-                    lease_size=1,
-                    name="demo",
                     collate="arrow",
                     epoch=epoch,
+                    leases=Leases(size=1, name="demo"),
                 )
                 for _ in loader:
                     time.sleep(0.05 * (epoch + 1))
             with Client(url, key) as c:
-                c.iteration("cifar10_tiny", batch_size=8, name="cancelled-try")
-                c.cancel(c.iteration("cifar10_tiny", batch_size=8, name="cancelled-try")["id"])
-                c.iteration("cifar10_tiny", batch_size=16, name="waiting")
+                c.iteration("cifar10_tiny", batch_size=8, leases=Leases(name="cancelled-try"))
+                c.cancel(
+                    c.iteration("cifar10_tiny", batch_size=8, leases=Leases(name="cancelled-try"))[
+                        "id"
+                    ]
+                )
+                c.iteration("cifar10_tiny", batch_size=16, leases=Leases(name="waiting"))
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 860})

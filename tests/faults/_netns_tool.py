@@ -11,6 +11,8 @@ import time
 import urllib.error
 import urllib.request
 
+from datamill.client import Leases
+
 
 def wait(url: str) -> None:
     deadline = time.monotonic() + 60
@@ -59,7 +61,10 @@ def main(argv: list[str]) -> None:
         url, key, dataset, batch, seed, name = args
         with Client(url, key) as c:
             it = c.iteration(
-                dataset, batch_size=int(batch), seed=int(seed), mode="dynamic", name=name
+                dataset,
+                batch_size=int(batch),
+                seed=int(seed),
+                leases=Leases(mode="dynamic", name=name),
             )["id"]
             print(json.dumps({"id": it, "progress": c.progress(it), "done": c.done(it)}))
     else:

@@ -11,6 +11,7 @@ import sys
 def main(argv: list[str]) -> None:
     import torch
     import torch.distributed as dist
+    from _opts import grouped  # this script's folder is on sys.path
 
     from datamill.client.torch import RemoteTorchDataset
     from datamill.loader import Batching, Loader
@@ -25,7 +26,9 @@ def main(argv: list[str]) -> None:
     kw = {"batch_size": 64, "seed": 21, "drop_last": True}  # equal batch counts on every rank (DDP)
     if source == "server":
         data: object = torch.utils.data.DataLoader(
-            RemoteTorchDataset(url, key, "ds", rank=rank, world_size=world, name="ddp", **kw),
+            RemoteTorchDataset(
+                url, key, "ds", **grouped(rank=rank, world_size=world, name="ddp", **kw)
+            ),
             batch_size=None,
         )
     else:

@@ -10,6 +10,8 @@ import time
 
 
 def main(argv: list[str]) -> None:
+    from _opts import grouped  # this script's folder is on sys.path
+
     from datamill.client import RemoteLoader
 
     url, key, dataset, log, raw = argv
@@ -17,7 +19,8 @@ def main(argv: list[str]) -> None:
     sleep = float(opts.pop("sleep", 0.0))
     state_path = opts.pop("state", None)  # write the loader's state_dict() after each logged batch
     with open(log, "a", encoding="utf-8") as f:
-        loader = RemoteLoader(url, key, dataset, collate="arrow", reconnect_s=60, **opts)
+        opts.setdefault("reconnect_s", 60)
+        loader = RemoteLoader(url, key, dataset, collate="arrow", **grouped(**opts))
         for logged, batch in enumerate(loader, 1):
             f.write(json.dumps(batch.column("uid").to_pylist()) + "\n")
             f.flush()

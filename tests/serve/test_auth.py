@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from datamill.client import Client, RemoteError, RemoteLoader
+from tests.serve._opts import grouped
 from tests.serve._proc import env, make_key
 
 pytestmark = pytest.mark.server
@@ -252,7 +253,7 @@ def test_200_concurrent_bad_requests_keep_a_client_within_2x(server: dict[str, A
 
     def run(name: str) -> float:
         t0 = time.perf_counter()
-        loader = RemoteLoader(server["url"], server["read"], "ds", name=name, **kw)
+        loader = RemoteLoader(server["url"], server["read"], "ds", **grouped(name=name, **kw))
         n = sum(b.num_rows for epoch in range(EPOCHS) for b in loader)  # 188 batches per epoch
         assert n == EPOCHS * 6000
         return time.perf_counter() - t0

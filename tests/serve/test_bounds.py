@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from datamill.client import Client
+from datamill.client import Client, Leases
 
 pytestmark = pytest.mark.server
 
@@ -99,7 +99,7 @@ def _absurd(it: str) -> list[tuple[str, str, str, bytes | None]]:
 def test_each_absurd_request_is_a_one_line_4xx_while_health_answers(server: dict[str, Any]) -> None:
     url = server["url"]
     with Client(url, server["read"]) as c:
-        it = c.iteration("ds", batch_size=100, name="bounded")["id"]
+        it = c.iteration("ds", batch_size=100, leases=Leases(name="bounded"))["id"]
     latencies: list[float] = []
     stop = threading.Event()
 

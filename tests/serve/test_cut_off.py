@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from datamill.client import Client
+from datamill.client import Client, Leases, Transport
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop
 from tests.serve._proxy import black_hole_proxy
@@ -120,7 +120,9 @@ def test_ack_window_below_one_is_refused() -> None:
     from datamill.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="ack_window >= 1"):
-        RemoteLoader("http://127.0.0.1:1", None, "ds", batch_size=8, ack_window=0)
+        RemoteLoader(
+            "http://127.0.0.1:1", None, "ds", batch_size=8, transport=Transport(ack_window=0)
+        )
 
 
 def test_a_client_cut_off_past_reconnect_s_raises_instead_of_yielding(
@@ -135,12 +137,9 @@ def test_a_client_cut_off_past_reconnect_s_raises_instead_of_yielding(
             proxied["key"],
             "ds",
             batch_size=BATCH,
-            name="cut-off-raise",
-            mode="dynamic",
-            lease_size=4,
-            lease_timeout=TTL,
-            reconnect_s=2.0,
             collate="arrow",
+            leases=Leases(name="cut-off-raise", mode="dynamic", size=4, timeout=TTL),
+            transport=Transport(reconnect_s=2.0),
         )
         it = iter(loader)
         next(it)

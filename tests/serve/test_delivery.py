@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader
 from datamill.client.http import Http
 from datamill.loader import Loader
 from datamill.sources import open_source
+from tests.serve._opts import grouped
 from tests.serve._proc import env, free_port, make_key, read_log, start_worker, stop
 from tests.serve.conftest import N
 
@@ -45,7 +46,7 @@ def _one_line_json(res: Any) -> dict[str, Any]:
 def test_forged_stolen_and_expired_fences_over_http(server: dict[str, Any]) -> None:
     with Client(server["url"], server["read"]) as client:
         it = client.iteration(
-            "ds", batch_size=100, name="fences", lease_size=4, lease_timeout=4.0, mode="dynamic"
+            "ds", batch_size=100, leases=Leases(name="fences", size=4, timeout=4.0, mode="dynamic")
         )["id"]
     path = f"/api/v1/iterations/{it}"
     holder, thief = _http(server, S1), _http(server, S2)
@@ -141,9 +142,9 @@ def test_a_client_of_another_key_cannot_take_over_a_static_ranks_leases(
     with Client(server["url"], server["admin"]) as admin:
         other = admin.create_key(role="read", note="another team")["key"]
     with Client(server["url"], server["read"]) as client:
-        it = client.iteration("ds", batch_size=100, name="takeover", lease_size=4, world_size=2)[
-            "id"
-        ]
+        it = client.iteration(
+            "ds", batch_size=100, leases=Leases(name="takeover", size=4, world_size=2)
+        )["id"]
     path = f"/api/v1/iterations/{it}"
     holder, thief = _http(server, S1), Http(server["url"], other)
     thief.headers["X-Datamill-Session"] = S2
@@ -179,7 +180,7 @@ def test_an_end_of_epoch_state_resumes_at_the_next_epoch(
         "mode": mode,
         "lease_size": 4,
     }
-    first = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    first = RemoteLoader(server["url"], server["read"], "ds", **grouped(**kw))
     state = None
     for _ in first:
         if inside:
@@ -187,7 +188,7 @@ def test_an_end_of_epoch_state_resumes_at_the_next_epoch(
     if not inside:
         state = first.state_dict()  # taken after the loop
     assert state is not None
-    second = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    second = RemoteLoader(server["url"], server["read"], "ds", **grouped(**kw))
     second.load_state_dict(json.loads(json.dumps(state)))
     got = [b.column("uid").to_pylist() for b in second]
     assert second.epoch == 2
@@ -225,7 +226,9 @@ def test_a_replacement_process_state_counts_the_ranks_progress(
         done_before >= len(logged) - 3
     )  # the killed process's tail: what it consumed since its last flush
     opts.pop("sleep")
-    replacement = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)  # type: ignore[arg-type]
+    replacement = RemoteLoader(
+        server["url"], server["read"], "ds", **grouped(collate="arrow", **opts)
+    )  # type: ignore[arg-type]
     it = iter(replacement)
     seen = [next(it).column("uid").to_pylist()]
     state = replacement.state_dict()
@@ -271,7 +274,7 @@ def test_a_killed_dynamic_client_resumed_from_its_state_re_delivers_nothing(
     )  # the state covers the first `covered` batches
     assert len(logged) >= 20 and len(logged) - covered in (0, 1)
     assert state["unflushed"]  # consumed batches not yet journaled (the last one at least)
-    resumed = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)
+    resumed = RemoteLoader(server["url"], server["read"], "ds", **grouped(collate="arrow", **opts))
     resumed.load_state_dict(state)
     seen = [tuple(b.column("uid").to_pylist()) for b in resumed]
     every = Counter(logged + seen)
@@ -339,9 +342,9 @@ def test_a_full_disk_at_ack_time_is_503_and_already_only_for_journaled_acks(
     try:
         with Client(url, admin) as c:
             c.register("ds", name="ds")
-            it = c.iteration("ds", batch_size=20, name="full", lease_size=300, lease_timeout=30.0)[
-                "id"
-            ]
+            it = c.iteration(
+                "ds", batch_size=20, leases=Leases(name="full", size=300, timeout=30.0)
+            )["id"]
     finally:
         stop(proc)
     biggest = max(os.path.getsize(p) for p in state.iterdir() if p.is_file())

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.client.http import RemoteError
 from datamill.core.errors import ConfigError
 from datamill.serve.http.run import ServeConfig, load_config
@@ -167,7 +167,13 @@ def test_clients_and_the_ui_through_nginx_terminating_tls(tmp_path: Path) -> Non
         with Client(url, admin) as c, pytest.raises(RemoteError, match="CERTIFICATE_VERIFY_FAILED"):
             c.datasets()  # the system's CAs do not know the test CA
         loader = RemoteLoader(
-            url, read, "ds", batch_size=64, name="tls", collate="arrow", verify=certs["ca"]
+            url,
+            read,
+            "ds",
+            batch_size=64,
+            collate="arrow",
+            leases=Leases(name="tls"),
+            transport=Transport(verify=certs["ca"]),
         )
         batches = list(loader)
         assert len(batches) == -(-N // 64)

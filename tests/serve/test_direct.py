@@ -13,11 +13,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.client.http import RemoteError
 from datamill.loader import Loader
 from datamill.serve.server import ServeState
 from datamill.sources import open_source
+from tests.serve._opts import grouped
 from tests.serve._proc import (
     assert_once_after_kills,
     free_port,
@@ -77,9 +78,14 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
             "lease_size": 5,
             "collate": "arrow",
         }
-        built = list(RemoteLoader(direct["url"], direct["read"], "dsd", name="d-built", **kw))
+        built = list(
+            RemoteLoader(direct["url"], direct["read"], "dsd", **grouped(name="d-built", **kw))
+        )
         loader = RemoteLoader(
-            direct["url"], direct["read"], "dsd", name="d-direct", transport="direct", **kw
+            direct["url"],
+            direct["read"],
+            "dsd",
+            **grouped(name="d-direct", transport="direct", **kw),
         )
         got = list(loader)
         ref = list(Loader(source, 64, seed=13, rank=rank, world_size=2, collate="arrow"))
@@ -103,7 +109,7 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
     import numpy as np
 
     kw: dict[str, Any] = {"batch_size": 96, "seed": 21, "name": "d-numpy", "lease_size": 4}
-    loader = RemoteLoader(direct["url"], direct["read"], "dsd", transport="direct", **kw)
+    loader = RemoteLoader(direct["url"], direct["read"], "dsd", **grouped(transport="direct", **kw))
     ref = Loader(open_source(direct["root"] / "ds"), 96, seed=21)
     for epoch in (0, 1):
         got, want = list(loader), list(ref)
@@ -132,7 +138,12 @@ def test_a_static_epoch_ends_when_its_last_acks_are_journaled(
         monkeypatch.setattr(LeaseFeed, "flush_all", lambda self: False)
     name = f"end-{acks_go_through}"
     loader = RemoteLoader(
-        direct["url"], direct["read"], "dsd", batch_size=128, seed=2, name=name, lease_size=8
+        direct["url"],
+        direct["read"],
+        "dsd",
+        batch_size=128,
+        seed=2,
+        leases=Leases(name=name, size=8),
     )
     got = list(loader)
     assert loader.stats["ended_by_acks"] == (1 if acks_go_through else 0)
@@ -147,7 +158,12 @@ def test_a_static_epoch_ends_when_its_last_acks_are_journaled(
 def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
     """A dataset registered without client_location: direct mode is refused with a one-line 400."""
     loader = RemoteLoader(
-        direct["url"], direct["read"], "ds", batch_size=50, transport="direct", name="no-loc"
+        direct["url"],
+        direct["read"],
+        "ds",
+        batch_size=50,
+        leases=Leases(name="no-loc"),
+        transport=Transport("direct"),
     )
     with pytest.raises(RemoteError) as exc:
         next(iter(loader))
@@ -159,7 +175,9 @@ def test_direct_mode_needs_a_client_location(direct: dict[str, Any]) -> None:
         admin.register("ds", name="rel", client_location="relative/path")
     assert exc3.value.status == 400 and "absolute path or s3://" in str(exc3.value)
     with pytest.raises(Exception, match="unknown transport"):
-        RemoteLoader(direct["url"], direct["read"], "dsd", batch_size=5, transport="pigeon")
+        RemoteLoader(
+            direct["url"], direct["read"], "dsd", batch_size=5, transport=Transport("pigeon")
+        )
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
@@ -256,11 +274,7 @@ def test_direct_mode_reads_s3_through_the_client_cache(
             direct["url"],
             direct["read"],
             "ds3",
-            transport="direct",
-            cache_dir=cache,
-            cache_limit=64 << 20,
-            name="d-s3",
-            **kw,
+            **grouped(transport="direct", cache_dir=cache, cache_limit=64 << 20, name="d-s3", **kw),
         )
     )
     ref = list(Loader(open_source(direct["root"] / "ds"), 100, seed=2, collate="arrow"))
@@ -373,9 +387,8 @@ def test_a_server_with_build_workers_serves_the_loader_batches(
                     batch_size=64,
                     seed=5,
                     rank=r,
-                    world_size=2,
                     collate="arrow",
-                    name="bw",
+                    leases=Leases(world_size=2, name="bw"),
                 )
             )
             for r in (0, 1)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from datamill.client import Client
+from datamill.client import Client, Leases
 from datamill.core.errors import ResumeStateError
 from datamill.serve.server import ServeState
 from tests.serve._proc import free_port, start_server, stop
@@ -151,7 +151,9 @@ def test_group_committed_acks_survive_a_server_kill_9_and_are_never_reissued(
     try:
         with Client(url, server["admin"]) as c:
             c.register("ds", name="ds", client_location=str(server["root"] / "ds"))
-            it_id = c.iteration("ds", batch_size=1, mode="dynamic", lease_size=4, name="gc")["id"]
+            it_id = c.iteration(
+                "ds", batch_size=1, leases=Leases(mode="dynamic", size=4, name="gc")
+            )["id"]
         told: list[int] = []
         threads = [
             threading.Thread(
@@ -182,9 +184,9 @@ def test_group_committed_acks_survive_a_server_kill_9_and_are_never_reissued(
             _client(
                 port, server["read"], it_id, 99, rest, stop_at
             )  # to the end (204), its last ack included
-            total = c.iteration("ds", batch_size=1, mode="dynamic", lease_size=4, name="gc")[
-                "total"
-            ]
+            total = c.iteration(
+                "ds", batch_size=1, leases=Leases(mode="dynamic", size=4, name="gc")
+            )["total"]
         assert not set(rest) & set(done)  # nothing acknowledged before the kill was issued again
         assert sorted(list(done) + rest) == list(range(total))  # and the epoch is complete, once
     finally:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.client.options import LEASE_BYTES
 from datamill.serve.server import LEASE_SIZES, ServeState, auto_lease_size, row_bytes
 from datamill.shards import ShardsetDataset
@@ -77,12 +77,16 @@ def test_auto_lease_size_stays_within_its_bounds() -> None:
 
 def test_a_remote_loader_sizes_server_built_leases_by_bytes(server: dict[str, Any]) -> None:
     """RemoteLoader's default: server-built leases sized by bytes; direct mode keeps 64 batches."""
-    loader = RemoteLoader(server["url"], server["read"], "ds", batch_size=16, name="by-bytes")
+    loader = RemoteLoader(
+        server["url"], server["read"], "ds", batch_size=16, leases=Leases(name="by-bytes")
+    )
     assert sum(len(b["uid"]) for b in loader) > 0
     with Client(server["url"], server["admin"]) as c:
         cfg = c.http.request("GET", f"/api/v1/iterations/{loader.iteration_id}").json()["config"]
     source = open_source(server["root"] / "ds")
     assert cfg["lease_size"] == auto_lease_size(LEASE_BYTES, 16, row_bytes(source))
-    assert loader.iter_args["lease_bytes"] == LEASE_BYTES
-    direct = RemoteLoader(server["url"], server["read"], "ds", batch_size=16, transport="direct")
-    assert direct.iter_args["lease_size"] == 64 and direct.iter_args["lease_bytes"] is None
+    assert loader.leases.nbytes == LEASE_BYTES
+    direct = RemoteLoader(
+        server["url"], server["read"], "ds", batch_size=16, transport=Transport("direct")
+    )
+    assert direct.leases.size == 64 and direct.leases.nbytes is None

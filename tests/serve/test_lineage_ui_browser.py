@@ -14,6 +14,7 @@ import pytest
 
 from datamill.client import RemoteLoader
 from tests.serve._browser import chromium, login
+from tests.serve._opts import grouped
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
@@ -44,12 +45,15 @@ def test_step_and_sample_pages_agree_with_what_clients_received(
     static: dict[int, list[list[int]]] = {}
     for rank in range(2):
         loader = RemoteLoader(
-            server["url"], server["read"], "ds", rank=rank, world_size=2, name="ui-lineage-s", **kw
+            server["url"],
+            server["read"],
+            "ds",
+            **grouped(rank=rank, world_size=2, name="ui-lineage-s", **kw),
         )
         static[rank] = [b.column("uid").to_pylist() for b in loader]
         static_id = loader.iteration_id
     dyn = RemoteLoader(
-        server["url"], server["read"], "ds", mode="dynamic", name="ui-lineage-d", **kw
+        server["url"], server["read"], "ds", **grouped(mode="dynamic", name="ui-lineage-d", **kw)
     )
     dynamic = [b.column("uid").to_pylist() for b in dyn]
     page = _login(browser, server)

@@ -28,7 +28,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader
 from datamill.client.http import RemoteError
 from datamill.core.errors import ConfigError
 from datamill.serve.http.app import create_app
@@ -106,7 +106,7 @@ def _log_events(path: Path) -> list[dict[str, Any]]:
 
 def _epoch(url: str, key: str, name: str) -> str:
     loader = RemoteLoader(
-        url, key, "ds", batch_size=BATCH, name=name, collate="arrow", lease_size=4
+        url, key, "ds", batch_size=BATCH, collate="arrow", leases=Leases(name=name, size=4)
     )
     uids = np.concatenate([b.column("uid").to_numpy() for b in loader])
     np.testing.assert_array_equal(np.sort(uids), np.arange(N))
@@ -283,9 +283,9 @@ def test_sigterm_drains_leases_in_flight_then_exits_0(setup: dict[str, Any]) -> 
     key = setup["read"]
     try:
         with Client(url, key) as c:
-            it = c.iteration("ds", batch_size=BATCH, name="drain", lease_size=4, mode="dynamic")[
-                "id"
-            ]
+            it = c.iteration(
+                "ds", batch_size=BATCH, leases=Leases(name="drain", size=4, mode="dynamic")
+            )["id"]
         status, head, _ = _call(url, key, "GET", f"/api/v1/iterations/{it}/next?client=c1")
         assert status == 200
         lease, fence = head["x-datamill-lease"], head["x-datamill-fence"]
@@ -333,7 +333,7 @@ def test_sigterm_gives_up_after_the_drain_timeout(setup: dict[str, Any]) -> None
     proc, url = _start(setup, "--lease-timeout", "60", "--drain-timeout", "1")
     try:
         with Client(url, setup["read"]) as c:
-            it = c.iteration("ds", batch_size=BATCH, name="stuck", lease_size=4)["id"]
+            it = c.iteration("ds", batch_size=BATCH, leases=Leases(name="stuck", size=4))["id"]
         assert _call(url, setup["read"], "GET", f"/api/v1/iterations/{it}/next?client=c1")[0] == 200
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader
 from datamill.loader import Loader
 from datamill.loader.collate import collate_numpy
 from datamill.shards.dataset import ShardsetDataset
@@ -97,10 +97,12 @@ def test_server_built_leases_collated_whole_equal_the_in_process_loader(
             batch_size=32,
             seed=3,
             rank=rank,
-            world_size=2,
-            name=f"lease-collate-{collate if isinstance(collate, str) else 'bytes'}",
-            lease_size=6,
             collate=collate,
+            leases=Leases(
+                world_size=2,
+                name=f"lease-collate-{collate if isinstance(collate, str) else 'bytes'}",
+                size=6,
+            ),
         )
         assert (remote.lease_collate is not None) == (collate in ("numpy", "torch"))
         got = list(remote)
@@ -128,9 +130,8 @@ def test_mutating_one_batch_leaves_the_others_unchanged(
         "mixed",
         batch_size=32,
         seed=4,
-        name=f"lease-mutate-{collate}",
-        lease_size=8,
         collate=collate,
+        leases=Leases(name=f"lease-mutate-{collate}", size=8),
     )
     batches = []
     for batch in remote:

@@ -14,6 +14,7 @@ import pytest
 from datamill.client import RemoteLoader
 from datamill.core.errors import ResumeStateError
 from datamill.serve.server import ServeState
+from tests.serve._opts import grouped
 
 from .conftest import N
 
@@ -31,7 +32,7 @@ def test_a_dynamic_loader_restored_from_a_checkpoint_replays_what_it_consumed_af
         "lease_size": 4,
         "collate": "arrow",
     }
-    first = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    first = RemoteLoader(server["url"], server["read"], "ds", **grouped(**kw))
     batches = iter(first)
     seen: list[tuple[int, ...]] = []
     state = None
@@ -41,7 +42,7 @@ def test_a_dynamic_loader_restored_from_a_checkpoint_replays_what_it_consumed_af
             state = first.state_dict()
     batches.close()  # type: ignore[attr-defined]  # the crash (its last acks may land)
     assert state is not None and state["consumed"] == 10
-    restored = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    restored = RemoteLoader(server["url"], server["read"], "ds", **grouped(**kw))
     restored.load_state_dict(state)
     again = [tuple(b.column("uid").to_pylist()) for b in restored]
     every = Counter(seen[:10] + again)  # what the restored model trained on

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader
 from datamill.loader import Loader
 from datamill.sources import open_source
+from tests.serve._opts import grouped
 from tests.serve._proc import read_log, start_worker, stop
 
 pytestmark = pytest.mark.server
@@ -69,9 +70,7 @@ def test_static_batches_are_byte_identical_to_the_in_process_loader(server: dict
             batch_size=64,
             seed=11,
             rank=rank,
-            world_size=2,
-            name="identical",
-            lease_size=5,
+            leases=Leases(world_size=2, name="identical", size=5),
         )
         got = list(remote)
         ref = list(Loader(source, 64, seed=11, rank=rank, world_size=2))
@@ -106,10 +105,8 @@ def test_dynamic_mode_two_concurrent_clients_see_every_sample_once(server: dict[
             "ds",
             batch_size=50,
             seed=3,
-            mode="dynamic",
-            name="dyn2",
             collate="arrow",
-            lease_size=4,
+            leases=Leases(mode="dynamic", name="dyn2", size=4),
         ):
             seen[i].extend(b.column("uid").to_pylist())
 
@@ -128,12 +125,12 @@ def test_rewind_from_a_client_checkpoint_resumes_the_rest_in_order(server: dict[
         b.column("uid").to_pylist()
         for b in Loader(open_source(server["root"] / "ds"), 100, seed=5, collate="arrow")
     ]
-    first = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    first = RemoteLoader(server["url"], server["read"], "ds", **grouped(**kw))
     it = iter(first)
     head = [next(it).column("uid").to_pylist() for _ in range(10)]
     state = first.state_dict()
     it.close()  # the run "crashes" after its checkpoint (leases beyond it may be acked or not)
-    second = RemoteLoader(server["url"], server["read"], "ds", **kw)
+    second = RemoteLoader(server["url"], server["read"], "ds", **grouped(**kw))
     second.load_state_dict(state)
     tail = [b.column("uid").to_pylist() for b in second]
     assert head + tail == full
@@ -150,7 +147,11 @@ def test_elastic_resume_from_loader_states_with_another_world_size(server: dict[
         states.append(loader.state_dict())
     with Client(server["url"], server["read"]) as client:
         info = client.iteration(
-            "ds", batch_size=40, seed=9, world_size=2, name="elastic", loader_states=states
+            "ds",
+            batch_size=40,
+            seed=9,
+            loader_states=states,
+            leases=Leases(world_size=2, name="elastic"),
         )
     assert info["base_done"] == 11 and sum(info["queues"]) == info["total"] - 11
     for rank in range(2):
@@ -161,16 +162,19 @@ def test_elastic_resume_from_loader_states_with_another_world_size(server: dict[
             batch_size=40,
             seed=9,
             rank=rank,
-            world_size=2,
-            name="elastic",
             collate="arrow",
+            leases=Leases(world_size=2, name="elastic"),
         ):
             seen.extend(b.column("uid").to_pylist())
     assert sorted(seen) == list(range(N))
     # and again from that iteration to 4 ranks in dynamic mode: nothing left, nothing repeated
     with Client(server["url"], server["read"]) as client:
         again = client.iteration(
-            "ds", batch_size=40, seed=9, world_size=4, resume_from=info["id"], name="elastic4"
+            "ds",
+            batch_size=40,
+            seed=9,
+            resume_from=info["id"],
+            leases=Leases(world_size=4, name="elastic4"),
         )
     assert again["queues"] == [0, 0, 0, 0]
 
@@ -259,7 +263,10 @@ def test_elastic_resume_of_a_served_iteration_from_3_ranks_to_2(server: dict[str
         3
     ):  # each rank consumes 2 whole leases and a batch (acknowledged), then its process stops
         loader = RemoteLoader(
-            server["url"], server["read"], "ds", rank=rank, world_size=3, name="el3", **kw
+            server["url"],
+            server["read"],
+            "ds",
+            **grouped(rank=rank, world_size=3, name="el3", **kw),
         )
         it = iter(loader)
         batches = [next(it).column("uid").to_pylist() for _ in range(2 * 4 + 1)]
@@ -269,12 +276,19 @@ def test_elastic_resume_of_a_served_iteration_from_3_ranks_to_2(server: dict[str
         old = client.progress("el3")
         assert old["done"] == 27
         info = client.iteration(
-            "ds", batch_size=30, seed=13, world_size=2, name="el2", resume_from=old["id"]
+            "ds",
+            batch_size=30,
+            seed=13,
+            resume_from=old["id"],
+            leases=Leases(world_size=2, name="el2"),
         )
     assert info["base_done"] == 27 and sum(info["queues"]) == info["total"] - 27
     for rank in range(2):
         for b in RemoteLoader(
-            server["url"], server["read"], "ds", rank=rank, world_size=2, name="el2", **kw
+            server["url"],
+            server["read"],
+            "ds",
+            **grouped(rank=rank, world_size=2, name="el2", **kw),
         ):
             seen.extend(b.column("uid").to_pylist())
     assert sorted(seen) == list(range(N))  # every sample exactly once over both world sizes

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from datamill.client import Leases
 from tests.serve._proc import env
 
 pytestmark = [pytest.mark.server, pytest.mark.torch]
@@ -64,7 +65,12 @@ def test_dataloader_workers_split_a_rank_by_slot_exactly_once(server: dict[str, 
 
     uids: list[int] = []
     ds = RemoteTorchDataset(
-        server["url"], server["read"], "ds", batch_size=50, seed=8, name="workers", lease_size=2
+        server["url"],
+        server["read"],
+        "ds",
+        batch_size=50,
+        seed=8,
+        leases=Leases(name="workers", size=2),
     )
     for batch in torch.utils.data.DataLoader(
         ds, batch_size=None, num_workers=2, multiprocessing_context="spawn"

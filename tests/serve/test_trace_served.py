@@ -18,13 +18,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader
 from datamill.client.http import Http, RemoteError
 from datamill.core.errors import ConfigError
 from datamill.lineage.trace import Tracer
 from datamill.loader import Loader
 from datamill.shards.dataset import ShardsetDataset
 from datamill.sources import open_source
+from tests.serve._opts import grouped
 from tests.serve._proc import env, read_log, start_worker, stop
 from tests.serve.conftest import N
 
@@ -64,7 +65,7 @@ def test_static_iteration_trace_matches_what_each_rank_received(server: dict[str
     it_id = None
     for rank in (0, 1):
         loader = RemoteLoader(
-            server["url"], server["read"], "ds", collate="arrow", rank=rank, **opts
+            server["url"], server["read"], "ds", **grouped(collate="arrow", rank=rank, **opts)
         )
         seen[rank] = [b.column("uid").to_pylist() for b in loader]
         it_id = loader.iteration_id
@@ -112,7 +113,7 @@ def test_dynamic_iteration_trace_after_a_client_kill(
         stop(worker, kill=True)
     logged = read_log(log)
     assert len(logged) >= 15
-    survivor = RemoteLoader(server["url"], server["read"], "ds", collate="arrow", **opts)
+    survivor = RemoteLoader(server["url"], server["read"], "ds", **grouped(collate="arrow", **opts))
     seen = [b.column("uid").to_pylist() for b in survivor]
     assert survivor.iteration_id is not None
     record = _record(server, survivor.iteration_id)
@@ -152,8 +153,7 @@ def test_trace_route_needs_a_key_and_the_cli_reads_the_url(
         collate="arrow",
         batch_size=100,
         seed=2,
-        name="trace-cli",
-        lease_size=8,
+        leases=Leases(name="trace-cli", size=8),
     )
     batches = [b.column("uid").to_pylist() for b in loader]
     url = f"{server['url']}/api/v1/iterations/{loader.iteration_id}/trace"
@@ -218,7 +218,10 @@ def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(
         3
     ):  # each rank consumes 2 whole leases and a batch (acknowledged), then its process stops
         loader = RemoteLoader(
-            server["url"], server["read"], "ds", rank=rank, world_size=3, name="tr3", **kw
+            server["url"],
+            server["read"],
+            "ds",
+            **grouped(rank=rank, world_size=3, name="tr3", **kw),
         )
         it = iter(loader)  # the 9th batch is acknowledged as it is handed out
         first[rank] = [next(it).column("uid").to_pylist() for _ in range(2 * 4 + 1)]
@@ -228,11 +231,18 @@ def test_static_iteration_resumed_on_another_world_size_traces_the_served_ranks(
     # create the resumed iteration (the RemoteLoaders join it by name)
     with Client(server["url"], server["read"]) as client:
         info = client.iteration(
-            "ds", batch_size=30, seed=17, world_size=2, name="tr2r", resume_from=str(old_id)
+            "ds",
+            batch_size=30,
+            seed=17,
+            resume_from=str(old_id),
+            leases=Leases(world_size=2, name="tr2r"),
         )
     for rank in range(2):
         loader = RemoteLoader(
-            server["url"], server["read"], "ds", rank=rank, world_size=2, name="tr2r", **kw
+            server["url"],
+            server["read"],
+            "ds",
+            **grouped(rank=rank, world_size=2, name="tr2r", **kw),
         )
         second[rank] = [b.column("uid").to_pylist() for b in loader]
     source = open_source(server["root"] / "ds")
@@ -274,8 +284,7 @@ def test_a_run_served_as_one_iteration_per_epoch_is_traced_as_one(
             batch_size=128,
             seed=5,
             epoch=epoch,
-            name="trace-run",
-            lease_size=4,
+            leases=Leases(name="trace-run", size=4),
         )
         seen += [b.column("uid").to_pylist() for b in loader]
         ids.append(loader.iteration_id)
@@ -316,7 +325,13 @@ def test_a_run_served_as_one_iteration_per_epoch_is_traced_as_one(
     ]
     # records of another run are refused
     other = RemoteLoader(
-        server["url"], server["read"], "ds", collate="arrow", batch_size=128, seed=6, name="other"
+        server["url"],
+        server["read"],
+        "ds",
+        collate="arrow",
+        batch_size=128,
+        seed=6,
+        leases=Leases(name="other"),
     )
     for _ in other:
         pass
@@ -334,9 +349,15 @@ def test_the_runs_route_joins_a_named_runs_iterations_within_the_keys_datasets(
     ids = []
     for epoch in (0, 1, 2):
         loader = RemoteLoader(
-            server["url"], server["read"], "ds", collate="arrow", batch_size=200, seed=8,
-            epoch=epoch, name=name, lease_size=8,
-        )  # fmt: skip
+            server["url"],
+            server["read"],
+            "ds",
+            collate="arrow",
+            batch_size=200,
+            seed=8,
+            epoch=epoch,
+            leases=Leases(name=name, size=8),
+        )
         seen += [b.column("uid").to_pylist() for b in loader]
         ids.append(str(loader.iteration_id))
     per_epoch = len(seen) // 3
@@ -410,7 +431,13 @@ def test_the_runs_route_joins_a_named_runs_iterations_within_the_keys_datasets(
             "POST", "/api/v1/keys", body={"role": "read", "datasets": ["ds-runs"]}
         ).json()["key"]
     elsewhere = RemoteLoader(
-        server["url"], other_key, "ds-runs", collate="arrow", batch_size=100, epoch=3, name=name
+        server["url"],
+        other_key,
+        "ds-runs",
+        collate="arrow",
+        batch_size=100,
+        epoch=3,
+        leases=Leases(name=name),
     )
     for _ in elsewhere:
         pass

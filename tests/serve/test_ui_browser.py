@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.client import Client
+from datamill.client import Client, Leases
 from datamill.core.io import read_table
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, expect, login, need_chromium
@@ -301,7 +301,7 @@ def test_accessibility_basics_at_two_widths(
     browser: Any, server: dict[str, Any], tmp_path: Path
 ) -> None:
     with Client(server["url"], server["admin"]) as c:
-        iteration = c.iteration("cifar10_tiny", batch_size=10, name="ui-a11y")
+        iteration = c.iteration("cifar10_tiny", batch_size=10, leases=Leases(name="ui-a11y"))
     pages = {
         "login": "/ui/login",
         "datasets": "/ui/datasets",

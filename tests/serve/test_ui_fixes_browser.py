@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader
 from datamill.core.io import read_table
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, expect, login, need_chromium
+from tests.serve._opts import grouped
 from tests.serve._proc import free_port, make_key, start_server, stop
 from tests.serve.test_ui_browser import DATA
 
@@ -92,7 +93,7 @@ def _login(browser: Any, srv: dict[str, Any], *, width: int = 1280) -> Any:
 
 def _loader(srv: dict[str, Any], name: str, **kw: Any) -> RemoteLoader:
     return RemoteLoader(
-        srv["url"], srv["admin"], "pics", batch_size=2, name=name, collate="arrow", **kw
+        srv["url"], srv["admin"], "pics", **grouped(batch_size=2, name=name, collate="arrow", **kw)
     )
 
 
@@ -101,9 +102,9 @@ def test_iterations_newest_first_and_a_cancelled_name_says_so(
 ) -> None:
     assert sum(1 for _ in _loader(srv, "first-done")) == 10
     with Client(srv["url"], srv["admin"]) as c:
-        gone = c.iteration("pics", batch_size=2, name="gone")
+        gone = c.iteration("pics", batch_size=2, leases=Leases(name="gone"))
         c.cancel(gone["id"])
-        newest = c.iteration("pics", batch_size=2, name="newest-running")
+        newest = c.iteration("pics", batch_size=2, leases=Leases(name="newest-running"))
     page = _login(browser, srv)
     page.goto(srv["url"] + "/ui/iterations")
     ids = [r.get_attribute("data-iteration") for r in page.locator("#iterations tbody tr").all()]

@@ -25,12 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.core.io import read_table
 from datamill.preprocessing.api import preprocess
 from datamill.serve.journal.store import DB_NAME
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, login, need_chromium
+from tests.serve._opts import grouped
 from tests.serve._proc import free_port, make_key, start_server, stop
 from tests.serve.test_ui_browser import DATA, build_cifar
 
@@ -121,12 +122,14 @@ def _iterate(
         srv["url"],
         srv["admin"],
         "cifar",
-        batch_size=batch_size,
-        name=name,
-        epoch=epoch,
-        collate="arrow",
-        lease_size=lease_size,
-        **kw,
+        **grouped(
+            batch_size=batch_size,
+            name=name,
+            epoch=epoch,
+            collate="arrow",
+            lease_size=lease_size,
+            **kw,
+        ),
     )
     return sum(1 for _ in loader)
 
@@ -187,9 +190,9 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
     assert _iterate(srv, "hist", epoch=0) == 10
     assert _iterate(srv, "hist", epoch=1) == 10
     with Client(srv["url"], srv["admin"]) as c:
-        cancelled = c.iteration("cifar", batch_size=10, name="to-cancel")
+        cancelled = c.iteration("cifar", batch_size=10, leases=Leases(name="to-cancel"))
         c.cancel(cancelled["id"])
-        running = c.iteration("cifar", batch_size=5, name="still-running")
+        running = c.iteration("cifar", batch_size=5, leases=Leases(name="still-running"))
     page = _login(browser, srv)
     page.goto(srv["url"] + "/ui/iterations")
     rows = {
@@ -248,17 +251,16 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
 
 def test_cancel_asks_first_and_names_what_is_lost(browser: Any, srv: dict[str, Any]) -> None:
     with Client(srv["url"], srv["admin"]) as c:
-        it = c.iteration("cifar", batch_size=5, name="cancel-me", lease_size=1)
+        it = c.iteration("cifar", batch_size=5, leases=Leases(name="cancel-me", size=1))
     stream = iter(
         RemoteLoader(
             srv["url"],
             srv["admin"],
             "cifar",
             batch_size=5,
-            name="cancel-me",
             collate="arrow",
-            lease_size=1,
-            prefetch=1,
+            leases=Leases(name="cancel-me", size=1),
+            transport=Transport(prefetch=1),
         )
     )
     for _ in range(10):  # half of the 20 batches (the chart spans at least a second)
@@ -302,16 +304,15 @@ def test_rewind_confirms_while_leases_are_held_and_shows_what_changed(
     browser: Any, srv: dict[str, Any]
 ) -> None:
     with Client(srv["url"], srv["admin"]) as c:
-        it = c.iteration("cifar", batch_size=4, name="rw-live", lease_size=2)
+        it = c.iteration("cifar", batch_size=4, leases=Leases(name="rw-live", size=2))
     stream = iter(
         RemoteLoader(
             srv["url"],
             srv["admin"],
             "cifar",
             batch_size=4,
-            name="rw-live",
             collate="arrow",
-            lease_size=2,
+            leases=Leases(name="rw-live", size=2),
         )
     )
     for _ in range(20):
@@ -388,7 +389,7 @@ def test_run_history_across_epochs_linked_from_the_dataset(
 
 def test_counters_survive_a_server_restart(browser: Any, srv: dict[str, Any]) -> None:
     with Client(srv["url"], srv["admin"]) as c:
-        it = c.iteration("cifar", batch_size=10, name="restart", lease_size=1, lease_timeout=1.0)
+        it = c.iteration("cifar", batch_size=10, leases=Leases(name="restart", size=1, timeout=1.0))
     _take_lease(srv, it["id"], "ghost")  # never acknowledged: expires, its batch is re-issued
 
     def ghost_expired() -> bool:  # reading the progress expires the leases past their deadline
@@ -619,7 +620,7 @@ def test_favicon_tab_order_contrast_and_no_overflow_at_400px(
     browser: Any, srv: dict[str, Any]
 ) -> None:
     with Client(srv["url"], srv["admin"]) as c:
-        it = c.iteration("cifar", batch_size=10, name="a11y")
+        it = c.iteration("cifar", batch_size=10, leases=Leases(name="a11y"))
     pages = {
         "datasets": "/ui/datasets",
         "dataset": f"/ui/datasets/{srv['id']}",

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from datamill.client import Client, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.loader import Loader
 from datamill.sources import open_source
 from datamill.tables import pinned_version
@@ -64,9 +64,14 @@ def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
             want = list(Loader(src, 16, seed=4))
             for transport in ("built", "direct"):
                 loader = RemoteLoader(
-                    url, read, kind, batch_size=16, seed=4, name=f"{kind}-{transport}",
-                    transport=transport,
-                )  # fmt: skip
+                    url,
+                    read,
+                    kind,
+                    batch_size=16,
+                    seed=4,
+                    leases=Leases(name=f"{kind}-{transport}"),
+                    transport=Transport(transport),
+                )
                 got = list(loader)
                 assert len(got) == len(want) == 4
                 for a, b in zip(got, want):
@@ -109,9 +114,14 @@ def test_a_table_folder_is_registered_as_its_current_version(tmp_path: Path) -> 
             want = list(Loader(open_source(path), 16, seed=4))
             for transport in ("built", "direct"):
                 loader = RemoteLoader(
-                    url, read, kind, batch_size=16, seed=4, name=f"{kind}-{transport}",
-                    transport=transport,
-                )  # fmt: skip
+                    url,
+                    read,
+                    kind,
+                    batch_size=16,
+                    seed=4,
+                    leases=Leases(name=f"{kind}-{transport}"),
+                    transport=Transport(transport),
+                )
                 got = list(loader)
                 assert len(got) == len(want) == 4
                 for a, b in zip(got, want):

@@ -46,28 +46,45 @@ class DirectBuilds:
     def __init__(self, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int) -> None:
         self.cache_dir, self.cache_limit = cache_dir, int(cache_limit)
         self._service: tuple[str, Any] | None = None  # (config key, BatchService)
+        # (location, the content identity the server recorded) of the open service
+        self._checked: tuple[str, dict[str, Any] | None] = ("", None)
         self.stream: RunStream | None = None  # this epoch's builds
         self._planner: threading.Thread | None = None  # plans the next epoch
 
-    def open(self, client: Client, cfg: Mapping[str, Any]) -> Any:
-        """The batch service of the iteration ``cfg`` (the dataset's location asked of ``client``
-        when the dataset or the order changed)."""
+    def open(self, client: Client, cfg: Mapping[str, Any], *, name: str) -> Any:
+        """The batch service of the iteration ``cfg`` of dataset ``name`` (the dataset's location
+        and content identity asked of ``client`` when the dataset or the order changed). The copy
+        at the location is checked against the identity before any batch is built from it: when
+        the service opens, and again at each epoch for a local location (an ``s3://`` copy's
+        objects are checked by the shard cache, against the ETags seen when the source opened).
+
+        Raises:
+            DataFileError: the copy is not the data the server registered (naming the dataset, the
+                file, what was recorded and what was found).
+        """
         from datamill.core.fingerprint import fingerprint_obj
+        from datamill.core.identity import check_identity
         from datamill.core.objstore import is_remote
         from datamill.sources import open_source
 
         key = fingerprint_obj([cfg[k] for k in _ORDER])
-        if self._service is None or self._service[0] != key:
-            location = client.location(str(cfg["dataset"]))
-            if is_remote(location):
-                source = open_source(
-                    location, cache_dir=self.cache_dir, cache_limit=self.cache_limit
-                )
-            else:
-                source = open_source(location)
-            if self._service is not None:
-                self._service[1].close()
-            self._service = (key, service_for(source, cfg, ranks=1))
+        if self._service is not None and self._service[0] == key:
+            location, identity = self._checked
+            if identity is not None and not is_remote(location):
+                check_identity(location, identity, dataset=name)  # a new epoch: checked again
+            return self._service[1]
+        info = client.location_info(str(cfg["dataset"]))
+        location, identity = str(info["location"]), info.get("identity")
+        if identity is not None:
+            check_identity(location, identity, dataset=name)
+        self._checked = (location, identity)
+        if is_remote(location):
+            source = open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
+        else:
+            source = open_source(location)
+        if self._service is not None:
+            self._service[1].close()
+        self._service = (key, service_for(source, cfg, ranks=1))
         return self._service[1]
 
     def start_epoch(self, cfg: Mapping[str, Any], *, follow: bool) -> None:

@@ -23,7 +23,6 @@ lease's TTL) has not passed, so a client cut off from the server stops yielding 
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -34,6 +33,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from datamill.client.http import Http, RemoteError, Response
+from datamill.client.options import Transport
 from datamill.core.wire import SESSION_HEADER, TTL_HEADER
 
 __all__ = ["ACK_FLUSH_S", "END", "HeldLease", "LeaseFeed", "ack_ranges"]
@@ -52,14 +52,10 @@ class FeedOwner(Protocol):
 
     url: str
     key: str | None
-    verify: str | os.PathLike[str] | None
     session: str
     client_id: str
     rank: int
-    slot: int
-    slots: int
-    prefetch: int
-    reconnect_s: float
+    transport: Transport  # prefetch, reconnect_s, verify, slot, slots
     stall_s: float
     stats: dict[str, Any]
     lease_collate: Callable[[list[pa.RecordBatch]], list[Any]] | None
@@ -137,7 +133,7 @@ class LeaseFeed:
         self.loader, self.lease_timeout, self.direct = loader, float(lease_timeout), direct
         self.ack_window = int(ack_window)
         self.path = f"/api/v1/iterations/{it_id}"
-        self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.prefetch)
+        self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.transport.prefetch)
         self.held: dict[str, HeldLease] = {}  # received, not all consumed and flushed
         self.lost: set[str] = set()
         # lease id -> monotonic time until which the server keeps it for this client at least
@@ -176,7 +172,7 @@ class LeaseFeed:
             t.join(timeout=max(0.0, joined - time.monotonic()))
         if self.errors or not self.loader._pending():
             return
-        wait = min(self.loader.reconnect_s, 10.0)
+        wait = min(self.loader.transport.reconnect_s, 10.0)
         conn = self.http(0.0, timeout=min(wait, self._short_timeout()))
         try:
             deadline = time.monotonic() + wait
@@ -196,7 +192,9 @@ class LeaseFeed:
     def http(self, retry_s: float, *, timeout: float = 60.0) -> Http:
         """A new connection of this loader's session."""
         loader = self.loader
-        h = Http(loader.url, loader.key, retry_s=retry_s, verify=loader.verify, timeout=timeout)
+        h = Http(
+            loader.url, loader.key, retry_s=retry_s, verify=loader.transport.verify, timeout=timeout
+        )
         h.headers[SESSION_HEADER] = loader.session
         return h
 
@@ -233,7 +231,7 @@ class LeaseFeed:
         """
         loader = self.loader
         t0 = time.monotonic()
-        give_up = t0 + loader.reconnect_s
+        give_up = t0 + loader.transport.reconnect_s
         with self.answered:
             while True:
                 now = time.monotonic()
@@ -254,7 +252,8 @@ class LeaseFeed:
         )
         cause = f": {self._last_error}" if self._last_error is not None else ""
         return RemoteError(
-            f"no answer from {self.loader.url} for {self.loader.reconnect_s:g} s to the {what}"
+            f"no answer from {self.loader.url} for {self.loader.transport.reconnect_s:g} s to the "
+            f"{what}"
             f"{cause}",
             hint="the batch yielded last may be delivered again (to another client, or after a "
             "resume); raise reconnect_s to wait longer for the server",
@@ -263,7 +262,7 @@ class LeaseFeed:
     # ------------------------------------------------------------------ threads
     def _fetch(self) -> None:
         conn = self.http(
-            self.loader.reconnect_s, timeout=max(10.0, min(60.0, 4 * self.lease_timeout))
+            self.loader.transport.reconnect_s, timeout=max(10.0, min(60.0, 4 * self.lease_timeout))
         )
         try:
             while not self.stop.is_set():
@@ -293,8 +292,8 @@ class LeaseFeed:
         query: list[tuple[str, Any]] = [
             ("client", loader.client_id),
             ("rank", loader.rank),
-            ("slot", loader.slot),
-            ("slots", loader.slots),
+            ("slot", loader.transport.slot),
+            ("slots", loader.transport.slots),
         ]
         if self.direct:
             query.append(("transport", "direct"))
@@ -303,7 +302,7 @@ class LeaseFeed:
         except RemoteError as exc:
             now = time.monotonic()
             if self._deadline_503 is None:
-                self._deadline_503 = now + loader.reconnect_s
+                self._deadline_503 = now + loader.transport.reconnect_s
             if exc.status != 503 or now > self._deadline_503:
                 raise
             self.stop.wait(1.0)  # the journal cannot be written now (a full disk): wait and retry

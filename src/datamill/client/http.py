@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from datamill.client.options import Leases, check_transport, served_batching
 from datamill.core.errors import ConfigError, DatamillError
+from datamill.loader.options import Batching
 
 __all__ = ["Client", "RemoteError", "Response"]
 
@@ -223,11 +225,14 @@ class Client:
     def location(self, dataset: str) -> str:
         """Where clients read ``dataset`` in direct mode (:class:`RemoteError` 400 when it has no
         client location)."""
-        return str(
-            self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json()[
-                "location"
-            ]
-        )
+        return str(self.location_info(dataset)["location"])
+
+    def location_info(self, dataset: str) -> dict[str, Any]:
+        """``{"dataset", "location", "identity"}``: where clients read ``dataset`` in direct mode
+        and the content identity of the data the server registered
+        (:func:`~datamill.core.identity.content_identity`; absent from an earlier release's
+        server), which a direct client checks its copy against."""
+        return dict(self.http.request("GET", f"/api/v1/datasets/{_quote(dataset)}/location").json())
 
     def datasets(self) -> list[dict[str, Any]]:
         """Registered datasets, each with ``id`` and ``name``."""
@@ -240,21 +245,20 @@ class Client:
         batch_size: int,
         seed: int = 0,
         epoch: int = 0,
-        shuffle: bool = True,
         columns: Sequence[str] | str | None = None,
-        drop_last: bool = False,
-        mode: str = "static",
-        world_size: int = 1,
-        name: str | None = None,
-        lease_size: int | None = None,
-        lease_timeout: float | None = None,
+        batching: Batching | None = None,
+        leases: Leases | None = None,
+        transport: str = "built",
         resume_from: str | None = None,
         loader_states: Sequence[Mapping[str, Any]] | None = None,
-        transport: str = "built",
-        lease_bytes: int | None = None,
     ) -> dict[str, Any]:
-        """Create (or join: same ``name``, or same config, and epoch) an iteration; returns its
-        description.
+        """Create (or join: same ``leases.name``, or same settings, and epoch) an iteration;
+        returns its description.
+
+        ``batching`` (the loader's :class:`~datamill.loader.Batching`: the server applies its
+        ``shuffle``, ``drop_last`` and shuffle ``window``) and ``leases``
+        (:class:`~datamill.client.options.Leases`: mode, world size, name, lease size and
+        timeout; without a size, 16 batches) are validated where they are declared.
 
         ``transport="direct"`` first asks for the dataset's client location (refused, HTTP 400, when
         it was registered without one) and adds it to the description as ``location``; the iteration
@@ -263,36 +267,23 @@ class Client:
         ``resume_from`` (an iteration id) or ``loader_states`` (every rank's
         ``Loader.state_dict()``) resume an epoch with any ``world_size``: the batches not done are
         split over the new ranks.
-
-        ``lease_size``: batches per lease; without it, ``lease_bytes`` asks the server for leases
-        of about that many bytes of the dataset's rows (16 to 256 batches, from its stored bytes
-        per sample); with neither, 16 batches.
         """
+        lease_fields = (Leases() if leases is None else leases).body()
         body: dict[str, Any] = {
             "dataset": dataset,
             "batch_size": batch_size,
             "seed": seed,
             "epoch": epoch,
-            "shuffle": shuffle,
-            "drop_last": drop_last,
-            "mode": mode,
-            "world_size": world_size,
+            **served_batching(batching),
+            **lease_fields,
         }
         if columns is not None:
             body["columns"] = [columns] if isinstance(columns, str) else list(columns)
-        for k, v in (
-            ("name", name),
-            ("lease_size", lease_size),
-            ("lease_bytes", lease_bytes),
-            ("lease_timeout", lease_timeout),
-            ("resume_from", resume_from),
-        ):
-            if v is not None:
-                body[k] = v
+        if resume_from is not None:
+            body["resume_from"] = resume_from
         if loader_states is not None:
             body["loader_states"] = [dict(s) for s in loader_states]
-        if transport not in ("built", "direct"):
-            raise ConfigError(f"unknown transport {transport!r}; expected one of built, direct")
+        check_transport(transport)
         location = self.location(dataset) if transport == "direct" else None
         out = dict(self.http.request("POST", "/api/v1/iterations", body=body).json())
         if location is not None:

@@ -34,11 +34,12 @@ import pyarrow as pa
 from datamill.client.direct import DirectBuilds
 from datamill.client.feed import END, HeldLease, LeaseFeed, ack_ranges
 from datamill.client.http import Client, Http
-from datamill.client.options import DIRECT_CACHE_LIMIT, check_transport, lease_args
+from datamill.client.options import Leases, Transport, served_batching
 from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.wire import SESSION_HEADER
 from datamill.loader.collate import resolve_collate
 from datamill.loader.collate_lease import collate_numpy_batches, collate_torch_batches
+from datamill.loader.options import Batching
 from datamill.loader.runs import close_iterator
 
 __all__ = ["SERVE_STATE_FORMAT", "RemoteLoader"]
@@ -53,18 +54,22 @@ _LEASE_COLLATE: dict[str, Callable[[list[pa.RecordBatch]], list[Any]]] = {
 column converted once per lease; the same arrays as the collate per batch)."""
 
 
-def _check_args(
-    transport: str, rank: int, world: int, prefetch: int, window: int, slot: int, slots: int
-) -> None:
-    """Refuse a ``RemoteLoader``'s invalid arguments with a :class:`ConfigError`."""
-    check_transport(transport)
-    if not 0 <= rank < world:
-        raise ConfigError(f"rank must be in [0, world_size={world}), got {rank}")
-    if prefetch < 1 or window < 1 or not 0 <= slot < slots:
+def _groups(
+    leases: Leases | None, transport: Transport | None, *, rank: int
+) -> tuple[Leases, Transport]:
+    """The option groups of a :class:`RemoteLoader` (defaults for ``None``; the leases sized for
+    the transport, as the loader creates its iteration with them), and ``rank`` within them."""
+    t = Transport() if transport is None else transport
+    if not isinstance(leases, (Leases, type(None))) or not isinstance(t, Transport):
         raise ConfigError(
-            "need prefetch >= 1, ack_window >= 1 and 0 <= slot < slots, got "
-            f"{prefetch}, {window}, {slot}, {slots}"
+            f"leases must be a Leases and transport a Transport, got "
+            f"{type(leases).__name__} and {type(t).__name__}",
+            hint="from datamill.client import Leases, Transport",
         )
+    sized = (Leases() if leases is None else leases).sized_for(t.kind)
+    if not 0 <= rank < sized.world_size:
+        raise ConfigError(f"rank must be in [0, world_size={sized.world_size}), got {rank}")
+    return sized, t
 
 
 def _same(batch: Any) -> Any:
@@ -87,49 +92,31 @@ class RemoteLoader:
         seed: the run's seed. Defaults to ``0``.
         epoch: the first epoch. Defaults to ``0``.
         columns: column(s) to read (all when ``None``). Defaults to ``None``.
-        rank: this process's rank (static mode). Defaults to ``0``.
-        world_size: ranks of the iteration (static mode). Defaults to ``1``.
-        mode: ``"static"`` (DDP: per-rank batches, byte-identical to the Loader) or ``"dynamic"``
-            (elastic: any client takes the next lease). Defaults to ``"static"``.
-        name: the iteration's name; processes using the same name (and epoch) join one iteration.
-            Defaults to ``None`` (joined by identical config).
-        drop_last: as for the Loader. Defaults to ``False``.
         collate: ``"numpy"``, ``"torch"``, ``"arrow"`` or a callable on the batch ``pa.Table``.
             Defaults to ``"numpy"``.
-        prefetch: leases fetched ahead (1 or 2 is plenty). Defaults to ``2``.
-        shuffle: as for the Loader. Defaults to ``True``.
-        lease_size: batches per lease when this call creates the iteration. Defaults to ``None``:
-            in server-built mode leases of about
-            :data:`~datamill.client.options.LEASE_BYTES` (8 MiB: 16 to 256 batches, from the
-            dataset's bytes per sample), in direct mode :data:`~datamill.client.options.LEASE_SIZE`
-            (``64``), so that a lease carries more work than the round trip for the next one
-            (``prefetch`` + 1 leases are held).
-        lease_timeout: lease lifetime without heartbeat, seconds (server default when ``None``).
-        slot: this process's slot within the rank (a DataLoader worker). Defaults to ``0``.
-        slots: slots sharing the rank (leases dealt round-robin). Defaults to ``1``.
-        reconnect_s: how long to keep retrying an unreachable server. Defaults to ``120.0``.
-        verify: for an ``https://`` url, a PEM file of the CA certificates to trust. Defaults to the
-            system's.
-        on_commit: called with the unit ids of each lease the server confirmed committed. Defaults
-            to ``None``.
-        transport: ``"built"`` (the server builds each lease's batches and sends them) or
-            ``"direct"`` (leases carry only batch numbers and fences; this process builds the
-            batches itself with the same :class:`~datamill.loader.BatchService` settings, from the
-            location the server gives for a dataset registered with ``client_location``: the same
-            batches, and the server's work per lease does not depend on the data). Defaults to
-            ``"built"``.
-        cache_dir: direct mode over ``s3://``: the local shard cache folder. Defaults to ``None``
-            (:func:`~datamill.core.objstore.default_cache_dir`).
-        cache_limit: direct mode over ``s3://``: bytes the local shard cache keeps at most. Defaults
-            to :data:`~datamill.client.options.DIRECT_CACHE_LIMIT`.
-        ack_window: batches handed to the loop whose acknowledgements may be unanswered at once:
-            the batches a client cut off from the server may have trained on that the server
-            hands to another client (see ``docs/serving-delivery.md``). Defaults to ``1`` (the
-            next batch waits for the previous one's acknowledgement, which is sent as the batch
-            is handed out: free when a training step is longer than a round trip).
+        rank: this process's rank in a static iteration (``0 <= rank < leases.world_size``).
+            Defaults to ``0``.
+        batching: what a batch holds, as for the Loader: a served iteration applies its
+            ``shuffle``, ``drop_last`` and shuffle ``window`` and refuses its other settings
+            (:func:`~datamill.client.options.served_batching`). Defaults to ``Batching()``.
+        leases: how the server deals the iteration: mode, world size, name, lease size and
+            timeout (:class:`~datamill.client.options.Leases`). Defaults to ``Leases()`` (static,
+            one rank; leases of :data:`~datamill.client.options.LEASE_BYTES` server-built,
+            :data:`~datamill.client.options.LEASE_SIZE` batches direct).
+        transport: how the batches reach this process: built by the server or by this process
+            (direct), prefetch, ack window, reconnection, TLS, the direct shard cache, the
+            DataLoader worker slot, a commit callback (:class:`~datamill.client.options.Transport`).
+            Defaults to ``Transport()``.
 
     Raises:
         ConfigError: invalid arguments. RemoteError: the server refused or is unreachable.
+
+    Examples:
+        >>> from datamill.client import Leases, Transport
+        >>> loader = RemoteLoader("http://127.0.0.1:8470", None, "cifar", batch_size=32, rank=1,
+        ...                       leases=Leases(world_size=2), transport=Transport("direct"))
+        >>> loader.mode, loader.leases.world_size, loader.transport.kind
+        ('static', 2, 'direct')
     """
 
     def __init__(
@@ -142,54 +129,35 @@ class RemoteLoader:
         seed: int = 0,
         epoch: int = 0,
         columns: Sequence[str] | str | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        mode: str = "static",
-        name: str | None = None,
-        drop_last: bool = False,
         collate: str | Callable[[pa.Table], Any] = "numpy",
-        prefetch: int = 2,
-        shuffle: bool = True,
-        lease_size: int | None = None,
-        lease_timeout: float | None = None,
-        slot: int = 0,
-        slots: int = 1,
-        reconnect_s: float = 120.0,
-        on_commit: Callable[[list[int]], None] | None = None,
-        verify: str | os.PathLike[str] | None = None,
-        transport: str = "built",
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int = DIRECT_CACHE_LIMIT,
-        ack_window: int = 1,
+        rank: int = 0,
+        batching: Batching | None = None,
+        leases: Leases | None = None,
+        transport: Transport | None = None,
     ) -> None:
-        _check_args(transport, rank, world_size, prefetch, ack_window, slot, slots)
+        self.leases, self.transport = _groups(leases, transport, rank=rank)
+        self.batching = Batching() if batching is None else batching
         self.url, self.key, self.dataset = url, key, dataset
-        self.verify = verify
-        self.iter_args: dict[str, Any] = {
-            "batch_size": batch_size,
-            "seed": seed,
-            "shuffle": shuffle,
-            "columns": columns,
-            "drop_last": drop_last,
-            "mode": mode,
-            "world_size": world_size,
-            "name": name,
-            **lease_args(transport, lease_size),
-            "lease_timeout": lease_timeout,
+        # the iteration this loader creates or joins (with its epoch)
+        self._spec: dict[str, Any] = {
+            "batch_size": int(batch_size),
+            "seed": int(seed),
+            "columns": [columns] if isinstance(columns, str) else columns,
+            "batching": self.batching,
+            "leases": self.leases,
+            "transport": self.transport.kind,
         }
-        self.epoch, self.rank, self.slot, self.slots = int(epoch), int(rank), int(slot), int(slots)
-        self.mode, self.prefetch, self.reconnect_s = mode, int(prefetch), float(reconnect_s)
-        self.ack_window = int(ack_window)
+        self._served = served_batching(self.batching)  # refused now when the server cannot apply it
+        t = self.transport
+        self.epoch, self.rank, self.mode = int(epoch), int(rank), self.leases.mode
         self.collate_fn = resolve_collate(collate)
         # numpy/torch arrays are the same however a batch's columns were cut: a direct client hands
         # the built table to them as it is (a callable or "arrow" gets the server-built form)
         self._values_only = isinstance(collate, str) and collate in ("numpy", "torch")
         self.lease_collate = _LEASE_COLLATE.get(collate) if isinstance(collate, str) else None
-        self.on_commit = on_commit
-        self.transport = transport
         self._direct = (
-            DirectBuilds(cache_dir=cache_dir, cache_limit=cache_limit)
-            if transport == "direct"
+            DirectBuilds(cache_dir=t.cache_dir, cache_limit=t.cache_limit)
+            if t.kind == "direct"
             else None
         )
         self._cfg: dict[str, Any] = {}
@@ -240,11 +208,11 @@ class RemoteLoader:
             "iteration": None if between else self.iteration_id,
             "epoch": self.epoch + (1 if done else 0),
             "rank": self.rank,
-            "slot": self.slot,
-            "slots": self.slots,
+            "slot": self.transport.slot,
+            "slots": self.transport.slots,
             "mode": self.mode,
             "consumed": 0 if between else consumed,
-            "world_size": self.iter_args["world_size"],
+            "world_size": self.leases.world_size,
         }
         if not between and self.mode == "dynamic":
             state.update(session=self.session, unflushed=unflushed)
@@ -266,20 +234,19 @@ class RemoteLoader:
             )
         if self.mode == "static" and (state["rank"], state["world_size"], state["slots"]) != (
             self.rank,
-            self.iter_args["world_size"],
+            self.leases.world_size,
             1,
         ):
             raise ResumeStateError(
                 f"state of rank {state['rank']}/{state['world_size']} (slots {state['slots']}) "
-                f"does not fit rank {self.rank}/{self.iter_args['world_size']}"
+                f"does not fit rank {self.rank}/{self.leases.world_size}"
             )
         self.epoch = int(state["epoch"])
         self._resume = dict(state) if state.get("iteration") else None
 
     # ------------------------------------------------------------------ iteration
     def _join(self, client: Client) -> dict[str, Any]:
-        args = {k: v for k, v in self.iter_args.items() if v is not None}
-        return client.iteration(self.dataset, epoch=self.epoch, **args)
+        return client.iteration(self.dataset, epoch=self.epoch, **self._spec)
 
     def _resume_at(self, client: Client, it_id: str, resume: Mapping[str, Any]) -> None:
         """Put the iteration back where the saved state was: a static rank's prefix; a dynamic
@@ -288,7 +255,8 @@ class RemoteLoader:
         if self.mode == "static":
             client.resume(it_id, rank=self.rank, consumed=int(resume["consumed"]))
         elif resume.get("unflushed"):  # acknowledged in the saved session, as its flush would have
-            old = Http(self.url, self.key, retry_s=min(self.reconnect_s, 10.0), verify=self.verify)
+            t = self.transport
+            old = Http(self.url, self.key, retry_s=min(t.reconnect_s, 10.0), verify=t.verify)
             old.headers[SESSION_HEADER] = str(resume.get("session", ""))
             try:
                 old.request(
@@ -318,8 +286,8 @@ class RemoteLoader:
         return bool(queue["done"] >= queue["total"])
 
     def __iter__(self) -> Iterator[Any]:
-        client = Client(self.url, self.key, verify=self.verify)
-        client.http.retry_s = self.reconnect_s
+        client = Client(self.url, self.key, verify=self.transport.verify)
+        client.http.retry_s = self.transport.reconnect_s
         client.http.headers[SESSION_HEADER] = self.session
         try:
             info = self._join(client)
@@ -347,7 +315,7 @@ class RemoteLoader:
             timeout = float(info["config"]["lease_timeout"])
             self._cfg = dict(info["config"])
             if self._direct is not None:
-                self._direct.open(client, self._cfg)
+                self._direct.open(client, self._cfg, name=self.dataset)
         finally:
             client.close()
         self._in_epoch = True
@@ -361,7 +329,11 @@ class RemoteLoader:
         if self._direct is not None:
             self._direct.start_epoch(self._cfg, follow=self.mode == "static")
         feed = LeaseFeed(
-            self, it_id, lease_timeout, direct=self._direct is not None, ack_window=self.ack_window
+            self,
+            it_id,
+            lease_timeout,
+            direct=self._direct is not None,
+            ack_window=self.transport.ack_window,
         )
         feed.start()
         planned = self._direct is None
@@ -398,7 +370,7 @@ class RemoteLoader:
         """Direct static mode: this rank's plan of the next epoch, computed in the background while
         this epoch runs."""
         world = int(self._cfg["plan_world"])
-        if self._direct is None or self.mode != "static" or world != self.iter_args["world_size"]:
+        if self._direct is None or self.mode != "static" or world != self.leases.world_size:
             return
         self._direct.plan_ahead(int(self._cfg["epoch"]) + 1, self.rank, world)
 
@@ -511,7 +483,9 @@ class RemoteLoader:
                     and lease.start + len(lease.units) - 1 in {p for x, _, p in done if x == lid}
                 ):
                     held.pop(lid, None)
-        if self.on_commit is not None:
+        if self.transport.on_commit is not None:
             for lid, lease in leases.items():
                 if statuses[lid] == "ok" and lease is not None:
-                    self.on_commit([lease.units[p - lease.start] for x, _, p in done if x == lid])
+                    self.transport.on_commit(
+                        [lease.units[p - lease.start] for x, _, p in done if x == lid]
+                    )

@@ -8,10 +8,12 @@ once whatever ``N``; with ``N > 1`` the batch order within the rank is interleav
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 from datamill.client.loader import RemoteLoader
+from datamill.client.options import Transport
 from datamill.core.optional import require
 
 torch = require("torch", extra="torch")
@@ -22,7 +24,8 @@ __all__ = ["RemoteTorchDataset"]
 
 class RemoteTorchDataset(IterableDataset[Any]):
     """Served batches for a ``DataLoader(..., batch_size=None)`` (arguments as
-    :class:`RemoteLoader`).
+    :class:`RemoteLoader`; the ``slot`` and ``slots`` of its ``transport`` are the DataLoader
+    worker's).
 
     Examples:
         >>> ds = RemoteTorchDataset("http://127.0.0.1:8470", None, "cifar", batch_size=32)
@@ -44,13 +47,14 @@ class RemoteTorchDataset(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         slot, slots = (0, 1) if info is None else (info.id, info.num_workers)
+        kwargs = dict(self.kwargs)
+        transport = kwargs.pop("transport", None) or Transport()
         loader = RemoteLoader(
             self.url,
             self.key,
             self.dataset,
             epoch=self.epoch,
-            slot=slot,
-            slots=slots,
-            **self.kwargs,
+            transport=dataclasses.replace(transport, slot=slot, slots=slots),
+            **kwargs,
         )  # built in the worker: one client id per worker process
         yield from loader

@@ -314,7 +314,7 @@ def run_iterate(
         RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a
             request.
     """
-    from datamill.client import RemoteLoader
+    from datamill.client import Leases, RemoteLoader, Transport
 
     key = key if key is not None else os.environ.get("DATAMILL_KEY")
     loader = RemoteLoader(
@@ -326,12 +326,9 @@ def run_iterate(
         epoch=epoch,
         columns=columns.split(",") if columns else None,
         rank=rank,
-        world_size=world_size,
-        mode=mode,
-        name=name,
         collate="arrow",
-        reconnect_s=reconnect_timeout,
-        transport=transport,
+        leases=Leases(world_size=world_size, mode=mode, name=name),
+        transport=Transport(transport, reconnect_s=reconnect_timeout),
     )
     start = time.perf_counter()
     rows = batches = 0

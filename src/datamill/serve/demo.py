@@ -16,10 +16,10 @@ __all__ = ["run"]
 
 _CLIENT = """
 import sys
-from datamill.client import RemoteLoader
+from datamill.client import Leases, RemoteLoader
 url, key, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
-loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=16, seed=0, rank=rank, world_size=2,
-                      name="demo", columns=["id", "label"], lease_size=2)
+loader = RemoteLoader(url, key, "cifar10_tiny", batch_size=16, seed=0, rank=rank,
+                      columns=["id", "label"], leases=Leases(world_size=2, name="demo", size=2))
 n = sum(len(b["id"]) for b in loader)
 print(f"  client rank {rank}: {n} samples")
 """

@@ -281,8 +281,7 @@ class ServeState:
                         f"dataset name {name!r} is already registered for another path"
                     )
                 if client_location is not None:
-                    self.locations.set(ds["id"], client_location)
-                    self._located.pop(ds["id"], None)
+                    self._locate(ds["id"], real, client_location)
                 return self._public(ds)
             if ds["path"] == str(real):  # one path, one dataset (its id comes from the path)
                 raise ConflictError(
@@ -294,8 +293,7 @@ class ServeState:
         self.journal.add_dataset(ds_id, name, str(real))
         self._datasets = None
         if client_location is not None:
-            self.locations.set(ds_id, client_location)
-            self._located.pop(ds_id, None)
+            self._locate(ds_id, real, client_location)
         return self._public(
             {
                 "id": ds_id,
@@ -870,6 +868,28 @@ class ServeState:
             it, reissued=p.reissued, nbytes=len(body), seconds=time.perf_counter() - t0
         )
         return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
+
+    def _locate(self, ds_id: str, real: Path, client_location: str) -> None:
+        """Record a dataset's client location and the content identity of the data at ``real``,
+        which direct clients check their copy against."""
+        from datamill.core.identity import content_identity
+
+        self.locations.set_identity(ds_id, content_identity(real))
+        self.locations.set(ds_id, client_location)
+        self._located.pop(ds_id, None)
+
+    def client_identity(self, ref: str) -> dict[str, Any]:
+        """The content identity of dataset ``ref`` recorded with its client location (recorded now
+        for a dataset registered by an earlier release)."""
+        from datamill.core.identity import content_identity
+
+        ds = self.dataset(ref)
+        self.client_location(ds["id"])  # ConfigError (400) without a client location
+        found = self.locations.identity(ds["id"])
+        if found is None:
+            found = content_identity(ds["path"])
+            self.locations.set_identity(ds["id"], found)
+        return found
 
     def client_location(self, ref: str) -> str:
         """Where clients read dataset ``ref`` in direct mode (:class:`ConfigError` when it has

@@ -14,9 +14,10 @@ own journal table, ``client_locations`` (dataset id -> location). The batches ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from datamill.core.errors import ConfigError
 
@@ -56,7 +57,10 @@ def check_location(location: str) -> str:
 
 
 class ClientLocations:
-    """The ``client_locations`` journal table: where clients read a dataset in direct mode."""
+    """The ``client_locations`` journal table: where clients read a dataset in direct mode; and
+    ``client_identities``: the content identity of the data the server registered
+    (:func:`~datamill.core.identity.content_identity`), which a direct client checks its copy
+    against before it builds a batch from it."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
@@ -74,6 +78,20 @@ class ClientLocations:
             "SELECT location FROM client_locations WHERE dataset = ?", (dataset,)
         )
         return str(rows[0][0]) if rows else None
+
+    def set_identity(self, dataset: str, identity: Mapping[str, Any]) -> None:
+        """Record (or replace) the content identity of dataset id ``dataset``."""
+        self.journal._exec(
+            "INSERT OR REPLACE INTO client_identities (dataset, identity) VALUES (?, ?)",
+            (dataset, json.dumps(identity, sort_keys=True)),
+        )
+
+    def identity(self, dataset: str) -> dict[str, Any] | None:
+        """The recorded content identity of dataset id ``dataset``, or ``None``."""
+        rows = self.journal._exec(
+            "SELECT identity FROM client_identities WHERE dataset = ?", (dataset,)
+        )
+        return dict(json.loads(rows[0][0])) if rows else None
 
     def require(self, dataset: str, name: str) -> str:
         """The client location, or a :class:`ConfigError` (HTTP 400) saying how to get one."""

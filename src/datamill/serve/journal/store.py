@@ -97,12 +97,13 @@ CREATE TABLE IF NOT EXISTS ui_acks (iteration TEXT NOT NULL, at REAL NOT NULL,
     batches INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS ui_acks_iteration ON ui_acks(iteration);
 CREATE TABLE IF NOT EXISTS client_locations (dataset TEXT PRIMARY KEY, location TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS client_identities (dataset TEXT PRIMARY KEY, identity TEXT NOT NULL);
 """
 """The whole journal, declared here only (the one schema owner): the protocol's records (``done``,
 ``leases``, ``lease_holders``, ``cancelled``), datasets and iterations, keys, UI sessions, audit and
 key use (:mod:`datamill.serve.http.auth`), metrics counters (:mod:`datamill.serve.observe.metrics`),
 lifecycle (:mod:`~datamill.serve.observe.lifecycle`), the UI's ledger
-(:mod:`~datamill.serve.observe.ledger`) and direct-mode client locations
+(:mod:`~datamill.serve.observe.ledger`) and direct-mode client locations and content identities
 (:mod:`datamill.serve.data.direct`). Those modules read and write their tables through the
 :class:`Journal`'s connections; none creates a table or opens a connection of its own. Tables an
 earlier release created on first use are created here when a journal opens (``IF NOT EXISTS``: no

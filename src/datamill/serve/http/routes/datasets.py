@@ -36,8 +36,9 @@ def register(who: Admin, body: DatasetIn, state: State) -> dict[str, Any]:
 @router.get("/{ref}/location")
 def location(who: Reader, ref: str, state: State) -> dict[str, Any]:
     """Where clients read the dataset in direct mode (``400`` when registered without a client
-    location)."""
+    location), and the content identity a direct client checks its copy against."""
     ds = state.dataset(ref)
     if not may_use(who, ds):
         raise HTTPException(403, f"this key may not use dataset {ref!r}")
-    return {"dataset": ds["id"], "location": state.client_location(ds["id"])}
+    loc = state.client_location(ds["id"])
+    return {"dataset": ds["id"], "location": loc, "identity": state.client_identity(ds["id"])}

@@ -1,0 +1,109 @@
+"""Direct clients verify what they read (issue #43 point 3): the server records the content
+identity of a dataset registered with a client location, and a direct client checks its copy
+against it before it builds a batch: another dataset's copy of the same shape is a located error
+and no batch, an unchanged copy trains as before."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from datamill.client import Client, Leases, RemoteLoader, Transport
+from datamill.core.errors import DataFileError
+from datamill.shards.dataset import ShardsetDataset
+
+pytestmark = pytest.mark.server
+
+ROWS = 400
+
+
+def _table(scale: float) -> pa.Table:
+    """The same shape whatever ``scale`` (same UIDs, columns, types and row counts)."""
+    uid = np.arange(ROWS, dtype=np.int64)
+    return pa.table({"uid": uid, "x": (uid * scale).astype(np.float32)})
+
+
+@pytest.fixture(scope="module")
+def pair(server: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Datasets ``ida`` and ``idb`` of one shape and other values; ``ida`` registered with a
+    client location holding a copy of it."""
+    root, copies = server["root"], tmp_path_factory.mktemp("client-copies")
+    for name, scale in (("ida", 1.0), ("idb", -3.0)):
+        ShardsetDataset.create(
+            root / name, _table(scale), uid="uid", shardset="main", shard_size=100
+        )
+    copy = copies / "ida"
+    shutil.copytree(root / "ida", copy)
+    with Client(server["url"], server["admin"]) as c:
+        c.register("ida", name="ida", client_location=str(copy))
+    return {**server, "copy": copy}
+
+
+def _loader(srv: dict[str, Any], name: str) -> RemoteLoader:
+    return RemoteLoader(
+        srv["url"],
+        srv["read"],
+        "ida",
+        batch_size=50,
+        seed=1,
+        collate="arrow",
+        leases=Leases(name=name, size=4),
+        transport=Transport("direct", reconnect_s=10),
+    )
+
+
+def test_an_unchanged_copy_trains_and_another_datasets_copy_is_refused(
+    pair: dict[str, Any],
+) -> None:
+    with Client(pair["url"], pair["read"]) as c:
+        info = c.location_info("ida")
+    ident = info["identity"]
+    assert info["location"] == str(pair["copy"]) and ident["format"] == "datamill.identity/1"
+    assert any(name.endswith(".parquet") for name in ident["files"])  # one entry per shard file
+    # an unchanged copy: the server-built batches, as before
+    built = RemoteLoader(
+        pair["url"], pair["read"], "ida", batch_size=50, seed=1, collate="arrow",
+        leases=Leases(name="id-built", size=4),
+    )  # fmt: skip
+    want = [b.column("x").to_pylist() for b in built]
+    got = [b.column("x").to_pylist() for b in _loader(pair, "id-same")]
+    assert got == want and len(got) == ROWS // 50
+    # the location now holds dataset B's copy (same shape, same UIDs, other values)
+    shutil.rmtree(pair["copy"])
+    shutil.copytree(pair["root"] / "idb", pair["copy"])
+    loader = _loader(pair, "id-other")
+    yielded: list[Any] = []
+    with pytest.raises(DataFileError) as err:
+        yielded.extend(loader)
+    assert yielded == []
+    e = err.value
+    assert e.path == str(pair["copy"]) and e.shard is not None and e.shard.endswith(".parquet")
+    text = str(e)
+    assert "'ida'" in text and "expected size" in text and "found size" in text
+    assert e.hint is not None and "client_location" in e.hint
+    # a copy of A again: trains again
+    shutil.rmtree(pair["copy"])
+    shutil.copytree(pair["root"] / "ida", pair["copy"])
+    assert [b.column("x").to_pylist() for b in _loader(pair, "id-back")] == want
+
+
+def test_a_shard_rewritten_between_epochs_is_refused_at_the_next_epoch(
+    pair: dict[str, Any], tmp_path: Path
+) -> None:
+    loader = _loader(pair, "id-epochs")
+    assert len(list(loader)) == ROWS // 50  # epoch 0 from an unchanged copy
+    shard = min(pair["copy"].rglob("*.parquet"))
+    twin = min((pair["root"] / "idb").rglob("*.parquet"))  # same shape, other values
+    saved = tmp_path / "saved.parquet"
+    shutil.copy(shard, saved)
+    shutil.copy(twin, shard)
+    try:
+        with pytest.raises(DataFileError, match="not the data the server registered"):
+            next(iter(loader))  # epoch 1: checked again before its first batch
+    finally:
+        shutil.copy(saved, shard)
