@@ -734,7 +734,7 @@ def test_api_bad_dataset_objects_are_located_errors() -> None:
 
 def test_dubious_input_warns_once(tmp_path: Path) -> None:
     from datamill.preprocessing.api import preprocess
-    from datamill.text.corpus import VocabLimits, build_corpus
+    from datamill.text.corpus_build import VocabLimits, build_corpus
 
     cases = [
         (

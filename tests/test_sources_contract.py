@@ -158,7 +158,7 @@ def word2vec(tmp: Path, data: Path) -> tuple[Opener, Opener]:
 
 
 def corpus(tmp: Path, data: Path) -> tuple[Opener, Opener]:
-    from datamill.text.corpus import build_corpus
+    from datamill.text.corpus_build import build_corpus
     from datamill.text.source import CorpusSource
 
     lines = (data / "timemachine.txt").read_text().splitlines()

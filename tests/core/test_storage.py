@@ -20,12 +20,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from datamill.core.errors import ConfigError, DataFileNotFoundError
+from datamill.core.errors import ConfigError, DataFileNotFoundError, DatamillError, ShardsetError
 from datamill.core.memfs import reset_memory
 from datamill.core.storage import (
     SCHEMES,
     filesystem_for,
     is_remote,
+    new_generation,
+    publish,
     scheme_of,
     storage_error,
     upload,
@@ -171,3 +173,65 @@ def test_preprocessing_input_read_from_there(root: str, tmp_path: Path) -> None:
     got = preprocess(url if is_remote(url) else path, config, skip_save=True).data
     want = preprocess(local, config, skip_save=True).data
     assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+# ------------------------------------------------------------------------------ the write side
+def _fs_root(root: str) -> tuple[pafs.FileSystem, str]:
+    fs, path = filesystem_for(root)
+    if not is_remote(root):
+        Path(path).mkdir(parents=True, exist_ok=True)
+    return fs, path
+
+
+def _read(fs: pafs.FileSystem, path: str) -> bytes | None:
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as f:
+        return bytes(f.read())
+
+
+def test_publish_puts_the_commit_marker_after_every_object(root: str, tmp_path: Path) -> None:
+    fs, path = _fs_root(root)
+    gen = new_generation()
+    staged = tmp_path / "shard.bin"
+    staged.write_bytes(b"s" * 1000)
+    objects = [(b"a", f"{path}/{gen}/a.bin"), (staged, f"{path}/{gen}/shard.bin")]
+    seen: list[tuple[bytes | None, ...]] = []
+
+    def before() -> None:  # every object is there, the marker not yet
+        seen.append(tuple(_read(fs, p) for _, p in objects) + (_read(fs, f"{path}/done"),))
+
+    publish(fs, objects, (gen.encode(), f"{path}/done"), url=root, before_commit=before)
+    assert seen == [(b"a", b"s" * 1000, None)]
+    # the marker names the generation: a reader finds the objects through it
+    marker = _read(fs, f"{path}/done")
+    assert marker == gen.encode() and _read(fs, f"{path}/{marker.decode()}/a.bin") == b"a"
+
+
+def test_a_failed_publish_leaves_the_previous_output_whole(root: str, tmp_path: Path) -> None:
+    fs, path = _fs_root(root)
+    upload(b"old", fs, f"{path}/done")
+    gen = new_generation()
+    first, kept = f"{path}/{gen}/a.bin", f"{path}/.marker"
+    # an upload fails part-way (a staged file is gone): what was uploaded is removed, but `keep`
+    with pytest.raises(DatamillError) as info:
+        publish(
+            fs,
+            [(b"m", kept), (b"a", first), (tmp_path / "gone.bin", f"{path}/{gen}/b.bin")],
+            (b"new", f"{path}/done"),
+            url=root,
+            keep=[kept],
+        )
+    assert str(tmp_path / "gone.bin") in str(info.value) or root in str(info.value)
+    assert _read(fs, first) is None and _read(fs, kept) == b"m"
+    assert _read(fs, f"{path}/done") == b"old"
+    # the last check refuses (somebody else committed meanwhile): its error, nothing committed
+    refused = ShardsetError("the manifest changed meanwhile", path=root)
+
+    def changed() -> None:
+        raise refused
+
+    with pytest.raises(ShardsetError) as again:
+        publish(fs, [(b"a", first)], (b"new", f"{path}/done"), url=root, before_commit=changed)
+    assert again.value is refused and _read(fs, first) is None
+    assert _read(fs, f"{path}/done") == b"old"

@@ -262,6 +262,8 @@ def upload(source: str | os.PathLike[str] | bytes, fs: pafs.FileSystem, path: st
         >>> fs.get_file_info(path).size
         5
     """
+    if fs.type_name == "local" and "/" in path:  # a folder is made (object stores need none)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
         if isinstance(source, bytes):
             out.write(source)

@@ -52,6 +52,7 @@ from datamill.shards._manifest import validate_manifest
 from datamill.shards._mapping import Mapping, UidIndex, schema_from_b64
 from datamill.shards._remote import RemoteShards, is_remote_location
 from datamill.shards._verbs import verb
+from datamill.shards.describe import description, summary
 
 if TYPE_CHECKING:
     from datamill.shards._tables import ShardInput
@@ -491,20 +492,7 @@ class ShardsetDataset:
 
     def info(self) -> str:
         """A short human-readable summary (what ``datamill shards info`` prints)."""
-        n = len(self)
-        lines = [
-            (
-                f"{self.manifest.get('name', '')}: {n:,} samples, {self.num_shards} shards, "
-                f"uid column {self.uid_column!r} ({self.uids.type})"
-            )
-        ]
-        for name, ss in self._sets.items():
-            have = int(sum(ss["shard_rows"]))
-            cols = ", ".join(f"{c}:{self._schemas[name].field(c).type}" for c in ss["columns"])
-            lines.append(
-                f"  {name} [{ss['format']}]: {have:,} samples, {n - have:,} missing; {cols}"
-            )
-        return "\n".join(lines)
+        return summary(self)
 
     def describe(self) -> dict[str, Any]:
         """The dataset as plain JSON-able data (for the web UI): shardsets, typed columns, counts,
@@ -539,40 +527,7 @@ class ShardsetDataset:
             >>> d["shardsets"][1]["columns"]
             [{'name': 'y', 'type': 'double'}]
         """
-        n = len(self)
-        sets: list[dict[str, Any]] = []
-        for name, ss in self._sets.items():
-            rows = int(sum(ss["shard_rows"]))
-            schema = self._schemas[name]
-            sets.append(
-                {
-                    "name": name,
-                    "format": ss["format"],
-                    "num_shards": int(ss["num_shards"]),
-                    "columns": [
-                        {"name": c, "type": str(schema.field(c).type)} for c in ss["columns"]
-                    ],
-                    "rows": rows,
-                    "missing": n - rows,
-                    "bytes": self.loc.tree_size(self._rel(name)),
-                }
-            )
-        total = (
-            self.loc.size(DATASET_MANIFEST)
-            + self.loc.size(self.samples_path)
-            + sum(ss["bytes"] for ss in sets)
-        )
-        return {
-            "root": self.loc.display,
-            "name": self.manifest.get("name", ""),
-            "uid_column": self.uid_column,
-            "uid_type": str(self.uids.type),
-            "num_samples": n,
-            "num_shards": self.num_shards,
-            "fingerprint": self.fingerprint(),
-            "shardsets": sets,
-            "bytes": total,
-        }
+        return description(self)
 
     def to_table(
         self, *, columns: Sequence[str] | str | None = None, join: str = "left"

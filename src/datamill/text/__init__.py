@@ -11,7 +11,8 @@ Examples:
 from __future__ import annotations
 
 from datamill.text.batches import LMBatches, random_batches, sequential_batches
-from datamill.text.corpus import Corpus, VocabLimits, build_corpus, build_vocab
+from datamill.text.corpus import Corpus
+from datamill.text.corpus_build import VocabLimits, build_corpus, build_vocab
 from datamill.text.source import CorpusSource
 from datamill.text.tok_build import Tokenized, tokenize
 from datamill.text.tok_read import ReadOptions

@@ -13,7 +13,7 @@ __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from datamill.text.corpus import VocabLimits, build_corpus
+    from datamill.text.corpus_build import VocabLimits, build_corpus
 
     start = time.perf_counter()
     extra: dict[str, Any] = {}

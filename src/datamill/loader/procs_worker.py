@@ -1,0 +1,239 @@
+"""The worker-process side of :mod:`datamill.loader.procs`: a worker builds the batches asked for
+with its own copy of the service and writes each into one of its shared-memory slots (a ``memfd``)
+as numpy arrays or an Arrow IPC stream, then sends ``(batch, slot, length, counts)``; it watches
+the trainer and exits when the trainer is gone. The trainer side (starting workers, mapping their
+slots, taking batches back in order) stays in :mod:`datamill.loader.procs`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datamill.core.parallel import exit_when_gone
+from datamill.loader.accounting import BatchResult
+from datamill.loader.collate import collate_numpy
+from datamill.loader.order import Elastic
+
+__all__: list[str] = []
+
+_SLOTS = 16  # shared-memory slots of a worker: batches in flight between it and the trainer
+_WATCH_S = 0.2  # how often a worker checks that its trainer still runs
+
+
+class _Slot:
+    """In a worker: one shared-memory file (``memfd``) a batch is written into."""
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("datamill-batch", os.MFD_CLOEXEC)
+        self.size = 0
+        self.map: mmap.mmap | None = None
+
+    def writer(self, n: int) -> pa.FixedSizeBufferWriter:
+        """A writer of ``n`` bytes at the slot's start (the file grown when too small)."""
+        if n > self.size:
+            size = max(n + (n >> 2), 1 << 20)
+            os.ftruncate(self.fd, size)
+            if self.map is not None:
+                self.map.close()
+            self.map, self.size = mmap.mmap(self.fd, size), size
+        assert self.map is not None
+        return pa.FixedSizeBufferWriter(pa.py_buffer(self.map))
+
+
+def _ipc_size(table: pa.Table) -> int:
+    sink = pa.MockOutputStream()
+    _write_ipc(sink, table)
+    return int(sink.size())
+
+
+def _write_ipc(sink: Any, table: pa.Table) -> None:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` itself when it pickles, else a RuntimeError carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any failure to pickle
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _meta(res: BatchResult) -> tuple[Any, ...]:
+    failed = [(uid, int(i), _picklable(e)) for uid, i, e in res.failed]
+    return (
+        res.output is not None,
+        res.read,
+        res.filtered,
+        failed,
+        res.yielded,
+        res.shards_read,
+        res.shards_in_memory,
+        res.peak_shards_in_memory,
+    )
+
+
+class _Worker:
+    """In a worker process: builds the batches asked for and hands them over (see the module)."""
+
+    def __init__(self, conn: Any, svc: Any, mode: str | None) -> None:
+        self.conn, self.svc, self.mode = conn, svc, mode
+        self.slots = [_Slot() for _ in range(_SLOTS)] if hasattr(os, "memfd_create") else []
+        self.free = set(range(len(self.slots)))
+        self.cancelled = 0  # builds up to this generation are abandoned by the trainer
+        self.pending: tuple[Any, ...] | None = None  # a build or stop that came during a build
+
+    def run(self) -> None:
+        self.conn.send(("ready", os.getpid(), [s.fd for s in self.slots]))
+        while True:
+            try:
+                msg = self.pending or self.conn.recv()
+            except (EOFError, OSError):  # the trainer closed its end (or exited)
+                return
+            self.pending = None
+            if msg[0] == "stop":
+                return
+            if msg[0] == "build":
+                self.build(*msg[1:])
+            else:
+                self.handle(msg)
+
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "free":
+            self.free.add(msg[1])
+        elif msg[0] == "cancel":
+            self.cancelled = max(self.cancelled, msg[1])
+        elif msg[0] == "pipe":  # the trainer cannot map the slots
+            self.slots, self.free = [], set()
+        else:  # a new build, or stop: after this one
+            self.pending = msg
+
+    def stale(self, gen: int) -> bool:
+        return self.cancelled >= gen or self.pending is not None
+
+    def build(
+        self,
+        gen: int,
+        epoch: int,
+        rank: int,
+        batches: list[int],
+        world_size: int,
+        elastic: Elastic,
+        replication: int,
+    ) -> None:
+        if not batches:
+            return
+        it = self.svc.build(
+            epoch, rank, batches, world_size=world_size, elastic=elastic, replication=replication
+        )
+        try:
+            for res in it:
+                while self.conn.poll():
+                    self.handle(self.conn.recv())
+                if self.stale(gen) or not self.hand(gen, res):
+                    return
+        except Exception as exc:  # noqa: BLE001 - raised again in the trainer
+            self.conn.send(("error", gen, _picklable(exc)))
+        finally:
+            it.close()
+
+    def hand(self, gen: int, res: BatchResult) -> bool:
+        """Send ``res`` (its arrays, or its table as Arrow IPC, in a free slot); ``False`` when the
+        build was abandoned."""
+        table = res.output if res.output is not None else res.empty
+        arrays = _collated(table, self.mode) if res.output is not None else None
+        layout = None if arrays is None else _layout(arrays)
+        n = _ipc_size(table) if layout is None else layout[1]
+        if not self.slots or n > (1 << 31):
+            out = np.zeros(n, dtype=np.uint8)
+            _write(out, table, arrays, layout)
+            msg = ("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout)
+            self.conn.send(msg)
+            return True
+        while not self.free:
+            self.handle(self.conn.recv())
+            if self.stale(gen):
+                return False
+        k = min(self.free)
+        slot = self.slots[k]
+        slot.writer(n)  # grown when too small
+        assert slot.map is not None
+        _write(np.frombuffer(slot.map, dtype=np.uint8, count=n), table, arrays, layout)
+        self.free.discard(k)
+        self.conn.send(("batch", gen, res.batch, k, (n, slot.size), _meta(res), layout))
+        return True
+
+
+_Layout = tuple[list[tuple[str, str, tuple[int, ...], int]], int]
+
+
+def _collated(table: pa.Table, mode: str | None) -> dict[str, np.ndarray] | None:
+    """In the worker: the batch's numpy arrays (``mode`` ``"numpy"``, or ``"torch"`` with signed
+    ids already int64 as :func:`~datamill.loader.collate.to_torch` makes them); ``None``: the
+    trainer collates the table (another collate, or an object array such as strings)."""
+    if mode is None:
+        return None
+    arrays = collate_numpy(table)
+    if any(a.dtype == object for a in arrays.values()):
+        return None
+    if mode == "torch":
+        arrays = {
+            k: a.astype(np.int64) if a.dtype.kind == "i" and a.dtype.itemsize < 8 else a
+            for k, a in arrays.items()
+        }
+    return arrays
+
+
+def _layout(arrays: dict[str, np.ndarray]) -> _Layout:
+    """Where each array goes in a slot (64-byte aligned): ``([(name, dtype, shape, offset)],
+    bytes)``."""
+    out, at = [], 0
+    for name, a in arrays.items():
+        out.append((name, a.dtype.str, tuple(a.shape), at))
+        at += -(-a.nbytes // 64) * 64
+    return out, at
+
+
+def _write(
+    dst: np.ndarray, table: pa.Table, arrays: dict[str, np.ndarray] | None, layout: _Layout | None
+) -> None:
+    """Write the arrays (or the table as Arrow IPC) into ``dst`` (uint8)."""
+    if arrays is None or layout is None:
+        _write_ipc(pa.FixedSizeBufferWriter(pa.py_buffer(dst)), table)
+        return
+    for name, _, _, at in layout[0]:
+        a = np.ascontiguousarray(arrays[name])
+        dst[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
+
+
+def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
+    """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
+    (the service's pickle is ``blob``, or the first message)."""
+    pa.set_cpu_count(threads)
+    watch = {"poll_seconds": _WATCH_S}
+    threading.Thread(
+        target=exit_when_gone, args=(parent, started), kwargs=watch, daemon=True
+    ).start()
+    conn = Connection(fd)
+    try:
+        svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
+        _Worker(conn, svc, mode).run()
+    except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
+        os._exit(0)
+
+
+def _main() -> None:
+    """A started worker: ``python -c ... FD PARENT STARTED THREADS`` (a fresh interpreter: a
+    trainer's ``__main__`` is never imported again, unlike multiprocessing's spawn)."""
+    fd, parent, started, threads = sys.argv[1:5]
+    _serve(int(fd), int(parent), started or None, int(threads), None)
