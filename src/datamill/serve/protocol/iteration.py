@@ -302,8 +302,8 @@ class Iteration:
         self.state = [np.zeros(len(q), dtype=np.int8) for q in self.queues]
         # int32 below 2**31 units: 8 bytes a unit instead of 16 for an iteration held in memory
         index = np.int32 if self.total < 1 << 31 else np.int64
-        self.pos_of = np.full(self.total, -1, dtype=index)
-        self.queue_of = np.full(self.total, -1, dtype=index)
+        self.pos_of: NDArray[np.signedinteger[Any]] = np.full(self.total, -1, dtype=index)
+        self.queue_of: NDArray[np.signedinteger[Any]] = np.full(self.total, -1, dtype=index)
         for qi, q in enumerate(self.queues):
             self.pos_of[q] = np.arange(len(q))
             self.queue_of[q] = qi
@@ -776,20 +776,22 @@ class Iteration:
         rank: int | None = None,
         consumed: int | None = None,
         done: Iterable[int] | None = None,
-    ) -> None:
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Set the done set from a client checkpoint; every live lease of the affected queues is
-        revoked.
+        revoked. Returns the rewind's record ``(drop, keep)``: the units set pending, then the
+        units set done (the resume base is the config's, not the journal's: never in ``keep``).
 
         ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest
-        pending. ``done``: the whole iteration's done units.
+        pending. ``done``: the whole iteration's done units (those out of range ignored).
         """
         if done is not None:
+            keep = np.asarray([u for u in done if 0 <= u < self.total], dtype=np.int64)
             for lease in list(self.leases.values()):
                 self._revoke(lease)
             for st in self.state:
                 st[:] = PENDING
-            self.mark_done(done)
-            return
+            self.mark_done(keep.tolist())
+            return np.arange(self.total, dtype=np.int64), keep[self.queue_of[keep] >= 0]
         assert rank is not None and consumed is not None
         for lease in [x for x in self.leases.values() if x.queue == rank]:
             self._revoke(lease)
@@ -797,6 +799,7 @@ class Iteration:
         st[:] = PENDING
         st[:consumed] = DONE
         self._recount()  # an ack in flight over these keeps the rewind's state
+        return self.queues[rank], self.queues[rank][:consumed]
 
     def rollback(self, session: str, units: Sequence[int]) -> None:
         """A client of session hash ``session`` restored a checkpoint: ``units`` (done after it) are
