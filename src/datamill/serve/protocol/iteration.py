@@ -568,6 +568,9 @@ class Iteration:
             slot=slot,
             owner=owner,
         )
+        cap = self.closed.get(lease.session)  # a take in flight when its session closed
+        if cap is not None:
+            lease.deadline = min(lease.deadline, cap)
         self.leases[lease.id] = lease
         self._earliest = min(self._earliest, lease.deadline)
         info.last_seen = now
