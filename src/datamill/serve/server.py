@@ -524,16 +524,10 @@ class ServeState:
         with self.lock(it):
             now = self.clock()
             it.expire(now)
-            out = it.progress(now=now)
-        self._timed_out(it)
-        return out
-
-    def _timed_out(self, it: Iteration) -> None:
-        """Log and count the leases of ``it`` that timed out since the last call."""
-        with self.lock(it):
-            dead = it.take_timed_out()
+            out, dead = it.progress(now=now), it.take_timed_out()
         if dead:
             self.telemetry.expired(it, dead)
+        return out
 
     def session_closed(self, secret: str) -> None:
         """Every connection of a client session was closed by the client (its process exited or
