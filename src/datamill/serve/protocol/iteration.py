@@ -528,15 +528,7 @@ class Iteration:
         q = 0 if self.mode == "dynamic" else rank
         info = self.touch(client, rank=rank, slot=slot, now=now)
         if self.mode == "static":
-            for lease in list(self.leases.values()):
-                if (
-                    lease.queue == q
-                    and lease.client != client
-                    and lease.slot == slot
-                    and lease.reclaimed
-                    and lease.owner == owner
-                ):
-                    self._revoke(lease)
+            self._take_over(q, client, slot, owner)
         st = self.state[q]
         first = self._first_pending(q, slot, slots)
         if first is None:
@@ -575,6 +567,19 @@ class Iteration:
         self._earliest = min(self._earliest, lease.deadline)
         info.last_seen = now
         return lease
+
+    def _take_over(self, q: int, client: str, slot: int, owner: str) -> None:
+        """A static client new for ``(queue q, slot)``: revoke the leases other clients of the same
+        ``owner`` hold there (reclaimed ones: not those restored and awaiting their holder)."""
+        for lease in list(self.leases.values()):
+            if (
+                lease.queue == q
+                and lease.client != client
+                and lease.slot == slot
+                and lease.reclaimed
+                and lease.owner == owner
+            ):
+                self._revoke(lease)
 
     def restore(self, lease: Lease, *, now: float, grace: float | None = None) -> None:
         """Hold a journaled lease of an earlier server run for ``grace`` seconds (the lease timeout)
