@@ -246,15 +246,18 @@ def test_a_closed_session_s_leases_end_soon_unless_it_reclaims_them() -> None:
     its leases end ``within`` seconds, not a lease timeout later, and a request of it already in
     flight (an ack) extends them no further; a session that connects again is alive (its heartbeat
     keeps them); other sessions' leases are untouched."""
-    it = Iteration("i", [12], mode="dynamic", lease_size=4, lease_timeout=60.0, boot="b")
+    it = Iteration("i", [16], mode="dynamic", lease_size=4, lease_timeout=60.0, boot="b")
     dead = it.take("c0", session="s" * 32, now=0.0)
     live = it.take("c1", session="t" * 32, now=0.0)
     kept = it.take("c2", session="u" * 32, now=0.0)
     assert dead is not None and live is not None and kept is not None
     for lease in (dead, live):
         it.session_closed(lease.session, now=10.0, within=1.5)
-    # the dead client's last ack, sent before it died, lands after the close
+    # the dead client's last ack, sent before it died, lands after the close; so does its last
+    # request for a lease: neither keeps anything past the close + 1.5 s
     assert it.ack(dead.id, dead.fence, session="s" * 32, start=0, stop=1, now=10.5).status == "ok"
+    late = it.take("c0", session="s" * 32, now=10.5)
+    assert late is not None and late.deadline == 11.5
     it.session_opened(live.session)  # the live one connects again, then heartbeats
     assert it.heartbeat("c1", leases=[(live.id, live.fence)], session="t" * 32, now=11.0) == {
         "lost": [],
@@ -263,4 +266,4 @@ def test_a_closed_session_s_leases_end_soon_unless_it_reclaims_them() -> None:
     assert it.take("c2", session="u" * 32, now=11.0) is None  # not yet: 1.5 s after the close
     again = it.take("c2", session="u" * 32, now=11.6)
     assert again is not None and it.units_of(again) == it.units_of(dead)[1:]
-    assert set(it.leases) == {live.id, kept.id, again.id} and it.expired == 1
+    assert set(it.leases) == {live.id, kept.id, again.id} and it.expired == 2

@@ -43,6 +43,7 @@ __all__ = [
     "register",
     "run_iterate",
     "seconds",
+    "whole",
 ]
 
 
@@ -101,36 +102,28 @@ def host_list(text: str) -> list[str]:
     return hosts
 
 
-def positive(text: str) -> int:
-    """An argparse type: a whole number >= 1 (at most 2**31)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 2**31:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+def whole(low: int, high: int = 2**31) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``[low, high]``.
+
+    Examples:
+        >>> whole(1)("3"), whole(0, 64)("0")
+        (3, 0)
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            bound = f">= {low}" if high == 2**31 else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {bound}, got {text!r}")
+        return value
+
+    return parse
 
 
-def count(text: str) -> int:
-    """An argparse type: a whole number >= 0 (at most 2**31)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 2**31:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _workers(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 64:
-        raise argparse.ArgumentTypeError(f"expected an integer in 0..64, got {text!r}")
-    return n
+positive, count, _workers = whole(1), whole(0), whole(0, 64)
 
 
 # ----------------------------------------------------------------------------------------- commands

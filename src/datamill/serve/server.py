@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from datamill.core.checks import check_int
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
@@ -522,16 +523,10 @@ class ServeState:
         with self.lock(it):
             now = self.clock()
             it.expire(now)
-            out = it.progress(now=now)
-        self._timed_out(it)
-        return out
-
-    def _timed_out(self, it: Iteration) -> None:
-        """Log and count the leases of ``it`` that timed out since the last call."""
-        with self.lock(it):
-            dead = it.take_timed_out()
+            out, dead = it.progress(now=now), it.take_timed_out()
         if dead:
             self.telemetry.expired(it, dead)
+        return out
 
     def session_closed(self, secret: str) -> None:
         """Every connection of a client session was closed by the client (its process exited or
@@ -953,13 +948,7 @@ class ServeState:
         after = np.asarray(acked[consumed:], dtype=np.int64)
         with self.lock(it):
             it.rollback(sess, after.tolist())
-            self._rewinds += 1
-            lease = f"rewind.{self.boot}.{self._rewinds}"
-            w = self.writes.submit(
-                rewind_write(
-                    it.id, total=it.total, drop=after, keep=np.zeros(0, np.int64), lease=lease
-                )
-            )
+            w = self._rewind_write(it, after, np.zeros(0, np.int64))
         self.writes.wait(w)
         return {**self.progress(it), "rolled_back": len(after)}
 
@@ -986,29 +975,21 @@ class ServeState:
                 )
         with self.lock(it):
             if body.get("done") is not None:
-                keep = np.asarray(
-                    [
-                        u
-                        for a, b in body["done"]
-                        for u in range(int(a), int(b))
-                        if 0 <= u < it.total
-                    ],
-                    dtype=np.int64,
+                drop, keep = it.rewind(
+                    done=[u for a, b in body["done"] for u in range(int(a), int(b))]
                 )
-                it.rewind(done=keep.tolist())
-                drop = np.arange(it.total, dtype=np.int64)
-                base = np.zeros(it.total, dtype=bool)
-                for a, b in it.config.get("base_done", []):
-                    base[a:b] = True
-                keep = keep[~base[keep]]  # the resume base is the config's, not the journal's
             else:
-                rank, consumed = int(body["rank"]), int(body["consumed"])
-                it.rewind(rank=rank, consumed=consumed)
-                drop, keep = it.queues[rank], it.queues[rank][:consumed]
-            self._rewinds += 1
-            lease = f"rewind.{self.boot}.{self._rewinds}"
-            w = self.writes.submit(
-                rewind_write(it.id, total=it.total, drop=drop, keep=keep, lease=lease)
-            )
+                drop, keep = it.rewind(rank=int(body["rank"]), consumed=int(body["consumed"]))
+            w = self._rewind_write(it, drop, keep)
         self.writes.wait(w)
         return self.progress(it)
+
+    def _rewind_write(
+        self, it: Iteration, drop: NDArray[np.int64], keep: NDArray[np.int64]
+    ) -> Write:
+        """Queue a rewind's record (call under the iteration's lock, right after its change)."""
+        self._rewinds += 1
+        lease = f"rewind.{self.boot}.{self._rewinds}"
+        return self.writes.submit(
+            rewind_write(it.id, total=it.total, drop=drop, keep=keep, lease=lease)
+        )

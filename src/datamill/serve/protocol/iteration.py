@@ -302,8 +302,8 @@ class Iteration:
         self.state = [np.zeros(len(q), dtype=np.int8) for q in self.queues]
         # int32 below 2**31 units: 8 bytes a unit instead of 16 for an iteration held in memory
         index = np.int32 if self.total < 1 << 31 else np.int64
-        self.pos_of = np.full(self.total, -1, dtype=index)
-        self.queue_of = np.full(self.total, -1, dtype=index)
+        self.pos_of: NDArray[np.signedinteger[Any]] = np.full(self.total, -1, dtype=index)
+        self.queue_of: NDArray[np.signedinteger[Any]] = np.full(self.total, -1, dtype=index)
         for qi, q in enumerate(self.queues):
             self.pos_of[q] = np.arange(len(q))
             self.queue_of[q] = qi
@@ -528,15 +528,7 @@ class Iteration:
         q = 0 if self.mode == "dynamic" else rank
         info = self.touch(client, rank=rank, slot=slot, now=now)
         if self.mode == "static":
-            for lease in list(self.leases.values()):
-                if (
-                    lease.queue == q
-                    and lease.client != client
-                    and lease.slot == slot
-                    and lease.reclaimed
-                    and lease.owner == owner
-                ):
-                    self._revoke(lease)
+            self._take_over(q, client, slot, owner)
         st = self.state[q]
         first = self._first_pending(q, slot, slots)
         if first is None:
@@ -568,10 +560,26 @@ class Iteration:
             slot=slot,
             owner=owner,
         )
+        cap = self.closed.get(lease.session)  # a take in flight when its session closed
+        if cap is not None:
+            lease.deadline = min(lease.deadline, cap)
         self.leases[lease.id] = lease
         self._earliest = min(self._earliest, lease.deadline)
         info.last_seen = now
         return lease
+
+    def _take_over(self, q: int, client: str, slot: int, owner: str) -> None:
+        """A static client new for ``(queue q, slot)``: revoke the leases other clients of the same
+        ``owner`` hold there (reclaimed ones: not those restored and awaiting their holder)."""
+        for lease in list(self.leases.values()):
+            if (
+                lease.queue == q
+                and lease.client != client
+                and lease.slot == slot
+                and lease.reclaimed
+                and lease.owner == owner
+            ):
+                self._revoke(lease)
 
     def restore(self, lease: Lease, *, now: float, grace: float | None = None) -> None:
         """Hold a journaled lease of an earlier server run for ``grace`` seconds (the lease timeout)
@@ -776,20 +784,22 @@ class Iteration:
         rank: int | None = None,
         consumed: int | None = None,
         done: Iterable[int] | None = None,
-    ) -> None:
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Set the done set from a client checkpoint; every live lease of the affected queues is
-        revoked.
+        revoked. Returns the rewind's record ``(drop, keep)``: the units set pending, then the
+        units set done (the resume base is the config's, not the journal's: never in ``keep``).
 
         ``rank`` + ``consumed``: queue ``rank``'s first ``consumed`` positions are done, the rest
-        pending. ``done``: the whole iteration's done units.
+        pending. ``done``: the whole iteration's done units (those out of range ignored).
         """
         if done is not None:
+            keep = np.asarray([u for u in done if 0 <= u < self.total], dtype=np.int64)
             for lease in list(self.leases.values()):
                 self._revoke(lease)
             for st in self.state:
                 st[:] = PENDING
-            self.mark_done(done)
-            return
+            self.mark_done(keep.tolist())
+            return np.arange(self.total, dtype=np.int64), keep[self.queue_of[keep] >= 0]
         assert rank is not None and consumed is not None
         for lease in [x for x in self.leases.values() if x.queue == rank]:
             self._revoke(lease)
@@ -797,6 +807,7 @@ class Iteration:
         st[:] = PENDING
         st[:consumed] = DONE
         self._recount()  # an ack in flight over these keeps the rewind's state
+        return self.queues[rank], self.queues[rank][:consumed]
 
     def rollback(self, session: str, units: Sequence[int]) -> None:
         """A client of session hash ``session`` restored a checkpoint: ``units`` (done after it) are
