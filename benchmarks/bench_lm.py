@@ -42,7 +42,14 @@ import pyarrow as pa
 
 from datamill.core.source import TableSource
 from datamill.loader import Loader, Packing
-from datamill.loader.balance import cost_function, deal, imbalance, round_robin, unit_costs
+from datamill.loader.balance import (
+    cost_function,
+    deal,
+    imbalance,
+    lower_bound,
+    round_robin,
+    unit_costs,
+)
 from datamill.loader.packing import pack_window
 
 GRAIN = "grain==0.2.18"
@@ -219,16 +226,6 @@ def line(name: str, r: dict[str, Any] | None, goal: str = "") -> None:
     )
 
 
-def lower_bound(costs: np.ndarray, *, world: int, per: int) -> float:
-    """max/mean no deal of ``per`` units per rank beats: the rank with the costliest unit holds
-    ``per - 1`` more; and the ``j < world`` cheapest units touch at most ``j`` ranks, so some rank
-    holds ``per`` units from the rest, at least their ``per`` cheapest."""
-    x = np.sort(costs)
-    mean = x.sum() / world
-    cheap = max(x[j : j + per].sum() for j in range(world))
-    return float(max(1.0, (x[-1] + x[: per - 1].sum()) / mean, cheap / mean))
-
-
 def bench_balance(values_offsets: tuple[np.ndarray, np.ndarray], *, seq_len: int) -> None:
     _, offsets = values_offsets
     ln = np.diff(offsets)
@@ -249,7 +246,7 @@ def bench_balance(values_offsets: tuple[np.ndarray, np.ndarray], *, seq_len: int
             ours = np.array([imbalance(cs[s], ranks[s], world_size=world) for s in range(steps)])
             rr_ranks = round_robin(world * per, world_size=world)
             rr = [imbalance(cs[s], rr_ranks, world_size=world) for s in range(steps)]
-            bound = np.array([lower_bound(x, world=world, per=per) for x in cs])
+            bound = lower_bound(cs, world_size=world)
             gap = ours / bound
             many = np.tile(cs, (max(1, 200_000 // cs.size), 1))  # time ~200k units
             t = time.process_time()

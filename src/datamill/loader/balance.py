@@ -8,6 +8,10 @@ per-rank cost is even:
    ``world_size`` at a time; each round's largest goes to the rank with the least cost so far.
 2. **Swaps**: then, a few times, the most and least loaded ranks swap the pair of units whose cost
    difference comes closest to halving their gap.
+3. **Swaps with the most loaded rank**: then, while a step's max/mean exceeds ``1 + TOLERANCE``
+   and its lower bound (:func:`lower_bound`), its most loaded rank swaps a unit with a unit of any
+   other rank, the swap that lowers the larger of the two new loads most (at most ``PASSES``
+   times; a step stops when no swap lowers its maximum).
 
 The cost of a unit is the sum over its segments (documents) of ``cost(length)``: ``"tokens"``
 (``length``: activations, MLP FLOPs), ``"tokens_squared"`` (``length ** 2``: attention with
@@ -26,13 +30,25 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
 
-__all__ = ["Balance", "cost_function", "deal", "imbalance", "round_robin", "unit_costs"]
+__all__ = [
+    "Balance",
+    "cost_function",
+    "deal",
+    "imbalance",
+    "lower_bound",
+    "round_robin",
+    "unit_costs",
+]
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 Balance = str | Callable[[I64], Any]
 SWAPS = 8
-"""Swap passes after the greedy deal."""
+"""Swap passes of the most and least loaded ranks after the greedy deal."""
+PASSES = 64
+"""At most this many swaps of each step's most loaded rank with any other."""
+TOLERANCE = 0.002
+"""A step whose max/mean cost is within this of 1 (or of its lower bound) is left as it is."""
 
 
 def _tokens(n: I64) -> F64:
@@ -130,6 +146,65 @@ def _swap(costs: F64, ranks: I64, world: int) -> None:
         ranks[r, ua], ranks[r, ub] = lo[ok], hi[ok]
 
 
+def lower_bound(costs: F64, /, *, world_size: int) -> F64:
+    """The max/mean per-rank cost no deal of equal counts beats, per step (a row of ``costs``).
+
+    The rank with the costliest unit holds ``per - 1`` more, at least the cheapest; and the
+    ``j < world_size`` cheapest units touch at most ``j`` ranks, so some rank holds ``per`` units
+    of the rest, at least their ``per`` cheapest.
+
+    Examples:
+        >>> lower_bound(np.array([[9.0, 1, 1, 1]]), world_size=2).tolist()
+        [1.6666666666666667]
+    """
+    x = np.sort(np.atleast_2d(np.asarray(costs, dtype=np.float64)), axis=1)
+    steps, g = x.shape
+    per = g // world_size
+    mean = x.sum(axis=1) / world_size
+    cum = np.concatenate([np.zeros((steps, 1)), np.cumsum(x, axis=1)], axis=1)
+    cheap = (cum[:, per : per + world_size] - cum[:, :world_size]).max(axis=1)
+    top = x[:, -1] + cum[:, per - 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.maximum(top, cheap) / mean
+    return np.where(mean > 0, np.maximum(out, 1.0), 1.0)
+
+
+def _rank_loads(costs: F64, ranks: I64, world: int) -> tuple[I64, F64]:
+    """Each rank's units ``(steps, world, per)`` and loads ``(steps, world)``."""
+    steps, g = costs.shape
+    by_rank = np.argsort(ranks, axis=1, kind="stable").reshape(steps, world, g // world)
+    return by_rank, costs[np.arange(steps)[:, None, None], by_rank].sum(axis=2)
+
+
+def _swap_top(costs: F64, ranks: I64, world: int) -> None:
+    """Lower each step's maximum in place: its most loaded rank swaps with any other rank."""
+    goal = np.maximum(lower_bound(costs, world_size=world), 1.0) * (1 + TOLERANCE)
+    active = np.arange(len(costs))
+    for _ in range(PASSES):
+        c, rk = costs[active], ranks[active]
+        rows = np.arange(len(active))
+        by_rank, load = _rank_loads(c, rk, world)
+        hi = np.argmax(load, axis=1)
+        top = load[rows, hi]
+        go = top > goal[active] * load.mean(axis=1)
+        a = by_rank[rows, hi]  # (steps, per): the top rank's units
+        light = np.argsort(load, axis=1, kind="stable")  # every rank (its own: no gain)
+        b = by_rank[rows[:, None], light].reshape(len(active), -1)  # their units
+        lb = np.repeat(load[rows[:, None], light], a.shape[1], axis=1)  # their ranks' loads
+        diff = c[rows[:, None], a][:, :, None] - c[rows[:, None], b][:, None, :]
+        new = np.maximum(top[:, None, None] - diff, lb[:, None, :] + diff)
+        new[(diff <= 0) | (new >= top[:, None, None])] = np.inf
+        flat = new.reshape(len(active), -1)
+        k = np.argmin(flat, axis=1)
+        go &= np.isfinite(flat[rows, k])
+        if not go.any():
+            return
+        i, j = np.divmod(k[go], b.shape[1])
+        r, ua, ub = active[go], a[rows[go], i], b[rows[go], j]
+        ranks[r, ua], ranks[r, ub] = ranks[r, ub], hi[go]
+        active = r
+
+
 def deal(costs: F64, /, *, world_size: int, rng: np.random.Generator | None = None) -> I64:
     """The rank of each unit of one step (``costs`` 1-D) or of many (2-D, a row per step).
 
@@ -155,6 +230,7 @@ def deal(costs: F64, /, *, world_size: int, rng: np.random.Generator | None = No
     per = c2.shape[1] // world_size
     if world_size > 1 and per > 0:
         _swap(c2, ranks, world_size)
+        _swap_top(c2, ranks, world_size)
     return ranks[0] if one else ranks
 
 

@@ -375,7 +375,20 @@ class LMLoader:
     def state_dict(self) -> dict[str, Any]:
         """The tiny JSON resume state after the last yielded step (the same on every rank, but
         ``config.rank``)."""
-        core = self._yielded or self._state_core()
+        return self.state_at(self._yielded or self._state_core())
+
+    def core(self) -> dict[str, Any]:
+        """Where the next step starts: ``{"step", "sources", "taken"}`` (after the last yielded)."""
+        return dict(self._yielded or self._state_core())
+
+    def advance(self, core: Mapping[str, Any], steps: int, /) -> dict[str, Any]:
+        """The core ``steps`` global steps after ``core`` (planned, no tokens gathered)."""
+        for _ in range(steps):
+            core = self.plan_step(int(core["step"]), core["sources"], core["taken"]).after
+        return dict(core)
+
+    def state_at(self, core: Mapping[str, Any], /) -> dict[str, Any]:
+        """The resume state of this loader at ``core`` (see :meth:`core`)."""
         cfg = self.config
         return {
             "format": LM_STATE_FORMAT,
@@ -385,6 +398,36 @@ class LMLoader:
             "config_fingerprint": fingerprint_obj({k: cfg[k] for k in GLOBAL_FIELDS if k in cfg}),
             "config": cfg,
         }
+
+    @classmethod
+    def from_state(cls, source: Source, state: Any, /, **kwargs: Any) -> LMLoader:
+        """A loader resuming ``state`` (one rank's, or every rank's), its settings defaulting to
+        the saved ones; ``world_size=`` alone keeps the global batch (``batch_size`` follows).
+        ``allow_mismatch=`` goes to :meth:`load_state_dict`, the other keywords to the loader.
+
+        Raises:
+            ConfigError: the state names a balance callable or a filter (pass ``balance=`` or
+                ``batching=Batching(filter=...)``), or the new world size does not divide the
+                global batch.
+
+        Examples:
+            >>> import pyarrow as pa
+            >>> from datamill.core.source import TableSource
+            >>> src = TableSource(pa.table({"tokens": [[1, 2, 3], [4, 5], [6, 7, 8]] * 4}))
+            >>> a = LMLoader(src, 4, packing=Packing(seq_len=4, window=6), world_size=2)
+            >>> _ = next(iter(a))
+            >>> b = LMLoader.from_state(src, a.state_dict(), world_size=4)
+            >>> b.batch_size, b.state_dict()["step"]
+            (2, 1)
+        """
+        first = state if isinstance(state, Mapping) else next(iter(state), None)
+        st = validate_state(first, LM_STATE)
+        opts = _saved_options(st["config"], seed=int(st["seed"]), given=kwargs)
+        allow = kwargs.pop("allow_mismatch", ())
+        opts.update(kwargs)
+        loader = cls(source, opts.pop("batch_size"), **opts)
+        loader.load_state_dict(state, allow_mismatch=allow)
+        return loader
 
     def load_state_dict(
         self,
@@ -476,3 +519,37 @@ class LMLoader:
     def stats(self) -> dict[str, Any]:
         """Where the loader is: step, each source's position and units taken."""
         return dict(self._yielded or self._state_core())
+
+
+def _saved_options(
+    cfg: Mapping[str, Any], *, seed: int, given: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The LMLoader arguments a saved ``config`` names (checked against what the caller gives)."""
+    world = int(given.get("world_size", cfg["world_size"]))
+    if "batch_size" not in given and int(cfg["global_batch"]) % max(world, 1):
+        raise ConfigError(
+            f"world_size={world} does not divide the saved global batch {cfg['global_batch']}",
+            hint="resume with a world size dividing batch_size * world_size of the saved run",
+        )
+    balance = cfg["balance"]
+    if balance not in (None, "tokens", "tokens_squared") and "balance" not in given:
+        raise ConfigError(
+            f"the state was saved with the balance callable {balance!r}",
+            hint="pass balance=<the same callable> to from_state",
+        )
+    if cfg["filter"] is not None and "batching" not in given:
+        raise ConfigError(
+            f"the state was saved with the filter {cfg['filter']!r}",
+            hint="pass batching=Batching(filter=<the same function>) to from_state",
+        )
+    packing = cfg["packing"]
+    return {
+        "batch_size": int(cfg["global_batch"]) // max(world, 1),
+        "seed": seed,
+        "shuffle": bool(cfg["shuffle"]),
+        "columns": list(cfg["columns"]) or None,
+        "rank": int(cfg["rank"]) if int(cfg["rank"]) < world else 0,
+        "world_size": world,
+        "packing": Packing(**packing) if packing is not None else None,
+        "balance": balance if balance in (None, "tokens", "tokens_squared") else None,
+    }

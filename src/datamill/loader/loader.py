@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,9 @@ from datamill.loader.schedule import wants_lm
 from datamill.loader.service import BLOCK_ROWS, BatchService
 from datamill.loader.stages import EpochPlan
 from datamill.loader.state import validate_state
+
+if TYPE_CHECKING:
+    from datamill.loader.lm import LMLoader
 
 __all__ = ["BLOCK_ROWS", "COUNTED", "Loader", "per_sample"]
 
@@ -317,9 +320,10 @@ class Loader:
         *,
         allow_mismatch: Sequence[str] = (),
         **kwargs: Any,
-    ) -> Loader:
+    ) -> Loader | LMLoader:
         """A loader resuming ``state`` (or every rank's states); order settings default to the saved
-        ones.
+        ones. A language-model loader's state gives an :class:`~datamill.loader.lm.LMLoader`
+        (:meth:`~datamill.loader.lm.LMLoader.from_state`).
 
         The fields of a given ``batching=`` left at their defaults (shuffle, window, drop_last,
         buckets, refill, replication, warmup) take the saved values too.
@@ -332,7 +336,11 @@ class Loader:
             >>> [x["x"].tolist() for x in it] == [x["x"].tolist() for x in b]
             True
         """
+        from datamill.loader.lm import LM_STATE_FORMAT, LMLoader
+
         first: Any = state if isinstance(state, Mapping) else next(iter(state), None)
+        if isinstance(first, Mapping) and first.get("format") == LM_STATE_FORMAT:
+            return LMLoader.from_state(source, state, allow_mismatch=allow_mismatch, **kwargs)
         st = validate_state(first)
         cfg = dict(st["config"])
         saved = {

@@ -12,8 +12,10 @@ to the sources furthest below their cumulative target; it needs only the units e
 had so far (a resume state carries them). So every global batch is within one unit of its target
 per source, and with two sources every window of consecutive global batches is within one unit of
 its target (each source's deviation from ``C_i`` stays within ``[-1/2, 1/2]``). With three or
-more sources no rounding can keep every window within one unit for all weights; the deviation
-stays bounded (below 2 units per window in the tests).
+more sources every window is within two units (every prefix within one in the tests, 2 to 8
+sources). No rounding keeps every window within one unit for every schedule of three sources:
+``tests/loader/test_lm.py::test_no_quotas_keep_every_window_within_one_for_three_sources`` holds a
+schedule where an exact search over all quotas finds none (docs/lm-batches.md).
 
 A source's own order never depends on the weights: a change only changes how fast each source's
 stream is consumed, so no sample is repeated or skipped within its epoch.

@@ -1,7 +1,8 @@
 """A ``torch.utils.data.IterableDataset`` over a :class:`~datamill.loader.Loader` (imports torch).
 
 :class:`TorchLoaderDataset` is the entry point (the loader module never imports this adapter: there
-is no ``Loader.to_torch()``, which would be an import cycle). Use it with
+is no ``Loader.to_torch()``, which would be an import cycle; a language-model loader gets an
+:class:`~datamill.loader.lm_torch.LMTorchDataset`). Use it with
 ``DataLoader(dataset, batch_size=None, num_workers=N)``: the Loader already batches. A Loader with
 ``Workers(processes=N)`` under ``DataLoader(dataset, batch_size=None, num_workers=0)`` has its
 batches built in its own worker processes and handed over in shared memory
@@ -39,6 +40,8 @@ from datamill.core.errors import ConfigError, ResumeStateError
 from datamill.core.optional import require
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.elastic import norm_elastic
+from datamill.loader.lm import LMLoader
+from datamill.loader.lm_torch import LMTorchDataset
 from datamill.loader.loader import Loader
 from datamill.loader.order import Elastic, worker_batches
 from datamill.loader.procs import ProcessBuilds
@@ -67,6 +70,12 @@ class TorchLoaderDataset(IterableDataset[Any]):
         >>> [len(b["x"]) for b in torch.utils.data.DataLoader(ds, batch_size=None)]
         [4, 2]
     """
+
+    def __new__(cls, loader: Any) -> Any:
+        """A language-model loader gets an :class:`~datamill.loader.lm_torch.LMTorchDataset`."""
+        if isinstance(loader, LMLoader):
+            return LMTorchDataset(loader)
+        return super().__new__(cls)
 
     def __init__(self, loader: Loader) -> None:
         super().__init__()
