@@ -169,6 +169,10 @@ class LeaseFeed:
         # acks sent in a request not answered yet (``ack_window`` > 1: up to ACK_SENDERS requests
         # are in flight at once, each with the acks consumed since the others were sent)
         self.in_flight: set[tuple[str, str, int]] = set()
+        # a woken ack thread sends once this many acks are pending (a quarter of the window: fewer
+        # requests, each a journal transaction on the server), or when the loop waits for one
+        self.send_at = max(1, self.ack_window // 4)
+        self.loop_waits = False
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)
         self._last_error: BaseException | None = None  # of the ack or heartbeat thread
@@ -261,7 +265,11 @@ class LeaseFeed:
                 now = time.monotonic()
                 live = lease.id in self.lost or now < self.deadlines.get(lease.id, 0.0)
                 if live and loader._unanswered() < self.ack_window:
+                    self.loop_waits = False
                     return now - t0
+                if not self.loop_waits:  # the acks held back for a fuller request go out now
+                    self.loop_waits = True
+                    self.to_ack.set()
                 if self.errors:
                     raise self.errors[0]
                 if now >= give_up:
@@ -378,8 +386,10 @@ class LeaseFeed:
         conn = self.http(0.0, timeout=self._short_timeout())
         try:
             while not self.stop.is_set():
-                self.to_ack.wait(ACK_FLUSH_S)
+                woken = self.to_ack.wait(ACK_FLUSH_S)
                 self.to_ack.clear()
+                if woken and not self._due():
+                    continue  # sent at the next batch, when the loop waits, or within ACK_FLUSH_S
                 try:
                     self.flush(conn)
                 except RemoteError as exc:
@@ -389,6 +399,15 @@ class LeaseFeed:
             self._fail(exc)
         finally:
             conn.close()
+
+    def _due(self) -> bool:
+        """Whether a woken ack thread sends now: :attr:`send_at` acks are pending and not in
+        flight, or the loop waits for an answer (or the feed stops)."""
+        if self.loop_waits or self.stop.is_set() or self.send_at <= 1:
+            return True
+        with self.loader._state_lock:
+            pending = len(self.loader._unflushed) - len(self.in_flight)
+        return pending >= self.send_at
 
     def _fail(self, exc: BaseException) -> None:
         """A thread failed: the loop raises ``exc`` (waiting for a batch or an answer)."""
