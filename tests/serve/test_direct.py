@@ -492,3 +492,35 @@ def test_iterate_cli_transport_direct(
         assert err.startswith("error: ") and "no client_location" in err and err.count("\n") == 1
     assert main(["iterate", str(direct["root"] / "ds"), "--transport", "direct"]) == 2
     assert "needs --url" in capsys.readouterr().err
+
+
+def test_a_wide_ack_window_sends_acks_from_two_threads_each_batch_once(
+    direct: dict[str, Any],
+) -> None:
+    """With ``ack_window`` > 1 two ack requests may be in flight (each with the acks consumed
+    since the other was sent): the Loader's arrays, every batch committed exactly once, and no
+    ack thread left after the epoch."""
+    import threading
+
+    import numpy as np
+
+    name = "wide-window"
+    kw: dict[str, Any] = {"batch_size": 64, "seed": 5, "name": name, "lease_size": 8}
+    loader = RemoteLoader(
+        direct["url"], direct["read"], "dsd", transport="direct", ack_window=16, **kw
+    )
+    want = list(Loader(open_source(direct["root"] / "ds"), 64, seed=5))
+    senders: set[str] = set()
+    got = []
+    for batch in loader:
+        senders.update(t.name for t in threading.enumerate() if "serve-ack" in t.name)
+        got.append(batch)
+    assert senders == {"datamill-serve-ack", "datamill-serve-ack1"}
+    assert len(got) == len(want) and all(
+        np.array_equal(a[k], b[k]) for a, b in zip(got, want) for k in b
+    )
+    assert not [t for t in threading.enumerate() if t.name.startswith("datamill-serve-ack")]
+    with Client(direct["url"], direct["read"]) as client:
+        progress, done = client.progress(name), client.done(name)
+    assert progress["done"] == progress["total"] == len(got)
+    assert sorted(u for a, b, _ in done for u in range(a, b)) == list(range(len(got)))

@@ -36,8 +36,13 @@ from datamill.client.http import Http, RemoteError, Response
 from datamill.client.options import Transport
 from datamill.core.wire import SESSION_HEADER, TTL_HEADER
 
-__all__ = ["ACK_FLUSH_S", "END", "HeldLease", "LeaseFeed", "ack_ranges"]
+__all__ = ["ACK_FLUSH_S", "ACK_SENDERS", "END", "HeldLease", "LeaseFeed", "ack_ranges"]
 
+ACK_SENDERS = 2
+"""Acknowledgement requests in flight at once when ``ack_window`` > 1 (one ack thread each): the
+acks consumed while one request waits for the journal go out at once in the next, so a batch's
+acknowledgement waits about one round trip, not up to two (the server group-commits requests that
+arrive together into one transaction)."""
 ACK_FLUSH_S = 0.05
 """Seconds between two tries of the ack thread while acknowledgements are pending and unanswered
 (each is sent at once when the loop is handed its batch)."""
@@ -58,6 +63,7 @@ class FeedOwner(Protocol):
     transport: Transport  # prefetch, reconnect_s, verify, slot, slots
     stall_s: float
     stats: dict[str, Any]
+    _unflushed: list[tuple[str, str, int]]
     lease_collate: Callable[[list[pa.RecordBatch]], list[Any]] | None
     _state_lock: threading.Lock
 
@@ -146,6 +152,13 @@ class LeaseFeed:
             threading.Event()
         )  # set when the loop was handed a batch (wakes the ack thread)
         self.errors: list[BaseException] = []
+        # acks sent in a request not answered yet (``ack_window`` > 1: up to ACK_SENDERS requests
+        # are in flight at once, each with the acks consumed since the others were sent)
+        self.in_flight: set[tuple[str, str, int]] = set()
+        # a woken ack thread sends once this many acks are pending (a quarter of the window: fewer
+        # requests, each a journal transaction on the server), or when the loop waits for one
+        self.send_at = max(1, self.ack_window // 4)
+        self.loop_waits = False
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)
         self._last_error: BaseException | None = None  # of the ack or heartbeat thread
@@ -153,9 +166,10 @@ class LeaseFeed:
     # ------------------------------------------------------------------ life
     def start(self) -> None:
         """Start the threads."""
+        senders = ACK_SENDERS if self.ack_window > 1 else 1
         for name, target in (
             ("fetch", self._fetch),
-            ("ack", self._acker),
+            *((f"ack{i or ''}", self._acker) for i in range(senders)),
             ("heartbeat", self._heartbeat),
         ):
             t = threading.Thread(target=target, name=f"datamill-serve-{name}", daemon=True)
@@ -170,6 +184,8 @@ class LeaseFeed:
         joined = time.monotonic() + 5  # a thread stuck on a dead connection is a daemon
         for t in self._threads:
             t.join(timeout=max(0.0, joined - time.monotonic()))
+        with self.answered:  # a thread stuck on a dead connection: its acks are sent again below
+            self.in_flight.clear()
         if self.errors or not self.loader._pending():
             return
         wait = min(self.loader.transport.reconnect_s, 10.0)
@@ -237,7 +253,11 @@ class LeaseFeed:
                 now = time.monotonic()
                 live = lease.id in self.lost or now < self.deadlines.get(lease.id, 0.0)
                 if live and loader._unanswered() < self.ack_window:
+                    self.loop_waits = False
                     return now - t0
+                if not self.loop_waits:  # the acks held back for a fuller request go out now
+                    self.loop_waits = True
+                    self.to_ack.set()
                 if self.errors:
                     raise self.errors[0]
                 if now >= give_up:
@@ -355,8 +375,10 @@ class LeaseFeed:
         conn = self.http(0.0, timeout=self._short_timeout())
         try:
             while not self.stop.is_set():
-                self.to_ack.wait(ACK_FLUSH_S)
+                woken = self.to_ack.wait(ACK_FLUSH_S)
                 self.to_ack.clear()
+                if woken and not self._due():
+                    continue  # sent at the next batch, when the loop waits, or within ACK_FLUSH_S
                 try:
                     self.flush(conn)
                 except RemoteError as exc:
@@ -366,6 +388,15 @@ class LeaseFeed:
             self._fail(exc)
         finally:
             conn.close()
+
+    def _due(self) -> bool:
+        """Whether a woken ack thread sends now: :attr:`send_at` acks are pending and not in
+        flight, or the loop waits for an answer (or the feed stops)."""
+        if self.loop_waits or self.stop.is_set() or self.send_at <= 1:
+            return True
+        with self.loader._state_lock:
+            pending = len(self.loader._unflushed) - len(self.in_flight)
+        return pending >= self.send_at
 
     def _fail(self, exc: BaseException) -> None:
         """A thread failed: the loop raises ``exc`` (waiting for a batch or an answer)."""
@@ -416,6 +447,8 @@ class LeaseFeed:
         the threads retry and, after a server restart, reclaim the leases)."""
         if not self.loader._pending():
             return True
+        with self.answered:  # the ack threads' requests in flight answered first (or given up)
+            self.answered.wait_for(lambda: not self.in_flight, timeout=self._short_timeout())
         conn = self.http(0.0, timeout=self._short_timeout())
         try:
             ok = self.flush(conn)
@@ -429,16 +462,23 @@ class LeaseFeed:
         """Send the consumed batches not yet journaled (one request, one journal transaction):
         whether the server answered 200."""
         loader = self.loader
-        sent = loader._pending()
+        with loader._state_lock:  # those not in another request in flight
+            sent = [x for x in loader._unflushed if x not in self.in_flight]
+            self.in_flight.update(sent)
         if not sent:
             return True
-        sent_at = time.monotonic()
-        res = conn.request(
-            "POST",
-            f"{self.path}/ack",
-            ok=(200, 409, 410),
-            body={"client": loader.client_id, "acks": ack_ranges(sent)},
-        )
-        acks = res.json().get("acks", {})
-        self._answered(",".join(f"{k}={v}" for k, v in acks.items()), sent, sent_at)
+        try:
+            sent_at = time.monotonic()
+            res = conn.request(
+                "POST",
+                f"{self.path}/ack",
+                ok=(200, 409, 410),
+                body={"client": loader.client_id, "acks": ack_ranges(sent)},
+            )
+            acks = res.json().get("acks", {})
+            self._answered(",".join(f"{k}={v}" for k, v in acks.items()), sent, sent_at)
+        finally:
+            with self.answered:
+                self.in_flight.difference_update(sent)
+                self.answered.notify_all()
         return res.status == 200
