@@ -272,14 +272,30 @@ def compare_decoded(
     return lines
 
 
-def _run_ludwig(python: Path, config: Path, csv: Path, out: Path, repeat: int) -> dict[str, float]:
+def ludwig_side(
+    python: Path, config: Path | dict[str, Any], data: Path, out: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``bench_ludwig_side.py`` in Ludwig's venv (``python``) on ``config`` (a YAML file, or a
+    dict written as ``config.yaml`` beside ``out``) and ``data``, writing into ``out``; the
+    finished process (the three Ludwig benchmarks share this runner)."""
+    if not isinstance(config, Path):
+        import yaml
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        path = out.parent / "config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        config = path
     side = Path(__file__).with_name("bench_ludwig_side.py")
-    done = subprocess.run(
-        [str(python), str(side), str(config), str(csv), str(out), "--repeat", str(repeat)],
+    return subprocess.run(
+        [str(python), str(side), str(config), str(data), str(out), *args],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def _run_ludwig(python: Path, config: Path, csv: Path, out: Path, repeat: int) -> dict[str, float]:
+    done = ludwig_side(python, config, csv, out, "--repeat", str(repeat))
     if done.returncode != 0:
         raise SystemExit(f"Ludwig's side failed:\n{done.stderr[-3000:]}")
     times: dict[str, float] = json.loads((out / "ludwig_times.json").read_text())

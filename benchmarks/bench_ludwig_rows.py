@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+from bench_ludwig import ludwig_side  # Ludwig's venv runs bench_ludwig_side.py (one runner)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests/fixtures/ludwig"
@@ -113,15 +112,7 @@ def make_rows(path: Path, rows: int = 400, seed: int = 11) -> None:
 def run_ludwig(ludwig_python: Path, config: dict[str, Any], data: Path) -> dict[str, Any]:
     """Ludwig's answer for one config: ids per split and metadata, or its refusal message."""
     work = Path(tempfile.mkdtemp(prefix="bench_ludwig_rows_"))
-    cfg = work / "config.yaml"
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    side = ROOT / "benchmarks/bench_ludwig_side.py"
-    proc = subprocess.run(
-        [str(ludwig_python), str(side), str(cfg), str(data), str(work / "out")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = ludwig_side(ludwig_python, config, data, work / "out")
     if proc.returncode != 0:
         last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1]
         return {"error": last}

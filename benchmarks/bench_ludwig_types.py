@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import tempfile
 import time
 import warnings
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+from bench_ludwig import ludwig_side  # Ludwig's venv runs bench_ludwig_side.py (one runner)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests/fixtures/ludwig"
@@ -164,15 +163,7 @@ def make_h3(folder: Path, rows: int = 300) -> Path:
 def run_ludwig(ludwig_python: Path, config: dict[str, Any], data: Path) -> dict[str, Any]:
     """Ludwig's tensors (training rows, ordered by ``Id``), metadata and times for one config."""
     work = Path(tempfile.mkdtemp(prefix="bench_ludwig_types_"))
-    cfg = work / "config.yaml"
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    side = ROOT / "benchmarks/bench_ludwig_side.py"
-    proc = subprocess.run(
-        [str(ludwig_python), str(side), str(cfg), str(data), str(work / "out")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = ludwig_side(ludwig_python, config, data, work / "out")
     if proc.returncode != 0:
         raise SystemExit(f"Ludwig failed:\n{proc.stderr[-3000:]}")
     meta = json.loads((work / "out/ludwig_meta.json").read_text())

@@ -17,12 +17,15 @@ iterated the same three ways.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +55,28 @@ def table(rows: int, seed: int) -> pa.Table:
     )
 
 
+@contextlib.contextmanager
+def s3_bucket(bucket: str) -> Iterator[tuple[Path, Any, dict[str, str]]]:
+    """A temporary folder, a SeaweedFS S3 server on loopback with ``bucket`` created, and the
+    ``AWS_*`` variables set to reach it: yields ``(folder, filesystem, {endpoint, key,
+    secret})``; stops the server and removes the folder after."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        seaweed_s3(Path(tmp) / "weed") as (endpoint, key, secret),
+    ):
+        fs = s3_filesystem(
+            endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
+        )
+        fs.create_dir(bucket)
+        os.environ.update(
+            AWS_ACCESS_KEY_ID=key,
+            AWS_SECRET_ACCESS_KEY=secret,
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_REGION="us-east-1",
+        )
+        yield Path(tmp), fs, {"endpoint": endpoint, "key": key, "secret": secret}
+
+
 def epoch(source: object) -> tuple[float, int]:
     t0 = time.perf_counter()
     n = sum(len(b["id"]) for b in Loader(source, 256, seed=0, collate="numpy"))  # type: ignore[arg-type]
@@ -65,15 +90,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    with (
-        tempfile.TemporaryDirectory() as tmp_,
-        seaweed_s3(Path(tmp_) / "weed") as (endpoint, key, secret),
-    ):
-        tmp = Path(tmp_)
-        fs = s3_filesystem(
-            endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
-        )
-        fs.create_dir("bench")
+    with s3_bucket("bench") as (tmp, fs, _):
         local = tmp / "local"
         local.mkdir()
         per = args.rows // args.files
@@ -95,9 +112,6 @@ def main() -> None:
         results["S3, warm cache"] = min(epoch(warm_src) for _ in range(args.repeat))
         assert warm_src.cache.stats()["downloads"] == 0
         # the same files as a shardset dataset (UID "id"), locally and on S3 (uploaded by datamill)
-        os.environ.update(
-            AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, AWS_ENDPOINT_URL=endpoint
-        )
         files = sorted(local.iterdir())
         local_ds = ShardsetDataset.create(tmp / "shards", files, uid="id", shardset="main")
         ShardsetDataset.create("s3://bench/shards", files, uid="id", shardset="main")

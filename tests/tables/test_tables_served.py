@@ -42,6 +42,28 @@ def _same(a: dict[str, np.ndarray[Any, Any]], b: dict[str, np.ndarray[Any, Any]]
         assert v.dtype == b[k].dtype and v.tolist() == b[k].tolist()
 
 
+def _served_as_local(url: str, key: str, kind: str, want: list[Any]) -> list[str]:
+    """Both transports (the server's build, a direct client) serve ``want``, the in-process
+    Loader's batches; returns their iteration ids."""
+    ids = []
+    for transport in ("built", "direct"):
+        loader = RemoteLoader(
+            url,
+            key,
+            kind,
+            batch_size=16,
+            seed=4,
+            leases=Leases(name=f"{kind}-{transport}"),
+            transport=Transport(transport),
+        )
+        got = list(loader)
+        assert len(got) == len(want) == 4
+        for a, b in zip(got, want):
+            _same(a, b)
+        ids.append(loader.iteration_id)
+    return ids
+
+
 def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
     root = tmp_path / "root"
     pinned = {}
@@ -61,25 +83,9 @@ def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
         for kind, path in pinned.items():
             src = open_source(path)
             assert int(src.shard_sizes().sum()) == 60
-            want = list(Loader(src, 16, seed=4))
-            for transport in ("built", "direct"):
-                loader = RemoteLoader(
-                    url,
-                    read,
-                    kind,
-                    batch_size=16,
-                    seed=4,
-                    leases=Leases(name=f"{kind}-{transport}"),
-                    transport=Transport(transport),
-                )
-                got = list(loader)
-                assert len(got) == len(want) == 4
-                for a, b in zip(got, want):
-                    _same(a, b)
+            for iteration in _served_as_local(url, read, kind, list(Loader(src, 16, seed=4))):
                 with Client(url, read) as c:
-                    record = c.http.request(
-                        "GET", f"/api/v1/iterations/{loader.iteration_id}/trace"
-                    )
+                    record = c.http.request("GET", f"/api/v1/iterations/{iteration}/trace")
                 assert pinned_version(record.json()) == (kind, src.version)
     finally:
         stop(proc)
@@ -111,20 +117,6 @@ def test_a_table_folder_is_registered_as_its_current_version(tmp_path: Path) -> 
                 assert again["path"] == ds["path"]  # the same version again
         for kind, (t, path) in pinned.items():
             t.write(rows(60, 70))  # appended after the registration: not served
-            want = list(Loader(open_source(path), 16, seed=4))
-            for transport in ("built", "direct"):
-                loader = RemoteLoader(
-                    url,
-                    read,
-                    kind,
-                    batch_size=16,
-                    seed=4,
-                    leases=Leases(name=f"{kind}-{transport}"),
-                    transport=Transport(transport),
-                )
-                got = list(loader)
-                assert len(got) == len(want) == 4
-                for a, b in zip(got, want):
-                    _same(a, b)
+            _served_as_local(url, read, kind, list(Loader(open_source(path), 16, seed=4)))
     finally:
         stop(proc)

@@ -29,7 +29,7 @@ from datamill.text.tok_inputs import (
     plan_tasks,
     schedule,
 )
-from datamill.text.tok_run import TokenizeProgress, eta
+from datamill.text.tok_run import TokenizeProgress, eta, history_eta
 from tests.text.test_tokenize_files import _jsonl, tok_file
 
 __all__ = ["tok_file"]  # the fixture, imported for this module's tests
@@ -65,7 +65,8 @@ def _done(timeline: list[tuple[float, float, int]], t: float) -> float:
 
 
 def _measure(order: Sequence[Task], workers: int, overhead: float) -> tuple[float, float]:
-    """(relative ETA error after 5% of the work, share of the work in the last 5% of the time)."""
+    """(relative ETA error after 5% of the work, share of the work in the last 5% of the time):
+    the bar's estimate (:func:`history_eta`) over updates sampled 400 times until then."""
     tl = _timeline(order, workers, overhead)
     total = float(sum(w for _, _, w in tl))
     end = max(e for _, e, _ in tl)
@@ -73,9 +74,10 @@ def _measure(order: Sequence[Task], workers: int, overhead: float) -> tuple[floa
     for _ in range(60):  # the time 5% of the work is done (done(t) increases)
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _done(tl, mid) < 0.05 * total else (lo, mid)
-    left = eta(hi, _done(tl, hi), total)
-    assert left is not None
-    return abs(hi + left - end) / end, (total - _done(tl, 0.95 * end)) / total
+    times = [hi * (k + 1) / 400 for k in range(400)]
+    left = history_eta([t * 100 / hi for t in times], [_done(tl, t) for t in times], total)
+    assert left is not None  # (times scaled so that 5% of the work takes 100 s: a real window)
+    return abs(hi + left * hi / 100 - end) / end, (total - _done(tl, 0.95 * end)) / total
 
 
 @pytest.mark.parametrize("workers", [2, 4, 16])
@@ -96,6 +98,52 @@ def test_input_order_would_leave_a_tail() -> None:
     assert tail < 0.045
     _, tail = _measure(schedule(tasks), 4, 0.0)
     assert tail >= 0.045
+
+
+def _run(
+    *, startup: float, slow_at: float = 1.0, factor: float = 1.0
+) -> tuple[list[float], list[float], float]:
+    """The updates of a run of 1000 units in 500 batches at 1 unit/s (``startup`` seconds before
+    the first), ``factor`` times slower once ``slow_at`` of the work is done (the machine's load
+    rose); returns (times, done, finish)."""
+    times, done, t = [], [], startup
+    for k in range(1, 501):
+        t += 2.0 * (factor if k * 2 > slow_at * 1000 else 1.0)
+        times.append(t)
+        done.append(2.0 * k)
+    return times, done, t
+
+
+def _error(
+    times: list[float], done: list[float], finish: float, share: float, *, avg: bool
+) -> float:
+    """The relative error of the ETA shown once ``share`` of the work is done (``avg``: the
+    average rate since the start, the estimate before the windowed one)."""
+    i = int(np.searchsorted(done, share * done[-1]))
+    t, d = times[: i + 1], done[: i + 1]
+    left = eta(t[-1], d[-1], done[-1]) if avg else history_eta(t, d, done[-1])
+    assert left is not None
+    return abs(t[-1] + left - finish) / finish
+
+
+def test_the_start_is_not_taken_for_slow_work() -> None:
+    """Forking the workers and loading the tokenizer (here a fifth of the work's time) before the
+    first update: the average since the start is 4x off after 5% of the work, the bar is not."""
+    times, done, finish = _run(startup=200.0)
+    assert _error(times, done, finish, 0.05, avg=True) > 2.0
+    for share in (0.05, 0.25, 0.5, 0.9):
+        assert _error(times, done, finish, share, avg=False) < 0.01
+
+
+def test_a_load_change_is_followed_within_the_window() -> None:
+    """The machine gets twice as slow once 30% of the work is done: no estimate made before can
+    know it, but within the window after it the bar's ETA is right again (within 3%), where the
+    average since the start is still 10% off at 60% of the work, 5% at 75%."""
+    times, done, finish = _run(startup=5.0, slow_at=0.3, factor=2.0)
+    for share in (0.6, 0.75, 0.9):
+        assert _error(times, done, finish, share, avg=False) < 0.03
+    assert _error(times, done, finish, 0.6, avg=True) > 0.10
+    assert _error(times, done, finish, 0.75, avg=True) > 0.05
 
 
 def test_the_bar_counts_every_stored_byte_once(tmp_path: Path, tok_file: Path) -> None:

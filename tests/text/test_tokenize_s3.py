@@ -3,14 +3,12 @@ the same documents and tokens as from the local files, byte ranges read remotely
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
 
 from datamill.core.errors import DataFileNotFoundError
-from datamill.core.objstore import s3_filesystem
 from datamill.text import tokenize
 from tests.text.test_tokenize_files import _files, _tokens, tok_file
 
@@ -18,19 +16,13 @@ pytestmark = pytest.mark.server
 __all__ = ["tok_file"]  # the fixture, imported for this module's tests
 
 
+BUCKET = "tokin"
+
+
 @pytest.fixture(scope="module")
-def s3(seaweed: tuple[str, str, str]) -> Iterator[pafs.S3FileSystem]:
-    """Bucket ``tokin`` on the server; the AWS_* variables point at it."""
-    endpoint, key, secret = seaweed
-    fs = s3_filesystem(
-        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
-    )
-    fs.create_dir("tokin")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", key)
-        mp.setenv("AWS_SECRET_ACCESS_KEY", secret)
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)
-        yield fs
+def s3(s3_bucket: tuple[pafs.S3FileSystem, dict[str, str]]) -> pafs.S3FileSystem:
+    """Bucket ``tokin`` on the server (tests/conftest.py); the AWS_* variables point at it."""
+    return s3_bucket[0]
 
 
 def test_every_input_kind_from_s3_equals_the_local_run(

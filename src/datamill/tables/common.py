@@ -28,7 +28,7 @@ import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -293,6 +293,10 @@ def _nulls_or_constant(value: Any, n: int, typ: pa.DataType, *, constant: bool) 
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), one).cast(typ)
 
 
+_PINNED = {"delta": ("Delta", "version"), "iceberg": ("Iceberg", "snapshot")}
+"""Format -> (its name, what a pinned version is called) in messages."""
+
+
 class ParquetFilesSource(SchemaColumns):
     """A snapshot's Parquet data files as shards (see the module docstring); the base of
     :class:`~datamill.tables.DeltaSource` and :class:`~datamill.tables.IcebergSource`.
@@ -302,7 +306,11 @@ class ParquetFilesSource(SchemaColumns):
         files: the data files, in shard order.
         schema: the snapshot's schema (what ``columns`` lists, and the types read).
         fs: the filesystem the files are on.
-        fingerprint: the source's fingerprint (:func:`table_fingerprint`).
+        root: the table's root on ``fs`` (the fingerprint holds the files' paths below it).
+        table: ``(format, version, table id)``: with the schema, ``shard_by`` and the files (path
+            below ``root``, size, rows, deletes) they make the fingerprint
+            (:func:`table_fingerprint`). A file missing is the error of a vacuumed version; a
+            file without a row count (``rows < 0``) gets it from its footer.
         field_ids: column name -> Iceberg field id (files' columns matched by id), or ``None``
             (by name).
         shard_by: ``"auto"``, ``"file"`` or ``"row_group"``.
@@ -320,7 +328,8 @@ class ParquetFilesSource(SchemaColumns):
         schema: pa.Schema,
         *,
         fs: pafs.FileSystem,
-        fingerprint: str,
+        root: str,
+        table: tuple[str, int, str],
         field_ids: Mapping[str, int] | None = None,
         shard_by: ShardBy = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
@@ -329,8 +338,12 @@ class ParquetFilesSource(SchemaColumns):
     ) -> None:
         if shard_by not in ("auto", "file", "row_group"):
             raise ConfigError(f"shard_by must be 'auto', 'file' or 'row_group', got {shard_by!r}")
-        self.location, self.files, self.schema = location, list(files), schema
-        self.fs, self._fingerprint, self.shard_by = fs, fingerprint, shard_by
+        self.location, self.schema, self.fs, self.shard_by = location, schema, fs, shard_by
+        self.files = self._present(files, root, table)
+        kind, version, table_id = table
+        listed = [[f.path.removeprefix(root), f.size, f.rows, f.deletes] for f in self.files]
+        content = [table_id, schema.to_string(), shard_by, listed]
+        self._fingerprint = table_fingerprint(kind, version, content)
         self.field_ids = dict(field_ids) if field_ids is not None else None
         if self.files:  # the stored spelling of each type (the first file's footer): no casts
             stored = self._footer(self.files[0]).schema.to_arrow_schema()
@@ -347,6 +360,17 @@ class ParquetFilesSource(SchemaColumns):
             else None
         )
         self._shards = self._cut(shard_by)
+
+    def _present(
+        self, files: Sequence[TableFile], root: str, table: tuple[str, int, str]
+    ) -> list[TableFile]:
+        """``files``, each with its row count (from its footer when the log has none), once
+        they are all found: a version whose files were removed is a located error."""
+        gone = missing_files(self.fs, root, [f.path for f in files])
+        if gone:
+            name, unit = _PINNED.get(table[0], (table[0], "version"))
+            raise vacuumed_error(name, f"{unit} {table[1]}", self.location, gone)
+        return [f if f.rows >= 0 else replace(f, rows=self._footer(f).num_rows) for f in files]
 
     def _cut(self, shard_by: ShardBy) -> list[tuple[int, int | None, int, int]]:
         """``(file, row group or None, first row in the file, rows kept)`` per shard."""

@@ -24,11 +24,8 @@ from datamill.tables.common import (
     ShardBy,
     TableFile,
     location_fs,
-    missing_files,
     pinned_table_url,
     s3_env_options,
-    table_fingerprint,
-    vacuumed_error,
 )
 
 __all__ = ["READER_FEATURES", "DeltaSource", "delta_storage_options"]
@@ -203,22 +200,13 @@ class DeltaSource(ParquetFilesSource):
         parts = list(meta.partition_columns or ())
         schema = pa.schema(dt.schema().to_arrow())
         files = _files(dt, root, parts, remote=remote)
-        gone = missing_files(fs, root, [f.path for f in files])
-        if gone:
-            raise vacuumed_error("Delta", f"version {self.version}", location, gone)
-        files = [_counted(fs, f) if f.rows < 0 else f for f in files]
-        content = [
-            meta.id,
-            schema.to_string(),
-            shard_by,
-            [[f.path.removeprefix(root), f.size, f.rows, f.deletes] for f in files],
-        ]
         super().__init__(
             location,
             files,
             schema,
             fs=fs,
-            fingerprint=table_fingerprint("delta", self.version, content),
+            root=root,
+            table=("delta", self.version, meta.id),
             shard_by=shard_by,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
@@ -235,12 +223,3 @@ class DeltaSource(ParquetFilesSource):
             f"DeltaSource({self.location!r}, version={self.version}, shards={self.num_shards}, "
             f"rows={int(self.shard_sizes().sum())})"
         )
-
-
-def _counted(fs: pafs.FileSystem, f: TableFile) -> TableFile:
-    """``f`` with its row count from its footer (a log written without statistics)."""
-    import pyarrow.parquet as pq
-
-    with fs.open_input_file(f.path) as h:
-        n = pq.ParquetFile(h).metadata.num_rows
-    return TableFile(f.path, f.size, n, f.keep, f.constants, f.deletes)

@@ -29,11 +29,8 @@ from datamill.tables.common import (
     ShardBy,
     TableFile,
     location_fs,
-    missing_files,
     pinned_table_url,
     s3_env_options,
-    table_fingerprint,
-    vacuumed_error,
 )
 
 __all__ = ["IcebergSource", "iceberg_io_properties", "latest_metadata"]
@@ -282,21 +279,13 @@ class IcebergSource(ParquetFilesSource):
             raise
         except (OSError, ValueError) as exc:
             raise storage_error(exc, location) from exc
-        gone = missing_files(fs, root, [f.path for f in files])
-        if gone:
-            raise vacuumed_error("Iceberg", f"snapshot {self.snapshot_id}", location, gone)
-        content = [
-            str(tbl.metadata.table_uuid),
-            schema.to_string(),
-            shard_by,
-            [[f.path.removeprefix(root), f.size, f.rows, f.deletes] for f in files],
-        ]
         super().__init__(
             location,
             files,
             schema,
             fs=fs,
-            fingerprint=table_fingerprint("iceberg", self.snapshot_id, content),
+            root=root,
+            table=("iceberg", self.snapshot_id, str(tbl.metadata.table_uuid)),
             field_ids=ids,
             shard_by=shard_by,
             cache_dir=cache_dir,

@@ -2,19 +2,25 @@
 
 :class:`TokenizeProgress` is a tqdm bar over the stored bytes of all tasks (the finished tasks of an
 interrupted run count as done from the start), with the documents and tokens/s beside it. Its ETA
-is the average rate since the run started (tqdm ``smoothing=0``, the same estimate as
-:func:`eta`), which tasks cut to a small fraction of the input and run largest first keep honest:
-every worker is busy with work of the same kind until the end.
+(:func:`history_eta`) is the work left at the rate of a recent window: the last
+:data:`ETA_WINDOW` of the time since the first batch ended, at least :data:`ETA_MIN_SECONDS`.
+Measured from the first batch, the start (forking the workers, loading the tokenizer) is not taken
+for slow work; over a recent window, a machine whose load changes mid-run (other jobs starting or
+ending) gives an ETA that follows within that window, where the average since the start would
+carry the old rate to the end. Tasks cut to a small fraction of the input and run largest first
+keep every worker busy with work of the same kind until the end, so the rate is the rate of the
+rest.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import multiprocessing as mp
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -23,7 +29,14 @@ from datamill.core.progress import progress
 from datamill.text.tok_inputs import Task
 from datamill.text.tok_task import TaskConfig, run_task
 
-__all__ = ["TokenizeProgress", "eta", "run_local"]
+__all__ = [
+    "ETA_MIN_SECONDS",
+    "ETA_WINDOW",
+    "TokenizeProgress",
+    "eta",
+    "history_eta",
+    "run_local",
+]
 
 
 def eta(elapsed: float, done: float, total: float) -> float | None:
@@ -38,15 +51,54 @@ def eta(elapsed: float, done: float, total: float) -> float | None:
     return elapsed * (total - done) / done
 
 
+ETA_WINDOW = 0.3
+"""The share of the time since the first update over which :func:`history_eta` measures the rate."""
+ETA_MIN_SECONDS = 10.0
+"""The shortest window (seconds) :func:`history_eta` measures the rate over."""
+
+
+def history_eta(times: Sequence[float], done: Sequence[float], total: float) -> float | None:
+    """Seconds left after the updates ``(times[i], done[i])`` (``done`` cumulative, increasing):
+    the work left at the rate over the recent window (:data:`ETA_WINDOW` of the time since the
+    first update, at least :data:`ETA_MIN_SECONDS`); ``None`` before two updates.
+
+    Examples:
+        >>> history_eta([5.0, 10.0], [10.0, 25.0], 100.0)  # 15 in 5 s since the first update
+        25.0
+        >>> t = [float(s) for s in range(1, 101)]  # 1/s for 60 s, then 0.5/s
+        >>> d = [s if s <= 60 else 60 + (s - 60) / 2 for s in t]
+        >>> history_eta(t, d, 100.0)  # the rate of the last 30 s
+        40.0
+    """
+    n = len(times)
+    if n < 2 or times[-1] <= times[0] or done[-1] <= done[0]:
+        return None
+    now = float(times[-1])
+    window = max(ETA_MIN_SECONDS, ETA_WINDOW * (now - times[0]))
+    i = min(bisect.bisect_left(times, now - window), n - 2)
+    while i > 0 and (times[i] >= now or done[i] >= done[-1]):
+        i -= 1  # updates at the same moment: widen to one that measures a rate
+    return max(0.0, (total - float(done[-1])) * (now - times[i]) / (float(done[-1]) - done[i]))
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    m, s = divmod(int(seconds + 0.5), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m:02d}:{s:02d}"
+
+
 class TokenizeProgress:
-    """The progress bar of a run: stored bytes (ETA), documents, tokens/s; ``history`` keeps
-    ``(seconds, bytes done)`` of every update."""
+    """The progress bar of a run: stored bytes, the ETA of :func:`history_eta`, documents,
+    tokens/s; ``history`` keeps ``(seconds, bytes done)`` of every update."""
 
     def __init__(self, total: int, done: int) -> None:
         self.total, self.done, self.start_done = total, done, done
         self.docs = self.tokens = 0
         self.t0 = time.perf_counter()
         self.history: list[tuple[float, int]] = []
+        self._times: list[float] = []
+        self._done: list[int] = []
         self._shown = 0.0
         self._lock = threading.Lock()
         self.bar = progress(
@@ -55,8 +107,8 @@ class TokenizeProgress:
             unit="B",
             unit_scale=True,
             unit_divisor=1024,
-            smoothing=0,
             initial=done,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {postfix}]",
         )
 
     def update(self, nbytes: int, docs: int, tokens: int) -> None:
@@ -67,11 +119,16 @@ class TokenizeProgress:
             self.tokens += tokens
             now = time.perf_counter() - self.t0
             self.history.append((now, self.done))
+            self._times.append(now)
+            self._done.append(self.done)
             self.bar.update(nbytes)
             if now - self._shown > 0.5 and hasattr(self.bar, "set_postfix_str"):
                 self._shown = now
+                left = history_eta(self._times, self._done, self.total)
                 self.bar.set_postfix_str(
-                    f"docs={self.docs:,} tok/s={self.tokens / max(now, 1e-9):,.0f}", refresh=False
+                    f"ETA {_clock(left)}, docs={self.docs:,}, "
+                    f"tok/s={self.tokens / max(now, 1e-9):,.0f}",
+                    refresh=False,
                 )
 
     def close(self) -> None:
