@@ -507,7 +507,7 @@ def test_a_wide_ack_window_sends_acks_from_two_threads_each_batch_once(
     name = "wide-window"
     kw: dict[str, Any] = {"batch_size": 64, "seed": 5, "name": name, "lease_size": 8}
     loader = RemoteLoader(
-        direct["url"], direct["read"], "dsd", transport="direct", ack_window=16, **kw
+        direct["url"], direct["read"], "dsd", **grouped(transport="direct", ack_window=16, **kw)
     )
     want = list(Loader(open_source(direct["root"] / "ds"), 64, seed=5))
     senders: set[str] = set()
