@@ -389,6 +389,16 @@ class LeaseFeed:
         finally:
             conn.close()
 
+    def taken(self) -> None:
+        """The loop was handed a batch (its ack is pending): wake an ack thread when a request is
+        due (:meth:`_due`), not on every batch (each wake-up is a thread switch)."""
+        if self.send_at <= 1 or self.loop_waits:
+            self.to_ack.set()
+            return
+        pending = len(self.loader._unflushed) - len(self.in_flight)  # a hint: ACK_FLUSH_S bounds
+        if pending >= self.send_at:
+            self.to_ack.set()
+
     def _due(self) -> bool:
         """Whether a woken ack thread sends now: :attr:`send_at` acks are pending and not in
         flight, or the loop waits for an answer (or the feed stops)."""

@@ -400,7 +400,7 @@ class RemoteLoader:
                     self.stats["skipped_duplicates"] += 1
                     with self._state_lock:
                         self._unflushed.append((lease.id, lease.fence, pos))
-                    feed.to_ack.set()
+                    feed.taken()
                     continue
                 batch = collate(table)  # built and collated while the previous ack is in flight
                 waited = feed.wait_yieldable(lease)
@@ -409,7 +409,7 @@ class RemoteLoader:
                 if self._dropped(lease, feed, i):
                     break
                 self._take(lease, pos)
-                feed.to_ack.set()
+                feed.taken()
                 yield batch
         finally:
             close_iterator(tables)
