@@ -22,6 +22,7 @@ Each row carries ``global_index`` (its position in the global batch) and ``sourc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -424,7 +425,7 @@ class LMLoader:
         st = validate_state(first, LM_STATE)
         opts = _saved_options(st["config"], seed=int(st["seed"]), given=kwargs)
         allow = kwargs.pop("allow_mismatch", ())
-        opts.update(kwargs)
+        opts.update({k: v for k, v in kwargs.items() if k != "batching"})  # batching: above
         loader = cls(source, opts.pop("batch_size"), **opts)
         loader.load_state_dict(state, allow_mismatch=allow)
         return loader
@@ -546,7 +547,10 @@ def _saved_options(
     return {
         "batch_size": int(cfg["global_batch"]) // max(world, 1),
         "seed": seed,
-        "shuffle": bool(cfg["shuffle"]),
+        # the saved order: a given Batching keeps its filter/transform, the shuffle is the run's
+        "batching": dataclasses.replace(
+            given.get("batching") or Batching(), shuffle=bool(cfg["shuffle"])
+        ),
         "columns": list(cfg["columns"]) or None,
         "rank": int(cfg["rank"]) if int(cfg["rank"]) < world else 0,
         "world_size": world,
