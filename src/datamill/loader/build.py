@@ -11,11 +11,9 @@ inherits these methods; nothing here decides which samples a batch holds.
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,11 +22,10 @@ from numpy.typing import NDArray
 from datamill.core.checks import check_int, check_rank
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.parallel import ordered_map
-from datamill.core.source import Source
-from datamill.loader.accounting import Accounting, BatchResult
-from datamill.loader.cache import BuildReader, ShardCache
-from datamill.loader.options import Batching, Workers
-from datamill.loader.order import Elastic, EpochOrder, num_batches, replica_group, split_sizes
+from datamill.loader.accounting import BatchResult
+from datamill.loader.cache import BuildReader
+from datamill.loader.order import Elastic, num_batches, replica_group, split_sizes
+from datamill.loader.servicebase import ServiceBase
 from datamill.loader.stages import EpochPlan, assemble, process_batch
 
 __all__ = ["BLOCK_ROWS", "Builds"]
@@ -55,43 +52,9 @@ def _check_rank(epoch: int, rank: int, world_size: int, replication: int = 1) ->
     return replica_group(int(rank), world_size=int(world_size), replication=int(replication))
 
 
-class Builds:
+class Builds(ServiceBase):
     """The build methods of :class:`~datamill.loader.service.BatchService` (a mixin: the service
     holds the attributes and the plans)."""
-
-    source: Source
-    columns: list[str] | None
-    sizes: NDArray[np.int64]
-    batch_size: int
-    batching: Batching
-    workers: Workers
-    window: int
-    warmup: bool
-    collate_fn: Callable[[pa.Table], Any]
-    _lock: threading.Lock
-    _cache: ShardCache
-    _totals: Accounting
-    _builds: int
-    _active: int
-    _lazy: OrderedDict[int, EpochOrder]
-
-    if TYPE_CHECKING:
-
-        def plan(
-            self,
-            epoch: int,
-            rank: int = 0,
-            world_size: int = 1,
-            *,
-            elastic: Elastic | None = None,
-            replication: int = 1,
-        ) -> EpochPlan: ...
-
-        def rank_samples(
-            self, rank: int = 0, world_size: int = 1, *, replication: int = 1
-        ) -> int: ...
-
-        def epoch_order(self, epoch: int) -> EpochOrder | None: ...
 
     def _read_shard(self, k: int) -> pa.Table:
         try:
