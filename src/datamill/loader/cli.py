@@ -62,23 +62,22 @@ def _remote(args: argparse.Namespace) -> int:
     run_iterate = command_handler(
         "serve iterate", hint="install the serve extra: pip install 'datamill[serve]'"
     )
-    return int(
-        run_iterate(
-            dataset=args.source,
-            url=args.url,
-            key=args.key,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            columns=args.columns,
-            rank=args.rank,
-            world_size=args.world_size,
-            mode=args.mode,
-            name=args.name,
-            limit=args.limit,
-            save_state=args.save_state,
-            transport=args.transport,
-        )
+    served = argparse.Namespace(  # the names `datamill serve iterate` parses
+        dataset=args.source,
+        url=args.url,
+        key=args.key,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        columns=args.columns,
+        rank=args.rank,
+        world_size=args.world_size,
+        mode=args.mode,
+        name=args.name,
+        limit=args.limit,
+        save_state=args.save_state,
+        transport=args.transport,
     )
+    return int(run_iterate(served))
 
 
 # long (77 lines): the iterate command's three runs (served, record, in-process) and their option

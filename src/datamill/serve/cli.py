@@ -32,6 +32,7 @@ from datamill.core.cliargs import (
     add_ranks,
     add_seed,
     add_served,
+    columns_of,
 )
 
 __all__ = [
@@ -279,29 +280,13 @@ def _backup(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_iterate(
-    *,
-    dataset: str,
-    url: str,
-    key: str | None,
-    batch_size: int = 256,
-    seed: int = 0,
-    epoch: int = 0,
-    columns: str | None = None,
-    rank: int = 0,
-    world_size: int = 1,
-    mode: str = "static",
-    name: str | None = None,
-    limit: int = 0,
-    save_state: str | None = None,
-    reconnect_timeout: float = 3.0,
-    transport: str = "built",
-) -> int:
+def run_iterate(args: argparse.Namespace) -> int:
     """Iterate a served dataset once and print throughput (``datamill serve iterate``, ``datamill
-    iterate --url``).
+    iterate --url``): the command's parsed options, whole (:func:`add_iterate_options`).
 
-    ``key`` defaults to ``$DATAMILL_KEY``. ``transport``: ``"built"`` (the server builds the
-    batches) or ``"direct"`` (this process builds them from the dataset's client location).
+    ``args.key`` defaults to ``$DATAMILL_KEY``; ``args.transport``: ``"built"`` (the server builds
+    the batches) or ``"direct"`` (this process builds them from the dataset's client location).
+    ``epoch`` and ``reconnect_timeout`` default to ``0`` and ``3`` seconds when absent.
 
     Raises:
         RemoteError: the server cannot be reached within ``reconnect_timeout`` seconds, or refused a
@@ -309,26 +294,27 @@ def run_iterate(
     """
     from datamill.client import Leases, RemoteLoader, Transport
 
-    key = key if key is not None else os.environ.get("DATAMILL_KEY")
+    key = args.key if args.key is not None else os.environ.get("DATAMILL_KEY")
+    transport = args.transport or "built"
     loader = RemoteLoader(
-        url,
+        args.url,
         key,
-        dataset,
-        batch_size=batch_size,
-        seed=seed,
-        epoch=epoch,
-        columns=columns.split(",") if columns else None,
-        rank=rank,
+        args.dataset,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        epoch=getattr(args, "epoch", 0),
+        columns=columns_of(args.columns),
+        rank=args.rank,
         collate="arrow",
-        leases=Leases(world_size=world_size, mode=mode, name=name),
-        transport=Transport(transport, reconnect_s=reconnect_timeout),
+        leases=Leases(world_size=args.world_size, mode=args.mode, name=args.name),
+        transport=Transport(transport, reconnect_s=getattr(args, "reconnect_timeout", 3.0)),
     )
     start = time.perf_counter()
     rows = batches = 0
     for batch in loader:
         rows += batch.num_rows
         batches += 1
-        if limit and batches >= limit:
+        if args.limit and batches >= args.limit:
             break
     dt = time.perf_counter() - start
     print(
@@ -336,32 +322,12 @@ def run_iterate(
         f"({rows / max(dt, 1e-9):,.0f} samples/s; waited {loader.stall_s:.2f} s for data; "
         f"transport {transport})"
     )
-    if save_state:
+    if args.save_state:
         from datamill.core.io import atomic_write
 
-        with atomic_write(save_state, "w") as f:
+        with atomic_write(args.save_state, "w") as f:
             json.dump(loader.state_dict(), f, indent=2, sort_keys=True)
     return 0
-
-
-def _iterate(args: argparse.Namespace) -> int:
-    return run_iterate(
-        dataset=args.dataset,
-        url=args.url,
-        key=args.key,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        epoch=args.epoch,
-        columns=args.columns,
-        rank=args.rank,
-        world_size=args.world_size,
-        mode=args.mode,
-        name=args.name,
-        limit=args.limit,
-        save_state=args.save_state,
-        reconnect_timeout=args.reconnect_timeout,
-        transport=args.transport,
-    )
 
 
 # ------------------------------------------------------------------------------------------ parsers
@@ -547,4 +513,4 @@ def register(sub: Any) -> None:
     gcp.set_defaults(func=_gc)
     iterate = cmds.add_parser("iterate", help="iterate a served dataset once and print throughput")
     add_iterate_options(iterate)
-    iterate.set_defaults(func=_iterate)
+    iterate.set_defaults(func=run_iterate)
