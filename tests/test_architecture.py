@@ -442,7 +442,7 @@ def test_producers_never_import_the_consumers() -> None:
     only through registries; their ``cli`` modules (the command line) may call them."""
     known = modules()
     producers = ("datamill.preprocessing", "datamill.pretrain", "datamill.text", "datamill.shards")
-    consumers = ("datamill.loader", "datamill.serve", "datamill.ray")
+    consumers = ("datamill.loader", "datamill.serve", "datamill.client", "datamill.ray")
     bad = []
     for name, path in known.items():
         if not name.startswith(producers) or name.rpartition(".")[2] == "cli":
@@ -453,6 +453,22 @@ def test_producers_never_import_the_consumers() -> None:
             if m.startswith(consumers)
         ]
     assert not bad, bad
+
+
+def test_the_client_never_imports_the_server() -> None:
+    """``datamill.client`` (Client, RemoteLoader, the torch adapter) imports no module of
+    ``datamill.serve`` (the server's protocol, journal, routes...): the two share only
+    ``core.wire`` and ``loader.runs``."""
+    known = modules()
+    bad = [
+        f"{name} -> {m}"
+        for name, path in known.items()
+        if name.startswith("datamill.client")
+        for m, _ in imports_of(name, path, known, runtime_only=False)
+        if m.startswith("datamill.serve")
+    ]
+    assert not bad, bad
+    assert {"datamill.client", "datamill.client.loader"} <= set(known)
 
 
 LONG_KNOWN: set[str] = set()

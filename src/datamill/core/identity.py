@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from datamill.core.constants import DATASET_MANIFEST, META_SUFFIX, ROW_HASHES_KEY
-from datamill.core.errors import DataFileError, DataFileNotFoundError
+from datamill.core.errors import DataFileError, DataFileNotFoundError, DatamillError
 from datamill.core.fingerprint import fingerprint_obj
 
 __all__ = ["IDENTITY_FORMAT", "check_identity", "content_identity", "file_identity"]
@@ -131,11 +131,16 @@ def content_identity(location: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         DataFileNotFoundError: nothing at ``location``.
     """
-    from datamill.core.storage import filesystem_for, is_remote
+    from datamill.core.storage import filesystem_for, is_remote, storage_error
 
     fs, root = filesystem_for(location)
-    kind, files = _files(fs, root)
-    idents = _identities(fs, root, files, remote=is_remote(location))
+    try:
+        kind, files = _files(fs, root)
+        idents = _identities(fs, root, files, remote=is_remote(location))
+    except DatamillError:
+        raise
+    except OSError as exc:  # unreachable, denied, gone while listed: located
+        raise storage_error(exc, os.fspath(location)) from exc
     table = {rel: ident for (rel, _), ident in zip(files, idents)}
     return {
         "format": IDENTITY_FORMAT,
@@ -155,12 +160,32 @@ def check_identity(
         DataFileError: a file differs (naming the dataset, the file, what was recorded and what was
             found, and how to fix it). DataFileNotFoundError: a recorded file is missing.
     """
-    from datamill.core.storage import filesystem_for, is_remote
+    from datamill.core.storage import filesystem_for, is_remote, storage_error
 
     if identity.get("format") != IDENTITY_FORMAT:
         return  # a server of another release: nothing to check against
     fs, root = filesystem_for(location)
     want: Mapping[str, list[Any]] = identity["files"]
+    try:
+        _check_files(
+            fs, root, location, want, identity, dataset=dataset, remote=is_remote(location)
+        )
+    except DatamillError:
+        raise
+    except OSError as exc:  # unreachable, denied, gone while listed: located
+        raise storage_error(exc, os.fspath(location)) from exc
+
+
+def _check_files(
+    fs: pafs.FileSystem,
+    root: str,
+    location: str | os.PathLike[str],
+    want: Mapping[str, list[Any]],
+    identity: Mapping[str, Any],
+    *,
+    dataset: str,
+    remote: bool,
+) -> None:
     kind, files = _files(fs, root)
     sizes = dict(files)
     hint = (
@@ -177,7 +202,7 @@ def check_identity(
             hint=hint,
         )
     names = sorted(want, key=lambda rel: (_metadata(rel.rpartition("/")[2]), rel))  # data first
-    got = _identities(fs, root, [(r, sizes[r]) for r in names], remote=is_remote(location))
+    got = _identities(fs, root, [(r, sizes[r]) for r in names], remote=remote)
     for rel, found in zip(names, got):
         if list(found) != list(want[rel]):
             raise DataFileError(
