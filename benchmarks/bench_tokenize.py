@@ -329,7 +329,9 @@ def _datamill_lines(dm: dict[str, Any], size: int) -> list[str]:
     )
     out.append(
         f"projected time for 10 GB on this machine, every stage charged: {ten_gb / 60:,.0f} min "
-        f"({ten_gb / 3600:.1f} h) at this run's rate ({size / MB / dm['seconds']:.2f} MB/s)"
+        f"({ten_gb / 3600:.1f} h) at this run's rate ({size / MB / dm['seconds']:.2f} MB/s); "
+        f"by its CPU seconds, {dm['cpu'] * (10 << 30) / size / 60 / (os.cpu_count() or 1):,.0f} "
+        f"min with the {os.cpu_count()} cores to itself"
     )
     return out
 
