@@ -333,8 +333,10 @@ def _datamill(config: dict[str, Any], csv: Path, repeat: int) -> tuple[Any, dict
     return out, times
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def ludwig_parser(description: str) -> argparse.ArgumentParser:
+    """The options every Ludwig benchmark takes: ``--ludwig-python`` (Ludwig's venv, or
+    ``$LUDWIG_PYTHON``) and ``--write-fixture``."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument(
         "--ludwig-python",
         type=Path,
@@ -343,12 +345,17 @@ def main() -> None:
         ),
     )
     ap.add_argument(
+        "--write-fixture", action="store_true", help=f"store Ludwig's output in {FIXTURE}"
+    )
+    return ap
+
+
+def main() -> None:
+    ap = ludwig_parser(__doc__.split("\n\n")[0])
+    ap.add_argument(
         "--scale", type=int, default=1, help="repeat the CSV's rows this many times (timings)"
     )
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument(
-        "--write-fixture", action="store_true", help=f"store Ludwig's output in {FIXTURE}"
-    )
     ap.add_argument("--dataset", choices=("house_prices", "penguins"), default="house_prices")
     args = ap.parse_args()
     import yaml

@@ -21,7 +21,6 @@ the metadata fields compared, the refusal messages) in ``tests/fixtures/ludwig/r
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import tempfile
@@ -30,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_ludwig import ludwig_side  # Ludwig's venv runs bench_ludwig_side.py (one runner)
+from bench_ludwig import (  # Ludwig's venv runs bench_ludwig_side.py (one runner)
+    ludwig_parser,
+    ludwig_side,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests/fixtures/ludwig"
@@ -172,12 +174,7 @@ def compare(name: str, lw: dict[str, Any], dm: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--ludwig-python", type=Path, default=Path("/work/.cache/ludwig-venv/bin/python")
-    )
-    ap.add_argument("--write-fixture", action="store_true")
-    args = ap.parse_args()
+    args = ludwig_parser(__doc__.splitlines()[0]).parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_ludwig_rows_"))
     data = work / "rows.csv" if args.write_fixture else ROWS_CSV
     if args.write_fixture:

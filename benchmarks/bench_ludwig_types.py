@@ -30,7 +30,6 @@ every 8th raw sample) and metadata (``types_ludwig_meta.json``);
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -40,7 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_ludwig import ludwig_side  # Ludwig's venv runs bench_ludwig_side.py (one runner)
+from bench_ludwig import (  # Ludwig's venv runs bench_ludwig_side.py (one runner)
+    ludwig_parser,
+    ludwig_side,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests/fixtures/ludwig"
@@ -264,12 +266,7 @@ def compare(name: str, lw: dict[str, np.ndarray], dm: dict[str, np.ndarray], **r
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--ludwig-python", type=Path, default=Path("/work/.cache/ludwig-venv/bin/python")
-    )
-    ap.add_argument("--write-fixture", action="store_true")
-    args = ap.parse_args()
+    args = ludwig_parser(__doc__.splitlines()[0]).parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_ludwig_types_"))
     tables = {
         "audio": make_audio(work / "audio"),

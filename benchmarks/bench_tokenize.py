@@ -228,7 +228,21 @@ def run_ceiling(path: str, tok: str, out: str, workers: int) -> dict[str, Any]:
     return {"seconds": seconds, "cpu": cpu, "tokens": tokens, "documents": len(texts)}
 
 
-RUNNERS = {"datamill": run_datamill, "datasets": run_datasets, "ceiling": run_ceiling}
+def run_encode1(path: str, tok: str, out: str, workers: int) -> dict[str, Any]:
+    """The tokenizer's own cost: :func:`run_ceiling` on one thread (its CPU seconds are the
+    encoding's, without the idle spinning of the library's thread pool); on two cores of their own,
+    no pipeline of the same encoding can take less wall time than half of them."""
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    return run_ceiling(path, tok, out, workers)
+
+
+RUNNERS = {
+    "datamill": run_datamill,
+    "datasets": run_datasets,
+    "ceiling": run_ceiling,
+    "encode1": run_encode1,
+}
 
 
 def child(kind: str, path: str, tok: str, out: str, workers: int) -> None:
@@ -329,13 +343,15 @@ def _datamill_lines(dm: dict[str, Any], size: int) -> list[str]:
     )
     out.append(
         f"projected time for 10 GB on this machine, every stage charged: {ten_gb / 60:,.0f} min "
-        f"({ten_gb / 3600:.1f} h) at this run's rate ({size / MB / dm['seconds']:.2f} MB/s)"
+        f"({ten_gb / 3600:.1f} h) at this run's rate ({size / MB / dm['seconds']:.2f} MB/s); "
+        f"by its CPU seconds, {dm['cpu'] * (10 << 30) / size / 60 / (os.cpu_count() or 1):,.0f} "
+        f"min with the {os.cpu_count()} cores to itself"
     )
     return out
 
 
 def report(name: str, size: int, rows: dict[str, dict[str, Any]]) -> list[str]:
-    dm = rows["datamill"]
+    dm = rows.get("datamill") or next(iter(rows.values()))
     counts = {k: v["tokens"] for k, v in rows.items()}
     assert len(set(counts.values())) == 1, counts
     out = [
@@ -353,8 +369,8 @@ def report(name: str, size: int, rows: dict[str, dict[str, Any]]) -> list[str]:
             f"{r['tokens'] / r['seconds']:,.0f} | {r['rss_mb']:,.0f} / {r['pss_mb']:,.0f} | "
             f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |"
         )
-    out += ["", *_datamill_lines(dm, size), ""]
-    if "datasets" in rows and "ceiling" in rows:
+    out += ["", *_datamill_lines(dm, size), ""] if "datamill" in rows else [""]
+    if {"datamill", "datasets", "ceiling"} <= set(rows):
         vs_hf = rows["datasets"]["seconds"] / dm["seconds"]
         vs_ceil = rows["ceiling"]["seconds"] / dm["seconds"]
         hf_ceil = rows["ceiling"]["seconds"] / rows["datasets"]["seconds"]
@@ -366,12 +382,18 @@ def report(name: str, size: int, rows: dict[str, dict[str, Any]]) -> list[str]:
         )
         cpu = {k: r["cpu"] for k, r in rows.items()}
         out.append(
-            f"CPU seconds (process and children, the timed part): datamill {cpu['datamill']:.1f}, "
-            f"datasets.map {cpu['datasets']:.1f}, ceiling {cpu['ceiling']:.1f}: by CPU, datamill "
-            f"is {cpu['datasets'] / cpu['datamill']:.2f}x datasets.map and "
-            f"{cpu['ceiling'] / cpu['datamill']:.2f}x the ceiling, datasets.map "
-            f"{cpu['ceiling'] / cpu['datasets']:.2f}x the ceiling (what the wall-clock ratios "
-            f"would be on two cores of its own with every process busy)"
+            "CPU seconds (process and children, the timed part): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+            + f"; datamill used {cpu['datamill'] / cpu['datasets']:.2f}x datasets.map's CPU"
+        )
+    if {"datamill", "datasets", "encode1"} <= set(rows):
+        enc, hf, own = rows["encode1"]["cpu"], rows["datasets"]["cpu"], rows["datamill"]["cpu"]
+        out.append(
+            f"The arithmetic: the encoding itself is {enc:.1f} CPU s (one thread), so on 2 cores "
+            f"of their own no pipeline finishes in less than {enc / 2:.1f} s; datasets.map needs "
+            f"{hf:.1f} CPU s ({hf / 2:.1f} s on 2 cores), so the most any pipeline can be is "
+            f"**{hf / enc:.2f}x datasets.map** (the goal asks 2x); datamill needs {own:.1f} CPU s, "
+            f"{enc / own:.2f}x the encoding's own (by CPU: {hf / own:.2f}x datasets.map)"
         )
     return out
 
@@ -382,6 +404,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--skewed-mb", type=float, default=None, help="size of skewed.jsonl")
     p.add_argument("--only", choices=["wiki", "skewed"], default=None, help="one input only")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument(
+        "--contenders", default=",".join(RUNNERS), help="comma-separated, of " + ",".join(RUNNERS)
+    )
     p.add_argument("--work", default=None, help="folder for the inputs (default: a temporary one)")
     p.add_argument(
         "--rss-gb",
@@ -420,7 +445,7 @@ def main() -> None:
     inputs = build_inputs(work, mb, 0.01 if alone else args.skewed_mb)
     env = {"BURN_AT": str(args.burn_at), "BURN_UNTIL": str(args.burn_until)}
     env = {**env, "BURNERS": str(args.burners)} if args.burn_at is not None else {}
-    kinds = ["datamill"] if alone else list(RUNNERS)
+    kinds = ["datamill"] if alone else args.contenders.split(",")
     for name in ["wiki"] if alone else [args.only] if args.only else ["wiki", "skewed"]:
         rows = {
             k: measure(k, inputs[name], inputs["tokenizer"], work, args.workers, env) for k in kinds

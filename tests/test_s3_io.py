@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamill.cli import main
-from datamill.core.objstore import s3_filesystem
 from datamill.loader.sources import open_source
 from datamill.preprocessing.api import preprocess
 
@@ -29,19 +27,13 @@ CONFIG = {
 }
 
 
+BUCKET = "inout"
+
+
 @pytest.fixture(scope="module")
-def fs(seaweed: tuple[str, str, str]) -> Iterator[pafs.S3FileSystem]:
-    """Bucket ``io`` on the server; the AWS_* variables point at it."""
-    endpoint, key, secret = seaweed
-    s3 = s3_filesystem(
-        endpoint=endpoint, access_key=key, secret_key=secret, allow_bucket_creation=True
-    )
-    s3.create_dir("inout")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", key)
-        mp.setenv("AWS_SECRET_ACCESS_KEY", secret)
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)
-        yield s3
+def fs(s3_bucket: tuple[pafs.S3FileSystem, dict[str, str]]) -> pafs.S3FileSystem:
+    """Bucket ``inout`` on the server (tests/conftest.py); the AWS_* variables point at it."""
+    return s3_bucket[0]
 
 
 def _table(n: int, seed: int) -> pa.Table:

@@ -4,6 +4,8 @@ served iteration's record."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,19 @@ def _same(a: dict[str, np.ndarray[Any, Any]], b: dict[str, np.ndarray[Any, Any]]
         assert v.dtype == b[k].dtype and v.tolist() == b[k].tolist()
 
 
+@contextlib.contextmanager
+def _server(root: Path, state: Path) -> Iterator[tuple[str, str, str]]:
+    """``datamill serve`` over ``root`` while the block runs: (its URL, an admin key, a read
+    key); stopped by its process id after."""
+    admin, read = make_key(state, "admin"), make_key(state, "read")
+    port = free_port()
+    proc = start_server(root, state, port)
+    try:
+        yield f"http://127.0.0.1:{port}", admin, read
+    finally:
+        stop(proc)
+
+
 def _served_as_local(url: str, key: str, kind: str, want: list[Any]) -> list[str]:
     """Both transports (the server's build, a direct client) serve ``want``, the in-process
     Loader's batches; returns their iteration ids."""
@@ -71,12 +86,7 @@ def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
         t = build(kind, root / kind)
         pinned[kind] = _version_file(kind, t)
         t.write(rows(60, 70))  # appended after the pin: not served
-    state = tmp_path / "state"
-    admin, read = make_key(state, "admin"), make_key(state, "read")
-    port = free_port()
-    proc = start_server(root, state, port)
-    try:
-        url = f"http://127.0.0.1:{port}"
+    with _server(root, tmp_path / "state") as (url, admin, read):
         with Client(url, admin) as c:
             for kind, path in pinned.items():
                 c.register(str(path.relative_to(root)), name=kind, client_location=str(path))
@@ -87,8 +97,6 @@ def test_pinned_versions_served_over_both_transports(tmp_path: Path) -> None:
                 with Client(url, read) as c:
                     record = c.http.request("GET", f"/api/v1/iterations/{iteration}/trace")
                 assert pinned_version(record.json()) == (kind, src.version)
-    finally:
-        stop(proc)
 
 
 def test_a_table_folder_is_registered_as_its_current_version(tmp_path: Path) -> None:
@@ -99,12 +107,7 @@ def test_a_table_folder_is_registered_as_its_current_version(tmp_path: Path) -> 
     for kind in ("delta", "iceberg", "lance"):
         t = build(kind, root / kind)
         pinned[kind] = (t, _version_file(kind, t))
-    state = tmp_path / "state"
-    admin, read = make_key(state, "admin"), make_key(state, "read")
-    port = free_port()
-    proc = start_server(root, state, port)
-    try:
-        url = f"http://127.0.0.1:{port}"
+    with _server(root, tmp_path / "state") as (url, admin, read):
         with Client(url, admin) as c:
             for kind in pinned:
                 folder = Path(pinned[kind][0].path)
@@ -118,5 +121,3 @@ def test_a_table_folder_is_registered_as_its_current_version(tmp_path: Path) -> 
         for kind, (t, path) in pinned.items():
             t.write(rows(60, 70))  # appended after the registration: not served
             _served_as_local(url, read, kind, list(Loader(open_source(path), 16, seed=4)))
-    finally:
-        stop(proc)

@@ -340,7 +340,7 @@ class ParquetFilesSource(SchemaColumns):
             raise ConfigError(f"shard_by must be 'auto', 'file' or 'row_group', got {shard_by!r}")
         self.location, self.schema, self.fs, self.shard_by = location, schema, fs, shard_by
         self.files = self._present(files, root, table)
-        kind, version, table_id = table
+        kind, version, table_id = self._table = table
         listed = [[f.path.removeprefix(root), f.size, f.rows, f.deletes] for f in self.files]
         content = [table_id, schema.to_string(), shard_by, listed]
         self._fingerprint = table_fingerprint(kind, version, content)
@@ -414,6 +414,22 @@ class ParquetFilesSource(SchemaColumns):
     def shard_nbytes(self) -> NDArray[np.int64]:
         """Bytes of each shard's file (what it costs to fetch and cache)."""
         return np.array([self.files[s[0]].size for s in self._shards], dtype=np.int64)
+
+    pin = "version"
+    """The name of what pins the table (``version``, ``snapshot_id``) in :attr:`pinned_url` and
+    ``repr``."""
+
+    @property
+    def pinned_url(self) -> str:
+        """A URL that opens this version again (``delta:///path?version=3``,
+        ``iceberg:///path?snapshot_id=N``)."""
+        return pinned_table_url(self._table[0], self.location, f"{self.pin}={self._table[1]}")
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.location!r}, {self.pin}={self._table[1]}, "
+            f"shards={self.num_shards}, rows={int(self.shard_sizes().sum())})"
+        )
 
     def fingerprint(self) -> str:
         """``"<format>@v<version>-<hash>"``: the pinned version and the files it lists."""

@@ -24,7 +24,6 @@ from datamill.tables.common import (
     ShardBy,
     TableFile,
     location_fs,
-    pinned_table_url,
     s3_env_options,
 )
 
@@ -211,15 +210,4 @@ class DeltaSource(ParquetFilesSource):
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             uid_column=uid_column,
-        )
-
-    @property
-    def pinned_url(self) -> str:
-        """A URL that opens this version again (``delta:///path?version=3``)."""
-        return pinned_table_url("delta", self.location, f"version={self.version}")
-
-    def __repr__(self) -> str:
-        return (
-            f"DeltaSource({self.location!r}, version={self.version}, shards={self.num_shards}, "
-            f"rows={int(self.shard_sizes().sum())})"
         )

@@ -29,7 +29,6 @@ from datamill.tables.common import (
     ShardBy,
     TableFile,
     location_fs,
-    pinned_table_url,
     s3_env_options,
 )
 
@@ -245,6 +244,7 @@ class IcebergSource(ParquetFilesSource):
     """
 
     kind = "iceberg"
+    pin = "snapshot_id"
 
     # long (62 lines): resolving the snapshot, its schema and its files, then the fingerprint of
     # what was resolved: one sequence that reads best in one place
@@ -291,15 +291,4 @@ class IcebergSource(ParquetFilesSource):
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             uid_column=uid_column,
-        )
-
-    @property
-    def pinned_url(self) -> str:
-        """A URL that opens this snapshot again (``iceberg:///path?snapshot_id=N``)."""
-        return pinned_table_url("iceberg", self.location, f"snapshot_id={self.snapshot_id}")
-
-    def __repr__(self) -> str:
-        return (
-            f"IcebergSource({self.location!r}, snapshot_id={self.snapshot_id}, "
-            f"shards={self.num_shards}, rows={int(self.shard_sizes().sum())})"
         )
