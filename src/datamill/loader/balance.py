@@ -149,9 +149,10 @@ def _swap(costs: F64, ranks: I64, world: int) -> None:
 def lower_bound(costs: F64, /, *, world_size: int) -> F64:
     """The max/mean per-rank cost no deal of equal counts beats, per step (a row of ``costs``).
 
-    The rank with the costliest unit holds ``per - 1`` more, at least the cheapest; and the
-    ``j < world_size`` cheapest units touch at most ``j`` ranks, so some rank holds ``per`` units
-    of the rest, at least their ``per`` cheapest.
+    Of the ``(q - 1) * world_size + 1`` costliest units some rank holds ``q`` (``q = 1 ..
+    per``), each costing at least the last of them, and ``per - q`` more, at least the cheapest;
+    and the ``j < world_size`` cheapest units touch at most ``j`` ranks, so some rank holds
+    ``per`` units of the rest, at least their ``per`` cheapest.
 
     Examples:
         >>> lower_bound(np.array([[9.0, 1, 1, 1]]), world_size=2).tolist()
@@ -163,7 +164,8 @@ def lower_bound(costs: F64, /, *, world_size: int) -> F64:
     mean = x.sum(axis=1) / world_size
     cum = np.concatenate([np.zeros((steps, 1)), np.cumsum(x, axis=1)], axis=1)
     cheap = (cum[:, per : per + world_size] - cum[:, :world_size]).max(axis=1)
-    top = x[:, -1] + cum[:, per - 1]
+    q = np.arange(1, per + 1)
+    top = (q * x[:, g - 1 - (q - 1) * world_size] + cum[:, per - q]).max(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.maximum(top, cheap) / mean
     return np.where(mean > 0, np.maximum(out, 1.0), 1.0)
