@@ -45,8 +45,9 @@ from datamill.serve.journal.leases import (
 )
 from datamill.serve.journal.store import Journal
 from datamill.serve.observe.metrics import Telemetry
-from datamill.serve.protocol.iteration import AckResult, Iteration, Lease, runs, session_digest
+from datamill.serve.protocol.iteration import AckResult, Iteration, Lease, runs
 from datamill.serve.protocol.round_trip import AckItem, Planned, Take, finish, plan
+from datamill.serve.protocol.state import session_digest
 
 __all__ = [
     "ARROW_STREAM",
