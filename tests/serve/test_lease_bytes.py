@@ -13,7 +13,8 @@ import pytest
 
 from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.client.options import LEASE_BYTES
-from datamill.serve.server import LEASE_SIZES, ServeState, auto_lease_size, row_bytes
+from datamill.serve.catalog import LEASE_SIZES, auto_lease_size, row_bytes
+from datamill.serve.server import ServeState
 from datamill.shards import ShardsetDataset
 from datamill.sources import open_source
 

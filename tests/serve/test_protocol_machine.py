@@ -31,8 +31,9 @@ from hypothesis.stateful import (
 )
 
 from datamill.serve.journal.leases import leases_write
-from datamill.serve.protocol.iteration import Iteration, session_digest
+from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.protocol.round_trip import plan
+from datamill.serve.protocol.state import session_digest
 from datamill.serve.server import CancelledError, ServeState
 from datamill.shards.dataset import ShardsetDataset
 

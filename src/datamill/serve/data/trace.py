@@ -31,8 +31,9 @@ import numpy as np
 
 from datamill.core.errors import ConfigError
 from datamill.loader.record import plan_record
+from datamill.serve.catalog import check_name
 from datamill.serve.protocol.iteration import Iteration, runs
-from datamill.serve.server import NotFoundError, ServeState, check_name
+from datamill.serve.server import NotFoundError, ServeState
 
 __all__ = [
     "MAX_RUN_RECORDS",

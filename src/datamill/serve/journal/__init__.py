@@ -1,5 +1,6 @@
-"""The server's journal: the one SQLite file of the state folder, its schema, version, checksums and
-folder lock (:mod:`~datamill.serve.journal.store`), and the group-committed lease writes
+"""The server's journal: the one SQLite file of the state folder and its records
+(:mod:`~datamill.serve.journal.store`), its schema, version, checksums and folder lock
+(:mod:`~datamill.serve.journal.schema`), and the group-committed lease writes
 (:mod:`~datamill.serve.journal.leases`)."""
 
 from __future__ import annotations

@@ -37,19 +37,36 @@ them (a heartbeat or ack with the fence) or the grace period ends.
 
 from __future__ import annotations
 
-import bisect
-import functools
-import hashlib
 import hmac
-import itertools
 import secrets
-from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from datamill.serve.protocol.state import (
+    _BYTE,
+    _LEASE_NUMBERS,
+    _LEASE_PREFIX,
+    ACKING,
+    DONE,
+    DRAIN_FIRST_LEASE,
+    GRACE_MAX_S,
+    LEASED,
+    PENDING,
+    AckResult,
+    ClientInfo,
+    IterationState,
+    Lease,
+    _array_runs,
+    _every,
+    _has,
+    digest,
+    drain_cap,
+    lease_grace,
+    runs,
+    session_digest,
+)
 
 __all__ = [
     "ACKING",
@@ -65,175 +82,8 @@ __all__ = [
     "runs",
 ]
 
-PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
-"""A position's state; ``ACKING``: acknowledged by its lease's holder, the journal write in flight
-(neither handed out again nor done until the write commits, see :meth:`Iteration.begin_acks`)."""
-RATE_WINDOW_S = 10.0
-GRACE_MAX_S = 2.0
-"""The longest grace after a lease's TTL before its batches are handed out again (a quarter of the
-TTL when that is shorter)."""
 
-
-def lease_grace(ttl: float) -> float:
-    """Seconds the server waits past a lease's TTL (after its last heartbeat or ack) before it
-    hands the lease's batches out again: the holder stopped yielding at the TTL by its own clock.
-
-    Examples:
-        >>> lease_grace(2.0), lease_grace(60.0)
-        (0.5, 2.0)
-    """
-    return min(GRACE_MAX_S, 0.25 * float(ttl))
-
-
-_SCAN = 1024  # positions a take first scans for a pending one (doubling up to 1 << 20)
-_MAX_CURSORS = (
-    4096  # pending-position cursors kept (one per (queue, slots, slot)); hints, reset when over
-)
-
-
-# lease ids: unique, not secret (the fence is): a random prefix per server process and a counter
-_LEASE_PREFIX, _LEASE_NUMBERS = secrets.token_hex(6), itertools.count(1)
-_BYTE = {v: bytes([v]) for v in (PENDING, LEASED, DONE, ACKING)}
-
-
-def _has(seg: NDArray[np.int8], value: int) -> bool:
-    """Whether a lease's few positions hold ``value`` (bytes: no numpy call on the lease path)."""
-    return _BYTE[value] in seg.tobytes()
-
-
-def _every(seg: NDArray[np.int8], value: int) -> bool:
-    """Whether every position of a lease's few holds ``value``."""
-    raw = seg.tobytes()
-    return raw.count(_BYTE[value]) == len(raw)
-
-
-def digest(secret: str) -> str:
-    """The hash of a fence or session secret kept in memory and in the journal (never the
-    secret)."""
-    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-session_digest = functools.lru_cache(maxsize=4096)(digest)
-""":func:`digest` of a client's session, remembered for the last 4,096 sessions (each round trip
-hashes its session; fences are not remembered)."""
-
-
-@dataclass
-class Lease:
-    """Positions ``[start, stop)`` of queue ``queue``, held by ``client`` (of session ``session``)
-    until ``deadline``.
-
-    ``fence`` is the secret given to the holder (empty for a lease restored from the journal);
-    ``fence_hash`` and ``session`` are hashes (:func:`digest`).
-    """
-
-    id: str
-    fence: str
-    queue: int
-    start: int
-    stop: int
-    client: str
-    deadline: float
-    issued: float
-    fence_hash: str = ""
-    session: str = ""
-    slot: int = 0
-    reclaimed: bool = True
-    owner: str = ""  # the API key id that took it ("" without auth)
-
-
-@dataclass
-class AckResult:
-    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
-    lease or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all
-    in the lease: 422, nothing recorded); ``units``: the unit runs done by this ack."""
-
-    status: str
-    units: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass
-class ClientInfo:
-    """What the server knows of one client (for progress)."""
-
-    rank: int
-    slot: int
-    last_seen: float
-    batches: int = 0
-    stall_s: float = 0.0
-    acked: deque[tuple[float, int]] = field(default_factory=deque)
-
-
-DRAIN_FIRST_LEASE = 16
-"""Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
-
-
-def drain_cap(
-    acked: Sequence[tuple[float, int]], now: float, drain_s: float, need: int = 1 << 62
-) -> int:
-    """Batches a client consumes in a third of ``drain_s`` at its rate over the last
-    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks, oldest first); :data:`DRAIN_FIRST_LEASE`
-    before any ack; ``need`` as soon as the newest acks show the cap would not bind (a fast client
-    costs a few steps, not a pass over its window). A third: a client may hold a lease per worker
-    slot and one more in prefetch.
-
-    Examples:
-        >>> drain_cap([], 100.0, 30.0)
-        16
-        >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
-        45
-    """
-    enough = need * 3 * (RATE_WINDOW_S + 1.0) / max(drain_s, 1e-9)
-    total, first = 0, None
-    for t, n in reversed(acked):  # newest first
-        if t < now - RATE_WINDOW_S:
-            break
-        total, first = total + n, t
-        if total >= enough:
-            return need
-    if first is None:
-        return DRAIN_FIRST_LEASE
-    rate = total / max(1.0, min(RATE_WINDOW_S, now - first) + 1.0)
-    return max(1, min(need, int(rate * drain_s / 3)))
-
-
-def runs(units: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted unit ids as ``[start, stop)`` runs.
-
-    Examples:
-        >>> runs([0, 1, 2, 5, 6, 9])
-        [(0, 3), (5, 7), (9, 10)]
-    """
-    out: list[tuple[int, int]] = []
-    for u in sorted(int(x) for x in units):
-        if out and out[-1][1] == u:
-            out[-1] = (out[-1][0], u + 1)
-        else:
-            out.append((u, u + 1))
-    return out
-
-
-def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
-    """:func:`runs` of an int array, vectorised (a lease's few units: a plain loop is faster)."""
-    if len(units) <= 256:
-        return runs(units.tolist())
-    u = np.unique(units)
-    if not len(u):
-        return []
-    cut = np.flatnonzero(np.diff(u) != 1) + 1
-    starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
-    return [(int(a), int(b)) for a, b in zip(starts, stops)]
-
-
-def _split(n: int, parts: int) -> list[tuple[int, int]]:
-    base, extra = divmod(n, parts)
-    bounds = [0]
-    for p in range(parts):
-        bounds.append(bounds[-1] + base + (1 if p < extra else 0))
-    return list(itertools.pairwise(bounds))
-
-
-class Iteration:
+class Iteration(IterationState):
     """Queues, leases and the done set of one iteration: the state the transitions change (not
     thread-safe: the driver serialises them).
 
@@ -263,155 +113,6 @@ class Iteration:
         ... )
         ('ok', 'already')
     """
-
-    def __init__(
-        self,
-        id: str,
-        rank_batches: Sequence[int],
-        *,
-        mode: str = "static",
-        world_size: int = 1,
-        base_done: Iterable[int] = (),
-        lease_size: int = 16,
-        lease_timeout: float = 60.0,
-        boot: str = "0",
-    ) -> None:
-        self.id, self.mode, self.world_size = id, mode, int(world_size)
-        self.lease_size, self.lease_timeout, self.boot = int(lease_size), float(lease_timeout), boot
-        self.config: dict[str, Any] = {}  # the journaled config (set by the server)
-        self.offsets = np.concatenate(
-            [[0], np.cumsum(np.asarray(rank_batches, dtype=np.int64))]
-        ).astype(np.int64)
-        self.total = int(self.offsets[-1])
-        self._offsets: list[int] = self.offsets.tolist()  # unit_location: bisect, no numpy call
-        base = np.zeros(self.total, dtype=bool)
-        base_list = list(base_done)
-        if base_list:
-            base[np.asarray(base_list, dtype=np.int64)] = True
-        remaining = np.flatnonzero(~base).astype(np.int64)
-        self.queues: list[NDArray[np.int64]]
-        if mode == "dynamic":
-            self.queues = [remaining]
-        elif not base_list and len(rank_batches) == self.world_size:
-            self.queues = [
-                np.arange(self.offsets[r], self.offsets[r + 1], dtype=np.int64)
-                for r in range(self.world_size)
-            ]
-        else:
-            self.queues = [remaining[a:b] for a, b in _split(len(remaining), self.world_size)]
-        self.state = [np.zeros(len(q), dtype=np.int8) for q in self.queues]
-        # int32 below 2**31 units: 8 bytes a unit instead of 16 for an iteration held in memory
-        index = np.int32 if self.total < 1 << 31 else np.int64
-        self.pos_of: NDArray[np.signedinteger[Any]] = np.full(self.total, -1, dtype=index)
-        self.queue_of: NDArray[np.signedinteger[Any]] = np.full(self.total, -1, dtype=index)
-        for qi, q in enumerate(self.queues):
-            self.pos_of[q] = np.arange(len(q))
-            self.queue_of[q] = qi
-        self.base_done = int(base.sum())
-        self.leases: dict[str, Lease] = {}
-        self.dropped: list[str] = []  # leases revoked or expired, still in the journal
-        self.acked: set[str] = set()
-        self.clients: dict[str, ClientInfo] = {}
-        self.fenced = 0
-        self.expired = 0  # leases that timed out (their batches went back to the queue)
-        self.reissued = 0  # leases handing out batches an earlier lease held
-        self.redelivered = 0  # batches handed out again (an earlier lease held them)
-        # a lease's holder stops yielding at its TTL (by its own clock, from the reply); the server
-        # hands its batches out again only GRACE later (a reply's transit, a clock's drift)
-        self.grace = lease_grace(self.lease_timeout)
-        self.cancelled = False
-        self.timed_out: list[Lease] = []  # leases that timed out, for the driver's telemetry
-        # session hash -> the latest deadline its leases may have: its connections were closed by
-        # its client (until the session opens a new one); a request in flight then extends no more
-        self.closed: dict[str, float] = {}
-        self._ever = [np.zeros(len(q), dtype=bool) for q in self.queues]  # positions ever leased
-        self._rate: deque[tuple[float, int]] = deque()
-        # what a round trip reads without a pass over the queues (O(1) amortised, not O(positions)):
-        self._low: dict[tuple[int, int, int], int] = {}  # (queue, slots, slot) -> no pending before
-        self._done_n = [0] * len(self.queues)  # DONE positions per queue
-        self._prefix = [0] * len(self.queues)  # every position before it is DONE
-        # no live lease's deadline is before it (deadlines only grow; a new lease lowers it): a take
-        # passes over the leases only from then on (expire() always does)
-        self._earliest = float("inf")
-
-    # ------------------------------------------------------------------ bookkeeping
-    def mark_done(self, units: Iterable[int]) -> None:
-        """Mark units done (journal replay at start-up, or a rewind)."""
-        for u in units:
-            q = int(self.queue_of[u])
-            if q >= 0:
-                self.state[q][self.pos_of[u]] = DONE
-        self._recount()
-
-    def _recount(self) -> None:
-        """Recompute the done counts and forget the cursors (after a bulk change: O(positions))."""
-        self._done_n = [int((st == DONE).sum()) for st in self.state]
-        self._prefix = [0] * len(self.state)
-        self._low.clear()
-
-    def _pending_again(self, q: int, pos: int) -> None:
-        """Position ``pos`` of queue ``q`` is pending again: no cursor of ``q`` may skip it."""
-        for key, low in self._low.items():
-            if key[0] == q and low > pos:
-                self._low[key] = pos
-
-    def _first_pending(self, q: int, slot: int, slots: int) -> int | None:
-        """The smallest pending position of queue ``q`` in ``slot`` of ``slots``, from a cursor."""
-        st, key = self.state[q], (q, slots, slot)
-        if key not in self._low and len(self._low) >= _MAX_CURSORS:
-            self._low.clear()
-        lo, step = self._low.get(key, 0), _SCAN
-        if slots == 1 and lo < len(st) and st[lo] == PENDING:
-            return lo  # the cursor's position (the common case: no scan, which releases the GIL)
-        while lo < len(st):
-            hi = min(len(st), lo + step)
-            if slots == 1:  # PENDING is the smallest state: its first position is the argmin
-                i = int(st[lo:hi].argmin())
-                if st[lo + i] == PENDING:
-                    self._low[key] = lo + i
-                    return lo + i
-            else:
-                idx = np.flatnonzero(st[lo:hi] == PENDING) + lo
-                idx = idx[(idx // self.lease_size) % slots == slot]
-                if len(idx):
-                    self._low[key] = int(idx[0])
-                    return int(idx[0])
-            lo, step = hi, min(step * 2, 1 << 20)
-        self._low[key] = len(st)
-        return None
-
-    def done_prefix(self, q: int) -> int:
-        """How many positions at the head of queue ``q`` are done (amortised O(1))."""
-        st, p, step = self.state[q], self._prefix[q], _SCAN
-        while p < len(st):
-            not_done = np.flatnonzero(st[p : p + step] != DONE)
-            if len(not_done):
-                p += int(not_done[0])
-                break
-            p, step = min(len(st), p + step), min(step * 2, 1 << 20)
-        self._prefix[q] = p
-        return p
-
-    def done_count(self, q: int) -> int:
-        """Done positions of queue ``q``."""
-        return self._done_n[q]
-
-    def units_of(self, lease: Lease) -> list[int]:
-        """The unit ids of a lease, in order."""
-        return [int(u) for u in self.queues[lease.queue][lease.start : lease.stop]]
-
-    def unit_location(self, unit: int) -> tuple[int, int]:
-        """``(plan rank, batch)`` of a unit."""
-        r = bisect.bisect_right(self._offsets, unit) - 1
-        return r, int(unit) - self._offsets[r]
-
-    def _revoke(self, lease: Lease) -> None:
-        st = self.state[lease.queue]
-        seg = st[lease.start : lease.stop]
-        seg[seg == LEASED] = PENDING
-        self._pending_again(lease.queue, lease.start)
-        self.leases.pop(lease.id, None)
-        self.dropped.append(lease.id)
 
     def untake(self, lease: Lease) -> None:
         """Undo :meth:`take` of a lease whose journal write failed (its positions pending again)."""
@@ -454,15 +155,6 @@ class Iteration:
         """Session hash ``session`` opened a connection after :meth:`session_closed`: its requests
         extend its leases again."""
         self.closed.pop(session, None)
-
-    def _extend(self, lease: Lease, now: float) -> None:
-        """A request of the lease's holder at ``now`` (an ack, a heartbeat, its delivery) keeps it
-        a TTL + grace longer (no later than its closed session's end)."""
-        until = now + self.lease_timeout + self.grace
-        cap = self.closed.get(lease.session)
-        if cap is not None:
-            until = min(until, cap)
-        lease.deadline = max(lease.deadline, until)
 
     def take_dropped(self) -> list[str]:
         """Ids of the leases revoked or expired since the last call (the journal forgets them)."""
@@ -819,66 +511,3 @@ class Iteration:
             if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
                 self.state[q][self.pos_of[u]] = PENDING
         self._recount()
-
-    # ------------------------------------------------------------------ views
-    def done_units(self) -> list[int]:
-        """Every done unit (including the resume base)."""
-        out = [int(u) for qi, q in enumerate(self.queues) for u in q[self.state[qi] == DONE]]
-        in_queue = np.zeros(self.total, dtype=bool)
-        for q in self.queues:
-            in_queue[q] = True
-        return sorted(out + [int(u) for u in np.flatnonzero(~in_queue)])
-
-    def finished(self, *, rank: int = 0) -> bool:
-        """Whether the client's queue (static) or the whole iteration (dynamic) is done."""
-        q = 0 if self.mode == "dynamic" else rank
-        return self._done_n[q] == len(self.state[q])
-
-    def finished_all(self) -> bool:
-        """Whether every queue is done (the iteration can be evicted from memory)."""
-        return all(n == len(st) for n, st in zip(self._done_n, self.state))
-
-    def progress(self, *, now: float) -> dict[str, Any]:
-        """Counts in batches, rates over the last 10 s before ``now``, per client stall time."""
-        while self._rate and self._rate[0][0] < now - RATE_WINDOW_S:
-            self._rate.popleft()
-        counts = np.zeros(4, dtype=np.int64)
-        for st in self.state:
-            counts += np.bincount(st, minlength=4)[:4]
-        counts[LEASED] += counts[ACKING]  # acknowledged, not journaled yet: still leased
-        span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in self._rate), default=now)))
-        clients = {}
-        for cid, info in self.clients.items():
-            while info.acked and info.acked[0][0] < now - RATE_WINDOW_S:
-                info.acked.popleft()
-            cspan = min(
-                RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now))
-            )
-            clients[cid] = {
-                "rank": info.rank,
-                "slot": info.slot,
-                "batches": info.batches,
-                "stall_s": round(info.stall_s, 3),
-                "idle_s": round(now - info.last_seen, 3),
-                "leases": sum(1 for x in self.leases.values() if x.client == cid),
-                "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2),
-            }
-        return {
-            "id": self.id,
-            "mode": self.mode,
-            "total": self.total,
-            "done": int(counts[DONE]) + self.base_done,
-            "leased": int(counts[LEASED]),
-            "pending": int(counts[PENDING]),
-            "fenced_acks": self.fenced,
-            "expired_leases": self.expired,
-            "reissued_leases": self.reissued,
-            "redelivered_batches": self.redelivered,
-            "cancelled": self.cancelled,
-            "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
-            "queues": [
-                {"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
-                for qi, q in enumerate(self.queues)
-            ],
-            "clients": clients,
-        }

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from datamill.serve.catalog import check_name
 from datamill.serve.http.access import (
     Admin,
     Reader,
@@ -30,7 +31,7 @@ from datamill.serve.http.access import (
 from datamill.serve.http.routes.bounds import check_iteration, check_rewind
 from datamill.serve.http.routes.models import IterationIn, RewindIn, one_line
 from datamill.serve.observe import ledger, lifecycle
-from datamill.serve.server import NotFoundError, check_name
+from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import form as _form
 from datamill.serve.ui.render import page as _page
 from datamill.serve.ui.render import render as _render

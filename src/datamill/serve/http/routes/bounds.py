@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from datamill.core.errors import ConfigError
+from datamill.serve.catalog import LEASE_SIZES, MAX_LEASE_SAMPLES
 from datamill.serve.http.routes.models import IterationIn, RewindIn
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.server import LEASE_SIZES, MAX_LEASE_SAMPLES, ServeState
+from datamill.serve.server import ServeState
 
 __all__ = ["MAX_LEASE_SAMPLES", "check_iteration", "check_rewind"]
 
