@@ -248,12 +248,24 @@ def test_local_parquet_shards_are_decoded_into_the_jemalloc_pool_too(tmp_path: P
     jemalloc, default = pa.jemalloc_memory_pool(), pa.default_memory_pool()
     for shard_by in ("row_group", "file"):
         src = ParquetSource(tmp_path, shard_by=shard_by)
-        before, before_default = jemalloc.bytes_allocated(), default.bytes_allocated()
-        got = pa.concat_tables(src.read_shard(k) for k in range(src.num_shards))
-        assert got.equals(want)
-        assert jemalloc.bytes_allocated() - before >= want.nbytes
-        assert default.bytes_allocated() - before_default < want.nbytes // 2
-        del got
+        grew: list[tuple[int, int]] = []
+        # the pools are process-wide: another test's leftover thread may free into them while
+        # this reads, so up to three tries; decoding into the default pool fails all three
+        for _ in range(3):
+            before, before_default = jemalloc.bytes_allocated(), default.bytes_allocated()
+            got = pa.concat_tables(src.read_shard(k) for k in range(src.num_shards))
+            assert got.equals(want)
+            grew.append(
+                (
+                    jemalloc.bytes_allocated() - before,
+                    default.bytes_allocated() - before_default,
+                )
+            )
+            del got
+            if grew[-1][0] >= want.nbytes and grew[-1][1] < want.nbytes // 2:
+                break
+        else:
+            raise AssertionError(f"not decoded into the jemalloc pool: {grew}")
 
 
 def test_cache_reads_where_files_cannot_be_mapped(

@@ -30,6 +30,7 @@ CONFIGS = json.loads((FIXTURE / "types_configs.json").read_text())
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # as `python benchmarks/...` runs it: bench_ludwig
     spec = importlib.util.spec_from_file_location(
         "bench_ludwig_types", ROOT / "benchmarks/bench_ludwig_types.py"
     )

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datamill.core.checks import check_path
 from datamill.core.constants import DATASET_MANIFEST
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_bytes, fingerprint_obj
-from datamill.core.io import atomic_dir, atomic_write, check_output
+from datamill.core.io import as_output_error, atomic_dir, atomic_write, check_output
 from datamill.core.storage import filesystem_for, is_remote, storage_error
 from datamill.shards import ShardsetDataset, ShardsetWriter
 from datamill.text.tok_inputs import (
@@ -117,6 +118,14 @@ def _check_out(
             path=os.fspath(out),
             hint="write it locally, then `datamill shards` can copy it",
         )
+    check_path(out, name="out")
+    if not Path(os.fspath(out)).name or not Path(os.fspath(out)).resolve().name:
+        raise ConfigError(
+            "the output of tokenize must name a folder of its own (its tokenizer is saved beside "
+            "it as NAME.tokenizer.json)",
+            path=os.fspath(out),
+            hint="pass out='runs/my-tokens' or similar",
+        )
     local_inputs = [f.url for f in files if not is_remote(f.url)]
     if tokenizer is not None and not is_remote(tokenizer):
         local_inputs.append(os.fspath(tokenizer))
@@ -144,7 +153,10 @@ def _work_folder(out: Path, fp: str) -> Path:
         if old.name != f".{out.name}.tokenize-{fp}":
             shutil.rmtree(old, ignore_errors=True)
     work = out.parent / f".{out.name}.tokenize-{fp}"
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only or immutable folder: an OutputError naming the output
+        raise (as_output_error(exc, out) or exc) from exc
     return work
 
 

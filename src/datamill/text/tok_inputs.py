@@ -126,7 +126,7 @@ def _expand_one(spec: str) -> list[str]:
         return _expand_remote(spec)
     if _GLOB & set(spec):
         return sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())  # noqa: PTH207 - a glob of the user's, absolute or relative
-    if Path(spec).is_dir():
+    if os.path.isdir(spec):  # noqa: PTH112 - False for a name the OS refuses (too long), not an OSError
         return sorted(
             str(p) for p in Path(spec).rglob("*") if p.is_file() and not p.name.startswith(".")
         )
