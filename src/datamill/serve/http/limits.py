@@ -25,7 +25,10 @@ The protocol also tells the server when a client **session** (its ``X-Datamill-S
 has no connection left that its peer did not close (:class:`SessionWatch`): a client process that
 exits or is killed closes its connections, so its leases go to the other clients at once
 (:meth:`datamill.serve.server.ServeState.session_closed`) instead of after a lease timeout.
-Connections the server closes itself (an idle keep-alive) do not count as the peer's.
+Connections the server closes itself (an idle keep-alive) do not count as the peer's, nor do
+connections from a trusted proxy (``forwarded_allow_ips``): a proxy pools its connections across
+clients and closes them on its own, so behind a proxy a crashed client's leases go back after the
+lease timeout, as before.
 
 Examples:
     >>> default_caps(1024)
@@ -191,10 +194,15 @@ _SESSION = b"x-datamill-session"
 
 # long (class): uvicorn's protocol with the bounds, each hook a few lines
 def guarded_protocol(
-    caps: ConnectionCaps, watch: SessionWatch | None = None
+    caps: ConnectionCaps,
+    watch: SessionWatch | None = None,
+    *,
+    proxies: frozenset[str] | None = frozenset(),
 ) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with the bounds of this module, counting into ``caps`` (and
-    the client sessions of its connections into ``watch``)."""
+    the client sessions of its connections into ``watch``, except connections from ``proxies``:
+    a proxy pools its connections across clients and closes them on its own, so their close says
+    nothing of a client; ``None`` = every address may be a proxy, nothing watched)."""
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -208,6 +216,7 @@ def guarded_protocol(
         _deadline: asyncio.TimerHandle | None = None
         _sessions: tuple[str, ...] = ()
         _by_peer = False
+        _watched = False  # a client's own connection (not a proxy's): its sessions are watched
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             peer = transport.get_extra_info("peername")
@@ -223,6 +232,7 @@ def guarded_protocol(
                 )
                 self._deadline = self.loop.call_later(_REFUSED_CLOSE_S, transport.close)
                 return
+            self._watched = watch is not None and proxies is not None and self._host not in proxies
             super().connection_made(transport)
             self._arm(HEADER_TIMEOUT_S, self._header_timeout)
 
@@ -318,7 +328,7 @@ def guarded_protocol(
             self._count += 1
             if self._size > MAX_HEADER_BYTES or self._count > MAX_HEADERS:
                 raise _TooLarge
-            if watch is not None and name.lower() == _SESSION:
+            if self._watched and watch is not None and name.lower() == _SESSION:
                 s = value.decode("latin-1")
                 if s not in self._sessions:
                     self._sessions += (s,)
@@ -348,6 +358,11 @@ def guarded_http(
     addresses of ``forwarded_allow_ips`` have no per-address cap; ``session_closed(secret)`` is
     told of each client session whose connections its client all closed (:class:`SessionWatch`),
     ``session_opened(secret)`` of each that has a connection again."""
-    trusted = frozenset(a for a in forwarded_allow_ips or () if a != "*")
+    allowed = list(forwarded_allow_ips or ())
+    trusted = frozenset(a for a in allowed if a != "*")
     watch = None if session_closed is None else SessionWatch(session_closed, session_opened)
-    return guarded_protocol(ConnectionCaps(*default_caps(), trusted=trusted), watch)
+    return guarded_protocol(
+        ConnectionCaps(*default_caps(), trusted=trusted),
+        watch,
+        proxies=None if "*" in allowed else trusted,  # a proxy closes its own connections
+    )
