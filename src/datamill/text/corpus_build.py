@@ -233,14 +233,7 @@ def build_corpus(
         return _finish(ids, offsets, _subword_vocab(hf, ids), level, meta, hf, out)
     if level == "char":
         cps, offsets = _char_ids(lines)
-        v, ids = _encode_codes(
-            cps,
-            va.vocab,
-            min_freq=va.min_freq,
-            max_size=va.max_size,
-            reserved_tokens=va.reserved_tokens,
-            unk_token=va.unk_token,
-        )
+        v, ids = _encode_codes(cps, va)
         return _finish(ids, offsets, v, level, meta, None, out)
     words, dic = _word_dictionary(lines)
     offsets = words.offsets.to_numpy().astype(np.int64)
@@ -319,15 +312,7 @@ def _ascii_fast_path(
         v, ids = _encode_words(dic, va)
         return ids, offsets, v
     codes, offsets, canon = ascii_char_codes(data, lowercase=lowercase, one_document=one_document)
-    v, ids = _encode_codes(
-        codes,
-        va.vocab,
-        min_freq=va.min_freq,
-        max_size=va.max_size,
-        reserved_tokens=va.reserved_tokens,
-        unk_token=va.unk_token,
-        canon=canon,
-    )
+    v, ids = _encode_codes(codes, va, canon=canon)
     return ids, offsets, v
 
 
@@ -389,20 +374,14 @@ def _encode_dictionary(
 
 
 def _encode_codes(
-    codes: NDArray[Any],
-    vocab: Vocab | None,
-    *,
-    min_freq: int,
-    max_size: int | None,
-    reserved_tokens: Sequence[str] | str,
-    unk_token: str,
-    canon: NDArray[np.uint8] | None = None,
+    codes: NDArray[Any], va: _VocabArgs, *, canon: NDArray[np.uint8] | None = None
 ) -> tuple[Vocab, NDArray[Any]]:
-    """Vocabulary (unless given) and ids of an array of character codes, through a code -> id table.
+    """Vocabulary (``va.vocab`` unless ``None``: one built within ``va``'s limits) and ids of an
+    array of character codes, through a code -> id table.
 
     ``canon`` maps raw byte codes to normalised ones; counts and ids are folded through it.
     """
-    mf = _check_vocab_args(min_freq, max_size)
+    mf = _check_vocab_args(va.min_freq, va.max_size)
     if canon is not None:
         raw = np.zeros(256, np.int64)
         for i in range(
@@ -414,12 +393,12 @@ def _encode_codes(
         counts = TokenCounts(pa.array([chr(c) for c in uniq.tolist()], pa.string()), folded[uniq])
     else:
         counts, uniq = _counts_from_codepoints(codes)
-    v = vocab or Vocab.from_counts(
+    v = va.vocab or Vocab.from_counts(
         counts,
         min_freq=mf,
-        max_size=max_size,
-        specials=_specials(reserved_tokens, unk_token),
-        unk_token=unk_token,
+        max_size=va.max_size,
+        specials=_specials(va.reserved_tokens, va.unk_token),
+        unk_token=va.unk_token,
     )
     lut = np.zeros(
         max(int(uniq[-1]) + 1 if len(uniq) else 1, 256 if canon is not None else 0),
