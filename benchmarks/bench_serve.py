@@ -495,7 +495,7 @@ def run_inprocess(location: Path, epochs: int, *, step_s: float = 0.0) -> list[d
 
     out = []
     t0 = time.perf_counter()
-    loader = Loader(ShardsetDataset(location), 256, shuffle=True, seed=0)
+    loader = Loader(ShardsetDataset(location), 256, seed=0)
     for _ in range(epochs):
         n, first = 0, None
         for batch in loader:

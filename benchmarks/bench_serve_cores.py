@@ -37,7 +37,7 @@ from datamill.shards import ShardsetDataset
 root, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 source, out = ShardsetDataset(root), []
 for epoch in range(2):  # the first epoch warms the process up; the second is measured
-    loader = Loader(source, 256, shuffle=True, seed=0, rank=rank, world_size=world)
+    loader = Loader(source, 256, seed=0, rank=rank, world_size=world)
     print("ready", flush=True)
     sys.stdin.readline()
     start, cpu, n = time.time(), time.process_time(), 0

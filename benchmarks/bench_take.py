@@ -29,7 +29,7 @@ from datamill.core.parquet import ParquetSource
 from datamill.loader import Loader
 src = ParquetSource(sys.argv[1])
 start = time.perf_counter(); first = None; n = 0; total = 0
-for batch in Loader(src, 256, shuffle=True, seed=0):
+for batch in Loader(src, 256, seed=0):
     if first is None:
         first = time.perf_counter() - start
     n += len(batch["uid"])
