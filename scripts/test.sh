@@ -59,5 +59,6 @@ if [ "${DATAMILL_LINT:-1}" != "0" ]; then
   step "docs: mkdocs build --strict" env NO_MKDOCS_2_WARNING=1 mkdocs build --strict -d "$SITE"
   rm -rf "$SITE"
 fi
-step "tests: pytest $*" python -m pytest -q -p no:cacheprovider "$@"
+# --durations=40: every log shows the slowest tests (the suite must stay under 15 min on 2 cores).
+step "tests: pytest $*" python -m pytest -q -p no:cacheprovider --durations=40 "$@"
 echo "==> all steps passed in $((SECONDS - START)) s"
