@@ -42,7 +42,17 @@ def upload(root: str, bucket: str) -> None:
         allow_bucket_creation=True,
     )
     fs.create_dir(bucket)
-    pafs.copy_files(root, f"{bucket}/ds", destination_filesystem=fs)
+    # a SeaweedFS that has just started answers S3 before its volume server takes writes (an
+    # INTERNAL_FAILURE of an UploadPart, seen on a loaded machine): copy again until it works
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            pafs.copy_files(root, f"{bucket}/ds", destination_filesystem=fs)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def main(argv: list[str]) -> None:

@@ -172,7 +172,7 @@ def test_server_store_and_three_clients_on_five_hosts_with_faults(tmp_path: Path
                 h, "c1", [*tool, "register", _url(h), key, "ds", "ds", "s3://netns/ds"], env=env()
             )
             opts = {"batch_size": BATCH, "mode": "dynamic", "name": "netns", "lease_size": 4}
-            opts |= {"lease_timeout": TTL, "sleep": STEP_S, "seed": 5}
+            opts |= {"lease_timeout": TTL, "sleep": STEP_S, "seed": 5, "stamps": True}
             for c in ("c1", "c2", "c3"):
                 o = (
                     {**opts, "transport": "direct", "cache_dir": str(tmp_path / "cache")}
@@ -184,7 +184,7 @@ def test_server_store_and_three_clients_on_five_hosts_with_faults(tmp_path: Path
             workers = procs[-3:]
             seen = lambda: sum(len(read_log(v)) for v in logs.values())
             marks: dict[str, int] = {}
-            during: dict[str, dict[str, int]] = {}  # batches each client received in each fault
+            spans: dict[str, tuple[float, float, float, float]] = {}  # monotonic, see _Fault
 
             def fault(name: str, start: Callable[[], None], end: Callable[[], None]) -> None:
                 _until(
@@ -192,11 +192,13 @@ def test_server_store_and_three_clients_on_five_hosts_with_faults(tmp_path: Path
                     f"batches before {name}",
                 )
                 marks[name] = seen()
-                before = {c: len(read_log(v)) for c, v in logs.items()}
+                t0 = time.monotonic()
                 start()
+                t1 = time.monotonic()
                 _hold(FAULT_S)
-                during[name] = {c: len(read_log(v)) - before[c] for c, v in logs.items()}
+                t2 = time.monotonic()
                 end()
+                spans[name] = (t0, t1, t2, time.monotonic())
 
             fault(
                 "store unreachable from c3",
@@ -223,15 +225,90 @@ def test_server_store_and_three_clients_on_five_hosts_with_faults(tmp_path: Path
                 if p.poll() is None:
                     os.kill(p.pid, signal.SIGCONT)
                     _kill(p)
-    print(f"netns: batches received during each fault: {during}")
+    journal = json.loads(out.stdout)
+    seen_by = {c: _Client.read(v) for c, v in logs.items()}
+    during = {f: {c: k.during(spans[f]) for c, k in seen_by.items()} for f in spans}
+    around = {f: {c: k.around(spans[f]) for c, k in seen_by.items()} for f in spans}
+    print(f"netns: batches received during each fault: {during}; counted from t0: {around}")
+    print(f"netns: faults (t0, t1, t2, t3, monotonic): {spans}")
+    explain = lambda: _explain(seen_by, spans, journal)  # evaluated on failure only
     # cut off from the server, a client stops after the batch in doubt (the store's fault only
     # slows c3, which keeps acknowledging what it can build from its cache)
-    assert during["c1 link down"]["c1"] <= 1
-    assert all(n <= 1 for n in during["server paused"].values()), during
-    _check(json.loads(out.stdout), logs, marks)
+    assert during["c1 link down"]["c1"] <= 1, explain()
+    assert all(n <= 1 for n in during["server paused"].values()), explain()
+    _check(journal, logs, marks, explain)
 
 
-def _check(journal: dict[str, Any], logs: dict[str, Path], marks: dict[str, int]) -> None:
+class _Client:
+    """One client's received batches (uids) with the worker's stamps (``LOG.t``) and commits
+    (``LOG.commits``, the units the server confirmed)."""
+
+    def __init__(self, batches: list[tuple[int, ...]], stamps: list[Any], commits: list[Any]):
+        self.batches, self.stamps, self.commits = batches, stamps, commits
+
+    @classmethod
+    def read(cls, log: Path) -> _Client:
+        def lines(p: Path) -> list[Any]:
+            return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+        batches = [tuple(b) for b in read_log(log)]
+        return cls(batches, lines(Path(f"{log}.t")), lines(Path(f"{log}.commits")))
+
+    def during(self, span: tuple[float, float, float, float]) -> int:
+        """Batches the loop got while the fault surely lasted: after the command that started it
+        returned (t1) and before the one that ends it began (t2). A batch got between t0 and t1
+        (while ``ip`` ran, a fork and exec that takes tens of ms on a loaded machine) may predate
+        the fault, so it is not counted (:meth:`around` counts from t0)."""
+        _, t1, t2, _ = span
+        return sum(1 for s in self.stamps if t1 < s["t"] < t2)
+
+    def around(self, span: tuple[float, float, float, float]) -> int:
+        """Batches the loop got from just before the fault's command (t0) to its end (t2)."""
+        t0, _, t2, _ = span
+        return sum(1 for s in self.stamps if t0 < s["t"] < t2)
+
+
+def _explain(
+    clients: dict[str, _Client],
+    spans: dict[str, tuple[float, float, float, float]],
+    journal: dict[str, Any],
+) -> str:
+    """Each client's received batches around each fault (time from the fault's start, lease,
+    position, first uid, who else received it, acknowledgement answers so far), the units it saw
+    committed there, and the journal's record of those leases."""
+    owners: dict[tuple[int, ...], list[str]] = {}
+    for c, k in clients.items():
+        for b in k.batches:
+            owners.setdefault(b, []).append(c)
+    rows: dict[str, list[Any]] = {}
+    for a, b, lease in journal["done"]:
+        rows.setdefault(lease, []).append([a, b])
+    out = []
+    for name, (t0, t1, t2, t3) in spans.items():
+        out.append(f"== {name}: ip/signal took {t1 - t0:.3f} s, fault {t2 - t1:.2f} s")
+        for c, k in clients.items():
+            near = [(i, s) for i, s in enumerate(k.stamps) if t0 - 0.3 <= s["t"] <= t3 + 2 * TTL]
+            leases = sorted({s["lease"] for _, s in near if s["lease"]})
+            for i, s in near:
+                b = k.batches[i] if i < len(k.batches) else ()
+                out.append(
+                    f"  {c} #{i} t{s['t'] - t1:+.3f} lease {s['lease']} pos {s['pos']} "
+                    f"uid0 {b[0] if b else None} by {owners.get(b)} acks {s['acks']} "
+                    f"dropped {s['dropped']}"
+                )
+            for m in k.commits:
+                if t0 - 0.3 <= m["t"] <= t3 + 2 * TTL:
+                    out.append(f"  {c} commit t{m['t'] - t1:+.3f} units {m['units']}")
+            out.append(f"  journal rows of {c}'s leases: { {x: rows.get(x) for x in leases} }")
+    return "\n".join(out)
+
+
+def _check(
+    journal: dict[str, Any],
+    logs: dict[str, Path],
+    marks: dict[str, int],
+    explain: Callable[[], str],
+) -> None:
     """Journal = clients: every unit journaled once, every sample received, and at most one batch
     received twice per client per fault that reached it."""
     total = -(-SAMPLES // BATCH)
@@ -243,11 +320,11 @@ def _check(journal: dict[str, Any], logs: dict[str, Path], marks: dict[str, int]
     assert (count == 1).all()  # the commit record: exactly once
     received = {c: [tuple(b) for b in read_log(v)] for c, v in logs.items()}
     every = Counter(b for batches in received.values() for b in batches)
-    assert {u for b in every for u in b} == set(range(SAMPLES))  # none lost
+    assert {u for b in every for u in b} == set(range(SAMPLES)), explain()  # none lost
     twice = sum(n - 1 for n in every.values())
     print(
         f"netns: {len(every)} batches received, {twice} twice, per client "
         f"{ {c: len(b) for c, b in received.items()} }; faults at batch {marks}"
     )
-    assert len(every) == total
-    assert twice <= sum(FAULTS.values()), twice
+    assert len(every) == total, explain()
+    assert twice <= sum(FAULTS.values()), (twice, explain())
