@@ -204,6 +204,30 @@ def _prepare(name: str, d: Path, data_dir: Path) -> tuple[Writer, dict[str, dict
     return w, {o: snapshot(d / o, skip=w.skip) for o in w.outputs}
 
 
+Prepared = Callable[[str, Path], tuple[Writer, dict[str, dict[str, str]]]]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Prepared:
+    """``prepare(name, folder)``: ``folder`` holds a copy of the writer's working folder after its
+    first run (and an export's first export), made once for the module's three tests of the writer
+    (each took 1-2 CLI processes to make its own: 20 of the module's 79); the outputs hold no
+    absolute path (checked: the copy's bytes equal the original's)."""
+    made: dict[str, tuple[Path, dict[str, dict[str, str]]]] = {}
+
+    def prepare(name: str, folder: Path) -> tuple[Writer, dict[str, dict[str, str]]]:
+        if name not in made:
+            d = tmp_path_factory.mktemp(f"prepared-{name}")
+            made[name] = (d, _prepare(name, d, data_dir)[1])
+        src, before = made[name]
+        shutil.copytree(src, folder, symlinks=True, dirs_exist_ok=True)
+        w = WRITERS[name]
+        assert {o: snapshot(folder / o, skip=w.skip) for o in w.outputs} == before
+        return w, before
+
+    return prepare
+
+
 def _assert_previous_intact(w: Writer, d: Path, before: dict[str, dict[str, str]]) -> None:
     # loading repairs a switch killed between its renames (preprocess), then the bytes are the old
     # ones
@@ -220,9 +244,9 @@ def _assert_rerun_clean(w: Writer, d: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
 def test_kill_at_every_point_keeps_previous_output(
-    name: str, tmp_path: Path, data_dir: Path
+    name: str, tmp_path: Path, prepared: Prepared
 ) -> None:
-    w, before = _prepare(name, tmp_path, data_dir)
+    w, before = prepared(name, tmp_path)
     for point in w.points:
         res = run(w.replace, cwd=tmp_path, fault=point)
         assert res.returncode == -9, (point, res.returncode, res.stderr[-3000:])
@@ -232,9 +256,9 @@ def test_kill_at_every_point_keeps_previous_output(
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
 def test_full_disk_is_one_located_error_and_keeps_previous_output(
-    name: str, tmp_path: Path, data_dir: Path
+    name: str, tmp_path: Path, prepared: Prepared
 ) -> None:
-    w, before = _prepare(name, tmp_path, data_dir)
+    w, before = prepared(name, tmp_path)
     res = run(w.replace, cwd=tmp_path, fsize=w.fsize)
     assert_one_line_error(res, path=w.outputs[0] if name != "shards-add" else "ds")
     assert "full" in res.stderr or "size limit" in res.stderr
@@ -244,9 +268,9 @@ def test_full_disk_is_one_located_error_and_keeps_previous_output(
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
 def test_sigterm_cleans_up_at_once_and_keeps_previous_output(
-    name: str, tmp_path: Path, data_dir: Path
+    name: str, tmp_path: Path, prepared: Prepared
 ) -> None:
-    w, before = _prepare(name, tmp_path, data_dir)
+    w, before = prepared(name, tmp_path)
     res = run(w.replace, cwd=tmp_path, fault=w.points[-1], signal_name="TERM")
     assert res.returncode == 143, (res.returncode, res.stderr[-3000:])
     assert "Traceback" not in res.stderr
