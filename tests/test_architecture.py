@@ -19,6 +19,7 @@ checked exactly: a new violation fails, and so does a fixed one until it is remo
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,13 @@ THIRD_PARTY_DYNAMIC = {
 """Modules that call ``import_module``/``__import__`` for third-party modules only, and why."""
 
 _DYNAMIC = ("import_module", "__import__")
+
+
+@functools.cache
+def parse(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per session (every test here walks the whole package:
+    about eleven parses of every module otherwise). Callers only read the trees."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
 def _module_name(path: Path) -> str:
@@ -84,7 +92,7 @@ def imports_of(
 ) -> list[tuple[str, str | None]]:
     """``(module, attribute or None)`` for every datamill import in the file (``from m import a``
     gives ``(m.a, None)`` when ``m.a`` is a module, else ``(m, "a")``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: list[tuple[str, str | None]] = []
     nodes = _runtime_nodes(tree) if runtime_only else ast.walk(tree)
@@ -109,7 +117,7 @@ def imports_of(
 def string_imports(path: Path, known: dict[str, Path]) -> tuple[list[str], list[int]]:
     """The datamill modules named by string literals in the file, and the lines calling
     ``import_module``/``__import__``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse(path)
     run_as_main = {
         id(b)
         for n in ast.walk(tree)
@@ -481,7 +489,7 @@ def test_long_functions_say_why() -> None:
     bare = []
     for name, path in modules().items():
         lines = path.read_text(encoding="utf-8").splitlines()
-        for node in ast.walk(ast.parse("\n".join(lines))):
+        for node in ast.walk(parse(path)):
             if (
                 not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                 or node.end_lineno is None
@@ -517,7 +525,7 @@ def test_tests_never_sleep_a_fixed_time() -> None:
     tests = SRC.parent / "tests"
     fixed = []
     for path in sorted(tests.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse(path)
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
             if not (
@@ -566,7 +574,7 @@ def wide_callables(root: Path) -> dict[str, int]:
                     wide[f"{module}:{prefix}{node.name}"] = n
 
     for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse(path)
         visit(tree.body, "", _module_name(path) if root == SRC else path.stem)
     return wide
 
