@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 CHUNK = 8 << 20
+SCRATCH_MAX = 256 << 20
+"""Objects up to this size are downloaded through a per-thread reused buffer (:func:`_scratch`)."""
 TMP_SUFFIX = ".partial"
 """A copy or sidecar being written (``.<name>.<random>.partial``), renamed when complete."""
 STALE_TMP_S = 3600
@@ -302,13 +304,17 @@ class ShardFileCache:
         return data
 
     def _stream(self, remote: str, out: Any, size: int) -> tuple[int, str, str | None]:
-        """GET ``remote`` into the open file ``out`` (sized ``size`` bytes, mapped): (bytes, xxh3
-        hex, the object's ETag or ``None``).
+        """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
+        object's ETag or ``None``).
 
-        One ranged GET of the whole object lands straight in the file's pages (Arrow reads into the
-        mapping without the GIL, no buffer between the download and the file). A stream read in
-        parts (``open_input_stream``) reached 110-140 MiB/s from SeaweedFS here, against 620-700
-        MiB/s for whole-object reads (``benchmarks/bench_s3_ceiling.py``).
+        One ranged GET of the whole object (Arrow reads without the GIL) into this thread's reused
+        scratch buffer (:func:`_scratch`), hashed there, then written to the file with one
+        ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140 MiB/s from
+        SeaweedFS here, against 620-700 MiB/s for whole-object reads
+        (``benchmarks/bench_s3_ceiling.py``). The GET used to land in a shared writable mapping
+        of the file: one page fault (and file-system ``page_mkwrite``) per 4 KiB page cost 1.2 s of
+        reader CPU per 590 MB cold epoch, against about 0.2 s for the buffer and the ``pwrite``
+        (issue #41, benchmarks/RESULTS.md).
         """
         digest = xxhash.xxh3_128()
         try:
@@ -319,19 +325,19 @@ class ShardFileCache:
             etag = object_etag(f)
             if size <= 0:
                 return 0, digest.hexdigest(), etag
-            try:
-                out.truncate(size)
-                view = mmap.mmap(out.fileno(), size)
-            except (OSError, ValueError):  # a file system without mmap: through a buffer
+            if size > SCRATCH_MAX:  # not kept per thread: through a buffer of its own
                 return (*self._buffered(remote, f, out, size), etag)
-            with view:
-                try:
-                    got = int(f.readinto(view))
-                except OSError as exc:
-                    raise DataFileError(f"download failed: {exc}", path=remote) from exc
-                digest.update(view if got == size else view[:got])
-        if got < size:
-            out.truncate(got)
+            view = _scratch(size)
+            try:
+                got = int(f.readinto(view))
+            except OSError as exc:
+                raise DataFileError(f"download failed: {exc}", path=remote) from exc
+            data = view[:got]
+            digest.update(data)
+            try:
+                _write_all(out.fileno(), data)
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         return got, digest.hexdigest(), etag
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
@@ -410,6 +416,26 @@ def object_etag(f: Any) -> str | None:
     except (OSError, AttributeError, pa.ArrowException):
         return None
     return None if raw is None else raw.decode("utf-8", "replace")
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> memoryview:
+    """This thread's download buffer, at least ``size`` bytes (grown, never shrunk; it goes with
+    the thread: a reader pool's threads end with its last build). Reused, so its pages are
+    faulted in once per thread instead of once per download."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _SCRATCH.buf = bytearray(size)
+    return memoryview(buf)[:size]
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    """``data`` written at the start of the file ``fd`` (``pwrite`` until every byte is)."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], done)
 
 
 def _mapped(f: Any, size: int) -> pa.Buffer:
