@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,3 +56,65 @@ def test_downloads_give_the_same_bytes_through_one_buffer_per_thread(
     for path, data in objs:  # the copies on disk, read back (cache hits, hashes checked)
         assert bytes(cache.read_buffer(path)) == data
     assert cache.stats()["rejected"] == 0
+
+
+def test_write_behind_serves_from_memory_and_writes_the_same_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 30 KB objects, at most 100 KB waiting: the writer is held back until the reads are done, so
+    # the first 3 copies wait in memory (and are read from there) and the others are written by
+    # their reader, as without write-behind
+    monkeypatch.setattr(objstore, "WRITE_BEHIND_MAX", 100_000)
+    objs = _objects(tmp_path, [30_000] * 6 + [0])
+    hold, priority = threading.Event(), []
+    real_write = objstore._write_all
+
+    def held(fd: int, data: memoryview) -> None:
+        if threading.current_thread().name.startswith("datamill-cache-write"):
+            priority.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            assert hold.wait(10)
+        real_write(fd, data)
+
+    monkeypatch.setattr(objstore, "_write_all", held)
+    cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c", write_behind=True)
+    got = [bytes(cache.read_buffer(p)) for p, _ in objs]
+    assert got == [data for _, data in objs]
+    assert len(cache._pending) == 3 and cache.flush(timeout=0.01) is False
+    assert [bytes(cache.read_buffer(p)) for p, _ in objs[:3]] == [d for _, d in objs[:3]]
+    assert cache.stats()["downloads"] == 7 and cache.stats()["hits"] == 3  # from memory
+    hold.set()
+    assert cache.flush(timeout=10) and not cache._pending and cache._pending_bytes == 0
+    assert priority and all(p == 19 for p in priority)  # the writer runs at the lowest priority
+    again = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c")  # every copy, checked, on disk
+    assert [bytes(again.read_buffer(p)) for p, _ in objs] == [d for _, d in objs]
+    assert again.stats()["hits"] == 7 and again.stats()["rejected"] == 0
+    assert not list((tmp_path / "c").glob(f".*{objstore.TMP_SUFFIX}"))
+
+
+def test_write_behind_failed_write_leaves_the_file_uncached_and_bounded_cache_evicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = _objects(tmp_path, [20_000] * 4)
+    real_write = objstore._write_all
+
+    def full(fd: int, data: memoryview) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objstore, "_write_all", full)
+    cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c", write_behind=True)
+    assert bytes(cache.read_buffer(objs[0][0])) == objs[0][1]  # the read itself succeeds
+    assert cache.flush(timeout=10)
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == []  # nothing half-written
+    monkeypatch.setattr(objstore, "_write_all", real_write)
+    assert bytes(cache.read_buffer(objs[0][0])) == objs[0][1]
+    assert cache.stats()["downloads"] == 2  # downloaded again, now cached
+    # a bound of 2 copies: the writes finish, then the least recently used are evicted
+    small = ShardFileCache(
+        pafs.LocalFileSystem(), tmp_path / "s", cache_limit=40_000, write_behind=True
+    )
+    for p, data in objs:
+        assert bytes(small.read_buffer(p)) == data
+    assert small.flush(timeout=10)
+    small.read_buffer(objs[-1][0])  # a hit; eviction runs after every read
+    assert small.stats()["bytes_cached"] <= 40_000
+    assert len(list((tmp_path / "s").glob("*.json"))) == 2
