@@ -114,7 +114,7 @@ def test_write_behind_failed_write_leaves_the_file_uncached_and_bounded_cache_ev
     )
     for p, data in objs:
         assert bytes(small.read_buffer(p)) == data
-    assert small.flush(timeout=10)
-    small.read_buffer(objs[-1][0])  # a hit; eviction runs after every read
+    assert small.flush(timeout=10)  # no more waiting than the bound: 2 copies at most
     assert small.stats()["bytes_cached"] <= 40_000
-    assert len(list((tmp_path / "s").glob("*.json"))) == 2
+    assert 1 <= len(list((tmp_path / "s").glob("*.json"))) <= 2
+    assert not list((tmp_path / "s").glob(f".*{objstore.TMP_SUFFIX}"))

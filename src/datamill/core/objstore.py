@@ -80,8 +80,9 @@ class ShardFileCache:
         cache_limit: bytes kept at most; a single larger file is still fetched (and evicted next).
             Defaults to ``None`` (no limit).
         write_behind: a download is returned from memory and its copy written by a background
-            thread at the lowest CPU priority (at most :data:`WRITE_BEHIND_MAX` bytes waiting; a
-            read of a waiting copy is served from memory; :meth:`flush` waits for them). A failed
+            thread at the lowest CPU priority (at most :data:`WRITE_BEHIND_MAX` bytes waiting, and
+            at most ``cache_limit``; a read of a waiting copy is served from memory; :meth:`flush`
+            waits for them). A failed
             write leaves the file uncached (downloaded again next time). Defaults to ``False``
             (written before the read returns).
 
@@ -360,8 +361,9 @@ class ShardFileCache:
     def _reserve(self, name: str, size: int) -> bool:
         """Room for ``size`` more bytes waiting for the writer (taken when there is), and no other
         version of ``name`` waiting."""
-        with self._lock:
-            if self._pending_bytes + size > WRITE_BEHIND_MAX or name in self._pending:
+        cap = WRITE_BEHIND_MAX if self.limit is None else min(WRITE_BEHIND_MAX, self.limit)
+        with self._lock:  # a bounded cache: no more waiting than it may hold
+            if self._pending_bytes + size > cap or name in self._pending:
                 return False
             self._pending_bytes += size
             return True
