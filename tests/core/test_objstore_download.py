@@ -118,3 +118,34 @@ def test_write_behind_failed_write_leaves_the_file_uncached_and_bounded_cache_ev
     assert small.stats()["bytes_cached"] <= 40_000
     assert 1 <= len(list((tmp_path / "s").glob("*.json"))) <= 2
     assert not list((tmp_path / "s").glob(f".*{objstore.TMP_SUFFIX}"))
+
+
+def test_write_behind_in_a_forked_child_forgets_the_parents_waiting_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = _objects(tmp_path, [10_000] * 2)
+    hold = threading.Event()
+    real_write = objstore._write_all
+
+    def held(fd: int, data: memoryview) -> None:
+        assert hold.wait(10)
+        real_write(fd, data)
+
+    monkeypatch.setattr(objstore, "_write_all", held)
+    cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c", write_behind=True)
+    assert bytes(cache.read_buffer(objs[0][0])) == objs[0][1]
+    assert cache.flush(timeout=0.01) is False  # the parent's writer is held
+    parent_writer = objstore._writer()
+    child = os.getpid() + 1  # as after a fork: another process id, the parent's writer not ours
+    monkeypatch.setattr(objstore.os, "getpid", lambda: child)
+    assert cache.flush(timeout=0.01)  # nothing of this "process" waits
+    hold.set()
+    assert bytes(cache.read_buffer(objs[1][0])) == objs[1][1]  # written by a new writer
+    assert cache.flush(timeout=10)
+    assert objstore._WRITER[0][0] == child
+    parent_writer.submit(int).result(timeout=10)  # the parent's queue (its copy of o0) is done
+    assert cache._pending_bytes == 0
+    monkeypatch.undo()
+    again = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c")
+    assert [bytes(again.read_buffer(p)) for p, _ in objs] == [d for _, d in objs]
+    assert again.stats()["hits"] == 2

@@ -162,10 +162,18 @@ class ShardFileCache:
         self._pending: dict[str, tuple[pa.Buffer, dict[str, Any]]] = {}
         self._pending_bytes = 0
         self._written = threading.Condition(self._lock)
+        self._pid = os.getpid()  # a forked child forgets its parent's waiting copies (not its own)
+
+    def _forked(self) -> None:
+        """In a forked child: the copies waiting for the parent's writer are the parent's to write
+        (this process's writer is another thread), so they are forgotten here."""
+        if self._pid != os.getpid():
+            self._init_pending()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every copy waiting for the background writer is written (``write_behind``);
         whether none is left."""
+        self._forked()
         with self._written:
             return self._written.wait_for(lambda: not self._pending, timeout)
 
@@ -237,6 +245,7 @@ class ShardFileCache:
         if info.type != pafs.FileType.File:
             raise DataFileNotFoundError("no such remote file", path=remote)
         name = self.local_name(remote)
+        self._forked()
         with self._lock:
             key_lock = self._key_locks.setdefault(name, threading.Lock())
             self._in_use[name] = self._in_use.get(name, 0) + 1
@@ -426,9 +435,10 @@ class ShardFileCache:
                 self._lru.pop(name, None)
         finally:
             with self._written:
-                if self._pending.get(name, (None,))[0] is data:
+                mine = self._pending.get(name)
+                if mine is not None and mine[0] is data:  # not forgotten (forked)
                     del self._pending[name]
-                self._pending_bytes -= len(data)
+                    self._pending_bytes -= len(data)
                 self._written.notify_all()
         self._evict()
 
@@ -560,7 +570,7 @@ def _scratch(size: int) -> memoryview:
     return memoryview(buf)[:size]
 
 
-_WRITER: list[ThreadPoolExecutor] = []
+_WRITER: list[tuple[int, ThreadPoolExecutor]] = []  # (the process id that made it, the writer)
 _WRITER_LOCK = threading.Lock()
 
 
@@ -574,18 +584,18 @@ def _lowest_priority() -> None:
 
 
 def _writer() -> ThreadPoolExecutor:
-    """The process's one background writer thread of write-behind caches (created on first use;
-    its queue is finished when the interpreter exits, as every ``ThreadPoolExecutor``'s is)."""
+    """The process's one background writer thread of write-behind caches (created on first use,
+    and again in a forked child, which has no copy of its parent's thread; its queue is finished
+    when the interpreter exits, as every ``ThreadPoolExecutor``'s is)."""
     with _WRITER_LOCK:
-        if not _WRITER:
-            _WRITER.append(
-                ThreadPoolExecutor(
-                    max_workers=1,
-                    thread_name_prefix="datamill-cache-write",
-                    initializer=_lowest_priority,
-                )
+        if not _WRITER or _WRITER[0][0] != os.getpid():  # none yet, or the parent's (forked)
+            pool = ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix="datamill-cache-write",
+                initializer=_lowest_priority,
             )
-        return _WRITER[0]
+            _WRITER[:] = [(os.getpid(), pool)]
+        return _WRITER[0][1]
 
 
 def _write_all(fd: int, data: memoryview) -> None:
