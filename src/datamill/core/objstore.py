@@ -382,7 +382,7 @@ class ShardFileCache:
     ) -> pa.Buffer:
         """:meth:`_download` with ``write_behind``: one GET into a new buffer (decoded from there:
         no copy between the download and Arrow), checked, returned; the copy and its sidecar are
-        written by the background writer (:func:`_write_behind`), the same way."""
+        written by the background writer (:meth:`_write_pending`), the same way."""
         try:
             try:
                 fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=TMP_SUFFIX)
@@ -413,7 +413,10 @@ class ShardFileCache:
             self._pending[name] = (data, meta)
             self.downloads += 1
             self.bytes_fetched += len(data)
-        _writer().submit(self._write_pending, name, fd, tmp, data, meta)
+        try:
+            _writer().submit(self._write_pending, name, fd, tmp, data, meta)
+        except RuntimeError:  # the interpreter is shutting down: written here
+            self._write_pending(name, fd, tmp, data, meta)
         return data
 
     def _write_pending(
