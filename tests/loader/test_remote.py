@@ -120,12 +120,14 @@ def test_partial_or_corrupt_copies_are_never_used(
     fs, _, _ = s3
     src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path, filesystem=fs)
     want = src.read_shard(2)
+    assert src.cache.flush()  # the copy is written in the background (write_behind)
     name = ShardFileCache.local_name("data/ds/part-2.parquet")
     data = (tmp_path / name).read_bytes()
     (tmp_path / name).write_bytes(
         data[:-1] + bytes([data[-1] ^ 1])
     )  # a flipped bit in the cached copy
     assert src.read_shard(2).equals(want) and src.cache.stats()["rejected"] == 1
+    assert src.cache.flush()
     (tmp_path / name).write_bytes(data[: len(data) // 2])  # a truncated copy
     assert src.read_shard(2).equals(want) and src.cache.stats()["rejected"] == 2
 

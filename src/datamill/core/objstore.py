@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,11 @@ __all__ = [
 ]
 
 CHUNK = 8 << 20
+SCRATCH_MAX = 256 << 20
+"""Objects up to this size are downloaded through a per-thread reused buffer (:func:`_scratch`)."""
+WRITE_BEHIND_MAX = 256 << 20
+"""Bytes of downloaded copies a write-behind cache holds in memory at most while the background
+writer has not written them (a download past it writes its copy itself, as without write-behind)."""
 TMP_SUFFIX = ".partial"
 """A copy or sidecar being written (``.<name>.<random>.partial``), renamed when complete."""
 STALE_TMP_S = 3600
@@ -73,6 +79,12 @@ class ShardFileCache:
         cache_dir: the local folder (created).
         cache_limit: bytes kept at most; a single larger file is still fetched (and evicted next).
             Defaults to ``None`` (no limit).
+        write_behind: a download is returned from memory and its copy written by a background
+            thread at the lowest CPU priority (at most :data:`WRITE_BEHIND_MAX` bytes waiting, and
+            at most ``cache_limit``; a read of a waiting copy is served from memory; :meth:`flush`
+            waits for them). A failed
+            write leaves the file uncached (downloaded again next time). Defaults to ``False``
+            (written before the read returns).
 
     Examples:
         >>> import tempfile
@@ -97,6 +109,7 @@ class ShardFileCache:
         cache_dir: str | os.PathLike[str],
         *,
         cache_limit: int | None = None,
+        write_behind: bool = False,
     ) -> None:
         if cache_limit is not None:
             check_int(cache_limit, name="cache_limit (bytes)", low=0, high=2**62)
@@ -114,6 +127,8 @@ class ShardFileCache:
         self._in_use: dict[str, int] = {}
         self._next_use: dict[str, int] = {}  # local name -> position in the plan (see expect)
         self._lru: OrderedDict[str, int] = OrderedDict()  # local name -> bytes, least recent first
+        self.write_behind = bool(write_behind)
+        self._init_pending()
         now = time.time()
         for tmp in self.dir.glob(f".*{TMP_SUFFIX}"):  # another process may be writing a new one
             try:
@@ -133,13 +148,34 @@ class ShardFileCache:
         return {
             k: v
             for k, v in self.__dict__.items()
-            if k not in ("_lock", "_key_locks", "_in_use", "_next_use")
+            if k not in ("_lock", "_key_locks", "_in_use", "_next_use", "_pending", "_written")
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock, self._key_locks, self._in_use = threading.Lock(), {}, {}
         self._next_use = {}
+        self._init_pending()
+
+    def _init_pending(self) -> None:
+        # downloaded, waiting for the writer: name -> (content, its sidecar)
+        self._pending: dict[str, tuple[pa.Buffer, dict[str, Any]]] = {}
+        self._pending_bytes = 0
+        self._written = threading.Condition(self._lock)
+        self._pid = os.getpid()  # a forked child forgets its parent's waiting copies (not its own)
+
+    def _forked(self) -> None:
+        """In a forked child: the copies waiting for the parent's writer are the parent's to write
+        (this process's writer is another thread), so they are forgotten here."""
+        if self._pid != os.getpid():
+            self._init_pending()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every copy waiting for the background writer is written (``write_behind``);
+        whether none is left."""
+        self._forked()
+        with self._written:
+            return self._written.wait_for(lambda: not self._pending, timeout)
 
     def stats(self) -> dict[str, int]:
         """Downloads, cache hits, evictions, bytes fetched, copies rejected, bytes held now."""
@@ -195,7 +231,8 @@ class ShardFileCache:
         check: Any = None,
         etag: str | None = None,
     ) -> pa.Buffer:
-        """:meth:`read` without a copy: the cached file mapped into memory (read-only).
+        """:meth:`read` without a copy: the cached file mapped into memory (read-only); with
+        ``write_behind``, a download's own buffer (its copy is written in the background).
 
         A download streams into the cache file (hashed on the way) and the mapping of that file is
         returned, so the bytes are copied once, from the network into the page cache, instead of
@@ -208,12 +245,15 @@ class ShardFileCache:
         if info.type != pafs.FileType.File:
             raise DataFileNotFoundError("no such remote file", path=remote)
         name = self.local_name(remote)
+        self._forked()
         with self._lock:
             key_lock = self._key_locks.setdefault(name, threading.Lock())
             self._in_use[name] = self._in_use.get(name, 0) + 1
         try:
             with key_lock:
-                data = self._cached(name, info, etag)
+                data = self._pending_copy(name, info, etag)
+                if data is None:
+                    data = self._cached(name, info, etag)
                 if data is None:
                     data = self._download(remote, name, info, check, etag)
                 else:
@@ -230,6 +270,18 @@ class ShardFileCache:
                 if not self._in_use[name]:
                     del self._in_use[name]
             self._evict()
+
+    def _pending_copy(self, name: str, info: pafs.FileInfo, etag: str | None) -> pa.Buffer | None:
+        """The copy of ``name`` downloaded and not yet written (``write_behind``), if it is this
+        version of the object."""
+        with self._lock:
+            data, meta = self._pending.get(name, (None, {}))
+        want = self._sidecar(info)
+        if etag is not None:
+            want["etag"] = etag
+        if data is None or any(meta.get(k) != v for k, v in want.items()):
+            return None
+        return data
 
     def _cached(self, name: str, info: pafs.FileInfo, etag: str | None = None) -> pa.Buffer | None:
         path, meta_path = self.dir / name, self.dir / f"{name}.json"
@@ -263,6 +315,8 @@ class ShardFileCache:
         it is read, so a copy torn by a crash is downloaded again, and an fsync per file (two per
         shard) cost more than the download of a small shard on a busy disk.
         """
+        if self.write_behind and 0 < info.size <= SCRATCH_MAX and self._reserve(name, info.size):
+            return self._download_behind(remote, name, info, check, etag)
         try:
             fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=TMP_SUFFIX)
         except OSError as exc:
@@ -271,20 +325,7 @@ class ShardFileCache:
             with os.fdopen(fd, "wb") as out:
                 got, digest, now = self._stream(remote, out, info.size)
                 data = _mapped(out, got)
-            if etag is not None and now is not None and now != etag:
-                raise DataFileError(
-                    f"the object changed since the source was opened (ETag {now}, was {etag})",
-                    path=remote,
-                    hint="open the dataset again (a new Loader or Source) to read the new version",
-                )
-            if got != info.size:
-                raise DataFileError(
-                    f"downloaded {got} bytes, the object has {info.size}",
-                    path=remote,
-                    hint="the object changed or the transfer broke; retry",
-                )
-            if check is not None:
-                check(data)
+            self._check(remote, info, data, now, etag, check)
             try:
                 os.replace(tmp, self.dir / name)
                 meta = {**self._sidecar(info), "xxh3": digest}
@@ -301,14 +342,121 @@ class ShardFileCache:
             self.bytes_fetched += got
         return data
 
-    def _stream(self, remote: str, out: Any, size: int) -> tuple[int, str, str | None]:
-        """GET ``remote`` into the open file ``out`` (sized ``size`` bytes, mapped): (bytes, xxh3
-        hex, the object's ETag or ``None``).
+    @staticmethod
+    def _check(
+        remote: str,
+        info: pafs.FileInfo,
+        data: pa.Buffer,
+        now: str | None,
+        etag: str | None,
+        check: Any,
+    ) -> None:
+        """A download's checks: the version (ETag) the reader opened, the size, ``check(data)``."""
+        if etag is not None and now is not None and now != etag:
+            raise DataFileError(
+                f"the object changed since the source was opened (ETag {now}, was {etag})",
+                path=remote,
+                hint="open the dataset again (a new Loader or Source) to read the new version",
+            )
+        if len(data) != info.size:
+            raise DataFileError(
+                f"downloaded {len(data)} bytes, the object has {info.size}",
+                path=remote,
+                hint="the object changed or the transfer broke; retry",
+            )
+        if check is not None:
+            check(data)
 
-        One ranged GET of the whole object lands straight in the file's pages (Arrow reads into the
-        mapping without the GIL, no buffer between the download and the file). A stream read in
-        parts (``open_input_stream``) reached 110-140 MiB/s from SeaweedFS here, against 620-700
-        MiB/s for whole-object reads (``benchmarks/bench_s3_ceiling.py``).
+    def _reserve(self, name: str, size: int) -> bool:
+        """Room for ``size`` more bytes waiting for the writer (taken when there is), and no other
+        version of ``name`` waiting."""
+        cap = WRITE_BEHIND_MAX if self.limit is None else min(WRITE_BEHIND_MAX, self.limit)
+        with self._lock:  # a bounded cache: no more waiting than it may hold
+            if self._pending_bytes + size > cap or name in self._pending:
+                return False
+            self._pending_bytes += size
+            return True
+
+    def _download_behind(
+        self, remote: str, name: str, info: pafs.FileInfo, check: Any, etag: str | None
+    ) -> pa.Buffer:
+        """:meth:`_download` with ``write_behind``: one GET into a new buffer (decoded from there:
+        no copy between the download and Arrow), checked, returned; the copy and its sidecar are
+        written by the background writer (:meth:`_write_pending`), the same way."""
+        try:
+            try:
+                fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=TMP_SUFFIX)
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+            try:
+                try:
+                    with self.fs.open_input_file(remote) as f:
+                        now = object_etag(f)
+                        buf = pa.allocate_buffer(info.size)  # the default pool (jemalloc)
+                        view = memoryview(buf).cast("B")  # Arrow's format is "b"
+                        data = buf.slice(0, int(f.readinto(view)))  # one ranged GET
+                except OSError as exc:
+                    raise DataFileError(f"download failed: {exc}", path=remote) from exc
+                self._check(remote, info, data, now, etag, check)
+            except BaseException:
+                os.close(fd)
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except BaseException:
+            with self._lock:
+                self._pending_bytes -= info.size
+            raise
+        meta = {**self._sidecar(info), "xxh3": xxhash.xxh3_128_hexdigest(data)}
+        if etag is not None:
+            meta["etag"] = etag
+        with self._lock:
+            self._pending[name] = (data, meta)
+            self.downloads += 1
+            self.bytes_fetched += len(data)
+        try:
+            _writer().submit(self._write_pending, name, fd, tmp, data, meta)
+        except RuntimeError:  # the interpreter is shutting down: written here
+            self._write_pending(name, fd, tmp, data, meta)
+        return data
+
+    def _write_pending(
+        self, name: str, fd: int, tmp: str, data: pa.Buffer, meta: dict[str, Any]
+    ) -> None:
+        """In the background writer: the waiting copy of ``name`` into its temporary file, renamed,
+        then its sidecar (the commit marker); on a failure the file stays uncached."""
+        try:
+            try:
+                _write_all(fd, memoryview(data))
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.dir / name)
+            self._write_sidecar(name, meta)
+        except OSError:  # a full or read-only disk: downloaded again next time
+            self._remove(name)
+            Path(tmp).unlink(missing_ok=True)
+            with self._lock:
+                self._lru.pop(name, None)
+        finally:
+            with self._written:
+                mine = self._pending.get(name)
+                if mine is not None and mine[0] is data:  # not forgotten (forked)
+                    del self._pending[name]
+                    self._pending_bytes -= len(data)
+                self._written.notify_all()
+        self._evict()
+
+    def _stream(self, remote: str, out: Any, size: int) -> tuple[int, str, str | None]:
+        """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
+        object's ETag or ``None``).
+
+        One ranged GET of the whole object (Arrow reads without the GIL) into this thread's reused
+        scratch buffer (:func:`_scratch`), hashed there, then written to the file with one
+        ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140 MiB/s from
+        SeaweedFS here, against 620-700 MiB/s for whole-object reads
+        (``benchmarks/bench_s3_ceiling.py``). The GET used to land in a shared writable mapping
+        of the file: one page fault (and file-system ``page_mkwrite``) per 4 KiB page cost 1.2 s of
+        reader CPU per 590 MB cold epoch, against about 0.2 s for the buffer and the ``pwrite``
+        (issue #41, benchmarks/RESULTS.md).
         """
         digest = xxhash.xxh3_128()
         try:
@@ -319,19 +467,19 @@ class ShardFileCache:
             etag = object_etag(f)
             if size <= 0:
                 return 0, digest.hexdigest(), etag
-            try:
-                out.truncate(size)
-                view = mmap.mmap(out.fileno(), size)
-            except (OSError, ValueError):  # a file system without mmap: through a buffer
+            if size > SCRATCH_MAX:  # not kept per thread: through a buffer of its own
                 return (*self._buffered(remote, f, out, size), etag)
-            with view:
-                try:
-                    got = int(f.readinto(view))
-                except OSError as exc:
-                    raise DataFileError(f"download failed: {exc}", path=remote) from exc
-                digest.update(view if got == size else view[:got])
-        if got < size:
-            out.truncate(got)
+            view = _scratch(size)
+            try:
+                got = int(f.readinto(view))
+            except OSError as exc:
+                raise DataFileError(f"download failed: {exc}", path=remote) from exc
+            data = view[:got]
+            digest.update(data)
+            try:
+                _write_all(out.fileno(), data)
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         return got, digest.hexdigest(), etag
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
@@ -394,7 +542,7 @@ class ShardFileCache:
             for name in ranked:
                 if total <= self.limit:
                     break
-                if name in self._in_use:
+                if name in self._in_use or name in self._pending:
                     continue
                 total -= self._lru.pop(name)
                 victims.append(name)
@@ -410,6 +558,54 @@ def object_etag(f: Any) -> str | None:
     except (OSError, AttributeError, pa.ArrowException):
         return None
     return None if raw is None else raw.decode("utf-8", "replace")
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> memoryview:
+    """This thread's download buffer, at least ``size`` bytes (grown, never shrunk; it goes with
+    the thread: a reader pool's threads end with its last build). Reused, so its pages are
+    faulted in once per thread instead of once per download."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _SCRATCH.buf = bytearray(size)
+    return memoryview(buf)[:size]
+
+
+_WRITER: list[tuple[int, ThreadPoolExecutor]] = []  # (the process id that made it, the writer)
+_WRITER_LOCK = threading.Lock()
+
+
+def _lowest_priority() -> None:
+    """This thread at nice 19 (Linux: a thread's own priority), so a write-behind cache's writes
+    take the CPU the readers and the training loop leave idle."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux / not allowed: normal priority
+        pass
+
+
+def _writer() -> ThreadPoolExecutor:
+    """The process's one background writer thread of write-behind caches (created on first use,
+    and again in a forked child, which has no copy of its parent's thread; its queue is finished
+    when the interpreter exits, as every ``ThreadPoolExecutor``'s is)."""
+    with _WRITER_LOCK:
+        if not _WRITER or _WRITER[0][0] != os.getpid():  # none yet, or the parent's (forked)
+            pool = ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix="datamill-cache-write",
+                initializer=_lowest_priority,
+            )
+            _WRITER[:] = [(os.getpid(), pool)]
+        return _WRITER[0][1]
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    """``data`` written at the start of the file ``fd`` (``pwrite`` until every byte is)."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], done)
 
 
 def _mapped(f: Any, size: int) -> pa.Buffer:

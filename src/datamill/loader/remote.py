@@ -12,9 +12,12 @@ The local cache (:class:`~datamill.core.objstore.ShardFileCache`, re-exported he
 :func:`s3_filesystem`, :func:`is_remote` and :func:`split_url`) never trusts what it has not
 checked:
 
-* a download goes to a temporary file beside its final name; its size must equal the object's and
-  its Parquet footer must hold the expected rows; only then is it renamed, and its sidecar JSON
-  (remote path, size, modification time, xxh3 of the content) is written last, atomically;
+* a download's size must equal the object's and its Parquet footer must hold the expected rows;
+  the shard is decoded from the downloaded bytes, and a background thread at the lowest CPU priority
+  writes them to a temporary file beside the final name, renames it, and writes its sidecar JSON
+  (remote path, size, modification time, xxh3 of the content) last, atomically (``write_behind``:
+  at most 256 MiB wait in memory, beyond that a download writes its copy itself;
+  ``source.cache.flush()`` waits for the writes);
 * a cached file counts only when its sidecar exists and matches the object, and its content hashes
   to the recorded value when it is read (a truncated or corrupt copy is downloaded again);
 * the cache holds at most ``cache_limit`` bytes: least recently used files are evicted first (never
@@ -79,15 +82,17 @@ _PRELOADED = threading.Event()
 
 
 def _preload() -> None:
-    """Import what the first batch's gather imports: ``pyarrow.compute``, and pandas, which
-    ``pa.array(numpy array)`` imports on its first call (pyarrow checks for pandas categoricals)."""
-    import pyarrow.compute  # noqa: F401
+    """Import what the first batch's gather imports: ``pyarrow.compute`` (``Table.take``).
 
-    pa.array(np.zeros(1, dtype=np.int64))
+    Not pandas: the gather builds its index arrays without ``pa.array`` (which imports pandas on its
+    first call), so nothing on a batch's path needs it; importing it here cost 0.25-0.35 s of CPU in
+    every cold epoch of a fresh process (issue #41).
+    """
+    import pyarrow.compute  # noqa: F401
 
 
 def _preload_in_background() -> None:
-    """Run :func:`_preload` in a thread once per process, so its CPU time (0.5-0.8 s, most of a
+    """Run :func:`_preload` in a thread once per process, so its CPU time (about 0.2 s, most of a
     cold first batch) overlaps the footer downloads instead of following them."""
     if not _PRELOADED.is_set():
         _PRELOADED.set()
@@ -166,6 +171,7 @@ class RemoteParquetSource(SchemaColumns):
             self.fs,
             cache_dir if cache_dir is not None else default_cache_dir(),
             cache_limit=cache_limit,
+            write_behind=True,  # decoded from the download; the copy written in the background
         )
         _preload_in_background()  # while the footers download
         listing = [[i.path, int(i.size), i.mtime_ns] for i in infos]

@@ -54,8 +54,12 @@ from datamill.loader.stages import EpochPlan
 
 __all__ = ["BLOCK_ROWS", "REMOTE_READS", "BatchService", "reads_remotely"]
 
-REMOTE_READS = 4
-"""Shards read at once by a warming-up service (downloads in flight, each decoded in its thread)."""
+REMOTE_READS = 6
+"""Shards read at once by a warming-up service (downloads in flight, each decoded in its thread).
+
+Six, not four: a reader thread also checks and decodes its shard, so four threads kept 2.9 GETs in
+flight on average and a cold S3 epoch read 57-76k samples/s, against 67-85k with six (issue #41,
+benchmarks/RESULTS.md)."""
 
 
 def reads_remotely(source: object) -> bool:
