@@ -28,6 +28,7 @@ import os
 import tempfile
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -161,6 +162,7 @@ class ShardFileCache:
         # downloaded, waiting for the writer: name -> (content, its sidecar)
         self._pending: dict[str, tuple[pa.Buffer, dict[str, Any]]] = {}
         self._pending_bytes = 0
+        self._warned = False  # a failed background write said once (RuntimeWarning)
         self._written = threading.Condition(self._lock)
         self._pid = os.getpid()  # a forked child forgets its parent's waiting copies (not its own)
 
@@ -431,11 +433,20 @@ class ShardFileCache:
                 os.close(fd)
             os.replace(tmp, self.dir / name)
             self._write_sidecar(name, meta)
-        except OSError:  # a full or read-only disk: downloaded again next time
+        except OSError as exc:  # a full or read-only disk: downloaded again next time, said once
             self._remove(name)
             Path(tmp).unlink(missing_ok=True)
             with self._lock:
                 self._lru.pop(name, None)
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"{self.dir}: could not write the local copy of {name} ({exc}); shards are "
+                    "read from the store, not cached: free space in the cache folder or choose "
+                    "another",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
         finally:
             with self._written:
                 mine = self._pending.get(name)
