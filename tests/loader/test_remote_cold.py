@@ -273,6 +273,7 @@ def _second_epoch_hits(
         src.cache.expect = lambda remotes: None  # type: ignore[method-assign]
     loader = Loader(src, BATCH, seed=11, collate="arrow")
     _epoch(loader)
+    assert src.cache.flush(timeout=30)  # the copies written behind the reads are on disk
     held = len(list(folder.glob("*.parquet")))
     before = src.cache.stats()["hits"]
     loader.set_epoch(1)

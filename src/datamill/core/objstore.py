@@ -553,7 +553,10 @@ class ShardFileCache:
             for name in ranked:
                 if total <= self.limit:
                     break
-                if name in self._in_use or name in self._pending:
+                if name in self._pending:  # removed by its writer's own pass once written, so
+                    total -= self._lru[name]  # a copy the plan needs sooner is not removed for it
+                    continue
+                if name in self._in_use:
                     continue
                 total -= self._lru.pop(name)
                 victims.append(name)
