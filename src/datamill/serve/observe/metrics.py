@@ -358,8 +358,9 @@ class JournalCollector(Collector):
             if p is None and total >= 0:
                 pending = max(0, total - acked - base)
                 p = {"done": min(total, acked + base), "leased": 0, "pending": pending}
-            for s in ("done", "leased", "pending") if p is not None else ():
-                gauge.add_metric([it_id, ds, s], p[s])
+            for s in ("done", "leased", "pending"):
+                if p is not None:
+                    gauge.add_metric([it_id, ds, s], p[s])
         yield from fams.values()
         yield units
         yield gauge
