@@ -317,12 +317,9 @@ class JournalCollector(Collector):
             for it_id, ds, total, base in rows
         ]
 
-    # long (86 lines): one metric family after another, each a few lines, read from one snapshot of
-    # the state
-    def collect(self) -> Iterator[Metric]:
-        """The metrics (see the module docstring)."""
-        state, tel = self.state, self.state.telemetry
-        recent = self._recent()
+    def _per_iteration(self, live: dict[str, Iteration]) -> list[Metric]:
+        """The counters and the unit gauge of the iterations that get series (:meth:`_recent`)."""
+        state, recent = self.state, self._recent()
         ids = [r[0] for r in recent]
         done = dict(
             state.journal._exec(
@@ -331,8 +328,7 @@ class JournalCollector(Collector):
                 ids,
             )
         )
-        counts = tel.counters()
-        labels = ["iteration", "dataset"]
+        counts, labels = state.telemetry.counters(), ["iteration", "dataset"]
         fams = {
             name: CounterMetricFamily(f"datamill_{name}", help_, labels=labels)
             for name, help_ in COUNTERS.items()
@@ -347,8 +343,6 @@ class JournalCollector(Collector):
             "Batches of an iteration by state (done includes a resume base).",
             labels=[*labels, "state"],
         )
-        with state._lock:
-            live = dict(state._iterations)
         for it_id, ds, total, base in recent:
             for name, fam in fams.items():
                 fam.add_metric([it_id, ds], counts.get((it_id, name), 0.0))
@@ -361,9 +355,14 @@ class JournalCollector(Collector):
             for s in ("done", "leased", "pending"):
                 if p is not None:
                     gauge.add_metric([it_id, ds, s], p[s])
-        yield from fams.values()
-        yield units
-        yield gauge
+        return [*fams.values(), units, gauge]
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics (see the module docstring)."""
+        state, tel = self.state, self.state.telemetry
+        with state._lock:
+            live = dict(state._iterations)
+        yield from self._per_iteration(live)
         stall = GaugeMetricFamily(
             "datamill_client_stall_seconds",
             "Seconds a live client waited for data (as it reports in heartbeats).",

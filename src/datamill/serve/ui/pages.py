@@ -3,9 +3,7 @@ JS.
 
 Every page reads the same server state as the JSON API (:class:`~datamill.serve.server.ServeState`
 and :class:`~datamill.serve.data.views.Inspector`). Without a valid key a page shows only the login
-form
-(401); state-changing forms are POSTs that carry a CSRF token (see
-:mod:`datamill.serve.ui.session`).
+form (401); state-changing forms are POSTs with a CSRF token (:mod:`datamill.serve.ui.session`).
 """
 
 from __future__ import annotations
@@ -58,20 +56,11 @@ __all__ = ["access_page", "root", "router"]
 def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     """The page for a refused request: the login form (401) or an error page (403)."""
     if status == 401:
-        msg = (
-            "your key is invalid or was revoked: enter a valid key"
-            if request.cookies.get(COOKIE)
-            else None
-        )
-        return _login_page(request, None, status=401, error=msg, next=request.url.path)
-    return _render(
-        request,
-        "error.html",
-        authenticate(request),
-        status=status,
-        error=detail,
-        kind=f"HTTP {status}",
-    )
+        msg = "your key is invalid or was revoked: enter a valid key"
+        error = msg if request.cookies.get(COOKIE) else None
+        return _login_page(request, None, status=401, error=error, next=request.url.path)
+    who = authenticate(request)
+    return _render(request, "error.html", who, status=status, error=detail, kind=f"HTTP {status}")
 
 
 # ------------------------------------------------------------------------------------------ session
@@ -186,13 +175,8 @@ def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
     """Shardsets, columns, statistics, metadata and check results of one dataset."""
     check_dataset(who, serve_state(request), ref)
     detail = inspector(request).detail(ref)
-    return _render(
-        request,
-        "dataset.html",
-        who,
-        d=detail,
-        runs=ledger.runs_of_dataset(serve_state(request).journal, detail["id"]),
-    )
+    named = ledger.runs_of_dataset(serve_state(request).journal, detail["id"])
+    return _render(request, "dataset.html", who, d=detail, runs=named)
 
 
 @router.get("/datasets/{ref}/values/{column}", dependencies=[requires("read")])
@@ -205,16 +189,11 @@ def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     if column not in src.columns:
         raise NotFoundError(f"no column {column!r}; columns: {list(src.columns)}")
     view = insp.values.get(src.fingerprint(), column, lambda: src).view()
-    svg = bars = None
-    res = view["result"]
-    if res is not None and res["histogram"] is not None:
-        svg = histogram_svg(
-            res["histogram"]["counts"],
-            res["histogram"]["edges"],
-            label=f"{column} ({res['of']})" if res["of"] != "value" else column,
-        )
-    if res is not None and res["top"]:
-        bars = bars_svg([(str(t["value"]), int(t["count"])) for t in res["top"]], label=column)
+    res = view["result"] or {"histogram": None, "top": [], "of": "value"}
+    hist, top = res["histogram"], [(str(t["value"]), int(t["count"])) for t in res["top"]]
+    label = f"{column} ({res['of']})" if res["of"] != "value" else column
+    svg = histogram_svg(hist["counts"], hist["edges"], label=label) if hist is not None else None
+    bars = bars_svg(top, label=column) if top else None
     return _render(request, "_values.html", None, v=view, column=column, svg=svg, bars=bars)
 
 
@@ -342,19 +321,16 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
     own = key_id == who.key_id
     step = form.get("confirm", "")
     if step != ("twice" if own else "yes"):
+        note = f", note: {row['note']}" if row["note"] else ""
         lost = [
-            (
-                f"every client and session using key {key_id} ({row['role']}"
-                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; "
-                "this cannot be undone"
-            )
+            f"every client and session using key {key_id} ({row['role']}{note}) is refused from "
+            + "now on; this cannot be undone"
         ]
         if own:
-            lost.insert(
-                0,
-                "this is the key of YOUR OWN session: you are logged out and cannot log in with "
-                "it again",
+            yours = (
+                "this is the key of YOUR OWN session: you are logged out and cannot log in with it"
             )
+            lost.insert(0, yours + " again")
             if step == "yes":
                 lost.insert(0, "second confirmation: are you sure?")
         return _render(

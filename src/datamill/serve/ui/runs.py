@@ -48,9 +48,8 @@ MAX_FILTER = 64
 """Longest accepted name filter."""
 
 
-def _counter(state: Any, it_id: str, name: str) -> int:
-    tel = getattr(state, "telemetry", None)
-    return int(tel.counter(it_id, name)) if tel is not None else 0
+def _n(count: int, thing: str) -> str:
+    return f"{count} {thing}{'s' if count != 1 else ''}"
 
 
 def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
@@ -78,21 +77,20 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
         marks=marks,
     )
     # counters from the journal (they survive a restart), not from this process's memory
-    p["expired_leases"] = max(p["expired_leases"], _counter(state, it.id, "leases_expired"))
-    p["reissued_leases"] = max(p["reissued_leases"], _counter(state, it.id, "leases_reissued"))
-    memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
-    live = p["clients"]
-    clients = {}
-    for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items():
-        now = live.get(cid, {})
-        clients[cid] = {
+    for key, name in (("expired_leases", "leases_expired"), ("reissued_leases", "leases_reissued")):
+        p[key] = max(p[key], int(state.telemetry.counter(it.id, name)))
+    live, memo = p["clients"], state.telemetry.client_memo
+    p["clients"] = {
+        cid: {
+            "slot": "-",
+            "leases": 0,
+            "batches_per_s": 0,
+            "idle_s": None,
+            **live.get(cid, {}),
             **c,
-            "slot": now.get("slot", "-"),
-            "leases": now.get("leases", 0),
-            "batches_per_s": now.get("batches_per_s", 0),
-            "idle_s": now.get("idle_s"),
         }
-    p["clients"] = clients
+        for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items()
+    }
     names = {d["id"]: d["name"] for d in state.datasets()}
     ds_id = desc["config"]["dataset"]
     name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
@@ -195,15 +193,6 @@ def _matching(
     its size)."""
     if not datasets:
         return [], None
-    if not name:
-        return lifecycle.page(
-            state.journal,
-            status=status,
-            datasets=datasets,
-            after=after,
-            limit=limit,
-            newest_first=True,
-        )
     out: list[dict[str, Any]] = []
     cursor = after
     while True:
@@ -212,9 +201,11 @@ def _matching(
             status=status,
             datasets=datasets,
             after=cursor,
-            limit=lifecycle.MAX_PAGE,
+            limit=limit if not name else lifecycle.MAX_PAGE,
             newest_first=True,
         )
+        if not name:
+            return rows, cursor
         for r in rows:
             if name.lower() in str(r["key"]).lower():
                 out.append(r)
@@ -318,12 +309,9 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
             fields=body,
             back=f"/ui/iterations/{it.id}",
             lost=[
-                (
-                    f"{len(held)} lease{'s' if len(held) != 1 else ''} held now by "
-                    f"{len(holders)} client{'s' if len(holders) != 1 else ''} "
-                    f"({', '.join(holders[:5])}) "
-                    "will be revoked: their batches are served again and late acks are refused"
-                ),
+                f"{_n(len(held), 'lease')} held now by {_n(len(holders), 'client')} "
+                + f"({', '.join(holders[:5])}) will be revoked: their batches are served again "
+                + "and late acks are refused",
                 f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches",
             ],
             confirm="Rewind anyway",
@@ -356,16 +344,10 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
             fields={},
             back=f"/ui/iterations/{it.id}",
             lost=[
-                (
-                    f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered "
-                    "will never be "
-                    f"served ({p['leased']:,} leased now, {p['pending']:,} pending)"
-                ),
-                (
-                    f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose "
-                    "them; every "
-                    "client asking for more gets an error"
-                ),
+                f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will "
+                + f"never be served ({p['leased']:,} leased now, {p['pending']:,} pending)",
+                f"{_n(len(live), 'client')} holding leases lose them; every client asking for "
+                + "more gets an error",
                 "this cannot be undone: a new iteration (another name or config) starts over",
             ],
             confirm="Cancel iteration",
@@ -389,35 +371,24 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         raise NotFoundError(f"no run named {name!r}")
     epochs = []
     ds_id = None
-    for (it_id,) in rows:
-        life = lifecycle.one(state.journal, str(it_id))
-        if life is None or not _named_ok(state, who, life):
+    names = {d["id"]: d["name"] for d in state.journal.datasets()}
+    for it_id in (str(r[0]) for r in rows):
+        life = lifecycle.one(state.journal, it_id)
+        if life is None or not may_use(
+            who, {"id": life["dataset"], "name": names.get(life["dataset"], "")}
+        ):
             continue
         ds_id = life["dataset"]
-        hist = ledger.throughput(state.journal, str(it_id)) or ack_history(
-            state.journal, str(it_id)
-        )
+        hist = ledger.throughput(state.journal, it_id) or ack_history(state.journal, it_id)
         acked = sum(n for _, n in hist)
-        end = (
-            life["ended"]
-            if life["ended"] is not None
-            else (hist[-1][0] if hist else life["started"])
-        )
-        dur = max(end - life["started"], 0.0)
-        live = state._iterations.get(str(it_id))
-        memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
-        epochs.append(
-            {
-                **life,
-                "duration": dur,
-                "acked": acked,
-                "rate": acked / dur if dur > 0 else None,
-                "clients": ledger.clients(state.journal, str(it_id), live=live, memo=memo),
-            }
-        )
+        last = hist[-1][0] if hist else life["started"]
+        dur = max((life["ended"] if life["ended"] is not None else last) - life["started"], 0.0)
+        live, memo = state._iterations.get(it_id), state.telemetry.client_memo
+        clients = ledger.clients(state.journal, it_id, live=live, memo=memo)
+        rate = acked / dur if dur > 0 else None
+        epochs.append({**life, "duration": dur, "acked": acked, "rate": rate, "clients": clients})
     if not epochs:
         raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
-    names = {d["id"]: d["name"] for d in state.datasets()}
     return _render(
         request,
         "run.html",
@@ -426,8 +397,3 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         epochs=epochs,
         dataset={"id": ds_id, "name": names.get(ds_id or "", "?")},
     )
-
-
-def _named_ok(state: Any, who: Any, life: dict[str, Any]) -> bool:
-    names = {d["id"]: d["name"] for d in state.journal.datasets()}
-    return may_use(who, {"id": life["dataset"], "name": names.get(life["dataset"], "")})

@@ -143,24 +143,14 @@ def one_line(errors: Any) -> str:
     """Validation errors (pydantic's ``errors()``) as one line: where, what was expected, what came.
 
     Examples:
-        >>> one_line(
-        ...     [
-        ...         {
-        ...             "loc": ("body", "lease_timeout"),
-        ...             "msg": "Input should be a finite number",
-        ...             "input": "NaN",
-        ...         }
-        ...     ]
-        ... )
-        "body.lease_timeout: Input should be a finite number (got 'NaN')"
+        >>> one_line([{"loc": ("body", "ttl"), "msg": "Input should be finite", "input": "NaN"}])
+        "body.ttl: Input should be finite (got 'NaN')"
     """
     parts = []
     for err in list(errors)[:3]:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         got = repr(err.get("input"))
-        got = got if len(got) <= 60 else got[:57] + "..."
-        parts.append(
-            f"{loc}: {err.get('msg', 'invalid')}" + (f" (got {got})" if "input" in err else "")
-        )
+        got = f" (got {got if len(got) <= 60 else got[:57] + '...'})" if "input" in err else ""
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}{got}")
     more = len(list(errors)) - 3
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
