@@ -158,7 +158,6 @@ def create_app(
     auth: bool = True,
     lease_timeout: float = 60.0,
     cache_shards: int | None = None,
-    max_body: int = MAX_BODY,
     allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
     metrics_no_auth: bool = False,
     build_workers: int = 0,
@@ -173,7 +172,6 @@ def create_app(
         cache_shards: released shards each batch service keeps for later leases. Defaults to
             ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
             instead of rereading them).
-        max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
         allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to
             the loopback names.
         build_workers: processes building server-built leases (``0``: in the request's thread).
@@ -217,7 +215,7 @@ def create_app(
         app.include_router(router)
     app.include_router(metrics_router(public=metrics_no_auth))
     app.add_middleware(NextLane)  # innermost: the lease route past the router (see its docstring)
-    app.add_middleware(_BodyLimit, limit=max_body)
+    app.add_middleware(_BodyLimit, limit=MAX_BODY)
     app.add_middleware(Guard, hosts=AllowedHosts(allowed_hosts))
     app.add_middleware(RequestMetrics, telemetry=state.telemetry)
     app.state.serve, app.state.ui_secret = state, secrets.token_bytes(32)

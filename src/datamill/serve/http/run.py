@@ -444,10 +444,7 @@ def _recovery_summary(st: Any, *, url: str) -> None:
         state=str(st.journal.dir),
         datasets=len(st.journal.datasets()),
         iterations=sum(by.values()),
-        running=by.get("running", 0),
-        stale=by.get("stale", 0),
-        finished=by.get("finished", 0),
-        cancelled=by.get("cancelled", 0),
+        **{s: by[s] for s in ("running", "stale", "finished", "cancelled")},
         journaled_leases=int(held),
     )
 

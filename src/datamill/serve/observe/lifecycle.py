@@ -156,9 +156,8 @@ def page(
         args["status"] = status
     sql = (
         "SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, "
-        f"({_STATUS_SQL}), l.started, "
-        "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = "
-        "i.id), "
+        f"({_STATUS_SQL}), l.started, l.ended, l.last_seen, "
+        "(SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = i.id), "
         "(SELECT COALESCE(SUM((d.stop - d.start) * d.sign), 0) FROM done d "
         "WHERE d.iteration = i.id), "
         "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "

@@ -109,7 +109,6 @@ class Telemetry:
             for it, name, v in journal._exec("SELECT iteration, name, value FROM counters")
         }
         self._dirty: set[tuple[str, str]] = set()
-        self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
         self.client_memo: ledger.Memo = {}
         self.registry = CollectorRegistry(auto_describe=True)
@@ -157,7 +156,6 @@ class Telemetry:
         with self._lock:
             rows = [(it, name, self._counts[(it, name)]) for it, name in self._dirty]
             self._dirty.clear()
-            self._last_flush = time.monotonic()
         if not rows:
             return
         with self.journal._lock, self.journal._db as db:  # one transaction
