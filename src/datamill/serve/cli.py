@@ -52,6 +52,21 @@ __all__ = [
 ]
 
 
+def _ranged(kind: Callable[[str], Any], low: float, high: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` in ``[low, high]`` (nan refused), else "expected what"."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port in 1..65535.
 
@@ -59,30 +74,13 @@ def port_number(text: str) -> int:
         >>> port_number("8470")
         8470
     """
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number in 1..65535, got {text!r}")
+    port: int = _ranged(int, 1, 65535, "a port number in 1..65535")(text)
     return port
 
 
 def seconds(low: float, high: float) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds in ``[low, high]``."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not low <= value <= high:  # also refuses nan
-            raise argparse.ArgumentTypeError(
-                f"expected seconds in [{low:g}, {high:g}], got {text!r}"
-            )
-        return value
-
-    return parse
+    return _ranged(float, low, high, f"seconds in [{low:g}, {high:g}]")
 
 
 def host_list(text: str) -> list[str]:
@@ -115,17 +113,8 @@ def whole(low: int, high: int = 2**31) -> Callable[[str], int]:
         (3, 0)
     """
 
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if not low <= value <= high:
-            bound = f">= {low}" if high == 2**31 else f"in {low}..{high}"
-            raise argparse.ArgumentTypeError(f"expected a whole number {bound}, got {text!r}")
-        return value
-
-    return parse
+    bound = f">= {low}" if high == 2**31 else f"in {low}..{high}"
+    return _ranged(int, low, high, f"a whole number {bound}")
 
 
 positive, count, _workers = whole(1), whole(0), whole(0, 64)
