@@ -314,8 +314,8 @@ def serve(
         **fast,
         timeout_keep_alive=75,
     )  # above a proxy's or client's idle time: no close/send race
-    server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
-    server.server.run()
+    server = _draining_server(config, state=st, drain_timeout=cfg.drain_timeout)
+    server.run()
     event("stopped", drained=server.drained, leases_left=server.leases_left)
 
 
@@ -449,50 +449,41 @@ def _recovery_summary(st: Any, *, url: str) -> None:
     )
 
 
-class _DrainingServer:
+def _draining_server(config: Any, *, state: Any, drain_timeout: float) -> Any:
     """uvicorn's server whose SIGTERM drains first: no new leases (503), acks and heartbeats
     answered until every live lease is acknowledged or ``drain_timeout`` passes; then a normal
     shutdown (exit 0). A second SIGTERM, or SIGINT, stops at once."""
+    import uvicorn
 
-    def __init__(self, config: Any, *, state: Any, drain_timeout: float) -> None:
-        import uvicorn
+    from datamill.serve.observe.logs import event
 
-        outer = self
+    def live() -> int:
+        with state._lock:
+            its = list(state._iterations.values())
+        return sum(len(it.leases) for it in its)
 
-        class Server(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                if sig == signal.SIGTERM and not outer.draining_started:
-                    outer.draining_started = True
-                    threading.Thread(
-                        target=outer._drain, name="datamill-drain", daemon=True
-                    ).start()
-                    return
-                super().handle_exit(sig, frame)
+    class DrainingServer(uvicorn.Server):
+        draining_started, drained, leases_left = False, False, 0
 
-        self.server = Server(config)
-        self.state, self.drain_timeout = state, float(drain_timeout)
-        self.draining_started = False
-        self.drained = False
-        self.leases_left = 0
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if sig == signal.SIGTERM and not self.draining_started:
+                self.draining_started = True
+                threading.Thread(target=self._drain, name="datamill-drain", daemon=True).start()
+                return
+            super().handle_exit(sig, frame)
 
-    def _live(self) -> int:
-        with self.state._lock:
-            live = list(self.state._iterations.values())
-        return sum(len(it.leases) for it in live)
+        def _drain(self) -> None:
+            state.draining = True
+            left = live()
+            event("draining", leases_live=left, timeout_s=float(drain_timeout))
+            deadline = time.monotonic() + drain_timeout
+            while left and time.monotonic() < deadline:
+                time.sleep(0.05)
+                left = live()
+            self.drained, self.leases_left = left == 0, left
+            note = "their holders reclaim them from the next server (grace period)"
+            end = "drained" if left == 0 else "drain timeout"
+            event(end, leases_left=left, note=note if left else "")
+            self.should_exit = True
 
-    def _drain(self) -> None:
-        from datamill.serve.observe.logs import event
-
-        self.state.draining = True
-        left = self._live()
-        event("draining", leases_live=left, timeout_s=self.drain_timeout)
-        deadline = time.monotonic() + self.drain_timeout
-        while left and time.monotonic() < deadline:
-            time.sleep(0.05)
-            left = self._live()
-        self.drained, self.leases_left = left == 0, left
-        note = "their holders reclaim them from the next server (grace period)"
-        event(
-            "drained" if left == 0 else "drain timeout", leases_left=left, note=note if left else ""
-        )
-        self.server.should_exit = True
+    return DrainingServer(config)

@@ -31,6 +31,7 @@ from datamill.serve.http.access import (
 )
 from datamill.serve.http.auth import create_key, parse_duration
 from datamill.serve.http.key_scope import check_create, check_revoke, visible_keys
+from datamill.serve.http.routes import datasets as datasets_api
 from datamill.serve.http.routes.models import DatasetIn, one_line
 from datamill.serve.observe import ledger
 from datamill.serve.server import NotFoundError
@@ -161,10 +162,7 @@ async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
         req = DatasetIn(path=form.get("path", ""), name=form.get("name", ""))
     except ValidationError as exc:
         raise HTTPException(400, one_line(exc.errors())) from exc
-    if not may_use(who, {"id": "", "name": req.name}):
-        raise HTTPException(403, f"this key may not use a dataset named {req.name!r}")
-    ds = await run_in_threadpool(state.register, req.path, name=req.name)
-    audit(state, who, "register dataset", f"{req.name} = {req.path}")
+    ds = await run_in_threadpool(datasets_api.register, who, req, state)  # the API's checks
     summaries = await run_in_threadpool(_summaries, request)
     return _render(request, "datasets.html", who, datasets=summaries, registered=ds)
 
