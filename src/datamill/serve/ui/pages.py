@@ -32,6 +32,7 @@ from datamill.serve.http.access import (
 from datamill.serve.http.auth import create_key, parse_duration
 from datamill.serve.http.key_scope import check_create, check_revoke, visible_keys
 from datamill.serve.http.routes import datasets as datasets_api
+from datamill.serve.http.routes import keys as keys_api
 from datamill.serve.http.routes.models import DatasetIn, one_line
 from datamill.serve.observe import ledger
 from datamill.serve.server import NotFoundError
@@ -343,10 +344,7 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
             confirm="Revoke my own key" if own else "Revoke key",
             confirm_value="twice" if own and step == "yes" else "yes",
         )
-    if not state.journal.revoke_key(key_id):
-        raise NotFoundError(f"no live key {key_id!r}")
-    state.keys.reload()
-    audit(state, who, "revoke key", key_id)
+    keys_api.revoke(who, key_id, state)  # the API's revocation: journal, key table, audit
     return _see("/ui/login" if own else "/ui/keys")
 
 
