@@ -32,11 +32,7 @@ from datamill.serve.http.routes.bounds import check_iteration, check_rewind
 from datamill.serve.http.routes.models import IterationIn, RewindIn, one_line
 from datamill.serve.observe import ledger, lifecycle
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.render import form as _form
-from datamill.serve.ui.render import page as _page
-from datamill.serve.ui.render import render as _render
-from datamill.serve.ui.render import router
-from datamill.serve.ui.render import see as _see
+from datamill.serve.ui.render import form, page, render, router, see
 from datamill.serve.ui.session import check_csrf
 from datamill.serve.ui.svg import ack_history, rewind_times, throughput_svg
 
@@ -123,7 +119,7 @@ def _last_rewind(state: Any, it_id: str) -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------------------------- list
 @router.get("/iterations")
-@_page
+@page
 def iterations_page(
     request: Request,
     state: State,
@@ -154,7 +150,7 @@ def iterations_page(
     out = [_listed(state, r, names) for r in rows]
     query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
     keep = urllib.parse.urlencode({k: v for k, v in query.items() if v})
-    return _render(
+    return render(
         request,
         "iterations.html",
         who,
@@ -216,25 +212,25 @@ def _matching(
 
 
 @router.post("/iterations")
-@_page
+@page
 async def start_iteration(request: Request, state: State, who: Reader) -> Response:
     """Start (or join) an iteration from the form: a loader configuration to try before training."""
-    form = await _form(request)
-    check_csrf(who, form)
-    req: dict[str, Any] = {"dataset": form.get("dataset", "")}
+    fields = await form(request)
+    check_csrf(who, fields)
+    req: dict[str, Any] = {"dataset": fields.get("dataset", "")}
     try:
         for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
-            if form.get(f, "").strip():
-                req[f] = int(form[f])
+            if fields.get(f, "").strip():
+                req[f] = int(fields[f])
     except ValueError as exc:
         raise HTTPException(400, f"not a whole number: {exc}") from exc
-    req["shuffle"] = form.get("shuffle") == "on"
-    req["drop_last"] = form.get("drop_last") == "on"
-    req["mode"] = form.get("mode", "static")
-    if form.get("name", "").strip():
-        req["name"] = form["name"].strip()
-    if form.get("columns", "").strip():
-        req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
+    req["shuffle"] = fields.get("shuffle") == "on"
+    req["drop_last"] = fields.get("drop_last") == "on"
+    req["mode"] = fields.get("mode", "static")
+    if fields.get("name", "").strip():
+        req["name"] = fields["name"].strip()
+    if fields.get("columns", "").strip():
+        req["columns"] = [c.strip() for c in fields["columns"].split(",") if c.strip()]
     if "batch_size" not in req:
         raise HTTPException(400, "batch size is required")
     try:
@@ -247,7 +243,7 @@ async def start_iteration(request: Request, state: State, who: Reader) -> Respon
     await run_in_threadpool(check_iteration, state, ds, body)
     desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
     state.journal.set_owner(desc["id"], who.key_id or "")
-    return _see(f"/ui/iterations/{desc['id']}")
+    return see(f"/ui/iterations/{desc['id']}")
 
 
 def _refuse_ended_name(state: Any, name: str, epoch: int) -> None:
@@ -267,29 +263,29 @@ def _refuse_ended_name(state: Any, name: str, epoch: int) -> None:
 
 # ---------------------------------------------------------------------------------------------- one
 @router.get("/iterations/{it_id}")
-@_page
+@page
 def iteration_page(request: Request, who: Reader, it_id: str) -> HTMLResponse:
     """One iteration: status, config, live progress per rank and client, throughput, rewind,
     cancel."""
-    return _render(request, "iteration.html", who, it=iteration_view(request, it_id))
+    return render(request, "iteration.html", who, it=iteration_view(request, it_id))
 
 
 @router.get("/iterations/{it_id}/live")
-@_page
+@page
 def iteration_live(request: Request, who: Reader, it_id: str) -> HTMLResponse:
     """The live part of the iteration page (polled by ui.js)."""
-    return _render(request, "_live.html", None, it=iteration_view(request, it_id))
+    return render(request, "_live.html", None, it=iteration_view(request, it_id))
 
 
 @router.post("/iterations/{it_id}/rewind")
-@_page
+@page
 async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Response:
     """Rewind a rank to a checkpoint's consumed batch count (admin); confirmed first while clients
     hold leases."""
-    form = await _form(request)
-    check_csrf(who, form)
+    fields = await form(request)
+    check_csrf(who, fields)
     try:
-        body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
+        body = {"rank": int(fields.get("rank", "0")), "consumed": int(fields.get("consumed", "0"))}
     except ValueError as exc:
         raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
     it = state.iteration(it_id)
@@ -298,9 +294,9 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     with state.lock(it):
         held = [x for x in it.leases.values() if x.queue == body["rank"]]
     before = next(q["done"] for q in state.progress(it)["queues"] if q["rank"] == body["rank"])
-    if held and form.get("confirm") != "yes":
+    if held and fields.get("confirm") != "yes":
         holders = sorted({x.client for x in held})
-        return _render(
+        return render(
             request,
             "confirm.html",
             who,
@@ -319,23 +315,23 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     await run_in_threadpool(state.rewind, it, body)
     change = {**body, "before": before, "revoked": len(held)}
     audit(state, who, "rewind iteration", f"{it.id} {json.dumps(change, sort_keys=True)}")
-    return _see(f"/ui/iterations/{it.id}#rewound")
+    return see(f"/ui/iterations/{it.id}#rewound")
 
 
 @router.post("/iterations/{it_id}/cancel")
-@_page
+@page
 async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Response:
     """Cancel an iteration for good (admin), after a confirmation that says what is lost."""
-    form = await _form(request)
-    check_csrf(who, form)
+    fields = await form(request)
+    check_csrf(who, fields)
     it = state.iteration(it_id)
     check_dataset(who, state, str(it.config["dataset"]))
     if it.cancelled:
-        return _see(f"/ui/iterations/{it.id}")
-    if form.get("confirm") != "yes":
+        return see(f"/ui/iterations/{it.id}")
+    if fields.get("confirm") != "yes":
         p = state.progress(it)
         live = [c for c, v in p["clients"].items() if v["leases"]]
-        return _render(
+        return render(
             request,
             "confirm.html",
             who,
@@ -354,12 +350,12 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
         )
     await run_in_threadpool(state.cancel, it)
     audit(state, who, "cancel iteration", it.id)
-    return _see(f"/ui/iterations/{it.id}")
+    return see(f"/ui/iterations/{it.id}")
 
 
 # --------------------------------------------------------------------------------------------- runs
 @router.get("/runs/{name}")
-@_page
+@page
 def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResponse:
     """A named run across epochs: per epoch its status, duration, throughput and each client's
     stall."""
@@ -389,7 +385,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         epochs.append({**life, "duration": dur, "acked": acked, "rate": rate, "clients": clients})
     if not epochs:
         raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
-    return _render(
+    return render(
         request,
         "run.html",
         who,
