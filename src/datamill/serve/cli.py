@@ -17,13 +17,14 @@ it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datamill.core.cliargs import (
     add_batch_size,
@@ -34,6 +35,9 @@ from datamill.core.cliargs import (
     add_served,
     columns_of,
 )
+
+if TYPE_CHECKING:
+    from datamill.serve.journal.store import Journal
 
 __all__ = [
     "add_iterate_options",
@@ -48,6 +52,21 @@ __all__ = [
 ]
 
 
+def _ranged(kind: Callable[[str], Any], low: float, high: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` in ``[low, high]`` (nan refused), else "expected what"."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port in 1..65535.
 
@@ -55,30 +74,13 @@ def port_number(text: str) -> int:
         >>> port_number("8470")
         8470
     """
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number in 1..65535, got {text!r}")
+    port: int = _ranged(int, 1, 65535, "a port number in 1..65535")(text)
     return port
 
 
 def seconds(low: float, high: float) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds in ``[low, high]``."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not low <= value <= high:  # also refuses nan
-            raise argparse.ArgumentTypeError(
-                f"expected seconds in [{low:g}, {high:g}], got {text!r}"
-            )
-        return value
-
-    return parse
+    return _ranged(float, low, high, f"seconds in [{low:g}, {high:g}]")
 
 
 def host_list(text: str) -> list[str]:
@@ -111,17 +113,8 @@ def whole(low: int, high: int = 2**31) -> Callable[[str], int]:
         (3, 0)
     """
 
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if not low <= value <= high:
-            bound = f">= {low}" if high == 2**31 else f"in {low}..{high}"
-            raise argparse.ArgumentTypeError(f"expected a whole number {bound}, got {text!r}")
-        return value
-
-    return parse
+    bound = f">= {low}" if high == 2**31 else f"in {low}..{high}"
+    return _ranged(int, low, high, f"a whole number {bound}")
 
 
 positive, count, _workers = whole(1), whole(0), whole(0, 64)
@@ -138,23 +131,13 @@ def _server(args: argparse.Namespace) -> int:
             "expected a dataset root folder or a server config file: datamill serve ROOT_OR_CONFIG "
             "(or a command: keys, audit, backup, iterate; see datamill serve --help)"
         )
+    options = {name: getattr(args, name) for name in _SERVER_OPTIONS}
     serve(
         args.target,
-        host=args.host,
-        port=args.port,
-        state=args.state,
         auth=False if args.no_auth else None,
-        lease_timeout=args.lease_timeout,
-        allowed_hosts=args.allowed_hosts,
-        echo=lambda line: print(line, flush=True),
-        log_format=args.log_format,
-        log_level=args.log_level,
-        ssl_certfile=args.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile,
-        forwarded_allow_ips=args.forwarded_allow_ips,
-        drain_timeout=args.drain_timeout,
         metrics_no_auth=True if args.metrics_no_auth else None,
-        build_workers=args.build_workers,
+        echo=lambda line: print(line, flush=True),
+        **options,
     )
     return 0
 
@@ -172,46 +155,44 @@ def _need_journal(state: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def _journal(state: str, lock: str | None = None, *, existing: bool = True) -> Iterator[Journal]:
+    """The journal of ``state`` (which must hold one when ``existing``), closed afterwards."""
+    from datamill.serve.journal.store import Journal
+
+    if existing:
+        _need_journal(state)
+    with contextlib.closing(Journal(state, lock=lock, beside=lock is not None)) as journal:
+        yield journal
+
+
 def _gc(args: argparse.Namespace) -> int:
     from datamill.serve.http.auth import parse_duration
-    from datamill.serve.journal.store import Journal
     from datamill.serve.observe.lifecycle import gc
 
     older = parse_duration(args.older_than)
-    _need_journal(args.state)
-    journal = Journal(args.state, lock="gc", beside=True)
-    try:
+    with _journal(args.state, "gc") as journal:
         removed = gc(journal, older_than=older)
         if removed:
-            journal.add_audit(
-                None,
-                "gc",
-                f"{len(removed)} iterations ended more than {args.older_than} ago (command line)",
-            )
-    finally:
-        journal.close()
+            what = f"{len(removed)} iterations ended more than {args.older_than} ago (command line)"
+            journal.add_audit(None, "gc", what)
     print(f"removed {len(removed)} iteration(s) that ended more than {args.older_than} ago")
     return 0
 
 
 def _keys_create(args: argparse.Namespace) -> int:
     from datamill.serve.http.auth import create_key, parse_duration
-    from datamill.serve.journal.store import Journal
 
     expires_in = parse_duration(args.expires) if args.expires else None
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets is not None else None
-    journal = Journal(args.state, lock="keys", beside=True)
-    try:
+    with _journal(args.state, "keys", existing=False) as journal:
         key_id, key = create_key(
             journal, role=args.role, note=args.note, datasets=datasets, expires_in=expires_in
         )
-        journal.add_audit(
-            None,
-            "create key",
-            f"{key_id} role={args.role} datasets={datasets} expires={args.expires} (command line)",
+        what = (
+            f"{key_id} role={args.role} datasets={datasets} expires={args.expires} (command line)"
         )
-    finally:
-        journal.close()
+        journal.add_audit(None, "create key", what)
     print(key)
     return 0
 
@@ -221,11 +202,7 @@ def _when(t: float | None) -> str:
 
 
 def _keys_list(args: argparse.Namespace) -> int:
-    from datamill.serve.journal.store import Journal
-
-    _need_journal(args.state)
-    journal = Journal(args.state)
-    try:
+    with _journal(args.state) as journal:
         now = time.time()
         for k in journal.list_keys():
             expired = k["expires"] is not None and k["expires"] <= now
@@ -233,41 +210,26 @@ def _keys_list(args: argparse.Namespace) -> int:
             scope = ",".join(k["datasets"]) if k["datasets"] else "*"
             print(
                 f"{k['id']}\t{k['role']}\t{status}\t{_when(k['created'])}\texpires "
-                f"{_when(k['expires'])}\t"
-                f"datasets {scope}\t{k['note']}"
+                f"{_when(k['expires'])}\tdatasets {scope}\t{k['note']}"
             )
-    finally:
-        journal.close()
     return 0
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from datamill.serve.journal.store import Journal
-
-    _need_journal(args.state)
-    journal = Journal(args.state, lock="keys", beside=True)
-    try:
+    with _journal(args.state, "keys") as journal:
         if not journal.revoke_key(args.key_id):
             print(f"no active key {args.key_id!r}")
             return 1
         journal.add_audit(None, "revoke key", f"{args.key_id} (command line)")
-    finally:
-        journal.close()
     print(f"revoked {args.key_id}")
     return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from datamill.serve.journal.store import Journal
-
-    _need_journal(args.state)
-    journal = Journal(args.state)
-    try:
+    with _journal(args.state) as journal:
         for row in journal.audit():
             at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["at"]))
             print(f"{at}\t{row['key'] or '-'}\t{row['action']}\t{row['detail']}")
-    finally:
-        journal.close()
     return 0
 
 
@@ -349,8 +311,54 @@ class _TargetOrCommand(argparse._SubParsersAction):  # type: ignore[type-arg]
         parser.parse_args(values[1:], namespace)  # the server's options after ROOT_OR_CONFIG
 
 
-def _state(p: argparse.ArgumentParser) -> None:
+_CONFIGS = "(default: the config's, else"
+_SERVER_OPTIONS: dict[str, tuple[Any, str]] = {  # the options of `datamill serve ROOT_OR_CONFIG`
+    "host": (str, f"address to bind {_CONFIGS} 127.0.0.1)"),
+    "port": (port_number, f"port to bind, 1..65535 {_CONFIGS} 8470)"),
+    "state": (str, f"state folder {_CONFIGS} ./.datamill-serve)"),
+    "lease_timeout": (
+        seconds(1, 86_400),
+        f"seconds a lease lives without a heartbeat, 1..86400 {_CONFIGS} 60)",
+    ),
+    "allowed_hosts": (
+        host_list,
+        "comma-separated Host names the server answers (name or name:port; * for any); default: "
+        + "127.0.0.1, localhost and [::1] with the port, and the bound address",
+    ),
+    "log_format": (["text", "json"], f"one line per event as text or JSON {_CONFIGS} text)"),
+    "log_level": (
+        ["debug", "info", "warning", "error"],
+        f"log level; info and debug include the access log {_CONFIGS} info)",
+    ),
+    "ssl_certfile": (str, "PEM certificate (chain): serve HTTPS directly"),
+    "ssl_keyfile": (str, "PEM private key of --ssl-certfile"),
+    "forwarded_allow_ips": (
+        lambda s: [h.strip() for h in s.split(",") if h.strip()],
+        "comma-separated proxy addresses whose X-Forwarded-For/-Proto are trusted (* any); "
+        + "default none",
+    ),
+    "drain_timeout": (
+        seconds(0, 3600),
+        f"seconds SIGTERM waits for leases in flight to be acknowledged, 0..3600 {_CONFIGS} 30)",
+    ),
+    "build_workers": (
+        _workers,
+        "processes building server-built leases, 0..64 (0: in the HTTP process; default: the "
+        + "config's, else the cores, at most 4)",
+    ),
+}
+_SWITCHES = {
+    "--no-auth": "no API keys (loopback addresses only)",
+    "--metrics-no-auth": "GET /metrics without a key (loopback addresses only)",
+}
+
+
+def _command(cmds: Any, name: str, func: Callable[..., int], help_: str) -> Any:
+    """A command on the server's state folder (``--state``, required)."""
+    p = cmds.add_parser(name, help=help_)
     p.add_argument("--state", required=True, help="the server's state folder")
+    p.set_defaults(func=func)
+    return p
 
 
 def add_iterate_options(p: argparse.ArgumentParser) -> None:
@@ -376,8 +384,6 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-# long (66 lines, 2 of docstring): the argparse tree of `datamill serve` and its commands, one
-# add_argument per option with its help
 def register(sub: Any) -> None:
     """Add ``datamill serve`` (the server, ``keys``, ``audit``, ``backup``, ``iterate``)."""
     from datamill.core.commands import register_handler
@@ -389,74 +395,11 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--host", default=None, help="address to bind (default: the config's, else 127.0.0.1)"
-    )
-    p.add_argument(
-        "--port",
-        type=port_number,
-        default=None,
-        help="port to bind, 1..65535 (default: the config's, else 8470)",
-    )
-    p.add_argument(
-        "--state", default=None, help="state folder (default: the config's, else ./.datamill-serve)"
-    )
-    p.add_argument("--no-auth", action="store_true", help="no API keys (loopback addresses only)")
-    p.add_argument(
-        "--lease-timeout",
-        type=seconds(1, 86_400),
-        default=None,
-        help="seconds a lease lives without a heartbeat, 1..86400 (default: the config's, else 60)",
-    )
-    p.add_argument(
-        "--allowed-hosts",
-        type=host_list,
-        default=None,
-        help="comma-separated Host names the server answers (name or name:port; * for any); "
-        "default: 127.0.0.1, localhost and [::1] with the port, and the bound address",
-    )
-    p.add_argument(
-        "--log-format",
-        choices=["text", "json"],
-        default=None,
-        help="one line per event as text or JSON (default: the config's, else text)",
-    )
-    p.add_argument(
-        "--log-level",
-        choices=["debug", "info", "warning", "error"],
-        default=None,
-        help="log level; info and debug include the access log (default: the config's, else info)",
-    )
-    p.add_argument(
-        "--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS directly"
-    )
-    p.add_argument("--ssl-keyfile", default=None, help="PEM private key of --ssl-certfile")
-    p.add_argument(
-        "--forwarded-allow-ips",
-        type=lambda s: [h.strip() for h in s.split(",") if h.strip()],
-        default=None,
-        help="comma-separated proxy addresses whose X-Forwarded-For/-Proto are trusted "
-        "(* any); default none",
-    )
-    p.add_argument(
-        "--drain-timeout",
-        type=seconds(0, 3600),
-        default=None,
-        help="seconds SIGTERM waits for leases in flight to be acknowledged, 0..3600 "
-        "(default: the config's, else 30)",
-    )
-    p.add_argument(
-        "--metrics-no-auth",
-        action="store_true",
-        help="GET /metrics without a key (loopback addresses only)",
-    )
-    p.add_argument(
-        "--build-workers",
-        type=_workers,
-        default=None,
-        help="processes building server-built leases, 0..64 (0: in the HTTP process; "
-        "default: the config's, else the cores, at most 4)",
-    )
+    for name, (kind, help_) in _SERVER_OPTIONS.items():
+        how = {"choices": kind} if isinstance(kind, list) else {"type": kind}
+        p.add_argument("--" + name.replace("_", "-"), default=None, help=help_, **how)
+    for flag in ("--no-auth", "--metrics-no-auth"):
+        p.add_argument(flag, action="store_true", help=_SWITCHES[flag])
     p.set_defaults(func=_server, target=None)
     cmds = p.add_subparsers(
         title="commands (instead of ROOT_OR_CONFIG)",
@@ -467,8 +410,7 @@ def register(sub: Any) -> None:
     cmds.choices = None  # any first word: a dataset root or config unless it names a command
     keys = cmds.add_parser("keys", help="create, list and revoke API keys")
     key_cmds = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
-    create = key_cmds.add_parser("create", help="create a key (printed once)")
-    _state(create)
+    create = _command(key_cmds, "create", _keys_create, "create a key (printed once)")
     create.add_argument(
         "--role",
         choices=["read", "admin", "metrics"],
@@ -484,33 +426,19 @@ def register(sub: Any) -> None:
         "--expires", default=None, help="lifetime such as 12h, 30d, 2w (default never)"
     )
     create.add_argument("--note", default="", help="a note shown by `keys list`")
-    create.set_defaults(func=_keys_create)
-    listing = key_cmds.add_parser("list", help="list keys (never their secrets)")
-    _state(listing)
-    listing.set_defaults(func=_keys_list)
-    revoke = key_cmds.add_parser("revoke", help="revoke a key and its UI sessions")
+    _command(key_cmds, "list", _keys_list, "list keys (never their secrets)")
+    revoke = _command(key_cmds, "revoke", _keys_revoke, "revoke a key and its UI sessions")
     revoke.add_argument("key_id", help="the key id (the part after dmk_ and before the dot)")
-    _state(revoke)
-    revoke.set_defaults(func=_keys_revoke)
-    audit = cmds.add_parser(
-        "audit", help="print the audit log: admin actions and each key's first use per day"
+    what = "print the audit log: admin actions and each key's first use per day"
+    _command(cmds, "audit", _audit, what)
+    what = "copy the journal of a (running) server with SQLite's online backup"
+    _command(cmds, "backup", _backup, what).add_argument(
+        "out", help="the backup file to write (must not exist)"
     )
-    _state(audit)
-    audit.set_defaults(func=_audit)
-    backup = cmds.add_parser(
-        "backup", help="copy the journal of a (running) server with SQLite's online backup"
-    )
-    _state(backup)
-    backup.add_argument("out", help="the backup file to write (must not exist)")
-    backup.set_defaults(func=_backup)
-    gcp = cmds.add_parser(
-        "gc", help="remove iterations that ended (finished or cancelled) long ago from the journal"
-    )
-    _state(gcp)
-    gcp.add_argument(
+    what = "remove iterations that ended (finished or cancelled) long ago from the journal"
+    _command(cmds, "gc", _gc, what).add_argument(
         "--older-than", required=True, help="age such as 30d, 12h, 2w: iterations that ended before"
     )
-    gcp.set_defaults(func=_gc)
     iterate = cmds.add_parser("iterate", help="iterate a served dataset once and print throughput")
     add_iterate_options(iterate)
     iterate.set_defaults(func=run_iterate)

@@ -4,8 +4,6 @@ shardsets."""
 from __future__ import annotations
 
 import http.client
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -49,13 +47,12 @@ def _wait_healthy(proc: subprocess.Popen[bytes], port: int, *, timeout: float = 
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    proc.terminate()  # SIGTERM (nothing when it exited already)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 # long (68 lines): the demo's steps in the order it prints them
@@ -112,9 +109,8 @@ def run(data_dir: Path, work_dir: Path) -> None:
                 if c.returncode != 0:
                     raise RuntimeError(f"a demo client exited with {c.returncode}")
                 print(out, end="")
-        with Client(
-            url, key
-        ) as client:  # a new connection: the first idled past the server's keep-alive meanwhile
+        # a new connection: the first idled past the server's keep-alive meanwhile
+        with Client(url, key) as client:
             p = client.progress("demo")
             print(f"{'iteration':<10} {'total':>6} {'done':>6} {'leased':>7} {'pending':>8}")
             print(f"{'demo':<10} {p['total']:>6} {p['done']:>6} {p['leased']:>7} {p['pending']:>8}")

@@ -8,8 +8,6 @@ Bearer`` header or the UI's session cookie (:mod:`datamill.serve.ui.session`), a
 valid key) or 403 (a key without the role) before the route does any work.
 
 Examples:
-    >>> rank("admin") > rank("read") > rank("public")
-    True
     >>> may_call("metrics", "read"), may_call("admin", "metrics"), may_call("read", "metrics")
     (False, True, False)
 """
@@ -40,7 +38,6 @@ __all__ = [
     "check_dataset",
     "may_call",
     "may_use",
-    "rank",
     "requires",
     "role_check",
     "route_roles",
@@ -52,11 +49,6 @@ ROLES = ("public", "read", "admin", "metrics")
 """Route roles: an ``admin`` key may call every route, a ``read`` key the ``read`` and ``public``
 ones, a ``metrics`` key the ``metrics`` and ``public`` ones (see :func:`may_call`)."""
 _ROLE_ATTR = "datamill_role"
-
-
-def rank(role: str) -> int:
-    """The strength of a role (its index in :data:`ROLES`)."""
-    return ROLES.index(role)
 
 
 def may_call(key_role: str, route_role: str) -> bool:
@@ -88,7 +80,7 @@ def authenticate(request: Request) -> Viewer | None:
     from datamill.serve.ui.session import session_viewer
 
     state = serve_state(request)
-    who: Viewer | None
+    who: Viewer | None = None
     header = request.headers.get("authorization", "")
     if not state.auth:
         who = session_viewer(request, None)
@@ -99,10 +91,8 @@ def authenticate(request: Request) -> Viewer | None:
         request.method in ("GET", "HEAD") and not request.url.path.endswith("/next")
     ):
         who = session_viewer(request, state)
-    else:
-        # a state-changing API call (and GET .../next, which takes leases and applies ?ack=) needs
-        # the Bearer header: a session cookie alone (and no CSRF token) is not enough
-        who = None
+    # else a state-changing API call (and GET .../next, which takes leases and applies ?ack=) needs
+    # the Bearer header: a session cookie alone (and no CSRF token) is not enough
     request.scope["datamill.viewer"] = who
     return who
 
@@ -134,32 +124,24 @@ async def _authenticate(request: Request) -> Viewer | None:
 
 
 def _checker(role: str) -> Callable[..., Any]:
-    if role == "public":
-
-        async def check_public(request: Request) -> Viewer | None:
-            return await _authenticate(request)
-
-        fn: Callable[..., Any] = check_public
-    else:
-
-        async def check(request: Request) -> Viewer:
-            who = await _authenticate(request)
-            if who is None:
-                _denied(request, 401, None)
-                raise HTTPException(
-                    401,
-                    "missing, invalid, expired or revoked API key: send `Authorization: Bearer "
-                    "dmk_...`",
-                )
-            if not may_call(who.role, role):
-                _denied(request, 403, who)
-                needs = "an admin" if role == "admin" else f"a {role} (or admin)"
-                raise HTTPException(403, f"this route needs {needs} key; yours is a {who.role} key")
+    async def check(request: Request) -> Viewer | None:
+        who = await _authenticate(request)
+        if role == "public":
             return who
+        if who is None:
+            _denied(request, 401, None)
+            msg = (
+                "missing, invalid, expired or revoked API key: send `Authorization: Bearer dmk_...`"
+            )
+            raise HTTPException(401, msg)
+        if not may_call(who.role, role):
+            _denied(request, 403, who)
+            needs = "an admin" if role == "admin" else f"a {role} (or admin)"
+            raise HTTPException(403, f"this route needs {needs} key; yours is a {who.role} key")
+        return who
 
-        fn = check
-    setattr(fn, _ROLE_ATTR, role)
-    return fn
+    setattr(check, _ROLE_ATTR, role)
+    return check
 
 
 _CHECKS = {role: _checker(role) for role in ROLES}
@@ -211,21 +193,14 @@ Admin = Annotated[Viewer, requires("admin")]
 """A route parameter ``who: Admin`` declares the ``admin`` role and receives the caller."""
 
 
-async def _caller(request: Request) -> Viewer | None:
-    return await _authenticate(request)
-
-
-Caller = Annotated["Viewer | None", Depends(_caller)]
+Caller = Annotated["Viewer | None", Depends(_authenticate)]
 """The caller (``None`` when anonymous) without declaring a role: for checks beyond the role."""
 
 
 def may_use(who: Viewer | None, ds: Mapping[str, Any]) -> bool:
     """Whether the caller's key may use a dataset (a registered row with ``id`` and ``name``)."""
     return (
-        who is None
-        or who.datasets is None
-        or ds["id"] in who.datasets
-        or ds["name"] in who.datasets
+        who is None or who.datasets is None or not {ds["id"], ds["name"]}.isdisjoint(who.datasets)
     )
 
 
@@ -248,9 +223,7 @@ async def scoped_iteration(it_id: ItId, state: State, who: Caller) -> Iteration:
     it = state.live_iteration(it_id)  # in memory: no thread hop on the lease path
     if it is None:  # rebuilt from the journal (reads): in a worker thread
         it = await run_in_threadpool(state.iteration, it_id)
-    if (
-        who is not None and who.datasets is not None
-    ):  # only a limited key pays for the lookup (the lease path)
+    if who is not None and who.datasets is not None:  # only a limited key pays (the lease path)
         check_dataset(who, state, str(it.config["dataset"]))
     return it
 

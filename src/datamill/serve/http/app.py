@@ -2,24 +2,22 @@
 
 The routes are one router per resource (:mod:`datamill.serve.http.routes`, the UI's in
 :mod:`datamill.serve.ui`); each declares its role (:func:`datamill.serve.http.access.requires`),
-which is
-also the one place a caller is authenticated. Every error is a JSON body ``{"error": ...}`` with a
-4xx status (the UI's pages render it); oversized bodies get 413 before they are read.
+which is also the one place a caller is authenticated. Every error is a JSON body
+``{"error": ...}`` with a 4xx status (the UI's pages render it); oversized bodies get 413 unread.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.data.views import Inspector
@@ -38,12 +36,6 @@ __all__ = ["MAX_BODY", "create_app"]
 MAX_BODY = 1 << 20
 """Largest request body accepted (bytes); larger ones get 413."""
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
 
 class _TooLargeError(Exception):
     pass
@@ -54,28 +46,20 @@ class _BodyLimit:
 
     def __init__(self, app: ASGIApp, *, limit: int) -> None:
         self.app, self.limit = app, limit
-        body = json.dumps({"error": f"request body larger than {limit} bytes"}).encode()
-        self._413 = (
-            body,
-            [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
+        self.refusal = JSONResponse(
+            {"error": f"request body larger than {limit} bytes"},
+            status_code=413,
+            headers={"connection": "close"},
         )
-
-    async def _send_413(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 413, "headers": self._413[1]})
-        await send({"type": "http.response.body", "body": self._413[0]})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
-                await self._send_413(send)
-                return
+            return await self.app(scope, receive, send)
+        if any(
+            name == b"content-length" and (not value.isdigit() or int(value) > self.limit)
+            for name, value in scope.get("headers", [])
+        ):
+            return await self.refusal(scope, receive, send)
         seen = 0
         started = False
 
@@ -96,22 +80,16 @@ class _BodyLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLargeError:
             if not started:
-                await self._send_413(send)
+                await self.refusal(scope, receive, send)
 
 
-def _status(exc: DatamillError) -> int:
-    if isinstance(exc, (NotFoundError, DataFileNotFoundError)):
-        return 404
-    if isinstance(exc, CancelledError):
-        return 410
-    return 409 if isinstance(exc, ConflictError) else 400
+_STATUS = {NotFoundError: 404, DataFileNotFoundError: 404, CancelledError: 410, ConflictError: 409}
 
 
 async def _on_datamill_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DatamillError)
-    return JSONResponse(
-        {"error": exc.one_line(), "type": type(exc).__name__}, status_code=_status(exc)
-    )
+    status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
+    return JSONResponse({"error": exc.one_line(), "type": type(exc).__name__}, status_code=status)
 
 
 async def _on_unavailable(request: Request, exc: Exception) -> Response:
@@ -132,13 +110,10 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
         return error_page(request, exc.status_code, str(exc.detail))
     detail = exc.detail
-    if (
-        exc.status_code == 400 and detail == "There was an error parsing the body"
-    ):  # fastapi's words for a ValueError
+    if exc.status_code == 400 and detail == "There was an error parsing the body":  # a ValueError
         detail = (
             f"{request.method} {request.url.path}: expected a JSON body (UTF-8, integers of at "
-            "most 4,300 "
-            "digits), could not parse it"
+            "most 4,300 digits), could not parse it"
         )
     return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
@@ -183,7 +158,6 @@ def create_app(
     auth: bool = True,
     lease_timeout: float = 60.0,
     cache_shards: int | None = None,
-    max_body: int = MAX_BODY,
     allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
     metrics_no_auth: bool = False,
     build_workers: int = 0,
@@ -198,7 +172,6 @@ def create_app(
         cache_shards: released shards each batch service keeps for later leases. Defaults to
             ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
             instead of rereading them).
-        max_body: largest request body in bytes. Defaults to :data:`MAX_BODY`.
         allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to
             the loopback names.
         build_workers: processes building server-built leases (``0``: in the request's thread).
@@ -242,7 +215,7 @@ def create_app(
         app.include_router(router)
     app.include_router(metrics_router(public=metrics_no_auth))
     app.add_middleware(NextLane)  # innermost: the lease route past the router (see its docstring)
-    app.add_middleware(_BodyLimit, limit=max_body)
+    app.add_middleware(_BodyLimit, limit=MAX_BODY)
     app.add_middleware(Guard, hosts=AllowedHosts(allowed_hosts))
     app.add_middleware(RequestMetrics, telemetry=state.telemetry)
     app.state.serve, app.state.ui_secret = state, secrets.token_bytes(32)

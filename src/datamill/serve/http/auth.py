@@ -122,17 +122,10 @@ def create_key(
             raise ConfigError(
                 f"expected dataset names such as a,b (letters, digits, _ . -), got {datasets!r}"
             )
-    key_id = secrets.token_hex(6)
-    secret = secrets.token_urlsafe(32)
+    key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     expires = None if expires_in is None else time.time() + float(expires_in)
-    journal.add_key(
-        key_id,
-        _digest(secret),
-        role,
-        note,
-        datasets=sorted(set(datasets)) if datasets else None,
-        expires=expires,
-    )
+    scope = sorted(set(datasets)) if datasets else None
+    journal.add_key(key_id, _digest(secret), role, note, datasets=scope, expires=expires)
     return key_id, f"{KEY_PREFIX}{key_id}.{secret}"
 
 
@@ -189,9 +182,8 @@ class KeyStore:
         if parsed is None:
             return None
         entry = self._keys.get(parsed[0])
-        candidate = _digest(parsed[1])
-        expected = entry[0] if entry else "0" * 64
-        ok = hmac.compare_digest(candidate, expected)
+        # compared even for an unknown id: the time taken does not say which ids exist
+        ok = hmac.compare_digest(_digest(parsed[1]), entry[0] if entry else "0" * 64)
         return self.use(entry[1]) if ok and entry else None
 
     def by_id(self, key_id: str) -> KeyInfo | None:
@@ -214,11 +206,8 @@ class KeyStore:
     def count(self) -> int:
         """Keys that can still be used."""
         self._refresh()
-        return sum(
-            1
-            for _, info in self._keys.values()
-            if info.expires is None or info.expires > time.time()
-        )
+        now = time.time()
+        return sum(1 for _, i in self._keys.values() if i.expires is None or i.expires > now)
 
     def listing(self) -> list[dict[str, Any]]:
         """Every key without its digest."""

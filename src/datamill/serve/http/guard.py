@@ -25,28 +25,24 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["DEFAULT_HOSTS", "SECURITY_HEADERS", "AllowedHosts", "Guard", "default_hosts"]
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
-    "script-src 'self'; "
-    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 def default_hosts(host: str, port: int) -> list[str]:
@@ -90,54 +86,39 @@ class Guard:
     """ASGI middleware: the ``Host`` and ``Origin`` checks and the security headers (module
     docstring)."""
 
-    def __init__(
-        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, hosts: AllowedHosts
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, hosts: AllowedHosts) -> None:
         self.app, self.hosts = app, hosts
         self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
-    async def _refuse(self, send: Send, status: int, msg: str) -> None:
-        body = json.dumps({"error": msg}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *self.headers,
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = {k: v for k, v in scope.get("headers", [])}
+    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+        headers = dict(scope.get("headers", []))
         host = headers.get(b"host", b"").decode("latin-1")
         if not self.hosts.allows(host):
-            await self._refuse(
-                send,
-                400,
+            return 400, (
                 f"Host {host[:100]!r} is not one of this server's names "
-                f"({', '.join(self.hosts.names)}): add it with --allowed-hosts",
+                f"({', '.join(self.hosts.names)}): add it with --allowed-hosts"
             )
-            return
-        origin = headers.get(b"origin")
+        origin = headers.get(b"origin", b"").decode("latin-1")
         if (
-            origin is not None
+            b"origin" in headers
             and scope["method"] in _UNSAFE
-            and not self.hosts.allows_origin(origin.decode("latin-1"))
+            and not self.hosts.allows_origin(origin)
         ):
-            await self._refuse(
-                send,
-                403,
-                f"cross-origin {scope['method']} from {origin.decode('latin-1')[:100]!r} "
-                "refused: expected a request from this server's own pages",
+            return 403, (
+                f"cross-origin {scope['method']} from {origin[:100]!r} refused: expected a request "
+                "from this server's own pages"
             )
-            return
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(scope) if scope["type"] == "http" else None
+        if refusal is not None:
+            from starlette.responses import JSONResponse
+
+            answer = JSONResponse({"error": refusal[1]}, refusal[0], headers=SECURITY_HEADERS)
+            return await answer(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
 
         async def send_with_headers(msg: Message) -> None:
             if msg["type"] == "http.response.start":

@@ -73,8 +73,7 @@ def within(outer: Scope, inner: Scope) -> str:
 def _canonical(state: ServeState, refs: Iterable[str] | None) -> frozenset[str] | None:
     if refs is None:
         return None
-    rows = state.datasets()
-    names = {ref: ds["name"] for ds in rows for ref in (ds["id"], ds["name"])}
+    names = {ref: ds["name"] for ds in state.datasets() for ref in (ds["id"], ds["name"])}
     return frozenset(names.get(r, r) for r in refs)
 
 
@@ -83,11 +82,7 @@ def key_scope(state: ServeState, who: Viewer | None) -> Scope:
     if who is None or who.key_id is None:
         return Scope("admin", None, None)
     row = next((k for k in state.keys.listing() if k["id"] == who.key_id), None)
-    return Scope(
-        who.role,
-        _canonical(state, who.datasets),
-        None if row is None else row["expires"],
-    )
+    return Scope(who.role, _canonical(state, who.datasets), None if row is None else row["expires"])
 
 
 def _row_scope(state: ServeState, row: dict[str, Any]) -> Scope:
@@ -108,10 +103,8 @@ def check_create(
     expires = None if expires_in is None else time.time() + expires_in
     exceeds = within(mine, Scope(role, _canonical(state, datasets), expires))
     if exceeds:
-        raise HTTPException(
-            403,
-            f"your key may create keys within its own scope only; this one would have {exceeds}",
-        )
+        msg = f"your key may create keys within its own scope only; this one would have {exceeds}"
+        raise HTTPException(403, msg)
 
 
 def visible_keys(state: ServeState, who: Viewer | None) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 import time
 from collections.abc import Callable, Iterable
@@ -100,18 +101,14 @@ class ConnectionCaps:
             self.refused += 1
             self._log(host)
             return False
-        self.open += 1
-        self.by_client[host] = held + 1
+        self.open, self.by_client[host] = self.open + 1, held + 1
         return True
 
     def release(self, host: str) -> None:
         """Forget a closed connection of ``host``."""
         self.open -= 1
-        left = self.by_client.get(host, 1) - 1
-        if left:
+        if (left := self.by_client.pop(host, 1) - 1) > 0:
             self.by_client[host] = left
-        else:
-            self.by_client.pop(host, None)
 
     def _log(self, host: str) -> None:
         now = time.monotonic()
@@ -130,19 +127,11 @@ class ConnectionCaps:
             )
 
 
-def _reply(transport: Any, status: str, msg: str, extra: bytes = b"") -> None:
-    body = msg.encode("ascii")
-    transport.write(
-        b"HTTP/1.1 " + status.encode("ascii") + b"\r\ncontent-type: application/json\r\n"
-        b"content-length: " + str(len(body)).encode("ascii") + b"\r\n" + extra + b"connection: "
-        b"close\r\n\r\n" + body
-    )
-
-
-def _json_error(text: str) -> str:
-    import json
-
-    return json.dumps({"error": text})
+def _reply(transport: Any, status: str, error: str, extra: str = "") -> None:
+    """Answer ``{"error": ...}`` with ``status`` and close (written before uvicorn parses)."""
+    body = json.dumps({"error": error})
+    head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+    transport.write((head + extra + "connection: close\r\n\r\n" + body).encode("ascii"))
 
 
 class _TooLarge(Exception):
@@ -180,12 +169,9 @@ class SessionWatch:
 
     def lost(self, session: str, *, by_peer: bool) -> None:
         """A connection that carried ``session`` is gone (``by_peer``: the client closed it)."""
-        n = self.open.get(session, 0) - 1
-        if n > 0:
+        if (n := self.open.pop(session, 0) - 1) > 0:
             self.open[session] = n
-            return
-        self.open.pop(session, None)
-        if by_peer:
+        elif by_peer:
             self.closed(session)
 
 
@@ -224,12 +210,8 @@ def guarded_protocol(
             if not caps.admit(self._host):
                 self._refused = True
                 self.transport = transport
-                _reply(
-                    transport,
-                    "503 Service Unavailable",
-                    _json_error("too many connections: retry in a second"),
-                    b"retry-after: 1\r\n",
-                )
+                msg = "too many connections: retry in a second"
+                _reply(transport, "503 Service Unavailable", msg, "retry-after: 1\r\n")
                 self._deadline = self.loop.call_later(_REFUSED_CLOSE_S, transport.close)
                 return
             self._watched = watch is not None and proxies is not None and self._host not in proxies
@@ -264,11 +246,8 @@ def guarded_protocol(
             if self.transport.is_closing() or not self._in_headers:
                 return
             if self._raw:
-                _reply(
-                    self.transport,
-                    "408 Request Timeout",
-                    _json_error(f"request headers not complete within {HEADER_TIMEOUT_S:.0f} s"),
-                )
+                msg = f"request headers not complete within {HEADER_TIMEOUT_S:.0f} s"
+                _reply(self.transport, "408 Request Timeout", msg)
             self.transport.close()
 
         def _body_timeout(self) -> None:
@@ -277,13 +256,8 @@ def guarded_protocol(
                 self.transport.close()
 
         def _too_large(self) -> None:
-            _reply(
-                self.transport,
-                "431 Request Header Fields Too Large",
-                _json_error(
-                    f"request headers over {MAX_HEADER_BYTES} bytes or {MAX_HEADERS} fields"
-                ),
-            )
+            msg = f"request headers over {MAX_HEADER_BYTES} bytes or {MAX_HEADERS} fields"
+            _reply(self.transport, "431 Request Header Fields Too Large", msg)
             self.transport.close()
 
         def data_received(self, data: bytes) -> None:

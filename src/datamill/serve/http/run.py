@@ -1,13 +1,15 @@
 """``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted.
 
 The settings come from a config file (:class:`ServeConfig`, checked with located errors) with
-command-line overrides; logs are one line per event (:mod:`datamill.serve.observe.logs`); SIGTERM
-drains
-(no new leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then exit 0).
+command-line overrides; logs are one line per event (:mod:`datamill.serve.observe.logs`);
+SIGTERM drains (no new leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then
+exit 0).
 """
 
 from __future__ import annotations
 
+import collections
+import importlib.util
 import ipaddress
 import os
 import signal
@@ -91,22 +93,21 @@ class ServeConfig(BaseModel):
     ssl_keyfile: str | None = None
     forwarded_allow_ips: list[str] | None = None
 
+    drain_timeout: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False)
+    metrics_no_auth: bool = False
+    build_workers: int | None = Field(None, ge=0, le=64)
+
     @field_validator("forwarded_allow_ips")
     @classmethod
     def _addresses(cls, value: list[str] | None) -> list[str] | None:
         for v in value or ():
-            if v != "*":
-                try:
+            try:
+                if v != "*":
                     ipaddress.ip_network(v, strict=False)
-                except ValueError as exc:
-                    raise ValueError(
-                        f"expected an IP address, a network like 10.0.0.0/8, or *, got {v!r}"
-                    ) from exc
+            except ValueError as exc:
+                msg = f"expected an IP address, a network like 10.0.0.0/8, or *, got {v!r}"
+                raise ValueError(msg) from exc
         return value
-
-    drain_timeout: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False)
-    metrics_no_auth: bool = False
-    build_workers: int | None = Field(None, ge=0, le=64)
 
 
 def is_loopback(host: str) -> bool:
@@ -130,22 +131,14 @@ def _line_of(node: Any, loc: Sequence[int | str]) -> int | None:
     for part in loc:
         if node is None:
             break
-        line = node.start_mark.line + 1
-        nxt = None
-        if hasattr(node, "value") and isinstance(node.value, list):
-            if (
-                isinstance(part, int)
-                and part < len(node.value)
-                and not isinstance(node.value[0], tuple)
-            ):
-                nxt = node.value[part]
-                line = nxt.start_mark.line + 1
-            else:
-                for k, v in node.value:
-                    if isinstance(k.value, str) and k.value == str(part):
-                        line, nxt = k.start_mark.line + 1, v
-                        break
-        node = nxt
+        line, items, mark = node.start_mark.line + 1, getattr(node, "value", None), None
+        if not isinstance(items, list):
+            node = None
+        elif isinstance(part, int) and part < len(items) and not isinstance(items[0], tuple):
+            node = mark = items[part]  # an item of a sequence
+        else:  # a key of a mapping: the key's line
+            mark, node = next(((k, v) for k, v in items if k.value == str(part)), (None, None))
+        line = line if mark is None else mark.start_mark.line + 1
     return line
 
 
@@ -234,19 +227,18 @@ def serve(
     """Serve the datasets under a root (or a config's roots) until interrupted or drained by
     SIGTERM.
 
-    Every argument left ``None`` takes the config file's value (see :class:`ServeConfig`).
+    Every argument left ``None`` takes the config file's value, which defaults as the
+    :class:`ServeConfig` field of that name says.
 
     Args:
         root_or_config: a dataset root folder or a server config file.
-        host: address to bind. Defaults to the config's (``"127.0.0.1"``).
-        port: port to bind. Defaults to the config's (``8470``).
-        state: state folder (journal). Defaults to the config's, else ``.datamill-serve`` here.
-        auth: require API keys; ``False`` only on a loopback address. Defaults to the config's
-            (``True``).
-        lease_timeout: lease lifetime without heartbeats. Defaults to the config's (``60`` s).
-        allowed_hosts: ``Host`` names answered (``name`` or ``name:port``, ``*`` any). Defaults to
-            the loopback names with ``port``, the bound address, and this machine's names when bound
-            to all interfaces.
+        host: address to bind.
+        port: port to bind.
+        state: state folder (journal).
+        auth: require API keys; ``False`` only on a loopback address.
+        lease_timeout: lease lifetime without heartbeats, seconds.
+        allowed_hosts: ``Host`` names answered (by default also this machine's names when bound to
+            all interfaces).
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
         **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``,
             ``ssl_certfile``, ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``,
@@ -299,15 +291,14 @@ def serve(
     for name, path in cfg.datasets.items():
         st.register(path, name=name)
     key = app.state.initial_admin_key
-    scheme = "https" if cfg.ssl_certfile else "http"
+    url = f"{'https' if cfg.ssl_certfile else 'http'}://{cfg.host}:{cfg.port}"
     echo(
-        f"datamill serve: {scheme}://{cfg.host}:{cfg.port} (state {state_dir}, roots "
-        f"{', '.join(cfg.roots)}, "
+        f"datamill serve: {url} (state {state_dir}, roots {', '.join(cfg.roots)}, "
         f"auth {'on' if cfg.auth else 'off'}, hosts {', '.join(hosts)})"
     )
     if key:
         _show_initial_key(key, state_dir, echo)
-    _recovery_summary(st, url=f"{scheme}://{cfg.host}:{cfg.port}")
+    _recovery_summary(st, url=url)
     fast, proxy = _fast_parts(cfg, st), _proxy_options(cfg)
     config = uvicorn.Config(
         app,
@@ -323,7 +314,7 @@ def serve(
         **fast,
         timeout_keep_alive=75,
     )  # above a proxy's or client's idle time: no close/send race
-    server = _DrainingServer(config, state=st, drain_timeout=cfg.drain_timeout)
+    server = _draining_server(config, state=st, drain_timeout=cfg.drain_timeout)
     server.run()
     event("stopped", drained=server.drained, leases_left=server.leases_left)
 
@@ -374,14 +365,8 @@ def _fast_parts(cfg: ServeConfig, st: Any) -> dict[str, Any]:
     """uvicorn's ``loop``/``http`` options for uvloop and httptools where they are installed
     (httptools behind the bounds of :mod:`datamill.serve.http.limits`, telling ``st`` of client
     sessions whose connections were all closed)."""
-    fast: dict[str, Any] = {}
-    for mod, opt, val in (("uvloop", "loop", "uvloop"), ("httptools", "http", "httptools")):
-        try:
-            __import__(mod)
-            fast[opt] = val
-        except ImportError:
-            pass
-    if "http" in fast:
+    fast: dict[str, Any] = {"loop": "uvloop"} if importlib.util.find_spec("uvloop") else {}
+    if importlib.util.find_spec("httptools"):
         from datamill.serve.http.limits import guarded_http
 
         fast["http"] = guarded_http(
@@ -447,9 +432,7 @@ def _recovery_summary(st: Any, *, url: str) -> None:
     from datamill.serve.observe.logs import event
 
     rows, _ = lifecycle.page(st.journal, limit=lifecycle.MAX_PAGE)
-    by: dict[str, int] = {}
-    for r in rows:
-        by[r["status"]] = by.get(r["status"], 0) + 1
+    by = collections.Counter(r["status"] for r in rows)
     held = (
         st.journal._exec("SELECT COUNT(*) FROM leases")[0][0]
         if st.journal._exec("SELECT 1 FROM sqlite_master WHERE name = 'leases'")
@@ -461,65 +444,46 @@ def _recovery_summary(st: Any, *, url: str) -> None:
         state=str(st.journal.dir),
         datasets=len(st.journal.datasets()),
         iterations=sum(by.values()),
-        running=by.get("running", 0),
-        stale=by.get("stale", 0),
-        finished=by.get("finished", 0),
-        cancelled=by.get("cancelled", 0),
+        **{s: by[s] for s in ("running", "stale", "finished", "cancelled")},
         journaled_leases=int(held),
     )
 
 
-class _DrainingServer:
+def _draining_server(config: Any, *, state: Any, drain_timeout: float) -> Any:
     """uvicorn's server whose SIGTERM drains first: no new leases (503), acks and heartbeats
     answered until every live lease is acknowledged or ``drain_timeout`` passes; then a normal
     shutdown (exit 0). A second SIGTERM, or SIGINT, stops at once."""
+    import uvicorn
 
-    def __init__(self, config: Any, *, state: Any, drain_timeout: float) -> None:
-        import uvicorn
+    from datamill.serve.observe.logs import event
 
-        outer = self
+    def live() -> int:
+        with state._lock:
+            its = list(state._iterations.values())
+        return sum(len(it.leases) for it in its)
 
-        class Server(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                if sig == signal.SIGTERM and not outer.draining_started:
-                    outer.draining_started = True
-                    threading.Thread(
-                        target=outer._drain, name="datamill-drain", daemon=True
-                    ).start()
-                    return
-                super().handle_exit(sig, frame)
+    class DrainingServer(uvicorn.Server):
+        draining_started, drained, leases_left = False, False, 0
 
-        self.server = Server(config)
-        self.state, self.drain_timeout = state, float(drain_timeout)
-        self.draining_started = False
-        self.drained = False
-        self.leases_left = 0
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if sig == signal.SIGTERM and not self.draining_started:
+                self.draining_started = True
+                threading.Thread(target=self._drain, name="datamill-drain", daemon=True).start()
+                return
+            super().handle_exit(sig, frame)
 
-    def _live(self) -> int:
-        with self.state._lock:
-            live = list(self.state._iterations.values())
-        return sum(len(it.leases) for it in live)
+        def _drain(self) -> None:
+            state.draining = True
+            left = live()
+            event("draining", leases_live=left, timeout_s=float(drain_timeout))
+            deadline = time.monotonic() + drain_timeout
+            while left and time.monotonic() < deadline:
+                time.sleep(0.05)
+                left = live()
+            self.drained, self.leases_left = left == 0, left
+            note = "their holders reclaim them from the next server (grace period)"
+            end = "drained" if left == 0 else "drain timeout"
+            event(end, leases_left=left, note=note if left else "")
+            self.should_exit = True
 
-    def _drain(self) -> None:
-        from datamill.serve.observe.logs import event
-
-        self.state.draining = True
-        left = self._live()
-        event("draining", leases_live=left, timeout_s=self.drain_timeout)
-        deadline = time.monotonic() + self.drain_timeout
-        while left and time.monotonic() < deadline:
-            time.sleep(0.05)
-            left = self._live()
-        self.drained, self.leases_left = left == 0, left
-        event(
-            "drained" if left == 0 else "drain timeout",
-            leases_left=left,
-            note=""
-            if left == 0
-            else "their holders reclaim them from the next server (grace period)",
-        )
-        self.server.should_exit = True
-
-    def run(self) -> None:
-        """Run until stopped."""
-        self.server.run()
+    return DrainingServer(config)

@@ -36,7 +36,7 @@ from typing import Any
 
 from datamill.serve.journal.store import Journal
 
-__all__ = ["clients", "record", "runs_of", "runs_of_dataset", "throughput"]
+__all__ = ["clients", "record", "runs_of_dataset", "throughput"]
 
 Memo = MutableMapping[tuple[str, str], tuple[int, float, float]]
 """``(iteration, client) -> (id of the in-memory record, newest ack time, stall seconds)`` last
@@ -51,9 +51,7 @@ def _deltas(it: Any, memo: Memo) -> list[tuple[str, str, int, int, float, float]
         infos = [(cid, info, list(info.acked)) for cid, info in it.clients.items()]
     for cid, info, acked in infos:
         ref, t0, s0 = memo.get((it.id, cid), (id(info), float("-inf"), 0.0))
-        if ref != id(
-            info
-        ):  # a new record for the same client (an iteration rebuilt): count it from zero
+        if ref != id(info):  # a new record of the same client (an iteration rebuilt): from zero
             t0, s0 = float("-inf"), 0.0
         new = [(t, n) for t, n in acked if t > t0]
         db, ds = sum(int(n) for _, n in new), float(info.stall_s) - s0
@@ -76,25 +74,18 @@ def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
     per_it: dict[str, int] = {}
     for it_id, _, _, db_, _ in rows:
         per_it[it_id] = per_it.get(it_id, 0) + db_
-    with journal._lock:
-        db = journal._db
+    with journal._lock, journal._db as db:  # one transaction: committed, or rolled back
         db.execute("BEGIN IMMEDIATE")
-        try:
-            db.executemany(
-                "INSERT INTO ui_acks (iteration, at, batches) VALUES (?, ?, ?)",
-                [(i, now, n) for i, n in per_it.items() if n > 0],
-            )
-            db.executemany(
-                "INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES (?, "
-                "?, ?, ?, ?) "
-                "ON CONFLICT (iteration, client) DO UPDATE SET rank = excluded.rank, "
-                "batches = batches + excluded.batches, stall_s = stall_s + excluded.stall_s",
-                rows,
-            )
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        db.executemany(
+            "INSERT INTO ui_acks (iteration, at, batches) VALUES (?, ?, ?)",
+            [(i, now, n) for i, n in per_it.items() if n > 0],
+        )
+        db.executemany(
+            "INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES "
+            "(?, ?, ?, ?, ?) ON CONFLICT (iteration, client) DO UPDATE SET rank = excluded.rank, "
+            "batches = batches + excluded.batches, stall_s = stall_s + excluded.stall_s",
+            rows,
+        )
 
 
 def clients(
@@ -137,11 +128,6 @@ def throughput(journal: Journal, it_id: str) -> list[tuple[float, int]]:
             "SELECT at, batches FROM ui_acks WHERE iteration = ? ORDER BY at", (it_id,)
         )
     ]
-
-
-def runs_of(journal: Journal, it_ids: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """:func:`clients` of several iterations (journaled counts only)."""
-    return {i: clients(journal, i) for i in it_ids}
 
 
 def runs_of_dataset(journal: Journal, ds_id: str) -> list[dict[str, Any]]:

@@ -2,9 +2,9 @@
 
 Table ``lifecycle`` holds one row per iteration (its unit count, ``running`` / ``finished`` /
 ``cancelled``, when it started, ended and last saw a client); ``lifecycle_clients`` the client ids
-seen. The status read back is ``stale`` for a running iteration that has seen no client for
-``stale_after`` lease timeouts. Iterations journaled before this table existed read as ``running``
-(or ``cancelled``) from their creation time.
+seen. A running iteration that has seen no client for :data:`STALE_AFTER` lease timeouts reads as
+``stale``. Iterations journaled before this table existed read as ``running`` (or ``cancelled``)
+from their creation time.
 
 Examples:
     >>> import tempfile
@@ -87,27 +87,21 @@ def seen(journal: Journal, activity: Iterable[tuple[str, float, Collection[str]]
     rows = list(activity)
     if not rows:
         return
-    with journal._lock:
-        db = journal._db
+    with journal._lock, journal._db as db:  # one transaction: committed, or rolled back
         db.execute("BEGIN IMMEDIATE")
-        try:
-            db.executemany(
-                "UPDATE lifecycle SET last_seen = MAX(last_seen, ?) WHERE iteration = ?",
-                [(t, it) for it, t, _ in rows],
-            )
-            db.executemany(
-                "INSERT OR IGNORE INTO lifecycle_clients (iteration, client) VALUES (?, ?)",
-                [(it, c) for it, _, clients in rows for c in clients],
-            )
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        db.executemany(
+            "UPDATE lifecycle SET last_seen = MAX(last_seen, ?) WHERE iteration = ?",
+            [(t, it) for it, t, _ in rows],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO lifecycle_clients (iteration, client) VALUES (?, ?)",
+            [(it, c) for it, _, clients in rows for c in clients],
+        )
 
 
-def one(journal: Journal, it_id: str, *, stale_after: float = STALE_AFTER) -> dict[str, Any] | None:
+def one(journal: Journal, it_id: str) -> dict[str, Any] | None:
     """The lifecycle row of one iteration (as :func:`page` gives it), or ``None``."""
-    rows, _ = page(journal, stale_after=stale_after, _only=it_id)
+    rows, _ = page(journal, _only=it_id)
     return rows[0] if rows else None
 
 
@@ -118,8 +112,6 @@ def page(
     datasets: Collection[str] | None = None,
     limit: int = 100,
     after: str | None = None,
-    stale_after: float = STALE_AFTER,
-    now: float | None = None,
     newest_first: bool = False,
     _only: str | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
@@ -132,8 +124,6 @@ def page(
         datasets: only iterations of these dataset ids. Defaults to all.
         limit: rows per page, 1..:data:`MAX_PAGE`. Defaults to ``100``.
         after: the id of the last iteration of the previous page. Defaults to the first page.
-        stale_after: lease timeouts without a client after which a running iteration is ``stale``.
-        now: the time to judge staleness at. Defaults to now.
         newest_first: the newest iteration first (the UI's order). Defaults to ``False``.
 
     Raises:
@@ -147,8 +137,8 @@ def page(
     where = ["i.rowid < :start" if newest_first else "i.rowid > :start"]
     args: dict[str, Any] = {
         "start": start,
-        "now": time.time() if now is None else now,
-        "stale": float(stale_after),
+        "now": time.time(),
+        "stale": STALE_AFTER,
         "limit": int(limit) + 1,
     }
     if _only is not None:
@@ -166,9 +156,8 @@ def page(
         args["status"] = status
     sql = (
         "SELECT i.id, i.key, i.epoch, i.config, i.created, l.total, l.base_done, "
-        f"({_STATUS_SQL}), l.started, "
-        "l.ended, l.last_seen, (SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = "
-        "i.id), "
+        f"({_STATUS_SQL}), l.started, l.ended, l.last_seen, "
+        "(SELECT COUNT(*) FROM lifecycle_clients c WHERE c.iteration = i.id), "
         "(SELECT COALESCE(SUM((d.stop - d.start) * d.sign), 0) FROM done d "
         "WHERE d.iteration = i.id), "
         "(SELECT at FROM cancelled c WHERE c.iteration = i.id) "
@@ -218,14 +207,14 @@ def _page_row(r: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list[str]:
+def gc(journal: Journal, *, older_than: float) -> list[str]:
     """Delete the iterations that ended (finished or cancelled) more than ``older_than`` seconds
     ago, with their rows in every table of :data:`~datamill.serve.journal.store.ITERATION_TABLES`
     (acks, leases, lifecycle, counters, the UI's ledger); the ids removed.
 
     Stale and running iterations are kept: cancel a stale one first to let it be collected.
     """
-    cutoff = (time.time() if now is None else now) - float(older_than)
+    cutoff = time.time() - float(older_than)
     with journal._lock:
         db = journal._db
         ids = [
@@ -239,12 +228,8 @@ def gc(journal: Journal, *, older_than: float, now: float | None = None) -> list
         ]
         if not ids:
             return []
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with db:  # one transaction: committed, or rolled back
+            db.execute("BEGIN IMMEDIATE")
             for table, col in ITERATION_TABLES:
                 db.executemany(f"DELETE FROM {table} WHERE {col} = ?", [(x,) for x in ids])
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
     return ids

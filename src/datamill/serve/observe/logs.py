@@ -68,8 +68,7 @@ def _message(record: logging.LogRecord) -> str:
 
 def _stamp(record: logging.LogRecord) -> str:
     return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        + f".{int(record.msecs):03d}Z"
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{record.msecs:03.0f}Z"
     )
 
 
@@ -90,11 +89,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time``, ``level``, ``event``, then the event's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": _stamp(record),
-            "level": record.levelname,
-            "event": _message(record),
-        }
+        out: dict[str, Any] = {"time": _stamp(record), "level": record.levelname}
+        out["event"] = _message(record)
         for k, v in _fields(record).items():
             out.setdefault(
                 k, v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)

@@ -27,7 +27,7 @@ import itertools
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -40,6 +40,7 @@ from datamill.serve.observe.logs import event
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from datamill.serve.protocol.iteration import Iteration, Lease
     from datamill.serve.protocol.round_trip import Settled
@@ -75,23 +76,7 @@ MAX_ITERATION_SERIES = 50
 """Iterations not in memory that still get per-iteration series: the most recent ones."""
 FLUSH_S = 1.0
 """Seconds between two writes of the counters and lifecycle to the journal."""
-_LATENCY_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-)
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
 class ServedState(Protocol):
@@ -124,11 +109,8 @@ class Telemetry:
             for it, name, v in journal._exec("SELECT iteration, name, value FROM counters")
         }
         self._dirty: set[tuple[str, str]] = set()
-        self._last_flush = time.monotonic()
         self._gone: set[tuple[str, str]] = set()
-        self.client_memo: dict[
-            tuple[str, str], tuple[int, float, float]
-        ] = {}  # datamill.serve.observe.ledger
+        self.client_memo: ledger.Memo = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self.build_seconds = Histogram(
             "datamill_lease_build_seconds",
@@ -174,22 +156,15 @@ class Telemetry:
         with self._lock:
             rows = [(it, name, self._counts[(it, name)]) for it, name in self._dirty]
             self._dirty.clear()
-            self._last_flush = time.monotonic()
         if not rows:
             return
-        with self.journal._lock:
-            db = self.journal._db
+        with self.journal._lock, self.journal._db as db:  # one transaction
             db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(
-                    "INSERT INTO counters (iteration, name, value) VALUES (?, ?, ?) "
-                    "ON CONFLICT (iteration, name) DO UPDATE SET value = excluded.value",
-                    rows,
-                )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+            db.executemany(
+                "INSERT INTO counters (iteration, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (iteration, name) DO UPDATE SET value = excluded.value",
+                rows,
+            )
 
     # ------------------------------------------------------------------ events from the server
     def created(self, it: Iteration) -> None:
@@ -257,13 +232,9 @@ class Telemetry:
         activity = [a for it in live for a in self._upkeep(state, it, now, wall)]
         with state._lock:
             live_ids = set(state._iterations)
-        self._gone = {
-            g for g in self._gone if g[0] in live_ids
-        }  # forget the clients of iterations gone from memory
+        self._gone = {g for g in self._gone if g[0] in live_ids}  # iterations still in memory
         lifecycle.seen(self.journal, activity)
-        ledger.record(
-            self.journal, live, self.client_memo
-        )  # per-client batches and stall for the UI
+        ledger.record(self.journal, live, self.client_memo)  # per-client stall for the UI
         self.client_memo = {k: v for k, v in self.client_memo.items() if k[0] in live_ids}
         self.flush_counters()
 
@@ -344,26 +315,18 @@ class JournalCollector(Collector):
             for it_id, ds, total, base in rows
         ]
 
-    # long (86 lines): one metric family after another, each a few lines, read from one snapshot of
-    # the state
-    def collect(self) -> Iterator[Metric]:
-        """The metrics (see the module docstring)."""
-        state, tel = self.state, self.state.telemetry
-        recent = self._recent()
+    def _per_iteration(self, live: dict[str, Iteration]) -> list[Metric]:
+        """The counters and the unit gauge of the iterations that get series (:meth:`_recent`)."""
+        state, recent = self.state, self._recent()
         ids = [r[0] for r in recent]
-        done = (
-            dict(
-                state.journal._exec(
-                    "SELECT iteration, SUM((stop - start) * sign) FROM done WHERE iteration IN "
-                    f"({', '.join('?' * len(ids))}) GROUP BY iteration",
-                    ids,
-                )
+        done = dict(
+            state.journal._exec(
+                "SELECT iteration, SUM((stop - start) * sign) FROM done WHERE iteration IN "
+                f"({', '.join('?' * len(ids))}) GROUP BY iteration",
+                ids,
             )
-            if ids
-            else {}
         )
-        counts = tel.counters()
-        labels = ["iteration", "dataset"]
+        counts, labels = state.telemetry.counters(), ["iteration", "dataset"]
         fams = {
             name: CounterMetricFamily(f"datamill_{name}", help_, labels=labels)
             for name, help_ in COUNTERS.items()
@@ -378,26 +341,26 @@ class JournalCollector(Collector):
             "Batches of an iteration by state (done includes a resume base).",
             labels=[*labels, "state"],
         )
-        with state._lock:
-            live = dict(state._iterations)
         for it_id, ds, total, base in recent:
             for name, fam in fams.items():
                 fam.add_metric([it_id, ds], counts.get((it_id, name), 0.0))
             acked = int(done.get(it_id) or 0)
             units.add_metric([it_id, ds], float(acked))
-            it = live.get(it_id)
-            if it is not None:
-                p = state.progress(it)
-                gauge.add_metric([it_id, ds, "done"], p["done"])
-                gauge.add_metric([it_id, ds, "leased"], p["leased"])
-                gauge.add_metric([it_id, ds, "pending"], p["pending"])
-            elif total >= 0:
-                gauge.add_metric([it_id, ds, "done"], min(total, acked + base))
-                gauge.add_metric([it_id, ds, "leased"], 0)
-                gauge.add_metric([it_id, ds, "pending"], max(0, total - acked - base))
-        yield from fams.values()
-        yield units
-        yield gauge
+            p = state.progress(live[it_id]) if it_id in live else None
+            if p is None and total >= 0:
+                pending = max(0, total - acked - base)
+                p = {"done": min(total, acked + base), "leased": 0, "pending": pending}
+            for s in ("done", "leased", "pending"):
+                if p is not None:
+                    gauge.add_metric([it_id, ds, s], p[s])
+        return [*fams.values(), units, gauge]
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics (see the module docstring)."""
+        state, tel = self.state, self.state.telemetry
+        with state._lock:
+            live = dict(state._iterations)
+        yield from self._per_iteration(live)
         stall = GaugeMetricFamily(
             "datamill_client_stall_seconds",
             "Seconds a live client waited for data (as it reports in heartbeats).",
@@ -422,19 +385,20 @@ class JournalCollector(Collector):
         for s in lifecycle.STATUSES:
             statuses.add_metric([s], float(by.get(s, 0)))
         yield statuses
-        leases = GaugeMetricFamily("datamill_leases_live", "Leases live now (in memory).")
-        leases.add_metric([], float(sum(len(it.leases) for it in live.values())))
-        yield leases
-        draining = GaugeMetricFamily(
-            "datamill_draining", "1 while the server drains after SIGTERM."
+        yield GaugeMetricFamily(
+            "datamill_leases_live",
+            "Leases live now (in memory).",
+            value=sum(len(it.leases) for it in live.values()),
         )
-        draining.add_metric([], 1.0 if getattr(state, "draining", False) else 0.0)
-        yield draining
-        start = GaugeMetricFamily(
-            "datamill_start_time_seconds", "When this server process started (Unix time)."
+        draining = 1.0 if getattr(state, "draining", False) else 0.0
+        yield GaugeMetricFamily(
+            "datamill_draining", "1 while the server drains after SIGTERM.", value=draining
         )
-        start.add_metric([], tel.started)
-        yield start
+        yield GaugeMetricFamily(
+            "datamill_start_time_seconds",
+            "When this server process started (Unix time).",
+            value=tel.started,
+        )
 
 
 def registry_for(state: ServedState) -> CollectorRegistry:
@@ -447,19 +411,11 @@ def registry_for(state: ServedState) -> CollectorRegistry:
     return reg
 
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-
 class RequestMetrics:
     """ASGI middleware: a request id (``X-Request-Id``), requests counted by route template and
     status, and one log line for each 5xx answer (with the request id)."""
 
-    def __init__(
-        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], *, telemetry: Telemetry
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, telemetry: Telemetry) -> None:
         self.app, self.telemetry = app, telemetry
         # request ids: unique, not secret (a random prefix per server process and a counter)
         self._ids, self._prefix = itertools.count(1), secrets.token_hex(4)
@@ -479,33 +435,25 @@ class RequestMetrics:
                 msg["headers"] = [*msg.get("headers", []), (b"x-request-id", rid.encode())]
             await send(msg)
 
+        what: dict[str, Any] = {}
         try:
             await self.app(scope, receive, tracking_send)
+            what["status"] = status
         except Exception as exc:
-            status = 500
-            event(
-                "server error",
-                level=40,
-                request_id=rid,
-                method=scope.get("method"),
-                path=str(scope.get("path", ""))[:200],
-                error=f"{type(exc).__name__}: {exc}"[:500],
-            )
+            status, what["error"] = 500, f"{type(exc).__name__}: {exc}"[:500]
             raise
         finally:
-            route = scope.get("route")
-            template = (
-                str(getattr(route, "path", "unmatched")) if route is not None else "unmatched"
-            )
+            template = str(getattr(scope.get("route"), "path", "unmatched"))
             self.telemetry.requests.labels(
                 template, str(scope.get("method", "")), str(status)
             ).inc()
-        if status >= 500:
-            event(
-                "server error",
-                level=40,
-                request_id=rid,
-                method=scope.get("method"),
-                path=str(scope.get("path", ""))[:200],
-                status=status,
-            )
+            if status >= 500:
+                path = str(scope.get("path", ""))[:200]
+                event(
+                    "server error",
+                    level=40,
+                    request_id=rid,
+                    method=scope.get("method"),
+                    path=path,
+                    **what,
+                )

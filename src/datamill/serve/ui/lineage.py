@@ -18,13 +18,13 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from datamill.core.errors import ConfigError, DatamillError
+from datamill.core.errors import ConfigError
 from datamill.lineage.trace import Tracer
 from datamill.serve.data.trace import iteration_record
 from datamill.serve.http.access import Reader, ScopedIteration, State, check_dataset
 from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.server import NotFoundError, ServeState
-from datamill.serve.ui.render import render
+from datamill.serve.ui.render import page, render
 
 __all__ = ["router"]
 
@@ -35,13 +35,6 @@ _CACHE_SIZE = 16
 router = APIRouter(prefix="/ui", include_in_schema=False)
 _tracers: dict[tuple[str, int], Tracer] = {}
 _lock = threading.Lock()
-
-
-def _error(request: Request, who: Any, exc: DatamillError) -> HTMLResponse:
-    code = 404 if isinstance(exc, NotFoundError) else 400
-    return render(
-        request, "error.html", who, status=code, error=exc.one_line(), kind=type(exc).__name__
-    )
 
 
 def _tracer(state: ServeState, it: Iteration) -> Tracer:
@@ -69,6 +62,7 @@ def _cell(v: Any) -> str:
 
 
 @router.get("/iterations/{it_id}/steps")
+@page
 def step_page(
     request: Request,
     who: Reader,
@@ -79,29 +73,26 @@ def step_page(
     client: str | None = None,
 ) -> HTMLResponse:
     """A step of a served iteration: its samples (a form asks for the step)."""
-    try:
-        tracer = _tracer(state, it)
-        dynamic = it.mode == "dynamic"
-        clients = list(tracer.unit_map().units) if tracer.remapped and dynamic else []
-        batch, rows, columns = None, [], []
-        if step is not None:
-            if dynamic and not client:
-                raise ConfigError("a dynamic iteration's steps are per client: choose a client")
-            batch = tracer.batch(
-                rank=rank,
-                step=step,
-                epoch=None if tracer.remapped else int(it.config["epoch"]),
-                client=client if dynamic else None,
-            )
-            table = tracer.rows(batch.samples)
-            columns = table.column_names[:MAX_SHOWN_COLUMNS]
-            values = table.select(columns).to_pylist()
-            rows = [
-                {"sample": s, "uid": u, "cells": [_cell(r[c]) for c in columns]}
-                for s, u, r in zip(batch.samples, batch.uids, values)
-            ]
-    except DatamillError as exc:
-        return _error(request, who, exc)
+    tracer = _tracer(state, it)
+    dynamic = it.mode == "dynamic"
+    clients = list(tracer.unit_map().units) if tracer.remapped and dynamic else []
+    batch, rows, columns = None, [], []
+    if step is not None:
+        if dynamic and not client:
+            raise ConfigError("a dynamic iteration's steps are per client: choose a client")
+        batch = tracer.batch(
+            rank=rank,
+            step=step,
+            epoch=None if tracer.remapped else int(it.config["epoch"]),
+            client=client if dynamic else None,
+        )
+        table = tracer.rows(batch.samples)
+        columns = table.column_names[:MAX_SHOWN_COLUMNS]
+        values = table.select(columns).to_pylist()
+        rows = [
+            {"sample": s, "uid": u, "cells": [_cell(r[c]) for c in columns]}
+            for s, u, r in zip(batch.samples, batch.uids, values)
+        ]
     return render(
         request,
         "lineage_step.html",
@@ -121,6 +112,7 @@ def step_page(
 
 
 @router.get("/datasets/{ref}/lineage")
+@page
 def sample_page(
     request: Request,
     who: Reader,
@@ -130,39 +122,34 @@ def sample_page(
     sample: Annotated[int | None, Query(ge=0)] = None,
 ) -> HTMLResponse:
     """The served iterations and steps that read one sample of a dataset."""
-    try:
-        ds = check_dataset(who, state, ref)
-        found: list[dict[str, Any]] = []
-        label = None
-        if uid is not None or sample is not None:
-            for row in state.journal.iterations():
-                if row["config"]["dataset"] != ds["id"]:
-                    continue
-                it = state.iteration(row["id"])
-                tracer = _tracer(state, it)
-                if sample is None:
-                    values = tracer.uid_values()
-                    key: Any = uid
-                    if values is None or str(values.type).startswith(("int", "uint")):
-                        try:
-                            key = int(str(uid))
-                        except ValueError as exc:
-                            raise ConfigError(
-                                f"this dataset's UIDs are integers, got {uid!r}"
-                            ) from exc
-                    s = int(tracer.samples_of([key])[0])
-                    if s < 0:
-                        raise NotFoundError(f"no sample with UID {uid!r} in dataset {ds['name']!r}")
-                    sample = s
-                if not 0 <= sample < tracer.n:
-                    raise ConfigError(f"sample {sample} is outside the dataset's [0, {tracer.n})")
-                label = tracer.uids_of(np.asarray([sample], dtype=np.int64))[0]
-                for h in tracer.find([sample]):
-                    found.append(  # the hit's own `iteration` names a record of several: None here
-                        {**h.as_dict(), "iteration": it.id, "name": row["key"], "mode": it.mode}
-                    )
-    except DatamillError as exc:
-        return _error(request, who, exc)
+    ds = check_dataset(who, state, ref)
+    found: list[dict[str, Any]] = []
+    label = None
+    if uid is not None or sample is not None:
+        for row in state.journal.iterations():
+            if row["config"]["dataset"] != ds["id"]:
+                continue
+            it = state.iteration(row["id"])
+            tracer = _tracer(state, it)
+            if sample is None:
+                values = tracer.uid_values()
+                key: Any = uid
+                if values is None or str(values.type).startswith(("int", "uint")):
+                    try:
+                        key = int(str(uid))
+                    except ValueError as exc:
+                        raise ConfigError(f"this dataset's UIDs are integers, got {uid!r}") from exc
+                s = int(tracer.samples_of([key])[0])
+                if s < 0:
+                    raise NotFoundError(f"no sample with UID {uid!r} in dataset {ds['name']!r}")
+                sample = s
+            if not 0 <= sample < tracer.n:
+                raise ConfigError(f"sample {sample} is outside the dataset's [0, {tracer.n})")
+            label = tracer.uids_of(np.asarray([sample], dtype=np.int64))[0]
+            for h in tracer.find([sample]):
+                found.append(  # the hit's own `iteration` names a record of several: None here
+                    {**h.as_dict(), "iteration": it.id, "name": row["key"], "mode": it.mode}
+                )
     return render(
         request, "lineage_sample.html", who, d=ds, uid=uid, sample=sample, label=label, hits=found
     )

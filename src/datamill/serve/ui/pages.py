@@ -3,9 +3,7 @@ JS.
 
 Every page reads the same server state as the JSON API (:class:`~datamill.serve.server.ServeState`
 and :class:`~datamill.serve.data.views.Inspector`). Without a valid key a page shows only the login
-form
-(401); state-changing forms are POSTs that carry a CSRF token (see
-:mod:`datamill.serve.ui.session`).
+form (401); state-changing forms are POSTs with a CSRF token (:mod:`datamill.serve.ui.session`).
 """
 
 from __future__ import annotations
@@ -33,14 +31,12 @@ from datamill.serve.http.access import (
 )
 from datamill.serve.http.auth import create_key, parse_duration
 from datamill.serve.http.key_scope import check_create, check_revoke, visible_keys
+from datamill.serve.http.routes import datasets as datasets_api
+from datamill.serve.http.routes import keys as keys_api
 from datamill.serve.http.routes.models import DatasetIn, one_line
 from datamill.serve.observe import ledger
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.render import HERE, STATIC, root, router
-from datamill.serve.ui.render import form as _form
-from datamill.serve.ui.render import page as _page
-from datamill.serve.ui.render import render as _render
-from datamill.serve.ui.render import see as _see
+from datamill.serve.ui.render import HERE, STATIC, form, page, render, root, router, see
 from datamill.serve.ui.session import (
     COOKIE,
     check_csrf,
@@ -58,20 +54,11 @@ __all__ = ["access_page", "root", "router"]
 def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
     """The page for a refused request: the login form (401) or an error page (403)."""
     if status == 401:
-        msg = (
-            "your key is invalid or was revoked: enter a valid key"
-            if request.cookies.get(COOKIE)
-            else None
-        )
-        return _login_page(request, None, status=401, error=msg, next=request.url.path)
-    return _render(
-        request,
-        "error.html",
-        authenticate(request),
-        status=status,
-        error=detail,
-        kind=f"HTTP {status}",
-    )
+        msg = "your key is invalid or was revoked: enter a valid key"
+        error = msg if request.cookies.get(COOKIE) else None
+        return _login_page(request, None, status=401, error=error, next=request.url.path)
+    who = authenticate(request)
+    return render(request, "error.html", who, status=status, error=detail, kind=f"HTTP {status}")
 
 
 # ------------------------------------------------------------------------------------------ session
@@ -80,7 +67,7 @@ def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
 @router.get("/", dependencies=[requires("public")])
 def home() -> RedirectResponse:
     """The UI starts at the datasets page."""
-    return _see("/ui/datasets")
+    return see("/ui/datasets")
 
 
 @router.get("/static/{name}", dependencies=[requires("public")])
@@ -104,7 +91,7 @@ def _login_page(
     next: str = "/ui/datasets",
 ) -> HTMLResponse:
     seed, token = login_form_token(request)
-    res = _render(
+    res = render(
         request, "login.html", who, status=status, error=error, next=next, login_csrf=token
     )
     set_login_cookie(request, res, seed)
@@ -112,25 +99,25 @@ def _login_page(
 
 
 @router.get("/login", dependencies=[requires("public")])
-@_page
+@page
 def login_form(request: Request) -> HTMLResponse:
     """The login form."""
     return _login_page(request, authenticate(request))
 
 
 @router.post("/login", dependencies=[requires("public")])
-@_page
+@page
 async def login(request: Request, state: State) -> Response:
     """Check the key (and the form's CSRF token) and start a session: a random id in an HttpOnly
     cookie."""
-    form = await _form(request)
-    key = form.get("key", "").strip()
-    nxt = form.get("next", "/ui/datasets")
+    fields = await form(request)
+    key = fields.get("key", "").strip()
+    nxt = fields.get("next", "/ui/datasets")
     nxt = nxt if nxt.startswith("/ui") and "//" not in nxt and "\\" not in nxt else "/ui/datasets"
     if not state.auth:
-        return _see(nxt)
-    check_login_csrf(request, form)
-    res = _see(nxt)
+        return see(nxt)
+    check_login_csrf(request, fields)
+    res = see(nxt)
     if not key or not start_session(request, res, state, key):
         return _login_page(
             request, None, status=401, error="that key is invalid, expired or revoked", next=nxt
@@ -139,11 +126,11 @@ async def login(request: Request, state: State) -> Response:
 
 
 @router.post("/logout")
-@_page
+@page
 async def logout(request: Request, state: State, who: Reader) -> Response:
     """End the session: revoked in the journal, its cookie cleared."""
-    check_csrf(who, await _form(request))
-    res = _see("/ui/login")
+    check_csrf(who, await form(request))
+    res = see("/ui/login")
     end_session(request, res, state if state.auth else None)
     return res
 
@@ -156,47 +143,39 @@ def _summaries(request: Request) -> list[dict[str, Any]]:
 
 
 @router.get("/datasets")
-@_page
+@page
 def datasets_page(request: Request, who: Reader) -> HTMLResponse:
     """Every registered dataset with its kind, size, samples and shardsets."""
-    return _render(request, "datasets.html", who, datasets=_summaries(request), registered=None)
+    return render(request, "datasets.html", who, datasets=_summaries(request), registered=None)
 
 
 @router.post("/datasets")
-@_page
+@page
 async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Register a dataset from a path under the server's roots (admin)."""
-    form = await _form(request)
-    check_csrf(who, form)
+    fields = await form(request)
+    check_csrf(who, fields)
     try:
-        req = DatasetIn(path=form.get("path", ""), name=form.get("name", ""))
+        req = DatasetIn(path=fields.get("path", ""), name=fields.get("name", ""))
     except ValidationError as exc:
         raise HTTPException(400, one_line(exc.errors())) from exc
-    if not may_use(who, {"id": "", "name": req.name}):
-        raise HTTPException(403, f"this key may not use a dataset named {req.name!r}")
-    ds = await run_in_threadpool(state.register, req.path, name=req.name)
-    audit(state, who, "register dataset", f"{req.name} = {req.path}")
+    ds = await run_in_threadpool(datasets_api.register, who, req, state)  # the API's checks
     summaries = await run_in_threadpool(_summaries, request)
-    return _render(request, "datasets.html", who, datasets=summaries, registered=ds)
+    return render(request, "datasets.html", who, datasets=summaries, registered=ds)
 
 
 @router.get("/datasets/{ref}")
-@_page
+@page
 def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
     """Shardsets, columns, statistics, metadata and check results of one dataset."""
     check_dataset(who, serve_state(request), ref)
     detail = inspector(request).detail(ref)
-    return _render(
-        request,
-        "dataset.html",
-        who,
-        d=detail,
-        runs=ledger.runs_of_dataset(serve_state(request).journal, detail["id"]),
-    )
+    named = ledger.runs_of_dataset(serve_state(request).journal, detail["id"])
+    return render(request, "dataset.html", who, d=detail, runs=named)
 
 
 @router.get("/datasets/{ref}/values/{column}", dependencies=[requires("read")])
-@_page
+@page
 def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     """Top values and histogram of a column: a progress bar until computed (the page polls)."""
     check_dataset(authenticate(request), serve_state(request), ref)
@@ -205,21 +184,16 @@ def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     if column not in src.columns:
         raise NotFoundError(f"no column {column!r}; columns: {list(src.columns)}")
     view = insp.values.get(src.fingerprint(), column, lambda: src).view()
-    svg = bars = None
-    res = view["result"]
-    if res is not None and res["histogram"] is not None:
-        svg = histogram_svg(
-            res["histogram"]["counts"],
-            res["histogram"]["edges"],
-            label=f"{column} ({res['of']})" if res["of"] != "value" else column,
-        )
-    if res is not None and res["top"]:
-        bars = bars_svg([(str(t["value"]), int(t["count"])) for t in res["top"]], label=column)
-    return _render(request, "_values.html", None, v=view, column=column, svg=svg, bars=bars)
+    res = view["result"] or {"histogram": None, "top": [], "of": "value"}
+    hist, top = res["histogram"], [(str(t["value"]), int(t["count"])) for t in res["top"]]
+    label = f"{column} ({res['of']})" if res["of"] != "value" else column
+    svg = histogram_svg(hist["counts"], hist["edges"], label=label) if hist is not None else None
+    bars = bars_svg(top, label=column) if top else None
+    return render(request, "_values.html", None, v=view, column=column, svg=svg, bars=bars)
 
 
 @router.get("/datasets/{ref}/samples")
-@_page
+@page
 def samples_page(
     request: Request,
     who: Reader,
@@ -249,26 +223,26 @@ def samples_page(
         except NotFoundError as exc:  # said on the samples page itself, above its first rows
             notice = exc.msg
         else:
-            return _see(
+            return see(
                 f"/ui/datasets/{ref}/samples?{keep}&offset={row - row % limit}&mark={row}#row-{row}"
             )
     if page_no is not None:
-        return _see(f"/ui/datasets/{ref}/samples?{keep}&offset={(page_no - 1) * limit}")
-    page = insp.samples(
+        return see(f"/ui/datasets/{ref}/samples?{keep}&offset={(page_no - 1) * limit}")
+    rows = insp.samples(
         ref,
         offset=offset,
         limit=limit,
         columns=col or None,
         where=(where, equals) if where else None,
     )
-    pages = max(1, -(-page["total"] // limit))
+    pages = max(1, -(-rows["total"] // limit))
     mark = request.query_params.get("mark", "")
-    return _render(
+    return render(
         request,
         "samples.html",
         who,
         d=insp.summary(ref),
-        page=page,
+        page=rows,
         keep=keep,
         pages=pages,
         current=offset // limit + 1,
@@ -283,7 +257,7 @@ def samples_page(
 
 
 @router.get("/datasets/{ref}/file", dependencies=[requires("read")])
-@_page
+@page
 def cell_file(
     request: Request, ref: str, row: Annotated[int, Query(ge=0)], column: str
 ) -> Response:
@@ -299,65 +273,62 @@ def cell_file(
 
 # --------------------------------------------------------------------------------------------- keys
 @router.get("/keys")
-@_page
+@page
 def keys_page(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Every API key (admin): create and revoke."""
-    return _render(request, "keys.html", who, keys=visible_keys(state, who), created=None)
+    return render(request, "keys.html", who, keys=visible_keys(state, who), created=None)
 
 
 @router.post("/keys")
-@_page
+@page
 async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Create a key; it is shown on this page once and never again."""
-    form = await _form(request)
-    check_csrf(who, form)
-    role = form.get("role", "read")
+    fields = await form(request)
+    check_csrf(who, fields)
+    role = fields.get("role", "read")
     if role not in ("read", "admin", "metrics"):
         raise HTTPException(400, f"unknown role {role!r}")
-    datasets = [d.strip() for d in form.get("datasets", "").split(",") if d.strip()] or None
-    expires = form.get("expires", "").strip() or None
+    datasets = [d.strip() for d in fields.get("datasets", "").split(",") if d.strip()] or None
+    expires = fields.get("expires", "").strip() or None
     expires_in = parse_duration(expires) if expires else None
     check_create(state, who, role=role, datasets=datasets, expires_in=expires_in)
     key_id, key = create_key(
         state.journal,
         role=role,
-        note=form.get("note", "")[:200],
+        note=fields.get("note", "")[:200],
         datasets=datasets,
         expires_in=expires_in,
     )
     audit(state, who, "create key", f"{key_id} role={role} datasets={datasets} expires={expires}")
     state.keys.reload()
     created = {"id": key_id, "key": key, "role": role}
-    return _render(request, "keys.html", who, keys=visible_keys(state, who), created=created)
+    return render(request, "keys.html", who, keys=visible_keys(state, who), created=created)
 
 
 @router.post("/keys/{key_id}/revoke")
-@_page
+@page
 async def revoke_key(request: Request, state: State, who: Admin, key_id: str) -> Response:
     """Revoke a key (admin) after a confirmation; your own session's key needs a second one."""
-    form = await _form(request)
-    check_csrf(who, form)
+    fields = await form(request)
+    check_csrf(who, fields)
     key_id = key_id[:64]
     row = check_revoke(state, who, key_id)
     own = key_id == who.key_id
-    step = form.get("confirm", "")
+    step = fields.get("confirm", "")
     if step != ("twice" if own else "yes"):
+        note = f", note: {row['note']}" if row["note"] else ""
         lost = [
-            (
-                f"every client and session using key {key_id} ({row['role']}"
-                f"{', note: ' + row['note'] if row['note'] else ''}) is refused from now on; "
-                "this cannot be undone"
-            )
+            f"every client and session using key {key_id} ({row['role']}{note}) is refused from "
+            + "now on; this cannot be undone"
         ]
         if own:
-            lost.insert(
-                0,
-                "this is the key of YOUR OWN session: you are logged out and cannot log in with "
-                "it again",
+            yours = (
+                "this is the key of YOUR OWN session: you are logged out and cannot log in with it"
             )
+            lost.insert(0, yours + " again")
             if step == "yes":
                 lost.insert(0, "second confirmation: are you sure?")
-        return _render(
+        return render(
             request,
             "confirm.html",
             who,
@@ -369,11 +340,8 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
             confirm="Revoke my own key" if own else "Revoke key",
             confirm_value="twice" if own and step == "yes" else "yes",
         )
-    if not state.journal.revoke_key(key_id):
-        raise NotFoundError(f"no live key {key_id!r}")
-    state.keys.reload()
-    audit(state, who, "revoke key", key_id)
-    return _see("/ui/login" if own else "/ui/keys")
+    keys_api.revoke(who, key_id, state)  # the API's revocation: journal, key table, audit
+    return see("/ui/login" if own else "/ui/keys")
 
 
 from datamill.serve.ui import runs  # noqa: F401  - registers the iteration pages on the same router

@@ -41,25 +41,21 @@ _ENV.filters["bytes"] = lambda n: next(
     for i, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
     if n < 1024 ** (i + 1) or u == "TiB"
 )
-_ENV.filters["when"] = lambda t: (
-    "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-)
-_ENV.filters["whenshort"] = lambda t: (
-    "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
-)
-_ENV.filters["dur"] = lambda s: (
-    "-"
-    if s is None
-    else (
-        f"{s * 1000:.0f} ms"
-        if s < 1
-        else f"{s:.1f} s"
-        if s < 60
-        else f"{int(s // 60)} min {int(s % 60):02d} s"
-        if s < 3600
-        else f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-    )
-)
+_ENV.filters["whenshort"] = lambda t: "" if t is None else time.strftime("%F %T", time.gmtime(t))
+_ENV.filters["when"] = lambda t: "" if t is None else _ENV.filters["whenshort"](t) + " UTC"
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 60:
+        return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+_ENV.filters["dur"] = _duration
 _ENV.filters["rate"] = lambda r: "-" if r is None else f"{r:,.1f}" if r < 1000 else f"{r:,.0f}"
 _ENV.filters["label"] = lambda k: str(k).replace("_", " ")
 _ENV.filters["pct"] = lambda p: f"{100 * p['done'] / p['total']:.0f}%" if p["total"] else "100%"
@@ -74,9 +70,7 @@ def render(
     html = _ENV.get_template(name).render(
         who=who, csrf_field=CSRF_FIELD, here=request.url.path, **ctx
     )
-    return HTMLResponse(
-        html, status_code=status, headers={"Cache-Control": "no-store"}
-    )  # + guard.SECURITY_HEADERS
+    return HTMLResponse(html, status, headers={"Cache-Control": "no-store"})  # + SECURITY_HEADERS
 
 
 _KINDS = {
@@ -106,28 +100,20 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 
 def page(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Render an error page for located errors (4xx)."""
+    """Render an error page for located errors (4xx); a sync page runs in the thread pool."""
+    is_async = inspect.iscoroutinefunction(fn)
 
-    async def handle(request: Request, call: Callable[[], Any]) -> Any:
+    @functools.wraps(fn)
+    async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await call()
+            if is_async:
+                return await fn(request, *args, **kwargs)
+            return await run_in_threadpool(fn, request, *args, **kwargs)
         except DatamillError as exc:
             code = 404 if isinstance(exc, NotFoundError) else 400
             return error_page(request, code, exc.one_line())
         except HTTPException as exc:
             return error_page(request, exc.status_code, str(exc.detail))
-
-    if inspect.iscoroutinefunction(fn):
-
-        @functools.wraps(fn)
-        async def wrapper_async(request: Request, *args: Any, **kwargs: Any) -> Any:
-            return await handle(request, lambda: fn(request, *args, **kwargs))
-
-        return wrapper_async
-
-    @functools.wraps(fn)
-    async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Any:
-        return await handle(request, lambda: run_in_threadpool(fn, request, *args, **kwargs))
 
     return wrapper
 

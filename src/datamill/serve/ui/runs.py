@@ -32,11 +32,7 @@ from datamill.serve.http.routes.bounds import check_iteration, check_rewind
 from datamill.serve.http.routes.models import IterationIn, RewindIn, one_line
 from datamill.serve.observe import ledger, lifecycle
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.render import form as _form
-from datamill.serve.ui.render import page as _page
-from datamill.serve.ui.render import render as _render
-from datamill.serve.ui.render import router
-from datamill.serve.ui.render import see as _see
+from datamill.serve.ui.render import form, page, render, router, see
 from datamill.serve.ui.session import check_csrf
 from datamill.serve.ui.svg import ack_history, rewind_times, throughput_svg
 
@@ -48,9 +44,8 @@ MAX_FILTER = 64
 """Longest accepted name filter."""
 
 
-def _counter(state: Any, it_id: str, name: str) -> int:
-    tel = getattr(state, "telemetry", None)
-    return int(tel.counter(it_id, name)) if tel is not None else 0
+def _n(count: int, thing: str) -> str:
+    return f"{count} {thing}{'s' if count != 1 else ''}"
 
 
 def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
@@ -78,21 +73,20 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
         marks=marks,
     )
     # counters from the journal (they survive a restart), not from this process's memory
-    p["expired_leases"] = max(p["expired_leases"], _counter(state, it.id, "leases_expired"))
-    p["reissued_leases"] = max(p["reissued_leases"], _counter(state, it.id, "leases_reissued"))
-    memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
-    live = p["clients"]
-    clients = {}
-    for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items():
-        now = live.get(cid, {})
-        clients[cid] = {
+    for key, name in (("expired_leases", "leases_expired"), ("reissued_leases", "leases_reissued")):
+        p[key] = max(p[key], int(state.telemetry.counter(it.id, name)))
+    live, memo = p["clients"], state.telemetry.client_memo
+    p["clients"] = {
+        cid: {
+            "slot": "-",
+            "leases": 0,
+            "batches_per_s": 0,
+            "idle_s": None,
+            **live.get(cid, {}),
             **c,
-            "slot": now.get("slot", "-"),
-            "leases": now.get("leases", 0),
-            "batches_per_s": now.get("batches_per_s", 0),
-            "idle_s": now.get("idle_s"),
         }
-    p["clients"] = clients
+        for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items()
+    }
     names = {d["id"]: d["name"] for d in state.datasets()}
     ds_id = desc["config"]["dataset"]
     name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
@@ -125,7 +119,7 @@ def _last_rewind(state: Any, it_id: str) -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------------------------- list
 @router.get("/iterations")
-@_page
+@page
 def iterations_page(
     request: Request,
     state: State,
@@ -156,7 +150,7 @@ def iterations_page(
     out = [_listed(state, r, names) for r in rows]
     query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
     keep = urllib.parse.urlencode({k: v for k, v in query.items() if v})
-    return _render(
+    return render(
         request,
         "iterations.html",
         who,
@@ -195,15 +189,6 @@ def _matching(
     its size)."""
     if not datasets:
         return [], None
-    if not name:
-        return lifecycle.page(
-            state.journal,
-            status=status,
-            datasets=datasets,
-            after=after,
-            limit=limit,
-            newest_first=True,
-        )
     out: list[dict[str, Any]] = []
     cursor = after
     while True:
@@ -212,9 +197,11 @@ def _matching(
             status=status,
             datasets=datasets,
             after=cursor,
-            limit=lifecycle.MAX_PAGE,
+            limit=limit if not name else lifecycle.MAX_PAGE,
             newest_first=True,
         )
+        if not name:
+            return rows, cursor
         for r in rows:
             if name.lower() in str(r["key"]).lower():
                 out.append(r)
@@ -225,25 +212,25 @@ def _matching(
 
 
 @router.post("/iterations")
-@_page
+@page
 async def start_iteration(request: Request, state: State, who: Reader) -> Response:
     """Start (or join) an iteration from the form: a loader configuration to try before training."""
-    form = await _form(request)
-    check_csrf(who, form)
-    req: dict[str, Any] = {"dataset": form.get("dataset", "")}
+    fields = await form(request)
+    check_csrf(who, fields)
+    req: dict[str, Any] = {"dataset": fields.get("dataset", "")}
     try:
         for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
-            if form.get(f, "").strip():
-                req[f] = int(form[f])
+            if fields.get(f, "").strip():
+                req[f] = int(fields[f])
     except ValueError as exc:
         raise HTTPException(400, f"not a whole number: {exc}") from exc
-    req["shuffle"] = form.get("shuffle") == "on"
-    req["drop_last"] = form.get("drop_last") == "on"
-    req["mode"] = form.get("mode", "static")
-    if form.get("name", "").strip():
-        req["name"] = form["name"].strip()
-    if form.get("columns", "").strip():
-        req["columns"] = [c.strip() for c in form["columns"].split(",") if c.strip()]
+    req["shuffle"] = fields.get("shuffle") == "on"
+    req["drop_last"] = fields.get("drop_last") == "on"
+    req["mode"] = fields.get("mode", "static")
+    if fields.get("name", "").strip():
+        req["name"] = fields["name"].strip()
+    if fields.get("columns", "").strip():
+        req["columns"] = [c.strip() for c in fields["columns"].split(",") if c.strip()]
     if "batch_size" not in req:
         raise HTTPException(400, "batch size is required")
     try:
@@ -256,7 +243,7 @@ async def start_iteration(request: Request, state: State, who: Reader) -> Respon
     await run_in_threadpool(check_iteration, state, ds, body)
     desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
     state.journal.set_owner(desc["id"], who.key_id or "")
-    return _see(f"/ui/iterations/{desc['id']}")
+    return see(f"/ui/iterations/{desc['id']}")
 
 
 def _refuse_ended_name(state: Any, name: str, epoch: int) -> None:
@@ -276,29 +263,29 @@ def _refuse_ended_name(state: Any, name: str, epoch: int) -> None:
 
 # ---------------------------------------------------------------------------------------------- one
 @router.get("/iterations/{it_id}")
-@_page
+@page
 def iteration_page(request: Request, who: Reader, it_id: str) -> HTMLResponse:
     """One iteration: status, config, live progress per rank and client, throughput, rewind,
     cancel."""
-    return _render(request, "iteration.html", who, it=iteration_view(request, it_id))
+    return render(request, "iteration.html", who, it=iteration_view(request, it_id))
 
 
 @router.get("/iterations/{it_id}/live")
-@_page
+@page
 def iteration_live(request: Request, who: Reader, it_id: str) -> HTMLResponse:
     """The live part of the iteration page (polled by ui.js)."""
-    return _render(request, "_live.html", None, it=iteration_view(request, it_id))
+    return render(request, "_live.html", None, it=iteration_view(request, it_id))
 
 
 @router.post("/iterations/{it_id}/rewind")
-@_page
+@page
 async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Response:
     """Rewind a rank to a checkpoint's consumed batch count (admin); confirmed first while clients
     hold leases."""
-    form = await _form(request)
-    check_csrf(who, form)
+    fields = await form(request)
+    check_csrf(who, fields)
     try:
-        body = {"rank": int(form.get("rank", "0")), "consumed": int(form.get("consumed", "0"))}
+        body = {"rank": int(fields.get("rank", "0")), "consumed": int(fields.get("consumed", "0"))}
     except ValueError as exc:
         raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
     it = state.iteration(it_id)
@@ -307,9 +294,9 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     with state.lock(it):
         held = [x for x in it.leases.values() if x.queue == body["rank"]]
     before = next(q["done"] for q in state.progress(it)["queues"] if q["rank"] == body["rank"])
-    if held and form.get("confirm") != "yes":
+    if held and fields.get("confirm") != "yes":
         holders = sorted({x.client for x in held})
-        return _render(
+        return render(
             request,
             "confirm.html",
             who,
@@ -318,12 +305,9 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
             fields=body,
             back=f"/ui/iterations/{it.id}",
             lost=[
-                (
-                    f"{len(held)} lease{'s' if len(held) != 1 else ''} held now by "
-                    f"{len(holders)} client{'s' if len(holders) != 1 else ''} "
-                    f"({', '.join(holders[:5])}) "
-                    "will be revoked: their batches are served again and late acks are refused"
-                ),
+                f"{_n(len(held), 'lease')} held now by {_n(len(holders), 'client')} "
+                + f"({', '.join(holders[:5])}) will be revoked: their batches are served again "
+                + "and late acks are refused",
                 f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches",
             ],
             confirm="Rewind anyway",
@@ -331,23 +315,23 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     await run_in_threadpool(state.rewind, it, body)
     change = {**body, "before": before, "revoked": len(held)}
     audit(state, who, "rewind iteration", f"{it.id} {json.dumps(change, sort_keys=True)}")
-    return _see(f"/ui/iterations/{it.id}#rewound")
+    return see(f"/ui/iterations/{it.id}#rewound")
 
 
 @router.post("/iterations/{it_id}/cancel")
-@_page
+@page
 async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Response:
     """Cancel an iteration for good (admin), after a confirmation that says what is lost."""
-    form = await _form(request)
-    check_csrf(who, form)
+    fields = await form(request)
+    check_csrf(who, fields)
     it = state.iteration(it_id)
     check_dataset(who, state, str(it.config["dataset"]))
     if it.cancelled:
-        return _see(f"/ui/iterations/{it.id}")
-    if form.get("confirm") != "yes":
+        return see(f"/ui/iterations/{it.id}")
+    if fields.get("confirm") != "yes":
         p = state.progress(it)
         live = [c for c, v in p["clients"].items() if v["leases"]]
-        return _render(
+        return render(
             request,
             "confirm.html",
             who,
@@ -356,28 +340,22 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
             fields={},
             back=f"/ui/iterations/{it.id}",
             lost=[
-                (
-                    f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered "
-                    "will never be "
-                    f"served ({p['leased']:,} leased now, {p['pending']:,} pending)"
-                ),
-                (
-                    f"{len(live)} client{'s' if len(live) != 1 else ''} holding leases lose "
-                    "them; every "
-                    "client asking for more gets an error"
-                ),
+                f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will "
+                + f"never be served ({p['leased']:,} leased now, {p['pending']:,} pending)",
+                f"{_n(len(live), 'client')} holding leases lose them; every client asking for "
+                + "more gets an error",
                 "this cannot be undone: a new iteration (another name or config) starts over",
             ],
             confirm="Cancel iteration",
         )
     await run_in_threadpool(state.cancel, it)
     audit(state, who, "cancel iteration", it.id)
-    return _see(f"/ui/iterations/{it.id}")
+    return see(f"/ui/iterations/{it.id}")
 
 
 # --------------------------------------------------------------------------------------------- runs
 @router.get("/runs/{name}")
-@_page
+@page
 def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResponse:
     """A named run across epochs: per epoch its status, duration, throughput and each client's
     stall."""
@@ -389,36 +367,25 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         raise NotFoundError(f"no run named {name!r}")
     epochs = []
     ds_id = None
-    for (it_id,) in rows:
-        life = lifecycle.one(state.journal, str(it_id))
-        if life is None or not _named_ok(state, who, life):
+    names = {d["id"]: d["name"] for d in state.journal.datasets()}
+    for it_id in (str(r[0]) for r in rows):
+        life = lifecycle.one(state.journal, it_id)
+        if life is None or not may_use(
+            who, {"id": life["dataset"], "name": names.get(life["dataset"], "")}
+        ):
             continue
         ds_id = life["dataset"]
-        hist = ledger.throughput(state.journal, str(it_id)) or ack_history(
-            state.journal, str(it_id)
-        )
+        hist = ledger.throughput(state.journal, it_id) or ack_history(state.journal, it_id)
         acked = sum(n for _, n in hist)
-        end = (
-            life["ended"]
-            if life["ended"] is not None
-            else (hist[-1][0] if hist else life["started"])
-        )
-        dur = max(end - life["started"], 0.0)
-        live = state._iterations.get(str(it_id))
-        memo = getattr(getattr(state, "telemetry", None), "client_memo", None)
-        epochs.append(
-            {
-                **life,
-                "duration": dur,
-                "acked": acked,
-                "rate": acked / dur if dur > 0 else None,
-                "clients": ledger.clients(state.journal, str(it_id), live=live, memo=memo),
-            }
-        )
+        last = hist[-1][0] if hist else life["started"]
+        dur = max((life["ended"] if life["ended"] is not None else last) - life["started"], 0.0)
+        live, memo = state._iterations.get(it_id), state.telemetry.client_memo
+        clients = ledger.clients(state.journal, it_id, live=live, memo=memo)
+        rate = acked / dur if dur > 0 else None
+        epochs.append({**life, "duration": dur, "acked": acked, "rate": rate, "clients": clients})
     if not epochs:
         raise NotFoundError(f"no run named {name!r} on a dataset this key may use")
-    names = {d["id"]: d["name"] for d in state.datasets()}
-    return _render(
+    return render(
         request,
         "run.html",
         who,
@@ -426,8 +393,3 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         epochs=epochs,
         dataset={"id": ds_id, "name": names.get(ds_id or "", "?")},
     )
-
-
-def _named_ok(state: Any, who: Any, life: dict[str, Any]) -> bool:
-    names = {d["id"]: d["name"] for d in state.journal.datasets()}
-    return may_use(who, {"id": life["dataset"], "name": names.get(life["dataset"], "")})

@@ -63,18 +63,9 @@ def csrf_token(secret: str | bytes, purpose: str = "csrf") -> str:
     return hmac.new(raw, purpose.encode(), hashlib.sha256).hexdigest()[:40]
 
 
-def _cookie(
-    res: Response, request: Request, name: str, value: str, *, max_age: int, path: str = "/"
-) -> None:
-    res.set_cookie(
-        name,
-        value,
-        max_age=max_age,
-        httponly=True,
-        samesite="strict",
-        path=path,
-        secure=request.url.scheme == "https",
-    )
+def _cookie(res: Response, request: Request, name: str, value: str, age: int, path: str) -> None:
+    secure = request.url.scheme == "https"
+    res.set_cookie(name, value, age, path=path, secure=secure, httponly=True, samesite="strict")
 
 
 def session_viewer(request: Request, state: Any) -> Viewer | None:
@@ -103,14 +94,11 @@ def start_session(request: Request, res: Response, state: Any, key: str) -> bool
     info = state.keys.check(key)
     if info is None:
         return False
-    ttl = (
-        SESSION_TTL
-        if info.expires is None
-        else max(1.0, min(SESSION_TTL, info.expires - time.time()))
-    )
+    expires = float("inf") if info.expires is None else info.expires
+    ttl = max(1.0, min(SESSION_TTL, expires - time.time()))
     sid = secrets.token_urlsafe(32)
     state.journal.add_session(_digest(sid), info.id, expires=time.time() + ttl)
-    _cookie(res, request, COOKIE, sid, max_age=int(ttl))
+    _cookie(res, request, COOKIE, sid, int(ttl), "/")
     res.delete_cookie(LOGIN_COOKIE, path="/ui/login")
     return True
 
@@ -134,7 +122,7 @@ def login_form_token(request: Request) -> tuple[str, str]:
 
 def set_login_cookie(request: Request, res: Response, seed: str) -> None:
     """Bind a login form to this browser (the cookie its token is derived from)."""
-    _cookie(res, request, LOGIN_COOKIE, seed, max_age=3600, path="/ui/login")
+    _cookie(res, request, LOGIN_COOKIE, seed, 3600, "/ui/login")
 
 
 def _same(sent: str, expected: str) -> bool:
@@ -147,10 +135,8 @@ def check_login_csrf(request: Request, form: dict[str, str]) -> None:
     seed = request.cookies.get(LOGIN_COOKIE, "")
     sent = form.get(CSRF_FIELD, "")
     if not seed or not sent or not _same(sent, csrf_token(seed, "login")):
-        raise HTTPException(
-            403,
-            "missing or wrong CSRF token on the login form: reload the login page and try again",
-        )
+        msg = "missing or wrong CSRF token on the login form: reload the login page and try again"
+        raise HTTPException(403, msg)
 
 
 def check_csrf(who: Viewer, form: dict[str, str]) -> None:
@@ -168,6 +154,5 @@ def check_csrf(who: Viewer, form: dict[str, str]) -> None:
         return
     sent = form.get(CSRF_FIELD, "")
     if not sent or not _same(sent, who.csrf):
-        raise HTTPException(
-            403, "missing or wrong CSRF token: reload the page and submit the form again"
-        )
+        msg = "missing or wrong CSRF token: reload the page and submit the form again"
+        raise HTTPException(403, msg)

@@ -36,23 +36,16 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+_EMPTY = {"nulls": 0, "min": None, "max": None, "values": 0, "exact": True}
+
+
 def _merge(acc: dict[str, Any], md: pq.FileMetaData) -> None:
     for rg in range(md.num_row_groups):
         group = md.row_group(rg)
         for ci in range(group.num_columns):
             col = group.column(ci)
-            name = col.path_in_schema.split(".")[0]
-            entry = acc.setdefault(
-                name,
-                {
-                    "nulls": 0,
-                    "min": None,
-                    "max": None,
-                    "values": 0,
-                    "exact": True,
-                    "float32": col.physical_type == "FLOAT",
-                },
-            )
+            entry = acc.setdefault(col.path_in_schema.split(".")[0], dict(_EMPTY))
+            entry.setdefault("float32", col.physical_type == "FLOAT")
             st = col.statistics
             entry["values"] += int(group.num_rows)
             if st is None or not st.has_null_count:
@@ -153,29 +146,19 @@ def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
         ({'value': 1, 'count': 2}, 1, 2, 4)
     """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    t = arr.type
-    out: dict[str, Any] = {
+    valid, types = arr.drop_null(), pa.types
+    tops = (types.is_string, types.is_large_string, types.is_integer, types.is_boolean)
+    top = _top_values(valid) if any(f(arr.type) for f in (*tops, types.is_dictionary)) else []
+    data, of = _histogram_data(valid)
+    data = None if data is None else data[np.isfinite(data)]
+    histogram = _histogram(data) if data is not None and len(data) else None
+    return {
         "count": len(arr),
         "nulls": arr.null_count,
-        "top": [],
-        "histogram": None,
-        "of": "value",
+        "top": top,
+        "histogram": histogram,
+        "of": of,
     }
-    valid = arr.drop_null()
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_dictionary(t)
-    ):
-        out["top"] = _top_values(valid)
-    data, out["of"] = _histogram_data(valid)
-    if data is not None and len(data):
-        data = data[np.isfinite(data)]
-    if data is not None and len(data):
-        out["histogram"] = _histogram(data)
-    return out
 
 
 def _top_values(valid: pa.Array) -> list[dict[str, Any]]:
@@ -224,12 +207,8 @@ class ValueJob:
     def view(self) -> dict[str, Any]:
         """``{"status": "running"|"done"|"error", "done", "total", ...}`` as JSON."""
         status = "error" if self.error else "done" if self.result is not None else "running"
-        return {
-            "status": status,
-            "done": self.done,
-            "total": self.total,
-            "error": self.error,
-            "result": self.result,
+        return {"status": status} | {
+            k: getattr(self, k) for k in ("done", "total", "error", "result")
         }
 
 

@@ -8,7 +8,7 @@ nothing from the running iteration.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
+from typing import Any
 
 import numpy as np
 
@@ -52,32 +52,20 @@ def _seconds(v: float) -> str:
     return f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
 
 
-def _frame(
-    title: str,
-    xlabel: str,
-    ylabel: str,
-    ymax: float,
-    body: str,
-    *,
-    xticks: Sequence[tuple[float, str]] = (),
-) -> str:
-    ticks = "".join(
-        f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-        f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(ymax * f)}</text>'
-        for f in (0.0, 0.5, 1.0)
-        for y in [H - PAD_B - f * (H - PAD_B - PAD_T)]
-    )
-    ticks += "".join(
-        f'<text x="{x:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">{escape(t)}</text>'
-        for x, t in xticks
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" '
-        f'height="{H}" role="img" '
-        f'class="chart" aria-label="{escape(title)}"><title>{escape(title)}</title>{ticks}{body}'
-        f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 3}" text-anchor="middle" '
-        f'class="axis">{escape(xlabel)}</text>'
-        f'<text x="4" y="13" class="axis">{escape(ylabel)}</text></svg>'
+def _chart(title: str, xlabel: str, ylabel: str, ymax: float | None, **parts: Any) -> str:
+    """The ``_chart.html`` template (inline SVG): a frame with y ticks at 0, half and ``ymax``
+    (none when ``None``), its labels, and the ``parts`` drawn inside."""
+    from datamill.serve.ui.render import _ENV
+
+    fracs = (0.0, 0.5, 1.0) if ymax is not None else ()
+    yticks = [(round(H - PAD_B - f * (H - PAD_B - PAD_T), 1), _fmt((ymax or 0) * f)) for f in fracs]
+    box = {"w": W, "h": H, "left": PAD_L, "right": W - PAD_R, "top": PAD_T, "bottom": H - PAD_B}
+    return _ENV.get_template("_chart.html").render(
+        **{**box, "xlabel_x": round((W + PAD_L) / 2), "xlabel_y": H - 3, **parts},
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        yticks=yticks,
     )
 
 
@@ -110,7 +98,7 @@ def throughput_svg(
         True
     """
     if not history:
-        return _frame("Throughput: no batch acknowledged yet", "time (s)", "batches/s", 1.0, "")
+        return _chart("Throughput: no batch acknowledged yet", "time (s)", "batches/s", 1.0)
     t = np.asarray([h[0] for h in history], dtype=np.float64)
     n = np.asarray([h[1] for h in history], dtype=np.float64)
     t0 = float(t[0]) if start is None else min(float(start), float(t[0]))
@@ -125,26 +113,16 @@ def throughput_svg(
     ys = H - PAD_B - rate / ymax * (H - PAD_B - PAD_T)
     if len(xs) == 1:  # one slice: a flat line across the plot
         xs, ys = np.asarray([PAD_L, W - PAD_R], dtype=np.float64), np.repeat(ys, 2)
-    pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
-    lines = "".join(
-        f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="mark"/>'
-        f'<text x="{x + 3:.1f}" y="{PAD_T + 10}" class="mark">{escape(label)}</text>'
-        for when, label in marks
-        if t0 <= when <= t1
-        for x in [PAD_L + (when - t0) / (t1 - t0) * span]
-    )
-    xticks = [(PAD_L + f * span, _seconds(f * (t1 - t0))) for f in (0.0, 0.5, 1.0)]
-    title = (
+    at = [(round(PAD_L + (w - t0) / (t1 - t0) * span, 1), label) for w, label in marks]
+    return _chart(
         f"Throughput: {int(n.sum()):,} batches acknowledged in {t1 - t0:,.1f} s, peak "
-        f"{_fmt(ymax)} batches/s"
-    )
-    return _frame(
-        title,
+        f"{_fmt(ymax)} batches/s",
         "time since start (s)",
         "batches/s",
         ymax,
-        f'<polyline points="{pts}" class="line"/>{lines}',
-        xticks=xticks,
+        points=" ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys)),
+        marks=[(x, label) for (x, label), (w, _) in zip(at, marks) if t0 <= w <= t1],
+        xticks=[(round(PAD_L + f * span, 1), _seconds(f * (t1 - t0))) for f in (0.0, 0.5, 1.0)],
     )
 
 
@@ -156,22 +134,18 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float], *, label: str) 
         2
     """
     ymax = float(max(max(counts, default=0), 1))
-    bw = (W - PAD_L - PAD_R) / max(len(counts), 1)
-    bars = "".join(
-        f'<rect x="{PAD_L + i * bw + 1:.1f}" y="{H - PAD_B - c / ymax * (H - PAD_B - PAD_T):.1f}" '
-        f'width="{max(bw - 2, 1):.1f}" height="{c / ymax * (H - PAD_B - PAD_T):.1f}" class="bar">'
-        f"<title>{_fmt(edges[i])} to {_fmt(edges[i + 1])}: {c:,}</title></rect>"
+    bw, scale = (W - PAD_L - PAD_R) / max(len(counts), 1), (H - PAD_B - PAD_T) / ymax
+    rects = [
+        (round(PAD_L + i * bw + 1, 1), round(H - PAD_B - c * scale, 1), round(max(bw - 2, 1), 1))
+        + (round(c * scale, 1), f"{_fmt(edges[i])} to {_fmt(edges[i + 1])}: {c:,}")
         for i, c in enumerate(counts)
-    )
-    xticks = (
-        [
-            (PAD_L + f * (W - PAD_L - PAD_R), _fmt(edges[0] + f * (edges[-1] - edges[0])))
-            for f in (0.0, 0.5, 1.0)
-        ]
-        if len(edges)
-        else []
-    )
-    return _frame(f"Histogram of {label}", label, "count (rows)", ymax, bars, xticks=xticks)
+    ]
+    fracs = (0.0, 0.5, 1.0) if len(edges) else ()
+    xticks = [
+        (round(PAD_L + f * (W - PAD_L - PAD_R), 1), _fmt(edges[0] + f * (edges[-1] - edges[0])))
+        for f in fracs
+    ]
+    return _chart(f"Histogram of {label}", label, "count (rows)", ymax, rects=rects, xticks=xticks)
 
 
 def bars_svg(top: Sequence[tuple[str, int]], *, label: str) -> str:
@@ -182,31 +156,9 @@ def bars_svg(top: Sequence[tuple[str, int]], *, label: str) -> str:
         >>> svg.count("<rect"), "cat" in svg and "count (rows)" in svg
         (2, True)
     """
-    row, left, top_pad = 22, 150, 8
-    height = top_pad + row * len(top) + 30
+    row, left, top_pad, span = 22, 150, 8, W - 70 - 150
     cmax = float(max((c for _, c in top), default=1) or 1)
-    span = W - left - 70
-    body = "".join(
-        f'<text x="{left - 6}" y="{top_pad + i * row + 15}" '
-        f'text-anchor="end">{escape(_clip(v))}</text>'
-        f'<rect x="{left}" y="{top_pad + i * row + 3}" width="{max(c / cmax * span, 1):.1f}" '
-        f'height="{row - 6}" '
-        f'class="bar"><title>{escape(v)}: {c:,}</title></rect>'
-        f'<text x="{left + max(c / cmax * span, 1) + 4:.1f}" '
-        f'y="{top_pad + i * row + 15}">{c:,}</text>'
-        for i, (v, c) in enumerate(top)
-    )
-    title = f"Most common values of {label}"
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" '
-        f'height="{height}" '
-        'role="img" class="chart" '
-        f'aria-label="{escape(title)}"><title>{escape(title)}</title>{body}'
-        f'<text x="{left + span / 2:.0f}" y="{height - 6}" text-anchor="middle" '
-        'class="axis">count (rows)'
-        f"</text></svg>"
-    )
-
-
-def _clip(text: str, n: int = 22) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+    rows = [(top_pad + i * row, v, c, max(c / cmax * span, 1)) for i, (v, c) in enumerate(top)]
+    h, title = top_pad + row * len(top) + 30, f"Most common values of {label}"
+    axis = {"xlabel_x": round(left + span / 2), "xlabel_y": h - 6}
+    return _chart(title, "count (rows)", "", None, h=h, left=left, row=row, rows=rows, **axis)

@@ -1,8 +1,7 @@
 """Limits checked before a request does any work (a 400 JSON error that says what was expected).
 
 The request models (:mod:`datamill.serve.http.routes.models`) bound each field alone; these checks
-bound
-fields against the data: a world size against the dataset's samples, a lease against a sample
+bound fields against the data: a world size against the dataset's samples, a lease against a sample
 budget, a rewind range against the iteration's units.
 """
 
@@ -60,8 +59,7 @@ def check_rewind(it: Iteration, body: RewindIn) -> None:
         if bad is not None:
             raise ConfigError(
                 f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's "
-                "units), "
-                f"got [{bad[0]:,}, {bad[1]:,}]"
+                f"units), got [{bad[0]:,}, {bad[1]:,}]"
             )
         return
     if body.rank is None or body.consumed is None:

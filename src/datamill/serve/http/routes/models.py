@@ -28,7 +28,6 @@ MAX_UNITS = 1 << 40
 ItId = Annotated[str, Path(pattern=ID_PATTERN)]
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
 Unit = Annotated[int, Field(ge=0, le=MAX_UNITS)]
-LeaseId = Annotated[str, Field(pattern=ID_PATTERN)]
 Fence = Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
 """A lease's fence: 128 random bits as 32 hex digits (longer or other text is refused before any
 work)."""
@@ -106,8 +105,8 @@ class AckIn(_Body):
     :mod:`datamill.serve.http.delivery`)."""
 
     client: str = Field(pattern=ID_PATTERN)
-    leases: list[tuple[LeaseId, Fence]] = Field(default_factory=list, max_length=1024)
-    acks: list[tuple[LeaseId, Fence, Unit, Unit]] = Field(default_factory=list, max_length=1024)
+    leases: list[tuple[Id, Fence]] = Field(default_factory=list, max_length=1024)
+    acks: list[tuple[Id, Fence, Unit, Unit]] = Field(default_factory=list, max_length=1024)
 
 
 class HeartbeatIn(_Body):
@@ -115,7 +114,7 @@ class HeartbeatIn(_Body):
     restart), and its stall statistics."""
 
     client: str = Field(pattern=ID_PATTERN)
-    leases: list[tuple[LeaseId, Fence]] = Field(default_factory=list, max_length=1024)
+    leases: list[tuple[Id, Fence]] = Field(default_factory=list, max_length=1024)
     stall_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
     batches: Unit | None = None
 
@@ -143,24 +142,14 @@ def one_line(errors: Any) -> str:
     """Validation errors (pydantic's ``errors()``) as one line: where, what was expected, what came.
 
     Examples:
-        >>> one_line(
-        ...     [
-        ...         {
-        ...             "loc": ("body", "lease_timeout"),
-        ...             "msg": "Input should be a finite number",
-        ...             "input": "NaN",
-        ...         }
-        ...     ]
-        ... )
-        "body.lease_timeout: Input should be a finite number (got 'NaN')"
+        >>> one_line([{"loc": ("body", "ttl"), "msg": "Input should be finite", "input": "NaN"}])
+        "body.ttl: Input should be finite (got 'NaN')"
     """
     parts = []
     for err in list(errors)[:3]:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         got = repr(err.get("input"))
-        got = got if len(got) <= 60 else got[:57] + "..."
-        parts.append(
-            f"{loc}: {err.get('msg', 'invalid')}" + (f" (got {got})" if "input" in err else "")
-        )
+        got = f" (got {got if len(got) <= 60 else got[:57] + '...'})" if "input" in err else ""
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}{got}")
     more = len(list(errors)) - 3
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

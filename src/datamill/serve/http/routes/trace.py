@@ -4,8 +4,7 @@
 * ``GET /api/v1/runs/{name}/trace``: the records of a run's iterations (one per epoch, the
   iterations created with that ``name``), a page of at most
   :data:`~datamill.serve.data.trace.MAX_RUN_RECORDS` from ``from_epoch`` on, limited to the
-  datasets the
-  caller's key may use.
+  datasets the caller's key may use.
 """
 
 from __future__ import annotations
