@@ -80,7 +80,11 @@ CLIENT = """
 import json, os, sys, time
 import numpy as np
 from datamill.client import Leases, RemoteLoader, Transport
+import importlib
 import datamill.loader, datamill.shards  # imported before the clock, as in the in-process run
+from datamill.loader.sources import PROVIDERS
+for module in PROVIDERS:  # open_source's one-time imports of every format (~0.25 s: pandas...)
+    importlib.import_module(module)  # are a process's start, not an epoch's: before the clock too
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
