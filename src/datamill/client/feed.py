@@ -432,9 +432,10 @@ class LeaseFeed:
 
     def _acker(self) -> None:
         conn = self.http(0.0, timeout=self._short_timeout())
-        every = ACK_IDLE_S if self.piggyback else ACK_FLUSH_S
         try:
             while not self.stop.is_set():
+                # piggy-backing, acks wait for the next lease request unless the loop waits for one
+                every = ACK_IDLE_S if self.piggyback and not self.loop_waits else ACK_FLUSH_S
                 woken = self.to_ack.wait(every)
                 self.to_ack.clear()
                 if woken and not self._due():
