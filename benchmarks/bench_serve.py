@@ -41,7 +41,10 @@ Parquet shards**, 2M samples (``--many-samples``; uid, 16 float32, a label), the
 measured direct mode on. Every run is ``--epochs`` epochs (default 3) in-process and served, and
 **every epoch** is reported with its ratio (epoch 0 of both opens the dataset: the in-process
 Loader's epoch 0 counts ``ShardsetDataset(path)``, as a client's first epoch counts its join and
-open); the direct-mode goal (>= 0.9x) is checked on each epoch of each dataset. CI-sized:
+open; the in-process Loader runs in a new process with the clients' imports done before the clock,
+as each client does, so that both epoch 0s pay a new process's first calls alike:
+``--warm-inprocess`` runs it in the benchmark's warmed-up process as before); the direct-mode goal
+(>= 0.9x) is checked on each epoch of each dataset. CI-sized:
 ``--quick`` (100k and 200k samples, 1 repetition) or ``--samples``/``--many-samples``.
 
 Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
@@ -80,7 +83,11 @@ CLIENT = """
 import json, os, sys, time
 import numpy as np
 from datamill.client import Leases, RemoteLoader, Transport
+import importlib
 import datamill.loader, datamill.shards  # imported before the clock, as in the in-process run
+from datamill.loader.sources import PROVIDERS
+for module in PROVIDERS:  # open_source's one-time imports of every format (~0.25 s: pandas...)
+    importlib.import_module(module)  # are a process's start, not an epoch's: before the clock too
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
@@ -486,6 +493,41 @@ def make_many(root: Path, n: int, *, shards: int = MANY_SHARDS, seed: int = 0) -
     return root / "dataset"
 
 
+INPROCESS = """
+import importlib, json, sys
+from pathlib import Path
+import datamill.loader, datamill.shards  # the client's imports before the clock (CLIENT)
+from datamill.loader.sources import PROVIDERS
+for module in PROVIDERS:
+    importlib.import_module(module)
+sys.path.insert(0, sys.argv[1])
+import bench_serve
+print(json.dumps(bench_serve.run_inprocess(Path(sys.argv[2]), int(sys.argv[3]),
+                                           step_s=float(sys.argv[4]))))
+"""
+WARM_INPROCESS = False
+"""``--warm-inprocess``: run the in-process Loader in the benchmark's own process (warmed up by the
+dataset's first run) instead of a new process like each client's."""
+
+
+def run_inprocess_fresh(location: Path, epochs: int, *, step_s: float = 0.0) -> list[Any]:
+    """:func:`run_inprocess` in a new Python process with the served clients' imports done before
+    the clock (:data:`CLIENT`): epoch 0 of both sides then pays the same first calls of a process
+    (0.5-1 s of a 2M-sample epoch 0 on this machine, absent from a process that ran an epoch
+    before); with :data:`WARM_INPROCESS` in this process."""
+    if WARM_INPROCESS:
+        return run_inprocess(location, epochs, step_s=step_s)
+    out = subprocess.run(
+        [sys.executable, "-c", INPROCESS, str(HERE), str(location), str(epochs), str(step_s)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    result: list[Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
 def run_inprocess(location: Path, epochs: int, *, step_s: float = 0.0) -> list[dict[str, float]]:
     """``epochs`` epochs of one in-process Loader over the ShardsetDataset at ``location`` (batch
     256, shuffle, seed 0: the served clients' batches); epoch 0 counts opening the dataset, as a
@@ -551,7 +593,7 @@ def measure(
     step = float(os.environ.get("BENCH_STEP_S", "0"))
     for rep in range(reps):
         for transport, workers, clients in configs:
-            local = run_inprocess(location, epochs, step_s=step)
+            local = run_inprocess_fresh(location, epochs, step_s=step)
             r = run_clients(
                 servers[(transport, workers)], clients, 256, transport=transport, epochs=epochs
             )
@@ -745,12 +787,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="samples of the many-shard dataset (default 2,000,000; --quick: 200,000)",
     )
     ap.add_argument(
+        "--warm-inprocess",
+        action="store_true",
+        help="run the in-process Loader in this (warmed-up) process, not in a new process with the "
+        "clients' imports (the default: both sides' epoch 0 then starts a process alike)",
+    )
+    ap.add_argument(
         "--epochs",
         type=int,
         default=3,
         help="epochs per run, each reported (epoch 0 opens the dataset; default 3)",
     )
     args = ap.parse_args(argv)
+    global WARM_INPROCESS  # a command-line switch of this script
+    WARM_INPROCESS = args.warm_inprocess
     os.environ["BENCH_STEP_S"] = str(args.step_ms / 1000)
     if args.ack_window is not None:
         os.environ["BENCH_ACK_WINDOW"] = str(args.ack_window)
@@ -777,7 +827,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{n_many:,} samples, one shardset of {MANY_SHARDS} shards; batch 256, shuffle on, "
         f"{args.epochs} epochs per run (epoch 0 opens the dataset, in-process and served); "
         f"{reps} A/B repetition(s); ack_window {args.ack_window or 'the loader default (1)'}, "
-        f"step {args.step_ms} ms"
+        f"step {args.step_ms} ms; in-process Loader in "
+        f"{'this warmed-up process' if args.warm_inprocess else 'a new process like a client'}"
     )
     load = os.getloadavg()
     results: dict[str, dict[str, Any]] = {}

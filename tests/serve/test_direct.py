@@ -104,13 +104,18 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
 
 
 def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, Any]) -> None:
-    """Direct mode with the default numpy collate (the built tables handed over as they are) and the
-    next epoch planned ahead: the in-process Loader's arrays, epoch after epoch."""
+    """Direct mode with the default numpy collate (the built tables handed over as they are), an
+    epoch after the first planned in the background while its join is in flight (not during the
+    previous epoch): the in-process Loader's arrays, epoch after epoch."""
     import numpy as np
 
     kw: dict[str, Any] = {"batch_size": 96, "seed": 21, "name": "d-numpy", "lease_size": 4}
     loader = RemoteLoader(direct["url"], direct["read"], "dsd", **grouped(transport="direct", **kw))
     ref = Loader(open_source(direct["root"] / "ds"), 96, seed=21)
+    assert loader._direct is not None
+    early: list[tuple[int, int, int]] = []
+    plan_ahead = loader._direct.plan_ahead
+    loader._direct.plan_ahead = lambda *a: (early.append(a), plan_ahead(*a))[1]  # type: ignore[method-assign]
     for epoch in (0, 1):
         got, want = list(loader), list(ref)
         assert len(got) == len(want) > 10
@@ -118,11 +123,11 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
             assert list(a) == list(b)
             for k in a:
                 assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
-        if epoch == 0:  # epoch 1's plan was made in the background during epoch 0
-            assert loader._direct is not None and loader._direct._planner is not None
-            loader._direct._planner.join(30)
-            assert loader._direct._service is not None
-            assert any(k[0] == 1 for k in loader._direct._service[1]._plans)
+        assert loader._direct._service is not None
+        plans = {k[0] for k in loader._direct._service[1]._plans}
+        assert epoch + 1 not in plans  # nothing planned ahead during the epoch
+        # epoch 0 opened the dataset and planned itself; epoch 1 began its plan before its join
+        assert early == [(1, 0, 1)][:epoch] and loader._direct._planner is None
 
 
 @pytest.mark.parametrize("acks_go_through", [True, False])
@@ -524,3 +529,41 @@ def test_a_wide_ack_window_sends_acks_from_two_threads_each_batch_once(
         progress, done = client.progress(name), client.done(name)
     assert progress["done"] == progress["total"] == len(got)
     assert sorted(u for a, b, _ in done for u in range(a, b)) == list(range(len(got)))
+
+
+def test_a_static_wide_window_carries_its_acks_on_the_lease_requests(
+    direct: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Static mode, ``ack_window`` of two leases and more: the batches consumed ride on the next
+    lease request (``?ack=``), so ack requests are the exception; every batch is still committed
+    exactly once (``on_commit`` and the server's record). Dynamic mode does not piggy-back."""
+    from datamill.client.feed import LeaseFeed
+    from datamill.client.http import Http
+
+    calls: list[tuple[str, int]] = []  # (path's last part, acks carried)
+    request = Http.request
+
+    def spy(self: Http, method: str, path: str, **kw: Any) -> Any:
+        carried = sum(k == "ack" for k, _ in kw.get("query", ()))
+        calls.append((path.rsplit("/", 1)[-1], carried))
+        return request(self, method, path, **kw)
+
+    monkeypatch.setattr(Http, "request", spy)
+    committed: list[int] = []
+    name = "piggyback"
+    t = {"ack_window": 32, "on_commit": committed.extend}
+    kw: dict[str, Any] = {"batch_size": 64, "seed": 5, "name": name, "lease_size": 8}
+    loader = RemoteLoader(
+        direct["url"], direct["read"], "dsd", **grouped(transport="direct", **t, **kw)
+    )
+    got = list(loader)
+    leases = sum(p == "next" for p, _ in calls)
+    assert sum(c > 0 for p, c in calls if p == "next") >= leases // 2
+    assert sum(p == "ack" for p, _ in calls) < leases // 2
+    with Client(direct["url"], direct["read"]) as client:
+        progress, done = client.progress(name), client.done(name)
+    assert progress["done"] == progress["total"] == len(got)
+    assert sorted(u for a, b, _ in done for u in range(a, b)) == list(range(len(got)))
+    assert sorted(committed) == sorted(u for a, b, _ in done for u in range(a, b))
+    loader.mode = "dynamic"
+    assert not LeaseFeed(loader, "x", 1.0, direct=True, ack_window=32).piggyback

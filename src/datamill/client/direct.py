@@ -91,6 +91,9 @@ class DirectBuilds:
         """Builds of the epoch of ``cfg`` start (``follow``: a static rank's leases continue one
         build)."""
         assert self._service is not None
+        if self._planner is not None:  # the epoch's plan, begun before the join: not planned twice
+            self._planner.join()
+            self._planner = None
         self.stream = RunStream(self._service[1], cfg, follow=follow)
 
     def end_epoch(self) -> None:
@@ -111,10 +114,14 @@ class DirectBuilds:
                 table = as_table(table, schema)
             yield table
 
+    def is_open(self) -> bool:
+        """Whether a batch service is open (a previous epoch opened it)."""
+        return self._service is not None
+
     def plan_ahead(self, epoch: int, rank: int, world: int) -> None:
-        """Plan rank ``rank``'s epoch ``epoch`` in a background thread while this epoch runs (the
-        batch service keeps two epochs' plans), so that its first batch does not wait for it (the
-        in-process Loader plans when its epoch starts)."""
+        """Plan rank ``rank``'s epoch ``epoch`` in a background thread (the batch service keeps two
+        epochs' plans): started before the epoch's join, so that the plan overlaps its round
+        trips."""
         assert self._service is not None
         svc = self._service[1]
 

@@ -1,11 +1,13 @@
 """The background threads of one :class:`~datamill.client.RemoteLoader` epoch.
 
-* **fetch**: asks for the next lease (the consumed batches' acks ride on the request) and keeps
+* **fetch**: asks for the next lease and keeps
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
   server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying;
   for a numpy or torch collate, collated here for the whole lease at once, column by column, while
   the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
-  as the loop asks, see :class:`~datamill.loader.runs.RunStream`).
+  as the loop asks, see :class:`~datamill.loader.runs.RunStream`). In static mode with an
+  ``ack_window`` > 1 the batches consumed since the last request ride on the lease request
+  (``?ack=``: one request and one journal transaction for both, see :attr:`LeaseFeed.piggyback`).
 * **ack**: sends each batch's acknowledgement as soon as the loop is handed the batch (one request,
   one journal transaction, for whatever is pending), so that it is in flight while the loop trains
   on the batch; retried every :data:`ACK_FLUSH_S` seconds until the server answers.
@@ -36,7 +38,16 @@ from datamill.client.http import Http, RemoteError, Response
 from datamill.client.options import Transport
 from datamill.core.wire import SESSION_HEADER, TTL_HEADER
 
-__all__ = ["ACK_FLUSH_S", "ACK_SENDERS", "END", "HeldLease", "LeaseFeed", "ack_ranges"]
+__all__ = [
+    "ACK_FLUSH_S",
+    "ACK_IDLE_S",
+    "ACK_SENDERS",
+    "END",
+    "MAX_QUERY_ACKS",
+    "HeldLease",
+    "LeaseFeed",
+    "ack_ranges",
+]
 
 ACK_SENDERS = 2
 """Acknowledgement requests in flight at once when ``ack_window`` > 1 (one ack thread each): the
@@ -46,6 +57,12 @@ arrive together into one transaction)."""
 ACK_FLUSH_S = 0.05
 """Seconds between two tries of the ack thread while acknowledgements are pending and unanswered
 (each is sent at once when the loop is handed its batch)."""
+ACK_IDLE_S = 0.25
+"""With :attr:`LeaseFeed.piggyback`: seconds the ack thread lets acknowledgements wait for the next
+lease request before it sends them itself (it also sends them at once when the loop waits for an
+answer, or when half the window is pending)."""
+MAX_QUERY_ACKS = 64
+"""Ack ranges a lease request carries at most (the server's bound on ``?ack=``)."""
 _TTL = TTL_HEADER.lower()  # a reply's headers are read lower-cased
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
@@ -60,6 +77,7 @@ class FeedOwner(Protocol):
     session: str
     client_id: str
     rank: int
+    mode: str  # "static" or "dynamic"
     transport: Transport  # prefetch, reconnect_s, verify, slot, slots
     stall_s: float
     stats: dict[str, Any]
@@ -155,9 +173,16 @@ class LeaseFeed:
         # acks sent in a request not answered yet (``ack_window`` > 1: up to ACK_SENDERS requests
         # are in flight at once, each with the acks consumed since the others were sent)
         self.in_flight: set[tuple[str, str, int]] = set()
+        # static mode, a window > 1: the acks consumed ride on the lease requests (one request
+        # and one journal transaction a lease instead of an ack request every few batches); the
+        # ack threads send what waits longer than ACK_IDLE_S, half a window, or what the loop
+        # waits for. Dynamic mode does not: there an ``already`` answer reads as a lease finished
+        # by another client, so a batch's acknowledgement has one sender at a time.
+        self.piggyback = self.ack_window > 1 and loader.mode == "static"
         # a woken ack thread sends once this many acks are pending (a quarter of the window: fewer
-        # requests, each a journal transaction on the server), or when the loop waits for one
-        self.send_at = max(1, self.ack_window // 4)
+        # requests, each a journal transaction on the server; half with piggyback), or when the
+        # loop waits for one
+        self.send_at = max(1, self.ack_window // (2 if self.piggyback else 4))
         self.loop_waits = False
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)
@@ -247,6 +272,12 @@ class LeaseFeed:
         """
         loader = self.loader
         t0 = time.monotonic()
+        if (  # the common case, read without the lock (each read is atomic); else the locked loop
+            not self.loop_waits
+            and loader._unanswered() < self.ack_window
+            and t0 < self.deadlines.get(lease.id, 0.0)
+        ):
+            return 0.0
         give_up = t0 + loader.transport.reconnect_s
         with self.answered:
             while True:
@@ -306,8 +337,9 @@ class LeaseFeed:
             conn.close()
 
     def _next(self, conn: Http) -> Response | None:
-        """One lease request: the reply, or ``None`` to ask again (acknowledgements go by the ack
-        thread alone: a second sender's ``already`` would read as a lease finished by another)."""
+        """One lease request: the reply, or ``None`` to ask again. With :attr:`piggyback` it carries
+        the acks pending and not in flight (their answer, ``X-Datamill-Acks``, is recorded as an
+        ack request's); otherwise acknowledgements go by the ack threads alone."""
         loader = self.loader
         query: list[tuple[str, Any]] = [
             ("client", loader.client_id),
@@ -317,8 +349,13 @@ class LeaseFeed:
         ]
         if self.direct:
             query.append(("transport", "direct"))
+        sent = self._carried()
+        query += [("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in ack_ranges(sent)]
         try:
+            sent_at = time.monotonic()
             res = conn.request("GET", f"{self.path}/next", ok=(200, 204, 409), query=query)
+            if sent:
+                self._answered(res.headers.get("x-datamill-acks", ""), sent, sent_at)
         except RemoteError as exc:
             now = time.monotonic()
             if self._deadline_503 is None:
@@ -327,12 +364,34 @@ class LeaseFeed:
                 raise
             self.stop.wait(1.0)  # the journal cannot be written now (a full disk): wait and retry
             return None
+        finally:
+            self._landed(sent)
         self._deadline_503 = None
         if res.status == 409:  # others hold the rest: ask again in 20 ms, or when the loop acks
             self.acked.wait(0.02)  # (the epoch's last lease done: its acks end the epoch now)
             self.acked.clear()
             return None
         return res
+
+    def _carried(self) -> list[tuple[str, str, int]]:
+        """With :attr:`piggyback`: the acks a lease request carries (pending, not in another request
+        in flight; none when they would make more than :data:`MAX_QUERY_ACKS` ranges), marked in
+        flight."""
+        if not self.piggyback:
+            return []
+        with self.loader._state_lock:
+            sent = [x for x in self.loader._unflushed if x not in self.in_flight]
+            if not sent or len(ack_ranges(sent)) > MAX_QUERY_ACKS:
+                return []
+            self.in_flight.update(sent)
+        return sent
+
+    def _landed(self, sent: Sequence[tuple[str, str, int]]) -> None:
+        """A request carrying ``sent`` was answered (or failed: they are sent again)."""
+        if sent:
+            with self.answered:
+                self.in_flight.difference_update(sent)
+                self.answered.notify_all()
 
     def _answered(self, header: str, sent: Sequence[tuple[str, str, int]], sent_at: float) -> None:
         """Record the server's answer to acks ``sent`` (a request sent at ``sent_at``): forget them,
@@ -375,10 +434,12 @@ class LeaseFeed:
         conn = self.http(0.0, timeout=self._short_timeout())
         try:
             while not self.stop.is_set():
-                woken = self.to_ack.wait(ACK_FLUSH_S)
+                # piggy-backing, acks wait for the next lease request unless the loop waits for one
+                every = ACK_IDLE_S if self.piggyback and not self.loop_waits else ACK_FLUSH_S
+                woken = self.to_ack.wait(every)
                 self.to_ack.clear()
                 if woken and not self._due():
-                    continue  # sent at the next batch, when the loop waits, or within ACK_FLUSH_S
+                    continue  # sent at the next batch, when the loop waits, or within `every`
                 try:
                     self.flush(conn)
                 except RemoteError as exc:
@@ -488,7 +549,5 @@ class LeaseFeed:
             acks = res.json().get("acks", {})
             self._answered(",".join(f"{k}={v}" for k, v in acks.items()), sent, sent_at)
         finally:
-            with self.answered:
-                self.in_flight.difference_update(sent)
-                self.answered.notify_all()
+            self._landed(sent)
         return res.status == 200

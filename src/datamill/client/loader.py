@@ -290,6 +290,8 @@ class RemoteLoader:
         client.http.retry_s = self.transport.reconnect_s
         client.http.headers[SESSION_HEADER] = self.session
         try:
+            if self._resume is None:
+                self._plan_early()
             info = self._join(client)
             self.iteration_id = it_id = str(info["id"])
             resume, self._resume = self._resume, None
@@ -336,7 +338,6 @@ class RemoteLoader:
             ack_window=self.transport.ack_window,
         )
         feed.start()
-        planned = self._direct is None
         try:
             while True:
                 t0 = time.perf_counter()
@@ -346,9 +347,6 @@ class RemoteLoader:
                     feed.raise_error()
                     return
                 yield from self._yield_lease(lease, feed)
-                if not planned:  # after the first lease: the epoch's own start has priority
-                    planned = True
-                    self._plan_next_epoch()
                 if self._rank_done() and not feed.errors and feed.flush_all():
                     self.stats["ended_by_acks"] += 1  # the rank's batches taken and journaled
                     return
@@ -366,13 +364,17 @@ class RemoteLoader:
             total, consumed = self._queue_total, self._consumed
         return self.mode == "static" and total is not None and consumed >= total
 
-    def _plan_next_epoch(self) -> None:
-        """Direct static mode: this rank's plan of the next epoch, computed in the background while
-        this epoch runs."""
-        world = int(self._cfg["plan_world"])
-        if self._direct is None or self.mode != "static" or world != self.leases.world_size:
+    def _plan_early(self) -> None:
+        """Direct static mode, the dataset open: this rank's plan of the epoch about to start,
+        computed in the background while the join and the location requests are in flight (the plan
+        is pure: a join answering another epoch only leaves it unused). It is not planned ahead
+        during the previous epoch: planning holds the GIL, so that epoch's batches would pay for it,
+        as the in-process Loader's epochs pay each for its own plan."""
+        if self._direct is None or self.mode != "static" or not self._cfg:
             return
-        self._direct.plan_ahead(int(self._cfg["epoch"]) + 1, self.rank, world)
+        world = int(self._cfg["plan_world"])
+        if world == self.leases.world_size and self._direct.is_open():
+            self._direct.plan_ahead(self.epoch, self.rank, world)
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
