@@ -25,7 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
-from datamill.serve.journal.store import Journal, bool_runs, fold_done, sealed
+from datamill.serve.journal.schema import sealed
+from datamill.serve.journal.store import DONE_INSERT, Journal, bool_runs, fold_done
 from datamill.serve.protocol.iteration import Lease
 
 __all__ = [
@@ -144,14 +145,6 @@ class GroupCommit:
         if w.error is not None:
             raise w.error
 
-    def write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
-        """:meth:`submit` and :meth:`wait`."""
-        self.wait(self.submit(fn))
-
-    def flush(self) -> None:
-        """Commit every write queued so far."""
-        self.write(lambda db: None)
-
     def close(self) -> None:
         """Commit what is queued and stop the committer thread."""
         with self._cv:
@@ -269,11 +262,7 @@ def leases_write(
         if dropped:
             db.executemany("DELETE FROM leases WHERE id = ?", dropped)
         if rows:
-            db.executemany(
-                "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            db.executemany(DONE_INSERT, rows)
         if added:
             db.executemany(
                 "INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
@@ -315,11 +304,7 @@ def rewind_write(
         rows += [sealed((it_id, a, b, lease, now, 1)) for a, b in bool_runs(new & ~done)]
         if not rows:  # a rewind that changes nothing is still recorded (the rewinds' count)
             rows = [sealed((it_id, 0, 0, lease, now, 1))]
-        db.executemany(
-            "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, "
-            "?, ?, ?)",
-            rows,
-        )
+        db.executemany(DONE_INSERT, rows)
 
     return fn
 
@@ -334,19 +319,6 @@ def journaled_leases(journal: Journal, it_id: str) -> list[Lease]:
             (it_id,),
         ).fetchall()
     return [
-        Lease(
-            str(r[0]),
-            "",
-            int(r[4]),
-            int(r[5]),
-            int(r[6]),
-            str(r[3]),
-            0.0,
-            0.0,
-            fence_hash=str(r[1]),
-            session=str(r[2]),
-            slot=int(r[7]),
-            owner=str(r[8]),
-        )
-        for r in rows
+        Lease(i, "", q, a, b, c, 0.0, 0.0, fence_hash=f, session=s, slot=slot, owner=o)
+        for i, f, s, c, q, a, b, slot, o in rows
     ]
