@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from datamill.core.errors import DatamillError
 from datamill.serve.journal.schema import sealed
 from datamill.serve.journal.store import DONE_INSERT, Journal, bool_runs, fold_done
-from datamill.serve.protocol.iteration import Lease
+from datamill.serve.protocol.state import Lease
 
 __all__ = [
     "RETRY_AFTER_S",

@@ -237,9 +237,8 @@ class Journal:
         """Store a UI session (the sha256 of its id, never the id)."""
         now = time.time()
         with self._lock:
-            self._db.execute(
-                "DELETE FROM sessions WHERE expires < ?", (now - 86400,)
-            )  # long dead: forget them
+            # long dead: forget them
+            self._db.execute("DELETE FROM sessions WHERE expires < ?", (now - 86400,))
             self._db.execute(
                 "INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
                 (digest, key_id, now, expires),

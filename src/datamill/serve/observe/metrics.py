@@ -41,8 +41,9 @@ from datamill.serve.observe.logs import event
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from datamill.serve.protocol.iteration import Iteration, Lease
+    from datamill.serve.protocol.iteration import Iteration
     from datamill.serve.protocol.round_trip import Settled
+    from datamill.serve.protocol.state import Lease
 
 __all__ = [
     "COUNTERS",
