@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,17 +58,15 @@ def _full(exc: BaseException) -> bool:
     )
 
 
+@dataclass(slots=True, eq=False)
 class Write:
     """One request's journal write (a function of the connection, run inside a transaction) and,
     once it is ``done``, its outcome (``error``); an async waiter's future is resolved then."""
 
-    __slots__ = ("done", "error", "fn", "future")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection], None]) -> None:
-        self.fn = fn
-        self.done = False
-        self.error: BaseException | None = None
-        self.future: asyncio.Future[None] | None = None
+    fn: Callable[[sqlite3.Connection], None]
+    done: bool = False
+    error: BaseException | None = None
+    future: asyncio.Future[None] | None = None
 
 
 class GroupCommit:

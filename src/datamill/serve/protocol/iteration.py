@@ -241,7 +241,6 @@ class Iteration(IterationState):
             lease.deadline = min(lease.deadline, cap)
         self.leases[lease.id] = lease
         self._earliest = min(self._earliest, lease.deadline)
-        info.last_seen = now
         return lease
 
     def _take_over(self, q: int, client: str, slot: int, owner: str) -> None:
