@@ -130,9 +130,7 @@ class Catalog:
         self.journal = Journal(state_dir, lock="server")  # the folder locked for this server
         self.clock = clock
         # the lock serialising each iteration's transitions (the state machine takes none)
-        self._locks: weakref.WeakKeyDictionary[Iteration, threading.RLock] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._locks = weakref.WeakKeyDictionary[Iteration, threading.RLock]()
         self._closed: set[str] = set()  # sessions whose connections their clients all closed
         self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
