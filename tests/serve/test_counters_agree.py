@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from datamill.serve.journal.store import unlock_state
+from datamill.serve.journal.schema import unlock_state
 from datamill.serve.observe import ledger
 from datamill.serve.observe.metrics import JournalCollector
 from datamill.serve.server import ServeState

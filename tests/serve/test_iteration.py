@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datamill.serve.protocol.iteration import Iteration, Lease, runs
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.protocol.state import Lease, runs
 
 
 @given(

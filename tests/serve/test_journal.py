@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from datamill.serve.http.auth import KeyStore, create_key
-from datamill.serve.journal.store import DB_NAME, Journal, StateError, backup
+from datamill.serve.journal.schema import DB_NAME, StateError
+from datamill.serve.journal.store import Journal, backup
 from tests.serve._proc import env, free_port, start_server, stop
 
 pytestmark = pytest.mark.server

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from datamill.serve.journal.store import DB_NAME, SCHEMA_VERSION, SEALED, Journal, StateError
+from datamill.serve.journal.schema import DB_NAME, SCHEMA_VERSION, SEALED, StateError
+from datamill.serve.journal.store import Journal
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "serve"
 

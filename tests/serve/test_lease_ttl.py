@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from datamill.serve.protocol.iteration import Iteration, lease_grace
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.protocol.state import lease_grace
 from datamill.serve.server import ServeState
 
 pytestmark = pytest.mark.server

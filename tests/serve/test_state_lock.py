@@ -10,13 +10,8 @@ from typing import Any
 
 import pytest
 
-from datamill.serve.journal.store import (
-    LOCK_NAME,
-    Journal,
-    StateLockedError,
-    lock_state,
-    unlock_state,
-)
+from datamill.serve.journal.schema import LOCK_NAME, StateLockedError, lock_state, unlock_state
+from datamill.serve.journal.store import Journal
 
 from ._proc import env, free_port, start_server, stop
 

@@ -28,7 +28,7 @@ import pytest
 from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.core.io import read_table
 from datamill.preprocessing.api import preprocess
-from datamill.serve.journal.store import DB_NAME
+from datamill.serve.journal.schema import DB_NAME
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._browser import chromium, login, need_chromium
 from tests.serve._opts import grouped

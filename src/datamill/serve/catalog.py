@@ -32,7 +32,8 @@ from datamill.serve.journal.leases import (
 )
 from datamill.serve.journal.store import Journal
 from datamill.serve.observe.metrics import Telemetry
-from datamill.serve.protocol.iteration import Iteration, runs
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.protocol.state import runs
 
 __all__ = [
     "LEASE_SIZES",
@@ -129,9 +130,7 @@ class Catalog:
         self.journal = Journal(state_dir, lock="server")  # the folder locked for this server
         self.clock = clock
         # the lock serialising each iteration's transitions (the state machine takes none)
-        self._locks: weakref.WeakKeyDictionary[Iteration, threading.RLock] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._locks = weakref.WeakKeyDictionary[Iteration, threading.RLock]()
         self._closed: set[str] = set()  # sessions whose connections their clients all closed
         self.writes = GroupCommit(self.journal)  # lease and ack writes, group-committed
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
@@ -145,15 +144,12 @@ class Catalog:
         self._lock = threading.RLock()
         self._services: dict[str, BatchService] = {}
         self._iterations: dict[str, Iteration] = {}
-        self.telemetry = Telemetry(
-            self.journal
-        )  # counters, lifecycle rows, event logs (datamill.serve.observe.metrics)
+        # counters, lifecycle rows, event logs (datamill.serve.observe.metrics)
+        self.telemetry = Telemetry(self.journal)
         self._rewinds = 0  # rewinds of this server run (each has its own id in the journal)
         self.draining = False  # after SIGTERM: no new leases; acks and heartbeats still answered
         self.drain_timeout = 0.0  # > 0 (serve() sets it): leases sized so that a drain ends
-        self.locations = ClientLocations(
-            self.journal
-        )  # direct mode: where clients read each dataset
+        self.locations = ClientLocations(self.journal)  # direct mode: where clients read data
         self.pool: Any = None
         if build_workers:
             from datamill.serve.data.workers import BuildPool
@@ -247,13 +243,18 @@ class Catalog:
             }
         )
 
-    def _public(self, ds: Mapping[str, Any]) -> dict[str, Any]:
-        real = Path(ds["path"])
-        rel = next(
+    def relative(self, path: str) -> str:
+        """A dataset's path as the UI and the API show it: relative to its root."""
+        real = Path(path)
+        return next(
             (str(real.relative_to(r)) for r in self.roots if real == r or r in real.parents),
             real.name,
         )
-        return {k: v for k, v in {**ds, "path": rel}.items() if k != "created"}
+
+    def _public(self, ds: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            k: v for k, v in {**ds, "path": self.relative(ds["path"])}.items() if k != "created"
+        }
 
     def _rows(self) -> list[dict[str, Any]]:
         """The journal's dataset rows (read once: only :meth:`register` adds one)."""
@@ -316,13 +317,8 @@ class Catalog:
             "lease_size": self._lease_size(req),
             "lease_timeout": float(req.get("lease_timeout") or self.lease_timeout),
         }
-        for f, low in (
-            ("batch_size", 1),
-            ("seed", 0),
-            ("epoch", 0),
-            ("world_size", 1),
-            ("lease_size", 1),
-        ):
+        for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
+            low = 0 if f in ("seed", "epoch") else 1
             if cfg[f] < low:
                 raise ConfigError(f"{f} must be >= {low}, got {cfg[f]}")
         if cfg["mode"] not in MODES:
@@ -344,24 +340,21 @@ class Catalog:
         return auto_lease_size(target, int(req["batch_size"]), row)
 
     def _resume_base(self, cfg: dict[str, Any], req: Mapping[str, Any]) -> tuple[int, list[int]]:
-        """``(plan world size, units already done)`` of a resumed iteration."""
+        """``(plan world size, units already done)`` of a resumed iteration: from iteration
+        ``resume_from`` (the same order, its done units) or every rank's ``loader_states``."""
         if req.get("resume_from"):
-            return self._iteration_base(cfg, str(req["resume_from"]))
+            old = self.iteration(str(req["resume_from"]))
+            check_resume_compat(
+                old.config,
+                cfg,
+                fields=_ORDER,
+                what=f"a resume of iteration {old.id}",
+                hint="resume with the saved iteration's dataset and order settings",
+            )
+            return int(old.config["plan_world"]), old.done_units()
         if req.get("loader_states"):
             return self._states_base(cfg, req["loader_states"])
         return (cfg["world_size"] if cfg["mode"] == "static" else 1), []
-
-    def _iteration_base(self, cfg: Mapping[str, Any], ref: str) -> tuple[int, list[int]]:
-        """Resume from iteration ``ref``: the same order, its done units."""
-        old = self.iteration(ref)
-        check_resume_compat(
-            old.config,
-            cfg,
-            fields=_ORDER,
-            what=f"a resume of iteration {old.id}",
-            hint="resume with the saved iteration's dataset and order settings",
-        )
-        return int(old.config["plan_world"]), old.done_units()
 
     def _states_base(
         self, cfg: Mapping[str, Any], states: Sequence[Mapping[str, Any]]

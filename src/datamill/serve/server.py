@@ -12,7 +12,6 @@ configs and acknowledged unit runs.
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,22 +22,23 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
-from datamill.loader.runs import as_batches
+from datamill.loader.runs import build_runs
 from datamill.serve.catalog import (
     Catalog,
     ConflictError,
     NotFoundError,
 )
 from datamill.serve.data.direct import unit_runs
+from datamill.serve.data.workers import ipc_stream
 from datamill.serve.journal.leases import (
     UnavailableError,
     Write,
     leases_write,
     rewind_write,
 )
-from datamill.serve.protocol.iteration import AckResult, Iteration, Lease
+from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.protocol.round_trip import AckItem, Planned, Take, finish, plan
-from datamill.serve.protocol.state import session_digest
+from datamill.serve.protocol.state import AckResult, Lease, session_digest
 
 __all__ = [
     "ARROW_STREAM",
@@ -69,19 +69,13 @@ class LeasePayload:
     units: list[int]
     body: bytes
     epoch: int
-    runs: list[tuple[int, int, int]] | None = (
-        None  # (plan rank, first, stop batch): what a direct client builds
-    )
+    runs: list[tuple[int, int, int]] | None = None  # (plan rank, first, stop batch) to build
 
 
 def to_ipc(tables: Sequence[pa.Table]) -> bytes:
     """Tables as one Arrow IPC stream, exactly one record batch per table."""
-    sink = io.BytesIO()
-    batches = as_batches(tables)
-    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
-        for b in batches:
-            writer.write_batch(b)
-    return sink.getvalue()
+    body: bytes = ipc_stream(tables).to_pybytes()
+    return body
 
 
 class ServeState(Catalog):
@@ -157,8 +151,7 @@ class ServeState(Catalog):
 
         The units are journaled in **one transaction** (group-committed, see
         :mod:`datamill.serve.protocol.round_trip`) before memory changes, so ``"already"`` is only
-        ever
-        answered for journaled acks.
+        ever answered for journaled acks.
 
         Raises:
             UnavailableError: the journal could not be written (nothing changed; retry later).
@@ -291,51 +284,24 @@ class ServeState(Catalog):
         refused (:class:`ConfigError`) when the dataset has no client location. A take refused
         (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
         """
-        trip = {"rank": rank, "slot": slot, "slots": slots, "session": session, "owner": owner}
-        p = await self._decide(it, client, acks, trip, transport)
-        statuses = p.statuses
-        while p.lease is not None:
+        secret = client if session is None else session
+        take = Take(client, rank=rank, slot=slot, slots=slots, session=secret, owner=owner)
+        take.drain_s = self.drain_timeout or None  # leases a drain can see acknowledged
+        statuses: dict[str, str] = {}
+        while True:  # a take refused (cancelled, draining, a bad rank) still acknowledges
+            refusal = self._refusal(it, transport, rank=rank, slot=slot, slots=slots)
+            p = await self._transition(
+                it, acks, session_digest(secret), take if refusal is None else None
+            )
+            if refusal is not None:
+                raise refusal
+            statuses = statuses or p.statuses
+            if p.lease is None:
+                return statuses, None
             payload = self._payload(it, p, client, transport)
             if payload is not None:
                 return statuses, payload
-            # it expired while being built (a loaded machine), back in the queue: take again
-            p = await self._decide(it, client, (), trip, transport)
-        return statuses, None
-
-    async def _decide(
-        self,
-        it: Iteration,
-        client: str,
-        acks: Sequence[AckItem],
-        trip: dict[str, Any],
-        transport: str,
-    ) -> Planned:
-        """Acknowledge ``acks`` and take a lease (:meth:`_transition`); a refused take still
-        acknowledges, then raises."""
-        refusal, take, secret = self._trip(it, client, transport, trip)
-        p = await self._transition(it, acks, secret, take)
-        if refusal is not None:
-            raise refusal
-        return p
-
-    def _trip(
-        self, it: Iteration, client: str, transport: str, trip: dict[str, Any]
-    ) -> tuple[DatamillError | None, Take | None, str]:
-        """``(why no lease may be taken, the take, the session's hash)`` of a round trip."""
-        refusal = self._refusal(
-            it, transport, rank=trip["rank"], slot=trip["slot"], slots=trip["slots"]
-        )
-        secret = client if trip["session"] is None else trip["session"]
-        take = Take(
-            client,
-            rank=trip["rank"],
-            slot=trip["slot"],
-            slots=trip["slots"],
-            session=secret,
-            owner=trip["owner"],
-            drain_s=self.drain_timeout or None,  # leases a drain can see acknowledged
-        )
-        return refusal, None if refusal is not None else take, session_digest(secret)
+            acks = ()  # it expired while being built (a loaded machine), back in the queue
 
     def _refusal(
         self, it: Iteration, transport: str, *, rank: int, slot: int, slots: int
@@ -386,7 +352,7 @@ class ServeState(Catalog):
                 lease.queue if it.mode == "static" else client, ds["path"], it.config, runs
             )
         else:
-            body = self._body(it, units)
+            body = to_ipc(build_runs(self.service(it.config), it.config, runs))
         with self.lock(it):  # the lease's clock starts when its holder gets it, not before a build
             live = it.delivered(lease, now=self.clock())
         if not live:
@@ -395,31 +361,6 @@ class ServeState(Catalog):
             it, reissued=p.reissued, nbytes=len(body), seconds=time.perf_counter() - t0
         )
         return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
-
-    def _body(self, it: Iteration, units: Sequence[int]) -> bytes:
-        """The Arrow IPC stream of some units' batches (one build per run of one plan rank's
-        batches)."""
-        cfg = it.config
-        svc = self.service(cfg)
-        tables: list[pa.Table] = []
-        i = 0
-        while i < len(units):
-            r, b = it.unit_location(units[i])
-            j = i + 1
-            while (
-                j < len(units)
-                and units[j] == units[j - 1] + 1
-                and it.unit_location(units[j])[0] == r
-            ):
-                j += 1
-            tables.extend(
-                res.output
-                for res in svc.build_samples(
-                    cfg["epoch"], r, list(range(b, b + j - i)), world_size=cfg["plan_world"]
-                )
-            )
-            i = j
-        return to_ipc(tables)
 
     def rollback(self, it: Iteration, *, session: str, consumed: int) -> dict[str, Any]:
         """A dynamic-mode client restored a checkpoint of session ``session`` (its secret) that had

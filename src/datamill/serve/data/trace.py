@@ -32,7 +32,8 @@ import numpy as np
 from datamill.core.errors import ConfigError
 from datamill.loader.record import plan_record
 from datamill.serve.catalog import check_name
-from datamill.serve.protocol.iteration import Iteration, runs
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.protocol.state import runs
 from datamill.serve.server import NotFoundError, ServeState
 
 __all__ = [
@@ -52,11 +53,9 @@ _SCAN = 4096  # most iterations of one name looked at per request (epochs from `
 def lease_clients(state: ServeState, it_id: str) -> dict[str, tuple[str, int]]:
     """Lease id -> (the client that took it, issue order): journaled with each lease when it is
     handed out."""
-    j = state.journal
-    with j._lock:
-        rows = j._db.execute(
-            "SELECT lease, client, rowid FROM lease_holders WHERE iteration = ?", (it_id,)
-        ).fetchall()
+    rows = state.journal._exec(
+        "SELECT lease, client, rowid FROM lease_holders WHERE iteration = ?", (it_id,)
+    )
     return {str(a): (str(b), int(c)) for a, b, c in rows}
 
 

@@ -145,12 +145,11 @@ class Inspector:
         """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
         if unreadable)."""
         row = self.row(ref)
-        real = Path(row["path"])
-        rel = next(
-            (str(real.relative_to(r)) for r in self.state.roots if real == r or r in real.parents),
-            real.name,
-        )
-        out: dict[str, Any] = {"id": row["id"], "name": row["name"], "path": rel}
+        out: dict[str, Any] = {
+            "id": row["id"],
+            "name": row["name"],
+            "path": self.state.relative(row["path"]),
+        }
         try:
             src = self.source(ref)
         except DatamillError as exc:
@@ -328,14 +327,11 @@ class Inspector:
         uids = getattr(src, "uids", None)
         value = value.strip()[:MAX_FILTER]
         if uids is not None:
-            found = (
-                pc.index(uids, _as_type(value, uids.type))
-                if _as_type(value, uids.type) is not None
-                else None
-            )
-            if found is None or found.as_py() < 0:
+            key = _as_type(value, uids.type)
+            found = -1 if key is None else pc.index(uids, key).as_py()
+            if found < 0:
                 raise NotFoundError(f"no sample with UID {value!r} in {self.row(ref)['name']}")
-            return int(found.as_py())
+            return int(found)
         try:
             row = int(value.replace(",", ""))
         except ValueError:
@@ -427,7 +423,7 @@ def _cell(
     ds_id: str,
     vocab: Any,
     *,
-    base: Path | None,
+    base: Path,
     roots: list[Path],
     float32: bool = False,
 ) -> dict[str, Any]:
@@ -462,11 +458,9 @@ def _bytes_cell(value: bytes) -> dict[str, Any]:
 
 
 def _image_path_cell(
-    value: str, column: str, row: int, ds_id: str, *, base: Path | None, roots: list[Path]
+    value: str, column: str, row: int, ds_id: str, *, base: Path, roots: list[Path]
 ) -> dict[str, Any]:
     """An image file's path: the image (served by the file route) when it lies under a root."""
-    if base is None:
-        return {"t": "value", "v": value}
     target = Path(os.path.realpath(base / value))
     if not any(target == r or r in target.parents for r in roots) or not target.is_file():
         # a path column whose files are elsewhere (the demo's cifar): its text, not an error

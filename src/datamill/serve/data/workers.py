@@ -14,8 +14,7 @@ lease and the worker two.
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
 the same shuffle window, hit the same worker's cache. A worker follows each static rank it serves
-with one build over its next leases (:class:`~datamill.loader.runs.RunStream` with a horizon
-of 4
+with one build over its next leases (:class:`~datamill.loader.runs.RunStream` with a horizon of 4
 leases), so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a
 thread of the worker) while the lease it just built is sent: a client's next request finds its lease
 built (a guess that does not come costs one build; the bytes are the same either way). The HTTP
@@ -40,7 +39,7 @@ from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
 
-__all__ = ["BuildPool", "default_build_workers"]
+__all__ = ["BuildPool", "default_build_workers", "ipc_stream"]
 
 _SERVICES: dict[str, Any] = {}  # in a worker: service key -> BatchService
 _CACHE_SHARDS: int | None = None
@@ -119,16 +118,21 @@ def _probe() -> tuple[int, int] | None:
     return os.getpid(), _SLOTS[0].fd
 
 
-def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
-    """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
+def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
+    """Tables as one Arrow IPC stream, exactly one record batch per table (a lease's bytes)."""
     from datamill.loader.runs import as_batches
 
-    batches = as_batches(list(stream.batches(runs)))
+    batches = as_batches(tables)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for b in batches:
             writer.write_batch(b)
     return sink.getvalue()
+
+
+def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
+    """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
+    return ipc_stream(list(stream.batches(runs)))
 
 
 class _Slot:
@@ -390,9 +394,7 @@ class BuildPool:
         ex = self.executors[w]
         try:
             out = ex.submit(_build, *args, self._released_for(w), shared=self.shared).result()
-        except (
-            BrokenProcessPool
-        ):  # the worker died (killed, out of memory): replace it and build once more
+        except BrokenProcessPool:  # the worker died (killed, out of memory): replace it, again
             with self._lock:
                 if self.executors[w] is ex:
                     self.executors[w] = self._executor()

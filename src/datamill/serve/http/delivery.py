@@ -9,12 +9,11 @@ functions.
   ``-Epoch``, ``-Done`` (the queue's done prefix in static mode, its done batches in dynamic mode)
   and ``-Acks`` (``<lease>=<status>,...``) and ``-Runs`` (``<plan rank>:<first>-<stop>;...``, the
   batches of the lease); with ``transport=direct`` the body is empty (the client builds the batches,
-  see :mod:`datamill.serve.data.direct`); ``204`` nothing left for this client; ``409`` wait
-  (others hold
-  the rest). ``-Lease-TTL`` is the lease's time to live in seconds: its holder yields none of its
-  batches past that long after the reply (or its last heartbeat's or ack's) by its own clock; the
-  server hands them out again only a grace later
-  (:func:`~datamill.serve.protocol.iteration.lease_grace`).
+  see :mod:`datamill.serve.data.direct`); ``204`` nothing left for this client; ``409`` wait (others
+  hold the rest). ``-Lease-TTL`` is the lease's time to live in seconds: its holder yields none of
+  its batches past that long after the reply (or its last heartbeat's or ack's) by its own clock;
+  the server hands them out again only a grace later
+  (:func:`~datamill.serve.protocol.state.lease_grace`).
 * ``POST .../ack`` ``{"client", "acks": [[lease, fence, start, stop], ...]}`` (or ``"leases":
   [[lease, fence], ...]`` for whole leases) -> ``{"acks": {lease: status}}``: ``200`` when every ack
   is ``ok`` or ``already``, ``422`` when one names positions outside its lease (``outside``:
@@ -80,12 +79,15 @@ def _code(statuses: Any) -> int:
     return 409 if "refused" in values else 410 if values & {"expired"} else 200
 
 
-def _error(code: int) -> str:
-    return {
-        409: "refused: a lease of another session, or a wrong fence",
-        410: "expired: a lease that is no longer live (its batches go to another lease)",
-        422: "outside: positions [start, stop) not within the lease's X-Datamill-Positions",
-    }.get(code, "")
+def _reply(out: dict[str, Any], code: int) -> JSONResponse:
+    """An ack's or heartbeat's answer, with what its status code means."""
+    if code != 200:
+        out["error"] = {
+            409: "refused: a lease of another session, or a wrong fence",
+            410: "expired: a lease that is no longer live (its batches go to another lease)",
+            422: "outside: positions [start, stop) not within the lease's X-Datamill-Positions",
+        }[code]
+    return JSONResponse(out, status_code=code)
 
 
 def unavailable_reply(exc: UnavailableError) -> JSONResponse:
@@ -177,11 +179,7 @@ async def ack_reply(
     items += [(a, f, s, e) for a, f, s, e in body.acks]
     _check_items(items)
     statuses, _ = await state.ack_batches_async(it, items, session=_session(session, body.client))
-    code = _code(statuses.values())
-    out: dict[str, Any] = {"acks": statuses}
-    if code != 200:
-        out["error"] = _error(code)
-    return JSONResponse(out, status_code=code)
+    return _reply({"acks": statuses}, _code(statuses.values()))
 
 
 def heartbeat_reply(
@@ -197,8 +195,4 @@ def heartbeat_reply(
         stall_s=body.stall_s,
         batches=body.batches,
     )
-    code = 409 if res["refused"] else 410 if res["lost"] else 200
-    out: dict[str, Any] = dict(res)
-    if code != 200:
-        out["error"] = _error(code)
-    return JSONResponse(out, status_code=code)
+    return _reply(dict(res), 409 if res["refused"] else 410 if res["lost"] else 200)

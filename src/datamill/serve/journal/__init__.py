@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
-from datamill.serve.journal.store import DB_NAME, Journal, StateError, backup
+from datamill.serve.journal.schema import DB_NAME, StateError
+from datamill.serve.journal.store import Journal, backup
 
 __all__ = ["DB_NAME", "Journal", "StateError", "backup"]

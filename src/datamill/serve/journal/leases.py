@@ -20,13 +20,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
-from datamill.serve.journal.store import Journal, bool_runs, fold_done, sealed
-from datamill.serve.protocol.iteration import Lease
+from datamill.serve.journal.schema import sealed
+from datamill.serve.journal.store import DONE_INSERT, Journal, bool_runs, fold_done
+from datamill.serve.protocol.state import Lease
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -56,17 +58,15 @@ def _full(exc: BaseException) -> bool:
     )
 
 
+@dataclass(slots=True, eq=False)
 class Write:
     """One request's journal write (a function of the connection, run inside a transaction) and,
     once it is ``done``, its outcome (``error``); an async waiter's future is resolved then."""
 
-    __slots__ = ("done", "error", "fn", "future")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection], None]) -> None:
-        self.fn = fn
-        self.done = False
-        self.error: BaseException | None = None
-        self.future: asyncio.Future[None] | None = None
+    fn: Callable[[sqlite3.Connection], None]
+    done: bool = False
+    error: BaseException | None = None
+    future: asyncio.Future[None] | None = None
 
 
 class GroupCommit:
@@ -143,14 +143,6 @@ class GroupCommit:
             await asyncio.shield(w.future)  # a cancelled request still gets its write committed
         if w.error is not None:
             raise w.error
-
-    def write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
-        """:meth:`submit` and :meth:`wait`."""
-        self.wait(self.submit(fn))
-
-    def flush(self) -> None:
-        """Commit every write queued so far."""
-        self.write(lambda db: None)
 
     def close(self) -> None:
         """Commit what is queued and stop the committer thread."""
@@ -269,11 +261,7 @@ def leases_write(
         if dropped:
             db.executemany("DELETE FROM leases WHERE id = ?", dropped)
         if rows:
-            db.executemany(
-                "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            db.executemany(DONE_INSERT, rows)
         if added:
             db.executemany(
                 "INSERT OR REPLACE INTO leases (id, iteration, fence, session, client, queue, "
@@ -315,11 +303,7 @@ def rewind_write(
         rows += [sealed((it_id, a, b, lease, now, 1)) for a, b in bool_runs(new & ~done)]
         if not rows:  # a rewind that changes nothing is still recorded (the rewinds' count)
             rows = [sealed((it_id, 0, 0, lease, now, 1))]
-        db.executemany(
-            "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, "
-            "?, ?, ?)",
-            rows,
-        )
+        db.executemany(DONE_INSERT, rows)
 
     return fn
 
@@ -334,19 +318,6 @@ def journaled_leases(journal: Journal, it_id: str) -> list[Lease]:
             (it_id,),
         ).fetchall()
     return [
-        Lease(
-            str(r[0]),
-            "",
-            int(r[4]),
-            int(r[5]),
-            int(r[6]),
-            str(r[3]),
-            0.0,
-            0.0,
-            fence_hash=str(r[1]),
-            session=str(r[2]),
-            slot=int(r[7]),
-            owner=str(r[8]),
-        )
-        for r in rows
+        Lease(i, "", q, a, b, c, 0.0, 0.0, fence_hash=f, session=s, slot=slot, owner=o)
+        for i, f, s, c, q, a, b, slot, o in rows
     ]

@@ -235,10 +235,8 @@ def check_state_dir(state_dir: Path) -> Path:
         )
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if state_dir.stat().st_mode & 0o077:
-            state_dir.chmod(
-                0o700
-            )  # the journal holds key digests and session hashes: the owner's alone
+        if state_dir.stat().st_mode & 0o077:  # key digests, session hashes: the owner's alone
+            state_dir.chmod(0o700)
     except OSError as exc:
         raise StateError(f"cannot create the state folder: {exc.strerror}", path=state_dir) from exc
     db = state_dir / DB_NAME
@@ -252,9 +250,8 @@ def check_state_dir(state_dir: Path) -> Path:
         except OSError as exc:
             raise StateError(f"cannot create the journal: {exc.strerror}", path=db) from exc
     else:
-        if (
-            db.stat().st_size == 0
-        ):  # SQLite would take it for a new journal: every key and iteration gone
+        # SQLite would take an empty file for a new journal: every key and iteration gone
+        if db.stat().st_size == 0:
             raise StateError(
                 "the journal is empty (0 bytes): truncated?",
                 path=db,

@@ -1,18 +1,7 @@
-"""The server's durable state: one SQLite database (WAL) in the state folder.
-
-Tables: ``keys`` (API key id, sha256 of the secret, role, revoked, the datasets it may use, when it
-expires), ``datasets`` (id, name, resolved path), ``iterations`` (id, idempotency key, epoch, config
-JSON), ``owners`` (the key that created an iteration), ``done`` (acknowledged unit runs, one row per
-ack, with the lease id so a repeated ack after a restart stays idempotent), ``sessions`` (the sha256
-of each UI session id, its key, expiry), ``audit`` (admin actions and each key's first use per day)
-and ``key_use`` (which days a key was seen). Every write commits before the server replies.
-
-The folder is created ``0700`` and the database ``0600``; opening runs ``PRAGMA quick_check``, so a
-corrupt, truncated or empty journal, a folder where the file should be or a state path that is a
-file is a :class:`StateError` naming the path, never a server that starts on bad state. The schema,
-its version and migrations, the records' checksums and the folder's lock are declared in
-:mod:`~datamill.serve.journal.schema` (re-exported here); this module is the connections and the
-records' reads and writes.
+"""The server's journal: one SQLite database (WAL) in the state folder, its connections and the
+records' reads and writes (every write commits before the server replies). The schema, its version
+and migrations, the records' checksums and the folder's checks and lock are
+:mod:`~datamill.serve.journal.schema`'s.
 """
 
 from __future__ import annotations
@@ -30,46 +19,29 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datamill.serve.journal.schema import (
-    DB_NAME,
-    ITERATION_TABLES,
-    LOCK_NAME,
-    SCHEMA_VERSION,
-    SEALED,
     StateError,
     StateLockedError,
     check_state_dir,
     lock_state,
     open_checked,
-    seal,
     sealed,
     unlock_state,
 )
 
-__all__ = [
-    "DB_NAME",
-    "ITERATION_TABLES",
-    "LOCK_NAME",
-    "SCHEMA_VERSION",
-    "SEALED",
-    "Journal",
-    "StateError",
-    "StateLockedError",
-    "backup",
-    "bool_runs",
-    "fold_done",
-    "lock_state",
-    "merge_runs",
-    "seal",
-    "sealed",
-    "unlock_state",
-]
+__all__ = ["DONE_INSERT", "Journal", "backup", "bool_runs", "fold_done", "merge_runs"]
+
+DONE_INSERT = (
+    "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+"""The insert of a sealed ``done`` row (an ack's units, or a rewind's)."""
 
 
 def backup(state_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     """Copy a (possibly running) server's journal to ``out`` with SQLite's online backup API.
 
     The copy is written beside ``out`` and renamed into place; an existing ``out`` is refused.
-    Restore by copying the file into an empty state folder as :data:`DB_NAME`.
+    Restore by copying the file into an empty state folder as
+    :data:`~datamill.serve.journal.schema.DB_NAME`.
 
     Raises:
         StateError: an unusable journal, or ``out`` exists.
@@ -198,6 +170,12 @@ class Journal:
         with self._lock:
             return list(self._db.execute(sql, tuple(args)).fetchall())
 
+    def _dicts(self, sql: str) -> list[dict[str, Any]]:
+        """The rows of a query as dicts by column name."""
+        with self._lock:
+            cur = self._db.execute(sql)
+            return [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+
     def read(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         """A query on the journal's reading connection (opened on first use): it never waits
         behind a write's transaction or fsync (WAL readers see the last commit)."""
@@ -234,23 +212,13 @@ class Journal:
 
     def list_keys(self) -> list[dict[str, Any]]:
         """Every key (revoked ones too), without secrets."""
-        rows = self._exec(
+        rows = self._dicts(
             "SELECT id, hash, role, created, revoked, note, datasets, expires FROM keys ORDER "
             "BY created"
         )
-        return [
-            {
-                "id": r[0],
-                "hash": r[1],
-                "role": r[2],
-                "created": r[3],
-                "revoked": r[4],
-                "note": r[5],
-                "datasets": None if r[6] is None else json.loads(r[6]),
-                "expires": r[7],
-            }
-            for r in rows
-        ]
+        for r in rows:
+            r["datasets"] = None if r["datasets"] is None else json.loads(r["datasets"])
+        return rows
 
     def revoke_key(self, key_id: str) -> bool:
         """Revoke a key and its UI sessions; False when unknown or already revoked."""
@@ -269,9 +237,8 @@ class Journal:
         """Store a UI session (the sha256 of its id, never the id)."""
         now = time.time()
         with self._lock:
-            self._db.execute(
-                "DELETE FROM sessions WHERE expires < ?", (now - 86400,)
-            )  # long dead: forget them
+            # long dead: forget them
+            self._db.execute("DELETE FROM sessions WHERE expires < ?", (now - 86400,))
             self._db.execute(
                 "INSERT INTO sessions (hash, key, created, expires) VALUES (?, ?, ?, ?)",
                 (digest, key_id, now, expires),
@@ -314,8 +281,7 @@ class Journal:
 
     def audit(self) -> list[dict[str, Any]]:
         """The audit rows, oldest first."""
-        rows = self._exec("SELECT at, key, action, detail FROM audit ORDER BY rowid")
-        return [{"at": r[0], "key": r[1], "action": r[2], "detail": r[3]} for r in rows]
+        return self._dicts("SELECT at, key, action, detail FROM audit ORDER BY rowid")
 
     def set_owner(self, it_id: str, key: str) -> None:
         """Record the key that created an iteration (the first one to ask for it)."""
@@ -336,8 +302,7 @@ class Journal:
 
     def datasets(self) -> list[dict[str, Any]]:
         """Every registered dataset."""
-        rows = self._exec("SELECT id, name, path, created FROM datasets ORDER BY created")
-        return [{"id": r[0], "name": r[1], "path": r[2], "created": r[3]} for r in rows]
+        return self._dicts("SELECT id, name, path, created FROM datasets ORDER BY created")
 
     # ------------------------------------------------------------------ iterations
     def add_iteration(self, it_id: str, key: str, epoch: int, config: dict[str, Any]) -> None:
@@ -350,11 +315,12 @@ class Journal:
 
     def iterations(self) -> list[dict[str, Any]]:
         """Every iteration with its config."""
-        rows = self._exec("SELECT id, key, epoch, config, created FROM iterations ORDER BY created")
-        return [
-            {"id": r[0], "key": r[1], "epoch": r[2], "config": json.loads(r[3]), "created": r[4]}
-            for r in rows
-        ]
+        rows = self._dicts(
+            "SELECT id, key, epoch, config, created FROM iterations ORDER BY created"
+        )
+        for r in rows:
+            r["config"] = json.loads(r["config"])
+        return rows
 
     def cancel(self, it_id: str) -> None:
         """Journal that an iteration was cancelled (before the reply)."""
@@ -369,18 +335,11 @@ class Journal:
     def add_done(self, it_id: str, units: Iterable[tuple[int, int]], *, lease: str) -> None:
         """Journal acknowledged unit runs ``[start, stop)`` in one transaction."""
         now = time.time()
-        with self._lock:
+        with self._lock, self._db:  # commits, or rolls back on an error
             self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, "
-                    "?, ?, ?, ?, ?)",
-                    [sealed((it_id, int(a), int(b), lease, now, 1)) for a, b in units],
-                )
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            self._db.executemany(
+                DONE_INSERT, [sealed((it_id, int(a), int(b), lease, now, 1)) for a, b in units]
+            )
 
     def done(self, it_id: str) -> list[tuple[int, int, str]]:
         """The journaled ``(start, stop, lease)`` rows that marked units of an iteration done, in

@@ -28,7 +28,8 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from datamill.core.errors import ConfigError
-from datamill.serve.journal.store import ITERATION_TABLES, Journal
+from datamill.serve.journal.schema import ITERATION_TABLES
+from datamill.serve.journal.store import Journal
 
 __all__ = [
     "MAX_PAGE",
@@ -209,7 +210,7 @@ def _page_row(r: Sequence[Any]) -> dict[str, Any]:
 
 def gc(journal: Journal, *, older_than: float) -> list[str]:
     """Delete the iterations that ended (finished or cancelled) more than ``older_than`` seconds
-    ago, with their rows in every table of :data:`~datamill.serve.journal.store.ITERATION_TABLES`
+    ago, with their rows in every table of :data:`~datamill.serve.journal.schema.ITERATION_TABLES`
     (acks, leases, lifecycle, counters, the UI's ledger); the ids removed.
 
     Stale and running iterations are kept: cancel a stale one first to let it be collected.

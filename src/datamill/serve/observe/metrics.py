@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from datamill.serve.protocol.iteration import Iteration, Lease
+    from datamill.serve.protocol.iteration import Iteration
     from datamill.serve.protocol.round_trip import Settled
+    from datamill.serve.protocol.state import Lease
 
 __all__ = [
     "COUNTERS",

@@ -50,8 +50,6 @@ from datamill.serve.protocol.state import (
     _LEASE_PREFIX,
     ACKING,
     DONE,
-    DRAIN_FIRST_LEASE,
-    GRACE_MAX_S,
     LEASED,
     PENDING,
     AckResult,
@@ -63,24 +61,10 @@ from datamill.serve.protocol.state import (
     _has,
     digest,
     drain_cap,
-    lease_grace,
-    runs,
     session_digest,
 )
 
-__all__ = [
-    "ACKING",
-    "DRAIN_FIRST_LEASE",
-    "GRACE_MAX_S",
-    "PENDING",
-    "AckResult",
-    "Iteration",
-    "Lease",
-    "digest",
-    "drain_cap",
-    "lease_grace",
-    "runs",
-]
+__all__ = ["Iteration"]
 
 
 class Iteration(IterationState):
@@ -115,11 +99,11 @@ class Iteration(IterationState):
     """
 
     def untake(self, lease: Lease) -> None:
-        """Undo :meth:`take` of a lease whose journal write failed (its positions pending again)."""
-        if self.leases.pop(lease.id, None) is not None:
-            seg = self.state[lease.queue][lease.start : lease.stop]
-            seg[seg == LEASED] = PENDING
-            self._pending_again(lease.queue, lease.start)
+        """Undo :meth:`take` of a lease whose journal write failed (its positions pending again;
+        the journal never had it, so it is not :attr:`dropped`)."""
+        if lease.id in self.leases:
+            self._revoke(lease)
+            self.dropped.pop()
 
     def expire(self, now: float) -> int:
         """Return expired leases' positions to their queue (they join :attr:`timed_out`); the
@@ -257,7 +241,6 @@ class Iteration(IterationState):
             lease.deadline = min(lease.deadline, cap)
         self.leases[lease.id] = lease
         self._earliest = min(self._earliest, lease.deadline)
-        info.last_seen = now
         return lease
 
     def _take_over(self, q: int, client: str, slot: int, owner: str) -> None:
@@ -419,16 +402,11 @@ class Iteration(IterationState):
 
         ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
         """
-        lease = self.leases.get(lease_id)
-        secret = (
-            session
-            if session is not None
-            else client
-            if client is not None
-            else (lease.client if lease is not None else "")
-        )
+        if session is None:
+            lease = self.leases.get(lease_id)
+            session = client if client is not None else lease.client if lease is not None else ""
         statuses, marks = self.plan_acks(
-            [(lease_id, fence, start, stop)], session=session_digest(secret), now=now
+            [(lease_id, fence, start, stop)], session=session_digest(session), now=now
         )
         units = self.units_of_marks(marks).get(lease_id, [])
         self.begin_acks(marks, now=now)

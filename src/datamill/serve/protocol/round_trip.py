@@ -41,7 +41,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from datamill.serve.protocol.iteration import Iteration, Lease
+from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.protocol.state import Lease
 
 __all__ = ["AckItem", "Planned", "Records", "Settled", "Take", "finish", "plan"]
 

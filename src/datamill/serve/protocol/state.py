@@ -61,9 +61,8 @@ def lease_grace(ttl: float) -> float:
 
 
 _SCAN = 1024  # positions a take first scans for a pending one (doubling up to 1 << 20)
-_MAX_CURSORS = (
-    4096  # pending-position cursors kept (one per (queue, slots, slot)); hints, reset when over
-)
+# pending-position cursors kept (one per (queue, slots, slot)); hints, reset when over
+_MAX_CURSORS = 4096
 
 
 # lease ids: unique, not secret (the fence is): a random prefix per server process and a counter
@@ -198,6 +197,15 @@ def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
     cut = np.flatnonzero(np.diff(u) != 1) + 1
     starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
     return [(int(a), int(b)) for a, b in zip(starts, stops)]
+
+
+def _per_s(acked: deque[tuple[float, int]], now: float) -> float:
+    """Batches per second of ``(time, batches)`` acks over the :data:`RATE_WINDOW_S` before
+    ``now`` (older ones are dropped)."""
+    while acked and acked[0][0] < now - RATE_WINDOW_S:
+        acked.popleft()
+    span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in acked), default=now)))
+    return round(sum(n for _, n in acked) / span, 2)
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -355,8 +363,7 @@ class IterationState:
         return r, int(unit) - self._offsets[r]
 
     def _revoke(self, lease: Lease) -> None:
-        st = self.state[lease.queue]
-        seg = st[lease.start : lease.stop]
+        seg = self.state[lease.queue][lease.start : lease.stop]
         seg[seg == LEASED] = PENDING
         self._pending_again(lease.queue, lease.start)
         self.leases.pop(lease.id, None)
@@ -374,11 +381,10 @@ class IterationState:
     # ------------------------------------------------------------------ views
     def done_units(self) -> list[int]:
         """Every done unit (including the resume base)."""
-        out = [int(u) for qi, q in enumerate(self.queues) for u in q[self.state[qi] == DONE]]
-        in_queue = np.zeros(self.total, dtype=bool)
-        for q in self.queues:
-            in_queue[q] = True
-        return sorted(out + [int(u) for u in np.flatnonzero(~in_queue)])
+        done = self.queue_of < 0  # the resume base: in no queue
+        for q, st in zip(self.queues, self.state):
+            done[q[st == DONE]] = True
+        return [int(u) for u in np.flatnonzero(done)]
 
     def finished(self, *, rank: int = 0) -> bool:
         """Whether the client's queue (static) or the whole iteration (dynamic) is done."""
@@ -391,20 +397,12 @@ class IterationState:
 
     def progress(self, *, now: float) -> dict[str, Any]:
         """Counts in batches, rates over the last 10 s before ``now``, per client stall time."""
-        while self._rate and self._rate[0][0] < now - RATE_WINDOW_S:
-            self._rate.popleft()
         counts = np.zeros(4, dtype=np.int64)
         for st in self.state:
             counts += np.bincount(st, minlength=4)[:4]
         counts[LEASED] += counts[ACKING]  # acknowledged, not journaled yet: still leased
-        span = min(RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in self._rate), default=now)))
         clients = {}
         for cid, info in self.clients.items():
-            while info.acked and info.acked[0][0] < now - RATE_WINDOW_S:
-                info.acked.popleft()
-            cspan = min(
-                RATE_WINDOW_S, max(1e-3, now - min((t for t, _ in info.acked), default=now))
-            )
             clients[cid] = {
                 "rank": info.rank,
                 "slot": info.slot,
@@ -412,7 +410,7 @@ class IterationState:
                 "stall_s": round(info.stall_s, 3),
                 "idle_s": round(now - info.last_seen, 3),
                 "leases": sum(1 for x in self.leases.values() if x.client == cid),
-                "batches_per_s": round(sum(n for _, n in info.acked) / cspan, 2),
+                "batches_per_s": _per_s(info.acked, now),
             }
         return {
             "id": self.id,
@@ -426,7 +424,7 @@ class IterationState:
             "reissued_leases": self.reissued,
             "redelivered_batches": self.redelivered,
             "cancelled": self.cancelled,
-            "batches_per_s": round(sum(n for _, n in self._rate) / span, 2),
+            "batches_per_s": _per_s(self._rate, now),
             "queues": [
                 {"rank": qi, "total": len(q), "done": int((self.state[qi] == DONE).sum())}
                 for qi, q in enumerate(self.queues)

@@ -2,8 +2,7 @@
 
 The routes are ``async``: the lease round trip runs in the event loop and awaits the journal's group
 commit (:mod:`datamill.serve.protocol.round_trip`) instead of holding a worker thread per request;
-only a
-server-built lease's build goes to a worker thread
+only a server-built lease's build goes to a worker thread
 (:func:`datamill.serve.http.delivery.next_reply`).
 """
 
