@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import gc
 import mmap
 import os
 import pickle
@@ -108,19 +109,23 @@ class _Forked:
 
 
 def _fork(
-    theirs: socket.socket, mine: socket.socket, others: list[int], args: tuple[Any, ...]
+    theirs: socket.socket,
+    mine: socket.socket,
+    others: list[int | socket.socket],
+    args: tuple[Any, ...],
 ) -> int:
-    """Fork a worker serving ``theirs`` (closing the trainer's ends it inherited: ``mine`` and
-    ``others``); returns its pid. The service is unpickled in the child, fresh: no thread, lock or
-    cache of the trainer's copy is used there."""
+    """Fork a worker serving ``theirs`` (closing what it inherited of the trainer's: ``mine`` and
+    ``others``, descriptors or sockets); returns its pid. The service is unpickled in the child,
+    fresh: no thread, lock or cache of the trainer's copy is used there."""
     pid = os.fork()
     if pid:
         return pid
     code = 0
     try:  # the child: never returns into the trainer's code
+        gc.freeze()  # the trainer's objects: never traversed (nor their pages copied) by this GC
         mine.close()
-        for fd in others:
-            os.close(fd)
+        for other in others:
+            other.close() if isinstance(other, socket.socket) else os.close(other)
         _serve(theirs.detach(), *args)
     except BaseException:  # noqa: BLE001 - a child must not run the trainer's code
         code = 1
@@ -130,13 +135,20 @@ def _fork(
 class _Handle:
     """In the trainer: one worker process, its pipe and its mapped slots."""
 
-    def __init__(self, index: int, blob: bytes, arrow_threads: int, others: list[int]) -> None:
+    def __init__(
+        self,
+        index: int,
+        blob: bytes,
+        arrow_threads: int,
+        others: list[int | socket.socket],
+        peers: tuple[int, int, dict[int, socket.socket]] | None = None,
+    ) -> None:
         self.index = index
         mine, theirs = socket.socketpair()
         me = os.getpid()
         self.proc: Any
         if _START == "fork":
-            args = (me, process_start_time(me), arrow_threads, blob)
+            args = (me, process_start_time(me), arrow_threads, blob, peers)
             self.proc = _Forked(_fork(theirs, mine, others, args))
         else:
             code = "from datamill.loader.procs_worker import _main; _main()"
@@ -214,6 +226,19 @@ def _unmap(m: mmap.mmap) -> None:
         m.close()
     except BufferError:
         pass
+
+
+def _peer_sockets(n: int) -> dict[tuple[int, int], tuple[socket.socket, socket.socket]]:
+    """A socket pair between each two of ``n`` forked workers, which share their shards through
+    them (:mod:`datamill.loader.procs_shards`); none when workers are not forked or cannot pass
+    ``memfd`` descriptors."""
+    if n < 2 or _START != "fork" or not hasattr(os, "memfd_create"):
+        return {}
+    return {
+        (i, j): socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for i in range(n)
+        for j in range(i + 1, n)
+    }
 
 
 def _shutdown(handles: list[_Handle]) -> None:
@@ -303,9 +328,22 @@ class ProcessBuilds:
 
     def _start(self) -> None:
         threads = max(1, usable_cores() // self.processes)
-        for w in range(self.processes):
-            others = [h.conn.fileno() for h in self._handles]
-            self._handles.append(_Handle(w, self._blob, threads, others))
+        pairs = _peer_sockets(self.processes)
+        try:
+            for w in range(self.processes):
+                others: list[int | socket.socket] = [h.conn.fileno() for h in self._handles]
+                mine = (
+                    {v: pairs[min(v, w), max(v, w)][w > v] for v in range(self.processes) if v != w}
+                    if pairs
+                    else {}
+                )
+                peers = (w, self.processes, mine) if pairs else None
+                others += [s for pair in pairs.values() for s in pair if s not in mine.values()]
+                self._handles.append(_Handle(w, self._blob, threads, others, peers))
+        finally:
+            for pair in pairs.values():  # the workers hold them
+                for s in pair:
+                    s.close()
         for h in self._handles:
             msg = self._recv(h, None, None)
             if not all(h.open_slot(k, fd) for k, fd in enumerate(msg[2])):
@@ -386,22 +424,29 @@ class ProcessBuilds:
         except OSError:
             raise self._died(h, batch, epoch) from None
 
-    def _take(self, h: _Handle, gen: int, batch: int, epoch: int, rank: int) -> BatchResult:
-        """Worker ``h``'s next batch of build ``gen`` (older builds' batches are dropped)."""
+    def _message(self, h: _Handle, gen: int, batch: int, epoch: int) -> tuple[Any, ...]:
+        """Worker ``h``'s next batch message of build ``gen`` (older builds' batches are dropped,
+        their slots freed); a worker's error raised here."""
         while True:
             msg = self._recv(h, batch, epoch)
             if msg[0] == "batch":
                 h.taken += 1
-                if h.taken >= _ACK:
+                if h.taken >= _ACK or msg[7]:  # msg[7]: the worker waits for this ack
                     self._ack(h, batch, epoch)
                 if msg[1] != gen and msg[3] is not None:  # an abandoned build's: free its slot
                     h.freed.append(msg[3][0])
             if msg[1] != gen:
                 continue
             if msg[0] == "error":
+                for other in self._handles:  # a worker gone made the others fail: name it
+                    if other.proc.poll() is not None:
+                        raise self._died(other, batch, epoch)
                 raise msg[2]
-            break
-        _, _, got, slot, data, meta, layout = msg
+            return msg
+
+    def _take(self, h: _Handle, gen: int, batch: int, epoch: int, rank: int) -> BatchResult:
+        """Worker ``h``'s next batch of build ``gen``, its arrays views of the slot."""
+        _, _, got, slot, data, meta, layout, _ = self._message(h, gen, batch, epoch)
         if slot is None:
             buf = pa.py_buffer(data)
         else:

@@ -6,7 +6,8 @@ slots, taking batches back in order) stays in :mod:`datamill.loader.procs`.
 
 The trainer hands out views of a slot (no copy), so a slot stays the trainer's until every view of
 its batch is gone; it then tells the worker, together with how many batches it has taken, in one
-``("ack", taken, [slots freed])`` message every few batches. A worker keeps at most
+``("ack", taken, [slots freed])`` message every few batches, or at once after a batch that filled
+the worker's batches in flight. A worker keeps at most
 ``_INFLIGHT`` batches handed over and not yet taken; it writes into a free slot, or a new one while
 it has fewer than ``_MAX_SLOTS`` (the trainer keeping batches), else through the pipe.
 """
@@ -17,6 +18,7 @@ import mmap
 import os
 import pickle
 import select
+import socket
 import sys
 import threading
 from multiprocessing.connection import Connection
@@ -29,6 +31,7 @@ from datamill.core.parallel import exit_when_gone
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy
 from datamill.loader.order import Elastic
+from datamill.loader.procs_shards import SharedShards
 
 __all__: list[str] = []
 
@@ -179,16 +182,23 @@ class _Worker:
         if k is None:  # no slot: the bytes through the pipe
             out = np.zeros(n, dtype=np.uint8)
             _write(out, table, arrays, layout)
-            self.send(("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout))
+            self.send(("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout, self.full))
             return True
         slot = self.slots[k]
         slot.writer(n)  # grown when too small
         assert slot.map is not None
         _write(np.frombuffer(slot.map, dtype=np.uint8, count=n), table, arrays, layout)
         self.free.discard(k)
-        msg = ("batch", gen, res.batch, (k, slot.fd), (n, slot.size), _meta(res), layout)
+        at = (k, slot.fd)
+        msg = ("batch", gen, res.batch, at, (n, slot.size), _meta(res), layout, self.full)
         self.send(msg)
         return True
+
+    @property
+    def full(self) -> bool:
+        """Whether this batch fills the worker's batches in flight: the trainer acknowledges it
+        at once (else every few batches)."""
+        return self.inflight >= _INFLIGHT
 
     def slot(self) -> int | None:
         """A free slot (the lowest: the trainer keeps few mappings), a new one, or ``None``."""
@@ -252,9 +262,17 @@ def _memory_pool() -> None:
         pass
 
 
-def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
+def _serve(
+    fd: int,
+    parent: int,
+    started: str | None,
+    threads: int,
+    blob: bytes | None,
+    peers: tuple[int, int, dict[int, socket.socket]] | None = None,
+) -> None:
     """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
-    (the service's pickle is ``blob``, or the first message)."""
+    (the service's pickle is ``blob``, or the first message). ``peers``: ``(me, n, sockets)``,
+    the shards shared with the other workers (:mod:`datamill.loader.procs_shards`)."""
     pa.set_cpu_count(threads)
     _memory_pool()
     watch = {"poll_seconds": _WATCH_S}
@@ -264,6 +282,11 @@ def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes 
     conn = Connection(fd)
     try:
         svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
+        if peers is not None:
+            me, n, socks = peers
+            keep = int(svc.window) + 2 * int(svc.workers.prefetch) + 2
+            cache = svc._cache  # the worker's own copy of the service
+            cache._read = SharedShards(me, n, socks, cache._read, keep).read
         _Worker(conn, svc, mode).run()
     except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
         os._exit(0)
