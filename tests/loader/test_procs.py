@@ -174,3 +174,49 @@ def test_torch_dataloader_through_the_worker_processes() -> None:
     got = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0))
     assert all(_same(x, y) for x, y in zip(list(here), got, strict=True))
     ds._procs.close()
+
+
+class _Logged(TableSource):
+    """A table source writing ``pid shard`` to ``log`` for each shard read."""
+
+    log = Path()
+
+    def read_shard(self, index: int, *, columns: Any = None) -> pa.Table:
+        with self.log.open("a") as f:
+            f.write(f"{os.getpid()} {index}\n")
+        return super().read_shard(index, columns=columns)
+
+
+def test_each_shard_is_read_by_one_worker_only(tmp_path: Path) -> None:
+    """With 2 workers a shard is read (decoded) once, by its owner, and mapped by the other."""
+    base = _source(2000)
+    src = _Logged(pa.concat_tables([base.read_shard(k) for k in range(8)]), shard_size=250)
+    src.log = log = tmp_path / "reads.log"
+    loader = Loader(src, 64, seed=4, workers=Workers(processes=2))
+    got = [b["uid"].tolist() for b in loader]
+    assert got == [b["uid"].tolist() for b in Loader(base, 64, seed=4)]
+    reads = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(int(k) for _, k in reads) == list(range(8))  # each shard once
+    assert loader._procs is not None
+    assert {pid for pid, _ in reads} == {str(p) for p in loader._procs.pids}  # by both workers
+    loader._procs.close()
+
+
+def test_batches_kept_by_the_trainer_stay_intact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches are views of the workers' slots: kept ones are never overwritten; beyond a worker's
+    slots (the trainer keeping them all) batches come through the pipe, the same bytes."""
+    from datamill.loader import procs_worker
+
+    monkeypatch.setattr(procs_worker, "_MAX_SLOTS", 3)
+    monkeypatch.setattr(procs_worker, "_INFLIGHT", 2)
+    src = _source(1500)
+    here = list(Loader(src, 50, seed=9))
+    there = Loader(src, 50, seed=9, workers=Workers(processes=1))
+    kept = list(there)  # 30 batches held at once: 3 in slots, the rest by the pipe
+    assert all(_same(x, y) for x, y in zip(here, kept, strict=True))
+    kept[0]["x"][:] = 0  # writable, like in process
+    del kept
+    again = [b["uid"].tolist() for b in there]  # slots freed by the gc of the views, reused
+    assert again == [b["uid"].tolist() for b in Loader(src, 50, seed=9, epoch=1)]
+    assert there._procs is not None
+    there._procs.close()

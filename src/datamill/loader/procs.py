@@ -9,11 +9,13 @@ decoding with its share of the cores) and builds batch ``k`` of an iteration whe
 rank's batch independently; the trainer takes them back in order, so the batches are the same
 bytes, in the same order, as in process, and the resume state keeps its meaning.
 
-The hand-off follows ``datamill serve``'s build workers: a worker writes each batch as an Arrow IPC
-stream straight into one of its shared-memory slots (a ``memfd``, mapped by the trainer through
-``/proc/PID/fd``), sends ``(batch, slot, length, counts)`` through its pipe, and the trainer copies
-the bytes out once (Arrow's pool, without the GIL), frees the slot and collates. Where a slot cannot
-be mapped (not Linux), the bytes go through the pipe.
+The hand-off follows ``datamill serve``'s build workers: a worker writes each batch (the collated
+numpy arrays, or an Arrow IPC stream) straight into one of its shared-memory slots (a ``memfd``,
+mapped by the trainer through ``/proc/PID/fd``) and sends ``(batch, slot, length, counts)`` through
+its pipe; the trainer hands out views of the slot (writable, no copy: the batch's arrays, tensors or
+table live in the slot) and the slot goes back to the worker once every view of it is gone, in one
+message every few batches (:mod:`datamill.loader.procs_worker`). Where a slot cannot be mapped (not
+Linux), the bytes go through the pipe.
 
 Workers never outlive the trainer: each watches the trainer's pid (and its start time, so a reused
 pid does not count) and exits when it is gone, also after ``kill -9``; a worker that dies (killed,
@@ -23,8 +25,10 @@ the batch and epoch, instead of hanging.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import gc
 import mmap
 import os
 import pickle
@@ -49,6 +53,8 @@ from datamill.loader.procs_worker import _Layout, _serve
 
 __all__ = ["ProcessBuilds", "WorkerError"]
 
+_ACK = 4  # the trainer acknowledges the batches it took (and the slots freed) every _ACK batches
+
 # how a worker starts: forked from the trainer (milliseconds; Linux, like torch's DataLoader), or a
 # fresh interpreter (seconds: imports)
 _START = "fork" if sys.platform.startswith("linux") else "exec"
@@ -59,14 +65,15 @@ class WorkerError(DatamillError, RuntimeError):
 
 
 def _unpack(buf: pa.Buffer, layout: _Layout) -> dict[str, np.ndarray]:
-    """In the trainer: the arrays written by :func:`_write` (views of ``buf``)."""
-    whole = np.frombuffer(buf, dtype=np.uint8)
-    out = {}
-    for name, dtype, shape, at in layout[0]:
-        dt = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        out[name] = whole[at : at + count * dt.itemsize].view(dt).reshape(shape)
-    return out
+    """In the trainer: the arrays written by :func:`_write` (views of ``buf``, whose lifetime
+    they keep)."""
+    return {
+        name: np.ndarray(shape, _dtype(dtype), buffer=buf, offset=at)
+        for name, dtype, shape, at in layout[0]
+    }
+
+
+_dtype = functools.lru_cache(maxsize=64)(np.dtype)  # np.dtype("<i8") costs a few us per call
 
 
 class _Forked:
@@ -78,7 +85,11 @@ class _Forked:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (a SIGCHLD handler, os.wait())
+                self.returncode = -1
+                return self.returncode
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
@@ -98,19 +109,23 @@ class _Forked:
 
 
 def _fork(
-    theirs: socket.socket, mine: socket.socket, others: list[int], args: tuple[Any, ...]
+    theirs: socket.socket,
+    mine: socket.socket,
+    others: list[int | socket.socket],
+    args: tuple[Any, ...],
 ) -> int:
-    """Fork a worker serving ``theirs`` (closing the trainer's ends it inherited: ``mine`` and
-    ``others``); returns its pid. The service is unpickled in the child, fresh: no thread, lock or
-    cache of the trainer's copy is used there."""
+    """Fork a worker serving ``theirs`` (closing what it inherited of the trainer's: ``mine`` and
+    ``others``, descriptors or sockets); returns its pid. The service is unpickled in the child,
+    fresh: no thread, lock or cache of the trainer's copy is used there."""
     pid = os.fork()
     if pid:
         return pid
     code = 0
     try:  # the child: never returns into the trainer's code
+        gc.freeze()  # the trainer's objects: never traversed (nor their pages copied) by this GC
         mine.close()
-        for fd in others:
-            os.close(fd)
+        for other in others:
+            other.close() if isinstance(other, socket.socket) else os.close(other)
         _serve(theirs.detach(), *args)
     except BaseException:  # noqa: BLE001 - a child must not run the trainer's code
         code = 1
@@ -120,13 +135,20 @@ def _fork(
 class _Handle:
     """In the trainer: one worker process, its pipe and its mapped slots."""
 
-    def __init__(self, index: int, blob: bytes, arrow_threads: int, others: list[int]) -> None:
+    def __init__(
+        self,
+        index: int,
+        blob: bytes,
+        arrow_threads: int,
+        others: list[int | socket.socket],
+        peers: tuple[int, int, dict[int, socket.socket]] | None = None,
+    ) -> None:
         self.index = index
         mine, theirs = socket.socketpair()
         me = os.getpid()
         self.proc: Any
         if _START == "fork":
-            args = (me, process_start_time(me), arrow_threads, blob)
+            args = (me, process_start_time(me), arrow_threads, blob, peers)
             self.proc = _Forked(_fork(theirs, mine, others, args))
         else:
             code = "from datamill.loader.procs_worker import _main; _main()"
@@ -139,30 +161,49 @@ class _Handle:
         if _START != "fork":
             self.conn.send_bytes(blob)
         self.pid: int = self.proc.pid
-        self.files: list[Any] = []
+        self.files: dict[int, Any] = {}
         self.maps: dict[int, mmap.mmap] = {}
+        self.taken = 0  # batches received and not yet acknowledged to the worker
+        # slots whose views are all gone (appended by their finalizers, from any thread)
+        self.freed: collections.deque[int] = collections.deque()
 
-    def open_slots(self, fds: list[int]) -> bool:
-        """Open the worker's slots through ``/proc/PID/fd`` (kept open: a batch handed over stays
-        readable after the worker died); ``False`` when they cannot be opened."""
-        try:
-            self.files = [open(f"/proc/{self.pid}/fd/{fd}", "rb") for fd in fds]  # noqa: SIM115
-        except OSError:
-            self.files = []
-        return bool(self.files)
+    def send(self, msg: tuple[Any, ...]) -> None:
+        """One message to the worker (plain pickle: no ForkingPickler made per message)."""
+        self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def mapping(self, slot: int, size: int) -> mmap.mmap:
-        """A read-only mapping of slot ``slot`` (kept; mapped again once the slot grew)."""
+    def open_slot(self, slot: int, fd: int) -> bool:
+        """Open the worker's slot ``slot`` (its ``fd``) through ``/proc/PID/fd``, kept open: a batch
+        handed over stays readable after the worker died; ``False`` when it cannot be opened."""
+        if slot not in self.files:
+            try:
+                self.files[slot] = open(f"/proc/{self.pid}/fd/{fd}", "r+b")  # noqa: SIM115
+            except OSError:
+                return False
+        return True
+
+    def view(self, slot: int, n: int, size: int) -> memoryview:
+        """The first ``n`` bytes of slot ``slot`` (``size`` bytes now), a writable shared mapping;
+        the slot is freed (queued for the next acknowledgement) once the view and everything made
+        from it are gone."""
         m = self.maps.get(slot)
         if m is None or len(m) < size:
             if m is not None:
-                m.close()
-            m = self.maps[slot] = mmap.mmap(self.files[slot].fileno(), size, prot=mmap.PROT_READ)
-        return m
+                _unmap(m)
+            m = self.maps[slot] = mmap.mmap(self.files[slot].fileno(), size)
+        out = memoryview(m)[:n]
+        weakref.finalize(out, self.freed.append, slot)
+        return out
+
+    def acknowledge(self) -> None:
+        """Tell the worker the batches taken and the slots freed since the last time."""
+        freed = [self.freed.popleft() for _ in range(len(self.freed))]
+        if self.taken or freed:
+            self.send(("ack", self.taken, freed))
+            self.taken = 0
 
     def close(self) -> None:
         try:
-            self.conn.send(("stop",))
+            self.send(("stop",))
         except OSError:
             pass
         try:
@@ -172,11 +213,32 @@ class _Handle:
             self.proc.wait(timeout=2.0)
         self.conn.close()
         for m in self.maps.values():
-            m.close()
+            _unmap(m)
         self.maps.clear()
-        for f in self.files:
+        for f in self.files.values():
             f.close()
-        self.files = []
+        self.files.clear()
+
+
+def _unmap(m: mmap.mmap) -> None:
+    """Close ``m`` unless batches still view it (then it closes when the last view is gone)."""
+    try:
+        m.close()
+    except BufferError:
+        pass
+
+
+def _peer_sockets(n: int) -> dict[tuple[int, int], tuple[socket.socket, socket.socket]]:
+    """A socket pair between each two of ``n`` forked workers, which share their shards through
+    them (:mod:`datamill.loader.procs_shards`); none when workers are not forked or cannot pass
+    ``memfd`` descriptors."""
+    if n < 2 or _START != "fork" or not hasattr(os, "memfd_create"):
+        return {}
+    return {
+        (i, j): socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for i in range(n)
+        for j in range(i + 1, n)
+    }
 
 
 def _shutdown(handles: list[_Handle]) -> None:
@@ -266,13 +328,26 @@ class ProcessBuilds:
 
     def _start(self) -> None:
         threads = max(1, usable_cores() // self.processes)
-        for w in range(self.processes):
-            others = [h.conn.fileno() for h in self._handles]
-            self._handles.append(_Handle(w, self._blob, threads, others))
+        pairs = _peer_sockets(self.processes)
+        try:
+            for w in range(self.processes):
+                others: list[int | socket.socket] = [h.conn.fileno() for h in self._handles]
+                mine = (
+                    {v: pairs[min(v, w), max(v, w)][w > v] for v in range(self.processes) if v != w}
+                    if pairs
+                    else {}
+                )
+                peers = (w, self.processes, mine) if pairs else None
+                others += [s for pair in pairs.values() for s in pair if s not in mine.values()]
+                self._handles.append(_Handle(w, self._blob, threads, others, peers))
+        finally:
+            for pair in pairs.values():  # the workers hold them
+                for s in pair:
+                    s.close()
         for h in self._handles:
             msg = self._recv(h, None, None)
-            if not h.open_slots(list(msg[2])):
-                h.conn.send(("pipe",))
+            if not all(h.open_slot(k, fd) for k, fd in enumerate(msg[2])):
+                h.send(("pipe",))
 
     def _recv(self, h: _Handle, batch: int | None, epoch: int | None) -> tuple[Any, ...]:
         try:
@@ -283,7 +358,7 @@ class ProcessBuilds:
     def _send(self, h: _Handle, msg: tuple[Any, ...], batch: int, epoch: int) -> None:
         """``msg`` to worker ``h``; a worker gone (a broken pipe) is its :class:`WorkerError`."""
         try:
-            h.conn.send(msg)
+            h.send(msg)
         except OSError:
             raise self._died(h, batch, epoch) from None
 
@@ -318,6 +393,7 @@ class ProcessBuilds:
         self._gen += 1
         gen, todo, n = self._gen, [int(b) for b in batches], len(self._handles)
         for w, h in enumerate(self._handles):
+            self._ack(h, todo[w] if w < len(todo) else -1, int(epoch))  # slots freed since
             msg = (
                 "build",
                 gen,
@@ -338,29 +414,46 @@ class ProcessBuilds:
             if not done:
                 for h in self._handles:
                     try:
-                        h.conn.send(("cancel", gen))
+                        h.send(("cancel", gen))
                     except OSError:
                         pass
 
-    def _take(self, h: _Handle, gen: int, batch: int, epoch: int, rank: int) -> BatchResult:
-        """Worker ``h``'s next batch of build ``gen`` (older builds' batches are dropped)."""
+    def _ack(self, h: _Handle, batch: int, epoch: int) -> None:
+        try:
+            h.acknowledge()
+        except OSError:
+            raise self._died(h, batch, epoch) from None
+
+    def _message(self, h: _Handle, gen: int, batch: int, epoch: int) -> tuple[Any, ...]:
+        """Worker ``h``'s next batch message of build ``gen`` (older builds' batches are dropped,
+        their slots freed); a worker's error raised here."""
         while True:
             msg = self._recv(h, batch, epoch)
-            if msg[1] != gen:  # an abandoned build's: free its slot
-                if msg[0] == "batch" and msg[3] is not None:
-                    self._send(h, ("free", msg[3]), batch, epoch)
+            if msg[0] == "batch":
+                h.taken += 1
+                if h.taken >= _ACK or msg[7]:  # msg[7]: the worker waits for this ack
+                    self._ack(h, batch, epoch)
+                if msg[1] != gen and msg[3] is not None:  # an abandoned build's: free its slot
+                    h.freed.append(msg[3][0])
+            if msg[1] != gen:
                 continue
             if msg[0] == "error":
+                for other in self._handles:  # a worker gone made the others fail: name it
+                    if other.proc.poll() is not None:
+                        raise self._died(other, batch, epoch)
                 raise msg[2]
-            break
-        _, _, got, slot, data, meta, layout = msg
+            return msg
+
+    def _take(self, h: _Handle, gen: int, batch: int, epoch: int, rank: int) -> BatchResult:
+        """Worker ``h``'s next batch of build ``gen``, its arrays views of the slot."""
+        _, _, got, slot, data, meta, layout, _ = self._message(h, gen, batch, epoch)
         if slot is None:
             buf = pa.py_buffer(data)
         else:
-            n, size = data
-            buf = pa.allocate_buffer(n)
-            pa.FixedSizeBufferWriter(buf).write(pa.py_buffer(h.mapping(slot, size))[:n])
-            self._send(h, ("free", slot), batch, epoch)
+            k, fd = slot
+            if not h.open_slot(k, fd):
+                raise self._died(h, batch, epoch)
+            buf = pa.py_buffer(h.view(k, *data))
         has_output, read, filtered, failed, yielded, shards, in_memory, peak = meta
         table = None if layout is not None else pa.ipc.open_stream(buf).read_all()
         output: Any

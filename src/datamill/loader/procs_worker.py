@@ -3,6 +3,13 @@ with its own copy of the service and writes each into one of its shared-memory s
 as numpy arrays or an Arrow IPC stream, then sends ``(batch, slot, length, counts)``; it watches
 the trainer and exits when the trainer is gone. The trainer side (starting workers, mapping their
 slots, taking batches back in order) stays in :mod:`datamill.loader.procs`.
+
+The trainer hands out views of a slot (no copy), so a slot stays the trainer's until every view of
+its batch is gone; it then tells the worker, together with how many batches it has taken, in one
+``("ack", taken, [slots freed])`` message every few batches, or at once after a batch that filled
+the worker's batches in flight. A worker keeps at most
+``_INFLIGHT`` batches handed over and not yet taken; it writes into a free slot, or a new one while
+it has fewer than ``_MAX_SLOTS`` (the trainer keeping batches), else through the pipe.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import select
+import socket
 import sys
 import threading
 from multiprocessing.connection import Connection
@@ -22,10 +31,12 @@ from datamill.core.parallel import exit_when_gone
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy
 from datamill.loader.order import Elastic
+from datamill.loader.procs_shards import SharedShards
 
 __all__: list[str] = []
 
-_SLOTS = 16  # shared-memory slots of a worker: batches in flight between it and the trainer
+_INFLIGHT = 16  # batches a worker has handed over and the trainer has not taken yet
+_MAX_SLOTS = 64  # shared-memory slots of a worker (beyond: batches the trainer keeps, by the pipe)
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
 
 
@@ -88,13 +99,20 @@ class _Worker:
 
     def __init__(self, conn: Any, svc: Any, mode: str | None) -> None:
         self.conn, self.svc, self.mode = conn, svc, mode
-        self.slots = [_Slot() for _ in range(_SLOTS)] if hasattr(os, "memfd_create") else []
+        self.slots = [_Slot()] if hasattr(os, "memfd_create") else []
         self.free = set(range(len(self.slots)))
+        self.inflight = 0  # batches sent and not yet taken (acknowledged) by the trainer
         self.cancelled = 0  # builds up to this generation are abandoned by the trainer
         self.pending: tuple[Any, ...] | None = None  # a build or stop that came during a build
+        self.poller = select.poll()  # whether the trainer wrote: one syscall, no selector made
+        self.poller.register(conn.fileno(), select.POLLIN)
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        """One message to the trainer (plain pickle: no ForkingPickler made per message)."""
+        self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
     def run(self) -> None:
-        self.conn.send(("ready", os.getpid(), [s.fd for s in self.slots]))
+        self.send(("ready", os.getpid(), [s.fd for s in self.slots]))
         while True:
             try:
                 msg = self.pending or self.conn.recv()
@@ -109,8 +127,9 @@ class _Worker:
                 self.handle(msg)
 
     def handle(self, msg: tuple[Any, ...]) -> None:
-        if msg[0] == "free":
-            self.free.add(msg[1])
+        if msg[0] == "ack":  # batches taken, slots whose views are all gone
+            self.inflight -= msg[1]
+            self.free.update(msg[2])
         elif msg[0] == "cancel":
             self.cancelled = max(self.cancelled, msg[1])
         elif msg[0] == "pipe":  # the trainer cannot map the slots
@@ -138,40 +157,57 @@ class _Worker:
         )
         try:
             for res in it:
-                while self.conn.poll():
+                while self.poller.poll(0):
                     self.handle(self.conn.recv())
                 if self.stale(gen) or not self.hand(gen, res):
                     return
         except Exception as exc:  # noqa: BLE001 - raised again in the trainer
-            self.conn.send(("error", gen, _picklable(exc)))
+            self.send(("error", gen, _picklable(exc)))
         finally:
             it.close()
 
     def hand(self, gen: int, res: BatchResult) -> bool:
-        """Send ``res`` (its arrays, or its table as Arrow IPC, in a free slot); ``False`` when the
+        """Send ``res`` (its arrays, or its table as Arrow IPC, in a slot); ``False`` when the
         build was abandoned."""
+        while self.inflight >= _INFLIGHT:  # the trainer is behind: wait for it
+            self.handle(self.conn.recv())
+            if self.stale(gen):
+                return False
         table = res.output if res.output is not None else res.empty
         arrays = _collated(table, self.mode) if res.output is not None else None
         layout = None if arrays is None else _layout(arrays)
         n = _ipc_size(table) if layout is None else layout[1]
-        if not self.slots or n > (1 << 31):
+        k = self.slot() if n <= (1 << 31) else None
+        self.inflight += 1
+        if k is None:  # no slot: the bytes through the pipe
             out = np.zeros(n, dtype=np.uint8)
             _write(out, table, arrays, layout)
-            msg = ("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout)
-            self.conn.send(msg)
+            self.send(("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout, self.full))
             return True
-        while not self.free:
-            self.handle(self.conn.recv())
-            if self.stale(gen):
-                return False
-        k = min(self.free)
         slot = self.slots[k]
         slot.writer(n)  # grown when too small
         assert slot.map is not None
         _write(np.frombuffer(slot.map, dtype=np.uint8, count=n), table, arrays, layout)
         self.free.discard(k)
-        self.conn.send(("batch", gen, res.batch, k, (n, slot.size), _meta(res), layout))
+        at = (k, slot.fd)
+        msg = ("batch", gen, res.batch, at, (n, slot.size), _meta(res), layout, self.full)
+        self.send(msg)
         return True
+
+    @property
+    def full(self) -> bool:
+        """Whether this batch fills the worker's batches in flight: the trainer acknowledges it
+        at once (else every few batches)."""
+        return self.inflight >= _INFLIGHT
+
+    def slot(self) -> int | None:
+        """A free slot (the lowest: the trainer keeps few mappings), a new one, or ``None``."""
+        if self.free:
+            return min(self.free)
+        if not self.slots or len(self.slots) >= _MAX_SLOTS:
+            return None
+        self.slots.append(_Slot())
+        return len(self.slots) - 1
 
 
 _Layout = tuple[list[tuple[str, str, tuple[int, ...], int]], int]
@@ -211,15 +247,34 @@ def _write(
     if arrays is None or layout is None:
         _write_ipc(pa.FixedSizeBufferWriter(pa.py_buffer(dst)), table)
         return
-    for name, _, _, at in layout[0]:
-        a = np.ascontiguousarray(arrays[name])
-        dst[at : at + a.nbytes] = a.reshape(-1).view(np.uint8)
+    for name, dtype, shape, at in layout[0]:
+        np.copyto(np.ndarray(shape, arrays[name].dtype, buffer=dst, offset=at), arrays[name])
 
 
-def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
+def _memory_pool() -> None:
+    """jemalloc as Arrow's pool: a worker is the loader's own process, and jemalloc keeps freed
+    pages for the next batch where the default pool hands them back to the system, so the batch
+    buffers kept landing on fresh pages the kernel zeroes first (as in
+    :func:`datamill.loader.torch._worker_memory_pool`)."""
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except (NotImplementedError, pa.ArrowNotImplementedError):  # a build without jemalloc
+        pass
+
+
+def _serve(
+    fd: int,
+    parent: int,
+    started: str | None,
+    threads: int,
+    blob: bytes | None,
+    peers: tuple[int, int, dict[int, socket.socket]] | None = None,
+) -> None:
     """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
-    (the service's pickle is ``blob``, or the first message)."""
+    (the service's pickle is ``blob``, or the first message). ``peers``: ``(me, n, sockets)``,
+    the shards shared with the other workers (:mod:`datamill.loader.procs_shards`)."""
     pa.set_cpu_count(threads)
+    _memory_pool()
     watch = {"poll_seconds": _WATCH_S}
     threading.Thread(
         target=exit_when_gone, args=(parent, started), kwargs=watch, daemon=True
@@ -227,6 +282,11 @@ def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes 
     conn = Connection(fd)
     try:
         svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
+        if peers is not None:
+            me, n, socks = peers
+            keep = int(svc.window) + 2 * int(svc.workers.prefetch) + 2
+            cache = svc._cache  # the worker's own copy of the service
+            cache._read = SharedShards(me, n, socks, cache._read, keep).read
         _Worker(conn, svc, mode).run()
     except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
         os._exit(0)
