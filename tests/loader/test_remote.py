@@ -77,6 +77,7 @@ def test_remote_source_keeps_the_contract_and_equals_local_files(
     # an object-storage source warms up by default; with that setting the local files give the same
     local_loader = Loader(here, 64, seed=3, world_size=2, rank=1, batching=Batching(warmup=True))
     assert_same_items(got, list(local_loader), "remote vs local batches")
+    assert src.cache.flush(timeout=60)  # the copies are written behind the reads
     cold = src.cache.stats()
     warm_src = RemoteParquetSource("s3://data/ds", cache_dir=tmp_path / "c", filesystem=fs)
     assert_same_items(
@@ -109,6 +110,7 @@ def test_cache_limit_evicts_least_recently_used(
             held = held_bytes(tmp_path)
             # the copies being read are never evicted: up to 4 with the warm-up's reads in flight
             assert held <= limit + 4 * max(sizes)
+    assert src.cache.flush(timeout=60)  # the last copies written behind, the cache within limit
     stats = src.cache.stats()
     assert stats["bytes_cached"] <= limit and stats["evictions"] > 0
     assert stats["downloads"] > FILES  # the second epoch had to fetch evicted files again

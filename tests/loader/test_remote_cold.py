@@ -87,6 +87,7 @@ def test_cold_epoch_warms_up_by_default_and_equals_the_warm_one(
     cold = _epoch(loader)
     _check_once_same_bytes(cold, want)
     assert cold_src.cache.stats()["downloads"] == FILES
+    assert cold_src.cache.flush(timeout=60)  # the copies are written behind the reads
 
     warm_src = RemoteParquetSource("s3://cold/img", cache_dir=tmp_path, filesystem=fs)
     warm = _epoch(Loader(warm_src, BATCH, seed=7, epoch=1, collate="arrow"))
@@ -121,6 +122,7 @@ def test_cache_at_10_percent_stays_bounded_in_bytes_and_shards(
             assert held <= limit + REMOTE_READS * max(sizes)
         _check_once_same_bytes(batches, want)
         loader.set_epoch(loader.epoch + 1)
+    assert src.cache.flush(timeout=60)  # the last copies written behind, the cache within limit
     stats = src.cache.stats()
     assert stats["bytes_cached"] <= limit and stats["evictions"] > 0
     assert stats["downloads"] > FILES

@@ -163,6 +163,8 @@ class ShardFileCache:
         self._pending: dict[str, tuple[pa.Buffer, dict[str, Any]]] = {}
         self._pending_bytes = 0
         self._warned = False  # a failed background write said once (RuntimeWarning)
+        # background writes submitted and not ended (their eviction included), by id of the copy
+        self._writing: dict[int, pa.Buffer] = {}
         self._written = threading.Condition(self._lock)
         self._pid = os.getpid()  # a forked child forgets its parent's waiting copies (not its own)
 
@@ -177,7 +179,7 @@ class ShardFileCache:
         whether none is left."""
         self._forked()
         with self._written:
-            return self._written.wait_for(lambda: not self._pending, timeout)
+            return self._written.wait_for(lambda: not self._pending and not self._writing, timeout)
 
     def stats(self) -> dict[str, int]:
         """Downloads, cache hits, evictions, bytes fetched, copies rejected, bytes held now."""
@@ -413,6 +415,7 @@ class ShardFileCache:
             meta["etag"] = etag
         with self._lock:
             self._pending[name] = (data, meta)
+            self._writing[id(data)] = data
             self.downloads += 1
             self.bytes_fetched += len(data)
         try:
@@ -425,36 +428,42 @@ class ShardFileCache:
         self, name: str, fd: int, tmp: str, data: pa.Buffer, meta: dict[str, Any]
     ) -> None:
         """In the background writer: the waiting copy of ``name`` into its temporary file, renamed,
-        then its sidecar (the commit marker); on a failure the file stays uncached."""
+        then its sidecar (the commit marker); on a failure the file stays uncached. The cache is
+        back within its limit before :meth:`flush` can return."""
         try:
             try:
-                _write_all(fd, memoryview(data))
+                try:
+                    _write_all(fd, memoryview(data))
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self.dir / name)
+                self._write_sidecar(name, meta)
+            except OSError as exc:  # a full or read-only disk: downloaded again, said once
+                self._remove(name)
+                Path(tmp).unlink(missing_ok=True)
+                with self._lock:
+                    self._lru.pop(name, None)
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        f"{self.dir}: could not write the local copy of {name} ({exc}); shards are "
+                        "read from the store, not cached: free space in the cache folder or choose "
+                        "another",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
             finally:
-                os.close(fd)
-            os.replace(tmp, self.dir / name)
-            self._write_sidecar(name, meta)
-        except OSError as exc:  # a full or read-only disk: downloaded again next time, said once
-            self._remove(name)
-            Path(tmp).unlink(missing_ok=True)
-            with self._lock:
-                self._lru.pop(name, None)
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"{self.dir}: could not write the local copy of {name} ({exc}); shards are "
-                    "read from the store, not cached: free space in the cache folder or choose "
-                    "another",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
+                with self._written:
+                    mine = self._pending.get(name)
+                    if mine is not None and mine[0] is data:  # not forgotten (forked)
+                        del self._pending[name]
+                        self._pending_bytes -= len(data)
+            self._evict()
         finally:
             with self._written:
-                mine = self._pending.get(name)
-                if mine is not None and mine[0] is data:  # not forgotten (forked)
-                    del self._pending[name]
-                    self._pending_bytes -= len(data)
+                if self._writing.get(id(data)) is data:  # not forgotten (forked)
+                    del self._writing[id(data)]
                 self._written.notify_all()
-        self._evict()
 
     def _stream(self, remote: str, out: Any, size: int) -> tuple[int, str, str | None]:
         """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
@@ -540,6 +549,7 @@ class ShardFileCache:
             self._next_use = order
 
     def _evict(self) -> None:
+        """Remove copies until at most ``limit`` bytes are held (in the plan's order)."""
         if self.limit is None:
             return
         victims = []
