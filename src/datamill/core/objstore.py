@@ -83,9 +83,9 @@ class ShardFileCache:
         write_behind: a download is returned from memory and its copy written by a background
             thread at the lowest CPU priority (at most :data:`WRITE_BEHIND_MAX` bytes waiting, and
             at most ``cache_limit``; a read of a waiting copy is served from memory; :meth:`flush`
-            waits for them). A failed
-            write leaves the file uncached (downloaded again next time). Defaults to ``False``
-            (written before the read returns).
+            waits for them). A failed write leaves the file uncached (downloaded again next time)
+            and warns once (``RuntimeWarning``). Defaults to ``False`` (written before the read
+            returns).
 
     Examples:
         >>> import tempfile
@@ -175,8 +175,8 @@ class ShardFileCache:
             self._init_pending()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every copy waiting for the background writer is written (``write_behind``);
-        whether none is left."""
+        """Wait until every copy waiting for the background writer is written and the cache is back
+        within its limit (``write_behind``); whether none is left."""
         self._forked()
         with self._written:
             return self._written.wait_for(lambda: not self._pending and not self._writing, timeout)
