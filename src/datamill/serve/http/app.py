@@ -13,7 +13,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Sequence
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -21,15 +21,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from datamill.core.errors import DataFileNotFoundError, DatamillError
 from datamill.serve.data.views import Inspector
+from datamill.serve.data.views import router as views_router
 from datamill.serve.http.auth import create_key
 from datamill.serve.http.guard import DEFAULT_HOSTS, AllowedHosts, Guard
-from datamill.serve.http.routes import routers
+from datamill.serve.http.routes import datasets, health, iterations, keys, leases, trace
 from datamill.serve.http.routes.leases import NextLane
 from datamill.serve.http.routes.metrics import metrics_router
 from datamill.serve.http.routes.models import one_line
 from datamill.serve.journal.leases import UnavailableError
 from datamill.serve.observe.metrics import RequestMetrics
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
+from datamill.serve.ui import lineage
+from datamill.serve.ui.pages import root as ui_root
+from datamill.serve.ui.pages import router as ui_router
 
 __all__ = ["MAX_BODY", "create_app"]
 
@@ -151,6 +155,24 @@ async def _closing(app: FastAPI) -> AsyncIterator[None]:
     app.state.serve.close()
 
 
+def _routers() -> list[APIRouter]:
+    """Every router of the server, the web UI's included, in the order they are mounted (here, above
+    both the API's routes and the UI, which calls some of them)."""
+    return [
+        leases.router,  # first: the lease round trip is most requests (routes are matched in order)
+        health.router,
+        datasets.router,
+        views_router,
+        keys.router,
+        iterations.router,
+        trace.router,
+        trace.runs_router,
+        lineage.router,
+        ui_router,
+        ui_root,
+    ]
+
+
 def create_app(
     state_dir: str | os.PathLike[str],
     *,
@@ -211,7 +233,7 @@ def create_app(
             Exception: _on_bug,
         },
     )
-    for router in routers():
+    for router in _routers():
         app.include_router(router)
     app.include_router(metrics_router(public=metrics_no_auth))
     app.add_middleware(NextLane)  # innermost: the lease route past the router (see its docstring)

@@ -17,28 +17,4 @@ Routes (under ``/api/v1``; every route declares its role with
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
-__all__ = ["routers"]
-
-
-def routers() -> list[APIRouter]:
-    """Every router of the server, the web UI's included, in the order they are mounted."""
-    from datamill.serve.data.views import router as views
-    from datamill.serve.http.routes import datasets, health, iterations, keys, leases, trace
-    from datamill.serve.ui import lineage
-    from datamill.serve.ui.pages import root, router
-
-    return [
-        leases.router,  # first: the lease round trip is most requests (routes are matched in order)
-        health.router,
-        datasets.router,
-        views,
-        keys.router,
-        iterations.router,
-        trace.router,
-        trace.runs_router,
-        lineage.router,
-        router,
-        root,
-    ]
+__all__: list[str] = []  # the routers are mounted by :func:`datamill.serve.http.app.create_app`
