@@ -108,13 +108,15 @@ def test_sigterm_drain_ends_cleanly_with_default_leases(setup: dict[str, Any]) -
 @pytest.mark.parametrize("proxy", [False, True], ids=["direct", "behind-a-proxy"])
 def test_no_end_of_epoch_stall_after_a_client_crash(setup: dict[str, Any], proxy: bool) -> None:
     """Two dynamic clients; one is killed (-9) while holding leases; the survivor finishes the
-    epoch without waiting out the dead client's lease timeout (6 s here). When the clients' address
-    is a trusted proxy's (``--forwarded-allow-ips``), its connections are not watched (a proxy pools
-    and closes them on its own): the dead client's leases end after the lease timeout instead."""
+    epoch without waiting out the dead client's lease timeout (15 s here: the survivor must end
+    within half of it, a margin that holds on a loaded machine). When the clients' address is a
+    trusted proxy's (``--forwarded-allow-ips``), its connections are not watched (a proxy pools and
+    closes them on its own): the dead client's leases end after the lease timeout (6 s) instead."""
     state, port = setup["base"] / f"state-crash-{proxy}", free_port()
     admin = make_key(state)
     extra = ("--forwarded-allow-ips", "127.0.0.1") if proxy else ()
-    proc = start_server(setup["root"], state, port, "--lease-timeout", "6", *extra)
+    lease_timeout = 6.0 if proxy else 15.0
+    proc = start_server(setup["root"], state, port, "--lease-timeout", str(lease_timeout), *extra)
     url = f"http://127.0.0.1:{port}"
     logs = {k: setup["base"] / f"crash-{proxy}-{k}.log" for k in ("a", "b")}
     workers: dict[str, Any] = {}
@@ -137,7 +139,7 @@ def test_no_end_of_epoch_stall_after_a_client_crash(setup: dict[str, Any], proxy
         if proxy:
             assert took > 5.0, f"the survivor finished {took:.1f} s after the crash"
         else:
-            assert took < 3.0, f"the survivor finished {took:.1f} s after the crash"
+            assert took < lease_timeout / 2, f"the survivor finished {took:.1f} s after the crash"
     finally:
         for w in workers.values():
             if w.poll() is None:
