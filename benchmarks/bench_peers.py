@@ -887,12 +887,15 @@ def main() -> None:
                         if mode == "cold10":
                             spec["cache_limit"] = max(1, nbytes[(s, ds)] // 10)
                     store_before = s3_cpu() if st == "s3" else None
+                    asked = _requests() if st == "s3" else {}
                     if mode == "ranks2":
                         res = run_ranks(pythons[s], spec, args.timeout)
                     else:
                         res = run_worker(pythons[s], spec, args.timeout)
                     if store_before is not None and mode == "cold":
                         res["store_cpu"] = s3_cpu() - store_before
+                    if asked:
+                        res["requests"] = _per_object(asked, _requests(), _OBJECTS.get((s, ds), 0))
                     res["load"] = load()
                     loads.append(res["load"])
                     if "error" not in res:
@@ -930,6 +933,32 @@ def _store_cpu(work: Path) -> Callable[[], float]:
     return (lambda: 0.0) if pid is None else (lambda: process_cpu(pid))
 
 
+_S3_METRICS: list[int] = []  # the store's metrics port
+_OBJECTS: dict[tuple[str, str], int] = {}  # objects uploaded per (system, data)
+
+
+def _requests() -> dict[str, int]:
+    """The requests the S3 store has answered so far by type and status (empty without metrics)."""
+    if not _S3_METRICS:
+        return {}
+    from tests.loader.seaweed import request_counts
+
+    try:
+        return request_counts(_S3_METRICS[0])
+    except OSError:
+        return {}
+
+
+def _per_object(before: dict[str, int], after: dict[str, int], objects: int) -> str:
+    """``after - before`` requests per object: total and by kind (``GET 206`` = ranged GET,
+    ``GET 200`` = HEAD or whole GET)."""
+    got = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+    if not got or objects <= 0:
+        return ""
+    parts = ", ".join(f"{k} {v / objects:.2f}" for k, v in sorted(got.items()))
+    return f"requests {sum(got.values()) / objects:.2f}/object ({parts}; {objects} objects)"
+
+
 def _ceiling(
     s3: tuple[str, str, str],
     ds: str,
@@ -943,7 +972,18 @@ def _ceiling(
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_s3_ceiling import measure
 
-    runs = measure(s3, f"{BUCKET}/{ds}/parquet", samples=n, connections=conns, store_cpu=store_cpu)
+    runs = []
+    for c in conns:  # one at a time: the store's requests counted per measurement
+        before = _requests()
+        got = measure(
+            s3, f"{BUCKET}/{ds}/parquet", samples=n, connections=(c,), store_cpu=store_cpu
+        )
+        for r in got:
+            objects = max(
+                (v for (d, x), v in _OBJECTS.items() if x == ds and d in DATAMILLS), default=0
+            )
+            r["requests"] = _per_object(before, _requests(), objects)
+        runs += got
     for r in runs:
         if "error" in r:
             print(
@@ -955,7 +995,8 @@ def _ceiling(
                 f"{r['samples_s']:>11,.0f} samples/s if reading were free ({r['mb_s']:,.0f} MB/s, "
                 f"{r['seconds']:.2f} s; CPU {r['cpu']:.2f} s + store "
                 f"{r.get('store_cpu', 0):.2f} s), "
-                f"load {r['load']}",
+                + (f"{r['requests']}, " if r.get("requests") else "")
+                + f"load {r['load']}",
                 flush=True,
             )
     return runs
@@ -1019,11 +1060,12 @@ class _maybe_s3:
         if not self.on:
             return None
         sys.path.insert(0, str(ROOT))
-        from tests.loader.seaweed import seaweed_s3
+        from tests.loader.seaweed import free_port, seaweed_s3
 
         folder = self.work / "seaweed"
         shutil.rmtree(folder, ignore_errors=True)
-        self.cm = seaweed_s3(folder)
+        _S3_METRICS[:] = [free_port()]  # requests counted by the store (_requests)
+        self.cm = seaweed_s3(folder, metrics_port=_S3_METRICS[0])
         return tuple(self.cm.__enter__())  # type: ignore[return-value]
 
     def __exit__(self, *exc: object) -> None:
@@ -1060,6 +1102,7 @@ def _upload(
                 if s in DATAMILLS:
                     first = next(d for d in DATAMILLS if (d, ds) in nbytes)
                     nbytes[(s, ds)] = nbytes[(first, ds)]
+                    _OBJECTS[(s, ds)] = _OBJECTS[(first, ds)]
                 continue
             local = paths[(s, ds)]
             files = [p for p in local.rglob("*") if p.is_file() and not p.name.startswith("_")]
@@ -1071,6 +1114,7 @@ def _upload(
                     destination_filesystem=fs,
                 )
             nbytes[(s, ds)] = sum(p.stat().st_size for p in files)
+            _OBJECTS[(s, ds)] = len(files)
             print(
                 f"[s3] {s} {ds}: {len(files)} objects, {nbytes[(s, ds)] / 2**20:,.1f} MiB "
                 "uploaded in "
@@ -1090,6 +1134,7 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
         f"({res.get('cpu', 0) / max(1, res['samples']) * 1e6:.2f} us/sample in the trainer)"
         + (f" + store {res['store_cpu']:.2f} s" if "store_cpu" in res else "")
         + (f" + workers {res['child_cpu']:.2f} s" if res.get("child_cpu") else "")
+        + (f", {res['requests']}" if res.get("requests") else "")
         + f", once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
         f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["ACCESS_KEY", "SECRET_KEY", "seaweed_s3", "weed_binary"]
+__all__ = ["ACCESS_KEY", "SECRET_KEY", "free_port", "request_counts", "seaweed_s3", "weed_binary"]
 
 ACCESS_KEY, SECRET_KEY = "datamill-admin", "datamill-secret-key"
 
@@ -46,10 +46,36 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def free_port() -> int:
+    """A free loopback port (for ``metrics_port``)."""
+    return _free_ports(1)[0]
+
+
+def request_counts(metrics_port: int) -> dict[str, int]:
+    """The S3 requests the server has answered so far, by ``"<type> <status>"`` (``"GET 206"``: a
+    ranged GET; ``"GET 200"``: a HEAD or a whole-object GET; ``"LIST 200"``, ...)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode("utf-8", "replace")
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("SeaweedFS_s3_request_total{"):
+            labels = dict(
+                kv.split("=", 1) for kv in line[line.index("{") + 1 : line.index("}")].split(",")
+            )
+            key = (
+                f"{labels.get('type', '?').strip(chr(34))} {labels.get('code', '?').strip(chr(34))}"
+            )
+            out[key] = out.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 @contextlib.contextmanager
-def seaweed_s3(folder: Path, *, timeout: float = 60.0) -> Iterator[tuple[str, str, str]]:
+def seaweed_s3(
+    folder: Path, *, timeout: float = 60.0, metrics_port: int | None = None
+) -> Iterator[tuple[str, str, str]]:
     """Run an S3 server on loopback while the block runs; yields ``(endpoint, access_key,
-    secret_key)``."""
+    secret_key)``. With ``metrics_port`` its Prometheus metrics (requests counted by type and
+    status: :func:`request_counts`) are served there, on loopback."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError(
@@ -96,6 +122,8 @@ def seaweed_s3(folder: Path, *, timeout: float = 60.0) -> Iterator[tuple[str, st
         "-s3.port.lance=0",
         f"-s3.config={config}",
     ]
+    if metrics_port is not None:
+        cmd += [f"-metricsPort={metrics_port}", "-metricsIp=127.0.0.1"]
     with open(folder / "weed.log", "wb") as log:
         proc = subprocess.Popen(
             cmd,

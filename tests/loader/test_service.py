@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DataFileError, ResumeStateError
 from datamill.loader import (
@@ -345,3 +346,42 @@ def test_rank_samples_of_every_rank_are_the_rank_split_sizes(
     )
     want = split_sizes(svc.epoch_samples(), world_size=world, drop_last=drop_last)
     assert [svc.rank_samples(r, world) for r in range(world)] == want
+
+
+class _Unsized(FakeSource):
+    """A source that says it reads from object storage, without its shards' bytes."""
+
+    remote = True
+
+
+class _Remote(_Unsized):
+    """The same with ``nbytes`` bytes per shard."""
+
+    def __init__(self, sizes: list[int], nbytes: int) -> None:
+        super().__init__(sizes)
+        self.nbytes = nbytes
+
+    def shard_nbytes(self) -> NDArray[np.int64]:
+        return np.full(self.num_shards, self.nbytes, dtype=np.int64)
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "window", "reads"),
+    [
+        (6_000_000, None, 6),
+        (100_000, None, 8),
+        (1 << 30, None, 2),
+        (100_000, 1, 2),
+        (None, None, 6),
+    ],
+)
+def test_remote_reads_are_sized_from_the_shard_bytes_and_the_window(
+    nbytes: int | None, window: int | None, reads: int
+) -> None:
+    # issue 41: GETs in flight ~ READ_AHEAD_BYTES by the median object, 2..8, <= two windows
+    src = _Unsized([10] * 20) if nbytes is None else _Remote([10] * 20, nbytes)
+    svc = BatchService(src, batch_size=4, batching=Batching(window=window))
+    assert svc.warmup and svc.reads == reads
+    assert svc._cache._threads == max(reads, svc.workers.prefetch)
+    local = BatchService(FakeSource([10] * 20), batch_size=4)  # not remote: no warm-up, 2 reads
+    assert not local.warmup and local.reads == 2

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import (
     ConfigError,
+    DatamillError,
     SchemaError,
 )
 from datamill.core.rng import rng_for
@@ -52,14 +53,62 @@ from datamill.loader.order import (
 from datamill.loader.resumes import Resumes
 from datamill.loader.stages import EpochPlan
 
-__all__ = ["BLOCK_ROWS", "REMOTE_READS", "BatchService", "reads_remotely"]
+__all__ = [
+    "BLOCK_ROWS",
+    "READ_AHEAD_BYTES",
+    "REMOTE_READS",
+    "BatchService",
+    "reads_remotely",
+    "remote_reads",
+]
 
 REMOTE_READS = 6
-"""Shards read at once by a warming-up service (downloads in flight, each decoded in its thread).
+"""Shards read at once by a warming-up service whose source does not tell its shards' bytes
+(downloads in flight, each decoded in its thread; see :func:`remote_reads` for the others).
 
 Six, not four: a reader thread also checks and decodes its shard, so four threads kept 2.9 GETs in
 flight on average and a cold S3 epoch read 57-76k samples/s, against 67-85k with six (issue #41,
 benchmarks/RESULTS.md)."""
+
+READ_AHEAD_BYTES = 32 << 20
+"""About how many bytes of shard downloads a service reading from object storage keeps in flight
+(:func:`remote_reads`): six reads of the 6 MB objects of the benchmark's binary dataset, the
+store's own best on loopback (4-8 whole-object GETs at once, ``bench_s3_ceiling.py``)."""
+
+MAX_READS = 8
+"""Shards read at once at most (small objects: a GET's latency, not its bytes, is the cost)."""
+
+
+def remote_reads(nbytes: NDArray[np.int64] | None, *, window: int) -> int:
+    """Shards a service reading from object storage reads at once: about :data:`READ_AHEAD_BYTES`
+    in flight by the median shard's bytes, at least 2 and at most :data:`MAX_READS`, and never more
+    than the two windows of shards a build holds; :data:`REMOTE_READS` when the bytes are unknown.
+
+    Examples:
+        >>> remote_reads(np.full(100, 6_183_580), window=33)
+        6
+        >>> small, large = np.full(9, 100_000), np.full(4, 1 << 30)
+        >>> remote_reads(small, window=33), remote_reads(large, window=4)
+        (8, 2)
+        >>> remote_reads(small, window=1), remote_reads(None, window=4)
+        (2, 6)
+    """
+    known = None if nbytes is None else np.asarray(nbytes, dtype=np.int64)
+    if known is None or not len(known) or int(np.median(known)) <= 0:
+        return REMOTE_READS
+    reads = -(-READ_AHEAD_BYTES // int(np.median(known)))
+    return int(max(2, min(reads, MAX_READS, 2 * window)))
+
+
+def _shard_nbytes(source: object) -> NDArray[np.int64] | None:
+    """The source's bytes per shard, or ``None`` when it does not tell them (or cannot now)."""
+    nbytes = getattr(source, "shard_nbytes", None)
+    if not callable(nbytes):
+        return None
+    try:
+        return np.asarray(nbytes(), dtype=np.int64)
+    except (OSError, DatamillError, ValueError, TypeError):
+        return None
 
 
 def reads_remotely(source: object) -> bool:
@@ -209,6 +258,11 @@ class BatchService(Resumes, Builds):
         """Whether the epoch's first windows grow (resolved: ``batching.warmup``)."""
         self.workers = w
         """The worker options."""
+        self.reads = REMOTE_READS if self.warmup else 2
+        """Shards read at once (at least; ``workers.prefetch`` when more): with warm-up from object
+        storage, as many as keep :data:`READ_AHEAD_BYTES` in flight (:func:`remote_reads`)."""
+        if self.warmup and reads_remotely(source):
+            self.reads = remote_reads(_shard_nbytes(source), window=self.window)
         self._fingerprint: str | None = None
         self._init_runtime()
 
@@ -218,7 +272,7 @@ class BatchService(Resumes, Builds):
         self._lazy: OrderedDict[int, EpochOrder] = OrderedDict()
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
-        threads = min(8, max(REMOTE_READS if self.warmup else 2, self.workers.prefetch))
+        threads = min(MAX_READS, max(self.reads, self.workers.prefetch))
         self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
