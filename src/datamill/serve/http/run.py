@@ -34,12 +34,19 @@ from datamill.core.errors import ConfigError
 from datamill.core.optional import require
 from datamill.serve.http.guard import default_hosts
 
-__all__ = ["DEFAULT_PORT", "INITIAL_KEY_FILE", "ServeConfig", "is_loopback", "load_config", "serve"]
+__all__ = [
+    "DEFAULT_PORT",
+    "HOST_PATTERN",
+    "INITIAL_KEY_FILE",
+    "ServeConfig",
+    "is_loopback",
+    "load_config",
+    "serve",
+]
 
 DEFAULT_PORT = 8470
-
-
-_HOST_RE = r"^(\*|[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)$"
+HOST_PATTERN = r"^(\*|[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)$"
+"""A ``Host`` name the server may answer: ``name``, ``name:port``, ``[v6]:port`` or ``*``."""
 
 
 class ServeConfig(BaseModel):
@@ -84,7 +91,7 @@ class ServeConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     auth: bool = True
-    allowed_hosts: list[Annotated[str, StringConstraints(pattern=_HOST_RE)]] | None = None
+    allowed_hosts: list[Annotated[str, StringConstraints(pattern=HOST_PATTERN)]] | None = None
     lease_timeout: float = Field(60.0, ge=1, le=86_400, allow_inf_nan=False)
     cache_shards: int | None = Field(None, ge=1)
     log_format: Literal["text", "json"] = "text"
