@@ -217,39 +217,23 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
-# long (64 lines of code): the public entry: the checked config, logging, the app, uvicorn with
-# TLS/proxy options, the drain; the docstring documents every option
 def serve(
     root_or_config: str | os.PathLike[str],
     *,
-    host: str | None = None,
-    port: int | None = None,
-    state: str | os.PathLike[str] | None = None,
-    auth: bool | None = None,
-    lease_timeout: float | None = None,
-    allowed_hosts: Sequence[str] | None = None,
     echo: Callable[[str], Any] = print,
     **options: Any,
 ) -> None:
     """Serve the datasets under a root (or a config's roots) until interrupted or drained by
     SIGTERM.
 
-    Every argument left ``None`` takes the config file's value, which defaults as the
-    :class:`ServeConfig` field of that name says.
-
     Args:
         root_or_config: a dataset root folder or a server config file.
-        host: address to bind.
-        port: port to bind.
-        state: state folder (journal).
-        auth: require API keys; ``False`` only on a loopback address.
-        lease_timeout: lease lifetime without heartbeats, seconds.
-        allowed_hosts: ``Host`` names answered (by default also this machine's names when bound to
-            all interfaces).
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
-        **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``,
-            ``ssl_certfile``, ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``,
-            ``metrics_no_auth``, ``cache_shards``, ``build_workers``).
+        **options: any :class:`ServeConfig` field but ``roots`` and ``datasets`` (``host``,
+            ``port``, ``state``, ``auth``, ``lease_timeout``, ``allowed_hosts``, ``log_format``,
+            ``log_level``, ``ssl_certfile``, ``ssl_keyfile``, ``forwarded_allow_ips``,
+            ``drain_timeout``, ``metrics_no_auth``, ``cache_shards``, ``build_workers``): one left
+            ``None`` takes the config file's value, which defaults as the field says.
 
     Raises:
         ConfigError: ``auth=False`` or ``metrics_no_auth`` on a non-loopback address, a bad
@@ -262,16 +246,10 @@ def serve(
         datamill.core.errors.ConfigError: /nonexistent-root: no such dataset root or config file
     """
     base = load_config(root_or_config)
-    given = {
-        "host": host,
-        "port": port,
-        "state": None if state is None else str(state),
-        "auth": auth,
-        "lease_timeout": lease_timeout,
-        "allowed_hosts": None if allowed_hosts is None else list(allowed_hosts),
-        **options,
+    paths_as_text = {
+        k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()
     }
-    cfg = _checked_config(base, given)
+    cfg = _checked_config(base, paths_as_text)
     uvicorn = require("uvicorn", extra="serve")
     import logging.config
 
