@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
@@ -22,18 +21,16 @@ from datamill.serve.http.access import (
     Reader,
     State,
     Viewer,
-    audit,
     authenticate,
     check_dataset,
     may_use,
     requires,
     serve_state,
 )
-from datamill.serve.http.auth import create_key, parse_duration
-from datamill.serve.http.key_scope import check_create, check_revoke, visible_keys
+from datamill.serve.http.key_scope import check_revoke, visible_keys
 from datamill.serve.http.routes import datasets as datasets_api
 from datamill.serve.http.routes import keys as keys_api
-from datamill.serve.http.routes.models import DatasetIn, one_line
+from datamill.serve.http.routes.models import DatasetIn, KeyIn
 from datamill.serve.observe import ledger
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import HERE, STATIC, form, page, render, root, router, see
@@ -155,10 +152,7 @@ async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Register a dataset from a path under the server's roots (admin)."""
     fields = await form(request)
     check_csrf(who, fields)
-    try:
-        req = DatasetIn(path=fields.get("path", ""), name=fields.get("name", ""))
-    except ValidationError as exc:
-        raise HTTPException(400, one_line(exc.errors())) from exc
+    req = DatasetIn(path=fields.get("path", ""), name=fields.get("name", ""))
     ds = await run_in_threadpool(datasets_api.register, who, req, state)  # the API's checks
     summaries = await run_in_threadpool(_summaries, request)
     return render(request, "datasets.html", who, datasets=summaries, registered=ds)
@@ -282,26 +276,19 @@ def keys_page(request: Request, state: State, who: Admin) -> HTMLResponse:
 @router.post("/keys")
 @page
 async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
-    """Create a key; it is shown on this page once and never again."""
+    """Create a key (the API's checks and audit); it is shown on this page once and never again."""
     fields = await form(request)
     check_csrf(who, fields)
-    role = fields.get("role", "read")
-    if role not in ("read", "admin", "metrics"):
-        raise HTTPException(400, f"unknown role {role!r}")
-    datasets = [d.strip() for d in fields.get("datasets", "").split(",") if d.strip()] or None
-    expires = fields.get("expires", "").strip() or None
-    expires_in = parse_duration(expires) if expires else None
-    check_create(state, who, role=role, datasets=datasets, expires_in=expires_in)
-    key_id, key = create_key(
-        state.journal,
-        role=role,
-        note=fields.get("note", "")[:200],
-        datasets=datasets,
-        expires_in=expires_in,
+    datasets = [d.strip() for d in fields.get("datasets", "").split(",") if d.strip()]
+    body = KeyIn.model_validate(
+        {
+            "role": fields.get("role", "read"),
+            "note": fields.get("note", "")[:200],
+            "datasets": datasets or None,
+            "expires": "".join(fields.get("expires", "").split()) or None,
+        }
     )
-    audit(state, who, "create key", f"{key_id} role={role} datasets={datasets} expires={expires}")
-    state.keys.reload()
-    created = {"id": key_id, "key": key, "role": role}
+    created = keys_api.new_key(who, body, state)
     return render(request, "keys.html", who, keys=visible_keys(state, who), created=created)
 
 

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.serve.catalog import check_name
@@ -28,8 +27,9 @@ from datamill.serve.http.access import (
     may_use,
     serve_state,
 )
-from datamill.serve.http.routes.bounds import check_iteration, check_rewind
-from datamill.serve.http.routes.models import IterationIn, RewindIn, one_line
+from datamill.serve.http.routes import iterations as iterations_api
+from datamill.serve.http.routes.bounds import check_rewind
+from datamill.serve.http.routes.models import IterationIn, RewindIn
 from datamill.serve.observe import ledger, lifecycle
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import form, page, render, router, see
@@ -217,32 +217,23 @@ async def start_iteration(request: Request, state: State, who: Reader) -> Respon
     """Start (or join) an iteration from the form: a loader configuration to try before training."""
     fields = await form(request)
     check_csrf(who, fields)
-    req: dict[str, Any] = {"dataset": fields.get("dataset", "")}
-    try:
-        for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
-            if fields.get(f, "").strip():
-                req[f] = int(fields[f])
-    except ValueError as exc:
-        raise HTTPException(400, f"not a whole number: {exc}") from exc
-    req["shuffle"] = fields.get("shuffle") == "on"
-    req["drop_last"] = fields.get("drop_last") == "on"
-    req["mode"] = fields.get("mode", "static")
-    if fields.get("name", "").strip():
-        req["name"] = fields["name"].strip()
-    if fields.get("columns", "").strip():
-        req["columns"] = [c.strip() for c in fields["columns"].split(",") if c.strip()]
-    if "batch_size" not in req:
-        raise HTTPException(400, "batch size is required")
-    try:
-        body = IterationIn(**req)
-    except ValidationError as exc:
-        raise HTTPException(400, one_line(exc.errors())) from exc
-    ds = check_dataset(who, state, body.dataset)
+    numbers = ("batch_size", "seed", "epoch", "world_size", "lease_size")
+    body = IterationIn.model_validate(
+        {
+            "dataset": fields.get("dataset", ""),
+            "shuffle": fields.get("shuffle") == "on",
+            "drop_last": fields.get("drop_last") == "on",
+            "mode": fields.get("mode", "static"),
+            "name": fields.get("name", "").strip() or None,
+            "columns": [c.strip() for c in fields.get("columns", "").split(",") if c.strip()]
+            or None,
+            **{f: fields[f].strip() for f in numbers if fields.get(f, "").strip()},
+        }
+    )
+    check_dataset(who, state, body.dataset)
     if body.name:
         _refuse_ended_name(state, body.name, body.epoch)
-    await run_in_threadpool(check_iteration, state, ds, body)
-    desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
-    state.journal.set_owner(desc["id"], who.key_id or "")
+    desc = await run_in_threadpool(iterations_api.create_iteration, who, body, state)
     return see(f"/ui/iterations/{desc['id']}")
 
 
@@ -284,13 +275,13 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     hold leases."""
     fields = await form(request)
     check_csrf(who, fields)
-    try:
-        body = {"rank": int(fields.get("rank", "0")), "consumed": int(fields.get("consumed", "0"))}
-    except ValueError as exc:
-        raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
+    rewind_in = RewindIn.model_validate(
+        {"rank": fields.get("rank", "0"), "consumed": fields.get("consumed", "0")}
+    )
+    body = rewind_in.model_dump(exclude_none=True)
     it = state.iteration(it_id)
     check_dataset(who, state, str(it.config["dataset"]))
-    check_rewind(it, RewindIn.model_validate(body))
+    check_rewind(it, rewind_in)
     with state.lock(it):
         held = [x for x in it.leases.values() if x.queue == body["rank"]]
     before = next(q["done"] for q in state.progress(it)["queues"] if q["rank"] == body["rank"])
@@ -348,8 +339,7 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
             ],
             confirm="Cancel iteration",
         )
-    await run_in_threadpool(state.cancel, it)
-    audit(state, who, "cancel iteration", it.id)
+    await run_in_threadpool(iterations_api.cancel, who, it, state)
     return see(f"/ui/iterations/{it.id}")
 
 
