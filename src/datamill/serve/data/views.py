@@ -113,38 +113,36 @@ class Inspector:
 
     def __init__(self, state: Any) -> None:
         self.state = state
-        self.values = ValueStats()
+        self.stats = ValueStats()
         self._lock = threading.Lock()
         self._open: dict[str, tuple[int, Source]] = {}
         self._checks: dict[str, list[dict[str, Any]]] = {}
 
-    def row(self, ref: str) -> dict[str, Any]:
-        """The journal row of a dataset (id or name)."""
-        row: dict[str, Any] = self.state.dataset(ref)
-        return row
-
-    def source(self, ref: str) -> Source:
-        """The opened source of a dataset (reopened when its folder or file changed)."""
+    def source(self, ref: str, *, column: str | None = None) -> Source:
+        """The opened source of a dataset (reopened when its folder or file changed), which must
+        have ``column`` when one is named (:class:`SchemaError`)."""
         from datamill.sources import open_source
 
-        path = Path(self.row(ref)["path"])
+        path = Path(self.state.dataset(ref)["path"])
         try:
             stamp = path.stat().st_mtime_ns
         except OSError:
             stamp = -1
         with self._lock:
             hit = self._open.get(str(path))
-            if hit is not None and hit[0] == stamp:
-                return hit[1]
-        src = open_source(path)
+        src = hit[1] if hit is not None and hit[0] == stamp else open_source(path)
         with self._lock:
             self._open[str(path)] = (stamp, src)
+        if column is not None and column not in src.columns:
+            raise SchemaError(
+                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
+            )
         return src
 
     def summary(self, ref: str) -> dict[str, Any]:
         """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
         if unreadable)."""
-        row = self.row(ref)
+        row = self.state.dataset(ref)
         out: dict[str, Any] = {
             "id": row["id"],
             "name": row["name"],
@@ -194,7 +192,7 @@ class Inspector:
         """``check_report`` of a shardset dataset, cached by its fingerprint."""
         from datamill.shards.check import check_report
 
-        key = f"{self.row(ref)['path']}@{src.fingerprint()}"
+        key = f"{self.state.dataset(ref)['path']}@{src.fingerprint()}"
         if key not in self._checks:
             self._checks[key] = check_report(src.loc)
         return self._checks[key]
@@ -203,7 +201,7 @@ class Inspector:
         """The ``meta.json`` of a preprocessed HDF5 dataset (``None`` for other kinds)."""
         from datamill.preprocessing.meta import read_meta
 
-        path = Path(self.row(ref)["path"])
+        path = Path(self.state.dataset(ref)["path"])
         if path.suffix != HDF5_SUFFIX:
             return None
         meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
@@ -229,7 +227,8 @@ class Inspector:
             out.update(x=corpus.vocab, y=corpus.vocab)
         from datamill.serve.ui.tokens import TOKEN_COLUMNS, tokenizer_vocab
 
-        tok = tokenizer_vocab(self.row(ref)["path"])  # BERT: the tokenizer beside the Parquet
+        # BERT: the tokenizer beside the Parquet
+        tok = tokenizer_vocab(self.state.dataset(ref)["path"])
         if tok is not None:
             out.update({c: tok for c in TOKEN_COLUMNS if c in src.columns})
         return out
@@ -284,7 +283,7 @@ class Inspector:
             else pa.table({c: pa.array([], pa.null()) for c in cols})
         )
         vocabs = self.vocabs(ref, src)
-        ds_id, path = self.row(ref)["id"], Path(self.row(ref)["path"])
+        ds_id, path = self.state.dataset(ref)["id"], Path(self.state.dataset(ref)["path"])
         base = path if path.is_dir() else path.parent
         uid_col = getattr(src, "uid_column", None)
         rows = []
@@ -330,7 +329,9 @@ class Inspector:
             key = _as_type(value, uids.type)
             found = -1 if key is None else pc.index(uids, key).as_py()
             if found < 0:
-                raise NotFoundError(f"no sample with UID {value!r} in {self.row(ref)['name']}")
+                raise NotFoundError(
+                    f"no sample with UID {value!r} in {self.state.dataset(ref)['name']}"
+                )
             return int(found)
         try:
             row = int(value.replace(",", ""))
@@ -340,20 +341,22 @@ class Inspector:
             raise NotFoundError(f"no row {row:,}: rows are 0 to {total - 1:,}")
         return row
 
+    def values(self, ref: str, column: str) -> dict[str, Any]:
+        """Top values and histogram of a column (:meth:`ValueStats.get`'s job as JSON: ``status``
+        ``running`` until computed)."""
+        src = self.source(ref, column=column)
+        return self.stats.get(src.fingerprint(), column, lambda: src).view()
+
     def cell_file(self, ref: str, *, row: int, column: str) -> tuple[bytes, str]:
         """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's
         roots."""
-        src = self.source(ref)
-        if column not in src.columns:
-            raise SchemaError(
-                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
-            )
+        src = self.source(ref, column=column)
         if not 0 <= row < int(np.asarray(src.shard_sizes()).sum()):
             raise NotFoundError(f"no row {row}")
         value = _raw_value(src, row, column)
         if not isinstance(value, str):
             raise NotFoundError(f"row {row} column {column!r} holds no file path")
-        base = Path(self.row(ref)["path"])
+        base = Path(self.state.dataset(ref)["path"])
         base = base if base.is_dir() else base.parent
         target = Path(os.path.realpath(base / value))
         if not any(target == r or r in target.parents for r in self.state.roots):
@@ -567,10 +570,7 @@ def describe_route(who: Reader, ref: str, insp: Insp) -> dict[str, Any]:
 def values_route(who: Reader, ref: str, column: str, insp: Insp) -> dict[str, Any]:
     """Top values and histogram of a column (``status`` ``running`` until computed)."""
     check_dataset(who, insp.state, ref)
-    src = insp.source(ref)
-    if column not in src.columns:
-        raise SchemaError(f"unknown column {column!r}; columns: {list(src.columns)}", column=column)
-    return insp.values.get(src.fingerprint(), column, lambda: src).view()
+    return insp.values(ref, column)
 
 
 @router.get("/{ref}/samples")

@@ -15,7 +15,7 @@ from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
+from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, inspector
 from datamill.serve.http.access import (
     Admin,
     Reader,
@@ -173,11 +173,7 @@ def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
 def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     """Top values and histogram of a column: a progress bar until computed (the page polls)."""
     check_dataset(authenticate(request), serve_state(request), ref)
-    insp: Inspector = inspector(request)
-    src = insp.source(ref)
-    if column not in src.columns:
-        raise NotFoundError(f"no column {column!r}; columns: {list(src.columns)}")
-    view = insp.values.get(src.fingerprint(), column, lambda: src).view()
+    view = inspector(request).values(ref, column)
     res = view["result"] or {"histogram": None, "top": [], "of": "value"}
     hist, top = res["histogram"], [(str(t["value"]), int(t["count"])) for t in res["top"]]
     label = f"{column} ({res['of']})" if res["of"] != "value" else column

@@ -28,7 +28,6 @@ from datamill.serve.http.access import (
     serve_state,
 )
 from datamill.serve.http.routes import iterations as iterations_api
-from datamill.serve.http.routes.bounds import check_rewind
 from datamill.serve.http.routes.models import IterationIn, RewindIn
 from datamill.serve.observe import ledger, lifecycle
 from datamill.serve.server import NotFoundError
@@ -275,13 +274,11 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     hold leases."""
     fields = await form(request)
     check_csrf(who, fields)
-    rewind_in = RewindIn.model_validate(
-        {"rank": fields.get("rank", "0"), "consumed": fields.get("consumed", "0")}
-    )
-    body = rewind_in.model_dump(exclude_none=True)
+    rewind_in = {"rank": fields.get("rank", "0"), "consumed": fields.get("consumed", "0")}
+    body = RewindIn.model_validate(rewind_in).model_dump(exclude_none=True)
     it = state.iteration(it_id)
     check_dataset(who, state, str(it.config["dataset"]))
-    check_rewind(it, rewind_in)
+    state.check_rewind(it, body)
     with state.lock(it):
         held = [x for x in it.leases.values() if x.queue == body["rank"]]
     before = next(q["done"] for q in state.progress(it)["queues"] if q["rank"] == body["rank"])

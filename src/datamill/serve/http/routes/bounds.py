@@ -2,7 +2,8 @@
 
 The request models (:mod:`datamill.serve.http.routes.models`) bound each field alone; these checks
 bound fields against the data: a world size against the dataset's samples, a lease against a sample
-budget, a rewind range against the iteration's units.
+budget (a rewind is checked against the iteration by
+:meth:`~datamill.serve.server.ServeState.check_rewind`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from typing import Any
 
 from datamill.core.errors import ConfigError
 from datamill.serve.catalog import LEASE_SIZES, MAX_LEASE_SAMPLES
-from datamill.serve.http.routes.models import IterationIn, RewindIn
-from datamill.serve.protocol.iteration import Iteration
+from datamill.serve.http.routes.models import IterationIn
 from datamill.serve.server import ServeState
 
-__all__ = ["MAX_LEASE_SAMPLES", "check_iteration", "check_rewind"]
+__all__ = ["MAX_LEASE_SAMPLES", "check_iteration"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -49,27 +49,4 @@ def check_iteration(state: ServeState, ds: Mapping[str, Any], body: IterationIn)
             f"batch_size * lease_size must be at most {MAX_LEASE_SAMPLES:,} samples per lease, got "
             f"{body.batch_size:,} * {size:,}",
             hint="lower lease_size",
-        )
-
-
-def check_rewind(it: Iteration, body: RewindIn) -> None:
-    """Refuse a rewind that names units, ranks or counts outside the iteration."""
-    if body.done is not None:
-        bad = next(((a, b) for a, b in body.done if not 0 <= a <= b <= it.total), None)
-        if bad is not None:
-            raise ConfigError(
-                f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's "
-                f"units), got [{bad[0]:,}, {bad[1]:,}]"
-            )
-        return
-    if body.rank is None or body.consumed is None:
-        raise ConfigError("a rewind needs {rank, consumed} or {done: [[start, stop], ...]}")
-    if (
-        it.mode != "static"
-        or not 0 <= body.rank < len(it.queues)
-        or body.consumed > len(it.queues[body.rank])
-    ):
-        raise ConfigError(
-            f"rewind of rank {body.rank} to {body.consumed:,} batches does not fit this {it.mode} "
-            f"iteration ({[len(q) for q in it.queues][:16]} batches per rank)"
         )

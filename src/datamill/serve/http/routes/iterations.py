@@ -16,7 +16,7 @@ from datamill.serve.http.access import (
     check_dataset,
     may_use,
 )
-from datamill.serve.http.routes.bounds import check_iteration, check_rewind
+from datamill.serve.http.routes.bounds import check_iteration
 from datamill.serve.http.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
 from datamill.serve.observe import lifecycle
 from datamill.serve.observe.lifecycle import MAX_PAGE
@@ -87,7 +87,6 @@ def cancel(who: Admin, it: ScopedIteration, state: State) -> dict[str, Any]:
 def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dict[str, Any]:
     """Set the done set: ``{rank, consumed}`` (static mode) or ``{done: [[start, stop], ...]}``
     (admin)."""
-    check_rewind(it, body)
     out = state.rewind(it, body.model_dump(exclude_none=True))
     audit(state, who, "rewind iteration", f"{it.id} {body.model_dump(exclude_none=True)}"[:500])
     return out
@@ -110,5 +109,4 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
     )
     if body.session is not None:
         return state.rollback(it, session=body.session, consumed=body.consumed)
-    check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
     return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})
