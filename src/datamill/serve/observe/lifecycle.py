@@ -111,6 +111,7 @@ def page(
     *,
     status: str | None = None,
     datasets: Collection[str] | None = None,
+    name: str | None = None,
     limit: int = 100,
     after: str | None = None,
     newest_first: bool = False,
@@ -123,6 +124,7 @@ def page(
         journal: the server's journal.
         status: only iterations of this status (one of :data:`STATUSES`). Defaults to all.
         datasets: only iterations of these dataset ids. Defaults to all.
+        name: only iterations whose name contains this text (any case). Defaults to all.
         limit: rows per page, 1..:data:`MAX_PAGE`. Defaults to ``100``.
         after: the id of the last iteration of the previous page. Defaults to the first page.
         newest_first: the newest iteration first (the UI's order). Defaults to ``False``.
@@ -152,6 +154,9 @@ def page(
             f"({', '.join(f':d{k}' for k in range(len(names)))})"
         )
         args.update({f"d{k}": d for k, d in enumerate(names)})
+    if name is not None:
+        where.append("instr(lower(i.key), :name) > 0")
+        args["name"] = name.lower()
     if status is not None:
         where.append(f"({_STATUS_SQL}) = :status")
         args["status"] = status

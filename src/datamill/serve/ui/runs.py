@@ -58,11 +58,7 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     life = lifecycle.one(state.journal, it.id) or {}
     start, end = life.get("started"), life.get("ended")
     marks = [(t, "rewind") for t in rewind_times(state.journal, it.id)]
-    # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second
-    # record
-    acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(
-        state.journal, it.id
-    )
+    acks = ack_history(state.journal, it.id)  # the journal's ack records (a rewind's left out)
     if end is not None and life.get("status") == "cancelled":
         marks.append((end, "cancelled"))
     svg = throughput_svg(
@@ -138,13 +134,14 @@ def iterations_page(
     allowed = [d["id"] for d in state.journal.datasets() if may_use(who, d)]
     if dataset:
         allowed = [d for d in allowed if dataset in (d, names.get(d))]
-    rows, nxt = _matching(
-        state,
-        datasets=allowed,
+    rows, nxt = lifecycle.page(
+        state.journal,
         status=status or None,
-        name=name.strip(),
+        datasets=allowed,
+        name=name.strip() or None,
         after=after or None,
         limit=limit,
+        newest_first=True,
     )
     out = [_listed(state, r, names) for r in rows]
     query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
@@ -179,35 +176,6 @@ def _listed(state: Any, r: dict[str, Any], names: dict[str, str]) -> dict[str, A
         "p": p,
         "elapsed": (r["ended"] if r["ended"] is not None else time.time()) - r["started"],
     }
-
-
-def _matching(
-    state: Any, *, datasets: list[str], status: str | None, name: str, after: str | None, limit: int
-) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of iterations whose name contains ``name`` (pages through the journal: bounded by
-    its size)."""
-    if not datasets:
-        return [], None
-    out: list[dict[str, Any]] = []
-    cursor = after
-    while True:
-        rows, cursor = lifecycle.page(
-            state.journal,
-            status=status,
-            datasets=datasets,
-            after=cursor,
-            limit=limit if not name else lifecycle.MAX_PAGE,
-            newest_first=True,
-        )
-        if not name:
-            return rows, cursor
-        for r in rows:
-            if name.lower() in str(r["key"]).lower():
-                out.append(r)
-                if len(out) == limit + 1:
-                    return out[:limit], out[limit - 1]["id"]
-        if cursor is None:
-            return out, None
 
 
 @router.post("/iterations")
@@ -362,7 +330,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         ):
             continue
         ds_id = life["dataset"]
-        hist = ledger.throughput(state.journal, it_id) or ack_history(state.journal, it_id)
+        hist = ack_history(state.journal, it_id)
         acked = sum(n for _, n in hist)
         last = hist[-1][0] if hist else life["started"]
         dur = max((life["ended"] if life["ended"] is not None else last) - life["started"], 0.0)
