@@ -210,7 +210,8 @@ class Inspector:
         return read_meta(meta_path)
 
     def vocabs(self, ref: str, src: Source) -> dict[str, Any]:
-        """Column -> :class:`~datamill.vocab.Vocab` for columns holding token or category ids."""
+        """Column -> :class:`~datamill.vocab.Vocab` (or a BERT file's tokenizer) for columns holding
+        token or category ids."""
         out: dict[str, Any] = {}
         meta = self.meta(ref)
         if meta is not None:
@@ -225,12 +226,14 @@ class Inspector:
         corpus = getattr(src, "corpus", None)
         if corpus is not None and getattr(corpus, "vocab", None) is not None:
             out.update(x=corpus.vocab, y=corpus.vocab)
-        from datamill.serve.ui.tokens import TOKEN_COLUMNS, tokenizer_vocab
+        from datamill.pretrain.bert import BertParquetSource, load_tokenizer
 
-        # BERT: the tokenizer beside the Parquet
-        tok = tokenizer_vocab(self.state.dataset(ref)["path"])
-        if tok is not None:
-            out.update({c: tok for c in TOKEN_COLUMNS if c in src.columns})
+        if isinstance(src, BertParquetSource):  # its token ids: the tokenizer the file stores
+            try:
+                tok = load_tokenizer(self.state.dataset(ref)["path"])
+            except (DatamillError, ImportError):  # none stored, or no `tokenizers`: ids shown
+                return out
+            out.update({c: tok for c in ("tokens", "masked_labels") if c in src.columns})
         return out
 
     # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then
@@ -480,7 +483,10 @@ def _image_path_cell(
 def _tokens_cell(value: int | list[int], vocab: Any) -> dict[str, Any]:
     """Token ids decoded with the dataset's vocabulary (padding left out), and the ids."""
     ids = value if isinstance(value, list) else [value]
-    tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
+    if hasattr(vocab, "id_to_token"):  # a BERT file's tokenizers.Tokenizer
+        tokens = [t if (t := vocab.id_to_token(i)) is not None else f"<id {i}>" for i in ids]
+    else:
+        tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
     text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
     return {"t": "tokens", "text": text, "ids": _short(ids)}
 
