@@ -164,7 +164,6 @@ class Catalog:
             self.pool.close()
         for svc in self._services.values():
             svc.close()
-        self.keys.close()
         self.journal.close()
 
     # ------------------------------------------------------------------ datasets
