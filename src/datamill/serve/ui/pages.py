@@ -299,30 +299,8 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
     own = key_id == who.key_id
     step = fields.get("confirm", "")
     if step != ("twice" if own else "yes"):
-        note = f", note: {row['note']}" if row["note"] else ""
-        lost = [
-            f"every client and session using key {key_id} ({row['role']}{note}) is refused from "
-            + "now on; this cannot be undone"
-        ]
-        if own:
-            yours = (
-                "this is the key of YOUR OWN session: you are logged out and cannot log in with it"
-            )
-            lost.insert(0, yours + " again")
-            if step == "yes":
-                lost.insert(0, "second confirmation: are you sure?")
-        return render(
-            request,
-            "confirm.html",
-            who,
-            title=f"Revoke key {key_id}?",
-            action=f"/ui/keys/{key_id}/revoke",
-            fields={},
-            back="/ui/keys",
-            lost=lost,
-            confirm="Revoke my own key" if own else "Revoke key",
-            confirm_value="twice" if own and step == "yes" else "yes",
-        )
+        twice = "twice" if own and step == "yes" else "yes"
+        return render(request, "confirm_revoke.html", who, key=row, own=own, confirm_value=twice)
     keys_api.revoke(who, key_id, state)  # the API's revocation: journal, key table, audit
     return see("/ui/login" if own else "/ui/keys")
 

@@ -43,10 +43,6 @@ MAX_FILTER = 64
 """Longest accepted name filter."""
 
 
-def _n(count: int, thing: str) -> str:
-    return f"{count} {thing}{'s' if count != 1 else ''}"
-
-
 def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     """Everything the iteration page shows (live progress plus the journaled lifecycle and
     counters)."""
@@ -254,19 +250,13 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
         holders = sorted({x.client for x in held})
         return render(
             request,
-            "confirm.html",
+            "confirm_rewind.html",
             who,
-            title=f"Rewind rank {body['rank']} of {it.id}?",
-            action=f"/ui/iterations/{it.id}/rewind",
+            it=it,
             fields=body,
-            back=f"/ui/iterations/{it.id}",
-            lost=[
-                f"{_n(len(held), 'lease')} held now by {_n(len(holders), 'client')} "
-                + f"({', '.join(holders[:5])}) will be revoked: their batches are served again "
-                + "and late acks are refused",
-                f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches",
-            ],
-            confirm="Rewind anyway",
+            held=len(held),
+            holders=holders,
+            before=before,
         )
     await run_in_threadpool(state.rewind, it, body)
     change = {**body, "before": before, "revoked": len(held)}
@@ -286,24 +276,8 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
         return see(f"/ui/iterations/{it.id}")
     if fields.get("confirm") != "yes":
         p = state.progress(it)
-        live = [c for c, v in p["clients"].items() if v["leases"]]
-        return render(
-            request,
-            "confirm.html",
-            who,
-            title=f"Cancel iteration {it.id}?",
-            action=f"/ui/iterations/{it.id}/cancel",
-            fields={},
-            back=f"/ui/iterations/{it.id}",
-            lost=[
-                f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will "
-                + f"never be served ({p['leased']:,} leased now, {p['pending']:,} pending)",
-                f"{_n(len(live), 'client')} holding leases lose them; every client asking for "
-                + "more gets an error",
-                "this cannot be undone: a new iteration (another name or config) starts over",
-            ],
-            confirm="Cancel iteration",
-        )
+        live = sum(1 for v in p["clients"].values() if v["leases"])
+        return render(request, "confirm_cancel.html", who, it=it, p=p, live=live)
     await run_in_threadpool(iterations_api.cancel, who, it, state)
     return see(f"/ui/iterations/{it.id}")
 
