@@ -8,7 +8,6 @@ exit 0).
 
 from __future__ import annotations
 
-import collections
 import importlib.util
 import ipaddress
 import os
@@ -416,13 +415,8 @@ def _recovery_summary(st: Any, *, url: str) -> None:
     from datamill.serve.observe import lifecycle
     from datamill.serve.observe.logs import event
 
-    rows, _ = lifecycle.page(st.journal, limit=lifecycle.MAX_PAGE)
-    by = collections.Counter(r["status"] for r in rows)
-    held = (
-        st.journal._exec("SELECT COUNT(*) FROM leases")[0][0]
-        if st.journal._exec("SELECT 1 FROM sqlite_master WHERE name = 'leases'")
-        else 0
-    )
+    by = lifecycle.counts(st.journal)
+    held = st.journal._exec("SELECT COUNT(*) FROM leases")[0][0]  # the schema always has it
     event(
         "start",
         url=url,

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PAGE",
     "STALE_AFTER",
     "STATUSES",
+    "counts",
     "ended",
     "gc",
     "one",
@@ -98,6 +99,18 @@ def seen(journal: Journal, activity: Iterable[tuple[str, float, Collection[str]]
             "INSERT OR IGNORE INTO lifecycle_clients (iteration, client) VALUES (?, ?)",
             [(it, c) for it, _, clients in rows for c in clients],
         )
+
+
+def counts(journal: Journal) -> dict[str, int]:
+    """Iterations by status, every status of :data:`STATUSES` (0 when none)."""
+    by = dict(
+        journal._exec(
+            f"SELECT st, COUNT(*) FROM (SELECT ({_STATUS_SQL}) AS st FROM iterations i "
+            "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
+            {"now": time.time(), "stale": STALE_AFTER},
+        )
+    )
+    return {s: int(by.get(s, 0)) for s in STATUSES}
 
 
 def one(journal: Journal, it_id: str) -> dict[str, Any] | None:

@@ -353,16 +353,8 @@ class JournalCollector(Collector):
         statuses = GaugeMetricFamily(
             "datamill_iterations", "Iterations in the journal by status.", labels=["status"]
         )
-        by = dict(
-            state.journal._exec(
-                f"SELECT st, COUNT(*) FROM (SELECT ({lifecycle._STATUS_SQL}) AS st FROM "
-                "iterations i "
-                "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
-                {"now": time.time(), "stale": lifecycle.STALE_AFTER},
-            )
-        )
-        for s in lifecycle.STATUSES:
-            statuses.add_metric([s], float(by.get(s, 0)))
+        for s, n in lifecycle.counts(state.journal).items():
+            statuses.add_metric([s], float(n))
         yield statuses
         yield GaugeMetricFamily(
             "datamill_leases_live",
