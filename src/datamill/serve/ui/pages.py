@@ -225,7 +225,6 @@ def samples_page(
         columns=col or None,
         where=(where, equals) if where else None,
     )
-    pages = max(1, -(-rows["total"] // limit))
     mark = request.query_params.get("mark", "")
     return render(
         request,
@@ -234,9 +233,6 @@ def samples_page(
         d=insp.summary(ref),
         page=rows,
         keep=keep,
-        pages=pages,
-        current=offset // limit + 1,
-        last=(pages - 1) * limit,
         where=where,
         equals=equals,
         mark=int(mark) if mark.isdigit() else None,

@@ -66,18 +66,9 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     # counters from the journal (they survive a restart), not from this process's memory
     for key, name in (("expired_leases", "leases_expired"), ("reissued_leases", "leases_reissued")):
         p[key] = max(p[key], int(state.telemetry.counter(it.id, name)))
-    live, memo = p["clients"], state.telemetry.client_memo
-    p["clients"] = {
-        cid: {
-            "slot": "-",
-            "leases": 0,
-            "batches_per_s": 0,
-            "idle_s": None,
-            **live.get(cid, {}),
-            **c,
-        }
-        for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items()
-    }
+    live, memo = p["clients"], state.telemetry.client_memo  # a client gone: the page's defaults
+    journaled = ledger.clients(state.journal, it.id, live=it, memo=memo)
+    p["clients"] = {cid: {**live.get(cid, {}), **c} for cid, c in journaled.items()}
     names = {d["id"]: d["name"] for d in state.datasets()}
     ds_id = desc["config"]["dataset"]
     name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
