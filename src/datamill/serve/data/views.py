@@ -236,8 +236,6 @@ class Inspector:
             out.update({c: tok for c in ("tokens", "masked_labels") if c in src.columns})
         return out
 
-    # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then
-    # the rows
     def samples(
         self,
         ref: str,
@@ -266,7 +264,6 @@ class Inspector:
                 f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0]
             )
         sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)])
         complete = True
         if where is None:
             total = int(sizes.sum())
@@ -275,16 +272,7 @@ class Inspector:
             matches, complete = _matching_rows(src, where[0], where[1], sizes)
             total = len(matches)
             wanted = matches[offset : offset + limit]
-        parts: list[pa.Table] = []
-        for k in np.unique(np.searchsorted(starts, wanted, side="right") - 1):
-            local = wanted[(wanted >= starts[k]) & (wanted < starts[k + 1])] - starts[k]
-            t = src.read_shard(int(k), columns=cols).replace_schema_metadata(None)
-            parts.append(t.take(pa.array(local)))
-        table = (
-            pa.concat_tables(parts)
-            if parts
-            else pa.table({c: pa.array([], pa.null()) for c in cols})
-        )
+        table = _take(src, wanted, cols)
         vocabs = self.vocabs(ref, src)
         ds_id, path = self.state.dataset(ref)["id"], Path(self.state.dataset(ref)["path"])
         base = path if path.is_dir() else path.parent
@@ -356,7 +344,7 @@ class Inspector:
         src = self.source(ref, column=column)
         if not 0 <= row < int(np.asarray(src.shard_sizes()).sum()):
             raise NotFoundError(f"no row {row}")
-        value = _raw_value(src, row, column)
+        value = _take(src, np.asarray([row], dtype=np.int64), [column]).column(column)[0].as_py()
         if not isinstance(value, str):
             raise NotFoundError(f"row {row} column {column!r} holds no file path")
         base = Path(self.state.dataset(ref)["path"])
@@ -414,11 +402,20 @@ def _matching_rows(
     return np.concatenate(found) if found else np.zeros(0, np.int64), True
 
 
-def _raw_value(src: Source, row: int, column: str) -> Any:
-    sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    k = int(np.searchsorted(starts, row, side="right") - 1)
-    return src.read_shard(k, columns=[column]).column(column)[row - int(starts[k])].as_py()
+def _take(src: Source, rows: NDArray[np.int64], columns: list[str]) -> pa.Table:
+    """Rows ``rows`` (sorted) of the joined dataset: only their shards are read."""
+    starts = np.concatenate([[0], np.cumsum(np.asarray(src.shard_sizes(), dtype=np.int64))])
+    parts = [
+        src.read_shard(int(k), columns=columns)
+        .replace_schema_metadata(None)
+        .take(pa.array(rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]))
+        for k in np.unique(np.searchsorted(starts, rows, side="right") - 1)
+    ]
+    return (
+        pa.concat_tables(parts)
+        if parts
+        else pa.table({c: pa.array([], pa.null()) for c in columns})
+    )
 
 
 # long (61 lines): one branch per kind of cell (image bytes, image path, tokens, float, list)
