@@ -16,7 +16,6 @@ from datamill.serve.http.access import (
     check_dataset,
     may_use,
 )
-from datamill.serve.http.routes.bounds import check_iteration
 from datamill.serve.http.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
 from datamill.serve.observe import lifecycle
 from datamill.serve.observe.lifecycle import MAX_PAGE
@@ -29,9 +28,9 @@ router = APIRouter(prefix="/api/v1/iterations")
 
 @router.post("")
 def create_iteration(who: Reader, body: IterationIn, state: State) -> dict[str, Any]:
-    """Create an iteration, or join the one of the same name (or config) and epoch."""
-    ds = check_dataset(who, state, body.dataset)
-    check_iteration(state, ds, body)
+    """Create an iteration, or join the one of the same name (or config) and epoch (its shape is
+    checked against its dataset by :meth:`~datamill.serve.catalog.Catalog.create_iteration`)."""
+    check_dataset(who, state, body.dataset)
     desc = state.create_iteration(body.model_dump(exclude_none=True))
     state.journal.set_owner(desc["id"], who.key_id or "")
     return desc
