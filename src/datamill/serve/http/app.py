@@ -106,11 +106,11 @@ async def _on_unavailable(request: Request, exc: Exception) -> Response:
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    if request.url.path.startswith("/ui/") and exc.status_code in (401, 403):
+    if request.url.path.startswith("/ui/") and exc.status_code == 401:
         from datamill.serve.ui.pages import access_page
 
-        return access_page(request, exc.status_code, str(exc.detail))
-    if _ui(request):  # an unknown /ui/... path, a wrong method: the UI's own error page
+        return access_page(request)
+    if _ui(request):  # a key without the role, an unknown /ui/... path: the UI's own error page
         from datamill.serve.ui.render import error_page
 
         return error_page(request, exc.status_code, str(exc.detail))

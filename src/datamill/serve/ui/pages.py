@@ -48,14 +48,11 @@ from datamill.serve.ui.svg import bars_svg, histogram_svg
 __all__ = ["access_page", "root", "router"]
 
 
-def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
-    """The page for a refused request: the login form (401) or an error page (403)."""
-    if status == 401:
-        msg = "your key is invalid or was revoked: enter a valid key"
-        error = msg if request.cookies.get(COOKIE) else None
-        return _login_page(request, None, status=401, error=error, next=request.url.path)
-    who = authenticate(request)
-    return render(request, "error.html", who, status=status, error=detail, kind=f"HTTP {status}")
+def access_page(request: Request) -> HTMLResponse:
+    """The page of a request refused for want of a valid key (401): the login form."""
+    msg = "your key is invalid or was revoked: enter a valid key"
+    error = msg if request.cookies.get(COOKIE) else None
+    return _login_page(request, None, status=401, error=error, next=request.url.path)
 
 
 # ------------------------------------------------------------------------------------------ session
