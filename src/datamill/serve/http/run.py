@@ -216,6 +216,8 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
+# long (68 lines of code): the public entry: the checked config, logging, the app, uvicorn with
+# TLS/proxy options and uvloop/httptools, the drain
 def serve(
     root_or_config: str | os.PathLike[str],
     *,
@@ -283,7 +285,17 @@ def serve(
     if key:
         _show_initial_key(key, state_dir, echo)
     _recovery_summary(st, url=url)
-    fast, proxy = _fast_parts(cfg, st), _proxy_options(cfg)
+    # uvloop and httptools where installed (httptools behind the bounds of http.limits, telling the
+    # state of client sessions whose connections were all closed)
+    fast: dict[str, Any] = {"loop": "uvloop"} if importlib.util.find_spec("uvloop") else {}
+    if importlib.util.find_spec("httptools"):
+        from datamill.serve.http.limits import guarded_http
+
+        closed, opened = st.session_closed, st.session_opened
+        fast["http"] = guarded_http(
+            cfg.forwarded_allow_ips, session_closed=closed, session_opened=opened
+        )
+    proxies = ",".join(cfg.forwarded_allow_ips or ())  # X-Forwarded-* trusted from these only
     config = uvicorn.Config(
         app,
         host=cfg.host,
@@ -294,7 +306,8 @@ def serve(
         ssl_certfile=cfg.ssl_certfile,
         ssl_keyfile=cfg.ssl_keyfile,
         timeout_graceful_shutdown=5,
-        **proxy,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
         **fast,
         timeout_keep_alive=75,
     )  # above a proxy's or client's idle time: no close/send race
@@ -343,29 +356,6 @@ def _allowed_hosts(cfg: ServeConfig) -> list[str]:
     if cfg.host in ("0.0.0.0", "::"):
         hosts += [f"{n}:{cfg.port}" for n in {socket.gethostname(), socket.getfqdn()} if n]
     return hosts
-
-
-def _fast_parts(cfg: ServeConfig, st: Any) -> dict[str, Any]:
-    """uvicorn's ``loop``/``http`` options for uvloop and httptools where they are installed
-    (httptools behind the bounds of :mod:`datamill.serve.http.limits`, telling ``st`` of client
-    sessions whose connections were all closed)."""
-    fast: dict[str, Any] = {"loop": "uvloop"} if importlib.util.find_spec("uvloop") else {}
-    if importlib.util.find_spec("httptools"):
-        from datamill.serve.http.limits import guarded_http
-
-        fast["http"] = guarded_http(
-            cfg.forwarded_allow_ips,
-            session_closed=st.session_closed,
-            session_opened=st.session_opened,
-        )
-    return fast
-
-
-def _proxy_options(cfg: ServeConfig) -> dict[str, Any]:
-    """uvicorn's proxy-header options: trusted only from ``forwarded_allow_ips``."""
-    if cfg.forwarded_allow_ips:
-        return {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
-    return {"proxy_headers": False}
 
 
 INITIAL_KEY_FILE = "initial-admin-key"
