@@ -4,7 +4,7 @@ column of the iterations and clients tables shows (one card per row, no inner sc
 columns whose files are elsewhere shown as text; a missing UID a message on the samples page; bad
 query parameters and unknown ``/ui/...`` paths the UI's error page; years printed as years; a
 sub-second duration in ms; an ETA on a running iteration; the lineage page linked from the dataset
-page; BERT token ids decoded with the tokenizer beside the Parquet. Screenshots go to the test's
+page; BERT token ids decoded with the tokenizer the Parquet stores. Screenshots go to the test's
 tmp folder."""
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def test_years_durations_eta_lineage_link_and_bert_tokens(
     page.goto(srv["url"] + "/ui/iterations?name=quick")
     dur = page.locator("#iterations [data-stat=duration]").first.inner_text()
     assert dur != "0.0 s" and dur.endswith((" ms", " s")), dur
-    # BERT token ids decoded with the tokenizer beside the Parquet
+    # BERT token ids decoded with the tokenizer the Parquet stores
     page.goto(srv["url"] + f"/ui/datasets/{srv['bert']}/samples?limit=3")
     tokens = page.locator("#samples td[data-column=tokens] .tokens").first.inner_text()
     assert tokens.startswith("[CLS]") and "[SEP]" in tokens, tokens

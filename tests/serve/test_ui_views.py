@@ -95,6 +95,14 @@ def _get(env: Any, path: str, **kw: Any) -> Any:
     return env["client"].get(path, headers=env["auth"], **kw)
 
 
+def test_create_app_mounts_the_pages_and_their_static_files(tmp_path: Any) -> None:
+    """(Was install_ui's doctest: create_app now mounts the UI's routers itself.)"""
+    client = TestClient(create_app(tmp_path, auth=False), base_url="http://localhost")
+    css = client.get("/ui/static/ui.css")
+    assert client.get("/ui/datasets").status_code == 200
+    assert css.headers["content-type"] == "text/css; charset=utf-8"
+
+
 def test_preprocessed_hdf5_metadata_and_decoded_tokens(env: Any) -> None:
     page = _get(env, f"/ui/datasets/{env['ids']['pre']}")
     assert page.status_code == 200 and "preprocessed HDF5" in page.text

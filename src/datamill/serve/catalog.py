@@ -136,6 +136,7 @@ class Catalog:
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
         self._located: dict[str, str] = {}  # dataset id -> client location (direct mode)
         self._row_bytes: dict[str, float | None] = {}  # dataset id -> stored bytes per sample
+        self._samples: dict[tuple[str, int], int] = {}  # (path, mtime) -> samples
         self.keys = KeyStore(self.journal)
         self.auth, self.lease_timeout = auth, float(lease_timeout)
         self.cache_shards = None if cache_shards is None else int(cache_shards)
@@ -164,7 +165,6 @@ class Catalog:
             self.pool.close()
         for svc in self._services.values():
             svc.close()
-        self.keys.close()
         self.journal.close()
 
     # ------------------------------------------------------------------ datasets
@@ -323,7 +323,26 @@ class Catalog:
                 raise ConfigError(f"{f} must be >= {low}, got {cfg[f]}")
         if cfg["mode"] not in MODES:
             raise ConfigError(f"unknown mode {cfg['mode']!r}; expected one of {', '.join(MODES)}")
+        n, world = self._num_samples(self.dataset(cfg["dataset"])), cfg["world_size"]
+        if world > max(1, n):
+            raise ConfigError(
+                f"world_size must be at most the dataset's {n:,} samples, got {world:,}",
+                hint="use fewer ranks (each rank needs at least one sample)",
+            )
+        if cfg["batch_size"] * cfg["lease_size"] > MAX_LEASE_SAMPLES:  # a request's work bounded
+            raise ConfigError(
+                f"batch_size * lease_size must be at most {MAX_LEASE_SAMPLES:,} samples per lease, "
+                f"got {cfg['batch_size']:,} * {cfg['lease_size']:,}",
+                hint="lower lease_size",
+            )
         return cfg
+
+    def _num_samples(self, ds: Mapping[str, Any]) -> int:
+        """Samples of a registered dataset (cached until its folder or file changes)."""
+        key = (ds["path"], Path(ds["path"]).stat().st_mtime_ns)
+        if key not in self._samples:
+            self._samples[key] = int(sum(self.open_source(ds["path"]).shard_sizes()))
+        return self._samples[key]
 
     def _lease_size(self, req: Mapping[str, Any]) -> int:
         """Batches per lease: ``lease_size`` when given; else, with ``lease_bytes``, about that
@@ -394,7 +413,9 @@ class Catalog:
         """Create an iteration, or join the existing one of the same name (or config) and epoch.
 
         A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``;
-        any other difference from the existing iteration's settings is a :class:`ConflictError`.
+        any other difference from the existing iteration's settings is a :class:`ConflictError`. A
+        shape that does not fit the dataset (more ranks than samples, a lease of more than
+        :data:`MAX_LEASE_SAMPLES`) is a :class:`ConfigError`.
         """
         cfg = self._config(req)
         joined = {k: v for k, v in cfg.items() if k not in _CREATOR_ONLY}

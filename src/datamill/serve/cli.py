@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datamill.core.checks import Limit
 from datamill.core.cliargs import (
     add_batch_size,
     add_columns,
@@ -39,48 +40,19 @@ from datamill.core.cliargs import (
 if TYPE_CHECKING:
     from datamill.serve.journal.store import Journal
 
-__all__ = [
-    "add_iterate_options",
-    "count",
-    "host_list",
-    "port_number",
-    "positive",
-    "register",
-    "run_iterate",
-    "seconds",
-    "whole",
-]
+__all__ = ["add_iterate_options", "host_list", "register", "run_iterate"]
 
 
-def _ranged(kind: Callable[[str], Any], low: float, high: float, what: str) -> Callable[[str], Any]:
-    """An argparse type: ``kind(text)`` in ``[low, high]`` (nan refused), else "expected what"."""
+def _ranged(name: str) -> Callable[[str], Any]:
+    """An argparse type: a number in the range :class:`~datamill.serve.http.run.ServeConfig`
+    declares for its field ``name``, checked by that range's :class:`~datamill.core.checks.Limit`
+    (the API's words)."""
+    from datamill.serve.http.run import ServeConfig
 
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = float("nan")
-        if not low <= value <= high:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    return parse
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port in 1..65535.
-
-    Examples:
-        >>> port_number("8470")
-        8470
-    """
-    port: int = _ranged(int, 1, 65535, "a port number in 1..65535")(text)
-    return port
-
-
-def seconds(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds in ``[low, high]``."""
-    return _ranged(float, low, high, f"seconds in [{low:g}, {high:g}]")
+    field = ServeConfig.model_fields[name]
+    bound = {k: getattr(m, k) for m in field.metadata for k in ("ge", "le") if hasattr(m, k)}
+    kind = "float" if field.annotation is float else "int"
+    return Limit(name, low=bound["ge"], high=bound["le"], kind=kind).arg
 
 
 def host_list(text: str) -> list[str]:
@@ -91,33 +63,14 @@ def host_list(text: str) -> list[str]:
         >>> host_list("example.org, 10.0.0.5:8470")
         ['example.org', '10.0.0.5:8470']
     """
+    from datamill.serve.http.run import HOST_PATTERN
+
     hosts = [h.strip() for h in text.split(",") if h.strip()]
-    bad = [
-        h
-        for h in hosts
-        if h != "*"
-        and not re.fullmatch(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?", h)
-    ]
-    if not hosts or bad:
+    if not hosts or not all(re.match(HOST_PATTERN, h) for h in hosts):
         raise argparse.ArgumentTypeError(
             f"expected comma-separated host names such as example.org,10.0.0.5:8470, got {text!r}"
         )
     return hosts
-
-
-def whole(low: int, high: int = 2**31) -> Callable[[str], int]:
-    """An argparse type: a whole number in ``[low, high]``.
-
-    Examples:
-        >>> whole(1)("3"), whole(0, 64)("0")
-        (3, 0)
-    """
-
-    bound = f">= {low}" if high == 2**31 else f"in {low}..{high}"
-    return _ranged(int, low, high, f"a whole number {bound}")
-
-
-positive, count, _workers = whole(1), whole(0), whole(0, 64)
 
 
 # ----------------------------------------------------------------------------------------- commands
@@ -314,10 +267,10 @@ class _TargetOrCommand(argparse._SubParsersAction):  # type: ignore[type-arg]
 _CONFIGS = "(default: the config's, else"
 _SERVER_OPTIONS: dict[str, tuple[Any, str]] = {  # the options of `datamill serve ROOT_OR_CONFIG`
     "host": (str, f"address to bind {_CONFIGS} 127.0.0.1)"),
-    "port": (port_number, f"port to bind, 1..65535 {_CONFIGS} 8470)"),
+    "port": (_ranged("port"), f"port to bind, 1..65535 {_CONFIGS} 8470)"),
     "state": (str, f"state folder {_CONFIGS} ./.datamill-serve)"),
     "lease_timeout": (
-        seconds(1, 86_400),
+        _ranged("lease_timeout"),
         f"seconds a lease lives without a heartbeat, 1..86400 {_CONFIGS} 60)",
     ),
     "allowed_hosts": (
@@ -338,11 +291,11 @@ _SERVER_OPTIONS: dict[str, tuple[Any, str]] = {  # the options of `datamill serv
         + "default none",
     ),
     "drain_timeout": (
-        seconds(0, 3600),
+        _ranged("drain_timeout"),
         f"seconds SIGTERM waits for leases in flight to be acknowledged, 0..3600 {_CONFIGS} 30)",
     ),
     "build_workers": (
-        _workers,
+        _ranged("build_workers"),
         "processes building server-built leases, 0..64 (0: in the HTTP process; default: the "
         + "config's, else the cores, at most 4)",
     ),
@@ -371,14 +324,17 @@ def add_iterate_options(p: argparse.ArgumentParser) -> None:
     add_columns(p)
     add_ranks(p)
     p.add_argument(
-        "--limit", type=count, default=0, help="stop after this many batches (default 0: all)"
+        "--limit",
+        type=Limit("limit", low=0).arg,
+        default=0,
+        help="stop after this many batches (default 0: all)",
     )
     p.add_argument(
         "--save-state", default=None, help="write the RemoteLoader state JSON here at the end"
     )
     p.add_argument(
         "--reconnect-timeout",
-        type=seconds(0, 3600),
+        type=Limit("reconnect_timeout", low=0, high=3600, kind="float").arg,
         default=3.0,
         help="seconds to keep retrying an unreachable server before failing (default 3)",
     )

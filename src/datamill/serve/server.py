@@ -404,17 +404,7 @@ class ServeState(Catalog):
         records computed from the journal's own, never rewritten from a memory snapshot (which
         misses other ranks' acks in flight: issue #37's rewind race).
         """
-        if body.get("done") is None:
-            rank, consumed = int(body["rank"]), int(body["consumed"])
-            if (
-                it.mode != "static"
-                or not 0 <= rank < len(it.queues)
-                or not 0 <= consumed <= len(it.queues[rank])
-            ):
-                raise ConfigError(
-                    f"rewind of rank {rank} to {consumed} batches does not fit this "
-                    f"{it.mode} iteration ({[len(q) for q in it.queues]} batches per rank)"
-                )
+        self.check_rewind(it, body)
         with self.lock(it):
             if body.get("done") is not None:
                 drop, keep = it.rewind(
@@ -425,6 +415,27 @@ class ServeState(Catalog):
             w = self._rewind_write(it, drop, keep)
         self.writes.wait(w)
         return self.progress(it)
+
+    def check_rewind(self, it: Iteration, body: Mapping[str, Any]) -> None:
+        """Refuse (:class:`ConfigError`) a rewind whose units, rank or count lie outside the
+        iteration, before any change."""
+        if body.get("done") is not None:
+            bad = next(((a, b) for a, b in body["done"] if not 0 <= a <= b <= it.total), None)
+            if bad is not None:
+                raise ConfigError(
+                    f"done ranges must satisfy 0 <= start <= stop <= {it.total:,} (the iteration's "
+                    f"units), got [{bad[0]:,}, {bad[1]:,}]"
+                )
+            return
+        rank, consumed = body.get("rank"), body.get("consumed")
+        if rank is None or consumed is None:
+            raise ConfigError("a rewind needs {rank, consumed} or {done: [[start, stop], ...]}")
+        queues = [len(q) for q in it.queues]
+        if it.mode != "static" or not 0 <= rank < len(queues) or not 0 <= consumed <= queues[rank]:
+            raise ConfigError(
+                f"rewind of rank {rank} to {consumed:,} batches does not fit this {it.mode} "
+                f"iteration ({queues[:16]} batches per rank)"
+            )
 
     def _rewind_write(
         self, it: Iteration, drop: NDArray[np.int64], keep: NDArray[np.int64]

@@ -36,27 +36,12 @@ from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.protocol.state import runs
 from datamill.serve.server import NotFoundError, ServeState
 
-__all__ = [
-    "MAX_RUN_RECORDS",
-    "RUN_RECORDS_FORMAT",
-    "iteration_record",
-    "lease_clients",
-    "run_records",
-]
+__all__ = ["MAX_RUN_RECORDS", "RUN_RECORDS_FORMAT", "iteration_record", "run_records"]
 
 MAX_RUN_RECORDS = 64
 """Most iteration records one ``GET /api/v1/runs/{name}/trace`` answers (a page)."""
 RUN_RECORDS_FORMAT = "datamill.run-records/1"
 _SCAN = 4096  # most iterations of one name looked at per request (epochs from ``from_epoch`` on)
-
-
-def lease_clients(state: ServeState, it_id: str) -> dict[str, tuple[str, int]]:
-    """Lease id -> (the client that took it, issue order): journaled with each lease when it is
-    handed out."""
-    rows = state.journal._exec(
-        "SELECT lease, client, rowid FROM lease_holders WHERE iteration = ?", (it_id,)
-    )
-    return {str(a): (str(b), int(c)) for a, b, c in rows}
 
 
 def iteration_record(state: ServeState, it: Iteration) -> dict[str, Any]:
@@ -65,7 +50,8 @@ def iteration_record(state: ServeState, it: Iteration) -> dict[str, Any]:
     cfg = it.config
     svc = state.service(cfg)
     rank_batches = [int(x) for x in np.diff(it.offsets)]
-    holders = lease_clients(state, it.id)
+    held = "SELECT lease, client, rowid FROM lease_holders WHERE iteration = ?"  # at each take
+    holders = {str(a): (str(b), int(c)) for a, b, c in state.journal._exec(held, (it.id,))}
     done = state.journal.done(it.id)
     # a client consumes its leases in the order it received them, each in position (= unit) order,
     # so its k-th batch is the k-th unit in (lease issue order, unit) order, whenever the acks were

@@ -113,38 +113,36 @@ class Inspector:
 
     def __init__(self, state: Any) -> None:
         self.state = state
-        self.values = ValueStats()
+        self.stats = ValueStats()
         self._lock = threading.Lock()
         self._open: dict[str, tuple[int, Source]] = {}
         self._checks: dict[str, list[dict[str, Any]]] = {}
 
-    def row(self, ref: str) -> dict[str, Any]:
-        """The journal row of a dataset (id or name)."""
-        row: dict[str, Any] = self.state.dataset(ref)
-        return row
-
-    def source(self, ref: str) -> Source:
-        """The opened source of a dataset (reopened when its folder or file changed)."""
+    def source(self, ref: str, *, column: str | None = None) -> Source:
+        """The opened source of a dataset (reopened when its folder or file changed), which must
+        have ``column`` when one is named (:class:`SchemaError`)."""
         from datamill.sources import open_source
 
-        path = Path(self.row(ref)["path"])
+        path = Path(self.state.dataset(ref)["path"])
         try:
             stamp = path.stat().st_mtime_ns
         except OSError:
             stamp = -1
         with self._lock:
             hit = self._open.get(str(path))
-            if hit is not None and hit[0] == stamp:
-                return hit[1]
-        src = open_source(path)
+        src = hit[1] if hit is not None and hit[0] == stamp else open_source(path)
         with self._lock:
             self._open[str(path)] = (stamp, src)
+        if column is not None and column not in src.columns:
+            raise SchemaError(
+                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
+            )
         return src
 
     def summary(self, ref: str) -> dict[str, Any]:
         """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
         if unreadable)."""
-        row = self.row(ref)
+        row = self.state.dataset(ref)
         out: dict[str, Any] = {
             "id": row["id"],
             "name": row["name"],
@@ -194,7 +192,7 @@ class Inspector:
         """``check_report`` of a shardset dataset, cached by its fingerprint."""
         from datamill.shards.check import check_report
 
-        key = f"{self.row(ref)['path']}@{src.fingerprint()}"
+        key = f"{self.state.dataset(ref)['path']}@{src.fingerprint()}"
         if key not in self._checks:
             self._checks[key] = check_report(src.loc)
         return self._checks[key]
@@ -203,7 +201,7 @@ class Inspector:
         """The ``meta.json`` of a preprocessed HDF5 dataset (``None`` for other kinds)."""
         from datamill.preprocessing.meta import read_meta
 
-        path = Path(self.row(ref)["path"])
+        path = Path(self.state.dataset(ref)["path"])
         if path.suffix != HDF5_SUFFIX:
             return None
         meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
@@ -212,7 +210,8 @@ class Inspector:
         return read_meta(meta_path)
 
     def vocabs(self, ref: str, src: Source) -> dict[str, Any]:
-        """Column -> :class:`~datamill.vocab.Vocab` for columns holding token or category ids."""
+        """Column -> :class:`~datamill.vocab.Vocab` (or a BERT file's tokenizer) for columns holding
+        token or category ids."""
         out: dict[str, Any] = {}
         meta = self.meta(ref)
         if meta is not None:
@@ -227,15 +226,16 @@ class Inspector:
         corpus = getattr(src, "corpus", None)
         if corpus is not None and getattr(corpus, "vocab", None) is not None:
             out.update(x=corpus.vocab, y=corpus.vocab)
-        from datamill.serve.ui.tokens import TOKEN_COLUMNS, tokenizer_vocab
+        from datamill.pretrain.bert import BertParquetSource, load_tokenizer
 
-        tok = tokenizer_vocab(self.row(ref)["path"])  # BERT: the tokenizer beside the Parquet
-        if tok is not None:
-            out.update({c: tok for c in TOKEN_COLUMNS if c in src.columns})
+        if isinstance(src, BertParquetSource):  # its token ids: the tokenizer the file stores
+            try:
+                tok = load_tokenizer(self.state.dataset(ref)["path"])
+            except (DatamillError, ImportError):  # none stored, or no `tokenizers`: ids shown
+                return out
+            out.update({c: tok for c in ("tokens", "masked_labels") if c in src.columns})
         return out
 
-    # long (63 lines): the sample page's query: bounds, the shardsets' columns joined by UID, then
-    # the rows
     def samples(
         self,
         ref: str,
@@ -264,7 +264,6 @@ class Inspector:
                 f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0]
             )
         sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)])
         complete = True
         if where is None:
             total = int(sizes.sum())
@@ -273,18 +272,9 @@ class Inspector:
             matches, complete = _matching_rows(src, where[0], where[1], sizes)
             total = len(matches)
             wanted = matches[offset : offset + limit]
-        parts: list[pa.Table] = []
-        for k in np.unique(np.searchsorted(starts, wanted, side="right") - 1):
-            local = wanted[(wanted >= starts[k]) & (wanted < starts[k + 1])] - starts[k]
-            t = src.read_shard(int(k), columns=cols).replace_schema_metadata(None)
-            parts.append(t.take(pa.array(local)))
-        table = (
-            pa.concat_tables(parts)
-            if parts
-            else pa.table({c: pa.array([], pa.null()) for c in cols})
-        )
+        table = _take(src, wanted, cols)
         vocabs = self.vocabs(ref, src)
-        ds_id, path = self.row(ref)["id"], Path(self.row(ref)["path"])
+        ds_id, path = self.state.dataset(ref)["id"], Path(self.state.dataset(ref)["path"])
         base = path if path.is_dir() else path.parent
         uid_col = getattr(src, "uid_column", None)
         rows = []
@@ -330,7 +320,9 @@ class Inspector:
             key = _as_type(value, uids.type)
             found = -1 if key is None else pc.index(uids, key).as_py()
             if found < 0:
-                raise NotFoundError(f"no sample with UID {value!r} in {self.row(ref)['name']}")
+                raise NotFoundError(
+                    f"no sample with UID {value!r} in {self.state.dataset(ref)['name']}"
+                )
             return int(found)
         try:
             row = int(value.replace(",", ""))
@@ -340,20 +332,22 @@ class Inspector:
             raise NotFoundError(f"no row {row:,}: rows are 0 to {total - 1:,}")
         return row
 
+    def values(self, ref: str, column: str) -> dict[str, Any]:
+        """Top values and histogram of a column (:meth:`ValueStats.get`'s job as JSON: ``status``
+        ``running`` until computed)."""
+        src = self.source(ref, column=column)
+        return self.stats.get(src.fingerprint(), column, lambda: src).view()
+
     def cell_file(self, ref: str, *, row: int, column: str) -> tuple[bytes, str]:
         """``(bytes, mime)`` of the image a cell names by path, resolved inside the server's
         roots."""
-        src = self.source(ref)
-        if column not in src.columns:
-            raise SchemaError(
-                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
-            )
+        src = self.source(ref, column=column)
         if not 0 <= row < int(np.asarray(src.shard_sizes()).sum()):
             raise NotFoundError(f"no row {row}")
-        value = _raw_value(src, row, column)
+        value = _take(src, np.asarray([row], dtype=np.int64), [column]).column(column)[0].as_py()
         if not isinstance(value, str):
             raise NotFoundError(f"row {row} column {column!r} holds no file path")
-        base = Path(self.row(ref)["path"])
+        base = Path(self.state.dataset(ref)["path"])
         base = base if base.is_dir() else base.parent
         target = Path(os.path.realpath(base / value))
         if not any(target == r or r in target.parents for r in self.state.roots):
@@ -408,11 +402,20 @@ def _matching_rows(
     return np.concatenate(found) if found else np.zeros(0, np.int64), True
 
 
-def _raw_value(src: Source, row: int, column: str) -> Any:
-    sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    k = int(np.searchsorted(starts, row, side="right") - 1)
-    return src.read_shard(k, columns=[column]).column(column)[row - int(starts[k])].as_py()
+def _take(src: Source, rows: NDArray[np.int64], columns: list[str]) -> pa.Table:
+    """Rows ``rows`` (sorted) of the joined dataset: only their shards are read."""
+    starts = np.concatenate([[0], np.cumsum(np.asarray(src.shard_sizes(), dtype=np.int64))])
+    parts = [
+        src.read_shard(int(k), columns=columns)
+        .replace_schema_metadata(None)
+        .take(pa.array(rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]))
+        for k in np.unique(np.searchsorted(starts, rows, side="right") - 1)
+    ]
+    return (
+        pa.concat_tables(parts)
+        if parts
+        else pa.table({c: pa.array([], pa.null()) for c in columns})
+    )
 
 
 # long (61 lines): one branch per kind of cell (image bytes, image path, tokens, float, list)
@@ -477,7 +480,10 @@ def _image_path_cell(
 def _tokens_cell(value: int | list[int], vocab: Any) -> dict[str, Any]:
     """Token ids decoded with the dataset's vocabulary (padding left out), and the ids."""
     ids = value if isinstance(value, list) else [value]
-    tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
+    if hasattr(vocab, "id_to_token"):  # a BERT file's tokenizers.Tokenizer
+        tokens = [t if (t := vocab.id_to_token(i)) is not None else f"<id {i}>" for i in ids]
+    else:
+        tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
     text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
     return {"t": "tokens", "text": text, "ids": _short(ids)}
 
@@ -567,10 +573,7 @@ def describe_route(who: Reader, ref: str, insp: Insp) -> dict[str, Any]:
 def values_route(who: Reader, ref: str, column: str, insp: Insp) -> dict[str, Any]:
     """Top values and histogram of a column (``status`` ``running`` until computed)."""
     check_dataset(who, insp.state, ref)
-    src = insp.source(ref)
-    if column not in src.columns:
-        raise SchemaError(f"unknown column {column!r}; columns: {list(src.columns)}", column=column)
-    return insp.values.get(src.fingerprint(), column, lambda: src).view()
+    return insp.values(ref, column)
 
 
 @router.get("/{ref}/samples")

@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -105,11 +106,11 @@ async def _on_unavailable(request: Request, exc: Exception) -> Response:
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    if request.url.path.startswith("/ui/") and exc.status_code in (401, 403):
+    if request.url.path.startswith("/ui/") and exc.status_code == 401:
         from datamill.serve.ui.pages import access_page
 
-        return access_page(request, exc.status_code, str(exc.detail))
-    if _ui(request):  # an unknown /ui/... path, a wrong method: the UI's own error page
+        return access_page(request)
+    if _ui(request):  # a key without the role, an unknown /ui/... path: the UI's own error page
         from datamill.serve.ui.render import error_page
 
         return error_page(request, exc.status_code, str(exc.detail))
@@ -176,30 +177,21 @@ def _routers() -> list[APIRouter]:
 def create_app(
     state_dir: str | os.PathLike[str],
     *,
-    roots: Sequence[str | os.PathLike[str]] = (),
-    auth: bool = True,
-    lease_timeout: float = 60.0,
-    cache_shards: int | None = None,
     allowed_hosts: Sequence[str] = DEFAULT_HOSTS,
     metrics_no_auth: bool = False,
-    build_workers: int = 0,
+    **options: Any,
 ) -> FastAPI:
     """The FastAPI application of a server with its state in ``state_dir``.
 
     Args:
         state_dir: folder of the SQLite journal (created).
-        roots: folders datasets may be registered from. Defaults to ``()``.
-        auth: require API keys (``Authorization: Bearer dmk_...``). Defaults to ``True``.
-        lease_timeout: default lease lifetime without heartbeats, seconds. Defaults to ``60.0``.
-        cache_shards: released shards each batch service keeps for later leases. Defaults to
-            ``None`` (two shuffle windows per rank: a lease built after another reuses its shards
-            instead of rereading them).
         allowed_hosts: accepted ``Host`` names (``name`` or ``name:port``; ``*`` any). Defaults to
             the loopback names.
-        build_workers: processes building server-built leases (``0``: in the request's thread).
-            Defaults to ``0``.
         metrics_no_auth: ``GET /metrics`` without a key (the caller checks the address is loopback).
             Defaults to ``False`` (a ``metrics`` or ``admin`` key).
+        **options: the :class:`~datamill.serve.server.ServeState`'s, whole: ``roots``, ``auth``
+            (``Authorization: Bearer dmk_...`` keys), ``lease_timeout``, ``cache_shards``,
+            ``build_workers``.
 
     Returns:
         The app: ``app.state.serve`` is the :class:`ServeState`; ``app.state.initial_admin_key`` is
@@ -211,14 +203,7 @@ def create_app(
         >>> app.state.serve.datasets()
         []
     """
-    state = ServeState(
-        state_dir,
-        roots=roots,
-        auth=auth,
-        lease_timeout=lease_timeout,
-        cache_shards=cache_shards,
-        build_workers=build_workers,
-    )
+    state = ServeState(state_dir, **options)
     app = FastAPI(
         title="datamill serve",
         docs_url=None,
@@ -243,7 +228,7 @@ def create_app(
     app.state.serve, app.state.ui_secret = state, secrets.token_bytes(32)
     app.state.inspector = Inspector(state)
     app.state.initial_admin_key = None
-    if auth and state.keys.count() == 0:
+    if state.auth and state.keys.count() == 0:
         _, app.state.initial_admin_key = create_key(state.journal, role="admin", note="first start")
         state.keys.reload()
     return app

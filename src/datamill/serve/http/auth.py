@@ -166,9 +166,6 @@ class KeyStore:
             }
             self._version = version
 
-    def close(self) -> None:
-        """Nothing to close: the journal owns the connections."""
-
     def reload(self) -> None:
         """Reload now (after this process changed the keys)."""
         with self._lock:

@@ -85,10 +85,6 @@ def key_scope(state: ServeState, who: Viewer | None) -> Scope:
     return Scope(who.role, _canonical(state, who.datasets), None if row is None else row["expires"])
 
 
-def _row_scope(state: ServeState, row: dict[str, Any]) -> Scope:
-    return Scope(str(row["role"]), _canonical(state, row["datasets"]), row["expires"])
-
-
 def check_create(
     state: ServeState,
     who: Viewer | None,
@@ -114,7 +110,11 @@ def visible_keys(state: ServeState, who: Viewer | None) -> list[dict[str, Any]]:
     rows = state.keys.listing()
     if mine.datasets is None and mine.expires is None and mine.role == "admin":
         return rows
-    return [r for r in rows if not within(mine, _row_scope(state, r))]
+    return [
+        r
+        for r in rows
+        if not within(mine, Scope(r["role"], _canonical(state, r["datasets"]), r["expires"]))
+    ]
 
 
 def check_revoke(state: ServeState, who: Viewer | None, key_id: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ exit 0).
 
 from __future__ import annotations
 
-import collections
 import importlib.util
 import ipaddress
 import os
@@ -34,12 +33,19 @@ from datamill.core.errors import ConfigError
 from datamill.core.optional import require
 from datamill.serve.http.guard import default_hosts
 
-__all__ = ["DEFAULT_PORT", "INITIAL_KEY_FILE", "ServeConfig", "is_loopback", "load_config", "serve"]
+__all__ = [
+    "DEFAULT_PORT",
+    "HOST_PATTERN",
+    "INITIAL_KEY_FILE",
+    "ServeConfig",
+    "is_loopback",
+    "load_config",
+    "serve",
+]
 
 DEFAULT_PORT = 8470
-
-
-_HOST_RE = r"^(\*|[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)$"
+HOST_PATTERN = r"^(\*|[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?)$"
+"""A ``Host`` name the server may answer: ``name``, ``name:port``, ``[v6]:port`` or ``*``."""
 
 
 class ServeConfig(BaseModel):
@@ -84,7 +90,7 @@ class ServeConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     auth: bool = True
-    allowed_hosts: list[Annotated[str, StringConstraints(pattern=_HOST_RE)]] | None = None
+    allowed_hosts: list[Annotated[str, StringConstraints(pattern=HOST_PATTERN)]] | None = None
     lease_timeout: float = Field(60.0, ge=1, le=86_400, allow_inf_nan=False)
     cache_shards: int | None = Field(None, ge=1)
     log_format: Literal["text", "json"] = "text"
@@ -210,39 +216,25 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
-# long (64 lines of code): the public entry: the checked config, logging, the app, uvicorn with
-# TLS/proxy options, the drain; the docstring documents every option
+# long (68 lines of code): the public entry: the checked config, logging, the app, uvicorn with
+# TLS/proxy options and uvloop/httptools, the drain
 def serve(
     root_or_config: str | os.PathLike[str],
     *,
-    host: str | None = None,
-    port: int | None = None,
-    state: str | os.PathLike[str] | None = None,
-    auth: bool | None = None,
-    lease_timeout: float | None = None,
-    allowed_hosts: Sequence[str] | None = None,
     echo: Callable[[str], Any] = print,
     **options: Any,
 ) -> None:
     """Serve the datasets under a root (or a config's roots) until interrupted or drained by
     SIGTERM.
 
-    Every argument left ``None`` takes the config file's value, which defaults as the
-    :class:`ServeConfig` field of that name says.
-
     Args:
         root_or_config: a dataset root folder or a server config file.
-        host: address to bind.
-        port: port to bind.
-        state: state folder (journal).
-        auth: require API keys; ``False`` only on a loopback address.
-        lease_timeout: lease lifetime without heartbeats, seconds.
-        allowed_hosts: ``Host`` names answered (by default also this machine's names when bound to
-            all interfaces).
         echo: where start-up lines (and the one-time admin key) go. Defaults to ``print``.
-        **options: any other :class:`ServeConfig` field (``log_format``, ``log_level``,
-            ``ssl_certfile``, ``ssl_keyfile``, ``forwarded_allow_ips``, ``drain_timeout``,
-            ``metrics_no_auth``, ``cache_shards``, ``build_workers``).
+        **options: any :class:`ServeConfig` field but ``roots`` and ``datasets`` (``host``,
+            ``port``, ``state``, ``auth``, ``lease_timeout``, ``allowed_hosts``, ``log_format``,
+            ``log_level``, ``ssl_certfile``, ``ssl_keyfile``, ``forwarded_allow_ips``,
+            ``drain_timeout``, ``metrics_no_auth``, ``cache_shards``, ``build_workers``): one left
+            ``None`` takes the config file's value, which defaults as the field says.
 
     Raises:
         ConfigError: ``auth=False`` or ``metrics_no_auth`` on a non-loopback address, a bad
@@ -255,16 +247,10 @@ def serve(
         datamill.core.errors.ConfigError: /nonexistent-root: no such dataset root or config file
     """
     base = load_config(root_or_config)
-    given = {
-        "host": host,
-        "port": port,
-        "state": None if state is None else str(state),
-        "auth": auth,
-        "lease_timeout": lease_timeout,
-        "allowed_hosts": None if allowed_hosts is None else list(allowed_hosts),
-        **options,
+    paths_as_text = {
+        k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()
     }
-    cfg = _checked_config(base, given)
+    cfg = _checked_config(base, paths_as_text)
     uvicorn = require("uvicorn", extra="serve")
     import logging.config
 
@@ -299,7 +285,17 @@ def serve(
     if key:
         _show_initial_key(key, state_dir, echo)
     _recovery_summary(st, url=url)
-    fast, proxy = _fast_parts(cfg, st), _proxy_options(cfg)
+    # uvloop and httptools where installed (httptools behind the bounds of http.limits, telling the
+    # state of client sessions whose connections were all closed)
+    fast: dict[str, Any] = {"loop": "uvloop"} if importlib.util.find_spec("uvloop") else {}
+    if importlib.util.find_spec("httptools"):
+        from datamill.serve.http.limits import guarded_http
+
+        closed, opened = st.session_closed, st.session_opened
+        fast["http"] = guarded_http(
+            cfg.forwarded_allow_ips, session_closed=closed, session_opened=opened
+        )
+    proxies = ",".join(cfg.forwarded_allow_ips or ())  # X-Forwarded-* trusted from these only
     config = uvicorn.Config(
         app,
         host=cfg.host,
@@ -310,7 +306,8 @@ def serve(
         ssl_certfile=cfg.ssl_certfile,
         ssl_keyfile=cfg.ssl_keyfile,
         timeout_graceful_shutdown=5,
-        **proxy,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
         **fast,
         timeout_keep_alive=75,
     )  # above a proxy's or client's idle time: no close/send race
@@ -361,29 +358,6 @@ def _allowed_hosts(cfg: ServeConfig) -> list[str]:
     return hosts
 
 
-def _fast_parts(cfg: ServeConfig, st: Any) -> dict[str, Any]:
-    """uvicorn's ``loop``/``http`` options for uvloop and httptools where they are installed
-    (httptools behind the bounds of :mod:`datamill.serve.http.limits`, telling ``st`` of client
-    sessions whose connections were all closed)."""
-    fast: dict[str, Any] = {"loop": "uvloop"} if importlib.util.find_spec("uvloop") else {}
-    if importlib.util.find_spec("httptools"):
-        from datamill.serve.http.limits import guarded_http
-
-        fast["http"] = guarded_http(
-            cfg.forwarded_allow_ips,
-            session_closed=st.session_closed,
-            session_opened=st.session_opened,
-        )
-    return fast
-
-
-def _proxy_options(cfg: ServeConfig) -> dict[str, Any]:
-    """uvicorn's proxy-header options: trusted only from ``forwarded_allow_ips``."""
-    if cfg.forwarded_allow_ips:
-        return {"proxy_headers": True, "forwarded_allow_ips": ",".join(cfg.forwarded_allow_ips)}
-    return {"proxy_headers": False}
-
-
 INITIAL_KEY_FILE = "initial-admin-key"
 """Where a first start not on a terminal (systemd, a log file) leaves its admin key, in the state
 folder (mode 0600), instead of printing it to a log that keeps it for good."""
@@ -431,13 +405,8 @@ def _recovery_summary(st: Any, *, url: str) -> None:
     from datamill.serve.observe import lifecycle
     from datamill.serve.observe.logs import event
 
-    rows, _ = lifecycle.page(st.journal, limit=lifecycle.MAX_PAGE)
-    by = collections.Counter(r["status"] for r in rows)
-    held = (
-        st.journal._exec("SELECT COUNT(*) FROM leases")[0][0]
-        if st.journal._exec("SELECT 1 FROM sqlite_master WHERE name = 'leases'")
-        else 0
-    )
+    by = lifecycle.counts(st.journal)
+    held = st.journal._exec("SELECT COUNT(*) FROM leases")[0][0]  # the schema always has it
     event(
         "start",
         url=url,

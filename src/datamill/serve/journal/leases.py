@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
 from datamill.serve.journal.schema import sealed
-from datamill.serve.journal.store import DONE_INSERT, Journal, bool_runs, fold_done
+from datamill.serve.journal.store import DONE_INSERT, Journal, bool_runs, done_mask
 from datamill.serve.protocol.state import Lease
 
 __all__ = [
@@ -293,9 +293,7 @@ def rewind_write(
     now = time.time()
 
     def fn(db: sqlite3.Connection) -> None:
-        done = np.zeros(total, dtype=bool)
-        for a, b in fold_done(db, it_id):
-            done[a:b] = True
+        done = done_mask(db, it_id, total)
         new = done.copy()
         new[drop] = False
         new[keep] = True

@@ -28,7 +28,7 @@ from datamill.serve.journal.schema import (
     unlock_state,
 )
 
-__all__ = ["DONE_INSERT", "Journal", "backup", "bool_runs", "fold_done", "merge_runs"]
+__all__ = ["DONE_INSERT", "Journal", "backup", "bool_runs", "done_mask"]
 
 DONE_INSERT = (
     "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -78,36 +78,16 @@ def backup(state_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> Pa
     return dst
 
 
-def fold_done(db: sqlite3.Connection, it_id: str) -> list[tuple[int, int]]:
-    """The done set of an iteration as runs: its ``done`` rows folded in commit order (sign -1:
-    pending again). Without such rows (no rewind) the rows are the set."""
+def done_mask(db: sqlite3.Connection, it_id: str, size: int = 0) -> NDArray[np.bool_]:
+    """The done set of an iteration as a mask (at least ``size`` long): its ``done`` rows folded
+    in commit order (a row of sign -1 sets its units pending again)."""
     rows = db.execute(
         "SELECT start, stop, sign FROM done WHERE iteration = ? ORDER BY rowid", (it_id,)
     ).fetchall()
-    if not rows:
-        return []
-    if all(r[2] > 0 for r in rows):
-        return merge_runs([(int(a), int(b)) for a, b, _ in rows])
-    done = np.zeros(max(int(r[1]) for r in rows), dtype=bool)
+    done = np.zeros(max([size, *(int(r[1]) for r in rows)]), dtype=bool)
     for a, b, sign in rows:
         done[int(a) : int(b)] = sign > 0
-    return bool_runs(done)
-
-
-def merge_runs(rs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, merged ``[start, stop)`` runs.
-
-    Examples:
-        >>> merge_runs([(5, 7), (0, 2), (2, 3), (6, 9)])
-        [(0, 3), (5, 9)]
-    """
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(rs):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        elif b > a:
-            out.append((a, b))
-    return out
+    return done
 
 
 def bool_runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
@@ -358,7 +338,7 @@ class Journal:
         """The done set of an iteration: the fold of its rows in commit order (a row of sign -1,
         appended by a rewind, sets its units pending again), as ``[start, stop)`` runs."""
         with self._lock:
-            return fold_done(self._db, it_id)
+            return bool_runs(done_mask(self._db, it_id))
 
     def session_acks(self, it_id: str, session: str) -> list[int] | None:
         """The units the leases of session hash ``session`` acknowledged, in journal order (the

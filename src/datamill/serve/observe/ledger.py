@@ -2,11 +2,10 @@
 
 Table ``ui_clients`` holds, per ``(iteration, client)``, the client's rank and the seconds it
 stalled waiting for data (its ``batches`` column is no longer read: a client's acknowledged batches
-are a fold of the journal's ack records, exact after a kill -9); table ``ui_acks`` the batches
-acknowledged per upkeep tick (the throughput chart).
-:func:`record` adds what changed in memory since its last call (it runs in the server's upkeep tick,
-once a second), so a restart loses at most the last second; :func:`clients` reads the journaled rows
-plus what is not journaled yet.
+are a fold of the journal's ack records, exact after a kill -9, as is the throughput chart, which
+table ``ui_acks`` fed before). :func:`record` adds what changed in memory since its last call (it
+runs in the server's upkeep tick, once a second), so a restart loses at most the last second;
+:func:`clients` reads the journaled rows plus what is not journaled yet.
 
 Examples:
     >>> import tempfile
@@ -22,21 +21,18 @@ Examples:
     >>> j.add_done("it-1", [(0, 5)], lease="l.1")  # what lease l.1 (taken by c1) acknowledged
     >>> clients(j, "it-1")
     {'c1': {'rank': 0, 'batches': 5, 'stall_s': 0.5}}
-    >>> [n for _, n in throughput(j, "it-1")]
-    [3, 2]
     >>> j.close()
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from datamill.serve.journal.store import Journal
 
-__all__ = ["clients", "record", "runs_of_dataset", "throughput"]
+__all__ = ["clients", "record", "runs_of_dataset"]
 
 Memo = MutableMapping[tuple[str, str], tuple[int, float, float]]
 """``(iteration, client) -> (id of the in-memory record, newest ack time, stall seconds)`` last
@@ -70,16 +66,8 @@ def record(journal: Journal, iterations: Iterable[Any], memo: Memo) -> None:
             memo[(it_id, cid)] = (id(info), newest, float(info.stall_s))
     if not rows:
         return
-    now = time.time()
-    per_it: dict[str, int] = {}
-    for it_id, _, _, db_, _ in rows:
-        per_it[it_id] = per_it.get(it_id, 0) + db_
     with journal._lock, journal._db as db:  # one transaction: committed, or rolled back
         db.execute("BEGIN IMMEDIATE")
-        db.executemany(
-            "INSERT INTO ui_acks (iteration, at, batches) VALUES (?, ?, ?)",
-            [(i, now, n) for i, n in per_it.items() if n > 0],
-        )
         db.executemany(
             "INSERT INTO ui_clients (iteration, client, rank, batches, stall_s) VALUES "
             "(?, ?, ?, ?, ?) ON CONFLICT (iteration, client) DO UPDATE SET rank = excluded.rank, "
@@ -118,16 +106,6 @@ def clients(
         )
         row["batches"] = int(n)
     return dict(sorted(out.items()))
-
-
-def throughput(journal: Journal, it_id: str) -> list[tuple[float, int]]:
-    """``(time, batches acknowledged)`` per upkeep tick of an iteration, oldest first."""
-    return [
-        (float(a), int(n))
-        for a, n in journal._exec(
-            "SELECT at, batches FROM ui_acks WHERE iteration = ? ORDER BY at", (it_id,)
-        )
-    ]
 
 
 def runs_of_dataset(journal: Journal, ds_id: str) -> list[dict[str, Any]]:

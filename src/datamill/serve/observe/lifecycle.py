@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PAGE",
     "STALE_AFTER",
     "STATUSES",
+    "counts",
     "ended",
     "gc",
     "one",
@@ -100,6 +101,18 @@ def seen(journal: Journal, activity: Iterable[tuple[str, float, Collection[str]]
         )
 
 
+def counts(journal: Journal) -> dict[str, int]:
+    """Iterations by status, every status of :data:`STATUSES` (0 when none)."""
+    by = dict(
+        journal._exec(
+            f"SELECT st, COUNT(*) FROM (SELECT ({_STATUS_SQL}) AS st FROM iterations i "
+            "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
+            {"now": time.time(), "stale": STALE_AFTER},
+        )
+    )
+    return {s: int(by.get(s, 0)) for s in STATUSES}
+
+
 def one(journal: Journal, it_id: str) -> dict[str, Any] | None:
     """The lifecycle row of one iteration (as :func:`page` gives it), or ``None``."""
     rows, _ = page(journal, _only=it_id)
@@ -111,6 +124,7 @@ def page(
     *,
     status: str | None = None,
     datasets: Collection[str] | None = None,
+    name: str | None = None,
     limit: int = 100,
     after: str | None = None,
     newest_first: bool = False,
@@ -123,6 +137,7 @@ def page(
         journal: the server's journal.
         status: only iterations of this status (one of :data:`STATUSES`). Defaults to all.
         datasets: only iterations of these dataset ids. Defaults to all.
+        name: only iterations whose name contains this text (any case). Defaults to all.
         limit: rows per page, 1..:data:`MAX_PAGE`. Defaults to ``100``.
         after: the id of the last iteration of the previous page. Defaults to the first page.
         newest_first: the newest iteration first (the UI's order). Defaults to ``False``.
@@ -152,6 +167,9 @@ def page(
             f"({', '.join(f':d{k}' for k in range(len(names)))})"
         )
         args.update({f"d{k}": d for k, d in enumerate(names)})
+    if name is not None:
+        where.append("instr(lower(i.key), :name) > 0")
+        args["name"] = name.lower()
     if status is not None:
         where.append(f"({_STATUS_SQL}) = :status")
         args["status"] = status

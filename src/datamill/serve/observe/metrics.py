@@ -27,8 +27,8 @@ import itertools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from datamill.serve.catalog import Catalog  # only for types: the catalog imports this module
     from datamill.serve.protocol.iteration import Iteration
     from datamill.serve.protocol.round_trip import Settled
     from datamill.serve.protocol.state import Lease
@@ -51,7 +52,6 @@ __all__ = [
     "MAX_ITERATION_SERIES",
     "JournalCollector",
     "RequestMetrics",
-    "ServedState",
     "Telemetry",
     "registry_for",
 ]
@@ -78,24 +78,6 @@ MAX_ITERATION_SERIES = 50
 FLUSH_S = 1.0
 """Seconds between two writes of the counters and lifecycle to the journal."""
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-
-
-class ServedState(Protocol):
-    """What the telemetry reads of the server's state (the server's ``ServeState`` has it).
-
-    A protocol, so this module does not import the server (which imports it).
-    """
-
-    journal: Journal
-    telemetry: Telemetry
-    draining: bool
-    _lock: threading.RLock
-    _iterations: dict[str, Iteration]
-    clock: Callable[[], float]
-
-    def lock(self, it: Iteration) -> threading.RLock: ...
-
-    def progress(self, it: Iteration) -> dict[str, Any]: ...
 
 
 class Telemetry:
@@ -189,18 +171,14 @@ class Telemetry:
         self.add(it.id, "bytes_sent", nbytes)
         self.build_seconds.observe(seconds)
 
-    def acked(self, it: Iteration, latencies: Sequence[float]) -> None:
-        """Leases were finished (every batch acknowledged), ``latencies`` seconds after their
-        issue."""
-        if latencies:
-            self.add(it.id, "leases_acknowledged", len(latencies))
-            for s in latencies:
-                self.ack_latency.observe(s)
-
     def settled(self, it: Iteration, s: Settled) -> None:
         """A round trip was applied or undone (:func:`~datamill.serve.protocol.round_trip.finish`):
-        count its finished leases and the leases that timed out meanwhile."""
-        self.acked(it, s.latencies)
+        count its finished leases (and their latency since their issue) and the leases that timed
+        out meanwhile."""
+        if s.latencies:
+            self.add(it.id, "leases_acknowledged", len(s.latencies))
+            for seconds in s.latencies:
+                self.ack_latency.observe(seconds)
         if s.timed_out:
             self.expired(it, s.timed_out)
 
@@ -224,7 +202,7 @@ class Telemetry:
             event(f"iteration {status}", iteration=it.id)
 
     # ------------------------------------------------------------------ upkeep
-    def tick(self, state: ServedState) -> None:
+    def tick(self, state: Catalog) -> None:
         """Expire leases, log clients gone, record activity, forget idle ended iterations, flush
         counters."""
         now, wall = state.clock(), time.time()
@@ -240,7 +218,7 @@ class Telemetry:
         self.flush_counters()
 
     def _upkeep(
-        self, state: ServedState, it: Iteration, now: float, wall: float
+        self, state: Catalog, it: Iteration, now: float, wall: float
     ) -> list[tuple[str, float, list[str]]]:
         """One live iteration's upkeep: expire its leases, log its clients gone, forget it when it
         ended and nothing is leased; its activity row (none without clients)."""
@@ -263,7 +241,7 @@ class Telemetry:
             return []
         return [(it.id, wall - (now - max(clients.values())), list(clients))]
 
-    def start(self, state: ServedState, *, every: float = FLUSH_S) -> None:
+    def start(self, state: Catalog, *, every: float = FLUSH_S) -> None:
         """Run :meth:`tick` every ``every`` seconds in a daemon thread until :meth:`stop`."""
 
         def loop() -> None:
@@ -277,7 +255,7 @@ class Telemetry:
             self._thread = threading.Thread(target=loop, name="datamill-telemetry", daemon=True)
             self._thread.start()
 
-    def stop(self, state: ServedState) -> None:
+    def stop(self, state: Catalog) -> None:
         """Stop the upkeep thread and write everything one last time."""
         self._stop.set()
         if self._thread is not None:
@@ -288,7 +266,7 @@ class Telemetry:
 class JournalCollector(Collector):
     """Every ``datamill_*`` metric, computed from the journal and the state when scraped."""
 
-    def __init__(self, state: ServedState) -> None:
+    def __init__(self, state: Catalog) -> None:
         self.state = state
 
     def _recent(self) -> list[tuple[str, str, int, int]]:
@@ -375,16 +353,8 @@ class JournalCollector(Collector):
         statuses = GaugeMetricFamily(
             "datamill_iterations", "Iterations in the journal by status.", labels=["status"]
         )
-        by = dict(
-            state.journal._exec(
-                f"SELECT st, COUNT(*) FROM (SELECT ({lifecycle._STATUS_SQL}) AS st FROM "
-                "iterations i "
-                "LEFT JOIN lifecycle l ON l.iteration = i.id) GROUP BY st",
-                {"now": time.time(), "stale": lifecycle.STALE_AFTER},
-            )
-        )
-        for s in lifecycle.STATUSES:
-            statuses.add_metric([s], float(by.get(s, 0)))
+        for s, n in lifecycle.counts(state.journal).items():
+            statuses.add_metric([s], float(n))
         yield statuses
         yield GaugeMetricFamily(
             "datamill_leases_live",
@@ -402,7 +372,7 @@ class JournalCollector(Collector):
         )
 
 
-def registry_for(state: ServedState) -> CollectorRegistry:
+def registry_for(state: Catalog) -> CollectorRegistry:
     """The registry ``GET /metrics`` serves: the state's histograms and request counts plus the
     collector."""
     reg = state.telemetry.registry

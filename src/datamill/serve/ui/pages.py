@@ -13,27 +13,24 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, Inspector, inspector
+from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, inspector
 from datamill.serve.http.access import (
     Admin,
     Reader,
     State,
     Viewer,
-    audit,
     authenticate,
     check_dataset,
     may_use,
     requires,
     serve_state,
 )
-from datamill.serve.http.auth import create_key, parse_duration
-from datamill.serve.http.key_scope import check_create, check_revoke, visible_keys
+from datamill.serve.http.key_scope import check_revoke, visible_keys
 from datamill.serve.http.routes import datasets as datasets_api
 from datamill.serve.http.routes import keys as keys_api
-from datamill.serve.http.routes.models import DatasetIn, one_line
+from datamill.serve.http.routes.models import DatasetIn, KeyIn
 from datamill.serve.observe import ledger
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import HERE, STATIC, form, page, render, root, router, see
@@ -51,14 +48,11 @@ from datamill.serve.ui.svg import bars_svg, histogram_svg
 __all__ = ["access_page", "root", "router"]
 
 
-def access_page(request: Request, status: int, detail: str) -> HTMLResponse:
-    """The page for a refused request: the login form (401) or an error page (403)."""
-    if status == 401:
-        msg = "your key is invalid or was revoked: enter a valid key"
-        error = msg if request.cookies.get(COOKIE) else None
-        return _login_page(request, None, status=401, error=error, next=request.url.path)
-    who = authenticate(request)
-    return render(request, "error.html", who, status=status, error=detail, kind=f"HTTP {status}")
+def access_page(request: Request) -> HTMLResponse:
+    """The page of a request refused for want of a valid key (401): the login form."""
+    msg = "your key is invalid or was revoked: enter a valid key"
+    error = msg if request.cookies.get(COOKIE) else None
+    return _login_page(request, None, status=401, error=error, next=request.url.path)
 
 
 # ------------------------------------------------------------------------------------------ session
@@ -155,10 +149,7 @@ async def register(request: Request, state: State, who: Admin) -> HTMLResponse:
     """Register a dataset from a path under the server's roots (admin)."""
     fields = await form(request)
     check_csrf(who, fields)
-    try:
-        req = DatasetIn(path=fields.get("path", ""), name=fields.get("name", ""))
-    except ValidationError as exc:
-        raise HTTPException(400, one_line(exc.errors())) from exc
+    req = DatasetIn(path=fields.get("path", ""), name=fields.get("name", ""))
     ds = await run_in_threadpool(datasets_api.register, who, req, state)  # the API's checks
     summaries = await run_in_threadpool(_summaries, request)
     return render(request, "datasets.html", who, datasets=summaries, registered=ds)
@@ -179,11 +170,7 @@ def dataset_page(request: Request, who: Reader, ref: str) -> HTMLResponse:
 def values_fragment(request: Request, ref: str, column: str) -> HTMLResponse:
     """Top values and histogram of a column: a progress bar until computed (the page polls)."""
     check_dataset(authenticate(request), serve_state(request), ref)
-    insp: Inspector = inspector(request)
-    src = insp.source(ref)
-    if column not in src.columns:
-        raise NotFoundError(f"no column {column!r}; columns: {list(src.columns)}")
-    view = insp.values.get(src.fingerprint(), column, lambda: src).view()
+    view = inspector(request).values(ref, column)
     res = view["result"] or {"histogram": None, "top": [], "of": "value"}
     hist, top = res["histogram"], [(str(t["value"]), int(t["count"])) for t in res["top"]]
     label = f"{column} ({res['of']})" if res["of"] != "value" else column
@@ -235,7 +222,6 @@ def samples_page(
         columns=col or None,
         where=(where, equals) if where else None,
     )
-    pages = max(1, -(-rows["total"] // limit))
     mark = request.query_params.get("mark", "")
     return render(
         request,
@@ -244,9 +230,6 @@ def samples_page(
         d=insp.summary(ref),
         page=rows,
         keep=keep,
-        pages=pages,
-        current=offset // limit + 1,
-        last=(pages - 1) * limit,
         where=where,
         equals=equals,
         mark=int(mark) if mark.isdigit() else None,
@@ -282,26 +265,19 @@ def keys_page(request: Request, state: State, who: Admin) -> HTMLResponse:
 @router.post("/keys")
 @page
 async def new_key(request: Request, state: State, who: Admin) -> HTMLResponse:
-    """Create a key; it is shown on this page once and never again."""
+    """Create a key (the API's checks and audit); it is shown on this page once and never again."""
     fields = await form(request)
     check_csrf(who, fields)
-    role = fields.get("role", "read")
-    if role not in ("read", "admin", "metrics"):
-        raise HTTPException(400, f"unknown role {role!r}")
-    datasets = [d.strip() for d in fields.get("datasets", "").split(",") if d.strip()] or None
-    expires = fields.get("expires", "").strip() or None
-    expires_in = parse_duration(expires) if expires else None
-    check_create(state, who, role=role, datasets=datasets, expires_in=expires_in)
-    key_id, key = create_key(
-        state.journal,
-        role=role,
-        note=fields.get("note", "")[:200],
-        datasets=datasets,
-        expires_in=expires_in,
+    datasets = [d.strip() for d in fields.get("datasets", "").split(",") if d.strip()]
+    body = KeyIn.model_validate(
+        {
+            "role": fields.get("role", "read"),
+            "note": fields.get("note", "")[:200],
+            "datasets": datasets or None,
+            "expires": "".join(fields.get("expires", "").split()) or None,
+        }
     )
-    audit(state, who, "create key", f"{key_id} role={role} datasets={datasets} expires={expires}")
-    state.keys.reload()
-    created = {"id": key_id, "key": key, "role": role}
+    created = keys_api.new_key(who, body, state)
     return render(request, "keys.html", who, keys=visible_keys(state, who), created=created)
 
 
@@ -316,30 +292,8 @@ async def revoke_key(request: Request, state: State, who: Admin, key_id: str) ->
     own = key_id == who.key_id
     step = fields.get("confirm", "")
     if step != ("twice" if own else "yes"):
-        note = f", note: {row['note']}" if row["note"] else ""
-        lost = [
-            f"every client and session using key {key_id} ({row['role']}{note}) is refused from "
-            + "now on; this cannot be undone"
-        ]
-        if own:
-            yours = (
-                "this is the key of YOUR OWN session: you are logged out and cannot log in with it"
-            )
-            lost.insert(0, yours + " again")
-            if step == "yes":
-                lost.insert(0, "second confirmation: are you sure?")
-        return render(
-            request,
-            "confirm.html",
-            who,
-            title=f"Revoke key {key_id}?",
-            action=f"/ui/keys/{key_id}/revoke",
-            fields={},
-            back="/ui/keys",
-            lost=lost,
-            confirm="Revoke my own key" if own else "Revoke key",
-            confirm_value="twice" if own and step == "yes" else "yes",
-        )
+        twice = "twice" if own and step == "yes" else "yes"
+        return render(request, "confirm_revoke.html", who, key=row, own=own, confirm_value=twice)
     keys_api.revoke(who, key_id, state)  # the API's revocation: journal, key table, audit
     return see("/ui/login" if own else "/ui/keys")
 

@@ -14,10 +14,12 @@ from typing import Any
 import jinja2
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.core.errors import DatamillError
 from datamill.serve.http.access import Viewer, authenticate
+from datamill.serve.http.routes.models import one_line
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.session import CSRF_FIELD
 
@@ -100,7 +102,8 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 
 def page(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Render an error page for located errors (4xx); a sync page runs in the thread pool."""
+    """Render an error page for located errors (4xx) and for a form's fields that its request model
+    refuses (400); a sync page runs in the thread pool."""
     is_async = inspect.iscoroutinefunction(fn)
 
     @functools.wraps(fn)
@@ -114,6 +117,8 @@ def page(fn: Callable[..., Any]) -> Callable[..., Any]:
             return error_page(request, code, exc.one_line())
         except HTTPException as exc:
             return error_page(request, exc.status_code, str(exc.detail))
+        except ValidationError as exc:
+            return error_page(request, 400, one_line(exc.errors()))
 
     return wrapper
 

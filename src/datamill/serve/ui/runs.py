@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from datamill.serve.catalog import check_name
@@ -28,8 +27,8 @@ from datamill.serve.http.access import (
     may_use,
     serve_state,
 )
-from datamill.serve.http.routes.bounds import check_iteration, check_rewind
-from datamill.serve.http.routes.models import IterationIn, RewindIn, one_line
+from datamill.serve.http.routes import iterations as iterations_api
+from datamill.serve.http.routes.models import IterationIn, RewindIn
 from datamill.serve.observe import ledger, lifecycle
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.render import form, page, render, router, see
@@ -44,10 +43,6 @@ MAX_FILTER = 64
 """Longest accepted name filter."""
 
 
-def _n(count: int, thing: str) -> str:
-    return f"{count} {thing}{'s' if count != 1 else ''}"
-
-
 def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     """Everything the iteration page shows (live progress plus the journaled lifecycle and
     counters)."""
@@ -59,11 +54,7 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     life = lifecycle.one(state.journal, it.id) or {}
     start, end = life.get("started"), life.get("ended")
     marks = [(t, "rewind") for t in rewind_times(state.journal, it.id)]
-    # the journal's own ack times are finer, but a rewind replaces them: then the UI's per-second
-    # record
-    acks = (ledger.throughput(state.journal, it.id) if marks else []) or ack_history(
-        state.journal, it.id
-    )
+    acks = ack_history(state.journal, it.id)  # the journal's ack records (a rewind's left out)
     if end is not None and life.get("status") == "cancelled":
         marks.append((end, "cancelled"))
     svg = throughput_svg(
@@ -75,18 +66,9 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     # counters from the journal (they survive a restart), not from this process's memory
     for key, name in (("expired_leases", "leases_expired"), ("reissued_leases", "leases_reissued")):
         p[key] = max(p[key], int(state.telemetry.counter(it.id, name)))
-    live, memo = p["clients"], state.telemetry.client_memo
-    p["clients"] = {
-        cid: {
-            "slot": "-",
-            "leases": 0,
-            "batches_per_s": 0,
-            "idle_s": None,
-            **live.get(cid, {}),
-            **c,
-        }
-        for cid, c in ledger.clients(state.journal, it.id, live=it, memo=memo).items()
-    }
+    live, memo = p["clients"], state.telemetry.client_memo  # a client gone: the page's defaults
+    journaled = ledger.clients(state.journal, it.id, live=it, memo=memo)
+    p["clients"] = {cid: {**live.get(cid, {}), **c} for cid, c in journaled.items()}
     names = {d["id"]: d["name"] for d in state.datasets()}
     ds_id = desc["config"]["dataset"]
     name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
@@ -139,13 +121,14 @@ def iterations_page(
     allowed = [d["id"] for d in state.journal.datasets() if may_use(who, d)]
     if dataset:
         allowed = [d for d in allowed if dataset in (d, names.get(d))]
-    rows, nxt = _matching(
-        state,
-        datasets=allowed,
+    rows, nxt = lifecycle.page(
+        state.journal,
         status=status or None,
-        name=name.strip(),
+        datasets=allowed,
+        name=name.strip() or None,
         after=after or None,
         limit=limit,
+        newest_first=True,
     )
     out = [_listed(state, r, names) for r in rows]
     query = {"dataset": dataset, "status": status, "name": name, "limit": str(limit)}
@@ -182,67 +165,29 @@ def _listed(state: Any, r: dict[str, Any], names: dict[str, str]) -> dict[str, A
     }
 
 
-def _matching(
-    state: Any, *, datasets: list[str], status: str | None, name: str, after: str | None, limit: int
-) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of iterations whose name contains ``name`` (pages through the journal: bounded by
-    its size)."""
-    if not datasets:
-        return [], None
-    out: list[dict[str, Any]] = []
-    cursor = after
-    while True:
-        rows, cursor = lifecycle.page(
-            state.journal,
-            status=status,
-            datasets=datasets,
-            after=cursor,
-            limit=limit if not name else lifecycle.MAX_PAGE,
-            newest_first=True,
-        )
-        if not name:
-            return rows, cursor
-        for r in rows:
-            if name.lower() in str(r["key"]).lower():
-                out.append(r)
-                if len(out) == limit + 1:
-                    return out[:limit], out[limit - 1]["id"]
-        if cursor is None:
-            return out, None
-
-
 @router.post("/iterations")
 @page
 async def start_iteration(request: Request, state: State, who: Reader) -> Response:
     """Start (or join) an iteration from the form: a loader configuration to try before training."""
     fields = await form(request)
     check_csrf(who, fields)
-    req: dict[str, Any] = {"dataset": fields.get("dataset", "")}
-    try:
-        for f in ("batch_size", "seed", "epoch", "world_size", "lease_size"):
-            if fields.get(f, "").strip():
-                req[f] = int(fields[f])
-    except ValueError as exc:
-        raise HTTPException(400, f"not a whole number: {exc}") from exc
-    req["shuffle"] = fields.get("shuffle") == "on"
-    req["drop_last"] = fields.get("drop_last") == "on"
-    req["mode"] = fields.get("mode", "static")
-    if fields.get("name", "").strip():
-        req["name"] = fields["name"].strip()
-    if fields.get("columns", "").strip():
-        req["columns"] = [c.strip() for c in fields["columns"].split(",") if c.strip()]
-    if "batch_size" not in req:
-        raise HTTPException(400, "batch size is required")
-    try:
-        body = IterationIn(**req)
-    except ValidationError as exc:
-        raise HTTPException(400, one_line(exc.errors())) from exc
-    ds = check_dataset(who, state, body.dataset)
+    numbers = ("batch_size", "seed", "epoch", "world_size", "lease_size")
+    body = IterationIn.model_validate(
+        {
+            "dataset": fields.get("dataset", ""),
+            "shuffle": fields.get("shuffle") == "on",
+            "drop_last": fields.get("drop_last") == "on",
+            "mode": fields.get("mode", "static"),
+            "name": fields.get("name", "").strip() or None,
+            "columns": [c.strip() for c in fields.get("columns", "").split(",") if c.strip()]
+            or None,
+            **{f: fields[f].strip() for f in numbers if fields.get(f, "").strip()},
+        }
+    )
+    check_dataset(who, state, body.dataset)
     if body.name:
         _refuse_ended_name(state, body.name, body.epoch)
-    await run_in_threadpool(check_iteration, state, ds, body)
-    desc = await run_in_threadpool(state.create_iteration, body.model_dump(exclude_none=True))
-    state.journal.set_owner(desc["id"], who.key_id or "")
+    desc = await run_in_threadpool(iterations_api.create_iteration, who, body, state)
     return see(f"/ui/iterations/{desc['id']}")
 
 
@@ -284,13 +229,11 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
     hold leases."""
     fields = await form(request)
     check_csrf(who, fields)
-    try:
-        body = {"rank": int(fields.get("rank", "0")), "consumed": int(fields.get("consumed", "0"))}
-    except ValueError as exc:
-        raise HTTPException(400, f"rank and consumed must be whole numbers: {exc}") from exc
+    rewind_in = {"rank": fields.get("rank", "0"), "consumed": fields.get("consumed", "0")}
+    body = RewindIn.model_validate(rewind_in).model_dump(exclude_none=True)
     it = state.iteration(it_id)
     check_dataset(who, state, str(it.config["dataset"]))
-    check_rewind(it, RewindIn.model_validate(body))
+    state.check_rewind(it, body)
     with state.lock(it):
         held = [x for x in it.leases.values() if x.queue == body["rank"]]
     before = next(q["done"] for q in state.progress(it)["queues"] if q["rank"] == body["rank"])
@@ -298,19 +241,13 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
         holders = sorted({x.client for x in held})
         return render(
             request,
-            "confirm.html",
+            "confirm_rewind.html",
             who,
-            title=f"Rewind rank {body['rank']} of {it.id}?",
-            action=f"/ui/iterations/{it.id}/rewind",
+            it=it,
             fields=body,
-            back=f"/ui/iterations/{it.id}",
-            lost=[
-                f"{_n(len(held), 'lease')} held now by {_n(len(holders), 'client')} "
-                + f"({', '.join(holders[:5])}) will be revoked: their batches are served again "
-                + "and late acks are refused",
-                f"rank {body['rank']} goes from {before:,} to {body['consumed']:,} done batches",
-            ],
-            confirm="Rewind anyway",
+            held=len(held),
+            holders=holders,
+            before=before,
         )
     await run_in_threadpool(state.rewind, it, body)
     change = {**body, "before": before, "revoked": len(held)}
@@ -330,26 +267,9 @@ async def cancel(request: Request, state: State, who: Admin, it_id: str) -> Resp
         return see(f"/ui/iterations/{it.id}")
     if fields.get("confirm") != "yes":
         p = state.progress(it)
-        live = [c for c, v in p["clients"].items() if v["leases"]]
-        return render(
-            request,
-            "confirm.html",
-            who,
-            title=f"Cancel iteration {it.id}?",
-            action=f"/ui/iterations/{it.id}/cancel",
-            fields={},
-            back=f"/ui/iterations/{it.id}",
-            lost=[
-                f"{p['total'] - p['done']:,} of {p['total']:,} batches not yet delivered will "
-                + f"never be served ({p['leased']:,} leased now, {p['pending']:,} pending)",
-                f"{_n(len(live), 'client')} holding leases lose them; every client asking for "
-                + "more gets an error",
-                "this cannot be undone: a new iteration (another name or config) starts over",
-            ],
-            confirm="Cancel iteration",
-        )
-    await run_in_threadpool(state.cancel, it)
-    audit(state, who, "cancel iteration", it.id)
+        live = sum(1 for v in p["clients"].values() if v["leases"])
+        return render(request, "confirm_cancel.html", who, it=it, p=p, live=live)
+    await run_in_threadpool(iterations_api.cancel, who, it, state)
     return see(f"/ui/iterations/{it.id}")
 
 
@@ -375,7 +295,7 @@ def run_page(request: Request, state: State, who: Reader, name: str) -> HTMLResp
         ):
             continue
         ds_id = life["dataset"]
-        hist = ledger.throughput(state.journal, it_id) or ack_history(state.journal, it_id)
+        hist = ack_history(state.journal, it_id)
         acked = sum(n for _, n in hist)
         last = hist[-1][0] if hist else life["started"]
         dur = max((life["ended"] if life["ended"] is not None else last) - life["started"], 0.0)

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from datamill.serve.http.access import Admin, Reader, State, audit, may_use
+from datamill.serve.http.access import Admin, Reader, State, audit, check_dataset, may_use
 from datamill.serve.http.routes.models import DatasetIn
 
 __all__ = ["router"]
@@ -37,8 +37,6 @@ def register(who: Admin, body: DatasetIn, state: State) -> dict[str, Any]:
 def location(who: Reader, ref: str, state: State) -> dict[str, Any]:
     """Where clients read the dataset in direct mode (``400`` when registered without a client
     location), and the content identity a direct client checks its copy against."""
-    ds = state.dataset(ref)
-    if not may_use(who, ds):
-        raise HTTPException(403, f"this key may not use dataset {ref!r}")
+    ds = check_dataset(who, state, ref)
     loc = state.client_location(ds["id"])
     return {"dataset": ds["id"], "location": loc, "identity": state.client_identity(ds["id"])}

@@ -16,7 +16,6 @@ from datamill.serve.http.access import (
     check_dataset,
     may_use,
 )
-from datamill.serve.http.routes.bounds import check_iteration, check_rewind
 from datamill.serve.http.routes.models import ID_PATTERN, IterationIn, ResumeIn, RewindIn
 from datamill.serve.observe import lifecycle
 from datamill.serve.observe.lifecycle import MAX_PAGE
@@ -29,9 +28,9 @@ router = APIRouter(prefix="/api/v1/iterations")
 
 @router.post("")
 def create_iteration(who: Reader, body: IterationIn, state: State) -> dict[str, Any]:
-    """Create an iteration, or join the one of the same name (or config) and epoch."""
-    ds = check_dataset(who, state, body.dataset)
-    check_iteration(state, ds, body)
+    """Create an iteration, or join the one of the same name (or config) and epoch (its shape is
+    checked against its dataset by :meth:`~datamill.serve.catalog.Catalog.create_iteration`)."""
+    check_dataset(who, state, body.dataset)
     desc = state.create_iteration(body.model_dump(exclude_none=True))
     state.journal.set_owner(desc["id"], who.key_id or "")
     return desc
@@ -87,7 +86,6 @@ def cancel(who: Admin, it: ScopedIteration, state: State) -> dict[str, Any]:
 def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dict[str, Any]:
     """Set the done set: ``{rank, consumed}`` (static mode) or ``{done: [[start, stop], ...]}``
     (admin)."""
-    check_rewind(it, body)
     out = state.rewind(it, body.model_dump(exclude_none=True))
     audit(state, who, "rewind iteration", f"{it.id} {body.model_dump(exclude_none=True)}"[:500])
     return out
@@ -110,5 +108,4 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
     )
     if body.session is not None:
         return state.rollback(it, session=body.session, consumed=body.consumed)
-    check_rewind(it, RewindIn.model_validate({"rank": body.rank, "consumed": body.consumed}))
     return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})
