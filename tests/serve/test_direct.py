@@ -104,9 +104,9 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
 
 
 def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, Any]) -> None:
-    """Direct mode with the default numpy collate (the built tables handed over as they are), an
-    epoch after the first planned in the background while its join is in flight (not during the
-    previous epoch): the in-process Loader's arrays, epoch after epoch."""
+    """Direct mode with the default numpy collate (the batches collated as they are built, a block
+    at a time), an epoch after the first planned in the background while its join is in flight
+    (not during the previous epoch): the in-process Loader's arrays, epoch after epoch."""
     import numpy as np
 
     kw: dict[str, Any] = {"batch_size": 96, "seed": 21, "name": "d-numpy", "lease_size": 4}
@@ -123,6 +123,7 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
             assert list(a) == list(b)
             for k in a:
                 assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
+                assert a[k].flags.writeable == b[k].flags.writeable
         assert loader._direct._service is not None
         plans = {k[0] for k in loader._direct._service[1]._plans}
         assert epoch + 1 not in plans  # nothing planned ahead during the epoch

@@ -14,10 +14,9 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from datamill.client.http import Client
 from datamill.core.wire import parse_runs
+from datamill.loader.collate_lease import BlockCollate
 from datamill.loader.runs import RunStream, as_table, service_for
 
 __all__ = ["DirectBuilds"]
@@ -41,10 +40,23 @@ class DirectBuilds:
     Args:
         cache_dir: ``s3://`` locations: the local shard cache folder (``None``: the default).
         cache_limit: ``s3://`` locations: bytes the local shard cache keeps at most.
+        collate: ``"numpy"`` or ``"torch"``: the batches are collated as they are built, a block
+            of them at once (:class:`~datamill.loader.collate_lease.BlockCollate`: the arrays the
+            collate of each batch gives, each column converted once per block); else (``None``)
+            they are tables, as the server builds them. Defaults to ``None``.
     """
 
-    def __init__(self, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int) -> None:
+    def __init__(
+        self,
+        *,
+        cache_dir: str | os.PathLike[str] | None,
+        cache_limit: int,
+        collate: str | None = None,
+    ) -> None:
         self.cache_dir, self.cache_limit = cache_dir, int(cache_limit)
+        self.block = (
+            BlockCollate(torch=collate == "torch") if collate in ("numpy", "torch") else None
+        )
         self._service: tuple[str, Any] | None = None  # (config key, BatchService)
         # (location, the content identity the server recorded) of the open service
         self._checked: tuple[str, dict[str, Any] | None] = ("", None)
@@ -84,7 +96,8 @@ class DirectBuilds:
             source = open_source(location)
         if self._service is not None:
             self._service[1].close()
-        self._service = (key, service_for(source, cfg, ranks=1))
+        svc = service_for(source, cfg, ranks=1, collate=self.block or "arrow")
+        self._service = (key, svc)
         return self._service[1]
 
     def start_epoch(self, cfg: Mapping[str, Any], *, follow: bool) -> None:
@@ -102,17 +115,18 @@ class DirectBuilds:
             self.stream.close()
             self.stream = None
 
-    def tables(self, runs: str, *, values_only: bool) -> Iterator[pa.Table]:
+    def batches(self, runs: str) -> Iterator[Any]:
         """A direct lease's batches (its ``X-Datamill-Runs`` value), built here as the loop asks for
-        them, as the server builds them (one contiguous record batch each, of the lease's first
-        batch's schema; with ``values_only``, a numpy or torch collate, only the schema matters)."""
+        them: collated (a numpy or torch ``collate``), or as the server builds them (one contiguous
+        record batch each, of the lease's first batch's schema)."""
         assert self.stream is not None
+        if self.block is not None:
+            yield from self.stream.batches(parse_runs(runs))
+            return
         schema = None
         for table in self.stream.batches(parse_runs(runs)):
             schema = table.schema if schema is None else schema
-            if not values_only or not table.schema.equals(schema):
-                table = as_table(table, schema)
-            yield table
+            yield as_table(table, schema)
 
     def is_open(self) -> bool:
         """Whether a batch service is open (a previous epoch opened it)."""

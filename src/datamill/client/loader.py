@@ -151,12 +151,16 @@ class RemoteLoader:
         t = self.transport
         self.epoch, self.rank, self.mode = int(epoch), int(rank), self.leases.mode
         self.collate_fn = resolve_collate(collate)
-        # numpy/torch arrays are the same however a batch's columns were cut: a direct client hands
-        # the built table to them as it is (a callable or "arrow" gets the server-built form)
-        self._values_only = isinstance(collate, str) and collate in ("numpy", "torch")
         self.lease_collate = _LEASE_COLLATE.get(collate) if isinstance(collate, str) else None
+        # numpy/torch arrays are the same however a batch's columns were cut: a direct client
+        # collates its batches as it builds them, a block at a time (a callable or "arrow" gets the
+        # server-built form)
         self._direct = (
-            DirectBuilds(cache_dir=t.cache_dir, cache_limit=t.cache_limit)
+            DirectBuilds(
+                cache_dir=t.cache_dir,
+                cache_limit=t.cache_limit,
+                collate=collate if isinstance(collate, str) else None,
+            )
             if t.kind == "direct"
             else None
         )
@@ -385,9 +389,9 @@ class RemoteLoader:
             if self.mode == "static" and lease.done_before > self._consumed:
                 self._yielded.update(range(self._consumed, lease.done_before))
             self._consumed = max(self._consumed, lease.done_before)
-        if self._direct is not None:
-            tables = self._direct.tables(lease.runs, values_only=self._values_only)
-            collate = self.collate_fn
+        if self._direct is not None:  # collated as built (numpy, torch), or tables
+            tables = self._direct.batches(lease.runs)
+            collate = self.collate_fn if self._direct.block is None else _same
         else:  # server-built: per-batch tables, or batches collated with the lease
             tables, collate = iter(lease.batches), _same if lease.collated else self.collate_fn
         try:

@@ -12,7 +12,7 @@ depend on where it was sliced from.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -155,9 +155,12 @@ def service_for(
     *,
     cache_shards: int | None = None,
     ranks: int | None = None,
+    collate: str | Callable[[pa.Table], Any] = "arrow",
 ) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with,
-    ``collate="arrow"``).
+    ``collate="arrow"``; a direct client whose loop takes numpy or torch batches builds them with
+    a :class:`~datamill.loader.collate_lease.BlockCollate`, which collates each block of batches
+    at once).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
     (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
@@ -169,7 +172,7 @@ def service_for(
         batch_size=int(cfg["batch_size"]),
         seed=int(cfg["seed"]),
         columns=cfg["columns"],
-        collate="arrow",
+        collate=collate,
         batching=Batching(
             window=cfg["window"],
             shuffle=bool(cfg["shuffle"]),
