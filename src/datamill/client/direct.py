@@ -109,6 +109,13 @@ class DirectBuilds:
             self._planner = None
         self.stream = RunStream(self._service[1], cfg, follow=follow)
 
+    def prime(self, cfg: Mapping[str, Any], *, rank: int, world: int, batch: int) -> None:
+        """A static rank's first batch of the epoch built now, while its first lease request is in
+        flight (its plan rank is ``rank`` when the plan has the iteration's ``world`` ranks;
+        otherwise nothing is built ahead)."""
+        if self.stream is not None and int(cfg["plan_world"]) == world:
+            self.stream.prime(rank, batch)
+
     def end_epoch(self) -> None:
         """Stop the epoch's builds (their shards are released)."""
         if self.stream is not None:

@@ -343,6 +343,11 @@ class RemoteLoader:
         )
         feed.start()
         try:
+            if self._direct is not None and self.mode == "static" and self.transport.slots == 1:
+                # the first batch is built while the first lease's round trip is in flight
+                self._direct.prime(
+                    self._cfg, rank=self.rank, world=self.leases.world_size, batch=self._consumed
+                )
             while True:
                 t0 = time.perf_counter()
                 lease = feed.ready.get()

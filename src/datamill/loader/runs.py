@@ -261,8 +261,26 @@ class RunStream:
         # plan rank -> (next batch, stop batch, its build's results)
         self._streams: dict[int, tuple[int, int, Iterator[BatchResult]]] = {}
         self.restarts = 0  # builds started (the first one included)
+        self._primed: tuple[int, int, Any] | None = None  # (plan rank, batch, output) built ahead
 
-    def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[pa.Table]:
+    def prime(self, rank: int, batch: int) -> None:
+        """Build batch ``batch`` of plan rank ``rank`` now, before a lease asks for it (a static
+        rank's first lease of an epoch, while its round trip is in flight): the lease that starts
+        there takes it (and the build continues from it); any other drops it. A failure is left
+        to the lease that builds the batch."""
+        if not self.follow:
+            return
+        try:
+            stop, results = self._at(rank, batch)
+            res = next(results, None)
+        except Exception:  # noqa: BLE001 - the lease's own build raises it where it belongs
+            self.close()
+            return
+        if res is not None:
+            self._streams[rank] = (batch + 1, stop, results)
+            self._primed = (rank, batch, res.output)
+
+    def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[Any]:
         """The batches of a lease's runs, in order, each built when it is asked for."""
         for r, a, b in runs:
             if not self.follow:
@@ -273,6 +291,10 @@ class RunStream:
                     alone.close()
                 continue
             for batch in range(a, b):
+                primed, self._primed = self._primed, None
+                if primed is not None and primed[:2] == (r, batch):
+                    yield primed[2]
+                    continue
                 stop, results = self._at(r, batch)
                 res = next(results)
                 self._streams[r] = (batch + 1, stop, results)
@@ -305,6 +327,7 @@ class RunStream:
 
     def close(self) -> None:
         """Stop the open builds (their shards are released)."""
+        self._primed = None
         for *_, results in self._streams.values():
             close_iterator(results)
         self._streams.clear()
