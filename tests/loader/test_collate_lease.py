@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from datamill.core.errors import ConfigError, SchemaError
 from datamill.loader.collate import collate_numpy, collate_torch
-from datamill.loader.collate_lease import collate_numpy_batches, collate_torch_batches
+from datamill.loader.collate_lease import (
+    BlockCollate,
+    collate_block,
+    collate_numpy_batches,
+    collate_torch_batches,
+)
 from tests.strategies import COLUMN_KINDS, LEAF_TYPES, arrow_columns, batch_cuts
 
 
@@ -79,6 +84,29 @@ def test_lease_collation_equals_per_batch_collation(
     assert len(got) == len(want) == len(cuts)
     for g, w in zip(got, want):
         assert_same_arrays(g, w)
+
+
+@given(lease=leases())
+def test_block_collation_equals_collate_numpy_of_each_slice(
+    lease: tuple[list[pa.Array], list[int]],
+) -> None:
+    """A built block (in-memory columns, writeable buffers) cut into batches: the arrays of
+    collate_numpy on each batch's slice, writeability included (a direct client's batches are
+    the in-process Loader's)."""
+    columns, cuts = lease
+    table = pa.table(columns, names=[f"c{i}" for i in range(len(columns))])
+    starts = np.concatenate([[0], np.cumsum(cuts)]).tolist()
+    try:
+        want = [collate_numpy(table.slice(a, n)) for a, n in zip(starts, cuts)]
+    except Exception as exc:  # noqa: BLE001 - the block function must raise it too
+        with pytest.raises(type(exc)):
+            collate_block(table, cuts)
+        return
+    got = collate_block(table, cuts)
+    assert len(got) == len(want) == len(cuts)
+    for g, w in zip(got, want):
+        assert_same_arrays(g, w)
+    assert [d.keys() for d in BlockCollate().block(table, cuts)] == [d.keys() for d in want]
 
 
 _CASES = [
@@ -222,3 +250,24 @@ def test_lease_torch_collation_equals_collate_torch(
             assert isinstance(g, torch.Tensor) and (g.dtype, g.shape) == (value.dtype, value.shape)
             a, b = g.numpy(), value.numpy()
             assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), key
+
+
+@pytest.mark.torch
+def test_block_torch_collation_equals_collate_torch_of_each_slice() -> None:
+    torch = pytest.importorskip("torch")
+    table = pa.table(
+        {
+            "i": pa.array([1, 2, 3, 4, 5], pa.int16()),
+            "f": pa.array([[1.0, 2.0]] * 5, pa.list_(pa.float32(), 2)),
+            "s": ["a", "b", "c", "d", "e"],
+        }
+    )
+    got = BlockCollate(torch=True).block(table, [2, 3])
+    for g, (a, n) in zip(got, [(0, 2), (2, 3)], strict=True):
+        want = collate_torch(table.slice(a, n))
+        assert list(g) == list(want) and g["s"] == want["s"]
+        for key in ("i", "f"):
+            assert isinstance(g[key], torch.Tensor) and g[key].dtype == want[key].dtype
+            assert torch.equal(g[key], want[key])
+    got[0]["i"][0] = 9  # batches do not share memory
+    assert got[1]["i"].tolist() == [3, 4, 5]

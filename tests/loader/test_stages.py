@@ -19,7 +19,7 @@ from datamill.loader import Batching, Loader
 from datamill.loader.cache import ShardCache
 from datamill.loader.order import shard_order, window_bounds
 from datamill.loader.service import BatchService
-from datamill.loader.stages import take_rows
+from datamill.loader.stages import EpochPlan, take_rows
 from tests.strategies import FakeSource, seeds, shard_sizes
 
 SCHEMA = pa.schema(
@@ -273,3 +273,40 @@ def test_an_epoch_over_parquet_never_imports_pandas(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "False"
+
+
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=10),
+    seed=st.integers(0, 50),
+    window=st.one_of(st.none(), st.integers(1, 3)),
+    world=st.integers(1, 3),
+    batch=st.integers(1, 25),
+    drop_last=st.booleans(),
+)
+def test_an_epochs_build_reader_takes_the_plans_shard_figures(
+    sizes: list[int], seed: int, window: int | None, world: int, batch: int, drop_last: bool
+) -> None:
+    """A build of every batch of a plan reads the plan's per-shard first/last batches instead of
+    computing them again over every position: the same figures."""
+    from datamill.loader.cache import BuildReader
+
+    plan = EpochPlan.make(
+        np.asarray(sizes),
+        seed=seed,
+        epoch=1,
+        shuffle=True,
+        window=window,
+        rank=world - 1,
+        world_size=world,
+        drop_last=drop_last,
+        batch_size=batch,
+    )
+    every = np.arange(plan.total_batches, dtype=np.int64)
+    fast = BuildReader(ShardCache(lambda k: pa.table({"k": [k]})), plan, every, prefetch=2)
+    slow = BuildReader.__new__(BuildReader)
+    slow._shards_of(plan, every)
+    assert fast.by_first.tolist() == slow.by_first.tolist()
+    assert fast.by_last.tolist() == slow.by_last.tolist()
+    used = fast.by_first
+    assert fast.first[used].tolist() == slow.first[used].tolist()
+    assert fast.last.tolist() == slow.last.tolist()

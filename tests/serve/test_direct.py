@@ -104,8 +104,8 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
 
 
 def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, Any]) -> None:
-    """Direct mode with the default numpy collate (the built tables handed over as they are), an
-    epoch after the first planned in the background while its join is in flight (not during the
+    """Direct mode with the default numpy collate (the batches collated as they are built, a block
+    at a time), an epoch after the first planned while its join is in flight (not during the
     previous epoch): the in-process Loader's arrays, epoch after epoch."""
     import numpy as np
 
@@ -116,6 +116,15 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
     early: list[tuple[int, int, int]] = []
     plan_ahead = loader._direct.plan_ahead
     loader._direct.plan_ahead = lambda *a: (early.append(a), plan_ahead(*a))[1]  # type: ignore[method-assign]
+    primed: list[int] = []
+    prime = loader._direct.prime
+    loader._direct.prime = lambda cfg, **k: (primed.append(k["batch"]), prime(cfg, **k))[1]  # type: ignore[method-assign]
+    restarts: list[int] = []  # builds per epoch: the first batch built ahead is the first lease's
+    end_epoch = loader._direct.end_epoch
+    loader._direct.end_epoch = lambda: (  # type: ignore[method-assign]
+        restarts.append(getattr(loader._direct.stream, "restarts", -1)),
+        end_epoch(),
+    )[1]
     for epoch in (0, 1):
         got, want = list(loader), list(ref)
         assert len(got) == len(want) > 10
@@ -123,11 +132,13 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
             assert list(a) == list(b)
             for k in a:
                 assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
+                assert a[k].flags.writeable == b[k].flags.writeable
         assert loader._direct._service is not None
         plans = {k[0] for k in loader._direct._service[1]._plans}
         assert epoch + 1 not in plans  # nothing planned ahead during the epoch
         # epoch 0 opened the dataset and planned itself; epoch 1 began its plan before its join
-        assert early == [(1, 0, 1)][:epoch] and loader._direct._planner is None
+        assert early == [(1, 0, 1)][:epoch]
+        assert restarts == [1] * (epoch + 1) and primed == [0] * (epoch + 1)
 
 
 @pytest.mark.parametrize("acks_go_through", [True, False])

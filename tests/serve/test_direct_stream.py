@@ -39,6 +39,7 @@ def _source(n: int, shard: int) -> TableSource:
     horizon=st.one_of(st.none(), st.integers(1, 9)),
     cuts=st.lists(st.integers(1, 6), min_size=1, max_size=30),
     jumps=st.lists(st.booleans(), min_size=30, max_size=30),
+    primes=st.lists(st.sampled_from([None, -1, 0, 1]), min_size=30, max_size=30),
 )
 def test_run_stream_equals_a_build_per_lease(
     n: int,
@@ -48,7 +49,11 @@ def test_run_stream_equals_a_build_per_lease(
     horizon: int | None,
     cuts: list[int],
     jumps: list[bool],
+    primes: list[int | None],
 ) -> None:
+    """Leases in any order give a build per lease's batches, a batch built ahead (``prime``: a
+    direct client's first batch of an epoch, while the first lease is in flight) at the lease's
+    start or elsewhere included."""
     cfg = {"batch_size": batch, "seed": 5, "shuffle": True, "window": None, "drop_last": False}
     cfg.update(columns=None, plan_world=world, epoch=1)
     svc = service_for(_source(n, shard), cfg)
@@ -59,6 +64,9 @@ def test_run_stream_equals_a_build_per_lease(
             a, i = 0, 0
             while a < total:  # leases in order, some skipping ahead (another slot's, a resume)
                 b = min(total, a + cuts[i % len(cuts)])
+                ahead = primes[i % len(primes)]
+                if ahead is not None:  # the lease's first batch built ahead, or another one
+                    stream.prime(rank, max(0, a + ahead))
                 got = list(stream.batches([(rank, a, b)]))
                 want = build_runs(svc, cfg, [(rank, a, b)])
                 assert len(got) == len(want) == b - a

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from datamill.client import Client, Leases, RemoteLoader
+from datamill.client import Client, Leases, RemoteLoader, Transport
 from datamill.loader import Loader
 from datamill.loader.collate import collate_numpy
 from datamill.shards.dataset import ShardsetDataset
@@ -56,12 +56,12 @@ def _mixed(n: int) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def mixed(server: dict[str, Any]) -> dict[str, Any]:
-    """The shared server with ``mixed``: the table above, in shards of 100."""
+    """The shared server with ``mixed``: the table above, in shards of 100 (direct mode too)."""
     path = server["root"] / "mixed"
     if not path.exists():
         ShardsetDataset.create(path, _mixed(_N), uid="uid", shardset="main", shard_size=100)
         with Client(server["url"], server["admin"]) as c:
-            c.register("mixed", name="mixed")
+            c.register("mixed", name="mixed", client_location=str(path.resolve()))
     return server
 
 
@@ -115,6 +115,37 @@ def test_server_built_leases_collated_whole_equal_the_in_process_loader(
             assert list(a) == list(b)
             assert all(_equal(a[k], b[k]) for k in a), [k for k in a if not _equal(a[k], b[k])]
         assert remote.stats["batches"] == len(ref)
+
+
+@pytest.mark.parametrize("collate", ["numpy", "torch"])
+def test_direct_batches_collated_a_block_at_a_time_equal_the_in_process_loader(
+    mixed: dict[str, Any], collate: str
+) -> None:
+    """A direct client collates its batches as it builds them, each block's columns converted
+    once: the in-process Loader's arrays (dtypes, shapes, bytes, writeability), every column
+    kind, nulls included."""
+    if collate == "torch":
+        pytest.importorskip("torch")
+    path = mixed["root"] / "mixed"
+    remote = RemoteLoader(
+        mixed["url"],
+        mixed["read"],
+        "mixed",
+        batch_size=32,
+        seed=6,
+        collate=collate,
+        leases=Leases(name=f"direct-block-{collate}", size=5),
+        transport=Transport("direct"),
+    )
+    assert remote._direct is not None and remote._direct.block is not None
+    got = list(remote)
+    ref = list(Loader(open_source(path), 32, seed=6, collate=collate))
+    assert len(got) == len(ref) == -(-_N // 32)
+    for a, b in zip(got, ref):
+        assert list(a) == list(b)
+        assert all(_equal(a[k], b[k]) for k in a), [k for k in a if not _equal(a[k], b[k])]
+        flags = [k for k in a if isinstance(a[k], np.ndarray) and a[k].size]
+        assert all(a[k].flags.writeable == b[k].flags.writeable for k in flags)
 
 
 @pytest.mark.parametrize("collate", ["numpy", "torch"])

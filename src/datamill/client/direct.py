@@ -10,14 +10,12 @@ the same :class:`~datamill.loader.BatchService` settings the server would use
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from datamill.client.http import Client
 from datamill.core.wire import parse_runs
+from datamill.loader.collate_lease import BlockCollate
 from datamill.loader.runs import RunStream, as_table, service_for
 
 __all__ = ["DirectBuilds"]
@@ -41,15 +39,27 @@ class DirectBuilds:
     Args:
         cache_dir: ``s3://`` locations: the local shard cache folder (``None``: the default).
         cache_limit: ``s3://`` locations: bytes the local shard cache keeps at most.
+        collate: ``"numpy"`` or ``"torch"``: the batches are collated as they are built, a block
+            of them at once (:class:`~datamill.loader.collate_lease.BlockCollate`: the arrays the
+            collate of each batch gives, each column converted once per block); else (``None``)
+            they are tables, as the server builds them. Defaults to ``None``.
     """
 
-    def __init__(self, *, cache_dir: str | os.PathLike[str] | None, cache_limit: int) -> None:
+    def __init__(
+        self,
+        *,
+        cache_dir: str | os.PathLike[str] | None,
+        cache_limit: int,
+        collate: str | None = None,
+    ) -> None:
         self.cache_dir, self.cache_limit = cache_dir, int(cache_limit)
+        self.block = (
+            BlockCollate(torch=collate == "torch") if collate in ("numpy", "torch") else None
+        )
         self._service: tuple[str, Any] | None = None  # (config key, BatchService)
         # (location, the content identity the server recorded) of the open service
         self._checked: tuple[str, dict[str, Any] | None] = ("", None)
         self.stream: RunStream | None = None  # this epoch's builds
-        self._planner: threading.Thread | None = None  # plans the next epoch
 
     def open(self, client: Client, cfg: Mapping[str, Any], *, name: str) -> Any:
         """The batch service of the iteration ``cfg`` of dataset ``name`` (the dataset's location
@@ -84,17 +94,22 @@ class DirectBuilds:
             source = open_source(location)
         if self._service is not None:
             self._service[1].close()
-        self._service = (key, service_for(source, cfg, ranks=1))
+        svc = service_for(source, cfg, ranks=1, collate=self.block or "arrow")
+        self._service = (key, svc)
         return self._service[1]
 
     def start_epoch(self, cfg: Mapping[str, Any], *, follow: bool) -> None:
         """Builds of the epoch of ``cfg`` start (``follow``: a static rank's leases continue one
         build)."""
         assert self._service is not None
-        if self._planner is not None:  # the epoch's plan, begun before the join: not planned twice
-            self._planner.join()
-            self._planner = None
         self.stream = RunStream(self._service[1], cfg, follow=follow)
+
+    def prime(self, cfg: Mapping[str, Any], *, rank: int, world: int, batch: int) -> None:
+        """A static rank's first batch of the epoch built now, while its first lease request is in
+        flight (its plan rank is ``rank`` when the plan has the iteration's ``world`` ranks;
+        otherwise nothing is built ahead)."""
+        if self.stream is not None and int(cfg["plan_world"]) == world:
+            self.stream.prime(rank, batch)
 
     def end_epoch(self) -> None:
         """Stop the epoch's builds (their shards are released)."""
@@ -102,34 +117,31 @@ class DirectBuilds:
             self.stream.close()
             self.stream = None
 
-    def tables(self, runs: str, *, values_only: bool) -> Iterator[pa.Table]:
+    def batches(self, runs: str) -> Iterator[Any]:
         """A direct lease's batches (its ``X-Datamill-Runs`` value), built here as the loop asks for
-        them, as the server builds them (one contiguous record batch each, of the lease's first
-        batch's schema; with ``values_only``, a numpy or torch collate, only the schema matters)."""
+        them: collated (a numpy or torch ``collate``), or as the server builds them (one contiguous
+        record batch each, of the lease's first batch's schema)."""
         assert self.stream is not None
+        if self.block is not None:
+            yield from self.stream.batches(parse_runs(runs))
+            return
         schema = None
         for table in self.stream.batches(parse_runs(runs)):
             schema = table.schema if schema is None else schema
-            if not values_only or not table.schema.equals(schema):
-                table = as_table(table, schema)
-            yield table
+            yield as_table(table, schema)
 
     def is_open(self) -> bool:
         """Whether a batch service is open (a previous epoch opened it)."""
         return self._service is not None
 
     def plan_ahead(self, epoch: int, rank: int, world: int) -> None:
-        """Plan rank ``rank``'s epoch ``epoch`` in a background thread (the batch service keeps two
-        epochs' plans): started before the epoch's join, so that the plan overlaps its round
-        trips."""
+        """Plan rank ``rank``'s epoch ``epoch`` now, in this thread (the batch service keeps two
+        epochs' plans), while the loader sends the epoch's join from a helper thread. A plan is a
+        few large arrays: made in a helper thread, they came from that thread's own allocator
+        arena, fresh pages each epoch, and the plan took 2-3 times the CPU it takes in the loop's
+        thread."""
         assert self._service is not None
-        svc = self._service[1]
-
-        def plan() -> None:
-            try:
-                svc.plan(epoch, rank, world)
-            except Exception:  # noqa: BLE001 - the next epoch plans again, and raises there
-                return
-
-        self._planner = threading.Thread(target=plan, name="datamill-plan-ahead", daemon=True)
-        self._planner.start()
+        try:
+            self._service[1].plan(epoch, rank, world)
+        except Exception:  # noqa: BLE001 - the epoch's build plans again, and raises there
+            return

@@ -151,12 +151,16 @@ class RemoteLoader:
         t = self.transport
         self.epoch, self.rank, self.mode = int(epoch), int(rank), self.leases.mode
         self.collate_fn = resolve_collate(collate)
-        # numpy/torch arrays are the same however a batch's columns were cut: a direct client hands
-        # the built table to them as it is (a callable or "arrow" gets the server-built form)
-        self._values_only = isinstance(collate, str) and collate in ("numpy", "torch")
         self.lease_collate = _LEASE_COLLATE.get(collate) if isinstance(collate, str) else None
+        # numpy/torch arrays are the same however a batch's columns were cut: a direct client
+        # collates its batches as it builds them, a block at a time (a callable or "arrow" gets the
+        # server-built form)
         self._direct = (
-            DirectBuilds(cache_dir=t.cache_dir, cache_limit=t.cache_limit)
+            DirectBuilds(
+                cache_dir=t.cache_dir,
+                cache_limit=t.cache_limit,
+                collate=collate if isinstance(collate, str) else None,
+            )
             if t.kind == "direct"
             else None
         )
@@ -290,9 +294,10 @@ class RemoteLoader:
         client.http.retry_s = self.transport.reconnect_s
         client.http.headers[SESSION_HEADER] = self.session
         try:
-            if self._resume is None:
-                self._plan_early()
-            info = self._join(client)
+            if self._resume is None and self._plans_early():
+                info = self._join_while_planning(client)
+            else:
+                info = self._join(client)
             self.iteration_id = it_id = str(info["id"])
             resume, self._resume = self._resume, None
             with self._state_lock:
@@ -339,6 +344,11 @@ class RemoteLoader:
         )
         feed.start()
         try:
+            if self._direct is not None and self.mode == "static" and self.transport.slots == 1:
+                # the first batch is built while the first lease's round trip is in flight
+                self._direct.prime(
+                    self._cfg, rank=self.rank, world=self.leases.world_size, batch=self._consumed
+                )
             while True:
                 t0 = time.perf_counter()
                 lease = feed.ready.get()
@@ -364,17 +374,39 @@ class RemoteLoader:
             total, consumed = self._queue_total, self._consumed
         return self.mode == "static" and total is not None and consumed >= total
 
-    def _plan_early(self) -> None:
-        """Direct static mode, the dataset open: this rank's plan of the epoch about to start,
-        computed in the background while the join and the location requests are in flight (the plan
-        is pure: a join answering another epoch only leaves it unused). It is not planned ahead
-        during the previous epoch: planning holds the GIL, so that epoch's batches would pay for it,
-        as the in-process Loader's epochs pay each for its own plan."""
+    def _plans_early(self) -> bool:
+        """Direct static mode, the dataset open: whether this rank's plan of the epoch about to
+        start is made while its join is in flight (the plan is pure: a join answering another
+        epoch only leaves it unused). It is not planned ahead during the previous epoch: planning
+        holds the GIL, so that epoch's batches would pay for it, as the in-process Loader's
+        epochs pay each for its own plan."""
         if self._direct is None or self.mode != "static" or not self._cfg:
-            return
+            return False
         world = int(self._cfg["plan_world"])
-        if world == self.leases.world_size and self._direct.is_open():
-            self._direct.plan_ahead(self.epoch, self.rank, world)
+        return world == self.leases.world_size and self._direct.is_open()
+
+    def _join_while_planning(self, client: Client) -> dict[str, Any]:
+        """The join (:meth:`_join`) sent from a helper thread while this thread plans the epoch
+        (:meth:`DirectBuilds.plan_ahead <datamill.client.direct.DirectBuilds.plan_ahead>`); its
+        answer, or its error raised here."""
+        assert self._direct is not None
+        out: dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                out["info"] = self._join(client)
+            except BaseException as exc:  # noqa: BLE001 - raised in the loop's thread below
+                out["error"] = exc
+
+        thread = threading.Thread(target=join, name="datamill-join", daemon=True)
+        thread.start()
+        try:
+            self._direct.plan_ahead(self.epoch, self.rank, int(self._cfg["plan_world"]))
+        finally:
+            thread.join()
+        if "error" in out:
+            raise out["error"]
+        return dict(out["info"])
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
@@ -385,9 +417,9 @@ class RemoteLoader:
             if self.mode == "static" and lease.done_before > self._consumed:
                 self._yielded.update(range(self._consumed, lease.done_before))
             self._consumed = max(self._consumed, lease.done_before)
-        if self._direct is not None:
-            tables = self._direct.tables(lease.runs, values_only=self._values_only)
-            collate = self.collate_fn
+        if self._direct is not None:  # collated as built (numpy, torch), or tables
+            tables = self._direct.batches(lease.runs)
+            collate = self.collate_fn if self._direct.block is None else _same
         else:  # server-built: per-batch tables, or batches collated with the lease
             tables, collate = iter(lease.batches), _same if lease.collated else self.collate_fn
         try:

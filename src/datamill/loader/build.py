@@ -26,7 +26,7 @@ from datamill.loader.accounting import BatchResult
 from datamill.loader.cache import BuildReader
 from datamill.loader.order import Elastic, num_batches, replica_group, split_sizes
 from datamill.loader.servicebase import ServiceBase
-from datamill.loader.stages import EpochPlan, assemble, process_batch
+from datamill.loader.stages import EpochPlan, assemble, assemble_block, process_batch
 
 __all__ = ["BLOCK_ROWS", "Builds"]
 
@@ -185,6 +185,13 @@ class Builds(ServiceBase):
 
     def _run(self, reader: BuildReader, task: list[int]) -> list[BatchResult]:
         plan = reader.plan
+        block = getattr(self.collate_fn, "block", None)  # a BlockCollate: the block at once
+        if block is not None and self.batching.filter is None and self.batching.transform is None:
+            taken, rows = assemble_block(plan, reader.get, task)
+            outputs = block(taken, rows)
+            return [
+                BatchResult(b, out, None, n, 0, [], n) for b, out, n in zip(task, outputs, rows)
+            ]
         tables = assemble(plan, reader.get, task)
         return [
             process_batch(

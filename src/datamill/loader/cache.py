@@ -179,7 +179,26 @@ class BuildReader:
             int(prefetch),
             int(ahead_window),
         )
-        # the shard of every position of the requested batches, and per shard its first/last batch
+        total = plan.total_batches
+        if len(batches) == total and (not total or (batches[0] == 0 and batches[-1] == total - 1)):
+            # every batch of the plan (ascending): the plan's own per-shard figures (an epoch's
+            # build; computing them again over every position costs a plan's time)
+            self.first, self.last = plan.first_batch, plan.last_batch
+            self.by_first, self.by_last = plan.by_first, plan.by_last
+        else:
+            self._shards_of(plan, batches)
+        self._next_first = 0  # into by_first: shards loaded
+        self._needed = 0  # into by_first: shards the batches scheduled so far need
+        self._next_last = 0  # into by_last: shards released
+        self._lock = threading.Lock()
+        self._closed = False
+        self.shards_read = 0
+        self.peak = 0
+        cache.claim(self.by_first.tolist())
+
+    def _shards_of(self, plan: EpochPlan, batches: NDArray[np.int64]) -> None:
+        """Per shard, the first and last of ``batches`` that reads it; the shards they read, by
+        first and by last batch."""
         bs = plan.batch_size
         starts = batches * bs
         lengths = np.minimum(starts + bs, len(plan.seq)) - starts
@@ -197,14 +216,6 @@ class BuildReader:
         self.first, self.last = first, last
         self.by_first = used[np.argsort(first[used], kind="stable")]
         self.by_last = used[np.argsort(last[used], kind="stable")]
-        self._next_first = 0  # into by_first: shards loaded
-        self._needed = 0  # into by_first: shards the batches scheduled so far need
-        self._next_last = 0  # into by_last: shards released
-        self._lock = threading.Lock()
-        self._closed = False
-        self.shards_read = 0
-        self.peak = 0
-        cache.claim(self.by_first.tolist())
 
     def schedule_upto(self, batch: int) -> None:
         """Load every shard needed up to ``batch``, plus ``prefetch`` more.

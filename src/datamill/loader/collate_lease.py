@@ -23,7 +23,7 @@ arrays of a lease may be views of one buffer, which stays alive while any of the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,11 +40,13 @@ from datamill.loader.collate import (
     _offsets,
     _single,
     _valid,
+    collate_numpy,
+    collate_torch,
     column_arrays,
     to_torch,
 )
 
-__all__ = ["collate_numpy_batches", "collate_torch_batches"]
+__all__ = ["BlockCollate", "collate_block", "collate_numpy_batches", "collate_torch_batches"]
 
 _Column = list[tuple[str, list[np.ndarray]]]
 """One column's output: ``(key, one array per batch)`` pairs."""
@@ -54,18 +56,19 @@ class _Bounds:
     """Where each batch's rows start and stop in the lease (as arrays and as Python ints), and how
     an array over the lease is cut into the batches' arrays (for numpy, or ``for_torch``)."""
 
-    def __init__(self, rows: np.ndarray, *, for_torch: bool) -> None:
+    def __init__(self, rows: np.ndarray, *, for_torch: bool, ipc: bool = True) -> None:
         self.edges = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(rows, out=self.edges[1:])
         self.starts: list[int] = self.edges[:-1].tolist()
         self.stops: list[int] = self.edges[1:].tolist()
         self.prepare = _for_torch if for_torch else _same
-        self.for_torch = for_torch
+        self.for_torch, self.ipc = for_torch, ipc
 
     def ipc_view(self, values: np.ndarray) -> np.ndarray:
         """Numbers without nulls as collate_numpy gives those of a batch read from an IPC stream:
-        a read-only view (for torch: as they are; ``prepare`` copies them only if read-only)."""
-        if self.for_torch:
+        a read-only view (for torch: as they are; ``prepare`` copies them only if read-only). A
+        block's (``ipc=False``) as they are: what collate_numpy gives a slice of the block."""
+        if self.for_torch or not self.ipc:
             return values
         view = values.view()
         view.flags.writeable = False
@@ -208,11 +211,10 @@ def _combined(table: pa.Table, columns: list[int]) -> list[pa.Array]:
     return [_single(col) for col in sub.combine_chunks().columns]
 
 
-def _per_batch(
-    name: str, i: int, batches: Sequence[pa.RecordBatch], binary: BinaryOutput
-) -> _Column:
-    """Column ``i`` converted batch by batch (what :func:`collate_numpy` does)."""
-    outs = [column_arrays(name, b.column(i), binary=binary) for b in batches]
+def _per_batch(name: str, parts: Sequence[pa.Array], binary: BinaryOutput) -> _Column:
+    """A column converted batch by batch (``parts``: its array in each batch; what
+    :func:`collate_numpy` does)."""
+    outs = [column_arrays(name, part, binary=binary) for part in parts]
     return [(key, [o[j][1] for o in outs]) for j, (key, _) in enumerate(outs[0])]
 
 
@@ -266,19 +268,84 @@ def _collate(
         return []
     table = pa.Table.from_batches(batches, schema=schema)  # zero-copy: a chunk per batch
     rows = np.fromiter((b.num_rows for b in batches), np.int64, len(batches))
-    bounds = _Bounds(rows, for_torch=for_torch)
-    fast = [i for i, field in enumerate(schema) if _fast(field.type)]
+    return _collate_table(
+        table,
+        _Bounds(rows, for_torch=for_torch),
+        binary,
+        lambda i: [b.column(i) for b in batches],
+    )
+
+
+def _collate_table(
+    table: pa.Table,
+    bounds: _Bounds,
+    binary: BinaryOutput,
+    parts: Callable[[int], Sequence[pa.Array]],
+) -> list[dict[str, np.ndarray]]:
+    """The batches of ``table`` cut at ``bounds``, collated column by column (``parts(i)``: column
+    ``i`` of each batch, for the columns without a fast path)."""
+    fast = [i for i, field in enumerate(table.schema) if _fast(field.type)]
     combined = dict(zip(fast, _combined(table, fast)))
     keys: list[str] = []
     cols: list[list[np.ndarray]] = []
-    for i, name in enumerate(schema.names):
+    for i, name in enumerate(table.schema.names):
         column = _lease_column(name, combined[i], bounds, binary) if i in combined else None
-        for key, arrays in column if column is not None else _per_batch(name, i, batches, binary):
+        for key, arrays in column if column is not None else _per_batch(name, parts(i), binary):
             keys.append(key)
             cols.append(arrays)
     if not cols:
-        return [{} for _ in batches]
+        return [{} for _ in bounds.starts]
     return [dict(zip(keys, arrays)) for arrays in zip(*cols)]
+
+
+def collate_block(
+    table: pa.Table, rows: Sequence[int], *, torch: bool = False, pin_memory: bool = False
+) -> list[Any]:
+    """The batches of a built block (``table``, cut into batches of ``rows`` rows each, in order)
+    collated at once: ``collate_numpy`` (``torch``: ``collate_torch``) of each batch's slice, with
+    each column converted once for the block (the arrays are views of the block's columns, as
+    those of a slice are; a block of several chunks per column is combined once).
+
+    Examples:
+        >>> t = pa.table({"x": [1, 2, 3], "s": ["a", "b", "c"]})
+        >>> [(d["x"].tolist(), d["s"].tolist()) for d in collate_block(t, [2, 1])]
+        [([1, 2], ['a', 'b']), ([3], ['c'])]
+    """
+    bounds = _Bounds(np.asarray(rows, dtype=np.int64), for_torch=torch, ipc=False)
+    out = _collate_table(
+        table,
+        bounds,
+        "offsets",
+        lambda i: [
+            _single(table.column(i).slice(a, b - a)) for a, b in zip(bounds.starts, bounds.stops)
+        ],
+    )
+    return [to_torch(arrays, pin_memory=pin_memory) for arrays in out] if torch else out
+
+
+class BlockCollate:
+    """``collate_numpy`` (``torch``: ``collate_torch``) as a batch service's collate, which also
+    collates a block of batches at once (:meth:`block`, what
+    :meth:`BatchService.build <datamill.loader.BatchService.build>` calls when it has neither a
+    filter nor a transform): the same arrays, each column converted once per block.
+
+    Examples:
+        >>> c = BlockCollate()
+        >>> t = pa.table({"x": [1, 2, 3]})
+        >>> c(t)["x"].tolist(), [d["x"].tolist() for d in c.block(t, [1, 2])]
+        ([1, 2, 3], [[1], [2, 3]])
+    """
+
+    def __init__(self, *, torch: bool = False) -> None:
+        self.torch = torch
+
+    def __call__(self, table: pa.Table) -> Any:
+        """One batch's table collated."""
+        return collate_torch(table) if self.torch else collate_numpy(table)
+
+    def block(self, table: pa.Table, rows: Sequence[int]) -> list[Any]:
+        """The batches of a block (:func:`collate_block`)."""
+        return collate_block(table, rows, torch=self.torch)
 
 
 def _lease_schema(batches: Sequence[pa.RecordBatch], binary: BinaryOutput) -> pa.Schema | None:

@@ -12,7 +12,7 @@ depend on where it was sliced from.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -155,9 +155,12 @@ def service_for(
     *,
     cache_shards: int | None = None,
     ranks: int | None = None,
+    collate: str | Callable[[pa.Table], Any] = "arrow",
 ) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with,
-    ``collate="arrow"``).
+    ``collate="arrow"``; a direct client whose loop takes numpy or torch batches builds them with
+    a :class:`~datamill.loader.collate_lease.BlockCollate`, which collates each block of batches
+    at once).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
     (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
@@ -169,7 +172,7 @@ def service_for(
         batch_size=int(cfg["batch_size"]),
         seed=int(cfg["seed"]),
         columns=cfg["columns"],
-        collate="arrow",
+        collate=collate,
         batching=Batching(
             window=cfg["window"],
             shuffle=bool(cfg["shuffle"]),
@@ -258,8 +261,26 @@ class RunStream:
         # plan rank -> (next batch, stop batch, its build's results)
         self._streams: dict[int, tuple[int, int, Iterator[BatchResult]]] = {}
         self.restarts = 0  # builds started (the first one included)
+        self._primed: tuple[int, int, Any] | None = None  # (plan rank, batch, output) built ahead
 
-    def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[pa.Table]:
+    def prime(self, rank: int, batch: int) -> None:
+        """Build batch ``batch`` of plan rank ``rank`` now, before a lease asks for it (a static
+        rank's first lease of an epoch, while its round trip is in flight): the lease that starts
+        there takes it (and the build continues from it); any other drops it. A failure is left
+        to the lease that builds the batch."""
+        if not self.follow:
+            return
+        try:
+            stop, results = self._at(rank, batch)
+            res = next(results, None)
+        except Exception:  # noqa: BLE001 - the lease's own build raises it where it belongs
+            self.close()
+            return
+        if res is not None:
+            self._streams[rank] = (batch + 1, stop, results)
+            self._primed = (rank, batch, res.output)
+
+    def batches(self, runs: Sequence[tuple[int, int, int]]) -> Iterator[Any]:
         """The batches of a lease's runs, in order, each built when it is asked for."""
         for r, a, b in runs:
             if not self.follow:
@@ -270,6 +291,10 @@ class RunStream:
                     alone.close()
                 continue
             for batch in range(a, b):
+                primed, self._primed = self._primed, None
+                if primed is not None and primed[:2] == (r, batch):
+                    yield primed[2]
+                    continue
                 stop, results = self._at(r, batch)
                 res = next(results)
                 self._streams[r] = (batch + 1, stop, results)
@@ -302,6 +327,7 @@ class RunStream:
 
     def close(self) -> None:
         """Stop the open builds (their shards are released)."""
+        self._primed = None
         for *_, results in self._streams.values():
             close_iterator(results)
         self._streams.clear()

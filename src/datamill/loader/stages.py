@@ -25,7 +25,7 @@ from datamill.core.errors import ConfigError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.order import num_batches, rank_sequence
 
-__all__ = ["EpochPlan", "assemble", "indices", "process_batch", "take_rows"]
+__all__ = ["EpochPlan", "assemble", "assemble_block", "indices", "process_batch", "take_rows"]
 
 UID_COLUMN = "uid"
 
@@ -448,6 +448,19 @@ def assemble(
 ) -> list[pa.Table]:
     """The tables of ``batches`` (consecutive or not), gathered with :func:`take_rows` from the
     shards ``get(k)`` returns."""
+    taken, rows = assemble_block(plan, get, batches)
+    out, start = [], 0
+    for n in rows:
+        out.append(taken.slice(start, n))
+        start += n
+    return out
+
+
+def assemble_block(
+    plan: EpochPlan, get: Callable[[int], pa.Table], batches: Sequence[int]
+) -> tuple[pa.Table, list[int]]:
+    """The rows of ``batches`` gathered in one table, and each batch's row count (the tables of
+    :func:`assemble` are its consecutive slices)."""
     parts = [plan.positions(b) for b in batches]
     shard = np.concatenate([plan.shard[p] for p in parts])
     row = np.concatenate([plan.row[p] for p in parts])
@@ -455,12 +468,7 @@ def assemble(
     needed = np.flatnonzero(np.bincount(shard)).astype(shard.dtype, copy=False)
     tables = [get(int(k)) for k in needed]
     taken = take_rows(tables, np.searchsorted(needed, shard).astype(np.int64), row)
-    out, start = [], 0
-    for p in parts:
-        n = p.stop - p.start
-        out.append(taken.slice(start, n))
-        start += n
-    return out
+    return taken, [p.stop - p.start for p in parts]
 
 
 def _uid(table: pa.Table, i: int, index: int) -> Any:
