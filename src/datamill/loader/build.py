@@ -24,6 +24,7 @@ from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.parallel import ordered_map
 from datamill.loader.accounting import BatchResult
 from datamill.loader.cache import BuildReader
+from datamill.loader.collate_lease import block_collate
 from datamill.loader.order import Elastic, num_batches, replica_group, split_sizes
 from datamill.loader.servicebase import ServiceBase
 from datamill.loader.stages import EpochPlan, assemble, assemble_block, process_batch
@@ -185,7 +186,7 @@ class Builds(ServiceBase):
 
     def _run(self, reader: BuildReader, task: list[int]) -> list[BatchResult]:
         plan = reader.plan
-        block = getattr(self.collate_fn, "block", None)  # a BlockCollate: the block at once
+        block = block_collate(self.collate_fn)  # numpy/torch: each column once per block
         if block is not None and self.batching.filter is None and self.batching.transform is None:
             taken, rows = assemble_block(plan, reader.get, task)
             outputs = block(taken, rows)

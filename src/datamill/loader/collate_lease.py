@@ -22,6 +22,7 @@ arrays of a lease may be views of one buffer, which stays alive while any of the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,7 +47,13 @@ from datamill.loader.collate import (
     to_torch,
 )
 
-__all__ = ["BlockCollate", "collate_block", "collate_numpy_batches", "collate_torch_batches"]
+__all__ = [
+    "BlockCollate",
+    "block_collate",
+    "collate_block",
+    "collate_numpy_batches",
+    "collate_torch_batches",
+]
 
 _Column = list[tuple[str, list[np.ndarray]]]
 """One column's output: ``(key, one array per batch)`` pairs."""
@@ -346,6 +353,32 @@ class BlockCollate:
     def block(self, table: pa.Table, rows: Sequence[int]) -> list[Any]:
         """The batches of a block (:func:`collate_block`)."""
         return collate_block(table, rows, torch=self.torch)
+
+
+def block_collate(collate: Callable[[pa.Table], Any]) -> Callable[..., list[Any]] | None:
+    """The block form of a batch collate (``(table, rows) -> batches``), or ``None``: a
+    :class:`BlockCollate`'s :meth:`~BlockCollate.block`, and :func:`collate_block` for the
+    built-in ``collate="numpy"`` / ``"torch"`` (what
+    :func:`~datamill.loader.collate.resolve_collate` gives), so the in-process Loader converts
+    each column once per block, as a direct client does.
+
+    Examples:
+        >>> block_collate(collate_numpy)(pa.table({"x": [1, 2, 3]}), [2, 1])[1]["x"].tolist()
+        [3]
+        >>> block_collate(lambda t: t) is None
+        True
+    """
+    if collate is collate_numpy:
+        return collate_block
+    if (
+        isinstance(collate, functools.partial)
+        and collate.func is collate_torch
+        and not collate.args
+        and set(collate.keywords) <= {"pin_memory"}
+    ):
+        return functools.partial(collate_block, torch=True, **collate.keywords)
+    block = getattr(collate, "block", None)
+    return block if callable(block) else None
 
 
 def _lease_schema(batches: Sequence[pa.RecordBatch], binary: BinaryOutput) -> pa.Schema | None:
