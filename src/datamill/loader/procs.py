@@ -49,7 +49,7 @@ from datamill.core.parallel import process_start_time, usable_cores
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy, collate_torch, to_torch
 from datamill.loader.order import Elastic
-from datamill.loader.procs_worker import _Layout, _serve
+from datamill.loader.procs_worker import _Layout, _serve, placing
 
 __all__ = ["ProcessBuilds", "WorkerError"]
 
@@ -164,6 +164,7 @@ class _Handle:
         self.files: dict[int, Any] = {}
         self.maps: dict[int, mmap.mmap] = {}
         self.taken = 0  # batches received and not yet acknowledged to the worker
+        self.queue: collections.deque[tuple[Any, ...]] = collections.deque()  # received, not taken
         # slots whose views are all gone (appended by their finalizers, from any thread)
         self.freed: collections.deque[int] = collections.deque()
 
@@ -247,9 +248,12 @@ def _shutdown(handles: list[_Handle]) -> None:
     handles.clear()
 
 
-def _assemblers(service: Any) -> int:
-    """A worker's assembling threads: at least one, so the next batch is assembled while the worker
-    collates and hands over this one."""
+def _assemblers(service: Any, mode: str | None) -> int:
+    """A worker's assembling threads: none when it builds batches straight into its slots (one
+    thread: a block is built, then handed over), else at least one, so the next batch is assembled
+    while the worker collates and hands over this one."""
+    if placing(service.batching, mode):
+        return 0
     return max(1, int(service.workers.threads))
 
 
@@ -303,7 +307,9 @@ class ProcessBuilds:
                 (
                     service.replace(
                         collate="arrow",
-                        workers=dataclasses.replace(service.workers, threads=_assemblers(service)),
+                        workers=dataclasses.replace(
+                            service.workers, threads=_assemblers(service, self.mode)
+                        ),
                     ),
                     self.mode,
                 )
@@ -350,10 +356,17 @@ class ProcessBuilds:
                 h.send(("pipe",))
 
     def _recv(self, h: _Handle, batch: int | None, epoch: int | None) -> tuple[Any, ...]:
+        """Worker ``h``'s next message (a ``("batches", [...])`` group is taken one at a time)."""
+        if h.queue:
+            return h.queue.popleft()
         try:
-            return tuple(h.conn.recv())
+            msg = tuple(h.conn.recv())
         except (EOFError, OSError):
             raise self._died(h, batch, epoch) from None
+        if msg[0] == "batches":  # a block's batches, sent at once (one wake-up)
+            h.queue.extend(msg[1])
+            return h.queue.popleft()
+        return msg
 
     def _send(self, h: _Handle, msg: tuple[Any, ...], batch: int, epoch: int) -> None:
         """``msg`` to worker ``h``; a worker gone (a broken pipe) is its :class:`WorkerError`."""
