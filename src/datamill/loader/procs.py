@@ -10,11 +10,13 @@ rank's batch independently; the trainer takes them back in order, so the batches
 bytes, in the same order, as in process, and the resume state keeps its meaning.
 
 The hand-off follows ``datamill serve``'s build workers: a worker writes each batch (the collated
-numpy arrays, or an Arrow IPC stream) straight into one of its shared-memory slots (a ``memfd``,
-mapped by the trainer through ``/proc/PID/fd``) and sends ``(batch, slot, length, counts)`` through
-its pipe; the trainer hands out views of the slot (writable, no copy: the batch's arrays, tensors or
-table live in the slot) and the slot goes back to the worker once every view of it is gone, in one
-message every few batches (:mod:`datamill.loader.procs_worker`). Where a slot cannot be mapped (not
+numpy arrays, or an Arrow IPC stream) into one of its shared-memory slots (a ``memfd``, mapped by
+the trainer through ``/proc/PID/fd``), or with the numpy/torch collates builds a whole block of
+batches straight into one slot (:mod:`datamill.loader.procs_place`), and sends
+``(batch, slot, length, counts)`` through its pipe (a block's batches in one message); the
+trainer hands out views of the slot (writable, no copy: the batch's arrays, tensors or table live
+in the slot) and the slot goes back to the worker once every view of it is gone, in one message
+every few batches (:mod:`datamill.loader.procs_worker`). Where a slot cannot be mapped (not
 Linux), the bytes go through the pipe.
 
 Workers never outlive the trainer: each watches the trainer's pid (and its start time, so a reused
@@ -257,6 +259,15 @@ def _assemblers(service: Any, mode: str | None) -> int:
     return max(1, int(service.workers.threads))
 
 
+def _worker_options(service: Any, mode: str | None) -> Any:
+    """The workers' :class:`~datamill.loader.options.Workers`: their assembling threads, and when
+    they build in one thread, shards read at least 4 ahead (reading then overlaps building)."""
+    threads = _assemblers(service, mode)
+    w = service.workers
+    prefetch = w.prefetch if threads else max(4, int(w.prefetch))
+    return dataclasses.replace(w, threads=threads, prefetch=prefetch)
+
+
 def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
     """Whether the workers collate (``"numpy"``/``"torch"``: the built-in collates, whose arrays
     cross as they are) or the trainer does (``None``), and whether to pin."""
@@ -307,9 +318,7 @@ class ProcessBuilds:
                 (
                     service.replace(
                         collate="arrow",
-                        workers=dataclasses.replace(
-                            service.workers, threads=_assemblers(service, self.mode)
-                        ),
+                        workers=_worker_options(service, self.mode),
                     ),
                     self.mode,
                 )

@@ -104,6 +104,19 @@ class _Column:
         return region[self.base : self.base + self.nbytes].view(self.dtype)
 
 
+def prepared_read(read: Callable[[int], pa.Table], k: int) -> pa.Table:
+    """``read(k)``, one chunk per column, with its gather views made (binary columns cast to
+    views) here, in the reader thread, not when the worker's one thread first gathers from it."""
+    table = read(k)
+    if any(col.num_chunks > 1 for col in table.columns):
+        try:
+            table = table.combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # too large for one chunk: as it is
+            return table
+    _prepared(table)
+    return table
+
+
 def place_block(
     plan: EpochPlan,
     get: Callable[[int], pa.Table],

@@ -1,6 +1,8 @@
 """The worker-process side of :mod:`datamill.loader.procs`: a worker builds the batches asked for
 with its own copy of the service and writes each into one of its shared-memory slots (a ``memfd``)
-as numpy arrays or an Arrow IPC stream, then sends ``(batch, slot, length, counts)``; it watches
+as numpy arrays or an Arrow IPC stream, or builds a block of them straight into one slot
+(:mod:`datamill.loader.procs_place`; a slot is free again once the trainer let go of all its
+batches), then sends ``(batch, slot, length, counts)``; it watches
 the trainer and exits when the trainer is gone. The trainer side (starting workers, mapping their
 slots, taking batches back in order) stays in :mod:`datamill.loader.procs`.
 
@@ -32,7 +34,7 @@ from datamill.core.parallel import exit_when_gone
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy
 from datamill.loader.order import Elastic
-from datamill.loader.procs_place import Placed, place_block
+from datamill.loader.procs_place import Placed, place_block, prepared_read
 from datamill.loader.procs_shards import SharedShards
 
 __all__: list[str] = []
@@ -358,6 +360,7 @@ def _serve(
         worker = _Worker(conn, svc, mode)
         if placing(svc.batching, mode) and worker.slots:
             svc._place = functools.partial(_place, worker, mode)
+            svc._cache._read = functools.partial(prepared_read, svc._cache._read)
         worker.run()
     except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
         os._exit(0)
