@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import MASK_SUFFIX, OFFSETS_SUFFIX
 from datamill.loader.stages import (
+    _INLINE,
     EpochPlan,
     _prepared,
     _Ragged,
@@ -252,13 +253,18 @@ def _ragged(name: str, cols: list[_Ragged], block: _Block, rows: list[Any], mode
 def _binary(
     name: str, cols: list[_Views], block: _Block, rows: list[Any], table_of: Any, typ: Any
 ) -> _Made:
-    """Binary: the block's bytes gathered once (views cast back, as in process) and copied into
-    the slot; each batch's ``<col>_offsets`` from 0."""
-    taken = _view_take(cols, block.mine, rows, table_of, typ)
-    width = np.int64 if pa.types.is_large_binary(taken.type) else np.int32
-    offs = np.frombuffer(taken.buffers()[1], dtype=width)[taken.offset : taken.offset + block.n + 1]
-    offs = offs.astype(np.int64)
-    data = taken.buffers()[2]
+    """Binary: each batch's bytes and ``<col>_offsets`` from 0. Rows all of one length (images of
+    one size) are copied from each shard's data straight into their places; otherwise the block's
+    bytes are gathered once (views cast back, as in process) and copied into the slot."""
+    size = _one_length(cols, block, rows)
+    taken = None if size else _view_take(cols, block.mine, rows, table_of, typ)
+    if taken is None:
+        offs = np.arange(block.n + 1, dtype=np.int64) * size
+    else:
+        width = np.int64 if pa.types.is_large_binary(taken.type) else np.int32
+        offs = np.frombuffer(taken.buffers()[1], dtype=width)[
+            taken.offset : taken.offset + block.n + 1
+        ].astype(np.int64)
     first = offs[block.starts]
     sizes = np.diff(first)
     values = _Column(name, np.dtype(np.uint8), [(s,) for s in sizes.tolist()], first - first[0])
@@ -274,10 +280,39 @@ def _binary(
     )
 
     def fill(region: NDArray[np.uint8]) -> None:
-        if values.nbytes:
+        if taken is None:
+            out = values.view(region).reshape(block.n, size)
+            for k, c in enumerate(cols):
+                if len(block.mine[k]):
+                    data = np.frombuffer(c.buffers[0], dtype=np.uint8)
+                    rows_of = np.lib.stride_tricks.as_strided(
+                        data, shape=(len(data) - size + 1, size), strides=(1, 1), writeable=False
+                    )  # row i: the ``size`` bytes from byte i
+                    out[block.mine[k]] = rows_of[c.views[rows[k], 3]]
+        elif values.nbytes:
+            data = taken.buffers()[2]
             assert data is not None
             src = np.frombuffer(data, dtype=np.uint8)[int(offs[0]) : int(offs[-1])]
             values.view(region)[:] = src
         offsets.view(region)[:] = offs[at] - np.repeat(first[:-1], lens)
 
     return [values, offsets], fill
+
+
+def _one_length(cols: list[_Views], block: _Block, rows: list[Any]) -> int:
+    """The length of every row taken when they all have one, out of line (> 12 bytes: a view
+    then points into its shard's data) and each shard has one data buffer; else 0."""
+    size = 0
+    for k, c in enumerate(cols):
+        if not len(block.mine[k]):
+            continue
+        lengths = c.views[rows[k], 0]
+        size = size or int(lengths[0])
+        if (
+            size <= _INLINE
+            or len(c.buffers) != 1
+            or c.buffers[0].size < size
+            or (lengths != size).any()
+        ):
+            return 0
+    return size
