@@ -10,7 +10,7 @@ The trainer hands out views of a slot (no copy), so a slot stays the trainer's u
 its batch is gone; it then tells the worker, together with how many batches it has taken, in one
 ``("ack", taken, [slots freed])`` message every few batches, or at once after a batch that filled
 the worker's batches in flight. A worker keeps at most
-``_INFLIGHT`` batches handed over and not yet taken; it writes into a free slot, or a new one while
+``_INFLIGHT`` batches handed over and not yet taken (``_INFLIGHT_PLACED`` of placed blocks); it writes into a free slot, or a new one while
 it has fewer than ``_MAX_SLOTS`` (the trainer keeping batches), else through the pipe.
 """
 
@@ -39,7 +39,10 @@ from datamill.loader.procs_shards import SharedShards
 
 __all__: list[str] = []
 
-_INFLIGHT = 48  # batches a worker has handed over and the trainer has not taken yet (> a block)
+_INFLIGHT = 16  # batches a worker has handed over and the trainer has not taken yet
+_INFLIGHT_PLACED = (
+    48  # the same for placed blocks (> a block: its batches go at once; built already)
+)
 _MAX_SLOTS = 64  # shared-memory slots of a worker (beyond: batches the trainer keeps, by the pipe)
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
 
@@ -108,6 +111,7 @@ class _Worker:
         self.users: dict[int, int] = {}  # per slot in use: its batches the trainer still holds
         self.open: set[int] = set()  # slots of the block being handed over (placed batches)
         self.outbox: list[tuple[Any, ...]] = []  # placed batches not sent yet (their block's rest)
+        self.limit = _INFLIGHT  # batches in flight allowed (more for placed blocks)
         self.inflight = 0  # batches sent and not yet taken (acknowledged) by the trainer
         self.cancelled = 0  # builds up to this generation are abandoned by the trainer
         self.pending: tuple[Any, ...] | None = None  # a build or stop that came during a build
@@ -206,7 +210,8 @@ class _Worker:
     def hand(self, gen: int, res: BatchResult) -> bool:
         """Send ``res`` (its arrays, or its table as Arrow IPC, in a slot); ``False`` when the
         build was abandoned."""
-        while self.inflight >= _INFLIGHT:  # the trainer is behind: wait for it
+        self.limit = _INFLIGHT_PLACED if isinstance(res.output, Placed) else _INFLIGHT
+        while self.inflight >= self.limit:  # the trainer is behind: wait for it
             self.handle(self.conn.recv())
             if self.stale(gen):
                 return False
@@ -258,7 +263,7 @@ class _Worker:
     def full(self) -> bool:
         """Whether this batch fills the worker's batches in flight: the trainer acknowledges it
         at once (else every few batches)."""
-        return self.inflight >= _INFLIGHT
+        return self.inflight >= self.limit
 
     def slot(self) -> int | None:
         """A free slot (the lowest: the trainer keeps few mappings), a new one, or ``None``."""
