@@ -9,8 +9,8 @@ slots, taking batches back in order) stays in :mod:`datamill.loader.procs`.
 The trainer hands out views of a slot (no copy), so a slot stays the trainer's until every view of
 its batch is gone; it then tells the worker, together with how many batches it has taken, in one
 ``("ack", taken, [slots freed])`` message every few batches, or at once after a batch that filled
-the worker's batches in flight. A worker keeps at most
-``_INFLIGHT`` batches handed over and not yet taken (``_INFLIGHT_PLACED`` of placed blocks); it writes into a free slot, or a new one while
+the worker's batches in flight. A worker keeps at most ``_INFLIGHT`` batches handed over and not
+yet taken (``_INFLIGHT_PLACED`` of placed blocks); it writes into a free slot, or a new one while
 it has fewer than ``_MAX_SLOTS`` (the trainer keeping batches), else through the pipe.
 """
 
