@@ -280,15 +280,15 @@ def _binary(
     )
 
     def fill(region: NDArray[np.uint8]) -> None:
-        if taken is None:
-            out = values.view(region).reshape(block.n, size)
+        if taken is None:  # one row = one ``size``-byte element: one memcpy per row
+            row = np.dtype((np.void, size))
+            out = values.view(region).view(row)
             for k, c in enumerate(cols):
                 if len(block.mine[k]):
                     data = np.frombuffer(c.buffers[0], dtype=np.uint8)
-                    rows_of = np.lib.stride_tricks.as_strided(
-                        data, shape=(len(data) - size + 1, size), strides=(1, 1), writeable=False
-                    )  # row i: the ``size`` bytes from byte i
-                    out[block.mine[k]] = rows_of[c.views[rows[k], 3]]
+                    # element i: the ``size`` bytes from byte i of the shard's data
+                    at_byte = np.ndarray((len(data) - size + 1,), row, buffer=data, strides=(1,))
+                    out[block.mine[k]] = at_byte[c.views[rows[k], 3]]
         elif values.nbytes:
             data = taken.buffers()[2]
             assert data is not None
