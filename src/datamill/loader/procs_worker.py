@@ -111,7 +111,6 @@ class _Worker:
         self.users: dict[int, int] = {}  # per slot in use: its batches the trainer still holds
         self.open: set[int] = set()  # slots of the block being handed over (placed batches)
         self.outbox: list[tuple[Any, ...]] = []  # placed batches not sent yet (their block's rest)
-        self.limit = _INFLIGHT  # batches in flight allowed (more for placed blocks)
         self.inflight = 0  # batches sent and not yet taken (acknowledged) by the trainer
         self.cancelled = 0  # builds up to this generation are abandoned by the trainer
         self.pending: tuple[Any, ...] | None = None  # a build or stop that came during a build
@@ -210,8 +209,8 @@ class _Worker:
     def hand(self, gen: int, res: BatchResult) -> bool:
         """Send ``res`` (its arrays, or its table as Arrow IPC, in a slot); ``False`` when the
         build was abandoned."""
-        self.limit = _INFLIGHT_PLACED if isinstance(res.output, Placed) else _INFLIGHT
-        while self.inflight >= self.limit:  # the trainer is behind: wait for it
+        limit = _INFLIGHT_PLACED if isinstance(res.output, Placed) else _INFLIGHT
+        while self.inflight >= limit:  # the trainer is behind: wait for it
             self.handle(self.conn.recv())
             if self.stale(gen):
                 return False
@@ -248,7 +247,7 @@ class _Worker:
         size = (placed.layout[1], slot.size)
         msg = ("batch", gen, res.batch, (k, slot.fd), size, _meta(res), placed.layout, self.full)
         self.outbox.append(msg)
-        if placed.last or self.full:
+        if placed.last or self.inflight >= _INFLIGHT_PLACED:  # (the next batch would wait)
             self.flush()
 
     def flush(self) -> None:
@@ -261,9 +260,10 @@ class _Worker:
 
     @property
     def full(self) -> bool:
-        """Whether this batch fills the worker's batches in flight: the trainer acknowledges it
-        at once (else every few batches)."""
-        return self.inflight >= self.limit
+        """Whether the trainer acknowledges this batch at once (else every few batches): past
+        ``_INFLIGHT`` in flight, the smaller limit, so that a worker waiting at either limit was
+        always sent a batch asking for it (a wait for an acknowledgement never asked is a hang)."""
+        return self.inflight >= _INFLIGHT
 
     def slot(self) -> int | None:
         """A free slot (the lowest: the trainer keeps few mappings), a new one, or ``None``."""
