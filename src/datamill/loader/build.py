@@ -11,7 +11,7 @@ inherits these methods; nothing here decides which samples a batch holds.
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -184,7 +184,15 @@ class Builds(ServiceBase):
         for i in range(0, len(batches), per):
             yield batches[i : i + per].tolist()
 
+    _place: Callable[[BuildReader, list[int]], list[BatchResult] | None] | None = None
+    """Set in a worker process (:mod:`datamill.loader.procs_place`): builds a block straight into
+    shared memory, or returns ``None`` (then built here)."""
+
     def _run(self, reader: BuildReader, task: list[int]) -> list[BatchResult]:
+        if self._place is not None:
+            placed = self._place(reader, task)
+            if placed is not None:
+                return placed
         plan = reader.plan
         block = block_collate(self.collate_fn)  # numpy/torch: each column once per block
         if block is not None and self.batching.filter is None and self.batching.transform is None:

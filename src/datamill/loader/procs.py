@@ -10,11 +10,13 @@ rank's batch independently; the trainer takes them back in order, so the batches
 bytes, in the same order, as in process, and the resume state keeps its meaning.
 
 The hand-off follows ``datamill serve``'s build workers: a worker writes each batch (the collated
-numpy arrays, or an Arrow IPC stream) straight into one of its shared-memory slots (a ``memfd``,
-mapped by the trainer through ``/proc/PID/fd``) and sends ``(batch, slot, length, counts)`` through
-its pipe; the trainer hands out views of the slot (writable, no copy: the batch's arrays, tensors or
-table live in the slot) and the slot goes back to the worker once every view of it is gone, in one
-message every few batches (:mod:`datamill.loader.procs_worker`). Where a slot cannot be mapped (not
+numpy arrays, or an Arrow IPC stream) into one of its shared-memory slots (a ``memfd``, mapped by
+the trainer through ``/proc/PID/fd``), or with the numpy/torch collates builds a whole block of
+batches straight into one slot (:mod:`datamill.loader.procs_place`), and sends
+``(batch, slot, length, counts)`` through its pipe (a block's batches in one message); the
+trainer hands out views of the slot (writable, no copy: the batch's arrays, tensors or table live
+in the slot) and the slot goes back to the worker once every view of it is gone, in one message
+every few batches (:mod:`datamill.loader.procs_worker`). Where a slot cannot be mapped (not
 Linux), the bytes go through the pipe.
 
 Workers never outlive the trainer: each watches the trainer's pid (and its start time, so a reused
@@ -49,7 +51,7 @@ from datamill.core.parallel import process_start_time, usable_cores
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy, collate_torch, to_torch
 from datamill.loader.order import Elastic
-from datamill.loader.procs_worker import _Layout, _serve
+from datamill.loader.procs_worker import _Layout, _serve, placing
 
 __all__ = ["ProcessBuilds", "WorkerError"]
 
@@ -164,6 +166,7 @@ class _Handle:
         self.files: dict[int, Any] = {}
         self.maps: dict[int, mmap.mmap] = {}
         self.taken = 0  # batches received and not yet acknowledged to the worker
+        self.queue: collections.deque[tuple[Any, ...]] = collections.deque()  # received, not taken
         # slots whose views are all gone (appended by their finalizers, from any thread)
         self.freed: collections.deque[int] = collections.deque()
 
@@ -247,10 +250,22 @@ def _shutdown(handles: list[_Handle]) -> None:
     handles.clear()
 
 
-def _assemblers(service: Any) -> int:
-    """A worker's assembling threads: at least one, so the next batch is assembled while the worker
-    collates and hands over this one."""
+def _assemblers(service: Any, mode: str | None) -> int:
+    """A worker's assembling threads: none when it builds batches straight into its slots (one
+    thread: a block is built, then handed over), else at least one, so the next batch is assembled
+    while the worker collates and hands over this one."""
+    if placing(service.batching, mode):
+        return 0
     return max(1, int(service.workers.threads))
+
+
+def _worker_options(service: Any, mode: str | None) -> Any:
+    """The workers' :class:`~datamill.loader.options.Workers`: their assembling threads, and when
+    they build in one thread, shards read at least 4 ahead (reading then overlaps building)."""
+    threads = _assemblers(service, mode)
+    w = service.workers
+    prefetch = w.prefetch if threads else max(4, int(w.prefetch))
+    return dataclasses.replace(w, threads=threads, prefetch=prefetch)
 
 
 def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
@@ -303,7 +318,7 @@ class ProcessBuilds:
                 (
                     service.replace(
                         collate="arrow",
-                        workers=dataclasses.replace(service.workers, threads=_assemblers(service)),
+                        workers=_worker_options(service, self.mode),
                     ),
                     self.mode,
                 )
@@ -350,10 +365,17 @@ class ProcessBuilds:
                 h.send(("pipe",))
 
     def _recv(self, h: _Handle, batch: int | None, epoch: int | None) -> tuple[Any, ...]:
+        """Worker ``h``'s next message (a ``("batches", [...])`` group is taken one at a time)."""
+        if h.queue:
+            return h.queue.popleft()
         try:
-            return tuple(h.conn.recv())
+            msg = tuple(h.conn.recv())
         except (EOFError, OSError):
             raise self._died(h, batch, epoch) from None
+        if msg[0] == "batches":  # a block's batches, sent at once (one wake-up)
+            h.queue.extend(msg[1])
+            return h.queue.popleft()
+        return msg
 
     def _send(self, h: _Handle, msg: tuple[Any, ...], batch: int, epoch: int) -> None:
         """``msg`` to worker ``h``; a worker gone (a broken pipe) is its :class:`WorkerError`."""

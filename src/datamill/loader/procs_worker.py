@@ -1,19 +1,22 @@
 """The worker-process side of :mod:`datamill.loader.procs`: a worker builds the batches asked for
 with its own copy of the service and writes each into one of its shared-memory slots (a ``memfd``)
-as numpy arrays or an Arrow IPC stream, then sends ``(batch, slot, length, counts)``; it watches
+as numpy arrays or an Arrow IPC stream, or builds a block of them straight into one slot
+(:mod:`datamill.loader.procs_place`; a slot is free again once the trainer let go of all its
+batches), then sends ``(batch, slot, length, counts)``; it watches
 the trainer and exits when the trainer is gone. The trainer side (starting workers, mapping their
 slots, taking batches back in order) stays in :mod:`datamill.loader.procs`.
 
 The trainer hands out views of a slot (no copy), so a slot stays the trainer's until every view of
 its batch is gone; it then tells the worker, together with how many batches it has taken, in one
 ``("ack", taken, [slots freed])`` message every few batches, or at once after a batch that filled
-the worker's batches in flight. A worker keeps at most
-``_INFLIGHT`` batches handed over and not yet taken; it writes into a free slot, or a new one while
+the worker's batches in flight. A worker keeps at most ``_INFLIGHT`` batches handed over and not
+yet taken (``_INFLIGHT_PLACED`` of placed blocks); it writes into a free slot, or a new one while
 it has fewer than ``_MAX_SLOTS`` (the trainer keeping batches), else through the pipe.
 """
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import pickle
@@ -31,11 +34,15 @@ from datamill.core.parallel import exit_when_gone
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy
 from datamill.loader.order import Elastic
+from datamill.loader.procs_place import Placed, place_block, prepared_read
 from datamill.loader.procs_shards import SharedShards
 
 __all__: list[str] = []
 
 _INFLIGHT = 16  # batches a worker has handed over and the trainer has not taken yet
+_INFLIGHT_PLACED = (
+    48  # the same for placed blocks (> a block: its batches go at once; built already)
+)
 _MAX_SLOTS = 64  # shared-memory slots of a worker (beyond: batches the trainer keeps, by the pipe)
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
 
@@ -48,8 +55,8 @@ class _Slot:
         self.size = 0
         self.map: mmap.mmap | None = None
 
-    def writer(self, n: int) -> pa.FixedSizeBufferWriter:
-        """A writer of ``n`` bytes at the slot's start (the file grown when too small)."""
+    def region(self, n: int) -> np.ndarray:
+        """The slot's first ``n`` bytes, writable (the file grown when too small)."""
         if n > self.size:
             size = max(n + (n >> 2), 1 << 20)
             os.ftruncate(self.fd, size)
@@ -57,7 +64,7 @@ class _Slot:
                 self.map.close()
             self.map, self.size = mmap.mmap(self.fd, size), size
         assert self.map is not None
-        return pa.FixedSizeBufferWriter(pa.py_buffer(self.map))
+        return np.frombuffer(self.map, dtype=np.uint8, count=n)
 
 
 def _ipc_size(table: pa.Table) -> int:
@@ -101,6 +108,9 @@ class _Worker:
         self.conn, self.svc, self.mode = conn, svc, mode
         self.slots = [_Slot()] if hasattr(os, "memfd_create") else []
         self.free = set(range(len(self.slots)))
+        self.users: dict[int, int] = {}  # per slot in use: its batches the trainer still holds
+        self.open: set[int] = set()  # slots of the block being handed over (placed batches)
+        self.outbox: list[tuple[Any, ...]] = []  # placed batches not sent yet (their block's rest)
         self.inflight = 0  # batches sent and not yet taken (acknowledged) by the trainer
         self.cancelled = 0  # builds up to this generation are abandoned by the trainer
         self.pending: tuple[Any, ...] | None = None  # a build or stop that came during a build
@@ -127,13 +137,14 @@ class _Worker:
                 self.handle(msg)
 
     def handle(self, msg: tuple[Any, ...]) -> None:
-        if msg[0] == "ack":  # batches taken, slots whose views are all gone
+        if msg[0] == "ack":  # batches taken, slots whose views are all gone (once per batch)
             self.inflight -= msg[1]
-            self.free.update(msg[2])
+            for k in msg[2]:
+                self.release(k)
         elif msg[0] == "cancel":
             self.cancelled = max(self.cancelled, msg[1])
         elif msg[0] == "pipe":  # the trainer cannot map the slots
-            self.slots, self.free = [], set()
+            self.slots, self.free, self.open = [], set(), set()
         else:  # a new build, or stop: after this one
             self.pending = msg
 
@@ -162,17 +173,50 @@ class _Worker:
                 if self.stale(gen) or not self.hand(gen, res):
                     return
         except Exception as exc:  # noqa: BLE001 - raised again in the trainer
+            self.flush()  # the batches before it first
             self.send(("error", gen, _picklable(exc)))
         finally:
+            self.flush()
             it.close()
+            self.close_blocks()
+
+    def release(self, k: int) -> None:
+        """The trainer let go of one batch of slot ``k``: free once none is left (and its block
+        is handed over)."""
+        left = self.users.get(k, 1) - 1
+        self.users[k] = left
+        if left <= 0 and k not in self.open and k < len(self.slots):
+            self.free.add(k)
+
+    def close_blocks(self) -> None:
+        """Every placed block is handed over (or abandoned): its slot frees with its batches."""
+        for k in self.open:
+            if self.users.get(k, 0) <= 0 and k < len(self.slots):
+                self.free.add(k)
+        self.open = set()
+
+    def reserve(self, n: int) -> tuple[int, np.ndarray] | None:
+        """A slot for a block of ``n`` bytes (:mod:`datamill.loader.procs_place`), or ``None``."""
+        self.close_blocks()  # the blocks before were handed over whole (one thread builds)
+        k = self.slot() if n <= (1 << 31) else None
+        if k is None:
+            return None
+        self.free.discard(k)
+        self.open.add(k)
+        self.users[k] = 0
+        return k, self.slots[k].region(n)
 
     def hand(self, gen: int, res: BatchResult) -> bool:
         """Send ``res`` (its arrays, or its table as Arrow IPC, in a slot); ``False`` when the
         build was abandoned."""
-        while self.inflight >= _INFLIGHT:  # the trainer is behind: wait for it
+        limit = _INFLIGHT_PLACED if isinstance(res.output, Placed) else _INFLIGHT
+        while self.inflight >= limit:  # the trainer is behind: wait for it
             self.handle(self.conn.recv())
             if self.stale(gen):
                 return False
+        if isinstance(res.output, Placed):  # built in its slot already
+            self.hand_placed(gen, res, res.output)
+            return True
         table = res.output if res.output is not None else res.empty
         arrays = _collated(table, self.mode) if res.output is not None else None
         layout = None if arrays is None else _layout(arrays)
@@ -185,19 +229,40 @@ class _Worker:
             self.send(("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout, self.full))
             return True
         slot = self.slots[k]
-        slot.writer(n)  # grown when too small
-        assert slot.map is not None
-        _write(np.frombuffer(slot.map, dtype=np.uint8, count=n), table, arrays, layout)
+        _write(slot.region(n), table, arrays, layout)  # grown when too small
         self.free.discard(k)
+        self.users[k] = 1
         at = (k, slot.fd)
         msg = ("batch", gen, res.batch, at, (n, slot.size), _meta(res), layout, self.full)
         self.send(msg)
         return True
 
+    def hand_placed(self, gen: int, res: BatchResult, placed: Placed) -> None:
+        """Send batch ``res``, built in slot ``placed.token``: the batches of a block go together,
+        in one message once its last one is there (the trainer wakes once a block)."""
+        k = int(placed.token)
+        self.users[k] += 1
+        self.inflight += 1
+        slot = self.slots[k]
+        size = (placed.layout[1], slot.size)
+        msg = ("batch", gen, res.batch, (k, slot.fd), size, _meta(res), placed.layout, self.full)
+        self.outbox.append(msg)
+        if placed.last or self.inflight >= _INFLIGHT_PLACED:  # (the next batch would wait)
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the batches held back (:meth:`hand_placed`)."""
+        if len(self.outbox) == 1:
+            self.send(self.outbox[0])
+        elif self.outbox:
+            self.send(("batches", self.outbox))
+        self.outbox = []
+
     @property
     def full(self) -> bool:
-        """Whether this batch fills the worker's batches in flight: the trainer acknowledges it
-        at once (else every few batches)."""
+        """Whether the trainer acknowledges this batch at once (else every few batches): past
+        ``_INFLIGHT`` in flight, the smaller limit, so that a worker waiting at either limit was
+        always sent a batch asking for it (a wait for an acknowledgement never asked is a hang)."""
         return self.inflight >= _INFLIGHT
 
     def slot(self) -> int | None:
@@ -251,6 +316,16 @@ def _write(
         np.copyto(np.ndarray(shape, arrays[name].dtype, buffer=dst, offset=at), arrays[name])
 
 
+def placing(batching: Any, mode: str | None) -> bool:
+    """Whether a worker builds its batches straight into its slots
+    (:mod:`datamill.loader.procs_place`): the built-in collates, no filter or transform."""
+    return mode is not None and batching.filter is None and batching.transform is None
+
+
+def _place(worker: _Worker, mode: str, reader: Any, task: list[int]) -> list[BatchResult] | None:
+    return place_block(reader.plan, reader.get, task, mode=mode, alloc=worker.reserve)
+
+
 def _memory_pool() -> None:
     """jemalloc as Arrow's pool: a worker is the loader's own process, and jemalloc keeps freed
     pages for the next batch where the default pool hands them back to the system, so the batch
@@ -287,7 +362,11 @@ def _serve(
             keep = int(svc.window) + 2 * int(svc.workers.prefetch) + 2
             cache = svc._cache  # the worker's own copy of the service
             cache._read = SharedShards(me, n, socks, cache._read, keep).read
-        _Worker(conn, svc, mode).run()
+        worker = _Worker(conn, svc, mode)
+        if placing(svc.batching, mode) and worker.slots:
+            svc._place = functools.partial(_place, worker, mode)
+            svc._cache._read = functools.partial(prepared_read, svc._cache._read)
+        worker.run()
     except (EOFError, OSError):  # the trainer is gone (its end of the pipe closed): quietly
         os._exit(0)
 
