@@ -582,7 +582,7 @@ def wide_callables(root: Path) -> dict[str, int]:
 def test_no_public_callable_takes_more_than_12_parameters() -> None:
     """Issue #38: options pass whole (``Batching``, ``Workers``, ``Packing``...), so no public
     function, method or class takes more than 12 parameters. No exceptions are listed: the
-    client's ``RemoteLoader``/``Client.iteration`` and ``serve.cli.run_iterate`` (which calls
+    client's ``RemoteLoader``/``Client.iteration`` and ``client.cli.run_iterate`` (which calls
     ``RemoteLoader``) are being narrowed with the client package's move (datamill.client)."""
     wide = wide_callables(SRC)
     client = [
