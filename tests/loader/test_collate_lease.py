@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from datamill.core.errors import ConfigError, SchemaError
 from datamill.loader.collate import collate_numpy, collate_torch
 from datamill.loader.collate_lease import (
-    BlockCollate,
+    block_collate,
     collate_block,
     collate_numpy_batches,
     collate_torch_batches,
@@ -106,7 +106,7 @@ def test_block_collation_equals_collate_numpy_of_each_slice(
     assert len(got) == len(want) == len(cuts)
     for g, w in zip(got, want):
         assert_same_arrays(g, w)
-    assert [d.keys() for d in BlockCollate().block(table, cuts)] == [d.keys() for d in want]
+    assert [d.keys() for d in block_collate(collate_numpy)(table, cuts)] == [d.keys() for d in want]
 
 
 _CASES = [
@@ -262,7 +262,7 @@ def test_block_torch_collation_equals_collate_torch_of_each_slice() -> None:
             "s": ["a", "b", "c", "d", "e"],
         }
     )
-    got = BlockCollate(torch=True).block(table, [2, 3])
+    got = block_collate(collate_torch)(table, [2, 3])
     for g, (a, n) in zip(got, [(0, 2), (2, 3)], strict=True):
         want = collate_torch(table.slice(a, n))
         assert list(g) == list(want) and g["s"] == want["s"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from datamill.client.http import Client
 from datamill.core.wire import parse_runs
-from datamill.loader.collate_lease import BlockCollate
+from datamill.loader.collate import resolve_collate
 from datamill.loader.runs import RunStream, as_table, service_for
 
 __all__ = ["DirectBuilds"]
@@ -40,7 +40,7 @@ class DirectBuilds:
         cache_dir: ``s3://`` locations: the local shard cache folder (``None``: the default).
         cache_limit: ``s3://`` locations: bytes the local shard cache keeps at most.
         collate: ``"numpy"`` or ``"torch"``: the batches are collated as they are built, a block
-            of them at once (:class:`~datamill.loader.collate_lease.BlockCollate`: the arrays the
+            of them at once (:func:`~datamill.loader.collate_lease.block_collate`: the arrays the
             collate of each batch gives, each column converted once per block); else (``None``)
             they are tables, as the server builds them. Defaults to ``None``.
     """
@@ -53,9 +53,8 @@ class DirectBuilds:
         collate: str | None = None,
     ) -> None:
         self.cache_dir, self.cache_limit = cache_dir, int(cache_limit)
-        self.block = (
-            BlockCollate(torch=collate == "torch") if collate in ("numpy", "torch") else None
-        )
+        # the built-in collate the builds apply a block at a time (None: tables)
+        self.block = resolve_collate(collate) if collate in ("numpy", "torch") else None
         self._service: tuple[str, Any] | None = None  # (config key, BatchService)
         # (location, the content identity the server recorded) of the open service
         self._checked: tuple[str, dict[str, Any] | None] = ("", None)

@@ -34,6 +34,7 @@ __all__ = [
     "MASK_SUFFIX",
     "OFFSETS_SUFFIX",
     "BinaryOutput",
+    "builtin_collate",
     "collate_numpy",
     "collate_torch",
     "column_arrays",
@@ -238,6 +239,29 @@ _NUMERIC = {
     pa.float32(),
     pa.float64(),
 }
+
+
+def builtin_collate(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
+    """Which built-in collate ``collate`` is (``"numpy"``, ``"torch"``, or ``None`` for any other)
+    and whether it pins memory: :func:`collate_numpy`, :func:`collate_torch`, or
+    :func:`resolve_collate`'s ``functools.partial(collate_torch, pin_memory=...)``.
+
+    Examples:
+        >>> builtin_collate(collate_numpy), builtin_collate(lambda t: t)
+        (('numpy', False), (None, False))
+    """
+    if collate is collate_numpy:
+        return "numpy", False
+    if collate is collate_torch:
+        return "torch", False
+    if (
+        isinstance(collate, functools.partial)
+        and collate.func is collate_torch
+        and not collate.args
+        and set(collate.keywords) <= {"pin_memory"}
+    ):
+        return "torch", bool(collate.keywords.get("pin_memory", False))
+    return None, False
 
 
 def _identity(batch: pa.Table) -> pa.Table:

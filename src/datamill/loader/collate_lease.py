@@ -41,14 +41,12 @@ from datamill.loader.collate import (
     _offsets,
     _single,
     _valid,
-    collate_numpy,
-    collate_torch,
+    builtin_collate,
     column_arrays,
     to_torch,
 )
 
 __all__ = [
-    "BlockCollate",
     "block_collate",
     "collate_block",
     "collate_numpy_batches",
@@ -330,55 +328,23 @@ def collate_block(
     return [to_torch(arrays, pin_memory=pin_memory) for arrays in out] if torch else out
 
 
-class BlockCollate:
-    """``collate_numpy`` (``torch``: ``collate_torch``) as a batch service's collate, which also
-    collates a block of batches at once (:meth:`block`, what
-    :meth:`BatchService.build <datamill.loader.BatchService.build>` calls when it has neither a
-    filter nor a transform): the same arrays, each column converted once per block.
-
-    Examples:
-        >>> c = BlockCollate()
-        >>> t = pa.table({"x": [1, 2, 3]})
-        >>> c(t)["x"].tolist(), [d["x"].tolist() for d in c.block(t, [1, 2])]
-        ([1, 2, 3], [[1], [2, 3]])
-    """
-
-    def __init__(self, *, torch: bool = False) -> None:
-        self.torch = torch
-
-    def __call__(self, table: pa.Table) -> Any:
-        """One batch's table collated."""
-        return collate_torch(table) if self.torch else collate_numpy(table)
-
-    def block(self, table: pa.Table, rows: Sequence[int]) -> list[Any]:
-        """The batches of a block (:func:`collate_block`)."""
-        return collate_block(table, rows, torch=self.torch)
-
-
 def block_collate(collate: Callable[[pa.Table], Any]) -> Callable[..., list[Any]] | None:
-    """The block form of a batch collate (``(table, rows) -> batches``), or ``None``: a
-    :class:`BlockCollate`'s :meth:`~BlockCollate.block`, and :func:`collate_block` for the
-    built-in ``collate="numpy"`` / ``"torch"`` (what
-    :func:`~datamill.loader.collate.resolve_collate` gives), so the in-process Loader converts
-    each column once per block, as a direct client does.
+    """The block form (``(table, rows) -> batches``, :func:`collate_block`) of a built-in batch
+    collate (``collate="numpy"`` / ``"torch"``: :func:`~datamill.loader.collate.builtin_collate`),
+    or ``None`` for any other: what a batch service's build uses when it has neither a filter nor
+    a transform, so the in-process Loader and a direct client convert each column once per block.
 
     Examples:
+        >>> from datamill.loader.collate import collate_numpy
         >>> block_collate(collate_numpy)(pa.table({"x": [1, 2, 3]}), [2, 1])[1]["x"].tolist()
         [3]
         >>> block_collate(lambda t: t) is None
         True
     """
-    if collate is collate_numpy:
-        return collate_block
-    if (
-        isinstance(collate, functools.partial)
-        and collate.func is collate_torch
-        and not collate.args
-        and set(collate.keywords) <= {"pin_memory"}
-    ):
-        return functools.partial(collate_block, torch=True, **collate.keywords)
-    block = getattr(collate, "block", None)
-    return block if callable(block) else None
+    mode, pin = builtin_collate(collate)
+    if mode is None:
+        return None
+    return functools.partial(collate_block, torch=mode == "torch", pin_memory=pin)
 
 
 def _lease_schema(batches: Sequence[pa.RecordBatch], binary: BinaryOutput) -> pa.Schema | None:

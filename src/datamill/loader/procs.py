@@ -49,7 +49,7 @@ import pyarrow as pa
 from datamill.core.errors import ConfigError, DatamillError
 from datamill.core.parallel import process_start_time, usable_cores
 from datamill.loader.accounting import BatchResult
-from datamill.loader.collate import collate_numpy, collate_torch, to_torch
+from datamill.loader.collate import builtin_collate, to_torch
 from datamill.loader.order import Elastic
 from datamill.loader.procs_worker import _Layout, _serve, placing
 
@@ -271,18 +271,7 @@ def _worker_options(service: Any, mode: str | None) -> Any:
 def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
     """Whether the workers collate (``"numpy"``/``"torch"``: the built-in collates, whose arrays
     cross as they are) or the trainer does (``None``), and whether to pin."""
-    if collate is collate_numpy:
-        return "numpy", False
-    if collate is collate_torch:
-        return "torch", False
-    if (
-        isinstance(collate, functools.partial)
-        and collate.func is collate_torch
-        and not collate.args
-        and set(collate.keywords) <= {"pin_memory"}
-    ):
-        return "torch", bool(collate.keywords.get("pin_memory", False))
-    return None, False
+    return builtin_collate(collate)
 
 
 class ProcessBuilds:

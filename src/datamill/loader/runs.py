@@ -159,8 +159,8 @@ def service_for(
 ) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with,
     ``collate="arrow"``; a direct client whose loop takes numpy or torch batches builds them with
-    a :class:`~datamill.loader.collate_lease.BlockCollate`, which collates each block of batches
-    at once).
+    that collate, applied to each block of batches at once:
+    :func:`~datamill.loader.collate_lease.block_collate`).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
     (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
