@@ -3,20 +3,22 @@
 YAML's own rule is "the last key wins", so a config with ``input_features:`` twice silently loses
 the first list. :func:`load_yaml` uses a PyYAML ``SafeLoader`` whose mapping constructor raises a
 :class:`~datamill.core.errors.ConfigError` naming the key and both lines instead; :func:`load_json`
-does the same for JSON objects.
+does the same for JSON objects. A config model's validation error is located in that text by
+:func:`field_path` (the field as the config spells it) and :func:`line_of` (its line).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from datamill.core.errors import ConfigError
 
-__all__ = ["load_json", "load_yaml"]
+__all__ = ["field_path", "line_of", "load_json", "load_yaml"]
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no type information here
@@ -114,3 +116,45 @@ def load_json(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
         raise ConfigError(
             f"cannot parse the JSON: {exc}", path=path, line=getattr(exc, "lineno", None)
         ) from exc
+
+
+def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
+    """A field's path (a validation error's ``loc``) as a config spells it, after ``prefix``.
+
+    Examples:
+        >>> field_path(["input_features", 0, "name"]), field_path([2], "features")
+        ('input_features[0].name', 'features[2]')
+    """
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def line_of(text: str, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line of a field path in YAML (or JSON) text: the line of the deepest part found
+    (a mapping's key, a sequence's item), ``None`` when the text does not parse.
+
+    Examples:
+        >>> line_of("roots: [data]\\nlimits:\\n  - 1\\n  - x\\n", ["limits", 1])
+        4
+        >>> line_of("a: 1\\n", ["b"])
+        1
+    """
+    try:
+        node: Any = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in loc:
+        if node is None:
+            break
+        line, items, mark = node.start_mark.line + 1, getattr(node, "value", None), None
+        if not isinstance(items, list):
+            node = None
+        elif isinstance(part, int) and part < len(items) and not isinstance(items[0], tuple):
+            node = mark = items[part]  # an item of a sequence
+        else:  # a key of a mapping: the key's line
+            mark, node = next(((k, v) for k, v in items if k.value == str(part)), (None, None))
+        line = line if mark is None else mark.start_mark.line + 1
+    return line

@@ -338,19 +338,19 @@ def _layouts(annotation: Any) -> tuple[Any, ...]:
     return typing.get_args(annotation)
 
 
-def _yaml_path(prefix: str, loc: tuple[Any, ...]) -> str:
-    out = prefix
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+def _from_validation(
+    exc: ValidationError, source: str | None, prefix: str = "", *, text: str | None = None
+) -> ConfigError:
+    """The first validation error, located by its field path (and by its line in ``text``, the
+    config file's)."""
+    from datamill.core.yamlconfig import field_path, line_of
 
-
-def _from_validation(exc: ValidationError, source: str | None, prefix: str = "") -> ConfigError:
     err = exc.errors()[0]
-    where = _yaml_path(prefix, tuple(err["loc"]))
+    where = field_path(tuple(err["loc"]), prefix)
     msg = err["msg"].removeprefix("Value error, ")
     more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    error = ConfigError(f"{where}: {msg}{more}", path=source)
+    line = None if text is None else line_of(text, tuple(err["loc"]))
+    error = ConfigError(f"{where}: {msg}{more}", path=source, line=line)
     error.where = where  # type: ignore[attr-defined]  # extra location attribute for config errors
     return error
 
@@ -362,6 +362,7 @@ def load_config(
     if isinstance(config, PreprocessConfig):
         return config, None
     source: str | None = None
+    text: str | None = None
     if isinstance(config, (str, os.PathLike)):
         path = Path(config)
         source = str(config)
@@ -408,7 +409,7 @@ def load_config(
     try:
         return PreprocessConfig.model_validate(config), source
     except ValidationError as exc:
-        raise _from_validation(exc, source) from exc
+        raise _from_validation(exc, source, text=text) from exc
 
 
 def _missing_values(

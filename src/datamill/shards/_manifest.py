@@ -105,13 +105,6 @@ def is_generation(name: str) -> bool:
     return re.fullmatch(r"\.gen-[0-9a-f]{8,32}", name) is not None
 
 
-def _field(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -148,12 +141,17 @@ def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[Sha
     try:
         m = Manifest.model_validate(raw)
     except ValidationError as exc:
+        from datamill.core.yamlconfig import field_path
+
         out = []
         for e in exc.errors():
             missing = e["type"] == "missing"
             msg = str(e["msg"]).removeprefix("Value error, ")
             out.append(
-                err(_field(tuple(e["loc"])), msg if missing else f"{msg}, got {_short(e['input'])}")
+                err(
+                    field_path(e["loc"]) or "(top level)",
+                    msg if missing else f"{msg}, got {_short(e['input'])}",
+                )
             )
         return None, out
     problems: list[ShardsetError] = []

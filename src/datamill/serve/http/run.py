@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -131,29 +131,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _line_of(node: Any, loc: Sequence[int | str]) -> int | None:
-    """The 1-based line of a field path in a composed YAML node tree (the deepest part found)."""
-    line = None
-    for part in loc:
-        if node is None:
-            break
-        line, items, mark = node.start_mark.line + 1, getattr(node, "value", None), None
-        if not isinstance(items, list):
-            node = None
-        elif isinstance(part, int) and part < len(items) and not isinstance(items[0], tuple):
-            node = mark = items[part]  # an item of a sequence
-        else:  # a key of a mapping: the key's line
-            mark, node = next(((k, v) for k, v in items if k.value == str(part)), (None, None))
-        line = line if mark is None else mark.start_mark.line + 1
-    return line
-
-
-def _field(loc: Sequence[int | str]) -> str:
-    return "".join(
-        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc)
-    )
-
-
 def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     """A folder is one root; a ``.yaml``/``.yml``/``.json`` file is a :class:`ServeConfig`.
 
@@ -178,9 +155,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         return ServeConfig.model_validate({"roots": [str(p)]})
     if not p.is_file():
         raise ConfigError("no such dataset root or config file", path=p)
-    import yaml
-
-    from datamill.core.yamlconfig import load_yaml
+    from datamill.core.yamlconfig import field_path, line_of, load_yaml
 
     text = p.read_text(encoding="utf-8")
     raw = load_yaml(text, path=p)  # a duplicate key is refused with its line
@@ -204,8 +179,8 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
         raise ConfigError(
             f"{err['msg']}, got {err.get('input')!r}{more}",
             path=p,
-            line=_line_of(yaml.compose(text), loc),
-            column=_field(loc),
+            line=line_of(text, loc),
+            column=field_path(loc),
             hint=hint,
         ) from exc
     base = p.parent
@@ -319,16 +294,16 @@ def serve(
 def _checked_config(base: ServeConfig, given: dict[str, Any]) -> ServeConfig:
     """``base`` with the ``given`` options that are not ``None`` over it, validated and checked
     (auth off or open metrics only on loopback, TLS files both given, present and a pair)."""
+    from datamill.core.yamlconfig import field_path
+
     try:
         cfg = ServeConfig.model_validate(
             {**base.model_dump(), **{k: v for k, v in given.items() if v is not None}}
         )
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ConfigError(
-            f"option {_field([x for x in err['loc'] if isinstance(x, (int, str))])}: {err['msg']}, "
-            f"got {err.get('input')!r}"
-        ) from exc
+        where = field_path([x for x in err["loc"] if isinstance(x, (int, str))])
+        raise ConfigError(f"option {where}: {err['msg']}, got {err.get('input')!r}") from exc
     for flag, on in (("--no-auth", not cfg.auth), ("--metrics-no-auth", cfg.metrics_no_auth)):
         if on and not is_loopback(cfg.host):
             raise ConfigError(
