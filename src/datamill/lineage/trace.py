@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError
 from datamill.core.io import atomic_write
-from datamill.core.source import Source
+from datamill.core.source import Source, take_rows
 from datamill.lineage.plan import RecordPlan
 from datamill.lineage.record import BatchTrace, Hit, load_record
 from datamill.lineage.unitmap import UnitMap
@@ -336,21 +336,8 @@ class Tracer(RecordPlan):
             raise ConfigError(
                 "reading rows needs the dataset", hint="pass source= (CLI: --source PATH)"
             )
-        s = np.asarray(samples, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        shard = np.searchsorted(offsets, s, side="right") - 1
         cols = list(columns) if columns is not None else self.record["order"]["columns"]
-        needed = np.unique(shard)
-        tables = [self.source.read_shard(int(k), columns=cols) for k in needed]
-        if not tables:
-            return (
-                self.source.read_shard(0, columns=cols).slice(0, 0)
-                if len(self.sizes)
-                else pa.table({})
-            )
-        base = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
-        where = base[np.searchsorted(needed, shard)] + (s - offsets[shard])
-        return (tables[0] if len(tables) == 1 else pa.concat_tables(tables)).take(pa.array(where))
+        return take_rows(self.source, samples, cols)
 
     def rejected(self, batch: BatchTrace, filter: Callable[[pa.Table], Any]) -> list[bool]:
         """Which samples of ``batch`` the filter rejected (evaluated on the batch, as the loader

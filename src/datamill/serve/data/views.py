@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
-from datamill.core.source import Source
+from datamill.core.source import Source, take_rows
 from datamill.serve.http.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
@@ -272,7 +272,7 @@ class Inspector:
             matches, complete = _matching_rows(src, where[0], where[1], sizes)
             total = len(matches)
             wanted = matches[offset : offset + limit]
-        table = _take(src, wanted, cols)
+        table = take_rows(src, wanted, cols)
         vocabs = self.vocabs(ref, src)
         ds_id, path = self.state.dataset(ref)["id"], Path(self.state.dataset(ref)["path"])
         base = path if path.is_dir() else path.parent
@@ -344,7 +344,7 @@ class Inspector:
         src = self.source(ref, column=column)
         if not 0 <= row < int(np.asarray(src.shard_sizes()).sum()):
             raise NotFoundError(f"no row {row}")
-        value = _take(src, np.asarray([row], dtype=np.int64), [column]).column(column)[0].as_py()
+        value = take_rows(src, [row], [column]).column(column)[0].as_py()
         if not isinstance(value, str):
             raise NotFoundError(f"row {row} column {column!r} holds no file path")
         base = Path(self.state.dataset(ref)["path"])
@@ -400,22 +400,6 @@ def _matching_rows(
         found.append(hits.astype(np.int64) + start)
         start += int(n)
     return np.concatenate(found) if found else np.zeros(0, np.int64), True
-
-
-def _take(src: Source, rows: NDArray[np.int64], columns: list[str]) -> pa.Table:
-    """Rows ``rows`` (sorted) of the joined dataset: only their shards are read."""
-    starts = np.concatenate([[0], np.cumsum(np.asarray(src.shard_sizes(), dtype=np.int64))])
-    parts = [
-        src.read_shard(int(k), columns=columns)
-        .replace_schema_metadata(None)
-        .take(pa.array(rows[(rows >= starts[k]) & (rows < starts[k + 1])] - starts[k]))
-        for k in np.unique(np.searchsorted(starts, rows, side="right") - 1)
-    ]
-    return (
-        pa.concat_tables(parts)
-        if parts
-        else pa.table({c: pa.array([], pa.null()) for c in columns})
-    )
 
 
 # long (61 lines): one branch per kind of cell (image bytes, image path, tokens, float, list)
