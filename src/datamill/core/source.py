@@ -50,6 +50,7 @@ __all__ = [
     "registered_sources",
     "take_rows",
     "uid_column_of",
+    "uid_from_text",
     "url_source",
 ]
 
@@ -86,6 +87,25 @@ def uid_column_of(source: object) -> str | None:
     """The source's ``uid_column`` attribute, ``None`` when it has none."""
     value = getattr(source, "uid_column", None)
     return value if isinstance(value, str) else None
+
+
+def uid_from_text(text: str, uid_type: pa.DataType | None) -> Any:
+    """A UID as a person types it (a command's argument, the web UI's search box) in the type of the
+    dataset's UIDs: an integer (``1,234`` too) when they are integers or sample numbers
+    (``uid_type`` ``None``), ``None`` when the text is no integer; the text for any other type.
+
+    Examples:
+        >>> uid_from_text(" 1,234", pa.int32()), uid_from_text("x", None)
+        (1234, None)
+        >>> uid_from_text("x", pa.string())
+        'x'
+    """
+    if uid_type is not None and not pa.types.is_integer(uid_type):
+        return text
+    try:
+        return int(text.strip().replace(",", ""))
+    except ValueError:
+        return None
 
 
 def take_rows(

@@ -33,15 +33,6 @@ def _filter(spec: str) -> Any:
     return fn
 
 
-def _parse_uid(text: str, *, numeric: bool) -> Any:
-    if numeric:
-        try:
-            return int(text)
-        except ValueError:
-            return text
-    return text
-
-
 def _short(value: Any, width: int = 60) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -176,16 +167,14 @@ def _queries(
 
     queries: list[tuple[Any, int]] = []
     if args.uid:
-        numeric = record.get("uid_column") is None
-        uids = [_parse_uid(u, numeric=numeric) for u in args.uid]
-        if not numeric and tracer.uid_values() is not None:
-            typ = tracer.uid_values().type  # type: ignore[union-attr]  # checked just above
-            import pyarrow as pa
+        from datamill.core.source import uid_from_text
 
-            if pa.types.is_integer(typ):
-                uids = [int(u) for u in uids]
+        values = None if record.get("uid_column") is None else tracer.uid_values()
+        parsed = [uid_from_text(u, None if values is None else values.type) for u in args.uid]
+        unknown: list[Any] = [u for u, p in zip(args.uid, parsed) if p is None]  # not an integer
+        uids = [p for p in parsed if p is not None]
         samples = tracer.samples_of(uids)
-        unknown = [u for u, s in zip(uids, samples) if s < 0]
+        unknown += [u for u, s in zip(uids, samples) if s < 0]
         if unknown:
             raise ConfigError(
                 f"UID(s) {unknown[:5]} are not in the dataset", hint="check the UID and --source"

@@ -101,18 +101,12 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    import pyarrow as pa
-
+    from datamill.core.source import uid_from_text
     from datamill.shards.dataset import ShardsetDataset
 
     ds = ShardsetDataset(args.root)
-    uid: int | str = args.uid
-    if pa.types.is_integer(ds.uids.type):
-        try:
-            uid = int(uid)
-        except ValueError:
-            pass
-    row = ds.get(uid, columns=columns_of(args.columns))
+    uid = uid_from_text(args.uid, ds.uids.type)
+    row = ds.get(args.uid if uid is None else uid, columns=columns_of(args.columns))
     print(
         json.dumps(
             {k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in row.items()},

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
-from datamill.core.source import Source, take_rows
+from datamill.core.source import Source, take_rows, uid_from_text
 from datamill.serve.http.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
 from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
@@ -316,18 +316,20 @@ class Inspector:
         total = int(np.asarray(src.shard_sizes(), dtype=np.int64).sum())
         uids = getattr(src, "uids", None)
         value = value.strip()[:MAX_FILTER]
+        key = uid_from_text(value, None if uids is None else uids.type)
         if uids is not None:
-            key = _as_type(value, uids.type)
-            found = -1 if key is None else pc.index(uids, key).as_py()
+            try:
+                found = -1 if key is None else pc.index(uids, pa.scalar(key, uids.type)).as_py()
+            except (OverflowError, pa.ArrowException):  # no UID of that type
+                found = -1
             if found < 0:
                 raise NotFoundError(
                     f"no sample with UID {value!r} in {self.state.dataset(ref)['name']}"
                 )
             return int(found)
-        try:
-            row = int(value.replace(",", ""))
-        except ValueError:
-            raise NotFoundError(f"{value!r} is not a row number (0 to {total - 1:,})") from None
+        if key is None:
+            raise NotFoundError(f"{value!r} is not a row number (0 to {total - 1:,})")
+        row = int(key)
         if not 0 <= row < total:
             raise NotFoundError(f"no row {row:,}: rows are 0 to {total - 1:,}")
         return row
@@ -366,15 +368,6 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         t = t.value_type
     return t
-
-
-def _as_type(value: str, t: pa.DataType) -> Any:
-    if pa.types.is_integer(t):
-        try:
-            return pa.scalar(int(value.replace(",", "")), t)
-        except (ValueError, OverflowError, pa.ArrowException):
-            return None
-    return pa.scalar(value, t) if pa.types.is_string(t) or pa.types.is_large_string(t) else None
 
 
 def _matching_rows(

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from datamill.core.errors import ConfigError
+from datamill.core.source import uid_from_text
 from datamill.lineage.trace import Tracer
 from datamill.serve.data.trace import iteration_record
 from datamill.serve.http.access import Reader, ScopedIteration, State, check_dataset
@@ -133,12 +134,9 @@ def sample_page(
             tracer = _tracer(state, it)
             if sample is None:
                 values = tracer.uid_values()
-                key: Any = uid
-                if values is None or str(values.type).startswith(("int", "uint")):
-                    try:
-                        key = int(str(uid))
-                    except ValueError as exc:
-                        raise ConfigError(f"this dataset's UIDs are integers, got {uid!r}") from exc
+                key = uid_from_text(str(uid), None if values is None else values.type)
+                if key is None:
+                    raise ConfigError(f"this dataset's UIDs are integers, got {uid!r}")
                 s = int(tracer.samples_of([key])[0])
                 if s < 0:
                     raise NotFoundError(f"no sample with UID {uid!r} in dataset {ds['name']!r}")
