@@ -222,6 +222,7 @@ def _page_row(r: Sequence[Any]) -> dict[str, Any]:
         "clients_seen": int(r[11]),
         "total": r[5],
         "done": int(r[12]) + int(r[6] or 0),
+        "base_done": int(r[6] or 0),
         "config": {k: v for k, v in cfg.items() if k != "base_done"},
     }
 

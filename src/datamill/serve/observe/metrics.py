@@ -269,42 +269,20 @@ class JournalCollector(Collector):
     def __init__(self, state: Catalog) -> None:
         self.state = state
 
-    def _recent(self) -> list[tuple[str, str, int, int]]:
-        """``(iteration, dataset name, total, base_done)`` of the iterations that get series: those
-        in memory and the :data:`MAX_ITERATION_SERIES` most recent ones."""
+    def _recent(self) -> list[dict[str, Any]]:
+        """The journal's rows (:func:`~datamill.serve.observe.lifecycle.page`) of the iterations
+        that get series: those in memory and the :data:`MAX_ITERATION_SERIES` most recent ones."""
         with self.state._lock:
             live = sorted(self.state._iterations)
-        cols = (
-            "SELECT i.id, json_extract(i.config, '$.dataset'), COALESCE(l.total, -1), "
-            "COALESCE(l.base_done, 0) "
-            "FROM iterations i LEFT JOIN lifecycle l ON l.iteration = i.id "
-        )
-        rows = self.state.journal._exec(
-            cols + "ORDER BY i.rowid DESC LIMIT ?", (MAX_ITERATION_SERIES,)
-        )
-        have = {r[0] for r in rows}
-        missing = [x for x in live if x not in have]
-        if missing:
-            rows += self.state.journal._exec(
-                cols + f"WHERE i.id IN ({', '.join('?' * len(missing))})", missing
-            )
-        names = {d["id"]: d["name"] for d in self.state.journal.datasets()}
-        return [
-            (str(it_id), names.get(ds, str(ds)), int(total), int(base))
-            for it_id, ds, total, base in rows
-        ]
+        journal = self.state.journal
+        rows, _ = lifecycle.page(journal, limit=MAX_ITERATION_SERIES, newest_first=True)
+        have = {r["id"] for r in rows}
+        return rows + [r for x in live if x not in have and (r := lifecycle.one(journal, x))]
 
     def _per_iteration(self, live: dict[str, Iteration]) -> list[Metric]:
         """The counters and the unit gauge of the iterations that get series (:meth:`_recent`)."""
-        state, recent = self.state, self._recent()
-        ids = [r[0] for r in recent]
-        done = dict(
-            state.journal._exec(
-                "SELECT iteration, SUM((stop - start) * sign) FROM done WHERE iteration IN "
-                f"({', '.join('?' * len(ids))}) GROUP BY iteration",
-                ids,
-            )
-        )
+        state = self.state
+        names = {d["id"]: d["name"] for d in state.journal.datasets()}
         counts, labels = state.telemetry.counters(), ["iteration", "dataset"]
         fams = {
             name: CounterMetricFamily(f"datamill_{name}", help_, labels=labels)
@@ -320,15 +298,15 @@ class JournalCollector(Collector):
             "Batches of an iteration by state (done includes a resume base).",
             labels=[*labels, "state"],
         )
-        for it_id, ds, total, base in recent:
+        for r in self._recent():
+            it_id, ds, total = r["id"], names.get(r["dataset"], str(r["dataset"])), r["total"]
             for name, fam in fams.items():
                 fam.add_metric([it_id, ds], counts.get((it_id, name), 0.0))
-            acked = int(done.get(it_id) or 0)
-            units.add_metric([it_id, ds], float(acked))
+            units.add_metric([it_id, ds], float(r["done"] - r["base_done"]))  # the journal's acks
             p = state.progress(live[it_id]) if it_id in live else None
-            if p is None and total >= 0:
-                pending = max(0, total - acked - base)
-                p = {"done": min(total, acked + base), "leased": 0, "pending": pending}
+            if p is None and total is not None:
+                done = min(total, r["done"])
+                p = {"done": done, "leased": 0, "pending": max(0, total - r["done"])}
             for s in ("done", "leased", "pending"):
                 if p is not None:
                     gauge.add_metric([it_id, ds, s], p[s])
