@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamill.core.errors import DataFileError
+from datamill.core.objstore import ShardFileCache
+from datamill.core.s3get import direct_getter
 from datamill.loader import Loader
 from datamill.loader.parquet_index import INDEX_NAME, write_parquet_index
 from datamill.loader.remote import RemoteParquetSource, s3_filesystem
@@ -136,3 +138,37 @@ def test_a_stale_index_is_ignored_and_a_change_after_the_open_is_a_located_error
     assert fresh.xxh3 is None and len(calls) == 3  # the listing differs from the index: footers
     assert fresh.shard_sizes().tolist() == [PER, PER, 50]
     assert fresh.read_shard(1).column("v")[0].as_py() == 2 * PER + 7
+
+
+def test_downloads_are_one_get_each_with_a_located_error_and_pyarrows_path_kept(
+    s3: tuple[pafs.S3FileSystem, Path],
+    seaweed: tuple[str, str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A download from an endpoint with keys is one signed GET (no HEAD first; the ETag from its
+    response), the same bytes as pyarrow's path (``DATAMILL_S3_DIRECT_GET=0``); a refused GET
+    falls back to pyarrow's, whose error is located at the object."""
+    fs, _ = s3
+    endpoint, key, _ = seaweed
+    getter = direct_getter(fs)
+    assert getter is not None and getter.host == endpoint.split("://")[1]
+    assert "secret" not in repr(getter)
+    info = fs.get_file_info("pindex/plain/part-1.parquet")
+    direct = ShardFileCache(fs, tmp_path / "a")
+    got = direct.read(info.path)
+    monkeypatch.setenv("DATAMILL_S3_DIRECT_GET", "0")
+    assert direct_getter(fs) is None
+    arrow = ShardFileCache(fs, tmp_path / "b")
+    assert arrow.read(info.path) == got and arrow._direct() is None
+    with fs.open_input_file(info.path) as f:
+        etag = f.metadata()["ETag"].decode()
+    assert direct._direct() is not None and direct._get(info.path, info.size)[1] == etag
+    monkeypatch.delenv("DATAMILL_S3_DIRECT_GET")
+    wrong = s3_filesystem(endpoint=endpoint, access_key=key, secret_key="not-the-secret")
+    with pytest.raises(DataFileError, match="ACCESS_DENIED|HTTP status 403") as err:
+        ShardFileCache(wrong, tmp_path / "c").read(info.path, info=info)
+    assert "part-1.parquet" in str(err.value)
+    gone = pafs.FileInfo("pindex/plain/none.parquet", pafs.FileType.File, size=10)
+    with pytest.raises(DataFileError, match="download failed"):
+        ShardFileCache(fs, tmp_path / "d").read(gone.path, info=gone)

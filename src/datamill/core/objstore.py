@@ -47,6 +47,7 @@ from datamill.core.errors import (
     DatamillError,
 )
 from datamill.core.s3 import s3_filesystem
+from datamill.core.s3get import DirectGetter, direct_getter
 from datamill.core.storage import filesystem_for, is_remote, split_url, storage_error
 
 __all__ = [
@@ -149,7 +150,16 @@ class ShardFileCache:
         return {
             k: v
             for k, v in self.__dict__.items()
-            if k not in ("_lock", "_key_locks", "_in_use", "_next_use", "_pending", "_written")
+            if k
+            not in (
+                "_lock",
+                "_key_locks",
+                "_in_use",
+                "_next_use",
+                "_pending",
+                "_written",
+                "_getter",
+            )
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -201,7 +211,13 @@ class ShardFileCache:
     def _sidecar(self, info: pafs.FileInfo) -> dict[str, Any]:
         return {"remote": info.path, "size": int(info.size), "mtime_ns": info.mtime_ns}
 
-    def read(
+    def read(self, remote: str, **options: Any) -> bytes:
+        """The content of ``remote`` (from the cache, or downloaded and checked first): the bytes of
+        :meth:`read_buffer` (same keywords: ``info``, ``check``, ``etag``, ``xxh3``)."""
+        data: bytes = self.read_buffer(remote, **options).to_pybytes()
+        return data
+
+    def read_buffer(
         self,
         remote: str,
         *,
@@ -209,8 +225,16 @@ class ShardFileCache:
         check: Any = None,
         etag: str | None = None,
         xxh3: str | None = None,
-    ) -> bytes:
-        """The content of ``remote`` (from the cache, or downloaded and checked first).
+    ) -> pa.Buffer:
+        """The content of ``remote`` without a copy (from the cache, or downloaded and checked
+        first): the cached file mapped into memory (read-only); with ``write_behind``, a
+        download's own buffer (its copy is written in the background).
+
+        A download streams into the cache file (hashed on the way) and the mapping of that file is
+        returned, so the bytes are copied once, from the network into the page cache, instead of
+        into a new buffer and then into the file; a warm read maps the file instead of copying it.
+        The mapping stays valid when the copy is evicted or replaced later (both unlink or rename,
+        never write in place).
 
         Args:
             remote: the path on ``filesystem``.
@@ -226,31 +250,7 @@ class ShardFileCache:
         Raises:
             DataFileNotFoundError: no such remote file. DataFileError: the download fails ``check``
             or has the wrong size, or another ETag than ``etag``, or another hash than ``xxh3``.
-            CacheError: the cache folder
-            cannot be written.
-        """
-        data: bytes = self.read_buffer(
-            remote, info=info, check=check, etag=etag, xxh3=xxh3
-        ).to_pybytes()
-        return data
-
-    def read_buffer(
-        self,
-        remote: str,
-        *,
-        info: pafs.FileInfo | None = None,
-        check: Any = None,
-        etag: str | None = None,
-        xxh3: str | None = None,
-    ) -> pa.Buffer:
-        """:meth:`read` without a copy: the cached file mapped into memory (read-only); with
-        ``write_behind``, a download's own buffer (its copy is written in the background).
-
-        A download streams into the cache file (hashed on the way) and the mapping of that file is
-        returned, so the bytes are copied once, from the network into the page cache, instead of
-        into a new buffer and then into the file; a warm read maps the file instead of copying it.
-        The mapping stays valid when the copy is evicted or replaced later (both unlink or rename,
-        never write in place).
+            CacheError: the cache folder cannot be written.
         """
         if info is None:
             info = self.fs.get_file_info(remote)
@@ -436,15 +436,34 @@ class ShardFileCache:
             self._write_pending(name, fd, tmp, data, meta)
         return data
 
+    def _direct(self) -> DirectGetter | None:
+        """The S3 endpoint's direct GETs (one request, no HEAD first), or ``None`` (through
+        pyarrow); decided once per cache (and again in an unpickled copy)."""
+        if not hasattr(self, "_getter"):
+            self._getter = direct_getter(self.fs)
+        return self._getter
+
     def _get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None]:
         """The object ``remote`` (``size`` bytes expected) in a new buffer of the default pool
         (jemalloc), and its ETag (``None`` where the store has none)."""
+        buf = pa.allocate_buffer(size)
+        got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format is "b"
+        return buf.slice(0, got), now
+
+    def _into(self, remote: str, view: memoryview) -> tuple[int, str | None]:
+        """One GET of ``remote`` (``len(view)`` bytes expected) into ``view``: (bytes, ETag).
+        Directly where the store allows (:mod:`datamill.core.s3get`: no HEAD first, the size and
+        ETag from the GET's response), else (or when that GET fails) one ranged GET through
+        pyarrow after its HEAD."""
+        direct = self._direct()
+        if direct is not None:
+            try:
+                return direct.get_into(remote, view)
+            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
+                pass
         try:
             with self.fs.open_input_file(remote) as f:
-                now = object_etag(f)
-                buf = pa.allocate_buffer(size)
-                view = memoryview(buf).cast("B")  # Arrow's format is "b"
-                return buf.slice(0, int(f.readinto(view))), now  # one ranged GET
+                return int(f.readinto(view)), object_etag(f)
         except OSError as exc:
             raise DataFileError(f"download failed: {exc}", path=remote) from exc
 
@@ -493,7 +512,7 @@ class ShardFileCache:
         """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
         object's ETag or ``None``).
 
-        One ranged GET of the whole object (Arrow reads without the GIL) into this thread's reused
+        One GET of the whole object (:meth:`_into`; without the GIL) into this thread's reused
         scratch buffer (:func:`_scratch`), hashed there, then written to the file with one
         ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140 MiB/s from
         SeaweedFS here, against 620-700 MiB/s for whole-object reads
@@ -503,28 +522,24 @@ class ShardFileCache:
         (issue #41, benchmarks/RESULTS.md).
         """
         digest = xxhash.xxh3_128()
+        if 0 < size <= SCRATCH_MAX:
+            view = _scratch(size)
+            got, etag = self._into(remote, view)
+            digest.update(view[:got])
+            try:
+                _write_all(out.fileno(), view[:got])
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+            return got, digest.hexdigest(), etag
         try:
-            f = self.fs.open_input_file(remote)  # random access: a read is one ranged GET
+            f = self.fs.open_input_file(remote)
         except OSError as exc:
             raise DataFileError(f"download failed: {exc}", path=remote) from exc
-        with f:
+        with f:  # empty, or not kept per thread: through a buffer of its own
             etag = object_etag(f)
             if size <= 0:
                 return 0, digest.hexdigest(), etag
-            if size > SCRATCH_MAX:  # not kept per thread: through a buffer of its own
-                return (*self._buffered(remote, f, out, size), etag)
-            view = _scratch(size)
-            try:
-                got = int(f.readinto(view))
-            except OSError as exc:
-                raise DataFileError(f"download failed: {exc}", path=remote) from exc
-            data = view[:got]
-            digest.update(data)
-            try:
-                _write_all(out.fileno(), data)
-            except OSError as exc:
-                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
-        return got, digest.hexdigest(), etag
+            return (*self._buffered(remote, f, out, size), etag)
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
         """:meth:`_stream` where the file cannot be mapped: the GET into a buffer, then written."""
