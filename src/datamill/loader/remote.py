@@ -3,7 +3,9 @@
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
 footers, read with small range requests, 16 at a time, when the source opens, and recorded in
-``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them).
+``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them; a
+prefix indexed by :func:`~datamill.loader.parquet_index.write_parquet_index` is opened from its
+index, with no request per object, and each download is checked against the recorded hash).
 Reading a shard downloads the whole file into a :class:`ShardFileCache`, so the Loader's shard
 cache, which loads shards in the order of the epoch's plan and ``prefetch`` ahead (with warm-up,
 the default here: the next window while one is consumed), is also what prefetches downloads.
