@@ -1113,6 +1113,10 @@ def _upload(
                     f"{BUCKET}/{ds}/{names[s]}/{p.relative_to(local)}",
                     destination_filesystem=fs,
                 )
+            if s in DATAMILLS:  # datamill's index beside the objects (written with them)
+                from datamill.loader.parquet_index import write_parquet_index
+
+                write_parquet_index(f"s3://{BUCKET}/{ds}/{names[s]}", local=local, filesystem=fs)
             nbytes[(s, ds)] = sum(p.stat().st_size for p in files)
             _OBJECTS[(s, ds)] = len(files)
             print(

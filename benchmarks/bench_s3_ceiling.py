@@ -50,7 +50,7 @@ def get_all(
     infos = [
         i
         for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
-        if i.type == pafs.FileType.File
+        if i.type == pafs.FileType.File and not i.base_name.startswith("_")  # not an index
     ]
 
     def fetch(path: str) -> int:

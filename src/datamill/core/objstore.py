@@ -47,6 +47,7 @@ from datamill.core.errors import (
     DatamillError,
 )
 from datamill.core.s3 import s3_filesystem
+from datamill.core.s3get import DirectGetter, direct_getter
 from datamill.core.storage import filesystem_for, is_remote, split_url, storage_error
 
 __all__ = [
@@ -149,7 +150,16 @@ class ShardFileCache:
         return {
             k: v
             for k, v in self.__dict__.items()
-            if k not in ("_lock", "_key_locks", "_in_use", "_next_use", "_pending", "_written")
+            if k
+            not in (
+                "_lock",
+                "_key_locks",
+                "_in_use",
+                "_next_use",
+                "_pending",
+                "_written",
+                "_getter",
+            )
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -201,30 +211,10 @@ class ShardFileCache:
     def _sidecar(self, info: pafs.FileInfo) -> dict[str, Any]:
         return {"remote": info.path, "size": int(info.size), "mtime_ns": info.mtime_ns}
 
-    def read(
-        self,
-        remote: str,
-        *,
-        info: pafs.FileInfo | None = None,
-        check: Any = None,
-        etag: str | None = None,
-    ) -> bytes:
-        """The content of ``remote`` (from the cache, or downloaded and checked first).
-
-        Args:
-            remote: the path on ``filesystem``.
-            info: its ``FileInfo`` (looked up when ``None``).
-            check: ``check(data)`` raising on a bad download (e.g. a Parquet footer check);
-                ``data`` is a bytes-like object (a ``pyarrow.Buffer``).
-            etag: the object's ETag when the reader opened it: only that version is read.
-                Defaults to ``None`` (size and modification time only).
-
-        Raises:
-            DataFileNotFoundError: no such remote file. DataFileError: the download fails ``check``
-            or has the wrong size, or another ETag than ``etag``. CacheError: the cache folder
-            cannot be written.
-        """
-        data: bytes = self.read_buffer(remote, info=info, check=check, etag=etag).to_pybytes()
+    def read(self, remote: str, **options: Any) -> bytes:
+        """The content of ``remote`` (from the cache, or downloaded and checked first): the bytes of
+        :meth:`read_buffer` (same keywords: ``info``, ``check``, ``etag``, ``xxh3``)."""
+        data: bytes = self.read_buffer(remote, **options).to_pybytes()
         return data
 
     def read_buffer(
@@ -234,15 +224,33 @@ class ShardFileCache:
         info: pafs.FileInfo | None = None,
         check: Any = None,
         etag: str | None = None,
+        xxh3: str | None = None,
     ) -> pa.Buffer:
-        """:meth:`read` without a copy: the cached file mapped into memory (read-only); with
-        ``write_behind``, a download's own buffer (its copy is written in the background).
+        """The content of ``remote`` without a copy (from the cache, or downloaded and checked
+        first): the cached file mapped into memory (read-only); with ``write_behind``, a
+        download's own buffer (its copy is written in the background).
 
         A download streams into the cache file (hashed on the way) and the mapping of that file is
         returned, so the bytes are copied once, from the network into the page cache, instead of
         into a new buffer and then into the file; a warm read maps the file instead of copying it.
         The mapping stays valid when the copy is evicted or replaced later (both unlink or rename,
         never write in place).
+
+        Args:
+            remote: the path on ``filesystem``.
+            info: its ``FileInfo`` (looked up when ``None``).
+            check: ``check(data)`` raising on a bad download (e.g. a Parquet footer check);
+                ``data`` is a bytes-like object (a ``pyarrow.Buffer``).
+            etag: the object's ETag when the reader opened it: only that version is read.
+                Defaults to ``None`` (size and modification time only).
+            xxh3: the xxh3-128 (hex) the content must hash to (recorded when the object was
+                written, e.g. by a Parquet index): only that content is read, cached or
+                downloaded. Defaults to ``None``.
+
+        Raises:
+            DataFileNotFoundError: no such remote file. DataFileError: the download fails ``check``
+            or has the wrong size, or another ETag than ``etag``, or another hash than ``xxh3``.
+            CacheError: the cache folder cannot be written.
         """
         if info is None:
             info = self.fs.get_file_info(remote)
@@ -254,12 +262,13 @@ class ShardFileCache:
             key_lock = self._key_locks.setdefault(name, threading.Lock())
             self._in_use[name] = self._in_use.get(name, 0) + 1
         try:
+            want = self._want(info, etag, xxh3)
             with key_lock:
-                data = self._pending_copy(name, info, etag)
+                data = self._pending_copy(name, want)
                 if data is None:
-                    data = self._cached(name, info, etag)
+                    data = self._cached(name, want)
                 if data is None:
-                    data = self._download(remote, name, info, check, etag)
+                    data = self._download(remote, name, info, check, want)
                 else:
                     with self._lock:
                         self.hits += 1
@@ -275,19 +284,26 @@ class ShardFileCache:
                     del self._in_use[name]
             self._evict()
 
-    def _pending_copy(self, name: str, info: pafs.FileInfo, etag: str | None) -> pa.Buffer | None:
+    def _want(self, info: pafs.FileInfo, etag: str | None, xxh3: str | None) -> dict[str, Any]:
+        """What a copy's sidecar must say: the object's path, size and time, and the ETag and the
+        content hash when the reader knows them (another version is downloaded again)."""
+        want = self._sidecar(info)
+        if etag is not None:
+            want["etag"] = etag
+        if xxh3 is not None:
+            want["xxh3"] = xxh3
+        return want
+
+    def _pending_copy(self, name: str, want: dict[str, Any]) -> pa.Buffer | None:
         """The copy of ``name`` downloaded and not yet written (``write_behind``), if it is this
         version of the object."""
         with self._lock:
             data, meta = self._pending.get(name, (None, {}))
-        want = self._sidecar(info)
-        if etag is not None:
-            want["etag"] = etag
         if data is None or any(meta.get(k) != v for k, v in want.items()):
             return None
         return data
 
-    def _cached(self, name: str, info: pafs.FileInfo, etag: str | None = None) -> pa.Buffer | None:
+    def _cached(self, name: str, want: dict[str, Any]) -> pa.Buffer | None:
         path, meta_path = self.dir / name, self.dir / f"{name}.json"
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -295,9 +311,6 @@ class ShardFileCache:
                 data = _mapped(f, os.fstat(f.fileno()).st_size)
         except (OSError, ValueError):
             return None
-        want = self._sidecar(info)
-        if etag is not None:
-            want["etag"] = etag  # another version of the object: downloaded again
         if (
             any(meta.get(k) != v for k, v in want.items())
             or len(data) != want["size"]
@@ -310,7 +323,7 @@ class ShardFileCache:
         return data
 
     def _download(
-        self, remote: str, name: str, info: pafs.FileInfo, check: Any, etag: str | None = None
+        self, remote: str, name: str, info: pafs.FileInfo, check: Any, want: dict[str, Any]
     ) -> pa.Buffer:
         """Stream ``remote`` into a temporary file beside the copy (hashed on the way), check it,
         rename it, then write the sidecar (the commit marker); the file's mapping is returned.
@@ -320,7 +333,7 @@ class ShardFileCache:
         shard) cost more than the download of a small shard on a busy disk.
         """
         if self.write_behind and 0 < info.size <= SCRATCH_MAX and self._reserve(name, info.size):
-            return self._download_behind(remote, name, info, check, etag)
+            return self._download_behind(remote, name, info, check, want)
         try:
             fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=TMP_SUFFIX)
         except OSError as exc:
@@ -329,13 +342,10 @@ class ShardFileCache:
             with os.fdopen(fd, "wb") as out:
                 got, digest, now = self._stream(remote, out, info.size)
                 data = _mapped(out, got)
-            self._check(remote, info, data, now, etag, check)
+            self._check(remote, data, now, digest, want, check)
             try:
                 os.replace(tmp, self.dir / name)
-                meta = {**self._sidecar(info), "xxh3": digest}
-                if etag is not None:
-                    meta["etag"] = etag
-                self._write_sidecar(name, meta)
+                self._write_sidecar(name, {**want, "xxh3": digest})
             except OSError as exc:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
         except BaseException:
@@ -349,24 +359,34 @@ class ShardFileCache:
     @staticmethod
     def _check(
         remote: str,
-        info: pafs.FileInfo,
         data: pa.Buffer,
         now: str | None,
-        etag: str | None,
+        digest: str,
+        want: dict[str, Any],
         check: Any,
     ) -> None:
-        """A download's checks: the version (ETag) the reader opened, the size, ``check(data)``."""
+        """A download's checks: the version (ETag) the reader opened, the size, the content hash
+        the reader knows (``want``, see :meth:`_want`), then ``check(data)``."""
+        etag, size, xxh3 = want.get("etag"), want["size"], want.get("xxh3")
         if etag is not None and now is not None and now != etag:
             raise DataFileError(
                 f"the object changed since the source was opened (ETag {now}, was {etag})",
                 path=remote,
                 hint="open the dataset again (a new Loader or Source) to read the new version",
             )
-        if len(data) != info.size:
+        if len(data) != size:
             raise DataFileError(
-                f"downloaded {len(data)} bytes, the object has {info.size}",
+                f"downloaded {len(data)} bytes, the object has {size}",
                 path=remote,
                 hint="the object changed or the transfer broke; retry",
+            )
+        if xxh3 is not None and digest != xxh3:
+            raise DataFileError(
+                f"the object's content differs from the one recorded when it was written (xxh3 "
+                f"{digest}, recorded {xxh3}): it changed since",
+                path=remote,
+                hint="open the dataset again (a new Loader or Source) to read the new version; "
+                "rewrite its index if it has one (write_parquet_index)",
             )
         if check is not None:
             check(data)
@@ -382,7 +402,7 @@ class ShardFileCache:
             return True
 
     def _download_behind(
-        self, remote: str, name: str, info: pafs.FileInfo, check: Any, etag: str | None
+        self, remote: str, name: str, info: pafs.FileInfo, check: Any, want: dict[str, Any]
     ) -> pa.Buffer:
         """:meth:`_download` with ``write_behind``: one GET into a new buffer (decoded from there:
         no copy between the download and Arrow), checked, returned; the copy and its sidecar are
@@ -393,15 +413,9 @@ class ShardFileCache:
             except OSError as exc:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
             try:
-                try:
-                    with self.fs.open_input_file(remote) as f:
-                        now = object_etag(f)
-                        buf = pa.allocate_buffer(info.size)  # the default pool (jemalloc)
-                        view = memoryview(buf).cast("B")  # Arrow's format is "b"
-                        data = buf.slice(0, int(f.readinto(view)))  # one ranged GET
-                except OSError as exc:
-                    raise DataFileError(f"download failed: {exc}", path=remote) from exc
-                self._check(remote, info, data, now, etag, check)
+                data, now = self._get(remote, info.size)
+                digest = xxhash.xxh3_128_hexdigest(data)
+                self._check(remote, data, now, digest, want, check)
             except BaseException:
                 os.close(fd)
                 Path(tmp).unlink(missing_ok=True)
@@ -410,9 +424,7 @@ class ShardFileCache:
             with self._lock:
                 self._pending_bytes -= info.size
             raise
-        meta = {**self._sidecar(info), "xxh3": xxhash.xxh3_128_hexdigest(data)}
-        if etag is not None:
-            meta["etag"] = etag
+        meta = {**want, "xxh3": digest}
         with self._lock:
             self._pending[name] = (data, meta)
             self._writing[id(data)] = data
@@ -423,6 +435,37 @@ class ShardFileCache:
         except RuntimeError:  # the interpreter is shutting down: written here
             self._write_pending(name, fd, tmp, data, meta)
         return data
+
+    def _direct(self) -> DirectGetter | None:
+        """The S3 endpoint's direct GETs (one request, no HEAD first), or ``None`` (through
+        pyarrow); decided once per cache (and again in an unpickled copy)."""
+        if not hasattr(self, "_getter"):
+            self._getter = direct_getter(self.fs)
+        return self._getter
+
+    def _get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None]:
+        """The object ``remote`` (``size`` bytes expected) in a new buffer of the default pool
+        (jemalloc), and its ETag (``None`` where the store has none)."""
+        buf = pa.allocate_buffer(size)
+        got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format is "b"
+        return buf.slice(0, got), now
+
+    def _into(self, remote: str, view: memoryview) -> tuple[int, str | None]:
+        """One GET of ``remote`` (``len(view)`` bytes expected) into ``view``: (bytes, ETag).
+        Directly where the store allows (:mod:`datamill.core.s3get`: no HEAD first, the size and
+        ETag from the GET's response), else (or when that GET fails) one ranged GET through
+        pyarrow after its HEAD."""
+        direct = self._direct()
+        if direct is not None:
+            try:
+                return direct.get_into(remote, view)
+            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
+                pass
+        try:
+            with self.fs.open_input_file(remote) as f:
+                return int(f.readinto(view)), object_etag(f)
+        except OSError as exc:
+            raise DataFileError(f"download failed: {exc}", path=remote) from exc
 
     def _write_pending(
         self, name: str, fd: int, tmp: str, data: pa.Buffer, meta: dict[str, Any]
@@ -469,7 +512,7 @@ class ShardFileCache:
         """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
         object's ETag or ``None``).
 
-        One ranged GET of the whole object (Arrow reads without the GIL) into this thread's reused
+        One GET of the whole object (:meth:`_into`; without the GIL) into this thread's reused
         scratch buffer (:func:`_scratch`), hashed there, then written to the file with one
         ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140 MiB/s from
         SeaweedFS here, against 620-700 MiB/s for whole-object reads
@@ -479,28 +522,24 @@ class ShardFileCache:
         (issue #41, benchmarks/RESULTS.md).
         """
         digest = xxhash.xxh3_128()
+        if 0 < size <= SCRATCH_MAX:
+            view = _scratch(size)
+            got, etag = self._into(remote, view)
+            digest.update(view[:got])
+            try:
+                _write_all(out.fileno(), view[:got])
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+            return got, digest.hexdigest(), etag
         try:
-            f = self.fs.open_input_file(remote)  # random access: a read is one ranged GET
+            f = self.fs.open_input_file(remote)
         except OSError as exc:
             raise DataFileError(f"download failed: {exc}", path=remote) from exc
-        with f:
+        with f:  # empty, or not kept per thread: through a buffer of its own
             etag = object_etag(f)
             if size <= 0:
                 return 0, digest.hexdigest(), etag
-            if size > SCRATCH_MAX:  # not kept per thread: through a buffer of its own
-                return (*self._buffered(remote, f, out, size), etag)
-            view = _scratch(size)
-            try:
-                got = int(f.readinto(view))
-            except OSError as exc:
-                raise DataFileError(f"download failed: {exc}", path=remote) from exc
-            data = view[:got]
-            digest.update(data)
-            try:
-                _write_all(out.fileno(), data)
-            except OSError as exc:
-                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
-        return got, digest.hexdigest(), etag
+            return (*self._buffered(remote, f, out, size), etag)
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
         """:meth:`_stream` where the file cannot be mapped: the GET into a buffer, then written."""

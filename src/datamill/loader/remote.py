@@ -3,7 +3,9 @@
 :class:`RemoteParquetSource` is a :class:`~datamill.core.source.Source` over the ``*.parquet``
 files under an ``s3://bucket/prefix`` (one file = one shard; the row counts come from the Parquet
 footers, read with small range requests, 16 at a time, when the source opens, and recorded in
-``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them).
+``cache_dir``: a later open of the same objects, same keys, sizes and times, only lists them; a
+prefix indexed by :func:`~datamill.loader.parquet_index.write_parquet_index` is opened from its
+index, with no request per object, and each download is checked against the recorded hash).
 Reading a shard downloads the whole file into a :class:`ShardFileCache`, so the Loader's shard
 cache, which loads shards in the order of the epoch's plan and ``prefetch`` ahead (with warm-up,
 the default here: the next window while one is consumed), is also what prefetches downloads.
@@ -60,6 +62,7 @@ from datamill.core.objstore import (
 from datamill.core.parquet import open_parquet
 from datamill.core.source import SchemaColumns, check_read_args
 from datamill.core.storage import filesystem_for, scheme_of
+from datamill.loader.parquet_index import ParquetIndex, parquet_objects, read_parquet_index
 
 __all__ = [
     "FOOTER_THREADS",
@@ -147,19 +150,15 @@ class RemoteParquetSource(SchemaColumns):
         self.url = url.rstrip("/")
         self.fs, root = filesystem_for(self.url, filesystem=filesystem)
         self.prefix = scheme_of(self.url).prefix
+        index: ParquetIndex | None = None
         try:
             top = self.fs.get_file_info(root)
             if top.type == pafs.FileType.File:
                 infos = [top]
             else:
-                infos = sorted(
-                    (
-                        i
-                        for i in self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
-                        if i.type == pafs.FileType.File and i.path.endswith(".parquet")
-                    ),
-                    key=lambda i: i.path,
-                )
+                infos, indexed = parquet_objects(self.fs, root)
+                if indexed and infos:
+                    index = read_parquet_index(self.fs, root, infos)
         except DatamillError:
             raise
         except OSError as exc:
@@ -174,19 +173,32 @@ class RemoteParquetSource(SchemaColumns):
             write_behind=True,  # decoded from the download; the copy written in the background
         )
         _preload_in_background()  # while the footers download
+        self._footers_recorded = False  # row counts from the record, not the objects
+        self.xxh3: list[str] | None = None  # each object's content hash (from an index)
+        etags: list[str | None] = [None] * len(infos)
+        if index is not None:  # no request per object; downloads checked against the hashes
+            sizes, schema, self.xxh3 = index.rows, index.schema, index.xxh3
+        else:
+            sizes, schema, etags = self._open_footers(infos)
+        self.etags = etags  # each object's version when opened: every download is checked
+        self.schema = schema
+        self._sizes = np.asarray(sizes, dtype=np.int64)
+
+    def _open_footers(
+        self, infos: list[pafs.FileInfo]
+    ) -> tuple[list[int], pa.Schema, list[str | None]]:
+        """Row counts, schema and ETags of a prefix without an index: from the record a previous
+        open kept in ``cache_dir`` while the objects are the same, else from every footer."""
         listing = [[i.path, int(i.size), i.mtime_ns] for i in infos]
         known = self._known_footers(listing)
         if known is not None and known[2] != self._etags(infos):
             known = None  # rewritten in the same second at the same size: read them again
-        self._footers_recorded = known is not None  # row counts from the record, not the objects
+        self._footers_recorded = known is not None
         if known is None:
             sizes, schema, etags = self._read_footers(infos)
             self._remember_footers(listing, sizes, schema, etags)
-        else:
-            sizes, schema, etags = known
-        self.etags = etags  # each object's version when opened: every download is checked
-        self.schema = schema
-        self._sizes = np.asarray(sizes, dtype=np.int64)
+            return sizes, schema, etags
+        return known
 
     def _read_footers(
         self, infos: list[pafs.FileInfo]
@@ -334,9 +346,12 @@ class RemoteParquetSource(SchemaColumns):
             if got != rows:
                 raise self._rows_differ(info, got=got, rows=rows)
 
-        data = self.cache.read_buffer(
-            info.path, info=info, check=check, etag=self.etags[int(index)]
-        )
+        if self.xxh3 is not None:  # the index's content hash: the rows are the indexed ones
+            data = self.cache.read_buffer(info.path, info=info, xxh3=self.xxh3[int(index)])
+        else:
+            data = self.cache.read_buffer(
+                info.path, info=info, check=check, etag=self.etags[int(index)]
+            )
         return decode_parquet(data, cols)
 
     def expect_reads(self, shards: Sequence[int]) -> None:
