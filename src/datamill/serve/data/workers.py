@@ -23,13 +23,14 @@ process only routes and journals.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import multiprocessing
 import os
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -49,18 +50,17 @@ _STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> Ru
 _MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
 _STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iteration
 _HORIZON_LEASES = 4  # leases one build of a followed rank covers
-# in a worker: the leases being built ahead, in order ((stream key, runs) -> future), those built
-# ahead and not asked for yet (bounded), and the one thread that builds them
-_Key = tuple[str, tuple[tuple[int, int, int], ...]]
-_AHEAD: OrderedDict[_Key, Future[pa.Buffer]] = OrderedDict()
-_AHEAD_DEPTH = 2  # leases of a rank built ahead of the one asked for
-_READY: dict[_Key, pa.Buffer] = {}
-_BROKEN: set[str] = set()  # streams a build ahead failed in
-_READY_LEASES = 16
-_READY_BYTES = 256 << 20
-_AHEAD_POOL: ThreadPoolExecutor | None = None
-_TOTALS: dict[tuple[str, int], int] = {}  # in a worker: (stream key, rank) -> the rank's batches
-AHEAD_STATS = {"built": 0, "used": 0}  # in a worker: leases built ahead, and those asked for
+# in a worker: each followed static rank's batches built ahead ((stream key, plan rank) -> _Rank,
+# most recently asked last), the bytes they hold, and the one thread that builds every batch
+_RANKS: OrderedDict[tuple[str, int], _Rank] = OrderedDict()
+_AHEAD_LEASES = 2  # leases (of ``lease_size`` batches) of a rank built ahead of the batches asked
+_CHUNK = 32  # batches of one rank a turn of the build thread builds
+_AHEAD_BYTES = 256 << 20  # held by every rank: beyond it, only batches asked for are built
+_HELD = [0]
+_HELD_LOCK = threading.Lock()
+_BUILDER: ThreadPoolExecutor | None = None
+_Runs = tuple[tuple[int, int, int], ...]
+AHEAD_STATS = {"asked": 0, "ready": 0, "follows": 0}  # batches asked, those built before; _Ranks
 
 
 def default_build_workers() -> int:
@@ -130,11 +130,6 @@ def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
     return sink.getvalue()
 
 
-def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
-    """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
-    return ipc_stream(list(stream.batches(runs)))
-
-
 class _Slot:
     """In a worker: one shared-memory file (``memfd``) a lease's bytes are handed over in."""
 
@@ -191,54 +186,127 @@ def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: boo
     return os.getpid(), _SLOTS[k].fd, k, body.size, size
 
 
-def _next_runs(
-    stream: Any, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]], skey: str
-) -> tuple[tuple[int, int, int], ...] | None:
-    """The runs of the lease that follows ``runs`` in a static iteration's rank (``None``: none, or
-    not predictable): a rank's leases come in order, ``lease_size`` batches each."""
+def _held(n: int) -> None:
+    with _HELD_LOCK:
+        _HELD[0] += n
+
+
+def _builder() -> ThreadPoolExecutor:
+    """The worker's one build thread: every batch is built there, one rank's turn after another."""
+    global _BUILDER
+    if _BUILDER is None:
+        _BUILDER = ThreadPoolExecutor(1, thread_name_prefix="datamill-build")
+    return _BUILDER
+
+
+class _Rank:
+    """In a worker: a followed static rank's batches, built in order by the build thread ahead of
+    the leases asked for, whatever their bounds (a client's first leases of an epoch are sized by
+    its rate, not by ``lease_size``): tables ``[base, pos)`` are held, ``[pos, want)`` to build."""
+
+    def __init__(self, stream: Any, rank: int, start: int) -> None:
+        self.stream, self.rank = stream, rank
+        self.total = stream.svc.num_batches(stream.epoch, rank, stream.world)
+        self.base = self.pos = self.want = self.asked = start
+        self.tables: deque[tuple[pa.Table, int]] = deque()  # (batch, its bytes)
+        self.error: Exception | None = None
+        self.busy = self.dead = False  # a turn is queued or running / the rank was dropped
+        self.cond = threading.Condition()
+        AHEAD_STATS["follows"] += 1
+
+    def turn(self) -> None:
+        """In the build thread: the next :data:`_CHUNK` batches, then the next turn is queued
+        (after the other ranks' turns); past the batches asked, only within :data:`_AHEAD_BYTES`."""
+        with self.cond:
+            a, b = self.pos, min(self.want, self.pos + _CHUNK)
+            full = a >= self.asked and _HELD[0] > _AHEAD_BYTES
+            if self.dead or self.error is not None or a >= b or full:
+                self.busy = False
+                return
+        got: list[pa.Table] = []
+        try:
+            got = list(self.stream.batches([(self.rank, a, b)]))
+        except Exception as exc:  # noqa: BLE001 - raised by the request that waits for it
+            self.error = exc
+        sized = [(t, t.nbytes) for t in got]
+        with self.cond:
+            if not self.dead:
+                self.tables.extend(sized)
+                _held(sum(n for _, n in sized))
+                self.pos += len(got)
+            self.cond.notify_all()
+        _builder().submit(self.turn)
+
+    def take(self, a: int, b: int, ahead: int) -> list[pa.Table]:
+        """Batches ``[a, b)`` (``base <= a <= pos``) once built; ``ahead`` more are then built on.
+
+        Raises:
+            Exception: the error of the build of one of them.
+        """
+        with self.cond:
+            self._drop(a - self.base)
+            AHEAD_STATS["asked"] += b - a
+            AHEAD_STATS["ready"] += max(0, min(self.pos, b) - a)
+            self.asked, self.want = b, max(self.want, min(self.total, b + ahead))
+            self._kick()
+            while self.pos < b and self.error is None:
+                self.cond.wait()
+            if self.pos < b:
+                raise self.error  # type: ignore[misc]
+            out = [t for t, _ in itertools.islice(self.tables, b - a)]
+            self._drop(b - a)
+            self._kick()  # (what was held stopped it)
+            return out
+
+    def _kick(self) -> None:
+        if not self.busy and self.pos < self.want:
+            self.busy = True
+            _builder().submit(self.turn)
+
+    def _drop(self, n: int) -> None:
+        freed = sum(self.tables.popleft()[1] for _ in range(n))
+        self.base += n
+        _held(-freed)
+
+    def stop(self) -> None:
+        """Dropped: no more turns, nothing held."""
+        with self.cond:
+            self.dead = True
+            self._drop(len(self.tables))
+
+
+def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list[pa.Table]:
+    """A lease's batches: a static rank's from its :class:`_Rank` (started at the lease's first
+    batch when the lease does not continue it), others built alone in the build thread."""
     if not stream.follow or len(runs) != 1:
-        return None
-    r, _, b = runs[0]
-    key = (skey, r)
-    total = _TOTALS.get(key)
-    if total is None:
-        if len(_TOTALS) > _MAX_CLIENTS:
-            _TOTALS.clear()
-        total = _TOTALS[key] = stream.svc.num_batches(stream.epoch, r, stream.world)
-    return ((r, b, min(total, b + int(cfg["lease_size"]))),) if b < total else None
+        return _builder().submit(lambda: list(stream.batches(runs))).result()
+    r, a, b = runs[0]
+    rank = _RANKS.pop((skey, r), None)
+    if rank is not None and (rank.stream is not stream or not rank.base <= a <= rank.pos):
+        rank.stop()
+        rank = None
+    _RANKS[(skey, r)] = rank = rank or _Rank(stream, r, a)
+    while len(_RANKS) > _MAX_ITERATIONS * _STREAMS_PER_ITERATION:
+        _RANKS.popitem(last=False)[1].stop()
+    return rank.take(a, b, _AHEAD_LEASES * int(cfg.get("lease_size", 16)))
 
 
-def _ahead_result(key: _Key, fut: Future[pa.Buffer]) -> pa.Buffer | None:
-    """A build ahead's bytes; ``None`` when it failed (its stream is then replaced before its next
-    use: the request for that lease builds it again and raises its error)."""
-    try:
-        return fut.result()
-    except Exception:  # noqa: BLE001 - raised again by the lease's own request
-        _BROKEN.add(key[0])
-        return None
+def _retire(stream: Any) -> None:
+    """Stop ``stream``'s ranks and close it (in the build thread, after the turns queued)."""
+    for key in [k for k, v in _RANKS.items() if v.stream is stream]:
+        _RANKS.pop(key).stop()
+    _builder().submit(stream.close)
 
 
-def _drain() -> None:
-    """Wait for every build ahead (the main thread then uses the streams); keep their bytes."""
-    while _AHEAD:
-        key, fut = _AHEAD.popitem(last=False)
-        body = _ahead_result(key, fut)
-        if body is not None:
-            _READY[key] = body
-    while sum(v.size for v in _READY.values()) > _READY_BYTES or len(_READY) > _READY_LEASES:
-        _READY.pop(next(iter(_READY)))
-
-
-def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
-    """The RunStream of ``skey`` (created when new; the least recently used beyond
-    :data:`_MAX_ITERATIONS` closed); call with no build ahead running."""
+def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = False) -> Any:
+    """The RunStream of ``skey`` (created when new or ``fresh``; the least recently used beyond
+    :data:`_MAX_ITERATIONS` retired)."""
     from datamill.loader.runs import RunStream
 
     stream = _STREAMS.pop(skey, None)
-    if stream is not None and skey in _BROKEN:  # a build ahead failed in it
-        stream.close()
+    if stream is not None and fresh:
+        _retire(stream)
         stream = None
-    _BROKEN.discard(skey)
     if stream is None:
         stream = RunStream(
             svc,
@@ -249,7 +317,7 @@ def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
         )
     _STREAMS[skey] = stream  # most recently used last
     while len(_STREAMS) > _MAX_ITERATIONS:
-        _STREAMS.pop(next(iter(_STREAMS))).close()
+        _retire(_STREAMS.pop(next(iter(_STREAMS))))
     return stream
 
 
@@ -262,8 +330,9 @@ def _build(
     shared: bool = False,
 ) -> Any:
     """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it. The
-    rank's next :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while
-    this one is sent (a static rank's leases come in order); one thread at a time uses a stream."""
+    batches are built in the worker's build thread, a static rank's ahead of the leases asked for
+    (see :class:`_Rank`); a build that failed there is tried once more in a fresh stream, whose
+    error is the lease's."""
     from datamill.loader.runs import service_for
     from datamill.sources import open_source
 
@@ -274,41 +343,12 @@ def _build(
     # a static iteration's leases of one rank come to this worker in order: follow each rank with
     # one build over the next leases (shards read ahead across leases) instead of a build per lease
     skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
-    want: _Key = (skey, tuple((int(r), int(a), int(b)) for r, a, b in runs))
-    body = _READY.pop(want, None)
-    fut = _AHEAD.pop(want, None) if body is None else None
-    if fut is not None:  # built (or being built) ahead: wait for it only
-        for k in list(_AHEAD):  # the builds queued before it are done too: keep their bytes
-            if not _AHEAD[k].done():
-                break
-            done = _ahead_result(k, _AHEAD.pop(k))
-            if done is not None:
-                _READY[k] = done
-        body = _ahead_result(want, fut)
-    AHEAD_STATS["used"] += body is not None
-    if body is None:
-        _drain()
-        body = _lease_bytes(_stream_for(skey, svc, cfg), want[1])
-    stream = _STREAMS.pop(skey, None)
-    if stream is not None:
-        _STREAMS[skey] = stream  # most recently used last
-    nxt = want[1]
-    for _ in range(_AHEAD_DEPTH):
-        ahead = None if stream is None else _next_runs(stream, cfg, nxt, skey)
-        if ahead is None:
-            break
-        if (skey, ahead) not in _READY and (skey, ahead) not in _AHEAD:
-            _AHEAD[(skey, ahead)] = _ahead_thread().submit(_lease_bytes, stream, ahead)
-            AHEAD_STATS["built"] += 1
-        nxt = ahead
-    return _handed(body, released, shared=shared)
-
-
-def _ahead_thread() -> ThreadPoolExecutor:
-    global _AHEAD_POOL
-    if _AHEAD_POOL is None:
-        _AHEAD_POOL = ThreadPoolExecutor(1, thread_name_prefix="datamill-build-ahead")
-    return _AHEAD_POOL
+    want: _Runs = tuple((int(r), int(a), int(b)) for r, a, b in runs)
+    try:
+        tables = _tables(skey, _stream_for(skey, svc, cfg), cfg, want)
+    except Exception:  # noqa: BLE001 - once more, in a fresh stream: its error is the lease's
+        tables = _tables(skey, _stream_for(skey, svc, cfg, fresh=True), cfg, want)
+    return _handed(ipc_stream(tables), released, shared=shared)
 
 
 class BuildPool:
