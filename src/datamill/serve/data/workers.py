@@ -49,7 +49,9 @@ _MAX_CLIENTS = 4096
 _STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> RunStream
 _MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
 _STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iteration
-_HORIZON_LEASES = 4  # leases one build of a followed rank covers
+# batches one build of a followed rank covers (its plan holds 24 bytes a sample): 4 leases, or as
+# many as make 1M samples (each build starts with a wait for its first shards)
+_HORIZON_LEASES, _HORIZON_SAMPLES = 4, 1 << 20
 # in a worker: each followed static rank's batches built ahead ((stream key, plan rank) -> _Rank,
 # most recently asked last), the bytes they hold, and the one thread that builds every batch
 _RANKS: OrderedDict[tuple[str, int], _Rank] = OrderedDict()
@@ -312,7 +314,10 @@ def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = Fa
             svc,
             cfg,
             follow=cfg.get("mode", "static") == "static",
-            horizon=_HORIZON_LEASES * int(cfg.get("lease_size", 16)),
+            horizon=max(
+                _HORIZON_LEASES * int(cfg.get("lease_size", 16)),
+                _HORIZON_SAMPLES // int(cfg["batch_size"]),
+            ),
             streams=_STREAMS_PER_ITERATION,
         )
     _STREAMS[skey] = stream  # most recently used last
