@@ -29,7 +29,7 @@ import multiprocessing
 import os
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -140,9 +140,10 @@ class _Slot:
         self.size = 0
         self.map: mmap.mmap | None = None
 
-    def put(self, body: pa.Buffer) -> int:
-        """Copy ``body`` in (growing the file when it is too small); returns the file's size."""
-        n = body.size
+    def put(self, parts: Sequence[pa.Buffer]) -> int:
+        """Copy ``parts`` in, one after another (growing the file when it is too small); returns
+        the file's size."""
+        n = sum(p.size for p in parts)
         if n > self.size:
             size = max(n, min(2 * self.size, _SLOT_MAX), 1 << 20)
             os.ftruncate(self.fd, size)
@@ -150,7 +151,9 @@ class _Slot:
                 self.map.close()
             self.map, self.size = mmap.mmap(self.fd, size), size
         assert self.map is not None
-        pa.FixedSizeBufferWriter(pa.py_buffer(self.map)).write(body)  # without the GIL
+        writer = pa.FixedSizeBufferWriter(pa.py_buffer(self.map))
+        for p in parts:
+            writer.write(p)  # without the GIL
         return self.size
 
 
@@ -166,26 +169,52 @@ def _new_slot() -> None:
     _FREE.add(len(_SLOTS) - 1)
 
 
-def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
-    """A lease's bytes as the HTTP process takes them: ``(pid, fd, slot, length, file size)`` of a
+def _handed(parts: list[pa.Buffer], released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
+    """A lease's bytes (``parts``, one after another) as the HTTP process takes them: ``(pid, fd,
+    slot, length, file size)`` of a
     shared-memory slot (``shared``, a slot free and the bytes at most :data:`_SLOT_MAX`), else
     ``bytes`` (through the executor's pipe). ``released``: ``(pid, slots)``, the slots the HTTP
     process is done with, meant for the worker of that pid (not a replacement of it)."""
     if released[0] == os.getpid():
         _FREE.update(released[1])
-    if not shared or body.size > _SLOT_MAX or not hasattr(os, "memfd_create"):
-        return body.to_pybytes()
+    n = sum(p.size for p in parts)
+    if not shared or n > _SLOT_MAX or not hasattr(os, "memfd_create"):
+        return b"".join(parts)
     try:
         if not _FREE:
             if len(_SLOTS) >= _SLOT_COUNT:
-                return body.to_pybytes()
+                return b"".join(parts)
             _new_slot()
         k = min(_FREE)
-        size = _SLOTS[k].put(body)
+        size = _SLOTS[k].put(parts)
     except OSError:  # no memory for it (or a file size limit): through the pipe
-        return body.to_pybytes()
+        return b"".join(parts)
     _FREE.discard(k)
-    return os.getpid(), _SLOTS[k].fd, k, body.size, size
+    return os.getpid(), _SLOTS[k].fd, k, n, size
+
+
+_EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # an Arrow IPC stream's end
+_Built = tuple[pa.Table, pa.Buffer | None]  # a batch, and its IPC message (None: a dictionary)
+
+
+def _serialized(tables: Iterable[pa.Table]) -> list[_Built]:
+    """Batches with their Arrow IPC messages (made in the build thread, not on the lease's way)."""
+    from datamill.loader.runs import as_batch
+
+    return [
+        (t, None if "dictionary<" in str(t.schema) else as_batch(t, t.schema).serialize())
+        for t in tables
+    ]
+
+
+def _body(built: Sequence[_Built]) -> list[pa.Buffer]:
+    """A lease's Arrow IPC stream (the bytes of :func:`ipc_stream`), as parts: the schema, each
+    batch's message, the end; one :func:`ipc_stream` when a batch has no message or another
+    schema than the first one."""
+    schema = built[0][0].schema
+    if all(m is not None and t.schema.equals(schema, check_metadata=True) for t, m in built):
+        return [schema.serialize(), *(m for _, m in built if m is not None), _EOS]
+    return [ipc_stream([t for t, _ in built])]
 
 
 def _held(n: int) -> None:
@@ -210,7 +239,7 @@ class _Rank:
         self.stream, self.rank = stream, rank
         self.total = stream.svc.num_batches(stream.epoch, rank, stream.world)
         self.base = self.pos = self.want = self.asked = start
-        self.tables: deque[tuple[pa.Table, int]] = deque()  # (batch, its bytes)
+        self.tables: deque[tuple[_Built, int]] = deque()  # (batch, its bytes)
         self.error: Exception | None = None
         self.busy = self.dead = False  # a turn is queued or running / the rank was dropped
         self.cond = threading.Condition()
@@ -225,12 +254,12 @@ class _Rank:
             if self.dead or self.error is not None or a >= b or full:
                 self.busy = False
                 return
-        got: list[pa.Table] = []
+        got: list[_Built] = []
         try:
-            got = list(self.stream.batches([(self.rank, a, b)]))
+            got = _serialized(self.stream.batches([(self.rank, a, b)]))
         except Exception as exc:  # noqa: BLE001 - raised by the request that waits for it
             self.error = exc
-        sized = [(t, t.nbytes) for t in got]
+        sized = [(t, t[0].nbytes + (0 if t[1] is None else t[1].size)) for t in got]
         with self.cond:
             if not self.dead:
                 self.tables.extend(sized)
@@ -239,7 +268,7 @@ class _Rank:
             self.cond.notify_all()
         _builder().submit(self.turn)
 
-    def take(self, a: int, b: int, ahead: int) -> list[pa.Table]:
+    def take(self, a: int, b: int, ahead: int) -> list[_Built]:
         """Batches ``[a, b)`` (``base <= a <= pos``) once built; ``ahead`` more are then built on.
 
         Raises:
@@ -277,11 +306,11 @@ class _Rank:
             self._drop(len(self.tables))
 
 
-def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list[pa.Table]:
+def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list[_Built]:
     """A lease's batches: a static rank's from its :class:`_Rank` (started at the lease's first
     batch when the lease does not continue it), others built alone in the build thread."""
     if not stream.follow or len(runs) != 1:
-        return _builder().submit(lambda: list(stream.batches(runs))).result()
+        return _builder().submit(lambda: _serialized(stream.batches(runs))).result()
     r, a, b = runs[0]
     rank = _RANKS.pop((skey, r), None)
     if rank is not None and (rank.stream is not stream or not rank.base <= a <= rank.pos):
@@ -353,7 +382,7 @@ def _build(
         tables = _tables(skey, _stream_for(skey, svc, cfg), cfg, want)
     except Exception:  # noqa: BLE001 - once more, in a fresh stream: its error is the lease's
         tables = _tables(skey, _stream_for(skey, svc, cfg, fresh=True), cfg, want)
-    return _handed(ipc_stream(tables), released, shared=shared)
+    return _handed(_body(tables), released, shared=shared)
 
 
 class BuildPool:
