@@ -312,6 +312,12 @@ def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list
     if not stream.follow or len(runs) != 1:
         return _builder().submit(lambda: _serialized(stream.batches(runs))).result()
     r, a, b = runs[0]
+    return _rank_at(skey, stream, r, a).take(a, b, _AHEAD_LEASES * int(cfg.get("lease_size", 16)))
+
+
+def _rank_at(skey: str, stream: Any, r: int, a: int) -> _Rank:
+    """The :class:`_Rank` of plan rank ``r`` that holds or builds batch ``a`` next (a new one
+    started there when none does; the least recently asked beyond the bound dropped)."""
     rank = _RANKS.pop((skey, r), None)
     if rank is not None and (rank.stream is not stream or not rank.base <= a <= rank.pos):
         rank.stop()
@@ -319,7 +325,7 @@ def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list
     _RANKS[(skey, r)] = rank = rank or _Rank(stream, r, a)
     while len(_RANKS) > _MAX_ITERATIONS * _STREAMS_PER_ITERATION:
         _RANKS.popitem(last=False)[1].stop()
-    return rank.take(a, b, _AHEAD_LEASES * int(cfg.get("lease_size", 16)))
+    return rank
 
 
 def _retire(stream: Any) -> None:
@@ -376,13 +382,25 @@ def _build(
         svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
     # a static iteration's leases of one rank come to this worker in order: follow each rank with
     # one build over the next leases (shards read ahead across leases) instead of a build per lease
-    skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
+    skey = _skey(key, cfg)
     want: _Runs = tuple((int(r), int(a), int(b)) for r, a, b in runs)
     try:
         tables = _tables(skey, _stream_for(skey, svc, cfg), cfg, want)
     except Exception:  # noqa: BLE001 - once more, in a fresh stream: its error is the lease's
         tables = _tables(skey, _stream_for(skey, svc, cfg, fresh=True), cfg, want)
+    rank = _RANKS.get((skey, want[0][0]))
+    if len(want) == 1 and rank is not None and want[0][2] == rank.total:
+        # the rank's last lease of the epoch: its next epoch's first batches are built now (the
+        # client's next epoch then does not wait for a build's start; unused, they are dropped)
+        nxt = {**cfg, "epoch": int(cfg["epoch"]) + 1}
+        nkey = _skey(key, nxt)
+        _rank_at(nkey, _stream_for(nkey, svc, nxt), want[0][0], 0).take(0, 0, _CHUNK)
     return _handed(_body(tables), released, shared=shared)
+
+
+def _skey(key: str, cfg: Mapping[str, Any]) -> str:
+    """The key of an iteration's RunStream: service, epoch, plan world size, mode."""
+    return fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
 
 
 class BuildPool:
