@@ -253,6 +253,7 @@ class _Rank:
             full = a >= self.asked and _HELD[0] > _AHEAD_BYTES
             if self.dead or self.error is not None or a >= b or full:
                 self.busy = False
+                self.cond.notify_all()
                 return
         got: list[_Built] = []
         try:
