@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.source import TableSource
-from datamill.loader.runs import RunStream, build_runs, service_for
+from datamill.loader.runs import RunAhead, RunStream, build_runs, service_for
 from datamill.serve.server import to_ipc
 from datamill.sources import open_source
 
@@ -98,18 +98,18 @@ def test_a_build_worker_builds_a_ranks_batches_ahead_whatever_the_leases_bounds(
     path, total = str(tmp_path / "ds"), svc.num_batches(0, 1, 2)
     bounds = [0, 1, 2, 5, 6, *range(12, total, 6), total]  # sized by rate, then by lease_size
     leases = [(1, a, b) for a, b in itertools.pairwise(bounds)]
-    before = dict(workers.AHEAD_STATS)
+    before = dict(RunAhead.stats)
     for run in [*leases[:4], leases[2], *leases[3:]]:  # the third lease re-issued once
         assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
         _idle(workers)  # the client trains meanwhile
-    got = {k: workers.AHEAD_STATS[k] - before[k] for k in before}
+    got = {k: RunAhead.stats[k] - before[k] for k in before}
     assert got["follows"] == 3  # the first lease, the re-issue, and the next epoch's start
     # every batch asked was built ahead but the first lease's and the re-issued lease's
     assert got["asked"] - got["ready"] == 1 + (leases[2][2] - leases[2][1])
     nxt = {**cfg, "epoch": 1}
-    ready = workers.AHEAD_STATS["ready"]
+    ready = RunAhead.stats["ready"]
     assert workers._build(path, nxt, [(1, 0, 3)]) == to_ipc(build_runs(svc, nxt, [(1, 0, 3)]))
-    assert workers.AHEAD_STATS["ready"] == ready + 3  # built when epoch 0 ended
+    assert RunAhead.stats["ready"] == ready + 3  # built when epoch 0 ended
 
 
 def _idle(workers: Any) -> None:
@@ -142,7 +142,7 @@ def test_a_failed_build_ahead_is_built_again_when_asked(
         return real(tables)
 
     monkeypatch.setattr(workers, "_serialized", flaky)
-    monkeypatch.setattr(workers, "_CHUNK", 4)
+    monkeypatch.setattr(RunAhead, "CHUNK", 4)
     workers._init(None)
     path = str(tmp_path / "ds")
     for a in range(0, svc.num_batches(0, 0, 1), 4):

@@ -13,22 +13,22 @@ lease and the worker two.
 
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
-the same shuffle window, hit the same worker's cache. A worker follows each static rank it serves
-with one build over its next leases (:class:`~datamill.loader.runs.RunStream` with a horizon of 4
-leases), so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a
-thread of the worker) while the lease it just built is sent: a client's next request finds its lease
-built (a guess that does not come costs one build; the bytes are the same either way). The HTTP
-process only routes and journals.
+the same shuffle window, hit the same worker's cache. A worker builds every batch in one thread of
+its own: it follows each static rank it serves with one build over the next 1M samples (a
+:class:`~datamill.loader.runs.RunStream`) and builds the rank's batches ahead of the leases asked,
+two leases' worth, whatever the leases' bounds (:class:`~datamill.loader.runs.RunAhead`), each with
+its Arrow IPC message, so a request only copies messages into a slot; a rank's last lease of an
+epoch starts its next epoch. The bytes are those of a build per lease. The HTTP process only routes
+and journals.
 """
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import multiprocessing
 import os
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,6 +39,7 @@ import pyarrow as pa
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
+from datamill.loader.runs import RunAhead, RunStream, as_batch, as_batches, service_for
 
 __all__ = ["BuildPool", "default_build_workers", "ipc_stream"]
 
@@ -52,17 +53,13 @@ _STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iterat
 # batches one build of a followed rank covers (its plan holds 24 bytes a sample): 4 leases, or as
 # many as make 1M samples (each build starts with a wait for its first shards)
 _HORIZON_LEASES, _HORIZON_SAMPLES = 4, 1 << 20
-# in a worker: each followed static rank's batches built ahead ((stream key, plan rank) -> _Rank,
-# most recently asked last), the bytes they hold, and the one thread that builds every batch
-_RANKS: OrderedDict[tuple[str, int], _Rank] = OrderedDict()
+# in a worker: each followed static rank's batches built ahead ((stream key, plan rank) ->
+# RunAhead, most recently asked last), the bytes they hold, and the one thread building every batch
+_RANKS: OrderedDict[tuple[str, int], RunAhead] = OrderedDict()
 _AHEAD_LEASES = 2  # leases (of ``lease_size`` batches) of a rank built ahead of the batches asked
-_CHUNK = 32  # batches of one rank a turn of the build thread builds
-_AHEAD_BYTES = 256 << 20  # held by every rank: beyond it, only batches asked for are built
 _HELD = [0]
-_HELD_LOCK = threading.Lock()
 _BUILDER: ThreadPoolExecutor | None = None
 _Runs = tuple[tuple[int, int, int], ...]
-AHEAD_STATS = {"asked": 0, "ready": 0, "follows": 0}  # batches asked, those built before; _Ranks
 
 
 def default_build_workers() -> int:
@@ -122,8 +119,6 @@ def _probe() -> tuple[int, int] | None:
 
 def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
     """Tables as one Arrow IPC stream, exactly one record batch per table (a lease's bytes)."""
-    from datamill.loader.runs import as_batches
-
     batches = as_batches(tables)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
@@ -171,10 +166,10 @@ def _new_slot() -> None:
 
 def _handed(parts: list[pa.Buffer], released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
     """A lease's bytes (``parts``, one after another) as the HTTP process takes them: ``(pid, fd,
-    slot, length, file size)`` of a
-    shared-memory slot (``shared``, a slot free and the bytes at most :data:`_SLOT_MAX`), else
-    ``bytes`` (through the executor's pipe). ``released``: ``(pid, slots)``, the slots the HTTP
-    process is done with, meant for the worker of that pid (not a replacement of it)."""
+    slot, length, file size)`` of a shared-memory slot (``shared``, a slot free and the bytes at
+    most :data:`_SLOT_MAX`), else ``bytes`` (through the executor's pipe). ``released``: ``(pid,
+    slots)``, the slots the HTTP process is done with, meant for the worker of that pid (not a
+    replacement of it)."""
     if released[0] == os.getpid():
         _FREE.update(released[1])
     n = sum(p.size for p in parts)
@@ -197,14 +192,14 @@ _EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # an Arrow IPC stream'
 _Built = tuple[pa.Table, pa.Buffer | None]  # a batch, and its IPC message (None: a dictionary)
 
 
-def _serialized(tables: Iterable[pa.Table]) -> list[_Built]:
-    """Batches with their Arrow IPC messages (made in the build thread, not on the lease's way)."""
-    from datamill.loader.runs import as_batch
-
-    return [
-        (t, None if "dictionary<" in str(t.schema) else as_batch(t, t.schema).serialize())
-        for t in tables
-    ]
+def _serialized(tables: Iterable[pa.Table]) -> list[tuple[_Built, int]]:
+    """Batches with their Arrow IPC messages (made in the build thread, not on the lease's way),
+    and the bytes of both."""
+    out = []
+    for t in tables:
+        m = None if "dictionary<" in str(t.schema) else as_batch(t, t.schema).serialize()
+        out.append(((t, m), t.nbytes + (0 if m is None else m.size)))
+    return out
 
 
 def _body(built: Sequence[_Built]) -> list[pa.Buffer]:
@@ -217,11 +212,6 @@ def _body(built: Sequence[_Built]) -> list[pa.Buffer]:
     return [ipc_stream([t for t, _ in built])]
 
 
-def _held(n: int) -> None:
-    with _HELD_LOCK:
-        _HELD[0] += n
-
-
 def _builder() -> ThreadPoolExecutor:
     """The worker's one build thread: every batch is built there, one rank's turn after another."""
     global _BUILDER
@@ -230,100 +220,25 @@ def _builder() -> ThreadPoolExecutor:
     return _BUILDER
 
 
-class _Rank:
-    """In a worker: a followed static rank's batches, built in order by the build thread ahead of
-    the leases asked for, whatever their bounds (a client's first leases of an epoch are sized by
-    its rate, not by ``lease_size``): tables ``[base, pos)`` are held, ``[pos, want)`` to build."""
-
-    def __init__(self, stream: Any, rank: int, start: int) -> None:
-        self.stream, self.rank = stream, rank
-        self.total = stream.svc.num_batches(stream.epoch, rank, stream.world)
-        self.base = self.pos = self.want = self.asked = start
-        self.tables: deque[tuple[_Built, int]] = deque()  # (batch, its bytes)
-        self.error: Exception | None = None
-        self.busy = self.dead = False  # a turn is queued or running / the rank was dropped
-        self.cond = threading.Condition()
-        AHEAD_STATS["follows"] += 1
-
-    def turn(self) -> None:
-        """In the build thread: the next :data:`_CHUNK` batches, then the next turn is queued
-        (after the other ranks' turns); past the batches asked, only within :data:`_AHEAD_BYTES`."""
-        with self.cond:
-            a, b = self.pos, min(self.want, self.pos + _CHUNK)
-            full = a >= self.asked and _HELD[0] > _AHEAD_BYTES
-            if self.dead or self.error is not None or a >= b or full:
-                self.busy = False
-                self.cond.notify_all()
-                return
-        got: list[_Built] = []
-        try:
-            got = _serialized(self.stream.batches([(self.rank, a, b)]))
-        except Exception as exc:  # noqa: BLE001 - raised by the request that waits for it
-            self.error = exc
-        sized = [(t, t[0].nbytes + (0 if t[1] is None else t[1].size)) for t in got]
-        with self.cond:
-            if not self.dead:
-                self.tables.extend(sized)
-                _held(sum(n for _, n in sized))
-                self.pos += len(got)
-            self.cond.notify_all()
-        _builder().submit(self.turn)
-
-    def take(self, a: int, b: int, ahead: int) -> list[_Built]:
-        """Batches ``[a, b)`` (``base <= a <= pos``) once built; ``ahead`` more are then built on.
-
-        Raises:
-            Exception: the error of the build of one of them.
-        """
-        with self.cond:
-            self._drop(a - self.base)
-            AHEAD_STATS["asked"] += b - a
-            AHEAD_STATS["ready"] += max(0, min(self.pos, b) - a)
-            self.asked, self.want = b, max(self.want, min(self.total, b + ahead))
-            self._kick()
-            while self.pos < b and self.error is None:
-                self.cond.wait()
-            if self.pos < b:
-                raise self.error  # type: ignore[misc]
-            out = [t for t, _ in itertools.islice(self.tables, b - a)]
-            self._drop(b - a)
-            self._kick()  # (what was held stopped it)
-            return out
-
-    def _kick(self) -> None:
-        if not self.busy and self.pos < self.want:
-            self.busy = True
-            _builder().submit(self.turn)
-
-    def _drop(self, n: int) -> None:
-        freed = sum(self.tables.popleft()[1] for _ in range(n))
-        self.base += n
-        _held(-freed)
-
-    def stop(self) -> None:
-        """Dropped: no more turns, nothing held."""
-        with self.cond:
-            self.dead = True
-            self._drop(len(self.tables))
-
-
 def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list[_Built]:
-    """A lease's batches: a static rank's from its :class:`_Rank` (started at the lease's first
+    """A lease's batches: a static rank's from its RunAhead (started at the lease's first
     batch when the lease does not continue it), others built alone in the build thread."""
     if not stream.follow or len(runs) != 1:
-        return _builder().submit(lambda: _serialized(stream.batches(runs))).result()
+        return [x for x, _ in _builder().submit(_serialized, stream.batches(runs)).result()]
     r, a, b = runs[0]
-    return _rank_at(skey, stream, r, a).take(a, b, _AHEAD_LEASES * int(cfg.get("lease_size", 16)))
+    return _rank_at(skey, stream, r, a).take(a, b, ahead=_AHEAD_LEASES * cfg.get("lease_size", 16))
 
 
-def _rank_at(skey: str, stream: Any, r: int, a: int) -> _Rank:
-    """The :class:`_Rank` of plan rank ``r`` that holds or builds batch ``a`` next (a new one
-    started there when none does; the least recently asked beyond the bound dropped)."""
+def _rank_at(skey: str, stream: Any, r: int, a: int) -> RunAhead:
+    """The RunAhead of plan rank ``r`` that holds or builds batch ``a`` next (a new one started
+    there when none does; the least recently asked beyond the bound stopped)."""
     rank = _RANKS.pop((skey, r), None)
     if rank is not None and (rank.stream is not stream or not rank.base <= a <= rank.pos):
         rank.stop()
         rank = None
-    _RANKS[(skey, r)] = rank = rank or _Rank(stream, r, a)
+    if rank is None:
+        rank = RunAhead(stream, r, a, pool=_builder(), convert=_serialized, held=_HELD)
+    _RANKS[(skey, r)] = rank
     while len(_RANKS) > _MAX_ITERATIONS * _STREAMS_PER_ITERATION:
         _RANKS.popitem(last=False)[1].stop()
     return rank
@@ -339,23 +254,15 @@ def _retire(stream: Any) -> None:
 def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = False) -> Any:
     """The RunStream of ``skey`` (created when new or ``fresh``; the least recently used beyond
     :data:`_MAX_ITERATIONS` retired)."""
-    from datamill.loader.runs import RunStream
-
     stream = _STREAMS.pop(skey, None)
     if stream is not None and fresh:
         _retire(stream)
         stream = None
     if stream is None:
-        stream = RunStream(
-            svc,
-            cfg,
-            follow=cfg.get("mode", "static") == "static",
-            horizon=max(
-                _HORIZON_LEASES * int(cfg.get("lease_size", 16)),
-                _HORIZON_SAMPLES // int(cfg["batch_size"]),
-            ),
-            streams=_STREAMS_PER_ITERATION,
-        )
+        batch = int(cfg["batch_size"])
+        horizon = max(_HORIZON_LEASES * cfg.get("lease_size", 16), _HORIZON_SAMPLES // batch)
+        follow = cfg.get("mode", "static") == "static"
+        stream = RunStream(svc, cfg, follow=follow, horizon=horizon, streams=_STREAMS_PER_ITERATION)
     _STREAMS[skey] = stream  # most recently used last
     while len(_STREAMS) > _MAX_ITERATIONS:
         _retire(_STREAMS.pop(next(iter(_STREAMS))))
@@ -370,19 +277,15 @@ def _build(
     *,
     shared: bool = False,
 ) -> Any:
-    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it. The
-    batches are built in the worker's build thread, a static rank's ahead of the leases asked for
-    (see :class:`_Rank`); a build that failed there is tried once more in a fresh stream, whose
-    error is the lease's."""
-    from datamill.loader.runs import service_for
+    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it (see the
+    module docstring); a build that failed is tried once more in a fresh stream, whose error is the
+    lease's."""
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
     svc = _SERVICES.get(key)
     if svc is None:
         svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
-    # a static iteration's leases of one rank come to this worker in order: follow each rank with
-    # one build over the next leases (shards read ahead across leases) instead of a build per lease
     skey = _skey(key, cfg)
     want: _Runs = tuple((int(r), int(a), int(b)) for r, a, b in runs)
     try:
@@ -395,7 +298,7 @@ def _build(
         # client's next epoch then does not wait for a build's start; unused, they are dropped)
         nxt = {**cfg, "epoch": int(cfg["epoch"]) + 1}
         nkey = _skey(key, nxt)
-        _rank_at(nkey, _stream_for(nkey, svc, nxt), want[0][0], 0).take(0, 0, _CHUNK)
+        _rank_at(nkey, _stream_for(nkey, svc, nxt), want[0][0], 0).take(0, 0, ahead=RunAhead.CHUNK)
     return _handed(_body(tables), released, shared=shared)
 
 
