@@ -15,7 +15,7 @@
 * **heartbeat**: extends the leases held (reporting the stall time) and, after a server restart,
   reclaims them with their fences within the grace period.
 
-The training loop takes :class:`HeldLease` objects from :attr:`LeaseFeed.ready` (``END`` when the
+The training loop takes :class:`HeldLease` objects with :meth:`LeaseFeed.take` (``END`` when the
 epoch is done or a thread failed: :meth:`LeaseFeed.raise_error` re-raises its error there) and
 calls :meth:`LeaseFeed.wait_yieldable` before it hands out each batch: it returns once fewer than
 ``ack_window`` acknowledgements are unanswered and the lease's **deadline** (by this process's
@@ -159,7 +159,10 @@ class LeaseFeed:
         self.ack_window = int(ack_window)
         self.path = f"/api/v1/iterations/{it_id}"
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.transport.prefetch)
-        self.received: queue.Queue[Any] = queue.Queue(maxsize=1)  # server-built, to decode
+        self.received: queue.Queue[Any] = queue.Queue()  # server-built: to decode
+        # server-built: leases asked for and not taken by the loop, at most ``prefetch`` + 1 (those
+        # in ``ready`` and the one the fetch thread holds, as without a decode thread)
+        self.room = threading.Semaphore(loader.transport.prefetch + 1)
         self.held: dict[str, HeldLease] = {}  # received, not all consumed and flushed
         self.lost: set[str] = set()
         # lease id -> monotonic time until which the server keeps it for this client at least
@@ -318,8 +321,12 @@ class LeaseFeed:
         conn = self.http(
             self.loader.transport.reconnect_s, timeout=max(10.0, min(60.0, 4 * self.lease_timeout))
         )
+        holding = False  # a room for the next lease
         try:
             while not self.stop.is_set():
+                if not (self.direct or holding):
+                    holding = self.room.acquire(timeout=0.1)
+                    continue
                 sent_at = time.monotonic()
                 res = self._next(conn)
                 if res is None:
@@ -337,10 +344,18 @@ class LeaseFeed:
                     self._put(self.ready, lease)
                 else:
                     self._put(self.received, (lease, res.body))
+                    holding = False
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             self._fail(exc)
         finally:
             conn.close()
+
+    def take(self) -> Any:
+        """The loop's next lease (``END`` after the last or a failure), from :attr:`ready`."""
+        lease = self.ready.get()
+        if lease is not END and not self.direct:
+            self.room.release()
+        return lease
 
     def _decode(self) -> None:
         """Server-built mode: each lease's batches from its body, handed to the loop in order."""
