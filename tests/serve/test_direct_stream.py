@@ -3,6 +3,7 @@ gives the batches, and the Arrow IPC bytes, of building each lease alone."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.source import TableSource
-from datamill.loader.runs import RunStream, build_runs, service_for
+from datamill.loader.runs import RunAhead, RunStream, build_runs, service_for
 from datamill.serve.server import to_ipc
 from datamill.sources import open_source
 
@@ -78,39 +79,51 @@ def test_run_stream_equals_a_build_per_lease(
         svc.close()
 
 
-def test_a_build_worker_builds_the_next_lease_ahead(tmp_path: Path) -> None:
-    """A build worker's leases of a static rank, asked in order, come from its builds ahead (all but
-    the first); a lease asked out of order (re-issued) is built again; every body is the bytes of a
-    build per lease."""
+def test_a_build_worker_builds_a_ranks_batches_ahead_whatever_the_leases_bounds(
+    tmp_path: Path,
+) -> None:
+    """A build worker's leases of a static rank, asked in order whatever their bounds (a client's
+    first leases of an epoch are sized by its rate, not ``lease_size``), come from its builds
+    ahead (all but the first); a lease asked again (re-issued) is built again; the rank's last
+    lease starts its next epoch; every body is the bytes of a build per lease."""
     from datamill.serve.data import workers
     from datamill.shards.dataset import ShardsetDataset
 
     table = _source(900, 90).table
     ShardsetDataset.create(tmp_path / "ds", table, uid="uid", shardset="main", shard_size=90)
-    cfg = {"dataset": "d", "batch_size": 32, "seed": 3, "shuffle": True, "window": None}
-    cfg.update(drop_last=False, columns=None, plan_world=2, epoch=0, mode="static", lease_size=3)
+    cfg = {"dataset": "d", "batch_size": 8, "seed": 3, "shuffle": True, "window": None}
+    cfg.update(drop_last=False, columns=None, plan_world=2, epoch=0, mode="static", lease_size=6)
     svc = service_for(open_source(tmp_path / "ds"), cfg)
     workers._init(None)
-    before = dict(workers.AHEAD_STATS)
-    path = str(tmp_path / "ds")
-    total = svc.num_batches(0, 1, 2)
-    leases = [(1, a, min(total, a + 3)) for a in range(0, total, 3)]
-    order = [*leases[:3], leases[1], *leases[3:]]  # the second lease re-issued once
-    for run in order:
+    path, total = str(tmp_path / "ds"), svc.num_batches(0, 1, 2)
+    bounds = [0, 1, 2, 5, 6, *range(12, total, 6), total]  # sized by rate, then by lease_size
+    leases = [(1, a, b) for a, b in itertools.pairwise(bounds)]
+    before = dict(RunAhead.stats)
+    for run in [*leases[:4], leases[2], *leases[3:]]:  # the third lease re-issued once
         assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
-    workers._drain()
-    built = workers.AHEAD_STATS["built"] - before["built"]
-    used = workers.AHEAD_STATS["used"] - before["used"]
-    assert used == len(leases) - 1  # each lease after the first came built (not the re-issue)
-    # each lease but the first once, and the one after the re-issue once more (its restart)
-    assert built == len(leases)
+        _idle(workers)  # the client trains meanwhile
+    got = {k: RunAhead.stats[k] - before[k] for k in before}
+    assert got["follows"] == 3  # the first lease, the re-issue, and the next epoch's start
+    # every batch asked was built ahead but the first lease's and the re-issued lease's
+    assert got["asked"] - got["ready"] == 1 + (leases[2][2] - leases[2][1])
+    nxt = {**cfg, "epoch": 1}
+    ready = RunAhead.stats["ready"]
+    assert workers._build(path, nxt, [(1, 0, 3)]) == to_ipc(build_runs(svc, nxt, [(1, 0, 3)]))
+    assert RunAhead.stats["ready"] == ready + 3  # built when epoch 0 ended
+
+
+def _idle(workers: Any) -> None:
+    """Wait until the build worker's build thread has nothing left to build."""
+    for rank in list(workers._RANKS.values()):
+        with rank.cond:
+            assert rank.cond.wait_for(lambda r=rank: not r.busy, timeout=30)
 
 
 def test_a_failed_build_ahead_is_built_again_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A build ahead that fails (a read error in the worker's thread) is not an answer: the request
-    for that lease builds it again, in a fresh stream, and gets the right bytes."""
+    """A build ahead that fails (a read error in the worker's build thread) is not an answer: the
+    request for its batches builds them again, in a fresh stream, and gets the right bytes."""
     from datamill.serve.data import workers
     from datamill.shards.dataset import ShardsetDataset
 
@@ -120,19 +133,19 @@ def test_a_failed_build_ahead_is_built_again_when_asked(
     cfg = {"dataset": "f", "batch_size": 20, "seed": 4, "shuffle": True, "window": None}
     cfg.update(drop_last=False, columns=None, plan_world=1, epoch=0, mode="static", lease_size=4)
     svc = service_for(open_source(tmp_path / "ds"), cfg)
-    real, failed = workers._lease_bytes, list[Any]()
+    real, calls = workers._serialized, list[Any]()
 
-    def flaky(stream: Any, runs: Any) -> bytes:
-        if tuple(runs) == ((0, 8, 12),) and not failed:
-            failed.append(runs)
+    def flaky(tables: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the build ahead after the first lease
             raise OSError("a read failed")
-        return real(stream, runs)
+        return real(tables)
 
-    monkeypatch.setattr(workers, "_lease_bytes", flaky)
+    monkeypatch.setattr(workers, "_serialized", flaky)
+    monkeypatch.setattr(RunAhead, "CHUNK", 4)
     workers._init(None)
     path = str(tmp_path / "ds")
     for a in range(0, svc.num_batches(0, 0, 1), 4):
         run = (0, a, min(svc.num_batches(0, 0, 1), a + 4))
         assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
-    workers._drain()
-    assert failed  # the build ahead of lease (0, 8, 12) did fail
+    assert len(calls) > 2  # the build ahead did fail, and was built again

@@ -2,10 +2,11 @@
 
 * **fetch**: asks for the next lease and keeps
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
-  server-built mode a lease arrives with its batches (an Arrow IPC stream, read without copying;
-  for a numpy or torch collate, collated here for the whole lease at once, column by column, while
-  the loop consumes the previous lease), in direct mode with its runs only (the loader builds them
-  as the loop asks, see :class:`~datamill.loader.runs.RunStream`). In static mode with an
+  server-built mode a lease arrives with its batches (an Arrow IPC stream), in direct mode with its
+  runs only (the loader builds them as the loop asks, see :class:`~datamill.loader.runs.RunStream`).
+* **decode** (server-built mode): reads each lease's stream without copying (for a numpy or torch
+  collate, collates the whole lease at once, column by column), in order, while the fetch thread
+  asks for the next lease. In static mode with an
   ``ack_window`` > 1 the batches consumed since the last request ride on the lease request
   (``?ack=``: one request and one journal transaction for both, see :attr:`LeaseFeed.piggyback`).
 * **ack**: sends each batch's acknowledgement as soon as the loop is handed the batch (one request,
@@ -14,7 +15,7 @@
 * **heartbeat**: extends the leases held (reporting the stall time) and, after a server restart,
   reclaims them with their fences within the grace period.
 
-The training loop takes :class:`HeldLease` objects from :attr:`LeaseFeed.ready` (``END`` when the
+The training loop takes :class:`HeldLease` objects with :meth:`LeaseFeed.take` (``END`` when the
 epoch is done or a thread failed: :meth:`LeaseFeed.raise_error` re-raises its error there) and
 calls :meth:`LeaseFeed.wait_yieldable` before it hands out each batch: it returns once fewer than
 ``ack_window`` acknowledgements are unanswered and the lease's **deadline** (by this process's
@@ -158,6 +159,10 @@ class LeaseFeed:
         self.ack_window = int(ack_window)
         self.path = f"/api/v1/iterations/{it_id}"
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.transport.prefetch)
+        self.received: queue.Queue[Any] = queue.Queue()  # server-built: to decode
+        # server-built: leases asked for and not taken by the loop, at most ``prefetch`` + 1 (those
+        # in ``ready`` and the one the fetch thread holds, as without a decode thread)
+        self.room = threading.Semaphore(loader.transport.prefetch + 1)
         self.held: dict[str, HeldLease] = {}  # received, not all consumed and flushed
         self.lost: set[str] = set()
         # lease id -> monotonic time until which the server keeps it for this client at least
@@ -194,6 +199,7 @@ class LeaseFeed:
         senders = ACK_SENDERS if self.ack_window > 1 else 1
         for name, target in (
             ("fetch", self._fetch),
+            *((("decode", self._decode),) if not self.direct else ()),
             *((f"ack{i or ''}", self._acker) for i in range(senders)),
             ("heartbeat", self._heartbeat),
         ):
@@ -315,14 +321,18 @@ class LeaseFeed:
         conn = self.http(
             self.loader.transport.reconnect_s, timeout=max(10.0, min(60.0, 4 * self.lease_timeout))
         )
+        holding = False  # a room for the next lease
         try:
             while not self.stop.is_set():
+                if not (self.direct or holding):
+                    holding = self.room.acquire(timeout=0.1)
+                    continue
                 sent_at = time.monotonic()
                 res = self._next(conn)
                 if res is None:
                     continue
                 if res.status == 204:
-                    self._put(self.ready, END)
+                    self._put(self.ready if self.direct else self.received, END)
                     return
                 lease = self._lease(res)
                 with self.loader._state_lock:
@@ -330,11 +340,44 @@ class LeaseFeed:
                     if lease.ttl is not None:
                         self.ttls[lease.id] = lease.ttl
                     self._extend([lease.id], sent_at)
-                self._put(self.ready, lease)
+                if self.direct:
+                    self._put(self.ready, lease)
+                else:
+                    self._put(self.received, (lease, res.body))
+                    holding = False
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             self._fail(exc)
         finally:
             conn.close()
+
+    def take(self) -> Any:
+        """The loop's next lease (``END`` after the last or a failure), from :attr:`ready`."""
+        lease = self.ready.get()
+        if lease is not END and not self.direct:
+            self.room.release()
+        return lease
+
+    def _decode(self) -> None:
+        """Server-built mode: each lease's batches from its body, handed to the loop in order."""
+        collate = self.loader.lease_collate
+        try:
+            while not self.stop.is_set():
+                try:
+                    item = self.received.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is END:
+                    self._put(self.ready, END)
+                    return
+                lease, body = item
+                records = list(pa.ipc.open_stream(body))
+                if collate is None:
+                    lease.batches = [pa.Table.from_batches([b]) for b in records]
+                else:
+                    lease.batches = collate(records)
+                self._put(self.ready, lease)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
+            self._fail(exc)
 
     def _next(self, conn: Http) -> Response | None:
         """One lease request: the reply, or ``None`` to ask again. With :attr:`piggyback` it carries
@@ -403,14 +446,6 @@ class LeaseFeed:
 
     def _lease(self, res: Response) -> HeldLease:
         h = res.headers
-        batches: list[Any] = []
-        collate = self.loader.lease_collate
-        if not self.direct:
-            records = list(pa.ipc.open_stream(res.body))
-            if collate is None:
-                batches = [pa.Table.from_batches([b]) for b in records]
-            else:
-                batches = collate(records)
         q, _, span = h["x-datamill-positions"].partition(":")
         return HeldLease(
             h["x-datamill-lease"],
@@ -418,10 +453,10 @@ class LeaseFeed:
             int(q),
             int(span.split("-")[0]),
             [int(u) for u in h["x-datamill-units"].split(",")],
-            batches,
+            [],  # server-built: decoded by the decode thread
             int(h.get("x-datamill-done", "0")),
             h.get("x-datamill-runs", ""),
-            collated=not self.direct and collate is not None,
+            collated=not self.direct and self.loader.lease_collate is not None,
             ttl=float(h[_TTL]) if _TTL in h else None,
         )
 

@@ -351,7 +351,7 @@ class RemoteLoader:
                 )
             while True:
                 t0 = time.perf_counter()
-                lease = feed.ready.get()
+                lease = feed.take()
                 self.stall_s += time.perf_counter() - t0
                 if lease is END:
                     feed.raise_error()

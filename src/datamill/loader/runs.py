@@ -4,16 +4,21 @@ direct-mode client (:mod:`datamill.client`), so that both hand out byte-identica
 
 A lease's units are runs ``(plan rank, first batch, stop batch)`` of one plan rank's batches
 (:func:`datamill.core.wire.parse_runs`); :func:`service_for` opens the batch service of an
-iteration's config, :class:`RunStream` keeps one continuous build per plan rank across leases, and
-:func:`as_batch` cuts every batch into one contiguous record batch whose Arrow IPC bytes do not
+iteration's config, :class:`RunStream` keeps one continuous build per plan rank across leases,
+:class:`RunAhead` builds a rank's batches in a thread ahead of the leases asked (a build worker's),
+and :func:`as_batch` cuts every batch into one contiguous record batch whose Arrow IPC bytes do not
 depend on where it was sliced from.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.types as pat
@@ -23,6 +28,7 @@ from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
 
 __all__ = [
+    "RunAhead",
     "RunStream",
     "as_batch",
     "as_batches",
@@ -331,6 +337,114 @@ class RunStream:
         for *_, results in self._streams.values():
             close_iterator(results)
         self._streams.clear()
+
+
+class RunAhead:
+    """One plan rank's batches, built in order by ``pool``'s one thread ahead of the runs asked,
+    whatever their bounds (a server-built client's first leases of an epoch are sized by its rate):
+    batches ``[base, pos)`` are held, ``[pos, want)`` to build, :data:`CHUNK` at a time (the
+    ranks sharing ``pool`` take turns). ``convert`` makes what is held of the built tables, with
+    the bytes of each; past the batches asked, a turn builds only while ``held`` (every rank's
+    bytes, shared) is within ``budget``. ``stream`` is used by ``pool``'s thread only.
+
+    Examples:
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> from datamill.core.source import TableSource
+        >>> svc = service_for(TableSource(pa.table({"x": list(range(20))}), shard_size=5),
+        ...                   {"batch_size": 4, "seed": 1, "shuffle": False, "window": None,
+        ...                    "drop_last": False, "columns": None})
+        >>> pool = ThreadPoolExecutor(1)
+        >>> ahead = RunAhead(RunStream(svc, {"epoch": 0, "plan_world": 1}), 0, 1, pool=pool,
+        ...                  convert=lambda ts: [(t, t.nbytes) for t in ts], held=[0])
+        >>> [t["x"].to_pylist() for t in ahead.take(1, 3, ahead=2)]
+        [[4, 5, 6, 7], [8, 9, 10, 11]]
+        >>> ahead.stop(); pool.shutdown()
+    """
+
+    CHUNK: ClassVar[int] = 32
+    stats: ClassVar[dict[str, int]] = {"asked": 0, "ready": 0, "follows": 0}  # batches; RunAheads
+
+    def __init__(
+        self,
+        stream: RunStream,
+        rank: int,
+        start: int,
+        *,
+        pool: Executor,
+        convert: Callable[[Iterable[pa.Table]], list[tuple[Any, int]]],
+        held: list[int],
+        budget: int = 256 << 20,
+    ) -> None:
+        self.stream, self.rank, self.pool, self.convert = stream, rank, pool, convert
+        self.held, self.budget = held, budget
+        self.total = stream.svc.num_batches(stream.epoch, rank, stream.world)
+        self.base = self.pos = self.want = self.asked = start
+        self.items: deque[tuple[Any, int]] = deque()
+        self.error: Exception | None = None
+        self.busy = self.dead = False  # a turn is queued or running / stopped
+        self.cond = threading.Condition(_HELD_LOCK)  # one lock: ``held`` is shared
+        RunAhead.stats["follows"] += 1
+
+    def turn(self) -> None:
+        """In ``pool``'s thread: the next :data:`CHUNK` batches, then the next turn is queued."""
+        with self.cond:
+            a, b = self.pos, min(self.want, self.pos + self.CHUNK)
+            full = a >= self.asked and self.held[0] > self.budget
+            if self.dead or self.error is not None or a >= b or full:
+                self.busy = False
+                self.cond.notify_all()
+                return
+        got: list[tuple[Any, int]] = []
+        try:
+            got = self.convert(self.stream.batches([(self.rank, a, b)]))
+        except Exception as exc:  # noqa: BLE001 - raised by the take that waits for it
+            self.error = exc
+        with self.cond:
+            if not self.dead:
+                self.items.extend(got)
+                self.held[0] += sum(n for _, n in got)
+                self.pos += len(got)
+            self.cond.notify_all()
+        self.pool.submit(self.turn)
+
+    def take(self, a: int, b: int, *, ahead: int) -> list[Any]:
+        """Batches ``[a, b)`` (``base <= a <= pos``) once built; ``ahead`` more are built on.
+
+        Raises:
+            Exception: the error of the build of one of them.
+        """
+        with self.cond:
+            self._drop(a - self.base)
+            RunAhead.stats["asked"] += b - a
+            RunAhead.stats["ready"] += max(0, min(self.pos, b) - a)
+            self.asked, self.want = b, max(self.want, min(self.total, b + ahead))
+            self._kick()
+            while self.pos < b and self.error is None:
+                self.cond.wait()
+            if self.pos < b:
+                raise self.error  # type: ignore[misc]
+            out = [x for x, _ in itertools.islice(self.items, b - a)]
+            self._drop(b - a)
+            self._kick()  # (the budget may have stopped it)
+            return out
+
+    def _kick(self) -> None:
+        if not self.busy and self.pos < self.want:
+            self.busy = True
+            self.pool.submit(self.turn)
+
+    def _drop(self, n: int) -> None:
+        self.held[0] -= sum(self.items.popleft()[1] for _ in range(n))
+        self.base += n
+
+    def stop(self) -> None:
+        """No more turns; nothing held."""
+        with self.cond:
+            self.dead = True
+            self._drop(len(self.items))
+
+
+_HELD_LOCK = threading.Lock()  # the lock of every RunAhead (their ``held`` may be shared)
 
 
 def close_iterator(results: Iterator[Any]) -> None:

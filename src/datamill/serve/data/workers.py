@@ -13,12 +13,13 @@ lease and the worker two.
 
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
-the same shuffle window, hit the same worker's cache. A worker follows each static rank it serves
-with one build over its next leases (:class:`~datamill.loader.runs.RunStream` with a horizon of 4
-leases), so shards are read ahead across leases, and builds the rank's **next lease ahead** (in a
-thread of the worker) while the lease it just built is sent: a client's next request finds its lease
-built (a guess that does not come costs one build; the bytes are the same either way). The HTTP
-process only routes and journals.
+the same shuffle window, hit the same worker's cache. A worker builds every batch in one thread of
+its own: it follows each static rank it serves with one build over the next 1M samples (a
+:class:`~datamill.loader.runs.RunStream`) and builds the rank's batches ahead of the leases asked,
+two leases' worth, whatever the leases' bounds (:class:`~datamill.loader.runs.RunAhead`), each with
+its Arrow IPC message, so a request only copies messages into a slot; a rank's last lease of an
+epoch starts its next epoch. The bytes are those of a build per lease. The HTTP process only routes
+and journals.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import multiprocessing
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -38,6 +39,7 @@ import pyarrow as pa
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
+from datamill.loader.runs import RunAhead, RunStream, as_batch, as_batches, service_for
 
 __all__ = ["BuildPool", "default_build_workers", "ipc_stream"]
 
@@ -48,19 +50,16 @@ _MAX_CLIENTS = 4096
 _STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> RunStream
 _MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
 _STREAMS_PER_ITERATION = 16  # plan ranks a worker follows at once in one iteration
-_HORIZON_LEASES = 4  # leases one build of a followed rank covers
-# in a worker: the leases being built ahead, in order ((stream key, runs) -> future), those built
-# ahead and not asked for yet (bounded), and the one thread that builds them
-_Key = tuple[str, tuple[tuple[int, int, int], ...]]
-_AHEAD: OrderedDict[_Key, Future[pa.Buffer]] = OrderedDict()
-_AHEAD_DEPTH = 2  # leases of a rank built ahead of the one asked for
-_READY: dict[_Key, pa.Buffer] = {}
-_BROKEN: set[str] = set()  # streams a build ahead failed in
-_READY_LEASES = 16
-_READY_BYTES = 256 << 20
-_AHEAD_POOL: ThreadPoolExecutor | None = None
-_TOTALS: dict[tuple[str, int], int] = {}  # in a worker: (stream key, rank) -> the rank's batches
-AHEAD_STATS = {"built": 0, "used": 0}  # in a worker: leases built ahead, and those asked for
+# batches one build of a followed rank covers (its plan holds 24 bytes a sample): 4 leases, or as
+# many as make 1M samples (each build starts with a wait for its first shards)
+_HORIZON_LEASES, _HORIZON_SAMPLES = 4, 1 << 20
+# in a worker: each followed static rank's batches built ahead ((stream key, plan rank) ->
+# RunAhead, most recently asked last), the bytes they hold, and the one thread building every batch
+_RANKS: OrderedDict[tuple[str, int], RunAhead] = OrderedDict()
+_AHEAD_LEASES = 2  # leases (of ``lease_size`` batches) of a rank built ahead of the batches asked
+_HELD = [0]
+_BUILDER: ThreadPoolExecutor | None = None
+_Runs = tuple[tuple[int, int, int], ...]
 
 
 def default_build_workers() -> int:
@@ -120,19 +119,12 @@ def _probe() -> tuple[int, int] | None:
 
 def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
     """Tables as one Arrow IPC stream, exactly one record batch per table (a lease's bytes)."""
-    from datamill.loader.runs import as_batches
-
     batches = as_batches(tables)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for b in batches:
             writer.write_batch(b)
     return sink.getvalue()
-
-
-def _lease_bytes(stream: Any, runs: Sequence[tuple[int, int, int]]) -> pa.Buffer:
-    """The Arrow IPC stream of ``runs``' batches, built by ``stream`` (a RunStream)."""
-    return ipc_stream(list(stream.batches(runs)))
 
 
 class _Slot:
@@ -143,9 +135,10 @@ class _Slot:
         self.size = 0
         self.map: mmap.mmap | None = None
 
-    def put(self, body: pa.Buffer) -> int:
-        """Copy ``body`` in (growing the file when it is too small); returns the file's size."""
-        n = body.size
+    def put(self, parts: Sequence[pa.Buffer]) -> int:
+        """Copy ``parts`` in, one after another (growing the file when it is too small); returns
+        the file's size."""
+        n = sum(p.size for p in parts)
         if n > self.size:
             size = max(n, min(2 * self.size, _SLOT_MAX), 1 << 20)
             os.ftruncate(self.fd, size)
@@ -153,7 +146,9 @@ class _Slot:
                 self.map.close()
             self.map, self.size = mmap.mmap(self.fd, size), size
         assert self.map is not None
-        pa.FixedSizeBufferWriter(pa.py_buffer(self.map)).write(body)  # without the GIL
+        writer = pa.FixedSizeBufferWriter(pa.py_buffer(self.map))
+        for p in parts:
+            writer.write(p)  # without the GIL
         return self.size
 
 
@@ -169,87 +164,108 @@ def _new_slot() -> None:
     _FREE.add(len(_SLOTS) - 1)
 
 
-def _handed(body: pa.Buffer, released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
-    """A lease's bytes as the HTTP process takes them: ``(pid, fd, slot, length, file size)`` of a
-    shared-memory slot (``shared``, a slot free and the bytes at most :data:`_SLOT_MAX`), else
-    ``bytes`` (through the executor's pipe). ``released``: ``(pid, slots)``, the slots the HTTP
-    process is done with, meant for the worker of that pid (not a replacement of it)."""
+def _handed(parts: list[pa.Buffer], released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
+    """A lease's bytes (``parts``, one after another) as the HTTP process takes them: ``(pid, fd,
+    slot, length, file size)`` of a shared-memory slot (``shared``, a slot free and the bytes at
+    most :data:`_SLOT_MAX`), else ``bytes`` (through the executor's pipe). ``released``: ``(pid,
+    slots)``, the slots the HTTP process is done with, meant for the worker of that pid (not a
+    replacement of it)."""
     if released[0] == os.getpid():
         _FREE.update(released[1])
-    if not shared or body.size > _SLOT_MAX or not hasattr(os, "memfd_create"):
-        return body.to_pybytes()
+    n = sum(p.size for p in parts)
+    if not shared or n > _SLOT_MAX or not hasattr(os, "memfd_create"):
+        return b"".join(parts)
     try:
         if not _FREE:
             if len(_SLOTS) >= _SLOT_COUNT:
-                return body.to_pybytes()
+                return b"".join(parts)
             _new_slot()
         k = min(_FREE)
-        size = _SLOTS[k].put(body)
+        size = _SLOTS[k].put(parts)
     except OSError:  # no memory for it (or a file size limit): through the pipe
-        return body.to_pybytes()
+        return b"".join(parts)
     _FREE.discard(k)
-    return os.getpid(), _SLOTS[k].fd, k, body.size, size
+    return os.getpid(), _SLOTS[k].fd, k, n, size
 
 
-def _next_runs(
-    stream: Any, cfg: Mapping[str, Any], runs: Sequence[tuple[int, int, int]], skey: str
-) -> tuple[tuple[int, int, int], ...] | None:
-    """The runs of the lease that follows ``runs`` in a static iteration's rank (``None``: none, or
-    not predictable): a rank's leases come in order, ``lease_size`` batches each."""
+_EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # an Arrow IPC stream's end
+_Built = tuple[pa.Table, pa.Buffer | None]  # a batch, and its IPC message (None: a dictionary)
+
+
+def _serialized(tables: Iterable[pa.Table]) -> list[tuple[_Built, int]]:
+    """Batches with their Arrow IPC messages (made in the build thread, not on the lease's way),
+    and the bytes of both."""
+    out = []
+    for t in tables:
+        m = None if "dictionary<" in str(t.schema) else as_batch(t, t.schema).serialize()
+        out.append(((t, m), t.nbytes + (0 if m is None else m.size)))
+    return out
+
+
+def _body(built: Sequence[_Built]) -> list[pa.Buffer]:
+    """A lease's Arrow IPC stream (the bytes of :func:`ipc_stream`), as parts: the schema, each
+    batch's message, the end; one :func:`ipc_stream` when a batch has no message or another
+    schema than the first one."""
+    schema = built[0][0].schema
+    if all(m is not None and t.schema.equals(schema, check_metadata=True) for t, m in built):
+        return [schema.serialize(), *(m for _, m in built if m is not None), _EOS]
+    return [ipc_stream([t for t, _ in built])]
+
+
+def _builder() -> ThreadPoolExecutor:
+    """The worker's one build thread: every batch is built there, one rank's turn after another."""
+    global _BUILDER
+    if _BUILDER is None:
+        _BUILDER = ThreadPoolExecutor(1, thread_name_prefix="datamill-build")
+    return _BUILDER
+
+
+def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list[_Built]:
+    """A lease's batches: a static rank's from its RunAhead (started at the lease's first
+    batch when the lease does not continue it), others built alone in the build thread."""
     if not stream.follow or len(runs) != 1:
-        return None
-    r, _, b = runs[0]
-    key = (skey, r)
-    total = _TOTALS.get(key)
-    if total is None:
-        if len(_TOTALS) > _MAX_CLIENTS:
-            _TOTALS.clear()
-        total = _TOTALS[key] = stream.svc.num_batches(stream.epoch, r, stream.world)
-    return ((r, b, min(total, b + int(cfg["lease_size"]))),) if b < total else None
+        return [x for x, _ in _builder().submit(_serialized, stream.batches(runs)).result()]
+    r, a, b = runs[0]
+    return _rank_at(skey, stream, r, a).take(a, b, ahead=_AHEAD_LEASES * cfg.get("lease_size", 16))
 
 
-def _ahead_result(key: _Key, fut: Future[pa.Buffer]) -> pa.Buffer | None:
-    """A build ahead's bytes; ``None`` when it failed (its stream is then replaced before its next
-    use: the request for that lease builds it again and raises its error)."""
-    try:
-        return fut.result()
-    except Exception:  # noqa: BLE001 - raised again by the lease's own request
-        _BROKEN.add(key[0])
-        return None
+def _rank_at(skey: str, stream: Any, r: int, a: int) -> RunAhead:
+    """The RunAhead of plan rank ``r`` that holds or builds batch ``a`` next (a new one started
+    there when none does; the least recently asked beyond the bound stopped)."""
+    rank = _RANKS.pop((skey, r), None)
+    if rank is not None and (rank.stream is not stream or not rank.base <= a <= rank.pos):
+        rank.stop()
+        rank = None
+    if rank is None:
+        rank = RunAhead(stream, r, a, pool=_builder(), convert=_serialized, held=_HELD)
+    _RANKS[(skey, r)] = rank
+    while len(_RANKS) > _MAX_ITERATIONS * _STREAMS_PER_ITERATION:
+        _RANKS.popitem(last=False)[1].stop()
+    return rank
 
 
-def _drain() -> None:
-    """Wait for every build ahead (the main thread then uses the streams); keep their bytes."""
-    while _AHEAD:
-        key, fut = _AHEAD.popitem(last=False)
-        body = _ahead_result(key, fut)
-        if body is not None:
-            _READY[key] = body
-    while sum(v.size for v in _READY.values()) > _READY_BYTES or len(_READY) > _READY_LEASES:
-        _READY.pop(next(iter(_READY)))
+def _retire(stream: Any) -> None:
+    """Stop ``stream``'s ranks and close it (in the build thread, after the turns queued)."""
+    for key in [k for k, v in _RANKS.items() if v.stream is stream]:
+        _RANKS.pop(key).stop()
+    _builder().submit(stream.close)
 
 
-def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any]) -> Any:
-    """The RunStream of ``skey`` (created when new; the least recently used beyond
-    :data:`_MAX_ITERATIONS` closed); call with no build ahead running."""
-    from datamill.loader.runs import RunStream
-
+def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = False) -> Any:
+    """The RunStream of ``skey`` (created when new or ``fresh``; the least recently used beyond
+    :data:`_MAX_ITERATIONS` retired)."""
     stream = _STREAMS.pop(skey, None)
-    if stream is not None and skey in _BROKEN:  # a build ahead failed in it
-        stream.close()
+    if stream is not None and fresh:
+        _retire(stream)
         stream = None
-    _BROKEN.discard(skey)
     if stream is None:
-        stream = RunStream(
-            svc,
-            cfg,
-            follow=cfg.get("mode", "static") == "static",
-            horizon=_HORIZON_LEASES * int(cfg.get("lease_size", 16)),
-            streams=_STREAMS_PER_ITERATION,
-        )
+        batch = int(cfg["batch_size"])
+        horizon = max(_HORIZON_LEASES * cfg.get("lease_size", 16), _HORIZON_SAMPLES // batch)
+        follow = cfg.get("mode", "static") == "static"
+        stream = RunStream(svc, cfg, follow=follow, horizon=horizon, streams=_STREAMS_PER_ITERATION)
     _STREAMS[skey] = stream  # most recently used last
     while len(_STREAMS) > _MAX_ITERATIONS:
-        _STREAMS.pop(next(iter(_STREAMS))).close()
+        _retire(_STREAMS.pop(next(iter(_STREAMS))))
     return stream
 
 
@@ -261,54 +277,34 @@ def _build(
     *,
     shared: bool = False,
 ) -> Any:
-    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it. The
-    rank's next :data:`_AHEAD_DEPTH` leases are then built ahead in a thread of the worker, while
-    this one is sent (a static rank's leases come in order); one thread at a time uses a stream."""
-    from datamill.loader.runs import service_for
+    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it (see the
+    module docstring); a build that failed is tried once more in a fresh stream, whose error is the
+    lease's."""
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
     svc = _SERVICES.get(key)
     if svc is None:
         svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
-    # a static iteration's leases of one rank come to this worker in order: follow each rank with
-    # one build over the next leases (shards read ahead across leases) instead of a build per lease
-    skey = fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
-    want: _Key = (skey, tuple((int(r), int(a), int(b)) for r, a, b in runs))
-    body = _READY.pop(want, None)
-    fut = _AHEAD.pop(want, None) if body is None else None
-    if fut is not None:  # built (or being built) ahead: wait for it only
-        for k in list(_AHEAD):  # the builds queued before it are done too: keep their bytes
-            if not _AHEAD[k].done():
-                break
-            done = _ahead_result(k, _AHEAD.pop(k))
-            if done is not None:
-                _READY[k] = done
-        body = _ahead_result(want, fut)
-    AHEAD_STATS["used"] += body is not None
-    if body is None:
-        _drain()
-        body = _lease_bytes(_stream_for(skey, svc, cfg), want[1])
-    stream = _STREAMS.pop(skey, None)
-    if stream is not None:
-        _STREAMS[skey] = stream  # most recently used last
-    nxt = want[1]
-    for _ in range(_AHEAD_DEPTH):
-        ahead = None if stream is None else _next_runs(stream, cfg, nxt, skey)
-        if ahead is None:
-            break
-        if (skey, ahead) not in _READY and (skey, ahead) not in _AHEAD:
-            _AHEAD[(skey, ahead)] = _ahead_thread().submit(_lease_bytes, stream, ahead)
-            AHEAD_STATS["built"] += 1
-        nxt = ahead
-    return _handed(body, released, shared=shared)
+    skey = _skey(key, cfg)
+    want: _Runs = tuple((int(r), int(a), int(b)) for r, a, b in runs)
+    try:
+        tables = _tables(skey, _stream_for(skey, svc, cfg), cfg, want)
+    except Exception:  # noqa: BLE001 - once more, in a fresh stream: its error is the lease's
+        tables = _tables(skey, _stream_for(skey, svc, cfg, fresh=True), cfg, want)
+    rank = _RANKS.get((skey, want[0][0]))
+    if len(want) == 1 and rank is not None and want[0][2] == rank.total:
+        # the rank's last lease of the epoch: its next epoch's first batches are built now (the
+        # client's next epoch then does not wait for a build's start; unused, they are dropped)
+        nxt = {**cfg, "epoch": int(cfg["epoch"]) + 1}
+        nkey = _skey(key, nxt)
+        _rank_at(nkey, _stream_for(nkey, svc, nxt), want[0][0], 0).take(0, 0, ahead=RunAhead.CHUNK)
+    return _handed(_body(tables), released, shared=shared)
 
 
-def _ahead_thread() -> ThreadPoolExecutor:
-    global _AHEAD_POOL
-    if _AHEAD_POOL is None:
-        _AHEAD_POOL = ThreadPoolExecutor(1, thread_name_prefix="datamill-build-ahead")
-    return _AHEAD_POOL
+def _skey(key: str, cfg: Mapping[str, Any]) -> str:
+    """The key of an iteration's RunStream: service, epoch, plan world size, mode."""
+    return fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
 
 
 class BuildPool:
