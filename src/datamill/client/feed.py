@@ -180,9 +180,10 @@ class LeaseFeed:
         # by another client, so a batch's acknowledgement has one sender at a time.
         self.piggyback = self.ack_window > 1 and loader.mode == "static"
         # a woken ack thread sends once this many acks are pending (a quarter of the window: fewer
-        # requests, each a journal transaction on the server; half with piggyback), or when the
-        # loop waits for one
-        self.send_at = max(1, self.ack_window // (2 if self.piggyback else 4))
+        # requests, each a journal transaction on the server; three quarters with piggyback, where
+        # a lease of half the window carries them, so the ack thread does not race the lease
+        # request for them), or when the loop waits for one
+        self.send_at = max(1, self.ack_window * 3 // 4 if self.piggyback else self.ack_window // 4)
         self.loop_waits = False
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)

@@ -66,7 +66,7 @@ def _groups(
             f"{type(leases).__name__} and {type(t).__name__}",
             hint="from datamill.client import Leases, Transport",
         )
-    sized = (Leases() if leases is None else leases).sized_for(t.kind)
+    sized = (Leases() if leases is None else leases).sized_for(t.kind, ack_window=t.ack_window)
     if not 0 <= rank < sized.world_size:
         raise ConfigError(f"rank must be in [0, world_size={sized.world_size}), got {rank}")
     return sized, t
