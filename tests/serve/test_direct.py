@@ -585,12 +585,13 @@ def test_a_static_direct_loader_takes_leases_of_half_its_ack_window() -> None:
     (at least the default 64, at most 1,024), so each lease request carries half a window of
     acknowledgements; dynamic, server-built and sized loaders keep their sizes."""
 
-    def size(**kw: Any) -> int | None:
-        loader = RemoteLoader("http://127.0.0.1:1", None, "d", batch_size=8, **grouped(**kw))
+    def size(batch: int = 8, **kw: Any) -> int | None:
+        loader = RemoteLoader("http://127.0.0.1:1", None, "d", batch_size=batch, **grouped(**kw))
         return loader.leases.size
 
     assert size(transport="direct", ack_window=256) == 128
     assert size(transport="direct", ack_window=1 << 16) == 1024
+    assert size(16384, transport="direct", ack_window=1 << 16) == 256  # the server's sample bound
     assert size(transport="direct") == size(transport="direct", ack_window=64) == 64
     assert size(transport="direct", ack_window=256, mode="dynamic") == 64
     assert size(transport="direct", ack_window=256, lease_size=8) == 8
