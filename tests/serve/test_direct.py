@@ -578,3 +578,21 @@ def test_a_static_wide_window_carries_its_acks_on_the_lease_requests(
     assert sorted(committed) == sorted(u for a, b, _ in done for u in range(a, b))
     loader.mode = "dynamic"
     assert not LeaseFeed(loader, "x", 1.0, direct=True, ack_window=32).piggyback
+
+
+def test_a_static_direct_loader_takes_leases_of_half_its_ack_window() -> None:
+    """Without ``Leases(size=)``, a static direct loader's leases hold half its ``ack_window``
+    (at least the default 64, at most 1,024), so each lease request carries half a window of
+    acknowledgements; dynamic, server-built and sized loaders keep their sizes."""
+
+    def size(batch: int = 8, **kw: Any) -> int | None:
+        loader = RemoteLoader("http://127.0.0.1:1", None, "d", batch_size=batch, **grouped(**kw))
+        return loader.leases.size
+
+    assert size(transport="direct", ack_window=256) == 128
+    assert size(transport="direct", ack_window=1 << 16) == 1024
+    assert size(16384, transport="direct", ack_window=1 << 16) == 256  # the server's sample bound
+    assert size(transport="direct") == size(transport="direct", ack_window=64) == 64
+    assert size(transport="direct", ack_window=256, mode="dynamic") == 64
+    assert size(transport="direct", ack_window=256, lease_size=8) == 8
+    assert size(ack_window=256) is None  # server-built: sized by bytes on the server

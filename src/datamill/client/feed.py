@@ -59,9 +59,9 @@ ACK_FLUSH_S = 0.05
 """Seconds between two tries of the ack thread while acknowledgements are pending and unanswered
 (each is sent at once when the loop is handed its batch)."""
 ACK_IDLE_S = 0.25
-"""With :attr:`LeaseFeed.piggyback`: seconds the ack thread lets acknowledgements wait for the next
-lease request before it sends them itself (it also sends them at once when the loop waits for an
-answer, or when half the window is pending)."""
+"""With :attr:`LeaseFeed.piggyback`: seconds without a lease request carrying acknowledgements after
+which the ack thread sends the pending ones itself (it also sends them at once when the loop waits
+for an answer, or when three quarters of the window are pending)."""
 MAX_QUERY_ACKS = 64
 """Ack ranges a lease request carries at most (the server's bound on ``?ack=``)."""
 _TTL = TTL_HEADER.lower()  # a reply's headers are read lower-cased
@@ -185,10 +185,12 @@ class LeaseFeed:
         # by another client, so a batch's acknowledgement has one sender at a time.
         self.piggyback = self.ack_window > 1 and loader.mode == "static"
         # a woken ack thread sends once this many acks are pending (a quarter of the window: fewer
-        # requests, each a journal transaction on the server; half with piggyback), or when the
-        # loop waits for one
-        self.send_at = max(1, self.ack_window // (2 if self.piggyback else 4))
+        # requests, each a journal transaction on the server; three quarters with piggyback, where
+        # a lease of half the window carries them, so the ack thread does not race the lease
+        # request for them), or when the loop waits for one
+        self.send_at = max(1, self.ack_window * 3 // 4 if self.piggyback else self.ack_window // 4)
         self.loop_waits = False
+        self.carried_at = 0.0  # monotonic time of the last lease request that carried acks
         self._threads: list[threading.Thread] = []
         self._deadline_503: float | None = None  # while the server answers 503 (journal unwritable)
         self._last_error: BaseException | None = None  # of the ack or heartbeat thread
@@ -398,6 +400,7 @@ class LeaseFeed:
             sent_at = time.monotonic()
             res = conn.request("GET", f"{self.path}/next", ok=(200, 204, 409), query=query)
             if sent:
+                self.carried_at = sent_at
                 self._answered(res.headers.get("x-datamill-acks", ""), sent, sent_at)
         except RemoteError as exc:
             now = time.monotonic()
@@ -475,6 +478,8 @@ class LeaseFeed:
                 self.to_ack.clear()
                 if woken and not self._due():
                     continue  # sent at the next batch, when the loop waits, or within `every`
+                if not woken and time.monotonic() - self.carried_at < every:
+                    continue  # the lease requests carry them (one did within `every`)
                 try:
                     self.flush(conn)
                 except RemoteError as exc:

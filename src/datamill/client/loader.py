@@ -55,7 +55,7 @@ column converted once per lease; the same arrays as the collate per batch)."""
 
 
 def _groups(
-    leases: Leases | None, transport: Transport | None, *, rank: int
+    leases: Leases | None, transport: Transport | None, *, rank: int, batch_size: int = 1
 ) -> tuple[Leases, Transport]:
     """The option groups of a :class:`RemoteLoader` (defaults for ``None``; the leases sized for
     the transport, as the loader creates its iteration with them), and ``rank`` within them."""
@@ -66,7 +66,9 @@ def _groups(
             f"{type(leases).__name__} and {type(t).__name__}",
             hint="from datamill.client import Leases, Transport",
         )
-    sized = (Leases() if leases is None else leases).sized_for(t.kind)
+    sized = (Leases() if leases is None else leases).sized_for(
+        t.kind, ack_window=t.ack_window, batch_size=batch_size
+    )
     if not 0 <= rank < sized.world_size:
         raise ConfigError(f"rank must be in [0, world_size={sized.world_size}), got {rank}")
     return sized, t
@@ -135,7 +137,7 @@ class RemoteLoader:
         leases: Leases | None = None,
         transport: Transport | None = None,
     ) -> None:
-        self.leases, self.transport = _groups(leases, transport, rank=rank)
+        self.leases, self.transport = _groups(leases, transport, rank=rank, batch_size=batch_size)
         self.batching = Batching() if batching is None else batching
         self.url, self.key, self.dataset = url, key, dataset
         # the iteration this loader creates or joins (with its epoch)

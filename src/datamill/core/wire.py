@@ -17,6 +17,7 @@ __all__ = [
     "EPOCH_HEADER",
     "FENCE_HEADER",
     "LEASE_HEADER",
+    "MAX_LEASE_SAMPLES",
     "POSITIONS_HEADER",
     "RUNS_HEADER",
     "SESSION_HEADER",
@@ -32,6 +33,8 @@ API = "/api/v1"
 TRANSPORTS = ("built", "direct")
 """``built``: the server builds each lease's batches (Arrow IPC); ``direct``: the client builds
 them."""
+MAX_LEASE_SAMPLES = 1 << 22
+"""Samples one lease may hold at most (``batch_size * lease_size``): a request's work is bounded."""
 
 SESSION_HEADER = "X-Datamill-Session"
 """A loader's random session secret: its leases are acknowledged or extended by no other."""

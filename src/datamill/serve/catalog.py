@@ -22,6 +22,7 @@ from datamill.core.checks import check_int
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
+from datamill.core.wire import MAX_LEASE_SAMPLES
 from datamill.loader import BatchService
 from datamill.loader.runs import service_for
 from datamill.serve.data.direct import ClientLocations
@@ -80,8 +81,6 @@ def check_name(value: str, *, what: str) -> str:
 
 LEASE_SIZES = (16, 256)
 """The smallest and largest lease :func:`auto_lease_size` picks, in batches."""
-MAX_LEASE_SAMPLES = 1 << 22
-"""Samples one lease may hold at most (``batch_size * lease_size``): a request's work is bounded."""
 
 
 def row_bytes(source: Any) -> float | None:
