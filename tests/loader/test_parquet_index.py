@@ -147,8 +147,8 @@ def test_downloads_are_one_get_each_with_a_located_error_and_pyarrows_path_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A download from an endpoint with keys is one GET through obstore (no HEAD first; the ETag
-    from its response), the same bytes as pyarrow's path (``DATAMILL_S3_DIRECT_GET=0``); a refused GET
-    falls back to pyarrow's, whose error is located at the object."""
+    from its response), the same bytes as pyarrow's path (``DATAMILL_S3_DIRECT_GET=0``); a refused
+    GET falls back to pyarrow's, whose error is located at the object."""
     fs, _ = s3
     endpoint, key, _ = seaweed
     getter = direct_getter(fs)

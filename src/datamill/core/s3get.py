@@ -16,9 +16,11 @@ forked after its parent sent a GET through it, :meth:`DirectGetter.get` raises `
 (no request) and the caller reads through pyarrow.
 
 On a SeaweedFS on loopback, 100 objects of 6.2 MB with 6 threads: 100 requests (pyarrow's
-``open_input_file`` + ``readinto``: 200) and 0.37-0.52 s of client CPU, against 0.21-0.35 s for
-the hand-written SigV4 + ``http.client`` GET this module had before (benchmarks/RESULTS.md,
-issue #41, cold5).
+``open_input_file`` + ``readinto``: 200) and 0.36-0.45 s of client CPU, against 0.23-0.31 s for
+the hand-written SigV4 + ``http.client`` GET this module had before (reading into a reused buffer,
+where obstore collects each body into a new one); in the benchmark's cold epoch (decode, gather
+and the cache's copies included) no difference shows: 2.06-2.31 s of client CPU and 0.43-0.49x
+the store's ceiling, against 2.03-2.66 s and 0.41-0.43x (benchmarks/RESULTS.md, issue #41, cold5).
 """
 
 from __future__ import annotations
