@@ -146,13 +146,13 @@ def test_downloads_are_one_get_each_with_a_located_error_and_pyarrows_path_kept(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A download from an endpoint with keys is one signed GET (no HEAD first; the ETag from its
-    response), the same bytes as pyarrow's path (``DATAMILL_S3_DIRECT_GET=0``); a refused GET
-    falls back to pyarrow's, whose error is located at the object."""
+    """A download from an endpoint with keys is one GET through obstore (no HEAD first; the ETag
+    from its response), the same bytes as pyarrow's path (``DATAMILL_S3_DIRECT_GET=0``); a refused
+    GET falls back to pyarrow's, whose error is located at the object."""
     fs, _ = s3
     endpoint, key, _ = seaweed
     getter = direct_getter(fs)
-    assert getter is not None and getter.host == endpoint.split("://")[1]
+    assert getter is not None and getter.endpoint == endpoint
     assert "secret" not in repr(getter)
     info = fs.get_file_info("pindex/plain/part-1.parquet")
     direct = ShardFileCache(fs, tmp_path / "a")
@@ -172,3 +172,33 @@ def test_downloads_are_one_get_each_with_a_located_error_and_pyarrows_path_kept(
     gone = pafs.FileInfo("pindex/plain/none.parquet", pafs.FileType.File, size=10)
     with pytest.raises(DataFileError, match="download failed"):
         ShardFileCache(fs, tmp_path / "d").read(gone.path, info=gone)
+
+
+def _child_reads(fs: pafs.S3FileSystem, path: str, folder: Path, out: Any) -> None:
+    """In a forked child: the direct GET refuses at once; the cache reads through pyarrow."""
+    getter = direct_getter(fs)
+    try:
+        getter.get(path, 1) if getter is not None else None
+        refused = False
+    except OSError as exc:
+        refused = "fork" in str(exc)
+    out.put((refused, ShardFileCache(fs, folder).read(path)))
+
+
+def test_a_process_forked_after_a_direct_get_reads_through_pyarrow(
+    s3: tuple[pafs.S3FileSystem, Path], tmp_path: Path
+) -> None:
+    """obstore's runtime does not survive fork: a child of a process that used it (a Loader's
+    forked workers) gets the same bytes through pyarrow instead of hanging."""
+    import multiprocessing as mp
+
+    fs, _ = s3
+    path = "pindex/plain/part-2.parquet"
+    got = ShardFileCache(fs, tmp_path / "parent").read(path)
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_reads, args=(fs, path, tmp_path / "child", out))
+    child.start()
+    refused, data = out.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and refused and data == got

@@ -444,23 +444,23 @@ class ShardFileCache:
         return self._getter
 
     def _get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None]:
-        """The object ``remote`` (``size`` bytes expected) in a new buffer of the default pool
-        (jemalloc), and its ETag (``None`` where the store has none)."""
+        """The object ``remote`` (``size`` bytes expected) and its ETag (``None`` where the store
+        has none): directly where the store allows (:mod:`datamill.core.s3get`: one GET, no HEAD
+        first, the body not copied), else (or when that GET fails) one ranged GET through pyarrow
+        after its HEAD, into a new buffer of the default pool (jemalloc)."""
+        direct = self._direct()
+        if direct is not None:
+            try:
+                return direct.get(remote, size)
+            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
+                pass
         buf = pa.allocate_buffer(size)
         got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format is "b"
         return buf.slice(0, got), now
 
     def _into(self, remote: str, view: memoryview) -> tuple[int, str | None]:
-        """One GET of ``remote`` (``len(view)`` bytes expected) into ``view``: (bytes, ETag).
-        Directly where the store allows (:mod:`datamill.core.s3get`: no HEAD first, the size and
-        ETag from the GET's response), else (or when that GET fails) one ranged GET through
-        pyarrow after its HEAD."""
-        direct = self._direct()
-        if direct is not None:
-            try:
-                return direct.get_into(remote, view)
-            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
-                pass
+        """One GET of ``remote`` through pyarrow (a HEAD, then a ranged GET) into ``view``
+        (``len(view)`` bytes expected): (bytes, ETag)."""
         try:
             with self.fs.open_input_file(remote) as f:
                 return int(f.readinto(view)), object_etag(f)
@@ -512,10 +512,9 @@ class ShardFileCache:
         """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
         object's ETag or ``None``).
 
-        One GET of the whole object (:meth:`_into`; without the GIL) into this thread's reused
-        scratch buffer (:func:`_scratch`), hashed there, then written to the file with one
-        ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140 MiB/s from
-        SeaweedFS here, against 620-700 MiB/s for whole-object reads
+        One GET of the whole object (:meth:`_whole`; without the GIL), hashed, then written to the
+        file with one ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140
+        MiB/s from SeaweedFS here, against 620-700 MiB/s for whole-object reads
         (``benchmarks/bench_s3_ceiling.py``). The GET used to land in a shared writable mapping
         of the file: one page fault (and file-system ``page_mkwrite``) per 4 KiB page cost 1.2 s of
         reader CPU per 590 MB cold epoch, against about 0.2 s for the buffer and the ``pwrite``
@@ -523,8 +522,7 @@ class ShardFileCache:
         """
         digest = xxhash.xxh3_128()
         if 0 < size <= SCRATCH_MAX:
-            view = _scratch(size)
-            got, etag = self._into(remote, view)
+            view, got, etag = self._whole(remote, size)
             digest.update(view[:got])
             try:
                 _write_all(out.fileno(), view[:got])
@@ -540,6 +538,21 @@ class ShardFileCache:
             if size <= 0:
                 return 0, digest.hexdigest(), etag
             return (*self._buffered(remote, f, out, size), etag)
+
+    def _whole(self, remote: str, size: int) -> tuple[memoryview, int, str | None]:
+        """The object ``remote`` (``size`` bytes expected): (its bytes, how many, its ETag). One
+        direct GET (:mod:`datamill.core.s3get`), else through pyarrow into this thread's reused
+        scratch buffer (:func:`_scratch`)."""
+        direct = self._direct()
+        if direct is not None:
+            try:
+                data, etag = direct.get(remote, size)
+                return memoryview(data), data.size, etag
+            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
+                pass
+        view = _scratch(size)
+        got, etag = self._into(remote, view)
+        return view, got, etag
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
         """:meth:`_stream` where the file cannot be mapped: the GET into a buffer, then written."""

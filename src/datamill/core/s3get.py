@@ -1,184 +1,130 @@
-"""Whole-object GETs from an S3-compatible endpoint without pyarrow's HEAD first.
+"""Whole-object GETs from an S3-compatible endpoint without pyarrow's HEAD first, through obstore.
 
 pyarrow's ``S3FileSystem.open_input_file(path)`` sends a HEAD before every read (its Python API
 takes no known size), and its C++ client copies each response once more into the caller's buffer.
 :func:`direct_getter` gives, for an ``S3FileSystem`` configured with an explicit endpoint and keys
 (what :func:`~datamill.core.s3.s3_filesystem` builds from ``AWS_ENDPOINT_URL`` and the keys), a
-:class:`DirectGetter` whose :meth:`~DirectGetter.get_into` sends one SigV4-signed GET over a
-kept-alive connection per thread and reads the body straight into the caller's buffer; the size
-and the ETag come from the GET's own response headers. Anything else (no endpoint, other
-credential sources, proxies, a custom CA file, virtual-host addressing,
-``DATAMILL_S3_DIRECT_GET=0``) gets ``None``: the caller reads through pyarrow as before.
+:class:`DirectGetter` whose :meth:`~DirectGetter.get` sends one GET through ``obstore`` (the Python
+bindings of Rust's ``object_store``: SigV4 signing, a pooled HTTP client, retries) and returns the
+body as an Arrow buffer without a copy; the size and the ETag come from the GET's own response.
+Anything else (no endpoint, other credential sources, proxies, a custom CA file, virtual-host
+addressing, ``obstore`` not installed, ``DATAMILL_S3_DIRECT_GET=0``) gets ``None``: the caller
+reads through pyarrow as before.
 
-On a SeaweedFS on loopback, 100 objects of 6.2 MB with 6 threads: 0.20 s of client CPU and 100
-requests, against 0.43-0.61 s and 200 requests through ``open_input_file`` + ``readinto``
-(benchmarks/RESULTS.md, issue #41).
+``obstore`` runs its requests on a tokio runtime that does not survive ``fork``: in a process
+forked after its parent sent a GET through it, :meth:`DirectGetter.get` raises ``OSError`` at once
+(no request) and the caller reads through pyarrow.
+
+On a SeaweedFS on loopback, 100 objects of 6.2 MB with 6 threads: 100 requests (pyarrow's
+``open_input_file`` + ``readinto``: 200) and 0.36-0.45 s of client CPU, against 0.23-0.31 s for
+the hand-written SigV4 + ``http.client`` GET this module had before (reading into a reused buffer,
+where obstore collects each body into a new one); in the benchmark's cold epoch (decode, gather
+and the cache's copies included) no difference shows: 2.06-2.31 s of client CPU and 0.43-0.49x
+the store's ceiling, against 2.03-2.66 s and 0.41-0.43x (benchmarks/RESULTS.md, issue #41, cold5).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import hashlib
-import hmac
-import http.client
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 __all__ = ["DirectGetter", "direct_getter"]
 
-TIMEOUT_S = 10.0
-"""Seconds a connection waits for the endpoint (connect, and between reads of the body); then
-the caller falls back to pyarrow's client (its own retries)."""
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+TIMEOUT_S = 10
+"""Seconds a request waits for the endpoint (to connect, and between reads of the body); then it
+is tried once more and the caller falls back to pyarrow's client (its own retries)."""
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+_STORES: dict[tuple[DirectGetter, str], Any] = {}  # (getter, bucket) -> obstore S3Store
+_STORES_LOCK = threading.Lock()
+_RUNTIME_PID: list[int] = []  # the process whose obstore runtime this module started
 
 
 @dataclass(frozen=True)
 class DirectGetter:
-    """SigV4-signed whole-object GETs to one endpoint (path-style addressing).
+    """Whole-object GETs to one S3 endpoint (path-style addressing), through ``obstore``.
 
     Examples:
-        >>> g = DirectGetter("http", "127.0.0.1:9000", "key", "secret", "", "us-east-1")
-        >>> h = g.headers("/bucket/a b.parquet", amz_date="20260101T000000Z")
-        >>> h["Authorization"].split(", ")[0]
-        'AWS4-HMAC-SHA256 Credential=key/20260101/us-east-1/s3/aws4_request'
+        >>> g = DirectGetter("http://127.0.0.1:9000", "key", "secret", "", "us-east-1")
+        >>> g.endpoint, "secret" in repr(g)
+        ('http://127.0.0.1:9000', False)
     """
 
-    scheme: str
-    host: str
+    endpoint: str
     access_key: str
     secret_key: str = field(repr=False)
     session_token: str = field(repr=False)
     region: str = "us-east-1"
 
-    def headers(self, path: str, *, amz_date: str | None = None) -> dict[str, str]:
-        """The signed headers of a GET of ``path`` (``/bucket/key``, not yet quoted)."""
-        amz = amz_date or datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        day = amz[:8]
-        signed = {"host": self.host, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz}
-        if self.session_token:
-            signed["x-amz-security-token"] = self.session_token
-        names = ";".join(sorted(signed))
-        canonical = "\n".join(
-            [
-                "GET",
-                quote(path, safe="/-_.~"),
-                "",
-                "".join(f"{k}:{signed[k]}\n" for k in sorted(signed)),
-                names,
-                _EMPTY_SHA256,
-            ]
-        )
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = "\n".join(
-            ["AWS4-HMAC-SHA256", amz, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-        )
-        key = ("AWS4" + self.secret_key).encode("utf-8")
-        for part in (day, self.region, "s3", "aws4_request"):
-            key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
-        signature = hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-        auth = (
-            f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, SignedHeaders={names}, "
-            f"Signature={signature}"
-        )
-        return {**{k: v for k, v in signed.items() if k != "host"}, "Authorization": auth}
+    def _store(self, bucket: str) -> Any:
+        """This process's ``S3Store`` for ``bucket`` (one HTTP connection pool each, kept)."""
+        with _STORES_LOCK:
+            store = _STORES.get((self, bucket))
+            if store is None:
+                from obstore.store import S3Store
 
-    def _connection(self) -> http.client.HTTPConnection:
-        """This thread's kept-alive connection to the endpoint (a new one after a fork)."""
-        conns = _conns()
-        conn = conns.get((os.getpid(), self))
-        if conn is None:
-            make = (
-                http.client.HTTPSConnection
-                if self.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            conn = make(self.host, timeout=TIMEOUT_S)
-            for old in [k for k in conns if k[0] != os.getpid()]:  # a parent's (forked)
-                del conns[old]
-            conns[(os.getpid(), self)] = conn
-        return conn
+                options: dict[str, Any] = {
+                    "endpoint": self.endpoint,
+                    "access_key_id": self.access_key,
+                    "secret_access_key": self.secret_key,
+                    "region": self.region,
+                    "virtual_hosted_style_request": False,
+                }
+                if self.session_token:
+                    options["session_token"] = self.session_token
+                store = _STORES[(self, bucket)] = S3Store(
+                    bucket,
+                    client_options={
+                        "allow_http": self.endpoint.startswith("http://"),
+                        "connect_timeout": datetime.timedelta(seconds=TIMEOUT_S),
+                        "read_timeout": datetime.timedelta(seconds=TIMEOUT_S),
+                        "timeout": datetime.timedelta(hours=1),
+                    },
+                    retry_config={
+                        "max_retries": 1,
+                        "retry_timeout": datetime.timedelta(seconds=3 * TIMEOUT_S),
+                        "backoff": {"init_backoff": datetime.timedelta(milliseconds=50)},
+                    },
+                    **options,
+                )
+            return store
 
-    def _drop(self) -> None:
-        conn = _conns().pop((os.getpid(), self), None)
-        if conn is not None:
-            conn.close()
-
-    def get_into(self, path: str, view: memoryview) -> tuple[int, str | None]:
-        """GET the object ``path`` (``bucket/key``) into ``view``, which must be its size:
-        ``(bytes read, ETag)``.
+    def get(self, path: str, size: int) -> tuple[pa.Buffer, str | None]:
+        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its bytes, its
+        ETag).
 
         Raises:
-            OSError: the endpoint answered another status (its code and message), the object's
-                size is not ``len(view)``, or the connection failed (tried twice: a kept-alive
-                connection may have been closed by the endpoint meanwhile).
+            OSError: the endpoint answered with an error (refused, missing), could not be reached
+                (tried twice), the object does not have ``size`` bytes, or this process was forked
+                from one that used ``obstore`` (its runtime's threads are not here).
         """
-        url = "/" + path.lstrip("/")
-        for attempt in (0, 1):
-            conn = self._connection()
-            try:
-                conn.request("GET", quote(url, safe="/-_.~"), headers=self.headers(url))
-                return self._body(conn.getresponse(), path, view)
-            except _Answered:
-                self._drop()
-                raise
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop()
-                if attempt:
-                    raise OSError(f"GET {path} failed: {exc!r}") from exc
-        raise AssertionError("unreachable")
+        pid = os.getpid()
+        with _STORES_LOCK:
+            if not _RUNTIME_PID:
+                _RUNTIME_PID.append(pid)
+            elif _RUNTIME_PID[0] != pid:
+                raise OSError("obstore's runtime was started by a parent process (fork)")
+        import obstore
+        from obstore.exceptions import BaseError
 
-    @staticmethod
-    def _body(resp: Any, path: str, view: memoryview) -> tuple[int, str | None]:
-        if resp.status != 200:
-            text = resp.read(2000).decode("utf-8", "replace")
-            code = (
-                "NoSuchKey" if resp.status == 404 else "AccessDenied" if resp.status == 403 else ""
-            )
-            raise _Answered(
-                f"AWS Error {code or resp.reason} (HTTP status {resp.status}) during GetObject of "
-                f"{path}: {text[:300]}"
-            )
-        size = int(resp.getheader("Content-Length", "-1"))
-        if size != len(view):
-            raise _Answered(f"the object has {size} bytes, expected {len(view)} (changed since?)")
-        got = 0
-        while got < size:
-            n = resp.readinto(view[got:])
-            if not n:
-                raise OSError(f"the connection closed after {got} of {size} bytes")
-            got += n
-        return got, resp.getheader("ETag")
-
-
-class _Answered(OSError):
-    """The endpoint answered, but not with the object expected (another status or size)."""
-
-
-_LOCAL = threading.local()
-
-
-class _Connections(dict[tuple[int, "DirectGetter"], http.client.HTTPConnection]):
-    """One thread's connections by (process id, getter), closed when the thread ends."""
-
-    def __del__(self) -> None:
-        for conn in self.values():
-            with contextlib.suppress(OSError):
-                conn.close()
-
-
-def _conns() -> _Connections:
-    """This thread's connections by (process id, getter)."""
-    conns: _Connections | None = getattr(_LOCAL, "conns", None)
-    if conns is None:
-        conns = _LOCAL.conns = _Connections()
-    return conns
+        bucket, _, key = path.lstrip("/").partition("/")
+        try:
+            got = obstore.get(self._store(bucket), key)
+            meta = got.meta
+            if meta["size"] != size:
+                raise OSError(f"the object has {meta['size']} bytes, expected {size} (changed?)")
+            data = pa.py_buffer(got.bytes())
+        except (BaseError, OSError, ValueError, RuntimeError) as exc:
+            raise OSError(f"GET {path} failed: {exc}") from exc
+        if data.size != size:
+            raise OSError(f"GET {path}: {data.size} bytes arrived, the object has {size}")
+        return data, meta.get("e_tag")
 
 
 def direct_getter(fs: pafs.FileSystem) -> DirectGetter | None:
@@ -188,12 +134,16 @@ def direct_getter(fs: pafs.FileSystem) -> DirectGetter | None:
     Examples:
         >>> from datamill.core.s3 import s3_filesystem
         >>> fs = s3_filesystem(endpoint="http://127.0.0.1:9", access_key="k", secret_key="s")
-        >>> direct_getter(fs).host, direct_getter(pafs.LocalFileSystem())
-        ('127.0.0.1:9', None)
+        >>> direct_getter(fs).endpoint, direct_getter(pafs.LocalFileSystem())
+        ('http://127.0.0.1:9', None)
     """
     if not isinstance(fs, pafs.S3FileSystem) or os.environ.get("DATAMILL_S3_DIRECT_GET") == "0":
         return None
     if any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
         return None
     try:
         cfg: dict[str, Any] = fs.__reduce__()[1][0]
@@ -213,8 +163,7 @@ def direct_getter(fs: pafs.FileSystem) -> DirectGetter | None:
     if any(refused):
         return None
     return DirectGetter(
-        str(cfg["scheme"]),
-        str(cfg["endpoint_override"]),
+        f"{cfg['scheme']}://{cfg['endpoint_override']}",
         str(cfg["access_key"]),
         str(cfg["secret_key"]),
         str(cfg.get("session_token") or ""),
