@@ -36,6 +36,7 @@ from datamill.loader.stages import (
     _Ragged,
     _view_take,
     _Views,
+    block_sources,
 )
 
 __all__: list[str] = []
@@ -63,16 +64,15 @@ def _out_dtype(dtype: np.dtype[Any], mode: str) -> np.dtype[Any]:
 class _Block:
     """One block's rows: which table and row each comes from, and its batches' bounds."""
 
-    def __init__(self, plan: EpochPlan, task: list[int], n_tables: int, table_of: Any) -> None:
-        parts = [plan.positions(b) for b in task]
-        self.counts = np.array([p.stop - p.start for p in parts], dtype=np.int64)
-        self.starts = np.zeros(len(task) + 1, dtype=np.int64)
+    def __init__(self, counts: NDArray[np.int64], n_tables: int, table_of: Any) -> None:
+        self.counts = counts
+        self.starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.starts[1:])
         self.n = int(self.starts[-1])
         order = np.argsort(table_of, kind="stable")
         cuts = np.searchsorted(table_of[order], np.arange(n_tables + 1)).tolist()
         self.mine = [order[cuts[k] : cuts[k + 1]] for k in range(n_tables)]
-        self.batch_of = np.repeat(np.arange(len(task), dtype=np.int64), self.counts)
+        self.batch_of = np.repeat(np.arange(len(counts), dtype=np.int64), self.counts)
 
 
 def _kind(cols: list[Any], typ: pa.DataType) -> str | None:
@@ -128,17 +128,14 @@ def place_block(
 ) -> list[BatchResult] | None:
     """Batches ``task`` of ``plan`` built into one region ``alloc(nbytes)`` gives; ``None`` when a
     column is not placed or no region is free (the caller builds them as in process)."""
-    shard = np.concatenate([plan.shard[plan.positions(b)] for b in task])
-    row = np.concatenate([plan.row[plan.positions(b)] for b in task])
-    needed = np.flatnonzero(np.bincount(shard)).astype(np.int64)
+    table_of, row, needed, counts = block_sources(plan, task)
     tables = [get(int(k)) for k in needed]
     prepared = [_prepared(t) for t in tables]
     schema = tables[0].schema
     kinds = [_kind([p[i] for p in prepared], f.type) for i, f in enumerate(schema)]
     if None in kinds:
         return None
-    table_of = np.searchsorted(needed, shard).astype(np.int64)
-    block = _Block(plan, task, len(tables), table_of)
+    block = _Block(counts, len(tables), table_of)
     rows = [row[m] for m in block.mine]
     fills: list[Callable[[NDArray[np.uint8]], None]] = []
     columns: list[_Column] = []

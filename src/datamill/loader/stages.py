@@ -25,7 +25,15 @@ from datamill.core.errors import ConfigError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.order import num_batches, rank_sequence
 
-__all__ = ["EpochPlan", "assemble", "assemble_block", "indices", "process_batch", "take_rows"]
+__all__ = [
+    "EpochPlan",
+    "assemble",
+    "assemble_block",
+    "block_sources",
+    "indices",
+    "process_batch",
+    "take_rows",
+]
 
 UID_COLUMN = "uid"
 
@@ -461,14 +469,24 @@ def assemble_block(
 ) -> tuple[pa.Table, list[int]]:
     """The rows of ``batches`` gathered in one table, and each batch's row count (the tables of
     :func:`assemble` are its consecutive slices)."""
+    table_of, row, needed, counts = block_sources(plan, batches)
+    taken = take_rows([get(int(k)) for k in needed], table_of, row)
+    return taken, counts.tolist()
+
+
+def block_sources(
+    plan: EpochPlan, batches: Sequence[int]
+) -> tuple[NDArray[np.int64], NDArray[Any], NDArray[Any], NDArray[np.int64]]:
+    """Where the rows of ``batches`` (in order) come from: ``(table_of, row, needed, counts)``, the
+    shards in use ascending (``needed``), each row's index into them and its row in its shard, and
+    each batch's row count (what :func:`assemble_block` gathers, and a worker places)."""
     parts = [plan.positions(b) for b in batches]
     shard = np.concatenate([plan.shard[p] for p in parts])
     row = np.concatenate([plan.row[p] for p in parts])
     # the shards in use, ascending (np.unique's first call imports numpy.ma: 0.1 s of a first batch)
     needed = np.flatnonzero(np.bincount(shard)).astype(shard.dtype, copy=False)
-    tables = [get(int(k)) for k in needed]
-    taken = take_rows(tables, np.searchsorted(needed, shard).astype(np.int64), row)
-    return taken, [p.stop - p.start for p in parts]
+    counts = np.fromiter((p.stop - p.start for p in parts), np.int64, len(parts))
+    return np.searchsorted(needed, shard).astype(np.int64), row, needed, counts
 
 
 def _uid(table: pa.Table, i: int, index: int) -> Any:
