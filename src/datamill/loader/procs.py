@@ -268,12 +268,6 @@ def _worker_options(service: Any, mode: str | None) -> Any:
     return dataclasses.replace(w, threads=threads, prefetch=prefetch)
 
 
-def _mode(collate: Callable[[pa.Table], Any]) -> tuple[str | None, bool]:
-    """Whether the workers collate (``"numpy"``/``"torch"``: the built-in collates, whose arrays
-    cross as they are) or the trainer does (``None``), and whether to pin."""
-    return builtin_collate(collate)
-
-
 class ProcessBuilds:
     """``processes`` worker processes building ``service``'s batches (see the module docstring).
 
@@ -301,7 +295,9 @@ class ProcessBuilds:
     def __init__(self, service: Any, processes: int) -> None:
         self.processes = int(processes)
         self.collate: Callable[[pa.Table], Any] = service.collate_fn
-        self.mode, self.pin = _mode(self.collate)
+        # the workers collate (the built-in collates, whose arrays cross as they are) or the
+        # trainer does (mode None), and whether to pin
+        self.mode, self.pin = builtin_collate(self.collate)
         try:
             self._blob = pickle.dumps(
                 (

@@ -40,9 +40,8 @@ from datamill.loader.procs_shards import SharedShards
 __all__: list[str] = []
 
 _INFLIGHT = 16  # batches a worker has handed over and the trainer has not taken yet
-_INFLIGHT_PLACED = (
-    48  # the same for placed blocks (> a block: its batches go at once; built already)
-)
+# the same for placed blocks (> a block: its batches go at once; built already)
+_INFLIGHT_PLACED = 48
 _MAX_SLOTS = 64  # shared-memory slots of a worker (beyond: batches the trainer keeps, by the pipe)
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
 
