@@ -118,14 +118,18 @@ def take_rows(
         >>> src = TableSource(pa.table({"x": [0, 10, 20, 30]}), shard_size=2)
         >>> take_rows(src, [3, 0, 3])["x"].to_pylist()
         [30, 0, 30]
+        >>> take_rows(src, []).schema.field("x").type
+        DataType(int64)
     """
     s = np.asarray(rows, dtype=np.int64)
     cols = list(source.columns) if columns is None else list(columns)
     offsets = np.concatenate([[0], np.cumsum(source.shard_sizes())]).astype(np.int64)
     shard = np.searchsorted(offsets, s, side="right") - 1
     needed = np.unique(shard)
-    if not len(needed):
-        return pa.table({c: pa.array([], pa.null()) for c in cols})
+    if not len(needed):  # no row asked: the columns' own types, learnt from the first shard
+        if not source.num_shards:
+            return pa.table({c: pa.array([], pa.null()) for c in cols})
+        return source.read_shard(0, columns=cols).replace_schema_metadata(None).slice(0, 0)
     tables = [source.read_shard(int(k), columns=cols).replace_schema_metadata(None) for k in needed]
     base = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])]).astype(np.int64)
     where = base[np.searchsorted(needed, shard)] + (s - offsets[shard])
