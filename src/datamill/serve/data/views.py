@@ -1,8 +1,8 @@
-"""Read-only views of registered datasets (for the web UI and scripts): kind, statistics, checks,
-samples.
+"""Read-only views of registered datasets for the web UI: kind, statistics, checks
+(:mod:`datamill.loader.describe`, which ``datamill describe`` prints too), samples.
 
-:class:`Inspector` does the work without HTTP; :data:`router` exposes it as JSON under ``/api/v1``
-(``read`` keys, sent as a Bearer header or the UI's cookie):
+:class:`Inspector` opens and caches the server's datasets; :data:`router` exposes it as JSON under
+``/api/v1`` (``read`` keys, sent as a Bearer header or the UI's cookie):
 
 * ``GET /api/v1/datasets/{id}/describe``: kind, counts, shardsets (``ShardsetDataset.describe()``),
   Parquet footer statistics, a preprocessed dataset's metadata, ``check`` violations;
@@ -20,6 +20,8 @@ import base64
 import os
 import threading
 import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,14 +31,26 @@ import pyarrow.compute as pc
 from fastapi import APIRouter, Depends, Query, Request
 from numpy.typing import NDArray
 
-from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source, take_rows, uid_from_text
+from datamill.loader import describe
+from datamill.loader.describe import column_values, number_text
 from datamill.serve.http.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
+from datamill.shards.check import check_report
+from datamill.shards.dataset import ShardsetDataset
 
-__all__ = ["IMAGE_TYPES", "MAX_FILTER", "MAX_LIMIT", "MAX_SCAN", "Inspector", "inspector", "router"]
+__all__ = [
+    "IMAGE_TYPES",
+    "MAX_FILTER",
+    "MAX_LIMIT",
+    "MAX_SCAN",
+    "Inspector",
+    "ValueJob",
+    "ValueStats",
+    "inspector",
+    "router",
+]
 
 MAX_LIMIT = 200
 MAX_FILTER = 200
@@ -59,13 +73,6 @@ _IMAGE_EXT = {
     ".gif": "image/gif",
     ".webp": "image/webp",
 }
-_KINDS = {
-    "ShardsetDataset": "shardset dataset",
-    "HDF5Source": "preprocessed HDF5",
-    "ParquetSource": "Parquet",
-    "CorpusSource": "corpus",
-    "BertParquetSource": "BERT Parquet",
-}
 
 
 def sniff_image(data: bytes) -> str | None:
@@ -79,6 +86,75 @@ def sniff_image(data: bytes) -> str | None:
         if data.startswith(magic) and (magic != b"RIFF" or data[8:12] == b"WEBP"):
             return mime
     return None
+
+
+@dataclass
+class ValueJob:
+    """One column's computation: ``done`` of ``total`` shards read, then ``result`` or ``error``."""
+
+    total: int
+    done: int = 0
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        """``{"status": "running"|"done"|"error", "done", "total", ...}`` as JSON."""
+        status = "error" if self.error else "done" if self.result is not None else "running"
+        return {"status": status} | {
+            k: getattr(self, k) for k in ("done", "total", "error", "result")
+        }
+
+
+class ValueStats:
+    """Compute :func:`~datamill.loader.describe.column_values` on a background thread (so the page
+    can show progress) and cache it per ``(dataset fingerprint, column)``.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> vs = ValueStats()
+        >>> job = vs.get("fp", "x", lambda: TableSource(pa.table({"x": [1, 1, 2]}), shard_size=2))
+        >>> vs.wait("fp", "x", timeout=10).result["top"][0]
+        {'value': 1, 'count': 2}
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[str, str], ValueJob] = {}
+        self._events: dict[tuple[str, str], threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def get(self, fingerprint: str, column: str, open_source: Callable[[], Source]) -> ValueJob:
+        """The job of ``column`` (started now on a background thread if new)."""
+        key = (fingerprint, column)
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None:
+                return job
+            source = open_source()
+            job = self._jobs[key] = ValueJob(total=int(source.num_shards))
+            event = self._events[key] = threading.Event()
+        threading.Thread(
+            target=self._run,
+            args=(job, source, column, event),
+            daemon=True,
+            name=f"datamill-ui-stats-{column}",
+        ).start()
+        return job
+
+    def wait(self, fingerprint: str, column: str, *, timeout: float) -> ValueJob:
+        """The job after it finished (or after ``timeout`` seconds)."""
+        self._events[(fingerprint, column)].wait(timeout)
+        return self._jobs[(fingerprint, column)]
+
+    @staticmethod
+    def _run(job: ValueJob, source: Source, column: str, event: threading.Event) -> None:
+        try:
+            job.result = column_values(source, column, on_shard=lambda k: setattr(job, "done", k))
+        except DatamillError as exc:
+            job.error = exc.one_line()
+        except (pa.ArrowException, ValueError, OSError) as exc:
+            job.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            event.set()
 
 
 class Inspector:
@@ -140,80 +216,35 @@ class Inspector:
         return src
 
     def summary(self, ref: str) -> dict[str, Any]:
-        """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
-        if unreadable)."""
+        """``id, name, path`` and :func:`~datamill.loader.describe.summary` (``kind: unreadable``
+        and ``error`` if unreadable)."""
         row = self.state.dataset(ref)
-        out: dict[str, Any] = {
-            "id": row["id"],
-            "name": row["name"],
-            "path": self.state.relative(row["path"]),
-        }
+        out = {"id": row["id"], "name": row["name"], "path": self.state.relative(row["path"])}
         try:
-            src = self.source(ref)
+            return out | describe.summary(self.source(ref), path=row["path"])
         except DatamillError as exc:
             return {**out, "kind": "unreadable", "error": exc.one_line()}
-        sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        out.update(
-            kind=_KINDS.get(type(src).__name__, type(src).__name__),
-            num_samples=int(sizes.sum()),
-            num_shards=int(src.num_shards),
-            columns=list(src.columns),
-            bytes=_size(Path(row["path"])),
-            shardsets=list(getattr(src, "shardsets", [])),
-        )
-        return out
 
     def detail(self, ref: str) -> dict[str, Any]:
-        """:meth:`summary` plus ``describe`` (shardsets), ``footer`` statistics, ``meta``,
-        ``check``."""
+        """:meth:`summary` plus :func:`~datamill.loader.describe.details` (a shardset dataset's
+        ``check`` cached by its fingerprint)."""
         out = self.summary(ref)
         if "error" in out:
             return out
-        src = self.source(ref)
-        from datamill.shards.dataset import ShardsetDataset
-
-        try:
-            out["footer"] = footer_stats(src)
-        except (DatamillError, OSError, pa.ArrowException) as exc:
-            out["footer_error"] = (
-                exc.one_line() if isinstance(exc, DatamillError) else f"{type(exc).__name__}: {exc}"
-            )
+        src, path = self.source(ref), self.state.dataset(ref)["path"]
+        out |= describe.details(src, path=path, check=False)
         if isinstance(src, ShardsetDataset):
-            out["describe"] = src.describe()
-            out["check"] = self.check(ref, src)
-        else:
-            out["schema"] = [{"name": f.name, "type": str(f.type)} for f in _schema(src)]
-        meta = self.meta(ref)
-        if meta is not None:
-            out["meta"] = meta
+            key = f"{path}@{src.fingerprint()}"
+            if key not in self._checks:
+                self._checks[key] = check_report(src.loc)
+            out["check"] = self._checks[key]
         return out
-
-    def check(self, ref: str, src: Any) -> list[dict[str, Any]]:
-        """``check_report`` of a shardset dataset, cached by its fingerprint."""
-        from datamill.shards.check import check_report
-
-        key = f"{self.state.dataset(ref)['path']}@{src.fingerprint()}"
-        if key not in self._checks:
-            self._checks[key] = check_report(src.loc)
-        return self._checks[key]
-
-    def meta(self, ref: str) -> dict[str, Any] | None:
-        """The ``meta.json`` of a preprocessed HDF5 dataset (``None`` for other kinds)."""
-        from datamill.preprocessing.meta import read_meta
-
-        path = Path(self.state.dataset(ref)["path"])
-        if path.suffix != HDF5_SUFFIX:
-            return None
-        meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
-        if not meta_path.is_file():
-            return None
-        return read_meta(meta_path)
 
     def vocabs(self, ref: str, src: Source) -> dict[str, Any]:
         """Column -> :class:`~datamill.vocab.Vocab` (or a BERT file's tokenizer) for columns holding
         token or category ids."""
         out: dict[str, Any] = {}
-        meta = self.meta(ref)
+        meta = describe.preprocessed_meta(self.state.dataset(ref)["path"])
         if meta is not None:
             from datamill.preprocessing.meta import Metadata
 
@@ -515,18 +546,6 @@ def _float(v: float, *, float32: bool) -> str:
 def _short(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _schema(src: Source) -> list[pa.Field]:
-    if src.num_shards == 0:
-        return []
-    return list(src.read_shard(0, columns=list(src.columns)).slice(0, 0).schema)
-
-
-def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def inspector(request: Request) -> Inspector:
