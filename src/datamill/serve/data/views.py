@@ -46,6 +46,8 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_SCAN",
     "Inspector",
+    "LimitQuery",
+    "OffsetQuery",
     "ValueJob",
     "ValueStats",
     "inspector",
@@ -305,8 +307,7 @@ class Inspector:
             wanted = matches[offset : offset + limit]
         table = take_rows(src, wanted, cols)
         vocabs = self.vocabs(ref, src)
-        ds_id, path = self.state.dataset(ref)["id"], Path(self.state.dataset(ref)["path"])
-        base = path if path.is_dir() else path.parent
+        ds_id = self.state.dataset(ref)["id"]
         uid_col = getattr(src, "uid_column", None)
         rows = []
         for i in range(table.num_rows):
@@ -318,8 +319,7 @@ class Inspector:
                     row,
                     ds_id,
                     vocabs.get(c),
-                    base=base,
-                    roots=self.state.roots,
+                    inside=lambda value: self._inside(ref, value),
                     float32=pa.types.is_float32(_value_type(table.column(c).type)),
                 )
                 for c in cols
@@ -380,10 +380,8 @@ class Inspector:
         value = take_rows(src, [row], [column]).column(column)[0].as_py()
         if not isinstance(value, str):
             raise NotFoundError(f"row {row} column {column!r} holds no file path")
-        base = Path(self.state.dataset(ref)["path"])
-        base = base if base.is_dir() else base.parent
-        target = Path(os.path.realpath(base / value))
-        if not any(target == r or r in target.parents for r in self.state.roots):
+        target = self._inside(ref, value)
+        if target is None:
             raise ConfigError(
                 f"row {row} column {column!r} points outside the server's roots", column=column
             )
@@ -393,6 +391,12 @@ class Inspector:
                 f"row {row} column {column!r}: no image file there", path=str(value)
             )
         return target.read_bytes(), mime
+
+    def _inside(self, ref: str, value: str) -> Path | None:
+        """The file a cell's path names (from the dataset's folder) if it lies under a root."""
+        base = Path(self.state.dataset(ref)["path"])
+        target = Path(os.path.realpath((base if base.is_dir() else base.parent) / value))
+        return target if any(r == target or r in target.parents for r in self.state.roots) else None
 
 
 def _value_type(t: pa.DataType) -> pa.DataType:
@@ -434,8 +438,7 @@ def _cell(
     ds_id: str,
     vocab: Any,
     *,
-    base: Path,
-    roots: list[Path],
+    inside: Callable[[str], Path | None],
     float32: bool = False,
 ) -> dict[str, Any]:
     if value is None:
@@ -443,7 +446,7 @@ def _cell(
     if isinstance(value, bytes):
         return _bytes_cell(value)
     if isinstance(value, str) and Path(value).suffix.lower() in _IMAGE_EXT:
-        return _image_path_cell(value, column, row, ds_id, base=base, roots=roots)
+        return _image_path_cell(value, column, row, ds_id, target=inside(value))
     if vocab is not None and (
         isinstance(value, int)
         or (isinstance(value, list) and all(isinstance(v, int) for v in value))
@@ -469,11 +472,10 @@ def _bytes_cell(value: bytes) -> dict[str, Any]:
 
 
 def _image_path_cell(
-    value: str, column: str, row: int, ds_id: str, *, base: Path, roots: list[Path]
+    value: str, column: str, row: int, ds_id: str, *, target: Path | None
 ) -> dict[str, Any]:
     """An image file's path: the image (served by the file route) when it lies under a root."""
-    target = Path(os.path.realpath(base / value))
-    if not any(target == r or r in target.parents for r in roots) or not target.is_file():
+    if target is None or not target.is_file():
         # a path column whose files are elsewhere (the demo's cifar): its text, not an error
         note = f"{value} (no image file there under the server's roots)"
         return {"t": "value", "v": value, "full": note}
@@ -556,6 +558,8 @@ def inspector(request: Request) -> Inspector:
 
 router = APIRouter(prefix="/api/v1/datasets")
 Insp = Annotated[Inspector, Depends(inspector)]
+OffsetQuery = Annotated[int, Query(ge=0, le=1 << 40)]  # a page's first sample (UI and API)
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT)]  # a page's samples (UI and API)
 
 
 @router.get("/{ref}/describe")
@@ -577,8 +581,8 @@ def samples_route(
     who: Reader,
     ref: str,
     insp: Insp,
-    offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    offset: OffsetQuery = 0,
+    limit: LimitQuery = 20,
     columns: Annotated[str | None, Query(max_length=10_000)] = None,
 ) -> dict[str, Any]:
     """A page of samples (``columns`` comma-separated)."""
