@@ -192,6 +192,10 @@ def seeds(ws: Workspace) -> dict[tuple[str, ...], list[list[str]]]:
         ],
         ("shards", "check"): [[p("outputs/ds")]],
         ("shards", "info"): [[p("outputs/ds"), "--json"]],
+        ("describe",): [
+            [p("outputs/ds"), "--column", "LotArea", "--column", "Id", "--json"],
+            [p("outputs/prep/table.hdf5"), "--no-check"],
+        ],
         ("shards", "get"): [[p("outputs/ds"), "3", "--columns", "Id,LotArea"]],
         ("shards", "export"): [
             [p("outputs/ds"), p("fresh_file"), "--columns", "Id", "--join", "inner"]

@@ -1,6 +1,7 @@
-"""``datamill iterate SOURCE`` (iterate with the Loader, print throughput) and ``datamill plan
+"""``datamill iterate SOURCE`` (iterate with the Loader, print throughput), ``datamill plan
 SOURCE`` (plan a run without reading data: shard reads, memory, cache traffic, first batch, shuffle
-quality)."""
+quality) and ``datamill describe SOURCE`` (what a dataset holds: counts, column statistics, checks;
+:mod:`datamill.loader.describe`)."""
 
 from __future__ import annotations
 
@@ -324,9 +325,76 @@ def _resume(loader: Any, path: str) -> None:
         ) from exc
 
 
-# long (129 lines): argparse declarations, one add_argument call per option
+def _describe_cmd(args: argparse.Namespace) -> int:
+    from datamill.core.progress import progress
+    from datamill.loader.describe import column_values, describe
+    from datamill.loader.sources import open_source
+
+    d = describe(args.source, check=not args.no_check)
+    for column in args.column or []:
+        src = open_source(args.source)
+        with progress(desc=column, total=src.num_shards, unit="shard") as bar:
+            values = column_values(src, column, on_shard=lambda k: bar.update(1))
+        d.setdefault("values", {})[column] = values
+    print(json.dumps(d, indent=2, default=str) if args.json else _description_text(d))
+    return 0
+
+
+def _description_text(d: dict[str, Any]) -> str:
+    """:func:`datamill.loader.describe.describe`'s answer as lines for a terminal."""
+    size = "" if d["bytes"] is None else f", {d['bytes']:,} bytes"
+    lines = [
+        f"{d['kind']}: {d['num_samples']:,} samples in {d['num_shards']} shards{size}",
+        f"columns: {', '.join(d['columns'])}",
+    ]
+    for s in d.get("describe", {}).get("shardsets", []):
+        lines.append(
+            f"shardset {s['name']} [{s['format']}]: {s['rows']:,} rows, {s['missing']:,}"
+            f" missing, {s['num_shards']} shards"
+        )
+    lines.extend(_footer_lines(d.get("footer") or {}))
+    if "footer_error" in d:
+        lines.append(f"footer statistics unreadable: {d['footer_error']}")
+    if "check" in d:
+        lines.append(f"check: {len(d['check'])} violations" if d["check"] else "check: OK")
+        lines.extend(f"  {v['message']}" for v in d["check"])
+    if "meta" in d:
+        feats = [f"{k} ({v.get('type')})" for k, v in d["meta"].items() if k != "datamill"]
+        lines.append(f"preprocessed features: {', '.join(feats)}")
+    for column, v in d.get("values", {}).items():
+        lines.extend(_values_lines(column, v))
+    return "\n".join(lines)
+
+
+def _footer_lines(footer: dict[str, dict[str, Any]]) -> list[str]:
+    """The Parquet footers' null counts and ranges, a line a column."""
+    if not footer:
+        return []
+    width = max(6, *map(len, footer))
+    lines = [f"{'column':<{width}}  {'nulls':>9}  min .. max (Parquet footers)"]
+    for c, f in footer.items():
+        nulls = f"{f['nulls']:,}" + ("" if f["exact"] else "?")
+        lines.append(f"{c:<{width}}  {nulls:>9}  {f['min_text']} .. {f['max_text']}")
+    return lines
+
+
+def _values_lines(column: str, v: dict[str, Any]) -> list[str]:
+    """A column's counts, most common values and histogram."""
+    lines = [f"{column}: {v['count']:,} values, {v['nulls']:,} missing"]
+    if v["top"]:
+        lines.append("  top: " + ", ".join(f"{t['value']!r} ({t['count']:,})" for t in v["top"]))
+    if v["histogram"]:
+        h = v["histogram"]
+        lines.append(
+            f"  {v['of']} from {h['edges'][0]:g} to {h['edges'][-1]:g} in "
+            f"{len(h['counts'])} bins: {' '.join(map(str, h['counts']))}"
+        )
+    return lines
+
+
+# long (101 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
-    """Add ``datamill iterate`` and ``datamill plan``."""
+    """Add ``datamill iterate``, ``datamill plan`` and ``datamill describe``."""
     p = sub.add_parser(
         "iterate", help="iterate a datamill output with the loader; print throughput and stats"
     )
@@ -402,3 +470,27 @@ def register(sub: Any) -> None:
     )
     q.add_argument("--json", action="store_true", help="print the whole plan as JSON")
     q.set_defaults(func=_plan_cmd)
+
+    d = sub.add_parser(
+        "describe",
+        help="what a dataset holds: kind, counts, columns, null counts and min/max from Parquet "
+        "footers, a shardset dataset's check, a preprocessed dataset's features",
+    )
+    d.add_argument(
+        "source",
+        help="shardset dataset folder, corpus folder, .hdf5 file, Parquet "
+        "file or folder, or s3://bucket/prefix",
+    )
+    d.add_argument(
+        "--column",
+        action="append",
+        metavar="COLUMN",
+        help="also read this column: its most common values and a histogram (repeatable)",
+    )
+    d.add_argument("--json", action="store_true", help="print everything as JSON")
+    d.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip a shardset dataset's check (it reads every shard's UIDs)",
+    )
+    d.set_defaults(func=_describe_cmd)

@@ -1,8 +1,8 @@
-"""Read-only views of registered datasets (for the web UI and scripts): kind, statistics, checks,
-samples.
+"""Read-only views of registered datasets for the web UI: kind, statistics, checks
+(:mod:`datamill.loader.describe`, which ``datamill describe`` prints too), samples.
 
-:class:`Inspector` does the work without HTTP; :data:`router` exposes it as JSON under ``/api/v1``
-(``read`` keys, sent as a Bearer header or the UI's cookie):
+:class:`Inspector` opens and caches the server's datasets; :data:`router` exposes it as JSON under
+``/api/v1`` (``read`` keys, sent as a Bearer header or the UI's cookie):
 
 * ``GET /api/v1/datasets/{id}/describe``: kind, counts, shardsets (``ShardsetDataset.describe()``),
   Parquet footer statistics, a preprocessed dataset's metadata, ``check`` violations;
@@ -20,6 +20,8 @@ import base64
 import os
 import threading
 import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,14 +31,28 @@ import pyarrow.compute as pc
 from fastapi import APIRouter, Depends, Query, Request
 from numpy.typing import NDArray
 
-from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
 from datamill.core.errors import ConfigError, DatamillError, SchemaError
 from datamill.core.source import Source, take_rows, uid_from_text
+from datamill.loader import describe
+from datamill.loader.describe import column_values, number_text
 from datamill.serve.http.access import Reader, check_dataset
 from datamill.serve.server import NotFoundError
-from datamill.serve.ui.stats import ValueStats, footer_stats, number_text
+from datamill.shards.check import check_report
+from datamill.shards.dataset import ShardsetDataset
 
-__all__ = ["IMAGE_TYPES", "MAX_FILTER", "MAX_LIMIT", "MAX_SCAN", "Inspector", "inspector", "router"]
+__all__ = [
+    "IMAGE_TYPES",
+    "MAX_FILTER",
+    "MAX_LIMIT",
+    "MAX_SCAN",
+    "Inspector",
+    "LimitQuery",
+    "OffsetQuery",
+    "ValueJob",
+    "ValueStats",
+    "inspector",
+    "router",
+]
 
 MAX_LIMIT = 200
 MAX_FILTER = 200
@@ -59,13 +75,6 @@ _IMAGE_EXT = {
     ".gif": "image/gif",
     ".webp": "image/webp",
 }
-_KINDS = {
-    "ShardsetDataset": "shardset dataset",
-    "HDF5Source": "preprocessed HDF5",
-    "ParquetSource": "Parquet",
-    "CorpusSource": "corpus",
-    "BertParquetSource": "BERT Parquet",
-}
 
 
 def sniff_image(data: bytes) -> str | None:
@@ -79,6 +88,75 @@ def sniff_image(data: bytes) -> str | None:
         if data.startswith(magic) and (magic != b"RIFF" or data[8:12] == b"WEBP"):
             return mime
     return None
+
+
+@dataclass
+class ValueJob:
+    """One column's computation: ``done`` of ``total`` shards read, then ``result`` or ``error``."""
+
+    total: int
+    done: int = 0
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        """``{"status": "running"|"done"|"error", "done", "total", ...}`` as JSON."""
+        status = "error" if self.error else "done" if self.result is not None else "running"
+        return {"status": status} | {
+            k: getattr(self, k) for k in ("done", "total", "error", "result")
+        }
+
+
+class ValueStats:
+    """Compute :func:`~datamill.loader.describe.column_values` on a background thread (so the page
+    can show progress) and cache it per ``(dataset fingerprint, column)``.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> vs = ValueStats()
+        >>> job = vs.get("fp", "x", lambda: TableSource(pa.table({"x": [1, 1, 2]}), shard_size=2))
+        >>> vs.wait("fp", "x", timeout=10).result["top"][0]
+        {'value': 1, 'count': 2}
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[str, str], ValueJob] = {}
+        self._events: dict[tuple[str, str], threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def get(self, fingerprint: str, column: str, open_source: Callable[[], Source]) -> ValueJob:
+        """The job of ``column`` (started now on a background thread if new)."""
+        key = (fingerprint, column)
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None:
+                return job
+            source = open_source()
+            job = self._jobs[key] = ValueJob(total=int(source.num_shards))
+            event = self._events[key] = threading.Event()
+        threading.Thread(
+            target=self._run,
+            args=(job, source, column, event),
+            daemon=True,
+            name=f"datamill-ui-stats-{column}",
+        ).start()
+        return job
+
+    def wait(self, fingerprint: str, column: str, *, timeout: float) -> ValueJob:
+        """The job after it finished (or after ``timeout`` seconds)."""
+        self._events[(fingerprint, column)].wait(timeout)
+        return self._jobs[(fingerprint, column)]
+
+    @staticmethod
+    def _run(job: ValueJob, source: Source, column: str, event: threading.Event) -> None:
+        try:
+            job.result = column_values(source, column, on_shard=lambda k: setattr(job, "done", k))
+        except DatamillError as exc:
+            job.error = exc.one_line()
+        except (pa.ArrowException, ValueError, OSError) as exc:
+            job.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            event.set()
 
 
 class Inspector:
@@ -140,80 +218,35 @@ class Inspector:
         return src
 
     def summary(self, ref: str) -> dict[str, Any]:
-        """``id, name, path, kind, num_samples, num_shards, bytes, shardsets, columns`` (``error``
-        if unreadable)."""
+        """``id, name, path`` and :func:`~datamill.loader.describe.summary` (``kind: unreadable``
+        and ``error`` if unreadable)."""
         row = self.state.dataset(ref)
-        out: dict[str, Any] = {
-            "id": row["id"],
-            "name": row["name"],
-            "path": self.state.relative(row["path"]),
-        }
+        out = {"id": row["id"], "name": row["name"], "path": self.state.relative(row["path"])}
         try:
-            src = self.source(ref)
+            return out | describe.summary(self.source(ref), path=row["path"])
         except DatamillError as exc:
             return {**out, "kind": "unreadable", "error": exc.one_line()}
-        sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        out.update(
-            kind=_KINDS.get(type(src).__name__, type(src).__name__),
-            num_samples=int(sizes.sum()),
-            num_shards=int(src.num_shards),
-            columns=list(src.columns),
-            bytes=_size(Path(row["path"])),
-            shardsets=list(getattr(src, "shardsets", [])),
-        )
-        return out
 
     def detail(self, ref: str) -> dict[str, Any]:
-        """:meth:`summary` plus ``describe`` (shardsets), ``footer`` statistics, ``meta``,
-        ``check``."""
+        """:meth:`summary` plus :func:`~datamill.loader.describe.details` (a shardset dataset's
+        ``check`` cached by its fingerprint)."""
         out = self.summary(ref)
         if "error" in out:
             return out
-        src = self.source(ref)
-        from datamill.shards.dataset import ShardsetDataset
-
-        try:
-            out["footer"] = footer_stats(src)
-        except (DatamillError, OSError, pa.ArrowException) as exc:
-            out["footer_error"] = (
-                exc.one_line() if isinstance(exc, DatamillError) else f"{type(exc).__name__}: {exc}"
-            )
+        src, path = self.source(ref), self.state.dataset(ref)["path"]
+        out |= describe.details(src, path=path, check=False)
         if isinstance(src, ShardsetDataset):
-            out["describe"] = src.describe()
-            out["check"] = self.check(ref, src)
-        else:
-            out["schema"] = [{"name": f.name, "type": str(f.type)} for f in _schema(src)]
-        meta = self.meta(ref)
-        if meta is not None:
-            out["meta"] = meta
+            key = f"{path}@{src.fingerprint()}"
+            if key not in self._checks:
+                self._checks[key] = check_report(src.loc)
+            out["check"] = self._checks[key]
         return out
-
-    def check(self, ref: str, src: Any) -> list[dict[str, Any]]:
-        """``check_report`` of a shardset dataset, cached by its fingerprint."""
-        from datamill.shards.check import check_report
-
-        key = f"{self.state.dataset(ref)['path']}@{src.fingerprint()}"
-        if key not in self._checks:
-            self._checks[key] = check_report(src.loc)
-        return self._checks[key]
-
-    def meta(self, ref: str) -> dict[str, Any] | None:
-        """The ``meta.json`` of a preprocessed HDF5 dataset (``None`` for other kinds)."""
-        from datamill.preprocessing.meta import read_meta
-
-        path = Path(self.state.dataset(ref)["path"])
-        if path.suffix != HDF5_SUFFIX:
-            return None
-        meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
-        if not meta_path.is_file():
-            return None
-        return read_meta(meta_path)
 
     def vocabs(self, ref: str, src: Source) -> dict[str, Any]:
         """Column -> :class:`~datamill.vocab.Vocab` (or a BERT file's tokenizer) for columns holding
         token or category ids."""
         out: dict[str, Any] = {}
-        meta = self.meta(ref)
+        meta = describe.preprocessed_meta(self.state.dataset(ref)["path"])
         if meta is not None:
             from datamill.preprocessing.meta import Metadata
 
@@ -274,8 +307,7 @@ class Inspector:
             wanted = matches[offset : offset + limit]
         table = take_rows(src, wanted, cols)
         vocabs = self.vocabs(ref, src)
-        ds_id, path = self.state.dataset(ref)["id"], Path(self.state.dataset(ref)["path"])
-        base = path if path.is_dir() else path.parent
+        ds_id = self.state.dataset(ref)["id"]
         uid_col = getattr(src, "uid_column", None)
         rows = []
         for i in range(table.num_rows):
@@ -287,8 +319,7 @@ class Inspector:
                     row,
                     ds_id,
                     vocabs.get(c),
-                    base=base,
-                    roots=self.state.roots,
+                    inside=lambda value: self._inside(ref, value),
                     float32=pa.types.is_float32(_value_type(table.column(c).type)),
                 )
                 for c in cols
@@ -349,10 +380,8 @@ class Inspector:
         value = take_rows(src, [row], [column]).column(column)[0].as_py()
         if not isinstance(value, str):
             raise NotFoundError(f"row {row} column {column!r} holds no file path")
-        base = Path(self.state.dataset(ref)["path"])
-        base = base if base.is_dir() else base.parent
-        target = Path(os.path.realpath(base / value))
-        if not any(target == r or r in target.parents for r in self.state.roots):
+        target = self._inside(ref, value)
+        if target is None:
             raise ConfigError(
                 f"row {row} column {column!r} points outside the server's roots", column=column
             )
@@ -362,6 +391,12 @@ class Inspector:
                 f"row {row} column {column!r}: no image file there", path=str(value)
             )
         return target.read_bytes(), mime
+
+    def _inside(self, ref: str, value: str) -> Path | None:
+        """The file a cell's path names (from the dataset's folder) if it lies under a root."""
+        base = Path(self.state.dataset(ref)["path"])
+        target = Path(os.path.realpath((base if base.is_dir() else base.parent) / value))
+        return target if any(r == target or r in target.parents for r in self.state.roots) else None
 
 
 def _value_type(t: pa.DataType) -> pa.DataType:
@@ -403,8 +438,7 @@ def _cell(
     ds_id: str,
     vocab: Any,
     *,
-    base: Path,
-    roots: list[Path],
+    inside: Callable[[str], Path | None],
     float32: bool = False,
 ) -> dict[str, Any]:
     if value is None:
@@ -412,7 +446,7 @@ def _cell(
     if isinstance(value, bytes):
         return _bytes_cell(value)
     if isinstance(value, str) and Path(value).suffix.lower() in _IMAGE_EXT:
-        return _image_path_cell(value, column, row, ds_id, base=base, roots=roots)
+        return _image_path_cell(value, column, row, ds_id, target=inside(value))
     if vocab is not None and (
         isinstance(value, int)
         or (isinstance(value, list) and all(isinstance(v, int) for v in value))
@@ -438,11 +472,10 @@ def _bytes_cell(value: bytes) -> dict[str, Any]:
 
 
 def _image_path_cell(
-    value: str, column: str, row: int, ds_id: str, *, base: Path, roots: list[Path]
+    value: str, column: str, row: int, ds_id: str, *, target: Path | None
 ) -> dict[str, Any]:
     """An image file's path: the image (served by the file route) when it lies under a root."""
-    target = Path(os.path.realpath(base / value))
-    if not any(target == r or r in target.parents for r in roots) or not target.is_file():
+    if target is None or not target.is_file():
         # a path column whose files are elsewhere (the demo's cifar): its text, not an error
         note = f"{value} (no image file there under the server's roots)"
         return {"t": "value", "v": value, "full": note}
@@ -517,18 +550,6 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _schema(src: Source) -> list[pa.Field]:
-    if src.num_shards == 0:
-        return []
-    return list(src.read_shard(0, columns=list(src.columns)).slice(0, 0).schema)
-
-
-def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def inspector(request: Request) -> Inspector:
     """The app's :class:`Inspector` (a dependency)."""
     insp: Inspector = request.app.state.inspector
@@ -537,6 +558,8 @@ def inspector(request: Request) -> Inspector:
 
 router = APIRouter(prefix="/api/v1/datasets")
 Insp = Annotated[Inspector, Depends(inspector)]
+OffsetQuery = Annotated[int, Query(ge=0, le=1 << 40)]  # a page's first sample (UI and API)
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT)]  # a page's samples (UI and API)
 
 
 @router.get("/{ref}/describe")
@@ -558,8 +581,8 @@ def samples_route(
     who: Reader,
     ref: str,
     insp: Insp,
-    offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    offset: OffsetQuery = 0,
+    limit: LimitQuery = 20,
     columns: Annotated[str | None, Query(max_length=10_000)] = None,
 ) -> dict[str, Any]:
     """A page of samples (``columns`` comma-separated)."""

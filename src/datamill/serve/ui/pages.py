@@ -15,7 +15,7 @@ from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.data.views import MAX_FILTER, MAX_LIMIT, inspector
+from datamill.serve.data.views import MAX_FILTER, LimitQuery, OffsetQuery, inspector
 from datamill.serve.http.access import (
     Admin,
     Reader,
@@ -185,8 +185,8 @@ def samples_page(
     request: Request,
     who: Reader,
     ref: str,
-    offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
+    offset: OffsetQuery = 0,
+    limit: LimitQuery = 20,
     col: Annotated[list[str] | None, Query(max_length=1000)] = None,
     find: Annotated[str, Query(max_length=MAX_FILTER)] = "",
     where: Annotated[str, Query(max_length=256)] = "",

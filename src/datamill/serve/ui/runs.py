@@ -71,13 +71,12 @@ def iteration_view(request: Request, it_id: str) -> dict[str, Any]:
     p["clients"] = {cid: {**live.get(cid, {}), **c} for cid, c in journaled.items()}
     names = {d["id"]: d["name"] for d in state.datasets()}
     ds_id = desc["config"]["dataset"]
-    name = state.journal._exec("SELECT key FROM iterations WHERE id = ?", (it.id,))[0][0]
     return {
         "id": it.id,
         "config": desc["config"],
         "dataset": names.get(ds_id, "?"),
         "dataset_id": ds_id,
-        "name": name,
+        "name": life.get("key"),  # the run's name, from the journal's iterations row
         "p": p,
         "svg": svg,
         "status": life.get("status", "running"),

@@ -1,17 +1,17 @@
-"""Column statistics for the web UI.
+"""What a dataset holds: ``datamill describe SOURCE`` and the web UI's dataset page.
 
-* :func:`footer_stats`: null counts and min/max per column from Parquet footers only (no data page
-  is read), summed over every shard file of a shardset dataset or every file of a Parquet source;
-* :class:`ValueStats`: top values and a histogram of one column, computed on demand on a
-  background thread (one shard at a time, so the page can show progress) and cached by the
-  dataset's fingerprint.
+* :func:`describe`: any datamill output's kind, counts, columns and size, the null counts and
+  min/max of its columns from Parquet footers (:func:`footer_stats`: no data page is read), a
+  shardset dataset's shardsets and ``check`` violations, a preprocessed dataset's metadata;
+* :func:`column_values`: one column's most common values and a histogram (it reads the column,
+  one shard at a time).
 """
 
 from __future__ import annotations
 
-import threading
+import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,13 +19,118 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamill.core.errors import DatamillError
+from datamill.core.constants import HDF5_SUFFIX, META_SUFFIX
+from datamill.core.errors import DatamillError, SchemaError
 from datamill.core.source import Source
 
-__all__ = ["ValueJob", "ValueStats", "column_values_stats", "footer_stats", "number_text"]
+__all__ = [
+    "KINDS",
+    "column_values",
+    "describe",
+    "details",
+    "footer_stats",
+    "number_text",
+    "preprocessed_meta",
+    "summary",
+    "values_stats",
+]
 
+KINDS = {
+    "ShardsetDataset": "shardset dataset",
+    "HDF5Source": "preprocessed HDF5",
+    "ParquetSource": "Parquet",
+    "CorpusSource": "corpus",
+    "BertParquetSource": "BERT Parquet",
+}
+"""Source class name -> the kind of dataset it reads."""
 TOP = 10
 BINS = 20
+
+
+def describe(source: str | os.PathLike[str], *, check: bool = True) -> dict[str, Any]:
+    """Everything :func:`summary` and :func:`details` say about the dataset at ``source``.
+
+    Args:
+        source: a local datamill output (as :func:`~datamill.sources.open_source` takes).
+        check: run a shardset dataset's ``check`` (reads every shard's UIDs). Defaults to ``True``.
+
+    Raises:
+        DatamillError: ``source`` is not a readable datamill output.
+
+    Examples:
+        >>> import tempfile, pyarrow as pa
+        >>> from datamill.shards.dataset import ShardsetDataset
+        >>> root = tempfile.mkdtemp() + "/d"
+        >>> table = pa.table({"id": [1, 2, 3], "x": [5, None, 2]})
+        >>> _ = ShardsetDataset.create(root, table, uid="id", shardset="a", shard_size=2)
+        >>> d = describe(root)
+        >>> d["kind"], d["num_samples"], d["footer"]["a/x"]["nulls"], d["check"]
+        ('shardset dataset', 3, 1, [])
+    """
+    from datamill.loader.sources import open_source
+
+    src = open_source(source)
+    return summary(src, path=source) | details(src, path=source, check=check)
+
+
+def summary(src: Source, *, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``kind, num_samples, num_shards, columns, bytes, shardsets`` of an opened source (``bytes``
+    of the files at ``path``)."""
+    return {
+        "kind": KINDS.get(type(src).__name__, type(src).__name__),
+        "num_samples": int(np.asarray(src.shard_sizes(), dtype=np.int64).sum()),
+        "num_shards": int(src.num_shards),
+        "columns": list(src.columns),
+        "bytes": _size(Path(path)),
+        "shardsets": list(getattr(src, "shardsets", [])),
+    }
+
+
+def details(src: Source, *, path: str | os.PathLike[str], check: bool = True) -> dict[str, Any]:
+    """``footer`` statistics (or ``footer_error``), a shardset dataset's ``describe`` (and its
+    ``check`` violations when ``check``) or another source's ``schema``, and ``meta`` (a
+    preprocessed dataset's metadata)."""
+    from datamill.shards.check import check_report
+    from datamill.shards.dataset import ShardsetDataset
+
+    out: dict[str, Any] = {}
+    try:
+        out["footer"] = footer_stats(src)
+    except (DatamillError, OSError, pa.ArrowException) as exc:
+        out["footer_error"] = (
+            exc.one_line() if isinstance(exc, DatamillError) else f"{type(exc).__name__}: {exc}"
+        )
+    if isinstance(src, ShardsetDataset):
+        out["describe"] = src.describe()
+        if check:
+            out["check"] = check_report(src.loc)
+    else:
+        cols = list(src.columns)
+        schema = src.read_shard(0, columns=cols).slice(0, 0).schema if src.num_shards else []
+        out["schema"] = [{"name": f.name, "type": str(f.type)} for f in schema]
+    meta = preprocessed_meta(path)
+    if meta is not None:
+        out["meta"] = meta
+    return out
+
+
+def preprocessed_meta(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``meta.json`` beside a preprocessed HDF5 file (``None`` for other outputs)."""
+    from datamill.preprocessing.meta import read_meta
+
+    path = Path(path)
+    meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
+    if path.suffix != HDF5_SUFFIX or not meta_path.is_file():
+        return None
+    return read_meta(meta_path)
+
+
+def _size(path: Path) -> int | None:
+    if path.is_file():
+        return path.stat().st_size
+    if not path.is_dir():  # an object store's URL
+        return None
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def _plain(value: Any) -> Any:
@@ -80,12 +185,10 @@ def number_text(value: Any, *, float32: bool = False) -> str:
 
 
 def _texts(entry: dict[str, Any]) -> dict[str, Any]:
-    f32 = bool(entry.pop("float32", False))
-    return {
-        **entry,
-        "min_text": number_text(entry["min"], float32=f32),
-        "max_text": number_text(entry["max"], float32=f32),
-    }
+    out = {k: _plain(v) for k, v in entry.items() if k != "float32"}
+    for end in ("min", "max"):
+        out[f"{end}_text"] = number_text(out[end], float32=bool(entry.get("float32")))
+    return out
 
 
 def footer_stats(source: Source) -> dict[str, dict[str, Any]] | None:
@@ -121,19 +224,44 @@ def footer_stats(source: Source) -> dict[str, dict[str, Any]] | None:
                 path = source.loc.join(source.shard_path(ss["name"], k))
                 with source.loc.fs.open_input_file(path) as f:
                     _merge(acc, pq.read_metadata(f))
-            for c in ss["columns"]:
-                if c in acc:
-                    out[f"{ss['name']}/{c}"] = _texts({k: _plain(v) for k, v in acc[c].items()})
+            out.update({f"{ss['name']}/{c}": _texts(acc[c]) for c in ss["columns"] if c in acc})
         return out
     if isinstance(source, ParquetSource):
         acc = {}
         for md in source._meta:
             _merge(acc, md)
-        return {c: _texts({k: _plain(v) for k, v in e.items()}) for c, e in acc.items()}
+        return {c: _texts(e) for c, e in acc.items()}
     return None
 
 
-def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
+def column_values(
+    source: Source, column: str, *, on_shard: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """:func:`values_stats` of ``column``, read one shard at a time (``on_shard(k)`` after ``k``
+    shards are read).
+
+    Raises:
+        SchemaError: the source has no such column.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> src = TableSource(pa.table({"x": [1, 1, 2]}), shard_size=2)
+        >>> column_values(src, "x")["top"][0]
+        {'value': 1, 'count': 2}
+    """
+    if column not in source.columns:
+        raise SchemaError(
+            f"unknown column {column!r}; columns: {list(source.columns)}", column=column
+        )
+    parts: list[pa.Array] = []
+    for k in range(int(source.num_shards)):
+        parts.extend(source.read_shard(k, columns=[column]).column(column).chunks)
+        if on_shard is not None:
+            on_shard(k + 1)
+    return values_stats(pa.chunked_array(parts) if parts else pa.array([]))
+
+
+def values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     """Top values (counts) and a histogram of one column's values.
 
     Numbers get a histogram of their values; binary values and lists a histogram of their lengths;
@@ -141,7 +269,7 @@ def column_values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     most common values are drawn as bars).
 
     Examples:
-        >>> s = column_values_stats(pa.array([1, 1, 2, None, 3]))
+        >>> s = values_stats(pa.array([1, 1, 2, None, 3]))
         >>> s["top"][0], s["nulls"], s["histogram"]["counts"][0], sum(s["histogram"]["counts"])
         ({'value': 1, 'count': 2}, 1, 2, 4)
     """
@@ -192,77 +320,3 @@ def _histogram(data: np.ndarray[Any, Any]) -> dict[str, list[Any]]:
         data, bins=BINS if hi > lo else 1, range=(lo, hi if hi > lo else lo + 1)
     )
     return {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]}
-
-
-@dataclass
-class ValueJob:
-    """One column's computation: ``done`` of ``total`` shards read, then ``result`` or ``error``."""
-
-    total: int
-    done: int = 0
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    parts: list[pa.Array] = field(default_factory=list)
-
-    def view(self) -> dict[str, Any]:
-        """``{"status": "running"|"done"|"error", "done", "total", ...}`` as JSON."""
-        status = "error" if self.error else "done" if self.result is not None else "running"
-        return {"status": status} | {
-            k: getattr(self, k) for k in ("done", "total", "error", "result")
-        }
-
-
-class ValueStats:
-    """Compute and cache :func:`column_values_stats` per ``(dataset fingerprint, column)``.
-
-    Examples:
-        >>> from datamill.core.source import TableSource
-        >>> vs = ValueStats()
-        >>> job = vs.get("fp", "x", lambda: TableSource(pa.table({"x": [1, 1, 2]}), shard_size=2))
-        >>> vs.wait("fp", "x", timeout=10).result["top"][0]
-        {'value': 1, 'count': 2}
-    """
-
-    def __init__(self) -> None:
-        self._jobs: dict[tuple[str, str], ValueJob] = {}
-        self._events: dict[tuple[str, str], threading.Event] = {}
-        self._lock = threading.Lock()
-
-    def get(self, fingerprint: str, column: str, open_source: Callable[[], Source]) -> ValueJob:
-        """The job of ``column`` (started now on a background thread if new)."""
-        key = (fingerprint, column)
-        with self._lock:
-            job = self._jobs.get(key)
-            if job is not None:
-                return job
-            source = open_source()
-            job = self._jobs[key] = ValueJob(total=int(source.num_shards))
-            event = self._events[key] = threading.Event()
-        threading.Thread(
-            target=self._run,
-            args=(job, source, column, event),
-            daemon=True,
-            name=f"datamill-ui-stats-{column}",
-        ).start()
-        return job
-
-    def wait(self, fingerprint: str, column: str, *, timeout: float) -> ValueJob:
-        """The job after it finished (or after ``timeout`` seconds)."""
-        self._events[(fingerprint, column)].wait(timeout)
-        return self._jobs[(fingerprint, column)]
-
-    @staticmethod
-    def _run(job: ValueJob, source: Source, column: str, event: threading.Event) -> None:
-        try:
-            for k in range(job.total):
-                job.parts.extend(source.read_shard(k, columns=[column]).column(column).chunks)
-                job.done = k + 1
-            col = pa.chunked_array(job.parts) if job.parts else pa.array([])
-            job.result = column_values_stats(col)
-        except DatamillError as exc:
-            job.error = exc.one_line()
-        except (pa.ArrowException, ValueError, OSError) as exc:
-            job.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            job.parts = []
-            event.set()
