@@ -331,8 +331,10 @@ def _describe_cmd(args: argparse.Namespace) -> int:
     from datamill.loader.sources import open_source
 
     d = describe(args.source, check=not args.no_check)
+    src = open_source(args.source)
     for column in args.column or []:
-        src = open_source(args.source)
+        if column not in src.columns:  # the located error before any progress bar is drawn
+            column_values(src, column)
         with progress(desc=column, total=src.num_shards, unit="shard") as bar:
             values = column_values(src, column, on_shard=lambda k: bar.update(1))
         d.setdefault("values", {})[column] = values

@@ -172,14 +172,16 @@ def number_text(value: Any, *, float32: bool = False) -> str:
         ...     number_text(215245),
         ...     number_text(0.10000000149011612, float32=True),
         ...     number_text(0.1 + 0.2),
+        ...     number_text(-0.0),
         ... )
-        ('1872', '215,245', '0.1', '0.30000000000000004')
+        ('1872', '215,245', '0.1', '0.30000000000000004', '0.0')
     """
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
+        value = value + 0.0  # a footer's -0.0 (Parquet's minimum of a column holding 0) reads 0.0
         return str(np.float32(value)) if float32 else repr(value)
     return str(value)
 
@@ -251,7 +253,9 @@ def column_values(
     """
     if column not in source.columns:
         raise SchemaError(
-            f"unknown column {column!r}; columns: {list(source.columns)}", column=column
+            f"unknown column {column!r}; expected one of {list(source.columns)}: pass one of"
+            " those names",
+            column=column,
         )
     parts: list[pa.Array] = []
     for k in range(int(source.num_shards)):
