@@ -79,14 +79,15 @@ def start_server(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             conn.request("GET", "/api/v1/health")
             if conn.getresponse().status == 200:
-                conn.close()
                 return proc
         except OSError:
             time.sleep(0.1)
+        finally:  # a refused or cut-off probe's socket too (else a ResourceWarning fails a test)
+            conn.close()
     stop(proc)
     raise RuntimeError("server did not start within 30 s")
 
