@@ -67,6 +67,7 @@ class LeasePayload:
     body: bytes
     epoch: int
     runs: list[tuple[int, int, int]] | None = None  # (plan rank, first, stop batch) to build
+    done: int = 0  # its queue's done prefix (static mode) or done batches (dynamic mode)
 
 
 class ServeState(Catalog):
@@ -216,7 +217,8 @@ class ServeState(Catalog):
             return p, None
         seconds = time.perf_counter() - t0 if build else 0.0
         self.telemetry.leased(it, reissued=p.reissued, nbytes=len(body), seconds=seconds)
-        return p, LeasePayload(lease, p.lease_units, body, int(it.config["epoch"]), p.runs)
+        epoch = int(it.config["epoch"])
+        return p, LeasePayload(lease, p.lease_units, body, epoch, p.runs, settled.done)
 
     def heartbeat(
         self,

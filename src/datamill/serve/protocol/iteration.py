@@ -630,7 +630,10 @@ def finish(it: Iteration, p: Planned, *, ok: bool, now: float, built: bool = Fal
             it.apply_acks(p.marks, now=now)
             s.latencies = [now - t for t in p.issued]
             s.ended = it.finished_all()
-        if built and p.lease is not None:
+        if p.lease is not None and built:
             s.live = it.delivered(p.lease, now=now)
+        if p.lease is not None:  # the reply's done count
+            q = p.lease.queue
+            s.done = it.done_prefix(q) if it.mode == "static" else it.done_count(q) + it.base_done
     s.timed_out = it.take_timed_out()
     return s

@@ -185,12 +185,14 @@ class Planned:
 class Settled:
     """What applying (or undoing) a round trip did: the finished leases' ack latencies (seconds
     since their issue), the leases that timed out meanwhile, whether the iteration ended, whether
-    the lease taken is still live (``False``: it expired while it was built)."""
+    the lease taken is still live (``False``: it expired while it was built) and its queue's done
+    count to reply (the done prefix in static mode, the done batches in dynamic mode)."""
 
     latencies: list[float] = field(default_factory=list)
     timed_out: list[Lease] = field(default_factory=list)
     ended: bool = False
     live: bool = True
+    done: int = 0
 
 
 def runs(units: Iterable[int]) -> list[tuple[int, int]]:
