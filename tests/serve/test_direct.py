@@ -33,9 +33,9 @@ pytestmark = pytest.mark.server
 
 
 def _ipc(tables: list[pa.Table]) -> bytes:
-    from datamill.serve.server import to_ipc
+    from datamill.serve.data.workers import ipc_stream
 
-    return to_ipc(tables)
+    return bytes(ipc_stream(tables).to_pybytes())
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,13 @@ from hypothesis import strategies as st
 
 from datamill.core.source import TableSource
 from datamill.loader.runs import RunAhead, RunStream, build_runs, service_for
-from datamill.serve.server import to_ipc
+from datamill.serve.data.workers import ipc_stream
 from datamill.sources import open_source
+
+
+def _ipc(tables: Any) -> bytes:
+    """Tables as the one Arrow IPC stream a server-built lease sends."""
+    return bytes(ipc_stream(tables).to_pybytes())
 
 
 def _source(n: int, shard: int) -> TableSource:
@@ -71,7 +76,7 @@ def test_run_stream_equals_a_build_per_lease(
                 got = list(stream.batches([(rank, a, b)]))
                 want = build_runs(svc, cfg, [(rank, a, b)])
                 assert len(got) == len(want) == b - a
-                assert to_ipc(got) == to_ipc(want)  # the lease's IPC bytes, as the server sends
+                assert _ipc(got) == _ipc(want)  # the lease's IPC bytes, as the server sends
                 a = b + (1 if jumps[i % len(jumps)] else 0)
                 i += 1
     finally:
@@ -100,7 +105,7 @@ def test_a_build_worker_builds_a_ranks_batches_ahead_whatever_the_leases_bounds(
     leases = [(1, a, b) for a, b in itertools.pairwise(bounds)]
     before = dict(RunAhead.stats)
     for run in [*leases[:4], leases[2], *leases[3:]]:  # the third lease re-issued once
-        assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
+        assert workers._build(path, cfg, [run]) == _ipc(build_runs(svc, cfg, [run]))
         _idle(workers)  # the client trains meanwhile
     got = {k: RunAhead.stats[k] - before[k] for k in before}
     assert got["follows"] == 3  # the first lease, the re-issue, and the next epoch's start
@@ -108,7 +113,7 @@ def test_a_build_worker_builds_a_ranks_batches_ahead_whatever_the_leases_bounds(
     assert got["asked"] - got["ready"] == 1 + (leases[2][2] - leases[2][1])
     nxt = {**cfg, "epoch": 1}
     ready = RunAhead.stats["ready"]
-    assert workers._build(path, nxt, [(1, 0, 3)]) == to_ipc(build_runs(svc, nxt, [(1, 0, 3)]))
+    assert workers._build(path, nxt, [(1, 0, 3)]) == _ipc(build_runs(svc, nxt, [(1, 0, 3)]))
     assert RunAhead.stats["ready"] == ready + 3  # built when epoch 0 ended
 
 
@@ -147,5 +152,5 @@ def test_a_failed_build_ahead_is_built_again_when_asked(
     path = str(tmp_path / "ds")
     for a in range(0, svc.num_batches(0, 0, 1), 4):
         run = (0, a, min(svc.num_batches(0, 0, 1), a + 4))
-        assert workers._build(path, cfg, [run]) == to_ipc(build_runs(svc, cfg, [run]))
+        assert workers._build(path, cfg, [run]) == _ipc(build_runs(svc, cfg, [run]))
     assert len(calls) > 2  # the build ahead did fail, and was built again

@@ -17,7 +17,7 @@ import pytest
 
 from datamill.client import Client
 from datamill.serve.observe.logs import WAIT_NOTE, JsonFormatter, TextFormatter
-from datamill.serve.protocol.state import DRAIN_FIRST_LEASE, drain_cap
+from datamill.serve.protocol.iteration import DRAIN_FIRST_LEASE, drain_cap
 from datamill.shards.dataset import ShardsetDataset
 from tests.serve._proc import free_port, make_key, read_log, start_server, start_worker, stop
 

@@ -12,7 +12,6 @@ before yielding the next, at most one batch per client per fault is yielded twic
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import tempfile
 from collections import Counter
@@ -31,8 +30,7 @@ from hypothesis.stateful import (
 )
 
 from datamill.serve.journal.leases import leases_write
-from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.round_trip import plan
+from datamill.serve.protocol.iteration import Iteration, finish, plan
 from datamill.serve.protocol.state import session_digest
 from datamill.serve.server import CancelledError, ServeState
 from datamill.shards.dataset import ShardsetDataset
@@ -243,7 +241,9 @@ class LeaseMachine(RuleBasedStateMachine):
         consumed = int(frac * len(it.queues[rank]))
         state.rewind(it, {"rank": rank, "consumed": consumed})
         if p is not None:
-            asyncio.run(state._settle(it, p, w))
+            state.writes.wait(w)  # the driver's last steps: committed, then applied
+            with state.lock(it):
+                finish(it, p, ok=True, now=state.clock())
             got = {u for rs in p.units.values() for a, b in rs for u in range(a, b)}
             assert not got & self.done
             self.done |= got

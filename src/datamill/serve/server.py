@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
@@ -28,7 +27,6 @@ from datamill.serve.catalog import (
     ConflictError,
     NotFoundError,
 )
-from datamill.serve.data.direct import unit_runs
 from datamill.serve.data.workers import ipc_stream
 from datamill.serve.journal.leases import (
     UnavailableError,
@@ -36,9 +34,8 @@ from datamill.serve.journal.leases import (
     leases_write,
     rewind_write,
 )
-from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.round_trip import AckItem, Planned, Take, finish, plan
-from datamill.serve.protocol.state import AckResult, Lease, session_digest
+from datamill.serve.protocol.iteration import Iteration, finish, plan
+from datamill.serve.protocol.state import AckItem, AckResult, Lease, Planned, Take, session_digest
 
 __all__ = [
     "ARROW_STREAM",
@@ -70,12 +67,7 @@ class LeasePayload:
     body: bytes
     epoch: int
     runs: list[tuple[int, int, int]] | None = None  # (plan rank, first, stop batch) to build
-
-
-def to_ipc(tables: Sequence[pa.Table]) -> bytes:
-    """Tables as one Arrow IPC stream, exactly one record batch per table."""
-    body: bytes = ipc_stream(tables).to_pybytes()
-    return body
+    done: int = 0  # its queue's done prefix (static mode) or done batches (dynamic mode)
 
 
 class ServeState(Catalog):
@@ -150,7 +142,7 @@ class ServeState(Catalog):
         unit runs done)``.
 
         The units are journaled in **one transaction** (group-committed, see
-        :mod:`datamill.serve.protocol.round_trip`) before memory changes, so ``"already"`` is only
+        :mod:`datamill.serve.protocol.iteration`) before memory changes, so ``"already"`` is only
         ever answered for journaled acks.
 
         Raises:
@@ -169,49 +161,64 @@ class ServeState(Catalog):
         """:meth:`ack_batches` in an event loop (it waits for the journal without a thread): the
         one code path of an acknowledgement (:meth:`ack_batches` runs it in a loop of its own)."""
         secret = session if session is not None else client if client is not None else ""
-        p = await self._transition(it, items, session_digest(secret))
+        p, _ = await asyncio.shield(self._trip(it, items, session_digest(secret), None))
         return p.statuses, p.units
 
-    async def _transition(
+    async def _trip(
         self,
         it: Iteration,
         items: Sequence[AckItem],
         session: str,
-        take: Take | None = None,
-    ) -> Planned:
-        """The one code path of every round trip (:mod:`datamill.serve.protocol.round_trip`): under
-        the iteration's lock, read the clock, run the state machine's transition and queue its
-        records as one journal write; wait for the write without the lock; apply (or undo) it."""
+        take: Take | None,
+        *,
+        build: bool = False,
+    ) -> tuple[Planned, LeasePayload | None]:
+        """The one code path of every round trip (see :mod:`datamill.serve.protocol.iteration`):
+        under the iteration's lock, read the clock, ask the protocol and queue its records as one
+        journal write; wait for the write without the lock; build the lease (``build``); tell the
+        protocol the write's outcome (undone: raised). The lease ``None``: none taken, or it
+        expired while it was built."""
         lock = self.lock(it)
         while True:
             with lock:
                 p = plan(it, items, session=session, take=take, now=self.clock())
-                w = None
-                if p is not None and p.records is not None:
+                if p is not None:
                     r = p.records
-                    w = self.writes.submit(leases_write(it.id, add=r.add, drop=r.drop, done=r.done))
-            if p is not None:
-                break
+                    w = None if r is None else self.writes.submit(leases_write(it.id, **vars(r)))
+                    break
             await asyncio.sleep(_POLL_S)  # another request's acks of these are in flight
-        # shielded: a request cancelled meanwhile (a client gone) still leaves memory as the journal
-        await asyncio.shield(self._settle(it, p, w))
-        return p
-
-    async def _settle(self, it: Iteration, p: Planned, w: Write | None) -> None:
-        """Steps 2 and 3 of a round trip: wait for its write, apply it (or undo it and raise)."""
         error = None
         if w is not None:
             try:
                 await self.writes.wait_async(w)
             except Exception as exc:  # noqa: BLE001 - undone, then raised
                 error = exc
-        with self.lock(it):
-            settled = finish(it, p, ok=error is None, now=self.clock())
+        lease, body, t0 = p.lease, b"", time.perf_counter()
+        build = build and error is None and lease is not None
+        # built in the request's thread: building the next lease ahead in a pool (tried) made the
+        # builds of several clients compete for the GIL: 190k instead of 420k samples/s (4 clients)
+        if lease is not None and build and self.pool is not None:  # this thread waits (no GIL)
+            held = lease.queue if it.mode == "static" else lease.client
+            path = self.dataset(str(it.config["dataset"]))["path"]
+            body = self.pool.build(held, path, it.config, p.runs)
+        elif build:
+            body = ipc_stream(build_runs(self.service(it.config), it.config, p.runs)).to_pybytes()
+        with lock:  # a built lease's clock starts when its holder gets it, not before its build
+            settled = finish(it, p, ok=error is None, now=self.clock(), built=build)
         self.telemetry.settled(it, settled)
         if error is not None:
             raise error
-        if settled.ended:
-            self._evict(it)
+        if settled.ended:  # forget it (the journal keeps it; a later request rebuilds it)
+            with self._lock:
+                if self._iterations.get(it.id) is it:
+                    del self._iterations[it.id]
+            self.telemetry.ended(it, "finished")
+        if lease is None or not settled.live:
+            return p, None
+        seconds = time.perf_counter() - t0 if build else 0.0
+        self.telemetry.leased(it, reissued=p.reissued, nbytes=len(body), seconds=seconds)
+        epoch = int(it.config["epoch"])
+        return p, LeasePayload(lease, p.lease_units, body, epoch, p.runs, settled.done)
 
     def heartbeat(
         self,
@@ -234,13 +241,6 @@ class ServeState(Catalog):
                 batches=batches,
                 now=self.clock(),
             )
-
-    def _evict(self, it: Iteration) -> None:
-        """Forget a finished iteration (the journal keeps it; a later request rebuilds it)."""
-        with self._lock:
-            if self._iterations.get(it.id) is it:
-                del self._iterations[it.id]
-        self.telemetry.ended(it, "finished")
 
     def cancel(self, it: Iteration) -> dict[str, Any]:
         """Cancel an iteration for good (journaled first): no more leases, live ones revoked."""
@@ -277,7 +277,7 @@ class ServeState(Catalog):
         transport: str = "direct",
     ) -> tuple[dict[str, str], LeasePayload | None]:
         """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
-        :mod:`datamill.serve.protocol.round_trip`): ``(status per acknowledged lease, the lease or
+        :mod:`datamill.serve.protocol.iteration`): ``(status per acknowledged lease, the lease or
         None)``. The one code path of a round trip.
 
         ``transport="direct"``: the lease carries only its runs (the client builds the batches);
@@ -290,16 +290,21 @@ class ServeState(Catalog):
         statuses: dict[str, str] = {}
         while True:  # a take refused (cancelled, draining, a bad rank) still acknowledges
             refusal = self._refusal(it, transport, rank=rank, slot=slot, slots=slots)
-            p = await self._transition(
-                it, acks, session_digest(secret), take if refusal is None else None
+            # shielded: a request cancelled meanwhile (its client gone) runs to its end, as a
+            # server-built one does in its thread, so that memory stays the journal's
+            p, payload = await asyncio.shield(
+                self._trip(
+                    it,
+                    acks,
+                    session_digest(secret),
+                    take if refusal is None else None,
+                    build=transport == "built",
+                )
             )
             if refusal is not None:
                 raise refusal
             statuses = statuses or p.statuses
-            if p.lease is None:
-                return statuses, None
-            payload = self._payload(it, p, client, transport)
-            if payload is not None:
+            if p.lease is None or payload is not None:
                 return statuses, payload
             acks = ()  # it expired while being built (a loaded machine), back in the queue
 
@@ -329,38 +334,6 @@ class ServeState(Catalog):
         if not 0 <= slot < max(1, slots):
             return ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
         return None
-
-    def _payload(
-        self, it: Iteration, p: Planned, client: str, transport: str
-    ) -> LeasePayload | None:
-        """The journaled lease ``p.lease`` with its runs, and its batches unless it is direct;
-        ``None`` when it expired while its batches were built."""
-        lease = p.lease
-        assert lease is not None
-        units = it.units_of(lease)
-        runs = unit_runs(units, it.unit_location)
-        if transport == "direct":
-            self.telemetry.leased(it, reissued=p.reissued, nbytes=0, seconds=0.0)
-            return LeasePayload(lease, units, b"", int(it.config["epoch"]), runs)
-        # built in the request's thread: building the next lease ahead in a pool (tried) made the
-        # builds of several clients compete for the GIL: 190k instead of 420k samples/s with 4
-        # clients
-        t0 = time.perf_counter()
-        if self.pool is not None:  # in a build worker: this thread only waits (without the GIL)
-            ds = self.dataset(str(it.config["dataset"]))
-            body = self.pool.build(
-                lease.queue if it.mode == "static" else client, ds["path"], it.config, runs
-            )
-        else:
-            body = to_ipc(build_runs(self.service(it.config), it.config, runs))
-        with self.lock(it):  # the lease's clock starts when its holder gets it, not before a build
-            live = it.delivered(lease, now=self.clock())
-        if not live:
-            return None
-        self.telemetry.leased(
-            it, reissued=p.reissued, nbytes=len(body), seconds=time.perf_counter() - t0
-        )
-        return LeasePayload(lease, units, body, int(it.config["epoch"]), runs)
 
     def rollback(self, it: Iteration, *, session: str, consumed: int) -> dict[str, Any]:
         """A dynamic-mode client restored a checkpoint of session ``session`` (its secret) that had

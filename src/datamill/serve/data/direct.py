@@ -15,7 +15,7 @@ own journal table, ``client_locations`` (dataset id -> location). The batches ar
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from datamill.core.errors import ConfigError
 if TYPE_CHECKING:
     from datamill.serve.journal.store import Journal
 
-__all__ = ["ClientLocations", "check_location", "unit_runs"]
+__all__ = ["ClientLocations", "check_location"]
 
 _MAX_LOCATION = 4096
 
@@ -103,22 +103,3 @@ class ClientLocations:
                 "or use transport='built'",
             )
         return loc
-
-
-def unit_runs(
-    units: Sequence[int], locate: Callable[[int], tuple[int, int]]
-) -> list[tuple[int, int, int]]:
-    """Units as ``(plan rank, first batch, stop batch)`` runs of consecutive batches of one rank.
-
-    Examples:
-        >>> unit_runs([4, 5, 6, 9], lambda u: (u // 5, u % 5))
-        [(0, 4, 5), (1, 0, 2), (1, 4, 5)]
-    """
-    out: list[tuple[int, int, int]] = []
-    for u in units:
-        r, b = locate(u)
-        if out and out[-1][0] == r and out[-1][2] == b:
-            out[-1] = (r, out[-1][1], b + 1)
-        else:
-            out.append((r, b, b + 1))
-    return out

@@ -148,10 +148,6 @@ async def next_reply(
             headers={**acks, "Retry-After": "0.05"},
         )
     lease = payload.lease
-    if it.mode == "static":
-        done = it.done_prefix(lease.queue)
-    else:
-        done = it.done_count(lease.queue) + it.base_done
     return Response(
         payload.body,
         media_type=ARROW_STREAM,
@@ -162,7 +158,7 @@ async def next_reply(
             "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
             "X-Datamill-Units": ",".join(map(str, payload.units)),
             "X-Datamill-Epoch": str(payload.epoch),
-            "X-Datamill-Done": str(done),
+            "X-Datamill-Done": str(payload.done),
             "X-Datamill-Runs": format_runs(payload.runs or []),
             "X-Datamill-Lease-TTL": f"{it.lease_timeout:g}",
         },

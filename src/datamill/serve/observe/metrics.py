@@ -44,8 +44,7 @@ if TYPE_CHECKING:
 
     from datamill.serve.catalog import Catalog  # only for types: the catalog imports this module
     from datamill.serve.protocol.iteration import Iteration
-    from datamill.serve.protocol.round_trip import Settled
-    from datamill.serve.protocol.state import Lease
+    from datamill.serve.protocol.state import Lease, Settled
 
 __all__ = [
     "COUNTERS",
@@ -172,7 +171,7 @@ class Telemetry:
         self.build_seconds.observe(seconds)
 
     def settled(self, it: Iteration, s: Settled) -> None:
-        """A round trip was applied or undone (:func:`~datamill.serve.protocol.round_trip.finish`):
+        """A round trip was applied or undone (:func:`~datamill.serve.protocol.iteration.finish`):
         count its finished leases (and their latency since their issue) and the leases that timed
         out meanwhile."""
         if s.latencies:

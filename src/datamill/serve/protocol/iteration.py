@@ -1,16 +1,16 @@
 """One iteration's work and its leases: the lease protocol's **pure state machine** (a reducer).
 
-Every transition (:meth:`Iteration.take`, :meth:`~Iteration.plan_acks` /
-:meth:`~Iteration.begin_acks` / :meth:`~Iteration.apply_acks`, :meth:`~Iteration.heartbeat`,
-:meth:`~Iteration.expire`, :meth:`~Iteration.restore`, :meth:`~Iteration.rewind`,
-:meth:`~Iteration.rollback`, :meth:`~Iteration.cancel`, :meth:`~Iteration.session_closed`) takes its
-event's time as data (``now``, seconds of the driver's monotonic clock) and changes the state in
-place; the journal records it implies are returned (:mod:`datamill.serve.protocol.round_trip`) or
-left in :attr:`Iteration.dropped` / :attr:`Iteration.timed_out` for the driver to take. Nothing here
-reads a clock, takes a lock, starts a thread, touches SQLite or knows HTTP: the driver
-(:class:`datamill.serve.server.ServeState`) serialises the events of one iteration under its lock,
-reads the clock, appends the records to the journal and serves the routes. (The one input not
-passed in is a new lease's fence: 128 random bits.)
+Every transition (:func:`plan` / :func:`finish`, :meth:`Iteration.take`,
+:meth:`~Iteration.plan_acks` / :meth:`~Iteration.begin_acks` / :meth:`~Iteration.apply_acks`,
+:meth:`~Iteration.heartbeat`, :meth:`~Iteration.expire`, :meth:`~Iteration.restore`,
+:meth:`~Iteration.rewind`, :meth:`~Iteration.rollback`, :meth:`~Iteration.cancel`,
+:meth:`~Iteration.session_closed`) takes its event's time as data (``now``, seconds of the driver's
+monotonic clock) and changes the state in place; the journal records it implies are returned
+(:func:`plan`, below) or left in :attr:`Iteration.dropped` / :attr:`Iteration.timed_out` for the
+driver to take. Nothing here reads a clock, takes a lock, starts a thread, touches SQLite or knows
+HTTP: the driver (:class:`datamill.serve.server.ServeState`) serialises the events of one iteration
+under its lock, reads the clock, appends the records to the journal and serves the routes. (The one
+input not passed in is a new lease's fence: 128 random bits.)
 
 The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the
 order with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of
@@ -33,6 +33,41 @@ pending position first, so re-issued work comes back at the head of the queue.
 After a server restart the journaled leases are **restored** (:meth:`Iteration.restore`) for a grace
 period of one lease timeout: their positions are not handed out again until their holder reclaims
 them (a heartbeat or ack with the fence) or the grace period ends.
+
+**One round trip** (a ``/next`` or ``/ack``) is one question to the machine, then the journal
+write's outcome told to it. The driver (:class:`datamill.serve.server.ServeState`):
+
+1. asks :func:`plan` (under its lock, microseconds): it checks the acks and reserves their
+   positions (``ACKING``: no expiry, revocation or take hands them out again), takes the next lease
+   and returns everything (:class:`~datamill.serve.protocol.state.Planned`): the statuses to reply,
+   the lease with its units and runs, and the **records** to append (leases added and dropped, unit
+   runs done). The driver queues them as **one** journal write while it still holds the lock, so
+   the journal applies writes in the order the state changed;
+2. waits for the write's transaction to commit, without the lock (the writes of the requests that
+   arrive meanwhile share it: one fsync for many round trips), then builds the lease's batches (a
+   server-built lease);
+3. tells :func:`finish` the write's outcome (under the lock): the acknowledged positions become done
+   and a built lease's clock starts; or, when the write failed (a full disk: HTTP 503), everything
+   the plan changed is **undone**, so nothing the client was not told is kept, in the journal or in
+   memory.
+
+A unit is answered ``"ok"`` only once its ``done`` row is durable, and a lease is handed out only
+once its row is durable (so after a server kill -9 its holder reclaims it). A second request
+acknowledging positions whose first acknowledgement is still in flight gets ``None`` from
+:func:`plan` and plans again once that one settled: ``"already"`` is only ever answered for
+journaled acks.
+
+Examples:
+    >>> it = Iteration("i", [4], lease_size=2, boot="b")
+    >>> p = plan(it, [], session="s", take=Take("c", session="s"), now=0.0)
+    >>> p.records.add[0].id == p.lease.id, p.records.done, p.runs
+    (True, {}, [(0, 0, 2)])
+    >>> finish(it, p, ok=True, now=0.1).latencies  # its write committed: the lease is handed out
+    []
+    >>> q = plan(it, [(p.lease.id, p.lease.fence, None, None)], session=p.lease.session, now=1.0)
+    >>> s = finish(it, q, ok=True, now=1.5)
+    >>> q.statuses, q.records.done, s.latencies, s.ended
+    ({...: 'ok'}, {...: [(0, 2)]}, [1.5], False)
 """
 
 from __future__ import annotations
@@ -45,26 +80,74 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datamill.serve.protocol.state import (
-    _BYTE,
     _LEASE_NUMBERS,
     _LEASE_PREFIX,
     ACKING,
     DONE,
     LEASED,
     PENDING,
+    RATE_WINDOW_S,
+    AckItem,
     AckResult,
     ClientInfo,
     IterationState,
     Lease,
+    Planned,
+    Records,
+    Settled,
+    Take,
     _array_runs,
-    _every,
-    _has,
     digest,
-    drain_cap,
     session_digest,
 )
 
-__all__ = ["Iteration"]
+__all__ = ["DRAIN_FIRST_LEASE", "Iteration", "drain_cap", "finish", "plan"]
+
+_BYTE = {v: bytes([v]) for v in (PENDING, LEASED, DONE, ACKING)}
+
+
+def _has(seg: NDArray[np.int8], value: int) -> bool:
+    """Whether a lease's few positions hold ``value`` (bytes: no numpy call on the lease path)."""
+    return _BYTE[value] in seg.tobytes()
+
+
+def _every(seg: NDArray[np.int8], value: int) -> bool:
+    """Whether every position of a lease's few holds ``value``."""
+    raw = seg.tobytes()
+    return raw.count(_BYTE[value]) == len(raw)
+
+
+DRAIN_FIRST_LEASE = 16
+"""Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
+
+
+def drain_cap(
+    acked: Sequence[tuple[float, int]], now: float, drain_s: float, need: int = 1 << 62
+) -> int:
+    """Batches a client consumes in a third of ``drain_s`` at its rate over the last
+    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks, oldest first); :data:`DRAIN_FIRST_LEASE`
+    before any ack; ``need`` as soon as the newest acks show the cap would not bind (a fast client
+    costs a few steps, not a pass over its window). A third: a client may hold a lease per worker
+    slot and one more in prefetch.
+
+    Examples:
+        >>> drain_cap([], 100.0, 30.0)
+        16
+        >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
+        45
+    """
+    enough = need * 3 * (RATE_WINDOW_S + 1.0) / max(drain_s, 1e-9)
+    total, first = 0, None
+    for t, n in reversed(acked):  # newest first
+        if t < now - RATE_WINDOW_S:
+            break
+        total, first = total + n, t
+        if total >= enough:
+            return need
+    if first is None:
+        return DRAIN_FIRST_LEASE
+    rate = total / max(1.0, min(RATE_WINDOW_S, now - first) + 1.0)
+    return max(1, min(need, int(rate * drain_s / 3)))
 
 
 class Iteration(IterationState):
@@ -489,3 +572,68 @@ class Iteration(IterationState):
             if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
                 self.state[q][self.pos_of[u]] = PENDING
         self._recount()
+
+
+def plan(
+    it: Iteration,
+    items: Sequence[AckItem],
+    *,
+    session: str,
+    take: Take | None = None,
+    now: float,
+) -> Planned | None:
+    """Step 1 of a round trip at time ``now``: check and reserve the acks of session hash
+    ``session``, take a lease (``take``); the reply, the records to journal and what to undo.
+
+    ``None`` (nothing changed) when another request's acknowledgement of some of these positions is
+    in flight: plan again once it settled.
+    """
+    p = Planned()
+    p.statuses, p.marks = it.plan_acks(items, session=session, now=now)
+    if p.marks and it.in_flight(p.marks):
+        return None
+    if p.marks:
+        p.finishing = it.finishing(p.marks)
+        p.issued = [it.leases[x].issued for x in p.finishing if x in it.leases]
+        it.begin_acks(p.marks, now=now)
+    if take is not None:
+        before = it.redelivered
+        p.lease = it.take(**vars(take), now=now)  # its fields are take's keyword arguments
+        p.reissued = it.redelivered - before
+        p.dropped = it.take_dropped()
+    drop = p.finishing + p.dropped
+    if p.marks or drop or p.lease is not None:
+        add = [p.lease] if p.lease is not None else []
+        p.records = Records(add, drop, it.units_of_marks(p.marks))
+    if p.lease is not None:
+        p.lease_units = it.units_of(p.lease)
+        p.runs = it.runs_of(p.lease_units)
+    return p
+
+
+def finish(it: Iteration, p: Planned, *, ok: bool, now: float, built: bool = False) -> Settled:
+    """Step 3 at time ``now``: apply the committed records (``ok``) or undo everything the plan
+    changed (the write failed); what it did, for the driver's telemetry.
+
+    ``built``: the lease was built for its holder meanwhile and is handed over at ``now``: its clock
+    starts then, not before a (slow) build (:attr:`Settled.live` is ``False`` when it expired
+    meanwhile: its batches are back in the queue).
+    """
+    s = Settled()
+    if not ok:
+        it.undo_acks(p.marks)
+        it.dropped.extend(p.dropped)
+        if p.lease is not None:
+            it.untake(p.lease)
+    else:
+        if p.marks:
+            it.apply_acks(p.marks, now=now)
+            s.latencies = [now - t for t in p.issued]
+            s.ended = it.finished_all()
+        if p.lease is not None and built:
+            s.live = it.delivered(p.lease, now=now)
+        if p.lease is not None:  # the reply's done count
+            q = p.lease.queue
+            s.done = it.done_prefix(q) if it.mode == "static" else it.done_count(q) + it.base_done
+    s.timed_out = it.take_timed_out()
+    return s

@@ -1,6 +1,7 @@
 """One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`AckResult`,
-:class:`ClientInfo`), the positions' states, and :class:`IterationState`: the queues, leases and
-done set of one iteration with the bookkeeping the transitions share and the views the driver reads.
+:class:`ClientInfo`, and a round trip's :class:`Take`, :class:`Planned`, :class:`Records`,
+:class:`Settled`), the positions' states, and :class:`IterationState`: the queues, leases and done
+set of one iteration with the bookkeeping the transitions share and the views the driver reads.
 
 The transitions that change it are :class:`datamill.serve.protocol.iteration.Iteration`'s. Pure,
 like the rest of the protocol: no clock, no lock, no I/O.
@@ -24,17 +25,20 @@ from numpy.typing import NDArray
 __all__ = [
     "ACKING",
     "DONE",
-    "DRAIN_FIRST_LEASE",
     "GRACE_MAX_S",
     "LEASED",
     "PENDING",
     "RATE_WINDOW_S",
+    "AckItem",
     "AckResult",
     "ClientInfo",
     "IterationState",
     "Lease",
+    "Planned",
+    "Records",
+    "Settled",
+    "Take",
     "digest",
-    "drain_cap",
     "lease_grace",
     "runs",
     "session_digest",
@@ -67,18 +71,6 @@ _MAX_CURSORS = 4096
 
 # lease ids: unique, not secret (the fence is): a random prefix per server process and a counter
 _LEASE_PREFIX, _LEASE_NUMBERS = secrets.token_hex(6), itertools.count(1)
-_BYTE = {v: bytes([v]) for v in (PENDING, LEASED, DONE, ACKING)}
-
-
-def _has(seg: NDArray[np.int8], value: int) -> bool:
-    """Whether a lease's few positions hold ``value`` (bytes: no numpy call on the lease path)."""
-    return _BYTE[value] in seg.tobytes()
-
-
-def _every(seg: NDArray[np.int8], value: int) -> bool:
-    """Whether every position of a lease's few holds ``value``."""
-    raw = seg.tobytes()
-    return raw.count(_BYTE[value]) == len(raw)
 
 
 def digest(secret: str) -> str:
@@ -138,37 +130,69 @@ class ClientInfo:
     acked: deque[tuple[float, int]] = field(default_factory=deque)
 
 
-DRAIN_FIRST_LEASE = 16
-"""Batches of a client's leases until its acks give a rate (see :func:`drain_cap`)."""
+AckItem = tuple[str, str, int | None, int | None]
+"""An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of
+it)."""
 
 
-def drain_cap(
-    acked: Sequence[tuple[float, int]], now: float, drain_s: float, need: int = 1 << 62
-) -> int:
-    """Batches a client consumes in a third of ``drain_s`` at its rate over the last
-    :data:`RATE_WINDOW_S` (its ``(time, batches)`` acks, oldest first); :data:`DRAIN_FIRST_LEASE`
-    before any ack; ``need`` as soon as the newest acks show the cap would not bind (a fast client
-    costs a few steps, not a pass over its window). A third: a client may hold a lease per worker
-    slot and one more in prefetch.
+@dataclass
+class Take:
+    """A take of the next lease (:meth:`Iteration.take`'s arguments, as data)."""
 
-    Examples:
-        >>> drain_cap([], 100.0, 30.0)
-        16
-        >>> drain_cap([(91.0, 5), (95.0, 20), (99.0, 20)], 100.0, 30.0)  # 4.5 batches/s
-        45
-    """
-    enough = need * 3 * (RATE_WINDOW_S + 1.0) / max(drain_s, 1e-9)
-    total, first = 0, None
-    for t, n in reversed(acked):  # newest first
-        if t < now - RATE_WINDOW_S:
-            break
-        total, first = total + n, t
-        if total >= enough:
-            return need
-    if first is None:
-        return DRAIN_FIRST_LEASE
-    rate = total / max(1.0, min(RATE_WINDOW_S, now - first) + 1.0)
-    return max(1, min(need, int(rate * drain_s / 3)))
+    client: str
+    rank: int = 0
+    slot: int = 0
+    slots: int = 1
+    session: str | None = None
+    owner: str = ""
+    drain_s: float | None = None
+
+
+@dataclass
+class Records:
+    """The journal records of one round trip: leases added, lease ids dropped (finished, revoked or
+    expired), unit runs done per lease id."""
+
+    add: list[Lease] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+    done: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+
+@dataclass
+class Planned:
+    """What a round trip decided (:func:`~datamill.serve.protocol.iteration.plan`): ack statuses,
+    the ranges reserved, the lease taken with its units and their ``(plan rank, first, stop
+    batch)`` runs, the records to append and what to undo when their write fails."""
+
+    statuses: dict[str, str] = field(default_factory=dict)
+    marks: list[tuple[Lease, int, int]] = field(default_factory=list)
+    finishing: list[str] = field(default_factory=list)
+    issued: list[float] = field(default_factory=list)  # issue times of the leases finishing
+    lease: Lease | None = None
+    lease_units: list[int] = field(default_factory=list)
+    runs: list[tuple[int, int, int]] = field(default_factory=list)
+    reissued: int = 0  # batches of the lease an earlier lease held
+    dropped: list[str] = field(default_factory=list)
+    records: Records | None = None  # None: nothing to journal
+
+    @property
+    def units(self) -> dict[str, list[tuple[int, int]]]:
+        """The unit runs each acknowledged lease newly completes."""
+        return self.records.done if self.records is not None else {}
+
+
+@dataclass
+class Settled:
+    """What applying (or undoing) a round trip did: the finished leases' ack latencies (seconds
+    since their issue), the leases that timed out meanwhile, whether the iteration ended, whether
+    the lease taken is still live (``False``: it expired while it was built) and its queue's done
+    count to reply (the done prefix in static mode, the done batches in dynamic mode)."""
+
+    latencies: list[float] = field(default_factory=list)
+    timed_out: list[Lease] = field(default_factory=list)
+    ended: bool = False
+    live: bool = True
+    done: int = 0
 
 
 def runs(units: Iterable[int]) -> list[tuple[int, int]]:
@@ -361,6 +385,23 @@ class IterationState:
         """``(plan rank, batch)`` of a unit."""
         r = bisect.bisect_right(self._offsets, unit) - 1
         return r, int(unit) - self._offsets[r]
+
+    def runs_of(self, units: Sequence[int]) -> list[tuple[int, int, int]]:
+        """Units as ``(plan rank, first batch, stop batch)`` runs of consecutive batches of one
+        rank (what a lease's holder builds).
+
+        Examples:
+            >>> IterationState("i", [5, 5]).runs_of([4, 5, 6, 9])
+            [(0, 4, 5), (1, 0, 2), (1, 4, 5)]
+        """
+        out: list[tuple[int, int, int]] = []
+        for u in units:
+            r, b = self.unit_location(u)
+            if out and out[-1][0] == r and out[-1][2] == b:
+                out[-1] = (r, out[-1][1], b + 1)
+            else:
+                out.append((r, b, b + 1))
+        return out
 
     def _revoke(self, lease: Lease) -> None:
         seg = self.state[lease.queue][lease.start : lease.stop]

@@ -1,7 +1,7 @@
 """``/api/v1/iterations/{id}/next|ack|heartbeat``: take, acknowledge and keep leases (read).
 
 The routes are ``async``: the lease round trip runs in the event loop and awaits the journal's group
-commit (:mod:`datamill.serve.protocol.round_trip`) instead of holding a worker thread per request;
+commit (:mod:`datamill.serve.protocol.iteration`) instead of holding a worker thread per request;
 only a server-built lease's build goes to a worker thread
 (:func:`datamill.serve.http.delivery.next_reply`).
 """
