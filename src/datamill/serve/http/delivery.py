@@ -30,12 +30,10 @@ be written answers ``503`` with ``Retry-After`` (see :mod:`datamill.serve.journa
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Any
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from datamill.core.wire import format_runs
 from datamill.serve.http.routes.models import AckIn, HeartbeatIn
@@ -112,11 +110,8 @@ async def next_reply(
     owner: str = "",
     transport: str = "built",
 ) -> Response:
-    """Acknowledge the piggy-backed acks, then hand out the client's next lease (one journal write).
-
-    Direct mode runs in the event loop (nothing to build; the journal is awaited without a thread);
-    a server-built lease runs in a worker thread (its build takes the GIL for milliseconds).
-    """
+    """Acknowledge the piggy-backed acks, then hand out the client's next lease (one journal write;
+    only a server-built lease's build leaves the event loop, for a thread)."""
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
     for raw in ack or ():
@@ -129,15 +124,17 @@ async def next_reply(
             (m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4]))
         )
     _check_items(items)
-    if transport == "direct":
-        statuses, payload = await state.round_trip_async(
-            it, client, items, rank=rank, slot=slot, slots=slots, session=secret, owner=owner
-        )
-    else:
-        call = partial(state.round_trip, rank=rank, slot=slot, slots=slots, session=secret)
-        statuses, payload = await run_in_threadpool(
-            call, it, client, items, owner=owner, transport=transport
-        )
+    statuses, payload = await state.round_trip(
+        it,
+        client,
+        items,
+        rank=rank,
+        slot=slot,
+        slots=slots,
+        session=secret,
+        owner=owner,
+        transport=transport,
+    )
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
     if payload is None:
         if it.finished(rank=rank):
@@ -174,7 +171,7 @@ async def ack_reply(
     ]
     items += [(a, f, s, e) for a, f, s, e in body.acks]
     _check_items(items)
-    statuses, _ = await state.ack_batches_async(it, items, session=_session(session, body.client))
+    statuses, _ = await state.ack_batches(it, items, session=_session(session, body.client))
     return _reply({"acks": statuses}, _code(statuses.values()))
 
 
