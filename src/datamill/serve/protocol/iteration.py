@@ -96,8 +96,8 @@ from datamill.serve.protocol.state import (
     Records,
     Settled,
     Take,
-    _array_runs,
     digest,
+    runs,
     session_digest,
 )
 
@@ -411,7 +411,7 @@ class Iteration(IterationState):
         for lease, lo, hi in marks:
             q, seg = self.queues[lease.queue][lo:hi], self.state[lease.queue][lo:hi]
             out.setdefault(lease.id, []).append(q[seg != DONE] if _has(seg, DONE) else q)
-        return {k: _array_runs(v[0] if len(v) == 1 else np.concatenate(v)) for k, v in out.items()}
+        return {k: runs(v[0] if len(v) == 1 else np.concatenate(v)) for k, v in out.items()}
 
     def finishing(self, marks: Sequence[tuple[Lease, int, int]]) -> list[str]:
         """Ids of the leases whose every position is done once ``marks`` are applied."""

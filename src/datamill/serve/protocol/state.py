@@ -195,32 +195,28 @@ class Settled:
     done: int = 0
 
 
-def runs(units: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted unit ids as ``[start, stop)`` runs.
+def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
+    """Unit ids as sorted ``[start, stop)`` runs (vectorised for an array past a lease's few
+    units, where a plain loop is faster).
 
     Examples:
         >>> runs([0, 1, 2, 5, 6, 9])
         [(0, 3), (5, 7), (9, 10)]
+        >>> runs(np.flatnonzero(np.arange(600) % 300 < 2))
+        [(0, 2), (300, 302)]
     """
+    if isinstance(units, np.ndarray) and len(units) > 256:
+        u = np.unique(units)
+        cut = np.flatnonzero(np.diff(u) != 1) + 1
+        starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])]
+        return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
     out: list[tuple[int, int]] = []
-    for u in sorted(int(x) for x in units):
-        if out and out[-1][1] == u:
-            out[-1] = (out[-1][0], u + 1)
+    for v in sorted(int(x) for x in units):
+        if out and out[-1][1] == v:
+            out[-1] = (out[-1][0], v + 1)
         else:
-            out.append((u, u + 1))
+            out.append((v, v + 1))
     return out
-
-
-def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
-    """:func:`runs` of an int array, vectorised (a lease's few units: a plain loop is faster)."""
-    if len(units) <= 256:
-        return runs(units.tolist())
-    u = np.unique(units)
-    if not len(u):
-        return []
-    cut = np.flatnonzero(np.diff(u) != 1) + 1
-    starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
-    return [(int(a), int(b)) for a, b in zip(starts, stops)]
 
 
 def _per_s(acked: deque[tuple[float, int]], now: float) -> float:
