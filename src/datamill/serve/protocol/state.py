@@ -1,6 +1,6 @@
-"""One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`AckResult`,
-:class:`ClientInfo`, and a round trip's :class:`Take`, :class:`Planned`, :class:`Records`,
-:class:`Settled`), the positions' states, and :class:`IterationState`: the queues, leases and done
+"""One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`ClientInfo`,
+and a round trip's :class:`Take`, :class:`Planned`, :class:`Records`, :class:`Settled`), the
+positions' states, and :class:`IterationState`: the queues, leases and done
 set of one iteration with the bookkeeping the transitions share and the views the driver reads.
 
 The transitions that change it are :class:`datamill.serve.protocol.iteration.Iteration`'s. Pure,
@@ -30,7 +30,6 @@ __all__ = [
     "PENDING",
     "RATE_WINDOW_S",
     "AckItem",
-    "AckResult",
     "ClientInfo",
     "IterationState",
     "Lease",
@@ -109,16 +108,6 @@ class Lease:
 
 
 @dataclass
-class AckResult:
-    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
-    lease or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all
-    in the lease: 422, nothing recorded); ``units``: the unit runs done by this ack."""
-
-    status: str
-    units: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass
 class ClientInfo:
     """What the server knows of one client (for progress)."""
 
@@ -132,7 +121,9 @@ class ClientInfo:
 
 AckItem = tuple[str, str, int | None, int | None]
 """An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of
-it)."""
+it). Its status: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's lease
+or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all in the
+lease: 422, nothing recorded)."""
 
 
 @dataclass
