@@ -309,7 +309,7 @@ def run_coordination(url: str, pid: int, *, clients: int, seconds: float) -> dic
 
 
 SCALE = """
-import json, os, sys, tempfile, time
+import asyncio, json, os, sys, tempfile, time
 import numpy as np, pyarrow as pa
 from datamill.serve.server import ServeState
 
@@ -347,7 +347,7 @@ st.journal.add_dataset("ds-synthetic", "synthetic", "/synthetic")
 # warm-up on another dataset: the process's one-time imports and threads are not an epoch's cost
 warm = st.create_iteration({"dataset": "synthetic", "batch_size": 7, "epoch": 0, "name": "warm-up",
                            "seed": 1})
-st.next_lease(st.iteration(warm["id"]), "w")
+asyncio.run(st.round_trip(st.iteration(warm["id"]), "w", ()))
 # the earlier way: the epoch's order and a rank's plan (an int64 per sample, and more), then 16
 # batches
 if full:
@@ -372,7 +372,7 @@ for epoch in range(2):
     info = st.create_iteration({"dataset": "synthetic", "batch_size": batch, "epoch": epoch,
                                 "world_size": world, "name": "scale", "lease_size": 16})
     it = st.iteration(info["id"])
-    first = st.next_lease(it, "c%d" % (world - 1), rank=world - 1)
+    first = asyncio.run(st.round_trip(it, "c%d" % (world - 1), (), rank=world - 1))[1]
     start_s = time.perf_counter() - t
     row = {"epoch": epoch, "epoch_start_s": start_s, "units": it.total,
            "first_lease_batches": len(first.units),
@@ -388,7 +388,8 @@ for epoch in range(2):
                 lease = it.take("c%d" % r, rank=r, now=time.monotonic())
                 if lease is None:
                     break
-                st.ack(it, lease.id, lease.fence, client="c%d" % r)
+                done = [(lease.id, lease.fence, None, None)]
+                asyncio.run(st.ack_batches(it, done, client="c%d" % r))
         row["finish_s"] = time.perf_counter() - t
         row["evicted"] = info["id"] not in st._iterations
     out["epochs"].append(row)

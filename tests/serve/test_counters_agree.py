@@ -12,6 +12,7 @@ from datamill.serve.journal.schema import unlock_state
 from datamill.serve.observe import ledger
 from datamill.serve.observe.metrics import JournalCollector
 from datamill.serve.server import ServeState
+from tests.serve._trips import ack_batches, next_lease
 
 pytestmark = pytest.mark.server
 
@@ -28,7 +29,7 @@ def _metrics(state: ServeState, it_id: str) -> dict[str, float]:
 def _acks(state: ServeState, it: Any, payload: Any, client: str, batches: int) -> None:
     lease = payload.lease
     for pos in range(lease.start, min(lease.stop, lease.start + batches)):
-        state.ack_batches(it, [(lease.id, lease.fence, pos, pos + 1)], client=client)
+        ack_batches(state, it, [(lease.id, lease.fence, pos, pos + 1)], client=client)
 
 
 def test_ui_metrics_and_journal_agree_after_a_kill_and_replay(
@@ -40,7 +41,7 @@ def test_ui_metrics_and_journal_agree_after_a_kill_and_replay(
     it = state.iteration(state.create_iteration(req)["id"])
     held = {}
     for k, n in enumerate((4, 3, 1)):
-        p = state.next_lease(it, f"c{k}")
+        p = next_lease(state, it, f"c{k}")
         assert p is not None
         _acks(state, it, p, f"c{k}", n)
         held[f"c{k}"] = p
@@ -51,7 +52,7 @@ def test_ui_metrics_and_journal_agree_after_a_kill_and_replay(
     try:
         it2 = again.iteration("agree")
         p = held["c1"]  # its holder reclaims its lease and acknowledges the rest
-        again.ack_batches(it2, [(p.lease.id, p.lease.fence, None, None)], client="c1")
+        ack_batches(again, it2, [(p.lease.id, p.lease.fence, None, None)], client="c1")
         journal = sum(b - a for a, b in again.journal.done_runs(it2.id))
         m = _metrics(again, it2.id)
         ui = ledger.clients(again.journal, it2.id, live=it2)

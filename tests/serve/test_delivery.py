@@ -22,6 +22,7 @@ from datamill.loader import Loader
 from datamill.sources import open_source
 from tests.serve._opts import grouped
 from tests.serve._proc import env, free_port, make_key, read_log, start_worker, stop
+from tests.serve._trips import ack, next_lease
 from tests.serve.conftest import N
 
 pytestmark = pytest.mark.server
@@ -422,8 +423,8 @@ def test_the_server_holds_no_per_sample_order_and_evicts_finished_iterations(
         )
         it = st.iteration(info["id"])
         for rank in range(2):
-            while (payload := st.next_lease(it, f"c{rank}", rank=rank)) is not None:
-                st.ack(it, payload.lease.id, payload.lease.fence, client=f"c{rank}")
+            while (payload := next_lease(st, it, f"c{rank}", rank=rank)) is not None:
+                ack(st, it, payload.lease.id, payload.lease.fence, client=f"c{rank}")
         svc = st.service(it.config)
         assert (
             svc.stats()["plans_cached"] == 0 and not svc._orders

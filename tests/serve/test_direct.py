@@ -27,6 +27,7 @@ from tests.serve._proc import (
     start_worker,
     stop,
 )
+from tests.serve._trips import ack, next_lease
 from tests.serve.conftest import N
 
 pytestmark = pytest.mark.server
@@ -326,10 +327,10 @@ def test_build_workers_give_the_same_bytes_as_one_process(
             out = []
             for rank in (0, 1):
                 while (
-                    p := st.next_lease(it, f"c{rank}", rank=rank, session=f"c{rank}")
+                    p := next_lease(st, it, f"c{rank}", rank=rank, session=f"c{rank}")
                 ) is not None:
                     out.append(p.body)
-                    st.ack(it, p.lease.id, p.lease.fence, session=f"c{rank}")
+                    ack(st, it, p.lease.id, p.lease.fence, session=f"c{rank}")
             bodies[workers] = out
         finally:
             st.close()
@@ -371,9 +372,9 @@ def test_build_workers_hand_leases_over_in_shared_memory_or_the_pipe(
             cfg = {"dataset": "ds", "batch_size": 50, "seed": 1, "lease_size": 2}
             it = st.iteration(st.create_iteration(cfg)["id"])
             out = []
-            while (p := st.next_lease(it, "c", session="c")) is not None:
+            while (p := next_lease(st, it, "c", session="c")) is not None:
                 out.append(bytes(p.body))
-                st.ack(it, p.lease.id, p.lease.fence, session="c")
+                ack(st, it, p.lease.id, p.lease.fence, session="c")
             bodies[shared] = out
             assert len(out) > 8
             assert st.pool.handed == (
@@ -430,12 +431,12 @@ def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Pat
         it = st.iteration(
             st.create_iteration({"dataset": "ds", "batch_size": 100, "lease_size": 2})["id"]
         )
-        first = st.next_lease(it, "c", session="c")
+        first = next_lease(st, it, "c", session="c")
         assert first is not None and first.body
         pids = list(st.pool.executors[0]._processes)
         assert len(pids) == 1
         os.kill(pids[0], signal.SIGKILL)
-        second = st.next_lease(it, "c", session="c")
+        second = next_lease(st, it, "c", session="c")
         assert second is not None
         assert pa.ipc.open_stream(io.BytesIO(second.body)).read_all().num_rows == 200
         assert list(st.pool.executors[0]._processes) != pids

@@ -17,6 +17,7 @@ from datamill.client import Client, Leases
 from datamill.core.errors import ResumeStateError
 from datamill.serve.server import ServeState
 from tests.serve._proc import free_port, start_server, stop
+from tests.serve._trips import ack_batches, next_lease
 
 pytestmark = pytest.mark.server
 
@@ -32,15 +33,15 @@ def test_concurrent_acks_share_transactions_and_journal_each_unit_once(
         )
         it = state.iteration(info["id"])
         clients = 12
-        leases = [state.next_lease(it, f"c{k}") for k in range(clients)]
+        leases = [next_lease(state, it, f"c{k}") for k in range(clients)]
         assert all(p is not None for p in leases)
         answers: dict[int, tuple[dict[str, str], dict[str, list[tuple[int, int]]]]] = {}
 
         def ack(k: int) -> None:
             p = leases[k]
             assert p is not None
-            answers[k] = state.ack_batches(
-                it, [(p.lease.id, p.lease.fence, None, None)], client=f"c{k}"
+            answers[k] = ack_batches(
+                state, it, [(p.lease.id, p.lease.fence, None, None)], client=f"c{k}"
             )
 
         before = state.writes.commits
@@ -79,14 +80,14 @@ def test_a_second_ack_of_positions_in_flight_waits_and_answers_already(
         state.register("ds", name="ds")
         info = state.create_iteration({"dataset": "ds", "batch_size": 50, "lease_size": 4})
         it = state.iteration(info["id"])
-        p = state.next_lease(it, "c")
+        p = next_lease(state, it, "c")
         assert p is not None
         item = [(p.lease.id, p.lease.fence, None, None)]
         out: list[dict[str, str]] = []
         with state.journal._lock:  # the first ack's write is in flight
             threads = [
                 threading.Thread(
-                    target=lambda: out.append(state.ack_batches(it, item, client="c")[0])
+                    target=lambda: out.append(ack_batches(state, it, item, client="c")[0])
                 )
                 for _ in range(2)
             ]

@@ -184,6 +184,13 @@ def test_an_ack_outside_its_lease_is_422_and_records_nothing(app: Any) -> None:
         res = c.post(f"/api/v1/iterations/{it}/ack", json=body, headers=h)
         assert res.status_code == 422, (a, b, res.text)
         assert res.json()["acks"][lease["Lease"]] == "outside" and "outside" in res.json()["error"]
+    for a, b in ((start, start), (stop, start)):  # empty or reversed: refused before any work
+        body = {"client": "c0", "acks": [[lease["Lease"], lease["Fence"], a, b]]}
+        res = c.post(f"/api/v1/iterations/{it}/ack", json=body, headers=h)
+        assert res.status_code == 422 and "start < stop" in res.text, res.text
+    ack = f"{lease['Lease']}:{lease['Fence']}:{stop}-{start}"
+    res = c.get(f"/api/v1/iterations/{it}/next", params={"client": "c0", "ack": ack}, headers=h)
+    assert res.status_code == 422 and "start < stop" in res.text, res.text
     assert c.get(f"/api/v1/iterations/{it}/progress", headers=read).json()["done"] == 0
     body = {"client": "c0", "acks": [[lease["Lease"], lease["Fence"], start, stop]]}
     res = c.post(f"/api/v1/iterations/{it}/ack", json=body, headers=h)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.protocol.state import Lease, runs
+from tests.serve._trips import pure_ack
 
 
 @given(
@@ -40,10 +41,10 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(
                 held.setdefault(client, []).append((lease.id, lease.fence))
         elif op == 2 and held.get(client):  # ack the oldest lease held
             lease_id, fence = held[client].pop(0)
-            res = it.ack(lease_id, fence, client=client, now=0.0)
+            res = pure_ack(it, lease_id, fence, client=client, now=0.0)
             if res.status == "ok":
                 acked.extend(u for a, b in res.units for u in range(a, b))
-            assert it.ack(lease_id, fence, client=client, now=0.0).status in (
+            assert pure_ack(it, lease_id, fence, client=client, now=0.0).status in (
                 "already",
                 "expired",
             )  # never twice
@@ -54,23 +55,26 @@ def test_every_unit_is_acknowledged_exactly_once_whatever_happens(
             it.expire(now=0.0)
         elif op == 4 and held.get(client):  # a stale ack with a wrong fence is refused
             lease_id, fence = held[client][0]
-            assert it.ack(lease_id, "0" * 32, client=client, now=0.0).status in (
+            assert pure_ack(it, lease_id, "0" * 32, client=client, now=0.0).status in (
                 "refused",
                 "expired",
             )
-            assert it.ack(lease_id, fence, client="thief", now=0.0).status in ("refused", "expired")
+            assert pure_ack(it, lease_id, fence, client="thief", now=0.0).status in (
+                "refused",
+                "expired",
+            )
     # the clients still alive acknowledge what they hold (a stale one is refused), then finish the
     # epoch
     for client, leases in held.items():
         for lease_id, fence in leases:
-            res = it.ack(lease_id, fence, client=client, now=0.0)
+            res = pure_ack(it, lease_id, fence, client=client, now=0.0)
             acked.extend(u for a, b in res.units for u in range(a, b))
     for rounds in range(10_000):
         progress = False
         for r in range(world if static else 1):
             lease = it.take(f"final{r}", rank=r, now=0.0)
             if lease is not None:
-                res = it.ack(lease.id, lease.fence, now=0.0)
+                res = pure_ack(it, lease.id, lease.fence, now=0.0)
                 acked.extend(u for a, b in res.units for u in range(a, b))
                 progress = True
         if not progress:
@@ -91,9 +95,9 @@ def test_static_replacement_takes_over_the_dead_ranks_leases_first_in_order() ->
     )  # a new process for rank 1: the old one's leases come back first
     assert c is not None and (c.start, c.stop) == (0, 3) and it.units_of(c) == [10, 11, 12]
     assert (
-        it.ack(a.id, a.fence, client="old", now=0.0).status == "expired"
+        pure_ack(it, a.id, a.fence, client="old", now=0.0).status == "expired"
     )  # the old process's late ack is refused
-    assert it.ack(c.id, c.fence, now=0.0).status == "ok"
+    assert pure_ack(it, c.id, c.fence, now=0.0).status == "ok"
     d = it.take("new", rank=1, now=0.0)
     assert d is not None and d.start == 3
 
@@ -102,7 +106,7 @@ def test_unknown_leases_are_expired_and_elastic_queues_split_the_rest() -> None:
     it = Iteration(
         "t", [4, 4, 4], mode="static", world_size=2, base_done=[0, 1, 4], lease_size=2, boot="new"
     )
-    assert it.ack("old.1", "1", now=0.0).status == "expired"
+    assert pure_ack(it, "old.1", "1", now=0.0).status == "expired"
     assert [len(q) for q in it.queues] == [5, 4] and it.progress(now=0.0)["done"] == 3
     assert sorted(np.concatenate(it.queues).tolist()) == [2, 3, 5, 6, 7, 8, 9, 10, 11]
     assert runs([3, 1, 2, 7]) == [(1, 4), (7, 8)]
@@ -112,7 +116,7 @@ def test_rewind_sets_the_done_set_from_a_checkpoint() -> None:
     it = Iteration("t", [6], mode="static", world_size=1, lease_size=2, boot="b")
     lease = it.take("c", rank=0, now=0.0)
     assert lease is not None
-    it.ack(lease.id, lease.fence, now=0.0)
+    pure_ack(it, lease.id, lease.fence, now=0.0)
     it.take("c", rank=0, now=0.0)
     it.rewind(rank=0, consumed=3)
     assert not it.leases and it.done_units() == [0, 1, 2]
@@ -132,7 +136,7 @@ def test_cancel_stops_leases_and_reissues_after_expiry_are_counted() -> None:
     p = it.progress(now=0.0)
     assert (p["expired_leases"], p["reissued_leases"]) == (1, 1)
     assert (
-        it.ack(first.id, first.fence, client="c0", now=0.0).status == "expired"
+        pure_ack(it, first.id, first.fence, client="c0", now=0.0).status == "expired"
     )  # the late ack of the expired lease
     it.cancel()
     assert (
@@ -141,7 +145,7 @@ def test_cancel_stops_leases_and_reissues_after_expiry_are_counted() -> None:
         and it.progress(now=0.0)["leased"] == 0
     )
     assert (
-        it.ack(again.id, again.fence, client="c1", now=0.0).status == "expired"
+        pure_ack(it, again.id, again.fence, client="c1", now=0.0).status == "expired"
     )  # cancelling revoked the live leases
 
 
@@ -160,9 +164,9 @@ def test_fences_are_128_random_bits_bound_to_the_session_that_took_the_lease() -
     a = leases[0]
     assert a is not None
     # the right fence from another session (a stolen lease) and a forged fence are both refused
-    assert it.ack(a.id, a.fence, session="t" * 32, now=0.0).status == "refused"
+    assert pure_ack(it, a.id, a.fence, session="t" * 32, now=0.0).status == "refused"
     assert (
-        it.ack(a.id, "%032x" % (int(a.fence, 16) ^ 1), session="s" * 32, now=0.0).status
+        pure_ack(it, a.id, "%032x" % (int(a.fence, 16) ^ 1), session="s" * 32, now=0.0).status
         == "refused"
     )
     assert it.heartbeat("c1", leases=[(a.id, a.fence)], session="t" * 32, now=0.0) == {
@@ -171,24 +175,26 @@ def test_fences_are_128_random_bits_bound_to_the_session_that_took_the_lease() -
     }
     assert it.leases[a.id].deadline > 0 and it.progress(now=0.0)["done"] == 0  # nothing changed
     # per-batch acks: the holder acknowledges positions one by one
-    res = it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1, now=0.0)
+    res = pure_ack(it, a.id, a.fence, session="s" * 32, start=0, stop=1, now=0.0)
     assert (res.status, res.units) == (
         "ok",
         [(0, 1)],
     ) and a.id in it.leases  # still live: 3 batches left
-    assert it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1, now=0.0).status == "already"
     assert (
-        it.ack(a.id, a.fence, session="s" * 32, start=1, stop=4, now=0.0).units == [(1, 4)]
+        pure_ack(it, a.id, a.fence, session="s" * 32, start=0, stop=1, now=0.0).status == "already"
+    )
+    assert (
+        pure_ack(it, a.id, a.fence, session="s" * 32, start=1, stop=4, now=0.0).units == [(1, 4)]
         and a.id not in it.leases
     )
     assert (
-        it.ack(a.id, "0" * 32, session="t" * 32, now=0.0).status == "already"
+        pure_ack(it, a.id, "0" * 32, session="t" * 32, now=0.0).status == "already"
     )  # journaled: nothing to steal
     # an expired lease: 410 for the ack and lost for the heartbeat
     b = leases[1]
     assert b is not None
     it.expire(now=b.deadline + 1)
-    assert it.ack(b.id, b.fence, session="s" * 32, now=0.0).status == "expired"
+    assert pure_ack(it, b.id, b.fence, session="s" * 32, now=0.0).status == "expired"
     assert it.heartbeat("c0", leases=[(b.id, b.fence)], session="s" * 32, now=0.0)["lost"] == [b.id]
 
 
@@ -198,7 +204,7 @@ def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_
     it = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="b")
     a = it.take("c0", session="s" * 32, now=0.0)
     assert a is not None
-    it.ack(a.id, a.fence, session="s" * 32, start=0, stop=1, now=0.0)
+    pure_ack(it, a.id, a.fence, session="s" * 32, start=0, stop=1, now=0.0)
     # a restarted server: the same lease (without its fence, only its hash) restored from the
     # journal
     fresh = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="c")
@@ -230,7 +236,9 @@ def test_restored_leases_are_held_for_their_holder_until_reclaimed_or_the_grace_
         "refused": [],
     }
     assert fresh.leases[a.id].reclaimed
-    assert fresh.ack(a.id, a.fence, session="s" * 32, start=1, stop=4, now=0.0).units == [(1, 4)]
+    assert pure_ack(fresh, a.id, a.fence, session="s" * 32, start=1, stop=4, now=0.0).units == [
+        (1, 4)
+    ]
     # not reclaimed within the grace period: the positions go to another client
     late = Iteration("i", [8], lease_size=4, lease_timeout=60.0, boot="d")
     late.restore(
@@ -256,7 +264,10 @@ def test_a_closed_session_s_leases_end_soon_unless_it_reclaims_them() -> None:
         it.session_closed(lease.session, now=10.0, within=1.5)
     # the dead client's last ack, sent before it died, lands after the close; so does its last
     # request for a lease: neither keeps anything past the close + 1.5 s
-    assert it.ack(dead.id, dead.fence, session="s" * 32, start=0, stop=1, now=10.5).status == "ok"
+    assert (
+        pure_ack(it, dead.id, dead.fence, session="s" * 32, start=0, stop=1, now=10.5).status
+        == "ok"
+    )
     late = it.take("c0", session="s" * 32, now=10.5)
     assert late is not None and late.deadline == 11.5
     it.session_opened(live.session)  # the live one connects again, then heartbeats

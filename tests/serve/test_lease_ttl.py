@@ -12,6 +12,7 @@ import pytest
 from datamill.serve.protocol.iteration import Iteration
 from datamill.serve.protocol.state import lease_grace
 from datamill.serve.server import ServeState
+from tests.serve._trips import next_lease
 
 pytestmark = pytest.mark.server
 
@@ -39,10 +40,10 @@ def test_redelivered_batches_are_counted_for_metrics(
         state.register("ds", name="ds")
         req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": 3}
         it = state.iteration(state.create_iteration(req)["id"])
-        first = state.next_lease(it, "a")
+        first = next_lease(state, it, "a")
         assert first is not None
         it.expire(time.monotonic() + it.lease_timeout + it.grace + 1)
-        second = state.next_lease(it, "b")
+        second = next_lease(state, it, "b")
         assert second is not None and second.units == first.units
         assert state.telemetry.counter(it.id, "batches_redelivered") == 3
         assert state.telemetry.counter(it.id, "leases_reissued") == 1

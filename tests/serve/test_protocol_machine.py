@@ -34,6 +34,7 @@ from datamill.serve.protocol.iteration import Iteration, finish, plan
 from datamill.serve.protocol.state import session_digest
 from datamill.serve.server import CancelledError, ServeState
 from datamill.shards.dataset import ShardsetDataset
+from tests.serve._trips import ack_batches, next_lease
 
 from .conftest import _table
 
@@ -123,8 +124,8 @@ class LeaseMachine(RuleBasedStateMachine):
 
     def _ack(self, c: Client, held: Held, lo: int, hi: int) -> str:
         state, it = self._st()
-        statuses, units = state.ack_batches(
-            it, [(held.id, held.fence, lo, hi)], session=c.session, client=c.id
+        statuses, units = ack_batches(
+            state, it, [(held.id, held.fence, lo, hi)], session=c.session, client=c.id
         )
         got = {u for a, b in units.get(held.id, []) for u in range(a, b)}
         assert not got & self.done, "a unit was acknowledged twice"
@@ -138,7 +139,7 @@ class LeaseMachine(RuleBasedStateMachine):
         state, it = self._st()
         c = self.clients[k % len(self.clients)]
         try:
-            p = state.next_lease(it, c.id, rank=c.rank, session=c.session)
+            p = next_lease(state, it, c.id, rank=c.rank, session=c.session)
         except CancelledError:
             raise AssertionError("a lease refused on a live iteration") from None
         if p is None:
@@ -279,7 +280,7 @@ class LeaseMachine(RuleBasedStateMachine):
         for c in self.clients:
             c.leases.clear()
         with pytest.raises(CancelledError):
-            state.next_lease(it, self.clients[0].id, rank=0)
+            next_lease(state, it, self.clients[0].id, rank=0)
 
     @rule()
     def server_crash_and_replay(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from datamill.serve.server import ServeState
+from tests.serve._trips import ack_batches, next_lease
 
 pytestmark = pytest.mark.server
 
@@ -41,15 +42,15 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
         state.register("ds", name="ds")
         req = {"dataset": "ds", "batch_size": 100, "world_size": 2, "lease_size": 2, "name": "r"}
         it = state.iteration(state.create_iteration(req)["id"])
-        p0 = state.next_lease(it, "c0", rank=0)
-        p1 = state.next_lease(it, "c1", rank=1)
+        p0 = next_lease(state, it, "c0", rank=0)
+        p1 = next_lease(state, it, "c1", rank=1)
         assert p0 is not None and p1 is not None
-        state.ack_batches(it, [(p0.lease.id, p0.lease.fence, None, None)], client="c0")
+        ack_batches(state, it, [(p0.lease.id, p0.lease.fence, None, None)], client="c0")
         answers: list[Any] = []
         with state.journal._lock:  # the disk is busy: both writes queue, the ack's first
             ack = threading.Thread(
                 target=lambda: answers.append(
-                    state.ack_batches(it, [(p1.lease.id, p1.lease.fence, None, None)], client="c1")
+                    ack_batches(state, it, [(p1.lease.id, p1.lease.fence, None, None)], client="c1")
                 )
             )
             ack.start()
@@ -84,7 +85,7 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
         after = again.progress(replayed)
         assert after["done"] == before["done"] == 1 + len(rank1)
         assert [q["done"] for q in after["queues"]] == [q["done"] for q in before["queues"]]
-        nxt = again.next_lease(replayed, "c1b", rank=1)  # rank 1 resumes after its ack
+        nxt = next_lease(again, replayed, "c1b", rank=1)  # rank 1 resumes after its ack
         assert nxt is not None and not set(nxt.units) & rank1
     finally:
         again.close()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from anyio import to_thread
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
@@ -35,7 +36,7 @@ from datamill.serve.journal.leases import (
     rewind_write,
 )
 from datamill.serve.protocol.iteration import Iteration, finish, plan
-from datamill.serve.protocol.state import AckItem, AckResult, Lease, Planned, Take, session_digest
+from datamill.serve.protocol.state import AckItem, Lease, Planned, Take, session_digest
 
 __all__ = [
     "ARROW_STREAM",
@@ -114,22 +115,7 @@ class ServeState(Catalog):
             with self.lock(it):
                 it.session_opened(sess)
 
-    def ack(
-        self,
-        it: Iteration,
-        lease_id: str,
-        fence: str,
-        *,
-        session: str | None = None,
-        client: str | None = None,
-    ) -> AckResult:
-        """Acknowledge a whole lease (see :meth:`ack_batches`)."""
-        statuses, units = self.ack_batches(
-            it, [(lease_id, fence, None, None)], session=session, client=client
-        )
-        return AckResult(statuses[lease_id], units.get(lease_id, []))
-
-    def ack_batches(
+    async def ack_batches(
         self,
         it: Iteration,
         items: Sequence[AckItem],
@@ -143,23 +129,11 @@ class ServeState(Catalog):
 
         The units are journaled in **one transaction** (group-committed, see
         :mod:`datamill.serve.protocol.iteration`) before memory changes, so ``"already"`` is only
-        ever answered for journaled acks.
+        ever answered for journaled acks; the journal is awaited without a thread.
 
         Raises:
             UnavailableError: the journal could not be written (nothing changed; retry later).
         """
-        return asyncio.run(self.ack_batches_async(it, items, session=session, client=client))
-
-    async def ack_batches_async(
-        self,
-        it: Iteration,
-        items: Sequence[AckItem],
-        *,
-        session: str | None = None,
-        client: str | None = None,
-    ) -> tuple[dict[str, str], dict[str, list[tuple[int, int]]]]:
-        """:meth:`ack_batches` in an event loop (it waits for the journal without a thread): the
-        one code path of an acknowledgement (:meth:`ack_batches` runs it in a loop of its own)."""
         secret = session if session is not None else client if client is not None else ""
         p, _ = await asyncio.shield(self._trip(it, items, session_digest(secret), None))
         return p.statuses, p.units
@@ -195,14 +169,8 @@ class ServeState(Catalog):
                 error = exc
         lease, body, t0 = p.lease, b"", time.perf_counter()
         build = build and error is None and lease is not None
-        # built in the request's thread: building the next lease ahead in a pool (tried) made the
-        # builds of several clients compete for the GIL: 190k instead of 420k samples/s (4 clients)
-        if lease is not None and build and self.pool is not None:  # this thread waits (no GIL)
-            held = lease.queue if it.mode == "static" else lease.client
-            path = self.dataset(str(it.config["dataset"]))["path"]
-            body = self.pool.build(held, path, it.config, p.runs)
-        elif build:
-            body = ipc_stream(build_runs(self.service(it.config), it.config, p.runs)).to_pybytes()
+        if build:  # the build blocks (a worker process, or the GIL for milliseconds): a thread
+            body = await to_thread.run_sync(self._lease_body, it, p)
         with lock:  # a built lease's clock starts when its holder gets it, not before its build
             settled = finish(it, p, ok=error is None, now=self.clock(), built=build)
         self.telemetry.settled(it, settled)
@@ -219,6 +187,21 @@ class ServeState(Catalog):
         self.telemetry.leased(it, reissued=p.reissued, nbytes=len(body), seconds=seconds)
         epoch = int(it.config["epoch"])
         return p, LeasePayload(lease, p.lease_units, body, epoch, p.runs, settled.done)
+
+    def _lease_body(self, it: Iteration, p: Planned) -> bytes:
+        """A planned lease's batches as one Arrow IPC stream: in a build worker (this thread waits
+        without the GIL), else here. Built when asked, not ahead: building the next lease ahead in
+        a pool (tried) made the builds of several clients compete for the GIL: 190k instead of
+        420k samples/s (4 clients)."""
+        body: bytes
+        if self.pool is None:
+            body = ipc_stream(build_runs(self.service(it.config), it.config, p.runs)).to_pybytes()
+            return body
+        assert p.lease is not None  # only a planned lease is built
+        held = p.lease.queue if it.mode == "static" else p.lease.client
+        path = self.dataset(str(it.config["dataset"]))["path"]
+        body = self.pool.build(held, path, it.config, p.runs)
+        return body
 
     def heartbeat(
         self,
@@ -250,20 +233,7 @@ class ServeState(Catalog):
         self.telemetry.ended(it, "cancelled")
         return self.progress(it)
 
-    def next_lease(self, it: Iteration, client: str, **trip: Any) -> LeasePayload | None:
-        """The client's next lease with its batches, or ``None`` (see :meth:`Iteration.finished`):
-        :meth:`round_trip` without acknowledgements (``trip``: its keyword arguments)."""
-        return self.round_trip(it, client, (), **trip)[1]
-
-    def round_trip(
-        self, it: Iteration, client: str, acks: Sequence[AckItem], **trip: Any
-    ) -> tuple[dict[str, str], LeasePayload | None]:
-        """:meth:`round_trip_async` in a loop of its own (``transport="built"`` by default): for a
-        thread (a server-built lease's build holds the GIL for milliseconds)."""
-        trip.setdefault("transport", "built")
-        return asyncio.run(self.round_trip_async(it, client, acks, **trip))
-
-    async def round_trip_async(
+    async def round_trip(
         self,
         it: Iteration,
         client: str,
@@ -274,14 +244,16 @@ class ServeState(Catalog):
         slots: int = 1,
         session: str | None = None,
         owner: str = "",
-        transport: str = "direct",
+        transport: str = "built",
     ) -> tuple[dict[str, str], LeasePayload | None]:
         """Acknowledge ``acks`` and take the client's next lease, journaled in **one** write (see
         :mod:`datamill.serve.protocol.iteration`): ``(status per acknowledged lease, the lease or
-        None)``. The one code path of a round trip.
+        None)``; a lease ``None`` when none is left for this client (see
+        :meth:`Iteration.finished`) or others hold the rest.
 
-        ``transport="direct"``: the lease carries only its runs (the client builds the batches);
-        refused (:class:`ConfigError`) when the dataset has no client location. A take refused
+        ``transport="built"`` (the default): the server builds the batches (in a thread);
+        ``"direct"``: the lease carries only its runs (the client builds the batches), refused
+        (:class:`ConfigError`) when the dataset has no client location. A take refused
         (cancelled, draining, a bad rank or slot) still acknowledges, then raises.
         """
         secret = client if session is None else session

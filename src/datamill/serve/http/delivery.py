@@ -30,12 +30,10 @@ be written answers ``503`` with ``Retry-After`` (see :mod:`datamill.serve.journa
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Any
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from datamill.core.wire import format_runs
 from datamill.serve.http.routes.models import AckIn, HeartbeatIn
@@ -45,9 +43,7 @@ from datamill.serve.server import ARROW_STREAM, ServeState
 
 __all__ = ["ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]
 
-_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-_FENCE = r"^[0-9a-f]{1,64}$"
-_ACK_RE = re.compile(
+_ACK_RE = re.compile(  # an id, a fence, positions of at most 12 digits (below MAX_UNITS, 2**40)
     r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):([0-9a-f]{1,64})(?::(\d{1,12})-(\d{1,12}))?$"
 )
 
@@ -59,17 +55,11 @@ def _session(session: str | None, client: str) -> str:
 
 
 def _check_items(items: list[tuple[str, str, int | None, int | None]]) -> None:
-    for lease_id, fence, a, b in items:
-        if (
-            not re.fullmatch(_ID, lease_id)
-            or not re.fullmatch(_FENCE, fence)
-            or (a is not None and b is not None and not 0 <= a < b <= 1 << 40)
-        ):
-            raise HTTPException(
-                422,
-                f"an ack is [lease, fence (hex), start, stop] with 0 <= start < stop, got "
-                f"{[lease_id[:70], fence[:70], a, b]!r}",
-            )
+    """Refuse (422) an empty or reversed range of positions (the ids, fences and bounds are checked
+    before: by :data:`_ACK_RE` on ``/next``, by the body's model on ``/ack``)."""
+    bad = next(((a, b) for *_, a, b in items if a is not None and b is not None and a >= b), None)
+    if bad is not None:
+        raise HTTPException(422, f"an ack's positions need start < stop, got {list(bad)}")
 
 
 def _code(statuses: Any) -> int:
@@ -112,11 +102,8 @@ async def next_reply(
     owner: str = "",
     transport: str = "built",
 ) -> Response:
-    """Acknowledge the piggy-backed acks, then hand out the client's next lease (one journal write).
-
-    Direct mode runs in the event loop (nothing to build; the journal is awaited without a thread);
-    a server-built lease runs in a worker thread (its build takes the GIL for milliseconds).
-    """
+    """Acknowledge the piggy-backed acks, then hand out the client's next lease (one journal write;
+    only a server-built lease's build leaves the event loop, for a thread)."""
     secret = _session(session, client)
     items: list[tuple[str, str, int | None, int | None]] = []
     for raw in ack or ():
@@ -129,15 +116,17 @@ async def next_reply(
             (m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4]))
         )
     _check_items(items)
-    if transport == "direct":
-        statuses, payload = await state.round_trip_async(
-            it, client, items, rank=rank, slot=slot, slots=slots, session=secret, owner=owner
-        )
-    else:
-        call = partial(state.round_trip, rank=rank, slot=slot, slots=slots, session=secret)
-        statuses, payload = await run_in_threadpool(
-            call, it, client, items, owner=owner, transport=transport
-        )
+    statuses, payload = await state.round_trip(
+        it,
+        client,
+        items,
+        rank=rank,
+        slot=slot,
+        slots=slots,
+        session=secret,
+        owner=owner,
+        transport=transport,
+    )
     acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
     if payload is None:
         if it.finished(rank=rank):
@@ -174,7 +163,7 @@ async def ack_reply(
     ]
     items += [(a, f, s, e) for a, f, s, e in body.acks]
     _check_items(items)
-    statuses, _ = await state.ack_batches_async(it, items, session=_session(session, body.client))
+    statuses, _ = await state.ack_batches(it, items, session=_session(session, body.client))
     return _reply({"acks": statuses}, _code(statuses.values()))
 
 
@@ -182,7 +171,6 @@ def heartbeat_reply(
     state: ServeState, it: Iteration, body: HeartbeatIn, *, session: str | None
 ) -> JSONResponse:
     """Extend (after a restart: reclaim) the client's leases."""
-    _check_items([(a, f, None, None) for a, f in body.leases])
     res = state.heartbeat(
         it,
         body.client,

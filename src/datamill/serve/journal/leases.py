@@ -27,8 +27,8 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
 from datamill.serve.journal.schema import sealed
-from datamill.serve.journal.store import DONE_INSERT, Journal, bool_runs, done_mask
-from datamill.serve.protocol.state import Lease
+from datamill.serve.journal.store import DONE_INSERT, Journal, done_mask
+from datamill.serve.protocol.state import Lease, runs
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -297,8 +297,8 @@ def rewind_write(
         new = done.copy()
         new[drop] = False
         new[keep] = True
-        rows = [sealed((it_id, a, b, lease, now, -1)) for a, b in bool_runs(done & ~new)]
-        rows += [sealed((it_id, a, b, lease, now, 1)) for a, b in bool_runs(new & ~done)]
+        rows = [sealed((it_id, a, b, lease, now, -1)) for a, b in runs(np.flatnonzero(done & ~new))]
+        rows += [sealed((it_id, a, b, lease, now, 1)) for a, b in runs(np.flatnonzero(new & ~done))]
         if not rows:  # a rewind that changes nothing is still recorded (the rewinds' count)
             rows = [sealed((it_id, 0, 0, lease, now, 1))]
         db.executemany(DONE_INSERT, rows)

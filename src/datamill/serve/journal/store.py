@@ -27,8 +27,9 @@ from datamill.serve.journal.schema import (
     sealed,
     unlock_state,
 )
+from datamill.serve.protocol.state import runs
 
-__all__ = ["DONE_INSERT", "Journal", "backup", "bool_runs", "done_mask"]
+__all__ = ["DONE_INSERT", "Journal", "backup", "done_mask"]
 
 DONE_INSERT = (
     "INSERT INTO done (iteration, start, stop, lease, at, sign, crc) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -88,17 +89,6 @@ def done_mask(db: sqlite3.Connection, it_id: str, size: int = 0) -> NDArray[np.b
     for a, b, sign in rows:
         done[int(a) : int(b)] = sign > 0
     return done
-
-
-def bool_runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
-    """The ``[start, stop)`` runs of ``True`` in a mask (vectorised).
-
-    Examples:
-        >>> bool_runs(np.array([1, 1, 0, 0, 1, 0, 1], dtype=bool))
-        [(0, 2), (4, 5), (6, 7)]
-    """
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
 class Journal:
@@ -338,7 +328,7 @@ class Journal:
         """The done set of an iteration: the fold of its rows in commit order (a row of sign -1,
         appended by a rewind, sets its units pending again), as ``[start, stop)`` runs."""
         with self._lock:
-            return bool_runs(done_mask(self._db, it_id))
+            return runs(np.flatnonzero(done_mask(self._db, it_id)))
 
     def session_acks(self, it_id: str, session: str) -> list[int] | None:
         """The units the leases of session hash ``session`` acknowledged, in journal order (the

@@ -88,7 +88,6 @@ from datamill.serve.protocol.state import (
     PENDING,
     RATE_WINDOW_S,
     AckItem,
-    AckResult,
     ClientInfo,
     IterationState,
     Lease,
@@ -96,8 +95,8 @@ from datamill.serve.protocol.state import (
     Records,
     Settled,
     Take,
-    _array_runs,
     digest,
+    runs,
     session_digest,
 )
 
@@ -169,16 +168,16 @@ class Iteration(IterationState):
         >>> lease = it.take("c0", rank=0, now=0.0)
         >>> (lease.start, lease.stop), it.units_of(lease)
         ((0, 2), [0, 1])
-        >>> (
-        ...     it.ack(lease.id, "forged", client="c0", now=1.0).status,
-        ...     it.ack(lease.id, lease.fence, client="c1", now=1.0).status,
-        ... )
-        ('refused', 'refused')
-        >>> (
-        ...     it.ack(lease.id, lease.fence, client="c0", now=2.0).status,
-        ...     it.ack(lease.id, lease.fence, client="c0", now=2.0).status,
-        ... )
-        ('ok', 'already')
+        >>> def ack(fence, session):  # checked, then applied (no journal here)
+        ...     item = [(lease.id, fence, None, None)]
+        ...     statuses, marks = it.plan_acks(item, session=session, now=1.0)
+        ...     it.begin_acks(marks, now=1.0); it.apply_acks(marks, now=1.0)
+        ...     return statuses[lease.id]
+        >>> held = lease.session
+        >>> ack("forged", held), ack(lease.fence, digest("c1")), ack(lease.fence, held)
+        ('refused', 'refused', 'ok')
+        >>> ack(lease.fence, held)  # idempotent
+        'already'
     """
 
     def untake(self, lease: Lease) -> None:
@@ -411,7 +410,7 @@ class Iteration(IterationState):
         for lease, lo, hi in marks:
             q, seg = self.queues[lease.queue][lo:hi], self.state[lease.queue][lo:hi]
             out.setdefault(lease.id, []).append(q[seg != DONE] if _has(seg, DONE) else q)
-        return {k: _array_runs(v[0] if len(v) == 1 else np.concatenate(v)) for k, v in out.items()}
+        return {k: runs(v[0] if len(v) == 1 else np.concatenate(v)) for k, v in out.items()}
 
     def finishing(self, marks: Sequence[tuple[Lease, int, int]]) -> list[str]:
         """Ids of the leases whose every position is done once ``marks`` are applied."""
@@ -468,33 +467,6 @@ class Iteration(IterationState):
             if _every(st[lease.start : lease.stop], DONE):
                 self.leases.pop(lease.id, None)
                 self.acked.add(lease.id)
-
-    def ack(
-        self,
-        lease_id: str,
-        fence: str,
-        *,
-        session: str | None = None,
-        start: int | None = None,
-        stop: int | None = None,
-        client: str | None = None,
-        now: float,
-    ) -> AckResult:
-        """Acknowledge positions ``[start, stop)`` of a lease (all of it by default) without a
-        journal.
-
-        ``session`` is the secret (``client``'s id when ``None``; the lease's holder when both are).
-        """
-        if session is None:
-            lease = self.leases.get(lease_id)
-            session = client if client is not None else lease.client if lease is not None else ""
-        statuses, marks = self.plan_acks(
-            [(lease_id, fence, start, stop)], session=session_digest(session), now=now
-        )
-        units = self.units_of_marks(marks).get(lease_id, [])
-        self.begin_acks(marks, now=now)
-        self.apply_acks(marks, now=now)
-        return AckResult(statuses[lease_id], units)
 
     def heartbeat(
         self,

@@ -1,6 +1,6 @@
-"""One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`AckResult`,
-:class:`ClientInfo`, and a round trip's :class:`Take`, :class:`Planned`, :class:`Records`,
-:class:`Settled`), the positions' states, and :class:`IterationState`: the queues, leases and done
+"""One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`ClientInfo`,
+and a round trip's :class:`Take`, :class:`Planned`, :class:`Records`, :class:`Settled`), the
+positions' states, and :class:`IterationState`: the queues, leases and done
 set of one iteration with the bookkeeping the transitions share and the views the driver reads.
 
 The transitions that change it are :class:`datamill.serve.protocol.iteration.Iteration`'s. Pure,
@@ -30,7 +30,6 @@ __all__ = [
     "PENDING",
     "RATE_WINDOW_S",
     "AckItem",
-    "AckResult",
     "ClientInfo",
     "IterationState",
     "Lease",
@@ -109,16 +108,6 @@ class Lease:
 
 
 @dataclass
-class AckResult:
-    """``status``: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's
-    lease or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all
-    in the lease: 422, nothing recorded); ``units``: the unit runs done by this ack."""
-
-    status: str
-    units: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass
 class ClientInfo:
     """What the server knows of one client (for progress)."""
 
@@ -132,7 +121,9 @@ class ClientInfo:
 
 AckItem = tuple[str, str, int | None, int | None]
 """An acknowledgement ``(lease id, fence, start, stop)``: positions of the lease (``None``: all of
-it)."""
+it). Its status: ``"ok"``, ``"already"`` (journaled before), ``"refused"`` (another session's lease
+or a wrong fence: 409), ``"expired"`` (not live: 410) or ``"outside"`` (positions not all in the
+lease: 422, nothing recorded)."""
 
 
 @dataclass
@@ -195,32 +186,28 @@ class Settled:
     done: int = 0
 
 
-def runs(units: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted unit ids as ``[start, stop)`` runs.
+def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
+    """Unit ids as sorted ``[start, stop)`` runs (vectorised for an array past a lease's few
+    units, where a plain loop is faster).
 
     Examples:
         >>> runs([0, 1, 2, 5, 6, 9])
         [(0, 3), (5, 7), (9, 10)]
+        >>> runs(np.flatnonzero(np.arange(600) % 300 < 2))
+        [(0, 2), (300, 302)]
     """
+    if isinstance(units, np.ndarray) and len(units) > 256:
+        u = np.unique(units)
+        cut = np.flatnonzero(np.diff(u) != 1) + 1
+        starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])]
+        return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
     out: list[tuple[int, int]] = []
-    for u in sorted(int(x) for x in units):
-        if out and out[-1][1] == u:
-            out[-1] = (out[-1][0], u + 1)
+    for v in sorted(int(x) for x in units):
+        if out and out[-1][1] == v:
+            out[-1] = (out[-1][0], v + 1)
         else:
-            out.append((u, u + 1))
+            out.append((v, v + 1))
     return out
-
-
-def _array_runs(units: NDArray[np.int64]) -> list[tuple[int, int]]:
-    """:func:`runs` of an int array, vectorised (a lease's few units: a plain loop is faster)."""
-    if len(units) <= 256:
-        return runs(units.tolist())
-    u = np.unique(units)
-    if not len(u):
-        return []
-    cut = np.flatnonzero(np.diff(u) != 1) + 1
-    starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])] + 1
-    return [(int(a), int(b)) for a, b in zip(starts, stops)]
 
 
 def _per_s(acked: deque[tuple[float, int]], now: float) -> float:
