@@ -107,7 +107,7 @@ def test_direct_batches_are_byte_identical_to_server_built_and_in_process(
 def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, Any]) -> None:
     """Direct mode with the default numpy collate (the batches collated as they are built, a block
     at a time), an epoch after the first planned while its join is in flight (not during the
-    previous epoch): the in-process Loader's arrays, epoch after epoch."""
+    previous epoch), one epoch's plans kept: the in-process Loader's arrays, epoch after epoch."""
     import numpy as np
 
     kw: dict[str, Any] = {"batch_size": 96, "seed": 21, "name": "d-numpy", "lease_size": 4}
@@ -137,6 +137,7 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
         assert loader._direct._service is not None
         plans = {k[0] for k in loader._direct._service[1]._plans}
         assert epoch + 1 not in plans  # nothing planned ahead during the epoch
+        assert plans == {epoch}  # one epoch's plans kept, as in process: the last one's dropped
         # epoch 0 opened the dataset and planned itself; epoch 1 began its plan before its join
         assert early == [(1, 0, 1)][:epoch]
         assert restarts == [1] * (epoch + 1) and primed == [0] * (epoch + 1)
