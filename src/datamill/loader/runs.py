@@ -400,6 +400,13 @@ class RunStream:
         self.restarts += 1
         return stop, results
 
+    def close_rank(self, rank: int) -> None:
+        """Stop plan rank ``rank``'s open build (its shards are released; a later batch of the rank
+        starts a new one)."""
+        current = self._streams.pop(rank, None)
+        if current is not None:
+            close_iterator(current[2])
+
     def close(self) -> None:
         """Stop the open builds (their shards are released)."""
         self._primed = None

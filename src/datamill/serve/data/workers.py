@@ -363,8 +363,11 @@ def _built(
     local = _local(stream, want)
     rank = None if local is None else _RANKS.get((skey, local[0]))
     if local is not None and rank is not None and local[2] == rank.total:
-        # the rank's last lease of the epoch: its next epoch's first batches are built now (the
-        # client's next epoch then does not wait for a build's start; unused, they are dropped)
+        # the rank's last lease of the epoch: its build stops (its shards freed for the next one's
+        # reads), and its next epoch's first batches are built now (the client's next epoch then
+        # does not wait for a build's start; unused, they are dropped)
+        _RANKS.pop((skey, local[0])).stop()
+        _builder().submit(stream.close_rank, local[0])
         nxt = {**cfg, "epoch": int(cfg["epoch"]) + 1}
         nkey = _skey(key, nxt, split)
         nstream = _stream_for(nkey, svc, nxt, split=split)
