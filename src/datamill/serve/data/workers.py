@@ -13,8 +13,11 @@ lease and the worker two.
 
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
-the same shuffle window, hit the same worker's cache. A worker builds every batch in one thread of
-its own: it follows each static rank it serves with one build over the next 1M samples (a
+the same shuffle window, hit the same worker's cache; with more workers than the iteration's plan
+ranks, each rank is split over the workers (chunks of :data:`SPLIT_CHUNK` batches in turn, see
+:class:`~datamill.loader.runs.Split`) and a lease's parts, built at once, are stitched into the
+stream one worker would have sent (:meth:`BuildPool._split`). A worker builds every batch in one
+thread of its own: it follows each static rank it serves with one build over the next 1M samples (a
 :class:`~datamill.loader.runs.RunStream`) and builds the rank's batches ahead of the leases asked,
 two leases' worth, whatever the leases' bounds (:class:`~datamill.loader.runs.RunAhead`), each with
 its Arrow IPC message, so a request only copies messages into a slot; a rank's last lease of an
@@ -520,6 +523,9 @@ class BuildPool:
             return self._split(client, str(path), small, want[0], parts)  # type: ignore[arg-type]
         w = client % n if isinstance(client, int) else self._worker(client)
         out = self._call(w, _build, (str(path), small, want))
+        if isinstance(out, bytes):  # through the pipe: already this process's own copy
+            self.handed["pipe"] += 1
+            return out
         with self._held(w, out) as body:
             return body.tobytes()
 
