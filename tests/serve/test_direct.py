@@ -303,10 +303,14 @@ def test_direct_mode_reads_s3_through_the_client_cache(
 
 
 def test_build_workers_give_the_same_bytes_as_one_process(
-    direct: dict[str, Any], tmp_path: Path
+    direct: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ServeState with 2 build workers vs in-process builds: the same lease bodies, lease for
-    lease."""
+    lease (2 ranks: a worker each; 1 rank: each lease built in parts by both workers, in chunks
+    of 3 batches, and stitched)."""
+    from datamill.serve.data import workers as build_workers
+
+    monkeypatch.setattr(build_workers, "SPLIT_CHUNK", 3)
     bodies: dict[int, list[bytes]] = {}
     for workers in (0, 2):
         st = ServeState(
@@ -314,30 +318,31 @@ def test_build_workers_give_the_same_bytes_as_one_process(
         )
         try:
             st.register("ds", name="ds")
-            it_id = st.create_iteration(
-                {
-                    "dataset": "ds",
-                    "batch_size": 70,
-                    "seed": 3,
-                    "world_size": 2,
-                    "lease_size": 4,
-                    "mode": "static",
-                }
-            )["id"]
-            it = st.iteration(it_id)
             out = []
-            for rank in (0, 1):
-                while (
-                    p := next_lease(st, it, f"c{rank}", rank=rank, session=f"c{rank}")
-                ) is not None:
-                    out.append(p.body)
-                    ack(st, it, p.lease.id, p.lease.fence, session=f"c{rank}")
+            for world in (2, 1):
+                it_id = st.create_iteration(
+                    {
+                        "dataset": "ds",
+                        "batch_size": 70,
+                        "seed": 3,
+                        "world_size": world,
+                        "lease_size": 4,
+                        "mode": "static",
+                    }
+                )["id"]
+                it = st.iteration(it_id)
+                for rank in range(world):
+                    while (
+                        p := next_lease(st, it, f"c{rank}", rank=rank, session=f"c{rank}")
+                    ) is not None:
+                        out.append(p.body)
+                        ack(st, it, p.lease.id, p.lease.fence, session=f"c{rank}")
             bodies[workers] = out
         finally:
             st.close()
     assert len(bodies[0]) == len(bodies[2]) > 10 and bodies[0] == bodies[2]
     n = sum(pa.ipc.open_stream(io.BytesIO(b)).read_all().num_rows for b in bodies[2])
-    assert n == N
+    assert n == 2 * N
 
 
 def test_build_workers_decode_with_their_share_of_the_cores(tmp_path: Path) -> None:

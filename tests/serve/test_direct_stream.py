@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.core.source import TableSource
-from datamill.loader.runs import RunAhead, RunStream, build_runs, service_for
+from datamill.loader.runs import RunAhead, RunStream, Split, build_runs, service_for
 from datamill.serve.data.workers import ipc_stream
 from datamill.sources import open_source
 
@@ -154,3 +154,41 @@ def test_a_failed_build_ahead_is_built_again_when_asked(
         run = (0, a, min(svc.num_batches(0, 0, 1), a + 4))
         assert workers._build(path, cfg, [run]) == _ipc(build_runs(svc, cfg, [run]))
     assert len(calls) > 2  # the build ahead did fail, and was built again
+
+
+def test_a_lease_built_in_parts_by_two_workers_is_the_bytes_of_one_build(tmp_path: Path) -> None:
+    """With more build workers than plan ranks, each worker builds its part of a rank (chunks of
+    batches in turn) ahead, and the HTTP process stitches a lease's parts into one stream: any
+    leases' bounds (a re-issued one too) give the bytes of a build per lease, through the stitch
+    and through its re-encoding fallback (a part without its layout)."""
+    from datamill.serve.data import workers
+    from datamill.shards.dataset import ShardsetDataset
+
+    ShardsetDataset.create(
+        tmp_path / "ds", _source(700, 70).table, uid="uid", shardset="main", shard_size=70
+    )
+    cfg = {"dataset": "p", "batch_size": 9, "seed": 5, "shuffle": True, "window": None}
+    cfg.update(drop_last=False, columns=None, plan_world=1, epoch=0, mode="static", lease_size=7)
+    svc = service_for(open_source(tmp_path / "ds"), cfg)
+    workers._init(None)
+    path, total, chunk = str(tmp_path / "ds"), svc.num_batches(0, 0, 1), 3
+    bounds = [0, 1, 2, 5, *range(12, total, 7), total]
+    leases = [(a, b) for a, b in itertools.pairwise(bounds)]
+    before = dict(RunAhead.stats)
+    for k, (a, b) in enumerate([*leases[:3], leases[1], *leases[2:]]):  # the second re-issued
+        pieces = Split(0, 2, chunk=chunk).pieces(0, a, b)
+        outs = {
+            p: workers._build_part(
+                path, cfg, [(0, x, y) for x, y, q in pieces if q == p], (0, ()), (p, 2, chunk)
+            )
+            for p in sorted({q for _, _, q in pieces})
+        }
+        bodies = {p: memoryview(body) for p, (body, _) in outs.items()}
+        layouts = {p: lay for p, (_, lay) in outs.items()}
+        if k % 4 == 3:  # as a part of dictionaries (or of several schemas) comes
+            layouts = dict.fromkeys(layouts)
+        want = _ipc(build_runs(svc, cfg, [(0, a, b)]))
+        assert workers._stitch(pieces, bodies, layouts) == want
+        _idle(workers)
+    got = {k: RunAhead.stats[k] - before[k] for k in before}
+    assert got["ready"] > got["asked"] // 2  # most batches were built ahead, in both parts

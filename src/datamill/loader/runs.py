@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
+from numpy.typing import NDArray
 
 from datamill.loader.accounting import BatchResult
 from datamill.loader.options import Batching
@@ -30,6 +32,7 @@ from datamill.loader.service import BatchService
 __all__ = [
     "RunAhead",
     "RunStream",
+    "Split",
     "as_batch",
     "as_batches",
     "as_table",
@@ -214,6 +217,54 @@ def build_runs(
     return tables
 
 
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Part ``part`` of ``parts`` of every plan rank's batches: the chunks of ``chunk`` consecutive
+    batches whose number ``c`` has ``(c + rank) % parts == part`` (a build worker builds its part
+    of a rank while the others build theirs). A lease ``[a, b)`` of a rank is, in each part, one
+    run of that part's batches (:meth:`local`).
+
+    Examples:
+        >>> s = Split(1, 2, chunk=2)
+        >>> s.batches(0, 9).tolist(), s.batches(1, 9).tolist()
+        ([2, 3, 6, 7], [0, 1, 4, 5, 8])
+        >>> s.local(1, 1, 8), s.pieces(0, 1, 8)
+        ((1, 4), [(1, 2, 0), (2, 4, 1), (4, 6, 0), (6, 8, 1)])
+    """
+
+    part: int = 0
+    parts: int = 1
+    chunk: int = 32
+
+    def batches(self, rank: int, total: int) -> NDArray[np.int64]:
+        """The batches of this part of plan rank ``rank`` (of ``total``), ascending."""
+        b = np.arange(total, dtype=np.int64)
+        out: NDArray[np.int64] = b[(b // self.chunk + rank) % self.parts == self.part]
+        return out
+
+    def local(self, rank: int, a: int, b: int) -> tuple[int, int]:
+        """Batches ``[a, b)`` of plan rank ``rank``: this part's run of them, as positions in
+        :meth:`batches`."""
+        return self._below(rank, a), self._below(rank, b)
+
+    def _below(self, rank: int, x: int) -> int:
+        """This part's batches of plan rank ``rank`` below batch ``x``."""
+        q, rem = divmod(x, self.chunk)
+        first = (self.part - rank) % self.parts  # this part's first chunk
+        full = 0 if q <= first else (q - 1 - first) // self.parts + 1
+        return full * self.chunk + (rem if (q + rank) % self.parts == self.part else 0)
+
+    def pieces(self, rank: int, a: int, b: int) -> list[tuple[int, int, int]]:
+        """Batches ``[a, b)`` of plan rank ``rank`` as ``(start, stop, part)`` pieces, in order."""
+        out = []
+        while a < b:
+            c = a // self.chunk
+            stop = min(b, (c + 1) * self.chunk)
+            out.append((a, stop, (c + rank) % self.parts))
+            a = stop
+        return out
+
+
 class RunStream:
     """A direct client's builds: one continuous build per plan rank, as the in-process Loader's.
 
@@ -230,7 +281,8 @@ class RunStream:
 
     A server's build worker follows the ranks it serves with ``horizon`` (a build covers the next
     ``horizon`` batches, without the rank's plan, so memory stays O(shards + horizon)) and at most
-    ``streams`` builds open.
+    ``streams`` builds open; with a ``split``, its part of each rank only (a batch number ``i`` is
+    then the ``i``-th batch of the part: :meth:`total` of them).
 
     Examples:
         >>> from datamill.core.source import TableSource
@@ -260,8 +312,10 @@ class RunStream:
         follow: bool = True,
         horizon: int | None = None,
         streams: int = 2,
+        split: Split | None = None,
     ) -> None:
-        self.svc, self.cfg, self.follow = svc, cfg, follow
+        self.svc, self.cfg, self.follow, self.split = svc, cfg, follow, split
+        self._owned: dict[int, NDArray[np.int64]] = {}  # with a split: plan rank -> its batches
         self.horizon, self.max_streams = horizon, max(1, int(streams))
         self.epoch, self.world = int(cfg["epoch"]), int(cfg["plan_world"])
         # plan rank -> (next batch, stop batch, its build's results)
@@ -306,6 +360,16 @@ class RunStream:
                 self._streams[r] = (batch + 1, stop, results)
                 yield res.output
 
+    def total(self, rank: int) -> int:
+        """Batches of plan rank ``rank`` this stream builds (its part's, with a split)."""
+        total = self.svc.num_batches(self.epoch, rank, self.world)
+        if self.split is None:
+            return total
+        owned = self._owned.get(rank)
+        if owned is None:
+            owned = self._owned[rank] = self.split.batches(rank, total)
+        return len(owned)
+
     def _at(self, rank: int, batch: int) -> tuple[int, Iterator[BatchResult]]:
         """The build of plan rank ``rank`` whose next batch is ``batch`` (started there if need
         be), with the batch it stops at."""
@@ -317,9 +381,14 @@ class RunStream:
             close_iterator(current[2])
         while len(self._streams) >= self.max_streams:  # the least recently used build stops
             close_iterator(self._streams.pop(next(iter(self._streams)))[2])
-        total = self.svc.num_batches(self.epoch, rank, self.world)
+        total = self.total(rank)
         results: Iterator[BatchResult]
-        if self.horizon is None:  # to the rank's end, with the rank's plan (the Loader's way)
+        if self.split is not None:  # the part's next ``horizon`` batches, as below
+            stop = min(total, batch + (self.horizon or total))
+            results = self.svc.build_samples(
+                self.epoch, rank, self._owned[rank][batch:stop].tolist(), world_size=self.world
+            )
+        elif self.horizon is None:  # to the rank's end, with the rank's plan (the Loader's way)
             stop = total
             results = self.svc.build(self.epoch, rank, range(batch, stop), world_size=self.world)
         else:  # the next ``horizon`` batches, without the rank's plan (memory O(horizon))
@@ -330,6 +399,13 @@ class RunStream:
         self._streams[rank] = (batch, stop, results)
         self.restarts += 1
         return stop, results
+
+    def close_rank(self, rank: int) -> None:
+        """Stop plan rank ``rank``'s open build (its shards are released; a later batch of the rank
+        starts a new one)."""
+        current = self._streams.pop(rank, None)
+        if current is not None:
+            close_iterator(current[2])
 
     def close(self) -> None:
         """Stop the open builds (their shards are released)."""
@@ -377,7 +453,7 @@ class RunAhead:
     ) -> None:
         self.stream, self.rank, self.pool, self.convert = stream, rank, pool, convert
         self.held, self.budget = held, budget
-        self.total = stream.svc.num_batches(stream.epoch, rank, stream.world)
+        self.total = stream.total(rank)
         self.base = self.pos = self.want = self.asked = start
         self.items: deque[tuple[Any, int]] = deque()
         self.error: Exception | None = None

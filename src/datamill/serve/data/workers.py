@@ -13,8 +13,11 @@ lease and the worker two.
 
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
-the same shuffle window, hit the same worker's cache. A worker builds every batch in one thread of
-its own: it follows each static rank it serves with one build over the next 1M samples (a
+the same shuffle window, hit the same worker's cache; with more workers than the iteration's plan
+ranks, each rank is split over the workers (chunks of :data:`SPLIT_CHUNK` batches in turn, see
+:class:`~datamill.loader.runs.Split`) and a lease's parts, built at once, are stitched into the
+stream one worker would have sent (:meth:`BuildPool._split`). A worker builds every batch in one
+thread of its own: it follows each static rank it serves with one build over the next 1M samples (a
 :class:`~datamill.loader.runs.RunStream`) and builds the rank's batches ahead of the leases asked,
 two leases' worth, whatever the leases' bounds (:class:`~datamill.loader.runs.RunAhead`), each with
 its Arrow IPC message, so a request only copies messages into a slot; a rank's last lease of an
@@ -24,12 +27,15 @@ and journals.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import mmap
 import multiprocessing
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -39,7 +45,15 @@ import pyarrow as pa
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
-from datamill.loader.runs import RunAhead, RunStream, as_batch, as_batches, service_for
+from datamill.loader.runs import (
+    RunAhead,
+    RunStream,
+    Split,
+    as_batch,
+    as_batches,
+    build_runs,
+    service_for,
+)
 
 __all__ = ["BuildPool", "default_build_workers", "ipc_stream"]
 
@@ -197,9 +211,21 @@ def _serialized(tables: Iterable[pa.Table]) -> list[tuple[_Built, int]]:
     and the bytes of both."""
     out = []
     for t in tables:
-        m = None if "dictionary<" in str(t.schema) else as_batch(t, t.schema).serialize()
-        out.append(((t, m), t.nbytes + (0 if m is None else m.size)))
+        m = None if _dictionary(t.schema) else as_batch(t, t.schema).serialize()
+        out.append(((t, m), t.get_total_buffer_size() + (0 if m is None else m.size)))
     return out
+
+
+_LAST_SCHEMA: list[tuple[pa.Schema | None, bool]] = [(None, False)]
+
+
+def _dictionary(schema: pa.Schema) -> bool:
+    """Whether ``schema`` has a dictionary type (asked for every batch: the last schema's answer is
+    remembered, a rank's batches share theirs)."""
+    last = _LAST_SCHEMA[0]
+    if last[0] is not schema:
+        last = _LAST_SCHEMA[0] = (schema, "dictionary<" in str(schema))
+    return last[1]
 
 
 def _body(built: Sequence[_Built]) -> list[pa.Buffer]:
@@ -222,11 +248,27 @@ def _builder() -> ThreadPoolExecutor:
 
 def _tables(skey: str, stream: Any, cfg: Mapping[str, Any], runs: _Runs) -> list[_Built]:
     """A lease's batches: a static rank's from its RunAhead (started at the lease's first
-    batch when the lease does not continue it), others built alone in the build thread."""
-    if not stream.follow or len(runs) != 1:
-        return [x for x, _ in _builder().submit(_serialized, stream.batches(runs)).result()]
-    r, a, b = runs[0]
+    batch when the lease does not continue it), others built alone in the build thread. With a
+    split, ``runs`` are this part's pieces of one lease: one run of the part's batches."""
+    local = _local(stream, runs)
+    if local is None:
+        alone = build_runs if stream.split is not None else None
+        made = stream.batches(runs) if alone is None else alone(stream.svc, stream.cfg, runs)
+        return [x for x, _ in _builder().submit(_serialized, made).result()]
+    r, a, b = local
     return _rank_at(skey, stream, r, a).take(a, b, ahead=_AHEAD_LEASES * cfg.get("lease_size", 16))
+
+
+def _local(stream: Any, runs: _Runs) -> tuple[int, int, int] | None:
+    """``runs`` as one run of ``stream``'s batches (of its part, with a split), or ``None`` when
+    they are not one (or ``stream`` does not follow ranks)."""
+    if not stream.follow or not runs or any(r != runs[0][0] for r, _, _ in runs):
+        return None
+    r = runs[0][0]
+    if stream.split is None:
+        return (r, runs[0][1], runs[0][2]) if len(runs) == 1 else None
+    a, b = stream.split.local(r, runs[0][1], runs[-1][2])
+    return (r, a, b) if b - a == sum(y - x for _, x, y in runs) else None
 
 
 def _rank_at(skey: str, stream: Any, r: int, a: int) -> RunAhead:
@@ -251,7 +293,9 @@ def _retire(stream: Any) -> None:
     _builder().submit(stream.close)
 
 
-def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = False) -> Any:
+def _stream_for(
+    skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = False, split: Split | None = None
+) -> Any:
     """The RunStream of ``skey`` (created when new or ``fresh``; the least recently used beyond
     :data:`_MAX_ITERATIONS` retired)."""
     stream = _STREAMS.pop(skey, None)
@@ -262,7 +306,9 @@ def _stream_for(skey: str, svc: Any, cfg: Mapping[str, Any], *, fresh: bool = Fa
         batch = int(cfg["batch_size"])
         horizon = max(_HORIZON_LEASES * cfg.get("lease_size", 16), _HORIZON_SAMPLES // batch)
         follow = cfg.get("mode", "static") == "static"
-        stream = RunStream(svc, cfg, follow=follow, horizon=horizon, streams=_STREAMS_PER_ITERATION)
+        stream = RunStream(
+            svc, cfg, follow=follow, horizon=horizon, streams=_STREAMS_PER_ITERATION, split=split
+        )
     _STREAMS[skey] = stream  # most recently used last
     while len(_STREAMS) > _MAX_ITERATIONS:
         _retire(_STREAMS.pop(next(iter(_STREAMS))))
@@ -280,31 +326,114 @@ def _build(
     """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it (see the
     module docstring); a build that failed is tried once more in a fresh stream, whose error is the
     lease's."""
+    return _handed(_body(_built(path, cfg, runs, None)), released, shared=shared)
+
+
+def _build_part(
+    path: str,
+    cfg: dict[str, Any],
+    runs: list[tuple[int, int, int]],
+    released: tuple[int, Sequence[int]],
+    split: tuple[int, int, int],
+    *,
+    shared: bool = False,
+) -> tuple[Any, list[int] | None]:
+    """In a worker: :func:`_build` of part ``split`` (``(part, parts, chunk)``, a
+    :class:`~datamill.loader.runs.Split`) of a lease, ``runs`` its pieces; with the sizes of the
+    stream's parts (its schema, each batch's message, its end), ``None`` when it is one
+    :func:`ipc_stream` (a dictionary, or batches of several schemas)."""
+    parts = _body(_built(path, cfg, runs, Split(*split)))
+    layout = [p.size for p in parts] if len(parts) > 1 else None
+    return _handed(parts, released, shared=shared), layout
+
+
+def _built(
+    path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]], split: Split | None
+) -> list[_Built]:
     from datamill.sources import open_source
 
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
     svc = _SERVICES.get(key)
     if svc is None:
         svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
-    skey = _skey(key, cfg)
+    skey = _skey(key, cfg, split)
     want: _Runs = tuple((int(r), int(a), int(b)) for r, a, b in runs)
     try:
-        tables = _tables(skey, _stream_for(skey, svc, cfg), cfg, want)
+        tables = _tables(skey, _stream_for(skey, svc, cfg, split=split), cfg, want)
     except Exception:  # noqa: BLE001 - once more, in a fresh stream: its error is the lease's
-        tables = _tables(skey, _stream_for(skey, svc, cfg, fresh=True), cfg, want)
-    rank = _RANKS.get((skey, want[0][0]))
-    if len(want) == 1 and rank is not None and want[0][2] == rank.total:
-        # the rank's last lease of the epoch: its next epoch's first batches are built now (the
-        # client's next epoch then does not wait for a build's start; unused, they are dropped)
+        tables = _tables(skey, _stream_for(skey, svc, cfg, fresh=True, split=split), cfg, want)
+    stream = _STREAMS[skey]
+    local = _local(stream, want)
+    rank = None if local is None else _RANKS.get((skey, local[0]))
+    if local is not None and rank is not None and local[2] == rank.total:
+        # the rank's last lease of the epoch: its build stops (its shards freed for the next one's
+        # reads), and its next epoch's first batches are built now (the client's next epoch then
+        # does not wait for a build's start; unused, they are dropped)
+        _RANKS.pop((skey, local[0])).stop()
+        _builder().submit(stream.close_rank, local[0])
         nxt = {**cfg, "epoch": int(cfg["epoch"]) + 1}
-        nkey = _skey(key, nxt)
-        _rank_at(nkey, _stream_for(nkey, svc, nxt), want[0][0], 0).take(0, 0, ahead=RunAhead.CHUNK)
-    return _handed(_body(tables), released, shared=shared)
+        nkey = _skey(key, nxt, split)
+        nstream = _stream_for(nkey, svc, nxt, split=split)
+        _rank_at(nkey, nstream, local[0], 0).take(0, 0, ahead=RunAhead.CHUNK)
+    return tables
 
 
-def _skey(key: str, cfg: Mapping[str, Any]) -> str:
-    """The key of an iteration's RunStream: service, epoch, plan world size, mode."""
-    return fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static")])
+def _skey(key: str, cfg: Mapping[str, Any], split: Split | None = None) -> str:
+    """The key of an iteration's RunStream: service, epoch, plan world size, mode, split."""
+    parts = None if split is None else dataclasses.astuple(split)
+    return fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static"), parts])
+
+
+SPLIT_CHUNK = 32
+"""Batches of a rank in a row built by one worker when a lease is built in parts (each worker
+builds every other chunk with 2 workers)."""
+
+
+def _stitch(
+    pieces: Sequence[tuple[int, int, int]],
+    bodies: Mapping[int, memoryview],
+    layouts: Mapping[int, list[int] | None],
+) -> bytes:
+    """The one stream of a lease built in parts: ``pieces`` ``(start, stop, part)`` in order,
+    ``bodies`` each part's stream of its pieces' batches (``layouts``: its sizes, see
+    :func:`_build_part`). Re-encoded (:func:`ipc_stream`) when a part's stream has no layout or
+    another schema than the first part's."""
+    first = bodies[pieces[0][2]]
+    head = layouts[pieces[0][2]]
+    schema = None if head is None else bytes(first[: head[0]])
+    plain = schema is not None and all(
+        lay is not None and bytes(bodies[p][: lay[0]]) == schema for p, lay in layouts.items()
+    )
+    if not plain:
+        batches = {p: list(pa.ipc.open_stream(pa.py_buffer(bytes(v)))) for p, v in bodies.items()}
+        got = {p: 0 for p in bodies}
+        tables = []
+        for a, b, p in pieces:
+            tables += [pa.Table.from_batches([x]) for x in batches[p][got[p] : got[p] + b - a]]
+            got[p] += b - a
+        body: bytes = ipc_stream(tables).to_pybytes()
+        return body
+    at = {p: lay[0] for p, lay in layouts.items() if lay is not None}  # past each schema
+    sizes = {p: iter(lay[1:-1]) for p, lay in layouts.items() if lay is not None}
+    out = [first[: at[pieces[0][2]]]]
+    for a, b, p in pieces:
+        n = sum(next(sizes[p]) for _ in range(b - a))
+        out.append(bodies[p][at[p] : at[p] + n])
+        at[p] += n
+    out.append(memoryview(_EOS))
+    return b"".join(out)
+
+
+@dataclasses.dataclass
+class _Asked:
+    """A build submitted to a worker (asked again of its replacement when the worker died)."""
+
+    worker: int
+    executor: ProcessPoolExecutor
+    future: Any
+    fn: Any
+    args: tuple[Any, ...]
+    extra: tuple[Any, ...]
 
 
 class BuildPool:
@@ -379,39 +508,99 @@ class BuildPool:
         runs: Sequence[tuple[int, int, int]],
     ) -> bytes:
         """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it);
-        an int ``client`` (a static iteration's rank) is worker ``client % workers``.
+        an int ``client`` (a static iteration's rank) is worker ``client % workers``, or, with more
+        workers than the iteration's plan ranks, its lease is built in parts, one per worker
+        (:meth:`_split`).
 
         The worker hands the bytes over in a shared-memory slot of its own when it can (one copy
         out here), else through the executor's pipe (pickled: several copies on both sides)."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
         small.update(mode=cfg.get("mode", "static"), lease_size=cfg.get("lease_size", 16))
-        args = (str(path), small, [(int(r), int(a), int(b)) for r, a, b in runs])
-        w = client % len(self.executors) if isinstance(client, int) else self._worker(client)
+        want = [(int(r), int(a), int(b)) for r, a, b in runs]
+        n = len(self.executors)
+        parts = n // max(1, int(small["plan_world"])) if isinstance(client, int) else 1
+        if parts > 1 and len(want) == 1 and small["mode"] == "static":
+            return self._split(client, str(path), small, want[0], parts)  # type: ignore[arg-type]
+        w = client % n if isinstance(client, int) else self._worker(client)
+        out = self._call(w, _build, (str(path), small, want))
+        if isinstance(out, bytes):  # through the pipe: already this process's own copy
+            self.handed["pipe"] += 1
+            return out
+        with self._held(w, out) as body:
+            return body.tobytes()
+
+    def _split(
+        self, rank: int, path: str, cfg: dict[str, Any], run: tuple[int, int, int], parts: int
+    ) -> bytes:
+        """A static rank's lease built by ``parts`` workers at once, each its part of the rank's
+        batches (:class:`~datamill.loader.runs.Split`: chunks of :data:`SPLIT_CHUNK` batches,
+        each worker following its part with its own builds ahead), stitched here into the stream
+        one worker would have made: the same bytes (the schema once, every batch's message in
+        order, the end)."""
+        r, a, b = run
+        split = Split(0, parts, chunk=SPLIT_CHUNK)
+        pieces = split.pieces(r, a, b)
+        asked = sorted({p for _, _, p in pieces})
+        futures = {
+            p: self._submit(
+                (rank * parts + p) % len(self.executors),
+                _build_part,
+                (path, cfg, [(r, x, y) for x, y, q in pieces if q == p]),
+                (p, parts, SPLIT_CHUNK),
+            )
+            for p in asked
+        }
+        outs = {p: self._result(futures[p]) for p in asked}
+        with contextlib.ExitStack() as stack:
+            views = {p: stack.enter_context(self._held(w, out[0])) for p, (w, out) in outs.items()}
+            return _stitch(pieces, views, {p: out[1] for p, (_, out) in outs.items()})
+
+    def _submit(self, w: int, fn: Any, args: tuple[Any, ...], *extra: Any) -> _Asked:
+        """Submit ``fn(*args, released, *extra)`` to worker ``w``."""
         ex = self.executors[w]
+        call = functools.partial(fn, *args, self._released_for(w), *extra, shared=self.shared)
+        future = ex.submit(call)
+        return _Asked(w, ex, future, fn, args, extra)
+
+    def _result(self, asked: _Asked) -> tuple[int, Any]:
+        """``(worker, result)`` of a :meth:`_submit`; asked once more of a new process when the
+        worker died (killed, out of memory)."""
         try:
-            out = ex.submit(_build, *args, self._released_for(w), shared=self.shared).result()
-        except BrokenProcessPool:  # the worker died (killed, out of memory): replace it, again
+            return asked.worker, asked.future.result()
+        except BrokenProcessPool:
+            w = asked.worker
             with self._lock:
-                if self.executors[w] is ex:
+                if self.executors[w] is asked.executor:
                     self.executors[w] = self._executor()
                     self.executors[w].submit(_ping).result()
                     gone = self._pids.pop(w, 0)  # its slots die with it (a pid may be reused)
                     self._released.pop(gone, None)
                     for key in [k for k in self._maps if k[0] == gone]:
                         del self._maps[key]
-                ex = self.executors[w]
-            out = ex.submit(_build, *args, self._released_for(w), shared=self.shared).result()
+            again = self._submit(w, asked.fn, asked.args, *asked.extra)
+            return w, again.future.result()
+
+    def _call(self, w: int, fn: Any, args: tuple[Any, ...]) -> Any:
+        """``fn(*args, released)`` in worker ``w`` (see :meth:`_result`)."""
+        return self._result(self._submit(w, fn, args))[1]
+
+    @contextlib.contextmanager
+    def _held(self, w: int, out: Any) -> Iterator[memoryview]:
+        """The bytes a worker handed over (``out`` of :func:`_handed`), while they are read; its
+        slot is released after."""
         if isinstance(out, bytes):
             self.handed["pipe"] += 1
-            return out
+            yield memoryview(out)
+            return
         self.handed["shared"] += 1
         pid, fd, slot, n, size = out
-        with memoryview(self._mapping(pid, fd, size)) as view:
-            body = bytes(view[:n])
-        with self._lock:
-            self._pids[w] = pid
-            self._released.setdefault(pid, []).append(slot)
-        return body
+        try:  # every view of the mapping released on the way out (a live one blocks its close)
+            with memoryview(self._mapping(pid, fd, size)) as view, view[:n] as part:
+                yield part
+        finally:
+            with self._lock:
+                self._pids[w] = pid
+                self._released.setdefault(pid, []).append(slot)
 
     def _released_for(self, w: int) -> tuple[int, list[int]]:
         """The slots of worker ``w``'s process that were released since its last build."""
