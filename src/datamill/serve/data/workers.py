@@ -405,14 +405,7 @@ def _stitch(
         lay is not None and bytes(bodies[p][: lay[0]]) == schema for p, lay in layouts.items()
     )
     if not plain:
-        batches = {p: list(pa.ipc.open_stream(pa.py_buffer(bytes(v)))) for p, v in bodies.items()}
-        got = {p: 0 for p in bodies}
-        tables = []
-        for a, b, p in pieces:
-            tables += [pa.Table.from_batches([x]) for x in batches[p][got[p] : got[p] + b - a]]
-            got[p] += b - a
-        body: bytes = ipc_stream(tables).to_pybytes()
-        return body
+        return _restitch(pieces, bodies)
     at = {p: lay[0] for p, lay in layouts.items() if lay is not None}  # past each schema
     sizes = {p: iter(lay[1:-1]) for p, lay in layouts.items() if lay is not None}
     out = [first[: at[pieces[0][2]]]]
@@ -422,6 +415,18 @@ def _stitch(
         at[p] += n
     out.append(memoryview(_EOS))
     return b"".join(out)
+
+
+def _restitch(pieces: Sequence[tuple[int, int, int]], bodies: Mapping[int, memoryview]) -> bytes:
+    """:func:`_stitch`'s fallback: the parts' batches read and written again as one stream."""
+    batches = {p: list(pa.ipc.open_stream(pa.py_buffer(bytes(v)))) for p, v in bodies.items()}
+    got = dict.fromkeys(bodies, 0)
+    tables = []
+    for a, b, p in pieces:
+        tables += [pa.Table.from_batches([x]) for x in batches[p][got[p] : got[p] + b - a]]
+        got[p] += b - a
+    body: bytes = ipc_stream(tables).to_pybytes()
+    return body
 
 
 @dataclasses.dataclass
