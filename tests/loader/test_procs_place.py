@@ -31,7 +31,7 @@ def _table(n: int) -> pa.Table:
             ),
             "ids": pa.array([list(range(int(k))) for k in lengths], pa.list_(pa.int32())),
             "blob": pa.array([rng.bytes(int(k)) for k in rng.integers(0, 9, n)], pa.binary()),
-            # one length (an image size): copied from each shard's data straight into place
+            # one length (an image size): the same bytes as rows of varying length
             "image": pa.array([rng.bytes(20) for _ in range(n)], pa.binary()),
         }
     )
