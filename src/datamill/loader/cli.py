@@ -327,14 +327,14 @@ def _resume(loader: Any, path: str) -> None:
 
 def _describe_cmd(args: argparse.Namespace) -> int:
     from datamill.core.progress import progress
-    from datamill.loader.describe import column_values, describe
+    from datamill.loader.describe import check_column, column_values, details, summary
     from datamill.loader.sources import open_source
 
-    d = describe(args.source, check=not args.no_check)
-    src = open_source(args.source)
+    src = open_source(args.source)  # opened once: describe()'s two parts and the columns read it
+    for column in args.column or []:  # every name checked before anything is read
+        check_column(src, column)
+    d = summary(src, path=args.source) | details(src, path=args.source, check=not args.no_check)
     for column in args.column or []:
-        if column not in src.columns:  # the located error before any progress bar is drawn
-            column_values(src, column)
         with progress(desc=column, total=src.num_shards, unit="shard") as bar:
             values = column_values(src, column, on_shard=lambda k: bar.update(1))
         d.setdefault("values", {})[column] = values

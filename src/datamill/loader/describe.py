@@ -25,6 +25,7 @@ from datamill.core.source import Source
 
 __all__ = [
     "KINDS",
+    "check_column",
     "column_values",
     "describe",
     "details",
@@ -251,18 +252,35 @@ def column_values(
         >>> column_values(src, "x")["top"][0]
         {'value': 1, 'count': 2}
     """
-    if column not in source.columns:
-        raise SchemaError(
-            f"unknown column {column!r}; expected one of {list(source.columns)}: pass one of"
-            " those names",
-            column=column,
-        )
+    check_column(source, column)
     parts: list[pa.Array] = []
     for k in range(int(source.num_shards)):
         parts.extend(source.read_shard(k, columns=[column]).column(column).chunks)
         if on_shard is not None:
             on_shard(k + 1)
     return values_stats(pa.chunked_array(parts) if parts else pa.array([]))
+
+
+def check_column(source: Source, column: str) -> None:
+    """Refuse a column ``source`` does not have (before any of it is read).
+
+    Raises:
+        SchemaError: the source has no such column.
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> try:
+        ...     check_column(TableSource(pa.table({"x": [1]}), shard_size=1), "y")
+        ... except SchemaError as exc:
+        ...     print(exc.one_line())
+        column "y": unknown column 'y'; expected one of ['x']: pass one of those names
+    """
+    if column not in source.columns:
+        raise SchemaError(
+            f"unknown column {column!r}; expected one of {list(source.columns)}: pass one of"
+            " those names",
+            column=column,
+        )
 
 
 def values_stats(column: pa.ChunkedArray | pa.Array) -> dict[str, Any]:

@@ -196,11 +196,14 @@ def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
         >>> runs(np.flatnonzero(np.arange(600) % 300 < 2))
         [(0, 2), (300, 302)]
     """
-    if isinstance(units, np.ndarray) and len(units) > 256:
-        u = np.unique(units)
-        cut = np.flatnonzero(np.diff(u) != 1) + 1
-        starts, stops = u[np.concatenate([[0], cut])], u[np.concatenate([cut - 1, [len(u) - 1]])]
-        return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
+    if isinstance(units, np.ndarray):
+        if len(units) > 256:
+            u = np.unique(units)
+            cut = np.flatnonzero(np.diff(u) != 1) + 1
+            starts = u[np.concatenate([[0], cut])]
+            stops = u[np.concatenate([cut - 1, [len(u) - 1]])]
+            return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
+        units = units.tolist()  # Python ints at once, not a numpy scalar per unit
     out: list[tuple[int, int]] = []
     for v in sorted(int(x) for x in units):
         if out and out[-1][1] == v:
