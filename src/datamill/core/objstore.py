@@ -445,18 +445,24 @@ class ShardFileCache:
 
     def _get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None]:
         """The object ``remote`` (``size`` bytes expected) and its ETag (``None`` where the store
-        has none): directly where the store allows (:mod:`datamill.core.s3get`: one GET, no HEAD
-        first, the body not copied), else (or when that GET fails) one ranged GET through pyarrow
-        after its HEAD, into a new buffer of the default pool (jemalloc)."""
-        direct = self._direct()
-        if direct is not None:
-            try:
-                return direct.get(remote, size)
-            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
-                pass
+        has none): :meth:`_direct_get`, else one ranged GET through pyarrow after its HEAD, into a
+        new buffer of the default pool (jemalloc)."""
+        fetched = self._direct_get(remote, size)
+        if fetched is not None:
+            return fetched
         buf = pa.allocate_buffer(size)
         got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format is "b"
         return buf.slice(0, got), now
+
+    def _direct_get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None] | None:
+        """One direct GET where the store allows it (:mod:`datamill.core.s3get`: no HEAD first,
+        the body not copied): (body, ETag); ``None`` where it does not, or when the GET was refused
+        or the store unreachable (the caller reads through pyarrow: its retries, its errors)."""
+        direct = self._direct()
+        try:
+            return None if direct is None else direct.get(remote, size)
+        except OSError:
+            return None
 
     def _into(self, remote: str, view: memoryview) -> tuple[int, str | None]:
         """One GET of ``remote`` through pyarrow (a HEAD, then a ranged GET) into ``view``
@@ -540,16 +546,11 @@ class ShardFileCache:
             return (*self._buffered(remote, f, out, size), etag)
 
     def _whole(self, remote: str, size: int) -> tuple[memoryview, int, str | None]:
-        """The object ``remote`` (``size`` bytes expected): (its bytes, how many, its ETag). One
-        direct GET (:mod:`datamill.core.s3get`), else through pyarrow into this thread's reused
-        scratch buffer (:func:`_scratch`)."""
-        direct = self._direct()
-        if direct is not None:
-            try:
-                data, etag = direct.get(remote, size)
-                return memoryview(data), data.size, etag
-            except OSError:  # refused or unreachable: pyarrow's client (retries, its own errors)
-                pass
+        """The object ``remote`` (``size`` bytes expected): (its bytes, how many, its ETag).
+        :meth:`_direct_get`, else through pyarrow into this thread's reused scratch buffer."""
+        fetched = self._direct_get(remote, size)
+        if fetched is not None:
+            return memoryview(fetched[0]), fetched[0].size, fetched[1]
         view = _scratch(size)
         got, etag = self._into(remote, view)
         return view, got, etag
