@@ -340,7 +340,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         for batch in epochs(0):
             pass
         start = time.perf_counter()
-    cpu = time.process_time()
+    cpu, faults = time.process_time(), _minor_faults()
     for batch in epochs(1 if mode == "warm" else 0):
         if first is None:
             first = time.perf_counter() - start
@@ -349,6 +349,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         nbytes += size
         firsts += head
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    faults = _minor_faults() - faults
     seq = np.concatenate(uids).astype(np.int64) if uids else np.zeros(0, dtype=np.int64)
     np.save(spec["uids"], seq)
     return {
@@ -359,7 +360,27 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "samples": len(seq),
         "bytes": nbytes,
         "first_bytes": firsts,
+        "faults": faults,  # minor page faults of this process in the timed epoch (memory first
+        "peak_mb": _peak_rss_mb(),  # touched); its peak resident memory, MB (imports included)
     }
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far (0 where ``resource`` is missing)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory in MB (Linux reports KiB; 0 where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _children_cpu() -> float:
@@ -995,6 +1016,7 @@ def _ceiling(
                 f"{r['samples_s']:>11,.0f} samples/s if reading were free ({r['mb_s']:,.0f} MB/s, "
                 f"{r['seconds']:.2f} s; CPU {r['cpu']:.2f} s + store "
                 f"{r.get('store_cpu', 0):.2f} s), "
+                + (f"{r['faults'] / 1000:,.0f}k page faults, " if "faults" in r else "")
                 + (f"{r['requests']}, " if r.get("requests") else "")
                 + f"load {r['load']}",
                 flush=True,
@@ -1139,6 +1161,11 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
         + (f" + store {res['store_cpu']:.2f} s" if "store_cpu" in res else "")
         + (f" + workers {res['child_cpu']:.2f} s" if res.get("child_cpu") else "")
         + (f", {res['requests']}" if res.get("requests") else "")
+        + (
+            f", {res['faults'] / 1000:,.0f}k page faults, peak RSS {res['peak_mb']:,.0f} MB"
+            if res.get("peak_mb")
+            else ""
+        )
         + f", once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
         f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,

@@ -60,10 +60,14 @@ def get_all(
                 n += len(chunk)
         return n
 
+    import resource
+
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(max_workers=connections) as pool:
         got = sum(pool.map(fetch, [i.path for i in infos]))
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     want = sum(int(i.size) for i in infos)
     if got != want:
         raise RuntimeError(f"read {got} bytes, the objects hold {want}")
@@ -73,6 +77,7 @@ def get_all(
         "bytes": got,
         "seconds": seconds,
         "cpu": cpu,
+        "faults": faults,  # minor page faults while fetching (memory touched for the first time)
     }
 
 
