@@ -558,8 +558,8 @@ class RunAhead:
         """Queue the next turn; a turn that cannot be queued or does not run to its end fails."""
         try:
             future = self.pool.submit(self.turn)
-        except RuntimeError as exc:  # the pool was shut down
-            self._fail(exc, "its build thread's pool was shut down")
+        except Exception as exc:  # noqa: BLE001 - the pool was shut down (RuntimeError) or broken
+            self._fail(exc, f"its build thread's pool was shut down ({type(exc).__name__}: {exc})")
             return
         future.add_done_callback(self._ended)
 
