@@ -81,6 +81,7 @@ class SharedShards:
         self._lock = threading.Lock()
         self._made: OrderedDict[int, Future[tuple[int, int]]] = OrderedDict()
         self._asked: dict[int, tuple[int, Future[tuple[int, int]]]] = {}  # request: owner, file
+        self._gone: dict[int, str] = {}  # peers whose listener ended: why
         self._ids = itertools.count()
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="datamill-share")
         for w, sock in peers.items():
@@ -131,6 +132,8 @@ class SharedShards:
         fut: Future[tuple[int, int]] = Future()
         req = next(self._ids)
         with self._lock:
+            if owner in self._gone:  # nobody reads its answers any more
+                raise RuntimeError(f"loader worker {owner} {self._gone[owner]}")
             self._asked[req] = (owner, fut)
         self._send(owner, ("get", req, k))
         return fut.result()
@@ -152,7 +155,9 @@ class SharedShards:
             os.close(fd)
 
     def _listen(self, w: int, sock: socket.socket) -> None:
-        """Requests from worker ``w`` and its answers to ours, until it is gone."""
+        """Requests from worker ``w`` and its answers to ours, until it is gone (then what was
+        asked of it, and what is asked later, fails: nobody reads its answers any more)."""
+        why = "exited"
         try:
             while True:
                 data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
@@ -170,9 +175,12 @@ class SharedShards:
                     fut.set_exception(RuntimeError(f"worker {w} reading a shard: {msg[2]}"))
         except OSError:
             pass
+        except Exception as exc:  # noqa: BLE001 - a message not understood: the peer is lost too
+            why = f"sent a message that cannot be read ({type(exc).__name__}: {exc})"
         with self._lock:  # the other worker is gone: what we asked of it never comes
+            self._gone[w] = why
             waiting = [req for req, (owner, _) in self._asked.items() if owner == w]
             futs = [self._asked.pop(req)[1] for req in waiting]
         for fut in futs:
             if not fut.done():
-                fut.set_exception(RuntimeError(f"loader worker {w} exited"))
+                fut.set_exception(RuntimeError(f"loader worker {w} {why}"))

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
+from datamill.core.errors import DatamillError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
@@ -423,6 +425,11 @@ class RunAhead:
     the bytes of each; past the batches asked, a turn builds only while ``held`` (every rank's
     bytes, shared) is within ``budget``. ``stream`` is used by ``pool``'s thread only.
 
+    A :meth:`take` always ends: a build that fails, ends short, is stopped (:meth:`stop`), whose
+    turn cannot run (``pool`` shut down, a turn cancelled or ended by a ``BaseException``) or that
+    builds nothing for :data:`STALL_S` seconds fails it with a :class:`DatamillError` naming the
+    plan rank, the epoch and the batches.
+
     Examples:
         >>> from concurrent.futures import ThreadPoolExecutor
         >>> from datamill.core.source import TableSource
@@ -435,9 +442,15 @@ class RunAhead:
         >>> [t["x"].to_pylist() for t in ahead.take(1, 3, ahead=2)]
         [[4, 5, 6, 7], [8, 9, 10, 11]]
         >>> ahead.stop(); pool.shutdown()
+        >>> try:
+        ...     ahead.take(3, 4, ahead=0)
+        ... except DatamillError as exc:
+        ...     print(exc)
+        plan rank 0 of epoch 0, batches [3, 4): its build was stopped
     """
 
     CHUNK: ClassVar[int] = 32
+    STALL_S: ClassVar[float] = 600.0  # a take fails once no batch was built for this long
     stats: ClassVar[dict[str, int]] = {"asked": 0, "ready": 0, "follows": 0}  # batches; RunAheads
 
     def __init__(
@@ -470,57 +483,124 @@ class RunAhead:
                 self.busy = False
                 self.cond.notify_all()
                 return
-        got: list[tuple[Any, int]] = []
-        try:
-            got = self.convert(self.stream.batches([(self.rank, a, b)]))
-        except Exception as exc:  # noqa: BLE001 - raised by the take that waits for it
-            self.error = exc
+        got, error = self._built(a, b)
         with self.cond:
+            if error is not None and self.error is None:
+                self.error = error
             if not self.dead:
                 self.items.extend(got)
                 self.held[0] += sum(n for _, n in got)
                 self.pos += len(got)
             self.cond.notify_all()
-        self.pool.submit(self.turn)
+        self._submit()
+
+    def _built(self, a: int, b: int) -> tuple[list[tuple[Any, int]], Exception | None]:
+        """Batches ``[a, b)`` converted, and the error of their build (``None``: none)."""
+        try:
+            got = self.convert(self.stream.batches([(self.rank, a, b)]))
+        except DatamillError as exc:  # located already
+            return [], exc
+        except Exception as exc:  # noqa: BLE001 - raised by the take that waits for it
+            error = self._failure(a, b, f"its build failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return [], error
+        if len(got) < b - a:
+            return got, self._failure(a, b, f"its build ended after {len(got)} batches")
+        return got, None
 
     def take(self, a: int, b: int, *, ahead: int) -> list[Any]:
         """Batches ``[a, b)`` (``base <= a <= pos``) once built; ``ahead`` more are built on.
 
         Raises:
-            Exception: the error of the build of one of them.
+            DatamillError: one of them cannot be built (its build failed, ended short or was
+                stopped, its turn could not run, or nothing was built for :data:`STALL_S`
+                seconds); an error of the build itself is the ``__cause__``.
         """
         with self.cond:
+            if self.dead:
+                raise self._failure(a, b, "its build was stopped")
+            if b > self.total:
+                raise self._failure(a, b, f"the rank has {self.total} batches")
             self._drop(a - self.base)
             RunAhead.stats["asked"] += b - a
             RunAhead.stats["ready"] += max(0, min(self.pos, b) - a)
             self.asked, self.want = b, max(self.want, min(self.total, b + ahead))
             self._kick()
-            while self.pos < b and self.error is None:
-                self.cond.wait()
+            self._wait(a, b)
             if self.pos < b:
-                raise self.error  # type: ignore[misc]
+                raise self.error or self._failure(a, b, "its build was stopped")
             out = [x for x, _ in itertools.islice(self.items, b - a)]
             self._drop(b - a)
             self._kick()  # (the budget may have stopped it)
             return out
 
+    def _wait(self, a: int, b: int) -> None:
+        """Wait (holding ``cond``) until batch ``b - 1`` is built, the build failed or was
+        stopped; after :data:`STALL_S` seconds without a batch built, it has failed."""
+        pos, since = self.pos, time.monotonic()
+        while self.pos < b and self.error is None and not self.dead:
+            now = time.monotonic()
+            if self.pos != pos:
+                pos, since = self.pos, now
+            elif now - since >= self.STALL_S:
+                self.error = self._failure(
+                    a, b, f"no batch was built for {self.STALL_S:g} s (the build thread is stuck)"
+                )
+                return
+            self.cond.wait(since + self.STALL_S - now)
+
     def _kick(self) -> None:
         if not self.busy and self.pos < self.want:
             self.busy = True
-            self.pool.submit(self.turn)
+            self._submit()
+
+    def _submit(self) -> None:
+        """Queue the next turn; a turn that cannot be queued or does not run to its end fails."""
+        try:
+            future = self.pool.submit(self.turn)
+        except Exception as exc:  # noqa: BLE001 - the pool was shut down (RuntimeError) or broken
+            self._fail(exc, f"its build thread's pool was shut down ({type(exc).__name__}: {exc})")
+            return
+        future.add_done_callback(self._ended)
+
+    def _ended(self, future: Future[None]) -> None:
+        """A turn's end: one cancelled (its pool shut down) or raising out of :meth:`turn` (a
+        ``BaseException`` of the build) fails the waiters."""
+        if future.cancelled():
+            self._fail(None, "its turn was cancelled (the build thread's pool was shut down)")
+            return
+        exc = future.exception()
+        if exc is not None:
+            self._fail(exc, f"its build thread's turn ended with {type(exc).__name__}: {exc}")
+
+    def _fail(self, cause: BaseException | None, what: str) -> None:
+        with self.cond:  # (reentrant: a take may hold it)
+            self.busy = False
+            if self.error is None:
+                self.error = self._failure(self.pos, self.want, what)
+                self.error.__cause__ = cause
+            self.cond.notify_all()
+
+    def _failure(self, a: int, b: int, what: str) -> DatamillError:
+        dataset = self.stream.cfg.get("dataset")
+        return DatamillError(
+            f"plan rank {self.rank} of epoch {self.stream.epoch}, batches [{a}, {b}): {what}",
+            path=dataset if isinstance(dataset, str) else None,
+        )
 
     def _drop(self, n: int) -> None:
         self.held[0] -= sum(self.items.popleft()[1] for _ in range(n))
         self.base += n
 
     def stop(self) -> None:
-        """No more turns; nothing held."""
+        """No more turns; nothing held (a take waiting fails)."""
         with self.cond:
             self.dead = True
             self._drop(len(self.items))
+            self.cond.notify_all()
 
 
-_HELD_LOCK = threading.Lock()  # the lock of every RunAhead (their ``held`` may be shared)
+_HELD_LOCK = threading.RLock()  # the lock of every RunAhead (their ``held`` may be shared)
 
 
 def close_iterator(results: Iterator[Any]) -> None:

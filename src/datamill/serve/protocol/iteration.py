@@ -95,6 +95,7 @@ from datamill.serve.protocol.state import (
     Records,
     Settled,
     Take,
+    as_units,
     digest,
     runs,
     session_digest,
@@ -518,12 +519,13 @@ class Iteration(IterationState):
         pending. ``done``: the whole iteration's done units (those out of range ignored).
         """
         if done is not None:
-            keep = np.asarray([u for u in done if 0 <= u < self.total], dtype=np.int64)
+            given = as_units(done)
+            keep = given[(given >= 0) & (given < self.total)]
             for lease in list(self.leases.values()):
                 self._revoke(lease)
             for st in self.state:
                 st[:] = PENDING
-            self.mark_done(keep.tolist())
+            self.mark_done(keep)
             return np.arange(self.total, dtype=np.int64), keep[self.queue_of[keep] >= 0]
         assert rank is not None and consumed is not None
         for lease in [x for x in self.leases.values() if x.queue == rank]:
@@ -539,10 +541,8 @@ class Iteration(IterationState):
         pending again and the session's live leases are revoked; nobody else's lease changes."""
         for lease in [x for x in self.leases.values() if x.session == session]:
             self._revoke(lease)
-        for u in units:
-            q = int(self.queue_of[u])
-            if q >= 0 and self.state[q][self.pos_of[u]] == DONE:
-                self.state[q][self.pos_of[u]] = PENDING
+        for st, hit in zip(self.state, self.positions_of(units), strict=True):
+            st[hit & (st == DONE)] = PENDING
         self._recount()
 
 

@@ -37,10 +37,12 @@ __all__ = [
     "Records",
     "Settled",
     "Take",
+    "as_units",
     "digest",
     "lease_grace",
     "runs",
     "session_digest",
+    "units_of",
 ]
 
 PENDING, LEASED, DONE, ACKING = 0, 1, 2, 3
@@ -213,6 +215,39 @@ def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
     return out
 
 
+def as_units(units: Iterable[int] | NDArray[np.integer[Any]]) -> NDArray[np.int64]:
+    """Unit ids as an ``int64`` array (an array as it is when it is one already).
+
+    Examples:
+        >>> as_units(u for u in range(3)).tolist(), as_units(np.arange(2, dtype=np.int32)).dtype
+        ([0, 1, 2], dtype('int64'))
+    """
+    if isinstance(units, np.ndarray):
+        return units.astype(np.int64, copy=False)
+    if isinstance(units, Sequence):
+        return np.asarray(units, dtype=np.int64).reshape(-1)
+    return np.fromiter(units, dtype=np.int64)
+
+
+def units_of(spans: Sequence[tuple[int, int]]) -> NDArray[np.int64]:
+    """The unit ids of ``[start, stop)`` runs (what :func:`runs` makes), in order, in one pass.
+
+    Examples:
+        >>> units_of([(0, 3), (5, 7), (9, 10)]).tolist()
+        [0, 1, 2, 5, 6, 9]
+        >>> units_of(runs(range(4_000))).tolist() == list(range(4_000))
+        True
+    """
+    if not spans:
+        return np.zeros(0, dtype=np.int64)
+    bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    sizes = np.maximum(bounds[:, 1] - bounds[:, 0], 0)
+    firsts = np.cumsum(sizes) - sizes  # each run's first index in the output
+    out: NDArray[np.int64] = np.arange(int(sizes.sum()), dtype=np.int64)
+    out += np.repeat(bounds[:, 0] - firsts, sizes)
+    return out
+
+
 def _per_s(acked: deque[tuple[float, int]], now: float) -> float:
     """Batches per second of ``(time, batches)`` acks over the :data:`RATE_WINDOW_S` before
     ``now`` (older ones are dropped)."""
@@ -306,13 +341,21 @@ class IterationState:
         self._earliest = float("inf")
 
     # ------------------------------------------------------------------ bookkeeping
-    def mark_done(self, units: Iterable[int]) -> None:
-        """Mark units done (journal replay at start-up, or a rewind)."""
-        for u in units:
-            q = int(self.queue_of[u])
-            if q >= 0:
-                self.state[q][self.pos_of[u]] = DONE
+    def mark_done(self, units: Iterable[int] | NDArray[np.integer[Any]]) -> None:
+        """Mark units done (journal replay at start-up, or a rewind): one pass over the units and
+        the positions, whatever their number; a unit in no queue (the resume base) is ignored."""
+        for st, hit in zip(self.state, self.positions_of(units), strict=True):
+            st[hit] = DONE
         self._recount()
+
+    def positions_of(
+        self, units: Iterable[int] | NDArray[np.integer[Any]]
+    ) -> list[NDArray[np.bool_]]:
+        """Per queue, which of its positions hold one of ``units`` (an id out of range raises
+        ``IndexError``, as indexing ``queue_of`` does)."""
+        marked = np.zeros(self.total, dtype=bool)
+        marked[as_units(units)] = True
+        return [marked[q] for q in self.queues]
 
     def _recount(self) -> None:
         """Recompute the done counts and forget the cursors (after a bulk change: O(positions))."""

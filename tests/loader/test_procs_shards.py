@@ -1,0 +1,51 @@
+"""SharedShards (shards passed between loader worker processes): a shard asked of a peer that is
+lost never leaves the asking build waiting."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from datamill.loader.procs_shards import SharedShards
+
+_JOIN_S = 20.0
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [("garbage", "sent a message that cannot be read"), ("exit", "exited")],
+)
+def test_a_shard_asked_of_a_lost_peer_fails_instead_of_waiting(fault: str, says: str) -> None:
+    """Regression: a message from a peer that could not be read ended the listener thread, and
+    the build waiting for that peer's answer (and every later one) waited for ever."""
+    mine, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    shards = SharedShards(0, 2, {1: mine}, lambda k: pa.table({"k": [k]}), keep=1)
+    got: list[Any] = []
+
+    def read() -> None:
+        try:
+            got.append(shards.read(1))  # shard 1 is worker 1's: asked of the peer
+        except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
+            got.append(exc)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    data, _, _, _ = socket.recv_fds(peer, 1 << 16, 1)
+    assert pickle.loads(data)[:3:2] == ("get", 1)
+    if fault == "garbage":
+        peer.send(b"not a pickle")
+    else:
+        peer.close()
+    thread.join(_JOIN_S)
+    assert not thread.is_alive(), f"the read still waits after {_JOIN_S} s"
+    assert isinstance(got[0], RuntimeError) and f"loader worker 1 {says}" in str(got[0])
+    with pytest.raises(RuntimeError, match=f"loader worker 1 {says}"):
+        shards.read(3)  # asked later: fails at once
+    assert shards.read(0).to_pydict() == {"k": [0]}  # its own shards still read
+    peer.close()
+    mine.close()
