@@ -49,3 +49,49 @@ def test_redelivered_batches_are_counted_for_metrics(
         assert state.telemetry.counter(it.id, "leases_reissued") == 1
     finally:
         state.close()
+
+
+def test_a_lease_whose_build_fails_still_settles_the_acks_it_carried(
+    server: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the write (acks + the next lease) committed before the build failed: the acks count, the
+    # error reaches the client, and the lease left unheld goes back to the queue at its expiry
+    import asyncio
+
+    from datamill.core.errors import BuildError
+
+    state = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
+    try:
+        state.register("ds", name="ds")
+        req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": 2}
+        it = state.iteration(state.create_iteration(req)["id"])
+        first = next_lease(state, it, "a")
+        assert first is not None
+
+        def fails(*args: Any) -> bytes:
+            raise BuildError("plan rank 0 of epoch 0, batches [2, 4): its build failed")
+
+        monkeypatch.setattr(state, "_lease_body", fails)
+        acks = [(first.lease.id, first.lease.fence, None, None)]
+        with pytest.raises(BuildError, match="its build failed"):
+            asyncio.run(state.round_trip(it, "a", acks))
+        assert it.done_count(0) == 2 and state.journal.done(it.id)  # acknowledged and journaled
+        monkeypatch.undo()
+        it.expire(time.monotonic() + it.lease_timeout + it.grace + 1)
+        again = next_lease(state, it, "b")
+        assert again is not None and not set(again.units) & set(first.units)
+        assert state.telemetry.counter(it.id, "batches_redelivered") == 2  # the unheld lease's
+    finally:
+        state.close()
+
+
+def test_a_failed_build_is_answered_503_so_the_client_retries() -> None:
+    import asyncio
+
+    from datamill.core.errors import BuildError, DataFileError
+    from datamill.serve.http.app import _on_datamill_error
+
+    failed = asyncio.run(_on_datamill_error(None, BuildError("its build was stopped")))  # type: ignore[arg-type]
+    bad = asyncio.run(_on_datamill_error(None, DataFileError("not Parquet", path="x")))  # type: ignore[arg-type]
+    assert (failed.status_code, bad.status_code) == (503, 400)
+    assert b"its build was stopped" in failed.body

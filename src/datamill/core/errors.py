@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 __all__ = [
+    "BuildError",
     "CacheError",
     "ConfigError",
     "DataFileError",
@@ -124,6 +125,11 @@ class ShardsetError(DatamillError, ValueError):
 
 class ResumeStateError(DatamillError, ValueError):
     """A saved iteration state does not fit the current loader or dataset."""
+
+
+class BuildError(DatamillError, RuntimeError):
+    """Batches could not be built now (their build failed, was stopped or stalled); a server answers
+    503, so a client retries."""
 
 
 class CacheError(DatamillError, RuntimeError):

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
-from datamill.core.errors import DatamillError
+from datamill.core.errors import BuildError, DatamillError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
@@ -427,8 +427,9 @@ class RunAhead:
 
     A :meth:`take` always ends: a build that fails, ends short, is stopped (:meth:`stop`), whose
     turn cannot run (``pool`` shut down, a turn cancelled or ended by a ``BaseException``) or that
-    builds nothing for :data:`STALL_S` seconds fails it with a :class:`DatamillError` naming the
-    plan rank, the epoch and the batches.
+    builds nothing for :data:`STALL_S` seconds fails it with a
+    :class:`~datamill.core.errors.BuildError` naming the plan rank, the epoch and the batches (a
+    server answers it with 503).
 
     Examples:
         >>> from concurrent.futures import ThreadPoolExecutor
@@ -512,7 +513,7 @@ class RunAhead:
         """Batches ``[a, b)`` (``base <= a <= pos``) once built; ``ahead`` more are built on.
 
         Raises:
-            DatamillError: one of them cannot be built (its build failed, ended short or was
+            BuildError: one of them cannot be built (its build failed, ended short or was
                 stopped, its turn could not run, or nothing was built for :data:`STALL_S`
                 seconds); an error of the build itself is the ``__cause__``.
         """
@@ -581,9 +582,9 @@ class RunAhead:
                 self.error.__cause__ = cause
             self.cond.notify_all()
 
-    def _failure(self, a: int, b: int, what: str) -> DatamillError:
+    def _failure(self, a: int, b: int, what: str) -> BuildError:
         dataset = self.stream.cfg.get("dataset")
-        return DatamillError(
+        return BuildError(
             f"plan rank {self.rank} of epoch {self.stream.epoch}, batches [{a}, {b}): {what}",
             path=dataset if isinstance(dataset, str) else None,
         )

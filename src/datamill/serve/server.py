@@ -167,12 +167,13 @@ class ServeState(Catalog):
                 await self.writes.wait_async(w)
             except Exception as exc:  # noqa: BLE001 - undone, then raised
                 error = exc
-        lease, body, t0 = p.lease, b"", time.perf_counter()
-        build = build and error is None and lease is not None
+        lease, body, t0, ok = p.lease, b"", time.perf_counter(), error is None
+        build = build and ok and lease is not None
         if build:  # the build blocks (a worker process, or the GIL for milliseconds): a thread
-            body = await to_thread.run_sync(self._lease_body, it, p)
+            body, error = await self._built(it, p)  # failed: the write committed, so it is
+            build = error is None  # settled, then raised; the lease, unheld, expires
         with lock:  # a built lease's clock starts when its holder gets it, not before its build
-            settled = finish(it, p, ok=error is None, now=self.clock(), built=build)
+            settled = finish(it, p, ok=ok, now=self.clock(), built=build)
         self.telemetry.settled(it, settled)
         if error is not None:
             raise error
@@ -187,6 +188,13 @@ class ServeState(Catalog):
         self.telemetry.leased(it, reissued=p.reissued, nbytes=len(body), seconds=seconds)
         epoch = int(it.config["epoch"])
         return p, LeasePayload(lease, p.lease_units, body, epoch, p.runs, settled.done)
+
+    async def _built(self, it: Iteration, p: Planned) -> tuple[bytes, Exception | None]:
+        """A planned lease's body (:meth:`_lease_body`, in a thread) or the error of its build."""
+        try:
+            return await to_thread.run_sync(self._lease_body, it, p), None
+        except Exception as exc:  # noqa: BLE001 - raised by the round trip once settled
+            return b"", exc
 
     def _lease_body(self, it: Iteration, p: Planned) -> bytes:
         """A planned lease's batches as one Arrow IPC stream: in a build worker (this thread waits

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datamill.core.errors import DataFileNotFoundError, DatamillError
+from datamill.core.errors import BuildError, DataFileNotFoundError, DatamillError
 from datamill.serve.data.views import Inspector
 from datamill.serve.data.views import router as views_router
 from datamill.serve.http.auth import create_key
@@ -88,7 +88,13 @@ class _BodyLimit:
                 await self.refusal(scope, receive, send)
 
 
-_STATUS = {NotFoundError: 404, DataFileNotFoundError: 404, CancelledError: 410, ConflictError: 409}
+_STATUS = {
+    NotFoundError: 404,
+    DataFileNotFoundError: 404,
+    CancelledError: 410,
+    ConflictError: 409,
+    BuildError: 503,  # the server's build, not the request: the client retries
+}
 
 
 async def _on_datamill_error(request: Request, exc: Exception) -> Response:
