@@ -195,6 +195,8 @@ def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
     Examples:
         >>> runs([0, 1, 2, 5, 6, 9])
         [(0, 3), (5, 7), (9, 10)]
+        >>> runs([3, 0, 0, 1])  # each unit once, as for a large array
+        [(0, 2), (3, 4)]
         >>> runs(np.flatnonzero(np.arange(600) % 300 < 2))
         [(0, 2), (300, 302)]
     """
@@ -208,8 +210,8 @@ def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
         units = units.tolist()  # Python ints at once, not a numpy scalar per unit
     out: list[tuple[int, int]] = []
     for v in sorted(int(x) for x in units):
-        if out and out[-1][1] == v:
-            out[-1] = (out[-1][0], v + 1)
+        if out and out[-1][1] >= v:  # the next unit, or one seen already
+            out[-1] = (out[-1][0], max(out[-1][1], v + 1))
         else:
             out.append((v, v + 1))
     return out
