@@ -22,7 +22,7 @@ from datamill.core.checks import check_int
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
-from datamill.core.wire import MAX_LEASE_SAMPLES
+from datamill.core.wire import ID_PATTERN, MAX_LEASE_SAMPLES
 from datamill.loader import BatchService
 from datamill.loader.runs import service_for
 from datamill.serve.data.direct import ClientLocations
@@ -48,7 +48,7 @@ __all__ = [
     "row_bytes",
 ]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME_RE = re.compile(ID_PATTERN)
 MODES = ("dynamic", "static")
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 _ORDER = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
