@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.checks import check_int
-from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
+from datamill.core.errors import ConfigError, DatamillError, NotFoundError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
 from datamill.core.wire import ID_PATTERN, MAX_LEASE_SAMPLES
@@ -53,10 +53,6 @@ MODES = ("dynamic", "static")
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 _ORDER = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
 """An iteration's config fields its order depends on (a resumed iteration keeps them)."""
-
-
-class NotFoundError(DatamillError, LookupError):
-    """An unknown dataset, iteration or key (HTTP 404)."""
 
 
 class ConflictError(DatamillError, ValueError):
