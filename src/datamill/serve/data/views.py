@@ -118,7 +118,7 @@ class ValueStats:
 
 
 class Inspector:
-    """Open registered datasets (cached by path and modification time) and describe them.
+    """Describe the registered datasets (each opened once, by the catalog's ``source``).
 
     Args:
         state: the server's :class:`~datamill.serve.server.ServeState`.
@@ -150,25 +150,12 @@ class Inspector:
     def __init__(self, state: Any) -> None:
         self.state = state
         self.stats = ValueStats()
-        self._lock = threading.Lock()
-        self._open: dict[str, tuple[int, Source]] = {}
         self._checks: dict[str, list[dict[str, Any]]] = {}
 
     def source(self, ref: str, *, column: str | None = None) -> Source:
-        """The opened source of a dataset (reopened when its folder or file changed), which must
-        have ``column`` when one is named (:class:`SchemaError`)."""
-        from datamill.sources import open_source
-
-        path = Path(self.state.dataset(ref)["path"])
-        try:
-            stamp = path.stat().st_mtime_ns
-        except OSError:
-            stamp = -1
-        with self._lock:
-            hit = self._open.get(str(path))
-        src = hit[1] if hit is not None and hit[0] == stamp else open_source(path)
-        with self._lock:
-            self._open[str(path)] = (stamp, src)
+        """The opened source of a dataset (:meth:`~datamill.serve.catalog.Catalog.source`), which
+        must have ``column`` when one is named (:class:`~datamill.core.errors.SchemaError`)."""
+        src: Source = self.state.source(ref)
         if column is not None:
             check_column(src, column)
         return src
