@@ -105,7 +105,6 @@ def column_vocabs(source: Source, *, path: str | Path) -> dict[str, Any]:
     return out
 
 
-# long (62 lines): the checks, the rows (all or filtered), then one cell per row and column
 def sample_page(
     source: Source,
     *,
