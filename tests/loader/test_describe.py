@@ -67,3 +67,20 @@ def test_column_values_reports_each_shard_and_histograms_lengths() -> None:
     assert err.value.column == "x"
     assert values_stats(pa.array(["b", "a", "b"]))["top"][0] == {"value": "b", "count": 2}
     assert footer_stats(src) is None  # not Parquet
+
+
+def test_rows_print_a_page_as_the_web_ui_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "ds"
+    table = pa.table({"id": [7, 8, 9], "f": [0.123456, None, 2e5], "l": [[1], list(range(9)), []]})
+    ShardsetDataset.create(root, table, uid="id", shardset="a", shard_size=2)
+    assert main(["-q", "describe", str(root), "--no-check", "--rows", "1:5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [
+        "rows 1 to 3 of 3:",
+        "  row 1 uid 8  id=8 f=missing l=[0, 1, 2, 3, 4, 5, 6, 7, …]",
+        "  row 2 uid 9  id=9 f=200,000 l=[]",
+    ]
+    assert main(["-q", "describe", str(root), "--rows", "two"]) == 2
+    assert "--rows expects [OFFSET:]LIMIT" in capsys.readouterr().err

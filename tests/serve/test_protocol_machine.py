@@ -12,6 +12,7 @@ before yielding the next, at most one batch per client per fault is yielded twic
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import tempfile
 from collections import Counter
@@ -240,9 +241,9 @@ class LeaseMachine(RuleBasedStateMachine):
                 w = state.writes.submit(leases_write(it.id, add=r.add, drop=r.drop, done=r.done))
         event(f"resume of a rank with an ack in flight: {p is not None}")
         consumed = int(frac * len(it.queues[rank]))
-        state.rewind(it, {"rank": rank, "consumed": consumed})
+        asyncio.run(state.rewind(it, {"rank": rank, "consumed": consumed}))
         if p is not None:
-            state.writes.wait(w)  # the driver's last steps: committed, then applied
+            asyncio.run(state.writes.wait(w))  # the driver's last steps: committed, then applied
             with state.lock(it):
                 finish(it, p, ok=True, now=state.clock())
             got = {u for rs in p.units.values() for a, b in rs for u in range(a, b)}
@@ -262,7 +263,7 @@ class LeaseMachine(RuleBasedStateMachine):
         """An admin rewind to a saved done set (the model's, minus its last units)."""
         state, it = self._st()
         keep = sorted(self.done)[: int(frac * len(self.done))]
-        state.rewind(it, {"done": [[u, u + 1] for u in keep]})
+        asyncio.run(state.rewind(it, {"done": [[u, u + 1] for u in keep]}))
         for u in set(range(it.total)) - set(keep):
             self.yielded[u] = 0
         self.done = set(keep)

@@ -9,6 +9,7 @@ hid it until the restart, after which rank 1's batches were served again.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -63,7 +64,9 @@ def test_a_rank_resume_keeps_other_ranks_acks_in_flight_across_a_restart(
                 "rank 1's ack was never planned",
             )
             rewind = threading.Thread(
-                target=lambda: answers.append(state.rewind(it, {"rank": 0, "consumed": 1}))
+                target=lambda: answers.append(
+                    asyncio.run(state.rewind(it, {"rank": 0, "consumed": 1}))
+                )
             )
             rewind.start()
             # the rewind's write is queued under the iteration's lock, right after its memory change

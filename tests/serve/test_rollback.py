@@ -4,6 +4,7 @@ the server cannot honour is refused with a located error."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections import Counter
 from pathlib import Path
@@ -57,7 +58,8 @@ def test_a_session_the_journal_never_saw_is_refused(server: dict[str, Any], tmp_
         req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": 2}
         it = state.iteration(state.create_iteration(req)["id"])
         with pytest.raises(ResumeStateError, match="no record of the saved session"):
-            state.rollback(it, session=secrets.token_hex(16), consumed=3)
-        assert state.rollback(it, session=secrets.token_hex(16), consumed=0)["rolled_back"] == 0
+            asyncio.run(state.rollback(it, session=secrets.token_hex(16), consumed=3))
+        back = asyncio.run(state.rollback(it, session=secrets.token_hex(16), consumed=0))
+        assert back["rolled_back"] == 0
     finally:
         state.close()

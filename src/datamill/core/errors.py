@@ -20,6 +20,7 @@ __all__ = [
     "DataFileNotFoundError",
     "DatamillError",
     "MissingExtraError",
+    "NotFoundError",
     "OutputError",
     "ResumeStateError",
     "SchemaError",
@@ -117,6 +118,10 @@ class DataFileError(DatamillError, ValueError):
 
 class DataFileNotFoundError(DatamillError, FileNotFoundError):
     """A data file (or a zip member) does not exist."""
+
+
+class NotFoundError(DatamillError, LookupError):
+    """An unknown name, UID or row (a dataset, iteration, key or sample; HTTP 404 on a server)."""
 
 
 class ShardsetError(DatamillError, ValueError):

@@ -16,11 +16,14 @@ __all__ = [
     "DONE_HEADER",
     "EPOCH_HEADER",
     "FENCE_HEADER",
+    "FENCE_PATTERN",
+    "ID_PATTERN",
     "LEASE_HEADER",
     "MAX_LEASE_SAMPLES",
     "POSITIONS_HEADER",
     "RUNS_HEADER",
     "SESSION_HEADER",
+    "SESSION_PATTERN",
     "TRANSPORTS",
     "TTL_HEADER",
     "UNITS_HEADER",
@@ -38,6 +41,13 @@ MAX_LEASE_SAMPLES = 1 << 22
 
 SESSION_HEADER = "X-Datamill-Session"
 """A loader's random session secret: its leases are acknowledged or extended by no other."""
+SESSION_PATTERN = r"^[0-9A-Za-z_-]{16,128}$"
+"""A session secret (:data:`SESSION_HEADER`)."""
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""A dataset, iteration, lease or client name or id: letters, digits, ``_.-`` (never a path)."""
+FENCE_PATTERN = r"^[0-9a-f]{1,64}$"
+"""A lease's fence: 128 random bits as 32 hex digits (longer or other text is refused before any
+work)."""
 LEASE_HEADER = "X-Datamill-Lease"
 FENCE_HEADER = "X-Datamill-Fence"
 POSITIONS_HEADER = "X-Datamill-Positions"

@@ -338,8 +338,24 @@ def _describe_cmd(args: argparse.Namespace) -> int:
         with progress(desc=column, total=src.num_shards, unit="shard") as bar:
             values = column_values(src, column, on_shard=lambda k: bar.update(1))
         d.setdefault("values", {})[column] = values
+    if args.rows is not None:
+        from datamill.loader.samples import sample_page
+
+        offset, _, limit = args.rows.rpartition(":")
+        d["samples"] = sample_page(
+            src, path=args.source, offset=_int(offset or "0"), limit=_int(limit)
+        )
     print(json.dumps(d, indent=2, default=str) if args.json else _description_text(d))
     return 0
+
+
+def _int(text: str) -> int:
+    from datamill.core.errors import ConfigError
+
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--rows expects [OFFSET:]LIMIT (whole numbers), got {text!r}") from None
 
 
 def _description_text(d: dict[str, Any]) -> str:
@@ -365,7 +381,26 @@ def _description_text(d: dict[str, Any]) -> str:
         lines.append(f"preprocessed features: {', '.join(feats)}")
     for column, v in d.get("values", {}).items():
         lines.extend(_values_lines(column, v))
+    if "samples" in d:
+        lines.extend(_sample_lines(d["samples"]))
     return "\n".join(lines)
+
+
+def _sample_lines(page: dict[str, Any]) -> list[str]:
+    """A page of :func:`~datamill.loader.samples.sample_page`, a line a row: each cell's text."""
+    first = page["offset"]
+    lines = [f"rows {first:,} to {first + len(page['rows']):,} of {page['total']:,}:"]
+    for r in page["rows"]:
+        cells = " ".join(f"{k}={_cell_text(c)}" for k, c in zip(page["columns"], r["cells"]))
+        uid = "" if r["uid"] is None else f" uid {r['uid']!r}"
+        lines.append(f"  row {r['row']}{uid}  {cells}")
+    return lines
+
+
+def _cell_text(cell: dict[str, Any]) -> str:
+    if cell["t"] in ("missing", "image"):
+        return "missing" if cell["t"] == "missing" else f"<{cell['mime']}>"
+    return str(cell["text" if cell["t"] == "tokens" else "head" if cell["t"] == "list" else "v"])
 
 
 def _footer_lines(footer: dict[str, dict[str, Any]]) -> list[str]:
@@ -488,6 +523,12 @@ def register(sub: Any) -> None:
         action="append",
         metavar="COLUMN",
         help="also read this column: its most common values and a histogram (repeatable)",
+    )
+    d.add_argument(
+        "--rows",
+        metavar="[OFFSET:]LIMIT",
+        help="also print LIMIT rows from OFFSET (default 0) as the web UI's samples page shows "
+        "them: token ids decoded, floats rounded, long lists cut (at most 200)",
     )
     d.add_argument("--json", action="store_true", help="print everything as JSON")
     d.add_argument(

@@ -120,10 +120,10 @@ def preprocessed_meta(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     from datamill.preprocessing.meta import read_meta
 
     path = Path(path)
-    meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
-    if path.suffix != HDF5_SUFFIX or not meta_path.is_file():
+    if path.suffix != HDF5_SUFFIX:  # a folder such as "." has no name to replace
         return None
-    return read_meta(meta_path)
+    meta_path = path.with_name(path.name.removesuffix(HDF5_SUFFIX) + META_SUFFIX)
+    return read_meta(meta_path) if meta_path.is_file() else None
 
 
 def _size(path: Path) -> int | None:

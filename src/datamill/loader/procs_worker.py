@@ -17,7 +17,6 @@ it has fewer than ``_MAX_SLOTS`` (the trainer keeping batches), else through the
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 import pickle
 import select
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from datamill.core.memslot import MemSlot
 from datamill.core.parallel import exit_when_gone
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy
@@ -44,26 +44,6 @@ _INFLIGHT = 16  # batches a worker has handed over and the trainer has not taken
 _INFLIGHT_PLACED = 48
 _MAX_SLOTS = 64  # shared-memory slots of a worker (beyond: batches the trainer keeps, by the pipe)
 _WATCH_S = 0.2  # how often a worker checks that its trainer still runs
-
-
-class _Slot:
-    """In a worker: one shared-memory file (``memfd``) a batch is written into."""
-
-    def __init__(self) -> None:
-        self.fd = os.memfd_create("datamill-batch", os.MFD_CLOEXEC)
-        self.size = 0
-        self.map: mmap.mmap | None = None
-
-    def region(self, n: int) -> np.ndarray:
-        """The slot's first ``n`` bytes, writable (the file grown when too small)."""
-        if n > self.size:
-            size = max(n + (n >> 2), 1 << 20)
-            os.ftruncate(self.fd, size)
-            if self.map is not None:
-                self.map.close()
-            self.map, self.size = mmap.mmap(self.fd, size), size
-        assert self.map is not None
-        return np.frombuffer(self.map, dtype=np.uint8, count=n)
 
 
 def _ipc_size(table: pa.Table) -> int:
@@ -105,7 +85,7 @@ class _Worker:
 
     def __init__(self, conn: Any, svc: Any, mode: str | None) -> None:
         self.conn, self.svc, self.mode = conn, svc, mode
-        self.slots = [_Slot()] if hasattr(os, "memfd_create") else []
+        self.slots = [MemSlot("datamill-batch")] if hasattr(os, "memfd_create") else []
         self.free = set(range(len(self.slots)))
         self.users: dict[int, int] = {}  # per slot in use: its batches the trainer still holds
         self.open: set[int] = set()  # slots of the block being handed over (placed batches)
@@ -270,7 +250,7 @@ class _Worker:
             return min(self.free)
         if not self.slots or len(self.slots) >= _MAX_SLOTS:
             return None
-        self.slots.append(_Slot())
+        self.slots.append(MemSlot("datamill-batch"))
         return len(self.slots) - 1
 
 

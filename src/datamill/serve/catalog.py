@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from datamill.core.checks import check_int
-from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
+from datamill.core.errors import ConfigError, DatamillError, NotFoundError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.state import check_resume_compat
-from datamill.core.wire import MAX_LEASE_SAMPLES
+from datamill.core.wire import ID_PATTERN, MAX_LEASE_SAMPLES
 from datamill.loader import BatchService
 from datamill.loader.runs import service_for
 from datamill.serve.data.direct import ClientLocations
@@ -48,15 +48,11 @@ __all__ = [
     "row_bytes",
 ]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME_RE = re.compile(ID_PATTERN)
 MODES = ("dynamic", "static")
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
 _ORDER = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
 """An iteration's config fields its order depends on (a resumed iteration keeps them)."""
-
-
-class NotFoundError(DatamillError, LookupError):
-    """An unknown dataset, iteration or key (HTTP 404)."""
 
 
 class ConflictError(DatamillError, ValueError):
@@ -135,7 +131,7 @@ class Catalog:
         self._datasets: list[dict[str, Any]] | None = None  # the journal's rows, read once
         self._located: dict[str, str] = {}  # dataset id -> client location (direct mode)
         self._row_bytes: dict[str, float | None] = {}  # dataset id -> stored bytes per sample
-        self._samples: dict[tuple[str, int], int] = {}  # (path, mtime) -> samples
+        self._sources: dict[str, tuple[int, Any]] = {}  # path -> (mtime, its opened Source)
         self.keys = KeyStore(self.journal)
         self.auth, self.lease_timeout = auth, float(lease_timeout)
         self.cache_shards = None if cache_shards is None else int(cache_shards)
@@ -281,6 +277,22 @@ class Catalog:
 
         return open_source(path)
 
+    def source(self, ref: str) -> Any:
+        """The opened Source of dataset ``ref`` (kept; opened again when its folder or file
+        changed): the web UI's and the iterations' checks read it."""
+        path = self.dataset(ref)["path"]
+        try:
+            stamp = Path(path).stat().st_mtime_ns
+        except OSError:
+            stamp = -1
+        with self._lock:
+            hit = self._sources.get(path)
+        if hit is None or hit[0] != stamp:
+            hit = (stamp, self.open_source(path))
+            with self._lock:
+                self._sources[path] = hit
+        return hit[1]
+
     def service(self, cfg: Mapping[str, Any]) -> BatchService:
         """The batch service of a dataset and order config (created once)."""
         key = fingerprint_obj({k: cfg[k] for k in _ORDER if k != "epoch"})  # every epoch's
@@ -322,7 +334,7 @@ class Catalog:
                 raise ConfigError(f"{f} must be >= {low}, got {cfg[f]}")
         if cfg["mode"] not in MODES:
             raise ConfigError(f"unknown mode {cfg['mode']!r}; expected one of {', '.join(MODES)}")
-        n, world = self._num_samples(self.dataset(cfg["dataset"])), cfg["world_size"]
+        n, world = int(sum(self.source(cfg["dataset"]).shard_sizes())), cfg["world_size"]
         if world > max(1, n):
             raise ConfigError(
                 f"world_size must be at most the dataset's {n:,} samples, got {world:,}",
@@ -335,13 +347,6 @@ class Catalog:
                 hint="lower lease_size",
             )
         return cfg
-
-    def _num_samples(self, ds: Mapping[str, Any]) -> int:
-        """Samples of a registered dataset (cached until its folder or file changes)."""
-        key = (ds["path"], Path(ds["path"]).stat().st_mtime_ns)
-        if key not in self._samples:
-            self._samples[key] = int(sum(self.open_source(ds["path"]).shard_sizes()))
-        return self._samples[key]
 
     def _lease_size(self, req: Mapping[str, Any]) -> int:
         """Batches per lease: ``lease_size`` when given; else, with ``lease_bytes``, about that

@@ -164,7 +164,7 @@ class ServeState(Catalog):
         error = None
         if w is not None:
             try:
-                await self.writes.wait_async(w)
+                await self.writes.wait(w)
             except Exception as exc:  # noqa: BLE001 - undone, then raised
                 error = exc
         lease, body, t0, ok = p.lease, b"", time.perf_counter(), error is None
@@ -315,7 +315,7 @@ class ServeState(Catalog):
             return ConfigError(f"slot must be in [0, slots={slots}), got {slot}")
         return None
 
-    def rollback(self, it: Iteration, *, session: str, consumed: int) -> dict[str, Any]:
+    async def rollback(self, it: Iteration, *, session: str, consumed: int) -> dict[str, Any]:
         """A dynamic-mode client restored a checkpoint of session ``session`` (its secret) that had
         consumed ``consumed`` batches: the units that session acknowledged after its first
         ``consumed`` are pending again (appended as a rewind record), so they are served again.
@@ -330,7 +330,7 @@ class ServeState(Catalog):
                 hint="resume a static rank with {rank, consumed}",
             )
         sess = session_digest(session)
-        acked = self.journal.session_acks(it.id, sess)
+        acked = await to_thread.run_sync(self.journal.session_acks, it.id, sess)
         if acked is None:
             if consumed == 0:
                 return {**self.progress(it), "rolled_back": 0}
@@ -344,10 +344,10 @@ class ServeState(Catalog):
         with self.lock(it):
             it.rollback(sess, after.tolist())
             w = self._rewind_write(it, after, np.zeros(0, np.int64))
-        self.writes.wait(w)
+        await self.writes.wait(w)
         return {**self.progress(it), "rolled_back": len(after)}
 
-    def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def rewind(self, it: Iteration, body: Mapping[str, Any]) -> dict[str, Any]:
         """Set the done set from a client checkpoint (``{rank, consumed}`` or ``{done: [[a, b],
         ...]}``).
 
@@ -357,6 +357,12 @@ class ServeState(Catalog):
         records computed from the journal's own, never rewritten from a memory snapshot (which
         misses other ranks' acks in flight: issue #37's rewind race).
         """
+        await self.writes.wait(await to_thread.run_sync(self._rewound, it, body))
+        return self.progress(it)
+
+    def _rewound(self, it: Iteration, body: Mapping[str, Any]) -> Write:
+        """A rewind's change (in a thread: it lists the units of a done set) and its queued
+        write."""
         self.check_rewind(it, body)
         with self.lock(it):
             if body.get("done") is not None:
@@ -365,9 +371,7 @@ class ServeState(Catalog):
                 )
             else:
                 drop, keep = it.rewind(rank=int(body["rank"]), consumed=int(body["consumed"]))
-            w = self._rewind_write(it, drop, keep)
-        self.writes.wait(w)
-        return self.progress(it)
+            return self._rewind_write(it, drop, keep)
 
     def check_rewind(self, it: Iteration, body: Mapping[str, Any]) -> None:
         """Refuse (:class:`ConfigError`) a rewind whose units, rank or count lie outside the

@@ -16,7 +16,6 @@ when the path resolves inside one of the server's roots.
 
 from __future__ import annotations
 
-import base64
 import os
 import threading
 import urllib.parse
@@ -27,24 +26,18 @@ from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from fastapi import APIRouter, Depends, Query, Request
-from numpy.typing import NDArray
 
-from datamill.core.errors import ConfigError, DatamillError, SchemaError
-from datamill.core.source import Source, take_rows, uid_from_text
+from datamill.core.errors import ConfigError, DatamillError, NotFoundError
+from datamill.core.source import Source, take_rows
 from datamill.loader import describe
-from datamill.loader.describe import column_values, number_text
+from datamill.loader.describe import check_column, column_values
+from datamill.loader.samples import IMAGE_EXT, MAX_LIMIT, row_of, sample_page
 from datamill.serve.http.access import Reader, check_dataset
-from datamill.serve.server import NotFoundError
 from datamill.shards.check import check_report
 from datamill.shards.dataset import ShardsetDataset
 
 __all__ = [
-    "IMAGE_TYPES",
-    "MAX_FILTER",
-    "MAX_LIMIT",
-    "MAX_SCAN",
     "Inspector",
     "LimitQuery",
     "OffsetQuery",
@@ -53,41 +46,6 @@ __all__ = [
     "inspector",
     "router",
 ]
-
-MAX_LIMIT = 200
-MAX_FILTER = 200
-"""Longest filter or lookup value accepted."""
-MAX_SCAN = 2_000_000
-"""Rows a column-value filter scans at most."""
-LIST_SHOWN, LIST_ALL = 8, 4096
-MAX_INLINE = 256 * 1024
-IMAGE_TYPES = {
-    b"\x89PNG\r\n\x1a\n": "image/png",
-    b"\xff\xd8\xff": "image/jpeg",
-    b"GIF87a": "image/gif",
-    b"GIF89a": "image/gif",
-    b"RIFF": "image/webp",
-}
-_IMAGE_EXT = {
-    ".png": "image/png",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".gif": "image/gif",
-    ".webp": "image/webp",
-}
-
-
-def sniff_image(data: bytes) -> str | None:
-    """The image MIME type of ``data`` from its magic bytes, else ``None``.
-
-    Examples:
-        >>> sniff_image(b"\\x89PNG\\r\\n\\x1a\\n...."), sniff_image(b"hello")
-        ('image/png', None)
-    """
-    for magic, mime in IMAGE_TYPES.items():
-        if data.startswith(magic) and (magic != b"RIFF" or data[8:12] == b"WEBP"):
-            return mime
-    return None
 
 
 @dataclass
@@ -160,7 +118,7 @@ class ValueStats:
 
 
 class Inspector:
-    """Open registered datasets (cached by path and modification time) and describe them.
+    """Describe the registered datasets (each opened once, by the catalog's ``source``).
 
     Args:
         state: the server's :class:`~datamill.serve.server.ServeState`.
@@ -192,29 +150,14 @@ class Inspector:
     def __init__(self, state: Any) -> None:
         self.state = state
         self.stats = ValueStats()
-        self._lock = threading.Lock()
-        self._open: dict[str, tuple[int, Source]] = {}
         self._checks: dict[str, list[dict[str, Any]]] = {}
 
     def source(self, ref: str, *, column: str | None = None) -> Source:
-        """The opened source of a dataset (reopened when its folder or file changed), which must
-        have ``column`` when one is named (:class:`SchemaError`)."""
-        from datamill.sources import open_source
-
-        path = Path(self.state.dataset(ref)["path"])
-        try:
-            stamp = path.stat().st_mtime_ns
-        except OSError:
-            stamp = -1
-        with self._lock:
-            hit = self._open.get(str(path))
-        src = hit[1] if hit is not None and hit[0] == stamp else open_source(path)
-        with self._lock:
-            self._open[str(path)] = (stamp, src)
-        if column is not None and column not in src.columns:
-            raise SchemaError(
-                f"unknown column {column!r}; columns: {list(src.columns)}", column=column
-            )
+        """The opened source of a dataset (:meth:`~datamill.serve.catalog.Catalog.source`), which
+        must have ``column`` when one is named (:class:`~datamill.core.errors.SchemaError`)."""
+        src: Source = self.state.source(ref)
+        if column is not None:
+            check_column(src, column)
         return src
 
     def summary(self, ref: str) -> dict[str, Any]:
@@ -242,33 +185,6 @@ class Inspector:
             out["check"] = self._checks[key]
         return out
 
-    def vocabs(self, ref: str, src: Source) -> dict[str, Any]:
-        """Column -> :class:`~datamill.vocab.Vocab` (or a BERT file's tokenizer) for columns holding
-        token or category ids."""
-        out: dict[str, Any] = {}
-        meta = describe.preprocessed_meta(self.state.dataset(ref)["path"])
-        if meta is not None:
-            from datamill.preprocessing.meta import Metadata
-
-            m = Metadata(meta)
-            for c in src.columns:
-                try:
-                    out[c] = m.vocab(c)
-                except (KeyError, ConfigError):
-                    pass
-        corpus = getattr(src, "corpus", None)
-        if corpus is not None and getattr(corpus, "vocab", None) is not None:
-            out.update(x=corpus.vocab, y=corpus.vocab)
-        from datamill.pretrain.bert import BertParquetSource, load_tokenizer
-
-        if isinstance(src, BertParquetSource):  # its token ids: the tokenizer the file stores
-            try:
-                tok = load_tokenizer(self.state.dataset(ref)["path"])
-            except (DatamillError, ImportError):  # none stored, or no `tokenizers`: ids shown
-                return out
-            out.update({c: tok for c in ("tokens", "masked_labels") if c in src.columns})
-        return out
-
     def samples(
         self,
         ref: str,
@@ -278,92 +194,27 @@ class Inspector:
         columns: list[str] | None = None,
         where: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Rows ``[offset, offset + limit)`` of the joined dataset (or of the rows where column
-        ``where[0]`` shows as ``where[1]``) as typed cells.
-
-        Each cell is ``{"t": "missing"}``, ``{"t": "image", "src", "mime"}``, ``{"t": "tokens",
-        "text", "ids"}``, ``{"t": "list", "head", "all", "n"}`` or ``{"t": "value", "v"}``. A filter
-        scans at most :data:`MAX_SCAN` rows (``complete`` says whether it saw them all).
-        """
-        src = self.source(ref)
-        if not 1 <= limit <= MAX_LIMIT or offset < 0:
-            raise ConfigError(
-                f"need 0 <= offset and 1 <= limit <= {MAX_LIMIT}, got {offset}, {limit}"
-            )
-        cols = list(src.columns) if not columns else columns
-        unknown = [c for c in cols + ([where[0]] if where else []) if c not in src.columns]
-        if unknown:
-            raise SchemaError(
-                f"unknown column(s) {unknown}; columns: {list(src.columns)}", column=unknown[0]
-            )
-        sizes = np.asarray(src.shard_sizes(), dtype=np.int64)
-        complete = True
-        if where is None:
-            total = int(sizes.sum())
-            wanted = np.arange(offset, min(total, offset + limit), dtype=np.int64)
-        else:
-            matches, complete = _matching_rows(src, where[0], where[1], sizes)
-            total = len(matches)
-            wanted = matches[offset : offset + limit]
-        table = take_rows(src, wanted, cols)
-        vocabs = self.vocabs(ref, src)
+        """:func:`~datamill.loader.samples.sample_page` of a dataset, its image files served by
+        the file route when they lie under the server's roots."""
         ds_id = self.state.dataset(ref)["id"]
-        uid_col = getattr(src, "uid_column", None)
-        rows = []
-        for i in range(table.num_rows):
-            row = int(wanted[i])
-            cells = [
-                _cell(
-                    table.column(c)[i].as_py(),
-                    c,
-                    row,
-                    ds_id,
-                    vocabs.get(c),
-                    inside=lambda value: self._inside(ref, value),
-                    float32=pa.types.is_float32(_value_type(table.column(c).type)),
-                )
-                for c in cols
-            ]
-            uid = table.column(uid_col)[i].as_py() if uid_col in cols else None
-            rows.append({"row": row, "uid": uid, "cells": cells})
-        return {
-            "offset": offset,
-            "limit": limit,
-            "total": total,
-            "columns": cols,
-            "all_columns": list(src.columns),
-            "rows": rows,
-            "complete": complete,
-            "uid_column": uid_col,
-        }
+
+        def image(value: str, row: int, column: str) -> dict[str, Any]:
+            return _image_path_cell(value, column, row, ds_id, target=self._inside(ref, value))
+
+        path = self.state.dataset(ref)["path"]
+        src = self.source(ref)
+        return sample_page(
+            src, path=path, offset=offset, limit=limit, columns=columns, where=where, image=image
+        )
 
     def locate(self, ref: str, value: str) -> int:
-        """The row of a sample: its UID (shardset datasets) or its row number.
+        """The row of a sample: its UID (shardset datasets) or its row number
+        (:func:`~datamill.loader.samples.row_of`).
 
         Raises:
             NotFoundError: no sample has that UID or row.
         """
-        src = self.source(ref)
-        total = int(np.asarray(src.shard_sizes(), dtype=np.int64).sum())
-        uids = getattr(src, "uids", None)
-        value = value.strip()[:MAX_FILTER]
-        key = uid_from_text(value, None if uids is None else uids.type)
-        if uids is not None:
-            try:
-                found = -1 if key is None else pc.index(uids, pa.scalar(key, uids.type)).as_py()
-            except (OverflowError, pa.ArrowException):  # no UID of that type
-                found = -1
-            if found < 0:
-                raise NotFoundError(
-                    f"no sample with UID {value!r} in {self.state.dataset(ref)['name']}"
-                )
-            return int(found)
-        if key is None:
-            raise NotFoundError(f"{value!r} is not a row number (0 to {total - 1:,})")
-        row = int(key)
-        if not 0 <= row < total:
-            raise NotFoundError(f"no row {row:,}: rows are 0 to {total - 1:,}")
-        return row
+        return row_of(self.source(ref), value, name=self.state.dataset(ref)["name"])
 
     def values(self, ref: str, column: str) -> dict[str, Any]:
         """Top values and histogram of a column (:meth:`ValueStats.get`'s job as JSON: ``status``
@@ -385,7 +236,7 @@ class Inspector:
             raise ConfigError(
                 f"row {row} column {column!r} points outside the server's roots", column=column
             )
-        mime = _IMAGE_EXT.get(target.suffix.lower())
+        mime = IMAGE_EXT.get(target.suffix.lower())
         if mime is None or not target.is_file():
             raise NotFoundError(
                 f"row {row} column {column!r}: no image file there", path=str(value)
@@ -399,78 +250,6 @@ class Inspector:
         return target if any(r == target or r in target.parents for r in self.state.roots) else None
 
 
-def _value_type(t: pa.DataType) -> pa.DataType:
-    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        t = t.value_type
-    return t
-
-
-def _matching_rows(
-    src: Source, column: str, value: str, sizes: NDArray[np.int64]
-) -> tuple[NDArray[np.int64], bool]:
-    """Rows whose ``column`` shows as ``value`` (compared as text), scanning at most
-    :data:`MAX_SCAN` rows."""
-    found: list[NDArray[np.int64]] = []
-    start = 0
-    for k, n in enumerate(sizes.tolist()):
-        if start >= MAX_SCAN:
-            return np.concatenate(found) if found else np.zeros(0, np.int64), False
-        col = src.read_shard(k, columns=[column]).column(column)
-        try:
-            text = pc.cast(col, pa.string())
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-            raise SchemaError(
-                f"column {column!r} ({col.type}) cannot be filtered by value", column=column
-            ) from None
-        hits = np.flatnonzero(
-            pc.fill_null(pc.equal(text, value), False).to_numpy(zero_copy_only=False)
-        )
-        found.append(hits.astype(np.int64) + start)
-        start += int(n)
-    return np.concatenate(found) if found else np.zeros(0, np.int64), True
-
-
-# long (61 lines): one branch per kind of cell (image bytes, image path, tokens, float, list)
-def _cell(
-    value: Any,
-    column: str,
-    row: int,
-    ds_id: str,
-    vocab: Any,
-    *,
-    inside: Callable[[str], Path | None],
-    float32: bool = False,
-) -> dict[str, Any]:
-    if value is None:
-        return {"t": "missing"}
-    if isinstance(value, bytes):
-        return _bytes_cell(value)
-    if isinstance(value, str) and Path(value).suffix.lower() in _IMAGE_EXT:
-        return _image_path_cell(value, column, row, ds_id, target=inside(value))
-    if vocab is not None and (
-        isinstance(value, int)
-        or (isinstance(value, list) and all(isinstance(v, int) for v in value))
-    ):
-        return _tokens_cell(value, vocab)
-    if isinstance(value, float):
-        return {"t": "value", "v": _float(value, float32=float32), "full": repr(value)}
-    if isinstance(value, list):
-        return _list_cell(value, float32=float32)
-    return {"t": "value", "v": _short(value)}
-
-
-def _bytes_cell(value: bytes) -> dict[str, Any]:
-    """An image's bytes inline (small enough), else the byte count."""
-    mime = sniff_image(value)
-    if mime is not None and len(value) <= MAX_INLINE:
-        return {
-            "t": "image",
-            "mime": mime,
-            "src": f"data:{mime};base64,{base64.b64encode(value).decode()}",
-        }
-    return {"t": "value", "v": f"<{len(value):,} bytes>"}
-
-
 def _image_path_cell(
     value: str, column: str, row: int, ds_id: str, *, target: Path | None
 ) -> dict[str, Any]:
@@ -481,73 +260,10 @@ def _image_path_cell(
         return {"t": "value", "v": value, "full": note}
     return {
         "t": "image",
-        "mime": _IMAGE_EXT[Path(value).suffix.lower()],
+        "mime": IMAGE_EXT[Path(value).suffix.lower()],
         "path": value,
         "src": f"/ui/datasets/{ds_id}/file?row={row}&column={urllib.parse.quote(column)}",
     }
-
-
-def _tokens_cell(value: int | list[int], vocab: Any) -> dict[str, Any]:
-    """Token ids decoded with the dataset's vocabulary (padding left out), and the ids."""
-    ids = value if isinstance(value, list) else [value]
-    if hasattr(vocab, "id_to_token"):  # a BERT file's tokenizers.Tokenizer
-        tokens = [t if (t := vocab.id_to_token(i)) is not None else f"<id {i}>" for i in ids]
-    else:
-        tokens = [str(t) for t in vocab.decode(np.asarray(ids, dtype=np.int64)).tolist()]
-    text = " ".join(t for t in tokens if t not in ("<PAD>", "[PAD]"))
-    return {"t": "tokens", "text": text, "ids": _short(ids)}
-
-
-def _list_cell(value: list[Any], *, float32: bool) -> dict[str, Any]:
-    """A list: whole when short, else its head, its length and its first :data:`LIST_ALL` items."""
-    shown = [
-        _float(v, float32=float32)
-        if isinstance(v, float)
-        else repr(v)
-        if v is not None
-        else "missing"
-        for v in value[:LIST_SHOWN]
-    ]
-    if len(value) <= LIST_SHOWN:
-        return {"t": "value", "v": "[" + ", ".join(shown) + "]"}
-    every = [
-        number_text(v, float32=float32) if isinstance(v, float) else repr(v)
-        for v in value[:LIST_ALL]
-    ]
-    return {
-        "t": "list",
-        "head": "[" + ", ".join(shown) + ", …]",
-        "n": len(value),
-        "all": "[" + ", ".join(every) + (", …" if len(value) > LIST_ALL else "") + "]",
-    }
-
-
-def _float(v: float, *, float32: bool) -> str:
-    """A float rounded for reading; the full value is in the cell's tooltip.
-
-    Examples:
-        >>> (
-        ...     _float(208500.0, float32=False),
-        ...     _float(1872.0, float32=False),
-        ...     _float(0.123456789, float32=True),
-        ...     _float(1.5e-7, float32=False),
-        ... )
-        ('208,500', '1872', '0.1235', '1.500e-07')
-    """
-    if not np.isfinite(v):
-        return str(v)
-    x = float(np.float32(v)) if float32 else v
-    if abs(x) >= 1000:
-        sep = "," if abs(x) >= 10_000 else ""  # a year stays 1872
-        return f"{x:{sep}.0f}" if x == round(x) else f"{x:{sep}.1f}"
-    if x == 0 or abs(x) >= 1e-3:
-        return f"{x:.4g}"
-    return f"{x:.3e}"
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def inspector(request: Request) -> Inspector:

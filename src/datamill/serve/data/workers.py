@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.memslot import MemSlot
 from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
 from datamill.loader.runs import (
     RunAhead,
@@ -141,40 +142,15 @@ def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
     return sink.getvalue()
 
 
-class _Slot:
-    """In a worker: one shared-memory file (``memfd``) a lease's bytes are handed over in."""
-
-    def __init__(self) -> None:
-        self.fd = os.memfd_create("datamill-lease", os.MFD_CLOEXEC)
-        self.size = 0
-        self.map: mmap.mmap | None = None
-
-    def put(self, parts: Sequence[pa.Buffer]) -> int:
-        """Copy ``parts`` in, one after another (growing the file when it is too small); returns
-        the file's size."""
-        n = sum(p.size for p in parts)
-        if n > self.size:
-            size = max(n, min(2 * self.size, _SLOT_MAX), 1 << 20)
-            os.ftruncate(self.fd, size)
-            if self.map is not None:
-                self.map.close()
-            self.map, self.size = mmap.mmap(self.fd, size), size
-        assert self.map is not None
-        writer = pa.FixedSizeBufferWriter(pa.py_buffer(self.map))
-        for p in parts:
-            writer.write(p)  # without the GIL
-        return self.size
-
-
 _SLOT_COUNT = 4  # shared-memory slots of a worker (leases the HTTP process sends at once)
 _SLOT_MAX = 64 << 20  # larger leases go through the pipe
-_SLOTS: list[_Slot] = []  # in a worker: its shared-memory slots ...
+_SLOTS: list[MemSlot] = []  # in a worker: its shared-memory slots ...
 _FREE: set[int] = set()  # ... and those the HTTP process does not hold
 
 
 def _new_slot() -> None:
     """One more slot of this worker, free."""
-    _SLOTS.append(_Slot())
+    _SLOTS.append(MemSlot("datamill-lease"))
     _FREE.add(len(_SLOTS) - 1)
 
 
@@ -195,11 +171,13 @@ def _handed(parts: list[pa.Buffer], released: tuple[int, Sequence[int]], *, shar
                 return b"".join(parts)
             _new_slot()
         k = min(_FREE)
-        size = _SLOTS[k].put(parts)
+        writer = pa.FixedSizeBufferWriter(pa.py_buffer(_SLOTS[k].region(n)))
+        for p in parts:
+            writer.write(p)  # without the GIL
     except OSError:  # no memory for it (or a file size limit): through the pipe
         return b"".join(parts)
     _FREE.discard(k)
-    return os.getpid(), _SLOTS[k].fd, k, n, size
+    return os.getpid(), _SLOTS[k].fd, k, n, _SLOTS[k].size
 
 
 _EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # an Arrow IPC stream's end

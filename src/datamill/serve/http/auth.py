@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamill.core.errors import ConfigError
+from datamill.core.wire import ID_PATTERN
 from datamill.serve.journal.store import Journal
 
 __all__ = [
@@ -117,7 +118,7 @@ def create_key(
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
     if datasets is not None:
-        bad = [d for d in datasets if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", d)]
+        bad = [d for d in datasets if not re.fullmatch(ID_PATTERN, d)]
         if not datasets or bad:
             raise ConfigError(
                 f"expected dataset names such as a,b (letters, digits, _ . -), got {datasets!r}"

@@ -35,7 +35,7 @@ from typing import Any
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse, Response
 
-from datamill.core.wire import format_runs
+from datamill.core.wire import FENCE_PATTERN, ID_PATTERN, SESSION_PATTERN, format_runs
 from datamill.serve.http.routes.models import AckIn, HeartbeatIn
 from datamill.serve.journal.leases import RETRY_AFTER_S, UnavailableError
 from datamill.serve.protocol.iteration import Iteration
@@ -44,12 +44,12 @@ from datamill.serve.server import ARROW_STREAM, ServeState
 __all__ = ["ack_reply", "heartbeat_reply", "next_reply", "unavailable_reply"]
 
 _ACK_RE = re.compile(  # an id, a fence, positions of at most 12 digits (below MAX_UNITS, 2**40)
-    r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):([0-9a-f]{1,64})(?::(\d{1,12})-(\d{1,12}))?$"
+    rf"^({ID_PATTERN[1:-1]}):({FENCE_PATTERN[1:-1]})(?::(\d{{1,12}})-(\d{{1,12}}))?$"
 )
 
 
 def _session(session: str | None, client: str) -> str:
-    if session is not None and not re.fullmatch(r"[0-9A-Za-z_-]{16,128}", session):
+    if session is not None and not re.fullmatch(SESSION_PATTERN, session):
         raise HTTPException(422, "X-Datamill-Session must be 16-128 letters, digits, '_' or '-'")
     return client if session is None else session
 

@@ -61,7 +61,7 @@ def _full(exc: BaseException) -> bool:
 @dataclass(slots=True, eq=False)
 class Write:
     """One request's journal write (a function of the connection, run inside a transaction) and,
-    once it is ``done``, its outcome (``error``); an async waiter's future is resolved then."""
+    once it is ``done``, its outcome (``error``); its waiter's future is resolved then."""
 
     fn: Callable[[sqlite3.Connection], None]
     done: bool = False
@@ -75,18 +75,18 @@ class GroupCommit:
     committed.
 
     :meth:`submit` only queues (call it under the lock that ordered the in-memory change, so the
-    journal applies writes in that order); :meth:`wait` (a thread) or :meth:`wait_async` (an event
-    loop, no thread hop) until the write is durable. One committer thread takes every queued write,
+    journal applies writes in that order); await :meth:`wait` (in the event loop, no thread hop)
+    until the write is durable. One committer thread takes every queued write,
     commits them in one transaction and wakes their waiters; writes queued meanwhile go in the next
     one. A batch that fails is retried one write per transaction, so one request's failure (a full
     disk is :class:`UnavailableError`) is that request's alone and nothing of a failed write is
     kept.
 
     Examples:
-        >>> import tempfile
+        >>> import asyncio, tempfile
         >>> j = Journal(tempfile.mkdtemp()); g = GroupCommit(j)
         >>> w = g.submit(leases_write("it", done={"l.1": [(0, 2)]}))
-        >>> g.wait(w); j.done("it")
+        >>> asyncio.run(g.wait(w)); j.done("it")
         [(0, 2, 'l.1')]
         >>> g.close(); j.close()
     """
@@ -121,21 +121,13 @@ class GroupCommit:
         with self._cv:
             return len(self._queue)
 
-    def wait(self, w: Write) -> None:
-        """Block until ``w`` is committed.
+    async def wait(self, w: Write) -> None:
+        """Return once ``w`` is committed (the committer thread resolves a future).
 
         Raises:
             UnavailableError: the disk is full or a file size limit was reached (nothing was
             written).
         """
-        with self._cv:
-            while not w.done:
-                self._cv.wait()
-        if w.error is not None:
-            raise w.error
-
-    async def wait_async(self, w: Write) -> None:
-        """:meth:`wait` in an event loop (the committer thread resolves a future)."""
         with self._cv:
             if not w.done:
                 w.future = asyncio.get_running_loop().create_future()
@@ -168,7 +160,6 @@ class GroupCommit:
                     w.done = True
                     if w.future is not None:
                         futures.setdefault(w.future.get_loop(), []).append(w.future)
-                self._cv.notify_all()
             for loop, fs in futures.items():  # one wake-up per event loop and batch
                 try:
                     loop.call_soon_threadsafe(_resolve, fs)
@@ -178,7 +169,7 @@ class GroupCommit:
     def _commit(self, batch: list[Write]) -> None:
         try:
             self._transaction(batch)
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiters, raised in their thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiters, raised in their task
             if len(batch) == 1:
                 batch[0].error = self._wrap(exc)
                 return

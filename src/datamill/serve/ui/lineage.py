@@ -46,8 +46,7 @@ def _tracer(state: ServeState, it: Iteration) -> Tracer:
         hit = _tracers.get(key)
     if hit is not None:
         return hit
-    ds = state.dataset(str(it.config["dataset"]))
-    tracer = Tracer(iteration_record(state, it), source=state.open_source(ds["path"]))
+    tracer = Tracer(iteration_record(state, it), source=state.source(str(it.config["dataset"])))
     with _lock:
         for k in [k for k in _tracers if k[0] == it.id]:
             del _tracers[k]

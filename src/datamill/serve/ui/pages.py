@@ -15,7 +15,8 @@ from fastapi import HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from datamill.serve.data.views import MAX_FILTER, LimitQuery, OffsetQuery, inspector
+from datamill.loader.samples import MAX_FILTER
+from datamill.serve.data.views import LimitQuery, OffsetQuery, inspector
 from datamill.serve.http.access import (
     Admin,
     Reader,

@@ -248,7 +248,7 @@ async def rewind(request: Request, state: State, who: Admin, it_id: str) -> Resp
             holders=holders,
             before=before,
         )
-    await run_in_threadpool(state.rewind, it, body)
+    await state.rewind(it, body)
     change = {**body, "before": before, "revoked": len(held)}
     audit(state, who, "rewind iteration", f"{it.id} {json.dumps(change, sort_keys=True)}")
     return see(f"/ui/iterations/{it.id}#rewound")

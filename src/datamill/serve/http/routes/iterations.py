@@ -83,16 +83,16 @@ def cancel(who: Admin, it: ScopedIteration, state: State) -> dict[str, Any]:
 
 
 @router.post("/{it_id}/rewind")
-def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dict[str, Any]:
+async def rewind(who: Admin, it: ScopedIteration, body: RewindIn, state: State) -> dict[str, Any]:
     """Set the done set: ``{rank, consumed}`` (static mode) or ``{done: [[start, stop], ...]}``
     (admin)."""
-    out = state.rewind(it, body.model_dump(exclude_none=True))
+    out = await state.rewind(it, body.model_dump(exclude_none=True))
     audit(state, who, "rewind iteration", f"{it.id} {body.model_dump(exclude_none=True)}"[:500])
     return out
 
 
 @router.post("/{it_id}/resume")
-def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> dict[str, Any]:
+async def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> dict[str, Any]:
     """Resume one rank of a static iteration from a checkpoint (``RemoteLoader.load_state_dict``).
 
     Only the key that created the iteration (or an admin key) may: another job's key cannot reset
@@ -107,5 +107,5 @@ def resume(who: Reader, it: ScopedIteration, body: ResumeIn, state: State) -> di
         "resume iteration", iteration=it.id, key=who.key_id, rank=body.rank, consumed=body.consumed
     )
     if body.session is not None:
-        return state.rollback(it, session=body.session, consumed=body.consumed)
-    return state.rewind(it, {"rank": body.rank, "consumed": body.consumed})
+        return await state.rollback(it, session=body.session, consumed=body.consumed)
+    return await state.rewind(it, {"rank": body.rank, "consumed": body.consumed})

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from datamill.core.wire import FENCE_PATTERN, ID_PATTERN, SESSION_PATTERN
+
 __all__ = [
     "ID_PATTERN",
     "MAX_UNITS",
@@ -22,15 +24,12 @@ __all__ = [
     "one_line",
 ]
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MAX_UNITS = 1 << 40
 """Largest unit (batch) number or count a request may name."""
 ItId = Annotated[str, Path(pattern=ID_PATTERN)]
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
 Unit = Annotated[int, Field(ge=0, le=MAX_UNITS)]
-Fence = Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
-"""A lease's fence: 128 random bits as 32 hex digits (longer or other text is refused before any
-work)."""
+Fence = Annotated[str, Field(pattern=FENCE_PATTERN)]
 Seconds = Annotated[float, Field(ge=1, le=86_400, allow_inf_nan=False)]
 
 
@@ -135,7 +134,7 @@ class ResumeIn(_Body):
 
     rank: int = Field(ge=0, le=1 << 16)
     consumed: Unit
-    session: str | None = Field(None, pattern=r"^[0-9A-Za-z_-]{16,128}$")
+    session: str | None = Field(None, pattern=SESSION_PATTERN)
 
 
 def one_line(errors: Any) -> str:
