@@ -426,8 +426,12 @@ def test_a_server_with_build_workers_serves_the_loader_batches(
             _same_arrays(a, b)
 
 
-def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Path) -> None:
-    """A build worker killed -9 between two leases: the next lease is built by its replacement."""
+@pytest.mark.parametrize("noticed", [False, True])
+def test_a_killed_build_worker_is_replaced(
+    direct: dict[str, Any], tmp_path: Path, noticed: bool
+) -> None:
+    """A build worker killed -9 between two leases: the next lease is built by its replacement,
+    also when its pool already knows it is broken (``noticed``: the next ask's submit raises)."""
     import os
     import signal
 
@@ -442,6 +446,10 @@ def test_a_killed_build_worker_is_replaced(direct: dict[str, Any], tmp_path: Pat
         pids = list(st.pool.executors[0]._processes)
         assert len(pids) == 1
         os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while noticed and not st.pool.executors[0]._broken and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not noticed or st.pool.executors[0]._broken
         second = next_lease(st, it, "c", session="c")
         assert second is not None
         assert pa.ipc.open_stream(io.BytesIO(second.body)).read_all().num_rows == 200

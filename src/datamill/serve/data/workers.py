@@ -36,7 +36,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -542,7 +542,11 @@ class BuildPool:
         """Submit ``fn(*args, released, *extra)`` to worker ``w``."""
         ex = self.executors[w]
         call = functools.partial(fn, *args, self._released_for(w), *extra, shared=self.shared)
-        future = ex.submit(call)
+        try:
+            future = ex.submit(call)
+        except BrokenProcessPool as exc:  # it died before this ask: :meth:`_result` replaces it
+            future = Future()
+            future.set_exception(exc)
         return _Asked(w, ex, future, fn, args, extra)
 
     def _result(self, asked: _Asked) -> tuple[int, Any]:
