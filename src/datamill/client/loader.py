@@ -452,7 +452,7 @@ class RemoteLoader:
         with self._state_lock:
             if not any(x[0] == lease.id for x in self._unflushed):
                 feed.held.pop(lease.id, None)
-        feed.acked.set()  # a fetch waiting for the others' leases (409) asks again with these acks
+        feed.lease_done()  # a fetch waiting for the others' leases (409) asks again with these acks
 
     def _dropped(self, lease: HeldLease, feed: LeaseFeed, i: int) -> bool:
         """Dynamic mode: whether ``lease`` was lost (its rest, from batch ``i``, goes to someone
