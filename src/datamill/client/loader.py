@@ -296,8 +296,11 @@ class RemoteLoader:
         client.http.retry_s = self.transport.reconnect_s
         client.http.headers[SESSION_HEADER] = self.session
         try:
+            checked = False  # the open copy's identity checked for this epoch (during the join)
             if self._resume is None and self._plans_early():
-                info = self._join_while_planning(client)
+                info, checked = self._join_while_planning(client)
+            elif self._resume is None and self._opens_early():
+                info = self._join_while_opening(client)
             else:
                 info = self._join(client)
             self.iteration_id = it_id = str(info["id"])
@@ -324,7 +327,7 @@ class RemoteLoader:
             timeout = float(info["config"]["lease_timeout"])
             self._cfg = dict(info["config"])
             if self._direct is not None:
-                self._direct.open(client, self._cfg, name=self.dataset)
+                self._direct.open(client, self._cfg, name=self.dataset, checked=checked)
         finally:
             client.close()
         self._in_epoch = True
@@ -387,28 +390,80 @@ class RemoteLoader:
         world = int(self._cfg["plan_world"])
         return world == self.leases.world_size and self._direct.is_open()
 
-    def _join_while_planning(self, client: Client) -> dict[str, Any]:
-        """The join (:meth:`_join`) sent from a helper thread while this thread plans the epoch
-        (:meth:`DirectBuilds.plan_ahead <datamill.client.direct.DirectBuilds.plan_ahead>`); its
-        answer, or its error raised here."""
-        assert self._direct is not None
+    def _opens_early(self) -> bool:
+        """Direct mode, the dataset not open yet (a loader's first epoch): whether the copy is
+        opened while the join is in flight (:meth:`_join_while_opening`)."""
+        return self._direct is not None and not self._direct.is_open()
+
+    def _join_aside(
+        self,
+        client: Client,
+        here: Callable[[], None],
+        then: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> tuple[dict[str, Any], Any]:
+        """The join (:meth:`_join`) sent from a helper thread, followed there by ``then(answer)``,
+        while this thread runs ``here()``: the answer and what ``then`` returned, or an error of
+        either raised here."""
         out: dict[str, Any] = {}
 
         def join() -> None:
             try:
-                out["info"] = self._join(client)
+                out["info"] = info = self._join(client)
+                out["then"] = then(info) if then is not None else None
             except BaseException as exc:  # noqa: BLE001 - raised in the loop's thread below
                 out["error"] = exc
 
         thread = threading.Thread(target=join, name="datamill-join", daemon=True)
         thread.start()
         try:
-            self._direct.plan_ahead(self.epoch, self.rank, int(self._cfg["plan_world"]))
+            here()
         finally:
             thread.join()
         if "error" in out:
             raise out["error"]
-        return dict(out["info"])
+        return dict(out["info"]), out["then"]
+
+    def _join_while_planning(self, client: Client) -> tuple[dict[str, Any], bool]:
+        """The join sent from a helper thread while this thread plans the epoch
+        (:meth:`DirectBuilds.plan_ahead <datamill.client.direct.DirectBuilds.plan_ahead>`); once
+        answered, the helper checks the open copy again for the new epoch
+        (:meth:`DirectBuilds.recheck <datamill.client.direct.DirectBuilds.recheck>`, reading a
+        footer per file: 8-9 ms for 300 files, no longer after the plan). The answer, and whether
+        the copy was checked."""
+        direct = self._direct
+        assert direct is not None
+        world = int(self._cfg["plan_world"])
+
+        def recheck(info: dict[str, Any]) -> bool:
+            return direct.recheck(info["config"], name=self.dataset)
+
+        info, checked = self._join_aside(
+            client, lambda: direct.plan_ahead(self.epoch, self.rank, world), recheck
+        )
+        return info, bool(checked)
+
+    def _join_while_opening(self, client: Client) -> dict[str, Any]:
+        """A loader's first epoch in direct mode: the join sent from a helper thread while this
+        thread asks for the dataset's location on a second connection, checks the copy there and
+        opens it (:meth:`DirectBuilds.preopen <datamill.client.direct.DirectBuilds.preopen>`:
+        the open, 0.15 s for 300 shards, no longer waits for the join's round trips). The join's
+        answer."""
+        direct = self._direct
+        assert direct is not None
+        here = Client(self.url, self.key, verify=self.transport.verify)
+        here.http.headers[SESSION_HEADER] = self.session
+
+        def preopen() -> None:
+            try:
+                info = here.location_info(self.dataset)
+            except Exception:  # noqa: BLE001 - the join asks again, and raises there
+                return
+            direct.preopen(info, name=self.dataset)
+
+        try:
+            return self._join_aside(client, preopen)[0]
+        finally:
+            here.close()
 
     def _yield_lease(self, lease: HeldLease, feed: LeaseFeed) -> Iterator[Any]:
         """A lease's batches not yielded before (static) and not lost (dynamic); each acknowledged
