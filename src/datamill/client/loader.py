@@ -479,15 +479,16 @@ class RemoteLoader:
             collate = self.collate_fn if self._direct.block is None else _same
         else:  # server-built: per-batch tables, or batches collated with the lease
             tables, collate = iter(lease.batches), _same if lease.collated else self.collate_fn
+        dynamic, clock = self.mode == "dynamic", time.perf_counter  # read once a lease
         try:
             for i in range(len(lease.units)):
                 pos = lease.start + i
-                if self._dropped(lease, feed, i):
+                if dynamic and self._dropped(lease, feed, i):
                     break
-                t0 = time.perf_counter()
+                t0 = clock()
                 table = next(tables)
-                self.stats["build_s"] += time.perf_counter() - t0
-                if self.mode == "static" and pos in self._yielded:
+                self.stats["build_s"] += clock() - t0
+                if not dynamic and pos in self._yielded:
                     self.stats["skipped_duplicates"] += 1
                     with self._state_lock:
                         self._unflushed.append((lease.id, lease.fence, pos))
@@ -497,7 +498,7 @@ class RemoteLoader:
                 waited = feed.wait_yieldable(lease)
                 self.stats["ack_wait_s"] += waited
                 self.stall_s += waited
-                if self._dropped(lease, feed, i):
+                if dynamic and self._dropped(lease, feed, i):
                     break
                 self._take(lease, pos)
                 feed.taken()
