@@ -120,7 +120,7 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
     primed: list[int] = []
     prime = loader._direct.prime
     loader._direct.prime = lambda cfg, **k: (primed.append(k["batch"]), prime(cfg, **k))[1]  # type: ignore[method-assign]
-    opened: list[str] = []  # the copy opened during epoch 0's join, checked during epoch 1's
+    opened: list[str] = []  # the copy opened during epoch 0's join, checked again at epoch 1
     for name in ("preopen", "recheck"):
         method = getattr(loader._direct, name)
         spy = lambda *a, _m=method, _n=name, **k: (opened.append(_n), _m(*a, **k))[1]

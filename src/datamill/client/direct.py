@@ -63,15 +63,12 @@ class DirectBuilds:
         # flight (:meth:`preopen`), taken by :meth:`open` when the join names that dataset
         self._pre: tuple[str, str, dict[str, Any] | None, Any] | None = None
 
-    def open(
-        self, client: Client, cfg: Mapping[str, Any], *, name: str, checked: bool = False
-    ) -> Any:
+    def open(self, client: Client, cfg: Mapping[str, Any], *, name: str) -> Any:
         """The batch service of the iteration ``cfg`` of dataset ``name`` (the dataset's location
         and content identity asked of ``client`` when the dataset or the order changed). The copy
         at the location is checked against the identity before any batch is built from it: when
         the service opens, and again at each epoch for a local location (an ``s3://`` copy's
-        objects are checked by the shard cache, against the ETags seen when the source opened),
-        unless :meth:`recheck` did (``checked``).
+        objects are checked by the shard cache, against the ETags seen when the source opened).
 
         Raises:
             DataFileError: the copy is not the data the server registered (naming the dataset, the
@@ -82,8 +79,7 @@ class DirectBuilds:
 
         key = fingerprint_obj([cfg[k] for k in _ORDER])
         if self._service is not None and self._service[0] == key:
-            if not checked:
-                self.recheck(cfg, name=name)  # a new epoch: checked again
+            self.recheck(cfg, name=name)  # a new epoch: checked again
             return self._service[1]
         pre, self._pre = self._pre, None
         if pre is not None and pre[0] == str(cfg["dataset"]):  # opened during the join
@@ -133,7 +129,7 @@ class DirectBuilds:
     def recheck(self, cfg: Mapping[str, Any], *, name: str) -> bool:
         """A new epoch: the open copy checked again against its identity (a local location),
         when the service open is the one of ``cfg``; whether it is (``False``: :meth:`open` opens
-        the service of ``cfg`` and checks its copy then).
+        the service of ``cfg`` and checks its copy then). :meth:`open` calls it.
 
         Raises:
             DataFileError: the copy is not the data the server registered.

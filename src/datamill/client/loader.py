@@ -296,9 +296,8 @@ class RemoteLoader:
         client.http.retry_s = self.transport.reconnect_s
         client.http.headers[SESSION_HEADER] = self.session
         try:
-            checked = False  # the open copy's identity checked for this epoch (during the join)
             if self._resume is None and self._plans_early():
-                info, checked = self._join_while_planning(client)
+                info = self._join_while_planning(client)
             elif self._resume is None and self._opens_early():
                 info = self._join_while_opening(client)
             else:
@@ -327,7 +326,7 @@ class RemoteLoader:
             timeout = float(info["config"]["lease_timeout"])
             self._cfg = dict(info["config"])
             if self._direct is not None:
-                self._direct.open(client, self._cfg, name=self.dataset, checked=checked)
+                self._direct.open(client, self._cfg, name=self.dataset)
         finally:
             client.close()
         self._in_epoch = True
@@ -395,21 +394,14 @@ class RemoteLoader:
         opened while the join is in flight (:meth:`_join_while_opening`)."""
         return self._direct is not None and not self._direct.is_open()
 
-    def _join_aside(
-        self,
-        client: Client,
-        here: Callable[[], None],
-        then: Callable[[dict[str, Any]], Any] | None = None,
-    ) -> tuple[dict[str, Any], Any]:
-        """The join (:meth:`_join`) sent from a helper thread, followed there by ``then(answer)``,
-        while this thread runs ``here()``: the answer and what ``then`` returned, or an error of
-        either raised here."""
+    def _join_aside(self, client: Client, here: Callable[[], None]) -> dict[str, Any]:
+        """The join (:meth:`_join`) sent from a helper thread while this thread runs ``here()``:
+        the join's answer, or its error raised here."""
         out: dict[str, Any] = {}
 
         def join() -> None:
             try:
-                out["info"] = info = self._join(client)
-                out["then"] = then(info) if then is not None else None
+                out["info"] = self._join(client)
             except BaseException as exc:  # noqa: BLE001 - raised in the loop's thread below
                 out["error"] = exc
 
@@ -421,26 +413,17 @@ class RemoteLoader:
             thread.join()
         if "error" in out:
             raise out["error"]
-        return dict(out["info"]), out["then"]
+        return dict(out["info"])
 
-    def _join_while_planning(self, client: Client) -> tuple[dict[str, Any], bool]:
+    def _join_while_planning(self, client: Client) -> dict[str, Any]:
         """The join sent from a helper thread while this thread plans the epoch
-        (:meth:`DirectBuilds.plan_ahead <datamill.client.direct.DirectBuilds.plan_ahead>`); once
-        answered, the helper checks the open copy again for the new epoch
-        (:meth:`DirectBuilds.recheck <datamill.client.direct.DirectBuilds.recheck>`, reading a
-        footer per file: 8-9 ms for 300 files, no longer after the plan). The answer, and whether
-        the copy was checked."""
+        (:meth:`DirectBuilds.plan_ahead <datamill.client.direct.DirectBuilds.plan_ahead>`); its
+        answer. (The copy's identity check stays after both: run in the helper beside the plan,
+        its footer reads slowed the plan by about what they took, 8-12 ms for 300 files.)"""
         direct = self._direct
         assert direct is not None
         world = int(self._cfg["plan_world"])
-
-        def recheck(info: dict[str, Any]) -> bool:
-            return direct.recheck(info["config"], name=self.dataset)
-
-        info, checked = self._join_aside(
-            client, lambda: direct.plan_ahead(self.epoch, self.rank, world), recheck
-        )
-        return info, bool(checked)
+        return self._join_aside(client, lambda: direct.plan_ahead(self.epoch, self.rank, world))
 
     def _join_while_opening(self, client: Client) -> dict[str, Any]:
         """A loader's first epoch in direct mode: the join sent from a helper thread while this
@@ -461,7 +444,7 @@ class RemoteLoader:
             direct.preopen(info, name=self.dataset)
 
         try:
-            return self._join_aside(client, preopen)[0]
+            return self._join_aside(client, preopen)
         finally:
             here.close()
 
