@@ -120,6 +120,11 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
     primed: list[int] = []
     prime = loader._direct.prime
     loader._direct.prime = lambda cfg, **k: (primed.append(k["batch"]), prime(cfg, **k))[1]  # type: ignore[method-assign]
+    opened: list[str] = []  # the copy opened during epoch 0's join, checked again at epoch 1
+    for name in ("preopen", "recheck"):
+        method = getattr(loader._direct, name)
+        spy = lambda *a, _m=method, _n=name, **k: (opened.append(_n), _m(*a, **k))[1]
+        setattr(loader._direct, name, spy)
     restarts: list[int] = []  # builds per epoch: the first batch built ahead is the first lease's
     end_epoch = loader._direct.end_epoch
     loader._direct.end_epoch = lambda: (  # type: ignore[method-assign]
@@ -140,6 +145,7 @@ def test_direct_numpy_batches_of_two_epochs_equal_the_loader(direct: dict[str, A
         assert plans == {epoch}  # one epoch's plans kept, as in process: the last one's dropped
         # epoch 0 opened the dataset and planned itself; epoch 1 began its plan before its join
         assert early == [(1, 0, 1)][:epoch]
+        assert opened == ["preopen", "recheck"][: epoch + 1] and loader._direct._pre is None
         assert restarts == [1] * (epoch + 1) and primed == [0] * (epoch + 1)
 
 
@@ -593,6 +599,58 @@ def test_a_static_wide_window_carries_its_acks_on_the_lease_requests(
     assert sorted(committed) == sorted(u for a, b, _ in done for u in range(a, b))
     loader.mode = "dynamic"
     assert not LeaseFeed(loader, "x", 1.0, direct=True, ack_window=32).piggyback
+
+
+def test_a_static_fetch_thread_waits_for_the_loop_once_every_position_is_leased() -> None:
+    """Static mode, one slot: once the rank's last position is leased to the client, its fetch
+    thread sends nothing (a request would only be answered `409`) until the loop has finished every
+    lease it was handed; then it asks again (`204`, or a lease re-issued after an expiry). Dynamic
+    mode asks on as before."""
+    from datamill.client.feed import LeaseFeed
+
+    loader = RemoteLoader(
+        "http://127.0.0.1:1", None, "d", batch_size=8, **grouped(transport="direct", ack_window=8)
+    )
+    feed = LeaseFeed(loader, "x", 1.0, direct=True, ack_window=8)
+    loader._queue_total = 24
+    feed.fetched, feed.leased_to = 2, 16
+    assert not feed._idle()  # positions left to lease
+    feed.fetched, feed.leased_to = 3, 24
+    assert feed._idle()  # every position leased, the loop holds three leases
+    feed.lease_done()
+    feed.lease_done()
+    assert feed._idle() and feed.acked.is_set()  # each finished lease wakes the fetch thread
+    feed.lease_done()
+    assert not feed._idle()  # the loop finished every lease: ask again
+    loader.mode = "dynamic"
+    feed = LeaseFeed(loader, "x", 1.0, direct=True, ack_window=8)
+    feed.fetched, feed.leased_to = 3, 24
+    assert not feed._idle()
+
+
+def test_a_waiting_loop_lets_the_acks_in_flight_answer_before_another_request() -> None:
+    """Static mode with a wide window: a loop waiting for an answer that the acks in flight (on a
+    lease request) would give does not make the ack thread send another request at once; it does
+    when nothing is in flight or the acks not in flight would hold the loop anyway, and in dynamic
+    mode as before."""
+    from datamill.client.feed import LeaseFeed
+
+    loader = RemoteLoader(
+        "http://127.0.0.1:1", None, "d", batch_size=8, **grouped(transport="direct", ack_window=8)
+    )
+    feed = LeaseFeed(loader, "x", 1.0, direct=True, ack_window=8)
+    loader._unflushed = [("l", "f", i) for i in range(8)]
+    feed.loop_waits = True
+    assert feed._due()  # nothing in flight: the pending acks go now
+    feed.in_flight = set(loader._unflushed[:4])
+    assert not feed._due()  # the answer to the 4 in flight lets the loop go on
+    loader._unflushed += [("l", "f", i) for i in range(8, 12)]
+    feed.in_flight = set(loader._unflushed[:3])  # 9 not in flight: the loop would still wait
+    assert feed._due()
+    loader.mode = "dynamic"
+    feed = LeaseFeed(loader, "x", 1.0, direct=True, ack_window=8)
+    feed.loop_waits, feed.in_flight = True, set(loader._unflushed[:4])
+    assert feed._due()
 
 
 def test_a_static_direct_loader_takes_leases_of_half_its_ack_window() -> None:

@@ -59,6 +59,9 @@ class DirectBuilds:
         # (location, the content identity the server recorded) of the open service
         self._checked: tuple[str, dict[str, Any] | None] = ("", None)
         self.stream: RunStream | None = None  # this epoch's builds
+        # (dataset id, location, identity, source): the copy opened while the first join was in
+        # flight (:meth:`preopen`), taken by :meth:`open` when the join names that dataset
+        self._pre: tuple[str, str, dict[str, Any] | None, Any] | None = None
 
     def open(self, client: Client, cfg: Mapping[str, Any], *, name: str) -> Any:
         """The batch service of the iteration ``cfg`` of dataset ``name`` (the dataset's location
@@ -73,24 +76,21 @@ class DirectBuilds:
         """
         from datamill.core.fingerprint import fingerprint_obj
         from datamill.core.identity import check_identity
-        from datamill.core.objstore import is_remote
-        from datamill.sources import open_source
 
         key = fingerprint_obj([cfg[k] for k in _ORDER])
         if self._service is not None and self._service[0] == key:
-            location, identity = self._checked
-            if identity is not None and not is_remote(location):
-                check_identity(location, identity, dataset=name)  # a new epoch: checked again
+            self.recheck(cfg, name=name)  # a new epoch: checked again
             return self._service[1]
-        info = client.location_info(str(cfg["dataset"]))
-        location, identity = str(info["location"]), info.get("identity")
-        if identity is not None:
-            check_identity(location, identity, dataset=name)
-        self._checked = (location, identity)
-        if is_remote(location):
-            source = open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
+        pre, self._pre = self._pre, None
+        if pre is not None and pre[0] == str(cfg["dataset"]):  # opened during the join
+            _, location, identity, source = pre
         else:
-            source = open_source(location)
+            info = client.location_info(str(cfg["dataset"]))
+            location, identity = str(info["location"]), info.get("identity")
+            if identity is not None:
+                check_identity(location, identity, dataset=name)
+            source = self._source(location)
+        self._checked = (location, identity)
         if self._service is not None:
             self._service[1].close()
         # one epoch's order and plans kept, as the in-process Loader keeps (plan_epochs=1): a direct
@@ -101,6 +101,49 @@ class DirectBuilds:
         )
         self._service = (key, svc)
         return self._service[1]
+
+    def _source(self, location: str) -> Any:
+        from datamill.core.objstore import is_remote
+        from datamill.sources import open_source
+
+        if is_remote(location):
+            return open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
+        return open_source(location)
+
+    def preopen(self, info: Mapping[str, Any], *, name: str) -> None:
+        """A loader's first epoch: the copy at the dataset's location ``info``
+        (:meth:`Client.location_info <datamill.client.Client.location_info>`) checked and opened
+        now, in this thread, while the join is in flight; :meth:`open` takes it when the join's
+        iteration is of that dataset. A failure is left to :meth:`open`, which raises it where it
+        did before."""
+        from datamill.core.identity import check_identity
+
+        try:
+            location, identity = str(info["location"]), info.get("identity")
+            if identity is not None:
+                check_identity(location, identity, dataset=name)
+            self._pre = (str(info["dataset"]), location, identity, self._source(location))
+        except Exception:  # noqa: BLE001 - open() asks, checks and opens again, and raises there
+            self._pre = None
+
+    def recheck(self, cfg: Mapping[str, Any], *, name: str) -> bool:
+        """A new epoch: the open copy checked again against its identity (a local location),
+        when the service open is the one of ``cfg``; whether it is (``False``: :meth:`open` opens
+        the service of ``cfg`` and checks its copy then). :meth:`open` calls it.
+
+        Raises:
+            DataFileError: the copy is not the data the server registered.
+        """
+        from datamill.core.fingerprint import fingerprint_obj
+        from datamill.core.identity import check_identity
+        from datamill.core.objstore import is_remote
+
+        if self._service is None or self._service[0] != fingerprint_obj([cfg[k] for k in _ORDER]):
+            return False
+        location, identity = self._checked
+        if identity is not None and not is_remote(location):
+            check_identity(location, identity, dataset=name)
+        return True
 
     def start_epoch(self, cfg: Mapping[str, Any], *, follow: bool) -> None:
         """Builds of the epoch of ``cfg`` start (``follow``: a static rank's leases continue one

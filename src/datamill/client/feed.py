@@ -82,6 +82,7 @@ class FeedOwner(Protocol):
     transport: Transport  # prefetch, reconnect_s, verify, slot, slots
     stall_s: float
     stats: dict[str, Any]
+    _queue_total: int | None  # the rank's (static) or the iteration's (dynamic) batches
     _unflushed: list[tuple[str, str, int]]
     lease_collate: Callable[[list[pa.RecordBatch]], list[Any]] | None
     _state_lock: threading.Lock
@@ -171,6 +172,10 @@ class LeaseFeed:
         self.answered = threading.Condition(loader._state_lock)  # acks answered, deadlines moved
         self.stop = threading.Event()
         self.acked = threading.Event()  # set when the loop finished a lease (wakes a waiting fetch)
+        # leases handed to the loop and finished by it, and the end of the positions leased so far
+        # in the rank's queue (static, one slot): once every position is leased the fetch thread
+        # sleeps until the loop has finished every lease it holds (see :meth:`_idle`)
+        self.fetched = self.finished = self.leased_to = 0
         self.to_ack = (
             threading.Event()
         )  # set when the loop was handed a batch (wakes the ack thread)
@@ -326,6 +331,10 @@ class LeaseFeed:
         holding = False  # a room for the next lease
         try:
             while not self.stop.is_set():
+                self.acked.clear()
+                if self._idle():  # nothing left to lease: woken when the loop finishes a lease
+                    self.acked.wait(ACK_IDLE_S)
+                    continue
                 if not (self.direct or holding):
                     holding = self.room.acquire(timeout=0.1)
                     continue
@@ -337,6 +346,8 @@ class LeaseFeed:
                     self._put(self.ready if self.direct else self.received, END)
                     return
                 lease = self._lease(res)
+                self.fetched += 1
+                self.leased_to = max(self.leased_to, lease.start + len(lease.units))
                 with self.loader._state_lock:
                     self.held[lease.id] = lease  # heartbeats keep it from now on
                     if lease.ttl is not None:
@@ -351,6 +362,29 @@ class LeaseFeed:
             self._fail(exc)
         finally:
             conn.close()
+
+    def _idle(self) -> bool:
+        """Static mode, one slot: every position of the rank's queue is leased to this client and
+        the loop still holds leases it has not finished. A request now would only be answered
+        ``409`` (the rest is held, by this client); the acknowledgements of those leases go with
+        the ack threads (at three quarters of the window, when the loop waits, within
+        :data:`ACK_IDLE_S`) and with the request the fetch thread sends once the loop finished every
+        lease (answered ``204``, or a lease re-issued after an expiry)."""
+        loader = self.loader
+        total = loader._queue_total
+        return (
+            loader.mode == "static"
+            and loader.transport.slots == 1
+            and total is not None
+            and self.leased_to >= total
+            and self.finished < self.fetched
+        )
+
+    def lease_done(self) -> None:
+        """The loop finished a lease (wakes a fetch thread waiting for it, or for the others'
+        leases after a ``409``)."""
+        self.finished += 1
+        self.acked.set()
 
     def take(self) -> Any:
         """The loop's next lease (``END`` after the last or a failure), from :attr:`ready`."""
@@ -502,11 +536,17 @@ class LeaseFeed:
 
     def _due(self) -> bool:
         """Whether a woken ack thread sends now: :attr:`send_at` acks are pending and not in
-        flight, or the loop waits for an answer (or the feed stops)."""
-        if self.loop_waits or self.stop.is_set() or self.send_at <= 1:
+        flight, or the loop waits for an answer (or the feed stops). With :attr:`piggyback`, a loop
+        that the answer to the acks in flight lets go on does not make a second request (it would
+        wait behind the first on the server, and add to its load when it is slow): the ack thread
+        sends those pending after :data:`ACK_FLUSH_S` if no answer came (:meth:`_acker`)."""
+        if self.stop.is_set() or self.send_at <= 1:
             return True
         with self.loader._state_lock:
-            pending = len(self.loader._unflushed) - len(self.in_flight)
+            in_flight = len(self.in_flight)
+            pending = len(self.loader._unflushed) - in_flight
+        if self.loop_waits:
+            return not (self.piggyback and in_flight and pending < self.ack_window)
         return pending >= self.send_at
 
     def _fail(self, exc: BaseException) -> None:
