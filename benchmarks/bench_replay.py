@@ -5,7 +5,8 @@ iteration): the journal's done runs marked done on a fresh ``Iteration``.
 of ``--units`` batches over ``--world`` ranks, 99% of them done (1% random units still pending, so
 the done set is ~``units / 100`` runs), replayed the former way (a Python step per unit: the runs
 expanded by a generator, each unit's queue and position looked up one at a time) and the vectorised
-way (``units_of`` + ``IterationState.mark_done``: one pass); both must leave the same state. Prints
+way (the done units, as ``Journal.done_units`` gives them, + ``IterationState.mark_done``: one
+pass); both must leave the same state. Prints
 the median seconds of ``--repeat`` runs of each and the load average.
 """
 
@@ -16,14 +17,15 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.state import DONE, runs, units_of
+from datamill.serve.protocol.state import DONE, runs
 
 
-def _per_unit(it: Iteration, spans: list[tuple[int, int]]) -> None:
+def _per_unit(it: Iteration, spans: Any) -> None:
     """The replay before: ``mark_done(u for a, b in spans for u in range(a, b))`` with a Python
     step per unit."""
     for u in (u for a, b in spans for u in range(a, b)):
@@ -33,21 +35,21 @@ def _per_unit(it: Iteration, spans: list[tuple[int, int]]) -> None:
     it._recount()
 
 
-def _vectorised(it: Iteration, spans: list[tuple[int, int]]) -> None:
-    it.mark_done(units_of(spans))
+def _vectorised(it: Iteration, units: Any) -> None:
+    it.mark_done(units)
 
 
 def _timed(
-    replay: Callable[[Iteration, list[tuple[int, int]]], None],
+    replay: Callable[[Iteration, Any], None],
     make: Callable[[], Iteration],
-    spans: list[tuple[int, int]],
+    done: Any,
     repeat: int,
 ) -> tuple[float, Iteration]:
     times, it = [], make()
     for _ in range(repeat):
         it = make()
         t0 = time.perf_counter()
-        replay(it, spans)
+        replay(it, done)
         times.append(time.perf_counter() - t0)
     return statistics.median(times), it
 
@@ -61,7 +63,8 @@ def main() -> None:
     n, world = args.units, args.world
     per_rank = [n // world + (r < n % world) for r in range(world)]
     pending = np.random.default_rng(0).random(n) < 0.01
-    spans = runs(np.flatnonzero(~pending))
+    units = np.flatnonzero(~pending)  # what Journal.done_units gives
+    spans = runs(units)
 
     def make() -> Iteration:
         return Iteration("bench", per_rank, world_size=world, boot="b")
@@ -69,7 +72,7 @@ def main() -> None:
     print(f"{n:,} units over {world} ranks, {int((~pending).sum()):,} done in {len(spans):,} runs")
     load0 = os.getloadavg()
     before, slow = _timed(_per_unit, make, spans, args.repeat)
-    after, fast = _timed(_vectorised, make, spans, args.repeat)
+    after, fast = _timed(_vectorised, make, units, args.repeat)
     same = all(np.array_equal(a, b) for a, b in zip(slow.state, fast.state, strict=True))
     print(
         f"replay before (per unit) {before:.3f} s; after (vectorised) {after:.4f} s; "

@@ -34,7 +34,7 @@ from datamill.serve.journal.leases import (
 from datamill.serve.journal.store import Journal
 from datamill.serve.observe.metrics import Telemetry
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.state import runs, units_of
+from datamill.serve.protocol.state import runs
 
 __all__ = [
     "LEASE_SIZES",
@@ -507,7 +507,7 @@ class Catalog:
             if row["id"] in self._iterations:
                 return self._iterations[row["id"]]
             it = self._build(row["id"], row["config"])
-            it.mark_done(units_of(self.journal.done_runs(row["id"])))
+            it.mark_done(self.journal.done_units(row["id"]))
             done = self.journal.done(row["id"])
             if self.journal.is_cancelled(row["id"]):
                 it.cancel()

@@ -324,11 +324,16 @@ class Journal:
             )
         ]
 
-    def done_runs(self, it_id: str) -> list[tuple[int, int]]:
+    def done_units(self, it_id: str) -> NDArray[np.int64]:
         """The done set of an iteration: the fold of its rows in commit order (a row of sign -1,
-        appended by a rewind, sets its units pending again), as ``[start, stop)`` runs."""
+        appended by a rewind, sets its units pending again), as sorted unit ids (what a restart
+        replays)."""
         with self._lock:
-            return runs(np.flatnonzero(done_mask(self._db, it_id)))
+            return np.flatnonzero(done_mask(self._db, it_id))
+
+    def done_runs(self, it_id: str) -> list[tuple[int, int]]:
+        """:meth:`done_units` as ``[start, stop)`` runs."""
+        return runs(self.done_units(it_id))
 
     def session_acks(self, it_id: str, session: str) -> list[int] | None:
         """The units the leases of session hash ``session`` acknowledged, in journal order (the
