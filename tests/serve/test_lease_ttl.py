@@ -3,7 +3,9 @@ batches out again only a grace later, and counts them in ``/metrics``."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +34,22 @@ def test_batches_are_not_handed_out_again_before_ttl_plus_grace() -> None:
     assert it.redelivered == len(it.units_of(lease)) and progress["redelivered_batches"] == 4
 
 
-def test_redelivered_batches_are_counted_for_metrics(
-    server: dict[str, Any], tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def _dynamic(server: dict[str, Any], tmp_path: Path, lease_size: int) -> Iterator[Any]:
+    """A server's state with one dynamic iteration of the test dataset: ``(state, iteration)``."""
     state = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
     try:
         state.register("ds", name="ds")
-        req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": 3}
-        it = state.iteration(state.create_iteration(req)["id"])
+        req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": lease_size}
+        yield state, state.iteration(state.create_iteration(req)["id"])
+    finally:
+        state.close()
+
+
+def test_redelivered_batches_are_counted_for_metrics(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    with _dynamic(server, tmp_path, 3) as (state, it):
         first = next_lease(state, it, "a")
         assert first is not None
         it.expire(time.monotonic() + it.lease_timeout + it.grace + 1)
@@ -47,8 +57,6 @@ def test_redelivered_batches_are_counted_for_metrics(
         assert second is not None and second.units == first.units
         assert state.telemetry.counter(it.id, "batches_redelivered") == 3
         assert state.telemetry.counter(it.id, "leases_reissued") == 1
-    finally:
-        state.close()
 
 
 def test_a_lease_whose_build_fails_still_settles_the_acks_it_carried(
@@ -60,11 +68,7 @@ def test_a_lease_whose_build_fails_still_settles_the_acks_it_carried(
 
     from datamill.core.errors import BuildError
 
-    state = ServeState(tmp_path / "state", roots=[server["root"]], auth=False)
-    try:
-        state.register("ds", name="ds")
-        req = {"dataset": "ds", "batch_size": 100, "mode": "dynamic", "lease_size": 2}
-        it = state.iteration(state.create_iteration(req)["id"])
+    with _dynamic(server, tmp_path, 2) as (state, it):
         first = next_lease(state, it, "a")
         assert first is not None
 
@@ -81,8 +85,6 @@ def test_a_lease_whose_build_fails_still_settles_the_acks_it_carried(
         again = next_lease(state, it, "b")
         assert again is not None and not set(again.units) & set(first.units)
         assert state.telemetry.counter(it.id, "batches_redelivered") == 2  # the unheld lease's
-    finally:
-        state.close()
 
 
 def test_a_failed_build_is_answered_503_so_the_client_retries() -> None:
