@@ -75,7 +75,6 @@ class DirectBuilds:
                 file, what was recorded and what was found).
         """
         from datamill.core.fingerprint import fingerprint_obj
-        from datamill.core.identity import check_identity
 
         key = fingerprint_obj([cfg[k] for k in _ORDER])
         if self._service is not None and self._service[0] == key:
@@ -86,10 +85,7 @@ class DirectBuilds:
             _, location, identity, source = pre
         else:
             info = client.location_info(str(cfg["dataset"]))
-            location, identity = str(info["location"]), info.get("identity")
-            if identity is not None:
-                check_identity(location, identity, dataset=name)
-            source = self._source(location)
+            location, identity, source = self._opened(info, name=name)
         self._checked = (location, identity)
         if self._service is not None:
             self._service[1].close()
@@ -102,13 +98,23 @@ class DirectBuilds:
         self._service = (key, svc)
         return self._service[1]
 
-    def _source(self, location: str) -> Any:
+    def _opened(
+        self, info: Mapping[str, Any], *, name: str
+    ) -> tuple[str, dict[str, Any] | None, Any]:
+        """``(location, identity, its opened Source)`` of a dataset's location ``info``, the copy
+        there checked against the identity first."""
+        from datamill.core.identity import check_identity
         from datamill.core.objstore import is_remote
         from datamill.sources import open_source
 
+        location, identity = str(info["location"]), info.get("identity")
+        if identity is not None:
+            check_identity(location, identity, dataset=name)
         if is_remote(location):
-            return open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
-        return open_source(location)
+            source = open_source(location, cache_dir=self.cache_dir, cache_limit=self.cache_limit)
+        else:
+            source = open_source(location)
+        return location, identity, source
 
     def preopen(self, info: Mapping[str, Any], *, name: str) -> None:
         """A loader's first epoch: the copy at the dataset's location ``info``
@@ -116,13 +122,8 @@ class DirectBuilds:
         now, in this thread, while the join is in flight; :meth:`open` takes it when the join's
         iteration is of that dataset. A failure is left to :meth:`open`, which raises it where it
         did before."""
-        from datamill.core.identity import check_identity
-
         try:
-            location, identity = str(info["location"]), info.get("identity")
-            if identity is not None:
-                check_identity(location, identity, dataset=name)
-            self._pre = (str(info["dataset"]), location, identity, self._source(location))
+            self._pre = (str(info["dataset"]), *self._opened(info, name=name))
         except Exception:  # noqa: BLE001 - open() asks, checks and opens again, and raises there
             self._pre = None
 
