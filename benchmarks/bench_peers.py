@@ -320,6 +320,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One timed epoch of one system (runs in that system's venv); uids saved to
     ``spec["uids"]``."""
     import numpy as np
+    from bench_s3_ceiling import machine_cpu, machine_since  # the standard library only
 
     system, storage, mode = spec["system"], spec["storage"], spec["mode"]
     make = {
@@ -340,7 +341,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         for batch in epochs(0):
             pass
         start = time.perf_counter()
-    cpu, faults = time.process_time(), _minor_faults()
+    cpu, faults, machine = time.process_time(), _minor_faults(), machine_cpu()
     for batch in epochs(1 if mode == "warm" else 0):
         if first is None:
             first = time.perf_counter() - start
@@ -349,7 +350,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         nbytes += size
         firsts += head
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    faults = _minor_faults() - faults
+    faults, machine = _minor_faults() - faults, machine_since(machine)
     seq = np.concatenate(uids).astype(np.int64) if uids else np.zeros(0, dtype=np.int64)
     np.save(spec["uids"], seq)
     return {
@@ -362,6 +363,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "first_bytes": firsts,
         "faults": faults,  # minor page faults of this process in the timed epoch (memory first
         "peak_mb": _peak_rss_mb(),  # touched); its peak resident memory, MB (imports included)
+        "machine": machine,  # the whole machine's CPU in the timed epoch, by kind (idle: unused)
     }
 
 
@@ -991,7 +993,7 @@ def _ceiling(
     """The store's ceiling for ``ds`` (bench_s3_ceiling: every Parquet object fetched, bytes
     discarded), one fresh process per connection count; printed like a run."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_s3_ceiling import measure
+    from bench_s3_ceiling import machine_idle, measure
 
     runs = []
     for c in conns:  # one at a time: the store's requests counted per measurement
@@ -1018,6 +1020,8 @@ def _ceiling(
                 f"{r.get('store_cpu', 0):.2f} s), "
                 + (f"{r['faults'] / 1000:,.0f}k page faults, " if "faults" in r else "")
                 + (f"{r['requests']}, " if r.get("requests") else "")
+                + machine_idle(r).lstrip(", ")
+                + (", " if machine_idle(r) else "")
                 + f"load {r['load']}",
                 flush=True,
             )
@@ -1150,6 +1154,8 @@ def _upload(
 
 
 def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any]) -> None:
+    from bench_s3_ceiling import machine_idle
+
     if "error" in res:
         print(f"[run {rep}] {ds} {mode:6s} {s:10s} ERROR {res['error']}", flush=True)
         return
@@ -1166,6 +1172,7 @@ def _print_one(rep: int, ds: str, st: str, mode: str, s: str, res: dict[str, Any
             if res.get("peak_mb")
             else ""
         )
+        + (machine_idle(res) if st == "s3" else "")
         + f", once={res['once']}, bytes ok={res.get('bytes_ok')}, median "
         f"distance {res['mix']['median_distance']:,.0f}, load {res['load']}",
         flush=True,

@@ -30,6 +30,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTIONS = (1, 4, 8)
 CHUNK = 8 << 20  # what datamill's ShardFileCache reads at once
+MACHINE_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def machine_cpu() -> dict[str, float]:
+    """The whole machine's CPU time so far by kind, in core-seconds (every core together: Linux
+    ``/proc/stat``); empty where there is none."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    return {k: int(v) / tick for k, v in zip(MACHINE_FIELDS, first[1:])}
+
+
+def machine_since(before: dict[str, float]) -> dict[str, float]:
+    """:func:`machine_cpu` spent since ``before`` (a figure of it), by kind."""
+    now = machine_cpu()
+    return {k: round(now[k] - before[k], 3) for k in now if k in before}
 
 
 def get_all(
@@ -63,10 +81,12 @@ def get_all(
     import resource
 
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    machine = machine_cpu()
     start, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(max_workers=connections) as pool:
         got = sum(pool.map(fetch, [i.path for i in infos]))
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    machine = machine_since(machine)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     want = sum(int(i.size) for i in infos)
     if got != want:
@@ -78,6 +98,7 @@ def get_all(
         "seconds": seconds,
         "cpu": cpu,
         "faults": faults,  # minor page faults while fetching (memory touched for the first time)
+        "machine": machine,  # the whole machine's CPU while fetching, by kind (idle: unused)
     }
 
 
@@ -221,6 +242,9 @@ def summary(
             ]
             if mine:
                 line += " " + _cpu(mine)
+                budget = cpu_budget([r for r in ok if r["connections"] == top_n], mine)
+                if budget:
+                    line += "\n    " + budget
             if warm is not None:
                 line += (
                     f"; warm {warm:,.0f}: cold / warm {cold / warm:.2f}x, ceiling / warm "
@@ -230,6 +254,47 @@ def summary(
                     line += " (cold >= 0.9x warm is out of reach of the store here)"
             out.append(line)
     return "\n".join(out) + "\n"
+
+
+def machine_idle(res: dict[str, Any]) -> str:
+    """``, machine idle x of y core-s`` for a run that measured the machine's CPU, else ``""``."""
+    m = res.get("machine") or {}
+    if "idle" not in m:
+        return ""
+    total = sum(m.values())
+    return f", machine idle {m['idle'] + m.get('iowait', 0):.2f} of {total:.2f} core-s"
+
+
+def cpu_budget(ceiling: list[dict[str, Any]], cold: list[dict[str, Any]]) -> str:
+    """Where cold / ceiling comes from, in CPU (medians; runs with ``seconds``, ``cpu`` and
+    ``store_cpu``): the core-seconds the reader and the store spent in each, the cores they kept
+    busy, and how many core-seconds a cold epoch could spend for 0.6x the ceiling at the ceiling's
+    busy cores. cold / ceiling = (ceiling CPU / cold CPU) x (cold busy / ceiling busy)."""
+    ceiling = [r for r in ceiling if "store_cpu" in r and r.get("seconds")]
+    if not ceiling or not cold:
+        return ""
+
+    def med(runs: list[dict[str, Any]], key: Any) -> float:
+        return statistics.median(key(r) for r in runs)
+
+    c_ceil = med(ceiling, lambda r: r["cpu"] + r["store_cpu"])
+    c_cold = med(cold, lambda r: r["cpu"] + r["store_cpu"])
+    b_ceil = med(ceiling, lambda r: (r["cpu"] + r["store_cpu"]) / r["seconds"])
+    b_cold = med(cold, lambda r: (r["cpu"] + r["store_cpu"]) / r["seconds"])
+
+    def idle(runs: list[dict[str, Any]]) -> str:
+        m = [r["machine"] for r in runs if "idle" in (r.get("machine") or {})]
+        if not m:
+            return ""
+        share = statistics.median((x["idle"] + x.get("iowait", 0)) / sum(x.values()) for x in m)
+        return f", machine idle {share:.0%}"
+
+    return (
+        f"CPU budget: ceiling {c_ceil:.2f} core-s (reader + store), {b_ceil:.2f} cores busy with "
+        f"it{idle(ceiling)}; cold {c_cold:.2f} core-s, {b_cold:.2f} cores{idle(cold)}; "
+        f"cold / ceiling = CPU ratio {c_ceil / c_cold:.2f} x busy ratio {b_cold / b_ceil:.2f}; "
+        f"0.6x the ceiling at its busy cores needs <= {c_ceil / 0.6:.2f} core-s"
+    )
 
 
 def _cpu(runs: list[dict[str, Any]]) -> str:
