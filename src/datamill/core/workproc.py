@@ -133,11 +133,11 @@ class WorkerProc:
 
     Args:
         index: the worker's number (in its messages).
-        body: the worker's body (forked start).
         main: the worker's entry point in a fresh interpreter.
         blob: the worker's start data (a pickle).
         threads: the worker's Arrow threads.
         start: ``"fork"`` or ``"exec"``. Defaults to forked on Linux.
+        body: the worker's body when forked. Defaults to ``None`` (always a fresh interpreter).
         others: descriptors or sockets a forked worker closes (the parent's other workers').
         extra: more arguments of a forked ``body``.
     """
@@ -146,11 +146,11 @@ class WorkerProc:
         self,
         index: int,
         *,
-        body: Callable[..., None],
         main: str,
         blob: bytes,
         threads: int,
         start: str = START,
+        body: Callable[..., None] | None = None,
         others: Sequence[int | socket.socket] = (),
         extra: tuple[Any, ...] = (),
     ) -> None:
@@ -158,7 +158,7 @@ class WorkerProc:
         mine, theirs = socket.socketpair()
         me = os.getpid()
         self.proc: Any
-        if start == "fork":
+        if start == "fork" and body is not None:
             args = (me, process_start_time(me), threads, blob, *extra)
             self.proc = _Forked(_fork(body, theirs, mine, others, args))
         else:

@@ -34,7 +34,7 @@ import functools
 import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -43,15 +43,8 @@ import pyarrow as pa
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parallel import usable_cores
-from datamill.core.workproc import (
-    Slots,
-    WorkerError,
-    WorkerProc,
-    exec_args,
-    picklable,
-    send,
-    worker_setup,
-)
+from datamill.core.workpool import CallPool, answer_calls, hand
+from datamill.core.workproc import Slots, exec_args, worker_setup
 from datamill.loader.runs import (
     RunAhead,
     RunStream,
@@ -96,39 +89,15 @@ def default_build_workers() -> int:
 _WATCH_S = 1.0  # how often a worker checks that its server still runs
 
 
-def _serve(fd: int, parent: int, started: str | None, threads: int, blob: bytes | None) -> None:
-    """A build worker's body (a :class:`~datamill.core.workproc.WorkerProc` started as a fresh
-    interpreter): its start (``blob``: its cache bound), the imports of a lease's build, then the
-    calls ``("call", fn, args, slots freed)`` answered ``("ok", result)`` or ``("error", exc)``."""
+def _main() -> None:
+    """A build worker (``python -c ... FD PARENT STARTED THREADS``, see
+    :class:`~datamill.core.workpool.CallPool`): its cache bound, the imports of a lease's build,
+    then the calls."""
     global _CACHE_SHARDS
-    conn, _CACHE_SHARDS = worker_setup(fd, parent, started, threads, blob, watch_s=_WATCH_S)
+    conn, _CACHE_SHARDS = worker_setup(*exec_args(), None, watch_s=_WATCH_S)
     import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
 
-    slots = Slots("datamill-lease", limit=_SLOT_COUNT)
-    _SLOTS.append(slots)
-    send(conn, slots.ready())
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the server closed its end (or exited)
-            return
-        if msg[0] == "stop":
-            return
-        if msg[0] == "pipe":  # the server cannot map the slots
-            slots.drop()
-            continue
-        for k in msg[3]:
-            slots.release(k)
-        try:
-            out: tuple[str, Any] = ("ok", msg[1](*msg[2]))
-        except Exception as exc:  # noqa: BLE001 - raised again in the server
-            out = ("error", picklable(exc))
-        send(conn, out)
-
-
-def _main() -> None:
-    """A build worker's start: ``python -c ... FD PARENT STARTED THREADS``."""
-    _serve(*exec_args(), None)
+    answer_calls(conn, Slots("datamill-lease", limit=_SLOT_COUNT))
 
 
 def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
@@ -143,30 +112,6 @@ def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
 
 _SLOT_COUNT = 4  # shared-memory slots of a worker (leases the HTTP process sends at once)
 _SLOT_MAX = 64 << 20  # larger leases go through the pipe
-_SLOTS: list[Slots] = []  # in a worker: its shared-memory slots
-
-
-def _handed(parts: list[pa.Buffer], *, shared: bool) -> Any:
-    """A lease's bytes (``parts``, one after another) as the HTTP process takes them: ``(slot, fd,
-    length, file size)`` of a shared-memory slot (``shared``, a slot free and the bytes at most
-    :data:`_SLOT_MAX`), else ``bytes`` (through the pipe)."""
-    n = sum(p.size for p in parts)
-    if not shared or n > _SLOT_MAX or not _SLOTS:
-        return b"".join(parts)
-    slots = _SLOTS[0]
-    try:
-        k = slots.take()
-        if k is None:
-            return b"".join(parts)
-        writer = pa.FixedSizeBufferWriter(pa.py_buffer(slots.region(k, n)))
-        for p in parts:
-            writer.write(p)  # without the GIL
-    except OSError:  # no memory for it (or a file size limit): through the pipe
-        return b"".join(parts)
-    slots.use(k)
-    return k, slots.slots[k].fd, n, slots.slots[k].size
-
-
 _EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # an Arrow IPC stream's end
 _Built = tuple[pa.Table, pa.Buffer | None]  # a batch, and its IPC message (None: a dictionary)
 
@@ -283,10 +228,10 @@ def _stream_for(
 def _build(
     path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]], *, shared: bool = False
 ) -> Any:
-    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it (see the
-    module docstring); a build that failed is tried once more in a fresh stream, whose error is the
-    lease's."""
-    return _handed(_body(_built(path, cfg, runs, None)), shared=shared)
+    """In a worker: the Arrow IPC stream of a lease's batches, as
+    :func:`~datamill.core.workpool.hand` gives it (see the module docstring); a build that failed
+    is tried once more in a fresh stream, whose error is the lease's."""
+    return hand(_body(_built(path, cfg, runs, None)), shared=shared, limit=_SLOT_MAX)
 
 
 def _build_part(
@@ -303,7 +248,7 @@ def _build_part(
     :func:`ipc_stream` (a dictionary, or batches of several schemas)."""
     parts = _body(_built(path, cfg, runs, Split(*split)))
     layout = [p.size for p in parts] if len(parts) > 1 else None
-    return _handed(parts, shared=shared), layout
+    return hand(parts, shared=shared, limit=_SLOT_MAX), layout
 
 
 def _built(
@@ -405,38 +350,32 @@ class BuildPool:
     def __init__(self, workers: int, *, cache_shards: int | None = None) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"build workers must be an int >= 1, got {workers!r}")
-        self._blob = pickle.dumps(cache_shards)
         # each worker decodes with its share of the cores: N workers each with Arrow's default
         # (a thread per core) ran N times as many decoding threads as cores (measured with 2
         # workers on 2 cores: 2 clients together 1.58-1.67M samples/s, 1.69-1.78M with one each)
         self.arrow_threads = max(1, usable_cores() // workers)
         self._lock = threading.Lock()
-        self._locks = [threading.Lock() for _ in range(workers)]  # held from a call to its answer
         self._pinned: OrderedDict[str, int] = OrderedDict()
         self._next = 0
-        self.procs = [self._proc(w) for w in range(workers)]
-        # whether this process can map its workers' shared memory (``/proc/PID/fd`` of a
-        # ``memfd``); without it every lease goes through the pipe
-        ready = [p.ready() for p in self.procs]  # every worker waited for: started warm
-        self.shared = all(ready)
-        self.handed = {"shared": 0, "pipe": 0}  # leases handed over each way
-
-    def _proc(self, w: int) -> WorkerProc:
-        main = "datamill.serve.data.workers:_main"
-        return WorkerProc(
-            w, body=_serve, main=main, blob=self._blob, threads=self.arrow_threads, start="exec"
+        self.workers = CallPool(
+            workers,
+            main="datamill.serve.data.workers:_main",
+            blob=pickle.dumps(cache_shards),
+            threads=self.arrow_threads,
+            name="build worker",
         )
+        self.shared = self.workers.shared  # whether leases are handed over in shared memory
 
     def warm(self) -> list[int]:
         """The workers' process ids (started warm: a server starts serving with warm workers, so a
         restart's grace period is not spent starting processes)."""
-        return [p.pid for p in self.procs]
+        return [p.pid for p in self.workers.procs]
 
     def _worker(self, client: str) -> int:
         with self._lock:
             w = self._pinned.get(client)
             if w is None:
-                w = self._pinned[client] = self._next % len(self.procs)
+                w = self._pinned[client] = self._next % len(self.workers.procs)
                 self._next += 1
                 while len(self._pinned) > _MAX_CLIENTS:
                     self._pinned.popitem(last=False)
@@ -461,17 +400,17 @@ class BuildPool:
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
         small.update(mode=cfg.get("mode", "static"), lease_size=cfg.get("lease_size", 16))
         want = [(int(r), int(a), int(b)) for r, a, b in runs]
-        n = len(self.procs)
+        n = len(self.workers.procs)
         parts = n // max(1, int(small["plan_world"])) if isinstance(client, int) else 1
         if parts > 1 and len(want) == 1 and small["mode"] == "static":
             return self._split(client, str(path), small, want[0], parts)  # type: ignore[arg-type]
         w = client % n if isinstance(client, int) else self._worker(client)
         build = functools.partial(_build, shared=self.shared)
-        h, out = self._calls([(w, build, (str(path), small, want))])[0]
+        h, out = self.workers.calls([(w, build, (str(path), small, want))])[0]
         if isinstance(out, bytes):  # through the pipe: already this process's own copy
-            self.handed["pipe"] += 1
+            self.workers.handed["pipe"] += 1
             return out
-        with self._held(h, out) as body:
+        with self.workers.held(h, out) as body:
             return body.tobytes()
 
     def _split(
@@ -486,92 +425,15 @@ class BuildPool:
         split = Split(0, parts, chunk=SPLIT_CHUNK)
         pieces = split.pieces(r, a, b)
         asked = sorted({p for _, _, p in pieces})
-        build, n = functools.partial(_build_part, shared=self.shared), len(self.procs)
+        pool, build = self.workers, functools.partial(_build_part, shared=self.shared)
         mine = {p: [(r, x, y) for x, y, q in pieces if q == p] for p in asked}
-        outs = self._calls(
-            [
-                ((rank * parts + p) % n, build, (path, cfg, mine[p], (p, parts, SPLIT_CHUNK)))
-                for p in asked
-            ]
-        )
+        asks = [(p, (path, cfg, mine[p], (p, parts, SPLIT_CHUNK))) for p in asked]
+        got = pool.calls([((rank * parts + p) % len(pool.procs), build, x) for p, x in asks])
+        outs = dict(zip(asked, got))
         with contextlib.ExitStack() as stack:
-            held = {p: stack.enter_context(self._held(h, o[0])) for p, (h, o) in zip(asked, outs)}
-            return _stitch(pieces, held, {p: o[1] for p, (_, o) in zip(asked, outs)})
-
-    def call(self, w: int, fn: Any, *args: Any) -> Any:
-        """``fn(*args)`` in worker ``w`` (see :meth:`_calls`)."""
-        return self._calls([(w, fn, args)])[0][1]
-
-    def _calls(
-        self, asks: Sequence[tuple[int, Any, tuple[Any, ...]]]
-    ) -> list[tuple[WorkerProc, Any]]:
-        """``(worker process, fn(*args))`` of each ``(worker, fn, args)`` of ``asks``, run at once
-        (each worker's lock held from its call to its answer: one call at a time per worker);
-        asked once more of a new process when the worker died (killed, out of memory)."""
-        got, gone = self._ask(asks)
-        for i, h in gone:  # asked once more, of its replacement
-            self._replace(h)
-            again, still = self._ask([asks[i]])
-            if still:
-                raise WorkerError(f"build worker {h.died(of=len(self.procs))} twice in a row")
-            got[i] = again[0]
-        out = []
-        for i in range(len(asks)):
-            h, (status, value) = got[i]
-            if status == "error":
-                raise value
-            out.append((h, value))
-        return out
-
-    def _ask(
-        self, asks: Sequence[tuple[int, Any, tuple[Any, ...]]]
-    ) -> tuple[dict[int, tuple[WorkerProc, Any]], list[tuple[int, WorkerProc]]]:
-        """:meth:`_calls` once: the answers by ask, and the asks whose worker died."""
-        got: dict[int, tuple[WorkerProc, Any]] = {}
-        gone: list[tuple[int, WorkerProc]] = []
-        with contextlib.ExitStack() as stack:
-            for w in sorted({w for w, _, _ in asks}):  # in order: no two callers wait on each other
-                stack.enter_context(self._locks[w])
-            sent = []
-            for i, (w, fn, args) in enumerate(asks):
-                h = self.procs[w]
-                try:
-                    h.send(("call", fn, args, h.take_freed()))
-                    sent.append((i, h))
-                except OSError:  # it died before this call
-                    gone.append((i, h))
-            for i, h in sent:
-                try:
-                    got[i] = h, h.conn.recv()
-                except (EOFError, OSError):  # it died before it answered
-                    gone.append((i, h))
-        return got, gone
-
-    def _replace(self, h: WorkerProc) -> None:
-        """A new process in place of worker ``h``, which died (unless replaced already)."""
-        with self._lock:
-            if self.procs[h.index] is h:
-                h.close()
-                new = self._proc(h.index)
-                new.ready()
-                self.procs[h.index] = new
-
-    @contextlib.contextmanager
-    def _held(self, h: WorkerProc, out: Any) -> Iterator[memoryview]:
-        """The bytes a worker handed over (``out`` of :func:`_handed`), while they are read; its
-        slot goes back to the worker after (with its next call)."""
-        if isinstance(out, bytes):
-            self.handed["pipe"] += 1
-            yield memoryview(out)
-            return
-        self.handed["shared"] += 1
-        slot, fd, n, size = out
-        if not h.open_slot(slot, fd):
-            raise OSError(f"cannot open the shared memory of build worker {h.index} (pid {h.pid})")
-        with h.view(slot, n, size) as view:  # released on the way out: the slot can be freed
-            yield view
+            held = {p: stack.enter_context(pool.held(h, o[0])) for p, (h, o) in outs.items()}
+            return _stitch(pieces, held, {p: o[1] for p, (_, o) in outs.items()})
 
     def close(self) -> None:
         """Stop the workers."""
-        for h in self.procs:
-            h.close()
+        self.workers.close()
