@@ -361,7 +361,7 @@ def test_build_workers_decode_with_their_share_of_the_cores(tmp_path: Path) -> N
     try:
         share = max(1, usable_cores() // 2)
         assert pool.arrow_threads == share
-        assert [ex.submit(pa.cpu_count).result() for ex in pool.executors] == [share, share]
+        assert [pool.workers.call(w, pa.cpu_count) for w in range(2)] == [share, share]
     finally:
         pool.close()
 
@@ -389,7 +389,7 @@ def test_build_workers_hand_leases_over_in_shared_memory_or_the_pipe(
                 ack(st, it, p.lease.id, p.lease.fence, session="c")
             bodies[shared] = out
             assert len(out) > 8
-            assert st.pool.handed == (
+            assert st.pool.workers.handed == (
                 {"shared": len(out), "pipe": 0} if shared else {"shared": 0, "pipe": len(out)}
             )
         finally:
@@ -437,7 +437,7 @@ def test_a_killed_build_worker_is_replaced(
     direct: dict[str, Any], tmp_path: Path, noticed: bool
 ) -> None:
     """A build worker killed -9 between two leases: the next lease is built by its replacement,
-    also when its pool already knows it is broken (``noticed``: the next ask's submit raises)."""
+    also when its death is known before the next ask (``noticed``: the ask's send fails)."""
     import os
     import signal
 
@@ -449,17 +449,17 @@ def test_a_killed_build_worker_is_replaced(
         )
         first = next_lease(st, it, "c", session="c")
         assert first is not None and first.body
-        pids = list(st.pool.executors[0]._processes)
-        assert len(pids) == 1
-        os.kill(pids[0], signal.SIGKILL)
+        procs = st.pool.workers.procs
+        pid = procs[0].pid
+        os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while noticed and not st.pool.executors[0]._broken and time.monotonic() < deadline:
+        while noticed and procs[0].proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert not noticed or st.pool.executors[0]._broken
+        assert not noticed or procs[0].proc.poll() is not None
         second = next_lease(st, it, "c", session="c")
         assert second is not None
         assert pa.ipc.open_stream(io.BytesIO(second.body)).read_all().num_rows == 200
-        assert list(st.pool.executors[0]._processes) != pids
+        assert procs[0].pid != pid
     finally:
         st.close()
 

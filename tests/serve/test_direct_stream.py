@@ -99,7 +99,6 @@ def test_a_build_worker_builds_a_ranks_batches_ahead_whatever_the_leases_bounds(
     cfg = {"dataset": "d", "batch_size": 8, "seed": 3, "shuffle": True, "window": None}
     cfg.update(drop_last=False, columns=None, plan_world=2, epoch=0, mode="static", lease_size=6)
     svc = service_for(open_source(tmp_path / "ds"), cfg)
-    workers._init(None)
     path, total = str(tmp_path / "ds"), svc.num_batches(0, 1, 2)
     bounds = [0, 1, 2, 5, 6, *range(12, total, 6), total]  # sized by rate, then by lease_size
     leases = [(1, a, b) for a, b in itertools.pairwise(bounds)]
@@ -148,7 +147,6 @@ def test_a_failed_build_ahead_is_built_again_when_asked(
 
     monkeypatch.setattr(workers, "_serialized", flaky)
     monkeypatch.setattr(RunAhead, "CHUNK", 4)
-    workers._init(None)
     path = str(tmp_path / "ds")
     for a in range(0, svc.num_batches(0, 0, 1), 4):
         run = (0, a, min(svc.num_batches(0, 0, 1), a + 4))
@@ -170,7 +168,6 @@ def test_a_lease_built_in_parts_by_two_workers_is_the_bytes_of_one_build(tmp_pat
     cfg = {"dataset": "p", "batch_size": 9, "seed": 5, "shuffle": True, "window": None}
     cfg.update(drop_last=False, columns=None, plan_world=1, epoch=0, mode="static", lease_size=7)
     svc = service_for(open_source(tmp_path / "ds"), cfg)
-    workers._init(None)
     path, total, chunk = str(tmp_path / "ds"), svc.num_batches(0, 0, 1), 3
     bounds = [0, 1, 2, 5, *range(12, total, 7), total]
     leases = [(a, b) for a, b in itertools.pairwise(bounds)]
@@ -179,7 +176,7 @@ def test_a_lease_built_in_parts_by_two_workers_is_the_bytes_of_one_build(tmp_pat
         pieces = Split(0, 2, chunk=chunk).pieces(0, a, b)
         outs = {
             p: workers._build_part(
-                path, cfg, [(0, x, y) for x, y, q in pieces if q == p], (0, ()), (p, 2, chunk)
+                path, cfg, [(0, x, y) for x, y, q in pieces if q == p], (p, 2, chunk)
             )
             for p in sorted({q for _, _, q in pieces})
         }

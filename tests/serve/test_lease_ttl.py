@@ -67,6 +67,7 @@ def test_a_lease_whose_build_fails_still_settles_the_acks_it_carried(
     import asyncio
 
     from datamill.core.errors import BuildError
+    from datamill.serve.data import workers
 
     with _dynamic(server, tmp_path, 2) as (state, it):
         first = next_lease(state, it, "a")
@@ -75,7 +76,7 @@ def test_a_lease_whose_build_fails_still_settles_the_acks_it_carried(
         def fails(*args: Any) -> bytes:
             raise BuildError("plan rank 0 of epoch 0, batches [2, 4): its build failed")
 
-        monkeypatch.setattr(state, "_lease_body", fails)
+        monkeypatch.setattr(workers, "_lease_body", fails)
         acks = [(first.lease.id, first.lease.fence, None, None)]
         with pytest.raises(BuildError, match="its build failed"):
             asyncio.run(state.round_trip(it, "a", acks))

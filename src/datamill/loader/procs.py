@@ -30,24 +30,19 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import gc
-import mmap
 import os
 import pickle
 import socket
-import subprocess
-import sys
-import time
 import weakref
 from collections.abc import Callable, Generator, Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from datamill.core.errors import ConfigError, DatamillError
-from datamill.core.parallel import process_start_time, usable_cores
+from datamill.core.errors import ConfigError
+from datamill.core.parallel import usable_cores
+from datamill.core.workproc import START, WorkerError, WorkerProc
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import builtin_collate, to_torch
 from datamill.loader.order import Elastic
@@ -59,11 +54,7 @@ _ACK = 4  # the trainer acknowledges the batches it took (and the slots freed) e
 
 # how a worker starts: forked from the trainer (milliseconds; Linux, like torch's DataLoader), or a
 # fresh interpreter (seconds: imports)
-_START = "fork" if sys.platform.startswith("linux") else "exec"
-
-
-class WorkerError(DatamillError, RuntimeError):
-    """A loader worker process died (killed, out of memory) or could not start."""
+_START = START
 
 
 def _unpack(buf: pa.Buffer, layout: _Layout) -> dict[str, np.ndarray]:
@@ -78,64 +69,9 @@ def _unpack(buf: pa.Buffer, layout: _Layout) -> dict[str, np.ndarray]:
 _dtype = functools.lru_cache(maxsize=64)(np.dtype)  # np.dtype("<i8") costs a few us per call
 
 
-class _Forked:
-    """A forked worker process, with the part of ``subprocess.Popen`` the trainer uses."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else (a SIGCHLD handler, os.wait())
-                self.returncode = -1
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(0.005)
-        assert self.returncode is not None
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, 9)
-
-
-def _fork(
-    theirs: socket.socket,
-    mine: socket.socket,
-    others: list[int | socket.socket],
-    args: tuple[Any, ...],
-) -> int:
-    """Fork a worker serving ``theirs`` (closing what it inherited of the trainer's: ``mine`` and
-    ``others``, descriptors or sockets); returns its pid. The service is unpickled in the child,
-    fresh: no thread, lock or cache of the trainer's copy is used there."""
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 0
-    try:  # the child: never returns into the trainer's code
-        gc.freeze()  # the trainer's objects: never traversed (nor their pages copied) by this GC
-        mine.close()
-        for other in others:
-            other.close() if isinstance(other, socket.socket) else os.close(other)
-        _serve(theirs.detach(), *args)
-    except BaseException:  # noqa: BLE001 - a child must not run the trainer's code
-        code = 1
-    os._exit(code)
-
-
-class _Handle:
-    """In the trainer: one worker process, its pipe and its mapped slots."""
+class _Handle(WorkerProc):
+    """In the trainer: one worker process (:class:`~datamill.core.workproc.WorkerProc`), with the
+    batches it sent and the trainer has not taken or acknowledged yet."""
 
     def __init__(
         self,
@@ -145,90 +81,25 @@ class _Handle:
         others: list[int | socket.socket],
         peers: tuple[int, int, dict[int, socket.socket]] | None = None,
     ) -> None:
-        self.index = index
-        mine, theirs = socket.socketpair()
-        me = os.getpid()
-        self.proc: Any
-        if _START == "fork":
-            args = (me, process_start_time(me), arrow_threads, blob, peers)
-            self.proc = _Forked(_fork(theirs, mine, others, args))
-        else:
-            code = "from datamill.loader.procs_worker import _main; _main()"
-            argv = [str(theirs.fileno()), str(me), process_start_time(me) or "", str(arrow_threads)]
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, *argv], pass_fds=[theirs.fileno()], close_fds=True
-            )
-        theirs.close()  # the worker holds the only other end: its death is an EOF here
-        self.conn = Connection(mine.detach())
-        if _START != "fork":
-            self.conn.send_bytes(blob)
-        self.pid: int = self.proc.pid
-        self.files: dict[int, Any] = {}
-        self.maps: dict[int, mmap.mmap] = {}
+        super().__init__(
+            index,
+            body=_serve,
+            main="datamill.loader.procs_worker:_main",
+            blob=blob,
+            threads=arrow_threads,
+            start=_START,
+            others=others,
+            extra=(peers,),
+        )
         self.taken = 0  # batches received and not yet acknowledged to the worker
         self.queue: collections.deque[tuple[Any, ...]] = collections.deque()  # received, not taken
-        # slots whose views are all gone (appended by their finalizers, from any thread)
-        self.freed: collections.deque[int] = collections.deque()
-
-    def send(self, msg: tuple[Any, ...]) -> None:
-        """One message to the worker (plain pickle: no ForkingPickler made per message)."""
-        self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-
-    def open_slot(self, slot: int, fd: int) -> bool:
-        """Open the worker's slot ``slot`` (its ``fd``) through ``/proc/PID/fd``, kept open: a batch
-        handed over stays readable after the worker died; ``False`` when it cannot be opened."""
-        if slot not in self.files:
-            try:
-                self.files[slot] = open(f"/proc/{self.pid}/fd/{fd}", "r+b")  # noqa: SIM115
-            except OSError:
-                return False
-        return True
-
-    def view(self, slot: int, n: int, size: int) -> memoryview:
-        """The first ``n`` bytes of slot ``slot`` (``size`` bytes now), a writable shared mapping;
-        the slot is freed (queued for the next acknowledgement) once the view and everything made
-        from it are gone."""
-        m = self.maps.get(slot)
-        if m is None or len(m) < size:
-            if m is not None:
-                _unmap(m)
-            m = self.maps[slot] = mmap.mmap(self.files[slot].fileno(), size)
-        out = memoryview(m)[:n]
-        weakref.finalize(out, self.freed.append, slot)
-        return out
 
     def acknowledge(self) -> None:
         """Tell the worker the batches taken and the slots freed since the last time."""
-        freed = [self.freed.popleft() for _ in range(len(self.freed))]
+        freed = self.take_freed()
         if self.taken or freed:
             self.send(("ack", self.taken, freed))
             self.taken = 0
-
-    def close(self) -> None:
-        try:
-            self.send(("stop",))
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=2.0)
-        self.conn.close()
-        for m in self.maps.values():
-            _unmap(m)
-        self.maps.clear()
-        for f in self.files.values():
-            f.close()
-        self.files.clear()
-
-
-def _unmap(m: mmap.mmap) -> None:
-    """Close ``m`` unless batches still view it (then it closes when the last view is gone)."""
-    try:
-        m.close()
-    except BufferError:
-        pass
 
 
 def _peer_sockets(n: int) -> dict[tuple[int, int], tuple[socket.socket, socket.socket]]:
@@ -349,9 +220,10 @@ class ProcessBuilds:
                 for s in pair:
                     s.close()
         for h in self._handles:
-            msg = self._recv(h, None, None)
-            if not all(h.open_slot(k, fd) for k, fd in enumerate(msg[2])):
-                h.send(("pipe",))
+            try:
+                h.ready()
+            except (EOFError, OSError):
+                raise self._died(h, None, None) from None
 
     def _recv(self, h: _Handle, batch: int | None, epoch: int | None) -> tuple[Any, ...]:
         """Worker ``h``'s next message (a ``("batches", [...])`` group is taken one at a time)."""
@@ -375,14 +247,10 @@ class ProcessBuilds:
 
     def _died(self, h: _Handle, batch: int | None, epoch: int | None) -> WorkerError:
         """The located error of worker ``h``, which exited (its exit code waited for a second)."""
-        try:
-            h.proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            pass
+        gone = h.died(of=self.processes)
         what = "starting" if batch is None else f"building batch {batch} of epoch {epoch}"
         return WorkerError(
-            f"loader worker process {h.index} of {self.processes} (pid {h.pid}) exited with "
-            f"code {h.proc.returncode} while {what}",
+            f"loader worker {gone} while {what}",
             hint="a worker was killed (kill -9, out of memory?): create the Loader again and "
             "resume from its last state_dict()",
         )

@@ -18,19 +18,14 @@ from __future__ import annotations
 
 import functools
 import os
-import pickle
 import select
 import socket
-import sys
-import threading
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from datamill.core.memslot import MemSlot
-from datamill.core.parallel import exit_when_gone
+from datamill.core.workproc import Slots, exec_args, picklable, send, worker_setup
 from datamill.loader.accounting import BatchResult
 from datamill.loader.collate import collate_numpy
 from datamill.loader.order import Elastic
@@ -57,17 +52,8 @@ def _write_ipc(sink: Any, table: pa.Table) -> None:
         writer.write_table(table)
 
 
-def _picklable(exc: BaseException) -> BaseException:
-    """``exc`` itself when it pickles, else a RuntimeError carrying its text."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - any failure to pickle
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-
-
 def _meta(res: BatchResult) -> tuple[Any, ...]:
-    failed = [(uid, int(i), _picklable(e)) for uid, i, e in res.failed]
+    failed = [(uid, int(i), picklable(e)) for uid, i, e in res.failed]
     return (
         res.output is not None,
         res.read,
@@ -85,9 +71,7 @@ class _Worker:
 
     def __init__(self, conn: Any, svc: Any, mode: str | None) -> None:
         self.conn, self.svc, self.mode = conn, svc, mode
-        self.slots = [MemSlot("datamill-batch")] if hasattr(os, "memfd_create") else []
-        self.free = set(range(len(self.slots)))
-        self.users: dict[int, int] = {}  # per slot in use: its batches the trainer still holds
+        self.slots = Slots("datamill-batch", limit=_MAX_SLOTS)
         self.open: set[int] = set()  # slots of the block being handed over (placed batches)
         self.outbox: list[tuple[Any, ...]] = []  # placed batches not sent yet (their block's rest)
         self.inflight = 0  # batches sent and not yet taken (acknowledged) by the trainer
@@ -97,11 +81,11 @@ class _Worker:
         self.poller.register(conn.fileno(), select.POLLIN)
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        """One message to the trainer (plain pickle: no ForkingPickler made per message)."""
-        self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+        """One message to the trainer."""
+        send(self.conn, msg)
 
     def run(self) -> None:
-        self.send(("ready", os.getpid(), [s.fd for s in self.slots]))
+        self.send(self.slots.ready())
         while True:
             try:
                 msg = self.pending or self.conn.recv()
@@ -119,11 +103,12 @@ class _Worker:
         if msg[0] == "ack":  # batches taken, slots whose views are all gone (once per batch)
             self.inflight -= msg[1]
             for k in msg[2]:
-                self.release(k)
+                self.slots.release(k, keep=k in self.open)
         elif msg[0] == "cancel":
             self.cancelled = max(self.cancelled, msg[1])
         elif msg[0] == "pipe":  # the trainer cannot map the slots
-            self.slots, self.free, self.open = [], set(), set()
+            self.slots.drop()
+            self.open = set()
         else:  # a new build, or stop: after this one
             self.pending = msg
 
@@ -153,37 +138,28 @@ class _Worker:
                     return
         except Exception as exc:  # noqa: BLE001 - raised again in the trainer
             self.flush()  # the batches before it first
-            self.send(("error", gen, _picklable(exc)))
+            self.send(("error", gen, picklable(exc)))
         finally:
             self.flush()
             it.close()
             self.close_blocks()
 
-    def release(self, k: int) -> None:
-        """The trainer let go of one batch of slot ``k``: free once none is left (and its block
-        is handed over)."""
-        left = self.users.get(k, 1) - 1
-        self.users[k] = left
-        if left <= 0 and k not in self.open and k < len(self.slots):
-            self.free.add(k)
-
     def close_blocks(self) -> None:
         """Every placed block is handed over (or abandoned): its slot frees with its batches."""
         for k in self.open:
-            if self.users.get(k, 0) <= 0 and k < len(self.slots):
-                self.free.add(k)
+            if self.slots.users.get(k, 0) <= 0 and k < len(self.slots.slots):
+                self.slots.free.add(k)
         self.open = set()
 
     def reserve(self, n: int) -> tuple[int, np.ndarray] | None:
         """A slot for a block of ``n`` bytes (:mod:`datamill.loader.procs_place`), or ``None``."""
         self.close_blocks()  # the blocks before were handed over whole (one thread builds)
-        k = self.slot() if n <= (1 << 31) else None
+        k = self.slots.take() if n <= (1 << 31) else None
         if k is None:
             return None
-        self.free.discard(k)
+        self.slots.use(k, 0)
         self.open.add(k)
-        self.users[k] = 0
-        return k, self.slots[k].region(n)
+        return k, self.slots.region(k, n)
 
     def hand(self, gen: int, res: BatchResult) -> bool:
         """Send ``res`` (its arrays, or its table as Arrow IPC, in a slot); ``False`` when the
@@ -200,17 +176,16 @@ class _Worker:
         arrays = _collated(table, self.mode) if res.output is not None else None
         layout = None if arrays is None else _layout(arrays)
         n = _ipc_size(table) if layout is None else layout[1]
-        k = self.slot() if n <= (1 << 31) else None
+        k = self.slots.take() if n <= (1 << 31) else None
         self.inflight += 1
         if k is None:  # no slot: the bytes through the pipe
             out = np.zeros(n, dtype=np.uint8)
             _write(out, table, arrays, layout)
             self.send(("batch", gen, res.batch, None, out.tobytes(), _meta(res), layout, self.full))
             return True
-        slot = self.slots[k]
+        slot = self.slots.slots[k]
         _write(slot.region(n), table, arrays, layout)  # grown when too small
-        self.free.discard(k)
-        self.users[k] = 1
+        self.slots.use(k)
         at = (k, slot.fd)
         msg = ("batch", gen, res.batch, at, (n, slot.size), _meta(res), layout, self.full)
         self.send(msg)
@@ -220,9 +195,9 @@ class _Worker:
         """Send batch ``res``, built in slot ``placed.token``: the batches of a block go together,
         in one message once its last one is there (the trainer wakes once a block)."""
         k = int(placed.token)
-        self.users[k] += 1
+        self.slots.users[k] += 1
         self.inflight += 1
-        slot = self.slots[k]
+        slot = self.slots.slots[k]
         size = (placed.layout[1], slot.size)
         msg = ("batch", gen, res.batch, (k, slot.fd), size, _meta(res), placed.layout, self.full)
         self.outbox.append(msg)
@@ -243,15 +218,6 @@ class _Worker:
         ``_INFLIGHT`` in flight, the smaller limit, so that a worker waiting at either limit was
         always sent a batch asking for it (a wait for an acknowledgement never asked is a hang)."""
         return self.inflight >= _INFLIGHT
-
-    def slot(self) -> int | None:
-        """A free slot (the lowest: the trainer keeps few mappings), a new one, or ``None``."""
-        if self.free:
-            return min(self.free)
-        if not self.slots or len(self.slots) >= _MAX_SLOTS:
-            return None
-        self.slots.append(MemSlot("datamill-batch"))
-        return len(self.slots) - 1
 
 
 _Layout = tuple[list[tuple[str, str, tuple[int, ...], int]], int]
@@ -327,15 +293,9 @@ def _serve(
     """A worker's body: its share of the cores, the trainer's watch, then the requests on ``fd``
     (the service's pickle is ``blob``, or the first message). ``peers``: ``(me, n, sockets)``,
     the shards shared with the other workers (:mod:`datamill.loader.procs_shards`)."""
-    pa.set_cpu_count(threads)
     _memory_pool()
-    watch = {"poll_seconds": _WATCH_S}
-    threading.Thread(
-        target=exit_when_gone, args=(parent, started), kwargs=watch, daemon=True
-    ).start()
-    conn = Connection(fd)
     try:
-        svc, mode = pickle.loads(blob if blob is not None else conn.recv_bytes())
+        conn, (svc, mode) = worker_setup(fd, parent, started, threads, blob, watch_s=_WATCH_S)
         svc._ahead = True  # the next window read while this one is built (procs._worker_options)
         if peers is not None:
             me, n, socks = peers
@@ -344,7 +304,7 @@ def _serve(
             cache = svc._cache  # the worker's own copy of the service
             cache._read = SharedShards(me, n, socks, cache._read, keep).read
         worker = _Worker(conn, svc, mode)
-        if placing(svc.batching, mode) and worker.slots:
+        if placing(svc.batching, mode) and worker.slots.slots:
             svc._place = functools.partial(_place, worker, mode)
             svc._cache._read = functools.partial(prepared_read, svc._cache._read)
         worker.run()
@@ -355,5 +315,4 @@ def _serve(
 def _main() -> None:
     """A started worker: ``python -c ... FD PARENT STARTED THREADS`` (a fresh interpreter: a
     trainer's ``__main__`` is never imported again, unlike multiprocessing's spawn)."""
-    fd, parent, started, threads = sys.argv[1:5]
-    _serve(int(fd), int(parent), started or None, int(threads), None)
+    _serve(*exec_args(), None)

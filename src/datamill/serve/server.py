@@ -22,13 +22,12 @@ from anyio import to_thread
 from numpy.typing import NDArray
 
 from datamill.core.errors import ConfigError, DatamillError, ResumeStateError
-from datamill.loader.runs import build_runs
 from datamill.serve.catalog import (
     Catalog,
     ConflictError,
     NotFoundError,
 )
-from datamill.serve.data.workers import ipc_stream
+from datamill.serve.data.workers import lease_body
 from datamill.serve.journal.leases import (
     UnavailableError,
     Write,
@@ -170,7 +169,7 @@ class ServeState(Catalog):
         lease, body, t0, ok = p.lease, b"", time.perf_counter(), error is None
         build = build and ok and lease is not None
         if build:  # the build blocks (a worker process, or the GIL for milliseconds): a thread
-            body, error = await self._built(it, p)  # failed: the write committed, so it is
+            body, error = await lease_body(self, it, p)  # failed: the write committed, so it is
             build = error is None  # settled, then raised; the lease, unheld, expires
         with lock:  # a built lease's clock starts when its holder gets it, not before its build
             settled = finish(it, p, ok=ok, now=self.clock(), built=build)
@@ -188,28 +187,6 @@ class ServeState(Catalog):
         self.telemetry.leased(it, reissued=p.reissued, nbytes=len(body), seconds=seconds)
         epoch = int(it.config["epoch"])
         return p, LeasePayload(lease, p.lease_units, body, epoch, p.runs, settled.done)
-
-    async def _built(self, it: Iteration, p: Planned) -> tuple[bytes, Exception | None]:
-        """A planned lease's body (:meth:`_lease_body`, in a thread) or the error of its build."""
-        try:
-            return await to_thread.run_sync(self._lease_body, it, p), None
-        except Exception as exc:  # noqa: BLE001 - raised by the round trip once settled
-            return b"", exc
-
-    def _lease_body(self, it: Iteration, p: Planned) -> bytes:
-        """A planned lease's batches as one Arrow IPC stream: in a build worker (this thread waits
-        without the GIL), else here. Built when asked, not ahead: building the next lease ahead in
-        a pool (tried) made the builds of several clients compete for the GIL: 190k instead of
-        420k samples/s (4 clients)."""
-        body: bytes
-        if self.pool is None:
-            body = ipc_stream(build_runs(self.service(it.config), it.config, p.runs)).to_pybytes()
-            return body
-        assert p.lease is not None  # only a planned lease is built
-        held = p.lease.queue if it.mode == "static" else p.lease.client
-        path = self.dataset(str(it.config["dataset"]))["path"]
-        body = self.pool.build(held, path, it.config, p.runs)
-        return body
 
     def heartbeat(
         self,

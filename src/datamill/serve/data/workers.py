@@ -1,15 +1,16 @@
 """Build workers: server-built leases built in worker processes, past the HTTP process's GIL.
 
-``datamill serve --build-workers N`` starts ``N`` single-process executors (``forkserver`` start
-method, so a worker never inherits the server's threads or sockets). A worker opens each dataset
-once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache) per dataset
-and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and comes back as
-the Arrow IPC stream of its batches, the same bytes the HTTP process would have built. The bytes
-are handed over in one of the worker's shared-memory slots (a ``memfd``, mapped by the HTTP process
-through ``/proc/PID/fd``; copied out once, the slot is reused by the worker's next lease), or
-pickled through the executor's pipe where that is not possible (not Linux, a lease over 64 MiB,
-every slot in use, no memory for a slot): the pipe cost the HTTP process three copies of every
-lease and the worker two.
+``datamill serve --build-workers N`` starts ``N`` worker processes, each a fresh interpreter (a
+worker never inherits the server's threads or sockets) run by the loader's workers' mechanism
+(:mod:`datamill.core.workproc`: the socket, the watch of the server, the shared-memory slots, the
+death of a worker seen; a worker that died is replaced and its lease asked again). A worker opens
+each dataset once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache)
+per dataset and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and
+comes back as the Arrow IPC stream of its batches, the same bytes the HTTP process would have
+built. The bytes are handed over in one of the worker's shared-memory slots (copied out once, the
+slot is reused by the worker's next lease), or pickled through the socket where that is not
+possible (not Linux, a lease over 64 MiB, every slot in use, no memory for a slot): the pipe cost
+the HTTP process three copies of every lease and the worker two.
 
 The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
 iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
@@ -30,22 +31,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import mmap
-import multiprocessing
-import os
+import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
-from datamill.core.memslot import MemSlot
-from datamill.core.parallel import exit_when_gone, process_start_time, usable_cores
+from datamill.core.parallel import usable_cores
+from datamill.core.workpool import CallPool, answer_calls, hand
+from datamill.core.workproc import Slots, exec_args, worker_setup
 from datamill.loader.runs import (
     RunAhead,
     RunStream,
@@ -90,46 +89,15 @@ def default_build_workers() -> int:
 _WATCH_S = 1.0  # how often a worker checks that its server still runs
 
 
-def _init(
-    cache_shards: int | None,
-    server: int | None = None,
-    started: str | None = None,
-    arrow_threads: int | None = None,
-) -> None:
-    """A worker's start: its cache bound, the watch of its server ``server`` (a pid; ``None``: not
-    watched), its share of the cores for Arrow's decoding threads (``None``: Arrow's default, every
-    core), the imports of a lease's build."""
+def _main() -> None:
+    """A build worker (``python -c ... FD PARENT STARTED THREADS``, see
+    :class:`~datamill.core.workpool.CallPool`): its cache bound, the imports of a lease's build,
+    then the calls."""
     global _CACHE_SHARDS
-    _CACHE_SHARDS = cache_shards
-    if arrow_threads is not None:
-        pa.set_cpu_count(arrow_threads)
-    if server is not None:
-        # A worker waits for leases on a queue it also holds the writing end of, so a server killed
-        # with SIGKILL (or by the out-of-memory killer) would otherwise leave it, and its
-        # forkserver, running for ever.
-        watch = threading.Thread(
-            target=exit_when_gone,
-            args=(server, started),
-            kwargs={"poll_seconds": _WATCH_S},
-            daemon=True,
-        )
-        watch.start()
-    import datamill.loader.runs
+    conn, _CACHE_SHARDS = worker_setup(*exec_args(), None, watch_s=_WATCH_S)
     import datamill.sources  # noqa: F401 - imported now: a worker is warm before the first lease
 
-
-def _ping() -> int:
-    return os.getpid()
-
-
-def _probe() -> tuple[int, int] | None:
-    """``(pid, fd)`` of a shared-memory slot of this worker (created now), for the HTTP process to
-    check that it can map it; ``None`` without ``memfd_create``."""
-    if not hasattr(os, "memfd_create"):
-        return None
-    if not _SLOTS:
-        _new_slot()
-    return os.getpid(), _SLOTS[0].fd
+    answer_calls(conn, Slots("datamill-lease", limit=_SLOT_COUNT))
 
 
 def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
@@ -144,42 +112,6 @@ def ipc_stream(tables: Sequence[pa.Table]) -> pa.Buffer:
 
 _SLOT_COUNT = 4  # shared-memory slots of a worker (leases the HTTP process sends at once)
 _SLOT_MAX = 64 << 20  # larger leases go through the pipe
-_SLOTS: list[MemSlot] = []  # in a worker: its shared-memory slots ...
-_FREE: set[int] = set()  # ... and those the HTTP process does not hold
-
-
-def _new_slot() -> None:
-    """One more slot of this worker, free."""
-    _SLOTS.append(MemSlot("datamill-lease"))
-    _FREE.add(len(_SLOTS) - 1)
-
-
-def _handed(parts: list[pa.Buffer], released: tuple[int, Sequence[int]], *, shared: bool) -> Any:
-    """A lease's bytes (``parts``, one after another) as the HTTP process takes them: ``(pid, fd,
-    slot, length, file size)`` of a shared-memory slot (``shared``, a slot free and the bytes at
-    most :data:`_SLOT_MAX`), else ``bytes`` (through the executor's pipe). ``released``: ``(pid,
-    slots)``, the slots the HTTP process is done with, meant for the worker of that pid (not a
-    replacement of it)."""
-    if released[0] == os.getpid():
-        _FREE.update(released[1])
-    n = sum(p.size for p in parts)
-    if not shared or n > _SLOT_MAX or not hasattr(os, "memfd_create"):
-        return b"".join(parts)
-    try:
-        if not _FREE:
-            if len(_SLOTS) >= _SLOT_COUNT:
-                return b"".join(parts)
-            _new_slot()
-        k = min(_FREE)
-        writer = pa.FixedSizeBufferWriter(pa.py_buffer(_SLOTS[k].region(n)))
-        for p in parts:
-            writer.write(p)  # without the GIL
-    except OSError:  # no memory for it (or a file size limit): through the pipe
-        return b"".join(parts)
-    _FREE.discard(k)
-    return os.getpid(), _SLOTS[k].fd, k, n, _SLOTS[k].size
-
-
 _EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # an Arrow IPC stream's end
 _Built = tuple[pa.Table, pa.Buffer | None]  # a batch, and its IPC message (None: a dictionary)
 
@@ -294,24 +226,18 @@ def _stream_for(
 
 
 def _build(
-    path: str,
-    cfg: dict[str, Any],
-    runs: list[tuple[int, int, int]],
-    released: tuple[int, Sequence[int]] = (0, ()),
-    *,
-    shared: bool = False,
+    path: str, cfg: dict[str, Any], runs: list[tuple[int, int, int]], *, shared: bool = False
 ) -> Any:
-    """In a worker: the Arrow IPC stream of a lease's batches, as :func:`_handed` gives it (see the
-    module docstring); a build that failed is tried once more in a fresh stream, whose error is the
-    lease's."""
-    return _handed(_body(_built(path, cfg, runs, None)), released, shared=shared)
+    """In a worker: the Arrow IPC stream of a lease's batches, as
+    :func:`~datamill.core.workpool.hand` gives it (see the module docstring); a build that failed
+    is tried once more in a fresh stream, whose error is the lease's."""
+    return hand(_body(_built(path, cfg, runs, None)), shared=shared, limit=_SLOT_MAX)
 
 
 def _build_part(
     path: str,
     cfg: dict[str, Any],
     runs: list[tuple[int, int, int]],
-    released: tuple[int, Sequence[int]],
     split: tuple[int, int, int],
     *,
     shared: bool = False,
@@ -322,7 +248,7 @@ def _build_part(
     :func:`ipc_stream` (a dictionary, or batches of several schemas)."""
     parts = _body(_built(path, cfg, runs, Split(*split)))
     layout = [p.size for p in parts] if len(parts) > 1 else None
-    return _handed(parts, released, shared=shared), layout
+    return hand(parts, shared=shared, limit=_SLOT_MAX), layout
 
 
 def _built(
@@ -360,6 +286,31 @@ def _skey(key: str, cfg: Mapping[str, Any], split: Split | None = None) -> str:
     """The key of an iteration's RunStream: service, epoch, plan world size, mode, split."""
     parts = None if split is None else dataclasses.astuple(split)
     return fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static"), parts])
+
+
+async def lease_body(catalog: Any, it: Any, p: Any) -> tuple[bytes, Exception | None]:
+    """A planned lease ``p`` of iteration ``it`` as one Arrow IPC stream, or the error of its build:
+    built in a thread, in a build worker of ``catalog.pool`` (the thread waits without the GIL),
+    else in this process. Built when asked, not ahead: building the next lease ahead in a pool
+    (tried) made the builds of several clients compete for the GIL: 190k instead of 420k
+    samples/s (4 clients)."""
+    from anyio import to_thread
+
+    try:
+        return await to_thread.run_sync(_lease_body, catalog, it, p), None
+    except Exception as exc:  # noqa: BLE001 - raised by the round trip once settled
+        return b"", exc
+
+
+def _lease_body(catalog: Any, it: Any, p: Any) -> bytes:
+    if catalog.pool is None:
+        tables = build_runs(catalog.service(it.config), it.config, p.runs)
+        body: bytes = ipc_stream(tables).to_pybytes()
+        return body
+    held = p.lease.queue if it.mode == "static" else p.lease.client
+    path = catalog.dataset(str(it.config["dataset"]))["path"]
+    built: bytes = catalog.pool.build(held, path, it.config, p.runs)
+    return built
 
 
 SPLIT_CHUNK = 32
@@ -407,21 +358,10 @@ def _restitch(pieces: Sequence[tuple[int, int, int]], bodies: Mapping[int, memor
     return body
 
 
-@dataclasses.dataclass
-class _Asked:
-    """A build submitted to a worker (asked again of its replacement when the worker died)."""
-
-    worker: int
-    executor: ProcessPoolExecutor
-    future: Any
-    fn: Any
-    args: tuple[Any, ...]
-    extra: tuple[Any, ...]
-
-
 class BuildPool:
-    """``workers`` build processes (see the module docstring). Each decodes with its share of the
-    cores (Arrow's thread pool of ``cores // workers`` threads, at least 1).
+    """``workers`` build processes (see the module docstring), each a
+    :class:`~datamill.core.workproc.WorkerProc` started as a fresh interpreter. Each decodes with
+    its share of the cores (Arrow's thread pool of ``cores // workers`` threads, at least 1).
 
     Args:
         workers: processes (>= 1).
@@ -435,47 +375,32 @@ class BuildPool:
     def __init__(self, workers: int, *, cache_shards: int | None = None) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"build workers must be an int >= 1, got {workers!r}")
-        self._ctx = multiprocessing.get_context(
-            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        )
-        self._cache_shards = cache_shards
         # each worker decodes with its share of the cores: N workers each with Arrow's default
         # (a thread per core) ran N times as many decoding threads as cores (measured with 2
         # workers on 2 cores: 2 clients together 1.58-1.67M samples/s, 1.69-1.78M with one each)
         self.arrow_threads = max(1, usable_cores() // workers)
-        self.executors = [self._executor() for _ in range(workers)]
-        self.warm()
         self._lock = threading.Lock()
         self._pinned: OrderedDict[str, int] = OrderedDict()
         self._next = 0
-        # shared memory of the workers: their pids by worker index, the mapped slots by (pid, fd),
-        # the slots released since each pid's last build
-        self._pids: dict[int, int] = {}
-        self._maps: dict[tuple[int, int], mmap.mmap] = {}
-        self._released: dict[int, list[int]] = {}
-        self.shared = self._check_shared()
-        self.handed = {"shared": 0, "pipe": 0}  # leases handed over each way
-
-    def _executor(self) -> ProcessPoolExecutor:
-        server = os.getpid()
-        return ProcessPoolExecutor(
-            1,
-            mp_context=self._ctx,
-            initializer=_init,
-            initargs=(self._cache_shards, server, process_start_time(server), self.arrow_threads),
+        self.workers = CallPool(
+            workers,
+            main="datamill.serve.data.workers:_main",
+            blob=pickle.dumps(cache_shards),
+            threads=self.arrow_threads,
+            name="build worker",
         )
+        self.shared = self.workers.shared  # whether leases are handed over in shared memory
 
     def warm(self) -> list[int]:
-        """Start every worker (imports done) and wait for it: a server starts serving with warm
-        workers, so a restart's grace period is not spent starting processes. Returns the workers'
-        process ids."""
-        return [int(f.result()) for f in [ex.submit(_ping) for ex in self.executors]]
+        """The workers' process ids (started warm: a server starts serving with warm workers, so a
+        restart's grace period is not spent starting processes)."""
+        return [p.pid for p in self.workers.procs]
 
     def _worker(self, client: str) -> int:
         with self._lock:
             w = self._pinned.get(client)
             if w is None:
-                w = self._pinned[client] = self._next % len(self.executors)
+                w = self._pinned[client] = self._next % len(self.workers.procs)
                 self._next += 1
                 while len(self._pinned) > _MAX_CLIENTS:
                     self._pinned.popitem(last=False)
@@ -496,20 +421,21 @@ class BuildPool:
         (:meth:`_split`).
 
         The worker hands the bytes over in a shared-memory slot of its own when it can (one copy
-        out here), else through the executor's pipe (pickled: several copies on both sides)."""
+        out here), else through the pipe."""
         small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
         small.update(mode=cfg.get("mode", "static"), lease_size=cfg.get("lease_size", 16))
         want = [(int(r), int(a), int(b)) for r, a, b in runs]
-        n = len(self.executors)
+        n = len(self.workers.procs)
         parts = n // max(1, int(small["plan_world"])) if isinstance(client, int) else 1
         if parts > 1 and len(want) == 1 and small["mode"] == "static":
             return self._split(client, str(path), small, want[0], parts)  # type: ignore[arg-type]
         w = client % n if isinstance(client, int) else self._worker(client)
-        out = self._call(w, _build, (str(path), small, want))
+        build = functools.partial(_build, shared=self.shared)
+        h, out = self.workers.calls([(w, build, (str(path), small, want))])[0]
         if isinstance(out, bytes):  # through the pipe: already this process's own copy
-            self.handed["pipe"] += 1
+            self.workers.handed["pipe"] += 1
             return out
-        with self._held(w, out) as body:
+        with self.workers.held(h, out) as body:
             return body.tobytes()
 
     def _split(
@@ -524,107 +450,15 @@ class BuildPool:
         split = Split(0, parts, chunk=SPLIT_CHUNK)
         pieces = split.pieces(r, a, b)
         asked = sorted({p for _, _, p in pieces})
-        futures = {
-            p: self._submit(
-                (rank * parts + p) % len(self.executors),
-                _build_part,
-                (path, cfg, [(r, x, y) for x, y, q in pieces if q == p]),
-                (p, parts, SPLIT_CHUNK),
-            )
-            for p in asked
-        }
-        outs = {p: self._result(futures[p]) for p in asked}
+        pool, build = self.workers, functools.partial(_build_part, shared=self.shared)
+        mine = {p: [(r, x, y) for x, y, q in pieces if q == p] for p in asked}
+        asks = [(p, (path, cfg, mine[p], (p, parts, SPLIT_CHUNK))) for p in asked]
+        got = pool.calls([((rank * parts + p) % len(pool.procs), build, x) for p, x in asks])
+        outs = dict(zip(asked, got))
         with contextlib.ExitStack() as stack:
-            views = {p: stack.enter_context(self._held(w, out[0])) for p, (w, out) in outs.items()}
-            return _stitch(pieces, views, {p: out[1] for p, (_, out) in outs.items()})
-
-    def _submit(self, w: int, fn: Any, args: tuple[Any, ...], *extra: Any) -> _Asked:
-        """Submit ``fn(*args, released, *extra)`` to worker ``w``."""
-        ex = self.executors[w]
-        call = functools.partial(fn, *args, self._released_for(w), *extra, shared=self.shared)
-        try:
-            future = ex.submit(call)
-        except BrokenProcessPool as exc:  # it died before this ask: :meth:`_result` replaces it
-            future = Future()
-            future.set_exception(exc)
-        return _Asked(w, ex, future, fn, args, extra)
-
-    def _result(self, asked: _Asked) -> tuple[int, Any]:
-        """``(worker, result)`` of a :meth:`_submit`; asked once more of a new process when the
-        worker died (killed, out of memory)."""
-        try:
-            return asked.worker, asked.future.result()
-        except BrokenProcessPool:
-            w = asked.worker
-            with self._lock:
-                if self.executors[w] is asked.executor:
-                    self.executors[w] = self._executor()
-                    self.executors[w].submit(_ping).result()
-                    gone = self._pids.pop(w, 0)  # its slots die with it (a pid may be reused)
-                    self._released.pop(gone, None)
-                    for key in [k for k in self._maps if k[0] == gone]:
-                        del self._maps[key]
-            again = self._submit(w, asked.fn, asked.args, *asked.extra)
-            return w, again.future.result()
-
-    def _call(self, w: int, fn: Any, args: tuple[Any, ...]) -> Any:
-        """``fn(*args, released)`` in worker ``w`` (see :meth:`_result`)."""
-        return self._result(self._submit(w, fn, args))[1]
-
-    @contextlib.contextmanager
-    def _held(self, w: int, out: Any) -> Iterator[memoryview]:
-        """The bytes a worker handed over (``out`` of :func:`_handed`), while they are read; its
-        slot is released after."""
-        if isinstance(out, bytes):
-            self.handed["pipe"] += 1
-            yield memoryview(out)
-            return
-        self.handed["shared"] += 1
-        pid, fd, slot, n, size = out
-        try:  # every view of the mapping released on the way out (a live one blocks its close)
-            with memoryview(self._mapping(pid, fd, size)) as view, view[:n] as part:
-                yield part
-        finally:
-            with self._lock:
-                self._pids[w] = pid
-                self._released.setdefault(pid, []).append(slot)
-
-    def _released_for(self, w: int) -> tuple[int, list[int]]:
-        """The slots of worker ``w``'s process that were released since its last build."""
-        with self._lock:
-            pid = self._pids.get(w, 0)
-            return pid, self._released.pop(pid, [])
-
-    def _mapping(self, pid: int, fd: int, size: int) -> mmap.mmap:
-        """A read-only mapping of a worker's slot (kept; mapped again once the slot grew)."""
-        key = (pid, fd)
-        with self._lock:
-            m = self._maps.get(key)
-        if m is None or len(m) < size:
-            with open(f"/proc/{pid}/fd/{fd}", "rb") as f:
-                m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-            with self._lock:
-                self._maps[key] = m
-        return m
-
-    def _check_shared(self) -> bool:
-        """Whether this process can map its workers' shared memory (``/proc/PID/fd`` of a
-        ``memfd``); without it every lease goes through the pipe."""
-        try:
-            for pid_fd in [ex.submit(_probe).result() for ex in self.executors]:
-                if pid_fd is None:
-                    return False
-                with open(f"/proc/{pid_fd[0]}/fd/{pid_fd[1]}", "rb"):
-                    pass
-        except OSError:
-            return False
-        return True
+            held = {p: stack.enter_context(pool.held(h, o[0])) for p, (h, o) in outs.items()}
+            return _stitch(pieces, held, {p: o[1] for p, (_, o) in outs.items()})
 
     def close(self) -> None:
         """Stop the workers."""
-        for ex in self.executors:
-            ex.shutdown(wait=True, cancel_futures=True)
-        with self._lock:
-            maps, self._maps = list(self._maps.values()), {}
-        for m in maps:
-            m.close()
+        self.workers.close()
