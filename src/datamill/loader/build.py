@@ -188,11 +188,6 @@ class Builds(ServiceBase):
     """Set in a worker process (:mod:`datamill.loader.procs_place`): builds a block straight into
     shared memory, or returns ``None`` (then built here)."""
 
-    _ahead = False
-    """Set in a worker process (:mod:`datamill.loader.procs`): read the next shuffle window while
-    this one is built, as warm-up does (:class:`~datamill.loader.cache.BuildReader`'s
-    ``ahead_window``), not only ``prefetch`` shards ahead."""
-
     def _run(self, reader: BuildReader, task: list[int]) -> list[BatchResult]:
         if self._place is not None:
             placed = self._place(reader, task)
@@ -260,7 +255,9 @@ class Builds(ServiceBase):
             plan,
             batches,
             prefetch=self.workers.prefetch,
-            ahead_window=self.window if self.warmup or self._ahead else 0,
+            # the next shuffle window read while this one is built (in process and in a worker
+            # process alike): each window's shards decode on the cores the build leaves idle
+            ahead_window=self.window,
         )
         expect = getattr(self.source, "expect_reads", None)
         if callable(expect):  # a bounded local cache of remote files then evicts in plan order

@@ -8,8 +8,8 @@ builds.
   (another rank of the same epoch, another worker of the same rank); once no active build claims
   it, it is dropped, or kept among the ``keep`` most recently released shards for a later build.
 * :class:`BuildReader` - one build's view: which shards its batches need, in which order, and when
-  to load and release them. A build therefore holds at most its shuffle window plus its prefetch
-  (with ``ahead_window``: plus the next window, read while the current one is consumed).
+  to load and release them. With ``ahead_window`` (the shuffle window) a build reads the next
+  window while the current one is consumed, and holds at most two windows (:func:`read_target`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,33 @@ from numpy.typing import NDArray
 
 from datamill.loader.stages import EpochPlan
 
-__all__ = ["BuildReader", "ShardCache"]
+__all__ = ["BuildReader", "ShardCache", "read_target"]
+
+
+def read_target(shards: int, needed: int, released: int, *, prefetch: int, window: int) -> int:
+    """How many of a build's ``shards`` (in first-use order) are loaded once ``needed`` of them are
+    needed by the batches scheduled and ``released`` of them are done with.
+
+    ``prefetch`` more than needed; with ``window`` (shards per shuffle window, ``0``: off) up to
+    twice the shards in use, at most ``window``, so the next window is read while this one is
+    consumed; never more than two windows held (loaded, not yet released), even while a batch
+    straddles two windows. :class:`BuildReader` loads by it and
+    :func:`~datamill.loader.planner.build_schedule` plans by it.
+
+    Examples:
+        >>> read_target(100, 10, 0, prefetch=2, window=0)
+        12
+        >>> read_target(100, 10, 0, prefetch=2, window=10)  # the next window read ahead
+        20
+        >>> read_target(100, 25, 0, prefetch=2, window=10)  # two windows held at most
+        25
+    """
+    target = min(shards, needed + prefetch)
+    if window:
+        ahead = max(prefetch, min(window, 2 * (needed - released)))
+        cap = max(needed, released + 2 * window)
+        target = min(shards, needed + ahead, cap)
+    return target
 
 
 def _read_contiguous(read: Callable[[int], pa.Table], k: int) -> pa.Table:
@@ -220,23 +246,23 @@ class BuildReader:
     def schedule_upto(self, batch: int) -> None:
         """Load every shard needed up to ``batch``, plus ``prefetch`` more.
 
-        With ``ahead_window`` (a warming-up order, :func:`~datamill.loader.order.window_bounds`)
-        it loads up to twice the shards in use ahead, at most ``ahead_window``: while one window is
-        consumed the next one (at most twice as large) is read, so reading overlaps iteration; the
-        build then holds at most ``2 * ahead_window`` shards (or what its batches need at once).
+        With ``ahead_window`` (the shuffle window; a warming-up order's windows grow,
+        :func:`~datamill.loader.order.window_bounds`) it loads up to twice the shards in use ahead,
+        at most ``ahead_window``: while one window is consumed the next one is read, so reading
+        overlaps iteration; the build then holds at most ``2 * ahead_window`` shards (or what its
+        batches need at once). :func:`read_target` says how many.
         """
         by_first, first = self.by_first, self.first
         with self._lock:
             while self._needed < len(by_first) and first[by_first[self._needed]] <= batch:
                 self._needed += 1
-            ahead = self.prefetch
-            target = min(len(by_first), self._needed + ahead)
-            if self.ahead_window:
-                ahead = max(ahead, min(self.ahead_window, 2 * (self._needed - self._next_last)))
-                # at most two windows held (loaded, not yet released), even while a batch
-                # straddles two windows: never a third one read ahead
-                cap = max(self._needed, self._next_last + 2 * self.ahead_window)
-                target = min(len(by_first), self._needed + ahead, cap)
+            target = read_target(
+                len(by_first),
+                self._needed,
+                self._next_last,
+                prefetch=self.prefetch,
+                window=self.ahead_window,
+            )
             while self._next_first < target:
                 self.cache.load(int(by_first[self._next_first]))
                 self._next_first += 1

@@ -31,7 +31,8 @@ class Batching:
     """How batches are formed: settings that change what a batch holds.
 
     Args:
-        window: shards per shuffle window (memory holds about one window).
+        window: shards per shuffle window (memory holds about two: the next window is read
+            while one is consumed).
             Defaults to ``None`` (:func:`~datamill.loader.order.default_window`).
         bucket_by: a list (ragged) or string column: each batch groups samples of similar length,
             inside the shuffle window; still every sample once per epoch, deterministic, resumable
@@ -52,8 +53,8 @@ class Batching:
             ``world_size``. Defaults to ``1``.
         warmup: the epoch's first shuffle windows hold 1, 2, 4, ... shards, so the first batch waits
             for one shard instead of a whole window (:func:`~datamill.loader.order.window_bounds`),
-            and the next window is read while one is consumed. ``None``: on for a source on object
-            storage (``s3://``), off for local files. Defaults to ``None``.
+            with more reads in flight. ``None``: on for a source on object storage (``s3://``), off
+            for local files. Defaults to ``None``.
         shuffle: shard-aware shuffle; ``False`` keeps source order. Defaults to ``True``.
         drop_last: give every rank ``n // world_size`` samples and drop the incomplete last batch;
             otherwise every sample is used exactly once and the first ``n % world_size`` ranks get
@@ -89,7 +90,8 @@ class Workers:
             GIL-bound Python transforms use the torch adapter with ``DataLoader(num_workers=N)``
             worker processes. ``filter``/``transform`` must then be thread-safe. Defaults to ``0``.
         prefetch: shards read ahead in a background thread pool (and batches in flight per
-            thread). Defaults to ``2``.
+            thread), at least; the next shuffle window is read while one is consumed. Defaults to
+            ``2``.
         pin_memory: with ``collate="torch"``, pin tensors (when CUDA is available). Defaults to
             ``False``.
         progress: show a tqdm bar. Defaults to ``False``.

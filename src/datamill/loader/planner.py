@@ -8,8 +8,8 @@ The order, the rank split and the loading schedule are pure functions (:mod:`dat
 
 * **shard reads** per rank, in order (a build loads a shard a little before its first batch needs
   it);
-* **peak shards in memory** per rank (loaded ahead by ``prefetch``, released after their last
-  batch);
+* **peak shards in memory** per rank (loaded ahead by ``prefetch`` and the next shuffle window,
+  released after their last batch);
 * **bytes fetched** per epoch from remote storage through a node-local shard cache of
   ``cache_limit`` bytes shared by the ranks of a node (least recently used evicted first);
 * **time to first batch** from a read speed (measured by the CLI on one shard);
@@ -39,6 +39,7 @@ from datamill.core.checks import (
     check_int,
 )
 from datamill.core.errors import ConfigError
+from datamill.loader.cache import read_target
 from datamill.loader.options import Batching, Workers, checked_groups
 from datamill.loader.order import default_window, global_order, split_for_rank
 from datamill.loader.stages import EpochPlan
@@ -49,12 +50,19 @@ BLOCK_ROWS = 8192  # the same block of batches per task as datamill.loader.servi
 
 
 def build_schedule(
-    plan: EpochPlan, sizes: NDArray[np.int64], *, prefetch: int, num_workers: int = 0
+    plan: EpochPlan,
+    sizes: NDArray[np.int64],
+    *,
+    prefetch: int,
+    num_workers: int = 0,
+    window: int = 0,
 ) -> tuple[list[int], int]:
     """``(shards in the order a build loads them, most held at once)`` for a whole-epoch build.
 
     Mirrors :class:`~datamill.loader.cache.BuildReader` as the service drives it: before each task
-    (a block of batches) every shard its batches need is loaded plus ``prefetch`` more; the shards
+    (a block of batches) every shard its batches need is loaded plus ``prefetch`` more, and with
+    ``window`` (the shuffle window, as every build has) the next window
+    (:func:`~datamill.loader.cache.read_target`); the shards
     whose last batch has been consumed are released, which with ``num_workers`` threads lags
     ``num_workers * prefetch - 1`` tasks behind.
 
@@ -83,7 +91,7 @@ def build_schedule(
     for i, hi in enumerate(ends):
         while needed < len(by_first) and first[by_first[needed]] <= hi:
             needed += 1
-        target = min(len(by_first), needed + prefetch)
+        target = read_target(len(by_first), needed, released, prefetch=prefetch, window=window)
         while loaded < target:
             loaded += 1
             peak = max(peak, loaded - released)
@@ -345,7 +353,9 @@ def plan_run(
         for rank in range(world_size):
             seq = split_for_rank(order, rank=rank, world_size=world_size, drop_last=drop_last)
             plan = EpochPlan.from_sequence(seq, sizes, batch_size=batch_size, drop_last=drop_last)
-            reads, peak = build_schedule(plan, sizes, prefetch=prefetch, num_workers=num_workers)
+            reads, peak = build_schedule(
+                plan, sizes, prefetch=prefetch, num_workers=num_workers, window=win
+            )
             reads_per_rank.append((plan, reads))
             seqs.append(plan.seq)
             if epoch == 0:

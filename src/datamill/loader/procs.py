@@ -132,11 +132,9 @@ def _assemblers(service: Any, mode: str | None) -> int:
 
 def _worker_options(service: Any, mode: str | None) -> Any:
     """The workers' :class:`~datamill.loader.options.Workers`: their assembling threads, and when
-    they build in one thread, shards read at least 4 ahead (reading then overlaps building). A
-    worker also reads the next shuffle window while it builds this one (``Builds._ahead``, set in
-    :func:`~datamill.loader.procs_worker._serve`): its building thread leaves a core idle while
-    the trainer only takes batches, and without it each window's shards were decoded while nothing
-    was built (``benchmarks/RESULTS.md``, helper procs6)."""
+    they build in one thread, shards read at least 4 ahead (reading then overlaps building). Like
+    every build, a worker also reads the next shuffle window while it builds this one
+    (:func:`~datamill.loader.cache.read_target`)."""
     threads = _assemblers(service, mode)
     w = service.workers
     prefetch = w.prefetch if threads else max(4, int(w.prefetch))

@@ -296,10 +296,9 @@ def _serve(
     _memory_pool()
     try:
         conn, (svc, mode) = worker_setup(fd, parent, started, threads, blob, watch_s=_WATCH_S)
-        svc._ahead = True  # the next window read while this one is built (procs._worker_options)
         if peers is not None:
             me, n, socks = peers
-            # the shards two windows span (a worker reads the next window ahead: ``_ahead``)
+            # the shards two windows span (a build reads the next window ahead)
             keep = 2 * int(svc.window) + 2 * int(svc.workers.prefetch) + 2
             cache = svc._cache  # the worker's own copy of the service
             cache._read = SharedShards(me, n, socks, cache._read, keep).read

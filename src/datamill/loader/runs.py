@@ -192,9 +192,9 @@ def service_for(
         ),
         cache_shards=cache_shards,
     )
-    # read a shuffle window of shards ahead (the in-process Loader's default is 2): the next
-    # window's shards are read while this one is gathered from, instead of when its first batch
-    # needs them all
+    # read a shuffle window of shards ahead from a build's start (``prefetch``; the in-process
+    # Loader's is 2, and every build reads the next window once this one is in use:
+    # cache.read_target), so that a lease's first gathers seldom wait for a read
     changes: dict[str, Any] = {
         "workers": dataclasses.replace(svc.workers, prefetch=max(svc.workers.prefetch, svc.window))
     }
