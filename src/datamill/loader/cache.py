@@ -6,7 +6,8 @@ builds.
   little before its first batch needs it (``prefetch`` ahead), and *releases* it after its last
   batch needing it. A shard loaded by one build is reused by any other active build that claimed it
   (another rank of the same epoch, another worker of the same rank); once no active build claims
-  it, it is dropped, or kept among the ``keep`` most recently released shards for a later build.
+  it, it is dropped, or kept among the ``keep`` most recently released shards (or more, while
+  they fit ``keep_bytes``) for a later build.
 * :class:`BuildReader` - one build's view: which shards its batches need, in which order, and when
   to load and release them. A build therefore holds at most its shuffle window plus its prefetch
   (with ``ahead_window``: plus the next window, read while the current one is consumed).
@@ -54,6 +55,10 @@ class ShardCache:
         read: ``read(k) -> pa.Table`` (runs in the pool; its errors reach every build waiting).
         threads: reader threads. Defaults to ``2``.
         keep: released shards kept for later builds (most recent first). Defaults to ``0``.
+        keep_bytes: bytes of released shards (their Arrow buffers) kept beyond ``keep``: the most
+            recently released shards stay while they fit (a server's build worker keeps every
+            shard of a dataset that fits, so a new epoch's order reads nothing again). Defaults
+            to ``0``.
 
     Examples:
         >>> cache = ShardCache(lambda k: pa.table({"k": [k]}))
@@ -62,14 +67,31 @@ class ShardCache:
         >>> cache.release(3); cache.in_memory, cache.reads
         (0, 1)
         >>> cache.finish()
+        >>> kept = ShardCache(lambda k: pa.table({"k": [k] * 8}), keep=1, keep_bytes=128)
+        >>> kept.open(); kept.claim(range(4))
+        >>> for k in range(4):
+        ...     _ = kept.load(k).result(); kept.release(k)
+        >>> kept.in_memory, kept.kept_bytes  # 2 of 64 bytes fit 128; the oldest two dropped
+        (2, 128)
+        >>> kept.finish(); kept.close()
     """
 
-    def __init__(self, read: Callable[[int], pa.Table], *, threads: int = 2, keep: int = 0) -> None:
+    def __init__(
+        self,
+        read: Callable[[int], pa.Table],
+        *,
+        threads: int = 2,
+        keep: int = 0,
+        keep_bytes: int = 0,
+    ) -> None:
         self._read, self._threads, self._keep = read, max(1, int(threads)), max(0, int(keep))
+        self._keep_bytes = max(0, int(keep_bytes))
         self._lock = threading.Lock()
         self._refs: dict[int, int] = {}
         self._loaded: dict[int, Future[pa.Table]] = {}  # claimed and loaded (or loading)
-        self._kept: OrderedDict[int, Future[pa.Table]] = OrderedDict()  # released, kept for reuse
+        # released, kept for reuse (oldest first), with the bytes of each
+        self._kept: OrderedDict[int, tuple[Future[pa.Table], int]] = OrderedDict()
+        self.kept_bytes = 0  # bytes of the kept shards
         self._pool: ThreadPoolExecutor | None = None
         self._active = 0
         self.reads = 0  # shards actually read
@@ -111,7 +133,10 @@ class ShardCache:
         with self._lock:
             fut = self._loaded.get(k)
             if fut is None:
-                fut = self._kept.pop(k, None)
+                kept = self._kept.pop(k, None)
+                if kept is not None:
+                    fut = kept[0]
+                    self.kept_bytes -= kept[1]
                 if fut is None:
                     if self._pool is None:
                         raise RuntimeError("ShardCache.load outside an open build")
@@ -142,10 +167,16 @@ class ShardCache:
             fut = self._loaded.pop(k, None)
             if fut is None:
                 return
-            if self._keep and fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._kept[k] = fut
-                while len(self._kept) > self._keep:
-                    self._kept.popitem(last=False)
+            keep = self._keep or self._keep_bytes
+            if keep and fut.done() and not fut.cancelled() and fut.exception() is None:
+                size = fut.result().get_total_buffer_size()
+                self._kept[k] = (fut, size)
+                self.kept_bytes += size
+                # the oldest dropped beyond ``keep`` shards, unless (with ``keep_bytes``) they fit
+                while len(self._kept) > self._keep and (
+                    not self._keep_bytes or self.kept_bytes > self._keep_bytes
+                ):
+                    self.kept_bytes -= self._kept.popitem(last=False)[1][1]
             else:
                 fut.cancel()
 
@@ -154,6 +185,7 @@ class ShardCache:
         one)."""
         with self._lock:
             self._kept.clear()
+            self.kept_bytes = 0
             pool = self._pool if self._active == 0 else None
             if pool is not None:
                 self._pool = None

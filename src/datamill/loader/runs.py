@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import threading
 import time
 from collections import deque
@@ -41,6 +42,7 @@ __all__ = [
     "build_runs",
     "close_iterator",
     "service_for",
+    "worker_cache_bytes",
 ]
 
 _SLICED: dict[pa.DataType, bool] = {}  # type -> _sliced_children(type), asked once per type
@@ -167,6 +169,7 @@ def service_for(
     cache_shards: int | None = None,
     ranks: int | None = None,
     collate: str | Callable[[pa.Table], Any] = "arrow",
+    cache_bytes: int = 0,
 ) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with,
     ``collate="arrow"``; a direct client whose loop takes numpy or torch batches builds them with
@@ -174,9 +177,13 @@ def service_for(
     :func:`~datamill.loader.collate_lease.block_collate`).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
-    (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
-    window ahead (``prefetch``: the window's shard count), so that a direct client's or a build
-    worker's gathers seldom wait for a read; the batches are the same.
+    (defaults to the plan's world size; a direct client serves one); with that default, released
+    shards are also kept while they fit ``cache_bytes`` (a build worker's
+    :func:`worker_cache_bytes`: each epoch's order reads every shard, so a worker that kept two
+    windows read and decoded again, in every epoch, nearly every shard; a ``cache_shards`` given is
+    kept exactly). Shards are read one shuffle window ahead (``prefetch``: the window's shard
+    count), so that a direct client's or a build worker's gathers seldom wait for a read; the
+    batches are the same.
     """
     svc = BatchService(
         source,
@@ -201,7 +208,34 @@ def service_for(
     if cache_shards is None:
         served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
         changes["cache_shards"] = 2 * svc.window * served
+        changes["cache_bytes"] = cache_bytes
     return svc.replace(**changes)
+
+
+WORKER_CACHE_BYTES = 1 << 30
+"""The most a build worker's batch service keeps of released shards (:func:`worker_cache_bytes`)."""
+
+
+def worker_cache_bytes() -> int:
+    """Bytes of released shards a server's build worker keeps per batch service, across epochs:
+    :data:`WORKER_CACHE_BYTES`, or an eighth of the memory available now when that is less (at
+    most four workers: half of it).
+
+    Examples:
+        >>> 0 < worker_cache_bytes() <= WORKER_CACHE_BYTES
+        True
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            free = next(
+                int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:")
+            )
+    except (OSError, StopIteration, ValueError):  # not Linux: the pages free
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return WORKER_CACHE_BYTES
+    return max(1, min(WORKER_CACHE_BYTES, free // 8))
 
 
 def build_runs(

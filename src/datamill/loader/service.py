@@ -177,6 +177,9 @@ class BatchService(Resumes, Builds):
         cache_shards: shards kept in memory after no active build needs them, for later builds
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
+        cache_bytes: bytes of released shards kept beyond ``cache_shards``, the most recently
+            released first (a server's build worker keeps a dataset that fits, so that a new
+            epoch's order reads no shard again). Defaults to ``0``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
 
@@ -215,6 +218,7 @@ class BatchService(Resumes, Builds):
         workers: Workers | None = None,
         cache_shards: int | None = None,
         plan_epochs: int = 2,
+        cache_bytes: int = 0,
     ) -> None:
         if not isinstance(source, Source):
             missing = [
@@ -239,6 +243,7 @@ class BatchService(Resumes, Builds):
         self.cache_shards = (
             0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
         )
+        self.cache_bytes = _check_int("cache_bytes", cache_bytes, 0)
         cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
         if cols is not None:
             unknown = [c for c in cols if c not in source.columns]
@@ -273,7 +278,9 @@ class BatchService(Resumes, Builds):
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
         threads = min(MAX_READS, max(self.reads, self.workers.prefetch))
-        self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
+        self._cache = ShardCache(
+            self._read_shard, threads=threads, keep=self.cache_shards, keep_bytes=self.cache_bytes
+        )
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
         self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = (
@@ -325,6 +332,7 @@ class BatchService(Resumes, Builds):
             "workers",
             "cache_shards",
             "plan_epochs",
+            "cache_bytes",
         )
         kwargs: dict[str, Any] = {k: getattr(self, k) for k in kept}
         kwargs.update({"collate": self.collate_fn, **changes})
@@ -573,6 +581,7 @@ class BatchService(Resumes, Builds):
                 shards_reused=self._cache.reused,
                 shards_in_memory=self._cache.in_memory,
                 peak_shards_in_memory=self._cache.peak,
+                shards_kept_bytes=self._cache.kept_bytes,
                 plans_cached=len(self._plans),
             )
         return out
