@@ -71,7 +71,7 @@ class ShardCache:
         >>> kept.open(); kept.claim(range(4))
         >>> for k in range(4):
         ...     _ = kept.load(k).result(); kept.release(k)
-        >>> kept.in_memory, kept.kept_bytes  # 2 of 64 bytes fit 128; the oldest two dropped
+        >>> kept.in_memory, kept.kept_bytes  # 2 shards of 64 bytes fit in 128: the oldest 2 dropped
         (2, 128)
         >>> kept.finish(); kept.close()
     """
