@@ -26,7 +26,7 @@ from datamill.loader import (
     Loader,
     Workers,
 )
-from datamill.loader.cache import ShardCache
+from datamill.loader.cache import KeptBytes, ShardCache
 from datamill.loader.order import split_sizes
 from datamill.loader.runs import service_for
 from tests.strategies import FakeSource, batch_sizes, seeds, shard_sizes, world_sizes
@@ -143,7 +143,7 @@ def test_a_build_workers_service_reads_each_shard_once_over_epochs_when_they_fit
         assert want is None or got == want  # the same batches
         want = got
         assert (src.reads.sum() == 12) == (budget > 0), src.reads.tolist()
-        assert 0 < svc.stats()["shards_kept_bytes"] <= max(budget, 1 << 16)
+        assert (0 < svc.stats()["shards_kept_bytes"] <= budget) == (budget > 0)
     assert service_for(src, cfg, cache_shards=1, cache_bytes=1 << 20).cache_bytes == 0
 
 
@@ -156,30 +156,53 @@ def test_a_build_workers_service_reads_each_shard_once_over_epochs_when_they_fit
 def test_shard_cache_keeps_the_most_recent_released_shards_that_fit(
     sizes: list[int], keep: int, budget: int, order: random.Random
 ) -> None:
+    """Against a model: the ``keep`` most recently released shards, and before them, oldest
+    dropped first, those the budget holds; a shard kept is not read again."""
     cache = ShardCache(
         lambda k: pa.table({"x": np.zeros(sizes[k], np.int64)}), keep=keep, keep_bytes=budget
     )
-    released: list[int] = []
+    recent: list[int] = []
+    extra: list[int] = []
+    reads = 0
     cache.open()
-    for _ in range(2):  # the second pass reuses what the first kept
+    for _ in range(3):  # later passes reuse what the earlier ones kept
         ks = list(range(len(sizes)))
         order.shuffle(ks)
         cache.claim(ks)
         for k in ks:
+            reads += k not in recent and k not in extra
+            recent, extra = [j for j in recent if j != k], [j for j in extra if j != k]
             cache.load(k).result()
             cache.release(k)
-            released = [j for j in released if j != k] + [k]
-            # the kept: the most recent released, as many as keep, or more while they fit
-            kept, total = [], 0
-            for j in reversed(released):
-                if len(kept) >= keep and total + 8 * sizes[j] > budget:
-                    break
-                kept.append(j)
-                total += 8 * sizes[j]
-            assert cache.in_memory == len(kept) and cache.kept_bytes == total
+            recent.append(k)
+            if len(recent) > keep:
+                extra.append(recent.pop(0))
+                while sum(8 * sizes[j] for j in extra) > budget:
+                    extra.pop(0)
+            assert cache.in_memory == len(recent) + len(extra)
+            assert cache.kept_bytes == sum(8 * sizes[j] for j in extra)
+            assert cache.reads == reads
     cache.finish()
     cache.close()
     assert cache.in_memory == cache.kept_bytes == 0
+
+
+def test_services_sharing_a_budget_give_up_the_shards_kept_longest() -> None:
+    """A build worker's services share one budget: a service no client uses any more gives its
+    shards up to the one in use (each kept up to the whole budget before)."""
+    src = FakeSource([40] * 12)
+    cfg = {"batch_size": 10, "shuffle": True, "window": 2, "drop_last": False, "columns": None}
+    budget = KeptBytes(1 << 20)
+    old, new = (service_for(src, {**cfg, "seed": s}, cache_bytes=budget) for s in (1, 2))
+    for svc in (old, new):
+        for e in range(2):
+            list(svc.build_samples(e, 0, range(svc.num_batches(e))))
+    assert old.stats()["shards_kept_bytes"] > 0 and new.stats()["shards_kept_bytes"] > 0
+    used = budget.used
+    assert used == old.stats()["shards_kept_bytes"] + new.stats()["shards_kept_bytes"]
+    budget.limit = new.stats()["shards_kept_bytes"]  # room for the newer service's shards only
+    list(new.build_samples(2, 0, range(new.num_batches(2))))
+    assert old.stats()["shards_kept_bytes"] == 0 < new.stats()["shards_kept_bytes"] <= budget.limit
 
 
 def test_concurrent_ranks_share_a_shard_that_sequential_builds_read_twice() -> None:

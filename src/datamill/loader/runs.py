@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import BuildError, DatamillError
 from datamill.loader.accounting import BatchResult
+from datamill.loader.cache import KeptBytes
 from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
 
@@ -42,6 +43,7 @@ __all__ = [
     "build_runs",
     "close_iterator",
     "service_for",
+    "worker_budget",
     "worker_cache_bytes",
 ]
 
@@ -169,7 +171,7 @@ def service_for(
     cache_shards: int | None = None,
     ranks: int | None = None,
     collate: str | Callable[[pa.Table], Any] = "arrow",
-    cache_bytes: int = 0,
+    cache_bytes: int | KeptBytes = 0,
 ) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with,
     ``collate="arrow"``; a direct client whose loop takes numpy or torch batches builds them with
@@ -178,10 +180,10 @@ def service_for(
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
     (defaults to the plan's world size; a direct client serves one); with that default, released
-    shards are also kept while they fit ``cache_bytes`` (a build worker's
-    :func:`worker_cache_bytes`: each epoch's order reads every shard, so a worker that kept two
-    windows read and decoded again, in every epoch, nearly every shard; a ``cache_shards`` given is
-    kept exactly). Shards are read one shuffle window ahead (``prefetch``: the window's shard
+    shards are also kept while they fit ``cache_bytes`` (a build worker's services share
+    :func:`worker_budget`: each epoch's order reads every shard, so a worker that kept two windows
+    read and decoded again, in every epoch, nearly every shard; a ``cache_shards`` given is kept
+    exactly). Shards are read one shuffle window ahead (``prefetch``: the window's shard
     count), so that a direct client's or a build worker's gathers seldom wait for a read; the
     batches are the same.
     """
@@ -213,11 +215,28 @@ def service_for(
 
 
 WORKER_CACHE_BYTES = 1 << 30
-"""The most a build worker's batch service keeps of released shards (:func:`worker_cache_bytes`)."""
+"""The most a build worker keeps of released shards (:func:`worker_cache_bytes`)."""
+_BUDGET: list[KeptBytes] = []  # this process's worker_budget()
+_BUDGET_LOCK = threading.Lock()
+
+
+def worker_budget() -> KeptBytes:
+    """The budget every batch service of this process (a server's build worker) keeps released
+    shards under, across epochs and services: :func:`worker_cache_bytes` (created on the first
+    call).
+
+    Examples:
+        >>> worker_budget() is worker_budget(), worker_budget().limit == worker_cache_bytes() > 0
+        (True, True)
+    """
+    with _BUDGET_LOCK:
+        if not _BUDGET:
+            _BUDGET.append(KeptBytes(worker_cache_bytes()))
+        return _BUDGET[0]
 
 
 def worker_cache_bytes() -> int:
-    """Bytes of released shards a server's build worker keeps per batch service, across epochs:
+    """Bytes of released shards a server's build worker keeps across epochs:
     :data:`WORKER_CACHE_BYTES`, or an eighth of the memory available now when that is less (at
     most four workers: half of it).
 

@@ -35,7 +35,7 @@ from datamill.core.source import Source
 from datamill.loader.accounting import Accounting
 from datamill.loader.buckets import bucket_arrange, bucket_boundaries, sample_lengths
 from datamill.loader.build import BLOCK_ROWS, Builds, _check_int, _check_rank
-from datamill.loader.cache import ShardCache
+from datamill.loader.cache import KeptBytes, ShardCache
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import (
     norm_elastic,
@@ -126,6 +126,13 @@ def reads_remotely(source: object) -> bool:
     return bool(getattr(source, "remote", False))
 
 
+def _checked_budget(cache_bytes: int | KeptBytes) -> int | KeptBytes:
+    """``cache_bytes`` checked: a shared budget, or an int >= 0."""
+    if isinstance(cache_bytes, KeptBytes):
+        return cache_bytes
+    return _check_int("cache_bytes", cache_bytes, 0)
+
+
 def _resolved(b: Batching, source: Source, sizes: NDArray[np.int64]) -> Batching:
     """``b`` checked against ``source``, with its window and warmup resolved."""
     if b.window is not None:
@@ -178,7 +185,8 @@ class BatchService(Resumes, Builds):
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
         cache_bytes: bytes of released shards kept beyond ``cache_shards``, the most recently
-            released first (a server's build worker keeps a dataset that fits, so that a new
+            released first, or a :class:`~datamill.loader.cache.KeptBytes` budget shared with
+            other services (a server's build worker keeps a dataset that fits, so that a new
             epoch's order reads no shard again). Defaults to ``0``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
@@ -218,7 +226,7 @@ class BatchService(Resumes, Builds):
         workers: Workers | None = None,
         cache_shards: int | None = None,
         plan_epochs: int = 2,
-        cache_bytes: int = 0,
+        cache_bytes: int | KeptBytes = 0,
     ) -> None:
         if not isinstance(source, Source):
             missing = [
@@ -243,7 +251,7 @@ class BatchService(Resumes, Builds):
         self.cache_shards = (
             0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
         )
-        self.cache_bytes = _check_int("cache_bytes", cache_bytes, 0)
+        self.cache_bytes = _checked_budget(cache_bytes)
         cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
         if cols is not None:
             unknown = [c for c in cols if c not in source.columns]
