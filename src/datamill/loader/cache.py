@@ -6,7 +6,9 @@ builds.
   little before its first batch needs it (``prefetch`` ahead), and *releases* it after its last
   batch needing it. A shard loaded by one build is reused by any other active build that claimed it
   (another rank of the same epoch, another worker of the same rank); once no active build claims
-  it, it is dropped, or kept among the ``keep`` most recently released shards for a later build.
+  it, it is dropped, or kept among the ``keep`` most recently released shards (or more, while
+  they fit ``keep_bytes``: a :class:`KeptBytes` budget, which several caches may share) for a
+  later build.
 * :class:`BuildReader` - one build's view: which shards its batches need, in which order, and when
   to load and release them. With ``ahead_window`` (the shuffle window) a build reads the next
   window while the current one is consumed, and holds at most two windows (:func:`read_target`).
@@ -14,10 +16,12 @@ builds.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +29,7 @@ from numpy.typing import NDArray
 
 from datamill.loader.stages import EpochPlan
 
-__all__ = ["BuildReader", "ShardCache", "read_target"]
+__all__ = ["BuildReader", "KeptBytes", "ShardCache", "read_target"]
 
 
 def read_target(shards: int, needed: int, released: int, *, prefetch: int, window: int) -> int:
@@ -73,6 +77,70 @@ def _read_contiguous(read: Callable[[int], pa.Table], k: int) -> pa.Table:
     return table
 
 
+_TOKENS = itertools.count()  # one per shard kept beyond ``keep`` (a stale eviction is ignored)
+
+
+class KeptBytes:
+    """A budget of bytes for the released shards that :class:`ShardCache` instances keep beyond
+    their ``keep`` most recent ones, shared by every cache given it: past ``limit``, the shard kept
+    longest ago goes first, whichever cache keeps it (a build worker's batch services share one,
+    so a service that no client uses any more gives its shards up to the others). A copy in
+    another process (pickled) is a budget of its own.
+
+    Examples:
+        >>> budget = KeptBytes(128)
+        >>> a, b = (ShardCache(lambda k: pa.table({"k": [k] * 8}), keep_bytes=budget) for _ in "ab")
+        >>> for cache in (a, b):
+        ...     cache.open(); cache.claim([0, 1])
+        ...     for k in (0, 1):
+        ...         _ = cache.load(k).result(); cache.release(k)
+        >>> a.in_memory, b.in_memory, budget.used  # a's two shards went first
+        (0, 2, 128)
+        >>> a.finish(); b.finish()
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, int(limit))
+        self._reset()
+
+    def _reset(self) -> None:
+        self.used = 0  # bytes of the shards kept under this budget
+        self._lock = threading.Lock()
+        # (cache id, shard) -> (cache, token, bytes), kept longest ago first
+        self._order: OrderedDict[tuple[int, int], tuple[ShardCache, int, int]] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"limit": self.limit}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.limit = int(state["limit"])
+        self._reset()  # a budget of its own in this process
+
+    def _add(
+        self, cache: ShardCache, k: int, token: int, size: int
+    ) -> list[tuple[ShardCache, int, int]]:
+        """Shard ``k`` of ``cache`` kept (``size`` bytes): ``(cache, shard, token)`` of the shards
+        to drop so that the kept ones fit, longest kept first (this one too, when it does not
+        fit)."""
+        with self._lock:
+            old = self._order.pop((id(cache), k), None)
+            self.used += size - (0 if old is None else old[2])
+            self._order[(id(cache), k)] = (cache, token, size)
+            out = []
+            while self.used > self.limit and self._order:
+                (_, j), (c, t, n) = self._order.popitem(last=False)
+                self.used -= n
+                out.append((c, j, t))
+            return out
+
+    def _remove(self, cache: ShardCache, k: int) -> None:
+        """Shard ``k`` of ``cache`` is no longer kept (loaded again, or dropped)."""
+        with self._lock:
+            got = self._order.pop((id(cache), k), None)
+            if got is not None:
+                self.used -= got[2]
+
+
 class ShardCache:
     """Reference-counted shards, read by a thread pool that lives while some build is active.
 
@@ -80,6 +148,10 @@ class ShardCache:
         read: ``read(k) -> pa.Table`` (runs in the pool; its errors reach every build waiting).
         threads: reader threads. Defaults to ``2``.
         keep: released shards kept for later builds (most recent first). Defaults to ``0``.
+        keep_bytes: bytes of released shards (their Arrow buffers) kept beyond ``keep``, or a
+            :class:`KeptBytes` budget shared with other caches: the most recently released shards
+            stay while they fit (a server's build worker keeps every shard of a dataset that fits,
+            so a new epoch's order reads nothing again). Defaults to ``0``.
 
     Examples:
         >>> cache = ShardCache(lambda k: pa.table({"k": [k]}))
@@ -88,14 +160,39 @@ class ShardCache:
         >>> cache.release(3); cache.in_memory, cache.reads
         (0, 1)
         >>> cache.finish()
+        >>> kept = ShardCache(lambda k: pa.table({"k": [k] * 8}), keep=1, keep_bytes=128)
+        >>> kept.open(); kept.claim(range(4))
+        >>> for k in range(4):
+        ...     _ = kept.load(k).result(); kept.release(k)
+        >>> kept.in_memory, kept.kept_bytes  # the last, and 2 shards of 64 bytes in 128 beyond it
+        (3, 128)
+        >>> kept.finish(); kept.close()
     """
 
-    def __init__(self, read: Callable[[int], pa.Table], *, threads: int = 2, keep: int = 0) -> None:
+    def __init__(
+        self,
+        read: Callable[[int], pa.Table],
+        *,
+        threads: int = 2,
+        keep: int = 0,
+        keep_bytes: int | KeptBytes = 0,
+    ) -> None:
         self._read, self._threads, self._keep = read, max(1, int(threads)), max(0, int(keep))
+        self._budget = (
+            keep_bytes
+            if isinstance(keep_bytes, KeptBytes)
+            else KeptBytes(keep_bytes)
+            if keep_bytes > 0
+            else None
+        )
         self._lock = threading.Lock()
         self._refs: dict[int, int] = {}
         self._loaded: dict[int, Future[pa.Table]] = {}  # claimed and loaded (or loading)
-        self._kept: OrderedDict[int, Future[pa.Table]] = OrderedDict()  # released, kept for reuse
+        # released, kept for reuse (oldest first): the ``keep`` most recent, then those beyond
+        # them under the budget, with their token and bytes
+        self._kept: OrderedDict[int, Future[pa.Table]] = OrderedDict()
+        self._extra: OrderedDict[int, tuple[Future[pa.Table], int, int]] = OrderedDict()
+        self.kept_bytes = 0  # bytes of the shards kept beyond ``keep``
         self._pool: ThreadPoolExecutor | None = None
         self._active = 0
         self.reads = 0  # shards actually read
@@ -105,7 +202,7 @@ class ShardCache:
     @property
     def in_memory(self) -> int:
         """Shards held now (loaded, loading or kept)."""
-        return len(self._loaded) + len(self._kept)
+        return len(self._loaded) + len(self._kept) + len(self._extra)
 
     def open(self) -> None:
         """A build starts (the pool is created for the first active build)."""
@@ -137,7 +234,7 @@ class ShardCache:
         with self._lock:
             fut = self._loaded.get(k)
             if fut is None:
-                fut = self._kept.pop(k, None)
+                fut = self._kept.pop(k, None) or self._unkeep(k)
                 if fut is None:
                     if self._pool is None:
                         raise RuntimeError("ShardCache.load outside an open build")
@@ -151,6 +248,17 @@ class ShardCache:
             self.peak = max(self.peak, self.in_memory)
             return fut
 
+    def _unkeep(self, k: int) -> Future[pa.Table] | None:
+        """Shard ``k`` taken from those kept under the budget (``None``: not there); holding
+        ``_lock``."""
+        extra = self._extra.pop(k, None)
+        if extra is None:
+            return None
+        self.kept_bytes -= extra[2]
+        if self._budget is not None:
+            self._budget._remove(self, k)
+        return extra[0]
+
     def get(self, k: int) -> pa.Table:
         """Shard ``k`` (loaded), blocking until it is read."""
         with self._lock:
@@ -159,6 +267,7 @@ class ShardCache:
 
     def release(self, k: int) -> None:
         """One build no longer needs shard ``k``; dropped (or kept) when none does."""
+        drop: list[tuple[ShardCache, int, int]] = []
         with self._lock:
             left = self._refs[k] - 1
             if left:
@@ -168,18 +277,37 @@ class ShardCache:
             fut = self._loaded.pop(k, None)
             if fut is None:
                 return
-            if self._keep and fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._kept[k] = fut
-                while len(self._kept) > self._keep:
-                    self._kept.popitem(last=False)
-            else:
+            keep = self._keep or self._budget is not None
+            if not keep or not fut.done() or fut.cancelled() or fut.exception() is not None:
                 fut.cancel()
+                return
+            self._kept[k] = fut
+            if len(self._kept) > self._keep:  # the oldest of the ``keep`` most recent goes on
+                j, old = self._kept.popitem(last=False)
+                if self._budget is not None:  # ... to the budget's shards (the budget locks after)
+                    token, size = next(_TOKENS), old.result().get_total_buffer_size()
+                    self._extra[j] = (old, token, size)
+                    self.kept_bytes += size
+                    drop = self._budget._add(self, j, token, size)
+        for cache, j, token in drop:  # outside this lock: another cache's shard may go
+            cache._drop(j, token)
+
+    def _drop(self, k: int, token: int) -> None:
+        """Shard ``k`` kept under the budget is dropped (unless it was kept again since: another
+        ``token``, or taken back by a build)."""
+        with self._lock:
+            extra = self._extra.get(k)
+            if extra is not None and extra[1] == token:
+                del self._extra[k]
+                self.kept_bytes -= extra[2]
 
     def close(self) -> None:
         """Drop the kept shards; the pool stops now unless a build is active (it stops with the last
         one)."""
         with self._lock:
             self._kept.clear()
+            for k in list(self._extra):
+                self._unkeep(k)
             pool = self._pool if self._active == 0 else None
             if pool is not None:
                 self._pool = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from numpy.typing import NDArray
 
 from datamill.core.errors import BuildError, DatamillError
 from datamill.loader.accounting import BatchResult
+from datamill.loader.cache import KeptBytes
 from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
 
@@ -41,6 +43,8 @@ __all__ = [
     "build_runs",
     "close_iterator",
     "service_for",
+    "worker_budget",
+    "worker_cache_bytes",
 ]
 
 _SLICED: dict[pa.DataType, bool] = {}  # type -> _sliced_children(type), asked once per type
@@ -167,6 +171,7 @@ def service_for(
     cache_shards: int | None = None,
     ranks: int | None = None,
     collate: str | Callable[[pa.Table], Any] = "arrow",
+    cache_bytes: int | KeptBytes = 0,
 ) -> BatchService:
     """The batch service of an iteration's config (the one the server builds with,
     ``collate="arrow"``; a direct client whose loop takes numpy or torch batches builds them with
@@ -174,9 +179,13 @@ def service_for(
     :func:`~datamill.loader.collate_lease.block_collate`).
 
     ``cache_shards`` defaults to two shuffle windows of released shards per rank served: ``ranks``
-    (defaults to the plan's world size; a direct client serves one). Shards are read one shuffle
-    window ahead (``prefetch``: the window's shard count), so that a direct client's or a build
-    worker's gathers seldom wait for a read; the batches are the same.
+    (defaults to the plan's world size; a direct client serves one); with that default, released
+    shards are also kept while they fit ``cache_bytes`` (a build worker's services share
+    :func:`worker_budget`: each epoch's order reads every shard, so a worker that kept two windows
+    read and decoded again, in every epoch, nearly every shard; a ``cache_shards`` given is kept
+    exactly). Shards are read one shuffle window ahead (``prefetch``: the window's shard
+    count), so that a direct client's or a build worker's gathers seldom wait for a read; the
+    batches are the same.
     """
     svc = BatchService(
         source,
@@ -201,7 +210,51 @@ def service_for(
     if cache_shards is None:
         served = max(1, int(cfg.get("plan_world", 1)) if ranks is None else ranks)
         changes["cache_shards"] = 2 * svc.window * served
+        changes["cache_bytes"] = cache_bytes
     return svc.replace(**changes)
+
+
+WORKER_CACHE_BYTES = 1 << 30
+"""The most a build worker keeps of released shards (:func:`worker_cache_bytes`)."""
+_BUDGET: list[KeptBytes] = []  # this process's worker_budget()
+_BUDGET_LOCK = threading.Lock()
+
+
+def worker_budget() -> KeptBytes:
+    """The budget every batch service of this process (a server's build worker) keeps released
+    shards under, across epochs and services: :func:`worker_cache_bytes` (created on the first
+    call).
+
+    Examples:
+        >>> worker_budget() is worker_budget(), worker_budget().limit == worker_cache_bytes() > 0
+        (True, True)
+    """
+    with _BUDGET_LOCK:
+        if not _BUDGET:
+            _BUDGET.append(KeptBytes(worker_cache_bytes()))
+        return _BUDGET[0]
+
+
+def worker_cache_bytes() -> int:
+    """Bytes of released shards a server's build worker keeps across epochs:
+    :data:`WORKER_CACHE_BYTES`, or an eighth of the memory available now when that is less (at
+    most four workers: half of it).
+
+    Examples:
+        >>> 0 < worker_cache_bytes() <= WORKER_CACHE_BYTES
+        True
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            free = next(
+                int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:")
+            )
+    except (OSError, StopIteration, ValueError):  # not Linux: the pages free
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return WORKER_CACHE_BYTES
+    return max(1, min(WORKER_CACHE_BYTES, free // 8))
 
 
 def build_runs(

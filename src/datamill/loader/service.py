@@ -35,7 +35,7 @@ from datamill.core.source import Source
 from datamill.loader.accounting import Accounting
 from datamill.loader.buckets import bucket_arrange, bucket_boundaries, sample_lengths
 from datamill.loader.build import BLOCK_ROWS, Builds, _check_int, _check_rank
-from datamill.loader.cache import ShardCache
+from datamill.loader.cache import KeptBytes, ShardCache
 from datamill.loader.collate import resolve_collate
 from datamill.loader.elastic import (
     norm_elastic,
@@ -126,6 +126,13 @@ def reads_remotely(source: object) -> bool:
     return bool(getattr(source, "remote", False))
 
 
+def _checked_budget(cache_bytes: int | KeptBytes) -> int | KeptBytes:
+    """``cache_bytes`` checked: a shared budget, or an int >= 0."""
+    if isinstance(cache_bytes, KeptBytes):
+        return cache_bytes
+    return _check_int("cache_bytes", cache_bytes, 0)
+
+
 def _resolved(b: Batching, source: Source, sizes: NDArray[np.int64]) -> Batching:
     """``b`` checked against ``source``, with its window and warmup resolved."""
     if b.window is not None:
@@ -177,6 +184,10 @@ class BatchService(Resumes, Builds):
         cache_shards: shards kept in memory after no active build needs them, for later builds
             (a server building one batch per request wants about ``window``). Defaults to ``None``
             (none kept: memory holds only what active builds need).
+        cache_bytes: bytes of released shards kept beyond ``cache_shards``, the most recently
+            released first, or a :class:`~datamill.loader.cache.KeptBytes` budget shared with
+            other services (a server's build worker keeps a dataset that fits, so that a new
+            epoch's order reads no shard again). Defaults to ``0``.
         plan_epochs: epochs whose global order and rank plans stay cached (a server: the current
             one and the one before, for stragglers; a single-rank Loader: ``1``). Defaults to ``2``.
 
@@ -215,6 +226,7 @@ class BatchService(Resumes, Builds):
         workers: Workers | None = None,
         cache_shards: int | None = None,
         plan_epochs: int = 2,
+        cache_bytes: int | KeptBytes = 0,
     ) -> None:
         if not isinstance(source, Source):
             missing = [
@@ -239,6 +251,7 @@ class BatchService(Resumes, Builds):
         self.cache_shards = (
             0 if cache_shards is None else _check_int("cache_shards", cache_shards, 0)
         )
+        self.cache_bytes = _checked_budget(cache_bytes)
         cols = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
         if cols is not None:
             unknown = [c for c in cols if c not in source.columns]
@@ -273,7 +286,9 @@ class BatchService(Resumes, Builds):
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
         threads = min(MAX_READS, max(self.reads, self.workers.prefetch))
-        self._cache = ShardCache(self._read_shard, threads=threads, keep=self.cache_shards)
+        self._cache = ShardCache(
+            self._read_shard, threads=threads, keep=self.cache_shards, keep_bytes=self.cache_bytes
+        )
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
         self._bounds: tuple[NDArray[np.int64], NDArray[np.int64]] | None = (
@@ -325,6 +340,7 @@ class BatchService(Resumes, Builds):
             "workers",
             "cache_shards",
             "plan_epochs",
+            "cache_bytes",
         )
         kwargs: dict[str, Any] = {k: getattr(self, k) for k in kept}
         kwargs.update({"collate": self.collate_fn, **changes})
@@ -573,6 +589,7 @@ class BatchService(Resumes, Builds):
                 shards_reused=self._cache.reused,
                 shards_in_memory=self._cache.in_memory,
                 peak_shards_in_memory=self._cache.peak,
+                shards_kept_bytes=self._cache.kept_bytes,
                 plans_cached=len(self._plans),
             )
         return out

@@ -53,6 +53,7 @@ from datamill.loader.runs import (
     as_batches,
     build_runs,
     service_for,
+    worker_budget,
 )
 
 __all__ = ["BuildPool", "default_build_workers", "ipc_stream"]
@@ -259,7 +260,9 @@ def _built(
     key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
     svc = _SERVICES.get(key)
     if svc is None:
-        svc = _SERVICES[key] = service_for(open_source(path), cfg, cache_shards=_CACHE_SHARDS)
+        svc = _SERVICES[key] = service_for(
+            open_source(path), cfg, cache_shards=_CACHE_SHARDS, cache_bytes=worker_budget()
+        )
     skey = _skey(key, cfg, split)
     want: _Runs = tuple((int(r), int(a), int(b)) for r, a, b in runs)
     try:
@@ -366,7 +369,8 @@ class BuildPool:
     Args:
         workers: processes (>= 1).
         cache_shards: released shards each worker's services keep. Defaults to ``None`` (two shuffle
-            windows per plan rank, as in the HTTP process).
+            windows per plan rank, as in the HTTP process, and more while they fit the worker's
+            :func:`~datamill.loader.runs.worker_budget`: a dataset that fits is decoded once).
 
     Raises:
         ConfigError: ``workers`` < 1.
