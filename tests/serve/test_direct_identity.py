@@ -107,3 +107,43 @@ def test_a_shard_rewritten_between_epochs_is_refused_at_the_next_epoch(
             next(iter(loader))  # epoch 1: checked again before its first batch
     finally:
         shutil.copy(saved, shard)
+
+
+def test_an_epoch_rereads_the_copy_only_when_a_files_stat_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-epoch recheck of a local copy: unchanged files (same inode, size, mtime, ctime) are
+    not read again; a file rewritten since is checked by content (and refused), as is every file
+    while one changed within the racy interval."""
+    from datamill.client import direct
+    from datamill.core.fingerprint import fingerprint_obj
+    from datamill.core.identity import content_identity
+
+    copy = tmp_path / "copy"
+    ShardsetDataset.create(copy, _table(1.0), uid="uid", shardset="main", shard_size=100)
+    ident = content_identity(copy)
+    from datamill.core import identity
+
+    reads: list[int] = []
+    check = identity.check_identity  # imported by the client where it is used: patched here
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        reads.append(1)
+        check(*args, **kwargs)
+
+    monkeypatch.setattr(identity, "check_identity", counted)
+    cfg = dict.fromkeys(direct._ORDER, 0)
+    builds = direct.DirectBuilds(cache_dir=None, cache_limit=0)
+    builds._service = (fingerprint_obj([cfg[k] for k in direct._ORDER]), None)
+    builds._checked = (str(copy), ident)
+    assert direct._stamp(str(copy), ident) is None  # just written: racy, read by content
+    assert builds.recheck(cfg, name="d") and len(reads) == 1
+    monkeypatch.setattr(direct, "_RACY_NS", 0)
+    assert builds.recheck(cfg, name="d") and len(reads) == 2  # no stamp yet: read, stamped
+    assert builds.recheck(cfg, name="d") and len(reads) == 2  # unchanged: no file read
+    shard = min(copy.rglob("*.parquet"))
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-20] + bytes(20))  # same size, another footer
+    with pytest.raises(DataFileError, match="not the data the server registered"):
+        builds.recheck(cfg, name="d")
+    assert len(reads) == 3

@@ -125,12 +125,27 @@ def ack_ranges(acks: Any) -> list[list[Any]]:
         >>> ack_ranges([("a", "f", 2), ("a", "f", 1), ("b", "g", 0)])
         [['a', 'f', 1, 3], ['b', 'g', 0, 1]]
     """
-    out: list[list[Any]] = []
-    for lid, fence, pos in sorted(set(acks), key=lambda x: (x[0], x[2])):
-        if out and out[-1][0] == lid and out[-1][3] == pos:
-            out[-1][3] = pos + 1
+    by_lease: dict[str, tuple[str, list[int]]] = {}  # a lease's fence and positions
+    for lid, fence, pos in acks:
+        held = by_lease.get(lid)
+        if held is None:
+            by_lease[lid] = (fence, [pos])
         else:
-            out.append([lid, fence, pos, pos + 1])
+            held[1].append(pos)
+    out: list[list[Any]] = []
+    for lid in sorted(by_lease):
+        fence, found = by_lease[lid]
+        ps = sorted(set(found))
+        if ps[-1] - ps[0] == len(ps) - 1:  # the common case: a lease's consecutive batches
+            out.append([lid, fence, ps[0], ps[-1] + 1])
+            continue
+        start = prev = ps[0]
+        for p in ps[1:]:
+            if p != prev + 1:
+                out.append([lid, fence, start, prev + 1])
+                start = p
+            prev = p
+        out.append([lid, fence, start, prev + 1])
     return out
 
 
@@ -428,8 +443,8 @@ class LeaseFeed:
         ]
         if self.direct:
             query.append(("transport", "direct"))
-        sent = self._carried()
-        query += [("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in ack_ranges(sent)]
+        sent, ranges = self._carried()
+        query += [("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in ranges]
         try:
             sent_at = time.monotonic()
             res = conn.request("GET", f"{self.path}/next", ok=(200, 204, 409), query=query)
@@ -453,18 +468,20 @@ class LeaseFeed:
             return None
         return res
 
-    def _carried(self) -> list[tuple[str, str, int]]:
+    def _carried(self) -> tuple[list[tuple[str, str, int]], list[list[Any]]]:
         """With :attr:`piggyback`: the acks a lease request carries (pending, not in another request
         in flight; none when they would make more than :data:`MAX_QUERY_ACKS` ranges), marked in
-        flight."""
+        flight, and their ranges."""
         if not self.piggyback:
-            return []
-        with self.loader._state_lock:
-            sent = [x for x in self.loader._unflushed if x not in self.in_flight]
-            if not sent or len(ack_ranges(sent)) > MAX_QUERY_ACKS:
-                return []
-            self.in_flight.update(sent)
-        return sent
+            return [], []
+        with self.loader._state_lock:  # the loop waits for it at its next batch: kept short
+            pending, busy = self.loader._unflushed, self.in_flight
+            sent = [x for x in pending if x not in busy] if busy else list(pending)
+            ranges = ack_ranges(sent) if sent else []
+            if not sent or len(ranges) > MAX_QUERY_ACKS:
+                return [], []
+            busy.update(sent)
+        return sent, ranges
 
     def _landed(self, sent: Sequence[tuple[str, str, int]]) -> None:
         """A request carrying ``sent`` was answered (or failed: they are sent again)."""

@@ -537,8 +537,8 @@ class RemoteLoader:
         if not statuses:
             return
         done = [x for x in sent if x[0] in statuses]
+        gone = set(done)  # made before the lock: the loop takes it at each batch
         with self._state_lock:
-            gone = set(done)
             self._unflushed = [x for x in self._unflushed if x not in gone]
             for lease_id, status in statuses.items():
                 counts = self.stats["acks"]
@@ -555,7 +555,7 @@ class RemoteLoader:
                 if (
                     lease is not None
                     and lid not in left
-                    and lease.start + len(lease.units) - 1 in {p for x, _, p in done if x == lid}
+                    and (lid, lease.fence, lease.start + len(lease.units) - 1) in gone
                 ):
                     held.pop(lid, None)
         if self.transport.on_commit is not None:

@@ -202,7 +202,10 @@ def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
         [(0, 300)]
     """
     if isinstance(units, np.ndarray):
-        if len(units) > 256:
+        n = len(units)
+        if n and int(units[-1]) - int(units[0]) == n - 1 and (units[1:] - units[:-1] == 1).all():
+            return [(int(units[0]), int(units[-1]) + 1)]  # a lease's consecutive units: one run
+        if n > 256:
             u = units
             if not (u[1:] > u[:-1]).all():  # sorted, each unit once (np.unique: 2.3 s for 2M)
                 u = np.sort(u)
@@ -276,7 +279,7 @@ class IterationState:
             [[0], np.cumsum(np.asarray(rank_batches, dtype=np.int64))]
         ).astype(np.int64)
         self.total = int(self.offsets[-1])
-        self._offsets: list[int] = self.offsets.tolist()  # unit_location: bisect, no numpy call
+        self._offsets: list[int] = self.offsets.tolist()  # runs_of: bisect, no numpy call
         base = np.zeros(self.total, dtype=bool)
         base_list = list(base_done)
         if base_list:
@@ -399,29 +402,38 @@ class IterationState:
 
     def units_of(self, lease: Lease) -> list[int]:
         """The unit ids of a lease, in order."""
-        return [int(u) for u in self.queues[lease.queue][lease.start : lease.stop]]
+        units: list[int] = self.queues[lease.queue][lease.start : lease.stop].tolist()
+        return units
 
-    def unit_location(self, unit: int) -> tuple[int, int]:
-        """``(plan rank, batch)`` of a unit."""
-        r = bisect.bisect_right(self._offsets, unit) - 1
-        return r, int(unit) - self._offsets[r]
-
-    def runs_of(self, units: Sequence[int]) -> list[tuple[int, int, int]]:
+    def runs_of(self, units: Sequence[int] | NDArray[np.int64]) -> list[tuple[int, int, int]]:
         """Units as ``(plan rank, first batch, stop batch)`` runs of consecutive batches of one
-        rank (what a lease's holder builds).
+        rank (what a lease's holder builds), vectorised (a lease request's hot path: a lease of 128
+        batches took 0.1 ms per request as a loop over its units).
 
         Examples:
             >>> IterationState("i", [5, 5]).runs_of([4, 5, 6, 9])
             [(0, 4, 5), (1, 0, 2), (1, 4, 5)]
+            >>> IterationState("i", [5, 5]).runs_of([])
+            []
         """
-        out: list[tuple[int, int, int]] = []
-        for u in units:
-            r, b = self.unit_location(u)
-            if out and out[-1][0] == r and out[-1][2] == b:
-                out[-1] = (r, out[-1][1], b + 1)
-            else:
-                out.append((r, b, b + 1))
-        return out
+        u = np.asarray(units, dtype=np.int64)
+        if not len(u):
+            return []
+        first, last, offs = int(u[0]), int(u[-1]), self._offsets
+        r0 = bisect.bisect_right(offs, first) - 1
+        if (  # the common lease: consecutive batches of one rank, one run
+            last - first == len(u) - 1
+            and last < offs[r0 + 1]
+            and (len(u) == 1 or bool((u[1:] - u[:-1] == 1).all()))
+        ):
+            return [(r0, first - offs[r0], last - offs[r0] + 1)]
+        r = np.searchsorted(self.offsets, u, side="right") - 1
+        b = u - self.offsets[r]
+        cut = np.flatnonzero((r[1:] != r[:-1]) | (b[1:] != b[:-1] + 1)) + 1
+        heads = [0, *cut.tolist()]
+        tails = [*(cut - 1).tolist(), len(u) - 1]
+        rl, bl = r.tolist(), b.tolist()
+        return [(rl[i], bl[i], bl[j] + 1) for i, j in zip(heads, tails, strict=True)]
 
     def _revoke(self, lease: Lease) -> None:
         seg = self.state[lease.queue][lease.start : lease.stop]
