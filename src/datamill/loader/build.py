@@ -23,7 +23,7 @@ from datamill.core.checks import check_int, check_rank
 from datamill.core.errors import ConfigError, DataFileError, DatamillError
 from datamill.core.parallel import ordered_map
 from datamill.loader.accounting import BatchResult
-from datamill.loader.cache import BuildReader
+from datamill.loader.cache import BuildReader, ahead_window
 from datamill.loader.collate_lease import block_collate
 from datamill.loader.order import Elastic, num_batches, replica_group, split_sizes
 from datamill.loader.servicebase import ServiceBase
@@ -257,7 +257,7 @@ class Builds(ServiceBase):
             prefetch=self.workers.prefetch,
             # the next shuffle window read while this one is built (in process and in a worker
             # process alike): each window's shards decode on the cores the build leaves idle
-            ahead_window=self.window,
+            ahead_window=ahead_window(self.window, self.workers.prefetch),
         )
         expect = getattr(self.source, "expect_reads", None)
         if callable(expect):  # a bounded local cache of remote files then evicts in plan order

@@ -29,7 +29,21 @@ from numpy.typing import NDArray
 
 from datamill.loader.stages import EpochPlan
 
-__all__ = ["BuildReader", "KeptBytes", "ShardCache", "read_target"]
+__all__ = ["BuildReader", "KeptBytes", "ShardCache", "ahead_window", "read_target"]
+
+
+def ahead_window(window: int, prefetch: int) -> int:
+    """The ``window`` a build reads ahead by (:func:`read_target`): the shuffle window, so the next
+    window is read while this one is built, unless ``prefetch`` already reads a whole window ahead
+    (``0``: by ``prefetch`` alone). A direct client's and a build worker's services read a window
+    ahead by ``prefetch`` (:func:`~datamill.loader.runs.service_for`); the two-window cap made a
+    direct client 10-15% slower on a joined shardset (``benchmarks/RESULTS.md``).
+
+    Examples:
+        >>> ahead_window(8, 2), ahead_window(8, 8)
+        (8, 0)
+    """
+    return window if prefetch < window else 0
 
 
 def read_target(shards: int, needed: int, released: int, *, prefetch: int, window: int) -> int:

@@ -39,7 +39,7 @@ from datamill.core.checks import (
     check_int,
 )
 from datamill.core.errors import ConfigError
-from datamill.loader.cache import read_target
+from datamill.loader.cache import ahead_window, read_target
 from datamill.loader.options import Batching, Workers, checked_groups
 from datamill.loader.order import default_window, global_order, split_for_rank
 from datamill.loader.stages import EpochPlan
@@ -354,7 +354,11 @@ def plan_run(
             seq = split_for_rank(order, rank=rank, world_size=world_size, drop_last=drop_last)
             plan = EpochPlan.from_sequence(seq, sizes, batch_size=batch_size, drop_last=drop_last)
             reads, peak = build_schedule(
-                plan, sizes, prefetch=prefetch, num_workers=num_workers, window=win
+                plan,
+                sizes,
+                prefetch=prefetch,
+                num_workers=num_workers,
+                window=ahead_window(win, prefetch),
             )
             reads_per_rank.append((plan, reads))
             seqs.append(plan.seq)
