@@ -29,7 +29,7 @@ from datamill.serve.http.routes import datasets, health, iterations, keys, lease
 from datamill.serve.http.routes.leases import NextLane
 from datamill.serve.http.routes.metrics import metrics_router
 from datamill.serve.http.routes.models import one_line
-from datamill.serve.journal.leases import UnavailableError
+from datamill.serve.journal.leases import RETRY_AFTER_S, UnavailableError
 from datamill.serve.observe.metrics import RequestMetrics
 from datamill.serve.server import CancelledError, ConflictError, NotFoundError, ServeState
 from datamill.serve.ui import lineage
@@ -104,10 +104,9 @@ async def _on_datamill_error(request: Request, exc: Exception) -> Response:
 
 
 async def _on_unavailable(request: Request, exc: Exception) -> Response:
-    from datamill.serve.http.delivery import unavailable_reply
-
-    assert isinstance(exc, UnavailableError)
-    return unavailable_reply(exc)
+    assert isinstance(exc, UnavailableError)  # the journal cannot be written now
+    body = {"error": exc.one_line(), "type": type(exc).__name__}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:

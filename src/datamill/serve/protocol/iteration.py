@@ -1,61 +1,18 @@
 """One iteration's work and its leases: the lease protocol's **pure state machine** (a reducer).
 
-Every transition (:func:`plan` / :func:`finish`, :meth:`Iteration.take`,
-:meth:`~Iteration.plan_acks` / :meth:`~Iteration.begin_acks` / :meth:`~Iteration.apply_acks`,
-:meth:`~Iteration.heartbeat`, :meth:`~Iteration.expire`, :meth:`~Iteration.restore`,
-:meth:`~Iteration.rewind`, :meth:`~Iteration.rollback`, :meth:`~Iteration.cancel`,
-:meth:`~Iteration.session_closed`) takes its event's time as data (``now``, seconds of the driver's
-monotonic clock) and changes the state in place; the journal records it implies are returned
-(:func:`plan`, below) or left in :attr:`Iteration.dropped` / :attr:`Iteration.timed_out` for the
-driver to take. Nothing here reads a clock, takes a lock, starts a thread, touches SQLite or knows
-HTTP: the driver (:class:`datamill.serve.server.ServeState`) serialises the events of one iteration
-under its lock, reads the clock, appends the records to the journal and serves the routes. (The one
-input not passed in is a new lease's fence: 128 random bits.)
+Every transition takes its event's time as data (``now``, the driver's monotonic clock), changes
+the state in place and returns the journal records it implies (:func:`plan`) or leaves them in
+:attr:`Iteration.dropped` / :attr:`Iteration.timed_out`. Nothing here reads a clock, takes a lock,
+starts a thread, touches SQLite or knows HTTP (the one input not passed in is a new lease's random
+fence): the driver, :class:`datamill.serve.server.ServeState`, does.
 
-The work of an epoch is a list of **units**: unit ``u`` is batch ``b`` of plan rank ``r`` of the
-order with ``plan_world`` ranks (``u = offsets[r] + b``), so a unit's content is a pure function of
-the iteration's config. Units are dealt into **queues**:
-
-* static mode: queue ``q`` serves rank ``q``. Without a resume base (``plan_world == world_size``
-  and nothing done) queue ``q`` is exactly plan rank ``q``'s batches, in the Loader's order. Resumed
-  with a different world size (elastic), the units not done are split contiguously over the new
-  ranks.
-* dynamic mode: one queue of every unit; any client takes the next lease.
-
-A **lease** is a run of pending positions of one queue, never crossing a ``lease_size`` boundary. It
-carries a **fence** of 128 random bits and is bound to the **session** that took it (a random secret
-of the client process; only hashes are kept): an ack or heartbeat is accepted only from that session
-with that fence (else ``"refused"``, HTTP 409), and only while the lease lives (else ``"expired"``,
-HTTP 410). Acks are per batch (positions of the lease) and idempotent (``"already"``). An expired or
-revoked lease returns its positions not yet done to the pending set; a queue hands out its smallest
-pending position first, so re-issued work comes back at the head of the queue.
-
-After a server restart the journaled leases are **restored** (:meth:`Iteration.restore`) for a grace
-period of one lease timeout: their positions are not handed out again until their holder reclaims
-them (a heartbeat or ack with the fence) or the grace period ends.
-
-**One round trip** (a ``/next`` or ``/ack``) is one question to the machine, then the journal
-write's outcome told to it. The driver (:class:`datamill.serve.server.ServeState`):
-
-1. asks :func:`plan` (under its lock, microseconds): it checks the acks and reserves their
-   positions (``ACKING``: no expiry, revocation or take hands them out again), takes the next lease
-   and returns everything (:class:`~datamill.serve.protocol.state.Planned`): the statuses to reply,
-   the lease with its units and runs, and the **records** to append (leases added and dropped, unit
-   runs done). The driver queues them as **one** journal write while it still holds the lock, so
-   the journal applies writes in the order the state changed;
-2. waits for the write's transaction to commit, without the lock (the writes of the requests that
-   arrive meanwhile share it: one fsync for many round trips), then builds the lease's batches (a
-   server-built lease);
-3. tells :func:`finish` the write's outcome (under the lock): the acknowledged positions become done
-   and a built lease's clock starts; or, when the write failed (a full disk: HTTP 503), everything
-   the plan changed is **undone**, so nothing the client was not told is kept, in the journal or in
-   memory.
-
-A unit is answered ``"ok"`` only once its ``done`` row is durable, and a lease is handed out only
-once its row is durable (so after a server kill -9 its holder reclaims it). A second request
-acknowledging positions whose first acknowledgement is still in flight gets ``None`` from
-:func:`plan` and plans again once that one settled: ``"already"`` is only ever answered for
-journaled acks.
+The contract these transitions keep (units and queues, leases bound to a session and a fence, the
+grace after a restart, acks answered only once journaled) is ``docs/serving-delivery.md``. A round
+trip (a ``/next`` or ``/ack``) is :func:`plan` under the driver's lock (check and reserve the acks,
+take a lease: the reply and the **records** to append as one journal write), the write awaited
+without the lock, then :func:`finish` with its outcome (applied, or everything the plan changed
+undone). :func:`plan` returns ``None`` while another request's acknowledgement of the same
+positions is in flight: plan again once it settled.
 
 Examples:
     >>> it = Iteration("i", [4], lease_size=2, boot="b")

@@ -1,23 +1,25 @@
 """``/api/v1/iterations/{id}/next|ack|heartbeat``: take, acknowledge and keep leases (read).
 
-The routes are ``async``: the lease round trip runs in the event loop and awaits the journal's group
-commit (:mod:`datamill.serve.protocol.iteration`) instead of holding a worker thread per request;
-only a server-built lease's build goes to a worker thread
-(:func:`datamill.serve.http.delivery.next_reply`).
+Their contract (the headers of a lease, the statuses of an ack and their codes) is
+``docs/serving-delivery.md``. The routes are ``async``: the round trip
+(:meth:`~datamill.serve.server.ServeState.round_trip`) awaits the journal's group commit in the
+event loop; only a server-built lease's build goes to a worker thread.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote_plus
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from datamill.core.wire import FENCE_PATTERN, SESSION_PATTERN, format_runs
 from datamill.serve.http.access import (
     Reader,
     ScopedIteration,
@@ -27,8 +29,9 @@ from datamill.serve.http.access import (
     scoped_iteration,
     serve_state,
 )
-from datamill.serve.http.delivery import ack_reply, heartbeat_reply, next_reply
 from datamill.serve.http.routes.models import ID_PATTERN, AckIn, HeartbeatIn
+from datamill.serve.protocol.state import AckItem
+from datamill.serve.server import ARROW_STREAM
 
 __all__ = ["NextLane", "NextQuery", "router"]
 
@@ -50,6 +53,36 @@ class NextQuery(BaseModel):
 
 
 _ID_RE = re.compile(ID_PATTERN)
+_ACK_RE = re.compile(  # an id, a fence, positions of at most 12 digits (below MAX_UNITS, 2**40)
+    rf"^({ID_PATTERN[1:-1]}):({FENCE_PATTERN[1:-1]})(?::(\d{{1,12}})-(\d{{1,12}}))?$"
+)
+_CODES = {"outside": 422, "refused": 409, "expired": 410}  # an ack's answer: the first found
+_ERRORS = {
+    409: "refused: a lease of another session, or a wrong fence",
+    410: "expired: a lease that is no longer live (its batches go to another lease)",
+    422: "outside: positions [start, stop) not within the lease's X-Datamill-Positions",
+}
+
+
+def _session(session: str | None, client: str) -> str:
+    if session is not None and not re.fullmatch(SESSION_PATTERN, session):
+        raise HTTPException(422, "X-Datamill-Session must be 16-128 letters, digits, '_' or '-'")
+    return client if session is None else session
+
+
+def _check_items(items: Sequence[AckItem]) -> None:
+    """Refuse (422) an empty or reversed range of positions (the ids, fences and bounds are checked
+    before: by :data:`_ACK_RE` on ``/next``, by the body's model on ``/ack``)."""
+    bad = next(((a, b) for *_, a, b in items if a is not None and b is not None and a >= b), None)
+    if bad is not None:
+        raise HTTPException(422, f"an ack's positions need start < stop, got {list(bad)}")
+
+
+def _reply(out: dict[str, Any], code: int) -> JSONResponse:
+    """An ack's or heartbeat's answer, with what its status code means."""
+    if code != 200:
+        out["error"] = _ERRORS[code]
+    return JSONResponse(out, status_code=code)
 
 
 def _parameters() -> list[dict[str, Any]]:
@@ -111,17 +144,53 @@ async def next_lease(request: Request, who: Reader) -> Response:
     it_id, q, session = _query(request)
     state = serve_state(request)
     it = await scoped_iteration(it_id, state, who)
-    return await next_reply(
-        state,
+    secret = _session(session, q.client)
+    items: list[AckItem] = []
+    for raw in q.ack or ():
+        m = _ACK_RE.match(raw)
+        if m is None:
+            raise HTTPException(
+                422, f"ack must be <lease>:<fence>[:<start>-<stop>], got {raw[:80]!r}"
+            )
+        items.append(
+            (m[1], m[2], None if m[3] is None else int(m[3]), None if m[4] is None else int(m[4]))
+        )
+    _check_items(items)
+    statuses, payload = await state.round_trip(
         it,
-        client=q.client,
+        q.client,
+        items,
         rank=q.rank,
         slot=q.slot,
         slots=q.slots,
-        ack=q.ack,
-        session=session,
+        session=secret,
         owner=who.key_id or "",
         transport=q.transport,
+    )
+    acks = {"X-Datamill-Acks": ",".join(f"{k}={v}" for k, v in statuses.items())}
+    if payload is None:
+        if it.finished(rank=q.rank):
+            return Response(status_code=204, headers=acks)
+        return JSONResponse(
+            {"error": "wait: other leases are in flight"},
+            status_code=409,
+            headers={**acks, "Retry-After": "0.05"},
+        )
+    lease = payload.lease
+    return Response(
+        payload.body,
+        media_type=ARROW_STREAM,
+        headers={
+            **acks,
+            "X-Datamill-Lease": lease.id,
+            "X-Datamill-Fence": lease.fence,
+            "X-Datamill-Positions": f"{lease.queue}:{lease.start}-{lease.stop}",
+            "X-Datamill-Units": ",".join(map(str, payload.units)),
+            "X-Datamill-Epoch": str(payload.epoch),
+            "X-Datamill-Done": str(payload.done),
+            "X-Datamill-Runs": format_runs(payload.runs or []),
+            "X-Datamill-Lease-TTL": f"{it.lease_timeout:g}",
+        },
     )
 
 
@@ -133,8 +202,16 @@ async def ack(
     state: State,
     x_datamill_session: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JSONResponse:
-    """Acknowledge consumed batches (one journal transaction; ``409`` refused, ``410`` expired)."""
-    return await ack_reply(state, it, body, session=x_datamill_session)
+    """Acknowledge consumed batches (one journal transaction; ``409`` refused, ``410`` expired,
+    ``422`` outside its lease)."""
+    items: list[AckItem] = [(a, f, None, None) for a, f in body.leases]
+    items += [(a, f, s, e) for a, f, s, e in body.acks]
+    _check_items(items)
+    session = _session(x_datamill_session, body.client)
+    statuses, _ = await state.ack_batches(it, items, session=session)
+    codes = set(statuses.values())
+    code = next((c for st, c in _CODES.items() if st in codes), 200)
+    return _reply({"acks": statuses}, code)
 
 
 @router.post("/{it_id}/heartbeat")
@@ -146,14 +223,16 @@ async def heartbeat(
     x_datamill_session: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JSONResponse:
     """Keep (after a restart: reclaim) a client's leases; answers the ones it lost."""
-    return heartbeat_reply(state, it, body, session=x_datamill_session)
+    res = state.heartbeat(
+        it,
+        body.client,
+        leases=body.leases,
+        session=_session(x_datamill_session, body.client),
+        stall_s=body.stall_s,
+        batches=body.batches,
+    )
+    return _reply(dict(res), 409 if res["refused"] else 410 if res["lost"] else 200)
 
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _NEXT_PATH = re.compile(r"^/api/v1/iterations/([^/]+)/next$")
 

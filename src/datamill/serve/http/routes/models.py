@@ -100,8 +100,7 @@ class IterationIn(_Body):
 
 class AckIn(_Body):
     """``POST /iterations/{id}/ack``: consumed batches ``[lease, fence, start, stop]`` (queue
-    positions) of a client, or whole leases ``[lease, fence]`` (see
-    :mod:`datamill.serve.http.delivery`)."""
+    positions) of a client, or whole leases ``[lease, fence]``."""
 
     client: str = Field(pattern=ID_PATTERN)
     leases: list[tuple[Id, Fence]] = Field(default_factory=list, max_length=1024)
