@@ -1,6 +1,5 @@
 """The JSON API of ``datamill serve``: one FastAPI router per resource (imports fastapi); each
-route declares its role (:func:`datamill.serve.http.access.requires`), listed in ``docs/serving.md``.
-"""
+route declares its role (:func:`datamill.serve.http.access.requires`): ``docs/serving.md``."""
 
 from __future__ import annotations
 
