@@ -1,15 +1,6 @@
-"""Direct mode: the server coordinates, the clients read.
-
-A lease in direct mode carries no batches, only its units as runs of one plan rank's batches
-(header ``X-Datamill-Runs: <rank>:<first>-<stop>;...``) and its fence. The client builds those
-batches itself with the same :class:`~datamill.loader.BatchService` settings the server would use,
-from the dataset's **client location** (a path every node sees, or ``s3://`` read through the
-client's bounded local shard cache), then acknowledges and heartbeats as in server-built mode.
-
-The server only tells a client the location of a dataset registered with one
-(``register(..., client_location=...)``); a client never sends a path. The locations live in their
-own journal table, ``client_locations`` (dataset id -> location). The batches are built by
-:mod:`datamill.loader.runs` on both sides; the wire names are in :mod:`datamill.core.wire`.
+"""Direct mode: the server coordinates, the clients read (``docs/serving-scale.md``). A direct lease
+carries only its runs; the server tells a client the **client location** of a dataset registered
+with one (journal table ``client_locations``) and never takes a path from a client.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""A served iteration's run record (``GET /api/v1/iterations/{id}/trace``), for ``datamill trace``.
-
-A unit of an iteration is batch ``b`` of plan rank ``r`` of the order with ``plan_world`` ranks
-(:mod:`datamill.serve.protocol.iteration`), so the record is the in-process one of that plan
-(:func:`datamill.loader.record.plan_record`) plus a ``served`` section from the journal:
-
-* ``mode``, ``world_size``, ``plan_world``, ``rank_batches`` (batches per plan rank) and
-  ``base_done`` (units done before this iteration: a resume);
-* static mode resumed over another world size: ``queues``, the units each served rank reads, in
-  order (without a resume base, queue ``r`` is plan rank ``r``: the record traces exactly like the
-  in-process loader's and has no ``queues``);
-* ``acks``: ``[client, start, stop]`` acknowledged unit runs with the client that took their lease
-  (``None`` for a rewind's rows), in the order each client received its leases (journaled when a
-  lease is handed out), then by unit: a client consumes its leases in that order, so in dynamic mode
-  a client's ``k``-th acknowledged batch is its step ``k``;
-* ``rewinds``: how many times an admin or a resume reset the done set.
-
-A run served as one iteration per epoch (the iterations of one ``name``) is traced as one:
-``GET /api/v1/runs/{name}/trace`` answers the records of its iterations (:func:`run_records`, by
-epoch, a page of at most :data:`MAX_RUN_RECORDS`), which ``datamill trace`` and
-:class:`~datamill.lineage.join.RunTracer` join.
+"""A served iteration's run record (``GET /api/v1/iterations/{id}/trace``), for ``datamill trace``:
+the in-process record of the iteration's plan (:func:`datamill.loader.record.plan_record`) plus a
+``served`` section from the journal: ``mode``, ``world_size``, ``plan_world``, ``rank_batches``,
+``base_done``, ``queues`` (an elastic resume's), ``acks`` (``[client, start, stop]`` in the order
+each client received its leases; client ``None`` for a rewind's rows) and ``rewinds``. How it is
+traced: ``docs/lineage.md`` (*Served iterations*).
 """
 
 from __future__ import annotations

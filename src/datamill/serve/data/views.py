@@ -1,17 +1,8 @@
 """Read-only views of registered datasets for the web UI: kind, statistics, checks
-(:mod:`datamill.loader.describe`, which ``datamill describe`` prints too), samples.
-
-:class:`Inspector` opens and caches the server's datasets; :data:`router` exposes it as JSON under
-``/api/v1`` (``read`` keys, sent as a Bearer header or the UI's cookie):
-
-* ``GET /api/v1/datasets/{id}/describe``: kind, counts, shardsets (``ShardsetDataset.describe()``),
-  Parquet footer statistics, a preprocessed dataset's metadata, ``check`` violations;
-* ``GET /api/v1/datasets/{id}/columns/{column}/values``: top values and a histogram, computed on
-  demand (``{"status": "running", "done", "total"}`` until ready) and cached;
-* ``GET /api/v1/datasets/{id}/samples?offset=&limit=&columns=``: a page of rows as typed cells.
-
-No request names a file: images stored as paths are served by ``(dataset, row, column)`` and only
-when the path resolves inside one of the server's roots.
+(:mod:`datamill.loader.describe`), samples. :class:`Inspector` opens and caches the server's
+datasets; :data:`router` exposes it as JSON under ``/api/v1/datasets/{id}/`` (``describe``,
+``columns/{column}/values``, ``samples``: ``docs/serving.md``). No request names a file: an image
+stored as a path is served by ``(dataset, row, column)``, only inside the server's roots.
 """
 
 from __future__ import annotations

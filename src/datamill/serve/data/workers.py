@@ -1,29 +1,7 @@
-"""Build workers: server-built leases built in worker processes, past the HTTP process's GIL.
-
-``datamill serve --build-workers N`` starts ``N`` worker processes, each a fresh interpreter (a
-worker never inherits the server's threads or sockets) run by the loader's workers' mechanism
-(:mod:`datamill.core.workproc`: the socket, the watch of the server, the shared-memory slots, the
-death of a worker seen; a worker that died is replaced and its lease asked again). A worker opens
-each dataset once and keeps one :class:`~datamill.loader.BatchService` (with its own shard cache)
-per dataset and order config; a lease is sent as ``(dataset path, iteration config, runs)`` and
-comes back as the Arrow IPC stream of its batches, the same bytes the HTTP process would have
-built. The bytes are handed over in one of the worker's shared-memory slots (copied out once, the
-slot is reused by the worker's next lease), or pickled through the socket where that is not
-possible (not Linux, a lease over 64 MiB, every slot in use, no memory for a slot): the pipe cost
-the HTTP process three copies of every lease and the worker two.
-
-The leases of a static iteration's rank ``r`` go to worker ``r % N``, and each client of a dynamic
-iteration is pinned to one worker (round robin on first sight), so consecutive leases, which read
-the same shuffle window, hit the same worker's cache; with more workers than the iteration's plan
-ranks, each rank is split over the workers (chunks of :data:`SPLIT_CHUNK` batches in turn, see
-:class:`~datamill.loader.runs.Split`) and a lease's parts, built at once, are stitched into the
-stream one worker would have sent (:meth:`BuildPool._split`). A worker builds every batch in one
-thread of its own: it follows each static rank it serves with one build over the next 1M samples (a
-:class:`~datamill.loader.runs.RunStream`) and builds the rank's batches ahead of the leases asked,
-two leases' worth, whatever the leases' bounds (:class:`~datamill.loader.runs.RunAhead`), each with
-its Arrow IPC message, so a request only copies messages into a slot; a rank's last lease of an
-epoch starts its next epoch. The bytes are those of a build per lease. The HTTP process only routes
-and journals.
+"""Build workers (``datamill serve --build-workers N``): server-built leases built in worker
+processes (:mod:`datamill.core.workproc`), past the HTTP process's GIL, handed over in shared
+memory. Which worker builds a lease, how a rank is split over workers and built ahead, and the
+hand-over are ``docs/serving-scale.md`` (*Build workers*).
 """
 
 from __future__ import annotations

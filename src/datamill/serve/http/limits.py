@@ -1,34 +1,9 @@
-"""Connection bounds in front of the app: header size and count, a header deadline, a body-read
-deadline, and caps on concurrent connections (total and per client address).
-
-uvicorn bounds none of these with httptools (its parser has no header limit; ``timeout_keep_alive``
-only covers the idle time between requests and is reset by every byte; ``limit_concurrency``
-answers 503 only once a request's headers are complete, so connections that never finish them
-still hold a descriptor each: uvicorn issues #157, #1234, PRs #1684 and #2019). So the server runs
-uvicorn's own httptools protocol subclassed here (:func:`guarded_protocol`, passed as uvicorn's
-``http=``):
-
-- request line + headers over :data:`MAX_HEADER_BYTES` (64 KiB), or more than :data:`MAX_HEADERS`
-  (100) header fields: ``431`` and the connection closed, before the app sees anything; a header
-  block still growing past the bound is cut off as it arrives (memory stays bounded);
-- a connection that has not sent a request's headers within :data:`HEADER_TIMEOUT_S` (10 s) of
-  opening it (or of the request's first byte on a kept-alive connection) is closed (``408`` when
-  part of a request came);
-- a request body not complete :data:`BODY_TIMEOUT_S` (30 s) after its headers: the connection is
-  closed;
-- a new connection beyond the total cap, or beyond the per-address cap, gets ``503`` with
-  ``Retry-After`` and is closed at once. The total cap stays below the process's descriptor limit
-  (``RLIMIT_NOFILE``): see :func:`default_caps`. Trusted proxies (``forwarded_allow_ips``) have no
-  per-address cap: every client behind them shares their address.
-
-The protocol also tells the server when a client **session** (its ``X-Datamill-Session`` header)
-has no connection left that its peer did not close (:class:`SessionWatch`): a client process that
-exits or is killed closes its connections, so its leases go to the other clients at once
-(:meth:`datamill.serve.server.ServeState.session_closed`) instead of after a lease timeout.
-Connections the server closes itself (an idle keep-alive) do not count as the peer's, nor do
-connections from a trusted proxy (``forwarded_allow_ips``): a proxy pools its connections across
-clients and closes them on its own, so behind a proxy a crashed client's leases go back after the
-lease timeout, as before.
+"""Connection bounds in front of the app: uvicorn's httptools protocol subclassed
+(:func:`guarded_protocol`, passed as uvicorn's ``http=``) with header size and count limits, header
+and body deadlines, caps on concurrent connections (total and per client address), and the watch of
+each client session's connections (:class:`SessionWatch`). The bounds and why uvicorn needs them:
+``docs/serving.md`` (*Connections*); what a session's closed connections do to its leases:
+``docs/serving-delivery.md``.
 
 Examples:
     >>> default_caps(1024)

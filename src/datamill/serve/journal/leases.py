@@ -1,15 +1,7 @@
-"""The journal's lease and acknowledgement writes (kept apart from
-:mod:`datamill.serve.journal.store`).
-
-Table ``leases``: every live lease of every iteration (id, hashes of its fence and session, holder,
-queue positions), so that after a restart the holders can reclaim them (the grace period). A take
-inserts its lease; an ack appends its ``done`` rows and deletes the leases it finishes; a rewind
-appends rows too (:func:`rewind_write`: ``done`` rows are never deleted or rewritten); revoked and
-expired leases are deleted with the next write; a ``/next`` that acknowledges and takes writes both
-in one write. Each write is atomic and committed before the reply, and the writes of concurrent
-requests share one transaction (:class:`GroupCommit`: one fsync for many round trips). A full disk
-(or a file size limit) is :class:`UnavailableError` (HTTP 503), and nothing of that write is kept,
-in the journal or in memory.
+"""The journal's lease and acknowledgement writes: table ``leases`` (every live lease, reclaimed
+after a restart), the ``done`` rows an ack or a rewind appends (:func:`rewind_write`; never
+rewritten), each round trip's records as one write, group-committed (:class:`GroupCommit`), a full
+disk as :class:`UnavailableError` (HTTP 503, nothing kept). See ``docs/serving-delivery.md``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The server's telemetry: Prometheus metrics read at scrape time, lifecycle upkeep, event logs.
 
-:class:`Telemetry` is fed by the server's state (a lease taken, acknowledged, expired; an
-iteration created or ended). Its counters per iteration (leases issued, re-issued,
-expired, acknowledged; bytes sent) live in memory and in the journal table ``counters``, written at
-most once a second and at shutdown, so a restart goes on from the journaled values (a ``kill -9``
-loses at most the last second of them). ``datamill_units_acknowledged_total`` is read from the
-journal's ``done`` rows themselves, so it is exact across any restart.
-
-:class:`JournalCollector` builds every metric when Prometheus scrapes ``GET /metrics``; the latency
-histograms and the request counts are process-local (they start at zero after a restart, which
-Prometheus handles as a counter reset). Labels are bounded: ``iteration`` only for the iterations in
-memory and the :data:`MAX_ITERATION_SERIES` most recent ones, ``route`` is the route's path
-template.
+:class:`Telemetry` is fed by the server's state (a lease taken, acknowledged, expired; an iteration
+created or ended) and journals its per-iteration counters (table ``counters``) at most once a
+second; :class:`JournalCollector` builds every metric when ``GET /metrics`` is scraped. What
+survives a restart and how labels are bounded: ``docs/running.md`` (*Metrics*).
 
 Examples:
     >>> import tempfile

@@ -1,12 +1,6 @@
-"""Lineage pages of the web UI (new pages; the other pages are :mod:`datamill.serve.ui.pages`).
-
-* ``GET /ui/datasets/{ref}/lineage?uid=X`` (or ``?sample=N``): every served iteration of the dataset
-  and the (epoch, rank or client, step, position) at which it read the sample;
-* ``GET /ui/iterations/{it_id}/steps?step=S&rank=R`` (``&client=C`` in dynamic mode): the samples of
-  that step, with their UIDs and first columns.
-
-Both answer from the iteration's run record (:mod:`datamill.serve.data.trace`) through
-:class:`datamill.lineage.trace.Tracer`: no per-sample log.
+"""Lineage pages of the web UI (``docs/lineage.md``): where a sample was read in every served
+iteration of its dataset, and the samples of one step; both answer from the iteration's run record
+(:mod:`datamill.serve.data.trace`) through :class:`datamill.lineage.trace.Tracer`.
 """
 
 from __future__ import annotations

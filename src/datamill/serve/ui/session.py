@@ -1,16 +1,6 @@
-"""Browser sessions of the web UI: a random session id in a cookie, CSRF tokens on every form.
-
-Logging in (``POST /ui/login`` with a key) creates a session: a random id
-(``secrets.token_urlsafe``) in the ``datamill_session`` cookie (HttpOnly, SameSite=Strict,
-``Secure`` over https); the journal keeps only its sha256, the key it stands for and when it expires
-(:data:`SESSION_TTL`, or the key's expiry if sooner). Logging out and revoking the key end it. The
-key itself never reaches the browser after the login form.
-
-Every state-changing form carries a CSRF token derived from the session id (a page of another site
-can neither read the cookie nor compute the token), and the login form carries one bound to a
-short-lived ``datamill_login`` cookie (a forged login form from elsewhere is refused). A request
-authenticated by an ``Authorization: Bearer`` header needs no token: a browser never adds that
-header on its own.
+"""Browser sessions of the web UI: a random session id in a cookie (the journal keeps its sha256),
+CSRF tokens on every form, the login form's bound to a short-lived cookie; ``docs/serving.md``
+(*Browser security*) states the rules.
 """
 
 from __future__ import annotations

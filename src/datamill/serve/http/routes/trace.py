@@ -1,10 +1,5 @@
-"""The lineage routes (read), for ``datamill trace``:
-
-* ``GET /api/v1/iterations/{id}/trace``: the iteration's run record;
-* ``GET /api/v1/runs/{name}/trace``: the records of a run's iterations (one per epoch, the
-  iterations created with that ``name``), a page of at most
-  :data:`~datamill.serve.data.trace.MAX_RUN_RECORDS` from ``from_epoch`` on, limited to the
-  datasets the caller's key may use.
+"""The lineage routes (read), for ``datamill trace``: an iteration's run record, and the records of
+a named run's iterations (a page, limited to the datasets the caller's key may use).
 """
 
 from __future__ import annotations
