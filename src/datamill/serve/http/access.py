@@ -1,11 +1,7 @@
-"""Who may call what: the one authentication path of the server and the role every route declares.
-
-A route states its role with a dependency from :func:`requires` (``public``, ``read``, ``admin`` or
-``metrics``: ``GET /metrics`` only, for a scraper's key, which may call nothing else);
-:func:`route_roles` reads it back, so a test walks ``app.routes`` and fails on any route without
-exactly one. The dependency authenticates the caller once per request, from an ``Authorization:
-Bearer`` header or the UI's session cookie (:mod:`datamill.serve.ui.session`), and answers 401 (no
-valid key) or 403 (a key without the role) before the route does any work.
+"""Who may call what: the one authentication path of the server and the role every route declares
+(:func:`requires`: ``public``, ``read``, ``admin`` or ``metrics``; :func:`route_roles` reads it back
+for the test of ``docs/serving.md``'s table), from a Bearer key or the UI's session cookie: 401 or
+403 before the route does any work.
 
 Examples:
     >>> may_call("metrics", "read"), may_call("admin", "metrics"), may_call("read", "metrics")

@@ -1,15 +1,6 @@
-"""Browser-facing checks every request passes before routing: ``Host``, ``Origin``, security
-headers.
-
-* ``Host`` must be one of the server's names (``--allowed-hosts``; by default the loopback names
-  ``127.0.0.1``, ``localhost`` and ``[::1]`` with the bound port): a web page that rebinds its own
-  DNS name to 127.0.0.1 reaches the server under that name and is refused (400), even with
-  ``--no-auth``.
-* A state-changing request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that carries an ``Origin``
-  header must come from one of those names (403): a form or script of another site cannot change
-  anything.
-* Every response carries ``Content-Security-Policy`` (``default-src 'self'``), ``X-Frame-Options:
-  DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy``.
+"""Browser-facing checks every request passes before routing: the ``Host`` among the server's names
+(``--allowed-hosts``; else 400, against DNS rebinding), the ``Origin`` of a state-changing request
+(else 403), security headers on every response; ``docs/serving.md`` (*Browser security*).
 
 Examples:
     >>> hosts = AllowedHosts(["127.0.0.1:8470", "localhost"])

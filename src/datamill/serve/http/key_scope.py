@@ -1,13 +1,7 @@
-"""Key management stays inside the manager's own scope.
-
-A key limited to some datasets, or that expires, may create, list and revoke only keys *within* its
-scope: datasets a subset of its own, a role no stronger than its own, an expiry no later than its
-own. Only an unscoped key (every dataset, never expires) manages unscoped keys. The API
-(``/api/v1/keys``) and the UI (``/ui/keys``) both go through :func:`check_create`,
-:func:`visible_keys` and :func:`check_revoke`.
-
-Dataset lists may name a dataset by id or by name: both are resolved to the registered dataset's
-name before they are compared (an unregistered name stands for itself).
+"""Key management stays inside the manager's own scope (``docs/serving.md``, *Keys*): datasets a
+subset of its own (by id or name, resolved to the registered name), a role no stronger, an expiry
+no later. The API and the UI both go through :func:`check_create`, :func:`visible_keys` and
+:func:`check_revoke`.
 
 Examples:
     >>> s = Scope(role="admin", datasets=frozenset({"a"}), expires=100.0)

@@ -1,11 +1,7 @@
-"""Per-client counters of every iteration, journaled so the UI shows them after a restart.
-
-Table ``ui_clients`` holds, per ``(iteration, client)``, the client's rank and the seconds it
-stalled waiting for data (its ``batches`` column is no longer read: a client's acknowledged batches
-are a fold of the journal's ack records, exact after a kill -9, as is the throughput chart, which
-table ``ui_acks`` fed before). :func:`record` adds what changed in memory since its last call (it
-runs in the server's upkeep tick, once a second), so a restart loses at most the last second;
-:func:`clients` reads the journaled rows plus what is not journaled yet.
+"""Per-client counters of every iteration, journaled so the UI shows them after a restart: table
+``ui_clients`` holds a client's rank and stall seconds, written by :func:`record` in the upkeep tick
+(once a second); a client's acknowledged batches are a fold of the journal's ack records
+(:func:`clients`).
 
 Examples:
     >>> import tempfile

@@ -1,10 +1,6 @@
-"""Iteration lifecycle in the journal: status, start, end, clients seen; paging; garbage collection.
-
-Table ``lifecycle`` holds one row per iteration (its unit count, ``running`` / ``finished`` /
-``cancelled``, when it started, ended and last saw a client); ``lifecycle_clients`` the client ids
-seen. A running iteration that has seen no client for :data:`STALE_AFTER` lease timeouts reads as
-``stale``. Iterations journaled before this table existed read as ``running`` (or ``cancelled``)
-from their creation time.
+"""Iteration lifecycle in the journal (table ``lifecycle``, and ``lifecycle_clients``): status
+(``running``, ``stale`` after :data:`STALE_AFTER` lease timeouts without a client, ``finished``,
+``cancelled``), start, end, clients seen; paging; garbage collection (``docs/running.md``).
 
 Examples:
     >>> import tempfile

@@ -1,10 +1,6 @@
-"""The server's structured log: one line per event, as ``text`` or ``json`` (``--log-format``).
-
-Events go to the ``datamill.serve`` logger through :func:`event`; each carries a name and fields.
-A text line reads ``2026-11-25T22:00:00Z INFO lease expired iteration=it-1 lease=ab12``; a JSON line
-is ``{"time": ..., "level": "INFO", "event": "lease expired", "iteration": "it-1", "lease":
-"ab12"}``. uvicorn's own lines (start, errors, and the access log at ``--log-level info``) use the
-same format.
+"""The server's structured log: one line per event, as ``text`` or ``json`` (``--log-format``), for
+its events (:func:`event`, logger ``datamill.serve``) and uvicorn's alike; ``docs/running.md``
+shows both.
 
 Examples:
     >>> import logging
