@@ -1,9 +1,6 @@
-"""The server's datasets and iterations without HTTP: their registration under the roots, the
-iterations' configs (resume bases, lease sizes), their lookup and rebuild from the journal, and the
-server's open and close (:class:`Catalog`).
-
-:class:`datamill.serve.server.ServeState` is a :class:`Catalog` with the protocol's round trip
-(leases, acknowledgements, heartbeats, rewinds).
+"""The server's datasets and iterations without HTTP (:class:`Catalog`): registration under the
+roots, iteration configs (resume bases, lease sizes), lookup and rebuild from the journal, open and
+close; :class:`datamill.serve.server.ServeState` adds the protocol's round trip.
 """
 
 from __future__ import annotations

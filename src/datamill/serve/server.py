@@ -1,12 +1,7 @@
-"""The server's logic without HTTP: the protocol's driver (its round trip: leases as Arrow IPC,
-acknowledgements, heartbeats, rewinds and rollbacks, the journal writes), over the datasets and
-iterations of :class:`datamill.serve.catalog.Catalog` (registration, configs, lookup, open and
-close).
-
-:class:`ServeState` is what :func:`datamill.serve.http.app.create_app` exposes over HTTP; it can be
-used (and is tested) directly. Batch contents are rebuilt on demand through the batch service (one
-per dataset and order config, with one shard cache shared by every rank); the journal holds only
-configs and acknowledged unit runs.
+"""The server's logic without HTTP: :class:`ServeState`, the protocol's driver (the round trip:
+leases as Arrow IPC, acknowledgements, heartbeats, rewinds and rollbacks, the journal writes) over
+the datasets and iterations of :class:`datamill.serve.catalog.Catalog`. The HTTP app exposes it; it
+can be used (and is tested) directly.
 """
 
 from __future__ import annotations

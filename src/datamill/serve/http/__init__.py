@@ -1,3 +1,3 @@
-"""The HTTP side: the app (:mod:`~datamill.serve.http.app`), the routers per resource
-(:mod:`~datamill.serve.http.routes`), authentication and roles, browser guards, the lease routes'
-request and reply handling, and ``serve()`` (uvicorn)."""
+"""The HTTP side: the app, the routers per resource (the lease routes among them), authentication
+and roles, browser guards, connection bounds and ``serve()`` (uvicorn).
+"""

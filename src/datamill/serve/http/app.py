@@ -1,9 +1,6 @@
-"""The HTTP layer: a FastAPI app over :class:`~datamill.serve.server.ServeState` (imports fastapi).
-
-The routes are one router per resource (:mod:`datamill.serve.http.routes`, the UI's in
-:mod:`datamill.serve.ui`); each declares its role (:func:`datamill.serve.http.access.requires`),
-which is also the one place a caller is authenticated. Every error is a JSON body
-``{"error": ...}`` with a 4xx status (the UI's pages render it); oversized bodies get 413 unread.
+"""The HTTP layer: a FastAPI app over :class:`~datamill.serve.server.ServeState` (imports fastapi):
+one router per resource, each route declaring its role (the one place a caller is authenticated);
+every error a JSON body ``{"error": ...}`` with a 4xx status (the UI renders it).
 """
 
 from __future__ import annotations

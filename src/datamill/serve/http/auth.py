@@ -1,10 +1,7 @@
-"""API keys: ``dmk_<id>.<secret>``, the secret from ``secrets.token_urlsafe(32)``; only its sha256
-is stored.
-
-Keys are checked against an in-memory table (compared with :func:`hmac.compare_digest`); nothing is
-written per request but a key's first use of each UTC day (an audit row). The table is reloaded when
-the database changes (``PRAGMA data_version``), so ``datamill serve keys revoke`` takes effect on a
-running server at its next request. A key may be limited to some datasets and may expire.
+"""API keys: ``dmk_<id>.<secret>``; only the secret's sha256 is stored (``docs/serving.md``). Keys
+are checked against an in-memory table, reloaded when the journal changes (``PRAGMA
+data_version``: a revocation takes effect at the next request); a key's first use of each UTC day
+writes an audit row.
 """
 
 from __future__ import annotations

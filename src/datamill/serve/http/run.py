@@ -1,9 +1,6 @@
-"""``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted.
-
-The settings come from a config file (:class:`ServeConfig`, checked with located errors) with
-command-line overrides; logs are one line per event (:mod:`datamill.serve.observe.logs`);
-SIGTERM drains (no new leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then
-exit 0).
+"""``serve()``: run the server (uvicorn, uvloop + httptools when installed) until interrupted,
+from a config file (:class:`ServeConfig`) with command-line overrides; SIGTERM drains (no new
+leases, acks of leases in flight accepted for ``drain_timeout`` seconds, then exit 0).
 """
 
 from __future__ import annotations

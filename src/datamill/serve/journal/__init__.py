@@ -1,7 +1,6 @@
-"""The server's journal: the one SQLite file of the state folder and its records
-(:mod:`~datamill.serve.journal.store`), its schema, version, checksums and folder lock
-(:mod:`~datamill.serve.journal.schema`), and the group-committed lease writes
-(:mod:`~datamill.serve.journal.leases`)."""
+"""The server's journal: the one SQLite file and its records (``store``), its schema, version,
+checksums and folder lock (``schema``), the group-committed lease writes (``leases``).
+"""
 
 from __future__ import annotations
 

@@ -62,17 +62,10 @@ class Write:
 
 
 class GroupCommit:
-    """The journal's lease writes, **group-committed**: the writes of concurrent requests share one
-    transaction (one fsync), and each request returns only after the transaction holding its write
-    committed.
-
-    :meth:`submit` only queues (call it under the lock that ordered the in-memory change, so the
-    journal applies writes in that order); await :meth:`wait` (in the event loop, no thread hop)
-    until the write is durable. One committer thread takes every queued write,
-    commits them in one transaction and wakes their waiters; writes queued meanwhile go in the next
-    one. A batch that fails is retried one write per transaction, so one request's failure (a full
-    disk is :class:`UnavailableError`) is that request's alone and nothing of a failed write is
-    kept.
+    """The journal's lease writes, **group-committed** by one committer thread: :meth:`submit`
+    queues (under the lock that ordered the in-memory change, so the journal applies writes in that
+    order), :meth:`wait` awaits the transaction holding the write. A failed batch is retried one
+    write per transaction, so a failure (:class:`UnavailableError`) is its request's alone.
 
     Examples:
         >>> import asyncio, tempfile

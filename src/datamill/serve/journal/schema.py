@@ -1,10 +1,7 @@
-"""The journal's schema and its folder: the one declaration of every table, the schema version and
-its migrations, the records' checksums, and the state folder's checks and lock.
-
-:mod:`~datamill.serve.journal.store` opens its connections through :func:`open_checked` (the
-header, ``PRAGMA quick_check``, the schema, the migrations), so a corrupt, truncated or empty
-journal, a folder where the file should be or a state path that is a file is a :class:`StateError`
-naming the path, never a server that starts on bad state.
+"""The journal's schema and its folder: every table declared once, the schema version and its
+migrations, the records' checksums, the state folder's checks and lock. A journal that fails
+:func:`open_checked` (corrupt, truncated, a folder where the file should be...) is a
+:class:`StateError` naming the path: the server never starts on bad state.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`ClientInfo`,
-and a round trip's :class:`Take`, :class:`Planned`, :class:`Records`, :class:`Settled`), the
-positions' states, and :class:`IterationState`: the queues, leases and done
-set of one iteration with the bookkeeping the transitions share and the views the driver reads.
-
-The transitions that change it are :class:`datamill.serve.protocol.iteration.Iteration`'s. Pure,
-like the rest of the protocol: no clock, no lock, no I/O.
+"""One iteration's state in the lease protocol: its records (:class:`Lease`, :class:`ClientInfo`, a
+round trip's :class:`Take`, :class:`Planned`, :class:`Records`, :class:`Settled`), the positions'
+states and :class:`IterationState` (queues, leases, done set, shared bookkeeping and views); pure,
+changed only by :class:`datamill.serve.protocol.iteration.Iteration`'s transitions.
 """
 
 from __future__ import annotations

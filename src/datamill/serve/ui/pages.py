@@ -1,9 +1,6 @@
-"""The web UI's pages under ``/ui``: Jinja2 templates rendered on the server, one CSS file, a little
-JS.
-
-Every page reads the same server state as the JSON API (:class:`~datamill.serve.server.ServeState`
-and :class:`~datamill.serve.data.views.Inspector`). Without a valid key a page shows only the login
-form (401); state-changing forms are POSTs with a CSRF token (:mod:`datamill.serve.ui.session`).
+"""The web UI's pages under ``/ui`` (Jinja2, rendered on the server) over the same state as the JSON
+API; without a valid key a page shows only the login form (401), and state-changing forms are POSTs
+with a CSRF token (:mod:`datamill.serve.ui.session`).
 """
 
 from __future__ import annotations

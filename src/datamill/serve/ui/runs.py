@@ -1,8 +1,5 @@
 """The UI's iteration pages: the filtered, paged list; one iteration (status, live progress, charts,
-rewind and cancel behind a confirmation); a named run's history across epochs.
-
-Each state change is a POST that answers with a confirmation page first (naming what is lost) and,
-once confirmed, redirects to a GET (post/redirect/get), so a reload never repeats it.
+rewind and cancel behind a confirmation page, then post/redirect/get); a named run's epochs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Charts as SVG strings rendered on the server: an iteration's throughput over time, a histogram.
-
-The throughput comes from the journal's durable record (each acknowledged run of batches with its
-commit time), read through the journal's reading connection, so it survives restarts and needs
-nothing from the running iteration.
+"""Charts as SVG strings rendered on the server: an iteration's throughput over time (from the
+journal's acknowledged runs and their commit times: it survives restarts), a histogram.
 """
 
 from __future__ import annotations
@@ -77,24 +74,17 @@ def throughput_svg(
     end: float | None = None,
     marks: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """Batches/s over time as an SVG line: equal time slices from ``start`` to ``end``.
-
-    ``start`` defaults to the first ack, ``end`` to the last; the span is at least one second, so a
-    burst of acks at one instant is not drawn as an absurd rate. At most ``bins`` slices, each at
-    least one second long. ``marks`` are ``(time, label)`` drawn as vertical lines (a rewind, a
-    cancel).
+    """Batches/s over time as an SVG line: at most ``bins`` equal time slices of at least a
+    second from ``start`` (the first ack) to ``end`` (the last); ``marks``: ``(time, label)``
+    vertical lines.
 
     Examples:
         >>> svg = throughput_svg([(0.0, 16), (1.0, 16), (2.0, 16)])
-        >>> svg.startswith(
-        ...     "<svg"
-        ... ) and "polyline" in svg and "batches/s" in svg and "(s)</text>" in svg
+        >>> all(x in svg for x in ("<svg", "polyline", "batches/s", "(s)</text>"))
         True
         >>> "no batch acknowledged yet" in throughput_svg([])
         True
-        >>> "peak 3,000 batches/s" in throughput_svg(
-        ...     [(5.0, 1000)] * 3
-        ... )  # all at one instant: over 1 s
+        >>> "peak 3,000 batches/s" in throughput_svg([(5.0, 1000)] * 3)  # one instant: over 1 s
         True
     """
     if not history:

@@ -238,16 +238,11 @@ _NEXT_PATH = re.compile(r"^/api/v1/iterations/([^/]+)/next$")
 
 
 class NextLane:
-    """ASGI middleware: ``GET /api/v1/iterations/{it_id}/next`` straight to :func:`next_lease`.
-
-    The route is declared in :data:`router` like every other (its role, its query in the OpenAPI
-    schema); this layer only dispatches it without FastAPI's router and dependency resolution, which
-    cost about as much CPU as the rest of a direct-mode client's round trip (the coordination
-    benchmark, ``benchmarks/bench_coord.py``). It runs the role check the route declares, then the
-    handler; an exception goes to the app's own handler for its type (one without a handler of its
-    own propagates, as from the router), so the answers are the router's. It is the innermost
-    middleware: the body limit, the ``Host``/``Origin`` guard and the request metrics apply as to
-    any route, and ``scope["route"]`` is the declared route (the metrics' label).
+    """ASGI middleware: ``GET /api/v1/iterations/{it_id}/next`` straight to :func:`next_lease`,
+    without FastAPI's router and dependency resolution (they cost about as much CPU as the rest of
+    a direct client's round trip: ``benchmarks/bench_coord.py``). The route stays declared in
+    :data:`router`; this runs its role check, its handler and the app's exception handlers, so the
+    answers are the router's. Innermost: the other middleware apply as to any route.
     """
 
     def __init__(self, app: ASGIApp) -> None:
