@@ -1,5 +1,17 @@
-"""``datamill serve``: run the server (``docs/running.md``), manage its keys, read its audit log,
-back it up, collect ended iterations (``gc``), iterate from it (``docs/serving.md``).
+"""``datamill serve``: run the server, manage its keys, read its audit log, back it up, iterate from
+it.
+
+* ``datamill serve ROOT_OR_CONFIG [--host 127.0.0.1] [--port 8470] [--state DIR] [--no-auth]
+  [--allowed-hosts H,...] [--log-format text|json] [--log-level info] [--ssl-certfile F
+  --ssl-keyfile F] [--forwarded-allow-ips IPS] [--drain-timeout 30] [--metrics-no-auth]``
+  (docs/running.md)
+* ``datamill serve keys create|list|revoke --state DIR ...`` (``create --role admin --datasets a,b
+  --expires 30d``)
+* ``datamill serve audit --state DIR`` | ``datamill serve backup --state DIR OUT``
+* ``datamill serve gc --state DIR --older-than 30d`` (iterations that ended before, from the
+  journal)
+* ``datamill serve iterate DATASET --url URL [--key K] [--batch-size 256] [--rank R --world-size W]
+  [--transport built|direct] ...``
 """
 
 from __future__ import annotations
