@@ -19,6 +19,7 @@ from datamill.core.ragged import (
     offsets_from_lengths,
     pad,
     ranges,
+    runs,
     smallest_int_dtype,
 )
 
@@ -129,3 +130,14 @@ def test_smallest_int_dtype_errors() -> None:
         smallest_int_dtype(300, dtypes=(np.uint8,))
     with pytest.raises(ValueError, match=">= 0"):
         smallest_int_dtype(-1)
+
+
+@given(units=st.sets(st.integers(0, 600), max_size=300))
+def test_runs_is_the_inverse_of_ranges(units: set[int]) -> None:
+    want = sorted(units)
+    for given_ids in (want, np.asarray(want, dtype=np.int64)):
+        got = runs(given_ids)
+        starts = np.asarray([a for a, _ in got], dtype=np.int64)
+        lengths = np.asarray([b - a for a, b in got], dtype=np.int64)
+        assert ranges(starts, lengths).tolist() == want
+        assert all(b < c for (_, b), (c, _) in itertools.pairwise(got))  # disjoint, not touching

@@ -7,8 +7,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from datamill.core.ragged import runs
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.state import Lease, runs
+from datamill.serve.protocol.state import Lease
 from tests.serve._trips import pure_ack
 
 

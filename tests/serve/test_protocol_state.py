@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.state import DONE, PENDING, runs
+from datamill.serve.protocol.state import DONE, PENDING
 
 
 def _per_unit_done(it: Iteration, units: list[int]) -> None:
@@ -77,13 +77,6 @@ def test_mark_done_and_rollback_equal_the_per_unit_loops(
     for a, b in zip(fast.state, slow.state, strict=True):
         np.testing.assert_array_equal(a, b)
     assert fast._done_n == slow._done_n
-
-
-@given(units=st.sets(st.integers(0, 600), max_size=300))
-def test_runs_round_trip(units: set[int]) -> None:
-    want = sorted(units)
-    assert [u for a, b in runs(want) for u in range(a, b)] == want
-    assert [u for a, b in runs(np.asarray(want, dtype=np.int64)) for u in range(a, b)] == want
 
 
 def test_a_replay_marks_the_journaled_runs_done_and_a_list_or_generator_the_same() -> None:

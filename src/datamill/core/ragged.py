@@ -4,7 +4,8 @@ A ragged column is always ``values`` + int64 ``offsets`` (``len = rows + 1``): r
 ``values[offsets[i]:offsets[i + 1]]``. These functions build, join and pad such columns with whole
 array operations (no Python loop per row or per value):
 
-* :func:`offsets_from_lengths`, :func:`ranges`: the two index helpers every kernel needs;
+* :func:`offsets_from_lengths`, :func:`ranges`: the two index helpers every kernel needs, and
+  :func:`runs`, the inverse of :func:`ranges` (ids -> ``[start, stop)`` runs);
 * :func:`csr_from_arrays` (a list of per-row arrays, e.g. tokenizer encodings' ids) and
   :func:`encodings_to_csr` (objects with ``.ids``: ``tokenizers.Encoding``),
   :func:`csr_from_arrow` (a pyarrow list array, slices and nulls honoured),
@@ -33,6 +34,7 @@ __all__ = [
     "offsets_from_lengths",
     "pad",
     "ranges",
+    "runs",
     "smallest_int_dtype",
 ]
 
@@ -67,6 +69,44 @@ def ranges(
     out = np.arange(total, dtype=np.int64)
     before = np.cumsum(lengths) - lengths
     out += np.repeat(np.asarray(starts, dtype=np.int64) - before, lengths)
+    return out
+
+
+def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
+    """Integer ids (a served iteration's units, say) as sorted ``[start, stop)`` runs, each id once:
+    the inverse of :func:`ranges` (vectorised for an array past a few hundred ids, where a plain
+    loop is faster).
+
+    Examples:
+        >>> runs([0, 1, 2, 5, 6, 9])
+        [(0, 3), (5, 7), (9, 10)]
+        >>> runs([3, 0, 0, 1])  # each unit once, as for a large array
+        [(0, 2), (3, 4)]
+        >>> runs(np.flatnonzero(np.arange(600) % 300 < 2))
+        [(0, 2), (300, 302)]
+        >>> runs(np.arange(600)[::-1] % 300)  # a large array in any order, repeats once
+        [(0, 300)]
+    """
+    if isinstance(units, np.ndarray):
+        n = len(units)
+        if n and int(units[-1]) - int(units[0]) == n - 1 and (units[1:] - units[:-1] == 1).all():
+            return [(int(units[0]), int(units[-1]) + 1)]  # a lease's consecutive units: one run
+        if n > 256:
+            u = units
+            if not (u[1:] > u[:-1]).all():  # sorted, each unit once (np.unique: 2.3 s for 2M)
+                u = np.sort(u)
+                u = u[np.concatenate([[True], u[1:] != u[:-1]])]
+            cut = np.flatnonzero(np.diff(u) != 1) + 1
+            starts = u[np.concatenate([[0], cut])]
+            stops = u[np.concatenate([cut - 1, [len(u) - 1]])]
+            return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
+        units = units.tolist()  # Python ints at once, not a numpy scalar per unit
+    out: list[tuple[int, int]] = []
+    for v in sorted(int(x) for x in units):
+        if out and out[-1][1] >= v:  # the next unit, or one seen already
+            out[-1] = (out[-1][0], max(out[-1][1], v + 1))
+        else:
+            out.append((v, v + 1))
     return out
 
 

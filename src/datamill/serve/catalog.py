@@ -18,6 +18,7 @@ from typing import Any
 from datamill.core.checks import check_int
 from datamill.core.errors import ConfigError, DatamillError, NotFoundError, ResumeStateError
 from datamill.core.fingerprint import fingerprint_obj
+from datamill.core.ragged import runs
 from datamill.core.state import check_resume_compat
 from datamill.core.wire import ID_PATTERN, MAX_LEASE_SAMPLES
 from datamill.loader import BatchService
@@ -31,7 +32,6 @@ from datamill.serve.journal.leases import (
 from datamill.serve.journal.store import Journal
 from datamill.serve.observe.metrics import Telemetry
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.state import runs
 
 __all__ = [
     "LEASE_SIZES",

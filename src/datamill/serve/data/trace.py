@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from datamill.core.errors import ConfigError
+from datamill.core.ragged import runs
 from datamill.loader.record import plan_record
 from datamill.serve.catalog import check_name
 from datamill.serve.protocol.iteration import Iteration
-from datamill.serve.protocol.state import runs
 from datamill.serve.server import NotFoundError, ServeState
 
 __all__ = ["MAX_RUN_RECORDS", "RUN_RECORDS_FORMAT", "iteration_record", "run_records"]

@@ -18,9 +18,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datamill.core.errors import DatamillError
+from datamill.core.ragged import runs
 from datamill.serve.journal.schema import sealed
 from datamill.serve.journal.store import DONE_INSERT, Journal, done_mask
-from datamill.serve.protocol.state import Lease, runs
+from datamill.serve.protocol.state import Lease
 
 __all__ = [
     "RETRY_AFTER_S",

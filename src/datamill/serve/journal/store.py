@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from datamill.core.ragged import runs
 from datamill.serve.journal.schema import (
     StateError,
     StateLockedError,
@@ -27,7 +28,6 @@ from datamill.serve.journal.schema import (
     sealed,
     unlock_state,
 )
-from datamill.serve.protocol.state import runs
 
 __all__ = ["DONE_INSERT", "Journal", "backup", "done_mask"]
 

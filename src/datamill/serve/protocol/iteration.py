@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from datamill.core.ragged import runs
 from datamill.serve.protocol.state import (
     _LEASE_NUMBERS,
     _LEASE_PREFIX,
@@ -54,7 +55,6 @@ from datamill.serve.protocol.state import (
     Take,
     as_units,
     digest,
-    runs,
     session_digest,
 )
 

@@ -37,7 +37,6 @@ __all__ = [
     "as_units",
     "digest",
     "lease_grace",
-    "runs",
     "session_digest",
 ]
 
@@ -182,43 +181,6 @@ class Settled:
     ended: bool = False
     live: bool = True
     done: int = 0
-
-
-def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
-    """Unit ids as sorted ``[start, stop)`` runs (vectorised for an array past a lease's few
-    units, where a plain loop is faster).
-
-    Examples:
-        >>> runs([0, 1, 2, 5, 6, 9])
-        [(0, 3), (5, 7), (9, 10)]
-        >>> runs([3, 0, 0, 1])  # each unit once, as for a large array
-        [(0, 2), (3, 4)]
-        >>> runs(np.flatnonzero(np.arange(600) % 300 < 2))
-        [(0, 2), (300, 302)]
-        >>> runs(np.arange(600)[::-1] % 300)  # a large array in any order, repeats once
-        [(0, 300)]
-    """
-    if isinstance(units, np.ndarray):
-        n = len(units)
-        if n and int(units[-1]) - int(units[0]) == n - 1 and (units[1:] - units[:-1] == 1).all():
-            return [(int(units[0]), int(units[-1]) + 1)]  # a lease's consecutive units: one run
-        if n > 256:
-            u = units
-            if not (u[1:] > u[:-1]).all():  # sorted, each unit once (np.unique: 2.3 s for 2M)
-                u = np.sort(u)
-                u = u[np.concatenate([[True], u[1:] != u[:-1]])]
-            cut = np.flatnonzero(np.diff(u) != 1) + 1
-            starts = u[np.concatenate([[0], cut])]
-            stops = u[np.concatenate([cut - 1, [len(u) - 1]])]
-            return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
-        units = units.tolist()  # Python ints at once, not a numpy scalar per unit
-    out: list[tuple[int, int]] = []
-    for v in sorted(int(x) for x in units):
-        if out and out[-1][1] >= v:  # the next unit, or one seen already
-            out[-1] = (out[-1][0], max(out[-1][1], v + 1))
-        else:
-            out.append((v, v + 1))
-    return out
 
 
 def as_units(units: Iterable[int] | NDArray[np.integer[Any]]) -> NDArray[np.int64]:
