@@ -4,11 +4,13 @@ BERT)."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from datamill.core.errors import BuildError
 from datamill.core.parallel import ordered_map
 
 
@@ -95,3 +97,31 @@ def test_an_error_still_waits_for_the_calls_in_flight() -> None:
     except ValueError:
         pass
     assert done == [1]  # the call in flight finished before the error reached the caller
+
+
+def test_a_pool_shut_down_mid_map_raises_a_located_build_error() -> None:
+    # A caller's pool shut down (cancel_futures) while the map runs: the cancelled item's turn and a
+    # submit after the shutdown each raise BuildError naming the item, never a bare CancelledError.
+    release = threading.Event()
+
+    def slow(x: int) -> int:
+        release.wait(10)
+        return x
+
+    pool = ThreadPoolExecutor(1)
+    it = ordered_map(slow, range(6), pool=pool, window=3)
+    first = threading.Thread(target=lambda: next(it, None))
+    first.start()  # items 0, 1, 2 submitted; 0 runs, 1 and 2 wait
+    while pool._work_queue.qsize() < 2:  # type: ignore[attr-defined]
+        threading.Event().wait(0.01)
+    pool.shutdown(wait=False, cancel_futures=True)
+    release.set()
+    first.join(10)
+    with pytest.raises(BuildError, match="item 1 of an ordered map") as got:
+        next(it)
+    assert not isinstance(got.value, CancelledError)
+    assert got.value.hint and "shutting its pool down" in got.value.hint
+
+    late = ordered_map(slow, range(3), pool=pool, window=2)
+    with pytest.raises(BuildError, match="item 0 of an ordered map"):
+        next(late)

@@ -15,10 +15,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from datamill.core.errors import BuildError
 from datamill.core.memory import release_memory
 
 __all__ = ["die_with_parent", "exit_when_gone", "ordered_map", "process_start_time", "usable_cores"]
@@ -41,7 +42,8 @@ def ordered_map(
     At most ``window`` calls are pending at a time (the consumer drives the pace, so memory stays
     bounded). Items are taken from ``items`` only when they are submitted, so a generator may do
     per-item preparation (e.g. schedule reads) just in time. An exception raised by ``fn``
-    propagates at its item's turn; the items after it are not started.
+    propagates at its item's turn; the items after it are not started. A ``pool`` shut down while
+    the map runs raises :class:`~datamill.core.errors.BuildError` at the first item it dropped.
 
     Args:
         fn: the function; thread-safe (or picklable, with a process pool).
@@ -83,18 +85,47 @@ def ordered_map(
         return
     limit = max(1, window or getattr(pool, "_max_workers", 1))
     pending: collections.deque[Future[R]] = collections.deque()
+    done = 0
     try:
         for item in items:
-            pending.append(pool.submit(fn, item))
+            pending.append(_submit(pool, fn, item, done))
             if len(pending) >= limit:
-                yield pending.popleft().result()
+                yield _result(pending.popleft(), done)
+                done += 1
                 if trim_memory:
                     release_memory()
         while pending:
-            yield pending.popleft().result()
+            yield _result(pending.popleft(), done)
+            done += 1
     finally:
         for fut in pending:  # an error or an abandoned iterator: start nothing more
             fut.cancel()
+
+
+def _stopped(index: int) -> BuildError:
+    return BuildError(
+        f"the worker pool was shut down while item {index} of an ordered map was pending",
+        hint="stop consuming the map (close its iterator) before shutting its pool down",
+    )
+
+
+def _submit(pool: Executor, fn: Callable[[T], R], item: T, index: int) -> Future[R]:
+    """``pool.submit``; ``index`` is the first item the consumer has not had yet."""
+    try:
+        return pool.submit(fn, item)
+    except BrokenExecutor:  # a worker died: the pool's own error says how
+        raise
+    except RuntimeError as err:  # "cannot schedule new futures after (interpreter) shutdown"
+        raise _stopped(index) from err
+
+
+def _result(fut: Future[R], index: int) -> R:
+    try:
+        return fut.result()
+    except CancelledError as err:  # cancelled by the pool's shutdown(cancel_futures=True)
+        if fut.cancelled():
+            raise _stopped(index) from err
+        raise  # raised by fn itself: its own error
 
 
 _PR_SET_PDEATHSIG = 1
