@@ -240,8 +240,7 @@ def test_iterate_against_a_dead_server_is_one_located_line_once_its_retries_end(
 ) -> None:
     """The client retries an unreachable server for about 4 s, then gives up with one line: the
     command ends within 6 s of twice its own start-up (measured just before as ``iterate --help``:
-    a loaded machine's slower start, which the import after the retries repeats in part, does not
-    count against the retry budget)."""
+    a loaded machine's slower start does not count against the retry budget)."""
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for cmd in (["iterate", "ds", "--url", url], ["serve", "iterate", "ds", "--url", url]):
         start_up = _run_cli([*cmd[:-3], "--help"])[1]
