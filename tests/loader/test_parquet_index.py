@@ -16,9 +16,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from datamill.core.errors import DataFileError
+from datamill.core.errors import CacheError, DataFileError
 from datamill.core.objstore import ShardFileCache
-from datamill.core.s3get import direct_getter
+from datamill.core.s3get import DirectGetter, direct_getter
 from datamill.loader import Loader
 from datamill.loader.parquet_index import INDEX_NAME, write_parquet_index
 from datamill.loader.remote import RemoteParquetSource, s3_filesystem
@@ -163,7 +163,8 @@ def test_downloads_are_one_get_each_with_a_located_error_and_pyarrows_path_kept(
     assert arrow.read(info.path) == got and arrow._direct() is None
     with fs.open_input_file(info.path) as f:
         etag = f.metadata()["ETag"].decode()
-    assert direct._direct() is not None and direct._get(info.path, info.size)[1] == etag
+    getter = direct._direct()
+    assert getter is not None and getter.stream(info.path, info.size)[1] == etag
     monkeypatch.delenv("DATAMILL_S3_DIRECT_GET")
     wrong = s3_filesystem(endpoint=endpoint, access_key=key, secret_key="not-the-secret")
     with pytest.raises(DataFileError, match="ACCESS_DENIED|HTTP status 403") as err:
@@ -172,6 +173,45 @@ def test_downloads_are_one_get_each_with_a_located_error_and_pyarrows_path_kept(
     gone = pafs.FileInfo("pindex/plain/none.parquet", pafs.FileType.File, size=10)
     with pytest.raises(DataFileError, match="download failed"):
         ShardFileCache(fs, tmp_path / "d").read(gone.path, info=gone)
+
+
+def test_a_direct_download_lands_in_its_copy_and_a_broken_one_leaves_nothing(
+    s3: tuple[pafs.S3FileSystem, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A direct GET is written into the copy's file as it arrives (nothing waits in memory for a
+    writer, even with write_behind) and read from it; a body that breaks off is read again through
+    pyarrow (the same bytes); a copy that cannot be written is a CacheError that leaves no file."""
+    fs, _ = s3
+    info = fs.get_file_info("pindex/plain/part-1.parquet")
+    with fs.open_input_file(info.path) as f:
+        want = f.read()
+    cache = ShardFileCache(fs, tmp_path / "a", write_behind=True)
+    assert cache.read(info.path, info=info) == want and not cache._pending
+    assert len(list((tmp_path / "a").glob("*.json"))) == 1  # the copy committed, no flush
+    real = DirectGetter.stream
+
+    def broken(self: DirectGetter, path: str, size: int) -> tuple[Iterator[Any], str | None]:
+        pieces, etag = real(self, path, size)
+
+        def cut() -> Iterator[Any]:
+            yield bytes(next(pieces))[:10]
+            raise OSError("GET failed: connection reset")
+
+        return cut(), etag
+
+    monkeypatch.setattr(DirectGetter, "stream", broken)
+    again = ShardFileCache(fs, tmp_path / "b", write_behind=True)
+    assert again.read(info.path, info=info) == want  # through pyarrow
+    assert ShardFileCache(fs, tmp_path / "b").read(info.path, info=info) == want  # the copy
+    monkeypatch.undo()
+
+    def full(*_: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("datamill.core.s3get.os.pwrite", full)
+    with pytest.raises(CacheError, match="No space left"):
+        ShardFileCache(fs, tmp_path / "c").read(info.path, info=info)
+    assert list((tmp_path / "c").iterdir()) == []
 
 
 def _child_reads(fs: pafs.S3FileSystem, path: str, folder: Path, out: Any) -> None:

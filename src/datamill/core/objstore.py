@@ -81,12 +81,13 @@ class ShardFileCache:
         cache_dir: the local folder (created).
         cache_limit: bytes kept at most; a single larger file is still fetched (and evicted next).
             Defaults to ``None`` (no limit).
-        write_behind: a download is returned from memory and its copy written by a background
-            thread at the lowest CPU priority (at most :data:`WRITE_BEHIND_MAX` bytes waiting, and
-            at most ``cache_limit``; a read of a waiting copy is served from memory; :meth:`flush`
-            waits for them). A failed write leaves the file uncached (downloaded again next time)
-            and warns once (``RuntimeWarning``). Defaults to ``False`` (written before the read
-            returns).
+        write_behind: a download through pyarrow is returned from memory and its copy written
+            by a background thread at the lowest CPU priority (at most :data:`WRITE_BEHIND_MAX`
+            bytes waiting, and at most ``cache_limit``; a read of a waiting copy is served from
+            memory; :meth:`flush` waits for them); a failed write leaves the file uncached
+            (downloaded again next time) and warns once (``RuntimeWarning``). A direct S3 GET
+            (:mod:`datamill.core.s3get`) always writes its copy as it arrives and is decoded from
+            it. Defaults to ``False`` (written before the read returns).
 
     Examples:
         >>> import tempfile
@@ -228,7 +229,7 @@ class ShardFileCache:
     ) -> pa.Buffer:
         """The content of ``remote`` without a copy (from the cache, or downloaded and checked
         first): the cached file mapped into memory (read-only); with ``write_behind``, a
-        download's own buffer (its copy is written in the background).
+        download's own buffer through pyarrow (its copy is written in the background).
 
         A download streams into the cache file (hashed on the way) and the mapping of that file is
         returned, so the bytes are copied once, from the network into the page cache, instead of
@@ -332,7 +333,12 @@ class ShardFileCache:
         it is read, so a copy torn by a crash is downloaded again, and an fsync per file (two per
         shard) cost more than the download of a small shard on a busy disk.
         """
-        if self.write_behind and 0 < info.size <= SCRATCH_MAX and self._reserve(name, info.size):
+        if (
+            self.write_behind
+            and 0 < info.size <= SCRATCH_MAX
+            and self._direct() is None  # a direct GET streams into the file: nothing to hold
+            and self._reserve(name, info.size)
+        ):
             return self._download_behind(remote, name, info, check, want)
         try:
             fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=TMP_SUFFIX)
@@ -413,7 +419,9 @@ class ShardFileCache:
             except OSError as exc:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
             try:
-                data, now = self._get(remote, info.size)
+                buf = pa.allocate_buffer(info.size)  # the default pool (jemalloc)
+                got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format: "b"
+                data = buf.slice(0, got)
                 digest = xxhash.xxh3_128_hexdigest(data)
                 self._check(remote, data, now, digest, want, check)
             except BaseException:
@@ -442,27 +450,6 @@ class ShardFileCache:
         if not hasattr(self, "_getter"):
             self._getter = direct_getter(self.fs)
         return self._getter
-
-    def _get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None]:
-        """The object ``remote`` (``size`` bytes expected) and its ETag (``None`` where the store
-        has none): :meth:`_direct_get`, else one ranged GET through pyarrow after its HEAD, into a
-        new buffer of the default pool (jemalloc)."""
-        fetched = self._direct_get(remote, size)
-        if fetched is not None:
-            return fetched
-        buf = pa.allocate_buffer(size)
-        got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format is "b"
-        return buf.slice(0, got), now
-
-    def _direct_get(self, remote: str, size: int) -> tuple[pa.Buffer, str | None] | None:
-        """One direct GET where the store allows it (:mod:`datamill.core.s3get`: no HEAD first,
-        the body not copied): (body, ETag); ``None`` where it does not, or when the GET was refused
-        or the store unreachable (the caller reads through pyarrow: its retries, its errors)."""
-        direct = self._direct()
-        try:
-            return None if direct is None else direct.get(remote, size)
-        except OSError:
-            return None
 
     def _into(self, remote: str, view: memoryview) -> tuple[int, str | None]:
         """One GET of ``remote`` through pyarrow (a HEAD, then a ranged GET) into ``view``
@@ -518,17 +505,19 @@ class ShardFileCache:
         """GET ``remote`` into the open file ``out`` (``size`` bytes): (bytes, xxh3 hex, the
         object's ETag or ``None``).
 
-        One GET of the whole object (:meth:`_whole`; without the GIL), hashed, then written to the
-        file with one ``pwrite``. A stream read in parts (``open_input_stream``) reached 110-140
-        MiB/s from SeaweedFS here, against 620-700 MiB/s for whole-object reads
-        (``benchmarks/bench_s3_ceiling.py``). The GET used to land in a shared writable mapping
-        of the file: one page fault (and file-system ``page_mkwrite``) per 4 KiB page cost 1.2 s of
-        reader CPU per 590 MB cold epoch, against about 0.2 s for the buffer and the ``pwrite``
-        (issue #41, benchmarks/RESULTS.md).
+        A direct GET (:meth:`_direct_stream`) writes the body into the file as it arrives, in
+        pieces of 256 KiB the allocator reuses; through pyarrow, one GET of the whole object
+        into a reused buffer, hashed, then one ``pwrite``. (Writing the GET into
+        a shared writable mapping of the file cost a page fault and ``page_mkwrite`` per 4 KiB
+        page: 1.2 s of reader CPU per 590 MB cold epoch; issue #41, benchmarks/RESULTS.md.)
         """
         digest = xxhash.xxh3_128()
+        piped = self._direct_stream(remote, out.fileno(), size, digest) if size > 0 else None
+        if piped is not None:
+            return piped
         if 0 < size <= SCRATCH_MAX:
-            view, got, etag = self._whole(remote, size)
+            view = _scratch(size)  # through pyarrow, into this thread's reused buffer
+            got, etag = self._into(remote, view)
             digest.update(view[:got])
             try:
                 _write_all(out.fileno(), view[:got])
@@ -545,15 +534,26 @@ class ShardFileCache:
                 return 0, digest.hexdigest(), etag
             return (*self._buffered(remote, f, out, size), etag)
 
-    def _whole(self, remote: str, size: int) -> tuple[memoryview, int, str | None]:
-        """The object ``remote`` (``size`` bytes expected): (its bytes, how many, its ETag).
-        :meth:`_direct_get`, else through pyarrow into this thread's reused scratch buffer."""
-        fetched = self._direct_get(remote, size)
-        if fetched is not None:
-            return memoryview(fetched[0]), fetched[0].size, fetched[1]
-        view = _scratch(size)
-        got, etag = self._into(remote, view)
-        return view, got, etag
+    def _direct_stream(
+        self, remote: str, fd: int, size: int, digest: Any
+    ) -> tuple[int, str, str | None] | None:
+        """One direct GET written piece by piece into the file ``fd`` and hashed on the way
+        (:meth:`DirectGetter.write_into`): (bytes, xxh3 hex, ETag). ``None`` where there is no
+        direct GET, or it failed (refused, broken off: the file is emptied, the caller reads
+        through pyarrow)."""
+        direct = self._direct()
+        if direct is None:
+            return None
+        try:
+            done, etag = direct.write_into(remote, size, fd, digest=digest, where=self.dir)
+        except OSError:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError as exc:
+                raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
+            digest.reset()
+            return None
+        return done, digest.hexdigest(), etag
 
     def _buffered(self, remote: str, f: Any, out: Any, size: int) -> tuple[int, str]:
         """:meth:`_stream` where the file cannot be mapped: the GET into a buffer, then written."""

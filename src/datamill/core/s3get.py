@@ -28,17 +28,25 @@ from __future__ import annotations
 import datetime
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-__all__ = ["DirectGetter", "direct_getter"]
+from datamill.core.errors import CacheError
+
+__all__ = ["STREAM_CHUNK", "DirectGetter", "direct_getter"]
 
 TIMEOUT_S = 10
 """Seconds a request waits for the endpoint (to connect, and between reads of the body); then it
 is tried once more and the caller falls back to pyarrow's client (its own retries)."""
+STREAM_CHUNK = 256 << 10
+"""Bytes of each piece :meth:`DirectGetter.stream` gives (the last one excepted): obstore gathers
+the body's network reads into pieces this large, small enough to be reused by the allocator (a
+cold epoch's readers touched 8k new pages instead of 65k-90k with 1 MiB pieces or whole bodies)."""
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 _STORES: dict[tuple[DirectGetter, str], Any] = {}  # (getter, bucket) -> obstore S3Store
@@ -95,15 +103,9 @@ class DirectGetter:
                 )
             return store
 
-    def get(self, path: str, size: int) -> tuple[pa.Buffer, str | None]:
-        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its bytes, its
-        ETag).
-
-        Raises:
-            OSError: the endpoint answered with an error (refused, missing), could not be reached
-                (tried twice), the object does not have ``size`` bytes, or this process was forked
-                from one that used ``obstore`` (its runtime's threads are not here).
-        """
+    def _request(self, path: str, size: int, *, whole: bool) -> tuple[Any, str | None]:
+        """One GET of ``path``: (its body as one Arrow buffer when ``whole``, else in pieces,
+        :func:`_counted`; its ETag). Every failure is an ``OSError`` (see :meth:`get`)."""
         pid = os.getpid()
         with _STORES_LOCK:
             if not _RUNTIME_PID:
@@ -119,12 +121,85 @@ class DirectGetter:
             meta = got.meta
             if meta["size"] != size:
                 raise OSError(f"the object has {meta['size']} bytes, expected {size} (changed?)")
+            if not whole:
+                pieces = got.stream(min_chunk_size=STREAM_CHUNK)
+                return _counted(pieces, path, size, BaseError), meta.get("e_tag")
             data = pa.py_buffer(got.bytes())
         except (BaseError, OSError, ValueError, RuntimeError) as exc:
             raise OSError(f"GET {path} failed: {exc}") from exc
         if data.size != size:
             raise OSError(f"GET {path}: {data.size} bytes arrived, the object has {size}")
         return data, meta.get("e_tag")
+
+    def stream(self, path: str, size: int) -> tuple[Iterator[Any], str | None]:
+        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its body in pieces
+        of :data:`STREAM_CHUNK` bytes, buffer-protocol objects; its ETag).
+
+        The caller writes each piece where the bytes belong (the cache writes them into its file),
+        so no buffer of the whole object is allocated.
+
+        Raises:
+            OSError: as :meth:`get`, before the first piece or while they are read (the body broke
+                off, or had more or fewer than ``size`` bytes).
+        """
+        pieces: Iterator[Any]
+        pieces, etag = self._request(path, size, whole=False)
+        return pieces, etag
+
+    def write_into(
+        self, path: str, size: int, fd: int, *, digest: Any, where: Path
+    ) -> tuple[int, str | None]:
+        """GET the object ``path`` into the open file ``fd`` from offset 0, each piece written at
+        its place as it arrives and fed to ``digest`` (an ``xxhash`` hasher): (bytes, ETag).
+
+        The bytes land once, in the file's page cache (a copy of the cache decodes from its
+        mapping): no buffer of the whole object is allocated.
+
+        Raises:
+            OSError: the GET failed (:meth:`stream`). CacheError: the file could not be written
+                (``where`` names the cache folder).
+        """
+        pieces, etag = self.stream(path, size)
+        done = 0
+        for piece in pieces:
+            view = memoryview(piece)
+            try:
+                while view:
+                    n = os.pwrite(fd, view, done)
+                    view, done = view[n:], done + n
+            except OSError as exc:  # CacheError is no OSError: not taken for a failed GET
+                raise CacheError(f"cannot write the shard cache: {exc}", path=where) from exc
+            digest.update(piece)
+        return done, etag
+
+    def get(self, path: str, size: int) -> tuple[pa.Buffer, str | None]:
+        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its bytes, its
+        ETag).
+
+        Raises:
+            OSError: the endpoint answered with an error (refused, missing), could not be reached
+                (tried twice), the object does not have ``size`` bytes, or this process was forked
+                from one that used ``obstore`` (its runtime's threads are not here).
+        """
+        data: pa.Buffer
+        data, etag = self._request(path, size, whole=True)
+        return data, etag
+
+
+def _counted(pieces: Any, path: str, size: int, errors: type[Exception]) -> Iterator[Any]:
+    """``pieces`` of a body of ``size`` bytes, each failure (and a size other than ``size``) an
+    ``OSError``."""
+    got = 0
+    try:
+        for piece in pieces:
+            got += len(piece)
+            if got > size:
+                raise OSError(f"GET {path}: more than the object's {size} bytes arrived")
+            yield piece
+    except (errors, ValueError, RuntimeError) as exc:
+        raise OSError(f"GET {path} failed: {exc}") from exc
+    if got != size:
+        raise OSError(f"GET {path}: {got} bytes arrived, the object has {size}")
 
 
 def direct_getter(fs: pafs.FileSystem) -> DirectGetter | None:

@@ -15,11 +15,13 @@ The local cache (:class:`~datamill.core.objstore.ShardFileCache`, re-exported he
 checked:
 
 * a download's size must equal the object's and its Parquet footer must hold the expected rows;
-  the shard is decoded from the downloaded bytes, and a background thread at the lowest CPU priority
-  writes them to a temporary file beside the final name, renames it, and writes its sidecar JSON
-  (remote path, size, modification time, xxh3 of the content) last, atomically (``write_behind``:
-  at most 256 MiB wait in memory, beyond that a download writes its copy itself;
-  ``source.cache.flush()`` waits for the writes);
+  a direct S3 GET (:mod:`datamill.core.s3get`) is written into a temporary file beside the final
+  name as it arrives, and the shard is decoded from that file's mapping (the bytes land once, in
+  its page cache); through pyarrow the shard is decoded from the downloaded bytes and a background
+  thread at the lowest CPU priority writes them (``write_behind``: at most 256 MiB wait in memory,
+  beyond that a download writes its copy itself; ``source.cache.flush()`` waits for the writes);
+  either way the file is renamed and its sidecar JSON (remote path, size, modification time, xxh3
+  of the content) written last, atomically;
 * a cached file counts only when its sidecar exists and matches the object, and its content hashes
   to the recorded value when it is read (a truncated or corrupt copy is downloaded again);
 * the cache holds at most ``cache_limit`` bytes: least recently used files are evicted first (never
@@ -170,7 +172,7 @@ class RemoteParquetSource(SchemaColumns):
             self.fs,
             cache_dir if cache_dir is not None else default_cache_dir(),
             cache_limit=cache_limit,
-            write_behind=True,  # decoded from the download; the copy written in the background
+            write_behind=True,  # through pyarrow: the copy written in the background
         )
         _preload_in_background()  # while the footers download
         self._footers_recorded = False  # row counts from the record, not the objects
