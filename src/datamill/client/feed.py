@@ -61,8 +61,7 @@ ACK_FLUSH_S = 0.05
 ACK_IDLE_S = 0.25
 """With :attr:`LeaseFeed.piggyback`: seconds without a lease request carrying acknowledgements after
 which the ack thread sends the pending ones itself (it also sends them at once when the loop waits
-for an answer, or when nearly a window is pending: all but a sixteenth of a window of 128 or more,
-else three quarters)."""
+for an answer, or when three quarters of the window are pending)."""
 MAX_QUERY_ACKS = 64
 """Ack ranges a lease request carries at most (the server's bound on ``?ack=``)."""
 _TTL = TTL_HEADER.lower()  # a reply's headers are read lower-cased
@@ -150,12 +149,6 @@ def ack_ranges(acks: Any) -> list[list[Any]]:
     return out
 
 
-def _send_at(window: int) -> int:
-    """With piggyback: the acks pending (not in flight) at which a woken ack thread sends them
-    itself, for an ``ack_window`` of ``window`` (see :class:`LeaseFeed`)."""
-    return window - window // 16 if window >= 128 else window * 3 // 4
-
-
 class LeaseFeed:
     """The fetch, ack and heartbeat threads of one epoch of ``loader``.
 
@@ -207,17 +200,15 @@ class LeaseFeed:
         self.in_flight: set[tuple[str, str, int]] = set()
         # static mode, a window > 1: the acks consumed ride on the lease requests (one request
         # and one journal transaction a lease instead of an ack request every few batches); the
-        # ack threads send what waits longer than ACK_IDLE_S, nearly a window (``_send_at``), or
-        # what the loop waits for. Dynamic mode does not: there an ``already`` answer reads as a
-        # lease finished by another client, so a batch's acknowledgement has one sender at a time.
+        # ack threads send what waits longer than ACK_IDLE_S, half a window, or what the loop
+        # waits for. Dynamic mode does not: there an ``already`` answer reads as a lease finished
+        # by another client, so a batch's acknowledgement has one sender at a time.
         self.piggyback = self.ack_window > 1 and loader.mode == "static"
         # a woken ack thread sends once this many acks are pending (a quarter of the window: fewer
-        # requests, each a journal transaction on the server), or when the loop waits for one.
-        # With piggyback the lease requests carry them: all but a sixteenth of a window of 128 or
-        # more (its leases hold three quarters of it), so the ack thread does not race the lease
-        # request for them (each request it adds costs the server ~1.4 ms of CPU); three quarters
-        # of a smaller window, whose leases (64 batches at least) do not carry acks often enough
-        self.send_at = max(1, _send_at(self.ack_window) if self.piggyback else self.ack_window // 4)
+        # requests, each a journal transaction on the server; three quarters with piggyback, where
+        # a lease of half the window carries them, so the ack thread does not race the lease
+        # request for them), or when the loop waits for one
+        self.send_at = max(1, self.ack_window * 3 // 4 if self.piggyback else self.ack_window // 4)
         self.loop_waits = False
         self.carried_at = 0.0  # monotonic time of the last lease request that carried acks
         self._threads: list[threading.Thread] = []
@@ -391,7 +382,7 @@ class LeaseFeed:
         """Static mode, one slot: every position of the rank's queue is leased to this client and
         the loop still holds leases it has not finished. A request now would only be answered
         ``409`` (the rest is held, by this client); the acknowledgements of those leases go with
-        the ack threads (at nearly a window, ``_send_at``; when the loop waits; within
+        the ack threads (at three quarters of the window, when the loop waits, within
         :data:`ACK_IDLE_S`) and with the request the fetch thread sends once the loop finished every
         lease (answered ``204``, or a lease re-issued after an expiry)."""
         loader = self.loader

@@ -185,24 +185,22 @@ class Leases:
     def sized_for(self, transport: str, *, ack_window: int = 1, batch_size: int = 1) -> Leases:
         """These leases with a size when neither ``size`` nor ``nbytes`` is given: what a loader
         of ``transport`` creates its iteration with (:func:`lease_args`). A static direct loader
-        with a wide ``ack_window`` takes leases of three quarters of its window (at most 1,024
-        batches and :data:`~datamill.core.wire.MAX_LEASE_SAMPLES` samples), so the acknowledgements
-        riding on each lease request keep its window open: one request per three quarters of a
-        window instead of a lease request and an ack request (each request costs the server about
-        1.4 ms of CPU that a client sharing its cores loses: half-window leases made a 256-window
-        epoch 72 requests, three-quarter ones 52, ``benchmarks/RESULTS.md``).
+        with a wide ``ack_window`` takes leases of half its window (at most 1,024 batches and
+        :data:`~datamill.core.wire.MAX_LEASE_SAMPLES` samples), so the acknowledgements riding on
+        each lease request keep its window open: one request per half window instead of a lease
+        request and an ack request.
 
         Examples:
             >>> Leases().sized_for("direct").size, Leases().sized_for("built").nbytes
             (64, 8388608)
             >>> Leases().sized_for("direct", ack_window=256).size
-            192
+            128
         """
         if self.size is not None or self.nbytes is not None:
             return self
         sizes = lease_args(transport, None)
         if transport == "direct" and self.mode == "static":
-            cap = min(1024, ack_window * 3 // 4, MAX_LEASE_SAMPLES // max(1, batch_size))
+            cap = min(1024, ack_window // 2, MAX_LEASE_SAMPLES // max(1, batch_size))
             sizes["lease_size"] = max(LEASE_SIZE, cap)
         return dataclasses.replace(self, size=sizes["lease_size"], nbytes=sizes["lease_bytes"])
 
