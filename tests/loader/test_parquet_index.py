@@ -218,7 +218,7 @@ def _child_reads(fs: pafs.S3FileSystem, path: str, folder: Path, out: Any) -> No
     """In a forked child: the direct GET refuses at once; the cache reads through pyarrow."""
     getter = direct_getter(fs)
     try:
-        getter.get(path, 1) if getter is not None else None
+        getter.stream(path, 1) if getter is not None else None
         refused = False
     except OSError as exc:
         refused = "fork" in str(exc)

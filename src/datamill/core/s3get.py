@@ -1,19 +1,20 @@
-"""Whole-object GETs from an S3-compatible endpoint without pyarrow's HEAD first, through obstore.
+"""GETs of whole objects from an S3-compatible endpoint without pyarrow's HEAD first, via obstore.
 
 pyarrow's ``S3FileSystem.open_input_file(path)`` sends a HEAD before every read (its Python API
 takes no known size), and its C++ client copies each response once more into the caller's buffer.
 :func:`direct_getter` gives, for an ``S3FileSystem`` configured with an explicit endpoint and keys
 (what :func:`~datamill.core.s3.s3_filesystem` builds from ``AWS_ENDPOINT_URL`` and the keys), a
-:class:`DirectGetter` whose :meth:`~DirectGetter.get` sends one GET through ``obstore`` (the Python
-bindings of Rust's ``object_store``: SigV4 signing, a pooled HTTP client, retries) and returns the
-body as an Arrow buffer without a copy; the size and the ETag come from the GET's own response.
+:class:`DirectGetter` whose :meth:`~DirectGetter.stream` sends one GET through ``obstore`` (the
+Python bindings of Rust's ``object_store``: SigV4 signing, a pooled HTTP client, retries) and gives
+the body in pieces that :meth:`~DirectGetter.write_into` writes straight into a cache file; the size
+and the ETag come from the GET's own response.
 Anything else (no endpoint, other credential sources, proxies, a custom CA file, virtual-host
 addressing, ``obstore`` not installed, ``DATAMILL_S3_DIRECT_GET=0``) gets ``None``: the caller
 reads through pyarrow as before.
 
 ``obstore`` runs its requests on a tokio runtime that does not survive ``fork``: in a process
-forked after its parent sent a GET through it, :meth:`DirectGetter.get` raises ``OSError`` at once
-(no request) and the caller reads through pyarrow.
+forked after its parent sent a GET through it, :meth:`DirectGetter.stream` raises ``OSError`` at
+once (no request) and the caller reads through pyarrow.
 
 On a SeaweedFS on loopback, 100 objects of 6.2 MB with 6 threads: 100 requests (pyarrow's
 ``open_input_file`` + ``readinto``: 200) and 0.36-0.45 s of client CPU, against 0.23-0.31 s for
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from datamill.core.errors import CacheError
@@ -103,9 +103,19 @@ class DirectGetter:
                 )
             return store
 
-    def _request(self, path: str, size: int, *, whole: bool) -> tuple[Any, str | None]:
-        """One GET of ``path``: (its body as one Arrow buffer when ``whole``, else in pieces,
-        :func:`_counted`; its ETag). Every failure is an ``OSError`` (see :meth:`get`)."""
+    def stream(self, path: str, size: int) -> tuple[Iterator[Any], str | None]:
+        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its body in pieces
+        of :data:`STREAM_CHUNK` bytes, buffer-protocol objects; its ETag).
+
+        The caller writes each piece where the bytes belong (the cache writes them into its file),
+        so no buffer of the whole object is allocated.
+
+        Raises:
+            OSError: the endpoint answered with an error (refused, missing), could not be reached
+                (tried twice), the object does not have ``size`` bytes, or this process was forked
+                from one that used ``obstore`` (its runtime's threads are not here); or, while the
+                pieces are read, the body broke off or had more than ``size`` bytes.
+        """
         pid = os.getpid()
         with _STORES_LOCK:
             if not _RUNTIME_PID:
@@ -121,30 +131,10 @@ class DirectGetter:
             meta = got.meta
             if meta["size"] != size:
                 raise OSError(f"the object has {meta['size']} bytes, expected {size} (changed?)")
-            if not whole:
-                pieces = got.stream(min_chunk_size=STREAM_CHUNK)
-                return _counted(pieces, path, size, BaseError), meta.get("e_tag")
-            data = pa.py_buffer(got.bytes())
+            pieces = got.stream(min_chunk_size=STREAM_CHUNK)
         except (BaseError, OSError, ValueError, RuntimeError) as exc:
             raise OSError(f"GET {path} failed: {exc}") from exc
-        if data.size != size:
-            raise OSError(f"GET {path}: {data.size} bytes arrived, the object has {size}")
-        return data, meta.get("e_tag")
-
-    def stream(self, path: str, size: int) -> tuple[Iterator[Any], str | None]:
-        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its body in pieces
-        of :data:`STREAM_CHUNK` bytes, buffer-protocol objects; its ETag).
-
-        The caller writes each piece where the bytes belong (the cache writes them into its file),
-        so no buffer of the whole object is allocated.
-
-        Raises:
-            OSError: as :meth:`get`, before the first piece or while they are read (the body broke
-                off, or had more or fewer than ``size`` bytes).
-        """
-        pieces: Iterator[Any]
-        pieces, etag = self._request(path, size, whole=False)
-        return pieces, etag
+        return _counted(pieces, path, size, BaseError), meta.get("e_tag")
 
     def write_into(
         self, path: str, size: int, fd: int, *, digest: Any, where: Path
@@ -171,19 +161,6 @@ class DirectGetter:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=where) from exc
             digest.update(piece)
         return done, etag
-
-    def get(self, path: str, size: int) -> tuple[pa.Buffer, str | None]:
-        """GET the object ``path`` (``bucket/key``), ``size`` bytes expected: (its bytes, its
-        ETag).
-
-        Raises:
-            OSError: the endpoint answered with an error (refused, missing), could not be reached
-                (tried twice), the object does not have ``size`` bytes, or this process was forked
-                from one that used ``obstore`` (its runtime's threads are not here).
-        """
-        data: pa.Buffer
-        data, etag = self._request(path, size, whole=True)
-        return data, etag
 
 
 def _counted(pieces: Any, path: str, size: int, errors: type[Exception]) -> Iterator[Any]:
