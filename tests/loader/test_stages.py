@@ -310,3 +310,71 @@ def test_an_epochs_build_reader_takes_the_plans_shard_figures(
     used = fast.by_first
     assert fast.first[used].tolist() == slow.first[used].tolist()
     assert fast.last.tolist() == slow.last.tolist()
+
+
+@settings(max_examples=25)
+@given(
+    sizes=st.lists(st.integers(1, 9), min_size=1, max_size=14),
+    seed=st.integers(0, 50),
+    window=st.integers(1, 4),
+    batch=st.integers(1, 12),
+    prefetch=st.integers(1, 3),
+)
+def test_a_split_read_fetches_the_next_window_and_decodes_a_shard_only_when_near(
+    sizes: list[int], seed: int, window: int, batch: int, prefetch: int
+) -> None:
+    """A cache given ``fetch`` (a remote source's download, then its decode) downloads the next
+    window ahead but decodes a shard only once a scheduled batch needs it or it is within
+    ``prefetch``: the same tables, each shard fetched and decoded once."""
+    from collections import Counter
+
+    from datamill.loader.cache import BuildReader, read_target
+
+    tables = {k: pa.table({"k": [k] * n}) for k, n in enumerate(sizes)}
+    fetched, decoded = Counter[int](), Counter[int]()
+
+    def fetch(k: int) -> int:
+        fetched[k] += 1
+        return k
+
+    def decode(k: int, got: int) -> pa.Table:
+        assert got == k
+        decoded[k] += 1
+        return tables[k]
+
+    cache = ShardCache(tables.__getitem__, threads=2, fetch=(fetch, decode))
+    plan = EpochPlan.make(
+        np.asarray(sizes),
+        seed=seed,
+        epoch=0,
+        shuffle=True,
+        window=window,
+        rank=0,
+        world_size=1,
+        drop_last=False,
+        batch_size=batch,
+    )
+    every = np.arange(plan.total_batches, dtype=np.int64)
+    cache.open()
+    reader = BuildReader(cache, plan, every, prefetch=prefetch, ahead_window=window)
+    ahead = 0
+    for b in every.tolist():
+        reader.schedule_upto(b)
+        needed = int((reader.first[reader.by_first] <= b).sum())
+        released = int((reader.last[reader.by_last] < b).sum())
+        due = reader.by_first[: needed + prefetch].tolist()
+        assert set(cache._loaded) <= set(due)  # decoded: needed or within prefetch
+        ahead = max(  # what the reader has read so far (a target may fall as shards go)
+            ahead,
+            read_target(len(reader.by_first), needed, released, prefetch=prefetch, window=window),
+        )
+        held = set(reader.by_first[:ahead].tolist()) - set(reader.by_last[:released].tolist())
+        assert set(cache._loaded) | set(cache._fetched) == held  # the next window fetched
+        for k in np.flatnonzero((reader.first <= b) & (reader.last >= b)).tolist():
+            assert reader.get(k).equals(tables[k])
+        reader.release_upto(b)
+    reader.close()
+    cache.finish()
+    used = reader.by_first.tolist()
+    assert fetched == decoded == Counter(used) and cache.reads == len(used)
+    assert cache.in_memory == 0
