@@ -58,29 +58,14 @@ class Builds(ServiceBase):
     holds the attributes and the plans)."""
 
     def _read_shard(self, k: int) -> pa.Table:
-        return self._checked(k, lambda: self.source.read_shard(k, columns=self.columns))
-
-    def _fetch_shard(self, k: int) -> Any:
-        """Shard ``k`` downloaded (a source with ``fetch_shard``; see :meth:`_decode_shard`)."""
-        return self._wrapped(k, lambda: self.source.fetch_shard(k))  # type: ignore[attr-defined]
-
-    def _decode_shard(self, k: int, fetched: Any) -> pa.Table:
-        decode = self.source.decode_shard  # type: ignore[attr-defined]
-        return self._checked(k, lambda: decode(k, fetched, columns=self.columns))
-
-    def _wrapped(self, k: int, read: Callable[[], Any]) -> Any:
-        """``read()``, a source's own failure named by shard."""
         try:
-            return read()
+            table = self.source.read_shard(k, columns=self.columns)
         except DatamillError:
             raise
         except Exception as exc:  # a source's own failure: name the shard
             raise DataFileError(
                 f"reading shard {k} failed: {type(exc).__name__}: {exc}", shard=k
             ) from exc
-
-    def _checked(self, k: int, read: Callable[[], pa.Table]) -> pa.Table:
-        table: pa.Table = self._wrapped(k, read)
         if table.num_rows != int(self.sizes[k]):
             raise DataFileError(
                 f"expected {int(self.sizes[k])} rows (shard_sizes()), got {table.num_rows}",

@@ -72,14 +72,6 @@ def read_target(shards: int, needed: int, released: int, *, prefetch: int, windo
     return target
 
 
-def _decode_fetched(
-    decode: Callable[[int, Any], pa.Table], fetched: Future[Any], k: int
-) -> pa.Table:
-    """Shard ``k`` decoded from what its fetch (submitted to the same pool before) gave."""
-    data = fetched.result()
-    return _read_contiguous(lambda j: decode(j, data), k)
-
-
 def _read_contiguous(read: Callable[[int], pa.Table], k: int) -> pa.Table:
     """Shard ``k`` with one chunk per column, combined here in the reader thread, once per read.
 
@@ -174,11 +166,6 @@ class ShardCache:
             :class:`KeptBytes` budget shared with other caches: the most recently released shards
             stay while they fit (a server's build worker keeps every shard of a dataset that fits,
             so a new epoch's order reads nothing again). Defaults to ``0``.
-        fetch: ``(fetch, decode)`` with ``read(k) == decode(k, fetch(k))`` (a remote source's
-            download, then its Parquet decode): :meth:`fetch` then only downloads a shard, and
-            :meth:`load` decodes it, so a build reading the next window ahead holds it as the
-            downloaded files and decodes each shard only when its window is near. Defaults to
-            ``None`` (:meth:`fetch` loads).
 
     Examples:
         >>> cache = ShardCache(lambda k: pa.table({"k": [k]}))
@@ -203,11 +190,8 @@ class ShardCache:
         threads: int = 2,
         keep: int = 0,
         keep_bytes: int | KeptBytes = 0,
-        fetch: tuple[Callable[[int], Any], Callable[[int, Any], pa.Table]] | None = None,
     ) -> None:
         self._read, self._threads, self._keep = read, max(1, int(threads)), max(0, int(keep))
-        self._split = fetch
-        self._fetched: dict[int, Future[Any]] = {}  # claimed and downloaded (or downloading) only
         self._budget = (
             keep_bytes
             if isinstance(keep_bytes, KeptBytes)
@@ -232,12 +216,7 @@ class ShardCache:
     @property
     def in_memory(self) -> int:
         """Shards held now (loaded, loading or kept)."""
-        return len(self._loaded) + len(self._kept) + len(self._extra) + len(self._fetched)
-
-    @property
-    def splits(self) -> bool:
-        """Whether :meth:`fetch` only downloads (a ``fetch`` pair was given)."""
-        return self._split is not None
+        return len(self._loaded) + len(self._kept) + len(self._extra)
 
     def open(self) -> None:
         """A build starts (the pool is created for the first active build)."""
@@ -264,21 +243,6 @@ class ShardCache:
             for k in shards:
                 self._refs[k] = self._refs.get(k, 0) + 1
 
-    def fetch(self, k: int) -> None:
-        """Shard ``k`` (claimed) downloaded now, decoded by a later :meth:`load` (with no ``fetch``
-        pair: loaded now)."""
-        if self._split is None:
-            self.load(k)
-            return
-        with self._lock:
-            if k in self._loaded or k in self._fetched or k in self._kept or k in self._extra:
-                return
-            if self._pool is None:
-                raise RuntimeError("ShardCache.fetch outside an open build")
-            self._fetched[k] = self._pool.submit(self._split[0], k)
-            self.reads += 1
-            self.peak = max(self.peak, self.in_memory)
-
     def load(self, k: int) -> Future[pa.Table]:
         """Shard ``k`` (claimed) in memory, read now unless another build already has it."""
         with self._lock:
@@ -288,13 +252,8 @@ class ShardCache:
                 if fut is None:
                     if self._pool is None:
                         raise RuntimeError("ShardCache.load outside an open build")
-                    fetched = self._fetched.pop(k, None)
-                    if fetched is not None and self._split is not None:
-                        # decoded behind its download (submitted before it: no deadlock)
-                        fut = self._pool.submit(_decode_fetched, self._split[1], fetched, k)
-                    else:
-                        fut = self._pool.submit(_read_contiguous, self._read, k)
-                        self.reads += 1
+                    fut = self._pool.submit(_read_contiguous, self._read, k)
+                    self.reads += 1
                 else:
                     self.reused += 1
                 self._loaded[k] = fut
@@ -329,9 +288,6 @@ class ShardCache:
                 self._refs[k] = left
                 return
             del self._refs[k]
-            fetched = self._fetched.pop(k, None)
-            if fetched is not None:
-                fetched.cancel()
             fut = self._loaded.pop(k, None)
             if fut is None:
                 return
@@ -399,8 +355,7 @@ class BuildReader:
             self.by_first, self.by_last = plan.by_first, plan.by_last
         else:
             self._shards_of(plan, batches)
-        self._next_first = 0  # into by_first: shards loaded (or only fetched)
-        self._next_decoded = 0  # into by_first: shards loaded
+        self._next_first = 0  # into by_first: shards loaded
         self._needed = 0  # into by_first: shards the batches scheduled so far need
         self._next_last = 0  # into by_last: shards released
         self._lock = threading.Lock()
@@ -450,22 +405,10 @@ class BuildReader:
                 prefetch=self.prefetch,
                 window=self.ahead_window,
             )
-            # with a cache that splits reads, shards past ``prefetch`` are only downloaded: the
-            # next window is held as its files and each shard decoded when it is near
-            splits = self.cache.splits
             while self._next_first < target:
-                k = int(by_first[self._next_first])
-                if splits:
-                    self.cache.fetch(k)
-                else:
-                    self.cache.load(k)
+                self.cache.load(int(by_first[self._next_first]))
                 self._next_first += 1
                 self.shards_read += 1
-            # the shards needed, and ``prefetch`` more, decoded (a window is decoded as it starts)
-            due = min(target, self._needed + self.prefetch) if splits else 0
-            while self._next_decoded < due:
-                self.cache.load(int(by_first[self._next_decoded]))
-                self._next_decoded += 1
             self.peak = max(self.peak, self.cache.in_memory)
 
     def get(self, k: int) -> pa.Table:

@@ -336,18 +336,6 @@ class RemoteParquetSource(SchemaColumns):
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
         """File ``index`` (from the local cache, downloaded and checked first if needed)."""
         cols = check_read_args(self, index, columns, path=self.url)
-        return decode_parquet(self.fetch_shard(index), cols)
-
-    def decode_shard(
-        self, index: int, fetched: pa.Buffer, *, columns: Sequence[str] | None = None
-    ) -> pa.Table:
-        """File ``index`` decoded from what :meth:`fetch_shard` gave: ``read_shard`` in two steps,
-        so a loader holds the shards it reads ahead as their files, decoding each when near."""
-        return decode_parquet(fetched, check_read_args(self, index, columns, path=self.url))
-
-    def fetch_shard(self, index: int) -> pa.Buffer:
-        """File ``index``'s bytes (its local copy mapped; downloaded and checked first)."""
-        check_read_args(self, index, None, path=self.url)
         info, rows = self.infos[int(index)], int(self._sizes[int(index)])
 
         def check(data: pa.Buffer) -> None:
@@ -361,10 +349,12 @@ class RemoteParquetSource(SchemaColumns):
                 raise self._rows_differ(info, got=got, rows=rows)
 
         if self.xxh3 is not None:  # the index's content hash: the rows are the indexed ones
-            return self.cache.read_buffer(info.path, info=info, xxh3=self.xxh3[int(index)])
-        return self.cache.read_buffer(
-            info.path, info=info, check=check, etag=self.etags[int(index)]
-        )
+            data = self.cache.read_buffer(info.path, info=info, xxh3=self.xxh3[int(index)])
+        else:
+            data = self.cache.read_buffer(
+                info.path, info=info, check=check, etag=self.etags[int(index)]
+            )
+        return decode_parquet(data, cols)
 
     def expect_reads(self, shards: Sequence[int]) -> None:
         """The shards a build reads next, in order: a bounded cache evicts in that plan's order."""

@@ -286,14 +286,8 @@ class BatchService(Resumes, Builds):
         self._plans: dict[tuple[int, int, int, Elastic], EpochPlan] = {}
         # warmup reads the next window while one is consumed: more reads in flight (parallel GETs)
         threads = min(MAX_READS, max(self.reads, self.workers.prefetch))
-        # a remote source downloads the next window ahead and decodes each shard when it is near
-        split = callable(getattr(self.source, "fetch_shard", None))
         self._cache = ShardCache(
-            self._read_shard,
-            threads=threads,
-            keep=self.cache_shards,
-            keep_bytes=self.cache_bytes,
-            fetch=(self._fetch_shard, self._decode_shard) if split else None,
+            self._read_shard, threads=threads, keep=self.cache_shards, keep_bytes=self.cache_bytes
         )
         self._totals = Accounting(max_errors=None)
         self._builds = self._active = 0
