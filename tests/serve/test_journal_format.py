@@ -12,8 +12,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from datamill.serve.journal.schema import DB_NAME, SCHEMA_VERSION, SEALED, StateError
+from datamill.serve.journal.schema import DB_NAME, SCHEMA_VERSION, SEALED, StateError, seal
 from datamill.serve.journal.store import Journal
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "serve"
@@ -102,3 +104,11 @@ def test_a_journal_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(StateError, match="newer datamill"):
         Journal(tmp_path)
+
+
+@given(st.integers(-(10**300), 10**300), st.integers(-(1 << 53), 1 << 53))
+def test_a_seal_reads_an_int_as_the_float_it_is_stored_as(n: int, exact: int) -> None:
+    # an int is covered as the text of float(int) (".17g"), however the seal formats it
+    for v in (n, exact):
+        assert seal("it", v, None) == seal("it", format(float(v), ".17g"), None)
+    assert seal(exact) == seal(float(exact))

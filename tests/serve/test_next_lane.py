@@ -145,7 +145,7 @@ def test_the_lane_serves_next_itself(
     assert calls == ["/api/v1/iterations/nope/next"]  # the app with the lane only
 
 
-@given(st.text(alphabet="ab=&%+;c2F\u00e9 ", max_size=40))
+@given(st.text(alphabet="ab=&%+;c2F36Dd\u00e9 ", max_size=40))  # %26, %3D: escaped & and =
 def test_the_lanes_query_reading_is_starlettes(query: str) -> None:
     from starlette.datastructures import QueryParams
 
