@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from datamill.client.http import Http, RemoteError, Response
 from datamill.client.options import Transport
+from datamill.core.ragged import runs
 from datamill.core.wire import SESSION_HEADER, TTL_HEADER
 
 __all__ = [
@@ -132,21 +133,9 @@ def ack_ranges(acks: Any) -> list[list[Any]]:
             by_lease[lid] = (fence, [pos])
         else:
             held[1].append(pos)
-    out: list[list[Any]] = []
-    for lid in sorted(by_lease):
-        fence, found = by_lease[lid]
-        ps = sorted(set(found))
-        if ps[-1] - ps[0] == len(ps) - 1:  # the common case: a lease's consecutive batches
-            out.append([lid, fence, ps[0], ps[-1] + 1])
-            continue
-        start = prev = ps[0]
-        for p in ps[1:]:
-            if p != prev + 1:
-                out.append([lid, fence, start, prev + 1])
-                start = p
-            prev = p
-        out.append([lid, fence, start, prev + 1])
-    return out
+    return [
+        [lid, by_lease[lid][0], a, b] for lid in sorted(by_lease) for a, b in runs(by_lease[lid][1])
+    ]
 
 
 class LeaseFeed:

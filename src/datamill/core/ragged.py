@@ -101,12 +101,19 @@ def runs(units: Iterable[int] | NDArray[np.int64]) -> list[tuple[int, int]]:
             stops = u[np.concatenate([cut - 1, [len(u) - 1]])]
             return [(int(a), int(b) + 1) for a, b in zip(starts, stops)]
         units = units.tolist()  # Python ints at once, not a numpy scalar per unit
+    vs = sorted(set(units))  # ints, or numpy integers (made ints in the runs returned)
+    if not vs:
+        return []
+    if vs[-1] - vs[0] == len(vs) - 1:  # consecutive ids (a lease's acknowledged batches): one run
+        return [(int(vs[0]), int(vs[-1]) + 1)]
     out: list[tuple[int, int]] = []
-    for v in sorted(int(x) for x in units):
-        if out and out[-1][1] >= v:  # the next unit, or one seen already
-            out[-1] = (out[-1][0], max(out[-1][1], v + 1))
-        else:
-            out.append((v, v + 1))
+    start = prev = vs[0]
+    for v in vs[1:]:
+        if v != prev + 1:
+            out.append((int(start), int(prev) + 1))
+            start = v
+        prev = v
+    out.append((int(start), int(prev) + 1))
     return out
 
 
