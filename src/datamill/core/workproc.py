@@ -320,9 +320,13 @@ class Slots:
     def release(self, k: int, *, keep: bool = False) -> None:
         """The parent let go of one result of slot ``k``: free once none is left (unless
         ``keep``)."""
-        left = self.users.get(k, 1) - 1
-        self.users[k] = left
-        if left <= 0 and not keep and k < len(self.slots):
+        self.users[k] = self.users.get(k, 1) - 1
+        if not keep:
+            self.settle(k)
+
+    def settle(self, k: int) -> None:
+        """Slot ``k`` is free again once the parent holds none of its results."""
+        if self.users.get(k, 0) <= 0 and k < len(self.slots):
             self.free.add(k)
 
     def drop(self) -> None:

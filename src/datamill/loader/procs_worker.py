@@ -147,8 +147,7 @@ class _Worker:
     def close_blocks(self) -> None:
         """Every placed block is handed over (or abandoned): its slot frees with its batches."""
         for k in self.open:
-            if self.slots.users.get(k, 0) <= 0 and k < len(self.slots.slots):
-                self.slots.free.add(k)
+            self.slots.settle(k)
         self.open = set()
 
     def reserve(self, n: int) -> tuple[int, np.ndarray] | None:
