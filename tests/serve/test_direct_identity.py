@@ -116,8 +116,8 @@ def test_an_epoch_rereads_the_copy_only_when_a_files_stat_moved(
     not read again; a file rewritten since is checked by content (and refused), as is every file
     while one changed within the racy interval."""
     from datamill.client import direct
-    from datamill.core.fingerprint import fingerprint_obj
     from datamill.core.identity import content_identity
+    from datamill.loader.runs import SERVICE_FIELDS, service_key
 
     copy = tmp_path / "copy"
     ShardsetDataset.create(copy, _table(1.0), uid="uid", shardset="main", shard_size=100)
@@ -132,9 +132,9 @@ def test_an_epoch_rereads_the_copy_only_when_a_files_stat_moved(
         check(*args, **kwargs)
 
     monkeypatch.setattr(identity, "check_identity", counted)
-    cfg = dict.fromkeys(direct._ORDER, 0)
+    cfg = dict.fromkeys((*SERVICE_FIELDS, "plan_world"), 0)
     builds = direct.DirectBuilds(cache_dir=None, cache_limit=0)
-    builds._service = (fingerprint_obj([cfg[k] for k in direct._ORDER]), None)
+    builds._service = (service_key(cfg, 0), None)
     builds._checked = (str(copy), ident)
     assert direct._stamp(str(copy), ident) is None  # just written: racy, read by content
     assert builds.recheck(cfg, name="d") and len(reads) == 1

@@ -17,21 +17,10 @@ from typing import Any
 from datamill.client.http import Client
 from datamill.core.wire import parse_runs
 from datamill.loader.collate import resolve_collate
-from datamill.loader.runs import RunStream, as_table, service_for
+from datamill.loader.runs import RunStream, as_table, service_for, service_key
 
 __all__ = ["DirectBuilds"]
 
-_ORDER = (
-    "dataset",
-    "batch_size",
-    "seed",
-    "shuffle",
-    "columns",
-    "drop_last",
-    "window",
-    "plan_world",
-)
-"""The iteration config's keys that decide the batch service (one is opened per distinct value)."""
 _RACY_NS = 2_000_000_000
 """A local copy with a file changed less than this long (ns) before its check is checked by content
 again at the next epoch: a second change within the clock's tick may leave its ctime as it was."""
@@ -102,11 +91,9 @@ class DirectBuilds:
             DataFileError: the copy is not the data the server registered (naming the dataset, the
                 file, what was recorded and what was found).
         """
-        from datamill.core.fingerprint import fingerprint_obj
-
-        key = fingerprint_obj([cfg[k] for k in _ORDER])
+        key = service_key(cfg, cfg["plan_world"])
         if self._service is not None and self._service[0] == key:
-            self.recheck(cfg, name=name)  # a new epoch: checked again
+            self.recheck(cfg, name=name, key=key)  # a new epoch: checked again
             return self._service[1]
         pre, self._pre = self._pre, None
         if pre is not None and pre[0] == str(cfg["dataset"]):  # opened during the join
@@ -156,21 +143,23 @@ class DirectBuilds:
         except Exception:  # noqa: BLE001 - open() asks, checks and opens again, and raises there
             self._pre = None
 
-    def recheck(self, cfg: Mapping[str, Any], *, name: str) -> bool:
+    def recheck(self, cfg: Mapping[str, Any], *, name: str, key: str | None = None) -> bool:
         """A new epoch: the open copy checked again against its identity (a local location),
         when the service open is the one of ``cfg``; whether it is (``False``: :meth:`open` opens
         the service of ``cfg`` and checks its copy then). :meth:`open` calls it. The files are read
         again only when one's inode, size, mtime or ctime moved since the last check, or it had
         changed within 2 s of it (a stat each: 300 footer reads took 8-9 ms an epoch).
 
+        ``key``: the service key of ``cfg`` when the caller has it.
+
         Raises:
             DataFileError: the copy is not the data the server registered.
         """
-        from datamill.core.fingerprint import fingerprint_obj
         from datamill.core.identity import check_identity
         from datamill.core.objstore import is_remote
 
-        if self._service is None or self._service[0] != fingerprint_obj([cfg[k] for k in _ORDER]):
+        key = key or service_key(cfg, cfg["plan_world"])
+        if self._service is None or self._service[0] != key:
             return False
         location, identity = self._checked
         if identity is not None and not is_remote(location):

@@ -34,6 +34,7 @@ from datamill.loader.options import Batching
 from datamill.loader.service import BatchService
 
 __all__ = [
+    "SERVICE_FIELDS",
     "RunAhead",
     "RunStream",
     "Split",
@@ -43,6 +44,7 @@ __all__ = [
     "build_runs",
     "close_iterator",
     "service_for",
+    "service_key",
     "worker_budget",
     "worker_cache_bytes",
 ]
@@ -162,6 +164,28 @@ def as_batches(tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
     into a lease's Arrow IPC stream, so that direct and server-built batches are the same)."""
     schema = tables[0].schema
     return [as_batch(t, schema) for t in tables]
+
+
+SERVICE_FIELDS = ("dataset", "batch_size", "seed", "shuffle", "columns", "drop_last", "window")
+"""An iteration config's fields that decide its batch service (:func:`service_for`): one service
+serves every epoch of them, wherever it is built (the server's catalog and build workers, a direct
+client)."""
+
+
+def service_key(cfg: Mapping[str, Any], *more: Any) -> str:
+    """The key of the batch service of ``cfg`` (its :data:`SERVICE_FIELDS`), with ``more`` values
+    that also tell services apart where it is kept (a build worker's dataset path, a direct
+    client's plan world size).
+
+    Examples:
+        >>> cfg = dict(dataset="d", batch_size=4, seed=0, shuffle=True, columns=None,
+        ...            drop_last=False, window=8, epoch=3)
+        >>> service_key(cfg) == service_key({**cfg, "epoch": 4}) != service_key(cfg, "/data/d")
+        True
+    """
+    from datamill.core.fingerprint import fingerprint_obj
+
+    return fingerprint_obj([cfg[k] for k in SERVICE_FIELDS] + list(more))
 
 
 def service_for(

@@ -22,7 +22,7 @@ from datamill.core.ragged import runs
 from datamill.core.state import check_resume_compat
 from datamill.core.wire import ID_PATTERN, MAX_LEASE_SAMPLES
 from datamill.loader import BatchService
-from datamill.loader.runs import service_for
+from datamill.loader.runs import SERVICE_FIELDS, service_for, service_key
 from datamill.serve.data.direct import ClientLocations
 from datamill.serve.http.auth import KeyStore
 from datamill.serve.journal.leases import (
@@ -48,7 +48,7 @@ __all__ = [
 _NAME_RE = re.compile(ID_PATTERN)
 MODES = ("dynamic", "static")
 _CREATOR_ONLY = ("base_done", "lease_size", "lease_timeout", "plan_world")
-_ORDER = ("dataset", "batch_size", "seed", "epoch", "shuffle", "columns", "drop_last", "window")
+_ORDER = (*SERVICE_FIELDS, "epoch")
 """An iteration's config fields its order depends on (a resumed iteration keeps them)."""
 
 
@@ -292,7 +292,7 @@ class Catalog:
 
     def service(self, cfg: Mapping[str, Any]) -> BatchService:
         """The batch service of a dataset and order config (created once)."""
-        key = fingerprint_obj({k: cfg[k] for k in _ORDER if k != "epoch"})  # every epoch's
+        key = service_key(cfg)  # every epoch's
         with self._lock:
             svc = self._services.get(key)
             if svc is None:

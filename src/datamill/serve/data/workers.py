@@ -24,6 +24,7 @@ from datamill.core.parallel import usable_cores
 from datamill.core.workpool import CallPool, answer_calls, hand
 from datamill.core.workproc import Slots, exec_args, worker_setup
 from datamill.loader.runs import (
+    SERVICE_FIELDS,
     RunAhead,
     RunStream,
     Split,
@@ -31,6 +32,7 @@ from datamill.loader.runs import (
     as_batches,
     build_runs,
     service_for,
+    service_key,
     worker_budget,
 )
 
@@ -38,7 +40,6 @@ __all__ = ["BuildPool", "default_build_workers", "ipc_stream"]
 
 _SERVICES: dict[str, Any] = {}  # in a worker: service key -> BatchService
 _CACHE_SHARDS: int | None = None
-_ORDER = ("dataset", "batch_size", "seed", "shuffle", "columns", "drop_last", "window")
 _MAX_CLIENTS = 4096
 _STREAMS: dict[str, Any] = {}  # in a worker: (service, epoch, plan, mode) -> RunStream
 _MAX_ITERATIONS = 8  # iterations (service and epoch) a worker follows at once
@@ -235,7 +236,7 @@ def _built(
 ) -> list[_Built]:
     from datamill.sources import open_source
 
-    key = fingerprint_obj([path] + [cfg[k] for k in _ORDER])
+    key = service_key(cfg, path)
     svc = _SERVICES.get(key)
     if svc is None:
         svc = _SERVICES[key] = service_for(
@@ -404,7 +405,7 @@ class BuildPool:
 
         The worker hands the bytes over in a shared-memory slot of its own when it can (one copy
         out here), else through the pipe."""
-        small = {k: cfg[k] for k in (*_ORDER, "epoch", "plan_world")}
+        small = {k: cfg[k] for k in (*SERVICE_FIELDS, "epoch", "plan_world")}
         small.update(mode=cfg.get("mode", "static"), lease_size=cfg.get("lease_size", 16))
         want = [(int(r), int(a), int(b)) for r, a, b in runs]
         n = len(self.workers.procs)
