@@ -14,8 +14,9 @@ router = APIRouter(prefix="/api/v1")
 
 
 @router.get("/health", dependencies=[requires("public")])
-def health(state: State) -> dict[str, Any]:
-    """Whether the server is up, and whether it wants keys."""
+async def health(state: State) -> dict[str, Any]:
+    """Whether the server is up, and whether it wants keys (read from memory: answered in the event
+    loop, not handed to a worker thread as a plain function would be)."""
     return {"ok": True, "boot": state.boot, "auth": state.auth}
 
 
