@@ -304,19 +304,11 @@ def seal(*values: Any) -> int:
         >>> seal("it", 0, 2, "l.1", 1.5, 1) == seal("it", 0.0, 2, "l.1", 1.5, 1)
         True
     """
-    text = "\x1f".join(map(_sealed_text, values))
+    text = "\x1f".join(
+        v if isinstance(v, str) else "\x00" if v is None else format(float(v), ".17g")
+        for v in values
+    )
     return zlib.crc32(text.encode("utf-8", "surrogatepass"))
-
-
-_EXACT = 1 << 53  # every int of at most this magnitude is a float exactly: ".17g" prints its digits
-
-
-def _sealed_text(v: Any) -> str:
-    """One covered value as :func:`seal` reads it (an exact int's digits without the float
-    round trip: the same text, for the journal's hottest writes)."""
-    if type(v) is int and -_EXACT <= v <= _EXACT:
-        return str(v)
-    return v if isinstance(v, str) else "\x00" if v is None else format(float(v), ".17g")
 
 
 def sealed(row: tuple[Any, ...]) -> tuple[Any, ...]:

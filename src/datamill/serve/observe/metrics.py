@@ -351,9 +351,6 @@ def registry_for(state: Catalog) -> CollectorRegistry:
     return reg
 
 
-_COUNTED_MAX = 1024  # label sets RequestMetrics remembers (more are looked up each time)
-
-
 class RequestMetrics:
     """ASGI middleware: a request id (``X-Request-Id``), requests counted by route template and
     status, and one log line for each 5xx answer (with the request id)."""
@@ -362,9 +359,6 @@ class RequestMetrics:
         self.app, self.telemetry = app, telemetry
         # request ids: unique, not secret (a random prefix per server process and a counter)
         self._ids, self._prefix = itertools.count(1), secrets.token_hex(4)
-        # each (route template, method, status)'s child of the counter, found once (the labels are
-        # bounded: templates, methods and statuses, not paths)
-        self._counted: dict[tuple[str, str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -389,17 +383,10 @@ class RequestMetrics:
             status, what["error"] = 500, f"{type(exc).__name__}: {exc}"[:500]
             raise
         finally:
-            key = (
-                str(getattr(scope.get("route"), "path", "unmatched")),
-                str(scope.get("method", "")),
-                str(status),
-            )
-            counter = self._counted.get(key)
-            if counter is None:
-                counter = self.telemetry.requests.labels(*key)
-                if len(self._counted) < _COUNTED_MAX:
-                    self._counted[key] = counter
-            counter.inc()
+            template = str(getattr(scope.get("route"), "path", "unmatched"))
+            self.telemetry.requests.labels(
+                template, str(scope.get("method", "")), str(status)
+            ).inc()
             if status >= 500:
                 path = str(scope.get("path", ""))[:200]
                 event(

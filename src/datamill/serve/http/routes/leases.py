@@ -101,21 +101,11 @@ def _parameters() -> list[dict[str, Any]]:
 def _params(query: bytes) -> dict[str, list[str]]:
     """A query string's fields as Starlette's ``QueryParams`` reads them (``parse_qsl`` with blank
     values kept), without building one (the lease route is the server's hottest path)."""
-    text = query.decode("latin-1")
-    low = text.lower()
-    if "%26" not in low and "%3d" not in low:  # no escaped '&' or '=': unquoted at once, the same
-        return _fields(unquote_plus(text).split("&"), unquoted=True)
-    return _fields(text.split("&"), unquoted=False)
-
-
-def _fields(parts: list[str], *, unquoted: bool) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for part in parts:
+    for part in query.decode("latin-1").split("&"):
         if part:
             name, _, value = part.partition("=")
-            if not unquoted:
-                name, value = unquote_plus(name), unquote_plus(value)
-            out.setdefault(name, []).append(value)
+            out.setdefault(unquote_plus(name), []).append(unquote_plus(value))
     return out
 
 
