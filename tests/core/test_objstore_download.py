@@ -67,7 +67,7 @@ def test_write_behind_serves_from_memory_and_writes_the_same_copies(
     monkeypatch.setattr(objstore, "WRITE_BEHIND_MAX", 100_000)
     objs = _objects(tmp_path, [30_000] * 6 + [0])
     hold, priority = threading.Event(), []
-    real_write = objstore._write_all
+    real_write = objstore.write_at
 
     def held(fd: int, data: memoryview) -> None:
         if threading.current_thread().name.startswith("datamill-cache-write"):
@@ -75,7 +75,7 @@ def test_write_behind_serves_from_memory_and_writes_the_same_copies(
             assert hold.wait(10)
         real_write(fd, data)
 
-    monkeypatch.setattr(objstore, "_write_all", held)
+    monkeypatch.setattr(objstore, "write_at", held)
     cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c", write_behind=True)
     got = [bytes(cache.read_buffer(p)) for p, _ in objs]
     assert got == [data for _, data in objs]
@@ -95,12 +95,12 @@ def test_write_behind_failed_write_leaves_the_file_uncached_and_bounded_cache_ev
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     objs = _objects(tmp_path, [20_000] * 4)
-    real_write = objstore._write_all
+    real_write = objstore.write_at
 
     def full(fd: int, data: memoryview) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(objstore, "_write_all", full)
+    monkeypatch.setattr(objstore, "write_at", full)
     cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c", write_behind=True)
 
     def read_and_flush() -> bytes:
@@ -112,7 +112,7 @@ def test_write_behind_failed_write_leaves_the_file_uncached_and_bounded_cache_ev
         got = read_and_flush()
     assert got == objs[0][1]  # the read itself succeeds
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == []  # nothing half-written
-    monkeypatch.setattr(objstore, "_write_all", real_write)
+    monkeypatch.setattr(objstore, "write_at", real_write)
     assert bytes(cache.read_buffer(objs[0][0])) == objs[0][1]
     assert cache.stats()["downloads"] == 2  # downloaded again, now cached
     # a bound of 2 copies: the writes finish, then the least recently used are evicted
@@ -132,13 +132,13 @@ def test_write_behind_in_a_forked_child_forgets_the_parents_waiting_copies(
 ) -> None:
     objs = _objects(tmp_path, [10_000] * 2)
     hold = threading.Event()
-    real_write = objstore._write_all
+    real_write = objstore.write_at
 
     def held(fd: int, data: memoryview) -> None:
         assert hold.wait(10)
         real_write(fd, data)
 
-    monkeypatch.setattr(objstore, "_write_all", held)
+    monkeypatch.setattr(objstore, "write_at", held)
     cache = ShardFileCache(pafs.LocalFileSystem(), tmp_path / "c", write_behind=True)
     assert bytes(cache.read_buffer(objs[0][0])) == objs[0][1]
     assert cache.flush(timeout=0.01) is False  # the parent's writer is held

@@ -46,6 +46,7 @@ from datamill.core.errors import (
     DataFileNotFoundError,
     DatamillError,
 )
+from datamill.core.output import write_at
 from datamill.core.s3 import s3_filesystem
 from datamill.core.s3get import DirectGetter, direct_getter
 from datamill.core.storage import filesystem_for, is_remote, split_url, storage_error
@@ -469,7 +470,7 @@ class ShardFileCache:
         try:
             try:
                 try:
-                    _write_all(fd, memoryview(data))
+                    write_at(fd, memoryview(data))
                 finally:
                     os.close(fd)
                 os.replace(tmp, self.dir / name)
@@ -520,7 +521,7 @@ class ShardFileCache:
             got, etag = self._into(remote, view)
             digest.update(view[:got])
             try:
-                _write_all(out.fileno(), view[:got])
+                write_at(out.fileno(), view[:got])
             except OSError as exc:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
             return got, digest.hexdigest(), etag
@@ -676,13 +677,6 @@ def _writer() -> ThreadPoolExecutor:
             )
             _WRITER[:] = [(os.getpid(), pool)]
         return _WRITER[0][1]
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    """``data`` written at the start of the file ``fd`` (``pwrite`` until every byte is)."""
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], done)
 
 
 def _mapped(f: Any, size: int) -> pa.Buffer:

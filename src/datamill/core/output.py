@@ -45,6 +45,7 @@ __all__ = [
     "clean_stale_temps",
     "find_litter",
     "is_datamill_output",
+    "write_at",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -394,6 +395,22 @@ def _refusal(out: Path, what: str) -> DataFileError:
         path=out,
         hint="choose another output path, or move it away yourself",
     )
+
+
+def write_at(fd: int, data: memoryview, offset: int = 0) -> int:
+    """``data`` written into the open file ``fd`` from ``offset`` (``pwrite`` until every byte is);
+    the offset after it.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryFile() as f:
+        ...     write_at(f.fileno(), memoryview(b"abc"), 2), os.pread(f.fileno(), 8, 0)
+        (5, b'\\x00\\x00abc')
+    """
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], offset + done)
+    return offset + done
 
 
 def _fsync_path(path: Path) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from datamill.core.errors import CacheError
+from datamill.core.output import write_at
 
 __all__ = ["STREAM_CHUNK", "DirectGetter", "direct_getter"]
 
@@ -152,11 +153,8 @@ class DirectGetter:
         pieces, etag = self.stream(path, size)
         done = 0
         for piece in pieces:
-            view = memoryview(piece)
             try:
-                while view:
-                    n = os.pwrite(fd, view, done)
-                    view, done = view[n:], done + n
+                done = write_at(fd, memoryview(piece), done)
             except OSError as exc:  # CacheError is no OSError: not taken for a failed GET
                 raise CacheError(f"cannot write the shard cache: {exc}", path=where) from exc
             digest.update(piece)
