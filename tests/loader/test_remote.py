@@ -283,6 +283,47 @@ def test_local_parquet_shards_are_decoded_into_the_jemalloc_pool_too(
         del got
 
 
+_REFAULTS = """
+import resource, sys, threading
+import pyarrow as pa
+if sys.argv[1] == "set":
+    pa.jemalloc_set_decay_ms(-1)
+from datamill.core.parquet import decode_pool
+pool = decode_pool()
+def shards(out):
+    for _ in range(20):  # 8 shards of 6 MiB decoded, each page written, then all freed
+        bufs = [pa.allocate_buffer(6 << 20, memory_pool=pool) for _ in range(8)]
+        for b in bufs:
+            view = memoryview(b).cast("B")
+            view[::4096] = bytes(len(view[::4096]))
+        del bufs
+    out.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt)
+faults = []
+for _ in range(2):  # the second thread's faults: pages taken after the pool is warm
+    t = threading.Thread(target=shards, args=(faults,)); t.start(); t.join()
+print(faults[1])
+"""
+
+
+def test_the_documented_jemalloc_setting_lets_decoded_shards_reuse_freed_pages() -> None:
+    # docs/loading.md: JE_ARROW_MALLOC_CONF in the environment keeps a freed shard's pages for the
+    # next ones; pyarrow's jemalloc_set_decay_ms does not (it reaches no arena of the pool). If a
+    # pyarrow changes either, this fails and the paragraph must change with it.
+    import os
+    import subprocess
+    import sys
+
+    def refaults(how: str, conf: str) -> int:
+        env = {**os.environ, "JE_ARROW_MALLOC_CONF": conf}
+        run = [sys.executable, "-c", _REFAULTS, how]
+        return int(subprocess.run(run, env=env, check=True, capture_output=True, text=True).stdout)
+
+    pages = 20 * 8 * (6 << 20) // 4096
+    assert refaults("", "") > pages // 10  # the default: many freed pages faulted in again
+    assert refaults("set", "") > pages // 10
+    assert refaults("", "dirty_decay_ms:-1,muzzy_decay_ms:-1") < pages // 100
+
+
 def test_cache_reads_where_files_cannot_be_mapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -420,7 +420,7 @@ class ShardFileCache:
             except OSError as exc:
                 raise CacheError(f"cannot write the shard cache: {exc}", path=self.dir) from exc
             try:
-                buf = pa.allocate_buffer(info.size)  # the default pool (jemalloc)
+                buf = pa.allocate_buffer(info.size)  # Arrow's default pool
                 got, now = self._into(remote, memoryview(buf).cast("B"))  # Arrow's format: "b"
                 data = buf.slice(0, got)
                 digest = xxhash.xxh3_128_hexdigest(data)

@@ -52,10 +52,11 @@ def open_parquet(
     A shard's decoded columns are the largest buffers an epoch allocates, one set per shard; the
     default pool (mimalloc) returns freed memory to the system within milliseconds, so each shard
     landed on fresh pages the kernel had to zero first (up to 40% of a binary epoch's CPU, and the
-    spread between runs: ``benchmarks/RESULTS.md``). jemalloc keeps freed pages for the next shard.
-    Only these reads use it (the process's default pool is not changed). ``ParquetFile`` takes no
-    memory pool and its reader does, so the reader is pyarrow's own class, opened as ``ParquetFile``
-    opens it; another pyarrow without it reads into the default pool.
+    spread between runs: ``benchmarks/RESULTS.md``). jemalloc keeps part of the freed pages for the
+    next shard, all of them when the process starts with ``JE_ARROW_MALLOC_CONF`` set as
+    ``docs/loading.md`` says. Only these reads use it (the process's default pool is not changed).
+    ``ParquetFile`` takes no memory pool and its reader does, so the reader is pyarrow's own class,
+    opened as ``ParquetFile`` opens it; another pyarrow without it reads into the default pool.
 
     Examples:
         >>> import io
