@@ -38,19 +38,20 @@ the epoch start (creating the iteration plus the first lease of the last rank), 
 the first epoch driven to its end (so it is evicted); and beside it the full-order way (an int64 per
 sample, as the server held each epoch before) at 10M samples, with the ratio.
 
-Datasets (``--datasets``, default both): ``loader`` above, and ``many``: **one shardset of 40
-Parquet shards**, 2M samples (``--many-samples``; uid, 16 float32, a label), the dataset issue #41
-measured direct mode on. Every run is ``--epochs`` epochs (default 3) in-process and served, and
-**every epoch** is reported with its ratio (epoch 0 of both opens the dataset: the in-process
-Loader's epoch 0 counts ``ShardsetDataset(path)``, as a client's first epoch counts its join and
-open; the in-process Loader runs in a new process with the clients' imports done before the clock,
-as each client does, so that both epoch 0s pay a new process's first calls alike:
+Datasets (``--datasets``, default ``loader,many``): ``loader`` above, and ``many``: **one shardset
+of 40 Parquet shards**, 2M samples (``--many-samples``; uid, 16 float32, a label), the dataset issue
+#41 measured direct mode on; ``img`` (not by default; ``--img-samples``, 200k): 3 KB binary samples,
+for what a lease's bytes cost (printed without goals). Every run is ``--epochs`` epochs (default 3)
+in-process and served, and **every epoch** is reported with its ratio (epoch 0 of both opens the
+dataset: the in-process Loader's epoch 0 counts ``ShardsetDataset(path)``, as a client's first epoch
+counts its join and open; the in-process Loader runs in a new process with the clients' imports done
+before the clock, as each client does, so that both epoch 0s pay a new process's first calls alike:
 ``--warm-inprocess`` runs it in the benchmark's warmed-up process as before); the direct-mode goal
 (>= 0.9x) is checked on each epoch of each dataset. CI-sized:
 ``--quick`` (100k and 200k samples, 1 repetition) or ``--samples``/``--many-samples``.
 
 Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
-[--datasets loader,many] [--many-samples N] [--epochs 3]
+[--datasets loader,many,img] [--many-samples N] [--img-samples N] [--epochs 3]
 [--modes built1,built2,direct] [--ack-window N] [--step-ms MS] [--coord-clients 32]
 [--lavender-python PATH]
 [--scale | --no-scale]``; e.g. the data-path goals alone: ``--clients 1,2 --reps 3 --no-scale
@@ -464,10 +465,40 @@ def scale_report(*, samples: int = 100_000_000, shards: int = 10_000) -> dict[st
 
 MANY_SHARDS = 40
 """Shards of the one-shardset dataset (``--datasets many``)."""
-DATASETS = ("loader", "many")
+DATASETS = ("loader", "many", "img")
 """``loader``: bench_loader.py's dataset (3 shardsets x 100 shards, a left join per shard);
 ``many``: one shardset of :data:`MANY_SHARDS` Parquet shards (uid, 16 float32, a label), the
-dataset issue #41 measured direct mode on."""
+dataset issue #41 measured direct mode on; ``img``: one shardset of 100 shards of 3 KB binary
+samples (uid, a label, ``image``), as ``bench_peers.py``'s ``img``: the bytes a lease carries. The
+goals are those of ``loader`` and ``many``; ``img`` is printed for comparison."""
+GOAL_DATASETS = ("loader", "many")
+IMAGE_BYTES = 3072
+
+
+def make_img(root: Path, n: int, *, shards: int = 100, seed: int = 0) -> Path:
+    """Write ``n`` samples of :data:`IMAGE_BYTES` random bytes (uid, label, image) as one shardset
+    of ``shards`` Parquet shards and create its ShardsetDataset at ``root / "dataset"``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datamill.shards import ShardsetDataset
+
+    rng = np.random.default_rng(seed)
+    bounds = np.linspace(0, n, shards + 1).astype(np.int64)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    files = []
+    for k in range(shards):
+        m = int(bounds[k + 1] - bounds[k])
+        offsets = pa.py_buffer((np.arange(m + 1) * IMAGE_BYTES).astype(np.int32))
+        data = pa.py_buffer(rng.integers(0, 256, m * IMAGE_BYTES, dtype=np.uint8))
+        image = pa.BinaryArray.from_buffers(pa.binary(), m, [None, offsets, data])
+        uid = np.arange(bounds[k], bounds[k + 1], dtype=np.int64) + 10_000_000
+        path = root / "images" / f"shard.{k:05d}.parquet"
+        pq.write_table(pa.table({"uid": uid, "label": uid % 10, "image": image}), path)
+        files.append(str(path))
+    ShardsetDataset.create(root / "dataset", files, uid="uid", shardset="images")
+    return root / "dataset"
 
 
 def make_many(root: Path, n: int, *, shards: int = MANY_SHARDS, seed: int = 0) -> Path:
@@ -684,6 +715,8 @@ def report(
                 f"  {label:<44} {cells}  warm first batch {warm['first_batch_s']:.3f} s  "
                 f"loads {r['loads']}"
             )
+        if dataset not in GOAL_DATASETS:
+            continue
         d1 = res.get(_label("direct", 0, 1))
         if d1 is not None:
             goals += [
@@ -794,9 +827,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument(
         "--datasets",
-        default=",".join(DATASETS),
-        help="datasets to measure, comma-separated from loader (3 shardsets x 100 shards) and "
-        f"many (one shardset of {MANY_SHARDS} shards) (default: both)",
+        default=",".join(GOAL_DATASETS),
+        help="datasets to measure, comma-separated from loader (3 shardsets x 100 shards), "
+        f"many (one shardset of {MANY_SHARDS} shards) and img (3 KB binary samples) (default: "
+        "loader,many)",
+    )
+    ap.add_argument(
+        "--img-samples",
+        type=int,
+        default=None,
+        help="samples of the img dataset (default 200,000; --quick: 20,000)",
     )
     ap.add_argument(
         "--many-samples",
@@ -842,7 +882,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(
         f"data: loader = {n:,} samples, 3 shardsets x 100 shards (extra: 10% missing); many = "
-        f"{n_many:,} samples, one shardset of {MANY_SHARDS} shards; batch 256, shuffle on, "
+        f"{n_many:,} samples, one shardset of {MANY_SHARDS} shards; img = 3 KB binary samples; "
+        "batch 256, shuffle on, "
         f"{args.epochs} epochs per run (epoch 0 opens the dataset, in-process and served); "
         f"{reps} A/B repetition(s); ack_window {args.ack_window or 'the loader default (1)'}, "
         f"step {args.step_ms} ms; in-process Loader in "
@@ -915,8 +956,11 @@ def _measure_dataset(
     measured (the coordination test and lavender-data on bench_loader's dataset only)."""
     bl = _bench_loader()
     root.mkdir(parents=True)
-    if dataset == "many":
-        make_many(root, n_many)
+    if dataset in ("many", "img"):
+        if dataset == "many":
+            make_many(root, n_many)
+        else:
+            make_img(root, args.img_samples or (20_000 if args.quick else 200_000))
         run_inprocess(root / "dataset", 1)  # warm-up: imports and the page cache
     else:
         files = bl.make_data(root, n)

@@ -191,3 +191,32 @@ def test_mutating_one_batch_leaves_the_others_unchanged(
                 value.fill_(0)
     for batch, before in zip(batches[1::2], copies[1::2]):
         assert all(_equal(batch[k], before[k]) for k in batch)
+
+
+def test_leases_of_several_mebibytes_arrive_whole(server: dict[str, Any]) -> None:
+    # a lease's body goes out in pieces of 1 MiB and is read into one Arrow buffer: 4 MB leases
+    # of 20 KB samples give the in-process Loader's bytes
+    path = server["root"] / "big"
+    rng = np.random.default_rng(8)
+    blobs = [bytes(rng.integers(0, 256, 20_000, dtype=np.uint8)) for _ in range(400)]
+    table = pa.table({"uid": np.arange(400, dtype=np.int64), "blob": pa.array(blobs, pa.binary())})
+    ShardsetDataset.create(path, table, uid="uid", shardset="main", shard_size=100)
+    with Client(server["url"], server["admin"]) as c:
+        c.register("big", name="big")
+    lease = 6  # batches of 32 x 20 KB: 3.8 MB a lease
+    remote = RemoteLoader(
+        server["url"],
+        server["read"],
+        "big",
+        batch_size=32,
+        seed=2,
+        leases=Leases(name="big-leases", size=lease),
+        transport=Transport(ack_window=16),
+    )
+    got = list(remote)
+    ref = list(Loader(open_source(path), 32, seed=2))
+    assert 32 * 20_000 * lease > 3 << 20 and len(got) == len(ref) == 13
+    for a, b in zip(got, ref):
+        assert a["uid"].tolist() == b["uid"].tolist()
+        assert a["blob"].tobytes() == b["blob"].tobytes()
+        assert a["blob_offsets"].tolist() == b["blob_offsets"].tolist()

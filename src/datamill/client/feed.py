@@ -66,6 +66,9 @@ for an answer, or when three quarters of the window are pending)."""
 MAX_QUERY_ACKS = 64
 """Ack ranges a lease request carries at most (the server's bound on ``?ack=``)."""
 _TTL = TTL_HEADER.lower()  # a reply's headers are read lower-cased
+_BODY = pa.allocate_buffer
+"""What a lease's body is read into: a buffer of Arrow's default pool, which reuses the memory of
+the leases the loop is done with (a ``bytes`` body landed on fresh pages: ``core.arrow.joined``)."""
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
 
@@ -436,7 +439,9 @@ class LeaseFeed:
         query += [("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in ranges]
         try:
             sent_at = time.monotonic()
-            res = conn.request("GET", f"{self.path}/next", ok=(200, 204, 409), query=query)
+            res = conn.request(
+                "GET", f"{self.path}/next", ok=(200, 204, 409), query=query, into=_BODY
+            )
             if sent:
                 self.carried_at = sent_at
                 self._answered(res.headers.get("x-datamill-acks", ""), sent, sent_at)

@@ -14,7 +14,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +119,11 @@ class Http:
         body: Any = None,
         query: Sequence[tuple[str, Any]] = (),
         ok: Sequence[int] = (200,),
+        into: Callable[[int], Any] | None = None,
     ) -> Response:
         """Send one request (retrying connection failures for ``retry_s``); raise
-        :class:`RemoteError` if not ``ok``."""
+        :class:`RemoteError` if not ``ok``. ``into(n)``: a writable buffer of ``n`` bytes that a
+        ``200`` reply's body of a known length is read into (the body is then that buffer)."""
         target = self.base + path + ("?" + urllib.parse.urlencode(list(query)) if query else "")
         payload = None if body is None else json.dumps(body).encode()
         headers = dict(self.headers)
@@ -136,7 +138,9 @@ class Http:
                 conn = self._connection()
                 conn.request(method, target, body=payload, headers=headers)
                 raw = conn.getresponse()
-                res = Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw.read())
+                res = Response(
+                    raw.status, {k.lower(): v for k, v in raw.getheaders()}, _read(raw, into)
+                )
                 if raw.will_close:
                     self.close()
                 break
@@ -161,6 +165,22 @@ class Http:
                 detail = res.body[:200].decode("utf-8", "replace")
             raise RemoteError(f"{method} {path}: HTTP {res.status}: {detail}", status=res.status)
         return res
+
+
+def _read(raw: http.client.HTTPResponse, into: Callable[[int], Any] | None) -> Any:
+    """``raw``'s body: a ``200`` reply's read into ``into(length)``, else as ``bytes`` (also when
+    it is empty or its length not given: ``read`` also ends the reply, so that the connection takes
+    the next request)."""
+    if into is None or raw.status != 200 or not raw.length:
+        return raw.read()
+    buf = into(raw.length)
+    view, got = memoryview(buf).cast("B"), 0
+    while got < len(view):
+        n = raw.readinto(view[got:])
+        if not n:
+            raise http.client.IncompleteRead(bytes(view[:got]), len(view) - got)
+        got += n
+    return buf
 
 
 class Client:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from anyio import to_thread
 from numpy.typing import NDArray
 
@@ -59,7 +60,7 @@ class LeasePayload:
 
     lease: Lease
     units: list[int]
-    body: bytes
+    body: bytes | pa.Buffer
     epoch: int
     runs: list[tuple[int, int, int]] | None = None  # (plan rank, first, stop batch) to build
     done: int = 0  # its queue's done prefix (static mode) or done batches (dynamic mode)

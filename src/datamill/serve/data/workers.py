@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datamill.core.arrow import joined
 from datamill.core.errors import ConfigError
 from datamill.core.fingerprint import fingerprint_obj
 from datamill.core.parallel import usable_cores
@@ -270,7 +271,7 @@ def _skey(key: str, cfg: Mapping[str, Any], split: Split | None = None) -> str:
     return fingerprint_obj([key, cfg["epoch"], cfg["plan_world"], cfg.get("mode", "static"), parts])
 
 
-async def lease_body(catalog: Any, it: Any, p: Any) -> tuple[bytes, Exception | None]:
+async def lease_body(catalog: Any, it: Any, p: Any) -> tuple[bytes | pa.Buffer, Exception | None]:
     """A planned lease ``p`` of iteration ``it`` as one Arrow IPC stream, or the error of its build:
     built in a thread, in a build worker of ``catalog.pool`` (the thread waits without the GIL),
     else in this process. Built when asked, not ahead: building the next lease ahead in a pool
@@ -284,14 +285,12 @@ async def lease_body(catalog: Any, it: Any, p: Any) -> tuple[bytes, Exception | 
         return b"", exc
 
 
-def _lease_body(catalog: Any, it: Any, p: Any) -> bytes:
+def _lease_body(catalog: Any, it: Any, p: Any) -> bytes | pa.Buffer:
     if catalog.pool is None:
-        tables = build_runs(catalog.service(it.config), it.config, p.runs)
-        body: bytes = ipc_stream(tables).to_pybytes()
-        return body
+        return ipc_stream(build_runs(catalog.service(it.config), it.config, p.runs))
     held = p.lease.queue if it.mode == "static" else p.lease.client
     path = catalog.dataset(str(it.config["dataset"]))["path"]
-    built: bytes = catalog.pool.build(held, path, it.config, p.runs)
+    built: bytes | pa.Buffer = catalog.pool.build(held, path, it.config, p.runs)
     return built
 
 
@@ -304,7 +303,7 @@ def _stitch(
     pieces: Sequence[tuple[int, int, int]],
     bodies: Mapping[int, memoryview],
     layouts: Mapping[int, list[int] | None],
-) -> bytes:
+) -> bytes | pa.Buffer:
     """The one stream of a lease built in parts: ``pieces`` ``(start, stop, part)`` in order,
     ``bodies`` each part's stream of its pieces' batches (``layouts``: its sizes, see
     :func:`_build_part`). Re-encoded (:func:`ipc_stream`) when a part's stream has no layout or
@@ -325,10 +324,12 @@ def _stitch(
         out.append(bodies[p][at[p] : at[p] + n])
         at[p] += n
     out.append(memoryview(_EOS))
-    return b"".join(out)
+    return joined(out)
 
 
-def _restitch(pieces: Sequence[tuple[int, int, int]], bodies: Mapping[int, memoryview]) -> bytes:
+def _restitch(
+    pieces: Sequence[tuple[int, int, int]], bodies: Mapping[int, memoryview]
+) -> bytes | pa.Buffer:
     """:func:`_stitch`'s fallback: the parts' batches read and written again as one stream."""
     batches = {p: list(pa.ipc.open_stream(pa.py_buffer(bytes(v)))) for p, v in bodies.items()}
     got = dict.fromkeys(bodies, 0)
@@ -336,8 +337,7 @@ def _restitch(pieces: Sequence[tuple[int, int, int]], bodies: Mapping[int, memor
     for a, b, p in pieces:
         tables += [pa.Table.from_batches([x]) for x in batches[p][got[p] : got[p] + b - a]]
         got[p] += b - a
-    body: bytes = ipc_stream(tables).to_pybytes()
-    return body
+    return ipc_stream(tables)
 
 
 class BuildPool:
@@ -397,7 +397,7 @@ class BuildPool:
         path: str,
         cfg: Mapping[str, Any],
         runs: Sequence[tuple[int, int, int]],
-    ) -> bytes:
+    ) -> bytes | pa.Buffer:
         """The Arrow IPC stream of a lease's batches, built in ``client``'s worker (waits for it);
         an int ``client`` (a static iteration's rank) is worker ``client % workers``, or, with more
         workers than the iteration's plan ranks, its lease is built in parts, one per worker
@@ -419,11 +419,11 @@ class BuildPool:
             self.workers.handed["pipe"] += 1
             return out
         with self.workers.held(h, out) as body:
-            return body.tobytes()
+            return joined([body])
 
     def _split(
         self, rank: int, path: str, cfg: dict[str, Any], run: tuple[int, int, int], parts: int
-    ) -> bytes:
+    ) -> bytes | pa.Buffer:
         """A static rank's lease built by ``parts`` workers at once, each its part of the rank's
         batches (:class:`~datamill.loader.runs.Split`: chunks of :data:`SPLIT_CHUNK` batches,
         each worker following its part with its own builds ahead), stitched here into the stream

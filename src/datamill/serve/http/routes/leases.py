@@ -177,8 +177,8 @@ async def next_lease(request: Request, who: Reader) -> Response:
             headers={**acks, "Retry-After": "0.05"},
         )
     lease = payload.lease
-    return Response(
-        payload.body,
+    return _InPieces(
+        memoryview(payload.body).cast("B"),
         media_type=ARROW_STREAM,
         headers={
             **acks,
@@ -192,6 +192,22 @@ async def next_lease(request: Request, who: Reader) -> Response:
             "X-Datamill-Lease-TTL": f"{it.lease_timeout:g}",
         },
     )
+
+
+class _InPieces(Response):
+    """A body sent in pieces of 1 MiB: the server waits for the socket between them, so a lease is
+    never copied whole into the connection's buffer (fresh pages, faulted in for each lease)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        body, n = self.body, len(self.body)
+        for at in range(0, n, 1 << 20) or [0]:
+            more = at + (1 << 20) < n
+            await send(
+                {"type": "http.response.body", "body": body[at : at + (1 << 20)], "more_body": more}
+            )
 
 
 @router.post("/{it_id}/ack")
