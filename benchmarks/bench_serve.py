@@ -52,7 +52,7 @@ before the clock, as each client does, so that both epoch 0s pay a new process's
 
 Usage: ``python benchmarks/bench_serve.py [--quick] [--samples N] [--clients 1,2,4] [--reps 3]
 [--datasets loader,many,img] [--many-samples N] [--img-samples N] [--epochs 3]
-[--modes built1,built2,direct] [--ack-window N] [--step-ms MS] [--coord-clients 32]
+[--modes built1,built2,direct] [--ack-window N] [--lease-size N] [--step-ms MS] [--coord-clients 32]
 [--lavender-python PATH]
 [--scale | --no-scale]``; e.g. the data-path goals alone: ``--clients 1,2 --reps 3 --no-scale
 --coord-clients 0``.
@@ -94,9 +94,10 @@ for module in PROVIDERS:  # open_source's one-time imports of every format (~0.2
 url, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, batch, transport, epochs = sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 window = os.environ.get("BENCH_ACK_WINDOW")  # --ack-window (the loader's default when unset)
+size = os.environ.get("BENCH_LEASE_SIZE")  # --lease-size (the loader's choice when unset)
 step = float(os.environ.get("BENCH_STEP_S", "0"))  # --step-ms: the training step, a sleep
 loader = RemoteLoader(url, None, "bench", batch_size=batch, seed=0, rank=rank,
-                      leases=Leases(world_size=world, name=name),
+                      leases=Leases(world_size=world, name=name, size=int(size) if size else None),
                       transport=Transport(transport, ack_window=int(window) if window else 1))
 out = []
 for epoch in range(epochs):  # epoch 0: cold (joins, opens the dataset); then warm
@@ -820,6 +821,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Transport(ack_window=N) of the served clients (default: the loader's, 1)",
     )
     ap.add_argument(
+        "--lease-size",
+        type=int,
+        default=None,
+        help="Leases(size=N) of the served clients: batches a lease (default: the loader's choice, "
+        "by the dataset's bytes per sample)",
+    )
+    ap.add_argument(
         "--step-ms",
         type=float,
         default=0.0,
@@ -862,6 +870,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ["BENCH_STEP_S"] = str(args.step_ms / 1000)
     if args.ack_window is not None:
         os.environ["BENCH_ACK_WINDOW"] = str(args.ack_window)
+    if args.lease_size is not None:
+        os.environ["BENCH_LEASE_SIZE"] = str(args.lease_size)
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
@@ -886,6 +896,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "batch 256, shuffle on, "
         f"{args.epochs} epochs per run (epoch 0 opens the dataset, in-process and served); "
         f"{reps} A/B repetition(s); ack_window {args.ack_window or 'the loader default (1)'}, "
+        f"lease size {args.lease_size or 'the loader default'}, "
         f"step {args.step_ms} ms; in-process Loader in "
         f"{'this warmed-up process' if args.warm_inprocess else 'a new process like a client'}"
     )
