@@ -68,7 +68,8 @@ MAX_QUERY_ACKS = 64
 _TTL = TTL_HEADER.lower()  # a reply's headers are read lower-cased
 _BODY = pa.allocate_buffer
 """What a lease's body is read into: a buffer of Arrow's default pool, which reuses the memory of
-the leases the loop is done with (a ``bytes`` body landed on fresh pages: ``core.arrow.joined``)."""
+the leases the loop is done with (a ``bytes`` body over 32 MiB landed on fresh pages each time:
+``core.arrow.joined``)."""
 END: Any = object()
 """Put on :attr:`LeaseFeed.ready` after the last lease (or after a thread failed)."""
 

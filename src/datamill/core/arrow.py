@@ -103,10 +103,11 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> NDArray[Any]:
 def joined(parts: Sequence[Any]) -> pa.Buffer:
     """``parts`` (bytes-like) one after the other in one new buffer of Arrow's default pool.
 
-    Large ``bytes`` get fresh pages from Python's allocator each time, which the kernel faults in
-    again (25,600 faults, ~45 ms of CPU, for each 100 MiB on our 2-core VM); the default pool
-    (mimalloc) reuses the memory of the buffers freed before (``benchmarks/RESULTS.md``). So a
-    server copies a lease out of its build worker's slot with this.
+    A ``bytes`` over 32 MiB (glibc's largest ``mmap`` threshold) gets fresh pages each time, which
+    the kernel faults in again (25,600 faults, ~45 ms of CPU, for each 100 MiB on our 2-core VM);
+    the default pool (mimalloc) reuses the memory of the buffers freed before
+    (``benchmarks/RESULTS.md``). So a server copies a lease out of its build worker's slot with
+    this.
 
     Examples:
         >>> joined([b"ab", memoryview(b"cde")]).to_pybytes()
