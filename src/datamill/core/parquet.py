@@ -50,13 +50,15 @@ def open_parquet(
     """``pq.ParquetFile(source)`` whose reads decode into :func:`decode_pool`.
 
     A shard's decoded columns are the largest buffers an epoch allocates, one set per shard; the
-    default pool (mimalloc) returns freed memory to the system within milliseconds, so each shard
-    landed on fresh pages the kernel had to zero first (up to 40% of a binary epoch's CPU, and the
-    spread between runs: ``benchmarks/RESULTS.md``). jemalloc keeps part of the freed pages for the
-    next shard, all of them when the process starts with ``JE_ARROW_MALLOC_CONF`` set as
-    ``docs/loading.md`` says. Only these reads use it (the process's default pool is not changed).
-    ``ParquetFile`` takes no memory pool and its reader does, so the reader is pyarrow's own class,
-    opened as ``ParquetFile`` opens it; another pyarrow without it reads into the default pool.
+    default pool (mimalloc) returned freed memory to the system within milliseconds in the earlier
+    measurements, so each shard landed on fresh pages the kernel had to zero first (up to 40% of a
+    binary epoch's CPU, and the spread between runs: ``benchmarks/RESULTS.md``; with pyarrow 26 it
+    reuses them, but a new process's first epoch then varies with the 2 MiB pages it takes).
+    jemalloc keeps part of the freed pages for the next shard, all of them when the process starts
+    with ``JE_ARROW_MALLOC_CONF`` set as ``docs/loading.md`` says. Only these reads use it (the
+    process's default pool is not changed). ``ParquetFile`` takes no memory pool and its reader
+    does, so the reader is pyarrow's own class, opened as ``ParquetFile`` opens it; another pyarrow
+    without it reads into the default pool.
 
     Examples:
         >>> import io
