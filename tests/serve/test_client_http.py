@@ -50,21 +50,25 @@ def test_a_request_on_a_connection_the_server_closed_while_idle_reconnects_once(
     assert len(served) == 2
 
 
-def _one_reply(reply: bytes) -> tuple[int, threading.Thread, socket.socket]:
-    """A server on a free loopback port that answers one request with ``reply`` and closes."""
+def _serve(*replies: bytes) -> tuple[int, threading.Thread, socket.socket, list[int]]:
+    """A server on a free loopback port that takes one connection and answers its requests with
+    ``replies`` in turn, then closes it; the list counts the connections it accepted."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+    srv.listen(2)
+    accepted: list[int] = []
 
     def serve() -> None:
         conn, _ = srv.accept()
+        accepted.append(1)
         with conn:
-            conn.recv(65536)
-            conn.sendall(reply)
+            for reply in replies:
+                conn.recv(65536)
+                conn.sendall(reply)
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    return srv.getsockname()[1], t, srv
+    return srv.getsockname()[1], t, srv, accepted
 
 
 def test_a_body_read_into_the_buffer_asked_for_and_an_error_reply_as_bytes() -> None:
@@ -84,7 +88,7 @@ def test_a_body_read_into_the_buffer_asked_for_and_an_error_reply_as_bytes() -> 
         (head + body, (200,), body, pa.Buffer),
         (b"HTTP/1.1 409 Conflict\r\nContent-Length: 4\r\n\r\nwait", (409,), b"wait", bytes),
     ]:
-        port, t, srv = _one_reply(reply)
+        port, t, srv, _ = _serve(reply)
         h = Http(f"http://127.0.0.1:{port}", None, timeout=5, retry_s=0)
         try:
             res = h.request("GET", "/next", ok=ok, into=into)
@@ -101,7 +105,7 @@ def test_a_body_cut_short_is_an_error_not_a_shorter_body() -> None:
 
     from datamill.client.http import RemoteError
 
-    port, t, srv = _one_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 60)
+    port, t, srv, _ = _serve(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 60)
     h = Http(f"http://127.0.0.1:{port}", None, timeout=5, retry_s=0)
     try:
         with pytest.raises(RemoteError, match="cannot reach"):
@@ -119,22 +123,9 @@ def test_an_empty_body_read_into_a_buffer_leaves_the_connection_ready_for_the_ne
     # keep-alive connection fails and is sent again on a new one (a lease request twice)
     import pyarrow as pa
 
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(2)
-    accepted = []
-
-    def serve() -> None:
-        conn, _ = srv.accept()
-        accepted.append(1)
-        with conn:
-            for _ in range(2):
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    h = Http(f"http://127.0.0.1:{srv.getsockname()[1]}", None, timeout=5, retry_s=0)
+    empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    port, t, srv, accepted = _serve(empty, empty)
+    h = Http(f"http://127.0.0.1:{port}", None, timeout=5, retry_s=0)
     try:
         for _ in range(2):
             assert bytes(h.request("GET", "/next", into=pa.allocate_buffer).body) == b""

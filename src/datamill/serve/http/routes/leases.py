@@ -195,19 +195,19 @@ async def next_lease(request: Request, who: Reader) -> Response:
 
 
 class _InPieces(Response):
-    """A body sent in pieces of 1 MiB: the server waits for the socket between them, so a lease is
-    never copied whole into the connection's buffer (fresh pages, faulted in for each lease)."""
+    """A body sent in pieces of :attr:`PIECE` bytes: the server waits for the socket between them,
+    so a lease is never copied whole into the connection's buffer (fresh pages for each lease)."""
+
+    PIECE = 1 << 20
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
-        body, n = self.body, len(self.body)
-        for at in range(0, n, 1 << 20) or [0]:
-            more = at + (1 << 20) < n
-            await send(
-                {"type": "http.response.body", "body": body[at : at + (1 << 20)], "more_body": more}
-            )
+        body, n, step = self.body, len(self.body), self.PIECE
+        for at in range(0, n, step) or [0]:
+            piece = body[at : at + step]
+            await send({"type": "http.response.body", "body": piece, "more_body": at + step < n})
 
 
 @router.post("/{it_id}/ack")
