@@ -4,6 +4,8 @@
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
   server-built mode a lease arrives with its batches (an Arrow IPC stream), in direct mode with its
   runs only (the loader builds them as the loop asks, see :class:`~datamill.loader.runs.RunStream`).
+  Server-built, two fetch threads keep two requests in flight (:data:`FETCHERS`); their leases go
+  on in the order the server granted them (:class:`Arrivals`).
 * **decode** (server-built mode): reads each lease's stream without copying (for a numpy or torch
   collate, collates the whole lease at once, column by column), in order, while the fetch thread
   asks for the next lease. In static mode with an
@@ -26,6 +28,7 @@ lease's TTL) has not passed, so a client cut off from the server stops yielding 
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -35,7 +38,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from datamill.client.http import Http, RemoteError, Response
+from datamill.client.http import Head, Http, RemoteError, Response
 from datamill.client.options import Transport
 from datamill.core.ragged import runs
 from datamill.core.wire import SESSION_HEADER, TTL_HEADER
@@ -45,12 +48,20 @@ __all__ = [
     "ACK_IDLE_S",
     "ACK_SENDERS",
     "END",
+    "FETCHERS",
     "MAX_QUERY_ACKS",
+    "Arrivals",
     "HeldLease",
     "LeaseFeed",
     "ack_ranges",
 ]
 
+FETCHERS = 2
+"""Fetch threads of a server-built client, each with its own connection and a lease request in
+flight: the server journals, builds and copies one lease while the other's bytes are on their way
+(one at a time, a 12.7 MB lease of 3 KB samples took ~10 ms, ~9 of them before its first byte:
+``benchmarks/RESULTS.md``). Their leases reach the loop in the order the server granted them
+(:class:`Arrivals`). A direct client has one: its replies carry no bytes."""
 ACK_SENDERS = 2
 """Acknowledgement requests in flight at once when ``ack_window`` > 1 (one ack thread each): the
 acks consumed while one request waits for the journal go out at once in the next, so a batch's
@@ -184,6 +195,10 @@ class LeaseFeed:
         # in the rank's queue (static, one slot): once every position is leased the fetch thread
         # sleeps until the loop has finished every lease it holds (see :meth:`_idle`)
         self.fetched = self.finished = self.leased_to = 0
+        # the fetch threads' leases, handed on in the order the server granted them
+        self.arrivals = Arrivals(
+            lambda x: self._put(self.ready if self.direct else self.received, x)
+        )
         self.to_ack = (
             threading.Event()
         )  # set when the loop was handed a batch (wakes the ack thread)
@@ -212,8 +227,9 @@ class LeaseFeed:
     def start(self) -> None:
         """Start the threads."""
         senders = ACK_SENDERS if self.ack_window > 1 else 1
+        fetchers = 1 if self.direct else FETCHERS
         for name, target in (
-            ("fetch", self._fetch),
+            *((f"fetch{i or ''}", self._fetch) for i in range(fetchers)),
             *((("decode", self._decode),) if not self.direct else ()),
             *((f"ack{i or ''}", self._acker) for i in range(senders)),
             ("heartbeat", self._heartbeat),
@@ -337,8 +353,10 @@ class LeaseFeed:
             self.loader.transport.reconnect_s, timeout=max(10.0, min(60.0, 4 * self.lease_timeout))
         )
         holding = False  # a room for the next lease
+        cut_since: float | None = None  # when the replies' bodies began to be cut off
+        arrivals = self.arrivals
         try:
-            while not self.stop.is_set():
+            while not (self.stop.is_set() or arrivals.ended):
                 self.acked.clear()
                 if self._idle():  # nothing left to lease: woken when the loop finishes a lease
                     self.acked.wait(ACK_IDLE_S)
@@ -346,30 +364,67 @@ class LeaseFeed:
                 if not (self.direct or holding):
                     holding = self.room.acquire(timeout=0.1)
                     continue
-                sent_at = time.monotonic()
-                res = self._next(conn)
-                if res is None:
+                sent_at, number = time.monotonic(), arrivals.sent()
+                if number is None:
                     continue
-                if res.status == 204:
-                    self._put(self.ready if self.direct else self.received, END)
-                    return
-                lease = self._lease(res)
-                self.fetched += 1
-                self.leased_to = max(self.leased_to, lease.start + len(lease.units))
-                with self.loader._state_lock:
-                    self.held[lease.id] = lease  # heartbeats keep it from now on
-                    if lease.ttl is not None:
-                        self.ttls[lease.id] = lease.ttl
-                    self._extend([lease.id], sent_at)
-                if self.direct:
-                    self._put(self.ready, lease)
-                else:
-                    self._put(self.received, (lease, res.body))
-                    holding = False
+                try:
+                    head = self._next(conn)
+                except BaseException:
+                    arrivals.dropped(number)
+                    raise
+                if not isinstance(head, Head):  # asked again (None) or the end (a 204)
+                    arrivals.dropped(number, end=head is not None)
+                    continue
+                arrivals.answered(number, self._start(head))
+                try:
+                    res = conn.body(head, ok=(200,), into=_BODY)
+                except RemoteError as exc:  # cut off mid-body: the lease expires and is re-issued
+                    arrivals.arrived(number, None)
+                    cut_since = self._cut(exc, cut_since)
+                    continue
+                cut_since = None
+                arrivals.arrived(number, self._received(res, sent_at))
+                holding = False
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             self._fail(exc)
         finally:
             conn.close()
+
+    def _hand(self, item: Any) -> None:
+        """A lease (or ``END``) on to the loop (direct) or to the decode thread (server-built)."""
+        self._put(self.ready if self.direct else self.received, item)
+
+    def _start(self, head: Head) -> tuple[int, int]:
+        """Where a reply's lease starts (its queue and position); notes the positions leased
+        (:meth:`_idle`) before its body is read."""
+        queue, _, span = head.response.headers["x-datamill-positions"].partition(":")
+        start, _, stop = span.partition("-")
+        with self.loader._state_lock:
+            self.leased_to = max(self.leased_to, int(stop))
+        return int(queue), int(start)
+
+    def _cut(self, exc: RemoteError, since: float | None) -> float:
+        """A lease's body was cut off (``exc``): asked again, as a request the connection failed,
+        until bodies have been cut off for ``reconnect_s`` (then ``exc`` is raised). Returns when
+        they began to be."""
+        now = time.monotonic()
+        since = now if since is None else since
+        if now - since >= self.loader.transport.reconnect_s:
+            raise exc
+        self._last_error = exc
+        return since
+
+    def _received(self, res: Response, sent_at: float) -> Any:
+        """The lease of reply ``res`` (to a request sent at ``sent_at``), held from now on: what
+        is handed on (server-built: with its body, to decode)."""
+        lease = self._lease(res)
+        with self.loader._state_lock:
+            self.fetched += 1
+            self.held[lease.id] = lease  # heartbeats keep it from now on
+            if lease.ttl is not None:
+                self.ttls[lease.id] = lease.ttl
+            self._extend([lease.id], sent_at)
+        return lease if self.direct else (lease, res.body)
 
     def _idle(self) -> bool:
         """Static mode, one slot: every position of the rank's queue is leased to this client and
@@ -423,10 +478,11 @@ class LeaseFeed:
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             self._fail(exc)
 
-    def _next(self, conn: Http) -> Response | None:
-        """One lease request: the reply, or ``None`` to ask again. With :attr:`piggyback` it carries
-        the acks pending and not in flight (their answer, ``X-Datamill-Acks``, is recorded as an
-        ack request's); otherwise acknowledgements go by the ack threads alone."""
+    def _next(self, conn: Http) -> Head | Response | None:
+        """One lease request: a lease's reply (its body not read yet), the end's (``204``), or
+        ``None`` to ask again. With :attr:`piggyback` it carries the acks pending and not in flight
+        (their answer, ``X-Datamill-Acks``, is recorded as an ack request's); otherwise
+        acknowledgements go by the ack threads alone."""
         loader = self.loader
         query: list[tuple[str, Any]] = [
             ("client", loader.client_id),
@@ -440,12 +496,12 @@ class LeaseFeed:
         query += [("ack", f"{lid}:{fence}:{a}-{b}") for lid, fence, a, b in ranges]
         try:
             sent_at = time.monotonic()
-            res = conn.request(
-                "GET", f"{self.path}/next", ok=(200, 204, 409), query=query, into=_BODY
-            )
+            head = conn.head("GET", f"{self.path}/next", query=query)
+            status = head.response.status
+            res = head if status == 200 else conn.body(head, ok=(204, 409))
             if sent:
                 self.carried_at = sent_at
-                self._answered(res.headers.get("x-datamill-acks", ""), sent, sent_at)
+                self._answered(head.response.headers.get("x-datamill-acks", ""), sent, sent_at)
         except RemoteError as exc:
             now = time.monotonic()
             if self._deadline_503 is None:
@@ -457,7 +513,7 @@ class LeaseFeed:
         finally:
             self._landed(sent)
         self._deadline_503 = None
-        if res.status == 409:  # others hold the rest: ask again in 20 ms, or when the loop acks
+        if status == 409:  # others hold the rest: ask again in 20 ms, or when the loop acks
             self.acked.wait(0.02)  # (the epoch's last lease done: its acks end the epoch now)
             self.acked.clear()
             return None
@@ -643,3 +699,91 @@ class LeaseFeed:
         finally:
             self._landed(sent)
         return res.status == 200
+
+
+class Arrivals:
+    """The leases of requests in flight at once, handed on in the order the server granted them.
+
+    The server grants a client's leases in ascending positions of their queue (a lease expired and
+    granted again aside), and grants a request's lease before it sends the reply's headers. So a
+    lease goes on once every request that was in flight when its headers arrived has its answer,
+    and no lease received and not handed on starts before it; the end of the epoch (a ``204``)
+    once nothing else is in flight or waiting. ``hand(x)`` is called under a lock, in that order.
+    The epoch's first request goes alone, so that its lease (the loop's first batch) waits for no
+    other.
+
+    Examples:
+        >>> out = []
+        >>> a = Arrivals(out.append)
+        >>> a.dropped(a.sent())  # the epoch's first request, answered 409: the others may go
+        >>> one, two = a.sent(), a.sent()
+        >>> a.answered(two, (0, 16))
+        >>> a.arrived(two, "lease 16-32")
+        >>> a.answered(one, (0, 0))
+        >>> out
+        []
+        >>> a.arrived(one, "lease 0-16")
+        >>> out
+        ['lease 0-16', 'lease 16-32']
+    """
+
+    def __init__(self, hand: Callable[[Any], None]) -> None:
+        self._hand = hand
+        self._lock = threading.Condition()
+        self._heard = False  # a request was answered
+        self._numbers = itertools.count()
+        self._flying: set[int] = set()  # requests sent, not answered
+        # answered with a lease: number -> its (queue, start), the requests in flight then
+        self._heads: dict[int, tuple[tuple[int, int], set[int]]] = {}
+        self._bodies: dict[int, Any] = {}  # of those, read: what to hand on (None: cut off)
+        self.ended = False  # a reply said the epoch is over (204): no more requests
+        self._end_handed = False
+
+    def sent(self, wait: float = 0.1) -> int | None:
+        """A request goes out: its number (``None``: not yet, the epoch's first one is still in
+        flight after ``wait`` seconds)."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: self._heard or not self._flying, timeout=wait):
+                return None
+            n = next(self._numbers)
+            self._flying.add(n)
+            return n
+
+    def answered(self, number: int, start: tuple[int, int]) -> None:
+        """Request ``number``'s reply has its headers: a lease starting at ``start`` (its queue
+        and position)."""
+        with self._lock:
+            self._flying.discard(number)
+            self._heads[number] = (start, set(self._flying))
+            self._heard = True
+            self._lock.notify_all()
+            self._flush()
+
+    def dropped(self, number: int, *, end: bool = False) -> None:
+        """Request ``number`` has no lease: asked again or failed, or (``end``) the epoch is
+        over."""
+        with self._lock:
+            self._flying.discard(number)
+            self.ended = self.ended or end
+            self._heard = True
+            self._lock.notify_all()
+            self._flush()
+
+    def arrived(self, number: int, item: Any) -> None:
+        """Request ``number``'s lease has its body: ``item`` to hand on (``None``: cut off)."""
+        with self._lock:
+            self._bodies[number] = item
+            self._flush()
+
+    def _flush(self) -> None:
+        while self._heads:
+            number = min(self._heads, key=lambda n: self._heads[n][0])
+            if number not in self._bodies or self._heads[number][1] & self._flying:
+                return
+            del self._heads[number]
+            item = self._bodies.pop(number)
+            if item is not None:
+                self._hand(item)
+        if self.ended and not self._flying and not self._end_handed:
+            self._end_handed = True
+            self._hand(END)

@@ -15,6 +15,7 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from datamill.client.options import Leases, check_transport, served_batching
 from datamill.core.errors import ConfigError, DatamillError
 from datamill.loader.options import Batching
 
-__all__ = ["Client", "RemoteError", "Response"]
+__all__ = ["Client", "Head", "RemoteError", "Response"]
 
 RETRYABLE = (ConnectionError, http.client.HTTPException, socket.timeout, OSError)
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
@@ -124,6 +125,47 @@ class Http:
         """Send one request (retrying connection failures for ``retry_s``); raise
         :class:`RemoteError` if not ``ok``. ``into(n)``: a writable buffer of ``n`` bytes that a
         ``200`` reply's body of a known length is read into (the body is then that buffer)."""
+        raw, res = self._exchange(method, path, body, query, lambda raw: _read(raw, into))
+        self._done(raw)
+        return _checked(method, path, res, ok)
+
+    def head(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] = ()) -> Head:
+        """Send one request and read its status and headers (retrying connection failures for
+        ``retry_s``, as :meth:`request`); its body is read with :meth:`body`, before the next
+        request on this connection."""
+        raw, res = self._exchange(method, path, None, query, lambda raw: b"")
+        return Head(method, path, raw, res)
+
+    def body(
+        self, head: Head, *, ok: Sequence[int] = (200,), into: Callable[[int], Any] | None = None
+    ) -> Response:
+        """The reply of :meth:`head` with its body (read as :meth:`request` reads it; a connection
+        failure now is a :class:`RemoteError` of status 0, not retried: the request may have had
+        its effect); :class:`RemoteError` if not ``ok``."""
+        try:
+            head.response.body = _read(head.raw, into)
+        except RETRYABLE as exc:
+            self.close()
+            raise RemoteError(
+                f"{head.method} {head.path}: the reply was cut off: {exc}", hint=_HINT
+            ) from exc
+        self._done(head.raw)
+        return _checked(head.method, head.path, head.response, ok)
+
+    def _done(self, raw: http.client.HTTPResponse) -> None:
+        if raw.will_close:
+            self.close()
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Sequence[tuple[str, Any]],
+        read: Callable[[http.client.HTTPResponse], Any],
+    ) -> tuple[http.client.HTTPResponse, Response]:
+        """Send the request and ``read`` its reply's body, retrying connection failures (a
+        keep-alive connection the server closed: once at once) for ``retry_s``."""
         target = self.base + path + ("?" + urllib.parse.urlencode(list(query)) if query else "")
         payload = None if body is None else json.dumps(body).encode()
         headers = dict(self.headers)
@@ -138,12 +180,8 @@ class Http:
                 conn = self._connection()
                 conn.request(method, target, body=payload, headers=headers)
                 raw = conn.getresponse()
-                res = Response(
-                    raw.status, {k.lower(): v for k, v in raw.getheaders()}, _read(raw, into)
-                )
-                if raw.will_close:
-                    self.close()
-                break
+                res = Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, read(raw))
+                return raw, res
             except RETRYABLE as exc:
                 self.close()
                 if reused and stale_retry and isinstance(exc, _STALE):
@@ -153,18 +191,35 @@ class Http:
                     continue
                 if time.monotonic() >= deadline:
                     raise RemoteError(
-                        f"cannot reach {self.scheme}://{self.host}:{self.port}: {exc}",
-                        hint="is `datamill serve` running there?",
+                        f"cannot reach {self.scheme}://{self.host}:{self.port}: {exc}", hint=_HINT
                     ) from exc
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
-        if res.status not in ok:
-            try:
-                detail = res.json().get("error", res.body[:200])
-            except (ValueError, AttributeError):
-                detail = res.body[:200].decode("utf-8", "replace")
-            raise RemoteError(f"{method} {path}: HTTP {res.status}: {detail}", status=res.status)
-        return res
+
+
+_HINT = "is `datamill serve` running there?"
+
+
+@dataclass
+class Head:
+    """A request sent with :meth:`Http.head`: its reply's status and headers (``response``, whose
+    body :meth:`Http.body` reads)."""
+
+    method: str
+    path: str
+    raw: http.client.HTTPResponse
+    response: Response
+
+
+def _checked(method: str, path: str, res: Response, ok: Sequence[int]) -> Response:
+    """``res``, or :class:`RemoteError` when its status is not ``ok``."""
+    if res.status not in ok:
+        try:
+            detail = res.json().get("error", res.body[:200])
+        except (ValueError, AttributeError):
+            detail = res.body[:200].decode("utf-8", "replace")
+        raise RemoteError(f"{method} {path}: HTTP {res.status}: {detail}", status=res.status)
+    return res
 
 
 def _read(raw: http.client.HTTPResponse, into: Callable[[int], Any] | None) -> Any:
