@@ -20,7 +20,8 @@ class FetchesInFlight(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.out: list[Any] = []
-        self.arrivals = Arrivals(self.out.append)
+        self.starving = True  # the loop has no lease waiting for it
+        self.arrivals = Arrivals(self.out.append, lambda: self.starving)
         self.sent: list[int] = []  # sent, not granted yet
         self.granted: dict[int, int | None] = {}  # granted (a start, or None: no lease), unanswered
         self.answered: list[int] = []  # answered with a lease, body not read
@@ -33,12 +34,18 @@ class FetchesInFlight(RuleBasedStateMachine):
     @precondition(lambda self: not self.ended and len(self.sent) + len(self.granted) < 4)
     @rule()
     def send(self) -> None:
-        """A fetch thread sends a request (not beside the epoch's first before it is answered)."""
+        """A fetch thread sends a request: beside another on its way only while the loop starves,
+        and not beside the epoch's first before that one is answered."""
         n = self.arrivals.sent(wait=0)
-        first_in_flight = not self.heard and (self.sent or self.granted)
-        assert (n is None) == bool(first_in_flight)
+        on_its_way = bool(self.sent or self.granted or self.answered)
+        assert (n is None) == (on_its_way and not (self.heard and self.starving))
         if n is not None:
             self.sent.append(n)
+
+    @rule(starving=st.booleans())
+    def loop(self, starving: bool) -> None:
+        """The loop takes the leases waiting for it, or some wait."""
+        self.starving = starving
 
     @precondition(lambda self: self.sent)
     @rule(data=st.data(), lease=st.booleans())
@@ -76,7 +83,12 @@ class FetchesInFlight(RuleBasedStateMachine):
             self.kept.append(self.start_of[n])
         self.arrivals.arrived(n, None if cut else self.start_of[n])
 
-    @precondition(lambda self: not self.sent and not self.granted)
+    @precondition(
+        lambda self: (
+            not (self.sent or self.granted)
+            and (not self.answered or (self.heard and self.starving))
+        )
+    )
     @rule()
     def end(self) -> None:
         """A request answered 204: the epoch is over (sent, granted and answered at once; again

@@ -4,8 +4,9 @@
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
   server-built mode a lease arrives with its batches (an Arrow IPC stream), in direct mode with its
   runs only (the loader builds them as the loop asks, see :class:`~datamill.loader.runs.RunStream`).
-  Server-built, two fetch threads keep two requests in flight (:data:`FETCHERS`); their leases go
-  on in the order the server granted them (:class:`Arrivals`).
+  Server-built, a second fetch thread sends a request beside the first one's while the replies
+  hold the loop up (:data:`FETCHERS`); their leases go on in the order the server granted them
+  (:class:`Arrivals`).
 * **decode** (server-built mode): reads each lease's stream without copying (for a numpy or torch
   collate, collates the whole lease at once, column by column), in order, while the fetch thread
   asks for the next lease. In static mode with an
@@ -57,11 +58,14 @@ __all__ = [
 ]
 
 FETCHERS = 2
-"""Fetch threads of a server-built client, each with its own connection and a lease request in
-flight: the server journals, builds and copies one lease while the other's bytes are on their way
-(one at a time, a 12.7 MB lease of 3 KB samples took ~10 ms, ~9 of them before its first byte:
-``benchmarks/RESULTS.md``). Their leases reach the loop in the order the server granted them
-(:class:`Arrivals`). A direct client has one: its replies carry no bytes."""
+"""Fetch threads of a server-built client, each with its own connection. The second one sends a
+request while the first one's is on its way only when the replies hold the loop up (it waits for a
+lease and the decode thread for a reply): then the server journals, builds and copies one lease
+while the other's bytes are on their way. One request at a time, a 12.7 MB lease of 3 KB samples
+took ~10 ms, of which the server spent ~4.7 ms journaling, building and copying it before it sent
+the first byte (``benchmarks/RESULTS.md``). The leases reach the loop in the order the server
+granted them (:class:`Arrivals`). A direct client has one fetch thread: its replies carry no
+bytes."""
 ACK_SENDERS = 2
 """Acknowledgement requests in flight at once when ``ack_window`` > 1 (one ack thread each): the
 acks consumed while one request waits for the journal go out at once in the next, so a batch's
@@ -196,9 +200,10 @@ class LeaseFeed:
         # sleeps until the loop has finished every lease it holds (see :meth:`_idle`)
         self.fetched = self.finished = self.leased_to = 0
         # the fetch threads' leases, handed on in the order the server granted them
-        self.arrivals = Arrivals(
-            lambda x: self._put(self.ready if self.direct else self.received, x)
-        )
+        self.loop_starves = False  # the loop waits for a lease (in take)
+        # server-built: leases handed on to the decode thread, and decoded (each has one writer)
+        self.handed_on = self.decoded = 0
+        self.arrivals = Arrivals(self._hand, self._starving)
         self.to_ack = (
             threading.Event()
         )  # set when the loop was handed a batch (wakes the ack thread)
@@ -390,9 +395,18 @@ class LeaseFeed:
         finally:
             conn.close()
 
+    def _starving(self) -> bool:
+        """The loop waits for a lease (in :meth:`take`) and the decode thread for a reply: the
+        replies, not the decoding, hold the loop up."""
+        return self.loop_starves and self.handed_on == self.decoded
+
     def _hand(self, item: Any) -> None:
         """A lease (or ``END``) on to the loop (direct) or to the decode thread (server-built)."""
-        self._put(self.ready if self.direct else self.received, item)
+        if self.direct:
+            self._put(self.ready, item)
+        else:
+            self.handed_on += 1
+            self._put(self.received, item)
 
     def _start(self, head: Head) -> tuple[int, int]:
         """Where a reply's lease starts (its queue and position); notes the positions leased
@@ -451,7 +465,11 @@ class LeaseFeed:
 
     def take(self) -> Any:
         """The loop's next lease (``END`` after the last or a failure), from :attr:`ready`."""
+        if self.ready.empty():  # a second request may go out (server-built: FETCHERS)
+            self.loop_starves = True
+            self.arrivals.poke()
         lease = self.ready.get()
+        self.loop_starves = False
         if lease is not END and not self.direct:
             self.room.release()
         return lease
@@ -475,6 +493,7 @@ class LeaseFeed:
                 else:
                     lease.batches = collate(records)
                 self._put(self.ready, lease)
+                self.decoded += 1
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             self._fail(exc)
 
@@ -709,8 +728,11 @@ class Arrivals:
     lease goes on once every request that was in flight when its headers arrived has its answer,
     and no lease received and not handed on starts before it; the end of the epoch (a ``204``)
     once nothing else is in flight or waiting. ``hand(x)`` is called under a lock, in that order.
-    The epoch's first request goes alone, so that its lease (the loop's first batch) waits for no
-    other.
+
+    A request goes out beside another one on its way only while ``starving()`` (the loop waits for
+    the replies: a loop that has a lease, or one being decoded, is not helped by a second request,
+    whose work then takes CPU from it), and not beside the epoch's first one, so that its lease (the
+    loop's first batch) waits for no other.
 
     Examples:
         >>> out = []
@@ -727,8 +749,10 @@ class Arrivals:
         ['lease 0-16', 'lease 16-32']
     """
 
-    def __init__(self, hand: Callable[[Any], None]) -> None:
-        self._hand = hand
+    def __init__(
+        self, hand: Callable[[Any], None], starving: Callable[[], bool] = lambda: True
+    ) -> None:
+        self._hand, self._starving = hand, starving
         self._lock = threading.Condition()
         self._heard = False  # a request was answered
         self._numbers = itertools.count()
@@ -740,14 +764,23 @@ class Arrivals:
         self._end_handed = False
 
     def sent(self, wait: float = 0.1) -> int | None:
-        """A request goes out: its number (``None``: not yet, the epoch's first one is still in
-        flight after ``wait`` seconds)."""
+        """A request goes out: its number (``None``: not yet, after ``wait`` seconds)."""
         with self._lock:
-            if not self._lock.wait_for(lambda: self._heard or not self._flying, timeout=wait):
+            if not self._lock.wait_for(self._may_send, timeout=wait):
                 return None
             n = next(self._numbers)
             self._flying.add(n)
             return n
+
+    def _may_send(self) -> bool:
+        if not self._flying and len(self._heads) == len(self._bodies):  # none on its way
+            return True
+        return self._heard and self._starving()
+
+    def poke(self) -> None:
+        """``starving()`` may have changed: a request waiting to go out looks again."""
+        with self._lock:
+            self._lock.notify_all()
 
     def answered(self, number: int, start: tuple[int, int]) -> None:
         """Request ``number``'s reply has its headers: a lease starting at ``start`` (its queue
@@ -773,6 +806,7 @@ class Arrivals:
         """Request ``number``'s lease has its body: ``item`` to hand on (``None``: cut off)."""
         with self._lock:
             self._bodies[number] = item
+            self._lock.notify_all()
             self._flush()
 
     def _flush(self) -> None:
