@@ -134,3 +134,31 @@ def test_an_empty_body_read_into_a_buffer_leaves_the_connection_ready_for_the_ne
         t.join(timeout=5)
         srv.close()
     assert accepted == [1]
+
+
+def test_headers_then_body_and_a_body_cut_off_is_an_error_not_a_request_sent_again() -> None:
+    # a lease request's headers come first (the next request may go out meanwhile), its body after;
+    # a body cut off then is an error of its own, not a request sent again (it had its effect)
+    import pyarrow as pa
+
+    from datamill.client.http import RemoteError
+
+    body = bytes(range(256)) * 100
+    full = b"HTTP/1.1 200 OK\r\nX-Datamill-Lease: L1\r\nContent-Length: %d\r\n\r\n" % len(body)
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 60
+    port, t, srv, accepted = _serve(full + body, cut)
+    h = Http(f"http://127.0.0.1:{port}", None, timeout=5, retry_s=0)
+    try:
+        head = h.head("GET", "/next", query=[("client", "c")])
+        assert head.response.status == 200 and head.response.headers["x-datamill-lease"] == "L1"
+        res = h.body(head, into=pa.allocate_buffer)
+        assert isinstance(res.body, pa.Buffer) and bytes(res.body) == body
+        head = h.head("GET", "/next")  # the same connection: the first body was read whole
+        with pytest.raises(RemoteError, match="cut off") as err:
+            h.body(head, into=pa.allocate_buffer)
+        assert err.value.status == 0
+    finally:
+        h.close()
+        t.join(timeout=5)
+        srv.close()
+    assert accepted == [1]  # one connection, no second try of the cut-off request

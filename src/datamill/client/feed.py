@@ -199,10 +199,10 @@ class LeaseFeed:
         # in the rank's queue (static, one slot): once every position is leased the fetch thread
         # sleeps until the loop has finished every lease it holds (see :meth:`_idle`)
         self.fetched = self.finished = self.leased_to = 0
-        # the fetch threads' leases, handed on in the order the server granted them
         self.loop_starves = False  # the loop waits for a lease (in take)
         # server-built: leases handed on to the decode thread, and decoded (each has one writer)
         self.handed_on = self.decoded = 0
+        # the fetch threads' leases, handed on in the order the server granted them
         self.arrivals = Arrivals(self._hand, self._starving)
         self.to_ack = (
             threading.Event()
@@ -465,7 +465,7 @@ class LeaseFeed:
 
     def take(self) -> Any:
         """The loop's next lease (``END`` after the last or a failure), from :attr:`ready`."""
-        if self.ready.empty():  # a second request may go out (server-built: FETCHERS)
+        if self.ready.empty() and not self.direct:  # a second request may go out (FETCHERS)
             self.loop_starves = True
             self.arrivals.poke()
         lease = self.ready.get()
