@@ -4,9 +4,9 @@
   ``prefetch`` leases ahead of the training loop, so the round trips overlap the loop; in
   server-built mode a lease arrives with its batches (an Arrow IPC stream), in direct mode with its
   runs only (the loader builds them as the loop asks, see :class:`~datamill.loader.runs.RunStream`).
-  Server-built, a second fetch thread sends a request beside the first one's while the replies
-  hold the loop up (:data:`FETCHERS`); their leases go on in the order the server granted them
-  (:class:`Arrivals`).
+  Server-built with short leases, a second fetch thread sends a request beside the first one's
+  while the replies hold the loop up (:data:`FETCHERS`); their leases go on in the order the server
+  granted them (:class:`Arrivals`).
 * **decode** (server-built mode): reads each lease's stream without copying (for a numpy or torch
   collate, collates the whole lease at once, column by column), in order, while the fetch thread
   asks for the next lease. In static mode with an
@@ -51,6 +51,7 @@ __all__ = [
     "END",
     "FETCHERS",
     "MAX_QUERY_ACKS",
+    "OVERLAP_BATCHES",
     "Arrivals",
     "HeldLease",
     "LeaseFeed",
@@ -58,14 +59,20 @@ __all__ = [
 ]
 
 FETCHERS = 2
-"""Fetch threads of a server-built client, each with its own connection. The second one sends a
-request while the first one's is on its way only when the replies hold the loop up (it waits for a
-lease and the decode thread for a reply): then the server journals, builds and copies one lease
-while the other's bytes are on their way. One request at a time, a 12.7 MB lease of 3 KB samples
-took ~10 ms, of which the server spent ~4.7 ms journaling, building and copying it before it sent
-the first byte (``benchmarks/RESULTS.md``). The leases reach the loop in the order the server
-granted them (:class:`Arrivals`). A direct client has one fetch thread: its replies carry no
-bytes."""
+"""Fetch threads of a server-built client whose leases hold at most :data:`OVERLAP_BATCHES`
+batches, each with its own connection. The second one sends a request while the first one's is on
+its way only when the replies hold the loop up (it waits for a lease and the decode thread for a
+reply): then the server journals, builds and copies one lease while the other's bytes are on their
+way. One request at a time, a 16-batch lease of 3 KB samples (12.7 MB) took ~10 ms, of which the
+server spent ~4.7 ms journaling, building and copying it before it sent the first byte; with the
+second request such epochs served 9-10% more samples a second (``benchmarks/RESULTS.md``). The
+leases reach the loop in the order the server granted them (:class:`Arrivals`). A direct client has
+one fetch thread: its replies carry no bytes."""
+OVERLAP_BATCHES = 32
+"""Leases of at most this many batches get a second fetch thread (:data:`FETCHERS`): the server
+sizes leases of samples of a few KB at 16 batches, whose replies are what the loop waits for. Leases
+of small rows (256 batches) are held up by their decoding: a second request in flight made such
+epochs no faster, and 10-20% slower in some runs."""
 ACK_SENDERS = 2
 """Acknowledgement requests in flight at once when ``ack_window`` > 1 (one ack thread each): the
 acks consumed while one request waits for the journal go out at once in the next, so a batch's
@@ -168,6 +175,7 @@ class LeaseFeed:
         direct: ask for direct leases (their runs, no batches).
         ack_window: batches the loop may hold whose acknowledgements are unanswered (``1``: the
             next batch is yielded only once the previous one's acknowledgement is journaled).
+        fetchers: fetch threads (server-built: :data:`FETCHERS` for short leases).
     """
 
     def __init__(
@@ -178,8 +186,10 @@ class LeaseFeed:
         *,
         direct: bool = False,
         ack_window: int = 1,
+        fetchers: int = 1,
     ) -> None:
         self.loader, self.lease_timeout, self.direct = loader, float(lease_timeout), direct
+        self.fetchers = 1 if direct else max(1, int(fetchers))
         self.ack_window = int(ack_window)
         self.path = f"/api/v1/iterations/{it_id}"
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.transport.prefetch)
@@ -232,9 +242,8 @@ class LeaseFeed:
     def start(self) -> None:
         """Start the threads."""
         senders = ACK_SENDERS if self.ack_window > 1 else 1
-        fetchers = 1 if self.direct else FETCHERS
         for name, target in (
-            *((f"fetch{i or ''}", self._fetch) for i in range(fetchers)),
+            *((f"fetch{i or ''}", self._fetch) for i in range(self.fetchers)),
             *((("decode", self._decode),) if not self.direct else ()),
             *((f"ack{i or ''}", self._acker) for i in range(senders)),
             ("heartbeat", self._heartbeat),
@@ -465,7 +474,7 @@ class LeaseFeed:
 
     def take(self) -> Any:
         """The loop's next lease (``END`` after the last or a failure), from :attr:`ready`."""
-        if self.ready.empty() and not self.direct:  # a second request may go out (FETCHERS)
+        if self.fetchers > 1 and self.ready.empty():  # a second request may go out (FETCHERS)
             self.loop_starves = True
             self.arrivals.poke()
         lease = self.ready.get()
