@@ -65,14 +65,14 @@ its way only when the replies hold the loop up (it waits for a lease and the dec
 reply): then the server journals, builds and copies one lease while the other's bytes are on their
 way. One request at a time, a 16-batch lease of 3 KB samples (12.7 MB) took ~10 ms, of which the
 server spent ~4.7 ms journaling, building and copying it before it sent the first byte; with the
-second request such epochs served 9-10% more samples a second (``benchmarks/RESULTS.md``). The
+second request such epochs served 8-15% more samples a second (``benchmarks/RESULTS.md``). The
 leases reach the loop in the order the server granted them (:class:`Arrivals`). A direct client has
 one fetch thread: its replies carry no bytes."""
 OVERLAP_BATCHES = 32
 """Leases of at most this many batches get a second fetch thread (:data:`FETCHERS`): the server
-sizes leases of samples of a few KB at 16 batches, whose replies are what the loop waits for. Leases
-of small rows (256 batches) are held up by their decoding: a second request in flight made such
-epochs no faster, and 10-20% slower in some runs."""
+sizes leases of samples of a few KB at 16 batches, whose replies are what the loop waits for. With
+leases of small rows (256 batches, epochs of 3-4M samples a second) a second request in flight made
+the epochs no faster, and 10-20% slower in some runs."""
 ACK_SENDERS = 2
 """Acknowledgement requests in flight at once when ``ack_window`` > 1 (one ack thread each): the
 acks consumed while one request waits for the journal go out at once in the next, so a batch's
