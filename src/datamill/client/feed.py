@@ -378,9 +378,10 @@ class LeaseFeed:
                 if not (self.direct or holding):
                     holding = self.room.acquire(timeout=0.1)
                     continue
-                sent_at, number = time.monotonic(), arrivals.sent()
+                number = arrivals.sent()  # may wait for the other request (up to 0.1 s)
                 if number is None:
                     continue
+                sent_at = time.monotonic()  # after the wait: the lease's deadline counts from here
                 try:
                     head = self._next(conn)
                 except BaseException:
