@@ -175,7 +175,9 @@ class LeaseFeed:
         direct: ask for direct leases (their runs, no batches).
         ack_window: batches the loop may hold whose acknowledgements are unanswered (``1``: the
             next batch is yielded only once the previous one's acknowledgement is journaled).
-        fetchers: fetch threads (server-built: :data:`FETCHERS` for short leases).
+        lease_size: batches a lease holds, as the server sized them: a server-built client with
+            leases of at most :data:`OVERLAP_BATCHES` has :data:`FETCHERS` fetch threads, else
+            one.
     """
 
     def __init__(
@@ -186,10 +188,11 @@ class LeaseFeed:
         *,
         direct: bool = False,
         ack_window: int = 1,
-        fetchers: int = 1,
+        lease_size: int | None = None,
     ) -> None:
         self.loader, self.lease_timeout, self.direct = loader, float(lease_timeout), direct
-        self.fetchers = 1 if direct else max(1, int(fetchers))
+        short = lease_size is not None and int(lease_size) <= OVERLAP_BATCHES
+        self.fetchers = FETCHERS if short and not direct else 1
         self.ack_window = int(ack_window)
         self.path = f"/api/v1/iterations/{it_id}"
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=loader.transport.prefetch)

@@ -32,14 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from datamill.client.direct import DirectBuilds
-from datamill.client.feed import (
-    END,
-    FETCHERS,
-    OVERLAP_BATCHES,
-    HeldLease,
-    LeaseFeed,
-    ack_ranges,
-)
+from datamill.client.feed import END, HeldLease, LeaseFeed, ack_ranges
 from datamill.client.http import Client, Http
 from datamill.client.options import Leases, Transport, served_batching
 from datamill.core.errors import ConfigError, ResumeStateError
@@ -352,7 +345,7 @@ class RemoteLoader:
             lease_timeout,
             direct=self._direct is not None,
             ack_window=self.transport.ack_window,
-            fetchers=FETCHERS if int(self._cfg.get("lease_size", 16)) <= OVERLAP_BATCHES else 1,
+            lease_size=int(self._cfg.get("lease_size", 16)),
         )
         feed.start()
         try:
