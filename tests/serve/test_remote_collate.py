@@ -80,7 +80,11 @@ def _equal(a: Any, b: Any) -> bool:
 _AS_BYTES = functools.partial(collate_numpy, binary="bytes")
 
 
-@pytest.mark.parametrize("collate", ["numpy", "torch", "arrow", _AS_BYTES], ids=str)
+@pytest.mark.parametrize(
+    "collate",
+    ["numpy", "torch", "arrow", _AS_BYTES],
+    ids=lambda c: c if isinstance(c, str) else "numpy_binary_bytes",
+)
 def test_server_built_leases_collated_whole_equal_the_in_process_loader(
     mixed: dict[str, Any], collate: Any
 ) -> None:
