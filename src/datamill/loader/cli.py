@@ -229,7 +229,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         if callable(nbytes)
         else (sizes * (_disk_bytes(args.source) / total_rows)).astype(np.int64)
     )
-    window = args.window or default_window(sizes)
+    window = args.window or default_window(sizes, shard_bytes if callable(nbytes) else None)
     order: dict[str, Any] = {
         "batch_size": args.batch_size,
         "world_size": args.world_size,

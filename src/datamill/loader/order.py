@@ -48,6 +48,7 @@ from datamill.core.errors import ConfigError
 from datamill.core.rng import rng_for
 
 __all__ = [
+    "DEFAULT_WINDOW_BYTES",
     "DEFAULT_WINDOW_SAMPLES",
     "DEFAULT_WINDOW_SHARDS",
     "Elastic",
@@ -74,7 +75,13 @@ Elastic: TypeAlias = tuple[tuple[int, tuple[int, ...]], ...]
 DEFAULT_WINDOW_SHARDS = 4
 """At least this many shards are shuffled together by default."""
 DEFAULT_WINDOW_SAMPLES = 1 << 16
-"""...and enough shards to hold about this many samples (tiny shards would mix too little)."""
+"""...and enough shards to hold about this many samples (tiny shards would mix too little)..."""
+DEFAULT_WINDOW_BYTES = 64 << 20
+"""...but, when the shards' bytes are known, no more shards than hold about this many bytes of
+shard files: a build holds about two windows decoded, and every decoded page a window adds is a
+page the process first touches (on 3 KB binary samples, windows of 33 shards held 530 MB and
+faulted 130k pages an epoch; windows of 10 shards held 250 MB, faulted half as many, and read
+the epoch 25-35% faster)."""
 
 
 def _check_seed_epoch(seed: int, epoch: int) -> None:
@@ -105,18 +112,33 @@ def epoch_order(num_samples: int, /, *, seed: int, epoch: int) -> NDArray[np.int
     return rng_for(seed, "epoch_order", epoch).permutation(int(num_samples)).astype(np.int64)
 
 
-def default_window(shard_sizes: Sequence[int] | NDArray[np.int64]) -> int:
-    """Shards per shuffle window: at least 4, and enough to hold about 65,536 samples.
+def default_window(
+    shard_sizes: Sequence[int] | NDArray[np.int64],
+    shard_nbytes: Sequence[int] | NDArray[np.int64] | None = None,
+) -> int:
+    """Shards per shuffle window: at least 4, and enough to hold about 65,536 samples; with
+    ``shard_nbytes`` (bytes of each shard's files), no more than hold about 64 MiB of them
+    (:data:`DEFAULT_WINDOW_BYTES`), unless that is fewer than 4.
 
     Examples:
         >>> default_window([100_000] * 10), default_window([1_000] * 200)
         (4, 66)
+        >>> default_window([2_000] * 100), default_window([2_000] * 100, [6_000_000] * 100)
+        (33, 11)
+        >>> default_window([2_000] * 100, [600_000] * 100)  # small shards: the samples decide
+        33
+        >>> default_window([2_000] * 100, [60_000_000] * 100)  # large shards: 4 at least
+        4
     """
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     if len(sizes) == 0:
         return 1
     mean = max(1.0, float(sizes.mean()))
-    return int(max(DEFAULT_WINDOW_SHARDS, -(-DEFAULT_WINDOW_SAMPLES // int(mean))))
+    window = -(-DEFAULT_WINDOW_SAMPLES // int(mean))
+    nbytes = None if shard_nbytes is None else np.asarray(shard_nbytes, dtype=np.int64)
+    if nbytes is not None and len(nbytes) == len(sizes) and int(nbytes.sum()) > 0:
+        window = min(window, DEFAULT_WINDOW_BYTES // max(1, int(nbytes.mean())))
+    return int(max(DEFAULT_WINDOW_SHARDS, window))
 
 
 def shard_order(

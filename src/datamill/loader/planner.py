@@ -325,7 +325,7 @@ def plan_run(
         read_bytes_per_s=read_bytes_per_s,
         reader_threads=reader_threads,
     )
-    win = default_window(sizes) if window is None else int(window)
+    win = default_window(sizes, shard_bytes) if window is None else int(window)
     per_node = world_size if ranks_per_node is None else int(ranks_per_node)
     threads = min(8, max(2, prefetch)) if reader_threads is None else int(reader_threads)
     limit = int(nbytes.sum()) if cache_limit is None else int(cache_limit)

@@ -112,6 +112,13 @@ class Resumes(ServiceBase):
                 "Loader.from_state(source, state), or pass Batching(warmup="
                 f"{bool(saved.get('warmup'))})"
             )
+        if "hint" not in extra and saved.get("window") != current.get("window"):
+            extra["hint"] = (
+                f"the state was saved with a shuffle window of {saved.get('window')} shards (the "
+                "default window holds at most about 64 MiB of shard files since 2026-11-30, so "
+                "an earlier state may differ): resume it with Loader.from_state(source, state), "
+                f"or pass Batching(window={saved.get('window')})"
+            )
         check_resume_compat(
             saved,
             current,

@@ -31,6 +31,7 @@ from datamill.core.errors import BuildError, DatamillError
 from datamill.loader.accounting import BatchResult
 from datamill.loader.cache import KeptBytes
 from datamill.loader.options import Batching
+from datamill.loader.order import default_window
 from datamill.loader.service import BatchService
 
 __all__ = [
@@ -211,6 +212,9 @@ def service_for(
     count), so that a direct client's or a build worker's gathers seldom wait for a read; the
     batches are the same.
     """
+    window = cfg["window"]
+    if window is None:  # an iteration created before its window was resolved when it was created
+        window = default_window(source.shard_sizes())
     svc = BatchService(
         source,
         batch_size=int(cfg["batch_size"]),
@@ -218,7 +222,7 @@ def service_for(
         columns=cfg["columns"],
         collate=collate,
         batching=Batching(
-            window=cfg["window"],
+            window=window,
             shuffle=bool(cfg["shuffle"]),
             drop_last=bool(cfg["drop_last"]),
             warmup=False,

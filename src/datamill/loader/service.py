@@ -60,6 +60,7 @@ __all__ = [
     "BatchService",
     "reads_remotely",
     "remote_reads",
+    "shard_nbytes_of",
 ]
 
 REMOTE_READS = 6
@@ -100,7 +101,7 @@ def remote_reads(nbytes: NDArray[np.int64] | None, *, window: int) -> int:
     return int(max(2, min(reads, MAX_READS, 2 * window)))
 
 
-def _shard_nbytes(source: object) -> NDArray[np.int64] | None:
+def shard_nbytes_of(source: object) -> NDArray[np.int64] | None:
     """The source's bytes per shard, or ``None`` when it does not tell them (or cannot now)."""
     nbytes = getattr(source, "shard_nbytes", None)
     if not callable(nbytes):
@@ -151,7 +152,7 @@ def _resolved(b: Batching, source: Source, sizes: NDArray[np.int64]) -> Batching
         buckets = tuple(int(x) for x in buckets)
     return dataclasses.replace(
         b,
-        window=b.window if b.window is not None else default_window(sizes),
+        window=b.window if b.window is not None else default_window(sizes, shard_nbytes_of(source)),
         warmup=reads_remotely(source) if b.warmup is None else bool(b.warmup),
         shuffle=bool(b.shuffle),
         drop_last=bool(b.drop_last),
@@ -275,7 +276,7 @@ class BatchService(Resumes, Builds):
         """Shards read at once (at least; ``workers.prefetch`` when more): with warm-up from object
         storage, as many as keep :data:`READ_AHEAD_BYTES` in flight (:func:`remote_reads`)."""
         if self.warmup and reads_remotely(source):
-            self.reads = remote_reads(_shard_nbytes(source), window=self.window)
+            self.reads = remote_reads(shard_nbytes_of(source), window=self.window)
         self._fingerprint: str | None = None
         self._init_runtime()
 
