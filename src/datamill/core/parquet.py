@@ -159,6 +159,30 @@ class ParquetSource(SchemaColumns):
     def shard_sizes(self) -> NDArray[np.int64]:
         return np.array([n for _, _, n in self._shards], dtype=np.int64)
 
+    def shard_nbytes(self) -> NDArray[np.int64]:
+        """Bytes of each shard's data in its file (its row groups' compressed column chunks, from
+        the footers already read: no I/O).
+
+        Examples:
+            >>> import tempfile
+            >>> p = Path(tempfile.mkdtemp()) / "a.parquet"
+            >>> pq.write_table(pa.table({"x": list(range(500))}), p, row_group_size=200)
+            >>> nbytes = ParquetSource(p).shard_nbytes()
+            >>> len(nbytes), bool((nbytes > 0).all()), int(nbytes[0]) > int(nbytes[2])
+            (3, True, True)
+        """
+
+        def group_bytes(md: pq.FileMetaData, g: int) -> int:
+            rg = md.row_group(g)
+            return sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+
+        out = []
+        for i, group, _ in self._shards:
+            md = self._meta[i]
+            groups = range(md.num_row_groups) if group is None else (group,)
+            out.append(sum(group_bytes(md, g) for g in groups))
+        return np.asarray(out, dtype=np.int64)
+
     def read_shard(self, index: int, *, columns: Sequence[str] | None = None) -> pa.Table:
         cols = check_read_args(self, index, columns, path=self.path)
         i, group, _ = self._shards[index]
