@@ -79,9 +79,9 @@ DEFAULT_WINDOW_SAMPLES = 1 << 16
 DEFAULT_WINDOW_BYTES = 64 << 20
 """...but, when the shards' bytes are known, no more shards than hold about this many bytes of
 shard files: a build holds about two windows decoded, and every decoded page a window adds is a
-page the process first touches (on 3 KB binary samples, windows of 33 shards held 530 MB and
-faulted 130k pages an epoch; windows of 10 shards held 250 MB, faulted half as many, and read
-the epoch 25-35% faster)."""
+page the process first touches (100 shards of 2,000 binary samples of 3 KB, a fresh process's
+epoch: windows of 33 shards peaked at 526-550 MB and faulted 127k-131k pages; windows of 10
+shards peaked at 266-282 MB, faulted 56k-80k and read the epoch about 20% faster)."""
 
 
 def _check_seed_epoch(seed: int, epoch: int) -> None:
