@@ -67,6 +67,33 @@ def test_an_iteration_fixes_the_default_window_when_it_is_created(
         given = st.create_iteration({**req, "name": "b", "window": 3})
         resumed = st.create_iteration({**req, "name": "c", "resume_from": given["id"]})
         assert resumed["config"]["window"] == 3
+        # an iteration journaled before windows were fixed at creation has none: a joiner without
+        # a window joins it, and a resume of it keeps none (so plans with the samples rule)
+        old = st.iteration(st.create_iteration({**req, "name": "old"})["id"])
+        old.config["window"] = None
+        assert st.create_iteration({**req, "name": "old"})["id"] == old.id
+        again = st.create_iteration({**req, "name": "d", "resume_from": old.id})
+        assert again["config"]["window"] is None
+        assert st.service(st.iteration(again["id"]).config).window == default_window(
+            ds.shard_sizes()
+        )
+    finally:
+        st.close()
+
+
+def test_a_resume_from_loader_states_takes_their_window(root: Path, tmp_path: Path) -> None:
+    ds = ShardsetDataset(root / "wide")
+    local = Loader(ds, 16, seed=2, batching=Batching(window=12))
+    it = iter(local)
+    for _ in range(5):
+        next(it)
+    st = ServeState(tmp_path / "state", roots=[root], auth=False)
+    try:
+        st.register("wide", name="wide")
+        req = {"dataset": "wide", "batch_size": 16, "seed": 2, "name": "from-states"}
+        made = st.create_iteration({**req, "loader_states": [local.state_dict()]})
+        assert made["config"]["window"] == 12
+        assert st.iteration(made["id"]).config["base_done"] == [(0, 5)]  # the 5 batches seen
     finally:
         st.close()
 
