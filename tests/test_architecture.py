@@ -611,3 +611,17 @@ def test_parameter_count_sees_methods_inits_and_star_args(tmp_path: Path) -> Non
         encoding="utf-8",
     )
     assert wide_callables(tmp_path) == {"m:wide": 13, "m:C.__init__": 13}
+
+
+SERVE_MAX_LINES = 9_000
+"""Issue #37's bound on the server package: ``serve/`` in at most this many lines of Python."""
+
+
+def test_the_server_package_stays_within_its_line_budget() -> None:
+    files = sorted((SRC / ROOT / "serve").rglob("*.py"))
+    lines = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files)
+    assert len(files) > 20 and lines > 5_000  # the package itself, not an empty glob
+    assert lines <= SERVE_MAX_LINES, (
+        f"serve/ has {lines:,} lines of Python (budget {SERVE_MAX_LINES:,}): move what is not the "
+        "server's own (options, planning, storage) to its package, or shorten"
+    )

@@ -32,7 +32,7 @@ from datamill.loader.accounting import BatchResult
 from datamill.loader.cache import KeptBytes
 from datamill.loader.options import Batching
 from datamill.loader.order import default_window
-from datamill.loader.service import BatchService
+from datamill.loader.service import BatchService, shard_nbytes_of
 
 __all__ = [
     "SERVICE_FIELDS",
@@ -44,6 +44,7 @@ __all__ = [
     "as_table",
     "build_runs",
     "close_iterator",
+    "iteration_window",
     "service_for",
     "service_key",
     "worker_budget",
@@ -189,6 +190,31 @@ def service_key(cfg: Mapping[str, Any], *more: Any) -> str:
     return fingerprint_obj([cfg[k] for k in SERVICE_FIELDS] + list(more))
 
 
+def iteration_window(source: Any, states: Sequence[Mapping[str, Any]] | None = None) -> int:
+    """The shuffle window a served iteration fixes when it is created without one: the window of
+    the loader states it resumes from when they agree on one, else the source's default
+    (:func:`~datamill.loader.order.default_window`, bounded by its shards' bytes). An iteration
+    resumed from another keeps that one's (``None`` for one journaled before windows were fixed
+    at creation: :func:`service_for` then applies the samples-only rule of its time).
+
+    Examples:
+        >>> from datamill.core.source import TableSource
+        >>> src = TableSource(pa.table({"x": list(range(10))}), shard_size=2)
+        >>> iteration_window(src, [{"config": {"window": 2}}])  # the states' window
+        2
+        >>> iteration_window(src) == default_window(src.shard_sizes())  # no bytes told: samples
+        True
+    """
+    windows = {
+        s["config"].get("window") if isinstance(s.get("config"), Mapping) else None
+        for s in states or ()
+        if isinstance(s, Mapping)
+    }
+    if len(windows) == 1 and isinstance(window := next(iter(windows)), int):
+        return window
+    return default_window(source.shard_sizes(), shard_nbytes_of(source))
+
+
 def service_for(
     source: Any,
     cfg: Mapping[str, Any],
@@ -213,7 +239,7 @@ def service_for(
     batches are the same.
     """
     window = cfg["window"]
-    if window is None:  # an iteration created before its window was resolved when it was created
+    if window is None:  # an iteration journaled before windows were fixed at its creation
         window = default_window(source.shard_sizes())
     svc = BatchService(
         source,

@@ -1,7 +1,6 @@
 """The server's datasets and iterations without HTTP (:class:`Catalog`): registration under the
 roots, iteration configs (resume bases, lease sizes), lookup and rebuild from the journal, open and
-close; :class:`datamill.serve.server.ServeState` adds the protocol's round trip.
-"""
+close; :class:`datamill.serve.server.ServeState` adds the protocol's round trip."""
 
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ from datamill.core.ragged import runs
 from datamill.core.state import check_resume_compat
 from datamill.core.wire import ID_PATTERN, MAX_LEASE_SAMPLES
 from datamill.loader import BatchService
-from datamill.loader.order import default_window
-from datamill.loader.runs import SERVICE_FIELDS, service_for, service_key
-from datamill.loader.service import shard_nbytes_of
+from datamill.loader.runs import SERVICE_FIELDS, iteration_window, service_for, service_key
 from datamill.serve.data.direct import ClientLocations
 from datamill.serve.http.auth import KeyStore
 from datamill.serve.journal.leases import (
@@ -361,25 +358,6 @@ class Catalog:
             row = self._row_bytes[ds["id"]] = row_bytes(self.open_source(ds["path"]))
         return auto_lease_size(target, int(req["batch_size"]), row)
 
-    def _default_window(self, cfg: Mapping[str, Any], req: Mapping[str, Any]) -> int | None:
-        """The shuffle window of a new iteration whose request left it to the default: a resumed
-        one keeps its predecessor's (``None`` for an iteration created before windows were
-        resolved at creation: :func:`~datamill.loader.runs.service_for` then applies the rule
-        of its time), a resume from loader states theirs, any other the dataset's default
-        (:func:`~datamill.loader.order.default_window`, from the server's copy), fixed here so
-        that every build worker and direct client plans with the same number."""
-        if req.get("resume_from"):
-            return self.iteration(str(req["resume_from"])).config.get("window")
-        windows = {
-            s.get("config", {}).get("window")
-            for s in req.get("loader_states") or ()
-            if isinstance(s, Mapping) and isinstance(s.get("config"), Mapping)
-        }
-        if len(windows) == 1 and isinstance(next(iter(windows)), int):
-            return int(next(iter(windows)))
-        source = self.source(cfg["dataset"])
-        return default_window(source.shard_sizes(), shard_nbytes_of(source))
-
     def _resume_base(self, cfg: dict[str, Any], req: Mapping[str, Any]) -> tuple[int, list[int]]:
         """``(plan world size, units already done)`` of a resumed iteration: from iteration
         ``resume_from`` (the same order, its done units) or every rank's ``loader_states``."""
@@ -434,11 +412,11 @@ class Catalog:
     def create_iteration(self, req: Mapping[str, Any]) -> dict[str, Any]:
         """Create an iteration, or join the existing one of the same name (or config) and epoch.
 
-        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``;
-        any other difference from the existing iteration's settings is a :class:`ConflictError`. A
-        shape that does not fit the dataset (more ranks than samples, a lease of more than
-        :data:`MAX_LEASE_SAMPLES`) is a :class:`ConfigError`.
-        """
+        A joiner needs neither the resume spec nor the creator's ``lease_size``/``lease_timeout``
+        nor a ``window`` (it takes the iteration's); any other difference from its settings is a
+        :class:`ConflictError`. A shape that does not fit the dataset (more ranks than samples, a
+        lease of more than :data:`MAX_LEASE_SAMPLES`) is a :class:`ConfigError`. A new iteration's
+        window is fixed at creation (:func:`~datamill.loader.runs.iteration_window`)."""
         cfg = self._config(req)
         joined = {k: v for k, v in cfg.items() if k not in _CREATOR_ONLY}
         with self._lock:
@@ -455,13 +433,8 @@ class Catalog:
             it_id = "it-" + fingerprint_obj([key, cfg["epoch"]])[:16]
             for row in self.journal.iterations():
                 if row["id"] == it_id:
-                    saved = {k: v for k, v in row["config"].items() if k not in _CREATOR_ONLY}
-                    # a joiner that leaves the window to the default takes the iteration's
-                    diffs = [
-                        k
-                        for k in joined
-                        if saved.get(k) != joined[k] and not (k == "window" and joined[k] is None)
-                    ]
+                    saved = {**row["config"], **({"window": None} if cfg["window"] is None else {})}
+                    diffs = [k for k in joined if saved.get(k) != joined[k]]
                     if diffs:
                         raise ConflictError(
                             f"iteration {name or it_id!r} of epoch {cfg['epoch']} exists with "
@@ -469,8 +442,10 @@ class Catalog:
                             hint="use another name, or the same settings to join it",
                         )
                     return self.describe(self.iteration(it_id))
-            if cfg["window"] is None:
-                cfg["window"] = self._default_window(cfg, req)
+            if cfg["window"] is None:  # fixed now, for every build worker and direct client
+                old = self.iteration(str(req["resume_from"])) if req.get("resume_from") else None
+                src, states = self.source(cfg["dataset"]), req.get("loader_states")
+                cfg["window"] = old.config.get("window") if old else iteration_window(src, states)
             plan_world, base_done = self._resume_base(cfg, req)
             cfg["plan_world"], cfg["base_done"] = plan_world, runs(base_done)
             it = self._build(it_id, cfg)
