@@ -39,6 +39,7 @@ from datamill.loader.stages import (
     _view_take,
     _Views,
     block_sources,
+    scatter_rows,
 )
 
 __all__: list[str] = []
@@ -208,7 +209,7 @@ def _dense(name: str, cols: list[Any], block: _Block, rows: list[Any], mode: str
         out = col.view(region).reshape(block.n, *inner)
         for k, c in enumerate(cols):
             if len(block.mine[k]):
-                out[block.mine[k]] = c[rows[k]]
+                scatter_rows(out, block.mine[k], c, rows[k])
 
     return [col], fill
 
