@@ -39,6 +39,7 @@ from datamill.loader.stages import (
     _view_take,
     _Views,
     block_sources,
+    row_groups,
     scatter_rows,
 )
 
@@ -72,9 +73,7 @@ class _Block:
         self.starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.starts[1:])
         self.n = int(self.starts[-1])
-        order = np.argsort(table_of, kind="stable")
-        cuts = np.searchsorted(table_of[order], np.arange(n_tables + 1)).tolist()
-        self.mine = [order[cuts[k] : cuts[k + 1]] for k in range(n_tables)]
+        self.mine = row_groups(table_of, n_tables)
         self.batch_of = np.repeat(np.arange(len(counts), dtype=np.int64), self.counts)
 
 
