@@ -336,9 +336,9 @@ def shard_index(seq: NDArray[np.int64], offsets: NDArray[np.int64]) -> NDArray[n
 
     Every non-empty shard holds at least ``2**b`` samples, so a bucket of ``2**b`` consecutive
     indices spans at most two of them: a small table gives the shard where each bucket starts, and
-    one comparison moves a sample on to the next shard. An epoch's plan of 2M samples took 4-5x
-    less time than with the binary search. Falls back to it when the table would be large (shards
-    of a few samples among many).
+    one comparison moves a sample on to the next shard (2M samples in 40 shards: about 10 ms
+    against 50-90 ms for the binary search). Falls back to the search when the table would be
+    large (shards of a few samples among many).
 
     Examples:
         >>> offsets = np.array([0, 3, 3, 5, 9])  # shard 1 is empty
@@ -555,8 +555,8 @@ def block_sources(
 
 def row_groups(table_of: NDArray[np.int64], n: int) -> list[NDArray[np.intp]]:
     """For each of ``n`` tables, the positions ``i`` (ascending) with ``table_of[i]`` equal to
-    its index: a stable sort of the indices as 8- or 16-bit integers (numpy sorts those by radix,
-    4x faster than 64-bit ones here), cut by their counts.
+    its index: a stable sort of the indices as 8- or 16-bit integers (numpy sorts those by radix:
+    3-4x faster than 64-bit ones for a block of 8,192 rows), cut by their counts.
 
     Examples:
         >>> [g.tolist() for g in row_groups(np.array([2, 0, 2, 1, 0]), 4)]
