@@ -275,6 +275,32 @@ def test_an_epoch_over_parquet_never_imports_pandas(tmp_path: Path) -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_opening_a_shardset_dataset_and_an_epoch_never_import_pandas(tmp_path: Path) -> None:
+    """The mapping's shard column read from its buffer: pyarrow's ``to_numpy()`` imports pandas
+    on its first call (0.17 s of every open of a dataset)."""
+    from datamill.shards import ShardsetDataset
+
+    files = []
+    for k in range(3):
+        path = tmp_path / f"part-{k}.parquet"
+        pq.write_table(pa.table({"uid": np.arange(k * 40, (k + 1) * 40), "x": np.ones(40)}), path)
+        files.append(str(path))
+    ShardsetDataset.create(tmp_path / "ds", files, uid="uid", shardset="features")
+    code = (
+        "import sys\n"
+        "from datamill.shards import ShardsetDataset\n"
+        "from datamill.loader import Loader\n"
+        f"ds = ShardsetDataset({str(tmp_path / 'ds')!r})\n"
+        "n = sum(len(b['uid']) for b in Loader(ds, 16, seed=1))\n"
+        "assert n == 120, n\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False"
+
+
 @given(
     sizes=st.lists(st.integers(1, 40), min_size=1, max_size=10),
     seed=st.integers(0, 50),
