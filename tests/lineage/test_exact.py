@@ -42,7 +42,8 @@ def table_of(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def as_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
+    """The row's values in the columns' order (hypothesis may build a dict in another key order)."""
+    return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in VALUES)
 
 
 @settings(max_examples=60)
@@ -120,7 +121,8 @@ def wide_table(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def wide_tuple(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple((-1, v["a"]) if isinstance(v, dict) else v for v in row.values())
+    """The row's values in the columns' order (as :func:`as_tuple`)."""
+    return tuple((-1, row[k]["a"]) if isinstance(row[k], dict) else row[k] for k in WIDE)
 
 
 @settings(max_examples=60)
