@@ -314,3 +314,21 @@ def test_route_from_malformed_csv_names_the_file(ds: ShardsetDataset, tmp_path: 
     assert exc.value.path == str(bad) and "11,b,extra" in str(
         exc.value
     )  # core read_table: line not set here
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [pa.array([str(i // PER) for i in range(K * PER)]), pa.array([None] * (K * PER), pa.int32())],
+    ids=["strings", "nulls"],
+)
+def test_a_mapping_whose_shard_column_is_not_numbers_is_a_located_error(
+    ds: ShardsetDataset, shard: pa.Array
+) -> None:
+    """The mapping's shard column read from its buffer: a column of another type, or with nulls,
+    is a ShardsetError naming samples.parquet, not a bare TypeError."""
+    path = Path(ds.loc.join(ds.samples_path))
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(table.schema.get_field_index("shard"), "shard", shard), path)
+    with pytest.raises(ShardsetError, match="mapping is unusable") as err:
+        ShardsetDataset(ds.loc.join(""))
+    assert "samples.parquet" in str(err.value)

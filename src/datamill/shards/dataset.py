@@ -150,7 +150,7 @@ class ShardsetDataset:
         self._owner = {c: ss["name"] for ss in manifest["shardsets"] for c in ss["columns"]}
         try:
             self.mapping = Mapping.from_table(table, self.uid_column, int(manifest["num_shards"]))
-        except (KeyError, ValueError, pa.ArrowException) as exc:
+        except (KeyError, ValueError, TypeError, pa.ArrowException) as exc:
             raise ShardsetError(
                 f"the mapping is unusable (a missing column or a bad shard index?): {exc}",
                 path=self.loc.show(self.samples_path),
