@@ -94,6 +94,13 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             env["id"] = c.register("cifar", name="cifar")["id"]
             env["houses"] = c.register("houses.parquet", name="houses")["id"]
             env["pre"] = c.register("pre/small.hdf5", name="pre")["id"]
+        # what several tests open, made here so that each test runs alone (or on another
+        # pytest-xdist worker, with its own server): the "hist" run of two finished epochs, and a
+        # cancelled iteration
+        assert _iterate(env, "hist", epoch=0) == 10
+        assert _iterate(env, "hist", epoch=1) == 10
+        with Client(env["url"], admin) as c:
+            c.cancel(c.iteration("cifar", batch_size=10, leases=Leases(name="stopped"))["id"])
         yield env
     finally:
         stop(env["proc"])
@@ -185,8 +192,7 @@ def _acks_journaled(srv: dict[str, Any], it_id: str, *, at_least: int) -> None:
 
 # --------------------------------------------------------------------------------------- iterations
 def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str, Any]) -> None:
-    assert _iterate(srv, "hist", epoch=0) == 10
-    assert _iterate(srv, "hist", epoch=1) == 10
+    """The module's first test: the server holds the fixture's iterations and these two."""
     with Client(srv["url"], srv["admin"]) as c:
         cancelled = c.iteration("cifar", batch_size=10, leases=Leases(name="to-cancel"))
         c.cancel(cancelled["id"])
@@ -230,7 +236,7 @@ def test_status_badges_lifecycle_filters_and_paging(browser: Any, srv: dict[str,
         if page.locator("#next-page").count() == 0:
             break
         page.click("#next-page")
-    assert len(seen) == len(set(seen)) == 4
+    assert len(seen) == len(set(seen)) == 5  # hist 0 and 1, the fixture's cancelled, these two
     assert page.locator("#first-page").count() == 1
     # the iteration page: badge, start, end, duration; readable config labels
     page.goto(srv["url"] + f"/ui/iterations/{seen[-1]}")  # newest first: the last is "hist" 0
