@@ -83,6 +83,11 @@ def _client_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+def _last_ack(lease_id: str, lease: HeldLease) -> tuple[str, str, int]:
+    """The ack of ``lease``'s last batch: ``(lease, fence, position)``."""
+    return (lease_id, lease.fence, lease.start + len(lease.units) - 1)
+
+
 class RemoteLoader:
     """Iterate a served dataset like :class:`~datamill.loader.Loader` (same batches in static mode).
 
@@ -541,27 +546,35 @@ class RemoteLoader:
         gone = set(done)  # made before the lock: the loop takes it at each batch
         with self._state_lock:
             self._unflushed = [x for x in self._unflushed if x not in gone]
+            counts = self.stats["acks"]
             for lease_id, status in statuses.items():
-                counts = self.stats["acks"]
                 counts[status] = counts.get(status, 0) + 1
-                # dynamic mode: "already" answers a batch sent once, so the lease may have been
-                # finished by another client (after an expiry): its rest is not this client's
-                if status in ("expired", "refused") or (
-                    status == "already" and self.mode == "dynamic"
-                ):
+                if self._loses(status):
                     lost.add(lease_id)
             leases = {lid: held.get(lid) for lid in statuses}
             left = {x[0] for x in self._unflushed}
-            for lid, lease in leases.items():
-                if (
-                    lease is not None
-                    and lid not in left
-                    and (lid, lease.fence, lease.start + len(lease.units) - 1) in gone
-                ):
+            for lid, lease in leases.items():  # a lease whose last batch is answered is done
+                if lease is not None and lid not in left and _last_ack(lid, lease) in gone:
                     held.pop(lid, None)
-        if self.transport.on_commit is not None:
-            for lid, lease in leases.items():
-                if statuses[lid] == "ok" and lease is not None:
-                    self.transport.on_commit(
-                        [lease.units[p - lease.start] for x, _, p in done if x == lid]
-                    )
+        self._report_commits(statuses, leases, done)
+
+    def _loses(self, status: str) -> bool:
+        """Whether an ack answered ``status`` means the rest of its lease is not this client's:
+        expired or refused; in dynamic mode also ``"already"``, which answers a batch sent once,
+        so the lease may have been finished by another client (after an expiry)."""
+        return status in ("expired", "refused") or (status == "already" and self.mode == "dynamic")
+
+    def _report_commits(
+        self,
+        statuses: dict[str, str],
+        leases: dict[str, HeldLease | None],
+        done: Sequence[tuple[str, str, int]],
+    ) -> None:
+        """``on_commit`` with the units of each lease whose acks the server journaled (``ok``)."""
+        if self.transport.on_commit is None:
+            return
+        for lid, lease in leases.items():
+            if statuses[lid] == "ok" and lease is not None:
+                self.transport.on_commit(
+                    [lease.units[p - lease.start] for x, _, p in done if x == lid]
+                )
