@@ -310,6 +310,7 @@ def _run(
     ray: Any, p: Plan, inp: Input, root: Path, *, fmt: str, uid_column: str | None, start: float
 ) -> RayPreprocessed:
     assert p.meta_path is not None and p.hdf5_path is not None
+    uid = uid_column or "uid"
     ds = read(inp, p.wanted, extra=[uid_column] if uid_column else [], optional=p.optional)
     p = _bind(ray, p, ds)
     assert p.meta_path is not None and p.hdf5_path is not None
@@ -328,40 +329,16 @@ def _run(
         root
     )  # the new output is written beside the old one, which stays until the switch
     hdf5 = HDF5Sink(p.hdf5_path, p.meta_path) if fmt == "hdf5" else None
-    nodes: list[tuple[str, str]] = []
     old: Path | None = None
     switched = False
     try:
-        with ShardsetWriter(
-            new_root, uid=uid_column or "uid", shardset=SHARDSET, name=root.name
-        ) as writer:
-            meta_ref = ray.put(meta)
-            task = ray.remote(max_retries=MAX_RETRIES)(_transform_task)
-            spread = Spread()
-            keep = hdf5 is not None
-            if hdf5 is not None:
-                hdf5.open(p, stats.num_rows)
-            items = list(zip(handles, stats.carries))
-            lo = 0
-
-            def submit(item: tuple[BlockHandle, dict[str, Carry]]) -> Any:
-                h, carry = item
-                return task.options(scheduling_strategy=spread(h.index)).remote(
-                    p, meta_ref, writer.sink, uid_column, keep, h.ref, carry, h.uids
-                )
-
-            for (h, _), (rows, arrays, node) in zip(
-                items, ordered_results(submit, items, window=window())
-            ):
-                nodes.append((h.node, node))
-                if hdf5 is not None:
-                    hdf5.write(h.index, lo, lo + rows, arrays)
-                lo += rows
+        with ShardsetWriter(new_root, uid=uid, shardset=SHARDSET, name=root.name) as writer:
+            nodes = _transform_blocks(ray, p, meta, writer, hdf5, handles, stats, uid_column)
         document = meta.to_dict()
         document[HEADER]["dataset"] = {
             "name": root.name,
             "shardset": SHARDSET,
-            "uid_column": uid_column or "uid",
+            "uid_column": uid,
             "num_shards": len(handles),
             "num_samples": stats.num_rows,
             "stamp": dataset_stamp(new_root),
@@ -394,6 +371,42 @@ def _run(
         time.perf_counter() - start,
         None,
         dataset_path=root,
-        uid_column=uid_column or "uid",
+        uid_column=uid,
         nodes=nodes,
     )
+
+
+def _transform_blocks(
+    ray: Any,
+    p: Plan,
+    meta: Any,
+    writer: ShardsetWriter,
+    hdf5: HDF5Sink | None,
+    handles: list[BlockHandle],
+    stats: Any,
+    uid_column: str | None,
+) -> list[tuple[str, str]]:
+    """The transform tasks, one per block, into ``writer``'s shards (and rows of ``hdf5``, in
+    order, as their results come back): ``(the block's node, the task's node)`` of each block."""
+    meta_ref = ray.put(meta)
+    task = ray.remote(max_retries=MAX_RETRIES)(_transform_task)
+    spread = Spread()
+    keep = hdf5 is not None
+    if hdf5 is not None:
+        hdf5.open(p, stats.num_rows)
+    items = list(zip(handles, stats.carries))
+    nodes: list[tuple[str, str]] = []
+    lo = 0
+
+    def submit(item: tuple[BlockHandle, dict[str, Carry]]) -> Any:
+        h, carry = item
+        return task.options(scheduling_strategy=spread(h.index)).remote(
+            p, meta_ref, writer.sink, uid_column, keep, h.ref, carry, h.uids
+        )
+
+    for (h, _), (rows, arrays, node) in zip(items, ordered_results(submit, items, window=window())):
+        nodes.append((h.node, node))
+        if hdf5 is not None:
+            hdf5.write(h.index, lo, lo + rows, arrays)
+        lo += rows
+    return nodes
