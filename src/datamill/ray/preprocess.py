@@ -56,7 +56,7 @@ from datamill.preprocessing.pipeline import (
     plan,
     transform,
 )
-from datamill.preprocessing.plans import Block, Plan
+from datamill.preprocessing.plans import Block, Plan, Stats
 from datamill.preprocessing.result import Preprocessed
 from datamill.preprocessing.sinks import HDF5Sink
 from datamill.ray._blocks import BlockHandle, RayExecutor, prepare_blocks, window
@@ -379,11 +379,11 @@ def _run(
 def _transform_blocks(
     ray: Any,
     p: Plan,
-    meta: Any,
+    meta: Metadata,
     writer: ShardsetWriter,
     hdf5: HDF5Sink | None,
     handles: list[BlockHandle],
-    stats: Any,
+    stats: Stats,
     uid_column: str | None,
 ) -> list[tuple[str, str]]:
     """The transform tasks, one per block, into ``writer``'s shards (and rows of ``hdf5``, in
