@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -483,30 +484,49 @@ LONG_KNOWN: set[str] = set()
 """Long functions without the comment yet (none: each is split or says why above it)."""
 
 
+def _long_comment(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> int | None:
+    """The line number (1-based) of the ``# long (`` comment right above ``node`` (it may run over
+    several comment lines), or ``None``."""
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    above = first - 2  # the comment may run over several lines
+    while (
+        above > 0
+        and lines[above - 1].strip().startswith("#")
+        and not lines[above].strip().startswith("# long (")
+    ):
+        above -= 1
+    return above + 1 if lines[above].strip().startswith("# long (") else None
+
+
 def test_long_functions_say_why() -> None:
     """A function over 60 lines of code (signature and docstring not counted) carries a ``# long
-    (...): why`` comment right above it."""
-    bare = []
+    (N lines, ...): why`` comment right above it, whose N is that count; and no such comment stays
+    above a function that is no longer long, or above none (as ruff's RUF100 for ``noqa``)."""
+    bare, wrong = [], []
     for name, path in modules().items():
         lines = path.read_text(encoding="utf-8").splitlines()
+        placed = set()
         for node in ast.walk(parse(path)):
             if (
                 not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                 or node.end_lineno is None
             ):
                 continue
-            if _code_lines(node) <= 60:
-                continue
-            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            above = first - 2  # the comment may run over several lines
-            while (
-                above > 0
-                and lines[above - 1].strip().startswith("#")
-                and not lines[above].strip().startswith("# long (")
-            ):
-                above -= 1
-            if not lines[above].strip().startswith("# long ("):
+            at, n = _long_comment(lines, node), _code_lines(node)
+            if at is not None:
+                placed.add(at)
+                said = re.match(r"# long \((\d+) lines", lines[at - 1].strip())
+                if n <= 60 or said is None or int(said[1]) != n:
+                    wrong.append(f"{name}.{node.name}: {n} lines of code, the comment says")
+                    wrong[-1] += f" {said[1] if said else '?'}" + (" (not long)" if n <= 60 else "")
+            elif n > 60:
                 bare.append(f"{name}.{node.name}")
+        orphans = [
+            f"{name}:{i}"
+            for i, line in enumerate(lines, 1)
+            if line.strip().startswith("# long (") and i not in placed
+        ]
+        wrong += [f"{o}: a '# long (' comment above no function" for o in orphans]
     assert set(bare) >= LONG_KNOWN, (
         f"fixed, remove from LONG_KNOWN: {sorted(LONG_KNOWN - set(bare))}"
     )
@@ -514,6 +534,7 @@ def test_long_functions_say_why() -> None:
     assert not bare, "split these or say why above them (# long (N lines): why):\n  " + "\n  ".join(
         bare
     )
+    assert not wrong, "correct or remove these '# long' comments:\n  " + "\n  ".join(wrong)
 
 
 SLEEP_KNOWN: set[tuple[str, str]] = set()

@@ -66,7 +66,7 @@ _U64 = np.dtype("<u8")
 _SHIFT = np.array([64 - 8 * r for r in range(9)] + [64], np.uint8)
 
 
-# long (69 lines, 19 of docstring): one vectorised kernel: tokens keyed by their bytes as uint64
+# long (62 lines, 19 of docstring): one vectorised kernel: tokens keyed by their bytes as uint64
 # words, the short (<= 8 bytes) and then the long ones dictionary-encoded; the intermediate arrays
 # feed each other and are freed as it goes
 def token_dictionary(

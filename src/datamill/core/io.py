@@ -294,8 +294,6 @@ def _arrow_read_error(exc: Exception, data: bytes, source: PathLike, fmt: str) -
     return DataFileError(f"cannot parse as {fmt.upper()}: {msg}", path=name, line=line)
 
 
-# long (65 lines, 22 of docstring): one read with its error translation: the format dispatch
-# (CSV/TSV, Parquet, JSON lines) and the located errors of each
 def read_table(
     source: PathLike,
     *,

@@ -124,8 +124,6 @@ def _inputs(path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
     return inputs, texts
 
 
-# long (77 lines): the checks of the table and options come first (each a located error), then one
-# exact pass and one near-duplicate pass per split
 def check_splits(
     table_or_path: pa.Table | str | os.PathLike[str],
     /,

@@ -81,8 +81,6 @@ def _remote(args: argparse.Namespace) -> int:
     return int(run_iterate(served))
 
 
-# long (77 lines): the iterate command's three runs (served, record, in-process) and their option
-# checks side by side
 def _check_transport(args: argparse.Namespace) -> None:
     from datamill.core.errors import ConfigError
 
@@ -213,7 +211,6 @@ def _disk_bytes(path: str) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
-# long (67 lines): the plan report's sections in print order; each is a few lines of formatting
 def _plan_cmd(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -429,7 +426,7 @@ def _values_lines(column: str, v: dict[str, Any]) -> list[str]:
     return lines
 
 
-# long (101 lines): argparse declarations, one add_argument call per option
+# long (105 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill iterate``, ``datamill plan`` and ``datamill describe``."""
     p = sub.add_parser(

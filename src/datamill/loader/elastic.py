@@ -104,9 +104,6 @@ def _same(states: list[dict[str, Any]], what: str, get: Any) -> Any:
     return values[0]
 
 
-# long (70 lines, 20 of docstring): checks of the saved states in order (compatibility, one epoch
-# and history, replicas in step, every data rank present), then the new split: one sequence of
-# guards, each raising a ResumeStateError
 def resume_point(
     service: OrderSettings,
     states: Mapping[str, Any] | Sequence[Mapping[str, Any]],

@@ -257,7 +257,7 @@ def _cached(cache: OrderedDict[int, int], k: int, size: int, limit: int) -> bool
     return False
 
 
-# long (74 lines): a simulation of one run (per epoch: every rank's read schedule,
+# long (83 lines): a simulation of one run (per epoch: every rank's read schedule,
 # then the node caches replaying those reads in lockstep); its counters and caches live in the loop
 def plan_run(
     shard_sizes: Sequence[int] | NDArray[np.int64],

@@ -67,8 +67,6 @@ def _name(fn: Any) -> str | None:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-# long (68 lines): the record's fields in the order the format lists them, then the earlier runs
-# joined in; one dict built in one place
 def run_record(loader: Any, /, *, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run record of ``loader`` (a :class:`~datamill.loader.Loader`), extending ``previous``.
 

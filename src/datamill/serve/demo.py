@@ -55,7 +55,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
-# long (68 lines): the demo's steps in the order it prints them
 def run(data_dir: Path, work_dir: Path) -> None:
     """Start a server on a free loopback port, register cifar10_tiny, iterate it from 2 processes,
     stop."""

@@ -110,7 +110,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# long (67 lines): every check of a manifest's structure in order, each appending a located problem
 def manifest_problems(raw: Any, *, path: str) -> tuple[Manifest | None, list[ShardsetError]]:
     """``(manifest, problems)``; ``manifest`` is ``None`` when the structure is invalid.
 

@@ -44,7 +44,7 @@ def shard_file(shardset: str, k: int, fmt: str) -> str:
     return f"{shardset}/{SHARD_PATTERN.format(index=k, ext=fmt)}"
 
 
-# long (68 lines): every check of one shard in order, each appending a located problem
+# long (69 lines): every check of one shard in order, each appending a located problem
 def shard_problems(
     table: pa.Table,
     *,

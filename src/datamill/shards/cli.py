@@ -131,7 +131,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-# long (78 lines): argparse declarations, one add_argument call per option
+# long (71 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill shards ...`` to the CLI."""
     p = sub.add_parser(

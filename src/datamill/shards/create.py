@@ -82,8 +82,6 @@ def _pieces(
         yield os.fspath(f), load_table(f, uid=uid, add_uid=add_uid)
 
 
-# long (62 lines, 30 of docstring): the docstring documents every option; the code is the
-# local/remote/overwrite dispatch
 def create(
     root: str | os.PathLike[str],
     source: ShardInput,

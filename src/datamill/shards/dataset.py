@@ -363,8 +363,6 @@ class ShardsetDataset:
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise read_error(self.loc.show(rel), k, exc) from exc
 
-    # long (63 lines, 17 of docstring): the join of one shard's shardsets (left/inner), cached
-    # footers and dropped counts: one read path
     def _read_groups(self, index: int, groups: list[tuple[str, list[str]]]) -> list[pa.Table]:
         """Each shardset's file of shard ``index`` (side by side: Arrow releases the GIL)."""
         if len(groups) > 1:

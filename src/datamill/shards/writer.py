@@ -111,8 +111,6 @@ class ShardsetWriter:
         {'id': [1, 2], 'x': [10, 20], 'y': [None, 'b']}
     """
 
-    # long (61 lines): the writer's option checks, each raising a located error, before any file is
-    # touched
     def __init__(
         self,
         root: str | os.PathLike[str] | Location,

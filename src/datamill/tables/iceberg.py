@@ -246,8 +246,6 @@ class IcebergSource(ParquetFilesSource):
     kind = "iceberg"
     pin = "snapshot_id"
 
-    # long (62 lines): resolving the snapshot, its schema and its files, then the fingerprint of
-    # what was resolved: one sequence that reads best in one place
     def __init__(
         self,
         table: Any,

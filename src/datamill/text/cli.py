@@ -46,7 +46,6 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-# long (62 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill corpus``."""
     p = sub.add_parser(

@@ -87,7 +87,7 @@ def _floyd_sample(
     return out
 
 
-# long (82 lines, 5 of docstring): one vectorised assembly (ids, segments, masking, padding) over
+# long (93 lines, 5 of docstring): one vectorised assembly (ids, segments, masking, padding) over
 # all samples of a task, kept in one place so the array shapes can be followed
 def assemble(
     ids: NDArray[np.int32],

@@ -36,7 +36,7 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-# long (82 lines): argparse declarations, one add_argument call per option
+# long (67 lines): argparse declarations, one add_argument call per option
 def register(sub: Any) -> None:
     """Add ``datamill bert``."""
     p = sub.add_parser(

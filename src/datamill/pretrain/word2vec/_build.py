@@ -297,7 +297,7 @@ def _negative_table(counts: NDArray[np.int64], *, drop_unk: bool) -> AliasTable:
     )
 
 
-# long (108 lines, 35 of docstring): one pipeline in order (read, vocabulary, subsample, contexts,
+# long (101 lines, 43 of docstring): one pipeline in order (read, vocabulary, subsample, contexts,
 # negatives, metadata), each step a call
 def build_skipgram(
     source: PathLike | Sequence[Sequence[str]],

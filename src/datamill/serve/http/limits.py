@@ -153,7 +153,7 @@ class SessionWatch:
 _SESSION = b"x-datamill-session"
 
 
-# long (class): uvicorn's protocol with the bounds, each hook a few lines
+# long (131 lines): a class: uvicorn's protocol with the bounds, each hook a few lines
 def guarded_protocol(
     caps: ConnectionCaps,
     watch: SessionWatch | None = None,

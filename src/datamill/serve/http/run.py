@@ -188,7 +188,7 @@ def load_config(root_or_config: str | os.PathLike[str]) -> ServeConfig:
     return cfg.model_copy(update=update)
 
 
-# long (68 lines of code): the public entry: the checked config, logging, the app, uvicorn with
+# long (68 lines): the public entry: the checked config, logging, the app, uvicorn with
 # TLS/proxy options and uvloop/httptools, the drain
 def serve(
     root_or_config: str | os.PathLike[str],
