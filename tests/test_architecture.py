@@ -517,8 +517,11 @@ def test_long_functions_say_why() -> None:
                 placed.add(at)
                 said = re.match(r"# long \((\d+) lines", lines[at - 1].strip())
                 if n <= 60 or said is None or int(said[1]) != n:
-                    wrong.append(f"{name}.{node.name}: {n} lines of code, the comment says")
-                    wrong[-1] += f" {said[1] if said else '?'}" + (" (not long)" if n <= 60 else "")
+                    says = said[1] if said else "?"
+                    short = " (not long)" if n <= 60 else ""
+                    wrong.append(
+                        f"{name}.{node.name}: {n} lines of code, the comment says {says}{short}"
+                    )
             elif n > 60:
                 bare.append(f"{name}.{node.name}")
         orphans = [
