@@ -84,3 +84,38 @@ def test_a_shard_passed_to_a_peer_is_the_same_table() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_shard_that_cannot_be_read_fails_in_its_owner_and_in_the_peer_that_asks() -> None:
+    """A read error of the owner reaches both the owner's build and the peer's, named, at once (no
+    wait); a later shard still passes."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def read(k: int) -> pa.Table:
+        if k == 2:
+            raise OSError("disk says no (shard 2)")
+        return _kinds(k)
+
+    w0 = SharedShards(0, 2, {1: a}, read, keep=8)
+    w1 = SharedShards(1, 2, {0: b}, read, keep=8)
+    got: list[Any] = []
+
+    def ask() -> None:
+        try:
+            got.append(w1.read(2))  # shard 2 is worker 0's
+        except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
+            got.append(exc)
+
+    try:
+        thread = threading.Thread(target=ask, daemon=True)
+        thread.start()
+        thread.join(_JOIN_S)
+        assert not thread.is_alive(), f"the peer's read still waits after {_JOIN_S} s"
+        assert isinstance(got[0], RuntimeError)
+        assert "worker 0 reading a shard: OSError: disk says no (shard 2)" in str(got[0])
+        with pytest.raises(OSError, match="disk says no"):
+            w0.read(2)
+        assert w1.read(4).equals(_kinds(4))  # worker 0's next shard still passes
+    finally:
+        a.close()
+        b.close()
