@@ -3,9 +3,11 @@ lost never leaves the asking build waiting."""
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -64,50 +66,52 @@ def _kinds(k: int) -> pa.Table:
     )
 
 
-def test_a_shard_passed_to_a_peer_is_the_same_table() -> None:
-    """Each worker reads its own shards (``k % 2``) and gets the others' from their owner, as an
-    Arrow IPC stream written into a ``memfd`` and mapped read-only: every column kind arrives as it
-    was read, and an empty shard too."""
+@contextlib.contextmanager
+def _two_workers(read: Callable[[int], pa.Table]) -> Iterator[tuple[SharedShards, SharedShards]]:
+    """Workers 0 and 1 sharing their shards over a socket pair, each reading with ``read``."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-
-    def read(k: int) -> pa.Table:
-        return _kinds(k) if k < 4 else _kinds(k).slice(0, 0)
-
-    w0 = SharedShards(0, 2, {1: a}, read, keep=8)
-    w1 = SharedShards(1, 2, {0: b}, read, keep=8)
     try:
-        for k in range(6):
-            for w in (w0, w1):  # one of them owns k, the other asks its owner
-                got = w.read(k)
-                assert got.equals(read(k)), (k, w.me)
-                assert got.schema == read(k).schema
+        yield SharedShards(0, 2, {1: a}, read, keep=8), SharedShards(1, 2, {0: b}, read, keep=8)
     finally:
         a.close()
         b.close()
 
 
+def test_a_shard_passed_to_a_peer_is_the_same_table() -> None:
+    """Each worker reads its own shards (``k % 2``) and gets the others' from their owner, as an
+    Arrow IPC stream written into a ``memfd`` and mapped read-only: every column kind arrives as it
+    was read, and an empty shard too."""
+
+    def read(k: int) -> pa.Table:
+        return _kinds(k) if k < 4 else _kinds(k).slice(0, 0)
+
+    with _two_workers(read) as (w0, w1):
+        for k in range(6):
+            for w in (w0, w1):  # one of them owns k, the other asks its owner
+                got = w.read(k)
+                assert got.equals(read(k)), (k, w.me)
+                assert got.schema == read(k).schema
+
+
 def test_a_shard_that_cannot_be_read_fails_in_its_owner_and_in_the_peer_that_asks() -> None:
     """A read error of the owner reaches both the owner's build and the peer's, named, at once (no
     wait); a later shard still passes."""
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     def read(k: int) -> pa.Table:
         if k == 2:
             raise OSError("disk says no (shard 2)")
         return _kinds(k)
 
-    w0 = SharedShards(0, 2, {1: a}, read, keep=8)
-    w1 = SharedShards(1, 2, {0: b}, read, keep=8)
     got: list[Any] = []
 
-    def ask() -> None:
+    def ask(w1: SharedShards) -> None:
         try:
             got.append(w1.read(2))  # shard 2 is worker 0's
         except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
             got.append(exc)
 
-    try:
-        thread = threading.Thread(target=ask, daemon=True)
+    with _two_workers(read) as (w0, w1):
+        thread = threading.Thread(target=ask, args=(w1,), daemon=True)
         thread.start()
         thread.join(_JOIN_S)
         assert not thread.is_alive(), f"the peer's read still waits after {_JOIN_S} s"
@@ -116,6 +120,3 @@ def test_a_shard_that_cannot_be_read_fails_in_its_owner_and_in_the_peer_that_ask
         with pytest.raises(OSError, match="disk says no"):
             w0.read(2)
         assert w1.read(4).equals(_kinds(4))  # worker 0's next shard still passes
-    finally:
-        a.close()
-        b.close()
