@@ -942,6 +942,7 @@ def main() -> None:
             LABELS,
             lambda ds, s: results.get((ds, "s3", "cold", s), []),
         )
+        report += _ceiling_goals(ceilings, median, [s for s in systems if s in DATAMILLS])
     print(report)
     if args.out:
         Path(args.out).write_text(report, encoding="utf-8")
@@ -1028,6 +1029,31 @@ def _ceiling(
     return runs
 
 
+def _ceiling_goals(
+    ceilings: dict[str, list[dict[str, Any]]],
+    median: Callable[[str, str, str], float | None],
+    systems: list[str],
+) -> str:
+    """The cold-epoch goal of each datamill system: its median cold epoch >= 0.6x the store's
+    ceiling (the best connection count of the same run), printed with three decimals so that a
+    figure at the line is not rounded onto it."""
+    from bench_s3_ceiling import best
+
+    out = []
+    for ds, runs in ceilings.items():
+        per = best(runs)
+        for s in systems:
+            cold = median(ds, "cold", s)
+            if not per or cold is None:
+                continue
+            r = cold / max(per.values())
+            out.append(
+                f"- {ds}, S3 cold / the store's ceiling ({LABELS[s]}): {r:.3f}x (goal >= 0.6x) "
+                f"{'MET' if r >= 0.6 else 'NOT MET'}"
+            )
+    return "".join(line + "\n" for line in out)
+
+
 def _s3_cold_summary(
     results: dict[tuple[str, str, str, str], list[dict[str, Any]]],
     systems: list[str],
@@ -1042,7 +1068,7 @@ def _s3_cold_summary(
 
     out = [
         "",
-        "S3 cold path (cold / warm and cold with cache at 10% / warm, same run; goal >= 0.9x;",
+        "S3 cold path (cold / warm and cold with cache at 10% / warm, same run, no goal set;",
     ]
     out.append("first batch from cold S3, worst run; goal <= 0.5 s):")
     for ds in datas:
@@ -1284,13 +1310,16 @@ def _table(
             ratio(("img", "warm", dm), ("img", "warm", "litdata")),
             1.5,
         )
-        for ds in datas:
-            goal(f"{ds}, S3 cold / warm ({tag})", ratio((ds, "cold", dm), (ds, "warm", dm)), 0.9)
-            goal(
-                f"{ds}, S3 cold with cache at 10% / warm ({tag})",
-                ratio((ds, "cold10", dm), (ds, "warm", dm)),
-                0.9,
-            )
+        goal(
+            f"3 KB binary, cold S3: {tag} / litData",
+            ratio(("img", "cold", dm), ("img", "cold", "litdata")),
+            1.5,
+        )
+        for ds in datas:  # a cold epoch's goal is against the store's ceiling (below the table)
+            for mode, what in (("cold", "cold"), ("cold10", "cold with cache at 10%")):
+                value = ratio((ds, mode, dm), (ds, "warm", dm))
+                if value != "n/a":
+                    out.append(f"- {ds}, S3 {what} / warm ({tag}): {value} (no goal set)")
         for mode in ("workers2", "ranks2"):
             value = ratio(("img", mode, dm), ("img", mode, "litdata"))
             if value != "n/a":
