@@ -941,8 +941,8 @@ def main() -> None:
             [s for s in systems if s in S3_SYSTEMS],
             LABELS,
             lambda ds, s: results.get((ds, "s3", "cold", s), []),
+            goal_for=[s for s in systems if s in DATAMILLS],
         )
-        report += _ceiling_goals(ceilings, median, [s for s in systems if s in DATAMILLS])
     print(report)
     if args.out:
         Path(args.out).write_text(report, encoding="utf-8")
@@ -1027,31 +1027,6 @@ def _ceiling(
                 flush=True,
             )
     return runs
-
-
-def _ceiling_goals(
-    ceilings: dict[str, list[dict[str, Any]]],
-    median: Callable[[str, str, str], float | None],
-    systems: list[str],
-) -> str:
-    """The cold-epoch goal of each datamill system: its median cold epoch >= 0.6x the store's
-    ceiling (the best connection count of the same run), printed with three decimals so that a
-    figure at the line is not rounded onto it."""
-    from bench_s3_ceiling import best
-
-    out = []
-    for ds, runs in ceilings.items():
-        per = best(runs)
-        for s in systems:
-            cold = median(ds, "cold", s)
-            if not per or cold is None:
-                continue
-            r = cold / max(per.values())
-            out.append(
-                f"- {ds}, S3 cold / the store's ceiling ({LABELS[s]}): {r:.3f}x (goal >= 0.6x) "
-                f"{'MET' if r >= 0.6 else 'NOT MET'}"
-            )
-    return "".join(line + "\n" for line in out)
 
 
 def _s3_cold_summary(

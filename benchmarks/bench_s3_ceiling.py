@@ -23,13 +23,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTIONS = (1, 4, 8)
 CHUNK = 8 << 20  # what datamill's ShardFileCache reads at once
+COLD_GOAL = 0.6  # a cold epoch from the store: at least this share of its ceiling
 MACHINE_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
@@ -194,8 +195,11 @@ def summary(
     systems: list[str],
     labels: dict[str, str],
     cold_runs: Any = None,
+    goal_for: Collection[str] = (),
 ) -> str:
-    """Each S3 system's cold epoch beside the store's ceiling and its warm epoch (same run).
+    """Each S3 system's cold epoch beside the store's ceiling and its warm epoch (same run), and
+    for the systems in ``goal_for`` the cold goal's line (>= :data:`COLD_GOAL` x the ceiling,
+    printed with three decimals so that a figure at the line is not rounded onto it).
 
     ``ceilings[ds]``: every :func:`measure` result of the run; ``median(ds, mode, system)``: the
     median samples/s of that system's runs (or ``None``); ``cold_runs(ds, system)``: its cold runs
@@ -227,6 +231,7 @@ def summary(
         )
         top_n = max(per, key=lambda n: per[n])
         top = per[top_n]
+        goals: list[str] = []  # printed after the dataset's systems
         for s in systems:
             cold, warm = median(ds, "cold", s), median(ds, "warm", s)
             if cold is None:
@@ -253,6 +258,13 @@ def summary(
                 if top / warm < 0.9:
                     line += " (cold >= 0.9x warm is out of reach of the store here)"
             out.append(line)
+            if s in goal_for:
+                r = cold / top
+                goals.append(
+                    f"- {ds}, S3 cold / the store's ceiling ({labels[s]}): {r:.3f}x "
+                    f"(goal >= {COLD_GOAL}x) {'MET' if r >= COLD_GOAL else 'NOT MET'}"
+                )
+        out += goals
     return "\n".join(out) + "\n"
 
 
@@ -293,7 +305,7 @@ def cpu_budget(ceiling: list[dict[str, Any]], cold: list[dict[str, Any]]) -> str
         f"CPU budget: ceiling {c_ceil:.2f} core-s (reader + store), {b_ceil:.2f} cores busy with "
         f"it{idle(ceiling)}; cold {c_cold:.2f} core-s, {b_cold:.2f} cores{idle(cold)}; "
         f"cold / ceiling = CPU ratio {c_ceil / c_cold:.2f} x busy ratio {b_cold / b_ceil:.2f}; "
-        f"0.6x the ceiling at its busy cores needs <= {c_ceil / 0.6:.2f} core-s"
+        f"{COLD_GOAL}x the ceiling at its busy cores needs <= {c_ceil / COLD_GOAL:.2f} core-s"
     )
 
 
