@@ -4,6 +4,7 @@ resume."""
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import pyarrow as pa
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from datamill.core.errors import ResumeStateError
 from datamill.core.source import TableSource
 from datamill.loader import Batching, Loader
-from datamill.loader.nodes import DropEmpty, Positions, Refilled, Stage, compose
+from datamill.loader.nodes import DropEmpty, Positions, Refilled, Stage, WeakMethod, compose
 from datamill.loader.service import BatchService
 
 SOURCE = TableSource(pa.table({"x": list(range(40))}), shard_size=7)
@@ -182,3 +183,18 @@ def test_the_composed_stream_resumes_exactly_from_any_point(
     if refill:  # full batches but the last
         assert all(len(b) == batch_size for b in everything[:-1])
     assert sorted(x for b in everything for x in b) == [x for x in range(40) if x % 5 >= threshold]
+
+
+def test_a_loader_pickles_with_its_stages_bound_to_the_copy() -> None:
+    """Positions calls the Loader's build weakly (no cycle); a pickled Loader's copy builds
+    through its own stages, and its batches are the original's."""
+    src = TableSource(pa.table({"x": list(range(40))}), shard_size=7)
+    loader = Loader(src, 6, seed=4)
+    first = [b["x"].tolist() for b in loader]
+    copy = pickle.loads(pickle.dumps(Loader(src, 6, seed=4)))
+    assert isinstance(copy._positions._build, WeakMethod)
+    assert [b["x"].tolist() for b in copy] == first
+    call = copy._positions._build
+    del copy
+    with pytest.raises(ReferenceError):
+        call(range(1))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +181,30 @@ def test_no_worker_outlives_a_trainer_killed_minus_9() -> None:
             trainer.kill()  # SIGKILL: nothing of the trainer runs after it
             trainer.wait(timeout=30)
     _wait_for(lambda: all(_gone(p) for p in pids), timeout=20, what="the workers to exit")
+
+
+@pytest.mark.parametrize("used", ["not iterated", "one epoch", "left mid-epoch"])
+def test_a_dropped_loader_goes_at_once_and_its_workers_with_it(used: str) -> None:
+    """No reference cycle keeps a Loader the user dropped (its stages refer to it weakly): its
+    worker processes exit without waiting for Python's garbage collector, which is off here."""
+    loader = Loader(_source(), 64, seed=3, workers=Workers(processes=2))
+    if used == "one epoch":
+        assert sum(len(b["uid"]) for b in loader) == 3000
+    elif used == "left mid-epoch":
+        it = iter(loader)
+        next(it)
+        next(it)
+        del it
+    pids = loader._procs.pids if loader._procs is not None else []
+    assert len(pids) == (0 if used == "not iterated" else 2)
+    gone = weakref.ref(loader)
+    gc.disable()
+    try:
+        del loader
+        assert gone() is None, "the Loader outlived the last reference to it"
+        _wait_for(lambda: all(_gone(p) for p in pids), timeout=20, what="the workers to exit")
+    finally:
+        gc.enable()
 
 
 def test_torch_dataloader_through_the_worker_processes() -> None:

@@ -19,7 +19,7 @@ from datamill.core.source import Source
 from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.balance import Balance
 from datamill.loader.collate import resolve_collate
-from datamill.loader.nodes import COUNTED, Positions, compose
+from datamill.loader.nodes import COUNTED, Positions, WeakMethod, compose
 from datamill.loader.options import Batching, Workers, checked_groups
 from datamill.loader.order import Elastic
 from datamill.loader.packing import Packing
@@ -135,7 +135,8 @@ class Loader:
         self._elastic: Elastic = ()
         self.refill = bool(b.refill)
         self._final_collate = resolve_collate(collate, pin_memory=w.pin_memory)
-        self._positions = Positions(self.iter_batches, self.service.accounting)
+        # weakly: a Loader the user dropped goes at once, its worker processes with it
+        self._positions = Positions(WeakMethod(self.iter_batches), self.service.accounting)
         self._stream = compose(
             self._positions,
             refill=self.refill,
@@ -455,11 +456,15 @@ class Loader:
 
         self._positions.observe = observe
         self._stream.begin(total)
-        with bar, contextlib.closing(self._stream):
-            for out in self._stream:
-                if self._stats["first_batch_s"] is None:
-                    self._stats["first_batch_s"] = self._stats["elapsed_s"]
-                yield out
+        try:
+            with bar, contextlib.closing(self._stream):
+                for out in self._stream:
+                    if self._stats["first_batch_s"] is None:
+                        self._stats["first_batch_s"] = self._stats["elapsed_s"]
+                    yield out
+        finally:
+            if self._positions.observe is observe:  # it refers to this Loader: no cycle is left
+                self._positions.observe = None
         self._stats["elapsed_s"] = time.perf_counter() - t0
         self.epoch, self._elastic = self.epoch + 1, ()
         self._stream.rewind()

@@ -21,6 +21,7 @@ finished batches would make batch ``k`` depend on the batches before it.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -32,7 +33,16 @@ from datamill.core.state import check_resume_compat
 from datamill.loader.accounting import Accounting, BatchResult
 from datamill.loader.refill import Refill
 
-__all__ = ["COUNTED", "Collated", "DropEmpty", "Positions", "Refilled", "Stage", "compose"]
+__all__ = [
+    "COUNTED",
+    "Collated",
+    "DropEmpty",
+    "Positions",
+    "Refilled",
+    "Stage",
+    "WeakMethod",
+    "compose",
+]
 
 COUNTED = ("read", "filtered", "failed", "yielded")
 """The epoch's counts a resume state carries."""
@@ -86,6 +96,42 @@ class Stage:
         stage."""
         if self.source is not None:
             self.source.check(state, allow_mismatch=allow_mismatch)
+
+
+class WeakMethod:
+    """A bound method called through a weak reference to its object, which pickles as the method.
+
+    A stage that keeps its owner's method (a Loader's ``iter_batches``) would make a cycle with
+    the owner that keeps it: the owner, and with it its worker processes and shards, would then
+    outlive the user's last reference until Python's garbage collector next ran. An iteration
+    keeps the owner alive by itself (its generator refers to it), so the reference is never dead
+    while the stage builds.
+
+    Examples:
+        >>> class Owner:
+        ...     def build(self, n): return n + 1
+        >>> owner = Owner(); call = WeakMethod(owner.build)
+        >>> call(1)
+        2
+        >>> del owner; call(1)
+        Traceback (most recent call last):
+        ...
+        ReferenceError: the object of build is gone
+    """
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._ref = weakref.WeakMethod(method)
+        self._name = getattr(method, "__name__", "the method")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        method = self._ref()
+        if method is None:
+            raise ReferenceError(f"the object of {self._name} is gone")
+        return method(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a pickled stage takes its owner along (a copy of a Loader pickles its stages with it)
+        return (WeakMethod, (self._ref(),))
 
 
 class Positions(Stage):
