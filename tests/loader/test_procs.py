@@ -198,13 +198,15 @@ def test_a_dropped_loader_goes_at_once_and_its_workers_with_it(used: str) -> Non
     pids = loader._procs.pids if loader._procs is not None else []
     assert len(pids) == (0 if used == "not iterated" else 2)
     gone = weakref.ref(loader)
+    collecting = gc.isenabled()
     gc.disable()
     try:
         del loader
         assert gone() is None, "the Loader outlived the last reference to it"
         _wait_for(lambda: all(_gone(p) for p in pids), timeout=20, what="the workers to exit")
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
 
 
 def test_torch_dataloader_through_the_worker_processes() -> None:
