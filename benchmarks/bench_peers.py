@@ -1290,11 +1290,8 @@ def _table(
             ratio(("img", "cold", dm), ("img", "cold", "litdata")),
             1.5,
         )
-        for ds in datas:  # a cold epoch's goal is against the store's ceiling (below the table)
-            for mode, what in (("cold", "cold"), ("cold10", "cold with cache at 10%")):
-                value = ratio((ds, mode, dm), (ds, "warm", dm))
-                if value != "n/a":
-                    out.append(f"- {ds}, S3 {what} / warm ({tag}): {value} (no goal set)")
+        # a cold epoch's goal is against the store's ceiling, and its cold / warm ratios (no goal)
+        # are in the S3 cold path section (_s3_cold_summary), both below the table
         for mode in ("workers2", "ranks2"):
             value = ratio(("img", mode, dm), ("img", mode, "litdata"))
             if value != "n/a":
